@@ -1,0 +1,136 @@
+"""Packs a thread's recorded events into EVENTS frames, on the flusher thread.
+
+The fast path is column-wise and runs in C: ``zip(*records)`` splits the tuples into columns, ``map`` over the string
+table turns labels into ids, ``map(operator.sub, ...)`` turns timestamps into offsets and durations, and msgpack packs
+the columns. Anything user-supplied that this path cannot take (an unhashable label, an argument msgpack refuses)
+sends that batch down a slow path that cleans it event by event: a bad event costs time, never the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import repeat
+from operator import sub
+from typing import Any
+
+import msgpack
+
+from .errors import FrameTooLarge
+from .model import StringTable, safe_str
+from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Strings, encode
+
+__all__ = ["BatchEncoder", "EncodedBatch"]
+
+#: Bytes one STRINGS frame may spend on strings, well under any sane max_frame_bytes.
+_STRINGS_FRAME_BUDGET = 64 * 1024
+
+
+def _to_msgpack(value: object) -> object:
+    """msgpack's fallback for types it does not know: sets become lists, anything else its text."""
+    if isinstance(value, set | frozenset):
+        return list(value)
+    return safe_str(value)
+
+
+class EncodedBatch:
+    """The frames for one drained batch: STRINGS frames first (ids the events use), then EVENTS frames."""
+
+    __slots__ = ("dropped_events", "events", "strings")
+
+    def __init__(self) -> None:
+        self.strings: list[bytes] = []
+        #: ``(frame bytes, event count)`` pairs.
+        self.events: list[tuple[bytes, int]] = []
+        #: Events that could not be sent at all (one event larger than a frame).
+        self.dropped_events = 0
+
+
+class BatchEncoder:
+    """Turns ``(kind, label, start_ns, end_ns, args)`` records into wire frames.
+
+    Args:
+        strings: the process's string table; new labels are added to it.
+        max_frame_bytes: frames are split so that none exceeds this.
+        max_events_per_frame: a frame holds at most this many events.
+    """
+
+    def __init__(
+        self,
+        strings: StringTable,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_events_per_frame: int = 8192,
+    ) -> None:
+        self.strings = strings
+        self.max_frame_bytes = max_frame_bytes
+        self.max_events_per_frame = max_events_per_frame
+        self._packer = msgpack.Packer(default=_to_msgpack)
+
+    def encode(self, source_id: int, records: Sequence[tuple[Any, ...]]) -> EncodedBatch:
+        batch = EncodedBatch()
+        step = self.max_events_per_frame
+        for start in range(0, len(records), step):
+            self._encode_chunk(batch, source_id, records[start : start + step])
+        first_id, new_strings = self.strings.take_new()
+        batch.strings = self.strings_frames(first_id, new_strings)
+        return batch
+
+    def strings_frames(self, first_id: int, strings: Sequence[str]) -> list[bytes]:
+        """STRINGS frames for ``strings`` (ids from ``first_id``), split to stay small."""
+        frames = []
+        start = 0
+        while start < len(strings):
+            end, spent = start, 0
+            while end < len(strings) and (end == start or spent + len(strings[end]) * 4 < _STRINGS_FRAME_BUDGET):
+                spent += len(strings[end]) * 4  # worst case of UTF-8
+                end += 1
+            frames.append(encode(Strings(first_id + start, tuple(strings[start:end])), self.max_frame_bytes))
+            start = end
+        return frames
+
+    def _encode_chunk(self, batch: EncodedBatch, source_id: int, records: Sequence[tuple[Any, ...]]) -> None:
+        try:
+            frame = self._pack(source_id, records)
+        except FrameTooLarge:
+            if len(records) == 1:
+                batch.dropped_events += 1
+                return
+            half = math.ceil(len(records) / 2)
+            self._encode_chunk(batch, source_id, records[:half])
+            self._encode_chunk(batch, source_id, records[half:])
+            return
+        batch.events.append((frame, len(records)))
+
+    def _pack(self, source_id: int, records: Sequence[tuple[Any, ...]]) -> bytes:
+        kinds, labels, starts, ends, args = zip(*records, strict=True)
+        try:
+            names = list(map(self.strings.__getitem__, labels))
+        except Exception:  # an unhashable label
+            names = [self.strings[label if _hashable(label) else safe_str(label)] for label in labels]
+        first_ns = min(starts)
+        columns = [kinds, names, list(map(sub, starts, repeat(first_ns))), list(map(sub, ends, starts)), args]
+        try:
+            payload = self._packer.pack(columns)
+        except Exception:  # an argument msgpack refuses even with the fallback (an int beyond 64 bits, say)
+            self._packer.reset()
+            columns[4] = [self._packable_args(a) for a in args]
+            payload = self._packer.pack(columns)
+        return encode(Events(source_id, len(records), first_ns, max(ends), payload), self.max_frame_bytes)
+
+    def _packable_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._packer.pack(args)
+            return args
+        except Exception:
+            self._packer.reset()
+            return {safe_str(k): safe_str(v) for k, v in args.items()}
+        finally:
+            self._packer.reset()
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

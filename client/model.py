@@ -1,0 +1,70 @@
+"""Event kinds and the string table.
+
+An event on the recording path is one plain tuple ``(kind, label, start_ns, end_ns, args)``; an instant has
+``start_ns == end_ns``. Labels become integer ids in a per-process string table on the flusher thread, never on the
+recording path.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "SPAN", "StringTable", "safe_str"]
+
+SPAN: Final = 0
+INSTANT: Final = 1
+#: (kind id, kind name) as sent in the SCHEMA frame.
+KINDS: Final = ((SPAN, "span"), (INSTANT, "instant"))
+#: Longer labels are cut: a label is for display, and one giant string must not make a frame too large.
+MAX_STRING_CHARS: Final = 1024
+OVERFLOW_LABEL: Final = "<ringtrace: string table full>"
+
+
+def safe_str(value: object) -> str:
+    """``str(value)`` that cannot raise."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+class StringTable(dict[object, int]):
+    """Maps labels to ids, assigning the next id to a label on first lookup.
+
+    A dict subclass so that ``map(table.__getitem__, labels)`` runs in C for labels already seen; only a miss runs
+    Python. Past ``max_strings`` entries every new label maps to one overflow string, and ``overflowed`` counts them:
+    labels built from unbounded data (request ids, say) must not grow the client and collector without bound.
+    """
+
+    def __init__(self, max_strings: int = 100_000) -> None:
+        super().__init__()
+        self.strings: list[str] = []
+        self.max_strings = max_strings
+        self.overflowed = 0
+        self._sent = 0
+
+    def __missing__(self, label: object) -> int:
+        text = label if type(label) is str else safe_str(label)
+        text = text[:MAX_STRING_CHARS]
+        if text is not label:
+            string_id = self[text]
+        elif len(self.strings) < self.max_strings:
+            string_id = len(self.strings)
+            self.strings.append(text)
+        else:
+            self.overflowed += 1
+            return self[OVERFLOW_LABEL] if OVERFLOW_LABEL in self else self._add_overflow_label()
+        self[label] = string_id
+        return string_id
+
+    def _add_overflow_label(self) -> int:
+        string_id = len(self.strings)
+        self.strings.append(OVERFLOW_LABEL)
+        dict.__setitem__(self, OVERFLOW_LABEL, string_id)
+        return string_id
+
+    def take_new(self) -> tuple[int, list[str]]:
+        """The strings added since the last call, as ``(first_id, strings)``."""
+        first = self._sent
+        self._sent = len(self.strings)
+        return first, self.strings[first:]

@@ -1,0 +1,194 @@
+"""The recording API: a Timeline and its per-thread buffers.
+
+Theory of operation
+-------------------
+Every recording thread gets a ``ThreadBuffer`` on its first event, and the bound ``append`` of that buffer's list is
+cached in a ``threading.local``. Recording is then one tuple and one ``list.append``: no lock, no id lookup, no
+packing. The flusher thread takes events out with ``drain()``, which copies and deletes the prefix it saw
+(``events[:n]`` then ``del events[:n]``); each is one atomic list operation, so appends racing with a drain land
+either in the batch or after it, never nowhere.
+
+Changing state (attaching a sender, closing) swaps in a fresh ``threading.local``: every thread then takes the slow
+path once and picks up the new state. A timeline with no sender, or a closed one, hands out ``_discard``, the append
+of a ``deque(maxlen=0)``, which keeps nothing, so recording stays cheap and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .model import INSTANT, SPAN
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .transport import Transport
+
+__all__ = ["Scope", "ThreadBuffer", "Timeline"]
+
+_now = time.monotonic_ns
+_discard: Callable[[tuple[Any, ...]], None] = deque(maxlen=0).append
+
+Record = tuple[int, object, int, int, dict[str, Any]]
+
+
+class Scope:
+    """Context manager that records one complete span when it exits."""
+
+    __slots__ = ("_append", "_args", "_label", "_start_ns")
+
+    def __init__(self, append: Callable[[Record], None], label: object, args: dict[str, Any]) -> None:
+        self._append = append
+        self._label = label
+        self._args = args
+
+    def __enter__(self) -> Scope:
+        self._start_ns = _now()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = _now()
+        args = self._args
+        if exc_type is not None:
+            args = {**args, "exception": exc_type.__name__}
+        self._append((SPAN, self._label, self._start_ns, end_ns, args))
+
+
+class ThreadBuffer:
+    """The events one thread recorded and the flusher has not taken yet."""
+
+    __slots__ = ("events", "name", "source_id", "thread", "thread_id")
+
+    def __init__(self, source_id: int, thread: threading.Thread) -> None:
+        self.events: list[Record] = []
+        self.source_id = source_id
+        self.thread = thread
+        self.name = thread.name
+        self.thread_id = threading.get_native_id()
+
+
+class Timeline:
+    """Records events from any number of threads into per-thread buffers.
+
+    Use the process-wide one that ``ringtrace.client.connect`` returns. Recording methods never raise and never
+    block: until a sender is attached, and after ``close()``, they keep nothing.
+    """
+
+    def __init__(self) -> None:
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._buffers: list[ThreadBuffer] = []
+        self._next_source_id = 1
+        self._transport: Transport | None = None
+
+    # -- recording (hot path) -------------------------------------------------------------------------------------
+
+    def scope(self, label: object, **args: Any) -> Scope:
+        """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
+        try:
+            append = self._tls.append
+        except AttributeError:
+            append = self._thread_append()
+        return Scope(append, label, args)
+
+    def instant(self, name: object, **args: Any) -> None:
+        """Record a point-in-time event named ``name`` with ``args``."""
+        try:
+            append = self._tls.append
+        except AttributeError:
+            append = self._thread_append()
+        now = _now()
+        append((INSTANT, name, now, now, args))
+
+    def _thread_append(self) -> Callable[[Record], None]:
+        """Slow path, once per thread per state change: find or create this thread's buffer."""
+        with self._lock:
+            if self._transport is None:
+                append = _discard
+            else:
+                thread = threading.current_thread()
+                buffer = next((b for b in self._buffers if b.thread is thread), None)
+                if buffer is None:
+                    buffer = ThreadBuffer(self._next_source_id, thread)
+                    self._next_source_id += 1
+                    self._buffers.append(buffer)
+                append = buffer.events.append
+        self._tls.append = append
+        return append
+
+    # -- flusher side -----------------------------------------------------------------------------------------------
+
+    def drain(self) -> list[tuple[ThreadBuffer, list[Record]]]:
+        """Take every buffered event, per thread; forget buffers of threads that ended and have nothing left."""
+        taken = []
+        with self._lock:
+            buffers = list(self._buffers)
+        ended = []
+        for buffer in buffers:
+            events = buffer.events
+            count = len(events)
+            if count:
+                batch = events[:count]
+                del events[:count]
+                taken.append((buffer, batch))
+            elif not buffer.thread.is_alive():
+                ended.append(buffer)
+        if ended:
+            with self._lock:
+                self._buffers = [b for b in self._buffers if b not in ended]
+        return taken
+
+    def buffers(self) -> list[ThreadBuffer]:
+        """The buffers of threads that recorded and still may."""
+        with self._lock:
+            return list(self._buffers)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    @property
+    def transport(self) -> Transport | None:
+        return self._transport
+
+    def attach(self, transport: Transport | None) -> None:
+        """Start (``transport``) or stop (``None``) keeping events; every thread picks the change up at once."""
+        with self._lock:
+            self._transport = transport
+            if transport is None:
+                self._buffers = []
+            self._tls = threading.local()
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Send everything recorded so far and wait, at most ``timeout_s``, until the collector has stored it.
+
+        Returns:
+            True when the collector acknowledged; False when not connected or the time ran out.
+        """
+        transport = self._transport
+        return transport.flush(timeout_s) if transport is not None else False
+
+    def close(self, timeout_s: float = 2.0) -> bool:
+        """Flush (within ``timeout_s``), stop the sender and stop recording.
+
+        Returns:
+            True when everything recorded was acknowledged by the collector.
+        """
+        transport = self._transport
+        if transport is None:
+            return False
+        delivered = transport.close(timeout_s)
+        self.attach(None)
+        return delivered
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the parent's lock state, buffers and sender thread do not carry over."""
+        self._lock = threading.Lock()
+        self._buffers = []
+        self._next_source_id = 1
+        self._transport = None
+        self._tls = threading.local()

@@ -1,0 +1,16 @@
+"""ringtrace collector: an asyncio daemon that ingests client streams into a bounded ring and serves snapshots.
+
+Needs the ``collector`` extra: ``pip install 'ringtrace[collector]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import aiohttp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
+    raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
+
+from .app import Collector, CollectorConfig
+from .store import RingStore
+
+__all__ = ["Collector", "CollectorConfig", "RingStore"]

@@ -1,0 +1,120 @@
+"""The collector service: configuration, listeners, snapshots, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from ringtrace.client.errors import ConfigError
+from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER
+
+from .export import ProcessView, SnapshotView
+from .ingest import IngestProtocol
+from .sessions import Registry
+from .store import RingStore
+
+__all__ = ["Collector", "CollectorConfig"]
+
+log = logging.getLogger("ringtrace.collector")
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    tcp_host: str = "127.0.0.1"
+    tcp_port: int = 7700
+    http_host: str = "127.0.0.1"
+    http_port: int = 7701
+    capacity_bytes: int = 256 * 1024 * 1024
+    #: Largest frame accepted from a client, header included; also the size of one ring segment.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_connections: int = 1024
+    #: Largest string table one connection may declare.
+    max_strings: int = 1_000_000
+    #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
+    snapshot_flush_timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        smallest = FRAME_HEADER.size + EVENTS_HEADER.size + 1
+        if self.max_frame_bytes < smallest:
+            raise ConfigError(f"max_frame_bytes must be >= {smallest}, got {self.max_frame_bytes}")
+        if self.max_connections < 1:
+            raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.max_strings < 1:
+            raise ConfigError(f"max_strings must be >= 1, got {self.max_strings}")
+        if self.snapshot_flush_timeout_s < 0:
+            raise ConfigError(f"snapshot_flush_timeout_s must be >= 0, got {self.snapshot_flush_timeout_s}")
+
+
+class Collector:
+    """Ingest listener + ring store + HTTP API, on one event loop.
+
+    Raises:
+        ConfigError: the capacity cannot hold two frames of ``max_frame_bytes``.
+    """
+
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes)
+        self.registry = Registry()
+        self.connections: set[IngestProtocol] = set()
+        self.tcp_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+        self._tcp_server: asyncio.Server | None = None
+        self._http_runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Bind both listeners and log one line each with the port actually bound."""
+        from .http import make_app
+
+        loop = asyncio.get_running_loop()
+        config = self.config
+        self._tcp_server = await loop.create_server(lambda: IngestProtocol(self), config.tcp_host, config.tcp_port)
+        self.tcp_address = self._tcp_server.sockets[0].getsockname()[:2]
+        log.info("ingest listening on tcp://%s:%d", *self.tcp_address)
+        self._http_runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        await self._http_runner.setup()
+        site = web.TCPSite(self._http_runner, config.http_host, config.http_port)
+        await site.start()
+        assert site._server is not None and site._server.sockets  # type: ignore[union-attr]
+        self.http_address = site._server.sockets[0].getsockname()[:2]  # type: ignore[union-attr]
+        log.info("http listening on http://%s:%d", *self.http_address)
+        log.info(
+            "ring capacity %d bytes in %d segments; max frame %d bytes",
+            self.store.capacity_bytes,
+            self.store.segment_count,
+            config.max_frame_bytes,
+        )
+
+    async def stop(self) -> None:
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+            for connection in list(self.connections):
+                connection.close()
+            await self._tcp_server.wait_closed()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+
+    async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
+        """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
+        flushes = [connection.request_flush() for connection in list(self.connections)]
+        if flushes and flush_timeout_s > 0:
+            await asyncio.wait(flushes, timeout=flush_timeout_s)
+        acknowledged = sum(1 for f in flushes if f.done() and f.result())
+        for future in flushes:
+            if not future.done():
+                future.cancel()
+        processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
+        lost = {key: loss.events for key, loss in self.store.lost.items()}  # type: ignore[misc]
+        other = {
+            "collector_version": VERSION,
+            "capacity_bytes": self.store.capacity_bytes,
+            "stored_events": self.store.stored_events,
+            "clients_flushed": acknowledged,
+            "clients_connected": len(flushes),
+        }
+        return SnapshotView(self.store.snapshot(), processes, lost, other)

@@ -1,0 +1,157 @@
+"""``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from ringtrace.client.errors import ConfigError
+
+from .app import Collector, CollectorConfig
+
+__all__ = ["main", "parse_host_port", "parse_size"]
+
+log = logging.getLogger("ringtrace.collector")
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"64MB"`` (10**6), ``"1GiB"`` (2**30), ``"512 KiB"``; units are case-insensitive.
+
+    Raises:
+        ConfigError: not a size.
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got {text!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` with a port in 0..65535 (0 picks a free one); ``"[::1]:PORT"`` for IPv6."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"address must be HOST:PORT with a port in 0..65535, got {text!r}")
+    return host, int(port)
+
+
+def _arg(parse: Callable[[str], object]) -> Callable[[str], object]:
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = CollectorConfig()
+    parser = argparse.ArgumentParser(
+        prog="ringtrace-collector",
+        description="Collect ringtrace events over TCP, keep the recent past in memory, serve snapshots over HTTP.",
+    )
+    parser.add_argument(
+        "--tcp",
+        type=_arg(parse_host_port),
+        default=(defaults.tcp_host, defaults.tcp_port),
+        metavar="HOST:PORT",
+        help=f"ingest listener (default {defaults.tcp_host}:{defaults.tcp_port})",
+    )
+    parser.add_argument(
+        "--http",
+        type=_arg(parse_host_port),
+        default=(defaults.http_host, defaults.http_port),
+        metavar="HOST:PORT",
+        help=f"HTTP listener (default {defaults.http_host}:{defaults.http_port})",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=_arg(parse_size),
+        default=defaults.capacity_bytes,
+        metavar="SIZE",
+        help="memory for stored events, e.g. 64MB, 1GiB, 1048576 (default 256MiB)",
+    )
+    parser.add_argument(
+        "--max-frame-size",
+        type=_arg(parse_size),
+        default=defaults.max_frame_bytes,
+        metavar="SIZE",
+        help="largest frame a client may send; also the ring's segment size (default 1MiB)",
+    )
+    parser.add_argument(
+        "--max-connections", type=int, default=defaults.max_connections, help="default %(default)s"
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default %(default)s"
+    )
+    return parser
+
+
+async def _serve(config: CollectorConfig) -> None:
+    collector = Collector(config)
+    await collector.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await collector.stop()
+
+
+def _runner() -> asyncio.Runner:
+    try:
+        import uvloop
+    except ImportError:
+        log.info("event loop: asyncio (install uvloop for a faster one)")
+        return asyncio.Runner()
+    log.info("event loop: uvloop %s", uvloop.__version__)
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        config = CollectorConfig(
+            tcp_host=args.tcp[0],
+            tcp_port=args.tcp[1],
+            http_host=args.http[0],
+            http_port=args.http[1],
+            capacity_bytes=args.capacity,
+            max_frame_bytes=args.max_frame_size,
+            max_connections=args.max_connections,
+        )
+        with _runner() as runner:
+            runner.run(_serve(config))
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0

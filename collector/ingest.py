@@ -1,0 +1,171 @@
+"""One asyncio BufferedProtocol per client connection, feeding the shared sans-I/O frame reader.
+
+The kernel writes straight into the reader's buffer (``get_buffer``/``buffer_updated``); each complete frame is
+handled synchronously: tables are updated, EVENTS payloads go into the store undecoded. A protocol error closes this
+connection only, with a log line that names the peer and the broken limit or field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+from ringtrace.client.errors import MalformedFrame, ProtocolError
+from ringtrace.client.protocol import (
+    Events,
+    Flush,
+    FlushAck,
+    Frame,
+    FrameReader,
+    Hello,
+    Schema,
+    Source,
+    Stats,
+    Strings,
+    encode,
+    preamble,
+)
+
+from .sessions import ProcessRecord, SourceContext
+
+if TYPE_CHECKING:
+    from .app import Collector
+
+__all__ = ["IngestProtocol"]
+
+log = logging.getLogger("ringtrace.collector.ingest")
+
+_tokens = itertools.count(1)
+
+
+class IngestProtocol(asyncio.BufferedProtocol):
+    __slots__ = (
+        "_collector",
+        "_flushes",
+        "_kinds",
+        "_peer",
+        "_reader",
+        "_sources",
+        "_strings",
+        "_transport",
+        "process",
+    )
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+        self._reader = FrameReader("client", collector.config.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._peer = "?"
+        self.process: ProcessRecord | None = None
+        self._strings: dict[int, str] = {}
+        self._kinds: dict[int, str] = {}
+        self._sources: dict[int, SourceContext] = {}
+        self._flushes: dict[int, asyncio.Future[bool]] = {}
+
+    # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        connections = self._collector.connections
+        limit = self._collector.config.max_connections
+        if len(connections) >= limit:
+            log.warning("refusing connection from %s: max_connections=%d reached", self._peer, limit)
+            transport.abort()
+            return
+        connections.add(self)
+        transport.write(preamble())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.buffer_updated(nbytes)
+        self._process_frames()
+
+    def eof_received(self) -> bool:
+        self._reader.receive_data(b"")
+        self._process_frames()
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._collector.connections.discard(self)
+        if self.process is not None:
+            self.process.live_connections -= 1
+        for future in self._flushes.values():
+            if not future.done():
+                future.set_result(False)
+        self._flushes.clear()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- flush ----------------------------------------------------------------------------------------------------
+
+    def request_flush(self) -> asyncio.Future[bool]:
+        """Ask the client to send everything it holds; the future is True once all of it is stored."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        transport = self._transport
+        if transport is None or transport.is_closing() or self.process is None:
+            future.set_result(False)
+            return future
+        token = next(_tokens)
+        self._flushes[token] = future
+        transport.write(encode(Flush(token)))
+        return future
+
+    # -- frames ---------------------------------------------------------------------------------------------------
+
+    def _process_frames(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        try:
+            for frame in self._reader:
+                self._handle(frame)
+        except ProtocolError as exc:
+            who = f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
+            log.warning("closing connection from %s, %s: %s", self._peer, who, exc)
+            transport.abort()
+
+    def _handle(self, frame: Frame) -> None:
+        if isinstance(frame, Events):
+            context = self._sources.get(frame.source_id)
+            if context is None:
+                raise MalformedFrame(f"EVENTS frame: field 'source_id' {frame.source_id} was never declared by SOURCE")
+            self._collector.store.append(
+                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload
+            )
+        elif isinstance(frame, Strings):
+            limit = self._collector.config.max_strings
+            if frame.first_id + len(frame.strings) > limit:
+                raise MalformedFrame(
+                    f"STRINGS frame: ids up to {frame.first_id + len(frame.strings) - 1} exceed max_strings={limit}"
+                )
+            self._strings.update(zip(itertools.count(frame.first_id), frame.strings))
+        elif isinstance(frame, Source):
+            assert self.process is not None
+            self.process.thread_names[frame.thread_id] = frame.name
+            self._sources[frame.source_id] = SourceContext(self.process, frame.thread_id, self._strings, self._kinds)
+        elif isinstance(frame, Flush):
+            assert self._transport is not None
+            self._transport.write(encode(FlushAck(frame.token)))  # everything before it is stored already
+        elif isinstance(frame, FlushAck):
+            future = self._flushes.pop(frame.token, None)
+            if future is not None and not future.done():
+                future.set_result(True)
+        elif isinstance(frame, Stats):
+            assert self.process is not None
+            self.process.client_dropped_events = frame.dropped_events
+            self.process.client_dropped_frames = frame.dropped_frames
+        elif isinstance(frame, Schema):
+            self._kinds.update(frame.kinds)
+        elif isinstance(frame, Hello):
+            self.process = self._collector.registry.hello(frame)
+            log.info(
+                "connection from %s: process %r pid %d on %s", self._peer, frame.process_name, frame.pid, frame.host
+            )

@@ -11,19 +11,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import repeat
-from operator import sub
+from operator import add, sub
 from typing import Any
 
 import msgpack
 
 from .errors import FrameTooLarge
 from .model import StringTable, safe_str
-from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Strings, encode
+from .protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_BYTES,
+    Events,
+    Strings,
+    encode,
+)
 
 __all__ = ["BatchEncoder", "EncodedBatch"]
 
-#: Bytes one STRINGS frame may spend on strings, well under any sane max_frame_bytes.
-_STRINGS_FRAME_BUDGET = 64 * 1024
+#: Bytes one STRINGS frame may spend on strings: half the smallest max_frame_bytes a collector accepts.
+_STRINGS_FRAME_BUDGET = MIN_MAX_FRAME_BYTES // 2
 
 
 def _to_msgpack(value: object) -> object:
@@ -88,44 +96,73 @@ class BatchEncoder:
             start = end
         return frames
 
-    def _encode_chunk(self, batch: EncodedBatch, source_id: int, records: Sequence[tuple[Any, ...]]) -> None:
-        try:
-            frame = self._pack(source_id, records)
-        except FrameTooLarge:
-            if len(records) == 1:
-                batch.dropped_events += 1
-                return
-            half = math.ceil(len(records) / 2)
-            self._encode_chunk(batch, source_id, records[:half])
-            self._encode_chunk(batch, source_id, records[half:])
-            return
-        batch.events.append((frame, len(records)))
+    def resplit(self, frame: bytes) -> EncodedBatch:
+        """An EVENTS frame packed under a larger limit, split again to fit ``max_frame_bytes``."""
+        source_id, count, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
+        kinds, names, offsets, durations, args = msgpack.unpackb(
+            memoryview(frame)[FRAME_HEADER.size + EVENTS_HEADER.size :], raw=False
+        )
+        starts = [first_ns + offset for offset in offsets]
+        batch = EncodedBatch()
+        self._encode_columns(batch, source_id, kinds, names, starts, list(map(add, starts, durations)), args)
+        return batch
 
-    def _pack(self, source_id: int, records: Sequence[tuple[Any, ...]]) -> bytes:
+    def _encode_chunk(self, batch: EncodedBatch, source_id: int, records: Sequence[tuple[Any, ...]]) -> None:
         kinds, labels, starts, ends, args = zip(*records, strict=True)
         try:
             names = list(map(self.strings.__getitem__, labels))
         except Exception:  # an unhashable label
             names = [self.strings[label if _hashable(label) else safe_str(label)] for label in labels]
+        self._encode_columns(batch, source_id, kinds, names, starts, ends, args)
+
+    def _encode_columns(
+        self,
+        batch: EncodedBatch,
+        source_id: int,
+        kinds: Sequence[int],
+        names: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        args: Sequence[Any],
+    ) -> None:
+        try:
+            frame = self._pack(source_id, kinds, names, starts, ends, args)
+        except FrameTooLarge:
+            if len(kinds) == 1:
+                batch.dropped_events += 1
+                return
+            half = math.ceil(len(kinds) / 2)
+            for part in (slice(None, half), slice(half, None)):
+                self._encode_columns(
+                    batch, source_id, kinds[part], names[part], starts[part], ends[part], args[part]
+                )
+            return
+        batch.events.append((frame, len(kinds)))
+
+    def _pack(
+        self,
+        source_id: int,
+        kinds: Sequence[int],
+        names: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        args: Sequence[Any],
+    ) -> bytes:
         first_ns = min(starts)
         columns = [kinds, names, list(map(sub, starts, repeat(first_ns))), list(map(sub, ends, starts)), args]
         try:
             payload = self._packer.pack(columns)
         except Exception:  # an argument msgpack refuses even with the fallback (an int beyond 64 bits, say)
-            self._packer.reset()
             columns[4] = [self._packable_args(a) for a in args]
             payload = self._packer.pack(columns)
-        return encode(Events(source_id, len(records), first_ns, max(ends), payload), self.max_frame_bytes)
+        return encode(Events(source_id, len(kinds), first_ns, max(ends), payload), self.max_frame_bytes)
 
-    def _packable_args(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _packable_args(self, args: Any) -> Any:
         try:
             self._packer.pack(args)
-            return args
         except Exception:
-            self._packer.reset()
             return {safe_str(k): safe_str(v) for k, v in args.items()}
-        finally:
-            self._packer.reset()
+        return args
 
 
 def _hashable(value: object) -> bool:

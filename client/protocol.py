@@ -21,6 +21,8 @@ header arrives, before buffering the body. Bodies are msgpack except for the fix
     STATS      client -> collector: cumulative client-side loss counters
     FLUSH      either way: "send me everything you have, then FLUSH_ACK with this token"
     FLUSH_ACK  either way: everything before this frame has been sent (or, from the collector, stored)
+    WELCOME    collector -> client, first frame: the collector's limits. The client sends no EVENTS before it, and
+               packs no frame larger than its max_frame_bytes.
 
 The EVENTS header lets the collector store and index a batch without decoding its payload. The payload is a msgpack
 array of columns (``EVENT_COLUMNS``): kind ids, name string ids, timestamps as offsets from the header's first_ts,
@@ -40,6 +42,7 @@ import msgpack
 
 from .errors import (
     BadPreamble,
+    ConfigError,
     FrameTooLarge,
     MalformedFrame,
     ProtocolError,
@@ -50,6 +53,7 @@ from .errors import (
 __all__ = [
     "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
+    "MIN_MAX_FRAME_BYTES",
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
     "FRAME_HEADER",
@@ -68,6 +72,7 @@ __all__ = [
     "Source",
     "Stats",
     "Strings",
+    "Welcome",
     "decode_events",
     "encode",
     "preamble",
@@ -79,6 +84,8 @@ PREAMBLE: Final = struct.Struct("<4sHH")
 FRAME_HEADER: Final = struct.Struct("<IB")
 EVENTS_HEADER: Final = struct.Struct("<IIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
+#: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
+MIN_MAX_FRAME_BYTES: Final = 32 * 1024
 #: Column order of an EVENTS payload.
 EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
 
@@ -92,6 +99,7 @@ class FrameType(IntEnum):
     STATS = 6
     FLUSH = 7
     FLUSH_ACK = 8
+    WELCOME = 9
 
 
 def _unpack_body(frame: str, body: bytes | memoryview) -> Any:
@@ -323,16 +331,38 @@ class FlushAck:
         return cls(_token_body("FLUSH_ACK", body))
 
 
-Frame = Hello | Schema | Strings | Source | Events | Stats | Flush | FlushAck
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The collector's first frame: the limits the client must respect."""
+
+    TYPE: ClassVar = FrameType.WELCOME
+    max_frame_bytes: int
+    collector_version: str
+
+    def encode_body(self) -> bytes:
+        return msgpack.packb({"max_frame_bytes": self.max_frame_bytes, "collector_version": self.collector_version})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Welcome:
+        data = _unpack_body("WELCOME", body)
+        return cls(
+            max_frame_bytes=_field(data, "WELCOME", "max_frame_bytes", int),
+            collector_version=_field(data, "WELCOME", "collector_version", str),
+        )
+
+
+Frame = Hello | Schema | Strings | Source | Events | Stats | Flush | FlushAck | Welcome
 
 _FRAME_CLASSES: Final[dict[int, Any]] = {
-    cls.TYPE: cls for cls in (Hello, Schema, Strings, Source, Events, Stats, Flush, FlushAck)
+    cls.TYPE: cls for cls in (Hello, Schema, Strings, Source, Events, Stats, Flush, FlushAck, Welcome)
 }
 #: Frame types each peer may send.
 _SENDABLE_BY: Final = {
-    "client": frozenset(_FRAME_CLASSES),
-    "collector": frozenset({FrameType.FLUSH, FrameType.FLUSH_ACK}),
+    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME},
+    "collector": frozenset({FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.WELCOME}),
 }
+#: The frame each peer must send first.
+_FIRST_FRAME: Final = {"client": FrameType.HELLO, "collector": FrameType.WELCOME}
 
 
 def preamble(version: int = PROTOCOL_VERSION) -> bytes:
@@ -405,15 +435,15 @@ class FrameReader:
     reader is dead: every later call raises the same error.
 
     Args:
-        peer: who sends the bytes, ``"client"`` (then the first frame must be HELLO) or ``"collector"``.
+        peer: who sends the bytes: ``"client"`` (first frame HELLO) or ``"collector"`` (first frame WELCOME).
         max_frame_bytes: the largest frame accepted, header included.
     """
 
     __slots__ = ("_buf", "_end", "_eof", "_error", "_max_frame_bytes", "_peer", "_sendable", "_start", "_state")
 
     def __init__(self, peer: Literal["client", "collector"], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        if max_frame_bytes < FRAME_HEADER.size + EVENTS_HEADER.size + 1:
-            raise ValueError(f"max_frame_bytes={max_frame_bytes} is too small to hold any EVENTS frame")
+        if max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
         self._peer = peer
         self._sendable = _SENDABLE_BY[peer]
         self._max_frame_bytes = max_frame_bytes
@@ -507,7 +537,7 @@ class FrameReader:
         if version != PROTOCOL_VERSION:
             raise UnsupportedVersion(version, PROTOCOL_VERSION)
         self._start += PREAMBLE.size
-        self._state = "hello" if self._peer == "client" else "frames"
+        self._state = "first"
         return self._next_frame()  # type: ignore[return-value]
 
     def _check_type(self, frame_type: int) -> None:
@@ -516,10 +546,11 @@ class FrameReader:
         name = FrameType(frame_type).name
         if frame_type not in self._sendable:
             raise UnexpectedFrame(f"a {self._peer} may not send {name} frames")
-        if self._state == "hello" and frame_type != FrameType.HELLO:
-            raise UnexpectedFrame(f"first frame must be HELLO, got {name}")
-        if self._state == "frames" and frame_type == FrameType.HELLO:
-            raise UnexpectedFrame("HELLO may only be the first frame")
+        first = _FIRST_FRAME[self._peer]
+        if self._state == "first" and frame_type != first:
+            raise UnexpectedFrame(f"first frame from a {self._peer} must be {first.name}, got {name}")
+        if self._state == "frames" and frame_type == first:
+            raise UnexpectedFrame(f"{name} may only be the first frame")
 
     def _need_data(self, available: int) -> _Sentinel:
         if not self._eof:

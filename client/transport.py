@@ -36,6 +36,7 @@ from .errors import ConfigError, ProtocolError
 from .model import KINDS, StringTable
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
+    MIN_MAX_FRAME_BYTES,
     Flush,
     FlushAck,
     FrameReader,
@@ -43,6 +44,7 @@ from .protocol import (
     Schema,
     Source,
     Stats,
+    Welcome,
     encode,
     preamble,
 )
@@ -77,6 +79,8 @@ class TransportOptions:
         for name in ("max_queue_bytes", "max_frame_bytes", "max_events_per_frame", "max_strings"):
             if not getattr(self, name) >= 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {self.max_frame_bytes}")
         if self.exit_timeout_s < 0:
             raise ConfigError(f"exit_timeout_s must be >= 0, got {self.exit_timeout_s!r}")
 
@@ -147,6 +151,8 @@ class Transport:
         self._queued_bytes = 0
         self._out: memoryview | None = None
         self._out_events = 0
+        #: The collector's WELCOME has arrived: queued frames may go out.
+        self._welcomed = False
         self._waiters: dict[int, _Waiter] = {}
         self._sources: dict[int, bytes] = {}
         self._stats_sent = (0, 0)
@@ -335,6 +341,7 @@ class Transport:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
         self._sock = sock
+        self._welcomed = False
         self._reader = FrameReader("collector", self.options.max_frame_bytes)
         self._selector.register(sock, selectors.EVENT_READ)
         self._out = memoryview(self._handshake())
@@ -375,7 +382,7 @@ class Transport:
         assert sock is not None
         while True:
             if self._out is None:
-                if not self._queue:
+                if not self._queue or not self._welcomed:
                     return
                 frame, count, _ = self._queue.popleft()
                 self._queued_bytes -= len(frame)
@@ -398,6 +405,22 @@ class Transport:
             self._out = None
             self._out_events = 0
 
+    def _welcome(self, welcome: Welcome) -> None:
+        """Adopt the collector's frame limit, splitting again the frames packed before we knew it."""
+        limit = min(self.options.max_frame_bytes, welcome.max_frame_bytes)
+        self._encoder.max_frame_bytes = limit
+        kept: deque[tuple[bytes, int, int]] = deque()
+        for frame, count, source_id in self._queue:
+            if len(frame) <= limit:
+                kept.append((frame, count, source_id))
+                continue
+            batch = self._encoder.resplit(frame)
+            self._count_dropped(batch.dropped_events, batch.dropped_events)
+            kept.extend((part, part_count, source_id) for part, part_count in batch.events)
+        self._queue = kept
+        self._queued_bytes = sum(len(item[0]) for item in kept)
+        self._welcomed = True
+
     def _read(self) -> None:
         sock, reader = self._sock, self._reader
         assert sock is not None and reader is not None
@@ -418,6 +441,8 @@ class Transport:
                 elif isinstance(frame, Flush):
                     self._sweep()
                     self._queue_control(encode(FlushAck(frame.token)))
+                elif isinstance(frame, Welcome):
+                    self._welcome(frame)
         except ProtocolError as exc:
             log.warning("ringtrace: collector broke the protocol: %s", exc)
             self._disconnect(str(exc))

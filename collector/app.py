@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER
+from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
 from .export import ProcessView, SnapshotView
 from .ingest import IngestProtocol
@@ -39,9 +39,8 @@ class CollectorConfig:
     snapshot_flush_timeout_s: float = 1.0
 
     def __post_init__(self) -> None:
-        smallest = FRAME_HEADER.size + EVENTS_HEADER.size + 1
-        if self.max_frame_bytes < smallest:
-            raise ConfigError(f"max_frame_bytes must be >= {smallest}, got {self.max_frame_bytes}")
+        if self.max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {self.max_frame_bytes}")
         if self.max_connections < 1:
             raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
         if self.max_strings < 1:
@@ -59,6 +58,7 @@ class Collector:
 
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
+        self.version = VERSION
         self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes)
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()

@@ -24,6 +24,7 @@ from ringtrace.client.protocol import (
     Source,
     Stats,
     Strings,
+    Welcome,
     encode,
     preamble,
 )
@@ -77,7 +78,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.abort()
             return
         connections.add(self)
-        transport.write(preamble())
+        welcome = Welcome(self._collector.config.max_frame_bytes, self._collector.version)
+        transport.write(preamble() + encode(welcome))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.get_buffer(sizehint)

@@ -1,0 +1,109 @@
+"""Run the real collector as a subprocess on 127.0.0.1 port 0 and talk to it over real sockets."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|http)://([\d.]+):(\d+)")
+
+
+class CollectorProcess:
+    """``python -m ringtrace.collector`` with its stderr collected line by line."""
+
+    def __init__(self, *extra_args: str, tcp: str = "127.0.0.1:0") -> None:
+        self.args = [sys.executable, "-m", "ringtrace.collector", "--tcp", tcp, "--http", "127.0.0.1:0", *extra_args]
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._pump, daemon=True).start()
+        try:
+            ingest = self.wait_for_log(lambda line: "ingest listening" in line)
+            http = self.wait_for_log(lambda line: "http listening" in line)
+        except TimeoutError:
+            self.stop()
+            raise
+        self.tcp_address = "{}:{}".format(*_LISTEN.search(ingest).group(2, 3))  # type: ignore[union-attr]
+        self.http_url = "http://{}:{}".format(*_LISTEN.search(http).group(2, 3))  # type: ignore[union-attr]
+
+    def _pump(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for_log(self, match: Callable[[str], bool], timeout_s: float = 15.0) -> str:
+        """The first log line ``match`` accepts, waiting for it up to ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                found = next((line for line in self.lines if match(line)), None)
+                if found is not None:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(f"no matching log line within {timeout_s}s; log so far:\n" + "\n".join(self.lines))
+                self._changed.wait(remaining)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=60) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def snapshot(self, query: str = "") -> dict[str, Any]:
+        status, body = self.get("/snapshot" + query)
+        assert status == 200, body
+        return json.loads(body)
+
+    def wait_for_stored(self, count: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            stored = json.loads(self.get("/healthz")[1])["stored_events"]
+            if stored >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"collector stored {stored} of {count} events within {timeout_s}s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def run_workload(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``workload.py`` in a fresh interpreter (a real client process)."""
+    from pathlib import Path
+
+    script = Path(__file__).with_name("workload.py")
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def events(trace: dict[str, Any], phase: str) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e["ph"] == phase]
+
+
+def metadata(trace: dict[str, Any], name: str) -> dict[tuple[int, int], str]:
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events(trace, "M") if e["name"] == name}
+
+
+__all__: Sequence[str] = ["CollectorProcess", "events", "metadata", "run_workload"]

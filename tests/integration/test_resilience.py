@@ -1,0 +1,92 @@
+"""The client never breaks its host: no collector, a collector that restarts, a ring that fills."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+from collector_process import CollectorProcess, events, run_workload
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_no_collector_records_and_exits_promptly() -> None:
+    code = (
+        "import ringtrace.client\n"
+        f"tl = ringtrace.client.connect('127.0.0.1:{_closed_port()}')\n"
+        "for i in range(50_000):\n"
+        "    with tl.scope('work', i=i):\n"
+        "        tl.instant('tick')\n"
+        "print(tl.flush(timeout_s=1.0), tl.transport.connects)\n"
+    )
+    # A bound, not a timing: the process must finish on its own, well within the exit flush timeout + slack.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0
+    assert done.stderr == ""
+    assert done.stdout.split() == ["False", "0"]
+
+
+def test_client_reconnects_and_resends_strings_after_collector_restart() -> None:
+    first = CollectorProcess()
+    address = first.tcp_address
+    code = (
+        "import ringtrace.client, sys\n"
+        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+        "for line in sys.stdin:\n"
+        "    label = line.strip()\n"
+        "    for i in range(100):\n"
+        "        with tl.scope(label, i=i):\n"
+        "            pass\n"
+        "    print(tl.flush(timeout_s=20), flush=True)\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert client.stdin is not None and client.stdout is not None
+
+        def step(label: str) -> str:
+            client.stdin.write(label + "\n")  # type: ignore[union-attr]
+            client.stdin.flush()  # type: ignore[union-attr]
+            return client.stdout.readline().strip()  # type: ignore[union-attr]
+
+        assert step("before-restart") == "True"
+        assert len(events(first.snapshot(), "X")) == 100
+        first.stop()
+        second = CollectorProcess(tcp=address)
+        # The label was interned before the restart: the new collector can only name it if strings were resent.
+        outcome = step("before-restart")
+        while outcome != "True":  # the first flush may land while the client is still backing off
+            outcome = step("before-restart")
+        assert step("after-restart") == "True"
+        spans = events(second.snapshot(), "X")
+        names = {s["name"] for s in spans}
+        assert names == {"before-restart", "after-restart"}
+    finally:
+        client.communicate(timeout=30)
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")
+    try:
+        done = run_workload(collector.tcp_address, "--threads", "2", "--spans", "20000")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["dropped_events"] == 0
+        trace = collector.snapshot()
+        kept = len(events(trace, "X"))
+        overwritten = trace["otherData"]["ring_overwritten_events"]
+        assert 0 < kept < 40_000
+        assert kept + overwritten == 40_000
+        assert trace["otherData"]["processes"][0]["ring_overwritten_events"] == overwritten
+        # What survives is the most recent past: the last span of each thread is there.
+        assert {s["args"]["i"] for s in events(trace, "X")} >= {19_999}
+    finally:
+        collector.stop()

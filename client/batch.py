@@ -98,7 +98,7 @@ class BatchEncoder:
 
     def resplit(self, frame: bytes) -> EncodedBatch:
         """An EVENTS frame packed under a larger limit, split again to fit ``max_frame_bytes``."""
-        source_id, count, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
+        source_id, _, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
         kinds, names, offsets, durations, args = msgpack.unpackb(
             memoryview(frame)[FRAME_HEADER.size + EVENTS_HEADER.size :], raw=False
         )
@@ -133,9 +133,7 @@ class BatchEncoder:
                 return
             half = math.ceil(len(kinds) / 2)
             for part in (slice(None, half), slice(half, None)):
-                self._encode_columns(
-                    batch, source_id, kinds[part], names[part], starts[part], ends[part], args[part]
-                )
+                self._encode_columns(batch, source_id, kinds[part], names[part], starts[part], ends[part], args[part])
             return
         batch.events.append((frame, len(kinds)))
 

@@ -53,11 +53,11 @@ from .errors import (
 __all__ = [
     "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
-    "MIN_MAX_FRAME_BYTES",
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
     "FRAME_HEADER",
     "MAGIC",
+    "MIN_MAX_FRAME_BYTES",
     "NEED_DATA",
     "PREAMBLE",
     "PROTOCOL_VERSION",
@@ -102,6 +102,11 @@ class FrameType(IntEnum):
     WELCOME = 9
 
 
+def _pack(value: object) -> bytes:
+    packed: bytes = msgpack.packb(value)
+    return packed
+
+
 def _unpack_body(frame: str, body: bytes | memoryview) -> Any:
     try:
         return msgpack.unpackb(body, raw=False, strict_map_key=True)
@@ -117,10 +122,8 @@ def _field(data: Any, frame: str, name: str, kind: type) -> Any:
     except KeyError:
         raise MalformedFrame(f"{frame} frame: missing field {name!r}") from None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise MalformedFrame(
-            f"{frame} frame: field {name!r} must be {kind.__name__}, got {type(value).__name__}"
-        )
-    if kind is int and value < 0:
+        raise MalformedFrame(f"{frame} frame: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
+    if isinstance(value, int) and value < 0:
         raise MalformedFrame(f"{frame} frame: field {name!r} must be >= 0, got {value}")
     return value
 
@@ -149,7 +152,7 @@ class Hello:
     client_version: str
 
     def encode_body(self) -> bytes:
-        return msgpack.packb(
+        return _pack(
             {
                 "pid": self.pid,
                 "host": self.host,
@@ -186,7 +189,7 @@ class Schema:
     columns: tuple[str, ...] = EVENT_COLUMNS
 
     def encode_body(self) -> bytes:
-        return msgpack.packb({"kinds": [list(k) for k in self.kinds], "columns": list(self.columns)})
+        return _pack({"kinds": [list(k) for k in self.kinds], "columns": list(self.columns)})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
@@ -217,7 +220,7 @@ class Strings:
     strings: tuple[str, ...]
 
     def encode_body(self) -> bytes:
-        return msgpack.packb({"first_id": self.first_id, "strings": list(self.strings)})
+        return _pack({"first_id": self.first_id, "strings": list(self.strings)})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Strings:
@@ -240,7 +243,7 @@ class Source:
     thread_id: int
 
     def encode_body(self) -> bytes:
-        return msgpack.packb({"id": self.source_id, "name": self.name, "thread_id": self.thread_id})
+        return _pack({"id": self.source_id, "name": self.name, "thread_id": self.thread_id})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Source:
@@ -290,7 +293,7 @@ class Stats:
     dropped_frames: int
 
     def encode_body(self) -> bytes:
-        return msgpack.packb({"dropped_events": self.dropped_events, "dropped_frames": self.dropped_frames})
+        return _pack({"dropped_events": self.dropped_events, "dropped_frames": self.dropped_frames})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Stats:
@@ -340,7 +343,7 @@ class Welcome:
     collector_version: str
 
     def encode_body(self) -> bytes:
-        return msgpack.packb({"max_frame_bytes": self.max_frame_bytes, "collector_version": self.collector_version})
+        return _pack({"max_frame_bytes": self.max_frame_bytes, "collector_version": self.collector_version})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Welcome:
@@ -383,7 +386,9 @@ def encode(frame: Frame, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> byte
     return FRAME_HEADER.pack(len(body), frame.TYPE) + body
 
 
-def decode_events(payload: bytes | memoryview, count: int, first_ts_ns: int) -> Iterator[tuple[int, int, int, int, Any]]:
+def decode_events(
+    payload: bytes | memoryview, count: int, first_ts_ns: int
+) -> Iterator[tuple[int, int, int, int, Any]]:
     """Yield ``(kind, name_id, ts_ns, dur_ns, args)`` for each event of an EVENTS payload.
 
     Args:
@@ -439,7 +444,17 @@ class FrameReader:
         max_frame_bytes: the largest frame accepted, header included.
     """
 
-    __slots__ = ("_buf", "_end", "_eof", "_error", "_max_frame_bytes", "_peer", "_sendable", "_start", "_state")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_eof",
+        "_error",
+        "_max_frame_bytes",
+        "_peer",
+        "_sendable",
+        "_start",
+        "_state",
+    )
 
     def __init__(self, peer: Literal["client", "collector"], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
@@ -530,7 +545,7 @@ class FrameReader:
     def _read_preamble(self, available: int) -> _Sentinel:
         head = bytes(self._buf[self._start : self._start + min(available, PREAMBLE.size)])
         if head[: len(MAGIC)] != MAGIC[: len(head)]:
-            raise BadPreamble(f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[:len(MAGIC)]!r}")
+            raise BadPreamble(f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}")
         if available < PREAMBLE.size:
             return self._need_data(available)
         _, version, _ = PREAMBLE.unpack(head)

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["Scope", "ThreadBuffer", "Timeline"]
 
 _now = time.monotonic_ns
-_discard: Callable[[tuple[Any, ...]], None] = deque(maxlen=0).append
-
 Record = tuple[int, object, int, int, dict[str, Any]]
+_discard: Callable[[Record], None] = deque[Record](maxlen=0).append
+
 
 
 class Scope:

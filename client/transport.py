@@ -19,6 +19,7 @@ queue, then FLUSH_ACK. Nothing here raises into the host program, and nothing bl
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -198,10 +199,8 @@ class Transport:
         return delivered
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the pair is full (a wake-up is pending anyway) or closed
             self._wake_w.send(b"\0")
-        except OSError:  # the pair is full (a wake-up is pending anyway) or closed
-            pass
 
     # -- sender thread --------------------------------------------------------------------------------------------
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
-
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
@@ -73,15 +73,16 @@ class Collector:
 
         loop = asyncio.get_running_loop()
         config = self.config
-        self._tcp_server = await loop.create_server(lambda: IngestProtocol(self), config.tcp_host, config.tcp_port)
-        self.tcp_address = self._tcp_server.sockets[0].getsockname()[:2]
+        self._tcp_server = server = await loop.create_server(
+            lambda: IngestProtocol(self), config.tcp_host, config.tcp_port
+        )
+        self.tcp_address = server.sockets[0].getsockname()[:2]
         log.info("ingest listening on tcp://%s:%d", *self.tcp_address)
         self._http_runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()
         site = web.TCPSite(self._http_runner, config.http_host, config.http_port)
         await site.start()
-        assert site._server is not None and site._server.sockets  # type: ignore[union-attr]
-        self.http_address = site._server.sockets[0].getsockname()[:2]  # type: ignore[union-attr]
+        self.http_address = self._http_runner.addresses[0][:2]
         log.info("http listening on http://%s:%d", *self.http_address)
         log.info(
             "ring capacity %d bytes in %d segments; max frame %d bytes",
@@ -109,7 +110,7 @@ class Collector:
             if not future.done():
                 future.cancel()
         processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
-        lost = {key: loss.events for key, loss in self.store.lost.items()}  # type: ignore[misc]
+        lost = {cast(tuple[int, int], key): loss.events for key, loss in self.store.lost.items()}
         other = {
             "collector_version": VERSION,
             "capacity_bytes": self.store.capacity_bytes,

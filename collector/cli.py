@@ -100,11 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="largest frame a client may send; also the ring's segment size (default 1MiB)",
     )
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="default %(default)s")
     parser.add_argument(
-        "--max-connections", type=int, default=defaults.max_connections, help="default %(default)s"
-    )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default %(default)s"
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default %(default)s",
     )
     return parser
 
@@ -127,7 +128,7 @@ def _runner() -> asyncio.Runner:
     except ImportError:
         log.info("event loop: asyncio (install uvloop for a faster one)")
         return asyncio.Runner()
-    log.info("event loop: uvloop %s", uvloop.__version__)
+    log.info("event loop: uvloop")
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 

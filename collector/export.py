@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.protocol import decode_events
 
@@ -87,7 +86,7 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
         if events:
             yield (b"" if first else b",") + orjson.dumps(events)[1:-1]
             first = False
-    yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(_other_data(view, origin_ns, undecodable)) + b"}"
+    yield (b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(_other_data(view, origin_ns, undecodable)) + b"}")
 
 
 def _offset(view: SnapshotView, frame: StoredFrame) -> int:
@@ -102,12 +101,26 @@ def _metadata_events(view: SnapshotView, threads: set[tuple[int, int]]) -> list[
         label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
         events.append({"ph": "M", "name": "process_name", "pid": process.trace_pid, "tid": 0, "args": {"name": label}})
         events.append(
-            {"ph": "M", "name": "process_labels", "pid": process.trace_pid, "tid": 0, "args": {"labels": process.host}}
+            {
+                "ph": "M",
+                "name": "process_labels",
+                "pid": process.trace_pid,
+                "tid": 0,
+                "args": {"labels": process.host},
+            }
         )
     for uid, thread_id in sorted(threads):
         process = view.processes[uid]
         name = process.thread_names.get(thread_id, str(thread_id))
-        events.append({"ph": "M", "name": "thread_name", "pid": process.trace_pid, "tid": thread_id, "args": {"name": name}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": process.trace_pid,
+                "tid": thread_id,
+                "args": {"name": name},
+            }
+        )
     return events
 
 

@@ -1,7 +1,7 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
-    GET /snapshot[?flush_timeout_s=S]   Chrome trace event JSON of everything stored (opens in Perfetto UI)
-    GET /healthz                        liveness and a few gauges, as JSON
+GET /snapshot[?flush_timeout_s=S]   Chrome trace event JSON of everything stored (opens in Perfetto UI)
+GET /healthz                        liveness and a few gauges, as JSON
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ringtrace.client.errors import MalformedFrame, ProtocolError
 from ringtrace.client.protocol import (
@@ -68,7 +68,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
+        # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
+        self._transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         connections = self._collector.connections
@@ -82,7 +83,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         transport.write(preamble() + encode(welcome))
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._reader.get_buffer(sizehint)
+        view: memoryview = self._reader.get_buffer(sizehint)
+        return view
 
     def buffer_updated(self, nbytes: int) -> None:
         self._reader.buffer_updated(nbytes)
@@ -169,5 +171,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Hello):
             self.process = self._collector.registry.hello(frame)
             log.info(
-                "connection from %s: process %r pid %d on %s", self._peer, frame.process_name, frame.pid, frame.host
+                "connection from %s: process %r pid %d on %s",
+                self._peer,
+                frame.process_name,
+                frame.pid,
+                frame.host,
             )

@@ -21,7 +21,7 @@ from typing import Any
 
 from ringtrace.client.errors import ConfigError
 
-__all__ = ["Loss", "RingStore", "StoredFrame", "StoreSnapshot"]
+__all__ = ["Loss", "RingStore", "StoreSnapshot", "StoredFrame"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,16 @@ class CollectorProcess:
     """``python -m ringtrace.collector`` with its stderr collected line by line."""
 
     def __init__(self, *extra_args: str, tcp: str = "127.0.0.1:0") -> None:
-        self.args = [sys.executable, "-m", "ringtrace.collector", "--tcp", tcp, "--http", "127.0.0.1:0", *extra_args]
+        self.args = [
+            sys.executable,
+            "-m",
+            "ringtrace.collector",
+            "--tcp",
+            tcp,
+            "--http",
+            "127.0.0.1:0",
+            *extra_args,
+        ]
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -51,7 +60,9 @@ class CollectorProcess:
                     return found
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"no matching log line within {timeout_s}s; log so far:\n" + "\n".join(self.lines))
+                    raise TimeoutError(
+                        f"no matching log line within {timeout_s}s; log so far:\n" + "\n".join(self.lines)
+                    )
                 self._changed.wait(remaining)
 
     def get(self, path: str) -> tuple[int, bytes]:

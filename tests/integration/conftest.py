@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from collector_process import CollectorProcess  # noqa: E402
+from collector_process import CollectorProcess
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import socket
 import struct
 
 from collector_process import CollectorProcess, events, run_workload
-
 from ringtrace.client.protocol import FRAME_HEADER, FrameType, Hello, encode, preamble
 
 

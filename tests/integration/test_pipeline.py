@@ -58,7 +58,7 @@ def test_timestamps_share_one_axis_across_processes(collector: CollectorProcess)
     end_first = max(s["ts"] + s["dur"] for s in spans if s["pid"] == pid_first)
     start_second = min(s["ts"] for s in spans if s["pid"] == pid_second)
     # The second process ran strictly after the first one exited.
-    assert 0 <= min(s["ts"] for s in spans) and end_first < start_second
+    assert min(s["ts"] for s in spans) >= 0 and end_first < start_second
 
 
 def test_instants_and_exit_flush_without_explicit_flush(collector: CollectorProcess) -> None:

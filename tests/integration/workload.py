@@ -1,6 +1,6 @@
 """A client process for the integration tests: N threads each record spans, then flush; prints what it did as JSON.
 
-    python workload.py ADDRESS --threads 4 --spans 10000 [--instants K] [--name NAME] [--no-flush]
+python workload.py ADDRESS --threads 4 --spans 10000 [--instants K] [--name NAME] [--no-flush]
 """
 
 from __future__ import annotations

@@ -1,0 +1,178 @@
+"""Shared helpers for the benchmarks: a collector subprocess, interleaved timing, and table printing.
+
+Every benchmark measures a variant and its baseline in the same process and run, interleaving the repetitions of
+each (round-robin, rotating the start), so that a noisy shared machine shifts both alike; results are reported as
+ratios of medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+HOST = "127.0.0.1"
+_now = time.monotonic_ns
+_LISTENING = re.compile(r"(ingest|http) listening on (?:tcp|http)://([^\s:]+):(\d+)")
+
+
+@dataclass
+class Collector:
+    """A running collector subprocess and its two bound addresses."""
+
+    process: subprocess.Popen[str]
+    tcp: str
+    http: str
+    log: list[str] = field(default_factory=list)
+
+    def healthz(self, timeout_s: float = 5.0) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=timeout_s) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    def stored_events(self) -> int:
+        return int(self.healthz()["stored_events"])  # type: ignore[call-overload]
+
+    def wait_stored(self, target: int, deadline_s: float, poll_s: float = 0.005) -> int:
+        """Poll /healthz until ``stored_events >= target`` or the deadline passes; returns the last count."""
+        end = time.monotonic() + deadline_s
+        stored = self.stored_events()
+        while stored < target and time.monotonic() < end:
+            time.sleep(poll_s)
+            stored = self.stored_events()
+        return stored
+
+
+@contextmanager
+def collector(*extra_args: str, startup_timeout_s: float = 20.0) -> Iterator[Collector]:
+    """Start ``python -m ringtrace.collector`` on 127.0.0.1 with OS-chosen ports; always stopped on exit."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "ringtrace.collector",
+        "--tcp",
+        f"{HOST}:0",
+        "--http",
+        f"{HOST}:0",
+        "--log-level",
+        "INFO",
+        *extra_args,
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    log: list[str] = []
+
+    def pump() -> None:  # keep draining stderr so the collector can never block on a full pipe
+        assert process.stderr is not None
+        for line in process.stderr:
+            log.append(line.rstrip())
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name="collector-stderr", daemon=True).start()
+    try:
+        found: dict[str, str] = {}
+        deadline = time.monotonic() + startup_timeout_s
+        while len(found) < 2:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError("collector did not report its listeners in time:\n" + "\n".join(log))
+            try:
+                line = lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"collector exited with {process.wait()}:\n" + "\n".join(log))
+            match = _LISTENING.search(line)
+            if match:
+                found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
+        yield Collector(process, found["ingest"], found["http"], log)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+class FloorSpan:
+    """The floor for a span: a __slots__ context manager doing two clock reads and one list append, nothing else."""
+
+    __slots__ = ("_append", "_name", "_t0")
+
+    def __init__(self, append: Callable[[tuple[str, int, int]], None], name: str) -> None:
+        self._append = append
+        self._name = name
+
+    def __enter__(self) -> FloorSpan:
+        self._t0 = _now()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._append((self._name, self._t0, _now()))
+
+
+def interleave(variants: dict[str, Callable[[], T]], rounds: int, warmup: int = 1) -> dict[str, list[T]]:
+    """Run each variant once per round, rotating the order every round; returns the measured values per variant.
+
+    Each callable does its own timing and returns the figure (ns/op, events/s, ...); warm-up rounds are discarded.
+    """
+    names = list(variants)
+    results: dict[str, list[T]] = {name: [] for name in names}
+    for r in range(warmup + rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            value = variants[name]()
+            if r >= warmup:
+                results[name].append(value)
+    return results
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str | None = None) -> str:
+    """A plain fixed-width table; floats get sensible precision."""
+
+    def fmt(value: object) -> str:
+        if isinstance(value, float):
+            if value >= 1000:
+                return f"{value:,.0f}"
+            if value >= 100:
+                return f"{value:.1f}"
+            return f"{value:.2f}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    cells = [[fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    out = []
+    if title:
+        out.append(title)
+    out.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
+    out.append("  ".join("-" * w for w in widths))
+    for row in cells:
+        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return "\n".join(out)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"

@@ -1,0 +1,245 @@
+"""ns per span / instant: ringtrace's hot path against a bare floor and the OpenTelemetry SDK, in one run.
+
+Variants, each a timeit-style loop of N iterations, interleaved round-robin over several rounds:
+
+  empty loop              ``for _ in repeat(None, n): pass`` (loop overhead, included in every other row)
+  floor span              ``with FloorSpan(append, "work"):``, a __slots__ class, monotonic_ns in __enter__,
+                          ``append((name, t0, t1))`` in __exit__; list cleared between rounds
+  ringtrace scope         ``with tl.scope("work"):`` on a timeline connected to a real collector subprocess; the
+                          sender thread drains, packs and sends concurrently (its GIL share is in the wall time)
+  ringtrace scope (hot)   the same call on a private Timeline attached to a Transport whose sender is never
+                          started: recording only, no concurrent packing; buffer drained between rounds
+  otel span               OpenTelemetry SDK: TracerProvider + BatchSpanProcessor + a no-op exporter,
+                          ``with tracer.start_as_current_span("work"):``
+  floor instant           ``lst.append(("tick", monotonic_ns()))``
+  ringtrace instant       ``tl.instant("tick")`` (connected, as above)
+  ringtrace instant (hot) the same on the never-started timeline
+
+Columns: wall ns/op of the loop (median and min of the rounds), and process CPU ns/op over the loop plus the
+variant's flush (ringtrace: ``tl.flush()``, waiting for the collector's ack; otel: ``force_flush()``), which counts
+the background threads' packing/exporting of what the loop recorded. The flush also keeps one variant's leftover
+background work from spilling into the next variant's timing. GC stays enabled, as in a real program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any
+
+from _common import FloorSpan, collector, interleave, median, table, verdict
+
+import ringtrace.client
+from ringtrace.client import Timeline, Transport, TransportOptions
+
+_now = time.monotonic_ns  # what ringtrace's timeline and FloorSpan read
+_perf = time.perf_counter_ns
+_cpu = time.process_time_ns
+
+TARGET_SPAN_RATIO = 1.5
+
+
+def make_otel() -> tuple[Any, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class NoopExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NoopExporter()))
+    return provider, provider.get_tracer("bench")
+
+
+Result = tuple[float, float]  # (wall ns/op, cpu ns/op incl. flush)
+
+
+def bench(n: int, rounds: int) -> int:
+    with collector() as coll:
+        tl = ringtrace.client.connect(coll.tcp, process_name="bench_span")
+        transport = tl.transport
+        assert transport is not None
+        deadline = time.monotonic() + 15
+        while not transport.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not transport.connected:
+            print("could not connect to the collector", file=sys.stderr)
+            return 1
+
+        # Recording only: a timeline attached to a sender that never runs. Events pile up; drained between rounds.
+        hot_tl = Timeline()
+        hot_tl.attach(Transport(hot_tl, coll.tcp, TransportOptions(process_name="bench_span_hot")))
+
+        provider, tracer = make_otel()
+        floor_list: list[tuple[Any, ...]] = []
+
+        def empty_loop() -> Result:
+            c0 = _cpu()
+            t0 = _perf()
+            for _ in repeat(None, n):
+                pass
+            t1 = _perf()
+            return (t1 - t0) / n, (_cpu() - c0) / n
+
+        def floor_span() -> Result:
+            append = floor_list.append
+            c0 = _cpu()
+            t0 = _perf()
+            for _ in repeat(None, n):
+                with FloorSpan(append, "work"):
+                    pass
+            t1 = _perf()
+            c1 = _cpu()
+            floor_list.clear()
+            return (t1 - t0) / n, (c1 - c0) / n
+
+        def ringtrace_scope(timeline: Timeline, connected: bool) -> Callable[[], Result]:
+            def run() -> Result:
+                tl = timeline
+                c0 = _cpu()
+                t0 = _perf()
+                for _ in repeat(None, n):
+                    with tl.scope("work"):
+                        pass
+                t1 = _perf()
+                if connected:
+                    if not tl.flush(timeout_s=30):
+                        raise RuntimeError("flush was not acknowledged")
+                c1 = _cpu()
+                if not connected:
+                    tl.drain()
+                return (t1 - t0) / n, (c1 - c0) / n
+
+            return run
+
+        def otel_span() -> Result:
+            start = tracer.start_as_current_span
+            c0 = _cpu()
+            t0 = _perf()
+            for _ in repeat(None, n):
+                with start("work"):
+                    pass
+            t1 = _perf()
+            provider.force_flush(30_000)
+            c1 = _cpu()
+            return (t1 - t0) / n, (c1 - c0) / n
+
+        def floor_instant() -> Result:
+            lst = floor_list
+            c0 = _cpu()
+            t0 = _perf()
+            for _ in repeat(None, n):
+                lst.append(("tick", _now()))
+            t1 = _perf()
+            c1 = _cpu()
+            floor_list.clear()
+            return (t1 - t0) / n, (c1 - c0) / n
+
+        def ringtrace_instant(timeline: Timeline, connected: bool) -> Callable[[], Result]:
+            def run() -> Result:
+                tl = timeline
+                c0 = _cpu()
+                t0 = _perf()
+                for _ in repeat(None, n):
+                    tl.instant("tick")
+                t1 = _perf()
+                if connected:
+                    if not tl.flush(timeout_s=30):
+                        raise RuntimeError("flush was not acknowledged")
+                c1 = _cpu()
+                if not connected:
+                    tl.drain()
+                return (t1 - t0) / n, (c1 - c0) / n
+
+            return run
+
+        variants: dict[str, Callable[[], Result]] = {
+            "empty loop": empty_loop,
+            "floor span": floor_span,
+            "ringtrace scope": ringtrace_scope(tl, True),
+            "ringtrace scope (hot)": ringtrace_scope(hot_tl, False),
+            "otel span": otel_span,
+            "floor instant": floor_instant,
+            "ringtrace instant": ringtrace_instant(tl, True),
+            "ringtrace instant (hot)": ringtrace_instant(hot_tl, False),
+        }
+        try:
+            results = interleave(variants, rounds=rounds, warmup=1)
+        finally:
+            provider.shutdown()
+            delivered = tl.close(timeout_s=30)
+            hot_tl.attach(None)
+        stored = coll.stored_events()
+
+    wall = {k: median([r[0] for r in v]) for k, v in results.items()}
+    wall_min = {k: min(r[0] for r in v) for k, v in results.items()}
+    cpu = {k: median([r[1] for r in v]) for k, v in results.items()}
+    loop = wall["empty loop"]
+
+    def base(name: str) -> str:
+        return "floor instant" if "instant" in name else "floor span"
+
+    rows = []
+    for name in variants:
+        ratio = "" if name == "empty loop" else f"{wall[name] / wall[base(name)]:.2f}x"
+        cpu_ratio = "" if name == "empty loop" else f"{cpu[name] / cpu[base(name)]:.2f}x"
+        rows.append((name, wall[name], wall_min[name], wall[name] - loop, cpu[name], ratio, cpu_ratio))
+    print(
+        table(
+            ["variant", "wall ns/op", "min", "net of loop", "cpu ns/op+flush", "wall/floor", "cpu/floor"],
+            rows,
+            title=f"bench_span: N={n:,} per round, {rounds} interleaved rounds (+1 warm-up), medians",
+        )
+    )
+
+    span_ratio = wall["ringtrace scope"] / wall["floor span"]
+    hot_ratio = wall["ringtrace scope (hot)"] / wall["floor span"]
+    net_ratio = (wall["ringtrace scope"] - loop) / (wall["floor span"] - loop)
+    print()
+    print(
+        table(
+            ["ratio (medians)", "value", "target"],
+            [
+                ("ringtrace scope / floor span", f"{span_ratio:.2f}x", f"<= {TARGET_SPAN_RATIO}x"),
+                ("  same, net of loop overhead", f"{net_ratio:.2f}x", ""),
+                ("ringtrace scope (hot) / floor span", f"{hot_ratio:.2f}x", ""),
+                ("otel span / ringtrace scope", f"{wall['otel span'] / wall['ringtrace scope']:.2f}x", ""),
+                ("ringtrace instant / floor instant", f"{wall['ringtrace instant'] / wall['floor instant']:.2f}x", ""),
+                (
+                    "ringtrace instant (hot) / floor",
+                    f"{wall['ringtrace instant (hot)'] / wall['floor instant']:.2f}x",
+                    "",
+                ),
+            ],
+        )
+    )
+    print(
+        f"span target (ringtrace scope <= {TARGET_SPAN_RATIO}x floor, wall median): {verdict(span_ratio <= 1.5)}"
+    )
+    print(
+        f"transport: sent_events={transport.sent_events:,} dropped_events={transport.dropped_events:,} "
+        f"connects={transport.connects} close acknowledged={delivered}; collector stored_events={stored:,}"
+    )
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=200_000, help="iterations per round (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=7, help="measured rounds (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="N=20,000 and 3 rounds, for a smoke test")
+    args = parser.parse_args()
+    if args.quick:
+        args.n, args.rounds = 20_000, 3
+    return bench(args.n, args.rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import threading
-import time
 
 import ringtrace.client
 
@@ -23,7 +22,6 @@ def main() -> None:
     parser.add_argument("--instants", type=int, default=0)
     parser.add_argument("--name", default="workload")
     parser.add_argument("--no-flush", action="store_true", help="leave delivery to the flush at interpreter exit")
-    parser.add_argument("--hold-s", type=float, default=0.0, help="stay connected this long after recording")
     args = parser.parse_args()
 
     tl = ringtrace.client.connect(args.address, process_name=args.name)
@@ -45,7 +43,6 @@ def main() -> None:
     for thread in threads:
         thread.join()
     flushed = None if args.no_flush else tl.flush(timeout_s=30)
-    time.sleep(args.hold_s)
     transport = tl.transport
     assert transport is not None
     json.dump(

@@ -109,9 +109,11 @@ class BatchEncoder:
 
     def _encode_chunk(self, batch: EncodedBatch, source_id: int, records: Sequence[tuple[Any, ...]]) -> None:
         kinds, labels, starts, ends, args = zip(*records, strict=True)
+        overflowed = self.strings.overflowed
         try:
             names = list(map(self.strings.__getitem__, labels))
-        except Exception:  # an unhashable label
+        except Exception:  # an unhashable label: look all up again, counting overflow once
+            self.strings.overflowed = overflowed
             names = [self.strings[label if _hashable(label) else safe_str(label)] for label in labels]
         self._encode_columns(batch, source_id, kinds, names, starts, ends, args)
 

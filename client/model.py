@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "SPAN", "StringTable", "safe_str"]
+__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "SPAN", "StringTable", "clean_text", "safe_str"]
 
 SPAN: Final = 0
 INSTANT: Final = 1
@@ -21,19 +21,31 @@ OVERFLOW_LABEL: Final = "<ringtrace: string table full>"
 
 
 def safe_str(value: object) -> str:
-    """``str(value)`` that cannot raise."""
+    """``str(value)`` that cannot raise, and that UTF-8 can always encode (lone surrogates are escaped)."""
     try:
-        return str(value)
+        text = str(value)
     except Exception:
         return f"<unprintable {type(value).__name__}>"
+    return clean_text(text)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates, from ``os.fsdecode`` say) escaped."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class StringTable(dict[object, int]):
     """Maps labels to ids, assigning the next id to a label on first lookup.
 
     A dict subclass so that ``map(table.__getitem__, labels)`` runs in C for labels already seen; only a miss runs
-    Python. Past ``max_strings`` entries every new label maps to one overflow string, and ``overflowed`` counts them:
-    labels built from unbounded data (request ids, say) must not grow the client and collector without bound.
+    Python. Past ``max_strings`` entries every new label maps to one overflow string, and ``overflowed`` counts the
+    lookups that found the table full (one per event so labelled): labels built from unbounded data (request ids, say)
+    must not grow the client and collector without bound. Labels that compare equal (``1``, ``1.0``, ``True``) share
+    an id, as dict keys do.
     """
 
     def __init__(self, max_strings: int = 100_000) -> None:
@@ -41,11 +53,11 @@ class StringTable(dict[object, int]):
         self.strings: list[str] = []
         self.max_strings = max_strings
         self.overflowed = 0
+        self._overflow_id: int | None = None
         self._sent = 0
 
     def __missing__(self, label: object) -> int:
-        text = label if type(label) is str else safe_str(label)
-        text = text[:MAX_STRING_CHARS]
+        text = clean_text(label)[:MAX_STRING_CHARS] if type(label) is str else safe_str(label)[:MAX_STRING_CHARS]
         if text is not label:
             string_id = self[text]
         elif len(self.strings) < self.max_strings:
@@ -53,14 +65,12 @@ class StringTable(dict[object, int]):
             self.strings.append(text)
         else:
             self.overflowed += 1
-            return self[OVERFLOW_LABEL] if OVERFLOW_LABEL in self else self._add_overflow_label()
-        self[label] = string_id
-        return string_id
-
-    def _add_overflow_label(self) -> int:
-        string_id = len(self.strings)
-        self.strings.append(OVERFLOW_LABEL)
-        dict.__setitem__(self, OVERFLOW_LABEL, string_id)
+            if self._overflow_id is None:
+                self._overflow_id = len(self.strings)
+                self.strings.append(OVERFLOW_LABEL)
+            return self._overflow_id
+        if string_id != self._overflow_id:  # an overflowed label is not kept: that would grow the dict
+            self[label] = string_id
         return string_id
 
     def take_new(self) -> tuple[int, list[str]]:

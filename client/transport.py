@@ -270,7 +270,12 @@ class Transport:
         for buffer, records in self._timeline.drain():
             if buffer.source_id not in self._sources:
                 self._announce(buffer)
-            batch = self._encoder.encode(buffer.source_id, records)
+            try:
+                batch = self._encoder.encode(buffer.source_id, records)
+            except Exception:  # the encoder cleans what users pass; this is the last line of defence
+                log.exception("ringtrace: could not encode %d events; dropped", len(records))
+                self._count_dropped(len(records), 1)
+                continue
             self._count_dropped(batch.dropped_events, batch.dropped_events)
             for frame in batch.strings:
                 self._queue_control(frame)

@@ -164,13 +164,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str |
 
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    out = []
-    if title:
-        out.append(title)
-    out.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
+
+    def line(values: Sequence[str]) -> str:
+        # First column left-aligned (names), the others right-aligned (numbers).
+        pairs = enumerate(zip(values, widths, strict=True))
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in pairs)
+
+    out = [title] if title else []
+    out.append(line(headers))
     out.append("  ".join("-" * w for w in widths))
-    for row in cells:
-        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    out.extend(line(row) for row in cells)
     return "\n".join(out)
 
 

@@ -24,9 +24,8 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
-from _common import Collector, FloorSpan, collector, interleave, median, table, verdict
-
 import ringtrace.client
+from _common import Collector, FloorSpan, collector, interleave, median, table, verdict
 from ringtrace.client import Timeline
 
 _now = time.monotonic_ns
@@ -136,9 +135,7 @@ def bench(n: int, rounds: int) -> int:
             )
         )
         rows.append((f"{kind}s floor", fl_loop, "", "", fl_cpu, "", "", ""))
-        summary.append(
-            (f"{kind}s: ringtrace e2e / floor loop rate", f"{rt_e2e / fl_loop:.2f}x", "")
-        )
+        summary.append((f"{kind}s: ringtrace e2e / floor loop rate", f"{rt_e2e / fl_loop:.2f}x", ""))
         summary.append((f"{kind}s: ringtrace loop / floor loop rate", f"{rt_loop / fl_loop:.2f}x", ""))
         summary.append((f"{kind}s: ringtrace cpu / floor cpu per event", f"{rt_cpu / fl_cpu:.2f}x", ""))
         summary.append(

@@ -35,7 +35,6 @@ Record = tuple[int, object, int, int, dict[str, Any]]
 _discard: Callable[[Record], None] = deque[Record](maxlen=0).append
 
 
-
 class Scope:
     """Context manager that records one complete span when it exits."""
 

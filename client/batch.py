@@ -108,7 +108,7 @@ class BatchEncoder:
         return batch
 
     def _encode_chunk(self, batch: EncodedBatch, source_id: int, records: Sequence[tuple[Any, ...]]) -> None:
-        kinds, labels, starts, ends, args = zip(*records, strict=True)
+        kinds, labels, starts, ends, args = zip(*records, strict=False)  # records are ours, all of one shape
         overflowed = self.strings.overflowed
         try:
             names = list(map(self.strings.__getitem__, labels))
@@ -155,7 +155,8 @@ class BatchEncoder:
         except Exception:  # an argument msgpack refuses even with the fallback (an int beyond 64 bits, say)
             columns[4] = [self._packable_args(a) for a in args]
             payload = self._packer.pack(columns)
-        return encode(Events(source_id, len(kinds), first_ns, max(ends), payload), self.max_frame_bytes)
+        # Records are appended when they end, so the last one ends last.
+        return encode(Events(source_id, len(kinds), first_ns, ends[-1], payload), self.max_frame_bytes)
 
     def _packable_args(self, args: Any) -> Any:
         try:

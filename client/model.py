@@ -1,8 +1,8 @@
 """Event kinds and the string table.
 
 An event on the recording path is one plain tuple ``(kind, label, start_ns, end_ns, args)``; an instant has
-``start_ns == end_ns``. Labels become integer ids in a per-process string table on the flusher thread, never on the
-recording path.
+``start_ns == end_ns``, and ``args`` is ``None`` when there are none. Labels become integer ids in a per-process
+string table on the flusher thread, never on the recording path.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ packing. The flusher thread takes events out with ``drain()``, which copies and 
 (``events[:n]`` then ``del events[:n]``); each is one atomic list operation, so appends racing with a drain land
 either in the batch or after it, never nowhere.
 
+A record holds ``None`` rather than an empty dict when there are no arguments: a tuple that holds a dict, even an
+empty one, stays tracked by the cyclic garbage collector and is scanned again at every collection until the flusher
+takes it, which costs more than the rest of recording (see benchmarks/bench_span.py).
+
 Changing state (attaching a sender, closing) swaps in a fresh ``threading.local``: every thread then takes the slow
 path once and picks up the new state. A timeline with no sender, or a closed one, hands out ``_discard``, the append
 of a ``deque(maxlen=0)``, which keeps nothing, so recording stays cheap and memory stays bounded.
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Scope", "ThreadBuffer", "Timeline"]
 
 _now = time.monotonic_ns
-Record = tuple[int, object, int, int, dict[str, Any]]
+Record = tuple[int, object, int, int, dict[str, Any] | None]
 _discard: Callable[[Record], None] = deque[Record](maxlen=0).append
 
 
@@ -40,7 +44,7 @@ class Scope:
 
     __slots__ = ("_append", "_args", "_label", "_start_ns")
 
-    def __init__(self, append: Callable[[Record], None], label: object, args: dict[str, Any]) -> None:
+    def __init__(self, append: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
         self._append = append
         self._label = label
         self._args = args
@@ -55,7 +59,7 @@ class Scope:
         end_ns = _now()
         args = self._args
         if exc_type is not None:
-            args = {**args, "exception": exc_type.__name__}
+            args = {**(args or {}), "exception": exc_type.__name__}
         self._append((SPAN, self._label, self._start_ns, end_ns, args))
 
 
@@ -94,7 +98,7 @@ class Timeline:
             append = self._tls.append
         except AttributeError:
             append = self._thread_append()
-        return Scope(append, label, args)
+        return Scope(append, label, args or None)
 
     def instant(self, name: object, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
@@ -103,7 +107,7 @@ class Timeline:
         except AttributeError:
             append = self._thread_append()
         now = _now()
-        append((INSTANT, name, now, now, args))
+        append((INSTANT, name, now, now, args or None))
 
     def _thread_append(self) -> Callable[[Record], None]:
         """Slow path, once per thread per state change: find or create this thread's buffer."""

@@ -142,8 +142,9 @@ def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> lis
             "ts": (ts_ns + base_ns) / 1000,
             "pid": pid,
             "tid": tid,
-            "args": args if isinstance(args, dict) else {"value": args},
         }
+        if args is not None:
+            event["args"] = args if isinstance(args, dict) else {"value": args}
         if phase == "X":
             event["dur"] = dur_ns / 1000
         else:

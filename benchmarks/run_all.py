@@ -1,0 +1,74 @@
+"""Run every benchmark, one fresh interpreter each, and print their tables: ``python benchmarks/run_all.py``.
+
+Each benchmark runs in its own subprocess (ringtrace's connect() is process-wide, and one benchmark's heap must not
+weigh on the next). ``--quick`` passes ``--quick`` on for a smoke test; ``--only NAME`` runs a subset.
+Exits non-zero if any benchmark failed or timed out (a missed performance target is reported, not a failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = {
+    "span": ("bench_span.py", 600),
+    "e2e": ("bench_e2e.py", 900),
+    "export_json": ("bench_export_json.py", 300),
+}
+
+
+def run(cmd: list[str], timeout_s: float) -> int | str:
+    """Run one benchmark in its own process group. On timeout: SIGINT it (its finally blocks stop its collector),
+    then SIGKILL whatever is left in that group (Linux keeps a group's id from reuse while any member lives)."""
+    child = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"timed out after {timeout_s}s; interrupting", flush=True)
+        child.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=30)
+        return "timeout"
+    except BaseException:  # Ctrl-C here: pass it on, then clean up below
+        child.send_signal(signal.SIGINT)
+        raise
+    finally:
+        if child.returncode is None or child.returncode != 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small N, few rounds: a smoke test")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only these (repeatable)")
+    args = parser.parse_args()
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; benchmarks: {', '.join(BENCHMARKS)}", flush=True)
+    failed = []
+    for name, (script, timeout_s) in BENCHMARKS.items():
+        if args.only and name not in args.only:
+            continue
+        cmd = [sys.executable, str(HERE / script), *(["--quick"] if args.quick else [])]
+        print(f"\n=== {script} ===", flush=True)
+        started = time.perf_counter()
+        code = run(cmd, timeout_s)
+        print(f"--- {script}: exit {code}, {time.perf_counter() - started:.1f}s", flush=True)
+        if code != 0:
+            failed.append(script)
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -96,7 +96,11 @@ def _close_at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """The child starts with no sender thread and the parent's unsent events: start over, as a new process."""
+    """The child starts with no sender thread and the parent's unsent events: start over, as a new process.
+
+    The new sender thread starts on the child's first event or flush: starting threads inside a fork handler is
+    unsafe (imports, for one, can fail there).
+    """
     global _connect_lock, _connected_to
     _connect_lock = threading.Lock()
     previous = _connected_to
@@ -104,9 +108,7 @@ def _after_fork_in_child() -> None:
     _default._reset_after_fork()
     if previous is not None:
         address, opts = previous
-        transport = Transport(_default, address, opts)
-        _default.attach(transport)
-        transport.start()
+        _default.attach(Transport(_default, address, opts))
         _connected_to = previous
 
 

@@ -112,7 +112,8 @@ class Timeline:
     def _thread_append(self) -> Callable[[Record], None]:
         """Slow path, once per thread per state change: find or create this thread's buffer."""
         with self._lock:
-            if self._transport is None:
+            transport = self._transport
+            if transport is None:
                 append = _discard
             else:
                 thread = threading.current_thread()
@@ -122,6 +123,8 @@ class Timeline:
                     self._next_source_id += 1
                     self._buffers.append(buffer)
                 append = buffer.events.append
+        if transport is not None:
+            transport.start()  # a forked child's sender starts here, on first use, not inside the fork handler
         self._tls.append = append
         return append
 

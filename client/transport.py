@@ -20,6 +20,7 @@ queue, then FLUSH_ACK. Nothing here raises into the host program, and nothing bl
 from __future__ import annotations
 
 import contextlib
+import encodings.idna  # noqa: F401  # connecting by host name needs it; importing it from the sender thread can fail after fork
 import itertools
 import logging
 import os
@@ -140,6 +141,7 @@ class Transport:
         self._lock = threading.Lock()
         self._flush_requests: deque[tuple[int, _Waiter]] = deque()
         self._stopping = False
+        self._started = False
         self.sent_events = 0
         self.dropped_events = 0
         self.dropped_frames = 0
@@ -170,6 +172,11 @@ class Transport:
     # -- any thread -----------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the sender thread (once; later calls do nothing)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
         self._thread.start()
 
     @property
@@ -179,6 +186,7 @@ class Transport:
     def flush(self, timeout_s: float = 2.0) -> bool:
         """Queue everything recorded so far and wait up to ``timeout_s`` for the collector to acknowledge it."""
         waiter = _Waiter()
+        self.start()
         with self._lock:
             if self._stopping or not self._thread.is_alive():
                 return False
@@ -190,7 +198,7 @@ class Transport:
     def close(self, timeout_s: float = 2.0) -> bool:
         """Flush within ``timeout_s``, then stop the sender thread and close the connection."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        delivered = self.flush(timeout_s)
+        delivered = self.flush(timeout_s) if self._started else False  # never start a sender only to stop it
         with self._lock:
             self._stopping = True
         self._wake()
@@ -339,7 +347,7 @@ class Transport:
         host, port = self.address
         try:
             sock = socket.create_connection((host, port), timeout=self.options.connect_timeout_s)
-        except OSError as exc:
+        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
             self._schedule_reconnect(f"cannot connect to {host}:{port}: {exc}")
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

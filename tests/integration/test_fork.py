@@ -24,7 +24,8 @@ def test_forked_child_streams_as_its_own_process(collector: CollectorProcess) ->
         "    ok = tl.flush(timeout_s=20)\n"
         "    os._exit(0 if ok else 3)\n"
         "_, status = os.waitpid(pid, 0)\n"
-        "print(json.dumps({'parent': os.getpid(), 'child': pid, 'status': status, 'flushed': tl.flush(timeout_s=20)}))\n"
+        "flushed = tl.flush(timeout_s=20)\n"
+        "print(json.dumps({'parent': os.getpid(), 'child': pid, 'status': status, 'flushed': flushed}))\n"
     )
     # Python warns that fork() in a process with threads may deadlock; ringtrace's at-fork handler is what is tested.
     done = subprocess.run(

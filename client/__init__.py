@@ -18,6 +18,7 @@ import os
 import threading
 from typing import Any
 
+from ._version import __version__
 from .errors import (
     BadPreamble,
     ConfigError,
@@ -43,6 +44,7 @@ __all__ = [
     "TransportOptions",
     "UnexpectedFrame",
     "UnsupportedVersion",
+    "__version__",
     "connect",
     "default_timeline",
 ]

@@ -33,6 +33,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
+from ._version import __version__
 from .batch import BatchEncoder
 from .errors import ConfigError, ProtocolError
 from .model import KINDS, StringTable
@@ -55,8 +56,6 @@ from .timeline import ThreadBuffer, Timeline
 __all__ = ["Transport", "TransportOptions", "parse_address"]
 
 log = logging.getLogger("ringtrace.client")
-
-CLIENT_VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -327,7 +326,7 @@ class Transport:
             boot_id=_boot_id(),
             monotonic_ns=time.monotonic_ns(),
             wall_ns=time.time_ns(),
-            client_version=CLIENT_VERSION,
+            client_version=__version__,
         )
         # Sources of live threads, and of ended threads whose frames are still queued.
         live = {b.source_id for b in self._timeline.buffers()} | {source_id for _, _, source_id in self._queue}

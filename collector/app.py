@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from aiohttp import web
+from ringtrace.client._version import __version__
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
@@ -19,8 +20,6 @@ from .store import RingStore
 __all__ = ["Collector", "CollectorConfig"]
 
 log = logging.getLogger("ringtrace.collector")
-
-VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Collector:
 
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
-        self.version = VERSION
+        self.version = __version__
         self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes)
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
@@ -112,7 +111,7 @@ class Collector:
         processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
         lost = {cast(tuple[int, int], key): loss.events for key, loss in self.store.lost.items()}
         other = {
-            "collector_version": VERSION,
+            "collector_version": __version__,
             "capacity_bytes": self.store.capacity_bytes,
             "stored_events": self.store.stored_events,
             "clients_flushed": acknowledged,

@@ -159,11 +159,17 @@ class BatchEncoder:
         return encode(Events(source_id, len(kinds), first_ns, ends[-1], payload), self.max_frame_bytes)
 
     def _packable_args(self, args: Any) -> Any:
+        """``args`` with each value msgpack refuses replaced by its text."""
+        if self._packable(args):
+            return args
+        return {safe_str(k): v if self._packable(v) else safe_str(v) for k, v in args.items()}
+
+    def _packable(self, value: object) -> bool:
         try:
-            self._packer.pack(args)
+            self._packer.pack(value)
         except Exception:
-            return {safe_str(k): safe_str(v) for k, v in args.items()}
-        return args
+            return False
+        return True
 
 
 def _hashable(value: object) -> bool:

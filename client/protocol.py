@@ -398,7 +398,11 @@ def decode_events(
     Raises:
         MalformedFrame: the payload does not match the column layout or the header's count.
     """
-    columns = _unpack_body("EVENTS", payload)
+    try:
+        # Argument maps may have int or bytes keys (msgpack allows them); only control frames insist on str keys.
+        columns = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise MalformedFrame(f"EVENTS frame: payload is not valid msgpack ({exc})") from None
     if not isinstance(columns, list) or len(columns) != len(EVENT_COLUMNS):
         raise MalformedFrame(f"EVENTS frame: payload must be an array of {len(EVENT_COLUMNS)} columns")
     for name, column in zip(EVENT_COLUMNS, columns, strict=True):

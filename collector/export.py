@@ -9,6 +9,7 @@ keeps sub-microsecond precision that absolute epoch microseconds would lose in a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from .sessions import ProcessRecord, SourceContext
 from .store import StoredFrame, StoreSnapshot
 
 __all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
+
+log = logging.getLogger("ringtrace.collector.export")
 
 _PHASES = {"span": "X", "instant": "i"}
 
@@ -80,13 +83,41 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     for frame in frames:
         try:
             events = _frame_events(view, frame, origin_ns)
+            chunk = _dumps(events)[1:-1] if events else b""
         except ProtocolError:
             undecodable += 1
             continue
-        if events:
-            yield (b"" if first else b",") + orjson.dumps(events)[1:-1]
+        except Exception:  # a bug here must cost one frame, not the validity of the whole document
+            log.exception("cannot export a frame of %d events; skipped", frame.count)
+            undecodable += 1
+            continue
+        if chunk:
+            yield chunk if first else b"," + chunk
             first = False
     yield (b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(_other_data(view, origin_ns, undecodable)) + b"}")
+
+
+def _dumps(events: list[dict[str, Any]]) -> bytes:
+    """JSON for events whose args hold whatever msgpack carried (bytes, say, or non-str keys)."""
+    try:
+        return orjson.dumps(events, default=_json_value)
+    except TypeError:  # a dict key that is not a str: the slow path rebuilds the args
+        events = [{**e, "args": _jsonable(e["args"])} if "args" in e else e for e in events]
+        return orjson.dumps(events, default=_json_value)
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return value.hex()
+    return repr(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(_json_value(k)): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def _offset(view: SnapshotView, frame: StoredFrame) -> int:

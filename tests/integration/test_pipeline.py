@@ -93,3 +93,33 @@ def test_snapshot_asks_connected_clients_to_flush(collector: CollectorProcess) -
         assert trace["otherData"]["clients_flushed"] == 1
     finally:
         client.communicate("\n", timeout=30)
+
+
+def test_any_argument_value_yields_valid_json(collector: CollectorProcess) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import ringtrace.client\n"
+        f"tl = ringtrace.client.connect({collector.tcp_address!r})\n"
+        "class Thing:\n"
+        "    def __repr__(self): return 'Thing()'\n"
+        "    def __str__(self): raise ValueError('no text')\n"
+        "tl.instant('odd', data=b'\\x00\\xff', big=2**70, pair=(1, 2), keys={b'k': 1, 2: [b'z']},\n"
+        "           nan=float('nan'), thing=Thing(), surrogate='\\udc80', items={1, 2})\n"
+        "tl.instant('plain', n=1)\n"
+        "assert tl.flush(timeout_s=20)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    instants = {e["name"]: e for e in events(collector.snapshot(), "i")}
+    assert instants["plain"]["args"] == {"n": 1}
+    args = instants["odd"]["args"]
+    assert args["data"] == "00ff"
+    assert args["big"] == str(2**70)
+    assert args["pair"] == [1, 2]
+    assert args["keys"] == {"6b": 1, "2": ["7a"]}
+    assert args["nan"] is None  # JSON has no NaN
+    assert args["thing"] == "<unprintable Thing>"
+    assert args["surrogate"] == "\\udc80"
+    assert sorted(args["items"]) == [1, 2]

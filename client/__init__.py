@@ -105,7 +105,7 @@ def _after_fork_in_child() -> None:
     """
     global _connect_lock, _connected_to
     _connect_lock = threading.Lock()
-    previous = _connected_to
+    previous = _connected_to if _default.transport is not None else None  # not if the parent had closed
     _connected_to = None
     _default._reset_after_fork()
     if previous is not None:

@@ -100,7 +100,7 @@ class BatchEncoder:
         """An EVENTS frame packed under a larger limit, split again to fit ``max_frame_bytes``."""
         source_id, _, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
         kinds, names, offsets, durations, args = msgpack.unpackb(
-            memoryview(frame)[FRAME_HEADER.size + EVENTS_HEADER.size :], raw=False
+            memoryview(frame)[FRAME_HEADER.size + EVENTS_HEADER.size :], raw=False, strict_map_key=False
         )
         starts = [first_ns + offset for offset in offsets]
         batch = EncodedBatch()

@@ -15,8 +15,9 @@ SPAN: Final = 0
 INSTANT: Final = 1
 #: (kind id, kind name) as sent in the SCHEMA frame.
 KINDS: Final = ((SPAN, "span"), (INSTANT, "instant"))
-#: Longer labels are cut: a label is for display, and one giant string must not make a frame too large.
-MAX_STRING_CHARS: Final = 1024
+#: Longer labels are cut: a label is for display, and the collector bounds a connection's string table by
+#: max_strings x MAX_STRING_CHARS.
+MAX_STRING_CHARS: Final = 256
 OVERFLOW_LABEL: Final = "<ringtrace: string table full>"
 
 

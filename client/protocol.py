@@ -123,9 +123,14 @@ def _field(data: Any, frame: str, name: str, kind: type) -> Any:
         raise MalformedFrame(f"{frame} frame: missing field {name!r}") from None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedFrame(f"{frame} frame: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
-    if isinstance(value, int) and value < 0:
-        raise MalformedFrame(f"{frame} frame: field {name!r} must be >= 0, got {value}")
+    if isinstance(value, int) and not 0 <= value <= _MAX_FIELD_INT:
+        raise MalformedFrame(f"{frame} frame: field {name!r} must be in 0..{_MAX_FIELD_INT}, got {value}")
     return value
+
+
+#: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
+_MAX_FIELD_INT: Final = 2**63 - 1
+_MAX_PID: Final = 2**32 - 1
 
 
 def _token_body(frame: str, body: bytes) -> int:
@@ -168,8 +173,11 @@ class Hello:
     @classmethod
     def decode_body(cls, body: bytes) -> Hello:
         data = _unpack_body("HELLO", body)
+        pid = _field(data, "HELLO", "pid", int)
+        if pid > _MAX_PID:
+            raise MalformedFrame(f"HELLO frame: field 'pid' must be in 0..{_MAX_PID}, got {pid}")
         return cls(
-            pid=_field(data, "HELLO", "pid", int),
+            pid=pid,
             host=_field(data, "HELLO", "host", str),
             process_name=_field(data, "HELLO", "process_name", str),
             instance_id=_field(data, "HELLO", "instance_id", str),
@@ -348,8 +356,13 @@ class Welcome:
     @classmethod
     def decode_body(cls, body: bytes) -> Welcome:
         data = _unpack_body("WELCOME", body)
+        max_frame_bytes = _field(data, "WELCOME", "max_frame_bytes", int)
+        if max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise MalformedFrame(
+                f"WELCOME frame: field 'max_frame_bytes' must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}"
+            )
         return cls(
-            max_frame_bytes=_field(data, "WELCOME", "max_frame_bytes", int),
+            max_frame_bytes=max_frame_bytes,
             collector_version=_field(data, "WELCOME", "collector_version", str),
         )
 

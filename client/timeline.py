@@ -85,14 +85,15 @@ class Timeline:
 
     def __init__(self) -> None:
         self._tls = threading.local()
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
+        self._lock = threading.RLock()
         self._buffers: list[ThreadBuffer] = []
         self._next_source_id = 1
         self._transport: Transport | None = None
 
     # -- recording (hot path) -------------------------------------------------------------------------------------
 
-    def scope(self, label: object, **args: Any) -> Scope:
+    def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
         try:
             append = self._tls.append
@@ -100,7 +101,7 @@ class Timeline:
             append = self._thread_append()
         return Scope(append, label, args or None)
 
-    def instant(self, name: object, **args: Any) -> None:
+    def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         try:
             append = self._tls.append
@@ -113,20 +114,28 @@ class Timeline:
         """Slow path, once per thread per state change: find or create this thread's buffer."""
         with self._lock:
             transport = self._transport
-            if transport is None:
-                append = _discard
-            else:
-                thread = threading.current_thread()
-                buffer = next((b for b in self._buffers if b.thread is thread), None)
-                if buffer is None:
-                    buffer = ThreadBuffer(self._next_source_id, thread)
-                    self._next_source_id += 1
-                    self._buffers.append(buffer)
-                append = buffer.events.append
-        if transport is not None:
-            transport.start()  # a forked child's sender starts here, on first use, not inside the fork handler
-        self._tls.append = append
+            append = _discard if transport is None else self._buffer_of(threading.current_thread()).events.append
+            # Under the lock: a concurrent attach() replaces _tls, so a stale choice can never land in the new one.
+            self._tls.append = append
+        # A forked child's sender starts here, on first use, not inside the fork handler.
+        if transport is not None and not transport.start():
+            self.attach(None)  # no sender: keep nothing rather than grow buffers nobody drains
+            return _discard
         return append
+
+    def _buffer_of(self, thread: threading.Thread) -> ThreadBuffer:
+        """The buffer of ``thread``, created if needed; called under the lock."""
+        for buffer in self._buffers:
+            if buffer.thread is thread:
+                return buffer
+        source_id = self._next_source_id
+        self._next_source_id += 1
+        created = ThreadBuffer(source_id, thread)
+        for buffer in self._buffers:  # a re-entrant call (a signal handler) may have made one meanwhile
+            if buffer.thread is thread:
+                return buffer
+        self._buffers.append(created)
+        return created
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 
@@ -137,13 +146,14 @@ class Timeline:
             buffers = list(self._buffers)
         ended = []
         for buffer in buffers:
+            alive = buffer.thread.is_alive()  # before len(): a thread dead by now appends nothing after it
             events = buffer.events
             count = len(events)
             if count:
                 batch = events[:count]
                 del events[:count]
                 taken.append((buffer, batch))
-            elif not buffer.thread.is_alive():
+            elif not alive:
                 ended.append(buffer)
         if ended:
             with self._lock:
@@ -169,11 +179,18 @@ class Timeline:
                 self._buffers = []
             self._tls = threading.local()
 
+    def detach(self, transport: Transport) -> None:
+        """Stop keeping events if ``transport`` is still the one attached."""
+        with self._lock:
+            if self._transport is transport:
+                self.attach(None)
+
     def flush(self, timeout_s: float = 2.0) -> bool:
         """Send everything recorded so far and wait, at most ``timeout_s``, until the collector has stored it.
 
         Returns:
-            True when the collector acknowledged; False when not connected or the time ran out.
+            True when the collector acknowledged and no event was dropped since the previous flush; False when not
+            connected, when the time ran out, or when events were dropped (the transport's counters say how many).
         """
         transport = self._transport
         return transport.flush(timeout_s) if transport is not None else False
@@ -188,12 +205,12 @@ class Timeline:
         if transport is None:
             return False
         delivered = transport.close(timeout_s)
-        self.attach(None)
+        self.detach(transport)
         return delivered
 
     def _reset_after_fork(self) -> None:
         """In a forked child: the parent's lock state, buffers and sender thread do not carry over."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._buffers = []
         self._next_source_id = 1
         self._transport = None

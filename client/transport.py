@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ._version import __version__
 from .batch import BatchEncoder
 from .errors import ConfigError, ProtocolError
-from .model import KINDS, StringTable
+from .model import KINDS, MAX_STRING_CHARS, StringTable, safe_str
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     MIN_MAX_FRAME_BYTES,
@@ -132,7 +132,7 @@ class Transport:
         self._timeline = timeline
         self._strings = StringTable(options.max_strings)
         self._encoder = BatchEncoder(self._strings, options.max_frame_bytes, options.max_events_per_frame)
-        self._process_name = options.process_name or _default_process_name()
+        self._process_name = _display_name(options.process_name or _default_process_name())
         self._instance_id = uuid.uuid4().hex
         self._tokens = itertools.count(1)
 
@@ -158,6 +158,8 @@ class Transport:
         self._waiters: dict[int, _Waiter] = {}
         self._sources: dict[int, bytes] = {}
         self._stats_sent = (0, 0)
+        #: dropped_events when the previous flush was acknowledged: a flush is clean only if it did not move.
+        self._dropped_at_flush = 0
         self._backoff_s = options.backoff_initial_s
         self._next_connect = 0.0
 
@@ -170,20 +172,33 @@ class Transport:
 
     # -- any thread -----------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the sender thread (once; later calls do nothing)."""
+    def start(self) -> bool:
+        """Start the sender thread (once; later calls do nothing).
+
+        Returns:
+            False when the thread cannot be started (at interpreter shutdown, say).
+        """
         with self._lock:
             if self._started:
-                return
+                return self._thread.is_alive() or self._thread.ident is not None
             self._started = True
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError as exc:
+            log.warning("ringtrace: cannot start the sender thread (%s); tracing is off for this process", exc)
+            return False
+        return True
 
     @property
     def connected(self) -> bool:
         return self._sock is not None
 
     def flush(self, timeout_s: float = 2.0) -> bool:
-        """Queue everything recorded so far and wait up to ``timeout_s`` for the collector to acknowledge it."""
+        """Queue everything recorded so far and wait up to ``timeout_s`` for the collector to acknowledge it.
+
+        Returns:
+            True when acknowledged with no event dropped since the previous acknowledged flush.
+        """
         waiter = _Waiter()
         self.start()
         with self._lock:
@@ -216,6 +231,7 @@ class Transport:
             self._loop()
         except Exception:
             log.exception("ringtrace sender stopped by an unexpected error; tracing is off for this process")
+            self._timeline.detach(self)  # nobody drains the buffers any more: stop filling them
         finally:
             self._disconnect("sender stopped", retry=False)
             for _, waiter in self._take_flush_requests():
@@ -254,7 +270,8 @@ class Transport:
     def _wait(self, timeout_s: float) -> None:
         sock = self._sock
         if sock is not None:
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out or self._queue else 0)
+            writable = self._out is not None or (self._welcomed and self._queue)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if writable else 0)
             self._selector.modify(sock, events)
         for key, mask in self._selector.select(timeout_s):
             if key.fileobj is self._wake_r:
@@ -274,6 +291,8 @@ class Transport:
 
     def _sweep(self) -> None:
         """Drain every thread buffer into frames on the send queue."""
+        if self._timeline.transport is not self:  # closed, and perhaps replaced: the buffers are not ours
+            return
         for buffer, records in self._timeline.drain():
             if buffer.source_id not in self._sources:
                 self._announce(buffer)
@@ -302,7 +321,7 @@ class Transport:
             self._stats_sent = stats
 
     def _announce(self, buffer: ThreadBuffer) -> None:
-        frame = encode(Source(buffer.source_id, buffer.name, buffer.thread_id))
+        frame = encode(Source(buffer.source_id, _display_name(buffer.name), buffer.thread_id))
         self._sources[buffer.source_id] = frame
         self._queue_control(frame)
 
@@ -412,7 +431,6 @@ class Transport:
             if self._out_events:
                 with self._lock:
                     self.sent_events += self._out_events
-            self._backoff_s = self.options.backoff_initial_s  # a frame went out: the connection works
             self._out = None
             self._out_events = 0
 
@@ -431,6 +449,7 @@ class Transport:
         self._queue = kept
         self._queued_bytes = sum(len(item[0]) for item in kept)
         self._welcomed = True
+        self._backoff_s = self.options.backoff_initial_s  # the collector accepted us: the connection works
 
     def _read(self) -> None:
         sock, reader = self._sock, self._reader
@@ -448,7 +467,8 @@ class Transport:
                 if isinstance(frame, FlushAck):
                     waiter = self._waiters.pop(frame.token, None)
                     if waiter is not None:
-                        waiter.finish(True)
+                        waiter.finish(self.dropped_events == self._dropped_at_flush)
+                        self._dropped_at_flush = self.dropped_events
                 elif isinstance(frame, Flush):
                     self._sweep()
                     self._queue_control(encode(FlushAck(frame.token)))
@@ -460,6 +480,11 @@ class Transport:
             return
         if not data:
             self._disconnect("collector closed the connection")
+
+
+def _display_name(name: object) -> str:
+    """A process or thread name that any frame can carry: text UTF-8 can encode, of bounded length."""
+    return safe_str(name)[:MAX_STRING_CHARS]
 
 
 def _default_process_name() -> str:

@@ -15,7 +15,7 @@ from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYT
 from .export import ProcessView, SnapshotView
 from .ingest import IngestProtocol
 from .sessions import Registry
-from .store import RingStore
+from .store import ENTRY_OVERHEAD_BYTES, RingStore
 
 __all__ = ["Collector", "CollectorConfig"]
 
@@ -32,8 +32,8 @@ class CollectorConfig:
     #: Largest frame accepted from a client, header included; also the size of one ring segment.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_connections: int = 1024
-    #: Largest string table one connection may declare.
-    max_strings: int = 1_000_000
+    #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
+    max_strings: int = 100_000
     #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
     snapshot_flush_timeout_s: float = 1.0
 
@@ -58,7 +58,8 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.version = __version__
-        self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes)
+        # A segment holds at least one frame of the largest size with its index entry.
+        self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes + ENTRY_OVERHEAD_BYTES)
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
         self.tcp_address: tuple[str, int] | None = None
@@ -101,8 +102,8 @@ class Collector:
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
-        flushes = [connection.request_flush() for connection in list(self.connections)]
-        if flushes and flush_timeout_s > 0:
+        flushes = [c.request_flush() for c in list(self.connections)] if flush_timeout_s > 0 else []
+        if flushes:
             await asyncio.wait(flushes, timeout=flush_timeout_s)
         acknowledged = sum(1 for f in flushes if f.done() and f.result())
         for future in flushes:

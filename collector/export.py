@@ -26,6 +26,8 @@ __all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
 log = logging.getLogger("ringtrace.collector.export")
 
 _PHASES = {"span": "X", "instant": "i"}
+#: Totals are capped here: orjson (and many JSON readers) take nothing wider than 64 bits.
+_MAX_JSON_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -202,8 +204,8 @@ def _other_data(view: SnapshotView, origin_ns: int, undecodable: int) -> dict[st
     return {
         **view.other,
         "clock_origin_wall_ns": origin_ns,
-        "client_dropped_events": sum(p.client_dropped_events for p in view.processes.values()),
-        "ring_overwritten_events": sum(ring_lost.values()),
+        "client_dropped_events": min(sum(p.client_dropped_events for p in view.processes.values()), _MAX_JSON_INT),
+        "ring_overwritten_events": min(sum(ring_lost.values()), _MAX_JSON_INT),
         "undecodable_frames": undecodable,
         "processes": processes,
     }

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from ringtrace.client.errors import MalformedFrame, ProtocolError
+from ringtrace.client.model import MAX_STRING_CHARS
 from ringtrace.client.protocol import (
     Events,
     Flush,
@@ -82,6 +83,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
         welcome = Welcome(self._collector.config.max_frame_bytes, self._collector.version)
         transport.write(preamble() + encode(welcome))
 
+    def pause_writing(self) -> None:
+        # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
     def get_buffer(self, sizehint: int) -> memoryview:
         view: memoryview = self._reader.get_buffer(sizehint)
         return view
@@ -119,6 +129,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             return future
         token = next(_tokens)
         self._flushes[token] = future
+        future.add_done_callback(lambda _: self._flushes.pop(token, None))  # answered, cancelled or lost
         transport.write(encode(Flush(token)))
         return future
 
@@ -136,6 +147,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
             log.warning("closing connection from %s, %s: %s", self._peer, who, exc)
             transport.abort()
 
+    def _add_strings(self, frame: Strings) -> None:
+        config = self._collector.config
+        if frame.first_id + len(frame.strings) > config.max_strings:
+            last_id = frame.first_id + len(frame.strings) - 1
+            raise MalformedFrame(f"STRINGS frame: ids up to {last_id} exceed max_strings={config.max_strings}")
+        longest = max(map(len, frame.strings), default=0)
+        if longest > MAX_STRING_CHARS:
+            raise MalformedFrame(
+                f"STRINGS frame: a string of {longest} characters exceeds the limit of {MAX_STRING_CHARS}"
+            )
+        self._strings.update(zip(itertools.count(frame.first_id), frame.strings))
+
     def _handle(self, frame: Frame) -> None:
         if isinstance(frame, Events):
             context = self._sources.get(frame.source_id)
@@ -145,12 +168,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload
             )
         elif isinstance(frame, Strings):
-            limit = self._collector.config.max_strings
-            if frame.first_id + len(frame.strings) > limit:
-                raise MalformedFrame(
-                    f"STRINGS frame: ids up to {frame.first_id + len(frame.strings) - 1} exceed max_strings={limit}"
-                )
-            self._strings.update(zip(itertools.count(frame.first_id), frame.strings))
+            self._add_strings(frame)
         elif isinstance(frame, Source):
             assert self.process is not None
             self.process.thread_names[frame.thread_id] = frame.name

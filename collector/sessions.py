@@ -44,11 +44,11 @@ class SourceContext:
     thread_id: int
     strings: dict[int, str]
     kinds: dict[int, str]
+    #: Identity of the source across reconnects, for loss accounting.
+    key: tuple[int, int] = field(init=False)
 
-    @property
-    def key(self) -> tuple[int, int]:
-        """Identity of the source across reconnects, for loss accounting."""
-        return (self.process.uid, self.thread_id)
+    def __post_init__(self) -> None:
+        self.key = (self.process.uid, self.thread_id)
 
 
 class Registry:

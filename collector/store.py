@@ -4,8 +4,10 @@ Theory of operation
 -------------------
 The store is ``segment_count`` segments of ``segment_bytes`` each, oldest first. A payload is copied into the newest
 segment with an index entry beside it (source key, decode context, offset, length, event count, first and last
-timestamp); a payload that does not fit opens a new segment, and when all ``segment_count`` are in use the oldest is
-dropped first, its events and frames counted as lost against their source keys. Payloads are never decoded here.
+timestamp); the entry's memory, ``ENTRY_OVERHEAD_BYTES``, counts against the segment too, so that many tiny frames
+cannot make the ring use many times its capacity. A payload that does not fit opens a new segment, and when all
+``segment_count`` are in use the oldest is dropped first, its events and frames counted as lost against their source
+keys. Payloads are never decoded here.
 
 A new segment always gets a new buffer, so ``snapshot()`` only copies references: a snapshot keeps the buffers it saw
 alive, ingest goes on writing past the offsets the snapshot knows, and nothing a snapshot reads is ever overwritten.
@@ -14,6 +16,7 @@ No asyncio here; plain synchronous code, called from the event loop.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
@@ -21,7 +24,10 @@ from typing import Any
 
 from ringtrace.client.errors import ConfigError
 
-__all__ = ["Loss", "RingStore", "StoreSnapshot", "StoredFrame"]
+__all__ = ["ENTRY_OVERHEAD_BYTES", "Loss", "RingStore", "StoreSnapshot", "StoredFrame"]
+
+#: What one index entry costs in memory besides its payload (a tuple of seven and its boxed integers), rounded up.
+ENTRY_OVERHEAD_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +49,21 @@ class Loss:
 
 
 class _Segment:
-    __slots__ = ("data", "entries", "events", "used")
+    __slots__ = ("accounted", "data", "entries", "events", "used")
 
     def __init__(self, size: int) -> None:
         self.data = bytearray(size)
+        #: Payload bytes written into ``data``.
         self.used = 0
+        #: ``used`` plus the index entries' overhead: what counts against the segment's size.
+        self.accounted = 0
         self.events = 0
         self.entries: list[tuple[Hashable, Any, int, int, int, int, int]] = []
+
+    def seal(self) -> None:
+        """No more appends: give back the unused tail, which index entries may have left large."""
+        with contextlib.suppress(BufferError):  # a snapshot is reading this segment right now: keep the tail
+            del self.data[self.used :]
 
 
 class StoreSnapshot:
@@ -73,19 +87,23 @@ class RingStore:
     """Bounded frame storage; see the module docstring.
 
     Args:
-        capacity_bytes: total payload bytes kept.
-        segment_bytes: size of one segment; the largest payload the store accepts.
+        capacity_bytes: total bytes kept, payloads and index entries.
+        segment_bytes: size of one segment; the largest payload the store accepts, with its index entry.
+        entry_overhead_bytes: what one index entry counts for.
 
     Raises:
         ConfigError: the capacity holds fewer than two segments.
     """
 
-    def __init__(self, capacity_bytes: int, segment_bytes: int) -> None:
+    def __init__(
+        self, capacity_bytes: int, segment_bytes: int, entry_overhead_bytes: int = ENTRY_OVERHEAD_BYTES
+    ) -> None:
         if segment_bytes < 1 or capacity_bytes < 2 * segment_bytes:
             raise ConfigError(
                 f"capacity of {capacity_bytes} bytes must hold at least 2 segments of {segment_bytes} bytes"
             )
         self.segment_bytes = segment_bytes
+        self.entry_overhead_bytes = entry_overhead_bytes
         self.segment_count = capacity_bytes // segment_bytes
         self._segments: deque[_Segment] = deque()
         #: Per source key: what the ring overwrote.
@@ -110,10 +128,16 @@ class RingStore:
             ValueError: the payload is larger than a segment (the protocol's frame limit prevents this).
         """
         size = len(payload)
-        if size > self.segment_bytes:
-            raise ValueError(f"payload of {size} bytes exceeds segment_bytes={self.segment_bytes}")
+        cost = size + self.entry_overhead_bytes
+        if cost > self.segment_bytes:
+            raise ValueError(
+                f"payload of {size} bytes (+{self.entry_overhead_bytes} of index) "
+                f"exceeds segment_bytes={self.segment_bytes}"
+            )
         segment = self._segments[-1] if self._segments else None
-        if segment is None or segment.used + size > self.segment_bytes:
+        if segment is None or segment.accounted + cost > self.segment_bytes:
+            if segment is not None:
+                segment.seal()
             if len(self._segments) == self.segment_count:
                 self._evict(self._segments.popleft())
             segment = _Segment(self.segment_bytes)
@@ -121,6 +145,7 @@ class RingStore:
         offset = segment.used
         segment.data[offset : offset + size] = payload
         segment.used += size
+        segment.accounted += cost
         segment.events += count
         segment.entries.append((key, context, offset, size, count, first_ts_ns, last_ts_ns))
         self.stored_frames += 1

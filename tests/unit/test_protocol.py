@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, Literal
 
 import msgpack
@@ -179,6 +180,8 @@ def events_frame_of_size(size: int) -> Events:
 texts = st.text(max_size=30)
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
+#: Integers in msgpack control-frame fields: the protocol caps them at 2**63 - 1.
+fields = st.integers(0, 2**63 - 1)
 timestamps = st.integers(0, 2**63 - 1)
 
 
@@ -191,7 +194,7 @@ def events_frames(draw: st.DrawFn) -> Events:
 
 hellos = st.builds(
     Hello,
-    pid=u64,
+    pid=u32,
     host=texts,
     process_name=texts,
     instance_id=texts,
@@ -200,14 +203,14 @@ hellos = st.builds(
     wall_ns=timestamps,
     client_version=texts,
 )
-welcomes = st.builds(Welcome, max_frame_bytes=u64, collector_version=texts)
+welcomes = st.builds(Welcome, max_frame_bytes=st.integers(MIN_MAX_FRAME_BYTES, 2**63 - 1), collector_version=texts)
 control_frames = st.one_of(st.builds(Flush, u64), st.builds(FlushAck, u64))
 client_frames = st.one_of(
     st.builds(Schema, kinds=st.lists(st.tuples(st.integers(-(2**63), 2**64 - 1), texts), max_size=5).map(tuple)),
     st.builds(Strings, first_id=u32, strings=st.lists(texts, max_size=10).map(tuple)),
-    st.builds(Source, source_id=u32, name=texts, thread_id=u64),
+    st.builds(Source, source_id=fields, name=texts, thread_id=fields),
     events_frames(),
-    st.builds(Stats, dropped_events=u64, dropped_frames=u64),
+    st.builds(Stats, dropped_events=fields, dropped_frames=fields),
     control_frames,
 )
 msgpack_values = st.recursive(
@@ -708,3 +711,26 @@ def test_decode_events_of_a_well_formed_payload() -> None:
 def test_decode_events_refuses_malformed_payloads(payload: bytes, count: int) -> None:
     with pytest.raises(MalformedFrame, match="EVENTS"):
         list(decode_events(payload, count, 0))
+
+
+@pytest.mark.parametrize(
+    ("frame", "field", "limit"),
+    [
+        (Stats(2**63, 0), "dropped_events", "0..9223372036854775807"),
+        (Source(1, "t", 2**64 - 1), "thread_id", "0..9223372036854775807"),
+        (replace(HELLO, pid=2**32), "pid", "0..4294967295"),
+    ],
+)
+def test_integers_beyond_their_range_are_refused_by_name(frame: Frame, field: str, limit: str) -> None:
+    stream = preamble() + encode(HELLO) + encode(frame) if not isinstance(frame, Hello) else preamble() + encode(frame)
+    reader = FrameReader("client")
+    reader.receive_data(stream)
+    with pytest.raises(MalformedFrame, match=f"field '{field}' must be in {limit}"):
+        list(reader)
+
+
+def test_welcome_below_the_smallest_frame_limit_is_refused() -> None:
+    reader = FrameReader("collector")
+    reader.receive_data(preamble() + encode(Welcome(MIN_MAX_FRAME_BYTES - 1, "0.1.0")))
+    with pytest.raises(MalformedFrame, match=f"'max_frame_bytes' must be >= {MIN_MAX_FRAME_BYTES}"):
+        list(reader)

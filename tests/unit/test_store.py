@@ -48,7 +48,7 @@ def contents(snapshot: StoreSnapshot) -> list[Appended]:
 
 
 def ring(segments: int = 3) -> RingStore:
-    return RingStore(capacity_bytes=segments * SEGMENT, segment_bytes=SEGMENT)
+    return RingStore(capacity_bytes=segments * SEGMENT, segment_bytes=SEGMENT, entry_overhead_bytes=0)
 
 
 # -- storing -------------------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_empty_store_has_an_empty_snapshot() -> None:
 
 
 def test_capacity_is_whole_segments() -> None:
-    store = RingStore(capacity_bytes=2 * SEGMENT + 99, segment_bytes=SEGMENT)
+    store = RingStore(capacity_bytes=2 * SEGMENT + 99, segment_bytes=SEGMENT, entry_overhead_bytes=0)
     assert (store.segment_count, store.capacity_bytes) == (2, 2 * SEGMENT)
 
 
@@ -199,7 +199,7 @@ def test_capacity_below_two_segments_is_a_config_error(capacity: int, segment: i
 
 
 def test_capacity_of_two_segments_is_enough() -> None:
-    store = RingStore(2 * SEGMENT, SEGMENT)
+    store = RingStore(2 * SEGMENT, SEGMENT, entry_overhead_bytes=0)
     assert store.segment_count == 2
 
 
@@ -220,3 +220,15 @@ def test_counts_survive_keys_of_any_hashable_type() -> None:
         store.append(key, None, i, 0, 0, payload(i, SEGMENT))
     assert {key: loss.frames for key, loss in store.lost.items()} == {("host", 1): 2, 7: 1, frozenset({"x"}): 1}
     assert {key: loss.events for key, loss in store.lost.items()} == {("host", 1): 0 + 3, 7: 1, frozenset({"x"}): 2}
+
+
+def test_index_entries_count_against_the_capacity() -> None:
+    store = RingStore(capacity_bytes=2 * 1000, segment_bytes=1000, entry_overhead_bytes=150)
+    append_all(store, [Appended("k", 1, payload(i, 50)) for i in range(4)])  # 4 x 200 accounted: one segment
+    assert store.used_bytes == 200 and store.stored_frames == 4
+    append_all(store, [Appended("k", 1, payload(i, 50)) for i in range(6)])  # 10 x 200: both segments full
+    assert store.stored_frames == 10 and not store.lost
+    append(store, Appended("k", 1, payload(0, 50)))  # the oldest segment (5 frames) goes
+    assert store.stored_frames == 6 and store.lost == {"k": Loss(events=5, frames=5)}
+    with pytest.raises(ValueError, match="150 of index"):
+        append(store, Appended("k", 1, payload(0, 851)))

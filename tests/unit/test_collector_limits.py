@@ -1,0 +1,179 @@
+"""Memory one connection can make the collector hold, beyond what its configuration bounds.
+
+IngestProtocol is driven in process through a stand-in transport (bytes in through get_buffer/buffer_updated, writes
+kept), the way asyncio drives it; the ring store is measured with tracemalloc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tracemalloc
+from typing import Any
+
+import pytest
+from ringtrace.client.batch import BatchEncoder
+from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, StringTable
+from ringtrace.client.protocol import (
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_BYTES,
+    Flush,
+    Frame,
+    Hello,
+    Strings,
+    encode,
+    preamble,
+)
+from ringtrace.collector.app import Collector, CollectorConfig
+from ringtrace.collector.ingest import IngestProtocol
+from ringtrace.collector.store import ENTRY_OVERHEAD_BYTES, RingStore
+
+
+class StandInTransport:
+    """What IngestProtocol uses of an asyncio transport."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closing = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+def feed(protocol: IngestProtocol, data: bytes) -> None:
+    while data:
+        view = protocol.get_buffer(len(data))
+        n = min(len(view), len(data))
+        view[:n] = data[:n]
+        protocol.buffer_updated(n)
+        data = data[n:]
+
+
+def small_collector() -> Collector:
+    return Collector(
+        CollectorConfig(
+            tcp_port=0,
+            http_port=0,
+            capacity_bytes=2 * (MIN_MAX_FRAME_BYTES + ENTRY_OVERHEAD_BYTES),
+            max_frame_bytes=MIN_MAX_FRAME_BYTES,
+        )
+    )
+
+
+def connect_raw(collector: Collector, *frames: Frame) -> tuple[IngestProtocol, StandInTransport]:
+    """A connection that said HELLO and ``frames``, open or closed by what they held."""
+    protocol, transport = IngestProtocol(collector), StandInTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    hello = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
+    feed(protocol, preamble() + b"".join(encode(f, collector.config.max_frame_bytes) for f in (hello, *frames)))
+    return protocol, transport
+
+
+def connect(collector: Collector, *frames: Frame) -> tuple[IngestProtocol, StandInTransport]:
+    protocol, transport = connect_raw(collector, *frames)
+    assert not transport.closing
+    return protocol, transport
+
+
+def test_unanswered_snapshot_flushes_do_not_accumulate() -> None:
+    async def scenario() -> int:
+        collector = small_collector()
+        protocol, _ = connect(collector)  # a client that never answers FLUSH
+        for _ in range(50):
+            await collector.snapshot(flush_timeout_s=0.001)
+        await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
+        return len(protocol._flushes)
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_one_connection_cannot_pin_string_tables_beyond_their_bound() -> None:
+    collector = small_collector()
+    longest = "s" * MAX_STRING_CHARS
+    protocol, transport = connect(collector, *(Strings(i, (longest,)) for i in range(200)))
+    assert not transport.closing and len(protocol._strings) == 200
+    # One character more than a client ever sends closes the connection, naming the limit.
+    protocol, transport = connect_raw(collector, Strings(0, (longest + "s",)))
+    assert transport.closing and protocol._strings == {}
+    # The bound that follows: max_strings x MAX_STRING_CHARS characters per connection.
+    assert collector.config.max_strings * MAX_STRING_CHARS <= 100_000 * 256
+
+
+def test_ring_memory_stays_near_its_capacity_with_small_frames() -> None:
+    # One instant, as a real client packs it when a thread recorded one event during a sweep interval.
+    ((frame, _),) = BatchEncoder(StringTable()).encode(1, [(INSTANT, "tick", 10**15, 10**15, None)]).events
+    payload = frame[FRAME_HEADER.size + EVENTS_HEADER.size :]
+    context = object()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        # Big enough that allocations of other threads during the measurement are noise.
+        store = RingStore(capacity_bytes=1024 * 1024, segment_bytes=32 * 1024)
+        for i in range(100_000):
+            # The key is built per frame, as ingest does with SourceContext.key.
+            store.append((1, 1000 + i % 8), context, 1, 10**15 + i, 10**15 + i, payload)
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.stored_frames > 0
+    assert used <= 2 * store.capacity_bytes, (
+        f"{used} bytes for a {store.capacity_bytes}-byte ring of {len(payload)}-byte payloads"
+    )
+
+
+def test_client_that_never_reads_cannot_grow_the_collectors_write_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bound = 2 * 1024 * 1024
+    consumed = [0]
+    real_buffer_updated = IngestProtocol.buffer_updated
+
+    def counting_buffer_updated(self: IngestProtocol, nbytes: int) -> None:
+        consumed[0] += nbytes
+        real_buffer_updated(self, nbytes)
+
+    monkeypatch.setattr(IngestProtocol, "buffer_updated", counting_buffer_updated)
+
+    async def scenario() -> int:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0))
+        await collector.start()
+        loop = asyncio.get_running_loop()
+        assert collector.tcp_address is not None
+        client = socket.socket()
+        try:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(collector.tcp_address)
+            client.setblocking(False)
+            hello = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
+            data = preamble() + encode(hello) + encode(Flush(1)) * 1_000_000  # 13 MB, never reading an answer
+            sending = asyncio.ensure_future(loop.sock_sendall(client, data))
+            deadline = loop.time() + 3
+            largest = 0
+            while loop.time() < deadline and largest <= bound:
+                for connection in list(collector.connections):
+                    assert connection._transport is not None
+                    largest = max(largest, connection._transport.get_write_buffer_size())
+                if consumed[0] == len(data):
+                    break  # the collector read everything we sent
+                await asyncio.sleep(0.05)
+            sending.cancel()
+            return largest
+        finally:
+            client.close()
+            await collector.stop()
+
+    largest = asyncio.run(scenario())
+    assert largest <= bound, f"{largest} bytes of FLUSH_ACK buffered for a client that never reads"

@@ -80,6 +80,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.abort()
             return
         connections.add(self)
+        asyncio.get_running_loop().call_later(self._collector.config.handshake_timeout_s, self._check_handshake)
         welcome = Welcome(self._collector.config.max_frame_bytes, self._collector.version)
         transport.write(preamble() + encode(welcome))
 
@@ -113,6 +114,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if not future.done():
                 future.set_result(False)
         self._flushes.clear()
+
+    def _check_handshake(self) -> None:
+        transport = self._transport
+        if self.process is None and transport is not None and not transport.is_closing():
+            timeout_s = self._collector.config.handshake_timeout_s
+            log.warning("closing connection from %s: no HELLO within handshake_timeout_s=%s", self._peer, timeout_s)
+            transport.abort()
 
     def close(self) -> None:
         if self._transport is not None:

@@ -177,3 +177,23 @@ def test_client_that_never_reads_cannot_grow_the_collectors_write_buffer(
 
     largest = asyncio.run(scenario())
     assert largest <= bound, f"{largest} bytes of FLUSH_ACK buffered for a client that never reads"
+
+
+def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0, handshake_timeout_s=0.05))
+        silent, greeted = StandInTransport(), StandInTransport()
+        IngestProtocol(collector).connection_made(silent)  # type: ignore[arg-type]
+        talker = IngestProtocol(collector)
+        talker.connection_made(greeted)  # type: ignore[arg-type]
+        feed(talker, preamble() + encode(Hello(1234, "host", "proc", "instance", "", 1, 2, "test")))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not silent.closing and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        both_timers_fired = loop.time() + 0.2  # the greeted connection's timer (also 0.05 s) has run by then
+        while loop.time() < both_timers_fired:
+            await asyncio.sleep(0.01)
+        return silent.closing, greeted.closing
+
+    assert asyncio.run(scenario()) == (True, False)

@@ -112,11 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _serve(config: CollectorConfig) -> None:
     collector = Collector(config)
-    await collector.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start(): its log lines tell supervisors we are up
         loop.add_signal_handler(sig, stop.set)
+    await collector.start()
     await stop.wait()
     log.info("shutting down")
     await collector.stop()

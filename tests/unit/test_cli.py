@@ -1,0 +1,43 @@
+"""The collector's command line: sizes, addresses, and refusals that say what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+from ringtrace.client.errors import ConfigError
+from ringtrace.collector.cli import parse_host_port, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1048576", 1_048_576),
+        ("64MB", 64_000_000),
+        ("64mb", 64_000_000),
+        ("1GiB", 2**30),
+        ("512 KiB", 512 * 1024),
+        ("1.5MiB", 3 * 2**19),
+        ("10B", 10),
+    ],
+)
+def test_sizes_take_plain_bytes_and_si_or_iec_units(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "MB", "64 MBs", "-1", "1e6", "64 megabytes"])
+def test_a_size_that_is_not_one_is_refused_with_the_forms_it_takes(text: str) -> None:
+    with pytest.raises(ConfigError, match="KiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:0", ("127.0.0.1", 0)), ("0.0.0.0:7700", ("0.0.0.0", 7700)), ("[::1]:80", ("::1", 80))],
+)
+def test_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_host_port(text) == expected
+
+
+@pytest.mark.parametrize("text", ["7700", "host:", ":7700", "host:65536", "host:port"])
+def test_bad_addresses_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        parse_host_port(text)

@@ -119,7 +119,7 @@ class Timeline:
             self._tls.append = append
         # A forked child's sender starts here, on first use, not inside the fork handler.
         if transport is not None and not transport.start():
-            self.attach(None)  # no sender: keep nothing rather than grow buffers nobody drains
+            self.detach(transport)  # no sender: keep nothing rather than grow buffers nobody drains
             return _discard
         return append
 

@@ -179,8 +179,8 @@ class Transport:
             False when the thread cannot be started (at interpreter shutdown, say).
         """
         with self._lock:
-            if self._started:
-                return self._thread.is_alive() or self._thread.ident is not None
+            if self._started or self._stopping:
+                return self._thread.ident is not None and not self._stopping
             self._started = True
         try:
             self._thread.start()
@@ -275,11 +275,9 @@ class Transport:
             self._selector.modify(sock, events)
         for key, mask in self._selector.select(timeout_s):
             if key.fileobj is self._wake_r:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     while self._wake_r.recv(4096):
                         pass
-                except BlockingIOError:
-                    pass
             elif mask & selectors.EVENT_READ:
                 self._read()
 

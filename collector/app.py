@@ -34,6 +34,8 @@ class CollectorConfig:
     max_connections: int = 1024
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
     max_strings: int = 100_000
+    #: Most sources (threads) one connection may declare.
+    max_sources: int = 10_000
     #: A connection that has not said HELLO by then is closed: it would hold a max_connections slot for nothing.
     handshake_timeout_s: float = 10.0
     #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
@@ -46,6 +48,8 @@ class CollectorConfig:
             raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
         if self.max_strings < 1:
             raise ConfigError(f"max_strings must be >= 1, got {self.max_strings}")
+        if self.max_sources < 1:
+            raise ConfigError(f"max_sources must be >= 1, got {self.max_sources}")
         if self.handshake_timeout_s <= 0:
             raise ConfigError(f"handshake_timeout_s must be > 0, got {self.handshake_timeout_s}")
         if self.snapshot_flush_timeout_s < 0:

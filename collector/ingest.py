@@ -167,6 +167,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
             )
         self._strings.update(zip(itertools.count(frame.first_id), frame.strings))
 
+    def _add_source(self, frame: Source) -> None:
+        assert self.process is not None
+        limit = self._collector.config.max_sources
+        if frame.source_id not in self._sources and len(self._sources) >= limit:
+            raise MalformedFrame(f"SOURCE frame: source {frame.source_id} is one more than max_sources={limit}")
+        if len(frame.name) > MAX_STRING_CHARS:
+            raise MalformedFrame(
+                f"SOURCE frame: field 'name' of {len(frame.name)} characters exceeds the limit of {MAX_STRING_CHARS}"
+            )
+        self.process.thread_names[frame.thread_id] = frame.name
+        self._sources[frame.source_id] = SourceContext(self.process, frame.thread_id, self._strings, self._kinds)
+
     def _handle(self, frame: Frame) -> None:
         if isinstance(frame, Events):
             context = self._sources.get(frame.source_id)
@@ -178,9 +190,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Strings):
             self._add_strings(frame)
         elif isinstance(frame, Source):
-            assert self.process is not None
-            self.process.thread_names[frame.thread_id] = frame.name
-            self._sources[frame.source_id] = SourceContext(self.process, frame.thread_id, self._strings, self._kinds)
+            self._add_source(frame)
         elif isinstance(frame, Flush):
             assert self._transport is not None
             self._transport.write(encode(FlushAck(frame.token)))  # everything before it is stored already

@@ -21,6 +21,7 @@ from ringtrace.client.protocol import (
     Flush,
     Frame,
     Hello,
+    Source,
     Strings,
     encode,
     preamble,
@@ -198,3 +199,16 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
         return silent.closing, greeted.closing
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_sources_per_connection_are_bounded_and_named_within_the_string_limit() -> None:
+    async def scenario() -> None:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0, max_sources=3))
+        protocol, transport = connect(collector, *(Source(i, f"t{i}", 100 + i) for i in range(3)))
+        assert not transport.closing and len(protocol._sources) == 3
+        _, transport = connect_raw(collector, *(Source(i, f"t{i}", 100 + i) for i in range(4)))
+        assert transport.closing
+        _, transport = connect_raw(collector, Source(1, "n" * (MAX_STRING_CHARS + 1), 7))
+        assert transport.closing
+
+    asyncio.run(scenario())

@@ -1,7 +1,8 @@
 """Event kinds and the string table.
 
-An event on the recording path is one plain tuple ``(kind, label, start_ns, end_ns, args)``; an instant has
-``start_ns == end_ns``, and ``args`` is ``None`` when there are none. Labels become integer ids in a per-process
+An event on the recording path is ``RECORD_FIELDS`` values, ``kind, label, start_ns, end_ns, args``, added to its
+thread's buffer in one ``list.extend``; an instant has ``start_ns == end_ns``, and ``args`` is ``None`` when there are
+none. Labels become integer ids in a per-process
 string table on the flusher thread, never on the recording path.
 """
 
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "SPAN", "StringTable", "clean_text", "safe_str"]
+__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "RECORD_FIELDS", "SPAN", "StringTable", "clean_text", "safe_str"]
 
+#: Values per event in a thread buffer: kind, label, start_ns, end_ns, args.
+RECORD_FIELDS: Final = 5
 SPAN: Final = 0
 INSTANT: Final = 1
 #: (kind id, kind name) as sent in the SCHEMA frame.

@@ -2,18 +2,20 @@
 
 Theory of operation
 -------------------
-Every recording thread gets a ``ThreadBuffer`` on its first event, and the bound ``append`` of that buffer's list is
-cached in a ``threading.local``. Recording is then one tuple and one ``list.append``: no lock, no id lookup, no
-packing. The flusher thread takes events out with ``drain()``, which copies and deletes the prefix it saw
-(``events[:n]`` then ``del events[:n]``); each is one atomic list operation, so appends racing with a drain land
-either in the batch or after it, never nowhere.
+Every recording thread gets a ``ThreadBuffer`` on its first event, and the bound ``extend`` of that buffer's flat list
+is cached in a ``threading.local``. Recording is then one ``list.extend`` of a 5-tuple: no lock, no id lookup, no
+packing. The list is flat (five values per event) rather than a list of tuples: the flusher splits it into columns
+with strided slices (``events[2::5]``), in C, touching each value once, and no tuple outlives its call. The flusher
+takes events out with ``drain()``, which copies and deletes the prefix it saw (``events[:n]`` then
+``del events[:n]``); these, and ``extend`` of a tuple, are each one atomic list operation, so an event racing with a
+drain lands whole either in the batch or after it, never nowhere and never cut.
 
-A record holds ``None`` rather than an empty dict when there are no arguments: a tuple that holds a dict, even an
-empty one, stays tracked by the cyclic garbage collector and is scanned again at every collection until the flusher
-takes it, which costs more than the rest of recording (see benchmarks/bench_span.py).
+Both choices keep the cyclic garbage collector out of the way: the buffer holds only numbers, labels and argument
+maps, and ``None`` rather than an empty dict when there are no arguments, so nothing it holds is a container the
+collector must scan again and again until the flusher takes it (see benchmarks/bench_span.py).
 
 Changing state (attaching a sender, closing) swaps in a fresh ``threading.local``: every thread then takes the slow
-path once and picks up the new state. A timeline with no sender, or a closed one, hands out ``_discard``, the append
+path once and picks up the new state. A timeline with no sender, or a closed one, hands out ``_discard``, the extend
 of a ``deque(maxlen=0)``, which keeps nothing, so recording stays cheap and memory stays bounded.
 """
 
@@ -35,17 +37,18 @@ if TYPE_CHECKING:
 __all__ = ["Scope", "ThreadBuffer", "Timeline"]
 
 _now = time.monotonic_ns
+#: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
-_discard: Callable[[Record], None] = deque[Record](maxlen=0).append
+_discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
 
 
 class Scope:
     """Context manager that records one complete span when it exits."""
 
-    __slots__ = ("_append", "_args", "_label", "_start_ns")
+    __slots__ = ("_args", "_label", "_record", "_start_ns")
 
-    def __init__(self, append: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
-        self._append = append
+    def __init__(self, record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
+        self._record = record
         self._label = label
         self._args = args
 
@@ -60,16 +63,16 @@ class Scope:
         args = self._args
         if exc_type is not None:
             args = {**(args or {}), "exception": exc_type.__name__}
-        self._append((SPAN, self._label, self._start_ns, end_ns, args))
+        self._record((SPAN, self._label, self._start_ns, end_ns, args))
 
 
 class ThreadBuffer:
-    """The events one thread recorded and the flusher has not taken yet."""
+    """The events one thread recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each."""
 
     __slots__ = ("events", "name", "source_id", "thread", "thread_id")
 
     def __init__(self, source_id: int, thread: threading.Thread) -> None:
-        self.events: list[Record] = []
+        self.events: list[Any] = []
         self.source_id = source_id
         self.thread = thread
         self.name = thread.name
@@ -96,32 +99,32 @@ class Timeline:
     def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
         try:
-            append = self._tls.append
+            record = self._tls.record
         except AttributeError:
-            append = self._thread_append()
-        return Scope(append, label, args or None)
+            record = self._thread_recorder()
+        return Scope(record, label, args or None)
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         try:
-            append = self._tls.append
+            record = self._tls.record
         except AttributeError:
-            append = self._thread_append()
+            record = self._thread_recorder()
         now = _now()
-        append((INSTANT, name, now, now, args or None))
+        record((INSTANT, name, now, now, args or None))
 
-    def _thread_append(self) -> Callable[[Record], None]:
+    def _thread_recorder(self) -> Callable[[Record], None]:
         """Slow path, once per thread per state change: find or create this thread's buffer."""
         with self._lock:
             transport = self._transport
-            append = _discard if transport is None else self._buffer_of(threading.current_thread()).events.append
+            record = _discard if transport is None else self._buffer_of(threading.current_thread()).events.extend
             # Under the lock: a concurrent attach() replaces _tls, so a stale choice can never land in the new one.
-            self._tls.append = append
+            self._tls.record = record
         # A forked child's sender starts here, on first use, not inside the fork handler.
         if transport is not None and not transport.start():
             self.detach(transport)  # no sender: keep nothing rather than grow buffers nobody drains
             return _discard
-        return append
+        return record
 
     def _buffer_of(self, thread: threading.Thread) -> ThreadBuffer:
         """The buffer of ``thread``, created if needed; called under the lock."""
@@ -139,8 +142,8 @@ class Timeline:
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 
-    def drain(self) -> list[tuple[ThreadBuffer, list[Record]]]:
-        """Take every buffered event, per thread; forget buffers of threads that ended and have nothing left."""
+    def drain(self) -> list[tuple[ThreadBuffer, list[Any]]]:
+        """Take every buffered event (as flat values), per thread; forget ended threads that have nothing left."""
         taken = []
         with self._lock:
             buffers = list(self._buffers)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ._version import __version__
 from .batch import BatchEncoder
 from .errors import ConfigError, ProtocolError
-from .model import KINDS, MAX_STRING_CHARS, StringTable, safe_str
+from .model import KINDS, MAX_STRING_CHARS, RECORD_FIELDS, StringTable, safe_str
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     MIN_MAX_FRAME_BYTES,
@@ -297,8 +297,9 @@ class Transport:
             try:
                 batch = self._encoder.encode(buffer.source_id, records)
             except Exception:  # the encoder cleans what users pass; this is the last line of defence
-                log.exception("ringtrace: could not encode %d events; dropped", len(records))
-                self._count_dropped(len(records), 1)
+                dropped = len(records) // RECORD_FIELDS
+                log.exception("ringtrace: could not encode %d events; dropped", dropped)
+                self._count_dropped(dropped, 1)
                 continue
             self._count_dropped(batch.dropped_events, batch.dropped_events)
             for frame in batch.strings:

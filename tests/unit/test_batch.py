@@ -29,6 +29,18 @@ LIMIT = MIN_MAX_FRAME_BYTES
 Record = tuple[int, Any, int, int, Any]
 
 
+def flat(records: Iterable[Record]) -> list[Any]:
+    """Records as a thread buffer holds them: their values back to back."""
+    return [value for record in records for value in record]
+
+
+class Encoder(BatchEncoder):
+    """BatchEncoder fed records as tuples, flattened as Timeline.drain() hands them over."""
+
+    def encode(self, source_id: int, records: Iterable[Record]) -> EncodedBatch:  # type: ignore[override]
+        return super().encode(source_id, flat(records))
+
+
 # -- helpers -------------------------------------------------------------------------------------------------------
 
 
@@ -77,7 +89,7 @@ def counts(batch: EncodedBatch) -> list[int]:
 def frame_size(records: list[Record]) -> int:
     """The size of the single EVENTS frame ``records`` pack into with no limit in the way."""
     ((frame, _),) = (
-        BatchEncoder(StringTable(), max_frame_bytes=1 << 30, max_events_per_frame=10**6).encode(1, records).events
+        Encoder(StringTable(), max_frame_bytes=1 << 30, max_events_per_frame=10**6).encode(1, records).events
     )
     return len(frame)
 
@@ -102,7 +114,7 @@ class Unprintable:
 def test_splits_by_max_events_per_frame(n: int, per_frame: int, expected: list[int]) -> None:
     table = StringTable()
     records = [record(i, label=f"op{i % 4}") for i in range(n)]
-    batch = BatchEncoder(table, max_events_per_frame=per_frame).encode(7, records)
+    batch = Encoder(table, max_events_per_frame=per_frame).encode(7, records)
     assert counts(batch) == expected
     assert all(frame.source_id == 7 for frame in event_frames(batch))
     assert decoded(table, batch) == records
@@ -111,7 +123,7 @@ def test_splits_by_max_events_per_frame(n: int, per_frame: int, expected: list[i
 
 def test_events_header_spans_the_frame() -> None:
     records = [(SPAN, "a", 500, 900, {}), (INSTANT, "b", 300, 300, {}), (SPAN, "c", 400, 1_200, {})]
-    (frame,) = event_frames(BatchEncoder(StringTable()).encode(1, records))
+    (frame,) = event_frames(Encoder(StringTable()).encode(1, records))
     assert (frame.count, frame.first_ts_ns, frame.last_ts_ns) == (3, 300, 1_200)
 
 
@@ -120,7 +132,7 @@ def test_oversize_batch_is_split_into_halves() -> None:
     records = [record(i, pad=6_000) for i in range(8)]
     limit = max(frame_size(records[:4]), frame_size(records[4:]))
     assert frame_size(records) > limit
-    batch = BatchEncoder(table, max_frame_bytes=limit).encode(1, records)
+    batch = Encoder(table, max_frame_bytes=limit).encode(1, records)
     assert counts(batch) == [4, 4]
     assert decoded(table, batch) == records
 
@@ -132,7 +144,7 @@ def test_split_batch_keeps_every_event_within_the_limit(pads: list[int], data: s
     smallest_possible = max(frame_size([r]) for r in records)
     limit = data.draw(st.integers(max(smallest_possible, LIMIT), max(frame_size(records), LIMIT)))
     table = StringTable()
-    batch = BatchEncoder(table, max_frame_bytes=limit).encode(1, records)
+    batch = Encoder(table, max_frame_bytes=limit).encode(1, records)
     assert all(len(frame) <= limit for frame, _ in batch.events)
     assert decoded(table, batch) == records
     assert batch.dropped_events == 0
@@ -142,21 +154,21 @@ def test_event_larger_than_a_frame_is_dropped_and_counted() -> None:
     table = StringTable()
     small = [record(0), record(2, pad=100), record(4)]
     huge = [record(1, pad=LIMIT), record(3, pad=2 * LIMIT)]
-    batch = BatchEncoder(table, max_frame_bytes=LIMIT).encode(1, [small[0], huge[0], small[1], huge[1], small[2]])
+    batch = Encoder(table, max_frame_bytes=LIMIT).encode(1, [small[0], huge[0], small[1], huge[1], small[2]])
     assert batch.dropped_events == 2
     assert decoded(table, batch) == small
     assert all(len(frame) <= LIMIT for frame, _ in batch.events)
 
 
 def test_batch_of_one_oversize_event_sends_no_events_frame() -> None:
-    batch = BatchEncoder(StringTable(), max_frame_bytes=LIMIT).encode(1, [record(0, pad=LIMIT)])
+    batch = Encoder(StringTable(), max_frame_bytes=LIMIT).encode(1, [record(0, pad=LIMIT)])
     assert (batch.events, batch.dropped_events) == ([], 1)
 
 
 def test_resplit_fits_a_frame_packed_under_a_larger_limit() -> None:
     table = StringTable()
     records = [record(i, pad=3_000) for i in range(40)]
-    encoder = BatchEncoder(table)
+    encoder = Encoder(table)
     ((big, _),) = encoder.encode(1, records).events
     assert len(big) > LIMIT
     encoder.max_frame_bytes = LIMIT
@@ -175,7 +187,7 @@ def test_resplit_fits_a_frame_packed_under_a_larger_limit() -> None:
 def test_unhashable_label_becomes_its_text(label: object) -> None:
     table = StringTable()
     records = [record(0, "before"), record(1, label), record(2, "after")]
-    batch = BatchEncoder(table).encode(1, records)
+    batch = Encoder(table).encode(1, records)
     assert [event[1] for event in decoded(table, batch)] == ["before", str(label), "after"]
 
 
@@ -194,21 +206,21 @@ def test_unhashable_label_becomes_its_text(label: object) -> None:
 def test_unpackable_argument_is_cleaned_and_the_batch_survives(value: object, sent_as: object) -> None:
     table = StringTable()
     records = [record(0, n=1), record(1, bad=value, ok="yes"), record(2, n=2)]
-    events = decoded(table, BatchEncoder(table).encode(1, records))
+    events = decoded(table, Encoder(table).encode(1, records))
     assert [event[4] for event in events] == [{"n": 1}, {"bad": sent_as, "ok": "yes"}, {"n": 2}]
 
 
 def test_argument_with_a_lone_surrogate_does_not_lose_the_batch() -> None:
     table = StringTable()
     records = [record(0, n=1), record(1, bad="\ud800"), record(2, n=2)]
-    events = decoded(table, BatchEncoder(table).encode(1, records))
+    events = decoded(table, Encoder(table).encode(1, records))
     assert [events[0][4], events[2][4]] == [{"n": 1}, {"n": 2}]
 
 
 def test_label_with_a_lone_surrogate_does_not_lose_the_batch() -> None:
     table = StringTable()
     records = [record(0, "good"), record(1, "bad\udc80"), record(2, "good")]
-    batch = BatchEncoder(table).encode(1, records)
+    batch = Encoder(table).encode(1, records)
     assert [event[1] for event in decoded(table, batch)][::2] == ["good", "good"]
 
 
@@ -217,7 +229,7 @@ def test_label_with_a_lone_surrogate_does_not_lose_the_batch() -> None:
 
 def test_strings_frames_carry_each_new_label_once() -> None:
     table = StringTable()
-    encoder = BatchEncoder(table)
+    encoder = Encoder(table)
     labels_per_batch = [["a", "b", "a"], ["b", "c", "c"], ["a", "b", "c"], ["d"]]
     sent = [
         strings_frames(encoder.encode(1, [record(i, label) for i, label in enumerate(labels)]))
@@ -229,7 +241,7 @@ def test_strings_frames_carry_each_new_label_once() -> None:
 def test_strings_frames_split_a_long_run_within_the_limit() -> None:
     table = StringTable()
     labels = [f"{i:05d}" + "\N{GRINNING FACE}" * (MAX_STRING_CHARS - 5) for i in range(60)]
-    batch = BatchEncoder(table, max_frame_bytes=LIMIT).encode(1, [record(i, label) for i, label in enumerate(labels)])
+    batch = Encoder(table, max_frame_bytes=LIMIT).encode(1, [record(i, label) for i, label in enumerate(labels)])
     frames = strings_frames(batch)
     assert len(frames) > 1
     assert all(len(frame) <= LIMIT for frame in batch.strings)
@@ -248,7 +260,7 @@ def test_string_table_overflow_maps_new_labels_to_one_overflow_label() -> None:
 def test_string_table_overflow_through_the_encoder() -> None:
     table = StringTable(max_strings=2)
     labels = ["a", "b", "c", 4, "a", "e"]
-    batch = BatchEncoder(table).encode(1, [record(i, label) for i, label in enumerate(labels)])
+    batch = Encoder(table).encode(1, [record(i, label) for i, label in enumerate(labels)])
     assert [event[1] for event in decoded(table, batch)] == ["a", "b", *[OVERFLOW_LABEL] * 2, "a", OVERFLOW_LABEL]
     assert strings_frames(batch) == [Strings(0, ("a", "b", OVERFLOW_LABEL))]
     assert table.overflowed == 3
@@ -257,7 +269,7 @@ def test_string_table_overflow_through_the_encoder() -> None:
 def test_string_table_overflow_is_counted_once_on_the_slow_path() -> None:
     table = StringTable(max_strings=2)
     labels = ["a", "b", "c", "a", ["e"]]
-    BatchEncoder(table).encode(1, [record(i, label) for i, label in enumerate(labels)])
+    Encoder(table).encode(1, [record(i, label) for i, label in enumerate(labels)])
     assert table.overflowed == 2
 
 
@@ -282,7 +294,7 @@ def test_string_table_overflow_counts_str_and_other_labels_alike() -> None:
 )
 def test_long_labels_are_cut(label: object) -> None:
     table = StringTable()
-    batch = BatchEncoder(table).encode(1, [record(0, label)])
+    batch = Encoder(table).encode(1, [record(0, label)])
     (sent,) = strings_frames(batch)
     (text,) = sent.strings
     assert len(text) == MAX_STRING_CHARS

@@ -116,7 +116,7 @@ def test_one_connection_cannot_pin_string_tables_beyond_their_bound() -> None:
 
 def test_ring_memory_stays_near_its_capacity_with_small_frames() -> None:
     # One instant, as a real client packs it when a thread recorded one event during a sweep interval.
-    ((frame, _),) = BatchEncoder(StringTable()).encode(1, [(INSTANT, "tick", 10**15, 10**15, None)]).events
+    ((frame, _),) = BatchEncoder(StringTable()).encode(1, [INSTANT, "tick", 10**15, 10**15, None]).events
     payload = frame[FRAME_HEADER.size + EVENTS_HEADER.size :]
     context = object()
     tracemalloc.start()

@@ -641,7 +641,7 @@ RECORDS = [
 def decode_batch_events(records: list[tuple[Any, ...]]) -> list[tuple[int, str, int, int, Any]]:
     """Encode ``records`` with a BatchEncoder, read the frames back, and decode every EVENTS payload."""
     table = StringTable()
-    batch = BatchEncoder(table).encode(1, records)
+    batch = BatchEncoder(table).encode(1, [value for record in records for value in record])
     frames = read_stream("client", [opening("client"), *batch.strings, *(frame for frame, _ in batch.events)])
     events = []
     for frame in frames:

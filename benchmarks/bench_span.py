@@ -7,8 +7,8 @@ Variants, each a timeit-style loop of N iterations, interleaved round-robin over
                           ``append((name, t0, t1))`` in __exit__; list cleared between rounds
   ringtrace scope         ``with tl.scope("work"):`` on a timeline connected to a real collector subprocess; the
                           sender thread drains, packs and sends concurrently (its GIL share is in the wall time)
-  ringtrace scope (hot)   the same call on a private Timeline attached to a Transport whose sender is never
-                          started: recording only, no concurrent packing; buffer drained between rounds
+  ringtrace scope (hot)   the same call on a private Timeline attached to a stand-in sender that never runs:
+                          recording only, no concurrent packing; buffer drained between rounds
   otel span               OpenTelemetry SDK: TracerProvider + BatchSpanProcessor + a no-op exporter,
                           ``with tracer.start_as_current_span("work"):``
   floor instant           ``lst.append(("tick", monotonic_ns()))``

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from itertools import repeat
 from operator import add, sub
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -40,6 +40,16 @@ def _to_msgpack(value: object) -> object:
     if isinstance(value, set | frozenset):
         return list(value)
     return safe_str(value)
+
+
+class _Columns(NamedTuple):
+    """A run of events, column by column: the EVENTS payload before timestamps become offsets."""
+
+    kinds: Sequence[int]
+    names: Sequence[int]
+    starts: Sequence[int]
+    ends: Sequence[int]
+    args: Sequence[Any]
 
 
 class EncodedBatch:
@@ -106,7 +116,7 @@ class BatchEncoder:
         )
         starts = [first_ns + offset for offset in offsets]
         batch = EncodedBatch()
-        self._encode_columns(batch, source_id, kinds, names, starts, list(map(add, starts, durations)), args)
+        self._encode_columns(batch, source_id, _Columns(kinds, names, starts, list(map(add, starts, durations)), args))
         return batch
 
     def _encode_chunk(self, batch: EncodedBatch, source_id: int, fields: list[Any]) -> None:
@@ -117,47 +127,32 @@ class BatchEncoder:
         except Exception:  # an unhashable label: look all up again, counting overflow once
             self.strings.overflowed = overflowed
             names = [self.strings[label if _hashable(label) else safe_str(label)] for label in labels]
-        self._encode_columns(batch, source_id, kinds, names, starts, ends, args)
+        self._encode_columns(batch, source_id, _Columns(kinds, names, starts, ends, args))
 
-    def _encode_columns(
-        self,
-        batch: EncodedBatch,
-        source_id: int,
-        kinds: Sequence[int],
-        names: Sequence[int],
-        starts: Sequence[int],
-        ends: Sequence[int],
-        args: Sequence[Any],
-    ) -> None:
+    def _encode_columns(self, batch: EncodedBatch, source_id: int, columns: _Columns) -> None:
+        count = len(columns.kinds)
         try:
-            frame = self._pack(source_id, kinds, names, starts, ends, args)
+            frame = self._pack(source_id, columns)
         except FrameTooLarge:
-            if len(kinds) == 1:
+            if count == 1:
                 batch.dropped_events += 1
                 return
-            half = math.ceil(len(kinds) / 2)
+            half = math.ceil(count / 2)
             for part in (slice(None, half), slice(half, None)):
-                self._encode_columns(batch, source_id, kinds[part], names[part], starts[part], ends[part], args[part])
+                self._encode_columns(batch, source_id, _Columns(*(column[part] for column in columns)))
             return
-        batch.events.append((frame, len(kinds)))
+        batch.events.append((frame, count))
 
-    def _pack(
-        self,
-        source_id: int,
-        kinds: Sequence[int],
-        names: Sequence[int],
-        starts: Sequence[int],
-        ends: Sequence[int],
-        args: Sequence[Any],
-    ) -> bytes:
+    def _pack(self, source_id: int, columns: _Columns) -> bytes:
+        kinds, names, starts, ends, args = columns
         first_ns = min(starts)
-        columns = [kinds, names, list(map(sub, starts, repeat(first_ns))), list(map(sub, ends, starts)), args]
+        packed = [kinds, names, list(map(sub, starts, repeat(first_ns))), list(map(sub, ends, starts)), args]
         try:
-            payload = self._packer.pack(columns)
+            payload = self._packer.pack(packed)
         except Exception:  # an argument msgpack refuses even with the fallback (an int beyond 64 bits, say)
-            columns[4] = [self._packable_args(a) for a in args]
-            payload = self._packer.pack(columns)
-        # Records are appended when they end, so the last one ends last.
+            packed[4] = [self._packable_args(a) for a in args]
+            payload = self._packer.pack(packed)
+        # Events are recorded when they end, so the last one ends last.
         return encode(Events(source_id, len(kinds), first_ns, ends[-1], payload), self.max_frame_bytes)
 
     def _packable_args(self, args: Any) -> Any:

@@ -7,6 +7,7 @@ ratios of medians.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import queue
@@ -142,6 +143,16 @@ def interleave(variants: dict[str, Callable[[], T]], rounds: int, warmup: int = 
             if r >= warmup:
                 results[name].append(value)
     return results
+
+
+def bench_main(bench: Callable[[int, int], int], doc: str | None, n: int, rounds: int, quick: tuple[int, int]) -> int:
+    """The command line of a benchmark that runs ``bench(n, rounds)``; ``--quick`` uses ``quick`` instead."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=n, help="iterations per round (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="measured rounds (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help=f"N={quick[0]:,} and {quick[1]} rounds, a smoke test")
+    args = parser.parse_args()
+    return bench(*quick) if args.quick else bench(args.n, args.rounds)
 
 
 def median(values: Sequence[float]) -> float:

@@ -17,7 +17,6 @@ collector runs with ``--capacity 2GiB`` so its ring never overwrites what we cou
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from itertools import repeat
 from typing import Any
 
 import ringtrace.client
-from _common import Collector, FloorSpan, collector, interleave, median, table, verdict
+from _common import Collector, FloorSpan, bench_main, collector, interleave, median, table, verdict
 from ringtrace.client import Timeline
 
 _now = time.monotonic_ns
@@ -172,16 +171,5 @@ def bench(n: int, rounds: int) -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=2_000_000, help="events per round (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per variant (default %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="N=200,000 and 2 rounds, for a smoke test")
-    args = parser.parse_args()
-    if args.quick:
-        args.n, args.rounds = 200_000, 2
-    return bench(args.n, args.rounds)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(bench, __doc__, n=2_000_000, rounds=3, quick=(200_000, 2)))

@@ -27,7 +27,6 @@ the [gc off] rows.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import sys
@@ -37,7 +36,7 @@ from itertools import repeat
 from typing import Any
 
 import ringtrace.client
-from _common import FloorSpan, collector, interleave, median, table, verdict
+from _common import FloorSpan, bench_main, collector, interleave, median, table, verdict
 from ringtrace.client import Timeline
 
 _now = time.monotonic_ns  # what ringtrace's timeline and FloorSpan read
@@ -272,16 +271,5 @@ class _ParkedSender:
         return True
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=200_000, help="iterations per round (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=7, help="measured rounds (default %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="N=20,000 and 3 rounds, for a smoke test")
-    args = parser.parse_args()
-    if args.quick:
-        args.n, args.rounds = 20_000, 3
-    return bench(args.n, args.rounds)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(bench, __doc__, n=200_000, rounds=7, quick=(20_000, 3)))

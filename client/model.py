@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["INSTANT", "KINDS", "MAX_STRING_CHARS", "RECORD_FIELDS", "SPAN", "StringTable", "clean_text", "safe_str"]
+__all__ = [
+    "INSTANT",
+    "KINDS",
+    "MAX_STRING_CHARS",
+    "RECORD_FIELDS",
+    "SPAN",
+    "StringTable",
+    "clean_text",
+    "display_text",
+    "safe_str",
+]
 
 #: Values per event in a thread buffer: kind, label, start_ns, end_ns, args.
 RECORD_FIELDS: Final = 5
@@ -31,6 +41,11 @@ def safe_str(value: object) -> str:
     except Exception:
         return f"<unprintable {type(value).__name__}>"
     return clean_text(text)
+
+
+def display_text(value: object) -> str:
+    """A label or name any frame can carry: text UTF-8 can encode, at most ``MAX_STRING_CHARS`` long."""
+    return safe_str(value)[:MAX_STRING_CHARS]
 
 
 def clean_text(text: str) -> str:
@@ -61,7 +76,7 @@ class StringTable(dict[object, int]):
         self._sent = 0
 
     def __missing__(self, label: object) -> int:
-        text = clean_text(label)[:MAX_STRING_CHARS] if type(label) is str else safe_str(label)[:MAX_STRING_CHARS]
+        text = display_text(label)
         if text is not label:
             string_id = self[text]
         elif len(self.strings) < self.max_strings:

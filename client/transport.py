@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ._version import __version__
 from .batch import BatchEncoder
 from .errors import ConfigError, ProtocolError
-from .model import KINDS, MAX_STRING_CHARS, RECORD_FIELDS, StringTable, safe_str
+from .model import KINDS, RECORD_FIELDS, StringTable, display_text
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     MIN_MAX_FRAME_BYTES,
@@ -86,16 +86,20 @@ class TransportOptions:
             raise ConfigError(f"exit_timeout_s must be >= 0, got {self.exit_timeout_s!r}")
 
 
-def parse_address(address: str) -> tuple[str, int]:
+def parse_address(address: str, *, listen: bool = False) -> tuple[str, int]:
     """``"HOST:PORT"`` (``"[::1]:PORT"`` for IPv6) to ``(host, port)``.
+
+    Args:
+        listen: an address to bind, where port 0 means "any free port".
 
     Raises:
         ConfigError: not of that form, or the port is out of range.
     """
+    lowest = 0 if listen else 1
     host, sep, port_text = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError(f"address must be HOST:PORT with a port in 1..65535, got {address!r}")
+    if not sep or not host or not port_text.isdigit() or not lowest <= int(port_text) <= 65535:
+        raise ConfigError(f"address must be HOST:PORT with a port in {lowest}..65535, got {address!r}")
     return host, int(port_text)
 
 
@@ -132,7 +136,7 @@ class Transport:
         self._timeline = timeline
         self._strings = StringTable(options.max_strings)
         self._encoder = BatchEncoder(self._strings, options.max_frame_bytes, options.max_events_per_frame)
-        self._process_name = _display_name(options.process_name or _default_process_name())
+        self._process_name = display_text(options.process_name or _default_process_name())
         self._instance_id = uuid.uuid4().hex
         self._tokens = itertools.count(1)
 
@@ -320,7 +324,7 @@ class Transport:
             self._stats_sent = stats
 
     def _announce(self, buffer: ThreadBuffer) -> None:
-        frame = encode(Source(buffer.source_id, _display_name(buffer.name), buffer.thread_id))
+        frame = encode(Source(buffer.source_id, display_text(buffer.name), buffer.thread_id))
         self._sources[buffer.source_id] = frame
         self._queue_control(frame)
 
@@ -479,11 +483,6 @@ class Transport:
             return
         if not data:
             self._disconnect("collector closed the connection")
-
-
-def _display_name(name: object) -> str:
-    """A process or thread name that any frame can carry: text UTF-8 can encode, of bounded length."""
-    return safe_str(name)[:MAX_STRING_CHARS]
 
 
 def _default_process_name() -> str:

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ringtrace.client.errors import ConfigError
+from ringtrace.client.transport import parse_address
 
 from .app import Collector, CollectorConfig
 
-__all__ = ["main", "parse_host_port", "parse_size"]
+__all__ = ["main", "parse_listen_address", "parse_size"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -46,13 +47,10 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def parse_host_port(text: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` with a port in 0..65535 (0 picks a free one); ``"[::1]:PORT"`` for IPv6."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"address must be HOST:PORT with a port in 0..65535, got {text!r}")
-    return host, int(port)
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` to listen on; port 0 picks a free one."""
+    address: tuple[str, int] = parse_address(text, listen=True)
+    return address
 
 
 def _arg(parse: Callable[[str], object]) -> Callable[[str], object]:
@@ -74,14 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tcp",
-        type=_arg(parse_host_port),
+        type=_arg(parse_listen_address),
         default=(defaults.tcp_host, defaults.tcp_port),
         metavar="HOST:PORT",
         help=f"ingest listener (default {defaults.tcp_host}:{defaults.tcp_port})",
     )
     parser.add_argument(
         "--http",
-        type=_arg(parse_host_port),
+        type=_arg(parse_listen_address),
         default=(defaults.http_host, defaults.http_port),
         metavar="HOST:PORT",
         help=f"HTTP listener (default {defaults.http_host}:{defaults.http_port})",

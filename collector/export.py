@@ -73,7 +73,7 @@ class SnapshotView:
 def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document."""
     frames = sorted(view.frames, key=lambda f: f.first_ts_ns + _offset(view, f))
-    origin_ns = min((f.first_ts_ns + _offset(view, f) for f in frames), default=0)
+    origin_ns = frames[0].first_ts_ns + _offset(view, frames[0]) if frames else 0  # the earliest, after the sort
     threads = {(f.context.process.uid, f.context.thread_id) for f in frames}
     yield b'{"traceEvents":['
     first = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ringtrace.client.errors import ConfigError
-from ringtrace.collector.cli import parse_host_port, parse_size
+from ringtrace.collector.cli import parse_listen_address, parse_size
 
 
 @pytest.mark.parametrize(
@@ -34,10 +34,10 @@ def test_a_size_that_is_not_one_is_refused_with_the_forms_it_takes(text: str) ->
     [("127.0.0.1:0", ("127.0.0.1", 0)), ("0.0.0.0:7700", ("0.0.0.0", 7700)), ("[::1]:80", ("::1", 80))],
 )
 def test_addresses(text: str, expected: tuple[str, int]) -> None:
-    assert parse_host_port(text) == expected
+    assert parse_listen_address(text) == expected
 
 
 @pytest.mark.parametrize("text", ["7700", "host:", ":7700", "host:65536", "host:port"])
 def test_bad_addresses_are_refused(text: str) -> None:
     with pytest.raises(ConfigError, match="HOST:PORT"):
-        parse_host_port(text)
+        parse_listen_address(text)

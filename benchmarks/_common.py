@@ -21,7 +21,10 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ringtrace.client import Streamer, Timeline
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -110,6 +113,17 @@ def collector(*extra_args: str, startup_timeout_s: float = 20.0) -> Iterator[Col
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def wait_connected(timeline: Timeline, timeout_s: float = 15.0) -> Streamer | None:
+    """The collector streamer ``connect()`` attached to ``timeline``, once connected; None if it did not connect."""
+    from ringtrace.client import Streamer
+
+    streamer = next(listener for listener in timeline.listeners if isinstance(listener, Streamer))
+    deadline = time.monotonic() + timeout_s
+    while not streamer.connected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return streamer if streamer.connected else None
 
 
 class FloorSpan:

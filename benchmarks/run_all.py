@@ -20,6 +20,8 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = {
     "span": ("bench_span.py", 600),
     "e2e": ("bench_e2e.py", 900),
+    "latency": ("bench_latency.py", 600),
+    "reconnect": ("bench_reconnect.py", 300),
     "export_json": ("bench_export_json.py", 300),
 }
 

@@ -8,13 +8,15 @@
     tl.instant("cache-miss", key="a")
 
 Only msgpack is needed. Recording never raises into or blocks the program; events that cannot be delivered are
-dropped and counted, and the counts reach the collector.
+dropped and counted, and the counts reach the collector. Events go from timelines to listeners: ``connect`` attaches
+a collector ``Streamer`` to the process-wide timeline; ``FileListener`` and ``MemoryListener`` are the others.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
+import signal
+import sys
 import threading
 from typing import Any
 
@@ -23,39 +25,59 @@ from .errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
+    LimitExceeded,
     MalformedFrame,
     ProtocolError,
     RingtraceError,
+    TornStream,
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from .timeline import Scope, Timeline
-from .transport import Transport, TransportOptions
+from .flusher import FLUSHER
+from .listeners import FileListener, MemoryListener, ObjectListener, SerializedListener, TraceFile, read_trace_file
+from .model import Event, TrackInfo
+from .options import StreamerOptions, parse_address
+from .session import Limits
+from .streamer import Streamer
+from .timelines import Listener, Scope, Timeline
 
 __all__ = [
     "BadPreamble",
     "ConfigError",
+    "Event",
+    "FileListener",
     "FrameTooLarge",
+    "LimitExceeded",
+    "Limits",
+    "Listener",
     "MalformedFrame",
+    "MemoryListener",
+    "ObjectListener",
     "ProtocolError",
     "RingtraceError",
     "Scope",
+    "SerializedListener",
+    "Streamer",
+    "StreamerOptions",
     "Timeline",
-    "TransportOptions",
+    "TornStream",
+    "TraceFile",
+    "TrackInfo",
     "UnexpectedFrame",
     "UnsupportedVersion",
     "__version__",
     "connect",
     "default_timeline",
+    "read_trace_file",
 ]
 
-_default = Timeline()
+_default = Timeline("default")
 _connect_lock = threading.Lock()
-_connected_to: tuple[str, TransportOptions] | None = None
+_connected: tuple[str, StreamerOptions, Streamer] | None = None
 
 
 def default_timeline() -> Timeline:
-    """The process-wide timeline (records nothing until ``connect``)."""
+    """The process-wide timeline (records nothing until a listener is attached, by ``connect`` say)."""
     return _default
 
 
@@ -64,56 +86,102 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
 
     Connecting happens in the background: this returns at once, and events recorded before the collector answers
     are queued (within ``max_queue_bytes``). Calling it again with the same arguments returns the same timeline;
-    with others, the timeline is flushed and moves to the new collector.
+    with others, the timeline is flushed and moves to the new collector. In a ``multiprocessing`` child started
+    with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect, initargs=(address,))``) is all
+    it takes; the child delivers what it recorded before it exits.
 
     Args:
-        address: ``"HOST:PORT"`` of the collector's ingest listener.
+        address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6).
         process_name: shown for this process in traces; defaults to the script's name.
-        **options: fields of ``TransportOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
+        **options: fields of ``StreamerOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
 
     Raises:
-        ConfigError: a malformed address or option.
+        ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
     """
-    global _connected_to
-    try:
-        opts = TransportOptions(process_name=process_name, **options)
-    except TypeError as exc:
-        raise ConfigError(f"unknown option for connect(): {exc}") from None
+    global _connected
+    opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
+    parse_address(address)
     with _connect_lock:
-        if _connected_to == (address, opts) and _default.transport is not None:
+        if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default
-        transport = Transport(_default, address, opts)  # validates the address before anything changes
-        if _default.transport is not None:
-            _default.close(opts.exit_timeout_s)
-        _default.attach(transport)
-        transport.start()
-        _connected_to = (address, opts)
+        _install_fork_hook()
+        streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
+        FLUSHER.interval_s = opts.batch_interval_s
+        FLUSHER.exit_timeout_s = opts.exit_timeout_s
+        previous = _connected[2] if _connected is not None and _connected[2] in _default.listeners else None
+        if previous is not None:
+            _default.replace_listener(previous, streamer)  # no event falls between the two
+        else:
+            _default.add_listener(streamer)
+        streamer.start()
+        _connected = (address, opts, streamer)
+    if previous is not None:
+        previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s
+    _deliver_before_multiprocessing_exit()
     return _default
 
 
-def _close_at_exit() -> None:
-    transport = _default.transport
-    if transport is not None:
-        _default.close(transport.options.exit_timeout_s)
+def _deliver_before_multiprocessing_exit() -> None:
+    """multiprocessing children end with ``os._exit``, which skips atexit: register with its own exit hooks.
+
+    ``Pool.terminate()`` (and so leaving ``with Pool()``) ends workers with SIGTERM, which skips those too: where
+    SIGTERM still has its default action and ``deliver_on_sigterm`` is on, a handler delivers first (within
+    ``exit_timeout_s``), then dies by SIGTERM. A Python handler runs between bytecodes: a worker inside a long C call
+    dies when the call returns, not at once.
+    """
+    mp_process = sys.modules.get("multiprocessing.process")
+    if _connected is None or mp_process is None or mp_process.parent_process() is None:
+        return
+    from multiprocessing import util
+
+    util.Finalize(None, FLUSHER.close_at_exit, exitpriority=100)
+    if (
+        _connected[1].deliver_on_sigterm
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, _deliver_then_terminate)
+
+
+def _deliver_then_terminate(signum: int, frame: object) -> None:
+    """SIGTERM in a multiprocessing child: deliver what is buffered, then die by SIGTERM as before.
+
+    The delivery runs on a thread of its own and is waited for with a bound: the code this handler interrupted may
+    hold a lock the delivery needs, and then the wait ends and the process dies, as it would have.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if FLUSHER.exiting:
+        return  # the exit delivery is under way (perhaps right under this handler) and ends the process soon
+    try:
+        closer = threading.Thread(target=FLUSHER.close_at_exit, name="ringtrace-exit", daemon=True)
+        closer.start()
+        closer.join(FLUSHER.exit_timeout_s + 0.5)
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _after_fork_in_child() -> None:
-    """The child starts with no sender thread and the parent's unsent events: start over, as a new process.
+    """The flusher's own fork handler resets the timelines; here, the module's state and multiprocessing's hook.
 
-    The new sender thread starts on the child's first event or flush: starting threads inside a fork handler is
-    unsafe (imports, for one, can fail there).
+    A multiprocessing child clears its finalizers when it starts, after this runs, then calls its after-fork
+    hooks: registering one of those is how the exit hook survives into the child.
     """
-    global _connect_lock, _connected_to
+    global _connect_lock, _connected
     _connect_lock = threading.Lock()
-    previous = _connected_to if _default.transport is not None else None  # not if the parent had closed
-    _connected_to = None
-    _default._reset_after_fork()
-    if previous is not None:
-        address, opts = previous
-        _default.attach(Transport(_default, address, opts))
-        _connected_to = previous
+    if _connected is not None:
+        replaced = [listener for listener in _default.listeners if isinstance(listener, Streamer)]
+        _connected = (_connected[0], _connected[1], replaced[0]) if replaced else None
+    mp_util = sys.modules.get("multiprocessing.util")
+    if _connected is not None and mp_util is not None:
+        mp_util.register_after_fork(_default, lambda _: _deliver_before_multiprocessing_exit())
 
 
-atexit.register(_close_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_fork_hook_installed = False
+
+
+def _install_fork_hook() -> None:
+    """Installed on the first ``connect()``: importing ringtrace changes nothing in the process."""
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+    _fork_hook_installed = True

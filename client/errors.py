@@ -1,17 +1,19 @@
 """The ringtrace exception tree.
 
     RingtraceError                  base of everything ringtrace raises
-    ├── ConfigError                 an option has a value that cannot work (names the option and value)
-    └── ProtocolError               the peer broke the wire format; the connection must be closed
+    ├── ConfigError                 an option or address that cannot work (names it, the expected type, the value)
+    └── ProtocolError               a stream broke the wire format; the connection (or file) cannot go on
         ├── BadPreamble             the stream does not start with the ringtrace magic
-        ├── UnsupportedVersion      the peer speaks a protocol version we do not
+        ├── UnsupportedVersion      no stream format or protocol version both sides speak (names both)
         ├── FrameTooLarge           a frame exceeds max_frame_bytes (names the limit and the size seen)
-        ├── UnexpectedFrame         a frame type that is unknown or not allowed in this direction or state
-        └── MalformedFrame          a frame body that does not decode (names the frame and the field)
+        ├── LimitExceeded           a stream declares more than a limit allows (names the limit and the value)
+        ├── UnexpectedFrame         a frame type that is unknown, or not allowed from this peer or at this point
+        ├── MalformedFrame          a frame body that does not decode (names the frame and the field)
+        └── TornStream              the stream ended inside a frame (a torn file tail, a connection cut mid-frame)
 
-Recording never raises any of these into the host program: they come from configuration (``connect``), from the
-sans-I/O protocol (where the transport or the collector catches them and closes the connection), and from the
-collector's own start-up.
+Recording never raises any of these into the host program: they come from configuration (``connect``, listeners),
+from the sans-I/O protocol and session decoder (where the streamer or the collector catches them and closes the
+connection), and from the collector's own start-up.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ __all__ = [
     "BadPreamble",
     "ConfigError",
     "FrameTooLarge",
+    "LimitExceeded",
     "MalformedFrame",
     "ProtocolError",
     "RingtraceError",
+    "TornStream",
     "UnexpectedFrame",
     "UnsupportedVersion",
 ]
@@ -45,12 +49,7 @@ class BadPreamble(ProtocolError):
 
 
 class UnsupportedVersion(ProtocolError):
-    """The peer speaks a protocol version this side does not."""
-
-    def __init__(self, version: int, supported: int) -> None:
-        super().__init__(f"protocol version {version} is not supported (this side speaks version {supported})")
-        self.version = version
-        self.supported = supported
+    """No stream format or protocol version that both sides speak."""
 
 
 class FrameTooLarge(ProtocolError):
@@ -62,9 +61,23 @@ class FrameTooLarge(ProtocolError):
         self.limit = limit
 
 
+class LimitExceeded(ProtocolError):
+    """A stream declares more of something than a limit allows."""
+
+    def __init__(self, what: str, limit_name: str, limit: int, value: int) -> None:
+        super().__init__(f"{what}: {value} exceeds {limit_name}={limit}")
+        self.limit_name = limit_name
+        self.limit = limit
+        self.value = value
+
+
 class UnexpectedFrame(ProtocolError):
-    """A frame type that is unknown, or not allowed in this direction or at this point of the stream."""
+    """A frame type that is unknown, or not allowed from this peer or at this point of the stream."""
 
 
 class MalformedFrame(ProtocolError):
     """A frame whose body does not decode; the message names the frame type and the field."""
+
+
+class TornStream(ProtocolError):
+    """The stream ended inside a frame: everything before that frame was read, the frame itself is lost."""

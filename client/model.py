@@ -1,37 +1,98 @@
-"""Event kinds and the string table.
+"""What is recorded: event kinds, tracks, the string table, and the normalisation of argument values.
 
 An event on the recording path is ``RECORD_FIELDS`` values, ``kind, label, start_ns, end_ns, args``, added to its
-thread's buffer in one ``list.extend``; an instant has ``start_ns == end_ns``, and ``args`` is ``None`` when there are
-none. Labels become integer ids in a per-process
-string table on the flusher thread, never on the recording path.
+track's buffer in one ``list.extend``; an instant has ``start_ns == end_ns``, and ``args`` is ``None`` when there are
+none. Labels become integer ids in a per-stream string table, and argument values are normalised, on the flusher
+thread, never on the recording path.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import itertools
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .protocol import KindSpec
 
 __all__ = [
+    "ASYNC_TRACK",
+    "BUILTIN_KINDS",
+    "COUNTER_TRACK",
     "INSTANT",
-    "KINDS",
+    "MAX_ARG_DEPTH",
+    "MAX_ARG_ITEMS",
+    "MAX_ARG_TEXT",
     "MAX_STRING_CHARS",
+    "OVERFLOW_LABEL",
     "RECORD_FIELDS",
+    "SOURCE_TRACK",
     "SPAN",
+    "THREAD_TRACK",
+    "Event",
     "StringTable",
+    "TrackInfo",
     "clean_text",
     "display_text",
+    "new_track_id",
+    "normalise_args",
     "safe_str",
 ]
 
-#: Values per event in a thread buffer: kind, label, start_ns, end_ns, args.
+#: Values per event in a track buffer: kind, label, start_ns, end_ns, args.
 RECORD_FIELDS: Final = 5
 SPAN: Final = 0
 INSTANT: Final = 1
-#: (kind id, kind name) as sent in the SCHEMA frame.
-KINDS: Final = ((SPAN, "span"), (INSTANT, "instant"))
-#: Longer labels are cut: a label is for display, and the collector bounds a connection's string table by
-#: max_strings x MAX_STRING_CHARS.
+BUILTIN_KINDS: Final = (KindSpec(SPAN, "span", "span"), KindSpec(INSTANT, "instant", "instant"))
+
+THREAD_TRACK: Final = 0
+SOURCE_TRACK: Final = 1
+ASYNC_TRACK: Final = 2
+COUNTER_TRACK: Final = 3
+
+#: Longer labels and names are cut, ending with ``CUT_MARK``: a label is for display, and the collector bounds a
+#: connection's string table by max_strings x MAX_STRING_CHARS.
 MAX_STRING_CHARS: Final = 256
+CUT_MARK: Final = "…"
 OVERFLOW_LABEL: Final = "<ringtrace: string table full>"
+#: Argument values nest at most this deep, and a map or list keeps at most this many items; what is cut is marked.
+MAX_ARG_DEPTH: Final = 32
+MAX_ARG_ITEMS: Final = 1000
+#: Values one event's arguments may hold in all.
+MAX_ARG_VALUES: Final = 10_000
+#: Characters of one text value (bytes of one bytes value) kept; the rest is cut, with a mark.
+MAX_ARG_TEXT: Final = 65_536
+#: Integers msgpack (and the JSON export) carry as numbers; wider ones are sent as text.
+_INT_RANGE: Final = range(-(2**63), 2**64)
+
+_track_ids = itertools.count(1)
+
+
+def new_track_id() -> int:
+    """A track id unique within this process (and so within every stream it writes)."""
+    return next(_track_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackInfo:
+    """A line in the viewer: a thread, a named source, an asyncio task or a counter."""
+
+    track_id: int
+    kind: int
+    name: str
+    thread_id: int = 0
+    parent: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One decoded event, as object listeners and stream readers see it."""
+
+    kind: str
+    name: str
+    ts_ns: int
+    dur_ns: int
+    args: Any
+    track: TrackInfo
 
 
 def safe_str(value: object) -> str:
@@ -44,8 +105,14 @@ def safe_str(value: object) -> str:
 
 
 def display_text(value: object) -> str:
-    """A label or name any frame can carry: text UTF-8 can encode, at most ``MAX_STRING_CHARS`` long."""
-    return safe_str(value)[:MAX_STRING_CHARS]
+    """A label or name any frame can carry: text UTF-8 can encode, at most ``MAX_STRING_CHARS`` long.
+
+    A longer one is cut and ends with ``CUT_MARK``, so that a reader sees it was cut.
+    """
+    text = safe_str(value)
+    if len(text) > MAX_STRING_CHARS:
+        return text[: MAX_STRING_CHARS - len(CUT_MARK)] + CUT_MARK
+    return text
 
 
 def clean_text(text: str) -> str:
@@ -57,43 +124,174 @@ def clean_text(text: str) -> str:
     return text
 
 
+_SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def normalise_args(args: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """``args`` in a shape every reader can take, and how many values were cut.
+
+    Keys become text; values msgpack and JSON can carry stay as they are (ints beyond 64 bits, sets, tuples and
+    other objects become text or lists); maps and lists deeper than ``MAX_ARG_DEPTH`` or longer than
+    ``MAX_ARG_ITEMS`` are cut, with a ``"<ringtrace: clipped ...>"`` mark where the cut is.
+    """
+    clipped = [0, MAX_ARG_VALUES]  # values cut, values still allowed
+    try:
+        value = _normalise_map(args, 1, clipped)
+    except Exception as exc:  # a map or set resized by another thread while it was read, a broken container class
+        clipped[0] += 1
+        value = {"<ringtrace: clipped>": f"arguments that could not be read ({type(exc).__name__})"}
+    return value, clipped[0]
+
+
+def _normalise(value: Any, depth: int, clipped: list[int]) -> Any:
+    clipped[1] -= 1
+    if clipped[1] < 0:  # shared sublists can make a small object expand without bound
+        clipped[0] += clipped[1] == -1
+        return f"<ringtrace: clipped: more than {MAX_ARG_VALUES} values>"
+    kind = type(value)
+    if kind is str:
+        if len(value) > MAX_ARG_TEXT:
+            clipped[0] += 1
+            return clean_text(value[:MAX_ARG_TEXT]) + f"<ringtrace: clipped {len(value) - MAX_ARG_TEXT} characters>"
+        return clean_text(value)
+    if kind is int:
+        return value if value in _INT_RANGE else safe_str(value)  # str() refuses ints of over 4300 digits
+    if kind in _SCALARS and kind is not bytes:
+        return value
+    if isinstance(value, dict):
+        if depth >= MAX_ARG_DEPTH:
+            clipped[0] += 1
+            return f"<ringtrace: clipped a map nested deeper than {MAX_ARG_DEPTH}>"
+        return _normalise_map(value, depth + 1, clipped)
+    if isinstance(value, list | tuple | set | frozenset):
+        if depth >= MAX_ARG_DEPTH:
+            clipped[0] += 1
+            return f"<ringtrace: clipped a list nested deeper than {MAX_ARG_DEPTH}>"
+        items = [_normalise(v, depth + 1, clipped) for v in itertools.islice(value, MAX_ARG_ITEMS)]
+        if len(value) > MAX_ARG_ITEMS:
+            clipped[0] += 1
+            items.append(f"<ringtrace: clipped {len(value) - MAX_ARG_ITEMS} more items>")
+        return items
+    if isinstance(value, int):  # bool is handled above; an int subclass (an IntEnum) shows as its text
+        return safe_str(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        if len(value) > MAX_ARG_TEXT:
+            clipped[0] += 1
+            return bytes(value[:MAX_ARG_TEXT])
+        return bytes(value)
+    return safe_str(value)
+
+
+def _normalise_map(mapping: dict[Any, Any], depth: int, clipped: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in itertools.islice(mapping.items(), MAX_ARG_ITEMS):
+        out[_key_text(key)] = _normalise(value, depth, clipped)
+    if len(mapping) > MAX_ARG_ITEMS:
+        clipped[0] += 1
+        out["<ringtrace: clipped>"] = f"{len(mapping) - MAX_ARG_ITEMS} more items"
+    return out
+
+
+def _key_text(key: object) -> str:
+    """A map key as text: bytes as hex, as the JSON export shows bytes values."""
+    if type(key) is str:
+        return clean_text(key)
+    if isinstance(key, bytes):
+        return key.hex()
+    return safe_str(key)
+
+
+#: Label types the string table keeps as keys when their text is not cut: each has a text of its own.
+_KEYED_LABELS: Final = frozenset({str, int, bool})
+
+
 class StringTable(dict[object, int]):
     """Maps labels to ids, assigning the next id to a label on first lookup.
 
     A dict subclass so that ``map(table.__getitem__, labels)`` runs in C for labels already seen; only a miss runs
-    Python. Past ``max_strings`` entries every new label maps to one overflow string, and ``overflowed`` counts the
-    lookups that found the table full (one per event so labelled): labels built from unbounded data (request ids, say)
-    must not grow the client and collector without bound. Labels that compare equal (``1``, ``1.0``, ``True``) share
-    an id, as dict keys do.
+    Python. The last id, ``max_strings - 1``, is reserved for ``OVERFLOW_LABEL``: once every other id is taken, each new
+    label maps to it and ``overflowed`` counts the lookups that found the table full (one per event so labelled), so
+    labels built from unbounded data (request ids, say) cannot grow the client and collector without bound. Labels
+    that compare equal to one kept (``1.0`` or ``True`` after ``1``) share its id, as dict keys do.
+
+    Only labels whose text is theirs alone are kept as keys: text and ints not cut to ``MAX_STRING_CHARS``. Any
+    other label (an object, NaN, a long text cut to a shared prefix) is looked up by its text each time, so that
+    such labels neither grow the table past its strings nor stay alive in it.
     """
 
     def __init__(self, max_strings: int = 100_000) -> None:
         super().__init__()
+        if max_strings < 2:
+            raise ValueError(f"max_strings must be >= 2, got {max_strings}")
         self.strings: list[str] = []
         self.max_strings = max_strings
         self.overflowed = 0
-        self._overflow_id: int | None = None
+        #: Ids that named strings until the last ``limit_to`` cut them (see ``limit_to``).
+        self.cut_ids = range(0)
         self._sent = 0
+        self._overflow_sent = False
+
+    @property
+    def overflow_id(self) -> int:
+        return self.max_strings - 1
 
     def __missing__(self, label: object) -> int:
         text = display_text(label)
         if text is not label:
             string_id = self[text]
-        elif len(self.strings) < self.max_strings:
+        elif len(self.strings) < self.overflow_id:
             string_id = len(self.strings)
             self.strings.append(text)
         else:
             self.overflowed += 1
-            if self._overflow_id is None:
-                self._overflow_id = len(self.strings)
-                self.strings.append(OVERFLOW_LABEL)
-            return self._overflow_id
-        if string_id != self._overflow_id:  # an overflowed label is not kept: that would grow the dict
+            return self.overflow_id  # not kept: keeping every overflowed label would grow the dict
+        if string_id != self.overflow_id and (
+            text is label or (type(label) in _KEYED_LABELS and len(text) < MAX_STRING_CHARS)
+        ):
             self[label] = string_id
         return string_id
 
-    def take_new(self) -> tuple[int, list[str]]:
-        """The strings added since the last call, as ``(first_id, strings)``."""
-        first = self._sent
-        self._sent = len(self.strings)
-        return first, self.strings[first:]
+    def runs(self) -> list[tuple[int, list[str]]]:
+        """The whole table as ``(first_id, strings)`` runs: what a new stream must be sent."""
+        runs = [(0, list(self.strings))] if self.strings else []
+        if self.overflowed:
+            runs.append((self.overflow_id, [OVERFLOW_LABEL]))
+        return runs
+
+    def take_new(self) -> list[tuple[int, list[str]]]:
+        """The runs of strings added since the last call (the overflow label once, after it was first used)."""
+        runs = []
+        if self._sent < len(self.strings):
+            runs.append((self._sent, self.strings[self._sent :]))
+            self._sent = len(self.strings)
+        if self.overflowed and not self._overflow_sent:
+            runs.append((self.overflow_id, [OVERFLOW_LABEL]))
+            self._overflow_sent = True
+        return runs
+
+    def limit_to(self, max_strings: int) -> bool:
+        """Lower the limit (a collector's WELCOME asks for fewer strings); True if ids at or past it were in use.
+
+        Labels that had such ids now map to the overflow label; frames already packed with them must be re-packed
+        with ``clamp`` over their name ids. ``cut_ids`` holds the ids cut: events packed with one of them are shown
+        with the overflow label from now on (and not counted yet), unlike those packed with an overflow id.
+        """
+        self.cut_ids = range(0)
+        if max_strings >= self.max_strings:
+            return False
+        self.max_strings = max(max_strings, 2)
+        cut = len(self.strings) > self.overflow_id
+        if cut:
+            self.cut_ids = range(self.overflow_id, len(self.strings))
+            del self.strings[self.overflow_id :]
+            for label in [label for label, string_id in self.items() if string_id >= self.overflow_id]:
+                del self[label]
+        self._sent = min(self._sent, len(self.strings))
+        self._overflow_sent = False
+        return cut
+
+    def clamp(self, string_id: int) -> int:
+        """``string_id`` if it is below the limit, else the overflow id."""
+        return string_id if string_id < self.overflow_id else self.overflow_id

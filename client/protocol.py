@@ -1,40 +1,21 @@
-"""The ringtrace wire protocol, sans-I/O: bytes in, frames out; frames in, bytes out.
+"""The ringtrace wire format, sans-I/O: frames to bytes, and bytes to frames.
 
-No sockets, threads or asyncio here. The client transport and the collector both use this module; it is the single
-definition of the format.
+No sockets, threads or asyncio here. ``PROTOCOL.md`` beside this file is the one description of the format; this
+module implements its framing and frame bodies, and ``session.py`` the rules of a stream (order, tables, limits).
 
 Theory of operation
 -------------------
-Each side of a connection first sends an 8-byte preamble, then length-prefixed frames::
-
-    preamble  = magic "RTRC" | version u16 | reserved u16           (little endian)
-    frame     = body_length u32 | frame_type u8 | body[body_length]
-
-A frame's size is ``5 + body_length``; a reader refuses a frame larger than its ``max_frame_bytes`` as soon as the
-header arrives, before buffering the body. Bodies are msgpack except for the fixed binary ones:
-
-    HELLO      client -> collector, first frame: who the process is and a pairing of its clocks
-    SCHEMA     client -> collector: event kind ids and the column layout of EVENTS payloads
-    STRINGS    client -> collector: a run of the string table (ids first_id, first_id + 1, ...)
-    SOURCE     client -> collector: a source id (a thread) with its name and OS thread id
-    EVENTS     client -> collector: fixed header (source u32, count u32, first_ts u64, last_ts u64) + msgpack payload
-    STATS      client -> collector: cumulative client-side loss counters
-    FLUSH      either way: "send me everything you have, then FLUSH_ACK with this token"
-    FLUSH_ACK  either way: everything before this frame has been sent (or, from the collector, stored)
-    WELCOME    collector -> client, first frame: the collector's limits. The client sends no EVENTS before it, and
-               packs no frame larger than its max_frame_bytes.
-
-The EVENTS header lets the collector store and index a batch without decoding its payload. The payload is a msgpack
-array of columns (``EVENT_COLUMNS``): kind ids, name string ids, timestamps as offsets from the header's first_ts,
-durations, and argument maps. Ids (sources, strings) are scoped to a connection: the client sends its whole schema,
-string table and source list again after every reconnect.
+``encode(frame)`` gives the bytes of one frame. ``FrameReader`` turns received bytes into frames: it checks the
+preamble, refuses a frame header larger than ``max_frame_bytes`` before its body is buffered, skips unknown frame types
+that carry the ignorable bit, and refuses the rest. Frames are frozen dataclasses; their msgpack bodies are maps whose
+unknown keys are ignored, so a field can be added without a new version.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Final, Literal
 
@@ -46,6 +27,7 @@ from .errors import (
     FrameTooLarge,
     MalformedFrame,
     ProtocolError,
+    TornStream,
     UnexpectedFrame,
     UnsupportedVersion,
 )
@@ -56,50 +38,74 @@ __all__ = [
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
     "FRAME_HEADER",
+    "IGNORABLE",
     "MAGIC",
     "MIN_MAX_FRAME_BYTES",
     "NEED_DATA",
     "PREAMBLE",
     "PROTOCOL_VERSION",
+    "PROTOCOL_VERSIONS",
+    "STREAM_FORMAT",
     "Events",
     "Flush",
     "FlushAck",
     "Frame",
     "FrameReader",
     "FrameType",
+    "Goodbye",
     "Hello",
+    "KindSpec",
+    "Peer",
     "Schema",
-    "Source",
+    "Sentinel",
     "Stats",
     "Strings",
+    "Track",
     "Welcome",
-    "decode_events",
+    "complete_frames",
     "encode",
     "preamble",
+    "unpack_columns",
 ]
 
-PROTOCOL_VERSION: Final = 1
+#: The protocol versions this code speaks (HELLO and WELCOME negotiate one of them).
+PROTOCOL_VERSIONS: Final = (2, 2)
+PROTOCOL_VERSION: Final = PROTOCOL_VERSIONS[1]
+#: The framing described by the preamble: length-prefixed frames with a one-byte type.
+STREAM_FORMAT: Final = 2
 MAGIC: Final = b"RTRC"
 PREAMBLE: Final = struct.Struct("<4sHH")
 FRAME_HEADER: Final = struct.Struct("<IB")
-EVENTS_HEADER: Final = struct.Struct("<IIQQ")
+#: header_size, flags, track, count, first_ts, last_ts.
+EVENTS_HEADER: Final = struct.Struct("<HHIIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
 #: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
 MIN_MAX_FRAME_BYTES: Final = 32 * 1024
-#: Column order of an EVENTS payload.
+#: Column order of an EVENTS payload in version 2.
 EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
+#: Frame-type bit: a reader that does not know the type skips the frame instead of failing.
+IGNORABLE: Final = 0x80
+
+Peer = Literal["client", "collector"]
 
 
 class FrameType(IntEnum):
     HELLO = 1
-    SCHEMA = 2
-    STRINGS = 3
-    SOURCE = 4
-    EVENTS = 5
-    STATS = 6
-    FLUSH = 7
-    FLUSH_ACK = 8
-    WELCOME = 9
+    WELCOME = 2
+    SCHEMA = 3
+    STRINGS = 4
+    TRACK = 5
+    EVENTS = 6
+    STATS = 7
+    FLUSH = 8
+    FLUSH_ACK = 9
+    GOODBYE = IGNORABLE | 1
+
+
+#: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
+_MAX_FIELD_INT: Final = 2**63 - 1
+_MAX_PID: Final = 2**32 - 1
+_U32: Final = 2**32 - 1
 
 
 def _pack(value: object) -> bytes:
@@ -107,30 +113,26 @@ def _pack(value: object) -> bytes:
     return packed
 
 
-def _unpack_body(frame: str, body: bytes | memoryview) -> Any:
+def _unpack_map(frame: str, body: bytes | memoryview) -> Mapping[str, Any]:
     try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several types for bad input; all mean the same here
         raise MalformedFrame(f"{frame} frame: body is not valid msgpack ({exc})") from None
-
-
-def _field(data: Any, frame: str, name: str, kind: type) -> Any:
-    if not isinstance(data, Mapping):
+    if not isinstance(data, dict):
         raise MalformedFrame(f"{frame} frame: body must be a map, got {type(data).__name__}")
+    return data
+
+
+def _field(data: Mapping[str, Any], frame: str, name: str, kind: type, high: int = _MAX_FIELD_INT) -> Any:
     try:
         value = data[name]
     except KeyError:
         raise MalformedFrame(f"{frame} frame: missing field {name!r}") from None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedFrame(f"{frame} frame: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
-    if isinstance(value, int) and not 0 <= value <= _MAX_FIELD_INT:
-        raise MalformedFrame(f"{frame} frame: field {name!r} must be in 0..{_MAX_FIELD_INT}, got {value}")
+    if isinstance(value, int) and not 0 <= value <= high:
+        raise MalformedFrame(f"{frame} frame: field {name!r} must be in 0..{high}, got {value}")
     return value
-
-
-#: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
-_MAX_FIELD_INT: Final = 2**63 - 1
-_MAX_PID: Final = 2**32 - 1
 
 
 def _token_body(frame: str, body: bytes) -> int:
@@ -142,7 +144,7 @@ def _token_body(frame: str, body: bytes) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """The client's first frame: who the process is, and one reading of both its clocks."""
+    """The client's first frame: who the process is, one reading of both its clocks, the versions it speaks."""
 
     TYPE: ClassVar = FrameType.HELLO
     pid: int
@@ -155,6 +157,8 @@ class Hello:
     monotonic_ns: int
     wall_ns: int
     client_version: str
+    protocol_min: int = PROTOCOL_VERSIONS[0]
+    protocol_max: int = PROTOCOL_VERSIONS[1]
 
     def encode_body(self) -> bytes:
         return _pack(
@@ -167,17 +171,16 @@ class Hello:
                 "monotonic_ns": self.monotonic_ns,
                 "wall_ns": self.wall_ns,
                 "client_version": self.client_version,
+                "protocol_min": self.protocol_min,
+                "protocol_max": self.protocol_max,
             }
         )
 
     @classmethod
     def decode_body(cls, body: bytes) -> Hello:
-        data = _unpack_body("HELLO", body)
-        pid = _field(data, "HELLO", "pid", int)
-        if pid > _MAX_PID:
-            raise MalformedFrame(f"HELLO frame: field 'pid' must be in 0..{_MAX_PID}, got {pid}")
-        return cls(
-            pid=pid,
+        data = _unpack_map("HELLO", body)
+        hello = cls(
+            pid=_field(data, "HELLO", "pid", int, _MAX_PID),
             host=_field(data, "HELLO", "host", str),
             process_name=_field(data, "HELLO", "process_name", str),
             instance_id=_field(data, "HELLO", "instance_id", str),
@@ -185,38 +188,109 @@ class Hello:
             monotonic_ns=_field(data, "HELLO", "monotonic_ns", int),
             wall_ns=_field(data, "HELLO", "wall_ns", int),
             client_version=_field(data, "HELLO", "client_version", str),
+            protocol_min=_field(data, "HELLO", "protocol_min", int, 0xFFFF),
+            protocol_max=_field(data, "HELLO", "protocol_max", int, 0xFFFF),
+        )
+        if hello.protocol_min > hello.protocol_max:
+            raise MalformedFrame(
+                f"HELLO frame: protocol_min {hello.protocol_min} is above protocol_max {hello.protocol_max}"
+            )
+        return hello
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The collector's answer to HELLO: the version chosen and the limits the client must respect."""
+
+    TYPE: ClassVar = FrameType.WELCOME
+    protocol_version: int
+    max_frame_bytes: int
+    max_strings: int
+    max_tracks: int
+    max_kinds: int
+    collector_version: str
+
+    def encode_body(self) -> bytes:
+        return _pack(
+            {
+                "protocol_version": self.protocol_version,
+                "max_frame_bytes": self.max_frame_bytes,
+                "max_strings": self.max_strings,
+                "max_tracks": self.max_tracks,
+                "max_kinds": self.max_kinds,
+                "collector_version": self.collector_version,
+            }
+        )
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Welcome:
+        data = _unpack_map("WELCOME", body)
+        welcome = cls(
+            protocol_version=_field(data, "WELCOME", "protocol_version", int, 0xFFFF),
+            max_frame_bytes=_field(data, "WELCOME", "max_frame_bytes", int, _U32),
+            max_strings=_field(data, "WELCOME", "max_strings", int, _U32),
+            max_tracks=_field(data, "WELCOME", "max_tracks", int, _U32),
+            max_kinds=_field(data, "WELCOME", "max_kinds", int, _U32),
+            collector_version=_field(data, "WELCOME", "collector_version", str),
+        )
+        if welcome.max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise MalformedFrame(
+                f"WELCOME frame: field 'max_frame_bytes' must be >= {MIN_MAX_FRAME_BYTES}, "
+                f"got {welcome.max_frame_bytes}"
+            )
+        for name in ("max_strings", "max_tracks", "max_kinds"):
+            if getattr(welcome, name) < 2:
+                raise MalformedFrame(f"WELCOME frame: field {name!r} must be >= 2, got {getattr(welcome, name)}")
+        return welcome
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """One event kind as SCHEMA declares it: how to show it, and its typed fields (empty: free ``args`` map)."""
+
+    id: int
+    name: str
+    shape: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "shape": self.shape, "fields": [list(f) for f in self.fields]}
+
+    @classmethod
+    def from_wire(cls, entry: object) -> KindSpec:
+        if not isinstance(entry, dict):
+            raise MalformedFrame(f"SCHEMA frame: a kind must be a map, got {type(entry).__name__}")
+        fields = _field(entry, "SCHEMA", "fields", list)
+        for item in fields:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+                raise MalformedFrame(f"SCHEMA frame: a field must be [name, type code], got {item!r:.80}")
+        return cls(
+            id=_field(entry, "SCHEMA", "id", int, _U32),
+            name=_field(entry, "SCHEMA", "name", str),
+            shape=_field(entry, "SCHEMA", "shape", str),
+            fields=tuple((name, type_code) for name, type_code in fields),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Schema:
-    """Event kinds (id -> name) and the column layout of EVENTS payloads."""
+    """Event kinds (all of them, or those added since the last SCHEMA) and the column layout of EVENTS payloads."""
 
     TYPE: ClassVar = FrameType.SCHEMA
-    kinds: tuple[tuple[int, str], ...]
+    kinds: tuple[KindSpec, ...]
     columns: tuple[str, ...] = EVENT_COLUMNS
 
     def encode_body(self) -> bytes:
-        return _pack({"kinds": [list(k) for k in self.kinds], "columns": list(self.columns)})
+        return _pack({"kinds": [k.to_wire() for k in self.kinds], "columns": list(self.columns)})
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
-        data = _unpack_body("SCHEMA", body)
-        raw_kinds = _field(data, "SCHEMA", "kinds", list)
+        data = _unpack_map("SCHEMA", body)
+        kinds = tuple(KindSpec.from_wire(entry) for entry in _field(data, "SCHEMA", "kinds", list))
         columns = _field(data, "SCHEMA", "columns", list)
-        kinds = []
-        for entry in raw_kinds:
-            if (
-                not isinstance(entry, list)
-                or len(entry) != 2
-                or not isinstance(entry[0], int)
-                or not isinstance(entry[1], str)
-            ):
-                raise MalformedFrame(f"SCHEMA frame: field 'kinds' entries must be [int, str], got {entry!r:.80}")
-            kinds.append((entry[0], entry[1]))
-        if tuple(columns) != EVENT_COLUMNS:
-            raise MalformedFrame(f"SCHEMA frame: field 'columns' must be {list(EVENT_COLUMNS)}, got {columns!r:.120}")
-        return cls(kinds=tuple(kinds), columns=EVENT_COLUMNS)
+        if not all(isinstance(c, str) for c in columns):
+            raise MalformedFrame(f"SCHEMA frame: field 'columns' must hold str, got {columns!r:.120}")
+        return cls(kinds=kinds, columns=tuple(columns))
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +306,8 @@ class Strings:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Strings:
-        data = _unpack_body("STRINGS", body)
-        first_id = _field(data, "STRINGS", "first_id", int)
+        data = _unpack_map("STRINGS", body)
+        first_id = _field(data, "STRINGS", "first_id", int, _U32)
         strings = _field(data, "STRINGS", "strings", list)
         for s in strings:
             if not isinstance(s, str):
@@ -242,40 +316,62 @@ class Strings:
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
-    """Declares a source id: one recording thread."""
+class Track:
+    """Declares (or renames) a track: a thread, a named source, an asyncio task, or a counter."""
 
-    TYPE: ClassVar = FrameType.SOURCE
-    source_id: int
+    TYPE: ClassVar = FrameType.TRACK
+    track_id: int
+    kind: int
     name: str
-    thread_id: int
+    #: The OS thread id of a thread track (0 otherwise).
+    thread_id: int = 0
+    #: The track this one belongs to (an async task's thread), 0 for none.
+    parent: int = 0
+    #: The track ended: its id is free, and it no longer counts against ``max_tracks``.
+    ended: bool = False
 
     def encode_body(self) -> bytes:
-        return _pack({"id": self.source_id, "name": self.name, "thread_id": self.thread_id})
+        return _pack(
+            {
+                "id": self.track_id,
+                "kind": self.kind,
+                "name": self.name,
+                "thread_id": self.thread_id,
+                "parent": self.parent,
+                "ended": self.ended,
+            }
+        )
 
     @classmethod
-    def decode_body(cls, body: bytes) -> Source:
-        data = _unpack_body("SOURCE", body)
+    def decode_body(cls, body: bytes) -> Track:
+        data = _unpack_map("TRACK", body)
         return cls(
-            source_id=_field(data, "SOURCE", "id", int),
-            name=_field(data, "SOURCE", "name", str),
-            thread_id=_field(data, "SOURCE", "thread_id", int),
+            track_id=_field(data, "TRACK", "id", int, _U32),
+            kind=_field(data, "TRACK", "kind", int, 0xFF),
+            name=_field(data, "TRACK", "name", str),
+            thread_id=_field(data, "TRACK", "thread_id", int),
+            parent=_field(data, "TRACK", "parent", int, _U32),
+            ended=bool(data.get("ended", False)),  # optional: absent means a live track
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Events:
-    """A batch of events from one source. ``payload`` stays opaque until export."""
+    """A batch of events on one track. ``payload`` stays opaque until someone decodes it."""
 
     TYPE: ClassVar = FrameType.EVENTS
-    source_id: int
+    track_id: int
     count: int
     first_ts_ns: int
     last_ts_ns: int
-    payload: bytes
+    payload: bytes | memoryview
+    flags: int = 0
 
     def encode_body(self) -> bytes:
-        return EVENTS_HEADER.pack(self.source_id, self.count, self.first_ts_ns, self.last_ts_ns) + self.payload
+        header = EVENTS_HEADER.pack(
+            EVENTS_HEADER.size, self.flags, self.track_id, self.count, self.first_ts_ns, self.last_ts_ns
+        )
+        return header + self.payload
 
     @classmethod
     def decode_body(cls, body: bytes) -> Events:
@@ -283,13 +379,17 @@ class Events:
             raise MalformedFrame(
                 f"EVENTS frame: body of {len(body)} bytes is shorter than its {EVENTS_HEADER.size}-byte header"
             )
-        source_id, count, first_ts, last_ts = EVENTS_HEADER.unpack_from(body)
-        payload = body[EVENTS_HEADER.size :]
+        header_size, flags, track_id, count, first_ts, last_ts = EVENTS_HEADER.unpack_from(body)
+        if not EVENTS_HEADER.size <= header_size <= len(body):
+            raise MalformedFrame(
+                f"EVENTS frame: field 'header_size' is {header_size} (must be {EVENTS_HEADER.size}..{len(body)})"
+            )
+        payload = memoryview(body)[header_size:]
         if count == 0 or count > len(payload):
             raise MalformedFrame(f"EVENTS frame: field 'count' is {count} for a payload of {len(payload)} bytes")
         if first_ts > last_ts:
             raise MalformedFrame(f"EVENTS frame: field 'first_ts' ({first_ts}) is after 'last_ts' ({last_ts})")
-        return cls(source_id, count, first_ts, last_ts, payload)
+        return cls(track_id, count, first_ts, last_ts, payload, flags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,18 +397,32 @@ class Stats:
     """Cumulative loss counters of the client process (since it started)."""
 
     TYPE: ClassVar = FrameType.STATS
+    #: Events recorded and never sent (send queue full, a frame cut by a disconnect, an event larger than a frame).
     dropped_events: int
     dropped_frames: int
+    #: Events recorded with a label past the string table's limit (shown with the overflow label).
+    label_overflow_events: int = 0
+    #: Argument values cut for depth or size (the event itself is kept, with a mark where it was cut).
+    clipped_args: int = 0
 
     def encode_body(self) -> bytes:
-        return _pack({"dropped_events": self.dropped_events, "dropped_frames": self.dropped_frames})
+        return _pack(
+            {
+                "dropped_events": self.dropped_events,
+                "dropped_frames": self.dropped_frames,
+                "label_overflow_events": self.label_overflow_events,
+                "clipped_args": self.clipped_args,
+            }
+        )
 
     @classmethod
     def decode_body(cls, body: bytes) -> Stats:
-        data = _unpack_body("STATS", body)
+        data = _unpack_map("STATS", body)
         return cls(
             dropped_events=_field(data, "STATS", "dropped_events", int),
             dropped_frames=_field(data, "STATS", "dropped_frames", int),
+            label_overflow_events=_field(data, "STATS", "label_overflow_events", int),
+            clipped_args=_field(data, "STATS", "clipped_args", int),
         )
 
 
@@ -329,7 +443,7 @@ class Flush:
 
 @dataclass(frozen=True, slots=True)
 class FlushAck:
-    """Everything the sender had before the matching FLUSH has gone out ahead of this frame."""
+    """Everything the sender had before the matching FLUSH has gone out (or been stored) ahead of this frame."""
 
     TYPE: ClassVar = FrameType.FLUSH_ACK
     token: int
@@ -343,47 +457,35 @@ class FlushAck:
 
 
 @dataclass(frozen=True, slots=True)
-class Welcome:
-    """The collector's first frame: the limits the client must respect."""
+class Goodbye:
+    """The sender is closing the connection, and says why (ignorable: an older peer just sees the close)."""
 
-    TYPE: ClassVar = FrameType.WELCOME
-    max_frame_bytes: int
-    collector_version: str
+    TYPE: ClassVar = FrameType.GOODBYE
+    reason: str = field(default="")
 
     def encode_body(self) -> bytes:
-        return _pack({"max_frame_bytes": self.max_frame_bytes, "collector_version": self.collector_version})
+        return _pack({"reason": self.reason})
 
     @classmethod
-    def decode_body(cls, body: bytes) -> Welcome:
-        data = _unpack_body("WELCOME", body)
-        max_frame_bytes = _field(data, "WELCOME", "max_frame_bytes", int)
-        if max_frame_bytes < MIN_MAX_FRAME_BYTES:
-            raise MalformedFrame(
-                f"WELCOME frame: field 'max_frame_bytes' must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}"
-            )
-        return cls(
-            max_frame_bytes=max_frame_bytes,
-            collector_version=_field(data, "WELCOME", "collector_version", str),
-        )
+    def decode_body(cls, body: bytes) -> Goodbye:
+        return cls(_field(_unpack_map("GOODBYE", body), "GOODBYE", "reason", str))
 
 
-Frame = Hello | Schema | Strings | Source | Events | Stats | Flush | FlushAck | Welcome
+Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye
 
 _FRAME_CLASSES: Final[dict[int, Any]] = {
-    cls.TYPE: cls for cls in (Hello, Schema, Strings, Source, Events, Stats, Flush, FlushAck, Welcome)
+    cls.TYPE: cls for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye)
 }
 #: Frame types each peer may send.
-_SENDABLE_BY: Final = {
+SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
     "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME},
-    "collector": frozenset({FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.WELCOME}),
+    "collector": frozenset({FrameType.WELCOME, FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.GOODBYE}),
 }
-#: The frame each peer must send first.
-_FIRST_FRAME: Final = {"client": FrameType.HELLO, "collector": FrameType.WELCOME}
 
 
-def preamble(version: int = PROTOCOL_VERSION) -> bytes:
+def preamble() -> bytes:
     """The 8 bytes each side sends before its first frame."""
-    return PREAMBLE.pack(MAGIC, version, 0)
+    return PREAMBLE.pack(MAGIC, STREAM_FORMAT, 0)
 
 
 def encode(frame: Frame, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
@@ -399,36 +501,28 @@ def encode(frame: Frame, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> byte
     return FRAME_HEADER.pack(len(body), frame.TYPE) + body
 
 
-def decode_events(
-    payload: bytes | memoryview, count: int, first_ts_ns: int
-) -> Iterator[tuple[int, int, int, int, Any]]:
-    """Yield ``(kind, name_id, ts_ns, dur_ns, args)`` for each event of an EVENTS payload.
-
-    Args:
-        payload: the payload of an EVENTS frame.
-        count, first_ts_ns: the fields of that frame's header.
+def unpack_columns(events: Events, columns: tuple[str, ...] = EVENT_COLUMNS) -> list[list[Any]]:
+    """The columns of an EVENTS payload, checked against the header's count.
 
     Raises:
-        MalformedFrame: the payload does not match the column layout or the header's count.
+        MalformedFrame: the payload is not an array of ``len(columns)`` arrays of ``count`` values each.
     """
     try:
         # Argument maps may have int or bytes keys (msgpack allows them); only control frames insist on str keys.
-        columns = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        unpacked = msgpack.unpackb(events.payload, raw=False, strict_map_key=False)
     except Exception as exc:
         raise MalformedFrame(f"EVENTS frame: payload is not valid msgpack ({exc})") from None
-    if not isinstance(columns, list) or len(columns) != len(EVENT_COLUMNS):
-        raise MalformedFrame(f"EVENTS frame: payload must be an array of {len(EVENT_COLUMNS)} columns")
-    for name, column in zip(EVENT_COLUMNS, columns, strict=True):
-        if not isinstance(column, list) or len(column) != count:
-            raise MalformedFrame(f"EVENTS frame: column {name!r} must be an array of {count} values")
-    kinds, names, offsets, durations, args = columns
-    for kind, name, offset, duration, arg in zip(kinds, names, offsets, durations, args, strict=True):
-        if not (type(kind) is int and type(name) is int and type(offset) is int and type(duration) is int):
-            raise MalformedFrame("EVENTS frame: columns 'kind', 'name', 'ts' and 'dur' must hold integers")
-        yield kind, name, first_ts_ns + offset, duration, arg
+    if not isinstance(unpacked, list) or len(unpacked) != len(columns):
+        raise MalformedFrame(f"EVENTS frame: payload must be an array of {len(columns)} columns")
+    for name, column in zip(columns, unpacked, strict=True):
+        if not isinstance(column, list) or len(column) != events.count:
+            raise MalformedFrame(f"EVENTS frame: column {name!r} must be an array of {events.count} values")
+    return unpacked
 
 
-class _Sentinel:
+class Sentinel:
+    """A marker ``next_frame()`` returns instead of a frame: ``NEED_DATA`` or ``CLOSED``."""
+
     __slots__ = ("_name",)
 
     def __init__(self, name: str) -> None:
@@ -439,15 +533,24 @@ class _Sentinel:
 
 
 #: ``FrameReader.next_frame()`` needs more bytes.
-NEED_DATA: Final = _Sentinel("NEED_DATA")
+NEED_DATA: Final = Sentinel("NEED_DATA")
 #: The peer closed the stream cleanly, at a frame boundary.
-CLOSED: Final = _Sentinel("CLOSED")
+CLOSED: Final = Sentinel("CLOSED")
 
 _MIN_READ = 64 * 1024
 
 
+def complete_frames(next_frame: Callable[[], Frame | Sentinel]) -> Iterator[Frame]:
+    """The frames ``next_frame`` gives until it needs more data or the stream is closed."""
+    while True:
+        frame = next_frame()
+        if isinstance(frame, Sentinel):
+            return
+        yield frame
+
+
 class FrameReader:
-    """Turns the bytes one peer sends into frames.
+    """Turns the bytes one peer sends into frames (framing only; ``session.py`` enforces the order of frames).
 
     Theory of operation: received bytes live in ``_buf[_start:_end]``. ``next_frame()`` first checks the preamble
     (failing on the first byte that differs from the magic), then parses one frame at a time. A frame header is
@@ -457,7 +560,7 @@ class FrameReader:
     reader is dead: every later call raises the same error.
 
     Args:
-        peer: who sends the bytes: ``"client"`` (first frame HELLO) or ``"collector"`` (first frame WELCOME).
+        peer: who sends the bytes, ``"client"`` or ``"collector"``.
         max_frame_bytes: the largest frame accepted, header included.
     """
 
@@ -468,23 +571,30 @@ class FrameReader:
         "_error",
         "_max_frame_bytes",
         "_peer",
+        "_preamble_done",
         "_sendable",
         "_start",
-        "_state",
+        "skipped_frames",
     )
 
-    def __init__(self, peer: Literal["client", "collector"], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, peer: Peer, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
         self._peer = peer
-        self._sendable = _SENDABLE_BY[peer]
+        self._sendable = SENDABLE_BY[peer]
         self._max_frame_bytes = max_frame_bytes
         self._buf = bytearray(_MIN_READ)
         self._start = 0
         self._end = 0
         self._eof = False
         self._error: ProtocolError | None = None
-        self._state = "preamble"
+        self._preamble_done = False
+        #: Frames of unknown ignorable types, skipped.
+        self.skipped_frames = 0
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
 
     @property
     def buffered_bytes(self) -> int:
@@ -508,6 +618,10 @@ class FrameReader:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
         self._end += nbytes
 
+    def fail(self, error: ProtocolError) -> None:
+        """A rule above the framing was broken: every later call raises ``error``."""
+        self._error = error
+
     def receive_data(self, data: bytes) -> None:
         """Add received bytes; ``b""`` means the peer closed its side."""
         if not data:
@@ -519,13 +633,9 @@ class FrameReader:
 
     def __iter__(self) -> Iterator[Frame]:
         """Every complete frame buffered now (stops at NEED_DATA or CLOSED)."""
-        while True:
-            frame = self.next_frame()
-            if frame is NEED_DATA or frame is CLOSED:
-                return
-            yield frame  # type: ignore[misc]
+        return complete_frames(self.next_frame)
 
-    def next_frame(self) -> Frame | _Sentinel:
+    def next_frame(self) -> Frame | Sentinel:
         """The next complete frame, ``NEED_DATA``, or ``CLOSED`` after a clean end of stream.
 
         Raises:
@@ -539,56 +649,61 @@ class FrameReader:
             self._error = exc
             raise
 
-    def _next_frame(self) -> Frame | _Sentinel:
-        available = self._end - self._start
-        if self._state == "preamble":
-            return self._read_preamble(available)
-        if available < FRAME_HEADER.size:
-            return self._need_data(available)
-        body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
-        size = FRAME_HEADER.size + body_length
-        if size > self._max_frame_bytes:
-            raise FrameTooLarge(size, self._max_frame_bytes)
-        self._check_type(frame_type)
-        if available < size:
-            return self._need_data(available)
-        body_start = self._start + FRAME_HEADER.size
-        body = bytes(self._buf[body_start : body_start + body_length])
-        self._start += size
-        frame: Frame = _FRAME_CLASSES[frame_type].decode_body(body)
-        self._state = "frames"
-        return frame
+    def _next_frame(self) -> Frame | Sentinel:
+        while True:
+            available = self._end - self._start
+            if not self._preamble_done:
+                if not self._read_preamble(available):
+                    return self._need_data(available)
+                continue
+            if available < FRAME_HEADER.size:
+                return self._need_data(available)
+            body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
+            size = FRAME_HEADER.size + body_length
+            if size > self._max_frame_bytes:
+                raise FrameTooLarge(size, self._max_frame_bytes)
+            known = self._check_type(frame_type)
+            if available < size:
+                return self._need_data(available)
+            body_start = self._start + FRAME_HEADER.size
+            self._start += size
+            if not known:
+                self.skipped_frames += 1
+                continue
+            body = bytes(self._buf[body_start : body_start + body_length])
+            frame: Frame = _FRAME_CLASSES[frame_type].decode_body(body)
+            return frame
 
-    def _read_preamble(self, available: int) -> _Sentinel:
+    def _read_preamble(self, available: int) -> bool:
         head = bytes(self._buf[self._start : self._start + min(available, PREAMBLE.size)])
         if head[: len(MAGIC)] != MAGIC[: len(head)]:
             raise BadPreamble(f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}")
         if available < PREAMBLE.size:
-            return self._need_data(available)
-        _, version, _ = PREAMBLE.unpack(head)
-        if version != PROTOCOL_VERSION:
-            raise UnsupportedVersion(version, PROTOCOL_VERSION)
+            return False
+        _, stream_format, _ = PREAMBLE.unpack(head)
+        if stream_format != STREAM_FORMAT:
+            raise UnsupportedVersion(
+                f"stream format {stream_format} is not supported (this side reads format {STREAM_FORMAT})"
+            )
         self._start += PREAMBLE.size
-        self._state = "first"
-        return self._next_frame()  # type: ignore[return-value]
+        self._preamble_done = True
+        return True
 
-    def _check_type(self, frame_type: int) -> None:
+    def _check_type(self, frame_type: int) -> bool:
+        """True for a frame to decode, False for one to skip; raises for one that is not allowed."""
         if frame_type not in _FRAME_CLASSES:
-            raise UnexpectedFrame(f"unknown frame type {frame_type}")
-        name = FrameType(frame_type).name
+            if frame_type & IGNORABLE:
+                return False
+            raise UnexpectedFrame(f"unknown frame type {frame_type} (not marked ignorable)")
         if frame_type not in self._sendable:
-            raise UnexpectedFrame(f"a {self._peer} may not send {name} frames")
-        first = _FIRST_FRAME[self._peer]
-        if self._state == "first" and frame_type != first:
-            raise UnexpectedFrame(f"first frame from a {self._peer} must be {first.name}, got {name}")
-        if self._state == "frames" and frame_type == first:
-            raise UnexpectedFrame(f"{name} may only be the first frame")
+            raise UnexpectedFrame(f"a {self._peer} may not send {FrameType(frame_type).name} frames")
+        return True
 
-    def _need_data(self, available: int) -> _Sentinel:
+    def _need_data(self, available: int) -> Sentinel:
         if not self._eof:
             return NEED_DATA
         if available == 0:
             return CLOSED
-        if self._state == "preamble":
-            raise BadPreamble(f"stream closed inside the preamble after {available} of {PREAMBLE.size} bytes")
-        raise ProtocolError(f"stream closed inside a frame: {available} bytes of an incomplete frame pending")
+        if not self._preamble_done:
+            raise TornStream(f"stream ended inside the preamble after {available} of {PREAMBLE.size} bytes")
+        raise TornStream(f"stream ended inside a frame: {available} bytes of an incomplete frame")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from aiohttp import web
 from ringtrace.client._version import __version__
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.client.session import Limits
 
 from .export import ProcessView, SnapshotView
+from .http import make_app
 from .ingest import IngestProtocol
 from .sessions import Registry
 from .store import ENTRY_OVERHEAD_BYTES, RingStore
@@ -34,8 +36,10 @@ class CollectorConfig:
     max_connections: int = 1024
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
     max_strings: int = 100_000
-    #: Most sources (threads) one connection may declare.
-    max_sources: int = 10_000
+    #: Most tracks (threads, asyncio task lanes, sources) one connection may declare.
+    max_tracks: int = 10_000
+    #: Most event kinds one connection may declare.
+    max_kinds: int = 1_000
     #: A connection that has not said HELLO by then is closed: it would hold a max_connections slot for nothing.
     handshake_timeout_s: float = 10.0
     #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
@@ -46,10 +50,9 @@ class CollectorConfig:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {self.max_frame_bytes}")
         if self.max_connections < 1:
             raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
-        if self.max_strings < 1:
-            raise ConfigError(f"max_strings must be >= 1, got {self.max_strings}")
-        if self.max_sources < 1:
-            raise ConfigError(f"max_sources must be >= 1, got {self.max_sources}")
+        for name in ("max_strings", "max_tracks", "max_kinds"):
+            if getattr(self, name) < 2:
+                raise ConfigError(f"{name} must be >= 2, got {getattr(self, name)}")
         if self.handshake_timeout_s <= 0:
             raise ConfigError(f"handshake_timeout_s must be > 0, got {self.handshake_timeout_s}")
         if self.snapshot_flush_timeout_s < 0:
@@ -68,6 +71,10 @@ class Collector:
         self.version = __version__
         # A segment holds at least one frame of the largest size with its index entry.
         self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes + ENTRY_OVERHEAD_BYTES)
+        self.limits = Limits(config.max_frame_bytes, config.max_strings, config.max_tracks, config.max_kinds)
+        self.max_connections = config.max_connections
+        self.handshake_timeout_s = config.handshake_timeout_s
+        self.snapshot_flush_timeout_s = config.snapshot_flush_timeout_s
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
         self.tcp_address: tuple[str, int] | None = None
@@ -77,27 +84,38 @@ class Collector:
 
     async def start(self) -> None:
         """Bind both listeners and log one line each with the port actually bound."""
-        from .http import make_app
-
         loop = asyncio.get_running_loop()
         config = self.config
         self._tcp_server = server = await loop.create_server(
             lambda: IngestProtocol(self), config.tcp_host, config.tcp_port
         )
         self.tcp_address = server.sockets[0].getsockname()[:2]
-        log.info("ingest listening on tcp://%s:%d", *self.tcp_address)
+        log.info("ingest listening on tcp://%s", _host_port(self.tcp_address))
         self._http_runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()
         site = web.TCPSite(self._http_runner, config.http_host, config.http_port)
         await site.start()
         self.http_address = self._http_runner.addresses[0][:2]
-        log.info("http listening on http://%s:%d", *self.http_address)
+        log.info("http listening on http://%s", _host_port(self.http_address))
         log.info(
             "ring capacity %d bytes in %d segments; max frame %d bytes",
             self.store.capacity_bytes,
             self.store.segment_count,
             config.max_frame_bytes,
         )
+
+    def health(self) -> dict[str, Any]:
+        """Liveness and a few gauges."""
+        store = self.store
+        return {
+            "status": "ok",
+            "connections": len(self.connections),
+            "processes": len(self.registry.processes),
+            "stored_events": store.stored_events,
+            "stored_frames": store.stored_frames,
+            "used_bytes": store.used_bytes,
+            "capacity_bytes": store.capacity_bytes,
+        }
 
     async def stop(self) -> None:
         if self._tcp_server is not None:
@@ -119,6 +137,7 @@ class Collector:
                 future.cancel()
         processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
         lost = {cast(tuple[int, int], key): loss.events for key, loss in self.store.lost.items()}
+        # Frozen before export starts on a worker thread: ingest goes on changing the live records.
         other = {
             "collector_version": __version__,
             "capacity_bytes": self.store.capacity_bytes,
@@ -127,3 +146,9 @@ class Collector:
             "clients_connected": len(flushes),
         }
         return SnapshotView(self.store.snapshot(), processes, lost, other)
+
+
+def _host_port(address: tuple[str, int]) -> str:
+    """``HOST:PORT``, with an IPv6 host in brackets, as clients and --tcp take it."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

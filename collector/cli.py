@@ -5,46 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
 
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.transport import parse_address
+from ringtrace.client.options import parse_address, parse_size
 
 from .app import Collector, CollectorConfig
 
 __all__ = ["main", "parse_listen_address", "parse_size"]
 
 log = logging.getLogger("ringtrace.collector")
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"1048576"``, ``"64MB"`` (10**6), ``"1GiB"`` (2**30), ``"512 KiB"``; units are case-insensitive.
-
-    Raises:
-        ConfigError: not a size.
-    """
-    match = _SIZE.fullmatch(text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ConfigError(f"size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got {text!r}")
-    return int(float(match.group(1)) * _UNITS[unit])
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
@@ -100,6 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="default %(default)s")
     parser.add_argument(
+        "--max-strings",
+        type=int,
+        default=defaults.max_strings,
+        help="string table entries one connection may declare; clients adopt it (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tracks",
+        type=int,
+        default=defaults.max_tracks,
+        help="tracks (threads, task lanes) one connection may declare (default %(default)s)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -144,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             capacity_bytes=args.capacity,
             max_frame_bytes=args.max_frame_size,
             max_connections=args.max_connections,
+            max_strings=args.max_strings,
+            max_tracks=args.max_tracks,
         )
         with _runner() as runner:
             runner.run(_serve(config))

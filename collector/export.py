@@ -16,9 +16,10 @@ from typing import Any
 
 import orjson
 from ringtrace.client.errors import ProtocolError
-from ringtrace.client.protocol import decode_events
+from ringtrace.client.model import THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import Events, Stats
 
-from .sessions import ProcessRecord, SourceContext
+from .sessions import FrameContext, ProcessRecord
 from .store import StoredFrame, StoreSnapshot
 
 __all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
@@ -28,6 +29,9 @@ log = logging.getLogger("ringtrace.collector.export")
 _PHASES = {"span": "X", "instant": "i"}
 #: Totals are capped here: orjson (and many JSON readers) take nothing wider than 64 bits.
 _MAX_JSON_INT = 2**63 - 1
+#: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
+#: within the 32 bits viewers keep.
+_SYNTHETIC_TID_BASE = 2**31
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,8 @@ class ProcessView:
     host: str
     name: str
     clock_offset_ns: int
-    client_dropped_events: int
-    client_dropped_frames: int
-    thread_names: dict[int, str]
+    client_stats: Stats
+    tracks: dict[int, TrackInfo]
 
     @classmethod
     def of(cls, process: ProcessRecord) -> ProcessView:
@@ -53,10 +56,16 @@ class ProcessView:
             process.host,
             process.name,
             process.clock_offset_ns,
-            process.client_dropped_events,
-            process.client_dropped_frames,
-            dict(process.thread_names),
+            process.client_stats,
+            dict(process.tracks),
         )
+
+    @staticmethod
+    def tid(track: TrackInfo) -> int:
+        """The Chrome ``tid`` of a track: the OS thread id for a thread, a synthetic one above them otherwise."""
+        if track.kind == THREAD_TRACK:
+            return int(track.thread_id)
+        return int(_SYNTHETIC_TID_BASE + track.track_id)
 
 
 @dataclass
@@ -74,29 +83,47 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document."""
     frames = sorted(view.frames, key=lambda f: f.first_ts_ns + _offset(view, f))
     origin_ns = frames[0].first_ts_ns + _offset(view, frames[0]) if frames else 0  # the earliest, after the sort
-    threads = {(f.context.process.uid, f.context.thread_id) for f in frames}
+    tracks = {(_context(f).process.uid, _context(f).track.track_id): _context(f).track for f in frames}
     yield b'{"traceEvents":['
     first = True
-    metadata = _metadata_events(view, threads)
+    metadata = _metadata_events(view, tracks)
     if metadata:
         yield orjson.dumps(metadata)[1:-1]
         first = False
-    undecodable = 0
+    undecodable: dict[int, int] = {}
     for frame in frames:
         try:
-            events = _frame_events(view, frame, origin_ns)
+            events, skipped = _frame_events(view, frame, origin_ns)
             chunk = _dumps(events)[1:-1] if events else b""
-        except ProtocolError:
-            undecodable += 1
-            continue
-        except Exception:  # a bug here must cost one frame, not the validity of the whole document
-            log.exception("cannot export a frame of %d events; skipped", frame.count)
-            undecodable += 1
-            continue
+        except Exception as exc:  # a bad frame must cost its own events, not the validity of the whole document
+            skipped, chunk = frame.count, b""
+            _log_once(view, frame, exc)
+        if skipped:
+            uid = _context(frame).process.uid
+            undecodable[uid] = undecodable.get(uid, 0) + skipped
         if chunk:
             yield chunk if first else b"," + chunk
             first = False
     yield (b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(_other_data(view, origin_ns, undecodable)) + b"}")
+
+
+_logged_uids: set[int] = set()
+
+
+def _log_once(view: SnapshotView, frame: StoredFrame, exc: Exception) -> None:
+    """One log line per process: why its events cannot be exported (they are counted in every snapshot)."""
+    process = view.processes[_context(frame).process.uid]
+    if process.uid in _logged_uids:
+        return
+    _logged_uids.add(process.uid)
+    why = str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
+    log.warning(
+        "cannot export %d events of %s (pid %d): %s; counted as undecodable_events (logged once per process)",
+        frame.count,
+        process.name,
+        process.pid,
+        why,
+    )
 
 
 def _dumps(events: list[dict[str, Any]]) -> bytes:
@@ -122,90 +149,101 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _context(frame: StoredFrame) -> FrameContext:
+    context: FrameContext = frame.context
+    return context
+
+
 def _offset(view: SnapshotView, frame: StoredFrame) -> int:
-    context: SourceContext = frame.context
-    return view.processes[context.process.uid].clock_offset_ns
+    return view.processes[_context(frame).process.uid].clock_offset_ns
 
 
-def _metadata_events(view: SnapshotView, threads: set[tuple[int, int]]) -> list[dict[str, Any]]:
+def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    for uid in sorted({uid for uid, _ in threads}):
+    for uid in sorted({uid for uid, _ in tracks}):
         process = view.processes[uid]
         label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
         events.append({"ph": "M", "name": "process_name", "pid": process.trace_pid, "tid": 0, "args": {"name": label}})
         events.append(
-            {
-                "ph": "M",
-                "name": "process_labels",
-                "pid": process.trace_pid,
-                "tid": 0,
-                "args": {"labels": process.host},
-            }
+            {"ph": "M", "name": "process_labels", "pid": process.trace_pid, "tid": 0, "args": {"labels": process.host}}
         )
-    for uid, thread_id in sorted(threads):
+    for (uid, track_id), stored_track in sorted(tracks.items()):
         process = view.processes[uid]
-        name = process.thread_names.get(thread_id, str(thread_id))
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": process.trace_pid,
-                "tid": thread_id,
-                "args": {"name": name},
-            }
-        )
+        track = process.tracks.get(track_id, stored_track)  # the latest name, or the one of an ended track
+        name = track.name
+        tid = process.tid(track)
+        events.append({"ph": "M", "name": "thread_name", "pid": process.trace_pid, "tid": tid, "args": {"name": name}})
+        if track.parent:
+            # Task lanes sort by the id of their thread (which they carry), next to it.
+            index = {"sort_index": track.thread_id}
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": process.trace_pid, "tid": tid, "args": index})
     return events
 
 
-def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> list[dict[str, Any]]:
-    context: SourceContext = frame.context
+def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> tuple[list[dict[str, Any]], int]:
+    """The Chrome events of one stored frame, and how many of its events could not be shown."""
+    context = _context(frame)
     process = view.processes[context.process.uid]
     base_ns = process.clock_offset_ns - origin_ns
-    pid, tid = process.trace_pid, context.thread_id
-    strings, kinds = context.strings, context.kinds
+    pid, tid = process.trace_pid, process.tid(context.track)
     events = []
-    for kind, name_id, ts_ns, dur_ns, args in decode_events(frame.payload, frame.count, frame.first_ts_ns):
-        phase = _PHASES.get(kinds.get(kind, ""))
-        if phase is None:
-            continue  # a kind this collector does not know how to show
-        name = strings.get(name_id)
-        event = {
-            "name": name if name is not None else f"<unknown string {name_id}>",
-            "ph": phase,
-            "ts": (ts_ns + base_ns) / 1000,
-            "pid": pid,
-            "tid": tid,
-        }
+    skipped = 0
+    batch = Events(context.track.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload)
+    for kind, name, ts_ns, dur_ns, args in context.tables.rows(batch):
+        phase = _PHASES.get(kind.shape) if kind is not None else None
+        if kind is None or phase is None:
+            skipped += 1  # a kind never declared, or a shape this collector cannot show
+            continue
+        event = {"name": name, "ph": phase, "ts": (ts_ns + base_ns) / 1000, "pid": pid, "tid": tid}
         if args is not None:
-            event["args"] = args if isinstance(args, dict) else {"value": args}
+            if isinstance(args, dict):
+                event["args"] = args
+            elif kind.fields and isinstance(args, list):  # a typed kind: values in the order of its fields
+                event["args"] = dict(zip((f[0] for f in kind.fields), args, strict=False))
+            else:
+                event["args"] = {"value": args}
         if phase == "X":
             event["dur"] = dur_ns / 1000
         else:
             event["s"] = "t"
         events.append(event)
-    return events
+    return events, skipped
 
 
-def _other_data(view: SnapshotView, origin_ns: int, undecodable: int) -> dict[str, Any]:
+def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int]) -> dict[str, Any]:
     ring_lost: dict[int, int] = {}
     for (uid, _), lost in view.ring_lost_events.items():
         ring_lost[uid] = ring_lost.get(uid, 0) + lost
-    processes = [
+    processes: list[dict[str, Any]] = [
         {
             "pid": p.trace_pid,
             "os_pid": p.pid,
             "host": p.host,
             "process_name": p.name,
-            "client_dropped_events": p.client_dropped_events,
+            "client_dropped_events": p.client_stats.dropped_events,
+            "label_overflow_events": p.client_stats.label_overflow_events,
+            "clipped_args": p.client_stats.clipped_args,
             "ring_overwritten_events": ring_lost.get(p.uid, 0),
+            "undecodable_events": undecodable.get(p.uid, 0),
         }
         for p in sorted(view.processes.values(), key=lambda p: p.uid)
     ]
+
+    def total(name: str) -> int:
+        return min(sum(int(p[name]) for p in processes), _MAX_JSON_INT)
+
     return {
         **view.other,
         "clock_origin_wall_ns": origin_ns,
-        "client_dropped_events": min(sum(p.client_dropped_events for p in view.processes.values()), _MAX_JSON_INT),
-        "ring_overwritten_events": min(sum(ring_lost.values()), _MAX_JSON_INT),
-        "undecodable_frames": undecodable,
+        **{name: total(name) for name in _TOTALS},
         "processes": processes,
     }
+
+
+_TOTALS = (
+    "client_dropped_events",
+    "label_overflow_events",
+    "clipped_args",
+    "ring_overwritten_events",
+    "undecodable_events",
+)

@@ -9,17 +9,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from .app import Collector
-from .export import chrome_trace_chunks
+from .export import SnapshotView, chrome_trace_chunks
 
 __all__ = ["make_app"]
 
 log = logging.getLogger("ringtrace.collector.http")
 
-COLLECTOR: web.AppKey[Collector] = web.AppKey("collector", Collector)
+
+class CollectorAPI(Protocol):
+    """What the HTTP handlers need of the collector."""
+
+    @property
+    def snapshot_flush_timeout_s(self) -> float: ...
+
+    async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+
+COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 
 
@@ -52,7 +64,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     collector = request.app[COLLECTOR]
     _check_params(request.query, {"flush_timeout_s"})
     flush_timeout_s = _float_param(
-        request.query, "flush_timeout_s", collector.config.snapshot_flush_timeout_s, 0.0, _MAX_FLUSH_TIMEOUT_S
+        request.query, "flush_timeout_s", collector.snapshot_flush_timeout_s, 0.0, _MAX_FLUSH_TIMEOUT_S
     )
     view = await collector.snapshot(flush_timeout_s)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -67,23 +79,11 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    collector = request.app[COLLECTOR]
     _check_params(request.query, set())
-    store = collector.store
-    return web.json_response(
-        {
-            "status": "ok",
-            "connections": len(collector.connections),
-            "processes": len(collector.registry.processes),
-            "stored_events": store.stored_events,
-            "stored_frames": store.stored_frames,
-            "used_bytes": store.used_bytes,
-            "capacity_bytes": store.capacity_bytes,
-        }
-    )
+    return web.json_response(request.app[COLLECTOR].health())
 
 
-def make_app(collector: Collector) -> web.Application:
+def make_app(collector: CollectorAPI) -> web.Application:
     app = web.Application()
     app[COLLECTOR] = collector
     app.router.add_get("/snapshot", snapshot)

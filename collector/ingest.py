@@ -1,8 +1,10 @@
-"""One asyncio BufferedProtocol per client connection, feeding the shared sans-I/O frame reader.
+"""One asyncio BufferedProtocol per client connection, feeding the shared sans-I/O session decoder.
 
-The kernel writes straight into the reader's buffer (``get_buffer``/``buffer_updated``); each complete frame is
-handled synchronously: tables are updated, EVENTS payloads go into the store undecoded. A protocol error closes this
-connection only, with a log line that names the peer and the broken limit or field.
+The kernel writes straight into the decoder's buffer (``get_buffer``/``buffer_updated``); each complete frame comes
+out checked and applied to the connection's tables (the decoder holds every rule of the stream), and is handled
+synchronously: HELLO is answered with WELCOME (or GOODBYE naming both version ranges), EVENTS payloads go into the
+store undecoded. A protocol error closes this connection only, with a log line that names the peer and the broken
+limit or field.
 """
 
 from __future__ import annotations
@@ -10,60 +12,74 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
-from ringtrace.client.errors import MalformedFrame, ProtocolError
-from ringtrace.client.model import MAX_STRING_CHARS
+from ringtrace.client.errors import ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
     Events,
     Flush,
     FlushAck,
     Frame,
-    FrameReader,
+    Goodbye,
     Hello,
-    Schema,
-    Source,
     Stats,
-    Strings,
-    Welcome,
+    Track,
     encode,
     preamble,
 )
+from ringtrace.client.session import Limits, SessionDecoder
 
-from .sessions import ProcessRecord, SourceContext
+from .sessions import FrameContext, ProcessRecord, Registry
 
-if TYPE_CHECKING:
-    from .app import Collector
-
-__all__ = ["IngestProtocol"]
+__all__ = ["IngestProtocol", "IngestSink"]
 
 log = logging.getLogger("ringtrace.collector.ingest")
 
 _tokens = itertools.count(1)
 
 
-class IngestProtocol(asyncio.BufferedProtocol):
-    __slots__ = (
-        "_collector",
-        "_flushes",
-        "_kinds",
-        "_peer",
-        "_reader",
-        "_sources",
-        "_strings",
-        "_transport",
-        "process",
-    )
+class _Store(Protocol):
+    def append(
+        self, key: tuple[int, int], context: FrameContext, count: int, first_ts_ns: int, last_ts_ns: int, payload: bytes
+    ) -> None: ...
 
-    def __init__(self, collector: Collector) -> None:
-        self._collector = collector
-        self._reader = FrameReader("client", collector.config.max_frame_bytes)
+
+class IngestSink(Protocol):
+    """What a connection needs of the collector: its limits, the registry, the store, and the set of connections."""
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+    @property
+    def handshake_timeout_s(self) -> float: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def store(self) -> _Store: ...
+
+    @property
+    def connections(self) -> set[IngestProtocol]: ...
+
+
+class IngestProtocol(asyncio.BufferedProtocol):
+    __slots__ = ("_contexts", "_flushes", "_peer", "_session", "_sink", "_transport", "process")
+
+    def __init__(self, sink: IngestSink) -> None:
+        self._sink = sink
+        self._session = SessionDecoder(sink.limits)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self.process: ProcessRecord | None = None
-        self._strings: dict[int, str] = {}
-        self._kinds: dict[int, str] = {}
-        self._sources: dict[int, SourceContext] = {}
+        #: Per track id: the context its stored frames keep (rebuilt when a TRACK frame renames the track).
+        self._contexts: dict[int, FrameContext] = {}
         self._flushes: dict[int, asyncio.Future[bool]] = {}
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
@@ -73,16 +89,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        connections = self._collector.connections
-        limit = self._collector.config.max_connections
+        connections = self._sink.connections
+        limit = self._sink.max_connections
         if len(connections) >= limit:
             log.warning("refusing connection from %s: max_connections=%d reached", self._peer, limit)
             transport.abort()
             return
         connections.add(self)
-        asyncio.get_running_loop().call_later(self._collector.config.handshake_timeout_s, self._check_handshake)
-        welcome = Welcome(self._collector.config.max_frame_bytes, self._collector.version)
-        transport.write(preamble() + encode(welcome))
+        asyncio.get_running_loop().call_later(self._sink.handshake_timeout_s, self._check_handshake)
 
     def pause_writing(self) -> None:
         # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.
@@ -94,20 +108,26 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        view: memoryview = self._reader.get_buffer(sizehint)
+        view: memoryview = self._session.get_buffer(sizehint)
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._reader.buffer_updated(nbytes)
+        self._session.buffer_updated(nbytes)
         self._process_frames()
 
     def eof_received(self) -> bool:
-        self._reader.receive_data(b"")
+        self._session.receive_data(b"")
         self._process_frames()
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._collector.connections.discard(self)
+        self._sink.connections.discard(self)
+        if self._session.skipped_frames:
+            log.info(
+                "connection from %s skipped %d frames of types this collector does not know (ignorable)",
+                self._peer,
+                self._session.skipped_frames,
+            )
         if self.process is not None:
             self.process.live_connections -= 1
         for future in self._flushes.values():
@@ -118,13 +138,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def _check_handshake(self) -> None:
         transport = self._transport
         if self.process is None and transport is not None and not transport.is_closing():
-            timeout_s = self._collector.config.handshake_timeout_s
+            timeout_s = self._sink.handshake_timeout_s
             log.warning("closing connection from %s: no HELLO within handshake_timeout_s=%s", self._peer, timeout_s)
             transport.abort()
 
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes of our answers the client has not read yet."""
+        return self._transport.get_write_buffer_size() if self._transport is not None else 0
 
     # -- flush ----------------------------------------------------------------------------------------------------
 
@@ -148,49 +173,34 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         try:
-            for frame in self._reader:
+            for frame in self._session:
                 self._handle(frame)
+        except UnsupportedVersion as exc:
+            log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
+            transport.write(preamble() + encode(Goodbye(str(exc))))
+            transport.close()
         except ProtocolError as exc:
-            who = f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
-            log.warning("closing connection from %s, %s: %s", self._peer, who, exc)
+            log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.abort()
 
-    def _add_strings(self, frame: Strings) -> None:
-        config = self._collector.config
-        if frame.first_id + len(frame.strings) > config.max_strings:
-            last_id = frame.first_id + len(frame.strings) - 1
-            raise MalformedFrame(f"STRINGS frame: ids up to {last_id} exceed max_strings={config.max_strings}")
-        longest = max(map(len, frame.strings), default=0)
-        if longest > MAX_STRING_CHARS:
-            raise MalformedFrame(
-                f"STRINGS frame: a string of {longest} characters exceeds the limit of {MAX_STRING_CHARS}"
-            )
-        self._strings.update(zip(itertools.count(frame.first_id), frame.strings))
-
-    def _add_source(self, frame: Source) -> None:
-        assert self.process is not None
-        limit = self._collector.config.max_sources
-        if frame.source_id not in self._sources and len(self._sources) >= limit:
-            raise MalformedFrame(f"SOURCE frame: source {frame.source_id} is one more than max_sources={limit}")
-        if len(frame.name) > MAX_STRING_CHARS:
-            raise MalformedFrame(
-                f"SOURCE frame: field 'name' of {len(frame.name)} characters exceeds the limit of {MAX_STRING_CHARS}"
-            )
-        self.process.thread_names[frame.thread_id] = frame.name
-        self._sources[frame.source_id] = SourceContext(self.process, frame.thread_id, self._strings, self._kinds)
+    def _who(self) -> str:
+        return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
 
     def _handle(self, frame: Frame) -> None:
         if isinstance(frame, Events):
-            context = self._sources.get(frame.source_id)
+            context = self._contexts.get(frame.track_id)
             if context is None:
-                raise MalformedFrame(f"EVENTS frame: field 'source_id' {frame.source_id} was never declared by SOURCE")
-            self._collector.store.append(
-                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload
+                context = self._context(frame.track_id)
+            self._sink.store.append(
+                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, bytes(frame.payload)
             )
-        elif isinstance(frame, Strings):
-            self._add_strings(frame)
-        elif isinstance(frame, Source):
-            self._add_source(frame)
+        elif isinstance(frame, Track):
+            self._contexts.pop(frame.track_id, None)
+            assert self.process is not None
+            if frame.ended:  # stored frames name it through their own context
+                self.process.tracks.pop(frame.track_id, None)
+            else:
+                self.process.tracks[frame.track_id] = self._session.tables.tracks[frame.track_id]
         elif isinstance(frame, Flush):
             assert self._transport is not None
             self._transport.write(encode(FlushAck(frame.token)))  # everything before it is stored already
@@ -200,16 +210,26 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 future.set_result(True)
         elif isinstance(frame, Stats):
             assert self.process is not None
-            self.process.client_dropped_events = frame.dropped_events
-            self.process.client_dropped_frames = frame.dropped_frames
-        elif isinstance(frame, Schema):
-            self._kinds.update(frame.kinds)
+            self.process.client_stats = frame
         elif isinstance(frame, Hello):
-            self.process = self._collector.registry.hello(frame)
-            log.info(
-                "connection from %s: process %r pid %d on %s",
-                self._peer,
-                frame.process_name,
-                frame.pid,
-                frame.host,
-            )
+            self._hello(frame)
+
+    def _context(self, track_id: int) -> FrameContext:
+        assert self.process is not None
+        context = FrameContext(self.process, self._session.tables.tracks[track_id], self._session.tables)
+        self._contexts[track_id] = context
+        return context
+
+    def _hello(self, hello: Hello) -> None:
+        welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
+        self.process = self._sink.registry.hello(hello)
+        assert self._transport is not None
+        self._transport.write(preamble() + encode(welcome))
+        log.info(
+            "connection from %s: process %r pid %d on %s (protocol %d)",
+            self._peer,
+            hello.process_name,
+            hello.pid,
+            hello.host,
+            welcome.protocol_version,
+        )

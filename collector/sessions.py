@@ -1,8 +1,10 @@
-"""Who is sending: processes, their threads, and the per-connection tables needed to decode their frames.
+"""Who is sending: processes, their tracks, and what decoding each stored frame needs.
 
 A process is known by (host, instance_id), so a reconnect lands on the same process and a reused pid on the same host
-does not. String tables and event kinds are scoped to a connection, as the protocol says; every stored frame keeps a
-reference to the ``SourceContext`` of the connection it came on, which is all that decoding it needs.
+does not. String tables and kinds are scoped to a connection, as the protocol says; every stored frame keeps a
+``FrameContext``: its process, its track, and its connection's ``StreamTables``, which is all decoding it needs.
+Track ids are unique within a client process and stable across its reconnects, so (process, track id) names a
+track for loss accounting.
 
 Clocks: all processes of one boot of one host share the monotonic clock, so the first HELLO of a clock domain
 (host, boot id) fixes that domain's monotonic-to-wall offset, and every process of the domain uses it: their events
@@ -14,9 +16,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ringtrace.client.protocol import Hello
+from ringtrace.client.model import TrackInfo
+from ringtrace.client.protocol import Hello, Stats
+from ringtrace.client.session import StreamTables
 
-__all__ = ["ProcessRecord", "Registry", "SourceContext"]
+__all__ = ["FrameContext", "ProcessRecord", "Registry"]
 
 
 @dataclass(eq=False, slots=True)
@@ -30,25 +34,24 @@ class ProcessRecord:
     instance_id: str
     clock_offset_ns: int
     live_connections: int = 0
-    client_dropped_events: int = 0
-    client_dropped_frames: int = 0
-    #: Latest name of each OS thread id that declared a source.
-    thread_names: dict[int, str] = field(default_factory=dict)
+    #: The client's own loss counters, from its latest STATS frame.
+    client_stats: Stats = field(default_factory=lambda: Stats(0, 0))
+    #: Latest declaration of each track (a TRACK frame may rename one).
+    tracks: dict[int, TrackInfo] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
-class SourceContext:
-    """What decoding a stored frame needs: its process and thread, and its connection's tables."""
+class FrameContext:
+    """What decoding a stored frame needs: its process and track, and its connection's tables."""
 
     process: ProcessRecord
-    thread_id: int
-    strings: dict[int, str]
-    kinds: dict[int, str]
-    #: Identity of the source across reconnects, for loss accounting.
+    track: TrackInfo
+    tables: StreamTables
+    #: Identity of the track across reconnects, for loss accounting.
     key: tuple[int, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.key = (self.process.uid, self.thread_id)
+        self.key = (self.process.uid, self.track.track_id)
 
 
 class Registry:
@@ -56,13 +59,9 @@ class Registry:
 
     def __init__(self) -> None:
         self.processes: dict[tuple[str, str], ProcessRecord] = {}
-        self._by_uid: dict[int, ProcessRecord] = {}
         self._clock_offsets: dict[tuple[str, str], int] = {}
         self._trace_pids: set[int] = set()
         self._uids = itertools.count(1)
-
-    def by_uid(self, uid: int) -> ProcessRecord | None:
-        return self._by_uid.get(uid)
 
     def hello(self, hello: Hello) -> ProcessRecord:
         """The process a new connection speaks for (created on its first connection)."""
@@ -86,6 +85,5 @@ class Registry:
                 clock_offset_ns=offset,
             )
             self.processes[key] = process
-            self._by_uid[process.uid] = process
         process.live_connections += 1
         return process

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +13,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ringtrace.client.protocol import CLOSED, NEED_DATA, Flush, FlushAck, Frame, FrameReader, Hello, encode, preamble
 
 _LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|http)://([\d.]+):(\d+)")
 
@@ -99,6 +102,67 @@ class CollectorProcess:
             self.proc.stderr.close()
 
 
+def hello(pid: int = 4242, instance: str = "raw", **fields: Any) -> Hello:
+    """A HELLO as a hand-made client sends it."""
+    return Hello(pid, "review-host", "raw", instance, "", 1, 2, "test", **fields)
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Read until the collector closes the connection (True) or the read times out (False)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+class RawClient:
+    """A hand-made client on a real socket: says HELLO, waits for the collector's answer, then sends what it is told."""
+
+    def __init__(self, address: str, first: Hello | None = None) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.reader = FrameReader("collector")
+        self.sock.sendall(preamble() + encode(first or hello()))
+        self.answer = self.next_frame()  # WELCOME, or GOODBYE
+
+    def next_frame(self) -> Frame:
+        while True:
+            frame = self.reader.next_frame()
+            if frame is not NEED_DATA and frame is not CLOSED:
+                return frame  # type: ignore[return-value]
+            if frame is CLOSED:
+                raise ConnectionError("collector closed the connection")
+            self.reader.receive_data(self.sock.recv(65536))
+
+    def send(self, *frames: Frame) -> None:
+        self.sock.sendall(b"".join(encode(f) for f in frames))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def flush(self, token: int = 77) -> None:
+        """Wait until the collector acknowledged everything sent so far."""
+        self.send(Flush(token))
+        while not (isinstance(frame := self.next_frame(), FlushAck) and frame.token == token):
+            pass
+
+    def closed_by_peer(self) -> bool:
+        return closed_by_peer(self.sock)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_workload(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run ``workload.py`` in a fresh interpreter (a real client process)."""
     from pathlib import Path
@@ -117,4 +181,12 @@ def metadata(trace: dict[str, Any], name: str) -> dict[tuple[int, int], str]:
     return {(e["pid"], e["tid"]): e["args"]["name"] for e in events(trace, "M") if e["name"] == name}
 
 
-__all__: Sequence[str] = ["CollectorProcess", "events", "metadata", "run_workload"]
+__all__: Sequence[str] = [
+    "CollectorProcess",
+    "RawClient",
+    "closed_by_peer",
+    "events",
+    "hello",
+    "metadata",
+    "run_workload",
+]

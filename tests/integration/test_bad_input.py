@@ -5,44 +5,28 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 
-from collector_process import CollectorProcess, events, run_workload
-from ringtrace.client.protocol import FRAME_HEADER, FrameType, Hello, encode, preamble
+from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello, run_workload
+from ringtrace.client.model import MAX_STRING_CHARS
+from ringtrace.client.protocol import (
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    IGNORABLE,
+    PROTOCOL_VERSIONS,
+    FrameType,
+    Goodbye,
+    Stats,
+    Strings,
+    Track,
+    Welcome,
+    encode,
+    preamble,
+)
 
 
 def _connect(address: str) -> socket.socket:
     host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    return sock
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    """Read until the collector closes the connection (True) or the read times out (False)."""
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
-def _hello() -> bytes:
-    return preamble() + encode(
-        Hello(
-            pid=os.getpid(),
-            host="test",
-            process_name="bad",
-            instance_id="bad-1",
-            boot_id="",
-            monotonic_ns=1,
-            wall_ns=2,
-            client_version="test",
-        )
-    )
+    return socket.create_connection((host, int(port)), timeout=10)
 
 
 def test_bad_connections_are_closed_and_good_data_survives(collector: CollectorProcess) -> None:
@@ -51,21 +35,32 @@ def test_bad_connections_are_closed_and_good_data_survives(collector: CollectorP
 
     with _connect(collector.tcp_address) as garbage:
         garbage.sendall(os.urandom(4096))
-        assert _closed_by_peer(garbage)
+        assert closed_by_peer(garbage)
     line = collector.wait_for_log(lambda line: "closing connection" in line and "magic" in line)
     assert "WARNING" in line
 
-    with _connect(collector.tcp_address) as oversize:
-        oversize.sendall(_hello() + FRAME_HEADER.pack(64 * 1024 * 1024, FrameType.EVENTS))
-        assert _closed_by_peer(oversize)
+    with RawClient(collector.tcp_address) as oversize:
+        oversize.send_raw(FRAME_HEADER.pack(64 * 1024 * 1024, FrameType.EVENTS))
+        assert oversize.closed_by_peer()
     line = collector.wait_for_log(lambda line: "max_frame_bytes=1048576" in line)
     assert f"{64 * 1024 * 1024 + FRAME_HEADER.size} bytes" in line
 
-    with _connect(collector.tcp_address) as undeclared:
-        events_body = struct.pack("<IIQQ", 99, 1, 0, 0) + b"\x90"
-        undeclared.sendall(_hello() + FRAME_HEADER.pack(len(events_body), FrameType.EVENTS) + events_body)
-        assert _closed_by_peer(undeclared)
-    collector.wait_for_log(lambda line: "'source_id' 99 was never declared" in line)
+    with RawClient(collector.tcp_address) as undeclared:
+        body = EVENTS_HEADER.pack(EVENTS_HEADER.size, 0, 99, 1, 0, 0) + b"\x90"
+        undeclared.send_raw(FRAME_HEADER.pack(len(body), FrameType.EVENTS) + body)
+        assert undeclared.closed_by_peer()
+    collector.wait_for_log(lambda line: "'track' 99 was never declared" in line)
+
+    with RawClient(collector.tcp_address) as long_string:
+        long_string.send(Strings(0, ("s" * (MAX_STRING_CHARS + 1),)))
+        assert long_string.closed_by_peer()
+    collector.wait_for_log(lambda line: f"{MAX_STRING_CHARS + 1} exceeds max_string_chars={MAX_STRING_CHARS}" in line)
+
+    with _connect(collector.tcp_address) as early:
+        # An unknown ignorable frame is skipped, but it came before HELLO, which must be first.
+        early.sendall(preamble() + FRAME_HEADER.pack(3, 99 | IGNORABLE) + b"abc" + encode(Stats(0, 0)))
+        assert closed_by_peer(early)
+    collector.wait_for_log(lambda line: "first frame from a client must be HELLO" in line)
 
     after = run_workload(collector.tcp_address, "--threads", "2", "--spans", "1000", "--name", "after")
     assert after.returncode == 0, after.stderr
@@ -74,6 +69,34 @@ def test_bad_connections_are_closed_and_good_data_survives(collector: CollectorP
     pids = {json.loads(before.stdout)["pid"], json.loads(after.stdout)["pid"]}
     assert len(spans) == 4000
     assert {s["pid"] for s in spans} == pids
+
+
+def test_a_client_speaking_no_common_version_is_told_why(collector: CollectorProcess) -> None:
+    future = PROTOCOL_VERSIONS[1] + 1
+    with RawClient(collector.tcp_address, hello(protocol_min=future, protocol_max=future + 3)) as raw:
+        assert isinstance(raw.answer, Goodbye)
+        assert f"client speaks {future}..{future + 3}" in raw.answer.reason
+        assert f"this collector {PROTOCOL_VERSIONS[0]}..{PROTOCOL_VERSIONS[1]}" in raw.answer.reason
+        assert raw.closed_by_peer()
+    collector.wait_for_log(lambda line: "no common protocol version" in line)
+    # A client that also speaks the current version is welcomed with it.
+    with RawClient(collector.tcp_address, hello(protocol_min=1, protocol_max=future)) as raw:
+        assert isinstance(raw.answer, Welcome) and raw.answer.protocol_version == PROTOCOL_VERSIONS[1]
+
+
+def test_unknown_ignorable_frames_are_skipped_and_tracks_over_the_limit_refused() -> None:
+    collector = CollectorProcess("--max-tracks", "3")
+    try:
+        with RawClient(collector.tcp_address) as raw:
+            assert isinstance(raw.answer, Welcome) and raw.answer.max_tracks == 3
+            raw.send_raw(FRAME_HEADER.pack(4, 0x42 | IGNORABLE) + b"news")
+            raw.send(*(Track(i, 0, f"t{i}", 100 + i) for i in range(3)))
+            raw.flush()  # still connected
+            raw.send(Track(3, 0, "one too many", 103))
+            assert raw.closed_by_peer()
+        collector.wait_for_log(lambda line: "exceeds max_tracks=3" in line)
+    finally:
+        collector.stop()
 
 
 def test_bad_http_queries_get_400_with_a_message(collector: CollectorProcess) -> None:

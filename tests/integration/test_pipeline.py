@@ -46,7 +46,8 @@ def test_four_processes_four_threads_ten_thousand_spans_each(collector: Collecto
     other = trace["otherData"]
     assert other["client_dropped_events"] == 0
     assert other["ring_overwritten_events"] == 0
-    assert other["undecodable_frames"] == 0
+    assert other["undecodable_events"] == 0
+    assert other["label_overflow_events"] == 0 and other["clipped_args"] == 0
 
 
 def test_timestamps_share_one_axis_across_processes(collector: CollectorProcess) -> None:

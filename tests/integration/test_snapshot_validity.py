@@ -4,46 +4,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from typing import Any
 
 import msgpack
 import pytest
-from collector_process import CollectorProcess, events, run_workload
-from ringtrace.client.model import KINDS
-from ringtrace.client.protocol import (
-    Events,
-    Flush,
-    FlushAck,
-    Frame,
-    FrameReader,
-    Hello,
-    Schema,
-    Source,
-    Stats,
-    Strings,
-    encode,
-    preamble,
-)
+from collector_process import CollectorProcess, RawClient, events, hello, run_workload
+from ringtrace.client.model import BUILTIN_KINDS, THREAD_TRACK
+from ringtrace.client.protocol import Events, Frame, Schema, Stats, Strings, Track
 
 #: The largest integers the protocol accepts in a control frame, and as a pid: two processes' sums exceed 64 bits.
 MAX_FIELD = 2**63 - 1
 MAX_PID = 2**32 - 1
-
-
-def raw_client(address: str, frames: list[Frame], *, pid: int = 4242, instance: str = "raw") -> None:
-    """Connect, say HELLO and ``frames``, wait until the collector acknowledged them all, hang up."""
-    host, port = address.rsplit(":", 1)
-    hello = Hello(pid, "review-host", "raw", instance, "", 1, 2, "test")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(preamble() + b"".join(encode(f) for f in [hello, *frames, Flush(77)]))
-        reader = FrameReader("collector")
-        while True:
-            data = sock.recv(65536)
-            assert data, "collector closed the connection"
-            reader.receive_data(data)
-            if any(isinstance(frame, FlushAck) and frame.token == 77 for frame in reader):
-                return
 
 
 def snapshot_body(collector: CollectorProcess) -> bytes:
@@ -56,9 +27,13 @@ def snapshot_body(collector: CollectorProcess) -> bytes:
     return body
 
 
-def one_event(source_id: int = 1) -> Events:
-    payload = msgpack.packb([[0], [0], [0], [0], [None]])
-    return Events(source_id, 1, 1_000, 1_000, payload)
+def declared(*extra: Frame) -> list[Frame]:
+    """The tables a stream needs before its EVENTS: one kind table, one string, one thread track."""
+    return [Schema(BUILTIN_KINDS), Strings(0, ("x",)), Track(1, THREAD_TRACK, "t", 1), *extra]
+
+
+def one_event(payload: bytes | None = None, count: int = 1) -> Events:
+    return Events(1, count, 1_000, 1_000, payload or msgpack.packb([[0], [0], [0], [0], [None]]))
 
 
 @pytest.mark.parametrize("how", ["stats", "pid"])
@@ -67,9 +42,32 @@ def test_one_client_cannot_make_every_snapshot_invalid(collector: CollectorProce
     assert good.returncode == 0, good.stderr
     for instance in ("a", "b"):  # two processes, each within the protocol's limits
         if how == "stats":
-            raw_client(collector.tcp_address, [Stats(MAX_FIELD, 0)], instance=instance)
+            frames: list[Frame] = [Stats(MAX_FIELD, 0, MAX_FIELD, MAX_FIELD)]
+            first = hello(instance=instance)
         else:
-            frames: list[Frame] = [Schema(KINDS), Strings(0, ("x",)), Source(1, "t", 1), one_event()]
-            raw_client(collector.tcp_address, frames, pid=MAX_PID, instance=instance)
+            frames = declared(one_event())
+            first = hello(pid=MAX_PID, instance=instance)
+        with RawClient(collector.tcp_address, first) as raw:
+            raw.send(*frames)
+            raw.flush()
     trace: dict[str, Any] = json.loads(snapshot_body(collector))
     assert len([e for e in events(trace, "X") if e["name"] == "span"]) == 100
+
+
+def test_a_payload_nobody_can_decode_is_counted_per_process_and_logged_once(collector: CollectorProcess) -> None:
+    good = run_workload(collector.tcp_address, "--spans", "100", "--name", "innocent")
+    assert good.returncode == 0, good.stderr
+    with RawClient(collector.tcp_address, hello(instance="broken")) as raw:
+        # The header says 3 events; the payload is not the column layout SCHEMA declared.
+        raw.send(*declared(one_event(msgpack.packb({"not": "columns"}), count=3)))
+        raw.send(one_event(msgpack.packb([[0], [0], [0], [0]]), count=1))  # one column short
+        raw.flush()
+    for _ in range(2):  # counted in every snapshot; logged once
+        trace = json.loads(snapshot_body(collector))
+        assert len([e for e in events(trace, "X") if e["name"] == "span"]) == 100
+        by_name = {p["process_name"]: p for p in trace["otherData"]["processes"]}
+        assert by_name["raw"]["undecodable_events"] == 4
+        assert by_name["innocent"]["undecodable_events"] == 0
+        assert trace["otherData"]["undecodable_events"] == 4
+    logged = [line for line in collector.lines if "cannot export" in line]
+    assert len(logged) == 1 and "raw (pid 4242)" in logged[0] and "payload must be an array of 5 columns" in logged[0]

@@ -43,14 +43,12 @@ def main() -> None:
     for thread in threads:
         thread.join()
     flushed = None if args.no_flush else tl.flush(timeout_s=30)
-    transport = tl.transport
-    assert transport is not None
     json.dump(
         {
             "pid": os.getpid(),
             "threads": thread_ids,
             "flushed": flushed,
-            "dropped_events": transport.dropped_events,
+            "dropped_events": tl.dropped_events,
         },
         sys.stdout,
     )

@@ -7,13 +7,14 @@ kept), the way asyncio drives it; the ring store is measured with tracemalloc.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import tracemalloc
 from typing import Any
 
 import pytest
-from ringtrace.client.batch import BatchEncoder
-from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, StringTable
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import (
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -21,14 +22,16 @@ from ringtrace.client.protocol import (
     Flush,
     Frame,
     Hello,
-    Source,
     Strings,
+    Track,
     encode,
     preamble,
 )
 from ringtrace.collector.app import Collector, CollectorConfig
 from ringtrace.collector.ingest import IngestProtocol
 from ringtrace.collector.store import ENTRY_OVERHEAD_BYTES, RingStore
+
+HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 
 
 class StandInTransport:
@@ -40,6 +43,9 @@ class StandInTransport:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.written)
 
     def write(self, data: bytes) -> None:
         self.written += data
@@ -63,60 +69,58 @@ def feed(protocol: IngestProtocol, data: bytes) -> None:
         data = data[n:]
 
 
-def small_collector() -> Collector:
-    return Collector(
-        CollectorConfig(
-            tcp_port=0,
-            http_port=0,
-            capacity_bytes=2 * (MIN_MAX_FRAME_BYTES + ENTRY_OVERHEAD_BYTES),
-            max_frame_bytes=MIN_MAX_FRAME_BYTES,
-        )
-    )
-
-
-def connect_raw(collector: Collector, *frames: Frame) -> tuple[IngestProtocol, StandInTransport]:
-    """A connection that said HELLO and ``frames``, open or closed by what they held."""
-    protocol, transport = IngestProtocol(collector), StandInTransport()
-    protocol.connection_made(transport)  # type: ignore[arg-type]
-    hello = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
-    feed(protocol, preamble() + b"".join(encode(f, collector.config.max_frame_bytes) for f in (hello, *frames)))
-    return protocol, transport
+def small_collector(**config: Any) -> Collector:
+    defaults: dict[str, Any] = {
+        "tcp_port": 0,
+        "http_port": 0,
+        "capacity_bytes": 2 * (MIN_MAX_FRAME_BYTES + ENTRY_OVERHEAD_BYTES),
+        "max_frame_bytes": MIN_MAX_FRAME_BYTES,
+    }
+    return Collector(CollectorConfig(**{**defaults, **config}))
 
 
 def connect(collector: Collector, *frames: Frame) -> tuple[IngestProtocol, StandInTransport]:
-    protocol, transport = connect_raw(collector, *frames)
-    assert not transport.closing
+    """A connection that said HELLO and ``frames``, open or closed by what they held."""
+    protocol, transport = IngestProtocol(collector), StandInTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    feed(protocol, preamble() + b"".join(encode(f, collector.config.max_frame_bytes) for f in (HELLO, *frames)))
     return protocol, transport
 
 
 def test_unanswered_snapshot_flushes_do_not_accumulate() -> None:
     async def scenario() -> int:
         collector = small_collector()
-        protocol, _ = connect(collector)  # a client that never answers FLUSH
+        _, transport = connect(collector)  # a client that never answers FLUSH
+        assert not transport.closing
         for _ in range(50):
             await collector.snapshot(flush_timeout_s=0.001)
         await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
-        return len(protocol._flushes)
+        gc.collect()
+        running = asyncio.current_task()
+        return sum(1 for o in gc.get_objects() if isinstance(o, asyncio.Future) and not o.done() and o is not running)
 
     assert asyncio.run(scenario()) == 0
 
 
-def test_one_connection_cannot_pin_string_tables_beyond_their_bound() -> None:
+def test_one_connection_cannot_declare_strings_beyond_their_bound() -> None:
     async def scenario() -> None:  # connections are made on a running loop
-        collector = small_collector()
+        collector = small_collector(max_strings=200)
         longest = "s" * MAX_STRING_CHARS
-        protocol, transport = connect(collector, *(Strings(i, (longest,)) for i in range(200)))
-        assert not transport.closing and len(protocol._strings) == 200
-        # One character more than a client ever sends closes the connection, naming the limit.
-        protocol, transport = connect_raw(collector, Strings(0, (longest + "s",)))
-        assert transport.closing and protocol._strings == {}
+        _, transport = connect(collector, *(Strings(i, (longest,)) for i in range(200)))
+        assert not transport.closing
+        # One character more than a client ever sends, or one id past the limit, closes the connection.
+        _, transport = connect(collector, Strings(0, (longest + "s",)))
+        assert transport.closing
+        _, transport = connect(collector, Strings(200, ("x",)))
+        assert transport.closing
 
     asyncio.run(scenario())
 
 
 def test_ring_memory_stays_near_its_capacity_with_small_frames() -> None:
     # One instant, as a real client packs it when a thread recorded one event during a sweep interval.
-    ((frame, _),) = BatchEncoder(StringTable()).encode(1, [INSTANT, "tick", 10**15, 10**15, None]).events
+    track = TrackInfo(1, THREAD_TRACK, "t", 1)
+    ((frame, _),) = StreamEncoder().encode(track, [INSTANT, "tick", 10**15, 10**15, None]).events
     payload = frame[FRAME_HEADER.size + EVENTS_HEADER.size :]
     context = object()
     tracemalloc.start()
@@ -125,7 +129,7 @@ def test_ring_memory_stays_near_its_capacity_with_small_frames() -> None:
         # Big enough that allocations of other threads during the measurement are noise.
         store = RingStore(capacity_bytes=1024 * 1024, segment_bytes=32 * 1024)
         for i in range(100_000):
-            # The key is built per frame, as ingest does with SourceContext.key.
+            # The key is built per frame, as ingest does with FrameContext.key.
             store.append((1, 1000 + i % 8), context, 1, 10**15 + i, 10**15 + i, payload)
         used = tracemalloc.get_traced_memory()[0] - before
     finally:
@@ -159,15 +163,13 @@ def test_client_that_never_reads_cannot_grow_the_collectors_write_buffer(
             client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             client.connect(collector.tcp_address)
             client.setblocking(False)
-            hello = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
-            data = preamble() + encode(hello) + encode(Flush(1)) * 1_000_000  # 13 MB, never reading an answer
+            data = preamble() + encode(HELLO) + encode(Flush(1)) * 1_000_000  # 13 MB, never reading an answer
             sending = asyncio.ensure_future(loop.sock_sendall(client, data))
             deadline = loop.time() + 3
             largest = 0
             while loop.time() < deadline and largest <= bound:
                 for connection in list(collector.connections):
-                    assert connection._transport is not None
-                    largest = max(largest, connection._transport.get_write_buffer_size())
+                    largest = max(largest, connection.unsent_bytes)
                 if consumed[0] == len(data):
                     break  # the collector read everything we sent
                 await asyncio.sleep(0.05)
@@ -188,7 +190,7 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
         IngestProtocol(collector).connection_made(silent)  # type: ignore[arg-type]
         talker = IngestProtocol(collector)
         talker.connection_made(greeted)  # type: ignore[arg-type]
-        feed(talker, preamble() + encode(Hello(1234, "host", "proc", "instance", "", 1, 2, "test")))
+        feed(talker, preamble() + encode(HELLO))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10
         while not silent.closing and loop.time() < deadline:
@@ -201,14 +203,14 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
     assert asyncio.run(scenario()) == (True, False)
 
 
-def test_sources_per_connection_are_bounded_and_named_within_the_string_limit() -> None:
+def test_tracks_per_connection_are_bounded_and_named_within_the_string_limit() -> None:
     async def scenario() -> None:
-        collector = Collector(CollectorConfig(tcp_port=0, http_port=0, max_sources=3))
-        protocol, transport = connect(collector, *(Source(i, f"t{i}", 100 + i) for i in range(3)))
-        assert not transport.closing and len(protocol._sources) == 3
-        _, transport = connect_raw(collector, *(Source(i, f"t{i}", 100 + i) for i in range(4)))
+        collector = small_collector(max_tracks=3)
+        _, transport = connect(collector, *(Track(i, THREAD_TRACK, f"t{i}", 100 + i) for i in range(3)))
+        assert not transport.closing
+        _, transport = connect(collector, *(Track(i, THREAD_TRACK, f"t{i}", 100 + i) for i in range(4)))
         assert transport.closing
-        _, transport = connect_raw(collector, Source(1, "n" * (MAX_STRING_CHARS + 1), 7))
+        _, transport = connect(collector, Track(1, THREAD_TRACK, "n" * (MAX_STRING_CHARS + 1), 7))
         assert transport.closing
 
     asyncio.run(scenario())

@@ -1,0 +1,314 @@
+"""The stream encoder, sans-I/O: one stream's string table, schema and track list, and drained events to frames.
+
+The fast path is column-wise and runs in C: strided slices (``records[2::5]``) split a track's flat buffer into
+columns, ``map`` over the string table turns labels into ids, ``map(operator.sub, ...)`` turns timestamps into
+offsets and durations, and msgpack packs the columns. Work is cut into runs of at most ``max_events_per_frame``
+events so that no single C call holds the interpreter long enough to stall a recording thread (a few hundred
+microseconds each). Argument maps are normalised on the way (``model.normalise_args``) so that anything a user
+passes is carried, clipped with a mark if it must be, and never costs another event.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import add, sub
+from typing import Any, Final, NamedTuple
+
+import msgpack
+
+from ._version import __version__
+from .errors import FrameTooLarge
+from .model import (
+    BUILTIN_KINDS,
+    MAX_ARG_ITEMS,
+    MAX_ARG_TEXT,
+    RECORD_FIELDS,
+    StringTable,
+    TrackInfo,
+    normalise_args,
+    safe_str,
+)
+from .protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    MIN_MAX_FRAME_BYTES,
+    Events,
+    Hello,
+    KindSpec,
+    Schema,
+    Strings,
+    Track,
+    encode,
+)
+
+__all__ = ["EncodedBatch", "ProcessIdentity", "StreamEncoder"]
+
+#: Bytes one STRINGS frame may spend on strings: half the smallest max_frame_bytes a collector accepts.
+_STRINGS_FRAME_BUDGET: Final = MIN_MAX_FRAME_BYTES // 2
+#: Types an argument value may have for its map to be packed as it is, without a normalising pass.
+_FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def _to_msgpack(value: object) -> object:
+    """msgpack's fallback for types it does not know (the normalising pass catches the rest)."""
+    return safe_str(value)
+
+
+_instance: tuple[int, str] = (0, "")
+
+
+def _instance_id() -> str:
+    """Random per process incarnation: the same for every stream of this process, new in a forked child."""
+    global _instance
+    pid = os.getpid()
+    if _instance[0] != pid:
+        _instance = (pid, uuid.uuid4().hex)
+    return _instance[1]
+
+
+class ProcessIdentity:
+    """Who this process is, for every stream's HELLO (one ``instance_id`` per process, so that all the streams
+    of a process are one process to the collector)."""
+
+    def __init__(self, process_name: str) -> None:
+        self.process_name = process_name
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.instance_id = _instance_id()
+        self.boot_id = _boot_id()
+
+    def hello(self) -> Hello:
+        return Hello(
+            pid=self.pid,
+            host=self.host,
+            process_name=self.process_name,
+            instance_id=self.instance_id,
+            boot_id=self.boot_id,
+            monotonic_ns=time.monotonic_ns(),
+            wall_ns=time.time_ns(),
+            client_version=__version__,
+        )
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class _Columns(NamedTuple):
+    """A run of events, column by column: the EVENTS payload before timestamps become offsets."""
+
+    kinds: Sequence[int]
+    names: Sequence[int]
+    starts: Sequence[int]
+    ends: Sequence[int]
+    args: Sequence[Any]
+
+
+class EncodedBatch:
+    """The frames for one drained run: control frames first (the tables the events use), then EVENTS frames."""
+
+    __slots__ = ("control", "dropped_events", "events")
+
+    def __init__(self) -> None:
+        self.control: list[bytes] = []
+        #: ``(frame bytes, event count)`` pairs.
+        self.events: list[tuple[bytes, int]] = []
+        #: Events that could not be packed at all (one event larger than a frame).
+        self.dropped_events = 0
+
+    @property
+    def event_count(self) -> int:
+        return sum(count for _, count in self.events)
+
+
+class StreamEncoder:
+    """Turns drained events (flat: ``kind, label, start_ns, end_ns, args`` per event) into the frames of one stream.
+
+    Args:
+        max_frame_bytes: frames are split so that none exceeds this.
+        max_events_per_frame: a frame holds at most this many events (also the unit of work between pauses).
+        max_strings: size of the string table, the overflow label's id included.
+    """
+
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_events_per_frame: int = 8192,
+        max_strings: int = 100_000,
+    ) -> None:
+        self.strings = StringTable(max_strings)
+        self.max_frame_bytes = max_frame_bytes
+        self.max_events_per_frame = max_events_per_frame
+        self.kinds: dict[int, KindSpec] = {k.id: k for k in BUILTIN_KINDS}
+        #: Tracks declared on this stream, by id.
+        self.tracks: dict[int, TrackInfo] = {}
+        #: Argument values cut for depth or size, since the stream started.
+        self.clipped_args = 0
+        self._packer = msgpack.Packer(default=_to_msgpack)
+
+    @property
+    def label_overflow_events(self) -> int:
+        return self.strings.overflowed
+
+    def prefix(self) -> list[bytes]:
+        """The frames a new stream needs before any EVENTS: SCHEMA, the whole string table, every live track."""
+        frames = [encode(Schema(tuple(self.kinds.values())), self.max_frame_bytes)]
+        frames += self._strings_frames(self.strings.runs())
+        self.strings.take_new()  # all of it is in the prefix
+        frames += [encode(_track_frame(track), self.max_frame_bytes) for track in self.tracks.values()]
+        return frames
+
+    def declare(self, track: TrackInfo) -> bytes | None:
+        """A TRACK frame if ``track`` is new to this stream or renamed, else None."""
+        if self.tracks.get(track.track_id) == track:
+            return None
+        self.tracks[track.track_id] = track
+        return encode(_track_frame(track), self.max_frame_bytes)
+
+    def retire(self, track: TrackInfo) -> bytes | None:
+        """A TRACK frame ending ``track`` if this stream declared it (its id no longer counts), else None."""
+        if self.tracks.pop(track.track_id, None) is None:
+            return None
+        ended = Track(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended=True)
+        return encode(ended, self.max_frame_bytes)
+
+    def encode(self, track: TrackInfo, records: list[Any]) -> EncodedBatch:
+        """Frames for one track's drained events, ``RECORD_FIELDS`` values each."""
+        batch = EncodedBatch()
+        declared = self.declare(track)
+        step = self.max_events_per_frame * RECORD_FIELDS
+        if not records:  # a renamed track with nothing new
+            pass
+        elif len(records) <= step:  # the usual case (a drained run): no copy
+            self._encode_run(batch, track.track_id, records)
+        else:
+            for start in range(0, len(records), step):
+                self._encode_run(batch, track.track_id, records[start : start + step])
+        batch.control = self._strings_frames(self.strings.take_new())
+        if declared is not None:
+            batch.control.insert(0, declared)
+        return batch
+
+    def repack(self, frame: bytes) -> EncodedBatch:
+        """An EVENTS frame packed before the collector's limits were known, packed again within them.
+
+        Frames are split to fit ``max_frame_bytes``, and string ids past the (perhaps lowered) table limit become the
+        overflow label's id.
+        """
+        header_size, _, track_id, _, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
+        kinds, names, offsets, durations, args = msgpack.unpackb(
+            memoryview(frame)[FRAME_HEADER.size + header_size :], raw=False, strict_map_key=False
+        )
+        overflow, cut = self.strings.overflow_id, self.strings.cut_ids
+        clamped = [n if n < overflow else overflow for n in names]
+        self.strings.overflowed += sum(1 for n in names if n in cut)  # those packed with an overflow id are counted
+        starts = [first_ns + offset for offset in offsets]
+        batch = EncodedBatch()
+        self._encode_columns(batch, track_id, _Columns(kinds, clamped, starts, list(map(add, starts, durations)), args))
+        batch.control = self._strings_frames(self.strings.take_new())
+        return batch
+
+    def _strings_frames(self, runs: list[tuple[int, list[str]]]) -> list[bytes]:
+        """STRINGS frames for ``runs`` of ``(first_id, strings)``, split to stay small."""
+        frames = []
+        for first_id, strings in runs:
+            start = 0
+            while start < len(strings):
+                end, spent = start, 0
+                while end < len(strings) and (end == start or spent + len(strings[end]) * 4 < _STRINGS_FRAME_BUDGET):
+                    spent += len(strings[end]) * 4  # worst case of UTF-8
+                    end += 1
+                strings_frame = Strings(first_id + start, tuple(strings[start:end]))
+                frames.append(encode(strings_frame, self.max_frame_bytes))
+                start = end
+        return frames
+
+    def _encode_run(self, batch: EncodedBatch, track_id: int, records: list[Any]) -> None:
+        kinds, labels, starts, ends, args = (records[column::RECORD_FIELDS] for column in range(RECORD_FIELDS))
+        table = self.strings
+        overflowed = table.overflowed
+        try:
+            names = list(map(table.__getitem__, labels))
+        except Exception:  # an unhashable label: look all up again, counting overflow once
+            table.overflowed = overflowed
+            names = [_label_id(table, label) for label in labels]
+        self._encode_columns(batch, track_id, _Columns(kinds, names, starts, ends, self._normalised(args)))
+
+    def _normalised(self, args: list[Any]) -> list[Any]:
+        """``args`` with every map that holds more than flat values normalised (see ``model.normalise_args``)."""
+        if args.count(None) == len(args):  # no event has arguments: nothing to look at (counted in C)
+            return args
+        for i in compress(range(len(args)), args):  # the events with (non-empty) maps only
+            arg = args[i]
+            if len(arg) > MAX_ARG_ITEMS:
+                args[i], clipped = normalise_args(arg)
+                self.clipped_args += clipped
+                continue
+            for value in arg.values():
+                kind = type(value)
+                if kind not in _FLAT or ((kind is str or kind is bytes) and len(value) > MAX_ARG_TEXT):
+                    args[i], clipped = normalise_args(arg)
+                    self.clipped_args += clipped
+                    break
+        return args
+
+    def _encode_columns(self, batch: EncodedBatch, track_id: int, columns: _Columns) -> None:
+        count = len(columns.kinds)
+        try:
+            frame = self._pack(track_id, columns)
+        except FrameTooLarge:
+            if count == 1:
+                batch.dropped_events += 1
+                return
+            half = math.ceil(count / 2)
+            for part in (slice(None, half), slice(half, None)):
+                self._encode_columns(batch, track_id, _Columns(*(column[part] for column in columns)))
+            return
+        batch.events.append((frame, count))
+
+    def _pack(self, track_id: int, columns: _Columns) -> bytes:
+        kinds, names, starts, ends, args = columns
+        first_ns = min(starts)
+        # Instants end where they start (the same int objects: the comparison is by identity, in C).
+        durations = [0] * len(starts) if ends == starts else list(map(sub, ends, starts))
+        packed = [kinds, names, list(map(sub, starts, repeat(first_ns))), durations, args]
+        try:
+            payload = self._packer.pack(packed)
+        except Exception:  # a flat value msgpack still refuses (a lone surrogate): normalise the maps it is in
+            packed[4] = [a if a is None or self._packable(a) else self._normalise(a) for a in args]
+            payload = self._packer.pack(packed)
+        return encode(Events(track_id, len(kinds), first_ns, max(ends), payload), self.max_frame_bytes)
+
+    def _packable(self, value: object) -> bool:
+        try:
+            self._packer.pack(value)
+        except Exception:
+            return False
+        return True
+
+    def _normalise(self, args: dict[str, Any]) -> dict[str, Any]:
+        normalised, clipped = normalise_args(args)
+        self.clipped_args += clipped
+        return normalised
+
+
+def _track_frame(track: TrackInfo) -> Track:
+    return Track(track.track_id, track.kind, track.name, track.thread_id, track.parent)
+
+
+def _label_id(table: StringTable, label: object) -> int:
+    try:
+        return table[label]
+    except Exception:  # unhashable, or its __hash__ or __eq__ raises: its text stands for it
+        return table[safe_str(label)]

@@ -1,0 +1,254 @@
+"""The flusher: one daemon thread per process that drains timelines and hands their events to their listeners.
+
+Theory of operation
+-------------------
+``FLUSHER`` wakes every ``interval_s`` and *sweeps* every timeline that has listeners: ``drain()`` takes each
+track's events in runs, and each listener ``receive``s each run (a streamer encodes and queues it, a file listener
+writes it, a memory listener keeps it); then the tracks that ended are ``retire``d. Sweeps hold ``_sweep_lock``, so
+that a ``flush()`` on any thread can sweep its timeline itself, at once, without waiting for the thread to wake; the
+thread and such callers take turns. Between runs the sweeping thread sleeps for zero seconds, which hands the
+interpreter to recording threads so that none waits behind a long sweep. A sweep given a deadline (``flush`` and
+``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
+first, so that order is kept and nothing is dropped on the way.
+
+Timelines with listeners are held until they are closed or lose their last listener, and closed at interpreter
+exit. Importing ringtrace installs nothing: the fork and exit hooks are installed when the first timeline gets a
+listener. In a forked child the thread is gone: ``after_fork_in_child`` resets the locks and every timeline (whose
+listeners say what replaces them), and the thread starts again on the child's first event or flush, never inside
+the fork handler (starting threads there is unsafe).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple, Protocol
+
+from .model import RECORD_FIELDS, TrackInfo
+
+__all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
+
+log = logging.getLogger("ringtrace.client")
+
+
+class Drained(NamedTuple):
+    """What a timeline's ``drain()`` took: runs of events per track, tracks that ended, events dropped over its
+    bound."""
+
+    runs: list[tuple[TrackInfo, list[Any]]]
+    ended: list[TrackInfo]
+    dropped: int
+
+
+class Sweepable(Protocol):
+    """What the flusher needs of a timeline."""
+
+    @property
+    def listeners(self) -> tuple[Any, ...]: ...
+
+    def drain(self) -> Drained: ...
+
+    def renamed_threads(self) -> list[TrackInfo]: ...
+
+    def after_fork_in_child(self, replacements: dict[int, Any]) -> None: ...
+
+    def close(self, timeout_s: float = 2.0) -> bool: ...
+
+
+class _Carried(NamedTuple):
+    """Work a sweep took from a timeline and could not finish before its deadline."""
+
+    timeline: Sweepable
+    runs: list[tuple[TrackInfo, list[Any]]]
+    ended: list[TrackInfo]
+
+
+class Flusher:
+    """See the module docstring. ``connect(batch_interval_s=..., exit_timeout_s=...)`` sets the two intervals."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        #: How long the exit hook waits for delivery, in all.
+        self.exit_timeout_s = 2.0
+        self._timelines: dict[int, Sweepable] = {}
+        # Re-entrant: a signal handler that records may land while this thread holds it.
+        self._lock = threading.RLock()
+        self._sweep_lock = threading.RLock()
+        self._carried: list[_Carried] = []
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._hooks_installed = False
+        #: The exit delivery has begun.
+        self.exiting = False
+
+    def register(self, timeline: Sweepable) -> None:
+        """Sweep ``timeline`` from now on (it has listeners)."""
+        with self._lock:
+            self._timelines[id(timeline)] = timeline
+            install = not self._hooks_installed
+            self._hooks_installed = True
+        if install:
+            atexit.register(self.close_at_exit)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=self.after_fork_in_child)
+
+    def unregister(self, timeline: Sweepable) -> None:
+        with self._lock:
+            self._timelines.pop(id(timeline), None)
+
+    def timelines(self) -> list[Sweepable]:
+        """Every timeline that has listeners."""
+        with self._lock:
+            return list(self._timelines.values())
+
+    def start(self) -> bool:
+        """Start the thread if it is not running.
+
+        Returns:
+            False when it cannot be started (at interpreter shutdown, say): nothing will drain the buffers.
+        """
+        thread = self._thread
+        if thread is not None and thread.is_alive():  # the usual case, without the lock
+            return True
+        with self._lock:
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                return True
+            thread = threading.Thread(target=self._run, name="ringtrace-flusher", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
+                return False
+            self._thread = thread
+            return True
+
+    @contextlib.contextmanager
+    def sweeping(self) -> Iterator[None]:
+        """No sweep runs on another thread inside this block."""
+        with self._sweep_lock:
+            yield
+
+    def sweep(self, timeline: Sweepable, deadline: float | None = None) -> bool:
+        """Hand ``timeline``'s events to its listeners now, on the calling thread.
+
+        Returns:
+            True when everything was handed over; False when ``deadline`` (a ``time.monotonic()`` value) came
+            first: the rest is handed over by the flusher thread.
+        """
+        timeout = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._sweep_lock.acquire(timeout=timeout):
+            return False
+        try:
+            return self._sweep_carried(deadline) and self._sweep_one(timeline, deadline)
+        finally:
+            self._sweep_lock.release()
+
+    def sweep_all(self, deadline: float | None = None) -> bool:
+        """Hand every timeline's events to its listeners now, on the calling thread (see ``sweep``)."""
+        with self._sweep_lock:
+            complete = self._sweep_carried(deadline)
+            for timeline in self.timelines():
+                complete = complete and self._sweep_one(timeline, deadline)
+            return complete
+
+    def take_carried(self, timeline: Sweepable) -> int:
+        """Forget the work carried for ``timeline`` (it is closing); returns how many events that was."""
+        with self._sweep_lock:
+            mine = [c for c in self._carried if c.timeline is timeline]
+            self._carried = [c for c in self._carried if c.timeline is not timeline]
+        return sum(len(records) for c in mine for _, records in c.runs) // RECORD_FIELDS
+
+    def _sweep_carried(self, deadline: float | None) -> bool:
+        while self._carried:
+            carried = self._carried.pop(0)
+            if not self._hand_over(carried.timeline, carried.runs, carried.ended, deadline):
+                return False
+        return True
+
+    def _sweep_one(self, timeline: Sweepable, deadline: float | None) -> bool:
+        listeners = timeline.listeners
+        if not listeners:
+            return True
+        for track in timeline.renamed_threads():
+            _call(listeners, "receive", track, [])
+        drained = timeline.drain()
+        if drained.dropped:
+            _call(listeners, "lost", drained.dropped)
+        return self._hand_over(timeline, drained.runs, drained.ended, deadline)
+
+    def _hand_over(
+        self,
+        timeline: Sweepable,
+        runs: list[tuple[TrackInfo, list[Any]]],
+        ended: list[TrackInfo],
+        deadline: float | None,
+    ) -> bool:
+        listeners = timeline.listeners
+        # Each ended track is retired right after its last run, so that a stream never holds many ended tracks.
+        last_run = {track.track_id: i for i, (track, _) in enumerate(runs)}
+        for track in ended:
+            if track.track_id not in last_run:
+                _call(listeners, "retire", track)
+        ending = {track.track_id: track for track in ended}
+        for i, (track, records) in enumerate(runs):
+            if deadline is not None and time.monotonic() > deadline:
+                still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
+                self._carried.insert(0, _Carried(timeline, runs[i:], still_ending))
+                self._wake.set()  # the flusher thread finishes it
+                return False
+            _call(listeners, "receive", track, records)
+            if last_run[track.track_id] == i and track.track_id in ending:
+                _call(listeners, "retire", ending[track.track_id])
+            time.sleep(0)  # let recording threads run between runs
+        return True
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            try:
+                self.sweep_all()
+            except Exception:  # a bug here must not end tracing for the process; listeners never raise
+                log.exception("ringtrace flusher: unexpected error; events of this sweep may be lost")
+
+    def close_at_exit(self) -> None:
+        """At interpreter exit (or a multiprocessing child's): deliver what is buffered, within ``exit_timeout_s``."""
+        self.exiting = True
+        deadline = time.monotonic() + self.exit_timeout_s
+        self.sweep_all(deadline)
+        for timeline in self.timelines():
+            timeline.close(max(deadline - time.monotonic(), 0.0))
+
+    def after_fork_in_child(self) -> None:
+        """The parent's thread and lock states do not exist in a forked child; see the module docstring."""
+        self._lock = threading.RLock()
+        self._sweep_lock = threading.RLock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._carried = []
+        self.exiting = False
+        replacements: dict[int, Any] = {}
+        for key, timeline in list(self._timelines.items()):
+            try:
+                timeline.after_fork_in_child(replacements)
+            except Exception:  # one broken listener must not leave the others with the parent's state
+                log.exception("ringtrace: a timeline could not be reset after fork; it records nothing in the child")
+                self._timelines.pop(key, None)
+
+
+def _call(listeners: tuple[Any, ...], method: str, *args: Any) -> None:
+    for listener in listeners:
+        try:
+            getattr(listener, method)(*args)
+        except Exception:  # listeners count their own losses; this is the last line of defence
+            log.exception("ringtrace: listener %r failed in %s()", listener, method)
+
+
+#: The process's flusher.
+FLUSHER = Flusher()

@@ -1,0 +1,326 @@
+"""Listeners: where a timeline's events go. Object listeners get decoded events; serialized ones get wire frames.
+
+    Listener (protocol, timelines.py)
+    ├── ObjectListener          receives ``Event`` objects (``on_events``)
+    │   └── MemoryListener      keeps them in memory, for tests and local inspection
+    └── SerializedListener      owns a StreamEncoder; receives framed bytes (``write``)
+        ├── FileListener        the wire format, to a file that ``read_trace_file`` reads back
+        └── Streamer            to a collector over TCP (streamer.py)
+
+A listener may be attached to many timelines: track ids are unique within the process. ``receive`` runs on the
+flusher thread (or on a thread calling ``flush()``), one run of one track at a time, never concurrently; ``flush``
+and ``close`` may run on any thread. None of them raises into the host program: failures are counted and logged once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .encoder import EncodedBatch, ProcessIdentity, StreamEncoder
+from .errors import ConfigError, ProtocolError
+from .model import BUILTIN_KINDS, RECORD_FIELDS, Event, TrackInfo, display_text, normalise_args
+from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
+from .session import Limits, SessionDecoder
+
+__all__ = [
+    "FileListener",
+    "MemoryListener",
+    "ObjectListener",
+    "SerializedListener",
+    "TraceFile",
+    "default_process_name",
+    "read_trace_file",
+]
+
+log = logging.getLogger("ringtrace.client")
+
+_KIND_NAMES = {kind.id: kind.name for kind in BUILTIN_KINDS}
+_FILE_FRAME_BYTES = 64 * 1024
+
+
+def default_process_name() -> str:
+    import sys
+
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return argv0 if argv0 not in ("", "-", "-c") else "python"  # a script from stdin or -c has no name
+
+
+class ObjectListener:
+    """Receives events as ``Event`` objects; subclasses implement ``on_events``."""
+
+    #: Events recorded for this listener that it never received (see ``lost``).
+    dropped_events = 0
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        if not records:
+            return
+        kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
+        events = []
+        for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
+            if arg is not None:
+                arg = normalise_args(arg)[0]
+            events.append(Event(_KIND_NAMES.get(kind, "unknown"), display_text(label), start, end - start, arg, track))
+        self.on_events(events)
+
+    def on_events(self, events: list[Event]) -> None:
+        raise NotImplementedError
+
+    def lost(self, events: int) -> None:
+        self.dropped_events += events
+
+    def retire(self, track: TrackInfo) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self, timeout_s: float) -> bool:
+        return True
+
+    def after_fork(self) -> ObjectListener | None:
+        return self
+
+
+class MemoryListener(ObjectListener):
+    """Keeps received events in memory: for tests, and for looking at a trace from inside the process.
+
+    Args:
+        max_events: keep at most this many (the oldest go first, and are counted in ``dropped_events``);
+            None keeps everything.
+    """
+
+    def __init__(self, max_events: int | None = None) -> None:
+        if max_events is not None and (type(max_events) is not int or max_events < 1):
+            raise ConfigError(f"max_events must be a positive int or None, got {max_events!r}")
+        self._events: deque[Event] = deque(maxlen=max_events)
+        self._lock = threading.Lock()
+        self.dropped_events = 0
+        self._dropped_at_flush = 0
+
+    def on_events(self, events: list[Event]) -> None:
+        with self._lock:
+            room = None if self._events.maxlen is None else self._events.maxlen - len(self._events)
+            if room is not None and len(events) > room:
+                self.dropped_events += len(events) - room
+            self._events.extend(events)
+
+    def flush(self, timeout_s: float) -> bool:
+        """True unless events were evicted (past ``max_events``) since the previous flush."""
+        with self._lock:
+            clean = self.dropped_events == self._dropped_at_flush
+            self._dropped_at_flush = self.dropped_events
+        return clean
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event kept, in the order received (per track, oldest first)."""
+        with self._lock:
+            return list(self._events)
+
+    def clear(self) -> list[Event]:
+        """Take every event kept, leaving none."""
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+        return events
+
+    def after_fork(self) -> MemoryListener:
+        """A child keeps its own events: the parent's are not its own."""
+        self._lock = threading.Lock()
+        self._events.clear()
+        return self
+
+
+class SerializedListener:
+    """Encodes what it receives into the wire format (its own stream: string table, schema, tracks) and hands
+    the frames to ``write``.
+
+    Counters: ``dropped_events`` (never delivered), ``dropped_frames``.
+    """
+
+    def __init__(
+        self,
+        process_name: str | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_strings: int = 100_000,
+    ) -> None:
+        self.process_name = display_text(process_name or default_process_name())
+        self.identity = ProcessIdentity(self.process_name)
+        self.encoder = StreamEncoder(max_frame_bytes=max_frame_bytes, max_strings=max_strings)
+        self._state_lock = threading.Lock()
+        self.dropped_events = 0
+        self.dropped_frames = 0
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        with self._state_lock:
+            try:
+                batch = self.encoder.encode(track, records)
+            except Exception:  # the encoder cleans what users pass; this is the last line of defence
+                log.exception("ringtrace: could not encode %d events; dropped", len(records) // RECORD_FIELDS)
+                self.dropped_events += len(records) // RECORD_FIELDS
+                self.dropped_frames += 1
+                return
+            if batch.dropped_events:
+                self.dropped_events += batch.dropped_events
+                self.dropped_frames += batch.dropped_events
+            self.write(batch)
+
+    def lost(self, events: int) -> None:
+        with self._state_lock:
+            self.dropped_events += events
+
+    def retire(self, track: TrackInfo) -> None:
+        with self._state_lock:
+            frame = self.encoder.retire(track)
+            if frame is not None:
+                batch = EncodedBatch()
+                batch.control.append(frame)
+                self.write(batch)
+
+    def stats(self) -> Stats:
+        return Stats(
+            self.dropped_events, self.dropped_frames, self.encoder.label_overflow_events, self.encoder.clipped_args
+        )
+
+    def write(self, batch: EncodedBatch) -> None:
+        """Called under the state lock with the frames of one run: control frames first, then EVENTS."""
+        raise NotImplementedError
+
+
+class FileListener(SerializedListener):
+    """Writes the wire format to a file: preamble, HELLO, the stream's tables, then events as they come.
+
+    The file needs no terminator and survives a torn tail: ``read_trace_file`` reads everything before it.
+
+    Args:
+        path: the file; created, or truncated if it exists.
+        process_name: named in the file's HELLO; defaults to the script's name.
+        fsync: also ``os.fsync`` the file on every ``flush()``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, process_name: str | None = None, fsync: bool = False) -> None:
+        # Small frames: a torn tail (a process killed mid-write) costs at most one frame.
+        super().__init__(process_name, max_frame_bytes=_FILE_FRAME_BYTES)
+        self.path = Path(path)
+        self.fsync = fsync
+        self._stats_written: Stats | None = None
+        self._dropped_at_flush = 0
+        try:
+            # Unbuffered: a forked child's copy of a buffer would write the parent's bytes a second time.
+            self._file: IO[bytes] | None = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise ConfigError(f"FileListener: cannot open {str(self.path)!r} for writing: {exc}") from None
+        self._write_bytes(preamble() + encode(self.identity.hello()) + b"".join(self.encoder.prefix()), 0)
+
+    def write(self, batch: EncodedBatch) -> None:
+        self._write_bytes(b"".join([*batch.control, *(frame for frame, _ in batch.events)]), batch.event_count)
+
+    def _write_bytes(self, data: bytes, events: int) -> None:
+        file = self._file
+        if file is None:
+            self.dropped_events += events
+            return
+        try:
+            written = 0
+            with memoryview(data) as view:
+                while written < len(data):  # a raw file may take less than it is given
+                    written += file.write(view[written:]) or 0
+        except (OSError, ValueError) as exc:
+            log.warning("ringtrace: cannot write %s (%s); this file listener stops", self.path, exc)
+            self.dropped_events += events
+            self._file = None
+            with contextlib.suppress(OSError):
+                file.close()
+
+    def flush(self, timeout_s: float) -> bool:
+        with self._state_lock:
+            stats = self.stats()
+            if stats != self._stats_written:
+                self._write_bytes(encode(stats), 0)
+                self._stats_written = stats
+            dropped_since, self._dropped_at_flush = self.dropped_events - self._dropped_at_flush, self.dropped_events
+            file = self._file
+            if file is None:
+                return False
+            try:
+                if self.fsync:
+                    os.fsync(file.fileno())
+            except OSError as exc:
+                log.warning("ringtrace: cannot flush %s (%s)", self.path, exc)
+                return False
+            return dropped_since == 0
+
+    def close(self, timeout_s: float) -> bool:
+        delivered = self.flush(timeout_s)
+        with self._state_lock:
+            file, self._file = self._file, None
+            if file is not None:
+                try:
+                    file.close()
+                except OSError:
+                    delivered = False
+        return delivered
+
+    def after_fork(self) -> None:
+        """A forked child does not write into its parent's file (the two would interleave)."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()  # the child's own descriptor; the parent's stays open
+        return None
+
+
+@dataclass
+class TraceFile:
+    """What ``read_trace_file`` found: the writer's HELLO, its events, its loss counters, and a torn tail."""
+
+    hello: Hello | None
+    events: list[Event] = field(default_factory=list)
+    stats: Stats | None = None
+    #: Why reading stopped early (a torn tail, a broken frame), or None when the file ended cleanly.
+    error: str | None = None
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+
+def read_trace_file(path: str | os.PathLike[str], limits: Limits | None = None) -> TraceFile:
+    """Read a file written by ``FileListener`` (or any stream of the wire format) with the session decoder.
+
+    Everything before a torn tail or a broken frame is returned; ``error`` says what stopped the reading.
+    """
+    decoder = SessionDecoder(limits or Limits(), live=False)
+    result = TraceFile(hello=None)
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            decoder.receive_data(chunk)
+            if not _read_frames(decoder, result):
+                return result
+    decoder.receive_data(b"")
+    _read_frames(decoder, result)
+    if result.hello is None and result.error is None:
+        result.error = "the file holds no HELLO frame: it is empty or not a ringtrace stream"
+    return result
+
+
+def _read_frames(decoder: SessionDecoder, result: TraceFile) -> bool:
+    """Every complete frame buffered now into ``result``; False once the stream is broken."""
+    try:
+        for frame in decoder:
+            if isinstance(frame, Hello):
+                result.hello = frame
+            elif isinstance(frame, Events):
+                result.events.extend(decoder.tables.events(frame))
+            elif isinstance(frame, Stats):
+                result.stats = frame
+    except ProtocolError as exc:
+        result.error = str(exc)
+        return False
+    return True

@@ -1,0 +1,172 @@
+"""Configuration values: the streamer's options, addresses and sizes, each checked with an error that names it.
+
+Shared by the client (``connect``) and the collector's command line, so both accept the same forms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .errors import ConfigError
+from .protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+
+__all__ = ["StreamerOptions", "parse_address", "parse_size"]
+
+_UNITS: Final = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+#: A frame's length field is 32 bits.
+_MAX_FRAME_LIMIT: Final = 2**32 - 1
+_SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+_HOST_NAME: Final = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?"
+)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"64MB"`` (10**6), ``"1GiB"`` (2**30), ``"512 KiB"``; units are case-insensitive.
+
+    Raises:
+        ConfigError: not a size.
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got {text!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_address(address: object, *, listen: bool = False) -> tuple[str, int]:
+    """``"HOST:PORT"`` (``"[::1]:PORT"`` for IPv6) to ``(host, port)``.
+
+    Args:
+        listen: an address to bind, where port 0 means "any free port".
+
+    Raises:
+        ConfigError: not of that form (a URL scheme, spaces, a bad host or port), naming the value.
+    """
+    lowest = 0 if listen else 1
+    form = f"address must be HOST:PORT (IPv6: [HOST]:PORT) with a port in {lowest}..65535"
+    if not isinstance(address, str):
+        raise ConfigError(f"{form}, got {type(address).__name__} {address!r}")
+    if "://" in address:
+        raise ConfigError(f"{form}, without a scheme such as tcp://, got {address!r}")
+    host, sep, port_text = address.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if not sep or not port_text.isascii() or not port_text.isdigit() or not lowest <= int(port_text) <= 65535:
+        raise ConfigError(f"{form}, got {address!r}")
+    if not _valid_host(host, bracketed):
+        raise ConfigError(f"{form}; {host!r} is not a host name or IP address, in {address!r}")
+    return host, int(port_text)
+
+
+def _valid_host(host: str, bracketed: bool) -> bool:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return not bracketed and _HOST_NAME.fullmatch(host) is not None
+    return ip.version == 6 if bracketed else ip.version == 4
+
+
+@dataclass(frozen=True)
+class StreamerOptions:
+    """Tuning of the collector streamer; every field can be passed to ``connect`` by name.
+
+    Byte sizes take an int or a size text (``"16MiB"``); durations are seconds as int or float.
+    """
+
+    process_name: str | None = None
+    #: How often the flusher hands recorded events to listeners.
+    batch_interval_s: float = 0.05
+    #: Encoded events waiting to be sent; what does not fit is dropped and counted.
+    max_queue_bytes: int = 16 * 1024 * 1024
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_events_per_frame: int = 8192
+    max_strings: int = 100_000
+    connect_timeout_s: float = 1.0
+    backoff_initial_s: float = 0.1
+    #: Reconnect attempts are at most this far apart, so data flows again soon after a collector restarts.
+    backoff_max_s: float = 1.0
+    #: How long the exit of the interpreter (or of a multiprocessing child) waits for delivery.
+    exit_timeout_s: float = 2.0
+    #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``); see the README.
+    deliver_on_sigterm: bool = True
+
+    def __post_init__(self) -> None:
+        for option in dataclasses.fields(self):
+            value = getattr(self, option.name)
+            if option.name.endswith("_bytes") and isinstance(value, str):
+                try:
+                    object.__setattr__(self, option.name, parse_size(value))
+                except ConfigError as exc:
+                    raise ConfigError(f"option {option.name}: {exc}") from None
+        _check_str_or_none(self, "process_name")
+        if not isinstance(self.deliver_on_sigterm, bool):
+            value = self.deliver_on_sigterm
+            raise ConfigError(f"option deliver_on_sigterm must be a bool, got {type(value).__name__} {value!r}")
+        for name in ("batch_interval_s", "connect_timeout_s", "backoff_initial_s", "backoff_max_s"):
+            _check_number(self, name, low=0.0, inclusive=False)
+        _check_number(self, "exit_timeout_s", low=0.0, inclusive=True)
+        _check_int(self, "max_queue_bytes", 1)
+        _check_int(self, "max_frame_bytes", MIN_MAX_FRAME_BYTES)
+        if self.max_frame_bytes > _MAX_FRAME_LIMIT:
+            raise ConfigError(
+                f"option max_frame_bytes must be <= {_MAX_FRAME_LIMIT} (4 GiB), got {self.max_frame_bytes}"
+            )
+        if self.backoff_initial_s > self.backoff_max_s:
+            raise ConfigError(
+                f"option backoff_initial_s ({self.backoff_initial_s!r}) must not exceed backoff_max_s "
+                f"({self.backoff_max_s!r})"
+            )
+        _check_int(self, "max_events_per_frame", 1)
+        _check_int(self, "max_strings", 2)
+
+    @classmethod
+    def from_kwargs(cls, **options: Any) -> StreamerOptions:
+        """Options from keyword arguments.
+
+        Raises:
+            ConfigError: an unknown option (the message lists the valid ones) or a bad value.
+        """
+        valid = {option.name for option in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise ConfigError(f"unknown option {unknown[0]!r}; valid options: {', '.join(sorted(valid))}")
+        return cls(**options)
+
+
+def _check_str_or_none(options: StreamerOptions, name: str) -> None:
+    value = getattr(options, name)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"option {name} must be a str or None, got {type(value).__name__} {value!r}")
+
+
+def _check_number(options: StreamerOptions, name: str, low: float, inclusive: bool) -> None:
+    value = getattr(options, name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"option {name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    if not (value >= low if inclusive else value > low) or value != value or value == float("inf"):
+        bound = ">=" if inclusive else ">"
+        raise ConfigError(f"option {name} must be a finite number {bound} {low:g}, got {value!r}")
+
+
+def _check_int(options: StreamerOptions, name: str, low: int) -> None:
+    value = getattr(options, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"option {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ConfigError(f"option {name} must be >= {low}, got {value!r}")

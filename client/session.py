@@ -1,0 +1,338 @@
+"""Session decoders, sans-I/O: the rules of a ringtrace stream and the tables needed to decode its events.
+
+``SessionDecoder`` reads what a client writes (a live connection, at the collector, or a file); ``ReplyDecoder`` reads
+what a collector answers (at the client). Both take bytes in (``receive_data``, or ``get_buffer`` + ``buffer_updated``
+for zero-copy reads) and give checked frames out (``next_frame()`` or iteration), as h11's connection does for HTTP.
+Every rule of the stream lives here, in one place (``PROTOCOL.md``, "Rules of a stream"):
+
+Theory of operation
+-------------------
+A client stream moves through three states::
+
+    HELLO --HELLO--> WELCOME --welcome()--> OPEN          (a live connection)
+    HELLO --HELLO--> OPEN                                 (a file: nobody answers)
+
+Until the collector has called ``welcome()``, which picks the protocol version and states the limits, nothing but
+HELLO may arrive. In OPEN, SCHEMA, STRINGS and TRACK frames update the stream's tables (``StreamTables``), within the
+limits; EVENTS must name a declared track; their payloads stay undecoded until someone calls ``tables.rows(frame)``.
+Any broken rule raises a ``ProtocolError`` subclass that names the rule, the limit and the value, and the decoder is
+dead from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ._version import __version__
+from .errors import LimitExceeded, MalformedFrame, ProtocolError, UnexpectedFrame, UnsupportedVersion
+from .model import MAX_STRING_CHARS, Event, TrackInfo
+from .protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENT_COLUMNS,
+    PROTOCOL_VERSIONS,
+    Events,
+    Flush,
+    FlushAck,
+    Frame,
+    FrameReader,
+    Goodbye,
+    Hello,
+    KindSpec,
+    Schema,
+    Sentinel,
+    Stats,
+    Strings,
+    Track,
+    Welcome,
+    complete_frames,
+    unpack_columns,
+)
+
+__all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate"]
+
+#: The columns a reader needs from an EVENTS payload, found by name in SCHEMA's column list.
+_NEEDED_COLUMNS: Final = EVENT_COLUMNS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one stream may declare. A collector states its limits in WELCOME; a client keeps within them."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_strings: int = 100_000
+    max_tracks: int = 10_000
+    max_kinds: int = 1_000
+
+
+def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:
+    """The highest protocol version both sides speak.
+
+    Raises:
+        UnsupportedVersion: the ranges do not overlap (the message names both).
+    """
+    version = min(hello.protocol_max, supported[1])
+    if version < max(hello.protocol_min, supported[0]):
+        raise UnsupportedVersion(
+            f"no common protocol version: the client speaks {hello.protocol_min}..{hello.protocol_max}, "
+            f"this collector {supported[0]}..{supported[1]}"
+        )
+    return version
+
+
+#: Typed fields one event kind may declare.
+MAX_KIND_FIELDS: Final = 256
+
+
+def _check_text(what: str, text: str) -> None:
+    if len(text) > MAX_STRING_CHARS:
+        raise LimitExceeded(f"{what} length", "max_string_chars", MAX_STRING_CHARS, len(text))
+
+
+class StreamTables:
+    """A stream's strings, kinds, tracks and column layout: everything decoding its EVENTS needs.
+
+    Tables only grow within a stream (a TRACK frame may rename a track), so a stored frame can keep a reference to
+    the tables of the stream it came on and decode later.
+    """
+
+    __slots__ = ("_column_index", "columns", "kinds", "strings", "tracks")
+
+    def __init__(self) -> None:
+        self.strings: dict[int, str] = {}
+        self.kinds: dict[int, KindSpec] = {}
+        self.tracks: dict[int, TrackInfo] = {}
+        self.columns: tuple[str, ...] = EVENT_COLUMNS
+        self._column_index = tuple(range(len(EVENT_COLUMNS)))
+
+    def set_columns(self, columns: tuple[str, ...]) -> None:
+        missing = [name for name in _NEEDED_COLUMNS if name not in columns]
+        if missing:
+            raise MalformedFrame(f"SCHEMA frame: field 'columns' lacks {missing} (got {list(columns)!r:.120})")
+        self.columns = columns
+        self._column_index = tuple(columns.index(name) for name in _NEEDED_COLUMNS)
+
+    def rows(self, frame: Events) -> Iterator[tuple[KindSpec | None, str, int, int, Any]]:
+        """``(kind, name, ts_ns, dur_ns, args)`` for each event of ``frame``; ``kind`` is None if never declared.
+
+        Raises:
+            MalformedFrame: the payload does not match the columns or the header's count.
+        """
+        columns = unpack_columns(frame, self.columns)
+        kinds, names, offsets, durations, args = (columns[i] for i in self._column_index)
+        strings, kind_specs, first_ns = self.strings, self.kinds, frame.first_ts_ns
+        for kind, name, offset, duration, arg in zip(kinds, names, offsets, durations, args, strict=True):
+            if not (type(kind) is int and type(name) is int and type(offset) is int and type(duration) is int):
+                raise MalformedFrame("EVENTS frame: columns 'kind', 'name', 'ts' and 'dur' must hold integers")
+            text = strings.get(name)
+            yield (
+                kind_specs.get(kind),
+                text if text is not None else f"<unknown string {name}>",
+                first_ns + offset,
+                duration,
+                arg,
+            )
+
+    def events(self, frame: Events) -> Iterator[Event]:
+        """The events of ``frame`` as objects (slower than ``rows``; for listeners, files and tests)."""
+        track = self.tracks[frame.track_id]
+        for kind, name, ts_ns, dur_ns, args in self.rows(frame):
+            yield Event(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
+
+
+class SessionDecoder:
+    """Reads one client stream: a live connection (``live=True``, the collector's side) or a file.
+
+    Args:
+        limits: what the stream may declare; frames beyond them raise ``LimitExceeded``.
+        live: a connection, whose client waits for ``welcome()`` before it sends more than HELLO.
+    """
+
+    __slots__ = ("_live", "_reader", "_state", "hello", "limits", "protocol_version", "tables")
+
+    def __init__(self, limits: Limits = Limits(), *, live: bool = True) -> None:
+        self.limits = limits
+        self._live = live
+        self._reader = FrameReader("client", limits.max_frame_bytes)
+        self._state = "HELLO"
+        self.hello: Hello | None = None
+        self.protocol_version = 0
+        self.tables = StreamTables()
+
+    # -- bytes in -------------------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Add received bytes; ``b""`` means the stream ended."""
+        self._reader.receive_data(data)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        return self._reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.buffer_updated(nbytes)
+
+    @property
+    def skipped_frames(self) -> int:
+        """Frames of unknown ignorable types, skipped."""
+        return self._reader.skipped_frames
+
+    # -- frames out -----------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Every complete frame buffered now (stops at NEED_DATA or CLOSED)."""
+        return complete_frames(self.next_frame)
+
+    def next_frame(self) -> Frame | Sentinel:
+        """The next frame, checked and applied to the tables; ``NEED_DATA``; or ``CLOSED`` at a clean end.
+
+        Raises:
+            ProtocolError: the stream broke a rule (a subclass and its message say which).
+        """
+        frame = self._reader.next_frame()
+        if isinstance(frame, Sentinel):
+            return frame
+        try:
+            self._apply(frame)
+        except ProtocolError as exc:
+            self._reader.fail(exc)  # the stream is dead: every later call raises the same error
+            raise
+        return frame
+
+    def welcome(self, collector_version: str = __version__) -> Welcome:
+        """The collector's answer to the HELLO just read: the version chosen and the limits.
+
+        Raises:
+            UnsupportedVersion: no common version (send GOODBYE with the message, then close).
+        """
+        if self._state != "WELCOME" or self.hello is None:
+            raise UnexpectedFrame(f"welcome() is only valid right after HELLO (state {self._state})")
+        try:
+            self.protocol_version = negotiate(self.hello)
+        except UnsupportedVersion as exc:
+            self._reader.fail(exc)  # the stream cannot go on: every later call raises the same error
+            raise
+        self._state = "OPEN"
+        limits = self.limits
+        return Welcome(
+            self.protocol_version,
+            limits.max_frame_bytes,
+            limits.max_strings,
+            limits.max_tracks,
+            limits.max_kinds,
+            collector_version,
+        )
+
+    def _apply(self, frame: Frame) -> None:
+        if self._state == "HELLO":
+            if not isinstance(frame, Hello):
+                raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
+            for name in ("host", "process_name", "instance_id", "boot_id", "client_version"):
+                _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
+            self.hello = frame
+            self._state = "WELCOME" if self._live else "OPEN"
+            if not self._live:
+                self.protocol_version = negotiate(frame)
+            return
+        if self._state == "WELCOME":
+            raise UnexpectedFrame(
+                f"{frame.TYPE.name} frame before WELCOME: a client sends nothing after HELLO until it is welcomed"
+            )
+        if isinstance(frame, Events):
+            if frame.track_id not in self.tables.tracks:
+                raise MalformedFrame(f"EVENTS frame: field 'track' {frame.track_id} was never declared by TRACK")
+        elif isinstance(frame, Strings):
+            self._add_strings(frame)
+        elif isinstance(frame, Track):
+            self._add_track(frame)
+        elif isinstance(frame, Schema):
+            self._add_schema(frame)
+        elif isinstance(frame, Hello):
+            raise UnexpectedFrame("HELLO may only be the first frame")
+        else:
+            assert isinstance(frame, Stats | Flush | FlushAck | Goodbye)
+
+    def _add_strings(self, frame: Strings) -> None:
+        limit = self.limits.max_strings
+        last_id = frame.first_id + len(frame.strings) - 1
+        if last_id >= limit:
+            raise LimitExceeded("STRINGS frame: string id", "max_strings", limit, last_id)
+        longest = max(map(len, frame.strings), default=0)
+        if longest > MAX_STRING_CHARS:
+            raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
+        strings = self.tables.strings
+        for string_id, text in enumerate(frame.strings, frame.first_id):
+            known = strings.setdefault(string_id, text)
+            if known != text:  # stored frames decode with this table: it may only grow
+                raise MalformedFrame(
+                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was {known!r:.60}"
+                )
+
+    def _add_track(self, frame: Track) -> None:
+        tracks, limit = self.tables.tracks, self.limits.max_tracks
+        if frame.ended:  # frames already read keep their own reference to the track
+            tracks.pop(frame.track_id, None)
+            return
+        if frame.track_id not in tracks and len(tracks) >= limit:
+            raise LimitExceeded("TRACK frame: track count", "max_tracks", limit, len(tracks) + 1)
+        if len(frame.name) > MAX_STRING_CHARS:
+            raise LimitExceeded(
+                "TRACK frame: field 'name' length", "max_string_chars", MAX_STRING_CHARS, len(frame.name)
+            )
+        tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
+
+    def _add_schema(self, frame: Schema) -> None:
+        kinds, limit = self.tables.kinds, self.limits.max_kinds
+        if kinds and frame.columns != self.tables.columns:  # stored frames decode with these columns
+            raise MalformedFrame(
+                f"SCHEMA frame: field 'columns' changed within the stream to {list(frame.columns)!r:.120}"
+            )
+        self.tables.set_columns(frame.columns)
+        for spec in frame.kinds:
+            _check_text("SCHEMA frame: kind name", spec.name)
+            if len(spec.fields) > MAX_KIND_FIELDS:
+                raise LimitExceeded(
+                    "SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields)
+                )
+            for field_name, type_code in spec.fields:
+                _check_text("SCHEMA frame: field name", field_name)
+                _check_text("SCHEMA frame: type code", type_code)
+            known = kinds.get(spec.id)
+            if known is None:
+                if len(kinds) >= limit:
+                    raise LimitExceeded("SCHEMA frame: kind count", "max_kinds", limit, len(kinds) + 1)
+                kinds[spec.id] = spec
+            elif known != spec:
+                raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
+
+
+class ReplyDecoder:
+    """Reads what a collector sends a client: WELCOME (or GOODBYE) first, then FLUSH, FLUSH_ACK, GOODBYE."""
+
+    __slots__ = ("_reader", "welcomed")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._reader = FrameReader("collector", max_frame_bytes)
+        self.welcomed = False
+
+    def receive_data(self, data: bytes) -> None:
+        self._reader.receive_data(data)
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Every complete frame buffered now.
+
+        Raises:
+            ProtocolError: the collector broke a rule.
+        """
+        for frame in self._reader:
+            try:
+                if isinstance(frame, Welcome):
+                    if self.welcomed:
+                        raise UnexpectedFrame("WELCOME may only be the first frame")
+                    self.welcomed = True
+                elif not self.welcomed and not isinstance(frame, Goodbye):
+                    raise UnexpectedFrame(f"first frame from a collector must be WELCOME, got {frame.TYPE.name}")
+            except ProtocolError as exc:
+                self._reader.fail(exc)  # the stream is dead: every later call raises the same error
+                raise
+            yield frame

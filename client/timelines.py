@@ -1,0 +1,440 @@
+"""The recording API: a Timeline, its per-track buffers, and the listeners it feeds.
+
+Theory of operation
+-------------------
+Every recording thread gets a ``TrackBuffer`` on its first event, and the bound ``extend`` of that buffer's flat list
+is cached in a ``threading.local``. Recording is then one ``list.extend`` of a 5-tuple: no lock, no id lookup, no
+packing. The list is flat (five values per event) rather than a list of tuples: the encoder splits it into columns
+with strided slices, in C, touching each value once, and no tuple outlives its call. The flusher takes events out
+with ``drain()``, which copies a prefix and then deletes it (slices of ``events[:n]``, then ``del`` of the same
+slices); these, and ``extend`` of a tuple, are each one atomic list operation, and recording only ever appends, so an
+event racing with a drain lands whole either in the prefix or after it, never nowhere and never cut. Runs are taken
+at most ``_RUN_VALUES`` values at a time, so that no single list operation holds the interpreter for long while a
+recording thread waits.
+
+Both choices keep the cyclic garbage collector out of the way: a buffer holds only numbers, labels and argument
+maps, and ``None`` rather than an empty dict when there are no arguments.
+
+asyncio: a task that records while its event loop runs gets a track of its own, a *lane* of its thread, so that the
+spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time and given back when the
+flusher finds the task done, so the number of lanes follows the number of tasks alive at once, not the total.
+
+A timeline with no listener, or a closed one, hands out ``_discard``, the extend of a ``deque(maxlen=0)``, which keeps
+nothing. Adding or removing a listener swaps in a fresh ``threading.local``: every thread then takes the slow path
+once and picks up the new state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from asyncio import Task, current_task
+from asyncio.events import _get_running_loop
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .errors import ConfigError
+from .flusher import FLUSHER, Drained
+from .model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo, display_text, new_track_id
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["Listener", "Scope", "Timeline", "TrackBuffer"]
+
+_now = time.monotonic_ns
+#: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
+Record = tuple[int, object, int, int, dict[str, Any] | None]
+_discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
+_new = object.__new__
+#: Values taken from a buffer in one list operation (8192 events).
+_RUN_VALUES = 8192 * RECORD_FIELDS
+
+
+class Listener(Protocol):
+    """What a timeline hands its events to (see ``listeners.py``). Called on the flusher thread, except ``flush``
+    and ``close``; none of these may raise."""
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        """One track's events, ``RECORD_FIELDS`` flat values each, oldest first."""
+
+    def lost(self, events: int) -> None:
+        """``events`` recorded for this listener were dropped before it received them (counted as its drops)."""
+
+    def retire(self, track: TrackInfo) -> None:
+        """``track`` ended (its thread or task is gone and all its events were received): forget it."""
+
+    def flush(self, timeout_s: float) -> bool:
+        """Deliver everything received so far within ``timeout_s``; True when delivered with nothing dropped."""
+
+    def close(self, timeout_s: float) -> bool:
+        """Flush, then release the listener's resources."""
+
+    def after_fork(self) -> Listener | None:
+        """In a forked child: the listener to use there instead of this one (None: none)."""
+
+
+class Scope:
+    """Context manager that records one complete span when it exits.
+
+    ``Timeline.scope`` makes one without calling ``__init__`` (see ``_new_scope``): a call into a Python-level
+    ``__init__`` is a good part of the cost of a span. The two set the same state.
+    """
+
+    __slots__ = ("_start_ns", "_what")
+
+    def __init__(self, record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
+        self._what = (record, label, args)
+
+    def __enter__(self) -> Scope:
+        self._start_ns = _now()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = _now()
+        record, label, args = self._what
+        if exc_type is not None:
+            args = {**(args or {}), "exception": exc_type.__name__}
+        record((SPAN, label, self._start_ns, end_ns, args))
+
+
+def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
+    """``Scope(record, label, args)`` without the call to ``__init__``; inlined by hand in ``Timeline.scope``."""
+    scope: Scope = _new(Scope)
+    scope._what = (record, label, args)
+    return scope
+
+
+class TrackBuffer:
+    """The events one track recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each.
+
+    ``owner`` is the thread, or the asyncio task, that records into it.
+    """
+
+    __slots__ = ("events", "owner", "track")
+
+    def __init__(self, track: TrackInfo, owner: threading.Thread | Task[Any]) -> None:
+        self.events: list[Any] = []
+        self.track = track
+        self.owner = owner
+
+    def owner_alive(self) -> bool:
+        owner = self.owner
+        if isinstance(owner, threading.Thread):
+            return owner.is_alive()
+        return not owner.done() and not owner.get_loop().is_closed()  # a task left pending on a closed loop never ends
+
+
+class Timeline:
+    """Records events from any number of threads and asyncio tasks into per-track buffers, for its listeners.
+
+    Recording methods never raise and never block. Until a listener is attached, and after ``close()``, they keep
+    nothing. ``ringtrace.client.default_timeline()`` is the process-wide one; make more to keep subsystems apart,
+    each with listeners of its own (one listener may serve many timelines).
+
+    Args:
+        name: shown in logs; defaults to ``"timeline"``.
+        listeners: attached at once (see ``add_listener``).
+        max_buffered_events: events one track may hold between two flusher passes; if the flusher falls that far
+            behind, the oldest are dropped and counted as every listener's drops.
+
+    Raises:
+        ConfigError: a bad ``max_buffered_events``.
+    """
+
+    def __init__(
+        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 4_000_000
+    ) -> None:
+        self.name = name
+        self.max_buffered_events = max_buffered_events
+        self._tls = threading.local()
+        # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
+        self._lock = threading.RLock()
+        self._buffers: list[TrackBuffer] = []
+        self._task_buffers: dict[Task[Any], TrackBuffer] = {}
+        self._free_lanes: dict[int, list[TrackInfo]] = {}
+        self._listeners: tuple[Listener, ...] = ()
+        for listener in listeners:
+            self.add_listener(listener)
+
+    # -- recording (hot path) -------------------------------------------------------------------------------------
+
+    def scope(self, label: object, /, **args: Any) -> Scope:
+        """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
+        if _get_running_loop() is not None:
+            return _new_scope(self._task_recorder(), label, args or None)
+        try:
+            record = self._tls.record
+        except AttributeError:
+            record = self._thread_recorder()
+        scope: Scope = _new(Scope)  # _new_scope, inlined
+        scope._what = (record, label, args or None)
+        return scope
+
+    def instant(self, name: object, /, **args: Any) -> None:
+        """Record a point-in-time event named ``name`` with ``args``."""
+        if _get_running_loop() is not None:
+            record = self._task_recorder()
+        else:
+            try:
+                record = self._tls.record
+            except AttributeError:
+                record = self._thread_recorder()
+        now = _now()
+        record((INSTANT, name, now, now, args or None))
+
+    def _thread_recorder(self) -> Callable[[Record], None]:
+        """Slow path, once per thread per state change: find or create this thread's buffer."""
+        with self._lock:
+            listening = bool(self._listeners)
+            record = self._thread_buffer().events.extend if listening else _discard
+            # Under the lock: a concurrent add_listener() replaces _tls, so a stale choice never lands in the new one.
+            self._tls.record = record
+        # A forked child's flusher starts here, on first use, not inside the fork handler.
+        if listening and not FLUSHER.start():
+            self._close_listeners(time.monotonic())  # no flusher: keep nothing rather than grow buffers nobody drains
+            return _discard
+        return record
+
+    def _thread_buffer(self) -> TrackBuffer:
+        """This thread's buffer, created if needed; called under the lock."""
+        thread = threading.current_thread()
+        for buffer in self._buffers:
+            if buffer.owner is thread:
+                return buffer
+        track = TrackInfo(new_track_id(), THREAD_TRACK, display_text(thread.name), threading.get_native_id())
+        created = TrackBuffer(track, thread)
+        for buffer in self._buffers:  # a re-entrant call (a signal handler) may have made one meanwhile
+            if buffer.owner is thread:
+                return buffer
+        self._buffers.append(created)
+        return created
+
+    def _task_recorder(self) -> Callable[[Record], None]:
+        """The recorder of the running asyncio task: its lane's buffer (the thread's, outside any task)."""
+        task = current_task()
+        if task is None:
+            try:
+                record: Callable[[Record], None] = self._tls.record
+            except AttributeError:
+                record = self._thread_recorder()
+            return record
+        buffer = self._task_buffers.get(task)
+        if buffer is not None:
+            return buffer.events.extend
+        try:
+            thread_record: Callable[[Record], None] = self._tls.record
+        except AttributeError:
+            thread_record = self._thread_recorder()
+        if thread_record is _discard:
+            return _discard
+        with self._lock:
+            parent = self._thread_buffer().track
+            lanes = self._free_lanes.get(parent.track_id)
+            if lanes:
+                track = lanes.pop()
+            else:
+                lane_number = sum(1 for b in self._buffers if b.track.parent == parent.track_id) + 1
+                name = display_text(f"{parent.name} tasks [{lane_number}]")
+                track = TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id)
+            buffer = TrackBuffer(track, task)
+            self._buffers.append(buffer)
+            self._task_buffers[task] = buffer
+        return buffer.events.extend
+
+    # -- flusher side -----------------------------------------------------------------------------------------------
+
+    def drain(self) -> Drained:
+        """Take every buffered event (as flat values) per track; forget ended threads and tasks with nothing left.
+
+        A track holding more than ``max_buffered_events`` (the flusher fell behind) loses its oldest events beyond
+        that, counted in ``Drained.dropped``.
+        """
+        taken = []
+        dropped = 0
+        with self._lock:
+            buffers = list(self._buffers)
+        ended = []
+        for buffer in buffers:
+            alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it
+            events = buffer.events
+            count = len(events)
+            excess = count - self._max_buffered_values
+            if excess > 0:
+                excess -= excess % RECORD_FIELDS
+                del events[:excess]
+                count -= excess
+                dropped += excess // RECORD_FIELDS
+            # Copy the runs first, then delete them from the last one back: each delete then moves only the values
+            # appended since the drain began, where deleting from the front would move the rest of the buffer every
+            # time (quadratic in a buffer that grew while the flusher was busy).
+            runs = [(start, min(start + _RUN_VALUES, count)) for start in range(0, count, _RUN_VALUES)]
+            taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count: appended since
+            for start, end in reversed(runs):
+                del events[start:end]
+            if not alive and not events:
+                ended.append(buffer)
+        if ended:
+            self._forget(ended)
+        return Drained(taken, [buffer.track for buffer in ended], dropped)
+
+    def _forget(self, ended: list[TrackBuffer]) -> None:
+        with self._lock:
+            self._buffers = [b for b in self._buffers if b not in ended]
+            for buffer in ended:
+                owner = buffer.owner
+                if isinstance(owner, Task):
+                    self._task_buffers.pop(owner, None)
+                    self._free_lanes.setdefault(buffer.track.parent, []).append(buffer.track)
+                else:
+                    self._free_lanes.pop(buffer.track.track_id, None)
+
+    def tracks(self) -> list[TrackInfo]:
+        """The tracks whose owners recorded and still may."""
+        with self._lock:
+            return [buffer.track for buffer in self._buffers]
+
+    def renamed_threads(self) -> list[TrackInfo]:
+        """Thread tracks whose thread was renamed since it started recording, updated to the new name."""
+        renamed = []
+        with self._lock:
+            for buffer in self._buffers:
+                owner = buffer.owner
+                if isinstance(owner, threading.Thread) and display_text(owner.name) != buffer.track.name:
+                    old = buffer.track
+                    buffer.track = TrackInfo(old.track_id, old.kind, display_text(owner.name), old.thread_id)
+                    renamed.append(buffer.track)
+        return renamed
+
+    # -- listeners and lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def max_buffered_events(self) -> int:
+        """Events one track may hold between two flusher passes (about 100 bytes each); see the class docstring."""
+        return self._max_buffered_values // RECORD_FIELDS
+
+    @max_buffered_events.setter
+    def max_buffered_events(self, events: int) -> None:
+        if isinstance(events, bool) or not isinstance(events, int) or events < 1:
+            raise ConfigError(f"max_buffered_events must be an int >= 1, got {events!r}")
+        self._max_buffered_values = events * RECORD_FIELDS
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        return self._listeners
+
+    @property
+    def dropped_events(self) -> int:
+        """Events recorded here that a listener could not deliver, summed over the listeners attached now."""
+        return sum(int(getattr(listener, "dropped_events", 0)) for listener in self._listeners)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Hand this timeline's events to ``listener`` too (from the next flusher pass on)."""
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners = (*self._listeners, listener)
+            self._tls = threading.local()
+        FLUSHER.register(self)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop handing events to ``listener``, after handing it everything recorded so far.
+
+        With no listener left the timeline stops keeping events. The caller closes ``listener`` if it is done.
+        """
+        FLUSHER.sweep(self)
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x is not listener)
+            left = self._listeners
+            if not left:
+                buffers, self._buffers, self._task_buffers = self._buffers, [], {}
+            self._tls = threading.local()
+        if not left:
+            FLUSHER.unregister(self)
+            _count_lost((listener,), buffers)  # recorded in the instant between the sweep and now
+
+    def replace_listener(self, old: Listener, new: Listener) -> None:
+        """Hand ``old`` everything recorded so far, then hand ``new`` what comes next; no event falls between."""
+        with FLUSHER.sweeping():
+            FLUSHER.sweep(self)
+            with self._lock:
+                self._listeners = tuple(new if x is old else x for x in self._listeners)
+                if new not in self._listeners:
+                    self._listeners = (*self._listeners, new)
+                self._tls = threading.local()
+        FLUSHER.register(self)
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Hand everything recorded so far to the listeners and wait, at most ``timeout_s``, until they delivered it.
+
+        With a collector streamer this tries to connect at once if it is not connected, and waits for the collector
+        to acknowledge that it stored everything.
+
+        Returns:
+            True when every listener delivered, and none dropped an event since the previous flush; False when there
+            is no listener, when time ran out (what was not handed over yet goes on in the background), or after a
+            drop (each listener's counters say how many).
+        """
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        listeners = self._listeners
+        if not listeners:
+            return False
+        delivered = FLUSHER.sweep(self, deadline)
+        for listener in listeners:
+            delivered = listener.flush(max(deadline - time.monotonic(), 0.0)) and delivered
+        return delivered
+
+    def close(self, timeout_s: float = 2.0) -> bool:
+        """Flush (within ``timeout_s``), stop recording, and close every listener no other timeline uses.
+
+        What could not be handed to the listeners in time is counted as their drops.
+
+        Returns:
+            True when everything recorded was delivered.
+        """
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        if not self._listeners:
+            return False
+        handed_over = FLUSHER.sweep(self, deadline)
+        return self._close_listeners(deadline) and handed_over
+
+    def _close_listeners(self, deadline: float) -> bool:
+        with self._lock:
+            listeners, self._listeners = self._listeners, ()
+            buffers, self._buffers, self._task_buffers = self._buffers, [], {}
+            self._tls = threading.local()
+        FLUSHER.unregister(self)
+        _count_lost(listeners, buffers, FLUSHER.take_carried(self))
+        still_used = {id(x) for timeline in FLUSHER.timelines() for x in timeline.listeners}
+        delivered = True
+        for listener in listeners:
+            if id(listener) not in still_used:
+                delivered = listener.close(max(deadline - time.monotonic(), 0.0)) and delivered
+        return delivered
+
+    def after_fork_in_child(self, replacements: dict[int, Any]) -> None:
+        """In a forked child: the parent's lock state and buffers do not carry over; listeners say what replaces
+        them (a new streamer to the same collector, say), once each, so a listener shared by timelines stays shared.
+        """
+        self._lock = threading.RLock()
+        self._buffers = []
+        self._task_buffers = {}
+        self._free_lanes = {}
+        self._tls = threading.local()
+        listeners = []
+        for listener in self._listeners:
+            if id(listener) not in replacements:
+                replacements[id(listener)] = listener.after_fork()
+            if replacements[id(listener)] is not None:
+                listeners.append(replacements[id(listener)])
+        self._listeners = tuple(listeners)
+
+
+def _count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
+    """Events that were recorded for ``listeners`` and will never reach them: counted as their drops."""
+    lost = carried + sum(len(buffer.events) for buffer in buffers) // RECORD_FIELDS
+    if lost:
+        for listener in listeners:
+            listener.lost(lost)

@@ -1,0 +1,374 @@
+"""Nothing is lost in silence: each case was found losing data without a word, and is shown here through a real
+collector process and real client processes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, events, metadata
+from ringtrace.client.model import MAX_STRING_CHARS, OVERFLOW_LABEL
+
+
+def run_client(code: str, *args: str, script: bool = False, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (or the script at that path) in a fresh interpreter, as a user's script would run."""
+    return subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", *([] if script else ["-c"]), code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def process_counters(trace: dict[str, Any]) -> dict[str, Any]:
+    (process,) = trace["otherData"]["processes"]
+    return dict(process)
+
+
+# -- 1. labels past the string limit ---------------------------------------------------------------------------------
+
+
+def test_labels_past_the_collectors_string_limit_map_to_the_overflow_label() -> None:
+    collector = CollectorProcess("--max-strings", "100")
+    try:
+        code = (
+            "import json, sys, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1])\n"
+            "for i in range(300):\n"
+            "    tl.instant(f'label-{i}', i=i)\n"
+            "ok = tl.flush(timeout_s=20)\n"
+            "for i in range(50):\n"
+            "    tl.instant('label-0', after=i)\n"  # an early label still has its own name
+            "print(json.dumps({'ok': ok and tl.flush(timeout_s=20), 'connects': tl.listeners[0].connects}))\n"
+        )
+        done = run_client(code, collector.tcp_address)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"ok": True, "connects": 1}  # the connection never broke
+        trace = collector.snapshot()
+        names = [e["name"] for e in events(trace, "i")]
+        assert len(names) == 350
+        # Ids 0..98 for labels; id 99 (the limit's last) is the overflow label.
+        assert names.count(OVERFLOW_LABEL) == 300 - 99
+        assert names.count("label-0") == 51
+        assert process_counters(trace)["label_overflow_events"] == 300 - 99
+        assert trace["otherData"]["label_overflow_events"] == 300 - 99
+        assert not any("closing connection" in line for line in collector.lines)
+    finally:
+        collector.stop()
+
+
+# -- 2. one odd argument must not cost its batch ---------------------------------------------------------------------
+
+_ODD_ARGS = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], batch_interval_s=3600)
+deep = "bottom"
+for _ in range(300):
+    deep = [deep]
+tl.instant("before", n=1)
+tl.instant("tuple-key", m={(2, 3): "y"})
+tl.instant("deep", d=deep)
+tl.instant("huge-int", n={"v": 2**80})
+with tl.scope("span-with-set", s={3, 1, 2}):
+    pass
+for i in range(1000):
+    tl.instant("after", i=i)
+print(tl.flush(timeout_s=20))
+"""
+
+
+def test_an_odd_argument_costs_no_other_event(collector: CollectorProcess) -> None:
+    done = run_client(_ODD_ARGS, collector.tcp_address)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]
+    trace = collector.snapshot()
+    recorded = {e["name"]: e for e in trace["traceEvents"] if e["ph"] in "Xi"}
+    assert len([e for e in events(trace, "i") if e["name"] == "after"]) == 1000
+    assert recorded["tuple-key"]["args"] == {"m": {"(2, 3)": "y"}}
+    assert recorded["huge-int"]["args"] == {"n": {"v": str(2**80)}}
+    assert sorted(recorded["span-with-set"]["args"]["s"]) == [1, 2, 3]
+    deep = recorded["deep"]["args"]["d"]
+    depth = 0
+    while isinstance(deep, list):
+        deep, depth = deep[0], depth + 1
+    assert deep.startswith("<ringtrace: clipped") and depth < 40  # cut, with a visible mark
+    counters = process_counters(trace)
+    assert counters["clipped_args"] == 1
+    assert counters["undecodable_events"] == 0 and counters["client_dropped_events"] == 0
+
+
+# -- 3. flush() and the exit flush wait for a collector that is starting ----------------------------------------------
+
+_RECORD_THEN_FLUSH = """
+import json, sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1])
+for i in range(500):
+    tl.instant("early", i=i)
+print("recorded", flush=True)
+sys.stdin.readline()  # the test starts the collector now
+print(json.dumps({"flushed": tl.flush(timeout_s=30)}), flush=True)
+"""
+
+
+def test_flush_connects_at_once_and_waits_for_a_collector_that_starts_late() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    client = subprocess.Popen(
+        [sys.executable, "-c", _RECORD_THEN_FLUSH, address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    collector = None
+    try:
+        assert client.stdout is not None and client.stdin is not None
+        assert client.stdout.readline().strip() == "recorded"
+        collector = CollectorProcess(tcp=address)
+        client.stdin.write("\n")
+        client.stdin.flush()
+        assert json.loads(client.stdout.readline()) == {"flushed": True}
+        assert len(events(collector.snapshot(), "i")) == 500
+    finally:
+        client.kill()
+        client.communicate(timeout=30)  # also closes the pipes
+        if collector is not None:
+            collector.stop()
+
+
+def test_a_script_that_exits_at_once_is_delivered_by_the_exit_flush(collector: CollectorProcess) -> None:
+    code = "import sys, ringtrace.client\ntl = ringtrace.client.connect(sys.argv[1])\ntl.instant('only', n=1)\n"
+    done = run_client(code, collector.tcp_address)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert [e["name"] for e in events(collector.snapshot(), "i")] == ["only"]
+
+
+# -- 4. multiprocessing children -------------------------------------------------------------------------------------
+
+_POOL = """
+import multiprocessing, sys, ringtrace.client
+
+def work(k):
+    tl = ringtrace.client.default_timeline()
+    for i in range(100):
+        tl.instant("task", k=k, i=i)
+    return k
+
+if __name__ == "__main__":
+    method, ending = sys.argv[2], sys.argv[3]
+    context = multiprocessing.get_context(method)
+    if method == "fork":
+        ringtrace.client.connect(sys.argv[1], process_name="parent")
+        pool = context.Pool(2)
+    else:  # spawn and forkserver children are new interpreters: the documented one line connects them
+        pool = context.Pool(2, initializer=ringtrace.client.connect, initargs=(sys.argv[1],))
+    if ending == "close":
+        pool.map(work, range(4))
+        pool.close()
+        pool.join()
+    else:
+        with pool:  # __exit__ terminates the workers
+            pool.map(work, range(4))
+"""
+
+
+@pytest.mark.parametrize(
+    ("method", "ending"),
+    [("fork", "close"), ("fork", "terminate"), ("spawn", "close"), ("forkserver", "close")],
+)
+def test_pool_children_deliver_what_they_recorded(
+    collector: CollectorProcess, tmp_path: Path, method: str, ending: str
+) -> None:
+    script = tmp_path / "pool_script.py"  # spawn and forkserver children import the main module by its path
+    script.write_text(_POOL)
+    done = run_client(str(script), collector.tcp_address, method, ending, script=True, timeout_s=90)
+    assert done.returncode == 0, done.stderr
+    tasks = [e for e in events(collector.snapshot(), "i") if e["name"] == "task"]
+    assert len(tasks) == 400
+    assert {(e["args"]["k"], e["args"]["i"]) for e in tasks} == {(k, i) for k in range(4) for i in range(100)}
+
+
+_PROCESS = """
+import multiprocessing, sys, ringtrace.client
+
+def child():
+    for i in range(100):
+        ringtrace.client.default_timeline().instant("in-child", i=i)
+
+if __name__ == "__main__":
+    ringtrace.client.connect(sys.argv[1])
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    print(process.exitcode)
+"""
+
+
+def test_a_fork_started_process_delivers_before_it_exits(collector: CollectorProcess) -> None:
+    done = run_client(_PROCESS, collector.tcp_address)
+    assert done.returncode == 0 and done.stdout.split() == ["0"], done.stderr
+    assert len([e for e in events(collector.snapshot(), "i") if e["name"] == "in-child"]) == 100
+
+
+# -- 5. reconnect after a collector restart ---------------------------------------------------------------------------
+
+_RESTART = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1])
+for line in sys.stdin:
+    tl.instant(line.strip())
+    print(tl.flush(timeout_s=10), tl.listeners[0].connects, flush=True)
+"""
+
+
+def test_after_a_collector_restart_the_next_flush_is_delivered() -> None:
+    first = CollectorProcess()
+    address = first.tcp_address
+    client = subprocess.Popen(
+        [sys.executable, "-c", _RESTART, address], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    second = None
+    try:
+        assert client.stdin is not None and client.stdout is not None
+
+        def step(label: str) -> list[str]:
+            client.stdin.write(label + "\n")  # type: ignore[union-attr]
+            client.stdin.flush()  # type: ignore[union-attr]
+            return client.stdout.readline().split()  # type: ignore[union-attr]
+
+        assert step("before") == ["True", "1"]
+        first.stop()
+        second = CollectorProcess(tcp=address)
+        # No retry loop: flush() connects at once, whatever the backoff says.
+        assert step("after") == ["True", "2"]
+        assert [e["name"] for e in events(second.snapshot(), "i")] == ["after"]
+    finally:
+        client.communicate(timeout=30)
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+# -- 6. asyncio ------------------------------------------------------------------------------------------------------
+
+_ASYNC = """
+import asyncio, sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1])
+
+async def request(n):
+    with tl.scope("request", n=n):
+        await asyncio.sleep(0.01 * (n % 3))
+        with tl.scope("db", n=n):
+            await asyncio.sleep(0.01)
+        tl.instant("done", n=n)
+
+async def main():
+    with tl.scope("main"):
+        await asyncio.gather(*(request(n) for n in range(20)))
+
+asyncio.run(main())
+print(tl.flush(timeout_s=20))
+"""
+
+
+def test_concurrent_asyncio_tasks_get_tracks_on_which_spans_nest(collector: CollectorProcess) -> None:
+    done = run_client(_ASYNC, collector.tcp_address)
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr
+    trace = collector.snapshot()
+    spans = events(trace, "X")
+    assert len(spans) == 41
+    by_track: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for span in spans:
+        by_track[(span["pid"], span["tid"])].append(span)
+    # Every request and its db span share a track; no two spans on one track overlap without nesting.
+    assert len({(s["pid"], s["tid"]) for s in spans if s["name"] == "request"}) == 20
+    for track_spans in by_track.values():
+        track_spans.sort(key=lambda s: (s["ts"], -s["dur"]))
+        open_ends: list[float] = []
+        for span in track_spans:
+            while open_ends and open_ends[-1] <= span["ts"]:
+                open_ends.pop()
+            end = span["ts"] + span["dur"]
+            assert not open_ends or end <= open_ends[-1] + 1e-3, f"{span} overlaps its parent"
+            open_ends.append(end)
+    names = metadata(trace, "thread_name")
+    request_tracks = {(s["pid"], s["tid"]) for s in spans if s["name"] == "request"}
+    assert all(names[track].startswith("MainThread tasks [") for track in request_tracks)
+
+
+# -- 7. configuration ------------------------------------------------------------------------------------------------
+
+_CONFIG = """
+import json, sys, ringtrace.client
+from ringtrace.client import ConfigError
+results = {}
+for name, call in [
+    ("unit size", lambda: ringtrace.client.connect(sys.argv[1], max_queue_bytes="16MiB")),
+    ("bad size", lambda: ringtrace.client.connect(sys.argv[1], max_queue_bytes="lots")),
+    ("wrong type", lambda: ringtrace.client.connect(sys.argv[1], batch_interval_s="fast")),
+    ("misspelled", lambda: ringtrace.client.connect(sys.argv[1], max_que_bytes=1)),
+    ("scheme", lambda: ringtrace.client.connect("tcp://" + sys.argv[1])),
+    ("http", lambda: ringtrace.client.connect("http://" + sys.argv[1])),
+    ("space", lambda: ringtrace.client.connect(" " + sys.argv[1])),
+]:
+    try:
+        call()
+        results[name] = "ok"
+    except ConfigError as exc:
+        results[name] = str(exc)
+tl = ringtrace.client.default_timeline()
+tl.instant("x" * 1000)
+results["flushed"] = tl.flush(timeout_s=20)
+print(json.dumps(results))
+"""
+
+
+def test_bad_configuration_is_refused_naming_the_option_and_long_labels_show_their_cut(
+    collector: CollectorProcess,
+) -> None:
+    done = run_client(_CONFIG, collector.tcp_address)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["unit size"] == "ok" and results["flushed"] is True
+    assert "max_queue_bytes" in results["bad size"] and "'lots'" in results["bad size"]
+    assert "batch_interval_s" in results["wrong type"] and "number" in results["wrong type"]
+    assert "'fast'" in results["wrong type"]
+    assert "max_que_bytes" in results["misspelled"] and "max_queue_bytes" in results["misspelled"]
+    for name in ("scheme", "http", "space"):
+        assert "HOST:PORT" in results[name], results[name]
+    (label,) = [e["name"] for e in events(collector.snapshot(), "i")]
+    assert len(label) == MAX_STRING_CHARS and label.endswith("…") and label.startswith("xxx")
+
+
+def test_more_threads_over_a_lifetime_than_the_collector_allows_tracks_at_once() -> None:
+    collector = CollectorProcess("--max-tracks", "20")
+    try:
+        code = (
+            "import json, sys, threading, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1])\n"
+            "for i in range(200):\n"
+            "    t = threading.Thread(target=tl.instant, args=('thr',), kwargs={'i': i})\n"
+            "    t.start(); t.join()\n"
+            "for i in range(100):\n"
+            "    tl.instant('main', i=i)\n"
+            "print(json.dumps({'flushed': tl.flush(timeout_s=20), 'connects': tl.listeners[0].connects}))\n"
+        )
+        done = run_client(code, collector.tcp_address)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"flushed": True, "connects": 1}
+        names = [e["name"] for e in events(collector.snapshot(), "i")]
+        assert names.count("thr") == 200 and names.count("main") == 100
+    finally:
+        collector.stop()

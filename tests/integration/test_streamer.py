@@ -1,0 +1,303 @@
+"""The collector streamer against a real collector, or a bare TCP listener that plays a broken one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, events
+from ringtrace.client import Streamer, StreamerOptions, Timeline
+from ringtrace.client.protocol import PREAMBLE
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout_s`` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def streamed(address: str, **options: Any) -> tuple[Timeline, Streamer]:
+    """A timeline of our own (not the process-wide one) streamed to ``address``."""
+    streamer = Streamer(address, StreamerOptions(**options))
+    return Timeline("test", [streamer]), streamer
+
+
+class BareListener:
+    """A TCP listener on 127.0.0.1 that accepts one connection at a time and reads it, never answering.
+
+    Args:
+        hang_up_after: close each connection once this many bytes came in (None: keep it open).
+    """
+
+    def __init__(self, hang_up_after: int | None = None) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.05)
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self.hang_up_after = hang_up_after
+        self.accepted = 0
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                self.accepted += 1
+                conn.settimeout(0.05)
+                got = 0
+                while not self._stop.is_set() and (self.hang_up_after is None or got < self.hang_up_after):
+                    try:
+                        data = conn.recv(65536)
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        break
+                    if not data:
+                        break
+                    got += len(data)
+                    self.received += len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._server.close()
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[BareListener]:
+    listener = BareListener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+@pytest.fixture
+def hanging_up_listener() -> Iterator[BareListener]:
+    listener = BareListener(hang_up_after=PREAMBLE.size)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+# -- the select loop and the backoff -------------------------------------------------------------------------------
+
+
+def test_streamer_does_not_spin_while_waiting_for_welcome(silent_listener: BareListener) -> None:
+    timeline, _ = streamed(silent_listener.address)
+    try:
+        timeline.instant("queued before the collector answers")
+        assert timeline.flush(timeout_s=0.5) is False  # no WELCOME: not delivered
+        assert wait_until(lambda: silent_listener.received >= PREAMBLE.size)
+        # The peer is silent: the process may burn at most a small part of a core while we wait (a spin burns all).
+        cpu_before, wall_before = time.process_time(), time.monotonic()
+        wait_until(lambda: False, timeout_s=1.0)
+        cpu = time.process_time() - cpu_before
+        assert cpu < 0.5 * (time.monotonic() - wall_before), f"{cpu:.2f}s of CPU while idle"
+    finally:
+        timeline.close(timeout_s=0)
+
+
+def test_backoff_grows_when_every_connection_is_closed_before_welcome(hanging_up_listener: BareListener) -> None:
+    timeline, streamer = streamed(hanging_up_listener.address, backoff_initial_s=0.01, backoff_max_s=10.0)
+    streamer.start()
+    try:
+        assert wait_until(lambda: hanging_up_listener.accepted >= 6)
+        # With exponential backoff from 10 ms, the next attempts are 0.64 s, 1.28 s, ... apart: far fewer than 40
+        # connections in the next 3 s (without it, hundreds).
+        assert not wait_until(lambda: hanging_up_listener.accepted >= 40, timeout_s=3.0)
+    finally:
+        timeline.close(timeout_s=0)
+
+
+# -- names that must not stop tracing --------------------------------------------------------------------------------
+
+NAMES = pytest.mark.parametrize("name", ["worker-\udcff", "w" * (2 << 20)], ids=["lone-surrogate", "2MiB"])
+
+
+@NAMES
+def test_odd_process_name_does_not_stop_tracing(collector: CollectorProcess, name: str) -> None:
+    timeline, _ = streamed(collector.tcp_address, process_name=name)
+    try:
+        timeline.instant("recorded")
+        assert timeline.flush(timeout_s=10)
+        assert [e["name"] for e in events(collector.snapshot(), "i")] == ["recorded"]
+    finally:
+        timeline.close(timeout_s=0)
+
+
+@NAMES
+def test_odd_thread_name_does_not_stop_tracing(collector: CollectorProcess, name: str) -> None:
+    timeline, _ = streamed(collector.tcp_address)
+    try:
+        worker = threading.Thread(target=timeline.instant, args=("from-odd-thread",), name=name)
+        worker.start()
+        worker.join()
+        timeline.instant("from-main-thread")
+        assert timeline.flush(timeout_s=10)
+        names = {e["name"] for e in events(collector.snapshot(), "i")}
+        assert names == {"from-odd-thread", "from-main-thread"}
+    finally:
+        timeline.close(timeout_s=0)
+
+
+def test_frames_packed_before_welcome_are_split_again_to_the_collectors_limit() -> None:
+    small = CollectorProcess("--max-frame-size", "64KiB")
+    try:
+        timeline, streamer = streamed(small.tcp_address, batch_interval_s=3600)
+        # Recorded and swept before the streamer connects: packed under the client's 1 MiB limit, before WELCOME.
+        for i in range(2000):
+            timeline.instant("lookup", by_status={200: i}, pad="x" * 64)
+        try:
+            assert timeline.flush(timeout_s=10)
+            assert len(events(small.snapshot(), "i")) == 2000
+            assert streamer.dropped_events == 0
+        finally:
+            timeline.close(timeout_s=0)
+    finally:
+        small.stop()
+
+
+def test_flush_is_not_true_when_events_recorded_before_it_were_dropped(collector: CollectorProcess) -> None:
+    timeline, streamer = streamed(collector.tcp_address, max_queue_bytes=1)
+    try:
+        for i in range(100):
+            timeline.instant("recorded", i=i)
+        flushed = timeline.flush(timeout_s=10)
+        stored = len(events(collector.snapshot(), "i"))
+        assert streamer.dropped_events == 100 and stored == 0
+        assert not flushed
+        trace = collector.snapshot()
+        assert trace["otherData"]["client_dropped_events"] == 100  # the drop reached the collector
+    finally:
+        timeline.close(timeout_s=0)
+
+
+# -- connect() to another collector, fork ------------------------------------------------------------------------------
+
+_SWITCH = """
+import json, socket, sys
+import ringtrace.client
+
+# A listener whose accept queue is full: connecting to it blocks until connect_timeout_s.
+blackhole = socket.socket()
+blackhole.bind(("127.0.0.1", 0))
+blackhole.listen(0)
+filler = socket.create_connection(blackhole.getsockname())
+old = "127.0.0.1:%d" % blackhole.getsockname()[1]
+
+tl = ringtrace.client.connect(old, connect_timeout_s=3.0, exit_timeout_s=0.1)
+tl.flush(timeout_s=0)  # the streamer now blocks connecting
+# Move to the real collector; closing the old streamer gives up after exit_timeout_s, with it still connecting.
+tl = ringtrace.client.connect(sys.argv[1], batch_interval_s=3600, exit_timeout_s=0.1)
+assert tl.flush(timeout_s=20)
+for i in range(1000):
+    tl.instant("for-the-new-collector", i=i)
+print(json.dumps({"flushed": tl.flush(timeout_s=20), "dropped": tl.dropped_events, "listeners": len(tl.listeners)}))
+"""
+
+
+def test_events_recorded_after_connect_switch_reach_the_new_collector(collector: CollectorProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SWITCH, collector.tcp_address], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"flushed": True, "dropped": 0, "listeners": 1}
+    assert len(events(collector.snapshot(), "i")) == 1000
+
+
+_FORK_AFTER_CLOSE = """
+import os, sys
+import ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1])
+tl.close(timeout_s=1)
+pid = os.fork()
+if pid == 0:
+    tl.instant("child")
+    print("child traces:", bool(ringtrace.client.default_timeline().listeners), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_child_forked_after_close_does_not_trace(collector: CollectorProcess) -> None:
+    done = subprocess.run(
+        # Python 3.12+ warns that fork() in a process with threads may deadlock; not what is tested here.
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _FORK_AFTER_CLOSE, collector.tcp_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["child", "traces:", "False"]
+
+
+def test_a_welcome_naming_a_version_the_client_does_not_speak_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    from ringtrace.client.protocol import Welcome, encode, preamble
+
+    server = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+
+    def answer_with_version_99() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(preamble() + encode(Welcome(99, 1 << 20, 1000, 1000, 1000, "future")))
+            conn.recv(65536)  # until the client hangs up
+
+    fake = threading.Thread(target=answer_with_version_99, daemon=True)
+    fake.start()
+    timeline, _ = streamed(address, backoff_initial_s=5.0, backoff_max_s=5.0)
+    try:
+        timeline.instant("kept")
+        with caplog.at_level("WARNING", logger="ringtrace.client"):
+            assert timeline.flush(timeout_s=1.0) is False
+        assert any("chose protocol version 99" in r.getMessage() for r in caplog.records)
+    finally:
+        timeline.close(timeout_s=0)
+        fake.join(10)
+        server.close()
+
+
+def test_a_peer_that_hangs_up_is_not_hammered_while_a_flush_waits(hanging_up_listener: BareListener) -> None:
+    timeline, _ = streamed(hanging_up_listener.address)
+    try:
+        timeline.instant("never delivered")
+        assert timeline.flush(timeout_s=2.0) is False
+        # A retry at most every 0.25 s while the flush waits: about 8 in 2 s; without a bound, thousands.
+        assert hanging_up_listener.accepted <= 20, hanging_up_listener.accepted
+    finally:
+        timeline.close(timeout_s=0)
+
+
+def test_two_streamers_of_one_process_are_one_process_to_the_collector(collector: CollectorProcess) -> None:
+    first, _ = streamed(collector.tcp_address, process_name="one")
+    second, _ = streamed(collector.tcp_address, process_name="one")
+    try:
+        first.instant("a")
+        second.instant("b")
+        assert first.flush(timeout_s=10) and second.flush(timeout_s=10)
+        trace = collector.snapshot()
+        assert {e["pid"] for e in events(trace, "i")} == {os.getpid()}
+        assert len(trace["otherData"]["processes"]) == 1
+    finally:
+        first.close(timeout_s=0)
+        second.close(timeout_s=0)

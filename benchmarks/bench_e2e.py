@@ -13,7 +13,7 @@ Rounds of the two are interleaved; medians are reported, with the ratio ringtrac
 
 The connection uses ``max_queue_bytes`` = 256 MiB (default 16 MiB): at a few million events/s a burst can outrun the
 socket for a moment, and this benchmark measures throughput, not the drop policy; for the same reason the timeline
-may buffer 16M events per track (default 4M). ``dropped_events`` is reported; the
+may buffer 16M events per track (default 1M). ``dropped_events`` is reported; the
 collector runs with ``--capacity 2GiB`` so its ring never overwrites what we count.
 """
 

@@ -146,7 +146,7 @@ class Timeline:
     """
 
     def __init__(
-        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 4_000_000
+        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 1_000_000
     ) -> None:
         self.name = name
         self.max_buffered_events = max_buffered_events

@@ -104,17 +104,18 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     with _connect_lock:
         if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default
-        _install_fork_hook()
         streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
         FLUSHER.interval_s = opts.batch_interval_s
         FLUSHER.exit_timeout_s = opts.exit_timeout_s
-        previous = _connected[2] if _connected is not None and _connected[2] in _default.listeners else None
+        # The streamer connect() attached before (in a forked child: its replacement), if it is still attached.
+        previous = next((x for x in _default.listeners if isinstance(x, Streamer)), None) if _connected else None
         if previous is not None:
             _default.replace_listener(previous, streamer)  # no event falls between the two
         else:
             _default.add_listener(streamer)
         streamer.start()
         _connected = (address, opts, streamer)
+        _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
     if previous is not None:
         previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s
     _deliver_before_multiprocessing_exit()

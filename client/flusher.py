@@ -64,6 +64,7 @@ class _Carried(NamedTuple):
     """Work a sweep took from a timeline and could not finish before its deadline."""
 
     timeline: Sweepable
+    listeners: tuple[Any, ...]
     runs: list[tuple[TrackInfo, list[Any]]]
     ended: list[TrackInfo]
 
@@ -129,10 +130,16 @@ class Flusher:
             return True
 
     @contextlib.contextmanager
-    def sweeping(self) -> Iterator[None]:
-        """No sweep runs on another thread inside this block."""
-        with self._sweep_lock:
+    def sweeping(self, deadline: float | None = None) -> Iterator[None]:
+        """No sweep runs on another thread inside this block (with a ``deadline``, the block runs anyway once it
+        passes: a bound on waiting matters more there than the rare race)."""
+        timeout = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        acquired = self._sweep_lock.acquire(timeout=timeout)
+        try:
             yield
+        finally:
+            if acquired:
+                self._sweep_lock.release()
 
     def sweep(self, timeline: Sweepable, deadline: float | None = None) -> bool:
         """Hand ``timeline``'s events to its listeners now, on the calling thread.
@@ -151,23 +158,28 @@ class Flusher:
 
     def sweep_all(self, deadline: float | None = None) -> bool:
         """Hand every timeline's events to its listeners now, on the calling thread (see ``sweep``)."""
-        with self._sweep_lock:
+        timeout = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._sweep_lock.acquire(timeout=timeout):
+            return False
+        try:
             complete = self._sweep_carried(deadline)
             for timeline in self.timelines():
                 complete = complete and self._sweep_one(timeline, deadline)
             return complete
+        finally:
+            self._sweep_lock.release()
 
     def take_carried(self, timeline: Sweepable) -> int:
-        """Forget the work carried for ``timeline`` (it is closing); returns how many events that was."""
-        with self._sweep_lock:
-            mine = [c for c in self._carried if c.timeline is timeline]
-            self._carried = [c for c in self._carried if c.timeline is not timeline]
+        """Forget the work carried for ``timeline`` (it is closing; called inside ``sweeping()``); returns how many
+        events that was."""
+        mine = [c for c in self._carried if c.timeline is timeline]
+        self._carried = [c for c in self._carried if c.timeline is not timeline]
         return sum(len(records) for c in mine for _, records in c.runs) // RECORD_FIELDS
 
     def _sweep_carried(self, deadline: float | None) -> bool:
         while self._carried:
             carried = self._carried.pop(0)
-            if not self._hand_over(carried.timeline, carried.runs, carried.ended, deadline):
+            if not self._hand_over(carried.timeline, carried.listeners, carried.runs, carried.ended, deadline):
                 return False
         return True
 
@@ -180,16 +192,17 @@ class Flusher:
         drained = timeline.drain()
         if drained.dropped:
             _call(listeners, "lost", drained.dropped)
-        return self._hand_over(timeline, drained.runs, drained.ended, deadline)
+        return self._hand_over(timeline, listeners, drained.runs, drained.ended, deadline)
 
     def _hand_over(
         self,
         timeline: Sweepable,
+        listeners: tuple[Any, ...],
         runs: list[tuple[TrackInfo, list[Any]]],
         ended: list[TrackInfo],
         deadline: float | None,
     ) -> bool:
-        listeners = timeline.listeners
+        # The listeners of the moment the runs were drained: a listener removed since still gets what it was due.
         # Each ended track is retired right after its last run, so that a stream never holds many ended tracks.
         last_run = {track.track_id: i for i, (track, _) in enumerate(runs)}
         for track in ended:
@@ -199,7 +212,7 @@ class Flusher:
         for i, (track, records) in enumerate(runs):
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
-                self._carried.insert(0, _Carried(timeline, runs[i:], still_ending))
+                self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self._wake.set()  # the flusher thread finishes it
                 return False
             _call(listeners, "receive", track, records)

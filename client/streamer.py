@@ -46,6 +46,7 @@ from .protocol import (
     PROTOCOL_VERSIONS,
     Flush,
     FlushAck,
+    FrameType,
     Goodbye,
     Stats,
     Track,
@@ -62,6 +63,8 @@ log = logging.getLogger("ringtrace.client")
 
 #: While a flush waits, connection attempts are at most this far apart.
 _FLUSH_RETRY_S = 0.25
+#: Loss counters are sent at most this often (and with every flush).
+_STATS_INTERVAL_S = 0.25
 
 
 class _Waiter:
@@ -109,8 +112,14 @@ class Streamer(SerializedListener):
         self._started = False
         self._welcomed = False
         self._stats_sent: Stats | None = None
-        #: Tracks that ended while the queue was not empty, by id (cleared whenever the queue empties).
+        #: Tracks that ended while EVENTS frames of theirs were queued, by id, until those are sent.
         self._retired: dict[int, TrackInfo] = {}
+        self._stats_pending = False
+        self._stats_queued_at = 0.0
+        #: Set (with why) when the queue must be thrown away and the connection made again.
+        self._reset_reason = ""
+        #: Queued EVENTS frames per track id.
+        self._queued_per_track: dict[int, int] = {}
         self._connect_now = False
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
@@ -209,10 +218,14 @@ class Streamer(SerializedListener):
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.05))
         with self._state_lock:
-            queued = sum(count for _, count in self._queue) + self._out_events
+            queued = sum(count for _, count in self._queue)
+            if not self._thread.is_alive():  # else the thread still owns the frame it is sending, and counts it
+                queued += self._out_events
             self.dropped_events += queued  # never to be sent now
             self._queue.clear()
             self._queued_bytes = 0
+            self._queued_per_track.clear()
+            self._retired.clear()
         unreported = self.dropped_events - queued - self._dropped_at_flush  # drops no collector has heard of
         if queued or unreported:
             log.warning(
@@ -255,7 +268,7 @@ class Streamer(SerializedListener):
 
     def retire(self, track: TrackInfo) -> None:
         with self._state_lock:
-            if self._queue:  # frames of it may still be queued: a reconnect would have to declare it again
+            if self._queued_per_track.get(track.track_id):  # a reconnect would have to declare it again for those
                 self._retired[track.track_id] = track
         super().retire(track)
 
@@ -274,22 +287,48 @@ class Streamer(SerializedListener):
                 self.dropped_events += count
                 self.dropped_frames += 1
             else:
-                self._queue.append((frame, count))
-                self._queued_bytes += len(frame)
+                self._queue_events(frame, count)
         if welcomed:
             self._queue_stats()
         self._wake()
 
-    def _queue_stats(self) -> None:
+    def _queue_stats(self, now_or_never: bool = False) -> None:
+        """Queue the loss counters if they changed, at most one STATS frame waiting at a time (they are cumulative:
+        the newest says everything), and no more often than ``_STATS_INTERVAL_S`` unless ``now_or_never``."""
         stats = self.stats()
-        if stats != self._stats_sent:
+        now = time.monotonic()
+        due = now_or_never or (not self._stats_pending and now - self._stats_queued_at >= _STATS_INTERVAL_S)
+        if stats != self._stats_sent and due:
             self._queue_control(encode(stats))
             self._stats_sent = stats
+            self._stats_pending = True
+            self._stats_queued_at = now
+
+    def _queue_events(self, frame: bytes, count: int) -> None:
+        self._queue.append((frame, count))
+        self._queued_bytes += len(frame)
+        track_id = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)[2]
+        self._queued_per_track[track_id] = self._queued_per_track.get(track_id, 0) + 1
+
+    def _unqueued(self, frame: bytes) -> None:
+        """An EVENTS frame left the queue (sent or dropped)."""
+        track_id = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)[2]
+        left = self._queued_per_track.pop(track_id, 1) - 1
+        if left:
+            self._queued_per_track[track_id] = left
+        else:
+            self._retired.pop(track_id, None)
 
     def _queue_control(self, frame: bytes) -> None:
-        """Control frames are never dropped: they are small, and only queued while welcomed."""
+        """Control frames are never dropped one by one: the stream needs every one of them. If a collector that
+        welcomed us stops reading and they pile up past twice ``max_queue_bytes`` (tracks of short-lived threads,
+        say), the streamer throws the queue away, counting its events, and reconnects: the next connection's prefix
+        carries the tables as they are then."""
         self._queue.append((frame, 0))
         self._queued_bytes += len(frame)
+        if self._queued_bytes > 2 * self.options.max_queue_bytes:
+            self._reset_reason = f"{self._queued_bytes} bytes queued for a collector that does not read"
+            self._wake()
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
@@ -320,6 +359,8 @@ class Streamer(SerializedListener):
             now = time.monotonic()
             if new_requests and self._sock is None:
                 self._next_connect = min(self._next_connect, now)  # a new flush does not wait for the backoff
+            if self._reset_reason and self._sock is not None:
+                self._drop_queue_and_reconnect()
             if self._sock is None and now >= self._next_connect:
                 self._connect()
             self._start_flushes(now)
@@ -332,6 +373,19 @@ class Streamer(SerializedListener):
                 timeout = min(timeout, min(w.deadline for _, w in self._pending) - time.monotonic())
             self._wait(max(timeout, 0.0))
 
+    def _drop_queue_and_reconnect(self) -> None:
+        with self._state_lock:
+            reason, self._reset_reason = self._reset_reason, ""
+            dropped = sum(count for _, count in self._queue)
+            self.dropped_events += dropped
+            self.dropped_frames += sum(1 for _, count in self._queue if count)
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._queued_per_track.clear()
+            self._retired.clear()
+        log.warning("ringtrace: %s; dropped %d queued events and reconnecting", reason, dropped)
+        self._disconnect(reason)
+
     def _start_flushes(self, now: float) -> None:
         """Queue a FLUSH for each pending request once welcomed; give up on those past their deadline."""
         waiting = []
@@ -339,6 +393,7 @@ class Streamer(SerializedListener):
             if self._welcomed:
                 self._waiters[token] = waiter
                 with self._state_lock:
+                    self._queue_stats(now_or_never=True)  # the acknowledgement then covers the latest counters
                     queued = sum(count for _, count in self._queue) + self._out_events
                     self._flush_targets[token] = self.sent_events + queued
                     self._queue_control(encode(Flush(token)))
@@ -409,6 +464,7 @@ class Streamer(SerializedListener):
             self._out = None
             self._out_events = 0
             # Queued control frames are resent by the next prefix; keep only events.
+            self._stats_pending = False
             self._queue = deque(item for item in self._queue if item[1])
             self._queued_bytes = sum(len(item[0]) for item in self._queue)
         unacknowledged = self.sent_events - self._acknowledged_through
@@ -439,8 +495,10 @@ class Streamer(SerializedListener):
                         return
                     frame, count = self._queue.popleft()
                     self._queued_bytes -= len(frame)
-                    if not self._queue:
-                        self._retired.clear()  # no queued frame needs an ended track any more
+                    if count:
+                        self._unqueued(frame)
+                    elif frame[FRAME_HEADER.size - 1] == FrameType.STATS:
+                        self._stats_pending = False
                     self._out = memoryview(frame)
                     self._out_events = count
             try:
@@ -484,8 +542,14 @@ class Streamer(SerializedListener):
             prefix = [(frame, 0) for frame in encoder.prefix()]
             self._stats_sent = self.stats()
             prefix.append((encode(self._stats_sent), 0))
+            self._stats_pending = True
             self._queue = deque([*prefix, *self._with_retired_tracks(kept)])
             self._queued_bytes = sum(len(item[0]) for item in self._queue)
+            self._queued_per_track = {}
+            for frame, count in kept:  # repacking may have split frames
+                if count:
+                    track_id = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)[2]
+                    self._queued_per_track[track_id] = self._queued_per_track.get(track_id, 0) + 1
             self._welcomed = True
         # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
         self._welcomed_at = time.monotonic()
@@ -494,7 +558,10 @@ class Streamer(SerializedListener):
         """``kept`` with each track that ended while frames of it were queued declared right before its first frame
         and ended right after its last one, so that the collector never holds more of them than needed."""
         track_ids = [EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)[2] if count else 0 for frame, count in kept]
-        last = {track_id: i for i, track_id in enumerate(track_ids) if track_id in self._retired}
+        live = self.encoder.tracks  # declared by the prefix: an id reused by a new owner (a task lane) is live
+        last = {
+            track_id: i for i, track_id in enumerate(track_ids) if track_id in self._retired and track_id not in live
+        }
         declared: set[int] = set()
         frames: list[tuple[bytes, int]] = []
         for i, (item, track_id) in enumerate(zip(kept, track_ids, strict=True)):

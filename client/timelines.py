@@ -123,9 +123,9 @@ class TrackBuffer:
 
     def owner_alive(self) -> bool:
         owner = self.owner
-        if isinstance(owner, threading.Thread):
-            return owner.is_alive()
-        return not owner.done() and not owner.get_loop().is_closed()  # a task left pending on a closed loop never ends
+        if isinstance(owner, Task):  # a task left pending on a closed loop never ends
+            return not owner.done() and not owner.get_loop().is_closed()
+        return owner.is_alive()
 
 
 class Timeline:
@@ -283,7 +283,8 @@ class Timeline:
 
     def _forget(self, ended: list[TrackBuffer]) -> None:
         with self._lock:
-            self._buffers = [b for b in self._buffers if b not in ended]
+            gone = {id(b) for b in ended}
+            self._buffers = [b for b in self._buffers if id(b) not in gone]
             for buffer in ended:
                 owner = buffer.owner
                 if isinstance(owner, Task):
@@ -344,13 +345,14 @@ class Timeline:
 
         With no listener left the timeline stops keeping events. The caller closes ``listener`` if it is done.
         """
-        FLUSHER.sweep(self)
-        with self._lock:
-            self._listeners = tuple(x for x in self._listeners if x is not listener)
-            left = self._listeners
-            if not left:
-                buffers, self._buffers, self._task_buffers = self._buffers, [], {}
-            self._tls = threading.local()
+        with FLUSHER.sweeping():  # no sweep can take events between the last one and the change
+            FLUSHER.sweep(self)
+            with self._lock:
+                self._listeners = tuple(x for x in self._listeners if x is not listener)
+                left = self._listeners
+                if not left:
+                    buffers, self._buffers, self._task_buffers = self._buffers, [], {}
+                self._tls = threading.local()
         if not left:
             FLUSHER.unregister(self)
             _count_lost((listener,), buffers)  # recorded in the instant between the sweep and now
@@ -397,18 +399,20 @@ class Timeline:
         deadline = time.monotonic() + max(timeout_s, 0.0)
         if not self._listeners:
             return False
-        handed_over = FLUSHER.sweep(self, deadline)
-        return self._close_listeners(deadline) and handed_over
+        return self._close_listeners(deadline)
 
     def _close_listeners(self, deadline: float) -> bool:
-        with self._lock:
-            listeners, self._listeners = self._listeners, ()
-            buffers, self._buffers, self._task_buffers = self._buffers, [], {}
-            self._tls = threading.local()
-        FLUSHER.unregister(self)
-        _count_lost(listeners, buffers, FLUSHER.take_carried(self))
+        """Hand over what there is time for, stop recording, count the rest as lost, close the listeners."""
+        handed_over = FLUSHER.sweep(self, deadline)
+        with FLUSHER.sweeping(deadline):  # no sweep can take events between the last one and the change
+            with self._lock:
+                listeners, self._listeners = self._listeners, ()
+                buffers, self._buffers, self._task_buffers = self._buffers, [], {}
+                self._tls = threading.local()
+            FLUSHER.unregister(self)
+            _count_lost(listeners, buffers, FLUSHER.take_carried(self))
         still_used = {id(x) for timeline in FLUSHER.timelines() for x in timeline.listeners}
-        delivered = True
+        delivered = handed_over
         for listener in listeners:
             if id(listener) not in still_used:
                 delivered = listener.close(max(deadline - time.monotonic(), 0.0)) and delivered

@@ -372,3 +372,84 @@ def test_more_threads_over_a_lifetime_than_the_collector_allows_tracks_at_once()
         assert names.count("thr") == 200 and names.count("main") == 100
     finally:
         collector.stop()
+
+
+_CONNECT_AGAIN_IN_CHILD = """
+import json, os, sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="parent")
+tl.instant("parent-event")
+assert tl.flush(timeout_s=20)
+pid = os.fork()
+if pid == 0:
+    tl = ringtrace.client.connect(sys.argv[1], process_name="child")  # a Pool initializer under fork does this
+    tl.instant("child-event")
+    os._exit(0 if tl.flush(timeout_s=20) and len(tl.listeners) == 1 else 3)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": status, "child": pid}))
+"""
+
+
+def test_connect_again_in_a_forked_child_streams_each_event_once(collector: CollectorProcess) -> None:
+    done = run_client(_CONNECT_AGAIN_IN_CHILD, collector.tcp_address)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["status"] == 0
+    child_events = [e for e in events(collector.snapshot(), "i") if e["name"] == "child-event"]
+    assert [e["pid"] for e in child_events] == [report["child"]]
+
+
+_LANE_REUSED_ACROSS_A_RECONNECT = """
+import asyncio, json, sys, ringtrace.client
+from ringtrace.client import Streamer, StreamerOptions, Timeline
+
+streamer = Streamer(sys.argv[1], StreamerOptions(process_name="lanes"))
+tl = Timeline("lanes", [streamer])
+
+async def main():
+    async def first():
+        tl.instant("first-task")
+    await asyncio.create_task(first())
+    assert not tl.flush(timeout_s=0.3)  # no collector yet: its lane ends while its frame is queued
+    go = asyncio.Event()
+    async def second():  # takes the same lane
+        tl.instant("second-task-a")
+        await go.wait()
+        tl.instant("second-task-b")
+    task = asyncio.create_task(second())
+    await asyncio.sleep(0.01)
+    print("waiting", flush=True)
+    sys.stdin.readline()  # the test starts the collector
+    first_flush = tl.flush(timeout_s=20)
+    go.set()
+    await task
+    print(json.dumps({"flushes": [first_flush, tl.flush(timeout_s=20)], "connects": streamer.connects}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_task_lane_reused_while_its_last_owner_s_frames_wait_for_a_collector_stays_declared() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    client = subprocess.Popen(
+        [sys.executable, "-c", _LANE_REUSED_ACROSS_A_RECONNECT, address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    collector = None
+    try:
+        assert client.stdout is not None and client.stdin is not None
+        assert client.stdout.readline().strip() == "waiting"
+        collector = CollectorProcess(tcp=address)
+        client.stdin.write("\n")
+        client.stdin.flush()
+        assert json.loads(client.stdout.readline()) == {"flushes": [True, True], "connects": 1}
+        names = sorted(e["name"] for e in events(collector.snapshot(), "i"))
+        assert names == ["first-task", "second-task-a", "second-task-b"]
+        assert not any("closing connection" in line for line in collector.lines)
+    finally:
+        client.kill()
+        client.communicate(timeout=30)
+        if collector is not None:
+            collector.stop()

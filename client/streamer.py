@@ -68,12 +68,17 @@ _STATS_INTERVAL_S = 0.25
 
 
 class _Waiter:
-    __slots__ = ("deadline", "done", "ok")
+    """One flush() call waiting. ``baseline``: the drop count of the last acknowledged flush when it was asked for;
+    ``uncertain``: a connection broke with unacknowledged events since then. Either makes its answer False."""
+
+    __slots__ = ("baseline", "deadline", "done", "ok", "uncertain")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.done = threading.Event()
         self.ok = False
+        self.baseline = 0
+        self.uncertain = False
 
     def finish(self, ok: bool) -> None:
         self.ok = ok
@@ -202,6 +207,7 @@ class Streamer(SerializedListener):
         with self._state_lock:
             if self._stopping or not self._thread.is_alive():
                 return False
+            waiter.baseline, waiter.uncertain = self._dropped_at_flush, self._uncertain
             self._flush_requests.append((next(self._tokens), waiter))
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
@@ -470,6 +476,8 @@ class Streamer(SerializedListener):
         unacknowledged = self.sent_events - self._acknowledged_through
         if unacknowledged:  # sent, and the collector may not have stored them: no flush may say "delivered"
             self._uncertain = True
+            for _, waiter in [*self._waiters.items(), *self._pending]:
+                waiter.uncertain = True
             log.debug("ringtrace: %d events sent before the connection broke were not acknowledged", unacknowledged)
         self._acknowledged_through = self.sent_events
         self._flush_targets.clear()
@@ -594,10 +602,12 @@ class Streamer(SerializedListener):
                     target = self._flush_targets.pop(frame.token, 0)  # events sent before that FLUSH: all stored
                     self._acknowledged_through = max(self._acknowledged_through, target)
                     if waiter is not None:
-                        dropped = self.dropped_events
-                        waiter.finish(dropped == self._dropped_at_flush and not self._uncertain)
-                        self._dropped_at_flush = dropped
-                        self._uncertain = False
+                        with self._state_lock:
+                            dropped = self.dropped_events
+                            ok = dropped == waiter.baseline and not waiter.uncertain
+                            self._dropped_at_flush = dropped
+                            self._uncertain = False
+                        waiter.finish(ok)
                 elif isinstance(frame, Flush):
                     if self._sweep_all is not None:
                         self._sweep_all()

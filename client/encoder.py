@@ -210,8 +210,8 @@ class StreamEncoder:
         kinds, names, offsets, durations, args = msgpack.unpackb(
             memoryview(frame)[FRAME_HEADER.size + header_size :], raw=False, strict_map_key=False
         )
-        overflow, cut = self.strings.overflow_id, self.strings.cut_ids
-        clamped = [n if n < overflow else overflow for n in names]
+        cut = self.strings.cut_ids
+        clamped = list(map(self.strings.clamp, names))
         self.strings.overflowed += sum(1 for n in names if n in cut)  # those packed with an overflow id are counted
         starts = [first_ns + offset for offset in offsets]
         batch = EncodedBatch()

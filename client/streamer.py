@@ -125,7 +125,6 @@ class Streamer(SerializedListener):
         self._reset_reason = ""
         #: Queued EVENTS frames per track id.
         self._queued_per_track: dict[int, int] = {}
-        self._connect_now = False
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
         self.sent_events = 0
@@ -191,7 +190,7 @@ class Streamer(SerializedListener):
     def queued_events(self) -> int:
         """Events encoded and not yet sent."""
         with self._state_lock:
-            return sum(count for _, count in self._queue) + self._out_events
+            return self._queued_event_count() + self._out_events
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the collector to acknowledge everything received so far.
@@ -224,14 +223,11 @@ class Streamer(SerializedListener):
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.05))
         with self._state_lock:
-            queued = sum(count for _, count in self._queue)
+            queued = self._drop_queue()
             if not self._thread.is_alive():  # else the thread still owns the frame it is sending, and counts it
                 queued += self._out_events
-            self.dropped_events += queued  # never to be sent now
-            self._queue.clear()
-            self._queued_bytes = 0
-            self._queued_per_track.clear()
-            self._retired.clear()
+                self.dropped_events += self._out_events
+                self._out_events = 0
         unreported = self.dropped_events - queued - self._dropped_at_flush  # drops no collector has heard of
         if queued or unreported:
             log.warning(
@@ -310,6 +306,20 @@ class Streamer(SerializedListener):
             self._stats_pending = True
             self._stats_queued_at = now
 
+    def _queued_event_count(self) -> int:
+        return sum(count for _, count in self._queue)
+
+    def _drop_queue(self) -> int:
+        """Throw the queue away (closing, or a collector that does not read), counting its events; returns them."""
+        dropped = self._queued_event_count()
+        self.dropped_events += dropped
+        self.dropped_frames += sum(1 for _, count in self._queue if count)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._queued_per_track.clear()
+        self._retired.clear()
+        return dropped
+
     def _queue_events(self, frame: bytes, count: int) -> None:
         self._queue.append((frame, count))
         self._queued_bytes += len(frame)
@@ -382,13 +392,7 @@ class Streamer(SerializedListener):
     def _drop_queue_and_reconnect(self) -> None:
         with self._state_lock:
             reason, self._reset_reason = self._reset_reason, ""
-            dropped = sum(count for _, count in self._queue)
-            self.dropped_events += dropped
-            self.dropped_frames += sum(1 for _, count in self._queue if count)
-            self._queue.clear()
-            self._queued_bytes = 0
-            self._queued_per_track.clear()
-            self._retired.clear()
+            dropped = self._drop_queue()
         log.warning("ringtrace: %s; dropped %d queued events and reconnecting", reason, dropped)
         self._disconnect(reason)
 
@@ -400,7 +404,7 @@ class Streamer(SerializedListener):
                 self._waiters[token] = waiter
                 with self._state_lock:
                     self._queue_stats(now_or_never=True)  # the acknowledgement then covers the latest counters
-                    queued = sum(count for _, count in self._queue) + self._out_events
+                    queued = self._queued_event_count() + self._out_events
                     self._flush_targets[token] = self.sent_events + queued
                     self._queue_control(encode(Flush(token)))
             elif waiter.deadline <= now:

@@ -40,7 +40,13 @@ _tokens = itertools.count(1)
 
 class _Store(Protocol):
     def append(
-        self, key: tuple[int, int], context: FrameContext, count: int, first_ts_ns: int, last_ts_ns: int, payload: bytes
+        self,
+        key: tuple[int, int],
+        context: FrameContext,
+        count: int,
+        first_ts_ns: int,
+        last_ts_ns: int,
+        payload: bytes | memoryview,
     ) -> None: ...
 
 
@@ -192,7 +198,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if context is None:
                 context = self._context(frame.track_id)
             self._sink.store.append(
-                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, bytes(frame.payload)
+                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload
             )
         elif isinstance(frame, Track):
             self._contexts.pop(frame.track_id, None)

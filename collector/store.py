@@ -120,7 +120,7 @@ class RingStore:
         return sum(segment.used for segment in self._segments)
 
     def append(
-        self, key: Hashable, context: Any, count: int, first_ts_ns: int, last_ts_ns: int, payload: bytes
+        self, key: Hashable, context: Any, count: int, first_ts_ns: int, last_ts_ns: int, payload: bytes | memoryview
     ) -> None:
         """Store one payload of ``count`` events from source ``key``; ``context`` is kept for whoever decodes it.
 

@@ -3,11 +3,13 @@ collector process and real client processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +125,13 @@ print(json.dumps({"flushed": tl.flush(timeout_s=30)}), flush=True)
 """
 
 
-def test_flush_connects_at_once_and_waits_for_a_collector_that_starts_late() -> None:
+@contextlib.contextmanager
+def collector_started_late(code: str, ready: str) -> Iterator[tuple[Callable[[], str], CollectorProcess]]:
+    """Run ``code`` (a client) until it prints ``ready``, then start a collector on the address it was given and
+    tell the client (a line on its stdin); yields a reader of the client's next output line, and the collector."""
     address = f"127.0.0.1:{free_port()}"
     client = subprocess.Popen(
-        [sys.executable, "-c", _RECORD_THEN_FLUSH, address],
+        [sys.executable, "-c", code, address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -134,18 +139,24 @@ def test_flush_connects_at_once_and_waits_for_a_collector_that_starts_late() -> 
     )
     collector = None
     try:
-        assert client.stdout is not None and client.stdin is not None
-        assert client.stdout.readline().strip() == "recorded"
+        stdin, stdout = client.stdin, client.stdout
+        assert stdin is not None and stdout is not None
+        assert stdout.readline().strip() == ready
         collector = CollectorProcess(tcp=address)
-        client.stdin.write("\n")
-        client.stdin.flush()
-        assert json.loads(client.stdout.readline()) == {"flushed": True}
-        assert len(events(collector.snapshot(), "i")) == 500
+        stdin.write("\n")
+        stdin.flush()
+        yield stdout.readline, collector
     finally:
         client.kill()
         client.communicate(timeout=30)  # also closes the pipes
         if collector is not None:
             collector.stop()
+
+
+def test_flush_connects_at_once_and_waits_for_a_collector_that_starts_late() -> None:
+    with collector_started_late(_RECORD_THEN_FLUSH, "recorded") as (next_line, collector):
+        assert json.loads(next_line()) == {"flushed": True}
+        assert len(events(collector.snapshot(), "i")) == 500
 
 
 def test_a_script_that_exits_at_once_is_delivered_by_the_exit_flush(collector: CollectorProcess) -> None:
@@ -429,27 +440,8 @@ asyncio.run(main())
 
 
 def test_a_task_lane_reused_while_its_last_owner_s_frames_wait_for_a_collector_stays_declared() -> None:
-    address = f"127.0.0.1:{free_port()}"
-    client = subprocess.Popen(
-        [sys.executable, "-c", _LANE_REUSED_ACROSS_A_RECONNECT, address],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    collector = None
-    try:
-        assert client.stdout is not None and client.stdin is not None
-        assert client.stdout.readline().strip() == "waiting"
-        collector = CollectorProcess(tcp=address)
-        client.stdin.write("\n")
-        client.stdin.flush()
-        assert json.loads(client.stdout.readline()) == {"flushes": [True, True], "connects": 1}
+    with collector_started_late(_LANE_REUSED_ACROSS_A_RECONNECT, "waiting") as (next_line, collector):
+        assert json.loads(next_line()) == {"flushes": [True, True], "connects": 1}
         names = sorted(e["name"] for e in events(collector.snapshot(), "i"))
         assert names == ["first-task", "second-task-a", "second-task-b"]
         assert not any("closing connection" in line for line in collector.lines)
-    finally:
-        client.kill()
-        client.communicate(timeout=30)
-        if collector is not None:
-            collector.stop()

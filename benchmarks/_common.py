@@ -166,7 +166,17 @@ def bench_main(bench: Callable[[int, int], int], doc: str | None, n: int, rounds
     parser.add_argument("--rounds", type=int, default=rounds, help="measured rounds (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help=f"N={quick[0]:,} and {quick[1]} rounds, a smoke test")
     args = parser.parse_args()
+    print(f"recorder: {recorder()}")
     return bench(*quick) if args.quick else bench(args.n, args.rounds)
+
+
+def recorder() -> str:
+    """Which recorder this process runs: the C accelerator, or the pure-Python one (``RINGTRACE_PURE_PYTHON=1``)."""
+    from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
+
+    if speedups is not None:
+        return "C accelerator"
+    return f"pure Python (the C accelerator is off, {PURE_PYTHON_ENV}, or not built)"
 
 
 def median(values: Sequence[float]) -> float:

@@ -23,6 +23,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 
 from ._version import __version__
+from .accelerator import speedups
 from .errors import FrameTooLarge
 from .model import (
     BUILTIN_KINDS,
@@ -54,6 +55,9 @@ __all__ = ["EncodedBatch", "ProcessIdentity", "StreamEncoder"]
 _STRINGS_FRAME_BUDGET: Final = MIN_MAX_FRAME_BYTES // 2
 #: Types an argument value may have for its map to be packed as it is, without a normalising pass.
 _FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
+
+
+_pack_columns = None if speedups is None else speedups.pack_columns
 
 
 def _to_msgpack(value: object) -> object:
@@ -235,15 +239,29 @@ class StreamEncoder:
         return frames
 
     def _encode_run(self, batch: EncodedBatch, track_id: int, records: list[Any]) -> None:
-        kinds, labels, starts, ends, args = (records[column::RECORD_FIELDS] for column in range(RECORD_FIELDS))
         table = self.strings
-        overflowed = table.overflowed
+        overflowed, clipped = table.overflowed, self.clipped_args
+        if _pack_columns is not None:
+            try:
+                batch.events.append(self._pack_accelerated(track_id, records))
+                return
+            except Exception:  # an unhashable label, a value msgpack refuses, a frame too large: the general way
+                table.overflowed, self.clipped_args = overflowed, clipped
+        kinds, labels, starts, ends, args = (records[column::RECORD_FIELDS] for column in range(RECORD_FIELDS))
         try:
             names = list(map(table.__getitem__, labels))
         except Exception:  # an unhashable label: look all up again, counting overflow once
             table.overflowed = overflowed
             names = [_label_id(table, label) for label in labels]
         self._encode_columns(batch, track_id, _Columns(kinds, names, starts, ends, self._normalised(args)))
+
+    def _pack_accelerated(self, track_id: int, records: list[Any]) -> tuple[bytes, int]:
+        """One EVENTS frame for ``records``, its integer columns packed in C; raises where ``_pack`` would adapt."""
+        assert _pack_columns is not None
+        head, first_ns, last_ns, arg_maps = _pack_columns(records, self.strings)
+        payload = head if arg_maps is None else head + self._packer.pack(self._normalised(arg_maps))
+        count = len(records) // RECORD_FIELDS
+        return encode(Events(track_id, count, first_ns, last_ns, payload), self.max_frame_bytes), count
 
     def _normalised(self, args: list[Any]) -> list[Any]:
         """``args`` with every map that holds more than flat values normalised (see ``model.normalise_args``)."""

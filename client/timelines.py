@@ -20,8 +20,12 @@ spans of concurrent tasks never overlap on one track. A lane is taken by one tas
 flusher finds the task done, so the number of lanes follows the number of tasks alive at once, not the total.
 
 A timeline with no listener, or a closed one, hands out ``_discard``, the extend of a ``deque(maxlen=0)``, which keeps
-nothing. Adding or removing a listener swaps in a fresh ``threading.local``: every thread then takes the slow path
-once and picks up the new state.
+nothing. Adding or removing a listener swaps in a fresh ``threading.local`` (``_reset_recorders``): every thread then
+takes the slow path once and picks up the new state.
+
+The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class holding ``scope`` and ``instant``,
+with one that does the same in C, caches the buffer of the last thread that recorded, and asks ``_thread_events`` and
+``_task_events`` for the rest; it also drains buffers without touching the values (``take_runs``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .accelerator import speedups
 from .errors import ConfigError
 from .flusher import FLUSHER, Drained
 from .model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo, display_text, new_track_id
@@ -128,39 +133,10 @@ class TrackBuffer:
         return owner.is_alive()
 
 
-class Timeline:
-    """Records events from any number of threads and asyncio tasks into per-track buffers, for its listeners.
+class _PyRecorder:
+    """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
 
-    Recording methods never raise and never block. Until a listener is attached, and after ``close()``, they keep
-    nothing. ``ringtrace.client.default_timeline()`` is the process-wide one; make more to keep subsystems apart,
-    each with listeners of its own (one listener may serve many timelines).
-
-    Args:
-        name: shown in logs; defaults to ``"timeline"``.
-        listeners: attached at once (see ``add_listener``).
-        max_buffered_events: events one track may hold between two flusher passes; if the flusher falls that far
-            behind, the oldest are dropped and counted as every listener's drops.
-
-    Raises:
-        ConfigError: a bad ``max_buffered_events``.
-    """
-
-    def __init__(
-        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 1_000_000
-    ) -> None:
-        self.name = name
-        self.max_buffered_events = max_buffered_events
-        self._tls = threading.local()
-        # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
-        self._lock = threading.RLock()
-        self._buffers: list[TrackBuffer] = []
-        self._task_buffers: dict[Task[Any], TrackBuffer] = {}
-        self._free_lanes: dict[int, list[TrackInfo]] = {}
-        self._listeners: tuple[Listener, ...] = ()
-        for listener in listeners:
-            self.add_listener(listener)
-
-    # -- recording (hot path) -------------------------------------------------------------------------------------
+    _tls: threading.local
 
     def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
@@ -187,16 +163,84 @@ class Timeline:
         record((INSTANT, name, now, now, args or None))
 
     def _thread_recorder(self) -> Callable[[Record], None]:
-        """Slow path, once per thread per state change: find or create this thread's buffer."""
+        raise NotImplementedError
+
+    def _task_recorder(self) -> Callable[[Record], None]:
+        raise NotImplementedError
+
+    def _forget_recorders(self) -> None:
+        """Nothing cached beyond ``_tls`` here."""
+
+    def _take_unrecorded(self) -> int:
+        """Events that could not be recorded (the C recorder counts a failed allocation; here one raises)."""
+        return 0
+
+
+if TYPE_CHECKING or speedups is None:
+    _RecorderBase = _PyRecorder
+else:
+    speedups.configure(_get_running_loop, SPAN, INSTANT)
+    _RecorderBase = speedups.RecorderCore
+_take_runs = None if speedups is None else speedups.take_runs
+
+
+class Timeline(_RecorderBase):
+    """Records events from any number of threads and asyncio tasks into per-track buffers, for its listeners.
+
+    Recording methods (``scope``, ``instant``; see ``_PyRecorder``) never raise and never block. Until a listener is
+    attached, and after ``close()``, they keep nothing. ``ringtrace.client.default_timeline()`` is the process-wide
+    one; make more to keep subsystems apart, each with listeners of its own (one listener may serve many timelines).
+
+    Args:
+        name: shown in logs; defaults to ``"timeline"``.
+        listeners: attached at once (see ``add_listener``).
+        max_buffered_events: events one track may hold between two flusher passes; if the flusher falls that far
+            behind, the oldest are dropped and counted as every listener's drops.
+
+    Raises:
+        ConfigError: a bad ``max_buffered_events``.
+    """
+
+    def __init__(
+        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 1_000_000
+    ) -> None:
+        self.name = name
+        self.max_buffered_events = max_buffered_events
+        self._reset_recorders()
+        # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
+        self._lock = threading.RLock()
+        self._buffers: list[TrackBuffer] = []
+        self._task_buffers: dict[Task[Any], TrackBuffer] = {}
+        self._free_lanes: dict[int, list[TrackInfo]] = {}
+        self._listeners: tuple[Listener, ...] = ()
+        for listener in listeners:
+            self.add_listener(listener)
+
+    def _thread_events(self) -> list[Any] | None:
+        """Slow path, once per thread per state change: this thread's buffer, created if needed (None: keep
+        nothing)."""
+        tls = self._tls  # a concurrent _reset_recorders() replaces it: a stale answer then lands in the old one
+        try:
+            events: list[Any] | None = tls.events
+            return events
+        except AttributeError:
+            pass
         with self._lock:
             listening = bool(self._listeners)
-            record = self._thread_buffer().events.extend if listening else _discard
-            # Under the lock: a concurrent add_listener() replaces _tls, so a stale choice never lands in the new one.
-            self._tls.record = record
+            events = self._thread_buffer().events if listening else None
+            tls.events = events
         # A forked child's flusher starts here, on first use, not inside the fork handler.
         if listening and not FLUSHER.start():
             self._close_listeners(time.monotonic())  # no flusher: keep nothing rather than grow buffers nobody drains
-            return _discard
+            return None
+        return events
+
+    def _thread_recorder(self) -> Callable[[Record], None]:
+        """``_thread_events`` as the pure-Python recorder's callable, cached in the thread-local state."""
+        tls = self._tls
+        events = self._thread_events()
+        record = _discard if events is None else events.extend
+        tls.record = record
         return record
 
     def _thread_buffer(self) -> TrackBuffer:
@@ -213,24 +257,17 @@ class Timeline:
         self._buffers.append(created)
         return created
 
-    def _task_recorder(self) -> Callable[[Record], None]:
-        """The recorder of the running asyncio task: its lane's buffer (the thread's, outside any task)."""
+    def _task_events(self) -> list[Any] | None:
+        """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
+        nothing)."""
         task = current_task()
         if task is None:
-            try:
-                record: Callable[[Record], None] = self._tls.record
-            except AttributeError:
-                record = self._thread_recorder()
-            return record
+            return self._thread_events()
         buffer = self._task_buffers.get(task)
         if buffer is not None:
-            return buffer.events.extend
-        try:
-            thread_record: Callable[[Record], None] = self._tls.record
-        except AttributeError:
-            thread_record = self._thread_recorder()
-        if thread_record is _discard:
-            return _discard
+            return buffer.events
+        if self._thread_events() is None:
+            return None
         with self._lock:
             parent = self._thread_buffer().track
             lanes = self._free_lanes.get(parent.track_id)
@@ -243,7 +280,18 @@ class Timeline:
             buffer = TrackBuffer(track, task)
             self._buffers.append(buffer)
             self._task_buffers[task] = buffer
-        return buffer.events.extend
+        return buffer.events
+
+    def _task_recorder(self) -> Callable[[Record], None]:
+        """``_task_events`` as the pure-Python recorder's callable."""
+        events = self._task_events()
+        return _discard if events is None else events.extend
+
+    def _reset_recorders(self) -> None:
+        """Every thread takes the slow path once on its next event (the listeners, or the buffers, changed)."""
+        self._tls = threading.local()
+        self._forget_recorders()
+        self._forget_recorders()
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 
@@ -254,7 +302,7 @@ class Timeline:
         that, counted in ``Drained.dropped``.
         """
         taken = []
-        dropped = 0
+        dropped = self._take_unrecorded()
         with self._lock:
             buffers = list(self._buffers)
         ended = []
@@ -268,13 +316,16 @@ class Timeline:
                 del events[:excess]
                 count -= excess
                 dropped += excess // RECORD_FIELDS
-            # Copy the runs first, then delete them from the last one back: each delete then moves only the values
-            # appended since the drain began, where deleting from the front would move the rest of the buffer every
-            # time (quadratic in a buffer that grew while the flusher was busy).
-            runs = [(start, min(start + _RUN_VALUES, count)) for start in range(0, count, _RUN_VALUES)]
-            taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count: appended since
-            for start, end in reversed(runs):
-                del events[start:end]
+            if _take_runs is not None:  # C: the values move, untouched, in one pass
+                taken += [(buffer.track, run) for run in _take_runs(events, count, _RUN_VALUES)]
+            else:
+                # Copy the runs first, then delete them from the last one back: each delete then moves only the
+                # values appended since the drain began, where deleting from the front would move the rest of the
+                # buffer every time (quadratic in a buffer that grew while the flusher was busy).
+                runs = [(start, min(start + _RUN_VALUES, count)) for start in range(0, count, _RUN_VALUES)]
+                taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count
+                for start, end in reversed(runs):
+                    del events[start:end]
             if not alive and not events:
                 ended.append(buffer)
         if ended:
@@ -337,7 +388,7 @@ class Timeline:
         with self._lock:
             if listener not in self._listeners:
                 self._listeners = (*self._listeners, listener)
-            self._tls = threading.local()
+            self._reset_recorders()
         FLUSHER.register(self)
 
     def remove_listener(self, listener: Listener) -> None:
@@ -352,7 +403,7 @@ class Timeline:
                 left = self._listeners
                 if not left:
                     buffers, self._buffers, self._task_buffers = self._buffers, [], {}
-                self._tls = threading.local()
+                self._reset_recorders()
         if not left:
             FLUSHER.unregister(self)
             _count_lost((listener,), buffers)  # recorded in the instant between the sweep and now
@@ -365,7 +416,7 @@ class Timeline:
                 self._listeners = tuple(new if x is old else x for x in self._listeners)
                 if new not in self._listeners:
                     self._listeners = (*self._listeners, new)
-                self._tls = threading.local()
+                self._reset_recorders()
         FLUSHER.register(self)
 
     def flush(self, timeout_s: float = 2.0) -> bool:
@@ -408,7 +459,7 @@ class Timeline:
             with self._lock:
                 listeners, self._listeners = self._listeners, ()
                 buffers, self._buffers, self._task_buffers = self._buffers, [], {}
-                self._tls = threading.local()
+                self._reset_recorders()
             FLUSHER.unregister(self)
             _count_lost(listeners, buffers, FLUSHER.take_carried(self))
         still_used = {id(x) for timeline in FLUSHER.timelines() for x in timeline.listeners}
@@ -426,7 +477,7 @@ class Timeline:
         self._buffers = []
         self._task_buffers = {}
         self._free_lanes = {}
-        self._tls = threading.local()
+        self._reset_recorders()
         listeners = []
         for listener in self._listeners:
             if id(listener) not in replacements:

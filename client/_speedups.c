@@ -1,0 +1,728 @@
+/* The recording hot path and the stream encoder's inner loop, in C.
+
+Optional: when this module is not built (no compiler at install time, a platform it does not support) or is turned
+off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python twins in timelines.py and encoder.py. Those define the
+behaviour; the tests hold both to the same results, byte for byte on the wire.
+
+What it does, and why it is safe to do it this way:
+
+- RecorderCore is the base class of Timeline: scope() and instant() in C. An event is RECORD_FIELDS (5) values
+  appended to the recording thread's flat buffer list, as in the Python twin. The buffer of the last thread that
+  recorded is cached (keyed by PyThreadState_GetID, which is never reused within an interpreter); any other thread
+  asks the Python side, Timeline._thread_events(). _forget_recorders() drops the cache whenever the Python side
+  changes its state (listeners, close, fork), and a generation counter keeps an answer computed across such a change
+  from being cached.
+- An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
+  collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
+  no Python code in between, so the flusher's drain never sees part of an event.
+- Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
+  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(_WIN32) || defined(__APPLE__) || defined(__hpux)
+#error "time.monotonic_ns() is not CLOCK_MONOTONIC here; ringtrace uses its pure-Python recorder"
+#endif
+#ifdef Py_GIL_DISABLED
+#error "the recorder relies on the GIL; ringtrace uses its pure-Python recorder on free-threaded builds"
+#endif
+
+#define RECORD_FIELDS 5
+
+static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
+static PyObject *span_kind;        /* model.SPAN */
+static PyObject *instant_kind;     /* model.INSTANT */
+static PyObject *str_thread_events, *str_task_events, *str_exception, *str_name;
+
+static inline int64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Append the five values of one event to `list`, all or nothing. Steals the references in `values` on success and on
+   failure alike. No allocation that could run Python code happens here: the caller allocated everything before. */
+static int
+append_event(PyObject *list, PyObject *values[RECORD_FIELDS])
+{
+    PyListObject *l = (PyListObject *)list;
+    Py_ssize_t n = Py_SIZE(l);
+    int i;
+    /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
+       growth (a memory request only: no Python code), then in place. */
+    if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {
+        static PyObject *room = NULL; /* (None,) * 5 */
+        if (room == NULL) {
+            room = PyTuple_Pack(5, Py_None, Py_None, Py_None, Py_None, Py_None);
+            if (room == NULL) goto fail;
+        }
+        if (PyList_SetSlice(list, n, n, room) < 0) goto fail;
+        for (i = 0; i < RECORD_FIELDS; i++) {
+            Py_DECREF(Py_None); /* the placeholders' references */
+        }
+    }
+    for (i = 0; i < RECORD_FIELDS; i++) {
+        l->ob_item[n + i] = values[i];
+    }
+    Py_SET_SIZE(l, n + RECORD_FIELDS);
+    return 0;
+fail:
+    for (i = 0; i < RECORD_FIELDS; i++) {
+        Py_XDECREF(values[i]);
+    }
+    return -1;
+}
+
+/* -- RecorderCore ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
+    PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
+    uint64_t generation;     /* bumped by _forget_recorders() */
+    Py_ssize_t unrecorded;   /* events lost for want of memory, since the last _take_unrecorded() */
+} RecorderCore;
+
+/* `events` if it is what the slow paths return, a list or None; else NULL with TypeError set (consumes it). */
+static PyObject *
+checked_events(PyObject *events)
+{
+    if (events == Py_None || PyList_CheckExact(events)) return events;
+    PyErr_Format(PyExc_TypeError, "a recorder's buffer must be a list or None, not %.100s", Py_TYPE(events)->tp_name);
+    Py_DECREF(events);
+    return NULL;
+}
+
+/* This thread's buffer (a new reference to a list, or to None: keep nothing), or NULL with an exception set. */
+static PyObject *
+thread_events(RecorderCore *self)
+{
+    uint64_t me = PyThreadState_GetID(PyThreadState_Get());
+    int attempt;
+    if (me == self->cached_thread) {
+        return Py_NewRef(self->cached_events);
+    }
+    for (attempt = 0; attempt < 8; attempt++) {
+        uint64_t generation = self->generation;
+        PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, str_thread_events);
+        if (events == NULL || !checked_events(events)) return NULL;
+        if (generation == self->generation) {
+            Py_XSETREF(self->cached_events, Py_NewRef(events));
+            self->cached_thread = me;
+            return events;
+        }
+        Py_DECREF(events); /* the state changed while Python ran: ask again */
+    }
+    return Py_NewRef(Py_None); /* the state keeps changing under us: keep nothing this time */
+}
+
+/* The buffer of the running task or thread (see thread_events). */
+static PyObject *
+current_events(RecorderCore *self)
+{
+    PyObject *loop = PyObject_CallNoArgs(get_running_loop);
+    if (loop == NULL) return NULL;
+    if (loop == Py_None) {
+        Py_DECREF(loop);
+        return thread_events(self);
+    }
+    Py_DECREF(loop);
+    PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, str_task_events);
+    return events == NULL ? NULL : checked_events(events);
+}
+
+/* The keyword arguments of a vectorcall as a dict, or None when there are none. */
+static PyObject *
+keyword_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t i, count = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *dict;
+    if (count == 0) return Py_NewRef(Py_None);
+    dict = PyDict_New();
+    if (dict == NULL) return NULL;
+    for (i = 0; i < count; i++) {
+        if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+    }
+    return dict;
+}
+
+/* Tracing never raises into the host: a failure to record is counted, and the error dropped. Returns 0 then; -1 for
+   an exception that is not an Exception (KeyboardInterrupt from a signal handler that ran meanwhile), left raised. */
+static int
+count_unrecorded(Py_ssize_t *counter)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    (*counter)++;
+    return 0;
+}
+
+static PyObject *
+unrecorded(RecorderCore *self)
+{
+    if (count_unrecorded(&self->unrecorded) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *events; /* the buffer list, or NULL: keep nothing */
+    PyObject *label;
+    PyObject *args; /* dict or None */
+    RecorderCore *core;
+    int64_t start_ns;
+} Scope;
+
+static PyTypeObject ScopeType;
+
+static PyObject *
+core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *events, *kwargs;
+    Scope *scope;
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
+        return NULL;
+    }
+    scope = PyObject_GC_New(Scope, &ScopeType);
+    if (scope == NULL) return NULL; /* no object to return: MemoryError, as any call may raise */
+    scope->events = NULL;
+    scope->label = NULL;
+    scope->args = NULL;
+    scope->core = (RecorderCore *)Py_NewRef(self);
+    scope->start_ns = 0;
+    PyObject_GC_Track(scope);
+    events = current_events(self);
+    if (events == NULL) {
+        if (count_unrecorded(&self->unrecorded) < 0) {
+            Py_DECREF(scope);
+            return NULL;
+        }
+        return (PyObject *)scope; /* keeps nothing */
+    }
+    if (events == Py_None) {
+        Py_DECREF(events);
+        return (PyObject *)scope;
+    }
+    kwargs = keyword_dict(args, nargs, kwnames);
+    if (kwargs == NULL) {
+        Py_DECREF(events);
+        if (count_unrecorded(&self->unrecorded) < 0) {
+            Py_DECREF(scope);
+            return NULL;
+        }
+        return (PyObject *)scope;
+    }
+    scope->events = events;
+    scope->label = Py_NewRef(args[0]);
+    scope->args = kwargs;
+    return (PyObject *)scope;
+}
+
+static PyObject *
+core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *values[RECORD_FIELDS], *events, *stamp, *kwargs;
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "instant() takes one positional argument, the name (%zd given)", nargs);
+        return NULL;
+    }
+    stamp = PyLong_FromLongLong(now_ns());
+    if (stamp == NULL) return unrecorded(self);
+    kwargs = keyword_dict(args, nargs, kwnames);
+    if (kwargs == NULL) {
+        Py_DECREF(stamp);
+        return unrecorded(self);
+    }
+    events = current_events(self); /* last: nothing runs Python code between this and the append */
+    if (events == NULL || events == Py_None) {
+        Py_DECREF(stamp);
+        Py_DECREF(kwargs);
+        if (events == NULL) return unrecorded(self);
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    values[0] = Py_NewRef(instant_kind);
+    values[1] = Py_NewRef(args[0]);
+    values[2] = Py_NewRef(stamp);
+    values[3] = stamp; /* the same object: the encoder knows an instant by identity */
+    values[4] = kwargs;
+    if (append_event(events, values) < 0) {
+        Py_DECREF(events);
+        return unrecorded(self);
+    }
+    Py_DECREF(events);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
+{
+    self->generation++;
+    self->cached_thread = 0;
+    Py_CLEAR(self->cached_events);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_take_unrecorded(RecorderCore *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t count = self->unrecorded;
+    self->unrecorded = 0;
+    return PyLong_FromSsize_t(count);
+}
+
+static int
+core_traverse(RecorderCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->cached_events);
+    return 0;
+}
+
+static int
+core_clear(RecorderCore *self)
+{
+    self->cached_thread = 0;
+    Py_CLEAR(self->cached_events);
+    return 0;
+}
+
+static void
+core_dealloc(RecorderCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef core_methods[] = {
+    {"scope", (PyCFunction)(void (*)(void))core_scope, METH_FASTCALL | METH_KEYWORDS,
+     "scope(label, /, **args)\n--\n\nA context manager recording one span named label with args, from enter to exit."},
+    {"instant", (PyCFunction)(void (*)(void))core_instant, METH_FASTCALL | METH_KEYWORDS,
+     "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
+    {"_forget_recorders", (PyCFunction)core_forget_recorders, METH_NOARGS,
+     "Drop the cached buffer: the Python side changed what threads record into."},
+    {"_take_unrecorded", (PyCFunction)core_take_unrecorded, METH_NOARGS,
+     "Events lost for want of memory since the last call."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecorderCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ringtrace.client._speedups.RecorderCore",
+    .tp_basicsize = sizeof(RecorderCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The recording methods of Timeline, in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_methods = core_methods,
+};
+
+/* -- Scope --------------------------------------------------------------------------------------------------------- */
+
+static PyObject *
+scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
+{
+    self->start_ns = now_ns();
+    return Py_NewRef(self);
+}
+
+/* args with "exception" set to the exception type's name, as a new dict (a new reference), or NULL. */
+static PyObject *
+with_exception(PyObject *args, PyObject *exc_type)
+{
+    PyObject *dict = args == Py_None ? PyDict_New() : PyDict_Copy(args);
+    PyObject *name;
+    if (dict == NULL) return NULL;
+    name = PyObject_GetAttr(exc_type, str_name);
+    if (name == NULL) {
+        PyErr_Clear();
+        name = PyObject_Str(exc_type);
+    }
+    if (name == NULL || PyDict_SetItem(dict, str_exception, name) < 0) {
+        Py_XDECREF(name);
+        Py_DECREF(dict);
+        return NULL;
+    }
+    Py_DECREF(name);
+    return dict;
+}
+
+static PyObject *
+scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
+    int64_t end_ns = now_ns();
+    if (self->events == NULL) Py_RETURN_FALSE;
+    start = PyLong_FromLongLong(self->start_ns);
+    end = PyLong_FromLongLong(end_ns);
+    if (nargs > 0 && args[0] != Py_None) {
+        arguments = with_exception(self->args, args[0]);
+    }
+    else {
+        arguments = Py_NewRef(self->args);
+    }
+    if (start == NULL || end == NULL || arguments == NULL) {
+        Py_XDECREF(start);
+        Py_XDECREF(end);
+        Py_XDECREF(arguments);
+        if (count_unrecorded(&self->core->unrecorded) < 0) return NULL;
+        Py_RETURN_FALSE;
+    }
+    events = Py_NewRef(self->events);
+    values[0] = Py_NewRef(span_kind);
+    values[1] = Py_NewRef(self->label);
+    values[2] = start;
+    values[3] = end;
+    values[4] = arguments;
+    if (append_event(events, values) < 0 && count_unrecorded(&self->core->unrecorded) < 0) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    Py_DECREF(events);
+    Py_RETURN_FALSE;
+}
+
+static int
+scope_traverse(Scope *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->events);
+    Py_VISIT(self->label);
+    Py_VISIT(self->args);
+    Py_VISIT(self->core);
+    return 0;
+}
+
+static int
+scope_clear(Scope *self)
+{
+    Py_CLEAR(self->events);
+    Py_CLEAR(self->label);
+    Py_CLEAR(self->args);
+    Py_CLEAR(self->core);
+    return 0;
+}
+
+static void
+scope_dealloc(Scope *self)
+{
+    PyObject_GC_UnTrack(self);
+    scope_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyMethodDef scope_methods[] = {
+    {"__enter__", (PyCFunction)scope_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScopeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ringtrace.client._speedups.Scope",
+    .tp_basicsize = sizeof(Scope),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Context manager that records one complete span when it exits.",
+    .tp_dealloc = (destructor)scope_dealloc,
+    .tp_traverse = (traverseproc)scope_traverse,
+    .tp_clear = (inquiry)scope_clear,
+    .tp_methods = scope_methods,
+};
+
+/* -- take_runs ------------------------------------------------------------------------------------------------------ */
+
+static PyObject *
+take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *list, *runs;
+    PyListObject *l;
+    Py_ssize_t count, run_values, nruns, i, size;
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "take_runs(list, count, run_values)");
+        return NULL;
+    }
+    list = args[0];
+    count = PyLong_AsSsize_t(args[1]);
+    run_values = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (count < 0 || count > PyList_GET_SIZE(list) || run_values < 1) {
+        PyErr_Format(PyExc_ValueError, "take_runs: count %zd of a list of %zd values, runs of %zd", count,
+                     PyList_GET_SIZE(list), run_values);
+        return NULL;
+    }
+    nruns = (count + run_values - 1) / run_values;
+    runs = PyList_New(nruns);
+    if (runs == NULL) return NULL;
+    for (i = 0; i < nruns; i++) {
+        Py_ssize_t start = i * run_values;
+        PyObject *run = PyList_New(count - start < run_values ? count - start : run_values);
+        if (run == NULL) {
+            Py_DECREF(runs);
+            return NULL;
+        }
+        PyList_SET_ITEM(runs, i, run);
+    }
+    /* Allocation may have run Python code, but only appends happen to a buffer meanwhile: `count` still fits. From
+       here on nothing allocates. The run lists' slots hold NULL until filled; ownership of the values moves. */
+    l = (PyListObject *)list;
+    size = Py_SIZE(l);
+    for (i = 0; i < nruns; i++) {
+        PyListObject *run = (PyListObject *)PyList_GET_ITEM(runs, i);
+        memcpy(run->ob_item, l->ob_item + i * run_values, Py_SIZE(run) * sizeof(PyObject *));
+    }
+    memmove(l->ob_item, l->ob_item + count, (size - count) * sizeof(PyObject *));
+    Py_SET_SIZE(l, size - count);
+    return runs;
+}
+
+/* -- pack_columns --------------------------------------------------------------------------------------------------- */
+
+/* msgpack as msgpack-python writes it, through a cursor `p` into a buffer the caller sized. */
+#define PUT1(p, b) (*(p)++ = (unsigned char)(b))
+#define PUT2(p, v) (PUT1(p, (v) >> 8), PUT1(p, (v)))
+#define PUT4(p, v) (PUT2(p, (v) >> 16), PUT2(p, (v)))
+#define PUT8(p, v) (PUT4(p, (v) >> 32), PUT4(p, (v)))
+
+/* An integer in its shortest form, unsigned for values >= 0. At most 9 bytes. */
+static inline unsigned char *
+put_int(unsigned char *p, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    if (v >= 0) {
+        if (v < 0x80) PUT1(p, u);
+        else if (v < 0x100) { PUT1(p, 0xcc); PUT1(p, u); }
+        else if (v < 0x10000) { PUT1(p, 0xcd); PUT2(p, u); }
+        else if (v < 0x100000000LL) { PUT1(p, 0xce); PUT4(p, u); }
+        else { PUT1(p, 0xcf); PUT8(p, u); }
+    }
+    else {
+        if (v >= -32) PUT1(p, u);
+        else if (v >= -128) { PUT1(p, 0xd0); PUT1(p, u); }
+        else if (v >= -32768) { PUT1(p, 0xd1); PUT2(p, u); }
+        else if (v >= -2147483648LL) { PUT1(p, 0xd2); PUT4(p, u); }
+        else { PUT1(p, 0xd3); PUT8(p, u); }
+    }
+    return p;
+}
+
+/* An array header. At most 5 bytes. */
+static inline unsigned char *
+put_array_header(unsigned char *p, Py_ssize_t n)
+{
+    uint64_t u = (uint64_t)n;
+    if (n < 16) PUT1(p, 0x90 | u);
+    else if (n < 0x10000) { PUT1(p, 0xdc); PUT2(p, u); }
+    else { PUT1(p, 0xdd); PUT4(p, u); }
+    return p;
+}
+
+/* Event i's value in column c of `records`, re-read each time: a string-table miss runs Python code. */
+static PyObject *
+record_value(PyObject *records, Py_ssize_t i, int c)
+{
+    Py_ssize_t index = i * RECORD_FIELDS + c;
+    if (index >= PyList_GET_SIZE(records)) {
+        PyErr_SetString(PyExc_RuntimeError, "pack_columns: the records changed while being packed");
+        return NULL;
+    }
+    return PyList_GET_ITEM(records, index);
+}
+
+static int
+as_int64(PyObject *value, const char *column, int64_t *out)
+{
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    /* Not PyLong_AsLongLong: it converts values past 2**30 (every timestamp) byte by byte. */
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "pack_columns: %s does not fit 64 bits", column);
+        return -1;
+    }
+    *out = result;
+    return (result == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The string id of `label` in `table` (a StringTable: a dict whose __missing__ assigns ids). */
+static int
+string_id(PyObject *table, PyObject *label, int64_t *out)
+{
+    PyObject *id = PyDict_GetItemWithError(table, label);
+    int result;
+    if (id != NULL) return as_int64(id, "a string id", out);
+    if (PyErr_Occurred()) return -1;
+    Py_INCREF(label);
+    id = PyObject_GetItem(table, label);
+    Py_DECREF(label);
+    if (id == NULL) return -1;
+    result = as_int64(id, "a string id", out);
+    Py_DECREF(id);
+    return result;
+}
+
+static PyObject *
+pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *records, *table, *arg_column = NULL, *head = NULL, *result = NULL;
+    Py_ssize_t n, i;
+    int64_t *columns = NULL, *kinds, *names, *starts, *ends, first, last;
+    PyObject *last_label = NULL; /* consecutive events mostly share a label: look it up once */
+    int64_t last_id = 0;
+    int any_args = 0;
+    unsigned char *p;
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pack_columns(records: list, table: StringTable)");
+        return NULL;
+    }
+    records = args[0];
+    table = args[1];
+    Py_INCREF(records);
+    n = PyList_GET_SIZE(records) / RECORD_FIELDS;
+    if (n == 0 || PyList_GET_SIZE(records) % RECORD_FIELDS != 0) {
+        PyErr_Format(PyExc_ValueError, "pack_columns: %zd values are not whole events", PyList_GET_SIZE(records));
+        goto done;
+    }
+    columns = PyMem_Malloc(sizeof(int64_t) * 4 * n);
+    if (columns == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    kinds = columns;
+    names = columns + n;
+    starts = columns + 2 * n;
+    ends = columns + 3 * n;
+    for (i = 0; i < n; i++) {
+        PyObject *value;
+        if ((value = record_value(records, i, 0)) == NULL || as_int64(value, "a kind", &kinds[i]) < 0) goto done;
+        if ((value = record_value(records, i, 1)) == NULL) goto done;
+        if (value != last_label) {
+            if (string_id(table, value, &last_id) < 0) goto done;
+            Py_XSETREF(last_label, Py_NewRef(value));
+        }
+        names[i] = last_id;
+        if ((value = record_value(records, i, 2)) == NULL || as_int64(value, "a start", &starts[i]) < 0) goto done;
+        if ((value = record_value(records, i, 3)) == NULL || as_int64(value, "an end", &ends[i]) < 0) goto done;
+        if ((value = record_value(records, i, 4)) == NULL) goto done;
+        any_args |= value != Py_None;
+    }
+    first = starts[0];
+    last = ends[0];
+    for (i = 1; i < n; i++) {
+        if (starts[i] < first) first = starts[i];
+        if (ends[i] > last) last = ends[i];
+    }
+    for (i = 0; i < n; i++) {
+        int64_t unused;
+        if (__builtin_sub_overflow(ends[i], starts[i], &unused) || __builtin_sub_overflow(starts[i], first, &unused)) {
+            PyErr_SetString(PyExc_OverflowError, "pack_columns: an offset or duration does not fit 64 bits");
+            goto done;
+        }
+    }
+    /* 1 + 4 columns of (5-byte header + 9 bytes per value) + the args column when it is all nil. */
+    head = PyBytes_FromStringAndSize(NULL, 1 + 5 * 5 + 9 * 4 * n + n);
+    if (head == NULL) goto done;
+    p = (unsigned char *)PyBytes_AS_STRING(head);
+    p = put_array_header(p, 5);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, kinds[i]);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, names[i]);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, starts[i] - first);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, ends[i] - starts[i]);
+    if (any_args) {
+        arg_column = PyList_New(n);
+        if (arg_column == NULL) goto done;
+        for (i = 0; i < n; i++) {
+            PyObject *value = record_value(records, i, 4);
+            if (value == NULL) goto done;
+            PyList_SET_ITEM(arg_column, i, Py_NewRef(value));
+        }
+    }
+    else {
+        p = put_array_header(p, n);
+        memset(p, 0xc0, n);
+        p += n;
+        arg_column = Py_NewRef(Py_None);
+    }
+    if (_PyBytes_Resize(&head, (char *)p - PyBytes_AS_STRING(head)) < 0) goto done;
+    result = Py_BuildValue("(OLLO)", head, (long long)first, (long long)last, arg_column);
+done:
+    PyMem_Free(columns);
+    Py_XDECREF(last_label);
+    Py_XDECREF(head);
+    Py_XDECREF(arg_column);
+    Py_DECREF(records);
+    return result;
+}
+
+/* -- module --------------------------------------------------------------------------------------------------------- */
+
+static PyObject *
+configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind)");
+        return NULL;
+    }
+    Py_XSETREF(get_running_loop, Py_NewRef(args[0]));
+    Py_XSETREF(span_kind, Py_NewRef(args[1]));
+    Py_XSETREF(instant_kind, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "configure(get_running_loop, span_kind, instant_kind): what the recorder needs from the Python side."},
+    {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
+     "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
+    {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
+     "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ringtrace.client._speedups",
+    .m_doc = "The recording hot path and the stream encoder's inner loop, in C (see timelines.py and encoder.py).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&RecorderCoreType) < 0 || PyType_Ready(&ScopeType) < 0) return NULL;
+    str_thread_events = PyUnicode_InternFromString("_thread_events");
+    str_task_events = PyUnicode_InternFromString("_task_events");
+    str_exception = PyUnicode_InternFromString("exception");
+    str_name = PyUnicode_InternFromString("__name__");
+    if (!str_thread_events || !str_task_events || !str_exception || !str_name) return NULL;
+    module = PyModule_Create(&speedups_module);
+    if (module == NULL) return NULL;
+    if (PyModule_AddObjectRef(module, "RecorderCore", (PyObject *)&RecorderCoreType) < 0 ||
+        PyModule_AddObjectRef(module, "Scope", (PyObject *)&ScopeType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

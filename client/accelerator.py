@@ -1,0 +1,29 @@
+"""The optional C accelerator, ``_speedups.c``: the recording hot path and the encoder's inner loop.
+
+``speedups`` is the module, or None when it was not built (no C compiler at install time, an unsupported platform
+or interpreter) or when the environment sets ``RINGTRACE_PURE_PYTHON=1``. Either way ringtrace behaves the same: the
+pure-Python code in ``timelines.py`` and ``encoder.py`` defines the behaviour, and the C code is held to it by tests.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+__all__ = ["PURE_PYTHON_ENV", "speedups"]
+
+#: Set to anything but "" or "0" to run the pure-Python recorder even where the accelerator is built.
+PURE_PYTHON_ENV = "RINGTRACE_PURE_PYTHON"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+speedups = _load()

@@ -1,0 +1,282 @@
+"""The C accelerator against its pure-Python twin: the same frames byte for byte, the same buffers, the same rules.
+
+The rest of the suite runs on whichever recorder the process has (the accelerator where it is built); ``scripts/check``
+runs the client's tests a second time with ``RINGTRACE_PURE_PYTHON=1``, so both recorders pass all of them. The tests
+here compare the two directly, in one process.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import sys
+import sysconfig
+import threading
+import weakref
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client import encoder as encoder_module
+from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
+
+TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+needs_speedups = pytest.mark.skipif(speedups is None, reason="the C accelerator is not in use in this process")
+
+
+def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        assert speedups is None
+        return
+    compiler = str(sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) here: the install could not build the accelerator")
+    assert speedups is not None, "a C compiler is here, yet ringtrace.client._speedups was not built or not importable"
+
+
+# -- pack_columns: the integer columns of an EVENTS payload ---------------------------------------------------------
+
+
+def reference_payload(records: list[Any], table: StringTable) -> tuple[bytes, int, int]:
+    """What the pure-Python encoder packs for ``records``: msgpack-python's bytes for the five columns."""
+    kinds, labels, starts, ends, args = (records[column::5] for column in range(5))
+    names = [table[label] for label in labels]
+    first = min(starts)
+    columns = [kinds, names, [s - first for s in starts], [e - s for s, e in zip(starts, ends, strict=True)], args]
+    return msgpack.packb(columns), first, max(ends)
+
+
+events = st.tuples(
+    st.integers(0, 300) | INT64,
+    st.sampled_from(["op", "io", "", "ü" * 3]) | st.integers(-5, 5),
+    INT64,
+    INT64,
+    st.none() | st.dictionaries(st.text(max_size=3), st.integers(0, 10), max_size=2),
+)
+
+
+@needs_speedups
+@given(st.lists(events, min_size=1, max_size=200))
+def test_pack_columns_writes_what_msgpack_python_writes(run: list[tuple[Any, ...]]) -> None:
+    assert speedups is not None
+    records = [value for event in run for value in event]
+    table = StringTable()
+    try:
+        expected, first, last = reference_payload(records, StringTable())
+    except (OverflowError, ValueError):  # a difference past 64 bits: msgpack refuses it too
+        with pytest.raises(OverflowError):
+            speedups.pack_columns(records, table)
+        return
+    try:
+        head, c_first, c_last, args = speedups.pack_columns(records, table)
+    except OverflowError:
+        differences = [d for s, e in zip(records[2::5], records[3::5], strict=True) for d in (e - s, s - first)]
+        assert any(not -(2**63) <= d < 2**63 for d in differences)
+        return
+    payload = head if args is None else head + msgpack.packb(args)
+    assert (payload, c_first, c_last) == (expected, first, last)
+    assert (args is None) == all(a is None for a in records[4::5])
+
+
+@needs_speedups
+def test_pack_columns_assigns_string_ids_as_the_table_does() -> None:
+    assert speedups is not None
+    table = StringTable(max_strings=3)
+    records = [value for label in ["a", "b", "a", "c", "d"] for value in (SPAN, label, 5, 9, None)]
+    head, *_ = speedups.pack_columns(records, table)
+    assert msgpack.unpackb(head + b"")[1] == [0, 1, 0, 2, 2]  # the last id is the overflow label's
+    assert table.strings == ["a", "b"]
+    assert table.overflowed == 2
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    ("records", "error"),
+    [
+        ([SPAN, "op", 1, 2], ValueError),  # not whole events
+        ([], ValueError),
+        ([SPAN, ["unhashable"], 1, 2, None], TypeError),
+        ([SPAN, "op", "1", 2, None], TypeError),
+        ([SPAN, "op", 1, 2**64, None], OverflowError),
+    ],
+)
+def test_pack_columns_refuses_what_it_cannot_pack(records: list[Any], error: type[Exception]) -> None:
+    assert speedups is not None
+    with pytest.raises(error):
+        speedups.pack_columns(records, StringTable())
+
+
+class Unhashable:
+    __hash__ = None  # type: ignore[assignment]
+
+    def __str__(self) -> str:
+        return "unhashable label"
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = ["deep"]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def encoder_frames(records: list[Any], accelerated: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    with monkeypatch.context() as patch:
+        if not accelerated:
+            patch.setattr(encoder_module, "_pack_columns", None)
+        encoder = StreamEncoder(max_frame_bytes=70_000, max_events_per_frame=50)
+        batch = encoder.encode(TRACK, list(records))
+        return (batch.control, batch.events, batch.dropped_events, encoder.clipped_args, encoder.label_overflow_events)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    "run",
+    [
+        [(SPAN, "op", 10 + i, 30 + 2 * i, None) for i in range(120)],
+        [(INSTANT, f"tick {i % 7}", 10**13 + i, 10**13 + i, {"i": i} if i % 3 else None) for i in range(120)],
+        [(SPAN, Unhashable(), 1, 2, None), (INSTANT, "op", 3, 3, {"odd": {(1, 2): "tuple key"}})],
+        [(SPAN, "deep", 1, 2, {"v": nested(40)})],  # past MAX_ARG_DEPTH
+        [(SPAN, "surrogate", 1, 2, {"text": "\udc80"}), (SPAN, "op", 2, 3, None)],
+        [(SPAN, "big", 1, 2, {"pad": "x" * 30_000}) for _ in range(5)],  # frames split to fit
+        [(SPAN, "huge", 1, 2, {"pad": "x" * 60_000}), (SPAN, "op", 2, 3, {"pad": b"y" * 80_000})],  # clipped
+    ],
+)
+def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(
+    run: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [value for event in run for value in event]
+    assert encoder_frames(records, True, monkeypatch) == encoder_frames(records, False, monkeypatch)
+
+
+# -- take_runs: a buffer's first values, moved into runs --------------------------------------------------------------
+
+
+@needs_speedups
+@given(st.integers(0, 60), st.data())
+def test_take_runs_is_slicing_then_deleting(size: int, data: st.DataObject) -> None:
+    assert speedups is not None
+    count = data.draw(st.integers(0, size))
+    run_values = data.draw(st.integers(1, 25))
+    values = [object() for _ in range(size)]
+    buffer = list(values)
+    before = [sys.getrefcount(value) for value in values]
+    runs = speedups.take_runs(buffer, count, run_values)
+    assert runs == [values[start : min(start + run_values, count)] for start in range(0, count, run_values)]
+    assert buffer == values[count:]
+    assert [sys.getrefcount(value) for value in values] == before  # moved, neither leaked nor freed
+    buffer.append("appended after")
+    assert buffer[-1] == "appended after"
+
+
+@needs_speedups
+def test_take_runs_refuses_a_count_past_the_buffer() -> None:
+    assert speedups is not None
+    with pytest.raises(ValueError, match="count 4 of a list of 3 values"):
+        speedups.take_runs([1, 2, 3], 4, 2)
+
+
+# -- the recorder ------------------------------------------------------------------------------------------------------
+
+
+def test_threads_taking_turns_event_by_event_each_record_on_their_own_track() -> None:
+    listener = MemoryListener()
+    tl = Timeline("turns", [listener])
+    turns = [threading.Semaphore(0), threading.Semaphore(0)]
+
+    def take_turns(me: int) -> None:
+        for i in range(200):
+            turns[me].acquire()
+            tl.instant("turn", who=me, i=i)
+            with tl.scope("span", who=me):
+                pass
+            turns[1 - me].release()
+
+    threads = [threading.Thread(target=take_turns, args=(me,)) for me in (0, 1)]
+    for thread in threads:
+        thread.start()
+    turns[0].release()
+    for thread in threads:
+        thread.join(30)
+    assert tl.flush()
+    tracks: dict[int, set[int]] = {}
+    for event in listener.events:
+        tracks.setdefault(event.track.track_id, set()).add(event.args["who"])
+    assert sorted(tracks.values(), key=min) == [{0}, {1}]
+    assert len(listener.events) == 800
+    tl.close()
+
+
+def test_wrong_calls_are_type_errors_as_for_any_function() -> None:
+    tl = Timeline("calls", [MemoryListener()])
+    recorder: Any = tl
+    with pytest.raises(TypeError):
+        recorder.instant()
+    with pytest.raises(TypeError):
+        recorder.scope("a", "b")
+    tl.close()
+
+
+def test_a_scope_can_be_entered_again_and_records_each_time() -> None:
+    listener = MemoryListener()
+    tl = Timeline("again", [listener])
+    scope = tl.scope("twice", n=1)
+    for _ in range(2):
+        with scope:
+            pass
+    assert tl.flush()
+    assert [(event.name, event.args) for event in listener.events] == [("twice", {"n": 1})] * 2
+    tl.close()
+
+
+def test_an_exception_name_is_added_to_a_copy_of_the_scope_args() -> None:
+    listener = MemoryListener()
+    tl = Timeline("exceptions", [listener])
+    scope = tl.scope("failing", n=1)
+    for _ in range(2):
+        with pytest.raises(KeyError), scope:
+            raise KeyError("x")
+    with scope:
+        pass
+    assert tl.flush()
+    assert [event.args for event in listener.events] == [{"n": 1, "exception": "KeyError"}] * 2 + [{"n": 1}]
+    tl.close()
+
+
+def test_a_timeline_held_only_by_a_cycle_through_its_own_events_is_collected() -> None:
+    tl = Timeline("cycle", [MemoryListener()])
+    tl.instant("me", timeline=tl)
+    scope = tl.scope("me too", timeline=tl)
+    with scope:
+        pass
+    tl.close()
+    ref = weakref.ref(tl)
+    del tl, scope
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    listener = MemoryListener()
+    tl = Timeline("interrupted", [listener])
+    real_start = FLUSHER.start
+
+    def interrupted() -> bool:  # Ctrl-C lands while this thread takes the slow path
+        monkeypatch.setattr(FLUSHER, "start", real_start)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FLUSHER, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tl.instant("first")
+    tl.instant("second")
+    assert tl.flush()
+    assert [event.name for event in listener.events][-1] == "second"
+    tl.close()

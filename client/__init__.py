@@ -33,20 +33,41 @@ from .errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
+from .events import (
+    Event,
+    InvalidField,
+    binary,
+    boolean,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    ptr,
+    string,
+    u8,
+    u16,
+    u32,
+    u64,
+)
 from .flusher import FLUSHER
 from .listeners import FileListener, MemoryListener, ObjectListener, SerializedListener, TraceFile, read_trace_file
-from .model import Event, TrackInfo
+from .model import DecodedEvent, TrackInfo
 from .options import StreamerOptions, parse_address
 from .session import Limits
 from .streamer import Streamer
-from .timelines import Listener, Scope, Timeline
+from .timelines import DEFAULT_TIMELINE, Listener, Scope, Timeline
+from .traced import traced
 
 __all__ = [
     "BadPreamble",
     "ConfigError",
+    "DecodedEvent",
     "Event",
     "FileListener",
     "FrameTooLarge",
+    "InvalidField",
     "LimitExceeded",
     "Limits",
     "Listener",
@@ -66,12 +87,28 @@ __all__ = [
     "UnexpectedFrame",
     "UnsupportedVersion",
     "__version__",
+    "binary",
+    "boolean",
     "connect",
     "default_timeline",
+    "f32",
+    "f64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "ptr",
     "read_trace_file",
+    "string",
+    "timeline",
+    "traced",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
 ]
 
-_default = Timeline("default")
+_default = DEFAULT_TIMELINE
 _connect_lock = threading.Lock()
 _connected: tuple[str, StreamerOptions, Streamer] | None = None
 
@@ -79,6 +116,10 @@ _connected: tuple[str, StreamerOptions, Streamer] | None = None
 def default_timeline() -> Timeline:
     """The process-wide timeline (records nothing until a listener is attached, by ``connect`` say)."""
     return _default
+
+
+#: HawkTracer's name for it: the global timeline, with a buffer per thread.
+timeline = default_timeline
 
 
 def connect(address: str, *, process_name: str | None = None, **options: Any) -> Timeline:

@@ -10,6 +10,7 @@ passes is carried, clipped with a mark if it must be, and never costs another ev
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -25,8 +26,9 @@ import msgpack
 from ._version import __version__
 from .accelerator import speedups
 from .errors import FrameTooLarge
+from .events import InvalidField, wire_values
 from .model import (
-    BUILTIN_KINDS,
+    KINDS,
     MAX_ARG_ITEMS,
     MAX_ARG_TEXT,
     RECORD_FIELDS,
@@ -58,6 +60,10 @@ _FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
 
 
 _pack_columns = None if speedups is None else speedups.pack_columns
+#: Kinds per SCHEMA frame.
+_KINDS_PER_SCHEMA: Final = 32
+
+log = logging.getLogger("ringtrace.client")
 
 
 def _to_msgpack(value: object) -> object:
@@ -154,7 +160,14 @@ class StreamEncoder:
         self.strings = StringTable(max_strings)
         self.max_frame_bytes = max_frame_bytes
         self.max_events_per_frame = max_events_per_frame
-        self.kinds: dict[int, KindSpec] = {k.id: k for k in BUILTIN_KINDS}
+        #: Kinds declared on this stream, by id: the process's ``KINDS`` up to ``max_kinds``.
+        self.kinds: dict[int, KindSpec] = {}
+        #: Kinds a stream may declare (a collector's WELCOME may lower it); events of the rest reach the collector
+        #: as events of an unknown kind, which it counts as undecodable.
+        self.max_kinds = 1_000
+        #: Typed events dropped because a field's value did not fit its type (one warning per class).
+        self.rejected_events = 0
+        self._rejected_classes: set[type] = set()
         #: Tracks declared on this stream, by id.
         self.tracks: dict[int, TrackInfo] = {}
         #: Argument values cut for depth or size, since the stream started.
@@ -167,7 +180,8 @@ class StreamEncoder:
 
     def prefix(self) -> list[bytes]:
         """The frames a new stream needs before any EVENTS: SCHEMA, the whole string table, every live track."""
-        frames = [encode(Schema(tuple(self.kinds.values())), self.max_frame_bytes)]
+        self.kinds = {}
+        frames = self._schema_frames()
         frames += self._strings_frames(self.strings.runs())
         self.strings.take_new()  # all of it is in the prefix
         frames += [encode(_track_frame(track), self.max_frame_bytes) for track in self.tracks.values()]
@@ -191,6 +205,7 @@ class StreamEncoder:
         """Frames for one track's drained events, ``RECORD_FIELDS`` values each."""
         batch = EncodedBatch()
         declared = self.declare(track)
+        schema = self._schema_frames() if len(self.kinds) < min(len(KINDS), self.max_kinds) else []
         step = self.max_events_per_frame * RECORD_FIELDS
         if not records:  # a renamed track with nothing new
             pass
@@ -199,7 +214,7 @@ class StreamEncoder:
         else:
             for start in range(0, len(records), step):
                 self._encode_run(batch, track.track_id, records[start : start + step])
-        batch.control = self._strings_frames(self.strings.take_new())
+        batch.control = schema + self._strings_frames(self.strings.take_new())
         if declared is not None:
             batch.control.insert(0, declared)
         return batch
@@ -223,6 +238,27 @@ class StreamEncoder:
         batch.control = self._strings_frames(self.strings.take_new())
         return batch
 
+    def _schema_frames(self) -> list[bytes]:
+        """SCHEMA frames declaring the process's kinds not yet declared here (at most ``max_kinds`` in all)."""
+        new = [k for k in KINDS.since(0) if k.id not in self.kinds][: max(self.max_kinds - len(self.kinds), 0)]
+        frames = []
+        for start in range(0, len(new), _KINDS_PER_SCHEMA):
+            chunk = new[start : start + _KINDS_PER_SCHEMA]
+            try:
+                frames.append(encode(Schema(tuple(chunk)), self.max_frame_bytes))
+            except FrameTooLarge:  # kinds with many long field names: one frame each, and any that cannot fit stay out
+                for kind in chunk:
+                    try:
+                        frames.append(encode(Schema((kind,)), self.max_frame_bytes))
+                    except FrameTooLarge:
+                        log.warning(
+                            "ringtrace: event kind %r does not fit a frame; its events are not shown", kind.name
+                        )
+            self.kinds.update((kind.id, kind) for kind in chunk)
+        if not frames:  # every stream declares its columns
+            frames.append(encode(Schema(()), self.max_frame_bytes))
+        return frames
+
     def _strings_frames(self, runs: list[tuple[int, list[str]]]) -> list[bytes]:
         """STRINGS frames for ``runs`` of ``(first_id, strings)``, split to stay small."""
         frames = []
@@ -239,6 +275,9 @@ class StreamEncoder:
         return frames
 
     def _encode_run(self, batch: EncodedBatch, track_id: int, records: list[Any]) -> None:
+        records = self._with_typed_values(records)
+        if not records:
+            return
         table = self.strings
         overflowed, clipped = table.overflowed, self.clipped_args
         if _pack_columns is not None:
@@ -263,12 +302,40 @@ class StreamEncoder:
         count = len(records) // RECORD_FIELDS
         return encode(Events(track_id, count, first_ns, last_ns, payload), self.max_frame_bytes), count
 
+    def _with_typed_values(self, records: list[Any]) -> list[Any]:
+        """``records`` with each typed event's ``(id, event)`` turned into its wire values; an event whose values do
+        not fit their types is left out, counted in ``rejected_events``, with one warning per class."""
+        args = records[4::RECORD_FIELDS]
+        if args.count(None) == len(args):  # no arguments at all (counted in C): the usual case
+            return records
+        typed = [i for i in compress(range(len(args)), args) if type(args[i]) is tuple]
+        if not typed:
+            return records
+        records = list(records)
+        rejected = []
+        for i in typed:
+            event_id, event = args[i]
+            try:
+                records[i * RECORD_FIELDS + 4] = wire_values(event_id, event)
+            except InvalidField as exc:
+                rejected.append(i)
+                if type(event) not in self._rejected_classes:
+                    self._rejected_classes.add(type(event))
+                    log.warning("ringtrace: %s; such events are dropped and counted (rejected_events)", exc)
+        if rejected:
+            self.rejected_events += len(rejected)
+            for i in reversed(rejected):
+                del records[i * RECORD_FIELDS : (i + 1) * RECORD_FIELDS]
+        return records
+
     def _normalised(self, args: list[Any]) -> list[Any]:
         """``args`` with every map that holds more than flat values normalised (see ``model.normalise_args``)."""
         if args.count(None) == len(args):  # no event has arguments: nothing to look at (counted in C)
             return args
         for i in compress(range(len(args)), args):  # the events with (non-empty) maps only
             arg = args[i]
+            if type(arg) is list:  # a typed event's values, checked against their types already
+                continue
             if len(arg) > MAX_ARG_ITEMS:
                 args[i], clipped = normalise_args(arg)
                 self.clipped_args += clipped

@@ -1,7 +1,7 @@
 """Listeners: where a timeline's events go. Object listeners get decoded events; serialized ones get wire frames.
 
     Listener (protocol, timelines.py)
-    ├── ObjectListener          receives ``Event`` objects (``on_events``)
+    ├── ObjectListener          receives ``DecodedEvent`` objects (``on_events``)
     │   └── MemoryListener      keeps them in memory, for tests and local inspection
     └── SerializedListener      owns a StreamEncoder; receives framed bytes (``write``)
         ├── FileListener        the wire format, to a file that ``read_trace_file`` reads back
@@ -26,7 +26,8 @@ from typing import IO, Any
 
 from .encoder import EncodedBatch, ProcessIdentity, StreamEncoder
 from .errors import ConfigError, ProtocolError
-from .model import BUILTIN_KINDS, RECORD_FIELDS, Event, TrackInfo, display_text, normalise_args
+from .events import InvalidField, as_args
+from .model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
 from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
 from .session import Limits, SessionDecoder
 
@@ -42,7 +43,17 @@ __all__ = [
 
 log = logging.getLogger("ringtrace.client")
 
-_KIND_NAMES = {kind.id: kind.name for kind in BUILTIN_KINDS}
+_kind_names: dict[int, str] = {}
+
+
+def _kind_name(kind_id: int) -> str:
+    name = _kind_names.get(kind_id)
+    if name is None:
+        _kind_names.update((kind.id, kind.name) for kind in KINDS.since(0))
+        name = _kind_names.get(kind_id, "unknown")
+    return name
+
+
 _FILE_FRAME_BYTES = 64 * 1024
 
 
@@ -54,10 +65,12 @@ def default_process_name() -> str:
 
 
 class ObjectListener:
-    """Receives events as ``Event`` objects; subclasses implement ``on_events``."""
+    """Receives events as ``DecodedEvent`` objects; subclasses implement ``on_events``."""
 
     #: Events recorded for this listener that it never received (see ``lost``).
     dropped_events = 0
+    #: Typed events left out because a field's value did not fit its type.
+    rejected_events = 0
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
         if not records:
@@ -65,12 +78,20 @@ class ObjectListener:
         kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
         events = []
         for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
-            if arg is not None:
+            if type(arg) is tuple:  # a typed event: (id, event)
+                try:
+                    arg = as_args(*arg)
+                except InvalidField as exc:
+                    self.rejected_events += 1
+                    log.warning("ringtrace: %s; the event is dropped", exc)
+                    continue
+            elif arg is not None:
                 arg = normalise_args(arg)[0]
-            events.append(Event(_KIND_NAMES.get(kind, "unknown"), display_text(label), start, end - start, arg, track))
+            name = display_text(label)
+            events.append(DecodedEvent(_kind_name(kind), name, start, end - start, arg, track))
         self.on_events(events)
 
-    def on_events(self, events: list[Event]) -> None:
+    def on_events(self, events: list[DecodedEvent]) -> None:
         raise NotImplementedError
 
     def lost(self, events: int) -> None:
@@ -100,12 +121,12 @@ class MemoryListener(ObjectListener):
     def __init__(self, max_events: int | None = None) -> None:
         if max_events is not None and (type(max_events) is not int or max_events < 1):
             raise ConfigError(f"max_events must be a positive int or None, got {max_events!r}")
-        self._events: deque[Event] = deque(maxlen=max_events)
+        self._events: deque[DecodedEvent] = deque(maxlen=max_events)
         self._lock = threading.Lock()
         self.dropped_events = 0
         self._dropped_at_flush = 0
 
-    def on_events(self, events: list[Event]) -> None:
+    def on_events(self, events: list[DecodedEvent]) -> None:
         with self._lock:
             room = None if self._events.maxlen is None else self._events.maxlen - len(self._events)
             if room is not None and len(events) > room:
@@ -120,12 +141,12 @@ class MemoryListener(ObjectListener):
         return clean
 
     @property
-    def events(self) -> list[Event]:
+    def events(self) -> list[DecodedEvent]:
         """Every event kept, in the order received (per track, oldest first)."""
         with self._lock:
             return list(self._events)
 
-    def clear(self) -> list[Event]:
+    def clear(self) -> list[DecodedEvent]:
         """Take every event kept, leaving none."""
         with self._lock:
             events = list(self._events)
@@ -186,8 +207,13 @@ class SerializedListener:
                 self.write(batch)
 
     def stats(self) -> Stats:
+        encoder = self.encoder
         return Stats(
-            self.dropped_events, self.dropped_frames, self.encoder.label_overflow_events, self.encoder.clipped_args
+            self.dropped_events,
+            self.dropped_frames,
+            encoder.label_overflow_events,
+            encoder.clipped_args,
+            encoder.rejected_events,
         )
 
     def write(self, batch: EncodedBatch) -> None:
@@ -282,12 +308,12 @@ class TraceFile:
     """What ``read_trace_file`` found: the writer's HELLO, its events, its loss counters, and a torn tail."""
 
     hello: Hello | None
-    events: list[Event] = field(default_factory=list)
+    events: list[DecodedEvent] = field(default_factory=list)
     stats: Stats | None = None
     #: Why reading stopped early (a torn tail, a broken frame), or None when the file ended cleanly.
     error: str | None = None
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[DecodedEvent]:
         return iter(self.events)
 
 

@@ -18,7 +18,9 @@ __all__ = [
     "ASYNC_TRACK",
     "BUILTIN_KINDS",
     "COUNTER_TRACK",
+    "FIRST_TYPED_KIND",
     "INSTANT",
+    "KINDS",
     "MAX_ARG_DEPTH",
     "MAX_ARG_ITEMS",
     "MAX_ARG_TEXT",
@@ -28,7 +30,8 @@ __all__ = [
     "SOURCE_TRACK",
     "SPAN",
     "THREAD_TRACK",
-    "Event",
+    "DecodedEvent",
+    "KindRegistry",
     "StringTable",
     "TrackInfo",
     "clean_text",
@@ -43,6 +46,37 @@ RECORD_FIELDS: Final = 5
 SPAN: Final = 0
 INSTANT: Final = 1
 BUILTIN_KINDS: Final = (KindSpec(SPAN, "span", "span"), KindSpec(INSTANT, "instant", "instant"))
+
+#: Kind ids below this are built in; typed event classes get the ones above.
+FIRST_TYPED_KIND: Final = 64
+
+
+class KindRegistry:
+    """The event kinds of this process: the built-in ones, then each typed event class in the order defined.
+
+    Every stream declares all of them (SCHEMA), so a kind's id means the same on every stream of the process.
+    """
+
+    def __init__(self) -> None:
+        self._kinds: list[KindSpec] = list(BUILTIN_KINDS)
+        self._ids = itertools.count(FIRST_TYPED_KIND)
+
+    def register(self, name: str, shape: str, fields: tuple[tuple[str, str], ...]) -> KindSpec:
+        """A new kind. No lock (nothing for a fork to leave held): ``next`` and ``append`` are each atomic."""
+        spec = KindSpec(next(self._ids), name, shape, fields)
+        self._kinds.append(spec)
+        return spec
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def since(self, count: int) -> list[KindSpec]:
+        """The kinds registered after the first ``count``."""
+        return self._kinds[count:]
+
+
+#: The process's event kinds.
+KINDS: Final = KindRegistry()
 
 THREAD_TRACK: Final = 0
 SOURCE_TRACK: Final = 1
@@ -84,7 +118,7 @@ class TrackInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class DecodedEvent:
     """One decoded event, as object listeners and stream readers see it."""
 
     kind: str

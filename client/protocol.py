@@ -404,6 +404,8 @@ class Stats:
     label_overflow_events: int = 0
     #: Argument values cut for depth or size (the event itself is kept, with a mark where it was cut).
     clipped_args: int = 0
+    #: Typed events dropped because a field's value did not fit its declared type.
+    rejected_events: int = 0
 
     def encode_body(self) -> bytes:
         return _pack(
@@ -412,6 +414,7 @@ class Stats:
                 "dropped_frames": self.dropped_frames,
                 "label_overflow_events": self.label_overflow_events,
                 "clipped_args": self.clipped_args,
+                "rejected_events": self.rejected_events,
             }
         )
 
@@ -423,6 +426,8 @@ class Stats:
             dropped_frames=_field(data, "STATS", "dropped_frames", int),
             label_overflow_events=_field(data, "STATS", "label_overflow_events", int),
             clipped_args=_field(data, "STATS", "clipped_args", int),
+            # Added within version 2: a client that does not send it has rejected nothing.
+            rejected_events=_field(data, "STATS", "rejected_events", int) if "rejected_events" in data else 0,
         )
 
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from ._version import __version__
 from .errors import LimitExceeded, MalformedFrame, ProtocolError, UnexpectedFrame, UnsupportedVersion
-from .model import MAX_STRING_CHARS, Event, TrackInfo
+from .model import MAX_STRING_CHARS, DecodedEvent, TrackInfo
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
@@ -81,6 +81,8 @@ def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> i
     return version
 
 
+#: Levels of nested typed events a reader turns into maps (a kind may name itself: the stream is not trusted).
+_MAX_NESTING: Final = 32
 #: Typed fields one event kind may declare.
 MAX_KIND_FIELDS: Final = 256
 
@@ -134,11 +136,27 @@ class StreamTables:
                 arg,
             )
 
-    def events(self, frame: Events) -> Iterator[Event]:
+    def events(self, frame: Events) -> Iterator[DecodedEvent]:
         """The events of ``frame`` as objects (slower than ``rows``; for listeners, files and tests)."""
         track = self.tracks[frame.track_id]
         for kind, name, ts_ns, dur_ns, args in self.rows(frame):
-            yield Event(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
+            if kind is not None and kind.fields and type(args) is list:
+                args = self.typed_args(kind, args)
+            yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
+
+    def typed_args(self, kind: KindSpec, values: list[Any], depth: int = 0) -> dict[str, Any]:
+        """A typed event's values as a map of its fields, nested events (type code ``kind:ID``) as maps too.
+
+        A nested event carries its kind's fields after the first, the ``id`` only an event pushed on its own has.
+        """
+        out = {}
+        for (name, code), value in zip(kind.fields[1:] if depth else kind.fields, values, strict=False):
+            if code.startswith("kind:") and type(value) is list and depth < _MAX_NESTING:
+                nested = self.kinds.get(int(code[5:])) if code[5:].isdigit() else None
+                if nested is not None:
+                    value = self.typed_args(nested, value, depth + 1)
+            out[name] = value
+        return out
 
 
 class SessionDecoder:

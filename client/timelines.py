@@ -30,24 +30,27 @@ with one that does the same in C, caches the buffer of the last thread that reco
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from asyncio import Task, current_task
 from asyncio.events import _get_running_loop
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .accelerator import speedups
 from .errors import ConfigError
+from .events import Event, next_event_id
 from .flusher import FLUSHER, Drained
 from .model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo, display_text, new_track_id
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Listener", "Scope", "Timeline", "TrackBuffer"]
+__all__ = ["DEFAULT_TIMELINE", "Listener", "Scope", "Timeline", "TrackBuffer"]
 
+log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
@@ -213,8 +216,33 @@ class Timeline(_RecorderBase):
         self._task_buffers: dict[Task[Any], TrackBuffer] = {}
         self._free_lanes: dict[int, list[TrackInfo]] = {}
         self._listeners: tuple[Listener, ...] = ()
+        self._not_events = 0
+        self._warned_not_event = False
         for listener in listeners:
             self.add_listener(listener)
+
+    def push(self, event: Event) -> None:
+        """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
+        the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
+        if _get_running_loop() is not None:
+            events = self._task_events()
+        else:
+            try:
+                events = self._tls.events
+            except AttributeError:
+                events = self._thread_events()
+        if events is None:
+            return
+        try:
+            kind, label = event._kind_id, event._label
+        except AttributeError:  # not an Event: never raise into the program
+            self._not_events += 1
+            if not self._warned_not_event:
+                self._warned_not_event = True
+                log.warning("ringtrace: push() takes an Event, got %s; dropped and counted", type(event).__name__)
+            return
+        now = _now()
+        events.extend((kind, label, now, now, (next_event_id(), event)))
 
     def _thread_events(self) -> list[Any] | None:
         """Slow path, once per thread per state change: this thread's buffer, created if needed (None: keep
@@ -302,7 +330,7 @@ class Timeline(_RecorderBase):
         that, counted in ``Drained.dropped``.
         """
         taken = []
-        dropped = self._take_unrecorded()
+        dropped, self._not_events = self._take_unrecorded() + self._not_events, 0
         with self._lock:
             buffers = list(self._buffers)
         ended = []
@@ -485,6 +513,10 @@ class Timeline(_RecorderBase):
             if replacements[id(listener)] is not None:
                 listeners.append(replacements[id(listener)])
         self._listeners = tuple(listeners)
+
+
+#: The process-wide timeline: ``ringtrace.client.default_timeline()``, which ``connect()`` streams.
+DEFAULT_TIMELINE: Final = Timeline("default")
 
 
 def _count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:

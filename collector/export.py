@@ -199,7 +199,7 @@ def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> tup
             if isinstance(args, dict):
                 event["args"] = args
             elif kind.fields and isinstance(args, list):  # a typed kind: values in the order of its fields
-                event["args"] = dict(zip((f[0] for f in kind.fields), args, strict=False))
+                event["args"] = context.tables.typed_args(kind, args)
             else:
                 event["args"] = {"value": args}
         if phase == "X":
@@ -223,6 +223,7 @@ def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int])
             "client_dropped_events": p.client_stats.dropped_events,
             "label_overflow_events": p.client_stats.label_overflow_events,
             "clipped_args": p.client_stats.clipped_args,
+            "rejected_events": p.client_stats.rejected_events,
             "ring_overwritten_events": ring_lost.get(p.uid, 0),
             "undecodable_events": undecodable.get(p.uid, 0),
         }
@@ -244,6 +245,7 @@ _TOTALS = (
     "client_dropped_events",
     "label_overflow_events",
     "clipped_args",
+    "rejected_events",
     "ring_overwritten_events",
     "undecodable_events",
 )

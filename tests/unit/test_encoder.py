@@ -28,7 +28,7 @@ from ringtrace.client.model import (
     OVERFLOW_LABEL,
     SPAN,
     THREAD_TRACK,
-    Event,
+    DecodedEvent,
     StringTable,
     TrackInfo,
     display_text,
@@ -87,7 +87,7 @@ class Stream:
     def write(self, batch: EncodedBatch) -> None:
         self.data += b"".join([*batch.control, *(frame for frame, _ in batch.events)])
 
-    def events(self) -> list[Event]:
+    def events(self) -> list[DecodedEvent]:
         """Every event of the stream, each decoded as its frame arrives (as a file reader does)."""
         limits = Limits(
             max_frame_bytes=max(self.encoder.max_frame_bytes, DEFAULT_MAX_FRAME_BYTES),
@@ -97,7 +97,7 @@ class Stream:
         decoder.receive_data(bytes(self.data))
         decoder.receive_data(b"")
         self.decoder = decoder
-        events: list[Event] = []
+        events: list[DecodedEvent] = []
         for frame in decoder:
             if isinstance(frame, Events):
                 events.extend(decoder.tables.events(frame))

@@ -30,12 +30,13 @@ from ringtrace.client.errors import (
 from ringtrace.client.model import (
     ASYNC_TRACK,
     BUILTIN_KINDS,
+    FIRST_TYPED_KIND,
     INSTANT,
     MAX_STRING_CHARS,
     SOURCE_TRACK,
     SPAN,
     THREAD_TRACK,
-    Event,
+    DecodedEvent,
     TrackInfo,
     display_text,
 )
@@ -241,7 +242,8 @@ def test_reference_stream_decodes_to_every_frame_and_table() -> None:
     assert types == [Hello, Schema, Track, Strings, Events, Track, Schema, Stats, Track, Flush, FlushAck, Goodbye]
     tables = REFERENCE_DECODER.tables
     assert tables.tracks == {1: replace(MAIN, name="main loop"), 2: TASK}
-    assert tables.kinds == {0: BUILTIN_KINDS[0], 1: BUILTIN_KINDS[1], 7: HTTP_KIND}
+    assert {k: tables.kinds[k] for k in (0, 1, 7)} == {0: BUILTIN_KINDS[0], 1: BUILTIN_KINDS[1], 7: HTTP_KIND}
+    assert all(k >= FIRST_TYPED_KIND for k in tables.kinds.keys() - {0, 1, 7})  # typed event classes of this process
     assert tables.strings == {0: "GET /users", 1: "cache.miss", 2: "db.query"}
     assert tables.columns == EVENT_COLUMNS
     assert decoded_rows(tables, REFERENCE_FRAMES) == expected_rows(RECORDS[:4])
@@ -839,7 +841,7 @@ def test_events_decode_what_the_stream_encoder_wrote() -> None:
     decoder, frames = decode_stream(opening() + frames_of(MAIN, RECORDS))
     events = [event for frame in frames for event in decoder.tables.events(frame)]
     assert events == [
-        Event(kind.name, name, ts, dur, args, MAIN) for kind, name, ts, dur, args in expected_rows(RECORDS)
+        DecodedEvent(kind.name, name, ts, dur, args, MAIN) for kind, name, ts, dur, args in expected_rows(RECORDS)
     ]
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from ringtrace.client import Event, MemoryListener, Timeline, TrackInfo
+from ringtrace.client import DecodedEvent, MemoryListener, Timeline, TrackInfo
 from ringtrace.client.flusher import FLUSHER, Flusher
 from ringtrace.client.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 
@@ -37,17 +37,17 @@ def tl(listener: MemoryListener) -> Iterator[Timeline]:
     timeline.close()
 
 
-def flushed(tl: Timeline, listener: MemoryListener) -> list[Event]:
+def flushed(tl: Timeline, listener: MemoryListener) -> list[DecodedEvent]:
     assert tl.flush()
     return listener.events
 
 
-def names(events: list[Event]) -> list[str]:
+def names(events: list[DecodedEvent]) -> list[str]:
     return [event.name for event in events]
 
 
-def by_track(events: list[Event]) -> dict[TrackInfo, list[Event]]:
-    tracks: dict[TrackInfo, list[Event]] = {}
+def by_track(events: list[DecodedEvent]) -> dict[TrackInfo, list[DecodedEvent]]:
+    tracks: dict[TrackInfo, list[DecodedEvent]] = {}
     for event in events:
         tracks.setdefault(event.track, []).append(event)
     return tracks

@@ -1,0 +1,87 @@
+"""The README's recording-model examples, run as they are against a real collector, and what reached the snapshot.
+
+Each example is the fenced ``python`` block after a ``<!-- example: NAME -->`` line. It runs in a fresh interpreter
+in a temporary directory, with the README's collector address replaced by the test collector's.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, events
+
+README = Path(__file__).parents[2] / "README.md"
+EXAMPLE = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.S)
+EXAMPLES = {match["name"]: match["code"] for match in EXAMPLE.finditer(README.read_text())}
+
+
+def run_example(name: str, collector: CollectorProcess, tmp_path: Path) -> dict[str, Any]:
+    code = EXAMPLES[name].replace("127.0.0.1:7700", collector.tcp_address)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "delivered: True" in done.stdout, done.stdout + done.stderr
+    return collector.snapshot()
+
+
+def test_every_example_is_tested() -> None:
+    tested = {name.removeprefix("test_").replace("_", "-") for name in globals() if name.startswith("test_")}
+    assert set(EXAMPLES) <= tested, f"examples without a test: {set(EXAMPLES) - tested}"
+
+
+def test_hawktracer(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace = run_example("hawktracer", collector, tmp_path)
+    packets = [e for e in events(trace, "i") if e["name"] == "Packet"]
+    by_proto = {p["args"]["proto"]: p for p in packets}
+    assert set(by_proto) == {"udp", "nvme"}
+    assert by_proto["udp"]["args"] | {"id": 0} == {
+        "id": 0,
+        "size": 1500,
+        "proto": "udp",
+        "header": {"version": 4, "flags": 0},
+    }
+    assert by_proto["nvme"]["args"]["header"] == {"version": 1, "flags": 3}
+    assert by_proto["udp"]["args"]["id"] != by_proto["nvme"]["args"]["id"]
+    (fsync,) = [e for e in events(trace, "X") if e["name"] == "fsync"]
+    assert fsync["ts"] <= by_proto["nvme"]["ts"] <= fsync["ts"] + fsync["dur"]
+    assert (tmp_path / "disk.rttrace").stat().st_size > 0
+    assert trace["otherData"]["rejected_events"] == 0
+
+
+def test_traced(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace = run_example("traced", collector, tmp_path)
+    spans = events(trace, "X")
+    assert sorted(e["name"] for e in spans) == ["fetch page"] * 3 + ["parse"] * 3
+    assert len({e["tid"] for e in spans if e["name"] == "fetch page"}) == 3  # one lane per task
+
+
+def test_rejected_typed_events_are_counted_in_the_snapshot(collector: CollectorProcess, tmp_path: Path) -> None:
+    code = f"""
+import ringtrace.client
+from ringtrace.client import Event, u8
+
+class Small(Event):
+    v: u8
+
+tl = ringtrace.client.connect({collector.tcp_address!r}, process_name="rejects")
+for v in (1, 300, 2, -1):
+    tl.push(Small(v=v))
+tl.flush(5)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("Small.v: ") == 1  # one warning per class
+    trace = collector.snapshot()
+    assert sorted(e["args"]["v"] for e in events(trace, "i") if e["name"] == "Small") == [1, 2]
+    assert trace["otherData"]["rejected_events"] == 2
+    (process,) = trace["otherData"]["processes"]
+    assert process["rejected_events"] == 2
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_parse(name: str) -> None:
+    compile(EXAMPLES[name], name, "exec")

@@ -1,0 +1,96 @@
+"""@traced: one span per call, for functions, coroutines, generators and async generators."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from ringtrace.client import MemoryListener, Timeline, traced
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[Timeline, MemoryListener]]:
+    listener = MemoryListener()
+    tl = Timeline("traced", [listener])
+    yield tl, listener
+    tl.close()
+
+
+def spans(tl: Timeline, listener: MemoryListener) -> list[tuple[str, object]]:
+    assert tl.flush()
+    return [(event.name, event.args) for event in listener.events]
+
+
+def test_a_function_is_one_span_named_after_its_qualified_name(setup: tuple[Timeline, MemoryListener]) -> None:
+    tl, listener = setup
+
+    @traced(timeline=tl)
+    def inner(x: int) -> int:
+        return x + 1
+
+    @traced("outer call", timeline=tl)
+    def outer() -> int:
+        return inner(1) + inner(2)
+
+    assert outer() == 5
+    assert outer.__name__ == "outer"
+    qualname = "test_a_function_is_one_span_named_after_its_qualified_name.<locals>.inner"
+    assert spans(tl, listener) == [(qualname, None), (qualname, None), ("outer call", None)]
+    inner_event, _, outer_event = listener.events
+    assert outer_event.ts_ns <= inner_event.ts_ns and outer_event.dur_ns >= inner_event.dur_ns
+
+
+def test_an_exception_ends_the_span_records_its_type_and_propagates(setup: tuple[Timeline, MemoryListener]) -> None:
+    tl, listener = setup
+
+    @traced("fails", timeline=tl)
+    def fails() -> None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        fails()
+    assert spans(tl, listener) == [("fails", {"exception": "ValueError"})]
+
+
+def test_a_generator_is_one_span_from_first_next_to_exhaustion(setup: tuple[Timeline, MemoryListener]) -> None:
+    tl, listener = setup
+
+    @traced("gen", timeline=tl)
+    def gen(n: int) -> Iterator[int]:
+        yield from range(n)
+        return None
+
+    assert list(gen(3)) == [0, 1, 2]
+    closed = gen(3)
+    next(closed)
+    closed.close()
+    assert spans(tl, listener) == [("gen", None), ("gen", {"exception": "GeneratorExit"})]
+
+
+def test_coroutines_and_async_generators_are_one_span_each(setup: tuple[Timeline, MemoryListener]) -> None:
+    tl, listener = setup
+
+    @traced("work", timeline=tl)
+    async def work(x: int) -> int:
+        await asyncio.sleep(0)
+        return x
+
+    @traced("stream", timeline=tl)
+    async def stream() -> AsyncIterator[int]:
+        for i in range(2):
+            await asyncio.sleep(0)
+            yield i
+
+    async def main() -> list[int]:
+        results = await asyncio.gather(work(1), work(2))
+        return [*results, *[i async for i in stream()]]
+
+    assert asyncio.run(main()) == [1, 2, 0, 1]
+    assert sorted(name for name, _ in spans(tl, listener)) == ["stream", "work", "work"]
+    assert len({event.track for event in listener.events if event.name == "work"}) == 2  # a lane per task
+
+
+def test_a_label_that_is_not_text_is_refused() -> None:
+    with pytest.raises(TypeError, match="a function or a label"):
+        traced(42)  # type: ignore[call-overload]

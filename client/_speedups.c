@@ -84,6 +84,7 @@ fail:
 
 typedef struct {
     PyObject_HEAD
+    int cache_threads;       /* 0 while threading.local is not per thread state (gevent patched it) */
     uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
     uint64_t generation;     /* bumped by _forget_recorders() */
@@ -106,7 +107,7 @@ thread_events(RecorderCore *self)
 {
     uint64_t me = PyThreadState_GetID(PyThreadState_Get());
     int attempt;
-    if (me == self->cached_thread) {
+    if (me == self->cached_thread && self->cached_events != NULL) {
         return Py_NewRef(self->cached_events);
     }
     for (attempt = 0; attempt < 8; attempt++) {
@@ -114,20 +115,31 @@ thread_events(RecorderCore *self)
         PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, str_thread_events);
         if (events == NULL || !checked_events(events)) return NULL;
         if (generation == self->generation) {
-            Py_XSETREF(self->cached_events, Py_NewRef(events));
-            self->cached_thread = me;
+            if (self->cache_threads) {
+                /* The cache is whole before the old entry is released: releasing it may run Python code. */
+                PyObject *old = self->cached_events;
+                self->cached_events = Py_NewRef(events);
+                self->cached_thread = me;
+                Py_XDECREF(old);
+            }
             return events;
         }
         Py_DECREF(events); /* the state changed while Python ran: ask again */
     }
-    return Py_NewRef(Py_None); /* the state keeps changing under us: keep nothing this time */
+    PyErr_SetString(PyExc_RuntimeError, "the timeline's listeners kept changing while a thread looked up its buffer");
+    return NULL; /* counted as unrecorded by the caller */
 }
 
 /* The buffer of the running task or thread (see thread_events). */
 static PyObject *
 current_events(RecorderCore *self)
 {
-    PyObject *loop = PyObject_CallNoArgs(get_running_loop);
+    PyObject *loop;
+    if (get_running_loop == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ringtrace.client._speedups.configure() was not called");
+        return NULL;
+    }
+    loop = PyObject_CallNoArgs(get_running_loop);
     if (loop == NULL) return NULL;
     if (loop == Py_None) {
         Py_DECREF(loop);
@@ -181,6 +193,7 @@ typedef struct {
     PyObject *args; /* dict or None */
     RecorderCore *core;
     int64_t start_ns;
+    int entered; /* an exit without an enter records nothing */
 } Scope;
 
 static PyTypeObject ScopeType;
@@ -202,6 +215,7 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
     scope->args = NULL;
     scope->core = (RecorderCore *)Py_NewRef(self);
     scope->start_ns = 0;
+    scope->entered = 0;
     PyObject_GC_Track(scope);
     events = current_events(self);
     if (events == NULL) {
@@ -277,6 +291,21 @@ core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+core_cache_threads(RecorderCore *self, PyObject *flag)
+{
+    int enabled = PyObject_IsTrue(flag);
+    if (enabled < 0) return NULL;
+    self->cache_threads = enabled;
+    if (!enabled) {
+        PyObject *old = self->cached_events;
+        self->cached_thread = 0;
+        self->cached_events = NULL;
+        Py_XDECREF(old);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 core_take_unrecorded(RecorderCore *self, PyObject *Py_UNUSED(ignored))
 {
     Py_ssize_t count = self->unrecorded;
@@ -314,6 +343,8 @@ static PyMethodDef core_methods[] = {
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
     {"_forget_recorders", (PyCFunction)core_forget_recorders, METH_NOARGS,
      "Drop the cached buffer: the Python side changed what threads record into."},
+    {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
+     "Whether to cache the buffer of the last thread that recorded (not while threads share a thread state)."},
     {"_take_unrecorded", (PyCFunction)core_take_unrecorded, METH_NOARGS,
      "Events lost for want of memory since the last call."},
     {NULL, NULL, 0, NULL},
@@ -338,6 +369,7 @@ static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
     self->start_ns = now_ns();
+    self->entered = 1;
     return Py_NewRef(self);
 }
 
@@ -349,7 +381,7 @@ with_exception(PyObject *args, PyObject *exc_type)
     PyObject *name;
     if (dict == NULL) return NULL;
     name = PyObject_GetAttr(exc_type, str_name);
-    if (name == NULL) {
+    if (name == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
         PyErr_Clear();
         name = PyObject_Str(exc_type);
     }
@@ -367,7 +399,7 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
     int64_t end_ns = now_ns();
-    if (self->events == NULL) Py_RETURN_FALSE;
+    if (self->events == NULL || !self->entered) Py_RETURN_FALSE;
     start = PyLong_FromLongLong(self->start_ns);
     end = PyLong_FromLongLong(end_ns);
     if (nargs > 0 && args[0] != Py_None) {
@@ -459,33 +491,48 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     count = PyLong_AsSsize_t(args[1]);
     run_values = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred()) return NULL;
-    if (count < 0 || count > PyList_GET_SIZE(list) || run_values < 1) {
-        PyErr_Format(PyExc_ValueError, "take_runs: count %zd of a list of %zd values, runs of %zd", count,
-                     PyList_GET_SIZE(list), run_values);
+    if (count < 0 || run_values < 1) {
+        PyErr_Format(PyExc_ValueError, "take_runs: count %zd, runs of %zd", count, run_values);
         return NULL;
     }
-    nruns = (count + run_values - 1) / run_values;
-    runs = PyList_New(nruns);
-    if (runs == NULL) return NULL;
-    for (i = 0; i < nruns; i++) {
-        Py_ssize_t start = i * run_values;
-        PyObject *run = PyList_New(count - start < run_values ? count - start : run_values);
-        if (run == NULL) {
-            Py_DECREF(runs);
-            return NULL;
-        }
-        PyList_SET_ITEM(runs, i, run);
-    }
-    /* Allocation may have run Python code, but only appends happen to a buffer meanwhile: `count` still fits. From
-       here on nothing allocates. The run lists' slots hold NULL until filled; ownership of the values moves. */
+    if (count > PyList_GET_SIZE(list)) count = PyList_GET_SIZE(list); /* taken meanwhile: see below */
     l = (PyListObject *)list;
-    size = Py_SIZE(l);
+    for (;;) {
+        nruns = (count + run_values - 1) / run_values;
+        runs = PyList_New(nruns);
+        if (runs == NULL) return NULL;
+        for (i = 0; i < nruns; i++) {
+            Py_ssize_t start = i * run_values;
+            PyObject *run = PyList_New(count - start < run_values ? count - start : run_values);
+            if (run == NULL) {
+                Py_DECREF(runs);
+                return NULL;
+            }
+            PyList_SET_ITEM(runs, i, run);
+        }
+        /* Allocating may have run Python code: a finalizer that flushed drained this very buffer. Start again with
+           what is left then (recording only appends, whole events; a drain takes whole events). */
+        size = Py_SIZE(l);
+        if (count <= size) break;
+        Py_DECREF(runs); /* the run lists hold only NULL slots */
+        count = size;
+    }
+    /* From here on nothing allocates or runs Python code. Ownership of the values moves into the run lists. */
     for (i = 0; i < nruns; i++) {
         PyListObject *run = (PyListObject *)PyList_GET_ITEM(runs, i);
         memcpy(run->ob_item, l->ob_item + i * run_values, Py_SIZE(run) * sizeof(PyObject *));
     }
     memmove(l->ob_item, l->ob_item + count, (size - count) * sizeof(PyObject *));
     Py_SET_SIZE(l, size - count);
+    if (l->allocated > 2 * (size - count) + 1024) {
+        /* Give back what a burst made the buffer take, as list_resize would (a plain memory request, no Python). */
+        Py_ssize_t keep = (size - count) + 1024;
+        PyObject **items = PyMem_Realloc(l->ob_item, keep * sizeof(PyObject *));
+        if (items != NULL) {
+            l->ob_item = items;
+            l->allocated = keep;
+        }
+    }
     return runs;
 }
 
@@ -545,7 +592,7 @@ record_value(PyObject *records, Py_ssize_t i, int c)
 static int
 as_int64(PyObject *value, const char *column, int64_t *out)
 {
-    if (!PyLong_Check(value)) {
+    if (!PyLong_Check(value) || PyBool_Check(value)) { /* msgpack packs a bool as true or false, not as an int */
         PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
         return -1;
     }
@@ -560,17 +607,23 @@ as_int64(PyObject *value, const char *column, int64_t *out)
     return (result == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The string id of `label` in `table` (a StringTable: a dict whose __missing__ assigns ids). */
+/* The string id of `label` in `table` (a StringTable: a dict whose __missing__ assigns ids). Returns 1 for an id the
+   table holds (the next event with this label gets the same), 0 for one __missing__ gave (it counts each lookup that
+   finds the table full: look again next time), -1 on error. The caller holds a reference to `label`: its __hash__,
+   __eq__ and __str__ run here. */
 static int
 string_id(PyObject *table, PyObject *label, int64_t *out)
 {
     PyObject *id = PyDict_GetItemWithError(table, label);
     int result;
-    if (id != NULL) return as_int64(id, "a string id", out);
+    if (id != NULL) {
+        Py_INCREF(id);
+        result = as_int64(id, "a string id", out);
+        Py_DECREF(id);
+        return result < 0 ? -1 : 1;
+    }
     if (PyErr_Occurred()) return -1;
-    Py_INCREF(label);
     id = PyObject_GetItem(table, label);
-    Py_DECREF(label);
     if (id == NULL) return -1;
     result = as_int64(id, "a string id", out);
     Py_DECREF(id);
@@ -613,8 +666,15 @@ pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if ((value = record_value(records, i, 0)) == NULL || as_int64(value, "a kind", &kinds[i]) < 0) goto done;
         if ((value = record_value(records, i, 1)) == NULL) goto done;
         if (value != last_label) {
-            if (string_id(table, value, &last_id) < 0) goto done;
-            Py_XSETREF(last_label, Py_NewRef(value));
+            int held;
+            Py_INCREF(value);
+            held = string_id(table, value, &last_id);
+            if (held < 0) {
+                Py_DECREF(value);
+                goto done;
+            }
+            Py_XSETREF(last_label, held ? value : NULL);
+            if (!held) Py_DECREF(value);
         }
         names[i] = last_id;
         if ((value = record_value(records, i, 2)) == NULL || as_int64(value, "a start", &starts[i]) < 0) goto done;

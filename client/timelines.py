@@ -31,6 +31,7 @@ with one that does the same in C, caches the buffer of the last thread that reco
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from asyncio import Task, current_task
@@ -103,10 +104,14 @@ class Scope:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         end_ns = _now()
+        try:
+            start_ns = self._start_ns
+        except AttributeError:  # exited without being entered (an ExitStack.push, say): nothing to record
+            return
         record, label, args = self._what
         if exc_type is not None:
             args = {**(args or {}), "exception": exc_type.__name__}
-        record((SPAN, label, self._start_ns, end_ns, args))
+        record((SPAN, label, start_ns, end_ns, args))
 
 
 def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
@@ -174,6 +179,9 @@ class _PyRecorder:
     def _forget_recorders(self) -> None:
         """Nothing cached beyond ``_tls`` here."""
 
+    def _cache_threads(self, enabled: bool) -> None:
+        """Nothing cached beyond ``_tls`` here."""
+
     def _take_unrecorded(self) -> int:
         """Events that could not be recorded (the C recorder counts a failed allocation; here one raises)."""
         return 0
@@ -185,6 +193,8 @@ else:
     speedups.configure(_get_running_loop, SPAN, INSTANT)
     _RecorderBase = speedups.RecorderCore
 _take_runs = None if speedups is None else speedups.take_runs
+if not TYPE_CHECKING and speedups is not None:
+    Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
 
 
 class Timeline(_RecorderBase):
@@ -319,7 +329,7 @@ class Timeline(_RecorderBase):
         """Every thread takes the slow path once on its next event (the listeners, or the buffers, changed)."""
         self._tls = threading.local()
         self._forget_recorders()
-        self._forget_recorders()
+        self._cache_threads(not _green_threads())
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 
@@ -361,6 +371,8 @@ class Timeline(_RecorderBase):
         return Drained(taken, [buffer.track for buffer in ended], dropped)
 
     def _forget(self, ended: list[TrackBuffer]) -> None:
+        # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.
+        self._forget_recorders()
         with self._lock:
             gone = {id(b) for b in ended}
             self._buffers = [b for b in self._buffers if id(b) not in gone]
@@ -515,8 +527,14 @@ class Timeline(_RecorderBase):
         self._listeners = tuple(listeners)
 
 
-#: The process-wide timeline: ``ringtrace.client.default_timeline()``, which ``connect()`` streams.
-DEFAULT_TIMELINE: Final = Timeline("default")
+def _green_threads() -> bool:
+    """Whether a green-thread library (gevent, eventlet) made ``threading`` threads share OS thread states: then only
+    ``threading.local`` (patched) tells them apart, and the C recorder must not cache a buffer per thread state."""
+    gevent = sys.modules.get("gevent.monkey")
+    if gevent is not None and gevent.is_module_patched("threading"):
+        return True
+    eventlet = sys.modules.get("eventlet.patcher")
+    return eventlet is not None and bool(eventlet.is_monkey_patched("thread"))
 
 
 def _count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
@@ -525,3 +543,7 @@ def _count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carri
     if lost:
         for listener in listeners:
             listener.lost(lost)
+
+
+#: The process-wide timeline: ``ringtrace.client.default_timeline()``, which ``connect()`` streams.
+DEFAULT_TIMELINE: Final = Timeline("default")

@@ -7,9 +7,11 @@ here compare the two directly, in one process.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -128,11 +130,13 @@ def nested(depth: int) -> list[Any]:
     return value
 
 
-def encoder_frames(records: list[Any], accelerated: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+def encoder_frames(
+    records: list[Any], accelerated: bool, monkeypatch: pytest.MonkeyPatch, max_strings: int = 100
+) -> tuple[Any, ...]:
     with monkeypatch.context() as patch:
         if not accelerated:
             patch.setattr(encoder_module, "_pack_columns", None)
-        encoder = StreamEncoder(max_frame_bytes=70_000, max_events_per_frame=50)
+        encoder = StreamEncoder(max_frame_bytes=70_000, max_events_per_frame=50, max_strings=max_strings)
         batch = encoder.encode(TRACK, list(records))
         return (batch.control, batch.events, batch.dropped_events, encoder.clipped_args, encoder.label_overflow_events)
 
@@ -148,6 +152,7 @@ def encoder_frames(records: list[Any], accelerated: bool, monkeypatch: pytest.Mo
         [(SPAN, "surrogate", 1, 2, {"text": "\udc80"}), (SPAN, "op", 2, 3, None)],
         [(SPAN, "big", 1, 2, {"pad": "x" * 30_000}) for _ in range(5)],  # frames split to fit
         [(SPAN, "huge", 1, 2, {"pad": "x" * 60_000}), (SPAN, "op", 2, 3, {"pad": b"y" * 80_000})],  # clipped
+        [(INSTANT, label, 1, 1, None) for label in [f"l{i}" for i in range(120)] + ["l7"] * 5 + ["new"] * 5],
     ],
 )
 def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(
@@ -178,10 +183,13 @@ def test_take_runs_is_slicing_then_deleting(size: int, data: st.DataObject) -> N
 
 
 @needs_speedups
-def test_take_runs_refuses_a_count_past_the_buffer() -> None:
+def test_take_runs_takes_at_most_what_the_buffer_holds() -> None:
     assert speedups is not None
-    with pytest.raises(ValueError, match="count 4 of a list of 3 values"):
-        speedups.take_runs([1, 2, 3], 4, 2)
+    buffer = [1, 2, 3]
+    assert speedups.take_runs(buffer, 4, 2) == [[1, 2], [3]]  # a finalizer that flushed took the rest meanwhile
+    assert buffer == []
+    with pytest.raises(ValueError, match="count -1"):
+        speedups.take_runs([1], -1, 2)
 
 
 # -- the recorder ------------------------------------------------------------------------------------------------------
@@ -280,3 +288,40 @@ def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypat
     assert tl.flush()
     assert [event.name for event in listener.events][-1] == "second"
     tl.close()
+
+
+def test_a_scope_exited_without_being_entered_records_nothing() -> None:
+    listener = MemoryListener()
+    tl = Timeline("exit only", [listener])
+    with contextlib.ExitStack() as stack:
+        stack.push(tl.scope("never entered"))
+    with tl.scope("entered"):
+        pass
+    assert tl.flush()
+    assert [event.name for event in listener.events] == ["entered"]
+    tl.close()
+
+
+GREEN_THREADS = """
+from gevent import monkey; monkey.patch_all()
+import threading
+from ringtrace.client import MemoryListener, Timeline
+listener = MemoryListener()
+tl = Timeline("green", [listener])
+def work(i):
+    for j in range(3):
+        tl.instant("tick", g=i, j=j)
+for i in range(3):
+    thread = threading.Thread(target=work, args=(i,), name=f"green-{i}")  # a greenlet
+    thread.start(); thread.join()
+    tl.flush()  # the greenlet ended: its buffer is drained and forgotten
+assert tl.flush()
+print(sorted({(e.track.name, e.args["g"]) for e in listener.events}), len(listener.events))
+"""
+
+
+def test_gevent_greenlets_each_record_on_a_track_of_their_own() -> None:
+    pytest.importorskip("gevent")
+    done = subprocess.run([sys.executable, "-c", GREEN_THREADS], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('green-0', 0), ('green-1', 1), ('green-2', 2)] 9"

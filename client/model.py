@@ -15,18 +15,26 @@ from typing import Any, Final
 from .protocol import KindSpec
 
 __all__ = [
+    "ASYNC_BEGIN",
+    "ASYNC_END",
     "ASYNC_TRACK",
     "BUILTIN_KINDS",
+    "COUNTER",
     "COUNTER_TRACK",
     "FIRST_TYPED_KIND",
     "INSTANT",
     "KINDS",
+    "MARKER",
+    "MARKER_END",
+    "MARKER_START",
     "MAX_ARG_DEPTH",
     "MAX_ARG_ITEMS",
     "MAX_ARG_TEXT",
     "MAX_STRING_CHARS",
     "OVERFLOW_LABEL",
     "RECORD_FIELDS",
+    "SOURCE_CLOSE",
+    "SOURCE_OPEN",
     "SOURCE_TRACK",
     "SPAN",
     "THREAD_TRACK",
@@ -45,7 +53,30 @@ __all__ = [
 RECORD_FIELDS: Final = 5
 SPAN: Final = 0
 INSTANT: Final = 1
-BUILTIN_KINDS: Final = (KindSpec(SPAN, "span", "span"), KindSpec(INSTANT, "instant", "instant"))
+#: A counter's value: ``args`` is ``{"value": number}``.
+COUNTER: Final = 2
+#: Gecko markers: a START pairs with the next END of the same name on its track (nesting counted).
+MARKER_START: Final = 3
+MARKER_END: Final = 4
+MARKER: Final = 5
+#: TimeLogger sources: activity on the source's own track goes up by one at an open, down by one at a close.
+SOURCE_OPEN: Final = 6
+SOURCE_CLOSE: Final = 7
+#: Async slices across threads and tasks: ``args["id"]`` pairs a begin with its end.
+ASYNC_BEGIN: Final = 8
+ASYNC_END: Final = 9
+BUILTIN_KINDS: Final = (
+    KindSpec(SPAN, "span", "span"),
+    KindSpec(INSTANT, "instant", "instant"),
+    KindSpec(COUNTER, "counter", "counter"),
+    KindSpec(MARKER_START, "marker_start", "marker_start"),
+    KindSpec(MARKER_END, "marker_end", "marker_end"),
+    KindSpec(MARKER, "marker", "instant"),
+    KindSpec(SOURCE_OPEN, "source_open", "source_open"),
+    KindSpec(SOURCE_CLOSE, "source_close", "source_close"),
+    KindSpec(ASYNC_BEGIN, "async_begin", "async_begin"),
+    KindSpec(ASYNC_END, "async_end", "async_end"),
+)
 
 #: Kind ids below this are built in; typed event classes get the ones above.
 FIRST_TYPED_KIND: Final = 64

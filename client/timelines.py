@@ -34,6 +34,8 @@ import logging
 import sys
 import threading
 import time
+import traceback
+import weakref
 from asyncio import Task, current_task
 from asyncio.events import _get_running_loop
 from collections import deque
@@ -44,12 +46,28 @@ from .accelerator import speedups
 from .errors import ConfigError
 from .events import Event, next_event_id
 from .flusher import FLUSHER, Drained
-from .model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo, display_text, new_track_id
+from .model import (
+    ASYNC_BEGIN,
+    ASYNC_END,
+    ASYNC_TRACK,
+    COUNTER,
+    INSTANT,
+    MARKER,
+    MARKER_END,
+    MARKER_START,
+    RECORD_FIELDS,
+    SPAN,
+    THREAD_TRACK,
+    TrackInfo,
+    display_text,
+    new_track_id,
+)
+from .sources import Source
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["DEFAULT_TIMELINE", "Listener", "Scope", "Timeline", "TrackBuffer"]
+__all__ = ["DEFAULT_TIMELINE", "Listener", "MarkerScope", "Scope", "Timeline", "TrackBuffer"]
 
 log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
@@ -59,6 +77,9 @@ _discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
 _new = object.__new__
 #: Values taken from a buffer in one list operation (8192 events).
 _RUN_VALUES = 8192 * RECORD_FIELDS
+_MARKER_KINDS = {"start": MARKER_START, "end": MARKER_END, "instant": MARKER}
+#: Frames of Python stack a marker keeps with ``stack=True``.
+_STACK_FRAMES = 32
 
 
 class Listener(Protocol):
@@ -114,6 +135,27 @@ class Scope:
         record((SPAN, label, start_ns, end_ns, args))
 
 
+class MarkerScope:
+    """``Timeline.marker_scope``: a start marker at enter, the end marker at exit (with the exception's type)."""
+
+    __slots__ = ("_details", "_name", "_timeline")
+
+    def __init__(self, timeline: Timeline, name: object, details: dict[str, Any]) -> None:
+        self._timeline, self._name, self._details = timeline, name, details
+
+    def __enter__(self) -> MarkerScope:
+        self._timeline.marker(self._name, "start", **self._details)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self._timeline.marker(self._name, "end")
+        else:
+            self._timeline.marker(self._name, "end", exception=exc_type.__name__)
+
+
 def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
     """``Scope(record, label, args)`` without the call to ``__init__``; inlined by hand in ``Timeline.scope``."""
     scope: Scope = _new(Scope)
@@ -129,7 +171,7 @@ class TrackBuffer:
 
     __slots__ = ("events", "owner", "track")
 
-    def __init__(self, track: TrackInfo, owner: threading.Thread | Task[Any]) -> None:
+    def __init__(self, track: TrackInfo, owner: threading.Thread | Task[Any] | weakref.ref[Source]) -> None:
         self.events: list[Any] = []
         self.track = track
         self.owner = owner
@@ -138,6 +180,8 @@ class TrackBuffer:
         owner = self.owner
         if isinstance(owner, Task):  # a task left pending on a closed loop never ends
             return not owner.done() and not owner.get_loop().is_closed()
+        if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
+            return owner() is not None
         return owner.is_alive()
 
 
@@ -219,15 +263,17 @@ class Timeline(_RecorderBase):
     ) -> None:
         self.name = name
         self.max_buffered_events = max_buffered_events
-        self._reset_recorders()
         # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
         self._lock = threading.RLock()
         self._buffers: list[TrackBuffer] = []
+        self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
+        self._source_buffers: dict[int, TrackBuffer] = {}
         self._task_buffers: dict[Task[Any], TrackBuffer] = {}
         self._free_lanes: dict[int, list[TrackInfo]] = {}
         self._listeners: tuple[Listener, ...] = ()
         self._not_events = 0
         self._warned_not_event = False
+        self._reset_recorders()
         for listener in listeners:
             self.add_listener(listener)
 
@@ -326,10 +372,103 @@ class Timeline(_RecorderBase):
         return _discard if events is None else events.extend
 
     def _reset_recorders(self) -> None:
-        """Every thread takes the slow path once on its next event (the listeners, or the buffers, changed)."""
+        """Every thread takes the slow path once on its next event (the listeners, or the buffers, changed); sources
+        record into a buffer of this timeline's while it has listeners, into nothing otherwise. Under the lock."""
         self._tls = threading.local()
         self._forget_recorders()
         self._cache_threads(not _green_threads())
+        listening = bool(self._listeners)
+        live = {id(b) for b in self._buffers}
+        for key, source in list(self._sources.items()):  # keyed by track id
+            buffer = self._source_buffers.get(key)
+            if not listening:
+                self._source_buffers.pop(key, None)
+                source._extend = _discard
+            elif buffer is None or id(buffer) not in live:
+                buffer = TrackBuffer(source.track, weakref.ref(source))
+                self._buffers.append(buffer)
+                self._source_buffers[key] = buffer
+                source._extend = buffer.events.extend
+
+    # -- the recording model ----------------------------------------------------------------------------------------
+
+    def _events(self) -> list[Any] | None:
+        """The buffer of the running task or thread (None: keep nothing)."""
+        if _get_running_loop() is not None:
+            return self._task_events()
+        try:
+            events: list[Any] | None = self._tls.events
+            return events
+        except AttributeError:
+            return self._thread_events()
+
+    def _refuse(self, what: str) -> None:
+        """An event that cannot be recorded as asked: counted as dropped, and warned about once."""
+        self._not_events += 1
+        if not self._warned_not_event:
+            self._warned_not_event = True
+            log.warning("ringtrace: %s; dropped and counted (warned once per timeline)", what)
+
+    def counter(self, name: object, value: float, /) -> None:
+        """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name)."""
+        if type(value) is not int and type(value) is not float:
+            try:
+                value = float(value)
+            except Exception:
+                self._refuse(f"counter() takes a number, got {type(value).__name__}")
+                return
+        events = self._events()
+        if events is not None:
+            now = _now()
+            events.extend((COUNTER, name, now, now, {"value": value}))
+
+    def marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
+               **details: Any) -> None:  # fmt: skip
+        """Record a Gecko-style marker: ``"start"``, ``"end"`` or ``"instant"``, at ``ts_ns`` (monotonic ns, for a
+        marker made after the fact) or now. A start pairs with the next end of the same name on this track.
+
+        Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
+        ``stack=True`` adds the Python stack of the call to the details.
+        """
+        if not self._listeners:
+            return
+        kind = _MARKER_KINDS.get(phase)
+        if kind is None or (ts_ns is not None and type(ts_ns) is not int):
+            self._refuse(f"marker() takes 'start', 'end' or 'instant' and an int ts_ns, got {phase!r}, {ts_ns!r}")
+            return
+        if stack:
+            details["stack"] = "".join(traceback.format_stack(limit=_STACK_FRAMES)[:-1])
+        events = self._events()
+        if events is not None:
+            now = _now() if ts_ns is None else ts_ns
+            events.extend((kind, name, now, now, details or None))
+
+    def marker_scope(self, name: object, /, **details: Any) -> MarkerScope:
+        """A context manager: a start marker when entered, the matching end marker when exited."""
+        return MarkerScope(self, name, details)
+
+    def source(self, name: object, /) -> Source:
+        """A named source of activity on a track of its own (TimeLogger); see ``sources.py``. Make it once (this is
+        the slow part); its ``open()`` and ``close()`` are cheap and may be called from any thread."""
+        source = Source(display_text(name), _discard)
+        with self._lock:
+            self._sources[source.track.track_id] = source
+            self._reset_recorders()
+        return source
+
+    def async_begin(self, name: object, async_id: int | str, /, **args: Any) -> None:
+        """Begin an async slice: one that may end on another thread or task (``async_end`` with the same id)."""
+        events = self._events()
+        if events is not None:
+            now = _now()
+            events.extend((ASYNC_BEGIN, name, now, now, {**args, "id": async_id}))
+
+    def async_end(self, name: object, async_id: int | str, /, **args: Any) -> None:
+        """End the async slice ``name`` begun with ``async_id``."""
+        events = self._events()
+        if events is not None:
+            now = _now()
+            events.extend((ASYNC_END, name, now, now, {**args, "id": async_id}))
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 
@@ -381,6 +520,8 @@ class Timeline(_RecorderBase):
                 if isinstance(owner, Task):
                     self._task_buffers.pop(owner, None)
                     self._free_lanes.setdefault(buffer.track.parent, []).append(buffer.track)
+                elif isinstance(owner, weakref.ref):
+                    self._source_buffers.pop(buffer.track.track_id, None)
                 else:
                     self._free_lanes.pop(buffer.track.track_id, None)
 
@@ -517,7 +658,7 @@ class Timeline(_RecorderBase):
         self._buffers = []
         self._task_buffers = {}
         self._free_lanes = {}
-        self._reset_recorders()
+        self._source_buffers = {}
         listeners = []
         for listener in self._listeners:
             if id(listener) not in replacements:
@@ -525,6 +666,7 @@ class Timeline(_RecorderBase):
             if replacements[id(listener)] is not None:
                 listeners.append(replacements[id(listener)])
         self._listeners = tuple(listeners)
+        self._reset_recorders()
 
 
 def _green_threads() -> bool:

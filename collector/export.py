@@ -20,13 +20,16 @@ from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, Stats
 
 from .sessions import FrameContext, ProcessRecord
+from .slices import Pairing
 from .store import StoredFrame, StoreSnapshot
 
 __all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
 
 log = logging.getLogger("ringtrace.collector.export")
 
-_PHASES = {"span": "X", "instant": "i"}
+_PHASES = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b", "async_end": "e"}
+#: Shapes whose events pair up across frames (``slices.py``).
+_PAIRED = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
 #: Totals are capped here: orjson (and many JSON readers) take nothing wider than 64 bits.
 _MAX_JSON_INT = 2**63 - 1
 #: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
@@ -91,9 +94,10 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
         yield orjson.dumps(metadata)[1:-1]
         first = False
     undecodable: dict[int, int] = {}
+    pairing = Pairing()
     for frame in frames:
         try:
-            events, skipped = _frame_events(view, frame, origin_ns)
+            events, skipped = _frame_events(view, frame, origin_ns, pairing)
             chunk = _dumps(events)[1:-1] if events else b""
         except Exception as exc:  # a bad frame must cost its own events, not the validity of the whole document
             skipped, chunk = frame.count, b""
@@ -104,7 +108,12 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
         if chunk:
             yield chunk if first else b"," + chunk
             first = False
-    yield (b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(_other_data(view, origin_ns, undecodable)) + b"}")
+    still_open = pairing.still_open()
+    if still_open:
+        chunk = _dumps(still_open)[1:-1]
+        yield chunk if first else b"," + chunk
+    other = _other_data(view, origin_ns, undecodable, pairing)
+    yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
 
 
 _logged_uids: set[int] = set()
@@ -180,7 +189,9 @@ def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo
     return events
 
 
-def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> tuple[list[dict[str, Any]], int]:
+def _frame_events(
+    view: SnapshotView, frame: StoredFrame, origin_ns: int, pairing: Pairing
+) -> tuple[list[dict[str, Any]], int]:
     """The Chrome events of one stored frame, and how many of its events could not be shown."""
     context = _context(frame)
     process = view.processes[context.process.uid]
@@ -190,11 +201,21 @@ def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> tup
     skipped = 0
     batch = Events(context.track.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload)
     for kind, name, ts_ns, dur_ns, args in context.tables.rows(batch):
+        ts = (ts_ns + base_ns) / 1000
+        if kind is not None and kind.shape in _PAIRED:
+            paired = (
+                pairing.source(kind.shape, name, ts, pid, tid)
+                if kind.shape.startswith("source")
+                else pairing.marker(kind.shape, name, ts, pid, tid, args if isinstance(args, dict) else None)
+            )
+            if paired is not None:
+                events.append(paired)
+            continue
         phase = _PHASES.get(kind.shape) if kind is not None else None
         if kind is None or phase is None:
             skipped += 1  # a kind never declared, or a shape this collector cannot show
             continue
-        event = {"name": name, "ph": phase, "ts": (ts_ns + base_ns) / 1000, "pid": pid, "tid": tid}
+        event = {"name": name, "ph": phase, "ts": ts, "pid": pid, "tid": tid}
         if args is not None:
             if isinstance(args, dict):
                 event["args"] = args
@@ -204,13 +225,17 @@ def _frame_events(view: SnapshotView, frame: StoredFrame, origin_ns: int) -> tup
                 event["args"] = {"value": args}
         if phase == "X":
             event["dur"] = dur_ns / 1000
-        else:
+        elif phase == "i":
             event["s"] = "t"
+        elif phase in "be":  # async: the id pairs a begin with its end, across threads
+            async_args = event.get("args")
+            event["cat"] = "async"
+            event["id"] = str(async_args.pop("id", "")) if isinstance(async_args, dict) else ""
         events.append(event)
     return events, skipped
 
 
-def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int]) -> dict[str, Any]:
+def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int], pairing: Pairing) -> dict[str, Any]:
     ring_lost: dict[int, int] = {}
     for (uid, _), lost in view.ring_lost_events.items():
         ring_lost[uid] = ring_lost.get(uid, 0) + lost
@@ -226,6 +251,8 @@ def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int])
             "rejected_events": p.client_stats.rejected_events,
             "ring_overwritten_events": ring_lost.get(p.uid, 0),
             "undecodable_events": undecodable.get(p.uid, 0),
+            "unmatched_marker_ends": pairing.unmatched_marker_ends.get(p.trace_pid, 0),
+            "source_anomalies": pairing.source_anomalies.get(p.trace_pid, 0),
         }
         for p in sorted(view.processes.values(), key=lambda p: p.uid)
     ]
@@ -248,4 +275,6 @@ _TOTALS = (
     "rejected_events",
     "ring_overwritten_events",
     "undecodable_events",
+    "unmatched_marker_ends",
+    "source_anomalies",
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, metadata
 
 README = Path(__file__).parents[2] / "README.md"
 EXAMPLE = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.S)
@@ -85,3 +85,42 @@ tl.flush(5)
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_examples_parse(name: str) -> None:
     compile(EXAMPLES[name], name, "exec")
+
+
+def test_gecko(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace = run_example("gecko", collector, tmp_path)
+    slices = {e["name"]: e for e in events(trace, "X")}
+    assert set(slices) == {"Parse HTML", "Style Recalculation"}
+    parse, style = slices["Parse HTML"], slices["Style Recalculation"]
+    assert parse["args"] == {"url": "/index.html"} and style["args"] == {"elements": 120}
+    assert parse["ts"] <= style["ts"] and style["ts"] + style["dur"] <= parse["ts"] + parse["dur"]
+    assert style["dur"] >= 2000  # microseconds
+    (paint,) = [e for e in events(trace, "i") if e["name"] == "Paint"]
+    assert paint["args"] == {"layers": 3} and paint["ts"] < parse["ts"] + parse["dur"]
+    (layout,) = events(trace, "B")
+    assert layout["name"] == "Layout" and "not ended" in layout["args"]["ringtrace"]
+    assert trace["otherData"]["unmatched_marker_ends"] == 0
+
+
+def test_timelogger(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace = run_example("timelogger", collector, tmp_path)
+    slices = sorted((e for e in events(trace, "X") if e["name"] == "GPU queue"), key=lambda e: e["ts"])
+    outer, inner = slices
+    assert outer.get("args") is None and inner["args"] == {"activity": 2, "overlap": True}
+    assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+    assert outer["tid"] == inner["tid"]  # one track for the source, whichever thread opened it
+    names = metadata(trace, "thread_name")
+    assert names[(outer["pid"], outer["tid"])] == "GPU queue"
+    (anomaly,) = [e for e in events(trace, "i") if e["name"] == "GPU queue"]
+    assert "close without an open" in anomaly["args"]["ringtrace"]
+    assert trace["otherData"]["source_anomalies"] == 1
+
+
+def test_counters(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace = run_example("counters", collector, tmp_path)
+    values = [e["args"]["value"] for e in sorted(events(trace, "C"), key=lambda e: e["ts"])]
+    assert values == [3, 5, 2] and {e["name"] for e in events(trace, "C")} == {"queue depth"}
+    (begin,) = events(trace, "b")
+    (end,) = events(trace, "e")
+    assert (begin["id"], end["id"], begin["cat"], begin["name"]) == ("42", "42", "async", "request")
+    assert begin["args"] == {"path": "/users"} and begin["tid"] != end["tid"]

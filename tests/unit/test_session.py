@@ -87,7 +87,7 @@ HELLO = Hello(
 MAIN = TrackInfo(1, THREAD_TRACK, "MainThread", thread_id=777)
 TASK = TrackInfo(2, ASYNC_TRACK, "Task-1", parent=1)
 SCHEMA = Schema(BUILTIN_KINDS)
-HTTP_KIND = KindSpec(7, "http.request", "span", (("status", "u16"), ("path", "str")))
+HTTP_KIND = KindSpec(40, "http.request", "span", (("status", "u16"), ("path", "str")))
 
 #: Records as a thread buffer holds them: ``kind, label, start_ns, end_ns, args``.
 RECORDS: list[tuple[int, Any, int, int, Any]] = [
@@ -242,8 +242,9 @@ def test_reference_stream_decodes_to_every_frame_and_table() -> None:
     assert types == [Hello, Schema, Track, Strings, Events, Track, Schema, Stats, Track, Flush, FlushAck, Goodbye]
     tables = REFERENCE_DECODER.tables
     assert tables.tracks == {1: replace(MAIN, name="main loop"), 2: TASK}
-    assert {k: tables.kinds[k] for k in (0, 1, 7)} == {0: BUILTIN_KINDS[0], 1: BUILTIN_KINDS[1], 7: HTTP_KIND}
-    assert all(k >= FIRST_TYPED_KIND for k in tables.kinds.keys() - {0, 1, 7})  # typed event classes of this process
+    builtin = {kind.id: kind for kind in BUILTIN_KINDS}
+    assert {k: tables.kinds[k] for k in [*builtin, 40]} == {**builtin, 40: HTTP_KIND}
+    assert all(k >= FIRST_TYPED_KIND for k in tables.kinds.keys() - {*builtin, 40})  # typed event classes
     assert tables.strings == {0: "GET /users", 1: "cache.miss", 2: "db.query"}
     assert tables.columns == EVENT_COLUMNS
     assert decoded_rows(tables, REFERENCE_FRAMES) == expected_rows(RECORDS[:4])
@@ -393,7 +394,7 @@ def test_events_for_a_declared_track_are_accepted() -> None:
 def test_schema_redeclaring_a_kind_identically_is_accepted() -> None:
     decoder = session_with(opening(SCHEMA, Schema((*BUILTIN_KINDS, HTTP_KIND)), Schema((HTTP_KIND,))))
     assert len(list(decoder)) == 4
-    assert decoder.tables.kinds == {0: BUILTIN_KINDS[0], 1: BUILTIN_KINDS[1], 7: HTTP_KIND}
+    assert decoder.tables.kinds == {**{kind.id: kind for kind in BUILTIN_KINDS}, 40: HTTP_KIND}
 
 
 @pytest.mark.parametrize(
@@ -415,11 +416,12 @@ def test_schema_redeclaring_a_kind_differently_is_refused(changed: KindSpec) -> 
 def test_schema_delta_adds_kinds() -> None:
     decoder = session_with(opening(SCHEMA))
     list(decoder)
-    assert set(decoder.tables.kinds) == {0, 1}
-    decoder.receive_data(encode(Schema((HTTP_KIND,))) + encode(Schema((KindSpec(9, "gc", "instant"),))))
+    builtin = {kind.id for kind in BUILTIN_KINDS}
+    assert set(decoder.tables.kinds) == builtin
+    decoder.receive_data(encode(Schema((HTTP_KIND,))) + encode(Schema((KindSpec(41, "gc", "instant"),))))
     list(decoder)
-    assert set(decoder.tables.kinds) == {0, 1, 7, 9}
-    assert decoder.tables.kinds[9] == KindSpec(9, "gc", "instant")
+    assert set(decoder.tables.kinds) == {*builtin, 40, 41}
+    assert decoder.tables.kinds[41] == KindSpec(41, "gc", "instant")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,69 @@
+"""Sources, as GaBIEn's TimeLogger has them: a named activity on a track of its own, opened and closed from any thread.
+
+    gpu = tl.source("GPU queue")     # once, at startup: the slow part
+    gpu.open()                       # then cheaply, from any thread; a source may move between threads
+    ...
+    gpu.close()
+
+A source's *activity* starts at 0 and goes up by one at each ``open()`` and down by one at each ``close()``. The
+snapshot shows each open..close as a slice on the source's track; activity above 1 shows as nested slices flagged
+with their activity, and a close with nothing open is counted (``source_anomalies``) and shown as an instant, never
+raised. ``open`` and ``close`` are one ``list.extend`` each on the source's own buffer, which is atomic, so no lock
+is taken whatever thread calls them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["Source"]
+
+_now = time.monotonic_ns
+
+
+class Source:
+    """A named activity on its own track; made by ``Timeline.source(name)``.
+
+    Usable as a context manager too: ``with gpu:`` opens and closes it.
+    """
+
+    __slots__ = ("__weakref__", "_extend", "_label", "track")
+
+    def __init__(self, name: str, discard: Callable[[Any], None]) -> None:
+        self._label = name
+        self.track = TrackInfo(new_track_id(), SOURCE_TRACK, name)
+        #: The extend of this source's buffer in its timeline, or a discard while nothing listens.
+        self._extend = discard
+
+    @property
+    def name(self) -> str:
+        return self._label
+
+    def open(self) -> None:
+        """The activity goes up by one, now."""
+        now = _now()
+        self._extend((SOURCE_OPEN, self._label, now, now, None))
+
+    def close(self) -> None:
+        """The activity goes down by one, now (a close with nothing open is counted by the collector)."""
+        now = _now()
+        self._extend((SOURCE_CLOSE, self._label, now, now, None))
+
+    def __enter__(self) -> Source:
+        self.open()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Source({self._label!r})"

@@ -1,4 +1,5 @@
-"""ringtrace client: record spans and instants in any Python process and stream them to a collector.
+"""ringtrace client: record spans, instants, typed events, messages, markers, source activity and counters in any
+Python process, and stream them to a collector.
 
     import ringtrace.client
 
@@ -53,14 +54,17 @@ from .events import (
 )
 from .flusher import FLUSHER
 from .listeners import FileListener, MemoryListener, ObjectListener, SerializedListener, TraceFile, read_trace_file
+from .messages import PRIORITIES, Message
 from .model import DecodedEvent, TrackInfo
 from .options import StreamerOptions, parse_address
 from .session import Limits
+from .sources import Source
 from .streamer import Streamer
-from .timelines import DEFAULT_TIMELINE, Listener, Scope, Timeline
+from .timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
 from .traced import traced
 
 __all__ = [
+    "PRIORITIES",
     "BadPreamble",
     "ConfigError",
     "DecodedEvent",
@@ -72,12 +76,15 @@ __all__ = [
     "Limits",
     "Listener",
     "MalformedFrame",
+    "MarkerScope",
     "MemoryListener",
+    "Message",
     "ObjectListener",
     "ProtocolError",
     "RingtraceError",
     "Scope",
     "SerializedListener",
+    "Source",
     "Streamer",
     "StreamerOptions",
     "Timeline",

@@ -26,7 +26,7 @@ import msgpack
 from ._version import __version__
 from .accelerator import speedups
 from .errors import FrameTooLarge
-from .events import InvalidField, wire_values
+from .events import InvalidField
 from .model import (
     KINDS,
     MAX_ARG_ITEMS,
@@ -167,7 +167,7 @@ class StreamEncoder:
         self.max_kinds = 1_000
         #: Typed events dropped because a field's value did not fit its type (one warning per class).
         self.rejected_events = 0
-        self._rejected_classes: set[type] = set()
+        self._rejected_kinds: set[object] = set()
         #: Tracks declared on this stream, by id.
         self.tracks: dict[int, TrackInfo] = {}
         #: Argument values cut for depth or size, since the stream started.
@@ -303,24 +303,29 @@ class StreamEncoder:
         return encode(Events(track_id, count, first_ns, last_ns, payload), self.max_frame_bytes), count
 
     def _with_typed_values(self, records: list[Any]) -> list[Any]:
-        """``records`` with each typed event's ``(id, event)`` turned into its wire values; an event whose values do
-        not fit their types is left out, counted in ``rejected_events``, with one warning per class."""
+        """``records`` with each tuple argument (a typed event's ``(id, event)``, a message's values) turned into its
+        wire values by its kind's converter; an event whose values do not fit their types is left out, counted in
+        ``rejected_events``, with one warning per kind."""
         args = records[4::RECORD_FIELDS]
         if args.count(None) == len(args):  # no arguments at all (counted in C): the usual case
             return records
-        typed = [i for i in compress(range(len(args)), args) if type(args[i]) is tuple]
-        if not typed:
+        tuples = [i for i in compress(range(len(args)), args) if type(args[i]) is tuple]
+        if not tuples:
             return records
         records = list(records)
+        converters = KINDS.converters
         rejected = []
-        for i in typed:
-            event_id, event = args[i]
+        for i in tuples:
+            kind = records[i * RECORD_FIELDS]
+            convert = converters.get(kind)
             try:
-                records[i * RECORD_FIELDS + 4] = wire_values(event_id, event)
-            except InvalidField as exc:
+                if convert is None:
+                    raise InvalidField(f"event kind {kind!r:.40} does not take a tuple of values")
+                records[i * RECORD_FIELDS + 4] = convert(args[i])
+            except Exception as exc:  # InvalidField, or a converter tripped by a value: the event, not the run
                 rejected.append(i)
-                if type(event) not in self._rejected_classes:
-                    self._rejected_classes.add(type(event))
+                if kind not in self._rejected_kinds:
+                    self._rejected_kinds.add(kind)
                     log.warning("ringtrace: %s; such events are dropped and counted (rejected_events)", exc)
         if rejected:
             self.rejected_events += len(rejected)

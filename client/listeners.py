@@ -26,9 +26,10 @@ from typing import IO, Any
 
 from .encoder import EncodedBatch, ProcessIdentity, StreamEncoder
 from .errors import ConfigError, ProtocolError
-from .events import InvalidField, as_args
+from .events import as_args
+from .messages import render
 from .model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
-from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
+from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, KindSpec, Stats, encode, preamble
 from .session import Limits, SessionDecoder
 
 __all__ = [
@@ -43,15 +44,15 @@ __all__ = [
 
 log = logging.getLogger("ringtrace.client")
 
-_kind_names: dict[int, str] = {}
+_kinds: dict[int, KindSpec] = {}
 
 
-def _kind_name(kind_id: int) -> str:
-    name = _kind_names.get(kind_id)
-    if name is None:
-        _kind_names.update((kind.id, kind.name) for kind in KINDS.since(0))
-        name = _kind_names.get(kind_id, "unknown")
-    return name
+def _kind(kind_id: int) -> KindSpec | None:
+    spec = _kinds.get(kind_id)
+    if spec is None:
+        _kinds.update((kind.id, kind) for kind in KINDS.since(0))
+        spec = _kinds.get(kind_id)
+    return spec
 
 
 _FILE_FRAME_BYTES = 64 * 1024
@@ -78,17 +79,22 @@ class ObjectListener:
         kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
         events = []
         for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
-            if type(arg) is tuple:  # a typed event: (id, event)
+            name = display_text(label)
+            if type(arg) is tuple:  # a typed event's (id, event), or a message's values
+                spec = _kind(kind)
                 try:
-                    arg = as_args(*arg)
-                except InvalidField as exc:
+                    if spec is not None and spec.shape == "message":
+                        name, arg = render(spec, KINDS.converters[kind](arg))
+                    else:
+                        arg = as_args(*arg)
+                except Exception as exc:  # a value that does not fit its type: this event, not the others
                     self.rejected_events += 1
                     log.warning("ringtrace: %s; the event is dropped", exc)
                     continue
             elif arg is not None:
                 arg = normalise_args(arg)[0]
-            name = display_text(label)
-            events.append(DecodedEvent(_kind_name(kind), name, start, end - start, arg, track))
+            spec = _kind(kind)
+            events.append(DecodedEvent(spec.name if spec else "unknown", name, start, end - start, arg, track))
         self.on_events(events)
 
     def on_events(self, events: list[DecodedEvent]) -> None:

@@ -9,6 +9,7 @@ thread, never on the recording path.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,6 +47,7 @@ __all__ = [
     "display_text",
     "new_track_id",
     "normalise_args",
+    "normalise_values",
     "safe_str",
 ]
 
@@ -91,10 +93,23 @@ class KindRegistry:
     def __init__(self) -> None:
         self._kinds: list[KindSpec] = list(BUILTIN_KINDS)
         self._ids = itertools.count(FIRST_TYPED_KIND)
+        #: Per kind whose events carry a tuple (typed events, messages): what turns it into wire values on the
+        #: flusher, or raises ``ValueError`` to drop the event.
+        self.converters: dict[int, Callable[[Any], list[Any]]] = {}
 
-    def register(self, name: str, shape: str, fields: tuple[tuple[str, str], ...]) -> KindSpec:
-        """A new kind. No lock (nothing for a fork to leave held): ``next`` and ``append`` are each atomic."""
-        spec = KindSpec(next(self._ids), name, shape, fields)
+    def register(
+        self,
+        name: str,
+        shape: str,
+        fields: tuple[tuple[str, str], ...],
+        convert: Callable[[Any], list[Any]],
+        text: str = "",
+        priority: str = "",
+    ) -> KindSpec:
+        """A new kind. No lock (nothing for a fork to leave held): ``next``, a dict store and ``append`` are each
+        atomic, and the converter is in place before the kind can be seen."""
+        spec = KindSpec(next(self._ids), name, shape, fields, text, priority)
+        self.converters[spec.id] = convert
         self._kinds.append(spec)
         return spec
 
@@ -206,6 +221,12 @@ def normalise_args(args: dict[str, Any]) -> tuple[dict[str, Any], int]:
         clipped[0] += 1
         value = {"<ringtrace: clipped>": f"arguments that could not be read ({type(exc).__name__})"}
     return value, clipped[0]
+
+
+def normalise_values(values: Any) -> tuple[list[Any], int]:
+    """A message's values (a tuple) in a shape every reader can take, and how many were cut (see ``normalise_args``)."""
+    clipped = [0, MAX_ARG_VALUES]
+    return [_normalise(value, 1, clipped) for value in values], clipped[0]
 
 
 def _normalise(value: Any, depth: int, clipped: list[int]) -> Any:

@@ -58,6 +58,7 @@ __all__ = [
     "Peer",
     "Schema",
     "Sentinel",
+    "SetPriority",
     "Stats",
     "Strings",
     "Track",
@@ -100,6 +101,7 @@ class FrameType(IntEnum):
     FLUSH = 8
     FLUSH_ACK = 9
     GOODBYE = IGNORABLE | 1
+    SET_PRIORITY = IGNORABLE | 2
 
 
 #: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
@@ -252,9 +254,18 @@ class KindSpec:
     name: str
     shape: str
     fields: tuple[tuple[str, str], ...] = ()
+    #: A message kind's text, its ``$name`` placeholders standing for its fields (optional on the wire).
+    text: str = ""
+    #: A message kind's priority (optional on the wire).
+    priority: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "shape": self.shape, "fields": [list(f) for f in self.fields]}
+        wire = {"id": self.id, "name": self.name, "shape": self.shape, "fields": [list(f) for f in self.fields]}
+        if self.text:
+            wire["text"] = self.text
+        if self.priority:
+            wire["priority"] = self.priority
+        return wire
 
     @classmethod
     def from_wire(cls, entry: object) -> KindSpec:
@@ -269,6 +280,8 @@ class KindSpec:
             name=_field(entry, "SCHEMA", "name", str),
             shape=_field(entry, "SCHEMA", "shape", str),
             fields=tuple((name, type_code) for name, type_code in fields),
+            text=_field(entry, "SCHEMA", "text", str) if "text" in entry else "",
+            priority=_field(entry, "SCHEMA", "priority", str) if "priority" in entry else "",
         )
 
 
@@ -476,15 +489,39 @@ class Goodbye:
         return cls(_field(_unpack_map("GOODBYE", body), "GOODBYE", "reason", str))
 
 
-Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye
+@dataclass(frozen=True, slots=True)
+class SetPriority:
+    """The collector asks the client to record messages up to ``priority`` (ignorable: an older client keeps its own).
+
+    ``timeline`` names the timeline it applies to; empty: every timeline the connection streams.
+    """
+
+    TYPE: ClassVar = FrameType.SET_PRIORITY
+    priority: str
+    timeline: str = ""
+
+    def encode_body(self) -> bytes:
+        return _pack({"priority": self.priority, "timeline": self.timeline})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> SetPriority:
+        data = _unpack_map("SET_PRIORITY", body)
+        timeline = _field(data, "SET_PRIORITY", "timeline", str) if "timeline" in data else ""
+        return cls(_field(data, "SET_PRIORITY", "priority", str), timeline)
+
+
+Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority
 
 _FRAME_CLASSES: Final[dict[int, Any]] = {
-    cls.TYPE: cls for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye)
+    cls.TYPE: cls
+    for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority)
 }
 #: Frame types each peer may send.
 SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
-    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME},
-    "collector": frozenset({FrameType.WELCOME, FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.GOODBYE}),
+    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY},
+    "collector": frozenset(
+        {FrameType.WELCOME, FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.GOODBYE, FrameType.SET_PRIORITY}
+    ),
 }
 
 

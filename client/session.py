@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from ._version import __version__
 from .errors import LimitExceeded, MalformedFrame, ProtocolError, UnexpectedFrame, UnsupportedVersion
+from .messages import render
 from .model import MAX_STRING_CHARS, DecodedEvent, TrackInfo
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -140,7 +141,9 @@ class StreamTables:
         """The events of ``frame`` as objects (slower than ``rows``; for listeners, files and tests)."""
         track = self.tracks[frame.track_id]
         for kind, name, ts_ns, dur_ns, args in self.rows(frame):
-            if kind is not None and kind.fields and type(args) is list:
+            if kind is not None and kind.shape == "message" and type(args) is list:
+                name, args = render(kind, args)
+            elif kind is not None and kind.fields and type(args) is list:
                 args = self.typed_args(kind, args)
             yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
 
@@ -308,6 +311,8 @@ class SessionDecoder:
         self.tables.set_columns(frame.columns)
         for spec in frame.kinds:
             _check_text("SCHEMA frame: kind name", spec.name)
+            _check_text("SCHEMA frame: kind text", spec.text)
+            _check_text("SCHEMA frame: kind priority", spec.priority)
             if len(spec.fields) > MAX_KIND_FIELDS:
                 raise LimitExceeded(
                     "SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields)

@@ -31,6 +31,7 @@ import selectors
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,7 @@ from .protocol import (
     FlushAck,
     FrameType,
     Goodbye,
+    SetPriority,
     Stats,
     Track,
     Welcome,
@@ -151,6 +153,8 @@ class Streamer(SerializedListener):
         #: A connection broke with unacknowledged events since the previous acknowledged flush.
         self._uncertain = False
         self._goodbye_logged = False
+        #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
+        self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -241,6 +245,19 @@ class Streamer(SerializedListener):
                 unreported,
             )
         return delivered
+
+    def subscribe_priority(self, timeline: Any) -> None:
+        """``timeline.set_priority`` is called when the collector sends SET_PRIORITY for it (or for all)."""
+        self._priority_timelines.add(timeline)
+
+    def _set_priority(self, frame: SetPriority) -> None:
+        for timeline in list(self._priority_timelines):
+            if frame.timeline in ("", timeline.name) and self in timeline.listeners:
+                try:
+                    timeline.set_priority(frame.priority)
+                except ValueError as exc:
+                    log.warning("ringtrace: the collector at %s asked for a priority: %s", self.address_text, exc)
+                    return
 
     def after_fork(self) -> Streamer:
         """A forked child streams as a new process, to the same collector; its thread starts on first use.
@@ -619,6 +636,8 @@ class Streamer(SerializedListener):
                         self._queue_control(encode(FlushAck(frame.token)))
                 elif isinstance(frame, Welcome):
                     self._welcome(frame)
+                elif isinstance(frame, SetPriority):
+                    self._set_priority(frame)
                 elif isinstance(frame, Goodbye) and not self._goodbye_logged:
                     self._goodbye_logged = True
                     log.warning("ringtrace: the collector at %s is closing: %s", self.address_text, frame.reason)

@@ -46,6 +46,7 @@ from .accelerator import speedups
 from .errors import ConfigError
 from .events import Event, next_event_id
 from .flusher import FLUSHER, Drained
+from .messages import PRIORITIES, Message, Sampling, message_kind, priority_level
 from .model import (
     ASYNC_BEGIN,
     ASYNC_END,
@@ -273,6 +274,9 @@ class Timeline(_RecorderBase):
         self._listeners: tuple[Listener, ...] = ()
         self._not_events = 0
         self._warned_not_event = False
+        self._messages: weakref.WeakSet[Message] = weakref.WeakSet()
+        self._priority_level = priority_level("info")
+        self._sampling: Sampling | None = None
         self._reset_recorders()
         for listener in listeners:
             self.add_listener(listener)
@@ -456,6 +460,62 @@ class Timeline(_RecorderBase):
             self._reset_recorders()
         return source
 
+    def message(self, category: str, priority: str, text: str) -> Message:
+        """Define a message (Snabb): call what this returns with up to six values to log it; see ``messages.py``.
+
+        Define it once (at import or startup), not on each call. Messages of a priority past the timeline's
+        (``set_priority``) cost one attribute test.
+
+        Raises:
+            ValueError: an unknown priority (the message lists them), or more than six ``$values``.
+        """
+        kind = message_kind(category, priority, text)
+        message = Message(kind, self._events, False)
+        with self._lock:
+            self._messages.add(message)
+            self._update_messages(message)
+        return message
+
+    @property
+    def priority(self) -> str:
+        """The least important priority recorded (``info`` at first)."""
+        return PRIORITIES[self._priority_level]
+
+    def set_priority(self, priority: str) -> None:
+        """Record messages up to ``priority`` from now on (``"debug"``, say).
+
+        Raises:
+            ValueError: not one of ``fatal error warning info debug trace trace+ trace++ trace+++``.
+        """
+        level = priority_level(priority)
+        with self._lock:
+            self._priority_level = level
+            for message in list(self._messages):
+                self._update_messages(message)
+
+    def sample(self, priority: str | None, fraction: float = 0.01, window_s: float = 0.001) -> None:
+        """Record messages up to ``priority`` during a random ``fraction`` of windows ``window_s`` long, on top of
+        ``set_priority``'s (Snabb's rate: an always-on recorder keeps a sample of detail). ``None`` stops sampling.
+
+        Raises:
+            ValueError: a bad priority, a fraction outside 0..1, a window not above 0.
+        """
+        sampling = None
+        if priority is not None:
+            if not 0.0 <= fraction <= 1.0 or not window_s > 0:
+                raise ValueError(f"sample() takes 0 <= fraction <= 1 and window_s > 0, got {fraction!r}, {window_s!r}")
+            sampling = Sampling(priority_level(priority), fraction, max(int(window_s * 1e9), 1))
+        with self._lock:
+            self._sampling = sampling
+            for message in list(self._messages):
+                self._update_messages(message)
+
+    def _update_messages(self, message: Message) -> None:
+        """Under the lock: whether ``message`` records, and whether sampling may turn it on."""
+        message.enabled = message.level <= self._priority_level
+        sampling = self._sampling
+        message._sampling = sampling if sampling is not None and message.level <= sampling.level else None
+
     def async_begin(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """Begin an async slice: one that may end on another thread or task (``async_end`` with the same id)."""
         events = self._events()
@@ -566,6 +626,7 @@ class Timeline(_RecorderBase):
 
     def add_listener(self, listener: Listener) -> None:
         """Hand this timeline's events to ``listener`` too (from the next flusher pass on)."""
+        _subscribe_priority(listener, self)
         with self._lock:
             if listener not in self._listeners:
                 self._listeners = (*self._listeners, listener)
@@ -591,6 +652,7 @@ class Timeline(_RecorderBase):
 
     def replace_listener(self, old: Listener, new: Listener) -> None:
         """Hand ``old`` everything recorded so far, then hand ``new`` what comes next; no event falls between."""
+        _subscribe_priority(new, self)
         with FLUSHER.sweeping():
             FLUSHER.sweep(self)
             with self._lock:
@@ -667,6 +729,13 @@ class Timeline(_RecorderBase):
                 listeners.append(replacements[id(listener)])
         self._listeners = tuple(listeners)
         self._reset_recorders()
+
+
+def _subscribe_priority(listener: Listener, timeline: Timeline) -> None:
+    """A listener that hears a collector (the streamer) passes its SET_PRIORITY frames on to ``timeline``."""
+    subscribe = getattr(listener, "subscribe_priority", None)
+    if subscribe is not None:
+        subscribe(timeline)
 
 
 def _green_threads() -> bool:

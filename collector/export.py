@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from ringtrace.client.errors import ProtocolError
+from ringtrace.client.messages import render
 from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, Stats
 
@@ -210,6 +211,12 @@ def _frame_events(
             )
             if paired is not None:
                 events.append(paired)
+            continue
+        if kind is not None and kind.shape == "message" and isinstance(args, list):
+            text, values = render(kind, args)
+            message_args = {"category": kind.name, "priority": kind.priority, **values}
+            events.append({"name": text, "cat": kind.name, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid,
+                           "args": message_args})  # fmt: skip
             continue
         phase = _PHASES.get(kind.shape) if kind is not None else None
         if kind is None or phase is None:

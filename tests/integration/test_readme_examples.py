@@ -20,12 +20,12 @@ EXAMPLE = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n```python\n(?P<code>.
 EXAMPLES = {match["name"]: match["code"] for match in EXAMPLE.finditer(README.read_text())}
 
 
-def run_example(name: str, collector: CollectorProcess, tmp_path: Path) -> dict[str, Any]:
+def run_example(name: str, collector: CollectorProcess, tmp_path: Path) -> tuple[dict[str, Any], str]:
     code = EXAMPLES[name].replace("127.0.0.1:7700", collector.tcp_address)
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "delivered: True" in done.stdout, done.stdout + done.stderr
-    return collector.snapshot()
+    return collector.snapshot(), done.stdout
 
 
 def test_every_example_is_tested() -> None:
@@ -34,7 +34,7 @@ def test_every_example_is_tested() -> None:
 
 
 def test_hawktracer(collector: CollectorProcess, tmp_path: Path) -> None:
-    trace = run_example("hawktracer", collector, tmp_path)
+    trace, _ = run_example("hawktracer", collector, tmp_path)
     packets = [e for e in events(trace, "i") if e["name"] == "Packet"]
     by_proto = {p["args"]["proto"]: p for p in packets}
     assert set(by_proto) == {"udp", "nvme"}
@@ -53,7 +53,7 @@ def test_hawktracer(collector: CollectorProcess, tmp_path: Path) -> None:
 
 
 def test_traced(collector: CollectorProcess, tmp_path: Path) -> None:
-    trace = run_example("traced", collector, tmp_path)
+    trace, _ = run_example("traced", collector, tmp_path)
     spans = events(trace, "X")
     assert sorted(e["name"] for e in spans) == ["fetch page"] * 3 + ["parse"] * 3
     assert len({e["tid"] for e in spans if e["name"] == "fetch page"}) == 3  # one lane per task
@@ -88,7 +88,7 @@ def test_examples_parse(name: str) -> None:
 
 
 def test_gecko(collector: CollectorProcess, tmp_path: Path) -> None:
-    trace = run_example("gecko", collector, tmp_path)
+    trace, _ = run_example("gecko", collector, tmp_path)
     slices = {e["name"]: e for e in events(trace, "X")}
     assert set(slices) == {"Parse HTML", "Style Recalculation"}
     parse, style = slices["Parse HTML"], slices["Style Recalculation"]
@@ -103,7 +103,7 @@ def test_gecko(collector: CollectorProcess, tmp_path: Path) -> None:
 
 
 def test_timelogger(collector: CollectorProcess, tmp_path: Path) -> None:
-    trace = run_example("timelogger", collector, tmp_path)
+    trace, _ = run_example("timelogger", collector, tmp_path)
     slices = sorted((e for e in events(trace, "X") if e["name"] == "GPU queue"), key=lambda e: e["ts"])
     outer, inner = slices
     assert outer.get("args") is None and inner["args"] == {"activity": 2, "overlap": True}
@@ -117,10 +117,23 @@ def test_timelogger(collector: CollectorProcess, tmp_path: Path) -> None:
 
 
 def test_counters(collector: CollectorProcess, tmp_path: Path) -> None:
-    trace = run_example("counters", collector, tmp_path)
+    trace, _ = run_example("counters", collector, tmp_path)
     values = [e["args"]["value"] for e in sorted(events(trace, "C"), key=lambda e: e["ts"])]
     assert values == [3, 5, 2] and {e["name"] for e in events(trace, "C")} == {"queue depth"}
     (begin,) = events(trace, "b")
     (end,) = events(trace, "e")
     assert (begin["id"], end["id"], begin["cat"], begin["name"]) == ("42", "42", "async", "request")
     assert begin["args"] == {"path": "/users"} and begin["tid"] != end["tid"]
+
+
+def test_snabb(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace, output = run_example("snabb", collector, tmp_path)
+    messages = [e for e in events(trace, "i") if e.get("cat") == "engine"]
+    (processed,) = [e for e in messages if e["name"].startswith("processed")]
+    assert processed["name"] == "processed tcp(10), udp(20), and other(3)"
+    assert processed["args"] == {"category": "engine", "priority": "info", "tcp": 10, "udp": 20, "other": 3}
+    breaths = sorted(e["args"]["n"] for e in messages if e["name"].startswith("breath"))
+    assert breaths[0] == 2 and breaths[1] >= 3  # off (1), on (2), then sampled
+    assert "breath n(2) took ns(480) ns" in {e["name"] for e in messages}
+    attempted = int(output.rsplit("breaths:", 1)[1])
+    assert 0 < len(breaths) - 1 < attempted, "sampling keeps some windows out of about 50, not all"

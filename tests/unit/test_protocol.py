@@ -50,6 +50,7 @@ from ringtrace.client.protocol import (
     Hello,
     KindSpec,
     Schema,
+    SetPriority,
     Stats,
     Strings,
     Track,
@@ -100,7 +101,13 @@ CLIENT_FRAMES: list[Frame] = [
     Goodbye("shutting down"),
 ]
 #: Every frame a collector sends after its WELCOME.
-COLLECTOR_FRAMES: list[Frame] = [Flush(7), FlushAck(7), Goodbye("max_connections reached")]
+COLLECTOR_FRAMES: list[Frame] = [
+    Flush(7),
+    FlushAck(7),
+    Goodbye("max_connections reached"),
+    SetPriority("debug"),
+    SetPriority("trace+", "engine"),
+]
 FRAMES_BY_PEER = {"client": CLIENT_FRAMES, "collector": COLLECTOR_FRAMES}
 FRAME_CLASS = {frame.TYPE: type(frame) for frame in [*FIRST_FRAME.values(), *CLIENT_FRAMES, *COLLECTOR_FRAMES]}
 
@@ -267,7 +274,8 @@ stats = st.builds(
 flushes = st.builds(Flush, u64)
 flush_acks = st.builds(FlushAck, u64)
 goodbyes = st.builds(Goodbye, texts)
-collector_frames = st.one_of(flushes, flush_acks, goodbyes)
+set_priorities = st.builds(SetPriority, texts, texts)
+collector_frames = st.one_of(flushes, flush_acks, goodbyes, set_priorities)
 client_frames = st.one_of(schemas, strings_frames, tracks, events_frames(), stats, flushes, flush_acks, goodbyes)
 #: Every frame type, with the peer that may send it.
 any_frame = st.one_of(
@@ -301,8 +309,8 @@ def test_every_frame_type_is_covered() -> None:
     assert set(FRAME_CLASS) == set(FrameType)
 
 
-def test_goodbye_is_ignorable_and_the_rest_are_not() -> None:
-    assert {t for t in FrameType if t & IGNORABLE} == {FrameType.GOODBYE}
+def test_goodbye_and_set_priority_are_ignorable_and_the_rest_are_not() -> None:
+    assert {t for t in FrameType if t & IGNORABLE} == {FrameType.GOODBYE, FrameType.SET_PRIORITY}
 
 
 @property_test
@@ -621,7 +629,7 @@ def test_fail_makes_the_reader_raise_a_rule_broken_above_it() -> None:
 
 # -- frame types: unknown, ignorable, not allowed from this peer ---------------------------------------------------
 
-IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 2, IGNORABLE | 0x40, 0xFF]
+IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 3, IGNORABLE | 0x40, 0xFF]
 
 
 @pytest.mark.parametrize("peer", PEERS)

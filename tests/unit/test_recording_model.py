@@ -163,3 +163,68 @@ def test_a_forked_child_records_sources_and_markers_into_its_own_buffers(listene
     assert tl.flush()
     assert [e.kind for e in listener.events] == ["source_open", "source_close"]
     tl.close()
+
+
+# -- messages (Snabb) ----------------------------------------------------------------------------------------------
+
+
+def test_messages_render_their_values_and_follow_the_priority(tl: Timeline, listener: MemoryListener) -> None:
+    processed = tl.message("engine", "info", "processed $tcp, $udp, and $other\nmore lines: $not_a_value")
+    detail = tl.message("engine", "debug", "detail $x")
+    assert tl.priority == "info" and processed.enabled and not detail.enabled
+    processed(10, 20, 3)
+    detail(1)
+    tl.set_priority("debug")
+    detail(object.__new__(Unprintable))  # any value: shown as text
+    tl.set_priority("fatal")
+    processed(1, 2, 3)
+    events = flushed(tl, listener)
+    assert [(e.kind, e.name) for e in events] == [
+        ("engine", "processed tcp(10), udp(20), and other(3)"),
+        ("engine", "detail x(<unprintable Unprintable>)"),
+    ]
+    assert events[0].args == {"tcp": 10, "udp": 20, "other": 3}
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def test_a_message_is_one_kind_however_often_it_is_defined(tl: Timeline) -> None:
+    first = tl.message("net", "warning", "dropped $n")
+    again = tl.message("net", "warning", "dropped $n")
+    other = Timeline("other").message("net", "warning", "dropped $n")
+    assert first.kind is again.kind is other.kind
+    assert first.kind.shape == "message" and first.kind.text == "dropped $n" and first.kind.priority == "warning"
+
+
+@pytest.mark.parametrize(
+    ("priority", "text", "message"),
+    [
+        ("loud", "x", "priority must be one of fatal, error, warning, info, debug, trace, trace\\+"),
+        ("info", "$a $b $c $d $e $f $g", "at most 6 \\$values"),
+    ],
+)
+def test_a_bad_message_definition_raises_naming_the_problem(
+    tl: Timeline, priority: str, text: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        tl.message("c", priority, text)
+    with pytest.raises(ValueError, match="priority must be one of"):
+        tl.set_priority("verbose")
+
+
+def test_sampling_turns_detail_on_for_a_fraction_of_windows(tl: Timeline, listener: MemoryListener) -> None:
+    trace = tl.message("loop", "trace", "breath $n")
+    trace_plus = tl.message("loop", "trace+", "deeper $n")
+    tl.sample("trace", fraction=1.0, window_s=0.001)
+    trace(1)
+    trace_plus(1)  # past the sampled priority: stays off
+    tl.sample("trace", fraction=0.0)
+    trace(2)
+    tl.sample(None)
+    trace(3)
+    assert [e.name for e in flushed(tl, listener)] == ["breath n(1)"]
+    with pytest.raises(ValueError, match="fraction"):
+        tl.sample("trace", fraction=1.5)

@@ -1,0 +1,139 @@
+"""Messages with priorities, as Snabb's timeline has them: defined once, then logged with up to six values.
+
+    log = tl.message("engine", "info", "processed $tcp, $udp, and $other")
+    log(10, 20, 3)       # in the snapshot: "processed tcp(10), udp(20), and other(3)", category "engine"
+
+Priorities, most to least important: ``fatal error warning info debug trace trace+ trace++ trace+++``. A timeline
+records the messages up to its priority (``tl.set_priority("debug")``; ``info`` at first), and a collector can change
+it for a connected process (a SET_PRIORITY frame). A message whose priority is off costs one attribute test.
+
+Sampling, like Snabb's per-iteration rate: ``tl.sample("trace", fraction=0.01, window_s=0.001)`` turns messages up
+to ``trace`` on during a random 1% of 1 ms windows, so an always-on recorder keeps a sample of the detail.
+
+Theory of operation
+-------------------
+Each distinct ``(category, priority, text)`` is one event kind of the process (shape ``message``, the text and the
+priority in its SCHEMA entry, one field per ``$name``), so an event carries only its values. A ``Message`` holds
+``enabled``, which its timeline sets whenever its priority changes; when it is off and sampling may turn it on, the
+call looks at the sampling window. The values are normalised on the flusher, as arguments are.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from .model import KINDS, display_text, normalise_values
+from .protocol import KindSpec
+
+__all__ = ["MAX_MESSAGE_VALUES", "PRIORITIES", "Message", "Sampling", "message_kind", "priority_level", "render"]
+
+PRIORITIES: Final = ("fatal", "error", "warning", "info", "debug", "trace", "trace+", "trace++", "trace+++")
+#: Values one message takes (Snabb's v3 entries hold six).
+MAX_MESSAGE_VALUES: Final = 6
+_PLACEHOLDER: Final = re.compile(r"\$(\w+)")
+_now = time.monotonic_ns
+
+_kinds: dict[tuple[str, str, str], KindSpec] = {}
+_kinds_lock = threading.Lock()
+
+
+def priority_level(priority: str) -> int:
+    """The rank of ``priority`` (0 for ``fatal``).
+
+    Raises:
+        ValueError: not one of ``PRIORITIES``; the message lists them.
+    """
+    try:
+        return PRIORITIES.index(priority)
+    except ValueError:
+        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}; got {priority!r:.80}") from None
+
+
+def message_kind(category: str, priority: str, text: str) -> KindSpec:
+    """The event kind of a message, registered once per ``(category, priority, text)`` in the process.
+
+    Raises:
+        ValueError: a bad priority, or more than ``MAX_MESSAGE_VALUES`` placeholders.
+    """
+    priority_level(priority)
+    first_line = display_text(text.split("\n", 1)[0])
+    names = tuple(dict.fromkeys(_PLACEHOLDER.findall(first_line)))
+    if len(names) > MAX_MESSAGE_VALUES:
+        raise ValueError(f"a message takes at most {MAX_MESSAGE_VALUES} $values, {first_line!r:.80} has {len(names)}")
+    key = (display_text(category), priority, first_line)
+    with _kinds_lock:  # held for microseconds, never across a fork: messages are defined at startup
+        kind = _kinds.get(key)
+        if kind is None:
+            fields = tuple((name, "any") for name in names)
+            kind = KINDS.register(key[0], "message", fields, _converter, text=first_line, priority=priority)
+            _kinds[key] = kind
+    return kind
+
+
+def _converter(values: tuple[Any, ...]) -> list[Any]:
+    return normalise_values(values)[0]
+
+
+def render(kind: KindSpec, values: list[Any]) -> tuple[str, dict[str, Any]]:
+    """A message event as a reader shows it: its text with each ``$name`` as ``name(value)``, and its values by name
+    (values past the placeholders are ``value5``, ``value6``, ...)."""
+    names = [name for name, _ in kind.fields]
+    names += [f"value{i + 1}" for i in range(len(names), len(values))]
+    args = dict(zip(names, values, strict=False))
+
+    def placeholder(match: re.Match[str]) -> str:
+        name = match[1]
+        return f"{name}({args[name]})" if name in args else match[0]
+
+    return _PLACEHOLDER.sub(placeholder, kind.text), args
+
+
+class Sampling:
+    """Which windows of time have sampling on: a random ``fraction`` of windows ``window_ns`` long."""
+
+    __slots__ = ("_on", "_window", "fraction", "level", "window_ns")
+
+    def __init__(self, level: int, fraction: float, window_ns: int) -> None:
+        self.level, self.fraction, self.window_ns = level, fraction, window_ns
+        self._window = -1
+        self._on = False
+
+    def on(self) -> bool:
+        window = _now() // self.window_ns
+        if window != self._window:  # a race here only decides a window twice, each time at random
+            self._window = window
+            self._on = random.random() < self.fraction
+        return self._on
+
+
+class Message:
+    """A message defined with ``Timeline.message``: call it with its values to log it (when its priority is on)."""
+
+    __slots__ = ("__weakref__", "_events", "_kind_id", "_label", "_sampling", "enabled", "kind", "level")
+
+    def __init__(self, kind: KindSpec, events: Callable[[], list[Any] | None], enabled: bool) -> None:
+        self.kind = kind
+        self.level = priority_level(kind.priority)
+        self.enabled = enabled
+        self._kind_id = kind.id
+        self._label = kind.name
+        self._events = events
+        self._sampling: Sampling | None = None
+
+    def __call__(self, *values: Any) -> None:
+        if not self.enabled:
+            sampling = self._sampling
+            if sampling is None or not sampling.on():
+                return
+        events = self._events()
+        if events is not None:
+            now = _now()
+            events.extend((self._kind_id, self._label, now, now, values))
+
+    def __repr__(self) -> str:
+        return f"Message({self.kind.name!r}, {self.kind.priority!r}, {self.kind.text!r})"

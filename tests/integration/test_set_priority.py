@@ -1,0 +1,98 @@
+"""A collector's SET_PRIORITY frame changes a connected process's message priority.
+
+The peer here plays the collector with the real sans-I/O session decoder over a real loopback socket: it reads the
+client's stream, welcomes it, sends SET_PRIORITY, and reads what the client records after.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import ringtrace.client
+from ringtrace.client import MemoryListener, Streamer, Timeline
+from ringtrace.client.protocol import Events, Flush, FlushAck, SetPriority, encode, preamble
+from ringtrace.client.session import SessionDecoder
+
+
+class PlayedCollector:
+    """Accepts one client, welcomes it, and collects the names of the events it sends."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.names: list[str] = []
+        self.welcomed = threading.Event()
+        self.connection: socket.socket | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self.server.accept()
+        self.connection = connection
+        decoder = SessionDecoder(live=True)
+        while True:
+            try:
+                data = connection.recv(65536)
+            except OSError:  # closed by close()
+                return
+            decoder.receive_data(data)
+            for frame in decoder:
+                if decoder.hello is not None and not self.welcomed.is_set():
+                    connection.sendall(preamble() + encode(decoder.welcome()))
+                    self.welcomed.set()
+                if isinstance(frame, Events):
+                    self.names += [event.name for event in decoder.tables.events(frame)]
+                elif isinstance(frame, Flush):
+                    connection.sendall(encode(FlushAck(frame.token)))
+            if not data:
+                return
+
+    def send(self, frame: SetPriority) -> None:
+        assert self.connection is not None
+        self.connection.sendall(encode(frame))
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.server.close()
+
+
+@pytest.fixture
+def played() -> Iterator[PlayedCollector]:
+    peer = PlayedCollector()
+    yield peer
+    peer.close()
+
+
+def wait_for(condition: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedCollector) -> None:
+    streamer = Streamer(played.address, ringtrace.client.StreamerOptions())
+    memory = MemoryListener()
+    tl = Timeline("engine", [streamer, memory])
+    other = Timeline("other")  # not streamed to this collector: untouched
+    debug = tl.message("engine", "debug", "detail $x")
+    debug(1)
+    assert tl.flush(10)  # connects, and is acknowledged
+    assert played.welcomed.is_set()
+    played.send(SetPriority("debug"))
+    wait_for(lambda: tl.priority == "debug")
+    debug(2)
+    played.send(SetPriority("warning", timeline="someone else"))  # for another timeline: ignored
+    played.send(SetPriority("loud"))  # not a priority: warned about, ignored
+    time.sleep(0.2)
+    debug(3)
+    assert tl.flush(10)
+    assert [e.name for e in memory.events] == ["detail x(2)", "detail x(3)"]  # not x(1): debug was off
+    wait_for(lambda: played.names == ["detail x(2)", "detail x(3)"])
+    assert (tl.priority, other.priority) == ("debug", "info")
+    tl.close()

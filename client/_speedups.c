@@ -21,6 +21,7 @@ What it does, and why it is safe to do it this way:
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -37,7 +38,8 @@ What it does, and why it is safe to do it this way:
 static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
 static PyObject *span_kind;        /* model.SPAN */
 static PyObject *instant_kind;     /* model.INSTANT */
-static PyObject *str_thread_events, *str_task_events, *str_exception, *str_name;
+static PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
+    *str_not_an_event, *str_on;
 
 static inline int64_t
 now_ns(void)
@@ -281,6 +283,48 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
     Py_RETURN_NONE;
 }
 
+/* tl.push(event): (kind id, label, now, now, event); see events.py. */
+static PyObject *
+core_push(RecorderCore *self, PyObject *event)
+{
+    PyObject *type = (PyObject *)Py_TYPE(event), *kind, *label, *stamp, *events, *values[RECORD_FIELDS];
+    kind = PyObject_GetAttr(type, str_kind_id);
+    label = kind == NULL ? NULL : PyObject_GetAttr(type, str_label);
+    if (label == NULL || !PyLong_CheckExact(kind)) {
+        Py_XDECREF(kind);
+        Py_XDECREF(label);
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+        return PyObject_CallMethodOneArg((PyObject *)self, str_not_an_event, event); /* counted and warned there */
+    }
+    stamp = PyLong_FromLongLong(now_ns());
+    if (stamp == NULL) {
+        Py_DECREF(kind);
+        Py_DECREF(label);
+        return unrecorded(self);
+    }
+    events = current_events(self); /* last: nothing runs Python code between this and the append */
+    if (events == NULL || events == Py_None) {
+        Py_DECREF(kind);
+        Py_DECREF(label);
+        Py_DECREF(stamp);
+        if (events == NULL) return unrecorded(self);
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    values[0] = kind;
+    values[1] = label;
+    values[2] = Py_NewRef(stamp);
+    values[3] = stamp;
+    values[4] = Py_NewRef(event); /* its id is given on the flusher (events.event_id) */
+    if (append_event(events, values) < 0) {
+        Py_DECREF(events);
+        return unrecorded(self);
+    }
+    Py_DECREF(events);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
 {
@@ -341,6 +385,8 @@ static PyMethodDef core_methods[] = {
      "scope(label, /, **args)\n--\n\nA context manager recording one span named label with args, from enter to exit."},
     {"instant", (PyCFunction)(void (*)(void))core_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
+    {"push", (PyCFunction)core_push, METH_O,
+     "push(event, /)\n--\n\nRecord a typed event (ringtrace.client.Event), with the time and an id unique in the process."},
     {"_forget_recorders", (PyCFunction)core_forget_recorders, METH_NOARGS,
      "Drop the cached buffer: the Python side changed what threads record into."},
     {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
@@ -473,6 +519,192 @@ static PyTypeObject ScopeType = {
     .tp_traverse = (traverseproc)scope_traverse,
     .tp_clear = (inquiry)scope_clear,
     .tp_methods = scope_methods,
+};
+
+/* -- Message ------------------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    RecorderCore *core;
+    PyObject *kind;    /* its KindSpec */
+    PyObject *kind_id; /* kind.id */
+    PyObject *label;   /* kind.name: the category */
+    PyObject *sampling; /* a messages.Sampling while sampling may turn it on, else None */
+    PyObject *weakrefs;
+    int level;
+    char enabled;
+} Message;
+
+static PyObject *
+message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *values[RECORD_FIELDS], *tuple, *stamp, *events;
+    if (!self->enabled) {
+        PyObject *on;
+        int sampled;
+        if (self->sampling == Py_None) Py_RETURN_NONE;
+        on = PyObject_CallMethodNoArgs(self->sampling, str_on);
+        sampled = on == NULL ? -1 : PyObject_IsTrue(on);
+        Py_XDECREF(on);
+        if (sampled < 0) return unrecorded(self->core);
+        if (!sampled) Py_RETURN_NONE;
+    }
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyErr_SetString(PyExc_TypeError, "a message takes its values by position");
+        return NULL;
+    }
+    tuple = PyTuple_New(nargs);
+    if (tuple != NULL) {
+        Py_ssize_t i;
+        for (i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    }
+    stamp = tuple == NULL ? NULL : PyLong_FromLongLong(now_ns());
+    if (stamp == NULL) {
+        Py_XDECREF(tuple);
+        return unrecorded(self->core);
+    }
+    events = current_events(self->core); /* last: nothing runs Python code between this and the append */
+    if (events == NULL || events == Py_None) {
+        Py_DECREF(tuple);
+        Py_DECREF(stamp);
+        if (events == NULL) return unrecorded(self->core);
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    values[0] = Py_NewRef(self->kind_id);
+    values[1] = Py_NewRef(self->label);
+    values[2] = Py_NewRef(stamp);
+    values[3] = stamp;
+    values[4] = tuple;
+    if (append_event(events, values) < 0) {
+        Py_DECREF(events);
+        return unrecorded(self->core);
+    }
+    Py_DECREF(events);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+message_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *kind, *core, *kind_id, *label, *priority_level = NULL;
+    int enabled;
+    Message *self;
+    static char *names[] = {"kind", "timeline", "enabled", "level", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOpO", names, &kind, &core, &enabled, &priority_level)) return NULL;
+    if (!PyObject_TypeCheck(core, &RecorderCoreType)) {
+        PyErr_SetString(PyExc_TypeError, "Message(kind, timeline, enabled, level): timeline must be a Timeline");
+        return NULL;
+    }
+    kind_id = PyObject_GetAttrString(kind, "id");
+    label = kind_id == NULL ? NULL : PyObject_GetAttrString(kind, "name");
+    if (label == NULL) {
+        Py_XDECREF(kind_id);
+        return NULL;
+    }
+    self = (Message *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(kind_id);
+        Py_DECREF(label);
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)message_call;
+    self->core = (RecorderCore *)Py_NewRef(core);
+    self->kind = Py_NewRef(kind);
+    self->kind_id = kind_id;
+    self->label = label;
+    self->sampling = Py_NewRef(Py_None);
+    self->level = PyLong_AsLong(priority_level);
+    self->enabled = (char)enabled;
+    if (self->level == -1 && PyErr_Occurred()) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+message_traverse(Message *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->core);
+    Py_VISIT(self->kind);
+    Py_VISIT(self->sampling);
+    return 0;
+}
+
+static int
+message_clear(Message *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->kind);
+    Py_CLEAR(self->kind_id);
+    Py_CLEAR(self->label);
+    Py_CLEAR(self->sampling);
+    return 0;
+}
+
+static void
+message_dealloc(Message *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    message_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+message_get_sampling(Message *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->sampling);
+}
+
+static int
+message_set_sampling(Message *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_sampling cannot be deleted");
+        return -1;
+    }
+    Py_SETREF(self->sampling, Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *
+message_repr(Message *self)
+{
+    return PyUnicode_FromFormat("Message(%R)", self->kind);
+}
+
+static PyMemberDef message_members[] = {
+    {"enabled", T_BOOL, offsetof(Message, enabled), 0, "Whether calls record (the timeline sets it)."},
+    {"level", T_INT, offsetof(Message, level), READONLY, "The rank of its priority (0: fatal)."},
+    {"kind", T_OBJECT, offsetof(Message, kind), READONLY, "Its event kind."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef message_getset[] = {
+    {"_sampling", (getter)message_get_sampling, (setter)message_set_sampling, "Sampling, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject MessageType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ringtrace.client._speedups.Message",
+    .tp_basicsize = sizeof(Message),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A message defined with Timeline.message: call it with its values to log it (see messages.py).",
+    .tp_new = message_new,
+    .tp_dealloc = (destructor)message_dealloc,
+    .tp_traverse = (traverseproc)message_traverse,
+    .tp_clear = (inquiry)message_clear,
+    .tp_vectorcall_offset = offsetof(Message, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_weaklistoffset = offsetof(Message, weakrefs),
+    .tp_members = message_members,
+    .tp_getset = message_getset,
+    .tp_repr = (reprfunc)message_repr,
 };
 
 /* -- take_runs ------------------------------------------------------------------------------------------------------ */
@@ -771,16 +1003,26 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     PyObject *module;
-    if (PyType_Ready(&RecorderCoreType) < 0 || PyType_Ready(&ScopeType) < 0) return NULL;
+    if (PyType_Ready(&RecorderCoreType) < 0 || PyType_Ready(&ScopeType) < 0 || PyType_Ready(&MessageType) < 0) {
+        return NULL;
+    }
     str_thread_events = PyUnicode_InternFromString("_thread_events");
     str_task_events = PyUnicode_InternFromString("_task_events");
     str_exception = PyUnicode_InternFromString("exception");
     str_name = PyUnicode_InternFromString("__name__");
-    if (!str_thread_events || !str_task_events || !str_exception || !str_name) return NULL;
+    str_kind_id = PyUnicode_InternFromString("_kind_id");
+    str_label = PyUnicode_InternFromString("_label");
+    str_not_an_event = PyUnicode_InternFromString("_not_an_event");
+    str_on = PyUnicode_InternFromString("on");
+    if (!str_thread_events || !str_task_events || !str_exception || !str_name || !str_kind_id || !str_label ||
+        !str_not_an_event || !str_on) {
+        return NULL;
+    }
     module = PyModule_Create(&speedups_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "RecorderCore", (PyObject *)&RecorderCoreType) < 0 ||
-        PyModule_AddObjectRef(module, "Scope", (PyObject *)&ScopeType) < 0) {
+        PyModule_AddObjectRef(module, "Scope", (PyObject *)&ScopeType) < 0 ||
+        PyModule_AddObjectRef(module, "Message", (PyObject *)&MessageType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

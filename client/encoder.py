@@ -303,13 +303,13 @@ class StreamEncoder:
         return encode(Events(track_id, count, first_ns, last_ns, payload), self.max_frame_bytes), count
 
     def _with_typed_values(self, records: list[Any]) -> list[Any]:
-        """``records`` with each tuple argument (a typed event's ``(id, event)``, a message's values) turned into its
-        wire values by its kind's converter; an event whose values do not fit their types is left out, counted in
+        """``records`` with each argument that is not a map (a typed event, a message's values) turned into its wire
+        values by its kind's converter; an event whose values do not fit their types is left out, counted in
         ``rejected_events``, with one warning per kind."""
         args = records[4::RECORD_FIELDS]
         if args.count(None) == len(args):  # no arguments at all (counted in C): the usual case
             return records
-        tuples = [i for i in compress(range(len(args)), args) if type(args[i]) is tuple]
+        tuples = [i for i in compress(range(len(args)), args) if type(args[i]) is not dict]
         if not tuples:
             return records
         records = list(records)
@@ -320,7 +320,9 @@ class StreamEncoder:
             convert = converters.get(kind)
             try:
                 if convert is None:
-                    raise InvalidField(f"event kind {kind!r:.40} does not take a tuple of values")
+                    raise InvalidField(
+                        f"event kind {kind!r:.40} takes a map of arguments, got {type(args[i]).__name__}"
+                    )
                 records[i * RECORD_FIELDS + 4] = convert(args[i])
             except Exception as exc:  # InvalidField, or a converter tripped by a value: the event, not the run
                 rejected.append(i)

@@ -21,10 +21,11 @@ gets a kind id in the process's ``KINDS`` registry and a keyword-only ``__init__
 Its schema (the kind's name and its fields with their type codes, after the ``id`` every event carries) travels in a
 SCHEMA frame on every stream before the events that need it, and again in full on every reconnect.
 
-``Timeline.push`` records ``(kind id, class name, now, now, (event id, event))`` and nothing more. The flusher reads
-the fields (``wire_values``) and checks each value against its type: a value that does not fit (a ``u8`` given 300)
-drops that event, counted as rejected, with one warning per class. An event is read on the flusher, after ``push``
-returns: push a fresh one rather than changing one already pushed.
+``Timeline.push`` records ``(kind id, class name, now, now, event)`` and nothing more. The flusher reads the fields
+(``wire_values``) and checks each value against its type: a value that does not fit (a ``u8`` given 300) drops that
+event, counted as rejected, with one warning per class. It also gives the event its id, from one counter of the
+process, the first time a listener takes it (the same id for every listener). An event is read on the flusher, after
+``push`` returns: push a fresh one each time rather than change or push again one already pushed.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "as_args",
     "binary",
     "boolean",
+    "event_id",
     "f32",
     "f64",
     "i8",
@@ -197,7 +199,7 @@ class Event:
         cls._checks = tuple((name, field.check) for name, field in types.items())
         cls._label = display_text(cls.__qualname__.rsplit("<locals>.", 1)[-1])  # a class made in a function too
         wire_fields = (("id", "u64"), *((name, field.code) for name, field in types.items()))
-        cls.kind = KINDS.register(cls._label, "instant", wire_fields, _converter)
+        cls.kind = KINDS.register(cls._label, "instant", wire_fields, wire_values)
         cls._kind_id = cls.kind.id
         cls.__init__ = _make_init(cls, tuple(types), defaults)  # type: ignore[method-assign]
 
@@ -272,18 +274,30 @@ def _make_init(cls: type, names: tuple[str, ...], defaults: dict[str, Any]) -> C
     return init
 
 
-def _converter(record: tuple[int, Event]) -> list[Any]:
-    return wire_values(*record)
+def event_id(event: Event) -> int:
+    """``event``'s id, given on first use from the process's counter and kept with it (its ``__dict__``)."""
+    state = getattr(event, "__dict__", None)
+    if state is None:  # a subclass with __slots__: an id per use
+        return next_event_id()
+    found = state.get(_ID_KEY)
+    if found is None:
+        found = state[_ID_KEY] = next_event_id()
+    return int(found)
 
 
-def wire_values(event_id: int, event: Event) -> list[Any]:
+_ID_KEY: Final = "_ringtrace_id"
+
+
+def wire_values(event: Event) -> list[Any]:
     """What an EVENTS frame carries for ``event``: its id, then each field checked against its type.
 
     Raises:
         InvalidField: a value does not fit its field's type (the message names the field).
     """
+    if not isinstance(event, Event):
+        raise InvalidField(f"a typed event must be a ringtrace.client.Event, got {type(event).__name__}")
     try:
-        return _checked_values(event, [event_id])
+        return _checked_values(event, [event_id(event)])
     except InvalidField as exc:
         raise InvalidField(f"{type(event).__qualname__}.{exc}") from None
 
@@ -303,13 +317,13 @@ def _checked_values(event: Event, values: list[Any]) -> list[Any]:
     return values
 
 
-def as_args(event_id: int, event: Event) -> dict[str, Any]:
+def as_args(event: Event) -> dict[str, Any]:
     """``event`` as an object listener shows it: ``{"id": ..., field: value, ...}``, nested events as maps.
 
     Raises:
         InvalidField: as ``wire_values``.
     """
-    return _as_map(type(event), wire_values(event_id, event))
+    return _as_map(type(event), wire_values(event))
 
 
 def _as_map(cls: type[Event], values: list[Any]) -> dict[str, Any]:

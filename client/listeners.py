@@ -80,13 +80,13 @@ class ObjectListener:
         events = []
         for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
             name = display_text(label)
-            if type(arg) is tuple:  # a typed event's (id, event), or a message's values
+            if arg is not None and type(arg) is not dict:  # a typed event, or a message's values
                 spec = _kind(kind)
                 try:
                     if spec is not None and spec.shape == "message":
                         name, arg = render(spec, KINDS.converters[kind](arg))
                     else:
-                        arg = as_args(*arg)
+                        arg = as_args(arg)
                 except Exception as exc:  # a value that does not fit its type: this event, not the others
                     self.rejected_events += 1
                     log.warning("ringtrace: %s; the event is dropped", exc)

@@ -25,12 +25,22 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from .accelerator import speedups
 from .model import KINDS, display_text, normalise_values
 from .protocol import KindSpec
 
-__all__ = ["MAX_MESSAGE_VALUES", "PRIORITIES", "Message", "Sampling", "message_kind", "priority_level", "render"]
+__all__ = [
+    "MAX_MESSAGE_VALUES",
+    "PRIORITIES",
+    "Message",
+    "Sampling",
+    "message_kind",
+    "priority_level",
+    "render",
+    "set_gate",
+]
 
 PRIORITIES: Final = ("fatal", "error", "warning", "info", "debug", "trace", "trace+", "trace++", "trace+++")
 #: Values one message takes (Snabb's v3 entries hold six).
@@ -111,18 +121,21 @@ class Sampling:
         return self._on
 
 
-class Message:
-    """A message defined with ``Timeline.message``: call it with its values to log it (when its priority is on)."""
+class _PyMessage:
+    """A message defined with ``Timeline.message``: call it with its values to log it (when its priority is on).
+
+    The C accelerator's ``Message`` does the same; ``Message`` is whichever this process runs.
+    """
 
     __slots__ = ("__weakref__", "_events", "_kind_id", "_label", "_sampling", "enabled", "kind", "level")
 
-    def __init__(self, kind: KindSpec, events: Callable[[], list[Any] | None], enabled: bool) -> None:
+    def __init__(self, kind: KindSpec, timeline: Any, enabled: bool, level: int) -> None:
         self.kind = kind
-        self.level = priority_level(kind.priority)
+        self.level = level
         self.enabled = enabled
         self._kind_id = kind.id
         self._label = kind.name
-        self._events = events
+        self._events: Callable[[], list[Any] | None] = timeline._events
         self._sampling: Sampling | None = None
 
     def __call__(self, *values: Any) -> None:
@@ -136,4 +149,28 @@ class Message:
             events.extend((self._kind_id, self._label, now, now, values))
 
     def __repr__(self) -> str:
-        return f"Message({self.kind.name!r}, {self.kind.priority!r}, {self.kind.text!r})"
+        return f"Message({self.kind!r})"
+
+
+class _PyMessageOff(_PyMessage):
+    """A ``_PyMessage`` whose priority is off and that sampling cannot turn on: its class while so (``set_gate``),
+    so that a call costs no more than an empty function's."""
+
+    __slots__ = ()
+
+    def __call__(self, *values: Any) -> None:
+        pass
+
+
+def set_gate(message: Any, enabled: bool, sampling: Sampling | None) -> None:
+    """Whether ``message`` records, and the sampling that may turn it on while it does not."""
+    message.enabled = enabled
+    message._sampling = sampling
+    if isinstance(message, _PyMessage):
+        message.__class__ = _PyMessageOff if not enabled and sampling is None else _PyMessage
+
+
+if TYPE_CHECKING or speedups is None:  # noqa: SIM108 (a class for type checkers, not a value)
+    Message = _PyMessage
+else:
+    Message = speedups.Message

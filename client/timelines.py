@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .accelerator import speedups
 from .errors import ConfigError
-from .events import Event, next_event_id
+from .events import Event
 from .flusher import FLUSHER, Drained
-from .messages import PRIORITIES, Message, Sampling, message_kind, priority_level
+from .messages import PRIORITIES, Message, Sampling, message_kind, priority_level, set_gate
 from .model import (
     ASYNC_BEGIN,
     ASYNC_END,
@@ -215,7 +215,36 @@ class _PyRecorder:
         now = _now()
         record((INSTANT, name, now, now, args or None))
 
+    def push(self, event: Event) -> None:
+        """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
+        the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
+        if _get_running_loop() is not None:
+            events = self._task_events()
+        else:
+            try:
+                events = self._tls.events
+            except AttributeError:
+                events = self._thread_events()
+        if events is None:
+            return
+        try:
+            kind, label = event._kind_id, event._label
+        except AttributeError:  # not an Event: never raise into the program
+            self._not_an_event(event)
+            return
+        now = _now()
+        events.extend((kind, label, now, now, event))
+
     def _thread_recorder(self) -> Callable[[Record], None]:
+        raise NotImplementedError
+
+    def _thread_events(self) -> list[Any] | None:
+        raise NotImplementedError
+
+    def _task_events(self) -> list[Any] | None:
+        raise NotImplementedError
+
+    def _not_an_event(self, event: object) -> None:
         raise NotImplementedError
 
     def _task_recorder(self) -> Callable[[Record], None]:
@@ -280,29 +309,6 @@ class Timeline(_RecorderBase):
         self._reset_recorders()
         for listener in listeners:
             self.add_listener(listener)
-
-    def push(self, event: Event) -> None:
-        """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
-        the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
-        if _get_running_loop() is not None:
-            events = self._task_events()
-        else:
-            try:
-                events = self._tls.events
-            except AttributeError:
-                events = self._thread_events()
-        if events is None:
-            return
-        try:
-            kind, label = event._kind_id, event._label
-        except AttributeError:  # not an Event: never raise into the program
-            self._not_events += 1
-            if not self._warned_not_event:
-                self._warned_not_event = True
-                log.warning("ringtrace: push() takes an Event, got %s; dropped and counted", type(event).__name__)
-            return
-        now = _now()
-        events.extend((kind, label, now, now, (next_event_id(), event)))
 
     def _thread_events(self) -> list[Any] | None:
         """Slow path, once per thread per state change: this thread's buffer, created if needed (None: keep
@@ -406,6 +412,10 @@ class Timeline(_RecorderBase):
         except AttributeError:
             return self._thread_events()
 
+    def _not_an_event(self, event: object) -> None:
+        """``push`` was given something that is not an ``Event``."""
+        self._refuse(f"push() takes a ringtrace.client.Event, got {type(event).__name__}")
+
     def _refuse(self, what: str) -> None:
         """An event that cannot be recorded as asked: counted as dropped, and warned about once."""
         self._not_events += 1
@@ -470,7 +480,7 @@ class Timeline(_RecorderBase):
             ValueError: an unknown priority (the message lists them), or more than six ``$values``.
         """
         kind = message_kind(category, priority, text)
-        message = Message(kind, self._events, False)
+        message = Message(kind, self, False, priority_level(priority))
         with self._lock:
             self._messages.add(message)
             self._update_messages(message)
@@ -512,9 +522,9 @@ class Timeline(_RecorderBase):
 
     def _update_messages(self, message: Message) -> None:
         """Under the lock: whether ``message`` records, and whether sampling may turn it on."""
-        message.enabled = message.level <= self._priority_level
         sampling = self._sampling
-        message._sampling = sampling if sampling is not None and message.level <= sampling.level else None
+        sampled = sampling is not None and message.level <= sampling.level
+        set_gate(message, message.level <= self._priority_level, sampling if sampled else None)
 
     def async_begin(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """Begin an async slice: one that may end on another thread or task (``async_end`` with the same id)."""

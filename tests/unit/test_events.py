@@ -28,7 +28,7 @@ from ringtrace.client import (
     u64,
 )
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.events import wire_values
+from ringtrace.client.events import event_id, wire_values
 from ringtrace.client.model import FIRST_TYPED_KIND, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, FrameReader, Hello, Schema, encode, preamble
 from ringtrace.client.session import SessionDecoder
@@ -157,32 +157,32 @@ BOUNDS = [
 @pytest.mark.parametrize(("field_type", "low", "high"), BOUNDS)
 def test_integers_fit_exactly_their_range(field_type: Any, low: int, high: int) -> None:
     One = type("One", (Event,), {"__annotations__": {"v": field_type}, "__module__": __name__})
-    assert wire_values(7, One(v=low)) == [7, low]
-    assert wire_values(7, One(v=high)) == [7, high]
+    assert wire_values(One(v=low))[1:] == [low]
+    assert wire_values(One(v=high))[1:] == [high]
     for outside in (low - 1, high + 1, "1", 1.0):
         with pytest.raises(InvalidField, match=r"One\.v: "):
-            wire_values(7, One(v=outside))
+            wire_values(One(v=outside))
 
 
 @given(st.floats(allow_nan=False))
 def test_f32_takes_what_a_float32_holds(value: float) -> None:
     One = type("F", (Event,), {"__annotations__": {"v": f32}, "__module__": __name__})
     if abs(value) <= 3.4028234663852886e38 or value in (float("inf"), float("-inf")):
-        assert wire_values(1, One(v=value)) == [1, value]
+        assert wire_values(One(v=value))[1:] == [value]
     else:
         with pytest.raises(InvalidField):
-            wire_values(1, One(v=value))
+            wire_values(One(v=value))
 
 
 def test_a_nested_value_that_does_not_fit_is_named_by_its_path() -> None:
     with pytest.raises(InvalidField, match=r"^Packet\.header\.version: 400 is not a u8"):
-        wire_values(1, packet(header=Header(version=400)))
+        wire_values(packet(header=Header(version=400)))
     with pytest.raises(InvalidField, match=r"^Packet\.header: 4 is not a Header"):
-        wire_values(1, packet(header=4))
+        wire_values(packet(header=4))
 
 
 def test_long_text_is_clipped_with_a_mark_and_binary_is_bytes() -> None:
-    values = wire_values(1, AllTypes(**dict.fromkeys("abcdefghpq", 1), i=1.0, j=2, k="x" * 70_000, m=bytearray(b"ab"),
+    values = wire_values(AllTypes(**dict.fromkeys("abcdefghpq", 1), i=1.0, j=2, k="x" * 70_000, m=bytearray(b"ab"),
                                    n=False, r=1.5, s="s", t=b"t"))  # fmt: skip
     assert values[11].startswith("x" * 65_536) and values[11].endswith("<ringtrace: clipped 4464 characters>")
     assert values[12] == b"ab" and values[10] == 2.0
@@ -233,9 +233,10 @@ def test_the_encoder_declares_kinds_defined_after_its_stream_began() -> None:
     class Later(Event):
         note: string
 
-    records = [Later.kind.id, "Later", 10, 10, (1, Later(note="late"))]
+    later = Later(note="late")
+    records = [Later.kind.id, "Later", 10, 10, later]
     (event,) = stream_frames(encoder, records)
-    assert (event.kind, event.args) == ("Later", {"id": 1, "note": "late"})
+    assert (event.kind, event.args) == ("Later", {"id": event_id(later), "note": "late"})
 
 
 def test_a_stream_limited_to_fewer_kinds_declares_only_those() -> None:
@@ -249,11 +250,22 @@ def test_a_stream_limited_to_fewer_kinds_declares_only_those() -> None:
 def test_rejected_events_are_counted_and_warned_once_per_class(caplog: pytest.LogCaptureFixture) -> None:
     encoder = StreamEncoder()
     records = [
-        value
-        for size in (1, 70_000, 2, 80_000)
-        for value in (Packet.kind.id, "Packet", 10, 10, (size, packet(size=size)))
+        value for size in (1, 70_000, 2, 80_000) for value in (Packet.kind.id, "Packet", 10, 10, packet(size=size))
     ]
     events = stream_frames(encoder, records)
     assert [e.args["size"] for e in events] == [1, 2]
     assert encoder.rejected_events == 2
     assert len([r for r in caplog.records if "Packet.size" in r.getMessage()]) == 1
+
+
+def test_an_event_keeps_one_id_for_every_listener_and_ids_are_unique() -> None:
+    first, second = MemoryListener(), MemoryListener()
+    tl = Timeline("ids", [first, second])
+    events = [packet(size=size) for size in range(50)]
+    for event in events:
+        tl.push(event)
+    assert tl.flush()
+    ids = [e.args["id"] for e in first.events]
+    assert ids == [e.args["id"] for e in second.events] == [event_id(e) for e in events]
+    assert len(set(ids)) == 50
+    tl.close()

@@ -1,0 +1,201 @@
+"""ns per call of the recording model (issue 6's targets): each call beside its baseline, interleaved, in one run.
+
+Variants, each a loop of N calls, on a timeline whose one listener keeps nothing and which nothing drains during a
+loop (recording only; the benchmark drains it between rounds), except where it says unobserved:
+
+  empty call             ``noop(10, 20, 3)``, ``def noop(*args, **kwargs): pass``: the baseline of the two below
+  disabled message       ``log(10, 20, 3)``, a message of priority debug on a timeline at info
+  unobserved marker      ``tl.marker("paint")`` on a timeline with no listener
+  floor recorder         ``append((perf_counter_ns(), 10, 20, 3))``: the baseline of the next
+  enabled message        ``log(10, 20, 3)``, priority info
+  dataclass + append     ``append(Packet(size=1500, proto="udp", flags=3))``, Packet a plain @dataclass
+  typed push             ``tl.push(Packet(size=1500, proto="udp", flags=3))``, Packet a ringtrace Event (u16 str u8)
+  floor span             ``with FloorSpan(append, "work"):`` (as bench_span)
+  source open/close      ``src.open(); src.close()``
+  scope, instant         ``with tl.scope("work"):`` and ``tl.instant("tick")``, for reference
+  floor instant          ``append(("tick", monotonic_ns()))``
+
+GC stays enabled. Ratios are of median wall ns per call.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+from _common import FloorSpan, bench_main, interleave, median, table, verdict
+from ringtrace.client import Event, Timeline, TrackInfo, string, u8, u16
+from ringtrace.client.flusher import FLUSHER
+
+_perf = time.perf_counter_ns
+_now = time.monotonic_ns
+
+#: (variant, baseline, target ratio)
+TARGETS = [
+    ("disabled message", "empty call", 1.5),
+    ("unobserved marker", "empty call", 1.5),
+    ("enabled message", "floor recorder", 1.5),
+    ("typed push", "dataclass + append", 1.5),
+    ("source open/close", "floor span", 1.3),
+    ("scope", "floor span", 1.3),
+    ("instant", "floor instant", 1.3),
+]
+
+
+class Packet(Event):
+    size: u16
+    proto: string
+    flags: u8
+
+
+@dataclass
+class PlainPacket:
+    size: int
+    proto: str
+    flags: int
+
+
+def noop(*args: Any, **kwargs: Any) -> None:
+    pass
+
+
+class _Parked:
+    """A listener that keeps nothing; the timeline is taken off the flusher's list, so it is never handed anything."""
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        pass
+
+    def lost(self, events: int) -> None:
+        pass
+
+    def retire(self, track: TrackInfo) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self, timeout_s: float) -> bool:
+        return True
+
+    def after_fork(self) -> None:
+        return None
+
+
+def bench(n: int, rounds: int) -> int:
+    tl = Timeline("model", [_Parked()])
+    FLUSHER.unregister(tl)
+    unobserved = Timeline("unobserved")
+    enabled = tl.message("engine", "info", "processed $tcp, $udp, and $other")
+    disabled = tl.message("engine", "debug", "detail $tcp, $udp, and $other")
+    src = tl.source("GPU queue")
+    sink: list[Any] = []
+
+    def timed(body: Callable[[], None]) -> Callable[[], float]:
+        def run() -> float:
+            t0 = _perf()
+            body()
+            elapsed = (_perf() - t0) / n
+            sink.clear()
+            tl.drain()
+            return elapsed
+
+        return run
+
+    def empty_call() -> None:
+        for _ in repeat(None, n):
+            noop(10, 20, 3)
+
+    def disabled_message() -> None:
+        log = disabled
+        for _ in repeat(None, n):
+            log(10, 20, 3)
+
+    def unobserved_marker() -> None:
+        marker = unobserved.marker
+        for _ in repeat(None, n):
+            marker("paint")
+
+    def floor_recorder() -> None:
+        append = sink.append
+        for _ in repeat(None, n):
+            append((_perf(), 10, 20, 3))
+
+    def enabled_message() -> None:
+        log = enabled
+        for _ in repeat(None, n):
+            log(10, 20, 3)
+
+    def dataclass_append() -> None:
+        append = sink.append
+        for _ in repeat(None, n):
+            append(PlainPacket(size=1500, proto="udp", flags=3))
+
+    def typed_push() -> None:
+        push = tl.push
+        for _ in repeat(None, n):
+            push(Packet(size=1500, proto="udp", flags=3))
+
+    def floor_span() -> None:
+        append = sink.append
+        for _ in repeat(None, n):
+            with FloorSpan(append, "work"):
+                pass
+
+    def source_open_close() -> None:
+        opened, closed = src.open, src.close
+        for _ in repeat(None, n):
+            opened()
+            closed()
+
+    def scope() -> None:
+        for _ in repeat(None, n):
+            with tl.scope("work"):
+                pass
+
+    def floor_instant() -> None:
+        append = sink.append
+        for _ in repeat(None, n):
+            append(("tick", _now()))
+
+    def instant() -> None:
+        for _ in repeat(None, n):
+            tl.instant("tick")
+
+    bodies = {
+        "empty call": empty_call,
+        "disabled message": disabled_message,
+        "unobserved marker": unobserved_marker,
+        "floor recorder": floor_recorder,
+        "enabled message": enabled_message,
+        "dataclass + append": dataclass_append,
+        "typed push": typed_push,
+        "floor span": floor_span,
+        "source open/close": source_open_close,
+        "scope": scope,
+        "floor instant": floor_instant,
+        "instant": instant,
+    }
+    results = interleave({name: timed(body) for name, body in bodies.items()}, rounds=rounds, warmup=1)
+    wall = {name: median(values) for name, values in results.items()}
+    print(
+        table(
+            ["variant", "ns/call (median)", "min"],
+            [(name, wall[name], min(results[name])) for name in bodies],
+            title=f"bench_model: N={n:,} per round, {rounds} interleaved rounds (+1 warm-up)",
+        )
+    )
+    print()
+    rows = []
+    for variant, baseline, limit in TARGETS:
+        ratio = wall[variant] / wall[baseline]
+        rows.append((f"{variant} / {baseline}", f"{ratio:.2f}x", f"<= {limit}x  {verdict(ratio <= limit)}"))
+    print(table(["ratio (medians)", "value", "target"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(bench_main(bench, __doc__, n=200_000, rounds=7, quick=(20_000, 3)))

@@ -21,10 +21,10 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from ringtrace.client import Streamer, Timeline
+    from ringtrace.client import Streamer, Timeline, TrackInfo
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -214,3 +214,29 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str |
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
+
+
+class ParkedListener:
+    """A listener that keeps nothing, for timelines taken off the flusher's list (recording only); counts what it is
+    handed, which should be nothing."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        self.received += len(records) // 5
+
+    def lost(self, events: int) -> None:
+        pass
+
+    def retire(self, track: TrackInfo) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self, timeout_s: float) -> bool:
+        return True
+
+    def after_fork(self) -> None:
+        return None

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from _common import FloorSpan, bench_main, interleave, median, table, verdict
-from ringtrace.client import Event, Timeline, TrackInfo, string, u8, u16
+from _common import FloorSpan, ParkedListener, bench_main, interleave, median, table, verdict
+from ringtrace.client import Event, Timeline, string, u8, u16
 from ringtrace.client.flusher import FLUSHER
 
 _perf = time.perf_counter_ns
@@ -63,30 +63,8 @@ def noop(*args: Any, **kwargs: Any) -> None:
     pass
 
 
-class _Parked:
-    """A listener that keeps nothing; the timeline is taken off the flusher's list, so it is never handed anything."""
-
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
-        pass
-
-    def lost(self, events: int) -> None:
-        pass
-
-    def retire(self, track: TrackInfo) -> None:
-        pass
-
-    def flush(self, timeout_s: float) -> bool:
-        return True
-
-    def close(self, timeout_s: float) -> bool:
-        return True
-
-    def after_fork(self) -> None:
-        return None
-
-
 def bench(n: int, rounds: int) -> int:
-    tl = Timeline("model", [_Parked()])
+    tl = Timeline("model", [ParkedListener()])
     FLUSHER.unregister(tl)
     unobserved = Timeline("unobserved")
     enabled = tl.message("engine", "info", "processed $tcp, $udp, and $other")

@@ -39,8 +39,8 @@ from itertools import repeat
 from typing import Any
 
 import ringtrace.client
-from _common import FloorSpan, bench_main, collector, interleave, median, table, verdict, wait_connected
-from ringtrace.client import Timeline, TrackInfo
+from _common import FloorSpan, ParkedListener, bench_main, collector, interleave, median, table, verdict, wait_connected
+from ringtrace.client import Timeline
 from ringtrace.client.flusher import FLUSHER
 
 _now = time.monotonic_ns  # what ringtrace's timeline and FloorSpan read
@@ -88,7 +88,7 @@ def bench(n: int, rounds: int) -> int:
 
         # Recording only: a timeline whose listener keeps nothing, off the flusher's list (the flusher thread itself
         # runs, for the connected timeline). Events pile up during a loop; drained between rounds.
-        parked = _ParkedListener()
+        parked = ParkedListener()
         hot_tl = Timeline("hot", listeners=[parked])
         FLUSHER.unregister(hot_tl)
 
@@ -282,31 +282,6 @@ def bench(n: int, rounds: int) -> int:
         + (f" ({dropped:,} dropped by BatchSpanProcessor's default 2048-span queue)" if dropped else "")
     )
     return 0
-
-
-class _ParkedListener:
-    """A listener that keeps nothing, for the (hot) rows; counts what it is handed (nothing, off the flusher's list)."""
-
-    def __init__(self) -> None:
-        self.received = 0
-
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
-        self.received += len(records) // 5
-
-    def lost(self, events: int) -> None:
-        pass
-
-    def retire(self, track: TrackInfo) -> None:
-        pass
-
-    def flush(self, timeout_s: float) -> bool:
-        return True
-
-    def close(self, timeout_s: float) -> bool:
-        return True
-
-    def after_fork(self) -> None:
-        return None
 
 
 if __name__ == "__main__":

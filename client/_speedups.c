@@ -188,6 +188,32 @@ unrecorded(RecorderCore *self)
     Py_RETURN_NONE;
 }
 
+/* Record a point-in-time event in the buffer of the running task or thread. Steals `kind`, `label`, `stamp` (its start
+   and its end: the encoder knows an instant by that identity) and `args`. The buffer is looked up last: nothing runs
+   Python code between that and the append. Returns None, or NULL for an exception the program must see. */
+static PyObject *
+record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *stamp, PyObject *args)
+{
+    PyObject *values[RECORD_FIELDS] = {kind, label, NULL, stamp, args};
+    PyObject *events = current_events(self);
+    if (events == NULL || events == Py_None) {
+        Py_DECREF(kind);
+        Py_DECREF(label);
+        Py_DECREF(stamp);
+        Py_DECREF(args);
+        if (events == NULL) return unrecorded(self);
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    values[2] = Py_NewRef(stamp);
+    if (append_event(events, values) < 0) {
+        Py_DECREF(events);
+        return unrecorded(self);
+    }
+    Py_DECREF(events);
+    Py_RETURN_NONE;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *events; /* the buffer list, or NULL: keep nothing */
@@ -250,7 +276,7 @@ static PyObject *
 core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *values[RECORD_FIELDS], *events, *stamp, *kwargs;
+    PyObject *stamp, *kwargs;
     if (nargs != 1) {
         PyErr_Format(PyExc_TypeError, "instant() takes one positional argument, the name (%zd given)", nargs);
         return NULL;
@@ -262,32 +288,14 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         Py_DECREF(stamp);
         return unrecorded(self);
     }
-    events = current_events(self); /* last: nothing runs Python code between this and the append */
-    if (events == NULL || events == Py_None) {
-        Py_DECREF(stamp);
-        Py_DECREF(kwargs);
-        if (events == NULL) return unrecorded(self);
-        Py_DECREF(events);
-        Py_RETURN_NONE;
-    }
-    values[0] = Py_NewRef(instant_kind);
-    values[1] = Py_NewRef(args[0]);
-    values[2] = Py_NewRef(stamp);
-    values[3] = stamp; /* the same object: the encoder knows an instant by identity */
-    values[4] = kwargs;
-    if (append_event(events, values) < 0) {
-        Py_DECREF(events);
-        return unrecorded(self);
-    }
-    Py_DECREF(events);
-    Py_RETURN_NONE;
+    return record_instant(self, Py_NewRef(instant_kind), Py_NewRef(args[0]), stamp, kwargs);
 }
 
 /* tl.push(event): (kind id, label, now, now, event); see events.py. */
 static PyObject *
 core_push(RecorderCore *self, PyObject *event)
 {
-    PyObject *type = (PyObject *)Py_TYPE(event), *kind, *label, *stamp, *events, *values[RECORD_FIELDS];
+    PyObject *type = (PyObject *)Py_TYPE(event), *kind, *label, *stamp;
     kind = PyObject_GetAttr(type, str_kind_id);
     label = kind == NULL ? NULL : PyObject_GetAttr(type, str_label);
     if (label == NULL || !PyLong_CheckExact(kind)) {
@@ -303,26 +311,7 @@ core_push(RecorderCore *self, PyObject *event)
         Py_DECREF(label);
         return unrecorded(self);
     }
-    events = current_events(self); /* last: nothing runs Python code between this and the append */
-    if (events == NULL || events == Py_None) {
-        Py_DECREF(kind);
-        Py_DECREF(label);
-        Py_DECREF(stamp);
-        if (events == NULL) return unrecorded(self);
-        Py_DECREF(events);
-        Py_RETURN_NONE;
-    }
-    values[0] = kind;
-    values[1] = label;
-    values[2] = Py_NewRef(stamp);
-    values[3] = stamp;
-    values[4] = Py_NewRef(event); /* its id is given on the flusher (events.event_id) */
-    if (append_event(events, values) < 0) {
-        Py_DECREF(events);
-        return unrecorded(self);
-    }
-    Py_DECREF(events);
-    Py_RETURN_NONE;
+    return record_instant(self, kind, label, stamp, Py_NewRef(event)); /* its id is given on the flusher */
 }
 
 static PyObject *
@@ -540,7 +529,7 @@ static PyObject *
 message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *values[RECORD_FIELDS], *tuple, *stamp, *events;
+    PyObject *tuple, *stamp;
     if (!self->enabled) {
         PyObject *on;
         int sampled;
@@ -565,25 +554,7 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         Py_XDECREF(tuple);
         return unrecorded(self->core);
     }
-    events = current_events(self->core); /* last: nothing runs Python code between this and the append */
-    if (events == NULL || events == Py_None) {
-        Py_DECREF(tuple);
-        Py_DECREF(stamp);
-        if (events == NULL) return unrecorded(self->core);
-        Py_DECREF(events);
-        Py_RETURN_NONE;
-    }
-    values[0] = Py_NewRef(self->kind_id);
-    values[1] = Py_NewRef(self->label);
-    values[2] = Py_NewRef(stamp);
-    values[3] = stamp;
-    values[4] = tuple;
-    if (append_event(events, values) < 0) {
-        Py_DECREF(events);
-        return unrecorded(self->core);
-    }
-    Py_DECREF(events);
-    Py_RETURN_NONE;
+    return record_instant(self->core, Py_NewRef(self->kind_id), Py_NewRef(self->label), stamp, tuple);
 }
 
 static PyObject *

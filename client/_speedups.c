@@ -533,17 +533,18 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     if (!self->enabled) {
         PyObject *on;
         int sampled;
-        if (self->sampling == Py_None) Py_RETURN_NONE;
-        on = PyObject_CallMethodNoArgs(self->sampling, str_on);
+        PyObject *sampling = self->sampling;
+        if (sampling == Py_None) Py_RETURN_NONE;
+        Py_INCREF(sampling); /* another thread may replace it while on() runs */
+        on = PyObject_CallMethodNoArgs(sampling, str_on);
+        Py_DECREF(sampling);
         sampled = on == NULL ? -1 : PyObject_IsTrue(on);
         Py_XDECREF(on);
         if (sampled < 0) return unrecorded(self->core);
         if (!sampled) Py_RETURN_NONE;
     }
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
-        PyErr_SetString(PyExc_TypeError, "a message takes its values by position");
-        return NULL;
-    }
+    /* Values are positional; named ones are kept after them rather than refused (as the Python recorder does). */
+    nargs += kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     tuple = PyTuple_New(nargs);
     if (tuple != NULL) {
         Py_ssize_t i;

@@ -309,7 +309,8 @@ class StreamEncoder:
         args = records[4::RECORD_FIELDS]
         if args.count(None) == len(args):  # no arguments at all (counted in C): the usual case
             return records
-        tuples = [i for i in compress(range(len(args)), args) if type(args[i]) is not dict]
+        # Selected by type, not by truth: an Event subclass may define __bool__.
+        tuples = [i for i, arg in enumerate(args) if arg is not None and type(arg) is not dict]
         if not tuples:
             return records
         records = list(records)
@@ -323,7 +324,8 @@ class StreamEncoder:
                     raise InvalidField(
                         f"event kind {kind!r:.40} takes a map of arguments, got {type(args[i]).__name__}"
                     )
-                records[i * RECORD_FIELDS + 4] = convert(args[i])
+                records[i * RECORD_FIELDS + 4], clipped = convert(args[i])
+                self.clipped_args += clipped
             except Exception as exc:  # InvalidField, or a converter tripped by a value: the event, not the run
                 rejected.append(i)
                 if kind not in self._rejected_kinds:

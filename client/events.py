@@ -199,7 +199,7 @@ class Event:
         cls._checks = tuple((name, field.check) for name, field in types.items())
         cls._label = display_text(cls.__qualname__.rsplit("<locals>.", 1)[-1])  # a class made in a function too
         wire_fields = (("id", "u64"), *((name, field.code) for name, field in types.items()))
-        cls.kind = KINDS.register(cls._label, "instant", wire_fields, wire_values)
+        cls.kind = KINDS.register(cls._label, "instant", wire_fields, _converter)
         cls._kind_id = cls.kind.id
         cls.__init__ = _make_init(cls, tuple(types), defaults)  # type: ignore[method-assign]
 
@@ -272,6 +272,10 @@ def _make_init(cls: type, names: tuple[str, ...], defaults: dict[str, Any]) -> C
     init: Callable[..., None] = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     return init
+
+
+def _converter(event: Event) -> tuple[list[Any], int]:
+    return wire_values(event), 0
 
 
 def event_id(event: Event) -> int:

@@ -12,7 +12,8 @@ interpreter to recording threads so that none waits behind a long sweep. A sweep
 first, so that order is kept and nothing is dropped on the way.
 
 Timelines with listeners are held until they are closed or lose their last listener, and closed at interpreter
-exit. Importing ringtrace installs nothing: the fork and exit hooks are installed when the first timeline gets a
+exit. Importing ringtrace installs only the fork hook that gives timelines fresh locks in a child
+(``timelines._fresh_locks``): the flusher's fork and exit hooks are installed when the first timeline gets a
 listener. In a forked child the thread is gone: ``after_fork_in_child`` resets the locks and every timeline (whose
 listeners say what replaces them), and the thread starts again on the child's first event or flush, never inside
 the fork handler (starting threads there is unsafe).

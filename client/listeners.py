@@ -84,7 +84,7 @@ class ObjectListener:
                 spec = _kind(kind)
                 try:
                     if spec is not None and spec.shape == "message":
-                        name, arg = render(spec, KINDS.converters[kind](arg))
+                        name, arg = render(spec, KINDS.converters[kind](arg)[0])
                     else:
                         arg = as_args(arg)
                 except Exception as exc:  # a value that does not fit its type: this event, not the others

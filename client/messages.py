@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -49,7 +48,6 @@ _PLACEHOLDER: Final = re.compile(r"\$(\w+)")
 _now = time.monotonic_ns
 
 _kinds: dict[tuple[str, str, str], KindSpec] = {}
-_kinds_lock = threading.Lock()
 
 
 def priority_level(priority: str) -> int:
@@ -71,22 +69,22 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
         ValueError: a bad priority, or more than ``MAX_MESSAGE_VALUES`` placeholders.
     """
     priority_level(priority)
+    if not isinstance(text, str) or not isinstance(category, str):
+        raise ValueError(f"a message's category and text are str, got {type(category).__name__}, {type(text).__name__}")
     first_line = display_text(text.split("\n", 1)[0])
     names = tuple(dict.fromkeys(_PLACEHOLDER.findall(first_line)))
     if len(names) > MAX_MESSAGE_VALUES:
         raise ValueError(f"a message takes at most {MAX_MESSAGE_VALUES} $values, {first_line!r:.80} has {len(names)}")
     key = (display_text(category), priority, first_line)
-    with _kinds_lock:  # held for microseconds, never across a fork: messages are defined at startup
-        kind = _kinds.get(key)
-        if kind is None:
-            fields = tuple((name, "any") for name in names)
-            kind = KINDS.register(key[0], "message", fields, _converter, text=first_line, priority=priority)
-            _kinds[key] = kind
+    kind = _kinds.get(key)
+    if kind is None:  # no lock (nothing a fork could leave held): two threads may each register one, one is kept
+        fields = tuple((name, "any") for name in names)
+        kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, _converter, first_line, priority))
     return kind
 
 
-def _converter(values: tuple[Any, ...]) -> list[Any]:
-    return normalise_values(values)[0]
+def _converter(values: tuple[Any, ...]) -> tuple[list[Any], int]:
+    return normalise_values(values)
 
 
 def render(kind: KindSpec, values: list[Any]) -> tuple[str, dict[str, Any]]:
@@ -138,7 +136,9 @@ class _PyMessage:
         self._events: Callable[[], list[Any] | None] = timeline._events
         self._sampling: Sampling | None = None
 
-    def __call__(self, *values: Any) -> None:
+    def __call__(self, *values: Any, **named: Any) -> None:
+        if named:  # values are positional; named ones are kept after them rather than refused
+            values += tuple(named.values())
         if not self.enabled:
             sampling = self._sampling
             if sampling is None or not sampling.on():
@@ -158,7 +158,7 @@ class _PyMessageOff(_PyMessage):
 
     __slots__ = ()
 
-    def __call__(self, *values: Any) -> None:
+    def __call__(self, *values: Any, **named: Any) -> None:
         pass
 
 

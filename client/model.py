@@ -93,16 +93,16 @@ class KindRegistry:
     def __init__(self) -> None:
         self._kinds: list[KindSpec] = list(BUILTIN_KINDS)
         self._ids = itertools.count(FIRST_TYPED_KIND)
-        #: Per kind whose events carry a tuple (typed events, messages): what turns it into wire values on the
-        #: flusher, or raises ``ValueError`` to drop the event.
-        self.converters: dict[int, Callable[[Any], list[Any]]] = {}
+        #: Per kind whose events carry something other than a map (typed events, messages' values): what turns it
+        #: into wire values on the flusher, with the count of values cut, or raises ``ValueError`` to drop the event.
+        self.converters: dict[int, Callable[[Any], tuple[list[Any], int]]] = {}
 
     def register(
         self,
         name: str,
         shape: str,
         fields: tuple[tuple[str, str], ...],
-        convert: Callable[[Any], list[Any]],
+        convert: Callable[[Any], tuple[list[Any], int]],
         text: str = "",
         priority: str = "",
     ) -> KindSpec:

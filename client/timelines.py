@@ -31,6 +31,8 @@ with one that does the same in C, caches the buffer of the last thread that reco
 from __future__ import annotations
 
 import logging
+import math
+import os
 import sys
 import threading
 import time
@@ -79,6 +81,8 @@ _new = object.__new__
 #: Values taken from a buffer in one list operation (8192 events).
 _RUN_VALUES = 8192 * RECORD_FIELDS
 _MARKER_KINDS = {"start": MARKER_START, "end": MARKER_END, "instant": MARKER}
+#: Timestamps a marker may be given: monotonic ns, which an EVENTS header carries as an unsigned 64-bit field.
+_MAX_NS = 2**63
 #: Frames of Python stack a marker keeps with ``stack=True``.
 _STACK_FRAMES = 32
 
@@ -228,7 +232,8 @@ class _PyRecorder:
         if events is None:
             return
         try:
-            kind, label = event._kind_id, event._label
+            cls = type(event)  # as the C recorder: an Event class itself is not an event
+            kind, label = cls._kind_id, cls._label
         except AttributeError:  # not an Event: never raise into the program
             self._not_an_event(event)
             return
@@ -295,6 +300,7 @@ class Timeline(_RecorderBase):
         self.max_buffered_events = max_buffered_events
         # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
         self._lock = threading.RLock()
+        _TIMELINES.add(self)
         self._buffers: list[TrackBuffer] = []
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
@@ -398,7 +404,7 @@ class Timeline(_RecorderBase):
                 buffer = TrackBuffer(source.track, weakref.ref(source))
                 self._buffers.append(buffer)
                 self._source_buffers[key] = buffer
-                source._extend = buffer.events.extend
+                source._extend = _first_use(source, buffer.events.extend)
 
     # -- the recording model ----------------------------------------------------------------------------------------
 
@@ -413,8 +419,9 @@ class Timeline(_RecorderBase):
             return self._thread_events()
 
     def _not_an_event(self, event: object) -> None:
-        """``push`` was given something that is not an ``Event``."""
-        self._refuse(f"push() takes a ringtrace.client.Event, got {type(event).__name__}")
+        """``push`` was given something that is not an ``Event`` (counted only while something listens)."""
+        if self._events() is not None:
+            self._refuse(f"push() takes a ringtrace.client.Event, got {type(event).__name__}")
 
     def _refuse(self, what: str) -> None:
         """An event that cannot be recorded as asked: counted as dropped, and warned about once."""
@@ -425,16 +432,17 @@ class Timeline(_RecorderBase):
 
     def counter(self, name: object, value: float, /) -> None:
         """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name)."""
+        events = self._events()
+        if events is None:
+            return
         if type(value) is not int and type(value) is not float:
             try:
                 value = float(value)
             except Exception:
                 self._refuse(f"counter() takes a number, got {type(value).__name__}")
                 return
-        events = self._events()
-        if events is not None:
-            now = _now()
-            events.extend((COUNTER, name, now, now, {"value": value}))
+        now = _now()
+        events.extend((COUNTER, name, now, now, {"value": value}))
 
     def marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
                **details: Any) -> None:  # fmt: skip
@@ -442,13 +450,14 @@ class Timeline(_RecorderBase):
         marker made after the fact) or now. A start pairs with the next end of the same name on this track.
 
         Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
-        ``stack=True`` adds the Python stack of the call to the details.
+        ``stack=True`` adds the Python stack of the call to the details (which reads source files: not for hot
+        paths).
         """
         if not self._listeners:
             return
-        kind = _MARKER_KINDS.get(phase)
-        if kind is None or (ts_ns is not None and type(ts_ns) is not int):
-            self._refuse(f"marker() takes 'start', 'end' or 'instant' and an int ts_ns, got {phase!r}, {ts_ns!r}")
+        kind = _MARKER_KINDS.get(phase) if type(phase) is str else None
+        if kind is None or (ts_ns is not None and (type(ts_ns) is not int or not 0 <= ts_ns < _MAX_NS)):
+            self._refuse("marker() takes 'start', 'end' or 'instant', and a ts_ns in monotonic ns")
             return
         if stack:
             details["stack"] = "".join(traceback.format_stack(limit=_STACK_FRAMES)[:-1])
@@ -512,7 +521,8 @@ class Timeline(_RecorderBase):
         """
         sampling = None
         if priority is not None:
-            if not 0.0 <= fraction <= 1.0 or not window_s > 0:
+            numbers = all(type(x) in (int, float) and math.isfinite(x) for x in (fraction, window_s))
+            if not numbers or not 0.0 <= fraction <= 1.0 or not window_s > 0:
                 raise ValueError(f"sample() takes 0 <= fraction <= 1 and window_s > 0, got {fraction!r}, {window_s!r}")
             sampling = Sampling(priority_level(priority), fraction, max(int(window_s * 1e9), 1))
         with self._lock:
@@ -738,7 +748,38 @@ class Timeline(_RecorderBase):
             if replacements[id(listener)] is not None:
                 listeners.append(replacements[id(listener)])
         self._listeners = tuple(listeners)
+        for listener in listeners:
+            _subscribe_priority(listener, self)
         self._reset_recorders()
+
+
+#: Every timeline, listened to or not: a forked child gets fresh locks for all of them (``_fresh_locks``).
+_TIMELINES: weakref.WeakSet[Timeline] = weakref.WeakSet()
+
+
+def _fresh_locks() -> None:
+    """In a forked child: a lock another thread of the parent held at the fork would never be released. The flusher's
+    own fork handler, for timelines with listeners, resets the rest of their state after this."""
+    for timeline in list(_TIMELINES):
+        timeline._lock = threading.RLock()
+
+
+# The one hook importing ringtrace installs (the flusher's come with the first listener): without it, a child whose
+# parent was defining a message or a source on another thread at the fork would hang at its first definition.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)
+
+
+def _first_use(source: Source, extend: Callable[[Record], None]) -> Callable[[Record], None]:
+    """A source's recorder until its first event: starts the flusher (never inside a fork handler, so here), then
+    hands over to the buffer's extend."""
+
+    def first(record: Record) -> None:
+        source._extend = extend
+        if FLUSHER.start():
+            extend(record)
+
+    return first
 
 
 def _subscribe_priority(listener: Listener, timeline: Timeline) -> None:

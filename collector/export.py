@@ -1,7 +1,7 @@
 """Stored frames to Chrome trace event JSON (object form), as a stream of chunks.
 
-Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Frames are emitted in order of their
-first timestamp (from the index, without decoding); each frame is decoded and written as one chunk, so memory stays at
+Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Frames are emitted in the order they
+arrived; each frame is decoded and written as one chunk, so memory stays at
 one frame's worth of events however large the store. Timestamps: monotonic ns plus the process's clock offset gives
 wall-clock ns; ``ts`` is microseconds since the snapshot's earliest event (``otherData.clock_origin_wall_ns``), which
 keeps sub-microsecond precision that absolute epoch microseconds would lose in a double.
@@ -85,8 +85,10 @@ class SnapshotView:
 
 def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document."""
-    frames = sorted(view.frames, key=lambda f: f.first_ts_ns + _offset(view, f))
-    origin_ns = frames[0].first_ts_ns + _offset(view, frames[0]) if frames else 0  # the earliest, after the sort
+    # Arrival order: each track's frames come as recorded, which pairing markers and source activity needs (an
+    # after-the-fact marker can make a later frame start earlier). Viewers sort events by time themselves.
+    frames = list(view.frames)
+    origin_ns = min((f.first_ts_ns + _offset(view, f) for f in frames), default=0)
     tracks = {(_context(f).process.uid, _context(f).track.track_id): _context(f).track for f in frames}
     yield b'{"traceEvents":['
     first = True
@@ -204,10 +206,11 @@ def _frame_events(
     for kind, name, ts_ns, dur_ns, args in context.tables.rows(batch):
         ts = (ts_ns + base_ns) / 1000
         if kind is not None and kind.shape in _PAIRED:
+            track_key = (context.process.uid, context.track.track_id)  # not (pid, tid): thread ids are reused
             paired = (
-                pairing.source(kind.shape, name, ts, pid, tid)
+                pairing.source(kind.shape, name, ts, pid, tid, track_key)
                 if kind.shape.startswith("source")
-                else pairing.marker(kind.shape, name, ts, pid, tid, args if isinstance(args, dict) else None)
+                else pairing.marker(kind.shape, name, ts, pid, tid, args if isinstance(args, dict) else None, track_key)
             )
             if paired is not None:
                 events.append(paired)

@@ -6,8 +6,9 @@ activity it opened at). Pairs become complete (``X``) slices when their end arri
 of a snapshot is shown open-ended (``B`` with no ``E``). An END or CLOSE with nothing open is an anomaly: shown as
 an instant, and counted per process (``unmatched_marker_ends``, ``source_anomalies``), never raised.
 
-Frames are exported in order of their first timestamp, and each track's frames come in the order recorded, so one
-``Pairing`` fed every frame of a snapshot sees each track's events in order.
+Frames are exported in the order they arrived, so each track's events reach one ``Pairing`` in the order recorded,
+whatever their timestamps (a marker made after the fact carries an earlier one). State is kept per track, keyed by
+the caller (process and track id: a thread id may be reused by a later thread).
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ class _Open:
 class Pairing:
     """Per-track state across the frames of one snapshot."""
 
-    _markers: dict[tuple[int, int], dict[str, list[_Open]]] = field(default_factory=dict)
-    _sources: dict[tuple[int, int], list[_Open]] = field(default_factory=dict)
+    _markers: dict[object, tuple[int, int, dict[str, list[_Open]]]] = field(default_factory=dict)
+    _sources: dict[object, tuple[int, int, list[_Open]]] = field(default_factory=dict)
     #: Anomalies per trace pid.
     unmatched_marker_ends: dict[int, int] = field(default_factory=dict)
     source_anomalies: dict[int, int] = field(default_factory=dict)
 
-    def marker(self, shape: str, name: str, ts: float, pid: int, tid: int, args: Any) -> dict[str, Any] | None:
+    def marker(
+        self, shape: str, name: str, ts: float, pid: int, tid: int, args: Any, track: object = None
+    ) -> dict[str, Any] | None:
         """The Chrome event a ``marker_start``/``marker_end`` completes (None while a start waits for its end)."""
-        stacks = self._markers.setdefault((pid, tid), {})
+        stacks = self._markers.setdefault((pid, tid) if track is None else track, (pid, tid, {}))[2]
         if shape == "marker_start":
             stacks.setdefault(name, []).append(_Open(ts, name, args))
             return None
@@ -49,9 +52,11 @@ class Pairing:
         start = opened.pop()
         return _slice(start, ts, pid, tid, _merged(start.args, args))
 
-    def source(self, shape: str, name: str, ts: float, pid: int, tid: int) -> dict[str, Any] | None:
+    def source(
+        self, shape: str, name: str, ts: float, pid: int, tid: int, track: object = None
+    ) -> dict[str, Any] | None:
         """The Chrome event a ``source_open``/``source_close`` completes (None while an open waits)."""
-        opened = self._sources.setdefault((pid, tid), [])
+        opened = self._sources.setdefault((pid, tid) if track is None else track, (pid, tid, []))[2]
         if shape == "source_open":
             activity = len(opened) + 1
             opened.append(_Open(ts, name, {"activity": activity, "overlap": True} if activity > 1 else None))
@@ -66,10 +71,10 @@ class Pairing:
     def still_open(self) -> list[dict[str, Any]]:
         """What never ended by the snapshot's end: open-ended slices."""
         events = []
-        for (pid, tid), stacks in self._markers.items():
+        for pid, tid, stacks in self._markers.values():
             for opened in stacks.values():
                 events += [_begin(start, pid, tid) for start in opened]
-        for (pid, tid), opened in self._sources.items():
+        for pid, tid, opened in self._sources.values():
             events += [_begin(start, pid, tid) for start in opened]
         return events
 

@@ -9,8 +9,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
-from ringtrace.client import DecodedEvent, MemoryListener, Timeline
+from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.model import THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER
+
+TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)
 
 
 @pytest.fixture
@@ -228,3 +234,123 @@ def test_sampling_turns_detail_on_for_a_fraction_of_windows(tl: Timeline, listen
     assert [e.name for e in flushed(tl, listener)] == ["breath n(1)"]
     with pytest.raises(ValueError, match="fraction"):
         tl.sample("trace", fraction=1.5)
+
+
+# -- found by review: odd calls never raise, and nothing waits on something else to start the flusher ---------------
+
+
+def test_a_timeline_used_only_through_sources_is_drained_without_a_flush() -> None:
+    listener = MemoryListener()
+    tl = Timeline("sources only", [listener])
+    src = tl.source("alone")
+    src.open()
+    src.close()
+    deadline = time.monotonic() + 10
+    while len(listener.events) < 2 and time.monotonic() < deadline:  # the flusher's own pass, not flush()
+        time.sleep(0.01)
+    assert [e.kind for e in listener.events] == ["source_open", "source_close"]
+    tl.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 2**63, 2**70, 1.5])
+def test_a_marker_time_outside_monotonic_ns_is_refused_alone(tl: Timeline, listener: MemoryListener, bad: Any) -> None:
+    tl.instant("before")
+    tl.marker("odd", ts_ns=bad)
+    tl.instant("after")
+    assert not tl.flush()
+    assert [e.name for e in listener.events] == ["before", "after"] and listener.dropped_events == 1
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no")
+
+
+@pytest.mark.parametrize("phase", [["start"], BadRepr(), None])
+def test_a_marker_phase_of_any_type_is_refused_not_raised(tl: Timeline, listener: MemoryListener, phase: Any) -> None:
+    tl.marker("x", phase)
+    assert not tl.flush()
+    assert listener.events == [] and listener.dropped_events == 1
+
+
+def test_named_message_values_are_kept_after_the_positional_ones(tl: Timeline, listener: MemoryListener) -> None:
+    on = tl.message("kw", "info", "a $a b $b")
+    off = tl.message("kw", "debug", "c $c")
+    on(1, b=2)
+    off(c=3)  # off: nothing, and no error
+    assert [(e.name, e.args) for e in flushed(tl, listener)] == [("a a(1) b b(2)", {"a": 1, "b": 2})]
+
+
+def test_pushing_a_class_or_a_non_event_is_counted_only_while_observed(listener: MemoryListener) -> None:
+    tl = Timeline("pushes")
+    tl.push(Packet)  # type: ignore[arg-type]  # nobody listens: nothing counted
+    tl.add_listener(listener)
+    tl.push(Packet)  # type: ignore[arg-type]
+    tl.push(42)  # type: ignore[arg-type]
+    assert not tl.flush()
+    assert listener.events == [] and listener.dropped_events == 2
+    tl.close()
+
+
+class Packet(Event):
+    size: int
+
+
+class Falsy(Event):
+    a: int
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def test_a_falsy_event_is_still_a_typed_event_on_the_wire() -> None:
+    encoder = StreamEncoder()
+    batch = encoder.encode(TRACK, [Falsy.kind.id, "Falsy", 1, 1, Falsy(a=1)])
+    ((frame, count),) = batch.events
+    assert count == 1 and encoder.rejected_events == 0
+    assert msgpack.unpackb(frame[FRAME_HEADER.size + EVENTS_HEADER.size :])[4][0][1:] == [1]  # [id, a]
+
+
+def test_message_values_cut_to_size_are_counted_as_clipped_args(tl: Timeline) -> None:
+    encoder = StreamEncoder()
+    log = tl.message("big", "info", "s $s")
+    log("x" * 100_000)
+    (run,) = tl.drain().runs
+    encoder.encode(run[0], run[1])
+    assert encoder.clipped_args == 1
+
+
+@pytest.mark.parametrize(("fraction", "window_s"), [(0.5, float("inf")), ("0.5", 0.001), (float("nan"), 0.001)])
+def test_sample_refuses_what_is_not_a_fraction_and_a_window(tl: Timeline, fraction: Any, window_s: Any) -> None:
+    with pytest.raises(ValueError, match="sample\\(\\) takes"):
+        tl.sample("trace", fraction, window_s)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_defines_messages_while_the_parent_keeps_defining_them() -> None:
+    tl = Timeline("defining")
+    stop = threading.Event()
+
+    def define() -> None:
+        i = 0
+        while not stop.is_set():
+            tl.message("c", "info", f"text {i}")
+            i += 1
+
+    definer = threading.Thread(target=define)
+    definer.start()
+    try:
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    tl.message("child", "info", "defined in the child $x")
+                finally:
+                    os._exit(0)
+            deadline = time.monotonic() + 10
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                assert time.monotonic() < deadline, "a forked child hung defining a message"
+                time.sleep(0.005)
+    finally:
+        stop.set()
+        definer.join()

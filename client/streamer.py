@@ -560,6 +560,7 @@ class Streamer(SerializedListener):
             encoder = self.encoder
             encoder.max_frame_bytes = min(self.options.max_frame_bytes, welcome.max_frame_bytes)
             strings_cut = encoder.strings.limit_to(welcome.max_strings)
+            encoder.max_kinds = welcome.max_kinds  # the prefix below declares at most these
             kept: deque[tuple[bytes, int]] = deque()
             for frame, count in self._queue:
                 if not strings_cut and len(frame) <= encoder.max_frame_bytes:

@@ -393,18 +393,25 @@ class Timeline(_RecorderBase):
         self._tls = threading.local()
         self._forget_recorders()
         self._cache_threads(not _green_threads())
-        listening = bool(self._listeners)
+        if not self._listeners:
+            self._source_buffers.clear()  # dead sources' entries too
         live = {id(b) for b in self._buffers}
-        for key, source in list(self._sources.items()):  # keyed by track id
-            buffer = self._source_buffers.get(key)
-            if not listening:
-                self._source_buffers.pop(key, None)
-                source._extend = _discard
-            elif buffer is None or id(buffer) not in live:
-                buffer = TrackBuffer(source.track, weakref.ref(source))
-                self._buffers.append(buffer)
-                self._source_buffers[key] = buffer
-                source._extend = _first_use(source, buffer.events.extend)
+        for source in list(self._sources.values()):
+            self._attach_source(source, live)
+
+    def _attach_source(self, source: Source, live: set[int]) -> None:
+        """Under the lock: ``source`` records into its buffer here (made anew if ``live``, the ids of the buffers
+        the timeline holds, lacks it) while the timeline has listeners, into nothing otherwise."""
+        key = source.track.track_id
+        buffer = self._source_buffers.get(key)
+        if not self._listeners:
+            self._source_buffers.pop(key, None)
+            source._extend = _discard
+        elif buffer is None or id(buffer) not in live:
+            buffer = TrackBuffer(source.track, weakref.ref(source))
+            self._buffers.append(buffer)
+            self._source_buffers[key] = buffer
+            source._extend = _first_use(source, buffer.events.extend)
 
     # -- the recording model ----------------------------------------------------------------------------------------
 
@@ -476,7 +483,7 @@ class Timeline(_RecorderBase):
         source = Source(display_text(name), _discard)
         with self._lock:
             self._sources[source.track.track_id] = source
-            self._reset_recorders()
+            self._attach_source(source, set())  # a new source has no buffer yet
         return source
 
     def message(self, category: str, priority: str, text: str) -> Message:

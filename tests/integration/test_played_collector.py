@@ -1,7 +1,7 @@
-"""A collector's SET_PRIORITY frame changes a connected process's message priority.
+"""Against a peer playing the collector: its SET_PRIORITY frames, and the limits of its WELCOME.
 
-The peer here plays the collector with the real sans-I/O session decoder over a real loopback socket: it reads the
-client's stream, welcomes it, sends SET_PRIORITY, and reads what the client records after.
+The peer uses the real sans-I/O session decoder over a real loopback socket: it reads the client's stream, welcomes
+it, sends what a test asks, and reads what the client records after; a broken stream rule ends it with the error.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import pytest
 import ringtrace.client
 from ringtrace.client import MemoryListener, Streamer, Timeline
 from ringtrace.client.protocol import Events, Flush, FlushAck, SetPriority, encode, preamble
-from ringtrace.client.session import SessionDecoder
+from ringtrace.client.session import Limits, SessionDecoder
 
 
 class PlayedCollector:
     """Accepts one client, welcomes it, and collects the names of the events it sends."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.error: Exception | None = None
         self.server = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
         self.names: list[str] = []
@@ -33,14 +35,19 @@ class PlayedCollector:
     def _serve(self) -> None:
         connection, _ = self.server.accept()
         self.connection = connection
-        decoder = SessionDecoder(live=True)
+        decoder = SessionDecoder(self.limits, live=True)
         while True:
             try:
                 data = connection.recv(65536)
             except OSError:  # closed by close()
                 return
             decoder.receive_data(data)
-            for frame in decoder:
+            try:
+                frames = list(decoder)
+            except Exception as exc:  # a broken rule: what a real collector would close the connection for
+                self.error = exc
+                return
+            for frame in frames:
                 if decoder.hello is not None and not self.welcomed.is_set():
                     connection.sendall(preamble() + encode(decoder.welcome()))
                     self.welcomed.set()
@@ -96,3 +103,18 @@ def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedC
     wait_for(lambda: played.names == ["detail x(2)", "detail x(3)"])
     assert (tl.priority, other.priority) == ("debug", "info")
     tl.close()
+
+
+def test_a_client_declares_no_more_kinds_than_the_collector_takes() -> None:
+    played = PlayedCollector(Limits(max_kinds=12))
+    try:
+        for i in range(5):  # more kinds than the limit, whatever other tests defined
+            type(f"Kind{i}", (ringtrace.client.Event,), {"__annotations__": {"v": "int"}, "__module__": __name__})
+        tl = Timeline("kinds", [Streamer(played.address, ringtrace.client.StreamerOptions())])
+        tl.instant("fits")
+        assert tl.flush(10)
+        wait_for(lambda: played.names == ["fits"])
+        assert played.error is None
+        tl.close()
+    finally:
+        played.close()

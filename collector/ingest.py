@@ -76,7 +76,7 @@ class IngestSink(Protocol):
 
 
 class IngestProtocol(asyncio.BufferedProtocol):
-    __slots__ = ("_contexts", "_flushes", "_peer", "_session", "_sink", "_transport", "process")
+    __slots__ = ("_contexts", "_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_transport", "process")
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
@@ -87,6 +87,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         #: Per track id: the context its stored frames keep (rebuilt when a TRACK frame renames the track).
         self._contexts: dict[int, FrameContext] = {}
         self._flushes: dict[int, asyncio.Future[bool]] = {}
+        self._handshake_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -102,7 +103,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.abort()
             return
         connections.add(self)
-        asyncio.get_running_loop().call_later(self._sink.handshake_timeout_s, self._check_handshake)
+        loop = asyncio.get_running_loop()
+        self._handshake_timer = loop.call_later(self._sink.handshake_timeout_s, self._check_handshake)
 
     def pause_writing(self) -> None:
         # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.
@@ -128,6 +130,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._sink.connections.discard(self)
+        if self._handshake_timer is not None:  # it would keep this connection, and its read buffer, alive till then
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         if self._session.skipped_frames:
             log.info(
                 "connection from %s skipped %d frames of types this collector does not know (ignorable)",

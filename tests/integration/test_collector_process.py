@@ -1,11 +1,16 @@
-"""The collector process: refusals at start, and a clean stop on SIGTERM."""
+"""The collector process: refusals at start, a clean stop on SIGTERM, and what short connections leave behind."""
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
-from collector_process import CollectorProcess
+import pytest
+from collector_process import CollectorProcess, hello
+from ringtrace.client.protocol import encode, preamble
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,3 +42,21 @@ def test_sigterm_stops_the_collector_cleanly() -> None:
         collector.wait_for_log(lambda line: "shutting down" in line)
     finally:
         collector.stop()
+
+
+def _rss_mib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) // 1024  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads resident memory from /proc")
+def test_closed_connections_do_not_hold_their_read_buffers(collector: CollectorProcess) -> None:
+    # Each connection reads into a 64 KiB buffer; a closed one must not stay alive until its handshake timer fires.
+    host, port = collector.tcp_address.rsplit(":", 1)
+    before = _rss_mib(collector.proc.pid)
+    for i in range(1500):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(preamble() + encode(hello(pid=10_000 + i, instance=f"short-{i}")))
+            sock.recv(100)  # WELCOME
+    collector.get("/healthz")  # every close processed by now
+    assert _rss_mib(collector.proc.pid) - before < 40  # 1500 x 64 KiB would be 94 MiB

@@ -46,7 +46,6 @@ __all__ = [
     "Event",
     "FieldType",
     "InvalidField",
-    "as_args",
     "binary",
     "boolean",
     "event_id",
@@ -319,24 +318,3 @@ def _checked_values(event: Event, values: list[Any]) -> list[Any]:
         except Exception as exc:  # a value whose comparison or conversion raises
             raise InvalidField(f"{name}: {value!r:.80} cannot be read ({type(exc).__name__}: {exc})") from None
     return values
-
-
-def as_args(event: Event) -> dict[str, Any]:
-    """``event`` as an object listener shows it: ``{"id": ..., field: value, ...}``, nested events as maps.
-
-    Raises:
-        InvalidField: as ``wire_values``.
-    """
-    return _as_map(type(event), wire_values(event))
-
-
-def _as_map(cls: type[Event], values: list[Any]) -> dict[str, Any]:
-    names = ("id", *cls.fields) if len(values) == len(cls.fields) + 1 else cls.fields
-    hints = typing.get_type_hints(cls, include_extras=True)
-    out = {}
-    for name, value in zip(names, values, strict=True):
-        nested = hints.get(name)
-        if isinstance(nested, type) and issubclass(nested, Event) and isinstance(value, list):
-            value = _as_map(nested, value)
-        out[name] = value
-    return out

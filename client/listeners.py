@@ -26,11 +26,10 @@ from typing import IO, Any
 
 from .encoder import EncodedBatch, ProcessIdentity, StreamEncoder
 from .errors import ConfigError, ProtocolError
-from .events import as_args
 from .messages import render
 from .model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
-from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, KindSpec, Stats, encode, preamble
-from .session import Limits, SessionDecoder
+from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
+from .session import Limits, SessionDecoder, typed_args
 
 __all__ = [
     "FileListener",
@@ -43,16 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ringtrace.client")
-
-_kinds: dict[int, KindSpec] = {}
-
-
-def _kind(kind_id: int) -> KindSpec | None:
-    spec = _kinds.get(kind_id)
-    if spec is None:
-        _kinds.update((kind.id, kind) for kind in KINDS.since(0))
-        spec = _kinds.get(kind_id)
-    return spec
 
 
 _FILE_FRAME_BYTES = 64 * 1024
@@ -78,22 +67,23 @@ class ObjectListener:
             return
         kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
         events = []
+        specs = KINDS.by_id
         for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
             name = display_text(label)
+            spec = specs.get(kind)
             if arg is not None and type(arg) is not dict:  # a typed event, or a message's values
-                spec = _kind(kind)
                 try:
-                    if spec is not None and spec.shape == "message":
-                        name, arg = render(spec, KINDS.converters[kind](arg)[0])
-                    else:
-                        arg = as_args(arg)
+                    values = KINDS.converters[kind](arg)[0]  # as the encoder sends them
                 except Exception as exc:  # a value that does not fit its type: this event, not the others
                     self.rejected_events += 1
                     log.warning("ringtrace: %s; the event is dropped", exc)
                     continue
+                if spec is not None and spec.shape == "message":
+                    name, arg = render(spec, values)
+                elif spec is not None:  # always: a kind with a converter is registered
+                    arg = typed_args(spec, values, specs)
             elif arg is not None:
                 arg = normalise_args(arg)[0]
-            spec = _kind(kind)
             events.append(DecodedEvent(spec.name if spec else "unknown", name, start, end - start, arg, track))
         self.on_events(events)
 

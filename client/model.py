@@ -92,6 +92,8 @@ class KindRegistry:
 
     def __init__(self) -> None:
         self._kinds: list[KindSpec] = list(BUILTIN_KINDS)
+        #: Every kind by id.
+        self.by_id: dict[int, KindSpec] = {kind.id: kind for kind in BUILTIN_KINDS}
         self._ids = itertools.count(FIRST_TYPED_KIND)
         #: Per kind whose events carry something other than a map (typed events, messages' values): what turns it
         #: into wire values on the flusher, with the count of values cut, or raises ``ValueError`` to drop the event.
@@ -110,6 +112,7 @@ class KindRegistry:
         atomic, and the converter is in place before the kind can be seen."""
         spec = KindSpec(next(self._ids), name, shape, fields, text, priority)
         self.converters[spec.id] = convert
+        self.by_id[spec.id] = spec
         self._kinds.append(spec)
         return spec
 

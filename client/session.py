@@ -21,7 +21,7 @@ dead from then on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,7 +51,7 @@ from .protocol import (
     unpack_columns,
 )
 
-__all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate"]
+__all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
 
 #: The columns a reader needs from an EVENTS payload, found by name in SCHEMA's column list.
 _NEEDED_COLUMNS: Final = EVENT_COLUMNS
@@ -144,22 +144,24 @@ class StreamTables:
             if kind is not None and kind.shape == "message" and type(args) is list:
                 name, args = render(kind, args)
             elif kind is not None and kind.fields and type(args) is list:
-                args = self.typed_args(kind, args)
+                args = typed_args(kind, args, self.kinds)
             yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
 
-    def typed_args(self, kind: KindSpec, values: list[Any], depth: int = 0) -> dict[str, Any]:
-        """A typed event's values as a map of its fields, nested events (type code ``kind:ID``) as maps too.
 
-        A nested event carries its kind's fields after the first, the ``id`` only an event pushed on its own has.
-        """
-        out = {}
-        for (name, code), value in zip(kind.fields[1:] if depth else kind.fields, values, strict=False):
-            if code.startswith("kind:") and type(value) is list and depth < _MAX_NESTING:
-                nested = self.kinds.get(int(code[5:])) if code[5:].isdigit() else None
-                if nested is not None:
-                    value = self.typed_args(nested, value, depth + 1)
-            out[name] = value
-        return out
+def typed_args(kind: KindSpec, values: list[Any], kinds: Mapping[int, KindSpec], depth: int = 0) -> dict[str, Any]:
+    """A typed event's values as a map of its fields, nested events (type code ``kind:ID``, looked up in ``kinds``)
+    as maps too.
+
+    A nested event carries its kind's fields after the first, the ``id`` only an event pushed on its own has.
+    """
+    out = {}
+    for (name, code), value in zip(kind.fields[1:] if depth else kind.fields, values, strict=False):
+        if code.startswith("kind:") and type(value) is list and depth < _MAX_NESTING:
+            nested = kinds.get(int(code[5:])) if code[5:].isdigit() else None
+            if nested is not None:
+                value = typed_args(nested, value, kinds, depth + 1)
+        out[name] = value
+    return out
 
 
 class SessionDecoder:

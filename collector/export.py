@@ -19,6 +19,7 @@ from ringtrace.client.errors import ProtocolError
 from ringtrace.client.messages import render
 from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, Stats
+from ringtrace.client.session import typed_args
 
 from .sessions import FrameContext, ProcessRecord
 from .slices import Pairing
@@ -230,7 +231,7 @@ def _frame_events(
             if isinstance(args, dict):
                 event["args"] = args
             elif kind.fields and isinstance(args, list):  # a typed kind: values in the order of its fields
-                event["args"] = context.tables.typed_args(kind, args)
+                event["args"] = typed_args(kind, args, context.tables.kinds)
             else:
                 event["args"] = {"value": args}
         if phase == "X":

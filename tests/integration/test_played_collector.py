@@ -27,6 +27,7 @@ class PlayedCollector:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
         self.names: list[str] = []
+        self.acks: set[int] = set()
         self.welcomed = threading.Event()
         self.connection: socket.socket | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -55,10 +56,17 @@ class PlayedCollector:
                     self.names += [event.name for event in decoder.tables.events(frame)]
                 elif isinstance(frame, Flush):
                     connection.sendall(encode(FlushAck(frame.token)))
+                elif isinstance(frame, FlushAck):
+                    self.acks.add(frame.token)
             if not data:
                 return
 
-    def send(self, frame: SetPriority) -> None:
+    def round_trip(self, token: int = 99) -> None:
+        """Send FLUSH and wait for its FLUSH_ACK: the client has handled everything sent before."""
+        self.send(Flush(token))
+        wait_for(lambda: token in self.acks)
+
+    def send(self, frame: SetPriority | Flush) -> None:
         assert self.connection is not None
         self.connection.sendall(encode(frame))
 
@@ -96,7 +104,7 @@ def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedC
     debug(2)
     played.send(SetPriority("warning", timeline="someone else"))  # for another timeline: ignored
     played.send(SetPriority("loud"))  # not a priority: warned about, ignored
-    time.sleep(0.2)
+    played.round_trip()  # the client has handled both by the time it answers a FLUSH sent after them
     debug(3)
     assert tl.flush(10)
     assert [e.name for e in memory.events] == ["detail x(2)", "detail x(3)"]  # not x(1): debug was off

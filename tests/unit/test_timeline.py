@@ -115,7 +115,8 @@ def test_flush_returns_true_with_a_memory_listener(tl: Timeline, listener: Memor
     assert tl.flush()
     tl.instant("a")
     assert tl.flush()
-    assert tl.flush(timeout_s=0)
+    # flush(timeout_s=0) is not asserted: it is False whenever the flusher thread happens to be sweeping
+    assert tl.flush()
     assert names(listener.events) == ["a"]
 
 

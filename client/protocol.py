@@ -387,7 +387,7 @@ class Events:
         return header + self.payload
 
     @classmethod
-    def decode_body(cls, body: bytes) -> Events:
+    def decode_body(cls, body: bytes | memoryview) -> Events:
         if len(body) < EVENTS_HEADER.size:
             raise MalformedFrame(
                 f"EVENTS frame: body of {len(body)} bytes is shorter than its {EVENTS_HEADER.size}-byte header"
@@ -604,13 +604,17 @@ class FrameReader:
     Args:
         peer: who sends the bytes, ``"client"`` or ``"collector"``.
         max_frame_bytes: the largest frame accepted, header included.
+        borrow: EVENTS payloads (and ``last_frame()``) are views of the reader's buffer instead of copies: valid only
+            until the next ``get_buffer`` or ``receive_data`` call. For a caller that stores each frame at once.
     """
 
     __slots__ = (
+        "_borrow",
         "_buf",
         "_end",
         "_eof",
         "_error",
+        "_frame_start",
         "_max_frame_bytes",
         "_peer",
         "_preamble_done",
@@ -619,7 +623,7 @@ class FrameReader:
         "skipped_frames",
     )
 
-    def __init__(self, peer: Peer, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, peer: Peer, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, borrow: bool = False) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
         self._peer = peer
@@ -628,6 +632,8 @@ class FrameReader:
         self._buf = bytearray(_MIN_READ)
         self._start = 0
         self._end = 0
+        self._frame_start = 0
+        self._borrow = borrow
         self._eof = False
         self._error: ProtocolError | None = None
         self._preamble_done = False
@@ -660,11 +666,15 @@ class FrameReader:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
         self._end += nbytes
 
+    def last_frame(self) -> memoryview:
+        """The bytes of the frame ``next_frame`` returned last, header included (see ``borrow``)."""
+        return memoryview(self._buf)[self._frame_start : self._start]
+
     def fail(self, error: ProtocolError) -> None:
         """A rule above the framing was broken: every later call raises ``error``."""
         self._error = error
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         """Add received bytes; ``b""`` means the peer closed its side."""
         if not data:
             self._eof = True
@@ -708,11 +718,15 @@ class FrameReader:
             if available < size:
                 return self._need_data(available)
             body_start = self._start + FRAME_HEADER.size
+            self._frame_start = self._start
             self._start += size
             if not known:
                 self.skipped_frames += 1
                 continue
-            body = bytes(self._buf[body_start : body_start + body_length])
+            if self._borrow and frame_type == FrameType.EVENTS:
+                body: bytes | memoryview = memoryview(self._buf)[body_start : body_start + body_length]
+            else:
+                body = bytes(self._buf[body_start : body_start + body_length])
             frame: Frame = _FRAME_CLASSES[frame_type].decode_body(body)
             return frame
 

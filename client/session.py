@@ -170,14 +170,15 @@ class SessionDecoder:
     Args:
         limits: what the stream may declare; frames beyond them raise ``LimitExceeded``.
         live: a connection, whose client waits for ``welcome()`` before it sends more than HELLO.
+        borrow: EVENTS payloads and ``last_frame()`` are views valid until more bytes are given (``FrameReader``).
     """
 
     __slots__ = ("_live", "_reader", "_state", "hello", "limits", "protocol_version", "tables")
 
-    def __init__(self, limits: Limits = Limits(), *, live: bool = True) -> None:
+    def __init__(self, limits: Limits = Limits(), *, live: bool = True, borrow: bool = False) -> None:
         self.limits = limits
         self._live = live
-        self._reader = FrameReader("client", limits.max_frame_bytes)
+        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow)
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
@@ -185,7 +186,7 @@ class SessionDecoder:
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         """Add received bytes; ``b""`` means the stream ended."""
         self._reader.receive_data(data)
 
@@ -194,6 +195,10 @@ class SessionDecoder:
 
     def buffer_updated(self, nbytes: int) -> None:
         self._reader.buffer_updated(nbytes)
+
+    def last_frame(self) -> memoryview:
+        """The bytes of the frame returned last, header included."""
+        return self._reader.last_frame()
 
     @property
     def skipped_frames(self) -> int:

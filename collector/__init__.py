@@ -1,4 +1,4 @@
-"""ringtrace collector: an asyncio daemon that ingests client streams into a bounded ring and serves snapshots.
+"""ringtrace collector: an asyncio daemon that keeps client streams in a bounded store and serves snapshots.
 
 Needs the ``collector`` extra: ``pip install 'ringtrace[collector]'``.
 """
@@ -11,6 +11,6 @@ except ImportError as exc:  # pragma: no cover - depends on how ringtrace was in
     raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
 
 from .app import Collector, CollectorConfig
-from .store import RingStore
+from .store import Store
 
-__all__ = ["Collector", "CollectorConfig", "RingStore"]
+__all__ = ["Collector", "CollectorConfig", "Store"]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from dataclasses import dataclass
-from typing import Any, cast
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from ringtrace.client._version import __version__
@@ -16,8 +19,9 @@ from ringtrace.client.session import Limits
 from .export import ProcessView, SnapshotView
 from .http import make_app
 from .ingest import IngestProtocol
+from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import Registry
-from .store import ENTRY_OVERHEAD_BYTES, RingStore
+from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store
 
 __all__ = ["Collector", "CollectorConfig"]
 
@@ -31,7 +35,18 @@ class CollectorConfig:
     http_host: str = "127.0.0.1"
     http_port: int = 7701
     capacity_bytes: int = 256 * 1024 * 1024
-    #: Largest frame accepted from a client, header included; also the size of one ring segment.
+    #: What one process may hold (None: the whole capacity).
+    process_capacity_bytes: int | None = None
+    #: ``ring`` overwrites the oldest when full; ``discard`` refuses the newest.
+    policy: Policy = "ring"
+    #: Keep segments as files there (None: in memory), recovered on start.
+    data_dir: str | None = None
+    #: With a data dir: ``never``, at every ``flush`` acknowledged, or ``always`` after every batch received.
+    fsync: FsyncPolicy = "flush"
+    #: The size a stream's segments grow to (larger ones only when a frame and its session frames need it); None:
+    #: an eighth of the capacity, between 64 KiB and 1 MiB.
+    segment_bytes: int | None = None
+    #: Largest frame accepted from a client, header included.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_connections: int = 1024
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
@@ -44,6 +59,8 @@ class CollectorConfig:
     handshake_timeout_s: float = 10.0
     #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
     snapshot_flush_timeout_s: float = 1.0
+    #: A process with no connection and nothing stored is forgotten this long after its last connection ended.
+    forget_after_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < MIN_MAX_FRAME_BYTES:
@@ -57,20 +74,45 @@ class CollectorConfig:
             raise ConfigError(f"handshake_timeout_s must be > 0, got {self.handshake_timeout_s}")
         if self.snapshot_flush_timeout_s < 0:
             raise ConfigError(f"snapshot_flush_timeout_s must be >= 0, got {self.snapshot_flush_timeout_s}")
+        if self.forget_after_s < 0:
+            raise ConfigError(f"forget_after_s must be >= 0, got {self.forget_after_s}")
+        if self.fsync not in ("never", "flush", "always"):
+            raise ConfigError(f"fsync must be never, flush or always, got {self.fsync!r}")
+        if self.segment_bytes is not None and self.segment_bytes < MIN_SEGMENT_BYTES:
+            raise ConfigError(f"segment_bytes must be >= {MIN_SEGMENT_BYTES}, got {self.segment_bytes}")
+        smallest = min(self.capacity_bytes, self.process_capacity_bytes or self.capacity_bytes)
+        if smallest < 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES):
+            raise ConfigError(
+                f"capacity of {smallest} bytes must hold at least 2 frames of max_frame_bytes={self.max_frame_bytes} "
+                f"with their session frames ({2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)} bytes)"
+            )
+
+    @property
+    def effective_segment_bytes(self) -> int:
+        if self.segment_bytes is not None:
+            return self.segment_bytes
+        return min(max(self.capacity_bytes // 8, MIN_SEGMENT_BYTES), 1024 * 1024)
 
 
 class Collector:
-    """Ingest listener + ring store + HTTP API, on one event loop.
+    """Ingest listener + store + HTTP API, on one event loop.
 
     Raises:
-        ConfigError: the capacity cannot hold two frames of ``max_frame_bytes``.
+        ConfigError: the capacity cannot hold two segments of the largest frame; the data dir is not writable.
     """
 
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.version = __version__
-        # A segment holds at least one frame of the largest size with its index entry.
-        self.store = RingStore(config.capacity_bytes, segment_bytes=config.max_frame_bytes + ENTRY_OVERHEAD_BYTES)
+        self.data_dir = DataDir(config.data_dir, config.fsync) if config.data_dir is not None else None
+        buffers: SegmentBuffers | None = self.data_dir
+        self.store = Store(
+            config.capacity_bytes,
+            segment_bytes=config.effective_segment_bytes,
+            process_capacity_bytes=config.process_capacity_bytes,
+            policy=config.policy,
+            buffers=buffers,
+        )
         self.limits = Limits(config.max_frame_bytes, config.max_strings, config.max_tracks, config.max_kinds)
         self.max_connections = config.max_connections
         self.handshake_timeout_s = config.handshake_timeout_s
@@ -81,11 +123,14 @@ class Collector:
         self.http_address: tuple[str, int] | None = None
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
+        self._forgetting: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Bind both listeners and log one line each with the port actually bound."""
+        """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
         loop = asyncio.get_running_loop()
         config = self.config
+        if self.data_dir is not None:
+            self._recover(self.data_dir)
         self._tcp_server = server = await loop.create_server(
             lambda: IngestProtocol(self), config.tcp_host, config.tcp_port
         )
@@ -98,11 +143,54 @@ class Collector:
         self.http_address = self._http_runner.addresses[0][:2]
         log.info("http listening on http://%s", _host_port(self.http_address))
         log.info(
-            "ring capacity %d bytes in %d segments; max frame %d bytes",
+            "store: capacity %d bytes (%d per process), policy %s, %s; segments up to %d bytes; max frame %d bytes",
             self.store.capacity_bytes,
-            self.store.segment_count,
+            self.store.process_capacity_bytes,
+            self.store.policy,
+            f"data dir {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory",
+            self.store.segment_bytes,
             config.max_frame_bytes,
         )
+        self._forgetting = asyncio.create_task(self._forget_idle_processes())
+
+    def _recover(self, data_dir: DataDir) -> None:
+        started = time.monotonic()
+        segments = events = cut = 0
+        for recovered in data_dir.recover(self.limits):
+            process = self.registry.known(recovered.hello)
+            if recovered.stats is not None:  # segments come oldest first: the last one seen is the latest
+                process.client_stats = recovered.stats
+            self.store.adopt(recovered, process.uid)
+            segments += 1
+            events += sum(count for _, _, _, count, _, _ in recovered.entries)
+            cut += recovered.why_cut is not None
+        if segments:
+            log.info(
+                "recovered %d segments, %d events of %d processes from %s in %.2fs (%d with a tail cut)",
+                segments,
+                events,
+                len(self.registry.processes),
+                Path(data_dir.path),
+                time.monotonic() - started,
+                cut,
+            )
+
+    async def _forget_idle_processes(self) -> None:
+        """Every few seconds: forget processes with no connection and nothing stored (bounded bookkeeping)."""
+        interval = min(max(self.config.forget_after_s / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            self.forget_idle()
+
+    def forget_idle(self) -> int:
+        """Forget every process idle past ``forget_after_s`` that holds nothing; returns how many."""
+        forgotten = 0
+        for process in self.registry.idle(self.config.forget_after_s):
+            if not self.store.holds(process.uid):
+                self.registry.forget(process)
+                self.store.forget(process.uid)
+                forgotten += 1
+        return forgotten
 
     def health(self) -> dict[str, Any]:
         """Liveness and a few gauges."""
@@ -111,13 +199,21 @@ class Collector:
             "status": "ok",
             "connections": len(self.connections),
             "processes": len(self.registry.processes),
+            "forgotten_processes": self.registry.forgotten_processes,
             "stored_events": store.stored_events,
             "stored_frames": store.stored_frames,
+            "segments": store.segment_count,
+            "held_bytes": store.held_bytes,
             "used_bytes": store.used_bytes,
             "capacity_bytes": store.capacity_bytes,
+            **{name: value for name, value in store.totals().as_dict().items() if name != "stored_events"},
         }
 
     async def stop(self) -> None:
+        if self._forgetting is not None:
+            self._forgetting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._forgetting
         if self._tcp_server is not None:
             self._tcp_server.close()
             for connection in list(self.connections):
@@ -136,16 +232,27 @@ class Collector:
             if not future.done():
                 future.cancel()
         processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
-        lost = {cast(tuple[int, int], key): loss.events for key, loss in self.store.lost.items()}
         # Frozen before export starts on a worker thread: ingest goes on changing the live records.
         other = {
             "collector_version": __version__,
             "capacity_bytes": self.store.capacity_bytes,
-            "stored_events": self.store.stored_events,
+            "process_capacity_bytes": self.store.process_capacity_bytes,
+            "policy": self.store.policy,
             "clients_flushed": acknowledged,
             "clients_connected": len(flushes),
+            "forgotten_processes": self.registry.forgotten_processes,
         }
-        return SnapshotView(self.store.snapshot(), processes, lost, other)
+        forgotten = Counts()
+        forgotten.add(self.store.forgotten)
+        return SnapshotView(
+            self.store.snapshot(),
+            processes,
+            self.store.track_counts(),
+            other,
+            limits=self.limits,
+            forgotten=forgotten,
+            forgotten_client=self.registry.forgotten_stats,
+        )
 
 
 def _host_port(address: tuple[str, int]) -> str:

@@ -64,11 +64,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory for stored events, e.g. 64MB, 1GiB, 1048576 (default 256MiB)",
     )
     parser.add_argument(
+        "--process-capacity",
+        type=_arg(parse_size),
+        default=None,
+        metavar="SIZE",
+        help="most one process may hold, so that a noisy one overwrites its own past, not everyone's "
+        "(default: the whole capacity)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=["ring", "discard"],
+        default=defaults.policy,
+        help="when full: ring overwrites the oldest, discard refuses the newest and keeps the beginning "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=None,
+        help="keep segments as files in DIR (created if missing) and recover them on start; "
+        "without it everything stays in memory",
+    )
+    parser.add_argument(
+        "--fsync",
+        choices=["never", "flush", "always"],
+        default=defaults.fsync,
+        help="with --data-dir, what survives a power loss: never syncs (a crash of the collector loses nothing "
+        "acknowledged; the OS writes back), flush syncs before acknowledging each client flush, always after every "
+        "batch received (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-frame-size",
         type=_arg(parse_size),
         default=defaults.max_frame_bytes,
         metavar="SIZE",
-        help="largest frame a client may send; also the ring's segment size (default 1MiB)",
+        help="largest frame a client may send (default 1MiB)",
     )
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="default %(default)s")
     parser.add_argument(
@@ -126,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             http_host=args.http[0],
             http_port=args.http[1],
             capacity_bytes=args.capacity,
+            process_capacity_bytes=args.process_capacity,
+            policy=args.policy,
+            data_dir=args.data_dir,
+            fsync=args.fsync,
             max_frame_bytes=args.max_frame_size,
             max_connections=args.max_connections,
             max_strings=args.max_strings,

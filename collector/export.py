@@ -1,10 +1,12 @@
-"""Stored frames to Chrome trace event JSON (object form), as a stream of chunks.
+"""Stored segments to Chrome trace event JSON (object form), as a stream of chunks.
 
-Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Frames are emitted in the order they
-arrived; each frame is decoded and written as one chunk, so memory stays at
-one frame's worth of events however large the store. Timestamps: monotonic ns plus the process's clock offset gives
-wall-clock ns; ``ts`` is microseconds since the snapshot's earliest event (``otherData.clock_origin_wall_ns``), which
-keeps sub-microsecond precision that absolute epoch microseconds would lose in a double.
+Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Segments are read oldest first, each
+with its own session decoder (a segment holds the session frames its events need); within a segment frames come in
+the order they arrived. Each frame is decoded and written as one chunk, so memory stays at one segment's bytes and
+one frame's worth of events however large the store. Thread and process names come last, once every track is known.
+Timestamps: monotonic ns plus the process's clock offset gives wall-clock ns; ``ts`` is microseconds since the
+snapshot's earliest event (``otherData.clock_origin_wall_ns``), which keeps sub-microsecond precision that absolute
+epoch microseconds would lose in a double.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from ringtrace.client.errors import ProtocolError
 from ringtrace.client.messages import render
 from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, Stats
-from ringtrace.client.session import typed_args
+from ringtrace.client.session import Limits, SessionDecoder, StreamTables, typed_args
 
-from .sessions import FrameContext, ProcessRecord
+from .sessions import ProcessRecord
 from .slices import Pairing
-from .store import StoredFrame, StoreSnapshot
+from .store import Counts, SegmentView, StoreSnapshot
 
 __all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
 
@@ -61,7 +63,7 @@ class ProcessView:
             process.host,
             process.name,
             process.clock_offset_ns,
-            process.client_stats,
+            process.reported_stats,
             dict(process.tracks),
         )
 
@@ -79,60 +81,80 @@ class SnapshotView:
 
     frames: StoreSnapshot
     processes: dict[int, ProcessView]
-    #: (process uid, thread id) -> events the ring overwrote.
-    ring_lost_events: dict[tuple[int, int], int]
+    #: (process uid, track id) -> what the store received and lost of it.
+    counts: dict[tuple[int, int], Counts]
     other: dict[str, Any] = field(default_factory=dict)
+    #: What decoding a stored segment may meet (what ingest allowed).
+    limits: Limits = field(default_factory=Limits)
+    #: Counts of processes forgotten since the collector started (they add to the totals).
+    forgotten: Counts = field(default_factory=Counts)
+    forgotten_client: Stats = field(default_factory=lambda: Stats(0, 0))
 
 
 def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document."""
-    # Arrival order: each track's frames come as recorded, which pairing markers and source activity needs (an
-    # after-the-fact marker can make a later frame start earlier). Viewers sort events by time themselves.
-    frames = list(view.frames)
-    origin_ns = min((f.first_ts_ns + _offset(view, f) for f in frames), default=0)
-    tracks = {(_context(f).process.uid, _context(f).track.track_id): _context(f).track for f in frames}
-    yield b'{"traceEvents":['
-    first = True
-    metadata = _metadata_events(view, tracks)
-    if metadata:
-        yield orjson.dumps(metadata)[1:-1]
-        first = False
+    segments = [segment for segment in view.frames.segments if segment.owner in view.processes]
+    origin_ns = min(
+        (first + view.processes[s.owner].clock_offset_ns for s in segments for *_, first, _ in s.index()), default=0
+    )
+    tracks: dict[tuple[int, int], TrackInfo] = {}
     undecodable: dict[int, int] = {}
     pairing = Pairing()
-    for frame in frames:
+    yield b'{"traceEvents":['
+    first = True
+    for segment in segments:
+        process = view.processes[segment.owner]
+        decoded = 0
         try:
-            events, skipped = _frame_events(view, frame, origin_ns, pairing)
-            chunk = _dumps(events)[1:-1] if events else b""
-        except Exception as exc:  # a bad frame must cost its own events, not the validity of the whole document
-            skipped, chunk = frame.count, b""
-            _log_once(view, frame, exc)
-        if skipped:
-            uid = _context(frame).process.uid
-            undecodable[uid] = undecodable.get(uid, 0) + skipped
-        if chunk:
-            yield chunk if first else b"," + chunk
-            first = False
-    still_open = pairing.still_open()
-    if still_open:
-        chunk = _dumps(still_open)[1:-1]
+            for tables, frame in _segment_frames(segment, view.limits):
+                decoded += frame.count
+                track = tables.tracks[frame.track_id]
+                tracks[(process.uid, track.track_id)] = track
+                try:
+                    events, skipped = _frame_events(process, track, tables, frame, origin_ns, pairing)
+                    chunk = _dumps(events)[1:-1] if events else b""
+                except Exception as exc:  # a bad frame costs its own events, not the validity of the document
+                    skipped, chunk = frame.count, b""
+                    _log_once(process, frame.count, exc)
+                if skipped:
+                    undecodable[process.uid] = undecodable.get(process.uid, 0) + skipped
+                if chunk:
+                    yield chunk if first else b"," + chunk
+                    first = False
+        except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
+            lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
+            undecodable[process.uid] = undecodable.get(process.uid, 0) + lost
+            _log_once(process, lost, exc)
+    closing = pairing.still_open() + _metadata_events(view, tracks)
+    if closing:
+        chunk = _dumps(closing)[1:-1]
         yield chunk if first else b"," + chunk
     other = _other_data(view, origin_ns, undecodable, pairing)
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
 
 
+def _segment_frames(segment: SegmentView, limits: Limits) -> Iterator[tuple[StreamTables, Events]]:
+    """Each EVENTS frame of a segment, with the tables that decode it (a fresh session decoder per segment)."""
+    decoder = SessionDecoder(limits, live=False)
+    decoder.receive_data(segment.data())
+    decoder.receive_data(b"")
+    for frame in decoder:
+        if isinstance(frame, Events):
+            yield decoder.tables, frame
+
+
 _logged_uids: set[int] = set()
 
 
-def _log_once(view: SnapshotView, frame: StoredFrame, exc: Exception) -> None:
+def _log_once(process: ProcessView, events: int, exc: Exception) -> None:
     """One log line per process: why its events cannot be exported (they are counted in every snapshot)."""
-    process = view.processes[_context(frame).process.uid]
     if process.uid in _logged_uids:
         return
     _logged_uids.add(process.uid)
     why = str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
     log.warning(
         "cannot export %d events of %s (pid %d): %s; counted as undecodable_events (logged once per process)",
-        frame.count,
+        events,
         process.name,
         process.pid,
         why,
@@ -162,15 +184,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _context(frame: StoredFrame) -> FrameContext:
-    context: FrameContext = frame.context
-    return context
-
-
-def _offset(view: SnapshotView, frame: StoredFrame) -> int:
-    return view.processes[_context(frame).process.uid].clock_offset_ns
-
-
 def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for uid in sorted({uid for uid, _ in tracks}):
@@ -194,20 +207,17 @@ def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo
 
 
 def _frame_events(
-    view: SnapshotView, frame: StoredFrame, origin_ns: int, pairing: Pairing
+    process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, origin_ns: int, pairing: Pairing
 ) -> tuple[list[dict[str, Any]], int]:
     """The Chrome events of one stored frame, and how many of its events could not be shown."""
-    context = _context(frame)
-    process = view.processes[context.process.uid]
     base_ns = process.clock_offset_ns - origin_ns
-    pid, tid = process.trace_pid, process.tid(context.track)
+    pid, tid = process.trace_pid, process.tid(track)
     events = []
     skipped = 0
-    batch = Events(context.track.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload)
-    for kind, name, ts_ns, dur_ns, args in context.tables.rows(batch):
+    for kind, name, ts_ns, dur_ns, args in tables.rows(frame):
         ts = (ts_ns + base_ns) / 1000
         if kind is not None and kind.shape in _PAIRED:
-            track_key = (context.process.uid, context.track.track_id)  # not (pid, tid): thread ids are reused
+            track_key = (process.uid, track.track_id)  # not (pid, tid): thread ids are reused
             paired = (
                 pairing.source(kind.shape, name, ts, pid, tid, track_key)
                 if kind.shape.startswith("source")
@@ -231,7 +241,7 @@ def _frame_events(
             if isinstance(args, dict):
                 event["args"] = args
             elif kind.fields and isinstance(args, list):  # a typed kind: values in the order of its fields
-                event["args"] = typed_args(kind, args, context.tables.kinds)
+                event["args"] = typed_args(kind, args, tables.kinds)
             else:
                 event["args"] = {"value": args}
         if phase == "X":
@@ -247,29 +257,37 @@ def _frame_events(
 
 
 def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int], pairing: Pairing) -> dict[str, Any]:
-    ring_lost: dict[int, int] = {}
-    for (uid, _), lost in view.ring_lost_events.items():
-        ring_lost[uid] = ring_lost.get(uid, 0) + lost
+    per_process: dict[int, Counts] = {}
+    per_track: dict[int, list[dict[str, Any]]] = {}
+    for (uid, track_id), counts in sorted(view.counts.items()):
+        per_process.setdefault(uid, Counts()).add(counts)
+        process = view.processes.get(uid)
+        track = process.tracks.get(track_id) if process is not None else None
+        per_track.setdefault(uid, []).append(
+            {"track": track_id, "name": track.name if track else None, **_store_counts(counts)}
+        )
     processes: list[dict[str, Any]] = [
         {
             "pid": p.trace_pid,
             "os_pid": p.pid,
             "host": p.host,
             "process_name": p.name,
+            **_store_counts(per_process.get(p.uid, Counts())),
             "client_dropped_events": p.client_stats.dropped_events,
             "label_overflow_events": p.client_stats.label_overflow_events,
             "clipped_args": p.client_stats.clipped_args,
             "rejected_events": p.client_stats.rejected_events,
-            "ring_overwritten_events": ring_lost.get(p.uid, 0),
             "undecodable_events": undecodable.get(p.uid, 0),
             "unmatched_marker_ends": pairing.unmatched_marker_ends.get(p.trace_pid, 0),
             "source_anomalies": pairing.source_anomalies.get(p.trace_pid, 0),
+            "tracks": per_track.get(p.uid, []),
         }
         for p in sorted(view.processes.values(), key=lambda p: p.uid)
     ]
+    forgotten = {**_store_counts(view.forgotten), **_client_counts(view.forgotten_client)}
 
     def total(name: str) -> int:
-        return min(sum(int(p[name]) for p in processes), _MAX_JSON_INT)
+        return min(sum(int(p[name]) for p in processes) + forgotten.get(name, 0), _MAX_JSON_INT)
 
     return {
         **view.other,
@@ -279,12 +297,35 @@ def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int],
     }
 
 
+def _store_counts(counts: Counts) -> dict[str, int]:
+    return {name: min(value, _MAX_JSON_INT) for name, value in counts.as_dict().items()}
+
+
+def _client_counts(stats: Stats) -> dict[str, int]:
+    return {
+        "client_dropped_events": stats.dropped_events,
+        "label_overflow_events": stats.label_overflow_events,
+        "clipped_args": stats.clipped_args,
+        "rejected_events": stats.rejected_events,
+    }
+
+
+#: Totals over every process, forgotten ones included.
 _TOTALS = (
+    "received_events",
+    "received_bytes",
+    "stored_events",
+    "stored_bytes",
+    "overwritten_events",
+    "overwritten_bytes",
+    "capped_events",
+    "capped_bytes",
+    "discarded_events",
+    "discarded_bytes",
     "client_dropped_events",
     "label_overflow_events",
     "clipped_args",
     "rejected_events",
-    "ring_overwritten_events",
     "undecodable_events",
     "unmatched_marker_ends",
     "source_anomalies",

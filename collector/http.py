@@ -67,15 +67,27 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
         request.query, "flush_timeout_s", collector.snapshot_flush_timeout_s, 0.0, _MAX_FLUSH_TIMEOUT_S
     )
     view = await collector.snapshot(flush_timeout_s)
-    response = web.StreamResponse(headers={"Content-Type": "application/json"})
-    await response.prepare(request)
-    # Decoding and JSON encoding run on a worker thread, one frame per step, so ingest keeps flowing.
-    chunks = chrome_trace_chunks(view)
-    loop = asyncio.get_running_loop()
-    while (chunk := await loop.run_in_executor(None, next, chunks, None)) is not None:
-        await response.write(chunk)
-    await response.write_eof()
-    return response
+    step: asyncio.Future[bytes | None] | None = None
+    try:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        # Decoding and JSON encoding run on a worker thread, one frame per step, so ingest keeps flowing.
+        chunks = chrome_trace_chunks(view)
+        loop = asyncio.get_running_loop()
+        while True:
+            step = loop.run_in_executor(None, next, chunks, None)
+            chunk = await step
+            if chunk is None:
+                break
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+    finally:
+        # The segments stay pinned until no worker reads them (a cancelled request leaves its step running).
+        if step is None or step.done():
+            view.frames.close()
+        else:
+            step.add_done_callback(lambda _: view.frames.close())
 
 
 async def healthz(request: web.Request) -> web.Response:

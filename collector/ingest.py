@@ -2,9 +2,10 @@
 
 The kernel writes straight into the decoder's buffer (``get_buffer``/``buffer_updated``); each complete frame comes
 out checked and applied to the connection's tables (the decoder holds every rule of the stream), and is handled
-synchronously: HELLO is answered with WELCOME (or GOODBYE naming both version ranges), EVENTS payloads go into the
-store undecoded. A protocol error closes this connection only, with a log line that names the peer and the broken
-limit or field.
+synchronously: HELLO is answered with WELCOME (or GOODBYE naming both version ranges); SCHEMA, STRINGS, TRACK, STATS
+and EVENTS frames go into the connection's stream in the store verbatim, EVENTS undecoded and copied once, straight
+from the read buffer. A FLUSH is acknowledged once everything before it is stored (and synced, in a data dir). A
+protocol error closes this connection only, with a log line that names the peer and the broken limit or field.
 """
 
 from __future__ import annotations
@@ -22,32 +23,23 @@ from ringtrace.client.protocol import (
     Frame,
     Goodbye,
     Hello,
+    Schema,
     Stats,
+    Strings,
     Track,
     encode,
     preamble,
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
-from .sessions import FrameContext, ProcessRecord, Registry
+from .sessions import ProcessRecord, Registry
+from .store import Store, Stream
 
 __all__ = ["IngestProtocol", "IngestSink"]
 
 log = logging.getLogger("ringtrace.collector.ingest")
 
 _tokens = itertools.count(1)
-
-
-class _Store(Protocol):
-    def append(
-        self,
-        key: tuple[int, int],
-        context: FrameContext,
-        count: int,
-        first_ts_ns: int,
-        last_ts_ns: int,
-        payload: bytes | memoryview,
-    ) -> None: ...
 
 
 class IngestSink(Protocol):
@@ -69,23 +61,22 @@ class IngestSink(Protocol):
     def registry(self) -> Registry: ...
 
     @property
-    def store(self) -> _Store: ...
+    def store(self) -> Store: ...
 
     @property
     def connections(self) -> set[IngestProtocol]: ...
 
 
 class IngestProtocol(asyncio.BufferedProtocol):
-    __slots__ = ("_contexts", "_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_transport", "process")
+    __slots__ = ("_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_stream", "_transport", "process")
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
-        self._session = SessionDecoder(sink.limits)
+        self._session = SessionDecoder(sink.limits, borrow=True)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self.process: ProcessRecord | None = None
-        #: Per track id: the context its stored frames keep (rebuilt when a TRACK frame renames the track).
-        self._contexts: dict[int, FrameContext] = {}
+        self._stream: Stream | None = None
         self._flushes: dict[int, asyncio.Future[bool]] = {}
         self._handshake_timer: asyncio.TimerHandle | None = None
 
@@ -139,8 +130,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._peer,
                 self._session.skipped_frames,
             )
+        if self._stream is not None:
+            self._sink.store.close_stream(self._stream)
+            self._stream = None
         if self.process is not None:
-            self.process.live_connections -= 1
+            self._sink.registry.disconnected(self.process)
         for future in self._flushes.values():
             if not future.done():
                 future.set_result(False)
@@ -186,6 +180,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         try:
             for frame in self._session:
                 self._handle(frame)
+            if self._stream is not None:
+                self._sink.store.commit(self._stream)
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -198,42 +194,46 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
 
     def _handle(self, frame: Frame) -> None:
+        stream = self._stream
         if isinstance(frame, Events):
-            context = self._contexts.get(frame.track_id)
-            if context is None:
-                context = self._context(frame.track_id)
-            self._sink.store.append(
-                context.key, context, frame.count, frame.first_ts_ns, frame.last_ts_ns, frame.payload
+            assert stream is not None
+            self._sink.store.events(
+                stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
             )
         elif isinstance(frame, Track):
-            self._contexts.pop(frame.track_id, None)
-            assert self.process is not None
-            if frame.ended:  # stored frames name it through their own context
+            assert self.process is not None and stream is not None
+            if frame.ended:  # frames stored before name it in their own segments
                 self.process.tracks.pop(frame.track_id, None)
             else:
                 self.process.tracks[frame.track_id] = self._session.tables.tracks[frame.track_id]
+            self._sink.store.session_frame(
+                stream, self._session.last_frame(), kind="track", track_id=frame.track_id, ended=frame.ended
+            )
+        elif isinstance(frame, Strings):
+            assert stream is not None
+            self._sink.store.session_frame(stream, self._session.last_frame(), kind="strings")
+        elif isinstance(frame, Schema):
+            assert stream is not None
+            self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
         elif isinstance(frame, Flush):
-            assert self._transport is not None
-            self._transport.write(encode(FlushAck(frame.token)))  # everything before it is stored already
+            assert self._transport is not None and stream is not None
+            self._sink.store.sync(stream)  # everything before it is stored: now durable as --fsync says
+            self._transport.write(encode(FlushAck(frame.token)))
         elif isinstance(frame, FlushAck):
             future = self._flushes.pop(frame.token, None)
             if future is not None and not future.done():
                 future.set_result(True)
         elif isinstance(frame, Stats):
-            assert self.process is not None
+            assert self.process is not None and stream is not None
             self.process.client_stats = frame
+            self._sink.store.session_frame(stream, self._session.last_frame(), kind="stats")
         elif isinstance(frame, Hello):
             self._hello(frame)
-
-    def _context(self, track_id: int) -> FrameContext:
-        assert self.process is not None
-        context = FrameContext(self.process, self._session.tables.tracks[track_id], self._session.tables)
-        self._contexts[track_id] = context
-        return context
 
     def _hello(self, hello: Hello) -> None:
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
         self.process = self._sink.registry.hello(hello)
+        self._stream = self._sink.store.open_stream(self.process.uid, self._session.last_frame())
         assert self._transport is not None
         self._transport.write(preamble() + encode(welcome))
         log.info(

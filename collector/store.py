@@ -1,166 +1,484 @@
-"""A ring of fixed-size segments holding EVENTS payloads, opaque, within a byte budget.
+"""The store: every client stream's recent past in self-describing segments, within a byte budget, every loss counted.
 
 Theory of operation
 -------------------
-The store is ``segment_count`` segments of ``segment_bytes`` each, oldest first. A payload is copied into the newest
-segment with an index entry beside it (source key, decode context, offset, length, event count, first and last
-timestamp); the entry's memory, ``ENTRY_OVERHEAD_BYTES``, counts against the segment too, so that many tiny frames
-cannot make the ring use many times its capacity. A payload that does not fit opens a new segment, and when all
-``segment_count`` are in use the oldest is dropped first, its events and frames counted as lost against their source
-keys. Payloads are never decoded here.
+Each connection writes into segments of its own (``Stream``). A segment opens with the session frames the stream has
+declared so far (HELLO, SCHEMA, STRINGS, its live TRACKs, the latest STATS), replayed verbatim, so that it decodes
+alone (``segments.py``); then it takes the stream's frames as they come. A stream's segments double in size from
+``MIN_SEGMENT_BYTES`` up to ``segment_bytes``: a quiet process holds little, a busy one pays for its prefix rarely.
+A segment is larger when one frame and the session frames need it, and at least four times the session frames (a
+process with many kinds or strings would otherwise store mostly prefixes).
 
-A new segment always gets a new buffer, so ``snapshot()`` only copies references: a snapshot keeps the buffers it saw
-alive, ingest goes on writing past the offsets the snapshot knows, and nothing a snapshot reads is ever overwritten.
-No asyncio here; plain synchronous code, called from the event loop.
+Budget: the sizes of all stored segments (prefix, frames, index and unused tail alike) stay within ``capacity_bytes``,
+and one process's within ``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by
+evicting the process's own oldest segment while it is at its cap, then the oldest segment of all; under ``discard``,
+the frame is refused instead, so the store keeps the beginning. Buffers of evicted segments are reused while the
+stored bytes and the spare buffers together stay within the capacity.
+
+Accounting, per (process, track), in events and bytes of EVENTS frames: every frame received either stays stored or
+leaves by exactly one of overwritten (evicted to make room), capped (evicted or refused for its process's cap) and
+discarded (refused: the store is full, or the frame cannot be stored at all). So received = stored + overwritten +
+capped + discarded holds at every moment, per track, per process and in total.
+
+Snapshots pin the segments they read: an evicted segment's buffer is reused or unmapped only once no snapshot reads it.
+No asyncio here: plain synchronous code, called from the event loop.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from collections import deque
-from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Final, Literal
 
 from ringtrace.client.errors import ConfigError
+from ringtrace.client.protocol import preamble
 
-__all__ = ["ENTRY_OVERHEAD_BYTES", "Loss", "RingStore", "StoreSnapshot", "StoredFrame"]
+from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Buffer, MemoryBuffers, Recovered, Segment, SegmentBuffers
 
-#: What one index entry costs in memory besides its payload (a tuple of seven and its boxed integers), rounded up.
-ENTRY_OVERHEAD_BYTES = 256
+__all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream"]
 
+log = logging.getLogger("ringtrace.collector.store")
 
-@dataclass(frozen=True, slots=True)
-class StoredFrame:
-    key: Hashable
-    context: Any
-    payload: memoryview
-    count: int
-    first_ts_ns: int
-    last_ts_ns: int
+Policy = Literal["ring", "discard"]
+#: The first segment of a stream; later ones double up to ``segment_bytes``.
+MIN_SEGMENT_BYTES: Final = 64 * 1024
+_ALIGN: Final = 4096
+_PREAMBLE: Final = preamble()
 
 
 @dataclass(slots=True)
-class Loss:
-    """Events and frames a source lost because the ring overwrote them."""
+class Counts:
+    """Events and bytes (of EVENTS frames) of one track, process or total; ``stored`` is what is left."""
 
-    events: int = 0
-    frames: int = 0
+    received_events: int = 0
+    received_bytes: int = 0
+    overwritten_events: int = 0
+    overwritten_bytes: int = 0
+    capped_events: int = 0
+    capped_bytes: int = 0
+    discarded_events: int = 0
+    discarded_bytes: int = 0
+
+    @property
+    def stored_events(self) -> int:
+        return self.received_events - self.overwritten_events - self.capped_events - self.discarded_events
+
+    @property
+    def stored_bytes(self) -> int:
+        return self.received_bytes - self.overwritten_bytes - self.capped_bytes - self.discarded_bytes
+
+    def add(self, other: Counts) -> None:
+        for name in _COUNT_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        out = {name: getattr(self, name) for name in _COUNT_FIELDS}
+        out["stored_events"], out["stored_bytes"] = self.stored_events, self.stored_bytes
+        return out
 
 
-class _Segment:
-    __slots__ = ("accounted", "data", "entries", "events", "used")
+_COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
 
-    def __init__(self, size: int) -> None:
-        self.data = bytearray(size)
-        #: Payload bytes written into ``data``.
-        self.used = 0
-        #: ``used`` plus the index entries' overhead: what counts against the segment's size.
-        self.accounted = 0
-        self.events = 0
-        self.entries: list[tuple[Hashable, Any, int, int, int, int, int]] = []
 
-    def seal(self) -> None:
-        """No more appends: give back the unused tail, which index entries may have left large."""
-        with contextlib.suppress(BufferError):  # a snapshot is reading this segment right now: keep the tail
-            del self.data[self.used :]
+def _aligned(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+class Stream:
+    """One connection's writer: the session frames a new segment of it replays, and its open segment."""
+
+    __slots__ = (
+        "counts", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats", "strings", "tracks",
+    )  # fmt: skip
+
+    def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
+        self.owner = owner
+        #: The process's counts per track id.
+        self.counts = counts
+        self.hello = hello
+        self.schema: list[bytes] = []
+        self.strings: list[bytes] = []
+        self.tracks: dict[int, bytes] = {}
+        self.stats = b""
+        #: Bytes a new segment opens with: the preamble and every frame above.
+        self.session_bytes = len(_PREAMBLE) + len(hello)
+        self.segment: Segment | None = None
+        self.next_size = first_size
+
+    def session_frames(self) -> Iterator[bytes]:
+        yield _PREAMBLE
+        yield self.hello
+        yield from self.schema
+        yield from self.strings
+        yield from self.tracks.values()
+        if self.stats:
+            yield self.stats
+
+
+@dataclass(slots=True)
+class _Process:
+    """What one process holds: its segments, oldest first, and their bytes."""
+
+    segments: deque[Segment] = field(default_factory=deque)
+    held_bytes: int = 0
+    streams: int = 0
+    #: Per track id.
+    counts: dict[int, Counts] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """One segment as a snapshot saw it: readable from another thread while ingest goes on."""
+
+    seq: int
+    owner: int
+    buffer: Buffer
+    size: int
+    used: int
+    entries: int
+
+    def index(self) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """(offset, size, track, count, first_ts, last_ts) of each EVENTS frame, oldest first."""
+        buffer, size, step = self.buffer, self.size, INDEX_ENTRY.size
+        for i in range(1, self.entries + 1):
+            yield INDEX_ENTRY.unpack_from(buffer, size - step * i)
+
+    def data(self) -> bytes:
+        """The segment's wire stream (a copy: the buffer may be reused once the snapshot is closed)."""
+        return bytes(memoryview(self.buffer)[: self.used])
 
 
 class StoreSnapshot:
-    """The frames stored at one instant; safe to read from another thread while ingest goes on."""
+    """The segments stored at one instant, pinned until ``close()`` (which must be called on the store's thread)."""
 
-    def __init__(self, segments: list[tuple[bytearray, list[tuple[Hashable, Any, int, int, int, int, int]]]]) -> None:
-        self._segments = segments
+    def __init__(self, store: Store, segments: list[Segment]) -> None:
+        self._store: Store | None = store
+        self._pinned = segments
+        self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries) for s in segments]
 
     def __len__(self) -> int:
-        return sum(len(entries) for _, entries in self._segments)
+        return sum(view.entries for view in self.segments)
 
-    def __iter__(self) -> Iterator[StoredFrame]:
-        """Frames oldest first (in arrival order)."""
-        for data, entries in self._segments:
-            view = memoryview(data)
-            for key, context, offset, length, count, first_ts, last_ts in entries:
-                yield StoredFrame(key, context, view[offset : offset + length], count, first_ts, last_ts)
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store.unpin(self._pinned)
+
+    def __enter__(self) -> StoreSnapshot:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
-class RingStore:
-    """Bounded frame storage; see the module docstring.
+class Store:
+    """Bounded storage of client streams; see the module docstring.
 
     Args:
-        capacity_bytes: total bytes kept, payloads and index entries.
-        segment_bytes: size of one segment; the largest payload the store accepts, with its index entry.
-        entry_overhead_bytes: what one index entry counts for.
+        capacity_bytes: what all stored segments may take together.
+        segment_bytes: the size a stream's segments grow to (a segment is larger only when one frame and the
+            stream's session frames need it).
+        process_capacity_bytes: what one process's segments may take (default: the capacity).
+        policy: ``ring`` overwrites the oldest; ``discard`` refuses the newest.
+        buffers: where segment buffers come from (memory by default, or a ``DataDir``).
 
     Raises:
-        ConfigError: the capacity holds fewer than two segments.
+        ConfigError: a bound that cannot hold two segments of ``segment_bytes``.
     """
 
     def __init__(
-        self, capacity_bytes: int, segment_bytes: int, entry_overhead_bytes: int = ENTRY_OVERHEAD_BYTES
+        self,
+        capacity_bytes: int,
+        segment_bytes: int,
+        *,
+        process_capacity_bytes: int | None = None,
+        policy: Policy = "ring",
+        buffers: SegmentBuffers | None = None,
     ) -> None:
-        if segment_bytes < 1 or capacity_bytes < 2 * segment_bytes:
-            raise ConfigError(
-                f"capacity of {capacity_bytes} bytes must hold at least 2 segments of {segment_bytes} bytes"
-            )
+        process_capacity_bytes = capacity_bytes if process_capacity_bytes is None else process_capacity_bytes
+        for name, value in (("capacity", capacity_bytes), ("process capacity", process_capacity_bytes)):
+            if value < 2 * segment_bytes:
+                raise ConfigError(f"{name} of {value} bytes must hold at least 2 segments of {segment_bytes} bytes")
+        if policy not in ("ring", "discard"):
+            raise ConfigError(f"policy must be 'ring' or 'discard', got {policy!r}")
+        self.capacity_bytes = capacity_bytes
         self.segment_bytes = segment_bytes
-        self.entry_overhead_bytes = entry_overhead_bytes
-        self.segment_count = capacity_bytes // segment_bytes
-        self._segments: deque[_Segment] = deque()
-        #: Per source key: what the ring overwrote.
-        self.lost: dict[Hashable, Loss] = {}
-        self.stored_frames = 0
+        self.process_capacity_bytes = min(process_capacity_bytes, capacity_bytes)
+        #: None when no process cap is set: a process then only meets the capacity (its losses are overwritten).
+        self._process_cap = process_capacity_bytes if process_capacity_bytes < capacity_bytes else None
+        self.policy: Policy = policy
+        self.buffers = buffers if buffers is not None else MemoryBuffers()
+        #: Room kept free in every segment for its closing CHECKSUM frame.
+        self._reserve = CHECKSUM_FRAME.size if self.buffers.checksums else 0
+        self._segments: dict[int, Segment] = {}  # oldest first
+        self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it
+        self._processes: dict[int, _Process] = {}
+        self._seq = 0
+        #: Counts of processes forgotten (``forget``).
+        self.forgotten = Counts()
+        self.held_bytes = 0
         self.stored_events = 0
+        self.stored_frames = 0
+        self._refusals_logged: set[str] = set()
+
+    # -- streams ------------------------------------------------------------------------------------------------
+
+    def open_stream(self, owner: int, hello_frame: bytes | memoryview) -> Stream:
+        """A new connection of process ``owner``, which said ``hello_frame`` (the HELLO frame's bytes)."""
+        process = self._processes.setdefault(owner, _Process())
+        process.streams += 1
+        return Stream(owner, process.counts, bytes(hello_frame), MIN_SEGMENT_BYTES)
+
+    def close_stream(self, stream: Stream) -> None:
+        """The connection ended: seal its segment (what it holds stays stored)."""
+        if stream.segment is not None:
+            self._seal(stream)
+        self._processes[stream.owner].streams -= 1
+
+    def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,
+                      kind: Literal["schema", "strings", "track", "stats"]) -> None:  # fmt: skip
+        """A SCHEMA, STRINGS, TRACK or STATS frame (header included) the stream's decoder accepted."""
+        data = bytes(frame)
+        if kind == "schema":
+            stream.schema.append(data)
+            stream.session_bytes += len(data)
+        elif kind == "strings":
+            stream.strings.append(data)
+            stream.session_bytes += len(data)
+        elif kind == "track":
+            old = stream.tracks.pop(track_id, b"")
+            stream.session_bytes -= len(old)
+            if not ended:
+                stream.tracks[track_id] = data
+                stream.session_bytes += len(data)
+        else:
+            stream.session_bytes += len(data) - len(stream.stats)
+            stream.stats = data
+        segment = stream.segment
+        if segment is None:
+            return  # the next segment opens with it
+        if segment.free >= len(data) + self._reserve:
+            segment.write(data)
+        else:
+            self._seal(stream)
+
+    def events(
+        self, stream: Stream, track_id: int, count: int, first_ts_ns: int, last_ts_ns: int, frame: bytes | memoryview
+    ) -> bool:
+        """Store one EVENTS frame (header included); False when it was refused (and counted so)."""
+        size = len(frame)
+        counts = stream.counts.get(track_id)
+        if counts is None:
+            counts = stream.counts[track_id] = Counts()
+        counts.received_events += count
+        counts.received_bytes += size
+        segment = stream.segment
+        if segment is None or segment.free < size + INDEX_ENTRY.size + self._reserve:
+            segment = self._open_segment(stream, size, counts, count)
+            if segment is None:
+                return False
+        segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
+        self.stored_events += count
+        self.stored_frames += 1
+        return True
+
+    def commit(self, stream: Stream) -> None:
+        """A batch of frames was received: checksum what the stream wrote since (data dir), sync if fsync=always."""
+        segment = stream.segment
+        if segment is None or not self.buffers.checksums or segment.used == segment.checked:
+            return
+        segment.write_checksum()
+        if self.buffers.fsync == "always":
+            self.buffers.sync(segment)
+
+    def sync(self, stream: Stream) -> None:
+        """Before a FLUSH_ACK: everything the stream sent is checksummed, and durable as ``fsync`` says."""
+        self.commit(stream)
+        if stream.segment is not None and self.buffers.fsync != "never":
+            self.buffers.sync(stream.segment)
+
+    # -- segments -----------------------------------------------------------------------------------------------
+
+    def _open_segment(self, stream: Stream, frame_bytes: int, counts: Counts, count: int) -> Segment | None:
+        if stream.segment is not None:
+            self._seal(stream)
+        needed = stream.session_bytes + frame_bytes + INDEX_ENTRY.size + self._reserve
+        # The session frames take at most a quarter of a segment, unless that does not fit the bounds.
+        roomy = 4 * stream.session_bytes if 8 * stream.session_bytes <= self.process_capacity_bytes else 0
+        size = _aligned(max(stream.next_size, needed, roomy))
+        refusal = self._make_room(stream.owner, size)
+        if refusal is None:
+            try:
+                buffer = self.buffers.new(self._seq, size)
+            except OSError as exc:
+                refusal = f"cannot allocate a segment of {size} bytes: {exc}"
+        if refusal is not None:
+            capped = refusal.startswith("process")
+            if capped:
+                counts.capped_events += count
+                counts.capped_bytes += frame_bytes
+            else:
+                counts.discarded_events += count
+                counts.discarded_bytes += frame_bytes
+            self._log_refusal(refusal)
+            return None
+        segment = Segment(self._seq, buffer, stream.owner)
+        self._seq += 1
+        for data in stream.session_frames():
+            segment.write(data)
+        self._segments[segment.seq] = segment
+        self._writers[segment.seq] = stream
+        process = self._processes[stream.owner]
+        process.segments.append(segment)
+        process.held_bytes += size
+        self.held_bytes += size
+        stream.segment = segment
+        stream.next_size = min(max(size, stream.next_size) * 2, self.segment_bytes)
+        return segment
+
+    def _make_room(self, owner: int, size: int) -> str | None:
+        """Evict (ring) until a segment of ``size`` fits both bounds; or why it cannot be stored."""
+        process, cap = self._processes[owner], self._process_cap
+        if size > self.process_capacity_bytes:
+            return (
+                f"{'process ' if cap else ''}capacity: a segment of {size} bytes (the stream's session frames and "
+                f"one frame) exceeds {'process_capacity' if cap else 'capacity'}={self.process_capacity_bytes}"
+            )
+        while cap is not None and process.held_bytes + size > cap:
+            if self.policy == "discard" or not process.segments:
+                return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
+            self._evict(process.segments[0], "capped")
+        while self.held_bytes + size > self.capacity_bytes:
+            if self.policy == "discard" or not self._segments:
+                return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
+            self._evict(next(iter(self._segments.values())), "overwritten")
+        if not self.buffers.has(size):  # a new buffer: make room for it among the spare ones
+            self.buffers.trim(self.capacity_bytes - self.held_bytes - size)
+        return None
+
+    def _seal(self, stream: Stream) -> None:
+        segment = stream.segment
+        assert segment is not None
+        self.commit(stream)
+        if self.buffers.fsync != "never":
+            self.buffers.sync(segment)
+        self._writers.pop(segment.seq, None)
+        stream.segment = None
+
+    def _evict(self, segment: Segment, why: Literal["overwritten", "capped"]) -> None:
+        del self._segments[segment.seq]
+        writer = self._writers.pop(segment.seq, None)
+        if writer is not None:
+            writer.segment = None
+        process = self._processes[segment.owner]
+        oldest = process.segments.popleft()
+        assert oldest is segment, "a process's segments leave oldest first"
+        process.held_bytes -= segment.size
+        self.held_bytes -= segment.size
+        self.stored_events -= segment.events
+        self.stored_frames -= segment.entries
+        events_name, bytes_name = f"{why}_events", f"{why}_bytes"
+        for _, size, track_id, count, _, _ in segment.index():
+            counts = process.counts[track_id]
+            setattr(counts, events_name, getattr(counts, events_name) + count)
+            setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
+        segment.evicted = True
+        if segment.pins == 0:
+            self._release(segment)
+
+    def _release(self, segment: Segment) -> None:
+        reuse = self.held_bytes + self.buffers.pooled_bytes + segment.size <= self.capacity_bytes
+        self.buffers.release(segment, reuse=reuse)
+
+    def _log_refusal(self, why: str) -> None:
+        kind = why.split(":", 1)[0]
+        if kind not in self._refusals_logged:  # once per kind: a full discard store refuses every frame
+            self._refusals_logged.add(kind)
+            log.warning("refusing frames: %s; counted per track (logged once)", why)
+
+    # -- recovery -----------------------------------------------------------------------------------------------
+
+    def adopt(self, recovered: Recovered, owner: int) -> None:
+        """A segment recovered from the data dir, sealed, as if it had just been stored (oldest ones first)."""
+        process = self._processes.setdefault(owner, _Process())
+        segment = Segment(recovered.seq, recovered.buffer, owner)
+        segment.used = segment.checked = recovered.used
+        for offset, size, track_id, count, first_ts, last_ts in recovered.entries:
+            segment.entries += 1
+            segment.events += count
+            INDEX_ENTRY.pack_into(
+                segment.buffer, segment.size - INDEX_ENTRY.size * segment.entries, offset, size, track_id, count,
+                first_ts, last_ts,
+            )  # fmt: skip
+            counts = process.counts.setdefault(track_id, Counts())
+            counts.received_events += count
+            counts.received_bytes += size
+        while self.held_bytes + segment.size > self.capacity_bytes and self._segments:  # restarted smaller
+            self._evict(next(iter(self._segments.values())), "overwritten")
+        while self._process_cap and process.held_bytes + segment.size > self._process_cap and process.segments:
+            self._evict(process.segments[0], "capped")
+        self._segments[segment.seq] = segment
+        process.segments.append(segment)
+        process.held_bytes += segment.size
+        self.held_bytes += segment.size
+        self.stored_events += segment.events
+        self.stored_frames += segment.entries
+        self._seq = max(self._seq, segment.seq + 1)
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> StoreSnapshot:
+        """References to every stored segment, pinned; no payload is copied."""
+        segments = list(self._segments.values())
+        for segment in segments:
+            segment.pins += 1
+        return StoreSnapshot(self, segments)
+
+    def unpin(self, segments: list[Segment]) -> None:
+        for segment in segments:
+            segment.pins -= 1
+            if segment.evicted and segment.pins == 0:
+                self._release(segment)
+
+    def holds(self, owner: int) -> bool:
+        """Whether process ``owner`` has a connection or anything stored."""
+        process = self._processes.get(owner)
+        return process is not None and (process.streams > 0 or bool(process.segments))
+
+    def track_counts(self) -> dict[tuple[int, int], Counts]:
+        """Counts per (process uid, track id), copied."""
+        return {
+            (owner, track_id): Counts(*(getattr(c, name) for name in _COUNT_FIELDS))
+            for owner, process in self._processes.items()
+            for track_id, c in process.counts.items()
+        }
+
+    def process_held_bytes(self, owner: int) -> int:
+        process = self._processes.get(owner)
+        return process.held_bytes if process is not None else 0
+
+    def forget(self, owner: int) -> None:
+        """Fold the counts of a process that holds nothing into ``forgotten``, and drop its bookkeeping."""
+        assert not self.holds(owner), "only a process with no connection and nothing stored is forgotten"
+        process = self._processes.pop(owner, None)
+        if process is not None:
+            for counts in process.counts.values():
+                self.forgotten.add(counts)
+
+    def totals(self) -> Counts:
+        total = Counts()
+        total.add(self.forgotten)
+        for process in self._processes.values():
+            for counts in process.counts.values():
+                total.add(counts)
+        return total
 
     @property
-    def capacity_bytes(self) -> int:
-        return self.segment_count * self.segment_bytes
+    def segment_count(self) -> int:
+        return len(self._segments)
 
     @property
     def used_bytes(self) -> int:
-        return sum(segment.used for segment in self._segments)
-
-    def append(
-        self, key: Hashable, context: Any, count: int, first_ts_ns: int, last_ts_ns: int, payload: bytes | memoryview
-    ) -> None:
-        """Store one payload of ``count`` events from source ``key``; ``context`` is kept for whoever decodes it.
-
-        Raises:
-            ValueError: the payload is larger than a segment (the protocol's frame limit prevents this).
-        """
-        size = len(payload)
-        cost = size + self.entry_overhead_bytes
-        if cost > self.segment_bytes:
-            raise ValueError(
-                f"payload of {size} bytes (+{self.entry_overhead_bytes} of index) "
-                f"exceeds segment_bytes={self.segment_bytes}"
-            )
-        segment = self._segments[-1] if self._segments else None
-        if segment is None or segment.accounted + cost > self.segment_bytes:
-            if segment is not None:
-                segment.seal()
-            if len(self._segments) == self.segment_count:
-                self._evict(self._segments.popleft())
-            segment = _Segment(self.segment_bytes)
-            self._segments.append(segment)
-        offset = segment.used
-        segment.data[offset : offset + size] = payload
-        segment.used += size
-        segment.accounted += cost
-        segment.events += count
-        segment.entries.append((key, context, offset, size, count, first_ts_ns, last_ts_ns))
-        self.stored_frames += 1
-        self.stored_events += count
-
-    def _evict(self, segment: _Segment) -> None:
-        for key, _, _, _, count, _, _ in segment.entries:
-            loss = self.lost.get(key)
-            if loss is None:
-                loss = self.lost[key] = Loss()
-            loss.events += count
-            loss.frames += 1
-        self.stored_frames -= len(segment.entries)
-        self.stored_events -= segment.events
-
-    def snapshot(self) -> StoreSnapshot:
-        """References to every stored frame, without copying payloads."""
-        return StoreSnapshot([(segment.data, list(segment.entries)) for segment in self._segments])
+        return sum(segment.used for segment in self._segments.values())

@@ -45,7 +45,7 @@ def test_four_processes_four_threads_ten_thousand_spans_each(collector: Collecto
     assert all(s["name"] == "span" and s["dur"] >= 0 for s in spans)
     other = trace["otherData"]
     assert other["client_dropped_events"] == 0
-    assert other["ring_overwritten_events"] == 0
+    assert other["overwritten_events"] == 0
     assert other["undecodable_events"] == 0
     assert other["label_overflow_events"] == 0 and other["clipped_args"] == 0
 

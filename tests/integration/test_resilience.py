@@ -84,10 +84,10 @@ def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
         assert json.loads(done.stdout)["dropped_events"] == 0
         trace = collector.snapshot()
         kept = len(events(trace, "X"))
-        overwritten = trace["otherData"]["ring_overwritten_events"]
+        overwritten = trace["otherData"]["overwritten_events"]
         assert 0 < kept < 40_000
         assert kept + overwritten == 40_000
-        assert trace["otherData"]["processes"][0]["ring_overwritten_events"] == overwritten
+        assert trace["otherData"]["processes"][0]["overwritten_events"] == overwritten
         # What survives is the most recent past: the last span of each thread is there.
         assert {s["args"]["i"] for s in events(trace, "X")} >= {19_999}
     finally:

@@ -16,8 +16,6 @@ import pytest
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import (
-    EVENTS_HEADER,
-    FRAME_HEADER,
     MIN_MAX_FRAME_BYTES,
     Flush,
     Frame,
@@ -29,7 +27,7 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.collector.app import Collector, CollectorConfig
 from ringtrace.collector.ingest import IngestProtocol
-from ringtrace.collector.store import ENTRY_OVERHEAD_BYTES, RingStore
+from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 
@@ -73,7 +71,7 @@ def small_collector(**config: Any) -> Collector:
     defaults: dict[str, Any] = {
         "tcp_port": 0,
         "http_port": 0,
-        "capacity_bytes": 2 * (MIN_MAX_FRAME_BYTES + ENTRY_OVERHEAD_BYTES),
+        "capacity_bytes": 2 * (MIN_MAX_FRAME_BYTES + MIN_SEGMENT_BYTES),
         "max_frame_bytes": MIN_MAX_FRAME_BYTES,
     }
     return Collector(CollectorConfig(**{**defaults, **config}))
@@ -117,26 +115,26 @@ def test_one_connection_cannot_declare_strings_beyond_their_bound() -> None:
     asyncio.run(scenario())
 
 
-def test_ring_memory_stays_near_its_capacity_with_small_frames() -> None:
+def test_store_memory_stays_within_its_capacity_with_small_frames() -> None:
     # One instant, as a real client packs it when a thread recorded one event during a sweep interval.
     track = TrackInfo(1, THREAD_TRACK, "t", 1)
     ((frame, _),) = StreamEncoder().encode(track, [INSTANT, "tick", 10**15, 10**15, None]).events
-    payload = frame[FRAME_HEADER.size + EVENTS_HEADER.size :]
-    context = object()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         # Big enough that allocations of other threads during the measurement are noise.
-        store = RingStore(capacity_bytes=1024 * 1024, segment_bytes=32 * 1024)
+        store = Store(capacity_bytes=1024 * 1024, segment_bytes=128 * 1024)
+        streams = [store.open_stream(owner, encode(HELLO)) for owner in range(8)]
         for i in range(100_000):
-            # The key is built per frame, as ingest does with FrameContext.key.
-            store.append((1, 1000 + i % 8), context, 1, 10**15 + i, 10**15 + i, payload)
+            store.events(streams[i % 8], 1000 + i % 3, 1, 10**15 + i, 10**15 + i, frame)
         used = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     assert store.stored_frames > 0
-    assert used <= 2 * store.capacity_bytes, (
-        f"{used} bytes for a {store.capacity_bytes}-byte ring of {len(payload)}-byte payloads"
+    assert store.held_bytes <= store.capacity_bytes
+    # The segments, their index included, are the memory: what is left is a few objects per stream and track.
+    assert used <= store.capacity_bytes + 64 * 1024, (
+        f"{used} bytes for a {store.capacity_bytes}-byte store of {len(frame)}-byte frames"
     )
 
 

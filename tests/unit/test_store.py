@@ -1,234 +1,398 @@
-"""RingStore: a byte-bounded ring of segments that keeps the newest payloads and counts what it lost."""
+"""Store: self-describing segments within a byte budget, two policies, per-process caps, exact accounting, recovery."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from itertools import accumulate
+import itertools
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.errors import ConfigError
-from ringtrace.collector.store import Loss, RingStore, StoreSnapshot
-
-SEGMENT = 100
-
-
-@dataclass(frozen=True)
-class Appended:
-    """One ``append`` call, kept to compare with what the store gives back."""
-
-    key: str
-    count: int
-    payload: bytes
-    context: object = None
-    first_ts_ns: int = 0
-    last_ts_ns: int = 0
+from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Stats, Track, encode
+from ringtrace.client.session import Limits, SessionDecoder
+from ringtrace.collector.segments import DataDir, scan_segment
+from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
 
 
-def payload(tag: int, size: int) -> bytes:
-    """``size`` bytes that differ from one tag to the next."""
-    return bytes((tag + i) % 256 for i in range(size))
+def hello(instance: str) -> bytes:
+    return encode(Hello(100, "host", f"proc-{instance}", instance, "boot", 1, 2, "test"))
 
 
-def append(store: RingStore, item: Appended) -> None:
-    store.append(item.key, item.context, item.count, item.first_ts_ns, item.last_ts_ns, item.payload)
+class Client:
+    """One client stream, encoded by the real encoder and fed to the store as ingest feeds it."""
+
+    def __init__(self, store: Store, owner: int, tracks: int = 2) -> None:
+        self.store, self.owner = store, owner
+        self.stream = store.open_stream(owner, hello(f"i{owner}"))
+        self.encoder = StreamEncoder(max_events_per_frame=64)
+        self.tracks = [TrackInfo(owner * 100 + t, THREAD_TRACK, f"t{t}", t + 1) for t in range(tracks)]
+        self.ts = itertools.count(10**15, 1000)
+        #: Per track id: the event indices sent, in order.
+        self.sent: dict[int, list[int]] = {t.track_id: [] for t in self.tracks}
+        for frame in self.encoder.prefix():
+            self.feed(frame)
+
+    def record(self, track_index: int, events: int) -> None:
+        """``events`` instants on one track, each with its index in ``args``, as one or more EVENTS frames."""
+        track = self.tracks[track_index]
+        sent = self.sent[track.track_id]
+        records: list[Any] = []
+        for _ in range(events):
+            ts = next(self.ts)
+            # The padding makes events, not session frames (which hold every kind the process declared), fill segments.
+            records += [INSTANT, f"tick{len(sent) % 3}", ts, ts, {"i": len(sent), "pad": "x" * 100}]
+            sent.append(len(sent))
+        batch = self.encoder.encode(track, records)
+        for frame in [*batch.control, *(frame for frame, _ in batch.events)]:
+            self.feed(frame)
+        self.store.commit(self.stream)
+
+    def feed(self, frame: bytes) -> None:
+        _, frame_type = FRAME_HEADER.unpack_from(frame)
+        body = frame[FRAME_HEADER.size :]
+        if frame_type == FrameType.EVENTS:
+            _, _, track_id, count, first, last = EVENTS_HEADER.unpack_from(body)
+            self.store.events(self.stream, track_id, count, first, last, frame)
+        elif frame_type == FrameType.TRACK:
+            track = Track.decode_body(body)
+            self.store.session_frame(self.stream, frame, kind="track", track_id=track.track_id, ended=track.ended)
+        else:
+            kind = {FrameType.SCHEMA: "schema", FrameType.STRINGS: "strings", FrameType.STATS: "stats"}[frame_type]
+            self.store.session_frame(self.stream, frame, kind=kind)  # type: ignore[arg-type]
 
 
-def append_all(store: RingStore, items: list[Appended]) -> None:
-    for item in items:
-        append(store, item)
+def decoded(store: Store) -> dict[int, dict[int, list[int]]]:
+    """Per owner, per track id: the event indices the stored segments hold, each segment decoded alone."""
+    out: dict[int, dict[int, list[int]]] = {}
+    with store.snapshot() as snapshot:
+        for segment in snapshot.segments:
+            decoder = SessionDecoder(Limits(), live=False)
+            decoder.receive_data(segment.data())
+            decoder.receive_data(b"")
+            for frame in decoder:
+                for event in decoder.tables.events(frame) if frame.TYPE == FrameType.EVENTS else ():  # type: ignore[arg-type]
+                    out.setdefault(segment.owner, {}).setdefault(event.track.track_id, []).append(event.args["i"])
+    return out
 
 
-def contents(snapshot: StoreSnapshot) -> list[Appended]:
-    return [
-        Appended(frame.key, frame.count, bytes(frame.payload), frame.context, frame.first_ts_ns, frame.last_ts_ns)
-        for frame in snapshot
-    ]
+def assert_adds_up(store: Store) -> None:
+    """received = stored + overwritten + capped + discarded, per track; stored matches what the segments index."""
+    indexed: dict[tuple[int, int], int] = {}
+    with store.snapshot() as snapshot:
+        for segment in snapshot.segments:
+            for _, _, track_id, count, _, _ in segment.index():
+                indexed[(segment.owner, track_id)] = indexed.get((segment.owner, track_id), 0) + count
+    for key, counts in store.track_counts().items():
+        losses = counts.overwritten_events + counts.capped_events + counts.discarded_events
+        assert counts.received_events == counts.stored_events + losses
+        assert counts.stored_events == indexed.get(key, 0), key
+        assert counts.stored_bytes >= 0
+    assert store.stored_events == sum(indexed.values())
+    assert store.held_bytes <= store.capacity_bytes
 
 
-def ring(segments: int = 3) -> RingStore:
-    return RingStore(capacity_bytes=segments * SEGMENT, segment_bytes=SEGMENT, entry_overhead_bytes=0)
+# -- storing and decoding -------------------------------------------------------------------------------------------
 
 
-# -- storing -------------------------------------------------------------------------------------------------------
+def test_each_segment_decodes_alone_to_exactly_the_events_sent() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    clients = [Client(store, owner) for owner in (1, 2)]
+    for round_ in range(150):
+        for client in clients:
+            client.record(round_ % 2, 50)
+    assert store.segment_count > 2  # several segments per stream: each must carry the session frames again
+    assert decoded(store) == {c.owner: c.sent for c in clients}
+    assert_adds_up(store)
+    assert store.totals().stored_events == 2 * 150 * 50
 
 
-def test_snapshot_returns_payloads_in_order_and_byte_identical() -> None:
-    store = ring()
-    items = [
-        Appended("a", 1, b"\x00\xff" * 10, context={"strings": 1}, first_ts_ns=5, last_ts_ns=9),
-        Appended("b", 7, bytes(range(60)), context="ctx", first_ts_ns=10, last_ts_ns=2**63 - 1),
-        Appended("a", 2, b"", first_ts_ns=11, last_ts_ns=11),
-        Appended(("host", 42), 3, payload(3, SEGMENT)),  # exactly one segment
-        Appended("c", 4, payload(4, 1)),
-    ]
-    append_all(store, items)
+def test_a_track_ended_is_not_declared_in_the_next_segment() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    client.record(0, 10)
+    retired = client.encoder.retire(client.tracks[0])
+    assert retired is not None
+    client.feed(retired)
+    client.record(1, 3000)  # fills the first segment: the next opens with track 1 only
+    with store.snapshot() as snapshot:
+        last = snapshot.segments[-1]
+        decoder = SessionDecoder(Limits(), live=False)
+        decoder.receive_data(last.data())
+        list(decoder)
+        assert set(decoder.tables.tracks) == {client.tracks[1].track_id}
+
+
+# -- policies and caps ----------------------------------------------------------------------------------------------
+
+
+def test_ring_keeps_the_newest_and_counts_the_overwritten() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1, tracks=1)
+    for _ in range(200):
+        client.record(0, 64)
+    kept = decoded(store)[1][client.tracks[0].track_id]
+    sent = client.sent[client.tracks[0].track_id]
+    assert 0 < len(kept) < len(sent)
+    assert kept == sent[-len(kept) :]  # a suffix: the most recent past, nothing missing inside it
+    (counts,) = store.track_counts().values()
+    assert counts.overwritten_events == len(sent) - len(kept)
+    assert counts.capped_events == counts.discarded_events == 0
+    assert_adds_up(store)
+
+
+def test_discard_keeps_the_beginning_and_counts_the_refused() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
+    client = Client(store, 1, tracks=1)
+    for _ in range(200):
+        client.record(0, 64)
+    kept = decoded(store)[1][client.tracks[0].track_id]
+    sent = client.sent[client.tracks[0].track_id]
+    assert 0 < len(kept) < len(sent)
+    assert kept == sent[: len(kept)]  # a prefix: the flight recorder that keeps the beginning
+    (counts,) = store.track_counts().values()
+    assert counts.discarded_events == len(sent) - len(kept)
+    assert counts.overwritten_events == counts.capped_events == 0
+    assert_adds_up(store)
+
+
+@pytest.mark.parametrize("policy", ["ring", "discard"])
+def test_a_noisy_process_meets_its_own_cap_not_its_neighbours_history(policy: Any) -> None:
+    cap = 8 * MIN_SEGMENT_BYTES  # room for a few segments, whatever the session frames of this process hold
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, process_capacity_bytes=cap, policy=policy)
+    quiet, noisy = Client(store, 1, tracks=1), Client(store, 2, tracks=1)
+    quiet.record(0, 100)
+    for _ in range(300):
+        noisy.record(0, 64)
+    quiet.record(0, 100)
+    held = decoded(store)
+    assert held[1] == quiet.sent  # all of it
+    assert store.process_held_bytes(2) <= cap
+    counts = store.track_counts()
+    noisy_counts = counts[(2, noisy.tracks[0].track_id)]
+    assert noisy_counts.capped_events > 0
+    assert noisy_counts.overwritten_events == noisy_counts.discarded_events == 0
+    assert counts[(1, quiet.tracks[0].track_id)] == Counts(200, counts[(1, quiet.tracks[0].track_id)].received_bytes)
+    assert_adds_up(store)
+
+
+def test_bounds_that_cannot_hold_two_segments_are_refused() -> None:
+    with pytest.raises(ConfigError, match="capacity of 1000 bytes must hold at least 2 segments of 65536"):
+        Store(1000, MIN_SEGMENT_BYTES)
+    with pytest.raises(ConfigError, match="process capacity of 65536 bytes"):
+        Store(10 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, process_capacity_bytes=MIN_SEGMENT_BYTES)
+    with pytest.raises(ConfigError, match="policy must be 'ring' or 'discard', got 'lifo'"):
+        Store(10 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="lifo")  # type: ignore[arg-type]
+
+
+# -- snapshots, memory, forgetting ----------------------------------------------------------------------------------
+
+
+def test_a_snapshot_reads_its_segments_unchanged_while_ingest_overwrites_the_store() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1, tracks=1)
+    for _ in range(40):
+        client.record(0, 64)
     snapshot = store.snapshot()
-    assert len(snapshot) == len(items)
-    assert contents(snapshot) == items
-    assert (store.stored_frames, store.stored_events, store.lost) == (5, 17, {})
-    assert store.used_bytes == sum(len(item.payload) for item in items)
+    before = [segment.data() for segment in snapshot.segments]
+    for _ in range(400):  # every segment the snapshot holds is evicted, several times over
+        client.record(0, 64)
+    assert [segment.data() for segment in snapshot.segments] == before
+    snapshot.close()
+    for _ in range(400):  # now their buffers may be reused
+        client.record(0, 64)
+    assert_adds_up(store)
 
 
-def test_empty_store_has_an_empty_snapshot() -> None:
-    snapshot = ring().snapshot()
-    assert len(snapshot) == 0
-    assert list(snapshot) == []
+def test_memory_held_and_spare_stays_within_the_capacity() -> None:
+    store = Store(6 * MIN_SEGMENT_BYTES, 2 * MIN_SEGMENT_BYTES)
+    clients = [Client(store, owner, tracks=1) for owner in range(5)]
+    for round_ in range(300):
+        clients[round_ % 5].record(0, 64)
+        assert store.held_bytes + store.buffers.pooled_bytes <= store.capacity_bytes
+    assert_adds_up(store)
 
 
-def test_capacity_is_whole_segments() -> None:
-    store = RingStore(capacity_bytes=2 * SEGMENT + 99, segment_bytes=SEGMENT, entry_overhead_bytes=0)
-    assert (store.segment_count, store.capacity_bytes) == (2, 2 * SEGMENT)
+def test_a_process_is_forgotten_only_when_it_holds_nothing_and_its_counts_stay_in_the_totals() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    old, new = Client(store, 1, tracks=1), Client(store, 2, tracks=1)
+    old.record(0, 100)
+    store.close_stream(old.stream)
+    assert store.holds(1)  # its segment is still stored
+    for _ in range(200):
+        new.record(0, 64)
+    assert not store.holds(1)  # overwritten
+    before = store.totals()
+    store.forget(1)
+    assert store.totals() == before
+    assert store.forgotten.overwritten_events == 100
+    assert {owner for owner, _ in store.track_counts()} == {2}
 
 
-# -- eviction ------------------------------------------------------------------------------------------------------
+# -- accounting, as a property --------------------------------------------------------------------------------------
 
-
-def test_full_ring_drops_its_oldest_segment_and_counts_the_loss_per_key() -> None:
-    store = ring(segments=3)
-    # Two 50-byte payloads fill a segment: segments [a1 b2] [a3 a4] [b5 c6].
-    items = [Appended(key, count, payload(count, 50)) for key, count in zip("abaabc", range(1, 7), strict=True)]
-    append_all(store, items)
-    assert store.lost == {}
-
-    append(store, Appended("c", 7, payload(7, 50)))  # needs a fourth segment: [a1 b2] goes
-    assert store.lost == {"a": Loss(events=1, frames=1), "b": Loss(events=2, frames=1)}
-    assert contents(store.snapshot()) == [*items[2:], Appended("c", 7, payload(7, 50))]
-    assert (store.stored_frames, store.stored_events) == (5, 3 + 4 + 5 + 6 + 7)
-
-    append(store, Appended("b", 8, payload(8, 50)))  # fits beside c7: nothing goes
-    append(store, Appended("b", 9, payload(9, 50)))  # [a3 a4] goes
-    assert store.lost == {"a": Loss(events=1 + 3 + 4, frames=3), "b": Loss(events=2, frames=1)}
-    assert [item.count for item in contents(store.snapshot())] == [5, 6, 7, 8, 9]
-    assert (store.stored_frames, store.stored_events) == (5, 5 + 6 + 7 + 8 + 9)
-
-
-def test_payload_that_does_not_fit_the_newest_segment_opens_another() -> None:
-    store = ring(segments=2)
-    append_all(store, [Appended("k", 1, payload(1, 60)), Appended("k", 1, payload(2, 60))])
-    assert store.used_bytes == 120
-    append(store, Appended("k", 1, payload(3, 60)))  # a third segment: the first (60 bytes, 1 frame) goes
-    assert store.lost == {"k": Loss(events=1, frames=1)}
-    assert [item.payload for item in contents(store.snapshot())] == [payload(2, 60), payload(3, 60)]
-
-
-appends = st.lists(
-    st.builds(
-        Appended,
-        key=st.sampled_from("abc"),
-        count=st.integers(1, 1000),
-        payload=st.integers(0, SEGMENT).map(lambda size: payload(size, size)),
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.integers(0, 3), st.integers(0, 1), st.integers(1, 300)),
+        st.tuples(st.just("reconnect"), st.integers(0, 3)),
+        st.tuples(st.just("snapshot"), st.integers(0, 3)),
+        st.tuples(st.just("release"), st.integers(0, 3)),
     ),
     max_size=60,
 )
 
 
-@settings(deadline=None)
-@given(items=appends, segments=st.integers(2, 5))
-def test_every_event_is_either_stored_or_counted_lost(items: list[Appended], segments: int) -> None:
-    store = ring(segments)
-    append_all(store, items)
-    kept = contents(store.snapshot())
-
-    # The ring keeps the newest appends, in order: what it dropped is a prefix.
-    assert kept == items[len(items) - len(kept) :]
-    if items:
-        assert kept[-1] == items[-1]
-    assert store.stored_frames == len(kept)
-    assert store.stored_events == sum(item.count for item in kept)
-    assert store.used_bytes == sum(len(item.payload) for item in kept) <= store.capacity_bytes
-
-    for key in "abc":
-        sent = [item for item in items if item.key == key]
-        stored = [item for item in kept if item.key == key]
-        loss = store.lost.get(key, Loss())
-        assert loss.frames == len(sent) - len(stored)
-        assert loss.events == sum(item.count for item in sent) - sum(item.count for item in stored)
-
-
-@settings(deadline=None)
-@given(sizes=st.lists(st.integers(1, SEGMENT), min_size=1, max_size=60))
-def test_ring_drops_nothing_while_the_payloads_fit(sizes: list[int]) -> None:
-    # Two consecutive segments always hold more than one segment's worth (the second was opened because the first
-    # could not take its first payload), so four segments hold any run of payloads of up to two segments' worth.
-    store = ring(segments=4)
-    items = [Appended("k", 1, payload(i, size)) for i, size in enumerate(sizes)]
-    fitting = [item for item, total in zip(items, accumulate(sizes), strict=True) if total <= 2 * SEGMENT]
-    append_all(store, fitting)
-    assert store.lost == {}
-    assert contents(store.snapshot()) == fitting
-
-
-# -- snapshots -----------------------------------------------------------------------------------------------------
-
-
-def test_snapshot_keeps_its_bytes_after_the_ring_wrapped_many_times() -> None:
-    store = ring(segments=3)
-    before = [Appended("old", 1, payload(i, 30)) for i in range(4)]  # segments [30 30 30] [30 . .]
-    append_all(store, before)
-    snapshot = store.snapshot()
-
-    for i in range(100):  # the first ones land in the same segment as the last snapshotted payload
-        append(store, Appended("new", 1, payload(100 + i, 30)))
-
-    assert contents(snapshot) == before
-    assert store.lost["old"] == Loss(events=4, frames=4)
-    assert all(item.key == "new" for item in contents(store.snapshot()))
-
-
-def test_snapshot_does_not_see_later_appends_into_its_newest_segment() -> None:
-    store = ring()
-    append(store, Appended("k", 1, payload(1, 10)))
-    snapshot = store.snapshot()
-    append(store, Appended("k", 2, payload(2, 10)))
-    assert [item.count for item in contents(snapshot)] == [1]
-    assert [item.count for item in contents(store.snapshot())] == [1, 2]
-
-
-# -- limits --------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("capacity", "segment"),
-    [(0, SEGMENT), (SEGMENT, SEGMENT), (2 * SEGMENT - 1, SEGMENT), (10, 0), (10, -5)],
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity_segments=st.integers(2, 6),
+    process_segments=st.one_of(st.none(), st.integers(2, 6)),
+    policy=st.sampled_from(["ring", "discard"]),
+    ops=operations,
 )
-def test_capacity_below_two_segments_is_a_config_error(capacity: int, segment: int) -> None:
-    with pytest.raises(ConfigError, match=str(capacity)):
-        RingStore(capacity, segment)
+def test_received_is_stored_plus_each_kind_of_loss_whatever_happens(
+    capacity_segments: int, process_segments: int | None, policy: Any, ops: list[tuple[Any, ...]]
+) -> None:
+    store = Store(
+        capacity_segments * MIN_SEGMENT_BYTES,
+        MIN_SEGMENT_BYTES,
+        process_capacity_bytes=None if process_segments is None else process_segments * MIN_SEGMENT_BYTES,
+        policy=policy,
+    )
+    clients: dict[int, Client] = {}
+    snapshots = []
+    sent: dict[tuple[int, int], int] = {}
+    for op in ops:
+        owner = op[1]
+        if op[0] == "record":
+            client = clients.get(owner) or clients.setdefault(owner, Client(store, owner))
+            client.record(op[2], op[3])
+            key = (owner, client.tracks[op[2]].track_id)
+            sent[key] = sent.get(key, 0) + op[3]
+        elif op[0] == "reconnect" and owner in clients:
+            store.close_stream(clients.pop(owner).stream)
+        elif op[0] == "snapshot":
+            snapshots.append(store.snapshot())
+        elif op[0] == "release" and snapshots:
+            snapshots.pop(owner % len(snapshots)).close()
+        assert_adds_up(store)
+        if process_segments is not None:
+            assert all(store.process_held_bytes(o) <= process_segments * MIN_SEGMENT_BYTES for o in range(4))
+    assert {key: counts.received_events for key, counts in store.track_counts().items()} == sent
+    for snapshot in snapshots:
+        snapshot.close()
 
 
-def test_capacity_of_two_segments_is_enough() -> None:
-    store = RingStore(2 * SEGMENT, SEGMENT, entry_overhead_bytes=0)
-    assert store.segment_count == 2
+# -- data dir: files, checksums, recovery ---------------------------------------------------------------------------
 
 
-def test_payload_larger_than_a_segment_is_refused() -> None:
-    store = ring()
-    append(store, Appended("k", 1, payload(0, SEGMENT)))
-    with pytest.raises(ValueError, match=rf"{SEGMENT + 1}.*{SEGMENT}") as info:
-        append(store, Appended("k", 5, payload(1, SEGMENT + 1)))
-    assert not isinstance(info.value, ConfigError)
-    assert contents(store.snapshot()) == [Appended("k", 1, payload(0, SEGMENT))]
-    assert (store.stored_frames, store.stored_events, store.lost) == (1, 1, {})
+def data_dir_store(path: Path, **options: Any) -> Store:
+    return Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=DataDir(path, "never"), **options)
 
 
-def test_counts_survive_keys_of_any_hashable_type() -> None:
-    store = ring(segments=2)
-    keys = [("host", 1), 7, frozenset({"x"})]
-    for i, key in enumerate(keys * 2):
-        store.append(key, None, i, 0, 0, payload(i, SEGMENT))
-    assert {key: loss.frames for key, loss in store.lost.items()} == {("host", 1): 2, 7: 1, frozenset({"x"}): 1}
-    assert {key: loss.events for key, loss in store.lost.items()} == {("host", 1): 0 + 3, 7: 1, frozenset({"x"}): 2}
+def recover(path: Path) -> Store:
+    store = data_dir_store(path)
+    assert isinstance(store.buffers, DataDir)
+    for recovered in store.buffers.recover(Limits()):
+        store.adopt(recovered, owner=int(recovered.hello.instance_id.removeprefix("i")))
+    return store
 
 
-def test_index_entries_count_against_the_capacity() -> None:
-    store = RingStore(capacity_bytes=2 * 1000, segment_bytes=1000, entry_overhead_bytes=150)
-    append_all(store, [Appended("k", 1, payload(i, 50)) for i in range(4)])  # 4 x 200 accounted: one segment
-    assert store.used_bytes == 200 and store.stored_frames == 4
-    append_all(store, [Appended("k", 1, payload(i, 50)) for i in range(6)])  # 10 x 200: both segments full
-    assert store.stored_frames == 10 and not store.lost
-    append(store, Appended("k", 1, payload(0, 50)))  # the oldest segment (5 frames) goes
-    assert store.stored_frames == 6 and store.lost == {"k": Loss(events=5, frames=5)}
-    with pytest.raises(ValueError, match="150 of index"):
-        append(store, Appended("k", 1, payload(0, 851)))
+def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
+    store = data_dir_store(tmp_path)
+    clients = [Client(store, owner) for owner in (1, 2)]
+    for round_ in range(30):
+        for client in clients:
+            client.record(round_ % 2, 40)
+    held = decoded(store)
+    assert held == {c.owner: c.sent for c in clients}
+    counts = store.totals()
+    del store, clients  # the mappings stay open: as after kill -9, nothing was closed or synced explicitly
+    restarted = recover(tmp_path)
+    assert decoded(restarted) == held
+    assert restarted.totals().stored_events == counts.stored_events
+    assert_adds_up(restarted)
+    # It goes on: new segments after the recovered ones, older ones overwritten in order.
+    client = Client(restarted, 3, tracks=1)
+    for _ in range(200):
+        client.record(0, 64)
+    assert_adds_up(restarted)
+    assert len(list(tmp_path.glob("*.rtseg"))) == restarted.segment_count
+
+
+def one_segment_file(tmp_path: Path, frames: int) -> tuple[Path, list[int]]:
+    """A data dir holding one segment of ``frames`` EVENTS frames, each checksummed; and where each frame ends."""
+    store = data_dir_store(tmp_path)
+    client = Client(store, 1, tracks=1)
+    ends = []
+    for _ in range(frames):
+        client.record(0, 5)
+        segment = client.stream.segment
+        assert segment is not None
+        ends.append(segment.used)
+    (path,) = tmp_path.glob("*.rtseg")
+    return path, ends
+
+
+def test_recovery_cuts_a_torn_last_frame_at_every_offset_and_keeps_the_rest(tmp_path: Path) -> None:
+    path, ends = one_segment_file(tmp_path / "source", frames=4)
+    original = path.read_bytes()
+    start, end = ends[-2], ends[-1]
+    for cut in range(start, end):
+        target = tmp_path / f"cut{cut}"
+        target.mkdir()
+        (target / path.name).write_bytes(original[:cut])
+        (recovered,) = DataDir(target, "never").recover(Limits())
+        assert recovered.used == start, cut
+        assert [entry[3] for entry in recovered.entries] == [5, 5, 5]
+        assert (recovered.why_cut is None) == (cut == start), cut
+        recovered.buffer.close()
+
+
+def test_recovery_cuts_from_a_flipped_byte_on(tmp_path: Path) -> None:
+    path, ends = one_segment_file(tmp_path, frames=4)
+    data = bytearray(path.read_bytes())
+    data[ends[1] + 40] ^= 0x01  # inside the third frame's payload
+    path.write_bytes(data)
+    (recovered,) = DataDir(tmp_path, "never").recover(Limits())
+    assert recovered.used == ends[1]
+    assert [entry[3] for entry in recovered.entries] == [5, 5]
+    assert recovered.why_cut is not None and "checksum mismatch" in recovered.why_cut
+    # The cut is zeroed in the file: a second recovery keeps the same and has nothing to say.
+    recovered.buffer.flush()
+    recovered.buffer.close()
+    (again,) = DataDir(tmp_path, "never").recover(Limits())
+    assert (again.used, again.why_cut) == (ends[1], None)
+    again.buffer.close()
+
+
+def test_a_file_that_is_not_a_segment_is_removed_with_a_reason(tmp_path: Path, caplog: Any) -> None:
+    (tmp_path / f"{7:016d}.rtseg").write_bytes(b"not a segment at all")
+    assert list(DataDir(tmp_path, "never").recover(Limits())) == []
+    assert "does not start with the ringtrace preamble" in caplog.text
+    assert not list(tmp_path.glob("*.rtseg"))
+
+
+def test_a_scan_stops_at_the_zeros_after_the_last_frame(tmp_path: Path) -> None:
+    path, ends = one_segment_file(tmp_path, frames=3)
+    data = path.read_bytes()
+    assert len(data) > ends[-1] and not any(data[ends[-1] : ends[-1] + 1024])  # allocated in full, zeros after
+    scan = scan_segment(data[: ends[-1] + 1024], Limits())
+    assert (scan.used, scan.why_cut, [entry[3] for entry in scan.entries]) == (ends[-1], None, [5, 5, 5])
+
+
+def test_stats_frames_are_replayed_into_new_segments() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1, tracks=1)
+    stats = encode(Stats(7, 1))
+    store.session_frame(client.stream, stats, kind="stats")
+    for _ in range(100):
+        client.record(0, 64)
+    with store.snapshot() as snapshot:
+        assert len(snapshot.segments) > 1
+        for segment in snapshot.segments:
+            decoder = SessionDecoder(Limits(), live=False)
+            decoder.receive_data(segment.data())
+            assert any(isinstance(frame, Stats) and frame.dropped_events == 7 for frame in decoder)

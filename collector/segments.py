@@ -1,0 +1,378 @@
+"""Segments, the unit of storage: one client stream's recent past in one buffer, readable alone.
+
+Layout of a segment's buffer of ``size`` bytes (in memory, or a file of the data dir mapped into memory)::
+
+    [ preamble HELLO SCHEMA STRINGS TRACK ... EVENTS ... CHECKSUM ... ][ zeros / free ][ index entries ]
+    0                                                                  used           size - 32 * entries
+
+The front is a stream in the wire format (``client/PROTOCOL.md``): the session frames its events need, replayed
+verbatim from the connection when the segment opens, then frames verbatim as they arrive. So the session decoder
+reads a segment alone, and a segment file is the same format as a client's trace file. The index grows down from the
+tail, one 32-byte entry per EVENTS frame (offset, size, track, count, first and last timestamp): frames are selected
+and accounted without decoding, and the index costs no memory beyond the segment's own bytes. It is derived data:
+recovery rebuilds it from the frames.
+
+In a data dir, CHECKSUM frames (type 0x83, ignorable) each hold the CRC-32 of the segment's bytes from the end of the
+previous one, so recovery keeps exactly what was checksummed and cuts a torn or corrupted tail. In memory they are left
+out: nothing there can tear.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from ringtrace.client.errors import ConfigError, ProtocolError
+from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.client.session import Limits, SessionDecoder
+
+__all__ = [
+    "CHECKSUM_FRAME",
+    "INDEX_ENTRY",
+    "DataDir",
+    "FsyncPolicy",
+    "MemoryBuffers",
+    "Recovered",
+    "Scan",
+    "Segment",
+    "SegmentBuffers",
+    "scan_segment",
+]
+
+log = logging.getLogger("ringtrace.collector.segments")
+
+#: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
+INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
+#: A CHECKSUM frame: body length 4, type 0x83 (ignorable), CRC-32 of the bytes since the previous CHECKSUM frame.
+CHECKSUM_FRAME: Final = struct.Struct("<IBI")
+CHECKSUM_TYPE: Final = 0x83
+_PREAMBLE_BYTES: Final = preamble()
+#: What ``fsync`` may be: nothing (the OS writes back; survives a crash of the collector, not of the machine), at every
+#: FLUSH the collector acknowledges, or after every batch received.
+FsyncPolicy = Literal["never", "flush", "always"]
+SUFFIX: Final = ".rtseg"
+
+Buffer = bytearray | mmap.mmap
+
+
+class Segment:
+    """One segment: its buffer, how much of it is used, and whom it belongs to (see the module docstring)."""
+
+    __slots__ = ("buffer", "checked", "entries", "events", "evicted", "owner", "pins", "seq", "size", "used")
+
+    def __init__(self, seq: int, buffer: Buffer, owner: int) -> None:
+        self.seq = seq
+        self.buffer = buffer
+        self.size = len(buffer)
+        #: The process (its uid in the registry) whose stream this segment holds.
+        self.owner = owner
+        self.used = 0
+        self.entries = 0
+        self.events = 0
+        #: End of the bytes covered by a CHECKSUM frame (data dir) or by a commit (memory).
+        self.checked = 0
+        #: Snapshots reading this segment: its buffer is neither reused nor unmapped while any are.
+        self.pins = 0
+        self.evicted = False
+
+    @property
+    def free(self) -> int:
+        return self.size - self.used - INDEX_ENTRY.size * self.entries
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Append ``data`` (the caller checked ``free``); returns its offset."""
+        offset = self.used
+        end = offset + len(data)
+        self.buffer[offset:end] = data
+        self.used = end
+        return offset
+
+    def write_events(self, frame: bytes | memoryview, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
+        """Append one EVENTS frame (header included) and its index entry."""
+        offset = self.write(frame)
+        self.entries += 1
+        self.events += count
+        INDEX_ENTRY.pack_into(
+            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, len(frame), track_id, count, first_ts,
+            last_ts,
+        )  # fmt: skip
+
+    def write_checksum(self) -> None:
+        """A CHECKSUM frame over the bytes since the last one (the caller reserved room for it)."""
+        with memoryview(self.buffer) as view:
+            crc = zlib.crc32(view[self.checked : self.used])
+        CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
+        self.used += CHECKSUM_FRAME.size
+        self.checked = self.used
+
+    def index(self, entries: int | None = None) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """The first ``entries`` index entries (default: all), oldest first."""
+        buffer, size, step = self.buffer, self.size, INDEX_ENTRY.size
+        for i in range(1, (self.entries if entries is None else entries) + 1):
+            yield INDEX_ENTRY.unpack_from(buffer, size - step * i)
+
+
+class SegmentBuffers:
+    """Where segment buffers come from and go back to: memory, or files of a data dir."""
+
+    #: Whether segments carry CHECKSUM frames.
+    checksums: bool = False
+    fsync: FsyncPolicy = "never"
+
+    def new(self, seq: int, size: int) -> Buffer:
+        """A buffer of ``size`` bytes for segment ``seq``.
+
+        Raises:
+            OSError: no room for it (a full disk, say).
+        """
+        raise NotImplementedError
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        """The segment is gone: free its buffer (or keep it to reuse when ``reuse``)."""
+        raise NotImplementedError
+
+    def has(self, size: int) -> bool:
+        """Whether ``new(size)`` would reuse a spare buffer."""
+        return False
+
+    def trim(self, keep_bytes: int) -> None:
+        """Free buffers kept for reuse beyond ``keep_bytes``."""
+
+    @property
+    def pooled_bytes(self) -> int:
+        return 0
+
+    def sync(self, segment: Segment) -> None:
+        """Make what the segment holds durable (a data dir's fsync)."""
+
+
+class MemoryBuffers(SegmentBuffers):
+    """Segment buffers in memory, recycled: a fresh buffer costs its page faults again on first touch, which was
+    most of ingest's time when every segment got a new one."""
+
+    def __init__(self) -> None:
+        self._pool: dict[int, list[bytearray]] = {}
+        self._pooled_bytes = 0
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self._pooled_bytes
+
+    def has(self, size: int) -> bool:
+        return bool(self._pool.get(size))
+
+    def new(self, seq: int, size: int) -> bytearray:
+        pool = self._pool.get(size)
+        if pool:
+            self._pooled_bytes -= size
+            return pool.pop()
+        return bytearray(size)
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        buffer = segment.buffer
+        segment.buffer = bytearray()
+        if reuse:
+            assert isinstance(buffer, bytearray)
+            self._pool.setdefault(len(buffer), []).append(buffer)
+            self._pooled_bytes += len(buffer)
+
+    def trim(self, keep_bytes: int) -> None:
+        for size in sorted(self._pool, reverse=True):
+            pool = self._pool[size]
+            while pool and self._pooled_bytes > keep_bytes:
+                pool.pop()
+                self._pooled_bytes -= size
+
+
+@dataclass
+class Recovered:
+    """A segment file found on start: what of it was kept and why the rest was cut."""
+
+    seq: int
+    buffer: mmap.mmap
+    used: int
+    hello: Hello
+    #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.
+    entries: list[tuple[int, int, int, int, int, int]]
+    stats: Stats | None
+    cut_bytes: int
+    why_cut: str | None
+
+
+class DataDir(SegmentBuffers):
+    """Segments as files ``DIR/<seq>.rtseg``, each mapped into memory while it is stored.
+
+    A file is allocated in full when its segment opens (``posix_fallocate``), so a full disk is an error there and then,
+    not a crash when a page of the mapping is first written. Writes go to the page cache at memory speed; they survive
+    the collector being killed. What survives a power loss depends on ``fsync``.
+    """
+
+    checksums = True
+
+    def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "flush") -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"--data-dir {str(self.path)!r} is not a writable directory: {exc}") from None
+
+    def file(self, seq: int) -> Path:
+        return self.path / f"{seq:016d}{SUFFIX}"
+
+    def new(self, seq: int, size: int) -> mmap.mmap:
+        path = self.file(seq)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(fd, size)  # a file system without fallocate: a sparse file
+            return mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        buffer = segment.buffer
+        if isinstance(buffer, mmap.mmap):
+            buffer.close()
+        try:
+            os.unlink(self.file(segment.seq))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot remove %s: %s", self.file(segment.seq), exc)
+
+    def sync(self, segment: Segment) -> None:
+        buffer = segment.buffer
+        if isinstance(buffer, mmap.mmap) and not buffer.closed:
+            buffer.flush()
+
+    def recover(self, limits: Limits) -> Iterator[Recovered]:
+        """Every segment file, oldest first, validated; a file with nothing to keep is removed."""
+        for path in sorted(self.path.glob(f"*{SUFFIX}")):
+            try:
+                seq = int(path.name.removesuffix(SUFFIX))
+            except ValueError:
+                log.warning("ignoring %s: not a segment file name", path)
+                continue
+            recovered = self._recover_one(path, seq, limits)
+            if recovered is not None:
+                yield recovered
+
+    def _recover_one(self, path: Path, seq: int, limits: Limits) -> Recovered | None:
+        try:
+            with open(path, "r+b") as file:
+                size = os.fstat(file.fileno()).st_size
+                buffer = mmap.mmap(file.fileno(), size) if size else None
+        except OSError as exc:
+            log.warning("cannot read %s (%s): skipped", path, exc)
+            return None
+        if buffer is None:
+            log.warning("removing %s: empty", path)
+            path.unlink(missing_ok=True)
+            return None
+        scan = scan_segment(buffer, limits)
+        if scan.hello is None or not scan.entries:
+            log.warning("removing %s: no events to keep (%s)", path, scan.why_cut or "nothing after the session frames")
+            buffer.close()
+            path.unlink(missing_ok=True)
+            return None
+        if scan.why_cut is not None:
+            log.warning("%s: kept its first %d bytes, cut the rest: %s", path, scan.used, scan.why_cut)
+        # Zero what was cut, so that the next recovery does not see it either.
+        buffer[scan.used : size] = bytes(size - scan.used)
+        return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.cut_bytes, scan.why_cut)
+
+
+@dataclass
+class Scan:
+    """What ``scan_segment`` kept of a segment."""
+
+    #: Bytes kept: everything up to the end of the last valid CHECKSUM frame.
+    used: int = 0
+    hello: Hello | None = None
+    #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.
+    entries: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
+    #: The last STATS frame kept: the client's loss counters as of then.
+    stats: Stats | None = None
+    #: Bytes of frames after ``used`` that were thrown away.
+    cut_bytes: int = 0
+    why_cut: str | None = None
+
+
+def scan_segment(buffer: Buffer | bytes, limits: Limits) -> Scan:
+    """Walk a segment's frames from the start; keep what a valid CHECKSUM frame covers and the decoder accepts.
+
+    Zeros where a frame header would be are a clean end: a segment file is allocated in full when it opens.
+    """
+    scan = Scan()
+    with memoryview(buffer) as view:
+        size = len(view)
+        if bytes(view[: PREAMBLE.size]) != _PREAMBLE_BYTES:
+            scan.why_cut = "it does not start with the ringtrace preamble"
+            return scan
+        decoder = SessionDecoder(limits, live=False)
+        decoder.receive_data(view[: PREAMBLE.size])
+        checked = position = PREAMBLE.size
+        crc = zlib.crc32(view[:checked])
+        pending: list[tuple[int, int, int, int, int, int]] = []
+        pending_stats: Stats | None = None
+        while position + FRAME_HEADER.size <= size:
+            body_length, frame_type = FRAME_HEADER.unpack_from(view, position)
+            if body_length == 0 and frame_type == 0:
+                break  # the zeros after the last frame
+            end = position + FRAME_HEADER.size + body_length
+            if end > size:
+                scan.why_cut = f"a frame at offset {position} runs past the end ({end} > {size} bytes)"
+                break
+            if frame_type == CHECKSUM_TYPE:
+                if body_length != 4 or struct.unpack_from("<I", view, position + FRAME_HEADER.size)[0] != crc:
+                    scan.why_cut = f"checksum mismatch over the bytes from offset {checked} to {position}"
+                    break
+                scan.entries.extend(pending)
+                pending.clear()
+                scan.stats = pending_stats
+                checked = position = end
+                crc = 0
+                continue
+            decoder.receive_data(view[position:end])
+            try:
+                frame = decoder.next_frame()
+            except ProtocolError as exc:
+                scan.why_cut = f"the frame at offset {position} does not decode: {exc}"
+                break
+            if isinstance(frame, Hello):
+                scan.hello = frame
+            elif isinstance(frame, Stats):
+                pending_stats = frame
+            elif isinstance(frame, Events):
+                pending.append(
+                    (position, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
+                )
+            crc = zlib.crc32(view[position:end], crc)
+            position = end
+        if scan.why_cut is None and position < size and any(view[position : min(size, position + FRAME_HEADER.size)]):
+            scan.why_cut = f"{size - position} bytes at offset {position} are less than a frame header"
+            position = size
+        if scan.why_cut is None and position > checked:
+            scan.why_cut = f"the frames from offset {checked} to {position} are not covered by a checksum"
+        scan.used = checked
+        scan.cut_bytes = min(position, size) - checked if scan.why_cut else 0
+    return scan

@@ -1,0 +1,132 @@
+"""--data-dir: a collector killed with SIGKILL, restarted on the same directory, serves everything it acknowledged."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from collector_process import CollectorProcess, events
+from ringtrace.client.protocol import FRAME_HEADER, FrameType
+from ringtrace.client.session import Limits
+from ringtrace.collector.segments import scan_segment
+
+#: A client that records instants numbered from 0 and, after every flush the collector acknowledged, prints the
+#: highest number acknowledged; it runs until killed.
+STREAMER = """
+import sys
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+i = 0
+while True:
+    for _ in range(200):
+        tl.instant("n", i=i)
+        i += 1
+    if tl.flush(timeout_s=5):
+        print(i - 1, flush=True)
+"""
+
+
+def start_streamers(address: str, count: int) -> list[subprocess.Popen[str]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", STREAMER, address, f"s{k}"], stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        for k in range(count)
+    ]
+
+
+def acknowledged(streamer: subprocess.Popen[str]) -> int:
+    """The highest number the streamer saw acknowledged (it is killed first)."""
+    lines = streamer.communicate()[0].split()
+    return int(lines[-1]) if lines else -1
+
+
+def numbers_per_process(trace: dict[str, object]) -> dict[str, Counter[int]]:
+    names = {p["pid"]: p["process_name"] for p in trace["otherData"]["processes"]}  # type: ignore[index]
+    out: dict[str, Counter[int]] = {}
+    for event in events(trace, "i"):  # type: ignore[arg-type]
+        out.setdefault(names[event["pid"]], Counter())[event["args"]["i"]] += 1
+    return out
+
+
+def test_kill_9_keeps_every_event_acknowledged_and_nothing_twice(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    collector = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB")
+    streamers = start_streamers(collector.tcp_address, 4)
+    try:
+        collector.wait_for_stored(4 * 5_000)
+        time.sleep(0.5)  # flushing goes on as the collector dies
+        collector.proc.send_signal(signal.SIGKILL)
+        collector.proc.wait()
+    finally:
+        for streamer in streamers:
+            streamer.kill()
+            streamer.wait()
+        collector.stop()
+    acked = {f"s{k}": acknowledged(s) for k, s in enumerate(streamers)}
+    assert all(n > 0 for n in acked.values()), acked
+
+    restarted = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB")
+    try:
+        restarted.wait_for_log(lambda line: "recovered" in line)
+        trace = restarted.snapshot()
+    finally:
+        restarted.stop()
+    held = numbers_per_process(trace)
+    for name, highest in acked.items():
+        missing = set(range(highest + 1)) - set(held[name])
+        assert not missing, f"{name}: {len(missing)} acknowledged events lost, e.g. {sorted(missing)[:5]}"
+        assert max(held[name].values()) == 1, f"{name}: events stored twice"
+        # What is stored is what the process recorded, in order, with no hole: a prefix of 0, 1, 2, ...
+        assert sorted(held[name]) == list(range(len(held[name])))
+    other = trace["otherData"]
+    assert other["stored_events"] == sum(len(c) for c in held.values())
+    assert other["received_events"] == other["stored_events"]
+
+
+def test_a_torn_segment_tail_is_cut_with_one_line_and_the_rest_served(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    collector = CollectorProcess("--data-dir", str(data_dir), "--capacity", "64MiB")
+    streamers = start_streamers(collector.tcp_address, 1)
+    try:
+        collector.wait_for_stored(2_000)
+    finally:
+        streamers[0].kill()
+        streamers[0].wait()
+        collector.stop()
+    acked = acknowledged(streamers[0])
+    newest = max(data_dir.glob("*.rtseg"))
+    data = bytearray(newest.read_bytes())
+    kept = scan_segment(data, Limits()).used
+    # The header of an EVENTS frame right after the last checksummed one, its body never written: a torn write.
+    data[kept : kept + FRAME_HEADER.size] = FRAME_HEADER.pack(100, FrameType.EVENTS)
+    newest.write_bytes(data)
+
+    restarted = CollectorProcess("--data-dir", str(data_dir), "--capacity", "64MiB")
+    try:
+        restarted.wait_for_log(lambda line: "recovered" in line)
+        trace = restarted.snapshot()
+    finally:
+        restarted.stop()
+    cut_lines = [line for line in restarted.lines if "cut the rest" in line]
+    assert len(cut_lines) == 1 and newest.name in cut_lines[0] and f"kept its first {kept} bytes" in cut_lines[0]
+    held = numbers_per_process(trace)["s0"]
+    assert set(range(acked + 1)) <= set(held)
+    assert max(held.values()) == 1
+
+
+def test_a_data_dir_that_cannot_be_written_is_refused_at_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
+         "--data-dir", str(blocker / "sub")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--data-dir" in done.stderr and "is not a writable directory" in done.stderr

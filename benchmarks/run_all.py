@@ -23,6 +23,7 @@ BENCHMARKS = {
     "e2e": ("bench_e2e.py", 900),
     "latency": ("bench_latency.py", 600),
     "reconnect": ("bench_reconnect.py", 300),
+    "ingest": ("bench_ingest.py", 1200),
     "export_json": ("bench_export_json.py", 300),
 }
 

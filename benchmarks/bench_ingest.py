@@ -1,0 +1,763 @@
+"""Collector ingest: wire MB/s into the real collector against a bare asyncio sink, and the collector's memory when
+pushed far past its capacity.
+
+Throughput (default, and ``--quick``)
+  The benchmark records real client streams once (spans with a few labels and small args on several threads, through
+  the client's own stream encoder), then replays them from raw sockets in a separate "blaster" process (plain
+  blocking sockets, one thread per connection, ``sendall`` of pre-built chunks), so that the client is not the limit
+  and the server under test has a core of its own. Each connection sends preamble + HELLO (its own instance_id),
+  waits for WELCOME, and then, timed: SCHEMA, STRINGS, TRACK once, the EVENTS frames over and over (cut at a frame
+  boundary) until its share of the round's bytes is sent, and a FLUSH; the clock stops at the last FLUSH_ACK.
+  MB/s = wire bytes sent after the handshakes (10**6 B) / time from the first of them to the last FLUSH_ACK.
+
+  collector   ``python -m ringtrace.collector --capacity 256MiB`` (it overwrites once full; that is fine), one
+              subprocess per variant (``COLLECTOR_VARIANTS``, ``--collector-arg``, ``--data-dir``)
+  bare        the baseline: an asyncio BufferedProtocol on a uvloop loop in its own subprocess that only counts what it
+              reads into a 256 KiB buffer per connection; the same bytes are sent, then the blaster shuts down its
+              write side and the sink answers the byte count (checked), which stops the clock
+
+  After a warm-up round, rounds of all targets are interleaved (rotating the order), each sized to take >= 1 s, for 1,
+  8 and 100 concurrent connections and for large (~47 KB: up to 3400 events, within 64 KiB) and small (~2 KB: 128
+  events) EVENTS frames; medians and the ratio collector / bare are reported. Target: >= 0.5x.
+
+Memory (default run after the throughput part, or ``--rss`` alone; not with ``--quick`` unless ``--rss`` is given)
+  A collector with ``--capacity 64MB`` gets 10x its capacity from 8 connections, paced over 60 s; its VmRSS is read
+  from /proc every 0.5 s (and VmHWM, the kernel's peak, at the end). Target: max RSS <= capacity + 64 MB.
+
+Everything listens on and connects to 127.0.0.1; subprocesses are stopped in ``finally`` blocks.
+
+Examples:
+  python benchmarks/bench_ingest.py --quick
+  python benchmarks/bench_ingest.py --connections 8 --frames small --mb 256
+  python benchmarks/bench_ingest.py --collector-arg='--max-frame-size 4MiB'
+  python benchmarks/bench_ingest.py --data-dir        # adds a "data-dir" collector variant where supported
+  python benchmarks/bench_ingest.py --rss
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import shlex
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import HOST, Collector, collector, interleave, median, recorder, table, verdict
+
+HERE = Path(__file__).resolve()
+MB = 10**6
+
+#: Target: collector MB/s / bare sink MB/s (medians), for every connection count and frame size.
+TARGET_RATIO = 0.5
+#: Target: the collector's max RSS <= its capacity + this.
+RSS_HEADROOM_BYTES = 64 * MB
+
+#: Collector variants: (name, extra command-line arguments), each measured against the same bare sink. A variant is
+#: one line, e.g. ("frame-4MiB", ("--max-frame-size", "4MiB")); ``--data-dir`` adds ("data-dir", ("--data-dir", tmp)).
+COLLECTOR_VARIANTS: list[tuple[str, tuple[str, ...]]] = [
+    ("collector", ()),
+]
+THROUGHPUT_CAPACITY = "256MiB"
+#: A measured round sends at most this many bytes, however fast its target was in the warm-up.
+MAX_ROUND_BYTES = 16 * 10**9
+RSS_CAPACITY = "64MB"
+RSS_CONNECTIONS = 8
+RSS_SAMPLE_S = 0.5
+
+#: Frame sizes of the recorded streams: name -> (max_frame_bytes, max_events_per_frame) of the client's encoder.
+#: "large" is what a busy client sends (the encoder halves a run until it fits 64 KiB); "small" what a quiet one does.
+FRAME_SHAPES: dict[str, tuple[int, int]] = {"large": (64 * 1024, 3400), "small": (64 * 1024, 128)}
+
+SINK_READ_BYTES = 256 * 1024
+_PACED_CHUNK = 256 * 1024
+_SOCKET_TIMEOUT_S = 600.0
+
+# Wire constants (client/PROTOCOL.md); the blaster and sink subprocesses do not import the client for these.
+_FRAME = struct.Struct("<IB")
+_PREAMBLE_BYTES = 8
+_WELCOME, _SCHEMA, _STRINGS, _TRACK, _EVENTS, _FLUSH_ACK = 2, 3, 4, 5, 6, 9
+_EVENTS_COUNT_AT = _FRAME.size + 8  # header_size u16, flags u16, track u32, then count u32
+_COUNT = struct.Struct("<Q")
+
+
+# -- the streams ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """One recorded client stream, split for replay: the tables once, then EVENTS frames that may repeat."""
+
+    shape: str
+    prefix: bytes
+    events: bytes
+    frames: int
+    event_count: int
+    directory: Path
+
+    @property
+    def avg_frame_bytes(self) -> float:
+        return len(self.events) / self.frames
+
+
+def record_stream(shape: str, spans: int, threads: int, directory: Path) -> Stream:
+    """Record ``spans`` spans on ``threads`` threads through the client's stream encoder and keep its frames."""
+    from ringtrace.client import Timeline
+    from ringtrace.client.encoder import EncodedBatch
+    from ringtrace.client.flusher import FLUSHER
+    from ringtrace.client.listeners import SerializedListener
+    from ringtrace.client.protocol import Track
+
+    max_frame_bytes, events_per_frame = FRAME_SHAPES[shape]
+
+    class Capture(SerializedListener):
+        """A serialized listener (as the file listener and the streamer) that keeps its frames in memory."""
+
+        def __init__(self) -> None:
+            super().__init__("bench_ingest", max_frame_bytes=max_frame_bytes)
+            self.encoder.max_events_per_frame = events_per_frame
+            self.frames: list[bytes] = []
+
+        def write(self, batch: EncodedBatch) -> None:
+            self.frames += batch.control
+            self.frames += [frame for frame, _ in batch.events]
+
+        def flush(self, timeout_s: float) -> bool:
+            return True
+
+        def close(self, timeout_s: float) -> bool:
+            return True
+
+        def after_fork(self) -> None:
+            return None
+
+    capture = Capture()
+    tl = Timeline("bench_ingest", [capture], max_buffered_events=spans + 1)
+    FLUSHER.unregister(tl)  # nothing drains while recording: frames are cut by the encoder's limits alone
+    labels = ("db.query", "http.request", "render", "parse", "cache.get", "io.read", "io.write", "auth")
+    tables = ("users", "orders", "items")
+    release = threading.Event()
+    recorded = threading.Semaphore(0)
+
+    def work(seed: int, n: int) -> None:
+        scope = tl.scope
+        for i in range(n):
+            label = labels[(i + seed) % len(labels)]
+            if i % 3 == 0:
+                with scope(label):
+                    pass
+            elif i % 3 == 1:
+                with scope(label, n=i % 1000):
+                    pass
+            else:
+                with scope(label, table=tables[i % 3], rows=i % 97, ok=True):
+                    pass
+        recorded.release()
+        release.wait()  # alive until the flush: no TRACK "ended" frames among the ones we keep
+
+    workers = [threading.Thread(target=work, args=(t, spans // threads)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in workers:
+            recorded.acquire()
+        if not tl.flush(timeout_s=120):
+            raise RuntimeError("could not hand the recorded events to the capture listener")
+        frames = list(capture.frames)
+    finally:
+        release.set()
+        for worker in workers:
+            worker.join()
+        tl.remove_listener(capture)
+
+    prefix, events, count = [], [], 0
+    for frame in frames:
+        _, frame_type = _FRAME.unpack_from(frame)
+        if frame_type == _EVENTS:
+            events.append(frame)
+            count += struct.unpack_from("<I", frame, _EVENTS_COUNT_AT)[0]
+        elif frame_type in (_SCHEMA, _STRINGS) or (
+            frame_type == _TRACK and not Track.decode_body(frame[_FRAME.size :]).ended
+        ):
+            prefix.append(frame)  # tables only grow: all of them up front is a valid stream
+    stream = Stream(shape, b"".join(prefix), b"".join(events), len(events), count, directory / shape)
+    stream.directory.mkdir()
+    (stream.directory / "prefix.bin").write_bytes(stream.prefix)
+    (stream.directory / "events.bin").write_bytes(stream.events)
+    return stream
+
+
+# -- the blaster (a subprocess: ``--blast SPEC``) -----------------------------------------------------------------
+
+
+class _FrameSocket:
+    """Reads frames from a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def read_exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            data = self.sock.recv(max(65536, n - len(self.buf)))
+            if not data:
+                raise ConnectionError(f"peer closed the connection ({len(self.buf)} of {n} bytes read)")
+            self.buf += data
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read_frame(self) -> tuple[int, bytes]:
+        length, frame_type = _FRAME.unpack(self.read_exact(_FRAME.size))
+        return frame_type, self.read_exact(length)
+
+
+def _frame_index(events: bytes) -> tuple[list[int], list[int]]:
+    """End offset of each EVENTS frame in ``events`` and the events up to it."""
+    ends, counts = [], []
+    offset = total = 0
+    while offset < len(events):
+        length, _ = _FRAME.unpack_from(events, offset)
+        total += struct.unpack_from("<I", events, offset + _EVENTS_COUNT_AT)[0]
+        offset += _FRAME.size + length
+        ends.append(offset)
+        counts.append(total)
+    return ends, counts
+
+
+def blast(spec: dict[str, Any]) -> dict[str, Any]:
+    """Replay the stream in ``spec["stream"]`` over ``spec["connections"]`` connections; returns the timing."""
+    from ringtrace.client.protocol import Flush, Hello, encode, preamble
+
+    directory = Path(spec["stream"])
+    prefix = (directory / "prefix.bin").read_bytes()
+    events = (directory / "events.bin").read_bytes()
+    ends, counts = _frame_index(events)
+    n = int(spec["connections"])
+    collector_mode = spec["mode"] == "collector"
+    rate = float(spec.get("rate", 0.0)) / n  # bytes/s per connection; 0: as fast as possible
+
+    # Each connection's timed bytes: the tables, the EVENTS frames `full` times and then up to a frame boundary.
+    share = max(int(spec["bytes"]) // n - len(prefix), ends[0])
+    full, rest = divmod(share, len(events))
+    last = bisect.bisect_right(ends, rest) - 1
+    cut, cut_events = (ends[last], counts[last]) if last >= 0 else (0, 0)
+    segments: list[bytes | memoryview] = [prefix, *([events] * full), memoryview(events)[:cut]]
+    events_per_conn = full * counts[-1] + cut_events
+    frames_per_conn = full * len(ends) + (last + 1)
+
+    host, port = spec["address"].rsplit(":", 1)
+    socks: list[socket.socket] = []
+    readers: list[_FrameSocket] = []
+    handshake: list[int] = []
+    try:
+        t_connect = time.perf_counter()
+        for i in range(n):
+            sock = socket.create_connection((host, int(port)), timeout=_SOCKET_TIMEOUT_S)
+            socks.append(sock)
+            readers.append(_FrameSocket(sock))
+            hello = Hello(
+                pid=1_000_000 + i,
+                host="bench-ingest",
+                process_name=f"bench_ingest-{i}",
+                instance_id=uuid.uuid4().hex,
+                boot_id="",
+                monotonic_ns=time.monotonic_ns(),
+                wall_ns=time.time_ns(),
+                client_version="bench",
+            )
+            first = preamble() + encode(hello)
+            sock.sendall(first)
+            handshake.append(len(first))
+        if collector_mode:
+            for reader in readers:
+                reader.read_exact(_PREAMBLE_BYTES)
+                frame_type, body = reader.read_frame()
+                if frame_type != _WELCOME:
+                    raise RuntimeError(f"expected WELCOME, got frame type {frame_type:#x}: {body[:200]!r}")
+        handshake_s = time.perf_counter() - t_connect
+
+        start = threading.Event()
+        finished = [0.0] * n
+        errors: list[BaseException] = []
+        tokens = [1000 + i for i in range(n)]
+        flushes = [encode(Flush(token)) for token in tokens]
+        t0 = 0.0
+
+        def connection(i: int) -> None:
+            sock, reader = socks[i], readers[i]
+            try:
+                start.wait()
+                if rate > 0:  # paced: chunks of 256 KiB, each sent when the schedule says
+                    sent = 0
+                    for segment in segments:
+                        with memoryview(segment) as view:
+                            for offset in range(0, len(view), _PACED_CHUNK):
+                                delay = t0 + sent / rate - time.perf_counter()
+                                if delay > 0:
+                                    time.sleep(delay)
+                                chunk = view[offset : offset + _PACED_CHUNK]
+                                sock.sendall(chunk)
+                                sent += len(chunk)
+                else:
+                    for segment in segments:
+                        sock.sendall(segment)
+                sock.sendall(flushes[i])
+                if collector_mode:
+                    while True:
+                        frame_type, body = reader.read_frame()
+                        if frame_type == _FLUSH_ACK and _COUNT.unpack(body)[0] == tokens[i]:
+                            break
+                else:
+                    sock.shutdown(socket.SHUT_WR)
+                    counted = _COUNT.unpack(reader.read_exact(_COUNT.size))[0]
+                    expected = handshake[i] + sum(len(s) for s in segments) + len(flushes[i])
+                    if counted != expected:
+                        raise RuntimeError(f"bare sink counted {counted:,} bytes, {expected:,} were sent")
+                finished[i] = time.perf_counter()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=connection, args=(i,), daemon=True) for i in range(n)]
+        for thread in threads:
+            thread.start()
+        t0 = time.perf_counter()
+        start.set()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        elapsed = max(finished) - t0
+    finally:
+        for sock in socks:
+            sock.close()
+    timed_bytes = n * (sum(len(s) for s in segments) + len(flushes[0]))
+    return {
+        "bytes": timed_bytes,
+        "seconds": elapsed,
+        "events": n * events_per_conn,
+        "frames": n * frames_per_conn,
+        "handshake_s": handshake_s,
+    }
+
+
+def run_blaster(address: str, mode: str, connections: int, total_bytes: int, stream: Stream, rate: float = 0.0) -> Any:
+    spec = {
+        "address": address,
+        "mode": mode,
+        "connections": connections,
+        "bytes": total_bytes,
+        "stream": str(stream.directory),
+        "rate": rate,
+    }
+    done = subprocess.run(
+        [sys.executable, str(HERE), "--blast", json.dumps(spec)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"blaster ({mode}, {connections} connections) failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- the bare sink (a subprocess: ``--bare-sink``) ------------------------------------------------------------------
+
+
+def serve_bare_sink() -> int:
+    """A BufferedProtocol that only counts bytes; at EOF it answers the count (u64) and closes. Prints its port."""
+    import asyncio
+    import signal
+
+    import uvloop
+
+    class Sink(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.count = 0
+            self.buffer = memoryview(bytearray(SINK_READ_BYTES))
+            self.transport: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio's classes
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return self.buffer
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.count += nbytes
+
+        def eof_received(self) -> bool | None:
+            assert self.transport is not None
+            self.transport.write(_COUNT.pack(self.count))
+            return None  # the transport closes once the count is written
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = await loop.create_server(Sink, HOST, 0)
+        print(f"bare sink listening on tcp://{HOST}:{server.sockets[0].getsockname()[1]}", flush=True)
+        await stop.wait()
+        server.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve())
+    return 0
+
+
+@contextmanager
+def bare_sink() -> Iterator[tuple[str, int]]:
+    """Start the bare sink subprocess; yields its address and pid; always stopped on exit."""
+    process = subprocess.Popen(
+        [sys.executable, str(HERE), "--bare-sink"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "listening on tcp://" not in line:
+            raise RuntimeError(f"bare sink did not start (exit {process.wait(10)}): {line!r}")
+        yield line.rsplit("tcp://", 1)[1].strip(), process.pid
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+# -- throughput -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    address: str
+    mode: str  # "collector" or "sink"
+    coll: Collector | None = None
+    #: The collector's extra command-line arguments, for the report.
+    command: str = ""
+    results: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    #: Events and bytes sent to this target, warm-up rounds included.
+    sent_events: int = 0
+    sent_bytes: int = 0
+
+    def run(self, connections: int, total_bytes: int, stream: Stream) -> Any:
+        result = run_blaster(self.address, self.mode, connections, total_bytes, stream)
+        self.sent_events += result["events"]
+        self.sent_bytes += result["bytes"]
+        return result
+
+
+def supports_data_dir() -> bool:
+    """Whether ``python -m ringtrace.collector --help`` mentions ``--data-dir``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ringtrace.collector", "--help"], capture_output=True, text=True, timeout=60
+    )
+    return "--data-dir" in done.stdout
+
+
+def collector_variants(args: argparse.Namespace, stack: ExitStack) -> list[tuple[str, tuple[str, ...]]]:
+    extra = tuple(arg for text in args.collector_arg for arg in shlex.split(text))
+    variants = [(name, (*variant_args, *extra)) for name, variant_args in COLLECTOR_VARIANTS]
+    if args.data_dir:
+        if supports_data_dir():
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_ingest-data-"))
+            variants.append(("data-dir", ("--data-dir", data_dir, *extra)))
+        else:
+            print(
+                "note: this collector has no --data-dir flag (python -m ringtrace.collector --help); "
+                "the data-dir variant is skipped"
+            )
+    return variants
+
+
+def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack) -> int:
+    targets = []
+    for name, extra in collector_variants(args, stack):
+        coll = stack.enter_context(collector("--capacity", args.capacity, *extra))
+        targets.append(Target(name, coll.tcp, "collector", coll, shlex.join(("--capacity", args.capacity, *extra))))
+    sink_address, _ = stack.enter_context(bare_sink())
+    targets.append(Target("bare", sink_address, "sink"))
+    total_bytes = int(args.mb * MB)
+
+    for stream in streams:
+        for connections in args.connections:
+            started = time.perf_counter()
+            # Warm-up round at --mb; then each target gets the bytes it takes --round-s to send at that rate.
+            sizes = {target.name: total_bytes for target in targets}
+            if args.round_s > 0:
+                for target in targets:
+                    warm = target.run(connections, total_bytes, stream)
+                    wanted = warm["bytes"] / warm["seconds"] * args.round_s
+                    sizes[target.name] = int(min(max(total_bytes, wanted), MAX_ROUND_BYTES))
+
+            def variant(target: Target, size: int, s: Stream = stream, c: int = connections) -> Callable[[], Any]:
+                return lambda: target.run(c, size, s)
+
+            results = interleave({t.name: variant(t, sizes[t.name]) for t in targets}, rounds=args.rounds, warmup=0)
+            for target in targets:
+                target.results[(stream.shape, connections)] = results[target.name]
+            progress = ", ".join(
+                f"{name} {median([r['bytes'] / r['seconds'] for r in rs]) / MB:,.0f}" for name, rs in results.items()
+            )
+            elapsed = time.perf_counter() - started
+            print(f"  {stream.shape} frames, {connections} connections: {progress} MB/s ({elapsed:.1f}s)", flush=True)
+
+    bare = targets[-1]
+    rows: list[Sequence[object]] = []
+    summary: list[Sequence[object]] = []
+    for stream in streams:
+        for connections in args.connections:
+            key = (stream.shape, connections)
+            bare_rate = median([r["bytes"] / r["seconds"] for r in bare.results[key]])
+            for target in targets:
+                runs = target.results[key]
+                rates = [r["bytes"] / r["seconds"] for r in runs]
+                rate = median(rates)
+                ratio = rate / bare_rate
+                rows.append(
+                    (
+                        f"{stream.shape} x{connections} {target.name}",
+                        rate / MB,
+                        min(rates) / MB,
+                        max(rates) / MB,
+                        median([r["events"] / r["seconds"] for r in runs]) / 1e6,
+                        median([r["bytes"] for r in runs]) / MB,
+                        median([r["seconds"] for r in runs]),
+                        median([r["handshake_s"] for r in runs]) * 1e3,
+                        f"{ratio:.2f}x",
+                    )
+                )
+                if target is not bare:
+                    summary.append(
+                        (
+                            f"{stream.shape} frames, {connections:>3} conn: {target.name} / bare MB/s",
+                            f"{ratio:.3f}x",
+                            f">= {TARGET_RATIO}x  {verdict(ratio >= TARGET_RATIO)}",
+                        )
+                    )
+    sizing = f"{total_bytes / MB:,.0f} MB of wire bytes per round"
+    if args.round_s > 0:
+        sizing = f"wire bytes per round >= {total_bytes / MB:,.0f} MB and >= {args.round_s:g}s at the warm-up's rate"
+    print()
+    print(
+        table(
+            ["target", "MB/s", "min", "max", "Mevents/s", "MB/round", "round s", "handshake ms", "vs bare"],
+            rows,
+            title=(f"bench_ingest throughput: {sizing}, {args.rounds} interleaved rounds, medians (MB = 10**6 B)"),
+        )
+    )
+    print()
+    print(table(["ratio (medians)", "value", "target"], summary))
+    print()
+    for stream in streams:
+        print(
+            f"{stream.shape} frames: {stream.frames:,} EVENTS frames of {stream.avg_frame_bytes:,.0f} B on average "
+            f"({len(stream.events) / stream.event_count:.1f} B/event, {stream.event_count:,} events per pass), "
+            f"tables {len(stream.prefix):,} B"
+        )
+    for target in targets:
+        if target.coll is not None:
+            health = {k: v for k, v in target.coll.healthz().items() if k != "status"}
+            print(
+                f"{target.name} ({target.command}): sent {target.sent_events:,} events, "
+                f"{target.sent_bytes:,} B after handshakes; /healthz {json.dumps(health)}"
+            )
+            if target.coll.process.poll() is not None:
+                print(f"{target.name} exited with {target.coll.process.returncode}", file=sys.stderr)
+                return 1
+    return 0
+
+
+# -- memory ---------------------------------------------------------------------------------------------------------
+
+
+def read_status_kb(pid: int, field_name: str) -> int:
+    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes; 0 if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def sample_rss(pid: int, samples: list[int], stop: threading.Event) -> None:
+    """Append the VmRSS of ``pid`` to ``samples`` every RSS_SAMPLE_S until ``stop`` is set."""
+    while not stop.is_set():
+        samples.append(read_status_kb(pid, "VmRSS"))
+        stop.wait(RSS_SAMPLE_S)
+
+
+def memory(args: argparse.Namespace, stream: Stream, stack: ExitStack, seconds: float, factor: float) -> int:
+    from ringtrace.client.options import parse_size
+
+    rows: list[Sequence[object]] = []
+    notes = []
+    for name, extra in collector_variants(args, stack):
+        with collector("--capacity", RSS_CAPACITY, *extra) as coll:
+            pid = coll.process.pid
+            capacity = parse_size(RSS_CAPACITY)
+            idle = read_status_kb(pid, "VmRSS")
+            samples: list[int] = []
+            stop = threading.Event()
+            sampler = threading.Thread(target=sample_rss, args=(pid, samples, stop), name="rss-sampler", daemon=True)
+            sampler.start()
+            total = int(factor * capacity)
+            try:
+                result = run_blaster(coll.tcp, "collector", RSS_CONNECTIONS, total, stream, rate=total / seconds)
+            finally:
+                stop.set()
+                sampler.join()
+            samples.append(read_status_kb(pid, "VmRSS"))
+            peak = read_status_kb(pid, "VmHWM")
+            health = {k: v for k, v in coll.healthz().items() if k != "status"}
+        worst = max(max(samples), peak)
+        limit = capacity + RSS_HEADROOM_BYTES
+        ok = worst <= limit
+        rows.append(
+            (
+                name,
+                capacity / MB,
+                result["bytes"] / MB,
+                result["seconds"],
+                idle / MB,
+                max(samples) / MB,
+                peak / MB,
+                samples[-1] / MB,
+                limit / MB,
+                verdict(ok),
+            )
+        )
+        notes.append(f"{name}: {len(samples)} samples; /healthz after the push {json.dumps(health)}")
+    print()
+    print(
+        table(
+            [
+                "collector",
+                "capacity MB",
+                "pushed MB",
+                "push s",
+                "idle RSS",
+                "max RSS",
+                "VmHWM",
+                "end RSS",
+                "limit",
+                "target",
+            ],
+            rows,
+            title=(
+                f"bench_ingest memory: {factor:g}x the capacity from {RSS_CONNECTIONS} connections, paced over "
+                f"{seconds:g}s; VmRSS every {RSS_SAMPLE_S}s (MB = 10**6 B); target max RSS <= capacity + "
+                f"{RSS_HEADROOM_BYTES // MB} MB"
+            ),
+        )
+    )
+    for note in notes:
+        print(note)
+    return 0
+
+
+# -- command line ---------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke test of a few seconds (small rounds, no --rss)")
+    parser.add_argument("--rss", action="store_true", help="the memory part only (short with --quick)")
+    parser.add_argument("--no-rss", action="store_true", help="the throughput part only")
+    parser.add_argument("--mb", type=float, help="MB (10**6 B) sent per round, over all connections (default 512)")
+    parser.add_argument(
+        "--round-s",
+        type=float,
+        help="after a warm-up round at --mb, each target gets enough bytes per round to take this long at its "
+        "warm-up rate (default 1.0; --quick 0: no warm-up, --mb for all)",
+    )
+    parser.add_argument("--rounds", type=int, help="measured rounds per target (default 3)")
+    parser.add_argument(
+        "--connections", type=int, action="append", help="concurrent connections (repeatable; default 1, 8, 100)"
+    )
+    parser.add_argument("--frames", choices=["large", "small", "both"], help="EVENTS frame sizes (default both)")
+    parser.add_argument("--spans", type=int, help="spans recorded per stream (default 200000)")
+    parser.add_argument(
+        "--capacity", default=THROUGHPUT_CAPACITY, help="collector --capacity for throughput (default %(default)s)"
+    )
+    parser.add_argument(
+        "--collector-arg",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="extra arguments for every collector variant, split like a shell (repeatable): "
+        "--collector-arg='--max-frame-size 4MiB'",
+    )
+    parser.add_argument(
+        "--data-dir",
+        action="store_true",
+        help='add a "data-dir" collector variant (--data-dir on a temporary directory) if the collector has the flag',
+    )
+    parser.add_argument("--rss-seconds", type=float, help="memory part: push duration (default 60, --quick 8)")
+    parser.add_argument("--rss-factor", type=float, help="memory part: bytes pushed / capacity (default 10, --quick 4)")
+    parser.add_argument("--blast", metavar="SPEC", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-sink", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.blast:
+        print(json.dumps(blast(json.loads(args.blast))), flush=True)
+        return 0
+    if args.bare_sink:
+        return serve_bare_sink()
+
+    quick = args.quick
+    args.mb = args.mb or (64 if quick else 512)
+    args.rounds = args.rounds or (2 if quick else 3)
+    args.round_s = (0.0 if quick else 1.0) if args.round_s is None else args.round_s
+    args.connections = args.connections or [1, 8, 100]
+    frames = args.frames or ("large" if quick else "both")
+    spans = args.spans or (40_000 if quick else 200_000)
+    rss_seconds = args.rss_seconds or (8.0 if quick else 60.0)
+    rss_factor = args.rss_factor or (4.0 if quick else 10.0)
+    run_throughput = not args.rss
+    run_memory = args.rss or not (quick or args.no_rss)
+
+    print(f"recorder: {recorder()}")
+    with ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_ingest-")))
+        shapes = ["large", "small"] if frames == "both" else [frames]
+        if not run_throughput:
+            shapes = ["large"]
+        started = time.perf_counter()
+        streams = [record_stream(shape, spans, threads=4, directory=directory) for shape in shapes]
+        print(
+            f"recorded {spans:,} spans on 4 threads into {', '.join(s.shape for s in streams)} frame streams "
+            f"in {time.perf_counter() - started:.1f}s",
+            flush=True,
+        )
+        code = 0
+        if run_throughput:
+            with ExitStack() as servers:
+                code = throughput(args, streams, servers)
+        if run_memory and code == 0:
+            with ExitStack() as servers:
+                code = memory(args, streams[0], servers, rss_seconds, rss_factor)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -171,14 +171,17 @@ class SessionDecoder:
         limits: what the stream may declare; frames beyond them raise ``LimitExceeded``.
         live: a connection, whose client waits for ``welcome()`` before it sends more than HELLO.
         borrow: EVENTS payloads and ``last_frame()`` are views valid until more bytes are given (``FrameReader``).
+        read_size: the least free room ``get_buffer`` offers.
     """
 
     __slots__ = ("_live", "_reader", "_state", "hello", "limits", "protocol_version", "tables")
 
-    def __init__(self, limits: Limits = Limits(), *, live: bool = True, borrow: bool = False) -> None:
+    def __init__(
+        self, limits: Limits = Limits(), *, live: bool = True, borrow: bool = False, read_size: int = 64 * 1024
+    ) -> None:
         self.limits = limits
         self._live = live
-        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow)
+        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow, read_size=read_size)
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0

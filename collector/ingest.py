@@ -40,6 +40,9 @@ __all__ = ["IngestProtocol", "IngestSink"]
 log = logging.getLogger("ringtrace.collector.ingest")
 
 _tokens = itertools.count(1)
+#: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
+#: a connection holds; a frame larger than it grows the buffer to twice the frame.
+READ_SIZE = 256 * 1024
 
 
 class IngestSink(Protocol):
@@ -72,7 +75,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
-        self._session = SessionDecoder(sink.limits, borrow=True)
+        self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self.process: ProcessRecord | None = None

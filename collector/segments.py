@@ -20,6 +20,7 @@ out: nothing there can tear.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import mmap
 import os
@@ -36,6 +37,7 @@ from ringtrace.client.session import Limits, SessionDecoder
 
 __all__ = [
     "CHECKSUM_FRAME",
+    "CHECKSUM_RESERVE",
     "INDEX_ENTRY",
     "DataDir",
     "FsyncPolicy",
@@ -54,11 +56,14 @@ INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
 #: A CHECKSUM frame: body length 4, type 0x83 (ignorable), CRC-32 of the bytes since the previous CHECKSUM frame.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
 CHECKSUM_TYPE: Final = 0x83
+#: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
+CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
 _PREAMBLE_BYTES: Final = preamble()
 #: What ``fsync`` may be: nothing (the OS writes back; survives a crash of the collector, not of the machine), at every
 #: FLUSH the collector acknowledges, or after every batch received.
 FsyncPolicy = Literal["never", "flush", "always"]
 SUFFIX: Final = ".rtseg"
+SPARE_SUFFIX: Final = ".rtspare"
 
 Buffer = bytearray | mmap.mmap
 
@@ -66,7 +71,7 @@ Buffer = bytearray | mmap.mmap
 class Segment:
     """One segment: its buffer, how much of it is used, and whom it belongs to (see the module docstring)."""
 
-    __slots__ = ("buffer", "checked", "entries", "events", "evicted", "owner", "pins", "seq", "size", "used")
+    __slots__ = ("buffer", "checked", "entries", "events", "evicted", "owner", "pins", "seq", "size", "synced", "used")
 
     def __init__(self, seq: int, buffer: Buffer, owner: int) -> None:
         self.seq = seq
@@ -77,8 +82,10 @@ class Segment:
         self.used = 0
         self.entries = 0
         self.events = 0
-        #: End of the bytes covered by a CHECKSUM frame (data dir) or by a commit (memory).
+        #: End of the bytes covered by a CHECKSUM frame (data dir).
         self.checked = 0
+        #: End of the bytes made durable (data dir, fsync).
+        self.synced = 0
         #: Snapshots reading this segment: its buffer is neither reused nor unmapped while any are.
         self.pins = 0
         self.evicted = False
@@ -106,12 +113,14 @@ class Segment:
         )  # fmt: skip
 
     def write_checksum(self) -> None:
-        """A CHECKSUM frame over the bytes since the last one (the caller reserved room for it)."""
+        """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites
+        (the caller reserved ``CHECKSUM_RESERVE`` bytes for both)."""
         with memoryview(self.buffer) as view:
             crc = zlib.crc32(view[self.checked : self.used])
         CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
         self.used += CHECKSUM_FRAME.size
         self.checked = self.used
+        FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
 
     def index(self, entries: int | None = None) -> Iterator[tuple[int, int, int, int, int, int]]:
         """The first ``entries`` index entries (default: all), oldest first."""
@@ -212,7 +221,10 @@ class DataDir(SegmentBuffers):
 
     A file is allocated in full when its segment opens (``posix_fallocate``), so a full disk is an error there and then,
     not a crash when a page of the mapping is first written. Writes go to the page cache at memory speed; they survive
-    the collector being killed. What survives a power loss depends on ``fsync``.
+    the collector being killed. What survives a power loss depends on ``fsync``. The file of an evicted segment is
+    renamed to a spare and reused, mapping and all: creating, allocating, faulting in and unlinking a file per segment
+    cost ingest most of its speed. A reused file holds old bytes after the new ones; each checksum is followed by an
+    end marker (a zero frame header), so recovery stops there.
     """
 
     checksums = True
@@ -220,19 +232,42 @@ class DataDir(SegmentBuffers):
     def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "flush") -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self._pool: dict[int, list[tuple[mmap.mmap, Path]]] = {}
+        self._pooled_bytes = 0
+        self._spares = itertools.count()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".write-test"
             probe.write_bytes(b"")
             probe.unlink()
+            for spare in self.path.glob(f"*{SPARE_SUFFIX}"):  # left by an earlier run: nothing in them counts
+                spare.unlink()
         except OSError as exc:
             raise ConfigError(f"--data-dir {str(self.path)!r} is not a writable directory: {exc}") from None
 
     def file(self, seq: int) -> Path:
         return self.path / f"{seq:016d}{SUFFIX}"
 
+    @property
+    def pooled_bytes(self) -> int:
+        return self._pooled_bytes
+
+    def has(self, size: int) -> bool:
+        return bool(self._pool.get(size))
+
     def new(self, seq: int, size: int) -> mmap.mmap:
         path = self.file(seq)
+        pool = self._pool.get(size)
+        if pool:
+            buffer, spare = pool.pop()
+            self._pooled_bytes -= size
+            try:
+                os.rename(spare, path)
+            except OSError:
+                buffer.close()
+                spare.unlink(missing_ok=True)
+                raise
+            return buffer
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
@@ -249,20 +284,41 @@ class DataDir(SegmentBuffers):
             os.close(fd)
 
     def release(self, segment: Segment, *, reuse: bool) -> None:
-        buffer = segment.buffer
-        if isinstance(buffer, mmap.mmap):
-            buffer.close()
+        buffer, path = segment.buffer, self.file(segment.seq)
+        assert isinstance(buffer, mmap.mmap)
+        if reuse:
+            spare = self.path / f"{next(self._spares)}{SPARE_SUFFIX}"
+            try:
+                os.rename(path, spare)
+                buffer[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)  # not a segment any more, whatever happens
+                self._pool.setdefault(len(buffer), []).append((buffer, spare))
+                self._pooled_bytes += len(buffer)
+                return
+            except OSError as exc:
+                log.warning("cannot keep %s as a spare (%s): removing it", path, exc)
+        buffer.close()
         try:
-            os.unlink(self.file(segment.seq))
+            os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("cannot remove %s: %s", self.file(segment.seq), exc)
+            log.warning("cannot remove %s: %s", path, exc)
+
+    def trim(self, keep_bytes: int) -> None:
+        for size in sorted(self._pool, reverse=True):
+            pool = self._pool[size]
+            while pool and self._pooled_bytes > keep_bytes:
+                buffer, spare = pool.pop()
+                self._pooled_bytes -= size
+                buffer.close()
+                spare.unlink(missing_ok=True)
 
     def sync(self, segment: Segment) -> None:
         buffer = segment.buffer
-        if isinstance(buffer, mmap.mmap) and not buffer.closed:
-            buffer.flush()
+        if isinstance(buffer, mmap.mmap) and not buffer.closed and segment.used > segment.synced:
+            start = segment.synced - segment.synced % mmap.ALLOCATIONGRANULARITY
+            buffer.flush(start, segment.used - start)
+            segment.synced = segment.used
 
     def recover(self, limits: Limits) -> Iterator[Recovered]:
         """Every segment file, oldest first, validated; a file with nothing to keep is removed."""

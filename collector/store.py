@@ -35,7 +35,7 @@ from typing import Final, Literal
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import preamble
 
-from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Buffer, MemoryBuffers, Recovered, Segment, SegmentBuffers
+from .segments import CHECKSUM_RESERVE, INDEX_ENTRY, Buffer, MemoryBuffers, Recovered, Segment, SegmentBuffers
 
 __all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream"]
 
@@ -91,6 +91,7 @@ class Stream:
 
     __slots__ = (
         "counts", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats", "strings", "tracks",
+        "unsynced",
     )  # fmt: skip
 
     def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
@@ -106,6 +107,8 @@ class Stream:
         self.session_bytes = len(_PREAMBLE) + len(hello)
         self.segment: Segment | None = None
         self.next_size = first_size
+        #: Segments sealed since the last FLUSH, to sync at the next (``fsync`` flush).
+        self.unsynced: list[Segment] = []
 
     def session_frames(self) -> Iterator[bytes]:
         yield _PREAMBLE
@@ -211,7 +214,7 @@ class Store:
         self.policy: Policy = policy
         self.buffers = buffers if buffers is not None else MemoryBuffers()
         #: Room kept free in every segment for its closing CHECKSUM frame.
-        self._reserve = CHECKSUM_FRAME.size if self.buffers.checksums else 0
+        self._reserve = CHECKSUM_RESERVE if self.buffers.checksums else 0
         self._segments: dict[int, Segment] = {}  # oldest first
         self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it
         self._processes: dict[int, _Process] = {}
@@ -296,7 +299,13 @@ class Store:
     def sync(self, stream: Stream) -> None:
         """Before a FLUSH_ACK: everything the stream sent is checksummed, and durable as ``fsync`` says."""
         self.commit(stream)
-        if stream.segment is not None and self.buffers.fsync != "never":
+        if self.buffers.fsync == "never":
+            return
+        for segment in stream.unsynced:
+            if not segment.evicted:
+                self.buffers.sync(segment)
+        stream.unsynced.clear()
+        if stream.segment is not None:
             self.buffers.sync(stream.segment)
 
     # -- segments -----------------------------------------------------------------------------------------------
@@ -362,8 +371,8 @@ class Store:
         segment = stream.segment
         assert segment is not None
         self.commit(stream)
-        if self.buffers.fsync != "never":
-            self.buffers.sync(segment)
+        if self.buffers.fsync == "flush":  # synced at the stream's next FLUSH
+            stream.unsynced.append(segment)
         self._writers.pop(segment.seq, None)
         stream.segment = None
 

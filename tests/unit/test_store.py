@@ -320,6 +320,17 @@ def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
         client.record(0, 64)
     assert_adds_up(restarted)
     assert len(list(tmp_path.glob("*.rtseg"))) == restarted.segment_count
+    # Files of evicted segments were reused, old bytes and all: a second recovery reads exactly what was held, and
+    # finds nothing to cut.
+    held_again = decoded(restarted)
+    del restarted, client
+    again = data_dir_store(tmp_path)
+    assert isinstance(again.buffers, DataDir)
+    recovered = list(again.buffers.recover(Limits()))
+    assert [r.why_cut for r in recovered] == [None] * len(recovered)
+    for r in recovered:
+        again.adopt(r, owner=int(r.hello.instance_id.removeprefix("i")))
+    assert decoded(again) == held_again
 
 
 def one_segment_file(tmp_path: Path, frames: int) -> tuple[Path, list[int]]:

@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         "batch received (default %(default)s)",
     )
     parser.add_argument(
+        "--forget-after",
+        type=float,
+        default=defaults.forget_after_s,
+        metavar="SECONDS",
+        help="forget a process this long after its last connection ended, once nothing of it is stored; its counts "
+        "stay in the totals (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-frame-size",
         type=_arg(parse_size),
         default=defaults.max_frame_bytes,
@@ -160,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             policy=args.policy,
             data_dir=args.data_dir,
             fsync=args.fsync,
+            forget_after_s=args.forget_after,
             max_frame_bytes=args.max_frame_size,
             max_connections=args.max_connections,
             max_strings=args.max_strings,

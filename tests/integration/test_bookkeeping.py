@@ -1,0 +1,59 @@
+"""Bounded bookkeeping: short-lived processes are forgotten once nothing of theirs is stored; the totals stay exact."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from collector_process import CollectorProcess, RawClient, events, hello, run_workload
+from ringtrace.client.protocol import Stats
+
+
+def test_short_lived_processes_are_forgotten_and_still_counted() -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB", "--forget-after", "0.2")
+    try:
+        for k in range(6):
+            done = run_workload(collector.tcp_address, "--spans", "200", "--name", f"short{k}")
+            assert done.returncode == 0, done.stderr
+        # A long run overwrites what the short ones stored: then nothing of them is left.
+        done = run_workload(collector.tcp_address, "--threads", "2", "--spans", "30000", "--name", "long")
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 10
+        while (health := json.loads(collector.get("/healthz")[1]))["forgotten_processes"] < 6:
+            assert time.monotonic() < deadline, health
+            time.sleep(0.05)
+        trace = collector.snapshot()
+    finally:
+        collector.stop()
+    other = trace["otherData"]
+    names = {p["process_name"] for p in other["processes"]}
+    assert not any(name.startswith("short") for name in names)
+    assert health["processes"] == len(names)
+    # Every event the six forgotten processes and the long one sent is still accounted for, exactly.
+    assert other["received_events"] == 6 * 200 + 60_000
+    assert other["received_events"] == other["stored_events"] + other["overwritten_events"]
+    assert other["stored_events"] == len(events(trace, "X"))
+    assert other["forgotten_processes"] == 6
+
+
+def test_a_forgotten_process_that_comes_back_is_not_counted_twice() -> None:
+    collector = CollectorProcess("--forget-after", "0.1")
+    try:
+        with RawClient(collector.tcp_address, hello(instance="phoenix")) as raw:
+            raw.send(Stats(dropped_events=5, dropped_frames=1))
+            raw.flush()
+        deadline = time.monotonic() + 10
+        while json.loads(collector.get("/healthz")[1])["forgotten_processes"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert collector.snapshot()["otherData"]["client_dropped_events"] == 5
+        # The same process (same instance id) reconnects: its counters are cumulative since it started.
+        with RawClient(collector.tcp_address, hello(instance="phoenix")) as raw:
+            raw.send(Stats(dropped_events=7, dropped_frames=1))
+            raw.flush()
+            other = collector.snapshot()["otherData"]
+    finally:
+        collector.stop()
+    assert other["client_dropped_events"] == 7
+    (process,) = other["processes"]
+    assert process["client_dropped_events"] == 2  # what it lost since it was forgotten

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
@@ -70,8 +71,45 @@ class IngestSink(Protocol):
     def connections(self) -> set[IngestProtocol]: ...
 
 
+class _Syncer:
+    """A connection's syncs under ``--fsync flush|always``: run one after another on a worker thread, so that a slow
+    disk stalls this connection's FLUSH_ACKs, not the event loop; each FLUSH_ACK goes out once the sync that follows
+    its FLUSH is done, in order. Requests that arrive while a sync runs share the next one."""
+
+    def __init__(self, store: Store, stream: Stream, acknowledge: Callable[[int], None], who: str) -> None:
+        self._store, self._stream, self._acknowledge, self._who = store, stream, acknowledge, who
+        self._waiting: list[int | None] = []  # FLUSH tokens, or None for a sync after a batch (fsync always)
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self, token: int | None) -> None:
+        self._waiting.append(token)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                tokens, self._waiting = self._waiting, []
+                job = self._store.sync_job(self._stream)
+                if job is not None:
+                    try:
+                        await loop.run_in_executor(None, job.run)
+                    except OSError as exc:  # the bytes are in the page cache: stored, not durable
+                        log.error("cannot sync the data dir for %s: %s", self._who, exc)
+                    finally:
+                        job.done()
+                for token in tokens:
+                    if token is not None:
+                        self._acknowledge(token)
+        finally:
+            self._task = None
+
+
 class IngestProtocol(asyncio.BufferedProtocol):
-    __slots__ = ("_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_stream", "_transport", "process")
+    __slots__ = (
+        "_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_stream", "_syncer", "_transport", "process",
+    )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
@@ -80,6 +118,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._peer = "?"
         self.process: ProcessRecord | None = None
         self._stream: Stream | None = None
+        self._syncer: _Syncer | None = None
         self._flushes: dict[int, asyncio.Future[bool]] = {}
         self._handshake_timer: asyncio.TimerHandle | None = None
 
@@ -185,6 +224,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._handle(frame)
             if self._stream is not None:
                 self._sink.store.commit(self._stream)
+                if self._syncer is not None and self._sink.store.buffers.fsync == "always":
+                    self._syncer.request(None)
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -218,10 +259,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Schema):
             assert stream is not None
             self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
-        elif isinstance(frame, Flush):
-            assert self._transport is not None and stream is not None
-            self._sink.store.sync(stream)  # everything before it is stored: now durable as --fsync says
-            self._transport.write(encode(FlushAck(frame.token)))
+        elif isinstance(frame, Flush):  # everything before it is stored; acknowledged once durable as --fsync says
+            assert stream is not None
+            if self._syncer is not None:
+                self._syncer.request(frame.token)
+            else:
+                self._sink.store.commit(stream)
+                self._acknowledge(frame.token)
         elif isinstance(frame, FlushAck):
             future = self._flushes.pop(frame.token, None)
             if future is not None and not future.done():
@@ -233,10 +277,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Hello):
             self._hello(frame)
 
+    def _acknowledge(self, token: int) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(encode(FlushAck(token)))
+
     def _hello(self, hello: Hello) -> None:
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
         self.process = self._sink.registry.hello(hello)
-        self._stream = self._sink.store.open_stream(self.process.uid, self._session.last_frame())
+        store = self._sink.store
+        self._stream = store.open_stream(self.process.uid, self._session.last_frame())
+        if store.buffers.fsync != "never":
+            self._syncer = _Syncer(store, self._stream, self._acknowledge, f"{self._peer}, {self._who()}")
         assert self._transport is not None
         self._transport.write(preamble() + encode(welcome))
         log.info(

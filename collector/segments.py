@@ -159,8 +159,8 @@ class SegmentBuffers:
     def pooled_bytes(self) -> int:
         return 0
 
-    def sync(self, segment: Segment) -> None:
-        """Make what the segment holds durable (a data dir's fsync)."""
+    def sync(self, segment: Segment, start: int, end: int) -> None:
+        """Make bytes ``start:end`` of the segment durable (a data dir's fsync); safe on another thread."""
 
 
 class MemoryBuffers(SegmentBuffers):
@@ -313,12 +313,11 @@ class DataDir(SegmentBuffers):
                 buffer.close()
                 spare.unlink(missing_ok=True)
 
-    def sync(self, segment: Segment) -> None:
+    def sync(self, segment: Segment, start: int, end: int) -> None:
         buffer = segment.buffer
-        if isinstance(buffer, mmap.mmap) and not buffer.closed and segment.used > segment.synced:
-            start = segment.synced - segment.synced % mmap.ALLOCATIONGRANULARITY
-            buffer.flush(start, segment.used - start)
-            segment.synced = segment.used
+        if isinstance(buffer, mmap.mmap) and not buffer.closed and end > start:
+            start -= start % mmap.ALLOCATIONGRANULARITY
+            buffer.flush(start, end - start)
 
     def recover(self, limits: Limits) -> Iterator[Recovered]:
         """Every segment file, oldest first, validated; a file with nothing to keep is removed."""

@@ -37,7 +37,7 @@ from ringtrace.client.protocol import preamble
 
 from .segments import CHECKSUM_RESERVE, INDEX_ENTRY, Buffer, MemoryBuffers, Recovered, Segment, SegmentBuffers
 
-__all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream"]
+__all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream", "SyncJob"]
 
 log = logging.getLogger("ringtrace.collector.store")
 
@@ -176,6 +176,24 @@ class StoreSnapshot:
         self.close()
 
 
+class SyncJob:
+    """Segment ranges to make durable, off the event loop: ``run()`` on any thread, then ``done()`` on the store's."""
+
+    def __init__(self, store: Store, ranges: list[tuple[Segment, int, int]]) -> None:
+        self._store = store
+        self.ranges = ranges
+
+    def run(self) -> None:
+        """Raises:
+        OSError: the file system could not write back (the data stays in the page cache).
+        """
+        for segment, start, end in self.ranges:
+            self._store.buffers.sync(segment, start, end)
+
+    def done(self) -> None:
+        self._store.unpin([segment for segment, _, _ in self.ranges])
+
+
 class Store:
     """Bounded storage of client streams; see the module docstring.
 
@@ -288,25 +306,29 @@ class Store:
         return True
 
     def commit(self, stream: Stream) -> None:
-        """A batch of frames was received: checksum what the stream wrote since (data dir), sync if fsync=always."""
+        """A batch of frames was received: checksum what the stream wrote since (data dir)."""
         segment = stream.segment
         if segment is None or not self.buffers.checksums or segment.used == segment.checked:
             return
         segment.write_checksum()
-        if self.buffers.fsync == "always":
-            self.buffers.sync(segment)
 
-    def sync(self, stream: Stream) -> None:
-        """Before a FLUSH_ACK: everything the stream sent is checksummed, and durable as ``fsync`` says."""
+    def sync_job(self, stream: Stream) -> SyncJob | None:
+        """Everything the stream sent, checksummed; and what must be synced to make it durable (None: nothing, or
+        ``fsync`` never). The job's segments are pinned until ``job.done()``, so that it may run on another thread."""
         self.commit(stream)
         if self.buffers.fsync == "never":
-            return
-        for segment in stream.unsynced:
-            if not segment.evicted:
-                self.buffers.sync(segment)
+            return None
+        segments = [s for s in stream.unsynced if not s.evicted]
         stream.unsynced.clear()
         if stream.segment is not None:
-            self.buffers.sync(stream.segment)
+            segments.append(stream.segment)
+        ranges = []
+        for segment in segments:
+            if segment.used > segment.synced:
+                ranges.append((segment, segment.synced, segment.used))
+                segment.synced = segment.used
+                segment.pins += 1
+        return SyncJob(self, ranges) if ranges else None
 
     # -- segments -----------------------------------------------------------------------------------------------
 
@@ -371,7 +393,7 @@ class Store:
         segment = stream.segment
         assert segment is not None
         self.commit(stream)
-        if self.buffers.fsync == "flush":  # synced at the stream's next FLUSH
+        if self.buffers.fsync != "never":  # synced by the stream's next sync job
             stream.unsynced.append(segment)
         self._writers.pop(segment.seq, None)
         stream.segment = None

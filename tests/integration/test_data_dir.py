@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client.protocol import FRAME_HEADER, FrameType
 from ringtrace.client.session import Limits
@@ -54,9 +55,10 @@ def numbers_per_process(trace: dict[str, object]) -> dict[str, Counter[int]]:
     return out
 
 
-def test_kill_9_keeps_every_event_acknowledged_and_nothing_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", ["flush", "always", "never"])
+def test_kill_9_keeps_every_event_acknowledged_and_nothing_twice(tmp_path: Path, fsync: str) -> None:
     data_dir = str(tmp_path / "data")
-    collector = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB")
+    collector = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB", "--fsync", fsync)
     streamers = start_streamers(collector.tcp_address, 4)
     try:
         collector.wait_for_stored(4 * 5_000)

@@ -165,6 +165,12 @@ class StreamEncoder:
         #: Kinds a stream may declare (a collector's WELCOME may lower it); events of the rest reach the collector
         #: as events of an unknown kind, which it counts as undecodable.
         self.max_kinds = 1_000
+        #: What the texts of the kinds declared may take (a collector's WELCOME sets it), and take; kinds past it are
+        #: withheld as those past ``max_kinds`` are.
+        self.max_schema_bytes = 2**63 - 1
+        self.schema_bytes = 0
+        self._withheld: set[int] = set()
+        self._warned_withheld: set[int] = set()  # across reconnects: one warning per kind
         #: Typed events dropped because a field's value did not fit its type (one warning per class).
         self.rejected_events = 0
         self._rejected_kinds: set[object] = set()
@@ -181,6 +187,8 @@ class StreamEncoder:
     def prefix(self) -> list[bytes]:
         """The frames a new stream needs before any EVENTS: SCHEMA, the whole string table, every live track."""
         self.kinds = {}
+        self.schema_bytes = 0
+        self._withheld = set()
         frames = self._schema_frames()
         frames += self._strings_frames(self.strings.runs())
         self.strings.take_new()  # all of it is in the prefix
@@ -205,7 +213,8 @@ class StreamEncoder:
         """Frames for one track's drained events, ``RECORD_FIELDS`` values each."""
         batch = EncodedBatch()
         declared = self.declare(track)
-        schema = self._schema_frames() if len(self.kinds) < min(len(KINDS), self.max_kinds) else []
+        known = len(self.kinds) + len(self._withheld)
+        schema = self._schema_frames() if known < len(KINDS) and len(self.kinds) < self.max_kinds else []
         step = self.max_events_per_frame * RECORD_FIELDS
         if not records:  # a renamed track with nothing new
             pass
@@ -240,7 +249,24 @@ class StreamEncoder:
 
     def _schema_frames(self) -> list[bytes]:
         """SCHEMA frames declaring the process's kinds not yet declared here (at most ``max_kinds`` in all)."""
-        new = [k for k in KINDS.since(0) if k.id not in self.kinds][: max(self.max_kinds - len(self.kinds), 0)]
+        new: list[KindSpec] = []
+        for kind in KINDS.since(0):
+            if kind.id in self.kinds or kind.id in self._withheld or len(self.kinds) + len(new) >= self.max_kinds:
+                continue
+            size = kind.text_bytes
+            if self.schema_bytes + size > self.max_schema_bytes:
+                self._withheld.add(kind.id)
+                if kind.id in self._warned_withheld:
+                    continue
+                self._warned_withheld.add(kind.id)
+                log.warning(
+                    "ringtrace: event kind %r is past the collector's max_schema_bytes=%d; its events are not shown",
+                    kind.name,
+                    self.max_schema_bytes,
+                )
+                continue
+            self.schema_bytes += size
+            new.append(kind)
         frames = []
         for start in range(0, len(new), _KINDS_PER_SCHEMA):
             chunk = new[start : start + _KINDS_PER_SCHEMA]

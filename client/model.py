@@ -296,6 +296,10 @@ def _key_text(key: object) -> str:
 _KEYED_LABELS: Final = frozenset({str, int, bool})
 
 
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 class StringTable(dict[object, int]):
     """Maps labels to ids, assigning the next id to a label on first lookup.
 
@@ -316,6 +320,9 @@ class StringTable(dict[object, int]):
             raise ValueError(f"max_strings must be >= 2, got {max_strings}")
         self.strings: list[str] = []
         self.max_strings = max_strings
+        #: UTF-8 bytes the strings may take together (a collector's WELCOME may set it), and what they take.
+        self.max_bytes = 2**63 - 1
+        self.bytes = 0
         self.overflowed = 0
         #: Ids that named strings until the last ``limit_to`` cut them (see ``limit_to``).
         self.cut_ids = range(0)
@@ -330,9 +337,10 @@ class StringTable(dict[object, int]):
         text = display_text(label)
         if text is not label:
             string_id = self[text]
-        elif len(self.strings) < self.overflow_id:
+        elif len(self.strings) < self.overflow_id and self.bytes + (size := _utf8_size(text)) <= self._byte_budget:
             string_id = len(self.strings)
             self.strings.append(text)
+            self.bytes += size
         else:
             self.overflowed += 1
             return self.overflow_id  # not kept: keeping every overflowed label would grow the dict
@@ -360,20 +368,37 @@ class StringTable(dict[object, int]):
             self._overflow_sent = True
         return runs
 
-    def limit_to(self, max_strings: int) -> bool:
-        """Lower the limit (a collector's WELCOME asks for fewer strings); True if ids at or past it were in use.
+    @property
+    def _byte_budget(self) -> int:
+        """What the strings may take, the overflow label kept room for."""
+        return self.max_bytes - len(OVERFLOW_LABEL.encode())
+
+    def limit_to(self, max_strings: int, max_bytes: int | None = None) -> bool:
+        """Lower the limits (a collector's WELCOME asks for fewer strings, or fewer bytes of them); True if ids at or
+        past the new limit were in use.
 
         Labels that had such ids now map to the overflow label; frames already packed with them must be re-packed
         with ``clamp`` over their name ids. ``cut_ids`` holds the ids cut: events packed with one of them are shown
         with the overflow label from now on (and not counted yet), unlike those packed with an overflow id.
         """
         self.cut_ids = range(0)
+        if max_bytes is not None and max_bytes < self.max_bytes:
+            self.max_bytes = max_bytes
+            fits, total = 0, 0
+            for text in self.strings:
+                total += _utf8_size(text)
+                if total > self._byte_budget:
+                    break
+                fits += 1
+            if fits < len(self.strings):  # the strings that fit keep their ids; the next id is the overflow label's
+                max_strings = min(max_strings, fits + 1)
         if max_strings >= self.max_strings:
             return False
         self.max_strings = max(max_strings, 2)
         cut = len(self.strings) > self.overflow_id
         if cut:
             self.cut_ids = range(self.overflow_id, len(self.strings))
+            self.bytes -= sum(map(_utf8_size, self.strings[self.overflow_id :]))
             del self.strings[self.overflow_id :]
             for label in [label for label, string_id in self.items() if string_id >= self.overflow_id]:
                 del self[label]

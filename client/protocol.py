@@ -211,6 +211,10 @@ class Welcome:
     max_tracks: int
     max_kinds: int
     collector_version: str
+    #: UTF-8 bytes of all strings one connection may declare (absent from older collectors: no limit).
+    max_string_bytes: int = _MAX_FIELD_INT
+    #: UTF-8 bytes of the texts of all kinds one connection may declare (``KindSpec.text_bytes``; absent: no limit).
+    max_schema_bytes: int = _MAX_FIELD_INT
 
     def encode_body(self) -> bytes:
         return _pack(
@@ -221,6 +225,8 @@ class Welcome:
                 "max_tracks": self.max_tracks,
                 "max_kinds": self.max_kinds,
                 "collector_version": self.collector_version,
+                "max_string_bytes": self.max_string_bytes,
+                "max_schema_bytes": self.max_schema_bytes,
             }
         )
 
@@ -234,6 +240,12 @@ class Welcome:
             max_tracks=_field(data, "WELCOME", "max_tracks", int, _U32),
             max_kinds=_field(data, "WELCOME", "max_kinds", int, _U32),
             collector_version=_field(data, "WELCOME", "collector_version", str),
+            max_string_bytes=(
+                _field(data, "WELCOME", "max_string_bytes", int) if "max_string_bytes" in data else _MAX_FIELD_INT
+            ),
+            max_schema_bytes=(
+                _field(data, "WELCOME", "max_schema_bytes", int) if "max_schema_bytes" in data else _MAX_FIELD_INT
+            ),
         )
         if welcome.max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise MalformedFrame(
@@ -258,6 +270,13 @@ class KindSpec:
     text: str = ""
     #: A message kind's priority (optional on the wire).
     priority: str = ""
+
+    @property
+    def text_bytes(self) -> int:
+        """UTF-8 bytes of its texts (name, shape, text, priority, field names and type codes): what counts against
+        a connection's ``max_schema_bytes``."""
+        texts = [self.name, self.shape, self.text, self.priority, *(part for f in self.fields for part in f)]
+        return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"id": self.id, "name": self.name, "shape": self.shape, "fields": [list(f) for f in self.fields]}

@@ -65,6 +65,10 @@ class Limits:
     max_strings: int = 100_000
     max_tracks: int = 10_000
     max_kinds: int = 1_000
+    #: UTF-8 bytes of all the strings one stream may declare (a collector sets it; files have no such limit).
+    max_string_bytes: int = 2**63 - 1
+    #: UTF-8 bytes of the texts of all the kinds one stream may declare (``KindSpec.text_bytes``).
+    max_schema_bytes: int = 2**63 - 1
 
 
 def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:
@@ -174,7 +178,9 @@ class SessionDecoder:
         read_size: the least free room ``get_buffer`` offers.
     """
 
-    __slots__ = ("_live", "_reader", "_state", "hello", "limits", "protocol_version", "tables")
+    __slots__ = (
+        "_live", "_reader", "_state", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
+    )  # fmt: skip
 
     def __init__(
         self, limits: Limits = Limits(), *, live: bool = True, borrow: bool = False, read_size: int = 64 * 1024
@@ -186,6 +192,9 @@ class SessionDecoder:
         self.hello: Hello | None = None
         self.protocol_version = 0
         self.tables = StreamTables()
+        #: UTF-8 bytes of the strings, and of the kinds' texts, declared so far.
+        self.string_bytes = 0
+        self.schema_bytes = 0
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
@@ -252,6 +261,8 @@ class SessionDecoder:
             limits.max_tracks,
             limits.max_kinds,
             collector_version,
+            limits.max_string_bytes,
+            limits.max_schema_bytes,
         )
 
     def _apply(self, frame: Frame) -> None:
@@ -293,11 +304,19 @@ class SessionDecoder:
             raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
         strings = self.tables.strings
         for string_id, text in enumerate(frame.strings, frame.first_id):
-            known = strings.setdefault(string_id, text)
-            if known != text:  # stored frames decode with this table: it may only grow
+            known = strings.get(string_id)
+            if known is None:
+                strings[string_id] = text
+                self.string_bytes += len(text.encode("utf-8", "surrogatepass"))
+            elif known != text:  # stored frames decode with this table: it may only grow
                 raise MalformedFrame(
                     f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was {known!r:.60}"
                 )
+        if self.string_bytes > self.limits.max_string_bytes:
+            raise LimitExceeded(
+                "STRINGS frame: bytes of all strings", "max_string_bytes", self.limits.max_string_bytes,
+                self.string_bytes,
+            )  # fmt: skip
 
     def _add_track(self, frame: Track) -> None:
         tracks, limit = self.tables.tracks, self.limits.max_tracks
@@ -334,6 +353,12 @@ class SessionDecoder:
             if known is None:
                 if len(kinds) >= limit:
                     raise LimitExceeded("SCHEMA frame: kind count", "max_kinds", limit, len(kinds) + 1)
+                self.schema_bytes += spec.text_bytes
+                if self.schema_bytes > self.limits.max_schema_bytes:
+                    raise LimitExceeded(
+                        "SCHEMA frame: bytes of all kinds' texts", "max_schema_bytes", self.limits.max_schema_bytes,
+                        self.schema_bytes,
+                    )  # fmt: skip
                 kinds[spec.id] = spec
             elif known != spec:
                 raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")

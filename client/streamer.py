@@ -559,8 +559,9 @@ class Streamer(SerializedListener):
         with self._state_lock:
             encoder = self.encoder
             encoder.max_frame_bytes = min(self.options.max_frame_bytes, welcome.max_frame_bytes)
-            strings_cut = encoder.strings.limit_to(welcome.max_strings)
+            strings_cut = encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
             encoder.max_kinds = welcome.max_kinds  # the prefix below declares at most these
+            encoder.max_schema_bytes = welcome.max_schema_bytes
             kept: deque[tuple[bytes, int]] = deque()
             for frame, count in self._queue:
                 if not strings_cut and len(frame) <= encoder.max_frame_bytes:

@@ -55,6 +55,10 @@ class CollectorConfig:
     max_tracks: int = 10_000
     #: Most event kinds one connection may declare.
     max_kinds: int = 1_000
+    #: UTF-8 bytes of all the strings one connection may declare; clients adopt it from WELCOME.
+    max_string_bytes: int = 2 * 1024 * 1024
+    #: UTF-8 bytes of the texts of all the kinds one connection may declare; clients adopt it too.
+    max_schema_bytes: int = 256 * 1024
     #: A connection that has not said HELLO by then is closed: it would hold a max_connections slot for nothing.
     handshake_timeout_s: float = 10.0
     #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
@@ -67,6 +71,9 @@ class CollectorConfig:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {self.max_frame_bytes}")
         if self.max_connections < 1:
             raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
+        for name in ("max_string_bytes", "max_schema_bytes"):
+            if getattr(self, name) < 1024:
+                raise ConfigError(f"{name} must be >= 1024, got {getattr(self, name)}")
         for name in ("max_strings", "max_tracks", "max_kinds"):
             if getattr(self, name) < 2:
                 raise ConfigError(f"{name} must be >= 2, got {getattr(self, name)}")
@@ -113,7 +120,16 @@ class Collector:
             policy=config.policy,
             buffers=buffers,
         )
-        self.limits = Limits(config.max_frame_bytes, config.max_strings, config.max_tracks, config.max_kinds)
+        self.limits = Limits(
+            config.max_frame_bytes,
+            config.max_strings,
+            config.max_tracks,
+            config.max_kinds,
+            config.max_string_bytes,
+            config.max_schema_bytes,
+        )
+        #: Reading what is stored: it was checked on the way in, perhaps by a run with other limits (a data dir).
+        self.stored_limits = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
         self.max_connections = config.max_connections
         self.handshake_timeout_s = config.handshake_timeout_s
         self.snapshot_flush_timeout_s = config.snapshot_flush_timeout_s
@@ -156,7 +172,7 @@ class Collector:
     def _recover(self, data_dir: DataDir) -> None:
         started = time.monotonic()
         segments = events = cut = 0
-        for recovered in data_dir.recover(self.limits):
+        for recovered in data_dir.recover(self.stored_limits):
             process = self.registry.known(recovered.hello)
             if recovered.stats is not None:  # segments come oldest first: the last one seen is the latest
                 process.client_stats = recovered.stats
@@ -249,7 +265,7 @@ class Collector:
             processes,
             self.store.track_counts(),
             other,
-            limits=self.limits,
+            limits=self.stored_limits,
             forgotten=forgotten,
             forgotten_client=self.registry.forgotten_stats,
         )

@@ -116,6 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="string table entries one connection may declare; clients adopt it (default %(default)s)",
     )
     parser.add_argument(
+        "--max-string-bytes",
+        type=_arg(parse_size),
+        default=defaults.max_string_bytes,
+        metavar="SIZE",
+        help="UTF-8 bytes of all the labels one connection may declare; clients adopt it (default 2MiB)",
+    )
+    parser.add_argument(
+        "--max-schema-bytes",
+        type=_arg(parse_size),
+        default=defaults.max_schema_bytes,
+        metavar="SIZE",
+        help="UTF-8 bytes of the texts of all the event kinds one connection may declare (names, fields); clients "
+        "adopt it (default 256KiB)",
+    )
+    parser.add_argument(
         "--max-tracks",
         type=int,
         default=defaults.max_tracks,
@@ -172,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_frame_bytes=args.max_frame_size,
             max_connections=args.max_connections,
             max_strings=args.max_strings,
+            max_string_bytes=args.max_string_bytes,
+            max_schema_bytes=args.max_schema_bytes,
             max_tracks=args.max_tracks,
         )
         with _runner() as runner:

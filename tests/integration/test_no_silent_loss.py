@@ -72,6 +72,31 @@ def test_labels_past_the_collectors_string_limit_map_to_the_overflow_label() -> 
         collector.stop()
 
 
+def test_labels_past_the_collectors_string_byte_limit_map_to_the_overflow_label() -> None:
+    collector = CollectorProcess("--max-string-bytes", "4KiB")
+    try:
+        code = (
+            "import json, sys, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1])\n"
+            "for i in range(1000):\n"
+            "    tl.instant(f'label-{i:05d}', i=i)\n"  # 11 bytes each
+            "print(json.dumps({'ok': tl.flush(timeout_s=20), 'connects': tl.listeners[0].connects}))\n"
+        )
+        done = run_client(code, collector.tcp_address)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"ok": True, "connects": 1}  # the connection never broke
+        trace = collector.snapshot()
+        names = [e["name"] for e in events(trace, "i")]
+        assert len(names) == 1000
+        fitted = (4096 - len(OVERFLOW_LABEL.encode())) // 11
+        assert names[:fitted] == [f"label-{i:05d}" for i in range(fitted)]
+        assert names.count(OVERFLOW_LABEL) == 1000 - fitted
+        assert trace["otherData"]["label_overflow_events"] == 1000 - fitted
+        assert not any("closing connection" in line for line in collector.lines)
+    finally:
+        collector.stop()
+
+
 # -- 2. one odd argument must not cost its batch ---------------------------------------------------------------------
 
 _ODD_ARGS = """

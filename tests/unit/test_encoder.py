@@ -684,3 +684,22 @@ def test_a_large_flat_map_and_a_long_string_are_cut_with_a_mark_not_dropped() ->
     first, second = stream.events()
     assert len(first.args) == MAX_ARG_ITEMS + 1 and "<ringtrace: clipped>" in first.args
     assert second.args["v"].endswith("<ringtrace: clipped 10 characters>")
+
+
+def test_labels_past_the_byte_limit_map_to_the_overflow_label_and_are_counted() -> None:
+    table = StringTable(1_000)
+    assert not table.limit_to(1_000, max_bytes=len(OVERFLOW_LABEL.encode()) + 30)  # room for three 10-byte labels
+    ids = [table[f"label-{i:04d}"] for i in range(5)]
+    assert ids == [0, 1, 2, table.overflow_id, table.overflow_id]
+    assert (table.bytes, table.overflowed) == (30, 2)
+    assert table["label-0001"] == 1  # a label that fits keeps its id
+
+
+def test_a_lower_byte_limit_cuts_the_strings_past_it() -> None:
+    table = StringTable(1_000)
+    for i in range(10):
+        table[f"label-{i:04d}"]
+    assert table.limit_to(1_000, max_bytes=len(OVERFLOW_LABEL.encode()) + 45)  # four labels fit
+    assert (table.max_strings, table.overflow_id, table.bytes) == (5, 4, 40)
+    assert table.cut_ids == range(4, 10)
+    assert table["label-0009"] == table.overflow_id and table["label-0003"] == 3

@@ -29,7 +29,7 @@ from ringtrace.client import (
 )
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.events import event_id, wire_values
-from ringtrace.client.model import FIRST_TYPED_KIND, THREAD_TRACK, TrackInfo
+from ringtrace.client.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, FrameReader, Hello, Schema, encode, preamble
 from ringtrace.client.session import SessionDecoder
 
@@ -245,6 +245,25 @@ def test_a_stream_limited_to_fewer_kinds_declares_only_those() -> None:
     reader = FrameReader("client")
     reader.receive_data(preamble() + encode(Hello(1, "h", "p", "i", "b", 0, 0, "0")) + b"".join(encoder.prefix()))
     assert sum(len(frame.kinds) for frame in reader if isinstance(frame, Schema)) == 3
+
+
+def test_a_stream_limited_in_schema_bytes_declares_the_kinds_that_fit_and_warns_of_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    encoder = StreamEncoder()
+    encoder.max_schema_bytes = sum(kind.text_bytes for kind in KINDS.since(0)[:5])
+    reader = FrameReader("client")
+    reader.receive_data(preamble() + encode(Hello(1, "h", "p", "i", "b", 0, 0, "0")) + b"".join(encoder.prefix()))
+    declared = [kind for frame in reader if isinstance(frame, Schema) for kind in frame.kinds]
+    assert declared[:5] == list(KINDS.since(0)[:5])
+    assert sum(kind.text_bytes for kind in declared) <= encoder.max_schema_bytes
+    withheld = len(KINDS.since(0)) - len(declared)
+    assert withheld > 0
+    assert len([r for r in caplog.records if "max_schema_bytes" in r.getMessage()]) == withheld
+    # Later batches do not declare them either, nor warn again.
+    caplog.clear()
+    encoder.encode(TrackInfo(1, THREAD_TRACK, "t", 1), [])
+    assert not [r for r in caplog.records if "max_schema_bytes" in r.getMessage()]
 
 
 def test_rejected_events_are_counted_and_warned_once_per_class(caplog: pytest.LogCaptureFixture) -> None:

@@ -1149,3 +1149,38 @@ def test_tables_only_grow_a_string_id_or_the_columns_cannot_be_redefined() -> No
         decoder.receive_data(encode(later))
         with pytest.raises(MalformedFrame, match=r"redefined|changed within the stream"):
             list(decoder)
+
+
+def test_strings_within_max_string_bytes_are_accepted_and_one_byte_more_refused() -> None:
+    strings = ("é" * 100, "x" * 50)  # 200 + 50 bytes of UTF-8
+    decoder = session_with(opening(Strings(0, strings)), max_string_bytes=250)
+    list(decoder)
+    assert decoder.string_bytes == 250
+    # The same strings declared again (a duplicate run) cost nothing more.
+    decoder = session_with(opening(Strings(0, strings), Strings(0, strings[:1])), max_string_bytes=250)
+    list(decoder)
+    decoder = session_with(opening(Strings(0, strings), Strings(2, ("y",))), max_string_bytes=250)
+    assert decoder.next_frame() == HELLO
+    assert_limit(session_error(decoder), "max_string_bytes", 250, 251)
+
+
+def test_welcome_states_max_string_bytes_and_an_older_one_without_it_means_no_limit() -> None:
+    decoder = session_with(preamble() + encode(HELLO), live=True, max_string_bytes=4096)
+    assert decoder.next_frame() == HELLO
+    welcome = decoder.welcome()
+    assert Welcome.decode_body(welcome.encode_body()).max_string_bytes == 4096
+    older = msgpack.unpackb(welcome.encode_body())
+    del older["max_string_bytes"]
+    assert Welcome.decode_body(msgpack.packb(older)).max_string_bytes == 2**63 - 1
+
+
+def test_kinds_within_max_schema_bytes_are_accepted_and_past_it_refused() -> None:
+    kinds = tuple(KindSpec(64 + i, f"kind{i}", "instant", (("field", "i64"),)) for i in range(3))
+    size = sum(kind.text_bytes for kind in kinds)
+    assert size == 3 * (len("kind0") + len("instant") + len("field") + len("i64"))
+    decoder = session_with(opening(Schema(kinds)), max_schema_bytes=size)
+    list(decoder)
+    assert decoder.schema_bytes == size
+    decoder = session_with(opening(Schema(kinds)), max_schema_bytes=size - 1)
+    assert decoder.next_frame() == HELLO
+    assert_limit(session_error(decoder), "max_schema_bytes", size - 1, size)

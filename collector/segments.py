@@ -104,13 +104,31 @@ class Segment:
 
     def write_events(self, frame: bytes | memoryview, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
         """Append one EVENTS frame (header included) and its index entry."""
-        offset = self.write(frame)
+        offset = self.used
+        end = offset + len(frame)
+        self.buffer[offset:end] = frame
+        self.used = end
         self.entries += 1
         self.events += count
         INDEX_ENTRY.pack_into(
-            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, len(frame), track_id, count, first_ts,
+            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, end - offset, track_id, count, first_ts,
             last_ts,
         )  # fmt: skip
+
+    def track_totals(self) -> dict[int, list[int]]:
+        """Per track id: ``[events, bytes]`` of its EVENTS frames here."""
+        totals: dict[int, list[int]] = {}
+        with memoryview(self.buffer) as view:
+            index = view[self.size - INDEX_ENTRY.size * self.entries : self.size]
+            for _, size, track_id, count, _, _ in INDEX_ENTRY.iter_unpack(index):
+                total = totals.get(track_id)
+                if total is None:
+                    totals[track_id] = [count, size]
+                else:
+                    total[0] += count
+                    total[1] += size
+            index.release()
+        return totals
 
     def write_checksum(self) -> None:
         """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites

@@ -46,6 +46,7 @@ Policy = Literal["ring", "discard"]
 MIN_SEGMENT_BYTES: Final = 64 * 1024
 _ALIGN: Final = 4096
 _PREAMBLE: Final = preamble()
+_ENTRY: Final = INDEX_ENTRY.size
 
 
 @dataclass(slots=True)
@@ -296,7 +297,7 @@ class Store:
         counts.received_events += count
         counts.received_bytes += size
         segment = stream.segment
-        if segment is None or segment.free < size + INDEX_ENTRY.size + self._reserve:
+        if segment is None or segment.size - segment.used - _ENTRY * (segment.entries + 1) - self._reserve < size:
             segment = self._open_segment(stream, size, counts, count)
             if segment is None:
                 return False
@@ -411,9 +412,9 @@ class Store:
         self.stored_events -= segment.events
         self.stored_frames -= segment.entries
         events_name, bytes_name = f"{why}_events", f"{why}_bytes"
-        for _, size, track_id, count, _, _ in segment.index():
+        for track_id, (events, size) in segment.track_totals().items():
             counts = process.counts[track_id]
-            setattr(counts, events_name, getattr(counts, events_name) + count)
+            setattr(counts, events_name, getattr(counts, events_name) + events)
             setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
         segment.evicted = True
         if segment.pins == 0:

@@ -56,6 +56,7 @@ __all__ = [
     "Hello",
     "KindSpec",
     "Peer",
+    "Refused",
     "Schema",
     "Sentinel",
     "SetPriority",
@@ -102,6 +103,7 @@ class FrameType(IntEnum):
     FLUSH_ACK = 9
     GOODBYE = IGNORABLE | 1
     SET_PRIORITY = IGNORABLE | 2
+    REFUSED = IGNORABLE | 3
 
 
 #: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
@@ -529,17 +531,40 @@ class SetPriority:
         return cls(_field(data, "SET_PRIORITY", "priority", str), timeline)
 
 
-Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The collector could not store ``events`` events this connection sent since the last REFUSED (its store is
+    full under the discard policy, or the process is at its cap); sent before the next FLUSH_ACK (ignorable)."""
+
+    TYPE: ClassVar = FrameType.REFUSED
+    events: int
+
+    def encode_body(self) -> bytes:
+        return _pack({"events": self.events})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Refused:
+        return cls(_field(_unpack_map("REFUSED", body), "REFUSED", "events", int))
+
+
+Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority | Refused
 
 _FRAME_CLASSES: Final[dict[int, Any]] = {
     cls.TYPE: cls
-    for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority)
+    for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority, Refused)
 }
 #: Frame types each peer may send.
 SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
-    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY},
+    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY, FrameType.REFUSED},
     "collector": frozenset(
-        {FrameType.WELCOME, FrameType.FLUSH, FrameType.FLUSH_ACK, FrameType.GOODBYE, FrameType.SET_PRIORITY}
+        {
+            FrameType.WELCOME,
+            FrameType.FLUSH,
+            FrameType.FLUSH_ACK,
+            FrameType.GOODBYE,
+            FrameType.SET_PRIORITY,
+            FrameType.REFUSED,
+        }
     ),
 }
 

@@ -49,6 +49,7 @@ from .protocol import (
     FlushAck,
     FrameType,
     Goodbye,
+    Refused,
     SetPriority,
     Stats,
     Track,
@@ -152,6 +153,10 @@ class Streamer(SerializedListener):
         self._flush_targets: dict[int, int] = {}
         #: A connection broke with unacknowledged events since the previous acknowledged flush.
         self._uncertain = False
+        #: Events the collector received and could not store (its REFUSED frames): a full store under its discard
+        #: policy, or this process at its cap. The collector counts them too (discarded, capped).
+        self.refused_events = 0
+        self._refused_since_flush = False
         self._goodbye_logged = False
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -627,9 +632,10 @@ class Streamer(SerializedListener):
                     if waiter is not None:
                         with self._state_lock:
                             dropped = self.dropped_events
-                            ok = dropped == waiter.baseline and not waiter.uncertain
+                            ok = dropped == waiter.baseline and not waiter.uncertain and not self._refused_since_flush
                             self._dropped_at_flush = dropped
                             self._uncertain = False
+                            self._refused_since_flush = False
                         waiter.finish(ok)
                 elif isinstance(frame, Flush):
                     if self._sweep_all is not None:
@@ -640,6 +646,10 @@ class Streamer(SerializedListener):
                     self._welcome(frame)
                 elif isinstance(frame, SetPriority):
                     self._set_priority(frame)
+                elif isinstance(frame, Refused):
+                    with self._state_lock:
+                        self.refused_events += frame.events
+                        self._refused_since_flush = True
                 elif isinstance(frame, Goodbye) and not self._goodbye_logged:
                     self._goodbye_logged = True
                     log.warning("ringtrace: the collector at %s is closing: %s", self.address_text, frame.reason)

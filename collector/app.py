@@ -67,38 +67,54 @@ class CollectorConfig:
     forget_after_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_frame_bytes < MIN_MAX_FRAME_BYTES:
-            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {self.max_frame_bytes}")
-        if self.max_connections < 1:
-            raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
+        u32 = 2**32 - 1  # what the wire protocol's WELCOME carries
+        _check_range("max_frame_bytes", self.max_frame_bytes, MIN_MAX_FRAME_BYTES, u32)
+        _check_range("max_connections", self.max_connections, 1, 2**31)
         for name in ("max_string_bytes", "max_schema_bytes"):
-            if getattr(self, name) < 1024:
-                raise ConfigError(f"{name} must be >= 1024, got {getattr(self, name)}")
+            _check_range(name, getattr(self, name), 1024, 2**62)
         for name in ("max_strings", "max_tracks", "max_kinds"):
-            if getattr(self, name) < 2:
-                raise ConfigError(f"{name} must be >= 2, got {getattr(self, name)}")
-        if self.handshake_timeout_s <= 0:
-            raise ConfigError(f"handshake_timeout_s must be > 0, got {self.handshake_timeout_s}")
-        if self.snapshot_flush_timeout_s < 0:
-            raise ConfigError(f"snapshot_flush_timeout_s must be >= 0, got {self.snapshot_flush_timeout_s}")
-        if self.forget_after_s < 0:
-            raise ConfigError(f"forget_after_s must be >= 0, got {self.forget_after_s}")
+            _check_range(name, getattr(self, name), 2, u32)
+        _check_range("handshake_timeout_s", self.handshake_timeout_s, 1e-3, 1e6)
+        _check_range("snapshot_flush_timeout_s", self.snapshot_flush_timeout_s, 0, 1e6)
+        _check_range("forget_after_s", self.forget_after_s, 0, 1e9)
         if self.fsync not in ("never", "flush", "always"):
-            raise ConfigError(f"fsync must be never, flush or always, got {self.fsync!r}")
-        if self.segment_bytes is not None and self.segment_bytes < MIN_SEGMENT_BYTES:
-            raise ConfigError(f"segment_bytes must be >= {MIN_SEGMENT_BYTES}, got {self.segment_bytes}")
-        smallest = min(self.capacity_bytes, self.process_capacity_bytes or self.capacity_bytes)
-        if smallest < 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES):
-            raise ConfigError(
-                f"capacity of {smallest} bytes must hold at least 2 frames of max_frame_bytes={self.max_frame_bytes} "
-                f"with their session frames ({2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)} bytes)"
-            )
+            raise ConfigError(f"fsync (--fsync) must be never, flush or always, got {self.fsync!r}")
+        if self.segment_bytes is not None:
+            _check_range("segment_bytes", self.segment_bytes, MIN_SEGMENT_BYTES, 2**40)
+        frames = 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)
+        for name in ("capacity_bytes", "process_capacity_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < frames:
+                raise ConfigError(
+                    f"{_FLAGS[name]}: capacity of {value} bytes must hold at least 2 frames of "
+                    f"max_frame_bytes={self.max_frame_bytes} with their session frames ({frames} bytes)"
+                )
 
     @property
     def effective_segment_bytes(self) -> int:
         if self.segment_bytes is not None:
             return self.segment_bytes
         return min(max(self.capacity_bytes // 8, MIN_SEGMENT_BYTES), 1024 * 1024)
+
+
+#: The command-line flag of each setting, for messages.
+_FLAGS = {
+    "capacity_bytes": "--capacity",
+    "process_capacity_bytes": "--process-capacity",
+    "max_frame_bytes": "--max-frame-size",
+    "max_connections": "--max-connections",
+    "max_string_bytes": "--max-string-bytes",
+    "max_schema_bytes": "--max-schema-bytes",
+    "max_strings": "--max-strings",
+    "max_tracks": "--max-tracks",
+    "forget_after_s": "--forget-after",
+}
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:  # also refuses nan
+        flag = f" ({_FLAGS[name]})" if name in _FLAGS else ""
+        raise ConfigError(f"{name}{flag} must be between {low} and {high}, got {value}")
 
 
 class Collector:
@@ -111,6 +127,12 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.version = __version__
+        if config.process_capacity_bytes is not None and config.process_capacity_bytes > config.capacity_bytes:
+            log.warning(
+                "--process-capacity %d is more than --capacity %d: one process may hold up to the capacity",
+                config.process_capacity_bytes,
+                config.capacity_bytes,
+            )
         self.data_dir = DataDir(config.data_dir, config.fsync) if config.data_dir is not None else None
         buffers: SegmentBuffers | None = self.data_dir
         self.store = Store(
@@ -180,6 +202,16 @@ class Collector:
             segments += 1
             events += sum(count for _, _, _, count, _, _ in recovered.entries)
             cut += recovered.why_cut is not None
+        self.store.skip_to(data_dir.highest_seq + 1)  # never reuse the name of a file found there
+        overwritten = self.store.totals().overwritten_events + self.store.totals().capped_events
+        if overwritten:
+            log.warning(
+                "%d of the %d events recovered were overwritten at once: the data dir held more than "
+                "--capacity (%d bytes) or --process-capacity allows",
+                overwritten,
+                events,
+                self.store.capacity_bytes,
+            )
         if segments:
             log.info(
                 "recovered %d segments, %d events of %d processes from %s in %.2fs (%d with a tail cut)",
@@ -237,6 +269,8 @@ class Collector:
             await self._tcp_server.wait_closed()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
+        if self.data_dir is not None:
+            self.data_dir.close()
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""

@@ -129,7 +129,7 @@ def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
     if closing:
         chunk = _dumps(closing)[1:-1]
         yield chunk if first else b"," + chunk
-    other = _other_data(view, origin_ns, undecodable, pairing)
+    other = _other_data(view, origin_ns, undecodable, pairing, tracks)
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
 
 
@@ -256,13 +256,20 @@ def _frame_events(
     return events, skipped
 
 
-def _other_data(view: SnapshotView, origin_ns: int, undecodable: dict[int, int], pairing: Pairing) -> dict[str, Any]:
+def _other_data(
+    view: SnapshotView,
+    origin_ns: int,
+    undecodable: dict[int, int],
+    pairing: Pairing,
+    stored_tracks: dict[tuple[int, int], TrackInfo],
+) -> dict[str, Any]:
     per_process: dict[int, Counts] = {}
     per_track: dict[int, list[dict[str, Any]]] = {}
     for (uid, track_id), counts in sorted(view.counts.items()):
         per_process.setdefault(uid, Counts()).add(counts)
         process = view.processes.get(uid)
-        track = process.tracks.get(track_id) if process is not None else None
+        # The latest name of a live track, else the name its stored frames carry (an ended track, an asyncio lane).
+        track = (process.tracks.get(track_id) if process is not None else None) or stored_tracks.get((uid, track_id))
         per_track.setdefault(uid, []).append(
             {"track": track_id, "name": track.name if track else None, **_store_counts(counts)}
         )

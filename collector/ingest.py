@@ -24,6 +24,7 @@ from ringtrace.client.protocol import (
     Frame,
     Goodbye,
     Hello,
+    Refused,
     Schema,
     Stats,
     Strings,
@@ -108,7 +109,8 @@ class _Syncer:
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_flushes", "_handshake_timer", "_peer", "_session", "_sink", "_stream", "_syncer", "_transport", "process",
+        "_flushes", "_handshake_timer", "_peer", "_refused", "_session", "_sink", "_stream", "_syncer", "_transport",
+        "process",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
@@ -119,6 +121,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self.process: ProcessRecord | None = None
         self._stream: Stream | None = None
         self._syncer: _Syncer | None = None
+        #: Events the store refused since the last FLUSH.
+        self._refused = 0
         self._flushes: dict[int, asyncio.Future[bool]] = {}
         self._handshake_timer: asyncio.TimerHandle | None = None
 
@@ -241,9 +245,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
         stream = self._stream
         if isinstance(frame, Events):
             assert stream is not None
-            self._sink.store.events(
+            if not self._sink.store.events(
                 stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
-            )
+            ):
+                self._refused += frame.count
         elif isinstance(frame, Track):
             assert self.process is not None and stream is not None
             if frame.ended:  # frames stored before name it in their own segments
@@ -260,7 +265,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
             assert stream is not None
             self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
         elif isinstance(frame, Flush):  # everything before it is stored; acknowledged once durable as --fsync says
-            assert stream is not None
+            assert stream is not None and self._transport is not None
+            if self._refused:  # what was not stored, so that the client's flush() does not report success
+                self._transport.write(encode(Refused(self._refused)))
+                self._refused = 0
             if self._syncer is not None:
                 self._syncer.request(frame.token)
             else:

@@ -12,7 +12,7 @@ tail, one 32-byte entry per EVENTS frame (offset, size, track, count, first and 
 and accounted without decoding, and the index costs no memory beyond the segment's own bytes. It is derived data:
 recovery rebuilds it from the frames.
 
-In a data dir, CHECKSUM frames (type 0x83, ignorable) each hold the CRC-32 of the segment's bytes from the end of the
+In a data dir, CHECKSUM frames (type 0xFF, ignorable) each hold the CRC-32 of the segment's bytes from the end of the
 previous one, so recovery keeps exactly what was checksummed and cuts a torn or corrupted tail. In memory they are left
 out: nothing there can tear.
 """
@@ -20,6 +20,7 @@ out: nothing there can tear.
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import logging
 import mmap
@@ -53,9 +54,9 @@ log = logging.getLogger("ringtrace.collector.segments")
 
 #: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
 INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
-#: A CHECKSUM frame: body length 4, type 0x83 (ignorable), CRC-32 of the bytes since the previous CHECKSUM frame.
+#: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32 of the bytes since the last one.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
-CHECKSUM_TYPE: Final = 0x83
+CHECKSUM_TYPE: Final = 0xFF
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
 CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
 _PREAMBLE_BYTES: Final = preamble()
@@ -64,6 +65,7 @@ _PREAMBLE_BYTES: Final = preamble()
 FsyncPolicy = Literal["never", "flush", "always"]
 SUFFIX: Final = ".rtseg"
 SPARE_SUFFIX: Final = ".rtspare"
+LOCK_FILE: Final = "LOCK"
 
 Buffer = bytearray | mmap.mmap
 
@@ -248,20 +250,46 @@ class DataDir(SegmentBuffers):
     checksums = True
 
     def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "flush") -> None:
+        if not str(path):
+            raise ConfigError("--data-dir must name a directory, got ''")
         self.path = Path(path)
         self.fsync = fsync
         self._pool: dict[int, list[tuple[mmap.mmap, Path]]] = {}
         self._pooled_bytes = 0
         self._spares = itertools.count()
+        #: The highest sequence number of any segment file found by ``recover``, read or not.
+        self.highest_seq = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
+            self._lock = self._take_lock()
             for spare in self.path.glob(f"*{SPARE_SUFFIX}"):  # left by an earlier run: nothing in them counts
                 spare.unlink()
         except OSError as exc:
             raise ConfigError(f"--data-dir {str(self.path)!r} is not a writable directory: {exc}") from None
+
+    def _take_lock(self) -> int:
+        """An exclusive lock on ``DIR/LOCK`` for the life of the process: two collectors on one data dir would
+        recover, evict and reuse each other's files."""
+        lock_path = self.path / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(
+                f"--data-dir {str(self.path)!r} is in use by another collector (pid {holder}, holding {lock_path})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Unmap the spare files and release the lock (segments still stored stay as they are)."""
+        self.trim(0)
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
 
     def file(self, seq: int) -> Path:
         return self.path / f"{seq:016d}{SUFFIX}"
@@ -345,18 +373,24 @@ class DataDir(SegmentBuffers):
             except ValueError:
                 log.warning("ignoring %s: not a segment file name", path)
                 continue
+            self.highest_seq = max(self.highest_seq, seq)
             recovered = self._recover_one(path, seq, limits)
             if recovered is not None:
                 yield recovered
 
     def _recover_one(self, path: Path, seq: int, limits: Limits) -> Recovered | None:
+        """Raises:
+        ConfigError: the file cannot be opened for reading and writing (its events would be lost in silence).
+        """
         try:
             with open(path, "r+b") as file:
                 size = os.fstat(file.fileno()).st_size
                 buffer = mmap.mmap(file.fileno(), size) if size else None
         except OSError as exc:
-            log.warning("cannot read %s (%s): skipped", path, exc)
-            return None
+            raise ConfigError(
+                f"--data-dir: cannot open the segment file {str(path)!r} ({exc}); give the collector read and write "
+                "access to it, or move it out of the directory"
+            ) from None
         if buffer is None:
             log.warning("removing %s: empty", path)
             path.unlink(missing_ok=True)

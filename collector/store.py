@@ -341,12 +341,18 @@ class Store:
         roomy = 4 * stream.session_bytes if 8 * stream.session_bytes <= self.process_capacity_bytes else 0
         size = _aligned(max(stream.next_size, needed, roomy))
         refusal = self._make_room(stream.owner, size)
-        if refusal is None:
+        buffer = None
+        while refusal is None and buffer is None:
             try:
                 buffer = self.buffers.new(self._seq, size)
-            except OSError as exc:
-                refusal = f"cannot allocate a segment of {size} bytes: {exc}"
-        if refusal is not None:
+            except OSError as exc:  # a full disk, say: under ring, the oldest segment makes room as when full
+                if self.policy == "discard" or not self._segments:
+                    refusal = f"allocation: cannot allocate a segment of {size} bytes: {exc}"
+                else:
+                    self._evict(next(iter(self._segments.values())), "overwritten")
+                    self.buffers.trim(0)  # a spare of another size gives its room back
+        if refusal is not None or buffer is None:
+            refusal = refusal or "allocation: no buffer"
             capped = refusal.startswith("process")
             if capped:
                 counts.capped_events += count
@@ -425,7 +431,7 @@ class Store:
         self.buffers.release(segment, reuse=reuse)
 
     def _log_refusal(self, why: str) -> None:
-        kind = why.split(":", 1)[0]
+        kind = why.split(":", 1)[0]  # "process capacity", "capacity" or "allocation"
         if kind not in self._refusals_logged:  # once per kind: a full discard store refuses every frame
             self._refusals_logged.add(kind)
             log.warning("refusing frames: %s; counted per track (logged once)", why)
@@ -447,6 +453,13 @@ class Store:
             counts = process.counts.setdefault(track_id, Counts())
             counts.received_events += count
             counts.received_bytes += size
+        if segment.size > min(self.capacity_bytes, self._process_cap or self.capacity_bytes):  # restarted smaller
+            for track_id, (events, size) in segment.track_totals().items():
+                process.counts[track_id].overwritten_events += events
+                process.counts[track_id].overwritten_bytes += size
+            self.buffers.release(segment, reuse=False)
+            self._seq = max(self._seq, segment.seq + 1)
+            return
         while self.held_bytes + segment.size > self.capacity_bytes and self._segments:  # restarted smaller
             self._evict(next(iter(self._segments.values())), "overwritten")
         while self._process_cap and process.held_bytes + segment.size > self._process_cap and process.segments:
@@ -458,6 +471,11 @@ class Store:
         self.stored_events += segment.events
         self.stored_frames += segment.entries
         self._seq = max(self._seq, segment.seq + 1)
+        self.buffers.trim(self.capacity_bytes - self.held_bytes)
+
+    def skip_to(self, seq: int) -> None:
+        """New segments are numbered from ``seq`` on (past every file a data dir holds)."""
+        self._seq = max(self._seq, seq)
 
     # -- reading ------------------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, run_workload
 from ringtrace.client.protocol import FRAME_HEADER, FrameType
 from ringtrace.client.session import Limits
 from ringtrace.collector.segments import scan_segment
@@ -132,3 +132,62 @@ def test_a_data_dir_that_cannot_be_written_is_refused_at_start(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 2
     assert "--data-dir" in done.stderr and "is not a writable directory" in done.stderr
+
+
+def test_a_second_collector_on_the_same_data_dir_is_refused_before_it_touches_anything(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = CollectorProcess("--data-dir", str(data_dir), "--capacity", "64MiB")
+    streamers = start_streamers(first.tcp_address, 1)
+    try:
+        first.wait_for_stored(2_000)
+        before = {path.name: path.stat().st_mtime_ns for path in data_dir.glob("*.rtseg")}
+        done = subprocess.run(
+            [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert f"is in use by another collector (pid {first.proc.pid}" in done.stderr
+        assert set(before) <= {path.name for path in data_dir.glob("*.rtseg")}  # nothing removed
+        streamers[0].kill()
+        streamers[0].wait()
+        acked = acknowledged(streamers[0])
+        trace = first.snapshot()
+    finally:
+        first.stop()
+    held = numbers_per_process(trace)["s0"]
+    assert set(range(acked + 1)) <= set(held) and max(held.values()) == 1
+
+
+def test_a_segment_file_the_collector_cannot_open_stops_it_at_start(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / f"{3:016d}.rtseg").mkdir()  # opening it for reading and writing fails, whoever runs the test
+    done = subprocess.run(
+        [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
+         "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "cannot open the segment file" in done.stderr and "0000000000000003.rtseg" in done.stderr
+
+
+def test_a_restart_with_a_smaller_capacity_counts_what_it_cannot_keep(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    collector = CollectorProcess("--data-dir", str(data_dir), "--capacity", "16MiB")
+    try:
+        done = run_workload(collector.tcp_address, "--threads", "2", "--spans", "60000")
+        assert done.returncode == 0, done.stderr
+    finally:
+        collector.stop()
+    restarted = CollectorProcess("--data-dir", str(data_dir), "--capacity", "512KiB", "--max-frame-size", "64KiB")
+    try:
+        trace = restarted.snapshot()
+    finally:
+        restarted.stop()
+    other = trace["otherData"]
+    assert other["overwritten_events"] > 0
+    assert other["received_events"] == other["stored_events"] + other["overwritten_events"] == 120_000
+    assert other["stored_events"] == len(events(trace, "X"))
+    assert any("were overwritten at once" in line for line in restarted.lines)
+    assert sum(path.stat().st_size for path in data_dir.glob("*.rt*")) <= 512 * 1024

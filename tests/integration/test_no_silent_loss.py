@@ -97,6 +97,30 @@ def test_labels_past_the_collectors_string_byte_limit_map_to_the_overflow_label(
         collector.stop()
 
 
+def test_a_flush_is_not_true_when_the_collector_refused_events() -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB", "--policy", "discard")
+    try:
+        code = (
+            "import json, sys, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1])\n"
+            "for i in range(100_000):\n"
+            "    tl.instant('tick', i=i)\n"
+            "first = tl.flush(timeout_s=20)\n"
+            "refused = tl.listeners[0].refused_events\n"
+            "print(json.dumps({'first': first, 'refused': refused, 'again': tl.flush(timeout_s=20)}))\n"
+        )
+        done = run_client(code, collector.tcp_address)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        other = collector.snapshot()["otherData"]
+    finally:
+        collector.stop()
+    assert result["first"] is False  # the store is full: what it refused was not delivered
+    assert result["refused"] == other["discarded_events"] > 0
+    assert result["again"] is True  # nothing new was refused since
+    assert other["received_events"] == other["stored_events"] + other["discarded_events"] == 100_000
+
+
 # -- 2. one odd argument must not cost its batch ---------------------------------------------------------------------
 
 _ODD_ARGS = """

@@ -48,6 +48,10 @@ def test_four_processes_four_threads_ten_thousand_spans_each(collector: Collecto
     assert other["overwritten_events"] == 0
     assert other["undecodable_events"] == 0
     assert other["label_overflow_events"] == 0 and other["clipped_args"] == 0
+    # Per-track counts name each track, though every one of these threads has ended.
+    for r, process in zip(reports, sorted(other["processes"], key=lambda p: p["process_name"]), strict=True):
+        named = {t["name"]: t["stored_events"] for t in process["tracks"] if t["stored_events"]}
+        assert named == dict.fromkeys(r["threads"], SPANS)
 
 
 def test_timestamps_share_one_axis_across_processes(collector: CollectorProcess) -> None:

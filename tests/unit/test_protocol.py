@@ -49,6 +49,7 @@ from ringtrace.client.protocol import (
     Goodbye,
     Hello,
     KindSpec,
+    Refused,
     Schema,
     SetPriority,
     Stats,
@@ -107,6 +108,7 @@ COLLECTOR_FRAMES: list[Frame] = [
     Goodbye("max_connections reached"),
     SetPriority("debug"),
     SetPriority("trace+", "engine"),
+    Refused(12),
 ]
 FRAMES_BY_PEER = {"client": CLIENT_FRAMES, "collector": COLLECTOR_FRAMES}
 FRAME_CLASS = {frame.TYPE: type(frame) for frame in [*FIRST_FRAME.values(), *CLIENT_FRAMES, *COLLECTOR_FRAMES]}
@@ -275,7 +277,8 @@ flushes = st.builds(Flush, u64)
 flush_acks = st.builds(FlushAck, u64)
 goodbyes = st.builds(Goodbye, texts)
 set_priorities = st.builds(SetPriority, texts, texts)
-collector_frames = st.one_of(flushes, flush_acks, goodbyes, set_priorities)
+refused_frames = st.builds(Refused, st.integers(0, 2**63 - 1))
+collector_frames = st.one_of(flushes, flush_acks, goodbyes, set_priorities, refused_frames)
 client_frames = st.one_of(schemas, strings_frames, tracks, events_frames(), stats, flushes, flush_acks, goodbyes)
 #: Every frame type, with the peer that may send it.
 any_frame = st.one_of(
@@ -309,8 +312,8 @@ def test_every_frame_type_is_covered() -> None:
     assert set(FRAME_CLASS) == set(FrameType)
 
 
-def test_goodbye_and_set_priority_are_ignorable_and_the_rest_are_not() -> None:
-    assert {t for t in FrameType if t & IGNORABLE} == {FrameType.GOODBYE, FrameType.SET_PRIORITY}
+def test_goodbye_set_priority_and_refused_are_ignorable_and_the_rest_are_not() -> None:
+    assert {t for t in FrameType if t & IGNORABLE} == {FrameType.GOODBYE, FrameType.SET_PRIORITY, FrameType.REFUSED}
 
 
 @property_test
@@ -629,7 +632,7 @@ def test_fail_makes_the_reader_raise_a_rule_broken_above_it() -> None:
 
 # -- frame types: unknown, ignorable, not allowed from this peer ---------------------------------------------------
 
-IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 3, IGNORABLE | 0x40, 0xFF]
+IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 4, IGNORABLE | 0x40, 0xFF]
 
 
 @pytest.mark.parametrize("peer", PEERS)

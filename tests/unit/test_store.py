@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Stats, Track, encode
 from ringtrace.client.session import Limits, SessionDecoder
-from ringtrace.collector.segments import DataDir, scan_segment
+from ringtrace.collector.segments import CHECKSUM_TYPE, DataDir, scan_segment
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
 
 
@@ -292,6 +293,12 @@ def data_dir_store(path: Path, **options: Any) -> Store:
     return Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=DataDir(path, "never"), **options)
 
 
+def release_lock(store: Store) -> None:
+    """What the end of a killed collector's process does: its lock on the data dir goes."""
+    assert isinstance(store.buffers, DataDir)
+    store.buffers.close()
+
+
 def recover(path: Path) -> Store:
     store = data_dir_store(path)
     assert isinstance(store.buffers, DataDir)
@@ -309,7 +316,8 @@ def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
     held = decoded(store)
     assert held == {c.owner: c.sent for c in clients}
     counts = store.totals()
-    del store, clients  # the mappings stay open: as after kill -9, nothing was closed or synced explicitly
+    release_lock(store)  # the mappings stay open: as after kill -9, nothing was closed or synced explicitly
+    del store, clients
     restarted = recover(tmp_path)
     assert decoded(restarted) == held
     assert restarted.totals().stored_events == counts.stored_events
@@ -323,6 +331,7 @@ def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
     # Files of evicted segments were reused, old bytes and all: a second recovery reads exactly what was held, and
     # finds nothing to cut.
     held_again = decoded(restarted)
+    release_lock(restarted)
     del restarted, client
     again = data_dir_store(tmp_path)
     assert isinstance(again.buffers, DataDir)
@@ -343,6 +352,7 @@ def one_segment_file(tmp_path: Path, frames: int) -> tuple[Path, list[int]]:
         segment = client.stream.segment
         assert segment is not None
         ends.append(segment.used)
+    release_lock(store)
     (path,) = tmp_path.glob("*.rtseg")
     return path, ends
 
@@ -367,7 +377,9 @@ def test_recovery_cuts_from_a_flipped_byte_on(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[ends[1] + 40] ^= 0x01  # inside the third frame's payload
     path.write_bytes(data)
-    (recovered,) = DataDir(tmp_path, "never").recover(Limits())
+    data_dir = DataDir(tmp_path, "never")
+    (recovered,) = data_dir.recover(Limits())
+    data_dir.close()
     assert recovered.used == ends[1]
     assert [entry[3] for entry in recovered.entries] == [5, 5]
     assert recovered.why_cut is not None and "checksum mismatch" in recovered.why_cut
@@ -407,3 +419,16 @@ def test_stats_frames_are_replayed_into_new_segments() -> None:
             decoder = SessionDecoder(Limits(), live=False)
             decoder.receive_data(segment.data())
             assert any(isinstance(frame, Stats) and frame.dropped_events == 7 for frame in decoder)
+
+
+def test_the_checksum_frame_type_is_ignorable_and_no_wire_frame_uses_it() -> None:
+    assert CHECKSUM_TYPE & 0x80
+    assert CHECKSUM_TYPE not in {int(frame_type) for frame_type in FrameType}
+
+
+def test_a_data_dir_is_used_by_one_store_at_a_time(tmp_path: Path) -> None:
+    first = DataDir(tmp_path, "never")
+    with pytest.raises(ConfigError, match=rf"is in use by another collector \(pid {os.getpid()}"):
+        DataDir(tmp_path, "never")
+    first.close()
+    DataDir(tmp_path, "never").close()

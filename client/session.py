@@ -179,7 +179,8 @@ class SessionDecoder:
     """
 
     __slots__ = (
-        "_live", "_reader", "_state", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
+        "_live", "_reader", "_state", "added_kinds", "added_strings", "hello", "limits", "protocol_version",
+        "schema_bytes", "string_bytes", "tables",
     )  # fmt: skip
 
     def __init__(
@@ -195,6 +196,9 @@ class SessionDecoder:
         #: UTF-8 bytes of the strings, and of the kinds' texts, declared so far.
         self.string_bytes = 0
         self.schema_bytes = 0
+        #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
+        self.added_strings: list[tuple[int, str]] = []
+        self.added_kinds: list[KindSpec] = []
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
@@ -303,9 +307,11 @@ class SessionDecoder:
         if longest > MAX_STRING_CHARS:
             raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
         strings = self.tables.strings
+        self.added_strings = added = []
         for string_id, text in enumerate(frame.strings, frame.first_id):
             known = strings.get(string_id)
             if known is None:
+                added.append((string_id, text))
                 strings[string_id] = text
                 self.string_bytes += len(text.encode("utf-8", "surrogatepass"))
             elif known != text:  # stored frames decode with this table: it may only grow
@@ -338,6 +344,7 @@ class SessionDecoder:
                 f"SCHEMA frame: field 'columns' changed within the stream to {list(frame.columns)!r:.120}"
             )
         self.tables.set_columns(frame.columns)
+        self.added_kinds = []
         for spec in frame.kinds:
             _check_text("SCHEMA frame: kind name", spec.name)
             _check_text("SCHEMA frame: kind text", spec.text)
@@ -360,6 +367,7 @@ class SessionDecoder:
                         self.schema_bytes,
                     )  # fmt: skip
                 kinds[spec.id] = spec
+                self.added_kinds.append(spec)
             elif known != spec:
                 raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
 

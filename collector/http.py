@@ -76,7 +76,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         while True:
             step = loop.run_in_executor(None, next, chunks, None)
-            chunk = await step
+            chunk = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
             if chunk is None:
                 break
             await response.write(chunk)

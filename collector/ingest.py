@@ -77,8 +77,10 @@ class _Syncer:
     disk stalls this connection's FLUSH_ACKs, not the event loop; each FLUSH_ACK goes out once the sync that follows
     its FLUSH is done, in order. Requests that arrive while a sync runs share the next one."""
 
-    def __init__(self, store: Store, stream: Stream, acknowledge: Callable[[int], None], who: str) -> None:
-        self._store, self._stream, self._acknowledge, self._who = store, stream, acknowledge, who
+    def __init__(
+        self, store: Store, stream: Stream, acknowledge: Callable[[int], None], abort: Callable[[], None], who: str
+    ) -> None:
+        self._store, self._stream, self._acknowledge, self._abort, self._who = store, stream, acknowledge, abort, who
         self._waiting: list[int | None] = []  # FLUSH tokens, or None for a sync after a batch (fsync always)
         self._task: asyncio.Task[None] | None = None
 
@@ -96,8 +98,13 @@ class _Syncer:
                 if job is not None:
                     try:
                         await loop.run_in_executor(None, job.run)
-                    except OSError as exc:  # the bytes are in the page cache: stored, not durable
-                        log.error("cannot sync the data dir for %s: %s", self._who, exc)
+                    except OSError as exc:
+                        # Not durable, and a retry proves nothing (the kernel marks the pages clean after an error):
+                        # no acknowledgement; the client's flush() fails, and it sends again on a new connection.
+                        log.error("cannot sync the data dir for %s: %s; closing its connection", self._who, exc)
+                        self._waiting.clear()
+                        self._abort()
+                        return
                     finally:
                         job.done()
                 for token in tokens:
@@ -260,10 +267,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
             )
         elif isinstance(frame, Strings):
             assert stream is not None
-            self._sink.store.session_frame(stream, self._session.last_frame(), kind="strings")
+            self._store_strings(stream, frame)
         elif isinstance(frame, Schema):
             assert stream is not None
-            self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
+            self._store_schema(stream, frame)
         elif isinstance(frame, Flush):  # everything before it is stored; acknowledged once durable as --fsync says
             assert stream is not None and self._transport is not None
             if self._refused:  # what was not stored, so that the client's flush() does not report success
@@ -285,6 +292,34 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Hello):
             self._hello(frame)
 
+    # What every new segment replays holds what the tables hold, once: a frame that repeats known strings or kinds
+    # (the protocol allows it) is stored with only what it added, so the limits on the tables bound it too.
+
+    def _store_strings(self, stream: Stream, frame: Strings) -> None:
+        added = self._session.added_strings
+        if len(added) == len(frame.strings):
+            self._sink.store.session_frame(stream, self._session.last_frame(), kind="strings")
+            return
+        runs: list[tuple[int, list[str]]] = []
+        for string_id, text in added:
+            if runs and runs[-1][0] + len(runs[-1][1]) == string_id:
+                runs[-1][1].append(text)
+            else:
+                runs.append((string_id, [text]))
+        for first_id, texts in runs:
+            self._sink.store.session_frame(stream, encode(Strings(first_id, tuple(texts))), kind="strings")
+
+    def _store_schema(self, stream: Stream, frame: Schema) -> None:
+        added = self._session.added_kinds
+        if len(added) == len(frame.kinds) and (added or not stream.schema):  # the first one declares the columns
+            self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
+        elif added or not stream.schema:
+            self._sink.store.session_frame(stream, encode(Schema(tuple(added), frame.columns)), kind="schema")
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
     def _acknowledge(self, token: int) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
@@ -296,7 +331,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         store = self._sink.store
         self._stream = store.open_stream(self.process.uid, self._session.last_frame())
         if store.buffers.fsync != "never":
-            self._syncer = _Syncer(store, self._stream, self._acknowledge, f"{self._peer}, {self._who()}")
+            self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")
         assert self._transport is not None
         self._transport.write(preamble() + encode(welcome))
         log.info(

@@ -136,7 +136,7 @@ class Segment:
         """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites
         (the caller reserved ``CHECKSUM_RESERVE`` bytes for both)."""
         with memoryview(self.buffer) as view:
-            crc = zlib.crc32(view[self.checked : self.used])
+            crc = zlib.crc32(view[self.checked : self.used], crc_seed(self.seq))
         CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
         self.used += CHECKSUM_FRAME.size
         self.checked = self.used
@@ -342,7 +342,10 @@ class DataDir(SegmentBuffers):
                 return
             except OSError as exc:
                 log.warning("cannot keep %s as a spare (%s): removing it", path, exc)
-        buffer.close()
+        try:
+            buffer.close()
+        except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
+            log.error("segment %s is unmapped late: a view of it is still in use", path)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -395,7 +398,7 @@ class DataDir(SegmentBuffers):
             log.warning("removing %s: empty", path)
             path.unlink(missing_ok=True)
             return None
-        scan = scan_segment(buffer, limits)
+        scan = scan_segment(buffer, limits, seq)
         if scan.hello is None or not scan.entries:
             log.warning("removing %s: no events to keep (%s)", path, scan.why_cut or "nothing after the session frames")
             buffer.close()
@@ -424,7 +427,13 @@ class Scan:
     why_cut: str | None = None
 
 
-def scan_segment(buffer: Buffer | bytes, limits: Limits) -> Scan:
+def crc_seed(seq: int) -> int:
+    """Each CHECKSUM's CRC-32 starts from the segment's number: a file reused for another segment keeps old frames
+    and checksums after the new ones, and those can never validate as the new segment's."""
+    return seq & 0xFFFFFFFF
+
+
+def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
     """Walk a segment's frames from the start; keep what a valid CHECKSUM frame covers and the decoder accepts.
 
     Zeros where a frame header would be are a clean end: a segment file is allocated in full when it opens.
@@ -438,7 +447,8 @@ def scan_segment(buffer: Buffer | bytes, limits: Limits) -> Scan:
         decoder = SessionDecoder(limits, live=False)
         decoder.receive_data(view[: PREAMBLE.size])
         checked = position = PREAMBLE.size
-        crc = zlib.crc32(view[:checked])
+        seed = crc_seed(seq)
+        crc = zlib.crc32(view[:checked], seed)
         pending: list[tuple[int, int, int, int, int, int]] = []
         pending_stats: Stats | None = None
         while position + FRAME_HEADER.size <= size:
@@ -457,7 +467,7 @@ def scan_segment(buffer: Buffer | bytes, limits: Limits) -> Scan:
                 pending.clear()
                 scan.stats = pending_stats
                 checked = position = end
-                crc = 0
+                crc = seed
                 continue
             decoder.receive_data(view[position:end])
             try:

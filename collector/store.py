@@ -401,6 +401,7 @@ class Store:
         assert segment is not None
         self.commit(stream)
         if self.buffers.fsync != "never":  # synced by the stream's next sync job
+            stream.unsynced = [s for s in stream.unsynced if not s.evicted]  # a stream that never flushes
             stream.unsynced.append(segment)
         self._writers.pop(segment.seq, None)
         stream.segment = None

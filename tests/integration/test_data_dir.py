@@ -104,7 +104,7 @@ def test_a_torn_segment_tail_is_cut_with_one_line_and_the_rest_served(tmp_path: 
     acked = acknowledged(streamers[0])
     newest = max(data_dir.glob("*.rtseg"))
     data = bytearray(newest.read_bytes())
-    kept = scan_segment(data, Limits()).used
+    kept = scan_segment(data, Limits(), int(newest.name.removesuffix(".rtseg"))).used
     # The header of an EVENTS frame right after the last checksummed one, its body never written: a torn write.
     data[kept : kept + FRAME_HEADER.size] = FRAME_HEADER.pack(100, FrameType.EVENTS)
     newest.write_bytes(data)

@@ -12,19 +12,24 @@ import socket
 import tracemalloc
 from typing import Any
 
+import msgpack
 import pytest
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import (
     MIN_MAX_FRAME_BYTES,
+    Events,
     Flush,
     Frame,
     Hello,
+    KindSpec,
+    Schema,
     Strings,
     Track,
     encode,
     preamble,
 )
+from ringtrace.client.session import SessionDecoder
 from ringtrace.collector.app import Collector, CollectorConfig
 from ringtrace.collector.ingest import IngestProtocol
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
@@ -212,3 +217,30 @@ def test_tracks_per_connection_are_bounded_and_named_within_the_string_limit() -
         assert transport.closing
 
     asyncio.run(scenario())
+
+
+def test_strings_and_kinds_sent_again_are_not_replayed_again_into_every_segment() -> None:
+    kinds = (KindSpec(70, "custom", "instant"),)
+    strings = Strings(0, tuple(f"label-{i}" * 20 for i in range(50)))
+    mixed = Strings(49, (strings.strings[49], "new"))  # one known, one new: only the new one is kept
+    event = Events(1, 1, 10**15, 10**15, msgpack.packb([[1], [50], [0], [0], [None]]))
+
+    def stored_bytes(resends: int) -> int:
+        async def scenario() -> int:
+            collector = small_collector()
+            again = [strings, Schema(kinds)] * resends
+            frames = [Schema(kinds), strings, *again, mixed, Track(1, THREAD_TRACK, "t", 1), event]
+            _, transport = connect(collector, *frames)
+            assert not transport.closing
+            with collector.store.snapshot() as snapshot:
+                (segment,) = snapshot.segments
+                decoder = SessionDecoder(live=False)
+                decoder.receive_data(segment.data())
+                assert [
+                    e.name for frame in decoder if isinstance(frame, Events) for e in decoder.tables.events(frame)
+                ] == ["new"]
+                return segment.used
+
+        return asyncio.run(scenario())
+
+    assert stored_bytes(20) == stored_bytes(0)

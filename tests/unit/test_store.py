@@ -432,3 +432,11 @@ def test_a_data_dir_is_used_by_one_store_at_a_time(tmp_path: Path) -> None:
         DataDir(tmp_path, "never")
     first.close()
     DataDir(tmp_path, "never").close()
+
+
+def test_checksums_left_in_a_file_do_not_validate_under_another_segment_number(tmp_path: Path) -> None:
+    path, _ = one_segment_file(tmp_path, frames=3)
+    path.rename(path.with_name(f"{5:016d}.rtseg"))  # as a reused file whose new frames never reached the disk
+    data_dir = DataDir(tmp_path, "never")
+    assert list(data_dir.recover(Limits())) == []
+    data_dir.close()

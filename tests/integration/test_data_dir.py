@@ -41,6 +41,15 @@ def start_streamers(address: str, count: int) -> list[subprocess.Popen[str]]:
     ]
 
 
+def start_collector(data_dir: str) -> subprocess.CompletedProcess[str]:
+    """A collector on ``data_dir`` that is expected to refuse to start."""
+    return subprocess.run(
+        [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
+         "--data-dir", data_dir],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 def acknowledged(streamer: subprocess.Popen[str]) -> int:
     """The highest number the streamer saw acknowledged (it is killed first)."""
     lines = streamer.communicate()[0].split()
@@ -125,11 +134,7 @@ def test_a_torn_segment_tail_is_cut_with_one_line_and_the_rest_served(tmp_path: 
 def test_a_data_dir_that_cannot_be_written_is_refused_at_start(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    done = subprocess.run(
-        [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
-         "--data-dir", str(blocker / "sub")],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = start_collector(str(blocker / "sub"))
     assert done.returncode == 2
     assert "--data-dir" in done.stderr and "is not a writable directory" in done.stderr
 
@@ -141,11 +146,7 @@ def test_a_second_collector_on_the_same_data_dir_is_refused_before_it_touches_an
     try:
         first.wait_for_stored(2_000)
         before = {path.name: path.stat().st_mtime_ns for path in data_dir.glob("*.rtseg")}
-        done = subprocess.run(
-            [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
-             "--data-dir", str(data_dir)],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        done = start_collector(str(data_dir))
         assert done.returncode == 2
         assert f"is in use by another collector (pid {first.proc.pid}" in done.stderr
         assert set(before) <= {path.name for path in data_dir.glob("*.rtseg")}  # nothing removed
@@ -163,11 +164,7 @@ def test_a_segment_file_the_collector_cannot_open_stops_it_at_start(tmp_path: Pa
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (data_dir / f"{3:016d}.rtseg").mkdir()  # opening it for reading and writing fails, whoever runs the test
-    done = subprocess.run(
-        [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
-         "--data-dir", str(data_dir)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = start_collector(str(data_dir))
     assert done.returncode == 2
     assert "cannot open the segment file" in done.stderr and "0000000000000003.rtseg" in done.stderr
 

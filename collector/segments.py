@@ -259,6 +259,8 @@ class DataDir(SegmentBuffers):
         self._spares = itertools.count()
         #: The highest sequence number of any segment file found by ``recover``, read or not.
         self.highest_seq = -1
+        #: A file was created, renamed or removed since the directory was last synced.
+        self._names_changed = False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = self._take_lock()
@@ -309,12 +311,14 @@ class DataDir(SegmentBuffers):
             self._pooled_bytes -= size
             try:
                 os.rename(spare, path)
+                self._names_changed = True
             except OSError:
                 buffer.close()
                 spare.unlink(missing_ok=True)
                 raise
             return buffer
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._names_changed = True
         try:
             try:
                 os.posix_fallocate(fd, 0, size)
@@ -336,6 +340,7 @@ class DataDir(SegmentBuffers):
             spare = self.path / f"{next(self._spares)}{SPARE_SUFFIX}"
             try:
                 os.rename(path, spare)
+                self._names_changed = True
                 buffer[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)  # not a segment any more, whatever happens
                 self._pool.setdefault(len(buffer), []).append((buffer, spare))
                 self._pooled_bytes += len(buffer)
@@ -367,6 +372,13 @@ class DataDir(SegmentBuffers):
         if isinstance(buffer, mmap.mmap) and not buffer.closed and end > start:
             start -= start % mmap.ALLOCATIONGRANULARITY
             buffer.flush(start, end - start)
+        if self._names_changed:  # a file's data is durable, its name only once the directory is
+            self._names_changed = False
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def recover(self, limits: Limits) -> Iterator[Recovered]:
         """Every segment file, oldest first, validated; a file with nothing to keep is removed."""

@@ -440,3 +440,24 @@ def test_checksums_left_in_a_file_do_not_validate_under_another_segment_number(t
     data_dir = DataDir(tmp_path, "never")
     assert list(data_dir.recover(Limits())) == []
     data_dir.close()
+
+
+def test_a_sync_makes_the_names_of_new_segment_files_durable_too(tmp_path: Path, monkeypatch: Any) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=DataDir(tmp_path, "flush"))
+    client = Client(store, 1, tracks=1)
+    client.record(0, 10)
+    job = store.sync_job(client.stream)
+    assert job is not None
+    job.run()
+    job.done()
+    assert synced == [str(tmp_path)]  # the directory, once: the file's data went through msync
+    client.record(0, 10)
+    job = store.sync_job(client.stream)
+    assert job is not None
+    job.run()
+    job.done()
+    assert synced == [str(tmp_path)]  # no new name since
+    release_lock(store)

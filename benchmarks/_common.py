@@ -106,13 +106,18 @@ def collector(*extra_args: str, startup_timeout_s: float = 20.0) -> Iterator[Col
                 found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
         yield Collector(process, found["ingest"], found["http"], log)
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def wait_connected(timeline: Timeline, timeout_s: float = 15.0) -> Streamer | None:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import HOST, Collector, collector, interleave, median, recorder, table, verdict
+from _common import HOST, Collector, collector, interleave, median, recorder, stop_process, table, verdict
 
 HERE = Path(__file__).resolve()
 MB = 10**6
@@ -437,13 +437,7 @@ def bare_sink() -> Iterator[tuple[str, int]]:
             raise RuntimeError(f"bare sink did not start (exit {process.wait(10)}): {line!r}")
         yield line.rsplit("tcp://", 1)[1].strip(), process.pid
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_process(process)
 
 
 # -- throughput -----------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from .http import make_app
 from .ingest import IngestProtocol
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import Registry
-from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store
+from .store import MIN_SEGMENT_BYTES, Policy, Store
 
 __all__ = ["Collector", "CollectorConfig"]
 
@@ -204,7 +204,8 @@ class Collector:
             events += sum(count for _, _, _, count, _, _ in recovered.entries)
             cut += recovered.why_cut is not None
         self.store.skip_to(data_dir.highest_seq + 1)  # never reuse the name of a file found there
-        overwritten = self.store.totals().overwritten_events + self.store.totals().capped_events
+        totals = self.store.totals()
+        overwritten = totals.overwritten_events + totals.capped_events
         if overwritten:
             log.warning(
                 "%d of the %d events recovered were overwritten at once: the data dir held more than "
@@ -293,15 +294,13 @@ class Collector:
             "clients_connected": len(flushes),
             "forgotten_processes": self.registry.forgotten_processes,
         }
-        forgotten = Counts()
-        forgotten.add(self.store.forgotten)
         return SnapshotView(
             self.store.snapshot(),
             processes,
             self.store.track_counts(),
             other,
             limits=self.stored_limits,
-            forgotten=forgotten,
+            forgotten=replace(self.store.forgotten),
             forgotten_client=self.registry.forgotten_stats,
         )
 

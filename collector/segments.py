@@ -142,12 +142,6 @@ class Segment:
         self.checked = self.used
         FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
 
-    def index(self, entries: int | None = None) -> Iterator[tuple[int, int, int, int, int, int]]:
-        """The first ``entries`` index entries (default: all), oldest first."""
-        buffer, size, step = self.buffer, self.size, INDEX_ENTRY.size
-        for i in range(1, (self.entries if entries is None else entries) + 1):
-            yield INDEX_ENTRY.unpack_from(buffer, size - step * i)
-
 
 class SegmentBuffers:
     """Where segment buffers come from and go back to: memory, or files of a data dir."""
@@ -232,7 +226,6 @@ class Recovered:
     #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.
     entries: list[tuple[int, int, int, int, int, int]]
     stats: Stats | None
-    cut_bytes: int
     why_cut: str | None
 
 
@@ -420,7 +413,7 @@ class DataDir(SegmentBuffers):
             log.warning("%s: kept its first %d bytes, cut the rest: %s", path, scan.used, scan.why_cut)
         # Zero what was cut, so that the next recovery does not see it either.
         buffer[scan.used : size] = bytes(size - scan.used)
-        return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.cut_bytes, scan.why_cut)
+        return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.why_cut)
 
 
 @dataclass
@@ -434,8 +427,6 @@ class Scan:
     entries: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     #: The last STATS frame kept: the client's loss counters as of then.
     stats: Stats | None = None
-    #: Bytes of frames after ``used`` that were thrown away.
-    cut_bytes: int = 0
     why_cut: str | None = None
 
 
@@ -503,5 +494,4 @@ def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
         if scan.why_cut is None and position > checked:
             scan.why_cut = f"the frames from offset {checked} to {position} are not covered by a checksum"
         scan.used = checked
-        scan.cut_bytes = min(position, size) - checked if scan.why_cut else 0
     return scan

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal
 
 from ringtrace.client.errors import ConfigError
@@ -162,9 +162,6 @@ class StoreSnapshot:
         self._pinned = segments
         self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries) for s in segments]
 
-    def __len__(self) -> int:
-        return sum(view.entries for view in self.segments)
-
     def close(self) -> None:
         store, self._store = self._store, None
         if store is not None:
@@ -241,8 +238,6 @@ class Store:
         #: Counts of processes forgotten (``forget``).
         self.forgotten = Counts()
         self.held_bytes = 0
-        self.stored_events = 0
-        self.stored_frames = 0
         self._refusals_logged: set[str] = set()
 
     # -- streams ------------------------------------------------------------------------------------------------
@@ -302,8 +297,6 @@ class Store:
             if segment is None:
                 return False
         segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
-        self.stored_events += count
-        self.stored_frames += 1
         return True
 
     def commit(self, stream: Stream) -> None:
@@ -416,8 +409,6 @@ class Store:
         assert oldest is segment, "a process's segments leave oldest first"
         process.held_bytes -= segment.size
         self.held_bytes -= segment.size
-        self.stored_events -= segment.events
-        self.stored_frames -= segment.entries
         events_name, bytes_name = f"{why}_events", f"{why}_bytes"
         for track_id, (events, size) in segment.track_totals().items():
             counts = process.counts[track_id]
@@ -469,8 +460,6 @@ class Store:
         process.segments.append(segment)
         process.held_bytes += segment.size
         self.held_bytes += segment.size
-        self.stored_events += segment.events
-        self.stored_frames += segment.entries
         self._seq = max(self._seq, segment.seq + 1)
         self.buffers.trim(self.capacity_bytes - self.held_bytes)
 
@@ -501,9 +490,9 @@ class Store:
     def track_counts(self) -> dict[tuple[int, int], Counts]:
         """Counts per (process uid, track id), copied."""
         return {
-            (owner, track_id): Counts(*(getattr(c, name) for name in _COUNT_FIELDS))
+            (owner, track_id): replace(counts)
             for owner, process in self._processes.items()
-            for track_id, c in process.counts.items()
+            for track_id, counts in process.counts.items()
         }
 
     def process_held_bytes(self, owner: int) -> int:
@@ -525,6 +514,14 @@ class Store:
             for counts in process.counts.values():
                 total.add(counts)
         return total
+
+    @property
+    def stored_events(self) -> int:
+        return sum(segment.events for segment in self._segments.values())
+
+    @property
+    def stored_frames(self) -> int:
+        return sum(segment.entries for segment in self._segments.values())
 
     @property
     def segment_count(self) -> int:

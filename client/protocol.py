@@ -13,6 +13,7 @@ unknown keys are ignored, so a field can be added without a new version.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from .errors import (
 )
 
 __all__ = [
+    "CHECKSUM_TYPE",
     "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
     "EVENTS_HEADER",
@@ -87,6 +89,8 @@ MIN_MAX_FRAME_BYTES: Final = 32 * 1024
 EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
 #: Frame-type bit: a reader that does not know the type skips the frame instead of failing.
 IGNORABLE: Final = 0x80
+#: CHECKSUM, a frame type of files only (the collector's segments): a live peer may not send it.
+CHECKSUM_TYPE: Final = 0xFF
 
 Peer = Literal["client", "collector"]
 
@@ -651,6 +655,11 @@ class FrameReader:
         borrow: EVENTS payloads (and ``last_frame()``) are views of the reader's buffer instead of copies: valid only
             until the next ``get_buffer`` or ``receive_data`` call. For a caller that stores each frame at once.
         read_size: the least free room ``get_buffer`` offers (larger: fewer, bigger reads).
+        live: a connection, not a file: frame types of files only (CHECKSUM) are an error.
+
+    A reader may also read into memory it is lent (``lend``): the collector lends a segment, so that the kernel writes
+    frames where they are stored and nothing is copied. Offsets (``position``, ``frame_start``) are then the lent
+    buffer's, and each ``get_buffer`` call says how far the caller lets it read (``limit``).
     """
 
     __slots__ = (
@@ -660,7 +669,10 @@ class FrameReader:
         "_eof",
         "_error",
         "_frame_start",
+        "_lent",
+        "_live",
         "_max_frame_bytes",
+        "_own",
         "_peer",
         "_preamble_done",
         "_read_size",
@@ -676,6 +688,7 @@ class FrameReader:
         *,
         borrow: bool = False,
         read_size: int = _MIN_READ,
+        live: bool = True,
     ) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
@@ -683,11 +696,14 @@ class FrameReader:
         self._sendable = SENDABLE_BY[peer]
         self._max_frame_bytes = max_frame_bytes
         self._read_size = read_size
-        self._buf = bytearray(read_size)
+        self._buf: bytearray | mmap.mmap = bytearray(read_size)
+        self._own = self._buf
+        self._lent = False
         self._start = 0
         self._end = 0
         self._frame_start = 0
         self._borrow = borrow
+        self._live = live
         self._eof = False
         self._error: ProtocolError | None = None
         self._preamble_done = False
@@ -703,8 +719,11 @@ class FrameReader:
         """Bytes received and not yet returned as frames."""
         return self._end - self._start
 
-    def get_buffer(self, sizehint: int = -1) -> memoryview:
-        """A writable view of at least ``sizehint`` (default ``read_size``) free bytes; call ``buffer_updated`` next."""
+    def get_buffer(self, sizehint: int = -1, limit: int = 0) -> memoryview:
+        """A writable view of at least ``sizehint`` (default ``read_size``) free bytes; call ``buffer_updated`` next.
+        In a lent buffer: the bytes from ``end`` up to ``limit``, which the lender chose."""
+        if self._lent:
+            return memoryview(self._buf)[self._end : limit]
         want = max(sizehint, self._read_size)
         start, end = self._start, self._end
         if start == end:
@@ -719,9 +738,74 @@ class FrameReader:
             else:
                 fresh = bytearray(max(live + want, 2 * live))
                 fresh[:live] = self._buf[start:end]
-                self._buf = fresh
+                self._buf = self._own = fresh
             self._start, self._end = 0, live
         return memoryview(self._buf)[self._end :]
+
+    # -- reading into lent memory ---------------------------------------------------------------------------------
+
+    def lend(self, buffer: bytearray | mmap.mmap, start: int, unread: bytes | None = None) -> None:
+        """Read on into ``buffer`` from offset ``start``, where the unread bytes (``unread`` if given, else the
+        current buffer's) are put first. The lender keeps the buffer alive and unchanged from ``start`` on until
+        ``reclaim`` or the next ``lend``."""
+        if unread is None:
+            unread = self.unread()
+        end = start + len(unread)
+        assert end <= len(buffer), "the lender leaves room for the unread bytes"
+        buffer[start:end] = unread
+        self._buf, self._lent = buffer, True
+        self._frame_start = self._start = start
+        self._end = end
+
+    def reclaim(self, unread: bytes | None = None) -> None:
+        """Read into the reader's own buffer again; the unread bytes (``unread`` if given) move there."""
+        if self._lent:
+            if unread is None:
+                unread = self.unread()
+            self._buf, self._lent = self._own, False
+            self._start = self._frame_start = self._end = 0
+            if unread:
+                self.receive_data(unread)
+
+    def unread(self) -> bytes:
+        """A copy of the bytes received and not yet returned as frames."""
+        return bytes(self._buf[self._start : self._end])
+
+    @property
+    def lent(self) -> bool:
+        return self._lent
+
+    @property
+    def position(self) -> int:
+        """Offset in the buffer just past the last frame returned or skipped: where the unread bytes start."""
+        return self._start
+
+    @property
+    def end(self) -> int:
+        """Offset in the buffer just past the bytes received."""
+        return self._end
+
+    @property
+    def frame_start(self) -> int:
+        """Offset in the buffer of the frame returned last."""
+        return self._frame_start
+
+    def next_frame_header(self) -> tuple[int, int] | None:
+        """(size, type) of the frame being received, once its header is in; None before that."""
+        if self._end - self._start < FRAME_HEADER.size or not self._preamble_done:
+            return None
+        body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
+        return FRAME_HEADER.size + body_length, frame_type
+
+    def make_room(self, nbytes: int) -> int:
+        """Move the unread bytes ``nbytes`` further on (the buffer must have room) and return the offset of the room
+        made before them, for the lender to write a frame of its own (a segment's checksum)."""
+        start, end = self._start, self._end
+        if end > start:
+            with memoryview(self._buf) as view:
+                view[start + nbytes : end + nbytes] = view[start:end]
+        self._start, self._end = start + nbytes, end + nbytes
+        return start
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
@@ -809,6 +893,8 @@ class FrameReader:
     def _check_type(self, frame_type: int) -> bool:
         """True for a frame to decode, False for one to skip; raises for one that is not allowed."""
         if frame_type not in _FRAME_CLASSES:
+            if frame_type == CHECKSUM_TYPE and self._live:
+                raise UnexpectedFrame(f"frame type {CHECKSUM_TYPE:#x} (CHECKSUM) is only valid in files")
             if frame_type & IGNORABLE:
                 return False
             raise UnexpectedFrame(f"unknown frame type {frame_type} (not marked ignorable)")

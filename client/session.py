@@ -188,7 +188,7 @@ class SessionDecoder:
     ) -> None:
         self.limits = limits
         self._live = live
-        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow, read_size=read_size)
+        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live)
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
@@ -215,6 +215,11 @@ class SessionDecoder:
     def last_frame(self) -> memoryview:
         """The bytes of the frame returned last, header included."""
         return self._reader.last_frame()
+
+    @property
+    def reader(self) -> FrameReader:
+        """The framing underneath: where bytes go (``FrameReader.lend``) and the offsets of frames in it."""
+        return self._reader
 
     @property
     def skipped_frames(self) -> int:

@@ -1,11 +1,16 @@
 """One asyncio BufferedProtocol per client connection, feeding the shared sans-I/O session decoder.
 
-The kernel writes straight into the decoder's buffer (``get_buffer``/``buffer_updated``); each complete frame comes
-out checked and applied to the connection's tables (the decoder holds every rule of the stream), and is handled
-synchronously: HELLO is answered with WELCOME (or GOODBYE naming both version ranges); SCHEMA, STRINGS, TRACK, STATS
-and EVENTS frames go into the connection's stream in the store verbatim, EVENTS undecoded and copied once, straight
-from the read buffer. A FLUSH is acknowledged once everything before it is stored (and synced, in a data dir). A
+Each complete frame comes out of the decoder checked and applied to the connection's tables (the decoder holds every
+rule of the stream), and is handled synchronously: HELLO is answered with WELCOME (or GOODBYE naming both version
+ranges); what follows is stored verbatim in the connection's stream in the store, EVENTS undecoded. A FLUSH is
+acknowledged once everything before it is stored (and synced, in a data dir), at the end of the batch it came in. A
 protocol error closes this connection only, with a log line that names the peer and the broken limit or field.
+
+Zero copy: once the stream has an open segment, the decoder reads straight into it (``FrameReader.lend``): the kernel
+writes each frame where it is stored, and storing it is an index entry. Each read is sized so that the index entries
+of the frames it may hold still fit (an EVENTS frame is larger than its entry). When the segment is full, the unread
+bytes (part of one frame) move to the next segment; when the store refuses a segment, or evicts the one being read
+into, the connection reads into the decoder's own buffer and stores by copy until the store opens a segment again.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
+from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
 
@@ -45,6 +51,13 @@ _tokens = itertools.count(1)
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.
 READ_SIZE = 256 * 1024
+#: The least room a read into a segment gets; with less, the next segment opens.
+MIN_DIRECT_READ = 16 * 1024
+#: In a data dir, a frame with this much still to come is read to its end exactly, so that a batch ends between
+#: frames and its checksum goes in without moving unread bytes.
+EXACT_READ = 64 * 1024
+#: Unread bytes moved past a checksum at the end of a batch at most; with more, the checksum waits (a FLUSH does not).
+MAX_MOVE = 16 * 1024
 
 
 class IngestSink(Protocol):
@@ -116,8 +129,8 @@ class _Syncer:
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_flushes", "_handshake_timer", "_peer", "_refused", "_session", "_sink", "_stream", "_syncer", "_transport",
-        "process",
+        "_flushes", "_handshake_timer", "_lent", "_peer", "_refused", "_session", "_sink", "_stream", "_syncer",
+        "_tokens", "_transport", "process",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
@@ -132,6 +145,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._refused = 0
         self._flushes: dict[int, asyncio.Future[bool]] = {}
         self._handshake_timer: asyncio.TimerHandle | None = None
+        #: The segment the decoder reads into (pinned), or None: it reads into its own buffer.
+        self._lent: Segment | None = None
+        #: FLUSH tokens of the current batch, acknowledged at its end.
+        self._tokens: list[int] = []
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -160,8 +177,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        view: memoryview = self._session.get_buffer(sizehint)
-        return view
+        if self._stream is not None:
+            view = self._direct_view()
+            if view is not None:
+                return view
+        buffer: memoryview = self._session.get_buffer(sizehint)
+        return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         self._session.buffer_updated(nbytes)
@@ -184,6 +205,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._session.skipped_frames,
             )
         if self._stream is not None:
+            self._end_direct()
             self._sink.store.close_stream(self._stream)
             self._stream = None
         if self.process is not None:
@@ -231,12 +253,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         try:
+            if self._lent is not None and self._lent.evicted:
+                self._end_direct()
             for frame in self._session:
                 self._handle(frame)
             if self._stream is not None:
-                self._sink.store.commit(self._stream)
-                if self._syncer is not None and self._sink.store.buffers.fsync == "always":
-                    self._syncer.request(None)
+                self._end_batch(self._stream)
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -248,15 +270,140 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def _who(self) -> str:
         return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
 
+    def _end_batch(self, stream: Stream) -> None:
+        """Everything received is stored: checksum it (data dir), and acknowledge the batch's FLUSHes (after a sync,
+        as ``--fsync`` says)."""
+        store, tokens = self._sink.store, self._tokens
+        always = store.buffers.fsync == "always"
+        self._commit(stream, force=bool(tokens) or always)
+        if self._syncer is not None:
+            for token in tokens:
+                self._syncer.request(token)
+            if always:
+                self._syncer.request(None)
+        else:
+            for token in tokens:
+                self._acknowledge(token)
+        tokens.clear()
+
+    def _commit(self, stream: Stream, *, force: bool) -> None:
+        store = self._sink.store
+        if self._lent is None:
+            store.commit(stream)
+            return
+        reader = self._session.reader
+        store.advance(stream, reader.position)
+        unread = reader.end - reader.position
+        if store.uncommitted(stream) and (force or unread <= MAX_MOVE):
+            reader.make_room(CHECKSUM_FRAME.size)  # the checksum goes at the reader's position
+            store.commit(stream, end_marker=not unread)
+
+    # -- reading into segments ------------------------------------------------------------------------------------
+
+    def _direct_view(self) -> memoryview | None:
+        """Where the next read goes in the stream's open segment; None: into the decoder's own buffer."""
+        stream = self._stream
+        assert stream is not None
+        if self._lent is None:
+            if stream.segment is None or not self._fits(stream.segment):
+                return None  # the frame being received opens the next segment by copy
+            self._lend(stream.segment)
+        elif self._lent.evicted:
+            self._end_direct()
+            return None
+        view = self._view()
+        if view is None:
+            self._next_segment()
+            view = self._view() if self._lent is not None else None
+            if view is None:
+                self._end_direct()
+        return view
+
+    def _view(self) -> memoryview | None:
+        segment, reader, store = self._lent, self._session.reader, self._sink.store
+        assert segment is not None
+        position, end = reader.position, reader.end
+        # Bytes before the index entries and the room kept for checksums.
+        tail = segment.size - INDEX_ENTRY.size * segment.entries - store.reserve
+        header = reader.next_frame_header()
+        if header is not None and header[0] <= self._session.limits.max_frame_bytes:
+            size = header[0]
+            if position + size + INDEX_ENTRY.size > tail:
+                return None  # the frame does not fit: the next segment
+            if store.buffers.checksums and size - (end - position) >= EXACT_READ:
+                return reader.get_buffer(limit=position + size)
+        # An EVENTS frame is larger than its index entry: what a read may bring needs at most as many bytes again.
+        room = min(READ_SIZE, (tail - end - (end - position)) // 2)
+        return reader.get_buffer(limit=end + room) if room >= MIN_DIRECT_READ else None
+
+    def _fits(self, segment: Segment) -> bool:
+        """Whether the unread bytes, and the frame they begin, fit in what is left of ``segment``."""
+        reader = self._session.reader
+        header = reader.next_frame_header()
+        size = header[0] if header is not None and header[0] <= self._session.limits.max_frame_bytes else 0
+        tail = segment.size - INDEX_ENTRY.size * (segment.entries + 1) - self._sink.store.reserve
+        return segment.used + max(size, reader.end - reader.position) <= tail
+
+    def _lend(self, segment: Segment, unread: bytes | None = None) -> None:
+        assert self._stream is not None
+        self._sink.store.pin(segment)
+        self._sink.store.set_direct(self._stream, True)
+        self._session.reader.lend(segment.buffer, segment.used, unread)
+        self._lent = segment
+
+    def _end_direct(self) -> None:
+        """Read into the decoder's own buffer again (the unread bytes move there)."""
+        if self._lent is not None:
+            self._session.reader.reclaim(self._let_go())
+
+    def _next_segment(self) -> None:
+        """The open segment is full: read on into a new one (the unread bytes move there), if the store allows."""
+        stream = self._stream
+        assert stream is not None
+        header = self._session.reader.next_frame_header()
+        size = header[0] if header is not None and header[0] <= self._session.limits.max_frame_bytes else 0
+        unread = self._let_go()
+        segment = self._sink.store.open_direct(stream, size)
+        if segment is None:
+            self._session.reader.reclaim(unread)
+        else:
+            self._lend(segment, unread)
+
+    def _let_go(self) -> bytes:
+        """Stop reading into the lent segment, which holds everything before the unread bytes; returns those (the
+        reader is lent or given back another buffer next)."""
+        segment, stream, store, reader = self._lent, self._stream, self._sink.store, self._session.reader
+        assert segment is not None
+        unread = reader.unread()
+        if stream is not None:
+            store.advance(stream, reader.position)
+            store.set_direct(stream, False)
+        self._lent = None
+        store.unpin([segment])
+        return unread
+
+    # -- frames ---------------------------------------------------------------------------------------------------
+
     def _handle(self, frame: Frame) -> None:
         stream = self._stream
         if isinstance(frame, Events):
             assert stream is not None
-            if not self._sink.store.events(
+            if self._lent is not None:
+                reader = self._session.reader
+                start = reader.frame_start
+                self._sink.store.events_in_place(
+                    stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, start,
+                    reader.position - start,
+                )  # fmt: skip
+            elif not self._sink.store.events(
                 stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
             ):
                 self._refused += frame.count
-        elif isinstance(frame, Track):
+            return
+        if self._lent is not None:
+            assert stream is not None
+            self._sink.store.advance(stream, self._session.reader.position)  # stored where it is
+        if isinstance(frame, Track):
             assert self.process is not None and stream is not None
             if frame.ended:  # frames stored before name it in their own segments
                 self.process.tracks.pop(frame.track_id, None)
@@ -271,16 +418,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif isinstance(frame, Schema):
             assert stream is not None
             self._store_schema(stream, frame)
-        elif isinstance(frame, Flush):  # everything before it is stored; acknowledged once durable as --fsync says
+        elif isinstance(frame, Flush):  # everything before it is stored; acknowledged at the end of the batch
             assert stream is not None and self._transport is not None
             if self._refused:  # what was not stored, so that the client's flush() does not report success
                 self._transport.write(encode(Refused(self._refused)))
                 self._refused = 0
-            if self._syncer is not None:
-                self._syncer.request(frame.token)
-            else:
-                self._sink.store.commit(stream)
-                self._acknowledge(frame.token)
+            self._tokens.append(frame.token)
         elif isinstance(frame, FlushAck):
             future = self._flushes.pop(frame.token, None)
             if future is not None and not future.done():

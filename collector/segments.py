@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ringtrace.client.errors import ConfigError, ProtocolError
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.client.protocol import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
 from ringtrace.client.session import Limits, SessionDecoder
 
 __all__ = [
@@ -56,7 +56,6 @@ log = logging.getLogger("ringtrace.collector.segments")
 INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
 #: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32 of the bytes since the last one.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
-CHECKSUM_TYPE: Final = 0xFF
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
 CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
 _PREAMBLE_BYTES: Final = preamble()
@@ -107,15 +106,17 @@ class Segment:
     def write_events(self, frame: bytes | memoryview, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
         """Append one EVENTS frame (header included) and its index entry."""
         offset = self.used
-        end = offset + len(frame)
-        self.buffer[offset:end] = frame
-        self.used = end
+        self.buffer[offset : offset + len(frame)] = frame
+        self.index_events(offset, len(frame), track_id, count, first_ts, last_ts)
+
+    def index_events(self, offset: int, size: int, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
+        """The EVENTS frame at ``offset`` (written there already) is stored: its index entry, and ``used`` past it."""
+        self.used = offset + size
         self.entries += 1
         self.events += count
         INDEX_ENTRY.pack_into(
-            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, end - offset, track_id, count, first_ts,
-            last_ts,
-        )  # fmt: skip
+            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, size, track_id, count, first_ts, last_ts
+        )
 
     def track_totals(self) -> dict[int, list[int]]:
         """Per track id: ``[events, bytes]`` of its EVENTS frames here."""
@@ -132,7 +133,7 @@ class Segment:
             index.release()
         return totals
 
-    def write_checksum(self) -> None:
+    def write_checksum(self, *, end_marker: bool = True) -> None:
         """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites
         (the caller reserved ``CHECKSUM_RESERVE`` bytes for both)."""
         with memoryview(self.buffer) as view:
@@ -140,7 +141,8 @@ class Segment:
         CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
         self.used += CHECKSUM_FRAME.size
         self.checked = self.used
-        FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
+        if end_marker:
+            FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
 
 
 class SegmentBuffers:

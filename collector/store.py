@@ -35,7 +35,16 @@ from typing import Final, Literal
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import preamble
 
-from .segments import CHECKSUM_RESERVE, INDEX_ENTRY, Buffer, MemoryBuffers, Recovered, Segment, SegmentBuffers
+from .segments import (
+    CHECKSUM_FRAME,
+    CHECKSUM_RESERVE,
+    INDEX_ENTRY,
+    Buffer,
+    MemoryBuffers,
+    Recovered,
+    Segment,
+    SegmentBuffers,
+)
 
 __all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream", "SyncJob"]
 
@@ -91,8 +100,8 @@ class Stream:
     """One connection's writer: the session frames a new segment of it replays, and its open segment."""
 
     __slots__ = (
-        "counts", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats", "strings", "tracks",
-        "unsynced",
+        "counts", "direct", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats", "strings",
+        "tracks", "unsynced",
     )  # fmt: skip
 
     def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
@@ -107,6 +116,8 @@ class Stream:
         #: Bytes a new segment opens with: the preamble and every frame above.
         self.session_bytes = len(_PREAMBLE) + len(hello)
         self.segment: Segment | None = None
+        #: The connection reads straight into ``segment`` (``open_direct``): its frames are stored where they are.
+        self.direct = False
         self.next_size = first_size
         #: Segments sealed since the last FLUSH, to sync at the next (``fsync`` flush).
         self.unsynced: list[Segment] = []
@@ -229,8 +240,9 @@ class Store:
         self._process_cap = process_capacity_bytes if process_capacity_bytes < capacity_bytes else None
         self.policy: Policy = policy
         self.buffers = buffers if buffers is not None else MemoryBuffers()
-        #: Room kept free in every segment for its closing CHECKSUM frame.
-        self._reserve = CHECKSUM_RESERVE if self.buffers.checksums else 0
+        #: Room kept free in every segment for its closing CHECKSUM frame, and for one more that a connection reading
+        #: into the segment makes room for before its unread bytes (``FrameReader.make_room``).
+        self.reserve = CHECKSUM_RESERVE + CHECKSUM_FRAME.size if self.buffers.checksums else 0
         self._segments: dict[int, Segment] = {}  # oldest first
         self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it
         self._processes: dict[int, _Process] = {}
@@ -274,9 +286,9 @@ class Store:
             stream.session_bytes += len(data) - len(stream.stats)
             stream.stats = data
         segment = stream.segment
-        if segment is None:
-            return  # the next segment opens with it
-        if segment.free >= len(data) + self._reserve:
+        if segment is None or stream.direct:
+            return  # the next segment opens with it; or it is in the segment already
+        if segment.free >= len(data) + self.reserve:
             segment.write(data)
         else:
             self._seal(stream)
@@ -292,24 +304,62 @@ class Store:
         counts.received_events += count
         counts.received_bytes += size
         segment = stream.segment
-        if segment is None or segment.size - segment.used - _ENTRY * (segment.entries + 1) - self._reserve < size:
+        if segment is None or segment.size - segment.used - _ENTRY * (segment.entries + 1) - self.reserve < size:
             segment = self._open_segment(stream, size, counts, count)
             if segment is None:
                 return False
         segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
         return True
 
-    def commit(self, stream: Stream) -> None:
-        """A batch of frames was received: checksum what the stream wrote since (data dir)."""
+    def events_in_place(
+        self, stream: Stream, track_id: int, count: int, first_ts_ns: int, last_ts_ns: int, offset: int, size: int
+    ) -> None:
+        """Store the EVENTS frame the connection read into its open segment at ``offset`` (``stream.direct``)."""
+        counts = stream.counts.get(track_id)
+        if counts is None:
+            counts = stream.counts[track_id] = Counts()
+        counts.received_events += count
+        counts.received_bytes += size
+        segment = stream.segment
+        assert segment is not None and stream.direct, "a frame in place needs the segment it was read into"
+        segment.index_events(offset, size, track_id, count, first_ts_ns, last_ts_ns)
+
+    def advance(self, stream: Stream, end: int) -> None:
+        """Everything the connection read into its open segment up to ``end`` is stored (``stream.direct``)."""
+        if stream.segment is not None and stream.direct:
+            stream.segment.used = end
+
+    def open_direct(self, stream: Stream, frame_bytes: int) -> Segment | None:
+        """Seal the stream's open segment and open one for the connection to read into (``set_direct``), with room
+        for a frame of ``frame_bytes``; None when the policy refuses it (the connection then stores by copy, and
+        each frame is counted where it is refused)."""
+        if stream.segment is not None:
+            self._seal(stream)
+        segment = self._new_segment(stream, frame_bytes)
+        return segment if isinstance(segment, Segment) else None
+
+    def set_direct(self, stream: Stream, direct: bool) -> None:
+        """Whether the connection reads straight into the stream's open segment (its frames are then stored where
+        they are: ``events_in_place``, ``advance``) or stores frames by copy."""
+        stream.direct = direct and stream.segment is not None
+
+    def commit(self, stream: Stream, *, end_marker: bool = True) -> None:
+        """Checksum what the stream wrote since the last checksum (data dir): a CHECKSUM frame at ``used`` and, with
+        ``end_marker``, an end marker after it (without: the caller has unread bytes there, moved out of the way)."""
         segment = stream.segment
         if segment is None or not self.buffers.checksums or segment.used == segment.checked:
             return
-        segment.write_checksum()
+        segment.write_checksum(end_marker=end_marker)
+
+    def uncommitted(self, stream: Stream) -> bool:
+        """Whether the stream wrote bytes that no checksum covers yet (data dir)."""
+        segment = stream.segment
+        return segment is not None and self.buffers.checksums and segment.used > segment.checked
 
     def sync_job(self, stream: Stream) -> SyncJob | None:
-        """Everything the stream sent, checksummed; and what must be synced to make it durable (None: nothing, or
-        ``fsync`` never). The job's segments are pinned until ``job.done()``, so that it may run on another thread."""
-        self.commit(stream)
+        """What must be synced to make everything the stream's checksums cover durable (None: nothing, or ``fsync``
+        never); the caller commits first. The job's segments are pinned until ``job.done()``, so that it may run on
+        another thread."""
         if self.buffers.fsync == "never":
             return None
         segments = [s for s in stream.unsynced if not s.evicted]
@@ -318,9 +368,9 @@ class Store:
             segments.append(stream.segment)
         ranges = []
         for segment in segments:
-            if segment.used > segment.synced:
-                ranges.append((segment, segment.synced, segment.used))
-                segment.synced = segment.used
+            if segment.checked > segment.synced:
+                ranges.append((segment, segment.synced, segment.checked))
+                segment.synced = segment.checked
                 segment.pins += 1
         return SyncJob(self, ranges) if ranges else None
 
@@ -329,7 +379,21 @@ class Store:
     def _open_segment(self, stream: Stream, frame_bytes: int, counts: Counts, count: int) -> Segment | None:
         if stream.segment is not None:
             self._seal(stream)
-        needed = stream.session_bytes + frame_bytes + INDEX_ENTRY.size + self._reserve
+        segment = self._new_segment(stream, frame_bytes)
+        if isinstance(segment, Segment):
+            return segment
+        if segment.startswith("process"):
+            counts.capped_events += count
+            counts.capped_bytes += frame_bytes
+        else:
+            counts.discarded_events += count
+            counts.discarded_bytes += frame_bytes
+        self._log_refusal(segment)
+        return None
+
+    def _new_segment(self, stream: Stream, frame_bytes: int) -> Segment | str:
+        """The stream's next segment, opened with its session frames; or why it cannot be (nothing is counted)."""
+        needed = stream.session_bytes + frame_bytes + INDEX_ENTRY.size + self.reserve
         # The session frames take at most a quarter of a segment, unless that does not fit the bounds.
         roomy = 4 * stream.session_bytes if 8 * stream.session_bytes <= self.process_capacity_bytes else 0
         size = _aligned(max(stream.next_size, needed, roomy))
@@ -345,16 +409,7 @@ class Store:
                     self._evict(next(iter(self._segments.values())), "overwritten")
                     self.buffers.trim(0)  # a spare of another size gives its room back
         if refusal is not None or buffer is None:
-            refusal = refusal or "allocation: no buffer"
-            capped = refusal.startswith("process")
-            if capped:
-                counts.capped_events += count
-                counts.capped_bytes += frame_bytes
-            else:
-                counts.discarded_events += count
-                counts.discarded_bytes += frame_bytes
-            self._log_refusal(refusal)
-            return None
+            return refusal or "allocation: no buffer"
         segment = Segment(self._seq, buffer, stream.owner)
         self._seq += 1
         for data in stream.session_frames():
@@ -398,12 +453,14 @@ class Store:
             stream.unsynced.append(segment)
         self._writers.pop(segment.seq, None)
         stream.segment = None
+        stream.direct = False
 
     def _evict(self, segment: Segment, why: Literal["overwritten", "capped"]) -> None:
         del self._segments[segment.seq]
         writer = self._writers.pop(segment.seq, None)
         if writer is not None:
             writer.segment = None
+            writer.direct = False
         process = self._processes[segment.owner]
         oldest = process.segments.popleft()
         assert oldest is segment, "a process's segments leave oldest first"
@@ -475,6 +532,10 @@ class Store:
         for segment in segments:
             segment.pins += 1
         return StoreSnapshot(self, segments)
+
+    def pin(self, segment: Segment) -> None:
+        """Keep the segment's buffer from reuse until ``unpin`` (a snapshot reads it, or a connection reads into it)."""
+        segment.pins += 1
 
     def unpin(self, segments: list[Segment]) -> None:
         for segment in segments:

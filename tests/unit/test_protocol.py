@@ -27,6 +27,7 @@ from ringtrace.client.errors import (
 )
 from ringtrace.client.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
 from ringtrace.client.protocol import (
+    CHECKSUM_TYPE,
     CLOSED,
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
@@ -632,7 +633,7 @@ def test_fail_makes_the_reader_raise_a_rule_broken_above_it() -> None:
 
 # -- frame types: unknown, ignorable, not allowed from this peer ---------------------------------------------------
 
-IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 4, IGNORABLE | 0x40, 0xFF]
+IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 4, IGNORABLE | 0x40, 0xFE]
 
 
 @pytest.mark.parametrize("peer", PEERS)
@@ -645,6 +646,17 @@ def test_unknown_ignorable_frames_are_skipped(peer: Peer, frame_type: int) -> No
     assert list(reader) == [FIRST_FRAME[peer], *after]
     assert reader.next_frame() is CLOSED
     assert reader.skipped_frames == 2
+
+
+def test_a_checksum_frame_is_skipped_in_a_file_and_refused_from_a_live_peer() -> None:
+    data = opening("client") + raw_frame(CHECKSUM_TYPE, b"\x00" * 4) + encode(CLIENT_FRAMES[1])
+    from_file = FrameReader("client", live=False)
+    from_file.receive_data(data)
+    assert list(from_file) == [HELLO, CLIENT_FRAMES[1]]
+    live = FrameReader("client")
+    live.receive_data(data)
+    with pytest.raises(UnexpectedFrame, match="0xff \\(CHECKSUM\\) is only valid in files"):
+        list(live)
 
 
 #: A client stream with unknown ignorable frames between (and after) known ones.

@@ -162,7 +162,7 @@ STREAM = (
     + encode(track_frame(replace(MAIN, name="main loop")))
     + encode(Flush(9))
     + encode(FlushAck(3))
-    + FRAME_HEADER.pack(0, 0xFF)
+    + FRAME_HEADER.pack(0, 0xFE)
     + encode(Goodbye("exiting"))
 )
 
@@ -793,7 +793,7 @@ IGNORED_STREAM = (
     + encode(SCHEMA)
     + raw_frame(0xC1, msgpack.packb({"hint": 1}))
     + encode(track_frame(MAIN))
-    + raw_frame(0xFF, b"\x00" * 40)
+    + raw_frame(0xFE, b"\x00" * 40)
 )
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Stats, Track, encode
+from ringtrace.client.protocol import CHECKSUM_TYPE, EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Stats, Track, encode
 from ringtrace.client.session import Limits, SessionDecoder
-from ringtrace.collector.segments import CHECKSUM_TYPE, DataDir, scan_segment
+from ringtrace.collector.segments import DataDir, scan_segment
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
 
 

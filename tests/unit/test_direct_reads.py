@@ -1,0 +1,201 @@
+"""Zero-copy ingest: connections that read straight into their segments store exactly what they were sent.
+
+Several IngestProtocol connections are driven in process (bytes in through get_buffer/buffer_updated, in chunks of
+any size, interleaved), the way asyncio drives them, against a small store that must wrap, cap, refuse and evict the
+very segments being read into. Then every event sent is accounted for, and every segment decodes alone to events in
+the order they were sent, none twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, FrameType, Hello, encode, preamble
+from ringtrace.client.session import Limits, SessionDecoder
+from ringtrace.collector.app import Collector, CollectorConfig
+from ringtrace.collector.ingest import IngestProtocol
+from ringtrace.collector.segments import scan_segment
+from ringtrace.collector.store import MIN_SEGMENT_BYTES
+from test_collector_limits import StandInTransport
+
+MAX_FRAME = 256 * 1024
+
+
+class Connection:
+    """One client: its wire stream built by the real encoder, fed to an IngestProtocol in chunks."""
+
+    def __init__(self, collector: Collector, number: int) -> None:
+        self.protocol, self.transport = IngestProtocol(collector), StandInTransport()
+        self.protocol.connection_made(self.transport)  # type: ignore[arg-type]
+        self.encoder = StreamEncoder(max_frame_bytes=MAX_FRAME, max_events_per_frame=8000)
+        self.tracks = [TrackInfo(t + 1, THREAD_TRACK, f"t{t}", t + 1) for t in range(2)]
+        self.ts = itertools.count(10**15, 1000)
+        self.sent = 0
+        self.flushes = 0
+        self.pending = bytearray(preamble() + encode(Hello(number, "host", f"p{number}", f"i{number}", "b", 1, 2, "t")))
+        self.send(len(self.pending))  # a client sends nothing more until it is welcomed
+        self.pending += b"".join(self.encoder.prefix())
+
+    def record(self, track: int, events: int, pad: int) -> None:
+        records: list[Any] = []
+        for _ in range(events):
+            ts = next(self.ts)
+            records += [INSTANT, "tick", ts, ts, {"i": self.sent, "pad": "x" * 10 * pad}]
+            self.sent += 1
+        batch = self.encoder.encode(self.tracks[track], records)
+        self.pending += b"".join([*batch.control, *(frame for frame, _ in batch.events)])
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.pending += encode(Flush(self.flushes))
+
+    def send(self, nbytes: int) -> None:
+        """Up to ``nbytes`` of what is pending, as the kernel would deliver it."""
+        data, self.pending = self.pending[:nbytes], self.pending[nbytes:]
+        while data:
+            view = self.protocol.get_buffer(-1)
+            assert len(view) > 0
+            n = min(len(view), len(data))
+            view[:n] = data[:n]
+            self.protocol.buffer_updated(n)
+            data = data[n:]
+        assert not self.transport.closing, "a good stream was closed"
+
+    def acknowledged(self) -> list[int]:
+        """The tokens of the FLUSH_ACK frames the collector wrote, in order."""
+        tokens = []
+        written = bytes(self.transport.written)
+        position = len(preamble())
+        while position < len(written):
+            length, frame_type = FRAME_HEADER.unpack_from(written, position)
+            body = written[position + FRAME_HEADER.size : position + FRAME_HEADER.size + length]
+            if frame_type == FrameType.FLUSH_ACK:
+                tokens.append(FlushAck.decode_body(body).token)
+            position += FRAME_HEADER.size + length
+        return tokens
+
+
+def events_frames(data: bytes) -> list[tuple[int, int, int, int]]:
+    """(offset, size, track, count) of each EVENTS frame of a segment's stream, walked frame by frame."""
+    found, position = [], len(preamble())
+    while position + FRAME_HEADER.size <= len(data):
+        length, frame_type = FRAME_HEADER.unpack_from(data, position)
+        if length == frame_type == 0:
+            break
+        if frame_type == FrameType.EVENTS:
+            _, _, track, count, _, _ = EVENTS_HEADER.unpack_from(data, position + FRAME_HEADER.size)
+            found.append((position, FRAME_HEADER.size + length, track, count))
+        position += FRAME_HEADER.size + length
+    return found
+
+
+def decoded_segments(collector: Collector, checksums: bool) -> dict[int, list[int]]:
+    """Per process: the event indices the stored segments hold, each segment decoded alone (and its index entries
+    are the EVENTS frames it holds)."""
+    out: dict[int, list[int]] = {}
+    with collector.store.snapshot() as snapshot:
+        for segment in snapshot.segments:
+            data = segment.data()
+            decoder = SessionDecoder(Limits(max_frame_bytes=MAX_FRAME), live=False)
+            decoder.receive_data(data)
+            decoder.receive_data(b"")
+            owner = -1
+            for frame in decoder:
+                if frame.TYPE == FrameType.HELLO:
+                    owner = int(frame.instance_id[1:])  # type: ignore[union-attr]
+                elif frame.TYPE == FrameType.EVENTS:
+                    out.setdefault(owner, []).extend(event.args["i"] for event in decoder.tables.events(frame))  # type: ignore[arg-type]
+            entries = [entry[:4] for entry in segment.index()]
+            assert entries == events_frames(data)
+            if checksums:  # after a FLUSH, checksums cover everything stored: recovery would keep it all
+                scan = scan_segment(data, Limits(max_frame_bytes=MAX_FRAME), segment.seq)
+                assert scan.why_cut is None
+                assert [entry[:4] for entry in scan.entries] == entries
+    return out
+
+
+@pytest.mark.parametrize("checksums", [False, True], ids=["memory", "data-dir"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    capacity_segments=st.integers(4, 12),
+    policy=st.sampled_from(["ring", "discard"]),
+    process_cap=st.booleans(),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("record"), st.integers(0, 2), st.integers(0, 1), st.integers(1, 3000), st.integers(0, 60)
+            ),
+            st.tuples(st.just("send"), st.integers(0, 2), st.integers(1, 300_000)),
+            st.tuples(st.just("flush"), st.integers(0, 2)),
+            st.tuples(st.just("snapshot"), st.integers(0, 2)),
+        ),
+        max_size=40,
+    ),
+)
+def test_connections_reading_into_segments_store_every_event_once_and_count_the_rest(
+    tmp_path: Path, checksums: bool, capacity_segments: int, policy: str, process_cap: bool, ops: list[Any]
+) -> None:
+    async def scenario() -> None:
+        config: dict[str, Any] = {
+            "tcp_port": 0,
+            "http_port": 0,
+            "capacity_bytes": capacity_segments * MIN_SEGMENT_BYTES + 4 * MAX_FRAME,
+            "max_frame_bytes": MAX_FRAME,
+            "segment_bytes": MIN_SEGMENT_BYTES * 2,
+            "policy": policy,
+        }
+        if process_cap:
+            config["process_capacity_bytes"] = config["capacity_bytes"] // 2
+        if checksums:
+            config["data_dir"] = str(tmp_path / f"d{next(_dirs)}")
+            config["fsync"] = "never"
+        collector = Collector(CollectorConfig(**config))
+        connections = [Connection(collector, number) for number in range(3)]
+        snapshots = []
+        try:
+            for op in ops:
+                connection = connections[op[1]]
+                if op[0] == "record":
+                    connection.record(op[2], op[3], op[4])
+                elif op[0] == "send":
+                    connection.send(op[2])
+                elif op[0] == "flush":
+                    connection.flush()
+                elif len(snapshots) < 2:
+                    snapshots.append(collector.store.snapshot())
+                else:
+                    snapshots.pop(0).close()
+            for connection in connections:
+                connection.flush()
+                connection.send(len(connection.pending) + 1)
+                assert connection.acknowledged() == list(range(1, connection.flushes + 1))
+            stored = decoded_segments(collector, checksums)
+            totals = collector.store.totals()
+            sent = sum(connection.sent for connection in connections)
+            assert totals.received_events == sent
+            lost = totals.overwritten_events + totals.capped_events + totals.discarded_events
+            assert totals.received_events == totals.stored_events + lost
+            assert sum(len(indices) for indices in stored.values()) == totals.stored_events
+            for indices in stored.values():
+                assert indices == sorted(set(indices))
+            assert collector.store.held_bytes <= collector.store.capacity_bytes
+        finally:
+            for snapshot in snapshots:
+                snapshot.close()
+            for connection in connections:
+                connection.protocol.connection_lost(None)
+            if collector.data_dir is not None:
+                collector.data_dir.close()
+
+    asyncio.run(scenario())
+
+
+_dirs = itertools.count()

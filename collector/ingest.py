@@ -313,10 +313,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
             return None
         view = self._view()
         if view is None:
-            self._next_segment()
-            view = self._view() if self._lent is not None else None
+            if self._session.reader.end > self._session.reader.position:
+                self._next_segment()  # a frame is arriving: into the next segment
+                view = self._view() if self._lent is not None else None
             if view is None:
-                self._end_direct()
+                self._end_direct()  # the next EVENTS frame opens the next segment, by copy
         return view
 
     def _view(self) -> memoryview | None:

@@ -12,7 +12,7 @@ tail, one 32-byte entry per EVENTS frame (offset, size, track, count, first and 
 and accounted without decoding, and the index costs no memory beyond the segment's own bytes. It is derived data:
 recovery rebuilds it from the frames.
 
-In a data dir, CHECKSUM frames (type 0xFF, ignorable) each hold the CRC-32 of the segment's bytes from the end of the
+In a data dir, CHECKSUM frames (type 0xFF, ignorable) each hold the CRC-32C of the segment's bytes from the end of the
 previous one, so recovery keeps exactly what was checksummed and cuts a torn or corrupted tail. In memory they are left
 out: nothing there can tear.
 """
@@ -26,12 +26,12 @@ import logging
 import mmap
 import os
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+import crc32c
 from ringtrace.client.errors import ConfigError, ProtocolError
 from ringtrace.client.protocol import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
 from ringtrace.client.session import Limits, SessionDecoder
@@ -54,7 +54,7 @@ log = logging.getLogger("ringtrace.collector.segments")
 
 #: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
 INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
-#: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32 of the bytes since the last one.
+#: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32C of the bytes since the last one.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
 CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
@@ -137,7 +137,7 @@ class Segment:
         """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites
         (the caller reserved ``CHECKSUM_RESERVE`` bytes for both)."""
         with memoryview(self.buffer) as view:
-            crc = zlib.crc32(view[self.checked : self.used], crc_seed(self.seq))
+            crc = crc32c.crc32c(view[self.checked : self.used], crc_seed(self.seq))
         CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
         self.used += CHECKSUM_FRAME.size
         self.checked = self.used
@@ -433,7 +433,7 @@ class Scan:
 
 
 def crc_seed(seq: int) -> int:
-    """Each CHECKSUM's CRC-32 starts from the segment's number: a file reused for another segment keeps old frames
+    """Each CHECKSUM's CRC-32C starts from the segment's number: a file reused for another segment keeps old frames
     and checksums after the new ones, and those can never validate as the new segment's."""
     return seq & 0xFFFFFFFF
 
@@ -453,7 +453,7 @@ def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
         decoder.receive_data(view[: PREAMBLE.size])
         checked = position = PREAMBLE.size
         seed = crc_seed(seq)
-        crc = zlib.crc32(view[:checked], seed)
+        crc = crc32c.crc32c(view[:checked], seed)
         pending: list[tuple[int, int, int, int, int, int]] = []
         pending_stats: Stats | None = None
         while position + FRAME_HEADER.size <= size:
@@ -488,7 +488,7 @@ def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
                 pending.append(
                     (position, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
                 )
-            crc = zlib.crc32(view[position:end], crc)
+            crc = crc32c.crc32c(view[position:end], crc)
             position = end
         if scan.why_cut is None and position < size and any(view[position : min(size, position + FRAME_HEADER.size)]):
             scan.why_cut = f"{size - position} bytes at offset {position} are less than a frame header"

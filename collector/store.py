@@ -261,8 +261,11 @@ class Store:
         return Stream(owner, process.counts, bytes(hello_frame), MIN_SEGMENT_BYTES)
 
     def close_stream(self, stream: Stream) -> None:
-        """The connection ended: seal its segment (what it holds stays stored)."""
-        if stream.segment is not None:
+        """The connection ended: seal its segment (what it holds stays stored; a segment without events goes)."""
+        segment = stream.segment
+        if segment is not None and segment.entries == 0:
+            self._drop(segment)
+        elif segment is not None:
             self._seal(stream)
         self._processes[stream.owner].streams -= 1
 
@@ -471,6 +474,20 @@ class Store:
             counts = process.counts[track_id]
             setattr(counts, events_name, getattr(counts, events_name) + events)
             setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
+        segment.evicted = True
+        if segment.pins == 0:
+            self._release(segment)
+
+    def _drop(self, segment: Segment) -> None:
+        """Remove a segment that holds no events (nothing to count): session frames replayed for a frame that never
+        came."""
+        del self._segments[segment.seq]
+        writer = self._writers.pop(segment.seq)
+        writer.segment, writer.direct = None, False
+        process = self._processes[segment.owner]
+        process.segments.remove(segment)
+        process.held_bytes -= segment.size
+        self.held_bytes -= segment.size
         segment.evicted = True
         if segment.pins == 0:
             self._release(segment)

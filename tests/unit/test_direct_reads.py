@@ -39,6 +39,11 @@ class Connection:
         self.tracks = [TrackInfo(t + 1, THREAD_TRACK, f"t{t}", t + 1) for t in range(2)]
         self.ts = itertools.count(10**15, 1000)
         self.sent = 0
+        #: Events of the EVENTS frames delivered whole to the collector.
+        self.received = 0
+        #: (end offset in the stream, events) of each EVENTS frame not delivered yet.
+        self.frames: list[tuple[int, int]] = []
+        self.delivered = 0
         self.flushes = 0
         self.pending = bytearray(preamble() + encode(Hello(number, "host", f"p{number}", f"i{number}", "b", 1, 2, "t")))
         self.send(len(self.pending))  # a client sends nothing more until it is welcomed
@@ -51,7 +56,10 @@ class Connection:
             records += [INSTANT, "tick", ts, ts, {"i": self.sent, "pad": "x" * 10 * pad}]
             self.sent += 1
         batch = self.encoder.encode(self.tracks[track], records)
-        self.pending += b"".join([*batch.control, *(frame for frame, _ in batch.events)])
+        self.pending += b"".join(batch.control)
+        for frame, count in batch.events:
+            self.pending += frame
+            self.frames.append((self.delivered + len(self.pending), count))
 
     def flush(self) -> None:
         self.flushes += 1
@@ -60,6 +68,9 @@ class Connection:
     def send(self, nbytes: int) -> None:
         """Up to ``nbytes`` of what is pending, as the kernel would deliver it."""
         data, self.pending = self.pending[:nbytes], self.pending[nbytes:]
+        self.delivered += len(data)
+        while self.frames and self.frames[0][0] <= self.delivered:
+            self.received += self.frames.pop(0)[1]
         while data:
             view = self.protocol.get_buffer(-1)
             assert len(view) > 0
@@ -136,6 +147,7 @@ def decoded_segments(collector: Collector, checksums: bool) -> dict[int, list[in
             st.tuples(st.just("send"), st.integers(0, 2), st.integers(1, 300_000)),
             st.tuples(st.just("flush"), st.integers(0, 2)),
             st.tuples(st.just("snapshot"), st.integers(0, 2)),
+            st.tuples(st.just("reconnect"), st.integers(0, 2)),
         ),
         max_size=40,
     ),
@@ -159,6 +171,7 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
             config["fsync"] = "never"
         collector = Collector(CollectorConfig(**config))
         connections = [Connection(collector, number) for number in range(3)]
+        closed: list[Connection] = []
         snapshots = []
         try:
             for op in ops:
@@ -169,6 +182,10 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
                     connection.send(op[2])
                 elif op[0] == "flush":
                     connection.flush()
+                elif op[0] == "reconnect":  # what it did not send is not counted anywhere: it never left the client
+                    connection.protocol.connection_lost(None)
+                    closed.append(connection)
+                    connections[op[1]] = Connection(collector, len(connections) + len(closed))
                 elif len(snapshots) < 2:
                     snapshots.append(collector.store.snapshot())
                 else:
@@ -177,10 +194,11 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
                 connection.flush()
                 connection.send(len(connection.pending) + 1)
                 assert connection.acknowledged() == list(range(1, connection.flushes + 1))
+            for connection in connections:
+                connection.protocol.connection_lost(None)
             stored = decoded_segments(collector, checksums)
             totals = collector.store.totals()
-            sent = sum(connection.sent for connection in connections)
-            assert totals.received_events == sent
+            assert totals.received_events == sum(c.received for c in connections + closed)
             lost = totals.overwritten_events + totals.capped_events + totals.discarded_events
             assert totals.received_events == totals.stored_events + lost
             assert sum(len(indices) for indices in stored.values()) == totals.stored_events
@@ -190,8 +208,6 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
         finally:
             for snapshot in snapshots:
                 snapshot.close()
-            for connection in connections:
-                connection.protocol.connection_lost(None)
             if collector.data_dir is not None:
                 collector.data_dir.close()
 

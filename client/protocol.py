@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Final, Literal
@@ -82,6 +82,8 @@ PREAMBLE: Final = struct.Struct("<4sHH")
 FRAME_HEADER: Final = struct.Struct("<IB")
 #: header_size, flags, track, count, first_ts, last_ts.
 EVENTS_HEADER: Final = struct.Struct("<HHIIQQ")
+#: A frame header and an EVENTS header, as an EVENTS frame starts.
+_EVENTS_FRAME_HEAD: Final = struct.Struct("<IBHHIIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
 #: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
 MIN_MAX_FRAME_BYTES: Final = 32 * 1024
@@ -796,6 +798,35 @@ class FrameReader:
             return None
         body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
         return FRAME_HEADER.size + body_length, frame_type
+
+    def events_run(self, tracks: Container[int]) -> list[tuple[int, int, int, int, int, int]]:
+        """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop: (offset, size,
+        track, count, first_ts, last_ts) each, for a caller that stores frames where they are. Stops before any
+        other frame, an incomplete one, and one that breaks a rule or names a track not in ``tracks``
+        (``next_frame`` then raises the error that names it)."""
+        run: list[tuple[int, int, int, int, int, int]] = []
+        if not self._preamble_done or self._error is not None:
+            return run
+        buf, position, end, limit = self._buf, self._start, self._end, self._max_frame_bytes
+        unpack, events, header = _EVENTS_FRAME_HEAD.unpack_from, FrameType.EVENTS, EVENTS_HEADER.size
+        while end - position >= _EVENTS_FRAME_HEAD.size:
+            body_length, frame_type, header_size, _, track, count, first_ts, last_ts = unpack(buf, position)
+            size = FRAME_HEADER.size + body_length
+            if (
+                frame_type != events
+                or size > limit
+                or size > end - position
+                or not header <= header_size <= body_length
+                or not 0 < count <= body_length - header_size
+                or first_ts > last_ts
+                or track not in tracks
+            ):
+                break
+            run.append((position, size, track, count, first_ts, last_ts))
+            position += size
+        if run:
+            self._frame_start, self._start = run[-1][0], position
+        return run
 
     def make_room(self, nbytes: int) -> int:
         """Move the unread bytes ``nbytes`` further on (the buffer must have room) and return the offset of the room

@@ -31,6 +31,7 @@ from ringtrace.client.protocol import (
     Hello,
     Refused,
     Schema,
+    Sentinel,
     Stats,
     Strings,
     Track,
@@ -255,7 +256,16 @@ class IngestProtocol(asyncio.BufferedProtocol):
         try:
             if self._lent is not None and self._lent.evicted:
                 self._end_direct()
-            for frame in self._session:
+            session, store = self._session, self._sink.store
+            while True:
+                if self._lent is not None:  # the fast path: runs of EVENTS frames, stored where they were read
+                    assert self._stream is not None
+                    run = session.events_run()
+                    if run:
+                        store.events_run_in_place(self._stream, run)
+                frame = session.next_frame()
+                if isinstance(frame, Sentinel):
+                    break
                 self._handle(frame)
             if self._stream is not None:
                 self._end_batch(self._stream)

@@ -327,6 +327,19 @@ class Store:
         assert segment is not None and stream.direct, "a frame in place needs the segment it was read into"
         segment.index_events(offset, size, track_id, count, first_ts_ns, last_ts_ns)
 
+    def events_run_in_place(self, stream: Stream, run: list[tuple[int, int, int, int, int, int]]) -> None:
+        """``events_in_place`` for each of a run of EVENTS frames: (offset, size, track, count, first_ts, last_ts)."""
+        segment, all_counts = stream.segment, stream.counts
+        assert segment is not None and stream.direct, "frames in place need the segment they were read into"
+        index_events = segment.index_events
+        for offset, size, track_id, count, first_ts, last_ts in run:
+            counts = all_counts.get(track_id)
+            if counts is None:
+                counts = all_counts[track_id] = Counts()
+            counts.received_events += count
+            counts.received_bytes += size
+            index_events(offset, size, track_id, count, first_ts, last_ts)
+
     def advance(self, stream: Stream, end: int) -> None:
         """Everything the connection read into its open segment up to ``end`` is stored (``stream.direct``)."""
         if stream.segment is not None and stream.direct:

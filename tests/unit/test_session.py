@@ -62,6 +62,7 @@ from ringtrace.client.protocol import (
     Hello,
     KindSpec,
     Schema,
+    Sentinel,
     Stats,
     Strings,
     Track,
@@ -1184,3 +1185,70 @@ def test_kinds_within_max_schema_bytes_are_accepted_and_past_it_refused() -> Non
     decoder = session_with(opening(Schema(kinds)), max_schema_bytes=size - 1)
     assert decoder.next_frame() == HELLO
     assert_limit(session_error(decoder), "max_schema_bytes", size - 1, size)
+
+
+# -- the collector's fast path for runs of EVENTS frames ------------------------------------------------------------
+
+
+def read_all(decoder: SessionDecoder, *, fast: bool) -> tuple[list[Any], str | None]:
+    """Every frame, EVENTS as (track, count, first, last, offset, size), and the error that ended the stream."""
+    out: list[Any] = []
+    try:
+        while True:
+            if fast:
+                out += [(t, c, f, la, o, s) for o, s, t, c, f, la in decoder.events_run()]
+            frame = decoder.next_frame()
+            if isinstance(frame, Sentinel):
+                return out, None
+            if isinstance(frame, Events):
+                size = len(decoder.last_frame())
+                offset = decoder.reader.frame_start
+                out.append((frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, offset, size))
+            else:
+                out.append(frame)
+    except ProtocolError as exc:
+        return out, f"{type(exc).__name__}: {exc}"
+
+
+def events_frame(track: int, count: int, first: int, last: int, header_size: int, payload: int, lie: int) -> bytes:
+    body = EVENTS_HEADER.pack(header_size, 0, track, count, first, last) + b"\x90" * payload
+    return FRAME_HEADER.pack(max(0, len(body) + lie), FrameType.EVENTS) + body
+
+
+EVENTS_FRAMES = st.builds(
+    events_frame,
+    track=st.sampled_from([1, 2, 3]),
+    count=st.sampled_from([0, 1, 2, 40]),
+    first=st.sampled_from([0, 5, 2**63]),
+    last=st.sampled_from([0, 5, 2**64 - 1]),
+    header_size=st.sampled_from([0, EVENTS_HEADER.size, EVENTS_HEADER.size + 3, 200]),
+    payload=st.sampled_from([0, 1, 3, 40, 300]),
+    lie=st.sampled_from([0, 0, 0, -1, 1, -30, 2**20]),
+)
+OTHER_FRAMES = st.sampled_from(
+    [encode(Flush(1)), encode(Stats(1, 2)), encode(track_frame(TASK)), FRAME_HEADER.pack(2, 0xC4) + b"ab"]
+)
+
+
+@pytest.mark.parametrize("live", MODES)
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(st.one_of(EVENTS_FRAMES, EVENTS_FRAMES, OTHER_FRAMES), max_size=12), cut=st.integers(0, 400))
+def test_runs_of_events_frames_read_as_next_frame_reads_them(live: bool, frames: list[bytes], cut: int) -> None:
+    data = opening(SCHEMA, track_frame(MAIN)) + b"".join(frames)
+    results = []
+    for fast in (False, True):
+        decoder = SessionDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=live)
+        if live:
+            decoder.receive_data(opening())
+            list(decoder)
+            decoder.welcome()
+            data_after_hello = data[len(opening()) :]
+        else:
+            data_after_hello = data
+        split = min(cut, len(data_after_hello))
+        decoder.receive_data(data_after_hello[:split])
+        first = read_all(decoder, fast=fast)
+        decoder.receive_data(data_after_hello[split:])
+        decoder.receive_data(b"")
+        results.append((first, read_all(decoder, fast=fast)))
+    assert results[0] == results[1]

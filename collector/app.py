@@ -44,7 +44,7 @@ class CollectorConfig:
     #: With a data dir: ``never``, at every ``flush`` acknowledged, or ``always`` after every batch received.
     fsync: FsyncPolicy = "flush"
     #: The size a stream's segments grow to (larger ones only when a frame and its session frames need it); None:
-    #: an eighth of the capacity (or of the process capacity, if smaller), between 64 KiB and 1 MiB.
+    #: an eighth of the capacity (or of the process capacity, if smaller), between 64 KiB and 4 MiB.
     segment_bytes: int | None = None
     #: Largest frame accepted from a client, header included.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
@@ -95,7 +95,7 @@ class CollectorConfig:
         if self.segment_bytes is not None:
             return self.segment_bytes
         smallest = min(self.capacity_bytes, self.process_capacity_bytes or self.capacity_bytes)
-        return min(max(smallest // 8, MIN_SEGMENT_BYTES), 1024 * 1024)
+        return min(max(smallest // 8, MIN_SEGMENT_BYTES), 4 * 1024 * 1024)
 
 
 #: The command-line flag of each setting, for messages.

@@ -247,6 +247,8 @@ class Store:
         self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it
         self._processes: dict[int, _Process] = {}
         self._seq = 0
+        #: Connections open.
+        self._streams = 0
         #: Counts of processes forgotten (``forget``).
         self.forgotten = Counts()
         self.held_bytes = 0
@@ -258,6 +260,7 @@ class Store:
         """A new connection of process ``owner``, which said ``hello_frame`` (the HELLO frame's bytes)."""
         process = self._processes.setdefault(owner, _Process())
         process.streams += 1
+        self._streams += 1
         return Stream(owner, process.counts, bytes(hello_frame), MIN_SEGMENT_BYTES)
 
     def close_stream(self, stream: Stream) -> None:
@@ -268,6 +271,7 @@ class Store:
         elif segment is not None:
             self._seal(stream)
         self._processes[stream.owner].streams -= 1
+        self._streams -= 1
 
     def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,
                       kind: Literal["schema", "strings", "track", "stats"]) -> None:  # fmt: skip
@@ -437,7 +441,10 @@ class Store:
         process.held_bytes += size
         self.held_bytes += size
         stream.segment = segment
-        stream.next_size = min(max(size, stream.next_size) * 2, self.segment_bytes)
+        # Up to segment_bytes, and to a quarter of the stream's share of the capacity: open segments are not evicted
+        # while many connections write at once (the one being read into would be, and reading would go by copy).
+        share = max(self.capacity_bytes // (4 * self._streams), MIN_SEGMENT_BYTES)
+        stream.next_size = min(max(size, stream.next_size) * 2, self.segment_bytes, share)
         return segment
 
     def _make_room(self, owner: int, size: int) -> str | None:

@@ -774,10 +774,6 @@ class FrameReader:
         return bytes(self._buf[self._start : self._end])
 
     @property
-    def lent(self) -> bool:
-        return self._lent
-
-    @property
     def position(self) -> int:
         """Offset in the buffer just past the last frame returned or skipped: where the unread bytes start."""
         return self._start

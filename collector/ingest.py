@@ -262,7 +262,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                     assert self._stream is not None
                     run = session.events_run()
                     if run:
-                        store.events_run_in_place(self._stream, run)
+                        store.events_in_place(self._stream, run)
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
                     break
@@ -399,13 +399,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
         stream = self._stream
         if isinstance(frame, Events):
             assert stream is not None
-            if self._lent is not None:
-                reader = self._session.reader
-                start = reader.frame_start
-                self._sink.store.events_in_place(
-                    stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, start,
-                    reader.position - start,
-                )  # fmt: skip
+            if self._lent is not None:  # events_run takes these first; this one is in place all the same
+                start, end = self._session.reader.frame_start, self._session.reader.position
+                entry = (start, end - start, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
+                self._sink.store.events_in_place(stream, [entry])
             elif not self._sink.store.events(
                 stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
             ):

@@ -318,21 +318,9 @@ class Store:
         segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
         return True
 
-    def events_in_place(
-        self, stream: Stream, track_id: int, count: int, first_ts_ns: int, last_ts_ns: int, offset: int, size: int
-    ) -> None:
-        """Store the EVENTS frame the connection read into its open segment at ``offset`` (``stream.direct``)."""
-        counts = stream.counts.get(track_id)
-        if counts is None:
-            counts = stream.counts[track_id] = Counts()
-        counts.received_events += count
-        counts.received_bytes += size
-        segment = stream.segment
-        assert segment is not None and stream.direct, "a frame in place needs the segment it was read into"
-        segment.index_events(offset, size, track_id, count, first_ts_ns, last_ts_ns)
-
-    def events_run_in_place(self, stream: Stream, run: list[tuple[int, int, int, int, int, int]]) -> None:
-        """``events_in_place`` for each of a run of EVENTS frames: (offset, size, track, count, first_ts, last_ts)."""
+    def events_in_place(self, stream: Stream, run: list[tuple[int, int, int, int, int, int]]) -> None:
+        """Store EVENTS frames the connection read into its open segment (``stream.direct``): (offset, size, track,
+        count, first_ts, last_ts) each."""
         segment, all_counts = stream.segment, stream.counts
         assert segment is not None and stream.direct, "frames in place need the segment they were read into"
         index_events = segment.index_events

@@ -142,7 +142,11 @@ class Segment:
         self.used += CHECKSUM_FRAME.size
         self.checked = self.used
         if end_marker:
-            FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
+            self.write_end_marker()
+
+    def write_end_marker(self) -> None:
+        """A zero frame header at ``used``: recovery stops there (the caller reserved the room)."""
+        FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
 
 
 class SegmentBuffers:

@@ -355,9 +355,12 @@ class Store:
         """Checksum what the stream wrote since the last checksum (data dir): a CHECKSUM frame at ``used`` and, with
         ``end_marker``, an end marker after it (without: the caller has unread bytes there, moved out of the way)."""
         segment = stream.segment
-        if segment is None or not self.buffers.checksums or segment.used == segment.checked:
+        if segment is None or not self.buffers.checksums:
             return
-        segment.write_checksum(end_marker=end_marker)
+        if segment.used > segment.checked:
+            segment.write_checksum(end_marker=end_marker)
+        elif end_marker:  # the last checksum had none: what follows it now is no frame of this segment
+            segment.write_end_marker()
 
     def uncommitted(self, stream: Stream) -> bool:
         """Whether the stream wrote bytes that no checksum covers yet (data dir)."""

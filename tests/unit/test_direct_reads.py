@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,8 @@ def decoded_segments(collector: Collector, checksums: bool) -> dict[int, list[in
                     out.setdefault(owner, []).extend(event.args["i"] for event in decoder.tables.events(frame))  # type: ignore[arg-type]
             entries = [entry[:4] for entry in segment.index()]
             assert entries == events_frames(data)
-            if checksums:  # after a FLUSH, checksums cover everything stored: recovery would keep it all
-                scan = scan_segment(data, Limits(max_frame_bytes=MAX_FRAME), segment.seq)
+            if checksums:  # closed: checksums cover everything stored, and recovery stops where it ends
+                scan = scan_segment(bytes(segment.buffer), Limits(max_frame_bytes=MAX_FRAME), segment.seq)
                 assert scan.why_cut is None
                 assert [entry[:4] for entry in scan.entries] == entries
     return out
@@ -215,3 +216,27 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
 
 
 _dirs = itertools.count()
+
+
+def test_segments_a_data_dir_stream_filled_end_where_recovery_stops(tmp_path: Path) -> None:
+    """Segments sealed while frames were arriving keep bytes past their end (moved to the next segment): recovery
+    must stop at the end, not take those for frames that a checksum should have covered."""
+
+    async def scenario() -> None:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=8 << 20, max_frame_bytes=MAX_FRAME)
+        collector = Collector(replace(config, data_dir=str(tmp_path / "data"), fsync="never"))
+        connection = Connection(collector, 0)
+        for i in range(30):
+            connection.record(i % 2, 3000, 5)
+        connection.flush()
+        connection.send(len(connection.pending) + 1)
+        connection.protocol.connection_lost(None)
+        with collector.store.snapshot() as snapshot:
+            assert len(snapshot.segments) > 4
+            for segment in snapshot.segments:
+                scan = scan_segment(bytes(segment.buffer), Limits(max_frame_bytes=MAX_FRAME), segment.seq)
+                assert (scan.why_cut, scan.used) == (None, segment.used)
+        assert collector.data_dir is not None
+        collector.data_dir.close()
+
+    asyncio.run(scenario())

@@ -17,7 +17,9 @@ What it does, and why it is safe to do it this way:
   no Python code in between, so the flusher's drain never sees part of an event.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
-  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would. */
+  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
+- scan_events() is the collector's side: it checks and indexes a run of EVENTS frames where they were read, as
+  FrameReader.events_run's pure-Python loop does, without an object per frame. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -938,6 +940,148 @@ done:
     return result;
 }
 
+/* -- the collector's scan of EVENTS frames -------------------------------------------------------------------------- */
+
+/* FrameReader.events_run's loop (protocol.py, _scan_events, is its twin and defines it): the complete EVENTS frames
+   from `position`, each checked as next_frame checks it, indexed as EVENTS_ENTRY, the last frame's entry first (the
+   order of an index that grows down from the end of a buffer). Wire integers are little-endian. */
+
+#define FRAME_HEADER_SIZE 5        /* FRAME_HEADER: body length, type */
+#define EVENTS_HEADER_SIZE 28      /* EVENTS_HEADER: header size, flags, track, count, first_ts, last_ts */
+#define EVENTS_HEAD_SIZE (FRAME_HEADER_SIZE + EVENTS_HEADER_SIZE)
+#define EVENTS_ENTRY_SIZE 32       /* EVENTS_ENTRY: offset, size, track, count, first_ts, last_ts */
+#define FRAME_TYPE_EVENTS 6        /* FrameType.EVENTS */
+
+static inline uint32_t
+get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t
+get_le64(const unsigned char *p)
+{
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+static inline unsigned char *
+put_le32(unsigned char *p, uint32_t value)
+{
+    p[0] = (unsigned char)value;
+    p[1] = (unsigned char)(value >> 8);
+    p[2] = (unsigned char)(value >> 16);
+    p[3] = (unsigned char)(value >> 24);
+    return p + 4;
+}
+
+/* sums[track] += [events, nbytes], a new [events, nbytes] list when the track is not there yet. */
+static int
+add_track_sums(PyObject *sums, uint32_t track, unsigned long long events, unsigned long long nbytes)
+{
+    PyObject *key, *pair, *total;
+    int i, status = -1;
+    unsigned long long add[2] = {events, nbytes};
+    if ((key = PyLong_FromUnsignedLong(track)) == NULL) return -1;
+    pair = PyDict_GetItemWithError(sums, key);
+    if (pair == NULL) {
+        if (!PyErr_Occurred() && (pair = Py_BuildValue("[KK]", events, nbytes)) != NULL) {
+            status = PyDict_SetItem(sums, key, pair);
+            Py_DECREF(pair);
+        }
+        Py_DECREF(key);
+        return status;
+    }
+    Py_DECREF(key);
+    for (i = 0; i < 2; i++) {
+        unsigned long long held = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(pair, i));
+        if (held == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        if ((total = PyLong_FromUnsignedLongLong(held + add[i])) == NULL) return -1;
+        PyList_SetItem(pair, i, total);
+    }
+    return 0;
+}
+
+static PyObject *
+scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, position, end, frames = 0, i;
+    unsigned long long limit, events = 0, track_events = 0, track_bytes = 0;
+    uint32_t track = 0;
+    int have_track = 0;
+    const unsigned char *buf;
+    unsigned char *entry;
+    PyObject *tracks, *sums = NULL, *entries = NULL, *result = NULL;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "scan_events(buffer, position, end, max_frame_bytes, tracks)");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    start = position = PyLong_AsSsize_t(args[1]);
+    end = PyLong_AsSsize_t(args[2]);
+    limit = PyLong_AsUnsignedLongLong(args[3]);
+    tracks = args[4];
+    if (PyErr_Occurred()) goto done;
+    if (position < 0 || position > end || end > view.len || view.len > (Py_ssize_t)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "scan_events: bytes %zd to %zd are not in a buffer of %zd (at most 4 GiB)",
+                     position, end, view.len);
+        goto done;
+    }
+    if ((sums = PyDict_New()) == NULL) goto done;
+    buf = view.buf;
+    while (end - position >= EVENTS_HEAD_SIZE) {
+        const unsigned char *p = buf + position;
+        uint64_t body = get_le32(p), size = FRAME_HEADER_SIZE + body, header = p[5] | p[6] << 8;
+        uint32_t frame_track = get_le32(p + 9), count = get_le32(p + 13);
+        if (p[4] != FRAME_TYPE_EVENTS || size > limit || size > (uint64_t)(end - position) ||
+            header < EVENTS_HEADER_SIZE || header > body || count == 0 || count > body - header ||
+            get_le64(p + 17) > get_le64(p + 25)) {
+            break;
+        }
+        if (!have_track || frame_track != track) {
+            PyObject *key;
+            int known;
+            if (have_track && add_track_sums(sums, track, track_events, track_bytes) < 0) goto done;
+            have_track = 0;
+            if ((key = PyLong_FromUnsignedLong(frame_track)) == NULL) goto done;
+            known = PyDict_Contains(sums, key);
+            if (known == 0) known = PySequence_Contains(tracks, key);
+            Py_DECREF(key);
+            if (known < 0) goto done;
+            if (!known) break;
+            have_track = 1;
+            track = frame_track;
+            track_events = track_bytes = 0;
+        }
+        track_events += count;
+        track_bytes += size;
+        events += count;
+        frames++;
+        position += (Py_ssize_t)size;
+    }
+    if (frames == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (have_track && add_track_sums(sums, track, track_events, track_bytes) < 0) goto done;
+    if ((entries = PyBytes_FromStringAndSize(NULL, frames * EVENTS_ENTRY_SIZE)) == NULL) goto done;
+    entry = (unsigned char *)PyBytes_AS_STRING(entries) + frames * EVENTS_ENTRY_SIZE;
+    for (i = 0, position = start; i < frames; i++) {
+        const unsigned char *p = buf + position;
+        uint32_t size = FRAME_HEADER_SIZE + get_le32(p);
+        entry -= EVENTS_ENTRY_SIZE;
+        put_le32(put_le32(entry, (uint32_t)position), size);
+        memcpy(entry + 8, p + 9, 24); /* track, count, first_ts, last_ts: the same little-endian bytes */
+        position += size;
+    }
+    result = Py_BuildValue("(OKOn)", entries, events, sums, position);
+done:
+    Py_XDECREF(entries);
+    Py_XDECREF(sums);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* -- module --------------------------------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -960,6 +1104,9 @@ static PyMethodDef module_methods[] = {
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
      "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
+    {"scan_events", (PyCFunction)(void (*)(void))scan_events, METH_FASTCALL,
+     "scan_events(buffer, position, end, max_frame_bytes, tracks) -> (entries, events, sums, end) or None: "
+     "FrameReader.events_run's loop."},
     {NULL, NULL, 0, NULL},
 };
 

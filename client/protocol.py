@@ -18,10 +18,11 @@ import struct
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal, NamedTuple
 
 import msgpack
 
+from .accelerator import speedups
 from .errors import (
     BadPreamble,
     ConfigError,
@@ -37,6 +38,7 @@ __all__ = [
     "CHECKSUM_TYPE",
     "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
+    "EVENTS_ENTRY",
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
     "FRAME_HEADER",
@@ -49,6 +51,7 @@ __all__ = [
     "PROTOCOL_VERSIONS",
     "STREAM_FORMAT",
     "Events",
+    "EventsRun",
     "Flush",
     "FlushAck",
     "Frame",
@@ -84,6 +87,8 @@ FRAME_HEADER: Final = struct.Struct("<IB")
 EVENTS_HEADER: Final = struct.Struct("<HHIIQQ")
 #: A frame header and an EVENTS header, as an EVENTS frame starts.
 _EVENTS_FRAME_HEAD: Final = struct.Struct("<IBHHIIQQ")
+#: An EVENTS frame as an index holds it: offset, size, track, count, first_ts, last_ts (``EventsRun``).
+EVENTS_ENTRY: Final = struct.Struct("<IIIIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
 #: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
 MIN_MAX_FRAME_BYTES: Final = 32 * 1024
@@ -95,6 +100,65 @@ IGNORABLE: Final = 0x80
 CHECKSUM_TYPE: Final = 0xFF
 
 Peer = Literal["client", "collector"]
+
+
+class EventsRun(NamedTuple):
+    """Complete EVENTS frames next in a reader's buffer, checked as ``next_frame`` checks them
+    (``FrameReader.events_run``)."""
+
+    #: One ``EVENTS_ENTRY`` per frame, the last frame's first: the order of an index that grows down.
+    entries: bytes
+    #: Their events.
+    events: int
+    #: Per track id: [events, bytes] of its frames here.
+    tracks: dict[int, list[int]]
+    #: Offset in the buffer just past the last frame.
+    end: int
+
+    @property
+    def frames(self) -> int:
+        return len(self.entries) // EVENTS_ENTRY.size
+
+
+def _scan_events_py(
+    buf: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int]
+) -> tuple[bytes, int, dict[int, list[int]], int] | None:
+    """``FrameReader.events_run``'s loop (``scan_events`` in _speedups.c is its twin in C)."""
+    entries: list[bytes] = []
+    sums: dict[int, list[int]] = {}
+    events = 0
+    unpack, pack, header = _EVENTS_FRAME_HEAD.unpack_from, EVENTS_ENTRY.pack, EVENTS_HEADER.size
+    while end - position >= _EVENTS_FRAME_HEAD.size:
+        body_length, frame_type, header_size, _, track, count, first_ts, last_ts = unpack(buf, position)
+        size = FRAME_HEADER.size + body_length
+        if (
+            frame_type != FrameType.EVENTS
+            or size > max_frame_bytes
+            or size > end - position
+            or not header <= header_size <= body_length
+            or not 0 < count <= body_length - header_size
+            or first_ts > last_ts
+            or track not in tracks
+        ):
+            break
+        entries.append(pack(position, size, track, count, first_ts, last_ts))
+        events += count
+        total = sums.get(track)
+        if total is None:
+            sums[track] = [count, size]
+        else:
+            total[0] += count
+            total[1] += size
+        position += size
+    if not entries:
+        return None
+    entries.reverse()
+    return b"".join(entries), events, sums, position
+
+
+_scan_events: Callable[
+    [bytearray | mmap.mmap, int, int, int, Container[int]], tuple[bytes, int, dict[int, list[int]], int] | None
+] = _scan_events_py if speedups is None else speedups.scan_events
 
 
 class FrameType(IntEnum):
@@ -795,33 +859,18 @@ class FrameReader:
         body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
         return FRAME_HEADER.size + body_length, frame_type
 
-    def events_run(self, tracks: Container[int]) -> list[tuple[int, int, int, int, int, int]]:
-        """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop: (offset, size,
-        track, count, first_ts, last_ts) each, for a caller that stores frames where they are. Stops before any
-        other frame, an incomplete one, and one that breaks a rule or names a track not in ``tracks``
-        (``next_frame`` then raises the error that names it)."""
-        run: list[tuple[int, int, int, int, int, int]] = []
+    def events_run(self, tracks: Container[int]) -> EventsRun | None:
+        """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop, for a caller
+        that stores frames where they are; None when there are none. Stops before any other frame, an incomplete
+        one, and one that breaks a rule or names a track not in ``tracks`` (``next_frame`` then raises the error
+        that names it)."""
         if not self._preamble_done or self._error is not None:
-            return run
-        buf, position, end, limit = self._buf, self._start, self._end, self._max_frame_bytes
-        unpack, events, header = _EVENTS_FRAME_HEAD.unpack_from, FrameType.EVENTS, EVENTS_HEADER.size
-        while end - position >= _EVENTS_FRAME_HEAD.size:
-            body_length, frame_type, header_size, _, track, count, first_ts, last_ts = unpack(buf, position)
-            size = FRAME_HEADER.size + body_length
-            if (
-                frame_type != events
-                or size > limit
-                or size > end - position
-                or not header <= header_size <= body_length
-                or not 0 < count <= body_length - header_size
-                or first_ts > last_ts
-                or track not in tracks
-            ):
-                break
-            run.append((position, size, track, count, first_ts, last_ts))
-            position += size
-        if run:
-            self._frame_start, self._start = run[-1][0], position
+            return None
+        found = _scan_events(self._buf, self._start, self._end, self._max_frame_bytes, tracks)
+        if found is None:
+            return None
+        run = EventsRun(*found)
+        self._frame_start, self._start = EVENTS_ENTRY.unpack_from(run.entries)[0], run.end
         return run
 
     def make_room(self, nbytes: int) -> int:

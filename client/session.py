@@ -34,6 +34,7 @@ from .protocol import (
     EVENT_COLUMNS,
     PROTOCOL_VERSIONS,
     Events,
+    EventsRun,
     Flush,
     FlushAck,
     Frame,
@@ -248,11 +249,11 @@ class SessionDecoder:
             raise
         return frame
 
-    def events_run(self) -> list[tuple[int, int, int, int, int, int]]:
+    def events_run(self) -> EventsRun | None:
         """The complete EVENTS frames next in the stream, checked as ``next_frame`` checks them, in one loop (the
-        collector's fast path): (offset in the reader's buffer, size, track, count, first_ts, last_ts) each. Empty
-        at anything else: ``next_frame`` takes it from there."""
-        return self._reader.events_run(self.tables.tracks) if self._state == "OPEN" else []
+        collector's fast path; offsets are in the reader's buffer). None at anything else: ``next_frame`` takes it
+        from there."""
+        return self._reader.events_run(self.tables.tracks) if self._state == "OPEN" else None
 
     def welcome(self, collector_version: str = __version__) -> Welcome:
         """The collector's answer to the HELLO just read: the version chosen and the limits.

@@ -24,6 +24,7 @@ from typing import Protocol, cast
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
     Events,
+    EventsRun,
     Flush,
     FlushAck,
     Frame,
@@ -261,7 +262,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 if self._lent is not None:  # the fast path: runs of EVENTS frames, stored where they were read
                     assert self._stream is not None
                     run = session.events_run()
-                    if run:
+                    if run is not None:
                         store.events_in_place(self._stream, run)
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
@@ -401,8 +402,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
             assert stream is not None
             if self._lent is not None:  # events_run takes these first; this one is in place all the same
                 start, end = self._session.reader.frame_start, self._session.reader.position
-                entry = (start, end - start, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
-                self._sink.store.events_in_place(stream, [entry])
+                entry = INDEX_ENTRY.pack(
+                    start, end - start, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns
+                )
+                run = EventsRun(entry, frame.count, {frame.track_id: [frame.count, end - start]}, end)
+                self._sink.store.events_in_place(stream, run)
             elif not self._sink.store.events(
                 stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
             ):

@@ -33,7 +33,17 @@ from typing import Final, Literal
 
 import crc32c
 from ringtrace.client.errors import ConfigError, ProtocolError
-from ringtrace.client.protocol import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.client.protocol import (
+    CHECKSUM_TYPE,
+    EVENTS_ENTRY,
+    FRAME_HEADER,
+    PREAMBLE,
+    Events,
+    EventsRun,
+    Hello,
+    Stats,
+    preamble,
+)
 from ringtrace.client.session import Limits, SessionDecoder
 
 __all__ = [
@@ -53,7 +63,7 @@ __all__ = [
 log = logging.getLogger("ringtrace.collector.segments")
 
 #: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
-INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
+INDEX_ENTRY: Final = EVENTS_ENTRY
 #: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32C of the bytes since the last one.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
@@ -72,7 +82,20 @@ Buffer = bytearray | mmap.mmap
 class Segment:
     """One segment: its buffer, how much of it is used, and whom it belongs to (see the module docstring)."""
 
-    __slots__ = ("buffer", "checked", "entries", "events", "evicted", "owner", "pins", "seq", "size", "synced", "used")
+    __slots__ = (
+        "buffer",
+        "checked",
+        "entries",
+        "events",
+        "evicted",
+        "owner",
+        "pins",
+        "seq",
+        "size",
+        "synced",
+        "tracks",
+        "used",
+    )
 
     def __init__(self, seq: int, buffer: Buffer, owner: int) -> None:
         self.seq = seq
@@ -83,6 +106,8 @@ class Segment:
         self.used = 0
         self.entries = 0
         self.events = 0
+        #: Per track id: [events, bytes] of its EVENTS frames here (what the segment's eviction takes from it).
+        self.tracks: dict[int, list[int]] = {}
         #: End of the bytes covered by a CHECKSUM frame (data dir).
         self.checked = 0
         #: End of the bytes made durable (data dir, fsync).
@@ -117,21 +142,28 @@ class Segment:
         INDEX_ENTRY.pack_into(
             self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, size, track_id, count, first_ts, last_ts
         )
+        self._add_track(track_id, count, size)
 
-    def track_totals(self) -> dict[int, list[int]]:
-        """Per track id: ``[events, bytes]`` of its EVENTS frames here."""
-        totals: dict[int, list[int]] = {}
-        with memoryview(self.buffer) as view:
-            index = view[self.size - INDEX_ENTRY.size * self.entries : self.size]
-            for _, size, track_id, count, _, _ in INDEX_ENTRY.iter_unpack(index):
-                total = totals.get(track_id)
-                if total is None:
-                    totals[track_id] = [count, size]
-                else:
-                    total[0] += count
-                    total[1] += size
-            index.release()
-        return totals
+    def index_run(self, run: EventsRun) -> None:
+        """The EVENTS frames of ``run`` (read here already) are stored: their index entries, and ``used`` past
+        them."""
+        top = self.size - INDEX_ENTRY.size * self.entries
+        bottom = top - len(run.entries)
+        assert bottom >= run.end, "the reader leaves room for the index entries of what it reads"
+        self.buffer[bottom:top] = run.entries
+        self.used = run.end
+        self.entries += run.frames
+        self.events += run.events
+        for track_id, (events, size) in run.tracks.items():
+            self._add_track(track_id, events, size)
+
+    def _add_track(self, track_id: int, events: int, size: int) -> None:
+        total = self.tracks.get(track_id)
+        if total is None:
+            self.tracks[track_id] = [events, size]
+        else:
+            total[0] += events
+            total[1] += size
 
     def write_checksum(self, *, end_marker: bool = True) -> None:
         """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal
 
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.protocol import preamble
+from ringtrace.client.protocol import EventsRun, preamble
 
 from .segments import (
     CHECKSUM_FRAME,
@@ -318,19 +318,17 @@ class Store:
         segment.write_events(frame, track_id, count, first_ts_ns, last_ts_ns)
         return True
 
-    def events_in_place(self, stream: Stream, run: list[tuple[int, int, int, int, int, int]]) -> None:
-        """Store EVENTS frames the connection read into its open segment (``stream.direct``): (offset, size, track,
-        count, first_ts, last_ts) each."""
+    def events_in_place(self, stream: Stream, run: EventsRun) -> None:
+        """Store EVENTS frames the connection read into its open segment (``stream.direct``)."""
         segment, all_counts = stream.segment, stream.counts
         assert segment is not None and stream.direct, "frames in place need the segment they were read into"
-        index_events = segment.index_events
-        for offset, size, track_id, count, first_ts, last_ts in run:
+        segment.index_run(run)
+        for track_id, (events, nbytes) in run.tracks.items():
             counts = all_counts.get(track_id)
             if counts is None:
                 counts = all_counts[track_id] = Counts()
-            counts.received_events += count
-            counts.received_bytes += size
-            index_events(offset, size, track_id, count, first_ts, last_ts)
+            counts.received_events += events
+            counts.received_bytes += nbytes
 
     def advance(self, stream: Stream, end: int) -> None:
         """Everything the connection read into its open segment up to ``end`` is stored (``stream.direct``)."""
@@ -481,7 +479,7 @@ class Store:
         process.held_bytes -= segment.size
         self.held_bytes -= segment.size
         events_name, bytes_name = f"{why}_events", f"{why}_bytes"
-        for track_id, (events, size) in segment.track_totals().items():
+        for track_id, (events, size) in segment.tracks.items():
             counts = process.counts[track_id]
             setattr(counts, events_name, getattr(counts, events_name) + events)
             setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
@@ -519,19 +517,14 @@ class Store:
         """A segment recovered from the data dir, sealed, as if it had just been stored (oldest ones first)."""
         process = self._processes.setdefault(owner, _Process())
         segment = Segment(recovered.seq, recovered.buffer, owner)
-        segment.used = segment.checked = recovered.used
         for offset, size, track_id, count, first_ts, last_ts in recovered.entries:
-            segment.entries += 1
-            segment.events += count
-            INDEX_ENTRY.pack_into(
-                segment.buffer, segment.size - INDEX_ENTRY.size * segment.entries, offset, size, track_id, count,
-                first_ts, last_ts,
-            )  # fmt: skip
+            segment.index_events(offset, size, track_id, count, first_ts, last_ts)
             counts = process.counts.setdefault(track_id, Counts())
             counts.received_events += count
             counts.received_bytes += size
+        segment.used = segment.checked = recovered.used
         if segment.size > min(self.capacity_bytes, self._process_cap or self.capacity_bytes):  # restarted smaller
-            for track_id, (events, size) in segment.track_totals().items():
+            for track_id, (events, size) in segment.tracks.items():
                 process.counts[track_id].overwritten_events += events
                 process.counts[track_id].overwritten_bytes += size
             self.buffers.release(segment, reuse=False)

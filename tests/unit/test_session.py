@@ -43,6 +43,7 @@ from ringtrace.client.model import (
 from ringtrace.client.protocol import (
     CLOSED,
     EVENT_COLUMNS,
+    EVENTS_ENTRY,
     EVENTS_HEADER,
     FRAME_HEADER,
     IGNORABLE,
@@ -1196,7 +1197,19 @@ def read_all(decoder: SessionDecoder, *, fast: bool) -> tuple[list[Any], str | N
     try:
         while True:
             if fast:
-                out += [(t, c, f, la, o, s) for o, s, t, c, f, la in decoder.events_run()]
+                run = decoder.events_run()
+                if run is not None:
+                    entries = list(EVENTS_ENTRY.iter_unpack(run.entries))[::-1]
+                    out += [(t, c, f, la, o, s) for o, s, t, c, f, la in entries]
+                    assert run.frames == len(entries) > 0
+                    assert run.events == sum(c for _, _, _, c, _, _ in entries)
+                    assert run.end == entries[-1][0] + entries[-1][1] == decoder.reader.position
+                    sums: dict[int, list[int]] = {}
+                    for _, s, t, c, _, _ in entries:
+                        sums.setdefault(t, [0, 0])
+                        sums[t][0] += c
+                        sums[t][1] += s
+                    assert run.tracks == sums
             frame = decoder.next_frame()
             if isinstance(frame, Sentinel):
                 return out, None

@@ -23,6 +23,7 @@ from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
+    FRAME_HEADER,
     Events,
     EventsRun,
     Flush,
@@ -313,20 +314,25 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def _direct_view(self) -> memoryview | None:
         """Where the next read goes in the stream's open segment; None: into the decoder's own buffer."""
-        stream = self._stream
+        stream, reader = self._stream, self._session.reader
         assert stream is not None
-        if self._lent is None:
-            if stream.segment is None or not self._fits(stream.segment):
-                return None  # the frame being received opens the next segment by copy
-            self._lend(stream.segment)
-        elif self._lent.evicted:
+        if self._lent is not None and self._lent.evicted:
             self._end_direct()
-            return None
-        view = self._view()
+            return None  # the next EVENTS frame opens the next segment, by copy
+        if self._lent is None:
+            if stream.segment is None:
+                return None  # as above (or it is refused, and counted)
+            if self._fits(stream.segment):
+                self._lend(stream.segment)
+        view = self._view() if self._lent is not None else None
         if view is None:
-            if self._session.reader.end > self._session.reader.position:
-                self._next_segment()  # a frame is arriving: into the next segment
-                view = self._view() if self._lent is not None else None
+            if reader.end == reader.position:
+                # Full, between frames: read the next frame's header alone, so that the segment it opens is read
+                # into as well; none opens for a connection that sends nothing more.
+                self._end_direct()
+                return self._session.get_buffer(-1)[: FRAME_HEADER.size]
+            self._next_segment()  # a frame is arriving: into the next segment
+            view = self._view() if self._lent is not None else None
             if view is None:
                 self._end_direct()  # the next EVENTS frame opens the next segment, by copy
         return view
@@ -339,12 +345,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
         tail = segment.size - INDEX_ENTRY.size * segment.entries - store.reserve
         header = reader.next_frame_header()
         if header is not None and header[0] <= self._session.limits.max_frame_bytes:
-            size = header[0]
-            if position + size + INDEX_ENTRY.size > tail:
-                return None  # the frame does not fit: the next segment
-            if store.buffers.checksums and size - (end - position) >= EXACT_READ:
-                return reader.get_buffer(limit=position + size)
-        # An EVENTS frame is larger than its index entry: what a read may bring needs at most as many bytes again.
+            frame_end = position + header[0]  # the frame being received; the unread bytes are part of it
+            if frame_end + INDEX_ENTRY.size > tail:
+                return None  # it does not fit: the next segment
+            if store.buffers.checksums and frame_end - end >= EXACT_READ:
+                return reader.get_buffer(limit=frame_end)
+            # Up to its end, and on: an EVENTS frame is larger than its index entry, so what follows needs at most
+            # as many bytes again.
+            limit = frame_end + max(0, tail - frame_end - INDEX_ENTRY.size) // 2
+            return reader.get_buffer(limit=min(limit, end + READ_SIZE))
         room = min(READ_SIZE, (tail - end - (end - position)) // 2)
         return reader.get_buffer(limit=end + room) if room >= MIN_DIRECT_READ else None
 
@@ -369,17 +378,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._session.reader.reclaim(self._let_go())
 
     def _next_segment(self) -> None:
-        """The open segment is full: read on into a new one (the unread bytes move there), if the store allows."""
-        stream = self._stream
+        """The stream's open segment is full: read on into a new one (the unread bytes move there), if the store
+        allows."""
+        stream, reader = self._stream, self._session.reader
         assert stream is not None
-        header = self._session.reader.next_frame_header()
+        header = reader.next_frame_header()
         size = header[0] if header is not None and header[0] <= self._session.limits.max_frame_bytes else 0
-        unread = self._let_go()
+        unread = self._let_go() if self._lent is not None else None
         segment = self._sink.store.open_direct(stream, size)
-        if segment is None:
-            self._session.reader.reclaim(unread)
-        else:
+        if segment is not None:
             self._lend(segment, unread)
+        elif unread is not None:
+            reader.reclaim(unread)
 
     def _let_go(self) -> bytes:
         """Stop reading into the lent segment, which holds everything before the unread bytes; returns those (the

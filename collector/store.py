@@ -6,14 +6,16 @@ Each connection writes into segments of its own (``Stream``). A segment opens wi
 declared so far (HELLO, SCHEMA, STRINGS, its live TRACKs, the latest STATS), replayed verbatim, so that it decodes
 alone (``segments.py``); then it takes the stream's frames as they come. A stream's segments double in size from
 ``MIN_SEGMENT_BYTES`` up to ``segment_bytes``: a quiet process holds little, a busy one pays for its prefix rarely.
+Their sizes are powers of two, so that the buffers of evicted segments fit new ones.
 A segment is larger when one frame and the session frames need it, and at least four times the session frames (a
 process with many kinds or strings would otherwise store mostly prefixes).
 
 Budget: the sizes of all stored segments (prefix, frames, index and unused tail alike) stay within ``capacity_bytes``,
 and one process's within ``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by
-evicting the process's own oldest segment while it is at its cap, then the oldest segment of all; under ``discard``,
-the frame is refused instead, so the store keeps the beginning. Buffers of evicted segments are reused while the
-stored bytes and the spare buffers together stay within the capacity.
+evicting the process's own oldest segment while it is at its cap, then the oldest segment of all (sealed ones first:
+a connection's open segment holds its newest events, and may be being read into); under ``discard``, the frame is
+refused instead, so the store keeps the beginning. Buffers of evicted segments are reused while the stored bytes and
+the spare buffers together stay within the capacity.
 
 Accounting, per (process, track), in events and bytes of EVENTS frames: every frame received either stays stored or
 leaves by exactly one of overwritten (evicted to make room), capped (evicted or refused for its process's cap) and
@@ -94,6 +96,10 @@ _COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
 
 def _aligned(size: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
+
+
+def _power_of_two_within(size: int) -> int:
+    return 1 << (size.bit_length() - 1)
 
 
 class Stream:
@@ -415,7 +421,7 @@ class Store:
                 if self.policy == "discard" or not self._segments:
                     refusal = f"allocation: cannot allocate a segment of {size} bytes: {exc}"
                 else:
-                    self._evict(next(iter(self._segments.values())), "overwritten")
+                    self._evict(self._oldest(), "overwritten")
                     self.buffers.trim(0)  # a spare of another size gives its room back
         if refusal is not None or buffer is None:
             return refusal or "allocation: no buffer"
@@ -432,8 +438,10 @@ class Store:
         stream.segment = segment
         # Up to segment_bytes, and to a quarter of the stream's share of the capacity: open segments are not evicted
         # while many connections write at once (the one being read into would be, and reading would go by copy).
+        # A power of two: evicted segments' buffers, pooled by size, then fit the next ones (a fresh buffer costs
+        # zeroing and a page fault per page).
         share = max(self.capacity_bytes // (4 * self._streams), MIN_SEGMENT_BYTES)
-        stream.next_size = min(max(size, stream.next_size) * 2, self.segment_bytes, share)
+        stream.next_size = _power_of_two_within(min(max(size, stream.next_size) * 2, self.segment_bytes, share))
         return segment
 
     def _make_room(self, owner: int, size: int) -> str | None:
@@ -451,7 +459,7 @@ class Store:
         while self.held_bytes + size > self.capacity_bytes:
             if self.policy == "discard" or not self._segments:
                 return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
-            self._evict(next(iter(self._segments.values())), "overwritten")
+            self._evict(self._oldest(), "overwritten")
         if not self.buffers.has(size):  # a new buffer: make room for it among the spare ones
             self.buffers.trim(self.capacity_bytes - self.held_bytes - size)
         return None
@@ -486,6 +494,15 @@ class Store:
         segment.evicted = True
         if segment.pins == 0:
             self._release(segment)
+
+    def _oldest(self) -> Segment:
+        """The segment the ring overwrites next: the oldest sealed one, or the oldest of all when every segment is
+        open (a connection's open segment holds its newest events, and is read into as they arrive)."""
+        writers = self._writers
+        for segment in self._segments.values():
+            if segment.seq not in writers:
+                return segment
+        return next(iter(self._segments.values()))
 
     def _drop(self, segment: Segment) -> None:
         """Remove a segment that holds no events (nothing to count): session frames replayed for a frame that never
@@ -531,7 +548,7 @@ class Store:
             self._seq = max(self._seq, segment.seq + 1)
             return
         while self.held_bytes + segment.size > self.capacity_bytes and self._segments:  # restarted smaller
-            self._evict(next(iter(self._segments.values())), "overwritten")
+            self._evict(self._oldest(), "overwritten")
         while self._process_cap and process.held_bytes + segment.size > self._process_cap and process.segments:
             self._evict(process.segments[0], "capped")
         self._segments[segment.seq] = segment

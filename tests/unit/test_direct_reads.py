@@ -138,23 +138,31 @@ def decoded_segments(collector: Collector, checksums: bool) -> dict[int, list[in
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     capacity_segments=st.integers(4, 12),
+    # More connections than open segments fit in the smallest stores: the ring then overwrites one being read into.
+    connection_count=st.integers(1, 6),
     policy=st.sampled_from(["ring", "discard"]),
     process_cap=st.booleans(),
     ops=st.lists(
         st.one_of(
             st.tuples(
-                st.just("record"), st.integers(0, 2), st.integers(0, 1), st.integers(1, 3000), st.integers(0, 60)
+                st.just("record"), st.integers(0, 5), st.integers(0, 1), st.integers(1, 3000), st.integers(0, 60)
             ),
-            st.tuples(st.just("send"), st.integers(0, 2), st.integers(1, 300_000)),
-            st.tuples(st.just("flush"), st.integers(0, 2)),
-            st.tuples(st.just("snapshot"), st.integers(0, 2)),
-            st.tuples(st.just("reconnect"), st.integers(0, 2)),
+            st.tuples(st.just("send"), st.integers(0, 5), st.integers(1, 300_000)),
+            st.tuples(st.just("flush"), st.integers(0, 5)),
+            st.tuples(st.just("snapshot"), st.integers(0, 5)),
+            st.tuples(st.just("reconnect"), st.integers(0, 5)),
         ),
         max_size=40,
     ),
 )
 def test_connections_reading_into_segments_store_every_event_once_and_count_the_rest(
-    tmp_path: Path, checksums: bool, capacity_segments: int, policy: str, process_cap: bool, ops: list[Any]
+    tmp_path: Path,
+    checksums: bool,
+    capacity_segments: int,
+    connection_count: int,
+    policy: str,
+    process_cap: bool,
+    ops: list[Any],
 ) -> None:
     async def scenario() -> None:
         config: dict[str, Any] = {
@@ -171,12 +179,13 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
             config["data_dir"] = str(tmp_path / f"d{next(_dirs)}")
             config["fsync"] = "never"
         collector = Collector(CollectorConfig(**config))
-        connections = [Connection(collector, number) for number in range(3)]
+        connections = [Connection(collector, number) for number in range(connection_count)]
         closed: list[Connection] = []
         snapshots = []
         try:
             for op in ops:
-                connection = connections[op[1]]
+                index = op[1] % connection_count
+                connection = connections[index]
                 if op[0] == "record":
                     connection.record(op[2], op[3], op[4])
                 elif op[0] == "send":
@@ -186,7 +195,7 @@ def test_connections_reading_into_segments_store_every_event_once_and_count_the_
                 elif op[0] == "reconnect":  # what it did not send is not counted anywhere: it never left the client
                     connection.protocol.connection_lost(None)
                     closed.append(connection)
-                    connections[op[1]] = Connection(collector, len(connections) + len(closed))
+                    connections[index] = Connection(collector, len(connections) + len(closed))
                 elif len(snapshots) < 2:
                     snapshots.append(collector.store.snapshot())
                 else:
@@ -238,5 +247,41 @@ def test_segments_a_data_dir_stream_filled_end_where_recovery_stops(tmp_path: Pa
                 assert (scan.why_cut, scan.used) == (None, segment.used)
         assert collector.data_dir is not None
         collector.data_dir.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_segment_being_read_into_is_overwritten_only_when_every_segment_is_open() -> None:
+    async def scenario() -> None:
+        config = CollectorConfig(
+            tcp_port=0,
+            http_port=0,
+            capacity_bytes=4 * MAX_FRAME,
+            max_frame_bytes=MAX_FRAME,
+            segment_bytes=2 * MIN_SEGMENT_BYTES,
+        )
+        collector = Collector(config)
+        connections = [Connection(collector, number) for number in range(6)]
+        for connection in connections:
+            connection.record(0, 10, 0)
+            connection.send(len(connection.pending))  # a segment opens: the next frames are read into it
+        for connection in connections:  # then one large frame each: six segments that fit it do not fit at once
+            connection.record(0, 1500, 10)
+            connection.send(len(connection.pending) - 100)  # its segment stays open, being read into
+        for connection in connections:
+            connection.record(1, 10, 0)
+            connection.flush()
+            connection.send(len(connection.pending))
+            assert connection.acknowledged() == [1]
+        for connection in connections:
+            connection.protocol.connection_lost(None)
+        totals = collector.store.totals()
+        assert totals.received_events == sum(c.sent for c in connections)
+        assert totals.overwritten_events > 0
+        assert totals.received_events == totals.stored_events + totals.overwritten_events
+        stored = decoded_segments(collector, checksums=False)
+        assert sum(len(indices) for indices in stored.values()) == totals.stored_events
+        for indices in stored.values():
+            assert indices == sorted(set(indices))
 
     asyncio.run(scenario())

@@ -145,6 +145,23 @@ def test_ring_keeps_the_newest_and_counts_the_overwritten() -> None:
     assert_adds_up(store)
 
 
+def test_the_ring_overwrites_sealed_segments_before_a_connections_open_one() -> None:
+    # A connection's open segment holds its newest events, and ingest may be reading into it.
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    slow, busy = Client(store, 1, tracks=1), Client(store, 2, tracks=1)
+    slow.record(0, 10)  # the oldest segment of all, and still open
+    for _ in range(200):
+        busy.record(0, 64)
+    slow.record(0, 10)
+    assert decoded(store)[1] == slow.sent
+    assert store.track_counts()[(2, busy.tracks[0].track_id)].overwritten_events > 0
+    assert_adds_up(store)
+    store.close_stream(slow.stream)  # sealed: the next to go
+    busy.record(0, 64)
+    assert 1 not in decoded(store)
+    assert_adds_up(store)
+
+
 def test_discard_keeps_the_beginning_and_counts_the_refused() -> None:
     store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
     client = Client(store, 1, tracks=1)

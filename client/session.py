@@ -93,6 +93,10 @@ _MAX_NESTING: Final = 32
 MAX_KIND_FIELDS: Final = 256
 
 
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _check_text(what: str, text: str) -> None:
     if len(text) > MAX_STRING_CHARS:
         raise LimitExceeded(f"{what} length", "max_string_chars", MAX_STRING_CHARS, len(text))
@@ -177,26 +181,37 @@ class SessionDecoder:
         live: a connection, whose client waits for ``welcome()`` before it sends more than HELLO.
         borrow: EVENTS payloads and ``last_frame()`` are views valid until more bytes are given (``FrameReader``).
         read_size: the least free room ``get_buffer`` offers.
+        keep_strings: fill ``tables.strings``; without, the strings are checked but not kept (for a reader that
+            stores frames and decodes none, as the collector's ingest).
     """
 
     __slots__ = (
-        "_live", "_reader", "_state", "added_kinds", "added_strings", "hello", "limits", "protocol_version",
-        "schema_bytes", "string_bytes", "tables",
+        "_live", "_reader", "_state", "_string_hashes", "added_kinds", "added_strings", "hello", "limits",
+        "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
     )  # fmt: skip
 
     def __init__(
-        self, limits: Limits = Limits(), *, live: bool = True, borrow: bool = False, read_size: int = 64 * 1024
+        self,
+        limits: Limits = Limits(),
+        *,
+        live: bool = True,
+        borrow: bool = False,
+        read_size: int = 64 * 1024,
+        keep_strings: bool = True,
     ) -> None:
         self.limits = limits
         self._live = live
+        #: Without keep_strings: a hash per string id instead of the string, enough to refuse a redefinition.
+        self._string_hashes: dict[int, int] | None = None if keep_strings else {}
         self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live)
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
         self.tables = StreamTables()
-        #: UTF-8 bytes of the strings, and of the kinds' texts, declared so far.
+        #: UTF-8 bytes of the strings, and of the kinds' texts, declared so far; of the live tracks' names.
         self.string_bytes = 0
         self.schema_bytes = 0
+        self.track_name_bytes = 0
         #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
         self.added_strings: list[tuple[int, str]] = []
         self.added_kinds: list[KindSpec] = []
@@ -318,18 +333,18 @@ class SessionDecoder:
         longest = max(map(len, frame.strings), default=0)
         if longest > MAX_STRING_CHARS:
             raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
-        strings = self.tables.strings
+        strings: dict[int, Any] = self.tables.strings if self._string_hashes is None else self._string_hashes
         self.added_strings = added = []
         for string_id, text in enumerate(frame.strings, frame.first_id):
+            value = text if self._string_hashes is None else hash(text)
             known = strings.get(string_id)
             if known is None:
                 added.append((string_id, text))
-                strings[string_id] = text
-                self.string_bytes += len(text.encode("utf-8", "surrogatepass"))
-            elif known != text:  # stored frames decode with this table: it may only grow
-                raise MalformedFrame(
-                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was {known!r:.60}"
-                )
+                strings[string_id] = value
+                self.string_bytes += _utf8_bytes(text)
+            elif known != value:  # stored frames decode with this table: it may only grow
+                was = f"was {known!r:.60}" if self._string_hashes is None else "was another text"
+                raise MalformedFrame(f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, {was}")
         if self.string_bytes > self.limits.max_string_bytes:
             raise LimitExceeded(
                 "STRINGS frame: bytes of all strings", "max_string_bytes", self.limits.max_string_bytes,
@@ -338,15 +353,25 @@ class SessionDecoder:
 
     def _add_track(self, frame: Track) -> None:
         tracks, limit = self.tables.tracks, self.limits.max_tracks
+        known = tracks.get(frame.track_id)
+        if known is not None:
+            self.track_name_bytes -= _utf8_bytes(known.name)
         if frame.ended:  # frames already read keep their own reference to the track
             tracks.pop(frame.track_id, None)
             return
-        if frame.track_id not in tracks and len(tracks) >= limit:
+        if known is None and len(tracks) >= limit:
             raise LimitExceeded("TRACK frame: track count", "max_tracks", limit, len(tracks) + 1)
         if len(frame.name) > MAX_STRING_CHARS:
             raise LimitExceeded(
                 "TRACK frame: field 'name' length", "max_string_chars", MAX_STRING_CHARS, len(frame.name)
             )
+        # Names take memory as strings do: the live tracks' names have a budget of max_string_bytes of their own.
+        self.track_name_bytes += _utf8_bytes(frame.name)
+        if self.track_name_bytes > self.limits.max_string_bytes:
+            raise LimitExceeded(
+                "TRACK frame: bytes of all live tracks' names", "max_string_bytes", self.limits.max_string_bytes,
+                self.track_name_bytes,
+            )  # fmt: skip
         tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
 
     def _add_schema(self, frame: Schema) -> None:

@@ -138,7 +138,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
-        self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE)
+        self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self.process: ProcessRecord | None = None
@@ -255,20 +255,24 @@ class IngestProtocol(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        session, store, reader = self._session, self._sink.store, self._session.reader
+        taken = reader.position  # the frames before it are handled (stored in place, when reading into a segment)
         try:
             if self._lent is not None and self._lent.evicted:
                 self._end_direct()
-            session, store = self._session, self._sink.store
+                taken = reader.position
             while True:
                 if self._lent is not None:  # the fast path: runs of EVENTS frames, stored where they were read
                     assert self._stream is not None
                     run = session.events_run()
                     if run is not None:
                         store.events_in_place(self._stream, run)
+                        taken = run.end
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
                     break
                 self._handle(frame)
+                taken = reader.position
             if self._stream is not None:
                 self._end_batch(self._stream)
         except UnsupportedVersion as exc:
@@ -277,6 +281,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.close()
         except ProtocolError as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
+            if self._lent is not None:  # the frame that broke a rule was read into the segment: it ends before it
+                self._let_go(taken)
+                reader.reclaim(b"")
+            if self._stream is not None:
+                self._end_batch(self._stream)  # what came before it is stored: acknowledge its FLUSHes
             transport.abort()
 
     def _who(self) -> str:
@@ -391,14 +400,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         elif unread is not None:
             reader.reclaim(unread)
 
-    def _let_go(self) -> bytes:
-        """Stop reading into the lent segment, which holds everything before the unread bytes; returns those (the
-        reader is lent or given back another buffer next)."""
+    def _let_go(self, end: int | None = None) -> bytes:
+        """Stop reading into the lent segment, which holds everything before the unread bytes (or before ``end``);
+        returns those (the reader is lent or given back another buffer next)."""
         segment, stream, store, reader = self._lent, self._stream, self._sink.store, self._session.reader
         assert segment is not None
         unread = reader.unread()
         if stream is not None:
-            store.advance(stream, reader.position)
+            store.advance(stream, reader.position if end is None else end)
             store.set_direct(stream, False)
         self._lent = None
         store.unpin([segment])

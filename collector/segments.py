@@ -200,6 +200,9 @@ class SegmentBuffers:
         """The segment is gone: free its buffer (or keep it to reuse when ``reuse``)."""
         raise NotImplementedError
 
+    def retire(self, segment: Segment) -> None:
+        """The segment is gone, but still read (pinned): released later, and no longer a segment meanwhile."""
+
     def has(self, size: int) -> bool:
         """Whether ``new(size)`` would reuse a spare buffer."""
         return False
@@ -288,6 +291,8 @@ class DataDir(SegmentBuffers):
         self._pool: dict[int, list[tuple[mmap.mmap, Path]]] = {}
         self._pooled_bytes = 0
         self._spares = itertools.count()
+        #: Files of segments evicted while still read, renamed so that recovery does not take them back.
+        self._retired: dict[int, Path] = {}
         #: The highest sequence number of any segment file found by ``recover``, read or not.
         self.highest_seq = -1
         #: A file was created, renamed or removed since the directory was last synced.
@@ -364,11 +369,26 @@ class DataDir(SegmentBuffers):
         finally:
             os.close(fd)
 
+    def retire(self, segment: Segment) -> None:
+        # A snapshot or a connection still reads it; a crash before release must not bring its events back, which
+        # are counted as gone. Renaming leaves the mapping as it is.
+        path, retired = self.file(segment.seq), self._spare_name()
+        try:
+            os.rename(path, retired)
+        except OSError as exc:
+            log.warning("cannot retire %s (%s): a crash before it is released would recover it", path, exc)
+            return
+        self._names_changed = True
+        self._retired[segment.seq] = retired
+
+    def _spare_name(self) -> Path:
+        return self.path / f"{next(self._spares)}{SPARE_SUFFIX}"
+
     def release(self, segment: Segment, *, reuse: bool) -> None:
-        buffer, path = segment.buffer, self.file(segment.seq)
+        buffer, path = segment.buffer, self._retired.pop(segment.seq, None) or self.file(segment.seq)
         assert isinstance(buffer, mmap.mmap)
         if reuse:
-            spare = self.path / f"{next(self._spares)}{SPARE_SUFFIX}"
+            spare = self._spare_name()
             try:
                 os.rename(path, spare)
                 self._names_changed = True
@@ -395,7 +415,10 @@ class DataDir(SegmentBuffers):
             while pool and self._pooled_bytes > keep_bytes:
                 buffer, spare = pool.pop()
                 self._pooled_bytes -= size
-                buffer.close()
+                try:
+                    buffer.close()
+                except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
+                    log.error("spare %s is unmapped late: a view of it is still in use", spare)
                 spare.unlink(missing_ok=True)
 
     def sync(self, segment: Segment, start: int, end: int) -> None:

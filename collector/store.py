@@ -494,6 +494,8 @@ class Store:
         segment.evicted = True
         if segment.pins == 0:
             self._release(segment)
+        else:
+            self.buffers.retire(segment)
 
     def _oldest(self) -> Segment:
         """The segment the ring overwrites next: the oldest sealed one, or the oldest of all when every segment is

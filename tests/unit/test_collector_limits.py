@@ -120,6 +120,46 @@ def test_one_connection_cannot_declare_strings_beyond_their_bound() -> None:
     asyncio.run(scenario())
 
 
+#: What one connection may hold besides the store, at every limit at once (README, "--max-strings").
+CONNECTION_BOUND = 24 * 1024 * 1024
+
+
+def test_a_connection_at_every_limit_holds_no_more_than_its_stated_bound() -> None:
+    def text(i: int, chars: int = MAX_STRING_CHARS) -> str:
+        # The most memory per byte of UTF-8: one emoji makes Python keep every character in 4 bytes.
+        return f"{i:08d}" + "a" * (chars - 9) + "\U0001f600"
+
+    async def scenario() -> tuple[int, bool]:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=64 * 1024 * 1024)
+        collector = Collector(config)
+        per_text = len(text(0).encode())
+        strings = config.max_string_bytes // per_text
+        kinds: list[KindSpec] = []
+        while len(kinds) < config.max_kinds:
+            kinds.append(KindSpec(len(kinds), text(len(kinds), 40), "span"))
+        assert sum(kind.text_bytes for kind in kinds) <= config.max_schema_bytes
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            protocol, transport = connect(collector)
+            for first in range(0, strings, 64):
+                feed(protocol, encode(Strings(first, tuple(text(i) for i in range(first, min(strings, first + 64))))))
+            for i in range(min(config.max_tracks, strings)):  # the track names' budget is the strings' one
+                feed(protocol, encode(Track(i + 1, THREAD_TRACK, text(i), i + 1)))
+            for first in range(0, len(kinds), 50):
+                feed(protocol, encode(Schema(tuple(kinds[first : first + 50]))))
+            gc.collect()
+            used = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        return used, transport.closing
+
+    used, closed = asyncio.run(scenario())
+    assert not closed
+    assert used <= CONNECTION_BOUND, f"{used} bytes for one connection at every limit"
+
+
 def test_store_memory_stays_within_its_capacity_with_small_frames() -> None:
     # One instant, as a real client packs it when a thread recorded one event during a sweep interval.
     track = TrackInfo(1, THREAD_TRACK, "t", 1)

@@ -285,3 +285,35 @@ def test_a_segment_being_read_into_is_overwritten_only_when_every_segment_is_ope
             assert indices == sorted(set(indices))
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("checksums", [False, True], ids=["memory", "data-dir"])
+def test_a_frame_that_breaks_a_rule_is_not_stored_and_what_came_before_it_is(tmp_path: Path, checksums: bool) -> None:
+    async def scenario() -> None:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=8 << 20, max_frame_bytes=MAX_FRAME)
+        if checksums:
+            config = replace(config, data_dir=str(tmp_path / "data"), fsync="never")
+        collector = Collector(config)
+        connection = Connection(collector, 0)
+        connection.record(0, 200, 1)
+        connection.flush()
+        connection.send(len(connection.pending))  # a segment opens: what follows is read into it
+        connection.record(0, 300, 1)
+        connection.flush()
+        body = EVENTS_HEADER.pack(EVENTS_HEADER.size, 0, 99, 1, 5, 6) + b"\x90"  # track 99 was never declared
+        connection.pending += FRAME_HEADER.pack(len(body), FrameType.EVENTS) + body
+        data = bytes(connection.pending)
+        view = connection.protocol.get_buffer(-1)
+        assert len(view) >= len(data)  # one read: the good frames, a FLUSH, and the bad frame
+        view[: len(data)] = data
+        connection.protocol.buffer_updated(len(data))
+        assert connection.transport.closing
+        assert connection.acknowledged() == [1, 2]
+        connection.protocol.connection_lost(None)
+        totals = collector.store.totals()
+        assert totals.received_events == totals.stored_events == 500
+        assert decoded_segments(collector, checksums) == {0: list(range(500))}  # alone, and by recovery's scan
+        if collector.data_dir is not None:
+            collector.data_dir.close()
+
+    asyncio.run(scenario())

@@ -630,6 +630,38 @@ def test_track_name_of_max_chars_is_accepted_and_one_more_refused(rename: bool) 
     assert "TRACK" in str(error)
 
 
+def test_strings_not_kept_are_still_checked() -> None:
+    decoder = SessionDecoder(Limits(max_string_bytes=10), live=False, keep_strings=False)
+    decoder.receive_data(opening(Strings(0, ("abc", "de")), Strings(1, ("de", "fgh"))))
+    frames = list(decoder)
+    assert [f.TYPE for f in frames] == [FrameType.HELLO, FrameType.STRINGS, FrameType.STRINGS]
+    assert decoder.added_strings == [(2, "fgh")] and decoder.string_bytes == 8
+    assert decoder.tables.strings == {}
+    decoder.receive_data(encode(Strings(1, ("dx",))))
+    error = session_error(decoder)
+    assert isinstance(error, MalformedFrame) and "string id 1 redefined" in str(error)
+    decoder = SessionDecoder(Limits(max_string_bytes=10), live=False, keep_strings=False)
+    decoder.receive_data(opening(Strings(0, ("abcdef", "ghijk"))))
+    assert_limit(session_error(decoder), "max_string_bytes", 10, 11)
+
+
+def test_live_track_names_have_a_budget_of_max_string_bytes_that_ended_tracks_give_back() -> None:
+    name = "\u00e9" * 100  # 200 bytes of UTF-8
+    decoder = session_with(opening(*(Track(i, SOURCE_TRACK, name) for i in range(1, 6))), max_string_bytes=1000)
+    list(decoder)
+    assert decoder.track_name_bytes == 1000
+    # A rename and an end give their bytes back; then another track fits, and one byte more does not.
+    ended = replace(Track(1, SOURCE_TRACK, ""), ended=True)
+    decoder.receive_data(encode(replace(TRACKS[1], track_id=2, name="x")) + encode(ended))
+    decoder.receive_data(encode(Track(7, SOURCE_TRACK, "\u00e9" * 199 + "x")))  # 399 bytes
+    list(decoder)
+    assert decoder.track_name_bytes == 1000
+    decoder.receive_data(encode(Track(8, SOURCE_TRACK, "z")))
+    error = session_error(decoder)
+    assert_limit(error, "max_string_bytes", 1000, 1001)
+    assert "TRACK" in str(error)
+
+
 MAX_KINDS = 3
 KINDS = tuple(KindSpec(i, f"kind {i}", "span") for i in range(MAX_KINDS + 1))
 

@@ -359,6 +359,24 @@ def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
     assert decoded(again) == held_again
 
 
+def test_a_segment_overwritten_while_a_snapshot_reads_it_is_not_recovered_after_a_crash(tmp_path: Path) -> None:
+    store = data_dir_store(tmp_path)
+    client = Client(store, 1, tracks=1)
+    for _ in range(20):
+        client.record(0, 64)
+    snapshot = store.snapshot()  # pins every segment: evicted ones are released when it closes
+    for _ in range(100):
+        client.record(0, 64)
+    assert store.track_counts()[(1, client.tracks[0].track_id)].overwritten_events > 0
+    held = decoded(store)
+    assert len(list(tmp_path.glob("*.rtseg"))) == store.segment_count
+    release_lock(store)  # a crash while the snapshot is still read
+    restarted = recover(tmp_path)
+    assert decoded(restarted) == held  # what was counted as overwritten stays gone
+    assert restarted.totals().overwritten_events == 0
+    snapshot.close()
+
+
 def one_segment_file(tmp_path: Path, frames: int) -> tuple[Path, list[int]]:
     """A data dir holding one segment of ``frames`` EVENTS frames, each checksummed; and where each frame ends."""
     store = data_dir_store(tmp_path)

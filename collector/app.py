@@ -27,6 +27,8 @@ __all__ = ["Collector", "CollectorConfig"]
 
 log = logging.getLogger("ringtrace.collector")
 
+_DAY_NS = 86_400 * 10**9
+
 
 @dataclass(frozen=True)
 class CollectorConfig:
@@ -156,6 +158,8 @@ class Collector:
         self.max_connections = config.max_connections
         self.handshake_timeout_s = config.handshake_timeout_s
         self.snapshot_flush_timeout_s = config.snapshot_flush_timeout_s
+        #: What ``ts`` 0 means in every snapshot: midnight UTC of the day before the collector started.
+        self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
         self.tcp_address: tuple[str, int] | None = None
@@ -287,6 +291,7 @@ class Collector:
         # Frozen before export starts on a worker thread: ingest goes on changing the live records.
         other = {
             "collector_version": __version__,
+            "snapshot_wall_ns": time.time_ns(),
             "capacity_bytes": self.store.capacity_bytes,
             "process_capacity_bytes": self.store.process_capacity_bytes,
             "policy": self.store.policy,
@@ -302,6 +307,7 @@ class Collector:
             limits=self.stored_limits,
             forgotten=replace(self.store.forgotten),
             forgotten_client=self.registry.forgotten_stats,
+            origin_ns=self.origin_ns,
         )
 
 

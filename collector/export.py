@@ -5,12 +5,18 @@ with its own session decoder (a segment holds the session frames its events need
 the order they arrived. Each frame is decoded and written as one chunk, so memory stays at one segment's bytes and
 one frame's worth of events however large the store. Thread and process names come last, once every track is known.
 Timestamps: monotonic ns plus the process's clock offset gives wall-clock ns; ``ts`` is microseconds since the
-snapshot's earliest event (``otherData.clock_origin_wall_ns``), which keeps sub-microsecond precision that absolute
-epoch microseconds would lose in a double.
+collector's origin (``otherData.clock_origin_wall_ns``: midnight UTC of the day before it started, fixed for its life,
+so that ``ts`` means the same in every snapshot), which keeps sub-microsecond precision that absolute epoch
+microseconds would lose in a double. Events older than the origin would get a negative ``ts``, which Perfetto UI drops:
+they are counted in ``otherData.capture.events_before_origin``.
+
+A filter (``query.py``) is applied from the coarsest level down: processes, then segments by their index (a segment
+with no frame in the time window is not decoded), then frames by their header (track, times), then events.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,9 +26,10 @@ import orjson
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.messages import render
 from ringtrace.client.model import THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import Events, Stats
+from ringtrace.client.protocol import Events, KindSpec, Stats
 from ringtrace.client.session import Limits, SessionDecoder, StreamTables, typed_args
 
+from .query import EVERYTHING, EventFilter
 from .sessions import ProcessRecord
 from .slices import Pairing
 from .store import Counts, SegmentView, StoreSnapshot
@@ -89,48 +96,172 @@ class SnapshotView:
     #: Counts of processes forgotten since the collector started (they add to the totals).
     forgotten: Counts = field(default_factory=Counts)
     forgotten_client: Stats = field(default_factory=lambda: Stats(0, 0))
+    #: Wall-clock ns that ``ts`` 0 stands for: fixed for the life of the collector.
+    origin_ns: int = 0
 
 
-def chrome_trace_chunks(view: SnapshotView) -> Iterator[bytes]:
-    """Yield the pieces of one Chrome trace JSON document."""
-    segments = [segment for segment in view.frames.segments if segment.owner in view.processes]
-    origin_ns = min(
-        (first + view.processes[s.owner].clock_offset_ns for s in segments for *_, first, _ in s.index()), default=0
-    )
-    tracks: dict[tuple[int, int], TrackInfo] = {}
-    undecodable: dict[int, int] = {}
+def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
+    """Yield the pieces of one Chrome trace JSON document holding the events ``selected``."""
+    walk = _Walk(view, selected)
+    cutoff = _limit_cutoff(_Walk(view, selected), selected.limit) if selected.limit is not None else None
+    selection = _Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
     pairing = Pairing()
+    before_origin = 0
     yield b'{"traceEvents":['
     first = True
-    for segment in segments:
-        process = view.processes[segment.owner]
-        decoded = 0
+    for process, track, tables, frame in walk.frames(cutoff[0] if cutoff is not None else None):
         try:
-            for tables, frame in _segment_frames(segment, view.limits):
-                decoded += frame.count
-                track = tables.tracks[frame.track_id]
-                tracks[(process.uid, track.track_id)] = track
-                try:
-                    events, skipped = _frame_events(process, track, tables, frame, origin_ns, pairing)
-                    chunk = _dumps(events)[1:-1] if events else b""
-                except Exception as exc:  # a bad frame costs its own events, not the validity of the document
-                    skipped, chunk = frame.count, b""
-                    _log_once(process, frame.count, exc)
-                if skipped:
-                    undecodable[process.uid] = undecodable.get(process.uid, 0) + skipped
-                if chunk:
-                    yield chunk if first else b"," + chunk
-                    first = False
-        except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
-            lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
-            undecodable[process.uid] = undecodable.get(process.uid, 0) + lost
-            _log_once(process, lost, exc)
-    closing = pairing.still_open() + _metadata_events(view, tracks)
+            events, skipped = _frame_events(process, track, tables, frame, view.origin_ns, pairing, selection)
+            chunk = _dumps(events)[1:-1] if events else b""
+            if frame.first_ts_ns + process.clock_offset_ns < view.origin_ns:
+                before_origin += sum(1 for event in events if event["ts"] < 0)
+        except Exception as exc:  # a bad frame costs its own events, not the validity of the document
+            skipped, chunk = frame.count, b""
+            _log_once(process, frame.count, exc)
+        if skipped:
+            walk.undecodable[process.uid] = walk.undecodable.get(process.uid, 0) + skipped
+        if chunk:
+            yield chunk if first else b"," + chunk
+            first = False
+    closing = pairing.still_open() + _metadata_events(view, walk.tracks)
     if closing:
         chunk = _dumps(closing)[1:-1]
         yield chunk if first else b"," + chunk
-    other = _other_data(view, origin_ns, undecodable, pairing, tracks)
+    other = _other_data(view, walk, pairing)
+    other["capture"] = {
+        **walk.window(),
+        "events_before_origin": before_origin,
+        "query": selected.describe(),
+    }
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
+
+
+_Frame = tuple[ProcessView, TrackInfo, StreamTables, Events]
+
+
+class _Walk:
+    """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
+    what it met on the way: the tracks of the frames it gave, and events that cannot be decoded."""
+
+    def __init__(self, view: SnapshotView, selected: EventFilter) -> None:
+        self.view = view
+        self.selected = selected
+        self.processes = {
+            uid: p for uid, p in view.processes.items() if selected.process_matches(p.pid, p.trace_pid, p.name, p.host)
+        }
+        self.tracks: dict[tuple[int, int], TrackInfo] = {}
+        self.undecodable: dict[int, int] = {}
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def frames(self, newest_from_ns: int | None = None) -> Iterator[_Frame]:
+        """Frames that may hold selected events (and, with ``newest_from_ns``, events that start then or later)."""
+        selected = self.selected
+        by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
+
+        def in_time(first: int, last: int) -> bool:
+            return selected.overlaps(first, last) and (newest_from_ns is None or last >= newest_from_ns)
+
+        for segment in self.view.frames.segments:
+            process = self.processes.get(segment.owner)
+            if process is None:
+                continue
+            offset = process.clock_offset_ns
+            if by_time and not any(in_time(first + offset, last + offset) for *_, first, last in segment.index()):
+                continue  # nothing of it in the window: not even decoded
+            decoded = 0
+            try:
+                for tables, frame in _segment_frames(segment, self.view.limits):
+                    decoded += frame.count
+                    track = tables.tracks[frame.track_id]
+                    first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
+                    if by_time and not in_time(first, last):
+                        continue
+                    if selected.track is not None and not selected.track_matches(
+                        process.tracks.get(track.track_id, track).name
+                    ):
+                        continue
+                    self.tracks[(process.uid, track.track_id)] = track
+                    self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+                    self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
+                    yield process, track, tables, frame
+            except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
+                lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
+                self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + lost
+                _log_once(process, lost, exc)
+
+    def window(self) -> dict[str, int | None]:
+        """The wall-clock span of the frames given (their events' starts lie within)."""
+        return {"first_frame_wall_ns": self.first_ns, "last_frame_wall_ns": self.last_ns}
+
+
+class _Selection:
+    """An ``EventFilter`` applied event by event, with the cutoff of its ``limit``: events that start at the cutoff
+    are taken up to ``ties`` of them, the first arrived."""
+
+    __slots__ = ("cutoff_ns", "filter", "ties")
+
+    def __init__(self, selected: EventFilter, cutoff: tuple[int, int] | None = None) -> None:
+        self.filter = selected
+        self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
+        self.ties = cutoff[1] if cutoff is not None else 0
+
+    def event(self, kind: KindSpec | None, name: str, wall_ns: int) -> bool:
+        selected = self.filter
+        if not selected.in_window(wall_ns):
+            return False
+        if kind is not None and not selected.kind_matches(kind):
+            return False
+        if selected.name is not None and not selected.name(name):
+            return False
+        cutoff = self.cutoff_ns
+        if cutoff is not None and wall_ns <= cutoff:
+            if wall_ns < cutoff or self.ties == 0:
+                return False
+            self.ties -= 1
+        return True
+
+
+def _limit_cutoff(walk: _Walk, limit: int) -> tuple[int, int] | None:
+    """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
+    when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
+    selection = _Selection(walk.selected)
+    newest: list[int] = []  # a min-heap of the newest starts seen
+    for process, _, tables, frame in walk.frames():
+        offset = process.clock_offset_ns
+        if len(newest) == limit and frame.last_ts_ns + offset < newest[0]:
+            continue
+        try:
+            rows = list(tables.rows(frame))
+        except Exception:  # counted as undecodable by the export pass
+            continue
+        for kind, name, ts_ns, _, args in rows:
+            if kind is None or not _shown(kind):
+                continue
+            wall_ns = ts_ns + offset
+            shown_name = _shown_name(kind, name, args) if walk.selected.name is not None else name
+            if not selection.event(kind, shown_name, wall_ns):
+                continue
+            if len(newest) < limit:
+                heapq.heappush(newest, wall_ns)
+            elif wall_ns > newest[0]:
+                heapq.heapreplace(newest, wall_ns)
+    if len(newest) < limit:
+        return None
+    cutoff = newest[0]
+    return cutoff, sum(1 for ts in newest if ts == cutoff)
+
+
+def _shown(kind: KindSpec) -> bool:
+    """Whether events of ``kind`` appear in a snapshot (a shape this collector knows how to show)."""
+    return kind.shape in _PHASES or kind.shape in _PAIRED or kind.shape == "message"
+
+
+def _shown_name(kind: KindSpec | None, name: str, args: Any) -> str:
+    """An event's name as a snapshot shows it: a message's rendered text."""
+    if kind is not None and kind.shape == "message" and isinstance(args, list):
+        return render(kind, args)[0]
+    return name
 
 
 def _segment_frames(segment: SegmentView, limits: Limits) -> Iterator[tuple[StreamTables, Events]]:
@@ -185,38 +316,60 @@ def _jsonable(value: Any) -> Any:
 
 
 def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
+    """Names and order: processes in the order they first connected; in each, threads in the order they were
+    declared, each followed by its task lanes, then sources and counter tracks."""
     events: list[dict[str, Any]] = []
     for uid in sorted({uid for uid, _ in tracks}):
         process = view.processes[uid]
         label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
-        events.append({"ph": "M", "name": "process_name", "pid": process.trace_pid, "tid": 0, "args": {"name": label}})
-        events.append(
-            {"ph": "M", "name": "process_labels", "pid": process.trace_pid, "tid": 0, "args": {"labels": process.host}}
-        )
-    for (uid, track_id), stored_track in sorted(tracks.items()):
+        pid = process.trace_pid
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
+        events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": process.host}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": uid}})
+    order = sorted(tracks.items(), key=lambda item: (item[0][0], _track_order(item[1])))
+    for rank, ((uid, track_id), stored_track) in enumerate(order):
         process = view.processes[uid]
         track = process.tracks.get(track_id, stored_track)  # the latest name, or the one of an ended track
-        name = track.name
-        tid = process.tid(track)
-        events.append({"ph": "M", "name": "thread_name", "pid": process.trace_pid, "tid": tid, "args": {"name": name}})
-        if track.parent:
-            # Task lanes sort by the id of their thread (which they carry), next to it.
-            index = {"sort_index": track.thread_id}
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": process.trace_pid, "tid": tid, "args": index})
+        pid, tid = process.trace_pid, process.tid(track)
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track.name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": rank}})
     return events
 
 
+def _track_order(track: TrackInfo) -> tuple[int, int, int]:
+    if track.kind == THREAD_TRACK:
+        return 0, track.track_id, 0
+    if track.parent:  # a task lane, after its thread
+        return 0, track.parent, track.track_id
+    return 1, track.track_id, 0
+
+
 def _frame_events(
-    process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, origin_ns: int, pairing: Pairing
+    process: ProcessView,
+    track: TrackInfo,
+    tables: StreamTables,
+    frame: Events,
+    origin_ns: int,
+    pairing: Pairing,
+    selection: _Selection | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """The Chrome events of one stored frame, and how many of its events could not be shown."""
-    base_ns = process.clock_offset_ns - origin_ns
+    """The Chrome events of one stored frame (those ``selection`` takes), and how many of its events could not be
+    shown."""
+    offset_ns = process.clock_offset_ns
+    base_ns = offset_ns - origin_ns
     pid, tid = process.trace_pid, process.tid(track)
     events = []
     skipped = 0
     for kind, name, ts_ns, dur_ns, args in tables.rows(frame):
+        if kind is None or not _shown(kind):
+            skipped += 1  # a kind never declared, or a shape this collector cannot show
+            continue
+        rendered = render(kind, args) if kind.shape == "message" and isinstance(args, list) else None
+        shown_name = name if rendered is None else rendered[0]
+        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
+            continue
         ts = (ts_ns + base_ns) / 1000
-        if kind is not None and kind.shape in _PAIRED:
+        if kind.shape in _PAIRED:
             track_key = (process.uid, track.track_id)  # not (pid, tid): thread ids are reused
             paired = (
                 pairing.source(kind.shape, name, ts, pid, tid, track_key)
@@ -226,16 +379,16 @@ def _frame_events(
             if paired is not None:
                 events.append(paired)
             continue
-        if kind is not None and kind.shape == "message" and isinstance(args, list):
-            text, values = render(kind, args)
+        if kind.shape == "message":
+            if rendered is None:
+                skipped += 1  # a message's values are a list
+                continue
+            text, values = rendered
             message_args = {"category": kind.name, "priority": kind.priority, **values}
             events.append({"name": text, "cat": kind.name, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid,
                            "args": message_args})  # fmt: skip
             continue
-        phase = _PHASES.get(kind.shape) if kind is not None else None
-        if kind is None or phase is None:
-            skipped += 1  # a kind never declared, or a shape this collector cannot show
-            continue
+        phase = _PHASES[kind.shape]
         event = {"name": name, "ph": phase, "ts": ts, "pid": pid, "tid": tid}
         if args is not None:
             if isinstance(args, dict):
@@ -256,13 +409,8 @@ def _frame_events(
     return events, skipped
 
 
-def _other_data(
-    view: SnapshotView,
-    origin_ns: int,
-    undecodable: dict[int, int],
-    pairing: Pairing,
-    stored_tracks: dict[tuple[int, int], TrackInfo],
-) -> dict[str, Any]:
+def _other_data(view: SnapshotView, walk: _Walk, pairing: Pairing) -> dict[str, Any]:
+    undecodable, stored_tracks = walk.undecodable, walk.tracks
     per_process: dict[int, Counts] = {}
     per_track: dict[int, list[dict[str, Any]]] = {}
     for (uid, track_id), counts in sorted(view.counts.items()):
@@ -289,7 +437,7 @@ def _other_data(
             "source_anomalies": pairing.source_anomalies.get(p.trace_pid, 0),
             "tracks": per_track.get(p.uid, []),
         }
-        for p in sorted(view.processes.values(), key=lambda p: p.uid)
+        for p in sorted(walk.processes.values(), key=lambda p: p.uid)
     ]
     forgotten = {**_store_counts(view.forgotten), **_client_counts(view.forgotten_client)}
 
@@ -298,7 +446,7 @@ def _other_data(
 
     return {
         **view.other,
-        "clock_origin_wall_ns": origin_ns,
+        "clock_origin_wall_ns": view.origin_ns,
         **{name: total(name) for name in _TOTALS},
         "processes": processes,
     }

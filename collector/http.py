@@ -1,6 +1,8 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
-GET /snapshot[?flush_timeout_s=S]   Chrome trace event JSON of everything stored (opens in Perfetto UI)
+GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI); ``query.py``
+                                    says what it may select; gzip if the request accepts it
+HEAD /snapshot[?filters]            the same headers, no work
 GET /healthz                        liveness and a few gauges, as JSON
 """
 
@@ -8,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+import zlib
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from .export import SnapshotView, chrome_trace_chunks
+from .query import QueryError, SnapshotQuery, parse_snapshot_query
 
 __all__ = ["make_app"]
 
@@ -33,6 +38,9 @@ class CollectorAPI(Protocol):
 
 COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
+#: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
+_PIECE_BYTES = 256 * 1024
+_CONTENT_TYPES = {"chrome": "application/json"}
 
 
 class BadQuery(web.HTTPBadRequest):
@@ -47,39 +55,64 @@ def _check_params(query: Mapping[str, str], allowed: set[str]) -> None:
         raise BadQuery(f"unknown query parameter {unknown[0]!r} (accepted: {accepted})")
 
 
-def _float_param(query: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
-    text = query.get(name)
-    if text is None:
-        return default
+def _snapshot_query(request: web.Request) -> SnapshotQuery:
+    collector = request.app[COLLECTOR]
     try:
-        value = float(text)
-    except ValueError:
-        raise BadQuery(f"query parameter {name!r} must be a number, got {text!r}") from None
-    if not low <= value <= high:  # also refuses nan
-        raise BadQuery(f"query parameter {name!r} must be between {low} and {high}, got {text!r}")
-    return value
+        return parse_snapshot_query(
+            request.query.items(),
+            now_ns=time.time_ns(),
+            flush_timeout_s=collector.snapshot_flush_timeout_s,
+            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+        )
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    """Whether the request's Accept-Encoding takes gzip (or anything: ``*``) with a quality above 0."""
+    for item in request.headers.get("Accept-Encoding", "").split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = params.strip().lower().removeprefix("q=")
+        try:
+            return not params or float(quality) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def _headers(query: SnapshotQuery, gzip: bool) -> dict[str, str]:
+    headers = {"Content-Type": _CONTENT_TYPES[query.format], "Vary": "Accept-Encoding"}
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+    return headers
+
+
+async def snapshot_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work: the query is checked, nothing is flushed, read or sent."""
+    query = _snapshot_query(request)
+    return web.Response(headers=_headers(query, _accepts_gzip(request)))
 
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
     collector = request.app[COLLECTOR]
-    _check_params(request.query, {"flush_timeout_s"})
-    flush_timeout_s = _float_param(
-        request.query, "flush_timeout_s", collector.snapshot_flush_timeout_s, 0.0, _MAX_FLUSH_TIMEOUT_S
-    )
-    view = await collector.snapshot(flush_timeout_s)
+    query = _snapshot_query(request)
+    gzip = _accepts_gzip(request)
+    view = await collector.snapshot(query.flush_timeout_s)
     step: asyncio.Future[bytes | None] | None = None
     try:
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response = web.StreamResponse(headers=_headers(query, gzip))
         await response.prepare(request)
-        # Decoding and JSON encoding run on a worker thread, one frame per step, so ingest keeps flowing.
-        chunks = chrome_trace_chunks(view)
+        # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
+        pieces = _Pieces(chrome_trace_chunks(view, query.filter), gzip)
         loop = asyncio.get_running_loop()
         while True:
-            step = loop.run_in_executor(None, next, chunks, None)
-            chunk = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
-            if chunk is None:
+            step = loop.run_in_executor(None, pieces.next)
+            piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
+            if piece is None:
                 break
-            await response.write(chunk)
+            await response.write(piece)
         await response.write_eof()
         return response
     finally:
@@ -90,6 +123,32 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
             step.add_done_callback(lambda _: view.frames.close())
 
 
+class _Pieces:
+    """Chunks joined into pieces of about ``_PIECE_BYTES``, gzip-compressed if asked (on the worker thread)."""
+
+    def __init__(self, chunks: Iterator[bytes], gzip: bool) -> None:
+        self._chunks = chunks
+        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
+        self._done = False
+
+    def next(self) -> bytes | None:
+        if self._done:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        while size < _PIECE_BYTES:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                self._done = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        piece = b"".join(parts)
+        if self._compressor is not None:
+            piece = self._compressor.compress(piece) + (self._compressor.flush() if self._done else b"")
+        return piece if piece or not self._done else None
+
+
 async def healthz(request: web.Request) -> web.Response:
     _check_params(request.query, set())
     return web.json_response(request.app[COLLECTOR].health())
@@ -98,6 +157,7 @@ async def healthz(request: web.Request) -> web.Response:
 def make_app(collector: CollectorAPI) -> web.Application:
     app = web.Application()
     app[COLLECTOR] = collector
-    app.router.add_get("/snapshot", snapshot)
+    app.router.add_get("/snapshot", snapshot, allow_head=False)
+    app.router.add_route("HEAD", "/snapshot", snapshot_head)
     app.router.add_get("/healthz", healthz)
     return app

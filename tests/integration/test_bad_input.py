@@ -104,7 +104,22 @@ def test_bad_http_queries_get_400_with_a_message(collector: CollectorProcess) ->
     assert status == 400 and b"flush_timeout_s" in body and b"number" in body
     status, body = collector.get("/snapshot?flush_timeout_s=1e9")
     assert status == 400 and b"between" in body
-    status, body = collector.get("/snapshot?limit=5")
-    assert status == 400 and b"unknown query parameter 'limit'" in body
+    status, body = collector.get("/snapshot?limt=5")
+    assert status == 400 and b"unknown query parameter 'limt'" in body and b"limit" in body
+    status, body = collector.get("/snapshot?limit=5&limit=6")
+    assert status == 400 and b"'limit' is given more than once" in body
+    for query, named in [
+        ("limit=0", b"'limit'"),
+        ("limit=-3", b"'limit'"),
+        ("since=yesterday", b"'since'"),
+        ("until=2026-13-01T00:00:00Z", b"'until'"),
+        ("since=-1s&until=-2s", b"before 'until'"),
+        ("pid=12,x", b"'pid'"),
+        ("min_priority=loud", b"'min_priority'"),
+        ("format=svg", b"'format'"),
+        ("process=", b"'process'"),
+    ]:
+        status, body = collector.get("/snapshot?" + query)
+        assert status == 400 and named in body, (query, body)
     status, body = collector.get("/healthz")
     assert status == 200 and json.loads(body)["status"] == "ok"

@@ -1,0 +1,114 @@
+"""Snapshot query parameters parsed: every form of a time, patterns, limits, and the errors that name them."""
+
+from __future__ import annotations
+
+import pytest
+from ringtrace.client.messages import message_kind
+from ringtrace.client.model import BUILTIN_KINDS
+from ringtrace.collector.query import EVERYTHING, QueryError, category_of, parse_snapshot_query, parse_time
+
+NOW = 1_795_000_000_123_456_789
+
+
+def parse(**params: str):  # type: ignore[no-untyped-def]
+    return parse_snapshot_query(params.items(), now_ns=NOW)
+
+
+def test_no_parameters_select_everything_as_chrome() -> None:
+    query = parse()
+    assert query.filter == EVERYTHING and query.filter.selects_everything
+    assert query.format == "chrome" and query.flush_timeout_s == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1795000000000000000", 1_795_000_000_000_000_000),
+        ("-5s", NOW - 5 * 10**9),
+        ("-1.5m", NOW - 90 * 10**9),
+        ("-250ms", NOW - 250 * 10**6),
+        ("-2h", NOW - 7200 * 10**9),
+        ("-1d", NOW - 86_400 * 10**9),
+        ("-10us", NOW - 10_000),
+        ("-7ns", NOW - 7),
+        ("1970-01-01T00:00:01Z", 10**9),
+        ("1970-01-01T00:00:01.5Z", 1_500_000_000),
+        ("1970-01-01T00:00:01.000000001Z", 1_000_000_001),
+        ("1970-01-01T01:00:00+01:00", 0),
+        ("2026-11-22t10:00:00z", 1_795_341_600 * 10**9),
+    ],
+)
+def test_times_take_ns_rfc3339_and_relative_forms(text: str, expected: int) -> None:
+    assert parse_time("since", text, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "soon", "5s", "-5", "-5 s", "-5y", "2026-11-22", "2026-11-22T10:00:00", "2026-02-30T00:00:00Z", "1e9"]
+)
+def test_a_bad_time_names_the_parameter_and_the_forms(text: str) -> None:
+    with pytest.raises(QueryError, match="'until'") as error:
+        parse(until=text)
+    assert "RFC 3339" in str(error.value) or "valid time" in str(error.value)
+
+
+def test_unknown_and_repeated_parameters_are_named() -> None:
+    with pytest.raises(QueryError, match=r"unknown query parameter 'pids' \(accepted: since, until, pid"):
+        parse(pids="1")
+    with pytest.raises(QueryError, match="'pid' is given more than once"):
+        parse_snapshot_query([("pid", "1"), ("pid", "2")], now_ns=NOW)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"limit": "0"}, "'limit' must be a whole number from 1"),
+        ({"limit": "1000000001"}, "'limit'"),
+        ({"limit": "99999999999999999999999"}, "'limit'"),
+        ({"pid": "1,,2"}, "'pid'"),
+        ({"pid": ",".join(["1"] * 1001)}, "up to 1000"),
+        ({"min_priority": "WARNING"}, "one of fatal, error, warning"),
+        ({"format": "json"}, "'format' must be one of chrome"),
+        ({"flush_timeout_s": "nan"}, "between 0 and 60"),
+        ({"flush_timeout_s": "x"}, "must be a number"),
+        ({"name": "x" * 1025}, "1 to 1024 characters, got 1025"),
+        ({"since": "-1s", "until": "-2s"}, "'since' .* must be before 'until'"),
+    ],
+)
+def test_bad_values_name_the_parameter_and_the_rule(params: dict[str, str], message: str) -> None:
+    with pytest.raises(QueryError, match=message):
+        parse(**params)
+
+
+def test_filters_match_processes_tracks_and_kinds() -> None:
+    selected = parse(pid="10,20", process="web-*", host="db[12]", track="worker", min_priority="warning").filter
+    assert selected.process_matches(10, 10, "web-1", "db1")
+    assert selected.process_matches(5, 20, "web-2", "db2")  # by the pid a snapshot shows
+    assert not selected.process_matches(30, 30, "web-1", "db1")
+    assert not selected.process_matches(10, 10, "api", "db1")
+    assert not selected.process_matches(10, 10, "web-1", "db3")
+    assert selected.track_matches("worker") and not selected.track_matches("worker-2")
+    assert selected.kind_matches(message_kind("net", "error", "down"))
+    assert not selected.kind_matches(message_kind("net", "info", "up"))
+    assert all(selected.kind_matches(kind) for kind in BUILTIN_KINDS)  # no priority: kept
+    assert not selected.by_event or selected.since_ns is None
+
+
+def test_categories_of_built_in_kinds_are_their_families() -> None:
+    assert sorted({category_of(kind) for kind in BUILTIN_KINDS}) == [
+        "async",
+        "counter",
+        "instant",
+        "marker",
+        "source",
+        "span",
+    ]
+    assert category_of(message_kind("engine", "info", "x")) == "engine"
+
+
+def test_a_window_selects_by_start() -> None:
+    selected = parse(since="1000", until="2000").filter
+    assert selected.in_window(1000) and selected.in_window(1999)
+    assert not selected.in_window(999) and not selected.in_window(2000)
+    assert selected.overlaps(0, 1000) and selected.overlaps(1999, 5000)
+    assert not selected.overlaps(0, 999) and not selected.overlaps(2000, 3000)
+    assert selected.describe() == {"since_ns": 1000, "until_ns": 2000}

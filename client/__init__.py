@@ -53,7 +53,15 @@ from .events import (
     u64,
 )
 from .flusher import FLUSHER
-from .listeners import FileListener, MemoryListener, ObjectListener, SerializedListener, TraceFile, read_trace_file
+from .listeners import (
+    FileListener,
+    MemoryListener,
+    ObjectListener,
+    SerializedListener,
+    TraceFile,
+    read_trace_file,
+    read_trace_streams,
+)
 from .messages import PRIORITIES, Message
 from .model import DecodedEvent, TrackInfo
 from .options import StreamerOptions, parse_address
@@ -106,6 +114,7 @@ __all__ = [
     "i64",
     "ptr",
     "read_trace_file",
+    "read_trace_streams",
     "string",
     "timeline",
     "traced",

@@ -39,6 +39,7 @@ __all__ = [
     "TraceFile",
     "default_process_name",
     "read_trace_file",
+    "read_trace_streams",
 ]
 
 log = logging.getLogger("ringtrace.client")
@@ -316,33 +317,52 @@ class TraceFile:
 def read_trace_file(path: str | os.PathLike[str], limits: Limits | None = None) -> TraceFile:
     """Read a file written by ``FileListener`` (or any stream of the wire format) with the session decoder.
 
-    Everything before a torn tail or a broken frame is returned; ``error`` says what stopped the reading.
+    Everything before a torn tail or a broken frame is returned; ``error`` says what stopped the reading. A file of
+    several streams (a collector's snapshot file) stops after the first: ``read_trace_streams`` reads them all.
     """
-    decoder = SessionDecoder(limits or Limits(), live=False)
-    result = TraceFile(hello=None)
+    streams = _read_streams(path, limits, first_only=True)
+    if not streams:
+        return TraceFile(hello=None, error="the file holds no HELLO frame: it is empty or not a ringtrace stream")
+    return streams[0]
+
+
+def read_trace_streams(path: str | os.PathLike[str], limits: Limits | None = None) -> list[TraceFile]:
+    """Read every stream of a file of streams end to end (a collector's snapshot file, ``format=native``), each
+    with its own HELLO, tables and events; a trace file gives one. A torn tail or a broken frame ends the reading,
+    and the ``error`` of the last stream says why.
+    """
+    return _read_streams(path, limits, first_only=False)
+
+
+def _read_streams(path: str | os.PathLike[str], limits: Limits | None, *, first_only: bool) -> list[TraceFile]:
+    decoder = SessionDecoder(limits or Limits(), live=False, concatenated=True)
+    streams: list[TraceFile] = []
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
             decoder.receive_data(chunk)
-            if not _read_frames(decoder, result):
-                return result
+            if not _read_frames(decoder, streams, first_only):
+                return streams
     decoder.receive_data(b"")
-    _read_frames(decoder, result)
-    if result.hello is None and result.error is None:
-        result.error = "the file holds no HELLO frame: it is empty or not a ringtrace stream"
-    return result
+    _read_frames(decoder, streams, first_only)
+    return streams
 
 
-def _read_frames(decoder: SessionDecoder, result: TraceFile) -> bool:
-    """Every complete frame buffered now into ``result``; False once the stream is broken."""
+def _read_frames(decoder: SessionDecoder, streams: list[TraceFile], first_only: bool) -> bool:
+    """Every complete frame buffered now into the stream it belongs to; False once the reading must stop."""
     try:
         for frame in decoder:
             if isinstance(frame, Hello):
-                result.hello = frame
+                if streams and first_only:
+                    streams[0].error = "a second stream follows the first: read_trace_streams reads them all"
+                    return False
+                streams.append(TraceFile(hello=frame))
             elif isinstance(frame, Events):
-                result.events.extend(decoder.tables.events(frame))
+                streams[-1].events.extend(decoder.tables.events(frame))
             elif isinstance(frame, Stats):
-                result.stats = frame
+                streams[-1].stats = frame
     except ProtocolError as exc:
-        result.error = str(exc)
+        if not streams:
+            streams.append(TraceFile(hello=None))
+        streams[-1].error = str(exc)
         return False
     return True

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import ConfigError
-from .protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from .protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
 __all__ = ["StreamerOptions", "parse_address", "parse_size"]
 
@@ -29,7 +29,6 @@ _UNITS: Final = {
     "tib": 2**40,
 }
 #: A frame's length field is 32 bits.
-_MAX_FRAME_LIMIT: Final = 2**32 - 1
 _SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _HOST_NAME: Final = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?"
@@ -123,9 +122,9 @@ class StreamerOptions:
         _check_number(self, "exit_timeout_s", low=0.0, inclusive=True)
         _check_int(self, "max_queue_bytes", 1)
         _check_int(self, "max_frame_bytes", MIN_MAX_FRAME_BYTES)
-        if self.max_frame_bytes > _MAX_FRAME_LIMIT:
+        if self.max_frame_bytes > MAX_MAX_FRAME_BYTES:
             raise ConfigError(
-                f"option max_frame_bytes must be <= {_MAX_FRAME_LIMIT} (4 GiB), got {self.max_frame_bytes}"
+                f"option max_frame_bytes must be <= {MAX_MAX_FRAME_BYTES} (1 GiB), got {self.max_frame_bytes}"
             )
         if self.backoff_initial_s > self.backoff_max_s:
             raise ConfigError(

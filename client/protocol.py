@@ -44,8 +44,10 @@ __all__ = [
     "FRAME_HEADER",
     "IGNORABLE",
     "MAGIC",
+    "MAX_MAX_FRAME_BYTES",
     "MIN_MAX_FRAME_BYTES",
     "NEED_DATA",
+    "NEW_STREAM",
     "PREAMBLE",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSIONS",
@@ -92,6 +94,9 @@ EVENTS_ENTRY: Final = struct.Struct("<IIIIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
 #: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
 MIN_MAX_FRAME_BYTES: Final = 32 * 1024
+#: No peer may raise it above this: a frame header can then never begin with the magic, so that streams may follow
+#: one another in a file (``concatenated``).
+MAX_MAX_FRAME_BYTES: Final = 1 << 30
 #: Column order of an EVENTS payload in version 2.
 EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
 #: Frame-type bit: a reader that does not know the type skips the frame instead of failing.
@@ -692,6 +697,8 @@ class Sentinel:
 NEED_DATA: Final = Sentinel("NEED_DATA")
 #: The peer closed the stream cleanly, at a frame boundary.
 CLOSED: Final = Sentinel("CLOSED")
+#: Another stream's preamble follows the last frame (a reader of ``concatenated`` files).
+NEW_STREAM: Final = Sentinel("NEW_STREAM")
 
 _MIN_READ = 64 * 1024
 
@@ -722,6 +729,8 @@ class FrameReader:
             until the next ``get_buffer`` or ``receive_data`` call. For a caller that stores each frame at once.
         read_size: the least free room ``get_buffer`` offers (larger: fewer, bigger reads).
         live: a connection, not a file: frame types of files only (CHECKSUM) are an error.
+        concatenated: a file of streams end to end (a snapshot): a preamble where a frame header would be starts
+            the next stream, and ``next_frame`` says so (``NEW_STREAM``).
 
     A reader may also read into memory it is lent (``lend``): the collector lends a segment, so that the kernel writes
     frames where they are stored and nothing is copied. Offsets (``position``, ``frame_start``) are then the lent
@@ -731,6 +740,7 @@ class FrameReader:
     __slots__ = (
         "_borrow",
         "_buf",
+        "_concatenated",
         "_end",
         "_eof",
         "_error",
@@ -755,6 +765,7 @@ class FrameReader:
         borrow: bool = False,
         read_size: int = _MIN_READ,
         live: bool = True,
+        concatenated: bool = False,
     ) -> None:
         if max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
@@ -770,6 +781,7 @@ class FrameReader:
         self._frame_start = 0
         self._borrow = borrow
         self._live = live
+        self._concatenated = concatenated
         self._eof = False
         self._error: ProtocolError | None = None
         self._preamble_done = False
@@ -909,7 +921,7 @@ class FrameReader:
         return complete_frames(self.next_frame)
 
     def next_frame(self) -> Frame | Sentinel:
-        """The next complete frame, ``NEED_DATA``, or ``CLOSED`` after a clean end of stream.
+        """The next complete frame, ``NEED_DATA``, ``CLOSED`` after a clean end of stream, or ``NEW_STREAM``.
 
         Raises:
             ProtocolError: the bytes break the protocol (a subclass says how).
@@ -931,6 +943,9 @@ class FrameReader:
                 continue
             if available < FRAME_HEADER.size:
                 return self._need_data(available)
+            if self._concatenated and self._buf[self._start : self._start + len(MAGIC)] == MAGIC:
+                self._preamble_done = False
+                return NEW_STREAM
             body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
             size = FRAME_HEADER.size + body_length
             if size > self._max_frame_bytes:

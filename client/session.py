@@ -32,6 +32,7 @@ from .model import MAX_STRING_CHARS, DecodedEvent, TrackInfo
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
+    NEW_STREAM,
     PROTOCOL_VERSIONS,
     Events,
     EventsRun,
@@ -183,11 +184,13 @@ class SessionDecoder:
         read_size: the least free room ``get_buffer`` offers.
         keep_strings: fill ``tables.strings``; without, the strings are checked but not kept (for a reader that
             stores frames and decodes none, as the collector's ingest).
+        concatenated: a file of streams end to end (a snapshot file): at each new stream the tables start afresh,
+            and its HELLO is the first frame it gives.
     """
 
     __slots__ = (
-        "_live", "_reader", "_state", "_string_hashes", "added_kinds", "added_strings", "hello", "limits",
-        "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
+        "_keep_strings", "_live", "_reader", "_state", "_string_hashes", "added_kinds", "added_strings", "hello",
+        "limits", "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -198,12 +201,19 @@ class SessionDecoder:
         borrow: bool = False,
         read_size: int = 64 * 1024,
         keep_strings: bool = True,
+        concatenated: bool = False,
     ) -> None:
         self.limits = limits
         self._live = live
+        self._keep_strings = keep_strings
+        self._reader = FrameReader(
+            "client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live, concatenated=concatenated
+        )
+        self._start_stream()
+
+    def _start_stream(self) -> None:
         #: Without keep_strings: a hash per string id instead of the string, enough to refuse a redefinition.
-        self._string_hashes: dict[int, int] | None = None if keep_strings else {}
-        self._reader = FrameReader("client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live)
+        self._string_hashes: dict[int, int] | None = None if self._keep_strings else {}
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
@@ -255,6 +265,9 @@ class SessionDecoder:
             ProtocolError: the stream broke a rule (a subclass and its message say which).
         """
         frame = self._reader.next_frame()
+        if frame is NEW_STREAM:
+            self._start_stream()
+            frame = self._reader.next_frame()
         if isinstance(frame, Sentinel):
             return frame
         try:

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from ringtrace.client._version import __version__
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
 from .export import ProcessView, SnapshotView
@@ -70,7 +70,7 @@ class CollectorConfig:
 
     def __post_init__(self) -> None:
         u32 = 2**32 - 1  # what the wire protocol's WELCOME carries
-        _check_range("max_frame_bytes", self.max_frame_bytes, MIN_MAX_FRAME_BYTES, u32)
+        _check_range("max_frame_bytes", self.max_frame_bytes, MIN_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES)
         _check_range("max_connections", self.max_connections, 1, 2**31)
         for name in ("max_string_bytes", "max_schema_bytes"):
             _check_range(name, getattr(self, name), 1024, 2**62)

@@ -22,11 +22,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import orjson
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.messages import render
 from ringtrace.client.model import THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import Events, KindSpec, Stats
+from ringtrace.client.protocol import (
+    MAX_MAX_FRAME_BYTES,
+    Events,
+    Frame,
+    Hello,
+    KindSpec,
+    Schema,
+    Stats,
+    Strings,
+    Track,
+    encode,
+    preamble,
+    unpack_columns,
+)
 from ringtrace.client.session import Limits, SessionDecoder, StreamTables, typed_args
 
 from .query import EVERYTHING, EventFilter
@@ -34,13 +48,16 @@ from .sessions import ProcessRecord
 from .slices import Pairing
 from .store import Counts, SegmentView, StoreSnapshot
 
-__all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks"]
+__all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks", "native_chunks"]
 
 log = logging.getLogger("ringtrace.collector.export")
 
 _PHASES = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b", "async_end": "e"}
 #: Shapes whose events pair up across frames (``slices.py``).
 _PAIRED = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
+#: What a snapshot file keeps of a segment besides its EVENTS frames.
+_SESSION_FRAMES = (Hello, Schema, Strings, Track, Stats)
+_PREAMBLE = preamble()
 #: Totals are capped here: orjson (and many JSON readers) take nothing wider than 64 bits.
 _MAX_JSON_INT = 2**63 - 1
 #: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
@@ -102,14 +119,12 @@ class SnapshotView:
 
 def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document holding the events ``selected``."""
-    walk = _Walk(view, selected)
-    cutoff = _limit_cutoff(_Walk(view, selected), selected.limit) if selected.limit is not None else None
-    selection = _Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
+    walk, selection = _prepared(view, selected)
     pairing = Pairing()
     before_origin = 0
     yield b'{"traceEvents":['
     first = True
-    for process, track, tables, frame in walk.frames(cutoff[0] if cutoff is not None else None):
+    for process, track, tables, frame in walk.frames():
         try:
             events, skipped = _frame_events(process, track, tables, frame, view.origin_ns, pairing, selection)
             chunk = _dumps(events)[1:-1] if events else b""
@@ -139,13 +154,76 @@ def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) 
 _Frame = tuple[ProcessView, TrackInfo, StreamTables, Events]
 
 
+def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
+    """Yield a snapshot file (``client/PROTOCOL.md``, "Snapshot file"): a stream per stored segment that holds
+    selected events, end to end. Each is the segment's session frames and its EVENTS frames that hold selected
+    events, byte for byte, or re-encoded with only those where a filter chooses among a frame's events; the frames a
+    file has no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out."""
+    walk, selection = _prepared(view, selected)
+    for process, segment in walk.segments():
+        stream = [_PREAMBLE]
+        kept = decoded = 0
+        try:
+            for decoder, frame in _segment_stream(segment, view.limits):
+                if isinstance(frame, Events):
+                    decoded += frame.count
+                    track = decoder.tables.tracks[frame.track_id]
+                    if not walk.wanted(process, track, frame):
+                        continue
+                    if selection is None:
+                        stream.append(bytes(decoder.last_frame()))
+                    else:
+                        part = _selected_part(process, decoder, frame, selection)
+                        if part is None:
+                            continue
+                        stream.append(part)
+                    kept += 1
+                elif isinstance(frame, _SESSION_FRAMES):
+                    stream.append(bytes(decoder.last_frame()))
+        except ProtocolError as exc:  # what came before the broken frame is kept
+            walk.unreadable(process, segment, decoded, exc)
+        if kept:
+            yield b"".join(stream)
+
+
+def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events, selection: _Selection) -> bytes | None:
+    """The frame, or one with only its selected events (None if it has none)."""
+    tables = decoder.tables
+    offset_ns = process.clock_offset_ns
+    try:
+        rows = list(tables.rows(frame))
+    except ProtocolError:
+        return bytes(decoder.last_frame())  # stored as it came: a reader counts it as undecodable, as we would
+    keep = [
+        i
+        for i, (kind, name, ts_ns, _, args) in enumerate(rows)
+        if selection.event(kind, _shown_name(kind, name, args) if selection.filter.name else name, ts_ns + offset_ns)
+    ]
+    if len(keep) == frame.count:
+        return bytes(decoder.last_frame())
+    if not keep:
+        return None
+    columns = unpack_columns(frame, tables.columns)
+    kept = [[column[i] for i in keep] for column in columns]
+    starts = [rows[i][2] for i in keep]
+    first_ns = min(starts)
+    kept[tables.columns.index("ts")] = [start - first_ns for start in starts]
+    last_ns = max(start + rows[i][3] for start, i in zip(starts, keep, strict=True))
+    payload = msgpack.packb(kept)
+    return encode(Events(frame.track_id, len(keep), first_ns, last_ns, payload, frame.flags), MAX_MAX_FRAME_BYTES)
+
+
 class _Walk:
     """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
-    what it met on the way: the tracks of the frames it gave, and events that cannot be decoded."""
+    what it met on the way: the tracks of the frames it gave, and events that cannot be decoded.
 
-    def __init__(self, view: SnapshotView, selected: EventFilter) -> None:
+    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later."""
+
+    def __init__(self, view: SnapshotView, selected: EventFilter, newest_from_ns: int | None = None) -> None:
         self.view = view
         self.selected = selected
+        self.newest_from_ns = newest_from_ns
+        self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
         self.processes = {
             uid: p for uid, p in view.processes.items() if selected.process_matches(p.pid, p.trace_pid, p.name, p.host)
         }
@@ -154,45 +232,68 @@ class _Walk:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
 
-    def frames(self, newest_from_ns: int | None = None) -> Iterator[_Frame]:
-        """Frames that may hold selected events (and, with ``newest_from_ns``, events that start then or later)."""
-        selected = self.selected
-        by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
+    def _in_time(self, first_ns: int, last_ns: int) -> bool:
+        newest_from = self.newest_from_ns
+        return self.selected.overlaps(first_ns, last_ns) and (newest_from is None or last_ns >= newest_from)
 
-        def in_time(first: int, last: int) -> bool:
-            return selected.overlaps(first, last) and (newest_from_ns is None or last >= newest_from_ns)
-
+    def segments(self) -> Iterator[tuple[ProcessView, SegmentView]]:
+        """The segments of the processes selected whose index holds a frame in the time window."""
         for segment in self.view.frames.segments:
             process = self.processes.get(segment.owner)
             if process is None:
                 continue
             offset = process.clock_offset_ns
-            if by_time and not any(in_time(first + offset, last + offset) for *_, first, last in segment.index()):
+            if self.by_time and not any(
+                self._in_time(first + offset, last + offset) for *_, first, last in segment.index()
+            ):
                 continue  # nothing of it in the window: not even decoded
+            yield process, segment
+
+    def wanted(self, process: ProcessView, track: TrackInfo, frame: Events) -> bool:
+        """Whether the frame may hold selected events (by its track and times); if so it counts as read."""
+        offset = process.clock_offset_ns
+        first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
+        if self.by_time and not self._in_time(first, last):
+            return False
+        selected = self.selected
+        if selected.track is not None and not selected.track_matches(process.tracks.get(track.track_id, track).name):
+            return False
+        self.tracks[(process.uid, track.track_id)] = track
+        self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+        self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
+        return True
+
+    def frames(self) -> Iterator[_Frame]:
+        """The frames that may hold selected events, with what decodes them."""
+        for process, segment in self.segments():
             decoded = 0
             try:
-                for tables, frame in _segment_frames(segment, self.view.limits):
-                    decoded += frame.count
-                    track = tables.tracks[frame.track_id]
-                    first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
-                    if by_time and not in_time(first, last):
-                        continue
-                    if selected.track is not None and not selected.track_matches(
-                        process.tracks.get(track.track_id, track).name
-                    ):
-                        continue
-                    self.tracks[(process.uid, track.track_id)] = track
-                    self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
-                    self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
-                    yield process, track, tables, frame
+                for decoder, frame in _segment_stream(segment, self.view.limits):
+                    if isinstance(frame, Events):
+                        decoded += frame.count
+                        track = decoder.tables.tracks[frame.track_id]
+                        if self.wanted(process, track, frame):
+                            yield process, track, decoder.tables, frame
             except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
-                lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
-                self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + lost
-                _log_once(process, lost, exc)
+                self.unreadable(process, segment, decoded, exc)
+
+    def unreadable(self, process: ProcessView, segment: SegmentView, decoded: int, exc: ProtocolError) -> None:
+        """A segment's stream broke after ``decoded`` of its events: the others are undecodable."""
+        lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
+        self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + lost
+        _log_once(process, lost, exc)
 
     def window(self) -> dict[str, int | None]:
         """The wall-clock span of the frames given (their events' starts lie within)."""
         return {"first_frame_wall_ns": self.first_ns, "last_frame_wall_ns": self.last_ns}
+
+
+def _prepared(view: SnapshotView, selected: EventFilter) -> tuple[_Walk, _Selection | None]:
+    """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
+    walked), after a first pass that finds the cutoff of a ``limit``."""
+    cutoff = _limit_cutoff(_Walk(view, selected), selected.limit) if selected.limit is not None else None
+    walk = _Walk(view, selected, cutoff[0] if cutoff is not None else None)
+    return walk, _Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
 
 
 class _Selection:
@@ -264,14 +365,13 @@ def _shown_name(kind: KindSpec | None, name: str, args: Any) -> str:
     return name
 
 
-def _segment_frames(segment: SegmentView, limits: Limits) -> Iterator[tuple[StreamTables, Events]]:
-    """Each EVENTS frame of a segment, with the tables that decode it (a fresh session decoder per segment)."""
+def _segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[SessionDecoder, Frame]]:
+    """Each frame of a segment, with the decoder that read it (a fresh one per segment: it decodes alone)."""
     decoder = SessionDecoder(limits, live=False)
     decoder.receive_data(segment.data())
     decoder.receive_data(b"")
     for frame in decoder:
-        if isinstance(frame, Events):
-            yield decoder.tables, frame
+        yield decoder, frame
 
 
 _logged_uids: set[int] = set()

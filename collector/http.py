@@ -1,7 +1,7 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
-GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI); ``query.py``
-                                    says what it may select; gzip if the request accepts it
+GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), or a snapshot
+                                    file (format=native); ``query.py`` says what it may select; gzip if accepted
 HEAD /snapshot[?filters]            the same headers, no work
 GET /healthz                        liveness and a few gauges, as JSON
 """
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .export import SnapshotView, chrome_trace_chunks
+from .export import SnapshotView, chrome_trace_chunks, native_chunks
 from .query import QueryError, SnapshotQuery, parse_snapshot_query
 
 __all__ = ["make_app"]
@@ -40,7 +40,8 @@ COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 #: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
 _PIECE_BYTES = 256 * 1024
-_CONTENT_TYPES = {"chrome": "application/json"}
+_CONTENT_TYPES = {"chrome": "application/json", "native": "application/octet-stream"}
+_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks}
 
 
 class BadQuery(web.HTTPBadRequest):
@@ -105,7 +106,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_headers(query, gzip))
         await response.prepare(request)
         # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
-        pieces = _Pieces(chrome_trace_chunks(view, query.filter), gzip)
+        pieces = _Pieces(_WRITERS[query.format](view, query.filter), gzip)
         loop = asyncio.get_running_loop()
         while True:
             step = loop.run_in_executor(None, pieces.next)

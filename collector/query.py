@@ -33,8 +33,8 @@ __all__ = [
     "parse_time",
 ]
 
-#: What ``format`` may name: Chrome trace JSON.
-FORMATS: Final = ("chrome",)
+#: What ``format`` may name: Chrome trace JSON, or a snapshot file of the wire format (``client/PROTOCOL.md``).
+FORMATS: Final = ("chrome", "native")
 #: The most events ``limit`` may ask for.
 MAX_LIMIT: Final = 10**9
 _MAX_PATTERN_CHARS: Final = 1024

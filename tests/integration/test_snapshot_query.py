@@ -9,10 +9,12 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, RawClient
+from ringtrace.client import TraceFile, read_trace_streams
 from ringtrace.client.protocol import Flush
 
 RECORD = """
@@ -187,3 +189,28 @@ def test_head_checks_the_query_and_does_no_work(collector: CollectorProcess) -> 
         assert status == 200
         raw.sock.settimeout(10)
         assert isinstance(raw.next_frame(), Flush)
+
+
+def native(collector: CollectorProcess, query: str, tmp_path: Path) -> list[TraceFile]:
+    status, body = collector.get("/snapshot?format=native&" + query)
+    assert status == 200, body
+    path = tmp_path / "snapshot.rttrace"
+    path.write_bytes(body)
+    streams = read_trace_streams(path)
+    assert all(stream.error is None for stream in streams), [stream.error for stream in streams]
+    return streams
+
+
+def test_native_snapshots_read_back_with_the_same_selection(recorded: Any, tmp_path: Path) -> None:
+    collector, _ = recorded
+    whole = native(collector, "", tmp_path)
+    assert {s.hello.process_name for s in whole if s.hello} == {"alpha", "beta"}
+    assert sum(len(s.events) for s in whole) == 2 * PER_PROCESS
+    starts = {(s.hello.process_name, e.name): e.ts_ns for s in whole if s.hello for e in s.events}
+    for query in ["process=alpha", "track=worker", "name=early1*", "category=engine&min_priority=warning", "limit=7"]:
+        chrome = collector.snapshot("?" + query)
+        picked = native(collector, query, tmp_path)
+        assert sorted(e.name for s in picked for e in s.events) == names(chrome), query
+        # Frames cut down to their selected events keep each event's own timestamp.
+        assert all(starts[(s.hello.process_name, e.name)] == e.ts_ns for s in picked if s.hello for e in s.events)
+    assert native(collector, "process=gamma", tmp_path) == []

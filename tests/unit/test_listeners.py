@@ -20,6 +20,7 @@ from ringtrace.client import (
     Timeline,
     TraceFile,
     read_trace_file,
+    read_trace_streams,
 )
 from ringtrace.client.model import (
     INSTANT,
@@ -211,6 +212,35 @@ def test_reading_a_file_that_is_not_a_trace_sets_the_error(tmp_path: Path) -> No
     trace = read_trace_file(path)
     assert (trace.hello, trace.events) == (None, [])
     assert trace.error is not None and "magic" in trace.error
+
+
+def test_streams_end_to_end_read_back_each_with_its_own_tables(tmp_path: Path) -> None:
+    parts = []
+    for name in ("first", "second"):
+        path = tmp_path / f"{name}.rt"
+        tl = Timeline(name, [FileListener(path, process_name=name)])
+        with tl.scope(f"{name} span", n=1):
+            tl.instant(f"{name} instant")
+        tl.close()
+        parts.append(path.read_bytes())
+    both = tmp_path / "both.rt"
+    both.write_bytes(b"".join(parts))
+    streams = read_trace_streams(both)
+    assert [s.hello.process_name for s in streams if s.hello] == ["first", "second"]
+    assert [sorted(e.name for e in s.events) for s in streams] == [
+        ["first instant", "first span"],
+        ["second instant", "second span"],
+    ]
+    assert [s.error for s in streams] == [None, None]
+    first = read_trace_file(both)
+    assert first.hello is not None and first.hello.process_name == "first" and len(first.events) == 2
+    assert first.error is not None and "read_trace_streams" in first.error
+    # A second stream torn inside its preamble or HELLO: the first is whole, the error says where reading stopped.
+    for cut in [*range(1, PREAMBLE.size), *range(PREAMBLE.size + 1, 40)]:  # (a preamble alone is an empty stream)
+        torn = tmp_path / "torn.rt"
+        torn.write_bytes(parts[0] + parts[1][:cut])
+        streams = read_trace_streams(torn)
+        assert len(streams[0].events) == 2 and streams[-1].error is not None, cut
 
 
 @pytest.mark.parametrize("where", ["missing-directory", "a-directory"])

@@ -36,10 +36,10 @@ def _arg(parse: Callable[[str], object]) -> Callable[[str], object]:
     return convert
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "ringtrace-collector") -> argparse.ArgumentParser:
     defaults = CollectorConfig()
     parser = argparse.ArgumentParser(
-        prog="ringtrace-collector",
+        prog=prog,
         description="Collect ringtrace events over TCP, keep the recent past in memory, serve snapshots over HTTP.",
     )
     parser.add_argument(
@@ -167,8 +167,8 @@ def _runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

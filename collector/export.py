@@ -43,12 +43,12 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import Limits, SessionDecoder, StreamTables, typed_args
 
-from .query import EVERYTHING, EventFilter
+from .query import EVERYTHING, EventFilter, category_of
 from .sessions import ProcessRecord
 from .slices import Pairing
 from .store import Counts, SegmentView, StoreSnapshot
 
-__all__ = ["ProcessView", "SnapshotView", "chrome_trace_chunks", "native_chunks"]
+__all__ = ["ProcessView", "Row", "SnapshotView", "chrome_trace_chunks", "native_chunks", "selected_rows"]
 
 log = logging.getLogger("ringtrace.collector.export")
 
@@ -152,6 +152,49 @@ def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) 
 
 
 _Frame = tuple[ProcessView, TrackInfo, StreamTables, Events]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One selected event as a text dump shows it."""
+
+    process: ProcessView
+    track: str
+    category: str
+    #: A message's priority; "" for other events.
+    priority: str
+    #: As a snapshot shows it: a message's rendered text.
+    name: str
+    wall_ns: int
+    dur_ns: int
+    args: Any
+
+
+def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[Row]:
+    """The events ``selected``, in the order they arrived per segment (oldest segment first), decoded for a reader:
+    typed events' fields by name, messages rendered. Events whose kind was never declared are left out."""
+    walk, selection = _prepared(view, selected)
+    for process, track, tables, frame in walk.frames():
+        track_name = process.tracks.get(track.track_id, track).name
+        offset_ns = process.clock_offset_ns
+        try:
+            rows = list(tables.rows(frame))
+        except ProtocolError:
+            continue
+        for kind, name, ts_ns, dur_ns, args in rows:
+            if kind is None:
+                continue
+            shown_name, shown_args = name, args
+            if kind.shape == "message" and isinstance(args, list):
+                shown_name, shown_args = render(kind, args)
+            elif kind.fields and isinstance(args, list):
+                shown_args = typed_args(kind, args, tables.kinds)
+            if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
+                continue
+            priority = kind.priority if kind.shape == "message" else ""
+            yield Row(
+                process, track_name, category_of(kind), priority, shown_name, ts_ns + offset_ns, dur_ns, shown_args
+            )
 
 
 def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:

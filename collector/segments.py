@@ -261,7 +261,7 @@ class Recovered:
     """A segment file found on start: what of it was kept and why the rest was cut."""
 
     seq: int
-    buffer: mmap.mmap
+    buffer: Buffer
     used: int
     hello: Hello
     #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.

@@ -1,0 +1,149 @@
+"""Files read into a store of their own, so that the export serves them as it serves live data.
+
+A trace file (the client's file listener) holds one stream, a snapshot file (``format=native``) a stream per segment;
+each stream becomes one segment of a store sized to hold them all, its HELLO a process, exactly as the collector
+recovers a data dir. Filters, Chrome export and snapshot files then work on files unchanged (``ringtrace convert``,
+``ringtrace dump``). Reading stops at a torn tail or a broken frame, keeping everything before it, and says why.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ringtrace.client.errors import BadPreamble, ProtocolError
+from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats
+from ringtrace.client.session import Limits, SessionDecoder
+
+from .export import ProcessView, SnapshotView
+from .segments import INDEX_ENTRY, Recovered
+from .sessions import Registry
+from .store import MIN_SEGMENT_BYTES, Store
+
+__all__ = ["LoadedFile", "load_file"]
+
+#: What decoding a file may meet: anything a collector could have stored.
+FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
+_DAY_NS: Final = 86_400 * 10**9
+
+
+@dataclass
+class LoadedFile:
+    """A file's streams as a snapshot view, and why reading stopped early (None: the file ended cleanly)."""
+
+    view: SnapshotView
+    streams: int
+    events: int
+    error: str | None
+    #: The error is a torn tail (a writer killed mid-frame): expected of a file, nothing before it is lost.
+    torn: bool = False
+
+
+@dataclass
+class _Stream:
+    hello: Hello | None
+    data: bytes
+    entries: list[tuple[int, int, int, int, int, int]]
+    stats: Stats | None
+
+
+def load_file(path: str | os.PathLike[str]) -> LoadedFile:
+    """Read a trace file or a snapshot file.
+
+    Raises:
+        OSError: the file cannot be read.
+        BadPreamble: it is not a ringtrace file (it does not start with the magic).
+    """
+    data = Path(path).read_bytes()
+    if not data.startswith(MAGIC):
+        raise BadPreamble(f"not a ringtrace file: it starts with {data[:8]!r}, not the magic {MAGIC!r}")
+    streams, error = _streams(memoryview(data))
+    store = Store(2**62, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    events = 0
+    for seq, stream in enumerate(streams):
+        if stream.hello is None:
+            continue
+        process = registry.known(stream.hello)
+        if stream.stats is not None:
+            process.client_stats = stream.stats
+        buffer = bytearray(stream.data + bytes(INDEX_ENTRY.size * len(stream.entries)))
+        store.adopt(
+            Recovered(seq, buffer, len(stream.data), stream.hello, stream.entries, stream.stats, None), process.uid
+        )
+        events += sum(count for _, _, _, count, _, _ in stream.entries)
+    processes = {p.uid: ProcessView.of(p) for p in registry.processes.values()}
+    snapshot = store.snapshot()
+    first_ns = min(
+        (
+            first + processes[segment.owner].clock_offset_ns
+            for segment in snapshot.segments
+            for *_, first, _ in segment.index()
+        ),
+        default=0,
+    )
+    view = SnapshotView(
+        snapshot,
+        processes,
+        store.track_counts(),
+        {"source_file": str(path)},
+        limits=FILE_LIMITS,
+        origin_ns=first_ns // _DAY_NS * _DAY_NS,  # midnight UTC before the first event: every ts is positive
+    )
+    torn = error is not None and error.startswith("the file ends inside")
+    return LoadedFile(view, len(streams), events, error, torn)
+
+
+def _streams(data: memoryview) -> tuple[list[_Stream], str | None]:
+    """Each stream of ``data`` with the offsets of its EVENTS frames, and why reading stopped early."""
+    streams: list[_Stream] = []
+    position = 0
+    while position < len(data):
+        stream, position, error = _stream(data, position)
+        streams.append(stream)
+        if error is not None:
+            return streams, error
+    return streams, None
+
+
+def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
+    """The stream at ``start``: up to the next preamble, the end of ``data``, or the first frame that is torn or
+    broken (then with why)."""
+    decoder = SessionDecoder(FILE_LIMITS, live=False)
+    stream = _Stream(None, b"", [], None)
+    position = start + PREAMBLE.size
+    error: str | None = None
+    try:
+        decoder.receive_data(data[start:position])
+        decoder.next_frame()  # checks the preamble
+        while position < len(data):
+            if bytes(data[position : position + len(MAGIC)]) == MAGIC:
+                break  # the next stream
+            if position + FRAME_HEADER.size > len(data):
+                error = f"the file ends inside a frame header at offset {position}"
+                break
+            body_length, _ = FRAME_HEADER.unpack_from(data, position)
+            end = position + FRAME_HEADER.size + body_length
+            if end > len(data):
+                error = f"the file ends inside the frame at offset {position} ({end - len(data)} bytes missing)"
+                break
+            decoder.receive_data(data[position:end])
+            frame = decoder.next_frame()
+            if isinstance(frame, Hello):
+                stream.hello = frame
+            elif isinstance(frame, Stats):
+                stream.stats = frame
+            elif isinstance(frame, Events):
+                offset = position - start
+                stream.entries.append(
+                    (offset, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
+                )
+            position = end
+    except ProtocolError as exc:
+        error = f"the frame at offset {position} is broken: {exc}"
+    stream.data = bytes(data[start:position])
+    if error is None and stream.hello is None:
+        error = f"the stream at offset {start} holds no HELLO frame"
+    return stream, position, error

@@ -1,0 +1,158 @@
+"""The ``ringtrace`` command against a real collector and real files: snapshot, dump, convert, collect, failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess
+from ringtrace.client import FileListener, Timeline, read_trace_streams
+from ringtrace.collector.command import main
+
+RECORD = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+slow = tl.message("engine", "warning", "slow $n")
+for i in range(20):
+    with tl.scope("request", i=i):
+        tl.instant("cache-miss", key=i)
+slow(7)
+print(tl.flush(5))
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[CollectorProcess]:
+    collector = CollectorProcess()
+    try:
+        for name in ("web", "db"):
+            done = subprocess.run(
+                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+        yield collector
+    finally:
+        collector.stop()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def shown(path: Path) -> list[dict[str, Any]]:
+    return [e for e in json.loads(path.read_bytes())["traceEvents"] if e["ph"] != "M"]
+
+
+def test_snapshot_writes_chrome_json_or_a_snapshot_file_with_filters(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = recorded.http_url
+    assert run(capsys, "snapshot", url, "-o", str(tmp_path / "all.json"))[0] == 0
+    assert len(shown(tmp_path / "all.json")) == 2 * 41
+    assert run(capsys, "snapshot", url + "/", "-o", str(tmp_path / "web.json"), "--process", "web")[0] == 0
+    assert len(shown(tmp_path / "web.json")) == 41
+    status, _, _ = run(capsys, "snapshot", url, "-o", str(tmp_path / "s.rtsnap"), "--format", "native", "--limit", "3")
+    assert status == 0
+    streams = read_trace_streams(tmp_path / "s.rtsnap")
+    assert sum(len(s.events) for s in streams) == 3
+
+
+def test_dump_prints_one_event_a_line_in_time_order(
+    recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "dump", recorded.http_url, "--category", "engine")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == 2 and all("  engine  warning  slow n(7)" in line for line in lines)
+    assert {line.split("  ")[1].split("[")[0] for line in lines} == {"web", "db"}
+    status, out, _ = run(capsys, "dump", recorded.http_url, "--process", "web")
+    stamps = [line.split("  ")[0] for line in out.splitlines()]
+    assert len(stamps) == 41 and stamps == sorted(stamps)
+    status, out, _ = run(capsys, "dump", recorded.http_url, "--process", "web", "--newest-first")
+    assert [line.split("  ")[0] for line in out.splitlines()] == stamps[::-1]
+
+
+def write_trace_file(path: Path) -> None:
+    tl = Timeline("file", [FileListener(path, process_name="from-file")])
+    for i in range(10):
+        with tl.scope("step", i=i):
+            pass
+    tl.close()
+
+
+def test_convert_and_dump_read_trace_and_snapshot_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "run.rttrace"
+    write_trace_file(trace)
+    assert run(capsys, "convert", str(trace), "-o", str(tmp_path / "run.json"))[0] == 0
+    events = shown(tmp_path / "run.json")
+    assert [e["args"]["i"] for e in events] == list(range(10)) and {e["ph"] for e in events} == {"X"}
+    assert min(e["ts"] for e in events) >= 0
+    status, _, _ = run(capsys, "convert", str(trace), "-o", str(tmp_path / "few.rtsnap"), "--format", "native",
+                       "--limit", "4")  # fmt: skip
+    assert status == 0
+    assert [e.args for s in read_trace_streams(tmp_path / "few.rtsnap") for e in s.events] == [
+        {"i": i} for i in range(6, 10)
+    ]
+    status, out, _ = run(capsys, "dump", str(tmp_path / "few.rtsnap"))
+    assert status == 0 and len(out.splitlines()) == 4 and all("from-file[" in line for line in out.splitlines())
+
+
+def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "run.rttrace"
+    write_trace_file(trace)
+    data = trace.read_bytes()
+    trace.write_bytes(data[:-3])
+    status, out, err = run(capsys, "dump", str(trace))
+    assert status == 0 and out.count("\n") >= 1
+    assert err.count("\n") == 1 and "ends inside the frame" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"),
+    [
+        (["dump", "http://127.0.0.1:1"], 1, "cannot reach 127.0.0.1:1"),
+        (["dump", "ftp://example"], 2, "URL must be a collector's HTTP address"),
+        (["snapshot", "localhost:7701", "-o", "x"], 2, "URL must be"),
+        (["dump", "/no/such/file"], 1, "cannot read /no/such/file"),
+        (["dump", "FOREIGN"], 1, "not a ringtrace file"),
+        (["dump", "CORRUPT"], 1, "is corrupt"),
+        (["convert", "FOREIGN", "-o", "out.json"], 1, "not a ringtrace file"),
+        (["snapshot", "http://127.0.0.1:1", "-o", "x", "--since", "soon"], 2, "--since must be"),
+        (["dump", "FILE", "--limit", "0"], 2, "--limit must be a whole number"),
+    ],
+)
+def test_failures_are_one_line_and_a_non_zero_exit(
+    argv: list[str], status: int, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "FOREIGN").write_bytes(b"GIF89a" + bytes(64))
+    write_trace_file(tmp_path / "FILE")
+    data = bytearray((tmp_path / "FILE").read_bytes())
+    data[40:44] = b"\xff\xff\xff\x7f"  # HELLO's body no longer decodes
+    (tmp_path / "CORRUPT").write_bytes(data)
+    argv = [str(tmp_path / a) if a in ("FOREIGN", "CORRUPT", "FILE", "x", "out.json") else a for a in argv]
+    got, out, err = run(capsys, *argv)
+    assert (got, out) == (status, "")
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "x").exists()
+
+
+def test_a_collector_answering_400_is_reported(recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(capsys, "dump", recorded.http_url + "/snapshot?x=1")
+    assert status == 1 and "answered 400" in err and "unknown query parameter 'x'" in err
+
+
+def test_collect_runs_the_collector_with_its_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["collect", "--help"])
+    assert done.value.code == 0
+    assert "usage: ringtrace collect" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main(["collect", "--capacity", "lots"])
+    assert refused.value.code == 2

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "reconnect": ("bench_reconnect.py", 300),
     "ingest": ("bench_ingest.py", 1200),
     "export_json": ("bench_export_json.py", 300),
+    "snapshot": ("bench_snapshot.py", 900),
 }
 
 

@@ -18,10 +18,13 @@ from ringtrace.client.session import Limits
 
 from .export import ProcessView, SnapshotView
 from .http import make_app
-from .ingest import IngestProtocol
+from .ingest import IngestProtocol, Traffic
+from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
+from .metrics import CollectorMetrics
+from .query import EventFilter
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
-from .sessions import Registry
-from .store import MIN_SEGMENT_BYTES, Policy, Store
+from .sessions import ProcessRecord, Registry, stats_sum
+from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store
 
 __all__ = ["Collector", "CollectorConfig"]
 
@@ -162,11 +165,17 @@ class Collector:
         self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
+        self.traffic = Traffic()
+        self.started_s = time.monotonic()
+        self.rates = RateSampler()
+        self.metrics = CollectorMetrics(self)
+        self.snapshots_running = 0
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
         self._forgetting: asyncio.Task[None] | None = None
+        self._sampling: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
@@ -195,6 +204,7 @@ class Collector:
             config.max_frame_bytes,
         )
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
+        self._sampling = asyncio.create_task(self._sample_rates())
 
     def _recover(self, data_dir: DataDir) -> None:
         started = time.monotonic()
@@ -236,6 +246,12 @@ class Collector:
             await asyncio.sleep(interval)
             self.forget_idle()
 
+    async def _sample_rates(self) -> None:
+        """Every second: each process's totals, from which ``/sources`` tells its rate."""
+        while True:
+            self.rates.sample(self.store.process_counts())
+            await asyncio.sleep(1.0)
+
     def forget_idle(self) -> int:
         """Forget every process idle past ``forget_after_s`` that holds nothing; returns how many."""
         forgotten = 0
@@ -263,11 +279,98 @@ class Collector:
             **{name: value for name, value in store.totals().as_dict().items() if name != "stored_events"},
         }
 
+    def stats(self) -> dict[str, Any]:
+        """Collector totals: traffic, store, every loss counter (forgotten processes included)."""
+        store_totals, client_totals = self.metric_totals()
+        traffic = self.traffic
+        return {
+            "collector_version": self.version,
+            "clock_origin_wall_ns": self.origin_ns,
+            "policy": self.store.policy,
+            "data_dir": self.config.data_dir,
+            **self.metric_gauges(),
+            "process_capacity_bytes": self.store.process_capacity_bytes,
+            "used_bytes": self.store.used_bytes,
+            "stored_frames": self.store.stored_frames,
+            "forgotten_processes": self.registry.forgotten_processes,
+            "ingest_bytes": traffic.bytes_received,
+            "connections_accepted": traffic.connections_accepted,
+            "connections_refused": traffic.connections_refused,
+            "protocol_errors": traffic.protocol_errors,
+            **store_counts(store_totals),
+            **client_totals,
+        }
+
+    def metric_gauges(self) -> dict[str, float]:
+        store = self.store
+        return {
+            "connections": len(self.connections),
+            "processes": len(self.registry.processes),
+            "held_bytes": store.held_bytes,
+            "capacity_bytes": store.capacity_bytes,
+            "segments": store.segment_count,
+            "snapshots_running": self.snapshots_running,
+            "uptime_seconds": round(time.monotonic() - self.started_s, 3),
+        }
+
+    def metric_totals(self) -> tuple[Counts, dict[str, int]]:
+        """The store's counts and the clients' own loss counters, over every process (forgotten ones included)."""
+        client = self.registry.forgotten_stats
+        for process in self.registry.processes.values():
+            client = stats_sum(client, process.reported_stats)
+        return self.store.totals(), client_counts(client)
+
+    def matching(self, selected: EventFilter) -> list[ProcessRecord]:
+        """The known processes ``selected`` (by pid, name, host), oldest first."""
+        return [p for p in self.registry.processes.values() if _selects(selected, p)]
+
+    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
+        """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``). The stored segments'
+        indexes are read on a worker thread, pinned meanwhile."""
+        processes = [ProcessFacts.of(p, self.store.process_held_bytes(p.uid)) for p in self.matching(selected)]
+        uids = {p.uid for p in processes}
+        counts = {key: c for key, c in self.store.track_counts().items() if key[0] in uids}
+        totals = self.store.process_counts()
+        rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
+        frames = self.store.snapshot()
+        segments = [segment for segment in frames.segments if segment.owner in uids]
+        scan = asyncio.get_running_loop().run_in_executor(None, scan_segments, segments)
+        try:
+            times = await asyncio.shield(scan)  # cancelled, the scan still runs: the segments stay pinned till it ends
+        finally:
+            if scan.done():
+                frames.close()
+            else:
+                scan.add_done_callback(lambda _: frames.close())
+        return sources_document(processes, counts, times, rates)
+
+    def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
+        """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
+        reached = {}
+        for connection in list(self.connections):
+            process = connection.process
+            if process is None or not selected.process_matches(
+                process.pid, process.trace_pid, process.name, process.host
+            ):
+                continue
+            if connection.set_priority(priority, timeline):
+                reached[process.uid] = process
+        return list(reached.values())
+
+    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
+        """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed."""
+        processes = self.matching(selected)
+        removed = self.store.clear(p.uid for p in processes)
+        if removed:
+            log.info("cleared %d events of %d processes on request", removed, len(processes))
+        return processes, removed
+
     async def stop(self) -> None:
-        if self._forgetting is not None:
-            self._forgetting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._forgetting
+        for task in (self._forgetting, self._sampling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._tcp_server is not None:
             self._tcp_server.close()
             for connection in list(self.connections):
@@ -309,6 +412,10 @@ class Collector:
             forgotten_client=self.registry.forgotten_stats,
             origin_ns=self.origin_ns,
         )
+
+
+def _selects(selected: EventFilter, process: ProcessRecord) -> bool:
+    return selected.process_matches(process.pid, process.trace_pid, process.name, process.host)
 
 
 def _host_port(address: tuple[str, int]) -> str:

@@ -1,20 +1,26 @@
-"""``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM."""
+"""``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM.
+
+Every flag may also come from the environment: ``--max-frame-size`` from ``RINGTRACE_MAX_FRAME_SIZE``, and so on
+(``ENVIRONMENT``). A flag given on the command line wins over its variable; a bad value is refused naming the variable.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.options import parse_address, parse_size
 
 from .app import Collector, CollectorConfig
 
-__all__ = ["main", "parse_listen_address", "parse_size"]
+__all__ = ["ENVIRONMENT", "main", "parse_listen_address", "parse_size"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -36,11 +42,57 @@ def _arg(parse: Callable[[str], object]) -> Callable[[str], object]:
     return convert
 
 
-def build_parser(prog: str = "ringtrace-collector") -> argparse.ArgumentParser:
+#: Each flag's environment variable.
+ENVIRONMENT = {
+    flag: "RINGTRACE_" + flag[2:].upper().replace("-", "_")
+    for flag in (
+        "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
+        "--max-frame-size", "--max-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
+        "--max-tracks", "--log-level",
+    )
+}  # fmt: skip
+
+
+class _EnvironmentError(Exception):
+    pass
+
+
+class _Checker(argparse.ArgumentParser):
+    """The same flags, for one variable's value at a time: an error is raised, to be reported under its name."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise _EnvironmentError(message.split(": ", 1)[-1])
+
+
+def environment_args(environ: Mapping[str, str], prog: str = "ringtrace-collector") -> list[str]:
+    """The flags the environment sets, as command-line arguments (to go before the real ones, which then win).
+
+    Raises:
+        SystemExit: a variable's value is refused (the message names the variable), as for a bad flag.
+    """
+    args: list[str] = []
+    checker = build_parser(prog, _Checker)
+    for flag, name in ENVIRONMENT.items():
+        value = environ.get(name)
+        if value is None:
+            continue
+        try:
+            checker.parse_args([flag, value])
+        except _EnvironmentError as exc:
+            build_parser(prog).error(f"environment variable {name}={value!r}: {exc}")
+        args += [flag, value]
+    return args
+
+
+def build_parser(
+    prog: str = "ringtrace-collector", parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+) -> argparse.ArgumentParser:
     defaults = CollectorConfig()
-    parser = argparse.ArgumentParser(
+    parser = parser_class(
         prog=prog,
         description="Collect ringtrace events over TCP, keep the recent past in memory, serve snapshots over HTTP.",
+        epilog="Every flag may also be set in the environment: --max-frame-size as RINGTRACE_MAX_FRAME_SIZE, and so "
+        "on (RINGTRACE_ and the flag's name in capitals, - as _). A flag on the command line wins.",
     )
     parser.add_argument(
         "--tcp",
@@ -168,7 +220,8 @@ def _runner() -> asyncio.Runner:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -> int:
-    args = build_parser(prog).parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(prog).parse_args([*environment_args(os.environ, prog), *argv])
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

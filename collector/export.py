@@ -620,6 +620,8 @@ _TOTALS = (
     "capped_bytes",
     "discarded_events",
     "discarded_bytes",
+    "cleared_events",
+    "cleared_bytes",
     "client_dropped_events",
     "label_overflow_events",
     "clipped_args",

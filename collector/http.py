@@ -1,9 +1,19 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
+GET /                               the endpoints, as JSON
 GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), or a snapshot
                                     file (format=native); ``query.py`` says what it may select; gzip if accepted
 HEAD /snapshot[?filters]            the same headers, no work
+GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
+GET /stats                          collector totals
+GET /metrics                        Prometheus text format
+POST /priority?priority=P[&timeline=T][&pid&process&host]
+                                    set connected processes' message priority (SET_PRIORITY)
+POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
 GET /healthz                        liveness and a few gauges, as JSON
+
+Parameters of a POST come in the query string or as a form body. An unknown, repeated or malformed parameter gets a
+400 that names it.
 """
 
 from __future__ import annotations
@@ -12,13 +22,18 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+import orjson
 from aiohttp import web
+from ringtrace.client.messages import PRIORITIES
 
 from .export import SnapshotView, chrome_trace_chunks, native_chunks
-from .query import QueryError, SnapshotQuery, parse_snapshot_query
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import CollectorMetrics
+from .query import EventFilter, QueryError, SnapshotQuery, parse_process_filter, parse_snapshot_query
+from .sessions import ProcessRecord
 
 __all__ = ["make_app"]
 
@@ -31,9 +46,22 @@ class CollectorAPI(Protocol):
     @property
     def snapshot_flush_timeout_s(self) -> float: ...
 
+    @property
+    def metrics(self) -> CollectorMetrics: ...
+
+    snapshots_running: int
+
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
 
     def health(self) -> dict[str, Any]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
+
+    def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
+
+    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
 
 
 COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
@@ -100,7 +128,16 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     collector = request.app[COLLECTOR]
     query = _snapshot_query(request)
     gzip = _accepts_gzip(request)
-    view = await collector.snapshot(query.flush_timeout_s)
+    collector.snapshots_running += 1
+    try:
+        with collector.metrics.snapshot_seconds.labels(query.format).time():
+            return await _serve_snapshot(request, query, gzip)
+    finally:
+        collector.snapshots_running -= 1
+
+
+async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
+    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
     step: asyncio.Future[bytes | None] | None = None
     try:
         response = web.StreamResponse(headers=_headers(query, gzip))
@@ -155,10 +192,97 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(request.app[COLLECTOR].health())
 
 
+async def stats(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    return _json(request.app[COLLECTOR].stats())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    body = request.app[COLLECTOR].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def sources(request: web.Request) -> web.Response:
+    selected, _ = _process_params(request.query.items())
+    return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+
+
+async def set_priority(request: web.Request) -> web.Response:
+    extra = {"priority": f"one of {', '.join(PRIORITIES)}", "timeline": "a timeline's name (default: every one)"}
+    selected, values = _process_params(await _post_params(request), extra)
+    priority = values.get("priority")
+    if priority not in PRIORITIES:
+        raise BadQuery(f"query parameter 'priority' must be one of {', '.join(PRIORITIES)}, got {priority!r:.80}")
+    reached = request.app[COLLECTOR].set_priority(selected, priority, values.get("timeline", ""))
+    if not reached:
+        wanted = " ".join(f"{name}={value}" for name, value in selected.describe().items()) or "(all)"
+        raise web.HTTPNotFound(text=f"no connected process matches {wanted}\n")
+    return _json({"priority": priority, "processes": [_named(p) for p in reached]})
+
+
+async def clear(request: web.Request) -> web.Response:
+    selected, _ = _process_params(await _post_params(request))
+    processes, removed = request.app[COLLECTOR].clear(selected)
+    return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
+
+
+async def index(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    return _json({"service": "ringtrace collector", "endpoints": ENDPOINTS})
+
+
+#: What ``GET /`` lists.
+ENDPOINTS = [
+    {"method": "GET", "path": "/snapshot", "does": "the store as Chrome trace JSON, or format=native; filters"},
+    {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
+    {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
+    {"method": "GET", "path": "/stats", "does": "collector totals"},
+    {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
+    {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
+    {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
+    {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
+]
+
+
+def _json(document: object) -> web.Response:
+    return web.Response(body=orjson.dumps(document), content_type="application/json")
+
+
+def _named(process: ProcessRecord) -> dict[str, Any]:
+    return {"pid": process.trace_pid, "os_pid": process.pid, "host": process.host, "process_name": process.name}
+
+
+def _process_params(
+    params: Iterable[tuple[str, str]], extra: Mapping[str, str] | None = None
+) -> tuple[EventFilter, dict[str, str]]:
+    try:
+        return parse_process_filter(params, extra)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+async def _post_params(request: web.Request) -> list[tuple[str, str]]:
+    """The query string's parameters, then a form body's."""
+    params = list(request.query.items())
+    if request.can_read_body:
+        if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
+            raise web.HTTPUnsupportedMediaType(text=f"parameters come as a form body, not {request.content_type}\n")
+        form = await request.post()
+        params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+    return params
+
+
 def make_app(collector: CollectorAPI) -> web.Application:
-    app = web.Application()
+    app = web.Application(client_max_size=64 * 1024)
     app[COLLECTOR] = collector
+    app.router.add_get("/", index)
     app.router.add_get("/snapshot", snapshot, allow_head=False)
     app.router.add_route("HEAD", "/snapshot", snapshot_head)
+    app.router.add_get("/sources", sources)
+    app.router.add_get("/stats", stats)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/priority", set_priority)
+    app.router.add_post("/clear", clear)
     app.router.add_get("/healthz", healthz)
     return app

@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
@@ -34,6 +35,7 @@ from ringtrace.client.protocol import (
     Refused,
     Schema,
     Sentinel,
+    SetPriority,
     Stats,
     Strings,
     Track,
@@ -46,7 +48,7 @@ from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
 
-__all__ = ["IngestProtocol", "IngestSink"]
+__all__ = ["IngestProtocol", "IngestSink", "Traffic"]
 
 log = logging.getLogger("ringtrace.collector.ingest")
 
@@ -63,8 +65,24 @@ EXACT_READ = 64 * 1024
 MAX_MOVE = 16 * 1024
 
 
+@dataclass(slots=True)
+class Traffic:
+    """What every connection together received and how connections ended, since the collector started."""
+
+    bytes_received: int = 0
+    connections_accepted: int = 0
+    #: Refused at once: ``max_connections`` reached.
+    connections_refused: int = 0
+    #: Closed for breaking the protocol (a log line each says why).
+    protocol_errors: int = 0
+
+
 class IngestSink(Protocol):
-    """What a connection needs of the collector: its limits, the registry, the store, and the set of connections."""
+    """What a connection needs of the collector: its limits, the registry, the store, the set of connections, and
+    the traffic counters."""
+
+    @property
+    def traffic(self) -> Traffic: ...
 
     @property
     def limits(self) -> Limits: ...
@@ -133,11 +151,12 @@ class _Syncer:
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
         "_flushes", "_handshake_timer", "_lent", "_peer", "_refused", "_session", "_sink", "_stream", "_syncer",
-        "_tokens", "_transport", "process",
+        "_tokens", "_traffic", "_transport", "process",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
+        self._traffic = sink.traffic
         self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
@@ -164,9 +183,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
         limit = self._sink.max_connections
         if len(connections) >= limit:
             log.warning("refusing connection from %s: max_connections=%d reached", self._peer, limit)
+            self._traffic.connections_refused += 1
             transport.abort()
             return
         connections.add(self)
+        self._traffic.connections_accepted += 1
         loop = asyncio.get_running_loop()
         self._handshake_timer = loop.call_later(self._sink.handshake_timeout_s, self._check_handshake)
 
@@ -188,6 +209,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._traffic.bytes_received += nbytes
         self._session.buffer_updated(nbytes)
         self._process_frames()
 
@@ -249,6 +271,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         transport.write(encode(Flush(token)))
         return future
 
+    def set_priority(self, priority: str, timeline: str = "") -> bool:
+        """Ask the client to record messages up to ``priority`` (on ``timeline``, or all); False: not connected."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or self.process is None:
+            return False
+        transport.write(encode(SetPriority(priority, timeline)))
+        return True
+
     # -- frames ---------------------------------------------------------------------------------------------------
 
     def _process_frames(self) -> None:
@@ -281,6 +311,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.close()
         except ProtocolError as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
+            self._traffic.protocol_errors += 1
             if self._lent is not None:  # the frame that broke a rule was read into the segment: it ends before it
                 self._let_go(taken)
                 reader.reclaim(b"")

@@ -24,11 +24,13 @@ from ringtrace.client.protocol import KindSpec
 __all__ = [
     "EVERYTHING",
     "FORMATS",
+    "PROCESS_PARAMETERS",
     "EventFilter",
     "Pattern",
     "QueryError",
     "SnapshotQuery",
     "category_of",
+    "parse_process_filter",
     "parse_snapshot_query",
     "parse_time",
 ]
@@ -192,6 +194,28 @@ SNAPSHOT_PARAMETERS: Final = {
     "format": f"one of {', '.join(FORMATS)}",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
 }
+
+
+#: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
+PROCESS_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host")}
+
+
+def parse_process_filter(
+    params: Iterable[tuple[str, str]], extra: Mapping[str, str] | None = None
+) -> tuple[EventFilter, dict[str, str]]:
+    """A filter of processes by ``pid``, ``process`` and ``host``, and the raw values of the ``extra`` parameters
+    (each accepted once, and checked by the caller).
+
+    Raises:
+        QueryError: a parameter is unknown, repeated or malformed.
+    """
+    values = _single(params, {**PROCESS_PARAMETERS, **(extra or {})})
+    event_filter = EventFilter(
+        pids=_pids(values["pid"]) if "pid" in values else None,
+        process=_pattern("process", values["process"]) if "process" in values else None,
+        host=_pattern("host", values["host"]) if "host" in values else None,
+    )
+    return event_filter, {name: value for name, value in values.items() if name not in PROCESS_PARAMETERS}
 
 
 def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:

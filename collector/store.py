@@ -19,8 +19,9 @@ the spare buffers together stay within the capacity.
 
 Accounting, per (process, track), in events and bytes of EVENTS frames: every frame received either stays stored or
 leaves by exactly one of overwritten (evicted to make room), capped (evicted or refused for its process's cap) and
-discarded (refused: the store is full, or the frame cannot be stored at all). So received = stored + overwritten +
-capped + discarded holds at every moment, per track, per process and in total.
+discarded (refused: the store is full, or the frame cannot be stored at all) and cleared (removed on request). So
+received = stored + overwritten + capped + discarded + cleared holds at every moment, per track, per process and in
+total.
 
 Snapshots pin the segments they read: an evicted segment's buffer is reused or unmapped only once no snapshot reads it.
 No asyncio here: plain synchronous code, called from the event loop.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal
 
@@ -72,14 +73,20 @@ class Counts:
     capped_bytes: int = 0
     discarded_events: int = 0
     discarded_bytes: int = 0
+    #: Removed on request (``POST /clear``): not a loss, but no longer stored.
+    cleared_events: int = 0
+    cleared_bytes: int = 0
 
     @property
     def stored_events(self) -> int:
-        return self.received_events - self.overwritten_events - self.capped_events - self.discarded_events
+        lost = self.overwritten_events + self.capped_events + self.discarded_events + self.cleared_events
+        return self.received_events - lost
 
     @property
     def stored_bytes(self) -> int:
-        return self.received_bytes - self.overwritten_bytes - self.capped_bytes - self.discarded_bytes
+        return (
+            self.received_bytes - self.overwritten_bytes - self.capped_bytes - self.discarded_bytes - self.cleared_bytes
+        )
 
     def add(self, other: Counts) -> None:
         for name in _COUNT_FIELDS:
@@ -475,7 +482,7 @@ class Store:
         stream.segment = None
         stream.direct = False
 
-    def _evict(self, segment: Segment, why: Literal["overwritten", "capped"]) -> None:
+    def _evict(self, segment: Segment, why: Literal["overwritten", "capped", "cleared"]) -> None:
         del self._segments[segment.seq]
         writer = self._writers.pop(segment.seq, None)
         if writer is not None:
@@ -595,6 +602,26 @@ class Store:
             for owner, process in self._processes.items()
             for track_id, counts in process.counts.items()
         }
+
+    def clear(self, owners: Iterable[int]) -> int:
+        """Remove everything the processes ``owners`` hold (counted as cleared); their connections go on writing into
+        new segments. Returns the number of events removed."""
+        removed = 0
+        for owner in owners:
+            process = self._processes.get(owner)
+            while process is not None and process.segments:
+                removed += process.segments[0].events
+                self._evict(process.segments[0], "cleared")
+        return removed
+
+    def process_counts(self) -> dict[int, Counts]:
+        """Counts per process uid (its tracks summed)."""
+        totals = {}
+        for owner, process in self._processes.items():
+            total = totals[owner] = Counts()
+            for counts in process.counts.values():
+                total.add(counts)
+        return totals
 
     def process_held_bytes(self, owner: int) -> int:
         process = self._processes.get(owner)

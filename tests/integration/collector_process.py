@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -74,6 +75,21 @@ class CollectorProcess:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
+
+    def post(self, path: str, form: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """POST to ``path`` (parameters in its query string, and ``form`` as a form body)."""
+        data = urllib.parse.urlencode(form).encode() if form is not None else b""
+        request = urllib.request.Request(self.http_url + path, data=data, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def json(self, path: str) -> Any:
+        status, body = self.get(path)
+        assert status == 200, body
+        return json.loads(body)
 
     def snapshot(self, query: str = "") -> dict[str, Any]:
         status, body = self.get("/snapshot" + query)

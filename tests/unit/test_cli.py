@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ringtrace.client.errors import ConfigError
-from ringtrace.collector.cli import parse_listen_address, parse_size
+from ringtrace.collector.cli import ENVIRONMENT, build_parser, environment_args, parse_listen_address, parse_size
 
 
 @pytest.mark.parametrize(
@@ -41,3 +43,29 @@ def test_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_addresses_are_refused(text: str) -> None:
     with pytest.raises(ConfigError, match="HOST:PORT"):
         parse_listen_address(text)
+
+
+def test_every_flag_has_an_environment_variable() -> None:
+    usage = build_parser().format_usage()
+    flags = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}
+    assert flags == set(ENVIRONMENT)
+    assert ENVIRONMENT["--max-frame-size"] == "RINGTRACE_MAX_FRAME_SIZE"
+
+
+def test_the_environment_sets_flags_and_the_command_line_wins() -> None:
+    environ = {"RINGTRACE_CAPACITY": "64MB", "RINGTRACE_POLICY": "discard", "RINGTRACE_TCP": "127.0.0.1:9"}
+    parser = build_parser()
+    args = parser.parse_args([*environment_args(environ), "--capacity", "32MB"])
+    assert (args.capacity, args.policy, args.tcp) == (32_000_000, "discard", ("127.0.0.1", 9))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("RINGTRACE_CAPACITY", "lots"), ("RINGTRACE_POLICY", "keep"), ("RINGTRACE_MAX_TRACKS", "x")]
+)
+def test_a_bad_environment_value_is_refused_naming_the_variable(
+    name: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        environment_args({name: value})
+    assert exited.value.code == 2
+    assert f"environment variable {name}={value!r}" in capsys.readouterr().err

@@ -81,14 +81,14 @@ def decoded(store: Store) -> dict[int, dict[int, list[int]]]:
 
 
 def assert_adds_up(store: Store) -> None:
-    """received = stored + overwritten + capped + discarded, per track; stored matches what the segments index."""
+    """received = stored + each kind of loss (cleared included), per track; stored matches what the segments index."""
     indexed: dict[tuple[int, int], int] = {}
     with store.snapshot() as snapshot:
         for segment in snapshot.segments:
             for _, _, track_id, count, _, _ in segment.index():
                 indexed[(segment.owner, track_id)] = indexed.get((segment.owner, track_id), 0) + count
     for key, counts in store.track_counts().items():
-        losses = counts.overwritten_events + counts.capped_events + counts.discarded_events
+        losses = counts.overwritten_events + counts.capped_events + counts.discarded_events + counts.cleared_events
         assert counts.received_events == counts.stored_events + losses
         assert counts.stored_events == indexed.get(key, 0), key
         assert counts.stored_bytes >= 0
@@ -250,6 +250,22 @@ def test_a_process_is_forgotten_only_when_it_holds_nothing_and_its_counts_stay_i
     assert {owner for owner, _ in store.track_counts()} == {2}
 
 
+def test_clear_removes_what_a_process_holds_counted_and_its_stream_writes_on() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    kept, cleared = Client(store, 1), Client(store, 2)
+    kept.record(0, 100)
+    cleared.record(0, 300)
+    with store.snapshot() as pinned:  # a snapshot being read keeps its segments' buffers, not their events
+        assert store.clear([2]) == 300
+        assert {segment.owner for segment in pinned.segments} == {1, 2}
+    counts = store.process_counts()
+    assert (counts[2].cleared_events, counts[2].stored_events, counts[1].stored_events) == (300, 0, 100)
+    assert store.clear([2, 3]) == 0  # nothing left; an unknown owner is no error
+    cleared.record(1, 5)  # the connection goes on, into a new segment that replays its session frames
+    assert decoded(store) == {1: {100: list(range(100))}, 2: {201: [0, 1, 2, 3, 4]}}
+    assert_adds_up(store)
+
+
 # -- accounting, as a property --------------------------------------------------------------------------------------
 
 operations = st.lists(
@@ -258,6 +274,7 @@ operations = st.lists(
         st.tuples(st.just("reconnect"), st.integers(0, 3)),
         st.tuples(st.just("snapshot"), st.integers(0, 3)),
         st.tuples(st.just("release"), st.integers(0, 3)),
+        st.tuples(st.just("clear"), st.integers(0, 3)),
     ),
     max_size=60,
 )
@@ -295,6 +312,9 @@ def test_received_is_stored_plus_each_kind_of_loss_whatever_happens(
             snapshots.append(store.snapshot())
         elif op[0] == "release" and snapshots:
             snapshots.pop(owner % len(snapshots)).close()
+        elif op[0] == "clear":
+            store.clear([owner])
+            assert not decoded(store).get(owner)
         assert_adds_up(store)
         if process_segments is not None:
             assert all(store.process_held_bytes(o) <= process_segments * MIN_SEGMENT_BYTES for o in range(4))

@@ -1,0 +1,108 @@
+"""``GET /metrics``: the collector's counters in Prometheus' text format, through prometheus-client.
+
+Counters and gauges are read from the collector when Prometheus scrapes (a custom collector), so ingest keeps no
+second set of books; snapshot durations are a histogram observed by the HTTP handlers. Each ``Collector`` has a
+registry of its own, so that several in one process (tests) do not clash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector as _MetricsSource
+
+from .ingest import Traffic
+from .store import Counts
+
+__all__ = ["CONTENT_TYPE", "CollectorMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: What the store lost, by reason: ``Counts`` field prefixes.
+_STORE_LOSSES = ("overwritten", "capped", "discarded", "cleared")
+#: What clients lost, by reason: ``Stats`` fields as totals name them.
+_CLIENT_LOSSES = {
+    "client_dropped_events": "client_dropped",
+    "label_overflow_events": "label_overflow",
+    "rejected_events": "rejected",
+}
+
+
+class MetricsState(Protocol):
+    """What the metrics read of the collector at each scrape."""
+
+    @property
+    def traffic(self) -> Traffic: ...
+
+    def metric_gauges(self) -> dict[str, float]: ...
+
+    def metric_totals(self) -> tuple[Counts, dict[str, int]]: ...
+
+
+class CollectorMetrics:
+    """The registry ``/metrics`` serves, and the snapshot histogram the handlers observe."""
+
+    def __init__(self, state: MetricsState) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Scrape(state))
+        self.snapshot_seconds = Histogram(
+            "ringtrace_snapshot_duration_seconds",
+            "Time to serve a snapshot, from the request to the last byte written, by format",
+            ["format"],
+            registry=self.registry,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Scrape(_MetricsSource):
+    def __init__(self, state: MetricsState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state
+        traffic = state.traffic
+        yield CounterMetricFamily(
+            "ringtrace_ingest_bytes", "Bytes received from clients (every frame)", value=traffic.bytes_received
+        )
+        connections = CounterMetricFamily(
+            "ringtrace_connections", "Client connections, by how they were taken", labels=["outcome"]
+        )
+        connections.add_metric(["accepted"], traffic.connections_accepted)
+        connections.add_metric(["refused"], traffic.connections_refused)
+        connections.add_metric(["protocol_error"], traffic.protocol_errors)
+        yield connections
+        store, client = state.metric_totals()
+        yield CounterMetricFamily("ringtrace_received_events", "Events the store received", value=store.received_events)
+        yield CounterMetricFamily(
+            "ringtrace_received_event_bytes", "Bytes of EVENTS frames the store received", value=store.received_bytes
+        )
+        lost = CounterMetricFamily(
+            "ringtrace_lost_events",
+            "Events not stored, or no longer: by the store (overwritten, capped, discarded, cleared) or by clients "
+            "(client_dropped, label_overflow, rejected)",
+            labels=["reason"],
+        )
+        for reason in _STORE_LOSSES:
+            lost.add_metric([reason], getattr(store, f"{reason}_events"))
+        for name, reason in _CLIENT_LOSSES.items():
+            lost.add_metric([reason], client[name])
+        yield lost
+        for name, value in state.metric_gauges().items():
+            yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
+        yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)
+
+
+_GAUGES = {
+    "connections": "Client connections open",
+    "processes": "Processes known (connected, or with something stored)",
+    "held_bytes": "Bytes of the store's segments",
+    "capacity_bytes": "What the store may hold (--capacity)",
+    "segments": "Segments stored",
+    "snapshots_running": "Snapshots being served",
+    "uptime_seconds": "Seconds since the collector started",
+}

@@ -1,0 +1,198 @@
+"""The HTTP API besides /snapshot, through a real collector: /, /sources, /stats, /metrics, /priority, /clear."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, events
+from prometheus_client.parser import text_string_to_metric_families
+
+RECORD = """
+import sys, threading, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+started = time.time_ns()
+gpu = tl.source("GPU queue")
+for i in range(50):
+    with tl.scope("step", i=i):
+        gpu.open()
+        gpu.close()
+worker = threading.Thread(target=lambda: [tl.instant("tick") for _ in range(7)], name="worker")
+worker.start()
+worker.join()
+assert tl.flush(5)
+print(started, time.time_ns())
+"""
+#: What RECORD stores: 50 spans and 7 instants on threads, 50 opens and 50 closes on the source.
+PER_PROCESS = 157
+
+#: A client that logs a debug message every 10 ms (off at first: its priority is info) until told to stop.
+CHATTY = """
+import sys, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="chatty")
+log = tl.message("engine", "debug", "step $n")
+assert tl.flush(5)
+print("ready", flush=True)
+n = 0
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    log(n)
+    n += 1
+    time.sleep(0.01)
+"""
+
+
+def record(collector: CollectorProcess, name: str) -> tuple[int, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    started, ended = done.stdout.split()
+    return int(started), int(ended)
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    """``check()``'s first true result, polling until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"not true within {timeout_s}s"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[CollectorProcess, dict[str, tuple[int, int]]]]:
+    collector = CollectorProcess()
+    try:
+        yield collector, {name: record(collector, name) for name in ("alpha", "beta")}
+    finally:
+        collector.stop()
+
+
+def test_the_index_lists_every_endpoint_and_each_answers(recorded: Any) -> None:
+    collector, _ = recorded
+    listed = collector.json("/")["endpoints"]
+    assert {e["path"] for e in listed} >= {"/snapshot", "/sources", "/stats", "/metrics", "/priority", "/clear"}
+    for endpoint in listed:
+        if endpoint["method"] == "GET":
+            assert collector.get(endpoint["path"])[0] == 200, endpoint
+
+
+def test_sources_list_every_process_thread_and_source_with_what_is_held_and_when(recorded: Any) -> None:
+    collector, runs = recorded
+    processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+    assert set(processes) == {"alpha", "beta"}
+    for name, (started, ended) in runs.items():
+        process = processes[name]
+        assert process["connections"] == 0  # exited, still listed
+        assert process["stored_events"] == process["received_events"] == PER_PROCESS
+        assert process["held_bytes"] > 0
+        assert started <= process["first_wall_ns"] <= process["last_wall_ns"] <= ended
+        tracks = {t["name"]: t for t in process["tracks"]}
+        assert tracks["GPU queue"]["kind"] == "source"
+        assert tracks["GPU queue"]["stored_events"] == 100
+        assert tracks["MainThread"]["kind"] == "thread" and tracks["MainThread"]["stored_events"] == 50
+        assert tracks["worker"]["stored_events"] == 7
+        assert all(started <= t["first_wall_ns"] <= t["last_wall_ns"] <= ended for t in tracks.values())
+        assert sum(t["stored_bytes"] for t in tracks.values()) == process["stored_bytes"]
+
+
+def test_sources_take_process_filters_and_refuse_others(recorded: Any) -> None:
+    collector, _ = recorded
+    beta = collector.json("/sources?process=bet*")["processes"]
+    assert [p["process_name"] for p in beta] == ["beta"]
+    assert collector.json(f"/sources?pid={beta[0]['pid']}")["processes"] == beta
+    status, body = collector.get("/sources?track=worker")
+    assert status == 400 and b"'track'" in body
+    status, body = collector.get("/sources?pid=one")
+    assert status == 400 and b"'pid'" in body
+
+
+def test_stats_and_metrics_add_up_to_what_was_received(recorded: Any) -> None:
+    collector, _ = recorded
+    stats = collector.json("/stats")
+    assert stats["received_events"] == 2 * PER_PROCESS
+    lost = sum(stats[f"{reason}_events"] for reason in ("overwritten", "capped", "discarded", "cleared"))
+    assert stats["received_events"] == stats["stored_events"] + lost
+    assert stats["connections_accepted"] >= 2 and stats["processes"] == 2
+    assert stats["ingest_bytes"] > stats["received_bytes"] > 0  # frames besides EVENTS: HELLO, SCHEMA, ...
+    status, text = collector.get("/metrics")
+    assert status == 200
+    metrics = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+    }
+    assert metrics[("ringtrace_received_events_total", ())] == stats["received_events"]
+    assert metrics[("ringtrace_stored_events", ())] == stats["stored_events"]
+    assert metrics[("ringtrace_lost_events_total", (("reason", "overwritten"),))] == stats["overwritten_events"]
+    assert metrics[("ringtrace_processes", ())] == 2
+    assert metrics[("ringtrace_ingest_bytes_total", ())] >= stats["ingest_bytes"]
+    collector.snapshot()
+    status, text = collector.get("/metrics")
+    served = [
+        sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+        if sample.name == "ringtrace_snapshot_duration_seconds_count" and sample.labels == {"format": "chrome"}
+    ]
+    assert served and served[0] >= 1
+
+
+@pytest.mark.parametrize("path", ["/stats?x=1", "/metrics?x=1", "/?x=1"])
+def test_endpoints_without_parameters_refuse_any(recorded: Any, path: str) -> None:
+    status, body = recorded[0].get(path)
+    assert status == 400 and b"'x'" in body
+
+
+def test_priority_turns_on_a_connected_process_s_messages(collector: CollectorProcess) -> None:
+    chatty = subprocess.Popen([sys.executable, "-c", CHATTY, collector.tcp_address], stdout=subprocess.PIPE, text=True)
+    try:
+        assert chatty.stdout is not None and chatty.stdout.readline() == "ready\n"
+        status, body = collector.post("/priority", {"priority": "trace+", "bogus": "1"})
+        assert status == 400 and b"'bogus'" in body
+        status, body = collector.post("/priority?priority=loud")
+        assert status == 400 and b"'priority'" in body and b"trace+++" in body
+        status, body = collector.post("/priority?priority=debug&process=nobody")
+        assert status == 404 and b"nobody" in body
+        assert collector.snapshot("?category=engine&flush_timeout_s=5")["otherData"]["clients_flushed"] == 1
+        assert not events(collector.snapshot("?category=engine"), "i")
+        status, body = collector.post("/priority", {"priority": "debug", "process": "chatty"})
+        assert status == 200, body
+        assert [p["process_name"] for p in json.loads(body)["processes"]] == ["chatty"]
+        logged = eventually(lambda: events(collector.snapshot("?category=engine&flush_timeout_s=5"), "i"))
+        assert logged[0]["name"].startswith("step ")
+        rate = lambda: collector.json("/sources?process=chatty")["processes"][0]["events_per_s"]  # noqa: E731
+        assert eventually(lambda: (rate() or 0) > 0)  # messages flow now: the rate says so
+    finally:
+        chatty.kill()
+        chatty.wait()
+        assert chatty.stdout is not None
+        chatty.stdout.close()
+
+
+def test_clear_removes_what_is_stored_and_counts_it(collector: CollectorProcess) -> None:
+    record(collector, "alpha")
+    record(collector, "beta")
+    status, body = collector.post("/clear?process=alpha")
+    assert status == 200, body
+    assert json.loads(body)["cleared_events"] == PER_PROCESS
+    trace = collector.snapshot()
+    names = {e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+    assert names == {"beta"}
+    other = trace["otherData"]
+    assert other["cleared_events"] == PER_PROCESS and other["stored_events"] == PER_PROCESS
+    assert other["received_events"] == other["stored_events"] + other["cleared_events"]
+    record(collector, "alpha")  # stored again after a clear
+    status, body = collector.post("/clear", {})
+    assert status == 200 and json.loads(body)["cleared_events"] == 2 * PER_PROCESS
+    assert collector.json("/stats")["stored_events"] == 0
+    status, body = collector.post("/clear?limit=3")
+    assert status == 400 and b"'limit'" in body

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from ringtrace.client._version import __version__
@@ -16,7 +17,7 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
-from .export import ProcessView, SnapshotView
+from .export import ProcessView, Row, SnapshotView
 from .http import make_app
 from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
@@ -24,13 +25,16 @@ from .metrics import CollectorMetrics
 from .query import EventFilter
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
-from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store
+from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
+from .tail import Tail
 
 __all__ = ["Collector", "CollectorConfig"]
 
 log = logging.getLogger("ringtrace.collector")
 
 _DAY_NS = 86_400 * 10**9
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -332,17 +336,21 @@ class Collector:
         counts = {key: c for key, c in self.store.track_counts().items() if key[0] in uids}
         totals = self.store.process_counts()
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
-        frames = self.store.snapshot()
-        segments = [segment for segment in frames.segments if segment.owner in uids]
-        scan = asyncio.get_running_loop().run_in_executor(None, scan_segments, segments)
-        try:
-            times = await asyncio.shield(scan)  # cancelled, the scan still runs: the segments stay pinned till it ends
-        finally:
-            if scan.done():
-                frames.close()
-            else:
-                scan.add_done_callback(lambda _: frames.close())
+        with_frames = self.store.snapshot()
+        segments = [segment for segment in with_frames.segments if segment.owner in uids]
+        times = await _on_worker(with_frames, scan_segments, segments)
         return sources_document(processes, counts, times, rates)
+
+    async def tail_step(self, tail: Tail) -> list[Row]:
+        """The rows stored since the tail's last step (``tail.py``), read on a worker thread."""
+        processes = {uid: ProcessView.of(p) for uid, p in self.registry.by_uid.items()}
+        frames = self.store.snapshot()
+        segments = [
+            (process, segment)
+            for segment in frames.segments
+            if (process := processes.get(segment.owner)) is not None and tail.wanted(process)
+        ]
+        return await _on_worker(frames, tail.step, segments)
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
@@ -412,6 +420,19 @@ class Collector:
             forgotten_client=self.registry.forgotten_stats,
             origin_ns=self.origin_ns,
         )
+
+
+async def _on_worker(frames: StoreSnapshot, read: Callable[[_A], _R], argument: _A) -> _R:
+    """``read(argument)`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled
+    meanwhile: the read goes on, and the segments it reads must stay)."""
+    future = asyncio.get_running_loop().run_in_executor(None, read, argument)
+    try:
+        return await asyncio.shield(future)
+    finally:
+        if future.done():
+            frames.close()
+        else:
+            future.add_done_callback(lambda _: frames.close())
 
 
 def _selects(selected: EventFilter, process: ProcessRecord) -> bool:

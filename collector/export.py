@@ -48,7 +48,16 @@ from .sessions import ProcessRecord
 from .slices import Pairing
 from .store import Counts, SegmentView, StoreSnapshot
 
-__all__ = ["ProcessView", "Row", "SnapshotView", "chrome_trace_chunks", "native_chunks", "selected_rows"]
+__all__ = [
+    "ProcessView",
+    "Row",
+    "Selection",
+    "SnapshotView",
+    "chrome_trace_chunks",
+    "frame_rows",
+    "native_chunks",
+    "selected_rows",
+]
 
 log = logging.getLogger("ringtrace.collector.export")
 
@@ -175,26 +184,31 @@ def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
     typed events' fields by name, messages rendered. Events whose kind was never declared are left out."""
     walk, selection = _prepared(view, selected)
     for process, track, tables, frame in walk.frames():
-        track_name = process.tracks.get(track.track_id, track).name
-        offset_ns = process.clock_offset_ns
-        try:
-            rows = list(tables.rows(frame))
-        except ProtocolError:
+        yield from frame_rows(process, track, tables, frame, selection)
+
+
+def frame_rows(
+    process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, selection: Selection | None = None
+) -> Iterator[Row]:
+    """The events of one frame that ``selection`` takes, decoded for a reader (none if the frame cannot be)."""
+    track_name = process.tracks.get(track.track_id, track).name
+    offset_ns = process.clock_offset_ns
+    try:
+        rows = list(tables.rows(frame))
+    except ProtocolError:
+        return
+    for kind, name, ts_ns, dur_ns, args in rows:
+        if kind is None:
             continue
-        for kind, name, ts_ns, dur_ns, args in rows:
-            if kind is None:
-                continue
-            shown_name, shown_args = name, args
-            if kind.shape == "message" and isinstance(args, list):
-                shown_name, shown_args = render(kind, args)
-            elif kind.fields and isinstance(args, list):
-                shown_args = typed_args(kind, args, tables.kinds)
-            if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
-                continue
-            priority = kind.priority if kind.shape == "message" else ""
-            yield Row(
-                process, track_name, category_of(kind), priority, shown_name, ts_ns + offset_ns, dur_ns, shown_args
-            )
+        shown_name, shown_args = name, args
+        if kind.shape == "message" and isinstance(args, list):
+            shown_name, shown_args = render(kind, args)
+        elif kind.fields and isinstance(args, list):
+            shown_args = typed_args(kind, args, tables.kinds)
+        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
+            continue
+        priority = kind.priority if kind.shape == "message" else ""
+        yield Row(process, track_name, category_of(kind), priority, shown_name, ts_ns + offset_ns, dur_ns, shown_args)
 
 
 def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
@@ -229,7 +243,7 @@ def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
             yield b"".join(stream)
 
 
-def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events, selection: _Selection) -> bytes | None:
+def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events, selection: Selection) -> bytes | None:
     """The frame, or one with only its selected events (None if it has none)."""
     tables = decoder.tables
     offset_ns = process.clock_offset_ns
@@ -331,15 +345,15 @@ class _Walk:
         return {"first_frame_wall_ns": self.first_ns, "last_frame_wall_ns": self.last_ns}
 
 
-def _prepared(view: SnapshotView, selected: EventFilter) -> tuple[_Walk, _Selection | None]:
+def _prepared(view: SnapshotView, selected: EventFilter) -> tuple[_Walk, Selection | None]:
     """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
     walked), after a first pass that finds the cutoff of a ``limit``."""
     cutoff = _limit_cutoff(_Walk(view, selected), selected.limit) if selected.limit is not None else None
     walk = _Walk(view, selected, cutoff[0] if cutoff is not None else None)
-    return walk, _Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
+    return walk, Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
 
 
-class _Selection:
+class Selection:
     """An ``EventFilter`` applied event by event, with the cutoff of its ``limit``: events that start at the cutoff
     are taken up to ``ties`` of them, the first arrived."""
 
@@ -369,7 +383,7 @@ class _Selection:
 def _limit_cutoff(walk: _Walk, limit: int) -> tuple[int, int] | None:
     """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
     when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
-    selection = _Selection(walk.selected)
+    selection = Selection(walk.selected)
     newest: list[int] = []  # a min-heap of the newest starts seen
     for process, _, tables, frame in walk.frames():
         offset = process.clock_offset_ns
@@ -494,7 +508,7 @@ def _frame_events(
     frame: Events,
     origin_ns: int,
     pairing: Pairing,
-    selection: _Selection | None = None,
+    selection: Selection | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The Chrome events of one stored frame (those ``selection`` takes), and how many of its events could not be
     shown."""

@@ -10,6 +10,7 @@ GET /metrics                        Prometheus text format
 POST /priority?priority=P[&timeline=T][&pid&process&host]
                                     set connected processes' message priority (SET_PRIORITY)
 POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
+GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
 
 Parameters of a POST come in the query string or as a form body. An unknown, repeated or malformed parameter gets a
@@ -28,12 +29,21 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 from ringtrace.client.messages import PRIORITIES
+from ringtrace.client.session import Limits
 
-from .export import SnapshotView, chrome_trace_chunks, native_chunks
+from .export import Row, SnapshotView, chrome_trace_chunks, native_chunks
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
-from .query import EventFilter, QueryError, SnapshotQuery, parse_process_filter, parse_snapshot_query
+from .query import (
+    SNAPSHOT_PARAMETERS,
+    EventFilter,
+    QueryError,
+    SnapshotQuery,
+    parse_process_filter,
+    parse_snapshot_query,
+)
 from .sessions import ProcessRecord
+from .tail import Tail, TailBehind
 
 __all__ = ["make_app"]
 
@@ -63,11 +73,17 @@ class CollectorAPI(Protocol):
 
     def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
 
+    @property
+    def stored_limits(self) -> Limits: ...
+
+    async def tail_step(self, tail: Tail) -> list[Row]: ...
+
 
 COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 #: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
 _PIECE_BYTES = 256 * 1024
+_WHOLE_STORE = ("limit", "format", "flush_timeout_s")
 _CONTENT_TYPES = {"chrome": "application/json", "native": "application/octet-stream"}
 _WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks}
 
@@ -227,6 +243,102 @@ async def clear(request: web.Request) -> web.Response:
     return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
 
 
+#: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
+STREAM_PARAMETERS = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in _WHOLE_STORE}
+#: How often a live tail looks for new events (Gecko's devtools poll markers every 200 ms).
+TAIL_POLL_S = 0.2
+#: A live tail that cannot write what it has within this is cut off (its reader stopped reading).
+TAIL_WRITE_TIMEOUT_S = 10.0
+#: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
+TAIL_KEEPALIVE_S = 15.0
+#: Live tails at once; more get a 503.
+MAX_TAILS = 64
+_TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
+    (``data: {json}``); a comment line now and then while nothing comes; an ``error`` event, then the end, for a
+    reader that fell behind."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    tails = request.app[_TAILS]
+    if len(tails) >= MAX_TAILS:
+        raise web.HTTPServiceUnavailable(
+            text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
+        )
+    tail = Tail(query.filter, collector.stored_limits)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    task = asyncio.current_task()
+    assert task is not None
+    tails.add(task)
+    loop = asyncio.get_running_loop()
+    try:
+        await response.prepare(request)
+        await collector.tail_step(tail)  # where it begins
+        await response.write(b": ringtrace live tail\n\n")
+        written_at = loop.time()
+        while True:
+            await asyncio.sleep(TAIL_POLL_S)
+            try:
+                rows = await collector.tail_step(tail)
+            except TailBehind as exc:
+                log.warning("live tail to %s: %s; ending it", request.remote, exc)
+                event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
+                await asyncio.wait_for(response.write(event), TAIL_WRITE_TIMEOUT_S)
+                break
+            if rows:
+                payload = b"".join(b"data: " + orjson.dumps(row_document(row), default=repr) + b"\n\n" for row in rows)
+            elif loop.time() - written_at >= TAIL_KEEPALIVE_S:
+                payload = b": keepalive\n\n"
+            else:
+                continue
+            try:
+                await asyncio.wait_for(response.write(payload), TAIL_WRITE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning(
+                    "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
+                    TAIL_WRITE_TIMEOUT_S,
+                )  # fmt: skip
+                break
+            written_at = loop.time()
+    except (ConnectionResetError, ConnectionError):
+        pass  # the reader left
+    finally:
+        tails.discard(task)
+    return response
+
+
+async def _end_tails(app: web.Application) -> None:
+    """At shutdown: live tails never end by themselves, and the server would wait for them."""
+    tails: set[asyncio.Task[Any]] = app[_TAILS]
+    for task in list(tails):
+        task.cancel()
+
+
+def row_document(row: Row) -> dict[str, Any]:
+    """One event of a live tail, as JSON."""
+    process = row.process
+    return {
+        "wall_ns": row.wall_ns,
+        "pid": process.trace_pid,
+        "os_pid": process.pid,
+        "host": process.host,
+        "process": process.name,
+        "track": row.track,
+        "category": row.category,
+        "priority": row.priority,
+        "name": row.name,
+        "dur_ns": row.dur_ns,
+        "args": row.args,
+    }
+
+
 async def index(request: web.Request) -> web.Response:
     _check_params(request.query, set())
     return _json({"service": "ringtrace collector", "endpoints": ENDPOINTS})
@@ -241,6 +353,7 @@ ENDPOINTS = [
     {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
     {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
     {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
+    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
     {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
 ]
 
@@ -276,6 +389,8 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
 def make_app(collector: CollectorAPI) -> web.Application:
     app = web.Application(client_max_size=64 * 1024)
     app[COLLECTOR] = collector
+    app[_TAILS] = set()
+    app.on_shutdown.append(_end_tails)
     app.router.add_get("/", index)
     app.router.add_get("/snapshot", snapshot, allow_head=False)
     app.router.add_route("HEAD", "/snapshot", snapshot_head)
@@ -284,5 +399,6 @@ def make_app(collector: CollectorAPI) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/priority", set_priority)
     app.router.add_post("/clear", clear)
+    app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
     return app

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -81,8 +83,10 @@ def test_the_index_lists_every_endpoint_and_each_answers(recorded: Any) -> None:
     listed = collector.json("/")["endpoints"]
     assert {e["path"] for e in listed} >= {"/snapshot", "/sources", "/stats", "/metrics", "/priority", "/clear"}
     for endpoint in listed:
-        if endpoint["method"] == "GET":
+        if endpoint["method"] == "GET" and endpoint["path"] != "/stream":  # (a live tail does not end)
             assert collector.get(endpoint["path"])[0] == 200, endpoint
+    with urllib.request.urlopen(collector.http_url + "/stream", timeout=60) as tail:
+        assert tail.status == 200 and tail.headers["Content-Type"] == "text/event-stream"
 
 
 def test_sources_list_every_process_thread_and_source_with_what_is_held_and_when(recorded: Any) -> None:
@@ -196,3 +200,49 @@ def test_clear_removes_what_is_stored_and_counts_it(collector: CollectorProcess)
     assert collector.json("/stats")["stored_events"] == 0
     status, body = collector.post("/clear?limit=3")
     assert status == 400 and b"'limit'" in body
+
+
+class LiveTail:
+    """``GET /stream`` read on a thread: its events, as they come."""
+
+    def __init__(self, collector: CollectorProcess, query: str = "") -> None:
+        self.response = urllib.request.urlopen(collector.http_url + "/stream" + query, timeout=60)
+        self.events: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.first_line = self.response.readline()  # the tail has begun once it says so
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        event = "message"
+        with self.response:  # until the collector ends it
+            for line in self.response:
+                if line.startswith(b"event: "):
+                    event = line[7:].strip().decode()
+                elif line.startswith(b"data: "):
+                    (self.events if event == "message" else self.errors).append(json.loads(line[6:]))
+                    event = "message"
+
+
+def test_a_live_tail_gets_each_event_stored_after_it_connected_once(collector: CollectorProcess) -> None:
+    record(collector, "before")
+    tail = LiveTail(collector, "?category=span")
+    assert tail.first_line.startswith(b":")
+    record(collector, "after")
+    record(collector, "later")
+    eventually(lambda: sum(e["process"] == "later" for e in tail.events) == 50)
+    by_process = {name: [e for e in tail.events if e["process"] == name] for name in ("before", "after")}
+    assert not by_process["before"]
+    assert sorted(e["args"]["i"] for e in by_process["after"]) == list(range(50))
+    span = by_process["after"][0]
+    assert (span["category"], span["name"], span["track"]) == ("span", "step", "MainThread")
+    assert span["dur_ns"] >= 0 and span["wall_ns"] > 0
+    assert not tail.errors
+    collector.stop()  # SIGTERM: an open tail does not hold up the shutdown (stop() would kill it after 10 s)
+    assert collector.proc.returncode == 0
+
+
+def test_a_live_tail_refuses_what_needs_the_whole_store(collector: CollectorProcess) -> None:
+    for query in ("?limit=5", "?format=native", "?flush_timeout_s=1", "?since=yesterday"):
+        status, body = collector.get("/stream" + query)
+        assert status == 400, query
+        assert query[1:].split("=")[0].encode() in body

@@ -1,0 +1,81 @@
+"""The live tail's cursor over the store: what was stored after it began, once each, and a reader that falls behind
+is told so rather than skipped ahead."""
+
+from __future__ import annotations
+
+import pytest
+from ringtrace.client.protocol import Stats
+from ringtrace.client.session import Limits
+from ringtrace.collector.export import ProcessView
+from ringtrace.collector.query import EventFilter, Pattern
+from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
+from ringtrace.collector.tail import Tail, TailBehind
+from test_store import Client
+
+
+def process(owner: int) -> ProcessView:
+    return ProcessView(owner, 100 + owner, 100 + owner, "host", f"proc-{owner}", 0, Stats(0, 0), {})
+
+
+def step(tail: Tail, store: Store) -> list[int]:
+    """One step of the tail; the ``i`` of each event it gives."""
+    with store.snapshot() as pinned:
+        segments = [(process(s.owner), s) for s in pinned.segments if tail.wanted(process(s.owner))]
+        return [row.args["i"] for row in tail.step(segments)]
+
+
+def test_a_tail_gives_what_is_stored_after_it_began_once_each_across_segments() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    client.record(0, 50)
+    tail = Tail(EventFilter(), Limits())
+    assert step(tail, store) == []  # where it begins: what was there is not given
+    client.record(0, 30)
+    assert step(tail, store) == list(range(50, 80))
+    assert step(tail, store) == []
+    client.record(0, 2000)  # on into new segments
+    assert store.segment_count > 2
+    assert step(tail, store) == list(range(80, 2080))
+
+
+def test_a_tail_filters_by_process_and_track() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    one, two = Client(store, 1), Client(store, 2)
+    tail = Tail(EventFilter(process=Pattern("proc-2"), track=Pattern("t1")), Limits())
+    step(tail, store)
+    one.record(1, 10)
+    two.record(0, 10)
+    two.record(1, 5)
+    assert step(tail, store) == [0, 1, 2, 3, 4]
+
+
+def test_a_reader_that_falls_behind_is_told_how_far() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    tail = Tail(EventFilter(), Limits(), max_step_bytes=16 * 1024, max_lag_bytes=1024 * 1024)
+    step(tail, store)
+    client.record(0, 100)
+    assert step(tail, store) == list(range(100))
+    client.record(0, 3000)  # more than a step reads, less than the lag allowed: read over several steps
+    given = []
+    while len(given) < 3000:
+        more = step(tail, store)
+        assert more
+        given += more
+    assert given == list(range(100, 3100))
+    client.record(0, 20_000)
+    with pytest.raises(TailBehind, match="max_lag_bytes=1048576"):
+        step(tail, store)
+
+
+def test_a_segment_overwritten_before_the_tail_read_it_ends_the_tail() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    tail = Tail(EventFilter(), Limits(), max_step_bytes=1024)
+    step(tail, store)
+    client.record(0, 50)
+    step(tail, store)  # reads a little of it
+    client.record(0, 5000)  # the ring goes round: that segment is overwritten
+    with pytest.raises(TailBehind, match="overwritten"):
+        for _ in range(100):
+            step(tail, store)

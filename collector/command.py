@@ -280,13 +280,14 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def dump_line(row: Row) -> str:
-    """One event as a line: time (UTC), process[pid], track, category, priority, name, duration, args."""
+    """One event as a line: time (UTC), process[pid], track, category (the kind, for a member of a built-in family:
+    ``source_open``, ``marker_end`` ...), priority, name, duration, args."""
     when = datetime.datetime.fromtimestamp(row.wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     fields = [
         f"{when}.{row.wall_ns % 10**9:09d}Z",
         f"{row.process.name}[{row.process.pid}]",
         row.track,
-        row.category,
+        row.kind,
         row.priority or "-",
         row.name,
     ]

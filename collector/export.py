@@ -168,6 +168,8 @@ class Row:
     wall_ns: int
     dur_ns: int
     args: Any
+    #: The kind's name: the category, or the member of a built-in family (``source_open``, ``marker_end`` ...).
+    kind: str
 
 
 def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[Row]:
@@ -192,8 +194,9 @@ def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
             if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
                 continue
             priority = kind.priority if kind.shape == "message" else ""
+            wall_ns = ts_ns + offset_ns
             yield Row(
-                process, track_name, category_of(kind), priority, shown_name, ts_ns + offset_ns, dur_ns, shown_args
+                process, track_name, category_of(kind), priority, shown_name, wall_ns, dur_ns, shown_args, kind.name
             )
 
 

@@ -32,6 +32,7 @@ from .model import (
     MAX_ARG_ITEMS,
     MAX_ARG_TEXT,
     RECORD_FIELDS,
+    KindRegistry,
     StringTable,
     TrackInfo,
     normalise_args,
@@ -149,6 +150,9 @@ class StreamEncoder:
         max_frame_bytes: frames are split so that none exceeds this.
         max_events_per_frame: a frame holds at most this many events (also the unit of work between pauses).
         max_strings: size of the string table, the overflow label's id included.
+        registry: the kinds the stream declares, and what turns typed values into wire values: the process's
+            ``KINDS``, or a registry of its own for a stream that carries another system's kinds (a recording
+            translated from a foreign format).
     """
 
     def __init__(
@@ -156,11 +160,13 @@ class StreamEncoder:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_events_per_frame: int = 8192,
         max_strings: int = 100_000,
+        registry: KindRegistry = KINDS,
     ) -> None:
+        self.registry = registry
         self.strings = StringTable(max_strings)
         self.max_frame_bytes = max_frame_bytes
         self.max_events_per_frame = max_events_per_frame
-        #: Kinds declared on this stream, by id: the process's ``KINDS`` up to ``max_kinds``.
+        #: Kinds declared on this stream, by id: the registry's (the process's ``KINDS``) up to ``max_kinds``.
         self.kinds: dict[int, KindSpec] = {}
         #: Kinds a stream may declare (a collector's WELCOME may lower it); events of the rest reach the collector
         #: as events of an unknown kind, which it counts as undecodable.
@@ -214,7 +220,7 @@ class StreamEncoder:
         batch = EncodedBatch()
         declared = self.declare(track)
         known = len(self.kinds) + len(self._withheld)
-        schema = self._schema_frames() if known < len(KINDS) and len(self.kinds) < self.max_kinds else []
+        schema = self._schema_frames() if known < len(self.registry) and len(self.kinds) < self.max_kinds else []
         step = self.max_events_per_frame * RECORD_FIELDS
         if not records:  # a renamed track with nothing new
             pass
@@ -250,7 +256,7 @@ class StreamEncoder:
     def _schema_frames(self) -> list[bytes]:
         """SCHEMA frames declaring the process's kinds not yet declared here (at most ``max_kinds`` in all)."""
         new: list[KindSpec] = []
-        for kind in KINDS.since(0):
+        for kind in self.registry.since(0):
             if kind.id in self.kinds or kind.id in self._withheld or len(self.kinds) + len(new) >= self.max_kinds:
                 continue
             size = kind.text_bytes
@@ -340,7 +346,7 @@ class StreamEncoder:
         if not tuples:
             return records
         records = list(records)
-        converters = KINDS.converters
+        converters = self.registry.converters
         rejected = []
         for i in tuples:
             kind = records[i * RECORD_FIELDS]

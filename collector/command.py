@@ -3,12 +3,15 @@
     ringtrace collect [collector flags]            the same as ringtrace-collector
     ringtrace snapshot URL -o FILE [filters]       a collector's snapshot, to a file
     ringtrace dump FILE|URL [filters]              events as text, one a line, oldest first
-    ringtrace convert FILE -o OUT [filters]        a trace or snapshot file to Chrome JSON or a snapshot file
+    ringtrace convert FILE -o OUT [filters]        a file to Chrome JSON or a snapshot file
+
+FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
+stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``offline.py``).
 
 Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --process 'web-*'``), checked the same way
 (``query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
-1 for a collector that cannot be reached or answers with an error, a file that cannot be read or is not a ringtrace
-file.
+1 for a collector that cannot be reached or answers with an error, a file that cannot be read, is of no format known
+or is corrupt.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ringtrace.client.errors import ProtocolError
 
 from . import cli as collector_cli
 from .export import Row, chrome_trace_chunks, native_chunks, selected_rows
-from .offline import LoadedFile, load_file
+from .offline import FOREIGN_FORMATS, LoadedFile, load_file
 from .query import FORMATS, QueryError, parse_snapshot_query
 
 __all__ = ["CommandError", "main"]
@@ -51,6 +54,8 @@ _FILTERS: Final = (
     ("--min-priority", "min_priority", "messages at this priority or more important (fatal ... trace+++)"),
     ("--limit", "limit", "only the newest N events"),
 )
+#: Recordings of other systems that files may be.
+_FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
 _HTTP_TIMEOUT_S: Final = 120.0
 _CHUNK: Final = 1 << 16
 
@@ -102,13 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.set_defaults(run=_snapshot)
 
     dump = commands.add_parser("dump", help="events as text, one a line")
-    dump.add_argument("source", metavar="FILE|URL", help="a trace or snapshot file, or a collector's HTTP address")
+    dump.add_argument(
+        "source",
+        metavar="FILE|URL",
+        help=f"a trace or snapshot file, a recording ({_FOREIGN}), or a collector's HTTP address",
+    )
     dump.add_argument("--newest-first", action="store_true", help="newest event first")
     _add_filters(dump)
     dump.set_defaults(run=_dump)
 
-    convert = commands.add_parser("convert", help="a trace or snapshot file to Chrome JSON or a snapshot file")
-    convert.add_argument("file", metavar="FILE", help="a trace file (FileListener) or a snapshot file")
+    convert = commands.add_parser(
+        "convert", help=f"a trace or snapshot file, or a recording ({_FOREIGN}), to Chrome JSON or a snapshot file"
+    )
+    convert.add_argument(
+        "file", metavar="FILE", help=f"a trace file (FileListener), a snapshot file, or a recording ({_FOREIGN})"
+    )
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
     convert.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
     _add_filters(convert)
@@ -280,13 +293,14 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def dump_line(row: Row) -> str:
-    """One event as a line: time (UTC), process[pid], track, category, priority, name, duration, args."""
+    """One event as a line: time (UTC), process[pid], track, category (the kind, for a member of a built-in family:
+    ``source_open``, ``marker_end`` ...), priority, name, duration, args."""
     when = datetime.datetime.fromtimestamp(row.wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     fields = [
         f"{when}.{row.wall_ns % 10**9:09d}Z",
         f"{row.process.name}[{row.process.pid}]",
         row.track,
-        row.category,
+        row.kind,
         row.priority or "-",
         row.name,
     ]

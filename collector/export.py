@@ -177,6 +177,8 @@ class Row:
     wall_ns: int
     dur_ns: int
     args: Any
+    #: The kind's name: the category, or the member of a built-in family (``source_open``, ``marker_end`` ...).
+    kind: str
 
 
 def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[Row]:
@@ -208,7 +210,8 @@ def frame_rows(
         if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
             continue
         priority = kind.priority if kind.shape == "message" else ""
-        yield Row(process, track_name, category_of(kind), priority, shown_name, ts_ns + offset_ns, dur_ns, shown_args)
+        wall_ns = ts_ns + offset_ns
+        yield Row(process, track_name, category_of(kind), priority, shown_name, wall_ns, dur_ns, shown_args, kind.name)
 
 
 def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:

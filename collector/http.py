@@ -332,6 +332,7 @@ def row_document(row: Row) -> dict[str, Any]:
         "process": process.name,
         "track": row.track,
         "category": row.category,
+        "kind": row.kind,
         "priority": row.priority,
         "name": row.name,
         "dur_ns": row.dur_ns,

@@ -4,11 +4,17 @@ A trace file (the client's file listener) holds one stream, a snapshot file (``f
 each stream becomes one segment of a store sized to hold them all, its HELLO a process, exactly as the collector
 recovers a data dir. Filters, Chrome export and snapshot files then work on files unchanged (``ringtrace convert``,
 ``ringtrace dump``). Reading stops at a torn tail or a broken frame, keeping everything before it, and says why.
+
+Recordings of other systems are recognised by their first bytes (``FOREIGN_FORMATS``) and translated into a
+ringtrace stream first (``foreign.py``): a HawkTracer HTDUMP stream (``hawktracer.py``), a GaBIEn TimeLogger stream
+(``timelogger.py``). From there on they are served as ringtrace files; a torn tail or a broken record of theirs is
+reported as a ringtrace file's would be.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -17,16 +23,23 @@ from ringtrace.client.errors import BadPreamble, ProtocolError
 from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats
 from ringtrace.client.session import Limits, SessionDecoder
 
+from . import hawktracer, timelogger
 from .export import ProcessView, SnapshotView
+from .foreign import Recording, to_stream
 from .segments import INDEX_ENTRY, Recovered
 from .sessions import Registry
 from .store import MIN_SEGMENT_BYTES, Store
 
-__all__ = ["LoadedFile", "load_file"]
+__all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file"]
 
 #: What decoding a file may meet: anything a collector could have stored.
 FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
 _DAY_NS: Final = 86_400 * 10**9
+#: Foreign formats: (name, whether a file's first bytes are of it, its reader).
+FOREIGN_FORMATS: Final[tuple[tuple[str, Callable[[bytes], bool], Callable[[bytes], Recording]], ...]] = (
+    ("HawkTracer HTDUMP", hawktracer.looks_like, hawktracer.read),
+    ("GaBIEn TimeLogger", timelogger.looks_like, timelogger.read),
+)
 
 
 @dataclass
@@ -50,15 +63,22 @@ class _Stream:
 
 
 def load_file(path: str | os.PathLike[str]) -> LoadedFile:
-    """Read a trace file or a snapshot file.
+    """Read a trace file or a snapshot file, or a recording of another system (``FOREIGN_FORMATS``).
 
     Raises:
         OSError: the file cannot be read.
-        BadPreamble: it is not a ringtrace file (it does not start with the magic).
+        BadPreamble: it is of no format known here (it does not start with the magic, nor as a foreign format does).
+        ForeignFormatError: a foreign recording that cannot be carried at all (its timestamps span too much).
     """
-    data = Path(path).read_bytes()
+    file = Path(path)
+    data = file.read_bytes()
+    other: dict[str, object] = {"source_file": str(path)}
+    foreign: Recording | None = None
     if not data.startswith(MAGIC):
-        raise BadPreamble(f"not a ringtrace file: it starts with {data[:8]!r}, not the magic {MAGIC!r}")
+        name, foreign = _foreign(data)
+        other["source_format"] = name
+        other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
+        data = to_stream(foreign, file.name, file.stat().st_mtime_ns, data)
     streams, error = _streams(memoryview(data))
     store = Store(2**62, MIN_SEGMENT_BYTES)
     registry = Registry()
@@ -88,12 +108,29 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
         snapshot,
         processes,
         store.track_counts(),
-        {"source_file": str(path)},
+        other,
         limits=FILE_LIMITS,
         origin_ns=first_ns // _DAY_NS * _DAY_NS,  # midnight UTC before the first event: every ts is positive
     )
     torn = error is not None and error.startswith("the file ends inside")
+    if foreign is not None and foreign.error is not None:
+        error, torn = foreign.error, foreign.torn
     return LoadedFile(view, len(streams), events, error, torn)
+
+
+def _foreign(data: bytes) -> tuple[str, Recording]:
+    """The name of the foreign format ``data`` is in, and what it holds.
+
+    Raises:
+        BadPreamble: no format known here starts as ``data`` does.
+    """
+    for name, looks_like, read in FOREIGN_FORMATS:
+        if looks_like(data):
+            return name, read(data)
+    known = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
+    raise BadPreamble(
+        f"not a ringtrace file (it starts with {data[:8]!r}, not the magic {MAGIC!r}), nor one of {known}"
+    )
 
 
 def _streams(data: memoryview) -> tuple[list[_Stream], str | None]:

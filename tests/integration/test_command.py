@@ -104,6 +104,22 @@ def test_convert_and_dump_read_trace_and_snapshot_files(tmp_path: Path, capsys: 
     assert status == 0 and len(out.splitlines()) == 4 and all("from-file[" in line for line in out.splitlines())
 
 
+def test_dump_names_the_member_of_a_family_sources_markers_async(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "sources.rttrace"
+    tl = Timeline("file", [FileListener(trace, process_name="sources")])
+    gpu = tl.source("gpu")
+    gpu.open()
+    gpu.close()
+    tl.close()
+    status, out, _ = run(capsys, "dump", str(trace))
+    assert status == 0
+    assert [line.split("  ")[2:4] for line in out.splitlines()] == [["gpu", "source_open"], ["gpu", "source_close"]]
+    _, out, _ = run(capsys, "dump", str(trace), "--category", "source")  # the family, as a filter names it
+    assert len(out.splitlines()) == 2
+
+
 def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "run.rttrace"
     write_trace_file(trace)

@@ -29,6 +29,7 @@ from ringtrace.client.model import (
     SPAN,
     THREAD_TRACK,
     DecodedEvent,
+    KindRegistry,
     StringTable,
     TrackInfo,
     display_text,
@@ -703,3 +704,15 @@ def test_a_lower_byte_limit_cuts_the_strings_past_it() -> None:
     assert (table.max_strings, table.overflow_id, table.bytes) == (5, 4, 40)
     assert table.cut_ids == range(4, 10)
     assert table["label-0009"] == table.overflow_id and table["label-0003"] == 3
+
+
+def test_a_stream_of_its_own_kinds_declares_those_and_converts_with_their_converters() -> None:
+    registry = KindRegistry()
+    kind = registry.register("Sample", "instant", (("id", "u64"), ("name", "str")), lambda v: ([v[0], v[1].upper()], 1))
+    stream = Stream(StreamEncoder(registry=registry))
+    stream.encode([(kind.id, "Sample", 5, 5, (7, "x"))])
+    (event,) = stream.events()
+    assert (event.kind, event.name, event.args) == ("Sample", "Sample", {"id": 7, "name": "X"})
+    assert stream.decoder.tables.kinds[kind.id] == kind
+    assert set(stream.decoder.tables.kinds) == {k.id for k in registry.since(0)}  # not the process's KINDS
+    assert stream.encoder.clipped_args == 1

@@ -174,6 +174,8 @@ class Collector:
         self.rates = RateSampler()
         self.metrics = CollectorMetrics(self)
         self.snapshots_running = 0
+        #: Live tails (``GET /stream``) that have begun.
+        self.tails_running = 0
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         self._tcp_server: asyncio.Server | None = None
@@ -314,6 +316,7 @@ class Collector:
             "capacity_bytes": store.capacity_bytes,
             "segments": store.segment_count,
             "snapshots_running": self.snapshots_running,
+            "tails_running": self.tails_running,
             "uptime_seconds": round(time.monotonic() - self.started_s, 3),
         }
 

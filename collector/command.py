@@ -4,6 +4,9 @@
     ringtrace snapshot URL -o FILE [filters]       a collector's snapshot, to a file
     ringtrace dump FILE|URL [filters]              events as text, one a line, oldest first
     ringtrace convert FILE -o OUT [filters]        a file to Chrome JSON or a snapshot file
+    ringtrace tail URL [filters]                   a collector's events as they are stored, one a line
+    ringtrace sources URL [--pid --process --host] a collector's processes, threads and sources, as a table
+    ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
 
 FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
 stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``offline.py``).
@@ -27,17 +30,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-from ringtrace.client.errors import ProtocolError
+from rich.table import Table
+from ringtrace.client.errors import ConfigError, ProtocolError
+from ringtrace.client.options import parse_address
 
 from . import cli as collector_cli
 from .export import Row, chrome_trace_chunks, native_chunks, selected_rows
 from .offline import FOREIGN_FORMATS, LoadedFile, load_file
-from .query import FORMATS, QueryError, parse_snapshot_query
+from .query import FORMATS, PROCESS_PARAMETERS, STREAM_PARAMETERS, QueryError, parse_snapshot_query
+from .replay import ReplayError, replay
 
 __all__ = ["CommandError", "main"]
 
@@ -57,6 +64,7 @@ _FILTERS: Final = (
 #: Recordings of other systems that files may be.
 _FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
 _HTTP_TIMEOUT_S: Final = 120.0
+_ENDPOINTS: Final = ("/snapshot", "/stream", "/sources")
 _CHUNK: Final = 1 << 16
 
 
@@ -126,19 +134,39 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
     _add_filters(convert)
     convert.set_defaults(run=_convert)
+
+    tail = commands.add_parser("tail", help="a collector's events as they are stored, one a line (Ctrl-C ends it)")
+    tail.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
+    _add_filters(tail, STREAM_PARAMETERS)
+    tail.set_defaults(run=_tail)
+
+    sources = commands.add_parser("sources", help="a collector's processes, threads and sources, as a table")
+    sources.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
+    sources.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
+    _add_filters(sources, PROCESS_PARAMETERS)
+    sources.set_defaults(run=_sources)
+
+    replay_ = commands.add_parser(
+        "replay", help="send a file's events to a collector, which stores and serves them as live data"
+    )
+    replay_.add_argument("file", metavar="FILE", help=f"a trace or snapshot file, or a recording ({_FOREIGN})")
+    replay_.add_argument("--to", required=True, metavar="HOST:PORT", help="the collector's ingest address")
+    _add_filters(replay_)
+    replay_.set_defaults(run=_replay)
     return parser
 
 
-def _add_filters(parser: argparse.ArgumentParser) -> None:
+def _add_filters(parser: argparse.ArgumentParser, accepted: Container[str] | None = None) -> None:
     group = parser.add_argument_group("filters (as GET /snapshot's query parameters)")
-    for flag, _, text in _FILTERS:
-        group.add_argument(flag, metavar="VALUE", help=text)
+    for flag, name, text in _FILTERS:
+        if accepted is None or name in accepted:
+            group.add_argument(flag, metavar="VALUE", help=text)
 
 
 def _filter_params(args: argparse.Namespace) -> list[tuple[str, str]]:
     params = []
     for flag, name, _ in _FILTERS:
-        value = getattr(args, flag[2:].replace("-", "_"))
+        value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None:
             params.append((name, value))
     return params
@@ -167,10 +195,13 @@ def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_params(params: list[tuple[str, str]]) -> None:
+def _check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | None = None) -> None:
     """Refuse what the collector would refuse before asking it: the same rules, and a message that names the flag."""
     try:
-        parse_snapshot_query(params, now_ns=time.time_ns())
+        if accepted is None:
+            parse_snapshot_query(params, now_ns=time.time_ns())
+        else:
+            parse_snapshot_query(params, now_ns=time.time_ns(), accepted=accepted)
     except QueryError as exc:
         raise CommandError(_as_flags(str(exc)), status=2) from None
 
@@ -182,12 +213,18 @@ def _as_flags(message: str) -> str:
 
 
 def _snapshot_url(base: str, params: list[tuple[str, str]]) -> str:
+    return _endpoint_url(base, "/snapshot", params)
+
+
+def _endpoint_url(base: str, endpoint: str, params: list[tuple[str, str]]) -> str:
+    """``endpoint`` of the collector at ``base`` (an HTTP address, perhaps with a path before it), with ``params``."""
     parts = urllib.parse.urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise CommandError(f"URL must be a collector's HTTP address such as http://127.0.0.1:7701, got {base!r}", 2)
     path = parts.path.rstrip("/")
-    if not path.endswith("/snapshot"):
-        path += "/snapshot"
+    for known in _ENDPOINTS:  # the address of another endpoint of the same collector will do
+        path = path.removesuffix(known)
+    path += endpoint
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True) + params  # the URL's own go first
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, urllib.parse.urlencode(query), ""))
 
@@ -295,17 +332,133 @@ def _dump(args: argparse.Namespace) -> int:
 def dump_line(row: Row) -> str:
     """One event as a line: time (UTC), process[pid], track, category (the kind, for a member of a built-in family:
     ``source_open``, ``marker_end`` ...), priority, name, duration, args."""
-    when = datetime.datetime.fromtimestamp(row.wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    fields = [
-        f"{when}.{row.wall_ns % 10**9:09d}Z",
-        f"{row.process.name}[{row.process.pid}]",
-        row.track,
-        row.kind,
-        row.priority or "-",
-        row.name,
-    ]
-    if row.dur_ns:
-        fields.append(f"dur={row.dur_ns / 1000:.3f}us")
-    if row.args not in (None, {}, []):
-        fields.append(json.dumps(row.args, default=repr, ensure_ascii=False, separators=(",", ":")))
+    label = f"{row.process.name}[{row.process.pid}]"
+    return _line(row.wall_ns, label, row.track, row.kind, row.priority, row.name, row.dur_ns, row.args)
+
+
+def _line(wall_ns: int, process: str, track: str, kind: str, priority: str, name: str, dur_ns: int, args: Any) -> str:
+    when = datetime.datetime.fromtimestamp(wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    fields = [f"{when}.{wall_ns % 10**9:09d}Z", process, track, kind, priority or "-", name]
+    if dur_ns:
+        fields.append(f"dur={dur_ns / 1000:.3f}us")
+    if args not in (None, {}, []):
+        fields.append(json.dumps(args, default=repr, ensure_ascii=False, separators=(",", ":")))
     return "  ".join(field.replace("\n", "\\n") for field in fields) + "\n"
+
+
+# -- tail, sources, replay -------------------------------------------------------------------------------------------
+
+
+def _tail(args: argparse.Namespace) -> int:
+    params = _filter_params(args)
+    _check_params(params, STREAM_PARAMETERS)
+    event = "message"
+    with _fetch(_endpoint_url(args.url, "/stream", params)) as response:
+        for raw in response:
+            if raw.startswith(b"event: "):
+                event = raw[7:].strip().decode("utf-8", "replace")
+            elif raw.startswith(b"data: "):
+                document = json.loads(raw[6:])
+                if event != "message":
+                    raise CommandError(f"the collector ended the tail: {document.get('reason', document)}")
+                sys.stdout.write(_tail_line(document))
+                sys.stdout.flush()
+    raise CommandError("the collector ended the tail (it stopped?)")
+
+
+def _tail_line(event: dict[str, Any]) -> str:
+    label = f"{event['process']}[{event['os_pid']}]"
+    return _line(
+        event["wall_ns"], label, event["track"], event["kind"], event["priority"], event["name"], event["dur_ns"],
+        event["args"],
+    )  # fmt: skip
+
+
+def _sources(args: argparse.Namespace) -> int:
+    params = _filter_params(args)
+    _check_params(params, PROCESS_PARAMETERS)
+    with _fetch(_endpoint_url(args.url, "/sources", params)) as response:
+        body = response.read()
+    if args.json:
+        sys.stdout.write(body.decode() + "\n")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in (
+        "pid",
+        "process / track",
+        "kind",
+        "host",
+        "conn",
+        "events",
+        "bytes",
+        "lost",
+        "ev/s",
+        "first",
+        "last",
+    ):
+        table.add_column(
+            column, justify="right" if column in ("pid", "conn", "events", "bytes", "lost", "ev/s") else "left"
+        )
+    for process in json.loads(body)["processes"]:
+        rate = process["events_per_s"]
+        table.add_row(
+            str(process["pid"]), f"[bold]{process['process_name']}[/bold]", "process", process["host"],
+            str(process["connections"]), f"{process['stored_events']:,}", _size(process["stored_bytes"]),
+            f"{_lost(process):,}", "-" if rate is None else f"{rate:,.0f}", _clock(process["first_wall_ns"]),
+            _clock(process["last_wall_ns"]),
+        )  # fmt: skip
+        for track in process["tracks"]:
+            table.add_row(
+                "", f"  {track['name'] or track['track']}", track["kind"] or "?", "", "",
+                f"{track['stored_events']:,}", _size(track["stored_bytes"]), f"{_lost(track):,}", "",
+                _clock(track["first_wall_ns"]), _clock(track["last_wall_ns"]),
+            )  # fmt: skip
+    # On a terminal, as wide as it is; into a pipe or file, whole lines.
+    Console(highlight=False, width=None if sys.stdout.isatty() else 1000).print(table)
+    return 0
+
+
+_SOURCE_COLUMNS: Final = ("pid", "process / track", "kind", "host", "conn", "events", "bytes", "lost", "ev/s", "first",
+                          "last")  # fmt: skip
+_NUMERIC_COLUMNS: Final = ("pid", "conn", "events", "bytes", "lost", "ev/s")
+
+
+def _lost(counts: dict[str, Any]) -> int:
+    """Every kind of loss of a process or track (what was cleared on request is not lost)."""
+    names = ("overwritten_events", "capped_events", "discarded_events", "client_dropped_events", "rejected_events")
+    return sum(int(counts.get(name, 0)) for name in names)
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:,.0f} {unit}" if unit == "B" else f"{nbytes:,.1f} {unit}"
+        nbytes /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _clock(wall_ns: int | None) -> str:
+    if wall_ns is None:
+        return "-"
+    when = datetime.datetime.fromtimestamp(wall_ns / 1e9, datetime.UTC)
+    return when.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _replay(args: argparse.Namespace) -> int:
+    params = _filter_params(args)
+    _check_params(params)
+    try:
+        host, port = parse_address(args.to)
+    except ConfigError as exc:
+        raise CommandError(f"--to: {exc}", 2) from None
+    selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
+    loaded = _load(args.file)
+    try:
+        done = replay(native_chunks(loaded.view, selected), host, port)
+    except ReplayError as exc:
+        raise CommandError(str(exc)) from None
+    streams = f"{done.streams} stream{'s' if done.streams != 1 else ''}"
+    print(f"replayed {done.events} events in {done.frames} frames ({streams}) to {args.to}")
+    if done.refused:
+        raise CommandError(f"the collector's store refused {done.refused} of them (its --policy or a process cap)")
+    return 0

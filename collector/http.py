@@ -35,7 +35,7 @@ from .export import Row, SnapshotView, chrome_trace_chunks, native_chunks
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
 from .query import (
-    SNAPSHOT_PARAMETERS,
+    STREAM_PARAMETERS,
     EventFilter,
     QueryError,
     SnapshotQuery,
@@ -60,6 +60,7 @@ class CollectorAPI(Protocol):
     def metrics(self) -> CollectorMetrics: ...
 
     snapshots_running: int
+    tails_running: int
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
 
@@ -83,7 +84,6 @@ COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 #: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
 _PIECE_BYTES = 256 * 1024
-_WHOLE_STORE = ("limit", "format", "flush_timeout_s")
 _CONTENT_TYPES = {"chrome": "application/json", "native": "application/octet-stream"}
 _WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks}
 
@@ -243,8 +243,6 @@ async def clear(request: web.Request) -> web.Response:
     return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
 
 
-#: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
-STREAM_PARAMETERS = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in _WHOLE_STORE}
 #: How often a live tail looks for new events (Gecko's devtools poll markers every 200 ms).
 TAIL_POLL_S = 0.2
 #: A live tail that cannot write what it has within this is cut off (its reader stopped reading).
@@ -278,9 +276,12 @@ async def stream(request: web.Request) -> web.StreamResponse:
     assert task is not None
     tails.add(task)
     loop = asyncio.get_running_loop()
+    begun = False
     try:
         await response.prepare(request)
         await collector.tail_step(tail)  # where it begins
+        collector.tails_running += 1
+        begun = True
         await response.write(b": ringtrace live tail\n\n")
         written_at = loop.time()
         while True:
@@ -311,6 +312,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         pass  # the reader left
     finally:
         tails.discard(task)
+        collector.tails_running -= begun
     return response
 
 

@@ -104,5 +104,6 @@ _GAUGES = {
     "capacity_bytes": "What the store may hold (--capacity)",
     "segments": "Segments stored",
     "snapshots_running": "Snapshots being served",
+    "tails_running": "Live tails (GET /stream) open",
     "uptime_seconds": "Seconds since the collector started",
 }

@@ -25,6 +25,7 @@ __all__ = [
     "EVERYTHING",
     "FORMATS",
     "PROCESS_PARAMETERS",
+    "STREAM_PARAMETERS",
     "EventFilter",
     "Pattern",
     "QueryError",
@@ -196,6 +197,10 @@ SNAPSHOT_PARAMETERS: Final = {
 }
 
 
+#: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
+STREAM_PARAMETERS: Final = {
+    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")
+}
 #: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
 PROCESS_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host")}
 

@@ -1,0 +1,142 @@
+"""``ringtrace tail``, ``sources`` and ``replay`` against a real collector (the tail as a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from collector_process import CollectorProcess, events
+from ringtrace.client import FileListener, Timeline
+from ringtrace.collector.command import main
+
+RECORD = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+slow = tl.message("engine", "warning", "slow $n")
+for i in range(20):
+    with tl.scope("request", i=i):
+        pass
+slow(7)
+assert tl.flush(5)
+"""
+FOREIGN = Path(__file__).parent.parent / "data" / "foreign"
+
+
+def record(collector: CollectorProcess, name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_tail_prints_events_stored_after_it_started_as_dump_lines(collector: CollectorProcess) -> None:
+    record(collector, "earlier")
+    tail = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--category", "engine"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    got_two = threading.Event()
+
+    def read() -> None:
+        assert tail.stdout is not None
+        for line in tail.stdout:
+            lines.append(line)
+            if len(lines) == 2:
+                got_two.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while collector.json("/stats")["tails_running"] == 0:  # it has begun: what is stored from now on is its
+            assert time.monotonic() < deadline and tail.poll() is None, "the tail did not begin"
+            time.sleep(0.05)
+        for name in ("web", "db"):
+            record(collector, name)
+        assert got_two.wait(30), (lines, tail.stderr)
+    finally:
+        collector.stop()  # the collector ends the tail: it says so and exits 1
+        assert tail.wait(30) == 1
+        reader.join(10)
+        assert tail.stderr is not None and "ended the tail" in tail.stderr.read()
+        for stream in (tail.stdout, tail.stderr):
+            assert stream is not None
+            stream.close()
+    processes = [line.split("  ")[1] for line in lines]
+    assert [p.split("[")[0] for p in processes] == ["web", "db"]  # not "earlier": it was there before
+    assert all("  engine  warning  slow n(7)  " in line for line in lines), lines
+
+
+def test_tail_refuses_filters_a_live_tail_cannot_take(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["tail", "http://127.0.0.1:1", "--limit", "3"])
+    assert exited.value.code == 2
+    status, _, err = run(capsys, "tail", "http://127.0.0.1:1")
+    assert status == 1 and "cannot reach 127.0.0.1:1" in err
+
+
+def test_sources_shows_a_table_or_the_json(collector: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    record(collector, "web")
+    record(collector, "db")
+    status, out, _ = run(capsys, "sources", collector.http_url)
+    assert status == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0][:2] == ["pid", "process"]
+    assert {row[1] for row in rows if "process" in row[2:3]} == {"web", "db"}
+    assert [row[:3] for row in rows if row[0] == "MainThread"] == [["MainThread", "thread", "21"]] * 2
+    status, out, _ = run(capsys, "sources", collector.http_url + "/sources", "--process", "db", "--json")
+    assert status == 0 and [p["process_name"] for p in json.loads(out)["processes"]] == ["db"]
+    status, _, err = run(capsys, "sources", "ftp://x")
+    assert status == 2 and "URL must be" in err
+
+
+def test_replay_sends_a_file_that_the_collector_serves_as_live_data(
+    collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "db.rttrace"
+    timeline = Timeline("db", [FileListener(path)])
+    for i in range(30):
+        with timeline.scope("query", i=i):
+            pass
+    timeline.close()
+    status, out, err = run(capsys, "replay", str(path), "--to", collector.tcp_address, "--since=-1h")
+    assert status == 0, err
+    assert out.startswith("replayed 30 events in ")
+    spans = events(collector.snapshot(), "X")
+    assert sorted(span["args"]["i"] for span in spans) == list(range(30))
+    status, out, err = run(capsys, "replay", str(FOREIGN / "timelogger-sample.bin"), "--to", collector.tcp_address)
+    assert status == 0, err
+    sources = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+    assert sources["timelogger-sample.bin"]["stored_events"] == 411
+    status, _, err = run(capsys, "replay", str(path), "--to", "127.0.0.1:1")
+    assert status == 1 and "cannot replay to 127.0.0.1:1" in err
+    status, _, err = run(capsys, "replay", str(path), "--to", "no-port")
+    assert status == 2 and "--to" in err
+
+
+def test_replay_names_a_frame_the_collector_would_not_take(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    collector = CollectorProcess("--max-frame-size", "32KiB")
+    try:
+        path = tmp_path / "big.rttrace"
+        timeline = Timeline("big", [FileListener(path)])
+        for i in range(2000):
+            timeline.instant("tick", i=i, pad="x" * 200)
+        timeline.close()
+        status, _, err = run(capsys, "replay", str(path), "--to", collector.tcp_address)
+        assert status == 1 and "max_frame_bytes=32768" in err
+    finally:
+        collector.stop()

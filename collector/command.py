@@ -63,6 +63,8 @@ _FILTERS: Final = (
 )
 #: Recordings of other systems that files may be.
 _FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
+#: Filters whose values may start with "-" (a relative time).
+_VALUE_FLAGS: Final = frozenset({"--since", "--until"})
 _HTTP_TIMEOUT_S: Final = 120.0
 _ENDPOINTS: Final = ("/snapshot", "/stream", "/sources")
 _CHUNK: Final = 1 << 16
@@ -77,7 +79,7 @@ class CommandError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_with_values_joined(sys.argv[1:] if argv is None else list(argv)))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
@@ -90,6 +92,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so that the interpreter's final flush is quiet
         return 0
+
+
+def _with_values_joined(argv: list[str]) -> list[str]:
+    """``--since -5s`` as ``--since=-5s``: argparse takes a value that starts with ``-`` for a flag, and relative
+    times do (a subcommand's own flags, after ``collect``, are left alone)."""
+    joined: list[str] = []
+    position = 0
+    while position < len(argv):
+        token = argv[position]
+        if token == "collect" and not joined:
+            return argv
+        following = argv[position + 1] if position + 1 < len(argv) else None
+        if token in _VALUE_FLAGS and following is not None and following.startswith("-") and following != "-":
+            joined.append(f"{token}={following}")
+            position += 2
+        else:
+            joined.append(token)
+            position += 1
+    return joined
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -113,7 +113,7 @@ def test_replay_sends_a_file_that_the_collector_serves_as_live_data(
         with timeline.scope("query", i=i):
             pass
     timeline.close()
-    status, out, err = run(capsys, "replay", str(path), "--to", collector.tcp_address, "--since=-1h")
+    status, out, err = run(capsys, "replay", str(path), "--to", collector.tcp_address, "--since", "-1h")
     assert status == 0, err
     assert out.startswith("replayed 30 events in ")
     spans = events(collector.snapshot(), "X")

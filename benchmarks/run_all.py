@@ -26,6 +26,8 @@ BENCHMARKS = {
     "ingest": ("bench_ingest.py", 1200),
     "export_json": ("bench_export_json.py", 300),
     "snapshot": ("bench_snapshot.py", 900),
+    "stream": ("bench_stream.py", 300),
+    "convert": ("bench_convert.py", 600),
 }
 
 

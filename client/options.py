@@ -102,6 +102,9 @@ class StreamerOptions:
     backoff_max_s: float = 1.0
     #: How long the exit of the interpreter (or of a multiprocessing child) waits for delivery.
     exit_timeout_s: float = 2.0
+    #: With nothing else to send for this long, a heartbeat tells the collector the connection is alive (collectors
+    #: close connections idle past their --idle-timeout, 60 s by default).
+    heartbeat_s: float = 15.0
     #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``); see the README.
     deliver_on_sigterm: bool = True
 
@@ -117,7 +120,7 @@ class StreamerOptions:
         if not isinstance(self.deliver_on_sigterm, bool):
             value = self.deliver_on_sigterm
             raise ConfigError(f"option deliver_on_sigterm must be a bool, got {type(value).__name__} {value!r}")
-        for name in ("batch_interval_s", "connect_timeout_s", "backoff_initial_s", "backoff_max_s"):
+        for name in ("batch_interval_s", "connect_timeout_s", "backoff_initial_s", "backoff_max_s", "heartbeat_s"):
             _check_number(self, name, low=0.0, inclusive=False)
         _check_number(self, "exit_timeout_s", low=0.0, inclusive=True)
         _check_int(self, "max_queue_bytes", 1)

@@ -68,6 +68,8 @@ log = logging.getLogger("ringtrace.client")
 _FLUSH_RETRY_S = 0.25
 #: Loss counters are sent at most this often (and with every flush).
 _STATS_INTERVAL_S = 0.25
+#: The heartbeat (``heartbeat_s``: nothing sent for that long) is a FLUSH nobody waits for.
+_HEARTBEAT_TOKEN = 0
 
 
 class _Waiter:
@@ -110,7 +112,8 @@ class Streamer(SerializedListener):
         self.options = options
         self.encoder.max_events_per_frame = options.max_events_per_frame
         self._sweep_all = sweep_all
-        self._tokens = itertools.count(1)
+        self._tokens = itertools.count(1)  # 0 is the heartbeat's
+        self._last_sent_s = 0.0
 
         # Shared with other threads: guarded by _state_lock.
         self._queue: deque[tuple[bytes, int]] = deque()  # (frame, event count); count 0: a control frame
@@ -402,9 +405,13 @@ class Streamer(SerializedListener):
             if self._sock is None and now >= self._next_connect:
                 self._connect()
             self._start_flushes(now)
+            if self._sock is not None and self._welcomed and now - self._last_sent_s >= self.options.heartbeat_s:
+                with self._state_lock:
+                    self._queue_control(encode(Flush(_HEARTBEAT_TOKEN)))
+                self._last_sent_s = now
             if self._sock is not None:
                 self._write()
-            timeout = 1.0
+            timeout = min(1.0, self.options.heartbeat_s)
             if self._sock is None:
                 timeout = self._next_connect - time.monotonic()
             if self._pending:
@@ -549,6 +556,7 @@ class Streamer(SerializedListener):
                 self.sent_events += self._out_events
                 self._out = None
                 self._out_events = 0
+            self._last_sent_s = time.monotonic()
 
     def _welcome(self, welcome: Welcome) -> None:
         """Adopt the collector's limits, pack again what was packed before we knew them, then send the prefix.

@@ -58,6 +58,11 @@ class CollectorConfig:
     #: Largest frame accepted from a client, header included.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_connections: int = 1024
+    #: Connections one peer address may hold (loopback peers, all the local processes, are not counted per address);
+    #: None: half of max_connections.
+    max_connections_per_address: int | None = None
+    #: A connection past its HELLO that sends nothing for this long is closed (clients send a heartbeat every 15 s).
+    idle_timeout_s: float = 60.0
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
     max_strings: int = 100_000
     #: Most tracks (threads, asyncio task lanes, sources) one connection may declare.
@@ -79,6 +84,9 @@ class CollectorConfig:
         u32 = 2**32 - 1  # what the wire protocol's WELCOME carries
         _check_range("max_frame_bytes", self.max_frame_bytes, MIN_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES)
         _check_range("max_connections", self.max_connections, 1, 2**31)
+        if self.max_connections_per_address is not None:
+            _check_range("max_connections_per_address", self.max_connections_per_address, 1, 2**31)
+        _check_range("idle_timeout_s", self.idle_timeout_s, 1.0, 1e6)
         for name in ("max_string_bytes", "max_schema_bytes"):
             _check_range(name, getattr(self, name), 1024, 2**62)
         for name in ("max_strings", "max_tracks", "max_kinds"):
@@ -113,6 +121,8 @@ _FLAGS = {
     "process_capacity_bytes": "--process-capacity",
     "max_frame_bytes": "--max-frame-size",
     "max_connections": "--max-connections",
+    "max_connections_per_address": "--max-connections-per-address",
+    "idle_timeout_s": "--idle-timeout",
     "max_string_bytes": "--max-string-bytes",
     "max_schema_bytes": "--max-schema-bytes",
     "max_strings": "--max-strings",
@@ -163,6 +173,8 @@ class Collector:
         #: Reading what is stored: it was checked on the way in, perhaps by a run with other limits (a data dir).
         self.stored_limits = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
         self.max_connections = config.max_connections
+        self.max_connections_per_address = config.max_connections_per_address or max(config.max_connections // 2, 1)
+        self.connections_by_address: dict[str, int] = {}
         self.handshake_timeout_s = config.handshake_timeout_s
         self.snapshot_flush_timeout_s = config.snapshot_flush_timeout_s
         #: What ``ts`` 0 means in every snapshot: midnight UTC of the day before the collector started.
@@ -182,6 +194,7 @@ class Collector:
         self._http_runner: web.AppRunner | None = None
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
+        self._idling: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
@@ -211,6 +224,7 @@ class Collector:
         )
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
         self._sampling = asyncio.create_task(self._sample_rates())
+        self._idling = asyncio.create_task(self._close_idle_connections())
 
     def _recover(self, data_dir: DataDir) -> None:
         started = time.monotonic()
@@ -218,7 +232,7 @@ class Collector:
         for recovered in data_dir.recover(self.stored_limits):
             process = self.registry.known(recovered.hello)
             if recovered.stats is not None:  # segments come oldest first: the last one seen is the latest
-                process.client_stats = recovered.stats
+                process.report(recovered.stats)
             self.store.adopt(recovered, process.uid)
             segments += 1
             events += sum(count for _, _, _, count, _, _ in recovered.entries)
@@ -251,6 +265,15 @@ class Collector:
         while True:
             await asyncio.sleep(interval)
             self.forget_idle()
+
+    async def _close_idle_connections(self) -> None:
+        """Now and then: close connections idle past ``idle_timeout_s`` (``IngestProtocol.close_if_idle``)."""
+        timeout_s = self.config.idle_timeout_s
+        while True:
+            await asyncio.sleep(min(timeout_s / 4, 5.0))
+            now_s = time.monotonic()
+            for connection in list(self.connections):
+                connection.close_if_idle(now_s, timeout_s)
 
     async def _sample_rates(self) -> None:
         """Every second: each process's totals, from which ``/sources`` tells its rate."""
@@ -303,6 +326,7 @@ class Collector:
             "connections_accepted": traffic.connections_accepted,
             "connections_refused": traffic.connections_refused,
             "protocol_errors": traffic.protocol_errors,
+            "throttled_reads": traffic.throttled,
             **store_counts(store_totals),
             **client_totals,
         }
@@ -377,7 +401,7 @@ class Collector:
         return processes, removed
 
     async def stop(self) -> None:
-        for task in (self._forgetting, self._sampling):
+        for task in (self._forgetting, self._sampling, self._idling):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

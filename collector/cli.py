@@ -47,8 +47,8 @@ ENVIRONMENT = {
     flag: "RINGTRACE_" + flag[2:].upper().replace("-", "_")
     for flag in (
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
-        "--max-frame-size", "--max-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
-        "--max-tracks", "--log-level",
+        "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-strings",
+        "--max-string-bytes", "--max-schema-bytes", "--max-tracks", "--log-level",
     )
 }  # fmt: skip
 
@@ -162,6 +162,22 @@ def build_parser(
     )
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections, help="default %(default)s")
     parser.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=None,
+        metavar="N",
+        help="connections one peer address may hold; loopback peers are not counted per address (default: half of "
+        "--max-connections)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=defaults.idle_timeout_s,
+        metavar="SECONDS",
+        help="close a connection that sent nothing for this long after its HELLO; clients send a heartbeat every "
+        "15 s (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-strings",
         type=int,
         default=defaults.max_strings,
@@ -239,6 +255,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
             forget_after_s=args.forget_after,
             max_frame_bytes=args.max_frame_size,
             max_connections=args.max_connections,
+            max_connections_per_address=args.max_connections_per_address,
+            idle_timeout_s=args.idle_timeout,
             max_strings=args.max_strings,
             max_string_bytes=args.max_string_bytes,
             max_schema_bytes=args.max_schema_bytes,

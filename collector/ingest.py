@@ -16,8 +16,10 @@ into, the connection reads into the decoder's own buffer and stores by copy unti
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -63,6 +65,8 @@ MIN_DIRECT_READ = 16 * 1024
 EXACT_READ = 64 * 1024
 #: Unread bytes moved past a checksum at the end of a batch at most; with more, the checksum waits (a FLUSH does not).
 MAX_MOVE = 16 * 1024
+#: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
+MAX_CONTROL_FRAMES_PER_S = 1000.0
 
 
 @dataclass(slots=True)
@@ -75,6 +79,8 @@ class Traffic:
     connections_refused: int = 0
     #: Closed for breaking the protocol (a log line each says why).
     protocol_errors: int = 0
+    #: Times a connection's reading was paused for sending control frames faster than MAX_CONTROL_FRAMES_PER_S.
+    throttled: int = 0
 
 
 class IngestSink(Protocol):
@@ -89,6 +95,12 @@ class IngestSink(Protocol):
 
     @property
     def max_connections(self) -> int: ...
+
+    @property
+    def max_connections_per_address(self) -> int: ...
+
+    @property
+    def connections_by_address(self) -> dict[str, int]: ...
 
     @property
     def handshake_timeout_s(self) -> float: ...
@@ -150,8 +162,26 @@ class _Syncer:
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_flushes", "_handshake_timer", "_lent", "_peer", "_refused", "_session", "_sink", "_stream", "_syncer",
-        "_tokens", "_traffic", "_transport", "process",
+        "_address",
+        "_control_budget",
+        "_control_time",
+        "_flushes",
+        "_handshake_timer",
+        "_last_read_s",
+        "_lent",
+        "_peer",
+        "_refused",
+        "_session",
+        "_sink",
+        "_slowed",
+        "_stats_refused",
+        "_stream",
+        "_syncer",
+        "_throttle",
+        "_tokens",
+        "_traffic",
+        "_transport",
+        "process",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
@@ -171,6 +201,16 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._lent: Segment | None = None
         #: FLUSH tokens of the current batch, acknowledged at its end.
         self._tokens: list[int] = []
+        self._stats_refused = False
+        #: Control frames it may still send now (a token bucket refilled at MAX_CONTROL_FRAMES_PER_S), and when the
+        #: bucket was last refilled; below zero, reading pauses until it is back at zero.
+        self._control_budget = MAX_CONTROL_FRAMES_PER_S
+        self._control_time = 0.0
+        self._throttle: asyncio.TimerHandle | None = None
+        self._slowed = False
+        #: The peer's host, when it counts against max_connections_per_address.
+        self._address: str | None = None
+        self._last_read_s = time.monotonic()
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -186,6 +226,16 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._traffic.connections_refused += 1
             transport.abort()
             return
+        if isinstance(peer, tuple) and not _is_loopback(peer[0]):  # (local processes all share one address)
+            by_address, per_address = self._sink.connections_by_address, self._sink.max_connections_per_address
+            if by_address.get(peer[0], 0) >= per_address:
+                log.warning("refusing connection from %s: max_connections_per_address=%d reached for %s",
+                            self._peer, per_address, peer[0])  # fmt: skip
+                self._traffic.connections_refused += 1
+                transport.abort()
+                return
+            self._address = peer[0]
+            by_address[peer[0]] = by_address.get(peer[0], 0) + 1
         connections.add(self)
         self._traffic.connections_accepted += 1
         loop = asyncio.get_running_loop()
@@ -197,7 +247,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None:
+        if self._transport is not None and self._throttle is None:
             self._transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -210,6 +260,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._traffic.bytes_received += nbytes
+        self._last_read_s = time.monotonic()
         self._session.buffer_updated(nbytes)
         self._process_frames()
 
@@ -220,9 +271,16 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._sink.connections.discard(self)
-        if self._handshake_timer is not None:  # it would keep this connection, and its read buffer, alive till then
-            self._handshake_timer.cancel()
-            self._handshake_timer = None
+        if self._address is not None:
+            by_address = self._sink.connections_by_address
+            by_address[self._address] -= 1
+            if not by_address[self._address]:
+                del by_address[self._address]
+            self._address = None
+        for timer in (self._handshake_timer, self._throttle):  # they would keep this connection alive till then
+            if timer is not None:
+                timer.cancel()
+        self._handshake_timer = self._throttle = None
         if self._session.skipped_frames:
             log.info(
                 "connection from %s skipped %d frames of types this collector does not know (ignorable)",
@@ -250,6 +308,16 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+    def close_if_idle(self, now_s: float, idle_timeout_s: float) -> bool:
+        """Close a connection past its HELLO that sent nothing for ``idle_timeout_s`` (clients send a heartbeat every
+        15 s): it would hold a max_connections slot for nothing. Returns whether it did."""
+        if self.process is None or now_s - self._last_read_s < idle_timeout_s or self._transport is None:
+            return False
+        log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer, self._who(),
+                 idle_timeout_s)  # fmt: skip
+        self._transport.close()
+        return True
 
     @property
     def unsent_bytes(self) -> int:
@@ -305,6 +373,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 taken = reader.position
             if self._stream is not None:
                 self._end_batch(self._stream)
+            if self._control_budget < 0 and self._throttle is None:
+                self._slow_down(transport)
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -318,6 +388,31 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if self._stream is not None:
                 self._end_batch(self._stream)  # what came before it is stored: acknowledge its FLUSHes
             transport.abort()
+
+    def _control_frame(self) -> None:
+        """A FLUSH or STATS arrived: take it from the bucket (see ``_slow_down``)."""
+        now = asyncio.get_running_loop().time()
+        refill = (now - self._control_time) * MAX_CONTROL_FRAMES_PER_S
+        self._control_budget = min(MAX_CONTROL_FRAMES_PER_S, self._control_budget + refill) - 1
+        self._control_time = now
+
+    def _slow_down(self, transport: asyncio.Transport) -> None:
+        """Control frames came faster than MAX_CONTROL_FRAMES_PER_S: read nothing more until the bucket is back at
+        zero (each is answered or stored, so a flood of them would cost the collector without bound)."""
+        if not self._slowed:  # once per connection
+            self._slowed = True
+            log.info("reading more slowly from %s, %s: control frames past max_control_frames_per_s=%d",
+                     self._peer, self._who(), MAX_CONTROL_FRAMES_PER_S)  # fmt: skip
+        self._traffic.throttled += 1
+        transport.pause_reading()
+        self._throttle = asyncio.get_running_loop().call_later(
+            -self._control_budget / MAX_CONTROL_FRAMES_PER_S, self._resume_after_throttle
+        )
+
+    def _resume_after_throttle(self) -> None:
+        self._throttle = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def _who(self) -> str:
         return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"
@@ -482,6 +577,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._store_schema(stream, frame)
         elif isinstance(frame, Flush):  # everything before it is stored; acknowledged at the end of the batch
             assert stream is not None and self._transport is not None
+            self._control_frame()
             if self._refused:  # what was not stored, so that the client's flush() does not report success
                 self._transport.write(encode(Refused(self._refused)))
                 self._refused = 0
@@ -492,7 +588,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 future.set_result(True)
         elif isinstance(frame, Stats):
             assert self.process is not None and stream is not None
-            self.process.client_stats = frame
+            self._control_frame()
+            why = self.process.report(frame)
+            if why is not None and not self._stats_refused:
+                self._stats_refused = True
+                log.warning("connection from %s, %s: STATS not taken as sent: %s (logged once)", self._peer,
+                            self._who(), why)  # fmt: skip
             self._sink.store.session_frame(stream, self._session.last_frame(), kind="stats")
         elif isinstance(frame, Hello):
             self._hello(frame)
@@ -547,3 +648,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
             hello.host,
             welcome.protocol_version,
         )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False

@@ -76,6 +76,11 @@ class _Scrape(_MetricsSource):
         connections.add_metric(["refused"], traffic.connections_refused)
         connections.add_metric(["protocol_error"], traffic.protocol_errors)
         yield connections
+        yield CounterMetricFamily(
+            "ringtrace_throttled_reads",
+            "Times a connection's reading paused: control frames (FLUSH, STATS) past 1000 a second",
+            value=traffic.throttled,
+        )
         store, client = state.metric_totals()
         yield CounterMetricFamily("ringtrace_received_events", "Events the store received", value=store.received_events)
         yield CounterMetricFamily(

@@ -88,7 +88,7 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
             continue
         process = registry.known(stream.hello)
         if stream.stats is not None:
-            process.client_stats = stream.stats
+            process.report(stream.stats)
         buffer = bytearray(stream.data + bytes(INDEX_ENTRY.size * len(stream.entries)))
         store.adopt(
             Recovered(seq, buffer, len(stream.data), stream.hello, stream.entries, stream.stats, None), process.uid

@@ -12,11 +12,18 @@ number of them), and a process that comes back reports only what it lost since.
 Clocks: all processes of one boot of one host share the monotonic clock, so the first HELLO of a clock domain
 (host, boot id) fixes that domain's monotonic-to-wall offset, and every process of the domain uses it: their events
 line up to the nanosecond, whatever the jitter of the wall-clock readings. A process with no boot id gets its own.
+What a client says of its clocks is checked, so that no process can move another's events: a live HELLO (not one
+read back from a segment or a file) whose wall clock is more than ``MAX_CLOCK_SKEW_NS`` off the collector's is
+paired with the collector's own clock when it arrived instead (the process's events then line up with the others'
+to within that HELLO's delivery time), and a process whose pairing disagrees with its domain's by more than
+``MAX_DOMAIN_DRIFT_NS`` keeps its own offset (a domain's first process may have lied). Either is logged once per
+process, naming it and how far off it was.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields
@@ -27,8 +34,18 @@ from ringtrace.client.protocol import Hello, Stats
 
 __all__ = ["ProcessRecord", "Registry", "stats_delta", "stats_sum"]
 
+log = logging.getLogger("ringtrace.collector.sessions")
+
 #: How many forgotten processes' last counters are remembered (about 100 bytes each).
 FORGOTTEN_REMEMBERED: Final = 10_000
+#: The most a client's loss counter may say (2**40: a million events a second for 12 days).
+MAX_CLIENT_COUNTER: Final = 2**40
+#: A HELLO's wall clock this far from the collector's is not believed.
+MAX_CLOCK_SKEW_NS: Final = 60 * 10**9
+#: A process's own clock pairing this far from its domain's does not join the domain.
+MAX_DOMAIN_DRIFT_NS: Final = 10**9
+#: Trace pids of processes that share an OS pid: the pid plus a multiple of this, above any real pid (pid_max).
+_ALIAS_STEP: Final = 1 << 22
 _STATS_FIELDS: Final = tuple(f.name for f in fields(Stats))
 
 
@@ -61,6 +78,21 @@ class ProcessRecord:
     #: ``time.monotonic()`` when its last connection ended.
     disconnected_at: float = field(default_factory=time.monotonic)
 
+    def report(self, stats: Stats) -> str | None:
+        """Take a STATS frame's counters: each may only grow, and to at most ``MAX_CLIENT_COUNTER`` (a client could
+        otherwise forge the totals of every snapshot). Returns why a value was not taken as it came, if one was not."""
+        taken, why = [], None
+        for name in _STATS_FIELDS:
+            before, now = getattr(self.client_stats, name), getattr(stats, name)
+            value = min(max(before, now), MAX_CLIENT_COUNTER)
+            if value != now and why is None:
+                why = f"'{name}' went from {before} to {now}" + (
+                    f" (more than MAX_CLIENT_COUNTER={MAX_CLIENT_COUNTER})" if now > MAX_CLIENT_COUNTER else " (down)"
+                )
+            taken.append(value)
+        self.client_stats = Stats(*taken)
+        return why
+
     @property
     def reported_stats(self) -> Stats:
         """The client's counters this record accounts for."""
@@ -75,6 +107,8 @@ class Registry:
         self.by_uid: dict[int, ProcessRecord] = {}
         self._clock_offsets: dict[tuple[str, str], int] = {}
         self._trace_pids: set[int] = set()
+        #: Per OS pid shown by more than one process: the next multiple of ``_ALIAS_STEP`` to try.
+        self._next_alias: dict[int, int] = {}
         self._uids = itertools.count(1)
         #: Client counters of forgotten processes, summed.
         self.forgotten_stats = Stats(0, 0)
@@ -83,7 +117,7 @@ class Registry:
 
     def hello(self, hello: Hello) -> ProcessRecord:
         """The process a new connection speaks for (created on its first connection)."""
-        process = self.known(hello)
+        process = self.known(hello, live=True)
         process.live_connections += 1
         return process
 
@@ -97,6 +131,9 @@ class Registry:
         del self.processes[key]
         del self.by_uid[process.uid]
         self._trace_pids.discard(process.trace_pid)
+        if process.trace_pid != process.pid:  # its alias may be shown again
+            step = (process.trace_pid - process.pid) // _ALIAS_STEP
+            self._next_alias[process.pid] = min(self._next_alias.get(process.pid, step), step)
         self.forgotten_stats = stats_sum(self.forgotten_stats, process.reported_stats)
         self.forgotten_processes += 1
         self._last_stats[key] = process.client_stats
@@ -108,17 +145,14 @@ class Registry:
         cutoff = time.monotonic() - grace_s
         return [p for p in self.processes.values() if p.live_connections == 0 and p.disconnected_at <= cutoff]
 
-    def known(self, hello: Hello) -> ProcessRecord:
-        """The record of the process that said ``hello`` (created if new), without counting a connection."""
+    def known(self, hello: Hello, *, live: bool = False) -> ProcessRecord:
+        """The record of the process that said ``hello`` (created if new), without counting a connection; ``live``:
+        it said so just now (a connection, not a stored segment or a file), so its wall clock can be checked."""
         key = (hello.host, hello.instance_id)
         process = self.processes.get(key)
         if process is None:
-            offset = hello.wall_ns - hello.monotonic_ns
-            if hello.boot_id:
-                offset = self._clock_offsets.setdefault((hello.host, hello.boot_id), offset)
-            trace_pid = hello.pid
-            while trace_pid in self._trace_pids:
-                trace_pid += 1 << 22  # above any real pid_max, so it cannot clash with a real pid seen later
+            offset = self._clock_offset(hello, live)
+            trace_pid = self._trace_pid(hello.pid)
             self._trace_pids.add(trace_pid)
             process = ProcessRecord(
                 uid=next(self._uids),
@@ -135,3 +169,39 @@ class Registry:
             self.processes[key] = process
             self.by_uid[process.uid] = process
         return process
+
+    def _clock_offset(self, hello: Hello, live: bool) -> int:
+        """The process's monotonic-to-wall offset (see the module docstring)."""
+        now_ns = time.time_ns()
+        offset = hello.wall_ns - hello.monotonic_ns
+        who = f"process {hello.process_name!r:.100} (pid {hello.pid}) on {hello.host!r:.100}"
+        skew_ns = hello.wall_ns - now_ns
+        if live and abs(skew_ns) > MAX_CLOCK_SKEW_NS:
+            log.warning(
+                "%s: its wall clock is %.3f s off the collector's (more than %d s): its events are placed by the "
+                "collector's clock when its HELLO arrived",
+                who, skew_ns / 1e9, MAX_CLOCK_SKEW_NS // 10**9,
+            )  # fmt: skip
+            offset = now_ns - hello.monotonic_ns
+        if not hello.boot_id:
+            return offset
+        domain = self._clock_offsets.setdefault((hello.host, hello.boot_id), offset)
+        if abs(domain - offset) > MAX_DOMAIN_DRIFT_NS:
+            log.warning(
+                "%s: its clocks pair %.3f s away from the other processes of boot %r: it keeps its own pairing",
+                who, (offset - domain) / 1e9, hello.boot_id[:100],
+            )  # fmt: skip
+            return offset
+        return domain
+
+    def _trace_pid(self, pid: int) -> int:
+        """The pid a new process shows: its own, unless a known process shows it; then its own plus the next multiple
+        of ``_ALIAS_STEP`` (above any real pid, so it cannot clash with a real pid seen later) not yet taken. Constant
+        time however many processes share the pid (containers all run pid 1)."""
+        if pid not in self._trace_pids:
+            return pid
+        step = self._next_alias.get(pid, 1)
+        while pid + step * _ALIAS_STEP in self._trace_pids:
+            step += 1
+        self._next_alias[pid] = step + 1
+        return pid + step * _ALIAS_STEP

@@ -40,12 +40,13 @@ HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 class StandInTransport:
     """What IngestProtocol uses of an asyncio transport."""
 
-    def __init__(self) -> None:
+    def __init__(self, peer: tuple[str, int] = ("127.0.0.1", 50000)) -> None:
         self.written = bytearray()
         self.closing = False
+        self.peer = peer
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 50000) if name == "peername" else default
+        return self.peer if name == "peername" else default
 
     def get_write_buffer_size(self) -> int:
         return len(self.written)
@@ -244,6 +245,25 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
         return silent.closing, greeted.closing
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_one_address_cannot_take_every_slot_but_local_processes_are_not_limited_per_address() -> None:
+    async def scenario() -> list[bool]:
+        collector = Collector(
+            CollectorConfig(tcp_port=0, http_port=0, max_connections=6, max_connections_per_address=2)
+        )
+        peers = [("10.0.0.5", 1), ("10.0.0.5", 2), ("10.0.0.5", 3), ("10.0.0.6", 1), ("127.0.0.1", 1), ("::1", 1)]
+        transports = [StandInTransport(peer) for peer in peers]
+        protocols = [IngestProtocol(collector) for _ in peers]
+        for protocol, transport in zip(protocols, transports, strict=True):
+            protocol.connection_made(transport)  # type: ignore[arg-type]
+        refused = [t.closing for t in transports]
+        protocols[0].connection_lost(None)  # a slot of 10.0.0.5 is free again
+        again = StandInTransport(("10.0.0.5", 4))
+        IngestProtocol(collector).connection_made(again)  # type: ignore[arg-type]
+        return [*refused, again.closing]
+
+    assert asyncio.run(scenario()) == [False, False, True, False, False, False, False]
 
 
 def test_tracks_per_connection_are_bounded_and_named_within_the_string_limit() -> None:

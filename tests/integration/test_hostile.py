@@ -1,0 +1,119 @@
+"""Hostile and buggy peers against a real collector: what one connection sends cannot move another's events, hold
+slots forever, forge counters or flood the collector with work. Each test names the finding it covers (the limit
+per peer address is tested in test_collector_limits.py: every peer here is on loopback, which it does not count)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from collector_process import CollectorProcess, RawClient, closed_by_peer, events
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import Flush, FlushAck, Hello, Stats
+
+RECORD = """
+import sys, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="good", heartbeat_s=float(sys.argv[2]))
+started = time.time_ns()
+for i in range(50):
+    with tl.scope("work", i=i):
+        pass
+assert tl.flush(5)
+ended = time.time_ns()
+time.sleep(float(sys.argv[3]))   # idle, connected
+print(started, ended, tl.flush(5), flush=True)
+"""
+
+
+def run_good(collector: CollectorProcess, heartbeat_s: float = 15.0, idle_s: float = 0.0) -> tuple[int, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD, collector.tcp_address, str(heartbeat_s), str(idle_s)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    started, ended, flushed = done.stdout.split()
+    assert flushed == "True", "the good client's connection was kept"
+    return int(started), int(ended)
+
+
+def raw_hello(instance: str, *, boot: str, monotonic_ns: int, wall_ns: int) -> Hello:
+    return Hello(666, "review-host", "evil", instance, boot, monotonic_ns, wall_ns, "test")
+
+
+def send_instants(raw: RawClient, ts_ns: int, count: int = 1) -> None:
+    encoder = StreamEncoder(max_events_per_frame=64)
+    batch = encoder.encode(TrackInfo(1, THREAD_TRACK, "evil", 66), [INSTANT, "evil", ts_ns, ts_ns, None] * count)
+    raw.send_raw(b"".join([*encoder.prefix(), *batch.control, *(frame for frame, _ in batch.events)]))
+    raw.flush()
+
+
+def good_spans_within(trace: dict[str, Any], started: int, ended: int) -> bool:
+    origin = trace["otherData"]["clock_origin_wall_ns"]
+    spans = [e for e in events(trace, "X") if e["name"] == "work"]
+    return len(spans) == 50 and all(started <= origin + e["ts"] * 1000 <= ended for e in spans)
+
+
+def test_finding_1_a_client_s_clock_moves_no_other_process_s_events(collector: CollectorProcess) -> None:
+    # First on the good client's own host and boot, so that its clock domain would be this one's: a monotonic clock
+    # 1,000 s off. Then a pairing 349 years off, and an event at monotonic 0.
+    host, boot = socket.gethostname(), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    drifter = Hello(7, host, "drifter", "drifter", boot, time.monotonic_ns() + 10**12, time.time_ns(), "test")
+    with RawClient(collector.tcp_address, drifter) as raw:
+        send_instants(raw, 5)
+    started, ended = run_good(collector)
+    before = collector.snapshot()
+    assert good_spans_within(before, started, ended)
+    with RawClient(collector.tcp_address, raw_hello("liar", boot="new", monotonic_ns=2**63 - 1, wall_ns=0)) as raw:
+        send_instants(raw, 0)
+    after = collector.snapshot()
+    assert after["otherData"]["clock_origin_wall_ns"] == before["otherData"]["clock_origin_wall_ns"]
+    good = lambda trace: [e for e in events(trace, "X") if e["name"] == "work"]  # noqa: E731
+    assert good(after) == good(before)  # the same ts to the nanosecond
+    assert good_spans_within(after, started, ended)
+    assert after["otherData"]["capture"]["events_before_origin"] >= 1  # the liar's event: before the origin
+    assert collector.wait_for_log(lambda line: "its wall clock is" in line and "'evil'" in line)
+    assert collector.wait_for_log(lambda line: "keeps its own pairing" in line and "'good'" in line)
+
+
+def test_finding_2_a_connection_idle_after_hello_is_closed_and_heartbeats_keep_a_client() -> None:
+    collector = CollectorProcess("--idle-timeout", "1")
+    try:
+        with RawClient(collector.tcp_address) as silent:
+            silent.sock.settimeout(30)
+            assert closed_by_peer(silent.sock)
+        assert collector.wait_for_log(lambda line: "nothing received for idle_timeout_s=1.0" in line)
+        run_good(collector, heartbeat_s=0.2, idle_s=2.5)  # idle 2.5 s but for its heartbeats: still connected
+    finally:
+        collector.stop()
+
+
+def test_finding_4_forged_counters_are_bounded_and_never_go_down(collector: CollectorProcess) -> None:
+    with RawClient(collector.tcp_address) as raw:
+        raw.send(Stats(2**63 - 1, 0, clipped_args=5))
+        raw.send(Stats(3, 0, clipped_args=1))  # down: not taken
+        raw.flush()
+        other = collector.snapshot()["otherData"]
+        process = other["processes"][0]
+        assert process["client_dropped_events"] == 2**40
+        assert process["clipped_args"] == 5
+    assert collector.wait_for_log(lambda line: "STATS not taken as sent" in line and "MAX_CLIENT_COUNTER" in line)
+
+
+def test_finding_4_a_flood_of_flushes_is_read_at_a_bounded_rate_and_all_answered(collector: CollectorProcess) -> None:
+    with RawClient(collector.tcp_address) as raw:
+        raw.send(*(Flush(token) for token in range(1, 3001)))
+        acknowledged = []
+        while len(acknowledged) < 3000:
+            frame = raw.next_frame()
+            if isinstance(frame, FlushAck):
+                acknowledged.append(frame.token)
+        assert acknowledged == list(range(1, 3001))
+    stats = collector.json("/stats")
+    assert stats["throttled_reads"] >= 1 and stats["protocol_errors"] == 0

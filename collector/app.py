@@ -16,12 +16,12 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
-from .export import ProcessView, SnapshotView
 from .http import make_app
 from .ingest import IngestProtocol
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import Registry
 from .store import MIN_SEGMENT_BYTES, Policy, Store
+from .walk import ProcessView, SnapshotView
 
 __all__ = ["Collector", "CollectorConfig"]
 

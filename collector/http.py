@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .export import SnapshotView, chrome_trace_chunks, native_chunks
+from .export import chrome_trace_chunks, native_chunks
 from .query import QueryError, SnapshotQuery, parse_snapshot_query
+from .walk import SnapshotView
 
 __all__ = ["make_app"]
 

@@ -17,10 +17,10 @@ from ringtrace.client.errors import BadPreamble, ProtocolError
 from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats
 from ringtrace.client.session import Limits, SessionDecoder
 
-from .export import ProcessView, SnapshotView
 from .segments import INDEX_ENTRY, Recovered
 from .sessions import Registry
 from .store import MIN_SEGMENT_BYTES, Store
+from .walk import ProcessView, SnapshotView
 
 __all__ = ["LoadedFile", "load_file"]
 

@@ -3,7 +3,8 @@
     ringtrace collect [collector flags]            the same as ringtrace-collector
     ringtrace snapshot URL -o FILE [filters]       a collector's snapshot, to a file
     ringtrace dump FILE|URL [filters]              events as text, one a line, oldest first
-    ringtrace convert FILE -o OUT [filters]        a trace or snapshot file to Chrome JSON or a snapshot file
+    ringtrace convert FILE -o OUT [filters]        a trace or snapshot file to Chrome JSON, a snapshot file or a
+                                                   Perfetto trace
 
 Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --process 'web-*'``), checked the same way
 (``query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
@@ -34,6 +35,7 @@ from ringtrace.client.errors import ProtocolError
 from . import cli as collector_cli
 from .export import Row, chrome_trace_chunks, native_chunks, selected_rows
 from .offline import LoadedFile, load_file
+from .perfetto import perfetto_chunks
 from .query import FORMATS, QueryError, parse_snapshot_query
 
 __all__ = ["CommandError", "main"]
@@ -50,6 +52,11 @@ _FILTERS: Final = (
     ("--name", "name", "events by name as shown; messages by their rendered text (or glob)"),
     ("--min-priority", "min_priority", "messages at this priority or more important (fatal ... trace+++)"),
     ("--limit", "limit", "only the newest N events"),
+)
+#: What --format writes.
+_WRITERS: Final = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
+_FORMAT_HELP: Final = (
+    "chrome (Chrome trace JSON), native (a snapshot file) or perfetto (a Perfetto trace); default chrome"
 )
 _HTTP_TIMEOUT_S: Final = 120.0
 _CHUNK: Final = 1 << 16
@@ -94,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
-    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
+    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help=_FORMAT_HELP)
     snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
@@ -107,10 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_filters(dump)
     dump.set_defaults(run=_dump)
 
-    convert = commands.add_parser("convert", help="a trace or snapshot file to Chrome JSON or a snapshot file")
+    convert = commands.add_parser(
+        "convert", help="a trace or snapshot file to Chrome JSON, a snapshot file or a Perfetto trace"
+    )
     convert.add_argument("file", metavar="FILE", help="a trace file (FileListener) or a snapshot file")
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
-    convert.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
+    convert.add_argument("--format", choices=FORMATS, default="chrome", help=_FORMAT_HELP)
     _add_filters(convert)
     convert.set_defaults(run=_convert)
     return parser
@@ -250,7 +259,7 @@ def _convert(args: argparse.Namespace) -> int:
     _check_params(params)
     selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
     loaded = _load(args.file)
-    write = chrome_trace_chunks if args.format == "chrome" else native_chunks
+    write = _WRITERS[args.format]
     with _output(args.output) as out, _progress(f"convert {args.file}") as advance:
         for chunk in write(loaded.view, selected):
             out.write(chunk)

@@ -1,7 +1,8 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
-GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), or a snapshot
-                                    file (format=native); ``query.py`` says what it may select; gzip if accepted
+GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
+                                    file (format=native), or a Perfetto protobuf trace (format=perfetto);
+                                    ``query.py`` says what it may select; gzip if accepted
 HEAD /snapshot[?filters]            the same headers, no work
 GET /healthz                        liveness and a few gauges, as JSON
 """
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from .export import chrome_trace_chunks, native_chunks
+from .perfetto import perfetto_chunks
 from .query import QueryError, SnapshotQuery, parse_snapshot_query
 from .walk import SnapshotView
 
@@ -41,8 +43,12 @@ COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 #: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
 _PIECE_BYTES = 256 * 1024
-_CONTENT_TYPES = {"chrome": "application/json", "native": "application/octet-stream"}
-_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks}
+_CONTENT_TYPES = {
+    "chrome": "application/json",
+    "native": "application/octet-stream",
+    "perfetto": "application/octet-stream",
+}
+_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
 
 
 class BadQuery(web.HTTPBadRequest):

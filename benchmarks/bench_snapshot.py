@@ -5,6 +5,7 @@ a process named "needle". Interleaved rounds then time, each in the same run:
 
   chrome               the whole store as Chrome JSON: events/s, MB, time to the first byte
   native               the whole store as a snapshot file
+  perfetto             the whole store as a Perfetto protobuf trace (and its size as a ratio of Chrome JSON's)
   pid=needle           Chrome JSON of the needle process alone (0.1% of the events, or less)
   since=needle         Chrome JSON of the time window holding the needle's events alone
   4 x chrome           four whole-store snapshots at once (wall time of the slowest)
@@ -132,6 +133,7 @@ def measure(running: Collector, stored: int, needle_pid: str, since: str, rounds
         "idle (no snapshot)": probed(idle),
         "chrome": probed(lambda: fetch(base)),
         "native": probed(lambda: fetch(base + "&format=native")),
+        "perfetto": probed(lambda: fetch(base + "&format=perfetto")),
         "pid=needle": probed(lambda: fetch(f"{base}&pid={needle_pid}")),
         "since=needle": probed(lambda: fetch(f"{base}&since={since}")),
         "4 x chrome": probed(four),
@@ -144,11 +146,14 @@ def measure(running: Collector, stored: int, needle_pid: str, since: str, rounds
         if name.startswith("idle"):
             rows.append([name, "-", "-", "-", "-", stall * 1000, "-"])
             continue
-        rate = f"{stored / total / 1e6:.2f}" if name in ("chrome", "native") else "-"
+        rate = f"{stored / total / 1e6:.2f}" if name in ("chrome", "native", "perfetto") else "-"
         rows.append([name, total, first * 1000, size / 1e6, rate, stall * 1000, total / whole_s])
     headers = ["variant", "s", "first byte ms", "MB", "M events/s", "longest stall ms", "x chrome time"]
     print(table(headers, rows, title="medians of the rounds"))
     chrome = results["chrome"]
+    sizes = {name: median([r[2] for r in results[name]]) for name in ("chrome", "perfetto")}
+    print(f"perfetto size: {sizes['perfetto'] / 1e6:.1f} MB = {sizes['perfetto'] / sizes['chrome']:.2f}x Chrome JSON's "
+          f"{sizes['chrome'] / 1e6:.1f} MB (the same store)")  # fmt: skip
     rate = stored / whole_s
     print(f"chrome: {rate / 1e6:.2f}M events/s  target >= 1.5M: {verdict(rate >= 1.5e6)}")
     print(f"first byte {median([r[0] for r in chrome]) * 1000:.0f} ms  target <= 100 ms: "

@@ -17,7 +17,7 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
-from .export import ProcessView, Row, SnapshotView
+from .export import Row
 from .http import make_app
 from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
@@ -27,6 +27,7 @@ from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
 from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
 from .tail import Tail
+from .walk import ProcessView, SnapshotView
 
 __all__ = ["Collector", "CollectorConfig"]
 

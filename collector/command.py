@@ -3,7 +3,7 @@
     ringtrace collect [collector flags]            the same as ringtrace-collector
     ringtrace snapshot URL -o FILE [filters]       a collector's snapshot, to a file
     ringtrace dump FILE|URL [filters]              events as text, one a line, oldest first
-    ringtrace convert FILE -o OUT [filters]        a file to Chrome JSON or a snapshot file
+    ringtrace convert FILE -o OUT [filters]        a file to Chrome JSON, a snapshot file or a Perfetto trace
     ringtrace tail URL [filters]                   a collector's events as they are stored, one a line
     ringtrace sources URL [--pid --process --host] a collector's processes, threads and sources, as a table
     ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
@@ -43,6 +43,7 @@ from ringtrace.client.options import parse_address
 from . import cli as collector_cli
 from .export import Row, chrome_trace_chunks, native_chunks, selected_rows
 from .offline import FOREIGN_FORMATS, LoadedFile, load_file
+from .perfetto import perfetto_chunks
 from .query import FORMATS, PROCESS_PARAMETERS, STREAM_PARAMETERS, QueryError, parse_snapshot_query
 from .replay import ReplayError, replay
 
@@ -65,6 +66,11 @@ _FILTERS: Final = (
 _FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
 #: Filters whose values may start with "-" (a relative time).
 _VALUE_FLAGS: Final = frozenset({"--since", "--until"})
+#: What --format writes.
+_WRITERS: Final = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
+_FORMAT_HELP: Final = (
+    "chrome (Chrome trace JSON), native (a snapshot file) or perfetto (a Perfetto trace); default chrome"
+)
 _HTTP_TIMEOUT_S: Final = 120.0
 _ENDPOINTS: Final = ("/snapshot", "/stream", "/sources")
 _CHUNK: Final = 1 << 16
@@ -128,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
-    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
+    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help=_FORMAT_HELP)
     snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
@@ -146,13 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     dump.set_defaults(run=_dump)
 
     convert = commands.add_parser(
-        "convert", help=f"a trace or snapshot file, or a recording ({_FOREIGN}), to Chrome JSON or a snapshot file"
+        "convert",
+        help=f"a trace or snapshot file, or a recording ({_FOREIGN}), to Chrome JSON, a snapshot file or a Perfetto "
+        "trace",
     )
     convert.add_argument(
         "file", metavar="FILE", help=f"a trace file (FileListener), a snapshot file, or a recording ({_FOREIGN})"
     )
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
-    convert.add_argument("--format", choices=FORMATS, default="chrome", help="default %(default)s")
+    convert.add_argument("--format", choices=FORMATS, default="chrome", help=_FORMAT_HELP)
     _add_filters(convert)
     convert.set_defaults(run=_convert)
 
@@ -321,7 +329,7 @@ def _convert(args: argparse.Namespace) -> int:
     _check_params(params)
     selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
     loaded = _load(args.file)
-    write = chrome_trace_chunks if args.format == "chrome" else native_chunks
+    write = _WRITERS[args.format]
     with _output(args.output) as out, _progress(f"convert {args.file}") as advance:
         for chunk in write(loaded.view, selected):
             out.write(chunk)

@@ -1,8 +1,9 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
 GET /                               the endpoints, as JSON
-GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), or a snapshot
-                                    file (format=native); ``query.py`` says what it may select; gzip if accepted
+GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
+                                    file (format=native), or a Perfetto protobuf trace (format=perfetto);
+                                    ``query.py`` says what it may select; gzip if accepted
 HEAD /snapshot[?filters]            the same headers, no work
 GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
 GET /stats                          collector totals
@@ -31,9 +32,10 @@ from aiohttp import web
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
-from .export import Row, SnapshotView, chrome_trace_chunks, native_chunks
+from .export import Row, chrome_trace_chunks, native_chunks
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
+from .perfetto import perfetto_chunks
 from .query import (
     STREAM_PARAMETERS,
     EventFilter,
@@ -44,6 +46,7 @@ from .query import (
 )
 from .sessions import ProcessRecord
 from .tail import Tail, TailBehind
+from .walk import SnapshotView
 
 __all__ = ["make_app"]
 
@@ -84,8 +87,12 @@ COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
 #: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
 _PIECE_BYTES = 256 * 1024
-_CONTENT_TYPES = {"chrome": "application/json", "native": "application/octet-stream"}
-_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks}
+_CONTENT_TYPES = {
+    "chrome": "application/json",
+    "native": "application/octet-stream",
+    "perfetto": "application/octet-stream",
+}
+_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
 
 
 class BadQuery(web.HTTPBadRequest):

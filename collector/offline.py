@@ -24,11 +24,11 @@ from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hel
 from ringtrace.client.session import Limits, SessionDecoder
 
 from . import hawktracer, timelogger
-from .export import ProcessView, SnapshotView
 from .foreign import Recording, to_stream
 from .segments import INDEX_ENTRY, Recovered
 from .sessions import Registry
 from .store import MIN_SEGMENT_BYTES, Store
+from .walk import ProcessView, SnapshotView
 
 __all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file"]
 

@@ -36,8 +36,9 @@ __all__ = [
     "parse_time",
 ]
 
-#: What ``format`` may name: Chrome trace JSON, or a snapshot file of the wire format (``client/PROTOCOL.md``).
-FORMATS: Final = ("chrome", "native")
+#: What ``format`` may name: Chrome trace JSON, a snapshot file of the wire format (``client/PROTOCOL.md``), or
+#: Perfetto's protobuf trace format.
+FORMATS: Final = ("chrome", "native", "perfetto")
 #: The most events ``limit`` may ask for.
 MAX_LIMIT: Final = 10**9
 _MAX_PATTERN_CHARS: Final = 1024

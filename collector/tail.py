@@ -24,9 +24,10 @@ from ringtrace.client.errors import ProtocolError
 from ringtrace.client.protocol import Events
 from ringtrace.client.session import Limits, SessionDecoder
 
-from .export import ProcessView, Row, Selection, frame_rows
+from .export import Row, frame_rows
 from .query import EventFilter
 from .store import SegmentView
+from .walk import ProcessView, Selection
 
 __all__ = ["Tail", "TailBehind"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from ringtrace.client.protocol import Stats
 from ringtrace.client.session import Limits
-from ringtrace.collector.export import ProcessView
 from ringtrace.collector.query import EventFilter, Pattern
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.tail import Tail, TailBehind
+from ringtrace.collector.walk import ProcessView
 from test_store import Client
 
 

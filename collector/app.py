@@ -64,6 +64,8 @@ class CollectorConfig:
     max_connections_per_address: int | None = None
     #: A connection past its HELLO that sends nothing for this long is closed (clients send a heartbeat every 15 s).
     idle_timeout_s: float = 60.0
+    #: Snapshots served at once (each pins the segments it reads); more get a 503.
+    max_snapshots: int = 4
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
     max_strings: int = 100_000
     #: Most tracks (threads, asyncio task lanes, sources) one connection may declare.
@@ -88,6 +90,7 @@ class CollectorConfig:
         if self.max_connections_per_address is not None:
             _check_range("max_connections_per_address", self.max_connections_per_address, 1, 2**31)
         _check_range("idle_timeout_s", self.idle_timeout_s, 1.0, 1e6)
+        _check_range("max_snapshots", self.max_snapshots, 1, 1024)
         for name in ("max_string_bytes", "max_schema_bytes"):
             _check_range(name, getattr(self, name), 1024, 2**62)
         for name in ("max_strings", "max_tracks", "max_kinds"):
@@ -124,6 +127,7 @@ _FLAGS = {
     "max_connections": "--max-connections",
     "max_connections_per_address": "--max-connections-per-address",
     "idle_timeout_s": "--idle-timeout",
+    "max_snapshots": "--max-snapshots",
     "max_string_bytes": "--max-string-bytes",
     "max_schema_bytes": "--max-schema-bytes",
     "max_strings": "--max-strings",
@@ -187,6 +191,7 @@ class Collector:
         self.rates = RateSampler()
         self.metrics = CollectorMetrics(self)
         self.snapshots_running = 0
+        self.max_snapshots = config.max_snapshots
         #: Live tails (``GET /stream``) that have begun.
         self.tails_running = 0
         self.tcp_address: tuple[str, int] | None = None

@@ -47,8 +47,8 @@ ENVIRONMENT = {
     flag: "RINGTRACE_" + flag[2:].upper().replace("-", "_")
     for flag in (
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
-        "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-strings",
-        "--max-string-bytes", "--max-schema-bytes", "--max-tracks", "--log-level",
+        "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-snapshots",
+        "--max-strings", "--max-string-bytes", "--max-schema-bytes", "--max-tracks", "--log-level",
     )
 }  # fmt: skip
 
@@ -170,6 +170,14 @@ def build_parser(
         "--max-connections)",
     )
     parser.add_argument(
+        "--max-snapshots",
+        type=int,
+        default=defaults.max_snapshots,
+        metavar="N",
+        help="snapshots served at once, each pinning what it reads; more get a 503 with Retry-After "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=float,
         default=defaults.idle_timeout_s,
@@ -257,6 +265,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
             max_connections=args.max_connections,
             max_connections_per_address=args.max_connections_per_address,
             idle_timeout_s=args.idle_timeout,
+            max_snapshots=args.max_snapshots,
             max_strings=args.max_strings,
             max_string_bytes=args.max_string_bytes,
             max_schema_bytes=args.max_schema_bytes,

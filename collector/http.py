@@ -63,6 +63,10 @@ class CollectorAPI(Protocol):
     def metrics(self) -> CollectorMetrics: ...
 
     snapshots_running: int
+
+    @property
+    def max_snapshots(self) -> int: ...
+
     tails_running: int
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
@@ -151,6 +155,9 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     collector = request.app[COLLECTOR]
     query = _snapshot_query(request)
     gzip = _accepts_gzip(request)
+    if collector.snapshots_running >= collector.max_snapshots:  # each pins segments and takes a worker thread
+        busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
+        raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
     collector.snapshots_running += 1
     try:
         with collector.metrics.snapshot_seconds.labels(query.format).time():

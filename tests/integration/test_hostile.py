@@ -5,16 +5,20 @@ per peer address is tested in test_collector_limits.py: every peer here is on lo
 from __future__ import annotations
 
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import Flush, FlushAck, Hello, Stats
+from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, Hello, Stats
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -117,3 +121,44 @@ def test_finding_4_a_flood_of_flushes_is_read_at_a_bounded_rate_and_all_answered
         assert acknowledged == list(range(1, 3001))
     stats = collector.json("/stats")
     assert stats["throttled_reads"] >= 1 and stats["protocol_errors"] == 0
+
+
+def test_finding_4_an_events_count_the_payload_does_not_hold_is_counted_undecodable(
+    collector: CollectorProcess,
+) -> None:
+    encoder = StreamEncoder(max_events_per_frame=64)
+    batch = encoder.encode(TrackInfo(1, THREAD_TRACK, "liar", 66), [INSTANT, "liar", 10, 10, None])
+    frame = bytearray(batch.events[0][0])
+    claimed = len(frame) - FRAME_HEADER.size - EVENTS_HEADER.size  # ingest refuses a count above the payload's size
+    count_at = FRAME_HEADER.size + 8  # header_size u16, flags u16, track u32, then count u32
+    struct.pack_into("<I", frame, count_at, claimed)
+    with RawClient(collector.tcp_address) as raw:
+        raw.send_raw(b"".join([*encoder.prefix(), *batch.control, bytes(frame)]))
+        raw.flush()
+    other = collector.snapshot()["otherData"]
+    assert other["undecodable_events"] == claimed == other["stored_events"] > 1
+    assert not [e for e in collector.snapshot()["traceEvents"] if e.get("name") == "liar"]
+    assert collector.wait_for_log(lambda line: f"must be an array of {claimed} values" in line)
+
+
+def test_finding_3_snapshots_past_max_snapshots_get_a_503_with_retry_after() -> None:
+    collector = CollectorProcess("--max-snapshots", "1")
+    try:
+        with RawClient(collector.tcp_address):  # never answers FLUSH: a snapshot waits for it
+            slow = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=3",))
+            slow.start()
+            deadline = time.monotonic() + 30
+            while collector.json("/stats")["snapshots_running"] == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            try:
+                urllib.request.urlopen(collector.http_url + "/snapshot?flush_timeout_s=0", timeout=30)
+                raise AssertionError("a second snapshot was served")
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    assert exc.code == 503 and exc.headers["Retry-After"] == "1"
+                    assert b"max_snapshots=1" in exc.read()
+            slow.join(30)
+        assert collector.get("/snapshot?flush_timeout_s=0")[0] == 200  # served again once the first ended
+    finally:
+        collector.stop()

@@ -17,7 +17,7 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
-from .export import Row
+from .export import Popping, Row
 from .http import make_app
 from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
@@ -191,6 +191,9 @@ class Collector:
         self.rates = RateSampler()
         self.metrics = CollectorMetrics(self)
         self.snapshots_running = 0
+        #: What pops leave open for the next (``POST /pop``), and one pop at a time.
+        self.popping = Popping()
+        self.pop_lock = asyncio.Lock()
         self.max_snapshots = config.max_snapshots
         #: Live tails (``GET /stream``) that have begun.
         self.tails_running = 0
@@ -294,6 +297,7 @@ class Collector:
             if not self.store.holds(process.uid):
                 self.registry.forget(process)
                 self.store.forget(process.uid)
+                self.popping.open.forget({process.uid})
                 forgotten += 1
         return forgotten
 
@@ -424,6 +428,18 @@ class Collector:
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
+        return self._freeze(*await self._flush_clients(flush_timeout_s))
+
+    async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView:
+        """``POST /pop``: a snapshot of the processes ``selected``, and what they held removed from the store at the
+        same instant (counted as cleared): nothing stored in between is lost, and nothing is popped twice. The
+        caller holds ``pop_lock`` while it exports the view, with ``popping``."""
+        view = self._freeze(*await self._flush_clients(flush_timeout_s))
+        self.clear(selected)
+        return view
+
+    async def _flush_clients(self, flush_timeout_s: float) -> tuple[int, int]:
+        """Ask connected clients to flush and wait, at most ``flush_timeout_s``; (acknowledged, asked)."""
         flushes = [c.request_flush() for c in list(self.connections)] if flush_timeout_s > 0 else []
         if flushes:
             await asyncio.wait(flushes, timeout=flush_timeout_s)
@@ -431,6 +447,10 @@ class Collector:
         for future in flushes:
             if not future.done():
                 future.cancel()
+        return acknowledged, len(flushes)
+
+    def _freeze(self, acknowledged: int, asked: int) -> SnapshotView:
+        """What is stored now, pinned, with the facts a snapshot reports."""
         processes = {p.uid: ProcessView.of(p) for p in self.registry.processes.values()}
         # Frozen before export starts on a worker thread: ingest goes on changing the live records.
         other = {
@@ -440,7 +460,7 @@ class Collector:
             "process_capacity_bytes": self.store.process_capacity_bytes,
             "policy": self.store.policy,
             "clients_flushed": acknowledged,
-            "clients_connected": len(flushes),
+            "clients_connected": asked,
             "forgotten_processes": self.registry.forgotten_processes,
         }
         return SnapshotView(

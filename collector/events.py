@@ -68,11 +68,17 @@ class ShownFrame(NamedTuple):
 class EventWalk:
     """The events ``selected`` of a snapshot, frame by frame, oldest segment first, in the order frames arrived."""
 
-    def __init__(self, view: SnapshotView, selected: EventFilter = EVERYTHING) -> None:
+    def __init__(self, view: SnapshotView, selected: EventFilter = EVERYTHING, pairing: Pairing | None = None) -> None:
+        """``pairing``: the slices a previous walk left open (``Pairing.carried``), to be ended by this one."""
         self.view = view
         self.selected = selected
         self._walk, self._selection = prepare(view, selected)
-        self._pairing = Pairing()
+        self._pairing = Pairing() if pairing is None else pairing
+
+    @property
+    def pairing(self) -> Pairing:
+        """Markers and sources paired so far, and those still open."""
+        return self._pairing
 
     @property
     def tracks(self) -> dict[tuple[int, int], TrackInfo]:

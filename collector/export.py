@@ -13,7 +13,7 @@ they are counted in ``otherData.capture.events_before_origin``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgpack
@@ -37,18 +37,32 @@ from ringtrace.client.session import SessionDecoder, StreamTables, typed_args
 
 from .events import EventWalk
 from .query import EVERYTHING, EventFilter, category_of
+from .slices import Pairing
 from .walk import ProcessView, Selection, Shown, SnapshotView, prepare, segment_stream, shown_name
 
-__all__ = ["Row", "chrome_trace_chunks", "frame_rows", "native_chunks", "selected_rows"]
+__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "native_chunks", "selected_rows"]
+
+
+@dataclass
+class Popping:
+    """What one pop leaves open for the next: markers started and source activity opened, not yet ended."""
+
+    open: Pairing = field(default_factory=Pairing)
+
 
 #: What a snapshot file keeps of a segment besides its EVENTS frames.
 _SESSION_FRAMES: Final = (Hello, Schema, Strings, Track, Stats)
 _PREAMBLE: Final = preamble()
 
 
-def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
-    """Yield the pieces of one Chrome trace JSON document holding the events ``selected``."""
-    walk = EventWalk(view, selected)
+def chrome_trace_chunks(
+    view: SnapshotView, selected: EventFilter = EVERYTHING, popping: Popping | None = None
+) -> Iterator[bytes]:
+    """Yield the pieces of one Chrome trace JSON document holding the events ``selected``.
+
+    ``popping``: a pop (``POST /pop``) rather than a snapshot: the markers and source activity the previous pop left
+    open pair with their ends here, and what is still open at the end is not shown but left for the next pop."""
+    walk = EventWalk(view, selected, popping.open if popping is not None else None)
     origin_ns = view.origin_ns
     before_origin = 0
     yield b'{"traceEvents":['
@@ -76,7 +90,11 @@ def chrome_trace_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) 
         chunk = _dumps(events)[1:-1]
         yield chunk if first else b"," + chunk
         first = False
-    closing = [_open_ended(process, track, event, origin_ns) for process, track, event in walk.still_open()]
+    if popping is not None:
+        popping.open = walk.pairing.carried()
+        closing = []
+    else:
+        closing = [_open_ended(process, track, event, origin_ns) for process, track, event in walk.still_open()]
     closing += _metadata_events(view, walk.tracks)
     if closing:
         chunk = _dumps(closing)[1:-1]

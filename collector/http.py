@@ -11,6 +11,7 @@ GET /metrics                        Prometheus text format
 POST /priority?priority=P[&timeline=T][&pid&process&host]
                                     set connected processes' message priority (SET_PRIORITY)
 POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
+POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
 GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
 
@@ -32,11 +33,12 @@ from aiohttp import web
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
-from .export import Row, chrome_trace_chunks, native_chunks
+from .export import Popping, Row, chrome_trace_chunks, native_chunks
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
 from .perfetto import perfetto_chunks
 from .query import (
+    POP_PARAMETERS,
     STREAM_PARAMETERS,
     EventFilter,
     QueryError,
@@ -66,6 +68,14 @@ class CollectorAPI(Protocol):
 
     @property
     def max_snapshots(self) -> int: ...
+
+    @property
+    def popping(self) -> Popping: ...
+
+    @property
+    def pop_lock(self) -> asyncio.Lock: ...
+
+    async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView: ...
 
     tails_running: int
 
@@ -168,12 +178,34 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
     view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
+    return await _stream_out(request, view, _WRITERS[query.format](view, query.filter), _headers(query, gzip), gzip)
+
+
+async def pop(request: web.Request) -> web.StreamResponse:
+    """What the processes selected hold, as Chrome JSON, removed from the store (Gecko's PopMarkers): markers and
+    source activity not ended stay for the next pop, which shows them with their ends."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(await _post_params(request), now_ns=time.time_ns(), accepted=POP_PARAMETERS)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    gzip = _accepts_gzip(request)
+    async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
+        view = await collector.pop(query.flush_timeout_s, query.filter)
+        chunks = chrome_trace_chunks(view, query.filter, collector.popping)
+        return await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+
+
+async def _stream_out(
+    request: web.Request, view: SnapshotView, chunks: Iterator[bytes], headers: dict[str, str], gzip: bool
+) -> web.StreamResponse:
+    """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them."""
     step: asyncio.Future[bytes | None] | None = None
     try:
-        response = web.StreamResponse(headers=_headers(query, gzip))
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
-        pieces = _Pieces(_WRITERS[query.format](view, query.filter), gzip)
+        pieces = _Pieces(chunks, gzip)
         loop = asyncio.get_running_loop()
         while True:
             step = loop.run_in_executor(None, pieces.next)
@@ -370,6 +402,7 @@ ENDPOINTS = [
     {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
     {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
     {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
+    {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
     {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
     {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
 ]
@@ -416,6 +449,7 @@ def make_app(collector: CollectorAPI) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/priority", set_priority)
     app.router.add_post("/clear", clear)
+    app.router.add_post("/pop", pop)
     app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
     return app

@@ -24,6 +24,7 @@ from ringtrace.client.protocol import KindSpec
 __all__ = [
     "EVERYTHING",
     "FORMATS",
+    "POP_PARAMETERS",
     "PROCESS_PARAMETERS",
     "STREAM_PARAMETERS",
     "EventFilter",
@@ -202,6 +203,8 @@ SNAPSHOT_PARAMETERS: Final = {
 STREAM_PARAMETERS: Final = {
     name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")
 }
+#: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
+POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}
 #: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
 PROCESS_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host")}
 

@@ -70,6 +70,17 @@ class Pairing:
         start = opened.pop()
         return _slice(start, ts, start.args)
 
+    def carried(self) -> Pairing:
+        """What stays open, for the next walk (``POST /pop``: a start not yet ended waits for the next pop), with the
+        anomaly counts of the next walk starting at zero."""
+        return Pairing(self._markers, self._sources)
+
+    def forget(self, processes: set[int]) -> None:
+        """Drop what is open of processes that are gone."""
+        for table in (self._markers, self._sources):
+            for track in [track for track in table if track[0] in processes]:
+                del table[track]
+
     def still_open(self) -> list[tuple[TrackKey, Shown]]:
         """What never ended by the snapshot's end: open-ended slices, each with its track."""
         events = []

@@ -246,3 +246,63 @@ def test_a_live_tail_refuses_what_needs_the_whole_store(collector: CollectorProc
         status, body = collector.get("/stream" + query)
         assert status == 400, query
         assert query[1:].split("=")[0].encode() in body
+
+
+POPPED = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for line in sys.stdin:
+    step = line.strip()
+    if step == "first":
+        tl.marker("Load", "start", page=1)
+        tl.marker("Paint", "instant")
+        with tl.scope("before-pop"):
+            pass
+    elif step == "second":
+        tl.marker("Load", "end", ok=True)
+        with tl.scope("after-pop"):
+            pass
+    print(tl.flush(5), flush=True)
+"""
+
+
+def test_pop_returns_and_removes_what_is_held_and_open_markers_wait_for_the_next_pop(
+    collector: CollectorProcess,
+) -> None:
+    client = subprocess.Popen(
+        [sys.executable, "-c", POPPED, collector.tcp_address, "popped"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert client.stdin is not None and client.stdout is not None
+
+    def step(name: str) -> None:
+        assert client.stdin is not None and client.stdout is not None
+        client.stdin.write(name + "\n")
+        client.stdin.flush()
+        assert client.stdout.readline() == "True\n"
+
+    try:
+        record(collector, "bystander")
+        step("first")
+        status, body = collector.post("/pop?process=popped")
+        assert status == 200, body
+        first = [e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"]
+        assert sorted(e["name"] for e in first) == ["Paint", "before-pop"]  # "Load" waits for its end
+        assert not [e for e in events(collector.snapshot(), "X") if e["name"] == "before-pop"]  # removed
+        step("second")
+        status, body = collector.post("/pop", {"process": "popped"})
+        second = {e["name"]: e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"}
+        assert set(second) == {"Load", "after-pop"}
+        load = second["Load"]
+        assert load["ph"] == "X" and load["dur"] > 0 and load["args"] == {"page": 1, "ok": True}
+        assert json.loads(body)["otherData"]["unmatched_marker_ends"] == 0
+        status, body = collector.post("/pop?process=popped")
+        assert [e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"] == []
+        bystander = [e for e in events(collector.snapshot(), "X") if e["name"] == "step"]
+        assert len(bystander) == 50  # another process's events stay
+        status, body = collector.post("/pop?limit=3")
+        assert status == 400 and b"'limit'" in body
+    finally:
+        client.stdin.close()
+        client.wait(30)
+        client.stdout.close()

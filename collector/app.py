@@ -19,6 +19,7 @@ from ringtrace.client.session import Limits
 
 from .export import Popping, Row
 from .http import make_app
+from .http_guard import HttpGuard
 from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
 from .metrics import CollectorMetrics
@@ -66,6 +67,10 @@ class CollectorConfig:
     idle_timeout_s: float = 60.0
     #: Snapshots served at once (each pins the segments it reads); more get a 503.
     max_snapshots: int = 4
+    #: An HTTP connection must begin a request within this of opening or of its previous request's end.
+    http_request_timeout_s: float = 10.0
+    #: HTTP connections open at once; more are closed at once.
+    max_http_connections: int = 256
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
     max_strings: int = 100_000
     #: Most tracks (threads, asyncio task lanes, sources) one connection may declare.
@@ -91,6 +96,8 @@ class CollectorConfig:
             _check_range("max_connections_per_address", self.max_connections_per_address, 1, 2**31)
         _check_range("idle_timeout_s", self.idle_timeout_s, 1.0, 1e6)
         _check_range("max_snapshots", self.max_snapshots, 1, 1024)
+        _check_range("http_request_timeout_s", self.http_request_timeout_s, 0.1, 1e6)
+        _check_range("max_http_connections", self.max_http_connections, 1, 2**20)
         for name in ("max_string_bytes", "max_schema_bytes"):
             _check_range(name, getattr(self, name), 1024, 2**62)
         for name in ("max_strings", "max_tracks", "max_kinds"):
@@ -128,6 +135,8 @@ _FLAGS = {
     "max_connections_per_address": "--max-connections-per-address",
     "idle_timeout_s": "--idle-timeout",
     "max_snapshots": "--max-snapshots",
+    "http_request_timeout_s": "--http-request-timeout",
+    "max_http_connections": "--max-http-connections",
     "max_string_bytes": "--max-string-bytes",
     "max_schema_bytes": "--max-schema-bytes",
     "max_strings": "--max-strings",
@@ -201,6 +210,8 @@ class Collector:
         self.http_address: tuple[str, int] | None = None
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
+        self._http_server: asyncio.Server | None = None
+        self.http_guard = HttpGuard(config.http_request_timeout_s, config.max_http_connections)
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
         self._idling: asyncio.Task[None] | None = None
@@ -218,9 +229,10 @@ class Collector:
         log.info("ingest listening on tcp://%s", _host_port(self.tcp_address))
         self._http_runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()
-        site = web.TCPSite(self._http_runner, config.http_host, config.http_port)
-        await site.start()
-        self.http_address = self._http_runner.addresses[0][:2]
+        self._http_server = await loop.create_server(
+            self.http_guard.factory(self._http_runner.server), config.http_host, config.http_port
+        )
+        self.http_address = self._http_server.sockets[0].getsockname()[:2]
         log.info("http listening on http://%s", _host_port(self.http_address))
         log.info(
             "store: capacity %d bytes (%d per process), policy %s, %s; segments up to %d bytes; max frame %d bytes",
@@ -337,6 +349,8 @@ class Collector:
             "connections_refused": traffic.connections_refused,
             "protocol_errors": traffic.protocol_errors,
             "throttled_reads": traffic.throttled,
+            "http_connections_timed_out": self.http_guard.timed_out,
+            "http_connections_refused": self.http_guard.refused,
             **store_counts(store_totals),
             **client_totals,
         }
@@ -421,8 +435,10 @@ class Collector:
             for connection in list(self.connections):
                 connection.close()
             await self._tcp_server.wait_closed()
+        if self._http_server is not None:
+            self._http_server.close()
         if self._http_runner is not None:
-            await self._http_runner.cleanup()
+            await self._http_runner.cleanup()  # ends the connections (live tails first)
         if self.data_dir is not None:
             self.data_dir.close()
 

@@ -48,7 +48,8 @@ ENVIRONMENT = {
     for flag in (
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
         "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-snapshots",
-        "--max-strings", "--max-string-bytes", "--max-schema-bytes", "--max-tracks", "--log-level",
+        "--http-request-timeout", "--max-http-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
+        "--max-tracks", "--log-level",
     )
 }  # fmt: skip
 
@@ -178,6 +179,21 @@ def build_parser(
         "(default %(default)s)",
     )
     parser.add_argument(
+        "--http-request-timeout",
+        type=float,
+        default=defaults.http_request_timeout_s,
+        metavar="SECONDS",
+        help="close an HTTP connection that has not begun a request (its headers complete) this long after it "
+        "opened or after its previous request (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-http-connections",
+        type=int,
+        default=defaults.max_http_connections,
+        metavar="N",
+        help="HTTP connections open at once; more are closed at once (default %(default)s)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=float,
         default=defaults.idle_timeout_s,
@@ -266,6 +282,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
             max_connections_per_address=args.max_connections_per_address,
             idle_timeout_s=args.idle_timeout,
             max_snapshots=args.max_snapshots,
+            http_request_timeout_s=args.http_request_timeout,
+            max_http_connections=args.max_http_connections,
             max_strings=args.max_strings,
             max_string_bytes=args.max_string_bytes,
             max_schema_bytes=args.max_schema_bytes,

@@ -34,6 +34,7 @@ from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
 from .export import Popping, Row, chrome_trace_chunks, native_chunks
+from .http_guard import HttpGuard
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
 from .perfetto import perfetto_chunks
@@ -68,6 +69,9 @@ class CollectorAPI(Protocol):
 
     @property
     def max_snapshots(self) -> int: ...
+
+    @property
+    def http_guard(self) -> HttpGuard: ...
 
     @property
     def popping(self) -> Popping: ...
@@ -437,7 +441,7 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
 
 
 def make_app(collector: CollectorAPI) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024)
+    app = web.Application(client_max_size=64 * 1024, middlewares=[collector.http_guard.middleware])
     app[COLLECTOR] = collector
     app[_TAILS] = set()
     app.on_shutdown.append(_end_tails)

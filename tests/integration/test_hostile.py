@@ -162,3 +162,26 @@ def test_finding_3_snapshots_past_max_snapshots_get_a_503_with_retry_after() -> 
         assert collector.get("/snapshot?flush_timeout_s=0")[0] == 200  # served again once the first ended
     finally:
         collector.stop()
+
+
+def test_finding_3_http_connections_that_never_finish_a_request_are_closed() -> None:
+    collector = CollectorProcess("--http-request-timeout", "1", "--max-http-connections", "30")
+    try:
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        slow = []
+        for _ in range(20):  # slowloris: headers begun, never finished
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(b"GET /stats HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            slow.append(sock)
+        assert collector.get("/healthz")[0] == 200  # served meanwhile
+        assert all(closed_by_peer(sock) for sock in slow)
+        assert collector.json("/stats")["http_connections_timed_out"] >= 20
+        assert collector.wait_for_log(lambda line: "no request begun within http_request_timeout_s=1.0" in line)
+        crowd = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
+        extra = socket.create_connection((host, int(port)), timeout=30)
+        assert closed_by_peer(extra)  # past max_http_connections
+        for sock in [*slow, *crowd, extra]:
+            sock.close()
+        assert collector.wait_for_log(lambda line: "max_http_connections=30 reached" in line)
+    finally:
+        collector.stop()

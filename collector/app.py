@@ -67,8 +67,9 @@ class CollectorConfig:
     idle_timeout_s: float = 60.0
     #: Snapshots served at once (each pins the segments it reads); more get a 503.
     max_snapshots: int = 4
-    #: An HTTP connection must begin a request within this of opening or of its previous request's end.
-    http_request_timeout_s: float = 10.0
+    #: An HTTP connection must begin a request within this of opening or of its previous request's end, and take
+    #: something of a response within this while it is written.
+    http_timeout_s: float = 15.0
     #: HTTP connections open at once; more are closed at once.
     max_http_connections: int = 256
     #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
@@ -96,7 +97,7 @@ class CollectorConfig:
             _check_range("max_connections_per_address", self.max_connections_per_address, 1, 2**31)
         _check_range("idle_timeout_s", self.idle_timeout_s, 1.0, 1e6)
         _check_range("max_snapshots", self.max_snapshots, 1, 1024)
-        _check_range("http_request_timeout_s", self.http_request_timeout_s, 0.1, 1e6)
+        _check_range("http_timeout_s", self.http_timeout_s, 0.1, 1e6)
         _check_range("max_http_connections", self.max_http_connections, 1, 2**20)
         for name in ("max_string_bytes", "max_schema_bytes"):
             _check_range(name, getattr(self, name), 1024, 2**62)
@@ -135,7 +136,7 @@ _FLAGS = {
     "max_connections_per_address": "--max-connections-per-address",
     "idle_timeout_s": "--idle-timeout",
     "max_snapshots": "--max-snapshots",
-    "http_request_timeout_s": "--http-request-timeout",
+    "http_timeout_s": "--http-timeout",
     "max_http_connections": "--max-http-connections",
     "max_string_bytes": "--max-string-bytes",
     "max_schema_bytes": "--max-schema-bytes",
@@ -211,7 +212,7 @@ class Collector:
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
         self._http_server: asyncio.Server | None = None
-        self.http_guard = HttpGuard(config.http_request_timeout_s, config.max_http_connections)
+        self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
         self._idling: asyncio.Task[None] | None = None

@@ -48,7 +48,7 @@ ENVIRONMENT = {
     for flag in (
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
         "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-snapshots",
-        "--http-request-timeout", "--max-http-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
+        "--http-timeout", "--max-http-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
         "--max-tracks", "--log-level",
     )
 }  # fmt: skip
@@ -179,12 +179,13 @@ def build_parser(
         "(default %(default)s)",
     )
     parser.add_argument(
-        "--http-request-timeout",
+        "--http-timeout",
         type=float,
-        default=defaults.http_request_timeout_s,
+        default=defaults.http_timeout_s,
         metavar="SECONDS",
         help="close an HTTP connection that has not begun a request (its headers complete) this long after it "
-        "opened or after its previous request (default %(default)s)",
+        "opened or after its previous request, or that takes nothing of a response (a snapshot, a live tail) for "
+        "as long (default %(default)s)",
     )
     parser.add_argument(
         "--max-http-connections",
@@ -282,7 +283,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
             max_connections_per_address=args.max_connections_per_address,
             idle_timeout_s=args.idle_timeout,
             max_snapshots=args.max_snapshots,
-            http_request_timeout_s=args.http_request_timeout,
+            http_timeout_s=args.http_timeout,
             max_http_connections=args.max_http_connections,
             max_strings=args.max_strings,
             max_string_bytes=args.max_string_bytes,

@@ -412,22 +412,8 @@ def _sources(args: argparse.Namespace) -> int:
         sys.stdout.write(body.decode() + "\n")
         return 0
     table = Table(box=None, pad_edge=False)
-    for column in (
-        "pid",
-        "process / track",
-        "kind",
-        "host",
-        "conn",
-        "events",
-        "bytes",
-        "lost",
-        "ev/s",
-        "first",
-        "last",
-    ):
-        table.add_column(
-            column, justify="right" if column in ("pid", "conn", "events", "bytes", "lost", "ev/s") else "left"
-        )
+    for column in _SOURCE_COLUMNS:
+        table.add_column(column, justify="right" if column in _NUMERIC_COLUMNS else "left", no_wrap=True)
     for process in json.loads(body)["processes"]:
         rate = process["events_per_s"]
         table.add_row(

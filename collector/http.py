@@ -211,12 +211,20 @@ async def _stream_out(
         # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
         pieces = _Pieces(chunks, gzip)
         loop = asyncio.get_running_loop()
+        timeout_s = request.app[COLLECTOR].http_guard.timeout_s
         while True:
             step = loop.run_in_executor(None, pieces.next)
             piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
             if piece is None:
                 break
-            await response.write(piece)
+            try:
+                await asyncio.wait_for(response.write(piece), timeout_s)
+            except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
+                log.warning("snapshot to %s: cut off, it did not take %d bytes within %ss", request.remote,
+                            len(piece), timeout_s)  # fmt: skip
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
         await response.write_eof()
         return response
     finally:
@@ -295,12 +303,10 @@ async def clear(request: web.Request) -> web.Response:
 
 #: How often a live tail looks for new events (Gecko's devtools poll markers every 200 ms).
 TAIL_POLL_S = 0.2
-#: A live tail that cannot write what it has within this is cut off (its reader stopped reading).
-TAIL_WRITE_TIMEOUT_S = 10.0
 #: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
 TAIL_KEEPALIVE_S = 15.0
 #: Live tails at once; more get a 503.
-MAX_TAILS = 64
+MAX_TAILS = 16
 _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
 
 
@@ -341,7 +347,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
             except TailBehind as exc:
                 log.warning("live tail to %s: %s; ending it", request.remote, exc)
                 event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
-                await asyncio.wait_for(response.write(event), TAIL_WRITE_TIMEOUT_S)
+                await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
                 break
             if rows:
                 payload = b"".join(b"data: " + orjson.dumps(row_document(row), default=repr) + b"\n\n" for row in rows)
@@ -350,11 +356,11 @@ async def stream(request: web.Request) -> web.StreamResponse:
             else:
                 continue
             try:
-                await asyncio.wait_for(response.write(payload), TAIL_WRITE_TIMEOUT_S)
+                await asyncio.wait_for(response.write(payload), collector.http_guard.timeout_s)
             except TimeoutError:
                 log.warning(
                     "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
-                    TAIL_WRITE_TIMEOUT_S,
+                    collector.http_guard.timeout_s,
                 )  # fmt: skip
                 break
             written_at = loop.time()

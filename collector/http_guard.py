@@ -3,9 +3,9 @@
 aiohttp times out idle keep-alive connections, but not a request whose headers never finish: a peer that opens many
 connections and sends a byte now and then would hold them forever. Each HTTP connection here is wrapped
 (``GuardedConnection``, delegating everything to aiohttp's own protocol) so that it must *begin* a request (its
-headers complete, its handler running) within ``request_timeout_s`` of opening or of the end of its previous
-request, or it is closed with a log line naming the peer and the limit. A request being served (a snapshot being
-downloaded, a live tail) is never cut by this: the handler's own limits apply. Past ``max_connections`` open at once,
+headers complete, its handler running) within ``timeout_s`` of opening or of the end of its previous request, or it
+is closed with a log line naming the peer and the limit. A response being written (a snapshot, a live tail) is cut
+off by its handler when the peer takes nothing of it for as long (``http.py``). Past ``max_connections`` open at once,
 a new connection is closed at once, logged.
 """
 
@@ -26,8 +26,8 @@ log = logging.getLogger("ringtrace.collector.http")
 class HttpGuard:
     """The open HTTP connections, and the middleware that tells them when a request begins and ends."""
 
-    def __init__(self, request_timeout_s: float, max_connections: int) -> None:
-        self.request_timeout_s = request_timeout_s
+    def __init__(self, timeout_s: float, max_connections: int) -> None:
+        self.timeout_s = timeout_s
         self.max_connections = max_connections
         self.connections: dict[asyncio.BaseTransport, GuardedConnection] = {}
         #: Connections closed for not beginning a request in time, and refused past max_connections.
@@ -112,14 +112,14 @@ class GuardedConnection(asyncio.Protocol):
             self._arm()
 
     def _arm(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self._guard.request_timeout_s, self._expire)
+        self._timer = asyncio.get_running_loop().call_later(self._guard.timeout_s, self._expire)
 
     def _expire(self) -> None:
         self._timer = None
         transport = self._transport
         if self._busy or transport is None or transport.is_closing():
             return
-        log.info("closing HTTP connection from %s: no request begun within http_request_timeout_s=%s", self._peer,
-                 self._guard.request_timeout_s)  # fmt: skip
+        log.info("closing HTTP connection from %s: no request begun within http_timeout_s=%s", self._peer,
+                 self._guard.timeout_s)  # fmt: skip
         self._guard.timed_out += 1
         transport.close()

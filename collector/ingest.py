@@ -181,6 +181,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_tokens",
         "_traffic",
         "_transport",
+        "_write_paused",
         "process",
     )  # fmt: skip
 
@@ -211,6 +212,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         #: The peer's host, when it counts against max_connections_per_address.
         self._address: str | None = None
         self._last_read_s = time.monotonic()
+        #: The peer does not read our answers: reading stays paused until it does (whatever the throttle says).
+        self._write_paused = False
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -243,10 +246,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.
+        self._write_paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         if self._transport is not None and self._throttle is None:
             self._transport.resume_reading()
 
@@ -313,6 +318,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """Close a connection past its HELLO that sent nothing for ``idle_timeout_s`` (clients send a heartbeat every
         15 s): it would hold a max_connections slot for nothing. Returns whether it did."""
         if self.process is None or now_s - self._last_read_s < idle_timeout_s or self._transport is None:
+            return False
+        if self._write_paused or self._throttle is not None:  # we are the ones not reading
             return False
         log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer, self._who(),
                  idle_timeout_s)  # fmt: skip
@@ -411,7 +418,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def _resume_after_throttle(self) -> None:
         self._throttle = None
-        if self._transport is not None and not self._transport.is_closing():
+        if self._transport is not None and not self._transport.is_closing() and not self._write_paused:
             self._transport.resume_reading()
 
     def _who(self) -> str:

@@ -165,7 +165,7 @@ def test_finding_3_snapshots_past_max_snapshots_get_a_503_with_retry_after() -> 
 
 
 def test_finding_3_http_connections_that_never_finish_a_request_are_closed() -> None:
-    collector = CollectorProcess("--http-request-timeout", "1", "--max-http-connections", "30")
+    collector = CollectorProcess("--http-timeout", "1", "--max-http-connections", "30")
     try:
         host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
         slow = []
@@ -176,12 +176,37 @@ def test_finding_3_http_connections_that_never_finish_a_request_are_closed() -> 
         assert collector.get("/healthz")[0] == 200  # served meanwhile
         assert all(closed_by_peer(sock) for sock in slow)
         assert collector.json("/stats")["http_connections_timed_out"] >= 20
-        assert collector.wait_for_log(lambda line: "no request begun within http_request_timeout_s=1.0" in line)
+        assert collector.wait_for_log(lambda line: "no request begun within http_timeout_s=1.0" in line)
         crowd = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
         extra = socket.create_connection((host, int(port)), timeout=30)
         assert closed_by_peer(extra)  # past max_http_connections
         for sock in [*slow, *crowd, extra]:
             sock.close()
         assert collector.wait_for_log(lambda line: "max_http_connections=30 reached" in line)
+    finally:
+        collector.stop()
+
+
+BULK = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="bulk", max_queue_bytes=256 * 1024 * 1024)
+for i in range(300_000):
+    with tl.scope("work", i=i):
+        pass
+assert tl.flush(60)
+"""
+
+
+def test_finding_3_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its_slot() -> None:
+    collector = CollectorProcess("--http-timeout", "1", "--max-snapshots", "1")
+    try:
+        done = subprocess.run([sys.executable, "-c", BULK, collector.tcp_address], capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as stalled:  # ~30 MB of JSON it never reads
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.sendall(b"GET /snapshot?flush_timeout_s=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert collector.wait_for_log(lambda line: "cut off, it did not take" in line, timeout_s=60)
+        assert collector.get("/snapshot?flush_timeout_s=0&limit=1")[0] == 200  # its slot is free again
     finally:
         collector.stop()

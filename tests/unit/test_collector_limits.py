@@ -44,6 +44,13 @@ class StandInTransport:
         self.written = bytearray()
         self.closing = False
         self.peer = peer
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self.peer if name == "peername" else default
@@ -245,6 +252,21 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
         return silent.closing, greeted.closing
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_peer_that_floods_flushes_and_reads_no_answers_is_not_read_again_when_its_throttle_ends() -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0))
+        protocol, transport = connect(collector)
+        protocol.pause_writing()  # its answers pile up: it does not read them
+        feed(protocol, b"".join(encode(Flush(token)) for token in range(1, 3001)))  # past 1000 a second: throttled
+        throttled = collector.traffic.throttled > 0
+        await asyncio.sleep(2.5)  # the throttle's pause has ended
+        still_paused = not transport.reading
+        protocol.resume_writing()  # it reads its answers again: so do we
+        return throttled, still_paused, transport.reading
+
+    assert asyncio.run(scenario()) == (True, True, True)
 
 
 def test_one_address_cannot_take_every_slot_but_local_processes_are_not_limited_per_address() -> None:

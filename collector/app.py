@@ -17,15 +17,17 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
-from .export import Popping, Row
+from .events import client_counts, store_counts
+from .export import Row
 from .http import make_app
 from .http_guard import HttpGuard
 from .ingest import IngestProtocol, Traffic
-from .inventory import ProcessFacts, RateSampler, client_counts, scan_segments, sources_document, store_counts
+from .inventory import ProcessFacts, RateSampler, scan_segments, sources_document
 from .metrics import CollectorMetrics
 from .query import EventFilter
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
+from .slices import Pairing
 from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
 from .tail import Tail
 from .walk import ProcessView, SnapshotView
@@ -201,8 +203,8 @@ class Collector:
         self.rates = RateSampler()
         self.metrics = CollectorMetrics(self)
         self.snapshots_running = 0
-        #: What pops leave open for the next (``POST /pop``), and one pop at a time.
-        self.popping = Popping()
+        #: What the last pop left open for the next (``POST /pop``); one pop at a time.
+        self.pop_left_open = Pairing()
         self.pop_lock = asyncio.Lock()
         self.max_snapshots = config.max_snapshots
         #: Live tails (``GET /stream``) that have begun.
@@ -310,7 +312,8 @@ class Collector:
             if not self.store.holds(process.uid):
                 self.registry.forget(process)
                 self.store.forget(process.uid)
-                self.popping.open.forget({process.uid})
+                if not self.pop_lock.locked():  # (a pop's worker copies it; the next sweep catches up)
+                    self.pop_left_open.forget({process.uid})
                 forgotten += 1
         return forgotten
 
@@ -450,7 +453,7 @@ class Collector:
     async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView:
         """``POST /pop``: a snapshot of the processes ``selected``, and what they held removed from the store at the
         same instant (counted as cleared): nothing stored in between is lost, and nothing is popped twice. The
-        caller holds ``pop_lock`` while it exports the view, with ``popping``."""
+        caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``."""
         view = self._freeze(*await self._flush_clients(flush_timeout_s))
         self.clear(selected)
         return view

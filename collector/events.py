@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
 from ringtrace.client.messages import render
-from ringtrace.client.model import TrackInfo
+from ringtrace.client.model import SOURCE_TRACK, TrackInfo
 from ringtrace.client.protocol import Events, Stats
 from ringtrace.client.session import StreamTables, typed_args
 
@@ -26,7 +26,7 @@ from .slices import Pairing
 from .store import Counts
 from .walk import PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, log_once, prepare
 
-__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "ShownFrame"]
+__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "ShownFrame", "client_counts", "store_counts"]
 
 #: Counts are capped here: JSON readers and protobuf's int64 take nothing wider.
 MAX_COUNT: Final = 2**63 - 1
@@ -102,11 +102,17 @@ class EventWalk:
             if events:
                 yield ShownFrame(process, track, events, segment)
 
-    def still_open(self) -> list[tuple[ProcessView, TrackInfo, Shown]]:
-        """Slices that never ended by the end of the walk (after ``frames()``), open-ended."""
+    def still_open(self, keep: int | None = None) -> list[tuple[ProcessView, TrackInfo, Shown]]:
+        """Slices that never ended by the end of the walk (after ``frames()``), open-ended; with ``keep``, only the
+        oldest past that many, which are taken out of the pairing (a pop carries the others to the next)."""
+        opened = self._pairing.still_open() if keep is None else self._pairing.overflow(keep)
         out = []
-        for (uid, track_id), event in self._pairing.still_open():
-            out.append((self.view.processes[uid], self._walk.tracks[(uid, track_id)], event))
+        for (uid, track_id), event in opened:
+            process = self.view.processes.get(uid)
+            if process is None:
+                continue  # forgotten since
+            track = self._walk.tracks.get((uid, track_id)) or process.tracks.get(track_id)
+            out.append((process, track or TrackInfo(track_id, SOURCE_TRACK, f"track {track_id}"), event))
         return out
 
     def capture(self) -> dict[str, Any]:
@@ -178,7 +184,7 @@ class EventWalk:
             # The latest name of a live track, else the name its stored frames carry (an ended track, a task lane).
             track = (process.tracks.get(track_id) if process is not None else None) or walk.tracks.get((uid, track_id))
             per_track.setdefault(uid, []).append(
-                {"track": track_id, "name": track.name if track else None, **_store_counts(counts)}
+                {"track": track_id, "name": track.name if track else None, **store_counts(counts)}
             )
         processes: list[dict[str, Any]] = [
             {
@@ -186,8 +192,8 @@ class EventWalk:
                 "os_pid": p.pid,
                 "host": p.host,
                 "process_name": p.name,
-                **_store_counts(per_process.get(p.uid, Counts())),
-                **_client_counts(p.client_stats),
+                **store_counts(per_process.get(p.uid, Counts())),
+                **client_counts(p.client_stats),
                 "undecodable_events": walk.undecodable.get(p.uid, 0),
                 "unmatched_marker_ends": pairing.unmatched_marker_ends.get(p.uid, 0),
                 "source_anomalies": pairing.source_anomalies.get(p.uid, 0),
@@ -195,7 +201,7 @@ class EventWalk:
             }
             for p in sorted(walk.processes.values(), key=lambda p: p.uid)
         ]
-        forgotten = {**_store_counts(view.forgotten), **_client_counts(view.forgotten_client)}
+        forgotten = {**store_counts(view.forgotten), **client_counts(view.forgotten_client)}
 
         def total(name: str) -> int:
             return min(sum(int(p[name]) for p in processes) + forgotten.get(name, 0), MAX_COUNT)
@@ -203,11 +209,13 @@ class EventWalk:
         return {**{name: total(name) for name in TOTALS}, "processes": processes}
 
 
-def _store_counts(counts: Counts) -> dict[str, int]:
+def store_counts(counts: Counts) -> dict[str, int]:
+    """A store's counts as snapshots name them, capped at ``MAX_COUNT``."""
     return {name: min(value, MAX_COUNT) for name, value in counts.as_dict().items()}
 
 
-def _client_counts(stats: Stats) -> dict[str, int]:
+def client_counts(stats: Stats) -> dict[str, int]:
+    """A client's own loss counters (its STATS frames) as snapshots name them."""
     return {
         "client_dropped_events": stats.dropped_events,
         "label_overflow_events": stats.label_overflow_events,

@@ -12,8 +12,9 @@ they are counted in ``otherData.capture.events_before_origin``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
@@ -43,11 +44,18 @@ from .walk import ProcessView, Selection, Shown, SnapshotView, prepare, segment_
 __all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "native_chunks", "selected_rows"]
 
 
+#: Open slices a pop carries to the next at most; the oldest past it are shown open-ended instead.
+MAX_CARRIED: Final = 10_000
+
+
 @dataclass
 class Popping:
-    """What one pop leaves open for the next: markers started and source activity opened, not yet ended."""
+    """A pop's markers started and source activity opened but not ended: what the previous pop left open (read, not
+    changed: it is copied on the worker thread), and what this one leaves open for the next (once it is done; at
+    most ``MAX_CARRIED``)."""
 
-    open: Pairing = field(default_factory=Pairing)
+    left_open: Pairing
+    leaves_open: Pairing | None = None
 
 
 #: What a snapshot file keeps of a segment besides its EVENTS frames.
@@ -61,8 +69,9 @@ def chrome_trace_chunks(
     """Yield the pieces of one Chrome trace JSON document holding the events ``selected``.
 
     ``popping``: a pop (``POST /pop``) rather than a snapshot: the markers and source activity the previous pop left
-    open pair with their ends here, and what is still open at the end is not shown but left for the next pop."""
-    walk = EventWalk(view, selected, popping.open if popping is not None else None)
+    open pair with their ends here, and what is still open at the end is not shown but left in ``popping`` for the
+    next pop (but for the oldest past ``MAX_CARRIED``, shown open-ended)."""
+    walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
     before_origin = 0
     yield b'{"traceEvents":['
@@ -90,11 +99,10 @@ def chrome_trace_chunks(
         chunk = _dumps(events)[1:-1]
         yield chunk if first else b"," + chunk
         first = False
+    opened = walk.still_open(MAX_CARRIED if popping is not None else None)
     if popping is not None:
-        popping.open = walk.pairing.carried()
-        closing = []
-    else:
-        closing = [_open_ended(process, track, event, origin_ns) for process, track, event in walk.still_open()]
+        popping.leaves_open = walk.pairing.carried()
+    closing = [_open_ended(process, track, event, origin_ns) for process, track, event in opened]
     closing += _metadata_events(view, walk.tracks)
     if closing:
         chunk = _dumps(closing)[1:-1]

@@ -48,6 +48,7 @@ from .query import (
     parse_snapshot_query,
 )
 from .sessions import ProcessRecord
+from .slices import Pairing
 from .tail import Tail, TailBehind
 from .walk import SnapshotView
 
@@ -73,8 +74,7 @@ class CollectorAPI(Protocol):
     @property
     def http_guard(self) -> HttpGuard: ...
 
-    @property
-    def popping(self) -> Popping: ...
+    pop_left_open: Pairing
 
     @property
     def pop_lock(self) -> asyncio.Lock: ...
@@ -182,7 +182,9 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
     view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
-    return await _stream_out(request, view, _WRITERS[query.format](view, query.filter), _headers(query, gzip), gzip)
+    chunks = _WRITERS[query.format](view, query.filter)
+    response, _ = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+    return response
 
 
 async def pop(request: web.Request) -> web.StreamResponse:
@@ -190,20 +192,31 @@ async def pop(request: web.Request) -> web.StreamResponse:
     source activity not ended stay for the next pop, which shows them with their ends."""
     collector = request.app[COLLECTOR]
     try:
-        query = parse_snapshot_query(await _post_params(request), now_ns=time.time_ns(), accepted=POP_PARAMETERS)
+        query = parse_snapshot_query(
+            await _post_params(request),
+            now_ns=time.time_ns(),
+            flush_timeout_s=collector.snapshot_flush_timeout_s,
+            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+            accepted=POP_PARAMETERS,
+        )
     except QueryError as exc:
         raise BadQuery(str(exc)) from None
     gzip = _accepts_gzip(request)
     async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
         view = await collector.pop(query.flush_timeout_s, query.filter)
-        chunks = chrome_trace_chunks(view, query.filter, collector.popping)
-        return await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+        popping = Popping(collector.pop_left_open)
+        chunks = chrome_trace_chunks(view, query.filter, popping)
+        response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+        if delivered and popping.leaves_open is not None:  # (a pop cut off: its reader has none of it)
+            collector.pop_left_open = popping.leaves_open
+        return response
 
 
 async def _stream_out(
     request: web.Request, view: SnapshotView, chunks: Iterator[bytes], headers: dict[str, str], gzip: bool
-) -> web.StreamResponse:
-    """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them."""
+) -> tuple[web.StreamResponse, bool]:
+    """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them.
+    Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long)."""
     step: asyncio.Future[bytes | None] | None = None
     try:
         response = web.StreamResponse(headers=headers)
@@ -224,9 +237,9 @@ async def _stream_out(
                             len(piece), timeout_s)  # fmt: skip
                 if request.transport is not None:
                     request.transport.abort()
-                return response
+                return response, False
         await response.write_eof()
-        return response
+        return response, True
     finally:
         # The segments stay pinned until no worker reads them (a cancelled request leaves its step running).
         if step is None or step.done():
@@ -405,7 +418,7 @@ async def index(request: web.Request) -> web.Response:
 
 #: What ``GET /`` lists.
 ENDPOINTS = [
-    {"method": "GET", "path": "/snapshot", "does": "the store as Chrome trace JSON, or format=native; filters"},
+    {"method": "GET", "path": "/snapshot", "does": "the store as Chrome JSON, or format=native or perfetto; filters"},
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
     {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
     {"method": "GET", "path": "/stats", "does": "collector totals"},

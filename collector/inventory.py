@@ -1,5 +1,5 @@
-"""What the collector knows of its sources, as documents: ``GET /sources`` (every process, thread and source, with
-what is held of each and every loss counter) and ``GET /stats`` (collector totals).
+"""What the collector knows of its sources, as a document: ``GET /sources`` (every process, thread and source, with
+what is held of each and every loss counter), and each process's receive rate.
 
 The live facts (processes, connections, counters) are copied on the event loop (``ProcessFacts``); the times held per
 track come from the stored segments' indexes and their TRACK frames, read on a worker thread from a pinned store
@@ -18,29 +18,13 @@ from ringtrace.client.errors import ProtocolError
 from ringtrace.client.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats, Track
 
+from .events import client_counts, store_counts
 from .sessions import ProcessRecord
 from .store import Counts, SegmentView
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
 
-#: orjson (and many JSON readers) take nothing wider than 64 bits.
-_MAX_JSON_INT: Final = 2**63 - 1
 _TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
-_STATS_FIELDS: Final = {
-    "dropped_events": "client_dropped_events",
-    "label_overflow_events": "label_overflow_events",
-    "clipped_args": "clipped_args",
-    "rejected_events": "rejected_events",
-}
-
-
-def client_counts(stats: Stats) -> dict[str, int]:
-    """A client's own loss counters (from its STATS frames), named as snapshots name them."""
-    return {name: min(getattr(stats, attr), _MAX_JSON_INT) for attr, name in _STATS_FIELDS.items()}
-
-
-def store_counts(counts: Counts) -> dict[str, int]:
-    return {name: min(value, _MAX_JSON_INT) for name, value in counts.as_dict().items()}
 
 
 @dataclass(frozen=True, slots=True)

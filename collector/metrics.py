@@ -20,8 +20,8 @@ from .store import Counts
 __all__ = ["CONTENT_TYPE", "CollectorMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: What the store lost, by reason: ``Counts`` field prefixes.
-_STORE_LOSSES = ("overwritten", "capped", "discarded", "cleared")
+#: What the store lost, by reason: ``Counts`` field prefixes (cleared, removed on request, is not a loss).
+_STORE_LOSSES = ("overwritten", "capped", "discarded")
 #: What clients lost, by reason: ``Stats`` fields as totals name them.
 _CLIENT_LOSSES = {
     "client_dropped_events": "client_dropped",
@@ -88,8 +88,8 @@ class _Scrape(_MetricsSource):
         )
         lost = CounterMetricFamily(
             "ringtrace_lost_events",
-            "Events not stored, or no longer: by the store (overwritten, capped, discarded, cleared) or by clients "
-            "(client_dropped, label_overflow, rejected)",
+            "Events lost: by the store (overwritten, capped, discarded) or by clients (client_dropped, label_overflow, "
+            "rejected)",
             labels=["reason"],
         )
         for reason in _STORE_LOSSES:
@@ -97,6 +97,9 @@ class _Scrape(_MetricsSource):
         for name, reason in _CLIENT_LOSSES.items():
             lost.add_metric([reason], client[name])
         yield lost
+        yield CounterMetricFamily(
+            "ringtrace_cleared_events", "Events removed on request (POST /clear, POST /pop)", value=store.cleared_events
+        )
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)

@@ -81,6 +81,21 @@ class Pairing:
             for track in [track for track in table if track[0] in processes]:
                 del table[track]
 
+    def overflow(self, keep: int) -> list[tuple[TrackKey, Shown]]:
+        """Take out the oldest open slices past ``keep``, open-ended (what a pop cannot carry on without bound)."""
+        opened = [(start.ts, track, name, start) for track, stacks in self._markers.items()
+                  for name, starts in stacks.items() for start in starts]  # fmt: skip
+        opened += [(start.ts, track, "", start) for track, starts in self._sources.items() for start in starts]
+        if len(opened) <= keep:
+            return []
+        opened.sort(key=lambda item: item[0])
+        taken = []
+        for _, track, name, start in opened[: len(opened) - keep]:
+            starts = self._markers[track][name] if name else self._sources[track]
+            starts.remove(start)
+            taken.append((track, _begin(start)))
+        return taken
+
     def still_open(self) -> list[tuple[TrackKey, Shown]]:
         """What never ended by the snapshot's end: open-ended slices, each with its track."""
         events = []

@@ -262,6 +262,9 @@ for line in sys.stdin:
         tl.marker("Load", "end", ok=True)
         with tl.scope("after-pop"):
             pass
+    elif step == "many":
+        for i in range(10_050):
+            tl.marker(f"never-ended-{i}", "start")
     print(tl.flush(5), flush=True)
 """
 
@@ -298,6 +301,11 @@ def test_pop_returns_and_removes_what_is_held_and_open_markers_wait_for_the_next
         assert json.loads(body)["otherData"]["unmatched_marker_ends"] == 0
         status, body = collector.post("/pop?process=popped")
         assert [e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"] == []
+        step("many")  # more starts than a pop carries: the oldest past 10,000 are shown open-ended
+        status, body = collector.post("/pop?process=popped")
+        shown = [e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"]
+        assert [e["name"] for e in shown] == [f"never-ended-{i}" for i in range(50)]
+        assert all(e["ph"] == "B" for e in shown)
         bystander = [e for e in events(collector.snapshot(), "X") if e["name"] == "step"]
         assert len(bystander) == 50  # another process's events stay
         status, body = collector.post("/pop?limit=3")

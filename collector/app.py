@@ -37,7 +37,6 @@ __all__ = ["Collector", "CollectorConfig"]
 log = logging.getLogger("ringtrace.collector")
 
 _DAY_NS = 86_400 * 10**9
-_A = TypeVar("_A")
 _R = TypeVar("_R")
 
 
@@ -393,7 +392,7 @@ class Collector:
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
         with_frames = self.store.snapshot()
         segments = [segment for segment in with_frames.segments if segment.owner in uids]
-        times = await _on_worker(with_frames, scan_segments, segments)
+        times = await _on_worker(with_frames, lambda: scan_segments(segments))
         return sources_document(processes, counts, times, rates)
 
     async def tail_step(self, tail: Tail) -> list[Row]:
@@ -405,7 +404,8 @@ class Collector:
             for segment in frames.segments
             if (process := processes.get(segment.owner)) is not None and tail.wanted(process)
         ]
-        return await _on_worker(frames, tail.step, segments)
+        kept = self.store.kept_events(uid for uid, process in processes.items() if tail.wanted(process))
+        return await _on_worker(frames, lambda: tail.step(segments, kept))
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
@@ -495,10 +495,10 @@ class Collector:
         )
 
 
-async def _on_worker(frames: StoreSnapshot, read: Callable[[_A], _R], argument: _A) -> _R:
-    """``read(argument)`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled
-    meanwhile: the read goes on, and the segments it reads must stay)."""
-    future = asyncio.get_running_loop().run_in_executor(None, read, argument)
+async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
+    """``read()`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled meanwhile:
+    the read goes on, and the segments it reads must stay)."""
+    future = asyncio.get_running_loop().run_in_executor(None, read)
     try:
         return await asyncio.shield(future)
     finally:

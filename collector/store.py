@@ -166,6 +166,8 @@ class SegmentView:
     size: int
     used: int
     entries: int
+    #: Events of its EVENTS frames.
+    events: int = 0
 
     def index(self) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(offset, size, track, count, first_ts, last_ts) of each EVENTS frame, oldest first."""
@@ -184,7 +186,7 @@ class StoreSnapshot:
     def __init__(self, store: Store, segments: list[Segment]) -> None:
         self._store: Store | None = store
         self._pinned = segments
-        self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries) for s in segments]
+        self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events) for s in segments]
 
     def close(self) -> None:
         store, self._store = self._store, None
@@ -613,6 +615,18 @@ class Store:
                 removed += process.segments[0].events
                 self._evict(process.segments[0], "cleared")
         return removed
+
+    def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
+        """Per process: events it sent that the store kept, whether still stored or overwritten or cleared since (all
+        but those refused: discarded, capped)."""
+        kept = {}
+        for owner in owners:
+            process = self._processes.get(owner)
+            if process is not None:
+                kept[owner] = sum(
+                    c.received_events - c.discarded_events - c.capped_events for c in process.counts.values()
+                )
+        return kept
 
     def process_counts(self) -> dict[int, Counts]:
         """Counts per process uid (its tracks summed)."""

@@ -10,13 +10,17 @@ reads the part before the cursor (session frames and all) only once the segment 
 store costs nothing until something arrives. Newer segments are read from their start.
 
 Memory: the rows of one step. A reader slower than ingest falls behind; once a segment it had not finished is
-overwritten, or what it has not read passes ``max_lag_bytes``, the tail ends with ``TailBehind`` naming how far
-behind it was: a slow reader never holds the store's memory, and is never silently skipped ahead.
+overwritten or cleared, or what it has not read passes ``max_lag_bytes``, the tail ends with ``TailBehind`` naming how
+far behind it was: a slow reader never holds the store's memory, and is never silently skipped ahead. To know, each
+step adds up, per process, the events of the segments it can see (read or not) and of those gone since that it had
+read, against the events the store kept of that process since the tail began: a shortfall was lost to the reader
+(a whole segment written and overwritten between two steps included). Events a process loses to its own cap
+(``--process-capacity``) are not told apart from those it was refused, and are not in that sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,6 +30,7 @@ from ringtrace.client.session import Limits, SessionDecoder
 
 from .export import Row, frame_rows
 from .query import EventFilter
+from .segments import INDEX_ENTRY
 from .store import SegmentView
 from .walk import ProcessView, Selection
 
@@ -41,13 +46,16 @@ class TailBehind(Exception):
 
 @dataclass(slots=True)
 class _Cursor:
+    owner: int
     #: Bytes of the segment read so far (its frames before this are handled, or were there when the tail began).
     offset: int
     #: The decoder that read them; None until the segment grows (a segment that was there when the tail began).
     decoder: SessionDecoder | None
-    #: How far the segment was written when last seen, and how many EVENTS frames it held.
-    used: int
-    entries: int = 0
+    #: Events the segment held when the tail began (none, for a newer one): they are not the tail's.
+    counted_from: int
+    #: Index entries (EVENTS frames) wholly before ``offset``, and their events.
+    read_entries: int = 0
+    read_events: int = 0
 
 
 class Tail:
@@ -70,40 +78,50 @@ class Tail:
         self._began = False
         #: Segments newer than these are read from their start.
         self._newest_seq = -1
+        #: Per process: events the store had kept of it when the tail began, and events of segments gone since that
+        #: the tail had read (``step`` says how they add up).
+        self._baseline: dict[int, int] = {}
+        self._departed: dict[int, int] = {}
 
     def wanted(self, process: ProcessView) -> bool:
         return self.selected.process_matches(process.pid, process.trace_pid, process.name, process.host)
 
-    def step(self, segments: Iterable[tuple[ProcessView, SegmentView]]) -> list[Row]:
+    def step(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> list[Row]:
         """The selected events stored since the last step, segment by segment (oldest first).
 
+        Args:
+            segments: the stored segments of the processes wanted, pinned, oldest first.
+            kept: per process wanted, the events the store has kept of it so far (``Store.kept_events``), taken
+                with the segments: what the tail has read or can still read must add up to what was kept since it
+                began, or something was overwritten or cleared before it was read.
+
         Raises:
-            TailBehind: a segment was overwritten before it was read to its end, or too much is unread.
+            TailBehind: events were overwritten or cleared before the tail read them, or too much is unread.
         """
         segments = list(segments)
-        seen = {segment.seq for _, segment in segments}
+        present = {segment.seq for _, segment in segments}
         for seq, gone in list(self._cursors.items()):
-            if seq not in seen:
+            if seq not in present:
                 del self._cursors[seq]
-                if gone.offset < gone.used and gone.entries:  # (a segment without events may go unread)
-                    raise TailBehind(
-                        f"fell behind: a segment was overwritten with {gone.used - gone.offset} bytes unread"
-                    )
+                self._departed[gone.owner] = self._departed.get(gone.owner, 0) + gone.read_events - gone.counted_from
         if not self._began:
             self._began = True
+            self._baseline = dict(kept)
             for _, segment in segments:
-                self._cursors[segment.seq] = _Cursor(segment.used, None, segment.used)
+                self._cursors[segment.seq] = _Cursor(
+                    segment.owner, segment.used, None, segment.events, segment.entries, segment.events
+                )
                 self._newest_seq = max(self._newest_seq, segment.seq)
             return []
         rows: list[Row] = []
         budget = self._max_step_bytes
         lag = 0
+        accounted = dict(self._departed)
         for process, segment in segments:
             cursor = self._cursors.get(segment.seq)
             if cursor is None:
-                start = 0 if segment.seq > self._newest_seq else segment.used
-                cursor = self._cursors[segment.seq] = _Cursor(start, None, segment.used)
-            cursor.used, cursor.entries = segment.used, segment.entries
+                cursor = self._cursors[segment.seq] = _Cursor(segment.owner, 0, None, 0)
+            accounted[segment.owner] = accounted.get(segment.owner, 0) + segment.events - cursor.counted_from
             if cursor.offset >= segment.used:
                 continue
             if budget <= 0:
@@ -112,7 +130,15 @@ class Tail:
             end = min(segment.used, cursor.offset + budget)
             budget -= end - cursor.offset
             rows += self._read(process, segment, cursor, end)
+            _advance(cursor, segment)
             lag += segment.used - cursor.offset
+        for owner, count in kept.items():
+            missed = count - self._baseline.get(owner, 0) - accounted.get(owner, 0)
+            if missed > 0:
+                who = next((f"{p.name} (pid {p.pid})" for p, s in segments if s.owner == owner), "a process")
+                raise TailBehind(
+                    f"fell behind: {missed} events of {who} were overwritten or cleared before it read them"
+                )
         if lag > self._max_lag_bytes:
             raise TailBehind(f"fell behind: {lag} bytes unread, more than max_lag_bytes={self._max_lag_bytes}")
         return rows
@@ -137,6 +163,17 @@ class Tail:
                     if self.selected.track is None or self.selected.track_matches(track.name):
                         rows += frame_rows(process, track, decoder.tables, frame, self._selection)
         except ProtocolError:  # what cannot be decoded is counted by snapshots; the tail skips the segment
-            cursor.offset = cursor.used = segment.size
+            cursor.offset = segment.size
             cursor.decoder = None
         return rows
+
+
+def _advance(cursor: _Cursor, segment: SegmentView) -> None:
+    """Count the index entries (EVENTS frames) now wholly before the cursor."""
+    buffer, size, step = segment.buffer, segment.size, INDEX_ENTRY.size
+    while cursor.read_entries < segment.entries:
+        offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (cursor.read_entries + 1))
+        if offset + length > cursor.offset:
+            return
+        cursor.read_entries += 1
+        cursor.read_events += count

@@ -21,7 +21,8 @@ def step(tail: Tail, store: Store) -> list[int]:
     """One step of the tail; the ``i`` of each event it gives."""
     with store.snapshot() as pinned:
         segments = [(process(s.owner), s) for s in pinned.segments if tail.wanted(process(s.owner))]
-        return [row.args["i"] for row in tail.step(segments)]
+        kept = store.kept_events(owner for owner in range(1, 4) if tail.wanted(process(owner)))
+        return [row.args["i"] for row in tail.step(segments, kept)]
 
 
 def drain(tail: Tail, store: Store, expected: int) -> list[int]:
@@ -87,3 +88,31 @@ def test_a_segment_overwritten_before_the_tail_read_it_ends_the_tail() -> None:
     with pytest.raises(TailBehind, match="overwritten"):
         for _ in range(100):
             step(tail, store)
+
+
+def test_segments_written_and_overwritten_between_two_steps_end_the_tail() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    tail = Tail(EventFilter(), Limits())
+    step(tail, store)
+    client.record(0, 10)
+    assert step(tail, store) == list(range(10))
+    client.record(0, 8000)  # several segments, the first ones overwritten before the next step
+    with pytest.raises(TailBehind, match=r"events of proc-1 \(pid 101\) were overwritten or cleared"):
+        step(tail, store)
+
+
+def test_events_cleared_before_the_tail_read_them_end_it_and_those_it_read_do_not() -> None:
+    store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    tail = Tail(EventFilter(), Limits())
+    step(tail, store)
+    client.record(0, 20)
+    assert step(tail, store) == list(range(20))
+    store.clear([1])  # all of it read: nothing missed
+    client.record(0, 5)
+    assert step(tail, store) == list(range(20, 25))
+    client.record(0, 5)
+    store.clear([1])  # five not read
+    with pytest.raises(TailBehind, match="5 events"):
+        step(tail, store)

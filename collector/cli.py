@@ -65,17 +65,21 @@ class _Checker(argparse.ArgumentParser):
         raise _EnvironmentError(message.split(": ", 1)[-1])
 
 
-def environment_args(environ: Mapping[str, str], prog: str = "ringtrace-collector") -> list[str]:
-    """The flags the environment sets, as command-line arguments (to go before the real ones, which then win).
+def environment_args(
+    environ: Mapping[str, str], argv: Sequence[str] = (), prog: str = "ringtrace-collector"
+) -> list[str]:
+    """The flags the environment sets and ``argv`` (the command line) does not, as command-line arguments. An empty
+    variable is unset.
 
     Raises:
         SystemExit: a variable's value is refused (the message names the variable), as for a bad flag.
     """
     args: list[str] = []
     checker = build_parser(prog, _Checker)
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
     for flag, name in ENVIRONMENT.items():
         value = environ.get(name)
-        if value is None:
+        if not value or flag in given:
             continue
         try:
             checker.parse_args([flag, value])
@@ -83,6 +87,14 @@ def environment_args(environ: Mapping[str, str], prog: str = "ringtrace-collecto
             build_parser(prog).error(f"environment variable {name}={value!r}: {exc}")
         args += [flag, value]
     return args
+
+
+def _set_by(message: str, from_environment: list[str]) -> str:
+    """`` (set by RINGTRACE_...)`` when the flag a refusal names came from its variable."""
+    for flag in from_environment[::2]:
+        if f"({flag})" in message or f"{flag}:" in message:
+            return f" (set by {ENVIRONMENT[flag]})"
+    return ""
 
 
 def build_parser(
@@ -262,7 +274,8 @@ def _runner() -> asyncio.Runner:
 
 def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(prog).parse_args([*environment_args(os.environ, prog), *argv])
+    from_environment = environment_args(os.environ, argv, prog)
+    args = build_parser(prog).parse_args([*from_environment, *argv])
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -293,7 +306,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
         with _runner() as runner:
             runner.run(_serve(config))
     except ConfigError as exc:
-        log.error("%s", exc)
+        log.error("%s%s", exc, _set_by(str(exc), from_environment))
         return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)

@@ -310,18 +310,29 @@ def _progress(what: str) -> Iterator[Callable[[int], None]]:
 # -- files -----------------------------------------------------------------------------------------------------------
 
 
-def _load(path: str) -> LoadedFile:
+def _load(path: str, shown_as: str | None = None) -> LoadedFile:
+    """A file read (``shown_as`` names it in messages: a snapshot fetched to a temporary file, say)."""
+    name = shown_as or path
     try:
         loaded = load_file(path)
     except OSError as exc:
-        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from None
     except ProtocolError as exc:
-        raise CommandError(f"{path}: {exc}") from None
+        raise CommandError(f"{name}: {exc}") from None
     if loaded.error is not None and not loaded.torn:
-        raise CommandError(f"{path} is corrupt: {loaded.error}")
+        raise CommandError(f"{name} is corrupt: {loaded.error}")
     if loaded.error is not None:
-        print(f"ringtrace: {path}: {loaded.error}; read everything before it", file=sys.stderr)
+        print(f"ringtrace: {name}: {loaded.error}; read everything before it", file=sys.stderr)
     return loaded
+
+
+def _undecodable(path: str, loaded: LoadedFile) -> None:
+    """After the rest is written: a file some of whose events do not decode is corrupt, said, and exits 1."""
+    if loaded.undecodable:
+        raise CommandError(
+            f"{path} is corrupt: {loaded.undecodable} of its {loaded.events} events do not decode "
+            "(the others were read)"
+        )
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -334,6 +345,7 @@ def _convert(args: argparse.Namespace) -> int:
         for chunk in write(loaded.view, selected):
             out.write(chunk)
             advance(len(chunk))
+    _undecodable(args.file, loaded)
     return 0
 
 
@@ -347,14 +359,17 @@ def _dump(args: argparse.Namespace) -> int:
             with _fetch(_snapshot_url(source, [*params, ("format", "native")])) as response, path.open("wb") as out:
                 while chunk := response.read(_CHUNK):
                     out.write(chunk)
-            rows = list(selected_rows(_load(str(path)).view))
+            loaded = _load(str(path), shown_as=f"the snapshot from {source}")
+            rows = list(selected_rows(loaded.view))
     else:
         selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
-        rows = list(selected_rows(_load(source).view, selected))
+        loaded = _load(source)
+        rows = list(selected_rows(loaded.view, selected))
     rows.sort(key=lambda row: row.wall_ns, reverse=args.newest_first)
     for row in rows:
         sys.stdout.write(dump_line(row))
     sys.stdout.flush()
+    _undecodable(source, loaded)
     return 0
 
 
@@ -392,7 +407,7 @@ def _tail(args: argparse.Namespace) -> int:
                     raise CommandError(f"the collector ended the tail: {document.get('reason', document)}")
                 sys.stdout.write(_tail_line(document))
                 sys.stdout.flush()
-    raise CommandError("the collector ended the tail (it stopped?)")
+    raise CommandError("the collector ended the tail: it stopped, or cut the tail off (its log says why)")
 
 
 def _tail_line(event: dict[str, Any]) -> str:
@@ -474,6 +489,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     streams = f"{done.streams} stream{'s' if done.streams != 1 else ''}"
     print(f"replayed {done.events} events in {done.frames} frames ({streams}) to {args.to}")
+    _undecodable(args.file, loaded)
     if done.refused:
         raise CommandError(f"the collector's store refused {done.refused} of them (its --policy or a process cap)")
     return 0

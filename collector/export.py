@@ -176,6 +176,7 @@ def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
     events, byte for byte, or re-encoded with only those where a filter chooses among a frame's events; the frames a
     file has no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out."""
     walk, selection = prepare(view, selected)
+    written = False
     for process, segment in walk.segments():
         stream = [_PREAMBLE]
         kept = decoded = 0
@@ -199,7 +200,10 @@ def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
         except ProtocolError as exc:  # what came before the broken frame is kept
             walk.unreadable(process, segment, decoded, exc)
         if kept:
+            written = True
             yield b"".join(stream)
+    if not written:
+        yield _PREAMBLE  # a snapshot file of no stream: readers take it as such, not as a file of no known format
 
 
 def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events, selection: Selection) -> bytes | None:

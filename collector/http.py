@@ -299,6 +299,8 @@ async def set_priority(request: web.Request) -> web.Response:
     extra = {"priority": f"one of {', '.join(PRIORITIES)}", "timeline": "a timeline's name (default: every one)"}
     selected, values = _process_params(await _post_params(request), extra)
     priority = values.get("priority")
+    if priority is None:
+        raise BadQuery(f"query parameter 'priority' is required: one of {', '.join(PRIORITIES)}")
     if priority not in PRIORITIES:
         raise BadQuery(f"query parameter 'priority' must be one of {', '.join(PRIORITIES)}, got {priority!r:.80}")
     reached = request.app[COLLECTOR].set_priority(selected, priority, values.get("timeline", ""))

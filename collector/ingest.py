@@ -570,7 +570,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if isinstance(frame, Track):
             assert self.process is not None and stream is not None
             if frame.ended:  # frames stored before name it in their own segments
-                self.process.tracks.pop(frame.track_id, None)
+                self.process.end_track(frame.track_id)
             else:
                 self.process.tracks[frame.track_id] = self._session.tables.tracks[frame.track_id]
             self._sink.store.session_frame(

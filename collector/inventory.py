@@ -40,6 +40,7 @@ class ProcessFacts:
     connections: int
     client_stats: Stats
     tracks: dict[int, TrackInfo]
+    ended_tracks: dict[int, TrackInfo]
     held_bytes: int
 
     @classmethod
@@ -54,6 +55,7 @@ class ProcessFacts:
             process.live_connections,
             process.reported_stats,
             dict(process.tracks),
+            dict(process.ended_tracks),
             held_bytes,
         )
 
@@ -149,12 +151,12 @@ def sources_document(
             track_counts = counts.get((process.uid, track_id), Counts())
             total.add(track_counts)
             held = times.get((process.uid, track_id))
-            info = process.tracks.get(track_id) or (held.info if held else None)
+            info = process.tracks.get(track_id) or (held.info if held else None) or process.ended_tracks.get(track_id)
             entry: dict[str, Any] = {
                 "track": track_id,
                 "name": info.name if info else None,
                 "kind": _TRACK_KINDS.get(info.kind, str(info.kind)) if info else None,
-                "live": track_id in process.tracks,
+                "live": track_id in process.tracks and process.connections > 0,
                 **store_counts(track_counts),
                 "first_wall_ns": None,
                 "last_wall_ns": None,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from ringtrace.client.errors import BadPreamble, ProtocolError
-from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats
+from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns
 from ringtrace.client.session import Limits, SessionDecoder
 
 from . import hawktracer, timelogger
@@ -52,6 +52,8 @@ class LoadedFile:
     error: str | None
     #: The error is a torn tail (a writer killed mid-frame): expected of a file, nothing before it is lost.
     torn: bool = False
+    #: Events of EVENTS frames whose payload does not decode (the frames are kept; exports count them too).
+    undecodable: int = 0
 
 
 @dataclass
@@ -60,6 +62,7 @@ class _Stream:
     data: bytes
     entries: list[tuple[int, int, int, int, int, int]]
     stats: Stats | None
+    undecodable: int = 0
 
 
 def load_file(path: str | os.PathLike[str]) -> LoadedFile:
@@ -115,7 +118,8 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
     torn = error is not None and error.startswith("the file ends inside")
     if foreign is not None and foreign.error is not None:
         error, torn = foreign.error, foreign.torn
-    return LoadedFile(view, len(streams), events, error, torn)
+    undecodable = sum(stream.undecodable for stream in streams)
+    return LoadedFile(view, len(streams), events, error, torn, undecodable)
 
 
 def _foreign(data: bytes) -> tuple[str, Recording]:
@@ -177,10 +181,14 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
                 stream.entries.append(
                     (offset, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
                 )
+                try:  # a payload that does not decode is a corrupt file, said, not an empty export
+                    unpack_columns(frame, decoder.tables.columns)
+                except ProtocolError:
+                    stream.undecodable += frame.count
             position = end
     except ProtocolError as exc:
         error = f"the frame at offset {position} is broken: {exc}"
     stream.data = bytes(data[start:position])
-    if error is None and stream.hello is None:
+    if error is None and stream.hello is None and position > start + PREAMBLE.size:
         error = f"the stream at offset {start} holds no HELLO frame"
     return stream, position, error

@@ -50,6 +50,7 @@ _RFC3339: Final = re.compile(
     r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)"
 )  # fmt: skip
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MAX_TIME_NS: Final = 2**63 - 1
 #: Built-in kinds' categories: one per family (a marker's start, end and instant are all ``marker``).
 _BUILTIN_CATEGORIES: Final = {
     "marker_start": "marker",
@@ -247,11 +248,12 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
         QueryError: none of these.
     """
     if text.isdigit() and len(text) <= 20:
-        return int(text)
+        return _in_range(name, text, int(text))
     relative = _RELATIVE.fullmatch(text)
     if relative:
         amount, unit = relative.groups()
-        return now_ns - round(float(amount) * _UNITS_NS[unit])
+        ago_ns = float(amount) * _UNITS_NS[unit]
+        return _in_range(name, text, now_ns - round(ago_ns) if ago_ns < 2**64 else -1)
     rfc = _RFC3339.fullmatch(text)
     if rfc:
         date, clock, fraction, zone = rfc.groups()
@@ -259,11 +261,22 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
             when = datetime.datetime.fromisoformat(f"{date}T{clock}{'+00:00' if zone in 'Zz' else zone}")
         except ValueError as exc:
             raise QueryError(f"query parameter {name!r} is not a valid time: {text!r:.80} ({exc})") from None
-        return (when - _EPOCH) // datetime.timedelta(seconds=1) * 10**9 + int((fraction or "0").ljust(9, "0"))
+        ns = (when - _EPOCH) // datetime.timedelta(seconds=1) * 10**9 + int((fraction or "0").ljust(9, "0"))
+        return _in_range(name, text, ns)
     raise QueryError(
         f"query parameter {name!r} must be wall-clock ns, RFC 3339 (2026-11-22T10:00:00Z) or relative "
         f"(-5s, -1.5m, -250ms), got {text!r:.80}"
     )
+
+
+def _in_range(name: str, text: str, ns: int) -> int:
+    """A time a snapshot can hold: from the epoch to 2262 (nanoseconds in 63 bits)."""
+    if not 0 <= ns <= _MAX_TIME_NS:
+        raise QueryError(
+            f"query parameter {name!r} must be a time from 1970-01-01 to 2262-04-11 (0 to {_MAX_TIME_NS} ns), "
+            f"got {text!r:.80}"
+        )
+    return ns
 
 
 def _pattern(name: str, text: str) -> Pattern:

@@ -38,6 +38,8 @@ log = logging.getLogger("ringtrace.collector.sessions")
 
 #: How many forgotten processes' last counters are remembered (about 100 bytes each).
 FORGOTTEN_REMEMBERED: Final = 10_000
+#: Names of ended tracks remembered per process (a process that starts a thread per task ends many).
+ENDED_TRACKS_REMEMBERED: Final = 1000
 #: The most a client's loss counter may say (2**40: a million events a second for 12 days).
 MAX_CLIENT_COUNTER: Final = 2**40
 #: A HELLO's wall clock this far from the collector's is not believed.
@@ -75,6 +77,8 @@ class ProcessRecord:
     stats_baseline: Stats = field(default_factory=lambda: Stats(0, 0))
     #: Latest declaration of each track (a TRACK frame may rename one).
     tracks: dict[int, TrackInfo] = field(default_factory=dict)
+    #: Tracks it ended, the latest ``ENDED_TRACKS_REMEMBERED`` (their counts outlive what is stored of them).
+    ended_tracks: OrderedDict[int, TrackInfo] = field(default_factory=OrderedDict)
     #: ``time.monotonic()`` when its last connection ended.
     disconnected_at: float = field(default_factory=time.monotonic)
 
@@ -92,6 +96,15 @@ class ProcessRecord:
             taken.append(value)
         self.client_stats = Stats(*taken)
         return why
+
+    def end_track(self, track_id: int) -> None:
+        """Its track ``track_id`` ended: its name is kept a while for ``/sources``."""
+        info = self.tracks.pop(track_id, None)
+        if info is not None:
+            self.ended_tracks[track_id] = info
+            self.ended_tracks.move_to_end(track_id)
+            while len(self.ended_tracks) > ENDED_TRACKS_REMEMBERED:
+                self.ended_tracks.popitem(last=False)
 
     @property
     def reported_stats(self) -> Stats:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import FileListener, Timeline
+from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType
 from ringtrace.collector.command import main
 
 RECORD = """
@@ -140,3 +142,36 @@ def test_replay_names_a_frame_the_collector_would_not_take(tmp_path: Path, capsy
         assert status == 1 and "max_frame_bytes=32768" in err
     finally:
         collector.stop()
+
+
+def test_a_file_whose_events_do_not_decode_is_said_to_be_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "flip.rttrace"
+    timeline = Timeline("flip", [FileListener(path)])
+    for i in range(100):
+        timeline.instant("tick", i=i)
+    timeline.close()
+    data = bytearray(path.read_bytes())
+    position = PREAMBLE.size
+    while True:  # the first EVENTS frame: its payload's first byte made one msgpack never uses
+        length, frame_type = FRAME_HEADER.unpack_from(data, position)
+        if frame_type == FrameType.EVENTS:
+            header_size = struct.unpack_from("<H", data, position + FRAME_HEADER.size)[0]
+            data[position + FRAME_HEADER.size + header_size] = 0xC1
+            break
+        position += FRAME_HEADER.size + length
+    path.write_bytes(bytes(data))
+    for argv in (["dump", str(path)], ["convert", str(path), "-o", str(tmp_path / "out.json")]):
+        status, _, err = run(capsys, *argv)
+        assert status == 1 and f"{path} is corrupt: " in err and "events do not decode" in err, argv
+
+
+def test_a_snapshot_that_selects_nothing_is_an_empty_file_the_tools_read(
+    collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record(collector, "web")
+    empty = tmp_path / "empty.rtsnap"
+    assert run(capsys, "snapshot", collector.http_url, "-o", str(empty), "--format", "native", "--process", "x")[0] == 0
+    assert run(capsys, "dump", str(empty)) == (0, "", "")
+    assert run(capsys, "dump", collector.http_url, "--process", "nobody") == (0, "", "")

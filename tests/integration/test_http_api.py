@@ -191,6 +191,9 @@ def test_clear_removes_what_is_stored_and_counts_it(collector: CollectorProcess)
     trace = collector.snapshot()
     names = {e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
     assert names == {"beta"}
+    alpha = next(p for p in collector.json("/sources")["processes"] if p["process_name"] == "alpha")
+    assert {t["name"] for t in alpha["tracks"]} == {"MainThread", "worker", "GPU queue"}  # named, though none held
+    assert not any(t["live"] for t in alpha["tracks"])  # it exited
     other = trace["otherData"]
     assert other["cleared_events"] == PER_PROCESS and other["stored_events"] == PER_PROCESS
     assert other["received_events"] == other["stored_events"] + other["cleared_events"]

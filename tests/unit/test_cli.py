@@ -6,7 +6,7 @@ import re
 
 import pytest
 from ringtrace.client.errors import ConfigError
-from ringtrace.collector.cli import ENVIRONMENT, build_parser, environment_args, parse_listen_address, parse_size
+from ringtrace.collector.cli import ENVIRONMENT, build_parser, environment_args, main, parse_listen_address, parse_size
 
 
 @pytest.mark.parametrize(
@@ -53,10 +53,16 @@ def test_every_flag_has_an_environment_variable() -> None:
 
 
 def test_the_environment_sets_flags_and_the_command_line_wins() -> None:
-    environ = {"RINGTRACE_CAPACITY": "64MB", "RINGTRACE_POLICY": "discard", "RINGTRACE_TCP": "127.0.0.1:9"}
-    parser = build_parser()
-    args = parser.parse_args([*environment_args(environ), "--capacity", "32MB"])
-    assert (args.capacity, args.policy, args.tcp) == (32_000_000, "discard", ("127.0.0.1", 9))
+    environ = {
+        "RINGTRACE_CAPACITY": "64MB",
+        "RINGTRACE_POLICY": "discard",
+        "RINGTRACE_TCP": "127.0.0.1:9",
+        "RINGTRACE_HTTP": "",  # empty: unset
+        "RINGTRACE_MAX_TRACKS": "not even checked: the command line gives it",
+    }
+    argv = ["--capacity", "32MB", "--max-tracks=7"]
+    args = build_parser().parse_args([*environment_args(environ, argv), *argv])
+    assert (args.capacity, args.policy, args.tcp, args.max_tracks) == (32_000_000, "discard", ("127.0.0.1", 9), 7)
 
 
 @pytest.mark.parametrize(
@@ -69,3 +75,11 @@ def test_a_bad_environment_value_is_refused_naming_the_variable(
         environment_args({name: value})
     assert exited.value.code == 2
     assert f"environment variable {name}={value!r}" in capsys.readouterr().err
+
+
+def test_a_value_the_configuration_refuses_names_the_variable_that_set_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("RINGTRACE_FORGET_AFTER", "-1")
+    assert main([]) == 2
+    assert "(set by RINGTRACE_FORGET_AFTER)" in caplog.text

@@ -51,6 +51,15 @@ def test_a_bad_time_names_the_parameter_and_the_forms(text: str) -> None:
     assert "RFC 3339" in str(error.value) or "valid time" in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["-99999999d", "-" + "9" * 400 + "d", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z", "99999999999999999999"],
+)
+def test_a_time_outside_what_a_snapshot_can_hold_is_refused(text: str) -> None:
+    with pytest.raises(QueryError, match="'since' must be a time from 1970-01-01 to 2262-04-11"):
+        parse(since=text)
+
+
 def test_unknown_and_repeated_parameters_are_named() -> None:
     with pytest.raises(QueryError, match=r"unknown query parameter 'pids' \(accepted: since, until, pid"):
         parse(pids="1")

@@ -28,6 +28,7 @@ BENCHMARKS = {
     "snapshot": ("bench_snapshot.py", 900),
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
+    "registry": ("bench_registry.py", 300),
 }
 
 

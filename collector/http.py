@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
@@ -389,8 +390,9 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
     return params
 
 
-def make_app(collector: CollectorAPI) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024)
+def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.Application:
+    """The application; ``auth`` checks each request before its handler (``auth.py``)."""
+    app = web.Application(client_max_size=64 * 1024, middlewares=[auth] if auth is not None else [])
     app[COLLECTOR] = collector
     app[_TAILS] = set()
     app.on_shutdown.append(_end_tails)

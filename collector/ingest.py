@@ -24,6 +24,7 @@ from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
+    AUTHENTICATION_FAILED,
     FRAME_HEADER,
     Events,
     EventsRun,
@@ -40,10 +41,12 @@ from ringtrace.client.protocol import (
     Strings,
     Track,
     encode,
+    hello_with_token,
     preamble,
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
+from .auth import AuthenticationFailed, Authenticator
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
@@ -75,6 +78,8 @@ class Traffic:
     connections_refused: int = 0
     #: Closed for breaking the protocol (a log line each says why).
     protocol_errors: int = 0
+    #: Refused at HELLO: no token, or another one (``auth.py``).
+    authentication_failures: int = 0
 
 
 class IngestSink(Protocol):
@@ -98,6 +103,9 @@ class IngestSink(Protocol):
 
     @property
     def registry(self) -> Registry: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
 
     @property
     def store(self) -> Store: ...
@@ -305,6 +313,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 taken = reader.position
             if self._stream is not None:
                 self._end_batch(self._stream)
+        except AuthenticationFailed as exc:  # the peer learns only that; the log says why
+            self._traffic.authentication_failures += 1
+            self._sink.auth.log_refusal("connection", self._peer, exc.reason)
+            transport.write(preamble() + encode(Goodbye(AUTHENTICATION_FAILED)))
+            transport.close()
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -531,10 +544,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.write(encode(FlushAck(token)))
 
     def _hello(self, hello: Hello) -> None:
+        refusal = self._sink.auth.refusal(hello.token)  # first: a peer without the token learns nothing more
+        if refusal is not None:
+            raise AuthenticationFailed(refusal)
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
         self.process = self._sink.registry.hello(hello)
         store = self._sink.store
-        self._stream = store.open_stream(self.process.uid, self._session.last_frame())
+        # Every segment replays the HELLO, and snapshots serve it: stored without the token.
+        frame = hello_with_token(self._session.last_frame(), "") if hello.token else self._session.last_frame()
+        self._stream = store.open_stream(self.process.uid, frame)
         if store.buffers.fsync != "never":
             self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")
         assert self._transport is not None

@@ -47,6 +47,8 @@ _MAX_REMEMBERED: Final = 4096
 #: Shorter tokens are taken, with a warning.
 _SHORT_TOKEN_CHARS: Final = 16
 _OPEN_PATHS: Final = frozenset({"/healthz"})
+#: Characters of a refused request's path that its log line shows.
+_MAX_LOGGED_PATH: Final = 200
 
 
 class AuthenticationFailed(Exception):
@@ -120,7 +122,9 @@ class Authenticator:
             if reason is None:
                 return await handler(request)
             self.http_refusals += 1
-            self.log_refusal(f"HTTP {request.method} {request.path}", _peer(request), reason)
+            # The path as sent (still percent-encoded: a decoded newline would forge a log line), cut short.
+            path = request.rel_url.raw_path[:_MAX_LOGGED_PATH]
+            self.log_refusal(f"HTTP {request.method} {path}", _peer(request), reason)
             raise web.HTTPUnauthorized(text="authentication failed\n", headers={"WWW-Authenticate": "Bearer"})
 
         return bearer_token

@@ -151,9 +151,13 @@ def test_a_refused_client_counts_its_events_as_dropped_and_nothing_raises(
 def test_http_needs_the_bearer_token_and_healthz_says_only_ok_without_one(guarded: CollectorProcess) -> None:
     url = guarded.http_url
     bearer = {"Authorization": f"Bearer {TOKEN}"}
+    # The first refusal of each reason is logged (repeats are counted; see below). A path cannot forge a log line:
+    # it is logged as sent, percent-encoded, and cut short.
+    forging = "/snapshot%0A2026-01-01%20WARNING%20forged" + "y" * 500
     refused = [
-        ("GET", "/snapshot", {}),
+        ("GET", forging, {}),
         ("GET", "/snapshot", {"Authorization": f"Bearer {WRONG}"}),
+        ("GET", "/snapshot", {}),
         ("POST", "/clear", {}),
         ("GET", "/sources", {"Authorization": f"Basic {TOKEN}"}),  # the token, but not as a bearer token
         ("GET", "/healthz", {"Authorization": f"Bearer {WRONG}"}),
@@ -162,9 +166,12 @@ def test_http_needs_the_bearer_token_and_healthz_says_only_ok_without_one(guarde
         status, answer_headers, body = request(url + path, headers, method)
         assert (status, body) == (401, b"authentication failed\n"), (method, path)
         assert answer_headers["WWW-Authenticate"] == "Bearer"
-    missing = guarded.wait_for_log(lambda line: "HTTP GET /snapshot" in line and "(missing token)" in line)
-    assert "refusing HTTP GET /snapshot from 127.0.0.1:" in missing and "WARNING" in missing
-    guarded.wait_for_log(lambda line: "HTTP GET /snapshot" in line and "(wrong token)" in line)
+    missing = guarded.wait_for_log(lambda line: "(missing token)" in line)
+    assert "WARNING" in missing and "refusing HTTP GET /snapshot%0A2026-01-01%20WARNING%20forgedyyy" in missing
+    assert f"{'y' * 150} from 127.0.0.1:" in missing and "y" * 250 not in missing
+    assert not any(line.startswith("2026-01-01 WARNING forged") for line in guarded.lines)
+    wrong = guarded.wait_for_log(lambda line: "(wrong token)" in line)
+    assert "refusing HTTP GET /snapshot from 127.0.0.1:" in wrong
 
     status, _, body = request(url + "/snapshot", bearer)
     assert status == 200 and "traceEvents" in json.loads(body)

@@ -95,7 +95,8 @@ class ProcessIdentity:
         self.instance_id = _instance_id()
         self.boot_id = _boot_id()
 
-    def hello(self) -> Hello:
+    def hello(self, token: str = "") -> Hello:
+        """A HELLO for a new stream; ``token`` only for a live connection to a collector that requires it."""
         return Hello(
             pid=self.pid,
             host=self.host,
@@ -105,6 +106,7 @@ class ProcessIdentity:
             monotonic_ns=time.monotonic_ns(),
             wall_ns=time.time_ns(),
             client_version=__version__,
+            token=token,
         )
 
 

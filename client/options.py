@@ -1,4 +1,5 @@
-"""Configuration values: the streamer's options, addresses and sizes, each checked with an error that names it.
+"""Configuration values: the streamer's options, addresses, sizes and tokens, each checked with an error that names
+it (never a token's value).
 
 Shared by the client (``connect``) and the collector's command line, so both accept the same forms.
 """
@@ -7,14 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import re
-from dataclasses import dataclass
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import ConfigError
 from .protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
-__all__ = ["StreamerOptions", "parse_address", "parse_size"]
+__all__ = [
+    "MAX_TOKEN_CHARS",
+    "TOKEN_VARIABLE",
+    "StreamerOptions",
+    "check_token",
+    "environment_token",
+    "parse_address",
+    "parse_size",
+    "strip_newline",
+]
+
+#: The environment variable that holds the collector's token, for clients, the collector and the command line.
+TOKEN_VARIABLE: Final = "RINGTRACE_TOKEN"
+#: A token is at most this long (HELLO's text fields are).
+MAX_TOKEN_CHARS: Final = 256
 
 _UNITS: Final = {
     "": 1,
@@ -81,6 +99,45 @@ def _valid_host(host: str, bracketed: bool) -> bool:
     return ip.version == 6 if bracketed else ip.version == 4
 
 
+def strip_newline(text: str) -> str:
+    """``text`` without one trailing newline (``\\n`` or ``\\r\\n``), as a token file or variable often ends."""
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
+
+
+def check_token(token: object, what: str) -> str:
+    """``token``, if it can be one: 1 to ``MAX_TOKEN_CHARS`` printable ASCII characters, no spaces (it travels in
+    HELLO and in an ``Authorization: Bearer`` header).
+
+    Raises:
+        ConfigError: not a token; the message names ``what`` and never shows the value.
+    """
+    if not isinstance(token, str):
+        raise ConfigError(f"{what} must be a str, got {type(token).__name__}")
+    if not token:
+        raise ConfigError(f"{what} is empty")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ConfigError(f"{what} must be at most {MAX_TOKEN_CHARS} characters long, got {len(token)}")
+    for position, char in enumerate(token, 1):
+        if not "!" <= char <= "~":
+            kind = "a newline" if char in "\r\n" else "a space" if char.isspace() else "not printable ASCII"
+            raise ConfigError(
+                f"{what} may hold only printable ASCII characters without spaces: character {position} is {kind}"
+            )
+    return token
+
+
+def environment_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The token in ``RINGTRACE_TOKEN`` (one trailing newline ignored), or None if it is unset or empty.
+
+    Raises:
+        ConfigError: it holds no valid token (the message names the variable, not the value).
+    """
+    value = (os.environ if environ is None else environ).get(TOKEN_VARIABLE)
+    if not value:
+        return None
+    return check_token(strip_newline(value), f"environment variable {TOKEN_VARIABLE}")
+
+
 @dataclass(frozen=True)
 class StreamerOptions:
     """Tuning of the collector streamer; every field can be passed to ``connect`` by name.
@@ -107,6 +164,11 @@ class StreamerOptions:
     heartbeat_s: float = 15.0
     #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``); see the README.
     deliver_on_sigterm: bool = True
+    #: The collector's token, sent in HELLO; None: ``RINGTRACE_TOKEN`` if set. Never shown (not in the repr).
+    token: str | None = field(default=None, repr=False)
+    #: TLS to the collector: True verifies its certificate against the system's CAs (``ssl.create_default_context``);
+    #: an ``ssl.SSLContext`` trusts what it is told to (``cafile=`` for a private CA or a self-signed collector).
+    tls: bool | ssl.SSLContext = False
 
     def __post_init__(self) -> None:
         for option in dataclasses.fields(self):
@@ -117,6 +179,14 @@ class StreamerOptions:
                 except ConfigError as exc:
                     raise ConfigError(f"option {option.name}: {exc}") from None
         _check_str_or_none(self, "process_name")
+        if self.token is None:
+            object.__setattr__(self, "token", environment_token())
+        else:
+            check_token(self.token, "option token")
+        if not isinstance(self.tls, bool | ssl.SSLContext):
+            raise ConfigError(f"option tls must be a bool or an ssl.SSLContext, got {type(self.tls).__name__}")
+        if isinstance(self.tls, ssl.SSLContext) and self.tls.protocol == ssl.PROTOCOL_TLS_SERVER:
+            raise ConfigError("option tls must be a client context (ssl.create_default_context()), got a server one")
         if not isinstance(self.deliver_on_sigterm, bool):
             value = self.deliver_on_sigterm
             raise ConfigError(f"option deliver_on_sigterm must be a bool, got {type(value).__name__} {value!r}")

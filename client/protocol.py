@@ -35,6 +35,7 @@ from .errors import (
 )
 
 __all__ = [
+    "AUTHENTICATION_FAILED",
     "CHECKSUM_TYPE",
     "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
@@ -73,6 +74,7 @@ __all__ = [
     "Welcome",
     "complete_frames",
     "encode",
+    "hello_with_token",
     "preamble",
     "unpack_columns",
 ]
@@ -103,6 +105,9 @@ EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
 IGNORABLE: Final = 0x80
 #: CHECKSUM, a frame type of files only (the collector's segments): a live peer may not send it.
 CHECKSUM_TYPE: Final = 0xFF
+#: The whole reason of the GOODBYE a collector sends a client whose HELLO lacks its token or has another one: no
+#: more, so that a peer learns nothing from it.
+AUTHENTICATION_FAILED: Final = "authentication failed"
 
 Peer = Literal["client", "collector"]
 
@@ -238,22 +243,26 @@ class Hello:
     client_version: str
     protocol_min: int = PROTOCOL_VERSIONS[0]
     protocol_max: int = PROTOCOL_VERSIONS[1]
+    #: The collector's shared secret, for a collector that requires one (empty: none, and the field is not sent).
+    #: Only a live connection carries it: never a file, nor what the collector stores (``hello_with_token``).
+    token: str = field(default="", repr=False)
 
     def encode_body(self) -> bytes:
-        return _pack(
-            {
-                "pid": self.pid,
-                "host": self.host,
-                "process_name": self.process_name,
-                "instance_id": self.instance_id,
-                "boot_id": self.boot_id,
-                "monotonic_ns": self.monotonic_ns,
-                "wall_ns": self.wall_ns,
-                "client_version": self.client_version,
-                "protocol_min": self.protocol_min,
-                "protocol_max": self.protocol_max,
-            }
-        )
+        body = {
+            "pid": self.pid,
+            "host": self.host,
+            "process_name": self.process_name,
+            "instance_id": self.instance_id,
+            "boot_id": self.boot_id,
+            "monotonic_ns": self.monotonic_ns,
+            "wall_ns": self.wall_ns,
+            "client_version": self.client_version,
+            "protocol_min": self.protocol_min,
+            "protocol_max": self.protocol_max,
+        }
+        if self.token:
+            body["token"] = self.token
+        return _pack(body)
 
     @classmethod
     def decode_body(cls, body: bytes) -> Hello:
@@ -269,12 +278,28 @@ class Hello:
             client_version=_field(data, "HELLO", "client_version", str),
             protocol_min=_field(data, "HELLO", "protocol_min", int, 0xFFFF),
             protocol_max=_field(data, "HELLO", "protocol_max", int, 0xFFFF),
+            token=_field(data, "HELLO", "token", str) if "token" in data else "",
         )
         if hello.protocol_min > hello.protocol_max:
             raise MalformedFrame(
                 f"HELLO frame: protocol_min {hello.protocol_min} is above protocol_max {hello.protocol_max}"
             )
         return hello
+
+
+def hello_with_token(frame: bytes | memoryview, token: str) -> bytes:
+    """The HELLO frame ``frame`` (header included) with its ``token`` set, or taken out if ``token`` is empty; its
+    other fields, known to this version or not, are kept.
+
+    Raises:
+        MalformedFrame: the body is not a map.
+    """
+    body = dict(_unpack_map("HELLO", bytes(frame[FRAME_HEADER.size :])))
+    body.pop("token", None)
+    if token:
+        body["token"] = token
+    packed = _pack(body)
+    return FRAME_HEADER.pack(len(packed), FrameType.HELLO) + packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -969,7 +994,12 @@ class FrameReader:
     def _read_preamble(self, available: int) -> bool:
         head = bytes(self._buf[self._start : self._start + min(available, PREAMBLE.size)])
         if head[: len(MAGIC)] != MAGIC[: len(head)]:
-            raise BadPreamble(f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}")
+            # A TLS record starts with its content type: 0x16 a handshake (a TLS client), 0x15 an alert (a TLS server
+            # refusing what a plain client sent).
+            tls = " (the peer speaks TLS: use TLS on both sides, or on neither)" if head[0] in (0x15, 0x16) else ""
+            raise BadPreamble(
+                f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}{tls}"
+            )
         if available < PREAMBLE.size:
             return False
         _, stream_format, _ = PREAMBLE.unpack(head)

@@ -313,7 +313,7 @@ class SessionDecoder:
         if self._state == "HELLO":
             if not isinstance(frame, Hello):
                 raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
-            for name in ("host", "process_name", "instance_id", "boot_id", "client_version"):
+            for name in ("host", "process_name", "instance_id", "boot_id", "client_version", "token"):
                 _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
             self.hello = frame
             self._state = "WELCOME" if self._live else "OPEN"

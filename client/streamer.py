@@ -12,10 +12,12 @@ they are too large or use string ids past the collector's ``max_strings``), then
 (SCHEMA, every string, every track, STATS) ahead of whatever the queue holds. Control frames are queued only while
 welcomed: after a reconnect the prefix carries everything again, so they are never needed twice.
 
-Connecting blocks this thread for at most ``connect_timeout_s``; failures back off exponentially (with jitter) up to
-``backoff_max_s``. ``flush()`` does not wait for the backoff: it asks for a connection at once, then queues a FLUSH
-after everything received so far and waits, within its timeout, for the collector's FLUSH_ACK, which the collector
-sends once it has stored everything before it. A FLUSH from the collector is answered the same way: the flusher
+Connecting (and the TLS handshake, with ``tls``) blocks this thread for at most ``connect_timeout_s``; failures back
+off exponentially (with jitter) up to ``backoff_max_s``, and a collector's refusal (a GOODBYE instead of WELCOME: a
+token it does not take, no common version) straight to ``backoff_max_s``, since trying sooner would not change it.
+``flush()`` does not wait for the backoff: it asks for a connection at once, then queues a FLUSH after everything
+received so far and waits, within its timeout, for the collector's FLUSH_ACK, which the collector sends once it has
+stored everything before it. A FLUSH from the collector is answered the same way: the flusher
 sweeps every timeline, then FLUSH_ACK goes out behind what it queued. A frame cut short by a broken connection is
 lost and counted. Nothing here raises into the host program, and nothing blocks it beyond the timeout it passed.
 """
@@ -29,6 +31,7 @@ import logging
 import random
 import selectors
 import socket
+import ssl
 import threading
 import time
 import weakref
@@ -42,6 +45,7 @@ from .listeners import SerializedListener
 from .model import RECORD_FIELDS, TrackInfo
 from .options import StreamerOptions, parse_address
 from .protocol import (
+    AUTHENTICATION_FAILED,
     EVENTS_HEADER,
     FRAME_HEADER,
     PROTOCOL_VERSIONS,
@@ -70,6 +74,8 @@ _FLUSH_RETRY_S = 0.25
 _STATS_INTERVAL_S = 0.25
 #: The heartbeat (``heartbeat_s``: nothing sent for that long) is a FLUSH nobody waits for.
 _HEARTBEAT_TOKEN = 0
+#: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _Waiter:
@@ -137,7 +143,7 @@ class Streamer(SerializedListener):
         self.connects = 0
 
         # Owned by the streamer thread.
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | ssl.SSLSocket | None = None
         self._reader: ReplyDecoder | None = None
         self._out: memoryview | None = None
         self._out_events = 0
@@ -161,6 +167,12 @@ class Streamer(SerializedListener):
         self.refused_events = 0
         self._refused_since_flush = False
         self._goodbye_logged = False
+        #: The collector sent something on this connection; a close before that was logged (once).
+        self._answered = False
+        self._unanswered_logged = False
+        #: With ``tls``: the context (made on the first connection), and whether a failed handshake was logged.
+        self._tls_context: ssl.SSLContext | None = None
+        self._tls_warned = False
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -461,22 +473,43 @@ class Streamer(SerializedListener):
 
     def _connect(self) -> None:
         host, port = self.address
+        deadline = time.monotonic() + self.options.connect_timeout_s
         try:
             sock = socket.create_connection((host, port), timeout=self.options.connect_timeout_s)
         except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
             self._schedule_reconnect(f"cannot connect to {host}:{port}: {exc}")
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.options.tls:
+            try:
+                sock = self._handshake(sock, host, deadline)
+            except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
+                sock.close()
+                self._schedule_reconnect(f"TLS with {host}:{port} failed: {exc}")
+                if not self._tls_warned:  # once until a connection works: it is most likely the configuration
+                    self._tls_warned = True
+                    log.warning("ringtrace: TLS with the collector at %s failed: %s", self.address_text, exc)
+                return
         sock.setblocking(False)
         self._sock = sock
         self._acknowledged = False
         self._reader = ReplyDecoder(self.options.max_frame_bytes)
+        self._answered = False
         self._selector.register(sock, selectors.EVENT_READ)
-        self._out = memoryview(preamble() + encode(self.identity.hello()))
+        self._out = memoryview(preamble() + encode(self.identity.hello(self.options.token or "")))
         self._out_events = 0
         with self._state_lock:
             self.connects += 1
         log.debug("ringtrace connected to %s:%d", host, port)
+
+    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> ssl.SSLSocket:
+        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
+        context = self._tls_context
+        if context is None:  # loading the system's CAs takes a while: here, not in connect()
+            tls = self.options.tls
+            context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        return context.wrap_socket(sock, server_hostname=host)
 
     def _schedule_reconnect(self, reason: str) -> None:
         delay = self._backoff_s * random.uniform(0.5, 1.0)
@@ -544,7 +577,7 @@ class Streamer(SerializedListener):
                     self._out_events = count
             try:
                 sent = sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
                 return
             except OSError as exc:
                 self._disconnect(f"send failed: {exc}")
@@ -597,6 +630,7 @@ class Streamer(SerializedListener):
             self._welcomed = True
         # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
         self._welcomed_at = time.monotonic()
+        self._tls_warned = False
 
     def _with_retired_tracks(self, kept: deque[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """``kept`` with each track that ended while frames of it were queued declared right before its first frame
@@ -624,7 +658,9 @@ class Streamer(SerializedListener):
         assert sock is not None and reader is not None
         try:
             data = sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+            while data and isinstance(sock, ssl.SSLSocket) and sock.pending():  # decrypted, which select cannot see
+                data += sock.recv(65536)
+        except _WOULD_BLOCK:
             return
         except OSError as exc:
             self._disconnect(f"receive failed: {exc}")
@@ -632,6 +668,7 @@ class Streamer(SerializedListener):
         reader.receive_data(data)
         try:
             for frame in reader:
+                self._answered = True
                 if isinstance(frame, FlushAck):
                     waiter = self._waiters.pop(frame.token, None)
                     self._acknowledged = True
@@ -658,12 +695,29 @@ class Streamer(SerializedListener):
                     with self._state_lock:
                         self.refused_events += frame.events
                         self._refused_since_flush = True
-                elif isinstance(frame, Goodbye) and not self._goodbye_logged:
-                    self._goodbye_logged = True
-                    log.warning("ringtrace: the collector at %s is closing: %s", self.address_text, frame.reason)
+                elif isinstance(frame, Goodbye):
+                    if not self._welcomed:  # refused: the next attempts are as far apart as the options allow
+                        self._backoff_s = self.options.backoff_max_s
+                    if not self._goodbye_logged:
+                        self._goodbye_logged = True
+                        hint = (
+                            " (connect(..., token=...) or RINGTRACE_TOKEN)"
+                            if frame.reason == AUTHENTICATION_FAILED
+                            else ""
+                        )
+                        log.warning(
+                            "ringtrace: the collector at %s is closing: %s%s", self.address_text, frame.reason, hint
+                        )
         except ProtocolError as exc:
             log.warning("ringtrace: collector broke the protocol: %s", exc)
             self._disconnect(str(exc))
             return
         if not data:
+            if not self._answered and not self._unanswered_logged:  # no GOODBYE to say why: a plain client at a
+                self._unanswered_logged = True  # TLS listener, or not a collector at all
+                log.warning(
+                    "ringtrace: %s closed the connection without answering HELLO: is it a ringtrace collector, and "
+                    "does it expect TLS (connect(..., tls=...))?",
+                    self.address_text,
+                )
             self._disconnect("collector closed the connection")

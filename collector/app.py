@@ -7,16 +7,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 from ringtrace.client._version import __version__
 from ringtrace.client.errors import ConfigError
+from ringtrace.client.options import check_token
 from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.client.session import Limits
 
+from .auth import Authenticator, is_loopback, server_tls_context
 from .events import client_counts, store_counts
 from .export import Row
 from .http import make_app
@@ -89,6 +91,13 @@ class CollectorConfig:
     snapshot_flush_timeout_s: float = 1.0
     #: A process with no connection and nothing stored is forgotten this long after its last connection ended.
     forget_after_s: float = 60.0
+    #: What clients present in HELLO and HTTP requests as ``Authorization: Bearer``; None: nothing is asked.
+    token: str | None = field(default=None, repr=False)
+    #: Certificate chain and private key (PEM files): both listeners speak TLS (1.2 or newer).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Listen beyond loopback without a token (a firewall or a private network guards the ports).
+    insecure_open: bool = False
 
     def __post_init__(self) -> None:
         u32 = 2**32 - 1  # what the wire protocol's WELCOME carries
@@ -111,6 +120,18 @@ class CollectorConfig:
             raise ConfigError(f"fsync (--fsync) must be never, flush or always, got {self.fsync!r}")
         if self.segment_bytes is not None:
             _check_range("segment_bytes", self.segment_bytes, MIN_SEGMENT_BYTES, 2**40)
+        if self.token is not None:
+            check_token(self.token, "token")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
+        exposed = [f"{flag} {host}" for flag, host in self.listen_hosts.items() if not is_loopback(host)]
+        if exposed and self.token is None and not self.insecure_open:
+            raise ConfigError(
+                f"refusing to listen on {' and '.join(exposed)} without a token: beyond loopback anyone who reaches "
+                "the port could send events or read every trace. Give a token (--token-file FILE, or "
+                "RINGTRACE_TOKEN; clients pass it too) and TLS (--tls-cert FILE --tls-key FILE) unless the network "
+                "is trusted; or, if a firewall or a private network already guards these ports, --insecure-open"
+            )
         frames = 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)
         for name in ("capacity_bytes", "process_capacity_bytes"):
             value = getattr(self, name)
@@ -119,6 +140,11 @@ class CollectorConfig:
                     f"{_FLAGS[name]}: capacity of {value} bytes must hold at least 2 frames of "
                     f"max_frame_bytes={self.max_frame_bytes} with their session frames ({frames} bytes)"
                 )
+
+    @property
+    def listen_hosts(self) -> dict[str, str]:
+        """The host each listener binds, by its flag."""
+        return {"--tcp": self.tcp_host, "--http": self.http_host}
 
     @property
     def effective_segment_bytes(self) -> int:
@@ -163,6 +189,9 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.version = __version__
+        #: Both listeners speak TLS with it (None: plain TCP and HTTP); loaded first, so a bad file stops nothing begun.
+        self.tls = server_tls_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
+        self.auth = Authenticator(config.token)
         if config.process_capacity_bytes is not None and config.process_capacity_bytes > config.capacity_bytes:
             log.warning(
                 "--process-capacity %d is more than --capacity %d: one process may hold up to the capacity",
@@ -224,18 +253,27 @@ class Collector:
         config = self.config
         if self.data_dir is not None:
             self._recover(self.data_dir)
+        self._log_exposure()
+        # With TLS, asyncio's SSL protocol decrypts straight into the buffer IngestProtocol.get_buffer lends it (a
+        # segment): frames are still stored where they are read. A handshake must end within the HELLO timeout.
         self._tcp_server = server = await loop.create_server(
-            lambda: IngestProtocol(self), config.tcp_host, config.tcp_port
+            lambda: IngestProtocol(self),
+            config.tcp_host,
+            config.tcp_port,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.handshake_timeout_s if self.tls else None,
         )
         self.tcp_address = server.sockets[0].getsockname()[:2]
-        log.info("ingest listening on tcp://%s", _host_port(self.tcp_address))
-        self._http_runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        log.info("ingest listening on tcp://%s%s", _host_port(self.tcp_address), " with TLS" if self.tls else "")
+        app = make_app(self, self.auth.middleware() if self.auth.required else None)
+        self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http_runner.setup()
         self._http_server = await loop.create_server(
-            self.http_guard.factory(self._http_runner.server), config.http_host, config.http_port
+            self.http_guard.factory(self._http_runner.server), config.http_host, config.http_port, ssl=self.tls
         )
         self.http_address = self._http_server.sockets[0].getsockname()[:2]
-        log.info("http listening on http://%s", _host_port(self.http_address))
+        scheme = "https" if self.tls else "http"
+        log.info("http listening on %s://%s", scheme, _host_port(self.http_address))
         log.info(
             "store: capacity %d bytes (%d per process), policy %s, %s; segments up to %d bytes; max frame %d bytes",
             self.store.capacity_bytes,
@@ -248,6 +286,25 @@ class Collector:
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
         self._sampling = asyncio.create_task(self._sample_rates())
         self._idling = asyncio.create_task(self._close_idle_connections())
+
+    def _log_exposure(self) -> None:
+        """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
+        config = self.config
+        exposed = [f"{flag} {host}" for flag, host in config.listen_hosts.items() if not is_loopback(host)]
+        if self.auth.required:
+            log.info("authentication: a token is required on ingest and HTTP (GET /healthz answers its status only)")
+            if exposed and self.tls is None:
+                log.warning(
+                    "listening on %s without TLS: the token and the traces cross the network in clear text "
+                    "(--tls-cert, --tls-key)",
+                    " and ".join(exposed),
+                )
+        elif exposed:
+            log.warning(
+                "listening on %s with no token (--insecure-open): whoever reaches these ports may send events and "
+                "read every trace",
+                " and ".join(exposed),
+            )
 
     def _recover(self, data_dir: DataDir) -> None:
         started = time.monotonic()
@@ -350,10 +407,12 @@ class Collector:
             "ingest_bytes": traffic.bytes_received,
             "connections_accepted": traffic.connections_accepted,
             "connections_refused": traffic.connections_refused,
+            "connections_unauthenticated": traffic.authentication_failures,
             "protocol_errors": traffic.protocol_errors,
             "throttled_reads": traffic.throttled,
             "http_connections_timed_out": self.http_guard.timed_out,
             "http_connections_refused": self.http_guard.refused,
+            "http_unauthorized": self.auth.http_refusals,
             **store_counts(store_totals),
             **client_totals,
         }

@@ -1,7 +1,9 @@
 """``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM.
 
 Every flag may also come from the environment: ``--max-frame-size`` from ``RINGTRACE_MAX_FRAME_SIZE``, and so on
-(``ENVIRONMENT``). A flag given on the command line wins over its variable; a bad value is refused naming the variable.
+(``ENVIRONMENT``; ``--insecure-open`` from ``RINGTRACE_INSECURE_OPEN=1``). A flag given on the command line wins over
+its variable; a bad value is refused naming the variable. The token may also be given itself, in ``RINGTRACE_TOKEN``
+(a token file wins).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.options import parse_address, parse_size
+from ringtrace.client.options import environment_token, parse_address, parse_size
 
 from .app import Collector, CollectorConfig
+from .auth import read_token_file
 
-__all__ = ["ENVIRONMENT", "main", "parse_listen_address", "parse_size"]
+__all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -49,9 +52,11 @@ ENVIRONMENT = {
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
         "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-snapshots",
         "--http-timeout", "--max-http-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
-        "--max-tracks", "--log-level",
+        "--max-tracks", "--log-level", "--token-file", "--tls-cert", "--tls-key", "--insecure-open",
     )
 }  # fmt: skip
+#: Flags that take no value: their variable is 1, true or yes (set), or 0, false, no or empty (not set).
+_SWITCHES = {"--insecure-open"}
 
 
 class _EnvironmentError(Exception):
@@ -80,6 +85,12 @@ def environment_args(
     for flag, name in ENVIRONMENT.items():
         value = environ.get(name)
         if not value or flag in given:
+            continue
+        if flag in _SWITCHES:
+            if value.strip().lower() in ("1", "true", "yes"):
+                args.append(flag)
+            elif value.strip().lower() not in ("0", "false", "no", ""):
+                build_parser(prog).error(f"environment variable {name}={value!r}: must be 1, true, yes, 0, false or no")
             continue
         try:
             checker.parse_args([flag, value])
@@ -242,6 +253,23 @@ def build_parser(
         help="tracks (threads, task lanes) one connection may declare (default %(default)s)",
     )
     parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=None,
+        help="require the token in FILE (one trailing newline ignored) of every client (in HELLO) and HTTP request "
+        "(Authorization: Bearer TOKEN); RINGTRACE_TOKEN may hold the token itself instead",
+    )
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", default=None, help="certificate chain (PEM): both listeners speak TLS 1.2+"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", default=None, help="the private key of --tls-cert (PEM)")
+    parser.add_argument(
+        "--insecure-open",
+        action="store_true",
+        help="listen on an address other than loopback without a token (only where a firewall or a private network "
+        "guards the ports)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -272,6 +300,43 @@ def _runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> CollectorConfig:
+    """The configuration the parsed flags (and ``RINGTRACE_TOKEN``) say, checked; nothing is bound yet.
+
+    Raises:
+        ConfigError: a value is refused (a token file that cannot be read, a listener beyond loopback without a
+            token, ...); the message says which and why.
+    """
+    token = read_token_file(args.token_file) if args.token_file is not None else environment_token(environ)
+    return CollectorConfig(
+        tcp_host=args.tcp[0],
+        tcp_port=args.tcp[1],
+        http_host=args.http[0],
+        http_port=args.http[1],
+        capacity_bytes=args.capacity,
+        process_capacity_bytes=args.process_capacity,
+        policy=args.policy,
+        data_dir=args.data_dir,
+        fsync=args.fsync,
+        forget_after_s=args.forget_after,
+        max_frame_bytes=args.max_frame_size,
+        max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
+        idle_timeout_s=args.idle_timeout,
+        max_snapshots=args.max_snapshots,
+        http_timeout_s=args.http_timeout,
+        max_http_connections=args.max_http_connections,
+        max_strings=args.max_strings,
+        max_string_bytes=args.max_string_bytes,
+        max_schema_bytes=args.max_schema_bytes,
+        max_tracks=args.max_tracks,
+        token=token,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure_open=args.insecure_open,
+    )
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from_environment = environment_args(os.environ, argv, prog)
@@ -280,29 +345,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
-        config = CollectorConfig(
-            tcp_host=args.tcp[0],
-            tcp_port=args.tcp[1],
-            http_host=args.http[0],
-            http_port=args.http[1],
-            capacity_bytes=args.capacity,
-            process_capacity_bytes=args.process_capacity,
-            policy=args.policy,
-            data_dir=args.data_dir,
-            fsync=args.fsync,
-            forget_after_s=args.forget_after,
-            max_frame_bytes=args.max_frame_size,
-            max_connections=args.max_connections,
-            max_connections_per_address=args.max_connections_per_address,
-            idle_timeout_s=args.idle_timeout,
-            max_snapshots=args.max_snapshots,
-            http_timeout_s=args.http_timeout,
-            max_http_connections=args.max_http_connections,
-            max_strings=args.max_strings,
-            max_string_bytes=args.max_string_bytes,
-            max_schema_bytes=args.max_schema_bytes,
-            max_tracks=args.max_tracks,
-        )
+        config = config_from_args(args, os.environ)
         with _runner() as runner:
             runner.run(_serve(config))
     except ConfigError as exc:

@@ -11,6 +11,10 @@
 FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
 stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``offline.py``).
 
+A collector that requires a token gets it from ``--token-file FILE`` (or ``RINGTRACE_TOKEN_FILE``, or the token
+itself in ``RINGTRACE_TOKEN``): as ``Authorization: Bearer`` over HTTP, in HELLO for ``replay``. An ``https://`` URL
+(or ``replay --tls``) is checked against the system's CAs, or the one in ``--cacert FILE`` (``RINGTRACE_CACERT``).
+
 Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --process 'web-*'``), checked the same way
 (``query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
 1 for a collector that cannot be reached or answers with an error, a file that cannot be read, is of no format known
@@ -24,6 +28,7 @@ import contextlib
 import datetime
 import json
 import os
+import ssl
 import sys
 import tempfile
 import time
@@ -38,9 +43,10 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from ringtrace.client.errors import ConfigError, ProtocolError
-from ringtrace.client.options import parse_address
+from ringtrace.client.options import environment_token, parse_address
 
 from . import cli as collector_cli
+from .auth import read_token_file
 from .export import Row, chrome_trace_chunks, native_chunks, selected_rows
 from .offline import FOREIGN_FORMATS, LoadedFile, load_file
 from .perfetto import perfetto_chunks
@@ -74,6 +80,10 @@ _FORMAT_HELP: Final = (
 _HTTP_TIMEOUT_S: Final = 120.0
 _ENDPOINTS: Final = ("/snapshot", "/stream", "/sources")
 _CHUNK: Final = 1 << 16
+_TOKEN_FILE_VARIABLE: Final = "RINGTRACE_TOKEN_FILE"
+_CACERT_VARIABLE: Final = "RINGTRACE_CACERT"
+_TOKEN_HINT: Final = "give it the collector's token: --token-file FILE, or RINGTRACE_TOKEN"
+_CACERT_HINT: Final = "for a collector with a private CA or a self-signed certificate: --cacert FILE"
 
 
 class CommandError(Exception):
@@ -139,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
     _add_filters(snapshot)
+    _add_access(snapshot)
     snapshot.set_defaults(run=_snapshot)
 
     dump = commands.add_parser("dump", help="events as text, one a line")
@@ -149,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.add_argument("--newest-first", action="store_true", help="newest event first")
     _add_filters(dump)
+    _add_access(dump)
     dump.set_defaults(run=_dump)
 
     convert = commands.add_parser(
@@ -167,12 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     tail = commands.add_parser("tail", help="a collector's events as they are stored, one a line (Ctrl-C ends it)")
     tail.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     _add_filters(tail, STREAM_PARAMETERS)
+    _add_access(tail)
     tail.set_defaults(run=_tail)
 
     sources = commands.add_parser("sources", help="a collector's processes, threads and sources, as a table")
     sources.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     sources.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
     _add_filters(sources, PROCESS_PARAMETERS)
+    _add_access(sources)
     sources.set_defaults(run=_sources)
 
     replay_ = commands.add_parser(
@@ -181,8 +195,61 @@ def build_parser() -> argparse.ArgumentParser:
     replay_.add_argument("file", metavar="FILE", help=f"a trace or snapshot file, or a recording ({_FOREIGN})")
     replay_.add_argument("--to", required=True, metavar="HOST:PORT", help="the collector's ingest address")
     _add_filters(replay_)
+    _add_access(replay_, ingest=True)
     replay_.set_defaults(run=_replay)
     return parser
+
+
+def _add_access(parser: argparse.ArgumentParser, ingest: bool = False) -> None:
+    group = parser.add_argument_group("a collector with a token or TLS")
+    group.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the collector's token, in FILE (default: the file RINGTRACE_TOKEN_FILE names, or RINGTRACE_TOKEN)",
+    )
+    if ingest:
+        group.add_argument("--tls", action="store_true", help="connect with TLS (--cacert implies it)")
+    group.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="trust the collector's certificate if the CA in FILE (PEM) signed it, as for a self-signed one "
+        "(default: RINGTRACE_CACERT, else the system's CAs)",
+    )
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The token the flags or the environment give, if any."""
+    path = args.token_file if args.token_file is not None else os.environ.get(_TOKEN_FILE_VARIABLE) or None
+    try:
+        return read_token_file(path) if path is not None else environment_token()
+    except ConfigError as exc:
+        raise CommandError(str(exc), 2) from None
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """A client TLS context trusting ``--cacert`` (or ``RINGTRACE_CACERT``); None: the system's CAs, if need be."""
+    cacert = args.cacert if args.cacert is not None else os.environ.get(_CACERT_VARIABLE) or None
+    if cacert is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandError(f"--cacert: cannot load the CA certificates in {cacert}: {exc.strerror or exc}", 2) from None
+
+
+class _Access:
+    """How to reach a collector's HTTP API: its token, and the TLS context for an https:// URL."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.token = _token(args)
+        self.context = _tls_context(args)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A collector never redirects: a redirect is answered as an error, so that the token goes nowhere else."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def _add_filters(parser: argparse.ArgumentParser, accepted: Container[str] | None = None) -> None:
@@ -217,7 +284,11 @@ def _snapshot(args: argparse.Namespace) -> int:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     _check_params(params)
     url = _snapshot_url(args.url, params)
-    with _fetch(url) as response, _output(args.output) as out, _progress(f"snapshot from {args.url}") as advance:
+    with (
+        _fetch(url, _Access(args)) as response,
+        _output(args.output) as out,
+        _progress(f"snapshot from {args.url}") as advance,
+    ):
         while chunk := response.read(_CHUNK):
             out.write(chunk)
             advance(len(chunk))
@@ -259,16 +330,22 @@ def _endpoint_url(base: str, endpoint: str, params: list[tuple[str, str]]) -> st
 
 
 @contextlib.contextmanager
-def _fetch(url: str) -> Iterator[Any]:
+def _fetch(url: str, access: _Access) -> Iterator[Any]:
+    request = urllib.request.Request(url)
+    if access.token is not None:
+        request.add_header("Authorization", f"Bearer {access.token}")
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=access.context), _NoRedirect)
     try:
-        response = urllib.request.urlopen(url, timeout=_HTTP_TIMEOUT_S)
+        response = opener.open(request, timeout=_HTTP_TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         with exc:
             detail = exc.read(2000).decode("utf-8", "replace").strip()
-        raise CommandError(f"the collector answered {exc.code}: {detail}") from None
+        hint = f" ({_TOKEN_HINT})" if exc.code == 401 and access.token is None else ""
+        raise CommandError(f"the collector answered {exc.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}") from None
+        hint = f" ({_CACERT_HINT})" if isinstance(reason, ssl.SSLCertVerificationError) else ""
+        raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
         yield response
 
@@ -354,9 +431,10 @@ def _dump(args: argparse.Namespace) -> int:
     _check_params(params)
     source: str = args.source
     if source.startswith(("http://", "https://")) or "://" in source:
+        url = _snapshot_url(source, [*params, ("format", "native")])
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory, "snapshot.rttrace")
-            with _fetch(_snapshot_url(source, [*params, ("format", "native")])) as response, path.open("wb") as out:
+            with _fetch(url, _Access(args)) as response, path.open("wb") as out:
                 while chunk := response.read(_CHUNK):
                     out.write(chunk)
             loaded = _load(str(path), shown_as=f"the snapshot from {source}")
@@ -397,7 +475,7 @@ def _tail(args: argparse.Namespace) -> int:
     params = _filter_params(args)
     _check_params(params, STREAM_PARAMETERS)
     event = "message"
-    with _fetch(_endpoint_url(args.url, "/stream", params)) as response:
+    with _fetch(_endpoint_url(args.url, "/stream", params), _Access(args)) as response:
         for raw in response:
             if raw.startswith(b"event: "):
                 event = raw[7:].strip().decode("utf-8", "replace")
@@ -421,7 +499,7 @@ def _tail_line(event: dict[str, Any]) -> str:
 def _sources(args: argparse.Namespace) -> int:
     params = _filter_params(args)
     _check_params(params, PROCESS_PARAMETERS)
-    with _fetch(_endpoint_url(args.url, "/sources", params)) as response:
+    with _fetch(_endpoint_url(args.url, "/sources", params), _Access(args)) as response:
         body = response.read()
     if args.json:
         sys.stdout.write(body.decode() + "\n")
@@ -481,10 +559,14 @@ def _replay(args: argparse.Namespace) -> int:
         host, port = parse_address(args.to)
     except ConfigError as exc:
         raise CommandError(f"--to: {exc}", 2) from None
+    token = _token(args)
+    tls = None
+    if args.tls or args.cacert is not None:  # RINGTRACE_CACERT alone says whom to trust, not to use TLS
+        tls = _tls_context(args) or ssl.create_default_context()
     selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
     loaded = _load(args.file)
     try:
-        done = replay(native_chunks(loaded.view, selected), host, port)
+        done = replay(native_chunks(loaded.view, selected), host, port, token=token, tls=tls)
     except ReplayError as exc:
         raise CommandError(str(exc)) from None
     streams = f"{done.streams} stream{'s' if done.streams != 1 else ''}"

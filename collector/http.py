@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
@@ -461,8 +462,10 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
     return params
 
 
-def make_app(collector: CollectorAPI) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024, middlewares=[collector.http_guard.middleware])
+def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.Application:
+    """The application; ``auth`` checks each request before its handler (``auth.py``)."""
+    middlewares = [collector.http_guard.middleware, *([auth] if auth is not None else [])]
+    app = web.Application(client_max_size=64 * 1024, middlewares=middlewares)
     app[COLLECTOR] = collector
     app[_TAILS] = set()
     app.on_shutdown.append(_end_tails)

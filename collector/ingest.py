@@ -16,7 +16,6 @@ into, the connection reads into the decoder's own buffer and stores by copy unti
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 import logging
 import time
@@ -26,6 +25,7 @@ from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
+    AUTHENTICATION_FAILED,
     FRAME_HEADER,
     Events,
     EventsRun,
@@ -42,10 +42,12 @@ from ringtrace.client.protocol import (
     Strings,
     Track,
     encode,
+    hello_with_token,
     preamble,
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
+from .auth import AuthenticationFailed, Authenticator, is_loopback
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
@@ -81,6 +83,8 @@ class Traffic:
     protocol_errors: int = 0
     #: Times a connection's reading was paused for sending control frames faster than MAX_CONTROL_FRAMES_PER_S.
     throttled: int = 0
+    #: Refused at HELLO: no token, or another one (``auth.py``).
+    authentication_failures: int = 0
 
 
 class IngestSink(Protocol):
@@ -110,6 +114,9 @@ class IngestSink(Protocol):
 
     @property
     def registry(self) -> Registry: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
 
     @property
     def store(self) -> Store: ...
@@ -229,7 +236,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._traffic.connections_refused += 1
             transport.abort()
             return
-        if isinstance(peer, tuple) and not _is_loopback(peer[0]):  # (local processes all share one address)
+        if isinstance(peer, tuple) and not is_loopback(peer[0]):  # (local processes all share one address)
             by_address, per_address = self._sink.connections_by_address, self._sink.max_connections_per_address
             if by_address.get(peer[0], 0) >= per_address:
                 log.warning("refusing connection from %s: max_connections_per_address=%d reached for %s",
@@ -382,6 +389,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._end_batch(self._stream)
             if self._control_budget < 0 and self._throttle is None:
                 self._slow_down(transport)
+        except AuthenticationFailed as exc:  # the peer learns only that; the log says why
+            self._traffic.authentication_failures += 1
+            self._sink.auth.log_refusal("connection", self._peer, exc.reason)
+            transport.write(preamble() + encode(Goodbye(AUTHENTICATION_FAILED)))
+            transport.close()
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
             transport.write(preamble() + encode(Goodbye(str(exc))))
@@ -639,10 +651,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
             transport.write(encode(FlushAck(token)))
 
     def _hello(self, hello: Hello) -> None:
+        refusal = self._sink.auth.refusal(hello.token)  # first: a peer without the token learns nothing more
+        if refusal is not None:
+            raise AuthenticationFailed(refusal)
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
         self.process = self._sink.registry.hello(hello)
         store = self._sink.store
-        self._stream = store.open_stream(self.process.uid, self._session.last_frame())
+        # Every segment replays the HELLO, and snapshots serve it: stored without the token.
+        frame = hello_with_token(self._session.last_frame(), "") if hello.token else self._session.last_frame()
+        self._stream = store.open_stream(self.process.uid, frame)
         if store.buffers.fsync != "never":
             self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")
         assert self._transport is not None
@@ -655,10 +672,3 @@ class IngestProtocol(asyncio.BufferedProtocol):
             hello.host,
             welcome.protocol_version,
         )
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False

@@ -75,6 +75,7 @@ class _Scrape(_MetricsSource):
         connections.add_metric(["accepted"], traffic.connections_accepted)
         connections.add_metric(["refused"], traffic.connections_refused)
         connections.add_metric(["protocol_error"], traffic.protocol_errors)
+        connections.add_metric(["unauthenticated"], traffic.authentication_failures)
         yield connections
         yield CounterMetricFamily(
             "ringtrace_throttled_reads",

@@ -3,19 +3,22 @@
 Each stream (a preamble, HELLO, then session and EVENTS frames: what a trace file or one stream of a snapshot file
 holds) goes over a connection of its own, as a client would send it: HELLO, then the rest once the collector's
 WELCOME has come, then a FLUSH, and the connection is done when its FLUSH_ACK says everything before it is stored.
-The stream's HELLO names the process it came from, so a replayed process is that process to the collector.
-Plain blocking sockets: this runs in a command, not in the collector.
+The stream's HELLO names the process it came from, so a replayed process is that process to the collector; it
+carries the collector's token if one is given. Plain blocking sockets (in TLS, if asked): this runs in a command, not
+in the collector.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.protocol import (
+    AUTHENTICATION_FAILED,
     CHECKSUM_TYPE,
     CLOSED,
     EVENTS_HEADER,
@@ -31,6 +34,7 @@ from ringtrace.client.protocol import (
     Refused,
     Welcome,
     encode,
+    hello_with_token,
 )
 
 __all__ = ["ReplayError", "Replayed", "replay"]
@@ -55,8 +59,20 @@ class Replayed:
     refused: int = 0
 
 
-def replay(streams: Iterable[bytes], host: str, port: int, *, timeout_s: float = 30.0) -> Replayed:
+def replay(
+    streams: Iterable[bytes],
+    host: str,
+    port: int,
+    *,
+    timeout_s: float = 30.0,
+    token: str | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Replayed:
     """Send each stream on a connection of its own and wait until the collector stored it.
+
+    Args:
+        token: the collector's token, put in each stream's HELLO.
+        tls: connect with TLS, checking the collector's certificate with this context.
 
     Raises:
         ReplayError: see the class.
@@ -66,9 +82,19 @@ def replay(streams: Iterable[bytes], host: str, port: int, *, timeout_s: float =
         frames = list(_frames(stream))
         if not frames or frames[0][0] != FrameType.HELLO:
             raise ReplayError(f"stream {done.streams + 1} does not begin with a HELLO frame")
+        if token:
+            frames[0] = (FrameType.HELLO, hello_with_token(frames[0][1], token))
         try:
-            with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            with (
+                socket.create_connection((host, port), timeout=timeout_s) as raw,
+                tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw as sock,
+            ):
                 _send(sock, stream[: PREAMBLE.size], frames, done)
+        except ssl.SSLCertVerificationError as exc:
+            raise ReplayError(
+                f"cannot replay to {host}:{port}: {exc} (for a collector with a private CA or a self-signed "
+                "certificate: --cacert FILE)"
+            ) from None
         except OSError as exc:
             raise ReplayError(f"cannot replay to {host}:{port}: {exc.strerror or exc}") from None
         done.streams += 1
@@ -93,7 +119,8 @@ def _send(sock: socket.socket, preamble: bytes, frames: list[tuple[int, bytes]],
     sock.sendall(preamble + frames[0][1])
     answer = _next(sock, reader, "its WELCOME")
     if isinstance(answer, Goodbye):
-        raise ReplayError(f"the collector refused the stream: {answer.reason}")
+        hint = " (--token-file FILE, or RINGTRACE_TOKEN)" if answer.reason == AUTHENTICATION_FAILED else ""
+        raise ReplayError(f"the collector refused the stream: {answer.reason}{hint}")
     if not isinstance(answer, Welcome):
         raise ReplayError(f"the collector answered HELLO with {type(answer).__name__}, not WELCOME")
     batch: list[bytes] = []

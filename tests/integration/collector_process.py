@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -17,13 +18,26 @@ from typing import Any
 
 from ringtrace.client.protocol import CLOSED, NEED_DATA, Flush, FlushAck, Frame, FrameReader, Hello, encode, preamble
 
-_LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|http)://([\d.]+):(\d+)")
+_LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|https?)://([\d.]+):(\d+)")
 
 
 class CollectorProcess:
-    """``python -m ringtrace.collector`` with its stderr collected line by line."""
+    """``python -m ringtrace.collector`` with its stderr collected line by line.
 
-    def __init__(self, *extra_args: str, tcp: str = "127.0.0.1:0") -> None:
+    Args:
+        token: sent as ``Authorization: Bearer`` by ``get`` and ``post`` (the collector's own comes from its flags).
+        cafile: the CA that signed the collector's certificate, for an https URL.
+        env: the collector's environment (default: this process's).
+    """
+
+    def __init__(
+        self,
+        *extra_args: str,
+        tcp: str = "127.0.0.1:0",
+        token: str | None = None,
+        cafile: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.args = [
             sys.executable,
             "-m",
@@ -35,8 +49,10 @@ class CollectorProcess:
             *extra_args,
         ]
         self.lines: list[str] = []
+        self.token = token
+        self.tls = ssl.create_default_context(cafile=cafile) if cafile is not None else None
         self._changed = threading.Condition()
-        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         threading.Thread(target=self._pump, daemon=True).start()
         try:
             ingest = self.wait_for_log(lambda line: "ingest listening" in line)
@@ -45,7 +61,8 @@ class CollectorProcess:
             self.stop()
             raise
         self.tcp_address = "{}:{}".format(*_LISTEN.search(ingest).group(2, 3))  # type: ignore[union-attr]
-        self.http_url = "http://{}:{}".format(*_LISTEN.search(http).group(2, 3))  # type: ignore[union-attr]
+        scheme = "https" if "https://" in http else "http"
+        self.http_url = "{}://{}:{}".format(scheme, *_LISTEN.search(http).group(2, 3))  # type: ignore[union-attr]
 
     def _pump(self) -> None:
         assert self.proc.stderr is not None
@@ -69,22 +86,28 @@ class CollectorProcess:
                     )
                 self._changed.wait(remaining)
 
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.http_url + path, timeout=60) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """GET ``path``, with ``headers`` (default: the token's, if it has one)."""
+        return self._open(urllib.request.Request(self.http_url + path, headers=self._headers(headers)))
 
     def post(self, path: str, form: dict[str, str] | None = None) -> tuple[int, bytes]:
         """POST to ``path`` (parameters in its query string, and ``form`` as a form body)."""
         data = urllib.parse.urlencode(form).encode() if form is not None else b""
-        request = urllib.request.Request(self.http_url + path, data=data, method="POST")
+        request = urllib.request.Request(self.http_url + path, data=data, method="POST", headers=self._headers(None))
+        return self._open(request)
+
+    def _headers(self, headers: dict[str, str] | None) -> dict[str, str]:
+        if headers is not None:
+            return headers
+        return {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
+
+    def _open(self, request: urllib.request.Request) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60, context=self.tls) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+            with exc:
+                return exc.code, exc.read()
 
     def json(self, path: str) -> Any:
         status, body = self.get(path)
@@ -116,6 +139,15 @@ class CollectorProcess:
                 self.proc.wait()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+
+
+def run_collector(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """The collector run to its end: for one that must refuse to start (if it does start, its listeners are on
+    127.0.0.1, port 0, and the timeout ends it)."""
+    command = [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
 
 
 def hello(pid: int = 4242, instance: str = "raw", **fields: Any) -> Hello:
@@ -179,13 +211,15 @@ class RawClient:
         self.close()
 
 
-def run_workload(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run ``workload.py`` in a fresh interpreter (a real client process)."""
+def run_workload(
+    *args: str, timeout_s: float = 120.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``workload.py`` in a fresh interpreter (a real client process), in ``env`` (default: this one's)."""
     from pathlib import Path
 
     script = Path(__file__).with_name("workload.py")
     return subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout_s, check=False, env=env
     )
 
 
@@ -204,5 +238,6 @@ __all__: Sequence[str] = [
     "events",
     "hello",
     "metadata",
+    "run_collector",
     "run_workload",
 ]

@@ -1,6 +1,8 @@
 """A client process for the integration tests: N threads each record spans, then flush; prints what it did as JSON.
 
-python workload.py ADDRESS --threads 4 --spans 10000 [--instants K] [--name NAME] [--no-flush]
+python workload.py ADDRESS --threads 4 --spans 10000 [--instants K] [--name NAME] [--no-flush] [--cafile CA]
+
+The collector's token, if it needs one, comes from RINGTRACE_TOKEN; ``--cafile`` connects with TLS, trusting that CA.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import threading
 
@@ -22,9 +25,11 @@ def main() -> None:
     parser.add_argument("--instants", type=int, default=0)
     parser.add_argument("--name", default="workload")
     parser.add_argument("--no-flush", action="store_true", help="leave delivery to the flush at interpreter exit")
+    parser.add_argument("--cafile", help="connect with TLS, trusting the CA certificate in this file")
     args = parser.parse_args()
 
-    tl = ringtrace.client.connect(args.address, process_name=args.name)
+    tls = ssl.create_default_context(cafile=args.cafile) if args.cafile else False
+    tl = ringtrace.client.connect(args.address, process_name=args.name, tls=tls)
     thread_ids: dict[str, int] = {}
     start = threading.Barrier(args.threads)
 

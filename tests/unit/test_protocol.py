@@ -245,6 +245,7 @@ def hellos(draw: st.DrawFn) -> Hello:
         client_version=draw(texts),
         protocol_min=protocol_min,
         protocol_max=protocol_max,
+        token=draw(texts),
     )
 
 

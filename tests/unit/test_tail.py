@@ -10,7 +10,7 @@ from ringtrace.collector.query import EventFilter, Pattern
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.tail import Tail, TailBehind
 from ringtrace.collector.walk import ProcessView
-from test_store import Client
+from store_client import Client
 
 
 def process(owner: int) -> ProcessView:

@@ -1,0 +1,193 @@
+"""Who may talk to the collector: the shared token (ingest HELLO and HTTP ``Authorization: Bearer``), TLS, and which
+addresses count as loopback.
+
+Theory of operation
+-------------------
+One ``Authenticator`` holds the token as bytes and compares what a peer presents with ``hmac.compare_digest``, whose
+time does not depend on where the two differ. A peer that fails is told only that it failed (GOODBYE "authentication
+failed", HTTP 401): the reason (missing or wrong) goes to the log, with the peer's address, never the token. A
+misconfigured fleet or a scanner could fill the log with those lines, so each (address, channel, reason) is logged
+at once the first time, then at most once a minute with the count of refusals not logged meanwhile; every refusal is
+counted (``/stats``, ``/metrics``).
+
+With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, so
+that liveness probes need no secret; with the right token it gives its gauges as before.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import ssl
+import stat
+import time
+from typing import Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from ringtrace.client.errors import ConfigError
+from ringtrace.client.options import check_token, strip_newline
+
+__all__ = [
+    "AuthenticationFailed",
+    "Authenticator",
+    "is_loopback",
+    "read_token_file",
+    "server_tls_context",
+]
+
+log = logging.getLogger("ringtrace.collector.auth")
+
+#: Repeated refusals of one (address, channel, reason) are logged at most this often.
+REFUSAL_LOG_INTERVAL_S: Final = 60.0
+#: Addresses whose refusals are remembered for that; past it the oldest are forgotten (and logged again).
+_MAX_REMEMBERED: Final = 4096
+#: Shorter tokens are taken, with a warning.
+_SHORT_TOKEN_CHARS: Final = 16
+_OPEN_PATHS: Final = frozenset({"/healthz"})
+#: Characters of a refused request's path that its log line shows.
+_MAX_LOGGED_PATH: Final = 200
+
+
+class AuthenticationFailed(Exception):
+    """A HELLO without the collector's token, or with another one; ``reason`` is ``missing`` or ``wrong``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Authenticator:
+    """The collector's token, if it has one, and the log of refusals.
+
+    Args:
+        token: what peers must present; None: anyone may talk (loopback, or ``--insecure-open``).
+    """
+
+    def __init__(self, token: str | None) -> None:
+        self._token = None if token is None else token.encode("ascii")
+        if token is not None and len(token) < _SHORT_TOKEN_CHARS:
+            log.warning(
+                "the token is only %d characters long: a random one of 32 or more is safer (openssl rand -hex 32)",
+                len(token),
+            )
+        #: (peer host, channel, reason) -> [monotonic time last logged, refusals not logged since]
+        self._logged: dict[tuple[str, str, str], list[float]] = {}
+        #: Refusals of HTTP requests (ingest ones are counted with the connections).
+        self.http_refusals = 0
+
+    @property
+    def required(self) -> bool:
+        return self._token is not None
+
+    def refusal(self, presented: str | None) -> str | None:
+        """None if ``presented`` is the token (or none is required); else why not: ``missing`` or ``wrong``."""
+        expected = self._token
+        if expected is None:
+            return None
+        if not presented:
+            return "missing"
+        # Bytes, so that any text compares (compare_digest takes only ASCII str); the time depends on the lengths.
+        return None if hmac.compare_digest(presented.encode("utf-8", "surrogatepass"), expected) else "wrong"
+
+    def log_refusal(self, what: str, peer: str, reason: str) -> None:
+        """One WARNING line naming the peer and the reason, or counted for the next one (see the module)."""
+        host = peer.rpartition(":")[0] or peer
+        key = (host, what.partition(" ")[0], reason)
+        now = time.monotonic()
+        seen = self._logged.get(key)
+        if seen is not None and now - seen[0] < REFUSAL_LOG_INTERVAL_S:
+            seen[1] += 1
+            return
+        unlogged = int(seen[1]) if seen is not None else 0
+        if seen is None and len(self._logged) >= _MAX_REMEMBERED:
+            del self._logged[next(iter(self._logged))]
+        self._logged[key] = [now, 0]
+        since = f"; {unlogged} more refused like it in the last {REFUSAL_LOG_INTERVAL_S:.0f}s" if unlogged else ""
+        log.warning("refusing %s from %s: authentication failed (%s token)%s", what, peer, reason, since)
+
+    def middleware(self) -> Middleware:
+        """An aiohttp middleware: requests without ``Authorization: Bearer TOKEN`` get a 401 (``/healthz`` without
+        the header: its status only)."""
+
+        @web.middleware
+        async def bearer_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+            header = request.headers.get("Authorization")
+            if header is None and request.path in _OPEN_PATHS:
+                return web.json_response({"status": "ok"})
+            scheme, _, presented = (header or "").strip().partition(" ")
+            reason = self.refusal(presented.strip() if scheme.lower() == "bearer" else "")
+            if reason is None:
+                return await handler(request)
+            self.http_refusals += 1
+            # The path as sent (still percent-encoded: a decoded newline would forge a log line), cut short.
+            path = request.rel_url.raw_path[:_MAX_LOGGED_PATH]
+            self.log_refusal(f"HTTP {request.method} {path}", _peer(request), reason)
+            raise web.HTTPUnauthorized(text="authentication failed\n", headers={"WWW-Authenticate": "Bearer"})
+
+        return bearer_token
+
+
+def _peer(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    if isinstance(peer, tuple):
+        return f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+    return request.remote or "?"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only: ``localhost``, 127.0.0.0/8, ::1."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def read_token_file(path: str, flag: str = "--token-file") -> str:
+    """The token in the file at ``path``: its text, one trailing newline ignored. A WARNING if group or others may
+    read or write it.
+
+    Raises:
+        ConfigError: it cannot be read, is empty, or is no token (the message never shows the file's text).
+    """
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read(64 * 1024)
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot read the token file {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{flag}: the token file {path} holds more than printable ASCII characters") from None
+    token = check_token(strip_newline(text), f"{flag}: the token in {path}")
+    if stat.S_ISREG(mode) and mode & 0o077:
+        log.warning(
+            "the token file %s may be read or written by group or others (mode %04o): chmod 600 %s",
+            path,
+            stat.S_IMODE(mode),
+            path,
+        )
+    return token
+
+
+def server_tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 or newer) with the certificate chain and key given.
+
+    Raises:
+        ConfigError: a file cannot be read, or they do not hold a certificate and its key.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"--tls-cert {cert_file} --tls-key {key_file}: cannot load the certificate and its key: "
+            f"{exc.strerror or exc}"
+        ) from None
+    return context

@@ -74,8 +74,8 @@ __all__ = [
     "Welcome",
     "complete_frames",
     "encode",
-    "hello_with_token",
     "preamble",
+    "rewritten_hello",
     "unpack_columns",
 ]
 
@@ -244,8 +244,11 @@ class Hello:
     protocol_min: int = PROTOCOL_VERSIONS[0]
     protocol_max: int = PROTOCOL_VERSIONS[1]
     #: The collector's shared secret, for a collector that requires one (empty: none, and the field is not sent).
-    #: Only a live connection carries it: never a file, nor what the collector stores (``hello_with_token``).
+    #: Only a live connection carries it: never a file, nor what the collector stores (``rewritten_hello``).
     token: str = field(default="", repr=False)
+    #: A recorded stream sent again (``ringtrace replay``): its clock pairing is as it was recorded, so the collector
+    #: does not check it against its own clock (it still moves only this process's events).
+    recorded: bool = False
 
     def encode_body(self) -> bytes:
         body = {
@@ -262,6 +265,8 @@ class Hello:
         }
         if self.token:
             body["token"] = self.token
+        if self.recorded:
+            body["recorded"] = True
         return _pack(body)
 
     @classmethod
@@ -279,6 +284,7 @@ class Hello:
             protocol_min=_field(data, "HELLO", "protocol_min", int, 0xFFFF),
             protocol_max=_field(data, "HELLO", "protocol_max", int, 0xFFFF),
             token=_field(data, "HELLO", "token", str) if "token" in data else "",
+            recorded=_field(data, "HELLO", "recorded", bool) if "recorded" in data else False,
         )
         if hello.protocol_min > hello.protocol_max:
             raise MalformedFrame(
@@ -287,17 +293,23 @@ class Hello:
         return hello
 
 
-def hello_with_token(frame: bytes | memoryview, token: str) -> bytes:
-    """The HELLO frame ``frame`` (header included) with its ``token`` set, or taken out if ``token`` is empty; its
-    other fields, known to this version or not, are kept.
+def rewritten_hello(
+    frame: bytes | memoryview, *, token: str | None = None, wall_ns: int | None = None, recorded: bool | None = None
+) -> bytes:
+    """The HELLO frame ``frame`` (header included) with the fields given set (``token`` or ``recorded`` taken out if
+    empty or false); its other fields, known to this version or not, are kept.
 
     Raises:
         MalformedFrame: the body is not a map.
     """
     body = dict(_unpack_map("HELLO", bytes(frame[FRAME_HEADER.size :])))
-    body.pop("token", None)
-    if token:
-        body["token"] = token
+    for name, value in (("token", token), ("recorded", recorded)):
+        if value is not None:
+            body.pop(name, None)
+            if value:
+                body[name] = value
+    if wall_ns is not None:
+        body["wall_ns"] = wall_ns
     packed = _pack(body)
     return FRAME_HEADER.pack(len(packed), FrameType.HELLO) + packed
 

@@ -42,8 +42,8 @@ from ringtrace.client.protocol import (
     Strings,
     Track,
     encode,
-    hello_with_token,
     preamble,
+    rewritten_hello,
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
@@ -657,8 +657,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
         self.process = self._sink.registry.hello(hello)
         store = self._sink.store
-        # Every segment replays the HELLO, and snapshots serve it: stored without the token.
-        frame = hello_with_token(self._session.last_frame(), "") if hello.token else self._session.last_frame()
+        # Every segment replays the HELLO, and snapshots and recovery read it: stored without the token, and with
+        # the clock pairing the collector applies (another than the client's when its wall clock was not believed).
+        paired_wall_ns = hello.monotonic_ns + self.process.clock_offset_ns
+        frame: bytes | memoryview = self._session.last_frame()
+        if hello.token or paired_wall_ns != hello.wall_ns:
+            frame = rewritten_hello(frame, token="", wall_ns=paired_wall_ns)
         self._stream = store.open_stream(self.process.uid, frame)
         if store.buffers.fsync != "never":
             self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")

@@ -34,7 +34,7 @@ from ringtrace.client.protocol import (
     Refused,
     Welcome,
     encode,
-    hello_with_token,
+    rewritten_hello,
 )
 
 __all__ = ["ReplayError", "Replayed", "replay"]
@@ -82,8 +82,8 @@ def replay(
         frames = list(_frames(stream))
         if not frames or frames[0][0] != FrameType.HELLO:
             raise ReplayError(f"stream {done.streams + 1} does not begin with a HELLO frame")
-        if token:
-            frames[0] = (FrameType.HELLO, hello_with_token(frames[0][1], token))
+        # Recorded: the collector keeps its clock pairing as it was, however long ago (and the token, if asked).
+        frames[0] = (FrameType.HELLO, rewritten_hello(frames[0][1], token=token, recorded=True))
         try:
             with (
                 socket.create_connection((host, port), timeout=timeout_s) as raw,

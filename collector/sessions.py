@@ -13,11 +13,11 @@ Clocks: all processes of one boot of one host share the monotonic clock, so the 
 (host, boot id) fixes that domain's monotonic-to-wall offset, and every process of the domain uses it: their events
 line up to the nanosecond, whatever the jitter of the wall-clock readings. A process with no boot id gets its own.
 What a client says of its clocks is checked, so that no process can move another's events: a live HELLO (not one
-read back from a segment or a file) whose wall clock is more than ``MAX_CLOCK_SKEW_NS`` off the collector's is
-paired with the collector's own clock when it arrived instead (the process's events then line up with the others'
-to within that HELLO's delivery time), and a process whose pairing disagrees with its domain's by more than
-``MAX_DOMAIN_DRIFT_NS`` keeps its own offset (a domain's first process may have lied). Either is logged once per
-process, naming it and how far off it was.
+read back from a segment or a file, nor a recorded stream sent again: ``Hello.recorded``) whose wall clock is more
+than ``MAX_CLOCK_SKEW_NS`` off the collector's is paired with the collector's own clock when it arrived instead (the
+process's events then line up with the others' to within that HELLO's delivery time; the HELLO stored says so), and
+a process whose pairing disagrees with its domain's by more than ``MAX_DOMAIN_DRIFT_NS`` keeps its own offset (a
+domain's first process may have lied). Either is logged once per process, naming it and how far off it was.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class Registry:
         offset = hello.wall_ns - hello.monotonic_ns
         who = f"process {hello.process_name!r:.100} (pid {hello.pid}) on {hello.host!r:.100}"
         skew_ns = hello.wall_ns - now_ns
-        if live and abs(skew_ns) > MAX_CLOCK_SKEW_NS:
+        if live and not hello.recorded and abs(skew_ns) > MAX_CLOCK_SKEW_NS:
             log.warning(
                 "%s: its wall clock is %.3f s off the collector's (more than %d s): its events are placed by the "
                 "collector's clock when its HELLO arrived",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import struct
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType
+from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Hello, rewritten_hello
 from ringtrace.collector.command import main
 
 RECORD = """
@@ -175,3 +176,29 @@ def test_a_snapshot_that_selects_nothing_is_an_empty_file_the_tools_read(
     assert run(capsys, "snapshot", collector.http_url, "-o", str(empty), "--format", "native", "--process", "x")[0] == 0
     assert run(capsys, "dump", str(empty)) == (0, "", "")
     assert run(capsys, "dump", collector.http_url, "--process", "nobody") == (0, "", "")
+
+
+def test_replay_keeps_the_times_an_old_recording_was_made_at(
+    collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "old.rttrace"
+    timeline = Timeline("old", [FileListener(path)])
+    for i in range(10):
+        timeline.instant("then", i=i)
+    timeline.close()
+    hour_ns = 3600 * 10**9
+    data = path.read_bytes()  # made an hour older: its HELLO pairs the same monotonic time with a wall time 1 h back
+    length, _ = FRAME_HEADER.unpack_from(data, PREAMBLE.size)
+    hello_end = PREAMBLE.size + FRAME_HEADER.size + length
+    hello = Hello.decode_body(data[PREAMBLE.size + FRAME_HEADER.size : hello_end])
+    older = rewritten_hello(data[PREAMBLE.size : hello_end], wall_ns=hello.wall_ns - hour_ns)
+    path.write_bytes(data[: PREAMBLE.size] + older + data[hello_end:])
+    assert run(capsys, "replay", str(path), "--to", collector.tcp_address)[0] == 0
+    trace = collector.snapshot()
+    origin = trace["otherData"]["clock_origin_wall_ns"]
+    shown = [origin + e["ts"] * 1000 for e in trace["traceEvents"] if e.get("name") == "then"]
+    assert len(shown) == 10 and all(abs(t - (time.time_ns() - hour_ns)) < hour_ns / 2 for t in shown)
+    status, out, _ = run(capsys, "dump", collector.http_url, "--name", "then")
+    dumped = [line.split("  ")[0] for line in out.splitlines()]  # the same times as the snapshot's
+    expected = [datetime.datetime.fromtimestamp(t // 10**9, datetime.UTC).strftime("%H:%M:%S") for t in shown]
+    assert status == 0 and [d[11:19] for d in dumped] == expected

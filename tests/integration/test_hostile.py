@@ -210,3 +210,26 @@ def test_finding_3_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its
         assert collector.get("/snapshot?flush_timeout_s=0&limit=1")[0] == 200  # its slot is free again
     finally:
         collector.stop()
+
+
+def test_finding_1_a_wall_clock_not_believed_is_stored_as_paired_so_a_restart_places_events_alike(
+    tmp_path: Path,
+) -> None:
+    hour_ns = 3600 * 10**9
+    mono = time.monotonic_ns()
+    slow = Hello(77, "review-host", "slow-clock", "slow", "slow-boot", mono, time.time_ns() - hour_ns, "test")
+    collector = CollectorProcess("--data-dir", str(tmp_path), "--fsync", "never")
+    try:
+        with RawClient(collector.tcp_address, slow) as raw:
+            send_instants(raw, mono)
+        before = [(e["name"], e["ts"]) for e in events(collector.snapshot(), "i")]
+    finally:
+        collector.stop()
+    restarted = CollectorProcess("--data-dir", str(tmp_path))
+    try:
+        after = restarted.snapshot()
+        assert [(e["name"], e["ts"]) for e in events(after, "i")] == before
+        origin = after["otherData"]["clock_origin_wall_ns"]
+        assert abs(origin + before[0][1] * 1000 - time.time_ns()) < hour_ns / 2  # the collector's clock, not 1 h off
+    finally:
+        restarted.stop()

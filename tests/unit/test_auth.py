@@ -19,8 +19,8 @@ from ringtrace.client.protocol import (
     FrameType,
     Hello,
     encode,
-    hello_with_token,
     preamble,
+    rewritten_hello,
 )
 from ringtrace.client.session import SessionDecoder
 from ringtrace.collector.app import CollectorConfig
@@ -53,13 +53,13 @@ def test_a_token_that_is_not_text_is_malformed_without_its_value() -> None:
         Hello.decode_body(body)
 
 
-def test_hello_with_token_sets_or_removes_it_and_keeps_every_other_field() -> None:
+def test_rewritten_hello_sets_or_removes_it_and_keeps_every_other_field() -> None:
     fields = {**msgpack.unpackb(encode(hello())[FRAME_HEADER.size :]), "from_the_future": [1, 2]}
     body = msgpack.packb(fields)
     frame = FRAME_HEADER.pack(len(body), FrameType.HELLO) + body
-    given = hello_with_token(frame, TOKEN)
+    given = rewritten_hello(frame, token=TOKEN)
     assert msgpack.unpackb(given[FRAME_HEADER.size :]) == {**fields, "token": TOKEN}
-    assert msgpack.unpackb(hello_with_token(given, "")[FRAME_HEADER.size :]) == fields
+    assert msgpack.unpackb(rewritten_hello(given, token="")[FRAME_HEADER.size :]) == fields
     assert Hello.decode_body(given[FRAME_HEADER.size :]).token == TOKEN
 
 

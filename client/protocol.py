@@ -74,6 +74,7 @@ __all__ = [
     "Welcome",
     "complete_frames",
     "encode",
+    "frame_spans",
     "preamble",
     "rewritten_hello",
     "unpack_columns",
@@ -738,6 +739,21 @@ CLOSED: Final = Sentinel("CLOSED")
 NEW_STREAM: Final = Sentinel("NEW_STREAM")
 
 _MIN_READ = 64 * 1024
+
+
+def frame_spans(
+    data: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int
+) -> Iterator[tuple[int, int, int]]:
+    """``(type, offset, end)`` of each whole frame in ``data[start:end]``, by its header alone (nothing is checked or
+    decoded: for walking stored frames that were checked on the way in); it stops at a frame that does not fit."""
+    position = start
+    while position + FRAME_HEADER.size <= end:
+        body_length, frame_type = FRAME_HEADER.unpack_from(data, position)
+        frame_end = position + FRAME_HEADER.size + body_length
+        if frame_end > end:
+            return
+        yield frame_type, position, frame_end
+        position = frame_end
 
 
 def complete_frames(next_frame: Callable[[], Frame | Sentinel]) -> Iterator[Frame]:

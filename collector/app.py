@@ -439,7 +439,7 @@ class Collector:
 
     def matching(self, selected: EventFilter) -> list[ProcessRecord]:
         """The known processes ``selected`` (by pid, name, host), oldest first."""
-        return [p for p in self.registry.processes.values() if _selects(selected, p)]
+        return [p for p in self.registry.processes.values() if selected.selects_process(p)]
 
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``). The stored segments'
@@ -471,9 +471,7 @@ class Collector:
         reached = {}
         for connection in list(self.connections):
             process = connection.process
-            if process is None or not selected.process_matches(
-                process.pid, process.trace_pid, process.name, process.host
-            ):
+            if process is None or not selected.selects_process(process):
                 continue
             if connection.set_priority(priority, timeline):
                 reached[process.uid] = process
@@ -565,10 +563,6 @@ async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
             frames.close()
         else:
             future.add_done_callback(lambda _: frames.close())
-
-
-def _selects(selected: EventFilter, process: ProcessRecord) -> bool:
-    return selected.process_matches(process.pid, process.trace_pid, process.name, process.host)
 
 
 def _host_port(address: tuple[str, int]) -> str:

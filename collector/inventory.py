@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats, Track
+from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats, Track, frame_spans
 
 from .events import client_counts, store_counts
 from .sessions import ProcessRecord
@@ -94,18 +94,13 @@ def scan_segments(segments: Iterable[SegmentView]) -> dict[tuple[int, int], Trac
 
 def _track_frames(segment: SegmentView) -> Iterable[Track]:
     """The TRACK frames of a segment, found by frame headers alone."""
-    buffer, position, end = memoryview(segment.buffer), PREAMBLE.size, segment.used
-    while position + FRAME_HEADER.size <= end:
-        body_length, frame_type = FRAME_HEADER.unpack_from(buffer, position)
-        body = position + FRAME_HEADER.size
-        if body + body_length > end:
-            return
+    buffer = memoryview(segment.buffer)
+    for frame_type, start, end in frame_spans(buffer, PREAMBLE.size, segment.used):
         if frame_type == FrameType.TRACK:
             try:
-                yield Track.decode_body(bytes(buffer[body : body + body_length]))
+                yield Track.decode_body(bytes(buffer[start + FRAME_HEADER.size : end]))
             except ProtocolError:
                 return
-        position = body + body_length
 
 
 class RateSampler:

@@ -16,7 +16,7 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.protocol import KindSpec
@@ -60,6 +60,20 @@ _BUILTIN_CATEGORIES: Final = {
     "async_begin": "async",
     "async_end": "async",
 }
+
+
+class _Process(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def trace_pid(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
 
 
 class QueryError(ValueError):
@@ -129,6 +143,10 @@ class EventFilter:
             or self.name is not None
             or self.max_priority_level is not None
         )
+
+    def selects_process(self, process: _Process) -> bool:
+        """Whether the process (a record, a view: anything with its pids, name and host) is selected."""
+        return self.process_matches(process.pid, process.trace_pid, process.name, process.host)
 
     def process_matches(self, pid: int, trace_pid: int, name: str, host: str) -> bool:
         return (

@@ -34,6 +34,7 @@ from ringtrace.client.protocol import (
     Refused,
     Welcome,
     encode,
+    frame_spans,
     rewritten_hello,
 )
 
@@ -104,14 +105,9 @@ def replay(
 def _frames(stream: bytes) -> Iterator[tuple[int, bytes]]:
     """(type, bytes) of each frame after the preamble; a file-only CHECKSUM is left out (a live peer may not send
     one)."""
-    view = memoryview(stream)
-    position = PREAMBLE.size
-    while position + FRAME_HEADER.size <= len(view):
-        body_length, frame_type = FRAME_HEADER.unpack_from(view, position)
-        end = position + FRAME_HEADER.size + body_length
+    for frame_type, start, end in frame_spans(stream, PREAMBLE.size, len(stream)):
         if frame_type != CHECKSUM_TYPE:
-            yield frame_type, bytes(view[position:end])
-        position = end
+            yield frame_type, stream[start:end]
 
 
 def _send(sock: socket.socket, preamble: bytes, frames: list[tuple[int, bytes]], done: Replayed) -> None:

@@ -84,7 +84,7 @@ class Tail:
         self._departed: dict[int, int] = {}
 
     def wanted(self, process: ProcessView) -> bool:
-        return self.selected.process_matches(process.pid, process.trace_pid, process.name, process.host)
+        return self.selected.selects_process(process)
 
     def step(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> list[Row]:
         """The selected events stored since the last step, segment by segment (oldest first).

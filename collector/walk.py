@@ -132,9 +132,7 @@ class FrameWalk:
         self.selected = selected
         self.newest_from_ns = newest_from_ns
         self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
-        self.processes = {
-            uid: p for uid, p in view.processes.items() if selected.process_matches(p.pid, p.trace_pid, p.name, p.host)
-        }
+        self.processes = {uid: p for uid, p in view.processes.items() if selected.selects_process(p)}
         self.tracks: dict[tuple[int, int], TrackInfo] = {}
         self.undecodable: dict[int, int] = {}
         self.first_ns: int | None = None

@@ -24,7 +24,7 @@ from ringtrace.client.session import StreamTables, typed_args
 from .query import EVERYTHING, EventFilter
 from .slices import Pairing
 from .store import Counts
-from .walk import PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, log_once, prepare
+from .walk import MAX_WALL_NS, PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, log_once, prepare
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "ShownFrame", "client_counts", "store_counts"]
 
@@ -136,6 +136,9 @@ class EventWalk:
                 continue
             shape = kind.shape
             wall_ns = ts_ns + offset_ns
+            if not 0 <= wall_ns <= wall_ns + dur_ns <= MAX_WALL_NS:
+                skipped += 1  # its payload's times are none a clock gives (a frame's header holds its first)
+                continue
             if shape == "message":
                 text, values = render(kind, args) if isinstance(args, list) else (name, None)
                 if selection is not None and not selection.event(kind, text, wall_ns):

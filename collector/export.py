@@ -39,7 +39,7 @@ from ringtrace.client.session import SessionDecoder, StreamTables, typed_args
 from .events import EventWalk
 from .query import EVERYTHING, EventFilter, category_of
 from .slices import Pairing
-from .walk import ProcessView, Selection, Shown, SnapshotView, prepare, segment_stream, shown_name
+from .walk import MAX_WALL_NS, ProcessView, Selection, Shown, SnapshotView, prepare, segment_stream, shown_name
 
 __all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "native_chunks", "selected_rows"]
 
@@ -156,7 +156,7 @@ def frame_rows(
     except ProtocolError:
         return
     for kind, name, ts_ns, dur_ns, args in rows:
-        if kind is None:
+        if kind is None or not 0 <= ts_ns + offset_ns <= ts_ns + offset_ns + dur_ns <= MAX_WALL_NS:
             continue
         shown_name, shown_args = name, args
         if kind.shape == "message" and isinstance(args, list):

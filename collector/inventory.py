@@ -21,6 +21,7 @@ from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats, 
 from .events import client_counts, store_counts
 from .sessions import ProcessRecord
 from .store import Counts, SegmentView
+from .walk import MAX_WALL_NS
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
 
@@ -158,9 +159,9 @@ def sources_document(
             }
             if info is not None and info.kind == THREAD_TRACK:
                 entry["thread_id"] = info.thread_id
-            if held is not None:
-                entry["first_wall_ns"] = held.first_ns + process.clock_offset_ns
-                entry["last_wall_ns"] = held.last_ns + process.clock_offset_ns
+            if held is not None:  # (within what JSON takes: a client may send any u64)
+                entry["first_wall_ns"] = min(max(held.first_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
+                entry["last_wall_ns"] = min(max(held.last_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
                 first = entry["first_wall_ns"] if first is None else min(first, entry["first_wall_ns"])
                 last = entry["last_wall_ns"] if last is None else max(last, entry["last_wall_ns"])
             tracks.append(entry)

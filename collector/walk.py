@@ -27,6 +27,7 @@ from .sessions import ProcessRecord
 from .store import Counts, SegmentView, StoreSnapshot
 
 __all__ = [
+    "MAX_WALL_NS",
     "PAIRED_SHAPES",
     "PHASES",
     "SHOWN_SHAPES",
@@ -52,6 +53,8 @@ PHASES: Final = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b"
 PAIRED_SHAPES: Final = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
 #: Every shape a snapshot shows.
 SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message"})
+#: The latest wall-clock ns a snapshot shows (2262): what a 64-bit signed integer holds, as JSON and protobuf take.
+MAX_WALL_NS: Final = 2**63 - 1
 #: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
 #: within the 32 bits viewers keep.
 _SYNTHETIC_TID_BASE: Final = 2**31
@@ -156,9 +159,14 @@ class FrameWalk:
             yield process, segment
 
     def wanted(self, process: ProcessView, track: TrackInfo, frame: Events) -> bool:
-        """Whether the frame may hold selected events (by its track and times); if so it counts as read."""
+        """Whether the frame may hold selected events (by its track and times); if so it counts as read. A frame
+        whose times fall outside what wall-clock ns can be (``MAX_WALL_NS``) cannot be shown: undecodable."""
         offset = process.clock_offset_ns
         first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
+        if not 0 <= first <= last <= MAX_WALL_NS:
+            self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + frame.count
+            log_once(process, frame.count, ValueError(f"frame times {first}..{last} ns are not wall-clock times"))
+            return False
         if self.by_time and not self._in_time(first, last):
             return False
         selected = self.selected

@@ -81,7 +81,7 @@ def test_finding_1_a_client_s_clock_moves_no_other_process_s_events(collector: C
     good = lambda trace: [e for e in events(trace, "X") if e["name"] == "work"]  # noqa: E731
     assert good(after) == good(before)  # the same ts to the nanosecond
     assert good_spans_within(after, started, ended)
-    assert after["otherData"]["capture"]["events_before_origin"] >= 1  # the liar's event: before the origin
+    assert after["otherData"]["undecodable_events"] >= 1  # the liar's event: at no wall-clock time, not shown
     assert collector.wait_for_log(lambda line: "its wall clock is" in line and "'evil'" in line)
     assert collector.wait_for_log(lambda line: "keeps its own pairing" in line and "'good'" in line)
 
@@ -233,3 +233,19 @@ def test_finding_1_a_wall_clock_not_believed_is_stored_as_paired_so_a_restart_pl
         assert abs(origin + before[0][1] * 1000 - time.time_ns()) < hour_ns / 2  # the collector's clock, not 1 h off
     finally:
         restarted.stop()
+
+
+def test_event_times_no_clock_gives_are_counted_and_every_format_stays_whole(collector: CollectorProcess) -> None:
+    for ts in (2**64 - 2000, 2**63 + 5):  # past 2262 with the process's clock offset added
+        with RawClient(
+            collector.tcp_address, raw_hello(f"far-{ts}", boot="far", monotonic_ns=1, wall_ns=time.time_ns())
+        ) as raw:
+            send_instants(raw, ts)
+    run_good(collector)
+    trace = collector.snapshot()  # whole JSON, or this raises
+    assert trace["otherData"]["undecodable_events"] == 2
+    assert len([e for e in events(trace, "X") if e["name"] == "work"]) == 50
+    for query in ("?format=perfetto", "?format=native"):
+        status, body = collector.get("/snapshot" + query)
+        assert status == 200 and body
+    assert collector.get("/sources")[0] == 200

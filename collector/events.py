@@ -99,6 +99,7 @@ class EventWalk:
                 log_once(process, frame.count, exc)
             if skipped:
                 walk.undecodable[process.uid] = walk.undecodable.get(process.uid, 0) + skipped
+                log_once(process, skipped, ValueError("events of a kind never declared, or at times no clock gives"))
             if events:
                 yield ShownFrame(process, track, events, segment)
 

@@ -181,8 +181,10 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
                 stream.entries.append(
                     (offset, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
                 )
-                try:  # a payload that does not decode is a corrupt file, said, not an empty export
-                    unpack_columns(frame, decoder.tables.columns)
+                try:  # a payload that does not decode, or events of kinds never declared: a corrupt file, said
+                    kinds = unpack_columns(frame, decoder.tables.columns)[decoder.tables.columns.index("kind")]
+                    declared = decoder.tables.kinds
+                    stream.undecodable += sum(1 for kind in kinds if kind not in declared)
                 except ProtocolError:
                     stream.undecodable += frame.count
             position = end

@@ -151,7 +151,10 @@ def _next(sock: socket.socket, reader: FrameReader, waiting_for: str) -> Frame:
         except ProtocolError as exc:
             raise ReplayError(f"the collector's answer is malformed: {exc}") from None
         if frame is CLOSED:
-            raise ReplayError(f"the collector closed the connection before {waiting_for} (its log says why)")
+            raise ReplayError(
+                f"the collector closed the connection before {waiting_for} (its log says why; does it take TLS, "
+                "--tls, or a token, --token-file?)"
+            )
         if frame is not NEED_DATA:
             return frame  # type: ignore[return-value]
         data = sock.recv(65536)

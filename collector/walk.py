@@ -295,6 +295,8 @@ def log_once(process: ProcessView, events: int, exc: Exception) -> None:
     """One log line per process: why its events cannot be exported (they are counted in every snapshot)."""
     if process.uid in _logged_uids:
         return
+    if len(_logged_uids) >= 100_000:  # a collector that runs for months: forget who was logged, not grow
+        _logged_uids.clear()
     _logged_uids.add(process.uid)
     why = str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
     log.warning(

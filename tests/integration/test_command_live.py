@@ -153,19 +153,23 @@ def test_a_file_whose_events_do_not_decode_is_said_to_be_corrupt(
     for i in range(100):
         timeline.instant("tick", i=i)
     timeline.close()
-    data = bytearray(path.read_bytes())
+    original = path.read_bytes()
     position = PREAMBLE.size
-    while True:  # the first EVENTS frame: its payload's first byte made one msgpack never uses
-        length, frame_type = FRAME_HEADER.unpack_from(data, position)
+    while True:  # the first EVENTS frame's payload
+        length, frame_type = FRAME_HEADER.unpack_from(original, position)
         if frame_type == FrameType.EVENTS:
-            header_size = struct.unpack_from("<H", data, position + FRAME_HEADER.size)[0]
-            data[position + FRAME_HEADER.size + header_size] = 0xC1
+            payload = position + FRAME_HEADER.size + struct.unpack_from("<H", original, position + FRAME_HEADER.size)[0]
             break
         position += FRAME_HEADER.size + length
-    path.write_bytes(bytes(data))
-    for argv in (["dump", str(path)], ["convert", str(path), "-o", str(tmp_path / "out.json")]):
-        status, _, err = run(capsys, *argv)
-        assert status == 1 and f"{path} is corrupt: " in err and "events do not decode" in err, argv
+    # Its first byte made one msgpack never uses; or its first event's kind (array of 5 columns, array16 of 100
+    # kinds, then the first) one never declared.
+    for at, value, lost in ((payload, 0xC1, 100), (payload + 4, 0x7F, 1)):
+        data = bytearray(original)
+        data[at] = value
+        path.write_bytes(bytes(data))
+        for argv in (["dump", str(path)], ["convert", str(path), "-o", str(tmp_path / "out.json")]):
+            status, _, err = run(capsys, *argv)
+            assert status == 1 and f"{path} is corrupt: {lost} of its 100 events do not decode" in err, argv
 
 
 def test_a_snapshot_that_selects_nothing_is_an_empty_file_the_tools_read(

@@ -445,7 +445,7 @@ class Collector:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``). The stored segments'
         indexes are read on a worker thread, pinned meanwhile."""
         processes = [ProcessFacts.of(p, self.store.process_held_bytes(p.uid)) for p in self.matching(selected)]
-        uids = {p.uid for p in processes}
+        uids = {p.view.uid for p in processes}
         counts = {key: c for key, c in self.store.track_counts().items() if key[0] in uids}
         totals = self.store.process_counts()
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}

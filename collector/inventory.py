@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from ringtrace.client.errors import ProtocolError
 from ringtrace.client.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats, Track, frame_spans
+from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Track, frame_spans
 
 from .events import client_counts, store_counts
 from .sessions import ProcessRecord
 from .store import Counts, SegmentView
-from .walk import MAX_WALL_NS
+from .walk import MAX_WALL_NS, ProcessView
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
 
@@ -30,35 +30,16 @@ _TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRA
 
 @dataclass(frozen=True, slots=True)
 class ProcessFacts:
-    """A process as ``/sources`` shows it, copied on the event loop."""
+    """A process as ``/sources`` shows it, copied on the event loop: what a snapshot knows of it, and more."""
 
-    uid: int
-    trace_pid: int
-    pid: int
-    host: str
-    name: str
-    clock_offset_ns: int
+    view: ProcessView
     connections: int
-    client_stats: Stats
-    tracks: dict[int, TrackInfo]
     ended_tracks: dict[int, TrackInfo]
     held_bytes: int
 
     @classmethod
     def of(cls, process: ProcessRecord, held_bytes: int) -> ProcessFacts:
-        return cls(
-            process.uid,
-            process.trace_pid,
-            process.pid,
-            process.host,
-            process.name,
-            process.clock_offset_ns,
-            process.live_connections,
-            process.reported_stats,
-            dict(process.tracks),
-            dict(process.ended_tracks),
-            held_bytes,
-        )
+        return cls(ProcessView.of(process), process.live_connections, dict(process.ended_tracks), held_bytes)
 
 
 @dataclass(slots=True)
@@ -138,7 +119,8 @@ def sources_document(
 
     Times are wall-clock ns (the process's clock offset applied); a track with nothing stored has none."""
     listed = []
-    for process in sorted(processes, key=lambda p: p.uid):
+    for facts in sorted(processes, key=lambda p: p.view.uid):
+        process = facts.view
         total = Counts()
         tracks = []
         track_ids = {track_id for uid, track_id in counts if uid == process.uid} | set(process.tracks)
@@ -147,12 +129,12 @@ def sources_document(
             track_counts = counts.get((process.uid, track_id), Counts())
             total.add(track_counts)
             held = times.get((process.uid, track_id))
-            info = process.tracks.get(track_id) or (held.info if held else None) or process.ended_tracks.get(track_id)
+            info = process.tracks.get(track_id) or (held.info if held else None) or facts.ended_tracks.get(track_id)
             entry: dict[str, Any] = {
                 "track": track_id,
                 "name": info.name if info else None,
                 "kind": _TRACK_KINDS.get(info.kind, str(info.kind)) if info else None,
-                "live": track_id in process.tracks and process.connections > 0,
+                "live": track_id in process.tracks and facts.connections > 0,
                 **store_counts(track_counts),
                 "first_wall_ns": None,
                 "last_wall_ns": None,
@@ -172,8 +154,8 @@ def sources_document(
                 "os_pid": process.pid,
                 "host": process.host,
                 "process_name": process.name,
-                "connections": process.connections,
-                "held_bytes": process.held_bytes,
+                "connections": facts.connections,
+                "held_bytes": facts.held_bytes,
                 **store_counts(total),
                 **client_counts(process.client_stats),
                 "events_per_s": None if rate is None else round(rate[0], 3),

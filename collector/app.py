@@ -269,7 +269,11 @@ class Collector:
         self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http_runner.setup()
         self._http_server = await loop.create_server(
-            self.http_guard.factory(self._http_runner.server), config.http_host, config.http_port, ssl=self.tls
+            self.http_guard.factory(self._http_runner.server),
+            config.http_host,
+            config.http_port,
+            ssl=self.tls,
+            ssl_handshake_timeout=config.http_timeout_s if self.tls else None,  # (before the guard sees it)
         )
         self.http_address = self._http_server.sockets[0].getsockname()[:2]
         scheme = "https" if self.tls else "http"

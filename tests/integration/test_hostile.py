@@ -18,7 +18,7 @@ from typing import Any
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, Hello, Stats
+from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, Hello, Stats, preamble
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -249,3 +249,22 @@ def test_event_times_no_clock_gives_are_counted_and_every_format_stays_whole(col
         status, body = collector.get("/snapshot" + query)
         assert status == 200 and body
     assert collector.get("/sources")[0] == 200
+
+
+def test_finding_2_slowloris_on_the_ingest_port_leaves_a_good_client_unaffected() -> None:
+    collector = CollectorProcess("--max-connections", "10")
+    try:
+        host, port = collector.tcp_address.rsplit(":", 1)
+        slow = []
+        for _ in range(8):  # a preamble and half a HELLO header, then nothing: each holds a slot until its timeout
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(preamble() + b"\x40")
+            slow.append(sock)
+        started, ended = run_good(collector)  # served meanwhile, in a slot left
+        assert good_spans_within(collector.snapshot(), started, ended)
+        assert all(closed_by_peer(sock) for sock in slow)  # no HELLO within the handshake timeout (10 s)
+        assert collector.wait_for_log(lambda line: "no HELLO within handshake_timeout_s=10.0" in line)
+        for sock in slow:
+            sock.close()
+    finally:
+        collector.stop()

@@ -124,7 +124,7 @@ class CollectorConfig:
             check_token(self.token, "token")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
-        exposed = [f"{flag} {host}" for flag, host in self.listen_hosts.items() if not is_loopback(host)]
+        exposed = self.exposed_listeners
         if exposed and self.token is None and not self.insecure_open:
             raise ConfigError(
                 f"refusing to listen on {' and '.join(exposed)} without a token: beyond loopback anyone who reaches "
@@ -142,9 +142,10 @@ class CollectorConfig:
                 )
 
     @property
-    def listen_hosts(self) -> dict[str, str]:
-        """The host each listener binds, by its flag."""
-        return {"--tcp": self.tcp_host, "--http": self.http_host}
+    def exposed_listeners(self) -> list[str]:
+        """The listeners bound beyond loopback, as ``FLAG HOST``."""
+        listen_hosts = {"--tcp": self.tcp_host, "--http": self.http_host}
+        return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
 
     @property
     def effective_segment_bytes(self) -> int:
@@ -293,8 +294,7 @@ class Collector:
 
     def _log_exposure(self) -> None:
         """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
-        config = self.config
-        exposed = [f"{flag} {host}" for flag, host in config.listen_hosts.items() if not is_loopback(host)]
+        exposed = self.config.exposed_listeners
         if self.auth.required:
             log.info("authentication: a token is required on ingest and HTTP (GET /healthz answers its status only)")
             if exposed and self.tls is None:

@@ -1,9 +1,17 @@
-"""Builds the optional C accelerator (client/_speedups.c); everything else is declared in pyproject.toml.
+"""Builds the optional C accelerators; everything else is declared in pyproject.toml.
 
-``optional=True``: where it cannot be compiled (no C compiler, an unsupported platform) the install goes on without
-it, and ringtrace runs its pure-Python recorder.
+- ``client/_speedups.c``: the recording hot path and the stream encoder's inner loop.
+- ``collector/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
+
+``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
+it, and ringtrace runs the pure-Python code that defines its behaviour.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True),
+        Extension("ringtrace.collector._chrome", ["collector/_chrome.c"], optional=True),
+    ]
+)

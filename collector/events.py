@@ -14,6 +14,7 @@ per process and track, that add up (README, "Snapshots").
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import compress
 from typing import Any, Final, NamedTuple
 
 from ringtrace.client.messages import render
@@ -24,12 +25,13 @@ from ringtrace.client.session import StreamTables, typed_args
 from .query import EVERYTHING, EventFilter
 from .slices import Pairing
 from .store import Counts
-from .walk import MAX_WALL_NS, PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, log_once, prepare
+from .walk import MAX_WALL_NS, PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, WalkedFrame, log_once, prepare
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "ShownFrame", "client_counts", "store_counts"]
 
 #: Counts are capped here: JSON readers and protobuf's int64 take nothing wider.
 MAX_COUNT: Final = 2**63 - 1
+_SKIPPED: Final = "events of a kind never declared, or at times no clock gives"
 #: Totals over every process, forgotten ones included.
 TOTALS: Final = (
     "received_events",
@@ -85,23 +87,54 @@ class EventWalk:
         """(process uid, track id) -> the track as its stored frames declare it, for every frame read so far."""
         return self._walk.tracks
 
-    def frames(self) -> Iterator[ShownFrame]:
-        """The frames that hold selected events, with those events."""
-        walk = self._walk
+    @property
+    def by_start_only(self) -> bool:
+        """Whether events are selected by no more than their start time (``window``) once their frame is."""
+        return self._selection is None or self._selection.by_start_only
+
+    @property
+    def window(self) -> tuple[int | None, int | None]:
+        """The (since, until) wall-clock ns events must start in; (None, None) for any time."""
+        if self._selection is None:
+            return None, None
+        return self.selected.since_ns, self.selected.until_ns
+
+    def walked(self) -> Iterator[tuple[WalkedFrame, int]]:
+        """The frames that may hold selected events, with the number of the stored segment each came from (counted
+        from 0 in the order walked: a segment's frames come together)."""
         segment, last_tables = -1, None
-        for process, track, tables, frame in walk.frames():
+        for walked in self._walk.frames():
+            tables = walked[2]
             if tables is not last_tables:  # each segment is decoded by a decoder of its own
                 segment, last_tables = segment + 1, tables
-            try:
-                events, skipped = self._shown(process, track, tables, frame)
-            except Exception as exc:  # a bad frame costs its own events, not the validity of the snapshot
-                events, skipped = [], frame.count
-                log_once(process, frame.count, exc)
-            if skipped:
-                walk.undecodable[process.uid] = walk.undecodable.get(process.uid, 0) + skipped
-                log_once(process, skipped, ValueError("events of a kind never declared, or at times no clock gives"))
+            yield walked, segment
+
+    def frames(self) -> Iterator[ShownFrame]:
+        """The frames that hold selected events, with those events."""
+        for (process, track, tables, frame), segment in self.walked():
+            events = self.shown(process, track, tables, frame)
             if events:
                 yield ShownFrame(process, track, events, segment)
+
+    def shown(
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None = None
+    ) -> list[Shown] | None:
+        """The selected events of one frame as shown (of those ``only`` flags, one byte per event, if given); None
+        if the frame cannot be decoded (a bad frame costs its own events, counted, not the snapshot)."""
+        try:
+            events, skipped = self._shown(process, track, tables, frame, only)
+        except Exception as exc:
+            self.count_undecodable(process, frame.count, exc)
+            return None
+        if skipped:
+            self.count_undecodable(process, skipped, ValueError(_SKIPPED))
+        return events
+
+    def count_undecodable(self, process: ProcessView, events: int, why: Exception | None = None) -> None:
+        """Count ``events`` of the process that cannot be shown (and log why, once per process)."""
+        walk = self._walk
+        walk.undecodable[process.uid] = walk.undecodable.get(process.uid, 0) + events
+        log_once(process, events, why or ValueError(_SKIPPED))
 
     def still_open(self, keep: int | None = None) -> list[tuple[ProcessView, TrackInfo, Shown]]:
         """Slices that never ended by the end of the walk (after ``frames()``), open-ended; with ``keep``, only the
@@ -121,7 +154,7 @@ class EventWalk:
         return {**self._walk.window(), "query": self.selected.describe()}
 
     def _shown(
-        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None
     ) -> tuple[list[Shown], int]:
         """The events of one stored frame that the selection takes, and how many of its events cannot be shown."""
         offset_ns = process.clock_offset_ns
@@ -131,7 +164,8 @@ class EventWalk:
         events: list[Shown] = []
         append = events.append
         skipped = 0
-        for kind, name, ts_ns, dur_ns, args in tables.rows(frame):
+        rows = tables.rows(frame)  # (every row read: a frame is decoded whole or not at all)
+        for kind, name, ts_ns, dur_ns, args in rows if only is None else compress(rows, only):
             if kind is None or kind.shape not in shown_shapes:
                 skipped += 1  # a kind never declared, or a shape this collector cannot show
                 continue

@@ -3,7 +3,10 @@ streams of chunks, and the selected events as rows for a text dump. Perfetto's p
 
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Chrome JSON writes the shown events of
 each frame (``events.py``) as one chunk, so memory stays at one segment's bytes and one frame's worth of events however
-large the store; thread and process names come last, once every track is known. Timestamps: ``ts`` is microseconds
+large the store; thread and process names come last, once every track is known. Where the C writer is built
+(``chrome_frames.py``), it writes a frame's spans, instants and counters straight from the stored msgpack, with the GIL
+released, and the Python walk the rest of the frame after them: within a frame, events are not in arrival order
+(viewers order them by time). Timestamps: ``ts`` is microseconds
 since the collector's origin (``otherData.clock_origin_wall_ns``: midnight UTC of the day before it started, fixed for
 its life, so that ``ts`` means the same in every snapshot), which keeps sub-microsecond precision that absolute epoch
 microseconds would lose in a double. Events older than the origin would get a negative ``ts``, which Perfetto UI drops:
@@ -36,6 +39,7 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import SessionDecoder, StreamTables, typed_args
 
+from .chrome_frames import ACCELERATED, FrameJson
 from .events import EventWalk
 from .query import EVERYTHING, EventFilter, category_of
 from .slices import Pairing
@@ -64,41 +68,43 @@ _PREAMBLE: Final = preamble()
 
 
 def chrome_trace_chunks(
-    view: SnapshotView, selected: EventFilter = EVERYTHING, popping: Popping | None = None
+    view: SnapshotView, selected: EventFilter = EVERYTHING, popping: Popping | None = None, *, accelerated: bool = True
 ) -> Iterator[bytes]:
     """Yield the pieces of one Chrome trace JSON document holding the events ``selected``.
 
     ``popping``: a pop (``POST /pop``) rather than a snapshot: the markers and source activity the previous pop left
     open pair with their ends here, and what is still open at the end is not shown but left in ``popping`` for the
-    next pop (but for the oldest past ``MAX_CARRIED``, shown open-ended)."""
+    next pop (but for the oldest past ``MAX_CARRIED``, shown open-ended).
+
+    ``accelerated``: the C writer (``chrome_frames.py``) writes the common events where it is built; False writes
+    every event through the Python walk (the same JSON, slower)."""
     walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
+    fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
     before_origin = 0
     yield b'{"traceEvents":['
     first = True
-    for process, track, shown, _ in walk.frames():
+    for (process, track, tables, frame), _ in walk.walked():
         pid, tid = process.trace_pid, process.tid(track)
-        events: list[dict[str, Any]] = []
-        append = events.append
-        for phase, name, wall_ns, dur_ns, args, category, async_id in shown:
-            ts = (wall_ns - origin_ns) / 1000
-            event: dict[str, Any] = {"name": name, "ph": phase, "ts": ts, "pid": pid, "tid": tid}
-            if phase == "X":
-                event["dur"] = dur_ns / 1000
-            elif phase == "i":
-                event["s"] = "t"
-            elif phase != "C":  # async: the id pairs a begin with its end, across threads
-                event["id"] = async_id
-            if args is not None:
-                event["args"] = args
-            if category:
-                event["cat"] = category
-            if wall_ns < origin_ns:
-                before_origin += 1
-            append(event)
-        chunk = _dumps(events)[1:-1]
-        yield chunk if first else b"," + chunk
-        first = False
+        made = fast.events(tables, frame, process.clock_offset_ns, pid, tid) if fast is not None else None
+        if made is None:
+            json, shown = b"", walk.shown(process, track, tables, frame)
+        else:
+            json = made.json
+            shown = walk.shown(process, track, tables, frame, made.deferred) if made.deferred is not None else []
+            if shown is None:
+                json = b""  # the frame as a whole cannot be decoded: counted as such, none of it shown
+            else:
+                before_origin += made.before_origin
+                if made.skipped:
+                    walk.count_undecodable(process, made.skipped)
+        if shown:
+            events, before = _chrome_events(shown, pid, tid, origin_ns)
+            before_origin += before
+            json = json + b"," + events if json else events
+        if json:
+            yield json if first else b"," + json
+            first = False
     opened = walk.still_open(MAX_CARRIED if popping is not None else None)
     if popping is not None:
         popping.leaves_open = walk.pairing.carried()
@@ -110,6 +116,30 @@ def chrome_trace_chunks(
     capture = {**walk.capture(), "events_before_origin": before_origin}
     other = {**view.other, "clock_origin_wall_ns": origin_ns, **walk.report(), "capture": capture}
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
+
+
+def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tuple[bytes, int]:
+    """Events of one frame as Chrome JSON objects joined by commas, and how many are before the origin."""
+    before_origin = 0
+    events: list[dict[str, Any]] = []
+    append = events.append
+    for phase, name, wall_ns, dur_ns, args, category, async_id in shown:
+        ts = (wall_ns - origin_ns) / 1000
+        event: dict[str, Any] = {"name": name, "ph": phase, "ts": ts, "pid": pid, "tid": tid}
+        if phase == "X":
+            event["dur"] = dur_ns / 1000
+        elif phase == "i":
+            event["s"] = "t"
+        elif phase != "C":  # async: the id pairs a begin with its end, across threads
+            event["id"] = async_id
+        if args is not None:
+            event["args"] = args
+        if category:
+            event["cat"] = category
+        if wall_ns < origin_ns:
+            before_origin += 1
+        append(event)
+    return _dumps(events)[1:-1], before_origin
 
 
 def _open_ended(process: ProcessView, track: TrackInfo, event: Shown, origin_ns: int) -> dict[str, Any]:

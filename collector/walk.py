@@ -221,6 +221,17 @@ class Selection:
         self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
         self.ties = cutoff[1] if cutoff is not None else 0
 
+    @property
+    def by_start_only(self) -> bool:
+        """Whether it takes events by no more than their start time (in the filter's window)."""
+        selected = self.filter
+        return (
+            self.cutoff_ns is None
+            and selected.category is None
+            and selected.name is None
+            and selected.max_priority_level is None
+        )
+
     def event(self, kind: KindSpec | None, name: str, wall_ns: int) -> bool:
         selected = self.filter
         if not selected.in_window(wall_ns):

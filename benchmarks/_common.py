@@ -59,8 +59,11 @@ class Collector:
 
 
 @contextmanager
-def collector(*extra_args: str, startup_timeout_s: float = 20.0) -> Iterator[Collector]:
-    """Start ``python -m ringtrace.collector`` on 127.0.0.1 with OS-chosen ports; always stopped on exit."""
+def collector(
+    *extra_args: str, startup_timeout_s: float = 20.0, environment: dict[str, str] | None = None
+) -> Iterator[Collector]:
+    """Start ``python -m ringtrace.collector`` on 127.0.0.1 with OS-chosen ports (with ``environment`` added to
+    this process's); always stopped on exit."""
     cmd = [
         sys.executable,
         "-m",
@@ -73,7 +76,7 @@ def collector(*extra_args: str, startup_timeout_s: float = 20.0) -> Iterator[Col
         "INFO",
         *extra_args,
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(environment or {}))
     process = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -173,6 +176,18 @@ def bench_main(bench: Callable[[int, int], int], doc: str | None, n: int, rounds
     args = parser.parse_args()
     print(f"recorder: {recorder()}")
     return bench(*quick) if args.quick else bench(args.n, args.rounds)
+
+
+def read_status_kb(pid: int, field_name: str) -> int:
+    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes; 0 if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def recorder() -> str:

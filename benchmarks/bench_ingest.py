@@ -55,7 +55,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import HOST, Collector, collector, interleave, median, recorder, stop_process, table, verdict
+from _common import (
+    HOST,
+    Collector,
+    collector,
+    interleave,
+    median,
+    read_status_kb,
+    recorder,
+    stop_process,
+    table,
+    verdict,
+)
 
 HERE = Path(__file__).resolve()
 MB = 10**6
@@ -594,18 +605,6 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
 
 
 # -- memory ---------------------------------------------------------------------------------------------------------
-
-
-def read_status_kb(pid: int, field_name: str) -> int:
-    """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes; 0 if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def sample_rss(pid: int, samples: list[int], stop: threading.Event) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, scan_segments, sources_document
 from .metrics import CollectorMetrics
 from .query import EventFilter
+from .readers import reader_pool
 from .segments import DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
 from .slices import Pairing
@@ -244,6 +246,8 @@ class Collector:
         self._http_runner: web.AppRunner | None = None
         self._http_server: asyncio.Server | None = None
         self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
+        #: Where stored segments are read for snapshots, pops, tails and ``/sources`` (``readers.py``).
+        self.readers = reader_pool()
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
         self._idling: asyncio.Task[None] | None = None
@@ -455,7 +459,7 @@ class Collector:
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
         with_frames = self.store.snapshot()
         segments = [segment for segment in with_frames.segments if segment.owner in uids]
-        times = await _on_worker(with_frames, lambda: scan_segments(segments))
+        times = await _on_worker(self.readers, with_frames, lambda: scan_segments(segments))
         return sources_document(processes, counts, times, rates)
 
     async def tail_step(self, tail: Tail) -> list[Row]:
@@ -468,7 +472,7 @@ class Collector:
             if (process := processes.get(segment.owner)) is not None and tail.wanted(process)
         ]
         kept = self.store.kept_events(uid for uid, process in processes.items() if tail.wanted(process))
-        return await _on_worker(frames, lambda: tail.step(segments, kept))
+        return await _on_worker(self.readers, frames, lambda: tail.step(segments, kept))
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
@@ -504,6 +508,7 @@ class Collector:
             self._http_server.close()
         if self._http_runner is not None:
             await self._http_runner.cleanup()  # ends the connections (live tails first)
+        self.readers.shutdown(wait=True, cancel_futures=True)  # (a step takes milliseconds)
         if self.data_dir is not None:
             self.data_dir.close()
 
@@ -556,10 +561,10 @@ class Collector:
         )
 
 
-async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
+async def _on_worker(readers: Executor, frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
     """``read()`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled meanwhile:
     the read goes on, and the segments it reads must stay)."""
-    future = asyncio.get_running_loop().run_in_executor(None, read)
+    future = asyncio.get_running_loop().run_in_executor(readers, read)
     try:
         return await asyncio.shield(future)
     finally:

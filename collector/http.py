@@ -26,6 +26,7 @@ import logging
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import orjson
@@ -74,6 +75,9 @@ class CollectorAPI(Protocol):
 
     @property
     def http_guard(self) -> HttpGuard: ...
+
+    @property
+    def readers(self) -> Executor: ...
 
     pop_left_open: Pairing
 
@@ -227,7 +231,7 @@ async def _stream_out(
         loop = asyncio.get_running_loop()
         timeout_s = request.app[COLLECTOR].http_guard.timeout_s
         while True:
-            step = loop.run_in_executor(None, pieces.next)
+            step = loop.run_in_executor(request.app[COLLECTOR].readers, pieces.next)
             piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
             if piece is None:
                 break

@@ -209,6 +209,10 @@ class _Writer:
         self._track_uuids: dict[tuple[int, int], int] = {}
         self._counter_uuids: dict[tuple[int, str], int] = {}
         self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
+        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
+        self._int32_pids: dict[int, int] = {}
+        self._next_int32_pid = _MAX_INT32
+        self._taken_pids: set[int] | None = None
         self._sequence_id = _TRACE_SEQUENCE
         self._segment: int | None = None
         self._descriptors: list[bytes] = []
@@ -389,11 +393,28 @@ class _Writer:
         if uuid is None:
             uuid = self._process_uuids[process.uid] = self._new_uuid()
             label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
-            described = pb.uint(_PID, _int32(process.trace_pid)) + pb.string(_PROCESS_NAME, label)
+            described = pb.uint(_PID, self._pid(process)) + pb.string(_PROCESS_NAME, label)
             described += pb.string(_PROCESS_LABELS, process.host)
             rank = pb.uint(_SIBLING_ORDER_RANK, min(process.uid, _MAX_INT32))  # in the order they first connected
             self._describe(pb.uint(_UUID, uuid) + pb.message(_PROCESS, described) + rank)
         return uuid
+
+    def _pid(self, process: ProcessView) -> int:
+        """The pid Perfetto shows, an int32: the snapshot's; for a pid past int32 (the wire protocol allows it, and
+        the pids shown for processes that share an OS pid grow past it after 512 of them), one of its own, counted
+        down from the top of int32, that no process of the snapshot has."""
+        pid = process.trace_pid
+        if 0 <= pid <= _MAX_INT32:
+            return pid
+        shown = self._int32_pids.get(pid)
+        if shown is None:
+            if self._taken_pids is None:
+                self._taken_pids = {p.trace_pid for p in self._walk.view.processes.values()}
+            while self._next_int32_pid in self._taken_pids:
+                self._next_int32_pid -= 1
+            shown = self._int32_pids[pid] = self._next_int32_pid
+            self._next_int32_pid -= 1
+        return shown
 
     def _track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
         """A thread's track, a task lane's (with its thread), or another track of the process (a source)."""
@@ -404,7 +425,7 @@ class _Writer:
         if track.kind == THREAD_TRACK:
             parent = self._process_uuid(process)
             uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
-            thread = pb.uint(_PID, _int32(process.trace_pid)) + pb.uint(_TID, _int64(track.thread_id))
+            thread = pb.uint(_PID, self._pid(process)) + pb.uint(_TID, _int64(track.thread_id))
             if track.name:
                 thread += pb.string(_THREAD_NAME, track.name)
             rank = pb.uint(_SIBLING_ORDER_RANK, min(track.track_id, _MAX_INT32))  # in the order declared
@@ -507,12 +528,6 @@ def _text(value: object) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return repr(value)
-
-
-def _int32(value: int) -> int:
-    """``value`` as protobuf's int32 holds it (a pid above 2**31 - 1, which the wire protocol allows, wraps)."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value > _MAX_INT32 else value
 
 
 def _int64(value: int) -> int:

@@ -33,7 +33,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import EventsRun, preamble
@@ -156,6 +156,10 @@ class _Process:
     counts: dict[int, Counts] = field(default_factory=dict)
 
 
+class _Receiver(Protocol):
+    def receive_data(self, data: bytes | memoryview) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentView:
     """One segment as a snapshot saw it: readable from another thread while ingest goes on."""
@@ -178,6 +182,12 @@ class SegmentView:
     def data(self) -> bytes:
         """The segment's wire stream (a copy: the buffer may be reused once the snapshot is closed)."""
         return bytes(memoryview(self.buffer)[: self.used])
+
+    def read_into(self, reader: _Receiver, start: int, end: int) -> None:
+        """Give ``reader`` the bytes ``start:end`` of the wire stream (it copies them: no view of the buffer is
+        left behind, which would keep the store from reusing it)."""
+        with memoryview(self.buffer) as whole, whole[start:end] as part:
+            reader.receive_data(part)
 
 
 class StoreSnapshot:

@@ -58,6 +58,8 @@ MAX_WALL_NS: Final = 2**63 - 1
 #: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
 #: within the 32 bits viewers keep.
 _SYNTHETIC_TID_BASE: Final = 2**31
+#: What ``segment_stream`` copies to its decoder at a time.
+_READ_BYTES: Final = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -291,9 +293,15 @@ def shown_name(kind: KindSpec | None, name: str, args: Any) -> str:
 
 
 def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[SessionDecoder, Frame]]:
-    """Each frame of a segment, with the decoder that read it (a fresh one per segment: it decodes alone)."""
+    """Each frame of a segment, with the decoder that read it (a fresh one per segment: it decodes alone).
+
+    The segment is copied to the decoder a piece at a time: a copy holds the GIL, and a segment's megabytes at once
+    would hold up the event loop (a few ms each, four snapshots at once)."""
     decoder = SessionDecoder(limits, live=False)
-    decoder.receive_data(segment.data())
+    for start in range(0, segment.used, _READ_BYTES):
+        segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))
+        for frame in decoder:
+            yield decoder, frame
     decoder.receive_data(b"")
     for frame in decoder:
         yield decoder, frame

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from perfetto_model import PerfettoTrace, pb
 from ringtrace.client import FileListener, Timeline
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import Hello, encode, preamble
 from ringtrace.collector.export import chrome_trace_chunks
 from ringtrace.collector.offline import load_file
 from ringtrace.collector.perfetto import perfetto_chunks
@@ -110,3 +113,23 @@ def test_slices_sharing_a_timestamp_nest_as_recorded(tmp_path: Path) -> None:
         "span": (60, 70, 0),
         "point": (60, 60, 1),
     }
+
+
+def test_pids_past_int32_get_pids_of_their_own_within_it(tmp_path: Path) -> None:
+    def stream(pid: int) -> bytes:
+        encoder = StreamEncoder()
+        track = TrackInfo(1, THREAD_TRACK, "main", 1)
+        batch = encoder.encode(track, [INSTANT, "tick", 10**18, 10**18, None])
+        frames = [preamble(), encode(Hello(pid, "host", f"p{pid}", f"i{pid}", "boot", 1, 2, "test")), *encoder.prefix()]
+        return b"".join([*frames, *batch.control, *(frame for frame, _ in batch.events)])
+
+    pids = [2**32 - 1, 2**31 - 1, 2**31, 2**31 + 5, 7]  # the wire protocol's pids are u32
+    path = tmp_path / "pids.rtsnap"
+    path.write_bytes(b"".join(stream(pid) for pid in pids))
+    view = load_file(path).view
+    trace = PerfettoTrace(b"".join(perfetto_chunks(view)))
+    shown = {track.name: track.pid for track in trace.tracks.values() if track.kind == "process"}
+    assert set(shown) == {f"p{pid}" for pid in pids}
+    assert len(set(shown.values())) == len(pids)  # none shares another's
+    assert all(0 <= pid < 2**31 for pid in shown.values())
+    assert shown["p7"] == 7 and shown[f"p{2**31 - 1}"] == 2**31 - 1  # pids within int32 are kept

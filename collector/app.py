@@ -26,6 +26,7 @@ from .http import make_app
 from .http_guard import HttpGuard
 from .ingest import IngestProtocol, Traffic
 from .inventory import ProcessFacts, RateSampler, scan_segments, sources_document
+from .loop_lag import LoopLag
 from .metrics import CollectorMetrics
 from .query import EventFilter
 from .readers import reader_pool
@@ -233,6 +234,7 @@ class Collector:
         self.started_s = time.monotonic()
         self.rates = RateSampler()
         self.metrics = CollectorMetrics(self)
+        self.loop_lag = LoopLag(self.metrics.loop_lag_seconds.observe)
         self.snapshots_running = 0
         #: What the last pop left open for the next (``POST /pop``); one pop at a time.
         self.pop_left_open = Pairing()
@@ -251,6 +253,7 @@ class Collector:
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
         self._idling: asyncio.Task[None] | None = None
+        self._lag_watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
@@ -295,6 +298,7 @@ class Collector:
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
         self._sampling = asyncio.create_task(self._sample_rates())
         self._idling = asyncio.create_task(self._close_idle_connections())
+        self._lag_watch = asyncio.create_task(self.loop_lag.run())
 
     def _log_exposure(self) -> None:
         """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
@@ -395,6 +399,7 @@ class Collector:
             "held_bytes": store.held_bytes,
             "used_bytes": store.used_bytes,
             "capacity_bytes": store.capacity_bytes,
+            "event_loop_lag_max_ms": round(self.loop_lag.longest_s * 1000, 3),
             **{name: value for name, value in store.totals().as_dict().items() if name != "stored_events"},
         }
 
@@ -494,7 +499,7 @@ class Collector:
         return processes, removed
 
     async def stop(self) -> None:
-        for task in (self._forgetting, self._sampling, self._idling):
+        for task in (self._forgetting, self._sampling, self._idling, self._lag_watch):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -550,7 +555,7 @@ class Collector:
             "forgotten_processes": self.registry.forgotten_processes,
         }
         return SnapshotView(
-            self.store.snapshot(),
+            self.store.snapshot(asyncio.get_running_loop().call_soon_threadsafe),
             processes,
             self.store.track_counts(),
             other,

@@ -229,6 +229,8 @@ def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
                     stream.append(bytes(decoder.last_frame()))
         except ProtocolError as exc:  # what came before the broken frame is kept
             walk.unreadable(process, segment, decoded, exc)
+        finally:
+            walk.done_with(segment)
         if kept:
             written = True
             yield b"".join(stream)

@@ -1,7 +1,8 @@
 """``GET /metrics``: the collector's counters in Prometheus' text format, through prometheus-client.
 
 Counters and gauges are read from the collector when Prometheus scrapes (a custom collector), so ingest keeps no
-second set of books; snapshot durations are a histogram observed by the HTTP handlers. Each ``Collector`` has a
+second set of books; snapshot durations are a histogram observed by the HTTP handlers, the event loop's lag one
+observed by its monitor (``loop_lag.py``). Each ``Collector`` has a
 registry of its own, so that several in one process (tests) do not clash.
 """
 
@@ -53,6 +54,13 @@ class CollectorMetrics:
             ["format"],
             registry=self.registry,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+        )
+        self.loop_lag_seconds = Histogram(
+            "ringtrace_event_loop_lag_seconds",
+            "How much later than due the event loop ran a timer, looked at every 5 ms (a stall of S seconds shows as "
+            "S - 0.005 to S)",
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
 
     def render(self) -> bytes:

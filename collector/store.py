@@ -23,15 +23,17 @@ discarded (refused: the store is full, or the frame cannot be stored at all) and
 received = stored + overwritten + capped + discarded + cleared holds at every moment, per track, per process and in
 total.
 
-Snapshots pin the segments they read: an evicted segment's buffer is reused or unmapped only once no snapshot reads it.
+Snapshots pin the segments they read: an evicted segment's buffer is reused or unmapped only once no snapshot reads it
+(each snapshot lets go of a segment as soon as it has read it).
 No asyncio here: plain synchronous code, called from the event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal, Protocol
 
@@ -191,17 +193,43 @@ class SegmentView:
 
 
 class StoreSnapshot:
-    """The segments stored at one instant, pinned until ``close()`` (which must be called on the store's thread)."""
+    """The segments stored at one instant, pinned until a reader is done with each (``release``) or ``close()``
+    (which must be called on the store's thread).
 
-    def __init__(self, store: Store, segments: list[Segment]) -> None:
+    Args:
+        on_store_thread: runs a callable on the store's thread, from any thread (``loop.call_soon_threadsafe``);
+            without it ``release`` unpins nothing before ``close()``.
+    """
+
+    def __init__(
+        self, store: Store, segments: list[Segment], on_store_thread: Callable[[Callable[[], None]], object] | None
+    ) -> None:
         self._store: Store | None = store
-        self._pinned = segments
+        self._pinned = dict(enumerate(segments))
+        self._on_store_thread = on_store_thread
         self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events) for s in segments]
+        self._positions = {id(view): i for i, view in enumerate(self.segments)}
+
+    def release(self, segment: SegmentView) -> None:
+        """A reader is done with ``segment`` (from any thread): it is unpinned now rather than at ``close()``, so
+        that a long snapshot does not keep what the ring overwrote meanwhile (and four of them, four times over)."""
+        position = self._positions.get(id(segment))
+        if position is not None and self._on_store_thread is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the collector is gone
+                self._on_store_thread(lambda: self._unpin(position))
+
+    def _unpin(self, position: int) -> None:
+        segment = self._pinned.pop(position, None)
+        if segment is not None and self._store is not None:
+            # The view lets go of the buffer too (it reads as empty from now on), or it would keep it alive.
+            self.segments[position] = replace(self.segments[position], buffer=bytearray(), size=0, used=0, entries=0)
+            self._store.unpin([segment])
 
     def close(self) -> None:
         store, self._store = self._store, None
         if store is not None:
-            store.unpin(self._pinned)
+            store.unpin(list(self._pinned.values()))
+            self._pinned.clear()
 
     def __enter__(self) -> StoreSnapshot:
         return self
@@ -585,12 +613,13 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------------------------
 
-    def snapshot(self) -> StoreSnapshot:
-        """References to every stored segment, pinned; no payload is copied."""
+    def snapshot(self, on_store_thread: Callable[[Callable[[], None]], object] | None = None) -> StoreSnapshot:
+        """References to every stored segment, pinned; no payload is copied. ``on_store_thread``: see
+        ``StoreSnapshot``."""
         segments = list(self._segments.values())
         for segment in segments:
             segment.pins += 1
-        return StoreSnapshot(self, segments)
+        return StoreSnapshot(self, segments, on_store_thread)
 
     def pin(self, segment: Segment) -> None:
         """Keep the segment's buffer from reuse until ``unpin`` (a snapshot reads it, or a connection reads into it)."""

@@ -130,10 +130,14 @@ class FrameWalk:
     """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
     what it met on the way: the tracks of the frames it gave, and events that cannot be decoded.
 
-    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later."""
+    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later. A walk that
+    ``releases`` (the last one over a view: not a limit's first pass) lets go of each segment once it has read it."""
 
-    def __init__(self, view: SnapshotView, selected: EventFilter, newest_from_ns: int | None = None) -> None:
+    def __init__(
+        self, view: SnapshotView, selected: EventFilter, newest_from_ns: int | None = None, *, releases: bool = False
+    ) -> None:
         self.view = view
+        self.releases = releases
         self.selected = selected
         self.newest_from_ns = newest_from_ns
         self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
@@ -152,11 +156,13 @@ class FrameWalk:
         for segment in self.view.frames.segments:
             process = self.processes.get(segment.owner)
             if process is None:
+                self.done_with(segment)
                 continue
             offset = process.clock_offset_ns
             if self.by_time and not any(
                 self._in_time(first + offset, last + offset) for *_, first, last in segment.index()
             ):
+                self.done_with(segment)
                 continue  # nothing of it in the window: not even decoded
             yield process, segment
 
@@ -192,6 +198,13 @@ class FrameWalk:
                             yield process, track, decoder.tables, frame
             except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
                 self.unreadable(process, segment, decoded, exc)
+            finally:
+                self.done_with(segment)
+
+    def done_with(self, segment: SegmentView) -> None:
+        """Nothing more is read of ``segment``: a walk that ``releases`` lets the store reuse it at once."""
+        if self.releases:
+            self.view.frames.release(segment)
 
     def unreadable(self, process: ProcessView, segment: SegmentView, decoded: int, exc: ProtocolError) -> None:
         """A segment's stream broke after ``decoded`` of its events: the others are undecodable."""
@@ -208,7 +221,7 @@ def prepare(view: SnapshotView, selected: EventFilter) -> tuple[FrameWalk, Selec
     """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
     walked), after a first pass that finds the cutoff of a ``limit``."""
     cutoff = _limit_cutoff(FrameWalk(view, selected), selected.limit) if selected.limit is not None else None
-    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None)
+    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None, releases=True)
     return walk, Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import CHECKSUM_TYPE, FrameType, Stats, encode
 from ringtrace.client.session import Limits, SessionDecoder
+from ringtrace.collector.query import EVERYTHING
 from ringtrace.collector.segments import DataDir, scan_segment
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
+from ringtrace.collector.walk import FrameWalk, SnapshotView
 from store_client import Client
 
 
@@ -467,3 +470,36 @@ def test_a_sync_makes_the_names_of_new_segment_files_durable_too(tmp_path: Path,
     job.done()
     assert synced == [str(tmp_path)]  # no new name since
     release_lock(store)
+
+
+def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_closes() -> None:
+    def held_while_a_snapshot_is_open(walked: bool) -> tuple[int, int]:
+        """Bytes allocated while a snapshot is open: ingest evicts every segment it pinned, then goes on; and how
+        many segments it pinned."""
+        tracemalloc.start()
+        try:
+            store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+            client = Client(store, 1, tracks=1)
+            for _ in range(40):
+                client.record(0, 64)
+            snapshot = store.snapshot(on_store_thread=lambda call: call())
+            pinned = len(snapshot.segments)
+            for _ in range(100):  # every segment the snapshot pinned is evicted: their buffers stay while read
+                client.record(0, 64)
+            if walked:
+                walk = FrameWalk(SnapshotView(snapshot, {}, {}), EVERYTHING, releases=True)
+                for segment in snapshot.segments:
+                    walk.done_with(segment)
+                assert all(not segment.used for segment in snapshot.segments)  # a released segment reads as empty
+            for _ in range(100):  # what the snapshot let go is freed or reused by now, not kept aside
+                client.record(0, 64)
+            held = tracemalloc.get_traced_memory()[0]
+            snapshot.close()
+            assert_adds_up(store)
+            return held, pinned
+        finally:
+            tracemalloc.stop()
+
+    kept, pinned = held_while_a_snapshot_is_open(walked=False)
+    let_go, _ = held_while_a_snapshot_is_open(walked=True)
+    assert pinned >= 3 and kept - let_go >= (pinned - 1) * MIN_SEGMENT_BYTES

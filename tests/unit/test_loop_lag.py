@@ -1,0 +1,27 @@
+"""The event loop's lag monitor: a stall shows, as long as it was, and nothing shows while the loop is free."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ringtrace.collector.loop_lag import INTERVAL_S, LoopLag
+
+
+def test_a_stall_shows_as_a_lag_about_as_long_and_a_free_loop_shows_none() -> None:
+    observed: list[float] = []
+
+    async def main() -> tuple[float, float]:
+        lag = LoopLag(observed.append)
+        watch = asyncio.create_task(lag.run())
+        await asyncio.sleep(0.2)
+        free = lag.longest_s
+        time.sleep(0.1)  # a callback that holds the loop for 100 ms
+        await asyncio.sleep(0.05)
+        watch.cancel()
+        return free, lag.longest_s
+
+    free, stalled = asyncio.run(main())
+    assert free < 0.05
+    assert 0.1 - INTERVAL_S - 0.002 <= stalled < 0.2
+    assert max(observed) == stalled and len(observed) >= 10

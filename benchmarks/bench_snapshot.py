@@ -16,7 +16,7 @@ then time, each in the same run:
 While each runs:
   loop lag <= ms   the collector's own measure of its event loop (``ringtrace_event_loop_lag_seconds`` in /metrics,
                    read before and after): the bucket bound that holds the longest lag of the rounds
-  /healthz ms      a thread polls /healthz back to back: its longest answer (median of the rounds), as seen from
+  /healthz ms      a thread polls /healthz every 10 ms: its longest answer (median of the rounds), as seen from
                    outside (this process's own threads and the 2 cores shared with it count too)
   flush ack ms     a client process records an instant and flushes every 10 ms: its longest wait for the collector's
                    acknowledgement (the event stored), how long ingest was held up (it adds 100 events a second to
@@ -30,17 +30,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _common import Collector, collector, interleave, median, read_status_kb, recorder, table, verdict
+from _common import HOST, Collector, collector, interleave, median, read_status_kb, recorder, table, verdict
 from prometheus_client.parser import text_string_to_metric_families
 from ringtrace.client.accelerator import PURE_PYTHON_ENV
 
@@ -127,7 +129,8 @@ def longest_lag(before: dict[float, float], after: dict[float, float]) -> float:
 
 
 class LoopProbe:
-    """Polls /healthz back to back on a thread; ``longest_s`` is the slowest answer since ``start``."""
+    """Polls /healthz every 10 ms on a thread; ``longest_s`` is the slowest answer since ``start``. (Back to back,
+    hundreds of new connections a second, the polling itself took a good share of the two cores.)"""
 
     def __init__(self, running: Collector) -> None:
         self.url = f"http://{running.http}/healthz"
@@ -153,18 +156,36 @@ class LoopProbe:
             with urllib.request.urlopen(self.url, timeout=30) as response:
                 response.read()
             self.longest_s = max(self.longest_s, time.perf_counter() - started)
+            self._stop.wait(0.01)
 
 
 def fetch(url: str) -> tuple[float, float, int]:
-    """(seconds to the first byte, seconds in all, bytes) of one GET."""
+    """(seconds to the first byte of the body, seconds in all, bytes of the body as sent) of one GET.
+
+    Read from a raw socket that only counts bytes (the body as sent: chunked, its chunk sizes included), so that
+    this process takes little of the cores it shares with the collector: urllib's chunked decoding in Python took a
+    good part of one per snapshot, and four at once held up the collector's event loop for want of a core."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or HOST, parts.port or 80
+    request = f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
     started = time.perf_counter()
-    size = 0
     first = 0.0
-    with urllib.request.urlopen(url, timeout=600) as response:
-        while chunk := response.read(1 << 20):
-            if not size:
+    head: bytearray | None = bytearray()
+    buffer = bytearray(1 << 20)
+    size = 0
+    with socket.create_connection((host, port), timeout=600) as connection:
+        connection.sendall(request.encode())
+        while count := connection.recv_into(buffer):
+            if head is not None:  # the status line and headers come first
+                head += buffer[:count]
+                head_end = head.find(b"\r\n\r\n")
+                if head_end < 0:
+                    continue
+                assert head.startswith(b"HTTP/1.1 200"), bytes(head[:200])
+                count, head = len(head) - head_end - 4, None
+            if count and not size:
                 first = time.perf_counter() - started
-            size += len(chunk)
+            size += count
     return first, time.perf_counter() - started, size
 
 

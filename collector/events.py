@@ -23,6 +23,7 @@ from ringtrace.client.protocol import Events, Stats
 from ringtrace.client.session import StreamTables, typed_args
 
 from .query import EVERYTHING, EventFilter
+from .readers import let_the_loop_in
 from .slices import Pairing
 from .store import Counts
 from .walk import MAX_WALL_NS, PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, WalkedFrame, log_once, prepare
@@ -166,6 +167,8 @@ class EventWalk:
         skipped = 0
         rows = tables.rows(frame)  # (every row read: a frame is decoded whole or not at all)
         for kind, name, ts_ns, dur_ns, args in rows if only is None else compress(rows, only):
+            if not len(events) & 255:
+                let_the_loop_in()
             if kind is None or kind.shape not in shown_shapes:
                 skipped += 1  # a kind never declared, or a shape this collector cannot show
                 continue

@@ -46,6 +46,7 @@ from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from . import protobuf as pb
 from .events import TOTALS, EventWalk
 from .query import EVERYTHING, EventFilter
+from .readers import let_the_loop_in
 from .walk import ProcessView, Shown, SnapshotView
 
 __all__ = ["perfetto_chunks"]
@@ -277,6 +278,8 @@ class _Writer:
         append, varint = parts.append, pb.varint
         tail = self._first_tail()
         for ts, _, _, _, event in timed:
+            if not len(parts) & 255:
+                let_the_loop_in()
             if not 0 <= ts <= _MAX_TIMESTAMP:  # a clock offset no real client has
                 ts = 0 if ts < 0 else _MAX_TIMESTAMP
             stamp = varint(ts)
@@ -328,6 +331,8 @@ class _Writer:
         annotations = self._annotations
         for phase, name, wall_ns, dur_ns, args, category, async_id in events:
             arrival = len(timed)
+            if not arrival & 255:
+                let_the_loop_in()
             if phase == "X" or phase == "B":
                 named = known_names.get(name) or names.field(name, new_entries)
                 begin = _TYPE_SLICE_BEGIN + on_track + named

@@ -23,6 +23,7 @@ from ringtrace.client.protocol import Events, Frame, KindSpec, Stats
 from ringtrace.client.session import Limits, SessionDecoder, StreamTables
 
 from .query import EventFilter
+from .readers import let_the_loop_in
 from .sessions import ProcessRecord
 from .store import Counts, SegmentView, StoreSnapshot
 
@@ -309,11 +310,13 @@ def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[Sessi
     """Each frame of a segment, with the decoder that read it (a fresh one per segment: it decodes alone).
 
     The segment is copied to the decoder a piece at a time: a copy holds the GIL, and a segment's megabytes at once
-    would hold up the event loop (a few ms each, four snapshots at once)."""
+    would hold up the event loop (a few ms each, four snapshots at once). Each frame lets the loop in if it waits
+    (``readers.py``)."""
     decoder = SessionDecoder(limits, live=False)
     for start in range(0, segment.used, _READ_BYTES):
         segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))
         for frame in decoder:
+            let_the_loop_in()
             yield decoder, frame
     decoder.receive_data(b"")
     for frame in decoder:

@@ -462,21 +462,18 @@ class Collector:
         counts = {key: c for key, c in self.store.track_counts().items() if key[0] in uids}
         totals = self.store.process_counts()
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
-        with_frames = self.store.snapshot()
-        segments = [segment for segment in with_frames.segments if segment.owner in uids]
-        times = await _on_worker(self.readers, with_frames, lambda: scan_segments(segments))
+        with_frames = self.store.snapshot(owners=uids)
+        times = await _on_worker(self.readers, with_frames, lambda: scan_segments(with_frames.segments))
         return sources_document(processes, counts, times, rates)
 
     async def tail_step(self, tail: Tail) -> list[Row]:
         """The rows stored since the tail's last step (``tail.py``), read on a worker thread."""
-        processes = {uid: ProcessView.of(p) for uid, p in self.registry.by_uid.items()}
-        frames = self.store.snapshot()
-        segments = [
-            (process, segment)
-            for segment in frames.segments
-            if (process := processes.get(segment.owner)) is not None and tail.wanted(process)
-        ]
-        kept = self.store.kept_events(uid for uid, process in processes.items() if tail.wanted(process))
+        # Only what the tail selects is copied and pinned: a step runs every 200 ms, for each tail.
+        selected = tail.selected.selects_process
+        processes = {uid: ProcessView.of(p) for uid, p in self.registry.by_uid.items() if selected(p)}
+        frames = self.store.snapshot(owners=processes)
+        segments = [(processes[segment.owner], segment) for segment in frames.segments]
+        kept = self.store.kept_events(processes)
         return await _on_worker(self.readers, frames, lambda: tail.step(segments, kept))
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:

@@ -177,6 +177,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_last_read_s",
         "_lent",
         "_peer",
+        "_pending",
         "_refused",
         "_session",
         "_sink",
@@ -221,6 +222,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._last_read_s = time.monotonic()
         #: The peer does not read our answers: reading stays paused until it does (whatever the throttle says).
         self._write_paused = False
+        #: Bytes still to come of the frame being received (0: unknown, or none): reads before then only add bytes.
+        self._pending = 0
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -274,7 +277,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._traffic.bytes_received += nbytes
         self._last_read_s = time.monotonic()
         self._session.buffer_updated(nbytes)
-        self._process_frames()
+        self._pending -= nbytes
+        if self._pending <= 0:  # (a read that does not complete the frame being received has nothing to handle)
+            self._process_frames()
 
     def eof_received(self) -> bool:
         self._session.receive_data(b"")
@@ -389,6 +394,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._end_batch(self._stream)
             if self._control_budget < 0 and self._throttle is None:
                 self._slow_down(transport)
+            header = reader.next_frame_header()  # (checked against the limits when it is read whole)
+            self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
         except AuthenticationFailed as exc:  # the peer learns only that; the log says why
             self._traffic.authentication_failures += 1
             self._sink.auth.log_refusal("connection", self._peer, exc.reason)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal, Protocol
 
@@ -613,10 +613,14 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------------------------
 
-    def snapshot(self, on_store_thread: Callable[[Callable[[], None]], object] | None = None) -> StoreSnapshot:
-        """References to every stored segment, pinned; no payload is copied. ``on_store_thread``: see
-        ``StoreSnapshot``."""
-        segments = list(self._segments.values())
+    def snapshot(
+        self,
+        on_store_thread: Callable[[Callable[[], None]], object] | None = None,
+        owners: Container[int] | None = None,
+    ) -> StoreSnapshot:
+        """References to every stored segment (of the processes ``owners``, if given), pinned; no payload is copied.
+        ``on_store_thread``: see ``StoreSnapshot``."""
+        segments = [s for s in self._segments.values() if owners is None or s.owner in owners]
         for segment in segments:
             segment.pins += 1
         return StoreSnapshot(self, segments, on_store_thread)

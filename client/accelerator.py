@@ -7,23 +7,24 @@ pure-Python code in ``timelines.py`` and ``encoder.py`` defines the behaviour, a
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-__all__ = ["PURE_PYTHON_ENV", "speedups"]
+__all__ = ["PURE_PYTHON_ENV", "load_optional", "speedups"]
 
-#: Set to anything but "" or "0" to run the pure-Python recorder even where the accelerator is built.
+#: Set to anything but "" or "0" to run the pure-Python code even where the C accelerators are built.
 PURE_PYTHON_ENV = "RINGTRACE_PURE_PYTHON"
 
 
-def _load() -> ModuleType | None:
+def load_optional(module: str) -> ModuleType | None:
+    """The optional C module ``module`` (a full name), or None when it was not built or ``PURE_PYTHON_ENV`` is set."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         return None
     try:
-        from . import _speedups
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return _speedups
 
 
-speedups = _load()
+speedups = load_optional("ringtrace.client._speedups")

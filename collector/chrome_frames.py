@@ -12,14 +12,12 @@ event goes through the Python walk, at a fraction of the speed.
 
 from __future__ import annotations
 
-import os
 from array import array
 from itertools import islice
-from types import ModuleType
 from typing import Final, NamedTuple
 
 import orjson
-from ringtrace.client.accelerator import PURE_PYTHON_ENV
+from ringtrace.client.accelerator import load_optional
 from ringtrace.client.protocol import EVENT_COLUMNS, Events
 from ringtrace.client.session import StreamTables
 
@@ -28,17 +26,7 @@ from .walk import PHASES, SHOWN_SHAPES
 __all__ = ["ACCELERATED", "FastFrame", "FrameJson"]
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from . import _chrome
-    except ImportError:
-        return None
-    return _chrome
-
-
-_chrome = _load()
+_chrome = load_optional("ringtrace.collector._chrome")
 #: Whether the C writer is there.
 ACCELERATED: Final = _chrome is not None
 

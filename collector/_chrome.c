@@ -145,6 +145,11 @@ put_double(Out *out, double v)
             break;
         }
     }
+    for (int i = 0; i < n; i++) {
+        if (text[i] == ',') {
+            text[i] = '.'; /* a locale whose decimal point is a comma (snprintf and strtod both follow it) */
+        }
+    }
     put(out, text, (size_t)n);
     if (strpbrk(text, ".e") == NULL) {
         PUT_LITERAL(out, ".0");
@@ -380,8 +385,12 @@ skip(Cursor *c, int depth)
     if (!need(c, head + n)) {
         return BAD;
     }
-    if (ext && (int8_t)c->p[head - 1] == -1 && n != 4 && n != 8 && n != 12) {
-        return BAD; /* a timestamp of no timestamp's size */
+    if (ext && (int8_t)c->p[head - 1] == -1) { /* a timestamp: msgpack-python checks its size and nanoseconds */
+        const uint8_t *data = c->p + head;
+        if ((n != 4 && n != 8 && n != 12) || (n == 8 && (be(data, 8) >> 34) > 999999999) ||
+            (n == 12 && be(data, 4) > 999999999)) {
+            return BAD;
+        }
     }
     c->p += head + n;
     return OK;
@@ -575,6 +584,9 @@ transcode(Frame *f)
             return BAD;
         }
         int code = kind >= 0 && kind < f->kinds_len ? f->kinds[(Py_ssize_t)kind] : CODE_SKIP;
+        if (code != CODE_SKIP && code != CODE_PYTHON && code != 'X' && code != 'i' && code != 'C') {
+            return BAD; /* a table the caller got wrong: the Python walk takes the frame */
+        }
         if (code == CODE_SKIP) {
             f->skipped++;
             continue;
@@ -599,7 +611,7 @@ transcode(Frame *f)
         }
         int has_args = args.p < args.end && *args.p != 0xc0;
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
-        if (start < 0 || end > f->names_len || (has_args && !is_map)) {
+        if (start < 0 || end < start || end > f->names_len || (has_args && !is_map)) {
             f->deferred[i] = 1; /* an unknown string id (named as such), or args that are not a map */
             f->deferred_count++;
             continue;
@@ -711,6 +723,14 @@ events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         f.column_of[i] = (int)column;
     }
+    for (int i = 0; i < COLUMNS; i++) {
+        for (int j = 0; j < i; j++) {
+            if (f.column_of[i] == f.column_of[j]) {
+                PyErr_SetString(PyExc_ValueError, "columns must name each of the 5 columns once");
+                return NULL;
+            }
+        }
+    }
     if (as_i128(args[3], "first_ts_ns", &f.first_ts_ns, NULL) < 0 ||
         as_i128(args[4], "offset_ns", &f.offset_ns, NULL) < 0 ||
         as_i128(args[5], "origin_ns", &f.origin_ns, NULL) < 0 ||
@@ -737,6 +757,7 @@ events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     f.spans_len = views[3].len / (Py_ssize_t)sizeof(int64_t);
     f.ids = views[4].buf;
     f.ids_len = views[4].len;
+
     f.deferred = calloc((size_t)f.count + 1, 1);
     if (f.deferred == NULL) {
         PyErr_NoMemory();

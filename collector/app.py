@@ -7,7 +7,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -248,7 +247,7 @@ class Collector:
         self._http_runner: web.AppRunner | None = None
         self._http_server: asyncio.Server | None = None
         self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
-        #: Where stored segments are read for snapshots, pops, tails and ``/sources`` (``readers.py``).
+        #: Where stored segments are read for snapshots and pops (``readers.py``).
         self.readers = reader_pool()
         self._forgetting: asyncio.Task[None] | None = None
         self._sampling: asyncio.Task[None] | None = None
@@ -463,7 +462,7 @@ class Collector:
         totals = self.store.process_counts()
         rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
         with_frames = self.store.snapshot(owners=uids)
-        times = await _on_worker(self.readers, with_frames, lambda: scan_segments(with_frames.segments))
+        times = await _on_worker(with_frames, lambda: scan_segments(with_frames.segments))
         return sources_document(processes, counts, times, rates)
 
     async def tail_step(self, tail: Tail) -> list[Row]:
@@ -474,7 +473,7 @@ class Collector:
         frames = self.store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self.store.kept_events(processes)
-        return await _on_worker(self.readers, frames, lambda: tail.step(segments, kept))
+        return await _on_worker(frames, lambda: tail.step(segments, kept))
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
@@ -510,7 +509,7 @@ class Collector:
             self._http_server.close()
         if self._http_runner is not None:
             await self._http_runner.cleanup()  # ends the connections (live tails first)
-        self.readers.shutdown(wait=True, cancel_futures=True)  # (a step takes milliseconds)
+        self.readers.shutdown(wait=True, cancel_futures=True)  # (a step runs 50 ms at most)
         if self.data_dir is not None:
             self.data_dir.close()
 
@@ -563,10 +562,11 @@ class Collector:
         )
 
 
-async def _on_worker(readers: Executor, frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
+async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
     """``read()`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled meanwhile:
-    the read goes on, and the segments it reads must stay)."""
-    future = asyncio.get_running_loop().run_in_executor(readers, read)
+    the read goes on, and the segments it reads must stay). Not on the readers, where snapshots take their turns: a
+    tail's step and ``/sources`` are light, and should not wait behind them."""
+    future = asyncio.get_running_loop().run_in_executor(None, read)
     try:
         return await asyncio.shield(future)
     finally:

@@ -166,8 +166,8 @@ class EventWalk:
         append = events.append
         skipped = 0
         rows = tables.rows(frame)  # (every row read: a frame is decoded whole or not at all)
-        for kind, name, ts_ns, dur_ns, args in rows if only is None else compress(rows, only):
-            if not len(events) & 255:
+        for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows if only is None else compress(rows, only)):
+            if not index & 255:
                 let_the_loop_in()
             if kind is None or kind.shape not in shown_shapes:
                 skipped += 1  # a kind never declared, or a shape this collector cannot show

@@ -105,6 +105,8 @@ def chrome_trace_chunks(
         if json:
             yield json if first else b"," + json
             first = False
+        else:
+            yield b""  # (a frame with nothing selected: the reader may hand over its step all the same)
     opened = walk.still_open(MAX_CARRIED if popping is not None else None)
     if popping is not None:
         popping.leaves_open = walk.pairing.carried()
@@ -234,6 +236,8 @@ def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Ite
         if kept:
             written = True
             yield b"".join(stream)
+        else:
+            yield b""  # (nothing selected in the segment: the reader may hand over its step all the same)
     if not written:
         yield _PREAMBLE  # a snapshot file of no stream: readers take it as such, not as a file of no known format
 

@@ -108,8 +108,10 @@ class CollectorAPI(Protocol):
 
 COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
-#: What one step on a worker thread makes before handing it to the event loop (fewer, larger writes).
+#: What one step on a reader thread makes before handing it to the event loop (fewer, larger writes), or for how
+#: long it runs at most.
 _PIECE_BYTES = 256 * 1024
+_PIECE_S = 0.05
 _CONTENT_TYPES = {
     "chrome": "application/json",
     "native": "application/octet-stream",
@@ -254,7 +256,8 @@ async def _stream_out(
 
 
 class _Pieces:
-    """Chunks joined into pieces of about ``_PIECE_BYTES``, gzip-compressed if asked (on the worker thread)."""
+    """Chunks joined into pieces of about ``_PIECE_BYTES``, or what ``_PIECE_S`` made, gzip-compressed if asked (on
+    a reader thread: the time bound lets the snapshots, pops, tails waiting for it take their turns)."""
 
     def __init__(self, chunks: Iterator[bytes], gzip: bool) -> None:
         self._chunks = chunks
@@ -266,7 +269,8 @@ class _Pieces:
             return None
         parts: list[bytes] = []
         size = 0
-        while size < _PIECE_BYTES:
+        until = time.monotonic() + _PIECE_S
+        while size < _PIECE_BYTES and time.monotonic() < until:
             chunk = next(self._chunks, None)
             if chunk is None:
                 self._done = True

@@ -184,7 +184,7 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
                 try:  # a payload that does not decode, or events of kinds never declared: a corrupt file, said
                     kinds = unpack_columns(frame, decoder.tables.columns)[decoder.tables.columns.index("kind")]
                     declared = decoder.tables.kinds
-                    stream.undecodable += sum(1 for kind in kinds if kind not in declared)
+                    stream.undecodable += sum(1 for kind in kinds if type(kind) is not int or kind not in declared)
                 except ProtocolError:
                     stream.undecodable += frame.count
             position = end

@@ -167,9 +167,7 @@ def perfetto_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> I
     for process, track, events, segment in walk.frames():
         writer.enter_segment(segment)
         writer.add(process, track, events)
-        chunk = writer.chunk()
-        if chunk:
-            yield chunk
+        yield writer.chunk()  # (b"" for a frame with nothing selected: the reader may hand over its step)
     writer.enter_segment(-1)  # what never ended, on a sequence of its own
     for process, track, event in walk.still_open():
         writer.add(process, track, [event])
@@ -277,8 +275,8 @@ class _Writer:
         timed.sort()
         append, varint = parts.append, pb.varint
         tail = self._first_tail()
-        for ts, _, _, _, event in timed:
-            if not len(parts) & 255:
+        for index, (ts, _, _, _, event) in enumerate(timed):
+            if not index & 255:
                 let_the_loop_in()
             if not 0 <= ts <= _MAX_TIMESTAMP:  # a clock offset no real client has
                 ts = 0 if ts < 0 else _MAX_TIMESTAMP
@@ -329,9 +327,9 @@ class _Writer:
         new_entries = self._new_entries
         names, known_names = self._names, self._names.known
         annotations = self._annotations
-        for phase, name, wall_ns, dur_ns, args, category, async_id in events:
+        for index, (phase, name, wall_ns, dur_ns, args, category, async_id) in enumerate(events):
             arrival = len(timed)
-            if not arrival & 255:
+            if not index & 255:
                 let_the_loop_in()
             if phase == "X" or phase == "B":
                 named = known_names.get(name) or names.field(name, new_entries)

@@ -1,5 +1,5 @@
-"""The threads that read stored segments for snapshots, pops, live tails and ``/sources``, off the event loop, and
-how they share the GIL with it.
+"""The threads that read stored segments for snapshots and pops, off the event loop, and how readers share the GIL
+with it.
 
 Fewer threads than cores: the C writer of Chrome JSON runs without the GIL, so a snapshot's thread competes with the
 event loop for a core rather than for the GIL, and four snapshots on as many threads would leave ingest and HTTP a

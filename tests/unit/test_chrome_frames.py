@@ -175,8 +175,11 @@ def odd_payloads() -> list[tuple[str, int, bytes]]:
     batch = encoder.encode(TRACK, [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}])
     span_kind, name_id = good_payload(batch.events[0][0])[0][0], good_payload(batch.events[0][0])[1][0]
 
-    def with_args(raw: bytes) -> bytes:
-        return columns([span_kind], [name_id], [0], [0], [None])[:-1] + raw  # the args column is last
+    def with_args(raw: bytes, kind: int = span_kind) -> bytes:
+        return columns([kind], [name_id], [0], [0], [None])[:-1] + raw  # the args column is last
+
+    def timestamp(nanoseconds: int) -> bytes:  # msgpack's timestamp 64: 30 bits of ns, 34 of seconds
+        return b"\x81\xa1t\xd7\xff" + ((nanoseconds << 34) | 1).to_bytes(8, "big")
 
     deep: Any = 1
     for _ in range(40):
@@ -188,6 +191,7 @@ def odd_payloads() -> list[tuple[str, int, bytes]]:
         ("refused", 2, good),  # a count the columns do not hold
         ("refused", 1, with_args(b"\x81\xa1\xff\x01")),  # a map key that is not UTF-8
         ("refused", 1, columns([span_kind], [name_id], [True], [5], [None])),  # a bool is not an integer
+        ("refused", 1, columns([{}], [name_id], [0], [5], [None])),  # nor is a map (a file with one still loads)
         ("skipped", 1, columns([span_kind], [name_id], [0], [-5], [None])),  # a negative duration
         ("skipped", 1, columns([span_kind], [name_id], [-(10**18) - 1], [0], [None])),  # before the epoch
         ("skipped", 1, columns([span_kind], [name_id], [2**63], [0], [None])),  # past what a wall clock gives
@@ -198,6 +202,9 @@ def odd_payloads() -> list[tuple[str, int, bytes]]:
         ("deferred", 1, with_args(b"\x81\x05\x01")),  # an int key
         ("refused", 1, with_args(b"\x81\x91\x01\x01")),  # a key msgpack-python cannot hash
         ("refused", 1, with_args(b"\x81\xa1t\xc7\x03\xffxyz")),  # a timestamp extension of 3 bytes
+        ("refused", 1, with_args(timestamp(10**9), kind=999)),  # past 999,999,999 ns, in an event never shown
+        ("skipped", 1, with_args(timestamp(10**9 - 1), kind=999)),  # a timestamp as it should be
+        ("deferred", 1, with_args(timestamp(5))),  # (an extension type: the Python walk shows it)
         ("refused", 1, columns([span_kind], [name_id], [0], [0], [{"d": deep}])),  # deeper than the C writer goes
         ("shown", 2, columns([span_kind, span_kind], [name_id, name_id], [0, 1], [3, 0], [None, {"v": [1.5]}])),
     ]
@@ -230,5 +237,8 @@ def test_payloads_that_are_not_what_they_should_be_are_counted_alike(tmp_path: P
     view = stream_with(tmp_path, [(count, payload) for _, count, payload in odd_payloads()])
     fast, slow = both(view)
     events = same_snapshot(fast, slow)
-    assert fast["otherData"]["undecodable_events"] >= 8
-    assert sum(e.get("name") == "a" and e["ph"] == "X" for e in events) >= 3
+    expected = odd_payloads()
+    skipped = sum(count for what, count, _ in expected if what == "skipped")
+    assert fast["otherData"]["undecodable_events"] >= skipped + 4  # and the frames refused whole
+    shown = sum(count for what, count, _ in expected if what == "shown")
+    assert sum(e.get("name") == "a" and e["ph"] == "X" for e in events) >= shown + 1  # the first frame's span too

@@ -16,12 +16,12 @@ def test_a_stall_shows_as_a_lag_about_as_long_and_a_free_loop_shows_none() -> No
         watch = asyncio.create_task(lag.run())
         await asyncio.sleep(0.2)
         free = lag.longest_s
-        time.sleep(0.1)  # a callback that holds the loop for 100 ms
+        time.sleep(0.25)  # a callback that holds the loop for 250 ms
         await asyncio.sleep(0.05)
         watch.cancel()
         return free, lag.longest_s
 
     free, stalled = asyncio.run(main())
-    assert free < 0.05
-    assert 0.1 - INTERVAL_S - 0.002 <= stalled < 0.2
+    assert free < 0.15  # (a loaded machine may be late by some ms; the stall is well past that)
+    assert 0.25 - INTERVAL_S - 0.002 <= stalled < 1.0
     assert max(observed) == stalled and len(observed) >= 10

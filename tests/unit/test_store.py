@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tracemalloc
 from pathlib import Path
@@ -10,13 +11,17 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from perfetto_model import PerfettoTrace
+from ringtrace.client import read_trace_streams
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import CHECKSUM_TYPE, FrameType, Stats, encode
 from ringtrace.client.session import Limits, SessionDecoder
+from ringtrace.collector.export import chrome_trace_chunks, native_chunks
+from ringtrace.collector.perfetto import perfetto_chunks
 from ringtrace.collector.query import EVERYTHING
 from ringtrace.collector.segments import DataDir, scan_segment
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
-from ringtrace.collector.walk import FrameWalk, SnapshotView
+from ringtrace.collector.walk import FrameWalk, ProcessView, SnapshotView
 from store_client import Client
 
 
@@ -503,3 +508,42 @@ def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_close
     kept, pinned = held_while_a_snapshot_is_open(walked=False)
     let_go, _ = held_while_a_snapshot_is_open(walked=True)
     assert pinned >= 3 and kept - let_go >= (pinned - 1) * MIN_SEGMENT_BYTES
+
+
+@pytest.mark.parametrize("writer", ["chrome", "perfetto", "native"])
+def test_each_writer_lets_go_of_each_segment_once_read_and_writes_it_whole_while_the_ring_reuses_it(
+    writer: str, tmp_path: Path
+) -> None:
+    segment = 8 * MIN_SEGMENT_BYTES  # larger than a reader copies at a time: a segment is read in pieces
+    store = Store(8 * segment, segment)
+    client = Client(store, 1, tracks=1)
+    for _ in range(300):
+        client.record(0, 64)
+    released: list[int] = []
+
+    def at_once(unpin: Any) -> None:  # the store's thread is this one: let go now
+        released.append(1)
+        unpin()
+
+    snapshot = store.snapshot(on_store_thread=at_once)
+    pinned = len(snapshot.segments)
+    process = ProcessView(1, 101, 101, "host", "proc-1", 0, Stats(0, 0), {})
+    view = SnapshotView(snapshot, {1: process}, store.track_counts(), limits=Limits())
+    write = {"chrome": chrome_trace_chunks, "perfetto": perfetto_chunks, "native": native_chunks}[writer]
+    chunks = []
+    for chunk in write(view):
+        chunks.append(chunk)
+        client.record(0, 64)  # the ring reuses the buffers let go so far: one let go too soon would be overwritten
+    assert len(released) == pinned
+    snapshot.close()
+    data = b"".join(chunks)
+    if writer == "chrome":
+        shown = [e["args"]["i"] for e in json.loads(data)["traceEvents"] if e["ph"] == "i"]
+    elif writer == "perfetto":
+        shown = [i.args["i"] for i in PerfettoTrace(data).instants]
+    else:
+        (tmp_path / "snapshot.rtsnap").write_bytes(data)
+        shown = [e.args["i"] for s in read_trace_streams(tmp_path / "snapshot.rtsnap") for e in s.events]
+    recorded = 300 * 64
+    assert sorted(shown) == list(range(recorded - len(shown), recorded)) and len(shown) > 100 * 64  # the newest, whole
+    assert_adds_up(store)

@@ -1,9 +1,10 @@
 """GET /snapshot against a real collector holding N spans: speed, first byte, event-loop stalls, selective filters.
 
-A client subprocess records ``--n`` spans (one arg each) in a process named "bulk", then, after a pause, 1,000 more in
-a process named "needle". A second collector, which writes every event through the Python walk (the C writer off,
-``RINGTRACE_PURE_PYTHON=1``), is given the same store (the first one's snapshot file, replayed). Interleaved rounds
-then time, each in the same run:
+A client subprocess records ``--n`` spans (one arg each) in a process named "bulk", another ``--small`` instants
+flushed one by one (a frame each: a process that records little at a time; a reader of many small frames once held
+the event loop up for 150 ms), then, after a pause, 1,000 instants in a process named "needle". A second collector,
+which writes every event through the Python walk (the C writer off, ``RINGTRACE_PURE_PYTHON=1``), is given the same
+store (the first one's snapshot file, replayed). Interleaved rounds then time, each in the same run:
 
   chrome               the whole store as Chrome JSON: events/s, MB, time to the first byte
   chrome, Python walk  the same, from the second collector: the baseline of the C writer
@@ -55,6 +56,13 @@ for i in range(n):
         pass
 assert tl.flush(120), "bulk not delivered"
 print(os.getpid(), flush=True)
+"""
+CHATTY = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="chatty")
+for i in range(int(sys.argv[2])):
+    tl.instant("ping", i=i)
+    assert tl.flush(30), "chatty not delivered"
 """
 NEEDLE = """
 import os, sys, time, ringtrace.client
@@ -189,7 +197,7 @@ def fetch(url: str) -> tuple[float, float, int]:
     return first, time.perf_counter() - started, size
 
 
-def bench(n: int, rounds: int) -> int:
+def bench(n: int, small: int, rounds: int) -> int:
     python_walk = {PURE_PYTHON_ENV: "1"}
     with (
         tempfile.TemporaryDirectory() as scratch,
@@ -198,12 +206,15 @@ def bench(n: int, rounds: int) -> int:
     ):
         bulk = subprocess.run([sys.executable, "-c", RECORD, running.tcp, str(n)], capture_output=True, text=True)
         assert bulk.returncode == 0, bulk.stderr
+        chatty = subprocess.run([sys.executable, "-c", CHATTY, running.tcp, str(small)], capture_output=True, text=True)
+        assert chatty.returncode == 0, chatty.stderr
         time.sleep(0.2)
         needle = subprocess.run([sys.executable, "-c", NEEDLE, running.tcp], capture_output=True, text=True)
         assert needle.returncode == 0, needle.stderr
         needle_pid, since = needle.stdout.split()
         stored = running.stored_events()
-        print(f"stored: {stored:,} events ({n:,} bulk spans, 1,000 needle instants)")
+        print(f"stored: {stored:,} events ({n:,} bulk spans, {small:,} instants flushed one by one, 1,000 needle "
+              "instants)")  # fmt: skip
         copy = Path(scratch) / "store.rtsnap"
         with urllib.request.urlopen(f"http://{running.http}/snapshot?format=native", timeout=600) as response:
             copy.write_bytes(response.read())
@@ -328,10 +339,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000, help="bulk spans (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (default %(default)s)")
+    parser.add_argument(
+        "--small", type=int, default=20_000, help="instants flushed one by one, a frame each (default %(default)s)"
+    )
     parser.add_argument("--quick", action="store_true", help="20,000 spans, 1 round: a smoke test")
     args = parser.parse_args()
     print(f"recorder: {recorder()}")
-    return bench(20_000, 1) if args.quick else bench(args.n, args.rounds)
+    return bench(20_000, 100, 1) if args.quick else bench(args.n, args.small, args.rounds)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Stored events as snapshots show them: the one event walk that the Chrome and Perfetto writers both write out.
 
-Each frame the filter selects (``walk.py``) is decoded into ``Shown`` events: a message rendered (its text is its
-name; its category, priority and values are its args), a typed event's values by field name, markers and source
-activity paired into slices across frames (``slices.py``), an async event's id taken out of its args. A frame that
-cannot be decoded costs its own events, counted per process as undecodable and logged once, never the snapshot.
+Each frame the filter selects (``walked()``, from ``walk.py``) is decoded into ``Shown`` events (``shown()``): a
+message rendered (its text is its name; its category, priority and values are its args), a typed event's values by
+field name, markers and source activity paired into slices across frames (``slices.py``), an async event's id taken
+out of its args. A frame that cannot be decoded costs its own events, counted per process as undecodable and logged
+once, never the snapshot.
 Memory: one frame's events at a time, and what pairing keeps open. Times are wall-clock ns (monotonic ns plus the
 process's clock offset); each writer states them in its own units.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import compress
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from ringtrace.client.messages import render
 from ringtrace.client.model import SOURCE_TRACK, TrackInfo
@@ -28,7 +29,7 @@ from .slices import Pairing
 from .store import Counts
 from .walk import MAX_WALL_NS, PHASES, SHOWN_SHAPES, ProcessView, Shown, SnapshotView, WalkedFrame, log_once, prepare
 
-__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "ShownFrame", "client_counts", "store_counts"]
+__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
 
 #: Counts are capped here: JSON readers and protobuf's int64 take nothing wider.
 MAX_COUNT: Final = 2**63 - 1
@@ -55,17 +56,6 @@ TOTALS: Final = (
     "unmatched_marker_ends",
     "source_anomalies",
 )
-
-
-class ShownFrame(NamedTuple):
-    """The events one stored frame shows: all on its track, but for paired slices, which land on the track where
-    they began (the same track: pairs never cross tracks)."""
-
-    process: ProcessView
-    track: TrackInfo
-    events: list[Shown]
-    #: The stored segment it came from, counted from 0 in the order walked: a segment's frames come together.
-    segment: int
 
 
 class EventWalk:
@@ -110,13 +100,6 @@ class EventWalk:
                 segment, last_tables = segment + 1, tables
             yield walked, segment
 
-    def frames(self) -> Iterator[ShownFrame]:
-        """The frames that hold selected events, with those events."""
-        for (process, track, tables, frame), segment in self.walked():
-            events = self.shown(process, track, tables, frame)
-            if events:
-                yield ShownFrame(process, track, events, segment)
-
     def shown(
         self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None = None
     ) -> list[Shown] | None:
@@ -138,7 +121,7 @@ class EventWalk:
         log_once(process, events, why or ValueError(_SKIPPED))
 
     def still_open(self, keep: int | None = None) -> list[tuple[ProcessView, TrackInfo, Shown]]:
-        """Slices that never ended by the end of the walk (after ``frames()``), open-ended; with ``keep``, only the
+        """Slices that never ended by the end of the walk (after ``walked()``), open-ended; with ``keep``, only the
         oldest past that many, which are taken out of the pairing (a pop carries the others to the next)."""
         opened = self._pairing.still_open() if keep is None else self._pairing.overflow(keep)
         out = []
@@ -214,8 +197,8 @@ class EventWalk:
         return events, skipped
 
     def report(self) -> dict[str, Any]:
-        """The totals of every loss counter, and each selected process's counters with its tracks' (after
-        ``frames()``)."""
+        """The totals of every loss counter, and each selected process's counters with its tracks' (after the walk:
+        ``walked()`` and ``shown()`` of each frame)."""
         view, walk, pairing = self.view, self._walk, self._pairing
         per_process: dict[int, Counts] = {}
         per_track: dict[int, list[dict[str, Any]]] = {}

@@ -257,7 +257,7 @@ async def _stream_out(
 
 class _Pieces:
     """Chunks joined into pieces of about ``_PIECE_BYTES``, or what ``_PIECE_S`` made, gzip-compressed if asked (on
-    a reader thread: the time bound lets the snapshots, pops, tails waiting for it take their turns)."""
+    a reader thread: the time bound lets the other snapshots and pops waiting for one take their turns)."""
 
     def __init__(self, chunks: Iterator[bytes], gzip: bool) -> None:
         self._chunks = chunks

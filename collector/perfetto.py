@@ -164,9 +164,11 @@ def perfetto_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> I
     walk = EventWalk(view, selected)
     writer = _Writer(walk)
     yield writer.header()
-    for process, track, events, segment in walk.frames():
-        writer.enter_segment(segment)
-        writer.add(process, track, events)
+    for (process, track, tables, frame), segment in walk.walked():
+        events = walk.shown(process, track, tables, frame)
+        if events:
+            writer.enter_segment(segment)
+            writer.add(process, track, events)
         yield writer.chunk()  # (b"" for a frame with nothing selected: the reader may hand over its step)
     writer.enter_segment(-1)  # what never ended, on a sequence of its own
     for process, track, event in walk.still_open():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import http.client
 import json
 import os
 import ssl
@@ -108,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so that the interpreter's final flush is quiet
         return 0
+    except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:  # the collector went away mid-answer
+        print(f"ringtrace {args.command}: the collector's answer broke off: {exc!r:.200}", file=sys.stderr)
+        return 1
 
 
 def _with_values_joined(argv: list[str]) -> list[str]:

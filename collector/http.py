@@ -366,6 +366,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         written_at = loop.time()
         while True:
             await asyncio.sleep(TAIL_POLL_S)
+            if request.transport is None or request.transport.is_closing():
+                break  # the reader left: its slot is free now, not at the next keepalive
             try:
                 rows = await collector.tail_step(tail)
             except TailBehind as exc:

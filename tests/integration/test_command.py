@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,27 @@ def test_failures_are_one_line_and_a_non_zero_exit(
 def test_a_collector_answering_400_is_reported(recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run(capsys, "dump", recorded.http_url + "/snapshot?x=1")
     assert status == 1 and "answered 400" in err and "unknown query parameter 'x'" in err
+
+
+@pytest.mark.parametrize("command", [["snapshot", "URL", "-o", "x"], ["dump", "URL"], ["sources", "URL"]])
+def test_an_answer_that_breaks_off_is_one_line_and_writes_no_file(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def answer_and_go() -> None:  # a collector killed while it answers: a chunked body, cut in its first chunk
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                body = b'{"traceEvents":[' if command[0] != "sources" else b'{"processes":['
+                connection.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100\r\n" + body)
+
+        threading.Thread(target=answer_and_go, daemon=True).start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        argv = [url if a == "URL" else str(tmp_path / a) if a == "x" else a for a in command]
+        status, _, err = run(capsys, *argv)
+    assert status == 1 and err.count("\n") == 1 and "broke off" in err, err
+    assert not (tmp_path / "x").exists()
 
 
 def test_collect_runs_the_collector_with_its_flags(capsys: pytest.CaptureFixture[str]) -> None:

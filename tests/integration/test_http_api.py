@@ -246,6 +246,29 @@ def test_a_live_tail_gets_each_event_stored_after_it_connected_once(collector: C
     assert collector.proc.returncode == 0
 
 
+def test_a_live_tail_whose_reader_left_frees_its_slot_at_once(collector: CollectorProcess) -> None:
+    readers = [urllib.request.urlopen(collector.http_url + "/stream", timeout=30) for _ in range(16)]
+    for reader in readers:
+        assert reader.readline().startswith(b":")  # begun: every slot is taken
+    status, body = collector.get("/stream")
+    assert status == 503 and b"max_tails=16" in body
+    for reader in readers:
+        reader.close()
+    started = time.monotonic()
+    status = 503
+    while status == 503 and time.monotonic() - started < 5:  # nothing is written to them meanwhile: no events come
+        time.sleep(0.1)
+        with urllib.request.urlopen(collector.http_url + "/metrics", timeout=30) as response:
+            running = [
+                sample.value
+                for family in text_string_to_metric_families(response.read().decode())
+                for sample in family.samples
+                if sample.name == "ringtrace_tails_running"
+            ]
+        status = 200 if running == [0] else 503
+    assert status == 200 and time.monotonic() - started < 5  # before: at the next keepalive, 15 s later
+
+
 def test_a_live_tail_refuses_what_needs_the_whole_store(collector: CollectorProcess) -> None:
     for query in ("?limit=5", "?format=native", "?flush_timeout_s=1", "?since=yesterday"):
         status, body = collector.get("/stream" + query)

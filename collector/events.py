@@ -205,8 +205,13 @@ class EventWalk:
         for (uid, track_id), counts in sorted(view.counts.items()):
             per_process.setdefault(uid, Counts()).add(counts)
             process = view.processes.get(uid)
-            # The latest name of a live track, else the name its stored frames carry (an ended track, a task lane).
-            track = (process.tracks.get(track_id) if process is not None else None) or walk.tracks.get((uid, track_id))
+            # The latest name of a live track, else the name its stored frames carry (an ended track, a task lane),
+            # else an ended track's whose events are all gone.
+            track = (
+                (process.tracks.get(track_id) if process is not None else None)
+                or walk.tracks.get((uid, track_id))
+                or (process.ended_tracks.get(track_id) if process is not None else None)
+            )
             per_track.setdefault(uid, []).append(
                 {"track": track_id, "name": track.name if track else None, **store_counts(counts)}
             )

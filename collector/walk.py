@@ -75,6 +75,8 @@ class ProcessView:
     clock_offset_ns: int
     client_stats: Stats
     tracks: dict[int, TrackInfo]
+    #: Tracks that ended (the latest ``ENDED_TRACKS_REMEMBERED``), by id: they name one whose events are all gone.
+    ended_tracks: dict[int, TrackInfo] = field(default_factory=dict)
 
     @classmethod
     def of(cls, process: ProcessRecord) -> ProcessView:
@@ -87,6 +89,7 @@ class ProcessView:
             process.clock_offset_ns,
             process.reported_stats,
             dict(process.tracks),
+            dict(process.ended_tracks),
         )
 
     @staticmethod

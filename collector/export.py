@@ -45,7 +45,7 @@ from .query import EVERYTHING, EventFilter, category_of
 from .slices import Pairing
 from .walk import MAX_WALL_NS, ProcessView, Selection, Shown, SnapshotView, prepare, segment_stream, shown_name
 
-__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "native_chunks", "selected_rows"]
+__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "json_value", "native_chunks", "selected_rows"]
 
 
 #: Open slices a pop carries to the next at most; the oldest past it are shown open-ended instead.
@@ -272,13 +272,15 @@ def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events,
 def _dumps(events: list[dict[str, Any]]) -> bytes:
     """JSON for events whose args hold whatever msgpack carried (bytes, say, or non-str keys)."""
     try:
-        return orjson.dumps(events, default=_json_value)
+        return orjson.dumps(events, default=json_value)
     except TypeError:  # a dict key that is not a str: the slow path rebuilds the args
         events = [{**e, "args": _jsonable(e["args"])} if "args" in e else e for e in events]
-        return orjson.dumps(events, default=_json_value)
+        return orjson.dumps(events, default=json_value)
 
 
-def _json_value(value: object) -> object:
+def json_value(value: object) -> object:
+    """What JSON holds of a value it has no type for: bytes as hex (as Chrome JSON and Perfetto show them), anything
+    else as its repr."""
     if isinstance(value, bytes):
         return value.hex()
     return repr(value)
@@ -286,7 +288,7 @@ def _json_value(value: object) -> object:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(_json_value(k)): _jsonable(v) for k, v in value.items()}
+        return {k if isinstance(k, str) else str(json_value(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value

@@ -35,7 +35,7 @@ from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
-from .export import Popping, Row, chrome_trace_chunks, native_chunks
+from .export import Popping, Row, chrome_trace_chunks, json_value, native_chunks
 from .http_guard import HttpGuard
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
@@ -376,7 +376,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
                 await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
                 break
             if rows:
-                payload = b"".join(b"data: " + orjson.dumps(row_document(row), default=repr) + b"\n\n" for row in rows)
+                documents = (orjson.dumps(row_document(row), default=json_value) for row in rows)
+                payload = b"".join(b"data: " + document + b"\n\n" for document in documents)
             elif loop.time() - written_at >= TAIL_KEEPALIVE_S:
                 payload = b": keepalive\n\n"
             else:

@@ -89,6 +89,18 @@ def write_trace_file(path: Path) -> None:
     tl.close()
 
 
+def test_dump_shows_bytes_as_snapshots_do_in_hex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "bytes.rttrace"
+    tl = Timeline("file", [FileListener(trace, process_name="from-file")])
+    tl.instant("odd", data=b"\x00\xff", nested=[b"z"])
+    tl.close()
+    assert run(capsys, "convert", str(trace), "-o", str(tmp_path / "bytes.json"))[0] == 0
+    (event,) = shown(tmp_path / "bytes.json")
+    status, out, _ = run(capsys, "dump", str(trace))
+    assert status == 0 and out.rstrip("\n").endswith(json.dumps(event["args"], separators=(",", ":")))
+    assert event["args"] == {"data": "00ff", "nested": ["7a"]}
+
+
 def test_convert_and_dump_read_trace_and_snapshot_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "run.rttrace"
     write_trace_file(trace)

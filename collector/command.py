@@ -311,7 +311,7 @@ def _check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | N
 
 
 def _as_flags(message: str) -> str:
-    for flag, name, _ in _FILTERS:
+    for flag, name in [(flag, name) for flag, name, _ in _FILTERS] + [("--flush-timeout", "flush_timeout_s")]:
         message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
     return message
 

@@ -155,6 +155,7 @@ def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest
         (["dump", "CORRUPT"], 1, "is corrupt"),
         (["convert", "FOREIGN", "-o", "out.json"], 1, "not a ringtrace file"),
         (["snapshot", "http://127.0.0.1:1", "-o", "x", "--since", "soon"], 2, "--since must be"),
+        (["snapshot", "http://127.0.0.1:1", "-o", "x", "--flush-timeout", "100"], 2, "--flush-timeout must be"),
         (["dump", "FILE", "--limit", "0"], 2, "--limit must be a whole number"),
     ],
 )

@@ -205,22 +205,22 @@ class StoreSnapshot:
         self, store: Store, segments: list[Segment], on_store_thread: Callable[[Callable[[], None]], object] | None
     ) -> None:
         self._store: Store | None = store
-        self._pinned = dict(enumerate(segments))
+        #: By seq (unique to a segment): what is still pinned, and where its view is.
+        self._pinned = {s.seq: (i, s) for i, s in enumerate(segments)}
         self._on_store_thread = on_store_thread
         self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events) for s in segments]
-        self._positions = {id(view): i for i, view in enumerate(self.segments)}
 
     def release(self, segment: SegmentView) -> None:
         """A reader is done with ``segment`` (from any thread): it is unpinned now rather than at ``close()``, so
         that a long snapshot does not keep what the ring overwrote meanwhile (and four of them, four times over)."""
-        position = self._positions.get(id(segment))
-        if position is not None and self._on_store_thread is not None:
+        if self._on_store_thread is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the collector is gone
-                self._on_store_thread(lambda: self._unpin(position))
+                self._on_store_thread(lambda: self._unpin(segment.seq))
 
-    def _unpin(self, position: int) -> None:
-        segment = self._pinned.pop(position, None)
-        if segment is not None and self._store is not None:
+    def _unpin(self, seq: int) -> None:
+        pinned = self._pinned.pop(seq, None)
+        if pinned is not None and self._store is not None:
+            position, segment = pinned
             # The view lets go of the buffer too (it reads as empty from now on), or it would keep it alive.
             self.segments[position] = replace(self.segments[position], buffer=bytearray(), size=0, used=0, entries=0)
             self._store.unpin([segment])
@@ -228,7 +228,7 @@ class StoreSnapshot:
     def close(self) -> None:
         store, self._store = self._store, None
         if store is not None:
-            store.unpin(list(self._pinned.values()))
+            store.unpin([segment for _, segment in self._pinned.values()])
             self._pinned.clear()
 
     def __enter__(self) -> StoreSnapshot:

@@ -83,9 +83,6 @@ class Tail:
         self._baseline: dict[int, int] = {}
         self._departed: dict[int, int] = {}
 
-    def wanted(self, process: ProcessView) -> bool:
-        return self.selected.selects_process(process)
-
     def step(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> list[Row]:
         """The selected events stored since the last step, segment by segment (oldest first).
 

@@ -20,8 +20,8 @@ def process(owner: int) -> ProcessView:
 def step(tail: Tail, store: Store) -> list[int]:
     """One step of the tail; the ``i`` of each event it gives."""
     with store.snapshot() as pinned:
-        segments = [(process(s.owner), s) for s in pinned.segments if tail.wanted(process(s.owner))]
-        kept = store.kept_events(owner for owner in range(1, 4) if tail.wanted(process(owner)))
+        segments = [(process(s.owner), s) for s in pinned.segments if tail.selected.selects_process(process(s.owner))]
+        kept = store.kept_events(owner for owner in range(1, 4) if tail.selected.selects_process(process(owner)))
         return [row.args["i"] for row in tail.step(segments, kept)]
 
 

@@ -944,7 +944,8 @@ done:
 
 /* FrameReader.events_run's loop (protocol.py, _scan_events, is its twin and defines it): the complete EVENTS frames
    from `position`, each checked as next_frame checks it, indexed as EVENTS_ENTRY, the last frame's entry first (the
-   order of an index that grows down from the end of a buffer). Wire integers are little-endian. */
+   order of an index that grows down from the end of a buffer), as long as the frames and their entries fit below
+   `top`. Wire integers are little-endian. */
 
 #define FRAME_HEADER_SIZE 5        /* FRAME_HEADER: body length, type */
 #define EVENTS_HEADER_SIZE 28      /* EVENTS_HEADER: header size, flags, track, count, first_ts, last_ts */
@@ -1005,15 +1006,15 @@ static PyObject *
 scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t start, position, end, frames = 0, i;
+    Py_ssize_t start, position, end, top, frames = 0, i;
     unsigned long long limit, events = 0, track_events = 0, track_bytes = 0;
     uint32_t track = 0;
     int have_track = 0;
     const unsigned char *buf;
     unsigned char *entry;
     PyObject *tracks, *sums = NULL, *entries = NULL, *result = NULL;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "scan_events(buffer, position, end, max_frame_bytes, tracks)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "scan_events(buffer, position, end, max_frame_bytes, tracks, top)");
         return NULL;
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
@@ -1021,6 +1022,7 @@ scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     end = PyLong_AsSsize_t(args[2]);
     limit = PyLong_AsUnsignedLongLong(args[3]);
     tracks = args[4];
+    top = PyLong_AsSsize_t(args[5]);
     if (PyErr_Occurred()) goto done;
     if (position < 0 || position > end || end > view.len || view.len > (Py_ssize_t)UINT32_MAX) {
         PyErr_Format(PyExc_ValueError, "scan_events: bytes %zd to %zd are not in a buffer of %zd (at most 4 GiB)",
@@ -1035,7 +1037,8 @@ scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         uint32_t frame_track = get_le32(p + 9), count = get_le32(p + 13);
         if (p[4] != FRAME_TYPE_EVENTS || size > limit || size > (uint64_t)(end - position) ||
             header < EVENTS_HEADER_SIZE || header > body || count == 0 || count > body - header ||
-            get_le64(p + 17) > get_le64(p + 25)) {
+            get_le64(p + 17) > get_le64(p + 25) ||
+            position + (Py_ssize_t)size > top - EVENTS_ENTRY_SIZE * (frames + 1)) {
             break;
         }
         if (!have_track || frame_track != track) {
@@ -1105,7 +1108,7 @@ static PyMethodDef module_methods[] = {
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
      "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
     {"scan_events", (PyCFunction)(void (*)(void))scan_events, METH_FASTCALL,
-     "scan_events(buffer, position, end, max_frame_bytes, tracks) -> (entries, events, sums, end) or None: "
+     "scan_events(buffer, position, end, max_frame_bytes, tracks, top) -> (entries, events, sums, end) or None: "
      "FrameReader.events_run's loop."},
     {NULL, NULL, 0, NULL},
 };

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -132,7 +133,7 @@ class EventsRun(NamedTuple):
 
 
 def _scan_events_py(
-    buf: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int]
+    buf: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int], top: int
 ) -> tuple[bytes, int, dict[int, list[int]], int] | None:
     """``FrameReader.events_run``'s loop (``scan_events`` in _speedups.c is its twin in C)."""
     entries: list[bytes] = []
@@ -150,6 +151,7 @@ def _scan_events_py(
             or not 0 < count <= body_length - header_size
             or first_ts > last_ts
             or track not in tracks
+            or position + size > top - EVENTS_ENTRY.size * (len(entries) + 1)
         ):
             break
         entries.append(pack(position, size, track, count, first_ts, last_ts))
@@ -168,7 +170,7 @@ def _scan_events_py(
 
 
 _scan_events: Callable[
-    [bytearray | mmap.mmap, int, int, int, Container[int]], tuple[bytes, int, dict[int, list[int]], int] | None
+    [bytearray | mmap.mmap, int, int, int, Container[int], int], tuple[bytes, int, dict[int, list[int]], int] | None
 ] = _scan_events_py if speedups is None else speedups.scan_events
 
 
@@ -924,14 +926,16 @@ class FrameReader:
         body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
         return FRAME_HEADER.size + body_length, frame_type
 
-    def events_run(self, tracks: Container[int]) -> EventsRun | None:
+    def events_run(self, tracks: Container[int], top: int | None = None) -> EventsRun | None:
         """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop, for a caller
         that stores frames where they are; None when there are none. Stops before any other frame, an incomplete
-        one, and one that breaks a rule or names a track not in ``tracks`` (``next_frame`` then raises the error
-        that names it)."""
+        one, one that breaks a rule or names a track not in ``tracks`` (``next_frame`` then raises the error that
+        names it), and one that would not end, with the run's index entries (``EVENTS_ENTRY``) below it, by
+        ``top``."""
         if not self._preamble_done or self._error is not None:
             return None
-        found = _scan_events(self._buf, self._start, self._end, self._max_frame_bytes, tracks)
+        top = sys.maxsize if top is None else top
+        found = _scan_events(self._buf, self._start, self._end, self._max_frame_bytes, tracks, top)
         if found is None:
             return None
         run = EventsRun(*found)

@@ -277,11 +277,11 @@ class SessionDecoder:
             raise
         return frame
 
-    def events_run(self) -> EventsRun | None:
+    def events_run(self, top: int | None = None) -> EventsRun | None:
         """The complete EVENTS frames next in the stream, checked as ``next_frame`` checks them, in one loop (the
-        collector's fast path; offsets are in the reader's buffer). None at anything else: ``next_frame`` takes it
-        from there."""
-        return self._reader.events_run(self.tables.tracks) if self._state == "OPEN" else None
+        collector's fast path; offsets are in the reader's buffer), that end with their index entries below ``top``
+        (``FrameReader.events_run``). None at anything else: ``next_frame`` takes it from there."""
+        return self._reader.events_run(self.tables.tracks, top) if self._state == "OPEN" else None
 
     def welcome(self, collector_version: str = __version__) -> Welcome:
         """The collector's answer to the HELLO just read: the version chosen and the limits.

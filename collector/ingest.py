@@ -7,9 +7,9 @@ acknowledged once everything before it is stored (and synced, in a data dir), at
 protocol error closes this connection only, with a log line that names the peer and the broken limit or field.
 
 Zero copy: once the stream has an open segment, the decoder reads straight into it (``FrameReader.lend``): the kernel
-writes each frame where it is stored, and storing it is an index entry. Each read is sized so that the index entries
-of the frames it may hold still fit (an EVENTS frame is larger than its entry). When the segment is full, the unread
-bytes (part of one frame) move to the next segment; when the store refuses a segment, or evicts the one being read
+writes each frame where it is stored, and storing it is an index entry. Each read takes most of the room left in the
+segment, and a run of frames stops where their index entries would not fit: the unread bytes move to the next
+segment, as they do when the segment is full; when the store refuses a segment, or evicts the one being read
 into, the connection reads into the decoder's own buffer and stores by copy until the store opens a segment again.
 """
 
@@ -32,6 +32,7 @@ from ringtrace.client.protocol import (
     Flush,
     FlushAck,
     Frame,
+    FrameType,
     Goodbye,
     Hello,
     Refused,
@@ -60,8 +61,11 @@ _tokens = itertools.count(1)
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.
 READ_SIZE = 256 * 1024
-#: The least room a read into a segment gets; with less, the next segment opens.
+#: The least room a read into a segment gets; with less, the next segment opens (the unread bytes move there).
 MIN_DIRECT_READ = 16 * 1024
+#: A read into a segment leaves a 1/INDEX_SHARE of the room for the index entries of the frames it brings (frames of
+#: 1 KiB or more on average): frames whose entries do not fit move on to the next segment (a copy).
+INDEX_SHARE = 32
 #: In a data dir, a frame with this much still to come is read to its end exactly, so that a batch ends between
 #: frames and its checksum goes in without moving unread bytes.
 EXACT_READ = 64 * 1024
@@ -172,10 +176,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_address",
         "_control_budget",
         "_control_time",
+        "_filled",
         "_flushes",
         "_handshake_timer",
         "_last_read_s",
         "_lent",
+        "_offered",
         "_peer",
         "_pending",
         "_refused",
@@ -224,6 +230,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._write_paused = False
         #: Bytes still to come of the frame being received (0: unknown, or none): reads before then only add bytes.
         self._pending = 0
+        #: The room the last read was offered, and whether it took all of it.
+        self._offered = 0
+        self._filled = False
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -269,11 +278,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if self._stream is not None:
             view = self._direct_view()
             if view is not None:
+                self._offered = len(view)
                 return view
         buffer: memoryview = self._session.get_buffer(sizehint)
+        self._offered = len(buffer)
         return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._filled = nbytes == self._offered
         self._traffic.bytes_received += nbytes
         self._last_read_s = time.monotonic()
         self._session.buffer_updated(nbytes)
@@ -381,10 +393,17 @@ class IngestProtocol(asyncio.BufferedProtocol):
             while True:
                 if self._lent is not None:  # the fast path: runs of EVENTS frames, stored where they were read
                     assert self._stream is not None
-                    run = session.events_run()
+                    run = session.events_run(self._top(self._lent))
+                    unread = None
                     if run is not None:
+                        if reader.end > self._top(self._lent) - len(run.entries):
+                            unread = reader.unread()  # read past the run, into where its index entries go
                         store.events_in_place(self._stream, run)
                         taken = run.end
+                    if unread is not None or not self._next_fits():  # the unread bytes move to the next segment
+                        self._next_segment(unread)
+                        taken = reader.position
+                        continue
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
                     break
@@ -487,9 +506,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._lend(stream.segment)
         view = self._view() if self._lent is not None else None
         if view is None:
-            if reader.end == reader.position:
+            if reader.end == reader.position and not self._filled:
                 # Full, between frames: read the next frame's header alone, so that the segment it opens is read
-                # into as well; none opens for a connection that sends nothing more.
+                # into as well; none opens for a connection that sends nothing more. (After a read that took all
+                # the room offered, more is likely waiting: the next segment opens at once.)
                 self._end_direct()
                 return self._session.get_buffer(-1)[: FRAME_HEADER.size]
             self._next_segment()  # a frame is arriving: into the next segment
@@ -499,24 +519,40 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return view
 
     def _view(self) -> memoryview | None:
-        segment, reader, store = self._lent, self._session.reader, self._sink.store
-        assert segment is not None
-        position, end = reader.position, reader.end
-        # Bytes before the index entries and the room kept for checksums.
-        tail = segment.size - INDEX_ENTRY.size * segment.entries - store.reserve
+        segment, reader, stream = self._lent, self._session.reader, self._stream
+        assert segment is not None and stream is not None
+        position, end, top = reader.position, reader.end, self._top(segment)
+        # Up to where the index entries of what is read begin if its frames average INDEX_SHARE entries or more (a
+        # run stops where its entries would not fit; what is left moves to the next segment), and no more than the
+        # next segment takes.
+        limit = min(end + READ_SIZE, end + stream.next_size // 2, top - (top - end) // INDEX_SHARE)
+        if limit - end < MIN_DIRECT_READ:
+            return None  # a read for what little room is left would cost as much as a full one: the next segment
         header = reader.next_frame_header()
         if header is not None and header[0] <= self._session.limits.max_frame_bytes:
             frame_end = position + header[0]  # the frame being received; the unread bytes are part of it
-            if frame_end + INDEX_ENTRY.size > tail:
+            if frame_end + INDEX_ENTRY.size > top:
                 return None  # it does not fit: the next segment
-            if store.buffers.checksums and frame_end - end >= EXACT_READ:
+            if self._sink.store.buffers.checksums and frame_end - end >= EXACT_READ:
                 return reader.get_buffer(limit=frame_end)
-            # Up to its end, and on: an EVENTS frame is larger than its index entry, so what follows needs at most
-            # as many bytes again.
-            limit = frame_end + max(0, tail - frame_end - INDEX_ENTRY.size) // 2
-            return reader.get_buffer(limit=min(limit, end + READ_SIZE))
-        room = min(READ_SIZE, (tail - end - (end - position)) // 2)
-        return reader.get_buffer(limit=end + room) if room >= MIN_DIRECT_READ else None
+            return reader.get_buffer(limit=max(limit, min(frame_end, end + READ_SIZE)))
+        return reader.get_buffer(limit=limit)
+
+    def _top(self, segment: Segment) -> int:
+        """Where the lent segment's index entries begin, less the room kept for checksums: frames stored end before
+        it, and so do the entries of the frames still to be indexed."""
+        return segment.size - INDEX_ENTRY.size * segment.entries - self._sink.store.reserve
+
+    def _next_fits(self) -> bool:
+        """Whether the next frame, when it is complete, ends (with its index entry) before the lent segment's
+        index."""
+        reader = self._session.reader
+        header = reader.next_frame_header()
+        if header is None or header[0] > reader.end - reader.position:
+            return True  # incomplete: it is read on into this segment only if it fits (``_view``)
+        entry = INDEX_ENTRY.size if header[1] == FrameType.EVENTS else 0
+        assert self._lent is not None
+        return reader.position + header[0] + entry <= self._top(self._lent)
 
     def _fits(self, segment: Segment) -> bool:
         """Whether the unread bytes, and the frame they begin, fit in what is left of ``segment``."""
@@ -538,26 +574,30 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if self._lent is not None:
             self._session.reader.reclaim(self._let_go())
 
-    def _next_segment(self) -> None:
-        """The stream's open segment is full: read on into a new one (the unread bytes move there), if the store
-        allows."""
+    def _next_segment(self, unread: bytes | None = None) -> None:
+        """The stream's open segment is full: read on into a new one (the unread bytes, or ``unread`` when the
+        caller took them already, move there), if the store allows."""
         stream, reader = self._stream, self._session.reader
         assert stream is not None
-        header = reader.next_frame_header()
+        header = reader.next_frame_header() if unread is None else None
         size = header[0] if header is not None and header[0] <= self._session.limits.max_frame_bytes else 0
-        unread = self._let_go() if self._lent is not None else None
+        if self._lent is not None:
+            unread = self._let_go(unread=unread)
+        if unread is not None:
+            size = max(size, len(unread))
         segment = self._sink.store.open_direct(stream, size)
         if segment is not None:
             self._lend(segment, unread)
         elif unread is not None:
             reader.reclaim(unread)
 
-    def _let_go(self, end: int | None = None) -> bytes:
+    def _let_go(self, end: int | None = None, unread: bytes | None = None) -> bytes:
         """Stop reading into the lent segment, which holds everything before the unread bytes (or before ``end``);
-        returns those (the reader is lent or given back another buffer next)."""
+        returns those (``unread`` when the caller took them already; the reader is lent or given back another buffer
+        next)."""
         segment, stream, store, reader = self._lent, self._stream, self._sink.store, self._session.reader
         assert segment is not None
-        unread = reader.unread()
+        unread = reader.unread() if unread is None else unread
         if stream is not None:
             store.advance(stream, reader.position if end is None else end)
             store.set_direct(stream, False)

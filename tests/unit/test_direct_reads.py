@@ -317,3 +317,42 @@ def test_a_frame_that_breaks_a_rule_is_not_stored_and_what_came_before_it_is(tmp
             collector.data_dir.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("checksums", [False, True], ids=["memory", "data-dir"])
+def test_tiny_frames_read_in_large_pieces_move_on_where_their_index_entries_do_not_fit(
+    tmp_path: Path, checksums: bool
+) -> None:
+    """A one-event frame is not much larger than its index entry, and a read takes most of the room left: a run of
+    such frames stops where its entries would not fit, and what was read past it (a TRACK frame among them) moves to
+    the next segment."""
+
+    async def scenario() -> None:
+        config = CollectorConfig(
+            tcp_port=0,
+            http_port=0,
+            capacity_bytes=8 << 20,
+            max_frame_bytes=MAX_FRAME,
+            segment_bytes=2 * MIN_SEGMENT_BYTES,
+        )
+        if checksums:
+            config = replace(config, data_dir=str(tmp_path / "data"), fsync="never")
+        collector = Collector(config)
+        connection = Connection(collector, 0)
+        connection.record(0, 10, 0)
+        connection.send(len(connection.pending))  # a segment opens: what follows is read into it
+        for i in range(8000):
+            connection.record(0 if i < 6000 else 1, 1, i % 3)  # track 1 is declared among them
+        connection.flush()
+        connection.send(len(connection.pending))  # in reads as large as offered
+        assert connection.acknowledged() == [1]
+        connection.protocol.connection_lost(None)
+        totals = collector.store.totals()
+        assert totals.received_events == totals.stored_events == connection.sent
+        assert decoded_segments(collector, checksums) == {0: list(range(connection.sent))}
+        with collector.store.snapshot() as snapshot:
+            assert len(snapshot.segments) > 4
+        if collector.data_dir is not None:
+            collector.data_dir.close()
+
+    asyncio.run(scenario())

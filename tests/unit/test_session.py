@@ -1297,3 +1297,32 @@ def test_runs_of_events_frames_read_as_next_frame_reads_them(live: bool, frames:
         decoder.receive_data(b"")
         results.append((first, read_all(decoder, fast=fast)))
     assert results[0] == results[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.integers(1, 300), min_size=1, max_size=12), room=st.integers(0, 4000))
+def test_a_run_of_events_frames_stops_where_its_index_entries_would_not_fit_below_top(
+    payloads: list[int], room: int
+) -> None:
+    """The collector reads into a segment whose index grows down from ``top``: a run takes the frames that end, with
+    an index entry each below them, by ``top``, and leaves the rest to the next segment."""
+    frames = [events_frame(MAIN.track_id, 1, 5, 5, EVENTS_HEADER.size, payload, 0) for payload in payloads]
+    decoder = SessionDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=False)
+    decoder.receive_data(opening(SCHEMA, track_frame(MAIN)) + b"".join(frames))
+    for _ in range(3):  # HELLO, SCHEMA, TRACK
+        decoder.next_frame()
+    start = decoder.reader.position
+    fit = 0
+    while (
+        fit < len(frames) and start + sum(map(len, frames[: fit + 1])) + EVENTS_ENTRY.size * (fit + 1) <= start + room
+    ):
+        fit += 1
+    run = decoder.events_run(top=start + room)
+    if fit == 0:
+        assert run is None
+    else:
+        assert run is not None
+        assert (run.frames, run.end) == (fit, start + sum(map(len, frames[:fit])))
+        assert decoder.reader.position == run.end
+    rest, error = read_all(decoder, fast=False)
+    assert (len(rest), error) == (len(frames) - fit, None)  # the frames left are read as they are

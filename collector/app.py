@@ -369,7 +369,7 @@ class Collector:
     async def _sample_rates(self) -> None:
         """Every second: each process's totals, from which ``/sources`` tells its rate."""
         while True:
-            self.rates.sample(self.store.process_counts())
+            self.rates.sample(self.store.process_received())
             await asyncio.sleep(1.0)
 
     def forget_idle(self) -> int:
@@ -459,8 +459,8 @@ class Collector:
         processes = [ProcessFacts.of(p, self.store.process_held_bytes(p.uid)) for p in self.matching(selected)]
         uids = {p.view.uid for p in processes}
         counts = {key: c for key, c in self.store.track_counts().items() if key[0] in uids}
-        totals = self.store.process_counts()
-        rates = {uid: self.rates.rate(uid, totals[uid]) if uid in totals else None for uid in uids}
+        received = self.store.process_received()
+        rates = {uid: self.rates.rate(uid, received[uid]) if uid in received else None for uid in uids}
         with_frames = self.store.snapshot(owners=uids)
         times = await _on_worker(with_frames, lambda: scan_segments(with_frames.segments))
         return sources_document(processes, counts, times, rates)

@@ -622,6 +622,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 stream, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns, self._session.last_frame()
             ):
                 self._refused += frame.count
+            elif stream.segment is not None and self._fits(stream.segment):
+                self._lend(stream.segment)  # stored by copy (into the segment it opened, say): on in place
             return
         if self._lent is not None:
             assert stream is not None

@@ -92,20 +92,22 @@ class RateSampler:
         self.window_s = window_s
         self._samples: deque[tuple[float, dict[int, tuple[int, int]]]] = deque()
 
-    def sample(self, totals: Mapping[int, Counts], now_s: float | None = None) -> None:
+    def sample(self, received: dict[int, tuple[int, int]], now_s: float | None = None) -> None:
+        """Take (events, bytes) received so far per process uid."""
         now_s = time.monotonic() if now_s is None else now_s
-        self._samples.append((now_s, {uid: (c.received_events, c.received_bytes) for uid, c in totals.items()}))
+        self._samples.append((now_s, received))
         while len(self._samples) > 2 and now_s - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
 
-    def rate(self, uid: int, now: Counts, now_s: float | None = None) -> tuple[float, float] | None:
-        """(events/s, bytes/s) since the oldest sample that knew the process; None before there is one."""
+    def rate(self, uid: int, now: tuple[int, int], now_s: float | None = None) -> tuple[float, float] | None:
+        """(events/s, bytes/s) since the oldest sample that knew the process, which has received ``now`` (events,
+        bytes); None before there is one."""
         now_s = time.monotonic() if now_s is None else now_s
         for when, totals in self._samples:
             before = totals.get(uid)
             if before is not None and now_s - when > 0.5:
                 elapsed = now_s - when
-                return (now.received_events - before[0]) / elapsed, (now.received_bytes - before[1]) / elapsed
+                return (now[0] - before[0]) / elapsed, (now[1] - before[1]) / elapsed
         return None
 
 

@@ -26,7 +26,7 @@ import logging
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
@@ -207,6 +207,15 @@ class SegmentBuffers:
         """Whether ``new(size)`` would reuse a spare buffer."""
         return False
 
+    def spare_sizes(self) -> Iterable[int]:
+        """The sizes of the spare buffers kept for reuse."""
+        return ()
+
+    def spare_size(self, size: int, at_most: int) -> int:
+        """The smallest size from ``size`` to ``at_most`` of a spare buffer; ``size`` when there is none."""
+        fitting = [spare for spare in self.spare_sizes() if size <= spare <= at_most]
+        return min(fitting, default=size)
+
     def trim(self, keep_bytes: int) -> None:
         """Free buffers kept for reuse beyond ``keep_bytes``."""
 
@@ -232,6 +241,9 @@ class MemoryBuffers(SegmentBuffers):
 
     def has(self, size: int) -> bool:
         return bool(self._pool.get(size))
+
+    def spare_sizes(self) -> Iterable[int]:
+        return [size for size, spares in self._pool.items() if spares]
 
     def new(self, seq: int, size: int) -> bytearray:
         pool = self._pool.get(size)
@@ -338,6 +350,9 @@ class DataDir(SegmentBuffers):
 
     def has(self, size: int) -> bool:
         return bool(self._pool.get(size))
+
+    def spare_sizes(self) -> Iterable[int]:
+        return [size for size, spares in self._pool.items() if spares]
 
     def new(self, seq: int, size: int) -> mmap.mmap:
         path = self.file(seq)

@@ -459,7 +459,15 @@ class Store:
         # The session frames take at most a quarter of a segment, unless that does not fit the bounds.
         roomy = 4 * stream.session_bytes if 8 * stream.session_bytes <= self.process_capacity_bytes else 0
         size = _aligned(max(stream.next_size, needed, roomy))
+        largest = self._largest_segment()
         refusal = self._make_room(stream.owner, size)
+        if refusal is None:
+            # A spare buffer up to the size the stream's segments grow to, if it fits as well, rather than a fresh one.
+            spare = self.buffers.spare_size(size, at_most=max(size, largest))
+            if spare != size and self._fits(stream.owner, spare):
+                size = spare
+            if not self.buffers.has(size):  # a new buffer: make room for it among the spare ones
+                self.buffers.trim(self.capacity_bytes - self.held_bytes - size)
         buffer = None
         while refusal is None and buffer is None:
             try:
@@ -483,13 +491,16 @@ class Store:
         process.held_bytes += size
         self.held_bytes += size
         stream.segment = segment
-        # Up to segment_bytes, and to a quarter of the stream's share of the capacity: open segments are not evicted
-        # while many connections write at once (the one being read into would be, and reading would go by copy).
-        # A power of two: evicted segments' buffers, pooled by size, then fit the next ones (a fresh buffer costs
-        # zeroing and a page fault per page).
-        share = max(self.capacity_bytes // (4 * self._streams), MIN_SEGMENT_BYTES)
-        stream.next_size = _power_of_two_within(min(max(size, stream.next_size) * 2, self.segment_bytes, share))
+        stream.next_size = _power_of_two_within(min(max(size, stream.next_size) * 2, largest))
         return segment
+
+    def _largest_segment(self) -> int:
+        """What a stream's segments grow to: up to segment_bytes, and to half of a stream's share of the capacity,
+        so that open segments are not evicted while many connections write at once (the one being read into would
+        be, and reading would go by copy). A power of two: evicted segments' buffers, pooled by size, then fit the
+        next ones (a fresh buffer costs zeroing and a page fault per page)."""
+        share = max(self.capacity_bytes // (2 * self._streams), MIN_SEGMENT_BYTES)
+        return _power_of_two_within(min(self.segment_bytes, share))
 
     def _make_room(self, owner: int, size: int) -> str | None:
         """Evict (ring) until a segment of ``size`` fits both bounds; or why it cannot be stored."""
@@ -507,9 +518,13 @@ class Store:
             if self.policy == "discard" or not self._segments:
                 return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
             self._evict(self._oldest(), "overwritten")
-        if not self.buffers.has(size):  # a new buffer: make room for it among the spare ones
-            self.buffers.trim(self.capacity_bytes - self.held_bytes - size)
         return None
+
+    def _fits(self, owner: int, size: int) -> bool:
+        """Whether a segment of ``size`` fits both bounds as they stand."""
+        cap = self._process_cap
+        fits_cap = cap is None or self._processes[owner].held_bytes + size <= cap
+        return fits_cap and self.held_bytes + size <= self.capacity_bytes
 
     def _seal(self, stream: Stream) -> None:
         segment = stream.segment
@@ -679,6 +694,14 @@ class Store:
             for counts in process.counts.values():
                 total.add(counts)
         return totals
+
+    def process_received(self) -> dict[int, tuple[int, int]]:
+        """(events, bytes) received per process uid: what rates are sampled from, every second, on the loop (so two
+        fields, not every count)."""
+        return {
+            owner: (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
+            for owner, counts in ((owner, process.counts.values()) for owner, process in self._processes.items())
+        }
 
     def process_held_bytes(self, owner: int) -> int:
         process = self._processes.get(owner)

@@ -61,6 +61,8 @@ _tokens = itertools.count(1)
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.
 READ_SIZE = 256 * 1024
+#: The most a read into a segment takes (and at most half of the next segment, which takes what it leaves).
+DIRECT_READ_SIZE = 512 * 1024
 #: The least room a read into a segment gets; with less, the next segment opens (the unread bytes move there).
 MIN_DIRECT_READ = 16 * 1024
 #: A read into a segment leaves a 1/INDEX_SHARE of the room for the index entries of the frames it brings (frames of
@@ -71,6 +73,8 @@ INDEX_SHARE = 32
 EXACT_READ = 64 * 1024
 #: Unread bytes moved past a checksum at the end of a batch at most; with more, the checksum waits (a FLUSH does not).
 MAX_MOVE = 16 * 1024
+#: Bytes a connection reads before it lets every other connection read once (a loop turn).
+TURN_BYTES = 512 * 1024
 #: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
 MAX_CONTROL_FRAMES_PER_S = 1000.0
 
@@ -195,6 +199,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_tokens",
         "_traffic",
         "_transport",
+        "_turn_bytes",
         "_write_paused",
         "process",
     )  # fmt: skip
@@ -233,6 +238,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         #: The room the last read was offered, and whether it took all of it.
         self._offered = 0
         self._filled = False
+        #: Bytes read since the connection last let the others read (``_end_turn``).
+        self._turn_bytes = 0
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -292,6 +299,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._pending -= nbytes
         if self._pending <= 0:  # (a read that does not complete the frame being received has nothing to handle)
             self._process_frames()
+        self._turn_bytes += nbytes
+        if self._turn_bytes >= TURN_BYTES:
+            self._end_turn()
 
     def eof_received(self) -> bool:
         self._session.receive_data(b"")
@@ -454,6 +464,21 @@ class IngestProtocol(asyncio.BufferedProtocol):
             -self._control_budget / MAX_CONTROL_FRAMES_PER_S, self._resume_after_throttle
         )
 
+    def _end_turn(self) -> None:
+        """TURN_BYTES were read since the last turn ended: read on in the loop's next turn. (The loop reads a
+        socket again and again while it fills every read, up to 32 times: 100 busy connections held it for 300 ms
+        a turn, and everything else waited, new connections, FLUSH_ACKs and HTTP requests included.)"""
+        self._turn_bytes = 0
+        transport = self._transport
+        if transport is not None and not transport.is_closing() and transport.is_reading():
+            transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing() and not self._write_paused and self._throttle is None:
+            transport.resume_reading()
+
     def _resume_after_throttle(self) -> None:
         self._throttle = None
         if self._transport is not None and not self._transport.is_closing() and not self._write_paused:
@@ -525,7 +550,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         # Up to where the index entries of what is read begin if its frames average INDEX_SHARE entries or more (a
         # run stops where its entries would not fit; what is left moves to the next segment), and no more than the
         # next segment takes.
-        limit = min(end + READ_SIZE, end + stream.next_size // 2, top - (top - end) // INDEX_SHARE)
+        limit = min(end + DIRECT_READ_SIZE, end + stream.next_size // 2, top - (top - end) // INDEX_SHARE)
         if limit - end < MIN_DIRECT_READ:
             return None  # a read for what little room is left would cost as much as a full one: the next segment
         header = reader.next_frame_header()
@@ -535,7 +560,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 return None  # it does not fit: the next segment
             if self._sink.store.buffers.checksums and frame_end - end >= EXACT_READ:
                 return reader.get_buffer(limit=frame_end)
-            return reader.get_buffer(limit=max(limit, min(frame_end, end + READ_SIZE)))
+            return reader.get_buffer(limit=max(limit, min(frame_end, end + DIRECT_READ_SIZE)))
         return reader.get_buffer(limit=limit)
 
     def _top(self, segment: Segment) -> int:

@@ -52,6 +52,9 @@ class StandInTransport:
     def resume_reading(self) -> None:
         self.reading = True
 
+    def is_reading(self) -> bool:
+        return self.reading
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self.peer if name == "peername" else default
 

@@ -29,7 +29,7 @@ from .loop_lag import LoopLag
 from .metrics import CollectorMetrics
 from .query import EventFilter
 from .readers import reader_pool
-from .segments import DataDir, FsyncPolicy, SegmentBuffers
+from .segments import FSYNC_POLICIES, SYNC_INTERVAL_S, DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
 from .slices import Pairing
 from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
@@ -58,7 +58,7 @@ class CollectorConfig:
     #: Keep segments as files there (None: in memory), recovered on start.
     data_dir: str | None = None
     #: With a data dir: ``never``, at every ``flush`` acknowledged, or ``always`` after every batch received.
-    fsync: FsyncPolicy = "flush"
+    fsync: FsyncPolicy = "never"
     #: The size a stream's segments grow to (larger ones only when a frame and its session frames need it); None:
     #: an eighth of the capacity (or of the process capacity, if smaller), between 64 KiB and 4 MiB.
     segment_bytes: int | None = None
@@ -118,8 +118,8 @@ class CollectorConfig:
         _check_range("handshake_timeout_s", self.handshake_timeout_s, 1e-3, 1e6)
         _check_range("snapshot_flush_timeout_s", self.snapshot_flush_timeout_s, 0, 1e6)
         _check_range("forget_after_s", self.forget_after_s, 0, 1e9)
-        if self.fsync not in ("never", "flush", "always"):
-            raise ConfigError(f"fsync (--fsync) must be never, flush or always, got {self.fsync!r}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ConfigError(f"fsync (--fsync) must be {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}")
         if self.segment_bytes is not None:
             _check_range("segment_bytes", self.segment_bytes, MIN_SEGMENT_BYTES, 2**40)
         if self.token is not None:
@@ -253,6 +253,7 @@ class Collector:
         self._sampling: asyncio.Task[None] | None = None
         self._idling: asyncio.Task[None] | None = None
         self._lag_watch: asyncio.Task[None] | None = None
+        self._syncing: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
@@ -298,6 +299,8 @@ class Collector:
         self._sampling = asyncio.create_task(self._sample_rates())
         self._idling = asyncio.create_task(self._close_idle_connections())
         self._lag_watch = asyncio.create_task(self.loop_lag.run())
+        if self.data_dir is not None and config.fsync == "interval":
+            self._syncing = asyncio.create_task(self._sync_every_interval())
 
     def _log_exposure(self) -> None:
         """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
@@ -365,6 +368,26 @@ class Collector:
             now_s = time.monotonic()
             for connection in list(self.connections):
                 connection.close_if_idle(now_s, timeout_s)
+
+    async def _sync_every_interval(self) -> None:
+        """``--fsync interval``: every SYNC_INTERVAL_S, what was written since the last sync, on a worker thread."""
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            await self.sync_data_dir()
+
+    async def sync_data_dir(self) -> None:
+        """Make everything stored in the data dir durable, on a worker thread; a failure is logged (what was
+        acknowledged stays in the page cache, not known to be on the disk)."""
+        job = self.store.sync_all_job()
+        if job is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, job.run)
+        except OSError as exc:
+            log.error("cannot sync the data dir: %s; what was acknowledged since the last sync may not survive a "
+                      "power loss", exc)  # fmt: skip
+        finally:
+            job.done()
 
     async def _sample_rates(self) -> None:
         """Every second: each process's totals, from which ``/sources`` tells its rate."""
@@ -495,7 +518,7 @@ class Collector:
         return processes, removed
 
     async def stop(self) -> None:
-        for task in (self._forgetting, self._sampling, self._idling, self._lag_watch):
+        for task in (self._forgetting, self._sampling, self._idling, self._lag_watch, self._syncing):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -511,6 +534,8 @@ class Collector:
             await self._http_runner.cleanup()  # ends the connections (live tails first)
         self.readers.shutdown(wait=True, cancel_futures=True)  # (a step runs 50 ms at most)
         if self.data_dir is not None:
+            if self.config.fsync != "never":
+                await self.sync_data_dir()
             self.data_dir.close()
 
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView:

@@ -23,6 +23,7 @@ from ringtrace.client.options import environment_token, parse_address, parse_siz
 
 from .app import Collector, CollectorConfig
 from .auth import read_token_file
+from .segments import FSYNC_POLICIES
 
 __all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]
 
@@ -166,11 +167,12 @@ def build_parser(
     )
     parser.add_argument(
         "--fsync",
-        choices=["never", "flush", "always"],
+        choices=FSYNC_POLICIES,
         default=defaults.fsync,
-        help="with --data-dir, what survives a power loss: never syncs (a crash of the collector loses nothing "
-        "acknowledged; the OS writes back), flush syncs before acknowledging each client flush, always after every "
-        "batch received (default %(default)s)",
+        help="with --data-dir, what survives a power loss (a crash of the collector loses nothing acknowledged "
+        "whatever it is): never leaves writing back to the OS, interval syncs every second in the background, flush "
+        "syncs before acknowledging each client flush, always after every batch received; each that syncs makes "
+        "ingest as slow as the disk (default %(default)s)",
     )
     parser.add_argument(
         "--forget-after",

@@ -738,7 +738,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if hello.token or paired_wall_ns != hello.wall_ns:
             frame = rewritten_hello(frame, token="", wall_ns=paired_wall_ns)
         self._stream = store.open_stream(self.process.uid, frame)
-        if store.buffers.fsync != "never":
+        if store.buffers.fsync in ("flush", "always"):
             self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")
         assert self._transport is not None
         self._transport.write(preamble() + encode(welcome))

@@ -49,7 +49,9 @@ from ringtrace.client.session import Limits, SessionDecoder
 __all__ = [
     "CHECKSUM_FRAME",
     "CHECKSUM_RESERVE",
+    "FSYNC_POLICIES",
     "INDEX_ENTRY",
+    "SYNC_INTERVAL_S",
     "DataDir",
     "FsyncPolicy",
     "MemoryBuffers",
@@ -69,9 +71,13 @@ CHECKSUM_FRAME: Final = struct.Struct("<IBI")
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
 CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
 _PREAMBLE_BYTES: Final = preamble()
-#: What ``fsync`` may be: nothing (the OS writes back; survives a crash of the collector, not of the machine), at every
-#: FLUSH the collector acknowledges, or after every batch received.
-FsyncPolicy = Literal["never", "flush", "always"]
+#: What ``fsync`` may be: nothing (the OS writes back; survives a crash of the collector, not of the machine), every
+#: second in the background (acknowledgements do not wait), at every FLUSH the collector acknowledges, or after every
+#: batch received.
+FsyncPolicy = Literal["never", "interval", "flush", "always"]
+FSYNC_POLICIES: Final = ("never", "interval", "flush", "always")
+#: How often ``interval`` syncs.
+SYNC_INTERVAL_S: Final = 1.0
 SUFFIX: Final = ".rtseg"
 SPARE_SUFFIX: Final = ".rtspare"
 LOCK_FILE: Final = "LOCK"
@@ -295,7 +301,7 @@ class DataDir(SegmentBuffers):
 
     checksums = True
 
-    def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "flush") -> None:
+    def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "never") -> None:
         if not str(path):
             raise ConfigError("--data-dir must name a directory, got ''")
         self.path = Path(path)

@@ -428,6 +428,14 @@ class Store:
         stream.unsynced.clear()
         if stream.segment is not None:
             segments.append(stream.segment)
+        return self._sync_job(segments)
+
+    def sync_all_job(self) -> SyncJob | None:
+        """What must be synced to make everything every checksum covers durable (``fsync`` interval, and on stop);
+        as ``sync_job``."""
+        return self._sync_job(list(self._segments.values())) if self.buffers.checksums else None
+
+    def _sync_job(self, segments: list[Segment]) -> SyncJob | None:
         ranges = []
         for segment in segments:
             if segment.checked > segment.synced:
@@ -530,7 +538,7 @@ class Store:
         segment = stream.segment
         assert segment is not None
         self.commit(stream)
-        if self.buffers.fsync != "never":  # synced by the stream's next sync job
+        if self.buffers.fsync in ("flush", "always"):  # synced by the stream's next sync job
             stream.unsynced = [s for s in stream.unsynced if not s.evicted]  # a stream that never flushes
             stream.unsynced.append(segment)
         self._writers.pop(segment.seq, None)

@@ -64,7 +64,7 @@ def numbers_per_process(trace: dict[str, object]) -> dict[str, Counter[int]]:
     return out
 
 
-@pytest.mark.parametrize("fsync", ["flush", "always", "never"])
+@pytest.mark.parametrize("fsync", ["interval", "flush", "always", "never"])
 def test_kill_9_keeps_every_event_acknowledged_and_nothing_twice(tmp_path: Path, fsync: str) -> None:
     data_dir = str(tmp_path / "data")
     collector = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB", "--fsync", fsync)

@@ -356,3 +356,38 @@ def test_tiny_frames_read_in_large_pieces_move_on_where_their_index_entries_do_n
             collector.data_dir.close()
 
     asyncio.run(scenario())
+
+
+def test_fsync_interval_syncs_what_was_written_within_a_second_and_the_rest_on_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=8 << 20, max_frame_bytes=MAX_FRAME)
+        collector = Collector(replace(config, data_dir=str(tmp_path / "data"), fsync="interval"))
+        assert collector.data_dir is not None
+        synced: list[tuple[int, int]] = []  # (segment seq, end synced)
+        real_sync = collector.data_dir.sync
+        monkeypatch.setattr(
+            collector.data_dir, "sync", lambda s, start, end: (synced.append((s.seq, end)), real_sync(s, start, end))
+        )
+        await collector.start()
+        connection = Connection(collector, 0)
+        connection.record(0, 500, 3)
+        connection.flush()
+        connection.send(len(connection.pending))
+        assert connection.acknowledged() == [1]  # at once: acknowledgements do not wait for the disk
+        with collector.store.snapshot() as snapshot:
+            written = {(segment.seq, segment.used) for segment in snapshot.segments}
+        deadline = asyncio.get_running_loop().time() + 3
+        while not written <= set(synced) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        assert written <= set(synced)
+        connection.record(0, 10, 3)
+        connection.flush()
+        connection.send(len(connection.pending))
+        synced.clear()
+        await collector.stop()  # before the next interval: stopping syncs what is left
+        with collector.store.snapshot() as snapshot:
+            assert {(segment.seq, segment.used) for segment in snapshot.segments} <= set(synced)
+
+    asyncio.run(scenario())

@@ -477,6 +477,39 @@ def test_a_sync_makes_the_names_of_new_segment_files_durable_too(tmp_path: Path,
     release_lock(store)
 
 
+def test_a_sync_of_everything_covers_each_checksummed_range_once_closed_streams_included(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=DataDir(tmp_path, "interval"))
+    synced: list[tuple[int, int, int]] = []
+    real_sync = store.buffers.sync
+    monkeypatch.setattr(
+        store.buffers, "sync", lambda s, start, end: (synced.append((s.seq, start, end)), real_sync(s, start, end))
+    )
+    gone, going = Client(store, 1, tracks=1), Client(store, 2, tracks=1)
+    gone.record(0, 50)
+    going.record(0, 50)
+    store.close_stream(gone.stream)
+    job = store.sync_all_job()
+    assert job is not None
+    job.run()
+    job.done()
+    with store.snapshot() as snapshot:
+        assert sorted(synced) == sorted((segment.seq, 0, segment.used) for segment in snapshot.segments)
+        before = {segment.seq: segment.used for segment in snapshot.segments}
+    assert store.sync_all_job() is None  # nothing written since
+    going.record(0, 10)
+    synced.clear()
+    job = store.sync_all_job()
+    assert job is not None
+    job.run()
+    job.done()
+    with store.snapshot() as snapshot:
+        after = {segment.seq: segment.used for segment in snapshot.segments}
+    assert synced == [(seq, before.get(seq, 0), used) for seq, used in after.items() if used != before.get(seq)]
+    release_lock(store)
+
+
 def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_closes() -> None:
     def held_while_a_snapshot_is_open(walked: bool) -> tuple[int, int]:
         """Bytes allocated while a snapshot is open: ingest evicts every segment it pinned, then goes on; and how

@@ -161,7 +161,7 @@ class SerializedListener:
     """Encodes what it receives into the wire format (its own stream: string table, schema, tracks) and hands
     the frames to ``write``.
 
-    Counters: ``dropped_events`` (never delivered), ``dropped_frames``.
+    Counters: ``dropped_events`` (never delivered), ``dropped_frames``, ``unacknowledged_events``.
     """
 
     def __init__(
@@ -176,6 +176,8 @@ class SerializedListener:
         self._state_lock = threading.Lock()
         self.dropped_events = 0
         self.dropped_frames = 0
+        #: Sent, and the peer never acknowledged them (a streamer whose connection broke): see ``Stats``.
+        self.unacknowledged_events = 0
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
         with self._state_lock:
@@ -211,6 +213,7 @@ class SerializedListener:
             encoder.label_overflow_events,
             encoder.clipped_args,
             encoder.rejected_events,
+            self.unacknowledged_events,
         )
 
     def write(self, batch: EncodedBatch) -> None:

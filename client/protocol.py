@@ -555,6 +555,9 @@ class Stats:
     clipped_args: int = 0
     #: Typed events dropped because a field's value did not fit its declared type.
     rejected_events: int = 0
+    #: Events sent on a connection that broke before the collector acknowledged them: lost if that collector did not
+    #: store them (it was killed, say), maybe stored; at most what was lost in transit.
+    unacknowledged_events: int = 0
 
     def encode_body(self) -> bytes:
         return _pack(
@@ -564,6 +567,7 @@ class Stats:
                 "label_overflow_events": self.label_overflow_events,
                 "clipped_args": self.clipped_args,
                 "rejected_events": self.rejected_events,
+                "unacknowledged_events": self.unacknowledged_events,
             }
         )
 
@@ -577,6 +581,9 @@ class Stats:
             clipped_args=_field(data, "STATS", "clipped_args", int),
             # Added within version 2: a client that does not send it has rejected nothing.
             rejected_events=_field(data, "STATS", "rejected_events", int) if "rejected_events" in data else 0,
+            unacknowledged_events=(
+                _field(data, "STATS", "unacknowledged_events", int) if "unacknowledged_events" in data else 0
+            ),
         )
 
 

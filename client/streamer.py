@@ -100,7 +100,8 @@ class Streamer(SerializedListener):
     """Streams the timelines it listens to, to one collector, from a background thread.
 
     Counters (read from any thread): ``sent_events``, ``dropped_events`` (queue full, a frame cut by a disconnect,
-    an event too large for a frame), ``dropped_frames``, ``connects``.
+    an event too large for a frame), ``dropped_frames``, ``unacknowledged_events`` (sent on a connection that broke
+    before the collector acknowledged them), ``connects``.
 
     Args:
         address: ``"HOST:PORT"`` of the collector's ingest listener.
@@ -544,7 +545,14 @@ class Streamer(SerializedListener):
             self._uncertain = True
             for _, waiter in [*self._waiters.items(), *self._pending]:
                 waiter.uncertain = True
-            log.debug("ringtrace: %d events sent before the connection broke were not acknowledged", unacknowledged)
+            with self._state_lock:
+                self.unacknowledged_events += unacknowledged  # reported in STATS on the next connection
+            log.warning(
+                "ringtrace: %d events sent before the connection to %s broke were not acknowledged: lost if the "
+                "collector did not store them (counted as unacknowledged_events)",
+                unacknowledged,
+                self.address_text,
+            )
         self._acknowledged_through = self.sent_events
         self._flush_targets.clear()
         for waiter in self._waiters.values():  # their FLUSH went down with the connection: ask again

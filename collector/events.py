@@ -52,6 +52,7 @@ TOTALS: Final = (
     "label_overflow_events",
     "clipped_args",
     "rejected_events",
+    "client_unacknowledged_events",
     "undecodable_events",
     "unmatched_marker_ends",
     "source_anomalies",
@@ -250,4 +251,5 @@ def client_counts(stats: Stats) -> dict[str, int]:
         "label_overflow_events": stats.label_overflow_events,
         "clipped_args": stats.clipped_args,
         "rejected_events": stats.rejected_events,
+        "client_unacknowledged_events": stats.unacknowledged_events,
     }

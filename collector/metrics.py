@@ -109,6 +109,12 @@ class _Scrape(_MetricsSource):
         yield CounterMetricFamily(
             "ringtrace_cleared_events", "Events removed on request (POST /clear, POST /pop)", value=store.cleared_events
         )
+        yield CounterMetricFamily(
+            "ringtrace_client_unacknowledged_events",
+            "Events clients sent on connections that broke before the collector acknowledged them: lost if no "
+            "collector stored them, maybe stored (not in ringtrace_lost_events)",
+            value=client["client_unacknowledged_events"],
+        )
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)

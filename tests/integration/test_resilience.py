@@ -76,6 +76,48 @@ def test_client_reconnects_and_resends_strings_after_collector_restart() -> None
             second.stop()
 
 
+def test_events_in_flight_when_the_collector_is_killed_are_counted_as_unacknowledged() -> None:
+    first = CollectorProcess()
+    address = first.tcp_address
+    code = (
+        "import ringtrace.client, sys, time\n"
+        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+        "print(tl.flush(timeout_s=20), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "end = time.monotonic() + 1.0\n"  # recording goes on while the collector is killed
+        "while time.monotonic() < end:\n"
+        "    tl.instant('tick')\n"
+        "    time.sleep(0.0002)\n"
+        "print(tl.flush(timeout_s=20), flush=True)\n"  # False: what the killed collector held is in doubt
+        "sys.stdin.readline()\n"
+        "while not tl.flush(timeout_s=20):\n"
+        "    pass\n"
+        "print(tl.listeners[0].unacknowledged_events, flush=True)\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert client.stdin is not None and client.stdout is not None
+        assert client.stdout.readline().strip() == "True"
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        first.wait_for_stored(100)
+        first.proc.kill()
+        first.proc.wait()
+        second = CollectorProcess(tcp=address)
+        assert client.stdout.readline().strip() == "False"
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        unacknowledged = int(client.stdout.readline())
+        assert unacknowledged > 0  # the events the killed collector held, and those on their way to it
+        assert second.snapshot()["otherData"]["client_unacknowledged_events"] == unacknowledged
+    finally:
+        client.communicate(timeout=30)
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
     collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")
     try:

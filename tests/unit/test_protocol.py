@@ -97,7 +97,7 @@ CLIENT_FRAMES: list[Frame] = [
     Track(1, THREAD_TRACK, "MainThread", thread_id=777),
     Track(2, ASYNC_TRACK, "Task-1", parent=1),
     Events(1, 3, 10, 2**64 - 1, b"\x93\x00\x01\x02" * 20, flags=0xBEEF),
-    Stats(dropped_events=5, dropped_frames=2, label_overflow_events=3, clipped_args=4),
+    Stats(dropped_events=5, dropped_frames=2, label_overflow_events=3, clipped_args=4, unacknowledged_events=6),
     Flush(2**64 - 1),
     FlushAck(0),
     Goodbye("shutting down"),
@@ -273,7 +273,13 @@ schemas = st.builds(
 strings_frames = st.builds(Strings, first_id=u32, strings=st.lists(texts, max_size=10).map(tuple))
 tracks = st.builds(Track, track_id=u32, kind=u8, name=texts, thread_id=fields, parent=u32)
 stats = st.builds(
-    Stats, dropped_events=fields, dropped_frames=fields, label_overflow_events=fields, clipped_args=fields
+    Stats,
+    dropped_events=fields,
+    dropped_frames=fields,
+    label_overflow_events=fields,
+    clipped_args=fields,
+    rejected_events=fields,
+    unacknowledged_events=fields,
 )
 flushes = st.builds(Flush, u64)
 flush_acks = st.builds(FlushAck, u64)

@@ -79,7 +79,7 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSL
 
 
 class _Waiter:
-    """One flush() call waiting. ``baseline``: the drop count of the last acknowledged flush when it was asked for;
+    """One flush() call waiting. ``baseline``: the loss count of the last acknowledged flush when it was asked for;
     ``uncertain``: a connection broke with unacknowledged events since then. Either makes its answer False."""
 
     __slots__ = ("baseline", "deadline", "done", "ok", "uncertain")
@@ -150,8 +150,10 @@ class Streamer(SerializedListener):
         self._out_events = 0
         self._waiters: dict[int, _Waiter] = {}
         self._pending: list[tuple[int, _Waiter]] = []
-        #: dropped_events when the previous flush was acknowledged: a flush is clean only if it did not move.
+        #: dropped_events, and those plus rejected typed events (``_lost_events``), when the previous flush was
+        #: acknowledged: a flush is clean only if the second did not move.
         self._dropped_at_flush = 0
+        self._lost_at_flush = 0
         self._backoff_s = options.backoff_initial_s
         self._next_connect = 0.0
         #: When the current connection was welcomed, and whether the collector has acknowledged a flush on it:
@@ -223,7 +225,8 @@ class Streamer(SerializedListener):
         Connects at once if not connected (no backoff wait).
 
         Returns:
-            True when acknowledged, with no event dropped since the previous acknowledged flush.
+            True when acknowledged, with no event dropped or rejected (a typed event whose values did not fit its
+            types) since the previous acknowledged flush.
         """
         waiter = _Waiter(time.monotonic() + max(timeout_s, 0.0))
         if not self.start():
@@ -231,7 +234,7 @@ class Streamer(SerializedListener):
         with self._state_lock:
             if self._stopping or not self._thread.is_alive():
                 return False
-            waiter.baseline, waiter.uncertain = self._dropped_at_flush, self._uncertain
+            waiter.baseline, waiter.uncertain = self._lost_at_flush, self._uncertain
             self._flush_requests.append((next(self._tokens), waiter))
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
@@ -343,6 +346,10 @@ class Streamer(SerializedListener):
             self._stats_sent = stats
             self._stats_pending = True
             self._stats_queued_at = now
+
+    def _lost_events(self) -> int:
+        """Events recorded and never delivered: dropped, or typed events whose values did not fit their types."""
+        return self.dropped_events + self.encoder.rejected_events
 
     def _queued_event_count(self) -> int:
         return sum(count for _, count in self._queue)
@@ -684,9 +691,9 @@ class Streamer(SerializedListener):
                     self._acknowledged_through = max(self._acknowledged_through, target)
                     if waiter is not None:
                         with self._state_lock:
-                            dropped = self.dropped_events
-                            ok = dropped == waiter.baseline and not waiter.uncertain and not self._refused_since_flush
-                            self._dropped_at_flush = dropped
+                            dropped, lost = self.dropped_events, self._lost_events()
+                            ok = lost == waiter.baseline and not waiter.uncertain and not self._refused_since_flush
+                            self._dropped_at_flush, self._lost_at_flush = dropped, lost
                             self._uncertain = False
                             self._refused_since_flush = False
                         waiter.finish(ok)

@@ -547,9 +547,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         segment, reader, stream = self._lent, self._session.reader, self._stream
         assert segment is not None and stream is not None
         position, end, top = reader.position, reader.end, self._top(segment)
-        # Up to where the index entries of what is read begin if its frames average INDEX_SHARE entries or more (a
-        # run stops where its entries would not fit; what is left moves to the next segment), and no more than the
-        # next segment takes.
+        # Leaving 1/INDEX_SHARE of the room for the index entries of what is read (a run stops where its entries
+        # would not fit, and what is left moves to the next segment), and no more than the next segment takes.
         limit = min(end + DIRECT_READ_SIZE, end + stream.next_size // 2, top - (top - end) // INDEX_SHARE)
         if limit - end < MIN_DIRECT_READ:
             return None  # a read for what little room is left would cost as much as a full one: the next segment

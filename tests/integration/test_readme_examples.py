@@ -70,13 +70,16 @@ class Small(Event):
 tl = ringtrace.client.connect({collector.tcp_address!r}, process_name="rejects")
 for v in (1, 300, 2, -1):
     tl.push(Small(v=v))
-tl.flush(5)
+print(tl.flush(5))
+tl.push(Small(v=3))
+print(tl.flush(5))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]  # a flush after rejected events does not say all was delivered
     assert done.stderr.count("Small.v: ") == 1  # one warning per class
     trace = collector.snapshot()
-    assert sorted(e["args"]["v"] for e in events(trace, "i") if e["name"] == "Small") == [1, 2]
+    assert sorted(e["args"]["v"] for e in events(trace, "i") if e["name"] == "Small") == [1, 2, 3]
     assert trace["otherData"]["rejected_events"] == 2
     (process,) = trace["otherData"]["processes"]
     assert process["rejected_events"] == 2

@@ -496,7 +496,8 @@ class Collector:
         frames = self.store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self.store.kept_events(processes)
-        return await _on_worker(frames, lambda: tail.step(segments, kept))
+        cleared = self.store.cleared_segments(processes, tail.cleared_floor)
+        return await _on_worker(frames, lambda: tail.step(segments, kept, cleared))
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""

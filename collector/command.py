@@ -485,10 +485,14 @@ def _tail(args: argparse.Namespace) -> int:
                 event = raw[7:].strip().decode("utf-8", "replace")
             elif raw.startswith(b"data: "):
                 document = json.loads(raw[6:])
-                if event != "message":
+                if event == "cleared":
+                    sys.stderr.write(f"ringtrace: {document['events']} events were {document['reason']}\n")
+                elif event != "message":
                     raise CommandError(f"the collector ended the tail: {document.get('reason', document)}")
-                sys.stdout.write(_tail_line(document))
-                sys.stdout.flush()
+                else:
+                    sys.stdout.write(_tail_line(document))
+                    sys.stdout.flush()
+                event = "message"
     raise CommandError("the collector ended the tail: it stopped, or cut the tail off (its log says why)")
 
 

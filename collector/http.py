@@ -336,8 +336,8 @@ _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
 
 async def stream(request: web.Request) -> web.StreamResponse:
     """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
-    (``data: {json}``); a comment line now and then while nothing comes; an ``error`` event, then the end, for a
-    reader that fell behind."""
+    (``data: {json}``); a comment line now and then while nothing comes; a ``cleared`` event with the count of those
+    removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind."""
     collector = request.app[COLLECTOR]
     try:
         query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
@@ -375,9 +375,16 @@ async def stream(request: web.Request) -> web.StreamResponse:
                 event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
                 await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
                 break
-            if rows:
+            cleared = tail.take_cleared()
+            if rows or cleared:
                 documents = (orjson.dumps(row_document(row), default=json_value) for row in rows)
                 payload = b"".join(b"data: " + document + b"\n\n" for document in documents)
+                if cleared:  # removed on request before this reader got them: told, and the tail goes on
+                    notice = {
+                        "events": cleared,
+                        "reason": "removed by POST /clear or POST /pop before this tail read them",
+                    }
+                    payload = b"event: cleared\ndata: " + orjson.dumps(notice) + b"\n\n" + payload
             elif loop.time() - written_at >= TAIL_KEEPALIVE_S:
                 payload = b": keepalive\n\n"
             else:

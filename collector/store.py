@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Final, Literal, Protocol
@@ -56,6 +56,8 @@ __all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "Sto
 log = logging.getLogger("ringtrace.collector.store")
 
 Policy = Literal["ring", "discard"]
+#: Segments removed on request remembered (for live tails: ``cleared_segments``).
+CLEARED_REMEMBERED: Final = 16384
 #: The first segment of a stream; later ones double up to ``segment_bytes``.
 MIN_SEGMENT_BYTES: Final = 64 * 1024
 _ALIGN: Final = 4096
@@ -306,6 +308,8 @@ class Store:
         self.forgotten = Counts()
         self.held_bytes = 0
         self._refusals_logged: set[str] = set()
+        #: Segments removed on request, oldest first: seq -> (owner, events) (``cleared_segments``).
+        self._cleared: OrderedDict[int, tuple[int, int]] = OrderedDict()
 
     # -- streams ------------------------------------------------------------------------------------------------
 
@@ -678,9 +682,18 @@ class Store:
         for owner in owners:
             process = self._processes.get(owner)
             while process is not None and process.segments:
-                removed += process.segments[0].events
-                self._evict(process.segments[0], "cleared")
+                segment = process.segments[0]
+                removed += segment.events
+                self._cleared[segment.seq] = (owner, segment.events)
+                self._evict(segment, "cleared")
+        while len(self._cleared) > CLEARED_REMEMBERED:
+            self._cleared.popitem(last=False)
         return removed
+
+    def cleared_segments(self, owners: Container[int], after_seq: int) -> dict[int, tuple[int, int]]:
+        """Segments of the processes ``owners`` removed on request (``clear``), from the oldest one after
+        ``after_seq`` on: (owner, events it held) per seq (the last CLEARED_REMEMBERED only)."""
+        return {seq: cleared for seq, cleared in self._cleared.items() if seq > after_seq and cleared[0] in owners}
 
     def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
         """Per process: events it sent that the store kept, whether still stored or overwritten or cleared since (all

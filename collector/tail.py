@@ -10,12 +10,14 @@ reads the part before the cursor (session frames and all) only once the segment 
 store costs nothing until something arrives. Newer segments are read from their start.
 
 Memory: the rows of one step. A reader slower than ingest falls behind; once a segment it had not finished is
-overwritten or cleared, or what it has not read passes ``max_lag_bytes``, the tail ends with ``TailBehind`` naming how
-far behind it was: a slow reader never holds the store's memory, and is never silently skipped ahead. To know, each
-step adds up, per process, the events of the segments it can see (read or not) and of those gone since that it had
-read, against the events the store kept of that process since the tail began: a shortfall was lost to the reader
-(a whole segment written and overwritten between two steps included). Events a process loses to its own cap
-(``--process-capacity``) are not told apart from those it was refused, and are not in that sum.
+overwritten, or what it has not read passes ``max_lag_bytes``, the tail ends with ``TailBehind`` naming how far behind
+it was: a slow reader never holds the store's memory, and is never silently skipped ahead. To know, each step adds up,
+per process, the events of the segments it can see (read or not) and of those gone since that it had read, against
+the events the store kept of that process since the tail began: a shortfall was lost to the reader (a whole segment
+written and overwritten between two steps included). Events a process loses to its own cap (``--process-capacity``)
+are not told apart from those it was refused, and are not in that sum. Segments removed on request (``POST /clear``,
+``POST /pop``: ``Store.cleared_segments``) count whole, and the events of them the tail had not read are told
+(``take_cleared``), not a reason to end it.
 """
 
 from __future__ import annotations
@@ -82,25 +84,58 @@ class Tail:
         #: the tail had read (``step`` says how they add up).
         self._baseline: dict[int, int] = {}
         self._departed: dict[int, int] = {}
+        #: Events removed on request before the tail read them, not told yet (``take_cleared``).
+        self._cleared_unread = 0
 
-    def step(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> list[Row]:
+    @property
+    def cleared_floor(self) -> int:
+        """The segments removed on request that ``step`` needs to know of are those after this seq."""
+        return min(self._cursors, default=self._newest_seq + 1) - 1
+
+    def take_cleared(self) -> int:
+        """Events removed on request (``POST /clear``, ``POST /pop``) before the tail read them, since the last
+        call."""
+        cleared, self._cleared_unread = self._cleared_unread, 0
+        return cleared
+
+    def step(
+        self,
+        segments: Iterable[tuple[ProcessView, SegmentView]],
+        kept: Mapping[int, int],
+        cleared: Mapping[int, tuple[int, int]] | None = None,
+    ) -> list[Row]:
         """The selected events stored since the last step, segment by segment (oldest first).
 
         Args:
             segments: the stored segments of the processes wanted, pinned, oldest first.
             kept: per process wanted, the events the store has kept of it so far (``Store.kept_events``), taken
                 with the segments: what the tail has read or can still read must add up to what was kept since it
-                began, or something was overwritten or cleared before it was read.
+                began, or something was overwritten before it was read.
+            cleared: the segments of those processes removed on request after ``cleared_floor``
+                (``Store.cleared_segments``), taken with them: seq -> (owner, events).
 
         Raises:
-            TailBehind: events were overwritten or cleared before the tail read them, or too much is unread.
+            TailBehind: events were overwritten before the tail read them, or too much is unread.
         """
         segments = list(segments)
+        cleared = cleared or {}
         present = {segment.seq for _, segment in segments}
         for seq, gone in list(self._cursors.items()):
             if seq not in present:
                 del self._cursors[seq]
-                self._departed[gone.owner] = self._departed.get(gone.owner, 0) + gone.read_events - gone.counted_from
+                removed = cleared.get(seq)
+                if removed is None:  # overwritten: what it had not read was lost to it
+                    taken = gone.read_events
+                else:  # removed on request: counted whole, and what it had not read is told
+                    taken = removed[1]
+                    self._cleared_unread += removed[1] - gone.read_events
+                self._departed[gone.owner] = self._departed.get(gone.owner, 0) + taken - gone.counted_from
+        if self._began:  # stored and removed on request between two steps: never seen
+            for seq, (owner, events) in cleared.items():
+                if seq > self._newest_seq and seq not in present:
+                    self._departed[owner] = self._departed.get(owner, 0) + events
+                    self._cleared_unread += events
+        self._newest_seq = max([self._newest_seq, *present, *(cleared if self._began else ())])
         if not self._began:
             self._began = True
             self._baseline = dict(kept)
@@ -108,7 +143,6 @@ class Tail:
                 self._cursors[segment.seq] = _Cursor(
                     segment.owner, segment.used, None, segment.events, segment.entries, segment.events
                 )
-                self._newest_seq = max(self._newest_seq, segment.seq)
             return []
         rows: list[Row] = []
         budget = self._max_step_bytes
@@ -133,9 +167,7 @@ class Tail:
             missed = count - self._baseline.get(owner, 0) - accounted.get(owner, 0)
             if missed > 0:
                 who = next((f"{p.name} (pid {p.pid})" for p, s in segments if s.owner == owner), "a process")
-                raise TailBehind(
-                    f"fell behind: {missed} events of {who} were overwritten or cleared before it read them"
-                )
+                raise TailBehind(f"fell behind: {missed} events of {who} were overwritten before it read them")
         if lag > self._max_lag_bytes:
             raise TailBehind(f"fell behind: {lag} bytes unread, more than max_lag_bytes={self._max_lag_bytes}")
         return rows

@@ -215,6 +215,7 @@ class LiveTail:
         self.response = urllib.request.urlopen(collector.http_url + "/stream" + query, timeout=60)
         self.events: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.cleared: list[dict[str, Any]] = []
         self.first_line = self.response.readline()  # the tail has begun once it says so
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -225,7 +226,9 @@ class LiveTail:
                 if line.startswith(b"event: "):
                     event = line[7:].strip().decode()
                 elif line.startswith(b"data: "):
-                    (self.events if event == "message" else self.errors).append(json.loads(line[6:]))
+                    {"message": self.events, "cleared": self.cleared}.get(event, self.errors).append(
+                        json.loads(line[6:])
+                    )
                     event = "message"
 
 
@@ -245,6 +248,21 @@ def test_a_live_tail_gets_each_event_stored_after_it_connected_once(collector: C
     assert not tail.errors
     collector.stop()  # SIGTERM: an open tail does not hold up the shutdown (stop() would kill it after 10 s)
     assert collector.proc.returncode == 0
+
+
+def test_a_live_tail_is_told_of_events_cleared_before_it_read_them_and_goes_on(collector: CollectorProcess) -> None:
+    tail = LiveTail(collector)
+    record(collector, "read")
+    eventually(lambda: sum(e["process"] == "read" for e in tail.events) == PER_PROCESS)
+    for _ in range(3):  # cleared at once: each event is read before the clear, or told of as cleared
+        record(collector, "cleared")
+        status, _ = collector.post("/clear")
+        assert status == 200
+    record(collector, "after")
+    eventually(lambda: sum(e["process"] == "after" for e in tail.events) == PER_PROCESS)
+    told = sum(notice["events"] for notice in tail.cleared)
+    assert sum(e["process"] == "cleared" for e in tail.events) + told == 3 * PER_PROCESS
+    assert not tail.errors
 
 
 def test_a_live_tail_whose_reader_left_frees_its_slot_at_once(collector: CollectorProcess) -> None:

@@ -21,8 +21,10 @@ def step(tail: Tail, store: Store) -> list[int]:
     """One step of the tail; the ``i`` of each event it gives."""
     with store.snapshot() as pinned:
         segments = [(process(s.owner), s) for s in pinned.segments if tail.selected.selects_process(process(s.owner))]
-        kept = store.kept_events(owner for owner in range(1, 4) if tail.selected.selects_process(process(owner)))
-        return [row.args["i"] for row in tail.step(segments, kept)]
+        owners = [owner for owner in range(1, 4) if tail.selected.selects_process(process(owner))]
+        kept = store.kept_events(owners)
+        cleared = store.cleared_segments(owners, tail.cleared_floor)
+        return [row.args["i"] for row in tail.step(segments, kept, cleared)]
 
 
 def drain(tail: Tail, store: Store, expected: int) -> list[int]:
@@ -98,21 +100,32 @@ def test_segments_written_and_overwritten_between_two_steps_end_the_tail() -> No
     client.record(0, 10)
     assert step(tail, store) == list(range(10))
     client.record(0, 8000)  # several segments, the first ones overwritten before the next step
-    with pytest.raises(TailBehind, match=r"events of proc-1 \(pid 101\) were overwritten or cleared"):
+    with pytest.raises(TailBehind, match=r"events of proc-1 \(pid 101\) were overwritten before"):
         step(tail, store)
 
 
-def test_events_cleared_before_the_tail_read_them_end_it_and_those_it_read_do_not() -> None:
+def test_events_cleared_before_the_tail_read_them_are_told_and_the_tail_goes_on() -> None:
     store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
-    client = Client(store, 1)
+    client, other = Client(store, 1), Client(store, 2)
+    other.record(0, 7)  # stored before the tail began: not its own, cleared or not
     tail = Tail(EventFilter(), Limits())
     step(tail, store)
     client.record(0, 20)
     assert step(tail, store) == list(range(20))
-    store.clear([1])  # all of it read: nothing missed
+    store.clear([1, 2])  # all of it read (and the other's was there before): nothing to tell
+    assert tail.take_cleared() == 0
     client.record(0, 5)
     assert step(tail, store) == list(range(20, 25))
     client.record(0, 5)
-    store.clear([1])  # five not read
-    with pytest.raises(TailBehind, match="5 events"):
+    store.clear([1])  # five not read, in a segment it had read from
+    assert step(tail, store) == []
+    assert tail.take_cleared() == 5
+    for _ in range(3):  # whole segments stored and cleared between two steps, never seen
+        client.record(0, 300)
+    store.clear([1])
+    client.record(0, 4)
+    assert step(tail, store) == list(range(930, 934))
+    assert (tail.take_cleared(), tail.take_cleared()) == (900, 0)
+    client.record(0, 12000)  # overwritten before it is read still ends the tail
+    with pytest.raises(TailBehind, match="overwritten before it read them"):
         step(tail, store)

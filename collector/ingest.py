@@ -603,7 +603,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         caller took them already, move there), if the store allows."""
         stream, reader = self._stream, self._session.reader
         assert stream is not None
-        header = reader.next_frame_header() if unread is None else None
+        if unread is None:
+            header = reader.next_frame_header()
+        elif len(unread) >= FRAME_HEADER.size:  # (the reader's buffer past them holds index entries now)
+            header = (FRAME_HEADER.size + FRAME_HEADER.unpack_from(unread)[0], 0)
+        else:
+            header = None
         size = header[0] if header is not None and header[0] <= self._session.limits.max_frame_bytes else 0
         if self._lent is not None:
             unread = self._let_go(unread=unread)

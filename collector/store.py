@@ -322,11 +322,7 @@ class Store:
 
     def close_stream(self, stream: Stream) -> None:
         """The connection ended: seal its segment (what it holds stays stored; a segment without events goes)."""
-        segment = stream.segment
-        if segment is not None and segment.entries == 0:
-            self._drop(segment)
-        elif segment is not None:
-            self._seal(stream)
+        self._end_segment(stream)
         self._processes[stream.owner].streams -= 1
         self._streams -= 1
 
@@ -355,7 +351,7 @@ class Store:
         if segment.free >= len(data) + self.reserve:
             segment.write(data)
         else:
-            self._seal(stream)
+            self._end_segment(stream)
 
     def events(
         self, stream: Stream, track_id: int, count: int, first_ts_ns: int, last_ts_ns: int, frame: bytes | memoryview
@@ -396,8 +392,7 @@ class Store:
         """Seal the stream's open segment and open one for the connection to read into (``set_direct``), with room
         for a frame of ``frame_bytes``; None when the policy refuses it (the connection then stores by copy, and
         each frame is counted where it is refused)."""
-        if stream.segment is not None:
-            self._seal(stream)
+        self._end_segment(stream)
         segment = self._new_segment(stream, frame_bytes)
         return segment if isinstance(segment, Segment) else None
 
@@ -451,8 +446,7 @@ class Store:
     # -- segments -----------------------------------------------------------------------------------------------
 
     def _open_segment(self, stream: Stream, frame_bytes: int, counts: Counts, count: int) -> Segment | None:
-        if stream.segment is not None:
-            self._seal(stream)
+        self._end_segment(stream)
         segment = self._new_segment(stream, frame_bytes)
         if isinstance(segment, Segment):
             return segment
@@ -537,6 +531,15 @@ class Store:
         cap = self._process_cap
         fits_cap = cap is None or self._processes[owner].held_bytes + size <= cap
         return fits_cap and self.held_bytes + size <= self.capacity_bytes
+
+    def _end_segment(self, stream: Stream) -> None:
+        """The stream writes into its open segment no more: sealed, or dropped if it holds no events (its session
+        frames open the next one again)."""
+        segment = stream.segment
+        if segment is not None and segment.entries == 0:
+            self._drop(segment)
+        elif segment is not None:
+            self._seal(stream)
 
     def _seal(self, stream: Stream) -> None:
         segment = stream.segment

@@ -127,6 +127,7 @@ def decoded_segments(collector: Collector, checksums: bool) -> dict[int, list[in
                     out.setdefault(owner, []).extend(event.args["i"] for event in decoder.tables.events(frame))  # type: ignore[arg-type]
             entries = [entry[:4] for entry in segment.index()]
             assert entries == events_frames(data)
+            assert entries, "a segment that holds no events is dropped, not kept"
             if checksums:  # closed: checksums cover everything stored, and recovery stops where it ends
                 scan = scan_segment(bytes(segment.buffer), Limits(max_frame_bytes=MAX_FRAME), segment.seq)
                 assert scan.why_cut is None

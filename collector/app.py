@@ -254,6 +254,7 @@ class Collector:
         self._idling: asyncio.Task[None] | None = None
         self._lag_watch: asyncio.Task[None] | None = None
         self._syncing: asyncio.Task[None] | None = None
+        self._sync_running: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         """Recover the data dir, bind both listeners and log one line each with the port actually bound."""
@@ -377,17 +378,26 @@ class Collector:
 
     async def sync_data_dir(self) -> None:
         """Make everything stored in the data dir durable, on a worker thread; a failure is logged (what was
-        acknowledged stays in the page cache, not known to be on the disk)."""
+        acknowledged stays in the page cache, not known to be on the disk). A sync running is waited for first: a
+        task cancelled while it waits leaves the sync running to its end."""
+        if self._sync_running is not None:
+            await asyncio.wait([self._sync_running])
         job = self.store.sync_all_job()
         if job is None:
             return
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, job.run)
-        except OSError as exc:
+        running = self._sync_running = asyncio.get_running_loop().run_in_executor(None, job.run)
+        running.add_done_callback(self._synced)
+        await asyncio.wait([running])
+
+    def _synced(self, running: asyncio.Future[None]) -> None:
+        if self._sync_running is running:
+            self._sync_running = None
+        error = None if running.cancelled() else running.exception()
+        if isinstance(error, OSError):
             log.error("cannot sync the data dir: %s; what was acknowledged since the last sync may not survive a "
-                      "power loss", exc)  # fmt: skip
-        finally:
-            job.done()
+                      "power loss", error)  # fmt: skip
+        elif error is not None:
+            log.error("syncing the data dir failed", exc_info=error)
 
     async def _sample_rates(self) -> None:
         """Every second: each process's totals, from which ``/sources`` tells its rate."""

@@ -166,8 +166,6 @@ class _Syncer:
                         self._waiting.clear()
                         self._abort()
                         return
-                    finally:
-                        job.done()
                 for token in tokens:
                     if token is not None:
                         self._acknowledge(token)

@@ -443,10 +443,18 @@ class DataDir(SegmentBuffers):
                 spare.unlink(missing_ok=True)
 
     def sync(self, segment: Segment, start: int, end: int) -> None:
-        buffer = segment.buffer
-        if isinstance(buffer, mmap.mmap) and not buffer.closed and end > start:
-            start -= start % mmap.ALLOCATIONGRANULARITY
-            buffer.flush(start, end - start)
+        # fdatasync of the file, not mmap.flush: msync holds the GIL (the event loop would stop for the whole
+        # write-back), fdatasync does not, and on Linux it writes back the pages written through the mapping too.
+        if end > start and not segment.evicted:
+            try:
+                fd = os.open(self.file(segment.seq), os.O_RDONLY)
+            except FileNotFoundError:  # evicted meanwhile (renamed): nothing of it needs to last
+                fd = -1
+            if fd >= 0:
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
         if self._names_changed:  # a file's data is durable, its name only once the directory is
             self._names_changed = False
             fd = os.open(self.path, os.O_RDONLY)

@@ -241,7 +241,8 @@ class StoreSnapshot:
 
 
 class SyncJob:
-    """Segment ranges to make durable, off the event loop: ``run()`` on any thread, then ``done()`` on the store's."""
+    """Segment ranges to make durable, off the event loop: ``run()`` on any thread. It syncs segment files by name,
+    not through their buffers, so its segments need no pin: one evicted meanwhile needs no sync."""
 
     def __init__(self, store: Store, ranges: list[tuple[Segment, int, int]]) -> None:
         self._store = store
@@ -253,9 +254,6 @@ class SyncJob:
         """
         for segment, start, end in self.ranges:
             self._store.buffers.sync(segment, start, end)
-
-    def done(self) -> None:
-        self._store.unpin([segment for segment, _, _ in self.ranges])
 
 
 class Store:
@@ -419,8 +417,7 @@ class Store:
 
     def sync_job(self, stream: Stream) -> SyncJob | None:
         """What must be synced to make everything the stream's checksums cover durable (None: nothing, or ``fsync``
-        never); the caller commits first. The job's segments are pinned until ``job.done()``, so that it may run on
-        another thread."""
+        never); the caller commits first."""
         if self.buffers.fsync == "never":
             return None
         segments = [s for s in stream.unsynced if not s.evicted]
@@ -440,7 +437,6 @@ class Store:
             if segment.checked > segment.synced:
                 ranges.append((segment, segment.synced, segment.checked))
                 segment.synced = segment.checked
-                segment.pins += 1
         return SyncJob(self, ranges) if ranges else None
 
     # -- segments -----------------------------------------------------------------------------------------------

@@ -62,6 +62,8 @@ class ObjectListener:
     dropped_events = 0
     #: Typed events left out because a field's value did not fit its type.
     rejected_events = 0
+    #: dropped_events + rejected_events at the previous flush.
+    _lost_at_flush = 0
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
         if not records:
@@ -98,7 +100,10 @@ class ObjectListener:
         pass
 
     def flush(self, timeout_s: float) -> bool:
-        return True
+        """True unless events were dropped or rejected since the previous flush."""
+        lost = self.dropped_events + self.rejected_events
+        clean, self._lost_at_flush = lost == self._lost_at_flush, lost
+        return clean
 
     def close(self, timeout_s: float) -> bool:
         return True
@@ -121,7 +126,6 @@ class MemoryListener(ObjectListener):
         self._events: deque[DecodedEvent] = deque(maxlen=max_events)
         self._lock = threading.Lock()
         self.dropped_events = 0
-        self._dropped_at_flush = 0
 
     def on_events(self, events: list[DecodedEvent]) -> None:
         with self._lock:
@@ -131,11 +135,9 @@ class MemoryListener(ObjectListener):
             self._events.extend(events)
 
     def flush(self, timeout_s: float) -> bool:
-        """True unless events were evicted (past ``max_events``) since the previous flush."""
+        """True unless events were evicted (past ``max_events``) or rejected since the previous flush."""
         with self._lock:
-            clean = self.dropped_events == self._dropped_at_flush
-            self._dropped_at_flush = self.dropped_events
-        return clean
+            return super().flush(timeout_s)
 
     @property
     def events(self) -> list[DecodedEvent]:
@@ -238,7 +240,7 @@ class FileListener(SerializedListener):
         self.path = Path(path)
         self.fsync = fsync
         self._stats_written: Stats | None = None
-        self._dropped_at_flush = 0
+        self._lost_at_flush = 0
         try:
             # Unbuffered: a forked child's copy of a buffer would write the parent's bytes a second time.
             self._file: IO[bytes] | None = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
@@ -272,7 +274,8 @@ class FileListener(SerializedListener):
             if stats != self._stats_written:
                 self._write_bytes(encode(stats), 0)
                 self._stats_written = stats
-            dropped_since, self._dropped_at_flush = self.dropped_events - self._dropped_at_flush, self.dropped_events
+            lost = self.dropped_events + self.encoder.rejected_events
+            lost_since, self._lost_at_flush = lost - self._lost_at_flush, lost
             file = self._file
             if file is None:
                 return False
@@ -282,7 +285,7 @@ class FileListener(SerializedListener):
             except OSError as exc:
                 log.warning("ringtrace: cannot flush %s (%s)", self.path, exc)
                 return False
-            return dropped_since == 0
+            return lost_since == 0
 
     def close(self, timeout_s: float) -> bool:
         delivered = self.flush(timeout_s)

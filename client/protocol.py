@@ -556,7 +556,7 @@ class Stats:
     #: Typed events dropped because a field's value did not fit its declared type.
     rejected_events: int = 0
     #: Events sent on a connection that broke before the collector acknowledged them: lost if that collector did not
-    #: store them (it was killed, say), maybe stored; at most what was lost in transit.
+    #: store them (it was killed, say), yet maybe stored; what was lost in transit is at most this.
     unacknowledged_events: int = 0
 
     def encode_body(self) -> bytes:

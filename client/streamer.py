@@ -74,6 +74,10 @@ _FLUSH_RETRY_S = 0.25
 _STATS_INTERVAL_S = 0.25
 #: The heartbeat (``heartbeat_s``: nothing sent for that long) is a FLUSH nobody waits for.
 _HEARTBEAT_TOKEN = 0
+#: While events are sent, a FLUSH nobody waits for asks the collector to acknowledge them this often: what a connection
+#: that breaks leaves unacknowledged (``unacknowledged_events``) is about this much sending, not all since the last
+#: flush() call.
+_ACKNOWLEDGE_EVERY_S = 1.0
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -163,6 +167,7 @@ class Streamer(SerializedListener):
         #: ``sent_events`` up to which the collector acknowledged storing; per FLUSH token, what its ack covers.
         self._acknowledged_through = 0
         self._flush_targets: dict[int, int] = {}
+        self._acknowledgement_asked_at = 0.0
         #: A connection broke with unacknowledged events since the previous acknowledged flush.
         self._uncertain = False
         #: Events the collector received and could not store (its REFUSED frames): a full store under its discard
@@ -425,6 +430,7 @@ class Streamer(SerializedListener):
             if self._sock is None and now >= self._next_connect:
                 self._connect()
             self._start_flushes(now)
+            self._ask_acknowledgement(now)
             if self._sock is not None and self._welcomed and now - self._last_sent_s >= self.options.heartbeat_s:
                 with self._state_lock:
                     self._queue_control(encode(Flush(_HEARTBEAT_TOKEN)))
@@ -444,6 +450,18 @@ class Streamer(SerializedListener):
             dropped = self._drop_queue()
         log.warning("ringtrace: %s; dropped %d queued events and reconnecting", reason, dropped)
         self._disconnect(reason)
+
+    def _ask_acknowledgement(self, now: float) -> None:
+        """Every _ACKNOWLEDGE_EVERY_S while events go out, a FLUSH that only moves ``_acknowledged_through``."""
+        if self._sock is None or not self._welcomed or now - self._acknowledgement_asked_at < _ACKNOWLEDGE_EVERY_S:
+            return
+        with self._state_lock:
+            target = self.sent_events + self._queued_event_count() + self._out_events
+            if target > max(self._acknowledged_through, *self._flush_targets.values(), 0):
+                token = next(self._tokens)
+                self._flush_targets[token] = target
+                self._queue_control(encode(Flush(token)))
+        self._acknowledgement_asked_at = now
 
     def _start_flushes(self, now: float) -> None:
         """Queue a FLUSH for each pending request once welcomed; give up on those past their deadline."""

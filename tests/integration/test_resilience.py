@@ -118,6 +118,40 @@ def test_events_in_flight_when_the_collector_is_killed_are_counted_as_unacknowle
             second.stop()
 
 
+def test_a_client_that_sent_and_went_quiet_has_everything_acknowledged_without_calling_flush() -> None:
+    first = CollectorProcess()
+    address = first.tcp_address
+    code = (
+        "import ringtrace.client, sys, time\n"
+        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+        "print(tl.flush(timeout_s=20), flush=True)\n"
+        "for _ in range(2000):\n"
+        "    tl.instant('tick')\n"
+        "    time.sleep(0.0005)\n"
+        "time.sleep(2.5)\n"  # the streamer asks for an acknowledgement of what it sent meanwhile
+        "print('quiet', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "print(tl.flush(timeout_s=20), tl.listeners[0].unacknowledged_events, flush=True)\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert client.stdin is not None and client.stdout is not None
+        assert client.stdout.readline().strip() == "True"
+        assert client.stdout.readline().strip() == "quiet"
+        first.proc.kill()
+        first.proc.wait()
+        second = CollectorProcess(tcp=address)
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().split() == ["True", "0"]  # nothing in doubt: all of it was acknowledged
+    finally:
+        client.communicate(timeout=30)
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
     collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")
     try:

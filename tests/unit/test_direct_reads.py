@@ -22,7 +22,7 @@ from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, FrameType, Hello, encode, preamble
 from ringtrace.client.session import Limits, SessionDecoder
 from ringtrace.collector.app import Collector, CollectorConfig
-from ringtrace.collector.ingest import IngestProtocol
+from ringtrace.collector.ingest import TURN_BYTES, IngestProtocol
 from ringtrace.collector.segments import scan_segment
 from ringtrace.collector.store import MIN_SEGMENT_BYTES
 from test_collector_limits import StandInTransport
@@ -390,5 +390,27 @@ def test_fsync_interval_syncs_what_was_written_within_a_second_and_the_rest_on_s
         await collector.stop()  # before the next interval: stopping syncs what is left
         with collector.store.snapshot() as snapshot:
             assert {(segment.seq, segment.used) for segment in snapshot.segments} <= set(synced)
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_lets_the_others_read_after_turn_bytes_and_reads_on_in_the_next_loop_turn() -> None:
+    async def scenario() -> None:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=16 << 20, max_frame_bytes=MAX_FRAME)
+        collector = Collector(config)
+        connection = Connection(collector, 0)
+        connection.record(0, 3000, 40)
+        assert len(connection.pending) > TURN_BYTES
+        connection.send(TURN_BYTES)
+        assert not connection.transport.reading  # its turn is over: the loop serves the others first
+        await asyncio.sleep(0)
+        assert connection.transport.reading
+        connection.send(TURN_BYTES)
+        connection.protocol.pause_writing()  # the peer does not read our answers: reading stays paused
+        await asyncio.sleep(0)
+        assert not connection.transport.reading
+        connection.protocol.resume_writing()
+        assert connection.transport.reading
+        connection.protocol.connection_lost(None)
 
     asyncio.run(scenario())

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from ringtrace.client import (
     ConfigError,
+    Event,
     FileListener,
     MemoryListener,
     RingtraceError,
@@ -21,6 +22,7 @@ from ringtrace.client import (
     TraceFile,
     read_trace_file,
     read_trace_streams,
+    u8,
 )
 from ringtrace.client.model import (
     INSTANT,
@@ -322,4 +324,21 @@ def test_memory_listener_flush_is_false_after_an_eviction_and_true_again_after()
         timeline.instant("e", i=i)
     assert timeline.flush() is False and memory.dropped_events == 1
     assert timeline.flush() is True  # nothing dropped since the previous flush
+    timeline.close()
+
+
+class Small(Event):
+    v: u8
+
+
+@pytest.mark.parametrize("listener", ["memory", "file"])
+def test_flush_is_false_after_a_rejected_typed_event_and_true_again_after(tmp_path: Path, listener: str) -> None:
+    chosen = MemoryListener() if listener == "memory" else FileListener(tmp_path / "t.rttrace")
+    timeline = Timeline("t", [chosen])
+    timeline.push(Small(v=1))
+    assert timeline.flush() is True
+    timeline.push(Small(v=300))  # does not fit a u8: the event is dropped and counted
+    assert timeline.flush() is False
+    timeline.push(Small(v=2))
+    assert timeline.flush() is True  # nothing rejected since the previous flush
     timeline.close()

@@ -506,6 +506,18 @@ def test_a_sync_of_everything_covers_each_checksummed_range_once_closed_streams_
     release_lock(store)
 
 
+def test_a_new_stream_takes_a_spare_buffer_as_large_as_its_segments_grow_to_rather_than_a_fresh_one() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, 2 * MIN_SEGMENT_BYTES)
+    busy = Client(store, 1)
+    for _ in range(60):  # its segments grow to 2 * MIN_SEGMENT_BYTES, and fill the store
+        busy.record(0, 64)
+    Client(store, 2).record(0, 1)  # the oldest segment goes to make room: its buffer is the spare taken
+    with store.snapshot() as snapshot:
+        (newcomer,) = [segment for segment in snapshot.segments if segment.owner == 2]
+        assert newcomer.size == 2 * MIN_SEGMENT_BYTES
+        assert sum(segment.size for segment in snapshot.segments) <= store.capacity_bytes
+
+
 def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_closes() -> None:
     def held_while_a_snapshot_is_open(walked: bool) -> tuple[int, int]:
         """Bytes allocated while a snapshot is open: ingest evicts every segment it pinned, then goes on; and how

@@ -507,14 +507,16 @@ def test_a_sync_of_everything_covers_each_checksummed_range_once_closed_streams_
 
 
 def test_a_new_stream_takes_a_spare_buffer_as_large_as_its_segments_grow_to_rather_than_a_fresh_one() -> None:
-    store = Store(8 * MIN_SEGMENT_BYTES, 2 * MIN_SEGMENT_BYTES)
+    # Large segments: a stream's first one (four times its session frames, which hold every kind this process
+    # declared) is smaller than they grow to.
+    store = Store(64 * MIN_SEGMENT_BYTES, 8 * MIN_SEGMENT_BYTES)
     busy = Client(store, 1)
-    for _ in range(60):  # its segments grow to 2 * MIN_SEGMENT_BYTES, and fill the store
-        busy.record(0, 64)
+    for _ in range(80):  # its segments grow to 8 * MIN_SEGMENT_BYTES, and fill the store
+        busy.record(0, 500)
     Client(store, 2).record(0, 1)  # the oldest segment goes to make room: its buffer is the spare taken
     with store.snapshot() as snapshot:
         (newcomer,) = [segment for segment in snapshot.segments if segment.owner == 2]
-        assert newcomer.size == 2 * MIN_SEGMENT_BYTES
+        assert newcomer.size == 8 * MIN_SEGMENT_BYTES
         assert sum(segment.size for segment in snapshot.segments) <= store.capacity_bytes
 
 

@@ -57,7 +57,8 @@ class CollectorConfig:
     policy: Policy = "ring"
     #: Keep segments as files there (None: in memory), recovered on start.
     data_dir: str | None = None
-    #: With a data dir: ``never``, at every ``flush`` acknowledged, or ``always`` after every batch received.
+    #: With a data dir, when to sync: ``never``, every second (``interval``), at every ``flush`` acknowledged, or
+    #: ``always`` after every batch received.
     fsync: FsyncPolicy = "never"
     #: The size a stream's segments grow to (larger ones only when a frame and its session frames need it); None:
     #: an eighth of the capacity (or of the process capacity, if smaller), between 64 KiB and 4 MiB.

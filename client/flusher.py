@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from .model import RECORD_FIELDS, TrackInfo
+from .threads import background_thread
 
 __all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
 
@@ -121,7 +122,7 @@ class Flusher:
             thread = self._thread
             if thread is not None and thread.is_alive():
                 return True
-            thread = threading.Thread(target=self._run, name="ringtrace-flusher", daemon=True)
+            thread = background_thread(self._run, "ringtrace-flusher")
             try:
                 thread.start()
             except RuntimeError as exc:

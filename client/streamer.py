@@ -62,6 +62,7 @@ from .protocol import (
     preamble,
 )
 from .session import ReplyDecoder
+from .threads import background_thread
 
 __all__ = ["Streamer"]
 
@@ -189,7 +190,7 @@ class Streamer(SerializedListener):
         self._wake_w.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._thread = threading.Thread(target=self._run, name="ringtrace-streamer", daemon=True)
+        self._thread = background_thread(self._run, "ringtrace-streamer")
 
     def __repr__(self) -> str:
         return f"<Streamer to {self.address_text}>"

@@ -1,0 +1,35 @@
+"""The client's background threads: daemons that leave the host program's signals to the program's own threads.
+
+A signal sent to a process goes to any one of its threads that does not block it. A Python handler runs only in the
+main thread, and only once that thread runs again: if the signal lands on one of our threads while the main thread
+waits in a blocking call (a multiprocessing worker waiting for its task queue's lock, say), the handler may never run,
+and a Pool worker told to end (SIGTERM) hangs forever. Our threads block the signals a program handles, so the kernel
+hands them to a thread of the program, whose blocking call is interrupted for the handler to run.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["background_thread"]
+
+#: The signals a program may handle (not those that report a fault of the thread that caused it).
+_PROGRAM_SIGNALS: Final = frozenset(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
+    if hasattr(signal, name)
+)
+
+
+def background_thread(target: Callable[[], object], name: str) -> threading.Thread:
+    """A daemon thread (not started) that runs ``target`` with the program's signals blocked."""
+
+    def run() -> None:
+        if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
+            signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
+        target()
+
+    return threading.Thread(target=run, name=name, daemon=True)

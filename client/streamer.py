@@ -452,9 +452,12 @@ class Streamer(SerializedListener):
         log.warning("ringtrace: %s; dropped %d queued events and reconnecting", reason, dropped)
         self._disconnect(reason)
 
-    def _ask_acknowledgement(self, now: float) -> None:
-        """Every _ACKNOWLEDGE_EVERY_S while events go out, a FLUSH that only moves ``_acknowledged_through``."""
-        if self._sock is None or not self._welcomed or now - self._acknowledgement_asked_at < _ACKNOWLEDGE_EVERY_S:
+    def _ask_acknowledgement(self, now: float, now_or_never: bool = False) -> None:
+        """Every _ACKNOWLEDGE_EVERY_S while events go out (or now), a FLUSH that only moves
+        ``_acknowledged_through``."""
+        if self._sock is None or not self._welcomed:
+            return
+        if not now_or_never and now - self._acknowledgement_asked_at < _ACKNOWLEDGE_EVERY_S:
             return
         with self._state_lock:
             target = self.sent_events + self._queued_event_count() + self._out_events
@@ -719,6 +722,8 @@ class Streamer(SerializedListener):
                 elif isinstance(frame, Flush):
                     if self._sweep_all is not None:
                         self._sweep_all()
+                    # Acknowledged before it answers: a collector that asks before it stops leaves nothing in doubt.
+                    self._ask_acknowledgement(time.monotonic(), now_or_never=True)
                     with self._state_lock:
                         self._queue_control(encode(FlushAck(frame.token)))
                 elif isinstance(frame, Welcome):

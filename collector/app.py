@@ -158,6 +158,9 @@ class CollectorConfig:
         return min(max(smallest // 8, MIN_SEGMENT_BYTES), 4 * 1024 * 1024)
 
 
+#: How long a stopping collector waits for its clients to flush.
+STOP_FLUSH_TIMEOUT_S = 1.0
+
 #: The command-line flag of each setting, for messages.
 _FLAGS = {
     "capacity_bytes": "--capacity",
@@ -537,6 +540,8 @@ class Collector:
                     await task
         if self._tcp_server is not None:
             self._tcp_server.close()
+            # Clients are asked to flush first: what they sent is then acknowledged, and none of it is in doubt.
+            await self._flush_clients(STOP_FLUSH_TIMEOUT_S)
             for connection in list(self.connections):
                 connection.close()
             await self._tcp_server.wait_closed()

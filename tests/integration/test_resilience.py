@@ -152,6 +152,42 @@ def test_a_client_that_sent_and_went_quiet_has_everything_acknowledged_without_c
             second.stop()
 
 
+def test_a_collector_that_stops_cleanly_leaves_no_event_of_its_clients_in_doubt() -> None:
+    first = CollectorProcess()
+    address = first.tcp_address
+    code = (
+        "import ringtrace.client, sys, time\n"
+        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+        "print(tl.flush(timeout_s=20), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "end = time.monotonic() + 1.5\n"
+        "while time.monotonic() < end:\n"  # sent all along, acknowledged once a second
+        "    tl.instant('tick')\n"
+        "    time.sleep(0.0005)\n"
+        "print('recorded', flush=True)\n"  # what came since the last acknowledgement is in doubt, for now
+        "sys.stdin.readline()\n"
+        "print(tl.flush(timeout_s=20), tl.listeners[0].unacknowledged_events, flush=True)\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert client.stdin is not None and client.stdout is not None
+        assert client.stdout.readline().strip() == "True"
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "recorded"
+        first.stop()  # SIGTERM: it asks its clients to flush before it closes their connections
+        second = CollectorProcess(tcp=address)
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().split() == ["True", "0"]
+    finally:
+        client.communicate(timeout=30)
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
     collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")
     try:

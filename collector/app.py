@@ -300,6 +300,8 @@ class Collector:
             self.store.segment_bytes,
             config.max_frame_bytes,
         )
+        if config.data_dir is None and config.fsync != "never":
+            log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
         self._sampling = asyncio.create_task(self._sample_rates())
         self._idling = asyncio.create_task(self._close_idle_connections())

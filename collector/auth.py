@@ -31,6 +31,7 @@ from ringtrace.client.errors import ConfigError
 from ringtrace.client.options import check_token, strip_newline
 
 __all__ = [
+    "REFUSAL_LOG_INTERVAL_S",
     "AuthenticationFailed",
     "Authenticator",
     "is_loopback",

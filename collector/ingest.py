@@ -20,7 +20,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from ringtrace.client.errors import ProtocolError, UnsupportedVersion
@@ -48,7 +48,7 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
-from .auth import AuthenticationFailed, Authenticator, is_loopback
+from .auth import REFUSAL_LOG_INTERVAL_S, AuthenticationFailed, Authenticator, is_loopback
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
@@ -93,6 +93,8 @@ class Traffic:
     throttled: int = 0
     #: Refused at HELLO: no token, or another one (``auth.py``).
     authentication_failures: int = 0
+    #: Per kind of refusal (``_refuse``): when it was last logged, and how many since then were not.
+    refusals_logged: dict[str, list[float]] = field(default_factory=dict)
 
 
 class IngestSink(Protocol):
@@ -249,17 +251,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         connections = self._sink.connections
         limit = self._sink.max_connections
         if len(connections) >= limit:
-            log.warning("refusing connection from %s: max_connections=%d reached", self._peer, limit)
-            self._traffic.connections_refused += 1
-            transport.abort()
+            self._refuse(transport, f"max_connections={limit} reached")
             return
         if isinstance(peer, tuple) and not is_loopback(peer[0]):  # (local processes all share one address)
             by_address, per_address = self._sink.connections_by_address, self._sink.max_connections_per_address
             if by_address.get(peer[0], 0) >= per_address:
-                log.warning("refusing connection from %s: max_connections_per_address=%d reached for %s",
-                            self._peer, per_address, peer[0])  # fmt: skip
-                self._traffic.connections_refused += 1
-                transport.abort()
+                self._refuse(transport, f"max_connections_per_address={per_address} reached for {peer[0]}")
                 return
             self._address = peer[0]
             by_address[peer[0]] = by_address.get(peer[0], 0) + 1
@@ -267,6 +264,23 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._traffic.connections_accepted += 1
         loop = asyncio.get_running_loop()
         self._handshake_timer = loop.call_later(self._sink.handshake_timeout_s, self._check_handshake)
+
+    def _refuse(self, transport: asyncio.Transport, reason: str) -> None:
+        """No room for this connection: a GOODBYE says why (the client logs it and retries later), and a log line
+        does, once per REFUSAL_LOG_INTERVAL_S per reason with the count of those not logged (a crowd of clients
+        would flood the log)."""
+        traffic = self._traffic
+        traffic.connections_refused += 1
+        now, key = time.monotonic(), reason.partition("=")[0]
+        logged = traffic.refusals_logged.get(key)
+        if logged is None or now - logged[0] >= REFUSAL_LOG_INTERVAL_S:
+            unlogged = f"; {logged[1]} more refused so in the last {REFUSAL_LOG_INTERVAL_S:.0f}s" if logged else ""
+            log.warning("refusing connection from %s: %s%s", self._peer, reason, unlogged)
+            traffic.refusals_logged[key] = [now, 0]
+        else:
+            logged[1] += 1
+        transport.write(preamble() + encode(Goodbye(f"{reason}: try again later")))
+        transport.close()
 
     def pause_writing(self) -> None:
         # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.

@@ -21,6 +21,7 @@ from ringtrace.client.protocol import (
     Events,
     Flush,
     Frame,
+    Goodbye,
     Hello,
     KindSpec,
     Schema,
@@ -29,7 +30,7 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
-from ringtrace.client.session import SessionDecoder
+from ringtrace.client.session import ReplyDecoder, SessionDecoder
 from ringtrace.collector.app import Collector, CollectorConfig
 from ringtrace.collector.ingest import IngestProtocol
 from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
@@ -289,6 +290,28 @@ def test_one_address_cannot_take_every_slot_but_local_processes_are_not_limited_
         return [*refused, again.closing]
 
     assert asyncio.run(scenario()) == [False, False, True, False, False, False, False]
+
+
+def test_a_connection_past_max_connections_is_told_so_and_a_crowd_of_them_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> list[StandInTransport]:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0, max_connections=2))
+        transports = [StandInTransport(("127.0.0.1", port)) for port in range(1, 12)]
+        for transport in transports:
+            IngestProtocol(collector).connection_made(transport)  # type: ignore[arg-type]
+        return transports
+
+    with caplog.at_level("WARNING", logger="ringtrace.collector.ingest"):
+        transports = asyncio.run(scenario())
+    assert [t.closing for t in transports] == [False] * 2 + [True] * 9
+    for transport in transports[2:]:  # a GOODBYE that says why: the client logs it, not "is it a collector?"
+        decoder = ReplyDecoder()
+        decoder.receive_data(bytes(transport.written))
+        (goodbye,) = list(decoder)
+        assert isinstance(goodbye, Goodbye) and "max_connections=2 reached" in goodbye.reason
+    refusals = [r.getMessage() for r in caplog.records if "refusing connection" in r.getMessage()]
+    assert len(refusals) == 1 and "max_connections=2 reached" in refusals[0]
 
 
 def test_tracks_per_connection_are_bounded_and_named_within_the_string_limit() -> None:

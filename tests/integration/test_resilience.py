@@ -76,12 +76,52 @@ def test_client_reconnects_and_resends_strings_after_collector_restart() -> None
             second.stop()
 
 
+class Restart:
+    """A client process (``body`` runs after ``tl = connect(...)``, and prints what the test reads) and a collector
+    that is stopped or killed and started again on the same port."""
+
+    def __init__(self, body: str) -> None:
+        self.first = CollectorProcess()
+        self.second: CollectorProcess | None = None
+        address = self.first.tcp_address
+        code = (
+            "import ringtrace.client, sys, time\n"
+            f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n" + body
+        )
+        self.client = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def __enter__(self) -> Restart:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.client.communicate(timeout=30)
+        self.first.stop()
+        if self.second is not None:
+            self.second.stop()
+
+    def go(self) -> None:
+        """Let the client go past its next ``sys.stdin.readline()``."""
+        assert self.client.stdin is not None
+        self.client.stdin.write("go\n")
+        self.client.stdin.flush()
+
+    def said(self) -> str:
+        assert self.client.stdout is not None
+        return self.client.stdout.readline().strip()
+
+    def restart(self, *, kill: bool) -> None:
+        if kill:
+            self.first.proc.kill()
+            self.first.proc.wait()
+        else:
+            self.first.stop()  # SIGTERM
+        self.second = CollectorProcess(tcp=self.first.tcp_address)
+
+
 def test_events_in_flight_when_the_collector_is_killed_are_counted_as_unacknowledged() -> None:
-    first = CollectorProcess()
-    address = first.tcp_address
-    code = (
-        "import ringtrace.client, sys, time\n"
-        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+    body = (
         "print(tl.flush(timeout_s=20), flush=True)\n"
         "sys.stdin.readline()\n"
         "end = time.monotonic() + 1.0\n"  # recording goes on while the collector is killed
@@ -94,36 +134,21 @@ def test_events_in_flight_when_the_collector_is_killed_are_counted_as_unacknowle
         "    pass\n"
         "print(tl.listeners[0].unacknowledged_events, flush=True)\n"
     )
-    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    second = None
-    try:
-        assert client.stdin is not None and client.stdout is not None
-        assert client.stdout.readline().strip() == "True"
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        first.wait_for_stored(100)
-        first.proc.kill()
-        first.proc.wait()
-        second = CollectorProcess(tcp=address)
-        assert client.stdout.readline().strip() == "False"
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        unacknowledged = int(client.stdout.readline())
+    with Restart(body) as run:
+        assert run.said() == "True"
+        run.go()
+        run.first.wait_for_stored(100)
+        run.restart(kill=True)
+        assert run.said() == "False"
+        run.go()
+        unacknowledged = int(run.said())
         assert unacknowledged > 0  # the events the killed collector held, and those on their way to it
-        assert second.snapshot()["otherData"]["client_unacknowledged_events"] == unacknowledged
-    finally:
-        client.communicate(timeout=30)
-        first.stop()
-        if second is not None:
-            second.stop()
+        assert run.second is not None
+        assert run.second.snapshot()["otherData"]["client_unacknowledged_events"] == unacknowledged
 
 
 def test_a_client_that_sent_and_went_quiet_has_everything_acknowledged_without_calling_flush() -> None:
-    first = CollectorProcess()
-    address = first.tcp_address
-    code = (
-        "import ringtrace.client, sys, time\n"
-        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+    body = (
         "print(tl.flush(timeout_s=20), flush=True)\n"
         "for _ in range(2000):\n"
         "    tl.instant('tick')\n"
@@ -133,31 +158,16 @@ def test_a_client_that_sent_and_went_quiet_has_everything_acknowledged_without_c
         "sys.stdin.readline()\n"
         "print(tl.flush(timeout_s=20), tl.listeners[0].unacknowledged_events, flush=True)\n"
     )
-    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    second = None
-    try:
-        assert client.stdin is not None and client.stdout is not None
-        assert client.stdout.readline().strip() == "True"
-        assert client.stdout.readline().strip() == "quiet"
-        first.proc.kill()
-        first.proc.wait()
-        second = CollectorProcess(tcp=address)
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        assert client.stdout.readline().split() == ["True", "0"]  # nothing in doubt: all of it was acknowledged
-    finally:
-        client.communicate(timeout=30)
-        first.stop()
-        if second is not None:
-            second.stop()
+    with Restart(body) as run:
+        assert run.said() == "True"
+        assert run.said() == "quiet"
+        run.restart(kill=True)
+        run.go()
+        assert run.said().split() == ["True", "0"]  # nothing in doubt: all of it was acknowledged
 
 
 def test_a_collector_that_stops_cleanly_leaves_no_event_of_its_clients_in_doubt() -> None:
-    first = CollectorProcess()
-    address = first.tcp_address
-    code = (
-        "import ringtrace.client, sys, time\n"
-        f"tl = ringtrace.client.connect({address!r}, backoff_initial_s=0.05, backoff_max_s=0.2)\n"
+    body = (
         "print(tl.flush(timeout_s=20), flush=True)\n"
         "sys.stdin.readline()\n"
         "end = time.monotonic() + 1.5\n"
@@ -168,24 +178,13 @@ def test_a_collector_that_stops_cleanly_leaves_no_event_of_its_clients_in_doubt(
         "sys.stdin.readline()\n"
         "print(tl.flush(timeout_s=20), tl.listeners[0].unacknowledged_events, flush=True)\n"
     )
-    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    second = None
-    try:
-        assert client.stdin is not None and client.stdout is not None
-        assert client.stdout.readline().strip() == "True"
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        assert client.stdout.readline().strip() == "recorded"
-        first.stop()  # SIGTERM: it asks its clients to flush before it closes their connections
-        second = CollectorProcess(tcp=address)
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        assert client.stdout.readline().split() == ["True", "0"]
-    finally:
-        client.communicate(timeout=30)
-        first.stop()
-        if second is not None:
-            second.stop()
+    with Restart(body) as run:
+        assert run.said() == "True"
+        run.go()
+        assert run.said() == "recorded"
+        run.restart(kill=False)  # it asks its clients to flush before it closes their connections
+        run.go()
+        assert run.said().split() == ["True", "0"]
 
 
 def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:

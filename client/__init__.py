@@ -220,6 +220,8 @@ class _SigtermDelivery:
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
+        if not hasattr(signal, "pthread_kill"):  # (Windows: the handler alone)
+            return
         receiver, sender = socket.socketpair()
         sender.setblocking(False)
         try:

@@ -1,10 +1,9 @@
 """The client's background threads: daemons that leave the host program's signals to the program's own threads.
 
-A signal sent to a process goes to any one of its threads that does not block it. A Python handler runs only in the
-main thread, and only once that thread runs again: if the signal lands on one of our threads while the main thread
-waits in a blocking call (a multiprocessing worker waiting for its task queue's lock, say), the handler may never run,
-and a Pool worker told to end (SIGTERM) hangs forever. Our threads block the signals a program handles, so the kernel
-hands them to a thread of the program, whose blocking call is interrupted for the handler to run.
+A signal sent to a process goes to any one of its threads that does not block it, and a Python handler runs only in
+the main thread, once that thread runs again. Our threads block the signals a program handles, so the kernel hands
+them to a thread of the program: one that waits in a blocking call is interrupted, and the handler runs at once.
+(That alone does not make a handler certain to run: see ``_SigtermDelivery`` in ``__init__.py``.)
 """
 
 from __future__ import annotations

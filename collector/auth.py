@@ -7,8 +7,8 @@ One ``Authenticator`` holds the token as bytes and compares what a peer presents
 time does not depend on where the two differ. A peer that fails is told only that it failed (GOODBYE "authentication
 failed", HTTP 401): the reason (missing or wrong) goes to the log, with the peer's address, never the token. A
 misconfigured fleet or a scanner could fill the log with those lines, so each (address, channel, reason) is logged
-at once the first time, then at most once a minute with the count of refusals not logged meanwhile; every refusal is
-counted (``/stats``, ``/metrics``).
+at once the first time, then at most once a minute with the count of refusals not logged meanwhile (``repeats.py``);
+every refusal is counted (``/stats``, ``/metrics``).
 
 With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, so
 that liveness probes need no secret; with the right token it gives its gauges as before.
@@ -22,7 +22,6 @@ import logging
 import os
 import ssl
 import stat
-import time
 from typing import Final
 
 from aiohttp import web
@@ -30,8 +29,9 @@ from aiohttp.typedefs import Handler, Middleware
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.options import check_token, strip_newline
 
+from .repeats import Repeats
+
 __all__ = [
-    "REFUSAL_LOG_INTERVAL_S",
     "AuthenticationFailed",
     "Authenticator",
     "is_loopback",
@@ -41,10 +41,6 @@ __all__ = [
 
 log = logging.getLogger("ringtrace.collector.auth")
 
-#: Repeated refusals of one (address, channel, reason) are logged at most this often.
-REFUSAL_LOG_INTERVAL_S: Final = 60.0
-#: Addresses whose refusals are remembered for that; past it the oldest are forgotten (and logged again).
-_MAX_REMEMBERED: Final = 4096
 #: Shorter tokens are taken, with a warning.
 _SHORT_TOKEN_CHARS: Final = 16
 _OPEN_PATHS: Final = frozenset({"/healthz"})
@@ -74,8 +70,8 @@ class Authenticator:
                 "the token is only %d characters long: a random one of 32 or more is safer (openssl rand -hex 32)",
                 len(token),
             )
-        #: (peer host, channel, reason) -> [monotonic time last logged, refusals not logged since]
-        self._logged: dict[tuple[str, str, str], list[float]] = {}
+        #: Refusals logged, per (peer host, channel, reason).
+        self._repeats = Repeats()
         #: Refusals of HTTP requests (ingest ones are counted with the connections).
         self.http_refusals = 0
 
@@ -96,18 +92,10 @@ class Authenticator:
     def log_refusal(self, what: str, peer: str, reason: str) -> None:
         """One WARNING line naming the peer and the reason, or counted for the next one (see the module)."""
         host = peer.rpartition(":")[0] or peer
-        key = (host, what.partition(" ")[0], reason)
-        now = time.monotonic()
-        seen = self._logged.get(key)
-        if seen is not None and now - seen[0] < REFUSAL_LOG_INTERVAL_S:
-            seen[1] += 1
-            return
-        unlogged = int(seen[1]) if seen is not None else 0
-        if seen is None and len(self._logged) >= _MAX_REMEMBERED:
-            del self._logged[next(iter(self._logged))]
-        self._logged[key] = [now, 0]
-        since = f"; {unlogged} more refused like it in the last {REFUSAL_LOG_INTERVAL_S:.0f}s" if unlogged else ""
-        log.warning("refusing %s from %s: authentication failed (%s token)%s", what, peer, reason, since)
+        unlogged = self._repeats.due((host, what.partition(" ")[0], reason))
+        if unlogged is not None:
+            since = Repeats.since(unlogged, "refused like it")
+            log.warning("refusing %s from %s: authentication failed (%s token)%s", what, peer, reason, since)
 
     def middleware(self) -> Middleware:
         """An aiohttp middleware: requests without ``Authorization: Bearer TOKEN`` get a 401 (``/healthz`` without

@@ -48,7 +48,8 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import Limits, SessionDecoder
 
-from .auth import REFUSAL_LOG_INTERVAL_S, AuthenticationFailed, Authenticator, is_loopback
+from .auth import AuthenticationFailed, Authenticator, is_loopback
+from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
@@ -93,8 +94,8 @@ class Traffic:
     throttled: int = 0
     #: Refused at HELLO: no token, or another one (``auth.py``).
     authentication_failures: int = 0
-    #: Per kind of refusal (``_refuse``): when it was last logged, and how many since then were not.
-    refusals_logged: dict[str, list[float]] = field(default_factory=dict)
+    #: Refused connections logged, per kind of refusal (``_refuse``).
+    refusals_logged: Repeats = field(default_factory=Repeats)
 
 
 class IngestSink(Protocol):
@@ -266,19 +267,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._handshake_timer = loop.call_later(self._sink.handshake_timeout_s, self._check_handshake)
 
     def _refuse(self, transport: asyncio.Transport, reason: str) -> None:
-        """No room for this connection: a GOODBYE says why (the client logs it and retries later), and a log line
-        does, once per REFUSAL_LOG_INTERVAL_S per reason with the count of those not logged (a crowd of clients
-        would flood the log)."""
-        traffic = self._traffic
-        traffic.connections_refused += 1
-        now, key = time.monotonic(), reason.partition("=")[0]
-        logged = traffic.refusals_logged.get(key)
-        if logged is None or now - logged[0] >= REFUSAL_LOG_INTERVAL_S:
-            unlogged = f"; {logged[1]} more refused so in the last {REFUSAL_LOG_INTERVAL_S:.0f}s" if logged else ""
-            log.warning("refusing connection from %s: %s%s", self._peer, reason, unlogged)
-            traffic.refusals_logged[key] = [now, 0]
-        else:
-            logged[1] += 1
+        """No room for this connection: a GOODBYE says why (the client logs it and retries later), and so does a log
+        line, repeated at most once a minute per kind of refusal (``repeats.py``)."""
+        self._traffic.connections_refused += 1
+        unlogged = self._traffic.refusals_logged.due(reason.partition("=")[0])
+        if unlogged is not None:
+            log.warning("refusing connection from %s: %s%s", self._peer, reason, Repeats.since(unlogged, "refused so"))
         transport.write(preamble() + encode(Goodbye(f"{reason}: try again later")))
         transport.close()
 

@@ -244,8 +244,8 @@ class SyncJob:
     """Segment ranges to make durable, off the event loop: ``run()`` on any thread. It syncs segment files by name,
     not through their buffers, so its segments need no pin: one evicted meanwhile needs no sync."""
 
-    def __init__(self, store: Store, ranges: list[tuple[Segment, int, int]]) -> None:
-        self._store = store
+    def __init__(self, buffers: SegmentBuffers, ranges: list[tuple[Segment, int, int]]) -> None:
+        self._buffers = buffers
         self.ranges = ranges
 
     def run(self) -> None:
@@ -253,7 +253,7 @@ class SyncJob:
         OSError: the file system could not write back (the data stays in the page cache).
         """
         for segment, start, end in self.ranges:
-            self._store.buffers.sync(segment, start, end)
+            self._buffers.sync(segment, start, end)
 
 
 class Store:
@@ -437,7 +437,7 @@ class Store:
             if segment.checked > segment.synced:
                 ranges.append((segment, segment.synced, segment.checked))
                 segment.synced = segment.checked
-        return SyncJob(self, ranges) if ranges else None
+        return SyncJob(self.buffers, ranges) if ranges else None
 
     # -- segments -----------------------------------------------------------------------------------------------
 
@@ -718,10 +718,11 @@ class Store:
     def process_received(self) -> dict[int, tuple[int, int]]:
         """(events, bytes) received per process uid: what rates are sampled from, every second, on the loop (so two
         fields, not every count)."""
-        return {
-            owner: (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
-            for owner, counts in ((owner, process.counts.values()) for owner, process in self._processes.items())
-        }
+        received = {}
+        for owner, process in self._processes.items():
+            counts = process.counts.values()
+            received[owner] = (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
+        return received
 
     def process_held_bytes(self, owner: int) -> int:
         process = self._processes.get(owner)

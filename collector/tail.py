@@ -102,7 +102,7 @@ class Tail:
         self,
         segments: Iterable[tuple[ProcessView, SegmentView]],
         kept: Mapping[int, int],
-        cleared: Mapping[int, tuple[int, int]] | None = None,
+        cleared: Mapping[int, tuple[int, int]],
     ) -> list[Row]:
         """The selected events stored since the last step, segment by segment (oldest first).
 
@@ -118,7 +118,6 @@ class Tail:
             TailBehind: events were overwritten before the tail read them, or too much is unread.
         """
         segments = list(segments)
-        cleared = cleared or {}
         present = {segment.seq for _, segment in segments}
         for seq, gone in list(self._cursors.items()):
             if seq not in present:

@@ -44,6 +44,7 @@ __all__ = [
     "StringTable",
     "TrackInfo",
     "clean_text",
+    "clip_nesting",
     "display_text",
     "new_track_id",
     "normalise_args",
@@ -208,6 +209,9 @@ def clean_text(text: str) -> str:
 
 
 _SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
+_CONTAINERS: Final = frozenset({dict, list})
+_DEEP_MAP: Final = f"<ringtrace: clipped a map nested deeper than {MAX_ARG_DEPTH}>"
+_DEEP_LIST: Final = f"<ringtrace: clipped a list nested deeper than {MAX_ARG_DEPTH}>"
 
 
 def normalise_args(args: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -250,12 +254,12 @@ def _normalise(value: Any, depth: int, clipped: list[int]) -> Any:
     if isinstance(value, dict):
         if depth >= MAX_ARG_DEPTH:
             clipped[0] += 1
-            return f"<ringtrace: clipped a map nested deeper than {MAX_ARG_DEPTH}>"
+            return _DEEP_MAP
         return _normalise_map(value, depth + 1, clipped)
     if isinstance(value, list | tuple | set | frozenset):
         if depth >= MAX_ARG_DEPTH:
             clipped[0] += 1
-            return f"<ringtrace: clipped a list nested deeper than {MAX_ARG_DEPTH}>"
+            return _DEEP_LIST
         items = [_normalise(v, depth + 1, clipped) for v in itertools.islice(value, MAX_ARG_ITEMS)]
         if len(value) > MAX_ARG_ITEMS:
             clipped[0] += 1
@@ -281,6 +285,48 @@ def _normalise_map(mapping: dict[Any, Any], depth: int, clipped: list[int]) -> d
         clipped[0] += 1
         out["<ringtrace: clipped>"] = f"{len(mapping) - MAX_ARG_ITEMS} more items"
     return out
+
+
+def clip_nesting(args: list[Any]) -> int:
+    """Cuts, in place, the maps and lists of an EVENTS frame's args column nested deeper than ``MAX_ARG_DEPTH``, as
+    ``normalise_args`` would have (an event's map, or a message's or typed event's list of values, is level 0), and
+    returns how many were cut.
+
+    The real client never sends them, but msgpack carries any depth, and a reader that walks values recursively
+    (JSON and protobuf writers) would fail on a peer's 1,000 levels: every reader shows a stored frame as this does.
+    """
+    # The usual case first, in one pass: no map or list holds another (2x faster than a walk of each value).
+    inner = [v.values() if type(v) is dict else v for v in args if type(v) in _CONTAINERS]
+    if _CONTAINERS.isdisjoint(map(type, itertools.chain.from_iterable(inner))):
+        return 0
+    cut = [0]
+    for i, value in enumerate(args):
+        kind = type(value)
+        if (kind is dict or kind is list) and not _nests_within(value, 1):
+            args[i] = _clipped(value, 0, cut)
+    return cut[0]
+
+
+def _nests_within(container: dict[Any, Any] | list[Any], depth: int) -> bool:
+    """Whether the maps and lists in ``container`` (its items at ``depth``) stop at ``MAX_ARG_DEPTH``."""
+    for item in container.values() if type(container) is dict else container:
+        kind = type(item)
+        if (kind is dict or kind is list) and (depth >= MAX_ARG_DEPTH or not _nests_within(item, depth + 1)):
+            return False
+    return True
+
+
+def _clipped(item: Any, depth: int, cut: list[int]) -> Any:
+    """``item`` (at ``depth``) with the maps and lists past ``MAX_ARG_DEPTH`` replaced by a mark, counted in ``cut``."""
+    kind = type(item)
+    if kind is not dict and kind is not list:
+        return item
+    if depth >= MAX_ARG_DEPTH:
+        cut[0] += 1
+        return _DEEP_MAP if kind is dict else _DEEP_LIST
+    if kind is dict:
+        return {key: _clipped(value, depth + 1, cut) for key, value in item.items()}
+    return [_clipped(value, depth + 1, cut) for value in item]
 
 
 def _key_text(key: object) -> str:

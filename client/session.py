@@ -28,7 +28,7 @@ from typing import Any, Final
 from ._version import __version__
 from .errors import LimitExceeded, MalformedFrame, ProtocolError, UnexpectedFrame, UnsupportedVersion
 from .messages import render
-from .model import MAX_STRING_CHARS, DecodedEvent, TrackInfo
+from .model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
 from .protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
@@ -126,13 +126,23 @@ class StreamTables:
         self.columns = columns
         self._column_index = tuple(columns.index(name) for name in _NEEDED_COLUMNS)
 
+    def unpack(self, frame: Events) -> list[list[Any]]:
+        """The columns of ``frame``, args nested past what any reader walks clipped as the client clips them.
+
+        Raises:
+            MalformedFrame: the payload does not match the columns or the header's count.
+        """
+        columns = unpack_columns(frame, self.columns)
+        clip_nesting(columns[self._column_index[-1]])
+        return columns
+
     def rows(self, frame: Events) -> Iterator[tuple[KindSpec | None, str, int, int, Any]]:
         """``(kind, name, ts_ns, dur_ns, args)`` for each event of ``frame``; ``kind`` is None if never declared.
 
         Raises:
             MalformedFrame: the payload does not match the columns or the header's count.
         """
-        columns = unpack_columns(frame, self.columns)
+        columns = self.unpack(frame)
         kinds, names, offsets, durations, args = (columns[i] for i in self._column_index)
         strings, kind_specs, first_ns = self.strings, self.kinds, frame.first_ts_ns
         for kind, name, offset, duration, arg in zip(kinds, names, offsets, durations, args, strict=True):

@@ -35,7 +35,6 @@ from ringtrace.client.protocol import (
     Track,
     encode,
     preamble,
-    unpack_columns,
 )
 from ringtrace.client.session import SessionDecoder, StreamTables, typed_args
 
@@ -259,7 +258,7 @@ def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events,
         return bytes(decoder.last_frame())
     if not keep:
         return None
-    columns = unpack_columns(frame, tables.columns)
+    columns = tables.unpack(frame)
     kept = [[column[i] for i in keep] for column in columns]
     starts = [rows[i][2] for i in keep]
     first_ns = min(starts)

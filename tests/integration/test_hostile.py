@@ -4,6 +4,8 @@ per peer address is tested in test_collector_limits.py: every peer here is on lo
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import struct
 import subprocess
@@ -15,10 +17,24 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import msgpack
+import pytest
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events
+from perfetto_model import PerfettoTrace
+from ringtrace.client.accelerator import PURE_PYTHON_ENV
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, Hello, Stats, preamble
+from ringtrace.client.model import INSTANT, MAX_ARG_DEPTH, THREAD_TRACK, TrackInfo
+from ringtrace.client.protocol import (
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    Events,
+    Flush,
+    FlushAck,
+    Hello,
+    Stats,
+    encode,
+    preamble,
+)
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -266,5 +282,89 @@ def test_finding_2_slowloris_on_the_ingest_port_leaves_a_good_client_unaffected(
         assert collector.wait_for_log(lambda line: "no HELLO within handshake_timeout_s=10.0" in line)
         for sock in slow:
             sock.close()
+    finally:
+        collector.stop()
+
+
+def deep_args_frames(track_name: str) -> bytes:
+    """A stream whose one EVENTS frame holds two instants with args past any reader's depth: a list 1,000 deep, a map
+    600 deep (msgpack carries both; the real client would have clipped them at ``MAX_ARG_DEPTH``)."""
+    encoder = StreamEncoder(max_events_per_frame=64)
+    batch = encoder.encode(TrackInfo(1, THREAD_TRACK, track_name, 66), [INSTANT, "deep", 10, 10, None] * 2)
+    frame = batch.events[0][0]
+    header_size, flags, track_id, _, first_ns, last_ns = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
+    kinds, names, offsets, durations, _ = msgpack.unpackb(frame[FRAME_HEADER.size + header_size :])
+    deep_list = b"\x81\xa4list" + b"\x91" * 1000 + b"\x01"  # {"list": [[[...1]]]}
+    deep_map = b"\x81\xa3map" + b"\x81\xa1k" * 600 + b"\x02"  # {"map": {"k": {"k": ...2}}}
+    columns = b"".join(msgpack.packb(column) for column in (kinds, names, offsets, durations))
+    payload = b"\x95" + columns + b"\x92" + deep_list + deep_map
+    deep = Events(track_id, 2, first_ns, last_ns, payload, flags)
+    return b"".join([*encoder.prefix(), *batch.control, encode(deep)])
+
+
+def nesting(args: dict[str, Any]) -> tuple[str, int, object]:
+    """Which deep value ``args`` holds, how deep it nests as shown, and what is at its bottom."""
+    (key, value), depth = next(iter(args.items())), 0
+    while isinstance(value, list | dict):
+        depth, value = depth + 1, value[0] if isinstance(value, list) else value["k"]
+    return key, depth, value
+
+
+CLIPPED: dict[str, object] = {
+    "list": f"<ringtrace: clipped a list nested deeper than {MAX_ARG_DEPTH}>",
+    "map": f"<ringtrace: clipped a map nested deeper than {MAX_ARG_DEPTH}>",
+}
+
+
+DUMP = "import sys; from ringtrace.collector.command import main; sys.exit(main(['dump', sys.argv[1]]))"
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["accelerated", "pure-python"])
+def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format(
+    pure_python: bool, tmp_path: Path
+) -> None:
+    env = {**os.environ, PURE_PYTHON_ENV: "1"} if pure_python else None
+    collector = CollectorProcess(env=env)
+    try:
+        tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
+        assert tail.readline().startswith(b":")
+        with RawClient(collector.tcp_address, raw_hello("deep", boot="deep", monotonic_ns=1, wall_ns=1)) as raw:
+            raw.send_raw(deep_args_frames("deep"))
+            raw.flush()
+        run_good(collector)
+        for _ in range(2):  # every snapshot, not only the first, is whole
+            trace = collector.snapshot()  # json.loads raises on a body cut off
+            assert len([e for e in events(trace, "X") if e["name"] == "work"]) == 50
+            deep = [e for e in trace["traceEvents"] if e.get("name") == "deep"]
+            assert len(deep) == 2 and trace["otherData"]["undecodable_events"] == 0
+            # as the real client clips them: 31 levels kept, then a mark
+            assert sorted(nesting(e["args"]) for e in deep) == [(k, MAX_ARG_DEPTH - 1, v) for k, v in CLIPPED.items()]
+        status, body = collector.get("/snapshot?format=perfetto")
+        assert status == 200
+        perfetto = PerfettoTrace(body)
+        assert len([i for i in perfetto.instants if i.name == "deep"]) == 2
+        assert body.count(b"clipped a") == 2
+        status, native = collector.get("/snapshot?format=native")
+        assert status == 200
+        (tmp_path / "snapshot.rtrace").write_bytes(native)
+        dumped = subprocess.run(
+            [sys.executable, "-c", DUMP, str(tmp_path / "snapshot.rtrace")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert dumped.returncode == 0 and "Traceback" not in dumped.stderr, dumped.stderr
+        assert dumped.stdout.count("clipped a") == 2
+        line = b""
+        streamed: list[dict[str, Any]] = []
+        while len(streamed) < 2:
+            line = tail.readline()
+            assert line, "the tail ended"
+            if line.startswith(b"data: ") and b'"deep"' in line:
+                streamed.append(json.loads(line[6:]))
+        assert sorted(nesting(e["args"]) for e in streamed) == [(k, MAX_ARG_DEPTH - 1, v) for k, v in CLIPPED.items()]
+        tail.close()
+        assert not [line for line in collector.lines if "Traceback" in line or "RecursionError" in line]
     finally:
         collector.stop()

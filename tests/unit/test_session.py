@@ -39,6 +39,8 @@ from ringtrace.client.model import (
     DecodedEvent,
     TrackInfo,
     display_text,
+    normalise_args,
+    normalise_values,
 )
 from ringtrace.client.protocol import (
     CLOSED,
@@ -1326,3 +1328,35 @@ def test_a_run_of_events_frames_stops_where_its_index_entries_would_not_fit_belo
         assert decoder.reader.position == run.end
     rest, error = read_all(decoder, fast=False)
     assert (len(rest), error) == (len(frames) - fit, None)  # the frames left are read as they are
+
+
+#: Values as msgpack hands them to a reader: scalars, lists and str-keyed maps, nested at any depth.
+NESTED_VALUES = st.recursive(
+    st.none() | st.integers(-5, 5) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=60,
+)
+
+
+def chain(depth: int, leaf: object = 1) -> object:
+    for level in range(depth):
+        leaf = [leaf] if level % 2 else {"k": leaf}
+    return leaf
+
+
+@given(
+    args=st.dictionaries(st.text(max_size=2), NESTED_VALUES | st.integers(0, 70).map(chain), max_size=3),
+    values=st.lists(NESTED_VALUES | st.integers(0, 70).map(chain), max_size=3),
+)
+def test_a_reader_clips_args_nested_too_deep_exactly_as_the_client_would_have(
+    args: dict[str, Any], values: list[Any]
+) -> None:
+    """What a peer sent past MAX_ARG_DEPTH (the real client never does) reads as the client's own clipping of it."""
+    decoder = SessionDecoder(live=False)
+    decoder.receive_data(opening() + frames_of(MAIN, RECORDS[:1]))
+    while decoder.next_frame() is not NEED_DATA:
+        pass
+    kind = RECORDS[0][0]
+    payload = msgpack.packb([[kind] * 3, [1] * 3, [0] * 3, [0] * 3, [args, values, 7]])
+    shown = [row[4] for row in decoder.tables.rows(Events(MAIN.track_id, 3, 5, 5, payload))]
+    assert shown == [normalise_args(args)[0], normalise_values(values)[0], 7]

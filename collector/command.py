@@ -48,7 +48,7 @@ from ringtrace.client.options import environment_token, parse_address
 
 from . import cli as collector_cli
 from .auth import read_token_file
-from .export import Row, chrome_trace_chunks, json_value, native_chunks, selected_rows
+from .export import Row, chrome_trace_chunks, json_bytes, native_chunks, selected_rows
 from .offline import FOREIGN_FORMATS, LoadedFile, load_file
 from .perfetto import perfetto_chunks
 from .query import FORMATS, PROCESS_PARAMETERS, STREAM_PARAMETERS, QueryError, parse_snapshot_query
@@ -468,7 +468,7 @@ def _line(wall_ns: int, process: str, track: str, kind: str, priority: str, name
     if dur_ns:
         fields.append(f"dur={dur_ns / 1000:.3f}us")
     if args not in (None, {}, []):
-        fields.append(json.dumps(args, default=json_value, ensure_ascii=False, separators=(",", ":")))
+        fields.append(json_bytes(args).decode())
     return "  ".join(field.replace("\n", "\\n") for field in fields) + "\n"
 
 

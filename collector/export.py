@@ -44,7 +44,7 @@ from .query import EVERYTHING, EventFilter, category_of
 from .slices import Pairing
 from .walk import MAX_WALL_NS, ProcessView, Selection, Shown, SnapshotView, prepare, segment_stream, shown_name
 
-__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "json_value", "native_chunks", "selected_rows"]
+__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "json_bytes", "native_chunks", "selected_rows"]
 
 
 #: Open slices a pop carries to the next at most; the oldest past it are shown open-ended instead.
@@ -112,7 +112,7 @@ def chrome_trace_chunks(
     closing = [_open_ended(process, track, event, origin_ns) for process, track, event in opened]
     closing += _metadata_events(view, walk.tracks)
     if closing:
-        chunk = _dumps(closing)[1:-1]
+        chunk = json_bytes(closing)[1:-1]
         yield chunk if first else b"," + chunk
     capture = {**walk.capture(), "events_before_origin": before_origin}
     other = {**view.other, "clock_origin_wall_ns": origin_ns, **walk.report(), "capture": capture}
@@ -140,7 +140,7 @@ def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tu
         if wall_ns < origin_ns:
             before_origin += 1
         append(event)
-    return _dumps(events)[1:-1], before_origin
+    return json_bytes(events)[1:-1], before_origin
 
 
 def _open_ended(process: ProcessView, track: TrackInfo, event: Shown, origin_ns: int) -> dict[str, Any]:
@@ -268,18 +268,17 @@ def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events,
     return encode(Events(frame.track_id, len(keep), first_ns, last_ns, payload, frame.flags), MAX_MAX_FRAME_BYTES)
 
 
-def _dumps(events: list[dict[str, Any]]) -> bytes:
-    """JSON for events whose args hold whatever msgpack carried (bytes, say, or non-str keys)."""
+def json_bytes(value: Any) -> bytes:
+    """JSON for what a frame decoded to: bytes as hex (as Chrome JSON and Perfetto show them), map keys of any type
+    msgpack allows as text, anything else JSON has no type for as its repr."""
     try:
-        return orjson.dumps(events, default=json_value)
-    except TypeError:  # a dict key that is not a str: the slow path rebuilds the args
-        events = [{**e, "args": _jsonable(e["args"])} if "args" in e else e for e in events]
-        return orjson.dumps(events, default=json_value)
+        return orjson.dumps(value, default=json_value)
+    except TypeError:  # a map key that is not a str: the slow path rebuilds the maps
+        return orjson.dumps(_jsonable(value), default=json_value)
 
 
 def json_value(value: object) -> object:
-    """What JSON holds of a value it has no type for: bytes as hex (as Chrome JSON and Perfetto show them), anything
-    else as its repr."""
+    """What JSON holds of a value it has no type for: bytes as hex, anything else as its repr."""
     if isinstance(value, bytes):
         return value.hex()
     return repr(value)

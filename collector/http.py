@@ -35,7 +35,7 @@ from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.session import Limits
 
-from .export import Popping, Row, chrome_trace_chunks, json_value, native_chunks
+from .export import Popping, Row, chrome_trace_chunks, json_bytes, native_chunks
 from .http_guard import HttpGuard
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CollectorMetrics
@@ -377,7 +377,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
                 break
             cleared = tail.take_cleared()
             if rows or cleared:
-                documents = (orjson.dumps(row_document(row), default=json_value) for row in rows)
+                documents = (json_bytes(row_document(row)) for row in rows)
                 payload = b"".join(b"data: " + document + b"\n\n" for document in documents)
                 if cleared:  # removed on request before this reader got them: told, and the tail goes on
                     notice = {

@@ -5,6 +5,7 @@ per peer address is tested in test_collector_limits.py: every peer here is on lo
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import struct
@@ -286,20 +287,23 @@ def test_finding_2_slowloris_on_the_ingest_port_leaves_a_good_client_unaffected(
         collector.stop()
 
 
-def deep_args_frames(track_name: str) -> bytes:
-    """A stream whose one EVENTS frame holds two instants with args past any reader's depth: a list 1,000 deep, a map
-    600 deep (msgpack carries both; the real client would have clipped them at ``MAX_ARG_DEPTH``)."""
+def args_frames(name: str, args: list[bytes]) -> bytes:
+    """A stream of instants called ``name``, an EVENTS frame each, whose args are ``args`` (msgpack, as given: what
+    the real client would not send)."""
     encoder = StreamEncoder(max_events_per_frame=64)
-    batch = encoder.encode(TrackInfo(1, THREAD_TRACK, track_name, 66), [INSTANT, "deep", 10, 10, None] * 2)
+    batch = encoder.encode(TrackInfo(1, THREAD_TRACK, name, 66), [INSTANT, name, 10, 10, None])
     frame = batch.events[0][0]
     header_size, flags, track_id, _, first_ns, last_ns = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
     kinds, names, offsets, durations, _ = msgpack.unpackb(frame[FRAME_HEADER.size + header_size :])
-    deep_list = b"\x81\xa4list" + b"\x91" * 1000 + b"\x01"  # {"list": [[[...1]]]}
-    deep_map = b"\x81\xa3map" + b"\x81\xa1k" * 600 + b"\x02"  # {"map": {"k": {"k": ...2}}}
-    columns = b"".join(msgpack.packb(column) for column in (kinds, names, offsets, durations))
-    payload = b"\x95" + columns + b"\x92" + deep_list + deep_map
-    deep = Events(track_id, 2, first_ns, last_ns, payload, flags)
-    return b"".join([*encoder.prefix(), *batch.control, encode(deep)])
+    columns = b"\x95" + b"".join(msgpack.packb(column) for column in (kinds, names, offsets, durations)) + b"\x91"
+    frames = [encode(Events(track_id, 1, first_ns, last_ns, columns + value, flags)) for value in args]
+    return b"".join([*encoder.prefix(), *batch.control, *frames])
+
+
+DEEP_ARGS = [
+    b"\x81\xa4list" + b"\x91" * 1000 + b"\x01",  # {"list": [[[...1]]]}
+    b"\x81\xa3map" + b"\x81\xa1k" * 600 + b"\x02",  # {"map": {"k": {"k": ...2}}}
+]
 
 
 def nesting(args: dict[str, Any]) -> tuple[str, int, object]:
@@ -329,7 +333,7 @@ def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format
         tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
         assert tail.readline().startswith(b":")
         with RawClient(collector.tcp_address, raw_hello("deep", boot="deep", monotonic_ns=1, wall_ns=1)) as raw:
-            raw.send_raw(deep_args_frames("deep"))
+            raw.send_raw(args_frames("deep", DEEP_ARGS))
             raw.flush()
         run_good(collector)
         for _ in range(2):  # every snapshot, not only the first, is whole
@@ -366,5 +370,64 @@ def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format
         assert sorted(nesting(e["args"]) for e in streamed) == [(k, MAX_ARG_DEPTH - 1, v) for k, v in CLIPPED.items()]
         tail.close()
         assert not [line for line in collector.lines if "Traceback" in line or "RecursionError" in line]
+    finally:
+        collector.stop()
+
+
+#: Args a peer may send that the real client never does, each shown as every format can, or refused (undecodable).
+ODD_ARGS = [
+    msgpack.packb({"ext": msgpack.ExtType(5, b"xyz")}),
+    msgpack.packb({"when": msgpack.Timestamp(1, 5)}, datetime=False),
+    msgpack.packb({"big": 2**64 - 1, "low": -(2**63), "nan": math.nan, "inf": math.inf}, use_single_float=True),
+    msgpack.packb({b"bytes": 1, 5: 2, True: 3, None: 4, 1.5: 5, "": 6}, strict_types=False),
+    msgpack.packb({"many": list(range(100_000)), "text": "x" * 200_000, "bin": b"\x00" * 100_000}),
+    msgpack.packb({"k": {"z": {b"b": {7: [b"\xff", None]}}}}),
+    msgpack.packb([1, 2, 3]),  # a list or a scalar where a map belongs
+    msgpack.packb("text"),
+    msgpack.packb({"id": [1, 2]}),
+]
+#: What msgpack-python refuses, and every reader counts as undecodable.
+REFUSED_ARGS = [
+    b"\x81\xa1s\xd9\x02\xff\xfe",  # a str that is not UTF-8
+    b"\x81\xa1t\xc7\x03\xff\x00\x00\x01",  # a timestamp (ext -1) 3 bytes long
+    b"\x81\xa1n\xd4\x80\x00",  # ext -128
+]
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["accelerated", "pure-python"])
+def test_odd_args_a_peer_may_send_keep_every_format_whole(pure_python: bool, tmp_path: Path) -> None:
+    env = {**os.environ, PURE_PYTHON_ENV: "1"} if pure_python else None
+    collector = CollectorProcess(env=env)
+    try:
+        tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
+        assert tail.readline().startswith(b":")
+        with RawClient(collector.tcp_address, raw_hello("odd", boot="odd", monotonic_ns=1, wall_ns=1)) as raw:
+            raw.send_raw(args_frames("odd", ODD_ARGS + REFUSED_ARGS))
+            raw.flush()
+        run_good(collector)
+        shown = len(ODD_ARGS)
+        trace = collector.snapshot()
+        assert len([e for e in trace["traceEvents"] if e.get("name") == "odd"]) == shown
+        assert trace["otherData"]["undecodable_events"] == len(REFUSED_ARGS)
+        status, body = collector.get("/snapshot?format=perfetto")
+        assert status == 200 and len([i for i in PerfettoTrace(body).instants if i.name == "odd"]) == shown
+        status, native = collector.get("/snapshot?format=native")
+        (tmp_path / "snapshot.rtrace").write_bytes(native)
+        dumped = subprocess.run(
+            [sys.executable, "-c", DUMP, str(tmp_path / "snapshot.rtrace")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert "Traceback" not in dumped.stderr and f"{len(REFUSED_ARGS)} of its" in dumped.stderr, dumped.stderr
+        assert len([line for line in dumped.stdout.splitlines() if "  odd  " in line]) == shown
+        streamed = 0
+        while streamed < shown:
+            line = tail.readline()
+            assert line and not line.startswith(b"event: error"), "the tail ended"
+            streamed += line.startswith(b"data: ") and b'"odd"' in line
+        tail.close()
+        assert not [line for line in collector.lines if "Traceback" in line]
     finally:
         collector.stop()

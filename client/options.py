@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import os
 import re
 import ssl
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -20,17 +22,21 @@ from .protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAM
 
 __all__ = [
     "MAX_TOKEN_CHARS",
+    "TOKEN_FILE_VARIABLE",
     "TOKEN_VARIABLE",
     "StreamerOptions",
     "check_token",
     "environment_token",
     "parse_address",
     "parse_size",
+    "read_token_file",
     "strip_newline",
 ]
 
 #: The environment variable that holds the collector's token, for clients, the collector and the command line.
 TOKEN_VARIABLE: Final = "RINGTRACE_TOKEN"
+#: The environment variable that names a file holding the token (it wins over ``TOKEN_VARIABLE``).
+TOKEN_FILE_VARIABLE: Final = "RINGTRACE_TOKEN_FILE"
 #: A token is at most this long (HELLO's text fields are).
 MAX_TOKEN_CHARS: Final = 256
 
@@ -127,15 +133,49 @@ def check_token(token: object, what: str) -> str:
 
 
 def environment_token(environ: Mapping[str, str] | None = None) -> str | None:
-    """The token in ``RINGTRACE_TOKEN`` (one trailing newline ignored), or None if it is unset or empty.
+    """The token in the file ``RINGTRACE_TOKEN_FILE`` names, else in ``RINGTRACE_TOKEN`` (one trailing newline ignored
+    either way), or None if neither is set.
 
     Raises:
-        ConfigError: it holds no valid token (the message names the variable, not the value).
+        ConfigError: the file cannot be read, or holds no valid token (the message names the variable, not the value).
     """
-    value = (os.environ if environ is None else environ).get(TOKEN_VARIABLE)
+    environ = os.environ if environ is None else environ
+    path = environ.get(TOKEN_FILE_VARIABLE)
+    if path:
+        return read_token_file(path, f"environment variable {TOKEN_FILE_VARIABLE}")
+    value = environ.get(TOKEN_VARIABLE)
     if not value:
         return None
     return check_token(strip_newline(value), f"environment variable {TOKEN_VARIABLE}")
+
+
+def read_token_file(path: str, what: str = "--token-file") -> str:
+    """The token in the file at ``path``: its text, one trailing newline ignored. A WARNING if group or others may
+    read or write it.
+
+    Raises:
+        ConfigError: it cannot be read, is empty, or is no token (the message names ``what`` and the file, never its
+            text).
+    """
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read(64 * 1024)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read the token file {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}: the token file {path} holds more than printable ASCII characters") from None
+    token = check_token(strip_newline(text), f"{what}: the token in {path}")
+    if stat.S_ISREG(mode) and mode & 0o077:
+        logging.getLogger("ringtrace").warning(
+            "the token file %s may be read or written by group or others (mode %04o): chmod 600 %s",
+            path,
+            stat.S_IMODE(mode),
+            path,
+        )
+    return token
 
 
 @dataclass(frozen=True)
@@ -164,8 +204,12 @@ class StreamerOptions:
     heartbeat_s: float = 15.0
     #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``); see the README.
     deliver_on_sigterm: bool = True
-    #: The collector's token, sent in HELLO; None: ``RINGTRACE_TOKEN`` if set. Never shown (not in the repr).
+    #: The collector's token, sent in HELLO (one trailing newline ignored, as a file read whole ends); None: the one
+    #: in ``token_file``, else in the file ``RINGTRACE_TOKEN_FILE`` names, else in ``RINGTRACE_TOKEN``, if any. Never
+    #: shown (not in the repr).
     token: str | None = field(default=None, repr=False)
+    #: A file that holds the collector's token (instead of ``token``).
+    token_file: str | os.PathLike[str] | None = field(default=None, repr=False)
     #: TLS to the collector: True verifies its certificate against the system's CAs (``ssl.create_default_context``);
     #: an ``ssl.SSLContext`` trusts what it is told to (``cafile=`` for a private CA or a self-signed collector).
     tls: bool | ssl.SSLContext = False
@@ -179,10 +223,20 @@ class StreamerOptions:
                 except ConfigError as exc:
                     raise ConfigError(f"option {option.name}: {exc}") from None
         _check_str_or_none(self, "process_name")
-        if self.token is None:
-            object.__setattr__(self, "token", environment_token())
+        if self.token is not None and self.token_file is not None:
+            raise ConfigError("give option token or option token_file, not both")
+        token: str | None
+        if self.token is not None:  # as ``open("token").read()`` gives it, say: one trailing newline ignored
+            token = check_token(
+                strip_newline(self.token) if isinstance(self.token, str) else self.token, "option token"
+            )
+        elif self.token_file is not None:
+            if not isinstance(self.token_file, str | os.PathLike):
+                raise ConfigError(f"option token_file must be a path, got {type(self.token_file).__name__}")
+            token = read_token_file(os.fspath(self.token_file), "option token_file")
         else:
-            check_token(self.token, "option token")
+            token = environment_token()
+        object.__setattr__(self, "token", token)
         if not isinstance(self.tls, bool | ssl.SSLContext):
             raise ConfigError(f"option tls must be a bool or an ssl.SSLContext, got {type(self.tls).__name__}")
         if isinstance(self.tls, ssl.SSLContext) and self.tls.protocol == ssl.PROTOCOL_TLS_SERVER:

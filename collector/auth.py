@@ -19,15 +19,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import os
 import ssl
-import stat
 from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.options import check_token, strip_newline
 
 from .repeats import Repeats
 
@@ -35,7 +32,6 @@ __all__ = [
     "AuthenticationFailed",
     "Authenticator",
     "is_loopback",
-    "read_token_file",
     "server_tls_context",
 ]
 
@@ -134,34 +130,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to anything
-
-
-def read_token_file(path: str, flag: str = "--token-file") -> str:
-    """The token in the file at ``path``: its text, one trailing newline ignored. A WARNING if group or others may
-    read or write it.
-
-    Raises:
-        ConfigError: it cannot be read, is empty, or is no token (the message never shows the file's text).
-    """
-    try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            raw = f.read(64 * 1024)
-    except OSError as exc:
-        raise ConfigError(f"{flag}: cannot read the token file {path}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{flag}: the token file {path} holds more than printable ASCII characters") from None
-    token = check_token(strip_newline(text), f"{flag}: the token in {path}")
-    if stat.S_ISREG(mode) and mode & 0o077:
-        log.warning(
-            "the token file %s may be read or written by group or others (mode %04o): chmod 600 %s",
-            path,
-            stat.S_IMODE(mode),
-            path,
-        )
-    return token
 
 
 def server_tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:

@@ -19,10 +19,9 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 
 from ringtrace.client.errors import ConfigError
-from ringtrace.client.options import environment_token, parse_address, parse_size
+from ringtrace.client.options import environment_token, parse_address, parse_size, read_token_file
 
 from .app import Collector, CollectorConfig
-from .auth import read_token_file
 from .segments import FSYNC_POLICIES
 
 __all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]

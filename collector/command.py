@@ -44,10 +44,9 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from ringtrace.client.errors import ConfigError, ProtocolError
-from ringtrace.client.options import environment_token, parse_address
+from ringtrace.client.options import environment_token, parse_address, read_token_file
 
 from . import cli as collector_cli
-from .auth import read_token_file
 from .export import Row, chrome_trace_chunks, json_bytes, native_chunks, selected_rows
 from .offline import FOREIGN_FORMATS, LoadedFile, load_file
 from .perfetto import perfetto_chunks
@@ -81,7 +80,6 @@ _FORMAT_HELP: Final = (
 _HTTP_TIMEOUT_S: Final = 120.0
 _ENDPOINTS: Final = ("/snapshot", "/stream", "/sources")
 _CHUNK: Final = 1 << 16
-_TOKEN_FILE_VARIABLE: Final = "RINGTRACE_TOKEN_FILE"
 _CACERT_VARIABLE: Final = "RINGTRACE_CACERT"
 _TOKEN_HINT: Final = "give it the collector's token: --token-file FILE, or RINGTRACE_TOKEN"
 _CACERT_HINT: Final = "for a collector with a private CA or a self-signed certificate: --cacert FILE"
@@ -223,9 +221,8 @@ def _add_access(parser: argparse.ArgumentParser, ingest: bool = False) -> None:
 
 def _token(args: argparse.Namespace) -> str | None:
     """The token the flags or the environment give, if any."""
-    path = args.token_file if args.token_file is not None else os.environ.get(_TOKEN_FILE_VARIABLE) or None
     try:
-        return read_token_file(path) if path is not None else environment_token()
+        return read_token_file(args.token_file) if args.token_file is not None else environment_token()
     except ConfigError as exc:
         raise CommandError(str(exc), 2) from None
 

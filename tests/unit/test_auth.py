@@ -12,7 +12,7 @@ import msgpack
 import pytest
 from ringtrace.client import StreamerOptions
 from ringtrace.client.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
-from ringtrace.client.options import check_token, environment_token
+from ringtrace.client.options import check_token, environment_token, read_token_file
 from ringtrace.client.protocol import (
     FRAME_HEADER,
     FrameReader,
@@ -24,7 +24,7 @@ from ringtrace.client.protocol import (
 )
 from ringtrace.client.session import SessionDecoder
 from ringtrace.collector.app import CollectorConfig
-from ringtrace.collector.auth import Authenticator, is_loopback, read_token_file, server_tls_context
+from ringtrace.collector.auth import Authenticator, is_loopback, server_tls_context
 from ringtrace.collector.cli import build_parser, config_from_args, environment_args
 
 TOKEN = "rt-unit-0123456789abcdef0123456789"
@@ -115,6 +115,34 @@ def test_streamer_options_take_the_token_from_the_environment_and_never_show_it(
     assert "two words" not in str(refused.value)
     monkeypatch.setenv("RINGTRACE_TOKEN", "")
     assert StreamerOptions().token is None and environment_token() is None
+
+
+def test_a_client_takes_the_token_as_a_file_holds_it_like_the_collector(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's ``openssl rand -hex 32 > token``: read whole, it ends with a newline, which both sides ignore."""
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    assert StreamerOptions(token=path.read_text()).token == TOKEN
+    assert StreamerOptions(token=TOKEN + "\r\n").token == TOKEN
+    assert StreamerOptions(token_file=path).token == TOKEN == read_token_file(str(path))
+    assert StreamerOptions(token_file=str(path)).token == TOKEN
+    with pytest.raises(
+        ConfigError, match=f"option token may hold only printable ASCII .* character {len(TOKEN) + 1} is a newline"
+    ):
+        StreamerOptions(token=TOKEN + "\n\n")
+    with pytest.raises(ConfigError, match="not both"):
+        StreamerOptions(token=TOKEN, token_file=path)
+    with pytest.raises(ConfigError, match=f"option token_file: cannot read the token file {tmp_path / 'none'}"):
+        StreamerOptions(token_file=tmp_path / "none")
+    monkeypatch.setenv("RINGTRACE_TOKEN", "from-the-variable")
+    monkeypatch.setenv("RINGTRACE_TOKEN_FILE", str(path))
+    assert StreamerOptions().token == TOKEN  # a file wins, as for the collector
+    assert StreamerOptions(token="given-wins").token == "given-wins"
+    monkeypatch.setenv("RINGTRACE_TOKEN_FILE", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match="environment variable RINGTRACE_TOKEN_FILE: cannot read"):
+        StreamerOptions()
 
 
 def test_streamer_options_take_tls_as_a_bool_or_a_client_context() -> None:

@@ -349,13 +349,20 @@ class Timeline(_RecorderBase):
         for buffer in self._buffers:
             if buffer.owner is thread:
                 return buffer
-        track = TrackInfo(new_track_id(), THREAD_TRACK, display_text(thread.name), threading.get_native_id())
+        track = TrackInfo(new_track_id(), THREAD_TRACK, self._thread_track_name(thread), threading.get_native_id())
         created = TrackBuffer(track, thread)
         for buffer in self._buffers:  # a re-entrant call (a signal handler) may have made one meanwhile
             if buffer.owner is thread:
                 return buffer
         self._buffers.append(created)
         return created
+
+    def _thread_track_name(self, thread: threading.Thread) -> str:
+        """The thread's name on the default timeline; on another, the timeline's name too, since the default's track
+        of the same thread may be beside it (``disk (MainThread)``)."""
+        if self is DEFAULT_TIMELINE:
+            return display_text(thread.name)
+        return display_text(f"{self.name} ({thread.name})")
 
     def _task_events(self) -> list[Any] | None:
         """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
@@ -623,9 +630,9 @@ class Timeline(_RecorderBase):
         with self._lock:
             for buffer in self._buffers:
                 owner = buffer.owner
-                if isinstance(owner, threading.Thread) and display_text(owner.name) != buffer.track.name:
+                if isinstance(owner, threading.Thread) and self._thread_track_name(owner) != buffer.track.name:
                     old = buffer.track
-                    buffer.track = TrackInfo(old.track_id, old.kind, display_text(owner.name), old.thread_id)
+                    buffer.track = TrackInfo(old.track_id, old.kind, self._thread_track_name(owner), old.thread_id)
                     renamed.append(buffer.track)
         return renamed
 

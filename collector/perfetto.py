@@ -427,7 +427,7 @@ class _Writer:
         if uuid is not None:
             return uuid
         track = process.tracks.get(track.track_id, track)  # the latest name, or the one of an ended track
-        if track.kind == THREAD_TRACK:
+        if track.kind == THREAD_TRACK and process.shares_thread(track) is None:
             parent = self._process_uuid(process)
             uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
             thread = pb.uint(_PID, self._pid(process)) + pb.uint(_TID, _int64(track.thread_id))
@@ -445,7 +445,10 @@ class _Writer:
         return uuid
 
     def _thread_of(self, process: ProcessView, track: TrackInfo) -> TrackInfo | None:
-        """A task lane's thread (its latest name, or the name its frames carry, or none)."""
+        """A task lane's thread (its latest name, or the name its frames carry, or none); for another timeline's
+        track of a thread, the thread's own track."""
+        if track.kind == THREAD_TRACK:
+            return process.shares_thread(track)
         if not track.parent or track.parent == track.track_id:
             return None
         thread = process.tracks.get(track.parent) or self._walk.tracks.get((process.uid, track.parent))

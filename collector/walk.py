@@ -77,6 +77,9 @@ class ProcessView:
     tracks: dict[int, TrackInfo]
     #: Tracks that ended (the latest ``ENDED_TRACKS_REMEMBERED``), by id: they name one whose events are all gone.
     ended_tracks: dict[int, TrackInfo] = field(default_factory=dict)
+    #: OS thread id -> the thread track that shows as that thread (the first declared): the tracks of other timelines
+    #: recorded on the thread are shown beside it, never under its tid.
+    thread_owners: dict[int, TrackInfo] = field(default_factory=dict)
 
     @classmethod
     def of(cls, process: ProcessRecord) -> ProcessView:
@@ -90,14 +93,30 @@ class ProcessView:
             process.reported_stats,
             dict(process.tracks),
             dict(process.ended_tracks),
+            _thread_owners([*process.ended_tracks.values(), *process.tracks.values()]),
         )
 
-    @staticmethod
-    def tid(track: TrackInfo) -> int:
-        """The Chrome ``tid`` of a track: the OS thread id for a thread, a synthetic one above them otherwise."""
-        if track.kind == THREAD_TRACK:
+    def tid(self, track: TrackInfo) -> int:
+        """The Chrome ``tid`` of a track: the OS thread id for the thread's own track, a synthetic one above them
+        otherwise (a task lane, a source, another timeline's track of the thread)."""
+        if self.shares_thread(track) is None and track.kind == THREAD_TRACK:
             return int(track.thread_id)
         return int(_SYNTHETIC_TID_BASE + track.track_id)
+
+    def shares_thread(self, track: TrackInfo) -> TrackInfo | None:
+        """For a thread track of a thread that another track shows as (one of another timeline): that track."""
+        if track.kind != THREAD_TRACK:
+            return None
+        owner = self.thread_owners.get(track.thread_id)
+        return owner if owner is not None and owner.track_id != track.track_id else None
+
+
+def _thread_owners(tracks: list[TrackInfo]) -> dict[int, TrackInfo]:
+    owners: dict[int, TrackInfo] = {}
+    for track in sorted(tracks, key=lambda track: track.track_id):
+        if track.kind == THREAD_TRACK:
+            owners.setdefault(track.thread_id, track)
+    return owners
 
 
 @dataclass

@@ -324,4 +324,4 @@ def test_gevent_greenlets_each_record_on_a_track_of_their_own() -> None:
     pytest.importorskip("gevent")
     done = subprocess.run([sys.executable, "-c", GREEN_THREADS], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[('green-0', 0), ('green-1', 1), ('green-2', 2)] 9"
+    assert done.stdout.strip() == "[('green (green-0)', 0), ('green (green-1)', 1), ('green (green-2)', 2)] 9"

@@ -93,11 +93,11 @@ def test_file_written_through_a_timeline_reads_back_whole(tmp_path: Path) -> Non
     by_thread: dict[str, list[tuple[str, Any]]] = {}
     for event in trace:
         by_thread.setdefault(event.track.name, []).append((event.name, event.args))
-    assert set(by_thread) == {"MainThread", "worker-0", "worker-1", "worker-2"}
-    assert by_thread["MainThread"] == [("main", {"i": i}) for i in range(20)]
+    assert set(by_thread) == {f"file ({name})" for name in ("MainThread", "worker-0", "worker-1", "worker-2")}
+    assert by_thread["file (MainThread)"] == [("main", {"i": i}) for i in range(20)]
     for n in range(3):  # each instant is recorded before the span around it ends
         expected = [(name, {"i": i}) for i in range(50) for name in ("step", "work")]
-        assert by_thread[f"worker-{n}"] == expected
+        assert by_thread[f"file (worker-{n})"] == expected
     spans = [event for event in trace if event.kind == "span"]
     instants = [event for event in trace if event.kind == "instant"]
     assert len(spans) == 150 and all(event.dur_ns >= 0 for event in spans)

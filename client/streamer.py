@@ -44,6 +44,7 @@ from .errors import ProtocolError, UnsupportedVersion
 from .listeners import SerializedListener
 from .model import RECORD_FIELDS, TrackInfo
 from .options import StreamerOptions, parse_address
+from .outage import Outage, connect_failure
 from .protocol import (
     AUTHENTICATION_FAILED,
     EVENTS_HEADER,
@@ -176,12 +177,15 @@ class Streamer(SerializedListener):
         self.refused_events = 0
         self._refused_since_flush = False
         self._goodbye_logged = False
+        #: The reason the collector's GOODBYE gave on this connection, if it sent one.
+        self._goodbye_reason = ""
+        #: What the log says while events cannot reach the collector.
+        self._outage = Outage()
         #: The collector sent something on this connection; a close before that was logged (once).
         self._answered = False
         self._unanswered_logged = False
-        #: With ``tls``: the context (made on the first connection), and whether a failed handshake was logged.
+        #: With ``tls``: the context, made on the first connection.
         self._tls_context: ssl.SSLContext | None = None
-        self._tls_warned = False
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -430,6 +434,12 @@ class Streamer(SerializedListener):
                 self._drop_queue_and_reconnect()
             if self._sock is None and now >= self._next_connect:
                 self._connect()
+            if now >= self._outage.next_report:
+                with self._state_lock:
+                    queued = self._queued_event_count()
+                warning = self._outage.report(now, queued, self.dropped_events)
+                if warning:
+                    log.warning(warning)
             self._start_flushes(now)
             self._ask_acknowledgement(now)
             if self._sock is not None and self._welcomed and now - self._last_sent_s >= self.options.heartbeat_s:
@@ -443,6 +453,7 @@ class Streamer(SerializedListener):
                 timeout = self._next_connect - time.monotonic()
             if self._pending:
                 timeout = min(timeout, min(w.deadline for _, w in self._pending) - time.monotonic())
+            timeout = min(timeout, self._outage.next_report - time.monotonic())
             self._wait(max(timeout, 0.0))
 
     def _drop_queue_and_reconnect(self) -> None:
@@ -507,7 +518,7 @@ class Streamer(SerializedListener):
         try:
             sock = socket.create_connection((host, port), timeout=self.options.connect_timeout_s)
         except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
-            self._schedule_reconnect(f"cannot connect to {host}:{port}: {exc}")
+            self._schedule_reconnect(connect_failure(self.address_text, exc, self.options.connect_timeout_s))
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.options.tls:
@@ -515,16 +526,15 @@ class Streamer(SerializedListener):
                 sock = self._handshake(sock, host, deadline)
             except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
                 sock.close()
-                self._schedule_reconnect(f"TLS with {host}:{port} failed: {exc}")
-                if not self._tls_warned:  # once until a connection works: it is most likely the configuration
-                    self._tls_warned = True
-                    log.warning("ringtrace: TLS with the collector at %s failed: %s", self.address_text, exc)
+                hint = "do both sides use TLS, and is the collector's certificate trusted?"
+                self._schedule_reconnect(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True)
                 return
         sock.setblocking(False)
         self._sock = sock
         self._acknowledged = False
         self._reader = ReplyDecoder(self.options.max_frame_bytes)
         self._answered = False
+        self._goodbye_reason = ""
         self._selector.register(sock, selectors.EVENT_READ)
         self._out = memoryview(preamble() + encode(self.identity.hello(self.options.token or "")))
         self._out_events = 0
@@ -541,12 +551,14 @@ class Streamer(SerializedListener):
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
         return context.wrap_socket(sock, server_hostname=host)
 
-    def _schedule_reconnect(self, reason: str) -> None:
+    def _schedule_reconnect(self, reason: str, *, at_once: bool = False) -> None:
         delay = self._backoff_s * random.uniform(0.5, 1.0)
         self._backoff_s = min(self._backoff_s * 2, self.options.backoff_max_s)
         if self._pending:  # someone waits in flush(): a collector that comes up within its timeout is found soon
             delay = min(delay, _FLUSH_RETRY_S)
-        self._next_connect = time.monotonic() + delay
+        now = time.monotonic()
+        self._next_connect = now + delay
+        self._outage.failed(reason, now, self.dropped_events, at_once=at_once)
         log.debug("ringtrace: %s; retrying in %.2fs", reason, delay)
 
     def _disconnect(self, reason: str, retry: bool = True) -> None:
@@ -667,7 +679,9 @@ class Streamer(SerializedListener):
             self._welcomed = True
         # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
         self._welcomed_at = time.monotonic()
-        self._tls_warned = False
+        resumed = self._outage.resumed(self._welcomed_at, self.dropped_events)
+        if resumed:
+            log.info(resumed)
 
     def _with_retired_tracks(self, kept: deque[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """``kept`` with each track that ended while frames of it were queued declared right before its first frame
@@ -735,6 +749,7 @@ class Streamer(SerializedListener):
                         self.refused_events += frame.events
                         self._refused_since_flush = True
                 elif isinstance(frame, Goodbye):
+                    self._goodbye_reason = frame.reason
                     if not self._welcomed:  # refused: the next attempts are as far apart as the options allow
                         self._backoff_s = self.options.backoff_max_s
                     if not self._goodbye_logged:
@@ -759,4 +774,5 @@ class Streamer(SerializedListener):
                     "does it expect TLS (connect(..., tls=...))?",
                     self.address_text,
                 )
-            self._disconnect("collector closed the connection")
+            goodbye = f": {self._goodbye_reason}" if self._goodbye_reason else ""
+            self._disconnect(f"the collector at {self.address_text} closed the connection{goodbye}")

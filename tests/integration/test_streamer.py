@@ -301,3 +301,58 @@ def test_two_streamers_of_one_process_are_one_process_to_the_collector(collector
     finally:
         first.close(timeout_s=0)
         second.close(timeout_s=0)
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return int(server.getsockname()[1])
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture, level: str = "WARNING") -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == level and "reach the collector" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        (f"127.0.0.1:{free_port()}", "refused (is the collector running, on that port?)"),
+        ("no-such-host.invalid:7700", "cannot resolve the host of no-such-host.invalid:7700"),
+    ],
+    ids=["refused", "unknown-host"],
+)
+def test_a_collector_that_cannot_be_reached_is_warned_of_soon_and_once(
+    address: str, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="ringtrace.client")
+    timeline, _ = streamed(address)
+    try:
+        started = time.monotonic()
+        while not warnings_of(caplog) and time.monotonic() - started < 30:
+            timeline.instant("waiting", i=1)
+            time.sleep(0.01)
+        (warning,) = warnings_of(caplog)
+        assert address in warning and reason in warning and "events queued" in warning
+        assert time.monotonic() - started < 15  # the grace is 2 s; generous for a loaded machine
+        time.sleep(2.5)  # a reconnect attempt or two more: still the one warning (the next comes a minute on)
+        assert len(warnings_of(caplog)) == 1
+    finally:
+        timeline.close(timeout_s=0)
+
+
+def test_delivery_that_resumes_is_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="ringtrace.client")
+    port = free_port()
+    timeline, _ = streamed(f"127.0.0.1:{port}")
+    try:
+        timeline.instant("before")
+        assert wait_until(lambda: bool(warnings_of(caplog)))
+        collector = CollectorProcess(tcp=f"127.0.0.1:{port}")
+        try:
+            assert timeline.flush(timeout_s=30)
+            (resumed,) = warnings_of(caplog, "INFO")
+            assert "reach the collector again" in resumed and "0 dropped meanwhile" in resumed
+            assert [e["name"] for e in events(collector.snapshot(), "i")] == ["before"]
+        finally:
+            collector.stop()
+    finally:
+        timeline.close(timeout_s=0)

@@ -5,9 +5,10 @@ processes of one boot share the monotonic clock (a boot id names it, containers 
 and their events line up to the nanosecond, whatever the jitter of their own two readings. Who sets that pairing is
 the question: no process may move another's events by more than the other could tell by itself.
 
-- A process on the collector's own boot is placed by the collector's own pairing (it reads both clocks itself), so
-  long as its monotonic reading is one the collector's clock could have given (not ahead of it when the HELLO
-  arrived, nor more than ``MAX_CLOCK_SKEW_NS`` behind). What it says of its wall clock does not matter.
+- A process on the collector's own boot is placed by the collector's own pairing (it reads both clocks itself;
+  after a restart, the one its stored processes had), so long as its monotonic reading is one the collector's clock
+  could have given (not ahead of it when the HELLO arrived, nor more than ``MAX_CLOCK_SKEW_NS`` behind). What it
+  says of its wall clock does not matter.
 - A process of another boot is measured when its HELLO arrives: its reading was taken after its connection was set
   up and before its HELLO arrived, so its delivery took at most the time from accepting the connection to the HELLO,
   plus the connection's round trip (the kernel measures it in the TCP handshake). That is its tolerance, at least
@@ -123,13 +124,22 @@ class ClockDomains:
 
     def __init__(self, own_boot: str = "") -> None:
         self.own_boot = own_boot
-        before = time.monotonic_ns()
-        wall = time.time_ns()
-        #: The collector's own pairing: its wall clock against the middle of two monotonic readings around it.
-        self.own_offset_ns = wall - (before + time.monotonic_ns()) // 2
+        self._own_offset_ns: int | None = None
         self._boots: dict[str, list[_Pairing]] = {}
-        if own_boot:
-            self._boots[own_boot] = [_Pairing(self.own_offset_ns, _CLAIMED, "the collector's own clocks")]
+
+    @property
+    def own_offset_ns(self) -> int:
+        """The collector's own pairing, read when first needed (once what a data dir held is known): the one stored
+        processes of its boot had if it is within ``MIN_CLOCK_TOLERANCE_NS`` (a restart), so that they line up to
+        the nanosecond with those that come after; else its wall clock against two monotonic readings around it."""
+        if self._own_offset_ns is None:
+            before = time.monotonic_ns()
+            wall = time.time_ns()
+            offset_ns = wall - (before + time.monotonic_ns()) // 2
+            stored = self._nearest(self.own_boot, offset_ns, _STORED, MIN_CLOCK_TOLERANCE_NS, only=_STORED)
+            self._own_offset_ns = offset_ns if stored is None else stored.offset_ns
+            self._remember(self.own_boot, _Pairing(self._own_offset_ns, _CLAIMED, "the collector's own clocks"))
+        return self._own_offset_ns
 
     def offset(self, hello: Hello, arrival: Arrival | None, who: str) -> int:
         """The offset that places the events of the process that said ``hello`` (``arrival``: None for a HELLO read
@@ -139,17 +149,15 @@ class ClockDomains:
             if self._nearest(hello.boot_id, claimed, _STORED, MIN_CLOCK_TOLERANCE_NS) is None:
                 self._remember(hello.boot_id, _Pairing(claimed, _STORED, who))
             return claimed
+        if hello.boot_id and hello.boot_id == self.own_boot:
+            own_ns = self.own_offset_ns  # (decided before any other process of its boot is compared with it)
+            if not hello.recorded and 0 <= arrival.monotonic_ns - hello.monotonic_ns <= MAX_CLOCK_SKEW_NS:
+                return own_ns  # a reading the collector's own monotonic clock could have given: the same clock
         if hello.recorded:
             own, how, tolerance = claimed, _CLAIMED, MIN_CLOCK_TOLERANCE_NS
-        elif self._on_own_clock(hello, arrival):
-            return self.own_offset_ns
         else:
             (own, how), tolerance = self._measured(hello, arrival, who), arrival.tolerance_ns
         return self._join(hello.boot_id, _Pairing(own, how, who), tolerance)
-
-    def _on_own_clock(self, hello: Hello, arrival: Arrival) -> bool:
-        delivered_ns = arrival.monotonic_ns - hello.monotonic_ns
-        return bool(self.own_boot) and hello.boot_id == self.own_boot and 0 <= delivered_ns <= MAX_CLOCK_SKEW_NS
 
     def _measured(self, hello: Hello, arrival: Arrival, who: str) -> tuple[int, str]:
         """The process's own pairing: the one it claims if its wall clock agreed with the collector's when the HELLO
@@ -164,10 +172,12 @@ class ClockDomains:
         )  # fmt: skip
         return arrival.wall_ns - hello.monotonic_ns, _MEASURED
 
-    def _nearest(self, boot: str, offset_ns: int, how: str, tolerance_ns: int | None = None) -> _Pairing | None:
+    def _nearest(
+        self, boot: str, offset_ns: int, how: str, tolerance_ns: int | None = None, only: str | None = None
+    ) -> _Pairing | None:
         """The pairing of ``boot`` nearest ``offset_ns`` that a pairing had ``how`` may take (within
-        ``tolerance_ns``, if given)."""
-        pairings = [pairing for pairing in self._boots.get(boot, ()) if pairing.takes(how)]
+        ``tolerance_ns``, if given; only those had ``only``, if given)."""
+        pairings = [p for p in self._boots.get(boot, ()) if p.takes(how) and only in (None, p.how)]
         nearest = min(pairings, key=lambda pairing: abs(pairing.offset_ns - offset_ns), default=None)
         if nearest is None or (tolerance_ns is not None and abs(nearest.offset_ns - offset_ns) > tolerance_ns):
             return None

@@ -283,12 +283,24 @@ def test_finding_6_a_liar_naming_the_collector_s_boot_moves_no_process_of_it(
     assert good_spans_within(collector.snapshot(), started, ended)
 
 
+def own_boot_instant(collector: CollectorProcess, pid: int, ts_ns: int) -> float:
+    """A process of the collector's own boot sends an instant at ``ts_ns``: the ``ts`` the snapshot gives it."""
+    host, boot = socket.gethostname(), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    hello = Hello(pid, host, "honest", str(pid), boot, time.monotonic_ns(), time.time_ns(), "")
+    with RawClient(collector.tcp_address, hello) as raw:
+        send_instants(raw, ts_ns)
+    (event,) = [e for e in events(collector.snapshot(), "i") if e["pid"] == pid]
+    return float(event["ts"])
+
+
 def test_finding_6_pairings_of_one_boot_stay_as_they_were_across_a_restart(tmp_path: Path) -> None:
     collector = CollectorProcess("--data-dir", str(tmp_path), "--fsync", "never")
+    mono = time.monotonic_ns()
     try:
         with RawClient(collector.tcp_address, lying_hello("monotonic", "review-host", "shared-boot")) as raw:
             send_instants(raw, time.monotonic_ns())
         honest_shift = placed_shift_ns(collector, "shared-boot", 601)
+        own_boot_ts = own_boot_instant(collector, 701, mono)
         run_good(collector)
         trace = collector.snapshot()
         before = sorted((e["pid"], e["name"], e["ts"]) for e in events(trace, "i") + events(trace, "X"))
@@ -300,6 +312,8 @@ def test_finding_6_pairings_of_one_boot_stay_as_they_were_across_a_restart(tmp_p
         assert sorted((e["pid"], e["name"], e["ts"]) for e in events(trace, "i") + events(trace, "X")) == before
         # A process of the boot after the restart takes the pairing its honest process had before (not the liar's).
         assert abs(placed_shift_ns(restarted, "shared-boot", 602) - honest_shift) < LIE_NS // 9
+        # One of the collector's boot after the restart: its events line up with the stored ones to the nanosecond.
+        assert own_boot_instant(restarted, 702, mono) == own_boot_ts
     finally:
         restarted.stop()
 

@@ -19,6 +19,7 @@ from ringtrace.client.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYT
 from ringtrace.client.session import Limits
 
 from .auth import Authenticator, is_loopback, server_tls_context
+from .clocks import own_boot_id
 from .events import client_counts, store_counts
 from .export import Row
 from .http import make_app
@@ -231,7 +232,7 @@ class Collector:
         self.snapshot_flush_timeout_s = config.snapshot_flush_timeout_s
         #: What ``ts`` 0 means in every snapshot: midnight UTC of the day before the collector started.
         self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
-        self.registry = Registry()
+        self.registry = Registry(own_boot_id())
         self.connections: set[IngestProtocol] = set()
         self.traffic = Traffic()
         self.started_s = time.monotonic()

@@ -49,6 +49,7 @@ from ringtrace.client.protocol import (
 from ringtrace.client.session import Limits, SessionDecoder
 
 from .auth import AuthenticationFailed, Authenticator, is_loopback
+from .clocks import Arrival
 from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
@@ -178,6 +179,7 @@ class _Syncer:
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
+        "_accepted_ns",
         "_address",
         "_control_budget",
         "_control_time",
@@ -208,6 +210,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
         self._traffic = sink.traffic
+        #: Made as its connection is accepted: a bound on how long its HELLO's clock readings took to arrive.
+        self._accepted_ns = time.monotonic_ns()
         self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
@@ -739,10 +743,12 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if refusal is not None:
             raise AuthenticationFailed(refusal)
         welcome = self._session.welcome(self._sink.version)  # raises UnsupportedVersion: GOODBYE, then close
-        self.process = self._sink.registry.hello(hello)
+        assert self._transport is not None
+        arrival = Arrival.now(self._accepted_ns, self._transport.get_extra_info("socket"))
+        self.process = self._sink.registry.hello(hello, arrival)
         store = self._sink.store
         # Every segment replays the HELLO, and snapshots and recovery read it: stored without the token, and with
-        # the clock pairing the collector applies (another than the client's when its wall clock was not believed).
+        # the clock pairing the collector applies (often another than the client's: clocks.py).
         paired_wall_ns = hello.monotonic_ns + self.process.clock_offset_ns
         frame: bytes | memoryview = self._session.last_frame()
         if hello.token or paired_wall_ns != hello.wall_ns:
@@ -750,7 +756,6 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._stream = store.open_stream(self.process.uid, frame)
         if store.buffers.fsync in ("flush", "always"):
             self._syncer = _Syncer(store, self._stream, self._acknowledge, self._abort, f"{self._peer}, {self._who()}")
-        assert self._transport is not None
         self._transport.write(preamble() + encode(welcome))
         log.info(
             "connection from %s: process %r pid %d on %s (protocol %d)",

@@ -9,15 +9,8 @@ serves short-lived clients for months does not grow. Its client-reported counter
 reconnect after being forgotten: the counters last seen of recently forgotten processes are remembered (a bounded
 number of them), and a process that comes back reports only what it lost since.
 
-Clocks: all processes of one boot of one host share the monotonic clock, so the first HELLO of a clock domain
-(host, boot id) fixes that domain's monotonic-to-wall offset, and every process of the domain uses it: their events
-line up to the nanosecond, whatever the jitter of the wall-clock readings. A process with no boot id gets its own.
-What a client says of its clocks is checked, so that no process can move another's events: a live HELLO (not one
-read back from a segment or a file, nor a recorded stream sent again: ``Hello.recorded``) whose wall clock is more
-than ``MAX_CLOCK_SKEW_NS`` off the collector's is paired with the collector's own clock when it arrived instead (the
-process's events then line up with the others' to within that HELLO's delivery time; the HELLO stored says so), and
-a process whose pairing disagrees with its domain's by more than ``MAX_DOMAIN_DRIFT_NS`` keeps its own offset (a
-domain's first process may have lied). Either is logged once per process, naming it and how far off it was.
+Clocks: which offset places each process's events is the business of ``ClockDomains`` (clocks.py); a process's
+offset is fixed when its record is made, so what is stored of it never moves.
 """
 
 from __future__ import annotations
@@ -32,6 +25,8 @@ from typing import Final
 from ringtrace.client.model import TrackInfo
 from ringtrace.client.protocol import Hello, Stats
 
+from .clocks import Arrival, ClockDomains
+
 __all__ = ["ProcessRecord", "Registry", "stats_delta", "stats_sum"]
 
 log = logging.getLogger("ringtrace.collector.sessions")
@@ -42,10 +37,6 @@ FORGOTTEN_REMEMBERED: Final = 10_000
 ENDED_TRACKS_REMEMBERED: Final = 1000
 #: The most a client's loss counter may say (2**40: a million events a second for 12 days).
 MAX_CLIENT_COUNTER: Final = 2**40
-#: A HELLO's wall clock this far from the collector's is not believed.
-MAX_CLOCK_SKEW_NS: Final = 60 * 10**9
-#: A process's own clock pairing this far from its domain's does not join the domain.
-MAX_DOMAIN_DRIFT_NS: Final = 10**9
 #: Trace pids of processes that share an OS pid: the pid plus a multiple of this, above any real pid (pid_max).
 _ALIAS_STEP: Final = 1 << 22
 _STATS_FIELDS: Final = tuple(f.name for f in fields(Stats))
@@ -115,10 +106,11 @@ class ProcessRecord:
 class Registry:
     """Every process that has said HELLO (or left segments in the data dir) and is not forgotten."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_boot: str = "") -> None:
+        """``own_boot``: the collector's own boot id (``clocks.own_boot_id``), none for a registry of files."""
+        self.clocks = ClockDomains(own_boot)
         self.processes: dict[tuple[str, str], ProcessRecord] = {}
         self.by_uid: dict[int, ProcessRecord] = {}
-        self._clock_offsets: dict[tuple[str, str], int] = {}
         self._trace_pids: set[int] = set()
         #: Per OS pid shown by more than one process: the next multiple of ``_ALIAS_STEP`` to try.
         self._next_alias: dict[int, int] = {}
@@ -128,9 +120,10 @@ class Registry:
         self.forgotten_processes = 0
         self._last_stats: OrderedDict[tuple[str, str], Stats] = OrderedDict()
 
-    def hello(self, hello: Hello) -> ProcessRecord:
-        """The process a new connection speaks for (created on its first connection)."""
-        process = self.known(hello, live=True)
+    def hello(self, hello: Hello, arrival: Arrival) -> ProcessRecord:
+        """The process a new connection speaks for (created on its first connection; ``arrival``: when and how its
+        HELLO arrived, which places its events if it is new)."""
+        process = self.known(hello, arrival)
         process.live_connections += 1
         return process
 
@@ -158,13 +151,14 @@ class Registry:
         cutoff = time.monotonic() - grace_s
         return [p for p in self.processes.values() if p.live_connections == 0 and p.disconnected_at <= cutoff]
 
-    def known(self, hello: Hello, *, live: bool = False) -> ProcessRecord:
-        """The record of the process that said ``hello`` (created if new), without counting a connection; ``live``:
-        it said so just now (a connection, not a stored segment or a file), so its wall clock can be checked."""
+    def known(self, hello: Hello, arrival: Arrival | None = None) -> ProcessRecord:
+        """The record of the process that said ``hello`` (created if new), without counting a connection; ``arrival``:
+        it said so just now (a connection, not a stored segment or a file), so its clocks can be checked."""
         key = (hello.host, hello.instance_id)
         process = self.processes.get(key)
         if process is None:
-            offset = self._clock_offset(hello, live)
+            who = f"process {hello.process_name!r:.100} (pid {hello.pid}) on {hello.host!r:.100}"
+            offset = self.clocks.offset(hello, arrival, who)
             trace_pid = self._trace_pid(hello.pid)
             self._trace_pids.add(trace_pid)
             process = ProcessRecord(
@@ -182,30 +176,6 @@ class Registry:
             self.processes[key] = process
             self.by_uid[process.uid] = process
         return process
-
-    def _clock_offset(self, hello: Hello, live: bool) -> int:
-        """The process's monotonic-to-wall offset (see the module docstring)."""
-        now_ns = time.time_ns()
-        offset = hello.wall_ns - hello.monotonic_ns
-        who = f"process {hello.process_name!r:.100} (pid {hello.pid}) on {hello.host!r:.100}"
-        skew_ns = hello.wall_ns - now_ns
-        if live and not hello.recorded and abs(skew_ns) > MAX_CLOCK_SKEW_NS:
-            log.warning(
-                "%s: its wall clock is %.3f s off the collector's (more than %d s): its events are placed by the "
-                "collector's clock when its HELLO arrived",
-                who, skew_ns / 1e9, MAX_CLOCK_SKEW_NS // 10**9,
-            )  # fmt: skip
-            offset = now_ns - hello.monotonic_ns
-        if not hello.boot_id:
-            return offset
-        domain = self._clock_offsets.setdefault((hello.host, hello.boot_id), offset)
-        if abs(domain - offset) > MAX_DOMAIN_DRIFT_NS:
-            log.warning(
-                "%s: its clocks pair %.3f s away from the other processes of boot %r: it keeps its own pairing",
-                who, (offset - domain) / 1e9, hello.boot_id[:100],
-            )  # fmt: skip
-            return offset
-        return domain
 
     def _trace_pid(self, pid: int) -> int:
         """The pid a new process shows: its own, unless a known process shows it; then its own plus the next multiple

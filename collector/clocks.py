@@ -34,6 +34,7 @@ import socket
 import struct
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -53,6 +54,8 @@ MAX_CLOCK_TOLERANCE_NS: Final = 10**9
 MAX_CLOCK_SKEW_NS: Final = 60 * 10**9
 #: Pairings remembered per boot: a boot whose processes disagree more than this is not worth the memory.
 MAX_PAIRINGS_PER_BOOT: Final = 16
+#: Boots remembered, the least recently joined forgotten first: peers may name any number of them.
+MAX_BOOTS: Final = 10_000
 #: ``struct tcp_info`` (Linux): ``tcpi_rtt``, in microseconds, after 8 one-byte fields and 15 four-byte ones.
 _TCP_INFO_RTT: Final = struct.Struct("=I")
 _TCP_INFO_RTT_OFFSET: Final = 68
@@ -125,7 +128,7 @@ class ClockDomains:
     def __init__(self, own_boot: str = "") -> None:
         self.own_boot = own_boot
         self._own_offset_ns: int | None = None
-        self._boots: dict[str, list[_Pairing]] = {}
+        self._boots: OrderedDict[str, list[_Pairing]] = OrderedDict()
 
     @property
     def own_offset_ns(self) -> int:
@@ -165,12 +168,15 @@ class ClockDomains:
         skew_ns = hello.wall_ns - arrival.wall_ns
         if abs(skew_ns) <= arrival.tolerance_ns:
             return hello.wall_ns - hello.monotonic_ns, _CLAIMED
+        measured = arrival.wall_ns - hello.monotonic_ns
+        if self._nearest(hello.boot_id, measured, _MEASURED, arrival.tolerance_ns, only=_MEASURED) is not None:
+            return measured, _MEASURED  # its boot's clock was found off before: said then, once for all its processes
         log.warning(
             "%s: its wall clock is %.3f s off the collector's when its HELLO arrived (more than the %.3f s its "
             "delivery may have taken): its events are placed by the collector's clock",
             who, skew_ns / 1e9, arrival.tolerance_ns / 1e9,
         )  # fmt: skip
-        return arrival.wall_ns - hello.monotonic_ns, _MEASURED
+        return measured, _MEASURED
 
     def _nearest(
         self, boot: str, offset_ns: int, how: str, tolerance_ns: int | None = None, only: str | None = None
@@ -190,6 +196,7 @@ class ClockDomains:
             return own.offset_ns
         taken = self._nearest(boot, own.offset_ns, own.how, tolerance_ns)
         if taken is not None:
+            self._boots.move_to_end(boot)
             return taken.offset_ns
         other = self._nearest(boot, own.offset_ns, _STORED)
         if other is not None and abs(other.offset_ns - own.offset_ns) > tolerance_ns:
@@ -205,5 +212,8 @@ class ClockDomains:
         if not boot:
             return
         pairings = self._boots.setdefault(boot, [])
+        self._boots.move_to_end(boot)
+        if len(self._boots) > MAX_BOOTS:
+            self._boots.popitem(last=False)
         if len(pairings) < MAX_PAIRINGS_PER_BOOT:
             pairings.append(pairing)

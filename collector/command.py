@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a trace or snapshot file, a recording ({_FOREIGN}), or a collector's HTTP address",
     )
     dump.add_argument("--newest-first", action="store_true", help="newest event first")
-    _add_filters(dump)
+    _add_filters(dump, log_view=True)
     _add_access(dump)
     dump.set_defaults(run=_dump)
 
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tail = commands.add_parser("tail", help="a collector's events as they are stored, one a line (Ctrl-C ends it)")
     tail.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
-    _add_filters(tail, STREAM_PARAMETERS)
+    _add_filters(tail, STREAM_PARAMETERS, log_view=True)
     _add_access(tail)
     tail.set_defaults(run=_tail)
 
@@ -253,11 +253,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _add_filters(parser: argparse.ArgumentParser, accepted: Container[str] | None = None) -> None:
+def _add_filters(
+    parser: argparse.ArgumentParser, accepted: Container[str] | None = None, *, log_view: bool = False
+) -> None:
+    """The filters as flags; ``log_view``: a command that prints events as lines (``dump``, ``tail``), where
+    ``--min-priority`` means the messages at that priority (other events carry none) unless ``--with-other-events``."""
     group = parser.add_argument_group("filters (as GET /snapshot's query parameters)")
     for flag, name, text in _FILTERS:
         if accepted is None or name in accepted:
+            if log_view and name == "min_priority":
+                text = "only messages at this priority or more important (fatal ... trace+++)"
             group.add_argument(flag, metavar="VALUE", help=text)
+    if accepted is None or "messages_only" in accepted:
+        only = "only messages (the events that carry a priority)"
+        group.add_argument("--messages-only", action="store_true", help=only)
+    if log_view:
+        group.add_argument(
+            "--with-other-events",
+            action="store_true",
+            help="with --min-priority, keep the events that carry no priority (spans, instants ...) too",
+        )
 
 
 def _filter_params(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -266,6 +281,9 @@ def _filter_params(args: argparse.Namespace) -> list[tuple[str, str]]:
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None:
             params.append((name, value))
+    priorities = getattr(args, "with_other_events", None) is False and getattr(args, "min_priority", None) is not None
+    if getattr(args, "messages_only", False) or priorities:
+        params.append(("messages_only", "1"))
     return params
 
 
@@ -308,7 +326,8 @@ def _check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | N
 
 
 def _as_flags(message: str) -> str:
-    for flag, name in [(flag, name) for flag, name, _ in _FILTERS] + [("--flush-timeout", "flush_timeout_s")]:
+    named = [(flag, name) for flag, name, _ in _FILTERS] + [("--flush-timeout", "flush_timeout_s")]
+    for flag, name in [*named, ("--messages-only", "messages_only")]:
         message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
     return message
 

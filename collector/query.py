@@ -127,6 +127,8 @@ class EventFilter:
     name: Pattern | None = None
     #: Messages up to this level of ``PRIORITIES`` (0 is ``fatal``); other events carry no priority and pass.
     max_priority_level: int | None = None
+    #: Only messages (the events that carry a priority): a log's view rather than a timeline's.
+    messages_only: bool = False
     limit: int | None = None
 
     @property
@@ -142,6 +144,7 @@ class EventFilter:
             or self.category is not None
             or self.name is not None
             or self.max_priority_level is not None
+            or self.messages_only
         )
 
     def selects_process(self, process: _Process) -> bool:
@@ -164,6 +167,8 @@ class EventFilter:
         return (since is None or last_ns >= since) and (until is None or first_ns < until)
 
     def kind_matches(self, kind: KindSpec) -> bool:
+        if self.messages_only and kind.shape != "message":
+            return False
         if self.category is not None and not self.category(category_of(kind)):
             return False
         if self.max_priority_level is not None and kind.shape == "message" and kind.priority:
@@ -188,6 +193,8 @@ class EventFilter:
                 out[name] = pattern.text
         if self.max_priority_level is not None:
             out["min_priority"] = PRIORITIES[self.max_priority_level]
+        if self.messages_only:
+            out["messages_only"] = True
         return out
 
 
@@ -212,6 +219,7 @@ SNAPSHOT_PARAMETERS: Final = {
     "category": "a category: a message's, a typed event's class, or span, instant, counter, marker, source, async",
     "name": "an event name (or glob)",
     "min_priority": f"one of {', '.join(PRIORITIES)}",
+    "messages_only": "1 (only messages, the events that carry a priority) or 0",
     "limit": f"a whole number of events, 1 to {MAX_LIMIT}",
     "format": f"one of {', '.join(FORMATS)}",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
@@ -300,7 +308,33 @@ def _in_range(name: str, text: str, ns: int) -> int:
 def _pattern(name: str, text: str) -> Pattern:
     if not text or len(text) > _MAX_PATTERN_CHARS:
         raise QueryError(f"query parameter {name!r} must be 1 to {_MAX_PATTERN_CHARS} characters, got {len(text)}")
+    unclosed = _unclosed_set(text)
+    if unclosed is not None:  # fnmatch would take it as the character itself: most likely a typo
+        raise QueryError(
+            f"query parameter {name!r} has a '[' at character {unclosed + 1} that no ']' closes, got {text!r:.80} "
+            "(a glob's [ ] is a set of characters; '[[]' is the character '[' itself)"
+        )
     return Pattern(text)
+
+
+def _unclosed_set(text: str) -> int | None:
+    """Where a glob's ``[`` that no ``]`` closes is, if any (``[!]...]`` and ``[]...]`` read as fnmatch reads them)."""
+    start = text.find("[")
+    while start >= 0:
+        end = start + 1
+        end += text.startswith("!", end)
+        end += text.startswith("]", end)
+        close = text.find("]", end)
+        if close < 0:
+            return start
+        start = text.find("[", close + 1)
+    return None
+
+
+def _flag(name: str, text: str) -> bool:
+    if text not in ("0", "1", "true", "false"):
+        raise QueryError(f"query parameter {name!r} must be 1 or 0 (true or false), got {text!r:.80}")
+    return text in ("1", "true")
 
 
 def _pids(text: str) -> frozenset[int]:
@@ -357,6 +391,7 @@ def parse_snapshot_query(
         until_ns=until,
         pids=_pids(values["pid"]) if "pid" in values else None,
         max_priority_level=_priority(values["min_priority"]) if "min_priority" in values else None,
+        messages_only=_flag("messages_only", values["messages_only"]) if "messages_only" in values else False,
         limit=_limit(values["limit"]) if "limit" in values else None,
         **patterns,
     )

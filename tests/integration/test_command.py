@@ -81,6 +81,20 @@ def test_dump_prints_one_event_a_line_in_time_order(
     assert [line.split("  ")[0] for line in out.splitlines()] == stamps[::-1]
 
 
+def test_dump_with_a_min_priority_shows_messages_only_unless_told_to_keep_other_events(
+    recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "dump", recorded.http_url, "--min-priority", "warning")
+    assert status == 0 and err == ""
+    assert len(out.splitlines()) == 2 and all("  engine  warning  slow n(7)" in line for line in out.splitlines())
+    status, out, _ = run(capsys, "dump", recorded.http_url, "--min-priority", "warning", "--with-other-events")
+    assert status == 0 and len(out.splitlines()) == 2 * 41  # a timeline's view: spans and instants carry none
+    status, out, _ = run(capsys, "dump", recorded.http_url, "--messages-only")
+    assert status == 0 and len(out.splitlines()) == 2
+    status, _, err = run(capsys, "dump", recorded.http_url, "--process", "[web")
+    assert status == 2 and "--process has a '[' at character 1 that no ']' closes" in err
+
+
 def write_trace_file(path: Path) -> None:
     tl = Timeline("file", [FileListener(path, process_name="from-file")])
     for i in range(10):

@@ -81,6 +81,9 @@ def test_unknown_and_repeated_parameters_are_named() -> None:
         ({"flush_timeout_s": "x"}, "must be a number"),
         ({"name": "x" * 1025}, "1 to 1024 characters, got 1025"),
         ({"since": "-1s", "until": "-2s"}, "'since' .* must be before 'until'"),
+        ({"process": "[web"}, r"'process' has a '\[' at character 1 that no '\]' closes"),
+        ({"track": "w[!a"}, r"'track' has a '\[' at character 2"),
+        ({"messages_only": "yes"}, "'messages_only' must be 1 or 0"),
     ],
 )
 def test_bad_values_name_the_parameter_and_the_rule(params: dict[str, str], message: str) -> None:
@@ -121,3 +124,14 @@ def test_a_window_selects_by_start() -> None:
     assert selected.overlaps(0, 1000) and selected.overlaps(1999, 5000)
     assert not selected.overlaps(0, 999) and not selected.overlaps(2000, 3000)
     assert selected.describe() == {"since_ns": 1000, "until_ns": 2000}
+
+
+def test_globs_with_closed_sets_are_taken_and_messages_only_keeps_only_messages() -> None:
+    for text in ("db[12]", "[!]x]*", "[]]", "[[]web"):
+        assert parse(process=text).filter.process is not None
+    only = parse(messages_only="1", min_priority="warning").filter
+    assert only.by_event and only.describe()["messages_only"] is True
+    assert only.kind_matches(message_kind("net", "error", "down"))
+    assert not only.kind_matches(message_kind("net", "info", "up"))
+    assert not any(only.kind_matches(kind) for kind in BUILTIN_KINDS)  # no priority: left out
+    assert parse(messages_only="0").filter == parse().filter

@@ -364,7 +364,11 @@ def _fetch(url: str, access: _Access) -> Iterator[Any]:
         raise CommandError(f"the collector answered {exc.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        hint = f" ({_CACERT_HINT})" if isinstance(reason, ssl.SSLCertVerificationError) else ""
+        hint = ""
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            hint = f" ({_CACERT_HINT})"
+        elif isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":  # no TLS at the other end
+            hint = " (the collector speaks plain HTTP there: use an http:// URL, or give it --tls-cert and --tls-key)"
         raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
         yield response
@@ -509,7 +513,10 @@ def _tail(args: argparse.Namespace) -> int:
                     sys.stdout.write(_tail_line(document))
                     sys.stdout.flush()
                 event = "message"
-    raise CommandError("the collector ended the tail: it stopped, or cut the tail off (its log says why)")
+    raise CommandError(
+        "the connection to the collector broke off: it was killed, or cut the tail off for reading too slowly (its "
+        "log says which)"
+    )
 
 
 def _tail_line(event: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ Parameters of a POST come in the query string or as a form body. An unknown, rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -337,7 +338,8 @@ _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
 async def stream(request: web.Request) -> web.StreamResponse:
     """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
     (``data: {json}``); a comment line now and then while nothing comes; a ``cleared`` event with the count of those
-    removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind."""
+    removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
+    ``end`` event when the collector stops."""
     collector = request.app[COLLECTOR]
     try:
         query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
@@ -400,6 +402,12 @@ async def stream(request: web.Request) -> web.StreamResponse:
             written_at = loop.time()
     except (ConnectionResetError, ConnectionError):
         pass  # the reader left
+    except asyncio.CancelledError:  # the collector stops (_end_tails): the reader is told so, not left guessing
+        if begun:
+            with contextlib.suppress(Exception):
+                end = b"event: end\ndata: " + orjson.dumps({"reason": "the collector is stopping"}) + b"\n\n"
+                await asyncio.wait_for(response.write(end), 1.0)
+        raise
     finally:
         tails.discard(task)
         collector.tails_running -= begun

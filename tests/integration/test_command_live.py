@@ -80,7 +80,7 @@ def test_tail_prints_events_stored_after_it_started_as_dump_lines(collector: Col
         reader.join(10)
         assert tail.stderr is not None
         stderr = tail.stderr.read()
-        assert "ended the tail" in stderr
+        assert "the collector ended the tail: the collector is stopping" in stderr
         for stream in (tail.stdout, tail.stderr):
             assert stream is not None
             stream.close()
@@ -212,3 +212,11 @@ def test_replay_keeps_the_times_an_old_recording_was_made_at(
     dumped = [line.split("  ")[0] for line in out.splitlines()]  # the same times as the snapshot's
     expected = [datetime.datetime.fromtimestamp(t // 10**9, datetime.UTC).strftime("%H:%M:%S") for t in shown]
     assert status == 0 and [d[11:19] for d in dumped] == expected
+
+
+def test_an_https_url_to_a_plain_collector_says_so(
+    collector: CollectorProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = collector.http_url.replace("http://", "https://")
+    status, _, err = run(capsys, "sources", url)
+    assert status == 1 and "WRONG_VERSION_NUMBER" in err and "speaks plain HTTP there: use an http:// URL" in err

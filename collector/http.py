@@ -242,8 +242,7 @@ async def _stream_out(
             except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
                 log.warning("snapshot to %s: cut off, it did not take %d bytes within %ss", request.remote,
                             len(piece), timeout_s)  # fmt: skip
-                if request.transport is not None:
-                    request.transport.abort()
+                request.app[COLLECTOR].http_guard.cut_off(request.transport)
                 return response, False
         await response.write_eof()
         return response, True
@@ -396,6 +395,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
                     "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
                     collector.http_guard.timeout_s,
                 )  # fmt: skip
+                collector.http_guard.cut_off(request.transport)
                 break
             written_at = loop.time()
     except (ConnectionResetError, ConnectionError):

@@ -4,6 +4,7 @@ per peer address is tested in test_collector_limits.py: every peer here is on lo
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import subprocess
@@ -197,6 +198,16 @@ assert tl.flush(60)
 """
 
 
+def wait_for_reset(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether the peer resets ``sock`` within ``timeout_s``, read without taking anything of what it sent."""
+    deadline = time.monotonic() + timeout_s
+    while sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != errno.ECONNRESET:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_finding_3_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its_slot() -> None:
     collector = CollectorProcess("--http-timeout", "1", "--max-snapshots", "1")
     try:
@@ -207,6 +218,9 @@ def test_finding_3_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its
             stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             stalled.sendall(b"GET /snapshot?flush_timeout_s=0 HTTP/1.1\r\nHost: x\r\n\r\n")
             assert collector.wait_for_log(lambda line: "cut off, it did not take" in line, timeout_s=60)
+            # Reset at once (a close would leave it open while the kernel tries to send what the reader left unread).
+            assert wait_for_reset(stalled, timeout_s=10)
+        assert collector.json("/stats")["http_connections_timed_out"] == 1
         assert collector.get("/snapshot?flush_timeout_s=0&limit=1")[0] == 200  # its slot is free again
     finally:
         collector.stop()

@@ -459,6 +459,7 @@ class Collector:
             "connections_accepted": traffic.connections_accepted,
             "connections_refused": traffic.connections_refused,
             "connections_unauthenticated": traffic.authentication_failures,
+            "connections_too_slow": traffic.too_slow,
             "protocol_errors": traffic.protocol_errors,
             "throttled_reads": traffic.throttled,
             "http_connections_timed_out": self.http_guard.timed_out,

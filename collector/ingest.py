@@ -78,6 +78,9 @@ MAX_MOVE = 16 * 1024
 TURN_BYTES = 512 * 1024
 #: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
 MAX_CONTROL_FRAMES_PER_S = 1000.0
+#: The least rate, on average since its first byte, at which a frame still incomplete after the idle timeout must have
+#: arrived (a peer that sends a byte now and then is never idle): 1 MiB frames over 8 kbit/s links are not cut.
+MIN_FRAME_BYTES_PER_S = 1024
 
 
 @dataclass(slots=True)
@@ -94,6 +97,8 @@ class Traffic:
     throttled: int = 0
     #: Refused at HELLO: no token, or another one (``auth.py``).
     authentication_failures: int = 0
+    #: Closed for a frame arriving too slowly (``IngestProtocol.close_if_idle``).
+    too_slow: int = 0
     #: Refused connections logged, per kind of refusal (``_refuse``).
     refusals_logged: Repeats = field(default_factory=Repeats)
 
@@ -183,12 +188,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_control_time",
         "_filled",
         "_flushes",
+        "_frame_begun_s",
         "_handshake_timer",
         "_last_read_s",
         "_lent",
         "_offered",
         "_peer",
         "_pending",
+        "_received",
         "_refused",
         "_session",
         "_sink",
@@ -196,6 +203,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_stats_refused",
         "_stream",
         "_syncer",
+        "_taken",
         "_throttle",
         "_tokens",
         "_traffic",
@@ -241,6 +249,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._filled = False
         #: Bytes read since the connection last let the others read (``_end_turn``).
         self._turn_bytes = 0
+        #: Bytes received, and of them those taken as frames when the frame being received began, and when that
+        #: was (None: between frames), for ``close_if_idle``.
+        self._received = 0
+        self._taken = 0
+        self._frame_begun_s: float | None = None
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -300,6 +313,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._filled = nbytes == self._offered
         self._traffic.bytes_received += nbytes
+        self._received += nbytes
         self._last_read_s = time.monotonic()
         self._session.buffer_updated(nbytes)
         self._pending -= nbytes
@@ -356,14 +370,32 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def close_if_idle(self, now_s: float, idle_timeout_s: float) -> bool:
         """Close a connection past its HELLO that sent nothing for ``idle_timeout_s`` (clients send a heartbeat every
-        15 s): it would hold a max_connections slot for nothing. Returns whether it did."""
-        if self.process is None or now_s - self._last_read_s < idle_timeout_s or self._transport is None:
+        15 s), or whose frame being received is still incomplete ``idle_timeout_s`` after its first byte and came at
+        less than MIN_FRAME_BYTES_PER_S on average: either would hold a max_connections slot for nothing. Returns
+        whether it did."""
+        transport = self._transport
+        if self.process is None or transport is None or transport.is_closing():
             return False
         if self._write_paused or self._throttle is not None:  # we are the ones not reading
             return False
-        log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer, self._who(),
-                 idle_timeout_s)  # fmt: skip
-        self._transport.close()
+        if now_s - self._last_read_s >= idle_timeout_s:
+            log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer,
+                     self._who(), idle_timeout_s)  # fmt: skip
+            transport.close()
+            return True
+        begun_s, reader = self._frame_begun_s, self._session.reader
+        received = reader.end - reader.position
+        if begun_s is None or now_s - begun_s < idle_timeout_s or received >= MIN_FRAME_BYTES_PER_S * (now_s - begun_s):
+            return False
+        header = reader.next_frame_header()
+        log.warning(
+            "closing connection from %s, %s: a frame of %s bytes still incomplete %.1f s after its first byte, %d "
+            "bytes of it received (less than min_frame_bytes_per_s=%d past idle_timeout_s=%s)", self._peer,
+            self._who(), header[0] if header is not None else "?", now_s - begun_s, received, MIN_FRAME_BYTES_PER_S,
+            idle_timeout_s,
+        )  # fmt: skip
+        self._traffic.too_slow += 1
+        transport.abort()
         return True
 
     @property
@@ -431,6 +463,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._slow_down(transport)
             header = reader.next_frame_header()  # (checked against the limits when it is read whole)
             self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
+            self._note_frame_begun()
         except AuthenticationFailed as exc:  # the peer learns only that; the log says why
             self._traffic.authentication_failures += 1
             self._sink.auth.log_refusal("connection", self._peer, exc.reason)
@@ -449,6 +482,17 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if self._stream is not None:
                 self._end_batch(self._stream)  # what came before it is stored: acknowledge its FLUSHes
             transport.abort()
+
+    def _note_frame_begun(self) -> None:
+        """Frames were taken: the unread bytes, if any, begin a frame now, unless it is the one that was being
+        received already (nothing more was taken since it began)."""
+        reader = self._session.reader
+        unread = reader.end - reader.position
+        taken = self._received - unread
+        if not unread:
+            self._frame_begun_s = None
+        elif self._frame_begun_s is None or taken != self._taken:
+            self._frame_begun_s, self._taken = self._last_read_s, taken
 
     def _control_frame(self) -> None:
         """A FLUSH or STATS arrived: take it from the bucket (see ``_slow_down``)."""

@@ -19,7 +19,17 @@ from typing import Any
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, Hello, Stats, preamble
+from ringtrace.client.protocol import (
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    Flush,
+    FlushAck,
+    Hello,
+    Stats,
+    Strings,
+    encode,
+    preamble,
+)
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -95,6 +105,40 @@ def test_finding_2_a_connection_idle_after_hello_is_closed_and_heartbeats_keep_a
             assert closed_by_peer(silent.sock)
         assert collector.wait_for_log(lambda line: "nothing received for idle_timeout_s=1.0" in line)
         run_good(collector, heartbeat_s=0.2, idle_s=2.5)  # idle 2.5 s but for its heartbeats: still connected
+    finally:
+        collector.stop()
+
+
+def send_paced(raw: RawClient, data: bytes, bytes_per_s: float, chunk: int, deadline_s: float) -> bool:
+    """Send ``data`` at about ``bytes_per_s``, ``chunk`` bytes at a time, for at most ``deadline_s``; returns whether
+    the collector kept the connection open all along."""
+    deadline = time.monotonic() + deadline_s
+    for at in range(0, len(data), chunk):
+        try:
+            raw.send_raw(data[at : at + chunk])
+        except OSError:
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(chunk / bytes_per_s)  # (pacing a slow sender, not waiting for the collector)
+    return True
+
+
+def test_finding_2_a_frame_sent_a_byte_at_a_time_is_cut_off_and_a_slow_but_steady_one_is_not() -> None:
+    collector = CollectorProcess("--idle-timeout", "1")
+    try:
+        strings = encode(Strings(0, tuple(f"string-{i:05d}" for i in range(1000))))  # ~14 KB
+        with RawClient(collector.tcp_address) as steady:  # 4 KiB/s: 3.5 s for the frame, at more than 1 KiB/s
+            assert send_paced(steady, strings, 4096, 512, deadline_s=60)
+            steady.flush()  # stored and acknowledged
+        with RawClient(collector.tcp_address) as dribbler:  # never idle for a second, but 10 bytes a second
+            assert not send_paced(dribbler, strings, 10, 1, deadline_s=30)
+        assert collector.wait_for_log(
+            lambda line: "still incomplete" in line and "min_frame_bytes_per_s=1024" in line and "pid 4242" in line
+        )
+        assert collector.json("/stats")["connections_too_slow"] == 1
+        status, metrics = collector.get("/metrics")
+        assert status == 200 and b'ringtrace_connections_total{outcome="too_slow"} 1.0' in metrics
     finally:
         collector.stop()
 

@@ -34,6 +34,7 @@ from .sessions import ProcessRecord, Registry, stats_sum
 from .slices import Pairing
 from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
 from .tail import Tail
+from .turns import DecodeTurns
 from .walk import ProcessView, SnapshotView
 
 __all__ = ["Collector", "CollectorConfig"]
@@ -233,6 +234,8 @@ class Collector:
         self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
         self.registry = Registry()
         self.connections: set[IngestProtocol] = set()
+        #: Time of each loop turn for decoding table frames, shared by every connection.
+        self.decode_turns = DecodeTurns()
         self.traffic = Traffic()
         self.started_s = time.monotonic()
         self.rates = RateSampler()

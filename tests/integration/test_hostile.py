@@ -273,6 +273,26 @@ def test_finding_3_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its
         collector.stop()
 
 
+def test_finding_3_a_live_tail_reader_that_stops_reading_is_cut_off_counted_and_reset() -> None:
+    collector = CollectorProcess("--http-timeout", "1")
+    try:
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as stalled:
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            deadline = time.monotonic() + 30
+            while collector.json("/stats")["tails_running"] == 0:  # begun: it sees what is stored from now on
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            done = subprocess.run([sys.executable, "-c", BULK, collector.tcp_address], capture_output=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert collector.wait_for_log(lambda line: "live tail to" in line and "cut off" in line, timeout_s=60)
+            assert wait_for_reset(stalled, timeout_s=10)
+        assert collector.json("/stats")["http_connections_timed_out"] == 1
+    finally:
+        collector.stop()
+
+
 def test_finding_1_a_wall_clock_not_believed_is_stored_as_paired_so_a_restart_places_events_alike(
     tmp_path: Path,
 ) -> None:

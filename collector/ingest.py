@@ -80,7 +80,7 @@ TURN_BYTES = 512 * 1024
 #: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
 MAX_CONTROL_FRAMES_PER_S = 1000.0
 #: The least rate, on average since its first byte, at which a frame still incomplete after the idle timeout must have
-#: arrived (a peer that sends a byte now and then is never idle): 1 MiB frames over 8 kbit/s links are not cut.
+#: arrived (a peer that sends a byte now and then is never idle): a frame over a steady 10 kbit/s link is never cut.
 MIN_FRAME_BYTES_PER_S = 1024
 
 
@@ -304,8 +304,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._transport is not None and self._throttle is None and not self._waiting_turn:
-            self._transport.resume_reading()
+        self._resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._stream is not None:

@@ -35,6 +35,7 @@ from .sessions import ProcessRecord, Registry, stats_sum
 from .slices import Pairing
 from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
 from .tail import Tail
+from .turns import DecodeTurns
 from .walk import ProcessView, SnapshotView
 
 __all__ = ["Collector", "CollectorConfig"]
@@ -234,6 +235,8 @@ class Collector:
         self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
         self.registry = Registry(own_boot_id())
         self.connections: set[IngestProtocol] = set()
+        #: Time of each loop turn for decoding table frames, shared by every connection.
+        self.decode_turns = DecodeTurns()
         self.traffic = Traffic()
         self.started_s = time.monotonic()
         self.rates = RateSampler()
@@ -460,6 +463,7 @@ class Collector:
             "connections_accepted": traffic.connections_accepted,
             "connections_refused": traffic.connections_refused,
             "connections_unauthenticated": traffic.authentication_failures,
+            "connections_too_slow": traffic.too_slow,
             "protocol_errors": traffic.protocol_errors,
             "throttled_reads": traffic.throttled,
             "http_connections_timed_out": self.http_guard.timed_out,

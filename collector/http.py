@@ -243,8 +243,7 @@ async def _stream_out(
             except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
                 log.warning("snapshot to %s: cut off, it did not take %d bytes within %ss", request.remote,
                             len(piece), timeout_s)  # fmt: skip
-                if request.transport is not None:
-                    request.transport.abort()
+                request.app[COLLECTOR].http_guard.cut_off(request.transport)
                 return response, False
         await response.write_eof()
         return response, True
@@ -375,7 +374,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
             except TailBehind as exc:
                 log.warning("live tail to %s: %s; ending it", request.remote, exc)
                 event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
-                await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
+                try:
+                    await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
+                except TimeoutError:  # it does not read at all: cut off as below
+                    collector.http_guard.cut_off(request.transport)
                 break
             cleared = tail.take_cleared()
             if rows or cleared:
@@ -398,6 +400,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
                     "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
                     collector.http_guard.timeout_s,
                 )  # fmt: skip
+                collector.http_guard.cut_off(request.transport)
                 break
             written_at = loop.time()
     except (ConnectionResetError, ConnectionError):

@@ -5,14 +5,17 @@ connections and sends a byte now and then would hold them forever. Each HTTP con
 (``GuardedConnection``, delegating everything to aiohttp's own protocol) so that it must *begin* a request (its
 headers complete, its handler running) within ``timeout_s`` of opening or of the end of its previous request, or it
 is closed with a log line naming the peer and the limit. A response being written (a snapshot, a live tail) is cut
-off by its handler when the peer takes nothing of it for as long (``http.py``). Past ``max_connections`` open at once,
-a new connection is closed at once, logged.
+off by its handler when the peer takes nothing of it for as long (``http.py``, ``HttpGuard.cut_off``): counted with
+the connections timed out, and reset. Past ``max_connections`` open at once, a new connection is closed at once,
+logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,9 +33,22 @@ class HttpGuard:
         self.timeout_s = timeout_s
         self.max_connections = max_connections
         self.connections: dict[asyncio.BaseTransport, GuardedConnection] = {}
-        #: Connections closed for not beginning a request in time, and refused past max_connections.
+        #: Connections closed for not beginning a request in time or not reading a response, and refused past
+        #: max_connections.
         self.timed_out = 0
         self.refused = 0
+
+    def cut_off(self, transport: asyncio.Transport | None) -> None:
+        """A reader took nothing of a response for ``timeout_s``: counted, and its connection reset. (Closed, it
+        would stay open, its socket established at the peer, for as long as the kernel tried to send what is still
+        unsent: a reset drops that.)"""
+        self.timed_out += 1
+        if transport is None or transport.is_closing():
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # on, 0 s: a reset
+        transport.abort()
 
     def factory(self, make: Callable[[], asyncio.Protocol] | None) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for ``loop.create_server``, wrapping ``make``'s protocols (aiohttp's server)."""

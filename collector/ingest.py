@@ -54,6 +54,7 @@ from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
 from .store import Store, Stream
+from .turns import TABLE_FRAMES, DecodeTurns
 
 __all__ = ["IngestProtocol", "IngestSink", "Traffic"]
 
@@ -79,6 +80,9 @@ MAX_MOVE = 16 * 1024
 TURN_BYTES = 512 * 1024
 #: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
 MAX_CONTROL_FRAMES_PER_S = 1000.0
+#: The least rate, on average since its first byte, at which a frame still incomplete after the idle timeout must have
+#: arrived (a peer that sends a byte now and then is never idle): a frame over a steady 10 kbit/s link is never cut.
+MIN_FRAME_BYTES_PER_S = 1024
 
 
 @dataclass(slots=True)
@@ -95,6 +99,8 @@ class Traffic:
     throttled: int = 0
     #: Refused at HELLO: no token, or another one (``auth.py``).
     authentication_failures: int = 0
+    #: Closed for a frame arriving too slowly (``IngestProtocol.close_if_idle``).
+    too_slow: int = 0
     #: Refused connections logged, per kind of refusal (``_refuse``).
     refusals_logged: Repeats = field(default_factory=Repeats)
 
@@ -135,6 +141,9 @@ class IngestSink(Protocol):
 
     @property
     def connections(self) -> set[IngestProtocol]: ...
+
+    @property
+    def decode_turns(self) -> DecodeTurns: ...
 
 
 class _Syncer:
@@ -185,12 +194,14 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_control_time",
         "_filled",
         "_flushes",
+        "_frame_begun_s",
         "_handshake_timer",
         "_last_read_s",
         "_lent",
         "_offered",
         "_peer",
         "_pending",
+        "_received",
         "_refused",
         "_session",
         "_sink",
@@ -198,11 +209,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_stats_refused",
         "_stream",
         "_syncer",
+        "_taken",
         "_throttle",
         "_tokens",
         "_traffic",
         "_transport",
         "_turn_bytes",
+        "_waiting_turn",
         "_write_paused",
         "process",
     )  # fmt: skip
@@ -245,6 +258,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._filled = False
         #: Bytes read since the connection last let the others read (``_end_turn``).
         self._turn_bytes = 0
+        #: Table frames are next, and wait for a later loop turn (``turns.py``): reading stays paused till then.
+        self._waiting_turn = False
+        #: Bytes received, and of them those taken as frames when the frame being received began, and when that
+        #: was (None: between frames), for ``close_if_idle``.
+        self._received = 0
+        self._taken = 0
+        self._frame_begun_s: float | None = None
 
     # -- asyncio callbacks (kept thin) ----------------------------------------------------------------------------
 
@@ -288,8 +308,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._transport is not None and self._throttle is None:
-            self._transport.resume_reading()
+        self._resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._stream is not None:
@@ -304,6 +323,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._filled = nbytes == self._offered
         self._traffic.bytes_received += nbytes
+        self._received += nbytes
         self._last_read_s = time.monotonic()
         self._session.buffer_updated(nbytes)
         self._pending -= nbytes
@@ -314,8 +334,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._end_turn()
 
     def eof_received(self) -> bool:
+        # (Not while waiting for a turn: nothing is read then. What is left is decoded now: it is all there is.)
         self._session.receive_data(b"")
-        self._process_frames()
+        self._process_frames(last=True)
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -360,14 +381,32 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def close_if_idle(self, now_s: float, idle_timeout_s: float) -> bool:
         """Close a connection past its HELLO that sent nothing for ``idle_timeout_s`` (clients send a heartbeat every
-        15 s): it would hold a max_connections slot for nothing. Returns whether it did."""
-        if self.process is None or now_s - self._last_read_s < idle_timeout_s or self._transport is None:
+        15 s), or whose frame being received is still incomplete ``idle_timeout_s`` after its first byte and came at
+        less than MIN_FRAME_BYTES_PER_S on average: either would hold a max_connections slot for nothing. Returns
+        whether it did."""
+        transport = self._transport
+        if self.process is None or transport is None or transport.is_closing():
             return False
-        if self._write_paused or self._throttle is not None:  # we are the ones not reading
+        if self._write_paused or self._throttle is not None or self._waiting_turn:  # we are the ones not reading
             return False
-        log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer, self._who(),
-                 idle_timeout_s)  # fmt: skip
-        self._transport.close()
+        if now_s - self._last_read_s >= idle_timeout_s:
+            log.info("closing connection from %s, %s: nothing received for idle_timeout_s=%s", self._peer,
+                     self._who(), idle_timeout_s)  # fmt: skip
+            transport.close()
+            return True
+        begun_s, reader = self._frame_begun_s, self._session.reader
+        received = reader.end - reader.position
+        if begun_s is None or now_s - begun_s < idle_timeout_s or received >= MIN_FRAME_BYTES_PER_S * (now_s - begun_s):
+            return False
+        header = reader.next_frame_header()
+        log.warning(
+            "closing connection from %s, %s: a frame of %s bytes still incomplete %.1f s after its first byte, %d "
+            "bytes of it received (less than min_frame_bytes_per_s=%d past idle_timeout_s=%s)", self._peer,
+            self._who(), header[0] if header is not None else "?", now_s - begun_s, received, MIN_FRAME_BYTES_PER_S,
+            idle_timeout_s,
+        )  # fmt: skip
+        self._traffic.too_slow += 1
+        transport.abort()
         return True
 
     @property
@@ -400,11 +439,13 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     # -- frames ---------------------------------------------------------------------------------------------------
 
-    def _process_frames(self) -> None:
+    def _process_frames(self, *, last: bool = False) -> None:
+        """Handle every complete frame read, but table frames past this loop turn's share (``turns.py``): those
+        wait for a later turn, and reading pauses till then; ``last``: the peer sent everything, none waits."""
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._waiting_turn:
             return
-        session, store, reader = self._session, self._sink.store, self._session.reader
+        session, store, reader, turns = self._session, self._sink.store, self._session.reader, self._sink.decode_turns
         taken = reader.position  # the frames before it are handled (stored in place, when reading into a segment)
         try:
             if self._lent is not None and self._lent.evicted:
@@ -424,10 +465,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
                         self._next_segment(unread)
                         taken = reader.position
                         continue
+                header = reader.next_frame_header()
+                table = header is not None and header[1] in TABLE_FRAMES and header[0] <= reader.end - reader.position
+                if table and not last and not turns.may_decode(self):
+                    self._waiting_turn = True
+                    transport.pause_reading()
+                    break
                 frame = session.next_frame()
                 if isinstance(frame, Sentinel):
                     break
                 self._handle(frame)
+                if header is not None and table:
+                    turns.spend(header[0])
                 taken = reader.position
             if self._stream is not None:
                 self._end_batch(self._stream)
@@ -435,6 +484,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._slow_down(transport)
             header = reader.next_frame_header()  # (checked against the limits when it is read whole)
             self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
+            self._note_frame_begun()
         except AuthenticationFailed as exc:  # the peer learns only that; the log says why
             self._traffic.authentication_failures += 1
             self._sink.auth.log_refusal("connection", self._peer, exc.reason)
@@ -453,6 +503,17 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if self._stream is not None:
                 self._end_batch(self._stream)  # what came before it is stored: acknowledge its FLUSHes
             transport.abort()
+
+    def _note_frame_begun(self) -> None:
+        """Frames were taken: the unread bytes, if any, begin a frame now, unless it is the one that was being
+        received already (nothing more was taken since it began)."""
+        reader = self._session.reader
+        unread = reader.end - reader.position
+        taken = self._received - unread
+        if not unread:
+            self._frame_begun_s = None
+        elif self._frame_begun_s is None or taken != self._taken:
+            self._frame_begun_s, self._taken = self._last_read_s, taken
 
     def _control_frame(self) -> None:
         """A FLUSH or STATS arrived: take it from the bucket (see ``_slow_down``)."""
@@ -485,14 +546,24 @@ class IngestProtocol(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
-        transport = self._transport
-        if transport is not None and not transport.is_closing() and not self._write_paused and self._throttle is None:
-            transport.resume_reading()
+        self._resume_reading()
 
     def _resume_after_throttle(self) -> None:
         self._throttle = None
-        if self._transport is not None and not self._transport.is_closing() and not self._write_paused:
-            self._transport.resume_reading()
+        self._resume_reading()
+
+    def decode_turn(self) -> None:
+        """Its turn to decode the table frames it read (``turns.py``); then it reads on."""
+        self._waiting_turn = False
+        self._process_frames()
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        """Read on, unless something else holds reading paused: the peer not reading our answers, the throttle, or
+        table frames waiting for their turn."""
+        transport, paused = self._transport, self._write_paused or self._throttle is not None or self._waiting_turn
+        if transport is not None and not transport.is_closing() and not paused:
+            transport.resume_reading()
 
     def _who(self) -> str:
         return f"{self.process.name} (pid {self.process.pid})" if self.process else "before HELLO"

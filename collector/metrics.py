@@ -84,6 +84,7 @@ class _Scrape(_MetricsSource):
         connections.add_metric(["refused"], traffic.connections_refused)
         connections.add_metric(["protocol_error"], traffic.protocol_errors)
         connections.add_metric(["unauthenticated"], traffic.authentication_failures)
+        connections.add_metric(["too_slow"], traffic.too_slow)
         yield connections
         yield CounterMetricFamily(
             "ringtrace_throttled_reads",

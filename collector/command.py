@@ -557,8 +557,8 @@ def _sources(args: argparse.Namespace) -> int:
     return 0
 
 
-_SOURCE_COLUMNS: Final = ("pid", "process / track", "kind", "host", "conn", "events", "bytes", "lost", "ev/s", "first",
-                          "last")  # fmt: skip
+_SOURCE_COLUMNS: Final = ("pid", "process / track", "kind", "host", "conn", "events", "bytes", "lost", "ev/s",
+                          "first (UTC)", "last (UTC)")  # fmt: skip
 _NUMERIC_COLUMNS: Final = ("pid", "conn", "events", "bytes", "lost", "ev/s")
 
 
@@ -580,7 +580,7 @@ def _clock(wall_ns: int | None) -> str:
     if wall_ns is None:
         return "-"
     when = datetime.datetime.fromtimestamp(wall_ns / 1e9, datetime.UTC)
-    return when.strftime("%H:%M:%S.%f")[:-3]
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -107,6 +107,8 @@ def test_sources_shows_a_table_or_the_json(collector: CollectorProcess, capsys: 
     assert rows[0][:2] == ["pid", "process"]
     assert {row[1] for row in rows if "process" in row[2:3]} == {"web", "db"}
     assert [row[:3] for row in rows if row[0] == "MainThread"] == [["MainThread", "thread", "21"]] * 2
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert all(row[-4] == row[-2] == today for row in rows if row[0] == "MainThread")  # first and last, with a date
     status, out, _ = run(capsys, "sources", collector.http_url + "/sources", "--process", "db", "--json")
     assert status == 0 and [p["process_name"] for p in json.loads(out)["processes"]] == ["db"]
     status, _, err = run(capsys, "sources", "ftp://x")

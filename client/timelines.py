@@ -190,6 +190,17 @@ class TrackBuffer:
         return owner.is_alive()
 
 
+def _name_task(run: list[Any], name: str) -> None:
+    """Adds the task's name to the args of the spans and instants of ``run`` (flat records of one lane)."""
+    for i in range(0, len(run), RECORD_FIELDS):
+        if run[i] == SPAN or run[i] == INSTANT:
+            args = run[i + 4]
+            if args is None:
+                run[i + 4] = {"task": name}
+            elif type(args) is dict and "task" not in args:
+                run[i + 4] = {**args, "task": name}  # a copy: the caller may hold on to its map
+
+
 class _PyRecorder:
     """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
 
@@ -572,7 +583,7 @@ class Timeline(_RecorderBase):
         A track holding more than ``max_buffered_events`` (the flusher fell behind) loses its oldest events beyond
         that, counted in ``Drained.dropped``.
         """
-        taken = []
+        taken: list[tuple[TrackInfo, list[Any]]] = []
         dropped, self._not_events = self._take_unrecorded() + self._not_events, 0
         with self._lock:
             buffers = list(self._buffers)
@@ -587,6 +598,7 @@ class Timeline(_RecorderBase):
                 del events[:excess]
                 count -= excess
                 dropped += excess // RECORD_FIELDS
+            first = len(taken)
             if _take_runs is not None:  # C: the values move, untouched, in one pass
                 taken += [(buffer.track, run) for run in _take_runs(events, count, _RUN_VALUES)]
             else:
@@ -597,6 +609,10 @@ class Timeline(_RecorderBase):
                 taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count
                 for start, end in reversed(runs):
                     del events[start:end]
+            if isinstance(buffer.owner, Task):  # a lane serves many tasks in turn: each slice says whose it is
+                name = buffer.owner.get_name()
+                for _, run in taken[first:]:
+                    _name_task(run, name)
             if not alive and not events:
                 ended.append(buffer)
         if ended:

@@ -563,7 +563,7 @@ def test_cancelled_task_records_the_cancellation(tl: Timeline, listener: MemoryL
 
     async def main() -> None:
         started = asyncio.Event()
-        task = asyncio.create_task(victim(started))
+        task = asyncio.create_task(victim(started), name="victim")
         await started.wait()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -572,7 +572,7 @@ def test_cancelled_task_records_the_cancellation(tl: Timeline, listener: MemoryL
     asyncio.run(main())
     (event,) = flushed(tl, listener)
     assert (event.name, event.track.kind) == ("cancelled", ASYNC_TRACK)
-    assert event.args == {"step": 1, "exception": "CancelledError"}
+    assert event.args == {"step": 1, "exception": "CancelledError", "task": "victim"}
 
 
 # -- what recording accepts ----------------------------------------------------------------------------------------
@@ -784,3 +784,28 @@ def test_a_bad_buffer_bound_is_refused_naming_it(bad: Any) -> None:
 
     with pytest.raises(ConfigError, match="max_buffered_events"):
         Timeline("t", max_buffered_events=bad)
+
+
+def test_a_lane_that_serves_many_tasks_in_turn_names_each_slice_s_task(tl: Timeline, listener: MemoryListener) -> None:
+    shared = {"kept": 1}
+
+    async def job(i: int) -> None:
+        with tl.scope("job", i=i):
+            tl.instant("mark", **shared)
+            tl.counter("level", i)  # a counter's args are its values: no task there
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        for i in range(6):  # one after the other: one lane, reused once the flusher saw the last task end
+            await asyncio.create_task(job(i), name=f"job-{i}")
+            assert tl.flush()
+
+    asyncio.run(main())
+    lanes = {e.track.track_id for e in listener.events if e.track.kind == ASYNC_TRACK}
+    assert len(lanes) == 1
+    named = [(e.name, e.args) for e in listener.events if e.name != "level"]
+    assert named == [
+        (name, {**args, "task": f"job-{i}"}) for i in range(6) for name, args in (("mark", shared), ("job", {"i": i}))
+    ]
+    assert shared == {"kept": 1}  # the caller's map is not written to
+    assert all("task" not in e.args for e in listener.events if e.name == "level")

@@ -29,6 +29,7 @@ import datetime
 import http.client
 import json
 import os
+import shlex
 import ssl
 import sys
 import tempfile
@@ -303,15 +304,74 @@ def _snapshot(args: argparse.Namespace) -> int:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     _check_params(params)
     url = _snapshot_url(args.url, params)
+    access = _Access(args)
+    report = _ChromeReport() if args.format == "chrome" else None
     with (
-        _fetch(url, _Access(args)) as response,
+        _fetch(url, access) as response,
         _output(args.output) as out,
         _progress(f"snapshot from {args.url}") as advance,
     ):
         while chunk := response.read(_CHUNK):
             out.write(chunk)
             advance(len(chunk))
+            if report is not None:
+                report.feed(chunk)
+    if params[:-1]:  # filters (format is last)
+        shown = report.shown_events() if report is not None else None
+        _say_matched("snapshot", params[:-1], shown, _stored_events(args.url, access))
     return 0
+
+
+class _ChromeReport:
+    """The ``otherData`` at the end of a Chrome JSON snapshot, caught as it streams by."""
+
+    _MARK: Final = b'],"displayTimeUnit":"ns","otherData":'
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._other: bytearray | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self._other is not None:
+            self._other += chunk
+            return
+        data = self._tail + chunk  # the mark may straddle two chunks (it cannot occur inside a JSON string)
+        found = data.find(self._MARK)
+        if found >= 0:
+            self._other = bytearray(data[found + len(self._MARK) :])
+        else:
+            self._tail = data[-len(self._MARK) :]
+
+    def shown_events(self) -> int | None:
+        try:
+            other = json.loads(bytes(self._other or b"").removesuffix(b"}"))
+            return int(other["capture"]["shown_events"])
+        except (ValueError, KeyError, TypeError):  # a collector from before it said so
+            return None
+
+
+def _stored_events(url: str, access: _Access) -> int | None:
+    """How many events the collector at ``url`` holds in all (None if it does not say)."""
+    try:
+        with _fetch(_endpoint_url(url, "/stats", []), access) as response:
+            return int(json.loads(response.read())["stored_events"])
+    except (CommandError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _say_matched(command: str, params: list[tuple[str, str]], matched: int | None, stored: int | None) -> None:
+    """On stderr: how many events the filters matched of how many there were, and which filters they were."""
+    flags = {name: flag for flag, name, _ in _FILTERS}
+    given = " ".join(
+        "--messages-only" if name == "messages_only" else f"{flags.get(name, name)} {shlex.quote(value)}"
+        for name, value in params
+    )
+    of = f" of {stored:,}" if stored is not None else ""
+    if matched is None:  # (a Perfetto trace or a snapshot file does not say)
+        counted = f"filters applied{of}" + (" events" if of else "") + ":"
+    else:
+        counted = f"{matched:,}{of} events matched"
+    sys.stderr.write(f"ringtrace {command}: {counted} {given}\n")
 
 
 def _check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | None = None) -> None:
@@ -471,6 +531,9 @@ def _dump(args: argparse.Namespace) -> int:
     for row in rows:
         sys.stdout.write(dump_line(row))
     sys.stdout.flush()
+    if params:
+        stored = _stored_events(source, _Access(args)) if source.startswith(("http://", "https://")) else loaded.events
+        _say_matched("dump", params, len(rows), stored)
     _undecodable(source, loaded)
     return 0
 

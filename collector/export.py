@@ -80,7 +80,7 @@ def chrome_trace_chunks(
     walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
     fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
-    before_origin = 0
+    before_origin = shown_events = 0
     yield b'{"traceEvents":['
     first = True
     for (process, track, tables, frame), _ in walk.walked():
@@ -95,11 +95,13 @@ def chrome_trace_chunks(
                 json = b""  # the frame as a whole cannot be decoded: counted as such, none of it shown
             else:
                 before_origin += made.before_origin
+                shown_events += made.shown
                 if made.skipped:
                     walk.count_undecodable(process, made.skipped)
         if shown:
             events, before = _chrome_events(shown, pid, tid, origin_ns)
             before_origin += before
+            shown_events += len(shown)
             json = json + b"," + events if json else events
         if json:
             yield json if first else b"," + json
@@ -114,7 +116,7 @@ def chrome_trace_chunks(
     if closing:
         chunk = json_bytes(closing)[1:-1]
         yield chunk if first else b"," + chunk
-    capture = {**walk.capture(), "events_before_origin": before_origin}
+    capture = {**walk.capture(), "events_before_origin": before_origin, "shown_events": shown_events + len(opened)}
     other = {**view.other, "clock_origin_wall_ns": origin_ns, **walk.report(), "capture": capture}
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
 

@@ -185,9 +185,21 @@ def test_a_snapshot_that_selects_nothing_is_an_empty_file_the_tools_read(
 ) -> None:
     record(collector, "web")
     empty = tmp_path / "empty.rtsnap"
-    assert run(capsys, "snapshot", collector.http_url, "-o", str(empty), "--format", "native", "--process", "x")[0] == 0
+    status, _, err = run(
+        capsys, "snapshot", collector.http_url, "-o", str(empty), "--format", "native", "--process", "x"
+    )
+    assert status == 0 and "ringtrace snapshot: filters applied of 21 events: --process x" in err  # (it cannot count)
     assert run(capsys, "dump", str(empty)) == (0, "", "")
-    assert run(capsys, "dump", collector.http_url, "--process", "nobody") == (0, "", "")
+    # A filter that matches nothing is not silent: it says so, with what was there.
+    assert run(capsys, "dump", collector.http_url, "--process", "nobody") == (
+        0,
+        "",
+        "ringtrace dump: 0 of 21 events matched --process nobody\n",
+    )
+    status, _, err = run(capsys, "snapshot", collector.http_url, "-o", str(tmp_path / "web.json"), "--process", "web-*")
+    assert status == 0 and err == "ringtrace snapshot: 0 of 21 events matched --process 'web-*'\n"
+    status, _, err = run(capsys, "snapshot", collector.http_url, "-o", "-", "--process", "web", "--name", "request")
+    assert status == 0 and err.endswith("ringtrace snapshot: 20 of 21 events matched --process web --name request\n")
 
 
 def test_replay_keeps_the_times_an_old_recording_was_made_at(

@@ -15,6 +15,7 @@ a collector ``Streamer`` to the process-wide timeline; ``FileListener`` and ``Me
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -153,15 +154,17 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
 
     Args:
         address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6).
-        process_name: shown for this process in traces; defaults to the script's name.
+        process_name: shown for this process in traces; defaults to the name it is connected with already (a
+            forked child: its parent's), else in a multiprocessing child started with spawn or forkserver to its
+            parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name.
         **options: fields of ``StreamerOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
 
     Raises:
         ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
     """
     global _connected
-    if process_name is None:
-        process_name = _inherited_process_name()
+    if process_name is None:  # the name it has (a forked child: its parent's), or a spawned child's parent's
+        process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
     parse_address(address)
     with _connect_lock:
@@ -176,10 +179,11 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
             _default.replace_listener(previous, streamer)  # no event falls between the two
         else:
             _default.add_listener(streamer)
+        # For multiprocessing children started with spawn or forkserver: they connect anew, named after this one.
+        with contextlib.suppress(ValueError, OSError):  # a name the environment cannot hold (a NUL): not inherited
+            os.environ[_PARENT_NAME_VARIABLE] = f"{os.getpid()} {streamer.process_name}"
         streamer.start()
         _connected = (address, opts, streamer)
-        # For multiprocessing children started with spawn or forkserver: they connect anew, named after this one.
-        os.environ[_PARENT_NAME_VARIABLE] = f"{os.getpid()} {streamer.process_name}"
         _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
     if previous is not None:
         previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s

@@ -409,6 +409,10 @@ def _endpoint_url(base: str, endpoint: str, params: list[tuple[str, str]]) -> st
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, urllib.parse.urlencode(query), ""))
 
 
+#: What OpenSSL says of a peer that answers TLS in plain text (3.2 and newer say the second).
+_NOT_TLS: Final = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
+
+
 @contextlib.contextmanager
 def _fetch(url: str, access: _Access) -> Iterator[Any]:
     request = urllib.request.Request(url)
@@ -427,7 +431,7 @@ def _fetch(url: str, access: _Access) -> Iterator[Any]:
         hint = ""
         if isinstance(reason, ssl.SSLCertVerificationError):
             hint = f" ({_CACERT_HINT})"
-        elif isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":  # no TLS at the other end
+        elif isinstance(reason, ssl.SSLError) and reason.reason in _NOT_TLS:  # no TLS at the other end
             hint = " (the collector speaks plain HTTP there: use an http:// URL, or give it --tls-cert and --tls-key)"
         raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
@@ -563,7 +567,7 @@ def _tail(args: argparse.Namespace) -> int:
     _check_params(params, STREAM_PARAMETERS)
     event = "message"
     with _fetch(_endpoint_url(args.url, "/stream", params), _Access(args)) as response:
-        for raw in response:
+        for raw in _lines_until_reset(response):
             if raw.startswith(b"event: "):
                 event = raw[7:].strip().decode("utf-8", "replace")
             elif raw.startswith(b"data: "):
@@ -576,10 +580,22 @@ def _tail(args: argparse.Namespace) -> int:
                     sys.stdout.write(_tail_line(document))
                     sys.stdout.flush()
                 event = "message"
-    raise CommandError(
-        "the connection to the collector broke off: it was killed, or cut the tail off for reading too slowly (its "
-        "log says which)"
-    )
+    raise _broke_off()
+
+
+def _broke_off() -> CommandError:
+    return CommandError("the connection to the collector broke off: the collector was killed (a stop says so)")
+
+
+def _lines_until_reset(response: Any) -> Iterator[bytes]:
+    """The tail's lines. A collector cuts a tail it waited on too long off with a reset (and says so in its log);
+    one that was killed leaves its answer unfinished."""
+    try:
+        yield from response
+    except ConnectionResetError:
+        raise CommandError("the collector cut the tail off: this side did not read fast enough") from None
+    except http.client.IncompleteRead:
+        raise _broke_off() from None
 
 
 def _tail_line(event: dict[str, Any]) -> str:

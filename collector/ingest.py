@@ -217,6 +217,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         "_turn_bytes",
         "_waiting_turn",
         "_write_paused",
+        "_write_paused_s",
         "process",
     )  # fmt: skip
 
@@ -251,6 +252,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._last_read_s = time.monotonic()
         #: The peer does not read our answers: reading stays paused until it does (whatever the throttle says).
         self._write_paused = False
+        self._write_paused_s = 0.0
         #: Bytes still to come of the frame being received (0: unknown, or none): reads before then only add bytes.
         self._pending = 0
         #: The room the last read was offered, and whether it took all of it.
@@ -303,6 +305,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         # Our writes are small answers (FLUSH_ACK); a peer that lets them pile up must not get more read.
         self._write_paused = True
+        self._write_paused_s = time.monotonic()
         if self._transport is not None:
             self._transport.pause_reading()
 
@@ -381,12 +384,20 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def close_if_idle(self, now_s: float, idle_timeout_s: float) -> bool:
         """Close a connection past its HELLO that sent nothing for ``idle_timeout_s`` (clients send a heartbeat every
-        15 s), or whose frame being received is still incomplete ``idle_timeout_s`` after its first byte and came at
-        less than MIN_FRAME_BYTES_PER_S on average: either would hold a max_connections slot for nothing. Returns
-        whether it did."""
+        15 s), whose frame being received is still incomplete ``idle_timeout_s`` after its first byte and came at
+        less than MIN_FRAME_BYTES_PER_S on average, or that has not read what we sent it for ``idle_timeout_s``:
+        each would hold a max_connections slot for nothing. Returns whether it did."""
         transport = self._transport
         if self.process is None or transport is None or transport.is_closing():
             return False
+        if self._write_paused and now_s - self._write_paused_s >= idle_timeout_s:
+            log.warning(
+                "closing connection from %s, %s: it has not read what was sent to it (acknowledgements) for "
+                "idle_timeout_s=%s", self._peer, self._who(), idle_timeout_s,
+            )  # fmt: skip
+            self._traffic.too_slow += 1
+            transport.abort()
+            return True
         if self._write_paused or self._throttle is not None or self._waiting_turn:  # we are the ones not reading
             return False
         if now_s - self._last_read_s >= idle_timeout_s:

@@ -104,11 +104,14 @@ class ProcessView:
         return int(_SYNTHETIC_TID_BASE + track.track_id)
 
     def shares_thread(self, track: TrackInfo) -> TrackInfo | None:
-        """For a thread track of a thread that another track shows as (one of another timeline): that track."""
+        """For a thread track of a thread that another track shows as (one of another timeline): that track.
+
+        A live process's threads are known in advance (the first declared shows as the thread); a file's or one read
+        back from the data dir, as a snapshot meets them: the first one it meets."""
         if track.kind != THREAD_TRACK:
             return None
-        owner = self.thread_owners.get(track.thread_id)
-        return owner if owner is not None and owner.track_id != track.track_id else None
+        owner = self.thread_owners.setdefault(track.thread_id, track)
+        return owner if owner.track_id != track.track_id else None
 
 
 def _thread_owners(tracks: list[TrackInfo]) -> dict[int, TrackInfo]:
@@ -268,6 +271,7 @@ class Selection:
             and selected.category is None
             and selected.name is None
             and selected.max_priority_level is None
+            and not selected.messages_only
         )
 
     def event(self, kind: KindSpec | None, name: str, wall_ns: int) -> bool:

@@ -222,3 +222,33 @@ def test_collect_runs_the_collector_with_its_flags(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as refused:
         main(["collect", "--capacity", "lots"])
     assert refused.value.code == 2
+
+
+def test_messages_only_selects_messages_in_every_format(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = recorded.snapshot("?messages_only=1")
+    assert sorted(e["name"] for e in trace["traceEvents"] if e["ph"] != "M") == ["slow n(7)"] * 2
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "m.json"), "--messages-only")[0] == 0
+    assert [e["name"] for e in shown(tmp_path / "m.json")] == ["slow n(7)"] * 2
+
+
+def test_a_second_timeline_on_a_thread_keeps_a_tid_of_its_own_in_a_file_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "two.rttrace"
+    listener = FileListener(path, process_name="two")
+    main_timeline, disk = Timeline("main", [listener]), Timeline("disk", [listener])
+    with main_timeline.scope("work"):
+        pass
+    with disk.scope("fsync"):
+        pass
+    main_timeline.flush()
+    disk.close()
+    main_timeline.close()
+    assert run(capsys, "convert", str(path), "-o", str(tmp_path / "two.json"))[0] == 0
+    document = json.loads((tmp_path / "two.json").read_bytes())
+    names = [(e["tid"], e["args"]["name"]) for e in document["traceEvents"] if e.get("name") == "thread_name"]
+    assert len(names) == len(dict(names)) == 2  # a thread_name per tid, each its own
+    spans = {e["name"]: e["tid"] for e in document["traceEvents"] if e["ph"] == "X"}
+    assert dict(names)[spans["fsync"]] == "disk (MainThread)" and spans["fsync"] != spans["work"]

@@ -233,4 +233,25 @@ def test_an_https_url_to_a_plain_collector_says_so(
 ) -> None:
     url = collector.http_url.replace("http://", "https://")
     status, _, err = run(capsys, "sources", url)
-    assert status == 1 and "WRONG_VERSION_NUMBER" in err and "speaks plain HTTP there: use an http:// URL" in err
+    assert status == 1 and "speaks plain HTTP there: use an http:// URL" in err
+
+
+def test_tail_says_the_collector_was_killed_when_it_was() -> None:
+    collector = CollectorProcess()
+    tail = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while collector.json("/stats")["tails_running"] == 0:
+            assert time.monotonic() < deadline and tail.poll() is None, "the tail did not begin"
+            time.sleep(0.05)
+        collector.proc.kill()
+        _, stderr = tail.communicate(timeout=30)
+        assert tail.returncode == 1 and "broke off: the collector was killed" in stderr, stderr
+    finally:
+        tail.kill()
+        collector.stop()

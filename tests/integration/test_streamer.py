@@ -356,3 +356,15 @@ def test_delivery_that_resumes_is_said_once_at_info(caplog: pytest.LogCaptureFix
             collector.stop()
     finally:
         timeline.close(timeout_s=0)
+
+
+def test_connect_takes_a_process_name_the_environment_cannot_hold(collector: CollectorProcess) -> None:
+    code = (
+        "import sys, ringtrace.client\n"
+        "tl = ringtrace.client.connect(sys.argv[1], process_name='web\\x00one')\n"
+        "tl.instant('named')\n"
+        "print(tl.flush(10))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, collector.tcp_address], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    assert [e["name"] for e in events(collector.snapshot(), "i")] == ["named"]

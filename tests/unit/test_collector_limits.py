@@ -7,6 +7,7 @@ kept), the way asyncio drives it; the ring store is measured with tracemalloc.
 from __future__ import annotations
 
 import asyncio
+import time
 import gc
 import socket
 import tracemalloc
@@ -280,6 +281,19 @@ def test_a_peer_that_floods_flushes_and_reads_no_answers_is_not_read_again_when_
         return throttled, still_paused, transport.reading
 
     assert asyncio.run(scenario()) == (True, True, True)
+
+
+def test_a_peer_that_reads_no_answers_for_the_idle_timeout_is_closed_and_counted() -> None:
+    async def scenario() -> tuple[bool, bool, int]:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0))
+        protocol, transport = connect(collector)
+        protocol.pause_writing()  # its answers pile up: it does not read them, and so is not read either
+        now_s = time.monotonic()
+        kept = not protocol.close_if_idle(now_s + 59, 60.0) and not transport.closing
+        closed = protocol.close_if_idle(now_s + 61, 60.0) and transport.closing
+        return kept, closed, collector.traffic.too_slow
+
+    assert asyncio.run(scenario()) == (True, True, 1)
 
 
 def test_one_address_cannot_take_every_slot_but_local_processes_are_not_limited_per_address() -> None:

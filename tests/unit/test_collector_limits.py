@@ -7,9 +7,9 @@ kept), the way asyncio drives it; the ring store is measured with tracemalloc.
 from __future__ import annotations
 
 import asyncio
-import time
 import gc
 import socket
+import time
 import tracemalloc
 from typing import Any
 

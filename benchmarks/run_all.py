@@ -29,11 +29,8 @@ BENCHMARKS = {
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),
-<<<<<<< HEAD
     "clock": ("bench_clock.py", 300),
-=======
     "tables": ("bench_tables.py", 300),
->>>>>>> ingest-timing
 }
 
 

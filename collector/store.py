@@ -126,8 +126,10 @@ class Stream:
         #: The process's counts per track id.
         self.counts = counts
         self.hello = hello
-        self.schema: list[bytes] = []
-        self.strings: list[bytes] = []
+        #: SCHEMA and STRINGS frames, each kind end to end in one buffer: tables only grow, and a hostile peer's
+        #: thousands of small frames would cost an object each (``session_frame``).
+        self.schema = bytearray()
+        self.strings = bytearray()
         self.tracks: dict[int, bytes] = {}
         self.stats = b""
         #: Bytes a new segment opens with: the preamble and every frame above.
@@ -139,11 +141,11 @@ class Stream:
         #: Segments sealed since the last FLUSH, to sync at the next (``fsync`` flush).
         self.unsynced: list[Segment] = []
 
-    def session_frames(self) -> Iterator[bytes]:
+    def session_frames(self) -> Iterator[bytes | bytearray]:
         yield _PREAMBLE
         yield self.hello
-        yield from self.schema
-        yield from self.strings
+        yield self.schema
+        yield self.strings
         yield from self.tracks.values()
         if self.stats:
             yield self.stats
@@ -327,22 +329,22 @@ class Store:
     def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,
                       kind: Literal["schema", "strings", "track", "stats"]) -> None:  # fmt: skip
         """A SCHEMA, STRINGS, TRACK or STATS frame (header included) the stream's decoder accepted."""
-        data = bytes(frame)
+        data = frame
         if kind == "schema":
-            stream.schema.append(data)
-            stream.session_bytes += len(data)
+            stream.schema += frame
+            stream.session_bytes += len(frame)
         elif kind == "strings":
-            stream.strings.append(data)
-            stream.session_bytes += len(data)
+            stream.strings += frame
+            stream.session_bytes += len(frame)
         elif kind == "track":
             old = stream.tracks.pop(track_id, b"")
             stream.session_bytes -= len(old)
             if not ended:
-                stream.tracks[track_id] = data
+                stream.tracks[track_id] = data = bytes(frame)
                 stream.session_bytes += len(data)
         else:
-            stream.session_bytes += len(data) - len(stream.stats)
-            stream.stats = data
+            stream.session_bytes += len(frame) - len(stream.stats)
+            stream.stats = data = bytes(frame)
         segment = stream.segment
         if segment is None or stream.direct:
             return  # the next segment opens with it; or it is in the segment already

@@ -21,6 +21,7 @@ dead from then on.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -93,6 +94,13 @@ def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> i
 _MAX_NESTING: Final = 32
 #: Typed fields one event kind may declare.
 MAX_KIND_FIELDS: Final = 256
+#: Memory a declared track takes beside its name (a TrackInfo, its ints, entries in two dicts), and a string id when
+#: the strings are kept (an int, a dict entry, the str's header), with room for the allocator's slack: measured, a
+#: connection's RSS grew by less than ``table_bytes`` says at every table limit.
+TRACK_ENTRY_BYTES: Final = 400
+STRING_ENTRY_BYTES: Final = 160
+#: A kind beside its texts (which Python may keep in up to 4 bytes a character).
+KIND_ENTRY_BYTES: Final = 600
 
 
 def _utf8_bytes(text: str) -> int:
@@ -191,8 +199,8 @@ class SessionDecoder:
     """
 
     __slots__ = (
-        "_keep_strings", "_live", "_reader", "_state", "_string_hashes", "added_kinds", "added_strings", "hello",
-        "limits", "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
+        "_keep_strings", "_live", "_reader", "_state", "_string_hashes", "_track_texts", "added_kinds", "added_strings",
+        "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -225,9 +233,22 @@ class SessionDecoder:
         self.string_bytes = 0
         self.schema_bytes = 0
         self.track_name_bytes = 0
+        #: Memory of the live tracks' names as Python keeps them (1, 2 or 4 bytes a character).
+        self._track_texts = 0
         #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
         self.added_strings: list[tuple[int, str]] = []
         self.added_kinds: list[KindSpec] = []
+
+    @property
+    def table_bytes(self) -> int:
+        """About the memory the tables take, at most what they take (an estimate by counts and sizes, in constant
+        time): what a collector charges a connection's tables to (``Store.charge_tables``)."""
+        if self._string_hashes is not None:
+            strings = sys.getsizeof(self._string_hashes)
+        else:
+            strings = len(self.tables.strings) * STRING_ENTRY_BYTES + 4 * self.string_bytes
+        tracks = len(self.tables.tracks) * TRACK_ENTRY_BYTES + self._track_texts
+        return strings + tracks + len(self.tables.kinds) * KIND_ENTRY_BYTES + 4 * self.schema_bytes
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
@@ -394,6 +415,7 @@ class SessionDecoder:
         known = tracks.get(frame.track_id)
         if known is not None:
             self.track_name_bytes -= _utf8_bytes(known.name)
+            self._track_texts -= sys.getsizeof(known.name)
         if frame.ended:  # frames already read keep their own reference to the track
             tracks.pop(frame.track_id, None)
             return
@@ -405,6 +427,7 @@ class SessionDecoder:
             )
         # Names take memory as strings do: the live tracks' names have a budget of max_string_bytes of their own.
         self.track_name_bytes += _utf8_bytes(frame.name)
+        self._track_texts += sys.getsizeof(frame.name)
         if self.track_name_bytes > self.limits.max_string_bytes:
             raise LimitExceeded(
                 "TRACK frame: bytes of all live tracks' names", "max_string_bytes", self.limits.max_string_bytes,

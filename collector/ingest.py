@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from ringtrace.client.errors import ProtocolError, UnsupportedVersion
+from ringtrace.client.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
     AUTHENTICATION_FAILED,
     FRAME_HEADER,
@@ -49,6 +49,7 @@ from ringtrace.client.protocol import (
 from ringtrace.client.session import Limits, SessionDecoder
 
 from .auth import AuthenticationFailed, Authenticator, is_loopback
+from .heap import HeapTrimmer
 from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
@@ -134,6 +135,9 @@ class IngestSink(Protocol):
 
     @property
     def connections(self) -> set[IngestProtocol]: ...
+
+    @property
+    def heap(self) -> HeapTrimmer: ...
 
 
 class _Syncer:
@@ -335,6 +339,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if self._stream is not None:
             self._end_direct()
             self._sink.store.close_stream(self._stream)
+            # Its tables are freed now: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
+            self._sink.heap.freed(self._stream.session_bytes)
             self._stream = None
         if self.process is not None:
             self._sink.registry.disconnected(self.process)
@@ -672,12 +678,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._sink.store.session_frame(
                 stream, self._session.last_frame(), kind="track", track_id=frame.track_id, ended=frame.ended
             )
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Strings):
             assert stream is not None
             self._store_strings(stream, frame)
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Schema):
             assert stream is not None
             self._store_schema(stream, frame)
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Flush):  # everything before it is stored; acknowledged at the end of the batch
             assert stream is not None and self._transport is not None
             self._control_frame()
@@ -724,6 +733,22 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
         elif added or not stream.schema:
             self._sink.store.session_frame(stream, encode(Schema(tuple(added), frame.columns)), kind="schema")
+
+    def _charge_tables(self, stream: Stream, frame: Frame) -> None:
+        """The tables grew: their memory counts against the capacity (``Store.charge_tables``).
+
+        Raises:
+            LimitExceeded: they do not fit: the connection ends (its segments stay stored).
+        """
+        store = self._sink.store
+        needed = store.charge_tables(stream, self._session.table_bytes)
+        if needed is not None:
+            raise LimitExceeded(
+                f"{frame.TYPE.name} frame: every connection's tables (this one's "
+                f"{self._session.table_bytes + stream.memory_bytes} bytes) and the segments the store may not "
+                "overwrite for them",
+                "capacity", store.capacity_bytes, needed,
+            )  # fmt: skip
 
     def _abort(self) -> None:
         if self._transport is not None:

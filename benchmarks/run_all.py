@@ -29,6 +29,7 @@ BENCHMARKS = {
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),
+    "table_memory": ("bench_table_memory.py", 300),
 }
 
 

@@ -2,10 +2,10 @@
 
 glibc's malloc keeps what Python frees in its heap for reuse: a connection's tables are many objects of a few hundred
 bytes, and once they are freed the pages they were on stay with the collector (measured: 120 connections at every
-table limit left 3.0 GB behind them after they closed, with 0.5 MB held in the store). ``malloc_trim(0)`` returns
-every free page of every arena. It walks the heap, so it is called only once enough was freed to be worth it:
-``HeapTrimmer.freed`` adds to a tally, and ``trim_if_due`` (on a timer) trims once the tally reaches
-``TRIM_THRESHOLD_BYTES``. Where there is no glibc, nothing is trimmed.
+table limit left 0.7 to 2.0 GB behind them once they closed and their processes were forgotten, with nothing held in
+the store). ``malloc_trim(0)`` returns every free page of every arena. It walks the heap, so it is called only once
+enough was freed to be worth it: ``HeapTrimmer.freed`` adds to a tally, and ``trim_if_due`` (on a timer) trims once
+the tally reaches ``TRIM_THRESHOLD_BYTES``. Where there is no glibc, nothing is trimmed.
 """
 
 from __future__ import annotations
@@ -51,12 +51,10 @@ def malloc_trim() -> bool:
 class HeapTrimmer:
     """A tally of memory freed since the last trim (see the module docstring)."""
 
-    __slots__ = ("_freed", "trims")
+    __slots__ = ("_freed",)
 
     def __init__(self) -> None:
         self._freed = 0
-        #: Trims done (or that would have been, without glibc).
-        self.trims = 0
 
     def freed(self, nbytes: int) -> None:
         """About ``nbytes`` of many small objects were just freed (a connection's tables, a process's records)."""
@@ -67,6 +65,5 @@ class HeapTrimmer:
         if self._freed < TRIM_THRESHOLD_BYTES:
             return False
         self._freed = 0
-        self.trims += 1
         malloc_trim()
         return True

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Hello
-from ringtrace.collector.sessions import MAX_CLOCK_SKEW_NS, Registry
+from ringtrace.collector.sessions import ENDED_TRACKS_REMEMBERED, MAX_CLOCK_SKEW_NS, Registry
 
 STEP = 1 << 22
 
@@ -25,6 +26,22 @@ def test_processes_sharing_a_pid_get_distinct_pids_and_forgotten_ones_are_reused
     registry.forget(processes[5])
     assert registry.known(hello("again")).trace_pid == processes[5].trace_pid
     assert registry.known(hello("next")).trace_pid == 1 + 3_000 * STEP
+
+
+def test_a_process_s_tracks_end_with_its_last_connection_and_only_the_latest_names_are_kept() -> None:
+    """A process is kept while any of its events are stored: what it keeps must not be the 10,000 tracks one
+    connection may declare (a reconnect declares them again)."""
+    registry = Registry()
+    process = registry.hello(hello("many"))
+    registry.hello(hello("many"))  # a second connection of the same process
+    for track_id in range(1, 5001):
+        process.tracks[track_id] = TrackInfo(track_id, THREAD_TRACK, f"thread {track_id}", track_id)
+    registry.disconnected(process)
+    assert len(process.tracks) == 5000  # still connected
+    registry.disconnected(process)
+    assert not process.tracks
+    assert len(process.ended_tracks) == ENDED_TRACKS_REMEMBERED
+    assert process.ended_tracks[5000].name == "thread 5000"  # the latest ones
 
 
 def test_a_wall_clock_far_off_is_replaced_by_the_collector_s() -> None:

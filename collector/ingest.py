@@ -338,9 +338,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
             )
         if self._stream is not None:
             self._end_direct()
+            # Its tables go with it: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
+            self._sink.heap.freed(self._stream.charged)
             self._sink.store.close_stream(self._stream)
-            # Its tables are freed now: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
-            self._sink.heap.freed(self._stream.session_bytes)
             self._stream = None
         if self.process is not None:
             self._sink.registry.disconnected(self.process)

@@ -366,6 +366,7 @@ class Store:
             return self.table_bytes + grow
         self.table_bytes += grow
         stream.charged = charge
+        self.buffers.trim(self.capacity_bytes - self.held_bytes - self.table_bytes)  # spare buffers take memory too
         return None
 
     def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,

@@ -99,6 +99,8 @@ MAX_KIND_FIELDS: Final = 256
 #: connection's RSS grew by less than ``table_bytes`` says at every table limit.
 TRACK_ENTRY_BYTES: Final = 400
 STRING_ENTRY_BYTES: Final = 160
+#: String ids the hashes' array always covers (512 KiB); past them, up to 8 times the ids declared.
+DENSE_STRING_IDS: Final = 65_536
 #: A kind beside its texts (which Python may keep in up to 4 bytes a character).
 KIND_ENTRY_BYTES: Final = 600
 
@@ -199,8 +201,9 @@ class SessionDecoder:
     """
 
     __slots__ = (
-        "_keep_strings", "_live", "_reader", "_state", "_string_hashes", "_track_texts", "added_kinds", "added_strings",
-        "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
+        "_hashed", "_keep_strings", "_live", "_reader", "_sparse_hashes", "_state", "_string_hashes", "_track_texts",
+        "added_kinds", "added_strings", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
+        "track_name_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -225,6 +228,10 @@ class SessionDecoder:
         #: Without keep_strings: a hash per string id instead of the string (0: not declared), in one buffer rather
         #: than a dict of int objects (which cost 13 times as much: 100,000 strings took 11 MB).
         self._string_hashes: array[int] | None = None if self._keep_strings else array("q")
+        #: Hashes of ids far past those declared (clients number strings from 0 up; a peer that declares one id near
+        #: a large max_strings would make the array huge).
+        self._sparse_hashes: dict[int, int] = {}
+        self._hashed = 0
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
@@ -244,7 +251,7 @@ class SessionDecoder:
         """About the memory the tables take, at most what they take (an estimate by counts and sizes, in constant
         time): what a collector charges a connection's tables to (``Store.charge_tables``)."""
         if self._string_hashes is not None:
-            strings = sys.getsizeof(self._string_hashes)
+            strings = sys.getsizeof(self._string_hashes) + len(self._sparse_hashes) * STRING_ENTRY_BYTES
         else:
             strings = len(self.tables.strings) * STRING_ENTRY_BYTES + 4 * self.string_bytes
         tracks = len(self.tables.tracks) * TRACK_ENTRY_BYTES + self._track_texts
@@ -394,16 +401,25 @@ class SessionDecoder:
                 )
 
     def _add_string_hashes(self, frame: Strings, hashes: array[int]) -> None:
-        last_id = frame.first_id + len(frame.strings) - 1
-        if last_id >= len(hashes):
-            hashes.frombytes(bytes(hashes.itemsize * (last_id + 1 - len(hashes))))
+        last_id, sparse = frame.first_id + len(frame.strings) - 1, self._sparse_hashes
+        dense_limit = max(DENSE_STRING_IDS, 8 * (self._hashed + len(frame.strings)))
+        if len(hashes) <= last_id < dense_limit:  # (doubling: few moves of the sparse ids)
+            grown = min(max(last_id + 1, 2 * len(hashes)), dense_limit)
+            hashes.frombytes(bytes(hashes.itemsize * (grown - len(hashes))))
+            for string_id in [i for i in sparse if i < grown]:
+                hashes[string_id] = sparse.pop(string_id)
+        dense = len(hashes)
         self.added_strings = added = []
         for string_id, text in enumerate(frame.strings, frame.first_id):
             value = hash(text) or 1  # (0 marks an id not declared)
-            known = hashes[string_id]
+            known = hashes[string_id] if string_id < dense else sparse.get(string_id, 0)
             if not known:
                 added.append((string_id, text))
-                hashes[string_id] = value
+                if string_id < dense:
+                    hashes[string_id] = value
+                else:
+                    sparse[string_id] = value
+                self._hashed += 1
                 self.string_bytes += _utf8_bytes(text)
             elif known != value:  # stored frames decode with this table: it may only grow
                 raise MalformedFrame(

@@ -31,6 +31,7 @@ BENCHMARKS = {
     "registry": ("bench_registry.py", 300),
     "clock": ("bench_clock.py", 300),
     "tables": ("bench_tables.py", 300),
+    "table_memory": ("bench_table_memory.py", 300),
 }
 
 

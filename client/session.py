@@ -21,6 +21,8 @@ dead from then on.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -92,6 +94,15 @@ def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> i
 _MAX_NESTING: Final = 32
 #: Typed fields one event kind may declare.
 MAX_KIND_FIELDS: Final = 256
+#: Memory a declared track takes beside its name (a TrackInfo, its ints, entries in two dicts), and a string id when
+#: the strings are kept (an int, a dict entry, the str's header), with room for the allocator's slack: measured, a
+#: connection's RSS grew by less than ``table_bytes`` says at every table limit.
+TRACK_ENTRY_BYTES: Final = 400
+STRING_ENTRY_BYTES: Final = 160
+#: String ids the hashes' array always covers (512 KiB); past them, up to 8 times the ids declared.
+DENSE_STRING_IDS: Final = 65_536
+#: A kind beside its texts (which Python may keep in up to 4 bytes a character).
+KIND_ENTRY_BYTES: Final = 600
 
 
 def _utf8_bytes(text: str) -> int:
@@ -193,14 +204,16 @@ class SessionDecoder:
         borrow: EVENTS payloads and ``last_frame()`` are views valid until more bytes are given (``FrameReader``).
         read_size: the least free room ``get_buffer`` offers.
         keep_strings: fill ``tables.strings``; without, the strings are checked but not kept (for a reader that
-            stores frames and decodes none, as the collector's ingest).
+            stores frames and decodes none, as the collector's ingest): a hash per string id is kept instead, in one
+            array (8 bytes an id up to the highest declared), enough to refuse a redefinition.
         concatenated: a file of streams end to end (a snapshot file): at each new stream the tables start afresh,
             and its HELLO is the first frame it gives.
     """
 
     __slots__ = (
-        "_keep_strings", "_live", "_reader", "_state", "_string_hashes", "added_kinds", "added_strings", "hello",
-        "limits", "protocol_version", "schema_bytes", "string_bytes", "tables", "track_name_bytes",
+        "_hashed", "_keep_strings", "_live", "_reader", "_sparse_hashes", "_state", "_string_hashes", "_track_texts",
+        "added_kinds", "added_strings", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
+        "track_name_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -222,8 +235,13 @@ class SessionDecoder:
         self._start_stream()
 
     def _start_stream(self) -> None:
-        #: Without keep_strings: a hash per string id instead of the string, enough to refuse a redefinition.
-        self._string_hashes: dict[int, int] | None = None if self._keep_strings else {}
+        #: Without keep_strings: a hash per string id instead of the string (0: not declared), in one buffer rather
+        #: than a dict of int objects (which cost 13 times as much: 100,000 strings took 11 MB).
+        self._string_hashes: array[int] | None = None if self._keep_strings else array("q")
+        #: Hashes of ids far past those declared (clients number strings from 0 up; a peer that declares one id near
+        #: a large max_strings would make the array huge).
+        self._sparse_hashes: dict[int, int] = {}
+        self._hashed = 0
         self._state = "HELLO"
         self.hello: Hello | None = None
         self.protocol_version = 0
@@ -232,9 +250,22 @@ class SessionDecoder:
         self.string_bytes = 0
         self.schema_bytes = 0
         self.track_name_bytes = 0
+        #: Memory of the live tracks' names as Python keeps them (1, 2 or 4 bytes a character).
+        self._track_texts = 0
         #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
         self.added_strings: list[tuple[int, str]] = []
         self.added_kinds: list[KindSpec] = []
+
+    @property
+    def table_bytes(self) -> int:
+        """About the memory the tables take, at most what they take (an estimate by counts and sizes, in constant
+        time): what a collector charges a connection's tables to (``Store.charge_tables``)."""
+        if self._string_hashes is not None:
+            strings = sys.getsizeof(self._string_hashes) + len(self._sparse_hashes) * STRING_ENTRY_BYTES
+        else:
+            strings = len(self.tables.strings) * STRING_ENTRY_BYTES + 4 * self.string_bytes
+        tracks = len(self.tables.tracks) * TRACK_ENTRY_BYTES + self._track_texts
+        return strings + tracks + len(self.tables.kinds) * KIND_ENTRY_BYTES + 4 * self.schema_bytes
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
@@ -356,29 +387,61 @@ class SessionDecoder:
         longest = max(map(len, frame.strings), default=0)
         if longest > MAX_STRING_CHARS:
             raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
-        strings: dict[int, Any] = self.tables.strings if self._string_hashes is None else self._string_hashes
-        self.added_strings = added = []
-        for string_id, text in enumerate(frame.strings, frame.first_id):
-            value = text if self._string_hashes is None else hash(text)
-            known = strings.get(string_id)
-            if known is None:
-                added.append((string_id, text))
-                strings[string_id] = value
-                self.string_bytes += _utf8_bytes(text)
-            elif known != value:  # stored frames decode with this table: it may only grow
-                was = f"was {known!r:.60}" if self._string_hashes is None else "was another text"
-                raise MalformedFrame(f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, {was}")
+        if self._string_hashes is not None:
+            self._add_string_hashes(frame, self._string_hashes)
+        else:
+            self._add_string_texts(frame, self.tables.strings)
         if self.string_bytes > self.limits.max_string_bytes:
             raise LimitExceeded(
                 "STRINGS frame: bytes of all strings", "max_string_bytes", self.limits.max_string_bytes,
                 self.string_bytes,
             )  # fmt: skip
 
+    def _add_string_texts(self, frame: Strings, strings: dict[int, str]) -> None:
+        self.added_strings = added = []
+        for string_id, text in enumerate(frame.strings, frame.first_id):
+            known = strings.get(string_id)
+            if known is None:
+                added.append((string_id, text))
+                strings[string_id] = text
+                self.string_bytes += _utf8_bytes(text)
+            elif known != text:  # stored frames decode with this table: it may only grow
+                raise MalformedFrame(
+                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was {known!r:.60}"
+                )
+
+    def _add_string_hashes(self, frame: Strings, hashes: array[int]) -> None:
+        last_id, sparse = frame.first_id + len(frame.strings) - 1, self._sparse_hashes
+        dense_limit = max(DENSE_STRING_IDS, 8 * (self._hashed + len(frame.strings)))
+        if len(hashes) <= last_id < dense_limit:  # (doubling: few moves of the sparse ids)
+            grown = min(max(last_id + 1, 2 * len(hashes)), dense_limit)
+            hashes.frombytes(bytes(hashes.itemsize * (grown - len(hashes))))
+            for string_id in [i for i in sparse if i < grown]:
+                hashes[string_id] = sparse.pop(string_id)
+        dense = len(hashes)
+        self.added_strings = added = []
+        for string_id, text in enumerate(frame.strings, frame.first_id):
+            value = hash(text) or 1  # (0 marks an id not declared)
+            known = hashes[string_id] if string_id < dense else sparse.get(string_id, 0)
+            if not known:
+                added.append((string_id, text))
+                if string_id < dense:
+                    hashes[string_id] = value
+                else:
+                    sparse[string_id] = value
+                self._hashed += 1
+                self.string_bytes += _utf8_bytes(text)
+            elif known != value:  # stored frames decode with this table: it may only grow
+                raise MalformedFrame(
+                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was another text"
+                )
+
     def _add_track(self, frame: Track) -> None:
         tracks, limit = self.tables.tracks, self.limits.max_tracks
         known = tracks.get(frame.track_id)
         if known is not None:
             self.track_name_bytes -= _utf8_bytes(known.name)
+            self._track_texts -= sys.getsizeof(known.name)
         if frame.ended:  # frames already read keep their own reference to the track
             tracks.pop(frame.track_id, None)
             return
@@ -390,6 +453,7 @@ class SessionDecoder:
             )
         # Names take memory as strings do: the live tracks' names have a budget of max_string_bytes of their own.
         self.track_name_bytes += _utf8_bytes(frame.name)
+        self._track_texts += sys.getsizeof(frame.name)
         if self.track_name_bytes > self.limits.max_string_bytes:
             raise LimitExceeded(
                 "TRACK frame: bytes of all live tracks' names", "max_string_bytes", self.limits.max_string_bytes,

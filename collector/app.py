@@ -22,6 +22,7 @@ from .auth import Authenticator, is_loopback, server_tls_context
 from .clocks import own_boot_id
 from .events import client_counts, store_counts
 from .export import Row
+from .heap import HeapTrimmer
 from .http import make_app
 from .http_guard import HttpGuard
 from .ingest import IngestProtocol, Traffic
@@ -160,6 +161,8 @@ class CollectorConfig:
         return min(max(smallest // 8, MIN_SEGMENT_BYTES), 4 * 1024 * 1024)
 
 
+#: About what a process's records take (the registry's and the store's), freed when it is forgotten.
+FORGOTTEN_PROCESS_BYTES = 4096
 #: How long a stopping collector waits for its clients to flush.
 STOP_FLUSH_TIMEOUT_S = 1.0
 
@@ -237,6 +240,8 @@ class Collector:
         self.connections: set[IngestProtocol] = set()
         #: Time of each loop turn for decoding table frames, shared by every connection.
         self.decode_turns = DecodeTurns()
+        #: Memory freed in many small objects (connections' tables, forgotten processes), given back to the OS.
+        self.heap = HeapTrimmer()
         self.traffic = Traffic()
         self.started_s = time.monotonic()
         self.rates = RateSampler()
@@ -370,6 +375,7 @@ class Collector:
         while True:
             await asyncio.sleep(interval)
             self.forget_idle()
+            self.heap.trim_if_due()
 
     async def _close_idle_connections(self) -> None:
         """Now and then: close connections idle past ``idle_timeout_s`` (``IngestProtocol.close_if_idle``)."""
@@ -422,6 +428,7 @@ class Collector:
             if not self.store.holds(process.uid):
                 self.registry.forget(process)
                 self.store.forget(process.uid)
+                self.heap.freed(FORGOTTEN_PROCESS_BYTES)
                 if not self.pop_lock.locked():  # (a pop's worker copies it; the next sweep catches up)
                     self.pop_left_open.forget({process.uid})
                 forgotten += 1
@@ -439,6 +446,7 @@ class Collector:
             "stored_frames": store.stored_frames,
             "segments": store.segment_count,
             "held_bytes": store.held_bytes,
+            "table_bytes": store.table_bytes,
             "used_bytes": store.used_bytes,
             "capacity_bytes": store.capacity_bytes,
             "event_loop_lag_max_ms": round(self.loop_lag.longest_s * 1000, 3),
@@ -479,6 +487,7 @@ class Collector:
             "connections": len(self.connections),
             "processes": len(self.registry.processes),
             "held_bytes": store.held_bytes,
+            "table_bytes": store.table_bytes,
             "capacity_bytes": store.capacity_bytes,
             "segments": store.segment_count,
             "snapshots_running": self.snapshots_running,

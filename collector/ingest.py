@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from ringtrace.client.errors import ProtocolError, UnsupportedVersion
+from ringtrace.client.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from ringtrace.client.protocol import (
     AUTHENTICATION_FAILED,
     FRAME_HEADER,
@@ -50,6 +50,7 @@ from ringtrace.client.session import Limits, SessionDecoder
 
 from .auth import AuthenticationFailed, Authenticator, is_loopback
 from .clocks import Arrival
+from .heap import HeapTrimmer
 from .repeats import Repeats
 from .segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
 from .sessions import ProcessRecord, Registry
@@ -144,6 +145,9 @@ class IngestSink(Protocol):
 
     @property
     def decode_turns(self) -> DecodeTurns: ...
+
+    @property
+    def heap(self) -> HeapTrimmer: ...
 
 
 class _Syncer:
@@ -362,6 +366,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
             )
         if self._stream is not None:
             self._end_direct()
+            # Its tables go with it: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
+            self._sink.heap.freed(self._stream.charged)
             self._sink.store.close_stream(self._stream)
             self._stream = None
         if self.process is not None:
@@ -758,12 +764,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._sink.store.session_frame(
                 stream, self._session.last_frame(), kind="track", track_id=frame.track_id, ended=frame.ended
             )
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Strings):
             assert stream is not None
             self._store_strings(stream, frame)
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Schema):
             assert stream is not None
             self._store_schema(stream, frame)
+            self._charge_tables(stream, frame)
         elif isinstance(frame, Flush):  # everything before it is stored; acknowledged at the end of the batch
             assert stream is not None and self._transport is not None
             self._control_frame()
@@ -810,6 +819,22 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._sink.store.session_frame(stream, self._session.last_frame(), kind="schema")
         elif added or not stream.schema:
             self._sink.store.session_frame(stream, encode(Schema(tuple(added), frame.columns)), kind="schema")
+
+    def _charge_tables(self, stream: Stream, frame: Frame) -> None:
+        """The tables grew: their memory counts against the capacity (``Store.charge_tables``).
+
+        Raises:
+            LimitExceeded: they do not fit: the connection ends (its segments stay stored).
+        """
+        store = self._sink.store
+        needed = store.charge_tables(stream, self._session.table_bytes)
+        if needed is not None:
+            raise LimitExceeded(
+                f"{frame.TYPE.name} frame: every connection's tables (this one's "
+                f"{self._session.table_bytes + stream.memory_bytes} bytes) and the segments the store may not "
+                "overwrite for them",
+                "capacity", store.capacity_bytes, needed,
+            )  # fmt: skip
 
     def _abort(self) -> None:
         if self._transport is not None:

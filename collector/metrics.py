@@ -125,6 +125,7 @@ _GAUGES = {
     "connections": "Client connections open",
     "processes": "Processes known (connected, or with something stored)",
     "held_bytes": "Bytes of the store's segments",
+    "table_bytes": "Memory of the open connections' tables, counted against the capacity with the segments",
     "capacity_bytes": "What the store may hold (--capacity)",
     "segments": "Segments stored",
     "snapshots_running": "Snapshots being served",

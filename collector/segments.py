@@ -126,7 +126,7 @@ class Segment:
     def free(self) -> int:
         return self.size - self.used - INDEX_ENTRY.size * self.entries
 
-    def write(self, data: bytes | memoryview) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` (the caller checked ``free``); returns its offset."""
         offset = self.used
         end = offset + len(data)

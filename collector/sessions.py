@@ -130,6 +130,11 @@ class Registry:
     def disconnected(self, process: ProcessRecord) -> None:
         process.live_connections -= 1
         process.disconnected_at = time.monotonic()
+        if not process.live_connections:
+            # Its tracks end with it (a reconnect declares them again), so that what a process leaves behind until
+            # it is forgotten is bounded: up to 10,000 tracks a connection, kept while any of its events are stored.
+            for track_id in list(process.tracks):
+                process.end_track(track_id)
 
     def forget(self, process: ProcessRecord) -> None:
         """Drop a process (the caller checked that it has no connection and nothing stored)."""

@@ -10,8 +10,9 @@ Their sizes are powers of two, so that the buffers of evicted segments fit new o
 A segment is larger when one frame and the session frames need it, and at least four times the session frames (a
 process with many kinds or strings would otherwise store mostly prefixes).
 
-Budget: the sizes of all stored segments (prefix, frames, index and unused tail alike) stay within ``capacity_bytes``,
-and one process's within ``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by
+Budget: the sizes of all stored segments (prefix, frames, index and unused tail alike) and the tables of the open
+connections (their strings, kinds and tracks: ``charge_tables``) stay within ``capacity_bytes``, and one process's
+segments within ``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by
 evicting the process's own oldest segment while it is at its cap, then the oldest segment of all (sealed ones first:
 a connection's open segment holds its newest events, and may be being read into); under ``discard``, the frame is
 refused instead, so the store keeps the beginning. Buffers of evicted segments are reused while the stored bytes and
@@ -63,6 +64,8 @@ MIN_SEGMENT_BYTES: Final = 64 * 1024
 _ALIGN: Final = 4096
 _PREAMBLE: Final = preamble()
 _ENTRY: Final = INDEX_ENTRY.size
+#: Memory a stored TRACK frame takes beside its bytes (the bytes object's header, its entry in a dict).
+_TRACK_FRAME_BYTES: Final = 100
 
 
 @dataclass(slots=True)
@@ -117,8 +120,8 @@ class Stream:
     """One connection's writer: the session frames a new segment of it replays, and its open segment."""
 
     __slots__ = (
-        "counts", "direct", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats", "strings",
-        "tracks", "unsynced",
+        "charged", "counts", "direct", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats",
+        "strings", "tracks", "unsynced",
     )  # fmt: skip
 
     def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
@@ -126,8 +129,10 @@ class Stream:
         #: The process's counts per track id.
         self.counts = counts
         self.hello = hello
-        self.schema: list[bytes] = []
-        self.strings: list[bytes] = []
+        #: SCHEMA and STRINGS frames, each kind end to end in one buffer: tables only grow, and a hostile peer's
+        #: thousands of small frames would cost an object each (``session_frame``).
+        self.schema = bytearray()
+        self.strings = bytearray()
         self.tracks: dict[int, bytes] = {}
         self.stats = b""
         #: Bytes a new segment opens with: the preamble and every frame above.
@@ -138,12 +143,22 @@ class Stream:
         self.next_size = first_size
         #: Segments sealed since the last FLUSH, to sync at the next (``fsync`` flush).
         self.unsynced: list[Segment] = []
+        #: Bytes of its connection's tables counted against the capacity (``Store.charge_tables``).
+        self.charged = 0
 
-    def session_frames(self) -> Iterator[bytes]:
+    @property
+    def memory_bytes(self) -> int:
+        """About the memory its session frames take, at most what they take (a bytes object and a dict entry a
+        track)."""
+        return (
+            self.session_bytes + _TRACK_FRAME_BYTES * len(self.tracks) + len(self.schema) // 8 + len(self.strings) // 8
+        )
+
+    def session_frames(self) -> Iterator[bytes | bytearray]:
         yield _PREAMBLE
         yield self.hello
-        yield from self.schema
-        yield from self.strings
+        yield self.schema
+        yield self.strings
         yield from self.tracks.values()
         if self.stats:
             yield self.stats
@@ -305,6 +320,8 @@ class Store:
         #: Counts of processes forgotten (``forget``).
         self.forgotten = Counts()
         self.held_bytes = 0
+        #: Memory of the open connections' tables, counted against the capacity as segments are (``charge_tables``).
+        self.table_bytes = 0
         self._refusals_logged: set[str] = set()
         #: Segments removed on request, oldest first: seq -> (owner, events) (``cleared_segments``).
         self._cleared: OrderedDict[int, tuple[int, int]] = OrderedDict()
@@ -323,26 +340,54 @@ class Store:
         self._end_segment(stream)
         self._processes[stream.owner].streams -= 1
         self._streams -= 1
+        self.table_bytes -= stream.charged
+        stream.charged = 0
+
+    def charge_tables(self, stream: Stream, decoder_bytes: int) -> int | None:
+        """Count the stream's tables against the capacity: ``decoder_bytes`` (what its decoder's tables take) and its
+        session frames. A connection's tables cost memory as its segments do, and clients choose how much: counted
+        this way, ``capacity`` bounds them too, whatever ``max_connections`` is. Under ``ring``, room is made as for
+        a segment (the oldest segments are overwritten, but the stream's open one); ``discard`` overwrites nothing,
+        and takes tables past the stored segments (a full store would otherwise end every connection that declares
+        a string), but not past the capacity for the tables alone. Returns None, or the bytes that would be needed
+        past the capacity: the connection must end."""
+        charge = decoder_bytes + stream.memory_bytes
+        grow = charge - stream.charged
+        if grow <= 0:
+            self.table_bytes += grow
+            stream.charged = charge
+            return None
+        while self.policy == "ring" and self.held_bytes + self.table_bytes + grow > self.capacity_bytes:
+            oldest = self._oldest() if self._segments else None
+            if oldest is None or oldest is stream.segment:
+                return self.held_bytes + self.table_bytes + grow
+            self._evict(oldest, "overwritten")
+        if self.table_bytes + grow > self.capacity_bytes:
+            return self.table_bytes + grow
+        self.table_bytes += grow
+        stream.charged = charge
+        self.buffers.trim(self.capacity_bytes - self.held_bytes - self.table_bytes)  # spare buffers take memory too
+        return None
 
     def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,
                       kind: Literal["schema", "strings", "track", "stats"]) -> None:  # fmt: skip
         """A SCHEMA, STRINGS, TRACK or STATS frame (header included) the stream's decoder accepted."""
-        data = bytes(frame)
+        data = frame
         if kind == "schema":
-            stream.schema.append(data)
-            stream.session_bytes += len(data)
+            stream.schema += frame
+            stream.session_bytes += len(frame)
         elif kind == "strings":
-            stream.strings.append(data)
-            stream.session_bytes += len(data)
+            stream.strings += frame
+            stream.session_bytes += len(frame)
         elif kind == "track":
             old = stream.tracks.pop(track_id, b"")
             stream.session_bytes -= len(old)
             if not ended:
-                stream.tracks[track_id] = data
+                stream.tracks[track_id] = data = bytes(frame)
                 stream.session_bytes += len(data)
         else:
-            stream.session_bytes += len(data) - len(stream.stats)
-            stream.stats = data
+            stream.session_bytes += len(frame) - len(stream.stats)
+            stream.stats = data = bytes(frame)
         segment = stream.segment
         if segment is None or stream.direct:
             return  # the next segment opens with it; or it is in the segment already
@@ -469,7 +514,7 @@ class Store:
             if spare != size and self._fits(stream.owner, spare):
                 size = spare
             if not self.buffers.has(size):  # a new buffer: make room for it among the spare ones
-                self.buffers.trim(self.capacity_bytes - self.held_bytes - size)
+                self.buffers.trim(self.capacity_bytes - self.held_bytes - self.table_bytes - size)
         buffer = None
         while refusal is None and buffer is None:
             try:
@@ -516,7 +561,7 @@ class Store:
             if self.policy == "discard" or not process.segments:
                 return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
             self._evict(process.segments[0], "capped")
-        while self.held_bytes + size > self.capacity_bytes:
+        while self.held_bytes + self.table_bytes + size > self.capacity_bytes:
             if self.policy == "discard" or not self._segments:
                 return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
             self._evict(self._oldest(), "overwritten")
@@ -526,7 +571,7 @@ class Store:
         """Whether a segment of ``size`` fits both bounds as they stand."""
         cap = self._process_cap
         fits_cap = cap is None or self._processes[owner].held_bytes + size <= cap
-        return fits_cap and self.held_bytes + size <= self.capacity_bytes
+        return fits_cap and self.held_bytes + self.table_bytes + size <= self.capacity_bytes
 
     def _end_segment(self, stream: Stream) -> None:
         """The stream writes into its open segment no more: sealed, or dropped if it holds no events (its session
@@ -594,7 +639,7 @@ class Store:
             self._release(segment)
 
     def _release(self, segment: Segment) -> None:
-        reuse = self.held_bytes + self.buffers.pooled_bytes + segment.size <= self.capacity_bytes
+        reuse = self.held_bytes + self.table_bytes + self.buffers.pooled_bytes + segment.size <= self.capacity_bytes
         self.buffers.release(segment, reuse=reuse)
 
     def _log_refusal(self, why: str) -> None:

@@ -598,9 +598,16 @@ def tables_to_every_limit() -> bytes:
     return b"".join(frames)
 
 
-def test_connections_filling_their_tables_at_once_hold_no_other_client_s_flush_up(
-    collector: CollectorProcess,
-) -> None:
+def test_connections_filling_their_tables_at_once_hold_no_other_client_s_flush_up() -> None:
+    # Each connection's tables are charged to --capacity (about 16 MB at every limit): room for all 40.
+    collector = CollectorProcess("--capacity", "1GiB")
+    try:
+        flush_while_tables_fill(collector)
+    finally:
+        collector.stop()
+
+
+def flush_while_tables_fill(collector: CollectorProcess) -> None:
     tables = tables_to_every_limit()  # 3.8 MB, decoded entry by entry, unlike EVENTS
     fillers = [RawClient(collector.tcp_address, hello(pid=1000 + i, instance=f"filler-{i}")) for i in range(40)]
     failed: list[BaseException] = []

@@ -24,7 +24,7 @@ def test_tables_past_a_turn_s_share_wait_for_later_turns_and_hold_no_other_flush
     assert len(tracks) > 2 * per_turn  # three turns' worth at least
 
     async def scenario() -> None:
-        collector = small_collector(max_tracks=len(tracks))
+        collector = small_collector(max_tracks=len(tracks), capacity_bytes=64 << 20)  # (tables are charged to it)
         filler, filling = connect(collector)
         good, served = connect(collector)
         feed(filler, b"".join(tracks) + encode(Flush(1)))
@@ -46,7 +46,7 @@ def test_connections_waiting_for_a_turn_take_their_turns_in_the_order_they_came(
     tracks = b"".join(encode(Track(i + 1, THREAD_TRACK, f"t{i}".ljust(100), i + 1)) for i in range(3000))
 
     async def scenario() -> list[int]:
-        collector = small_collector(max_tracks=3000)
+        collector = small_collector(max_tracks=3000, capacity_bytes=64 << 20)
         connections = [connect(collector) for _ in range(3)]
         for token, (protocol, _) in enumerate(connections, 1):
             feed(protocol, tracks + encode(Flush(token)))

@@ -647,6 +647,31 @@ def test_strings_not_kept_are_still_checked() -> None:
     assert_limit(session_error(decoder), "max_string_bytes", 10, 11)
 
 
+def test_strings_not_kept_cost_little_even_declared_far_apart_and_stay_checked() -> None:
+    """The collector keeps a hash an id, in one array for ids numbered from 0 up (as clients number them); an id far
+    past those declared (near a large max_strings) goes to a dict instead of growing the array to it."""
+    limits = Limits(max_strings=2**32 - 1)
+    decoder = SessionDecoder(limits, live=False, keep_strings=False)
+    decoder.receive_data(opening(Strings(0, ("a", "b")), Strings(2**32 - 3, ("far", "")), Strings(5, ("c",))))
+    list(decoder)
+    assert decoder.table_bytes < 1024 * 1024
+    assert decoder.string_bytes == 6
+    # Both are checked alike: a redefinition is refused wherever the id's hash is kept.
+    for string_id in (2**32 - 2, 5):
+        decoder = SessionDecoder(limits, live=False, keep_strings=False)
+        decoder.receive_data(opening(Strings(2**32 - 2, ("",)), Strings(5, ("c",)), Strings(string_id, ("x",))))
+        error = session_error(decoder)
+        assert isinstance(error, MalformedFrame) and f"string id {string_id} redefined" in str(error)
+    # A far id that the array grows to cover later is still known there.
+    decoder = SessionDecoder(limits, live=False, keep_strings=False)
+    many = Strings(0, tuple(f"s{i}" for i in range(20_000)))
+    decoder.receive_data(opening(Strings(100_000, ("far",)), many, Strings(100_000, ("far",))))
+    list(decoder)
+    assert decoder.added_strings == [] and decoder.string_bytes == 3 + sum(len(s) for s in many.strings)
+    decoder.receive_data(encode(Strings(100_000, ("other",))))
+    assert "string id 100000 redefined" in str(session_error(decoder))
+
+
 def test_live_track_names_have_a_budget_of_max_string_bytes_that_ended_tracks_give_back() -> None:
     name = "\u00e9" * 100  # 200 bytes of UTF-8
     decoder = session_with(opening(*(Track(i, SOURCE_TRACK, name) for i in range(1, 6))), max_string_bytes=1000)

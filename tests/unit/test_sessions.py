@@ -8,9 +8,10 @@ import sys
 import time
 
 import pytest
+from ringtrace.client.model import THREAD_TRACK, TrackInfo
 from ringtrace.client.protocol import Hello
 from ringtrace.collector.clocks import MAX_BOOTS, Arrival, tcp_round_trip_ns
-from ringtrace.collector.sessions import Registry
+from ringtrace.collector.sessions import ENDED_TRACKS_REMEMBERED, Registry
 
 STEP = 1 << 22
 
@@ -43,6 +44,22 @@ def arrived(delivery_ns: int = 0) -> Arrival:
 def said(instance: str, off_ns: int, *, boot: str = "boot", monotonic_ns: int = MONO) -> Hello:
     """A HELLO whose wall clock reads ``off_ns`` from the collector's."""
     return hello(instance, boot=boot, monotonic_ns=monotonic_ns, wall_ns=WALL + off_ns)
+
+
+def test_a_process_s_tracks_end_with_its_last_connection_and_only_the_latest_names_are_kept() -> None:
+    """A process is kept while any of its events are stored: what it keeps must not be the 10,000 tracks one
+    connection may declare (a reconnect declares them again)."""
+    registry = Registry()
+    process = registry.hello(hello("many"), arrived())
+    registry.hello(hello("many"), arrived())  # a second connection of the same process
+    for track_id in range(1, 5001):
+        process.tracks[track_id] = TrackInfo(track_id, THREAD_TRACK, f"thread {track_id}", track_id)
+    registry.disconnected(process)
+    assert len(process.tracks) == 5000  # still connected
+    registry.disconnected(process)
+    assert not process.tracks
+    assert len(process.ended_tracks) == ENDED_TRACKS_REMEMBERED
+    assert process.ended_tracks[5000].name == "thread 5000"  # the latest ones
 
 
 def test_a_wall_clock_the_delivery_does_not_explain_is_replaced_by_the_collector_s() -> None:

@@ -590,3 +590,42 @@ def test_each_writer_lets_go_of_each_segment_once_read_and_writes_it_whole_while
     recorded = 300 * 64
     assert sorted(shown) == list(range(recorded - len(shown), recorded)) and len(shown) > 100 * 64  # the newest, whole
     assert_adds_up(store)
+
+
+# -- connections' tables --------------------------------------------------------------------------------------------
+
+
+def test_tables_count_against_the_capacity_and_ring_overwrites_the_oldest_segments_for_them() -> None:
+    store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    writer = Client(store, 1)
+    for _ in range(40):
+        writer.record(0, 200)
+    held = store.held_bytes
+    assert held > 12 * MIN_SEGMENT_BYTES  # full, or nearly
+    tables = Client(store, 2)
+    assert store.charge_tables(tables.stream, 6 * MIN_SEGMENT_BYTES) is None
+    assert store.table_bytes >= 6 * MIN_SEGMENT_BYTES
+    assert store.held_bytes + store.table_bytes <= store.capacity_bytes
+    assert store.totals().overwritten_events > 0  # the oldest events made room, counted
+    assert_adds_up(store)
+    # Past what overwriting can free (the stream's own open segment is never overwritten for it): refused.
+    needed = store.charge_tables(tables.stream, 20 * MIN_SEGMENT_BYTES)
+    assert needed is not None and needed > store.capacity_bytes
+    store.close_stream(tables.stream)  # its charge goes with it
+    assert store.table_bytes == 0
+
+
+def test_discard_takes_tables_past_a_full_store_but_not_past_the_capacity() -> None:
+    store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
+    writer = Client(store, 1)
+    for _ in range(80):
+        writer.record(0, 200)
+    assert store.totals().discarded_events > 0  # full
+    tables = Client(store, 2)
+    assert store.charge_tables(tables.stream, 4 * MIN_SEGMENT_BYTES) is None  # nothing overwritten for them
+    assert store.totals().overwritten_events == 0
+    charged = store.table_bytes
+    assert charged >= 4 * MIN_SEGMENT_BYTES
+    needed = store.charge_tables(tables.stream, 16 * MIN_SEGMENT_BYTES)
+    assert needed is not None and needed > store.capacity_bytes
+    assert store.table_bytes == charged  # the charge refused is not kept

@@ -478,13 +478,14 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
     ModuleState *state;
-    end = now_ns_object();
+    int64_t end_ns;
+    int clock = now_ns(&end_ns);
     if (self->events == NULL || !self->entered) {
-        Py_XDECREF(end);
-        PyErr_Clear(); /* keeps nothing: loses nothing */
+        if (clock < 0) PyErr_Clear(); /* keeps nothing: loses nothing */
         Py_RETURN_FALSE;
     }
     state = self->core->state;
+    end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
     start = end == NULL ? NULL : PyLong_FromLongLong(self->start_ns);
     if (start == NULL) {
         arguments = NULL;

@@ -9,8 +9,8 @@ span, an instant or a counter, and whose args are a map of string keys (or nil),
 export.py writes. Every other event (a message, a marker, source activity, an async slice, a typed event's values,
 args holding bytes, an extension type or a non-string key) is left to the Python walk: it is flagged in the returned
 `deferred` map, one byte per event. A payload msgpack-python would refuse (not the five arrays of `count` values, a
-string that is not UTF-8, a map key it cannot hash, trailing bytes), or one nested deeper than MAX_DEPTH, returns None:
-the Python walk reads the frame and decides, as it would alone.
+string that is not UTF-8, a map key it cannot hash, an extension code below -1, trailing bytes), or one nested deeper
+than MAX_DEPTH, returns None: the Python walk reads the frame and decides, as it would alone.
 
 Why the GIL can be released: the payload, the kind codes, the escaped names and their spans are buffers held (and
 locked against resizing) for the call; nothing else is touched until the output bytes are made. Numbers are written

@@ -37,24 +37,45 @@ What it does, and why it is safe to do it this way:
 
 #define RECORD_FIELDS 5
 
-static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
-static PyObject *span_kind;        /* model.SPAN */
-static PyObject *instant_kind;     /* model.INSTANT */
-static PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
-    *str_not_an_event, *str_on;
+/* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
+   configures its own module, and the main interpreter's recorder goes on with what it configured. */
+typedef struct {
+    PyTypeObject *recorder_core_type, *scope_type, *message_type;
+    PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
+    PyObject *span_kind;        /* model.SPAN */
+    PyObject *instant_kind;     /* model.INSTANT */
+    PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
+    PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
+        *str_not_an_event, *str_on;
+} ModuleState;
 
-static inline int64_t
-now_ns(void)
+static struct PyModuleDef speedups_module;
+
+/* The time in ns, or -1 with OSError set (a clock that cannot be read: the event is counted as unrecorded). */
+static inline int
+now_ns(int64_t *out)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *out = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return 0;
+}
+
+/* now_ns() as a new int, or NULL with an exception set. */
+static PyObject *
+now_ns_object(void)
+{
+    int64_t now;
+    return now_ns(&now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
 /* Append the five values of one event to `list`, all or nothing. Steals the references in `values` on success and on
    failure alike. No allocation that could run Python code happens here: the caller allocated everything before. */
 static int
-append_event(PyObject *list, PyObject *values[RECORD_FIELDS])
+append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS])
 {
     PyListObject *l = (PyListObject *)list;
     Py_ssize_t n = Py_SIZE(l);
@@ -62,12 +83,7 @@ append_event(PyObject *list, PyObject *values[RECORD_FIELDS])
     /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
        growth (a memory request only: no Python code), then in place. */
     if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {
-        static PyObject *room = NULL; /* (None,) * 5 */
-        if (room == NULL) {
-            room = PyTuple_Pack(5, Py_None, Py_None, Py_None, Py_None, Py_None);
-            if (room == NULL) goto fail;
-        }
-        if (PyList_SetSlice(list, n, n, room) < 0) goto fail;
+        if (PyList_SetSlice(list, n, n, state->room) < 0) goto fail;
         for (i = 0; i < RECORD_FIELDS; i++) {
             Py_DECREF(Py_None); /* the placeholders' references */
         }
@@ -88,6 +104,8 @@ fail:
 
 typedef struct {
     PyObject_HEAD
+    PyObject *module;        /* this module, whose state is `state`: held so that the state outlives the recorder */
+    ModuleState *state;
     int cache_threads;       /* 0 while threading.local is not per thread state (gevent patched it) */
     uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
@@ -116,7 +134,7 @@ thread_events(RecorderCore *self)
     }
     for (attempt = 0; attempt < 8; attempt++) {
         uint64_t generation = self->generation;
-        PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, str_thread_events);
+        PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_thread_events);
         if (events == NULL || !checked_events(events)) return NULL;
         if (generation == self->generation) {
             if (self->cache_threads) {
@@ -139,18 +157,18 @@ static PyObject *
 current_events(RecorderCore *self)
 {
     PyObject *loop;
-    if (get_running_loop == NULL) {
+    if (self->state->get_running_loop == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ringtrace.client._speedups.configure() was not called");
         return NULL;
     }
-    loop = PyObject_CallNoArgs(get_running_loop);
+    loop = PyObject_CallNoArgs(self->state->get_running_loop);
     if (loop == NULL) return NULL;
     if (loop == Py_None) {
         Py_DECREF(loop);
         return thread_events(self);
     }
     Py_DECREF(loop);
-    PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, str_task_events);
+    PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_task_events);
     return events == NULL ? NULL : checked_events(events);
 }
 
@@ -208,7 +226,7 @@ record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *st
         Py_RETURN_NONE;
     }
     values[2] = Py_NewRef(stamp);
-    if (append_event(events, values) < 0) {
+    if (append_event(self->state, events, values) < 0) {
         Py_DECREF(events);
         return unrecorded(self);
     }
@@ -226,8 +244,6 @@ typedef struct {
     int entered; /* an exit without an enter records nothing */
 } Scope;
 
-static PyTypeObject ScopeType;
-
 static PyObject *
 core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
@@ -238,7 +254,7 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
         return NULL;
     }
-    scope = PyObject_GC_New(Scope, &ScopeType);
+    scope = PyObject_GC_New(Scope, self->state->scope_type);
     if (scope == NULL) return NULL; /* no object to return: MemoryError, as any call may raise */
     scope->events = NULL;
     scope->label = NULL;
@@ -283,14 +299,14 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         PyErr_Format(PyExc_TypeError, "instant() takes one positional argument, the name (%zd given)", nargs);
         return NULL;
     }
-    stamp = PyLong_FromLongLong(now_ns());
+    stamp = now_ns_object();
     if (stamp == NULL) return unrecorded(self);
     kwargs = keyword_dict(args, nargs, kwnames);
     if (kwargs == NULL) {
         Py_DECREF(stamp);
         return unrecorded(self);
     }
-    return record_instant(self, Py_NewRef(instant_kind), Py_NewRef(args[0]), stamp, kwargs);
+    return record_instant(self, Py_NewRef(self->state->instant_kind), Py_NewRef(args[0]), stamp, kwargs);
 }
 
 /* tl.push(event): (kind id, label, now, now, event); see events.py. */
@@ -298,16 +314,16 @@ static PyObject *
 core_push(RecorderCore *self, PyObject *event)
 {
     PyObject *type = (PyObject *)Py_TYPE(event), *kind, *label, *stamp;
-    kind = PyObject_GetAttr(type, str_kind_id);
-    label = kind == NULL ? NULL : PyObject_GetAttr(type, str_label);
+    kind = PyObject_GetAttr(type, self->state->str_kind_id);
+    label = kind == NULL ? NULL : PyObject_GetAttr(type, self->state->str_label);
     if (label == NULL || !PyLong_CheckExact(kind)) {
         Py_XDECREF(kind);
         Py_XDECREF(label);
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyErr_Clear();
-        return PyObject_CallMethodOneArg((PyObject *)self, str_not_an_event, event); /* counted and warned there */
+        return PyObject_CallMethodOneArg((PyObject *)self, self->state->str_not_an_event, event); /* counted, warned */
     }
-    stamp = PyLong_FromLongLong(now_ns());
+    stamp = now_ns_object();
     if (stamp == NULL) {
         Py_DECREF(kind);
         Py_DECREF(label);
@@ -348,13 +364,29 @@ core_take_unrecorded(RecorderCore *self, PyObject *Py_UNUSED(ignored))
     return PyLong_FromSsize_t(count);
 }
 
+static PyObject *
+core_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
+{
+    PyObject *module = PyType_GetModuleByDef(type, &speedups_module); /* borrowed: the type holds it */
+    RecorderCore *self;
+    if (module == NULL) return NULL;
+    self = (RecorderCore *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->module = Py_NewRef(module);
+    self->state = PyModule_GetState(module);
+    return (PyObject *)self;
+}
+
 static int
 core_traverse(RecorderCore *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->module);
     Py_VISIT(self->cached_events);
     return 0;
 }
 
+/* The module (and so `state`) is kept: a finalizer that runs meanwhile may still record. */
 static int
 core_clear(RecorderCore *self)
 {
@@ -366,9 +398,12 @@ core_clear(RecorderCore *self)
 static void
 core_dealloc(RecorderCore *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     core_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_CLEAR(self->module);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
 }
 
 static PyMethodDef core_methods[] = {
@@ -387,17 +422,21 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject RecorderCoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ringtrace.client._speedups.RecorderCore",
-    .tp_basicsize = sizeof(RecorderCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The recording methods of Timeline, in C.",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)core_dealloc,
-    .tp_traverse = (traverseproc)core_traverse,
-    .tp_clear = (inquiry)core_clear,
-    .tp_methods = core_methods,
+static PyType_Slot core_slots[] = {
+    {Py_tp_doc, "The recording methods of Timeline, in C."},
+    {Py_tp_new, core_new},
+    {Py_tp_dealloc, core_dealloc},
+    {Py_tp_traverse, core_traverse},
+    {Py_tp_clear, core_clear},
+    {Py_tp_methods, core_methods},
+    {0, NULL},
+};
+
+static PyType_Spec core_spec = {
+    .name = "ringtrace.client._speedups.RecorderCore",
+    .basicsize = sizeof(RecorderCore),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = core_slots,
 };
 
 /* -- Scope --------------------------------------------------------------------------------------------------------- */
@@ -405,24 +444,27 @@ static PyTypeObject RecorderCoreType = {
 static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
-    self->start_ns = now_ns();
-    self->entered = 1;
+    self->entered = now_ns(&self->start_ns) == 0;
+    if (!self->entered) {
+        if (self->events == NULL) PyErr_Clear(); /* a scope that keeps nothing loses nothing */
+        else if (count_unrecorded(&self->core->unrecorded) < 0) return NULL;
+    }
     return Py_NewRef(self);
 }
 
 /* args with "exception" set to the exception type's name, as a new dict (a new reference), or NULL. */
 static PyObject *
-with_exception(PyObject *args, PyObject *exc_type)
+with_exception(ModuleState *state, PyObject *args, PyObject *exc_type)
 {
     PyObject *dict = args == Py_None ? PyDict_New() : PyDict_Copy(args);
     PyObject *name;
     if (dict == NULL) return NULL;
-    name = PyObject_GetAttr(exc_type, str_name);
+    name = PyObject_GetAttr(exc_type, state->str_name);
     if (name == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
         PyErr_Clear();
         name = PyObject_Str(exc_type);
     }
-    if (name == NULL || PyDict_SetItem(dict, str_exception, name) < 0) {
+    if (name == NULL || PyDict_SetItem(dict, state->str_exception, name) < 0) {
         Py_XDECREF(name);
         Py_DECREF(dict);
         return NULL;
@@ -435,12 +477,21 @@ static PyObject *
 scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
-    int64_t end_ns = now_ns();
-    if (self->events == NULL || !self->entered) Py_RETURN_FALSE;
-    start = PyLong_FromLongLong(self->start_ns);
-    end = PyLong_FromLongLong(end_ns);
-    if (nargs > 0 && args[0] != Py_None) {
-        arguments = with_exception(self->args, args[0]);
+    ModuleState *state;
+    int64_t end_ns;
+    int clock = now_ns(&end_ns);
+    if (self->events == NULL || !self->entered) {
+        if (clock < 0) PyErr_Clear(); /* keeps nothing: loses nothing */
+        Py_RETURN_FALSE;
+    }
+    state = self->core->state;
+    end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
+    start = end == NULL ? NULL : PyLong_FromLongLong(self->start_ns);
+    if (start == NULL) {
+        arguments = NULL;
+    }
+    else if (nargs > 0 && args[0] != Py_None) {
+        arguments = with_exception(state, self->args, args[0]);
     }
     else {
         arguments = Py_NewRef(self->args);
@@ -453,12 +504,12 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_FALSE;
     }
     events = Py_NewRef(self->events);
-    values[0] = Py_NewRef(span_kind);
+    values[0] = Py_NewRef(state->span_kind);
     values[1] = Py_NewRef(self->label);
     values[2] = start;
     values[3] = end;
     values[4] = arguments;
-    if (append_event(events, values) < 0 && count_unrecorded(&self->core->unrecorded) < 0) {
+    if (append_event(state, events, values) < 0 && count_unrecorded(&self->core->unrecorded) < 0) {
         Py_DECREF(events);
         return NULL;
     }
@@ -469,6 +520,7 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
 static int
 scope_traverse(Scope *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->events);
     Py_VISIT(self->label);
     Py_VISIT(self->args);
@@ -489,9 +541,11 @@ scope_clear(Scope *self)
 static void
 scope_dealloc(Scope *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     scope_clear(self);
     PyObject_GC_Del(self);
+    Py_DECREF(type);
 }
 
 static PyMethodDef scope_methods[] = {
@@ -500,16 +554,20 @@ static PyMethodDef scope_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ScopeType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ringtrace.client._speedups.Scope",
-    .tp_basicsize = sizeof(Scope),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Context manager that records one complete span when it exits.",
-    .tp_dealloc = (destructor)scope_dealloc,
-    .tp_traverse = (traverseproc)scope_traverse,
-    .tp_clear = (inquiry)scope_clear,
-    .tp_methods = scope_methods,
+static PyType_Slot scope_slots[] = {
+    {Py_tp_doc, "Context manager that records one complete span when it exits."},
+    {Py_tp_dealloc, scope_dealloc},
+    {Py_tp_traverse, scope_traverse},
+    {Py_tp_clear, scope_clear},
+    {Py_tp_methods, scope_methods},
+    {0, NULL},
+};
+
+static PyType_Spec scope_spec = {
+    .name = "ringtrace.client._speedups.Scope",
+    .basicsize = sizeof(Scope),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = scope_slots,
 };
 
 /* -- Message ------------------------------------------------------------------------------------------------------ */
@@ -538,7 +596,7 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         PyObject *sampling = self->sampling;
         if (sampling == Py_None) Py_RETURN_NONE;
         Py_INCREF(sampling); /* another thread may replace it while on() runs */
-        on = PyObject_CallMethodNoArgs(sampling, str_on);
+        on = PyObject_CallMethodNoArgs(sampling, self->core->state->str_on);
         Py_DECREF(sampling);
         sampled = on == NULL ? -1 : PyObject_IsTrue(on);
         Py_XDECREF(on);
@@ -552,7 +610,7 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         Py_ssize_t i;
         for (i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
     }
-    stamp = tuple == NULL ? NULL : PyLong_FromLongLong(now_ns());
+    stamp = tuple == NULL ? NULL : now_ns_object();
     if (stamp == NULL) {
         Py_XDECREF(tuple);
         return unrecorded(self->core);
@@ -563,13 +621,22 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
 static PyObject *
 message_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *kind, *core, *kind_id, *label, *priority_level = NULL;
+    PyObject *kind, *core, *kind_id, *label, *priority_level = NULL, *module;
     int enabled;
+    long level;
     Message *self;
     static char *names[] = {"kind", "timeline", "enabled", "level", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOpO", names, &kind, &core, &enabled, &priority_level)) return NULL;
-    if (!PyObject_TypeCheck(core, &RecorderCoreType)) {
+    if ((module = PyType_GetModuleByDef(type, &speedups_module)) == NULL) return NULL;
+    if (!PyObject_TypeCheck(core, ((ModuleState *)PyModule_GetState(module))->recorder_core_type)) {
         PyErr_SetString(PyExc_TypeError, "Message(kind, timeline, enabled, level): timeline must be a Timeline");
+        return NULL;
+    }
+    level = PyLong_AsLong(priority_level);
+    if (level == -1 && PyErr_Occurred()) return NULL;
+    if (level < INT_MIN || level > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "Message(kind, timeline, enabled, level): level %ld does not fit an int",
+                     level);
         return NULL;
     }
     kind_id = PyObject_GetAttrString(kind, "id");
@@ -590,20 +657,19 @@ message_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->kind_id = kind_id;
     self->label = label;
     self->sampling = Py_NewRef(Py_None);
-    self->level = PyLong_AsLong(priority_level);
+    self->level = (int)level;
     self->enabled = (char)enabled;
-    if (self->level == -1 && PyErr_Occurred()) {
-        Py_DECREF(self);
-        return NULL;
-    }
     return (PyObject *)self;
 }
 
 static int
 message_traverse(Message *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->core);
     Py_VISIT(self->kind);
+    Py_VISIT(self->kind_id);
+    Py_VISIT(self->label);
     Py_VISIT(self->sampling);
     return 0;
 }
@@ -622,10 +688,12 @@ message_clear(Message *self)
 static void
 message_dealloc(Message *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
     message_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
 }
 
 static PyObject *
@@ -655,6 +723,8 @@ static PyMemberDef message_members[] = {
     {"enabled", T_BOOL, offsetof(Message, enabled), 0, "Whether calls record (the timeline sets it)."},
     {"level", T_INT, offsetof(Message, level), READONLY, "The rank of its priority (0: fatal)."},
     {"kind", T_OBJECT, offsetof(Message, kind), READONLY, "Its event kind."},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Message, vectorcall), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(Message, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -663,22 +733,24 @@ static PyGetSetDef message_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject MessageType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "ringtrace.client._speedups.Message",
-    .tp_basicsize = sizeof(Message),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A message defined with Timeline.message: call it with its values to log it (see messages.py).",
-    .tp_new = message_new,
-    .tp_dealloc = (destructor)message_dealloc,
-    .tp_traverse = (traverseproc)message_traverse,
-    .tp_clear = (inquiry)message_clear,
-    .tp_vectorcall_offset = offsetof(Message, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_weaklistoffset = offsetof(Message, weakrefs),
-    .tp_members = message_members,
-    .tp_getset = message_getset,
-    .tp_repr = (reprfunc)message_repr,
+static PyType_Slot message_slots[] = {
+    {Py_tp_doc, "A message defined with Timeline.message: call it with its values to log it (see messages.py)."},
+    {Py_tp_new, message_new},
+    {Py_tp_dealloc, message_dealloc},
+    {Py_tp_traverse, message_traverse},
+    {Py_tp_clear, message_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, message_members},
+    {Py_tp_getset, message_getset},
+    {Py_tp_repr, message_repr},
+    {0, NULL},
+};
+
+static PyType_Spec message_spec = {
+    .name = "ringtrace.client._speedups.Message",
+    .basicsize = sizeof(Message),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = message_slots,
 };
 
 /* -- take_runs ------------------------------------------------------------------------------------------------------ */
@@ -694,9 +766,8 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     list = args[0];
-    count = PyLong_AsSsize_t(args[1]);
-    run_values = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred()) return NULL;
+    if ((count = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred()) return NULL;
+    if ((run_values = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) return NULL;
     if (count < 0 || run_values < 1) {
         PyErr_Format(PyExc_ValueError, "take_runs: count %zd, runs of %zd", count, run_values);
         return NULL;
@@ -704,7 +775,7 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (count > PyList_GET_SIZE(list)) count = PyList_GET_SIZE(list); /* taken meanwhile: see below */
     l = (PyListObject *)list;
     for (;;) {
-        nruns = (count + run_values - 1) / run_values;
+        nruns = count / run_values + (count % run_values != 0); /* (count + run_values - 1) could overflow */
         runs = PyList_New(nruns);
         if (runs == NULL) return NULL;
         for (i = 0; i < nruns; i++) {
@@ -723,12 +794,13 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(runs); /* the run lists hold only NULL slots */
         count = size;
     }
+    if (count == 0) return runs; /* an empty buffer's ob_item may be NULL: no pointer arithmetic on it */
     /* From here on nothing allocates or runs Python code. Ownership of the values moves into the run lists. */
     for (i = 0; i < nruns; i++) {
         PyListObject *run = (PyListObject *)PyList_GET_ITEM(runs, i);
         memcpy(run->ob_item, l->ob_item + i * run_values, Py_SIZE(run) * sizeof(PyObject *));
     }
-    memmove(l->ob_item, l->ob_item + count, (size - count) * sizeof(PyObject *));
+    if (size > count) memmove(l->ob_item, l->ob_item + count, (size - count) * sizeof(PyObject *));
     Py_SET_SIZE(l, size - count);
     if (l->allocated > 2 * (size - count) + 1024) {
         /* Give back what a burst made the buffer take, as list_resize would (a plain memory request, no Python). */
@@ -1002,28 +1074,71 @@ add_track_sums(PyObject *sums, uint32_t track, unsigned long long events, unsign
     return 0;
 }
 
+static inline unsigned char *
+put_le64(unsigned char *p, uint64_t value)
+{
+    return put_le32(put_le32(p, (uint32_t)value), (uint32_t)(value >> 32));
+}
+
+/* The entries of the frames accepted so far, in the order read (the reverse of the index's). Each is made from the
+   bytes that were checked, read once: `tracks.__contains__`, or a collection that runs a finalizer, may rewrite the
+   buffer between two frames. */
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t frames, capacity;
+} Scanned;
+
+static int
+add_entry(Scanned *scanned, Py_ssize_t position, uint32_t size, uint32_t track, uint32_t count, uint64_t first_ts,
+          uint64_t last_ts)
+{
+    unsigned char *entry;
+    if (scanned->frames == scanned->capacity) {
+        Py_ssize_t capacity = scanned->capacity ? 2 * scanned->capacity : 64;
+        unsigned char *data = PyMem_Realloc(scanned->data, (size_t)capacity * EVENTS_ENTRY_SIZE);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        scanned->data = data;
+        scanned->capacity = capacity;
+    }
+    entry = scanned->data + scanned->frames++ * EVENTS_ENTRY_SIZE;
+    entry = put_le32(put_le32(entry, (uint32_t)position), size);
+    entry = put_le32(put_le32(entry, track), count);
+    put_le64(put_le64(entry, first_ts), last_ts);
+    return 0;
+}
+
+/* An int argument of scan_events as a Py_ssize_t; -1 with an exception set if it is not one. */
+static int
+ssize_argument(PyObject *value, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(value);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *
 scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t start, position, end, top, frames = 0, i;
+    Py_ssize_t position, end, top, i;
     unsigned long long limit, events = 0, track_events = 0, track_bytes = 0;
     uint32_t track = 0;
     int have_track = 0;
     const unsigned char *buf;
     unsigned char *entry;
+    Scanned scanned = {NULL, 0, 0};
     PyObject *tracks, *sums = NULL, *entries = NULL, *result = NULL;
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "scan_events(buffer, position, end, max_frame_bytes, tracks, top)");
         return NULL;
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    start = position = PyLong_AsSsize_t(args[1]);
-    end = PyLong_AsSsize_t(args[2]);
-    limit = PyLong_AsUnsignedLongLong(args[3]);
     tracks = args[4];
-    top = PyLong_AsSsize_t(args[5]);
-    if (PyErr_Occurred()) goto done;
+    if (ssize_argument(args[1], &position) < 0 || ssize_argument(args[2], &end) < 0) goto done;
+    if ((limit = PyLong_AsUnsignedLongLong(args[3])) == (unsigned long long)-1 && PyErr_Occurred()) goto done;
+    if (ssize_argument(args[5], &top) < 0) goto done;
     if (position < 0 || position > end || end > view.len || view.len > (Py_ssize_t)UINT32_MAX) {
         PyErr_Format(PyExc_ValueError, "scan_events: bytes %zd to %zd are not in a buffer of %zd (at most 4 GiB)",
                      position, end, view.len);
@@ -1035,10 +1150,13 @@ scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const unsigned char *p = buf + position;
         uint64_t body = get_le32(p), size = FRAME_HEADER_SIZE + body, header = p[5] | p[6] << 8;
         uint32_t frame_track = get_le32(p + 9), count = get_le32(p + 13);
+        uint64_t first_ts = get_le64(p + 17), last_ts = get_le64(p + 25);
+        /* All terms are below 2**34 once size fits in the buffer (a buffer is at most 4 GiB): no overflow, unlike
+           top - EVENTS_ENTRY_SIZE * (frames + 1) for any `top`. */
         if (p[4] != FRAME_TYPE_EVENTS || size > limit || size > (uint64_t)(end - position) ||
             header < EVENTS_HEADER_SIZE || header > body || count == 0 || count > body - header ||
-            get_le64(p + 17) > get_le64(p + 25) ||
-            position + (Py_ssize_t)size > top - EVENTS_ENTRY_SIZE * (frames + 1)) {
+            first_ts > last_ts ||
+            (int64_t)position + (int64_t)size + EVENTS_ENTRY_SIZE * ((int64_t)scanned.frames + 1) > (int64_t)top) {
             break;
         }
         if (!have_track || frame_track != track) {
@@ -1048,7 +1166,7 @@ scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             have_track = 0;
             if ((key = PyLong_FromUnsignedLong(frame_track)) == NULL) goto done;
             known = PyDict_Contains(sums, key);
-            if (known == 0) known = PySequence_Contains(tracks, key);
+            if (known == 0) known = PySequence_Contains(tracks, key); /* Python code: the buffer may change */
             Py_DECREF(key);
             if (known < 0) goto done;
             if (!known) break;
@@ -1056,29 +1174,26 @@ scan_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             track = frame_track;
             track_events = track_bytes = 0;
         }
+        if (add_entry(&scanned, position, (uint32_t)size, frame_track, count, first_ts, last_ts) < 0) goto done;
         track_events += count;
         track_bytes += size;
         events += count;
-        frames++;
         position += (Py_ssize_t)size;
     }
-    if (frames == 0) {
+    if (scanned.frames == 0) {
         result = Py_NewRef(Py_None);
         goto done;
     }
     if (have_track && add_track_sums(sums, track, track_events, track_bytes) < 0) goto done;
-    if ((entries = PyBytes_FromStringAndSize(NULL, frames * EVENTS_ENTRY_SIZE)) == NULL) goto done;
-    entry = (unsigned char *)PyBytes_AS_STRING(entries) + frames * EVENTS_ENTRY_SIZE;
-    for (i = 0, position = start; i < frames; i++) {
-        const unsigned char *p = buf + position;
-        uint32_t size = FRAME_HEADER_SIZE + get_le32(p);
+    if ((entries = PyBytes_FromStringAndSize(NULL, scanned.frames * EVENTS_ENTRY_SIZE)) == NULL) goto done;
+    entry = (unsigned char *)PyBytes_AS_STRING(entries) + scanned.frames * EVENTS_ENTRY_SIZE;
+    for (i = 0; i < scanned.frames; i++) {
         entry -= EVENTS_ENTRY_SIZE;
-        put_le32(put_le32(entry, (uint32_t)position), size);
-        memcpy(entry + 8, p + 9, 24); /* track, count, first_ts, last_ts: the same little-endian bytes */
-        position += size;
+        memcpy(entry, scanned.data + i * EVENTS_ENTRY_SIZE, EVENTS_ENTRY_SIZE);
     }
     result = Py_BuildValue("(OKOn)", entries, events, sums, position);
 done:
+    PyMem_Free(scanned.data);
     Py_XDECREF(entries);
     Py_XDECREF(sums);
     PyBuffer_Release(&view);
@@ -1090,13 +1205,14 @@ done:
 static PyObject *
 configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    ModuleState *state = PyModule_GetState(module);
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind)");
         return NULL;
     }
-    Py_XSETREF(get_running_loop, Py_NewRef(args[0]));
-    Py_XSETREF(span_kind, Py_NewRef(args[1]));
-    Py_XSETREF(instant_kind, Py_NewRef(args[2]));
+    Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
+    Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
+    Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
@@ -1113,40 +1229,112 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    ModuleState *state = PyModule_GetState(module);
+    Py_VISIT(state->recorder_core_type);
+    Py_VISIT(state->scope_type);
+    Py_VISIT(state->message_type);
+    Py_VISIT(state->get_running_loop);
+    Py_VISIT(state->span_kind);
+    Py_VISIT(state->instant_kind);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    ModuleState *state = PyModule_GetState(module);
+    Py_CLEAR(state->recorder_core_type);
+    Py_CLEAR(state->scope_type);
+    Py_CLEAR(state->message_type);
+    Py_CLEAR(state->get_running_loop);
+    Py_CLEAR(state->span_kind);
+    Py_CLEAR(state->instant_kind);
+    Py_CLEAR(state->room);
+    Py_CLEAR(state->str_thread_events);
+    Py_CLEAR(state->str_task_events);
+    Py_CLEAR(state->str_exception);
+    Py_CLEAR(state->str_name);
+    Py_CLEAR(state->str_kind_id);
+    Py_CLEAR(state->str_label);
+    Py_CLEAR(state->str_not_an_event);
+    Py_CLEAR(state->str_on);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+/* A type of this module, made from its spec and added to the module; NULL on error. */
+static PyTypeObject *
+add_type(PyObject *module, PyType_Spec *spec, PyObject *base)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
+    if (type == NULL) return NULL;
+    if (PyModule_AddType(module, (PyTypeObject *)type) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    return (PyTypeObject *)type;
+}
+
+static int
+module_exec(PyObject *module)
+{
+    ModuleState *state = PyModule_GetState(module);
+    if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
+        (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
+        (state->message_type = add_type(module, &message_spec, NULL)) == NULL) {
+        return -1;
+    }
+    state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
+    state->str_thread_events = PyUnicode_InternFromString("_thread_events");
+    state->str_task_events = PyUnicode_InternFromString("_task_events");
+    state->str_exception = PyUnicode_InternFromString("exception");
+    state->str_name = PyUnicode_InternFromString("__name__");
+    state->str_kind_id = PyUnicode_InternFromString("_kind_id");
+    state->str_label = PyUnicode_InternFromString("_label");
+    state->str_not_an_event = PyUnicode_InternFromString("_not_an_event");
+    state->str_on = PyUnicode_InternFromString("on");
+    if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
+        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Multi-phase initialisation: each interpreter that imports the module runs module_exec() for a module (and types)
+   of its own. The recorder relies on the GIL (it does not build where there is none), but not on sharing it. */
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringtrace.client._speedups",
     .m_doc = "The recording hot path and the stream encoder's inner loop, in C (see timelines.py and encoder.py).",
-    .m_size = -1,
+    .m_size = sizeof(ModuleState),
     .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    PyObject *module;
-    if (PyType_Ready(&RecorderCoreType) < 0 || PyType_Ready(&ScopeType) < 0 || PyType_Ready(&MessageType) < 0) {
-        return NULL;
-    }
-    str_thread_events = PyUnicode_InternFromString("_thread_events");
-    str_task_events = PyUnicode_InternFromString("_task_events");
-    str_exception = PyUnicode_InternFromString("exception");
-    str_name = PyUnicode_InternFromString("__name__");
-    str_kind_id = PyUnicode_InternFromString("_kind_id");
-    str_label = PyUnicode_InternFromString("_label");
-    str_not_an_event = PyUnicode_InternFromString("_not_an_event");
-    str_on = PyUnicode_InternFromString("on");
-    if (!str_thread_events || !str_task_events || !str_exception || !str_name || !str_kind_id || !str_label ||
-        !str_not_an_event || !str_on) {
-        return NULL;
-    }
-    module = PyModule_Create(&speedups_module);
-    if (module == NULL) return NULL;
-    if (PyModule_AddObjectRef(module, "RecorderCore", (PyObject *)&RecorderCoreType) < 0 ||
-        PyModule_AddObjectRef(module, "Scope", (PyObject *)&ScopeType) < 0 ||
-        PyModule_AddObjectRef(module, "Message", (PyObject *)&MessageType) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return PyModuleDef_Init(&speedups_module);
 }

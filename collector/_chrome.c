@@ -9,8 +9,8 @@ span, an instant or a counter, and whose args are a map of string keys (or nil),
 export.py writes. Every other event (a message, a marker, source activity, an async slice, a typed event's values,
 args holding bytes, an extension type or a non-string key) is left to the Python walk: it is flagged in the returned
 `deferred` map, one byte per event. A payload msgpack-python would refuse (not the five arrays of `count` values, a
-string that is not UTF-8, a map key it cannot hash, trailing bytes), or one nested deeper than MAX_DEPTH, returns None:
-the Python walk reads the frame and decides, as it would alone.
+string that is not UTF-8, a map key it cannot hash, an extension code below -1, trailing bytes), or one nested deeper
+than MAX_DEPTH, returns None: the Python walk reads the frame and decides, as it would alone.
 
 Why the GIL can be released: the payload, the kind codes, the escaped names and their spans are buffers held (and
 locked against resizing) for the call; nothing else is touched until the output bytes are made. Numbers are written
@@ -21,6 +21,7 @@ orjson writes them. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,7 +81,7 @@ reserve(Out *out, size_t more)
 static inline void
 put(Out *out, const char *s, size_t n)
 {
-    if (reserve(out, n) == 0) {
+    if (n > 0 && reserve(out, n) == 0) { /* n == 0: out->data may still be NULL, which memcpy must not be given */
         memcpy(out->data + out->len, s, n);
         out->len += n;
     }
@@ -130,6 +131,8 @@ put_micros(Out *out, i128 ns)
     put(out, text, (size_t)n);
 }
 
+/* snprintf and strtod follow the thread's locale, which transcode() sets to "C" (see events_json): a decimal point,
+   whatever the program's locale, and no read of the global locale that another thread may be changing. */
 static void
 put_double(Out *out, double v)
 {
@@ -143,11 +146,6 @@ put_double(Out *out, double v)
         n = snprintf(text, sizeof(text), "%.*g", digits, v);
         if (digits == 17 || strtod(text, NULL) == v) {
             break;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (text[i] == ',') {
-            text[i] = '.'; /* a locale whose decimal point is a comma (snprintf and strtod both follow it) */
         }
     }
     put(out, text, (size_t)n);
@@ -385,6 +383,9 @@ skip(Cursor *c, int depth)
     if (!need(c, head + n)) {
         return BAD;
     }
+    if (ext && (int8_t)c->p[head - 1] < -1) {
+        return BAD; /* msgpack-python's ExtType takes codes 0 to 127, and -1 is the timestamp: it refuses the rest */
+    }
     if (ext && (int8_t)c->p[head - 1] == -1) { /* a timestamp: msgpack-python checks its size and nanoseconds */
         const uint8_t *data = c->p + head;
         if ((n != 4 && n != 8 && n != 12) || (n == 8 && (be(data, 8) >> 34) > 999999999) ||
@@ -533,7 +534,7 @@ typedef struct {
     Py_ssize_t kinds_len;
     const char *names;
     Py_ssize_t names_len;
-    const int64_t *spans; /* per string id: start, end in names (-1: no such string) */
+    const uint8_t *spans; /* per string id: int64 start, end in names (-1: no such string), any alignment */
     Py_ssize_t spans_len;
     const char *ids;      /* ,"pid":P,"tid":T */
     Py_ssize_t ids_len;
@@ -606,8 +607,8 @@ transcode(Frame *f)
         }
         int64_t start = -1, end = -1;
         if (name >= 0 && name < f->spans_len / 2) {
-            start = f->spans[2 * (Py_ssize_t)name];
-            end = f->spans[2 * (Py_ssize_t)name + 1];
+            memcpy(&start, f->spans + 2 * sizeof(int64_t) * (size_t)name, sizeof(int64_t));
+            memcpy(&end, f->spans + (2 * (size_t)name + 1) * sizeof(int64_t), sizeof(int64_t));
         }
         int has_args = args.p < args.end && *args.p != 0xc0;
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
@@ -655,6 +656,22 @@ transcode(Frame *f)
         }
     }
     return OK;
+}
+
+/* transcode() with this thread's locale set to "C" for snprintf and strtod (the program's own is left as it is);
+   BAD, for the Python walk to decide, when no locale object can be had. */
+static int
+transcode_in_c_locale(Frame *f)
+{
+    locale_t c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (c_locale == (locale_t)0) {
+        return BAD;
+    }
+    locale_t previous = uselocale(c_locale);
+    int status = transcode(f);
+    uselocale(previous);
+    freelocale(c_locale);
+    return status;
 }
 
 static int
@@ -765,7 +782,7 @@ events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = transcode(&f);
+    status = transcode_in_c_locale(&f);
     Py_END_ALLOW_THREADS
     if (f.out.failed) {
         PyErr_NoMemory();
@@ -799,16 +816,29 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* No state at all, so each interpreter can import it, with a GIL of its own or none: events_json() touches only its
+   arguments, and already runs with the GIL released. */
+static PyModuleDef_Slot module_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef chrome_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringtrace.collector._chrome",
     .m_doc = "Chrome trace event JSON of stored EVENTS frames' common events, in C (see chrome_frames.py).",
-    .m_size = -1,
+    .m_size = 0,
     .m_methods = module_methods,
+    .m_slots = module_slots,
 };
 
 PyMODINIT_FUNC
 PyInit__chrome(void)
 {
-    return PyModule_Create(&chrome_module);
+    return PyModuleDef_Init(&chrome_module);
 }

@@ -16,6 +16,8 @@ import sys
 import sysconfig
 import threading
 import weakref
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
@@ -27,7 +29,9 @@ from ringtrace.client import encoder as encoder_module
 from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.messages import message_kind
 from ringtrace.client.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
+from ringtrace.client.protocol import FRAME_HEADER, Events, _scan_events_py, encode
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -188,8 +192,137 @@ def test_take_runs_takes_at_most_what_the_buffer_holds() -> None:
     buffer = [1, 2, 3]
     assert speedups.take_runs(buffer, 4, 2) == [[1, 2], [3]]  # a finalizer that flushed took the rest meanwhile
     assert buffer == []
+    assert speedups.take_runs(buffer, 0, 2) == []  # an empty buffer (its items pointer is NULL) stays as it is
+    assert buffer == []
     with pytest.raises(ValueError, match="count -1"):
         speedups.take_runs([1], -1, 2)
+
+
+@needs_speedups
+def test_take_runs_in_runs_longer_than_any_buffer_takes_every_value_into_one() -> None:
+    assert speedups is not None
+    values = [object() for _ in range(3)]
+    buffer = list(values)
+    before = [sys.getrefcount(value) for value in values]
+    runs = speedups.take_runs(buffer, 3, sys.maxsize)  # count + run_values - 1 is past 64 bits
+    assert runs == [values]
+    assert buffer == []
+    assert [sys.getrefcount(value) for value in values] == before
+
+
+@needs_speedups
+def test_take_runs_names_its_first_bad_argument() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.take_runs([], "3", 2**80)  # not the OverflowError of the second
+
+
+# -- scan_events: the collector's index of a run of EVENTS frames ------------------------------------------------------
+
+MAX_FRAME = 1 << 20
+
+
+def events_frames(tracks: list[int]) -> tuple[bytearray, list[int]]:
+    """EVENTS frames on ``tracks``, one each, end to end, and where each starts."""
+    frames = [encode(Events(track, 2, 10 + i, 20 + i, b"payload %d" % i)) for i, track in enumerate(tracks)]
+    starts = [sum(map(len, frames[:i])) for i in range(len(frames))]
+    return bytearray(b"".join(frames)), starts
+
+
+def scan_both(buffer: bytearray, tracks: Callable[[bytearray], Any], top: int | None = None) -> tuple[Any, Any]:
+    """scan_events on a copy of ``buffer`` in C and in Python, each with the ``tracks`` made for its copy."""
+    assert speedups is not None
+    results = []
+    for scan in (speedups.scan_events, _scan_events_py):
+        copy = bytearray(buffer)
+        results.append(scan(copy, 0, len(copy), MAX_FRAME, tracks(copy), len(copy) * 2 if top is None else top))
+    return results[0], results[1]
+
+
+class RewritingTracks:
+    """Tracks 1 and 2, whose membership test rewrites the length of every frame in the buffer, as any Python code
+    that runs between two frames may (a finalizer, a thread)."""
+
+    def __init__(self, buffer: bytearray, starts: list[int], rewrite: Callable[[int], int]) -> None:
+        self.buffer, self.starts, self.rewrite = buffer, starts, rewrite
+        self.lengths = [FRAME_HEADER.unpack_from(buffer, start)[0] for start in starts]
+
+    def __contains__(self, track: object) -> bool:
+        for start, length in zip(self.starts, self.lengths, strict=True):
+            self.buffer[start : start + 4] = self.rewrite(length).to_bytes(4, "little")
+        return track in (1, 2)
+
+
+@needs_speedups
+@pytest.mark.parametrize("rewrite", [lambda n: n - 1, lambda n: 0xFFFF_FFF0], ids=["shorter", "past the buffer"])
+def test_scan_events_indexes_each_frame_as_it_read_it_while_python_code_rewrites_the_buffer(
+    rewrite: Callable[[int], int],
+) -> None:
+    buffer, starts = events_frames([1, 1, 2, 2, 1])
+    fast, slow = scan_both(buffer, lambda copy: RewritingTracks(copy, starts, rewrite))
+    assert fast == slow
+    assert slow is not None and slow[1] > 0
+
+
+@needs_speedups
+@pytest.mark.parametrize("top", [-(2**63), -1, 0, 100, 2**63 - 1])
+def test_scan_events_fits_its_entries_below_any_top_as_its_twin_does(top: int) -> None:
+    buffer, _ = events_frames([1, 2])
+    fast, slow = scan_both(buffer, lambda _: {1, 2}, top)
+    assert fast == slow
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    ("position", "end", "max_frame_bytes", "top"),
+    [("0", 2**80, 100, 100), (0, "1", 2**80, 100), (0, "the end", "100", 2**80)],
+)
+def test_scan_events_refuses_an_argument_that_is_not_an_int_as_its_twin_does(
+    position: Any, end: Any, max_frame_bytes: Any, top: Any
+) -> None:
+    assert speedups is not None
+    buffer, _ = events_frames([1])
+    end = len(buffer) if end == "the end" else end
+    for scan in (speedups.scan_events, _scan_events_py):
+        with pytest.raises(TypeError):  # not the OverflowError of a later argument
+            scan(buffer, position, end, max_frame_bytes, {1}, top)
+
+
+# -- messages ----------------------------------------------------------------------------------------------------------
+
+
+@needs_speedups
+def test_a_message_level_that_is_not_an_int_of_c_is_refused_by_name() -> None:
+    assert speedups is not None
+    tl = Timeline("levels", [MemoryListener()])
+    with pytest.raises(OverflowError, match="level 1099511627776"):
+        speedups.Message(message_kind("levels", "info", "text"), tl, True, 2**40)
+    assert speedups.Message(message_kind("levels", "info", "text"), tl, True, 2**31 - 1).level == 2**31 - 1
+    tl.close()
+
+
+class Label:
+    """A message's category that refers back to the message."""
+
+    message: Any = None
+
+    def __str__(self) -> str:
+        return "label"
+
+
+@needs_speedups
+def test_a_message_held_only_by_a_cycle_through_its_label_is_collected() -> None:
+    assert speedups is not None
+    tl = Timeline("cycle", [MemoryListener()])
+    label = Label()
+    kind = SimpleNamespace(id=1234, name=label)
+    label.message = speedups.Message(kind, tl, True, 3)
+    kind.name = None  # the cycle goes through the message's own reference to its label only
+    collected = weakref.ref(label)
+    del label
+    gc.collect()
+    assert collected() is None
+    tl.close()
 
 
 # -- the recorder ------------------------------------------------------------------------------------------------------
@@ -325,3 +458,29 @@ def test_gevent_greenlets_each_record_on_a_track_of_their_own() -> None:
     done = subprocess.run([sys.executable, "-c", GREEN_THREADS], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[('green (green-0)', 0), ('green (green-1)', 1), ('green (green-2)', 2)] 9"
+
+
+SUB_INTERPRETER = """
+import _testcapi
+from ringtrace.client import MemoryListener, Timeline
+# Without the C module _asyncio, the sub-interpreter's asyncio is pure Python: its _get_running_loop is a function
+# of that interpreter, which stops working when the interpreter ends.
+code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.timelines"
+assert _testcapi.run_in_subinterp(code) == 0
+listener = MemoryListener()
+tl = Timeline("main", [listener])
+tl.instant("one")
+with tl.scope("two"):
+    pass
+assert tl.flush()
+print(sorted(event.name for event in listener.events))
+"""
+
+
+def test_a_sub_interpreter_that_imports_ringtrace_leaves_the_main_interpreters_recorder_as_it_was() -> None:
+    testcapi = pytest.importorskip("_testcapi", reason="this Python has no _testcapi to start a sub-interpreter")
+    if not hasattr(testcapi, "run_in_subinterp"):
+        pytest.skip("this Python's _testcapi has no run_in_subinterp")
+    done = subprocess.run([sys.executable, "-c", SUB_INTERPRETER], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['one', 'two']"

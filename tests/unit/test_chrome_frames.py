@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,7 @@ def odd_payloads() -> list[tuple[str, int, bytes]]:
     for _ in range(40):
         deep = [deep]
     good = columns([span_kind], [name_id], [0], [5], [{"k": 1}])
+    shown_then_not = columns([span_kind, 999], [name_id] * 2, [0, 1], [5, 5], [None, None])[:-3]  # args last
     return [
         ("shown", 1, good),
         ("refused", 1, good + b"\x00"),  # trailing bytes
@@ -205,6 +207,9 @@ def odd_payloads() -> list[tuple[str, int, bytes]]:
         ("refused", 1, with_args(timestamp(10**9), kind=999)),  # past 999,999,999 ns, in an event never shown
         ("skipped", 1, with_args(timestamp(10**9 - 1), kind=999)),  # a timestamp as it should be
         ("deferred", 1, with_args(timestamp(5))),  # (an extension type: the Python walk shows it)
+        ("refused", 1, with_args(b"\x81\xa1e\xd4\xfe\x00")),  # an extension code msgpack-python refuses (-2)
+        ("refused", 1, with_args(b"\x81\xa1e\xc7\x01\x80x", kind=999)),  # (-128) in an event never shown
+        ("refused", 2, shown_then_not + b"\x92\xc0\x81\xa1e\xd5\xe0\x00\x00"),  # (-32) after an event shown
         ("refused", 1, columns([span_kind], [name_id], [0], [0], [{"d": deep}])),  # deeper than the C writer goes
         ("shown", 2, columns([span_kind, span_kind], [name_id, name_id], [0, 1], [3, 0], [None, {"v": [1.5]}])),
     ]
@@ -242,3 +247,15 @@ def test_payloads_that_are_not_what_they_should_be_are_counted_alike(tmp_path: P
     assert fast["otherData"]["undecodable_events"] >= skipped + 4  # and the frames refused whole
     shown = sum(count for what, count, _ in expected if what == "shown")
     assert sum(e.get("name") == "a" and e["ph"] == "X" for e in events) >= shown + 1  # the first frame's span too
+
+
+def test_string_spans_are_read_from_a_buffer_at_any_alignment() -> None:
+    from ringtrace.collector import _chrome  # here: not built everywhere
+
+    spans = array("q", [0, 3]).tobytes()
+    made = []
+    for view in (memoryview(spans), memoryview(b"-" + spans)[1:]):
+        payload = columns([0], [0], [0], [5], [None])
+        made.append(_chrome.events_json(payload, 1, (0, 1, 2, 3, 4), 10**18, 0, 0, None, None, b"X", b'"a"', view, b""))
+    assert made[0] == made[1]
+    assert made[0] is not None and made[0][0].startswith(b'{"name":"a","ph":"X"')

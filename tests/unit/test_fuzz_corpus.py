@@ -1,0 +1,28 @@
+"""The fuzzers' corpus (``tests/fuzz/corpus/``) through the checks the fuzzers make (``scripts/fuzz``): the C
+accelerators and their pure-Python twins make the same of every input kept there, the seeds and any input a fuzzer
+found that once told them apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fuzz import fuzz_events_json, fuzz_scan_events
+
+CORPUS = Path(__file__).parent.parent / "fuzz" / "corpus"
+
+
+def inputs(fuzzer: str) -> list[Path]:
+    paths = sorted((CORPUS / fuzzer).iterdir())
+    assert paths, f"no inputs in {CORPUS / fuzzer}"
+    return paths
+
+
+@pytest.mark.parametrize("path", inputs("events_json"), ids=lambda path: path.name)
+def test_the_c_writer_and_the_python_walk_write_each_input_alike(path: Path) -> None:
+    fuzz_events_json.check(path.read_bytes())
+
+
+@pytest.mark.parametrize("path", inputs("scan_events"), ids=lambda path: path.name)
+def test_scan_events_and_its_twin_index_each_input_alike(path: Path) -> None:
+    fuzz_scan_events.check(path.read_bytes())

@@ -617,7 +617,17 @@ class Timeline(_RecorderBase):
                 ended.append(buffer)
         if ended:
             self._forget(ended)
-        return Drained(taken, [buffer.track for buffer in ended], dropped)
+        return Drained(self._lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped)
+
+    @staticmethod
+    def _lane_parents(buffers: list[TrackBuffer], taken: list[tuple[TrackInfo, list[Any]]]) -> list[Any]:
+        """An empty run for each thread whose lanes have events and it none, so that listeners declare its track (a
+        reader names the lanes' thread by it; on the wire a track is declared with its first events)."""
+        lane_parents = {track.parent for track, _ in taken if track.kind == ASYNC_TRACK and track.parent}
+        if not lane_parents:
+            return []
+        lane_parents -= {track.track_id for track, _ in taken}
+        return [(b.track, []) for b in buffers if b.track.track_id in lane_parents and b.track.kind == THREAD_TRACK]
 
     def _forget(self, ended: list[TrackBuffer]) -> None:
         # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.

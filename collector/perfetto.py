@@ -206,6 +206,7 @@ class _Writer:
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
         self._last_uuid = 0
+        self._shown_events = 0
         self._process_uuids: dict[int, int] = {}
         self._track_uuids: dict[tuple[int, int], int] = {}
         self._counter_uuids: dict[tuple[int, str], int] = {}
@@ -296,7 +297,7 @@ class _Writer:
     def attributes(self) -> bytes:
         """The report and the capture window, as the trace's attributes."""
         walk = self._walk
-        capture = walk.capture()
+        capture = {**walk.capture(), "shown_events": self._shown_events}
         report = {**walk.view.other, **walk.report(), "capture": capture}
         attributes: list[tuple[str, int | str]] = [("ringtrace.report", orjson.dumps(report).decode())]
         for name, value in walk.view.other.items():
@@ -325,6 +326,7 @@ class _Writer:
     def add(self, process: ProcessView, track: TrackInfo, events: list[Shown]) -> None:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
         on_track = _TRACK_UUID + pb.varint(self._track_uuid(process, track))
+        self._shown_events += len(events)
         timed = self._timed
         new_entries = self._new_entries
         names, known_names = self._names, self._names.known

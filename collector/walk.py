@@ -219,8 +219,11 @@ class FrameWalk:
                 for decoder, frame in segment_stream(segment, self.view.limits):
                     if isinstance(frame, Events):
                         decoded += frame.count
-                        track = decoder.tables.tracks[frame.track_id]
+                        tracks = decoder.tables.tracks
+                        track = tracks[frame.track_id]
                         if self.wanted(process, track, frame):
+                            if track.parent and track.parent in tracks:  # a lane's thread names it, events or none
+                                self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
                             yield process, track, decoder.tables, frame
             except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
                 self.unreadable(process, segment, decoded, exc)

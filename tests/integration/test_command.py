@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess
+from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline, read_trace_streams
 from ringtrace.collector.command import main
 
@@ -252,3 +254,26 @@ def test_a_second_timeline_on_a_thread_keeps_a_tid_of_its_own_in_a_file_too(
     assert len(names) == len(dict(names)) == 2  # a thread_name per tid, each its own
     spans = {e["name"]: e["tid"] for e in document["traceEvents"] if e["ph"] == "X"}
     assert dict(names)[spans["fsync"]] == "disk (MainThread)" and spans["fsync"] != spans["work"]
+
+
+def test_the_thread_of_asyncio_lanes_is_named_when_it_recorded_nothing_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "lanes.rttrace"
+    timeline = Timeline("lanes", [FileListener(path, process_name="lanes")])
+
+    async def job() -> None:
+        with timeline.scope("in-task"):
+            await asyncio.sleep(0)
+
+    async def both() -> None:
+        await asyncio.gather(job(), job())
+
+    asyncio.run(both())  # the main thread itself records nothing
+    timeline.close()
+    assert run(capsys, "convert", str(path), "-o", str(tmp_path / "lanes.pftrace"), "--format", "perfetto")[0] == 0
+    perfetto = PerfettoTrace((tmp_path / "lanes.pftrace").read_bytes())
+    (thread,) = [t for t in perfetto.tracks.values() if t.kind == "thread"]
+    assert thread.name == "lanes (MainThread)"
+    lanes = {perfetto.tracks[s.track].uuid for s in perfetto.slices}
+    assert len(lanes) == 2 and all(perfetto.tracks[uuid].parent == thread.uuid for uuid in lanes)

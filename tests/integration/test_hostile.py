@@ -477,6 +477,17 @@ CLIPPED: dict[str, object] = {
 DUMP = "import sys; from ringtrace.collector.command import main; sys.exit(main(['dump', sys.argv[1]]))"
 
 
+def dump_native_snapshot(
+    collector: CollectorProcess, tmp_path: Path, env: dict[str, str] | None
+) -> subprocess.CompletedProcess[str]:
+    """``ringtrace dump`` of the collector's snapshot file, in a process of its own (C or pure Python, by ``env``)."""
+    status, native = collector.get("/snapshot?format=native")
+    assert status == 200
+    (tmp_path / "snapshot.rtrace").write_bytes(native)
+    command = [sys.executable, "-c", DUMP, str(tmp_path / "snapshot.rtrace")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+
 @pytest.mark.parametrize("pure_python", [False, True], ids=["accelerated", "pure-python"])
 def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format(
     pure_python: bool, tmp_path: Path
@@ -502,16 +513,7 @@ def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format
         perfetto = PerfettoTrace(body)
         assert len([i for i in perfetto.instants if i.name == "deep"]) == 2
         assert body.count(b"clipped a") == 2
-        status, native = collector.get("/snapshot?format=native")
-        assert status == 200
-        (tmp_path / "snapshot.rtrace").write_bytes(native)
-        dumped = subprocess.run(
-            [sys.executable, "-c", DUMP, str(tmp_path / "snapshot.rtrace")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
+        dumped = dump_native_snapshot(collector, tmp_path, env)
         assert dumped.returncode == 0 and "Traceback" not in dumped.stderr, dumped.stderr
         assert dumped.stdout.count("clipped a") == 2
         line = b""
@@ -565,15 +567,7 @@ def test_odd_args_a_peer_may_send_keep_every_format_whole(pure_python: bool, tmp
         assert trace["otherData"]["undecodable_events"] == len(REFUSED_ARGS)
         status, body = collector.get("/snapshot?format=perfetto")
         assert status == 200 and len([i for i in PerfettoTrace(body).instants if i.name == "odd"]) == shown
-        status, native = collector.get("/snapshot?format=native")
-        (tmp_path / "snapshot.rtrace").write_bytes(native)
-        dumped = subprocess.run(
-            [sys.executable, "-c", DUMP, str(tmp_path / "snapshot.rtrace")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
+        dumped = dump_native_snapshot(collector, tmp_path, env)
         assert "Traceback" not in dumped.stderr and f"{len(REFUSED_ARGS)} of its" in dumped.stderr, dumped.stderr
         assert len([line for line in dumped.stdout.splitlines() if "  odd  " in line]) == shown
         streamed = 0

@@ -519,7 +519,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 reader.reclaim(b"")
             if self._stream is not None:
                 self._end_batch(self._stream)  # what came before it is stored: acknowledge its FLUSHes
-            transport.abort()
+            if isinstance(exc, LimitExceeded) and exc.limit_name == "capacity":  # within the WELCOME's limits: say so
+                transport.write(encode(Goodbye(f"{exc}: the collector's --capacity is too small for these tables")))
+                transport.close()
+            else:
+                transport.abort()
 
     def _note_frame_begun(self) -> None:
         """Frames were taken: the unread bytes, if any, begin a frame now, unless it is the one that was being

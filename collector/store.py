@@ -357,6 +357,9 @@ class Store:
             self.table_bytes += grow
             stream.charged = charge
             return None
+        own_segment = stream.segment.size if stream.segment is not None else 0
+        if self.table_bytes + grow + own_segment > self.capacity_bytes:  # never fits: overwrite nothing for it
+            return self.held_bytes + self.table_bytes + grow
         while self.policy == "ring" and self.held_bytes + self.table_bytes + grow > self.capacity_bytes:
             oldest = self._oldest() if self._segments else None
             if oldest is None or oldest is stream.segment:
@@ -562,8 +565,13 @@ class Store:
                 return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
             self._evict(process.segments[0], "capped")
         while self.held_bytes + self.table_bytes + size > self.capacity_bytes:
-            if self.policy == "discard" or not self._segments:
+            if self.policy == "discard":
                 return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
+            if not self._segments:  # (ring) what is left is connections' tables: nothing to overwrite
+                return (
+                    f"capacity: capacity={self.capacity_bytes} bytes taken by connections' tables "
+                    f"({self.table_bytes} bytes): no room for a segment of {size} bytes"
+                )
             self._evict(self._oldest(), "overwritten")
         return None
 

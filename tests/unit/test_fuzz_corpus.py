@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 from fuzz import fuzz_events_json, fuzz_scan_events
+from ringtrace.client.accelerator import speedups
+from ringtrace.collector.chrome_frames import ACCELERATED
+
+#: Without the C modules (not built, or RINGTRACE_PURE_PYTHON=1) there is nothing to hold their twins to.
+needs_c = pytest.mark.skipif(speedups is None or not ACCELERATED, reason="the C accelerators are not loaded")
 
 CORPUS = Path(__file__).parent.parent / "fuzz" / "corpus"
 
@@ -18,11 +23,13 @@ def inputs(fuzzer: str) -> list[Path]:
     return paths
 
 
+@needs_c
 @pytest.mark.parametrize("path", inputs("events_json"), ids=lambda path: path.name)
 def test_the_c_writer_and_the_python_walk_write_each_input_alike(path: Path) -> None:
     fuzz_events_json.check(path.read_bytes())
 
 
+@needs_c
 @pytest.mark.parametrize("path", inputs("scan_events"), ids=lambda path: path.name)
 def test_scan_events_and_its_twin_index_each_input_alike(path: Path) -> None:
     fuzz_scan_events.check(path.read_bytes())

@@ -608,9 +608,12 @@ def test_tables_count_against_the_capacity_and_ring_overwrites_the_oldest_segmen
     assert store.held_bytes + store.table_bytes <= store.capacity_bytes
     assert store.totals().overwritten_events > 0  # the oldest events made room, counted
     assert_adds_up(store)
-    # Past what overwriting can free (the stream's own open segment is never overwritten for it): refused.
+    # Past what overwriting can free (the stream's own open segment is never overwritten for it): refused, and
+    # nothing is overwritten for a charge that cannot fit.
+    overwritten, held = store.totals().overwritten_events, store.held_bytes
     needed = store.charge_tables(tables.stream, 20 * MIN_SEGMENT_BYTES)
     assert needed is not None and needed > store.capacity_bytes
+    assert (store.totals().overwritten_events, store.held_bytes) == (overwritten, held)
     store.close_stream(tables.stream)  # its charge goes with it
     assert store.table_bytes == 0
 

@@ -363,7 +363,7 @@ def _say_matched(command: str, params: list[tuple[str, str]], matched: int | Non
     """On stderr: how many events the filters matched of how many there were, and which filters they were."""
     flags = {name: flag for flag, name, _ in _FILTERS}
     given = " ".join(
-        "--messages-only" if name == "messages_only" else f"{flags.get(name, name)} {shlex.quote(value)}"
+        "(messages only)" if name == "messages_only" else f"{flags.get(name, name)} {shlex.quote(value)}"
         for name, value in params
     )
     of = f" of {stored:,}" if stored is not None else ""

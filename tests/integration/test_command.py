@@ -87,7 +87,7 @@ def test_dump_with_a_min_priority_shows_messages_only_unless_told_to_keep_other_
     recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out, err = run(capsys, "dump", recorded.http_url, "--min-priority", "warning")
-    assert status == 0 and err == "ringtrace dump: 2 of 82 events matched --min-priority warning --messages-only\n"
+    assert status == 0 and err == "ringtrace dump: 2 of 82 events matched --min-priority warning (messages only)\n"
     assert len(out.splitlines()) == 2 and all("  engine  warning  slow n(7)" in line for line in out.splitlines())
     status, out, _ = run(capsys, "dump", recorded.http_url, "--min-priority", "warning", "--with-other-events")
     assert status == 0 and len(out.splitlines()) == 2 * 41  # a timeline's view: spans and instants carry none

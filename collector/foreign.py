@@ -56,6 +56,13 @@ class Recording:
     records: dict[int, list[Any]] = field(default_factory=dict)
     error: str | None = None
     torn: bool = False
+    #: Who recorded it, where the format says (else the file is named and pid 0 is shown).
+    process_name: str | None = None
+    pid: int = 0
+    #: The wall-clock ns of its last timestamp, where the format says (else the file's modification time).
+    last_wall_ns: int | None = None
+    #: Entries of the file that no snapshot shows: counted as dropped in the stream's STATS.
+    skipped: int = 0
 
     def track(self, kind: int, name: str, thread_id: int = 0) -> int:
         """A new track's id."""
@@ -75,6 +82,11 @@ class Recording:
     def add(self, track_id: int, kind: int, label: str, start_ns: int, end_ns: int, args: Any = None) -> None:
         self.records[track_id].extend((kind, label, start_ns, end_ns, args))
 
+    @property
+    def last_ns(self) -> int:
+        """The last timestamp recorded (an event's end), 0 if there is none."""
+        return max((max(records[3::RECORD_FIELDS]) for records in self.records.values() if records), default=0)
+
 
 def to_stream(recording: Recording, process_name: str, wall_ns: int, identity: bytes) -> bytes:
     """``recording`` as a ringtrace stream, its last timestamp paired with ``wall_ns``.
@@ -89,12 +101,9 @@ def to_stream(recording: Recording, process_name: str, wall_ns: int, identity: b
         ForeignFormatError: the timestamps span more than a stream can carry (2^63 ns).
     """
     _rebase(recording)
-    last_ns = max(
-        (max(records[3::RECORD_FIELDS]) for records in recording.records.values() if records),
-        default=0,
-    )
+    last_ns = recording.last_ns
     hello = Hello(
-        pid=0,
+        pid=recording.pid,
         host="",
         process_name=display_text(process_name),
         instance_id=hashlib.blake2b(identity, digest_size=16).hexdigest(),
@@ -112,6 +121,7 @@ def to_stream(recording: Recording, process_name: str, wall_ns: int, identity: b
         frames += batch.control
         frames += (frame for frame, _ in batch.events)
         dropped += batch.dropped_events
+    dropped += recording.skipped
     stats = Stats(dropped, dropped, encoder.label_overflow_events, encoder.clipped_args, encoder.rejected_events)
     frames.append(encode(stats))
     return b"".join(frames)

@@ -13,6 +13,7 @@ reported as a ringtrace file's would be.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ringtrace.client.errors import BadPreamble, ProtocolError
 from ringtrace.client.protocol import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns
 from ringtrace.client.session import Limits, SessionDecoder
 
-from . import hawktracer, timelogger
+from . import chrome_json, hawktracer, timelogger
 from .foreign import Recording, to_stream
 from .segments import INDEX_ENTRY, Recovered
 from .sessions import Registry
@@ -35,10 +36,11 @@ __all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file"]
 #: What decoding a file may meet: anything a collector could have stored.
 FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
 _DAY_NS: Final = 86_400 * 10**9
-#: Foreign formats: (name, whether a file's first bytes are of it, its reader).
-FOREIGN_FORMATS: Final[tuple[tuple[str, Callable[[bytes], bool], Callable[[bytes], Recording]], ...]] = (
-    ("HawkTracer HTDUMP", hawktracer.looks_like, hawktracer.read),
-    ("GaBIEn TimeLogger", timelogger.looks_like, timelogger.read),
+#: Foreign formats: (name, whether a file's first bytes are of it, its reader: a recording per process).
+FOREIGN_FORMATS: Final[tuple[tuple[str, Callable[[bytes], bool], Callable[[bytes], list[Recording]]], ...]] = (
+    ("HawkTracer HTDUMP", hawktracer.looks_like, lambda data: [hawktracer.read(data)]),
+    ("GaBIEn TimeLogger", timelogger.looks_like, lambda data: [timelogger.read(data)]),
+    ("Chrome trace JSON", chrome_json.looks_like, chrome_json.read),
 )
 
 
@@ -76,12 +78,25 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
     file = Path(path)
     data = file.read_bytes()
     other: dict[str, object] = {"source_file": str(path)}
-    foreign: Recording | None = None
+    foreign: list[Recording] = []
     if not data.startswith(MAGIC):
         name, foreign = _foreign(data)
         other["source_format"] = name
-        other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
-        data = to_stream(foreign, file.name, file.stat().st_mtime_ns, data)
+        if any(recording.last_wall_ns is None for recording in foreign):
+            other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
+        # Where the recording does not say when it was, its last timestamp is the file's modification time (and its
+        # processes keep their places to each other: one clock).
+        last_ns, digest = max(recording.last_ns for recording in foreign), hashlib.blake2b(data).digest()
+        mtime_ns = file.stat().st_mtime_ns
+        data = b"".join(
+            to_stream(
+                recording,
+                recording.process_name or file.name,
+                mtime_ns - (last_ns - recording.last_ns) if recording.last_wall_ns is None else recording.last_wall_ns,
+                digest + b"%d" % n,  # the same file converts alike; each process an instance of its own
+            )
+            for n, recording in enumerate(foreign)
+        )
     streams, error = _streams(memoryview(data))
     store = Store(2**62, MIN_SEGMENT_BYTES)
     registry = Registry()
@@ -116,13 +131,14 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
         origin_ns=first_ns // _DAY_NS * _DAY_NS,  # midnight UTC before the first event: every ts is positive
     )
     torn = error is not None and error.startswith("the file ends inside")
-    if foreign is not None and foreign.error is not None:
-        error, torn = foreign.error, foreign.torn
+    broken = next((recording for recording in foreign if recording.error is not None), None)
+    if broken is not None:
+        error, torn = broken.error, broken.torn
     undecodable = sum(stream.undecodable for stream in streams)
     return LoadedFile(view, len(streams), events, error, torn, undecodable)
 
 
-def _foreign(data: bytes) -> tuple[str, Recording]:
+def _foreign(data: bytes) -> tuple[str, list[Recording]]:
     """The name of the foreign format ``data`` is in, and what it holds.
 
     Raises:

@@ -277,3 +277,84 @@ def test_the_thread_of_asyncio_lanes_is_named_when_it_recorded_nothing_itself(
     assert thread.name == "lanes (MainThread)"
     lanes = {perfetto.tracks[s.track].uuid for s in perfetto.slices}
     assert len(lanes) == 2 and all(perfetto.tracks[uuid].parent == thread.uuid for uuid in lanes)
+
+
+def test_chrome_json_that_ringtrace_wrote_reads_back_as_it_was(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = recorded.snapshot()
+    (tmp_path / "trace.json").write_bytes(json.dumps(original).encode())
+    assert run(capsys, "convert", str(tmp_path / "trace.json"), "-o", str(tmp_path / "back.json"))[0] == 0
+    back = json.loads((tmp_path / "back.json").read_bytes())
+
+    def shown(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Each event as a viewer shows it: its thread's and process's names, and its wall-clock time."""
+        origin = trace["otherData"]["clock_origin_wall_ns"]
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+        processes = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+        return sorted(
+            (
+                processes[e["pid"]],
+                threads[(e["pid"], e["tid"])],
+                e["ph"],
+                e["name"],
+                round(origin + e["ts"] * 1000),
+                e.get("dur"),
+                json.dumps(e.get("args"), sort_keys=True),
+            )
+            for e in trace["traceEvents"]
+            if e["ph"] != "M"
+        )
+
+    assert shown(back) == shown(original) and len(shown(back)) == 82
+    status, out, _ = run(capsys, "dump", str(tmp_path / "trace.json"), "--name", "slow*")  # (messages: instants)
+    assert status == 0 and len(out.splitlines()) == 2
+
+
+OTHER_TOOL = """[
+{"name": "thread_name", "ph": "M", "pid": "browser", "tid": 7, "args": {"name": "IO"}},
+{"name": "outer", "ph": "B", "pid": "browser", "tid": 7, "ts": 10, "args": {"a": 1}},
+{"name": "inner", "ph": "B", "pid": "browser", "tid": 7, "ts": 11},
+{"ph": "E", "pid": "browser", "tid": 7, "ts": 12},
+{"ph": "E", "pid": "browser", "tid": 7, "ts": 20, "args": {"b": 2}},
+{"name": "stray end", "ph": "E", "pid": "browser", "tid": 7, "ts": 21},
+{"name": "never ended", "ph": "B", "pid": "browser", "tid": 7, "ts": 22},
+{"name": "tick", "ph": "i", "s": "t", "pid": "browser", "tid": 7, "ts": 15.5},
+{"name": "mem", "ph": "C", "pid": "browser", "tid": 7, "ts": 16, "args": {"heap": 10, "stack": 2}},
+{"name": "load", "ph": "b", "cat": "net", "id": "0x1", "pid": "browser", "tid": 7, "ts": 17},
+{"name": "load", "ph": "e", "cat": "net", "id": "0x1", "pid": "browser", "tid": 7, "ts": 19},
+{"name": "flow", "ph": "s", "id": 1, "pid": "browser", "tid": 7, "ts": 18},
+{"name": "no time", "ph": "X", "pid": 42, "tid": 1},
+{"name": "work", "ph": "X", "pid": 42, "tid": 1, "ts": 30, "dur": 5},
+"""
+
+
+def test_chrome_json_of_other_tools_reads_with_what_it_cannot_show_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "other.json"  # a JSON array whose closing bracket is missing, as the format allows
+    path.write_text(OTHER_TOOL)
+    assert run(capsys, "convert", str(path), "-o", str(tmp_path / "other-back.json"))[0] == 0
+    trace = json.loads((tmp_path / "other-back.json").read_bytes())
+    spans = {e["name"]: (e["ts"], e["dur"], e.get("args")) for e in trace["traceEvents"] if e["ph"] == "X"}
+    origin = min(ts for ts, _, _ in spans.values()) - 10  # its first event is 10 us in
+    assert {name: (ts - origin, dur, args) for name, (ts, dur, args) in spans.items()} == {
+        "outer": (10, 10, {"a": 1, "b": 2}),  # an E ends the innermost B of its thread
+        "inner": (11, 1, None),
+        "work": (30, 5, None),
+    }
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] in ("i", "C", "b", "e", "B")}
+    assert {"tick", "mem", "load", "never ended"} <= names  # and a B never ended is shown open
+    processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert processes == {"pid browser", "pid 42"}
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert "IO" in threads
+    other = trace["otherData"]
+    assert other["client_dropped_events"] == 2  # the flow and the event with no time: not shown, counted
+    assert other["unmatched_marker_ends"] == 1  # the stray end
+    status, _, err = run(capsys, "convert", str(tmp_path / "other-back.json"), "-o", str(tmp_path / "x.pftrace"),
+                         "--format", "perfetto")  # fmt: skip
+    assert status == 0, err
+    (tmp_path / "broken.json").write_text('{"traceEvents": [{"ph": "X",')
+    status, _, err = run(capsys, "dump", str(tmp_path / "broken.json"))
+    assert status == 1 and "Chrome trace JSON that does not parse" in err

@@ -34,7 +34,7 @@ from .readers import reader_pool
 from .segments import FSYNC_POLICIES, SYNC_INTERVAL_S, DataDir, FsyncPolicy, SegmentBuffers
 from .sessions import ProcessRecord, Registry, stats_sum
 from .slices import Pairing
-from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot
+from .store import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot, table_charge_bound
 from .tail import Tail
 from .turns import DecodeTurns
 from .walk import ProcessView, SnapshotView
@@ -311,6 +311,14 @@ class Collector:
         )
         if config.data_dir is None and config.fsync != "never":
             log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)
+        most = table_charge_bound(self.limits)  # connections' tables count against the capacity
+        if self.store.capacity_bytes < 2 * most:
+            log.warning(
+                "--capacity %d bytes holds the tables of only %d connection(s) declaring all that --max-strings, "
+                "--max-string-bytes, --max-tracks and --max-schema-bytes allow (up to %d bytes each): a client "
+                "declaring that much is refused once they fill it; raise --capacity or lower those limits",
+                self.store.capacity_bytes, self.store.capacity_bytes // most, most,
+            )  # fmt: skip
         self._forgetting = asyncio.create_task(self._forget_idle_processes())
         self._sampling = asyncio.create_task(self._sample_rates())
         self._idling = asyncio.create_task(self._close_idle_connections())

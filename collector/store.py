@@ -40,6 +40,13 @@ from typing import Final, Literal, Protocol
 
 from ringtrace.client.errors import ConfigError
 from ringtrace.client.protocol import EventsRun, preamble
+from ringtrace.client.session import (
+    DENSE_STRING_IDS,
+    KIND_ENTRY_BYTES,
+    STRING_ENTRY_BYTES,
+    TRACK_ENTRY_BYTES,
+    Limits,
+)
 
 from .segments import (
     CHECKSUM_FRAME,
@@ -269,6 +276,18 @@ class SyncJob:
         """
         for segment, start, end in self.ranges:
             self._buffers.sync(segment, start, end)
+
+
+def table_charge_bound(limits: Limits) -> int:
+    """At most what one connection's tables are charged (``Store.charge_tables``) when it declares all ``limits``
+    allow: its decoder's tables (``SessionDecoder.table_bytes``: the strings' hashes, dense or sparse; each track and
+    its name, Python's str at up to 4 bytes a character; each kind and its texts) and the session frames kept to
+    replay them (``Stream.memory_bytes``). An upper estimate, to tell how many such connections a capacity holds."""
+    strings = max(16 * max(limits.max_strings, DENSE_STRING_IDS), limits.max_strings * STRING_ENTRY_BYTES)
+    tracks = limits.max_tracks * (TRACK_ENTRY_BYTES + 64 + _TRACK_FRAME_BYTES) + 5 * limits.max_string_bytes
+    kinds = limits.max_kinds * KIND_ENTRY_BYTES + 6 * limits.max_schema_bytes
+    string_frames = 2 * limits.max_string_bytes + 8 * limits.max_strings
+    return strings + tracks + kinds + string_frames
 
 
 class Store:

@@ -14,11 +14,20 @@ from pathlib import Path
 from collector_process import CollectorProcess, RawClient, hello
 from ringtrace.client.model import THREAD_TRACK
 from ringtrace.client.protocol import Goodbye, KindSpec, Schema, Strings, Track, encode
+from ringtrace.client.session import Limits
+from ringtrace.collector.store import table_charge_bound
 
 MIB = 1024 * 1024
 CAPACITY = 96 * MIB
 #: The collector's default table limits (README, --max-strings).
 MAX_STRINGS, MAX_STRING_BYTES, MAX_SCHEMA_BYTES, MAX_TRACKS, MAX_KINDS = 100_000, 2 * MIB, 256 * 1024, 10_000, 1000
+DEFAULT_LIMITS = Limits(
+    max_strings=MAX_STRINGS,
+    max_tracks=MAX_TRACKS,
+    max_kinds=MAX_KINDS,
+    max_string_bytes=MAX_STRING_BYTES,
+    max_schema_bytes=MAX_SCHEMA_BYTES,
+)
 #: Connections that try to fill every table limit: more than the capacity has room for.
 HOSTILE = 10
 #: What a connection holds besides its tables (its read buffer of 256 KiB, its objects), with room for the allocator.
@@ -96,6 +105,7 @@ def test_connections_filling_every_table_limit_stay_within_the_capacity() -> Non
         # What the collector says the tables take (and counts against the capacity) is at least what they took...
         per_connection = (kept_rss - before) / len(kept)
         charged = stats["table_bytes"] / len(kept)
+        assert charged <= table_charge_bound(DEFAULT_LIMITS)  # the bound the collector warns by at start
         assert per_connection <= 1.1 * charged + PER_CONNECTION, f"{per_connection} bytes each, {charged} charged"
         # ... so that the whole stays within the capacity, however many connections try.
         assert grown <= 1.1 * CAPACITY + HOSTILE * PER_CONNECTION, f"grew by {grown} bytes"
@@ -121,3 +131,16 @@ def test_memory_comes_back_once_connections_that_filled_their_tables_are_gone() 
         assert collector.json("/stats")["held_bytes"] == 0
     finally:
         collector.stop()
+
+
+def test_a_capacity_too_small_for_two_connections_at_every_table_limit_is_warned_of_at_start() -> None:
+    small = CollectorProcess("--capacity", "48MiB")
+    try:
+        line = small.wait_for_log(lambda line: "holds the tables of only" in line)
+        assert "--capacity 50331648 bytes holds the tables of only 1 connection(s)" in line
+    finally:
+        small.stop()
+    roomy = CollectorProcess()  # the default capacity: not a word, all through its start and stop
+    roomy.stop()
+    assert [line for line in roomy.lines if "store: capacity" in line]
+    assert not [line for line in roomy.lines if "holds the tables of only" in line]

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 from ringtrace.client.errors import ConfigError, ProtocolError
 from ringtrace.client.options import environment_token, parse_address, read_token_file
@@ -299,26 +299,28 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    params = [*_filter_params(args), ("format", args.format)]
+    filters = _filter_params(args)
+    params = [*filters, ("format", args.format)]
     if args.flush_timeout is not None:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     _check_params(params)
     url = _snapshot_url(args.url, params)
     access = _Access(args)
-    report = _ChromeReport() if args.format == "chrome" else None
+    stored = _stored_events(args.url, access)  # (what the progress line counts towards)
+    chrome = args.format == "chrome"
+    report = _ChromeReport() if chrome else None
     with (
         _fetch(url, access) as response,
         _output(args.output) as out,
-        _progress(f"snapshot from {args.url}") as advance,
+        _progress(f"snapshot from {args.url}", stored if chrome else None) as advance,
     ):
         while chunk := response.read(_CHUNK):
             out.write(chunk)
-            advance(len(chunk))
+            advance(len(chunk), chunk.count(b'"ph":') if chrome else 0)  # (each Chrome event has one phase)
             if report is not None:
                 report.feed(chunk)
-    if params[:-1]:  # filters (format is last)
-        shown = report.shown_events() if report is not None else None
-        _say_matched("snapshot", params[:-1], shown, _stored_events(args.url, access))
+    if filters:
+        _say_matched("snapshot", filters, report.shown_events() if report is not None else None, stored)
     return 0
 
 
@@ -464,12 +466,32 @@ def _output(path: str) -> Iterator[IO[bytes]]:
 
 
 @contextlib.contextmanager
-def _progress(what: str) -> Iterator[Callable[[int], None]]:
-    """A progress line on stderr while bytes are written (only on a terminal)."""
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+def _progress(what: str, events: int | None = None) -> Iterator[Callable[[int, int], None]]:
+    """A progress line on stderr while bytes are written (only on a terminal): bytes, or, where the output's events
+    can be counted and the collector said how many it holds (``events``), events against that (a filter takes
+    fewer: then the line ends short of it)."""
+    if events is None:
+        by_bytes = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        with Progress(*by_bytes, transient=True, disable=not sys.stderr.isatty()) as progress:
+            task = progress.add_task(what, total=None)
+            yield lambda nbytes, _: progress.advance(task, nbytes)
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f} of {task.total:,.0f} events stored"),
+        TextColumn("{task.fields[size]}"),
+        TimeRemainingColumn(),
+    )
+    written = [0]
+
+    def advance(nbytes: int, shown: int) -> None:
+        written[0] += nbytes
+        progress.update(task, advance=shown, size=_size(written[0]))
+
     with Progress(*columns, transient=True, disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task(what, total=None)
-        yield lambda nbytes: progress.advance(task, nbytes)
+        task = progress.add_task(what, total=max(events, 1), size=_size(0))
+        yield advance
 
 
 # -- files -----------------------------------------------------------------------------------------------------------
@@ -509,7 +531,7 @@ def _convert(args: argparse.Namespace) -> int:
     with _output(args.output) as out, _progress(f"convert {args.file}") as advance:
         for chunk in write(loaded.view, selected):
             out.write(chunk)
-            advance(len(chunk))
+            advance(len(chunk), 0)
     _undecodable(args.file, loaded)
     return 0
 

@@ -198,6 +198,10 @@ def test_a_snapshot_that_selects_nothing_is_an_empty_file_the_tools_read(
     )
     status, _, err = run(capsys, "snapshot", collector.http_url, "-o", str(tmp_path / "web.json"), "--process", "web-*")
     assert status == 0 and err == "ringtrace snapshot: 0 of 21 events matched --process 'web-*'\n"
+    status, _, err = run(
+        capsys, "snapshot", collector.http_url, "-o", str(tmp_path / "w.json"), "--flush-timeout", "0", "--pid", "1"
+    )
+    assert status == 0 and err == "ringtrace snapshot: 0 of 21 events matched --pid 1\n"  # (not the format)
     status, _, err = run(capsys, "snapshot", collector.http_url, "-o", "-", "--process", "web", "--name", "request")
     assert status == 0 and err.endswith("ringtrace snapshot: 20 of 21 events matched --process web --name request\n")
 

@@ -561,7 +561,7 @@ class Streamer(SerializedListener):
         self._outage.failed(reason, now, self.dropped_events, at_once=at_once)
         log.debug("ringtrace: %s; retrying in %.2fs", reason, delay)
 
-    def _disconnect(self, reason: str, retry: bool = True) -> None:
+    def _disconnect(self, reason: str, retry: bool = True, *, at_once: bool = False) -> None:
         sock = self._sock
         if sock is None:
             return
@@ -606,7 +606,7 @@ class Streamer(SerializedListener):
             )
             if proven:  # a connection that worked broke: the collector is probably restarting, try soon
                 self._backoff_s = self.options.backoff_initial_s
-            self._schedule_reconnect(reason)
+            self._schedule_reconnect(reason, at_once=at_once)
 
     def _write(self) -> None:
         sock = self._sock
@@ -749,22 +749,22 @@ class Streamer(SerializedListener):
                         self.refused_events += frame.events
                         self._refused_since_flush = True
                 elif isinstance(frame, Goodbye):
-                    self._goodbye_reason = frame.reason
-                    if not self._welcomed:  # refused: the next attempts are as far apart as the options allow
-                        self._backoff_s = self.options.backoff_max_s
-                    if not self._goodbye_logged:
+                    hint = (
+                        " (connect(..., token=...) or RINGTRACE_TOKEN)" if frame.reason == AUTHENTICATION_FAILED else ""
+                    )
+                    self._goodbye_reason = frame.reason + hint
+                    if not self._welcomed:  # refused: the next attempts are as far apart as the options allow, and
+                        self._backoff_s = self.options.backoff_max_s  # the outage warning says why (at once)
+                    elif not self._goodbye_logged:
                         self._goodbye_logged = True
-                        hint = (
-                            " (connect(..., token=...) or RINGTRACE_TOKEN)"
-                            if frame.reason == AUTHENTICATION_FAILED
-                            else ""
-                        )
                         log.warning(
-                            "ringtrace: the collector at %s is closing: %s%s", self.address_text, frame.reason, hint
+                            "ringtrace: the collector at %s is closing: %s", self.address_text, self._goodbye_reason
                         )
-        except ProtocolError as exc:
-            log.warning("ringtrace: collector broke the protocol: %s", exc)
-            self._disconnect(str(exc))
+        except ProtocolError as exc:  # not a collector there, most likely: said once (the outage), retried slowly
+            http = "b'HTTP'" in str(exc)  # an HTTP server's answer where the magic should be
+            hint = " (is that the collector's HTTP port? clients connect to its ingest port, --tcp)" if http else ""
+            self._backoff_s = self.options.backoff_max_s
+            self._disconnect(f"the peer at {self.address_text} broke the protocol: {exc}{hint}", at_once=True)
             return
         if not data:
             if not self._answered and not self._unanswered_logged:  # no GOODBYE to say why: a plain client at a
@@ -775,4 +775,5 @@ class Streamer(SerializedListener):
                     self.address_text,
                 )
             goodbye = f": {self._goodbye_reason}" if self._goodbye_reason else ""
-            self._disconnect(f"the collector at {self.address_text} closed the connection{goodbye}")
+            refused = not self._welcomed and bool(self._goodbye_reason)  # a refusal waiting will not mend: said now
+            self._disconnect(f"the collector at {self.address_text} closed the connection{goodbye}", at_once=refused)

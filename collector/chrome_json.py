@@ -158,7 +158,8 @@ class _Reader:
         track_id = self._tracks.get((pid, tid))
         if track_id is None:
             thread_id = tid if type(tid) is int and 0 <= tid < 2**63 else 0
-            track_id = self._tracks[(pid, tid)] = self._recording(pid).track(THREAD_TRACK, f"thread {tid}", thread_id)
+            name = "no thread" if tid == _NO_ID else f"thread {tid}"  # (a counter of the process, say)
+            track_id = self._tracks[(pid, tid)] = self._recording(pid).track(THREAD_TRACK, name, thread_id)
         return track_id
 
     def recordings(self, origin_ns: int | None) -> list[Recording]:
@@ -182,8 +183,13 @@ class _Reader:
         return recordings
 
 
+_NO_ID: Final = ""
+
+
 def _key(value: Any) -> object:
-    """A pid or tid as a key: an int, or the text of anything else (some tools write strings)."""
+    """A pid or tid as a key: an int, or the text of anything else (some tools write strings); none: empty."""
+    if value is None:
+        return _NO_ID
     return value if type(value) is int else str(value)
 
 

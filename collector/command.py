@@ -95,7 +95,10 @@ class CommandError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(_with_values_joined(sys.argv[1:] if argv is None else list(argv)))
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(_with_values_joined(sys.argv[1:] if argv is None else list(argv)))
+    if unknown:  # said with the usage of the command they were given to, not the top level's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
@@ -142,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "collect", help="run a collector (the same as ringtrace-collector)", add_help=False, prefix_chars="\0"
     )
     collect.add_argument("flags", nargs=argparse.REMAINDER, help="ringtrace-collector's flags (see --help)")
-    collect.set_defaults(run=_collect)
+    collect.set_defaults(run=_collect, parser=collect)
 
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
@@ -153,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_filters(snapshot)
     _add_access(snapshot)
-    snapshot.set_defaults(run=_snapshot)
+    snapshot.set_defaults(run=_snapshot, parser=snapshot)
 
     dump = commands.add_parser("dump", help="events as text, one a line")
     dump.add_argument(
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--newest-first", action="store_true", help="newest event first")
     _add_filters(dump, log_view=True)
     _add_access(dump)
-    dump.set_defaults(run=_dump)
+    dump.set_defaults(run=_dump, parser=dump)
 
     convert = commands.add_parser(
         "convert",
@@ -177,20 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
     convert.add_argument("--format", choices=FORMATS, default="chrome", help=_FORMAT_HELP)
     _add_filters(convert)
-    convert.set_defaults(run=_convert)
+    convert.set_defaults(run=_convert, parser=convert)
 
     tail = commands.add_parser("tail", help="a collector's events as they are stored, one a line (Ctrl-C ends it)")
     tail.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     _add_filters(tail, STREAM_PARAMETERS, log_view=True)
     _add_access(tail)
-    tail.set_defaults(run=_tail)
+    tail.set_defaults(run=_tail, parser=tail)
 
     sources = commands.add_parser("sources", help="a collector's processes, threads and sources, as a table")
     sources.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     sources.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
     _add_filters(sources, PROCESS_PARAMETERS)
     _add_access(sources)
-    sources.set_defaults(run=_sources)
+    sources.set_defaults(run=_sources, parser=sources)
 
     replay_ = commands.add_parser(
         "replay", help="send a file's events to a collector, which stores and serves them as live data"
@@ -199,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_.add_argument("--to", required=True, metavar="HOST:PORT", help="the collector's ingest address")
     _add_filters(replay_)
     _add_access(replay_, ingest=True)
-    replay_.set_defaults(run=_replay)
+    replay_.set_defaults(run=_replay, parser=replay_)
     return parser
 
 
@@ -435,6 +438,8 @@ def _fetch(url: str, access: _Access) -> Iterator[Any]:
             hint = f" ({_CACERT_HINT})"
         elif isinstance(reason, ssl.SSLError) and reason.reason in _NOT_TLS:  # no TLS at the other end
             hint = " (the collector speaks plain HTTP there: use an http:// URL, or give it --tls-cert and --tls-key)"
+        elif isinstance(reason, http.client.RemoteDisconnected) and url.startswith("http://"):  # a TLS listener
+            hint = " (does the collector use TLS, --tls-cert? then use an https:// URL)"
         raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
         yield response
@@ -458,7 +463,10 @@ def _output(path: str) -> Iterator[IO[bytes]]:
         os.chmod(temporary, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it private)
         with os.fdopen(fd, "wb") as out:
             yield out
-        os.replace(temporary, target)
+        try:
+            os.replace(temporary, target)
+        except OSError as exc:  # a directory there, say
+            raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -703,6 +711,8 @@ def _replay(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     streams = f"{done.streams} stream{'s' if done.streams != 1 else ''}"
     print(f"replayed {done.events} events in {done.frames} frames ({streams}) to {args.to}")
+    if params:
+        _say_matched("replay", params, done.events, loaded.events)
     _undecodable(args.file, loaded)
     if done.refused:
         raise CommandError(f"the collector's store refused {done.refused} of them (its --policy or a process cap)")

@@ -86,7 +86,8 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
             other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
         # Where the recording does not say when it was, its last timestamp is the file's modification time (and its
         # processes keep their places to each other: one clock).
-        last_ns, digest = max(recording.last_ns for recording in foreign), hashlib.blake2b(data).digest()
+        last_ns = max((recording.last_ns for recording in foreign), default=0)  # (a file of no events: none)
+        digest = hashlib.blake2b(data).digest()
         mtime_ns = file.stat().st_mtime_ns
         data = b"".join(
             to_stream(

@@ -81,7 +81,9 @@ def replay(
     done = Replayed()
     for stream in streams:
         frames = list(_frames(stream))
-        if not frames or frames[0][0] != FrameType.HELLO:
+        if not frames:  # a stream of nothing selected (or a snapshot file of no stream): nothing to send
+            continue
+        if frames[0][0] != FrameType.HELLO:
             raise ReplayError(f"stream {done.streams + 1} does not begin with a HELLO frame")
         # Recorded: the collector keeps its clock pairing as it was, however long ago (and the token, if asked).
         frames[0] = (FrameType.HELLO, rewritten_hello(frames[0][1], token=token, recorded=True))

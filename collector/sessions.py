@@ -180,6 +180,8 @@ class Registry:
             process.client_stats = process.stats_baseline
             self.processes[key] = process
             self.by_uid[process.uid] = process
+        elif arrival is not None and hello.process_name != process.name:  # connect() again, with another name: the
+            process.name = hello.process_name  # latest, as the segments its events are now stored in say
         return process
 
     def _trace_pid(self, pid: int) -> int:

@@ -326,6 +326,7 @@ OTHER_TOOL = """[
 {"name": "flow", "ph": "s", "id": 1, "pid": "browser", "tid": 7, "ts": 18},
 {"name": "no time", "ph": "X", "pid": 42, "tid": 1},
 {"name": "work", "ph": "X", "pid": 42, "tid": 1, "ts": 30, "dur": 5},
+{"name": "cpu", "ph": "C", "pid": 42, "ts": 31, "args": {"load": 1}},
 """
 
 
@@ -348,7 +349,7 @@ def test_chrome_json_of_other_tools_reads_with_what_it_cannot_show_counted(
     processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert processes == {"pid browser", "pid 42"}
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert "IO" in threads
+    assert "IO" in threads and "no thread" in threads  # (the counter of pid 42 names no tid)
     other = trace["otherData"]
     assert other["client_dropped_events"] == 2  # the flow and the event with no time: not shown, counted
     assert other["unmatched_marker_ends"] == 1  # the stray end
@@ -358,3 +359,37 @@ def test_chrome_json_of_other_tools_reads_with_what_it_cannot_show_counted(
     (tmp_path / "broken.json").write_text('{"traceEvents": [{"ph": "X",')
     status, _, err = run(capsys, "dump", str(tmp_path / "broken.json"))
     assert status == 1 and "Chrome trace JSON that does not parse" in err
+
+
+def test_chrome_json_of_no_events_reads_as_an_empty_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    documents = ('{"traceEvents": []}', "[]", '[{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "x"}}]')
+    for n, document in enumerate(documents):
+        path = tmp_path / f"empty-{n}.json"
+        path.write_text(document)
+        assert run(capsys, "dump", str(path)) == (0, "", ""), document
+        assert run(capsys, "convert", str(path), "-o", str(tmp_path / "out.json"))[0] == 0
+        assert shown(tmp_path / "out.json") == []
+
+
+def test_replay_of_what_no_filter_selects_sends_nothing_and_says_so(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = tmp_path / "all.rtsnap"
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(snapshot), "--format", "native")[0] == 0
+    status, out, err = run(capsys, "replay", str(snapshot), "--to", recorded.tcp_address, "--process", "nobody")
+    assert status == 0 and out.startswith("replayed 0 events"), err
+    assert "0 of 82 events matched --process nobody" in err
+
+
+def test_an_output_that_cannot_be_written_and_an_unknown_flag_are_one_line_each(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path))  # a directory
+    assert (
+        status == 1 and err.startswith(f"ringtrace snapshot: cannot write {tmp_path}:") and len(err.splitlines()) == 1
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["dump", recorded.http_url, "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ringtrace dump") and "unrecognized arguments: --bogus" in err

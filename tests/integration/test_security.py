@@ -138,7 +138,10 @@ def test_a_refused_client_counts_its_events_as_dropped_and_nothing_raises(
         assert other.flush(timeout_s=10.0) is True
         assert timeline.close(timeout_s=0.2) is False
     assert refused.dropped_events == 100 and refused.sent_events == 0
-    assert f"the collector at {guarded.tcp_address} is closing: authentication failed" in caplog.text
+    said = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
+    assert len(said) == 1  # once, at once: waiting will not mend it
+    assert f"the collector at {guarded.tcp_address} closed the connection: authentication failed" in said[0]
+    assert "token=" in said[0]  # and what to give
     assert WRONG not in caplog.text
     guarded.wait_for_log(lambda line: "(wrong token)" in line)
     assert len(events(guarded.snapshot(), "i")) == 100
@@ -356,6 +359,8 @@ def test_the_command_line_over_tls_with_cacert(
     monkeypatch.setenv("RINGTRACE_CACERT", certificates.ca)
     status, _, err = run(capsys, "sources", over_tls.http_url, *token)
     assert status == 0, err
+    status, _, err = run(capsys, "sources", over_tls.http_url.replace("https://", "http://"), *token)
+    assert status == 1 and "then use an https:// URL" in err  # plain HTTP to a TLS listener: told what to do
 
 
 def test_tls_ingest_reads_straight_into_data_dir_segments(certificates: Certificates, tmp_path: Path) -> None:

@@ -368,3 +368,20 @@ def test_connect_takes_a_process_name_the_environment_cannot_hold(collector: Col
     done = subprocess.run([sys.executable, "-c", code, collector.tcp_address], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
     assert [e["name"] for e in events(collector.snapshot(), "i")] == ["named"]
+
+
+def test_a_client_pointed_at_the_http_port_says_so_once(
+    collector: CollectorProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="ringtrace.client")
+    http_port = collector.http_url.rsplit(":", 1)[1]
+    timeline, _ = streamed(f"127.0.0.1:{http_port}", backoff_initial_s=0.05)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 3:  # several reconnect attempts' worth
+            timeline.instant("lost")
+            time.sleep(0.01)
+        (warning,) = warnings_of(caplog)
+        assert "got b'HTTP'" in warning and "is that the collector's HTTP port?" in warning
+    finally:
+        timeline.close(timeout_s=0)

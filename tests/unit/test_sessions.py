@@ -3,6 +3,7 @@ move anyone's events."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 import time
@@ -164,3 +165,12 @@ def test_the_boots_remembered_are_bounded_the_least_recently_joined_forgotten() 
         registry.hello(said(f"other-{i}", 0, boot=f"boot-{i}"), arrived())
     alone = registry.hello(said("after", 5 * MS), arrived()).clock_offset_ns  # "boot" was forgotten: its own
     assert alone == first + 5 * MS
+
+
+def test_a_process_that_connects_again_under_another_name_is_shown_by_the_latest() -> None:
+    registry = Registry()
+    first = registry.hello(hello("renamed"), arrived())
+    again = registry.hello(dataclasses.replace(hello("renamed"), process_name="web-2"), arrived())
+    assert again is first and first.name == "web-2"
+    registry.known(dataclasses.replace(hello("renamed"), process_name="from a segment"))  # read back: no rename
+    assert first.name == "web-2"

@@ -69,6 +69,12 @@ _FILTERS: Final = (
     ("--min-priority", "min_priority", "messages at this priority or more important (fatal ... trace+++)"),
     ("--limit", "limit", "only the newest N events"),
 )
+#: The flag of each query parameter the command line takes.
+_FLAG_OF: Final = {
+    **{name: flag for flag, name, _ in _FILTERS},
+    "flush_timeout_s": "--flush-timeout",
+    "messages_only": "--messages-only",
+}
 #: Recordings of other systems that files may be.
 _FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
 #: Filters whose values may start with "-" (a relative time).
@@ -366,9 +372,8 @@ def _stored_events(url: str, access: _Access) -> int | None:
 
 def _say_matched(command: str, params: list[tuple[str, str]], matched: int | None, stored: int | None) -> None:
     """On stderr: how many events the filters matched of how many there were, and which filters they were."""
-    flags = {name: flag for flag, name, _ in _FILTERS}
     given = " ".join(
-        "(messages only)" if name == "messages_only" else f"{flags.get(name, name)} {shlex.quote(value)}"
+        "(messages only)" if name == "messages_only" else f"{_FLAG_OF.get(name, name)} {shlex.quote(value)}"
         for name, value in params
     )
     of = f" of {stored:,}" if stored is not None else ""
@@ -391,8 +396,7 @@ def _check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | N
 
 
 def _as_flags(message: str) -> str:
-    named = [(flag, name) for flag, name, _ in _FILTERS] + [("--flush-timeout", "flush_timeout_s")]
-    for flag, name in [*named, ("--messages-only", "messages_only")]:
+    for name, flag in _FLAG_OF.items():
         message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
     return message
 

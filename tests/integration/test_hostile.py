@@ -477,6 +477,16 @@ CLIPPED: dict[str, object] = {
 DUMP = "import sys; from ringtrace.collector.command import main; sys.exit(main(['dump', sys.argv[1]]))"
 
 
+def tail_while_sent(collector: CollectorProcess, name: str, args: list[bytes]) -> Any:
+    """A live tail, begun; then a raw peer's instants called ``name`` with ``args`` (``args_frames``), acknowledged."""
+    tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
+    assert tail.readline().startswith(b":")
+    with RawClient(collector.tcp_address, raw_hello(name, boot=name, monotonic_ns=1, wall_ns=1)) as raw:
+        raw.send_raw(args_frames(name, args))
+        raw.flush()
+    return tail
+
+
 def dump_native_snapshot(
     collector: CollectorProcess, tmp_path: Path, env: dict[str, str] | None
 ) -> subprocess.CompletedProcess[str]:
@@ -495,11 +505,7 @@ def test_args_nested_past_every_reader_s_depth_are_shown_clipped_in_every_format
     env = {**os.environ, PURE_PYTHON_ENV: "1"} if pure_python else None
     collector = CollectorProcess(env=env)
     try:
-        tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
-        assert tail.readline().startswith(b":")
-        with RawClient(collector.tcp_address, raw_hello("deep", boot="deep", monotonic_ns=1, wall_ns=1)) as raw:
-            raw.send_raw(args_frames("deep", DEEP_ARGS))
-            raw.flush()
+        tail = tail_while_sent(collector, "deep", DEEP_ARGS)
         run_good(collector)
         for _ in range(2):  # every snapshot, not only the first, is whole
             trace = collector.snapshot()  # json.loads raises on a body cut off
@@ -555,11 +561,7 @@ def test_odd_args_a_peer_may_send_keep_every_format_whole(pure_python: bool, tmp
     env = {**os.environ, PURE_PYTHON_ENV: "1"} if pure_python else None
     collector = CollectorProcess(env=env)
     try:
-        tail = urllib.request.urlopen(collector.http_url + "/stream", timeout=60)
-        assert tail.readline().startswith(b":")
-        with RawClient(collector.tcp_address, raw_hello("odd", boot="odd", monotonic_ns=1, wall_ns=1)) as raw:
-            raw.send_raw(args_frames("odd", ODD_ARGS + REFUSED_ARGS))
-            raw.flush()
+        tail = tail_while_sent(collector, "odd", ODD_ARGS + REFUSED_ARGS)
         run_good(collector)
         shown = len(ODD_ARGS)
         trace = collector.snapshot()

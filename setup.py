@@ -1,7 +1,7 @@
 """Builds the optional C accelerators; everything else is declared in pyproject.toml.
 
 - ``client/_speedups.c``: the recording hot path and the stream encoder's inner loop.
-- ``collector/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
+- ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
@@ -12,6 +12,6 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True),
-        Extension("ringtrace.collector._chrome", ["collector/_chrome.c"], optional=True),
+        Extension("ringtrace.collector.export._chrome", ["collector/export/_chrome.c"], optional=True),
     ]
 )

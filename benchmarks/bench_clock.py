@@ -19,8 +19,8 @@ from pathlib import Path
 
 from _common import Collector, collector, table, verdict
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import CLOSED, NEED_DATA, Flush, FlushAck, FrameReader, Hello, encode, preamble
+from ringtrace.client.wire.frames import CLOSED, NEED_DATA, Flush, FlushAck, FrameReader, Hello, encode, preamble
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 LIE_MS = 900
 #: Both lies make the liar's pairing LIE_MS later than the truth.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _common import bench_main, interleave, median, table
 from ringtrace.client import FileListener, Timeline, read_trace_file
-from ringtrace.collector.command import main as command
+from ringtrace.collector.command.main import main as command
 
 
 def write_file(path: Path, n: int) -> None:

@@ -106,7 +106,7 @@ SINK_READ_BYTES = 256 * 1024
 _PACED_CHUNK = 256 * 1024
 _SOCKET_TIMEOUT_S = 600.0
 
-# Wire constants (client/PROTOCOL.md); the blaster and sink subprocesses do not import the client for these.
+# Wire constants (client/wire/PROTOCOL.md); the blaster and sink subprocesses do not import the client for these.
 _FRAME = struct.Struct("<IB")
 _PREAMBLE_BYTES = 8
 _WELCOME, _SCHEMA, _STRINGS, _TRACK, _EVENTS, _FLUSH_ACK = 2, 3, 4, 5, 6, 9
@@ -139,7 +139,7 @@ def record_stream(shape: str, spans: int, threads: int, directory: Path) -> Stre
     from ringtrace.client.encoder import EncodedBatch
     from ringtrace.client.flusher import FLUSHER
     from ringtrace.client.listeners import SerializedListener
-    from ringtrace.client.protocol import Track
+    from ringtrace.client.wire.frames import Track
 
     max_frame_bytes, events_per_frame = FRAME_SHAPES[shape]
 
@@ -260,7 +260,7 @@ def _frame_index(events: bytes) -> tuple[list[int], list[int]]:
 
 def blast(spec: dict[str, Any]) -> dict[str, Any]:
     """Replay the stream in ``spec["stream"]`` over ``spec["connections"]`` connections; returns the timing."""
-    from ringtrace.client.protocol import Flush, Hello, encode, preamble
+    from ringtrace.client.wire.frames import Flush, Hello, encode, preamble
 
     directory = Path(spec["stream"])
     prefix = (directory / "prefix.bin").read_bytes()

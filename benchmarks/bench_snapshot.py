@@ -230,7 +230,7 @@ def bench(n: int, small: int, rounds: int) -> int:
 
 
 def replay(path: Path, to: Collector) -> None:
-    command = "import sys; from ringtrace.collector.command import main; sys.exit(main())"
+    command = "import sys; from ringtrace.collector.command.main import main; sys.exit(main())"
     subprocess.run(
         [sys.executable, "-c", command, "replay", str(path), "--to", to.tcp], check=True, capture_output=True
     )

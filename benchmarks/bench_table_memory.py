@@ -22,8 +22,7 @@ import socket
 import time
 
 from _common import collector, read_status_kb, table
-from ringtrace.client.model import THREAD_TRACK
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.frames import (
     CLOSED,
     NEED_DATA,
     Flush,
@@ -37,6 +36,7 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
+from ringtrace.client.wire.model import THREAD_TRACK
 
 MB = 10**6
 MAX_STRINGS, MAX_STRING_BYTES, MAX_TRACKS, MAX_KINDS, MAX_SCHEMA_BYTES = 100_000, 2 << 20, 10_000, 1000, 256 << 10

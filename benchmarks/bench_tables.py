@@ -1,5 +1,5 @@
 """A good client's flush round trip while other connections fill their tables: the event loop's share for table
-frames (``collector/turns.py``).
+frames (``collector/ingest/turns.py``).
 
 Each round starts a fresh collector. A "filler" process opens ``--connections`` (40) raw connections (HELLO, then
 WELCOME) and, on the go, sends on each at once, from a thread per connection, STRINGS, SCHEMA and TRACK frames to
@@ -37,8 +37,8 @@ _FILLER = """
 import sys, threading, time
 sys.path.insert(0, sys.argv[3])
 from collector_process import RawClient, hello
-from ringtrace.client.model import THREAD_TRACK
-from ringtrace.client.protocol import KindSpec, Schema, Strings, Track, encode
+from ringtrace.client.wire.model import THREAD_TRACK
+from ringtrace.client.wire.frames import KindSpec, Schema, Strings, Track, encode
 
 strings = tuple(f"{i:08d}".ljust(19, "s") for i in range(100_000))
 frames = [encode(Strings(first, strings[first : first + 45_000])) for first in range(0, len(strings), 45_000)]

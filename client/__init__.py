@@ -23,20 +23,8 @@ import sys
 import threading
 from typing import Any
 
-from ._version import __version__
-from .errors import (
-    BadPreamble,
-    ConfigError,
-    FrameTooLarge,
-    LimitExceeded,
-    MalformedFrame,
-    ProtocolError,
-    RingtraceError,
-    TornStream,
-    UnexpectedFrame,
-    UnsupportedVersion,
-)
-from .events import (
+from ringtrace.client._version import __version__
+from ringtrace.client.events import (
     Event,
     InvalidField,
     binary,
@@ -54,8 +42,8 @@ from .events import (
     u32,
     u64,
 )
-from .flusher import FLUSHER
-from .listeners import (
+from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.listeners import (
     FileListener,
     MemoryListener,
     ObjectListener,
@@ -64,15 +52,27 @@ from .listeners import (
     read_trace_file,
     read_trace_streams,
 )
-from .messages import PRIORITIES, Message
-from .model import DecodedEvent, TrackInfo
-from .options import StreamerOptions, parse_address
-from .session import Limits
-from .sources import Source
-from .streamer import Streamer
-from .threads import background_thread
-from .timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
-from .traced import traced
+from ringtrace.client.messages import PRIORITIES, Message
+from ringtrace.client.options import StreamerOptions, parse_address
+from ringtrace.client.sources import Source
+from ringtrace.client.streamer import Streamer
+from ringtrace.client.threads import background_thread
+from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
+from ringtrace.client.traced import traced
+from ringtrace.client.wire.decoder import Limits
+from ringtrace.client.wire.errors import (
+    BadPreamble,
+    ConfigError,
+    FrameTooLarge,
+    LimitExceeded,
+    MalformedFrame,
+    ProtocolError,
+    RingtraceError,
+    TornStream,
+    UnexpectedFrame,
+    UnsupportedVersion,
+)
+from ringtrace.client.wire.model import DecodedEvent, TrackInfo
 
 __all__ = [
     "PRIORITIES",

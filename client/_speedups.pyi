@@ -4,8 +4,8 @@ from collections.abc import Callable, Container
 from types import TracebackType
 from typing import Any
 
-from .model import StringTable
-from .protocol import KindSpec
+from ringtrace.client.wire.frames import KindSpec
+from ringtrace.client.wire.model import StringTable
 
 class RecorderCore:
     def scope(self, label: object, /, **args: Any) -> Scope: ...

@@ -22,23 +22,11 @@ from operator import add, sub
 from typing import Any, Final, NamedTuple
 
 import msgpack
-
-from ._version import __version__
-from .accelerator import speedups
-from .errors import FrameTooLarge
-from .events import InvalidField
-from .model import (
-    KINDS,
-    MAX_ARG_ITEMS,
-    MAX_ARG_TEXT,
-    RECORD_FIELDS,
-    KindRegistry,
-    StringTable,
-    TrackInfo,
-    normalise_args,
-    safe_str,
-)
-from .protocol import (
+from ringtrace.client._version import __version__
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.events import InvalidField
+from ringtrace.client.wire.errors import FrameTooLarge
+from ringtrace.client.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -50,6 +38,17 @@ from .protocol import (
     Strings,
     Track,
     encode,
+)
+from ringtrace.client.wire.model import (
+    KINDS,
+    MAX_ARG_ITEMS,
+    MAX_ARG_TEXT,
+    RECORD_FIELDS,
+    KindRegistry,
+    StringTable,
+    TrackInfo,
+    normalise_args,
+    safe_str,
 )
 
 __all__ = ["EncodedBatch", "ProcessIdentity", "StreamEncoder"]

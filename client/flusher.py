@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
-from .model import RECORD_FIELDS, TrackInfo
-from .threads import background_thread
+from ringtrace.client.threads import background_thread
+from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
 
 __all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .encoder import EncodedBatch, ProcessIdentity, StreamEncoder
-from .errors import ConfigError, ProtocolError
-from .messages import render
-from .model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
-from .protocol import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
-from .session import Limits, SessionDecoder, typed_args
+from ringtrace.client.encoder import EncodedBatch, ProcessIdentity, StreamEncoder
+from ringtrace.client.messages import render
+from ringtrace.client.wire.decoder import Limits, SessionDecoder, typed_args
+from ringtrace.client.wire.errors import ConfigError, ProtocolError
+from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
+from ringtrace.client.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
 
 __all__ = [
     "FileListener",

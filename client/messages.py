@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .accelerator import speedups
-from .model import KINDS, display_text, normalise_values
-from .protocol import KindSpec
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.wire.frames import KindSpec
+from ringtrace.client.wire.model import KINDS, display_text, normalise_values
 
 __all__ = [
     "MAX_MESSAGE_VALUES",

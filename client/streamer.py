@@ -39,13 +39,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .encoder import EncodedBatch
-from .errors import ProtocolError, UnsupportedVersion
-from .listeners import SerializedListener
-from .model import RECORD_FIELDS, TrackInfo
-from .options import StreamerOptions, parse_address
-from .outage import Outage, connect_failure
-from .protocol import (
+from ringtrace.client.encoder import EncodedBatch
+from ringtrace.client.listeners import SerializedListener
+from ringtrace.client.options import StreamerOptions, parse_address
+from ringtrace.client.outage import Outage, connect_failure
+from ringtrace.client.threads import background_thread
+from ringtrace.client.wire.decoder import ReplyDecoder
+from ringtrace.client.wire.errors import ProtocolError, UnsupportedVersion
+from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -62,8 +63,7 @@ from .protocol import (
     encode,
     preamble,
 )
-from .session import ReplyDecoder
-from .threads import background_thread
+from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
 
 __all__ = ["Streamer"]
 

@@ -44,12 +44,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .accelerator import speedups
-from .errors import ConfigError
-from .events import Event
-from .flusher import FLUSHER, Drained
-from .messages import PRIORITIES, Message, Sampling, message_kind, priority_level, set_gate
-from .model import (
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.events import Event
+from ringtrace.client.flusher import FLUSHER, Drained
+from ringtrace.client.messages import PRIORITIES, Message, Sampling, message_kind, priority_level, set_gate
+from ringtrace.client.sources import Source
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.client.wire.model import (
     ASYNC_BEGIN,
     ASYNC_END,
     ASYNC_TRACK,
@@ -65,7 +66,6 @@ from .model import (
     display_text,
     new_track_id,
 )
-from .sources import Source
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
-from .timelines import DEFAULT_TIMELINE, Timeline
+from ringtrace.client.timelines import DEFAULT_TIMELINE, Timeline
 
 __all__ = ["traced"]
 

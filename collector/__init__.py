@@ -10,7 +10,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
     raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
 
-from .app import Collector, CollectorConfig
-from .store import Store
+from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.store.ring import Store
 
 __all__ = ["Collector", "CollectorConfig", "Store"]

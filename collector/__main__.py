@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from ringtrace.collector.service.serve import main
 
 sys.exit(main())

@@ -24,9 +24,8 @@ from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
-from ringtrace.client.errors import ConfigError
-
-from .repeats import Repeats
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.log_repeats import Repeats
 
 __all__ = [
     "AuthenticationFailed",

@@ -6,9 +6,9 @@ import itertools
 from typing import Any
 
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Track, encode
-from ringtrace.collector.store import Store
+from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Track, encode
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.collector.store.ring import Store
 
 
 def hello(instance: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Fuzzing the C writer of Chrome JSON (``collector/_chrome.c``, ``events_json``) against the Python event walk.
+"""Fuzzing the C writer of Chrome JSON (``collector/export/_chrome.c``, ``events_json``) against the Python event walk.
 
 An input is one EVENTS frame: its first byte is the event count, the rest its msgpack payload, on a track whose
 stream declares spans, instants and counters (named "a", "b", "c") as a real encoder does. ``check`` writes the
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.errors import ProtocolError
-from ringtrace.client.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import Events, Hello, encode, preamble
-from ringtrace.collector.export import chrome_trace_chunks
-from ringtrace.collector.offline import load_file
+from ringtrace.client.wire.errors import ProtocolError
+from ringtrace.client.wire.frames import Events, Hello, encode, preamble
+from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.foreign.offline import load_file
 
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)
 FIRST_TS = 10**18

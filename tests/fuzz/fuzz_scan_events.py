@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.protocol import _scan_events_py
+from ringtrace.client.wire.frames import _scan_events_py
 
 #: position, end, max_frame_bytes, top, its shift, known tracks (bits 0-7), rewrite offset, rewrite bytes (4)
 HEADER = struct.Struct("<HHIqBBH4s")

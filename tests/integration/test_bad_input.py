@@ -7,8 +7,7 @@ import os
 import socket
 
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello, run_workload
-from ringtrace.client.model import MAX_STRING_CHARS
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.frames import (
     EVENTS_HEADER,
     FRAME_HEADER,
     IGNORABLE,
@@ -22,6 +21,7 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
+from ringtrace.client.wire.model import MAX_STRING_CHARS
 
 
 def _connect(address: str) -> socket.socket:

@@ -6,7 +6,7 @@ import json
 import time
 
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
-from ringtrace.client.protocol import Stats
+from ringtrace.client.wire.frames import Stats
 
 
 def test_short_lived_processes_are_forgotten_and_still_counted() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess, hello
-from ringtrace.client.protocol import encode, preamble
+from ringtrace.client.wire.frames import encode, preamble
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

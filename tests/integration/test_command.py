@@ -16,7 +16,7 @@ import pytest
 from collector_process import CollectorProcess
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline, read_trace_streams
-from ringtrace.collector.command import main
+from ringtrace.collector.command.main import main
 
 RECORD = """
 import sys, ringtrace.client

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from ringtrace.client import read_trace_streams
-from ringtrace.collector.command import main
+from ringtrace.collector.command.main import main
 
 DATA = Path(__file__).parents[1] / "data" / "foreign"
 HELLO_WORLD = (DATA / "hawktracer-hello-world.htdump").read_bytes()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Hello, rewritten_hello
-from ringtrace.collector.command import main
+from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello, rewritten_hello
+from ringtrace.collector.command.main import main
 
 RECORD = """
 import sys, ringtrace.client

@@ -25,8 +25,7 @@ from collector_process import CollectorProcess, RawClient, closed_by_peer, event
 from perfetto_model import PerfettoTrace
 from ringtrace.client.accelerator import PURE_PYTHON_ENV
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, MAX_ARG_DEPTH, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.frames import (
     EVENTS_HEADER,
     FRAME_HEADER,
     Events,
@@ -41,6 +40,7 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
+from ringtrace.client.wire.model import INSTANT, MAX_ARG_DEPTH, THREAD_TRACK, TrackInfo
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -474,7 +474,7 @@ CLIPPED: dict[str, object] = {
 }
 
 
-DUMP = "import sys; from ringtrace.collector.command import main; sys.exit(main(['dump', sys.argv[1]]))"
+DUMP = "import sys; from ringtrace.collector.command.main import main; sys.exit(main(['dump', sys.argv[1]]))"
 
 
 def tail_while_sent(collector: CollectorProcess, name: str, args: list[bytes]) -> Any:

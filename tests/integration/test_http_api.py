@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events
 from prometheus_client.parser import text_string_to_metric_families
-from ringtrace.collector.http import TAIL_KEEPALIVE_S
+from ringtrace.collector.http.api import TAIL_KEEPALIVE_S
 
 RECORD = """
 import sys, threading, time, ringtrace.client

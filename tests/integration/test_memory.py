@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 from collector_process import CollectorProcess, RawClient, hello
-from ringtrace.client.model import THREAD_TRACK
-from ringtrace.client.protocol import Goodbye, KindSpec, Schema, Strings, Track, encode
-from ringtrace.client.session import Limits
-from ringtrace.collector.store import table_charge_bound
+from ringtrace.client.wire.decoder import Limits
+from ringtrace.client.wire.frames import Goodbye, KindSpec, Schema, Strings, Track, encode
+from ringtrace.client.wire.model import THREAD_TRACK
+from ringtrace.collector.store.ring import table_charge_bound
 
 MIB = 1024 * 1024
 CAPACITY = 96 * MIB

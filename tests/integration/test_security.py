@@ -18,8 +18,8 @@ import pytest
 from certificates import Certificates, make_certificates
 from collector_process import CollectorProcess, RawClient, events, hello, run_collector, run_workload
 from ringtrace.client import FileListener, Streamer, StreamerOptions, Timeline, read_trace_streams
-from ringtrace.client.protocol import AUTHENTICATION_FAILED, MAGIC, Goodbye, Track, Welcome, encode, preamble
-from ringtrace.collector.command import main
+from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, MAGIC, Goodbye, Track, Welcome, encode, preamble
+from ringtrace.collector.command.main import main
 
 TOKEN = "rt-test-" + secrets.token_hex(16)
 WRONG = "rt-wrong-" + secrets.token_hex(16)

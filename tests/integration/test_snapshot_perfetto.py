@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, metadata
 from perfetto_model import PerfettoTrace, Slice, pb
-from ringtrace.collector.command import main
-from ringtrace.collector.events import TOTALS
+from ringtrace.collector.command.main import main
+from ringtrace.collector.read.event_walk import TOTALS
 
 RECORD = """
 import asyncio, os, sys, threading, time, ringtrace.client

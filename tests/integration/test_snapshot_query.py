@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, RawClient
 from ringtrace.client import TraceFile, read_trace_streams
-from ringtrace.client.protocol import Flush
+from ringtrace.client.wire.frames import Flush
 
 RECORD = """
 import os, sys, threading, time, ringtrace.client

@@ -30,8 +30,8 @@ from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.messages import message_kind
-from ringtrace.client.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
-from ringtrace.client.protocol import FRAME_HEADER, Events, _scan_events_py, encode
+from ringtrace.client.wire.frames import FRAME_HEADER, Events, _scan_events_py, encode
+from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

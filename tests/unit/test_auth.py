@@ -11,9 +11,10 @@ from pathlib import Path
 import msgpack
 import pytest
 from ringtrace.client import StreamerOptions
-from ringtrace.client.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
 from ringtrace.client.options import check_token, environment_token, read_token_file
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.decoder import SessionDecoder
+from ringtrace.client.wire.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
+from ringtrace.client.wire.frames import (
     FRAME_HEADER,
     FrameReader,
     FrameType,
@@ -22,10 +23,9 @@ from ringtrace.client.protocol import (
     preamble,
     rewritten_hello,
 )
-from ringtrace.client.session import SessionDecoder
-from ringtrace.collector.app import CollectorConfig
 from ringtrace.collector.auth import Authenticator, is_loopback, server_tls_context
-from ringtrace.collector.cli import build_parser, config_from_args, environment_args
+from ringtrace.collector.service.app import CollectorConfig
+from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
 
 TOKEN = "rt-unit-0123456789abcdef0123456789"
 

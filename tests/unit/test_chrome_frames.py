@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client import Event, FileListener, Timeline, string, u16
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
-from ringtrace.collector.chrome_frames import ACCELERATED, FrameJson
-from ringtrace.collector.export import chrome_trace_chunks
-from ringtrace.collector.offline import load_file
-from ringtrace.collector.query import EVERYTHING, EventFilter
-from ringtrace.collector.walk import SnapshotView, segment_stream
+from ringtrace.client.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
+from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
+from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
+from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 
@@ -250,7 +250,7 @@ def test_payloads_that_are_not_what_they_should_be_are_counted_alike(tmp_path: P
 
 
 def test_string_spans_are_read_from_a_buffer_at_any_alignment() -> None:
-    from ringtrace.collector import _chrome  # here: not built everywhere
+    from ringtrace.collector.export import _chrome  # here: not built everywhere
 
     spans = array("q", [0, 3]).tobytes()
     made = []

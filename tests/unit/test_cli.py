@@ -5,8 +5,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from ringtrace.client.errors import ConfigError
-from ringtrace.collector.cli import ENVIRONMENT, build_parser, environment_args, main, parse_listen_address, parse_size
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.service.serve import (
+    ENVIRONMENT,
+    build_parser,
+    environment_args,
+    main,
+    parse_listen_address,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from typing import Any
 import msgpack
 import pytest
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.decoder import ReplyDecoder, SessionDecoder
+from ringtrace.client.wire.frames import (
     MIN_MAX_FRAME_BYTES,
     Events,
     Flush,
@@ -31,10 +31,10 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
-from ringtrace.client.session import ReplyDecoder, SessionDecoder
-from ringtrace.collector.app import Collector, CollectorConfig
-from ringtrace.collector.ingest import READ_SIZE, IngestProtocol
-from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
+from ringtrace.client.wire.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
+from ringtrace.collector.ingest.connection import READ_SIZE, IngestProtocol
+from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 
@@ -323,7 +323,7 @@ def test_a_connection_past_max_connections_is_told_so_and_a_crowd_of_them_is_log
             IngestProtocol(collector).connection_made(transport)  # type: ignore[arg-type]
         return transports
 
-    with caplog.at_level("WARNING", logger="ringtrace.collector.ingest"):
+    with caplog.at_level("WARNING", logger="ringtrace.collector.ingest.connection"):
         transports = asyncio.run(scenario())
     assert [t.closing for t in transports] == [False] * 2 + [True] * 9
     for transport in transports[2:]:  # a GOODBYE that says why: the client logs it, not "is it a collector?"

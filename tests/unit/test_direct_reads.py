@@ -18,13 +18,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.protocol import EVENTS_HEADER, FRAME_HEADER, Flush, FlushAck, FrameType, Hello, encode, preamble
-from ringtrace.client.session import Limits, SessionDecoder
-from ringtrace.collector.app import Collector, CollectorConfig
-from ringtrace.collector.ingest import TURN_BYTES, IngestProtocol
-from ringtrace.collector.segments import scan_segment
-from ringtrace.collector.store import MIN_SEGMENT_BYTES
+from ringtrace.client.wire.decoder import Limits, SessionDecoder
+from ringtrace.client.wire.frames import (
+    EVENTS_HEADER,
+    FRAME_HEADER,
+    Flush,
+    FlushAck,
+    FrameType,
+    Hello,
+    encode,
+    preamble,
+)
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
+from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
+from ringtrace.collector.store.segments import scan_segment
 from test_collector_limits import StandInTransport
 
 MAX_FRAME = 256 * 1024

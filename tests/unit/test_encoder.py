@@ -19,7 +19,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.model import (
+from ringtrace.client.wire.decoder import Limits, SessionDecoder
+from ringtrace.client.wire.frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    MIN_MAX_FRAME_BYTES,
+    Events,
+    Frame,
+    FrameReader,
+    Hello,
+    Strings,
+    Track,
+    encode,
+    preamble,
+)
+from ringtrace.client.wire.model import (
     CUT_MARK,
     INSTANT,
     MAX_ARG_DEPTH,
@@ -35,19 +48,6 @@ from ringtrace.client.model import (
     display_text,
     normalise_args,
 )
-from ringtrace.client.protocol import (
-    DEFAULT_MAX_FRAME_BYTES,
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Frame,
-    FrameReader,
-    Hello,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
-from ringtrace.client.session import Limits, SessionDecoder
 
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1234)
@@ -664,7 +664,7 @@ def test_every_event_decodes_whatever_its_label_and_argument_values(runs: list[t
 
 
 def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget() -> None:
-    from ringtrace.client.model import MAX_ARG_VALUES, normalise_args
+    from ringtrace.client.wire.model import MAX_ARG_VALUES, normalise_args
 
     shared: list[Any] = ["leaf"]
     for _ in range(30):
@@ -676,7 +676,7 @@ def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget
 
 
 def test_a_large_flat_map_and_a_long_string_are_cut_with_a_mark_not_dropped() -> None:
-    from ringtrace.client.model import MAX_ARG_TEXT
+    from ringtrace.client.wire.model import MAX_ARG_TEXT
 
     stream = Stream()
     big = {f"k{i}": i for i in range(5000)}

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client import read_trace_file
-from ringtrace.client.errors import BadPreamble
-from ringtrace.collector import hawktracer
-from ringtrace.collector.export import chrome_trace_chunks, selected_rows
-from ringtrace.collector.foreign import ForeignFormatError, to_stream
-from ringtrace.collector.offline import LoadedFile, load_file
-from ringtrace.collector.query import parse_snapshot_query
+from ringtrace.client.wire.errors import BadPreamble
+from ringtrace.collector.foreign import hawktracer
+from ringtrace.collector.export.chrome import chrome_trace_chunks, selected_rows
+from ringtrace.collector.foreign.offline import LoadedFile, load_file
+from ringtrace.collector.foreign.recording import ForeignFormatError, to_stream
+from ringtrace.collector.read.query import parse_snapshot_query
 
 DATA = Path(__file__).parents[1] / "data" / "foreign"
 HELLO_WORLD = DATA / "hawktracer-hello-world.htdump"

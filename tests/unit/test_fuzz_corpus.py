@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fuzz import fuzz_events_json, fuzz_scan_events
 from ringtrace.client.accelerator import speedups
-from ringtrace.collector.chrome_frames import ACCELERATED
+from ringtrace.collector.export.chrome_frames import ACCELERATED
 
 #: Without the C modules (not built, or RINGTRACE_PURE_PYTHON=1) there is nothing to hold their twins to.
 needs_c = pytest.mark.skipif(speedups is None or not ACCELERATED, reason="the C accelerators are not loaded")

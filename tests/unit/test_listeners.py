@@ -24,7 +24,8 @@ from ringtrace.client import (
     read_trace_streams,
     u8,
 )
-from ringtrace.client.model import (
+from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Stats
+from ringtrace.client.wire.model import (
     INSTANT,
     MAX_STRING_CHARS,
     SPAN,
@@ -33,7 +34,6 @@ from ringtrace.client.model import (
     display_text,
     new_track_id,
 )
-from ringtrace.client.protocol import FRAME_HEADER, PREAMBLE, FrameType, Stats
 
 
 def new_track(name: str = "main") -> TrackInfo:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ringtrace.collector.loop_lag import INTERVAL_S, LoopLag
+from ringtrace.collector.service.loop_lag import INTERVAL_S, LoopLag
 
 
 def test_a_stall_shows_as_a_lag_about_as_long_and_a_free_loop_shows_none() -> None:

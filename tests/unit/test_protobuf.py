@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-from ringtrace.collector import protobuf
+from ringtrace.collector.export import protobuf
 
 UINT64 = st.integers(0, 2**64 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.errors import (
+from ringtrace.client.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -25,8 +25,7 @@ from ringtrace.client.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.frames import (
     CHECKSUM_TYPE,
     CLOSED,
     DEFAULT_MAX_FRAME_BYTES,
@@ -61,6 +60,7 @@ from ringtrace.client.protocol import (
     preamble,
     unpack_columns,
 )
+from ringtrace.client.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=60)

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.errors import (
+from ringtrace.client.wire.decoder import Limits, ReplyDecoder, SessionDecoder, StreamTables, negotiate
+from ringtrace.client.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -27,22 +28,7 @@ from ringtrace.client.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.model import (
-    ASYNC_TRACK,
-    BUILTIN_KINDS,
-    FIRST_TYPED_KIND,
-    INSTANT,
-    MAX_STRING_CHARS,
-    SOURCE_TRACK,
-    SPAN,
-    THREAD_TRACK,
-    DecodedEvent,
-    TrackInfo,
-    display_text,
-    normalise_args,
-    normalise_values,
-)
-from ringtrace.client.protocol import (
+from ringtrace.client.wire.frames import (
     CLOSED,
     EVENT_COLUMNS,
     EVENTS_ENTRY,
@@ -73,7 +59,21 @@ from ringtrace.client.protocol import (
     encode,
     preamble,
 )
-from ringtrace.client.session import Limits, ReplyDecoder, SessionDecoder, StreamTables, negotiate
+from ringtrace.client.wire.model import (
+    ASYNC_TRACK,
+    BUILTIN_KINDS,
+    FIRST_TYPED_KIND,
+    INSTANT,
+    MAX_STRING_CHARS,
+    SOURCE_TRACK,
+    SPAN,
+    THREAD_TRACK,
+    DecodedEvent,
+    TrackInfo,
+    display_text,
+    normalise_args,
+    normalise_values,
+)
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=50)
@@ -1198,7 +1198,7 @@ def test_replies_closed_at_a_frame_boundary() -> None:
 
 
 def test_tables_only_grow_a_string_id_or_the_columns_cannot_be_redefined() -> None:
-    from ringtrace.client.model import BUILTIN_KINDS
+    from ringtrace.client.wire.model import BUILTIN_KINDS
 
     for later in (Strings(0, ("other",)), Schema(BUILTIN_KINDS, ("args", "kind", "name", "ts", "dur"))):
         decoder = SessionDecoder(live=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from ringtrace.collector.slices import Pairing
-from ringtrace.collector.walk import Shown
+from ringtrace.collector.read.frame_walk import Shown
+from ringtrace.collector.read.pairing import Pairing
 
 PROCESS, TRACK = 10, (10, 20)
 

@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
 from ringtrace.client import read_trace_streams
-from ringtrace.client.errors import ConfigError
-from ringtrace.client.protocol import CHECKSUM_TYPE, FrameType, Stats, encode
-from ringtrace.client.session import Limits, SessionDecoder
-from ringtrace.collector.export import chrome_trace_chunks, native_chunks
-from ringtrace.collector.perfetto import perfetto_chunks
-from ringtrace.collector.query import EVERYTHING
-from ringtrace.collector.segments import DataDir, scan_segment
-from ringtrace.collector.store import MIN_SEGMENT_BYTES, Counts, Store
-from ringtrace.collector.walk import FrameWalk, ProcessView, SnapshotView
+from ringtrace.client.wire.decoder import Limits, SessionDecoder
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.client.wire.frames import CHECKSUM_TYPE, FrameType, Stats, encode
+from ringtrace.collector.export.chrome import chrome_trace_chunks, native_chunks
+from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView
+from ringtrace.collector.read.query import EVERYTHING
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
+from ringtrace.collector.store.segments import DataDir, scan_segment
 from store_client import Client
 
 

@@ -4,12 +4,12 @@ is told so rather than skipped ahead."""
 from __future__ import annotations
 
 import pytest
-from ringtrace.client.protocol import Stats
-from ringtrace.client.session import Limits
-from ringtrace.collector.query import EventFilter, Pattern
-from ringtrace.collector.store import MIN_SEGMENT_BYTES, Store
-from ringtrace.collector.tail import Tail, TailBehind
-from ringtrace.collector.walk import ProcessView
+from ringtrace.client.wire.decoder import Limits
+from ringtrace.client.wire.frames import Stats
+from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.read.query import EventFilter, Pattern
+from ringtrace.collector.read.tail import Tail, TailBehind
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from store_client import Client
 
 

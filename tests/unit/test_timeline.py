@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from ringtrace.client import DecodedEvent, MemoryListener, Timeline, TrackInfo
 from ringtrace.client.flusher import FLUSHER, Flusher
-from ringtrace.client.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
+from ringtrace.client.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 
 
 @pytest.fixture

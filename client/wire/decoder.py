@@ -1,0 +1,534 @@
+"""Session decoders, sans-I/O: the rules of a ringtrace stream and the tables needed to decode its events.
+
+``SessionDecoder`` reads what a client writes (a live connection, at the collector, or a file); ``ReplyDecoder`` reads
+what a collector answers (at the client). Both take bytes in (``receive_data``, or ``get_buffer`` + ``buffer_updated``
+for zero-copy reads) and give checked frames out (``next_frame()`` or iteration), as h11's connection does for HTTP.
+Every rule of the stream lives here, in one place (``PROTOCOL.md``, "Rules of a stream"):
+
+Theory of operation
+-------------------
+A client stream moves through three states::
+
+    HELLO --HELLO--> WELCOME --welcome()--> OPEN          (a live connection)
+    HELLO --HELLO--> OPEN                                 (a file: nobody answers)
+
+Until the collector has called ``welcome()``, which picks the protocol version and states the limits, nothing but
+HELLO may arrive. In OPEN, SCHEMA, STRINGS and TRACK frames update the stream's tables (``StreamTables``), within the
+limits; EVENTS must name a declared track; their payloads stay undecoded until someone calls ``tables.rows(frame)``.
+Any broken rule raises a ``ProtocolError`` subclass that names the rule, the limit and the value, and the decoder is
+dead from then on.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.client._version import __version__
+from ringtrace.client.messages import render
+from ringtrace.client.wire.errors import (
+    LimitExceeded,
+    MalformedFrame,
+    ProtocolError,
+    UnexpectedFrame,
+    UnsupportedVersion,
+)
+from ringtrace.client.wire.frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENT_COLUMNS,
+    NEW_STREAM,
+    PROTOCOL_VERSIONS,
+    Events,
+    EventsRun,
+    Flush,
+    FlushAck,
+    Frame,
+    FrameReader,
+    Goodbye,
+    Hello,
+    KindSpec,
+    Schema,
+    Sentinel,
+    Stats,
+    Strings,
+    Track,
+    Welcome,
+    complete_frames,
+    unpack_columns,
+)
+from ringtrace.client.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
+
+__all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
+
+#: The columns a reader needs from an EVENTS payload, found by name in SCHEMA's column list.
+_NEEDED_COLUMNS: Final = EVENT_COLUMNS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one stream may declare. A collector states its limits in WELCOME; a client keeps within them."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_strings: int = 100_000
+    max_tracks: int = 10_000
+    max_kinds: int = 1_000
+    #: UTF-8 bytes of all the strings one stream may declare (a collector sets it; files have no such limit).
+    max_string_bytes: int = 2**63 - 1
+    #: UTF-8 bytes of the texts of all the kinds one stream may declare (``KindSpec.text_bytes``).
+    max_schema_bytes: int = 2**63 - 1
+
+
+def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:
+    """The highest protocol version both sides speak.
+
+    Raises:
+        UnsupportedVersion: the ranges do not overlap (the message names both).
+    """
+    version = min(hello.protocol_max, supported[1])
+    if version < max(hello.protocol_min, supported[0]):
+        raise UnsupportedVersion(
+            f"no common protocol version: the client speaks {hello.protocol_min}..{hello.protocol_max}, "
+            f"this collector {supported[0]}..{supported[1]}"
+        )
+    return version
+
+
+#: Levels of nested typed events a reader turns into maps (a kind may name itself: the stream is not trusted).
+_MAX_NESTING: Final = 32
+#: Typed fields one event kind may declare.
+MAX_KIND_FIELDS: Final = 256
+#: Memory a declared track takes beside its name (a TrackInfo, its ints, entries in two dicts), and a string id when
+#: the strings are kept (an int, a dict entry, the str's header), with room for the allocator's slack: measured, a
+#: connection's RSS grew by less than ``table_bytes`` says at every table limit.
+TRACK_ENTRY_BYTES: Final = 400
+STRING_ENTRY_BYTES: Final = 160
+#: String ids the hashes' array always covers (512 KiB); past them, up to 8 times the ids declared.
+DENSE_STRING_IDS: Final = 65_536
+#: A kind beside its texts (which Python may keep in up to 4 bytes a character).
+KIND_ENTRY_BYTES: Final = 600
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _check_text(what: str, text: str) -> None:
+    if len(text) > MAX_STRING_CHARS:
+        raise LimitExceeded(f"{what} length", "max_string_chars", MAX_STRING_CHARS, len(text))
+
+
+class StreamTables:
+    """A stream's strings, kinds, tracks and column layout: everything decoding its EVENTS needs.
+
+    Tables only grow within a stream (a TRACK frame may rename a track), so a stored frame can keep a reference to
+    the tables of the stream it came on and decode later.
+    """
+
+    __slots__ = ("_column_index", "columns", "kinds", "strings", "tracks")
+
+    def __init__(self) -> None:
+        self.strings: dict[int, str] = {}
+        self.kinds: dict[int, KindSpec] = {}
+        self.tracks: dict[int, TrackInfo] = {}
+        self.columns: tuple[str, ...] = EVENT_COLUMNS
+        self._column_index = tuple(range(len(EVENT_COLUMNS)))
+
+    def set_columns(self, columns: tuple[str, ...]) -> None:
+        missing = [name for name in _NEEDED_COLUMNS if name not in columns]
+        if missing:
+            raise MalformedFrame(f"SCHEMA frame: field 'columns' lacks {missing} (got {list(columns)!r:.120})")
+        self.columns = columns
+        self._column_index = tuple(columns.index(name) for name in _NEEDED_COLUMNS)
+
+    def unpack(self, frame: Events) -> list[list[Any]]:
+        """The columns of ``frame``, args nested past what any reader walks clipped as the client clips them.
+
+        Raises:
+            MalformedFrame: the payload does not match the columns or the header's count.
+        """
+        columns = unpack_columns(frame, self.columns)
+        clip_nesting(columns[self._column_index[-1]])
+        return columns
+
+    def rows(self, frame: Events) -> Iterator[tuple[KindSpec | None, str, int, int, Any]]:
+        """``(kind, name, ts_ns, dur_ns, args)`` for each event of ``frame``; ``kind`` is None if never declared.
+
+        Raises:
+            MalformedFrame: the payload does not match the columns or the header's count.
+        """
+        columns = self.unpack(frame)
+        kinds, names, offsets, durations, args = (columns[i] for i in self._column_index)
+        strings, kind_specs, first_ns = self.strings, self.kinds, frame.first_ts_ns
+        for kind, name, offset, duration, arg in zip(kinds, names, offsets, durations, args, strict=True):
+            if not (type(kind) is int and type(name) is int and type(offset) is int and type(duration) is int):
+                raise MalformedFrame("EVENTS frame: columns 'kind', 'name', 'ts' and 'dur' must hold integers")
+            text = strings.get(name)
+            yield (
+                kind_specs.get(kind),
+                text if text is not None else f"<unknown string {name}>",
+                first_ns + offset,
+                duration,
+                arg,
+            )
+
+    def events(self, frame: Events) -> Iterator[DecodedEvent]:
+        """The events of ``frame`` as objects (slower than ``rows``; for listeners, files and tests)."""
+        track = self.tracks[frame.track_id]
+        for kind, name, ts_ns, dur_ns, args in self.rows(frame):
+            if kind is not None and kind.shape == "message" and type(args) is list:
+                name, args = render(kind, args)
+            elif kind is not None and kind.fields and type(args) is list:
+                args = typed_args(kind, args, self.kinds)
+            yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
+
+
+def typed_args(kind: KindSpec, values: list[Any], kinds: Mapping[int, KindSpec], depth: int = 0) -> dict[str, Any]:
+    """A typed event's values as a map of its fields, nested events (type code ``kind:ID``, looked up in ``kinds``)
+    as maps too.
+
+    A nested event carries its kind's fields after the first, the ``id`` only an event pushed on its own has.
+    """
+    out = {}
+    for (name, code), value in zip(kind.fields[1:] if depth else kind.fields, values, strict=False):
+        if code.startswith("kind:") and type(value) is list and depth < _MAX_NESTING:
+            nested = kinds.get(int(code[5:])) if code[5:].isdigit() else None
+            if nested is not None:
+                value = typed_args(nested, value, kinds, depth + 1)
+        out[name] = value
+    return out
+
+
+class SessionDecoder:
+    """Reads one client stream: a live connection (``live=True``, the collector's side) or a file.
+
+    Args:
+        limits: what the stream may declare; frames beyond them raise ``LimitExceeded``.
+        live: a connection, whose client waits for ``welcome()`` before it sends more than HELLO.
+        borrow: EVENTS payloads and ``last_frame()`` are views valid until more bytes are given (``FrameReader``).
+        read_size: the least free room ``get_buffer`` offers.
+        keep_strings: fill ``tables.strings``; without, the strings are checked but not kept (for a reader that
+            stores frames and decodes none, as the collector's ingest): a hash per string id is kept instead, in one
+            array (8 bytes an id up to the highest declared), enough to refuse a redefinition.
+        concatenated: a file of streams end to end (a snapshot file): at each new stream the tables start afresh,
+            and its HELLO is the first frame it gives.
+    """
+
+    __slots__ = (
+        "_hashed", "_keep_strings", "_live", "_reader", "_sparse_hashes", "_state", "_string_hashes", "_track_texts",
+        "added_kinds", "added_strings", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
+        "track_name_bytes",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        limits: Limits = Limits(),
+        *,
+        live: bool = True,
+        borrow: bool = False,
+        read_size: int = 64 * 1024,
+        keep_strings: bool = True,
+        concatenated: bool = False,
+    ) -> None:
+        self.limits = limits
+        self._live = live
+        self._keep_strings = keep_strings
+        self._reader = FrameReader(
+            "client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live, concatenated=concatenated
+        )
+        self._start_stream()
+
+    def _start_stream(self) -> None:
+        #: Without keep_strings: a hash per string id instead of the string (0: not declared), in one buffer rather
+        #: than a dict of int objects (which cost 13 times as much: 100,000 strings took 11 MB).
+        self._string_hashes: array[int] | None = None if self._keep_strings else array("q")
+        #: Hashes of ids far past those declared (clients number strings from 0 up; a peer that declares one id near
+        #: a large max_strings would make the array huge).
+        self._sparse_hashes: dict[int, int] = {}
+        self._hashed = 0
+        self._state = "HELLO"
+        self.hello: Hello | None = None
+        self.protocol_version = 0
+        self.tables = StreamTables()
+        #: UTF-8 bytes of the strings, and of the kinds' texts, declared so far; of the live tracks' names.
+        self.string_bytes = 0
+        self.schema_bytes = 0
+        self.track_name_bytes = 0
+        #: Memory of the live tracks' names as Python keeps them (1, 2 or 4 bytes a character).
+        self._track_texts = 0
+        #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
+        self.added_strings: list[tuple[int, str]] = []
+        self.added_kinds: list[KindSpec] = []
+
+    @property
+    def table_bytes(self) -> int:
+        """About the memory the tables take, at most what they take (an estimate by counts and sizes, in constant
+        time): what a collector charges a connection's tables to (``Store.charge_tables``)."""
+        if self._string_hashes is not None:
+            strings = sys.getsizeof(self._string_hashes) + len(self._sparse_hashes) * STRING_ENTRY_BYTES
+        else:
+            strings = len(self.tables.strings) * STRING_ENTRY_BYTES + 4 * self.string_bytes
+        tracks = len(self.tables.tracks) * TRACK_ENTRY_BYTES + self._track_texts
+        return strings + tracks + len(self.tables.kinds) * KIND_ENTRY_BYTES + 4 * self.schema_bytes
+
+    # -- bytes in -------------------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Add received bytes; ``b""`` means the stream ended."""
+        self._reader.receive_data(data)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        return self._reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.buffer_updated(nbytes)
+
+    def last_frame(self) -> memoryview:
+        """The bytes of the frame returned last, header included."""
+        return self._reader.last_frame()
+
+    @property
+    def reader(self) -> FrameReader:
+        """The framing underneath: where bytes go (``FrameReader.lend``) and the offsets of frames in it."""
+        return self._reader
+
+    @property
+    def skipped_frames(self) -> int:
+        """Frames of unknown ignorable types, skipped."""
+        return self._reader.skipped_frames
+
+    # -- frames out -----------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Every complete frame buffered now (stops at NEED_DATA or CLOSED)."""
+        return complete_frames(self.next_frame)
+
+    def next_frame(self) -> Frame | Sentinel:
+        """The next frame, checked and applied to the tables; ``NEED_DATA``; or ``CLOSED`` at a clean end.
+
+        Raises:
+            ProtocolError: the stream broke a rule (a subclass and its message say which).
+        """
+        frame = self._reader.next_frame()
+        if frame is NEW_STREAM:
+            self._start_stream()
+            frame = self._reader.next_frame()
+        if isinstance(frame, Sentinel):
+            return frame
+        try:
+            self._apply(frame)
+        except ProtocolError as exc:
+            self._reader.fail(exc)  # the stream is dead: every later call raises the same error
+            raise
+        return frame
+
+    def events_run(self, top: int | None = None) -> EventsRun | None:
+        """The complete EVENTS frames next in the stream, checked as ``next_frame`` checks them, in one loop (the
+        collector's fast path; offsets are in the reader's buffer), that end with their index entries below ``top``
+        (``FrameReader.events_run``). None at anything else: ``next_frame`` takes it from there."""
+        return self._reader.events_run(self.tables.tracks, top) if self._state == "OPEN" else None
+
+    def welcome(self, collector_version: str = __version__) -> Welcome:
+        """The collector's answer to the HELLO just read: the version chosen and the limits.
+
+        Raises:
+            UnsupportedVersion: no common version (send GOODBYE with the message, then close).
+        """
+        if self._state != "WELCOME" or self.hello is None:
+            raise UnexpectedFrame(f"welcome() is only valid right after HELLO (state {self._state})")
+        try:
+            self.protocol_version = negotiate(self.hello)
+        except UnsupportedVersion as exc:
+            self._reader.fail(exc)  # the stream cannot go on: every later call raises the same error
+            raise
+        self._state = "OPEN"
+        limits = self.limits
+        return Welcome(
+            self.protocol_version,
+            limits.max_frame_bytes,
+            limits.max_strings,
+            limits.max_tracks,
+            limits.max_kinds,
+            collector_version,
+            limits.max_string_bytes,
+            limits.max_schema_bytes,
+        )
+
+    def _apply(self, frame: Frame) -> None:
+        if self._state == "HELLO":
+            if not isinstance(frame, Hello):
+                raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
+            for name in ("host", "process_name", "instance_id", "boot_id", "client_version", "token"):
+                _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
+            self.hello = frame
+            self._state = "WELCOME" if self._live else "OPEN"
+            if not self._live:
+                self.protocol_version = negotiate(frame)
+            return
+        if self._state == "WELCOME":
+            raise UnexpectedFrame(
+                f"{frame.TYPE.name} frame before WELCOME: a client sends nothing after HELLO until it is welcomed"
+            )
+        if isinstance(frame, Events):
+            if frame.track_id not in self.tables.tracks:
+                raise MalformedFrame(f"EVENTS frame: field 'track' {frame.track_id} was never declared by TRACK")
+        elif isinstance(frame, Strings):
+            self._add_strings(frame)
+        elif isinstance(frame, Track):
+            self._add_track(frame)
+        elif isinstance(frame, Schema):
+            self._add_schema(frame)
+        elif isinstance(frame, Hello):
+            raise UnexpectedFrame("HELLO may only be the first frame")
+        else:
+            assert isinstance(frame, Stats | Flush | FlushAck | Goodbye)
+
+    def _add_strings(self, frame: Strings) -> None:
+        limit = self.limits.max_strings
+        last_id = frame.first_id + len(frame.strings) - 1
+        if last_id >= limit:
+            raise LimitExceeded("STRINGS frame: string id", "max_strings", limit, last_id)
+        longest = max(map(len, frame.strings), default=0)
+        if longest > MAX_STRING_CHARS:
+            raise LimitExceeded("STRINGS frame: string length", "max_string_chars", MAX_STRING_CHARS, longest)
+        if self._string_hashes is not None:
+            self._add_string_hashes(frame, self._string_hashes)
+        else:
+            self._add_string_texts(frame, self.tables.strings)
+        if self.string_bytes > self.limits.max_string_bytes:
+            raise LimitExceeded(
+                "STRINGS frame: bytes of all strings", "max_string_bytes", self.limits.max_string_bytes,
+                self.string_bytes,
+            )  # fmt: skip
+
+    def _add_string_texts(self, frame: Strings, strings: dict[int, str]) -> None:
+        self.added_strings = added = []
+        for string_id, text in enumerate(frame.strings, frame.first_id):
+            known = strings.get(string_id)
+            if known is None:
+                added.append((string_id, text))
+                strings[string_id] = text
+                self.string_bytes += _utf8_bytes(text)
+            elif known != text:  # stored frames decode with this table: it may only grow
+                raise MalformedFrame(
+                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was {known!r:.60}"
+                )
+
+    def _add_string_hashes(self, frame: Strings, hashes: array[int]) -> None:
+        last_id, sparse = frame.first_id + len(frame.strings) - 1, self._sparse_hashes
+        dense_limit = max(DENSE_STRING_IDS, 8 * (self._hashed + len(frame.strings)))
+        if len(hashes) <= last_id < dense_limit:  # (doubling: few moves of the sparse ids)
+            grown = min(max(last_id + 1, 2 * len(hashes)), dense_limit)
+            hashes.frombytes(bytes(hashes.itemsize * (grown - len(hashes))))
+            for string_id in [i for i in sparse if i < grown]:
+                hashes[string_id] = sparse.pop(string_id)
+        dense = len(hashes)
+        self.added_strings = added = []
+        for string_id, text in enumerate(frame.strings, frame.first_id):
+            value = hash(text) or 1  # (0 marks an id not declared)
+            known = hashes[string_id] if string_id < dense else sparse.get(string_id, 0)
+            if not known:
+                added.append((string_id, text))
+                if string_id < dense:
+                    hashes[string_id] = value
+                else:
+                    sparse[string_id] = value
+                self._hashed += 1
+                self.string_bytes += _utf8_bytes(text)
+            elif known != value:  # stored frames decode with this table: it may only grow
+                raise MalformedFrame(
+                    f"STRINGS frame: string id {string_id} redefined as {text!r:.60}, was another text"
+                )
+
+    def _add_track(self, frame: Track) -> None:
+        tracks, limit = self.tables.tracks, self.limits.max_tracks
+        known = tracks.get(frame.track_id)
+        if known is not None:
+            self.track_name_bytes -= _utf8_bytes(known.name)
+            self._track_texts -= sys.getsizeof(known.name)
+        if frame.ended:  # frames already read keep their own reference to the track
+            tracks.pop(frame.track_id, None)
+            return
+        if known is None and len(tracks) >= limit:
+            raise LimitExceeded("TRACK frame: track count", "max_tracks", limit, len(tracks) + 1)
+        if len(frame.name) > MAX_STRING_CHARS:
+            raise LimitExceeded(
+                "TRACK frame: field 'name' length", "max_string_chars", MAX_STRING_CHARS, len(frame.name)
+            )
+        # Names take memory as strings do: the live tracks' names have a budget of max_string_bytes of their own.
+        self.track_name_bytes += _utf8_bytes(frame.name)
+        self._track_texts += sys.getsizeof(frame.name)
+        if self.track_name_bytes > self.limits.max_string_bytes:
+            raise LimitExceeded(
+                "TRACK frame: bytes of all live tracks' names", "max_string_bytes", self.limits.max_string_bytes,
+                self.track_name_bytes,
+            )  # fmt: skip
+        tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
+
+    def _add_schema(self, frame: Schema) -> None:
+        kinds, limit = self.tables.kinds, self.limits.max_kinds
+        if kinds and frame.columns != self.tables.columns:  # stored frames decode with these columns
+            raise MalformedFrame(
+                f"SCHEMA frame: field 'columns' changed within the stream to {list(frame.columns)!r:.120}"
+            )
+        self.tables.set_columns(frame.columns)
+        self.added_kinds = []
+        for spec in frame.kinds:
+            _check_text("SCHEMA frame: kind name", spec.name)
+            _check_text("SCHEMA frame: kind text", spec.text)
+            _check_text("SCHEMA frame: kind priority", spec.priority)
+            if len(spec.fields) > MAX_KIND_FIELDS:
+                raise LimitExceeded(
+                    "SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields)
+                )
+            for field_name, type_code in spec.fields:
+                _check_text("SCHEMA frame: field name", field_name)
+                _check_text("SCHEMA frame: type code", type_code)
+            known = kinds.get(spec.id)
+            if known is None:
+                if len(kinds) >= limit:
+                    raise LimitExceeded("SCHEMA frame: kind count", "max_kinds", limit, len(kinds) + 1)
+                self.schema_bytes += spec.text_bytes
+                if self.schema_bytes > self.limits.max_schema_bytes:
+                    raise LimitExceeded(
+                        "SCHEMA frame: bytes of all kinds' texts", "max_schema_bytes", self.limits.max_schema_bytes,
+                        self.schema_bytes,
+                    )  # fmt: skip
+                kinds[spec.id] = spec
+                self.added_kinds.append(spec)
+            elif known != spec:
+                raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
+
+
+class ReplyDecoder:
+    """Reads what a collector sends a client: WELCOME (or GOODBYE) first, then FLUSH, FLUSH_ACK, GOODBYE."""
+
+    __slots__ = ("_reader", "welcomed")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._reader = FrameReader("collector", max_frame_bytes)
+        self.welcomed = False
+
+    def receive_data(self, data: bytes) -> None:
+        self._reader.receive_data(data)
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Every complete frame buffered now.
+
+        Raises:
+            ProtocolError: the collector broke a rule.
+        """
+        for frame in self._reader:
+            try:
+                if isinstance(frame, Welcome):
+                    if self.welcomed:
+                        raise UnexpectedFrame("WELCOME may only be the first frame")
+                    self.welcomed = True
+                elif not self.welcomed and not isinstance(frame, Goodbye):
+                    raise UnexpectedFrame(f"first frame from a collector must be WELCOME, got {frame.TYPE.name}")
+            except ProtocolError as exc:
+                self._reader.fail(exc)  # the stream is dead: every later call raises the same error
+                raise
+            yield frame

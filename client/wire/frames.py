@@ -1,0 +1,1071 @@
+"""The ringtrace wire format, sans-I/O: frames to bytes, and bytes to frames.
+
+No sockets, threads or asyncio here. ``PROTOCOL.md`` beside this file is the one description of the format; this
+module implements its framing and frame bodies, and ``session.py`` the rules of a stream (order, tables, limits).
+
+Theory of operation
+-------------------
+``encode(frame)`` gives the bytes of one frame. ``FrameReader`` turns received bytes into frames: it checks the
+preamble, refuses a frame header larger than ``max_frame_bytes`` before its body is buffered, skips unknown frame types
+that carry the ignorable bit, and refuses the rest. Frames are frozen dataclasses; their msgpack bodies are maps whose
+unknown keys are ignored, so a field can be added without a new version.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import sys
+from collections.abc import Callable, Container, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, ClassVar, Final, Literal, NamedTuple
+
+import msgpack
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.wire.errors import (
+    BadPreamble,
+    ConfigError,
+    FrameTooLarge,
+    MalformedFrame,
+    ProtocolError,
+    TornStream,
+    UnexpectedFrame,
+    UnsupportedVersion,
+)
+
+__all__ = [
+    "AUTHENTICATION_FAILED",
+    "CHECKSUM_TYPE",
+    "CLOSED",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "EVENTS_ENTRY",
+    "EVENTS_HEADER",
+    "EVENT_COLUMNS",
+    "FRAME_HEADER",
+    "IGNORABLE",
+    "MAGIC",
+    "MAX_MAX_FRAME_BYTES",
+    "MIN_MAX_FRAME_BYTES",
+    "NEED_DATA",
+    "NEW_STREAM",
+    "PREAMBLE",
+    "PROTOCOL_VERSION",
+    "PROTOCOL_VERSIONS",
+    "STREAM_FORMAT",
+    "Events",
+    "EventsRun",
+    "Flush",
+    "FlushAck",
+    "Frame",
+    "FrameReader",
+    "FrameType",
+    "Goodbye",
+    "Hello",
+    "KindSpec",
+    "Peer",
+    "Refused",
+    "Schema",
+    "Sentinel",
+    "SetPriority",
+    "Stats",
+    "Strings",
+    "Track",
+    "Welcome",
+    "complete_frames",
+    "encode",
+    "frame_spans",
+    "preamble",
+    "rewritten_hello",
+    "unpack_columns",
+]
+
+#: The protocol versions this code speaks (HELLO and WELCOME negotiate one of them).
+PROTOCOL_VERSIONS: Final = (2, 2)
+PROTOCOL_VERSION: Final = PROTOCOL_VERSIONS[1]
+#: The framing described by the preamble: length-prefixed frames with a one-byte type.
+STREAM_FORMAT: Final = 2
+MAGIC: Final = b"RTRC"
+PREAMBLE: Final = struct.Struct("<4sHH")
+FRAME_HEADER: Final = struct.Struct("<IB")
+#: header_size, flags, track, count, first_ts, last_ts.
+EVENTS_HEADER: Final = struct.Struct("<HHIIQQ")
+#: A frame header and an EVENTS header, as an EVENTS frame starts.
+_EVENTS_FRAME_HEAD: Final = struct.Struct("<IBHHIIQQ")
+#: An EVENTS frame as an index holds it: offset, size, track, count, first_ts, last_ts (``EventsRun``).
+EVENTS_ENTRY: Final = struct.Struct("<IIIIQQ")
+DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
+#: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
+MIN_MAX_FRAME_BYTES: Final = 32 * 1024
+#: No peer may raise it above this: a frame header can then never begin with the magic, so that streams may follow
+#: one another in a file (``concatenated``).
+MAX_MAX_FRAME_BYTES: Final = 1 << 30
+#: Column order of an EVENTS payload in version 2.
+EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
+#: Frame-type bit: a reader that does not know the type skips the frame instead of failing.
+IGNORABLE: Final = 0x80
+#: CHECKSUM, a frame type of files only (the collector's segments): a live peer may not send it.
+CHECKSUM_TYPE: Final = 0xFF
+#: The whole reason of the GOODBYE a collector sends a client whose HELLO lacks its token or has another one: no
+#: more, so that a peer learns nothing from it.
+AUTHENTICATION_FAILED: Final = "authentication failed"
+
+Peer = Literal["client", "collector"]
+
+
+class EventsRun(NamedTuple):
+    """Complete EVENTS frames next in a reader's buffer, checked as ``next_frame`` checks them
+    (``FrameReader.events_run``)."""
+
+    #: One ``EVENTS_ENTRY`` per frame, the last frame's first: the order of an index that grows down.
+    entries: bytes
+    #: Their events.
+    events: int
+    #: Per track id: [events, bytes] of its frames here.
+    tracks: dict[int, list[int]]
+    #: Offset in the buffer just past the last frame.
+    end: int
+
+    @property
+    def frames(self) -> int:
+        return len(self.entries) // EVENTS_ENTRY.size
+
+
+def _scan_events_py(
+    buf: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int], top: int
+) -> tuple[bytes, int, dict[int, list[int]], int] | None:
+    """``FrameReader.events_run``'s loop (``scan_events`` in _speedups.c is its twin in C)."""
+    entries: list[bytes] = []
+    sums: dict[int, list[int]] = {}
+    events = 0
+    unpack, pack, header = _EVENTS_FRAME_HEAD.unpack_from, EVENTS_ENTRY.pack, EVENTS_HEADER.size
+    while end - position >= _EVENTS_FRAME_HEAD.size:
+        body_length, frame_type, header_size, _, track, count, first_ts, last_ts = unpack(buf, position)
+        size = FRAME_HEADER.size + body_length
+        if (
+            frame_type != FrameType.EVENTS
+            or size > max_frame_bytes
+            or size > end - position
+            or not header <= header_size <= body_length
+            or not 0 < count <= body_length - header_size
+            or first_ts > last_ts
+            or track not in tracks
+            or position + size > top - EVENTS_ENTRY.size * (len(entries) + 1)
+        ):
+            break
+        entries.append(pack(position, size, track, count, first_ts, last_ts))
+        events += count
+        total = sums.get(track)
+        if total is None:
+            sums[track] = [count, size]
+        else:
+            total[0] += count
+            total[1] += size
+        position += size
+    if not entries:
+        return None
+    entries.reverse()
+    return b"".join(entries), events, sums, position
+
+
+_scan_events: Callable[
+    [bytearray | mmap.mmap, int, int, int, Container[int], int], tuple[bytes, int, dict[int, list[int]], int] | None
+] = _scan_events_py if speedups is None else speedups.scan_events
+
+
+class FrameType(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    SCHEMA = 3
+    STRINGS = 4
+    TRACK = 5
+    EVENTS = 6
+    STATS = 7
+    FLUSH = 8
+    FLUSH_ACK = 9
+    GOODBYE = IGNORABLE | 1
+    SET_PRIORITY = IGNORABLE | 2
+    REFUSED = IGNORABLE | 3
+
+
+#: Integers in control frames fit a signed 64-bit field, so that sums and JSON stay in range.
+_MAX_FIELD_INT: Final = 2**63 - 1
+_MAX_PID: Final = 2**32 - 1
+_U32: Final = 2**32 - 1
+
+
+def _pack(value: object) -> bytes:
+    packed: bytes = msgpack.packb(value)
+    return packed
+
+
+def _unpack_map(frame: str, body: bytes | memoryview) -> Mapping[str, Any]:
+    try:
+        data = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several types for bad input; all mean the same here
+        raise MalformedFrame(f"{frame} frame: body is not valid msgpack ({exc})") from None
+    if not isinstance(data, dict):
+        raise MalformedFrame(f"{frame} frame: body must be a map, got {type(data).__name__}")
+    return data
+
+
+def _field(data: Mapping[str, Any], frame: str, name: str, kind: type, high: int = _MAX_FIELD_INT) -> Any:
+    try:
+        value = data[name]
+    except KeyError:
+        raise MalformedFrame(f"{frame} frame: missing field {name!r}") from None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MalformedFrame(f"{frame} frame: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
+    if isinstance(value, int) and not 0 <= value <= high:
+        raise MalformedFrame(f"{frame} frame: field {name!r} must be in 0..{high}, got {value}")
+    return value
+
+
+def _token_body(frame: str, body: bytes) -> int:
+    if len(body) != 8:
+        raise MalformedFrame(f"{frame} frame: body must be 8 bytes (u64 token), got {len(body)}")
+    token: int = struct.unpack("<Q", body)[0]
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The client's first frame: who the process is, one reading of both its clocks, the versions it speaks."""
+
+    TYPE: ClassVar = FrameType.HELLO
+    pid: int
+    host: str
+    process_name: str
+    #: Random per process incarnation (new after fork): tells a reconnect from a new process with a reused pid.
+    instance_id: str
+    #: Identifies the host's monotonic clock domain (Linux boot id); empty when unknown.
+    boot_id: str
+    monotonic_ns: int
+    wall_ns: int
+    client_version: str
+    protocol_min: int = PROTOCOL_VERSIONS[0]
+    protocol_max: int = PROTOCOL_VERSIONS[1]
+    #: The collector's shared secret, for a collector that requires one (empty: none, and the field is not sent).
+    #: Only a live connection carries it: never a file, nor what the collector stores (``rewritten_hello``).
+    token: str = field(default="", repr=False)
+    #: A recorded stream sent again (``ringtrace replay``): its clock pairing is as it was recorded, so the collector
+    #: does not check it against its own clock (it still moves only this process's events).
+    recorded: bool = False
+
+    def encode_body(self) -> bytes:
+        body = {
+            "pid": self.pid,
+            "host": self.host,
+            "process_name": self.process_name,
+            "instance_id": self.instance_id,
+            "boot_id": self.boot_id,
+            "monotonic_ns": self.monotonic_ns,
+            "wall_ns": self.wall_ns,
+            "client_version": self.client_version,
+            "protocol_min": self.protocol_min,
+            "protocol_max": self.protocol_max,
+        }
+        if self.token:
+            body["token"] = self.token
+        if self.recorded:
+            body["recorded"] = True
+        return _pack(body)
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Hello:
+        data = _unpack_map("HELLO", body)
+        hello = cls(
+            pid=_field(data, "HELLO", "pid", int, _MAX_PID),
+            host=_field(data, "HELLO", "host", str),
+            process_name=_field(data, "HELLO", "process_name", str),
+            instance_id=_field(data, "HELLO", "instance_id", str),
+            boot_id=_field(data, "HELLO", "boot_id", str),
+            monotonic_ns=_field(data, "HELLO", "monotonic_ns", int),
+            wall_ns=_field(data, "HELLO", "wall_ns", int),
+            client_version=_field(data, "HELLO", "client_version", str),
+            protocol_min=_field(data, "HELLO", "protocol_min", int, 0xFFFF),
+            protocol_max=_field(data, "HELLO", "protocol_max", int, 0xFFFF),
+            token=_field(data, "HELLO", "token", str) if "token" in data else "",
+            recorded=_field(data, "HELLO", "recorded", bool) if "recorded" in data else False,
+        )
+        if hello.protocol_min > hello.protocol_max:
+            raise MalformedFrame(
+                f"HELLO frame: protocol_min {hello.protocol_min} is above protocol_max {hello.protocol_max}"
+            )
+        return hello
+
+
+def rewritten_hello(
+    frame: bytes | memoryview, *, token: str | None = None, wall_ns: int | None = None, recorded: bool | None = None
+) -> bytes:
+    """The HELLO frame ``frame`` (header included) with the fields given set (``token`` or ``recorded`` taken out if
+    empty or false); its other fields, known to this version or not, are kept.
+
+    Raises:
+        MalformedFrame: the body is not a map.
+    """
+    body = dict(_unpack_map("HELLO", bytes(frame[FRAME_HEADER.size :])))
+    for name, value in (("token", token), ("recorded", recorded)):
+        if value is not None:
+            body.pop(name, None)
+            if value:
+                body[name] = value
+    if wall_ns is not None:
+        body["wall_ns"] = wall_ns
+    packed = _pack(body)
+    return FRAME_HEADER.pack(len(packed), FrameType.HELLO) + packed
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The collector's answer to HELLO: the version chosen and the limits the client must respect."""
+
+    TYPE: ClassVar = FrameType.WELCOME
+    protocol_version: int
+    max_frame_bytes: int
+    max_strings: int
+    max_tracks: int
+    max_kinds: int
+    collector_version: str
+    #: UTF-8 bytes of all strings one connection may declare (absent from older collectors: no limit).
+    max_string_bytes: int = _MAX_FIELD_INT
+    #: UTF-8 bytes of the texts of all kinds one connection may declare (``KindSpec.text_bytes``; absent: no limit).
+    max_schema_bytes: int = _MAX_FIELD_INT
+
+    def encode_body(self) -> bytes:
+        return _pack(
+            {
+                "protocol_version": self.protocol_version,
+                "max_frame_bytes": self.max_frame_bytes,
+                "max_strings": self.max_strings,
+                "max_tracks": self.max_tracks,
+                "max_kinds": self.max_kinds,
+                "collector_version": self.collector_version,
+                "max_string_bytes": self.max_string_bytes,
+                "max_schema_bytes": self.max_schema_bytes,
+            }
+        )
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Welcome:
+        data = _unpack_map("WELCOME", body)
+        welcome = cls(
+            protocol_version=_field(data, "WELCOME", "protocol_version", int, 0xFFFF),
+            max_frame_bytes=_field(data, "WELCOME", "max_frame_bytes", int, _U32),
+            max_strings=_field(data, "WELCOME", "max_strings", int, _U32),
+            max_tracks=_field(data, "WELCOME", "max_tracks", int, _U32),
+            max_kinds=_field(data, "WELCOME", "max_kinds", int, _U32),
+            collector_version=_field(data, "WELCOME", "collector_version", str),
+            max_string_bytes=(
+                _field(data, "WELCOME", "max_string_bytes", int) if "max_string_bytes" in data else _MAX_FIELD_INT
+            ),
+            max_schema_bytes=(
+                _field(data, "WELCOME", "max_schema_bytes", int) if "max_schema_bytes" in data else _MAX_FIELD_INT
+            ),
+        )
+        if welcome.max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise MalformedFrame(
+                f"WELCOME frame: field 'max_frame_bytes' must be >= {MIN_MAX_FRAME_BYTES}, "
+                f"got {welcome.max_frame_bytes}"
+            )
+        for name in ("max_strings", "max_tracks", "max_kinds"):
+            if getattr(welcome, name) < 2:
+                raise MalformedFrame(f"WELCOME frame: field {name!r} must be >= 2, got {getattr(welcome, name)}")
+        return welcome
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """One event kind as SCHEMA declares it: how to show it, and its typed fields (empty: free ``args`` map)."""
+
+    id: int
+    name: str
+    shape: str
+    fields: tuple[tuple[str, str], ...] = ()
+    #: A message kind's text, its ``$name`` placeholders standing for its fields (optional on the wire).
+    text: str = ""
+    #: A message kind's priority (optional on the wire).
+    priority: str = ""
+
+    @property
+    def text_bytes(self) -> int:
+        """UTF-8 bytes of its texts (name, shape, text, priority, field names and type codes): what counts against
+        a connection's ``max_schema_bytes``."""
+        texts = [self.name, self.shape, self.text, self.priority, *(part for f in self.fields for part in f)]
+        return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = {"id": self.id, "name": self.name, "shape": self.shape, "fields": [list(f) for f in self.fields]}
+        if self.text:
+            wire["text"] = self.text
+        if self.priority:
+            wire["priority"] = self.priority
+        return wire
+
+    @classmethod
+    def from_wire(cls, entry: object) -> KindSpec:
+        if not isinstance(entry, dict):
+            raise MalformedFrame(f"SCHEMA frame: a kind must be a map, got {type(entry).__name__}")
+        fields = _field(entry, "SCHEMA", "fields", list)
+        for item in fields:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+                raise MalformedFrame(f"SCHEMA frame: a field must be [name, type code], got {item!r:.80}")
+        return cls(
+            id=_field(entry, "SCHEMA", "id", int, _U32),
+            name=_field(entry, "SCHEMA", "name", str),
+            shape=_field(entry, "SCHEMA", "shape", str),
+            fields=tuple((name, type_code) for name, type_code in fields),
+            text=_field(entry, "SCHEMA", "text", str) if "text" in entry else "",
+            priority=_field(entry, "SCHEMA", "priority", str) if "priority" in entry else "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """Event kinds (all of them, or those added since the last SCHEMA) and the column layout of EVENTS payloads."""
+
+    TYPE: ClassVar = FrameType.SCHEMA
+    kinds: tuple[KindSpec, ...]
+    columns: tuple[str, ...] = EVENT_COLUMNS
+
+    def encode_body(self) -> bytes:
+        return _pack({"kinds": [k.to_wire() for k in self.kinds], "columns": list(self.columns)})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Schema:
+        data = _unpack_map("SCHEMA", body)
+        kinds = tuple(KindSpec.from_wire(entry) for entry in _field(data, "SCHEMA", "kinds", list))
+        columns = _field(data, "SCHEMA", "columns", list)
+        if not all(isinstance(c, str) for c in columns):
+            raise MalformedFrame(f"SCHEMA frame: field 'columns' must hold str, got {columns!r:.120}")
+        return cls(kinds=kinds, columns=tuple(columns))
+
+
+@dataclass(frozen=True, slots=True)
+class Strings:
+    """A run of the string table: ``strings[i]`` has id ``first_id + i``."""
+
+    TYPE: ClassVar = FrameType.STRINGS
+    first_id: int
+    strings: tuple[str, ...]
+
+    def encode_body(self) -> bytes:
+        return _pack({"first_id": self.first_id, "strings": list(self.strings)})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Strings:
+        data = _unpack_map("STRINGS", body)
+        first_id = _field(data, "STRINGS", "first_id", int, _U32)
+        strings = _field(data, "STRINGS", "strings", list)
+        for s in strings:
+            if not isinstance(s, str):
+                raise MalformedFrame(f"STRINGS frame: field 'strings' must hold str, got {type(s).__name__}")
+        return cls(first_id=first_id, strings=tuple(strings))
+
+
+@dataclass(frozen=True, slots=True)
+class Track:
+    """Declares (or renames) a track: a thread, a named source, an asyncio task, or a counter."""
+
+    TYPE: ClassVar = FrameType.TRACK
+    track_id: int
+    kind: int
+    name: str
+    #: The OS thread id of a thread track (0 otherwise).
+    thread_id: int = 0
+    #: The track this one belongs to (an async task's thread), 0 for none.
+    parent: int = 0
+    #: The track ended: its id is free, and it no longer counts against ``max_tracks``.
+    ended: bool = False
+
+    def encode_body(self) -> bytes:
+        return _pack(
+            {
+                "id": self.track_id,
+                "kind": self.kind,
+                "name": self.name,
+                "thread_id": self.thread_id,
+                "parent": self.parent,
+                "ended": self.ended,
+            }
+        )
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Track:
+        data = _unpack_map("TRACK", body)
+        return cls(
+            track_id=_field(data, "TRACK", "id", int, _U32),
+            kind=_field(data, "TRACK", "kind", int, 0xFF),
+            name=_field(data, "TRACK", "name", str),
+            thread_id=_field(data, "TRACK", "thread_id", int),
+            parent=_field(data, "TRACK", "parent", int, _U32),
+            ended=bool(data.get("ended", False)),  # optional: absent means a live track
+        )
+
+
+@dataclass(slots=True)  # not frozen, unlike the other frames: a frozen dataclass is 4x slower to make, per frame
+class Events:
+    """A batch of events on one track. ``payload`` stays opaque until someone decodes it."""
+
+    TYPE: ClassVar = FrameType.EVENTS
+    track_id: int
+    count: int
+    first_ts_ns: int
+    last_ts_ns: int
+    payload: bytes | memoryview
+    flags: int = 0
+
+    def encode_body(self) -> bytes:
+        header = EVENTS_HEADER.pack(
+            EVENTS_HEADER.size, self.flags, self.track_id, self.count, self.first_ts_ns, self.last_ts_ns
+        )
+        return header + self.payload
+
+    @classmethod
+    def decode_body(cls, body: bytes | memoryview) -> Events:
+        if len(body) < EVENTS_HEADER.size:
+            raise MalformedFrame(
+                f"EVENTS frame: body of {len(body)} bytes is shorter than its {EVENTS_HEADER.size}-byte header"
+            )
+        header_size, flags, track_id, count, first_ts, last_ts = EVENTS_HEADER.unpack_from(body)
+        if not EVENTS_HEADER.size <= header_size <= len(body):
+            raise MalformedFrame(
+                f"EVENTS frame: field 'header_size' is {header_size} (must be {EVENTS_HEADER.size}..{len(body)})"
+            )
+        payload = memoryview(body)[header_size:]
+        if count == 0 or count > len(payload):
+            raise MalformedFrame(f"EVENTS frame: field 'count' is {count} for a payload of {len(payload)} bytes")
+        if first_ts > last_ts:
+            raise MalformedFrame(f"EVENTS frame: field 'first_ts' ({first_ts}) is after 'last_ts' ({last_ts})")
+        return cls(track_id, count, first_ts, last_ts, payload, flags)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Cumulative loss counters of the client process (since it started)."""
+
+    TYPE: ClassVar = FrameType.STATS
+    #: Events recorded and never sent (send queue full, a frame cut by a disconnect, an event larger than a frame).
+    dropped_events: int
+    dropped_frames: int
+    #: Events recorded with a label past the string table's limit (shown with the overflow label).
+    label_overflow_events: int = 0
+    #: Argument values cut for depth or size (the event itself is kept, with a mark where it was cut).
+    clipped_args: int = 0
+    #: Typed events dropped because a field's value did not fit its declared type.
+    rejected_events: int = 0
+    #: Events sent on a connection that broke before the collector acknowledged them: lost if that collector did not
+    #: store them (it was killed, say), yet maybe stored; what was lost in transit is at most this.
+    unacknowledged_events: int = 0
+
+    def encode_body(self) -> bytes:
+        return _pack(
+            {
+                "dropped_events": self.dropped_events,
+                "dropped_frames": self.dropped_frames,
+                "label_overflow_events": self.label_overflow_events,
+                "clipped_args": self.clipped_args,
+                "rejected_events": self.rejected_events,
+                "unacknowledged_events": self.unacknowledged_events,
+            }
+        )
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Stats:
+        data = _unpack_map("STATS", body)
+        return cls(
+            dropped_events=_field(data, "STATS", "dropped_events", int),
+            dropped_frames=_field(data, "STATS", "dropped_frames", int),
+            label_overflow_events=_field(data, "STATS", "label_overflow_events", int),
+            clipped_args=_field(data, "STATS", "clipped_args", int),
+            # Added within version 2: a client that does not send it has rejected nothing.
+            rejected_events=_field(data, "STATS", "rejected_events", int) if "rejected_events" in data else 0,
+            unacknowledged_events=(
+                _field(data, "STATS", "unacknowledged_events", int) if "unacknowledged_events" in data else 0
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Asks the peer to send (or store) everything it holds, then answer FLUSH_ACK with the same token."""
+
+    TYPE: ClassVar = FrameType.FLUSH
+    token: int
+
+    def encode_body(self) -> bytes:
+        return struct.pack("<Q", self.token)
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Flush:
+        return cls(_token_body("FLUSH", body))
+
+
+@dataclass(frozen=True, slots=True)
+class FlushAck:
+    """Everything the sender had before the matching FLUSH has gone out (or been stored) ahead of this frame."""
+
+    TYPE: ClassVar = FrameType.FLUSH_ACK
+    token: int
+
+    def encode_body(self) -> bytes:
+        return struct.pack("<Q", self.token)
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> FlushAck:
+        return cls(_token_body("FLUSH_ACK", body))
+
+
+@dataclass(frozen=True, slots=True)
+class Goodbye:
+    """The sender is closing the connection, and says why (ignorable: an older peer just sees the close)."""
+
+    TYPE: ClassVar = FrameType.GOODBYE
+    reason: str = field(default="")
+
+    def encode_body(self) -> bytes:
+        return _pack({"reason": self.reason})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Goodbye:
+        return cls(_field(_unpack_map("GOODBYE", body), "GOODBYE", "reason", str))
+
+
+@dataclass(frozen=True, slots=True)
+class SetPriority:
+    """The collector asks the client to record messages up to ``priority`` (ignorable: an older client keeps its own).
+
+    ``timeline`` names the timeline it applies to; empty: every timeline the connection streams.
+    """
+
+    TYPE: ClassVar = FrameType.SET_PRIORITY
+    priority: str
+    timeline: str = ""
+
+    def encode_body(self) -> bytes:
+        return _pack({"priority": self.priority, "timeline": self.timeline})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> SetPriority:
+        data = _unpack_map("SET_PRIORITY", body)
+        timeline = _field(data, "SET_PRIORITY", "timeline", str) if "timeline" in data else ""
+        return cls(_field(data, "SET_PRIORITY", "priority", str), timeline)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The collector could not store ``events`` events this connection sent since the last REFUSED (its store is
+    full under the discard policy, or the process is at its cap); sent before the next FLUSH_ACK (ignorable)."""
+
+    TYPE: ClassVar = FrameType.REFUSED
+    events: int
+
+    def encode_body(self) -> bytes:
+        return _pack({"events": self.events})
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Refused:
+        return cls(_field(_unpack_map("REFUSED", body), "REFUSED", "events", int))
+
+
+Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority | Refused
+
+_FRAME_CLASSES: Final[dict[int, Any]] = {
+    cls.TYPE: cls
+    for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority, Refused)
+}
+#: Frame types each peer may send.
+SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
+    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY, FrameType.REFUSED},
+    "collector": frozenset(
+        {
+            FrameType.WELCOME,
+            FrameType.FLUSH,
+            FrameType.FLUSH_ACK,
+            FrameType.GOODBYE,
+            FrameType.SET_PRIORITY,
+            FrameType.REFUSED,
+        }
+    ),
+}
+
+
+def preamble() -> bytes:
+    """The 8 bytes each side sends before its first frame."""
+    return PREAMBLE.pack(MAGIC, STREAM_FORMAT, 0)
+
+
+def encode(frame: Frame, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """Serialize one frame, header included.
+
+    Raises:
+        FrameTooLarge: the encoded frame would exceed ``max_frame_bytes``.
+    """
+    body = frame.encode_body()
+    size = FRAME_HEADER.size + len(body)
+    if size > max_frame_bytes:
+        raise FrameTooLarge(size, max_frame_bytes)
+    return FRAME_HEADER.pack(len(body), frame.TYPE) + body
+
+
+def unpack_columns(events: Events, columns: tuple[str, ...] = EVENT_COLUMNS) -> list[list[Any]]:
+    """The columns of an EVENTS payload, checked against the header's count.
+
+    Raises:
+        MalformedFrame: the payload is not an array of ``len(columns)`` arrays of ``count`` values each.
+    """
+    try:
+        # Argument maps may have int or bytes keys (msgpack allows them); only control frames insist on str keys.
+        unpacked = msgpack.unpackb(events.payload, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise MalformedFrame(f"EVENTS frame: payload is not valid msgpack ({exc})") from None
+    if not isinstance(unpacked, list) or len(unpacked) != len(columns):
+        raise MalformedFrame(f"EVENTS frame: payload must be an array of {len(columns)} columns")
+    for name, column in zip(columns, unpacked, strict=True):
+        if not isinstance(column, list) or len(column) != events.count:
+            raise MalformedFrame(f"EVENTS frame: column {name!r} must be an array of {events.count} values")
+    return unpacked
+
+
+class Sentinel:
+    """A marker ``next_frame()`` returns instead of a frame: ``NEED_DATA`` or ``CLOSED``."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: ``FrameReader.next_frame()`` needs more bytes.
+NEED_DATA: Final = Sentinel("NEED_DATA")
+#: The peer closed the stream cleanly, at a frame boundary.
+CLOSED: Final = Sentinel("CLOSED")
+#: Another stream's preamble follows the last frame (a reader of ``concatenated`` files).
+NEW_STREAM: Final = Sentinel("NEW_STREAM")
+
+_MIN_READ = 64 * 1024
+
+
+def frame_spans(
+    data: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int
+) -> Iterator[tuple[int, int, int]]:
+    """``(type, offset, end)`` of each whole frame in ``data[start:end]``, by its header alone (nothing is checked or
+    decoded: for walking stored frames that were checked on the way in); it stops at a frame that does not fit."""
+    position = start
+    while position + FRAME_HEADER.size <= end:
+        body_length, frame_type = FRAME_HEADER.unpack_from(data, position)
+        frame_end = position + FRAME_HEADER.size + body_length
+        if frame_end > end:
+            return
+        yield frame_type, position, frame_end
+        position = frame_end
+
+
+def complete_frames(next_frame: Callable[[], Frame | Sentinel]) -> Iterator[Frame]:
+    """The frames ``next_frame`` gives until it needs more data or the stream is closed."""
+    while True:
+        frame = next_frame()
+        if isinstance(frame, Sentinel):
+            return
+        yield frame
+
+
+class FrameReader:
+    """Turns the bytes one peer sends into frames (framing only; ``session.py`` enforces the order of frames).
+
+    Theory of operation: received bytes live in ``_buf[_start:_end]``. ``next_frame()`` first checks the preamble
+    (failing on the first byte that differs from the magic), then parses one frame at a time. A frame header is
+    checked against ``max_frame_bytes`` and the frame types ``peer`` may send before its body is awaited, so a
+    hostile length never makes us buffer it. Bytes arrive either by copy (``receive_data``) or straight into our
+    buffer (``get_buffer`` + ``buffer_updated``, the shape of asyncio's BufferedProtocol). After a ProtocolError the
+    reader is dead: every later call raises the same error.
+
+    Args:
+        peer: who sends the bytes, ``"client"`` or ``"collector"``.
+        max_frame_bytes: the largest frame accepted, header included.
+        borrow: EVENTS payloads (and ``last_frame()``) are views of the reader's buffer instead of copies: valid only
+            until the next ``get_buffer`` or ``receive_data`` call. For a caller that stores each frame at once.
+        read_size: the least free room ``get_buffer`` offers (larger: fewer, bigger reads).
+        live: a connection, not a file: frame types of files only (CHECKSUM) are an error.
+        concatenated: a file of streams end to end (a snapshot): a preamble where a frame header would be starts
+            the next stream, and ``next_frame`` says so (``NEW_STREAM``).
+
+    A reader may also read into memory it is lent (``lend``): the collector lends a segment, so that the kernel writes
+    frames where they are stored and nothing is copied. Offsets (``position``, ``frame_start``) are then the lent
+    buffer's, and each ``get_buffer`` call says how far the caller lets it read (``limit``).
+    """
+
+    __slots__ = (
+        "_borrow",
+        "_buf",
+        "_concatenated",
+        "_end",
+        "_eof",
+        "_error",
+        "_frame_start",
+        "_lent",
+        "_live",
+        "_max_frame_bytes",
+        "_own",
+        "_peer",
+        "_preamble_done",
+        "_read_size",
+        "_sendable",
+        "_start",
+        "skipped_frames",
+    )
+
+    def __init__(
+        self,
+        peer: Peer,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        *,
+        borrow: bool = False,
+        read_size: int = _MIN_READ,
+        live: bool = True,
+        concatenated: bool = False,
+    ) -> None:
+        if max_frame_bytes < MIN_MAX_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
+        self._peer = peer
+        self._sendable = SENDABLE_BY[peer]
+        self._max_frame_bytes = max_frame_bytes
+        self._read_size = read_size
+        self._buf: bytearray | mmap.mmap = bytearray(read_size)
+        self._own = self._buf
+        self._lent = False
+        self._start = 0
+        self._end = 0
+        self._frame_start = 0
+        self._borrow = borrow
+        self._live = live
+        self._concatenated = concatenated
+        self._eof = False
+        self._error: ProtocolError | None = None
+        self._preamble_done = False
+        #: Frames of unknown ignorable types, skipped.
+        self.skipped_frames = 0
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet returned as frames."""
+        return self._end - self._start
+
+    def get_buffer(self, sizehint: int = -1, limit: int = 0) -> memoryview:
+        """A writable view of at least ``sizehint`` (default ``read_size``) free bytes; call ``buffer_updated`` next.
+        In a lent buffer: the bytes from ``end`` up to ``limit``, which the lender chose."""
+        if self._lent:
+            return memoryview(self._buf)[self._end : limit]
+        want = max(sizehint, self._read_size)
+        start, end = self._start, self._end
+        if start == end:
+            self._start = self._end = start = end = 0
+        if len(self._buf) - end < want:
+            live = end - start
+            if len(self._buf) - live >= want:
+                # Move the unread bytes to the front (memmove): no new buffer, no page faults. Frames returned
+                # earlier are copies, or borrowed views that were only valid until now.
+                with memoryview(self._buf) as view:
+                    view[:live] = view[start:end]
+            else:
+                fresh = bytearray(max(live + want, 2 * live))
+                fresh[:live] = self._buf[start:end]
+                self._buf = self._own = fresh
+            self._start, self._end = 0, live
+        return memoryview(self._buf)[self._end :]
+
+    # -- reading into lent memory ---------------------------------------------------------------------------------
+
+    def lend(self, buffer: bytearray | mmap.mmap, start: int, unread: bytes | None = None) -> None:
+        """Read on into ``buffer`` from offset ``start``, where the unread bytes (``unread`` if given, else the
+        current buffer's) are put first. The lender keeps the buffer alive and unchanged from ``start`` on until
+        ``reclaim`` or the next ``lend``."""
+        if unread is None:
+            unread = self.unread()
+        end = start + len(unread)
+        assert end <= len(buffer), "the lender leaves room for the unread bytes"
+        buffer[start:end] = unread
+        self._buf, self._lent = buffer, True
+        self._frame_start = self._start = start
+        self._end = end
+
+    def reclaim(self, unread: bytes | None = None) -> None:
+        """Read into the reader's own buffer again; the unread bytes (``unread`` if given) move there."""
+        if self._lent:
+            if unread is None:
+                unread = self.unread()
+            self._buf, self._lent = self._own, False
+            self._start = self._frame_start = self._end = 0
+            if unread:
+                self.receive_data(unread)
+
+    def unread(self) -> bytes:
+        """A copy of the bytes received and not yet returned as frames."""
+        return bytes(self._buf[self._start : self._end])
+
+    @property
+    def position(self) -> int:
+        """Offset in the buffer just past the last frame returned or skipped: where the unread bytes start."""
+        return self._start
+
+    @property
+    def end(self) -> int:
+        """Offset in the buffer just past the bytes received."""
+        return self._end
+
+    @property
+    def frame_start(self) -> int:
+        """Offset in the buffer of the frame returned last."""
+        return self._frame_start
+
+    def next_frame_header(self) -> tuple[int, int] | None:
+        """(size, type) of the frame being received, once its header is in; None before that."""
+        if self._end - self._start < FRAME_HEADER.size or not self._preamble_done:
+            return None
+        body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
+        return FRAME_HEADER.size + body_length, frame_type
+
+    def events_run(self, tracks: Container[int], top: int | None = None) -> EventsRun | None:
+        """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop, for a caller
+        that stores frames where they are; None when there are none. Stops before any other frame, an incomplete
+        one, one that breaks a rule or names a track not in ``tracks`` (``next_frame`` then raises the error that
+        names it), and one that would not end, with the run's index entries (``EVENTS_ENTRY``) below it, by
+        ``top``."""
+        if not self._preamble_done or self._error is not None:
+            return None
+        top = sys.maxsize if top is None else top
+        found = _scan_events(self._buf, self._start, self._end, self._max_frame_bytes, tracks, top)
+        if found is None:
+            return None
+        run = EventsRun(*found)
+        self._frame_start, self._start = EVENTS_ENTRY.unpack_from(run.entries)[0], run.end
+        return run
+
+    def make_room(self, nbytes: int) -> int:
+        """Move the unread bytes ``nbytes`` further on (the buffer must have room) and return the offset of the room
+        made before them, for the lender to write a frame of its own (a segment's checksum)."""
+        start, end = self._start, self._end
+        if end > start:
+            with memoryview(self._buf) as view:
+                view[start + nbytes : end + nbytes] = view[start:end]
+        self._start, self._end = start + nbytes, end + nbytes
+        return start
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
+        self._end += nbytes
+
+    def last_frame(self) -> memoryview:
+        """The bytes of the frame ``next_frame`` returned last, header included (see ``borrow``)."""
+        return memoryview(self._buf)[self._frame_start : self._start]
+
+    def fail(self, error: ProtocolError) -> None:
+        """A rule above the framing was broken: every later call raises ``error``."""
+        self._error = error
+
+    def receive_data(self, data: bytes | memoryview) -> None:
+        """Add received bytes; ``b""`` means the peer closed its side."""
+        if not data:
+            self._eof = True
+            return
+        with self.get_buffer(len(data)) as view:
+            view[: len(data)] = data
+        self.buffer_updated(len(data))
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Every complete frame buffered now (stops at NEED_DATA or CLOSED)."""
+        return complete_frames(self.next_frame)
+
+    def next_frame(self) -> Frame | Sentinel:
+        """The next complete frame, ``NEED_DATA``, ``CLOSED`` after a clean end of stream, or ``NEW_STREAM``.
+
+        Raises:
+            ProtocolError: the bytes break the protocol (a subclass says how).
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next_frame()
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _next_frame(self) -> Frame | Sentinel:
+        while True:
+            available = self._end - self._start
+            if not self._preamble_done:
+                if not self._read_preamble(available):
+                    return self._need_data(available)
+                continue
+            if available < FRAME_HEADER.size:
+                return self._need_data(available)
+            if self._concatenated and self._buf[self._start : self._start + len(MAGIC)] == MAGIC:
+                self._preamble_done = False
+                return NEW_STREAM
+            body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
+            size = FRAME_HEADER.size + body_length
+            if size > self._max_frame_bytes:
+                raise FrameTooLarge(size, self._max_frame_bytes)
+            known = self._check_type(frame_type)
+            if available < size:
+                return self._need_data(available)
+            body_start = self._start + FRAME_HEADER.size
+            self._frame_start = self._start
+            self._start += size
+            if not known:
+                self.skipped_frames += 1
+                continue
+            if self._borrow and frame_type == FrameType.EVENTS:
+                body: bytes | memoryview = memoryview(self._buf)[body_start : body_start + body_length]
+            else:
+                body = bytes(self._buf[body_start : body_start + body_length])
+            frame: Frame = _FRAME_CLASSES[frame_type].decode_body(body)
+            return frame
+
+    def _read_preamble(self, available: int) -> bool:
+        head = bytes(self._buf[self._start : self._start + min(available, PREAMBLE.size)])
+        if head[: len(MAGIC)] != MAGIC[: len(head)]:
+            # A TLS record starts with its content type: 0x16 a handshake (a TLS client), 0x15 an alert (a TLS server
+            # refusing what a plain client sent).
+            tls = " (the peer speaks TLS: use TLS on both sides, or on neither)" if head[0] in (0x15, 0x16) else ""
+            raise BadPreamble(
+                f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}{tls}"
+            )
+        if available < PREAMBLE.size:
+            return False
+        _, stream_format, _ = PREAMBLE.unpack(head)
+        if stream_format != STREAM_FORMAT:
+            raise UnsupportedVersion(
+                f"stream format {stream_format} is not supported (this side reads format {STREAM_FORMAT})"
+            )
+        self._start += PREAMBLE.size
+        self._preamble_done = True
+        return True
+
+    def _check_type(self, frame_type: int) -> bool:
+        """True for a frame to decode, False for one to skip; raises for one that is not allowed."""
+        if frame_type not in _FRAME_CLASSES:
+            if frame_type == CHECKSUM_TYPE and self._live:
+                raise UnexpectedFrame(f"frame type {CHECKSUM_TYPE:#x} (CHECKSUM) is only valid in files")
+            if frame_type & IGNORABLE:
+                return False
+            raise UnexpectedFrame(f"unknown frame type {frame_type} (not marked ignorable)")
+        if frame_type not in self._sendable:
+            raise UnexpectedFrame(f"a {self._peer} may not send {FrameType(frame_type).name} frames")
+        return True
+
+    def _need_data(self, available: int) -> Sentinel:
+        if not self._eof:
+            return NEED_DATA
+        if available == 0:
+            return CLOSED
+        if not self._preamble_done:
+            raise TornStream(f"stream ended inside the preamble after {available} of {PREAMBLE.size} bytes")
+        raise TornStream(f"stream ended inside a frame: {available} bytes of an incomplete frame")

@@ -1,0 +1,511 @@
+"""The HTTP API: thin aiohttp handlers over the store and export.
+
+GET /                               the endpoints, as JSON
+GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
+                                    file (format=native), or a Perfetto protobuf trace (format=perfetto);
+                                    ``query.py`` says what it may select; gzip if accepted
+HEAD /snapshot[?filters]            the same headers, no work
+GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
+GET /stats                          collector totals
+GET /metrics                        Prometheus text format
+POST /priority?priority=P[&timeline=T][&pid&process&host]
+                                    set connected processes' message priority (SET_PRIORITY)
+POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
+POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
+GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
+GET /healthz                        liveness and a few gauges, as JSON
+
+Parameters of a POST come in the query string or as a form body. An unknown, repeated or malformed parameter gets a
+400 that names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from ringtrace.client.messages import PRIORITIES
+from ringtrace.client.wire.decoder import Limits
+from ringtrace.collector.export.chrome import Popping, Row, chrome_trace_chunks, json_bytes, native_chunks
+from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.http.guard import HttpGuard
+from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ringtrace.collector.http.metrics import CollectorMetrics
+from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.pairing import Pairing
+from ringtrace.collector.read.query import (
+    POP_PARAMETERS,
+    STREAM_PARAMETERS,
+    EventFilter,
+    QueryError,
+    SnapshotQuery,
+    parse_process_filter,
+    parse_snapshot_query,
+)
+from ringtrace.collector.read.tail import Tail, TailBehind
+from ringtrace.collector.store.processes import ProcessRecord
+
+__all__ = ["make_app"]
+
+log = logging.getLogger("ringtrace.collector.http.api")
+
+
+class CollectorAPI(Protocol):
+    """What the HTTP handlers need of the collector."""
+
+    @property
+    def snapshot_flush_timeout_s(self) -> float: ...
+
+    @property
+    def metrics(self) -> CollectorMetrics: ...
+
+    snapshots_running: int
+
+    @property
+    def max_snapshots(self) -> int: ...
+
+    @property
+    def http_guard(self) -> HttpGuard: ...
+
+    @property
+    def readers(self) -> Executor: ...
+
+    pop_left_open: Pairing
+
+    @property
+    def pop_lock(self) -> asyncio.Lock: ...
+
+    async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView: ...
+
+    tails_running: int
+
+    async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
+
+    def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
+
+    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
+
+    @property
+    def stored_limits(self) -> Limits: ...
+
+    async def tail_step(self, tail: Tail) -> list[Row]: ...
+
+
+COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
+_MAX_FLUSH_TIMEOUT_S = 60.0
+#: What one step on a reader thread makes before handing it to the event loop (fewer, larger writes), or for how
+#: long it runs at most.
+_PIECE_BYTES = 256 * 1024
+_PIECE_S = 0.05
+_CONTENT_TYPES = {
+    "chrome": "application/json",
+    "native": "application/octet-stream",
+    "perfetto": "application/octet-stream",
+}
+_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
+
+
+class BadQuery(web.HTTPBadRequest):
+    def __init__(self, message: str) -> None:
+        super().__init__(text=message + "\n")
+
+
+def _check_params(query: Mapping[str, str], allowed: set[str]) -> None:
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        accepted = ", ".join(sorted(allowed)) or "none"
+        raise BadQuery(f"unknown query parameter {unknown[0]!r} (accepted: {accepted})")
+
+
+def _snapshot_query(request: web.Request) -> SnapshotQuery:
+    collector = request.app[COLLECTOR]
+    try:
+        return parse_snapshot_query(
+            request.query.items(),
+            now_ns=time.time_ns(),
+            flush_timeout_s=collector.snapshot_flush_timeout_s,
+            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+        )
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    """Whether the request's Accept-Encoding takes gzip (or anything: ``*``) with a quality above 0."""
+    for item in request.headers.get("Accept-Encoding", "").split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = params.strip().lower().removeprefix("q=")
+        try:
+            return not params or float(quality) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def _headers(query: SnapshotQuery, gzip: bool) -> dict[str, str]:
+    headers = {"Content-Type": _CONTENT_TYPES[query.format], "Vary": "Accept-Encoding"}
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+    return headers
+
+
+async def snapshot_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work: the query is checked, nothing is flushed, read or sent."""
+    query = _snapshot_query(request)
+    return web.Response(headers=_headers(query, _accepts_gzip(request)))
+
+
+async def snapshot(request: web.Request) -> web.StreamResponse:
+    collector = request.app[COLLECTOR]
+    query = _snapshot_query(request)
+    gzip = _accepts_gzip(request)
+    if collector.snapshots_running >= collector.max_snapshots:  # each pins segments and takes a worker thread
+        busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
+        raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
+    collector.snapshots_running += 1
+    try:
+        with collector.metrics.snapshot_seconds.labels(query.format).time():
+            return await _serve_snapshot(request, query, gzip)
+    finally:
+        collector.snapshots_running -= 1
+
+
+async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
+    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
+    chunks = _WRITERS[query.format](view, query.filter)
+    response, _ = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+    return response
+
+
+async def pop(request: web.Request) -> web.StreamResponse:
+    """What the processes selected hold, as Chrome JSON, removed from the store (Gecko's PopMarkers): markers and
+    source activity not ended stay for the next pop, which shows them with their ends."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(
+            await _post_params(request),
+            now_ns=time.time_ns(),
+            flush_timeout_s=collector.snapshot_flush_timeout_s,
+            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+            accepted=POP_PARAMETERS,
+        )
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    gzip = _accepts_gzip(request)
+    async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
+        view = await collector.pop(query.flush_timeout_s, query.filter)
+        popping = Popping(collector.pop_left_open)
+        chunks = chrome_trace_chunks(view, query.filter, popping)
+        response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+        if delivered and popping.leaves_open is not None:  # (a pop cut off: its reader has none of it)
+            collector.pop_left_open = popping.leaves_open
+        return response
+
+
+async def _stream_out(
+    request: web.Request, view: SnapshotView, chunks: Iterator[bytes], headers: dict[str, str], gzip: bool
+) -> tuple[web.StreamResponse, bool]:
+    """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them.
+    Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long)."""
+    step: asyncio.Future[bytes | None] | None = None
+    try:
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
+        pieces = _Pieces(chunks, gzip)
+        loop = asyncio.get_running_loop()
+        timeout_s = request.app[COLLECTOR].http_guard.timeout_s
+        while True:
+            step = loop.run_in_executor(request.app[COLLECTOR].readers, pieces.next)
+            piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
+            if piece is None:
+                break
+            try:
+                await asyncio.wait_for(response.write(piece), timeout_s)
+            except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
+                log.warning("snapshot to %s: cut off, it did not take %d bytes within %ss", request.remote,
+                            len(piece), timeout_s)  # fmt: skip
+                request.app[COLLECTOR].http_guard.cut_off(request.transport)
+                return response, False
+        await response.write_eof()
+        return response, True
+    finally:
+        # The segments stay pinned until no worker reads them (a cancelled request leaves its step running).
+        if step is None or step.done():
+            view.frames.close()
+        else:
+            step.add_done_callback(lambda _: view.frames.close())
+
+
+class _Pieces:
+    """Chunks joined into pieces of about ``_PIECE_BYTES``, or what ``_PIECE_S`` made, gzip-compressed if asked (on
+    a reader thread: the time bound lets the other snapshots and pops waiting for one take their turns)."""
+
+    def __init__(self, chunks: Iterator[bytes], gzip: bool) -> None:
+        self._chunks = chunks
+        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
+        self._done = False
+
+    def next(self) -> bytes | None:
+        if self._done:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        until = time.monotonic() + _PIECE_S
+        while size < _PIECE_BYTES and time.monotonic() < until:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                self._done = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        piece = b"".join(parts)
+        if self._compressor is not None:
+            piece = self._compressor.compress(piece) + (self._compressor.flush() if self._done else b"")
+        return piece if piece or not self._done else None
+
+
+async def healthz(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    return web.json_response(request.app[COLLECTOR].health())
+
+
+async def stats(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    return _json(request.app[COLLECTOR].stats())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    body = request.app[COLLECTOR].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def sources(request: web.Request) -> web.Response:
+    selected, _ = _process_params(request.query.items())
+    return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+
+
+async def set_priority(request: web.Request) -> web.Response:
+    extra = {"priority": f"one of {', '.join(PRIORITIES)}", "timeline": "a timeline's name (default: every one)"}
+    selected, values = _process_params(await _post_params(request), extra)
+    priority = values.get("priority")
+    if priority is None:
+        raise BadQuery(f"query parameter 'priority' is required: one of {', '.join(PRIORITIES)}")
+    if priority not in PRIORITIES:
+        raise BadQuery(f"query parameter 'priority' must be one of {', '.join(PRIORITIES)}, got {priority!r:.80}")
+    reached = request.app[COLLECTOR].set_priority(selected, priority, values.get("timeline", ""))
+    if not reached:
+        wanted = " ".join(f"{name}={value}" for name, value in selected.describe().items()) or "(all)"
+        raise web.HTTPNotFound(text=f"no connected process matches {wanted}\n")
+    return _json({"priority": priority, "processes": [_named(p) for p in reached]})
+
+
+async def clear(request: web.Request) -> web.Response:
+    selected, _ = _process_params(await _post_params(request))
+    processes, removed = request.app[COLLECTOR].clear(selected)
+    return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
+
+
+#: How often a live tail looks for new events (Gecko's devtools poll markers every 200 ms).
+TAIL_POLL_S = 0.2
+#: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
+TAIL_KEEPALIVE_S = 15.0
+#: Live tails at once; more get a 503.
+MAX_TAILS = 16
+_TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
+    (``data: {json}``); a comment line now and then while nothing comes; a ``cleared`` event with the count of those
+    removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
+    ``end`` event when the collector stops."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    tails = request.app[_TAILS]
+    if len(tails) >= MAX_TAILS:
+        raise web.HTTPServiceUnavailable(
+            text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
+        )
+    tail = Tail(query.filter, collector.stored_limits)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    task = asyncio.current_task()
+    assert task is not None
+    tails.add(task)
+    loop = asyncio.get_running_loop()
+    begun = False
+    try:
+        await response.prepare(request)
+        await collector.tail_step(tail)  # where it begins
+        collector.tails_running += 1
+        begun = True
+        await response.write(b": ringtrace live tail\n\n")
+        written_at = loop.time()
+        while True:
+            await asyncio.sleep(TAIL_POLL_S)
+            if request.transport is None or request.transport.is_closing():
+                break  # the reader left: its slot is free now, not at the next keepalive
+            try:
+                rows = await collector.tail_step(tail)
+            except TailBehind as exc:
+                log.warning("live tail to %s: %s; ending it", request.remote, exc)
+                event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
+                try:
+                    await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
+                except TimeoutError:  # it does not read at all: cut off as below
+                    collector.http_guard.cut_off(request.transport)
+                break
+            cleared = tail.take_cleared()
+            if rows or cleared:
+                documents = (json_bytes(row_document(row)) for row in rows)
+                payload = b"".join(b"data: " + document + b"\n\n" for document in documents)
+                if cleared:  # removed on request before this reader got them: told, and the tail goes on
+                    notice = {
+                        "events": cleared,
+                        "reason": "removed by POST /clear or POST /pop before this tail read them",
+                    }
+                    payload = b"event: cleared\ndata: " + orjson.dumps(notice) + b"\n\n" + payload
+            elif loop.time() - written_at >= TAIL_KEEPALIVE_S:
+                payload = b": keepalive\n\n"
+            else:
+                continue
+            try:
+                await asyncio.wait_for(response.write(payload), collector.http_guard.timeout_s)
+            except TimeoutError:
+                log.warning(
+                    "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
+                    collector.http_guard.timeout_s,
+                )  # fmt: skip
+                collector.http_guard.cut_off(request.transport)
+                break
+            written_at = loop.time()
+    except (ConnectionResetError, ConnectionError):
+        pass  # the reader left
+    except asyncio.CancelledError:  # the collector stops (_end_tails): the reader is told so, not left guessing
+        if begun:
+            with contextlib.suppress(Exception):
+                end = b"event: end\ndata: " + orjson.dumps({"reason": "the collector is stopping"}) + b"\n\n"
+                await asyncio.wait_for(response.write(end), 1.0)
+        raise
+    finally:
+        tails.discard(task)
+        collector.tails_running -= begun
+    return response
+
+
+async def _end_tails(app: web.Application) -> None:
+    """At shutdown: live tails never end by themselves, and the server would wait for them."""
+    tails: set[asyncio.Task[Any]] = app[_TAILS]
+    for task in list(tails):
+        task.cancel()
+
+
+def row_document(row: Row) -> dict[str, Any]:
+    """One event of a live tail, as JSON."""
+    process = row.process
+    return {
+        "wall_ns": row.wall_ns,
+        "pid": process.trace_pid,
+        "os_pid": process.pid,
+        "host": process.host,
+        "process": process.name,
+        "track": row.track,
+        "category": row.category,
+        "kind": row.kind,
+        "priority": row.priority,
+        "name": row.name,
+        "dur_ns": row.dur_ns,
+        "args": row.args,
+    }
+
+
+async def index(request: web.Request) -> web.Response:
+    _check_params(request.query, set())
+    return _json({"service": "ringtrace collector", "endpoints": ENDPOINTS})
+
+
+#: What ``GET /`` lists.
+ENDPOINTS = [
+    {"method": "GET", "path": "/snapshot", "does": "the store as Chrome JSON, or format=native or perfetto; filters"},
+    {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
+    {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
+    {"method": "GET", "path": "/stats", "does": "collector totals"},
+    {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
+    {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
+    {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
+    {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
+    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
+    {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
+]
+
+
+def _json(document: object) -> web.Response:
+    return web.Response(body=orjson.dumps(document), content_type="application/json")
+
+
+def _named(process: ProcessRecord) -> dict[str, Any]:
+    return {"pid": process.trace_pid, "os_pid": process.pid, "host": process.host, "process_name": process.name}
+
+
+def _process_params(
+    params: Iterable[tuple[str, str]], extra: Mapping[str, str] | None = None
+) -> tuple[EventFilter, dict[str, str]]:
+    try:
+        return parse_process_filter(params, extra)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+async def _post_params(request: web.Request) -> list[tuple[str, str]]:
+    """The query string's parameters, then a form body's."""
+    params = list(request.query.items())
+    if request.can_read_body:
+        if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
+            raise web.HTTPUnsupportedMediaType(text=f"parameters come as a form body, not {request.content_type}\n")
+        form = await request.post()
+        params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+    return params
+
+
+def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.Application:
+    """The application; ``auth`` checks each request before its handler (``auth.py``)."""
+    middlewares = [collector.http_guard.middleware, *([auth] if auth is not None else [])]
+    app = web.Application(client_max_size=64 * 1024, middlewares=middlewares)
+    app[COLLECTOR] = collector
+    app[_TAILS] = set()
+    app.on_shutdown.append(_end_tails)
+    app.router.add_get("/", index)
+    app.router.add_get("/snapshot", snapshot, allow_head=False)
+    app.router.add_route("HEAD", "/snapshot", snapshot_head)
+    app.router.add_get("/sources", sources)
+    app.router.add_get("/stats", stats)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/priority", set_priority)
+    app.router.add_post("/clear", clear)
+    app.router.add_post("/pop", pop)
+    app.router.add_get("/stream", stream)
+    app.router.add_get("/healthz", healthz)
+    return app

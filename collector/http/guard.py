@@ -1,0 +1,141 @@
+"""HTTP connections that cannot be held for nothing: a slowloris guard and a connection limit for the HTTP listener.
+
+aiohttp times out idle keep-alive connections, but not a request whose headers never finish: a peer that opens many
+connections and sends a byte now and then would hold them forever. Each HTTP connection here is wrapped
+(``GuardedConnection``, delegating everything to aiohttp's own protocol) so that it must *begin* a request (its
+headers complete, its handler running) within ``timeout_s`` of opening or of the end of its previous request, or it
+is closed with a log line naming the peer and the limit. A response being written (a snapshot, a live tail) is cut
+off by its handler when the peer takes nothing of it for as long (``http.py``, ``HttpGuard.cut_off``): counted with
+the connections timed out, and reset. Past ``max_connections`` open at once, a new connection is closed at once,
+logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["GuardedConnection", "HttpGuard"]
+
+log = logging.getLogger("ringtrace.collector.http.api")
+
+
+class HttpGuard:
+    """The open HTTP connections, and the middleware that tells them when a request begins and ends."""
+
+    def __init__(self, timeout_s: float, max_connections: int) -> None:
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self.connections: dict[asyncio.BaseTransport, GuardedConnection] = {}
+        #: Connections closed for not beginning a request in time or not reading a response, and refused past
+        #: max_connections.
+        self.timed_out = 0
+        self.refused = 0
+
+    def cut_off(self, transport: asyncio.Transport | None) -> None:
+        """A reader took nothing of a response for ``timeout_s``: counted, and its connection reset. (Closed, it
+        would stay open, its socket established at the peer, for as long as the kernel tried to send what is still
+        unsent: a reset drops that.)"""
+        self.timed_out += 1
+        if transport is None or transport.is_closing():
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # on, 0 s: a reset
+        transport.abort()
+
+    def factory(self, make: Callable[[], asyncio.Protocol] | None) -> Callable[[], asyncio.Protocol]:
+        """A protocol factory for ``loop.create_server``, wrapping ``make``'s protocols (aiohttp's server)."""
+        assert make is not None, "the runner is set up"
+        return lambda: GuardedConnection(make(), self)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
+        connection = self.connections.get(request.transport) if request.transport is not None else None
+        if connection is None:
+            return await handler(request)
+        connection.begin()
+        try:
+            return await handler(request)
+        finally:
+            connection.end()
+
+
+class GuardedConnection(asyncio.Protocol):
+    """aiohttp's protocol for one connection, with a deadline to begin each request (see the module docstring)."""
+
+    __slots__ = ("_busy", "_guard", "_inner", "_peer", "_timer", "_transport")
+
+    def __init__(self, inner: asyncio.Protocol, guard: HttpGuard) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._transport: asyncio.BaseTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._busy = 0
+        self._peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if len(guard.connections) >= guard.max_connections:
+            log.warning("refusing HTTP connection from %s: max_http_connections=%d reached", self._peer,
+                        guard.max_connections)  # fmt: skip
+            guard.refused += 1
+            transport.close()
+            return
+        self._transport = transport
+        guard.connections[transport] = self
+        self._arm()
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is None:
+            return  # refused: aiohttp never saw it
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._guard.connections.pop(self._transport, None)
+        self._inner.connection_lost(exc)
+
+    def begin(self) -> None:
+        self._busy += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def end(self) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._arm()
+
+    def _arm(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._guard.timeout_s, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        transport = self._transport
+        if self._busy or transport is None or transport.is_closing():
+            return
+        log.info("closing HTTP connection from %s: no request begun within http_timeout_s=%s", self._peer,
+                 self._guard.timeout_s)  # fmt: skip
+        self._guard.timed_out += 1
+        transport.close()

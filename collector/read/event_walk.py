@@ -1,0 +1,264 @@
+"""Stored events as snapshots show them: the one event walk that the Chrome and Perfetto writers both write out.
+
+Each frame the filter selects (``walked()``, from ``walk.py``) is decoded into ``Shown`` events (``shown()``): a
+message rendered (its text is its name; its category, priority and values are its args), a typed event's values by
+field name, markers and source activity paired into slices across frames (``slices.py``), an async event's id taken
+out of its args. A frame that cannot be decoded costs its own events, counted per process as undecodable and logged
+once, never the snapshot.
+Memory: one frame's events at a time, and what pairing keeps open. Times are wall-clock ns (monotonic ns plus the
+process's clock offset); each writer states them in its own units.
+
+After the walk, ``report()`` gives what every snapshot reports besides its events: the loss counters, in total and
+per process and track, that add up (README, "Snapshots").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import compress
+from typing import Any, Final
+
+from ringtrace.client.messages import render
+from ringtrace.client.wire.decoder import StreamTables, typed_args
+from ringtrace.client.wire.frames import Events, Stats
+from ringtrace.client.wire.model import SOURCE_TRACK, TrackInfo
+from ringtrace.collector.read.frame_walk import (
+    MAX_WALL_NS,
+    PHASES,
+    SHOWN_SHAPES,
+    ProcessView,
+    Shown,
+    SnapshotView,
+    WalkedFrame,
+    log_once,
+    prepare,
+)
+from ringtrace.collector.read.pairing import Pairing
+from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.store.ring import Counts
+
+__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
+
+#: Counts are capped here: JSON readers and protobuf's int64 take nothing wider.
+MAX_COUNT: Final = 2**63 - 1
+_SKIPPED: Final = "events of a kind never declared, or at times no clock gives"
+#: Totals over every process, forgotten ones included.
+TOTALS: Final = (
+    "received_events",
+    "received_bytes",
+    "stored_events",
+    "stored_bytes",
+    "overwritten_events",
+    "overwritten_bytes",
+    "capped_events",
+    "capped_bytes",
+    "discarded_events",
+    "discarded_bytes",
+    "cleared_events",
+    "cleared_bytes",
+    "client_dropped_events",
+    "label_overflow_events",
+    "clipped_args",
+    "rejected_events",
+    "client_unacknowledged_events",
+    "undecodable_events",
+    "unmatched_marker_ends",
+    "source_anomalies",
+)
+
+
+class EventWalk:
+    """The events ``selected`` of a snapshot, frame by frame, oldest segment first, in the order frames arrived."""
+
+    def __init__(self, view: SnapshotView, selected: EventFilter = EVERYTHING, pairing: Pairing | None = None) -> None:
+        """``pairing``: the slices a previous walk left open (``Pairing.carried``), to be ended by this one."""
+        self.view = view
+        self.selected = selected
+        self._walk, self._selection = prepare(view, selected)
+        self._pairing = Pairing() if pairing is None else pairing
+
+    @property
+    def pairing(self) -> Pairing:
+        """Markers and sources paired so far, and those still open."""
+        return self._pairing
+
+    @property
+    def tracks(self) -> dict[tuple[int, int], TrackInfo]:
+        """(process uid, track id) -> the track as its stored frames declare it, for every frame read so far."""
+        return self._walk.tracks
+
+    @property
+    def by_start_only(self) -> bool:
+        """Whether events are selected by no more than their start time (``window``) once their frame is."""
+        return self._selection is None or self._selection.by_start_only
+
+    @property
+    def window(self) -> tuple[int | None, int | None]:
+        """The (since, until) wall-clock ns events must start in; (None, None) for any time."""
+        if self._selection is None:
+            return None, None
+        return self.selected.since_ns, self.selected.until_ns
+
+    def walked(self) -> Iterator[tuple[WalkedFrame, int]]:
+        """The frames that may hold selected events, with the number of the stored segment each came from (counted
+        from 0 in the order walked: a segment's frames come together)."""
+        segment, last_tables = -1, None
+        for walked in self._walk.frames():
+            tables = walked[2]
+            if tables is not last_tables:  # each segment is decoded by a decoder of its own
+                segment, last_tables = segment + 1, tables
+            yield walked, segment
+
+    def shown(
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None = None
+    ) -> list[Shown] | None:
+        """The selected events of one frame as shown (of those ``only`` flags, one byte per event, if given); None
+        if the frame cannot be decoded (a bad frame costs its own events, counted, not the snapshot)."""
+        try:
+            events, skipped = self._shown(process, track, tables, frame, only)
+        except Exception as exc:
+            self.count_undecodable(process, frame.count, exc)
+            return None
+        if skipped:
+            self.count_undecodable(process, skipped, ValueError(_SKIPPED))
+        return events
+
+    def count_undecodable(self, process: ProcessView, events: int, why: Exception | None = None) -> None:
+        """Count ``events`` of the process that cannot be shown (and log why, once per process)."""
+        walk = self._walk
+        walk.undecodable[process.uid] = walk.undecodable.get(process.uid, 0) + events
+        log_once(process, events, why or ValueError(_SKIPPED))
+
+    def still_open(self, keep: int | None = None) -> list[tuple[ProcessView, TrackInfo, Shown]]:
+        """Slices that never ended by the end of the walk (after ``walked()``), open-ended; with ``keep``, only the
+        oldest past that many, which are taken out of the pairing (a pop carries the others to the next)."""
+        opened = self._pairing.still_open() if keep is None else self._pairing.overflow(keep)
+        out = []
+        for (uid, track_id), event in opened:
+            process = self.view.processes.get(uid)
+            if process is None:
+                continue  # forgotten since
+            track = self._walk.tracks.get((uid, track_id)) or process.tracks.get(track_id)
+            out.append((process, track or TrackInfo(track_id, SOURCE_TRACK, f"track {track_id}"), event))
+        return out
+
+    def capture(self) -> dict[str, Any]:
+        """The wall-clock span of the frames read (their events' starts lie within) and the query."""
+        return {**self._walk.window(), "query": self.selected.describe()}
+
+    def _shown(
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None
+    ) -> tuple[list[Shown], int]:
+        """The events of one stored frame that the selection takes, and how many of its events cannot be shown."""
+        offset_ns = process.clock_offset_ns
+        selection, pairing = self._selection, self._pairing
+        track_key = (process.uid, track.track_id)  # not the thread id: thread ids are reused
+        phases, shown_shapes = PHASES, SHOWN_SHAPES
+        events: list[Shown] = []
+        append = events.append
+        skipped = 0
+        rows = tables.rows(frame)  # (every row read: a frame is decoded whole or not at all)
+        for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows if only is None else compress(rows, only)):
+            if not index & 255:
+                let_the_loop_in()
+            if kind is None or kind.shape not in shown_shapes:
+                skipped += 1  # a kind never declared, or a shape this collector cannot show
+                continue
+            shape = kind.shape
+            wall_ns = ts_ns + offset_ns
+            if not 0 <= wall_ns <= wall_ns + dur_ns <= MAX_WALL_NS:
+                skipped += 1  # its payload's times are none a clock gives (a frame's header holds its first)
+                continue
+            if shape == "message":
+                text, values = render(kind, args) if isinstance(args, list) else (name, None)
+                if selection is not None and not selection.event(kind, text, wall_ns):
+                    continue
+                if values is None:
+                    skipped += 1  # a message's values are a list
+                    continue
+                message_args = {"category": kind.name, "priority": kind.priority, **values}
+                append(("i", text, wall_ns, 0, message_args, kind.name, ""))
+                continue
+            if selection is not None and not selection.event(kind, name, wall_ns):
+                continue
+            phase = phases.get(shape)
+            if phase is None:  # paired
+                if shape[0] == "s":  # source_open, source_close
+                    paired = pairing.source(shape, name, wall_ns, track_key, process.uid)
+                else:
+                    marker_args = args if isinstance(args, dict) else None
+                    paired = pairing.marker(shape, name, wall_ns, marker_args, track_key, process.uid)
+                if paired is not None:
+                    append(paired)
+                continue
+            if args is not None and type(args) is not dict:
+                # A typed kind's values come in the order of its fields.
+                args = (
+                    typed_args(kind, args, tables.kinds) if kind.fields and isinstance(args, list) else {"value": args}
+                )
+            if phase == "X":
+                append(("X", name, wall_ns, dur_ns, args, "", ""))
+            elif phase == "b" or phase == "e":  # the id pairs a begin with its end, across threads
+                async_id = str(args.pop("id", "")) if args is not None else ""
+                append((phase, name, wall_ns, 0, args, "async", async_id))
+            else:
+                append((phase, name, wall_ns, 0, args, "", ""))
+        return events, skipped
+
+    def report(self) -> dict[str, Any]:
+        """The totals of every loss counter, and each selected process's counters with its tracks' (after the walk:
+        ``walked()`` and ``shown()`` of each frame)."""
+        view, walk, pairing = self.view, self._walk, self._pairing
+        per_process: dict[int, Counts] = {}
+        per_track: dict[int, list[dict[str, Any]]] = {}
+        for (uid, track_id), counts in sorted(view.counts.items()):
+            per_process.setdefault(uid, Counts()).add(counts)
+            process = view.processes.get(uid)
+            # The latest name of a live track, else the name its stored frames carry (an ended track, a task lane),
+            # else an ended track's whose events are all gone.
+            track = (
+                (process.tracks.get(track_id) if process is not None else None)
+                or walk.tracks.get((uid, track_id))
+                or (process.ended_tracks.get(track_id) if process is not None else None)
+            )
+            per_track.setdefault(uid, []).append(
+                {"track": track_id, "name": track.name if track else None, **store_counts(counts)}
+            )
+        processes: list[dict[str, Any]] = [
+            {
+                "pid": p.trace_pid,
+                "os_pid": p.pid,
+                "host": p.host,
+                "process_name": p.name,
+                **store_counts(per_process.get(p.uid, Counts())),
+                **client_counts(p.client_stats),
+                "undecodable_events": walk.undecodable.get(p.uid, 0),
+                "unmatched_marker_ends": pairing.unmatched_marker_ends.get(p.uid, 0),
+                "source_anomalies": pairing.source_anomalies.get(p.uid, 0),
+                "tracks": per_track.get(p.uid, []),
+            }
+            for p in sorted(walk.processes.values(), key=lambda p: p.uid)
+        ]
+        forgotten = {**store_counts(view.forgotten), **client_counts(view.forgotten_client)}
+
+        def total(name: str) -> int:
+            return min(sum(int(p[name]) for p in processes) + forgotten.get(name, 0), MAX_COUNT)
+
+        return {**{name: total(name) for name in TOTALS}, "processes": processes}
+
+
+def store_counts(counts: Counts) -> dict[str, int]:
+    """A store's counts as snapshots name them, capped at ``MAX_COUNT``."""
+    return {name: min(value, MAX_COUNT) for name, value in counts.as_dict().items()}
+
+
+def client_counts(stats: Stats) -> dict[str, int]:
+    """A client's own loss counters (its STATS frames) as snapshots name them."""
+    return {
+        "client_dropped_events": stats.dropped_events,
+        "label_overflow_events": stats.label_overflow_events,
+        "clipped_args": stats.clipped_args,
+        "rejected_events": stats.rejected_events,
+        "client_unacknowledged_events": stats.unacknowledged_events,
+    }

@@ -1,0 +1,371 @@
+"""What a snapshot reads, what a filter selects of it (the frame walk every snapshot format starts from), and the
+shape of an event as snapshots show it (``Shown``).
+
+Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Segments are read oldest first, each
+with its own session decoder (a segment holds the session frames its events need); within a segment frames come in
+the order they arrived. A filter (``query.py``) is applied from the coarsest level down: processes, then segments by
+their index (a segment with no frame in the time window is not decoded), then frames by their header (track, times),
+then events (``Selection``). A ``limit`` takes a first pass that finds where its newest events start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ringtrace.client.messages import render
+from ringtrace.client.wire.decoder import Limits, SessionDecoder, StreamTables
+from ringtrace.client.wire.errors import ProtocolError
+from ringtrace.client.wire.frames import Events, Frame, KindSpec, Stats
+from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
+
+__all__ = [
+    "MAX_WALL_NS",
+    "PAIRED_SHAPES",
+    "PHASES",
+    "SHOWN_SHAPES",
+    "FrameWalk",
+    "ProcessView",
+    "Selection",
+    "Shown",
+    "SnapshotView",
+    "WalkedFrame",
+    "is_shown",
+    "log_once",
+    "prepare",
+    "segment_stream",
+    "shown_name",
+]
+
+log = logging.getLogger("ringtrace.collector.export.chrome")
+
+#: Shapes shown one event for one, and how (Chrome's phase letters: a slice, an instant, a counter value, an async
+#: slice's begin and end).
+PHASES: Final = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b", "async_end": "e"}
+#: Shapes whose events pair up across frames (``slices.py``).
+PAIRED_SHAPES: Final = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
+#: Every shape a snapshot shows.
+SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message"})
+#: The latest wall-clock ns a snapshot shows (2262): what a 64-bit signed integer holds, as JSON and protobuf take.
+MAX_WALL_NS: Final = 2**63 - 1
+#: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,
+#: within the 32 bits viewers keep.
+_SYNTHETIC_TID_BASE: Final = 2**31
+#: What ``segment_stream`` copies to its decoder at a time.
+_READ_BYTES: Final = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """What export needs of a process, copied on the event loop so another thread may read it."""
+
+    uid: int
+    trace_pid: int
+    pid: int
+    host: str
+    name: str
+    clock_offset_ns: int
+    client_stats: Stats
+    tracks: dict[int, TrackInfo]
+    #: Tracks that ended (the latest ``ENDED_TRACKS_REMEMBERED``), by id: they name one whose events are all gone.
+    ended_tracks: dict[int, TrackInfo] = field(default_factory=dict)
+    #: OS thread id -> the thread track that shows as that thread (the first declared): the tracks of other timelines
+    #: recorded on the thread are shown beside it, never under its tid.
+    thread_owners: dict[int, TrackInfo] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, process: ProcessRecord) -> ProcessView:
+        return cls(
+            process.uid,
+            process.trace_pid,
+            process.pid,
+            process.host,
+            process.name,
+            process.clock_offset_ns,
+            process.reported_stats,
+            dict(process.tracks),
+            dict(process.ended_tracks),
+            _thread_owners([*process.ended_tracks.values(), *process.tracks.values()]),
+        )
+
+    def tid(self, track: TrackInfo) -> int:
+        """The Chrome ``tid`` of a track: the OS thread id for the thread's own track, a synthetic one above them
+        otherwise (a task lane, a source, another timeline's track of the thread)."""
+        if self.shares_thread(track) is None and track.kind == THREAD_TRACK:
+            return int(track.thread_id)
+        return int(_SYNTHETIC_TID_BASE + track.track_id)
+
+    def shares_thread(self, track: TrackInfo) -> TrackInfo | None:
+        """For a thread track of a thread that another track shows as (one of another timeline): that track.
+
+        A live process's threads are known in advance (the first declared shows as the thread); a file's or one read
+        back from the data dir, as a snapshot meets them: the first one it meets."""
+        if track.kind != THREAD_TRACK:
+            return None
+        owner = self.thread_owners.setdefault(track.thread_id, track)
+        return owner if owner.track_id != track.track_id else None
+
+
+def _thread_owners(tracks: list[TrackInfo]) -> dict[int, TrackInfo]:
+    owners: dict[int, TrackInfo] = {}
+    for track in sorted(tracks, key=lambda track: track.track_id):
+        if track.kind == THREAD_TRACK:
+            owners.setdefault(track.thread_id, track)
+    return owners
+
+
+@dataclass
+class SnapshotView:
+    """Everything one snapshot reads: stored frames, process facts, loss counters, all taken at one instant."""
+
+    frames: StoreSnapshot
+    processes: dict[int, ProcessView]
+    #: (process uid, track id) -> what the store received and lost of it.
+    counts: dict[tuple[int, int], Counts]
+    other: dict[str, Any] = field(default_factory=dict)
+    #: What decoding a stored segment may meet (what ingest allowed).
+    limits: Limits = field(default_factory=Limits)
+    #: Counts of processes forgotten since the collector started (they add to the totals).
+    forgotten: Counts = field(default_factory=Counts)
+    forgotten_client: Stats = field(default_factory=lambda: Stats(0, 0))
+    #: Wall-clock ns that a Chrome snapshot's ``ts`` 0 stands for: fixed for the life of the collector.
+    origin_ns: int = 0
+
+
+#: One event as a snapshot shows it, whatever the format: ``(phase, name, wall_ns, dur_ns, args, category, async_id)``.
+#: ``phase``: "X" a slice, "B" a slice not ended by the end of the snapshot, "i" an instant (a message too), "C" a
+#: counter's values, "b" and "e" the begin and end of an async slice; ``name``: a message's rendered text; ``wall_ns``:
+#: wall-clock ns, when it happened or a slice's start; ``dur_ns``: a slice's duration ("X"), else 0; ``args``: a map or
+#: None; ``category``: a message's category, "async" for an async slice, else ""; ``async_id``: what pairs an async
+#: begin with its end, else "". A plain tuple: one is made per event shown, and a NamedTuple costs a call each.
+Shown = tuple[str, str, int, int, dict[str, Any] | None, str, str]
+
+
+WalkedFrame = tuple[ProcessView, TrackInfo, StreamTables, Events]
+
+
+class FrameWalk:
+    """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
+    what it met on the way: the tracks of the frames it gave, and events that cannot be decoded.
+
+    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later. A walk that
+    ``releases`` (the last one over a view: not a limit's first pass) lets go of each segment once it has read it."""
+
+    def __init__(
+        self, view: SnapshotView, selected: EventFilter, newest_from_ns: int | None = None, *, releases: bool = False
+    ) -> None:
+        self.view = view
+        self.releases = releases
+        self.selected = selected
+        self.newest_from_ns = newest_from_ns
+        self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
+        self.processes = {uid: p for uid, p in view.processes.items() if selected.selects_process(p)}
+        self.tracks: dict[tuple[int, int], TrackInfo] = {}
+        self.undecodable: dict[int, int] = {}
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def _in_time(self, first_ns: int, last_ns: int) -> bool:
+        newest_from = self.newest_from_ns
+        return self.selected.overlaps(first_ns, last_ns) and (newest_from is None or last_ns >= newest_from)
+
+    def segments(self) -> Iterator[tuple[ProcessView, SegmentView]]:
+        """The segments of the processes selected whose index holds a frame in the time window."""
+        for segment in self.view.frames.segments:
+            process = self.processes.get(segment.owner)
+            if process is None:
+                self.done_with(segment)
+                continue
+            offset = process.clock_offset_ns
+            if self.by_time and not any(
+                self._in_time(first + offset, last + offset) for *_, first, last in segment.index()
+            ):
+                self.done_with(segment)
+                continue  # nothing of it in the window: not even decoded
+            yield process, segment
+
+    def wanted(self, process: ProcessView, track: TrackInfo, frame: Events) -> bool:
+        """Whether the frame may hold selected events (by its track and times); if so it counts as read. A frame
+        whose times fall outside what wall-clock ns can be (``MAX_WALL_NS``) cannot be shown: undecodable."""
+        offset = process.clock_offset_ns
+        first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
+        if not 0 <= first <= last <= MAX_WALL_NS:
+            self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + frame.count
+            log_once(process, frame.count, ValueError(f"frame times {first}..{last} ns are not wall-clock times"))
+            return False
+        if self.by_time and not self._in_time(first, last):
+            return False
+        selected = self.selected
+        if selected.track is not None and not selected.track_matches(process.tracks.get(track.track_id, track).name):
+            return False
+        self.tracks[(process.uid, track.track_id)] = track
+        self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+        self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
+        return True
+
+    def frames(self) -> Iterator[WalkedFrame]:
+        """The frames that may hold selected events, with what decodes them."""
+        for process, segment in self.segments():
+            decoded = 0
+            try:
+                for decoder, frame in segment_stream(segment, self.view.limits):
+                    if isinstance(frame, Events):
+                        decoded += frame.count
+                        tracks = decoder.tables.tracks
+                        track = tracks[frame.track_id]
+                        if self.wanted(process, track, frame):
+                            if track.parent and track.parent in tracks:  # a lane's thread names it, events or none
+                                self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
+                            yield process, track, decoder.tables, frame
+            except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
+                self.unreadable(process, segment, decoded, exc)
+            finally:
+                self.done_with(segment)
+
+    def done_with(self, segment: SegmentView) -> None:
+        """Nothing more is read of ``segment``: a walk that ``releases`` lets the store reuse it at once."""
+        if self.releases:
+            self.view.frames.release(segment)
+
+    def unreadable(self, process: ProcessView, segment: SegmentView, decoded: int, exc: ProtocolError) -> None:
+        """A segment's stream broke after ``decoded`` of its events: the others are undecodable."""
+        lost = sum(count for _, _, _, count, _, _ in segment.index()) - decoded
+        self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + lost
+        log_once(process, lost, exc)
+
+    def window(self) -> dict[str, int | None]:
+        """The wall-clock span of the frames given (their events' starts lie within)."""
+        return {"first_frame_wall_ns": self.first_ns, "last_frame_wall_ns": self.last_ns}
+
+
+def prepare(view: SnapshotView, selected: EventFilter) -> tuple[FrameWalk, Selection | None]:
+    """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
+    walked), after a first pass that finds the cutoff of a ``limit``."""
+    cutoff = _limit_cutoff(FrameWalk(view, selected), selected.limit) if selected.limit is not None else None
+    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None, releases=True)
+    return walk, Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
+
+
+class Selection:
+    """An ``EventFilter`` applied event by event, with the cutoff of its ``limit``: events that start at the cutoff
+    are taken up to ``ties`` of them, the first arrived."""
+
+    __slots__ = ("cutoff_ns", "filter", "ties")
+
+    def __init__(self, selected: EventFilter, cutoff: tuple[int, int] | None = None) -> None:
+        self.filter = selected
+        self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
+        self.ties = cutoff[1] if cutoff is not None else 0
+
+    @property
+    def by_start_only(self) -> bool:
+        """Whether it takes events by no more than their start time (in the filter's window)."""
+        selected = self.filter
+        return (
+            self.cutoff_ns is None
+            and selected.category is None
+            and selected.name is None
+            and selected.max_priority_level is None
+            and not selected.messages_only
+        )
+
+    def event(self, kind: KindSpec | None, name: str, wall_ns: int) -> bool:
+        selected = self.filter
+        if not selected.in_window(wall_ns):
+            return False
+        if kind is not None and not selected.kind_matches(kind):
+            return False
+        if selected.name is not None and not selected.name(name):
+            return False
+        cutoff = self.cutoff_ns
+        if cutoff is not None and wall_ns <= cutoff:
+            if wall_ns < cutoff or self.ties == 0:
+                return False
+            self.ties -= 1
+        return True
+
+
+def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
+    """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
+    when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
+    selection = Selection(walk.selected)
+    newest: list[int] = []  # a min-heap of the newest starts seen
+    for process, _, tables, frame in walk.frames():
+        offset = process.clock_offset_ns
+        if len(newest) == limit and frame.last_ts_ns + offset < newest[0]:
+            continue
+        try:
+            rows = list(tables.rows(frame))
+        except Exception:  # counted as undecodable by the export pass
+            continue
+        for kind, name, ts_ns, _, args in rows:
+            if kind is None or not is_shown(kind):
+                continue
+            wall_ns = ts_ns + offset
+            name_shown = shown_name(kind, name, args) if walk.selected.name is not None else name
+            if not selection.event(kind, name_shown, wall_ns):
+                continue
+            if len(newest) < limit:
+                heapq.heappush(newest, wall_ns)
+            elif wall_ns > newest[0]:
+                heapq.heapreplace(newest, wall_ns)
+    if len(newest) < limit:
+        return None
+    cutoff = newest[0]
+    return cutoff, sum(1 for ts in newest if ts == cutoff)
+
+
+def is_shown(kind: KindSpec) -> bool:
+    """Whether events of ``kind`` appear in a snapshot (a shape this collector knows how to show)."""
+    return kind.shape in SHOWN_SHAPES
+
+
+def shown_name(kind: KindSpec | None, name: str, args: Any) -> str:
+    """An event's name as a snapshot shows it: a message's rendered text."""
+    if kind is not None and kind.shape == "message" and isinstance(args, list):
+        return render(kind, args)[0]
+    return name
+
+
+def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[SessionDecoder, Frame]]:
+    """Each frame of a segment, with the decoder that read it (a fresh one per segment: it decodes alone).
+
+    The segment is copied to the decoder a piece at a time: a copy holds the GIL, and a segment's megabytes at once
+    would hold up the event loop (a few ms each, four snapshots at once). Each frame lets the loop in if it waits
+    (``readers.py``)."""
+    decoder = SessionDecoder(limits, live=False)
+    for start in range(0, segment.used, _READ_BYTES):
+        segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))
+        for frame in decoder:
+            let_the_loop_in()
+            yield decoder, frame
+    decoder.receive_data(b"")
+    for frame in decoder:
+        yield decoder, frame
+
+
+_logged_uids: set[int] = set()
+
+
+def log_once(process: ProcessView, events: int, exc: Exception) -> None:
+    """One log line per process: why its events cannot be exported (they are counted in every snapshot)."""
+    if process.uid in _logged_uids:
+        return
+    if len(_logged_uids) >= 100_000:  # a collector that runs for months: forget who was logged, not grow
+        _logged_uids.clear()
+    _logged_uids.add(process.uid)
+    why = str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
+    log.warning(
+        "cannot export %d events of %s (pid %d): %s; counted as undecodable_events (logged once per process)",
+        events,
+        process.name,
+        process.pid,
+        why,
+    )

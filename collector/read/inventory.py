@@ -1,0 +1,169 @@
+"""What the collector knows of its sources, as a document: ``GET /sources`` (every process, thread and source, with
+what is held of each and every loss counter), and each process's receive rate.
+
+The live facts (processes, connections, counters) are copied on the event loop (``ProcessFacts``); the times held per
+track come from the stored segments' indexes and their TRACK frames, read on a worker thread from a pinned store
+snapshot (``scan_segments``): no event is decoded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.client.wire.errors import ProtocolError
+from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track, frame_spans
+from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
+from ringtrace.collector.read.event_walk import client_counts, store_counts
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
+from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.collector.store.ring import Counts, SegmentView
+
+__all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
+
+_TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFacts:
+    """A process as ``/sources`` shows it, copied on the event loop: what a snapshot knows of it, and more."""
+
+    view: ProcessView
+    connections: int
+    ended_tracks: dict[int, TrackInfo]
+    held_bytes: int
+
+    @classmethod
+    def of(cls, process: ProcessRecord, held_bytes: int) -> ProcessFacts:
+        return cls(ProcessView.of(process), process.live_connections, dict(process.ended_tracks), held_bytes)
+
+
+@dataclass(slots=True)
+class TrackTimes:
+    """What a stored track's frames span (the client's monotonic ns), and its name as its stored frames last gave it."""
+
+    first_ns: int
+    last_ns: int
+    frames: int = 0
+    info: TrackInfo | None = None
+
+
+def scan_segments(segments: Iterable[SegmentView]) -> dict[tuple[int, int], TrackTimes]:
+    """Per (process uid, track id): the span of its stored EVENTS frames (from the index) and its latest TRACK frame.
+
+    Safe on a worker thread while the segments are pinned. A segment whose frames cannot be walked keeps what its
+    index says (it is counted undecodable when a snapshot reads it)."""
+    found: dict[tuple[int, int], TrackTimes] = {}
+    for segment in segments:
+        owner = segment.owner
+        for *_, track_id, _, first, last in segment.index():
+            times = found.get((owner, track_id))
+            if times is None:
+                found[(owner, track_id)] = TrackTimes(first, last, 1)
+            else:
+                times.first_ns, times.last_ns = min(times.first_ns, first), max(times.last_ns, last)
+                times.frames += 1
+        for track in _track_frames(segment):
+            times = found.get((owner, track.track_id))
+            if times is not None:  # a track with nothing stored is not listed by its stored name
+                times.info = TrackInfo(track.track_id, track.kind, track.name, track.thread_id, track.parent)
+    return found
+
+
+def _track_frames(segment: SegmentView) -> Iterable[Track]:
+    """The TRACK frames of a segment, found by frame headers alone."""
+    buffer = memoryview(segment.buffer)
+    for frame_type, start, end in frame_spans(buffer, PREAMBLE.size, segment.used):
+        if frame_type == FrameType.TRACK:
+            try:
+                yield Track.decode_body(bytes(buffer[start + FRAME_HEADER.size : end]))
+            except ProtocolError:
+                return
+
+
+class RateSampler:
+    """Each process's receive rate over the last ``window_s``, from totals sampled now and then (``sample``)."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, dict[int, tuple[int, int]]]] = deque()
+
+    def sample(self, received: dict[int, tuple[int, int]], now_s: float | None = None) -> None:
+        """Take (events, bytes) received so far per process uid."""
+        now_s = time.monotonic() if now_s is None else now_s
+        self._samples.append((now_s, received))
+        while len(self._samples) > 2 and now_s - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+
+    def rate(self, uid: int, now: tuple[int, int], now_s: float | None = None) -> tuple[float, float] | None:
+        """(events/s, bytes/s) since the oldest sample that knew the process, which has received ``now`` (events,
+        bytes); None before there is one."""
+        now_s = time.monotonic() if now_s is None else now_s
+        for when, totals in self._samples:
+            before = totals.get(uid)
+            if before is not None and now_s - when > 0.5:
+                elapsed = now_s - when
+                return (now[0] - before[0]) / elapsed, (now[1] - before[1]) / elapsed
+        return None
+
+
+def sources_document(
+    processes: Iterable[ProcessFacts],
+    counts: Mapping[tuple[int, int], Counts],
+    times: Mapping[tuple[int, int], TrackTimes],
+    rates: Mapping[int, tuple[float, float] | None],
+) -> list[dict[str, Any]]:
+    """Every process (connected or not) with its tracks: what is held, when, and every loss counter.
+
+    Times are wall-clock ns (the process's clock offset applied); a track with nothing stored has none."""
+    listed = []
+    for facts in sorted(processes, key=lambda p: p.view.uid):
+        process = facts.view
+        total = Counts()
+        tracks = []
+        track_ids = {track_id for uid, track_id in counts if uid == process.uid} | set(process.tracks)
+        first = last = None
+        for track_id in sorted(track_ids):
+            track_counts = counts.get((process.uid, track_id), Counts())
+            total.add(track_counts)
+            held = times.get((process.uid, track_id))
+            info = process.tracks.get(track_id) or (held.info if held else None) or facts.ended_tracks.get(track_id)
+            entry: dict[str, Any] = {
+                "track": track_id,
+                "name": info.name if info else None,
+                "kind": _TRACK_KINDS.get(info.kind, str(info.kind)) if info else None,
+                "live": track_id in process.tracks and facts.connections > 0,
+                **store_counts(track_counts),
+                "first_wall_ns": None,
+                "last_wall_ns": None,
+            }
+            if info is not None and info.kind == THREAD_TRACK:
+                entry["thread_id"] = info.thread_id
+            if held is not None:  # (within what JSON takes: a client may send any u64)
+                entry["first_wall_ns"] = min(max(held.first_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
+                entry["last_wall_ns"] = min(max(held.last_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
+                first = entry["first_wall_ns"] if first is None else min(first, entry["first_wall_ns"])
+                last = entry["last_wall_ns"] if last is None else max(last, entry["last_wall_ns"])
+            tracks.append(entry)
+        rate = rates.get(process.uid)
+        listed.append(
+            {
+                "pid": process.trace_pid,
+                "os_pid": process.pid,
+                "host": process.host,
+                "process_name": process.name,
+                "connections": facts.connections,
+                "held_bytes": facts.held_bytes,
+                **store_counts(total),
+                **client_counts(process.client_stats),
+                "events_per_s": None if rate is None else round(rate[0], 3),
+                "bytes_per_s": None if rate is None else round(rate[1], 3),
+                "first_wall_ns": first,
+                "last_wall_ns": last,
+                "tracks": tracks,
+            }
+        )
+    return listed

@@ -1,0 +1,587 @@
+"""Segments, the unit of storage: one client stream's recent past in one buffer, readable alone.
+
+Layout of a segment's buffer of ``size`` bytes (in memory, or a file of the data dir mapped into memory)::
+
+    [ preamble HELLO SCHEMA STRINGS TRACK ... EVENTS ... CHECKSUM ... ][ zeros / free ][ index entries ]
+    0                                                                  used           size - 32 * entries
+
+The front is a stream in the wire format (``client/wire/PROTOCOL.md``): the session frames its events need, replayed
+verbatim from the connection when the segment opens, then frames verbatim as they arrive. So the session decoder
+reads a segment alone, and a segment file is the same format as a client's trace file. The index grows down from the
+tail, one 32-byte entry per EVENTS frame (offset, size, track, count, first and last timestamp): frames are selected
+and accounted without decoding, and the index costs no memory beyond the segment's own bytes. It is derived data:
+recovery rebuilds it from the frames.
+
+In a data dir, CHECKSUM frames (type 0xFF, ignorable) each hold the CRC-32C of the segment's bytes from the end of the
+previous one, so recovery keeps exactly what was checksummed and cuts a torn or corrupted tail. In memory they are left
+out: nothing there can tear.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import logging
+import mmap
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+import crc32c
+from ringtrace.client.wire.decoder import Limits, SessionDecoder
+from ringtrace.client.wire.errors import ConfigError, ProtocolError
+from ringtrace.client.wire.frames import (
+    CHECKSUM_TYPE,
+    EVENTS_ENTRY,
+    FRAME_HEADER,
+    PREAMBLE,
+    Events,
+    EventsRun,
+    Hello,
+    Stats,
+    preamble,
+)
+
+__all__ = [
+    "CHECKSUM_FRAME",
+    "CHECKSUM_RESERVE",
+    "FSYNC_POLICIES",
+    "INDEX_ENTRY",
+    "SYNC_INTERVAL_S",
+    "DataDir",
+    "FsyncPolicy",
+    "MemoryBuffers",
+    "Recovered",
+    "Scan",
+    "Segment",
+    "SegmentBuffers",
+    "scan_segment",
+]
+
+log = logging.getLogger("ringtrace.collector.store.segments")
+
+#: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
+INDEX_ENTRY: Final = EVENTS_ENTRY
+#: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32C of the bytes since the last one.
+CHECKSUM_FRAME: Final = struct.Struct("<IBI")
+#: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
+CHECKSUM_RESERVE: Final = CHECKSUM_FRAME.size + FRAME_HEADER.size
+_PREAMBLE_BYTES: Final = preamble()
+#: What ``fsync`` may be: nothing (the OS writes back; survives a crash of the collector, not of the machine), every
+#: second in the background (acknowledgements do not wait), at every FLUSH the collector acknowledges, or after every
+#: batch received.
+FsyncPolicy = Literal["never", "interval", "flush", "always"]
+FSYNC_POLICIES: Final = ("never", "interval", "flush", "always")
+#: How often ``interval`` syncs.
+SYNC_INTERVAL_S: Final = 1.0
+SUFFIX: Final = ".rtseg"
+SPARE_SUFFIX: Final = ".rtspare"
+LOCK_FILE: Final = "LOCK"
+
+Buffer = bytearray | mmap.mmap
+
+
+class Segment:
+    """One segment: its buffer, how much of it is used, and whom it belongs to (see the module docstring)."""
+
+    __slots__ = (
+        "buffer",
+        "checked",
+        "entries",
+        "events",
+        "evicted",
+        "owner",
+        "pins",
+        "seq",
+        "size",
+        "synced",
+        "tracks",
+        "used",
+    )
+
+    def __init__(self, seq: int, buffer: Buffer, owner: int) -> None:
+        self.seq = seq
+        self.buffer = buffer
+        self.size = len(buffer)
+        #: The process (its uid in the registry) whose stream this segment holds.
+        self.owner = owner
+        self.used = 0
+        self.entries = 0
+        self.events = 0
+        #: Per track id: [events, bytes] of its EVENTS frames here (what the segment's eviction takes from it).
+        self.tracks: dict[int, list[int]] = {}
+        #: End of the bytes covered by a CHECKSUM frame (data dir).
+        self.checked = 0
+        #: End of the bytes made durable (data dir, fsync).
+        self.synced = 0
+        #: Snapshots reading this segment: its buffer is neither reused nor unmapped while any are.
+        self.pins = 0
+        self.evicted = False
+
+    @property
+    def free(self) -> int:
+        return self.size - self.used - INDEX_ENTRY.size * self.entries
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data`` (the caller checked ``free``); returns its offset."""
+        offset = self.used
+        end = offset + len(data)
+        self.buffer[offset:end] = data
+        self.used = end
+        return offset
+
+    def write_events(self, frame: bytes | memoryview, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
+        """Append one EVENTS frame (header included) and its index entry."""
+        offset = self.used
+        self.buffer[offset : offset + len(frame)] = frame
+        self.index_events(offset, len(frame), track_id, count, first_ts, last_ts)
+
+    def index_events(self, offset: int, size: int, track_id: int, count: int, first_ts: int, last_ts: int) -> None:
+        """The EVENTS frame at ``offset`` (written there already) is stored: its index entry, and ``used`` past it."""
+        self.used = offset + size
+        self.entries += 1
+        self.events += count
+        INDEX_ENTRY.pack_into(
+            self.buffer, self.size - INDEX_ENTRY.size * self.entries, offset, size, track_id, count, first_ts, last_ts
+        )
+        self._add_track(track_id, count, size)
+
+    def index_run(self, run: EventsRun) -> None:
+        """The EVENTS frames of ``run`` (read here already) are stored: their index entries, and ``used`` past
+        them."""
+        top = self.size - INDEX_ENTRY.size * self.entries
+        bottom = top - len(run.entries)
+        assert bottom >= run.end, "the reader leaves room for the index entries of what it reads"
+        self.buffer[bottom:top] = run.entries
+        self.used = run.end
+        self.entries += run.frames
+        self.events += run.events
+        for track_id, (events, size) in run.tracks.items():
+            self._add_track(track_id, events, size)
+
+    def _add_track(self, track_id: int, events: int, size: int) -> None:
+        total = self.tracks.get(track_id)
+        if total is None:
+            self.tracks[track_id] = [events, size]
+        else:
+            total[0] += events
+            total[1] += size
+
+    def write_checksum(self, *, end_marker: bool = True) -> None:
+        """A CHECKSUM frame over the bytes since the last one, then an end marker that the next frame overwrites
+        (the caller reserved ``CHECKSUM_RESERVE`` bytes for both)."""
+        with memoryview(self.buffer) as view:
+            crc = crc32c.crc32c(view[self.checked : self.used], crc_seed(self.seq))
+        CHECKSUM_FRAME.pack_into(self.buffer, self.used, 4, CHECKSUM_TYPE, crc)
+        self.used += CHECKSUM_FRAME.size
+        self.checked = self.used
+        if end_marker:
+            self.write_end_marker()
+
+    def write_end_marker(self) -> None:
+        """A zero frame header at ``used``: recovery stops there (the caller reserved the room)."""
+        FRAME_HEADER.pack_into(self.buffer, self.used, 0, 0)
+
+
+class SegmentBuffers:
+    """Where segment buffers come from and go back to: memory, or files of a data dir."""
+
+    #: Whether segments carry CHECKSUM frames.
+    checksums: bool = False
+    fsync: FsyncPolicy = "never"
+
+    def new(self, seq: int, size: int) -> Buffer:
+        """A buffer of ``size`` bytes for segment ``seq``.
+
+        Raises:
+            OSError: no room for it (a full disk, say).
+        """
+        raise NotImplementedError
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        """The segment is gone: free its buffer (or keep it to reuse when ``reuse``)."""
+        raise NotImplementedError
+
+    def retire(self, segment: Segment) -> None:
+        """The segment is gone, but still read (pinned): released later, and no longer a segment meanwhile."""
+
+    def has(self, size: int) -> bool:
+        """Whether ``new(size)`` would reuse a spare buffer."""
+        return False
+
+    def spare_sizes(self) -> Iterable[int]:
+        """The sizes of the spare buffers kept for reuse."""
+        return ()
+
+    def spare_size(self, size: int, at_most: int) -> int:
+        """The smallest size from ``size`` to ``at_most`` of a spare buffer; ``size`` when there is none."""
+        fitting = [spare for spare in self.spare_sizes() if size <= spare <= at_most]
+        return min(fitting, default=size)
+
+    def trim(self, keep_bytes: int) -> None:
+        """Free buffers kept for reuse beyond ``keep_bytes``."""
+
+    @property
+    def pooled_bytes(self) -> int:
+        return 0
+
+    def sync(self, segment: Segment, start: int, end: int) -> None:
+        """Make bytes ``start:end`` of the segment durable (a data dir's fsync); safe on another thread."""
+
+
+class MemoryBuffers(SegmentBuffers):
+    """Segment buffers in memory, recycled: a fresh buffer costs its page faults again on first touch, which was
+    most of ingest's time when every segment got a new one."""
+
+    def __init__(self) -> None:
+        self._pool: dict[int, list[bytearray]] = {}
+        self._pooled_bytes = 0
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self._pooled_bytes
+
+    def has(self, size: int) -> bool:
+        return bool(self._pool.get(size))
+
+    def spare_sizes(self) -> Iterable[int]:
+        return [size for size, spares in self._pool.items() if spares]
+
+    def new(self, seq: int, size: int) -> bytearray:
+        pool = self._pool.get(size)
+        if pool:
+            self._pooled_bytes -= size
+            return pool.pop()
+        return bytearray(size)
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        buffer = segment.buffer
+        segment.buffer = bytearray()
+        if reuse:
+            assert isinstance(buffer, bytearray)
+            self._pool.setdefault(len(buffer), []).append(buffer)
+            self._pooled_bytes += len(buffer)
+
+    def trim(self, keep_bytes: int) -> None:
+        for size in sorted(self._pool, reverse=True):
+            pool = self._pool[size]
+            while pool and self._pooled_bytes > keep_bytes:
+                pool.pop()
+                self._pooled_bytes -= size
+
+
+@dataclass
+class Recovered:
+    """A segment file found on start: what of it was kept and why the rest was cut."""
+
+    seq: int
+    buffer: Buffer
+    used: int
+    hello: Hello
+    #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.
+    entries: list[tuple[int, int, int, int, int, int]]
+    stats: Stats | None
+    why_cut: str | None
+
+
+class DataDir(SegmentBuffers):
+    """Segments as files ``DIR/<seq>.rtseg``, each mapped into memory while it is stored.
+
+    A file is allocated in full when its segment opens (``posix_fallocate``), so a full disk is an error there and then,
+    not a crash when a page of the mapping is first written. Writes go to the page cache at memory speed; they survive
+    the collector being killed. What survives a power loss depends on ``fsync``. The file of an evicted segment is
+    renamed to a spare and reused, mapping and all: creating, allocating, faulting in and unlinking a file per segment
+    cost ingest most of its speed. A reused file holds old bytes after the new ones; each checksum is followed by an
+    end marker (a zero frame header), so recovery stops there.
+    """
+
+    checksums = True
+
+    def __init__(self, path: str | os.PathLike[str], fsync: FsyncPolicy = "never") -> None:
+        if not str(path):
+            raise ConfigError("--data-dir must name a directory, got ''")
+        self.path = Path(path)
+        self.fsync = fsync
+        self._pool: dict[int, list[tuple[mmap.mmap, Path]]] = {}
+        self._pooled_bytes = 0
+        self._spares = itertools.count()
+        #: Files of segments evicted while still read, renamed so that recovery does not take them back.
+        self._retired: dict[int, Path] = {}
+        #: The highest sequence number of any segment file found by ``recover``, read or not.
+        self.highest_seq = -1
+        #: A file was created, renamed or removed since the directory was last synced.
+        self._names_changed = False
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = self._take_lock()
+            for spare in self.path.glob(f"*{SPARE_SUFFIX}"):  # left by an earlier run: nothing in them counts
+                spare.unlink()
+        except OSError as exc:
+            raise ConfigError(f"--data-dir {str(self.path)!r} is not a writable directory: {exc}") from None
+
+    def _take_lock(self) -> int:
+        """An exclusive lock on ``DIR/LOCK`` for the life of the process: two collectors on one data dir would
+        recover, evict and reuse each other's files."""
+        lock_path = self.path / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(
+                f"--data-dir {str(self.path)!r} is in use by another collector (pid {holder}, holding {lock_path})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Unmap the spare files and release the lock (segments still stored stay as they are)."""
+        self.trim(0)
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+    def file(self, seq: int) -> Path:
+        return self.path / f"{seq:016d}{SUFFIX}"
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self._pooled_bytes
+
+    def has(self, size: int) -> bool:
+        return bool(self._pool.get(size))
+
+    def spare_sizes(self) -> Iterable[int]:
+        return [size for size, spares in self._pool.items() if spares]
+
+    def new(self, seq: int, size: int) -> mmap.mmap:
+        path = self.file(seq)
+        pool = self._pool.get(size)
+        if pool:
+            buffer, spare = pool.pop()
+            self._pooled_bytes -= size
+            try:
+                os.rename(spare, path)
+                self._names_changed = True
+            except OSError:
+                buffer.close()
+                spare.unlink(missing_ok=True)
+                raise
+            return buffer
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._names_changed = True
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(fd, size)  # a file system without fallocate: a sparse file
+            return mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+    def retire(self, segment: Segment) -> None:
+        # A snapshot or a connection still reads it; a crash before release must not bring its events back, which
+        # are counted as gone. Renaming leaves the mapping as it is.
+        path, retired = self.file(segment.seq), self._spare_name()
+        try:
+            os.rename(path, retired)
+        except OSError as exc:
+            log.warning("cannot retire %s (%s): a crash before it is released would recover it", path, exc)
+            return
+        self._names_changed = True
+        self._retired[segment.seq] = retired
+
+    def _spare_name(self) -> Path:
+        return self.path / f"{next(self._spares)}{SPARE_SUFFIX}"
+
+    def release(self, segment: Segment, *, reuse: bool) -> None:
+        buffer, path = segment.buffer, self._retired.pop(segment.seq, None) or self.file(segment.seq)
+        assert isinstance(buffer, mmap.mmap)
+        if reuse:
+            spare = self._spare_name()
+            try:
+                os.rename(path, spare)
+                self._names_changed = True
+                buffer[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)  # not a segment any more, whatever happens
+                self._pool.setdefault(len(buffer), []).append((buffer, spare))
+                self._pooled_bytes += len(buffer)
+                return
+            except OSError as exc:
+                log.warning("cannot keep %s as a spare (%s): removing it", path, exc)
+        try:
+            buffer.close()
+        except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
+            log.error("segment %s is unmapped late: a view of it is still in use", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot remove %s: %s", path, exc)
+
+    def trim(self, keep_bytes: int) -> None:
+        for size in sorted(self._pool, reverse=True):
+            pool = self._pool[size]
+            while pool and self._pooled_bytes > keep_bytes:
+                buffer, spare = pool.pop()
+                self._pooled_bytes -= size
+                try:
+                    buffer.close()
+                except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
+                    log.error("spare %s is unmapped late: a view of it is still in use", spare)
+                spare.unlink(missing_ok=True)
+
+    def sync(self, segment: Segment, start: int, end: int) -> None:
+        # fdatasync of the file, not mmap.flush: msync holds the GIL (the event loop would stop for the whole
+        # write-back), fdatasync does not, and on Linux it writes back the pages written through the mapping too.
+        if end > start and not segment.evicted:
+            try:
+                fd = os.open(self.file(segment.seq), os.O_RDONLY)
+            except FileNotFoundError:  # evicted meanwhile (renamed): nothing of it needs to last
+                fd = -1
+            if fd >= 0:
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        if self._names_changed:  # a file's data is durable, its name only once the directory is
+            self._names_changed = False
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def recover(self, limits: Limits) -> Iterator[Recovered]:
+        """Every segment file, oldest first, validated; a file with nothing to keep is removed."""
+        for path in sorted(self.path.glob(f"*{SUFFIX}")):
+            try:
+                seq = int(path.name.removesuffix(SUFFIX))
+            except ValueError:
+                log.warning("ignoring %s: not a segment file name", path)
+                continue
+            self.highest_seq = max(self.highest_seq, seq)
+            recovered = self._recover_one(path, seq, limits)
+            if recovered is not None:
+                yield recovered
+
+    def _recover_one(self, path: Path, seq: int, limits: Limits) -> Recovered | None:
+        """Raises:
+        ConfigError: the file cannot be opened for reading and writing (its events would be lost in silence).
+        """
+        try:
+            with open(path, "r+b") as file:
+                size = os.fstat(file.fileno()).st_size
+                buffer = mmap.mmap(file.fileno(), size) if size else None
+        except OSError as exc:
+            raise ConfigError(
+                f"--data-dir: cannot open the segment file {str(path)!r} ({exc}); give the collector read and write "
+                "access to it, or move it out of the directory"
+            ) from None
+        if buffer is None:
+            log.warning("removing %s: empty", path)
+            path.unlink(missing_ok=True)
+            return None
+        scan = scan_segment(buffer, limits, seq)
+        if scan.hello is None or not scan.entries:
+            log.warning("removing %s: no events to keep (%s)", path, scan.why_cut or "nothing after the session frames")
+            buffer.close()
+            path.unlink(missing_ok=True)
+            return None
+        if scan.why_cut is not None:
+            log.warning("%s: kept its first %d bytes, cut the rest: %s", path, scan.used, scan.why_cut)
+        # Zero what was cut, so that the next recovery does not see it either.
+        buffer[scan.used : size] = bytes(size - scan.used)
+        return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.why_cut)
+
+
+@dataclass
+class Scan:
+    """What ``scan_segment`` kept of a segment."""
+
+    #: Bytes kept: everything up to the end of the last valid CHECKSUM frame.
+    used: int = 0
+    hello: Hello | None = None
+    #: (offset, size, track, count, first_ts, last_ts) of each EVENTS frame kept.
+    entries: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
+    #: The last STATS frame kept: the client's loss counters as of then.
+    stats: Stats | None = None
+    why_cut: str | None = None
+
+
+def crc_seed(seq: int) -> int:
+    """Each CHECKSUM's CRC-32C starts from the segment's number: a file reused for another segment keeps old frames
+    and checksums after the new ones, and those can never validate as the new segment's."""
+    return seq & 0xFFFFFFFF
+
+
+def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
+    """Walk a segment's frames from the start; keep what a valid CHECKSUM frame covers and the decoder accepts.
+
+    Zeros where a frame header would be are a clean end: a segment file is allocated in full when it opens.
+    """
+    scan = Scan()
+    with memoryview(buffer) as view:
+        size = len(view)
+        if bytes(view[: PREAMBLE.size]) != _PREAMBLE_BYTES:
+            scan.why_cut = "it does not start with the ringtrace preamble"
+            return scan
+        decoder = SessionDecoder(limits, live=False)
+        decoder.receive_data(view[: PREAMBLE.size])
+        checked = position = PREAMBLE.size
+        seed = crc_seed(seq)
+        crc = crc32c.crc32c(view[:checked], seed)
+        pending: list[tuple[int, int, int, int, int, int]] = []
+        pending_stats: Stats | None = None
+        while position + FRAME_HEADER.size <= size:
+            body_length, frame_type = FRAME_HEADER.unpack_from(view, position)
+            if body_length == 0 and frame_type == 0:
+                break  # the zeros after the last frame
+            end = position + FRAME_HEADER.size + body_length
+            if end > size:
+                scan.why_cut = f"a frame at offset {position} runs past the end ({end} > {size} bytes)"
+                break
+            if frame_type == CHECKSUM_TYPE:
+                if body_length != 4 or struct.unpack_from("<I", view, position + FRAME_HEADER.size)[0] != crc:
+                    scan.why_cut = f"checksum mismatch over the bytes from offset {checked} to {position}"
+                    break
+                scan.entries.extend(pending)
+                pending.clear()
+                scan.stats = pending_stats
+                checked = position = end
+                crc = seed
+                continue
+            decoder.receive_data(view[position:end])
+            try:
+                frame = decoder.next_frame()
+            except ProtocolError as exc:
+                scan.why_cut = f"the frame at offset {position} does not decode: {exc}"
+                break
+            if isinstance(frame, Hello):
+                scan.hello = frame
+            elif isinstance(frame, Stats):
+                pending_stats = frame
+            elif isinstance(frame, Events):
+                pending.append(
+                    (position, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
+                )
+            crc = crc32c.crc32c(view[position:end], crc)
+            position = end
+        if scan.why_cut is None and position < size and any(view[position : min(size, position + FRAME_HEADER.size)]):
+            scan.why_cut = f"{size - position} bytes at offset {position} are less than a frame header"
+            position = size
+        if scan.why_cut is None and position > checked:
+            scan.why_cut = f"the frames from offset {checked} to {position} are not covered by a checksum"
+        scan.used = checked
+    return scan

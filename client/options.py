@@ -202,7 +202,7 @@ class StreamerOptions:
     #: With nothing else to send for this long, a heartbeat tells the collector the connection is alive (collectors
     #: close connections idle past their --idle-timeout, 60 s by default).
     heartbeat_s: float = 15.0
-    #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``); see the README.
+    #: In a multiprocessing child, deliver before SIGTERM ends it (``Pool.terminate()``) (docs/client.md).
     deliver_on_sigterm: bool = True
     #: The collector's token, sent in HELLO (one trailing newline ignored, as a file read whole ends); None: the one
     #: in ``token_file``, else in the file ``RINGTRACE_TOKEN_FILE`` names, else in ``RINGTRACE_TOKEN``, if any. Never

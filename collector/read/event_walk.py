@@ -9,7 +9,7 @@ Memory: one frame's events at a time, and what pairing keeps open. Times are wal
 process's clock offset); each writer states them in its own units.
 
 After the walk, ``report()`` gives what every snapshot reports besides its events: the loss counters, in total and
-per process and track, that add up (README, "Snapshots").
+per process and track, that add up (docs/snapshots.md, "Times and counters").
 """
 
 from __future__ import annotations

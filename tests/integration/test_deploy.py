@@ -73,12 +73,12 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed here")
-    # The unit names where the README installs the collector; verify checks that it exists, so point it here.
+    # The unit names where docs/deploy.md installs the collector; verify checks that it exists, so point it here.
     unit = (DEPLOY / "ringtrace-collector.service").read_text()
     collector = BIN / "ringtrace-collector"
     assert "ExecStart=/opt/ringtrace/bin/ringtrace-collector " in unit and collector.exists()
     unit = unit.replace("/opt/ringtrace/bin/ringtrace-collector", str(collector))
-    with_token = re.sub(r"^#   ((LoadCredential|Environment)=)", r"\1", unit, flags=re.MULTILINE)  # as the README says
+    with_token = re.sub(r"^#   ((LoadCredential|Environment)=)", r"\1", unit, flags=re.MULTILINE)  # as the docs say
     assert with_token.count("\nLoadCredential=") == with_token.count("\nEnvironment=RINGTRACE_TOKEN_FILE=") == 1
     for text in (unit, with_token):
         local = tmp_path / "ringtrace-collector.service"

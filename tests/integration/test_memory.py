@@ -19,7 +19,7 @@ from ringtrace.collector.store.ring import table_charge_bound
 
 MIB = 1024 * 1024
 CAPACITY = 96 * MIB
-#: The collector's default table limits (README, --max-strings).
+#: The collector's default table limits (docs/collector.md, "Table limits and memory").
 MAX_STRINGS, MAX_STRING_BYTES, MAX_SCHEMA_BYTES, MAX_TRACKS, MAX_KINDS = 100_000, 2 * MIB, 256 * 1024, 10_000, 1000
 DEFAULT_LIMITS = Limits(
     max_strings=MAX_STRINGS,

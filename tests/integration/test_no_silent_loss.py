@@ -232,7 +232,7 @@ if __name__ == "__main__":
     context = multiprocessing.get_context(method)
     if method == "fork":
         ringtrace.client.connect(sys.argv[1], process_name="parent")
-        # The README's one line for spawn, under fork (Linux's default before Python 3.14): changes nothing.
+        # The docs' one line for spawn, under fork (Linux's default before Python 3.14): changes nothing.
         pool = context.Pool(2, initializer=ringtrace.client.connect, initargs=(sys.argv[1],))
     else:  # spawn and forkserver children are new interpreters: the documented one line connects them
         ringtrace.client.connect(sys.argv[1], process_name="web")  # named after it: web (SpawnPoolWorker-1)

@@ -120,7 +120,7 @@ def test_streamer_options_take_the_token_from_the_environment_and_never_show_it(
 def test_a_client_takes_the_token_as_a_file_holds_it_like_the_collector(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The README's ``openssl rand -hex 32 > token``: read whole, it ends with a newline, which both sides ignore."""
+    """The docs' ``openssl rand -hex 32 > token``: read whole, it ends with a newline, which both sides ignore."""
     path = tmp_path / "token"
     path.write_text(TOKEN + "\n")
     path.chmod(0o600)

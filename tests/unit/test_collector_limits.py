@@ -175,7 +175,7 @@ def test_a_connection_at_every_limit_holds_no_more_than_its_tables_are_charged()
 
     used, charged, closed = asyncio.run(scenario())
     assert not closed
-    # What is counted against the capacity (README, "--max-strings") is at least what the tables take; the
+    # What is counted against the capacity (docs/collector.md, "--max-strings") is at least what the tables take; the
     # connection's read buffer and objects are the rest.
     assert used <= charged + READ_SIZE + 64 * 1024, f"{used} bytes for one connection at every limit, {charged} charged"
 

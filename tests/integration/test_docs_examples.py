@@ -1,7 +1,8 @@
-"""The README's recording-model examples, run as they are against a real collector, and what reached the snapshot.
+"""The docs' examples, run as they are against a real collector, and what reached the snapshot.
 
-Each example is the fenced ``python`` block after a ``<!-- example: NAME -->`` line. It runs in a fresh interpreter
-in a temporary directory, with the README's collector address replaced by the test collector's.
+Each example is the fenced ``python`` block after a ``<!-- example: NAME -->`` line, in README.md or a page of
+docs/. It runs in a fresh interpreter in a temporary directory, with the docs' collector address replaced by the test
+collector's.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events, metadata
 
-README = Path(__file__).parents[2] / "README.md"
+ROOT = Path(__file__).parents[2]
+#: Every file whose examples run: the README and each page of the docs site.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 EXAMPLE = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.S)
-EXAMPLES = {match["name"]: match["code"] for match in EXAMPLE.finditer(README.read_text())}
+FOUND = [(match["name"], match["code"], path) for path in DOCUMENTS for match in EXAMPLE.finditer(path.read_text())]
+EXAMPLES = {name: code for name, code, _ in FOUND}
 
 
 def run_example(name: str, collector: CollectorProcess, tmp_path: Path) -> tuple[dict[str, Any], str]:
@@ -26,6 +30,12 @@ def run_example(name: str, collector: CollectorProcess, tmp_path: Path) -> tuple
     assert done.returncode == 0, done.stderr
     assert "delivered: True" in done.stdout, done.stdout + done.stderr
     return collector.snapshot(), done.stdout
+
+
+def test_example_names_are_unique() -> None:
+    # A name given twice would run only the last of its examples.
+    where = [f"{name} in {path.relative_to(ROOT)}" for name, _, path in FOUND]
+    assert len(EXAMPLES) == len(FOUND), f"an example name given twice: {where}"
 
 
 def test_every_example_is_tested() -> None:

@@ -10,7 +10,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
     raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
 
-from .app import Collector, CollectorConfig
+from .app import Collector
+from .config import CollectorConfig
 from .store import Store
 
 __all__ = ["Collector", "CollectorConfig", "Store"]

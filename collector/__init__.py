@@ -10,7 +10,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
     raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
 
-from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.service.app import Collector
+from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.ring import Store
 
 __all__ = ["Collector", "CollectorConfig", "Store"]

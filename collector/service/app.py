@@ -1,4 +1,4 @@
-"""The collector service: configuration, listeners, snapshots, shutdown."""
+"""The collector service: listeners, snapshots, shutdown (its configuration: ``config.py``)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 from ringtrace.client._version import __version__
-from ringtrace.client.options import check_token
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
-from ringtrace.collector.auth import Authenticator, is_loopback, server_tls_context
+from ringtrace.collector.auth import Authenticator, server_tls_context
 from ringtrace.collector.export.chrome import Row
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
@@ -31,12 +28,13 @@ from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.tail import Tail
+from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.store.clocks import own_boot_id
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry, stats_sum
-from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Policy, Store, StoreSnapshot, table_charge_bound
-from ringtrace.collector.store.segments import FSYNC_POLICIES, SYNC_INTERVAL_S, DataDir, FsyncPolicy, SegmentBuffers
+from ringtrace.collector.store.ring import Counts, Store, StoreSnapshot, table_charge_bound
+from ringtrace.collector.store.segments import SYNC_INTERVAL_S, DataDir, SegmentBuffers
 
 __all__ = ["Collector", "CollectorConfig"]
 
@@ -46,148 +44,10 @@ _DAY_NS = 86_400 * 10**9
 _R = TypeVar("_R")
 
 
-@dataclass(frozen=True)
-class CollectorConfig:
-    tcp_host: str = "127.0.0.1"
-    tcp_port: int = 7700
-    http_host: str = "127.0.0.1"
-    http_port: int = 7701
-    capacity_bytes: int = 256 * 1024 * 1024
-    #: What one process may hold (None: the whole capacity).
-    process_capacity_bytes: int | None = None
-    #: ``ring`` overwrites the oldest when full; ``discard`` refuses the newest.
-    policy: Policy = "ring"
-    #: Keep segments as files there (None: in memory), recovered on start.
-    data_dir: str | None = None
-    #: With a data dir, when to sync: ``never``, every second (``interval``), at every ``flush`` acknowledged, or
-    #: ``always`` after every batch received.
-    fsync: FsyncPolicy = "never"
-    #: The size a stream's segments grow to (larger ones only when a frame and its session frames need it); None:
-    #: an eighth of the capacity (or of the process capacity, if smaller), between 64 KiB and 4 MiB.
-    segment_bytes: int | None = None
-    #: Largest frame accepted from a client, header included.
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_connections: int = 1024
-    #: Connections one peer address may hold (loopback peers, all the local processes, are not counted per address);
-    #: None: half of max_connections.
-    max_connections_per_address: int | None = None
-    #: A connection past its HELLO that sends nothing for this long is closed (clients send a heartbeat every 15 s).
-    idle_timeout_s: float = 60.0
-    #: Snapshots served at once (each pins the segments it reads); more get a 503.
-    max_snapshots: int = 4
-    #: An HTTP connection must begin a request within this of opening or of its previous request's end, and take
-    #: something of a response within this while it is written.
-    http_timeout_s: float = 15.0
-    #: HTTP connections open at once; more are closed at once.
-    max_http_connections: int = 256
-    #: Largest string table one connection may declare (each string at most MAX_STRING_CHARS long).
-    max_strings: int = 100_000
-    #: Most tracks (threads, asyncio task lanes, sources) one connection may declare.
-    max_tracks: int = 10_000
-    #: Most event kinds one connection may declare.
-    max_kinds: int = 1_000
-    #: UTF-8 bytes of all the strings one connection may declare; clients adopt it from WELCOME.
-    max_string_bytes: int = 2 * 1024 * 1024
-    #: UTF-8 bytes of the texts of all the kinds one connection may declare; clients adopt it too.
-    max_schema_bytes: int = 256 * 1024
-    #: A connection that has not said HELLO by then is closed: it would hold a max_connections slot for nothing.
-    handshake_timeout_s: float = 10.0
-    #: How long GET /snapshot waits for connected clients to flush, unless the query says otherwise.
-    snapshot_flush_timeout_s: float = 1.0
-    #: A process with no connection and nothing stored is forgotten this long after its last connection ended.
-    forget_after_s: float = 60.0
-    #: What clients present in HELLO and HTTP requests as ``Authorization: Bearer``; None: nothing is asked.
-    token: str | None = field(default=None, repr=False)
-    #: Certificate chain and private key (PEM files): both listeners speak TLS (1.2 or newer).
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    #: Listen beyond loopback without a token (a firewall or a private network guards the ports).
-    insecure_open: bool = False
-
-    def __post_init__(self) -> None:
-        u32 = 2**32 - 1  # what the wire protocol's WELCOME carries
-        _check_range("max_frame_bytes", self.max_frame_bytes, MIN_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES)
-        _check_range("max_connections", self.max_connections, 1, 2**31)
-        if self.max_connections_per_address is not None:
-            _check_range("max_connections_per_address", self.max_connections_per_address, 1, 2**31)
-        _check_range("idle_timeout_s", self.idle_timeout_s, 1.0, 1e6)
-        _check_range("max_snapshots", self.max_snapshots, 1, 1024)
-        _check_range("http_timeout_s", self.http_timeout_s, 0.1, 1e6)
-        _check_range("max_http_connections", self.max_http_connections, 1, 2**20)
-        for name in ("max_string_bytes", "max_schema_bytes"):
-            _check_range(name, getattr(self, name), 1024, 2**62)
-        for name in ("max_strings", "max_tracks", "max_kinds"):
-            _check_range(name, getattr(self, name), 2, u32)
-        _check_range("handshake_timeout_s", self.handshake_timeout_s, 1e-3, 1e6)
-        _check_range("snapshot_flush_timeout_s", self.snapshot_flush_timeout_s, 0, 1e6)
-        _check_range("forget_after_s", self.forget_after_s, 0, 1e9)
-        if self.fsync not in FSYNC_POLICIES:
-            raise ConfigError(f"fsync (--fsync) must be {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}")
-        if self.segment_bytes is not None:
-            _check_range("segment_bytes", self.segment_bytes, MIN_SEGMENT_BYTES, 2**40)
-        if self.token is not None:
-            check_token(self.token, "token")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
-        exposed = self.exposed_listeners
-        if exposed and self.token is None and not self.insecure_open:
-            raise ConfigError(
-                f"refusing to listen on {' and '.join(exposed)} without a token: beyond loopback anyone who reaches "
-                "the port could send events or read every trace. Give a token (--token-file FILE, or "
-                "RINGTRACE_TOKEN; clients pass it too) and TLS (--tls-cert FILE --tls-key FILE) unless the network "
-                "is trusted; or, if a firewall or a private network already guards these ports, --insecure-open"
-            )
-        frames = 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)
-        for name in ("capacity_bytes", "process_capacity_bytes"):
-            value = getattr(self, name)
-            if value is not None and value < frames:
-                raise ConfigError(
-                    f"{_FLAGS[name]}: capacity of {value} bytes must hold at least 2 frames of "
-                    f"max_frame_bytes={self.max_frame_bytes} with their session frames ({frames} bytes)"
-                )
-
-    @property
-    def exposed_listeners(self) -> list[str]:
-        """The listeners bound beyond loopback, as ``FLAG HOST``."""
-        listen_hosts = {"--tcp": self.tcp_host, "--http": self.http_host}
-        return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
-
-    @property
-    def effective_segment_bytes(self) -> int:
-        if self.segment_bytes is not None:
-            return self.segment_bytes
-        smallest = min(self.capacity_bytes, self.process_capacity_bytes or self.capacity_bytes)
-        return min(max(smallest // 8, MIN_SEGMENT_BYTES), 4 * 1024 * 1024)
-
-
 #: About what a process's records take (the registry's and the store's), freed when it is forgotten.
 FORGOTTEN_PROCESS_BYTES = 4096
 #: How long a stopping collector waits for its clients to flush.
 STOP_FLUSH_TIMEOUT_S = 1.0
-
-#: The command-line flag of each setting, for messages.
-_FLAGS = {
-    "capacity_bytes": "--capacity",
-    "process_capacity_bytes": "--process-capacity",
-    "max_frame_bytes": "--max-frame-size",
-    "max_connections": "--max-connections",
-    "max_connections_per_address": "--max-connections-per-address",
-    "idle_timeout_s": "--idle-timeout",
-    "max_snapshots": "--max-snapshots",
-    "http_timeout_s": "--http-timeout",
-    "max_http_connections": "--max-http-connections",
-    "max_string_bytes": "--max-string-bytes",
-    "max_schema_bytes": "--max-schema-bytes",
-    "max_strings": "--max-strings",
-    "max_tracks": "--max-tracks",
-    "forget_after_s": "--forget-after",
-}
-
-
-def _check_range(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:  # also refuses nan
-        flag = f" ({_FLAGS[name]})" if name in _FLAGS else ""
-        raise ConfigError(f"{name}{flag} must be between {low} and {high}, got {value}")
 
 
 class Collector:

@@ -1,0 +1,111 @@
+"""The collector's configuration: ``CollectorConfig``, every value checked when it is made.
+
+What each setting means, its default and bounds are in the option table (``options.py``); here are the fields (each
+takes its default from its row) and the checks that span several settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.auth import is_loopback
+from ringtrace.collector.service.options import check_setting, field_default, option_of, settings_from_args
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
+from ringtrace.collector.store.segments import FsyncPolicy
+
+__all__ = ["CollectorConfig", "config_from_args"]
+
+
+def declared(name: str) -> Any:
+    """The dataclass field ``name``, as its row in the option table declares it (default; a secret out of the repr)."""
+    return dataclasses.field(default=field_default(name), repr=not option_of(name).secret)
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """What the collector is told: each field is a row of ``options.OPTIONS`` (what it means, its flag, its bounds).
+
+    Raises:
+        ConfigError: a value out of its row's bounds or choices; TLS half given; a listener beyond loopback without a
+            token (unless ``insecure_open``); a capacity that cannot hold two of the largest frames.
+    """
+
+    tcp_host: str = declared("tcp_host")
+    tcp_port: int = declared("tcp_port")
+    http_host: str = declared("http_host")
+    http_port: int = declared("http_port")
+    capacity_bytes: int = declared("capacity_bytes")
+    process_capacity_bytes: int | None = declared("process_capacity_bytes")
+    policy: Policy = declared("policy")  # noqa: RUF009 - a dataclasses.field (a Literal type is not known immutable)
+    data_dir: str | None = declared("data_dir")
+    fsync: FsyncPolicy = declared("fsync")  # noqa: RUF009 - as above
+    segment_bytes: int | None = declared("segment_bytes")
+    max_frame_bytes: int = declared("max_frame_bytes")
+    max_connections: int = declared("max_connections")
+    max_connections_per_address: int | None = declared("max_connections_per_address")
+    idle_timeout_s: float = declared("idle_timeout_s")
+    max_snapshots: int = declared("max_snapshots")
+    http_timeout_s: float = declared("http_timeout_s")
+    max_http_connections: int = declared("max_http_connections")
+    max_strings: int = declared("max_strings")
+    max_tracks: int = declared("max_tracks")
+    max_kinds: int = declared("max_kinds")
+    max_string_bytes: int = declared("max_string_bytes")
+    max_schema_bytes: int = declared("max_schema_bytes")
+    handshake_timeout_s: float = declared("handshake_timeout_s")
+    snapshot_flush_timeout_s: float = declared("snapshot_flush_timeout_s")
+    forget_after_s: float = declared("forget_after_s")
+    token: str | None = declared("token")
+    tls_cert: str | None = declared("tls_cert")
+    tls_key: str | None = declared("tls_key")
+    insecure_open: bool = declared("insecure_open")
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field.name, getattr(self, field.name))
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
+        exposed = self.exposed_listeners
+        if exposed and self.token is None and not self.insecure_open:
+            raise ConfigError(
+                f"refusing to listen on {' and '.join(exposed)} without a token: beyond loopback anyone who reaches "
+                "the port could send events or read every trace. Give a token (--token-file FILE, or "
+                "RINGTRACE_TOKEN; clients pass it too) and TLS (--tls-cert FILE --tls-key FILE) unless the network "
+                "is trusted; or, if a firewall or a private network already guards these ports, --insecure-open"
+            )
+        frames = 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)
+        for name in ("capacity_bytes", "process_capacity_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < frames:
+                raise ConfigError(
+                    f"{option_of(name).flag}: capacity of {value} bytes must hold at least 2 frames of "
+                    f"max_frame_bytes={self.max_frame_bytes} with their session frames ({frames} bytes)"
+                )
+
+    @property
+    def exposed_listeners(self) -> list[str]:
+        """The listeners bound beyond loopback, as ``FLAG HOST``."""
+        listen_hosts = {option_of("tcp_host").flag: self.tcp_host, option_of("http_host").flag: self.http_host}
+        return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
+
+    @property
+    def effective_segment_bytes(self) -> int:
+        if self.segment_bytes is not None:
+            return self.segment_bytes
+        smallest = min(self.capacity_bytes, self.process_capacity_bytes or self.capacity_bytes)
+        return min(max(smallest // 8, MIN_SEGMENT_BYTES), 4 * 1024 * 1024)
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> CollectorConfig:
+    """The configuration the parsed flags (and ``RINGTRACE_TOKEN``) say, checked; nothing is bound yet.
+
+    Raises:
+        ConfigError: a value is refused (a token file that cannot be read, a listener beyond loopback without a
+            token, ...); the message says which and why.
+    """
+    return CollectorConfig(**settings_from_args(args, environ))

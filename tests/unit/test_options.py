@@ -1,0 +1,122 @@
+"""The option table: the configuration, the command line, the environment and the docs all say what it says."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector import CollectorConfig
+from ringtrace.collector.service.options import (
+    ENVIRONMENT,
+    FLAGS_END,
+    FLAGS_START,
+    OPTIONS,
+    Option,
+    check_setting,
+    flags_block,
+    flags_markdown,
+    with_flags_markdown,
+)
+from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "collector.md"
+RANGED = [option for option in OPTIONS if option.range is not None]
+FLAGGED = [option for option in OPTIONS if option.flag is not None]
+
+
+def test_the_docs_flag_table_is_the_option_table() -> None:
+    if not DOCS.exists():
+        pytest.skip(f"no {DOCS.name} in docs/")
+    block = flags_block(DOCS.read_text(encoding="utf-8"))
+    assert block is not None, f"docs/{DOCS.name} has no {FLAGS_START} ... {FLAGS_END} block"
+    assert block == flags_markdown(), "rewrite the block with ringtrace.collector.service.options.with_flags_markdown"
+
+
+def test_every_configuration_field_is_one_row() -> None:
+    fields = [field.name for field in dataclasses.fields(CollectorConfig)]
+    set_by_rows = [name for option in OPTIONS for name in option.sets]
+    assert sorted(set_by_rows) == sorted(fields)
+
+
+def test_no_flag_and_no_variable_is_declared_twice() -> None:
+    flags = [option.flag for option in FLAGGED]
+    assert len(set(flags)) == len(flags)
+    assert len(set(ENVIRONMENT.values())) == len(ENVIRONMENT)
+
+
+def test_the_command_line_with_no_flags_makes_the_default_configuration() -> None:
+    assert config_from_args(build_parser().parse_args([]), {}) == CollectorConfig()
+
+
+def test_the_environment_sets_what_the_flag_sets() -> None:
+    argv = ["--capacity", "64MB", "--policy", "discard", "--tcp", "127.0.0.1:9", "--max-tracks", "7"]
+    environ = {ENVIRONMENT[flag]: value for flag, value in zip(argv[::2], argv[1::2], strict=True)}
+    from_flags = config_from_args(build_parser().parse_args(argv), {})
+    from_environment = config_from_args(build_parser().parse_args(environment_args(environ)), {})
+    assert from_flags == from_environment
+    assert (from_flags.capacity_bytes, from_flags.policy, from_flags.tcp_port, from_flags.max_tracks) == (
+        64_000_000,
+        "discard",
+        9,
+        7,
+    )
+
+
+@pytest.mark.parametrize("option", RANGED, ids=lambda option: option.name)
+def test_a_value_at_its_bounds_is_taken(option: Option) -> None:
+    assert option.range is not None
+    for bound in option.range:
+        check_setting(option.name, bound)
+
+
+@pytest.mark.parametrize("option", RANGED, ids=lambda option: option.name)
+def test_a_value_past_its_bounds_is_refused_naming_the_setting_its_flag_and_the_value(option: Option) -> None:
+    assert option.range is not None
+    low, high = option.range
+    named = f"{option.name} ({option.flag})" if option.flag else option.name
+    for value in (low - 1, high + 1, math.nan):
+        with pytest.raises(ConfigError, match=re.escape(f"{named} must be between {low} and {high}, got {value}")):
+            check_setting(option.name, value)
+
+
+def test_a_choice_the_table_does_not_list_is_refused_naming_the_flag() -> None:
+    with pytest.raises(ConfigError, match=re.escape("fsync (--fsync) must be never, interval, flush, always")):
+        CollectorConfig(fsync="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=re.escape("policy (--policy) must be ring, discard, got 'keep'")):
+        CollectorConfig(policy="keep")  # type: ignore[arg-type]
+
+
+def test_help_shows_each_flag_with_its_default() -> None:
+    text = " ".join(build_parser().format_help().split())
+    for option in FLAGGED:
+        assert option.flag in text
+        if option.default is not None and not option.switch:
+            assert f"(default {option.shown_default})" in text or f"default {option.shown_default}" in text
+    assert "(default 256MiB)" in text and "(default 127.0.0.1:7700)" in text
+    assert "(default: the whole capacity)" in text
+
+
+def test_the_flag_table_has_a_line_for_each_flag_with_its_variable_and_default() -> None:
+    lines = flags_markdown().splitlines()
+    assert lines[0] == "| Flag | Environment | Default | Meaning |"
+    rows = lines[2:]
+    assert len(rows) == len(FLAGGED)
+    for option, row in zip(FLAGGED, rows, strict=True):
+        assert row.startswith(f"| `{option.flag}")
+        assert f"`{option.environment}`" in row
+    assert "| `--capacity SIZE` | `RINGTRACE_CAPACITY` | 256MiB | memory for stored events" in flags_markdown()
+
+
+def test_the_flag_table_is_written_between_the_markers_and_nothing_else_changes() -> None:
+    page = f"# Collector\n\nBefore.\n\n{FLAGS_START}\n| old | table |\n{FLAGS_END}\n\nAfter.\n"
+    written = with_flags_markdown(page)
+    assert flags_block(written) == flags_markdown()
+    assert written.startswith(f"# Collector\n\nBefore.\n\n{FLAGS_START}\n| Flag |")
+    assert written.endswith(f"|\n{FLAGS_END}\n\nAfter.\n")
+    assert with_flags_markdown(written) == written
+    with pytest.raises(ValueError, match="flags:start"):
+        with_flags_markdown("no block here")

@@ -19,8 +19,9 @@ from typing import Final
 
 from .acknowledgements import Acknowledgements
 from .encoder import EncodedBatch, StreamEncoder
+from .errors import UnsupportedVersion
 from .options import StreamerOptions
-from .protocol import Flush, FlushAck, Stats, Welcome, encode
+from .protocol import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
 from .send_queue import LinkCounters, SendQueue
 
 __all__ = ["HEARTBEAT_TOKEN", "STATS_INTERVAL_S", "Delivery"]
@@ -83,7 +84,16 @@ class Delivery:
             self.queue_stats(now)
 
     def welcome(self, welcome: Welcome) -> None:
-        """Adopt the collector's limits, pack again what was packed before we knew them, then queue the prefix."""
+        """Adopt the collector's limits, pack again what was packed before we knew them, then queue the prefix.
+
+        Raises:
+            UnsupportedVersion: the collector chose a version this client does not speak.
+        """
+        low, high = PROTOCOL_VERSIONS
+        if not low <= welcome.protocol_version <= high:
+            raise UnsupportedVersion(
+                f"the collector chose protocol version {welcome.protocol_version}; this client speaks {low}..{high}"
+            )
         encoder = self.encoder
         encoder.max_frame_bytes = min(self.options.max_frame_bytes, welcome.max_frame_bytes)
         strings_cut = encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)

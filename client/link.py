@@ -4,7 +4,10 @@ Events in, actions out, as h11's connection: the driver (``Streamer``, which own
 link what happened and when -- ``timer(now)``, ``connected(now, hello)``, ``connect_failed``, ``received(data, now)``,
 ``sent(n, now)``, ``connection_lost`` -- and the link answers with actions (``Connect``, ``Close``, ``FlushDone``,
 ``AnswerFlush``, ``Prioritize``, ``Log``) and the bytes to send (``data_to_send``). It never reads the clock, touches
-a socket or takes a lock: the driver calls it under its own lock.
+a socket or takes a lock: the driver calls it under its own lock. Its parts are sans-I/O too: ``SendQueue``
+(send_queue.py: the bounded queue and the frame going out), ``Acknowledgements`` (acknowledgements.py: FLUSH tokens
+and flush() requests), ``Delivery`` (delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
+``Outage`` (outage.py: what the log says while events cannot reach the collector).
 
 Theory of operation
 -------------------
@@ -23,7 +26,8 @@ after a reconnect the prefix carries everything again, so they are never needed 
 
 Failures back off exponentially (with jitter) up to ``backoff_max_s``; a collector's refusal (a GOODBYE instead of
 WELCOME: a token it does not take, no common version) or a peer that breaks the protocol go straight to
-``backoff_max_s``, since trying sooner would not change it. A connection that worked (a flush acknowledged on it, or
+``backoff_max_s``, since trying sooner would not change it. A connection not welcomed within ``handshake_timeout_s``
+(none by default) is closed and tried again. A connection that worked (a flush acknowledged on it, or
 welcomed ``backoff_max_s`` ago) resets the backoff when it breaks. A flush request does not wait for the backoff.
 With nothing sent for ``heartbeat_s``, a FLUSH nobody waits for (token 0) tells the collector the connection is alive.
 A frame cut short by a broken connection is lost and counted.
@@ -41,20 +45,18 @@ from typing import Any, Final
 
 from .delivery import Delivery
 from .encoder import EncodedBatch, StreamEncoder
-from .errors import ProtocolError, UnsupportedVersion
+from .errors import ProtocolError
 from .model import TrackInfo
 from .options import StreamerOptions
 from .outage import Outage
 from .protocol import (
     AUTHENTICATION_FAILED,
-    PROTOCOL_VERSIONS,
     Flush,
     FlushAck,
     Goodbye,
     Hello,
     Refused,
     SetPriority,
-    Stats,
     Welcome,
     encode,
     preamble,
@@ -250,10 +252,6 @@ class Link:
             deadline = min(deadline, self._connected_at + self.handshake_timeout_s)
         return min(deadline, self._acks.next_deadline(), self._outage.next_report)
 
-    def stats(self) -> Stats:
-        """The loss counters, as a STATS frame sends them."""
-        return self._delivery.stats()
-
     # -- events from the listener's side ---------------------------------------------------------------------------
 
     def enqueue(self, batch: EncodedBatch, now: float) -> None:
@@ -389,17 +387,7 @@ class Link:
             self._closed_by_peer(now)
 
     def _on_welcome(self, welcome: Welcome, now: float) -> None:
-        """Adopt the collector's limits and send the stream prefix.
-
-        Raises:
-            UnsupportedVersion: the collector chose a version this client does not speak.
-        """
-        low, high = PROTOCOL_VERSIONS
-        if not low <= welcome.protocol_version <= high:
-            raise UnsupportedVersion(
-                f"the collector chose protocol version {welcome.protocol_version}; this client speaks {low}..{high}"
-            )
-        self._delivery.welcome(welcome)
+        self._delivery.welcome(welcome)  # (a version this client does not speak raises: a protocol error)
         self._move(LinkState.WELCOMED)
         # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
         self._welcomed_at = now

@@ -80,6 +80,54 @@ class _Counted:
         setattr(streamer._counters, self._name, value)
 
 
+class _ConnectFailed(Exception):
+    def __init__(self, reason: str, *, at_once: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.at_once = reason, at_once
+
+
+class _Dialer:
+    """Opens connections to the collector: TCP, then TLS with ``tls`` (blocking, within ``connect_timeout_s``)."""
+
+    def __init__(self, address: str, options: StreamerOptions) -> None:
+        self.address_text = address
+        self.host, self.port = parse_address(address)
+        self.options = options
+        #: With ``tls``: the context, made on the first connection.
+        self._tls_context: ssl.SSLContext | None = None
+
+    def dial(self) -> socket.socket | ssl.SSLSocket:
+        """A connected socket (blocking).
+
+        Raises:
+            _ConnectFailed: why, in words a user acts on; ``at_once`` for a failure waiting will not mend (TLS).
+        """
+        timeout_s = self.options.connect_timeout_s
+        deadline = time.monotonic() + timeout_s
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
+        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
+            raise _ConnectFailed(connect_failure(self.address_text, exc, timeout_s)) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.options.tls:
+            return sock
+        try:
+            return self._handshake(sock, deadline)
+        except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
+            sock.close()
+            hint = "do both sides use TLS, and is the collector's certificate trusted?"
+            raise _ConnectFailed(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True) from None
+
+    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
+        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
+        context = self._tls_context
+        if context is None:  # loading the system's CAs takes a while: here, not in connect()
+            tls = self.options.tls
+            context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        return context.wrap_socket(sock, server_hostname=self.host)
+
+
 class Streamer(SerializedListener):
     """Streams the timelines it listens to, to one collector, from a background thread.
 
@@ -122,8 +170,7 @@ class Streamer(SerializedListener):
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
-        #: With ``tls``: the context, made on the first connection.
-        self._tls_context: ssl.SSLContext | None = None
+        self._dialer = _Dialer(address, options)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -321,41 +368,19 @@ class Streamer(SerializedListener):
                     return
 
     def _connect(self) -> list[Action]:
-        host, port = self.address
-        deadline = time.monotonic() + self.options.connect_timeout_s
         try:
-            sock = socket.create_connection((host, port), timeout=self.options.connect_timeout_s)
-        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
-            reason = connect_failure(self.address_text, exc, self.options.connect_timeout_s)
+            sock = self._dialer.dial()
+        except _ConnectFailed as failure:
             with self._state_lock:
-                return self._link.connect_failed(reason, time.monotonic())
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.options.tls:
-            try:
-                sock = self._handshake(sock, host, deadline)
-            except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
-                sock.close()
-                hint = "do both sides use TLS, and is the collector's certificate trusted?"
-                with self._state_lock:
-                    reason = f"TLS with {self.address_text} failed: {exc} ({hint})"
-                    return self._link.connect_failed(reason, time.monotonic(), at_once=True)
+                return self._link.connect_failed(failure.reason, time.monotonic(), at_once=failure.at_once)
         sock.setblocking(False)
         self._sock = sock
         self._selector.register(sock, selectors.EVENT_READ)
         hello = self.identity.hello(self.options.token or "")
         with self._state_lock:
             actions = self._link.connected(time.monotonic(), hello)
-        log.debug("ringtrace connected to %s:%d", host, port)
+        log.debug("ringtrace connected to %s:%d", *self.address)
         return actions
-
-    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> ssl.SSLSocket:
-        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
-        context = self._tls_context
-        if context is None:  # loading the system's CAs takes a while: here, not in connect()
-            tls = self.options.tls
-            context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        return context.wrap_socket(sock, server_hostname=host)
 
     def _close_socket(self) -> None:
         sock, self._sock = self._sock, None

@@ -1,0 +1,493 @@
+"""The link to a collector, sans-I/O: handshake, send queue, acknowledgements, backoff and heartbeat decisions.
+
+Events in, actions out, as h11's connection: the driver (``Streamer``, which owns the socket and the thread) tells the
+link what happened and when -- ``timer(now)``, ``connected(now, hello)``, ``connect_failed``, ``received(data, now)``,
+``sent(n, now)``, ``connection_lost`` -- and the link answers with actions (``Connect``, ``Close``, ``FlushDone``,
+``AnswerFlush``, ``Prioritize``, ``Log``) and the bytes to send (``data_to_send``). It never reads the clock, touches
+a socket or takes a lock: the driver calls it under its own lock. Its parts are sans-I/O too: ``SendQueue``
+(send_queue.py: the bounded queue and the frame going out), ``Acknowledgements`` (acknowledgements.py: FLUSH tokens
+and flush() requests), ``Delivery`` (delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
+``Outage`` (outage.py: what the log says while events cannot reach the collector).
+
+Theory of operation
+-------------------
+States (``LinkState``)::
+
+    IDLE --timer: attempt due--> CONNECTING --connected--> HANDSHAKE --WELCOME--> WELCOMED
+      ^                              |                         |                     |
+      +------- connect_failed -------+---- a break, EOF, a protocol error, or the handshake timeout ---+
+    any --stop--> STOPPED
+
+On ``connected`` the link sends the preamble and HELLO, and nothing else until the collector's WELCOME, which names
+the protocol version and the collector's limits. The link adopts them (frames already queued are packed again if they
+are too large or use string ids past the collector's ``max_strings``), then sends the whole stream prefix (SCHEMA,
+every string, every track, STATS) ahead of whatever the queue holds. Control frames are queued only while welcomed:
+after a reconnect the prefix carries everything again, so they are never needed twice.
+
+Failures back off exponentially (with jitter) up to ``backoff_max_s``; a collector's refusal (a GOODBYE instead of
+WELCOME: a token it does not take, no common version) or a peer that breaks the protocol go straight to
+``backoff_max_s``, since trying sooner would not change it. A connection not welcomed within ``handshake_timeout_s``
+(none by default) is closed and tried again. A connection that worked (a flush acknowledged on it, or
+welcomed ``backoff_max_s`` ago) resets the backoff when it breaks. A flush request does not wait for the backoff.
+With nothing sent for ``heartbeat_s``, a FLUSH nobody waits for (token 0) tells the collector the connection is alive.
+A frame cut short by a broken connection is lost and counted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.client.delivery import Delivery
+from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.options import StreamerOptions
+from ringtrace.client.outage import Outage
+from ringtrace.client.send_queue import LinkCounters
+from ringtrace.client.wire.decoder import ReplyDecoder
+from ringtrace.client.wire.errors import ProtocolError
+from ringtrace.client.wire.frames import (
+    AUTHENTICATION_FAILED,
+    Flush,
+    FlushAck,
+    Goodbye,
+    Hello,
+    Refused,
+    SetPriority,
+    Welcome,
+    encode,
+    preamble,
+)
+from ringtrace.client.wire.model import TrackInfo
+
+__all__ = [
+    "Action",
+    "AnswerFlush",
+    "Backoff",
+    "Close",
+    "Connect",
+    "FlushDone",
+    "Link",
+    "LinkCounters",
+    "LinkState",
+    "Log",
+    "Prioritize",
+]
+
+#: While a flush waits, connection attempts are at most this far apart.
+FLUSH_RETRY_S: Final = 0.25
+#: While connected, the driver calls ``timer`` at least this often (acknowledgements, loss counters).
+_POLL_S: Final = 1.0
+
+
+class LinkState(enum.Enum):
+    IDLE = "idle"  # no connection; the next attempt is due at Backoff.next_attempt
+    CONNECTING = "connecting"  # Connect asked for: the driver answers connected() or connect_failed()
+    HANDSHAKE = "handshake"  # preamble and HELLO go out; waiting for WELCOME
+    WELCOMED = "welcomed"  # streaming
+    STOPPED = "stopped"
+
+
+_TRANSITIONS: Final = {
+    LinkState.IDLE: {LinkState.CONNECTING, LinkState.STOPPED},
+    LinkState.CONNECTING: {LinkState.HANDSHAKE, LinkState.IDLE, LinkState.STOPPED},
+    LinkState.HANDSHAKE: {LinkState.WELCOMED, LinkState.IDLE, LinkState.STOPPED},
+    LinkState.WELCOMED: {LinkState.IDLE, LinkState.STOPPED},
+    LinkState.STOPPED: set(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open a connection now (blocking at most ``connect_timeout_s``), then call ``connected`` or
+    ``connect_failed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the connection's socket: the link is done with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlushDone:
+    """The answer to the flush request ``request`` (``request_flush``'s id)."""
+
+    request: int
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFlush:
+    """The collector asked for a flush: hand every timeline's events over (they come back through ``enqueue``),
+    then call ``swept``, which answers it behind them and reads on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prioritize:
+    """The collector's SET_PRIORITY, for the timelines it names."""
+
+    frame: SetPriority
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: int
+    text: str
+
+
+Action = Connect | Close | FlushDone | AnswerFlush | Prioritize | Log
+
+
+def _jitter() -> float:
+    return random.uniform(0.5, 1.0)
+
+
+class Backoff:
+    """When the next connection attempt is due: exponential backoff with jitter, ``initial_s`` up to ``max_s``."""
+
+    __slots__ = ("_jitter", "delay_s", "initial_s", "max_s", "next_attempt")
+
+    def __init__(self, initial_s: float, max_s: float, jitter: Callable[[], float] = _jitter) -> None:
+        self.initial_s, self.max_s, self._jitter = initial_s, max_s, jitter
+        self.delay_s = initial_s
+        self.next_attempt = 0.0
+
+    def failed(self, now: float, hurry: bool) -> float:
+        """An attempt failed at ``now``; returns the wait before the next. ``hurry``: a flush waits for it."""
+        delay = self.delay_s * self._jitter()
+        self.delay_s = min(self.delay_s * 2, self.max_s)
+        if hurry:  # a collector that comes up within the flush's timeout is found soon
+            delay = min(delay, FLUSH_RETRY_S)
+        self.next_attempt = now + delay
+        return delay
+
+    def reset(self) -> None:
+        self.delay_s = self.initial_s
+
+    def slowest(self) -> None:
+        """Waiting will not mend it: the next attempts as far apart as allowed."""
+        self.delay_s = self.max_s
+
+    def due_now(self, now: float) -> None:
+        self.next_attempt = min(self.next_attempt, now)
+
+
+class Link:
+    """The sans-I/O link to one collector (see the module's theory of operation).
+
+    Args:
+        address: ``"HOST:PORT"``, for messages.
+        options: queue, frame, backoff and heartbeat limits.
+        encoder: the stream's encoder: the WELCOME's limits go into it, and the prefix comes from it.
+        counters: where to count (a new ``LinkCounters`` if None).
+        handshake_timeout_s: a connection with no WELCOME this long after it was made is closed and tried again.
+        jitter: the backoff's random factor, in [0.5, 1.0].
+    """
+
+    def __init__(
+        self,
+        address: str,
+        options: StreamerOptions,
+        encoder: StreamEncoder,
+        counters: LinkCounters | None = None,
+        *,
+        handshake_timeout_s: float = math.inf,
+        jitter: Callable[[], float] = _jitter,
+    ) -> None:
+        self.address = address
+        self.options = options
+        self.counters = counters or LinkCounters()
+        self.handshake_timeout_s = handshake_timeout_s
+        self.state = LinkState.IDLE
+        self._delivery = Delivery(options, encoder, self.counters)
+        self._queue, self._acks = self._delivery.queue, self._delivery.acks
+        self._backoff = Backoff(options.backoff_initial_s, options.backoff_max_s, jitter)
+        self._outage = Outage()  # what the log says while events cannot reach the collector
+        self._actions: list[Action] = []
+        self._decoder: ReplyDecoder | None = None
+        self._polled_at = 0.0
+        self._connected_at = 0.0
+        self._welcomed_at = 0.0
+        self._eof = False  # the collector closed: said once the frames before it are read
+        self._answering: int | None = None  # the token of the collector's FLUSH being swept
+        self._answered = False  # the collector sent something on this connection
+        self._unanswered_logged = False
+        self._goodbye_reason = ""  # the reason the collector's GOODBYE gave on this connection
+        self._goodbye_logged = False
+
+    # -- what the driver reads -------------------------------------------------------------------------------------
+
+    @property
+    def welcomed(self) -> bool:
+        return self.state is LinkState.WELCOMED
+
+    @property
+    def queued_events(self) -> int:
+        """Events encoded and not yet sent (the frame going out included)."""
+        return self._queue.unsent_events
+
+    @property
+    def dropped_at_flush(self) -> int:
+        """``dropped_events`` when the collector last acknowledged a flush: drops after it were never reported."""
+        return self._acks.dropped_at_flush
+
+    @property
+    def wants_to_write(self) -> bool:
+        return self._queue.sending or (self.welcomed and bool(self._queue))
+
+    def next_deadline(self) -> float:
+        """When ``timer`` has something to do next, at the latest (``-math.inf``: now)."""
+        if self.state is LinkState.STOPPED:
+            return math.inf
+        if self._delivery.reset_reason and self._has_connection:
+            return -math.inf
+        deadline = self._polled_at + min(_POLL_S, self.options.heartbeat_s)
+        if not self._has_connection:
+            deadline = self._backoff.next_attempt
+        if self.state is LinkState.HANDSHAKE:
+            deadline = min(deadline, self._connected_at + self.handshake_timeout_s)
+        return min(deadline, self._acks.next_deadline(), self._outage.next_report)
+
+    # -- events from the listener's side ---------------------------------------------------------------------------
+
+    def enqueue(self, batch: EncodedBatch, now: float) -> None:
+        """Queue one run's frames: control frames (only while welcomed: the prefix carries them otherwise), then
+        EVENTS frames, each dropped and counted if the queue has no room."""
+        self._delivery.enqueue(batch, now, welcomed=self.welcomed)
+
+    def discard(self, batch: EncodedBatch) -> None:
+        """Count a run that nothing will send (the link is closing)."""
+        self._queue.discard(batch)
+
+    def retire(self, track: TrackInfo) -> None:
+        """``track`` ended (its frames still queued are sent with it declared, even after a reconnect)."""
+        self._queue.retire(track)
+
+    def request_flush(self, deadline: float) -> int:
+        """Ask for a FLUSH after everything queued; ``FlushDone`` answers by ``deadline``. Returns its id."""
+        return self._acks.request(deadline)
+
+    def drop_queue(self) -> int:
+        """Throw the queue away (closing, or a collector that does not read), counting its events; returns them."""
+        return self._queue.drop_all()
+
+    def drop_unsent(self) -> int:
+        """Count the events of the frame going out as dropped (its driver is gone); returns them."""
+        return self._queue.drop_unsent()
+
+    # -- events from the driver ------------------------------------------------------------------------------------
+
+    def timer(self, now: float) -> list[Action]:
+        """Time passed (or something was asked for): flushes, acknowledgements, heartbeat, warnings, connecting."""
+        self._polled_at = now
+        if self._acks.take_asked() and not self._has_connection:
+            self._backoff.due_now(now)  # a new flush does not wait for the backoff
+        if self._delivery.reset_reason and self._has_connection:
+            self._drop_queue_and_reconnect(now)
+        if now >= self._outage.next_report:
+            warning = self._outage.report(now, self._queue.event_count, self.counters.dropped_events)
+            if warning:
+                self._log(logging.WARNING, warning)
+        if self.welcomed:
+            self._delivery.start_flushes(now)
+        self._actions += [FlushDone(request, False) for request in self._acks.expire(now)]
+        if self.welcomed:
+            self._delivery.ask_acknowledgement(now)
+            self._delivery.heartbeat(now)
+        if self.state is LinkState.HANDSHAKE and now >= self._connected_at + self.handshake_timeout_s:
+            reason = f"the collector at {self.address} sent no WELCOME within {self.handshake_timeout_s:g}s"
+            self._disconnect(reason, now)
+        if self.state is LinkState.IDLE and now >= self._backoff.next_attempt:
+            self._move(LinkState.CONNECTING)
+            self._actions.append(Connect())
+        return self._take_actions()
+
+    def connected(self, now: float, hello: Hello) -> list[Action]:
+        """The connection is made: the preamble and ``hello`` go out first."""
+        self._move(LinkState.HANDSHAKE)
+        self._acks.on_this_connection = False
+        self._decoder = ReplyDecoder(self.options.max_frame_bytes)
+        self._answered, self._goodbye_reason, self._eof, self._answering = False, "", False, None
+        self._queue.start(preamble() + encode(hello))
+        self.counters.connects += 1
+        self._connected_at = self._polled_at = now
+        return self._take_actions()
+
+    def connect_failed(self, reason: str, now: float, *, at_once: bool = False) -> list[Action]:
+        """The connection could not be made; ``at_once``: a failure waiting will not mend (TLS), warned of now."""
+        self._move(LinkState.IDLE)
+        self._polled_at = now
+        self._schedule_reconnect(reason, now, at_once=at_once)
+        return self._take_actions()
+
+    def data_to_send(self) -> memoryview | None:
+        """The bytes to send next (the same until ``sent`` says they went), or None."""
+        return self._queue.next_bytes(welcomed=self.welcomed)
+
+    def sent(self, size: int, now: float) -> None:
+        """``size`` bytes of ``data_to_send`` went out."""
+        self._delivery.sent(size, now)
+
+    def received(self, data: bytes, now: float) -> list[Action]:
+        """Bytes from the collector; ``b""``: it closed the connection."""
+        if self._decoder is None:
+            return []
+        self._decoder.receive_data(data)
+        self._eof = not data
+        self._read_frames(now)
+        return self._take_actions()
+
+    def swept(self, now: float) -> list[Action]:
+        """The timelines were swept after ``AnswerFlush``: answer the collector's FLUSH, then read on."""
+        token, self._answering = self._answering, None
+        if token is None:
+            return []
+        self._delivery.answer_flush(token, now)
+        self._read_frames(now)
+        return self._take_actions()
+
+    def connection_lost(self, reason: str, now: float) -> list[Action]:
+        """Sending or receiving failed."""
+        self._disconnect(reason, now)
+        return self._take_actions()
+
+    def stop(self, now: float) -> list[Action]:
+        """Close for good: every flush request not answered is answered False."""
+        self._disconnect("streamer stopped", now, retry=False)
+        if self.state is not LinkState.STOPPED:
+            self._move(LinkState.STOPPED)
+        self._actions += [FlushDone(request, False) for request in self._acks.abandon()]
+        return self._take_actions()
+
+    # -- what the collector sends ----------------------------------------------------------------------------------
+
+    def _read_frames(self, now: float) -> None:
+        """Every complete frame buffered, up to a collector's FLUSH (``AnswerFlush``); then the end, if it came."""
+        if self._decoder is None:
+            return
+        try:
+            for frame in self._decoder:
+                self._answered = True
+                handler = _HANDLERS.get(type(frame))
+                if handler is not None:
+                    handler(self, frame, now)
+                if self._answering is not None:
+                    return
+        except ProtocolError as exc:  # not a collector there, most likely: said once (the outage), retried slowly
+            http = "b'HTTP'" in str(exc)  # an HTTP server's answer where the magic should be
+            hint = " (is that the collector's HTTP port? clients connect to its ingest port, --tcp)" if http else ""
+            self._backoff.slowest()
+            self._disconnect(f"the peer at {self.address} broke the protocol: {exc}{hint}", now, at_once=True)
+            return
+        if self._eof:
+            self._closed_by_peer(now)
+
+    def _on_welcome(self, welcome: Welcome, now: float) -> None:
+        self._delivery.welcome(welcome)  # (a version this client does not speak raises: a protocol error)
+        self._move(LinkState.WELCOMED)
+        # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
+        self._welcomed_at = now
+        resumed = self._outage.resumed(now, self.counters.dropped_events)
+        if resumed:
+            self._log(logging.INFO, resumed)
+
+    def _on_flush_ack(self, frame: FlushAck, now: float) -> None:
+        answer = self._delivery.flush_acknowledged(frame.token)
+        if answer is not None:
+            self._actions.append(FlushDone(*answer))
+
+    def _on_flush(self, frame: Flush, now: float) -> None:
+        self._answering = frame.token
+        self._actions.append(AnswerFlush())
+
+    def _on_set_priority(self, frame: SetPriority, now: float) -> None:
+        self._actions.append(Prioritize(frame))
+
+    def _on_refused(self, frame: Refused, now: float) -> None:
+        self._delivery.refused(frame.events)
+
+    def _on_goodbye(self, frame: Goodbye, now: float) -> None:
+        hint = " (connect(..., token=...) or RINGTRACE_TOKEN)" if frame.reason == AUTHENTICATION_FAILED else ""
+        self._goodbye_reason = frame.reason + hint
+        if not self.welcomed:  # refused: the next attempts are as far apart as the options allow, and the outage
+            self._backoff.slowest()  # warning says why (at once)
+        elif not self._goodbye_logged:
+            self._goodbye_logged = True
+            self._log(logging.WARNING, f"ringtrace: the collector at {self.address} is closing: {self._goodbye_reason}")
+
+    def _closed_by_peer(self, now: float) -> None:
+        if not self._answered and not self._unanswered_logged:  # no GOODBYE to say why: a plain client at a TLS
+            self._unanswered_logged = True  # listener, or not a collector at all
+            self._log(
+                logging.WARNING,
+                f"ringtrace: {self.address} closed the connection without answering HELLO: is it a ringtrace "
+                "collector, and does it expect TLS (connect(..., tls=...))?",
+            )
+        goodbye = f": {self._goodbye_reason}" if self._goodbye_reason else ""
+        refused = not self.welcomed and bool(self._goodbye_reason)  # a refusal waiting will not mend: said now
+        self._disconnect(f"the collector at {self.address} closed the connection{goodbye}", now, at_once=refused)
+
+    # -- the connection --------------------------------------------------------------------------------------------
+
+    @property
+    def _has_connection(self) -> bool:
+        return self.state in (LinkState.HANDSHAKE, LinkState.WELCOMED)
+
+    def _move(self, state: LinkState) -> None:
+        if state not in _TRANSITIONS[self.state]:
+            raise RuntimeError(f"link: no transition from {self.state.name} to {state.name}")
+        self.state = state
+
+    def _schedule_reconnect(self, reason: str, now: float, *, at_once: bool = False) -> None:
+        delay = self._backoff.failed(now, hurry=bool(self._acks.pending))
+        self._outage.failed(reason, now, self.counters.dropped_events, at_once=at_once)
+        self._log(logging.DEBUG, f"ringtrace: {reason}; retrying in {delay:.2f}s")
+
+    def _drop_queue_and_reconnect(self, now: float) -> None:
+        reason, self._delivery.reset_reason = self._delivery.reset_reason, ""
+        dropped = self.drop_queue()
+        self._log(logging.WARNING, f"ringtrace: {reason}; dropped {dropped} queued events and reconnecting")
+        self._disconnect(reason, now)
+
+    def _disconnect(self, reason: str, now: float, retry: bool = True, *, at_once: bool = False) -> None:
+        if not self._has_connection:
+            return
+        was_welcomed = self.welcomed
+        self._move(LinkState.IDLE if retry else LinkState.STOPPED)
+        self._actions.append(Close())
+        self._decoder, self._eof, self._answering = None, False, None
+        unacknowledged = self._delivery.broken()
+        if unacknowledged:
+            self._log(
+                logging.WARNING,
+                f"ringtrace: {unacknowledged} events sent before the connection to {self.address} broke were not "
+                "acknowledged: lost if the collector did not store them (counted as unacknowledged_events)",
+            )
+        if retry:
+            proven = was_welcomed and (
+                self._acks.on_this_connection or now - self._welcomed_at >= self.options.backoff_max_s
+            )
+            if proven:  # a connection that worked broke: the collector is probably restarting, try soon
+                self._backoff.reset()
+            self._schedule_reconnect(reason, now, at_once=at_once)
+
+    def _log(self, level: int, text: str) -> None:
+        self._actions.append(Log(level, text))
+
+    def _take_actions(self) -> list[Action]:
+        actions, self._actions = self._actions, []
+        return actions
+
+
+_HANDLERS: Final[dict[type, Callable[[Link, Any, float], None]]] = {
+    Welcome: Link._on_welcome,
+    FlushAck: Link._on_flush_ack,
+    Flush: Link._on_flush,
+    SetPriority: Link._on_set_priority,
+    Refused: Link._on_refused,
+    Goodbye: Link._on_goodbye,
+}

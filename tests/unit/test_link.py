@@ -1,0 +1,401 @@
+"""The sans-I/O link: events in (the time, a connection made or lost, the collector's bytes), actions and bytes out.
+
+No socket, no thread, no clock: each test plays the collector's end in memory (``Peer``) and passes the time by hand.
+The backoff's jitter is fixed at 1.0, so a wait is exactly the backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.link import (
+    Action,
+    AnswerFlush,
+    Close,
+    Connect,
+    FlushDone,
+    Link,
+    LinkState,
+    Log,
+    Prioritize,
+)
+from ringtrace.client.options import StreamerOptions
+from ringtrace.client.wire.frames import (
+    AUTHENTICATION_FAILED,
+    PROTOCOL_VERSIONS,
+    Events,
+    Flush,
+    FlushAck,
+    Frame,
+    FrameReader,
+    Goodbye,
+    Hello,
+    Refused,
+    SetPriority,
+    Stats,
+    Strings,
+    Track,
+    Welcome,
+    encode,
+    preamble,
+)
+from ringtrace.client.wire.model import SPAN, THREAD_TRACK, TrackInfo
+
+ADDRESS = "collector:7700"
+HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
+WELCOME = Welcome(PROTOCOL_VERSIONS[1], 1 << 20, 100_000, 10_000, 1_000, "test")
+MAIN = TrackInfo(7, THREAD_TRACK, "main", 1234)
+
+
+def make_link(**options: Any) -> tuple[Link, StreamEncoder]:
+    handshake_timeout_s = options.pop("handshake_timeout_s", float("inf"))
+    settings = {"backoff_initial_s": 0.1, "backoff_max_s": 1.0, "heartbeat_s": 15.0, "token": "t"} | options
+    encoder = StreamEncoder()
+    options = StreamerOptions(**settings)
+    link = Link(ADDRESS, options, encoder, handshake_timeout_s=handshake_timeout_s, jitter=lambda: 1.0)
+    return link, encoder
+
+
+def events(encoder: StreamEncoder, *labels: str, track: TrackInfo = MAIN) -> EncodedBatch:
+    """A run of 10 ns spans, encoded as the flusher hands it to the link."""
+    records = [value for i, label in enumerate(labels) for value in (SPAN, label, 100 * i, 100 * i + 10, None)]
+    return encoder.encode(track, records)
+
+
+class Peer:
+    """The collector's end of the link: reads what the link sends (as the socket would take it) and answers."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.reader = FrameReader("client")
+        self.opened = False
+        self.welcomed: list[Action] = []
+
+    def connect(self, now: float) -> None:
+        """The link's next attempt is due at ``now``: the connection is made."""
+        assert self.link.timer(now) == [Connect()]
+        assert self.link.connected(now, HELLO) == []
+        self.reader = FrameReader("client")
+        self.opened = False
+
+    def welcome(self, now: float, welcome: Welcome = WELCOME) -> list[Frame]:
+        """Read HELLO, answer WELCOME; returns what the link sends then (the prefix and the queue)."""
+        assert self.read(now) == [HELLO]
+        self.welcomed = self.answer(now, welcome)  # (an INFO when it ends a warned-of outage)
+        assert self.link.welcomed
+        return self.read(now)
+
+    def read(self, now: float) -> list[Frame]:
+        """Everything the link has to send now, as frames."""
+        while (data := self.link.data_to_send()) is not None:
+            chunk = bytes(data)
+            self.link.sent(len(chunk), now)
+            self.reader.receive_data(chunk)
+        return list(self.reader)
+
+    def answer(self, now: float, *frames: Frame) -> list[Action]:
+        data = b"".join(encode(frame) for frame in frames)
+        if not self.opened:
+            data, self.opened = preamble() + data, True
+        return self.link.received(data, now)
+
+
+def kinds(actions: list[Action]) -> list[type]:
+    return [type(action) for action in actions]
+
+
+def logged(actions: list[Action], level: int) -> list[str]:
+    return [action.text for action in actions if isinstance(action, Log) and action.level == level]
+
+
+def flush_tokens(frames: list[Frame]) -> list[int]:
+    return [frame.token for frame in frames if isinstance(frame, Flush)]
+
+
+def test_hello_goes_alone_until_welcome_then_the_prefix_goes_ahead_of_what_was_queued() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    link.enqueue(events(encoder, "early", "also early"), now=0.0)  # before any connection
+    assert link.state is LinkState.IDLE and link.queued_events == 2
+    assert link.timer(0.0) == [Connect()] and link.state is LinkState.CONNECTING
+    assert link.connected(0.0, HELLO) == [] and link.state is LinkState.HANDSHAKE
+    assert peer.read(0.0) == [HELLO]
+    link.timer(0.5)
+    assert peer.read(0.5) == []  # nothing before WELCOME, however long it takes
+    assert peer.answer(1.0, WELCOME) == [] and link.state is LinkState.WELCOMED
+    frames = peer.read(1.0)
+    types = [type(frame) for frame in frames]
+    assert types.index(Strings) < types.index(Track) < types.index(Stats) < types.index(Events) == len(types) - 1
+    strings = {text for frame in frames if isinstance(frame, Strings) for text in frame.strings}
+    assert {"early", "also early"} <= strings
+    assert link.counters.sent_events == 2 and link.counters.connects == 1 and link.queued_events == 0
+
+
+def test_a_refusal_waits_the_longest_backoff_and_is_warned_of_at_once() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    assert peer.read(0.0) == [HELLO]
+    assert peer.answer(0.1, Goodbye(AUTHENTICATION_FAILED)) == []
+    closed = link.received(b"", 0.1)
+    assert kinds(closed) == [Close, Log] and link.state is LinkState.IDLE
+    assert link.next_deadline() == 0.1  # the warning is due now
+    warning = logged(link.timer(0.1), logging.WARNING)
+    assert len(warning) == 1 and "authentication failed" in warning[0] and "RINGTRACE_TOKEN" in warning[0]
+    assert link.next_deadline() == pytest.approx(1.1)  # backoff_max_s, not backoff_initial_s
+
+
+def test_the_backoff_doubles_up_to_its_max_and_starts_again_after_a_connection_that_worked() -> None:
+    link, _ = make_link(backoff_initial_s=0.1, backoff_max_s=1.0)
+    assert link.timer(0.0) == [Connect()]
+    link.connect_failed("connection refused", 0.0)
+    now = 0.0
+    for wait in (0.1, 0.2, 0.4, 0.8, 1.0, 1.0):
+        assert Connect() not in link.timer(now + wait - 0.001)  # (the outage's warning comes 2 s on)
+        now += wait
+        assert Connect() in link.timer(now)
+        link.connect_failed("connection refused", now)
+
+    now += 1.0
+    peer = Peer(link)
+    peer.connect(now)
+    peer.welcome(now)
+    assert logged(peer.welcomed, logging.INFO) == [
+        "ringtrace: events reach the collector again, after 4.5s (0 dropped meanwhile)"
+    ]
+    link.connection_lost("receive failed", now + 0.1)  # welcomed, never acknowledged: no proof it works
+    assert link.next_deadline() == pytest.approx(now + 1.1)
+
+    now += 1.1
+    peer.connect(now)
+    peer.welcome(now)
+    assert peer.answer(now, FlushAck(0)) == []  # the collector acknowledged a heartbeat: it works
+    link.connection_lost("receive failed", now + 0.1)
+    assert link.next_deadline() == pytest.approx(now + 0.2)  # backoff_initial_s again
+
+
+def test_a_flush_is_answered_by_the_collectors_ack_of_its_token() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a", "b", "c"), now=0.1)
+    request = link.request_flush(deadline=5.0)
+    assert link.timer(0.1) == []
+    frames = peer.read(0.1)
+    assert [frame.count for frame in frames if isinstance(frame, Events)] == [3]
+    (token,) = flush_tokens(frames)
+    assert frames.index(Flush(token)) > max(i for i, frame in enumerate(frames) if isinstance(frame, Events))
+    assert peer.answer(0.2, FlushAck(token + 1000)) == []  # another token answers nobody
+    assert peer.answer(0.2, FlushAck(token)) == [FlushDone(request, True)]
+    assert link.counters.sent_events == 3
+
+
+def test_a_full_queue_drops_and_counts_and_the_next_flush_says_so() -> None:
+    link, encoder = make_link(max_queue_bytes=300)
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, *["a"] * 100), now=0.1)  # its TRACK and STRINGS fit; its EVENTS frame does not
+    assert (link.counters.dropped_events, link.counters.dropped_frames, link.queued_events) == (100, 1, 0)
+    request = link.request_flush(deadline=5.0)
+    link.timer(0.1)
+    frames = peer.read(0.1)
+    assert [frame.dropped_events for frame in frames if isinstance(frame, Stats)] == [100]  # ahead of the FLUSH
+    (token,) = flush_tokens(frames)
+    assert peer.answer(0.2, FlushAck(token)) == [FlushDone(request, False)]
+    second = link.request_flush(deadline=5.0)
+    link.timer(0.3)
+    (token,) = flush_tokens(peer.read(0.3))
+    assert peer.answer(0.4, FlushAck(token)) == [FlushDone(second, True)]  # nothing lost since the previous one
+
+
+def test_a_flush_the_collector_refused_events_before_is_false() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a"), now=0.1)
+    request = link.request_flush(deadline=5.0)
+    link.timer(0.1)
+    (token,) = flush_tokens(peer.read(0.1))
+    assert peer.answer(0.2, Refused(1), FlushAck(token)) == [FlushDone(request, False)]
+    assert link.counters.refused_events == 1
+
+
+def test_a_heartbeat_goes_out_after_heartbeat_s_with_nothing_sent() -> None:
+    link, _ = make_link(heartbeat_s=5.0)
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    assert link.next_deadline() == 1.0  # connected: the timer runs at least every second
+    link.timer(4.9)
+    assert peer.read(4.9) == []
+    link.timer(5.0)
+    assert peer.read(5.0) == [Flush(0)]
+    link.timer(9.9)
+    assert peer.read(9.9) == []
+
+
+def test_a_reconnect_sends_the_whole_session_again_before_the_events_still_queued() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "first"), now=0.1)
+    peer.read(0.1)
+    link.enqueue(events(encoder, "second"), now=0.2)  # queued, not sent, when the connection breaks
+    assert link.connection_lost("send failed: broken pipe", 0.3)[0] == Close()
+    assert link.counters.dropped_events == 0 and link.queued_events == 1
+    assert link.counters.unacknowledged_events == 1  # "first": sent, never acknowledged
+    now = link.next_deadline()
+    peer.connect(now)
+    frames = peer.welcome(now)
+    strings = {text for frame in frames if isinstance(frame, Strings) for text in frame.strings}
+    assert {"first", "second"} <= strings  # every string again, not only those not yet sent
+    assert Track(MAIN.track_id, MAIN.kind, MAIN.name, MAIN.thread_id) in frames
+    assert isinstance(frames[-1], Events) and frames[-1].count == 1
+    assert link.counters.connects == 2 and link.counters.sent_events == 2
+
+
+def test_a_frame_cut_short_by_a_break_is_dropped_and_counted() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a"), now=0.1)
+    peer.read(0.1)
+    link.enqueue(events(encoder, "a", "a", "a"), now=0.2)  # a known track and label: an EVENTS frame alone
+    assert link.data_to_send() is not None
+    link.sent(1, 0.2)  # one byte of it went out
+    link.connection_lost("send failed", 0.2)
+    assert (link.counters.dropped_events, link.counters.dropped_frames, link.queued_events) == (3, 1, 0)
+    assert link.counters.sent_events == 1
+
+
+def test_events_sent_and_never_acknowledged_make_the_flush_waiting_false_on_the_next_connection() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a", "b"), now=0.1)
+    request = link.request_flush(deadline=10.0)
+    link.timer(0.1)
+    (first_token,) = flush_tokens(peer.read(0.1))
+    lost = link.connection_lost("receive failed", 0.2)
+    assert "2 events sent before the connection to collector:7700 broke" in logged(lost, logging.WARNING)[0]
+    assert link.counters.unacknowledged_events == 2
+    now = link.next_deadline()
+    peer.connect(now)
+    frames = peer.welcome(now)  # the flush is asked again, with a new token
+    assert [frame.unacknowledged_events for frame in frames if isinstance(frame, Stats)] == [2]
+    link.timer(now)
+    (token,) = flush_tokens(peer.read(now))
+    assert token != first_token
+    assert peer.answer(now, FlushAck(token)) == [FlushDone(request, False)]
+
+
+def test_the_collectors_flush_is_answered_behind_what_the_sweep_queued_and_reading_goes_on() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    assert peer.answer(0.1, Flush(42), SetPriority("debug")) == [AnswerFlush()]  # stops there until swept
+    link.enqueue(events(encoder, "swept"), now=0.1)  # what the sweep hands over
+    assert link.swept(0.1) == [Prioritize(SetPriority("debug"))]
+    frames = peer.read(0.1)
+    types = [type(frame) for frame in frames]
+    assert types[-3:] == [Events, Flush, FlushAck] and frames[-1] == FlushAck(42)  # its own ack asked for first
+
+
+def test_without_a_flush_waiting_the_link_asks_for_acknowledgements_every_second_while_events_go_out() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a"), now=0.5)
+    link.timer(1.0)
+    (token,) = flush_tokens(peer.read(1.0))
+    link.timer(1.5)
+    assert flush_tokens(peer.read(1.5)) == []  # asked a second ago
+    link.timer(2.5)
+    assert flush_tokens(peer.read(2.5)) == []  # nothing new to acknowledge
+    peer.answer(2.6, FlushAck(token))
+    link.connection_lost("receive failed", 3.0)
+    assert link.counters.unacknowledged_events == 0  # the collector had said it stored them
+
+
+def test_a_flush_does_not_wait_for_the_backoff_and_gives_up_at_its_deadline() -> None:
+    link, _ = make_link(backoff_initial_s=1.0, backoff_max_s=1.0)
+    assert link.timer(0.0) == [Connect()]
+    link.connect_failed("connection refused", 0.0)
+    request = link.request_flush(deadline=0.5)
+    assert link.timer(0.1) == [Connect()]  # at once, not at 1.0
+    link.connect_failed("connection refused", 0.1)
+    assert link.next_deadline() == pytest.approx(0.35)  # while a flush waits, attempts are 0.25 s apart at most
+    assert FlushDone(request, False) in link.timer(0.5)
+
+
+def test_a_connection_never_welcomed_is_closed_at_the_handshake_timeout() -> None:
+    link, _ = make_link(handshake_timeout_s=2.0)
+    peer = Peer(link)
+    peer.connect(0.0)
+    assert peer.read(0.0) == [HELLO]
+    assert link.next_deadline() <= 2.0
+    assert Close() not in link.timer(1.9)
+    closed = link.timer(2.0)
+    assert Close() in closed and link.state is LinkState.IDLE
+    assert "sent no WELCOME within 2s" in logged(closed, logging.DEBUG)[0]
+
+
+def test_without_a_handshake_timeout_a_connection_waits_for_welcome() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    assert link.timer(3600.0) == [] and link.state is LinkState.HANDSHAKE
+
+
+def test_a_peer_that_is_not_a_collector_is_left_at_once_and_retried_slowly() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    actions = link.received(b"HTTP/1.1 400 Bad Request\r\n\r\n", 0.1)
+    assert Close() in actions and link.state is LinkState.IDLE
+    warning = logged(link.timer(0.1), logging.WARNING)
+    assert len(warning) == 1 and "HTTP port" in warning[0]
+    assert link.next_deadline() == pytest.approx(1.1)
+
+
+def test_a_welcome_naming_a_version_the_link_does_not_speak_closes_the_connection() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.read(0.0)
+    actions = peer.answer(0.1, Welcome(99, 1 << 20, 1000, 1000, 1000, "future"))
+    assert Close() in actions and not link.welcomed
+    assert "chose protocol version 99" in logged(actions, logging.DEBUG)[0]
+
+
+def test_control_frames_piling_up_for_a_collector_that_does_not_read_drop_the_queue_and_reconnect() -> None:
+    link, encoder = make_link(max_queue_bytes=64)
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    for i in range(40):  # a new thread each time: a TRACK frame each, never read
+        link.enqueue(events(encoder, track=TrackInfo(100 + i, THREAD_TRACK, f"thread {i}", i)), now=0.1)
+    assert link.next_deadline() == float("-inf")  # at once
+    actions = link.timer(0.1)
+    assert Close() in actions and link.state is LinkState.IDLE
+    assert "for a collector that does not read; dropped 0 queued events" in logged(actions, logging.WARNING)[0]
+
+
+def test_stopping_closes_the_connection_and_answers_every_waiting_flush_false() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    waiting = link.request_flush(deadline=10.0)
+    assert link.stop(0.1) == [Close(), FlushDone(waiting, False)]
+    assert link.state is LinkState.STOPPED and link.next_deadline() == float("inf")

@@ -1,7 +1,7 @@
 """The collector service: its parts, composed on one event loop, started and stopped in order (its configuration:
 ``config.py``).
 
-- ``listeners.py``: the ingest TCP server and the HTTP API's server, with TLS;
+- ``servers.py``: the ingest TCP server and the HTTP API's server, with TLS;
 - ``snapshots.py``: pinned views of the store (snapshots and pops after a flush round trip, tails, ``/sources``);
 - ``process_control.py``: selecting, prioritising, clearing and forgetting the known processes;
 - ``housekeeping.py``: the timers (forgetting, idle connections, rates, the loop-lag watch, interval syncs);
@@ -35,9 +35,9 @@ from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.data_dir import DataDirSync, recover
 from ringtrace.collector.service.housekeeping import Housekeeping
-from ringtrace.collector.service.listeners import Listeners
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.process_control import FORGOTTEN_PROCESS_BYTES, ProcessControl
+from ringtrace.collector.service.servers import Servers
 from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.service.status import Status
 from ringtrace.collector.store.clocks import own_boot_id
@@ -69,7 +69,7 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.version = __version__
-        self.listeners = Listeners(config)  # (first: a bad TLS file stops nothing begun)
+        self.servers = Servers(config)  # (first: a bad TLS file stops nothing begun)
         self.auth = Authenticator(config.token)
         _warn_process_capacity(config)
         self.data_dir = DataDir(config.data_dir, config.fsync) if config.data_dir is not None else None
@@ -117,7 +117,7 @@ class Collector:
             self.origin_ns,
             config.max_snapshots,
         )
-        self.processes = ProcessControl(
+        self.process_control = ProcessControl(
             self.registry,
             self.store,
             self.connections,
@@ -131,7 +131,7 @@ class Collector:
             self.connections,
             self.rates,
             self.heap,
-            self.processes.forget_idle,
+            self.process_control.forget_idle,
             config.forget_after_s,
             config.idle_timeout_s,
         )
@@ -158,10 +158,10 @@ class Collector:
         config = self.config
         if self.data_dir is not None:
             recover(self.data_dir, self.registry, self.store, self.stored_limits)
-        self.listeners.log_exposure(self.auth.required)
-        await self.listeners.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
+        self.servers.log_exposure(self.auth.required)
+        await self.servers.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
         app = make_app(self, self.auth.middleware() if self.auth.required else None)
-        await self.listeners.open_http(app, self.http_guard)
+        await self.servers.open_http(app, self.http_guard)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
         extra = (self.loop_lag.run, *([self.data_dir_sync.every_interval] if interval_syncs else []))
@@ -169,13 +169,13 @@ class Collector:
 
     async def stop(self) -> None:
         await self.housekeeping.stop()
-        if self.listeners.stop_ingest():
+        if self.servers.stop_ingest():
             # Clients are asked to flush first: what they sent is then acknowledged, and none of it is in doubt.
             await self.snapshots.flush_clients(STOP_FLUSH_TIMEOUT_S)
             for connection in list(self.connections):
                 connection.close()
-            await self.listeners.ingest_closed()
-        await self.listeners.close_http()
+            await self.servers.ingest_closed()
+        await self.servers.close_http()
         self.readers.shutdown(wait=True, cancel_futures=True)  # (a step runs 50 ms at most)
         if self.data_dir is not None:
             if self.config.fsync != "never":
@@ -186,15 +186,15 @@ class Collector:
 
     @property
     def tls(self) -> ssl.SSLContext | None:
-        return self.listeners.tls
+        return self.servers.tls
 
     @property
     def tcp_address(self) -> tuple[str, int] | None:
-        return self.listeners.tcp_address
+        return self.servers.tcp_address
 
     @property
     def http_address(self) -> tuple[str, int] | None:
-        return self.listeners.http_address
+        return self.servers.http_address
 
     @property
     def max_snapshots(self) -> int:
@@ -237,12 +237,12 @@ class Collector:
         same instant (counted as cleared): nothing stored in between is lost, and nothing is popped twice. The
         caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``."""
         view = await self.snapshots.snapshot(flush_timeout_s)
-        self.processes.clear(selected)
+        self.process_control.clear(selected)
         return view
 
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``)."""
-        return await self.snapshots.sources(self.processes.matching(selected))
+        return await self.snapshots.sources(self.process_control.matching(selected))
 
     async def tail_step(self, tail: Tail) -> list[Row]:
         """The rows stored since the tail's last step (``tail.py``), read on a worker thread."""
@@ -250,19 +250,19 @@ class Collector:
 
     def matching(self, selected: EventFilter) -> list[ProcessRecord]:
         """The known processes ``selected`` (by pid, name, host), oldest first."""
-        return self.processes.matching(selected)
+        return self.process_control.matching(selected)
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
-        return self.processes.set_priority(selected, priority, timeline)
+        return self.process_control.set_priority(selected, priority, timeline)
 
     def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
         """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed."""
-        return self.processes.clear(selected)
+        return self.process_control.clear(selected)
 
     def forget_idle(self) -> int:
         """Forget every process idle past ``forget_after_s`` that holds nothing; returns how many."""
-        return self.processes.forget_idle()
+        return self.process_control.forget_idle()
 
     async def sync_data_dir(self) -> None:
         """Make everything stored in the data dir durable, on a worker thread (``DataDirSync.sync``)."""

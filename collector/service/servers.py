@@ -12,12 +12,12 @@ from ringtrace.collector.auth import server_tls_context
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.service.config import CollectorConfig
 
-__all__ = ["Listeners"]
+__all__ = ["Servers"]
 
 log = logging.getLogger("ringtrace.collector")
 
 
-class Listeners:
+class Servers:
     """Both servers: bound by ``open_ingest`` and ``open_http`` (each logs the address actually bound), closed in the
     order a stop needs: ingest stops accepting, its connections are flushed and closed (by the caller), then HTTP.
 

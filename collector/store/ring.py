@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol
 
 from ringtrace.client.wire.decoder import (
@@ -47,6 +46,7 @@ from ringtrace.client.wire.decoder import (
 )
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.frames import EventsRun, preamble
+from ringtrace.collector.store.accounts import Accounts, Counts, ProcessHolding
 from ringtrace.collector.store.segments import (
     CHECKSUM_FRAME,
     CHECKSUM_RESERVE,
@@ -63,8 +63,6 @@ __all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "Sto
 log = logging.getLogger("ringtrace.collector.store.ring")
 
 Policy = Literal["ring", "discard"]
-#: Segments removed on request remembered (for live tails: ``cleared_segments``).
-CLEARED_REMEMBERED: Final = 16384
 #: The first segment of a stream; later ones double up to ``segment_bytes``.
 MIN_SEGMENT_BYTES: Final = 64 * 1024
 _ALIGN: Final = 4096
@@ -72,46 +70,6 @@ _PREAMBLE: Final = preamble()
 _ENTRY: Final = INDEX_ENTRY.size
 #: Memory a stored TRACK frame takes beside its bytes (the bytes object's header, its entry in a dict).
 _TRACK_FRAME_BYTES: Final = 100
-
-
-@dataclass(slots=True)
-class Counts:
-    """Events and bytes (of EVENTS frames) of one track, process or total; ``stored`` is what is left."""
-
-    received_events: int = 0
-    received_bytes: int = 0
-    overwritten_events: int = 0
-    overwritten_bytes: int = 0
-    capped_events: int = 0
-    capped_bytes: int = 0
-    discarded_events: int = 0
-    discarded_bytes: int = 0
-    #: Removed on request (``POST /clear``): not a loss, but no longer stored.
-    cleared_events: int = 0
-    cleared_bytes: int = 0
-
-    @property
-    def stored_events(self) -> int:
-        lost = self.overwritten_events + self.capped_events + self.discarded_events + self.cleared_events
-        return self.received_events - lost
-
-    @property
-    def stored_bytes(self) -> int:
-        return (
-            self.received_bytes - self.overwritten_bytes - self.capped_bytes - self.discarded_bytes - self.cleared_bytes
-        )
-
-    def add(self, other: Counts) -> None:
-        for name in _COUNT_FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def as_dict(self) -> dict[str, int]:
-        out = {name: getattr(self, name) for name in _COUNT_FIELDS}
-        out["stored_events"], out["stored_bytes"] = self.stored_events, self.stored_bytes
-        return out
-
-
-_COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
 
 
 def _aligned(size: int) -> int:
@@ -168,17 +126,6 @@ class Stream:
         yield from self.tracks.values()
         if self.stats:
             yield self.stats
-
-
-@dataclass(slots=True)
-class _Process:
-    """What one process holds: its segments, oldest first, and their bytes."""
-
-    segments: deque[Segment] = field(default_factory=deque)
-    held_bytes: int = 0
-    streams: int = 0
-    #: Per track id.
-    counts: dict[int, Counts] = field(default_factory=dict)
 
 
 class _Receiver(Protocol):
@@ -331,24 +278,22 @@ class Store:
         self.reserve = CHECKSUM_RESERVE + CHECKSUM_FRAME.size if self.buffers.checksums else 0
         self._segments: dict[int, Segment] = {}  # oldest first
         self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it
-        self._processes: dict[int, _Process] = {}
+        self._processes: dict[int, ProcessHolding] = {}
         self._seq = 0
         #: Connections open.
         self._streams = 0
-        #: Counts of processes forgotten (``forget``).
-        self.forgotten = Counts()
         self.held_bytes = 0
         #: Memory of the open connections' tables, counted against the capacity as segments are (``charge_tables``).
         self.table_bytes = 0
         self._refusals_logged: set[str] = set()
-        #: Segments removed on request, oldest first: seq -> (owner, events) (``cleared_segments``).
-        self._cleared: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        #: What every process received and lost, and which segments were removed on request (``accounts.py``).
+        self.accounts = Accounts(self._processes)
 
     # -- streams ------------------------------------------------------------------------------------------------
 
     def open_stream(self, owner: int, hello_frame: bytes | memoryview) -> Stream:
         """A new connection of process ``owner``, which said ``hello_frame`` (the HELLO frame's bytes)."""
-        process = self._processes.setdefault(owner, _Process())
+        process = self._processes.setdefault(owner, ProcessHolding())
         process.streams += 1
         self._streams += 1
         return Stream(owner, process.counts, bytes(hello_frame), MIN_SEGMENT_BYTES)
@@ -678,7 +623,7 @@ class Store:
 
     def adopt(self, recovered: Recovered, owner: int) -> None:
         """A segment recovered from the data dir, sealed, as if it had just been stored (oldest ones first)."""
-        process = self._processes.setdefault(owner, _Process())
+        process = self._processes.setdefault(owner, ProcessHolding())
         segment = Segment(recovered.seq, recovered.buffer, owner)
         for offset, size, track_id, count, first_ts, last_ts in recovered.entries:
             segment.index_events(offset, size, track_id, count, first_ts, last_ts)
@@ -737,14 +682,6 @@ class Store:
         process = self._processes.get(owner)
         return process is not None and (process.streams > 0 or bool(process.segments))
 
-    def track_counts(self) -> dict[tuple[int, int], Counts]:
-        """Counts per (process uid, track id), copied."""
-        return {
-            (owner, track_id): replace(counts)
-            for owner, process in self._processes.items()
-            for track_id, counts in process.counts.items()
-        }
-
     def clear(self, owners: Iterable[int]) -> int:
         """Remove everything the processes ``owners`` hold (counted as cleared); their connections go on writing into
         new segments. Returns the number of events removed."""
@@ -754,66 +691,14 @@ class Store:
             while process is not None and process.segments:
                 segment = process.segments[0]
                 removed += segment.events
-                self._cleared[segment.seq] = (owner, segment.events)
+                self.accounts.cleared(segment.seq, owner, segment.events)
                 self._evict(segment, "cleared")
-        while len(self._cleared) > CLEARED_REMEMBERED:
-            self._cleared.popitem(last=False)
         return removed
-
-    def cleared_segments(self, owners: Container[int], after_seq: int) -> dict[int, tuple[int, int]]:
-        """Segments of the processes ``owners`` removed on request (``clear``), from the oldest one after
-        ``after_seq`` on: (owner, events it held) per seq (the last CLEARED_REMEMBERED only)."""
-        return {seq: cleared for seq, cleared in self._cleared.items() if seq > after_seq and cleared[0] in owners}
-
-    def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
-        """Per process: events it sent that the store kept, whether still stored or overwritten or cleared since (all
-        but those refused: discarded, capped)."""
-        kept = {}
-        for owner in owners:
-            process = self._processes.get(owner)
-            if process is not None:
-                kept[owner] = sum(
-                    c.received_events - c.discarded_events - c.capped_events for c in process.counts.values()
-                )
-        return kept
-
-    def process_counts(self) -> dict[int, Counts]:
-        """Counts per process uid (its tracks summed)."""
-        totals = {}
-        for owner, process in self._processes.items():
-            total = totals[owner] = Counts()
-            for counts in process.counts.values():
-                total.add(counts)
-        return totals
-
-    def process_received(self) -> dict[int, tuple[int, int]]:
-        """(events, bytes) received per process uid: what rates are sampled from, every second, on the loop (so two
-        fields, not every count)."""
-        received = {}
-        for owner, process in self._processes.items():
-            counts = process.counts.values()
-            received[owner] = (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
-        return received
-
-    def process_held_bytes(self, owner: int) -> int:
-        process = self._processes.get(owner)
-        return process.held_bytes if process is not None else 0
 
     def forget(self, owner: int) -> None:
         """Fold the counts of a process that holds nothing into ``forgotten``, and drop its bookkeeping."""
         assert not self.holds(owner), "only a process with no connection and nothing stored is forgotten"
-        process = self._processes.pop(owner, None)
-        if process is not None:
-            for counts in process.counts.values():
-                self.forgotten.add(counts)
-
-    def totals(self) -> Counts:
-        total = Counts()
-        total.add(self.forgotten)
-        for process in self._processes.values():
-            for counts in process.counts.values():
-                total.add(counts)
-        return total
+        self.accounts.forget(owner)
 
     @property
     def stored_events(self) -> int:
@@ -830,3 +715,31 @@ class Store:
     @property
     def used_bytes(self) -> int:
         return sum(segment.used for segment in self._segments.values())
+
+    # -- accounting (``accounts.py``) ---------------------------------------------------------------------------
+
+    @property
+    def forgotten(self) -> Counts:
+        """Counts of processes forgotten (``forget``)."""
+        return self.accounts.forgotten
+
+    def totals(self) -> Counts:
+        return self.accounts.totals()
+
+    def track_counts(self) -> dict[tuple[int, int], Counts]:
+        return self.accounts.track_counts()
+
+    def process_counts(self) -> dict[int, Counts]:
+        return self.accounts.process_counts()
+
+    def process_received(self) -> dict[int, tuple[int, int]]:
+        return self.accounts.process_received()
+
+    def process_held_bytes(self, owner: int) -> int:
+        return self.accounts.process_held_bytes(owner)
+
+    def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
+        return self.accounts.kept_events(owners)
+
+    def cleared_segments(self, owners: Container[int], after_seq: int) -> dict[int, tuple[int, int]]:
+        return self.accounts.cleared_segments(owners, after_seq)

@@ -1,0 +1,110 @@
+"""The collector's two listeners: ingest over TCP and the HTTP API (aiohttp behind ``HttpGuard``), both with TLS when
+a certificate and key are configured."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from ringtrace.collector.auth import server_tls_context
+from ringtrace.collector.http.guard import HttpGuard
+from ringtrace.collector.service.config import CollectorConfig
+
+__all__ = ["Servers"]
+
+log = logging.getLogger("ringtrace.collector")
+
+
+class Servers:
+    """Both servers: bound by ``open_ingest`` and ``open_http`` (each logs the address actually bound), closed in the
+    order a stop needs: ingest stops accepting, its connections are flushed and closed (by the caller), then HTTP.
+
+    Raises:
+        ConfigError: the TLS certificate or key cannot be loaded (at construction, before anything is begun).
+    """
+
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        #: Both listeners speak TLS with it (None: plain TCP and HTTP); loaded first, so a bad file stops nothing begun.
+        self.tls = server_tls_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
+        self.tcp_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+        self._tcp_server: asyncio.Server | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._http_server: asyncio.Server | None = None
+
+    async def open_ingest(self, connection: Callable[[], asyncio.BufferedProtocol], timeout_s: float) -> None:
+        """Listen for clients, each served by a new ``connection()``; a TLS handshake must end within ``timeout_s``."""
+        config = self.config
+        # With TLS, asyncio's SSL protocol decrypts straight into the buffer IngestProtocol.get_buffer lends it (a
+        # segment): frames are still stored where they are read. A handshake must end within the HELLO timeout.
+        self._tcp_server = server = await asyncio.get_running_loop().create_server(
+            connection,
+            config.tcp_host,
+            config.tcp_port,
+            ssl=self.tls,
+            ssl_handshake_timeout=timeout_s if self.tls else None,
+        )
+        self.tcp_address = server.sockets[0].getsockname()[:2]
+        log.info("ingest listening on tcp://%s%s", host_port(self.tcp_address), " with TLS" if self.tls else "")
+
+    async def open_http(self, app: web.Application, guard: HttpGuard) -> None:
+        """Serve ``app``, each connection watched by ``guard`` (its count and its deadlines)."""
+        config = self.config
+        self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._http_runner.setup()
+        self._http_server = await asyncio.get_running_loop().create_server(
+            guard.factory(self._http_runner.server),
+            config.http_host,
+            config.http_port,
+            ssl=self.tls,
+            ssl_handshake_timeout=config.http_timeout_s if self.tls else None,  # (before the guard sees it)
+        )
+        self.http_address = self._http_server.sockets[0].getsockname()[:2]
+        scheme = "https" if self.tls else "http"
+        log.info("http listening on %s://%s", scheme, host_port(self.http_address))
+
+    def log_exposure(self, token_required: bool) -> None:
+        """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
+        exposed = self.config.exposed_listeners
+        if token_required:
+            log.info("authentication: a token is required on ingest and HTTP (GET /healthz answers its status only)")
+            if exposed and self.tls is None:
+                log.warning(
+                    "listening on %s without TLS: the token and the traces cross the network in clear text "
+                    "(--tls-cert, --tls-key)",
+                    " and ".join(exposed),
+                )
+        elif exposed:
+            log.warning(
+                "listening on %s with no token (--insecure-open): whoever reaches these ports may send events and "
+                "read every trace",
+                " and ".join(exposed),
+            )
+
+    def stop_ingest(self) -> bool:
+        """Accept no more clients; False if ingest never listened (nothing to flush or close)."""
+        if self._tcp_server is None:
+            return False
+        self._tcp_server.close()
+        return True
+
+    async def ingest_closed(self) -> None:
+        """Wait until the ingest server has ended (after its connections are closed)."""
+        if self._tcp_server is not None:
+            await self._tcp_server.wait_closed()
+
+    async def close_http(self) -> None:
+        """Accept no more HTTP connections and end those open (live tails first)."""
+        if self._http_server is not None:
+            self._http_server.close()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()  # ends the connections (live tails first)
+
+
+def host_port(address: tuple[str, int]) -> str:
+    """``HOST:PORT``, with an IPv6 host in brackets, as clients and --tcp take it."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

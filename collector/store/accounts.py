@@ -1,0 +1,156 @@
+"""The store's accounting: what each process holds, and what it received and lost, per track, per process and in
+total (forgotten processes included), as ``ring.py``'s theory of operation states it:
+received = stored + overwritten + capped + discarded + cleared.
+
+The store moves segments and counts each frame where it is stored or lost; these are the counts and the questions
+asked of them (``/stats``, ``/metrics``, ``/sources``, snapshots, live tails), answered without touching a segment.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Container, Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Final
+
+from ringtrace.collector.store.segments import Segment
+
+__all__ = ["CLEARED_REMEMBERED", "Accounts", "Counts", "ProcessHolding"]
+
+#: Segments removed on request remembered (for live tails: ``cleared_segments``).
+CLEARED_REMEMBERED: Final = 16384
+
+
+@dataclass(slots=True)
+class Counts:
+    """Events and bytes (of EVENTS frames) of one track, process or total; ``stored`` is what is left."""
+
+    received_events: int = 0
+    received_bytes: int = 0
+    overwritten_events: int = 0
+    overwritten_bytes: int = 0
+    capped_events: int = 0
+    capped_bytes: int = 0
+    discarded_events: int = 0
+    discarded_bytes: int = 0
+    #: Removed on request (``POST /clear``): not a loss, but no longer stored.
+    cleared_events: int = 0
+    cleared_bytes: int = 0
+
+    @property
+    def stored_events(self) -> int:
+        lost = self.overwritten_events + self.capped_events + self.discarded_events + self.cleared_events
+        return self.received_events - lost
+
+    @property
+    def stored_bytes(self) -> int:
+        return (
+            self.received_bytes - self.overwritten_bytes - self.capped_bytes - self.discarded_bytes - self.cleared_bytes
+        )
+
+    def add(self, other: Counts) -> None:
+        for name in _COUNT_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        out = {name: getattr(self, name) for name in _COUNT_FIELDS}
+        out["stored_events"], out["stored_bytes"] = self.stored_events, self.stored_bytes
+        return out
+
+
+_COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
+
+
+@dataclass(slots=True)
+class ProcessHolding:
+    """What one process holds: its segments, oldest first, and their bytes."""
+
+    segments: deque[Segment] = field(default_factory=deque)
+    held_bytes: int = 0
+    streams: int = 0
+    #: Per track id.
+    counts: dict[int, Counts] = field(default_factory=dict)
+
+
+class Accounts:
+    """The counts of every process the store knows (``processes``: the store's own table, read here), of those it
+    forgot, and which segments were removed on request.
+
+    Args:
+        processes: per process uid, what it holds; the store adds and removes processes, this reads them.
+    """
+
+    def __init__(self, processes: dict[int, ProcessHolding]) -> None:
+        self._processes = processes
+        #: Counts of processes forgotten (``forget``).
+        self.forgotten = Counts()
+        #: Segments removed on request, oldest first: seq -> (owner, events) (``cleared_segments``).
+        self._cleared: OrderedDict[int, tuple[int, int]] = OrderedDict()
+
+    def totals(self) -> Counts:
+        total = Counts()
+        total.add(self.forgotten)
+        for process in self._processes.values():
+            for counts in process.counts.values():
+                total.add(counts)
+        return total
+
+    def track_counts(self) -> dict[tuple[int, int], Counts]:
+        """Counts per (process uid, track id), copied."""
+        return {
+            (owner, track_id): replace(counts)
+            for owner, process in self._processes.items()
+            for track_id, counts in process.counts.items()
+        }
+
+    def process_counts(self) -> dict[int, Counts]:
+        """Counts per process uid (its tracks summed)."""
+        totals = {}
+        for owner, process in self._processes.items():
+            total = totals[owner] = Counts()
+            for counts in process.counts.values():
+                total.add(counts)
+        return totals
+
+    def process_received(self) -> dict[int, tuple[int, int]]:
+        """(events, bytes) received per process uid: what rates are sampled from, every second, on the loop (so two
+        fields, not every count)."""
+        received = {}
+        for owner, process in self._processes.items():
+            counts = process.counts.values()
+            received[owner] = (sum(c.received_events for c in counts), sum(c.received_bytes for c in counts))
+        return received
+
+    def process_held_bytes(self, owner: int) -> int:
+        process = self._processes.get(owner)
+        return process.held_bytes if process is not None else 0
+
+    def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
+        """Per process: events it sent that the store kept, whether still stored or overwritten or cleared since (all
+        but those refused: discarded, capped)."""
+        kept = {}
+        for owner in owners:
+            process = self._processes.get(owner)
+            if process is not None:
+                kept[owner] = sum(
+                    c.received_events - c.discarded_events - c.capped_events for c in process.counts.values()
+                )
+        return kept
+
+    def forget(self, owner: int) -> None:
+        """Fold the counts of process ``owner`` into ``forgotten``, and drop its bookkeeping."""
+        process = self._processes.pop(owner, None)
+        if process is not None:
+            for counts in process.counts.values():
+                self.forgotten.add(counts)
+
+    def cleared(self, seq: int, owner: int, events: int) -> None:
+        """Segment ``seq`` of process ``owner``, holding ``events``, was removed on request."""
+        self._cleared[seq] = (owner, events)
+        while len(self._cleared) > CLEARED_REMEMBERED:
+            self._cleared.popitem(last=False)
+
+    def cleared_segments(self, owners: Container[int], after_seq: int) -> dict[int, tuple[int, int]]:
+        """Segments of the processes ``owners`` removed on request (``Store.clear``), from the oldest one after
+        ``after_seq`` on: (owner, events it held) per seq (the last CLEARED_REMEMBERED only)."""
+        return {seq: cleared for seq, cleared in self._cleared.items() if seq > after_seq and cleared[0] in owners}

@@ -1,0 +1,40 @@
+"""Accounts (the store's counts): totals over live and forgotten processes, and the bounded memory of cleared
+segments."""
+
+from __future__ import annotations
+
+from ringtrace.collector.store.accounts import CLEARED_REMEMBERED, Accounts, Counts, ProcessHolding
+
+
+def holding(**tracks: Counts) -> ProcessHolding:
+    return ProcessHolding(counts={int(track.removeprefix("t")): counts for track, counts in tracks.items()})
+
+
+def test_a_forgotten_process_leaves_the_tables_but_not_the_totals() -> None:
+    processes = {
+        1: holding(t1=Counts(received_events=10, overwritten_events=4), t2=Counts(received_events=5)),
+        2: holding(t1=Counts(received_events=7, discarded_events=7)),
+    }
+    accounts = Accounts(processes)
+    before = accounts.totals()
+    assert (before.received_events, before.stored_events) == (22, 11)
+    assert accounts.kept_events([1, 2, 3]) == {1: 15, 2: 0}
+    accounts.forget(1)
+    assert list(processes) == [2]
+    assert accounts.totals() == before
+    assert accounts.forgotten.received_events == 15
+    assert list(accounts.process_counts()) == [2]
+    assert accounts.track_counts() == {(2, 1): Counts(received_events=7, discarded_events=7)}
+
+
+def test_the_cleared_segments_remembered_are_the_newest_and_bounded() -> None:
+    accounts = Accounts({})
+    for seq in range(CLEARED_REMEMBERED + 10):
+        accounts.cleared(seq, owner=seq % 2, events=1)
+    remembered = accounts.cleared_segments({0, 1}, after_seq=-1)
+    assert len(remembered) == CLEARED_REMEMBERED
+    assert min(remembered) == 10
+    assert accounts.cleared_segments({1}, after_seq=CLEARED_REMEMBERED + 5) == {
+        CLEARED_REMEMBERED + 7: (1, 1),
+        CLEARED_REMEMBERED + 9: (1, 1),
+    }

@@ -174,6 +174,7 @@ _FLAGS = {
     "max_connections": "--max-connections",
     "max_connections_per_address": "--max-connections-per-address",
     "idle_timeout_s": "--idle-timeout",
+    "handshake_timeout_s": "--handshake-timeout",
     "max_snapshots": "--max-snapshots",
     "http_timeout_s": "--http-timeout",
     "max_http_connections": "--max-http-connections",

@@ -53,9 +53,10 @@ ENVIRONMENT = {
     flag: "RINGTRACE_" + flag[2:].upper().replace("-", "_")
     for flag in (
         "--tcp", "--http", "--capacity", "--process-capacity", "--policy", "--data-dir", "--fsync", "--forget-after",
-        "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout", "--max-snapshots",
-        "--http-timeout", "--max-http-connections", "--max-strings", "--max-string-bytes", "--max-schema-bytes",
-        "--max-tracks", "--log-level", "--token-file", "--tls-cert", "--tls-key", "--insecure-open",
+        "--max-frame-size", "--max-connections", "--max-connections-per-address", "--idle-timeout",
+        "--handshake-timeout", "--max-snapshots", "--http-timeout", "--max-http-connections", "--max-strings",
+        "--max-string-bytes", "--max-schema-bytes", "--max-tracks", "--log-level", "--token-file", "--tls-cert",
+        "--tls-key", "--insecure-open",
     )
 }  # fmt: skip
 #: Flags that take no value: their variable is 1, true or yes (set), or 0, false, no or empty (not set).
@@ -230,6 +231,14 @@ def build_parser(
         "15 s (default %(default)s)",
     )
     parser.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=defaults.handshake_timeout_s,
+        metavar="SECONDS",
+        help="close a connection that has not said HELLO this long after it opened; a TLS handshake must end "
+        "within as long (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-strings",
         type=int,
         default=defaults.max_strings,
@@ -331,6 +340,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Co
         max_connections=args.max_connections,
         max_connections_per_address=args.max_connections_per_address,
         idle_timeout_s=args.idle_timeout,
+        handshake_timeout_s=args.handshake_timeout,
         max_snapshots=args.max_snapshots,
         http_timeout_s=args.http_timeout,
         max_http_connections=args.max_http_connections,

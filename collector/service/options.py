@@ -297,8 +297,11 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "handshake_timeout_s",
-        "close a connection that has not said HELLO by then: it would hold a --max-connections slot for nothing",
+        "close a connection that has not said HELLO this long after it opened; a TLS handshake must end within as long",
         10.0,
+        flag="--handshake-timeout",
+        parse=float,
+        metavar="SECONDS",
         range=(1e-3, 1e6),
     ),
     Option(

@@ -152,7 +152,7 @@ def run_collector(
 
 def hello(pid: int = 4242, instance: str = "raw", **fields: Any) -> Hello:
     """A HELLO as a hand-made client sends it."""
-    return Hello(pid, "review-host", "raw", instance, "", 1, 2, "test", **fields)
+    return Hello(pid, "test-host", "raw", instance, "", 1, 2, "test", **fields)
 
 
 def closed_by_peer(sock: socket.socket) -> bool:

@@ -18,6 +18,9 @@ from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline, read_trace_streams
 from ringtrace.collector.command.main import main
 
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("command")
+
 RECORD = """
 import sys, ringtrace.client
 tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])

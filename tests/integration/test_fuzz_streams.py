@@ -1,6 +1,6 @@
 """Whole streams, mutated, against a real collector while a good client streams alongside: every event of the good
 client is stored and shown with its own timestamps, the snapshot stays valid, the collector logs no traceback and its
-memory stays bounded (the hardening issue's fuzz)."""
+memory stays bounded."""
 
 from __future__ import annotations
 

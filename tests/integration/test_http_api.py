@@ -16,6 +16,9 @@ from collector_process import CollectorProcess, events
 from prometheus_client.parser import text_string_to_metric_families
 from ringtrace.collector.http.api import TAIL_KEEPALIVE_S
 
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("http_api")
+
 RECORD = """
 import sys, threading, time, ringtrace.client
 tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])

@@ -1,6 +1,6 @@
 """The collector's memory, read from outside (VmRSS in /proc), against connections that fill every table limit: their
 tables count against the capacity, so that what they take stays within it, and the memory comes back once they are
-gone (the reliability issue, round 2).
+gone.
 
 Bounds are generous (the allocator's slack varies), and fail on a collector that held 24-33 MB a connection with no
 bound but --max-connections, and kept most of it after they closed."""
@@ -116,7 +116,7 @@ def test_connections_filling_every_table_limit_stay_within_the_capacity() -> Non
 
 
 def test_memory_comes_back_once_connections_that_filled_their_tables_are_gone() -> None:
-    collector = CollectorProcess("--capacity", str(CAPACITY), "--forget-after", "1", "--max-connections", "64")
+    collector = CollectorProcess("--capacity", str(CAPACITY), "--forget-after", "0.2", "--max-connections", "64")
     try:
         payload = tables_at_every_limit()
         before = rss_bytes(collector.proc.pid)

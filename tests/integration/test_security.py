@@ -21,6 +21,9 @@ from ringtrace.client import FileListener, Streamer, StreamerOptions, Timeline, 
 from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, MAGIC, Goodbye, Track, Welcome, encode, preamble
 from ringtrace.collector.command.main import main
 
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("security")
+
 TOKEN = "rt-test-" + secrets.token_hex(16)
 WRONG = "rt-wrong-" + secrets.token_hex(16)
 _VARIABLES = ("RINGTRACE_TOKEN", "RINGTRACE_TOKEN_FILE", "RINGTRACE_CACERT")

@@ -19,6 +19,9 @@ from perfetto_model import PerfettoTrace, Slice, pb
 from ringtrace.collector.command.main import main
 from ringtrace.collector.read.event_walk import TOTALS
 
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("snapshot_perfetto")
+
 RECORD = """
 import asyncio, os, sys, threading, time, ringtrace.client
 from ringtrace.client import Event, string, u16

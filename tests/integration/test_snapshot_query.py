@@ -17,6 +17,9 @@ from collector_process import CollectorProcess, RawClient
 from ringtrace.client import TraceFile, read_trace_streams
 from ringtrace.client.wire.frames import Flush
 
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("snapshot_query")
+
 RECORD = """
 import os, sys, threading, time, ringtrace.client
 tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])

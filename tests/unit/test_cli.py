@@ -72,6 +72,18 @@ def test_the_environment_sets_flags_and_the_command_line_wins() -> None:
     assert (args.capacity, args.policy, args.tcp, args.max_tracks) == (32_000_000, "discard", ("127.0.0.1", 9), 7)
 
 
+def test_the_handshake_timeout_is_a_flag_and_a_variable_of_ten_seconds_by_default() -> None:
+    parser = build_parser()
+    assert parser.parse_args([]).handshake_timeout == 10.0
+    assert parser.parse_args(["--handshake-timeout", "0.5"]).handshake_timeout == 0.5
+    assert parser.parse_args(environment_args({"RINGTRACE_HANDSHAKE_TIMEOUT": "2"})).handshake_timeout == 2.0
+
+
+def test_a_handshake_timeout_out_of_range_is_refused_naming_the_flag(caplog: pytest.LogCaptureFixture) -> None:
+    assert main(["--handshake-timeout", "0"]) == 2
+    assert "handshake_timeout_s (--handshake-timeout) must be between" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("name", "value"), [("RINGTRACE_CAPACITY", "lots"), ("RINGTRACE_POLICY", "keep"), ("RINGTRACE_MAX_TRACKS", "x")]
 )

@@ -236,7 +236,7 @@ def test_sampling_turns_detail_on_for_a_fraction_of_windows(tl: Timeline, listen
         tl.sample("trace", fraction=1.5)
 
 
-# -- found by review: odd calls never raise, and nothing waits on something else to start the flusher ---------------
+# -- odd calls never raise, and nothing waits on something else to start the flusher --------------------------------
 
 
 def test_a_timeline_used_only_through_sources_is_drained_without_a_flush() -> None:

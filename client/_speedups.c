@@ -1,7 +1,7 @@
 /* The recording hot path and the stream encoder's inner loop, in C.
 
 Optional: when this module is not built (no compiler at install time, a platform it does not support) or is turned
-off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python twins in timelines.py and encoder.py. Those define the
+off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python twins in recorder.py and encoder.py. Those define the
 behaviour; the tests hold both to the same results, byte for byte on the wire.
 
 What it does, and why it is safe to do it this way:
@@ -1324,7 +1324,7 @@ static PyModuleDef_Slot module_slots[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringtrace.client._speedups",
-    .m_doc = "The recording hot path and the stream encoder's inner loop, in C (see timelines.py and encoder.py).",
+    .m_doc = "The recording hot path and the stream encoder's inner loop, in C (see recorder.py and encoder.py).",
     .m_size = sizeof(ModuleState),
     .m_methods = module_methods,
     .m_slots = module_slots,

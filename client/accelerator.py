@@ -2,7 +2,7 @@
 
 ``speedups`` is the module, or None when it was not built (no C compiler at install time, an unsupported platform
 or interpreter) or when the environment sets ``RINGTRACE_PURE_PYTHON=1``. Either way ringtrace behaves the same: the
-pure-Python code in ``timelines.py`` and ``encoder.py`` defines the behaviour, and the C code is held to it by tests.
+pure-Python code in ``recorder.py`` and ``encoder.py`` defines the behaviour, and the C code is held to it by tests.
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+"""Taking recorded events out of track buffers, for the flusher.
+
+A buffer is flat (``RECORD_FIELDS`` values per event) rather than a list of tuples: the encoder splits it into columns
+with strided slices, in C, touching each value once, and no tuple outlives its call. Events are taken by copying a
+prefix and then deleting it (slices of ``events[:n]``, then ``del`` of the same slices); these, and ``extend`` of a
+tuple, are each one atomic list operation, and recording only ever appends, so an event racing with a drain lands
+whole either in the prefix or after it, never nowhere and never cut. Runs are taken at most ``_RUN_VALUES`` values at
+a time, so that no single list operation holds the interpreter for long while a recording thread waits. The C
+accelerator moves the values without touching them (``take_runs``).
+"""
+
+from __future__ import annotations
+
+from asyncio import Task
+from typing import Any
+
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.tracks import TrackBuffer
+from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
+
+__all__ = ["Run", "lane_parents", "take_events"]
+
+#: One track's events taken in one piece: ``RECORD_FIELDS`` flat values each, oldest first.
+Run = tuple[TrackInfo, list[Any]]
+#: Values taken from a buffer in one list operation (8192 events).
+_RUN_VALUES = 8192 * RECORD_FIELDS
+_take_runs = None if speedups is None else speedups.take_runs
+
+
+def take_events(buffers: list[TrackBuffer], max_values: int) -> tuple[list[Run], list[TrackBuffer], int]:
+    """Take every event of ``buffers``: the runs taken, the buffers whose owner ended with nothing left, and the
+    events dropped from buffers holding more than ``max_values`` (the oldest beyond that)."""
+    taken: list[Run] = []
+    ended = []
+    dropped = 0
+    for buffer in buffers:
+        alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it
+        dropped += _take(buffer, max_values, taken)
+        if not alive and not buffer.events:
+            ended.append(buffer)
+    return taken, ended, dropped
+
+
+def _take(buffer: TrackBuffer, max_values: int, taken: list[Run]) -> int:
+    """Adds the runs of ``buffer`` to ``taken``; returns how many of its oldest events were over ``max_values``."""
+    events = buffer.events
+    count = len(events)
+    dropped = 0
+    excess = count - max_values
+    if excess > 0:
+        excess -= excess % RECORD_FIELDS
+        del events[:excess]
+        count -= excess
+        dropped = excess // RECORD_FIELDS
+    first = len(taken)
+    if _take_runs is not None:  # C: the values move, untouched, in one pass
+        taken += [(buffer.track, run) for run in _take_runs(events, count, _RUN_VALUES)]
+    else:
+        # Copy the runs first, then delete them from the last one back: each delete then moves only the values
+        # appended since the drain began, where deleting from the front would move the rest of the buffer every time
+        # (quadratic in a buffer that grew while the flusher was busy).
+        runs = [(start, min(start + _RUN_VALUES, count)) for start in range(0, count, _RUN_VALUES)]
+        taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count
+        for start, end in reversed(runs):
+            del events[start:end]
+    if isinstance(buffer.owner, Task):  # a lane serves many tasks in turn: each slice says whose it is
+        name = buffer.owner.get_name()
+        for _, run in taken[first:]:
+            _name_task(run, name)
+    return dropped
+
+
+def _name_task(run: list[Any], name: str) -> None:
+    """Adds the task's name to the args of the spans and instants of ``run`` (flat records of one lane)."""
+    for i in range(0, len(run), RECORD_FIELDS):
+        if run[i] == SPAN or run[i] == INSTANT:
+            args = run[i + 4]
+            if args is None:
+                run[i + 4] = {"task": name}
+            elif type(args) is dict and "task" not in args:
+                run[i + 4] = {**args, "task": name}  # a copy: the caller may hold on to its map
+
+
+def lane_parents(buffers: list[TrackBuffer], taken: list[Run]) -> list[Run]:
+    """An empty run for each thread whose lanes have events and it none, so that listeners declare its track (a
+    reader names the lanes' thread by it; on the wire a track is declared with its first events)."""
+    parents = {track.parent for track, _ in taken if track.kind == ASYNC_TRACK and track.parent}
+    if not parents:
+        return []
+    parents -= {track.track_id for track, _ in taken}
+    return [(b.track, []) for b in buffers if b.track.track_id in parents and b.track.kind == THREAD_TRACK]

@@ -1,0 +1,79 @@
+"""What a timeline asks of its listeners, and the bookkeeping around attaching, losing and replacing them.
+
+A listener may serve many timelines: closing one timeline closes only the listeners no other timeline uses, and after
+a fork each listener says once what replaces it in the child, for every timeline it served.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+
+if TYPE_CHECKING:
+    from ringtrace.client.tracks import TrackBuffer
+
+__all__ = ["Listener", "close_unused", "count_lost", "replaced_after_fork", "subscribe_priority"]
+
+
+class Listener(Protocol):
+    """What a timeline hands its events to (see ``listeners.py``). Called on the flusher thread, except ``flush``
+    and ``close``; none of these may raise."""
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        """One track's events, ``RECORD_FIELDS`` flat values each, oldest first."""
+
+    def lost(self, events: int) -> None:
+        """``events`` recorded for this listener were dropped before it received them (counted as its drops)."""
+
+    def retire(self, track: TrackInfo) -> None:
+        """``track`` ended (its thread or task is gone and all its events were received): forget it."""
+
+    def flush(self, timeout_s: float) -> bool:
+        """Deliver everything received so far within ``timeout_s``; True when delivered with nothing dropped."""
+
+    def close(self, timeout_s: float) -> bool:
+        """Flush, then release the listener's resources."""
+
+    def after_fork(self) -> Listener | None:
+        """In a forked child: the listener to use there instead of this one (None: none)."""
+
+
+def subscribe_priority(listener: Listener, timeline: Any) -> None:
+    """A listener that hears a collector (the streamer) passes its SET_PRIORITY frames on to ``timeline``."""
+    subscribe = getattr(listener, "subscribe_priority", None)
+    if subscribe is not None:
+        subscribe(timeline)
+
+
+def count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
+    """Events that were recorded for ``listeners`` and will never reach them: counted as their drops."""
+    lost = carried + sum(len(buffer.events) for buffer in buffers) // RECORD_FIELDS
+    if lost:
+        for listener in listeners:
+            listener.lost(lost)
+
+
+def close_unused(listeners: Sequence[Listener], still_used: Iterable[Listener], deadline: float) -> bool:
+    """Close those of ``listeners`` that are not ``still_used`` (by other timelines), by ``deadline``; True when
+    every one closed delivered everything."""
+    used = {id(x) for x in still_used}
+    delivered = True
+    for listener in listeners:
+        if id(listener) not in used:
+            delivered = listener.close(max(deadline - time.monotonic(), 0.0)) and delivered
+    return delivered
+
+
+def replaced_after_fork(listeners: Sequence[Listener], replacements: dict[int, Any]) -> tuple[Listener, ...]:
+    """In a forked child: what replaces ``listeners``, each asked once per process (``replacements`` remembers the
+    answers by the id of the parent's listener), so that a listener shared by timelines stays shared."""
+    replaced = []
+    for listener in listeners:
+        if id(listener) not in replacements:
+            replacements[id(listener)] = listener.after_fork()
+        if replacements[id(listener)] is not None:
+            replaced.append(replacements[id(listener)])
+    return tuple(replaced)

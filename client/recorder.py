@@ -1,0 +1,293 @@
+"""The recording hot path: ``scope``, ``instant`` and ``push``, and the caches that find the running thread's or task's
+buffer for them.
+
+Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and the bound ``extend`` of that
+buffer's flat list is cached in a ``threading.local``. Recording is then one ``list.extend`` of a 5-tuple: no lock, no
+id lookup, no packing (``drain.py`` says why the list is flat and why a drain racing with it is safe). A buffer holds
+only numbers, labels and argument maps, and ``None`` rather than an empty dict when there are no arguments, which
+keeps the cyclic garbage collector out of the way.
+
+A recorder with no listener, or a closed one, hands out ``discard``, the extend of a ``deque(maxlen=0)``, which
+keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every thread
+then takes the slow path once and picks up the new state.
+
+The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class holding ``scope``, ``instant`` and
+``push``, with one that does the same in C, caches the buffer of the last thread that recorded, and asks
+``_thread_events`` and ``_task_events`` (by name, on the timeline) for the rest. ``Recorder`` is the state both
+recorders share: the timeline is one, so nothing on the hot path goes through another object.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from asyncio import current_task
+from asyncio.events import _get_running_loop
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.events import Event
+from ringtrace.client.tracks import Record, Tracks, discard
+from ringtrace.client.wire.model import INSTANT, SPAN
+
+if TYPE_CHECKING:
+    from asyncio import Task
+    from types import TracebackType
+
+    from ringtrace.client.tracks import TrackBuffer
+
+__all__ = ["Recorder", "Scope"]
+
+log = logging.getLogger("ringtrace.client")
+_now = time.monotonic_ns
+_new = object.__new__
+
+
+class Scope:
+    """Context manager that records one complete span when it exits.
+
+    ``Timeline.scope`` makes one without calling ``__init__`` (see ``_new_scope``): a call into a Python-level
+    ``__init__`` is a good part of the cost of a span. The two set the same state.
+    """
+
+    __slots__ = ("_start_ns", "_what")
+
+    def __init__(self, record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
+        self._what = (record, label, args)
+
+    def __enter__(self) -> Scope:
+        self._start_ns = _now()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = _now()
+        try:
+            start_ns = self._start_ns
+        except AttributeError:  # exited without being entered (an ExitStack.push, say): nothing to record
+            return
+        record, label, args = self._what
+        if exc_type is not None:
+            args = {**(args or {}), "exception": exc_type.__name__}
+        record((SPAN, label, start_ns, end_ns, args))
+
+
+def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
+    """``Scope(record, label, args)`` without the call to ``__init__``; inlined by hand in ``Timeline.scope``."""
+    scope: Scope = _new(Scope)
+    scope._what = (record, label, args)
+    return scope
+
+
+class _PyRecorder:
+    """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
+
+    _tls: threading.local
+
+    def scope(self, label: object, /, **args: Any) -> Scope:
+        """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
+        if _get_running_loop() is not None:
+            return _new_scope(self._task_recorder(), label, args or None)
+        try:
+            record = self._tls.record
+        except AttributeError:
+            record = self._thread_recorder()
+        scope: Scope = _new(Scope)  # _new_scope, inlined
+        scope._what = (record, label, args or None)
+        return scope
+
+    def instant(self, name: object, /, **args: Any) -> None:
+        """Record a point-in-time event named ``name`` with ``args``."""
+        if _get_running_loop() is not None:
+            record = self._task_recorder()
+        else:
+            try:
+                record = self._tls.record
+            except AttributeError:
+                record = self._thread_recorder()
+        now = _now()
+        record((INSTANT, name, now, now, args or None))
+
+    def push(self, event: Event) -> None:
+        """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
+        the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
+        if _get_running_loop() is not None:
+            events = self._task_events()
+        else:
+            try:
+                events = self._tls.events
+            except AttributeError:
+                events = self._thread_events()
+        if events is None:
+            return
+        try:
+            cls = type(event)  # as the C recorder: an Event class itself is not an event
+            kind, label = cls._kind_id, cls._label
+        except AttributeError:  # not an Event: never raise into the program
+            self._not_an_event(event)
+            return
+        now = _now()
+        events.extend((kind, label, now, now, event))
+
+    def _thread_recorder(self) -> Callable[[Record], None]:
+        raise NotImplementedError
+
+    def _thread_events(self) -> list[Any] | None:
+        raise NotImplementedError
+
+    def _task_events(self) -> list[Any] | None:
+        raise NotImplementedError
+
+    def _not_an_event(self, event: object) -> None:
+        raise NotImplementedError
+
+    def _task_recorder(self) -> Callable[[Record], None]:
+        raise NotImplementedError
+
+    def _forget_recorders(self) -> None:
+        """Nothing cached beyond ``_tls`` here."""
+
+    def _cache_threads(self, enabled: bool) -> None:
+        """Nothing cached beyond ``_tls`` here."""
+
+    def _take_unrecorded(self) -> int:
+        """Events that could not be recorded (the C recorder counts a failed allocation; here one raises)."""
+        return 0
+
+
+if TYPE_CHECKING or speedups is None:
+    _RecorderBase = _PyRecorder
+else:
+    speedups.configure(_get_running_loop, SPAN, INSTANT)
+    _RecorderBase = speedups.RecorderCore
+if not TYPE_CHECKING and speedups is not None:
+    Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
+
+
+class Recorder(_RecorderBase):
+    """The hot path (``_PyRecorder`` or C) and its caches: where the running thread or task records.
+
+    The slow paths here run once per thread per state change, and once per task: they find or make the buffer in
+    ``_tracks`` under ``_lock``. The subclass says how its threads' tracks are named (``_track_label``) and makes
+    sure something drains what they record (``_flusher_running``).
+    """
+
+    def __init__(self) -> None:
+        # Re-entrant: a signal handler or a __del__ that records may run while this thread is in the slow path.
+        self._lock = threading.RLock()
+        self._tracks = Tracks()
+        #: ``_tracks.task_buffers`` itself: read without the lock, and without going through ``_tracks``, on every
+        #: event of a task.
+        self._task_buffers: dict[Task[Any], TrackBuffer] = self._tracks.task_buffers
+        #: Events refused since the last ``_take_refused`` (not an ``Event``, not a number...), and whether the
+        #: first was warned about.
+        self._not_events = 0
+        self._warned_not_event = False
+        #: Whether anything listens: set, under the lock, by ``_reset_recorders`` only.
+        self._listening = False
+        self._reset_recorders(False)
+
+    @property
+    def _track_label(self) -> str | None:
+        """The name before a thread's in its track's name (None: the thread's name alone)."""
+        raise NotImplementedError
+
+    def _flusher_running(self) -> bool:
+        """Whether the flusher runs (started now if need be); when it cannot, the subclass stops listening."""
+        raise NotImplementedError
+
+    def _thread_events(self) -> list[Any] | None:
+        """Slow path, once per thread per state change: this thread's buffer, created if needed (None: keep
+        nothing)."""
+        tls = self._tls  # a concurrent _reset_recorders() replaces it: a stale answer then lands in the old one
+        try:
+            events: list[Any] | None = tls.events
+            return events
+        except AttributeError:
+            pass
+        with self._lock:
+            listening = self._listening
+            events = self._tracks.thread_buffer(self._track_label).events if listening else None
+            tls.events = events
+        # A forked child's flusher starts here, on first use, not inside the fork handler.
+        if listening and not self._flusher_running():
+            return None  # keep nothing rather than grow buffers nobody drains
+        return events
+
+    def _thread_recorder(self) -> Callable[[Record], None]:
+        """``_thread_events`` as the pure-Python recorder's callable, cached in the thread-local state."""
+        tls = self._tls
+        events = self._thread_events()
+        record = discard if events is None else events.extend
+        tls.record = record
+        return record
+
+    def _task_events(self) -> list[Any] | None:
+        """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
+        nothing)."""
+        task = current_task()
+        if task is None:
+            return self._thread_events()
+        buffer = self._task_buffers.get(task)
+        if buffer is not None:
+            return buffer.events
+        if self._thread_events() is None:
+            return None
+        with self._lock:
+            buffer = self._tracks.lane_for(task, self._track_label)
+        return buffer.events
+
+    def _task_recorder(self) -> Callable[[Record], None]:
+        """``_task_events`` as the pure-Python recorder's callable."""
+        events = self._task_events()
+        return discard if events is None else events.extend
+
+    def _events(self) -> list[Any] | None:
+        """The buffer of the running task or thread (None: keep nothing)."""
+        if _get_running_loop() is not None:
+            return self._task_events()
+        try:
+            events: list[Any] | None = self._tls.events
+            return events
+        except AttributeError:
+            return self._thread_events()
+
+    def _not_an_event(self, event: object) -> None:
+        """``push`` was given something that is not an ``Event`` (counted only while something listens)."""
+        if self._events() is not None:
+            self._refuse(f"push() takes a ringtrace.client.Event, got {type(event).__name__}")
+
+    def _refuse(self, what: str) -> None:
+        """An event that cannot be recorded as asked: counted as dropped, and warned about once."""
+        self._not_events += 1
+        if not self._warned_not_event:
+            self._warned_not_event = True
+            log.warning("ringtrace: %s; dropped and counted (warned once per timeline)", what)
+
+    def _take_refused(self) -> int:
+        """Events refused or not recorded since the last call (counted as dropped)."""
+        refused, self._not_events = self._take_unrecorded() + self._not_events, 0
+        return refused
+
+    def _reset_recorders(self, listening: bool) -> None:
+        """Every thread takes the slow path once on its next event (the listeners, or the buffers, changed); sources
+        record into a buffer of the tracks' while ``listening``, into nothing otherwise. Under the lock."""
+        self._listening = listening
+        self._tls = threading.local()
+        self._forget_recorders()
+        self._cache_threads(not _green_threads())
+        self._tracks.attach_sources(listening)
+
+
+def _green_threads() -> bool:
+    """Whether a green-thread library (gevent, eventlet) made ``threading`` threads share OS thread states: then only
+    ``threading.local`` (patched) tells them apart, and the C recorder must not cache a buffer per thread state."""
+    gevent = sys.modules.get("gevent.monkey")
+    if gevent is not None and gevent.is_module_patched("threading"):
+        return True
+    eventlet = sys.modules.get("eventlet.patcher")
+    return eventlet is not None and bool(eventlet.is_monkey_patched("thread"))

@@ -1,0 +1,183 @@
+"""A timeline's track buffers: one per recording thread, per asyncio lane and per source, and the tables that find
+them.
+
+asyncio: a task that records while its event loop runs gets a track of its own, a *lane* of its thread, so that the
+spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time and given back when the
+flusher finds the task done (``forget``), so the number of lanes follows the number of tasks alive at once, not the
+total.
+
+``Tracks`` does no locking of its own: its timeline calls it under the timeline's lock, except where a method says
+otherwise. ``task_buffers`` is one dict for the life of the tracks (emptied, never replaced): the recorder reads it
+without the lock on every event of a task.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from asyncio import Task
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.sources import Source
+from ringtrace.client.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
+
+__all__ = ["Record", "TrackBuffer", "Tracks", "discard"]
+
+#: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
+Record = tuple[int, object, int, int, dict[str, Any] | None]
+#: What records into nothing (while nothing listens): the extend of a ``deque(maxlen=0)``.
+discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
+
+
+class TrackBuffer:
+    """The events one track recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each.
+
+    ``owner`` is the thread, or the asyncio task, that records into it.
+    """
+
+    __slots__ = ("events", "owner", "track")
+
+    def __init__(self, track: TrackInfo, owner: threading.Thread | Task[Any] | weakref.ref[Source]) -> None:
+        self.events: list[Any] = []
+        self.track = track
+        self.owner = owner
+
+    def owner_alive(self) -> bool:
+        owner = self.owner
+        if isinstance(owner, Task):  # a task left pending on a closed loop never ends
+            return not owner.done() and not owner.get_loop().is_closed()
+        if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
+            return owner() is not None
+        return owner.is_alive()
+
+
+class Tracks:
+    """The buffers of one timeline's threads, lanes and sources, the tables that find them, and the free lanes."""
+
+    def __init__(self) -> None:
+        self.buffers: list[TrackBuffer] = []
+        self.task_buffers: dict[Task[Any], TrackBuffer] = {}
+        self._free_lanes: dict[int, list[TrackInfo]] = {}
+        self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
+        self._source_buffers: dict[int, TrackBuffer] = {}
+
+    def infos(self) -> list[TrackInfo]:
+        """The tracks whose owners recorded and still may."""
+        return [buffer.track for buffer in self.buffers]
+
+    def thread_buffer(self, label: str | None) -> TrackBuffer:
+        """This thread's buffer, created if needed, its track named after ``label`` and the thread."""
+        thread = threading.current_thread()
+        for buffer in self.buffers:
+            if buffer.owner is thread:
+                return buffer
+        track = TrackInfo(new_track_id(), THREAD_TRACK, thread_track_name(thread, label), threading.get_native_id())
+        created = TrackBuffer(track, thread)
+        for buffer in self.buffers:  # a re-entrant call (a signal handler) may have made one meanwhile
+            if buffer.owner is thread:
+                return buffer
+        self.buffers.append(created)
+        return created
+
+    def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
+        """A buffer for ``task`` on a lane of this thread's: a free one, or a new one."""
+        parent = self.thread_buffer(label).track
+        lanes = self._free_lanes.get(parent.track_id)
+        if lanes:
+            track = lanes.pop()
+        else:
+            lane_number = sum(1 for b in self.buffers if b.track.parent == parent.track_id) + 1
+            name = display_text(f"{parent.name} tasks [{lane_number}]")
+            track = TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id)
+        buffer = TrackBuffer(track, task)
+        self.buffers.append(buffer)
+        self.task_buffers[task] = buffer
+        return buffer
+
+    def add_source(self, source: Source, listening: bool) -> None:
+        """Keep ``source``, and make it record into a buffer here while ``listening``, into nothing otherwise."""
+        self._sources[source.track.track_id] = source
+        self._attach_source(source, set(), listening)  # a new source has no buffer yet
+
+    def attach_sources(self, listening: bool) -> None:
+        """Every source records into its buffer here (made anew if it was taken away) while ``listening``, into
+        nothing otherwise."""
+        if not listening:
+            self._source_buffers.clear()  # dead sources' entries too
+        live = {id(b) for b in self.buffers}
+        for source in list(self._sources.values()):
+            self._attach_source(source, live, listening)
+
+    def _attach_source(self, source: Source, live: set[int], listening: bool) -> None:
+        """``source`` records into its buffer here (made anew if ``live``, the ids of the buffers held, lacks it)
+        while ``listening``, into nothing otherwise."""
+        key = source.track.track_id
+        buffer = self._source_buffers.get(key)
+        if not listening:
+            self._source_buffers.pop(key, None)
+            source._extend = discard
+        elif buffer is None or id(buffer) not in live:
+            buffer = TrackBuffer(source.track, weakref.ref(source))
+            self.buffers.append(buffer)
+            self._source_buffers[key] = buffer
+            source._extend = _first_use(source, buffer.events.extend)
+
+    def forget(self, ended: list[TrackBuffer]) -> None:
+        """Drop the buffers of ended owners; a task's lane becomes free for the next task of its thread."""
+        gone = {id(b) for b in ended}
+        self.buffers = [b for b in self.buffers if id(b) not in gone]
+        for buffer in ended:
+            owner = buffer.owner
+            if isinstance(owner, Task):
+                self.task_buffers.pop(owner, None)
+                self._free_lanes.setdefault(buffer.track.parent, []).append(buffer.track)
+            elif isinstance(owner, weakref.ref):
+                self._source_buffers.pop(buffer.track.track_id, None)
+            else:
+                self._free_lanes.pop(buffer.track.track_id, None)
+
+    def take_all(self) -> list[TrackBuffer]:
+        """Every buffer, which the tracks then no longer hold (what they held was never drained: lost)."""
+        buffers, self.buffers = self.buffers, []
+        self.task_buffers.clear()
+        return buffers
+
+    def renamed_threads(self, label: str | None) -> list[TrackInfo]:
+        """Thread tracks whose thread was renamed since it started recording, updated to the new name."""
+        renamed = []
+        for buffer in self.buffers:
+            owner = buffer.owner
+            if isinstance(owner, threading.Thread) and thread_track_name(owner, label) != buffer.track.name:
+                old = buffer.track
+                buffer.track = TrackInfo(old.track_id, old.kind, thread_track_name(owner, label), old.thread_id)
+                renamed.append(buffer.track)
+        return renamed
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: the parent's threads, tasks and buffers do not carry over (sources do)."""
+        self.buffers = []
+        self.task_buffers.clear()
+        self._free_lanes = {}
+        self._source_buffers = {}
+
+
+def thread_track_name(thread: threading.Thread, label: str | None) -> str:
+    """The name of ``thread``'s track: its own name, or, after ``label`` (a timeline's name), ``disk (MainThread)``."""
+    if label is None:
+        return display_text(thread.name)
+    return display_text(f"{label} ({thread.name})")
+
+
+def _first_use(source: Source, extend: Callable[[Record], None]) -> Callable[[Record], None]:
+    """A source's recorder until its first event: starts the flusher (never inside a fork handler, so here), then
+    hands over to the buffer's extend."""
+
+    def first(record: Record) -> None:
+        source._extend = extend
+        if FLUSHER.start():
+            extend(record)
+
+    return first

@@ -1,0 +1,197 @@
+"""The parts a Timeline is made of, each through its own interface: the track buffers (``Tracks``), draining them
+(``drain.take_events``), the message gates, and the listener bookkeeping. ``test_timeline.py`` holds the whole."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from ringtrace.client import MemoryListener
+from ringtrace.client.drain import lane_parents, take_events
+from ringtrace.client.gates import MessageGates, sampling
+from ringtrace.client.listening import close_unused, count_lost, replaced_after_fork
+from ringtrace.client.messages import Message, message_kind, priority_level
+from ringtrace.client.sources import Source
+from ringtrace.client.timelines import Timeline
+from ringtrace.client.tracks import Tracks, discard
+from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
+
+
+def instants(count: int) -> list[Any]:
+    values: list[Any] = []
+    for i in range(count):
+        values.extend((INSTANT, f"e{i}", i, i, None))
+    return values
+
+
+# -- Tracks --------------------------------------------------------------------------------------------------------
+
+
+def test_a_thread_has_one_buffer_named_after_the_label_and_the_thread() -> None:
+    tracks = Tracks()
+    first = tracks.thread_buffer("disk")
+    assert tracks.thread_buffer("disk") is first
+    assert first.track.kind == THREAD_TRACK
+    assert first.track.name == f"disk ({threading.current_thread().name})"
+    assert Tracks().thread_buffer(None).track.name == threading.current_thread().name
+    assert tracks.infos() == [first.track]
+
+
+def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_task() -> None:
+    tracks = Tracks()
+
+    async def lanes() -> tuple[TrackInfo, TrackInfo, TrackInfo]:
+        one = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
+        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
+        tracks.forget([one])
+        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
+        await asyncio.sleep(0.01)
+        return one.track, two.track, three.track
+
+    one, two, three = asyncio.run(lanes())
+    thread = tracks.thread_buffer(None).track
+    assert (one.kind, one.parent, one.name) == (ASYNC_TRACK, thread.track_id, f"{thread.name} tasks [1]")
+    assert two.name == f"{thread.name} tasks [2]"
+    assert three == one
+    assert [track.track_id for track in tracks.infos()] == [thread.track_id, two.track_id, one.track_id]
+
+
+def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replacing_them() -> None:
+    tracks = Tracks()
+    task_buffers = tracks.task_buffers
+
+    async def record() -> None:
+        tracks.lane_for(asyncio.current_task(), None).events.extend((INSTANT, "x", 1, 1, None))
+
+    asyncio.run(record())
+    taken = tracks.take_all()
+    assert [len(buffer.events) for buffer in taken] == [0, RECORD_FIELDS]
+    assert (tracks.infos(), tracks.task_buffers) == ([], {})
+    assert tracks.task_buffers is task_buffers
+
+
+def test_a_source_records_into_a_buffer_while_listening_and_into_nothing_otherwise() -> None:
+    tracks = Tracks()
+    source = Source("loader", discard)
+    tracks.add_source(source, listening=True)
+    (buffer,) = tracks.buffers
+    source.open()
+    assert (buffer.track, len(buffer.events)) == (source.track, RECORD_FIELDS)
+    tracks.attach_sources(listening=False)
+    source.close()
+    assert len(buffer.events) == RECORD_FIELDS
+    tracks.take_all()
+    tracks.attach_sources(listening=True)  # its buffer was taken: it gets a new one
+    (renewed,) = tracks.buffers
+    source.close()
+    assert renewed is not buffer and len(renewed.events) == RECORD_FIELDS
+
+
+# -- drain ---------------------------------------------------------------------------------------------------------
+
+
+def test_take_events_takes_everything_and_drops_the_oldest_beyond_the_bound() -> None:
+    tracks = Tracks()
+    buffer = tracks.thread_buffer(None)
+    buffer.events.extend(instants(10))
+    taken, ended, dropped = take_events(tracks.buffers, 4 * RECORD_FIELDS)
+    assert dropped == 6 and ended == [] and buffer.events == []
+    assert [(track, run) for track, run in taken] == [(buffer.track, instants(10)[6 * RECORD_FIELDS :])]
+
+
+def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None:
+    tracks = Tracks()
+
+    async def record() -> None:
+        lane = tracks.lane_for(asyncio.current_task(), None)
+        lane.events.extend((SPAN, "s", 1, 2, {"k": 1}, INSTANT, "i", 3, 3, None))
+
+    asyncio.run(record())
+    thread, lane = tracks.buffers
+    taken, ended, dropped = take_events(tracks.buffers, 100)
+    ((track, run),) = taken
+    task_name = run[4]["task"]
+    assert (track, dropped, ended) == (lane.track, 0, [lane])  # the task is done
+    assert run == [SPAN, "s", 1, 2, {"k": 1, "task": task_name}, INSTANT, "i", 3, 3, {"task": task_name}]
+    assert lane_parents(tracks.buffers, taken) == [(thread.track, [])]  # the thread's track is declared too
+
+
+# -- gates ---------------------------------------------------------------------------------------------------------
+
+
+def test_gates_turn_messages_on_up_to_the_priority_and_sampling_on_top() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("gated", [listener])
+    gates = MessageGates()
+    debug = Message(message_kind("gates", "debug", "d $v"), timeline, False, priority_level("debug"))
+    trace = Message(message_kind("gates", "trace", "t $v"), timeline, False, priority_level("trace"))
+    gates.add(debug)
+    gates.add(trace)
+    assert (debug.enabled, trace.enabled) == (False, False)
+    gates.set_level(priority_level("debug"))
+    assert (debug.enabled, trace.enabled) == (True, False)
+    debug(1)
+    trace(1)
+    gates.set_sampling(sampling("trace", 1.0, 0.001))  # every window sampled
+    trace(2)
+    gates.set_sampling(None)
+    trace(3)
+    assert timeline.flush()
+    assert [event.name for event in listener.events] == ["d v(1)", "t v(2)"]
+    timeline.close()
+
+
+@pytest.mark.parametrize(("fraction", "window_s"), [(1.5, 0.001), (-0.1, 0.001), (0.5, 0.0), (float("nan"), 1.0)])
+def test_sampling_refuses_a_fraction_outside_0_to_1_or_a_window_not_above_0(fraction: float, window_s: float) -> None:
+    with pytest.raises(ValueError, match="0 <= fraction <= 1 and window_s > 0"):
+        sampling("debug", fraction, window_s)
+    assert sampling(None, fraction, window_s) is None
+
+
+# -- listener bookkeeping ------------------------------------------------------------------------------------------
+
+
+class Recording:
+    def __init__(self, delivers: bool = True, child: Any = None) -> None:
+        self.delivers, self.child = delivers, child
+        self.lost_events, self.closed, self.forks = 0, 0, 0
+
+    def lost(self, events: int) -> None:
+        self.lost_events += events
+
+    def close(self, timeout_s: float) -> bool:
+        self.closed += 1
+        return self.delivers
+
+    def after_fork(self) -> Any:
+        self.forks += 1
+        return self.child
+
+
+def test_count_lost_counts_buffered_and_carried_events_for_every_listener() -> None:
+    tracks = Tracks()
+    tracks.thread_buffer(None).events.extend(instants(3))
+    listeners = [Recording(), Recording()]
+    count_lost(listeners, tracks.buffers, carried=2)
+    count_lost(listeners, [])  # nothing lost: nothing counted
+    assert [x.lost_events for x in listeners] == [5, 5]
+
+
+def test_close_unused_closes_only_listeners_no_other_timeline_uses_and_says_whether_all_delivered() -> None:
+    shared, own, failing = Recording(), Recording(), Recording(delivers=False)
+    assert close_unused([shared, own], [shared], deadline=0.0)
+    assert (shared.closed, own.closed) == (0, 1)
+    assert not close_unused([failing, own], [], deadline=0.0)
+    assert (failing.closed, own.closed) == (1, 2)  # closed even after one failed
+
+
+def test_replaced_after_fork_asks_each_listener_once_and_leaves_out_those_with_no_replacement() -> None:
+    child = Recording()
+    shared, gone = Recording(child=child), Recording(child=None)
+    replacements: dict[int, Any] = {}
+    first = replaced_after_fork([shared, gone], replacements)
+    second = replaced_after_fork([shared], replacements)
+    assert first == (child,) and second == (child,)
+    assert (shared.forks, gone.forks) == (1, 1)

@@ -55,7 +55,7 @@ from ringtrace.client.listeners import (
 from ringtrace.client.messages import PRIORITIES, Message
 from ringtrace.client.options import StreamerOptions, parse_address
 from ringtrace.client.sources import Source
-from ringtrace.client.streamer import Streamer
+from ringtrace.client.streaming.streamer import Streamer
 from ringtrace.client.threads import background_thread
 from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
 from ringtrace.client.traced import traced

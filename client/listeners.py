@@ -1,11 +1,11 @@
 """Listeners: where a timeline's events go. Object listeners get decoded events; serialized ones get wire frames.
 
-    Listener (protocol, listening.py)
+    Listener (protocol, timeline_listeners.py)
     ├── ObjectListener          receives ``DecodedEvent`` objects (``on_events``)
     │   └── MemoryListener      keeps them in memory, for tests and local inspection
     └── SerializedListener      owns a StreamEncoder; receives framed bytes (``write``)
         ├── FileListener        the wire format, to a file that ``read_trace_file`` reads back
-        └── Streamer            to a collector over TCP (streamer.py)
+        └── Streamer            to a collector over TCP (streaming/streamer.py)
 
 A listener may be attached to many timelines: track ids are unique within the process. ``receive`` runs on the
 flusher thread (or on a thread calling ``flush()``), one run of one track at a time, never concurrently; ``flush``

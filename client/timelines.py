@@ -6,7 +6,7 @@
 - ``tracks.py``: the buffers of threads, asyncio lanes and sources, and the tables that find them.
 - ``drain.py``: taking events out of the buffers, for the flusher.
 - ``gates.py``: which messages record (priority and sampling).
-- ``listening.py``: what a timeline asks of its listeners, and the bookkeeping of losing or replacing them.
+- ``timeline_listeners.py``: what a timeline asks of its listeners, and the bookkeeping of losing or replacing them.
 
 ``Timeline`` holds the one lock the parts are used under, and the listeners: adding, replacing or removing one is a
 change of the whole (the flusher sweeps, buffers go, every recorder takes its slow path once).
@@ -26,16 +26,16 @@ from ringtrace.client import gates
 from ringtrace.client.drain import lane_parents, take_events
 from ringtrace.client.flusher import FLUSHER, Drained
 from ringtrace.client.gates import MessageGates
-from ringtrace.client.listening import (
+from ringtrace.client.messages import PRIORITIES, Message, message_kind, priority_level
+from ringtrace.client.recorder import Recorder, Scope
+from ringtrace.client.sources import Source
+from ringtrace.client.timeline_listeners import (
     Listener,
     close_unused,
     count_lost,
     replaced_after_fork,
     subscribe_priority,
 )
-from ringtrace.client.messages import PRIORITIES, Message, message_kind, priority_level
-from ringtrace.client.recorder import Recorder, Scope
-from ringtrace.client.sources import Source
 from ringtrace.client.tracks import TrackBuffer, discard
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.model import (

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.link import (
+from ringtrace.client.options import StreamerOptions
+from ringtrace.client.streaming.link import (
     Action,
     AnswerFlush,
     Close,
@@ -22,7 +23,6 @@ from ringtrace.client.link import (
     Log,
     Prioritize,
 )
-from ringtrace.client.options import StreamerOptions
 from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,

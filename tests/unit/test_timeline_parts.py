@@ -11,9 +11,9 @@ import pytest
 from ringtrace.client import MemoryListener
 from ringtrace.client.drain import lane_parents, take_events
 from ringtrace.client.gates import MessageGates, sampling
-from ringtrace.client.listening import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.messages import Message, message_kind, priority_level
 from ringtrace.client.sources import Source
+from ringtrace.client.timeline_listeners import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.timelines import Timeline
 from ringtrace.client.tracks import Tracks, discard
 from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo

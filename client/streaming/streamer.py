@@ -33,10 +33,20 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from ringtrace.client.encoder import EncodedBatch
-from ringtrace.client.link import Action, AnswerFlush, Close, Connect, FlushDone, Link, LinkCounters, Log, Prioritize
 from ringtrace.client.listeners import SerializedListener
 from ringtrace.client.options import StreamerOptions, parse_address
-from ringtrace.client.outage import connect_failure
+from ringtrace.client.streaming.link import (
+    Action,
+    AnswerFlush,
+    Close,
+    Connect,
+    FlushDone,
+    Link,
+    LinkCounters,
+    Log,
+    Prioritize,
+)
+from ringtrace.client.streaming.outage import connect_failure
 from ringtrace.client.threads import background_thread
 from ringtrace.client.wire.frames import SetPriority
 from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo

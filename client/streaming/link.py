@@ -43,11 +43,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ringtrace.client.delivery import Delivery
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
-from ringtrace.client.outage import Outage
-from ringtrace.client.send_queue import LinkCounters
+from ringtrace.client.streaming.delivery import Delivery
+from ringtrace.client.streaming.outage import Outage
+from ringtrace.client.streaming.send_queue import LinkCounters
 from ringtrace.client.wire.decoder import ReplyDecoder
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import (

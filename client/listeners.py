@@ -28,7 +28,7 @@ from ringtrace.client.encoder import EncodedBatch, ProcessIdentity, StreamEncode
 from ringtrace.client.messages import render
 from ringtrace.client.wire.decoder import Limits, SessionDecoder, typed_args
 from ringtrace.client.wire.errors import ConfigError, ProtocolError
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Hello, Stats, encode, preamble
+from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Frame, Hello, Stats, encode, preamble
 from ringtrace.client.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
 
 __all__ = [
@@ -356,19 +356,23 @@ def _read_streams(path: str | os.PathLike[str], limits: Limits | None, *, first_
 def _read_frames(decoder: SessionDecoder, streams: list[TraceFile], first_only: bool) -> bool:
     """Every complete frame buffered now into the stream it belongs to; False once the reading must stop."""
     try:
-        for frame in decoder:
-            if isinstance(frame, Hello):
-                if streams and first_only:
-                    streams[0].error = "a second stream follows the first: read_trace_streams reads them all"
-                    return False
-                streams.append(TraceFile(hello=frame))
-            elif isinstance(frame, Events):
-                streams[-1].events.extend(decoder.tables.events(frame))
-            elif isinstance(frame, Stats):
-                streams[-1].stats = frame
+        return all(_file_frame(decoder, frame, streams, first_only) for frame in decoder)
     except ProtocolError as exc:
         if not streams:
             streams.append(TraceFile(hello=None))
         streams[-1].error = str(exc)
         return False
+
+
+def _file_frame(decoder: SessionDecoder, frame: Frame, streams: list[TraceFile], first_only: bool) -> bool:
+    """One frame of a file into its stream (a HELLO begins one); False once the reading must stop."""
+    if isinstance(frame, Hello):
+        if streams and first_only:
+            streams[0].error = "a second stream follows the first: read_trace_streams reads them all"
+            return False
+        streams.append(TraceFile(hello=frame))
+    elif isinstance(frame, Events):
+        streams[-1].events.extend(decoder.tables.events(frame))
+    elif isinstance(frame, Stats):
+        streams[-1].stats = frame
     return True

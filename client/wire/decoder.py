@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -43,16 +43,14 @@ from ringtrace.client.wire.frames import (
     PROTOCOL_VERSIONS,
     Events,
     EventsRun,
-    Flush,
-    FlushAck,
     Frame,
     FrameReader,
+    FrameType,
     Goodbye,
     Hello,
     KindSpec,
     Schema,
     Sentinel,
-    Stats,
     Strings,
     Track,
     Welcome,
@@ -358,32 +356,32 @@ class SessionDecoder:
 
     def _apply(self, frame: Frame) -> None:
         if self._state == "HELLO":
-            if not isinstance(frame, Hello):
-                raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
-            for name in ("host", "process_name", "instance_id", "boot_id", "client_version", "token"):
-                _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
-            self.hello = frame
-            self._state = "WELCOME" if self._live else "OPEN"
-            if not self._live:
-                self.protocol_version = negotiate(frame)
-            return
-        if self._state == "WELCOME":
+            self._apply_hello(frame)
+        elif self._state == "WELCOME":
             raise UnexpectedFrame(
                 f"{frame.TYPE.name} frame before WELCOME: a client sends nothing after HELLO until it is welcomed"
             )
-        if isinstance(frame, Events):
-            if frame.track_id not in self.tables.tracks:
-                raise MalformedFrame(f"EVENTS frame: field 'track' {frame.track_id} was never declared by TRACK")
-        elif isinstance(frame, Strings):
-            self._add_strings(frame)
-        elif isinstance(frame, Track):
-            self._add_track(frame)
-        elif isinstance(frame, Schema):
-            self._add_schema(frame)
-        elif isinstance(frame, Hello):
-            raise UnexpectedFrame("HELLO may only be the first frame")
         else:
-            assert isinstance(frame, Stats | Flush | FlushAck | Goodbye)
+            check = _OPEN_FRAME_RULES.get(frame.TYPE)
+            if check is not None:  # STATS, FLUSH, FLUSH_ACK and GOODBYE change no table
+                check(self, frame)
+
+    def _apply_hello(self, frame: Frame) -> None:
+        if not isinstance(frame, Hello):
+            raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
+        for name in ("host", "process_name", "instance_id", "boot_id", "client_version", "token"):
+            _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
+        self.hello = frame
+        self._state = "WELCOME" if self._live else "OPEN"
+        if not self._live:
+            self.protocol_version = negotiate(frame)
+
+    def _check_events(self, frame: Events) -> None:
+        if frame.track_id not in self.tables.tracks:
+            raise MalformedFrame(f"EVENTS frame: field 'track' {frame.track_id} was never declared by TRACK")
+
+    def _refuse_hello(self, frame: Hello) -> None:
+        raise UnexpectedFrame("HELLO may only be the first frame")
 
     def _add_strings(self, frame: Strings) -> None:
         limit = self.limits.max_strings
@@ -500,6 +498,16 @@ class SessionDecoder:
                 self.added_kinds.append(spec)
             elif known != spec:
                 raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
+
+
+#: What each frame type does to an open stream's tables (``SessionDecoder._apply``); a type not here changes none.
+_OPEN_FRAME_RULES: Final[dict[FrameType, Callable[[SessionDecoder, Any], None]]] = {
+    FrameType.EVENTS: SessionDecoder._check_events,
+    FrameType.STRINGS: SessionDecoder._add_strings,
+    FrameType.TRACK: SessionDecoder._add_track,
+    FrameType.SCHEMA: SessionDecoder._add_schema,
+    FrameType.HELLO: SessionDecoder._refuse_hello,
+}
 
 
 class ReplyDecoder:

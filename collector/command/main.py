@@ -47,7 +47,8 @@ from rich.table import Table
 from ringtrace.client.options import environment_token, parse_address, read_token_file
 from ringtrace.client.wire.errors import ConfigError, ProtocolError
 from ringtrace.collector.command.replay import ReplayError, replay
-from ringtrace.collector.export.chrome import Row, chrome_trace_chunks, json_bytes, native_chunks, selected_rows
+from ringtrace.collector.export.chrome import chrome_trace_chunks, json_bytes
+from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import FOREIGN_FORMATS, LoadedFile, load_file
 from ringtrace.collector.read.query import (
@@ -57,6 +58,7 @@ from ringtrace.collector.read.query import (
     QueryError,
     parse_snapshot_query,
 )
+from ringtrace.collector.read.rows import Row, selected_rows
 from ringtrace.collector.service import serve as collector_cli
 
 __all__ = ["CommandError", "main"]

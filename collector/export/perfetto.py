@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -219,6 +219,15 @@ class _Writer:
         self._descriptors: list[bytes] = []
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
+        #: What ``add`` makes of an event, by its phase.
+        self._by_phase: dict[str, Callable[[ProcessView, bytes, Shown], None]] = {
+            "X": self._slice,
+            "B": self._slice,
+            "i": self._instant,
+            "C": self._counter,
+            "b": self._async,
+            "e": self._async,
+        }
         self._new_sequence()
 
     # -- sequences ---------------------------------------------------------------------------------------------------
@@ -326,46 +335,61 @@ class _Writer:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
         on_track = _TRACK_UUID + pb.varint(self._track_uuid(process, track))
         self._shown_events += len(events)
-        timed = self._timed
-        new_entries = self._new_entries
-        names, known_names = self._names, self._names.known
-        annotations = self._annotations
-        for index, (phase, name, wall_ns, dur_ns, args, category, async_id) in enumerate(events):
-            arrival = len(timed)
+        by_phase = self._by_phase
+        for index, event in enumerate(events):
             if not index & 255:
                 let_the_loop_in()
-            if phase == "X" or phase == "B":
-                named = known_names.get(name) or names.field(name, new_entries)
-                begin = _TYPE_SLICE_BEGIN + on_track + named
-                if args:
-                    begin += annotations(args)
-                if phase == "B":  # never ended
-                    timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
-                elif dur_ns > 0:
-                    end_ns = wall_ns + dur_ns
-                    timed.append((wall_ns, _BEGINS, -end_ns, arrival, begin))
-                    timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, _TYPE_SLICE_END + on_track + named))
-                else:
-                    timed.append((wall_ns, _POINTS, 0, arrival, begin))
-                    timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
-            elif phase == "i":
-                # A message (an instant with a category) is named by its rendered text: its own, not interned.
-                named = pb.string(_NAME, name) if category else known_names.get(name) or names.field(name, new_entries)
-                event = _TYPE_INSTANT + on_track + named + self._category(category) + annotations(args)
-                timed.append((wall_ns, _POINTS, 0, arrival, event))
-            elif phase == "C":
-                for key, value in (args or {}).items():
-                    value_field = _counter_value(value)
-                    if value_field is not None:
-                        counter = self._counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
-                        event = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
-                        timed.append((wall_ns, _POINTS, 0, len(timed), event))
-            else:  # "b", "e": an async slice, on the track of its name and id
-                async_track = _TRACK_UUID + pb.varint(self._async_uuid(process, name, async_id))
-                kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
-                event = kind + async_track + names.field(name, new_entries) + self._category(category)
-                event += annotations(args)  # an end's args add to its slice's
-                timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, arrival, event))
+            by_phase[event[0]](process, on_track, event)
+
+    def _slice(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """A slice ("X"), or one never ended ("B"): a BEGIN, and an END where it ended."""
+        phase, name, wall_ns, dur_ns, args, _, _ = event
+        timed = self._timed
+        arrival = len(timed)
+        named = self._names.known.get(name) or self._names.field(name, self._new_entries)
+        begin = _TYPE_SLICE_BEGIN + on_track + named
+        if args:
+            begin += self._annotations(args)
+        if phase == "B":  # never ended
+            timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
+        elif dur_ns > 0:
+            end_ns = wall_ns + dur_ns
+            timed.append((wall_ns, _BEGINS, -end_ns, arrival, begin))
+            timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, _TYPE_SLICE_END + on_track + named))
+        else:
+            timed.append((wall_ns, _POINTS, 0, arrival, begin))
+            timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
+
+    def _instant(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """An instant; a message (an instant with a category) is named by its rendered text: its own, not
+        interned."""
+        _, name, wall_ns, _, args, category, _ = event
+        if category:
+            named = pb.string(_NAME, name)
+        else:
+            named = self._names.known.get(name) or self._names.field(name, self._new_entries)
+        packet = _TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)
+        self._timed.append((wall_ns, _POINTS, 0, len(self._timed), packet))
+
+    def _counter(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """A counter's values, each on the counter track of its name (and key, but for ``value``)."""
+        _, name, wall_ns, _, args, _, _ = event
+        timed = self._timed
+        for key, value in (args or {}).items():
+            value_field = _counter_value(value)
+            if value_field is not None:
+                counter = self._counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+                packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
+                timed.append((wall_ns, _POINTS, 0, len(timed), packet))
+
+    def _async(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """An async slice's begin ("b") or end ("e"), on the track of its name and id."""
+        phase, name, wall_ns, _, args, category, async_id = event
+        async_track = _TRACK_UUID + pb.varint(self._async_uuid(process, name, async_id))
+        kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
+        packet = kind + async_track + self._names.field(name, self._new_entries) + self._category(category)
+        packet += self._annotations(args)  # an end's args add to its slice's
+        self._timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, len(self._timed), packet))
 
     def _category(self, category: str) -> bytes:
         return self._categories.field(category, self._new_entries) if category else b""

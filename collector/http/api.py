@@ -35,7 +35,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.chrome import Popping, Row, chrome_trace_chunks, json_bytes, native_chunks
+from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks, json_bytes
+from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -51,6 +52,7 @@ from ringtrace.collector.read.query import (
     parse_process_filter,
     parse_snapshot_query,
 )
+from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
 

@@ -42,6 +42,7 @@ __all__ = [
     "prepare",
     "segment_stream",
     "shown_name",
+    "taken_events",
 ]
 
 log = logging.getLogger("ringtrace.collector.export.chrome")
@@ -213,21 +214,42 @@ class FrameWalk:
     def frames(self) -> Iterator[WalkedFrame]:
         """The frames that may hold selected events, with what decodes them."""
         for process, segment in self.segments():
-            decoded = 0
-            try:
-                for decoder, frame in segment_stream(segment, self.view.limits):
-                    if isinstance(frame, Events):
-                        decoded += frame.count
-                        tracks = decoder.tables.tracks
-                        track = tracks[frame.track_id]
-                        if self.wanted(process, track, frame):
-                            if track.parent and track.parent in tracks:  # a lane's thread names it, events or none
-                                self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
-                            yield process, track, decoder.tables, frame
-            except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
-                self.unreadable(process, segment, decoded, exc)
-            finally:
-                self.done_with(segment)
+            for decoder, frame in self._read(process, segment):
+                if type(frame) is Events:
+                    tables = decoder.tables
+                    yield process, self._track_of(process, tables, frame), tables, frame
+
+    def segment_frames(self) -> Iterator[tuple[ProcessView, Iterator[tuple[SessionDecoder, Frame]]]]:
+        """Each segment that may hold selected events, with its frames as stored: the session frames, and the
+        EVENTS frames that may hold selected events (each with the decoder that read it, which holds its bytes). A
+        segment's frames are read before the next segment is given."""
+        for process, segment in self.segments():
+            yield process, self._read(process, segment)
+
+    def _read(self, process: ProcessView, segment: SegmentView) -> Iterator[tuple[SessionDecoder, Frame]]:
+        """The segment's frames but EVENTS frames that hold nothing selected; a stream that breaks costs the events
+        after the break, counted (what came before it is given)."""
+        decoded = 0
+        try:
+            for decoder, frame in segment_stream(segment, self.view.limits):
+                if type(frame) is not Events:
+                    yield decoder, frame
+                    continue
+                decoded += frame.count
+                if self.wanted(process, decoder.tables.tracks[frame.track_id], frame):
+                    yield decoder, frame
+        except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
+            self.unreadable(process, segment, decoded, exc)
+        finally:
+            self.done_with(segment)
+
+    def _track_of(self, process: ProcessView, tables: StreamTables, frame: Events) -> TrackInfo:
+        """The frame's track; a task lane's thread is named too, whether it has events or none."""
+        tracks = tables.tracks
+        track = tracks[frame.track_id]
+        if track.parent and track.parent in tracks:
+            self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
+        return track
 
     def done_with(self, segment: SegmentView) -> None:
         """Nothing more is read of ``segment``: a walk that ``releases`` lets the store reuse it at once."""
@@ -290,6 +312,24 @@ class Selection:
                 return False
             self.ties -= 1
         return True
+
+
+def taken_events(
+    process: ProcessView, tables: StreamTables, frame: Events, selection: Selection
+) -> list[tuple[int, int, int]] | None:
+    """(index in the frame, start, duration) of the frame's events that ``selection`` takes, times as stored; None
+    if the frame cannot be decoded."""
+    offset_ns = process.clock_offset_ns
+    try:
+        rows = list(tables.rows(frame))
+    except ProtocolError:
+        return None
+    by_name = selection.filter.name is not None
+    return [
+        (index, ts_ns, dur_ns)
+        for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows)
+        if selection.event(kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns)
+    ]
 
 
 def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:

@@ -15,7 +15,6 @@ from aiohttp import web
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator, server_tls_context
-from ringtrace.collector.export.chrome import Row
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
@@ -27,6 +26,7 @@ from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_s
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.loop_lag import LoopLag

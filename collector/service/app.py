@@ -15,6 +15,7 @@ from aiohttp import web
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator, server_tls_context
+from ringtrace.collector.export.sources import sources_document
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
@@ -22,7 +23,7 @@ from ringtrace.collector.ingest.connection import IngestProtocol, Traffic
 from ringtrace.collector.ingest.turns import DecodeTurns
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
-from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments, sources_document
+from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
 from ringtrace.collector.read.query import EventFilter

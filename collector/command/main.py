@@ -9,14 +9,14 @@
     ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
 
 FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
-stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``offline.py``).
+stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``foreign/offline.py``).
 
 A collector that requires a token gets it from ``--token-file FILE`` (or ``RINGTRACE_TOKEN_FILE``, or the token
 itself in ``RINGTRACE_TOKEN``): as ``Authorization: Bearer`` over HTTP, in HELLO for ``replay``. An ``https://`` URL
 (or ``replay --tls``) is checked against the system's CAs, or the one in ``--cacert FILE`` (``RINGTRACE_CACERT``).
 
 Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --process 'web-*'``), checked the same way
-(``query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
+(``read/query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
 1 for a collector that cannot be reached or answers with an error, a file that cannot be read, is of no format known
 or is corrupt.
 

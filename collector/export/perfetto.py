@@ -1,7 +1,7 @@
 """Snapshots in Perfetto's trace format: a protobuf ``Trace`` of ``TracePacket``s, which Perfetto UI opens natively.
 
-The same events as the Chrome export, from the same walk (``events.py``), as a stream of chunks: one per stored frame,
-so memory holds one frame's events at a time (and one segment's interned names).
+The same events as the Chrome export, from the same walk (``read/event_walk.py``), as a stream of chunks: one per
+stored frame, so memory holds one frame's events at a time (and one segment's interned names).
 
 Tracks (``TrackDescriptor``), each described before its first event: a process track per process (pid, name, host
 as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, and under

@@ -1,4 +1,4 @@
-"""Chrome trace JSON (the Trace Event Format), read into ``Recording``s (``foreign.py``), one per process.
+"""Chrome trace JSON (the Trace Event Format), read into ``Recording``s (``recording.py``), one per process.
 
 What ringtrace writes (``GET /snapshot``) and what other tools write (chrome://tracing, Perfetto's JSON export,
 viztracer ...): an object holding ``traceEvents``, or a bare array of events, whose closing ``]`` may be missing.

@@ -6,7 +6,7 @@ recovers a data dir. Filters, Chrome export and snapshot files then work on file
 ``ringtrace dump``). Reading stops at a torn tail or a broken frame, keeping everything before it, and says why.
 
 Recordings of other systems are recognised by their first bytes (``FOREIGN_FORMATS``) and translated into a
-ringtrace stream first (``foreign.py``): a HawkTracer HTDUMP stream (``hawktracer.py``), a GaBIEn TimeLogger stream
+ringtrace stream first (``recording.py``): a HawkTracer HTDUMP stream (``hawktracer.py``), a GaBIEn TimeLogger stream
 (``timelogger.py``). From there on they are served as ringtrace files; a torn tail or a broken record of theirs is
 reported as a ringtrace file's would be.
 """

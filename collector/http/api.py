@@ -337,7 +337,7 @@ _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
-    """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
+    """A live tail (``read/tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
     (``data: {json}``); a comment line now and then while nothing comes; a ``cleared`` event with the count of those
     removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
     ``end`` event when the collector stops (``export/live_tail.py``)."""

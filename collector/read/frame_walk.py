@@ -50,7 +50,7 @@ log = logging.getLogger("ringtrace.collector.export.chrome")
 #: Shapes shown one event for one, and how (Chrome's phase letters: a slice, an instant, a counter value, an async
 #: slice's begin and end).
 PHASES: Final = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b", "async_end": "e"}
-#: Shapes whose events pair up across frames (``slices.py``).
+#: Shapes whose events pair up across frames (``pairing.py``).
 PAIRED_SHAPES: Final = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
 #: Every shape a snapshot shows.
 SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message"})
@@ -379,7 +379,7 @@ def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[Sessi
 
     The segment is copied to the decoder a piece at a time: a copy holds the GIL, and a segment's megabytes at once
     would hold up the event loop (a few ms each, four snapshots at once). Each frame lets the loop in if it waits
-    (``readers.py``)."""
+    (``pool.py``)."""
     decoder = SessionDecoder(limits, live=False)
     for start in range(0, segment.used, _READ_BYTES):
         segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))

@@ -200,23 +200,15 @@ class _Interned:
 
 
 class _Writer:
-    """Tracks described so far, the current sequence and its interned names, and the packets of the next chunk."""
+    """The current sequence and its interned names, and the packets of the next chunk (with the descriptors of the
+    tracks they need, ``_Tracks``)."""
 
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
-        self._last_uuid = 0
+        self._tracks = _Tracks(walk)
         self._shown_events = 0
-        self._process_uuids: dict[int, int] = {}
-        self._track_uuids: dict[tuple[int, int], int] = {}
-        self._counter_uuids: dict[tuple[int, str], int] = {}
-        self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
-        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
-        self._int32_pids: dict[int, int] = {}
-        self._next_int32_pid = _MAX_INT32
-        self._taken_pids: set[int] | None = None
         self._sequence_id = _TRACE_SEQUENCE
         self._segment: int | None = None
-        self._descriptors: list[bytes] = []
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
         #: What ``add`` makes of an event, by its phase.
@@ -279,7 +271,7 @@ class _Writer:
 
     def chunk(self) -> bytes:
         """The packets added since the last chunk: descriptors, then events in the order that nests them."""
-        parts, self._descriptors = self._descriptors, []
+        parts = self._tracks.take_descriptors()
         timed, self._timed = self._timed, []
         if not timed:
             return b"".join(parts)
@@ -333,7 +325,7 @@ class _Writer:
 
     def add(self, process: ProcessView, track: TrackInfo, events: list[Shown]) -> None:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
-        on_track = _TRACK_UUID + pb.varint(self._track_uuid(process, track))
+        on_track = _TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track))
         self._shown_events += len(events)
         by_phase = self._by_phase
         for index, event in enumerate(events):
@@ -378,14 +370,14 @@ class _Writer:
         for key, value in (args or {}).items():
             value_field = _counter_value(value)
             if value_field is not None:
-                counter = self._counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+                counter = self._tracks.counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
                 packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
                 timed.append((wall_ns, _POINTS, 0, len(timed), packet))
 
     def _async(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
         """An async slice's begin ("b") or end ("e"), on the track of its name and id."""
         phase, name, wall_ns, _, args, category, async_id = event
-        async_track = _TRACK_UUID + pb.varint(self._async_uuid(process, name, async_id))
+        async_track = _TRACK_UUID + pb.varint(self._tracks.async_uuid(process, name, async_id))
         kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
         packet = kind + async_track + self._names.field(name, self._new_entries) + self._category(category)
         packet += self._annotations(args)  # an end's args add to its slice's
@@ -409,7 +401,27 @@ class _Writer:
             parts.append(start + annotation)
         return b"".join(parts)
 
-    # -- tracks ------------------------------------------------------------------------------------------------------
+
+class _Tracks:
+    """The tracks described so far (a uuid each), and the descriptors of those described since the last chunk."""
+
+    def __init__(self, walk: EventWalk) -> None:
+        self._walk = walk
+        self._last_uuid = 0
+        self._process_uuids: dict[int, int] = {}
+        self._track_uuids: dict[tuple[int, int], int] = {}
+        self._counter_uuids: dict[tuple[int, str], int] = {}
+        self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
+        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
+        self._int32_pids: dict[int, int] = {}
+        self._next_int32_pid = _MAX_INT32
+        self._taken_pids: set[int] | None = None
+        self._descriptors: list[bytes] = []
+
+    def take_descriptors(self) -> list[bytes]:
+        """The descriptor packets made since the last call (each written before the first event on its track)."""
+        descriptors, self._descriptors = self._descriptors, []
+        return descriptors
 
     def _describe(self, descriptor: bytes) -> None:
         self._descriptors.append(_trace_packet(pb.message(_TRACK_DESCRIPTOR, descriptor)))
@@ -446,7 +458,7 @@ class _Writer:
             self._next_int32_pid -= 1
         return shown
 
-    def _track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
+    def track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
         """A thread's track, a task lane's (with its thread), or another track of the process (a source)."""
         uuid = self._track_uuids.get((process.uid, track.track_id))
         if uuid is not None:
@@ -462,7 +474,7 @@ class _Writer:
             self._describe(pb.uint(_UUID, uuid) + pb.message(_THREAD, thread) + rank)
             return uuid
         thread_track = self._thread_of(process, track)
-        parent = self._track_uuid(process, thread_track) if thread_track else self._process_uuid(process)
+        parent = self.track_uuid(process, thread_track) if thread_track else self._process_uuid(process)
         uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
         described = pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, track.name)
         # Tracks of one name stay apart (two sources may share a name), as they do in Chrome JSON.
@@ -481,7 +493,7 @@ class _Writer:
             return TrackInfo(track.parent, THREAD_TRACK, "", track.thread_id)
         return thread if thread.kind == THREAD_TRACK else None
 
-    def _counter_uuid(self, process: ProcessView, name: str) -> int:
+    def counter_uuid(self, process: ProcessView, name: str) -> int:
         uuid = self._counter_uuids.get((process.uid, name))
         if uuid is None:
             parent = self._process_uuid(process)
@@ -490,7 +502,7 @@ class _Writer:
             self._describe(described + pb.message(_COUNTER, b""))
         return uuid
 
-    def _async_uuid(self, process: ProcessView, name: str, async_id: str) -> int:
+    def async_uuid(self, process: ProcessView, name: str, async_id: str) -> int:
         key = (process.uid, name, async_id)
         uuid = self._async_uuids.get(key)
         if uuid is not None:

@@ -1,16 +1,16 @@
-"""Snapshot writers over the walk: Chrome trace event JSON (object form) and snapshot files (``format=native``), as
-streams of chunks, and the selected events as rows for a text dump. Perfetto's protobuf format is ``perfetto.py``.
+"""Snapshots as Chrome trace event JSON (object form), as a stream of chunks, and ``json_bytes``: JSON of what a
+frame decoded to. Snapshot files (``format=native``) are ``native.py``, Perfetto's protobuf format ``perfetto.py``.
 
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Chrome JSON writes the shown events of
-each frame (``events.py``) as one chunk, so memory stays at one segment's bytes and one frame's worth of events however
-large the store; thread and process names come last, once every track is known. Where the C writer is built
-(``chrome_frames.py``), it writes a frame's spans, instants and counters straight from the stored msgpack, with the GIL
-released, and the Python walk the rest of the frame after them: within a frame, events are not in arrival order
-(viewers order them by time). Timestamps: ``ts`` is microseconds
-since the collector's origin (``otherData.clock_origin_wall_ns``: midnight UTC of the day before it started, fixed for
-its life, so that ``ts`` means the same in every snapshot), which keeps sub-microsecond precision that absolute epoch
-microseconds would lose in a double. Events older than the origin would get a negative ``ts``, which Perfetto UI drops:
-they are counted in ``otherData.capture.events_before_origin``.
+each frame (``read/event_walk.py``) as one chunk, so memory stays at one segment's bytes and one frame's worth of
+events however large the store; thread and process names come last, once every track is known. Where the C writer
+is built (``chrome_frames.py``), it writes a frame's spans, instants and counters straight from the stored msgpack,
+with the GIL released, and the Python walk the rest of the frame after them: within a frame, events are not in
+arrival order (viewers order them by time). Timestamps: ``ts`` is microseconds since the collector's origin
+(``otherData.clock_origin_wall_ns``: midnight UTC of the day before it started, fixed for its life, so that ``ts``
+means the same in every snapshot), which keeps sub-microsecond precision that absolute epoch microseconds would lose
+in a double. Events older than the origin would get a negative ``ts``, which Perfetto UI drops: they are counted in
+``otherData.capture.events_before_origin``.
 """
 
 from __future__ import annotations
@@ -20,39 +20,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
 import orjson
-from ringtrace.client.messages import render
-from ringtrace.client.wire.decoder import SessionDecoder, StreamTables, typed_args
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import (
-    MAX_MAX_FRAME_BYTES,
-    Events,
-    Hello,
-    Schema,
-    Stats,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.read.event_walk import EventWalk
-from ringtrace.collector.read.frame_walk import (
-    MAX_WALL_NS,
-    ProcessView,
-    Selection,
-    Shown,
-    SnapshotView,
-    prepare,
-    segment_stream,
-    shown_name,
-)
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pairing import Pairing
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, category_of
+from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
-__all__ = ["Popping", "Row", "chrome_trace_chunks", "frame_rows", "json_bytes", "native_chunks", "selected_rows"]
+__all__ = ["Popping", "chrome_trace_chunks", "json_bytes", "json_value"]
 
 
 #: Open slices a pop carries to the next at most; the oldest past it are shown open-ended instead.
@@ -69,11 +45,6 @@ class Popping:
     leaves_open: Pairing | None = None
 
 
-#: What a snapshot file keeps of a segment besides its EVENTS frames.
-_SESSION_FRAMES: Final = (Hello, Schema, Strings, Track, Stats)
-_PREAMBLE: Final = preamble()
-
-
 def chrome_trace_chunks(
     view: SnapshotView, selected: EventFilter = EVERYTHING, popping: Popping | None = None, *, accelerated: bool = True
 ) -> Iterator[bytes]:
@@ -88,29 +59,11 @@ def chrome_trace_chunks(
     walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
     fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
-    before_origin = shown_events = 0
+    counted = _Counted()
     yield b'{"traceEvents":['
     first = True
-    for (process, track, tables, frame), _ in walk.walked():
-        pid, tid = process.trace_pid, process.tid(track)
-        made = fast.events(tables, frame, process.clock_offset_ns, pid, tid) if fast is not None else None
-        if made is None:
-            json, shown = b"", walk.shown(process, track, tables, frame)
-        else:
-            json = made.json
-            shown = walk.shown(process, track, tables, frame, made.deferred) if made.deferred is not None else []
-            if shown is None:
-                json = b""  # the frame as a whole cannot be decoded: counted as such, none of it shown
-            else:
-                before_origin += made.before_origin
-                shown_events += made.shown
-                if made.skipped:
-                    walk.count_undecodable(process, made.skipped)
-        if shown:
-            events, before = _chrome_events(shown, pid, tid, origin_ns)
-            before_origin += before
-            shown_events += len(shown)
-            json = json + b"," + events if json else events
+    for walked, _ in walk.walked():
+        json = _frame_json(walk, walked, fast, origin_ns, counted)
         if json:
             yield json if first else b"," + json
             first = False
@@ -124,9 +77,45 @@ def chrome_trace_chunks(
     if closing:
         chunk = json_bytes(closing)[1:-1]
         yield chunk if first else b"," + chunk
-    capture = {**walk.capture(), "events_before_origin": before_origin, "shown_events": shown_events + len(opened)}
+    shown_events = counted.shown_events + len(opened)
+    capture = {**walk.capture(), "events_before_origin": counted.before_origin, "shown_events": shown_events}
     other = {**view.other, "clock_origin_wall_ns": origin_ns, **walk.report(), "capture": capture}
     yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
+
+
+@dataclass(slots=True)
+class _Counted:
+    """What the document's ``capture`` counts of the events written."""
+
+    before_origin: int = 0
+    shown_events: int = 0
+
+
+def _frame_json(
+    walk: EventWalk, walked: WalkedFrame, fast: FrameJson | None, origin_ns: int, counted: _Counted
+) -> bytes:
+    """The selected events of one frame as Chrome JSON objects joined by commas (b"" if none): the C writer's
+    (``fast``) where it takes the frame, then the Python walk's of the rest (or of all of it)."""
+    process, track, tables, frame = walked
+    pid, tid = process.trace_pid, process.tid(track)
+    made = fast.events(tables, frame, process.clock_offset_ns, pid, tid) if fast is not None else None
+    if made is None:
+        json, shown = b"", walk.shown(process, track, tables, frame)
+    else:
+        json = made.json
+        shown = walk.shown(process, track, tables, frame, made.deferred) if made.deferred is not None else []
+        if shown is None:
+            return b""  # the frame as a whole cannot be decoded: counted as such, none of it shown
+        counted.before_origin += made.before_origin
+        counted.shown_events += made.shown
+        if made.skipped:
+            walk.count_undecodable(process, made.skipped)
+    if not shown:
+        return json
+    events, before = _chrome_events(shown, pid, tid, origin_ns)
+    counted.before_origin += before
+    counted.shown_events += len(shown)
+    return json + b"," + events if json else events
 
 
 def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tuple[bytes, int]:
@@ -158,124 +147,6 @@ def _open_ended(process: ProcessView, track: TrackInfo, event: Shown, origin_ns:
     _, name, wall_ns, _, args, _, _ = event
     ts = (wall_ns - origin_ns) / 1000
     return {"name": name, "ph": "B", "ts": ts, "pid": process.trace_pid, "tid": process.tid(track), "args": args}
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One selected event as a text dump shows it."""
-
-    process: ProcessView
-    track: str
-    category: str
-    #: A message's priority; "" for other events.
-    priority: str
-    #: As a snapshot shows it: a message's rendered text.
-    name: str
-    wall_ns: int
-    dur_ns: int
-    args: Any
-    #: The kind's name: the category, or the member of a built-in family (``source_open``, ``marker_end`` ...).
-    kind: str
-
-
-def selected_rows(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[Row]:
-    """The events ``selected``, in the order they arrived per segment (oldest segment first), decoded for a reader:
-    typed events' fields by name, messages rendered. Events whose kind was never declared are left out."""
-    walk, selection = prepare(view, selected)
-    for process, track, tables, frame in walk.frames():
-        yield from frame_rows(process, track, tables, frame, selection)
-
-
-def frame_rows(
-    process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, selection: Selection | None = None
-) -> Iterator[Row]:
-    """The events of one frame that ``selection`` takes, decoded for a reader (none if the frame cannot be)."""
-    track_name = process.tracks.get(track.track_id, track).name
-    offset_ns = process.clock_offset_ns
-    try:
-        rows = list(tables.rows(frame))
-    except ProtocolError:
-        return
-    for kind, name, ts_ns, dur_ns, args in rows:
-        if kind is None or not 0 <= ts_ns + offset_ns <= ts_ns + offset_ns + dur_ns <= MAX_WALL_NS:
-            continue
-        shown_name, shown_args = name, args
-        if kind.shape == "message" and isinstance(args, list):
-            shown_name, shown_args = render(kind, args)
-        elif kind.fields and isinstance(args, list):
-            shown_args = typed_args(kind, args, tables.kinds)
-        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
-            continue
-        priority = kind.priority if kind.shape == "message" else ""
-        wall_ns = ts_ns + offset_ns
-        yield Row(process, track_name, category_of(kind), priority, shown_name, wall_ns, dur_ns, shown_args, kind.name)
-
-
-def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
-    """Yield a snapshot file (``client/wire/PROTOCOL.md``, "Snapshot file"): a stream per stored segment that holds
-    selected events, end to end. Each is the segment's session frames and its EVENTS frames that hold selected
-    events, byte for byte, or re-encoded with only those where a filter chooses among a frame's events; the frames a
-    file has no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out."""
-    walk, selection = prepare(view, selected)
-    written = False
-    for process, segment in walk.segments():
-        stream = [_PREAMBLE]
-        kept = decoded = 0
-        try:
-            for decoder, frame in segment_stream(segment, view.limits):
-                if isinstance(frame, Events):
-                    decoded += frame.count
-                    track = decoder.tables.tracks[frame.track_id]
-                    if not walk.wanted(process, track, frame):
-                        continue
-                    if selection is None:
-                        stream.append(bytes(decoder.last_frame()))
-                    else:
-                        part = _selected_part(process, decoder, frame, selection)
-                        if part is None:
-                            continue
-                        stream.append(part)
-                    kept += 1
-                elif isinstance(frame, _SESSION_FRAMES):
-                    stream.append(bytes(decoder.last_frame()))
-        except ProtocolError as exc:  # what came before the broken frame is kept
-            walk.unreadable(process, segment, decoded, exc)
-        finally:
-            walk.done_with(segment)
-        if kept:
-            written = True
-            yield b"".join(stream)
-        else:
-            yield b""  # (nothing selected in the segment: the reader may hand over its step all the same)
-    if not written:
-        yield _PREAMBLE  # a snapshot file of no stream: readers take it as such, not as a file of no known format
-
-
-def _selected_part(process: ProcessView, decoder: SessionDecoder, frame: Events, selection: Selection) -> bytes | None:
-    """The frame, or one with only its selected events (None if it has none)."""
-    tables = decoder.tables
-    offset_ns = process.clock_offset_ns
-    try:
-        rows = list(tables.rows(frame))
-    except ProtocolError:
-        return bytes(decoder.last_frame())  # stored as it came: a reader counts it as undecodable, as we would
-    keep = [
-        i
-        for i, (kind, name, ts_ns, _, args) in enumerate(rows)
-        if selection.event(kind, shown_name(kind, name, args) if selection.filter.name else name, ts_ns + offset_ns)
-    ]
-    if len(keep) == frame.count:
-        return bytes(decoder.last_frame())
-    if not keep:
-        return None
-    columns = tables.unpack(frame)
-    kept = [[column[i] for i in keep] for column in columns]
-    starts = [rows[i][2] for i in keep]
-    first_ns = min(starts)
-    kept[tables.columns.index("ts")] = [start - first_ns for start in starts]
-    last_ns = max(start + rows[i][3] for start, i in zip(starts, keep, strict=True))
-    payload = msgpack.packb(kept)
-    return encode(Events(frame.track_id, len(keep), first_ns, last_ns, payload, frame.flags), MAX_MAX_FRAME_BYTES)
 
 
 def json_bytes(value: Any) -> bytes:

@@ -2,9 +2,9 @@
 
 The C writer takes the spans, instants and counters whose args are a map (or none): most of what a store holds. It
 runs with the GIL released, so a snapshot neither holds up the event loop nor waits on it. Everything else in a frame
-it leaves to the Python event walk (``events.py``), which defines what a snapshot shows; tests hold the two to the
-same JSON. ``FrameJson`` keeps, per segment (each is read by a decoder of its own), the tables the C writer reads: a
-code per kind id and each string as an escaped JSON string, grown as the segment declares more.
+it leaves to the Python event walk (``read/event_walk.py``), which defines what a snapshot shows; tests hold the two
+to the same JSON. ``FrameJson`` keeps, per segment (each is read by a decoder of its own), the tables the C writer
+reads: a code per kind id and each string as an escaped JSON string, grown as the segment declares more.
 
 Not built (no C compiler at install time), or with ``RINGTRACE_PURE_PYTHON=1``: ``ACCELERATED`` is False and every
 event goes through the Python walk, at a fraction of the speed.

@@ -1,7 +1,7 @@
 """Snapshots in Perfetto's trace format: a protobuf ``Trace`` of ``TracePacket``s, which Perfetto UI opens natively.
 
-The same events as the Chrome export, from the same walk (``events.py``), as a stream of chunks: one per stored frame,
-so memory holds one frame's events at a time (and one segment's interned names).
+The same events as the Chrome export, from the same walk (``read/event_walk.py``), as a stream of chunks: one per
+stored frame, so memory holds one frame's events at a time (and one segment's interned names).
 
 Tracks (``TrackDescriptor``), each described before its first event: a process track per process (pid, name, host
 as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, and under
@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -200,25 +200,26 @@ class _Interned:
 
 
 class _Writer:
-    """Tracks described so far, the current sequence and its interned names, and the packets of the next chunk."""
+    """The current sequence and its interned names, and the packets of the next chunk (with the descriptors of the
+    tracks they need, ``_Tracks``)."""
 
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
-        self._last_uuid = 0
+        self._tracks = _Tracks(walk)
         self._shown_events = 0
-        self._process_uuids: dict[int, int] = {}
-        self._track_uuids: dict[tuple[int, int], int] = {}
-        self._counter_uuids: dict[tuple[int, str], int] = {}
-        self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
-        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
-        self._int32_pids: dict[int, int] = {}
-        self._next_int32_pid = _MAX_INT32
-        self._taken_pids: set[int] | None = None
         self._sequence_id = _TRACE_SEQUENCE
         self._segment: int | None = None
-        self._descriptors: list[bytes] = []
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
+        #: What ``add`` makes of an event, by its phase.
+        self._by_phase: dict[str, Callable[[ProcessView, bytes, Shown], None]] = {
+            "X": self._slice,
+            "B": self._slice,
+            "i": self._instant,
+            "C": self._counter,
+            "b": self._async,
+            "e": self._async,
+        }
         self._new_sequence()
 
     # -- sequences ---------------------------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ class _Writer:
 
     def chunk(self) -> bytes:
         """The packets added since the last chunk: descriptors, then events in the order that nests them."""
-        parts, self._descriptors = self._descriptors, []
+        parts = self._tracks.take_descriptors()
         timed, self._timed = self._timed, []
         if not timed:
             return b"".join(parts)
@@ -324,48 +325,63 @@ class _Writer:
 
     def add(self, process: ProcessView, track: TrackInfo, events: list[Shown]) -> None:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
-        on_track = _TRACK_UUID + pb.varint(self._track_uuid(process, track))
+        on_track = _TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track))
         self._shown_events += len(events)
-        timed = self._timed
-        new_entries = self._new_entries
-        names, known_names = self._names, self._names.known
-        annotations = self._annotations
-        for index, (phase, name, wall_ns, dur_ns, args, category, async_id) in enumerate(events):
-            arrival = len(timed)
+        by_phase = self._by_phase
+        for index, event in enumerate(events):
             if not index & 255:
                 let_the_loop_in()
-            if phase == "X" or phase == "B":
-                named = known_names.get(name) or names.field(name, new_entries)
-                begin = _TYPE_SLICE_BEGIN + on_track + named
-                if args:
-                    begin += annotations(args)
-                if phase == "B":  # never ended
-                    timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
-                elif dur_ns > 0:
-                    end_ns = wall_ns + dur_ns
-                    timed.append((wall_ns, _BEGINS, -end_ns, arrival, begin))
-                    timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, _TYPE_SLICE_END + on_track + named))
-                else:
-                    timed.append((wall_ns, _POINTS, 0, arrival, begin))
-                    timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
-            elif phase == "i":
-                # A message (an instant with a category) is named by its rendered text: its own, not interned.
-                named = pb.string(_NAME, name) if category else known_names.get(name) or names.field(name, new_entries)
-                event = _TYPE_INSTANT + on_track + named + self._category(category) + annotations(args)
-                timed.append((wall_ns, _POINTS, 0, arrival, event))
-            elif phase == "C":
-                for key, value in (args or {}).items():
-                    value_field = _counter_value(value)
-                    if value_field is not None:
-                        counter = self._counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
-                        event = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
-                        timed.append((wall_ns, _POINTS, 0, len(timed), event))
-            else:  # "b", "e": an async slice, on the track of its name and id
-                async_track = _TRACK_UUID + pb.varint(self._async_uuid(process, name, async_id))
-                kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
-                event = kind + async_track + names.field(name, new_entries) + self._category(category)
-                event += annotations(args)  # an end's args add to its slice's
-                timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, arrival, event))
+            by_phase[event[0]](process, on_track, event)
+
+    def _slice(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """A slice ("X"), or one never ended ("B"): a BEGIN, and an END where it ended."""
+        phase, name, wall_ns, dur_ns, args, _, _ = event
+        timed = self._timed
+        arrival = len(timed)
+        named = self._names.known.get(name) or self._names.field(name, self._new_entries)
+        begin = _TYPE_SLICE_BEGIN + on_track + named
+        if args:
+            begin += self._annotations(args)
+        if phase == "B":  # never ended
+            timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
+        elif dur_ns > 0:
+            end_ns = wall_ns + dur_ns
+            timed.append((wall_ns, _BEGINS, -end_ns, arrival, begin))
+            timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, _TYPE_SLICE_END + on_track + named))
+        else:
+            timed.append((wall_ns, _POINTS, 0, arrival, begin))
+            timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
+
+    def _instant(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """An instant; a message (an instant with a category) is named by its rendered text: its own, not
+        interned."""
+        _, name, wall_ns, _, args, category, _ = event
+        if category:
+            named = pb.string(_NAME, name)
+        else:
+            named = self._names.known.get(name) or self._names.field(name, self._new_entries)
+        packet = _TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)
+        self._timed.append((wall_ns, _POINTS, 0, len(self._timed), packet))
+
+    def _counter(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """A counter's values, each on the counter track of its name (and key, but for ``value``)."""
+        _, name, wall_ns, _, args, _, _ = event
+        timed = self._timed
+        for key, value in (args or {}).items():
+            value_field = _counter_value(value)
+            if value_field is not None:
+                counter = self._tracks.counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+                packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
+                timed.append((wall_ns, _POINTS, 0, len(timed), packet))
+
+    def _async(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+        """An async slice's begin ("b") or end ("e"), on the track of its name and id."""
+        phase, name, wall_ns, _, args, category, async_id = event
+        async_track = _TRACK_UUID + pb.varint(self._tracks.async_uuid(process, name, async_id))
+        kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
+        packet = kind + async_track + self._names.field(name, self._new_entries) + self._category(category)
+        packet += self._annotations(args)  # an end's args add to its slice's
+        self._timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, len(self._timed), packet))
 
     def _category(self, category: str) -> bytes:
         return self._categories.field(category, self._new_entries) if category else b""
@@ -385,7 +401,27 @@ class _Writer:
             parts.append(start + annotation)
         return b"".join(parts)
 
-    # -- tracks ------------------------------------------------------------------------------------------------------
+
+class _Tracks:
+    """The tracks described so far (a uuid each), and the descriptors of those described since the last chunk."""
+
+    def __init__(self, walk: EventWalk) -> None:
+        self._walk = walk
+        self._last_uuid = 0
+        self._process_uuids: dict[int, int] = {}
+        self._track_uuids: dict[tuple[int, int], int] = {}
+        self._counter_uuids: dict[tuple[int, str], int] = {}
+        self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
+        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
+        self._int32_pids: dict[int, int] = {}
+        self._next_int32_pid = _MAX_INT32
+        self._taken_pids: set[int] | None = None
+        self._descriptors: list[bytes] = []
+
+    def take_descriptors(self) -> list[bytes]:
+        """The descriptor packets made since the last call (each written before the first event on its track)."""
+        descriptors, self._descriptors = self._descriptors, []
+        return descriptors
 
     def _describe(self, descriptor: bytes) -> None:
         self._descriptors.append(_trace_packet(pb.message(_TRACK_DESCRIPTOR, descriptor)))
@@ -422,7 +458,7 @@ class _Writer:
             self._next_int32_pid -= 1
         return shown
 
-    def _track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
+    def track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
         """A thread's track, a task lane's (with its thread), or another track of the process (a source)."""
         uuid = self._track_uuids.get((process.uid, track.track_id))
         if uuid is not None:
@@ -438,7 +474,7 @@ class _Writer:
             self._describe(pb.uint(_UUID, uuid) + pb.message(_THREAD, thread) + rank)
             return uuid
         thread_track = self._thread_of(process, track)
-        parent = self._track_uuid(process, thread_track) if thread_track else self._process_uuid(process)
+        parent = self.track_uuid(process, thread_track) if thread_track else self._process_uuid(process)
         uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
         described = pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, track.name)
         # Tracks of one name stay apart (two sources may share a name), as they do in Chrome JSON.
@@ -457,7 +493,7 @@ class _Writer:
             return TrackInfo(track.parent, THREAD_TRACK, "", track.thread_id)
         return thread if thread.kind == THREAD_TRACK else None
 
-    def _counter_uuid(self, process: ProcessView, name: str) -> int:
+    def counter_uuid(self, process: ProcessView, name: str) -> int:
         uuid = self._counter_uuids.get((process.uid, name))
         if uuid is None:
             parent = self._process_uuid(process)
@@ -466,7 +502,7 @@ class _Writer:
             self._describe(described + pb.message(_COUNTER, b""))
         return uuid
 
-    def _async_uuid(self, process: ProcessView, name: str, async_id: str) -> int:
+    def async_uuid(self, process: ProcessView, name: str, async_id: str) -> int:
         key = (process.uid, name, async_id)
         uuid = self._async_uuids.get(key)
         if uuid is not None:

@@ -1,4 +1,4 @@
-"""Chrome trace JSON (the Trace Event Format), read into ``Recording``s (``foreign.py``), one per process.
+"""Chrome trace JSON (the Trace Event Format), read into ``Recording``s (``recording.py``), one per process.
 
 What ringtrace writes (``GET /snapshot``) and what other tools write (chrome://tracing, Perfetto's JSON export,
 viztracer ...): an object holding ``traceEvents``, or a bare array of events, whose closing ``]`` may be missing.
@@ -16,7 +16,8 @@ pairs the last timestamp with the file's modification time.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
 
 import orjson
 from ringtrace.client.wire.model import (
@@ -82,6 +83,19 @@ def _parse(data: bytes) -> Any:
         raise ForeignFormatError(f"Chrome trace JSON that does not parse: {exc}") from None
 
 
+class _Seen(NamedTuple):
+    """An event of the file, with what it is recorded on."""
+
+    event: dict[str, Any]
+    #: (pid, tid) as keys
+    thread: tuple[object, object]
+    recording: Recording
+    track_id: int
+    name: str
+    ts_ns: int
+    args: dict[str, Any] | None
+
+
 class _Reader:
     def __init__(self) -> None:
         self._recordings: dict[object, Recording] = {}
@@ -91,6 +105,15 @@ class _Reader:
         self._open: dict[tuple[object, object], list[tuple[str, int, Any]]] = {}
         self._skipped: dict[object, int] = {}
         self._unowned = 0
+        #: What an event becomes, by its phase.
+        self._by_phase: dict[str, Callable[[_Seen], None]] = {
+            "X": self._span,
+            "B": self._begin,
+            "E": self._end,
+            **dict.fromkeys(_INSTANTS, self._instant),
+            "C": self._counter,
+            **dict.fromkeys(_ASYNC, self._async),
+        }
 
     def event(self, event: Any) -> None:
         if not isinstance(event, dict):
@@ -107,30 +130,43 @@ class _Reader:
         name = str(event.get("name", ""))
         args = event.get("args") if isinstance(event.get("args"), dict) else None
         track_id = self._track(pid, tid)
-        recording = self._recordings[pid]
-        if phase == "X":
-            dur_ns = _ns(event.get("dur")) or 0
-            recording.add(track_id, SPAN, name, ts_ns, ts_ns + max(dur_ns, 0), args)
-        elif phase == "B":
-            self._open.setdefault((pid, tid), []).append((name, ts_ns, args))
-        elif phase == "E":
-            opened = self._open.get((pid, tid))
-            if opened:
-                begun_name, begun_ns, begun_args = opened.pop()
-                merged = {**begun_args, **args} if begun_args and args else begun_args or args
-                recording.add(track_id, SPAN, begun_name, begun_ns, max(ts_ns, begun_ns), merged)
-            else:
-                recording.add(track_id, MARKER_END, name, ts_ns, ts_ns, args)
-        elif phase in _INSTANTS:
-            recording.add(track_id, INSTANT, name, ts_ns, ts_ns, args)
-        elif phase == "C":
-            values = {key: value for key, value in (args or {}).items() if type(value) in (int, float)}
-            recording.add(track_id, COUNTER, name, ts_ns, ts_ns, values or {"value": 0})
-        elif phase in _ASYNC:
-            async_id = event.get("id", event.get("id2", ""))
-            recording.add(track_id, _ASYNC[phase], name, ts_ns, ts_ns, {**(args or {}), "id": str(async_id)})
-        else:  # flows, objects, samples, ...: nothing a snapshot shows
+        seen = _Seen(event, (pid, tid), self._recordings[pid], track_id, name, ts_ns, args)
+        take = self._by_phase.get(phase)
+        if take is None:  # flows, objects, samples, ...: nothing a snapshot shows
             self._skip(pid)
+        else:
+            take(seen)
+
+    def _span(self, seen: _Seen) -> None:
+        dur_ns = _ns(seen.event.get("dur")) or 0
+        seen.recording.add(seen.track_id, SPAN, seen.name, seen.ts_ns, seen.ts_ns + max(dur_ns, 0), seen.args)
+
+    def _begin(self, seen: _Seen) -> None:
+        self._open.setdefault(seen.thread, []).append((seen.name, seen.ts_ns, seen.args))
+
+    def _end(self, seen: _Seen) -> None:
+        """The end of the innermost ``B`` of its thread, as a span; with none open, a marker end."""
+        opened = self._open.get(seen.thread)
+        if not opened:
+            seen.recording.add(seen.track_id, MARKER_END, seen.name, seen.ts_ns, seen.ts_ns, seen.args)
+            return
+        begun_name, begun_ns, begun_args = opened.pop()
+        args = seen.args
+        merged = {**begun_args, **args} if begun_args and args else begun_args or args
+        seen.recording.add(seen.track_id, SPAN, begun_name, begun_ns, max(seen.ts_ns, begun_ns), merged)
+
+    def _instant(self, seen: _Seen) -> None:
+        seen.recording.add(seen.track_id, INSTANT, seen.name, seen.ts_ns, seen.ts_ns, seen.args)
+
+    def _counter(self, seen: _Seen) -> None:
+        values = {key: value for key, value in (seen.args or {}).items() if type(value) in (int, float)}
+        seen.recording.add(seen.track_id, COUNTER, seen.name, seen.ts_ns, seen.ts_ns, values or {"value": 0})
+
+    def _async(self, seen: _Seen) -> None:
+        event = seen.event
+        async_id = event.get("id", event.get("id2", ""))
+        args = {**(seen.args or {}), "id": str(async_id)}
+        seen.recording.add(seen.track_id, _ASYNC[event["ph"]], seen.name, seen.ts_ns, seen.ts_ns, args)
 
     def _skip(self, pid: object) -> None:
         self._recording(pid)  # (a process whose events are all skipped still says how many)

@@ -1,5 +1,5 @@
 """HawkTracer's HTDUMP stream (its file dump listener's file, or what its TCP listener sends), read into a
-``Recording`` (``foreign.py``).
+``Recording`` (``recording.py``).
 
 The stream is events back to back, with no framing, in the byte order its first event declares. Every event starts
 with a 20-byte base (``klass_id u32, timestamp u64`` ns, ``id u64``), then its klass's fields in declaration order,

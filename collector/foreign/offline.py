@@ -6,7 +6,7 @@ recovers a data dir. Filters, Chrome export and snapshot files then work on file
 ``ringtrace dump``). Reading stops at a torn tail or a broken frame, keeping everything before it, and says why.
 
 Recordings of other systems are recognised by their first bytes (``FOREIGN_FORMATS``) and translated into a
-ringtrace stream first (``foreign.py``): a HawkTracer HTDUMP stream (``hawktracer.py``), a GaBIEn TimeLogger stream
+ringtrace stream first (``recording.py``): a HawkTracer HTDUMP stream (``hawktracer.py``), a GaBIEn TimeLogger stream
 (``timelogger.py``). From there on they are served as ringtrace files; a torn tail or a broken record of theirs is
 reported as a ringtrace file's would be.
 """
@@ -79,25 +79,43 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
     other: dict[str, object] = {"source_file": str(path)}
     foreign: list[Recording] = []
     if not data.startswith(MAGIC):
-        name, foreign = _foreign(data)
-        other["source_format"] = name
-        if any(recording.last_wall_ns is None for recording in foreign):
-            other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
-        # Where the recording does not say when it was, its last timestamp is the file's modification time (and its
-        # processes keep their places to each other: one clock).
-        last_ns = max((recording.last_ns for recording in foreign), default=0)  # (a file of no events: none)
-        digest = hashlib.blake2b(data).digest()
-        mtime_ns = file.stat().st_mtime_ns
-        data = b"".join(
-            to_stream(
-                recording,
-                recording.process_name or file.name,
-                mtime_ns - (last_ns - recording.last_ns) if recording.last_wall_ns is None else recording.last_wall_ns,
-                digest + b"%d" % n,  # the same file converts alike; each process an instance of its own
-            )
-            for n, recording in enumerate(foreign)
-        )
+        data, foreign = _converted(file, data, other)
     streams, error = _streams(memoryview(data))
+    store, registry, events = _stored(streams)
+    view = _view(store, registry, other)
+    torn = error is not None and error.startswith("the file ends inside")
+    broken = next((recording for recording in foreign if recording.error is not None), None)
+    if broken is not None:
+        error, torn = broken.error, broken.torn
+    undecodable = sum(stream.undecodable for stream in streams)
+    return LoadedFile(view, len(streams), events, error, torn, undecodable)
+
+
+def _converted(file: Path, data: bytes, other: dict[str, object]) -> tuple[bytes, list[Recording]]:
+    """A recording of another system as streams of our own, and its recordings (``other`` says what it was)."""
+    name, foreign = _foreign(data)
+    other["source_format"] = name
+    if any(recording.last_wall_ns is None for recording in foreign):
+        other["wall_clock"] = "estimated: the recording's last timestamp is the file's modification time"
+    # Where the recording does not say when it was, its last timestamp is the file's modification time (and its
+    # processes keep their places to each other: one clock).
+    last_ns = max((recording.last_ns for recording in foreign), default=0)  # (a file of no events: none)
+    digest = hashlib.blake2b(data).digest()
+    mtime_ns = file.stat().st_mtime_ns
+    data = b"".join(
+        to_stream(
+            recording,
+            recording.process_name or file.name,
+            mtime_ns - (last_ns - recording.last_ns) if recording.last_wall_ns is None else recording.last_wall_ns,
+            digest + b"%d" % n,  # the same file converts alike; each process an instance of its own
+        )
+        for n, recording in enumerate(foreign)
+    )
+    return data, foreign
+
+
+def _stored(streams: list[_Stream]) -> tuple[Store, Registry, int]:
+    """A store holding each stream that has a HELLO as a segment of its process, and the events they hold."""
     store = Store(2**62, MIN_SEGMENT_BYTES)
     registry = Registry()
     events = 0
@@ -112,6 +130,11 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
             Recovered(seq, buffer, len(stream.data), stream.hello, stream.entries, stream.stats, None), process.uid
         )
         events += sum(count for _, _, _, count, _, _ in stream.entries)
+    return store, registry, events
+
+
+def _view(store: Store, registry: Registry, other: dict[str, object]) -> SnapshotView:
+    """What a snapshot of the file reads, its ``ts`` 0 at midnight UTC before its first event."""
     processes = {p.uid: ProcessView.of(p) for p in registry.processes.values()}
     snapshot = store.snapshot()
     first_ns = min(
@@ -122,7 +145,7 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
         ),
         default=0,
     )
-    view = SnapshotView(
+    return SnapshotView(
         snapshot,
         processes,
         store.track_counts(),
@@ -130,12 +153,6 @@ def load_file(path: str | os.PathLike[str]) -> LoadedFile:
         limits=FILE_LIMITS,
         origin_ns=first_ns // _DAY_NS * _DAY_NS,  # midnight UTC before the first event: every ts is positive
     )
-    torn = error is not None and error.startswith("the file ends inside")
-    broken = next((recording for recording in foreign if recording.error is not None), None)
-    if broken is not None:
-        error, torn = broken.error, broken.torn
-    undecodable = sum(stream.undecodable for stream in streams)
-    return LoadedFile(view, len(streams), events, error, torn, undecodable)
 
 
 def _foreign(data: bytes) -> tuple[str, list[Recording]]:
@@ -175,34 +192,15 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
     try:
         decoder.receive_data(data[start:position])
         decoder.next_frame()  # checks the preamble
-        while position < len(data):
-            if bytes(data[position : position + len(MAGIC)]) == MAGIC:
-                break  # the next stream
-            if position + FRAME_HEADER.size > len(data):
-                error = f"the file ends inside a frame header at offset {position}"
-                break
-            body_length, _ = FRAME_HEADER.unpack_from(data, position)
-            end = position + FRAME_HEADER.size + body_length
-            if end > len(data):
-                error = f"the file ends inside the frame at offset {position} ({end - len(data)} bytes missing)"
+        while position < len(data) and bytes(data[position : position + len(MAGIC)]) != MAGIC:  # (the next stream)
+            end, error = _frame_end(data, position)
+            if error is not None:
                 break
             decoder.receive_data(data[position:end])
             frame = decoder.next_frame()
-            if isinstance(frame, Hello):
-                stream.hello = frame
-            elif isinstance(frame, Stats):
-                stream.stats = frame
-            elif isinstance(frame, Events):
-                offset = position - start
-                stream.entries.append(
-                    (offset, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns)
-                )
-                try:  # a payload that does not decode, or events of kinds never declared: a corrupt file, said
-                    kinds = unpack_columns(frame, decoder.tables.columns)[decoder.tables.columns.index("kind")]
-                    declared = decoder.tables.kinds
-                    stream.undecodable += sum(1 for kind in kinds if type(kind) is not int or kind not in declared)
-                except ProtocolError:
-                    stream.undecodable += frame.count
+            take = _TAKE.get(type(frame))
+            if take is not None:
+                take(stream, decoder, frame, position - start, end - position)
             position = end
     except ProtocolError as exc:
         error = f"the frame at offset {position} is broken: {exc}"
@@ -210,3 +208,46 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
     if error is None and stream.hello is None and position > start + PREAMBLE.size:
         error = f"the stream at offset {start} holds no HELLO frame"
     return stream, position, error
+
+
+def _frame_end(data: memoryview, position: int) -> tuple[int, str | None]:
+    """Where the frame at ``position`` ends, or why the file ends inside it."""
+    if position + FRAME_HEADER.size > len(data):
+        return position, f"the file ends inside a frame header at offset {position}"
+    body_length, _ = FRAME_HEADER.unpack_from(data, position)
+    end = position + FRAME_HEADER.size + body_length
+    if end > len(data):
+        return position, f"the file ends inside the frame at offset {position} ({end - len(data)} bytes missing)"
+    return end, None
+
+
+def _take_hello(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:
+    assert isinstance(frame, Hello)
+    stream.hello = frame
+
+
+def _take_stats(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:
+    assert isinstance(frame, Stats)
+    stream.stats = frame
+
+
+def _take_events(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:
+    """An EVENTS frame indexed; a payload that does not decode, or events of kinds never declared, counted (a
+    corrupt file, said)."""
+    assert isinstance(frame, Events)
+    stream.entries.append((offset, length, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns))
+    try:
+        kinds = unpack_columns(frame, decoder.tables.columns)[decoder.tables.columns.index("kind")]
+    except ProtocolError:
+        stream.undecodable += frame.count
+        return
+    declared = decoder.tables.kinds
+    stream.undecodable += sum(1 for kind in kinds if type(kind) is not int or kind not in declared)
+
+
+#: What a stream keeps of its frames, by type: its HELLO, its last STATS, and the index of its EVENTS frames.
+_TAKE: Final[dict[type, Callable[[_Stream, SessionDecoder, object, int, int], None]]] = {
+    Hello: _take_hello,
+    Stats: _take_stats,
+    Events: _take_events,
+}

@@ -1,4 +1,4 @@
-"""GaBIEn TimeLogger streams, read into a ``Recording`` (``foreign.py``).
+"""GaBIEn TimeLogger streams, read into a ``Recording`` (``recording.py``).
 
 The format (``gabien.uslx.append.TimeLogger``) is what Java's ``DataOutputStream`` writes, big-endian, with no header
 and no terminator: records of ``type i8`` (0 new source, 1 open, 2 close), ``source_id i32``, ``time i64``

@@ -35,7 +35,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.chrome import Popping, Row, chrome_trace_chunks, json_bytes, native_chunks
+from ringtrace.collector.export import live_tail
+from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
+from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -51,6 +53,7 @@ from ringtrace.collector.read.query import (
     parse_process_filter,
     parse_snapshot_query,
 )
+from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
 
@@ -334,81 +337,33 @@ _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
-    """A live tail (``tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
+    """A live tail (``read/tail.py``): each event stored from now on that the filters select, as one Server-Sent Event
     (``data: {json}``); a comment line now and then while nothing comes; a ``cleared`` event with the count of those
     removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
-    ``end`` event when the collector stops."""
+    ``end`` event when the collector stops (``export/live_tail.py``)."""
     collector = request.app[COLLECTOR]
-    try:
-        query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
-    tails = request.app[_TAILS]
-    if len(tails) >= MAX_TAILS:
-        raise web.HTTPServiceUnavailable(
-            text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
-        )
-    tail = Tail(query.filter, collector.stored_limits)
+    tail = _new_tail(request)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+    tails = request.app[_TAILS]
     task = asyncio.current_task()
     assert task is not None
     tails.add(task)
-    loop = asyncio.get_running_loop()
     begun = False
     try:
         await response.prepare(request)
         await collector.tail_step(tail)  # where it begins
         collector.tails_running += 1
         begun = True
-        await response.write(b": ringtrace live tail\n\n")
-        written_at = loop.time()
-        while True:
-            await asyncio.sleep(TAIL_POLL_S)
-            if request.transport is None or request.transport.is_closing():
-                break  # the reader left: its slot is free now, not at the next keepalive
-            try:
-                rows = await collector.tail_step(tail)
-            except TailBehind as exc:
-                log.warning("live tail to %s: %s; ending it", request.remote, exc)
-                event = b"event: error\ndata: " + orjson.dumps({"reason": str(exc)}) + b"\n\n"
-                try:
-                    await asyncio.wait_for(response.write(event), collector.http_guard.timeout_s)
-                except TimeoutError:  # it does not read at all: cut off as below
-                    collector.http_guard.cut_off(request.transport)
-                break
-            cleared = tail.take_cleared()
-            if rows or cleared:
-                documents = (json_bytes(row_document(row)) for row in rows)
-                payload = b"".join(b"data: " + document + b"\n\n" for document in documents)
-                if cleared:  # removed on request before this reader got them: told, and the tail goes on
-                    notice = {
-                        "events": cleared,
-                        "reason": "removed by POST /clear or POST /pop before this tail read them",
-                    }
-                    payload = b"event: cleared\ndata: " + orjson.dumps(notice) + b"\n\n" + payload
-            elif loop.time() - written_at >= TAIL_KEEPALIVE_S:
-                payload = b": keepalive\n\n"
-            else:
-                continue
-            try:
-                await asyncio.wait_for(response.write(payload), collector.http_guard.timeout_s)
-            except TimeoutError:
-                log.warning(
-                    "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload),
-                    collector.http_guard.timeout_s,
-                )  # fmt: skip
-                collector.http_guard.cut_off(request.transport)
-                break
-            written_at = loop.time()
+        await response.write(live_tail.BANNER)
+        await _follow(request, response, tail)
     except (ConnectionResetError, ConnectionError):
         pass  # the reader left
     except asyncio.CancelledError:  # the collector stops (_end_tails): the reader is told so, not left guessing
         if begun:
             with contextlib.suppress(Exception):
-                end = b"event: end\ndata: " + orjson.dumps({"reason": "the collector is stopping"}) + b"\n\n"
-                await asyncio.wait_for(response.write(end), 1.0)
+                await asyncio.wait_for(response.write(live_tail.END), 1.0)
         raise
     finally:
         tails.discard(task)
@@ -416,30 +371,60 @@ async def stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def _new_tail(request: web.Request) -> Tail:
+    """A tail of what the query selects, if there is room for one more."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    if len(request.app[_TAILS]) >= MAX_TAILS:
+        raise web.HTTPServiceUnavailable(
+            text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
+        )
+    return Tail(query.filter, collector.stored_limits)
+
+
+async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail) -> None:
+    """Write what each step of the tail reads, until the reader leaves, falls behind, or does not take it."""
+    collector = request.app[COLLECTOR]
+    timeout_s = collector.http_guard.timeout_s
+    loop = asyncio.get_running_loop()
+    written_at = loop.time()
+    while True:
+        await asyncio.sleep(TAIL_POLL_S)
+        if request.transport is None or request.transport.is_closing():
+            return  # the reader left: its slot is free now, not at the next keepalive
+        try:
+            rows = await collector.tail_step(tail)
+        except TailBehind as exc:
+            log.warning("live tail to %s: %s; ending it", request.remote, exc)
+            try:
+                await asyncio.wait_for(response.write(live_tail.error_event(str(exc))), timeout_s)
+            except TimeoutError:  # it does not read at all: cut off as below
+                collector.http_guard.cut_off(request.transport)
+            return
+        payload = live_tail.step_events(rows, tail.take_cleared())
+        if not payload:
+            if loop.time() - written_at < TAIL_KEEPALIVE_S:
+                continue
+            payload = live_tail.KEEPALIVE
+        try:
+            await asyncio.wait_for(response.write(payload), timeout_s)
+        except TimeoutError:
+            log.warning(
+                "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload), timeout_s
+            )
+            collector.http_guard.cut_off(request.transport)
+            return
+        written_at = loop.time()
+
+
 async def _end_tails(app: web.Application) -> None:
     """At shutdown: live tails never end by themselves, and the server would wait for them."""
     tails: set[asyncio.Task[Any]] = app[_TAILS]
     for task in list(tails):
         task.cancel()
-
-
-def row_document(row: Row) -> dict[str, Any]:
-    """One event of a live tail, as JSON."""
-    process = row.process
-    return {
-        "wall_ns": row.wall_ns,
-        "pid": process.trace_pid,
-        "os_pid": process.pid,
-        "host": process.host,
-        "process": process.name,
-        "track": row.track,
-        "category": row.category,
-        "kind": row.kind,
-        "priority": row.priority,
-        "name": row.name,
-        "dur_ns": row.dur_ns,
-        "args": row.args,
-    }
 
 
 async def index(request: web.Request) -> web.Response:

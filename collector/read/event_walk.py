@@ -1,8 +1,8 @@
 """Stored events as snapshots show them: the one event walk that the Chrome and Perfetto writers both write out.
 
-Each frame the filter selects (``walked()``, from ``walk.py``) is decoded into ``Shown`` events (``shown()``): a
+Each frame the filter selects (``walked()``, from ``frame_walk.py``) is decoded into ``Shown`` events (``shown()``): a
 message rendered (its text is its name; its category, priority and values are its args), a typed event's values by
-field name, markers and source activity paired into slices across frames (``slices.py``), an async event's id taken
+field name, markers and source activity paired into slices across frames (``pairing.py``), an async event's id taken
 out of its args. A frame that cannot be decoded costs its own events, counted per process as undecodable and logged
 once, never the snapshot.
 Memory: one frame's events at a time, and what pairing keeps open. Times are wall-clock ns (monotonic ns plus the

@@ -42,6 +42,7 @@ __all__ = [
     "prepare",
     "segment_stream",
     "shown_name",
+    "taken_events",
 ]
 
 log = logging.getLogger("ringtrace.collector.export.chrome")
@@ -49,7 +50,7 @@ log = logging.getLogger("ringtrace.collector.export.chrome")
 #: Shapes shown one event for one, and how (Chrome's phase letters: a slice, an instant, a counter value, an async
 #: slice's begin and end).
 PHASES: Final = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b", "async_end": "e"}
-#: Shapes whose events pair up across frames (``slices.py``).
+#: Shapes whose events pair up across frames (``pairing.py``).
 PAIRED_SHAPES: Final = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
 #: Every shape a snapshot shows.
 SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message"})
@@ -213,21 +214,42 @@ class FrameWalk:
     def frames(self) -> Iterator[WalkedFrame]:
         """The frames that may hold selected events, with what decodes them."""
         for process, segment in self.segments():
-            decoded = 0
-            try:
-                for decoder, frame in segment_stream(segment, self.view.limits):
-                    if isinstance(frame, Events):
-                        decoded += frame.count
-                        tracks = decoder.tables.tracks
-                        track = tracks[frame.track_id]
-                        if self.wanted(process, track, frame):
-                            if track.parent and track.parent in tracks:  # a lane's thread names it, events or none
-                                self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
-                            yield process, track, decoder.tables, frame
-            except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
-                self.unreadable(process, segment, decoded, exc)
-            finally:
-                self.done_with(segment)
+            for decoder, frame in self._read(process, segment):
+                if type(frame) is Events:
+                    tables = decoder.tables
+                    yield process, self._track_of(process, tables, frame), tables, frame
+
+    def segment_frames(self) -> Iterator[tuple[ProcessView, Iterator[tuple[SessionDecoder, Frame]]]]:
+        """Each segment that may hold selected events, with its frames as stored: the session frames, and the
+        EVENTS frames that may hold selected events (each with the decoder that read it, which holds its bytes). A
+        segment's frames are read before the next segment is given."""
+        for process, segment in self.segments():
+            yield process, self._read(process, segment)
+
+    def _read(self, process: ProcessView, segment: SegmentView) -> Iterator[tuple[SessionDecoder, Frame]]:
+        """The segment's frames but EVENTS frames that hold nothing selected; a stream that breaks costs the events
+        after the break, counted (what came before it is given)."""
+        decoded = 0
+        try:
+            for decoder, frame in segment_stream(segment, self.view.limits):
+                if type(frame) is not Events:
+                    yield decoder, frame
+                    continue
+                decoded += frame.count
+                if self.wanted(process, decoder.tables.tracks[frame.track_id], frame):
+                    yield decoder, frame
+        except ProtocolError as exc:  # the segment's stream itself is broken: the rest of it cannot be read
+            self.unreadable(process, segment, decoded, exc)
+        finally:
+            self.done_with(segment)
+
+    def _track_of(self, process: ProcessView, tables: StreamTables, frame: Events) -> TrackInfo:
+        """The frame's track; a task lane's thread is named too, whether it has events or none."""
+        tracks = tables.tracks
+        track = tracks[frame.track_id]
+        if track.parent and track.parent in tracks:
+            self.tracks.setdefault((process.uid, track.parent), tracks[track.parent])
+        return track
 
     def done_with(self, segment: SegmentView) -> None:
         """Nothing more is read of ``segment``: a walk that ``releases`` lets the store reuse it at once."""
@@ -292,6 +314,24 @@ class Selection:
         return True
 
 
+def taken_events(
+    process: ProcessView, tables: StreamTables, frame: Events, selection: Selection
+) -> list[tuple[int, int, int]] | None:
+    """(index in the frame, start, duration) of the frame's events that ``selection`` takes, times as stored; None
+    if the frame cannot be decoded."""
+    offset_ns = process.clock_offset_ns
+    try:
+        rows = list(tables.rows(frame))
+    except ProtocolError:
+        return None
+    by_name = selection.filter.name is not None
+    return [
+        (index, ts_ns, dur_ns)
+        for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows)
+        if selection.event(kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns)
+    ]
+
+
 def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
     """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
     when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
@@ -339,7 +379,7 @@ def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[Sessi
 
     The segment is copied to the decoder a piece at a time: a copy holds the GIL, and a segment's megabytes at once
     would hold up the event loop (a few ms each, four snapshots at once). Each frame lets the loop in if it waits
-    (``readers.py``)."""
+    (``pool.py``)."""
     decoder = SessionDecoder(limits, live=False)
     for start in range(0, segment.used, _READ_BYTES):
         segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))

@@ -1,5 +1,5 @@
-"""What the collector knows of its sources, as a document: ``GET /sources`` (every process, thread and source, with
-what is held of each and every loss counter), and each process's receive rate.
+"""What the collector knows of its sources, for ``GET /sources`` (the document itself is ``export/sources.py``): every
+process, thread and source, with what is held of each, and each process's receive rate.
 
 The live facts (processes, connections, counters) are copied on the event loop (``ProcessFacts``); the times held per
 track come from the stored segments' indexes and their TRACK frames, read on a worker thread from a pinned store
@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
 
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track, frame_spans
-from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
-from ringtrace.collector.read.event_walk import client_counts, store_counts
-from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
+from ringtrace.client.wire.model import TrackInfo
+from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.processes import ProcessRecord
-from ringtrace.collector.store.ring import Counts, SegmentView
+from ringtrace.collector.store.ring import SegmentView
 
-__all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
-
-_TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
+__all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,62 +104,3 @@ class RateSampler:
                 elapsed = now_s - when
                 return (now[0] - before[0]) / elapsed, (now[1] - before[1]) / elapsed
         return None
-
-
-def sources_document(
-    processes: Iterable[ProcessFacts],
-    counts: Mapping[tuple[int, int], Counts],
-    times: Mapping[tuple[int, int], TrackTimes],
-    rates: Mapping[int, tuple[float, float] | None],
-) -> list[dict[str, Any]]:
-    """Every process (connected or not) with its tracks: what is held, when, and every loss counter.
-
-    Times are wall-clock ns (the process's clock offset applied); a track with nothing stored has none."""
-    listed = []
-    for facts in sorted(processes, key=lambda p: p.view.uid):
-        process = facts.view
-        total = Counts()
-        tracks = []
-        track_ids = {track_id for uid, track_id in counts if uid == process.uid} | set(process.tracks)
-        first = last = None
-        for track_id in sorted(track_ids):
-            track_counts = counts.get((process.uid, track_id), Counts())
-            total.add(track_counts)
-            held = times.get((process.uid, track_id))
-            info = process.tracks.get(track_id) or (held.info if held else None) or facts.ended_tracks.get(track_id)
-            entry: dict[str, Any] = {
-                "track": track_id,
-                "name": info.name if info else None,
-                "kind": _TRACK_KINDS.get(info.kind, str(info.kind)) if info else None,
-                "live": track_id in process.tracks and facts.connections > 0,
-                **store_counts(track_counts),
-                "first_wall_ns": None,
-                "last_wall_ns": None,
-            }
-            if info is not None and info.kind == THREAD_TRACK:
-                entry["thread_id"] = info.thread_id
-            if held is not None:  # (within what JSON takes: a client may send any u64)
-                entry["first_wall_ns"] = min(max(held.first_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
-                entry["last_wall_ns"] = min(max(held.last_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
-                first = entry["first_wall_ns"] if first is None else min(first, entry["first_wall_ns"])
-                last = entry["last_wall_ns"] if last is None else max(last, entry["last_wall_ns"])
-            tracks.append(entry)
-        rate = rates.get(process.uid)
-        listed.append(
-            {
-                "pid": process.trace_pid,
-                "os_pid": process.pid,
-                "host": process.host,
-                "process_name": process.name,
-                "connections": facts.connections,
-                "held_bytes": facts.held_bytes,
-                **store_counts(total),
-                **client_counts(process.client_stats),
-                "events_per_s": None if rate is None else round(rate[0], 3),
-                "bytes_per_s": None if rate is None else round(rate[1], 3),
-                "first_wall_ns": first,
-                "last_wall_ns": last,
-                "tracks": tracks,
-            }
-        )
-    return listed

@@ -29,9 +29,9 @@ from typing import Final
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import Events
-from ringtrace.collector.export.chrome import Row, frame_rows
 from ringtrace.collector.read.frame_walk import ProcessView, Selection
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
 
@@ -118,6 +118,22 @@ class Tail:
         """
         segments = list(segments)
         present = {segment.seq for _, segment in segments}
+        self._depart(present, cleared)
+        if not self._began:
+            self._begin(segments, kept)
+            return []
+        rows, lag, accounted = self._read_new(segments)
+        for owner, count in kept.items():
+            missed = count - self._baseline.get(owner, 0) - accounted.get(owner, 0)
+            if missed > 0:
+                who = next((f"{p.name} (pid {p.pid})" for p, s in segments if s.owner == owner), "a process")
+                raise TailBehind(f"fell behind: {missed} events of {who} were overwritten before it read them")
+        if lag > self._max_lag_bytes:
+            raise TailBehind(f"fell behind: {lag} bytes unread, more than max_lag_bytes={self._max_lag_bytes}")
+        return rows
+
+    def _depart(self, present: set[int], cleared: Mapping[int, tuple[int, int]]) -> None:
+        """Count the events of segments gone since the last step (overwritten, or removed on request)."""
         for seq, gone in list(self._cursors.items()):
             if seq not in present:
                 del self._cursors[seq]
@@ -134,14 +150,19 @@ class Tail:
                     self._departed[owner] = self._departed.get(owner, 0) + events
                     self._cleared_unread += events
         self._newest_seq = max([self._newest_seq, *present, *(cleared if self._began else ())])
-        if not self._began:
-            self._began = True
-            self._baseline = dict(kept)
-            for _, segment in segments:
-                self._cursors[segment.seq] = _Cursor(
-                    segment.owner, segment.used, None, segment.events, segment.entries, segment.events
-                )
-            return []
+
+    def _begin(self, segments: list[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> None:
+        """The first step: where the tail begins (the end of each segment there now)."""
+        self._began = True
+        self._baseline = dict(kept)
+        for _, segment in segments:
+            self._cursors[segment.seq] = _Cursor(
+                segment.owner, segment.used, None, segment.events, segment.entries, segment.events
+            )
+
+    def _read_new(self, segments: list[tuple[ProcessView, SegmentView]]) -> tuple[list[Row], int, dict[int, int]]:
+        """The rows of what the segments gained, up to ``max_step_bytes`` in all; the bytes left unread; per
+        process, the events the tail has read or can still read since it began."""
         rows: list[Row] = []
         budget = self._max_step_bytes
         lag = 0
@@ -161,14 +182,7 @@ class Tail:
             rows += self._read(process, segment, cursor, end)
             _advance(cursor, segment)
             lag += segment.used - cursor.offset
-        for owner, count in kept.items():
-            missed = count - self._baseline.get(owner, 0) - accounted.get(owner, 0)
-            if missed > 0:
-                who = next((f"{p.name} (pid {p.pid})" for p, s in segments if s.owner == owner), "a process")
-                raise TailBehind(f"fell behind: {missed} events of {who} were overwritten before it read them")
-        if lag > self._max_lag_bytes:
-            raise TailBehind(f"fell behind: {lag} bytes unread, more than max_lag_bytes={self._max_lag_bytes}")
-        return rows
+        return rows, lag, accounted
 
     def _read(self, process: ProcessView, segment: SegmentView, cursor: _Cursor, end: int) -> list[Row]:
         """Decode the segment's complete frames from the cursor up to about ``end``; the cursor moves past them."""

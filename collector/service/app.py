@@ -20,7 +20,6 @@ from typing import Any
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator
-from ringtrace.collector.export.chrome import Row
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
@@ -31,6 +30,7 @@ from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.data_dir import DataDirSync, recover

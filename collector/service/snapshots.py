@@ -11,10 +11,11 @@ from typing import Any, Protocol, TypeVar
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.chrome import Row
+from ringtrace.collector.export.sources import sources_document
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
-from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments, sources_document
+from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
 from ringtrace.collector.read.pairing import Pairing
+from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store, StoreSnapshot

@@ -16,7 +16,8 @@ from ringtrace.client import read_trace_streams
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.frames import CHECKSUM_TYPE, FrameType, Stats, encode
-from ringtrace.collector.export.chrome import chrome_trace_chunks, native_chunks
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView
 from ringtrace.collector.read.query import EVERYTHING

@@ -1,0 +1,109 @@
+"""The filters of the ``ringtrace`` subcommands: ``GET /snapshot``'s query parameters as flags (``--since -5s
+--process 'web-*'``), checked by the collector's own rules (``read/query.py``) before anything is asked of it, with
+messages that name the flag."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Container, Mapping
+from typing import Final
+
+from ringtrace.collector.command.failure import CommandError
+from ringtrace.collector.read.query import QueryError, parse_snapshot_query
+
+__all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "filter_params", "say_matched"]
+
+
+#: (flag, query parameter, help)
+FILTERS: Final = (
+    ("--since", "since", "events that start at or after this: wall-clock ns, RFC 3339, or relative (-5s, -2m)"),
+    ("--until", "until", "events that start before this (same forms as --since)"),
+    ("--pid", "pid", "processes by pid, comma-separated"),
+    ("--process", "process", "processes by name (a glob with * ? [ ])"),
+    ("--host", "host", "processes by host name (or glob)"),
+    ("--track", "track", "a thread, task lane, source or counter track by name (or glob)"),
+    ("--category", "category", "a message category, a typed event's class, or span, instant, counter, marker, ..."),
+    ("--name", "name", "events by name as shown; messages by their rendered text (or glob)"),
+    ("--min-priority", "min_priority", "messages at this priority or more important (fatal ... trace+++)"),
+    ("--limit", "limit", "only the newest N events"),
+)
+
+
+#: The flag of each query parameter the command line takes.
+_FLAG_OF: Final = {
+    **{name: flag for flag, name, _ in FILTERS},
+    "flush_timeout_s": "--flush-timeout",
+    "messages_only": "--messages-only",
+}
+
+
+#: Filters whose values may start with "-" (a relative time).
+VALUE_FLAGS: Final = frozenset({"--since", "--until"})
+
+
+def add_filters(
+    parser: argparse.ArgumentParser, accepted: Container[str] | None = None, *, log_view: bool = False
+) -> None:
+    """The filters as flags; ``log_view``: a command that prints events as lines (``dump``, ``tail``), where
+    ``--min-priority`` means the messages at that priority (other events carry none) unless ``--with-other-events``."""
+    group = parser.add_argument_group("filters (as GET /snapshot's query parameters)")
+    for flag, name, text in FILTERS:
+        if accepted is None or name in accepted:
+            if log_view and name == "min_priority":
+                text = "only messages at this priority or more important (fatal ... trace+++)"
+            group.add_argument(flag, metavar="VALUE", help=text)
+    if accepted is None or "messages_only" in accepted:
+        only = "only messages (the events that carry a priority)"
+        group.add_argument("--messages-only", action="store_true", help=only)
+    if log_view:
+        group.add_argument(
+            "--with-other-events",
+            action="store_true",
+            help="with --min-priority, keep the events that carry no priority (spans, instants ...) too",
+        )
+
+
+def filter_params(args: argparse.Namespace) -> list[tuple[str, str]]:
+    params = []
+    for flag, name, _ in FILTERS:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            params.append((name, value))
+    priorities = getattr(args, "with_other_events", None) is False and getattr(args, "min_priority", None) is not None
+    if getattr(args, "messages_only", False) or priorities:
+        params.append(("messages_only", "1"))
+    return params
+
+
+def check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | None = None) -> None:
+    """Refuse what the collector would refuse before asking it: the same rules, and a message that names the flag."""
+    try:
+        if accepted is None:
+            parse_snapshot_query(params, now_ns=time.time_ns())
+        else:
+            parse_snapshot_query(params, now_ns=time.time_ns(), accepted=accepted)
+    except QueryError as exc:
+        raise CommandError(_as_flags(str(exc)), status=2) from None
+
+
+def _as_flags(message: str) -> str:
+    for name, flag in _FLAG_OF.items():
+        message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
+    return message
+
+
+def say_matched(command: str, params: list[tuple[str, str]], matched: int | None, stored: int | None) -> None:
+    """On stderr: how many events the filters matched of how many there were, and which filters they were."""
+    given = " ".join(
+        "(messages only)" if name == "messages_only" else f"{_FLAG_OF.get(name, name)} {shlex.quote(value)}"
+        for name, value in params
+    )
+    of = f" of {stored:,}" if stored is not None else ""
+    if matched is None:  # (a Perfetto trace or a snapshot file does not say)
+        counted = f"filters applied{of}" + (" events" if of else "") + ":"
+    else:
+        counted = f"{matched:,}{of} events matched"
+    sys.stderr.write(f"ringtrace {command}: {counted} {given}\n")

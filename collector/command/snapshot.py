@@ -1,0 +1,87 @@
+"""``ringtrace snapshot``: a collector's snapshot, to a file, with a progress line and, for a filter, how many events
+it matched."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Final
+
+from ringtrace.collector.command.filters import add_filters, check_params, filter_params, say_matched
+from ringtrace.collector.command.output import output, progress
+from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url, stored_events
+from ringtrace.collector.read.query import FORMATS
+
+__all__ = ["FORMAT_HELP", "add_snapshot_parser"]
+
+
+FORMAT_HELP: Final = (
+    "chrome (Chrome trace JSON), native (a snapshot file) or perfetto (a Perfetto trace); default chrome"
+)
+
+
+def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
+    snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
+    snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
+    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help=FORMAT_HELP)
+    snapshot.add_argument(
+        "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
+    )
+    add_filters(snapshot)
+    add_access(snapshot)
+    snapshot.set_defaults(run=_snapshot, parser=snapshot)
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    filters = filter_params(args)
+    params = [*filters, ("format", args.format)]
+    if args.flush_timeout is not None:
+        params.append(("flush_timeout_s", str(args.flush_timeout)))
+    check_params(params)
+    url = snapshot_url(args.url, params)
+    access = Access(args)
+    stored = stored_events(args.url, access)  # (what the progress line counts towards)
+    chrome = args.format == "chrome"
+    report = _ChromeReport() if chrome else None
+    with (
+        fetch(url, access) as response,
+        output(args.output) as out,
+        progress(f"snapshot from {args.url}", stored if chrome else None) as advance,
+    ):
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+            advance(len(chunk), chunk.count(b'"ph":') if chrome else 0)  # (each Chrome event has one phase)
+            if report is not None:
+                report.feed(chunk)
+    if filters:
+        say_matched("snapshot", filters, report.shown_events() if report is not None else None, stored)
+    return 0
+
+
+class _ChromeReport:
+    """The ``otherData`` at the end of a Chrome JSON snapshot, caught as it streams by."""
+
+    _MARK: Final = b'],"displayTimeUnit":"ns","otherData":'
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._other: bytearray | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self._other is not None:
+            self._other += chunk
+            return
+        data = self._tail + chunk  # the mark may straddle two chunks (it cannot occur inside a JSON string)
+        found = data.find(self._MARK)
+        if found >= 0:
+            self._other = bytearray(data[found + len(self._MARK) :])
+        else:
+            self._tail = data[-len(self._MARK) :]
+
+    def shown_events(self) -> int | None:
+        try:
+            other = json.loads(bytes(self._other or b"").removesuffix(b"}"))
+            return int(other["capture"]["shown_events"])
+        except (ValueError, KeyError, TypeError):  # a collector from before it said so
+            return None

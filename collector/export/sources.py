@@ -1,0 +1,85 @@
+"""The ``GET /sources`` document: every process (connected or not) with its tracks, what is held of each and when,
+and every loss counter, from the facts ``read/inventory.py`` gathers.
+
+A pure function: times are wall-clock ns (the process's clock offset applied, within what JSON takes: a client may
+send any u64); a track with nothing stored has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK
+from ringtrace.collector.read.event_walk import client_counts, store_counts
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS
+from ringtrace.collector.read.inventory import ProcessFacts, TrackTimes
+from ringtrace.collector.store.ring import Counts
+
+__all__ = ["sources_document"]
+
+_TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
+
+
+def sources_document(
+    processes: Iterable[ProcessFacts],
+    counts: Mapping[tuple[int, int], Counts],
+    times: Mapping[tuple[int, int], TrackTimes],
+    rates: Mapping[int, tuple[float, float] | None],
+) -> list[dict[str, Any]]:
+    """Every process (connected or not) with its tracks: what is held, when, and every loss counter."""
+    return [
+        _process_entry(facts, counts, times, rates.get(facts.view.uid))
+        for facts in sorted(processes, key=lambda p: p.view.uid)
+    ]
+
+
+def _process_entry(
+    facts: ProcessFacts,
+    counts: Mapping[tuple[int, int], Counts],
+    times: Mapping[tuple[int, int], TrackTimes],
+    rate: tuple[float, float] | None,
+) -> dict[str, Any]:
+    process = facts.view
+    total = Counts()
+    tracks = []
+    track_ids = {track_id for uid, track_id in counts if uid == process.uid} | set(process.tracks)
+    for track_id in sorted(track_ids):
+        track_counts = counts.get((process.uid, track_id), Counts())
+        total.add(track_counts)
+        tracks.append(_track_entry(facts, track_id, track_counts, times.get((process.uid, track_id))))
+    return {
+        "pid": process.trace_pid,
+        "os_pid": process.pid,
+        "host": process.host,
+        "process_name": process.name,
+        "connections": facts.connections,
+        "held_bytes": facts.held_bytes,
+        **store_counts(total),
+        **client_counts(process.client_stats),
+        "events_per_s": None if rate is None else round(rate[0], 3),
+        "bytes_per_s": None if rate is None else round(rate[1], 3),
+        "first_wall_ns": min((t["first_wall_ns"] for t in tracks if t["first_wall_ns"] is not None), default=None),
+        "last_wall_ns": max((t["last_wall_ns"] for t in tracks if t["last_wall_ns"] is not None), default=None),
+        "tracks": tracks,
+    }
+
+
+def _track_entry(facts: ProcessFacts, track_id: int, counts: Counts, held: TrackTimes | None) -> dict[str, Any]:
+    process = facts.view
+    info = process.tracks.get(track_id) or (held.info if held else None) or facts.ended_tracks.get(track_id)
+    entry: dict[str, Any] = {
+        "track": track_id,
+        "name": info.name if info else None,
+        "kind": _TRACK_KINDS.get(info.kind, str(info.kind)) if info else None,
+        "live": track_id in process.tracks and facts.connections > 0,
+        **store_counts(counts),
+        "first_wall_ns": None,
+        "last_wall_ns": None,
+    }
+    if info is not None and info.kind == THREAD_TRACK:
+        entry["thread_id"] = info.thread_id
+    if held is not None:
+        entry["first_wall_ns"] = min(max(held.first_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
+        entry["last_wall_ns"] = min(max(held.last_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
+    return entry

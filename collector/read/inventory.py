@@ -1,5 +1,5 @@
-"""What the collector knows of its sources, for ``GET /sources`` (the document itself is ``export/sources.py``): every
-process, thread and source, with what is held of each, and each process's receive rate.
+"""What the collector knows of its sources, for ``GET /sources`` (the document itself: ``export/sources_document.py``):
+every process, thread and source, with what is held of each, and each process's receive rate.
 
 The live facts (processes, connections, counters) are copied on the event loop (``ProcessFacts``); the times held per
 track come from the stored segments' indexes and their TRACK frames, read on a worker thread from a pinned store

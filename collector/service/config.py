@@ -1,6 +1,6 @@
 """The collector's configuration: ``CollectorConfig``, every value checked when it is made.
 
-What each setting means, its default and bounds are in the option table (``options.py``); here are the fields (each
+What each setting means, its default and bounds are in the option table (``option_table.py``); here are the fields (each
 takes its default from its row) and the checks that span several settings.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.auth import is_loopback
-from ringtrace.collector.service.options import check_setting, field_default, option_of, settings_from_args
+from ringtrace.collector.service.option_table import check_setting, field_default, option_of, settings_from_args
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
 from ringtrace.collector.store.segments import FsyncPolicy
 

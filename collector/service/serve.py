@@ -1,6 +1,6 @@
 """``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM.
 
-The flags, their variables and the configuration they make come from the option table (``options.py``). Every flag
+The flags, their variables and the configuration they make come from the option table (``option_table.py``). Every flag
 may also come from the environment: ``--max-frame-size`` from ``RINGTRACE_MAX_FRAME_SIZE``, and so on (``ENVIRONMENT``;
 ``--insecure-open`` from ``RINGTRACE_INSECURE_OPEN=1``). A flag given on the command line wins over its variable; a
 bad value is refused naming the variable. The token may also be given itself, in ``RINGTRACE_TOKEN`` (a token file
@@ -22,7 +22,7 @@ from ringtrace.client.options import parse_size
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig, config_from_args
-from ringtrace.collector.service.options import ENVIRONMENT, add_arguments, environment_args, parse_listen_address
+from ringtrace.collector.service.option_table import ENVIRONMENT, add_arguments, environment_args, parse_listen_address
 
 __all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.sources import sources_document
+from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
 from ringtrace.collector.read.pairing import Pairing

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector import CollectorConfig
-from ringtrace.collector.service.options import (
+from ringtrace.collector.service.option_table import (
     ENVIRONMENT,
     FLAGS_END,
     FLAGS_START,
@@ -33,7 +33,9 @@ def test_the_docs_flag_table_is_the_option_table() -> None:
         pytest.skip(f"no {DOCS.name} in docs/")
     block = flags_block(DOCS.read_text(encoding="utf-8"))
     assert block is not None, f"docs/{DOCS.name} has no {FLAGS_START} ... {FLAGS_END} block"
-    assert block == flags_markdown(), "rewrite the block with ringtrace.collector.service.options.with_flags_markdown"
+    assert block == flags_markdown(), (
+        "rewrite the block with ringtrace.collector.service.option_table.with_flags_markdown"
+    )
 
 
 def test_every_configuration_field_is_one_row() -> None:

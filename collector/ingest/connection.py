@@ -6,9 +6,9 @@ ranges); what follows is stored verbatim in the connection's stream in the store
 acknowledged once everything before it is stored (and synced, in a data dir), at the end of the batch it came in. A
 protocol error closes this connection only, with a log line that names the peer and the broken limit or field.
 
-Zero copy: once the stream has an open segment, the decoder reads straight into it (``FrameReader.lend``): the kernel
-writes each frame where it is stored, and storing it is an index entry. Each read takes most of the room left in the
-segment, and a run of frames stops where their index entries would not fit: the unread bytes move to the next
+Zero copy: once the stream has an open segment, the decoder reads straight into it (``LendingFrameReader.lend``): the
+kernel writes each frame where it is stored, and storing it is an index entry. Each read takes most of the room left
+in the segment, and a run of frames stops where their index entries would not fit: the unread bytes move to the next
 segment, as they do when the segment is full; when the store refuses a segment, or evicts the one being read
 into, the connection reads into the decoder's own buffer and stores by copy until the store opens a segment again.
 """
@@ -23,13 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
+from ringtrace.client.wire.decoder import Limits
 from ringtrace.client.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
     FRAME_HEADER,
     Events,
-    EventsRun,
     Flush,
     FlushAck,
     Frame,
@@ -38,23 +37,24 @@ from ringtrace.client.wire.frames import (
     Hello,
     Refused,
     Schema,
-    Sentinel,
     SetPriority,
     Stats,
     Strings,
     Track,
     encode,
     preamble,
-    rewritten_hello,
 )
+from ringtrace.client.wire.reader import Sentinel
 from ringtrace.collector.auth import AuthenticationFailed, Authenticator, is_loopback
+from ringtrace.collector.ingest.hello import rewritten_hello
+from ringtrace.collector.ingest.lending import IngestDecoder
 from ringtrace.collector.ingest.turns import TABLE_FRAMES, DecodeTurns
 from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.clocks import Arrival
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store, Stream
-from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, Segment
+from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
 
 __all__ = ["IngestProtocol", "IngestSink", "Traffic"]
 
@@ -229,7 +229,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._traffic = sink.traffic
         #: Made as its connection is accepted: a bound on how long its HELLO's clock readings took to arrive.
         self._accepted_ns = time.monotonic_ns()
-        self._session = SessionDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
+        self._session = IngestDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self.process: ProcessRecord | None = None

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track, frame_spans
+from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track
 from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Counts, SegmentView
+from ringtrace.collector.store.segments import frame_spans
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments", "sources_document"]
 

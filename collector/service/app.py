@@ -19,7 +19,8 @@ from ringtrace.collector.export.chrome import Row
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
-from ringtrace.collector.ingest.connection import IngestProtocol, Traffic
+from ringtrace.collector.ingest.connection import IngestProtocol
+from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.ingest.turns import DecodeTurns
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView

@@ -74,15 +74,17 @@ class IngestSink(FrameSink, Protocol):
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_address", "_arrival", "_filled", "_frames", "_handled",
-        "_handshake_timer", "_last_read_s", "_offered", "_pending", "_session", "_sink", "_slowed", "_throttle",
-        "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
+        "_address", "_arrival", "_filled", "_frames", "_handled", "_handshake_timer", "_last_read_s", "_offered",
+        "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle", "_traffic", "_transport", "_turn_bytes",
+        "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
         self._traffic = sink.traffic
         self._session = IngestDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
+        #: Its reader (the decoder's), which the stream's writer lends segments to.
+        self._reader = self._session.reader
         #: Made as its connection is accepted: a bound on how long its HELLO's clock readings took to arrive.
         accepted_ns = time.monotonic_ns()
         self._frames = FrameHandlers(sink, self._session, accepted_ns)
@@ -237,7 +239,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return self._close_if_too_slow(transport, now_s, idle_timeout_s)
 
     def _close_if_too_slow(self, transport: asyncio.Transport, now_s: float, idle_timeout_s: float) -> bool:
-        reader = self._session.reader
+        reader = self._reader
         received = reader.end - reader.position
         arriving_s = self._arrival.too_slow(now_s, idle_timeout_s, received)
         if arriving_s is None:
@@ -281,7 +283,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._frames.end_batch()
             if self._frames.control.left < 0 and self._throttle is None:
                 self._slow_down(transport)
-            reader = self._session.reader
+            reader = self._reader
             header = reader.next_frame_header()  # (checked against the limits when it is read whole)
             self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
             self._arrival.taken(reader.end - reader.position, self._last_read_s)
@@ -300,14 +302,15 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def _handle_frames(self, transport: asyncio.Transport, last: bool) -> None:
         """The frames read, each to its handler; runs of EVENTS frames read into a segment are stored where they
         are, in one go. Stops at a table frame that must wait for its turn (reading pauses)."""
-        session, reader, turns, frames = self._session, self._session.reader, self._sink.decode_turns, self._frames
+        session, reader, turns, frames = self._session, self._reader, self._sink.decode_turns, self._frames
         if frames.writer is not None:
             frames.writer.begin()
         self._handled = reader.position  # the frames before it are handled (stored in place, in a segment)
+        events_run = session.events_run
         while True:
             writer = frames.writer
             if writer is not None:  # the fast path: runs of EVENTS frames, stored where they were read
-                writer.store_runs(session.events_run)
+                writer.store_runs(events_run)
                 self._handled = reader.position
             header = reader.next_frame_header()
             table = header is not None and header[1] in TABLE_FRAMES and header[0] <= reader.end - reader.position

@@ -1,6 +1,7 @@
 """Builds the optional C accelerators; everything else is declared in pyproject.toml.
 
 - ``client/_speedups.c``: the recording hot path and the stream encoder's inner loop.
+- ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
@@ -12,6 +13,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True),
+        Extension("ringtrace.collector.ingest._scan", ["collector/ingest/_scan.c"], optional=True),
         Extension("ringtrace.collector.export._chrome", ["collector/export/_chrome.c"], optional=True),
     ]
 )

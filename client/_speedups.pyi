@@ -1,6 +1,5 @@
 # The C accelerator (_speedups.c); see accelerator.py.
-import mmap
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -34,6 +33,3 @@ class Message:
 def configure(get_running_loop: Callable[[], object], span_kind: int, instant_kind: int, /) -> None: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
 def pack_columns(records: list[Any], table: StringTable, /) -> tuple[bytes, int, int, list[Any] | None]: ...
-def scan_events(
-    buffer: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int], top: int, /
-) -> tuple[bytes, int, dict[int, list[int]], int] | None: ...

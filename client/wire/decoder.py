@@ -25,7 +25,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from ringtrace.client._version import __version__
 from ringtrace.client.messages import render
@@ -39,25 +39,21 @@ from ringtrace.client.wire.errors import (
 from ringtrace.client.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
-    NEW_STREAM,
     PROTOCOL_VERSIONS,
     Events,
-    EventsRun,
     Frame,
-    FrameReader,
     FrameType,
     Goodbye,
     Hello,
     KindSpec,
     Schema,
-    Sentinel,
     Strings,
     Track,
     Welcome,
-    complete_frames,
     unpack_columns,
 )
 from ringtrace.client.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
+from ringtrace.client.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
 
 __all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
 
@@ -220,6 +216,9 @@ class SessionDecoder:
         "track_name_bytes",
     )  # fmt: skip
 
+    #: The framing it reads through (a subclass may read with one that does more: the collector's lends it memory).
+    _READER: ClassVar[type[FrameReader]] = FrameReader
+
     def __init__(
         self,
         limits: Limits = Limits(),
@@ -233,7 +232,7 @@ class SessionDecoder:
         self.limits = limits
         self._live = live
         self._keep_strings = keep_strings
-        self._reader = FrameReader(
+        self._reader = self._READER(
             "client", limits.max_frame_bytes, borrow=borrow, read_size=read_size, live=live, concatenated=concatenated
         )
         self._start_stream()
@@ -289,7 +288,7 @@ class SessionDecoder:
 
     @property
     def reader(self) -> FrameReader:
-        """The framing underneath: where bytes go (``FrameReader.lend``) and the offsets of frames in it."""
+        """The framing underneath."""
         return self._reader
 
     @property
@@ -321,12 +320,6 @@ class SessionDecoder:
             self._reader.fail(exc)  # the stream is dead: every later call raises the same error
             raise
         return frame
-
-    def events_run(self, top: int | None = None) -> EventsRun | None:
-        """The complete EVENTS frames next in the stream, checked as ``next_frame`` checks them, in one loop (the
-        collector's fast path; offsets are in the reader's buffer), that end with their index entries below ``top``
-        (``FrameReader.events_run``). None at anything else: ``next_frame`` takes it from there."""
-        return self._reader.events_run(self.tables.tracks, top) if self._state == "OPEN" else None
 
     def welcome(self, collector_version: str = __version__) -> Welcome:
         """The collector's answer to the HELLO just read: the version chosen and the limits.

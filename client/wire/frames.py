@@ -1,64 +1,49 @@
-"""The ringtrace wire format, sans-I/O: frames to bytes, and bytes to frames.
+"""The ringtrace wire format, sans-I/O: frames to bytes (``encode``), and frame bodies back to frames.
 
 No sockets, threads or asyncio here. ``PROTOCOL.md`` beside this file is the one description of the format; this
-module implements its framing and frame bodies, and ``session.py`` the rules of a stream (order, tables, limits).
+module implements its framing and frame bodies, ``reader.py`` reads a stream of bytes into frames, and ``decoder.py``
+holds the rules of a stream (order, tables, limits).
 
 Theory of operation
 -------------------
-``encode(frame)`` gives the bytes of one frame. ``FrameReader`` turns received bytes into frames: it checks the
-preamble, refuses a frame header larger than ``max_frame_bytes`` before its body is buffered, skips unknown frame types
-that carry the ignorable bit, and refuses the rest. Frames are frozen dataclasses; their msgpack bodies are maps whose
-unknown keys are ignored, so a field can be added without a new version.
+``encode(frame)`` gives the bytes of one frame, ``preamble()`` those each side sends first. Frames are frozen
+dataclasses; their msgpack bodies are maps whose unknown keys are ignored, so a field can be added without a new
+version. ``FRAME_CLASSES`` maps each frame type to its class (``decode_body``), and ``SENDABLE_BY`` says which types
+each peer may send.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
-import sys
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, ClassVar, Final, Literal, NamedTuple
+from typing import Any, ClassVar, Final, Literal
 
 import msgpack
-from ringtrace.client.accelerator import speedups
-from ringtrace.client.wire.errors import (
-    BadPreamble,
-    ConfigError,
-    FrameTooLarge,
-    MalformedFrame,
-    ProtocolError,
-    TornStream,
-    UnexpectedFrame,
-    UnsupportedVersion,
-)
+from ringtrace.client.wire.errors import FrameTooLarge, MalformedFrame
 
 __all__ = [
     "AUTHENTICATION_FAILED",
     "CHECKSUM_TYPE",
-    "CLOSED",
     "DEFAULT_MAX_FRAME_BYTES",
-    "EVENTS_ENTRY",
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
+    "FRAME_CLASSES",
     "FRAME_HEADER",
     "IGNORABLE",
     "MAGIC",
     "MAX_MAX_FRAME_BYTES",
     "MIN_MAX_FRAME_BYTES",
-    "NEED_DATA",
-    "NEW_STREAM",
     "PREAMBLE",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSIONS",
+    "SENDABLE_BY",
     "STREAM_FORMAT",
     "Events",
-    "EventsRun",
     "Flush",
     "FlushAck",
     "Frame",
-    "FrameReader",
     "FrameType",
     "Goodbye",
     "Hello",
@@ -66,18 +51,15 @@ __all__ = [
     "Peer",
     "Refused",
     "Schema",
-    "Sentinel",
     "SetPriority",
     "Stats",
     "Strings",
     "Track",
     "Welcome",
-    "complete_frames",
     "encode",
-    "frame_spans",
     "preamble",
-    "rewritten_hello",
     "unpack_columns",
+    "unpack_map",
 ]
 
 #: The protocol versions this code speaks (HELLO and WELCOME negotiate one of them).
@@ -90,10 +72,6 @@ PREAMBLE: Final = struct.Struct("<4sHH")
 FRAME_HEADER: Final = struct.Struct("<IB")
 #: header_size, flags, track, count, first_ts, last_ts.
 EVENTS_HEADER: Final = struct.Struct("<HHIIQQ")
-#: A frame header and an EVENTS header, as an EVENTS frame starts.
-_EVENTS_FRAME_HEAD: Final = struct.Struct("<IBHHIIQQ")
-#: An EVENTS frame as an index holds it: offset, size, track, count, first_ts, last_ts (``EventsRun``).
-EVENTS_ENTRY: Final = struct.Struct("<IIIIQQ")
 DEFAULT_MAX_FRAME_BYTES: Final = 1 << 20
 #: No peer may set max_frame_bytes lower: every control frame (a STRINGS run, say) fits well within it.
 MIN_MAX_FRAME_BYTES: Final = 32 * 1024
@@ -111,66 +89,6 @@ CHECKSUM_TYPE: Final = 0xFF
 AUTHENTICATION_FAILED: Final = "authentication failed"
 
 Peer = Literal["client", "collector"]
-
-
-class EventsRun(NamedTuple):
-    """Complete EVENTS frames next in a reader's buffer, checked as ``next_frame`` checks them
-    (``FrameReader.events_run``)."""
-
-    #: One ``EVENTS_ENTRY`` per frame, the last frame's first: the order of an index that grows down.
-    entries: bytes
-    #: Their events.
-    events: int
-    #: Per track id: [events, bytes] of its frames here.
-    tracks: dict[int, list[int]]
-    #: Offset in the buffer just past the last frame.
-    end: int
-
-    @property
-    def frames(self) -> int:
-        return len(self.entries) // EVENTS_ENTRY.size
-
-
-def _scan_events_py(
-    buf: bytearray | mmap.mmap, position: int, end: int, max_frame_bytes: int, tracks: Container[int], top: int
-) -> tuple[bytes, int, dict[int, list[int]], int] | None:
-    """``FrameReader.events_run``'s loop (``scan_events`` in _speedups.c is its twin in C)."""
-    entries: list[bytes] = []
-    sums: dict[int, list[int]] = {}
-    events = 0
-    unpack, pack, header = _EVENTS_FRAME_HEAD.unpack_from, EVENTS_ENTRY.pack, EVENTS_HEADER.size
-    while end - position >= _EVENTS_FRAME_HEAD.size:
-        body_length, frame_type, header_size, _, track, count, first_ts, last_ts = unpack(buf, position)
-        size = FRAME_HEADER.size + body_length
-        if (
-            frame_type != FrameType.EVENTS
-            or size > max_frame_bytes
-            or size > end - position
-            or not header <= header_size <= body_length
-            or not 0 < count <= body_length - header_size
-            or first_ts > last_ts
-            or track not in tracks
-            or position + size > top - EVENTS_ENTRY.size * (len(entries) + 1)
-        ):
-            break
-        entries.append(pack(position, size, track, count, first_ts, last_ts))
-        events += count
-        total = sums.get(track)
-        if total is None:
-            sums[track] = [count, size]
-        else:
-            total[0] += count
-            total[1] += size
-        position += size
-    if not entries:
-        return None
-    entries.reverse()
-    return b"".join(entries), events, sums, position
-
-
-_scan_events: Callable[
-    [bytearray | mmap.mmap, int, int, int, Container[int], int], tuple[bytes, int, dict[int, list[int]], int] | None
-] = _scan_events_py if speedups is None else speedups.scan_events
 
 
 class FrameType(IntEnum):
@@ -199,7 +117,12 @@ def _pack(value: object) -> bytes:
     return packed
 
 
-def _unpack_map(frame: str, body: bytes | memoryview) -> Mapping[str, Any]:
+def unpack_map(frame: str, body: bytes | memoryview) -> Mapping[str, Any]:
+    """The msgpack map that is the body of a ``frame`` frame.
+
+    Raises:
+        MalformedFrame: the body is not valid msgpack, or not a map.
+    """
     try:
         data = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several types for bad input; all mean the same here
@@ -246,7 +169,7 @@ class Hello:
     protocol_min: int = PROTOCOL_VERSIONS[0]
     protocol_max: int = PROTOCOL_VERSIONS[1]
     #: The collector's shared secret, for a collector that requires one (empty: none, and the field is not sent).
-    #: Only a live connection carries it: never a file, nor what the collector stores (``rewritten_hello``).
+    #: Only a live connection carries it: never a file, nor what the collector stores.
     token: str = field(default="", repr=False)
     #: A recorded stream sent again (``ringtrace replay``): its clock pairing is as it was recorded, so the collector
     #: does not check it against its own clock (it still moves only this process's events).
@@ -273,7 +196,7 @@ class Hello:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Hello:
-        data = _unpack_map("HELLO", body)
+        data = unpack_map("HELLO", body)
         hello = cls(
             pid=_field(data, "HELLO", "pid", int, _MAX_PID),
             host=_field(data, "HELLO", "host", str),
@@ -293,27 +216,6 @@ class Hello:
                 f"HELLO frame: protocol_min {hello.protocol_min} is above protocol_max {hello.protocol_max}"
             )
         return hello
-
-
-def rewritten_hello(
-    frame: bytes | memoryview, *, token: str | None = None, wall_ns: int | None = None, recorded: bool | None = None
-) -> bytes:
-    """The HELLO frame ``frame`` (header included) with the fields given set (``token`` or ``recorded`` taken out if
-    empty or false); its other fields, known to this version or not, are kept.
-
-    Raises:
-        MalformedFrame: the body is not a map.
-    """
-    body = dict(_unpack_map("HELLO", bytes(frame[FRAME_HEADER.size :])))
-    for name, value in (("token", token), ("recorded", recorded)):
-        if value is not None:
-            body.pop(name, None)
-            if value:
-                body[name] = value
-    if wall_ns is not None:
-        body["wall_ns"] = wall_ns
-    packed = _pack(body)
-    return FRAME_HEADER.pack(len(packed), FrameType.HELLO) + packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +250,7 @@ class Welcome:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Welcome:
-        data = _unpack_map("WELCOME", body)
+        data = unpack_map("WELCOME", body)
         welcome = cls(
             protocol_version=_field(data, "WELCOME", "protocol_version", int, 0xFFFF),
             max_frame_bytes=_field(data, "WELCOME", "max_frame_bytes", int, _U32),
@@ -433,7 +335,7 @@ class Schema:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
-        data = _unpack_map("SCHEMA", body)
+        data = unpack_map("SCHEMA", body)
         kinds = tuple(KindSpec.from_wire(entry) for entry in _field(data, "SCHEMA", "kinds", list))
         columns = _field(data, "SCHEMA", "columns", list)
         if not all(isinstance(c, str) for c in columns):
@@ -454,7 +356,7 @@ class Strings:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Strings:
-        data = _unpack_map("STRINGS", body)
+        data = unpack_map("STRINGS", body)
         first_id = _field(data, "STRINGS", "first_id", int, _U32)
         strings = _field(data, "STRINGS", "strings", list)
         for s in strings:
@@ -492,7 +394,7 @@ class Track:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Track:
-        data = _unpack_map("TRACK", body)
+        data = unpack_map("TRACK", body)
         return cls(
             track_id=_field(data, "TRACK", "id", int, _U32),
             kind=_field(data, "TRACK", "kind", int, 0xFF),
@@ -572,7 +474,7 @@ class Stats:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Stats:
-        data = _unpack_map("STATS", body)
+        data = unpack_map("STATS", body)
         return cls(
             dropped_events=_field(data, "STATS", "dropped_events", int),
             dropped_frames=_field(data, "STATS", "dropped_frames", int),
@@ -628,7 +530,7 @@ class Goodbye:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Goodbye:
-        return cls(_field(_unpack_map("GOODBYE", body), "GOODBYE", "reason", str))
+        return cls(_field(unpack_map("GOODBYE", body), "GOODBYE", "reason", str))
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,7 +549,7 @@ class SetPriority:
 
     @classmethod
     def decode_body(cls, body: bytes) -> SetPriority:
-        data = _unpack_map("SET_PRIORITY", body)
+        data = unpack_map("SET_PRIORITY", body)
         timeline = _field(data, "SET_PRIORITY", "timeline", str) if "timeline" in data else ""
         return cls(_field(data, "SET_PRIORITY", "priority", str), timeline)
 
@@ -665,18 +567,18 @@ class Refused:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Refused:
-        return cls(_field(_unpack_map("REFUSED", body), "REFUSED", "events", int))
+        return cls(_field(unpack_map("REFUSED", body), "REFUSED", "events", int))
 
 
 Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority | Refused
 
-_FRAME_CLASSES: Final[dict[int, Any]] = {
+FRAME_CLASSES: Final[dict[int, Any]] = {
     cls.TYPE: cls
     for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority, Refused)
 }
 #: Frame types each peer may send.
 SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
-    "client": frozenset(_FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY, FrameType.REFUSED},
+    "client": frozenset(FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY, FrameType.REFUSED},
     "collector": frozenset(
         {
             FrameType.WELCOME,
@@ -725,347 +627,3 @@ def unpack_columns(events: Events, columns: tuple[str, ...] = EVENT_COLUMNS) -> 
         if not isinstance(column, list) or len(column) != events.count:
             raise MalformedFrame(f"EVENTS frame: column {name!r} must be an array of {events.count} values")
     return unpacked
-
-
-class Sentinel:
-    """A marker ``next_frame()`` returns instead of a frame: ``NEED_DATA`` or ``CLOSED``."""
-
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __repr__(self) -> str:
-        return self._name
-
-
-#: ``FrameReader.next_frame()`` needs more bytes.
-NEED_DATA: Final = Sentinel("NEED_DATA")
-#: The peer closed the stream cleanly, at a frame boundary.
-CLOSED: Final = Sentinel("CLOSED")
-#: Another stream's preamble follows the last frame (a reader of ``concatenated`` files).
-NEW_STREAM: Final = Sentinel("NEW_STREAM")
-
-_MIN_READ = 64 * 1024
-
-
-def frame_spans(
-    data: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int
-) -> Iterator[tuple[int, int, int]]:
-    """``(type, offset, end)`` of each whole frame in ``data[start:end]``, by its header alone (nothing is checked or
-    decoded: for walking stored frames that were checked on the way in); it stops at a frame that does not fit."""
-    position = start
-    while position + FRAME_HEADER.size <= end:
-        body_length, frame_type = FRAME_HEADER.unpack_from(data, position)
-        frame_end = position + FRAME_HEADER.size + body_length
-        if frame_end > end:
-            return
-        yield frame_type, position, frame_end
-        position = frame_end
-
-
-def complete_frames(next_frame: Callable[[], Frame | Sentinel]) -> Iterator[Frame]:
-    """The frames ``next_frame`` gives until it needs more data or the stream is closed."""
-    while True:
-        frame = next_frame()
-        if isinstance(frame, Sentinel):
-            return
-        yield frame
-
-
-class FrameReader:
-    """Turns the bytes one peer sends into frames (framing only; ``session.py`` enforces the order of frames).
-
-    Theory of operation: received bytes live in ``_buf[_start:_end]``. ``next_frame()`` first checks the preamble
-    (failing on the first byte that differs from the magic), then parses one frame at a time. A frame header is
-    checked against ``max_frame_bytes`` and the frame types ``peer`` may send before its body is awaited, so a
-    hostile length never makes us buffer it. Bytes arrive either by copy (``receive_data``) or straight into our
-    buffer (``get_buffer`` + ``buffer_updated``, the shape of asyncio's BufferedProtocol). After a ProtocolError the
-    reader is dead: every later call raises the same error.
-
-    Args:
-        peer: who sends the bytes, ``"client"`` or ``"collector"``.
-        max_frame_bytes: the largest frame accepted, header included.
-        borrow: EVENTS payloads (and ``last_frame()``) are views of the reader's buffer instead of copies: valid only
-            until the next ``get_buffer`` or ``receive_data`` call. For a caller that stores each frame at once.
-        read_size: the least free room ``get_buffer`` offers (larger: fewer, bigger reads).
-        live: a connection, not a file: frame types of files only (CHECKSUM) are an error.
-        concatenated: a file of streams end to end (a snapshot): a preamble where a frame header would be starts
-            the next stream, and ``next_frame`` says so (``NEW_STREAM``).
-
-    A reader may also read into memory it is lent (``lend``): the collector lends a segment, so that the kernel writes
-    frames where they are stored and nothing is copied. Offsets (``position``, ``frame_start``) are then the lent
-    buffer's, and each ``get_buffer`` call says how far the caller lets it read (``limit``).
-    """
-
-    __slots__ = (
-        "_borrow",
-        "_buf",
-        "_concatenated",
-        "_end",
-        "_eof",
-        "_error",
-        "_frame_start",
-        "_lent",
-        "_live",
-        "_max_frame_bytes",
-        "_own",
-        "_peer",
-        "_preamble_done",
-        "_read_size",
-        "_sendable",
-        "_start",
-        "skipped_frames",
-    )
-
-    def __init__(
-        self,
-        peer: Peer,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        *,
-        borrow: bool = False,
-        read_size: int = _MIN_READ,
-        live: bool = True,
-        concatenated: bool = False,
-    ) -> None:
-        if max_frame_bytes < MIN_MAX_FRAME_BYTES:
-            raise ConfigError(f"max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got {max_frame_bytes}")
-        self._peer = peer
-        self._sendable = SENDABLE_BY[peer]
-        self._max_frame_bytes = max_frame_bytes
-        self._read_size = read_size
-        self._buf: bytearray | mmap.mmap = bytearray(read_size)
-        self._own = self._buf
-        self._lent = False
-        self._start = 0
-        self._end = 0
-        self._frame_start = 0
-        self._borrow = borrow
-        self._live = live
-        self._concatenated = concatenated
-        self._eof = False
-        self._error: ProtocolError | None = None
-        self._preamble_done = False
-        #: Frames of unknown ignorable types, skipped.
-        self.skipped_frames = 0
-
-    @property
-    def max_frame_bytes(self) -> int:
-        return self._max_frame_bytes
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes received and not yet returned as frames."""
-        return self._end - self._start
-
-    def get_buffer(self, sizehint: int = -1, limit: int = 0) -> memoryview:
-        """A writable view of at least ``sizehint`` (default ``read_size``) free bytes; call ``buffer_updated`` next.
-        In a lent buffer: the bytes from ``end`` up to ``limit``, which the lender chose."""
-        if self._lent:
-            return memoryview(self._buf)[self._end : limit]
-        want = max(sizehint, self._read_size)
-        start, end = self._start, self._end
-        if start == end:
-            self._start = self._end = start = end = 0
-        if len(self._buf) - end < want:
-            live = end - start
-            if len(self._buf) - live >= want:
-                # Move the unread bytes to the front (memmove): no new buffer, no page faults. Frames returned
-                # earlier are copies, or borrowed views that were only valid until now.
-                with memoryview(self._buf) as view:
-                    view[:live] = view[start:end]
-            else:
-                fresh = bytearray(max(live + want, 2 * live))
-                fresh[:live] = self._buf[start:end]
-                self._buf = self._own = fresh
-            self._start, self._end = 0, live
-        return memoryview(self._buf)[self._end :]
-
-    # -- reading into lent memory ---------------------------------------------------------------------------------
-
-    def lend(self, buffer: bytearray | mmap.mmap, start: int, unread: bytes | None = None) -> None:
-        """Read on into ``buffer`` from offset ``start``, where the unread bytes (``unread`` if given, else the
-        current buffer's) are put first. The lender keeps the buffer alive and unchanged from ``start`` on until
-        ``reclaim`` or the next ``lend``."""
-        if unread is None:
-            unread = self.unread()
-        end = start + len(unread)
-        assert end <= len(buffer), "the lender leaves room for the unread bytes"
-        buffer[start:end] = unread
-        self._buf, self._lent = buffer, True
-        self._frame_start = self._start = start
-        self._end = end
-
-    def reclaim(self, unread: bytes | None = None) -> None:
-        """Read into the reader's own buffer again; the unread bytes (``unread`` if given) move there."""
-        if self._lent:
-            if unread is None:
-                unread = self.unread()
-            self._buf, self._lent = self._own, False
-            self._start = self._frame_start = self._end = 0
-            if unread:
-                self.receive_data(unread)
-
-    def unread(self) -> bytes:
-        """A copy of the bytes received and not yet returned as frames."""
-        return bytes(self._buf[self._start : self._end])
-
-    @property
-    def position(self) -> int:
-        """Offset in the buffer just past the last frame returned or skipped: where the unread bytes start."""
-        return self._start
-
-    @property
-    def end(self) -> int:
-        """Offset in the buffer just past the bytes received."""
-        return self._end
-
-    @property
-    def frame_start(self) -> int:
-        """Offset in the buffer of the frame returned last."""
-        return self._frame_start
-
-    def next_frame_header(self) -> tuple[int, int] | None:
-        """(size, type) of the frame being received, once its header is in; None before that."""
-        if self._end - self._start < FRAME_HEADER.size or not self._preamble_done:
-            return None
-        body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
-        return FRAME_HEADER.size + body_length, frame_type
-
-    def events_run(self, tracks: Container[int], top: int | None = None) -> EventsRun | None:
-        """The complete EVENTS frames next in the buffer, taken as ``next_frame`` would, in one loop, for a caller
-        that stores frames where they are; None when there are none. Stops before any other frame, an incomplete
-        one, one that breaks a rule or names a track not in ``tracks`` (``next_frame`` then raises the error that
-        names it), and one that would not end, with the run's index entries (``EVENTS_ENTRY``) below it, by
-        ``top``."""
-        if not self._preamble_done or self._error is not None:
-            return None
-        top = sys.maxsize if top is None else top
-        found = _scan_events(self._buf, self._start, self._end, self._max_frame_bytes, tracks, top)
-        if found is None:
-            return None
-        run = EventsRun(*found)
-        self._frame_start, self._start = EVENTS_ENTRY.unpack_from(run.entries)[0], run.end
-        return run
-
-    def make_room(self, nbytes: int) -> int:
-        """Move the unread bytes ``nbytes`` further on (the buffer must have room) and return the offset of the room
-        made before them, for the lender to write a frame of its own (a segment's checksum)."""
-        start, end = self._start, self._end
-        if end > start:
-            with memoryview(self._buf) as view:
-                view[start + nbytes : end + nbytes] = view[start:end]
-        self._start, self._end = start + nbytes, end + nbytes
-        return start
-
-    def buffer_updated(self, nbytes: int) -> None:
-        """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
-        self._end += nbytes
-
-    def last_frame(self) -> memoryview:
-        """The bytes of the frame ``next_frame`` returned last, header included (see ``borrow``)."""
-        return memoryview(self._buf)[self._frame_start : self._start]
-
-    def fail(self, error: ProtocolError) -> None:
-        """A rule above the framing was broken: every later call raises ``error``."""
-        self._error = error
-
-    def receive_data(self, data: bytes | memoryview) -> None:
-        """Add received bytes; ``b""`` means the peer closed its side."""
-        if not data:
-            self._eof = True
-            return
-        with self.get_buffer(len(data)) as view:
-            view[: len(data)] = data
-        self.buffer_updated(len(data))
-
-    def __iter__(self) -> Iterator[Frame]:
-        """Every complete frame buffered now (stops at NEED_DATA or CLOSED)."""
-        return complete_frames(self.next_frame)
-
-    def next_frame(self) -> Frame | Sentinel:
-        """The next complete frame, ``NEED_DATA``, ``CLOSED`` after a clean end of stream, or ``NEW_STREAM``.
-
-        Raises:
-            ProtocolError: the bytes break the protocol (a subclass says how).
-        """
-        if self._error is not None:
-            raise self._error
-        try:
-            return self._next_frame()
-        except ProtocolError as exc:
-            self._error = exc
-            raise
-
-    def _next_frame(self) -> Frame | Sentinel:
-        while True:
-            available = self._end - self._start
-            if not self._preamble_done:
-                if not self._read_preamble(available):
-                    return self._need_data(available)
-                continue
-            if available < FRAME_HEADER.size:
-                return self._need_data(available)
-            if self._concatenated and self._buf[self._start : self._start + len(MAGIC)] == MAGIC:
-                self._preamble_done = False
-                return NEW_STREAM
-            body_length, frame_type = FRAME_HEADER.unpack_from(self._buf, self._start)
-            size = FRAME_HEADER.size + body_length
-            if size > self._max_frame_bytes:
-                raise FrameTooLarge(size, self._max_frame_bytes)
-            known = self._check_type(frame_type)
-            if available < size:
-                return self._need_data(available)
-            body_start = self._start + FRAME_HEADER.size
-            self._frame_start = self._start
-            self._start += size
-            if not known:
-                self.skipped_frames += 1
-                continue
-            if self._borrow and frame_type == FrameType.EVENTS:
-                body: bytes | memoryview = memoryview(self._buf)[body_start : body_start + body_length]
-            else:
-                body = bytes(self._buf[body_start : body_start + body_length])
-            frame: Frame = _FRAME_CLASSES[frame_type].decode_body(body)
-            return frame
-
-    def _read_preamble(self, available: int) -> bool:
-        head = bytes(self._buf[self._start : self._start + min(available, PREAMBLE.size)])
-        if head[: len(MAGIC)] != MAGIC[: len(head)]:
-            # A TLS record starts with its content type: 0x16 a handshake (a TLS client), 0x15 an alert (a TLS server
-            # refusing what a plain client sent).
-            tls = " (the peer speaks TLS: use TLS on both sides, or on neither)" if head[0] in (0x15, 0x16) else ""
-            raise BadPreamble(
-                f"stream does not start with the ringtrace magic {MAGIC!r}: got {head[: len(MAGIC)]!r}{tls}"
-            )
-        if available < PREAMBLE.size:
-            return False
-        _, stream_format, _ = PREAMBLE.unpack(head)
-        if stream_format != STREAM_FORMAT:
-            raise UnsupportedVersion(
-                f"stream format {stream_format} is not supported (this side reads format {STREAM_FORMAT})"
-            )
-        self._start += PREAMBLE.size
-        self._preamble_done = True
-        return True
-
-    def _check_type(self, frame_type: int) -> bool:
-        """True for a frame to decode, False for one to skip; raises for one that is not allowed."""
-        if frame_type not in _FRAME_CLASSES:
-            if frame_type == CHECKSUM_TYPE and self._live:
-                raise UnexpectedFrame(f"frame type {CHECKSUM_TYPE:#x} (CHECKSUM) is only valid in files")
-            if frame_type & IGNORABLE:
-                return False
-            raise UnexpectedFrame(f"unknown frame type {frame_type} (not marked ignorable)")
-        if frame_type not in self._sendable:
-            raise UnexpectedFrame(f"a {self._peer} may not send {FrameType(frame_type).name} frames")
-        return True
-
-    def _need_data(self, available: int) -> Sentinel:
-        if not self._eof:
-            return NEED_DATA
-        if available == 0:
-            return CLOSED
-        if not self._preamble_done:
-            raise TornStream(f"stream ended inside the preamble after {available} of {PREAMBLE.size} bytes")
-        raise TornStream(f"stream ended inside a frame: {available} bytes of an incomplete frame")

@@ -20,23 +20,21 @@ from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
     CHECKSUM_TYPE,
-    CLOSED,
     EVENTS_HEADER,
     FRAME_HEADER,
-    NEED_DATA,
     PREAMBLE,
     Flush,
     FlushAck,
     Frame,
-    FrameReader,
     FrameType,
     Goodbye,
     Refused,
     Welcome,
     encode,
-    frame_spans,
-    rewritten_hello,
 )
+from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.collector.ingest.hello import rewritten_hello
+from ringtrace.collector.store.segments import frame_spans
 
 __all__ = ["ReplayError", "Replayed", "replay"]
 

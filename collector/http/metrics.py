@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as _MetricsSource
-from ringtrace.collector.ingest.connection import Traffic
+from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.store.ring import Counts
 
 __all__ = ["CONTENT_TYPE", "CollectorMetrics"]

@@ -23,7 +23,8 @@ from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
-from ringtrace.collector.ingest.connection import IngestProtocol, Traffic
+from ringtrace.collector.ingest.connection import IngestProtocol
+from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.ingest.turns import DecodeTurns
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.inventory import RateSampler

@@ -9,7 +9,7 @@ from typing import Any
 
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.guard import HttpGuard
-from ringtrace.collector.ingest.connection import Traffic
+from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.snapshots import Snapshots

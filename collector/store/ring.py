@@ -45,13 +45,14 @@ from ringtrace.client.wire.decoder import (
     Limits,
 )
 from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import EventsRun, preamble
+from ringtrace.client.wire.frames import preamble
 from ringtrace.collector.store.accounts import Accounts, Counts, ProcessHolding
 from ringtrace.collector.store.segments import (
     CHECKSUM_FRAME,
     CHECKSUM_RESERVE,
     INDEX_ENTRY,
     Buffer,
+    EventsRun,
     MemoryBuffers,
     Recovered,
     Segment,
@@ -274,7 +275,7 @@ class Store:
         self.policy: Policy = policy
         self.buffers = buffers if buffers is not None else MemoryBuffers()
         #: Room kept free in every segment for its closing CHECKSUM frame, and for one more that a connection reading
-        #: into the segment makes room for before its unread bytes (``FrameReader.make_room``).
+        #: into the segment makes room for before its unread bytes (``LendingFrameReader.make_room``).
         self.reserve = CHECKSUM_RESERVE + CHECKSUM_FRAME.size if self.buffers.checksums else 0
         self._segments: dict[int, Segment] = {}  # oldest first
         self._writers: dict[int, Stream] = {}  # segment seq -> the stream writing into it

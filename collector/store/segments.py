@@ -29,43 +29,38 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import crc32c
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ConfigError, ProtocolError
-from ringtrace.client.wire.frames import (
-    CHECKSUM_TYPE,
-    EVENTS_ENTRY,
-    FRAME_HEADER,
-    PREAMBLE,
-    Events,
-    EventsRun,
-    Hello,
-    Stats,
-    preamble,
-)
+from ringtrace.client.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
 
 __all__ = [
     "CHECKSUM_FRAME",
     "CHECKSUM_RESERVE",
+    "EVENTS_ENTRY",
     "FSYNC_POLICIES",
     "INDEX_ENTRY",
     "SYNC_INTERVAL_S",
     "DataDir",
+    "EventsRun",
     "FsyncPolicy",
     "MemoryBuffers",
     "Recovered",
     "Scan",
     "Segment",
     "SegmentBuffers",
+    "frame_spans",
     "scan_segment",
 ]
 
 log = logging.getLogger("ringtrace.collector.store.segments")
 
 #: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
-INDEX_ENTRY: Final = EVENTS_ENTRY
+INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")
+#: An EVENTS frame as the index holds it (``EventsRun``; the name the scan of received frames knows it by).
+EVENTS_ENTRY: Final = INDEX_ENTRY
 #: A CHECKSUM frame: body length 4, type 0xFF (ignorable; in files only), CRC-32C of the bytes since the last one.
 CHECKSUM_FRAME: Final = struct.Struct("<IBI")
 #: Room a segment keeps free for its last CHECKSUM frame and the end marker after it.
@@ -83,6 +78,39 @@ SPARE_SUFFIX: Final = ".rtspare"
 LOCK_FILE: Final = "LOCK"
 
 Buffer = bytearray | mmap.mmap
+
+
+class EventsRun(NamedTuple):
+    """Complete EVENTS frames read into a segment, checked as the session decoder checks them, to be stored where they
+    are (``Segment.index_run``; made by the ingest's scan of received frames)."""
+
+    #: One ``EVENTS_ENTRY`` per frame, the last frame's first: the order of an index that grows down.
+    entries: bytes
+    #: Their events.
+    events: int
+    #: Per track id: [events, bytes] of its frames here.
+    tracks: dict[int, list[int]]
+    #: Offset in the buffer just past the last frame.
+    end: int
+
+    @property
+    def frames(self) -> int:
+        return len(self.entries) // EVENTS_ENTRY.size
+
+
+def frame_spans(
+    data: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int
+) -> Iterator[tuple[int, int, int]]:
+    """``(type, offset, end)`` of each whole frame in ``data[start:end]``, by its header alone (nothing is checked or
+    decoded: for walking stored frames that were checked on the way in); it stops at a frame that does not fit."""
+    position = start
+    while position + FRAME_HEADER.size <= end:
+        body_length, frame_type = FRAME_HEADER.unpack_from(data, position)
+        frame_end = position + FRAME_HEADER.size + body_length
+        if frame_end > end:
+            return
+        yield frame_type, position, frame_end
+        position = frame_end
 
 
 class Segment:

@@ -1,5 +1,5 @@
-"""Fuzzing the collector's scan of EVENTS frames in C (``client/_speedups.c``, ``scan_events``) against its Python twin
-(``protocol._scan_events_py``, which defines it).
+"""Fuzzing the collector's scan of EVENTS frames in C (``collector/ingest/_scan.c``, ``scan_events``) against its Python
+twin (``scan._scan_events_py``, which defines it).
 
 An input is a header of ``HEADER`` (where the scan starts and ends in the buffer, the frame size limit, the top of the
 room for index entries, which tracks are known, and a rewrite of the buffer that the tracks' membership test makes,
@@ -14,11 +14,13 @@ import struct
 import sys
 from typing import Any
 
-from ringtrace.client.accelerator import speedups
-from ringtrace.client.wire.frames import _scan_events_py
+from ringtrace.client.accelerator import load_optional
+from ringtrace.collector.ingest.scan import _scan_events_py
 
 #: position, end, max_frame_bytes, top, its shift, known tracks (bits 0-7), rewrite offset, rewrite bytes (4)
 HEADER = struct.Struct("<HHIqBBH4s")
+#: The C scan, when built (and ``RINGTRACE_PURE_PYTHON`` is not set).
+scan_c = load_optional("ringtrace.collector.ingest._scan")
 
 
 class Tracks:
@@ -49,9 +51,9 @@ def scan(function: Any, data: bytes) -> Any:
 
 def check(data: bytes) -> None:
     """Fail (AssertionError) unless scan_events in C and in Python make the same of the input ``data``."""
-    if speedups is None or len(data) <= HEADER.size:
+    if scan_c is None or len(data) <= HEADER.size:
         return
-    fast, slow = scan(speedups.scan_events, data), scan(_scan_events_py, data)
+    fast, slow = scan(scan_c.scan_events, data), scan(_scan_events_py, data)
     assert fast == slow, (fast, slow)
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello, rewritten_hello
+from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello
 from ringtrace.collector.command.main import main
+from ringtrace.collector.ingest.hello import rewritten_hello
 
 RECORD = """
 import sys, ringtrace.client

@@ -26,16 +26,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ringtrace.client import MemoryListener, Timeline
 from ringtrace.client import encoder as encoder_module
-from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
+from ringtrace.client.accelerator import PURE_PYTHON_ENV, load_optional, speedups
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.messages import message_kind
-from ringtrace.client.wire.frames import FRAME_HEADER, Events, _scan_events_py, encode
+from ringtrace.client.wire.frames import FRAME_HEADER, Events, encode
 from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
+from ringtrace.collector.ingest.scan import _scan_events_py
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 needs_speedups = pytest.mark.skipif(speedups is None, reason="the C accelerator is not in use in this process")
+#: The collector's C scan of EVENTS frames (``collector/ingest/_scan.c``).
+scan_c = load_optional("ringtrace.collector.ingest._scan")
+needs_scan_c = pytest.mark.skipif(scan_c is None, reason="the collector's C scan is not in use in this process")
 
 
 def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
@@ -46,6 +50,7 @@ def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) here: the install could not build the accelerator")
     assert speedups is not None, "a C compiler is here, yet ringtrace.client._speedups was not built or not importable"
+    assert scan_c is not None, "a C compiler is here, yet ringtrace.collector.ingest._scan was not built"
 
 
 # -- pack_columns: the integer columns of an EVENTS payload ---------------------------------------------------------
@@ -231,9 +236,9 @@ def events_frames(tracks: list[int]) -> tuple[bytearray, list[int]]:
 
 def scan_both(buffer: bytearray, tracks: Callable[[bytearray], Any], top: int | None = None) -> tuple[Any, Any]:
     """scan_events on a copy of ``buffer`` in C and in Python, each with the ``tracks`` made for its copy."""
-    assert speedups is not None
+    assert scan_c is not None
     results = []
-    for scan in (speedups.scan_events, _scan_events_py):
+    for scan in (scan_c.scan_events, _scan_events_py):
         copy = bytearray(buffer)
         results.append(scan(copy, 0, len(copy), MAX_FRAME, tracks(copy), len(copy) * 2 if top is None else top))
     return results[0], results[1]
@@ -253,7 +258,7 @@ class RewritingTracks:
         return track in (1, 2)
 
 
-@needs_speedups
+@needs_scan_c
 @pytest.mark.parametrize("rewrite", [lambda n: n - 1, lambda n: 0xFFFF_FFF0], ids=["shorter", "past the buffer"])
 def test_scan_events_indexes_each_frame_as_it_read_it_while_python_code_rewrites_the_buffer(
     rewrite: Callable[[int], int],
@@ -264,7 +269,7 @@ def test_scan_events_indexes_each_frame_as_it_read_it_while_python_code_rewrites
     assert slow is not None and slow[1] > 0
 
 
-@needs_speedups
+@needs_scan_c
 @pytest.mark.parametrize("top", [-(2**63), -1, 0, 100, 2**63 - 1])
 def test_scan_events_fits_its_entries_below_any_top_as_its_twin_does(top: int) -> None:
     buffer, _ = events_frames([1, 2])
@@ -272,7 +277,7 @@ def test_scan_events_fits_its_entries_below_any_top_as_its_twin_does(top: int) -
     assert fast == slow
 
 
-@needs_speedups
+@needs_scan_c
 @pytest.mark.parametrize(
     ("position", "end", "max_frame_bytes", "top"),
     [("0", 2**80, 100, 100), (0, "1", 2**80, 100), (0, "the end", "100", 2**80)],
@@ -280,10 +285,10 @@ def test_scan_events_fits_its_entries_below_any_top_as_its_twin_does(top: int) -
 def test_scan_events_refuses_an_argument_that_is_not_an_int_as_its_twin_does(
     position: Any, end: Any, max_frame_bytes: Any, top: Any
 ) -> None:
-    assert speedups is not None
+    assert scan_c is not None
     buffer, _ = events_frames([1])
     end = len(buffer) if end == "the end" else end
-    for scan in (speedups.scan_events, _scan_events_py):
+    for scan in (scan_c.scan_events, _scan_events_py):
         with pytest.raises(TypeError):  # not the OverflowError of a later argument
             scan(buffer, position, end, max_frame_bytes, {1}, top)
 

@@ -14,16 +14,10 @@ from ringtrace.client import StreamerOptions
 from ringtrace.client.options import check_token, environment_token, read_token_file
 from ringtrace.client.wire.decoder import SessionDecoder
 from ringtrace.client.wire.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
-from ringtrace.client.wire.frames import (
-    FRAME_HEADER,
-    FrameReader,
-    FrameType,
-    Hello,
-    encode,
-    preamble,
-    rewritten_hello,
-)
+from ringtrace.client.wire.frames import FRAME_HEADER, FrameType, Hello, encode, preamble
+from ringtrace.client.wire.reader import FrameReader
 from ringtrace.collector.auth import Authenticator, is_loopback, server_tls_context
+from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.service.app import CollectorConfig
 from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
 

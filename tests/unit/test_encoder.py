@@ -25,7 +25,6 @@ from ringtrace.client.wire.frames import (
     MIN_MAX_FRAME_BYTES,
     Events,
     Frame,
-    FrameReader,
     Hello,
     Strings,
     Track,
@@ -48,6 +47,7 @@ from ringtrace.client.wire.model import (
     display_text,
     normalise_args,
 )
+from ringtrace.client.wire.reader import FrameReader
 
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1234)

@@ -30,7 +30,6 @@ from ringtrace.client.wire.frames import (
     Flush,
     FlushAck,
     Frame,
-    FrameReader,
     Goodbye,
     Hello,
     Refused,
@@ -43,6 +42,7 @@ from ringtrace.client.wire.frames import (
     preamble,
 )
 from ringtrace.client.wire.model import SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.client.wire.reader import FrameReader
 
 ADDRESS = "collector:7700"
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")

@@ -27,7 +27,6 @@ from ringtrace.client.wire.errors import (
 )
 from ringtrace.client.wire.frames import (
     CHECKSUM_TYPE,
-    CLOSED,
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
     EVENTS_HEADER,
@@ -35,7 +34,6 @@ from ringtrace.client.wire.frames import (
     IGNORABLE,
     MAGIC,
     MIN_MAX_FRAME_BYTES,
-    NEED_DATA,
     PREAMBLE,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
@@ -44,7 +42,6 @@ from ringtrace.client.wire.frames import (
     Flush,
     FlushAck,
     Frame,
-    FrameReader,
     FrameType,
     Goodbye,
     Hello,
@@ -61,6 +58,7 @@ from ringtrace.client.wire.frames import (
     unpack_columns,
 )
 from ringtrace.client.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
+from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=60)

@@ -29,15 +29,12 @@ from ringtrace.client.wire.errors import (
     UnsupportedVersion,
 )
 from ringtrace.client.wire.frames import (
-    CLOSED,
     EVENT_COLUMNS,
-    EVENTS_ENTRY,
     EVENTS_HEADER,
     FRAME_HEADER,
     IGNORABLE,
     MAGIC,
     MIN_MAX_FRAME_BYTES,
-    NEED_DATA,
     PREAMBLE,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
@@ -51,7 +48,6 @@ from ringtrace.client.wire.frames import (
     Hello,
     KindSpec,
     Schema,
-    Sentinel,
     Stats,
     Strings,
     Track,
@@ -74,6 +70,9 @@ from ringtrace.client.wire.model import (
     normalise_args,
     normalise_values,
 )
+from ringtrace.client.wire.reader import CLOSED, NEED_DATA, Sentinel
+from ringtrace.collector.ingest.lending import IngestDecoder
+from ringtrace.collector.store.segments import EVENTS_ENTRY
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=50)
@@ -1250,7 +1249,7 @@ def test_kinds_within_max_schema_bytes_are_accepted_and_past_it_refused() -> Non
 # -- the collector's fast path for runs of EVENTS frames ------------------------------------------------------------
 
 
-def read_all(decoder: SessionDecoder, *, fast: bool) -> tuple[list[Any], str | None]:
+def read_all(decoder: IngestDecoder, *, fast: bool) -> tuple[list[Any], str | None]:
     """Every frame, EVENTS as (track, count, first, last, offset, size), and the error that ended the stream."""
     out: list[Any] = []
     try:
@@ -1309,7 +1308,7 @@ def test_runs_of_events_frames_read_as_next_frame_reads_them(live: bool, frames:
     data = opening(SCHEMA, track_frame(MAIN)) + b"".join(frames)
     results = []
     for fast in (False, True):
-        decoder = SessionDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=live)
+        decoder = IngestDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=live)
         if live:
             decoder.receive_data(opening())
             list(decoder)
@@ -1334,7 +1333,7 @@ def test_a_run_of_events_frames_stops_where_its_index_entries_would_not_fit_belo
     """The collector reads into a segment whose index grows down from ``top``: a run takes the frames that end, with
     an index entry each below them, by ``top``, and leaves the rest to the next segment."""
     frames = [events_frame(MAIN.track_id, 1, 5, 5, EVENTS_HEADER.size, payload, 0) for payload in payloads]
-    decoder = SessionDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=False)
+    decoder = IngestDecoder(Limits(max_frame_bytes=MIN_MAX_FRAME_BYTES), live=False)
     decoder.receive_data(opening(SCHEMA, track_frame(MAIN)) + b"".join(frames))
     for _ in range(3):  # HELLO, SCHEMA, TRACK
         decoder.next_frame()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.guard import HttpGuard
-from ringtrace.collector.ingest.connection import Traffic
+from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.snapshots import Snapshots

@@ -7,7 +7,7 @@ One ``Authenticator`` holds the token as bytes and compares what a peer presents
 time does not depend on where the two differ. A peer that fails is told only that it failed (GOODBYE "authentication
 failed", HTTP 401): the reason (missing or wrong) goes to the log, with the peer's address, never the token. A
 misconfigured fleet or a scanner could fill the log with those lines, so each (address, channel, reason) is logged
-at once the first time, then at most once a minute with the count of refusals not logged meanwhile (``repeats.py``);
+at once the first time, then at most once a minute with the count of refusals not logged meanwhile (``log_repeats.py``);
 every refusal is counted (``/stats``, ``/metrics``).
 
 With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, so

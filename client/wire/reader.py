@@ -74,7 +74,7 @@ def complete_frames(next_frame: Callable[[], Frame | Sentinel]) -> Iterator[Fram
 
 
 class FrameReader:
-    """Turns the bytes one peer sends into frames (framing only; ``session.py`` enforces the order of frames).
+    """Turns the bytes one peer sends into frames (framing only; ``decoder.py`` enforces the order of frames).
 
     Theory of operation: received bytes live in ``_buf[_start:_end]``. ``next_frame()`` first checks the preamble
     (failing on the first byte that differs from the magic), then parses one frame at a time. A frame header is

@@ -1,12 +1,12 @@
 /* Chrome trace event JSON straight from a stored EVENTS frame's msgpack payload, in C, with the GIL released.
 
 Optional: when this module is not built (no compiler at install time) or is turned off with RINGTRACE_PURE_PYTHON=1,
-the collector writes every event through its pure-Python event walk (events.py, export.py). That walk defines the
+the collector writes every event through its pure-Python event walk (read/event_walk.py, export/chrome.py). That walk defines the
 behaviour; this module takes only the common events, and the tests hold both to the same JSON, event for event.
 
 events_json() reads a payload of the five columns (kind, name, ts, dur, args) and writes each event whose kind is a
 span, an instant or a counter, and whose args are a map of string keys (or nil), as one JSON object, in the key order
-export.py writes. Every other event (a message, a marker, source activity, an async slice, a typed event's values,
+export/chrome.py writes. Every other event (a message, a marker, source activity, an async slice, a typed event's values,
 args holding bytes, an extension type or a non-string key) is left to the Python walk: it is flagged in the returned
 `deferred` map, one byte per event. A payload msgpack-python would refuse (not the five arrays of `count` values, a
 string that is not UTF-8, a map key it cannot hash, an extension code below -1, trailing bytes), or one nested deeper

@@ -5,7 +5,7 @@ connections and sends a byte now and then would hold them forever. Each HTTP con
 (``GuardedConnection``, delegating everything to aiohttp's own protocol) so that it must *begin* a request (its
 headers complete, its handler running) within ``timeout_s`` of opening or of the end of its previous request, or it
 is closed with a log line naming the peer and the limit. A response being written (a snapshot, a live tail) is cut
-off by its handler when the peer takes nothing of it for as long (``http.py``, ``HttpGuard.cut_off``): counted with
+off by its handler when the peer takes nothing of it for as long (``api.py``, ``HttpGuard.cut_off``): counted with
 the connections timed out, and reset. Past ``max_connections`` open at once, a new connection is closed at once,
 logged.
 """

@@ -353,7 +353,7 @@ def test_user_klasses_with_struct_members_and_every_number_type(tmp_path: Path) 
     dump.raw(11, 8_000, dump.pack("QIq", 100, 4, -1))
     loaded = dump.load(tmp_path)
     assert loaded.error is None
-    sample, timed = sorted(shown(chrome(loaded)), key=lambda e: e["name"])  # (not in arrival order: export.py)
+    sample, timed = sorted(shown(chrome(loaded)), key=lambda e: e["name"])  # (not in arrival order: export/chrome.py)
     assert (sample["name"], sample["ph"], sample["tid"]) == ("Sample", "i", 4)
     assert sample["args"] == {
         "id": 42,  # the event's own id; its field called id is named after its klass

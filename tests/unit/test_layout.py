@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -116,3 +117,11 @@ def test_a_broken_rule_is_seen(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
     stray.write_text("from ringtrace.collector.export.chrome import json_bytes\n")
     assert imports_of(stray) == {"ringtrace.collector.export.chrome"}
+
+
+def test_every_package_is_in_the_distribution() -> None:
+    # pyproject.toml lists the packages by hand (client/ and collector/ map to ringtrace.*): a subpackage left out
+    # would be missing from every non-editable install, the README's among them.
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert packages == declared

@@ -56,7 +56,9 @@ def bench(window_s: float, rounds: int) -> int:
             for line in tail:
                 if line.startswith(b"data: "):
                     arrived = time.time_ns()
-                    arrivals.append((json.loads(line[6:])["args"]["sent_ns"], arrived))
+                    document = json.loads(line[6:])
+                    if "args" in document:  # an event; not the "end" (or "cleared") notice of a named SSE event
+                        arrivals.append((document["args"]["sent_ns"], arrived))
 
         threading.Thread(target=read, daemon=True).start()
         probe = subprocess.Popen([sys.executable, "-c", PROBE, running.tcp])

@@ -5,6 +5,8 @@ a collector."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import ssl
 import sys
 import tempfile
@@ -115,6 +117,7 @@ def _convert(args: argparse.Namespace) -> int:
     params = filter_params(args)
     check_params(params)
     selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
+    _not_the_input(args.file, args.output)
     loaded = _load(args.file)
     write = _WRITERS[args.format]
     with output(args.output) as out, progress(f"convert {args.file}") as advance:
@@ -123,6 +126,13 @@ def _convert(args: argparse.Namespace) -> int:
             advance(len(chunk), 0)
     _undecodable(args.file, loaded)
     return 0
+
+
+def _not_the_input(path: str, output_path: str) -> None:
+    """Writing the output over the file being read would replace the trace with its conversion: refused."""
+    with contextlib.suppress(OSError):
+        if output_path != "-" and os.path.samefile(path, output_path):
+            raise CommandError(f"-o {output_path} is the input file: write the conversion to another file")
 
 
 def _dump(args: argparse.Namespace) -> int:

@@ -137,6 +137,16 @@ def test_convert_and_dump_read_trace_and_snapshot_files(tmp_path: Path, capsys: 
     assert status == 0 and len(out.splitlines()) == 4 and all("from-file[" in line for line in out.splitlines())
 
 
+def test_convert_refuses_to_write_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "run.rttrace"
+    write_trace_file(trace)
+    before = trace.read_bytes()
+    for target in (str(trace), str(tmp_path / "." / "run.rttrace")):
+        status, _, err = run(capsys, "convert", str(trace), "-o", target)
+        assert status == 1 and "is the input file" in err
+    assert trace.read_bytes() == before
+
+
 def test_dump_names_the_member_of_a_family_sources_markers_async(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

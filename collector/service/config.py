@@ -84,7 +84,7 @@ class CollectorConfig:
             if value is not None and value < frames:
                 raise ConfigError(
                     f"{option_of(name).flag}: capacity of {value} bytes must hold at least 2 frames of "
-                    f"max_frame_bytes={self.max_frame_bytes} with their session frames ({frames} bytes)"
+                    f"--max-frame-size {self.max_frame_bytes} with their session frames ({frames} bytes)"
                 )
 
     @property

@@ -25,7 +25,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_capacity_below_two_frames_is_refused_naming_both_sizes() -> None:
     done = _run("--capacity", "1MiB")
     assert done.returncode == 2
-    assert "capacity of 1048576 bytes must hold at least 2 frames of max_frame_bytes=1048576" in done.stderr
+    assert "capacity of 1048576 bytes must hold at least 2 frames of --max-frame-size 1048576" in done.stderr
 
 
 def test_malformed_size_is_refused_by_the_parser() -> None:

@@ -77,10 +77,13 @@ class Delivery:
         return self.counters.dropped_events + self.encoder.rejected_events
 
     def enqueue(self, batch: EncodedBatch, now: float, *, welcomed: bool) -> None:
-        """One run's frames: control frames only ``welcomed`` (the prefix carries them otherwise), then EVENTS."""
-        self.queue.enqueue(batch, control=welcomed)
+        """One run's frames: control frames only ``welcomed`` (the prefix carries them otherwise), then EVENTS.
+        Only control frames can pile up past the queue's bound: EVENTS frames that do not fit are dropped."""
         if welcomed:
-            self._check_overflow()
+            for frame in batch.control:
+                self._queue_control(frame)
+        self.queue.enqueue(batch, control=False)
+        if welcomed:
             self.queue_stats(now)
 
     def welcome(self, welcome: Welcome) -> None:

@@ -1,5 +1,5 @@
 """What the log says while events cannot reach the collector: one WARNING soon after delivery stops, one a minute while
-it lasts, one INFO when it resumes. Sans-I/O: the streamer tells it what happened and when, and logs what it returns.
+it lasts, one INFO when it resumes. Sans-I/O: the link tells it what happened and when, and logs what it returns.
 
 Theory of operation: the first failure (a refused or timed-out connection, an unknown host, TLS, a GOODBYE) starts an
 outage; a WELCOME ends it. A collector that comes back within ``grace_s`` (a restart, a client started a moment before

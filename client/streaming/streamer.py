@@ -6,8 +6,8 @@ What to send and when -- the handshake, the send queue, acknowledgements, backof
 sans-I/O ``Link`` (link.py, with its own theory of operation); this module is its driver. ``receive`` (on the flusher
 thread) encodes a run of events and hands the frames to the link's bounded queue. The thread ``ringtrace-streamer``
 owns the socket: a select loop over a non-blocking socket and a wake-up socket pair, which tells the link the time
-and what the socket did, and carries out the actions it answers with. The link is shared with the other threads and
-called only under ``_state_lock``; the socket is used only outside it.
+and what the socket did, and carries out the actions it answers with. The link is shared with the other threads; it
+changes only under ``_state_lock``; the socket is used only outside it.
 
 Connecting (and the TLS handshake, with ``tls``) blocks this thread for at most ``connect_timeout_s``. ``flush()``
 does not wait for the backoff: it asks for a connection at once, then queues a FLUSH after everything received so far
@@ -327,6 +327,7 @@ class Streamer(SerializedListener):
                 self._stopping = True
                 actions = self._link.stop(time.monotonic())
             self._perform(actions)
+            self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
             self._selector.close()
             self._wake_r.close()
             self._wake_w.close()

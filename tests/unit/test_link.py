@@ -392,6 +392,21 @@ def test_control_frames_piling_up_for_a_collector_that_does_not_read_drop_the_qu
     assert "for a collector that does not read; dropped 0 queued events" in logged(actions, logging.WARNING)[0]
 
 
+def test_events_queued_behind_a_large_prefix_do_not_reset_the_connection() -> None:
+    # Only control frames piling up mean a collector that does not read: a prefix larger than the queue (a big
+    # string table, sent on every connection) followed by events must not reconnect for ever.
+    link, encoder = make_link(max_queue_bytes=4096)
+    labels = [f"{i:03d}" + "x" * 97 for i in range(200)]
+    link.enqueue(events(encoder, *labels), now=0.0)  # too large for the queue: dropped, its strings declared
+    peer = Peer(link)
+    peer.connect(0.0)
+    assert peer.read(0.0) == [HELLO]
+    peer.answer(0.1, WELCOME)  # the prefix (about 20 KB of strings) is queued, not yet taken
+    link.enqueue(events(encoder, labels[0]), now=0.2)  # EVENTS only: no new control frame
+    actions = link.timer(0.2)
+    assert Close() not in actions and link.state is LinkState.WELCOMED
+
+
 def test_stopping_closes_the_connection_and_answers_every_waiting_flush_false() -> None:
     link, _ = make_link()
     peer = Peer(link)

@@ -59,7 +59,7 @@ from ringtrace.collector.store.processes import ProcessRecord
 
 __all__ = ["make_app"]
 
-log = logging.getLogger("ringtrace.collector.http.api")
+log = logging.getLogger("ringtrace.collector.http")
 
 
 class CollectorAPI(Protocol):

@@ -23,7 +23,7 @@ from aiohttp import web
 
 __all__ = ["GuardedConnection", "HttpGuard"]
 
-log = logging.getLogger("ringtrace.collector.http.api")
+log = logging.getLogger("ringtrace.collector.http")
 
 
 class HttpGuard:

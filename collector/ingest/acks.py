@@ -10,7 +10,7 @@ from ringtrace.collector.store.ring import SyncJob
 
 __all__ = ["Syncer"]
 
-log = logging.getLogger("ringtrace.collector.ingest.connection")
+log = logging.getLogger("ringtrace.collector.ingest")
 
 
 class Syncer:

@@ -36,7 +36,7 @@ from ringtrace.collector.store.processes import ProcessRecord
 
 __all__ = ["IngestProtocol", "IngestSink"]
 
-log = logging.getLogger("ringtrace.collector.ingest.connection")
+log = logging.getLogger("ringtrace.collector.ingest")
 
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.

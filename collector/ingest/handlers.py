@@ -45,7 +45,7 @@ from ringtrace.collector.store.writer import SegmentWriter
 
 __all__ = ["FrameHandlers", "FrameSink"]
 
-log = logging.getLogger("ringtrace.collector.ingest.connection")
+log = logging.getLogger("ringtrace.collector.ingest")
 
 #: FLUSH tokens of the flushes the collector asks for, unique across connections.
 _tokens = itertools.count(1)

@@ -24,7 +24,7 @@ __all__ = [
     "refuse",
 ]
 
-log = logging.getLogger("ringtrace.collector.ingest.connection")
+log = logging.getLogger("ringtrace.collector.ingest")
 
 #: Control frames (FLUSH, STATS) a connection may send a second, on average; a connection past it is read more slowly.
 MAX_CONTROL_FRAMES_PER_S: Final = 1000.0

@@ -45,7 +45,7 @@ __all__ = [
     "taken_events",
 ]
 
-log = logging.getLogger("ringtrace.collector.export.chrome")
+log = logging.getLogger("ringtrace.collector.export")
 
 #: Shapes shown one event for one, and how (Chrome's phase letters: a slice, an instant, a counter value, an async
 #: slice's begin and end).

@@ -43,7 +43,7 @@ from ringtrace.client.wire.frames import Hello
 
 __all__ = ["Arrival", "ClockDomains", "own_boot_id"]
 
-log = logging.getLogger("ringtrace.collector.store.clocks")
+log = logging.getLogger("ringtrace.collector.clocks")
 
 #: How far from its own pairing a process takes its boot's, however quick its HELLO: two honest processes' own
 #: readings of their two clocks may be that far apart (a thread switch between them).

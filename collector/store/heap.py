@@ -19,7 +19,7 @@ from typing import Final
 
 __all__ = ["TRIM_THRESHOLD_BYTES", "HeapTrimmer", "malloc_trim"]
 
-log = logging.getLogger("ringtrace.collector.store.heap")
+log = logging.getLogger("ringtrace.collector.heap")
 
 #: Bytes freed (as estimated by the callers) before a trim is worth its walk of the heap.
 TRIM_THRESHOLD_BYTES: Final = 4 * 1024 * 1024

@@ -28,7 +28,7 @@ from ringtrace.collector.store.clocks import Arrival, ClockDomains
 
 __all__ = ["ProcessRecord", "Registry", "stats_delta", "stats_sum"]
 
-log = logging.getLogger("ringtrace.collector.store.processes")
+log = logging.getLogger("ringtrace.collector.sessions")
 
 #: How many forgotten processes' last counters are remembered (about 100 bytes each).
 FORGOTTEN_REMEMBERED: Final = 10_000

@@ -61,7 +61,7 @@ from ringtrace.collector.store.segments import (
 
 __all__ = ["MIN_SEGMENT_BYTES", "Counts", "Policy", "SegmentView", "Store", "StoreSnapshot", "Stream", "SyncJob"]
 
-log = logging.getLogger("ringtrace.collector.store.ring")
+log = logging.getLogger("ringtrace.collector.store")
 
 Policy = Literal["ring", "discard"]
 #: The first segment of a stream; later ones double up to ``segment_bytes``.

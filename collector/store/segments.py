@@ -55,7 +55,7 @@ __all__ = [
     "scan_segment",
 ]
 
-log = logging.getLogger("ringtrace.collector.store.segments")
+log = logging.getLogger("ringtrace.collector.segments")
 
 #: offset, size (of the whole EVENTS frame), track id, event count, first and last timestamp (monotonic ns).
 INDEX_ENTRY: Final = struct.Struct("<IIIIQQ")

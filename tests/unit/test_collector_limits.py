@@ -323,7 +323,7 @@ def test_a_connection_past_max_connections_is_told_so_and_a_crowd_of_them_is_log
             IngestProtocol(collector).connection_made(transport)  # type: ignore[arg-type]
         return transports
 
-    with caplog.at_level("WARNING", logger="ringtrace.collector.ingest.connection"):
+    with caplog.at_level("WARNING", logger="ringtrace.collector.ingest"):
         transports = asyncio.run(scenario())
     assert [t.closing for t in transports] == [False] * 2 + [True] * 9
     for transport in transports[2:]:  # a GOODBYE that says why: the client logs it, not "is it a collector?"

@@ -151,7 +151,7 @@ def test_a_tcp_connection_s_round_trip_is_the_kernel_s_and_other_sockets_have_no
 
 def test_a_boot_whose_wall_clock_is_off_is_logged_once_for_all_its_processes(caplog: pytest.LogCaptureFixture) -> None:
     registry = Registry()
-    with caplog.at_level("WARNING", logger="ringtrace.collector.store.clocks"):
+    with caplog.at_level("WARNING", logger="ringtrace.collector.clocks"):
         for i in range(5):
             registry.hello(said(f"p{i}", -30 * MS, boot="skewed", monotonic_ns=MONO + i * MS), arrived())
     assert len([r for r in caplog.records if "wall clock is -0.030 s off" in r.getMessage()]) == 1

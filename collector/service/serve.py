@@ -33,8 +33,8 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 def _set_by(message: str, from_environment: list[str]) -> str:
     """`` (set by RINGTRACE_...)`` when the flag a refusal names came from its variable."""
-    for flag in from_environment[::2]:
-        if f"({flag})" in message or f"{flag}:" in message:
+    for flag in from_environment:  # flags and their values; a switch (--insecure-open) has none
+        if flag in ENVIRONMENT and (f"({flag})" in message or f"{flag}:" in message):
             return f" (set by {ENVIRONMENT[flag]})"
     return ""
 

@@ -29,7 +29,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import crc32c
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
@@ -644,24 +644,22 @@ class _SegmentScan:
         scan.used = self.checked
 
 
-def _take_hello(walk: _SegmentScan, frame: object, end: int) -> None:
-    assert isinstance(frame, Hello)
+# (``frame`` is of the type ``_TAKE`` maps to each.)
+def _take_hello(walk: _SegmentScan, frame: Any, end: int) -> None:
     walk.scan.hello = frame
 
 
-def _take_stats(walk: _SegmentScan, frame: object, end: int) -> None:
-    assert isinstance(frame, Stats)
+def _take_stats(walk: _SegmentScan, frame: Any, end: int) -> None:
     walk.pending_stats = frame
 
 
-def _take_events(walk: _SegmentScan, frame: object, end: int) -> None:
-    assert isinstance(frame, Events)
+def _take_events(walk: _SegmentScan, frame: Any, end: int) -> None:
     position = walk.position
     walk.pending.append((position, end - position, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns))
 
 
 #: What a scan keeps of a decoded frame, by its type: the HELLO, the last STATS, the index entry of each EVENTS.
-_TAKE: Final[dict[type, Callable[[_SegmentScan, object, int], None]]] = {
+_TAKE: Final[dict[type, Callable[[_SegmentScan, Any, int], None]]] = {
     Hello: _take_hello,
     Stats: _take_stats,
     Events: _take_events,

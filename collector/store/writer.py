@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
-from typing import Final, Literal, Protocol
+from typing import Final, Protocol
 
 from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
 from ringtrace.collector.store.ring import Store, Stream, SyncJob
 from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
+from ringtrace.collector.store.streams import SessionKind
 
 __all__ = ["LentReader", "SegmentWriter"]
 
@@ -57,9 +58,6 @@ class LentReader(Protocol):
     def reclaim(self, unread: bytes | None = None) -> None: ...
 
     def make_room(self, nbytes: int) -> int: ...
-
-
-SessionKind = Literal["schema", "strings", "track", "stats"]
 
 
 class SegmentWriter:

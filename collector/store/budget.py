@@ -1,0 +1,163 @@
+"""The store's byte budget: what stored segments and the connections' tables may take, and how room is made.
+
+The sizes of all stored segments (prefix, frames, index and unused tail alike) and the tables of the open connections
+(their strings, kinds and tracks: ``charge_tables``) stay within ``capacity_bytes``, and one process's segments within
+``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by evicting the process's own
+oldest segment while it is at its cap, then the oldest segment of all (sealed ones first: a connection's open segment
+holds its newest events, and may be being read into); under ``discard``, the frame is refused instead, so the store
+keeps the beginning. Buffers of evicted segments are reused while the stored bytes and the spare buffers together stay
+within the capacity; a pinned one only once no snapshot reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ringtrace.client.wire.decoder import (
+    DENSE_STRING_IDS,
+    KIND_ENTRY_BYTES,
+    STRING_ENTRY_BYTES,
+    TRACK_ENTRY_BYTES,
+    Limits,
+)
+from ringtrace.collector.store.holdings import Holdings, Removal
+from ringtrace.collector.store.segments import Segment, SegmentBuffers
+from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
+
+__all__ = ["Budget", "Policy", "table_charge_bound"]
+
+Policy = Literal["ring", "discard"]
+
+
+class Budget:
+    """The capacity and the process cap over ``holdings``, kept under ``policy``; see the module docstring.
+
+    Args:
+        holdings: the segments the budget covers (and evicts from).
+        buffers: where their buffers go back to.
+        capacity_bytes: what all stored segments and the connections' tables may take together.
+        process_capacity_bytes: what one process's segments may take (at most the capacity).
+        policy: ``ring`` overwrites the oldest; ``discard`` refuses the newest.
+    """
+
+    __slots__ = (
+        "buffers", "capacity_bytes", "holdings", "policy", "process_cap", "process_capacity_bytes", "table_bytes",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        holdings: Holdings,
+        buffers: SegmentBuffers,
+        capacity_bytes: int,
+        process_capacity_bytes: int,
+        policy: Policy,
+    ) -> None:
+        self.holdings = holdings
+        self.buffers = buffers
+        self.capacity_bytes = capacity_bytes
+        self.process_capacity_bytes = min(process_capacity_bytes, capacity_bytes)
+        #: None when no process cap is set: a process then only meets the capacity (its losses are overwritten).
+        self.process_cap = process_capacity_bytes if process_capacity_bytes < capacity_bytes else None
+        self.policy: Policy = policy
+        #: Memory of the open connections' tables, counted against the capacity as segments are (``charge_tables``).
+        self.table_bytes = 0
+
+    @property
+    def free_bytes(self) -> int:
+        """What the capacity leaves beside the stored segments and the tables (spare buffers take from it)."""
+        return self.capacity_bytes - self.holdings.held_bytes - self.table_bytes
+
+    def make_room(self, owner: int, size: int) -> str | None:
+        """Evict (ring) until a segment of ``size`` fits both bounds; or why it cannot be stored."""
+        holdings, cap = self.holdings, self.process_cap
+        process = holdings.processes[owner]
+        if size > self.process_capacity_bytes:
+            return (
+                f"{'process ' if cap else ''}capacity: a segment of {size} bytes (the stream's session frames and "
+                f"one frame) exceeds {'process_capacity' if cap else 'capacity'}={self.process_capacity_bytes}"
+            )
+        while cap is not None and process.held_bytes + size > cap:
+            if self.policy == "discard" or not process.segments:
+                return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
+            self.evict(process.segments[0], "capped")
+        while holdings.held_bytes + self.table_bytes + size > self.capacity_bytes:
+            if self.policy == "discard":
+                return f"capacity: capacity={self.capacity_bytes} bytes reached (policy discard)"
+            if not holdings.segments:  # (ring) what is left is connections' tables: nothing to overwrite
+                return (
+                    f"capacity: capacity={self.capacity_bytes} bytes taken by connections' tables "
+                    f"({self.table_bytes} bytes): no room for a segment of {size} bytes"
+                )
+            self.evict(holdings.oldest(), "overwritten")
+        return None
+
+    def fits(self, owner: int, size: int) -> bool:
+        """Whether a segment of ``size`` fits both bounds as they stand."""
+        cap = self.process_cap
+        fits_cap = cap is None or self.holdings.processes[owner].held_bytes + size <= cap
+        return fits_cap and self.holdings.held_bytes + self.table_bytes + size <= self.capacity_bytes
+
+    def evict(self, segment: Segment, why: Removal) -> None:
+        """``segment`` leaves, its events counted ``why``; its buffer goes once no snapshot reads it."""
+        self.holdings.remove(segment, why)
+        if segment.pins == 0:
+            self.release(segment)
+        else:
+            self.buffers.retire(segment)
+
+    def drop(self, segment: Segment) -> None:
+        """An open segment that holds no events leaves (nothing to count)."""
+        self.holdings.remove_empty(segment)
+        if segment.pins == 0:
+            self.release(segment)
+
+    def release(self, segment: Segment) -> None:
+        """The buffer of a segment gone, and read no more, goes back: kept to reuse while it fits the capacity."""
+        reuse = (
+            self.holdings.held_bytes + self.table_bytes + self.buffers.pooled_bytes + segment.size
+            <= self.capacity_bytes
+        )
+        self.buffers.release(segment, reuse=reuse)
+
+    # -- table charges --------------------------------------------------------------------------------------------
+
+    def charge_tables(self, stream: Stream, decoder_bytes: int) -> int | None:
+        """``Store.charge_tables``: None, or the bytes that would be needed past the capacity."""
+        holdings = self.holdings
+        charge = decoder_bytes + stream.memory_bytes
+        grow = charge - stream.charged
+        if grow <= 0:
+            self.table_bytes += grow
+            stream.charged = charge
+            return None
+        own_segment = stream.segment.size if stream.segment is not None else 0
+        if self.table_bytes + grow + own_segment > self.capacity_bytes:  # never fits: overwrite nothing for it
+            return holdings.held_bytes + self.table_bytes + grow
+        while self.policy == "ring" and holdings.held_bytes + self.table_bytes + grow > self.capacity_bytes:
+            oldest = holdings.oldest() if holdings.segments else None
+            if oldest is None or oldest is stream.segment:
+                return holdings.held_bytes + self.table_bytes + grow
+            self.evict(oldest, "overwritten")
+        if self.table_bytes + grow > self.capacity_bytes:
+            return self.table_bytes + grow
+        self.table_bytes += grow
+        stream.charged = charge
+        self.buffers.trim(self.free_bytes)  # spare buffers take memory too
+        return None
+
+    def uncharge(self, stream: Stream) -> None:
+        """The stream's connection ended: its tables are counted no more."""
+        self.table_bytes -= stream.charged
+        stream.charged = 0
+
+
+def table_charge_bound(limits: Limits) -> int:
+    """At most what one connection's tables are charged (``Store.charge_tables``) when it declares all ``limits``
+    allow: its decoder's tables (``SessionDecoder.table_bytes``: the strings' hashes, dense or sparse; each track and
+    its name, Python's str at up to 4 bytes a character; each kind and its texts) and the session frames kept to
+    replay them (``Stream.memory_bytes``). An upper estimate, to tell how many such connections a capacity holds."""
+    strings = max(16 * max(limits.max_strings, DENSE_STRING_IDS), limits.max_strings * STRING_ENTRY_BYTES)
+    tracks = limits.max_tracks * (TRACK_FRAME_BYTES + 64 + TRACK_ENTRY_BYTES) + 5 * limits.max_string_bytes
+    kinds = limits.max_kinds * KIND_ENTRY_BYTES + 6 * limits.max_schema_bytes
+    string_frames = 2 * limits.max_string_bytes + 8 * limits.max_strings
+    return strings + tracks + kinds + string_frames

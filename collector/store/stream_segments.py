@@ -1,0 +1,156 @@
+"""Each stream's segments, one open at a time: the next one opened (its size, room for it, its buffer, the session
+frames it opens with) or refused and counted; the open one ended (sealed, or dropped when it holds no events).
+
+A stream's segments double in size from ``MIN_SEGMENT_BYTES`` up to ``segment_bytes``: a quiet process holds little,
+a busy one pays for its prefix rarely. Their sizes are powers of two, so that the buffers of evicted segments fit new
+ones. A segment is larger when one frame and the session frames need it, and at least four times the session frames
+(a process with many kinds or strings would otherwise store mostly prefixes).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.budget import Budget
+from ringtrace.collector.store.durability import Durability
+from ringtrace.collector.store.segments import INDEX_ENTRY, Buffer, Segment
+from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, Stream
+
+__all__ = ["StreamSegments"]
+
+#: The store's logger: its refusals are logged under the name its lines always had.
+log = logging.getLogger("ringtrace.collector.store")
+
+_ALIGN: Final = 4096
+
+
+def _aligned(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+def _power_of_two_within(size: int) -> int:
+    return 1 << (size.bit_length() - 1)
+
+
+class StreamSegments:
+    """Opens and ends the streams' segments, within ``budget``; see the module docstring.
+
+    Args:
+        budget: the bounds a new segment must fit (room is made in it, or the segment refused).
+        durability: checksums and syncs, for the segments sealed.
+        segment_bytes: the size a stream's segments grow to.
+        reserve: room kept free at the end of every segment (``Store.reserve``).
+    """
+
+    __slots__ = ("_budget", "_durability", "_refusals_logged", "reserve", "segment_bytes", "seq")
+
+    def __init__(self, budget: Budget, durability: Durability, segment_bytes: int, reserve: int) -> None:
+        self._budget = budget
+        self._durability = durability
+        self.segment_bytes = segment_bytes
+        self.reserve = reserve
+        #: The seq of the next segment.
+        self.seq = 0
+        self._refusals_logged: set[str] = set()
+
+    def skip_to(self, seq: int) -> None:
+        """New segments are numbered from ``seq`` on (or later)."""
+        self.seq = max(self.seq, seq)
+
+    # -- opening ----------------------------------------------------------------------------------------------------
+
+    def open_for(self, stream: Stream, frame_bytes: int, counts: Counts, count: int) -> Segment | None:
+        """End the stream's open segment and open the next, for a frame of ``frame_bytes`` holding ``count`` events;
+        None when it is refused (the frame is counted so, in ``counts``)."""
+        self.end(stream)
+        segment = self.open(stream, frame_bytes)
+        if isinstance(segment, Segment):
+            return segment
+        if segment.startswith("process"):
+            counts.capped_events += count
+            counts.capped_bytes += frame_bytes
+        else:
+            counts.discarded_events += count
+            counts.discarded_bytes += frame_bytes
+        self._log_refusal(segment)
+        return None
+
+    def open(self, stream: Stream, frame_bytes: int) -> Segment | str:
+        """The stream's next segment, opened with its session frames; or why it cannot be (nothing is counted)."""
+        budget = self._budget
+        needed = stream.session_bytes + frame_bytes + INDEX_ENTRY.size + self.reserve
+        # The session frames take at most a quarter of a segment, unless that does not fit the bounds.
+        roomy = 4 * stream.session_bytes if 8 * stream.session_bytes <= budget.process_capacity_bytes else 0
+        size = _aligned(max(stream.next_size, needed, roomy))
+        largest = self._largest_segment()
+        refusal = budget.make_room(stream.owner, size)
+        if refusal is not None:
+            return refusal
+        size = self._spare_size(stream.owner, size, largest)
+        buffer = self._allocate(size)
+        if isinstance(buffer, str):
+            return buffer
+        segment = Segment(self.seq, buffer, stream.owner)
+        self.seq += 1
+        for data in stream.session_frames():
+            segment.write(data)
+        budget.holdings.add(segment, stream)
+        stream.segment = segment
+        stream.next_size = _power_of_two_within(min(max(size, stream.next_size) * 2, largest))
+        return segment
+
+    def _largest_segment(self) -> int:
+        """What a stream's segments grow to: up to segment_bytes, and to half of a stream's share of the capacity,
+        so that open segments are not evicted while many connections write at once (the one being read into would
+        be, and reading would go by copy). A power of two: evicted segments' buffers, pooled by size, then fit the
+        next ones (a fresh buffer costs zeroing and a page fault per page)."""
+        share = max(self._budget.capacity_bytes // (2 * self._budget.holdings.streams), MIN_SEGMENT_BYTES)
+        return _power_of_two_within(min(self.segment_bytes, share))
+
+    def _spare_size(self, owner: int, size: int, largest: int) -> int:
+        """The size to open: a spare buffer's, up to the size the stream's segments grow to, if it fits as well,
+        rather than a fresh one; room is made for a fresh one among the spare ones."""
+        budget = self._budget
+        spare = budget.buffers.spare_size(size, at_most=max(size, largest))
+        if spare != size and budget.fits(owner, spare):
+            size = spare
+        if not budget.buffers.has(size):
+            budget.buffers.trim(budget.free_bytes - size)
+        return size
+
+    def _allocate(self, size: int) -> Buffer | str:
+        """A buffer of ``size`` bytes for the next segment; or why there is none."""
+        budget = self._budget
+        while True:
+            try:
+                return budget.buffers.new(self.seq, size)
+            except OSError as exc:  # a full disk, say: under ring, the oldest segment makes room as when full
+                if budget.policy == "discard" or not budget.holdings.segments:
+                    return f"allocation: cannot allocate a segment of {size} bytes: {exc}"
+                budget.evict(budget.holdings.oldest(), "overwritten")
+                budget.buffers.trim(0)  # a spare of another size gives its room back
+
+    def _log_refusal(self, why: str) -> None:
+        kind = why.split(":", 1)[0]  # "process capacity", "capacity" or "allocation"
+        if kind not in self._refusals_logged:  # once per kind: a full discard store refuses every frame
+            self._refusals_logged.add(kind)
+            log.warning("refusing frames: %s; counted per track (logged once)", why)
+
+    # -- ending -----------------------------------------------------------------------------------------------------
+
+    def end(self, stream: Stream) -> None:
+        """The stream writes into its open segment no more: sealed, or dropped if it holds no events (its session
+        frames open the next one again)."""
+        segment = stream.segment
+        if segment is not None and segment.entries == 0:
+            self._budget.drop(segment)
+        elif segment is not None:
+            self._seal(stream, segment)
+
+    def _seal(self, stream: Stream, segment: Segment) -> None:
+        self._durability.commit(stream)
+        self._durability.sealed(stream, segment)
+        self._budget.holdings.seal(segment)
+        stream.detach()

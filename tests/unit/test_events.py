@@ -29,7 +29,7 @@ from ringtrace.client import (
 )
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.events import event_id, wire_values
-from ringtrace.client.wire.decoder import SessionDecoder
+from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.frames import Events, Hello, Schema, encode, preamble
 from ringtrace.client.wire.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo
 from ringtrace.client.wire.reader import FrameReader
@@ -209,12 +209,12 @@ def test_pushed_events_reach_an_object_listener_as_maps_with_ids() -> None:
     tl.close()
 
 
-def stream_frames(encoder: StreamEncoder, *batches: list[Any]) -> list[Any]:
+def stream_frames(encoder: StreamEncoder, *batches: list[Any], limits: Limits | None = None) -> list[Any]:
     data = bytearray(preamble() + encode(Hello(1, "h", "p", "i", "b", 0, 0, "0")) + b"".join(encoder.prefix()))
     for records in batches:
         batch = encoder.encode(TRACK, records)
         data += b"".join([*batch.control, *(frame for frame, _ in batch.events)])
-    decoder = SessionDecoder(live=False)
+    decoder = SessionDecoder(limits or Limits(), live=False)
     decoder.receive_data(bytes(data))
     decoder.receive_data(b"")
     events = []
@@ -225,7 +225,10 @@ def stream_frames(encoder: StreamEncoder, *batches: list[Any]) -> list[Any]:
 
 
 def test_the_encoder_declares_kinds_defined_after_its_stream_began() -> None:
+    # Room for every kind of the process: other tests may have defined thousands, past the default max_kinds.
+    room = len(KINDS) + 1
     encoder = StreamEncoder()
+    encoder.max_kinds = room
     reader = FrameReader("client")
     reader.receive_data(preamble() + encode(Hello(1, "h", "p", "i", "b", 0, 0, "0")) + b"".join(encoder.prefix()))
     declared = {kind.id for frame in reader if isinstance(frame, Schema) for kind in frame.kinds}
@@ -236,7 +239,7 @@ def test_the_encoder_declares_kinds_defined_after_its_stream_began() -> None:
 
     later = Later(note="late")
     records = [Later.kind.id, "Later", 10, 10, later]
-    (event,) = stream_frames(encoder, records)
+    (event,) = stream_frames(encoder, records, limits=Limits(max_kinds=room))
     assert (event.kind, event.args) == ("Later", {"id": event_id(later), "note": "late"})
 
 

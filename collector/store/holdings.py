@@ -58,14 +58,17 @@ class Holdings:
         return next(iter(self.segments.values()))
 
     def remove(self, segment: Segment, why: Removal) -> None:
-        """``segment``, its process's oldest, leaves; its events are counted ``why`` per track."""
+        """``segment`` leaves (its process's oldest, but for an open one kept); its events are counted ``why`` per
+        track."""
         del self.segments[segment.seq]
         writer = self.writers.pop(segment.seq, None)
         if writer is not None:
             writer.detach()
         process = self.processes[segment.owner]
-        oldest = process.segments.popleft()
-        assert oldest is segment, "a process's segments leave oldest first"
+        if process.segments[0] is segment:
+            process.segments.popleft()
+        else:  # a process on two connections: the ring takes its sealed segment ahead of its older, open one
+            process.segments.remove(segment)
         process.held_bytes -= segment.size
         self.held_bytes -= segment.size
         events_name, bytes_name = f"{why}_events", f"{why}_bytes"

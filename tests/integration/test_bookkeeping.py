@@ -6,6 +6,7 @@ import json
 import time
 
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
+from ringtrace.client import Streamer, StreamerOptions, Timeline
 from ringtrace.client.wire.frames import Stats
 
 
@@ -57,3 +58,32 @@ def test_a_forgotten_process_that_comes_back_is_not_counted_twice() -> None:
     assert other["client_dropped_events"] == 7
     (process,) = other["processes"]
     assert process["client_dropped_events"] == 2  # what it lost since it was forgotten
+
+
+def test_one_process_on_two_connections_is_overwritten_sealed_segments_first() -> None:
+    # Two timelines of one process stream on two connections: the quiet one's open segment is the process's oldest,
+    # and the ring overwrites the loud one's sealed segments ahead of it, counting every event.
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")
+    try:
+        quiet = Timeline("quiet", [Streamer(collector.tcp_address, StreamerOptions(process_name="two"))])
+        loud = Timeline("loud", [Streamer(collector.tcp_address, StreamerOptions(process_name="two"))])
+        for i in range(10):
+            quiet.instant("early", i=i)
+        assert quiet.flush(timeout_s=10)
+        for i in range(30_000):
+            with loud.scope("work", i=i):
+                pass
+        assert loud.flush(timeout_s=30)
+        quiet.instant("late")
+        assert quiet.flush(timeout_s=10)
+        trace = collector.snapshot()
+        quiet.close()
+        loud.close()
+    finally:
+        collector.stop()
+    assert not [line for line in collector.lines if "Traceback" in line or "Error" in line]
+    other = trace["otherData"]
+    assert other["received_events"] == 30_011
+    assert other["overwritten_events"] > 0
+    assert other["received_events"] == other["stored_events"] + other["overwritten_events"]
+    assert [e["args"]["i"] for e in events(trace, "i") if e["name"] == "early"] == list(range(10))

@@ -127,6 +127,24 @@ def test_the_ring_overwrites_sealed_segments_before_a_connections_open_one() -> 
     assert_adds_up(store)
 
 
+def test_the_ring_overwrites_a_process_sealed_segment_ahead_of_its_older_open_one() -> None:
+    # One process on two connections (two timelines streaming, say): the ring takes the sealed segments of one
+    # before the older, open segment of the other, and the process's accounts follow.
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    quiet = Client(store, 1, tracks=1)
+    quiet.record(0, 10)  # the process's oldest segment, open
+    loud = Client(store, 1, tracks=1)
+    for _ in range(40):  # the same process's later segments, sealed as they fill
+        loud.record(0, 64)
+    other = Client(store, 2, tracks=1)
+    for _ in range(300):
+        other.record(0, 64)
+    counts = store.track_counts()[(1, quiet.tracks[0].track_id)]
+    assert counts.overwritten_events > 0
+    assert decoded(store)[1][quiet.tracks[0].track_id][:10] == list(range(10))  # the open segment is kept
+    assert_adds_up(store)
+
+
 def test_discard_keeps_the_beginning_and_counts_the_refused() -> None:
     store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
     client = Client(store, 1, tracks=1)

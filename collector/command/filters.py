@@ -101,9 +101,10 @@ def say_matched(command: str, params: list[tuple[str, str]], matched: int | None
         "(messages only)" if name == "messages_only" else f"{_FLAG_OF.get(name, name)} {shlex.quote(value)}"
         for name, value in params
     )
-    of = f" of {stored:,}" if stored is not None else ""
     if matched is None:  # (a Perfetto trace or a snapshot file does not say)
-        counted = f"filters applied{of}" + (" events" if of else "") + ":"
+        to = f" to {stored:,} events" if stored is not None else ""
+        counted = f"filters applied{to} (this format does not count what they matched; ringtrace dump does):"
     else:
+        of = f" of {stored:,}" if stored is not None else ""
         counted = f"{matched:,}{of} events matched"
     sys.stderr.write(f"ringtrace {command}: {counted} {given}\n")

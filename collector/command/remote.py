@@ -152,7 +152,10 @@ def fetch(url: str, access: Access) -> Iterator[Any]:
         elif isinstance(reason, ssl.SSLError) and reason.reason in _NOT_TLS:  # no TLS at the other end
             hint = " (the collector speaks plain HTTP there: use an http:// URL, or give it --tls-cert and --tls-key)"
         elif isinstance(reason, http.client.RemoteDisconnected) and url.startswith("http://"):  # a TLS listener
-            hint = " (does the collector use TLS, --tls-cert? then use an https:// URL)"
+            hint = (
+                " (is that the collector's ingest port, --tcp? the commands use its HTTP port, --http; or does it"
+                " use TLS, --tls-cert? then use an https:// URL)"
+            )
         raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
         yield response

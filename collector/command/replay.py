@@ -149,7 +149,9 @@ def _next(sock: socket.socket, reader: FrameReader, waiting_for: str) -> Frame:
         try:
             frame = reader.next_frame()
         except ProtocolError as exc:
-            raise ReplayError(f"the collector's answer is malformed: {exc}") from None
+            http = "b'HTTP'" in str(exc)  # an HTTP server's answer where the magic should be
+            hint = " (is that the collector's HTTP port? replay sends to its ingest port, --tcp)" if http else ""
+            raise ReplayError(f"the collector's answer is malformed: {exc}{hint}") from None
         if frame is CLOSED:
             raise ReplayError(
                 f"the collector closed the connection before {waiting_for} (its log says why; does it take TLS, "

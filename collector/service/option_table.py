@@ -378,6 +378,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "the least severe messages logged",
         "INFO",
         flag="--log-level",
+        parse=str.upper,  # debug as well as DEBUG
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         fields=(),
     ),

@@ -394,6 +394,18 @@ def test_replay_of_what_no_filter_selects_sends_nothing_and_says_so(
     assert "0 of 82 events matched --process nobody" in err
 
 
+def test_a_command_pointed_at_the_other_port_is_told_which_port_it_wants(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(capsys, "snapshot", f"http://{recorded.tcp_address}", "-o", str(tmp_path / "t.json"))
+    assert status == 1 and "is that the collector's ingest port, --tcp? the commands use its HTTP port" in err
+    snapshot = tmp_path / "all.rtsnap"
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(snapshot), "--format", "native")[0] == 0
+    http_address = recorded.http_url.removeprefix("http://")
+    status, _, err = run(capsys, "replay", str(snapshot), "--to", http_address)
+    assert status == 1 and "is that the collector's HTTP port? replay sends to its ingest port, --tcp" in err
+
+
 def test_an_output_that_cannot_be_written_and_an_unknown_flag_are_one_line_each(
     recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -307,4 +307,6 @@ def test_the_command_writes_perfetto_traces(
     spans = PerfettoTrace(converted.read_bytes())
     assert sorted(s.name for s in spans.slices) == sorted(["setup", "load", "fetch", "fetch", *["chunk"] * 5])
     err = capsys.readouterr().err  # a Perfetto trace is not read back to count what matched
-    assert err.startswith("ringtrace snapshot: filters applied of ") and err.endswith(" events: --track worker\n")
+    assert err.startswith("ringtrace snapshot: filters applied to ") and err.endswith(
+        " ringtrace dump does): --track worker\n"
+    )

@@ -102,3 +102,11 @@ def test_a_value_the_configuration_refuses_names_the_variable_that_set_it(
     monkeypatch.setenv("RINGTRACE_FORGET_AFTER", "-1")
     assert main([]) == 2
     assert "(set by RINGTRACE_FORGET_AFTER)" in caplog.text
+
+
+def test_the_log_level_is_taken_in_any_case_from_the_flag_and_the_environment() -> None:
+    assert build_parser().parse_args(["--log-level", "debug"]).log_level == "DEBUG"
+    assert environment_args({"RINGTRACE_LOG_LEVEL": "warning"}) == ["--log-level", "warning"]
+    assert build_parser().parse_args(environment_args({"RINGTRACE_LOG_LEVEL": "warning"})).log_level == "WARNING"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--log-level", "loud"])

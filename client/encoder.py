@@ -35,6 +35,7 @@ from ringtrace.client.wire.frames import (
     Hello,
     KindSpec,
     Schema,
+    Stats,
     Strings,
     Track,
     encode,
@@ -190,6 +191,17 @@ class StreamEncoder:
     @property
     def label_overflow_events(self) -> int:
         return self.strings.overflowed
+
+    def stats(self, dropped_events: int, dropped_frames: int, unacknowledged_events: int) -> Stats:
+        """The stream's loss counters: the listener's (given) and the encoder's own."""
+        return Stats(
+            dropped_events,
+            dropped_frames,
+            self.label_overflow_events,
+            self.clipped_args,
+            self.rejected_events,
+            unacknowledged_events,
+        )
 
     def prefix(self) -> list[bytes]:
         """The frames a new stream needs before any EVENTS: SCHEMA, the whole string table, every live track."""

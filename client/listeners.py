@@ -208,15 +208,7 @@ class SerializedListener:
                 self.write(batch)
 
     def stats(self) -> Stats:
-        encoder = self.encoder
-        return Stats(
-            self.dropped_events,
-            self.dropped_frames,
-            encoder.label_overflow_events,
-            encoder.clipped_args,
-            encoder.rejected_events,
-            self.unacknowledged_events,
-        )
+        return self.encoder.stats(self.dropped_events, self.dropped_frames, self.unacknowledged_events)
 
     def write(self, batch: EncodedBatch) -> None:
         """Called under the state lock with the frames of one run: control frames first, then EVENTS."""

@@ -61,15 +61,8 @@ class Delivery:
         self.last_sent_s = 0.0
 
     def stats(self) -> Stats:
-        counters, encoder = self.counters, self.encoder
-        return Stats(
-            counters.dropped_events,
-            counters.dropped_frames,
-            encoder.label_overflow_events,
-            encoder.clipped_args,
-            encoder.rejected_events,
-            counters.unacknowledged_events,
-        )
+        counters = self.counters
+        return self.encoder.stats(counters.dropped_events, counters.dropped_frames, counters.unacknowledged_events)
 
     @property
     def lost_events(self) -> int:

@@ -15,7 +15,7 @@ States (``LinkState``)::
 
     IDLE --timer: attempt due--> CONNECTING --connected--> HANDSHAKE --WELCOME--> WELCOMED
       ^                              |                         |                     |
-      +------- connect_failed -------+---- a break, EOF, a protocol error, or the handshake timeout ---+
+      +------- connect_failed -------+---------- a break, EOF or a protocol error -----------------------+
     any --stop--> STOPPED
 
 On ``connected`` the link sends the preamble and HELLO, and nothing else until the collector's WELCOME, which names
@@ -26,8 +26,8 @@ after a reconnect the prefix carries everything again, so they are never needed 
 
 Failures back off exponentially (with jitter) up to ``backoff_max_s``; a collector's refusal (a GOODBYE instead of
 WELCOME: a token it does not take, no common version) or a peer that breaks the protocol go straight to
-``backoff_max_s``, since trying sooner would not change it. A connection not welcomed within ``handshake_timeout_s``
-(none by default) is closed and tried again. A connection that worked (a flush acknowledged on it, or
+``backoff_max_s``, since trying sooner would not change it. A connection waits for its WELCOME as long as it stays
+open. A connection that worked (a flush acknowledged on it, or
 welcomed ``backoff_max_s`` ago) resets the backoff when it breaks. A flush request does not wait for the backoff.
 With nothing sent for ``heartbeat_s``, a FLUSH nobody waits for (token 0) tells the collector the connection is alive.
 A frame cut short by a broken connection is lost and counted.
@@ -184,7 +184,6 @@ class Link:
         options: queue, frame, backoff and heartbeat limits.
         encoder: the stream's encoder: the WELCOME's limits go into it, and the prefix comes from it.
         counters: where to count (a new ``LinkCounters`` if None).
-        handshake_timeout_s: a connection with no WELCOME this long after it was made is closed and tried again.
         jitter: the backoff's random factor, in [0.5, 1.0].
     """
 
@@ -195,13 +194,11 @@ class Link:
         encoder: StreamEncoder,
         counters: LinkCounters | None = None,
         *,
-        handshake_timeout_s: float = math.inf,
         jitter: Callable[[], float] = _jitter,
     ) -> None:
         self.address = address
         self.options = options
         self.counters = counters or LinkCounters()
-        self.handshake_timeout_s = handshake_timeout_s
         self.state = LinkState.IDLE
         self._delivery = Delivery(options, encoder, self.counters)
         self._queue, self._acks = self._delivery.queue, self._delivery.acks
@@ -210,7 +207,6 @@ class Link:
         self._actions: list[Action] = []
         self._decoder: ReplyDecoder | None = None
         self._polled_at = 0.0
-        self._connected_at = 0.0
         self._welcomed_at = 0.0
         self._eof = False  # the collector closed: said once the frames before it are read
         self._answering: int | None = None  # the token of the collector's FLUSH being swept
@@ -248,8 +244,6 @@ class Link:
         deadline = self._polled_at + min(_POLL_S, self.options.heartbeat_s)
         if not self._has_connection:
             deadline = self._backoff.next_attempt
-        if self.state is LinkState.HANDSHAKE:
-            deadline = min(deadline, self._connected_at + self.handshake_timeout_s)
         return min(deadline, self._acks.next_deadline(), self._outage.next_report)
 
     # -- events from the listener's side ---------------------------------------------------------------------------
@@ -298,9 +292,6 @@ class Link:
         if self.welcomed:
             self._delivery.ask_acknowledgement(now)
             self._delivery.heartbeat(now)
-        if self.state is LinkState.HANDSHAKE and now >= self._connected_at + self.handshake_timeout_s:
-            reason = f"the collector at {self.address} sent no WELCOME within {self.handshake_timeout_s:g}s"
-            self._disconnect(reason, now)
         if self.state is LinkState.IDLE and now >= self._backoff.next_attempt:
             self._move(LinkState.CONNECTING)
             self._actions.append(Connect())
@@ -314,7 +305,7 @@ class Link:
         self._answered, self._goodbye_reason, self._eof, self._answering = False, "", False, None
         self._queue.start(preamble() + encode(hello))
         self.counters.connects += 1
-        self._connected_at = self._polled_at = now
+        self._polled_at = now
         return self._take_actions()
 
     def connect_failed(self, reason: str, now: float, *, at_once: bool = False) -> list[Action]:

@@ -16,7 +16,7 @@ its last one, because the new connection's prefix only declares the tracks alive
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
@@ -82,9 +82,6 @@ class SendQueue:
 
     def __bool__(self) -> bool:
         return bool(self._items)
-
-    def __iter__(self) -> Iterator[tuple[bytes, int]]:
-        return iter(self._items)
 
     @property
     def event_count(self) -> int:

@@ -28,7 +28,7 @@ def declared(name: str) -> Any:
 
 @dataclass(frozen=True)
 class CollectorConfig:
-    """What the collector is told: each field is a row of ``options.OPTIONS`` (what it means, its flag, its bounds).
+    """What the collector is told: each field is a row of ``option_table.OPTIONS`` (its meaning, flag and bounds).
 
     Raises:
         ConfigError: a value out of its row's bounds or choices; TLS half given; a listener beyond loopback without a

@@ -51,11 +51,10 @@ MAIN = TrackInfo(7, THREAD_TRACK, "main", 1234)
 
 
 def make_link(**options: Any) -> tuple[Link, StreamEncoder]:
-    handshake_timeout_s = options.pop("handshake_timeout_s", float("inf"))
     settings = {"backoff_initial_s": 0.1, "backoff_max_s": 1.0, "heartbeat_s": 15.0, "token": "t"} | options
     encoder = StreamEncoder()
     options = StreamerOptions(**settings)
-    link = Link(ADDRESS, options, encoder, handshake_timeout_s=handshake_timeout_s, jitter=lambda: 1.0)
+    link = Link(ADDRESS, options, encoder, jitter=lambda: 1.0)
     return link, encoder
 
 
@@ -339,19 +338,7 @@ def test_a_flush_does_not_wait_for_the_backoff_and_gives_up_at_its_deadline() ->
     assert FlushDone(request, False) in link.timer(0.5)
 
 
-def test_a_connection_never_welcomed_is_closed_at_the_handshake_timeout() -> None:
-    link, _ = make_link(handshake_timeout_s=2.0)
-    peer = Peer(link)
-    peer.connect(0.0)
-    assert peer.read(0.0) == [HELLO]
-    assert link.next_deadline() <= 2.0
-    assert Close() not in link.timer(1.9)
-    closed = link.timer(2.0)
-    assert Close() in closed and link.state is LinkState.IDLE
-    assert "sent no WELCOME within 2s" in logged(closed, logging.DEBUG)[0]
-
-
-def test_without_a_handshake_timeout_a_connection_waits_for_welcome() -> None:
+def test_a_connection_waits_for_its_welcome_as_long_as_it_lasts() -> None:
     link, _ = make_link()
     peer = Peer(link)
     peer.connect(0.0)

@@ -16,7 +16,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
 from operator import add, sub
 from typing import Any, Final, NamedTuple
@@ -131,14 +131,16 @@ class _Columns(NamedTuple):
 class EncodedBatch:
     """The frames for one drained run: control frames first (the tables the events use), then EVENTS frames."""
 
-    __slots__ = ("control", "dropped_events", "events")
+    __slots__ = ("control", "dropped_events", "epoch", "events")
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: int = 0) -> None:
         self.control: list[bytes] = []
         #: ``(frame bytes, event count)`` pairs.
         self.events: list[tuple[bytes, int]] = []
         #: Events that could not be packed at all (one event larger than a frame).
         self.dropped_events = 0
+        #: The string table's epoch the EVENTS frames were packed in (``StringTable.recycle``).
+        self.epoch = epoch
 
     @property
     def event_count(self) -> int:
@@ -211,6 +213,7 @@ class StreamEncoder:
         frames = self._schema_frames()
         frames += self._strings_frames(self.strings.runs())
         self.strings.take_new()  # all of it is in the prefix
+        self.strings.take_reset()  # a new stream's table starts empty
         frames += [encode(_track_frame(track), self.max_frame_bytes) for track in self.tracks.values()]
         return frames
 
@@ -229,42 +232,89 @@ class StreamEncoder:
         return encode(ended, self.max_frame_bytes)
 
     def encode(self, track: TrackInfo, records: list[Any]) -> EncodedBatch:
-        """Frames for one track's drained events, ``RECORD_FIELDS`` values each."""
-        batch = EncodedBatch()
+        """Frames for one track's drained events, ``RECORD_FIELDS`` values each: if the string table filled while
+        packing them and ``recycles``, it starts again and they are packed in the new epoch."""
         declared = self.declare(track)
         known = len(self.kinds) + len(self._withheld)
         schema = self._schema_frames() if known < len(self.registry) and len(self.kinds) < self.max_kinds else []
-        step = self.max_events_per_frame * RECORD_FIELDS
-        if not records:  # a renamed track with nothing new
-            pass
-        elif len(records) <= step:  # the usual case (a drained run): no copy
-            self._encode_run(batch, track.track_id, records)
-        else:
-            for start in range(0, len(records), step):
-                self._encode_run(batch, track.track_id, records[start : start + step])
-        batch.control = schema + self._strings_frames(self.strings.take_new())
+        table = self.strings
+        counters = (table.overflowed, self.clipped_args, self.rejected_events)
+        had_strings = bool(table.strings)
+        batch = self._encode_events(track.track_id, records)
+        if table.recycles and table.overflowed > counters[0] and had_strings:
+            # The table filled: start it again and pack the run in the new one (what overflows even so is counted).
+            table.overflowed, self.clipped_args, self.rejected_events = counters
+            table.recycle()
+            batch = self._encode_events(track.track_id, records)
+        batch.control = schema + self._strings_frames(table.take_new(), reset=table.take_reset())
         if declared is not None:
             batch.control.insert(0, declared)
         return batch
 
-    def repack(self, frame: bytes) -> EncodedBatch:
-        """An EVENTS frame packed before the collector's limits were known, packed again within them.
+    def encode_pieces(self, track: TrackInfo, records: list[Any]) -> Iterator[tuple[EncodedBatch, int]]:
+        """``encode``, in as many batches as the string table needs, each with the number of events it was given:
+        where the table ``recycles`` and the run has more events than the table has room for labels, in pieces of
+        half a table's labels, so that the table starting again between two pieces is enough for each (a run of only
+        new labels, say, from a thread that recorded faster than the flusher drained)."""
+        table = self.strings
+        if not table.recycles or len(records) // RECORD_FIELDS <= table.overflow_id - len(table.strings):
+            yield self.encode(track, records), len(records) // RECORD_FIELDS
+            return
+        step = max(table.overflow_id // 2, 1) * RECORD_FIELDS
+        for start in range(0, len(records), step):
+            piece = records[start : start + step]
+            yield self.encode(track, piece), len(piece) // RECORD_FIELDS
 
-        Frames are split to fit ``max_frame_bytes``, and string ids past the (perhaps lowered) table limit become the
-        overflow label's id.
+    def _encode_events(self, track_id: int, records: list[Any]) -> EncodedBatch:
+        batch = EncodedBatch(self.strings.epoch)
+        step = self.max_events_per_frame * RECORD_FIELDS
+        if not records:  # a renamed track with nothing new
+            pass
+        elif len(records) <= step:  # the usual case (a drained run): no copy
+            self._encode_run(batch, track_id, records)
+        else:
+            for start in range(0, len(records), step):
+                self._encode_run(batch, track_id, records[start : start + step])
+        return batch
+
+    def repack(self, frame: bytes, epoch: int | None = None) -> EncodedBatch:
+        """An EVENTS frame packed before the collector's limits were known, or in an earlier ``epoch`` of the string
+        table, packed again within the limits and in this epoch.
+
+        Frames are split to fit ``max_frame_bytes``; string ids past the (perhaps lowered) table limit become the
+        overflow label's id, and those of an earlier epoch the ids of their labels now (``StringTable.labels_of``),
+        the table starting again if they fill it. The STRINGS frames the labels need are the batch's control frames.
         """
         header_size, _, track_id, _, first_ns, _ = EVENTS_HEADER.unpack_from(frame, FRAME_HEADER.size)
         kinds, names, offsets, durations, args = msgpack.unpackb(
             memoryview(frame)[FRAME_HEADER.size + header_size :], raw=False, strict_map_key=False
         )
-        cut = self.strings.cut_ids
-        clamped = list(map(self.strings.clamp, names))
-        self.strings.overflowed += sum(1 for n in names if n in cut)  # those packed with an overflow id are counted
+        table = self.strings
+        if epoch is not None and epoch != table.epoch:
+            labels = table.labels_of(epoch, names)
+            before = (table.overflowed, len(table.strings))
+            names = self._ids_of(labels)
+            if table.recycles and table.overflowed > before[0] and before[1]:  # the table filled: as ``encode`` does
+                table.overflowed = before[0]
+                table.recycle()
+                names = self._ids_of(labels)
+        else:
+            cut = table.cut_ids
+            table.overflowed += sum(1 for n in names if n in cut)  # those packed with an overflow id are counted
+            names = list(map(table.clamp, names))
         starts = [first_ns + offset for offset in offsets]
-        batch = EncodedBatch()
-        self._encode_columns(batch, track_id, _Columns(kinds, clamped, starts, list(map(add, starts, durations)), args))
-        batch.control = self._strings_frames(self.strings.take_new())
+        batch = EncodedBatch(table.epoch)
+        self._encode_columns(batch, track_id, _Columns(kinds, names, starts, list(map(add, starts, durations)), args))
+        batch.control = self._strings_frames(table.take_new(), reset=table.take_reset())
         return batch
+
+    def _ids_of(self, labels: list[str | None]) -> list[int]:
+        """String ids for labels carried over from an earlier epoch (None: the overflow label)."""
+        table = self.strings
+        if None in labels:
+            table.overflow_used = True
+        overflow_id = table.overflow_id
+        return [overflow_id if label is None else table[label] for label in labels]
 
     def _schema_frames(self) -> list[bytes]:
         """SCHEMA frames declaring the process's kinds not yet declared here (at most ``max_kinds`` in all)."""
@@ -304,8 +354,11 @@ class StreamEncoder:
             frames.append(encode(Schema(()), self.max_frame_bytes))
         return frames
 
-    def _strings_frames(self, runs: list[tuple[int, list[str]]]) -> list[bytes]:
-        """STRINGS frames for ``runs`` of ``(first_id, strings)``, split to stay small."""
+    def _strings_frames(self, runs: list[tuple[int, list[str]]], reset: bool = False) -> list[bytes]:
+        """STRINGS frames for ``runs`` of ``(first_id, strings)``, split to stay small; the first one resets the
+        stream's table if ``reset``."""
+        if reset:
+            return [encode(Strings(0, (), reset=True), self.max_frame_bytes), *self._strings_frames(runs)]
         frames = []
         for first_id, strings in runs:
             start = 0

@@ -183,17 +183,18 @@ class SerializedListener:
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
         with self._state_lock:
+            left = len(records) // RECORD_FIELDS
             try:
-                batch = self.encoder.encode(track, records)
+                for batch, events in self.encoder.encode_pieces(track, records):  # each written before the next
+                    if batch.dropped_events:
+                        self.dropped_events += batch.dropped_events
+                        self.dropped_frames += batch.dropped_events
+                    self.write(batch)
+                    left -= events
             except Exception:  # the encoder cleans what users pass; this is the last line of defence
-                log.exception("ringtrace: could not encode %d events; dropped", len(records) // RECORD_FIELDS)
-                self.dropped_events += len(records) // RECORD_FIELDS
+                log.exception("ringtrace: could not encode %d events; dropped", left)
+                self.dropped_events += left
                 self.dropped_frames += 1
-                return
-            if batch.dropped_events:
-                self.dropped_events += batch.dropped_events
-                self.dropped_frames += batch.dropped_events
-            self.write(batch)
 
     def lost(self, events: int) -> None:
         with self._state_lock:
@@ -229,6 +230,7 @@ class FileListener(SerializedListener):
     def __init__(self, path: str | os.PathLike[str], *, process_name: str | None = None, fsync: bool = False) -> None:
         # Small frames: a torn tail (a process killed mid-write) costs at most one frame.
         super().__init__(process_name, max_frame_bytes=_FILE_FRAME_BYTES)
+        self.encoder.strings.recycles = True  # written in order, read by this version: a full table starts again
         self.path = Path(path)
         self.fsync = fsync
         self._stats_written: Stats | None = None

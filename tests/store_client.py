@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Track, encode
+from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
 from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.collector.store.ring import Store
 
@@ -29,15 +29,16 @@ class Client:
         for frame in self.encoder.prefix():
             self.feed(frame)
 
-    def record(self, track_index: int, events: int) -> None:
-        """``events`` instants on one track, each with its index in ``args``, as one or more EVENTS frames."""
+    def record(self, track_index: int, events: int, labels: int = 3) -> None:
+        """``events`` instants on one track, each with its index in ``args`` and one of ``labels`` labels, as one or
+        more EVENTS frames."""
         track = self.tracks[track_index]
         sent = self.sent[track.track_id]
         records: list[Any] = []
         for _ in range(events):
             ts = next(self.ts)
             # The padding makes events, not session frames (which hold every kind the process declared), fill segments.
-            records += [INSTANT, f"tick{len(sent) % 3}", ts, ts, {"i": len(sent), "pad": "x" * 100}]
+            records += [INSTANT, f"tick{len(sent) % labels}", ts, ts, {"i": len(sent), "pad": "x" * 100}]
             sent.append(len(sent))
         batch = self.encoder.encode(track, records)
         for frame in [*batch.control, *(frame for frame, _ in batch.events)]:
@@ -53,6 +54,9 @@ class Client:
         elif frame_type == FrameType.TRACK:
             track = Track.decode_body(body)
             self.store.session_frame(self.stream, frame, kind="track", track_id=track.track_id, ended=track.ended)
+        elif frame_type == FrameType.STRINGS:
+            kind = "strings_reset" if Strings.decode_body(body).reset else "strings"
+            self.store.session_frame(self.stream, frame, kind=kind)
         else:
-            kind = {FrameType.SCHEMA: "schema", FrameType.STRINGS: "strings", FrameType.STATS: "stats"}[frame_type]
+            kind = {FrameType.SCHEMA: "schema", FrameType.STATS: "stats"}[frame_type]
             self.store.session_frame(self.stream, frame, kind=kind)  # type: ignore[arg-type]

@@ -76,6 +76,9 @@ class Delivery:
             for frame in batch.control:
                 self._queue_control(frame)
         self.queue.enqueue(batch, control=False)
+        strings = self.encoder.strings
+        if strings.retired:  # earlier epochs' strings are kept while frames packed with them are queued
+            strings.keep_epochs(self.queue.epochs)
         if welcomed:
             self.queue_stats(now)
 
@@ -92,14 +95,18 @@ class Delivery:
             )
         encoder = self.encoder
         encoder.max_frame_bytes = min(self.options.max_frame_bytes, welcome.max_frame_bytes)
-        strings_cut = encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
+        strings = encoder.strings
+        strings_cut = strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
+        # A full table starts again if the collector takes that; otherwise new labels overflow, as they always did.
+        strings.recycles = strings.keeps_retired = welcome.string_resets
         encoder.max_kinds = welcome.max_kinds  # the prefix below declares at most these
         encoder.max_schema_bytes = welcome.max_schema_bytes
+        prefix = encoder.prefix()  # the string table as it is now: what is packed again adds its STRINGS frames
         kept = self.queue.repacked(encoder, strings_cut)
-        prefix = encoder.prefix()
         self._stats_sent = self.stats()
         prefix.append(encode(self._stats_sent))
         self.queue.rebuild(prefix, kept, live=encoder.tracks)
+        strings.keep_epochs(self.queue.epochs)
 
     def start_flushes(self, now: float) -> None:
         """Queue a FLUSH for each pending flush request (welcomed)."""

@@ -11,6 +11,10 @@ connection that breaks drops them (``cut``), with the frame cut short, whose eve
 A track that ends while EVENTS frames of it are queued is remembered (``retire``) until those leave the queue: if the
 connection is made again first, ``rebuild`` declares it again right before its first frame and ends it right after
 its last one, because the new connection's prefix only declares the tracks alive then.
+
+The queue knows the string table's epoch each EVENTS frame was packed in (``epochs``, runs of frames): after a
+reconnect the prefix carries only the current epoch's strings, so ``repacked`` packs those of earlier epochs again,
+behind the STRINGS frames they need (the table may start again on the way, as it does when events are recorded).
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
 from ringtrace.client.wire.model import TrackInfo
 
-__all__ = ["LinkCounters", "SendQueue", "events_track_id"]
+__all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]
+
+#: A frame kept for a new connection: its bytes, its events (0: a control frame), the string table epoch it needs.
+Kept = tuple[bytes, int, int]
 
 
 @dataclass(slots=True)
@@ -56,6 +63,7 @@ class SendQueue:
 
     __slots__ = (
         "_counters",
+        "_epoch_runs",
         "_items",
         "_out",
         "_out_events",
@@ -79,6 +87,8 @@ class SendQueue:
         self._per_track: dict[int, int] = {}
         #: Tracks that ended while EVENTS frames of theirs were queued, by id, until those are sent.
         self._retired: dict[int, TrackInfo] = {}
+        #: The queued EVENTS frames' string table epochs, oldest first: ``[epoch, frames]`` runs.
+        self._epoch_runs: deque[list[int]] = deque()
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -92,6 +102,11 @@ class SendQueue:
     def unsent_events(self) -> int:
         """Events queued or going out."""
         return self.event_count + self._out_events
+
+    @property
+    def epochs(self) -> set[int]:
+        """The string table epochs the queued EVENTS frames were packed in."""
+        return {epoch for epoch, _ in self._epoch_runs}
 
     @property
     def sending(self) -> bool:
@@ -117,6 +132,7 @@ class SendQueue:
             self.queued_bytes += len(frame)
             track_id = events_track_id(frame)
             self._per_track[track_id] = self._per_track.get(track_id, 0) + 1
+            self._count_epoch(batch.epoch)
 
     def push_control(self, frame: bytes) -> None:
         self._items.append((frame, 0))
@@ -179,6 +195,7 @@ class SendQueue:
         self.queued_bytes = 0
         self._per_track.clear()
         self._retired.clear()
+        self._epoch_runs.clear()
         return events
 
     def drop_unsent(self) -> int:
@@ -192,34 +209,53 @@ class SendQueue:
         if self._per_track.get(track.track_id):
             self._retired[track.track_id] = track
 
-    def repacked(self, encoder: StreamEncoder, strings_cut: bool) -> list[tuple[bytes, int]]:
-        """The queued frames, those packed before the collector's limits were known packed again within them
-        (``strings_cut``: its string table is smaller than ours); events that no longer fit are counted as dropped."""
-        kept: list[tuple[bytes, int]] = []
+    def repacked(self, encoder: StreamEncoder, strings_cut: bool) -> list[Kept]:
+        """The queued frames for a new connection whose prefix carries the string table as it is now: those packed
+        before the collector's limits were known packed again within them (``strings_cut``: its string table is
+        smaller than ours), and those packed in an earlier epoch of the table packed again in the current one, each
+        behind the STRINGS frames its labels need; events that no longer fit are counted as dropped."""
+        kept: list[Kept] = []
+        epochs = (epoch for epoch, frames in self._epoch_runs for _ in range(frames))
         for frame, count in self._items:
-            if not strings_cut and len(frame) <= encoder.max_frame_bytes:
-                kept.append((frame, count))
+            epoch = next(epochs) if count else encoder.strings.epoch
+            as_packed = epoch == encoder.strings.epoch and not strings_cut and len(frame) <= encoder.max_frame_bytes
+            if as_packed or not count:
+                kept.append((frame, count, epoch))
                 continue
-            batch = encoder.repack(frame)
+            batch = encoder.repack(frame, epoch)
             self._counters.dropped_events += batch.dropped_events
-            kept.extend(batch.events)
+            kept += ((control, 0, batch.epoch) for control in batch.control)
+            kept += ((events, events_count, batch.epoch) for events, events_count in batch.events)
         return kept
 
-    def rebuild(self, prefix: list[bytes], kept: list[tuple[bytes, int]], live: Iterable[int]) -> None:
-        """The queue of a new connection: ``prefix`` (control frames), then ``kept`` (what was queued, repacked
-        perhaps), with the tracks that ended meanwhile declared around their frames. ``live``: track ids the prefix
-        declares (an id reused by a new owner, a task lane, is live)."""
+    def rebuild(self, prefix: list[bytes], kept: list[Kept], live: Iterable[int]) -> None:
+        """The queue of a new connection: ``prefix`` (control frames), then ``kept`` (``repacked``), with the tracks
+        that ended meanwhile declared around their frames. ``live``: track ids the prefix declares (an id reused by a
+        new owner, a task lane, is live)."""
         self._items = deque([*((frame, 0) for frame in prefix), *self._with_retired_tracks(kept, set(live))])
         self.queued_bytes = sum(len(item[0]) for item in self._items)
         self.stats_pending = any(_is_stats(frame) for frame in prefix)
         self._per_track = {}
-        for frame, count in kept:  # repacking may have split frames
+        self._epoch_runs.clear()
+        for frame, count, epoch in kept:  # repacking may have split frames
             if count:
                 track_id = events_track_id(frame)
                 self._per_track[track_id] = self._per_track.get(track_id, 0) + 1
+                self._count_epoch(epoch)
+
+    def _count_epoch(self, epoch: int) -> None:
+        runs = self._epoch_runs
+        if runs and runs[-1][0] == epoch:
+            runs[-1][1] += 1
+        else:
+            runs.append([epoch, 1])
 
     def _unqueued(self, frame: bytes) -> None:
         """An EVENTS frame left the queue."""
+        oldest = self._epoch_runs[0]
+        oldest[1] -= 1
+        if not oldest[1]:
+            self._epoch_runs.popleft()
         track_id = events_track_id(frame)
         left = self._per_track.pop(track_id, 1) - 1
         if left:
@@ -227,21 +263,21 @@ class SendQueue:
         else:
             self._retired.pop(track_id, None)
 
-    def _with_retired_tracks(self, kept: list[tuple[bytes, int]], live: set[int]) -> list[tuple[bytes, int]]:
+    def _with_retired_tracks(self, kept: list[Kept], live: set[int]) -> list[tuple[bytes, int]]:
         """``kept`` with each track that ended while frames of it were queued declared right before its first frame
         and ended right after its last one, so that the collector never holds more of them than needed."""
-        track_ids = [events_track_id(frame) if count else 0 for frame, count in kept]
+        track_ids = [events_track_id(frame) if count else 0 for frame, count, _ in kept]
         last = {
             track_id: i for i, track_id in enumerate(track_ids) if track_id in self._retired and track_id not in live
         }
         declared: set[int] = set()
         frames: list[tuple[bytes, int]] = []
-        for i, (item, track_id) in enumerate(zip(kept, track_ids, strict=True)):
+        for i, ((frame, count, _), track_id) in enumerate(zip(kept, track_ids, strict=True)):
             track = self._retired.get(track_id) if track_id in last else None
             if track is not None and track_id not in declared:
                 declared.add(track_id)
                 frames.append((encode(Track(track.track_id, track.kind, track.name, track.thread_id, track.parent)), 0))
-            frames.append(item)
+            frames.append((frame, count))
             if track is not None and last[track_id] == i:
                 ended = Track(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended=True)
                 frames.append((encode(ended), 0))

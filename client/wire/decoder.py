@@ -118,7 +118,8 @@ class StreamTables:
     """A stream's strings, kinds, tracks and column layout: everything decoding its EVENTS needs.
 
     Tables only grow within a stream (a TRACK frame may rename a track), so a stored frame can keep a reference to
-    the tables of the stream it came on and decode later.
+    the tables of the stream it came on and decode later. A STRINGS frame that resets the string table gives the
+    stream new tables (``with_new_strings``) rather than emptying these.
     """
 
     __slots__ = ("_column_index", "columns", "kinds", "strings", "tracks")
@@ -129,6 +130,14 @@ class StreamTables:
         self.tracks: dict[int, TrackInfo] = {}
         self.columns: tuple[str, ...] = EVENT_COLUMNS
         self._column_index = tuple(range(len(EVENT_COLUMNS)))
+
+    def with_new_strings(self) -> StreamTables:
+        """Tables with no strings and these kinds, tracks and columns (a STRINGS frame reset the table): a frame
+        read before keeps these, with their strings."""
+        tables = StreamTables()
+        tables.kinds, tables.tracks = self.kinds, self.tracks
+        tables.columns, tables._column_index = self.columns, self._column_index
+        return tables
 
     def set_columns(self, columns: tuple[str, ...]) -> None:
         missing = [name for name in _NEEDED_COLUMNS if name not in columns]
@@ -345,6 +354,7 @@ class SessionDecoder:
             collector_version,
             limits.max_string_bytes,
             limits.max_schema_bytes,
+            string_resets=True,
         )
 
     def _apply(self, frame: Frame) -> None:
@@ -377,6 +387,8 @@ class SessionDecoder:
         raise UnexpectedFrame("HELLO may only be the first frame")
 
     def _add_strings(self, frame: Strings) -> None:
+        if frame.reset:
+            self._reset_strings()
         limit = self.limits.max_strings
         last_id = frame.first_id + len(frame.strings) - 1
         if last_id >= limit:
@@ -393,6 +405,15 @@ class SessionDecoder:
                 "STRINGS frame: bytes of all strings", "max_string_bytes", self.limits.max_string_bytes,
                 self.string_bytes,
             )  # fmt: skip
+
+    def _reset_strings(self) -> None:
+        """The client started its string table again: new tables, so that frames read before keep theirs."""
+        if self._string_hashes is not None:
+            self._string_hashes = array("q")
+            self._sparse_hashes = {}
+            self._hashed = 0
+        self.tables = self.tables.with_new_strings()
+        self.string_bytes = 0
 
     def _add_string_texts(self, frame: Strings, strings: dict[int, str]) -> None:
         self.added_strings = added = []

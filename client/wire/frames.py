@@ -233,6 +233,8 @@ class Welcome:
     max_string_bytes: int = _MAX_FIELD_INT
     #: UTF-8 bytes of the texts of all kinds one connection may declare (``KindSpec.text_bytes``; absent: no limit).
     max_schema_bytes: int = _MAX_FIELD_INT
+    #: The collector takes STRINGS frames that start the table again (``Strings.reset``; absent: false).
+    string_resets: bool = False
 
     def encode_body(self) -> bytes:
         return _pack(
@@ -245,6 +247,7 @@ class Welcome:
                 "collector_version": self.collector_version,
                 "max_string_bytes": self.max_string_bytes,
                 "max_schema_bytes": self.max_schema_bytes,
+                "string_resets": self.string_resets,
             }
         )
 
@@ -264,6 +267,7 @@ class Welcome:
             max_schema_bytes=(
                 _field(data, "WELCOME", "max_schema_bytes", int) if "max_schema_bytes" in data else _MAX_FIELD_INT
             ),
+            string_resets=_field(data, "WELCOME", "string_resets", bool) if "string_resets" in data else False,
         )
         if welcome.max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise MalformedFrame(
@@ -350,9 +354,14 @@ class Strings:
     TYPE: ClassVar = FrameType.STRINGS
     first_id: int
     strings: tuple[str, ...]
+    #: The table starts again: every id given before this frame is forgotten, and ``first_id`` is 0.
+    reset: bool = False
 
     def encode_body(self) -> bytes:
-        return _pack({"first_id": self.first_id, "strings": list(self.strings)})
+        body: dict[str, Any] = {"first_id": self.first_id, "strings": list(self.strings)}
+        if self.reset:  # only when set (a reader that predates the field refuses any id it redefines)
+            body["reset"] = True
+        return _pack(body)
 
     @classmethod
     def decode_body(cls, body: bytes) -> Strings:
@@ -362,7 +371,12 @@ class Strings:
         for s in strings:
             if not isinstance(s, str):
                 raise MalformedFrame(f"STRINGS frame: field 'strings' must hold str, got {type(s).__name__}")
-        return cls(first_id=first_id, strings=tuple(strings))
+        reset = _field(data, "STRINGS", "reset", bool) if "reset" in data else False
+        if reset and first_id != 0:
+            raise MalformedFrame(
+                f"STRINGS frame: field 'first_id' must be 0 in a frame that resets the table, got {first_id}"
+            )
+        return cls(first_id=first_id, strings=tuple(strings), reset=reset)
 
 
 @dataclass(frozen=True, slots=True)

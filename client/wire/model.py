@@ -9,7 +9,8 @@ thread, never on the recording path.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -342,6 +343,24 @@ def _key_text(key: object) -> str:
 _KEYED_LABELS: Final = frozenset({str, int, bool})
 
 
+class RetiredStrings:
+    """An earlier epoch's strings, kept compact (one text, and where each ends): a client cut off from its collector
+    while it makes new labels fast keeps several epochs' strings for the frames it has queued, and a hundred thousand
+    str objects take several times the bytes of their text."""
+
+    __slots__ = ("_ends", "_text")
+
+    def __init__(self, strings: list[str]) -> None:
+        self._text = "".join(strings)
+        self._ends = array("Q", itertools.accumulate(map(len, strings)))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, index: int) -> str:
+        return self._text[self._ends[index - 1] if index else 0 : self._ends[index]]
+
+
 def _utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -358,6 +377,10 @@ class StringTable(dict[object, int]):
     Only labels whose text is theirs alone are kept as keys: text and ints not cut to ``MAX_STRING_CHARS``. Any
     other label (an object, NaN, a long text cut to a shared prefix) is looked up by its text each time, so that
     such labels neither grow the table past its strings nor stay alive in it.
+
+    A table whose reader takes it (``recycles``) starts again when it fills, rather than overflow for the rest of the
+    stream: ``recycle`` forgets every label and begins a new ``epoch``, and the next STRINGS frame says so
+    (``take_reset``), as Perfetto's producers clear their interned data. Labels recorded later keep their names.
     """
 
     def __init__(self, max_strings: int = 100_000) -> None:
@@ -372,8 +395,18 @@ class StringTable(dict[object, int]):
         self.overflowed = 0
         #: Ids that named strings until the last ``limit_to`` cut them (see ``limit_to``).
         self.cut_ids = range(0)
+        #: Start again when full (``recycle``): the stream's reader takes STRINGS frames that reset the table.
+        self.recycles = False
+        self.epoch = 0
+        #: Keep each epoch's strings when it ends, in ``retired`` (until ``keep_epochs``): frames packed with them
+        #: may have to be packed again in a later epoch (``labels_of``).
+        self.keeps_retired = False
+        self.retired: dict[int, RetiredStrings] = {}
+        #: This epoch gave the overflow label's id: the stream must be told its text.
+        self.overflow_used = False
         self._sent = 0
         self._overflow_sent = False
+        self._reset_pending = False
 
     @property
     def overflow_id(self) -> int:
@@ -389,6 +422,7 @@ class StringTable(dict[object, int]):
             self.bytes += size
         else:
             self.overflowed += 1
+            self.overflow_used = True
             return self.overflow_id  # not kept: keeping every overflowed label would grow the dict
         if string_id != self.overflow_id and (
             text is label or (type(label) in _KEYED_LABELS and len(text) < MAX_STRING_CHARS)
@@ -399,7 +433,7 @@ class StringTable(dict[object, int]):
     def runs(self) -> list[tuple[int, list[str]]]:
         """The whole table as ``(first_id, strings)`` runs: what a new stream must be sent."""
         runs = [(0, list(self.strings))] if self.strings else []
-        if self.overflowed:
+        if self.overflow_used:
             runs.append((self.overflow_id, [OVERFLOW_LABEL]))
         return runs
 
@@ -409,10 +443,46 @@ class StringTable(dict[object, int]):
         if self._sent < len(self.strings):
             runs.append((self._sent, self.strings[self._sent :]))
             self._sent = len(self.strings)
-        if self.overflowed and not self._overflow_sent:
+        if self.overflow_used and not self._overflow_sent:
             runs.append((self.overflow_id, [OVERFLOW_LABEL]))
             self._overflow_sent = True
         return runs
+
+    def take_reset(self) -> bool:
+        """Whether the table started again since the last call: the next STRINGS frame must reset the stream's."""
+        reset, self._reset_pending = self._reset_pending, False
+        return reset
+
+    def recycle(self) -> None:
+        """Forget every label and start a new epoch (the table is full, and ``recycles``)."""
+        if self.keeps_retired:
+            self.retired[self.epoch] = RetiredStrings(self.strings)
+        self.epoch += 1
+        self.clear()
+        self.strings = []
+        self.bytes = 0
+        self.cut_ids = range(0)
+        self.overflow_used = False
+        self._sent = 0
+        self._overflow_sent = False
+        self._reset_pending = True
+
+    def labels_of(self, epoch: int, string_ids: Iterable[int]) -> list[str | None]:
+        """The labels ``string_ids`` named in ``epoch``, an earlier one kept in ``retired``; None for the overflow
+        label (counted when it was packed), and for every id of an epoch not kept (counted now)."""
+        strings = self.retired.get(epoch)
+        if strings is None:  # (frames of an epoch not kept: a table that did not keep them)
+            ids = list(string_ids)
+            self.overflowed += len(ids)
+            return [None] * len(ids)
+        known = len(strings)
+        return [strings[string_id] if string_id < known else None for string_id in string_ids]
+
+    def keep_epochs(self, epochs: Iterable[int]) -> None:
+        """Forget the retired epochs but ``epochs`` (those of the frames still queued)."""
+        kept = set(epochs)
+        for epoch in [epoch for epoch in self.retired if epoch not in kept]:
+            del self.retired[epoch]
 
     @property
     def _byte_budget(self) -> int:
@@ -450,6 +520,7 @@ class StringTable(dict[object, int]):
                 del self[label]
         self._sent = min(self._sent, len(self.strings))
         self._overflow_sent = False
+        self.overflow_used = self.overflow_used or cut
         return cut
 
     def clamp(self, string_id: int) -> int:

@@ -122,7 +122,7 @@ class FrameJson:
         self._codes = bytes(codes)
 
     def _sync_strings(self, tables: StreamTables) -> None:
-        """Escape the strings declared since the last frame (a table only grows: ids are never redefined)."""
+        """Escape the strings declared since the last frame (tables only grow: a reset gives the stream new ones)."""
         strings = tables.strings
         names, spans = self._names, self._spans
         for string_id, text in islice(strings.items(), self._strings_seen, None):

@@ -153,7 +153,9 @@ class FrameHandlers:
     def _strings(self, frame: Strings) -> None:
         writer, added = self.writer, self._session.added_strings
         assert writer is not None
-        if len(added) == len(frame.strings):
+        if frame.reset:  # every string of it is new: the table started again
+            writer.session_frame(self._session.last_frame(), "strings_reset")
+        elif len(added) == len(frame.strings):
             writer.session_frame(self._session.last_frame(), "strings")
         else:
             runs: list[tuple[int, list[str]]] = []

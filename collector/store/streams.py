@@ -22,7 +22,7 @@ MIN_SEGMENT_BYTES: Final = 64 * 1024
 TRACK_FRAME_BYTES: Final = 100
 _PREAMBLE: Final = preamble()
 
-SessionKind = Literal["schema", "strings", "track", "stats"]
+SessionKind = Literal["schema", "strings", "strings_reset", "track", "stats"]
 
 
 class Stream:
@@ -74,7 +74,8 @@ class Stream:
 
     def keep(self, frame: bytes | memoryview, kind: SessionKind, track_id: int, ended: bool) -> bytes | memoryview:
         """Keep a SCHEMA, STRINGS, TRACK or STATS frame (header included) for the stream's next segments to open
-        with (a TRACK frame that ends its track takes the track's out); returns the bytes its open segment takes."""
+        with (a TRACK frame that ends its track takes the track's out, a STRINGS frame that resets the table the
+        earlier ones); returns the bytes its open segment takes."""
         data = frame
         if kind == "schema":
             self.schema += frame
@@ -82,6 +83,9 @@ class Stream:
         elif kind == "strings":
             self.strings += frame
             self.session_bytes += len(frame)
+        elif kind == "strings_reset":  # the client started its table again: new segments replay only the new one
+            self.session_bytes += len(frame) - len(self.strings)
+            self.strings = bytearray(frame)
         elif kind == "track":
             old = self.tracks.pop(track_id, b"")
             self.session_bytes -= len(old)

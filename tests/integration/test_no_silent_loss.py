@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, events, metadata
+from ringtrace.client import read_trace_streams
 from ringtrace.client.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
 
 
@@ -43,57 +44,74 @@ def process_counters(trace: dict[str, Any]) -> dict[str, Any]:
 
 # -- 1. labels past the string limit ---------------------------------------------------------------------------------
 
+#: A client that records ``sys.argv[2]`` labels, ``sys.argv[3]`` to a flush (a flush: a run of its own), then an early
+#: label again, and prints whether every flush held and how many connections it made.
+MANY_LABELS = (
+    "import json, sys, ringtrace.client\n"
+    "tl = ringtrace.client.connect(sys.argv[1])\n"
+    "total, step = int(sys.argv[2]), int(sys.argv[3])\n"
+    "ok = True\n"
+    "for first in range(0, total, step):\n"
+    "    for i in range(first, min(first + step, total)):\n"
+    "        tl.instant(f'label-{i:05d}', i=i)\n"
+    "    ok = tl.flush(timeout_s=20) and ok\n"
+    "tl.instant('label-00000', i=-1)\n"
+    "print(json.dumps({'ok': tl.flush(timeout_s=20) and ok, 'connects': tl.listeners[0].connects}))\n"
+)
 
-def test_labels_past_the_collectors_string_limit_map_to_the_overflow_label() -> None:
-    collector = CollectorProcess("--max-strings", "100")
+
+def expected_labels(total: int) -> list[str]:
+    return [*(f"label-{i:05d}" for i in range(total)), "label-00000"]
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [("--max-strings", "100"), ("--max-string-bytes", "4KiB")],  # 99 labels a table; 11 bytes each: 370
+    ids=["count", "bytes"],
+)
+def test_labels_past_the_collectors_string_limit_keep_their_names(limit: tuple[str, str], tmp_path: Path) -> None:
+    """A full table starts again (a STRINGS frame that resets it): labels recorded later keep their names, for the
+    life of the connection, in every snapshot format and after a restart on the data dir."""
+    data_dir = str(tmp_path / "data")
+    collector = CollectorProcess(*limit, "--data-dir", data_dir, "--capacity", "64MiB")
     try:
-        code = (
-            "import json, sys, ringtrace.client\n"
-            "tl = ringtrace.client.connect(sys.argv[1])\n"
-            "for i in range(300):\n"
-            "    tl.instant(f'label-{i}', i=i)\n"
-            "ok = tl.flush(timeout_s=20)\n"
-            "for i in range(50):\n"
-            "    tl.instant('label-0', after=i)\n"  # an early label still has its own name
-            "print(json.dumps({'ok': ok and tl.flush(timeout_s=20), 'connects': tl.listeners[0].connects}))\n"
-        )
-        done = run_client(code, collector.tcp_address)
+        done = run_client(MANY_LABELS, collector.tcp_address, "2000", "50")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"ok": True, "connects": 1}  # the connection never broke
         trace = collector.snapshot()
-        names = [e["name"] for e in events(trace, "i")]
-        assert len(names) == 350
-        # Ids 0..98 for labels; id 99 (the limit's last) is the overflow label.
-        assert names.count(OVERFLOW_LABEL) == 300 - 99
-        assert names.count("label-0") == 51
-        assert process_counters(trace)["label_overflow_events"] == 300 - 99
-        assert trace["otherData"]["label_overflow_events"] == 300 - 99
+        assert [e["name"] for e in events(trace, "i")] == expected_labels(2000)
+        assert trace["otherData"]["label_overflow_events"] == 0
+        assert process_counters(trace)["label_overflow_events"] == 0
         assert not any("closing connection" in line for line in collector.lines)
+        status, native = collector.get("/snapshot?format=native")
+        assert status == 200
     finally:
         collector.stop()
-
-
-def test_labels_past_the_collectors_string_byte_limit_map_to_the_overflow_label() -> None:
-    collector = CollectorProcess("--max-string-bytes", "4KiB")
+    snapshot_file = tmp_path / "snapshot.rtsnap"
+    snapshot_file.write_bytes(native)
+    read_back = sorted((e.ts_ns, e.name) for stream in read_trace_streams(snapshot_file) for e in stream.events)
+    assert [name for _, name in read_back] == expected_labels(2000)
+    restarted = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB")
     try:
-        code = (
-            "import json, sys, ringtrace.client\n"
-            "tl = ringtrace.client.connect(sys.argv[1])\n"
-            "for i in range(1000):\n"
-            "    tl.instant(f'label-{i:05d}', i=i)\n"  # 11 bytes each
-            "print(json.dumps({'ok': tl.flush(timeout_s=20), 'connects': tl.listeners[0].connects}))\n"
-        )
-        done = run_client(code, collector.tcp_address)
+        assert [e["name"] for e in events(restarted.snapshot(), "i")] == expected_labels(2000)
+    finally:
+        restarted.stop()
+
+
+def test_a_run_with_more_labels_than_the_table_holds_shows_the_rest_as_the_overflow_label_counted() -> None:
+    collector = CollectorProcess("--max-strings", "100")
+    try:
+        done = run_client(MANY_LABELS, collector.tcp_address, "300", "300")  # one flush: runs as the flusher cuts them
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout) == {"ok": True, "connects": 1}  # the connection never broke
+        assert json.loads(done.stdout) == {"ok": True, "connects": 1}
         trace = collector.snapshot()
         names = [e["name"] for e in events(trace, "i")]
-        assert len(names) == 1000
-        fitted = (4096 - len(OVERFLOW_LABEL.encode())) // 11
-        assert names[:fitted] == [f"label-{i:05d}" for i in range(fitted)]
-        assert names.count(OVERFLOW_LABEL) == 1000 - fitted
-        assert trace["otherData"]["label_overflow_events"] == 1000 - fitted
-        assert not any("closing connection" in line for line in collector.lines)
+        assert len(names) == 301
+        overflowed = names.count(OVERFLOW_LABEL)
+        assert overflowed == trace["otherData"]["label_overflow_events"]
+        assert overflowed == process_counters(trace)["label_overflow_events"]
+        assert overflowed <= 300 - 99  # a table holds 99 labels, and starts again for the next run
+        assert names[-1] == "label-00000"  # recorded after the table filled: its own name again
     finally:
         collector.stop()
 

@@ -42,6 +42,7 @@ from ringtrace.client.wire.model import (
     THREAD_TRACK,
     DecodedEvent,
     KindRegistry,
+    RetiredStrings,
     StringTable,
     TrackInfo,
     display_text,
@@ -704,6 +705,106 @@ def test_a_lower_byte_limit_cuts_the_strings_past_it() -> None:
     assert (table.max_strings, table.overflow_id, table.bytes) == (5, 4, 40)
     assert table.cut_ids == range(4, 10)
     assert table["label-0009"] == table.overflow_id and table["label-0003"] == 3
+
+
+# -- a full table starts again (string epochs) ------------------------------------------------------------------
+
+
+def recycling_stream(max_strings: int) -> Stream:
+    stream = Stream(max_strings=max_strings)
+    stream.encoder.strings.recycles = True
+    return stream
+
+
+def test_a_full_table_starts_again_and_labels_recorded_later_keep_their_names() -> None:
+    stream = recycling_stream(max_strings=4)  # 3 labels an epoch, the last id the overflow label's
+    stream.encode([record(i, label) for i, label in enumerate("abc")])
+    later = stream.encode([record(10, "d"), record(11, "a"), record(12, "e")])
+    assert names(stream) == ["a", "b", "c", "d", "a", "e"]
+    assert stream.encoder.label_overflow_events == 0
+    assert stream.encoder.strings.epoch == 1 and stream.encoder.strings.strings == ["d", "a", "e"]
+    strings = [frame for frame in batch_frames(later) if isinstance(frame, Strings)]
+    assert strings[0] == Strings(0, (), reset=True)  # ahead of the new epoch's strings
+    assert [text for frame in strings for text in frame.strings] == ["d", "a", "e"]
+    assert stream.decoder.tables.strings == {0: "d", 1: "a", 2: "e"}
+
+
+def test_a_run_with_more_labels_than_an_epoch_holds_overflows_and_is_counted_once() -> None:
+    stream = recycling_stream(max_strings=4)
+    stream.encode([record(0, "a")])
+    stream.encode([record(i, f"l{i}") for i in range(6)])  # fills the table: packed again in a new epoch
+    assert names(stream) == ["a", "l0", "l1", "l2", *[OVERFLOW_LABEL] * 3]
+    assert stream.encoder.label_overflow_events == 3
+    assert stream.encoder.strings.epoch == 1
+    stream.encode([record(10, "z")])  # the next run starts another epoch
+    assert names(stream)[-1] == "z" and stream.encoder.label_overflow_events == 3
+
+
+def test_a_table_that_does_not_recycle_overflows_as_before() -> None:
+    stream = Stream(max_strings=4)
+    stream.encode([record(i, label) for i, label in enumerate("abc")])
+    stream.encode([record(10, "d"), record(11, "a")])
+    assert names(stream) == ["a", "b", "c", OVERFLOW_LABEL, "a"]
+    assert stream.encoder.strings.epoch == 0 and stream.encoder.label_overflow_events == 1
+
+
+def test_a_run_of_more_new_labels_than_a_table_holds_is_encoded_in_pieces_that_each_fit() -> None:
+    stream = recycling_stream(max_strings=10)  # 9 labels a table
+    stream.encode([record(0, "first")])
+    records = [record(i, f"l{i}") for i in range(30)]
+    pieces = list(stream.encoder.encode_pieces(TRACK, flat(records)))
+    assert [events for _, events in pieces] == [4] * 7 + [2]  # half a table's labels each
+    for batch, _ in pieces:
+        stream.write(batch)
+    assert names(stream) == ["first", *(f"l{i}" for i in range(30))]
+    assert stream.encoder.label_overflow_events == 0
+    # A run the table has room for is one batch, as ``encode`` makes it.
+    ((batch, events),) = stream.encoder.encode_pieces(TRACK, flat([record(40, "l29")]))
+    assert events == 1 and len(batch.events) == 1
+
+
+def test_a_byte_limit_starts_the_table_again_too() -> None:
+    stream = recycling_stream(max_strings=1_000)
+    stream.encoder.strings.limit_to(1_000, max_bytes=len(OVERFLOW_LABEL.encode()) + 30)  # three 10-byte labels
+    for i in range(10):
+        stream.encode([record(i, f"label-{i:04d}")])
+    assert names(stream) == [f"label-{i:04d}" for i in range(10)]
+    assert stream.encoder.strings.epoch == 3 and stream.encoder.label_overflow_events == 0
+
+
+def test_a_frame_of_an_earlier_epoch_is_packed_again_in_the_current_one() -> None:
+    encoder = StreamEncoder(max_strings=4)
+    encoder.strings.recycles = encoder.strings.keeps_retired = True
+    early = encoder.encode(TRACK, flat(record(i, label, n=i) for i, label in enumerate("abc")))
+    encoder.encode(TRACK, flat([record(10, "d")]))  # starts epoch 1; "a", "b", "c" are gone from the table
+    assert encoder.strings.epoch == 1 and early.epoch == 0
+    assert list(encoder.strings.retired) == [0] and encoder.strings.labels_of(0, [2, 0, 3]) == ["c", "a", None]
+    stream = Stream(encoder)  # a new connection's prefix: epoch 1's strings
+    for frame, _ in early.events:
+        stream.write(encoder.repack(frame, early.epoch))
+    assert names(stream) == ["a", "b", "c"]  # epoch 1 held "d" and could not take all three: epoch 2 holds them
+    assert [args["n"] for args in args_of(stream)] == [0, 1, 2]
+    assert encoder.label_overflow_events == 0 and encoder.strings.epoch == 2
+    encoder.strings.keep_epochs(())
+    assert encoder.strings.retired == {}
+
+
+def test_a_table_keeps_earlier_epochs_until_told_which_to_keep_compactly() -> None:
+    encoder = StreamEncoder(max_strings=2)  # one label an epoch
+    encoder.strings.recycles = encoder.strings.keeps_retired = True
+    batches = [encoder.encode(TRACK, flat([record(i, f"label-{i}-é")])) for i in range(10)]
+    assert [batch.epoch for batch in batches] == list(range(10))
+    assert sorted(encoder.strings.retired) == list(range(9))
+    encoder.strings.keep_epochs([2, 5])  # the epochs of the frames still queued
+    assert sorted(encoder.strings.retired) == [2, 5]
+    stream = Stream(encoder)
+    for batch in (batches[2], batches[5], batches[6]):  # the last: of an epoch no longer kept
+        for frame, _ in batch.events:
+            stream.write(encoder.repack(frame, batch.epoch))
+    assert names(stream) == ["label-2-é", "label-5-é", OVERFLOW_LABEL]
+    assert encoder.label_overflow_events == 1  # lost, and counted
+    retired = RetiredStrings(["", "ab", "", "é𝄞", "c"])
+    assert [retired[i] for i in range(len(retired))] == ["", "ab", "", "é𝄞", "c"]
 
 
 def test_a_stream_of_its_own_kinds_declares_those_and_converts_with_their_converters() -> None:

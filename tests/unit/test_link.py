@@ -7,8 +7,10 @@ The backoff's jitter is fixed at 1.0, so a wait is exactly the backoff.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
+import msgpack
 import pytest
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
@@ -41,7 +43,7 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.client.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.client.wire.reader import FrameReader
 
 ADDRESS = "collector:7700"
@@ -401,3 +403,69 @@ def test_stopping_closes_the_connection_and_answers_every_waiting_flush_false() 
     waiting = link.request_flush(deadline=10.0)
     assert link.stop(0.1) == [Close(), FlushDone(waiting, False)]
     assert link.state is LinkState.STOPPED and link.next_deadline() == float("inf")
+
+
+# -- a full string table starts again (string epochs) ----------------------------------------------------------------
+
+
+def labels_sent(frames: list[Frame]) -> list[list[str]]:
+    """The labels of each EVENTS frame among ``frames``, read with the STRINGS frames before it (a reset included)."""
+    table: dict[int, str] = {}
+    labels = []
+    for frame in frames:
+        if isinstance(frame, Strings):
+            if frame.reset:
+                table = {}
+            table.update(enumerate(frame.strings, frame.first_id))
+        elif isinstance(frame, Events):
+            names = msgpack.unpackb(frame.payload)[1]
+            labels.append([table[name] for name in names])
+    return labels
+
+
+RECYCLING = replace(WELCOME, max_strings=5, string_resets=True)  # 4 labels an epoch, the last id the overflow label's
+
+
+def test_a_full_string_table_starts_again_in_order_with_what_was_queued_before() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0, RECYCLING)
+    link.enqueue(events(encoder, "a", "b", "c"), now=0.1)
+    link.enqueue(events(encoder, "d", "e"), now=0.1)  # "e" does not fit: the table starts again
+    frames = peer.read(0.1)
+    assert labels_sent(frames) == [["a", "b", "c"], ["d", "e"]]
+    assert Strings(0, (), reset=True) in frames and encoder.label_overflow_events == 0
+
+
+def test_frames_of_an_earlier_epoch_still_queued_at_a_reconnect_are_packed_again_in_the_current_one() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0, RECYCLING)
+    link.enqueue(events(encoder, "a", "b"), now=0.1)
+    link.enqueue(events(encoder, "c", "d", "e"), now=0.1)  # epoch 1: "c", "d", "e"; nothing sent yet
+    assert link.connection_lost("send failed: broken pipe", 0.2)[0] == Close()
+    now = link.next_deadline()
+    peer.connect(now)
+    frames = peer.welcome(now, RECYCLING)
+    # The prefix holds epoch 1's table: "a" and "b" fill it and it starts again, and so it does for "e" later on.
+    assert labels_sent(frames) == [["a", "b"], ["c", "d", "e"]]
+    assert sum(1 for frame in frames if isinstance(frame, Strings) and frame.reset) == 2
+    assert encoder.label_overflow_events == 0 and link.counters.dropped_events == 0
+    link.enqueue(events(encoder, "f"), now=now)
+    assert labels_sent(peer.read(now)) == [["f"]]
+    assert encoder.strings.retired == {}  # nothing queued needs an earlier epoch's strings any more
+
+
+def test_a_collector_that_does_not_take_resets_gets_the_overflow_label_as_before() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0, replace(RECYCLING, string_resets=False))
+    link.enqueue(events(encoder, "a", "b", "c"), now=0.1)
+    link.enqueue(events(encoder, "d", "e"), now=0.1)
+    frames = peer.read(0.1)
+    assert labels_sent(frames) == [["a", "b", "c"], ["d", OVERFLOW_LABEL]]
+    assert not any(isinstance(frame, Strings) and frame.reset for frame in frames)
+    assert encoder.label_overflow_events == 1

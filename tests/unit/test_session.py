@@ -327,7 +327,8 @@ def test_live_client_frames_arrive_after_welcome() -> None:
     assert decoder.next_frame() is NEED_DATA
     assert decoder.protocol_version == 0  # nothing negotiated yet
     welcome = decoder.welcome("9.9.9")
-    assert welcome == Welcome(PROTOCOL_VERSION, Limits().max_frame_bytes, 100_000, 10_000, 1_000, "9.9.9")
+    expected = Welcome(PROTOCOL_VERSION, Limits().max_frame_bytes, 100_000, 10_000, 1_000, "9.9.9", string_resets=True)
+    assert welcome == expected
     assert decoder.protocol_version == PROTOCOL_VERSION
     decoder.receive_data(b"".join(map(encode, LATER_FRAMES[:3])))
     assert list(decoder) == LATER_FRAMES[:3]
@@ -338,7 +339,7 @@ def test_welcome_states_the_limits() -> None:
     decoder = SessionDecoder(limits)
     decoder.receive_data(opening())
     assert list(decoder) == [HELLO]
-    assert decoder.welcome("1.0") == Welcome(PROTOCOL_VERSION, MIN_MAX_FRAME_BYTES, 5, 6, 7, "1.0")
+    assert decoder.welcome("1.0") == Welcome(PROTOCOL_VERSION, MIN_MAX_FRAME_BYTES, 5, 6, 7, "1.0", string_resets=True)
 
 
 def test_file_needs_no_welcome() -> None:
@@ -1209,6 +1210,39 @@ def test_tables_only_grow_a_string_id_or_the_columns_cannot_be_redefined() -> No
         decoder.receive_data(encode(later))
         with pytest.raises(MalformedFrame, match=r"redefined|changed within the stream"):
             list(decoder)
+
+
+def test_a_strings_frame_that_resets_the_table_starts_it_again_and_frames_read_before_keep_theirs() -> None:
+    events = Events(MAIN.track_id, 1, 0, 0, msgpack.packb([[SPAN], [0], [0], [0], [None]]))
+    first = opening(SCHEMA, track_frame(MAIN), Strings(0, ("é" * 10, "b")), events)
+    for keep_strings in (True, False):
+        decoder = SessionDecoder(Limits(max_string_bytes=30), live=False, keep_strings=keep_strings)
+        decoder.receive_data(first)
+        *_, before = decoder
+        tables = decoder.tables
+        assert decoder.string_bytes == 21
+        # Ids are defined again, and the budget counts only the new table: 30 bytes of strings after 21.
+        decoder.receive_data(encode(Strings(0, (), reset=True)) + encode(Strings(0, ("x" * 25, "y"))) + encode(events))
+        *_, after = decoder
+        assert decoder.string_bytes == 26 and decoder.added_strings == [(0, "x" * 25), (1, "y")]
+        if keep_strings:
+            assert decoder.tables is not tables and tables.strings == {0: "é" * 10, 1: "b"}
+            assert [e.name for e in tables.events(before)] == ["é" * 10]  # as it was read
+            assert [e.name for e in decoder.tables.events(after)] == ["x" * 25]
+        assert decoder.tables.tracks is tables.tracks and decoder.tables.kinds is tables.kinds
+        # Within the new table the old rules hold: no redefinition, and the byte budget.
+        decoder.receive_data(encode(Strings(1, ("z",))))
+        assert "string id 1 redefined" in str(session_error(decoder))
+
+
+def test_a_reset_must_start_at_id_0() -> None:
+    decoder = session_with(opening(Strings(0, ("a",)), Strings(0, ("b",), reset=True)))
+    list(decoder)
+    assert decoder.tables.strings == {0: "b"}
+    body = msgpack.packb({"first_id": 3, "strings": ["c"], "reset": True})
+    decoder.receive_data(FRAME_HEADER.pack(len(body), FrameType.STRINGS) + body)
+    error = session_error(decoder)
+    assert isinstance(error, MalformedFrame) and "'first_id' must be 0" in str(error) and "got 3" in str(error)
 
 
 def test_strings_within_max_string_bytes_are_accepted_and_one_byte_more_refused() -> None:

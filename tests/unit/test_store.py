@@ -15,7 +15,7 @@ from perfetto_model import PerfettoTrace
 from ringtrace.client import read_trace_streams
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import CHECKSUM_TYPE, FrameType, Stats, encode
+from ringtrace.client.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -85,6 +85,45 @@ def test_a_track_ended_is_not_declared_in_the_next_segment() -> None:
         decoder.receive_data(last.data())
         list(decoder)
         assert set(decoder.tables.tracks) == {client.tracks[1].track_id}
+
+
+def test_a_segment_opened_after_a_string_table_reset_replays_only_the_new_table(tmp_path: Path) -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1)
+    client.encoder.strings.recycles = True
+    client.encoder.strings.limit_to(10)  # 9 labels a table: every other run of 5 new labels starts it again
+    for _ in range(600):
+        client.record(0, 5, labels=1000)
+    assert client.encoder.strings.epoch >= 300 and client.encoder.label_overflow_events == 0
+    assert store.segment_count > 2
+    names: list[str] = []
+    with store.snapshot() as snapshot:
+        for segment in snapshot.segments[1:]:  # (the first opens with the stream's first table)
+            decoder = SessionDecoder(Limits(max_strings=10), live=False)
+            decoder.receive_data(segment.data())
+            decoder.receive_data(b"")
+            strings: list[Strings] = []
+            for frame in decoder:  # each EVENTS frame decoded with the table it came after
+                if isinstance(frame, Strings):
+                    strings.append(frame)
+                elif isinstance(frame, Events):
+                    names += [event.name for event in decoder.tables.events(frame)]
+            assert strings[0].reset  # the table since the last reset, not every table declared before
+    sent = [f"tick{i % 1000}" for i in range(600 * 5)]
+    assert names == sent[-len(names) :]
+    # Each writer reads each frame with the table it came after.
+    process = ProcessView(1, 101, 101, "host", "proc-1", 0, Stats(0, 0), {})
+    for write in (chrome_trace_chunks, perfetto_chunks, native_chunks):
+        with store.snapshot() as snapshot:
+            data = b"".join(write(SnapshotView(snapshot, {1: process}, store.track_counts(), limits=Limits())))
+        if write is chrome_trace_chunks:
+            shown = [(e["args"]["i"], e["name"]) for e in json.loads(data)["traceEvents"] if e["ph"] == "i"]
+        elif write is perfetto_chunks:
+            shown = [(i.args["i"], i.name) for i in PerfettoTrace(data).instants]
+        else:
+            (tmp_path / "snapshot.rtsnap").write_bytes(data)
+            shown = [(e.args["i"], e.name) for s in read_trace_streams(tmp_path / "snapshot.rtsnap") for e in s.events]
+        assert len(shown) > len(names) / 2 and all(name == sent[i] for i, name in shown), write
 
 
 # -- policies and caps ----------------------------------------------------------------------------------------------

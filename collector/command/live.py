@@ -58,8 +58,8 @@ _BEGUN: Final = "begun"
 
 def _say_begun(url: str, params: list[tuple[str, str]]) -> None:
     """On stderr (stdout carries the events alone, for a pipe): the tail is open, and what it shows."""
-    filters = f"filters {described(params)}" if params else "every event"
-    sys.stderr.write(f"ringtrace tail: tailing {url} ({filters}), events stored from now on; Ctrl-C to stop\n")
+    shown = f"events stored from now on that match {described(params)}" if params else "every event stored from now on"
+    sys.stderr.write(f"ringtrace tail: tailing {url}, {shown}; Ctrl-C to stop\n")
     sys.stderr.flush()
 
 

@@ -124,7 +124,7 @@ def test_tail_says_on_stderr_once_it_is_open_and_keeps_stdout_for_the_events(col
         for stream in (tail.stdout, tail.stderr):
             assert stream is not None
             stream.close()
-    opened = f"ringtrace tail: tailing {collector.http_url}/stream (filters --process web), events stored from now on"
+    opened = f"ringtrace tail: tailing {collector.http_url}/stream, events stored from now on that match --process web"
     assert said[0] == opened + "; Ctrl-C to stop\n"
     assert all("  web[" in line for line in shown), shown  # stdout: the events alone
 

@@ -238,6 +238,12 @@ class Link:
         return self._acks.dropped_at_flush
 
     @property
+    def unacknowledged_at_flush(self) -> int:
+        """``unacknowledged_events`` when the collector last acknowledged a flush: those after it were never
+        reported."""
+        return self._acks.unacknowledged_at_flush
+
+    @property
     def wants_to_write(self) -> bool:
         return self._queue.sending or (self.welcomed and bool(self._queue))
 

@@ -233,6 +233,7 @@ def test_a_client_whose_tables_never_fit_the_capacity_is_refused_slowly_and_each
     assert len(reached) == 1 and "--capacity is too small for these tables" in reached[0], said
     assert not any("is closing" in w for w in warnings), said  # the refusal is the outage, not a goodbye
     assert sum("were not acknowledged" in w for w in warnings) <= 1, said  # the first break's; then the outage's
+    assert "sent on connections that broke before the collector acknowledged them" in warnings[-1], said  # at exit
     closing = [line for line in collector.lines if "closing connection" in line]
     assert len(closing) == 1, closing  # then once a minute, with how many were closed so meanwhile
     assert "raise --capacity, or lower --max-strings" in closing[0]

@@ -35,6 +35,11 @@ class Repeats:
         self._logged[key] = [now, 0]
         return int(seen[1]) if seen is not None else 0
 
+    def recent(self, key: Hashable) -> bool:
+        """Whether the line of ``key`` was logged less than ``REPEAT_LOG_INTERVAL_S`` ago (nothing is counted)."""
+        seen = self._logged.get(key)
+        return seen is not None and time.monotonic() - seen[0] < REPEAT_LOG_INTERVAL_S
+
     @staticmethod
     def since(unlogged: int, what: str) -> str:
         """The words that end a line logged after ``unlogged`` were not: ``what`` names them."""

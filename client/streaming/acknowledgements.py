@@ -54,6 +54,7 @@ class Acknowledgements:
         "pending",
         "refused_since_flush",
         "through",
+        "unacknowledged_at_flush",
         "uncertain",
     )
 
@@ -79,6 +80,8 @@ class Acknowledgements:
         #: clean only if the second did not move.
         self.dropped_at_flush = 0
         self.lost_at_flush = 0
+        #: unacknowledged_events when the previous flush was acknowledged (the STATS before it told the collector).
+        self.unacknowledged_at_flush = 0
 
     def request(self, deadline: float) -> int:
         """A flush() call, answered by ``deadline`` at the latest; returns its request id."""
@@ -124,9 +127,10 @@ class Acknowledgements:
         self.asked_at = now
         return token
 
-    def acknowledged(self, token: int, lost: int, dropped: int) -> tuple[int, bool] | None:
-        """FLUSH_ACK ``token`` came; ``lost``: events dropped or rejected so far, ``dropped``: of those, dropped.
-        Returns the request it answers and its answer, if one waits for it."""
+    def acknowledged(self, token: int, lost: int, dropped: int, unacknowledged: int = 0) -> tuple[int, bool] | None:
+        """FLUSH_ACK ``token`` came; ``lost``: events dropped or rejected so far, ``dropped``: of those, dropped;
+        ``unacknowledged``: events sent on connections that broke first, so far. Returns the request it answers and
+        its answer, if one waits for it."""
         self.on_this_connection = True
         self.through = max(self.through, self._targets.pop(token, 0))  # events sent before that FLUSH: all stored
         request = self._waiting.pop(token, None)
@@ -134,6 +138,7 @@ class Acknowledgements:
             return None
         ok = lost == request.baseline and not request.uncertain and not self.refused_since_flush
         self.dropped_at_flush, self.lost_at_flush = dropped, lost
+        self.unacknowledged_at_flush = unacknowledged
         self.uncertain = False
         self.refused_since_flush = False
         return request.request_id, ok

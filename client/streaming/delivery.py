@@ -130,7 +130,8 @@ class Delivery:
 
     def flush_acknowledged(self, token: int) -> tuple[int, bool] | None:
         """FLUSH_ACK ``token`` came: the flush request it answers and its answer, if one waits."""
-        return self.acks.acknowledged(token, self.lost_events, self.counters.dropped_events)
+        counters = self.counters
+        return self.acks.acknowledged(token, self.lost_events, counters.dropped_events, counters.unacknowledged_events)
 
     def answer_flush(self, token: int, now: float) -> None:
         """The collector's FLUSH ``token``, once the timelines were swept: FLUSH_ACK behind what they queued."""

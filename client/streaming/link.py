@@ -25,10 +25,13 @@ every string, every track, STATS) ahead of whatever the queue holds. Control fra
 after a reconnect the prefix carries everything again, so they are never needed twice.
 
 Failures back off exponentially (with jitter) up to ``backoff_max_s``; a collector's refusal (a GOODBYE instead of
-WELCOME: a token it does not take, no common version) or a peer that breaks the protocol go straight to
-``backoff_max_s``, since trying sooner would not change it. A connection waits for its WELCOME as long as it stays
-open. A connection that worked (a flush acknowledged on it, or
-welcomed ``backoff_max_s`` ago) resets the backoff when it breaks. A flush request does not wait for the backoff.
+WELCOME: a token it does not take, no common version; or after it, for tables past the collector's ``--capacity``) or
+a peer that breaks the protocol go straight to ``backoff_max_s``, since trying sooner would not change it. A refusal
+starts the outage's warning at once, naming it; after a refusal for the tables, a WELCOME does not end the outage (the
+next connection is refused as soon as the tables are sent again): the first acknowledged flush does. A connection
+waits for its WELCOME as long as it stays open. A connection that worked (a flush acknowledged on it, or welcomed
+``backoff_max_s`` ago, and not refused) resets the backoff when it breaks. A flush request does not wait for the
+backoff.
 With nothing sent for ``heartbeat_s``, a FLUSH nobody waits for (token 0) tells the collector the connection is alive.
 A frame cut short by a broken connection is lost and counted.
 """
@@ -52,6 +55,7 @@ from ringtrace.client.wire.decoder import ReplyDecoder
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
+    TABLES_PAST_CAPACITY,
     Flush,
     FlushAck,
     Goodbye,
@@ -214,6 +218,8 @@ class Link:
         self._unanswered_logged = False
         self._goodbye_reason = ""  # the reason the collector's GOODBYE gave on this connection
         self._goodbye_logged = False
+        self._refused = False  # the collector refused this connection: retrying soon will not mend it
+        self._resume_on_ack = False  # refused for its tables: delivery resumes at an acknowledgement, not a WELCOME
 
     # -- what the driver reads -------------------------------------------------------------------------------------
 
@@ -230,6 +236,12 @@ class Link:
     def dropped_at_flush(self) -> int:
         """``dropped_events`` when the collector last acknowledged a flush: drops after it were never reported."""
         return self._acks.dropped_at_flush
+
+    @property
+    def unacknowledged_at_flush(self) -> int:
+        """``unacknowledged_events`` when the collector last acknowledged a flush: those after it were never
+        reported."""
+        return self._acks.unacknowledged_at_flush
 
     @property
     def wants_to_write(self) -> bool:
@@ -283,7 +295,10 @@ class Link:
         if self._delivery.reset_reason and self._has_connection:
             self._drop_queue_and_reconnect(now)
         if now >= self._outage.next_report:
-            warning = self._outage.report(now, self._queue.event_count, self.counters.dropped_events)
+            counters = self.counters
+            warning = self._outage.report(
+                now, self._queue.event_count, counters.dropped_events, unacknowledged=counters.unacknowledged_events
+            )
             if warning:
                 self._log(logging.WARNING, warning)
         if self.welcomed:
@@ -303,6 +318,7 @@ class Link:
         self._acks.on_this_connection = False
         self._decoder = ReplyDecoder(self.options.max_frame_bytes)
         self._answered, self._goodbye_reason, self._eof, self._answering = False, "", False, None
+        self._refused = False
         self._queue.start(preamble() + encode(hello))
         self.counters.connects += 1
         self._polled_at = now
@@ -382,11 +398,18 @@ class Link:
         self._move(LinkState.WELCOMED)
         # Not yet a reason to reset the backoff: a collector may welcome us and close at once (a broken limit).
         self._welcomed_at = now
+        if not self._resume_on_ack:
+            self._resume(now)
+
+    def _resume(self, now: float) -> None:
         resumed = self._outage.resumed(now, self.counters.dropped_events)
         if resumed:
             self._log(logging.INFO, resumed)
 
     def _on_flush_ack(self, frame: FlushAck, now: float) -> None:
+        if self._resume_on_ack:  # the tables were taken this time
+            self._resume_on_ack = False
+            self._resume(now)
         answer = self._delivery.flush_acknowledged(frame.token)
         if answer is not None:
             self._actions.append(FlushDone(*answer))
@@ -404,8 +427,13 @@ class Link:
     def _on_goodbye(self, frame: Goodbye, now: float) -> None:
         hint = " (connect(..., token=...) or RINGTRACE_TOKEN)" if frame.reason == AUTHENTICATION_FAILED else ""
         self._goodbye_reason = frame.reason + hint
-        if not self.welcomed:  # refused: the next attempts are as far apart as the options allow, and the outage
-            self._backoff.slowest()  # warning says why (at once)
+        # Refused (before WELCOME; or after it, for tables the collector's capacity cannot hold, which it refuses
+        # again at every attempt): the next attempts are as far apart as the options allow, and the outage warning
+        # says why (at once).
+        if not self.welcomed or frame.reason.endswith(TABLES_PAST_CAPACITY):
+            self._refused = True
+            self._resume_on_ack = self.welcomed
+            self._backoff.slowest()
         elif not self._goodbye_logged:
             self._goodbye_logged = True
             self._log(logging.WARNING, f"ringtrace: the collector at {self.address} is closing: {self._goodbye_reason}")
@@ -419,8 +447,8 @@ class Link:
                 "collector, and does it expect TLS (connect(..., tls=...))?",
             )
         goodbye = f": {self._goodbye_reason}" if self._goodbye_reason else ""
-        refused = not self.welcomed and bool(self._goodbye_reason)  # a refusal waiting will not mend: said now
-        self._disconnect(f"the collector at {self.address} closed the connection{goodbye}", now, at_once=refused)
+        closed = f"the collector at {self.address} closed the connection{goodbye}"
+        self._disconnect(closed, now, at_once=self._refused)  # a refusal waiting will not mend: said now
 
     # -- the connection --------------------------------------------------------------------------------------------
 
@@ -435,7 +463,10 @@ class Link:
 
     def _schedule_reconnect(self, reason: str, now: float, *, at_once: bool = False) -> None:
         delay = self._backoff.failed(now, hurry=bool(self._acks.pending))
-        self._outage.failed(reason, now, self.counters.dropped_events, at_once=at_once)
+        counters = self.counters
+        self._outage.failed(
+            reason, now, counters.dropped_events, unacknowledged=counters.unacknowledged_events, at_once=at_once
+        )
         self._log(logging.DEBUG, f"ringtrace: {reason}; retrying in {delay:.2f}s")
 
     def _drop_queue_and_reconnect(self, now: float) -> None:
@@ -454,13 +485,15 @@ class Link:
         unacknowledged = self._delivery.broken()
         if unacknowledged:
             self._log(
-                logging.WARNING,
+                logging.DEBUG if self._outage.active else logging.WARNING,  # (the outage's warnings count them)
                 f"ringtrace: {unacknowledged} events sent before the connection to {self.address} broke were not "
                 "acknowledged: lost if the collector did not store them (counted as unacknowledged_events)",
             )
         if retry:
-            proven = was_welcomed and (
-                self._acks.on_this_connection or now - self._welcomed_at >= self.options.backoff_max_s
+            proven = (
+                was_welcomed
+                and not self._refused
+                and (self._acks.on_this_connection or now - self._welcomed_at >= self.options.backoff_max_s)
             )
             if proven:  # a connection that worked broke: the collector is probably restarting, try soon
                 self._backoff.reset()

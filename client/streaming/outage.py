@@ -4,7 +4,8 @@ it lasts, one INFO when it resumes. Sans-I/O: the link tells it what happened an
 Theory of operation: the first failure (a refused or timed-out connection, an unknown host, TLS, a GOODBYE) starts an
 outage; a WELCOME ends it. A collector that comes back within ``grace_s`` (a restart, a client started a moment before
 its collector) costs no warning. Past it, the warning names the address and the latest reason, and the next ones say
-how many events wait in the queue and how many were dropped since the outage began.
+how many events wait in the queue, how many were dropped since the outage began, and how many were sent on connections
+that broke before an acknowledgement (a collector that welcomes the client, then refuses its tables).
 """
 
 from __future__ import annotations
@@ -35,7 +36,16 @@ def connect_failure(address: str, exc: BaseException, timeout_s: float) -> str:
 class Outage:
     """The state of delivery to one collector, as far as the log is concerned."""
 
-    __slots__ = ("_dropped_at_start", "_next_report", "_reason", "_started", "_warned", "grace_s", "repeat_s")
+    __slots__ = (
+        "_dropped_at_start",
+        "_next_report",
+        "_reason",
+        "_started",
+        "_unacknowledged_at_start",
+        "_warned",
+        "grace_s",
+        "repeat_s",
+    )
 
     def __init__(self, grace_s: float = GRACE_S, repeat_s: float = REPEAT_S) -> None:
         self.grace_s = grace_s
@@ -45,29 +55,39 @@ class Outage:
         self._warned = False
         self._next_report = math.inf
         self._dropped_at_start = 0
+        self._unacknowledged_at_start = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether an outage is under way (its warnings say what is lost meanwhile)."""
+        return self._started is not None
 
     @property
     def next_report(self) -> float:
         """When ``report`` has something to say next (``math.inf``: not before something else happens)."""
         return self._next_report
 
-    def failed(self, reason: str, now: float, dropped: int, *, at_once: bool = False) -> None:
-        """Delivery failed for ``reason``; ``dropped`` is the streamer's count of dropped events so far. ``at_once``:
-        a failure that waiting will not mend (TLS, most likely the configuration), warned of without a grace."""
+    def failed(self, reason: str, now: float, dropped: int, *, unacknowledged: int = 0, at_once: bool = False) -> None:
+        """Delivery failed for ``reason``; ``dropped`` and ``unacknowledged`` are the streamer's counts so far.
+        ``at_once``: a failure that waiting will not mend (TLS, a refusal: most likely the configuration), warned of
+        without a grace."""
         self._reason = reason
         if self._started is None:
             self._started = now
             self._dropped_at_start = dropped
+            self._unacknowledged_at_start = unacknowledged
             self._next_report = now + self.grace_s
         if at_once and not self._warned:
             self._next_report = now
 
-    def report(self, now: float, queued: int, dropped: int) -> str | None:
+    def report(self, now: float, queued: int, dropped: int, *, unacknowledged: int = 0) -> str | None:
         """A WARNING to log now, if one is due."""
         if self._started is None or now < self._next_report:
             return None
         self._next_report = now + self.repeat_s
         lost = dropped - self._dropped_at_start
+        sent = unacknowledged - self._unacknowledged_at_start
+        unanswered = f", {sent} sent on connections that broke before an acknowledgement" if sent else ""
         if not self._warned:
             self._warned = True
             return (
@@ -76,7 +96,7 @@ class Outage:
             )
         return (
             f"ringtrace: events still cannot reach the collector after {now - self._started:.0f}s: {self._reason}; "
-            f"{queued} events queued, {lost} dropped since"
+            f"{queued} events queued, {lost} dropped since{unanswered}"
         )
 
     def resumed(self, now: float, dropped: int) -> str | None:

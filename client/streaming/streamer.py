@@ -260,16 +260,23 @@ class Streamer(SerializedListener):
             if not self._thread.is_alive():  # else the thread still owns the frame it is sending, and counts it
                 queued += self._link.drop_unsent()
         unreported = self.dropped_events - queued - self._link.dropped_at_flush  # drops no collector has heard of
-        if queued or unreported:
+        # Sent on connections that broke before an acknowledgement (a collector killed, or one that refused the
+        # tables) and never reported since: lost, unless the collector stored them before the break.
+        unanswered = self._link.counters.unacknowledged_events - self._link.unacknowledged_at_flush
+        if queued or unreported or unanswered:
             log.warning(
                 "ringtrace: %d events recorded by this process never reached the collector at %s: %d still queued "
-                "when closing gave up after %.1fs (%s), %d dropped before and not reported",
+                "when closing gave up after %.1fs (%s), %d dropped before and not reported%s",
                 queued + unreported,
                 self.address_text,
                 queued,
                 timeout_s,
                 "connected" if self._link.welcomed else "not connected",
                 unreported,
+                f"; and {unanswered} sent on connections that broke before the collector acknowledged them, lost "
+                "unless it stored them first"
+                if unanswered
+                else "",
             )
         return delivered
 

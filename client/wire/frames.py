@@ -40,6 +40,7 @@ __all__ = [
     "PROTOCOL_VERSIONS",
     "SENDABLE_BY",
     "STREAM_FORMAT",
+    "TABLES_PAST_CAPACITY",
     "Events",
     "Flush",
     "FlushAck",
@@ -87,6 +88,9 @@ CHECKSUM_TYPE: Final = 0xFF
 #: The whole reason of the GOODBYE a collector sends a client whose HELLO lacks its token or has another one: no
 #: more, so that a peer learns nothing from it.
 AUTHENTICATION_FAILED: Final = "authentication failed"
+#: How the reason of the GOODBYE ends that a collector sends a client whose tables (strings, tracks, schema) do not
+#: fit its ``--capacity``: a client takes it as a refusal that retrying soon will not mend.
+TABLES_PAST_CAPACITY: Final = "the collector's --capacity is too small for these tables"
 
 Peer = Literal["client", "collector"]
 

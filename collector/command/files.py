@@ -72,7 +72,7 @@ def add_convert_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "file", metavar="FILE", help=f"a trace file (FileListener), a snapshot file, or a recording ({_FOREIGN})"
     )
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
-    convert.add_argument("--format", choices=FORMATS, default="chrome", help=FORMAT_HELP)
+    convert.add_argument("--format", type=str.lower, choices=FORMATS, default="chrome", help=FORMAT_HELP)
     add_filters(convert)
     convert.set_defaults(run=_convert, parser=convert)
 

@@ -14,7 +14,7 @@ from typing import Final
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.read.query import QueryError, parse_snapshot_query
 
-__all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "filter_params", "say_matched"]
+__all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "described", "filter_params", "say_matched"]
 
 
 #: (flag, query parameter, help)
@@ -95,12 +95,17 @@ def _as_flags(message: str) -> str:
     return message
 
 
-def say_matched(command: str, params: list[tuple[str, str]], matched: int | None, stored: int | None) -> None:
-    """On stderr: how many events the filters matched of how many there were, and which filters they were."""
-    given = " ".join(
+def described(params: list[tuple[str, str]]) -> str:
+    """The filters given, as the flags that give them (``--process 'web-*' (messages only)``)."""
+    return " ".join(
         "(messages only)" if name == "messages_only" else f"{_FLAG_OF.get(name, name)} {shlex.quote(value)}"
         for name, value in params
     )
+
+
+def say_matched(command: str, params: list[tuple[str, str]], matched: int | None, stored: int | None) -> None:
+    """On stderr: how many events the filters matched of how many there were, and which filters they were."""
+    given = described(params)
     if matched is None:  # (a Perfetto trace or a snapshot file does not say)
         to = f" to {stored:,} events" if stored is not None else ""
         counted = f"filters applied{to} (this format does not count what they matched; ringtrace dump does):"

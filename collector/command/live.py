@@ -14,9 +14,10 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
-from ringtrace.collector.command.filters import add_filters, check_params, filter_params
+from ringtrace.collector.command.filters import add_filters, check_params, described, filter_params
 from ringtrace.collector.command.output import event_line, size
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
+from ringtrace.collector.export import live_tail
 from ringtrace.collector.read.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
 
 __all__ = ["add_sources_parser", "add_tail_parser"]
@@ -44,15 +45,32 @@ def _tail(args: argparse.Namespace) -> int:
     check_params(params, STREAM_PARAMETERS)
     with fetch(endpoint_url(args.url, "/stream", params), Access(args)) as response:
         for event, document in _server_sent_events(_lines_until_reset(response)):
-            _show(event, document)
+            if event == _BEGUN:
+                _say_begun(endpoint_url(args.url, "/stream", []), params)
+            else:
+                _show(event, document)
     raise _broke_off()
 
 
+#: What ``_server_sent_events`` yields for the tail's banner: the collector has begun the tail.
+_BEGUN: Final = "begun"
+
+
+def _say_begun(url: str, params: list[tuple[str, str]]) -> None:
+    """On stderr (stdout carries the events alone, for a pipe): the tail is open, and what it shows."""
+    shown = f"events stored from now on that match {described(params)}" if params else "every event stored from now on"
+    sys.stderr.write(f"ringtrace tail: tailing {url}, {shown}; Ctrl-C to stop\n")
+    sys.stderr.flush()
+
+
 def _server_sent_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
-    """(event, its data decoded) of each event the collector sends: ``message`` unless it names another."""
+    """(event, its data decoded) of each event the collector sends: ``message`` unless it names another; and
+    ``_BEGUN`` for the banner the collector writes once the tail has begun (what is stored from then on is shown)."""
     event = "message"
     for raw in lines:
-        if raw.startswith(b"event: "):
+        if raw.startswith(live_tail.BANNER.rstrip()):
+            yield _BEGUN, None
+        elif raw.startswith(b"event: "):
             event = raw[7:].strip().decode("utf-8", "replace")
         elif raw.startswith(b"data: "):
             yield event, json.loads(raw[6:])

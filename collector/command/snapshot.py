@@ -24,7 +24,7 @@ def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
-    snapshot.add_argument("--format", choices=FORMATS, default="chrome", help=FORMAT_HELP)
+    snapshot.add_argument("--format", type=str.lower, choices=FORMATS, default="chrome", help=FORMAT_HELP)
     snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )

@@ -8,7 +8,10 @@ as its label), a thread track per thread (pid, tid, name), a track per asyncio t
 the process a track per source, a counter track per counter (and per value other than ``value``), and a track per
 async slice id (named by the slice: Perfetto shows same-named async tracks as one, a row per slice open at once).
 Processes and threads are ordered explicitly (the root track's ordering, each one's rank): processes in the order
-they first connected, threads in the order they were declared.
+they first connected, threads in the order they were declared. The root track is uuid 0, Perfetto's implicit
+trace-global track: its descriptor is the only one Perfetto reads ``process_ordering`` and ``thread_ordering`` from
+(``track_descriptor.proto``: "only valid on the root track descriptor (uuid = 0)"), it carries nothing else, and no
+event is on it; every other track's uuid is 1 or more.
 
 Events (``TrackEvent``): a slice is a BEGIN and an END (Perfetto has no complete slice); an END names its slice, so it
 closes that one even where a slice that never ended sits above it. Instants (messages, typed events, markers) are
@@ -260,6 +263,8 @@ class _Writer:
         """The root track (explicit order of processes and threads) and the clock snapshot."""
         ordering = pb.uint(_PROCESS_ORDERING, _PROCESS_ORDERING_EXPLICIT)
         ordering += pb.uint(_THREAD_ORDERING, _THREAD_ORDERING_EXPLICIT)
+        # uuid 0, written: Perfetto reads the ordering from the root track's descriptor alone (a reader that predates
+        # these fields sees a descriptor of the implicit track, which the protos allow, and no event on it).
         root = pb.uint(_UUID, 0) + ordering
         now = max(self._walk.view.origin_ns, 0)
         clocks = b"".join(

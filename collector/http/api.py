@@ -16,7 +16,7 @@ GET /stream[?filters]               a live tail: events stored from now on, as S
 GET /healthz                        liveness and a few gauges, as JSON
 
 Parameters of a POST come in the query string or as a form body. An unknown, repeated or malformed parameter gets a
-400 that names it.
+400 that names it. Values from a fixed list and yes/no values are taken in any case (``read/query.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from ringtrace.collector.read.query import (
     EventFilter,
     QueryError,
     SnapshotQuery,
+    choice,
     parse_process_filter,
     parse_snapshot_query,
 )
@@ -309,11 +310,12 @@ async def sources(request: web.Request) -> web.Response:
 async def set_priority(request: web.Request) -> web.Response:
     extra = {"priority": f"one of {', '.join(PRIORITIES)}", "timeline": "a timeline's name (default: every one)"}
     selected, values = _process_params(await _post_params(request), extra)
-    priority = values.get("priority")
-    if priority is None:
+    if "priority" not in values:
         raise BadQuery(f"query parameter 'priority' is required: one of {', '.join(PRIORITIES)}")
-    if priority not in PRIORITIES:
-        raise BadQuery(f"query parameter 'priority' must be one of {', '.join(PRIORITIES)}, got {priority!r:.80}")
+    try:
+        priority = choice("priority", values["priority"], PRIORITIES)
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
     reached = request.app[COLLECTOR].set_priority(selected, priority, values.get("timeline", ""))
     if not reached:
         wanted = " ".join(f"{name}={value}" for name, value in selected.describe().items()) or "(all)"

@@ -17,7 +17,7 @@ import time
 from typing import Protocol, cast
 
 from ringtrace.client.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, Goodbye, encode, preamble
+from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY, Goodbye, encode, preamble
 from ringtrace.client.wire.reader import Sentinel
 from ringtrace.collector.auth import AuthenticationFailed
 from ringtrace.collector.ingest.handlers import FrameHandlers, FrameSink
@@ -26,12 +26,12 @@ from ringtrace.collector.ingest.traffic import (
     MAX_CONTROL_FRAMES_PER_S,
     MIN_FRAME_BYTES_PER_S,
     FrameArrival,
-    Traffic,
     counted_address,
     refusal,
     refuse,
 )
 from ringtrace.collector.ingest.turns import TABLE_FRAMES, DecodeTurns
+from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
 
 __all__ = ["IngestProtocol", "IngestSink"]
@@ -47,11 +47,8 @@ TURN_BYTES = 512 * 1024
 
 class IngestSink(FrameSink, Protocol):
     """What a connection needs of the collector: what its frame handlers need (``FrameSink``: limits, version, token
-    check, registry, store, heap), and its connection limits, the set of connections, the decode turns and the
-    traffic counters."""
-
-    @property
-    def traffic(self) -> Traffic: ...
+    check, registry, store, heap, traffic counters), and its connection limits, the set of connections and the decode
+    turns."""
 
     @property
     def max_connections(self) -> int: ...
@@ -327,17 +324,35 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._handled = reader.position
 
     def _protocol_error(self, transport: asyncio.Transport, exc: ProtocolError) -> None:
-        log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
+        past_capacity = isinstance(exc, LimitExceeded) and exc.limit_name == "capacity"
+        if past_capacity:
+            self._log_past_capacity(exc)
+        else:
+            log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
         self._traffic.protocol_errors += 1
         writer = self._frames.writer
         if writer is not None:
             writer.cut(self._handled)  # the frame that broke a rule, read into the segment: it ends before it
             self._frames.end_batch()  # what came before it is stored: acknowledge its FLUSHes
-        if isinstance(exc, LimitExceeded) and exc.limit_name == "capacity":  # within the WELCOME's limits: say so
-            transport.write(encode(Goodbye(f"{exc}: the collector's --capacity is too small for these tables")))
+        if past_capacity:  # within the WELCOME's limits: say so (the client retries as for a refusal)
+            transport.write(encode(Goodbye(f"{exc}: {TABLES_PAST_CAPACITY}")))
             transport.close()
         else:
             transport.abort()
+
+    def _log_past_capacity(self, exc: ProtocolError) -> None:
+        """Tables past ``--capacity``: the client comes back and is refused again, until its tables fit or the
+        capacity grows: logged at once, then once a minute per process with the count of those not logged."""
+        process = self._frames.process
+        unlogged = self._traffic.capacity_refusals_logged.due(process.uid if process is not None else self._peer)
+        if unlogged is None:
+            log.debug("closing connection from %s, %s: %s", self._peer, self._who(), exc)
+            return
+        log.warning(
+            "closing connection from %s, %s: %s; it will be refused again until its tables fit: raise --capacity, "
+            "or lower --max-strings, --max-string-bytes or --max-tracks (clients adopt them)%s",
+            self._peer, self._who(), exc, Repeats.since(unlogged, "closed so"),
+        )  # fmt: skip
 
     # -- pacing ---------------------------------------------------------------------------------------------------
 

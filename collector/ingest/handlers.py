@@ -36,7 +36,7 @@ from ringtrace.collector.auth import AuthenticationFailed, Authenticator
 from ringtrace.collector.ingest.acks import Syncer
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.ingest.lending import IngestDecoder
-from ringtrace.collector.ingest.traffic import ControlBudget
+from ringtrace.collector.ingest.traffic import ControlBudget, Traffic
 from ringtrace.collector.store.clocks import Arrival
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
@@ -52,8 +52,8 @@ _tokens = itertools.count(1)
 
 
 class FrameSink(Protocol):
-    """What the handlers need of the collector: its limits and version, the token check, the registry, the store and
-    the heap trimmer."""
+    """What the handlers need of the collector: its limits and version, the token check, the registry, the store, the
+    heap trimmer and the traffic counters."""
 
     @property
     def limits(self) -> Limits: ...
@@ -72,6 +72,9 @@ class FrameSink(Protocol):
 
     @property
     def heap(self) -> HeapTrimmer: ...
+
+    @property
+    def traffic(self) -> Traffic: ...
 
 
 class FrameHandlers:
@@ -302,7 +305,10 @@ class FrameHandlers:
         if store.buffers.fsync in ("flush", "always"):
             self._syncer = Syncer(writer.sync_job, self._acknowledge, self._abort, f"{self.peer}, {self.who()}")
         self.transport.write(preamble() + encode(welcome))
-        log.info(
+        # A process refused for its tables lately comes back about once a second: its refusals say so, once a minute.
+        refused_lately = sink.traffic.capacity_refusals_logged.recent(process.uid)
+        log.log(
+            logging.DEBUG if refused_lately else logging.INFO,
             "connection from %s: process %r pid %d on %s (protocol %d)",
             self.peer,
             hello.process_name,

@@ -51,6 +51,8 @@ class Traffic:
     too_slow: int = 0
     #: Refused connections logged, per kind of refusal (``refuse``).
     refusals_logged: Repeats = field(default_factory=Repeats)
+    #: Connections closed for tables past ``--capacity`` logged, per process (its client retries, refused again).
+    capacity_refusals_logged: Repeats = field(default_factory=Repeats)
 
 
 def counted_address(peer: object) -> str | None:

@@ -7,6 +7,10 @@ got. Times are wall-clock nanoseconds since the Unix epoch; a query takes them a
 
 Name patterns (``process``, ``host``, ``track``, ``category``, ``name``) match the whole text, exactly, unless they hold
 ``*``, ``?`` or ``[``: then they are shell-style globs (``fnmatch``, case-sensitive).
+
+Values from a fixed list (``format``, ``min_priority``, ``/priority``'s ``priority``) are taken in any case
+(``choice``); a yes/no value (``messages_only``) is any of ``1 true yes on`` or ``0 false no off``, in any case
+(``flag``). Names stay case-sensitive: they are the program's own.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ __all__ = [
     "QueryError",
     "SnapshotQuery",
     "category_of",
+    "choice",
+    "flag",
     "parse_process_filter",
     "parse_snapshot_query",
     "parse_time",
@@ -50,6 +56,9 @@ _RFC3339: Final = re.compile(
     r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)"
 )  # fmt: skip
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: What a yes/no parameter takes, in any case.
+_YES: Final = ("1", "true", "yes", "on")
+_NO: Final = ("0", "false", "no", "off")
 _MAX_TIME_NS: Final = 2**63 - 1
 #: Built-in kinds' categories: one per family (a marker's start, end and instant are all ``marker``).
 _BUILTIN_CATEGORIES: Final = {
@@ -219,7 +228,7 @@ SNAPSHOT_PARAMETERS: Final = {
     "category": "a category: a message's, a typed event's class, or span, instant, counter, marker, source, async",
     "name": "an event name (or glob)",
     "min_priority": f"one of {', '.join(PRIORITIES)}",
-    "messages_only": "1 (only messages, the events that carry a priority) or 0",
+    "messages_only": f"{', '.join(_YES)} (only messages, the events that carry a priority) or {', '.join(_NO)}",
     "limit": f"a whole number of events, 1 to {MAX_LIMIT}",
     "format": f"one of {', '.join(FORMATS)}",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
@@ -331,10 +340,31 @@ def _unclosed_set(text: str) -> int | None:
     return None
 
 
-def _flag(name: str, text: str) -> bool:
-    if text not in ("0", "1", "true", "false"):
-        raise QueryError(f"query parameter {name!r} must be 1 or 0 (true or false), got {text!r:.80}")
-    return text in ("1", "true")
+def flag(name: str, text: str) -> bool:
+    """A yes/no parameter: ``1 true yes on`` or ``0 false no off``, in any case.
+
+    Raises:
+        QueryError: anything else, named with what it takes.
+    """
+    folded = text.lower()
+    if folded not in _YES and folded not in _NO:
+        raise QueryError(
+            f"query parameter {name!r} must be one of {', '.join(_YES)} (yes) or {', '.join(_NO)} (no), in any case, "
+            f"got {text!r:.80}"
+        )
+    return folded in _YES
+
+
+def choice(name: str, text: str, choices: tuple[str, ...]) -> str:
+    """A value from ``choices`` (lower-case), given in any case; returns it as ``choices`` spell it.
+
+    Raises:
+        QueryError: none of them, named with what it takes.
+    """
+    folded = text.lower()
+    if folded not in choices:
+        raise QueryError(f"query parameter {name!r} must be one of {', '.join(choices)} (any case), got {text!r:.80}")
+    return folded
 
 
 def _pids(text: str) -> frozenset[int]:
@@ -351,9 +381,7 @@ def _limit(text: str) -> int:
 
 
 def _priority(text: str) -> int:
-    if text not in PRIORITIES:
-        raise QueryError(f"query parameter 'min_priority' must be one of {', '.join(PRIORITIES)}, got {text!r:.80}")
-    return PRIORITIES.index(text)
+    return PRIORITIES.index(choice("min_priority", text, PRIORITIES))
 
 
 def _flush_timeout(text: str, high: float) -> float:
@@ -391,12 +419,10 @@ def parse_snapshot_query(
         until_ns=until,
         pids=_pids(values["pid"]) if "pid" in values else None,
         max_priority_level=_priority(values["min_priority"]) if "min_priority" in values else None,
-        messages_only=_flag("messages_only", values["messages_only"]) if "messages_only" in values else False,
+        messages_only=flag("messages_only", values["messages_only"]) if "messages_only" in values else False,
         limit=_limit(values["limit"]) if "limit" in values else None,
         **patterns,
     )
-    format_ = values.get("format", "chrome")
-    if format_ not in FORMATS:
-        raise QueryError(f"query parameter 'format' must be one of {', '.join(FORMATS)}, got {format_!r:.80}")
+    format_ = choice("format", values["format"], FORMATS) if "format" in values else "chrome"
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
     return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout)

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Any
+from typing import Any, Final
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
@@ -319,11 +319,32 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
     )
     if config.data_dir is None and config.fsync != "never":
         log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)
-    most = table_charge_bound(limits)  # connections' tables count against the capacity
-    if store.capacity_bytes < 2 * most:
-        log.warning(
-            "--capacity %d bytes holds the tables of only %d connection(s) declaring all that --max-strings, "
-            "--max-string-bytes, --max-tracks and --max-schema-bytes allow (up to %d bytes each): a client "
-            "declaring that much is refused once they fill it; raise --capacity or lower those limits",
-            store.capacity_bytes, store.capacity_bytes // most, most,
-        )  # fmt: skip
+    log.info("%s", capacity_holds(store.capacity_bytes, table_charge_bound(limits)))
+
+
+#: What one event takes in a segment, about (measured: a span with three args 36 bytes, a span or an instant without
+#: args 13), to say what a capacity holds in events.
+_STORED_EVENT_BYTES: Final = 32
+
+
+def capacity_holds(capacity_bytes: int, most_table_bytes: int) -> str:
+    """What ``--capacity`` holds, in events and in processes' tables (each connection's count against it, up to
+    ``most_table_bytes`` at the table limits), and what to do if that is too little: one line, for the log at start.
+    A process whose tables do not fit is refused, and both sides say so then (``ingest/connection.py``)."""
+    at_limits = capacity_bytes // most_table_bytes
+    such = f"room for {at_limits:,} such" if at_limits else "a process whose tables do not fit is refused, and says so"
+    return (
+        f"capacity {_mib(capacity_bytes)} holds about {_rounded(capacity_bytes // _STORED_EVENT_BYTES):,} events "
+        f"(~{_STORED_EVENT_BYTES} bytes each) less each connected process's string and track tables (a few KiB for "
+        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise --capacity"
+    )
+
+
+def _rounded(count: int) -> int:
+    """``count`` to two significant digits: an estimate says no more."""
+    digits = max(len(str(count)) - 2, 0)
+    return round(count, -digits)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"

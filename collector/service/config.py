@@ -82,9 +82,11 @@ class CollectorConfig:
         for name in ("capacity_bytes", "process_capacity_bytes"):
             value = getattr(self, name)
             if value is not None and value < frames:
+                flag = option_of(name).flag
                 raise ConfigError(
-                    f"{option_of(name).flag}: capacity of {value} bytes must hold at least 2 frames of "
-                    f"--max-frame-size {self.max_frame_bytes} with their session frames ({frames} bytes)"
+                    f"{flag}: capacity of {value} bytes must hold at least 2 frames of --max-frame-size "
+                    f"{self.max_frame_bytes} with their session frames ({frames} bytes): give {flag} "
+                    f"{-(-frames // 10**6)}MB or more, or a smaller --max-frame-size"
                 )
 
     @property

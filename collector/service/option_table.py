@@ -191,6 +191,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "when full: ring overwrites the oldest, discard refuses the newest and keeps the beginning",
         "ring",
         flag="--policy",
+        parse=str.lower,  # RING as well as ring
         choices=typing.get_args(Policy),
     ),
     Option(
@@ -209,6 +210,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "the disk",
         "never",
         flag="--fsync",
+        parse=str.lower,
         choices=FSYNC_POLICIES,
     ),
     Option(
@@ -392,7 +394,7 @@ _BY_FIELD: Final = {
 #: Each flag's environment variable.
 ENVIRONMENT: Final = {option.flag: option.environment for option in _FLAGGED if option.flag is not None}
 #: Values of a switch's variable.
-_SET, _NOT_SET = ("1", "true", "yes"), ("0", "false", "no", "")
+_SET, _NOT_SET = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
 def option_of(field: str) -> Option:
@@ -526,7 +528,8 @@ def environment_args(
             if value.strip().lower() in _SET:
                 args.append(flag)
             elif value.strip().lower() not in _NOT_SET:
-                _parser(prog).error(f"environment variable {name}={value!r}: must be 1, true, yes, 0, false or no")
+                accepted = f"{', '.join(_SET)} or {', '.join(v for v in _NOT_SET if v)}, in any case"
+                _parser(prog).error(f"environment variable {name}={value!r}: must be one of {accepted}")
             continue
         try:
             checker.parse_args([flag, value])

@@ -26,6 +26,8 @@ def test_capacity_below_two_frames_is_refused_naming_both_sizes() -> None:
     done = _run("--capacity", "1MiB")
     assert done.returncode == 2
     assert "capacity of 1048576 bytes must hold at least 2 frames of --max-frame-size 1048576" in done.stderr
+    assert "give --capacity 3MB or more, or a smaller --max-frame-size" in done.stderr  # what to do
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 def test_malformed_size_is_refused_by_the_parser() -> None:

@@ -71,6 +71,21 @@ def test_snapshot_writes_chrome_json_or_a_snapshot_file_with_filters(
     assert sum(len(s.events) for s in streams) == 3
 
 
+def test_format_and_priority_flags_take_any_case(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(
+        capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "t.pftrace"), "--format", "PERFETTO"
+    )
+    assert status == 0, err
+    assert not (tmp_path / "t.pftrace").read_bytes().startswith(b"{")
+    status, _, err = run(capsys, "dump", recorded.http_url, "--min-priority", "Warning")
+    assert status == 0 and err == "ringtrace dump: 2 of 82 events matched --min-priority Warning (messages only)\n"
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "convert", str(tmp_path / "t.pftrace"), "-o", str(tmp_path / "x"), "--format", "Json")
+    assert exited.value.code == 2 and "invalid choice: 'json'" in capsys.readouterr().err
+
+
 def test_dump_prints_one_event_a_line_in_time_order(
     recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -186,6 +201,7 @@ def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest
         (["snapshot", "http://127.0.0.1:1", "-o", "x", "--since", "soon"], 2, "--since must be"),
         (["snapshot", "http://127.0.0.1:1", "-o", "x", "--flush-timeout", "100"], 2, "--flush-timeout must be"),
         (["dump", "FILE", "--limit", "0"], 2, "--limit must be a whole number"),
+        (["dump", "FILE", "--min-priority", "loud"], 2, "--min-priority must be one of fatal, error, warning"),
     ],
 )
 def test_failures_are_one_line_and_a_non_zero_exit(

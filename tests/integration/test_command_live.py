@@ -91,6 +91,44 @@ def test_tail_prints_events_stored_after_it_started_as_dump_lines(collector: Col
     assert all("  engine  warning  slow n(7)  " in line for line in lines), lines
 
 
+def test_tail_says_on_stderr_once_it_is_open_and_keeps_stdout_for_the_events(collector: CollectorProcess) -> None:
+    tail = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--process", "web"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[str] = []
+    shown: list[str] = []
+    threads = [
+        threading.Thread(target=lambda s=stream, to=to: to.extend(s), daemon=True)
+        for stream, to in ((tail.stderr, said), (tail.stdout, shown))
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not said:  # before any event: a user knows it is connected and waiting
+            assert time.monotonic() < deadline and tail.poll() is None, "the tail never said it was open"
+            time.sleep(0.05)
+        assert collector.json("/stats")["tails_running"] == 1  # said once the collector had begun it
+        record(collector, "web")
+        while len(shown) < 21:
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.05)
+    finally:
+        tail.terminate()
+        tail.wait(30)
+        for thread in threads:
+            thread.join(10)
+        for stream in (tail.stdout, tail.stderr):
+            assert stream is not None
+            stream.close()
+    opened = f"ringtrace tail: tailing {collector.http_url}/stream, events stored from now on that match --process web"
+    assert said[0] == opened + "; Ctrl-C to stop\n"
+    assert all("  web[" in line for line in shown), shown  # stdout: the events alone
+
+
 def test_tail_refuses_filters_a_live_tail_cannot_take(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["tail", "http://127.0.0.1:1", "--limit", "3"])

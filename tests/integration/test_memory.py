@@ -133,14 +133,15 @@ def test_memory_comes_back_once_connections_that_filled_their_tables_are_gone() 
         collector.stop()
 
 
-def test_a_capacity_too_small_for_two_connections_at_every_table_limit_is_warned_of_at_start() -> None:
-    small = CollectorProcess("--capacity", "48MiB")
-    try:
-        line = small.wait_for_log(lambda line: "holds the tables of only" in line)
-        assert "--capacity 50331648 bytes holds the tables of only 1 connection(s)" in line
-    finally:
-        small.stop()
-    roomy = CollectorProcess()  # the default capacity: not a word, all through its start and stop
-    roomy.stop()
-    assert [line for line in roomy.lines if "store: capacity" in line]
-    assert not [line for line in roomy.lines if "holds the tables of only" in line]
+def test_what_the_capacity_holds_is_one_calm_line_at_start() -> None:
+    small = CollectorProcess("--capacity", "8MB")
+    roomy = CollectorProcess()  # the default capacity
+    for collector in (small, roomy):
+        collector.stop()
+    (said,) = [line for line in small.lines if " capacity " in line and "holds about" in line]
+    assert " INFO " in said and "capacity 7.6 MiB holds about 250,000 events" in said, said
+    assert "a process whose tables do not fit is refused, and says so); for more, raise --capacity" in said
+    (said,) = [line for line in roomy.lines if " capacity " in line and "holds about" in line]
+    assert "capacity 256.0 MiB holds about 8,400,000 events" in said and "room for 6 such" in said, said
+    for collector in (small, roomy):  # not a warning: nothing is wrong
+        assert not [line for line in collector.lines if " WARNING " in line], collector.lines

@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 from collector_process import CollectorProcess, events, run_workload
 
@@ -206,3 +207,34 @@ def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
         assert {s["args"]["i"] for s in events(trace, "X")} >= {19_999}
     finally:
         collector.stop()
+
+
+def test_a_client_whose_tables_never_fit_the_capacity_is_refused_slowly_and_each_side_says_so_once() -> None:
+    collector = CollectorProcess("--capacity", "3MB")  # (the least it takes: 2 frames of 1 MiB and theirs)
+    code = (
+        "import ringtrace.client, sys\n"
+        f"tl = ringtrace.client.connect({collector.tcp_address!r}, process_name='labels')\n"
+        "for i in range(20_000):\n"  # ~3 MB of tables in the collector: more than it holds
+        "    tl.instant('x' * 150 + str(i))\n"
+        "sys.stdin.read()\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while collector.json("/stats")["protocol_errors"] < 4:  # refused at least 4 times
+            assert time.monotonic() < deadline and client.poll() is None, "the client was not refused 4 times"
+            time.sleep(0.1)
+        _, said = client.communicate("", timeout=30)
+    finally:
+        client.kill()
+        collector.stop()
+    warnings = [line for line in said.splitlines() if line.strip()]
+    reached = [w for w in warnings if "events cannot reach the collector" in w]
+    assert len(reached) == 1 and "--capacity is too small for these tables" in reached[0], said
+    assert not any("is closing" in w for w in warnings), said  # the refusal is the outage, not a goodbye
+    assert sum("were not acknowledged" in w for w in warnings) <= 1, said  # the first break's; then the outage's
+    assert "sent on connections that broke before the collector acknowledged them" in warnings[-1], said  # at exit
+    closing = [line for line in collector.lines if "closing connection" in line]
+    assert len(closing) == 1, closing  # then once a minute, with how many were closed so meanwhile
+    assert "raise --capacity, or lower --max-strings" in closing[0]
+    assert sum("connection from" in line and "'labels'" in line for line in collector.lines) == 1, collector.lines

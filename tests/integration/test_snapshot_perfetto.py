@@ -205,6 +205,22 @@ def test_processes_threads_lanes_sources_and_counters_are_tracks(recorded: tuple
     assert thread_names(json_trace) == {t.name for t in tracks if t.kind in ("thread", "track")} - {"request"}
 
 
+def test_the_root_track_uuid_0_carries_the_ordering_alone_and_no_event_is_on_it(
+    recorded: tuple[CollectorProcess, int, int],
+) -> None:
+    # Perfetto's track_descriptor.proto: process_ordering and thread_ordering are "only valid on the root track
+    # descriptor (uuid = 0)", and its trace processor reads them there alone; the ranks are on each process and thread.
+    trace = perfetto(recorded[0])
+    described = [packet.track_descriptor for packet in trace.packets if packet.HasField("track_descriptor")]
+    (root,) = [d for d in described if d.uuid == 0]
+    assert root is described[0] and root.HasField("uuid")  # written, not left out as a default
+    assert sorted(field.name for field, _ in root.ListFields()) == ["process_ordering", "thread_ordering", "uuid"]
+    on_tracks = [packet.track_event for packet in trace.packets if packet.HasField("track_event")]
+    assert on_tracks and all(event.HasField("track_uuid") and event.track_uuid for event in on_tracks)
+    ordered = [d for d in described if d.HasField("process") or d.HasField("thread")]
+    assert ordered and all(d.HasField("sibling_order_rank") for d in ordered)
+
+
 def test_the_events_are_those_of_the_chrome_snapshot(recorded: tuple[CollectorProcess, int, int]) -> None:
     collector, _, _ = recorded
     trace, json_trace = perfetto(collector), chrome(collector)

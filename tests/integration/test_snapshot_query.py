@@ -176,6 +176,18 @@ def test_gzip_when_the_request_accepts_it(recorded: tuple[CollectorProcess, Any]
         assert len(shown(json.loads(response.read()))) == PER_PROCESS
 
 
+def test_values_from_a_list_and_yes_no_values_are_taken_in_any_case(recorded: tuple[CollectorProcess, Any]) -> None:
+    collector, _ = recorded
+    assert names(collector.snapshot("?format=CHROME&messages_only=yes&min_priority=WARNING")) == ["slow n(2)"] * 2
+    assert len(shown(collector.snapshot("?messages_only=Off"))) == 2 * PER_PROCESS
+    status, body = collector.get("/snapshot?format=Perfetto")
+    assert status == 200 and not body.startswith(b"{")
+    for query, named in (("messages_only=maybe", b"'messages_only'"), ("format=json", b"'format'")):
+        status, body = collector.get(f"/snapshot?{query}")
+        assert status == 400 and named in body and query.partition("=")[2].encode() in body, body
+        assert b"any case" in body, body
+
+
 def test_head_checks_the_query_and_does_no_work(collector: CollectorProcess) -> None:
     with RawClient(collector.tcp_address) as raw:  # a client that never answers a FLUSH
         raw.sock.settimeout(0.5)

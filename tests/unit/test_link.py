@@ -28,6 +28,7 @@ from ringtrace.client.streaming.link import (
 from ringtrace.client.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,
+    TABLES_PAST_CAPACITY,
     Events,
     Flush,
     FlushAck,
@@ -147,6 +148,40 @@ def test_a_refusal_waits_the_longest_backoff_and_is_warned_of_at_once() -> None:
     warning = logged(link.timer(0.1), logging.WARNING)
     assert len(warning) == 1 and "authentication failed" in warning[0] and "RINGTRACE_TOKEN" in warning[0]
     assert link.next_deadline() == pytest.approx(1.1)  # backoff_max_s, not backoff_initial_s
+
+
+def test_tables_past_the_collectors_capacity_are_a_refusal_warned_of_once_until_a_connection_takes_them() -> None:
+    link, encoder = make_link(backoff_initial_s=0.1, backoff_max_s=1.0)
+    peer = Peer(link)
+    refusal = Goodbye(f"STRINGS frame: ... exceeds capacity=3000000: {TABLES_PAST_CAPACITY}")
+    now, said = 0.0, []
+    for attempt in range(4):
+        peer.connect(now)
+        peer.welcome(now)
+        link.enqueue(events(encoder, f"e{attempt}"), now)
+        peer.read(now)
+        now += 2.0  # welcomed long enough ago to count as a connection that worked, were it not refused
+        said += peer.answer(now, refusal) + link.received(b"", now)
+        assert link.next_deadline() == (now if attempt == 0 else now + 1.0)  # the warning at once (no grace)
+        said += link.timer(now)
+        assert link.next_deadline() == pytest.approx(now + 1.0)  # backoff_max_s, as for any refusal
+        now += 1.0
+    warnings = logged(said, logging.WARNING)
+    assert len(warnings) == 2, warnings  # the events the first break left unacknowledged, and the outage at once
+    assert "1 events sent before the connection" in warnings[0]
+    assert "cannot reach the collector" in warnings[1] and TABLES_PAST_CAPACITY in warnings[1]
+    assert not logged(said, logging.INFO)  # a WELCOME alone does not end the outage: the tables were refused again
+    assert link.counters.unacknowledged_events == 4  # each counted
+    now += 60.0
+    attempt = link.timer(now)
+    later = logged(attempt, logging.WARNING)  # the outage's next warning counts them
+    assert len(later) == 1 and "3 sent on connections that broke before an acknowledgement" in later[0], later
+    assert Connect() in attempt and link.connected(now, HELLO) == []
+    peer.reader, peer.opened = FrameReader("client"), False
+    peer.welcome(now)
+    assert not logged(peer.welcomed, logging.INFO)
+    resumed = peer.answer(now, FlushAck(0))  # taken this time: delivery resumes
+    assert logged(resumed, logging.INFO) and "reach the collector again" in logged(resumed, logging.INFO)[0]
 
 
 def test_the_backoff_doubles_up_to_its_max_and_starts_again_after_a_connection_that_worked() -> None:

@@ -92,6 +92,17 @@ def test_a_choice_the_table_does_not_list_is_refused_naming_the_flag() -> None:
         CollectorConfig(policy="keep")  # type: ignore[arg-type]
 
 
+def test_a_choice_and_a_switchs_variable_take_any_case() -> None:
+    argv = ["--policy", "Discard", "--fsync", "NEVER", "--log-level", "debug"]
+    config = config_from_args(build_parser().parse_args(argv), {})
+    assert (config.policy, config.fsync) == ("discard", "never")
+    switch = ENVIRONMENT["--insecure-open"]
+    assert environment_args({switch: "On"}) == ["--insecure-open"]
+    assert environment_args({switch: "OFF"}) == []
+    with pytest.raises(SystemExit):
+        environment_args({switch: "maybe"})
+
+
 def test_help_shows_each_flag_with_its_default() -> None:
     text = " ".join(build_parser().format_help().split())
     for option in FLAGGED:

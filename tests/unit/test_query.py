@@ -75,7 +75,7 @@ def test_unknown_and_repeated_parameters_are_named() -> None:
         ({"limit": "99999999999999999999999"}, "'limit'"),
         ({"pid": "1,,2"}, "'pid'"),
         ({"pid": ",".join(["1"] * 1001)}, "up to 1000"),
-        ({"min_priority": "WARNING"}, "one of fatal, error, warning"),
+        ({"min_priority": "loud"}, r"'min_priority' must be one of fatal, error, warning, .* \(any case\), got 'loud'"),
         ({"format": "json"}, "'format' must be one of chrome"),
         ({"flush_timeout_s": "nan"}, "between 0 and 60"),
         ({"flush_timeout_s": "x"}, "must be a number"),
@@ -83,12 +83,31 @@ def test_unknown_and_repeated_parameters_are_named() -> None:
         ({"since": "-1s", "until": "-2s"}, "'since' .* must be before 'until'"),
         ({"process": "[web"}, r"'process' has a '\[' at character 1 that no '\]' closes"),
         ({"track": "w[!a"}, r"'track' has a '\[' at character 2"),
-        ({"messages_only": "yes"}, "'messages_only' must be 1 or 0"),
+        ({"messages_only": "maybe"}, r"'messages_only' must be one of 1, true, yes, on .* 0, false, no, off .*'maybe'"),
+        ({"messages_only": ""}, "'messages_only' must be one of"),
     ],
 )
 def test_bad_values_name_the_parameter_and_the_rule(params: dict[str, str], message: str) -> None:
     with pytest.raises(QueryError, match=message):
         parse(**params)
+
+
+@pytest.mark.parametrize("text", ["1", "true", "TRUE", "Yes", "on", "ON"])
+def test_a_yes_no_parameter_takes_yes_in_any_case(text: str) -> None:
+    assert parse(messages_only=text).filter.messages_only
+
+
+@pytest.mark.parametrize("text", ["0", "false", "False", "NO", "off", "Off"])
+def test_a_yes_no_parameter_takes_no_in_any_case(text: str) -> None:
+    assert not parse(messages_only=text).filter.messages_only
+
+
+def test_values_from_a_list_are_taken_in_any_case() -> None:
+    assert parse(format="CHROME").format == "chrome" and parse(format="Perfetto").format == "perfetto"
+    assert parse(min_priority="WARNING").filter == parse(min_priority="warning").filter
+    assert parse(min_priority="Trace+++").filter.describe() == {"min_priority": "trace+++"}
+    assert parse(process="Web").filter.process_matches(1, 1, "Web", "h")  # names stay case-sensitive
+    assert not parse(process="Web").filter.process_matches(1, 1, "web", "h")
 
 
 def test_filters_match_processes_tracks_and_kinds() -> None:

@@ -43,6 +43,10 @@ log = logging.getLogger("ringtrace.collector.ingest")
 READ_SIZE = 256 * 1024
 #: Bytes a connection reads before it lets every other connection read once (a loop turn).
 TURN_BYTES = 512 * 1024
+#: After a GOODBYE, how long what the peer still sends is read and thrown away before the connection is cut: closed
+#: with unread bytes, the socket would be reset, and a peer with frames in flight would never read the GOODBYE.
+GOODBYE_DRAIN_S = 2.0
+_DRAIN_BUFFER = memoryview(bytearray(READ_SIZE))
 
 
 class IngestSink(FrameSink, Protocol):
@@ -71,9 +75,9 @@ class IngestSink(FrameSink, Protocol):
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_address", "_arrival", "_filled", "_frames", "_handled", "_handshake_timer", "_last_read_s", "_offered",
-        "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle", "_traffic", "_transport", "_turn_bytes",
-        "_waiting_turn", "_write_paused", "_write_paused_s",
+        "_address", "_arrival", "_drain_timer", "_draining", "_filled", "_frames", "_handled", "_handshake_timer",
+        "_last_read_s", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle", "_traffic",
+        "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
@@ -108,6 +112,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._arrival = FrameArrival()
         #: Offset in the reader's buffer past the frames handled: where a frame that breaks a rule begins.
         self._handled = 0
+        #: A GOODBYE went out and our side is shut: what still comes is read and thrown away (``_say_goodbye``),
+        #: until the peer closes or the timer cuts the connection.
+        self._draining = False
+        self._drain_timer: asyncio.TimerHandle | None = None
 
     @property
     def process(self) -> ProcessRecord | None:
@@ -150,6 +158,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._draining:
+            return _DRAIN_BUFFER
         writer = self._frames.writer
         if writer is not None:
             view = writer.read_buffer(self._filled)
@@ -161,6 +171,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._draining:
+            return
         self._filled = nbytes == self._offered
         self._traffic.bytes_received += nbytes
         self._arrival.received(nbytes)
@@ -174,6 +186,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._end_turn()
 
     def eof_received(self) -> bool:
+        if self._draining:  # the peer read our GOODBYE, or at least has sent all it had
+            return False
         # (Not while waiting for a turn: nothing is read then. What is left is decoded now: it is all there is.)
         self._session.receive_data(b"")
         self._process_frames(last=True)
@@ -187,10 +201,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if not by_address[self._address]:
                 del by_address[self._address]
             self._address = None
-        for timer in (self._handshake_timer, self._throttle):  # they would keep this connection alive till then
+        for timer in (self._handshake_timer, self._throttle, self._drain_timer):  # they would keep it alive till then
             if timer is not None:
                 timer.cancel()
-        self._handshake_timer = self._throttle = None
+        self._handshake_timer = self._throttle = self._drain_timer = None
         if self._session.skipped_frames:
             log.info(
                 "connection from %s skipped %d frames of types this collector does not know (ignorable)",
@@ -273,7 +287,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """Handle every complete frame read, but table frames past this loop turn's share (``turns.py``): those
         wait for a later turn, and reading pauses till then; ``last``: the peer sent everything, none waits."""
         transport = self._transport
-        if transport is None or transport.is_closing() or self._waiting_turn:
+        if transport is None or transport.is_closing() or self._waiting_turn or self._draining:
             return
         try:
             self._handle_frames(transport, last)
@@ -287,12 +301,10 @@ class IngestProtocol(asyncio.BufferedProtocol):
         except AuthenticationFailed as exc:  # the peer learns only that; the log says why
             self._traffic.authentication_failures += 1
             self._sink.auth.log_refusal("connection", self._peer, exc.reason)
-            transport.write(preamble() + encode(Goodbye(AUTHENTICATION_FAILED)))
-            transport.close()
+            self._say_goodbye(transport, preamble() + encode(Goodbye(AUTHENTICATION_FAILED)))
         except UnsupportedVersion as exc:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
-            transport.write(preamble() + encode(Goodbye(str(exc))))
-            transport.close()
+            self._say_goodbye(transport, preamble() + encode(Goodbye(str(exc))))
         except ProtocolError as exc:
             self._protocol_error(transport, exc)
 
@@ -335,10 +347,21 @@ class IngestProtocol(asyncio.BufferedProtocol):
             writer.cut(self._handled)  # the frame that broke a rule, read into the segment: it ends before it
             self._frames.end_batch()  # what came before it is stored: acknowledge its FLUSHes
         if past_capacity:  # within the WELCOME's limits: say so (the client retries as for a refusal)
-            transport.write(encode(Goodbye(f"{exc}: {TABLES_PAST_CAPACITY}")))
-            transport.close()
+            self._say_goodbye(transport, encode(Goodbye(f"{exc}: {TABLES_PAST_CAPACITY}")))
         else:
             transport.abort()
+
+    def _say_goodbye(self, transport: asyncio.Transport, goodbye: bytes) -> None:
+        """Send ``goodbye`` and end the connection so that the peer reads it: our side shut, what the peer still
+        sends read and thrown away until it closes, for GOODBYE_DRAIN_S at most (TLS cannot shut one side: closed)."""
+        transport.write(goodbye)
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._draining = True
+        transport.resume_reading()
+        self._drain_timer = asyncio.get_running_loop().call_later(GOODBYE_DRAIN_S, transport.abort)
 
     def _log_past_capacity(self, exc: ProtocolError) -> None:
         """Tables past ``--capacity``: the client comes back and is refused again, until its tables fit or the

@@ -210,7 +210,9 @@ def test_full_ring_overwrites_oldest_and_counts_exactly() -> None:
 
 
 def test_a_client_whose_tables_never_fit_the_capacity_is_refused_slowly_and_each_side_says_so_once() -> None:
-    collector = CollectorProcess("--capacity", "3MB")  # (the least it takes: 2 frames of 1 MiB and theirs)
+    # (3MB: the least it takes, 2 frames of 1 MiB and theirs; a string budget past it, so the table never starts again
+    # before it fills the capacity)
+    collector = CollectorProcess("--capacity", "3MB", "--max-string-bytes", "8MiB")
     code = (
         "import ringtrace.client, sys\n"
         f"tl = ringtrace.client.connect({collector.tcp_address!r}, process_name='labels')\n"

@@ -14,10 +14,11 @@ instant, a counter's values), ordered by (timestamp, ends then begins then point
 first, arrival), each in a TracePacket with its timestamp and the sequence's tail. The first packet is returned apart,
 with its timestamp, for the writer to give it the chunk's first tail (the sequence's flags and the names interned).
 
-The GIL is held throughout: names and argument keys are interned, and counter tracks described, by the Python
-writer's own functions, called back at the first use of each in the frame (in event order, as the Python writer
-meets them), so the interning and the descriptors are the Python writer's, byte for byte. A frame is a few thousand
-events at most: a few ms of the GIL. */
+Names and argument keys are interned, and counter tracks described, by the Python writer's own functions, called
+back at the first use of each in the frame (in event order, as the Python writer meets them), so the interning and
+the descriptors are the Python writer's, byte for byte. So the GIL is held while the events are written (a frame of a
+few thousand events: well under a millisecond); it is released while the payload is checked and while the packets
+are sorted and written out, which touch only buffers held for the call (the payload, the kind codes, the tail). */
 
 #include "_msgpack_read.h"
 
@@ -769,7 +770,10 @@ frame_packets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    int status = choose(&f);
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = choose(&f);
+    Py_END_ALLOW_THREADS
     if (status != OK) {
         result = Py_NewRef(Py_None);
         goto done;
@@ -798,9 +802,13 @@ frame_packets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = Py_BuildValue("(nniOy#)", f.shown, f.skipped, 0, Py_None, "", (Py_ssize_t)0);
         goto done;
     }
-    qsort(f.timed, f.timed_len, sizeof(Timed), compare_timed);
     PyObject *tail = PyTuple_GET_ITEM(entered, 1);
-    put_packets(&f, &rest, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
+    const char *tail_data = PyBytes_AS_STRING(tail);
+    size_t tail_len = (size_t)PyBytes_GET_SIZE(tail);
+    Py_BEGIN_ALLOW_THREADS
+    qsort(f.timed, f.timed_len, sizeof(Timed), compare_timed);
+    put_packets(&f, &rest, tail_data, tail_len);
+    Py_END_ALLOW_THREADS
     if (rest.failed) {
         PyErr_NoMemory();
         goto done;

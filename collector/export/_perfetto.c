@@ -593,13 +593,11 @@ write_events(Frame *f, Asked *asked, PyObject *on_track)
         i128 kind, name, ts, dur;
         if (read_int(&column[KIND], &kind) != OK || read_int(&column[NAME], &name) != OK ||
             read_int(&column[TS], &ts) != OK || read_int(&column[DUR], &dur) != OK) {
-            PyErr_SetString(PyExc_ValueError, "the frame changed while read");
-            return BAD;
+            return BAD; /* (the payload changed since choose(): frame_packets says so) */
         }
         Cursor args = column[ARGS];
         if (skip(&column[ARGS], 0) != OK) {
-            PyErr_SetString(PyExc_ValueError, "the frame changed while read");
-            return BAD;
+            return BAD; /* (the payload changed since choose(): frame_packets says so) */
         }
         if (!f->shown_at[i]) {
             continue;
@@ -792,6 +790,9 @@ frame_packets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if (write_events(&f, &asked, PyTuple_GET_ITEM(entered, 0)) != OK) {
+        if (!PyErr_Occurred()) { /* the payload is no longer what choose() read: a caller's bug, not a crash */
+            PyErr_SetString(PyExc_ValueError, "the frame's payload changed while it was read");
+        }
         goto done;
     }
     if (f.failed || f.events.failed) {

@@ -2,6 +2,9 @@
 
 The same events as the Chrome export, from the same walk (``read/event_walk.py``), as a stream of chunks: one per
 stored frame, so memory holds one frame's events at a time (and one segment's interned names).
+Where the C writer is built (``perfetto_frames.py``, ``_perfetto.c``), a frame whose events are all spans,
+instants and counters with plain args is written straight from its msgpack, naming things through this writer's
+tables (``_Writer.fast_chunk``): the same bytes as this module writes, which defines them.
 
 Tracks (``TrackDescriptor``), each described before its first event: a process track per process (pid, name, host
 as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, and under

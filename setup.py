@@ -3,6 +3,8 @@
 - ``client/_speedups.c``: the recording hot path and the stream encoder's inner loop.
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
+- ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
+  (Both read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
@@ -14,6 +16,17 @@ setup(
     ext_modules=[
         Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True),
         Extension("ringtrace.collector.ingest._scan", ["collector/ingest/_scan.c"], optional=True),
-        Extension("ringtrace.collector.export._chrome", ["collector/export/_chrome.c"], optional=True),
+        Extension(
+            "ringtrace.collector.export._chrome",
+            ["collector/export/_chrome.c"],
+            depends=["collector/export/_msgpack_read.h"],
+            optional=True,
+        ),
+        Extension(
+            "ringtrace.collector.export._perfetto",
+            ["collector/export/_perfetto.c"],
+            depends=["collector/export/_msgpack_read.h"],
+            optional=True,
+        ),
     ]
 )

@@ -1,5 +1,6 @@
-"""``ringtrace convert``: events/s of a trace file to Chrome JSON and to a snapshot file, against reading the same
-file with the client's own reader (``read_trace_file``, every event decoded to an object), in one run.
+"""``ringtrace convert``: events/s of a trace file to Chrome JSON, to a snapshot file and to a Perfetto trace, against
+reading the same file with the client's own reader (``read_trace_file``, every event decoded to an object), in one
+run; and the Perfetto trace's events/s as a ratio of Chrome JSON's (target >= 0.5x).
 
 A file of ``--n`` spans (one arg each) on two threads is written once through a ``FileListener``; interleaved rounds
 then time each variant in this process (the command's ``main``, so interpreter start-up is not counted).
@@ -15,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import bench_main, interleave, median, table
+from _common import bench_main, interleave, median, table, verdict
 from ringtrace.client import FileListener, Timeline, read_trace_file
 from ringtrace.collector.command.main import main as command
 
@@ -56,10 +57,13 @@ def bench(n: int, rounds: int) -> int:
 
         variants = {"read_trace_file (baseline)": read, "convert chrome": lambda: convert("chrome")}
         variants["convert native"] = lambda: convert("native")
+        variants["convert perfetto"] = lambda: convert("perfetto")
         results = interleave(variants, rounds)
     base = median(results["read_trace_file (baseline)"])
     rows = [[name, median(v), events / median(v) / 1e6, median(v) / base] for name, v in results.items()]
     print(table(["variant", "s", "M events/s", "x baseline time"], rows, title="medians of the rounds"))
+    ratio = median(results["convert chrome"]) / median(results["convert perfetto"])
+    print(f"perfetto: {ratio:.2f}x Chrome JSON's events/s (the same file)  target >= 0.5x: {verdict(ratio >= 0.5)}")
     return 0
 
 

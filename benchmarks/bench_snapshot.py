@@ -9,7 +9,8 @@ store (the first one's snapshot file, replayed). Interleaved rounds then time, e
   chrome               the whole store as Chrome JSON: events/s, MB, time to the first byte
   chrome, Python walk  the same, from the second collector: the baseline of the C writer
   native               the whole store as a snapshot file
-  perfetto             the whole store as a Perfetto protobuf trace (and its size as a ratio of Chrome JSON's)
+  perfetto             the whole store as a Perfetto protobuf trace (its events/s and size as a ratio of Chrome
+                       JSON's)
   pid=needle           Chrome JSON of the needle process alone (0.1% of the events, or less)
   since=needle         Chrome JSON of the time window holding the needle's events alone
   4 x chrome           four whole-store snapshots at once (wall time of the slowest)
@@ -321,6 +322,8 @@ def measure(
           f"{sizes['chrome'] / 1e6:.1f} MB (the same store)")  # fmt: skip
     rate = stored / whole_s
     print(f"chrome: {rate / 1e6:.2f}M events/s  target >= 1.5M: {verdict(rate >= 1.5e6)}")
+    ratio = whole_s / median([r[1] for r in results["perfetto"]])
+    print(f"perfetto: {ratio:.2f}x Chrome JSON's events/s  target >= 0.5x: {verdict(ratio >= 0.5)}")
     ratio = median([r[1] for r in results["chrome, Python walk"]]) / whole_s
     print(f"chrome: {ratio:.1f}x the Python walk's events/s  target >= 2x: {verdict(ratio >= 2)}")
     print(f"first byte {median([r[0] for r in chrome]) * 1000:.0f} ms  target <= 100 ms: "

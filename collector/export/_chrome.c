@@ -19,75 +19,11 @@ double as the Python walk's division); floats with the fewest of 15, 16 or 17 si
 the same double (orjson's shortest form may have fewer digits, never another value); non-finite floats as null, as
 orjson writes them. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_msgpack_read.h"
+
 #include <locale.h>
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#ifndef __SIZEOF_INT128__
-#error "needs 128-bit integers; the collector writes every event through its Python walk"
-#endif
-
-typedef __int128 i128;
-
-#define MAX_WALL_NS ((i128)INT64_MAX)
-/* Values nested deeper than this are left to the Python walk (msgpack-python has a depth limit of its own). */
-#define MAX_DEPTH 32
-
-/* Kind codes, one byte per kind id (export's table): what the Python side decided for each kind. */
-#define CODE_SKIP 0   /* never declared, or a shape no snapshot shows: counted, not shown */
-#define CODE_PYTHON 1 /* a shape the Python walk shows (message, marker, source, async) */
-/* 'X', 'i', 'C': a span, an instant, a counter */
-
-enum { OK = 0, DEFER = 1, BAD = -1 };
-
-typedef struct {
-    const uint8_t *p, *end;
-} Cursor;
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-    int failed; /* out of memory */
-} Out;
-
-static int
-reserve(Out *out, size_t more)
-{
-    if (out->failed) {
-        return -1;
-    }
-    if (out->len + more <= out->cap) {
-        return 0;
-    }
-    size_t cap = out->cap ? out->cap : 4096;
-    while (cap < out->len + more) {
-        cap *= 2;
-    }
-    char *data = realloc(out->data, cap);
-    if (data == NULL) {
-        out->failed = 1;
-        return -1;
-    }
-    out->data = data;
-    out->cap = cap;
-    return 0;
-}
-
-static inline void
-put(Out *out, const char *s, size_t n)
-{
-    if (n > 0 && reserve(out, n) == 0) { /* n == 0: out->data may still be NULL, which memcpy must not be given */
-        memcpy(out->data + out->len, s, n);
-        out->len += n;
-    }
-}
-
-#define PUT_LITERAL(out, s) put((out), (s), sizeof(s) - 1)
 
 static void
 put_u128(Out *out, unsigned __int128 v)
@@ -152,249 +88,6 @@ put_double(Out *out, double v)
     if (strpbrk(text, ".e") == NULL) {
         PUT_LITERAL(out, ".0");
     }
-}
-
-/* ---- msgpack reading ---- */
-
-static inline int
-need(const Cursor *c, size_t n)
-{
-    return (size_t)(c->end - c->p) >= n;
-}
-
-static inline uint64_t
-be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-/* An integer; BAD if the next value is anything else (a bool is not an integer). */
-static int
-read_int(Cursor *c, i128 *out)
-{
-    if (!need(c, 1)) {
-        return BAD;
-    }
-    uint8_t b = *c->p;
-    if (b <= 0x7f) {
-        *out = b;
-        c->p += 1;
-        return OK;
-    }
-    if (b >= 0xe0) {
-        *out = (int8_t)b;
-        c->p += 1;
-        return OK;
-    }
-    int size;
-    int is_signed;
-    switch (b) {
-    case 0xcc: size = 1; is_signed = 0; break;
-    case 0xcd: size = 2; is_signed = 0; break;
-    case 0xce: size = 4; is_signed = 0; break;
-    case 0xcf: size = 8; is_signed = 0; break;
-    case 0xd0: size = 1; is_signed = 1; break;
-    case 0xd1: size = 2; is_signed = 1; break;
-    case 0xd2: size = 4; is_signed = 1; break;
-    case 0xd3: size = 8; is_signed = 1; break;
-    default: return BAD;
-    }
-    if (!need(c, 1 + (size_t)size)) {
-        return BAD;
-    }
-    uint64_t v = be(c->p + 1, size);
-    if (is_signed) {
-        int shift = 64 - 8 * size;
-        *out = (int64_t)(v << shift) >> shift;
-    }
-    else {
-        *out = v;
-    }
-    c->p += 1 + size;
-    return OK;
-}
-
-/* The length of an array (0x90-0x9f, 0xdc, 0xdd) or a map (0x80-0x8f, 0xde, 0xdf); BAD if not that container. */
-static int
-read_container(Cursor *c, int map, uint32_t *n)
-{
-    if (!need(c, 1)) {
-        return BAD;
-    }
-    uint8_t b = *c->p;
-    uint8_t fix = map ? 0x80 : 0x90;
-    if ((b & 0xf0) == fix) {
-        *n = b & 0x0f;
-        c->p += 1;
-        return OK;
-    }
-    uint8_t b16 = map ? 0xde : 0xdc;
-    int size = b == b16 ? 2 : b == b16 + 1 ? 4 : 0;
-    if (!size || !need(c, 1 + (size_t)size)) {
-        return BAD;
-    }
-    *n = (uint32_t)be(c->p + 1, size);
-    c->p += 1 + size;
-    return OK;
-}
-
-/* The length of a str (0xa0-0xbf, 0xd9-0xdb), or -1 if the next value is not one (or is cut short). */
-static int64_t
-str_length(Cursor *c)
-{
-    if (!need(c, 1)) {
-        return -1;
-    }
-    uint8_t b = *c->p;
-    int size;
-    uint64_t n;
-    if ((b & 0xe0) == 0xa0) {
-        size = 0;
-        n = b & 0x1f;
-    }
-    else if (b >= 0xd9 && b <= 0xdb) {
-        size = 1 << (b - 0xd9);
-        if (!need(c, 1 + (size_t)size)) {
-            return -1;
-        }
-        n = be(c->p + 1, size);
-    }
-    else {
-        return -1;
-    }
-    if (!need(c, 1 + (size_t)size + n)) {
-        return -1;
-    }
-    c->p += 1 + size;
-    return (int64_t)n;
-}
-
-/* Whether s[0:n] is UTF-8 as Python's strict decoder takes it: no overlong forms, no surrogates, nothing past
-   U+10FFFF. */
-static int
-is_utf8(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t b = s[i];
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t min, cp;
-        if ((b & 0xe0) == 0xc0) { len = 2; min = 0x80; cp = b & 0x1f; }
-        else if ((b & 0xf0) == 0xe0) { len = 3; min = 0x800; cp = b & 0x0f; }
-        else if ((b & 0xf8) == 0xf0) { len = 4; min = 0x10000; cp = b & 0x07; }
-        else return 0;
-        if (i + len > n) {
-            return 0;
-        }
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            return 0;
-        }
-        i += len;
-    }
-    return 1;
-}
-
-static int skip(Cursor *c, int depth);
-
-static int
-skip_items(Cursor *c, int map, int depth)
-{
-    uint32_t items;
-    if (read_container(c, map, &items) != OK) {
-        return BAD;
-    }
-    for (uint32_t i = 0; i < items; i++) {
-        /* a map key msgpack-python cannot hash (an array, a map) makes it refuse the payload */
-        if (map && (!need(c, 1) || (*c->p & 0xe0) == 0x80 || (*c->p >= 0xdc && *c->p <= 0xdf))) {
-            return BAD;
-        }
-        if (map && skip(c, depth + 1) != OK) {
-            return BAD;
-        }
-        if (skip(c, depth + 1) != OK) {
-            return BAD;
-        }
-    }
-    return OK;
-}
-
-/* Skip one value, checked as msgpack-python would read it (strings UTF-8, hashable map keys, a timestamp extension
-   of a timestamp's size); BAD if it would refuse it, or if it nests deeper than MAX_DEPTH (the Python walk decides). */
-static int
-skip(Cursor *c, int depth)
-{
-    if (!need(c, 1) || depth > MAX_DEPTH) {
-        return BAD;
-    }
-    uint8_t b = *c->p;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-        c->p += 1;
-        return OK;
-    }
-    if ((b & 0xe0) == 0xa0 || (b >= 0xd9 && b <= 0xdb)) {
-        int64_t n = str_length(c);
-        if (n < 0 || !is_utf8(c->p, (size_t)n)) {
-            return BAD;
-        }
-        c->p += n;
-        return OK;
-    }
-    if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
-        return skip_items(c, 1, depth);
-    }
-    if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd) {
-        return skip_items(c, 0, depth);
-    }
-    size_t head;
-    uint64_t n = 0;
-    int ext = 0;
-    switch (b) {
-    case 0xcc: case 0xd0: head = 2; break;
-    case 0xcd: case 0xd1: head = 3; break;
-    case 0xca: case 0xce: case 0xd2: head = 5; break;
-    case 0xcb: case 0xcf: case 0xd3: head = 9; break;
-    case 0xd4: head = 2; n = 1; ext = 1; break; /* fixext: type, then 1 to 16 bytes */
-    case 0xd5: head = 2; n = 2; ext = 1; break;
-    case 0xd6: head = 2; n = 4; ext = 1; break;
-    case 0xd7: head = 2; n = 8; ext = 1; break;
-    case 0xd8: head = 2; n = 16; ext = 1; break;
-    case 0xc4: head = 2; if (!need(c, 2)) return BAD; n = c->p[1]; break;
-    case 0xc5: head = 3; if (!need(c, 3)) return BAD; n = be(c->p + 1, 2); break;
-    case 0xc6: head = 5; if (!need(c, 5)) return BAD; n = be(c->p + 1, 4); break;
-    case 0xc7: head = 3; if (!need(c, 3)) return BAD; n = c->p[1]; ext = 1; break;
-    case 0xc8: head = 4; if (!need(c, 4)) return BAD; n = be(c->p + 1, 2); ext = 1; break;
-    case 0xc9: head = 6; if (!need(c, 6)) return BAD; n = be(c->p + 1, 4); ext = 1; break;
-    default: return BAD; /* 0xc1, never used */
-    }
-    if (!need(c, head + n)) {
-        return BAD;
-    }
-    if (ext && (int8_t)c->p[head - 1] < -1) {
-        return BAD; /* msgpack-python's ExtType takes codes 0 to 127, and -1 is the timestamp: it refuses the rest */
-    }
-    if (ext && (int8_t)c->p[head - 1] == -1) { /* a timestamp: msgpack-python checks its size and nanoseconds */
-        const uint8_t *data = c->p + head;
-        if ((n != 4 && n != 8 && n != 12) || (n == 8 && (be(data, 8) >> 34) > 999999999) ||
-            (n == 12 && be(data, 4) > 999999999)) {
-            return BAD;
-        }
-    }
-    c->p += head + n;
-    return OK;
 }
 
 /* ---- JSON writing ---- */
@@ -520,8 +213,6 @@ put_value(Cursor *c, Out *out, int depth)
 
 /* ---- one frame ---- */
 
-enum { KIND, NAME, TS, DUR, ARGS, COLUMNS };
-
 typedef struct {
     /* inputs */
     const uint8_t *payload;
@@ -548,30 +239,9 @@ typedef struct {
 static int
 transcode(Frame *f)
 {
-    Cursor c = {f->payload, f->payload + f->payload_len};
-    uint32_t columns;
-    if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
-        return BAD;
-    }
     Cursor column[COLUMNS];
-    for (int i = 0; i < COLUMNS; i++) {
-        uint32_t n;
-        if (read_container(&c, 0, &n) != OK || n != (uint64_t)f->count) {
-            return BAD;
-        }
-        for (int which = 0; which < COLUMNS; which++) {
-            if (f->column_of[which] == i) {
-                column[which] = c;
-            }
-        }
-        for (uint32_t k = 0; k < n; k++) {
-            if (skip(&c, 0) != OK) {
-                return BAD;
-            }
-        }
-    }
-    if (c.p != c.end) {
-        return BAD; /* trailing bytes: msgpack-python refuses them */
+    if (read_columns(f->payload, f->payload_len, f->count, f->column_of, column) != OK) {
+        return BAD;
     }
     int first = 1;
     for (Py_ssize_t i = 0; i < f->count; i++) {
@@ -672,30 +342,6 @@ transcode_in_c_locale(Frame *f)
     uselocale(previous);
     freelocale(c_locale);
     return status;
-}
-
-static int
-as_i128(PyObject *value, const char *what, i128 *out, int *given)
-{
-    if (value == Py_None && given != NULL) {
-        *given = 0;
-        *out = 0;
-        return 0;
-    }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow) {
-        PyErr_Format(PyExc_OverflowError, "%s does not fit in 64 bits", what);
-        return -1;
-    }
-    *out = v;
-    if (given != NULL) {
-        *given = 1;
-    }
-    return 0;
 }
 
 PyDoc_STRVAR(events_json_doc,

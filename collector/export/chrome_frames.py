@@ -22,14 +22,15 @@ from ringtrace.client.wire.decoder import StreamTables
 from ringtrace.client.wire.frames import EVENT_COLUMNS, Events
 from ringtrace.collector.read.frame_walk import PHASES, SHOWN_SHAPES
 
-__all__ = ["ACCELERATED", "FastFrame", "FrameJson"]
+__all__ = ["ACCELERATED", "FastFrame", "FrameJson", "column_order", "kind_codes"]
 
 
 _chrome = load_optional("ringtrace.collector.export._chrome")
 #: Whether the C writer is there.
 ACCELERATED: Final = _chrome is not None
 
-#: Kind codes the C writer reads (``_chrome.c``): not shown (counted undecodable), the Python walk's, or a phase.
+#: Kind codes the C writers read (``_chrome.c``, ``_perfetto.c``): not shown (counted undecodable), the Python
+#: walk's, or a phase.
 _NOT_SHOWN: Final = 0
 _PYTHON: Final = 1
 _FAST_PHASES: Final = {shape: ord(PHASES[shape]) for shape in ("span", "instant", "counter")}
@@ -106,20 +107,13 @@ class FrameJson:
         self._unindexed = False
 
     def _sync_kinds(self, tables: StreamTables) -> None:
-        kinds = tables.kinds
-        self._kinds_seen = len(kinds)
-        columns = tables.columns
-        self._columns = (
-            tuple(columns.index(name) for name in EVENT_COLUMNS) if sorted(columns) == sorted(EVENT_COLUMNS) else None
-        )
-        if kinds and not 0 <= min(kinds) <= max(kinds) < _MAX_KIND_ID:
+        self._kinds_seen = len(tables.kinds)
+        self._columns = column_order(tables)
+        codes = kind_codes(tables)
+        if codes is None:
             self._unindexed = True
             return
-        codes = bytearray(max(kinds, default=-1) + 1)
-        for kind_id, kind in kinds.items():
-            shape = kind.shape
-            codes[kind_id] = _FAST_PHASES.get(shape, _PYTHON) if shape in SHOWN_SHAPES else _NOT_SHOWN
-        self._codes = bytes(codes)
+        self._codes = codes
 
     def _sync_strings(self, tables: StreamTables) -> None:
         """Escape the strings declared since the last frame (tables only grow: a reset gives the stream new ones)."""
@@ -136,3 +130,23 @@ class FrameJson:
             spans[string_id * 2] = start
             spans[string_id * 2 + 1] = len(names)
         self._strings_seen = len(strings)
+
+
+def column_order(tables: StreamTables) -> tuple[int, ...] | None:
+    """Where kind, name, ts, dur and args are among a segment's columns; None if it declares others."""
+    columns = tables.columns
+    if sorted(columns) != sorted(EVENT_COLUMNS):
+        return None
+    return tuple(columns.index(name) for name in EVENT_COLUMNS)
+
+
+def kind_codes(tables: StreamTables) -> bytes | None:
+    """The C writers' code of each kind id of a segment (a byte each); None if its ids are too large to index."""
+    kinds = tables.kinds
+    if kinds and not 0 <= min(kinds) <= max(kinds) < _MAX_KIND_ID:
+        return None
+    codes = bytearray(max(kinds, default=-1) + 1)
+    for kind_id, kind in kinds.items():
+        shape = kind.shape
+        codes[kind_id] = _FAST_PHASES.get(shape, _PYTHON) if shape in SHOWN_SHAPES else _NOT_SHOWN
+    return bytes(codes)

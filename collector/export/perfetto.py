@@ -2,6 +2,9 @@
 
 The same events as the Chrome export, from the same walk (``read/event_walk.py``), as a stream of chunks: one per
 stored frame, so memory holds one frame's events at a time (and one segment's interned names).
+Where the C writer is built (``perfetto_frames.py``, ``_perfetto.c``), a frame whose events are all spans,
+instants and counters with plain args is written straight from its msgpack, naming things through this writer's
+tables (``_Writer.fast_chunk``): the same bytes as this module writes, which defines them.
 
 Tracks (``TrackDescriptor``), each described before its first event: a process track per process (pid, name, host
 as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, and under
@@ -44,10 +47,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
+from ringtrace.client.wire.decoder import StreamTables
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export import protobuf as pb
+from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -160,18 +165,28 @@ _POINTS: Final = 2
 _ZERO_ENDS: Final = 3
 
 
-def perfetto_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
+def perfetto_chunks(
+    view: SnapshotView, selected: EventFilter = EVERYTHING, *, accelerated: bool = True
+) -> Iterator[bytes]:
     """Yield the pieces of one Perfetto trace (a serialized ``perfetto.protos.Trace``) holding the events
-    ``selected``."""
+    ``selected``.
+
+    ``accelerated``: the C writer (``perfetto_frames.py``) writes the frames it takes where it is built; False writes
+    every frame in Python (the same bytes, slower)."""
     walk = EventWalk(view, selected)
     writer = _Writer(walk)
+    fast = FramePackets(*walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
     yield writer.header()
-    for (process, track, tables, frame), segment in walk.walked():
-        events = walk.shown(process, track, tables, frame)
-        if events:
-            writer.enter_segment(segment)
-            writer.add(process, track, events)
-        yield writer.chunk()  # (b"" for a frame with nothing selected: the reader may hand over its step)
+    for walked, segment in walk.walked():
+        chunk = writer.fast_chunk(fast, walked, segment) if fast is not None else None
+        if chunk is None:
+            process, track, tables, frame = walked
+            events = walk.shown(process, track, tables, frame)
+            if events:
+                writer.enter_segment(segment)
+                writer.add(process, track, events)
+            chunk = writer.chunk()
+        yield chunk  # (b"" for a frame with nothing selected: the reader may hand over its step)
     writer.enter_segment(-1)  # what never ended, on a sequence of its own
     for process, track, event in walk.still_open():
         writer.add(process, track, [event])
@@ -297,6 +312,40 @@ class _Writer:
                 packet = _TIMESTAMP + stamp + _TRACK_EVENT + varint(size) + event + tail
                 append(_PACKET + varint(len(packet)) + packet)
             tail = self._tail
+        return b"".join(parts)
+
+    def fast_chunk(self, fast: FramePackets, walked: WalkedFrame, segment: int) -> bytes | None:
+        """The chunk of one frame as the C writer makes it, naming things through this writer's tables (as ``add``
+        and ``chunk`` would); None if the frame is the Python writer's."""
+        process, track, tables, frame = walked
+
+        def enter() -> tuple[bytes, bytes]:
+            self.enter_segment(segment)
+            return _TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track)), self._tail
+
+        def name(string_id: int) -> bytes:
+            return self._names.field(_string(tables, string_id), self._new_entries)
+
+        def annotation(key: str) -> bytes:
+            return self._annotation_names.field(key, self._new_entries)
+
+        def counter(string_id: int, key: str) -> bytes:
+            name = _string(tables, string_id)
+            uuid = self._tracks.counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+            return _TRACK_UUID + pb.varint(uuid)
+
+        made = fast.packets(tables, frame, process.clock_offset_ns, Naming(enter, name, annotation, counter))
+        if made is None:
+            return None
+        if made.skipped:
+            self._walk.count_undecodable(process, made.skipped)
+        self._shown_events += made.shown
+        parts = self._tracks.take_descriptors()
+        if made.first_event is not None:
+            event = made.first_event
+            packet = _TIMESTAMP + pb.varint(made.first_ts_ns) + _TRACK_EVENT + pb.varint(len(event)) + event
+            packet += self._first_tail()
+            parts += [_PACKET + pb.varint(len(packet)) + packet, made.rest]
         return b"".join(parts)
 
     def attributes(self) -> bytes:
@@ -526,6 +575,12 @@ def _trace_packet(fields: bytes) -> bytes:
     """A packet of the trace's own sequence (no incremental state), as an entry of ``Trace``."""
     packet = fields + _ON_TRACE_SEQUENCE
     return _PACKET + pb.varint(len(packet)) + packet
+
+
+def _string(tables: StreamTables, string_id: int) -> str:
+    """A name by its string id, as the event walk names it (``StreamTables.rows``)."""
+    text = tables.strings.get(string_id)
+    return text if text is not None else f"<unknown string {string_id}>"
 
 
 def _counter_value(value: Any) -> bytes | None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fuzz import fuzz_events_json, fuzz_scan_events
+from fuzz import fuzz_events_json, fuzz_frame_packets, fuzz_scan_events
 from ringtrace.client.accelerator import speedups
-from ringtrace.collector.export.chrome_frames import ACCELERATED
+from ringtrace.collector.export import chrome_frames, perfetto_frames
 
 #: Without the C modules (not built, or RINGTRACE_PURE_PYTHON=1) there is nothing to hold their twins to.
-needs_c = pytest.mark.skipif(speedups is None or not ACCELERATED, reason="the C accelerators are not loaded")
+needs_c = pytest.mark.skipif(
+    speedups is None or not chrome_frames.ACCELERATED or not perfetto_frames.ACCELERATED,
+    reason="the C accelerators are not loaded",
+)
 
 CORPUS = Path(__file__).parent.parent / "fuzz" / "corpus"
 
@@ -33,3 +36,9 @@ def test_the_c_writer_and_the_python_walk_write_each_input_alike(path: Path) -> 
 @pytest.mark.parametrize("path", inputs("scan_events"), ids=lambda path: path.name)
 def test_scan_events_and_its_twin_index_each_input_alike(path: Path) -> None:
     fuzz_scan_events.check(path.read_bytes())
+
+
+@needs_c
+@pytest.mark.parametrize("path", inputs("frame_packets"), ids=lambda path: path.name)
+def test_the_c_writer_and_the_python_writer_write_each_input_alike_in_perfetto(path: Path) -> None:
+    fuzz_frame_packets.check(path.read_bytes())

@@ -32,6 +32,7 @@ BENCHMARKS = {
     "clock": ("bench_clock.py", 300),
     "tables": ("bench_tables.py", 300),
     "table_memory": ("bench_table_memory.py", 300),
+    "otlp": ("bench_otlp.py", 600),
 }
 
 

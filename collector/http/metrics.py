@@ -40,6 +40,8 @@ class MetricsState(Protocol):
 
     def metric_totals(self) -> tuple[Counts, dict[str, int]]: ...
 
+    def otlp_items(self) -> dict[tuple[str, str], int]: ...
+
 
 class CollectorMetrics:
     """The registry ``/metrics`` serves, and the snapshot histogram the handlers observe."""
@@ -115,6 +117,16 @@ class _Scrape(_MetricsSource):
             "collector stored them, maybe stored (not in ringtrace_lost_events)",
             value=client["client_unacknowledged_events"],
         )
+        otlp = state.otlp_items()
+        if otlp:
+            items = CounterMetricFamily(
+                "ringtrace_otlp_items",
+                "Spans, log records and data points the OTLP receiver took (accepted: stored) or refused, by signal",
+                labels=["signal", "outcome"],
+            )
+            for (path, outcome), count in otlp.items():
+                items.add_metric([path.rsplit("/", 1)[-1], outcome], count)
+            yield items
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)

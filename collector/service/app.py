@@ -15,7 +15,7 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
@@ -46,6 +46,10 @@ from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
 from ringtrace.collector.store.segments import DataDir, SegmentBuffers
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver
 
 __all__ = ["FORGOTTEN_PROCESS_BYTES", "Collector", "CollectorConfig"]
 
@@ -103,6 +107,7 @@ class Collector:
         self.metrics = CollectorMetrics(self)
         self.loop_lag = LoopLag(self.metrics.loop_lag_seconds.observe)
         self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
+        self.otlp: OtlpReceiver | None = None
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()
         self._compose(config)
@@ -163,13 +168,27 @@ class Collector:
         await self.servers.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
         app = make_app(self, self.auth.middleware() if self.auth.required else None)
         await self.servers.open_http(app, self.http_guard)
+        if config.otlp_http is not None:
+            from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
+
+            self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
+            await self.servers.open_otlp(self._otlp_app(self.otlp), self.http_guard)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
         extra = (self.loop_lag.run, *([self.data_dir_sync.every_interval] if interval_syncs else []))
         self.housekeeping.start(*extra)
 
+    def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
+        from aiohttp import web
+
+        auth = [self.auth.middleware()] if self.auth.required else []
+        app = web.Application(client_max_size=receiver.max_body_bytes, middlewares=[self.http_guard.middleware, *auth])
+        app.add_routes(receiver.routes())
+        return app
+
     async def stop(self) -> None:
         await self.housekeeping.stop()
+        self.servers.stop_otlp()
         if self.servers.stop_ingest():
             # Clients are asked to flush first: what they sent is then acknowledged, and none of it is in doubt.
             await self.snapshots.flush_clients(STOP_FLUSH_TIMEOUT_S)
@@ -274,8 +293,26 @@ class Collector:
         return self.status.health()
 
     def stats(self) -> dict[str, Any]:
-        """Collector totals: traffic, store, every loss counter (forgotten processes included)."""
-        return self.status.stats()
+        """Collector totals: traffic, store, every loss counter (forgotten processes included), and what the OTLP
+        receiver took and refused, by signal (``otlp_items``)."""
+        stats = self.status.stats()
+        if self.otlp is not None:
+            stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
+                                   for path in self.otlp.accepted}  # fmt: skip
+            stats["otlp_requests_refused"] = {
+                str(status): n for status, n in sorted(self.otlp.refused_requests.items())
+            }
+        return stats
+
+    def otlp_items(self) -> dict[tuple[str, str], int]:
+        """Items (spans, log records, data points) the OTLP receiver took and refused, by signal path and outcome."""
+        if self.otlp is None:
+            return {}
+        accepted, refused = self.otlp.accepted, self.otlp.refused
+        return {
+            **{(path, "accepted"): n for path, n in accepted.items()},
+            **{(path, "refused"): n for path, n in refused.items()},
+        }
 
     def metric_gauges(self) -> dict[str, float]:
         return self.status.metric_gauges()

@@ -39,6 +39,8 @@ class CollectorConfig:
     tcp_port: int = declared("tcp_port")
     http_host: str = declared("http_host")
     http_port: int = declared("http_port")
+    otlp_http: tuple[str, int] | None = declared("otlp_http")
+    otlp_max_body_bytes: int = declared("otlp_max_body_bytes")
     capacity_bytes: int = declared("capacity_bytes")
     process_capacity_bytes: int | None = declared("process_capacity_bytes")
     policy: Policy = declared("policy")  # noqa: RUF009 - a dataclasses.field (a Literal type is not known immutable)
@@ -93,6 +95,8 @@ class CollectorConfig:
     def exposed_listeners(self) -> list[str]:
         """The listeners bound beyond loopback, as ``FLAG HOST``."""
         listen_hosts = {option_of("tcp_host").flag: self.tcp_host, option_of("http_host").flag: self.http_host}
+        if self.otlp_http is not None:
+            listen_hosts[option_of("otlp_http").flag] = self.otlp_http[0]
         return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
 
     @property

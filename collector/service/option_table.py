@@ -168,6 +168,26 @@ OPTIONS: Final[tuple[Option, ...]] = (
         fields=("http_host", "http_port"),
     ),
     Option(
+        "otlp_http",
+        "OTLP/HTTP listener (/v1/traces, /v1/logs and /v1/metrics from OpenTelemetry SDKs and collectors; 4318 is "
+        "the usual port), with the token and TLS of the others",
+        None,
+        flag="--otlp-http",
+        parse=parse_listen_address,
+        metavar="HOST:PORT",
+        none_means="off",
+    ),
+    Option(
+        "otlp_max_body_bytes",
+        "largest OTLP request body, compressed or inflated (a larger one gets a 413)",
+        8 * 1024 * 1024,
+        flag="--otlp-max-body",
+        parse=parse_size,
+        metavar="SIZE",
+        range=(64 * 1024, 2**30),
+        unit="bytes",
+    ),
+    Option(
         "capacity_bytes",
         "memory for stored events, e.g. 64MB, 1GiB, 1048576",
         256 * 1024 * 1024,

@@ -1,5 +1,5 @@
-"""The collector's two listeners: ingest over TCP and the HTTP API (aiohttp behind ``HttpGuard``), both with TLS when
-a certificate and key are configured."""
+"""The collector's listeners: ingest over TCP, the HTTP API (aiohttp behind ``HttpGuard``) and, if asked for, the
+OTLP/HTTP receiver, all with TLS when a certificate and key are configured."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ class Servers:
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
         self._http_server: asyncio.Server | None = None
+        self.otlp_address: tuple[str, int] | None = None
+        self._otlp_runner: web.AppRunner | None = None
+        self._otlp_server: asyncio.Server | None = None
 
     async def open_ingest(self, connection: Callable[[], asyncio.BufferedProtocol], timeout_s: float) -> None:
         """Listen for clients, each served by a new ``connection()``; a TLS handshake must end within ``timeout_s``."""
@@ -65,6 +68,30 @@ class Servers:
         self.http_address = self._http_server.sockets[0].getsockname()[:2]
         scheme = "https" if self.tls else "http"
         log.info("http listening on %s://%s", scheme, host_port(self.http_address))
+
+    async def open_otlp(self, app: web.Application, guard: HttpGuard) -> None:
+        """Serve the OTLP/HTTP receiver's ``app`` on ``--otlp-http``, its connections watched by ``guard`` as the
+        API's are (they count against the same ``max_http_connections``)."""
+        assert self.config.otlp_http is not None
+        host, port = self.config.otlp_http
+        # Bodies arrive as sent: the receiver inflates gzip itself, within its limit (a bomb is refused as it grows).
+        self._otlp_runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+        await self._otlp_runner.setup()
+        self._otlp_server = await asyncio.get_running_loop().create_server(
+            guard.factory(self._otlp_runner.server),
+            host,
+            port,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.config.http_timeout_s if self.tls else None,
+        )
+        self.otlp_address = self._otlp_server.sockets[0].getsockname()[:2]
+        scheme = "https" if self.tls else "http"
+        log.info("otlp listening on %s://%s (/v1/traces, /v1/logs, /v1/metrics)", scheme, host_port(self.otlp_address))
+
+    def stop_otlp(self) -> None:
+        """Accept no more OTLP requests (before ingest's connections, its loopback ones among them, are closed)."""
+        if self._otlp_server is not None:
+            self._otlp_server.close()
 
     def log_exposure(self, token_required: bool) -> None:
         """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
@@ -102,6 +129,8 @@ class Servers:
             self._http_server.close()
         if self._http_runner is not None:
             await self._http_runner.cleanup()  # ends the connections (live tails first)
+        if self._otlp_runner is not None:
+            await self._otlp_runner.cleanup()
 
 
 def host_port(address: tuple[str, int]) -> str:

@@ -1,0 +1,63 @@
+"""OTLP log records as messages: each one a message of its scope (the category) at the priority its severity maps to,
+on its thread's track if its attributes name one, else on its process's ``logs`` track. Its text is ``$body``; its
+values are the body, the severity text, the trace and span ids, and the attributes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from ringtrace.client.messages import PRIORITIES
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of, value_of
+
+__all__ = ["LOG_FIELDS", "LOG_TEXT", "logs_by_process", "priority_of"]
+
+#: The fields of every log message kind, and its text.
+LOG_FIELDS: Final = tuple((name, "any") for name in ("body", "severity", "trace_id", "span_id", "attributes"))
+LOG_TEXT: Final = "$body"
+#: OTLP's severity numbers, 1 to 24 in six ranges of four (TRACE, DEBUG, INFO, WARN, ERROR, FATAL), as priorities:
+#: each range's first number its priority, and TRACE2-4 the finer trace+ to trace+++.
+_BY_SEVERITY: Final = (
+    *("trace", "trace+", "trace++", "trace+++"),
+    *("debug",) * 4,
+    *("info",) * 4,
+    *("warning",) * 4,
+    *("error",) * 4,
+    *("fatal",) * 4,
+)
+_BY_TEXT: Final = {"warn": "warning", "err": "error", "critical": "fatal", **{p: p for p in PRIORITIES}}
+
+
+def priority_of(record: LogRecord) -> str:
+    """The priority of ``record``: by its severity number, else its severity text, else ``info``."""
+    number = record.severity_number
+    if 1 <= number <= len(_BY_SEVERITY):
+        return _BY_SEVERITY[number - 1]
+    return _BY_TEXT.get(record.severity_text.strip().lower(), "info")
+
+
+def logs_by_process(request: ExportLogsServiceRequest) -> list[ProcessEvents]:
+    """The request's log records, per process (as messages: ``ProcessEvents.messages``)."""
+    processes: dict[str, ProcessEvents] = {}
+    for resource_logs in request.resource_logs:
+        process = process_of(resource_logs.resource, processes)
+        for scope_logs in resource_logs.scope_logs:
+            category = scope_logs.scope.name or "log"
+            for record in scope_logs.log_records:
+                process.items += 1
+                ts = record.time_unix_nano or record.observed_time_unix_nano
+                if not ts:
+                    process.reject("log record: neither time_unix_nano nor observed_time_unix_nano is set")
+                    continue
+                attributes = attributes_of(record.attributes)
+                lane = thread_of(attributes) or "logs"
+                values = (
+                    value_of(record.body),
+                    record.severity_text,
+                    record.trace_id.hex(),
+                    record.span_id.hex(),
+                    attributes,
+                )
+                process.messages.append((lane, category, priority_of(record), ts, values))
+    return list(processes.values())

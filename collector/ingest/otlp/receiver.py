@@ -1,0 +1,348 @@
+"""The OTLP/HTTP receiver: ``POST /v1/traces``, ``/v1/logs`` and ``/v1/metrics`` as the OpenTelemetry protocol
+specification says (protobuf or JSON, gzip or not), each resource's data stored through a loopback native connection
+of its own (``loopback.py``): spans (``spans.py``), log records as messages (``logs.py``), gauges and sums as
+counters (``data_points.py``).
+
+Answers, as the specification says: 200 with the signal's ``Export*ServiceResponse`` (its ``partial_success`` counts
+the items refused, with the first reason); 400 with a ``google.rpc.Status`` for a body that is not a request; 413 past
+the body limit (compressed or not: a gzip bomb is refused as it inflates); 415 for another content type or encoding;
+503 with ``Retry-After`` when the store refused everything (``--policy discard``) or too many requests are in flight,
+so exporters retry rather than lose them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import functools
+import logging
+import re
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
+
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_service
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_service
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.messages import PRIORITIES
+from ringtrace.client.wire.frames import KindSpec, encode
+from ringtrace.client.wire.model import THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.collector.ingest.connection import IngestSink
+from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
+from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
+from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
+from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
+from ringtrace.collector.ingest.otlp.spans import spans_by_process
+
+__all__ = ["SIGNALS", "OtlpReceiver", "Signal", "decode_request"]
+
+log = logging.getLogger("ringtrace.collector.otlp")
+
+_PROTOBUF: Final = "application/x-protobuf"
+_JSON: Final = "application/json"
+#: Threads a process's data is drawn on at most; data of more threads goes to its ``spans`` or ``logs`` track.
+MAX_THREAD_TRACKS: Final = 1_000
+#: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
+MAX_LOG_CATEGORIES: Final = 100
+#: Requests handled at once; past it, 503 with Retry-After.
+MAX_REQUESTS_IN_FLIGHT: Final = 64
+_RETRY_AFTER_S: Final = "1"
+#: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
+_ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
+_HEX: Final = re.compile(r"[0-9a-fA-F]*")
+
+
+class BadRequest(Exception):
+    """The body is not an export request: ``status`` says which HTTP status, the message why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """One OTLP signal: its path, its request and response messages, and how its data becomes events."""
+
+    path: str
+    #: What its items are called (in answers and logs): spans, log records, data points.
+    items: str
+    request: type[Message]
+    response: type[Message]
+    partial: type[Message]
+    #: The ``partial_success`` field that counts the items refused.
+    rejected_field: str
+    by_process: Callable[[Any], list[ProcessEvents]]
+
+
+SIGNALS: Final = (
+    Signal("/v1/traces", "spans", trace_service.ExportTraceServiceRequest, trace_service.ExportTraceServiceResponse,
+           trace_service.ExportTracePartialSuccess, "rejected_spans", spans_by_process),
+    Signal("/v1/logs", "log records", logs_service.ExportLogsServiceRequest, logs_service.ExportLogsServiceResponse,
+           logs_service.ExportLogsPartialSuccess, "rejected_log_records", logs_by_process),
+    Signal("/v1/metrics", "data points", metrics_service.ExportMetricsServiceRequest,
+           metrics_service.ExportMetricsServiceResponse, metrics_service.ExportMetricsPartialSuccess,
+           "rejected_data_points", metrics_by_process),
+)  # fmt: skip
+
+
+class _ProcessStream:
+    """A resource's native stream: its loopback connection, encoder, tracks and log kinds, kept across requests."""
+
+    def __init__(self, connection: LoopbackConnection) -> None:
+        self.connection = connection
+        self.registry = KindRegistry()
+        self.encoder = StreamEncoder(registry=self.registry)
+        self.tracks: dict[Lane, TrackInfo] = {}
+        self.log_kinds: dict[tuple[str, str], KindSpec] = {}
+        self.lock = asyncio.Lock()
+
+    def track(self, lane: Lane) -> TrackInfo:
+        track = self.tracks.get(lane)
+        if track is None:
+            if isinstance(lane, tuple) and len(self.tracks) > MAX_THREAD_TRACKS:
+                return self.track("threads")
+            thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
+            track = self.tracks[lane] = TrackInfo(len(self.tracks) + 1, THREAD_TRACK, name, thread_id)
+        return track
+
+    def log_kind(self, category: str, priority: str) -> KindSpec:
+        if len(self.log_kinds) >= MAX_LOG_CATEGORIES * len(PRIORITIES):
+            category = "log"
+        kind = self.log_kinds.get((category, priority))
+        if kind is None:
+            kind = self.log_kinds[(category, priority)] = self.registry.register(
+                category, "message", LOG_FIELDS, normalise_values, LOG_TEXT, priority
+            )
+        return kind
+
+    def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
+        """The process's records per lane, its log records among them as messages."""
+        records = process.records
+        for lane, category, priority, ts, values in process.messages:
+            kind = self.log_kind(category, priority)
+            records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))
+        return records
+
+
+class OtlpReceiver:
+    """The routes of the OTLP/HTTP port, and the loopback streams of the resources they have seen."""
+
+    def __init__(self, sink: IngestSink, token: str | None, max_body_bytes: int) -> None:
+        self._sink = sink
+        self._token = token
+        self.max_body_bytes = max_body_bytes
+        self._streams: dict[str, _ProcessStream] = {}
+        self._opening = asyncio.Lock()
+        self._in_flight = 0
+        #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
+        self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
+        self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
+        #: Requests answered with an error status, by status (400, 413, 415, 503): their items are not counted above.
+        self.refused_requests: dict[int, int] = {}
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post(signal.path, functools.partial(self.export, signal)) for signal in SIGNALS]
+
+    async def export(self, signal: Signal, request: web.Request) -> web.Response:
+        as_json = _content_type(request) == _JSON
+        if self._in_flight >= MAX_REQUESTS_IN_FLIGHT:
+            return self._refuse(503, f"more than {MAX_REQUESTS_IN_FLIGHT} requests in flight", as_json, retry=True)
+        self._in_flight += 1
+        try:
+            export = decode_request(signal, await _body(request, self.max_body_bytes), as_json)
+            return await self._store(signal, signal.by_process(export), as_json)
+        except BadRequest as exc:
+            return self._refuse(exc.status, str(exc), as_json)
+        finally:
+            self._in_flight -= 1
+
+    def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
+        self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
+        return _status(status, message, as_json, retry)
+
+    async def _store(self, signal: Signal, processes: list[ProcessEvents], as_json: bool) -> web.Response:
+        rejected, refused, total, why = 0, 0, 0, ""
+        for process in processes:
+            total += process.items
+            rejected += process.rejected
+            why = why or process.why
+            try:
+                refused += await self._send(process)
+            except LoopbackClosed as exc:  # a limit of the stream: what it had not stored is refused
+                self._streams.pop(process.key, None)
+                log.warning("OTLP %s of %r not stored: %s", signal.items, process.hello.process_name, exc.reason)
+                refused += process.items - process.rejected
+                why = why or exc.reason
+        stored = total - rejected - refused
+        self.accepted[signal.path] += stored
+        self.refused[signal.path] += rejected + refused
+        if refused and not stored:  # the store is full (discard): the exporter may retry later
+            why = f"the collector's store refused the {signal.items} (full, or the process at its cap)"
+            return self._refuse(503, why, as_json, retry=True)
+        response = signal.response()
+        if rejected or refused:
+            message = why or f"the collector's store refused some {signal.items} (full, or the process at its cap)"
+            partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
+            response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
+        return _message(response, as_json)
+
+    async def _send(self, process: ProcessEvents) -> int:
+        """Store one process's events; returns how many of its items the store refused."""
+        stream = await self._stream(process)
+        async with stream.lock:
+            frames: list[bytes] = []
+            encoder = stream.encoder
+            for lane, records in stream.records(process).items():
+                for batch, _ in encoder.encode_pieces(stream.track(lane), records):
+                    frames += batch.control
+                    frames += (frame for frame, _ in batch.events)
+            encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
+            frames.append(encode(encoder.stats(0, 0, 0)))
+            delivered = await stream.connection.send(frames)
+        # (A refused event of a span may be its begin, its end or one of its events: at most every item is.)
+        return min(delivered.refused, process.items - process.rejected)
+
+    async def _stream(self, process: ProcessEvents) -> _ProcessStream:
+        stream = self._streams.get(process.key)
+        if stream is not None and not stream.connection.closed:
+            return stream
+        async with self._opening:  # (one connection per process, however many requests come at once)
+            stream = self._streams.get(process.key)
+            if stream is None or stream.connection.closed:
+                stream = self._streams[process.key] = await self._open(process)
+            return stream
+
+    async def _open(self, process: ProcessEvents) -> _ProcessStream:
+        hello = process.hello
+        if self._token is not None:
+            hello = dataclasses.replace(hello, token=self._token)
+        connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}")
+        welcome = await connection.open(hello)
+        stream = _ProcessStream(connection)
+        encoder = stream.encoder
+        encoder.max_frame_bytes = welcome.max_frame_bytes
+        encoder.max_kinds = welcome.max_kinds
+        encoder.max_schema_bytes = welcome.max_schema_bytes
+        encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
+        encoder.strings.recycles = welcome.string_resets
+        await connection.send(encoder.prefix())
+        return stream
+
+
+def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
+    """The ``signal``'s export request in ``body`` (protobuf, or OTLP/JSON with hex ids).
+
+    Raises:
+        BadRequest: it is not one.
+    """
+    export = signal.request()
+    try:
+        if as_json:
+            json_format.ParseDict(_ids_as_base64(_json(body)), export, ignore_unknown_fields=True)
+        else:
+            export.ParseFromString(body)
+    except (DecodeError, json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise BadRequest(400, f"not an {signal.request.__name__}: {str(exc)[:200]}") from None
+    return export
+
+
+def _json(body: bytes) -> Any:
+    import orjson  # (the collector's JSON library)
+
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(400, f"not JSON: {exc}") from None
+
+
+def _ids_as_base64(value: Any) -> Any:
+    """OTLP/JSON's hex trace and span ids as the base64 protobuf's JSON mapping reads."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key in _ID_FIELDS and isinstance(item, str):
+                if len(item) % 2 or not _HEX.fullmatch(item):
+                    raise BadRequest(400, f"field {key!r} must be hex, got {item[:40]!r}")
+                item = base64.b64encode(bytes.fromhex(item)).decode()
+            else:
+                item = _ids_as_base64(item)
+            out[key] = item
+        return out
+    if isinstance(value, list):
+        return [_ids_as_base64(item) for item in value]
+    return value
+
+
+async def _body(request: web.Request, limit: int) -> bytes:
+    """The request's body, inflated if gzip, within ``limit`` bytes both ways.
+
+    Raises:
+        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream.
+    """
+    if _content_type(request) not in (_PROTOBUF, _JSON):
+        raise BadRequest(415, f"Content-Type must be {_PROTOBUF} or {_JSON}, got {request.content_type!r}")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("gzip", "identity", ""):
+        raise BadRequest(415, f"Content-Encoding must be gzip or identity, got {encoding[:40]!r}")
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest(413, f"body of {request.content_length} bytes is past the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise BadRequest(413, f"body past the limit of {limit} bytes")
+    if encoding != "gzip":
+        return bytes(body)
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = inflate.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(400, f"body is not gzip: {exc}") from None
+    if len(data) > limit or inflate.unconsumed_tail:
+        raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
+    if not inflate.eof:
+        raise BadRequest(400, "gzip body cut short")
+    return data
+
+
+def _content_type(request: web.Request) -> str:
+    return request.content_type.strip().lower()
+
+
+def _status(status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
+    """An error answer: a ``google.rpc.Status`` with ``message`` (and ``Retry-After`` if the exporter may retry)."""
+    code = _GRPC_CODES.get(status, 2)
+    if as_json:
+        response = web.json_response({"code": code, "message": message}, status=status)
+    else:  # Status { int32 code = 1; string message = 2; }: two fields, written by hand
+        text = message.encode()
+        body = b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+        response = web.Response(body=body, status=status, content_type=_PROTOBUF)
+    if retry:
+        response.headers["Retry-After"] = _RETRY_AFTER_S
+    return response
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE...
+_GRPC_CODES: Final = {400: 3, 413: 8, 415: 3, 503: 14}
+
+
+def _message(message: Message, as_json: bool) -> web.Response:
+    if as_json:
+        return web.json_response(json_format.MessageToDict(message))
+    return web.Response(body=message.SerializeToString(), content_type=_PROTOBUF)

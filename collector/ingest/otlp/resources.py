@@ -1,0 +1,120 @@
+"""What every OTLP signal shares: a resource is a process, and a request's data becomes records per lane of it.
+
+A resource's process is named after its ``service.name`` (with ``host.name``, ``process.pid``); the same resource
+sent again is the same process (its ``service.instance.id``, or a digest of its attributes). Its timestamps are
+wall-clock ns, so its stream pairs its clock with the wall clock one to one (HELLO ``recorded``: as sent, not checked
+against the collector's clock).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from ringtrace.client._version import __version__
+from ringtrace.client.wire.frames import Hello
+from ringtrace.client.wire.model import MAX_STRING_CHARS, display_text
+
+__all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
+
+#: Nesting of array and map attribute values kept (deeper ones become their text).
+_MAX_VALUE_DEPTH: Final = 8
+
+#: Where a record goes in its process: a thread (its id and name), or a track of its own name (``spans``, ``logs``).
+Lane = tuple[int, str] | str
+#: A log record as a message: its lane, category (scope), priority, time, and values (``logs.py``).
+LogRecordValues = tuple[Lane, str, str, int, tuple[Any, ...]]
+
+
+@dataclass
+class ProcessEvents:
+    """One resource's data of a request: records per lane (``kind, label, start_ns, end_ns, args`` flat) and log
+    messages, how many items (spans, log records, data points) it came with, and those refused."""
+
+    key: str
+    hello: Hello
+    records: dict[Lane, list[Any]] = field(default_factory=dict)
+    messages: list[LogRecordValues] = field(default_factory=list)
+    items: int = 0
+    rejected: int = 0
+    #: Why the first refused item was (for ``partial_success``).
+    why: str = ""
+
+    def add(self, lane: Lane, *record: Any) -> None:
+        self.records.setdefault(lane, []).extend(record)
+
+    def reject(self, why: str) -> None:
+        self.rejected += 1
+        self.why = self.why or why
+
+
+def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> ProcessEvents:
+    """The ``ProcessEvents`` of ``resource`` among ``processes`` (made and added if new)."""
+    attributes = attributes_of(resource.attributes)
+    name = text_of(attributes.get("service.name", "unknown_service"))
+    host = text_of(attributes.get("host.name", ""))
+    pid = attributes.get("process.pid", 0)
+    pid = pid if type(pid) is int and 0 <= pid < 2**32 else 0
+    instance = attributes.get("service.instance.id")
+    if not isinstance(instance, str) or not instance:  # the same resource is the same process
+        described = repr(sorted((key, repr(value)) for key, value in attributes.items())).encode()
+        instance = hashlib.blake2b(described, digest_size=16).hexdigest()
+    key = f"{name}\0{host}\0{pid}\0{instance}"
+    process = processes.get(key)
+    if process is None:
+        sdk = " ".join(text_of(attributes.get(k, "")) for k in ("telemetry.sdk.language", "telemetry.sdk.version"))
+        now = time.time_ns()
+        hello = Hello(
+            pid=pid,
+            host=host,
+            process_name=name,
+            instance_id=text_of(instance),
+            boot_id="",  # a clock domain of its own: wall-clock ns
+            monotonic_ns=now,
+            wall_ns=now,
+            client_version=text_of(f"otlp {sdk.strip()} (ringtrace {__version__})"),
+            recorded=True,
+        )
+        process = processes[key] = ProcessEvents(key, hello)
+    return process
+
+
+def attributes_of(attributes: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in attributes}
+
+
+def thread_of(attributes: dict[str, Any]) -> tuple[int, str] | None:
+    """The thread ``attributes`` name (``thread.id``, ``thread.name``, as OpenTelemetry's conventions call them)."""
+    thread_id = attributes.get("thread.id")
+    if type(thread_id) is not int or not 0 <= thread_id < 2**63:
+        return None
+    return thread_id, text_of(attributes.get("thread.name", f"thread {thread_id}"))
+
+
+def text_of(value: object) -> str:
+    """A HELLO or track text: printable, within the wire format's length."""
+    return display_text(str(value))[:MAX_STRING_CHARS]
+
+
+def _value(value: AnyValue, depth: int = 0) -> Any:
+    """An attribute's value as a plain Python value."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which in ("array_value", "kvlist_value") and depth == _MAX_VALUE_DEPTH:  # deeper: its text, in short
+        return text_of(repr(_value(value, depth + 1)))  # (protobuf's parser bounds nesting at 100)
+    if which == "array_value":
+        return [_value(item, depth + 1) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _value(kv.value, depth + 1) for kv in value.kvlist_value.values}
+    return getattr(value, which)
+
+
+def value_of(value: AnyValue) -> Any:
+    """A log body's value as a plain Python value."""
+    return _value(value)

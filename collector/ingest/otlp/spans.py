@@ -1,0 +1,69 @@
+"""OTLP spans as native events.
+
+A span whose attributes name its thread (``thread.id``) is a slice on that thread's track, where spans nest as the
+code that made them does. Any other span is an async slice (``async_begin``/``async_end`` paired by its span id) on
+its process's ``spans`` track: overlapping spans of concurrent requests then never make a nesting no viewer can draw.
+Span ids, trace id, kind, status, scope, links and attributes are the slice's args; a span's events are instants on
+its track.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from ringtrace.client.wire.model import ASYNC_BEGIN, ASYNC_END, INSTANT, SPAN
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of
+
+__all__ = ["spans_by_process"]
+
+_KINDS: Final = {value: name.removeprefix("SPAN_KIND_").lower() for name, value in Span.SpanKind.items()}
+_STATUS: Final = {value: name.removeprefix("STATUS_CODE_").lower() for name, value in Status.StatusCode.items()}
+
+
+def spans_by_process(request: ExportTraceServiceRequest) -> list[ProcessEvents]:
+    """The request's spans, per process (resources of one process merged)."""
+    processes: dict[str, ProcessEvents] = {}
+    for resource_spans in request.resource_spans:
+        process = process_of(resource_spans.resource, processes)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                process.items += 1
+                _add_span(process, span, scope)
+    return list(processes.values())
+
+
+def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if not start or end < start:
+        process.reject(f"span {span.name!r:.60}: end_time_unix_nano {end} before start_time_unix_nano {start}")
+        return
+    if len(span.span_id) != 8 or len(span.trace_id) != 16:
+        process.reject(f"span {span.name!r:.60}: trace_id must be 16 bytes and span_id 8")
+        return
+    attributes = attributes_of(span.attributes)
+    lane = thread_of(attributes) or "spans"
+    span_id = span.span_id.hex()
+    args: dict[str, Any] = {"trace_id": span.trace_id.hex(), "span_id": span_id, "kind": _KINDS.get(span.kind, "")}
+    if span.parent_span_id:
+        args["parent_span_id"] = span.parent_span_id.hex()
+    if span.status.code:
+        args["status"] = _STATUS.get(span.status.code, str(span.status.code))
+        if span.status.message:
+            args["status_message"] = span.status.message
+    if scope:
+        args["scope"] = scope
+    if span.links:
+        args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
+    args.update(attributes)
+    if lane == "spans":
+        process.add(lane, ASYNC_BEGIN, span.name, start, start, {**args, "id": span_id})
+        process.add(lane, ASYNC_END, span.name, end, end, {"id": span_id})
+    else:
+        process.add(lane, SPAN, span.name, start, end, args)
+    for event in span.events:
+        event_args = attributes_of(event.attributes)
+        event_args["span_id"] = span_id
+        process.add(lane, INSTANT, event.name, event.time_unix_nano, event.time_unix_nano, event_args)

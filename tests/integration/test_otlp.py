@@ -1,0 +1,311 @@
+"""OTLP/HTTP ingest (``--otlp-http``): the real OpenTelemetry SDK and its OTLP/HTTP exporter send spans to a real
+collector, and bodies built by hand (protobuf, OTLP/JSON, gzip) reach the same receiver over real sockets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, events
+from google.protobuf import json_format
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+pytestmark = pytest.mark.integration
+
+_OTLP_LISTEN = re.compile(r"otlp listening on https?://([\d.]+):(\d+)")
+TRACE_ID = bytes(range(1, 17))
+
+
+class OtlpCollector(CollectorProcess):
+    """The collector with its OTLP/HTTP receiver on a port of its own."""
+
+    def __init__(self, *extra_args: str, **options: Any) -> None:
+        super().__init__("--otlp-http", "127.0.0.1:0", *extra_args, **options)
+        line = self.wait_for_log(lambda line: "otlp listening" in line)
+        match = _OTLP_LISTEN.search(line)
+        assert match is not None
+        self.otlp_base = f"http://{match.group(1)}:{match.group(2)}"
+        self.otlp_url = f"{self.otlp_base}/v1/traces"
+
+    def export(
+        self, body: bytes, content_type: str = "application/x-protobuf", path: str = "/v1/traces", **headers: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(
+            self.otlp_base + path, data=body, method="POST", headers={"Content-Type": content_type, **headers}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture
+def collector() -> Iterator[OtlpCollector]:
+    running = OtlpCollector()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def attribute(key: str, value: object) -> KeyValue:
+    if isinstance(value, str):
+        return KeyValue(key=key, value=AnyValue(string_value=value))
+    assert isinstance(value, int)
+    return KeyValue(key=key, value=AnyValue(int_value=value))
+
+
+def request_of(*spans: Span, service: str = "checkout", **resource: object) -> ExportTraceServiceRequest:
+    attributes = [attribute("service.name", service), *(attribute(k.replace("_", "."), v) for k, v in resource.items())]
+    export = ExportTraceServiceRequest()
+    export.resource_spans.append(
+        ResourceSpans(scope_spans=[ScopeSpans(spans=list(spans))], resource={"attributes": attributes})
+    )
+    return export
+
+
+def span(name: str, start: int, end: int, span_id: int = 1, **attributes: object) -> Span:
+    return Span(
+        trace_id=TRACE_ID,
+        span_id=span_id.to_bytes(8, "big"),
+        name=name,
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        attributes=[attribute(key, value) for key, value in attributes.items()],
+    )
+
+
+def response_of(body: bytes) -> ExportTraceServiceResponse:
+    response = ExportTraceServiceResponse()
+    response.ParseFromString(body)
+    return response
+
+
+T0 = 1_700_000_000_000_000_000
+
+
+def test_the_opentelemetry_sdk_exports_spans_that_snapshots_show(collector: OtlpCollector) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "checkout", "host.name": "web-1"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+    tracer = provider.get_tracer("shop")
+    thread = {"thread.id": threading.get_native_id(), "thread.name": "main"}
+    for i in range(3):
+        with (
+            tracer.start_as_current_span("request", attributes={"i": i, **thread}),
+            tracer.start_as_current_span("db.query") as child,
+        ):
+            child.add_event("rows", {"n": 3})
+    assert provider.force_flush()
+    provider.shutdown()
+    trace = collector.snapshot()
+    requests = events(trace, "X")
+    assert [e["name"] for e in requests] == ["request"] * 3
+    assert [e["args"]["i"] for e in requests] == [0, 1, 2]
+    queries = events(trace, "b")
+    assert [e["name"] for e in queries] == ["db.query"] * 3
+    # Each query is a child of its request: same trace, its parent the request's span.
+    by_span = {e["args"]["span_id"]: e for e in requests}
+    for query in queries:
+        parent = by_span[query["args"]["parent_span_id"]]
+        assert query["args"]["trace_id"] == parent["args"]["trace_id"]
+        assert parent["ts"] <= query["ts"]
+    assert len(events(trace, "e")) == 3 and len(events(trace, "i")) == 3
+    (process,) = trace["otherData"]["processes"]
+    assert process["process_name"] == "checkout" and process["host"] == "web-1"
+    assert trace["otherData"]["received_events"] == trace["otherData"]["stored_events"] == 3 + 6 + 3
+
+
+def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollector) -> None:
+    export = request_of(span("GET /a", T0, T0 + 5_000, span_id=7))
+    as_json = json_format.MessageToDict(export)
+    as_json["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = TRACE_ID.hex()  # OTLP/JSON: hex ids
+    as_json["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = (7).to_bytes(8, "big").hex()
+    status, _, body = collector.export(json.dumps(as_json).encode(), "application/json")
+    assert (status, json.loads(body)) == (200, {})
+    zipped = request_of(span("GET /b", T0 + 10_000, T0 + 20_000, span_id=8)).SerializeToString()
+    status, _, body = collector.export(gzip.compress(zipped), **{"Content-Encoding": "gzip"})
+    assert status == 200 and response_of(body) == ExportTraceServiceResponse()
+    begins = events(collector.snapshot(), "b")
+    assert [(e["name"], e["args"]["trace_id"], e["args"]["span_id"]) for e in begins] == [
+        ("GET /a", TRACE_ID.hex(), "0000000000000007"),
+        ("GET /b", TRACE_ID.hex(), "0000000000000008"),
+    ]
+    assert begins[1]["ts"] - begins[0]["ts"] == pytest.approx(10.0)  # µs, from the spans' own wall-clock times
+
+
+def test_a_span_that_ends_before_it_starts_is_refused_in_partial_success(collector: OtlpCollector) -> None:
+    export = request_of(span("ok", T0, T0 + 10, span_id=1), span("backwards", T0 + 10, T0, span_id=2))
+    status, _, body = collector.export(export.SerializeToString())
+    assert status == 200
+    partial = response_of(body).partial_success
+    assert partial.rejected_spans == 1 and "backwards" in partial.error_message
+    assert [e["name"] for e in events(collector.snapshot(), "b")] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "says"),
+    [
+        (b"\xff\xff\xff", {}, 400, "not an ExportTraceServiceRequest"),
+        (b"{}", {"Content-Type": "text/plain"}, 415, "Content-Type"),
+        (b"x", {"Content-Encoding": "br"}, 415, "Content-Encoding"),
+        (b"not gzip", {"Content-Encoding": "gzip"}, 400, "not gzip"),
+        (gzip.compress(bytes(2 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413, "inflates past the limit"),
+        (bytes(1024 * 1024 + 1), {}, 413, "past the limit of 1048576 bytes"),
+    ],
+    ids=["garbage", "content-type", "encoding", "bad-gzip", "gzip-bomb", "too-large"],
+)
+def test_a_bad_body_gets_a_status_that_says_why_and_nothing_else_is_lost(
+    body: bytes, headers: dict[str, str], status: int, says: str
+) -> None:
+    collector = OtlpCollector("--otlp-max-body", "1MiB")
+    try:
+        headers = {"Content-Type": "application/x-protobuf", **headers}
+        got, _, answer = collector.export(body, headers.pop("Content-Type"), **headers)
+        assert got == status and says in answer.decode(errors="replace")
+        ok, _, _ = collector.export(request_of(span("after", T0, T0 + 1)).SerializeToString())
+        assert ok == 200 and [e["name"] for e in events(collector.snapshot(), "b")] == ["after"]
+        assert collector.json("/stats")["otlp_requests_refused"] == {str(status): 1}
+    finally:
+        collector.stop()
+
+
+def test_with_a_token_an_export_without_it_is_refused_and_the_sdk_with_it_gets_through(tmp_path: Path) -> None:
+    token = "s3cret-token-0123456789"
+    (tmp_path / "token").write_text(token + "\n")
+    collector = OtlpCollector("--token-file", str(tmp_path / "token"), token=token)
+    try:
+        status, headers, _ = collector.export(request_of(span("x", T0, T0 + 1)).SerializeToString())
+        assert status == 401 and headers.get("WWW-Authenticate") == "Bearer"
+        exporter = OTLPSpanExporter(endpoint=collector.otlp_url, headers={"Authorization": f"Bearer {token}"})
+        provider = TracerProvider(resource=Resource.create({"service.name": "billing"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        with provider.get_tracer("t").start_as_current_span("charge"):
+            pass
+        provider.shutdown()
+        assert [e["name"] for e in events(collector.snapshot(), "b")] == ["charge"]
+    finally:
+        collector.stop()
+
+
+def test_two_services_are_two_processes_and_a_resource_sent_again_is_the_same_one(collector: OtlpCollector) -> None:
+    for service, start in (("web", T0), ("db", T0 + 100), ("web", T0 + 200)):
+        status, _, _ = collector.export(
+            request_of(span(f"{service}-op", start, start + 50), service=service).SerializeToString()
+        )
+        assert status == 200
+    trace = collector.snapshot()
+    names = {p["process_name"] for p in trace["otherData"]["processes"]}
+    assert names == {"web", "db"} and len(trace["otherData"]["processes"]) == 2
+    by_pid: dict[int, set[str]] = {}
+    for event in events(trace, "b"):
+        by_pid.setdefault(event["pid"], set()).add(event["name"])
+    assert sorted(map(sorted, by_pid.values())) == [["db-op"], ["web-op"]]  # each its own pid in the trace
+
+
+def test_the_sdks_log_records_become_messages_at_their_severitys_priority(collector: OtlpCollector) -> None:
+    provider = LoggerProvider(resource=Resource.create({"service.name": "checkout"}))
+    exporter = OTLPLogExporter(endpoint=collector.otlp_base + "/v1/logs")
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger("shop.payments")
+    for i, (severity, body) in enumerate(
+        [(SeverityNumber.WARN, "card declined"), (SeverityNumber.DEBUG2, "retrying"), (SeverityNumber.TRACE3, "x")]
+    ):
+        logger.emit(timestamp=T0 + i, severity_number=severity, body=body, attributes={"order": 7})
+    provider.shutdown()
+    messages = [e for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
+    shown = [(e["cat"], e["args"]["priority"], e["name"], e["args"]["attributes"]) for e in messages]
+    assert shown == [
+        ("shop.payments", "warning", "body(card declined)", {"order": 7}),
+        ("shop.payments", "debug", "body(retrying)", {"order": 7}),
+        ("shop.payments", "trace++", "body(x)", {"order": 7}),
+    ]
+
+
+def test_gauges_and_sums_become_counters_and_histograms_are_refused_with_a_reason(collector: OtlpCollector) -> None:
+    gauge = Metric(
+        name="queue.depth",
+        gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=T0 + i, as_int=i) for i in range(3)]),
+    )
+    total = Metric(
+        name="requests",
+        sum=Sum(data_points=[NumberDataPoint(time_unix_nano=T0, as_double=2.5, attributes=[attribute("route", "/a")])]),
+    )
+    histogram = Metric(name="latency", histogram=Histogram(data_points=[HistogramDataPoint(time_unix_nano=T0)] * 2))
+    export = ExportMetricsServiceRequest()
+    export.resource_metrics.append(
+        ResourceMetrics(
+            resource={"attributes": [attribute("service.name", "worker")]},
+            scope_metrics=[ScopeMetrics(metrics=[gauge, total, histogram])],
+        )
+    )
+    status, _, body = collector.export(export.SerializeToString(), path="/v1/metrics")
+    assert status == 200
+    response = ExportMetricsServiceResponse()
+    response.ParseFromString(body)
+    assert response.partial_success.rejected_data_points == 2
+    assert "'latency': a histogram has no counter" in response.partial_success.error_message
+    trace = collector.snapshot()
+    counters = sorted((e["name"], e["args"]["value"]) for e in events(trace, "C"))
+    assert counters == [("queue.depth", 0), ("queue.depth", 1), ("queue.depth", 2), ("requests {route=/a}", 2.5)]
+    (process,) = trace["otherData"]["processes"]
+    assert process["rejected_events"] == 2  # the refused data points reach the process's counters
+    assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 4, "refused": 2}
+    _, metrics = collector.get("/metrics")
+    assert b'ringtrace_otlp_items_total{outcome="refused",signal="metrics"} 2.0' in metrics
+
+
+def test_a_full_store_under_discard_answers_503_with_retry_after_so_exporters_retry() -> None:
+    collector = OtlpCollector("--policy", "discard", "--capacity", "512KiB", "--max-frame-size", "64KiB")
+    try:
+        answers = []
+        for round_ in range(200):
+            batch = [span("op", T0 + i, T0 + i + 1, span_id=round_ * 512 + i + 1, pad="x" * 200) for i in range(512)]
+            status, headers, body = collector.export(request_of(*batch).SerializeToString())
+            answers.append(status)
+            if status == 503:
+                assert headers.get("Retry-After") == "1" and b"refused" in body
+                break
+            assert status == 200
+        assert answers[-1] == 503
+        other = collector.snapshot()["otherData"]
+        assert other["discarded_events"] > 0
+        refused = collector.json("/stats")["otlp_items"]["/v1/traces"]["refused"]
+        assert refused >= 512  # the last request's, at least, and any partial refusals before it
+    finally:
+        collector.stop()

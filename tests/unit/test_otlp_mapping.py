@@ -1,0 +1,103 @@
+"""The OTLP receiver's pure parts: bodies to export requests, and requests to native records, on any input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.collector.ingest.otlp.logs import priority_of
+from ringtrace.collector.ingest.otlp.receiver import SIGNALS, BadRequest, decode_request
+from ringtrace.collector.ingest.otlp.resources import attributes_of
+
+property_test = settings(deadline=None, max_examples=200)
+TRACES, LOGS, METRICS = SIGNALS
+
+
+def encodes(records: dict[Any, list[Any]]) -> int:
+    """Events the records of a mapping pack into (the encoder takes whatever the mapping makes)."""
+    encoder = StreamEncoder()
+    events = 0
+    for i, records_of_lane in enumerate(records.values()):
+        batch = encoder.encode(TrackInfo(i + 1, THREAD_TRACK, "t", 0), records_of_lane)
+        events += batch.event_count
+    return events
+
+
+@property_test
+@given(st.sampled_from(SIGNALS), st.binary(max_size=512))
+def test_any_bytes_are_a_request_or_a_400(signal: Any, body: bytes) -> None:
+    try:
+        export = decode_request(signal, body, as_json=False)
+    except BadRequest as exc:
+        assert exc.status == 400 and signal.request.__name__ in str(exc)
+        return
+    for process in signal.by_process(export):
+        assert process.rejected <= process.items
+        encodes(process.records)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@property_test
+@given(st.sampled_from(SIGNALS), json_values)
+def test_any_json_is_a_request_or_a_400(signal: Any, value: Any) -> None:
+    try:
+        export = decode_request(signal, json.dumps(value).encode(), as_json=True)
+    except BadRequest as exc:
+        assert exc.status == 400
+        return
+    signal.by_process(export)
+
+
+def test_otlp_json_ids_are_hex_and_others_are_refused() -> None:
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "0" * 32, "spanId": "zz" * 8}]}]}]}
+    with pytest.raises(BadRequest, match="field 'spanId' must be hex"):
+        decode_request(TRACES, json.dumps(body).encode(), as_json=True)
+    body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "01" * 8
+    export = decode_request(TRACES, json.dumps(body).encode(), as_json=True)
+    assert export.resource_spans[0].scope_spans[0].spans[0].span_id == bytes([1] * 8)
+
+
+def test_attribute_values_nested_past_the_limit_become_text() -> None:
+    value = AnyValue(string_value="leaf")
+    for _ in range(20):
+        value = AnyValue(array_value=ArrayValue(values=[value]))
+    wrapped = AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=value)]))
+    (shown,) = attributes_of([KeyValue(key="deep", value=wrapped)]).values()
+    depth = 0
+    while isinstance(shown, (list, dict)):
+        shown = shown["k"] if isinstance(shown, dict) else shown[0]
+        depth += 1
+    assert depth == 8 and isinstance(shown, str) and "leaf" in shown
+
+
+@pytest.mark.parametrize(
+    ("number", "text", "priority"),
+    [(1, "", "trace"), (2, "", "trace+"), (4, "", "trace+++"), (5, "", "debug"), (9, "", "info"), (13, "", "warning"),
+     (17, "", "error"), (24, "", "fatal"), (0, "WARN", "warning"), (0, "Critical", "fatal"), (0, "", "info"),
+     (99, "debug", "debug")],
+)  # fmt: skip
+def test_a_log_records_severity_maps_onto_the_nine_priorities(number: int, text: str, priority: str) -> None:
+    assert priority_of(LogRecord(severity_number=number, severity_text=text)) == priority  # type: ignore[arg-type]
+
+
+def test_a_log_record_without_any_time_is_refused_and_counted() -> None:
+    export = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[LogRecord(), LogRecord(time_unix_nano=5)])])]
+    )
+    (process,) = LOGS.by_process(export)
+    assert (process.items, process.rejected, len(process.messages)) == (2, 1, 1)
+    assert "time_unix_nano" in process.why

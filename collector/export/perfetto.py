@@ -331,7 +331,7 @@ class _Writer:
 
         def counter(string_id: int, key: str) -> bytes:
             name = _string(tables, string_id)
-            uuid = self._tracks.counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+            uuid = self._tracks.counter_uuid(process, _counter_name(name, key))
             return _TRACK_UUID + pb.varint(uuid)
 
         made = fast.packets(tables, frame, process.clock_offset_ns, Naming(enter, name, annotation, counter))
@@ -424,7 +424,7 @@ class _Writer:
         for key, value in (args or {}).items():
             value_field = _counter_value(value)
             if value_field is not None:
-                counter = self._tracks.counter_uuid(process, name if key == "value" else f"{name} {_text(key)}")
+                counter = self._tracks.counter_uuid(process, _counter_name(name, key))
                 packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
                 timed.append((wall_ns, _POINTS, 0, len(timed), packet))
 
@@ -626,6 +626,14 @@ def _value(value: Any, depth: int) -> bytes:
         items = [_value(item, depth + 1) for item in value]
         return b"".join(_ARRAY_VALUES + pb.varint(len(item)) + item for item in items)
     return pb.string(_STRING_VALUE, _text(value))
+
+
+def _counter_name(name: str, key: object) -> str:
+    """The track of a counter's value under ``key``: the counter's name, and the key but for ``value`` (``mem rss``,
+    as Chrome JSON's viewers name a series)."""
+    if key == "value":
+        return name
+    return f"{name} {key if type(key) is str else _text(key)}"
 
 
 def _text(value: object) -> str:

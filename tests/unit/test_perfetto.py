@@ -133,3 +133,13 @@ def test_pids_past_int32_get_pids_of_their_own_within_it(tmp_path: Path) -> None
     assert len(set(shown.values())) == len(pids)  # none shares another's
     assert all(0 <= pid < 2**31 for pid in shown.values())
     assert shown["p7"] == 7 and shown[f"p{2**31 - 1}"] == 2**31 - 1  # pids within int32 are kept
+
+
+def test_a_counter_with_values_under_several_keys_has_a_track_per_key_named_as_chrome_viewers_name_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "counters.json"  # Chrome trace JSON: another tool's counter of two series
+    counter = {"ph": "C", "name": "mem", "pid": 1, "tid": 1, "ts": 5, "args": {"rss": 5, "heap": 3}}
+    path.write_text(json.dumps([counter]))
+    trace = PerfettoTrace(b"".join(perfetto_chunks(load_file(path).view)))
+    assert sorted((trace.label(c.track), c.value) for c in trace.counters) == [("mem heap", 3), ("mem rss", 5)]

@@ -8,6 +8,7 @@ against the collector's clock).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Iterable
@@ -85,7 +86,22 @@ def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> Proce
 
 
 def attributes_of(attributes: Iterable[KeyValue]) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in attributes}
+    out: dict[str, Any] = {}
+    for kv in attributes:  # (the common values inline: this runs for every span, log record and data point)
+        value = kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            out[kv.key] = value.string_value
+        elif which == "int_value":
+            out[kv.key] = value.int_value
+        else:
+            out[kv.key] = _value(value)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _thread(thread_id: int, name: object) -> tuple[int, str]:
+    return thread_id, text_of(f"thread {thread_id}" if name is None else name)
 
 
 def thread_of(attributes: dict[str, Any]) -> tuple[int, str] | None:
@@ -93,7 +109,8 @@ def thread_of(attributes: dict[str, Any]) -> tuple[int, str] | None:
     thread_id = attributes.get("thread.id")
     if type(thread_id) is not int or not 0 <= thread_id < 2**63:
         return None
-    return thread_id, text_of(attributes.get("thread.name", f"thread {thread_id}"))
+    name = attributes.get("thread.name")
+    return _thread(thread_id, name if type(name) is str else None if name is None else repr(name))
 
 
 def text_of(value: object) -> str:

@@ -133,15 +133,18 @@ class Stream:
         return len(self.events) / self.frames
 
 
-def record_stream(shape: str, spans: int, threads: int, directory: Path) -> Stream:
-    """Record ``spans`` spans on ``threads`` threads through the client's stream encoder and keep its frames."""
+def record_stream(
+    shape: str, spans: int, threads: int, directory: Path, frame_shape: tuple[int, int] | None = None
+) -> Stream:
+    """Record ``spans`` spans on ``threads`` threads through the client's stream encoder and keep its frames
+    (``frame_shape``: the encoder's (max_frame_bytes, max_events_per_frame), else ``FRAME_SHAPES[shape]``'s)."""
     from ringtrace.client import Timeline
     from ringtrace.client.encoder import EncodedBatch
     from ringtrace.client.flusher import FLUSHER
     from ringtrace.client.listeners import SerializedListener
     from ringtrace.client.wire.frames import Track
 
-    max_frame_bytes, events_per_frame = FRAME_SHAPES[shape]
+    max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]
 
     class Capture(SerializedListener):
         """A serialized listener (as the file listener and the streamer) that keeps its frames in memory."""

@@ -50,12 +50,17 @@ TARGET_SMALL_RATIO = 3.0
 TARGET_SHORT_US = 100.0
 #: Frame shapes of the two streams: name -> the client encoder's (max_frame_bytes, max_events_per_frame).
 SHAPES = {"large": (64 * 1024, 3400), "small": (64 * 1024, 8)}
-#: The events rounds: name -> (shape, a send per frame).
-VARIANTS = {"large": ("large", False), "small": ("small", False), "small apart": ("small", True)}
+#: The events rounds: name -> (shape, a send per frame, to the bare sink).
+VARIANTS = {
+    "large": ("large", False, False),
+    "small": ("small", False, False),
+    "small apart": ("small", True, False),
+    "small apart, bare sink": ("small", True, True),
+}
 #: EVENTS frames a short connection sends.
 SHORT_FRAMES = 4
-#: The FLUSH token of a short connection.
-SHORT_TOKEN = 7
+#: The token of every FLUSH sent.
+FLUSH_TOKEN = 7
 SINK_READ_BYTES = 256 * 1024
 HERE = Path(__file__).resolve()
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -161,7 +166,7 @@ def bare_sink() -> Iterator[tuple[str, int]]:
     from ringtrace.client.wire.frames import FlushAck, Welcome, encode, preamble
 
     welcome = preamble() + encode(Welcome(1, 1 << 20, 1000, 1000, 1000, "bare"))
-    answers = [welcome, flush_bytes(SHORT_TOKEN), encode(FlushAck(SHORT_TOKEN))]
+    answers = [welcome, flush_bytes(FLUSH_TOKEN), encode(FlushAck(FLUSH_TOKEN))]
     process = subprocess.Popen(
         [sys.executable, str(HERE), "--bare-sink", *(answer.hex() for answer in answers)],
         stdin=subprocess.DEVNULL,
@@ -193,24 +198,27 @@ class Bench:
         self.connections += 1
         return self.connections
 
-    def events_round(self, shape: str, passes: int, *, apart: bool = False) -> tuple[float, int]:
+    def events_round(
+        self, shape: str, passes: int, *, apart: bool = False, bare: tuple[str, int] | None = None
+    ) -> tuple[float, int]:
         """One connection sends the stream's tables and its EVENTS frames ``passes`` times (``apart``: a send per
-        frame, no Nagle delay), then a FLUSH; returns the collector's CPU seconds from after WELCOME to the
-        FLUSH_ACK, and the events sent."""
+        frame, no Nagle delay), then a FLUSH, to the collector (or ``bare``: the bare sink's address and pid);
+        returns its CPU seconds from after WELCOME to the FLUSH_ACK, and the events sent."""
         stream = self.streams[shape]
-        sock, reader = handshake(self.coll.tcp, self._next())
+        address, pid = bare if bare is not None else (self.coll.tcp, self.pid)
+        sock, reader = handshake(address, self._next())
         frames = self.frames[shape] if apart else [stream.events]
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            before = cpu_s(self.pid)
+            before = cpu_s(pid)
             sock.sendall(stream.prefix)
             send = sock.sendall
             for _ in range(passes):
                 for frame in frames:
                     send(frame)
-            sock.sendall(flush_bytes(1))
-            wait_ack(reader, 1)
-            spent = cpu_s(self.pid) - before
+            sock.sendall(flush_bytes(FLUSH_TOKEN))
+            wait_ack(reader, FLUSH_TOKEN)
+            spent = cpu_s(pid) - before
         finally:
             sock.close()
         return spent, passes * stream.event_count
@@ -220,7 +228,7 @@ class Bench:
         address and pid); returns its CPU seconds until none is open, and ``count``."""
         stream = self.streams["small"]
         ends, _ = _frame_index(stream.events)
-        body = stream.prefix + stream.events[: ends[SHORT_FRAMES - 1]] + flush_bytes(SHORT_TOKEN)
+        body = stream.prefix + stream.events[: ends[SHORT_FRAMES - 1]] + flush_bytes(FLUSH_TOKEN)
         errors: list[BaseException] = []
         indexes = [self._next() for _ in range(count)]
         address, pid = bare if bare is not None else (self.coll.tcp, self.pid)
@@ -237,7 +245,7 @@ class Bench:
                         if frame_type != _WELCOME:
                             raise RuntimeError(f"expected WELCOME, got frame type {frame_type:#x}")
                         sock.sendall(body)
-                        wait_ack(reader, SHORT_TOKEN)
+                        wait_ack(reader, FLUSH_TOKEN)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -285,18 +293,18 @@ def main() -> int:
         with collector("--capacity", "256MiB") as coll, bare_sink() as sink:
             bench = Bench(coll, streams)
             passes: dict[str, int] = {}
-            for name, (shape, apart) in VARIANTS.items():  # warm-up: passes that take round_cpu_s
+            for name, (shape, apart, to_bare) in VARIANTS.items():  # warm-up: passes that take round_cpu_s
                 passes[name], spent = 1, 0.0
                 while spent < round_cpu_s / 10:  # (doubling until a tenth of it)
                     passes[name] *= 2
-                    spent, _ = bench.events_round(shape, passes[name], apart=apart)
+                    spent, _ = bench.events_round(shape, passes[name], apart=apart, bare=sink if to_bare else None)
                 passes[name] = max(1, round(passes[name] * round_cpu_s / spent))
             bench.short_round(min(short, 100), args.short_threads)
             bench.short_round(min(short, 100), args.short_threads, sink)
 
             def events(name: str) -> Callable[[], tuple[float, int]]:
-                shape, apart = VARIANTS[name]
-                return lambda: bench.events_round(shape, passes[name], apart=apart)
+                shape, apart, to_bare = VARIANTS[name]
+                return lambda: bench.events_round(shape, passes[name], apart=apart, bare=sink if to_bare else None)
 
             variants = {name: events(name) for name in VARIANTS}
             variants["short"] = lambda: bench.short_round(short, args.short_threads)
@@ -309,7 +317,7 @@ def main() -> int:
 
     per = {name: [spent / n for spent, n in runs] for name, runs in results.items()}
     rows: list[Sequence[object]] = []
-    for name, (shape, apart) in VARIANTS.items():
+    for name, (shape, apart, _) in VARIANTS.items():
         stream = streams[shape]
         rows.append(
             (
@@ -352,6 +360,8 @@ def main() -> int:
                 f"<= {TARGET_SMALL_RATIO:g}x  {verdict(ratio <= TARGET_SMALL_RATIO)}",
             )
         )
+    apart_bare = median(per["small apart"]) / median(per["small apart, bare sink"])
+    figures.append(("CPU per event, small apart: collector / bare sink", f"{apart_bare:.2f}x", "(none)"))
     bare_us = median(per["short bare"]) * 1e6
     figures.append(("CPU per short connection, collector / bare sink", f"{short_us / bare_us:.2f}x", "(none)"))
     figures.append(

@@ -343,12 +343,34 @@ class Schema:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
+        """The SCHEMA of ``body``; the same object again for a body decoded lately: every client of a version
+        declares the same kinds on every connection, and decoding them was a tenth of a short connection's cost to
+        the collector (a Schema and its kinds are immutable, so they may be shared)."""
+        key = bytes(body)
+        schema = _recent_schemas.get(key)
+        if schema is None:
+            schema = cls._decode(body)
+            if len(key) <= _MAX_REMEMBERED_SCHEMA_BYTES:
+                if len(_recent_schemas) >= _REMEMBERED_SCHEMAS:
+                    del _recent_schemas[next(iter(_recent_schemas))]  # the oldest
+                _recent_schemas[key] = schema
+        return schema
+
+    @classmethod
+    def _decode(cls, body: bytes) -> Schema:
         data = unpack_map("SCHEMA", body)
         kinds = tuple(KindSpec.from_wire(entry) for entry in _field(data, "SCHEMA", "kinds", list))
         columns = _field(data, "SCHEMA", "columns", list)
         if not all(isinstance(c, str) for c in columns):
             raise MalformedFrame(f"SCHEMA frame: field 'columns' must hold str, got {columns!r:.120}")
         return cls(kinds=kinds, columns=tuple(columns))
+
+
+#: SCHEMA bodies decoded lately (``Schema.decode_body``), at most _REMEMBERED_SCHEMAS of at most
+#: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory.
+_REMEMBERED_SCHEMAS: Final = 16
+_MAX_REMEMBERED_SCHEMA_BYTES: Final = 16 * 1024
+_recent_schemas: dict[bytes, Schema] = {}
 
 
 @dataclass(frozen=True, slots=True)

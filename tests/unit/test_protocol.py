@@ -369,6 +369,23 @@ def test_unknown_map_keys_are_ignored() -> None:
     assert read_stream("client", [data]) == [HELLO, CLIENT_FRAMES[2]]
 
 
+def test_a_schema_body_decoded_again_gives_the_same_immutable_schema() -> None:
+    """Every client of a version declares the same kinds on each connection: the collector decodes them once."""
+    body = Schema((*BUILTIN_KINDS, KindSpec(900, "decoded.again", "span", (("n", "i"),)))).encode_body()
+    first = Schema.decode_body(body)
+    assert Schema.decode_body(memoryview(bytearray(body))) is first
+    assert first == Schema((*BUILTIN_KINDS, KindSpec(900, "decoded.again", "span", (("n", "i"),))))
+    other = Schema((KindSpec(901, "decoded.other", "instant"),)).encode_body()
+    assert Schema.decode_body(other) is not first and Schema.decode_body(other).kinds[0].name == "decoded.other"
+
+
+def test_a_bad_schema_body_is_refused_each_time() -> None:
+    body = msgpack.packb({"kinds": [{"id": 1, "name": "k", "shape": "span", "fields": [[1, 2]]}], "columns": []})
+    for _ in range(2):
+        with pytest.raises(MalformedFrame, match="SCHEMA frame: a field"):
+            Schema.decode_body(body)
+
+
 def test_preamble_is_the_magic_the_stream_format_and_zero() -> None:
     assert preamble() == MAGIC + struct.pack("<HH", STREAM_FORMAT, 0)
     assert PREAMBLE.size == 8

@@ -15,6 +15,9 @@ What it does, and why it is safe to do it this way:
 - An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
   collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
   no Python code in between, so the flusher's drain never sees part of an event.
+- A buffer holds at most the timeline's max_buffered_events: the list's own size is the count, checked as the event
+  is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
+  Python twin does, instead of growing its buffer until the flusher's next pass.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would. */
@@ -70,14 +73,16 @@ now_ns_object(void)
     return now_ns(&now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
-/* Append the five values of one event to `list`, all or nothing. Steals the references in `values` on success and on
-   failure alike. No allocation that could run Python code happens here: the caller allocated everything before. */
+/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already. Steals the
+   references in `values` on success and on failure alike. Returns 0, or -1: an exception set, or none when the list
+   was full. No allocation that could run Python code happens here: the caller allocated everything before. */
 static int
-append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS])
+append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit)
 {
     PyListObject *l = (PyListObject *)list;
     Py_ssize_t n = Py_SIZE(l);
     int i;
+    if (n >= limit) goto fail;
     /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
        growth (a memory request only: no Python code), then in place. */
     if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {
@@ -108,7 +113,8 @@ typedef struct {
     uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
     uint64_t generation;     /* bumped by _forget_recorders() */
-    Py_ssize_t unrecorded;   /* events lost for want of memory, since the last _take_unrecorded() */
+    Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
+    Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
 } RecorderCore;
 
 /* `events` if it is what the slow paths return, a list or None; else NULL with TypeError set (consumes it). */
@@ -188,13 +194,16 @@ keyword_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return dict;
 }
 
-/* Tracing never raises into the host: a failure to record is counted, and the error dropped. Returns 0 then; -1 for
-   an exception that is not an Exception (KeyboardInterrupt from a signal handler that ran meanwhile), left raised. */
+/* Tracing never raises into the host: a failure to record is counted, and the error dropped (none is set when the
+   buffer was full). Returns 0 then; -1 for an exception that is not an Exception (KeyboardInterrupt from a signal
+   handler that ran meanwhile), left raised. */
 static int
 count_unrecorded(Py_ssize_t *counter)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
-    PyErr_Clear();
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+    }
     (*counter)++;
     return 0;
 }
@@ -224,7 +233,7 @@ record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *st
         Py_RETURN_NONE;
     }
     values[2] = Py_NewRef(stamp);
-    if (append_event(self->state, events, values) < 0) {
+    if (append_event(self->state, events, values, self->max_values) < 0) {
         Py_DECREF(events);
         return unrecorded(self);
     }
@@ -372,6 +381,7 @@ core_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwar
     if (self == NULL) return NULL;
     self->module = Py_NewRef(module);
     self->state = PyModule_GetState(module);
+    self->max_values = PY_SSIZE_T_MAX; /* until the timeline sets its bound */
     return (PyObject *)self;
 }
 
@@ -416,8 +426,14 @@ static PyMethodDef core_methods[] = {
     {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
      "Whether to cache the buffer of the last thread that recorded (not while threads share a thread state)."},
     {"_take_unrecorded", (PyCFunction)core_take_unrecorded, METH_NOARGS,
-     "Events lost for want of memory since the last call."},
+     "Events lost for want of memory or of room in their buffer since the last call."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef core_members[] = {
+    {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
+     "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyType_Slot core_slots[] = {
@@ -427,6 +443,7 @@ static PyType_Slot core_slots[] = {
     {Py_tp_traverse, core_traverse},
     {Py_tp_clear, core_clear},
     {Py_tp_methods, core_methods},
+    {Py_tp_members, core_members},
     {0, NULL},
 };
 
@@ -507,7 +524,8 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     values[2] = start;
     values[3] = end;
     values[4] = arguments;
-    if (append_event(state, events, values) < 0 && count_unrecorded(&self->core->unrecorded) < 0) {
+    if (append_event(state, events, values, self->core->max_values) < 0 &&
+        count_unrecorded(&self->core->unrecorded) < 0) {
         Py_DECREF(events);
         return NULL;
     }

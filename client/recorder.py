@@ -1,15 +1,19 @@
 """The recording hot path: ``scope``, ``instant`` and ``push``, and the caches that find the running thread's or task's
 buffer for them.
 
-Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and the bound ``extend`` of that
-buffer's flat list is cached in a ``threading.local``. Recording is then one ``list.extend`` of a 5-tuple: no lock, no
-id lookup, no packing (``drain.py`` says why the list is flat and why a drain racing with it is safe). A buffer holds
+Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and that buffer's flat list is
+cached in a ``threading.local``. Recording is then one ``len`` and one ``list.extend`` of a 5-tuple: no lock, no id
+lookup, no packing (``drain.py`` says why the list is flat and why a drain racing with it is safe). A buffer holds
 only numbers, labels and argument maps, and ``None`` rather than an empty dict when there are no arguments, which
 keeps the cyclic garbage collector out of the way.
 
-A recorder with no listener, or a closed one, hands out ``discard``, the extend of a ``deque(maxlen=0)``, which
-keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every thread
-then takes the slow path once and picks up the new state.
+The ``len`` is the bound: a buffer holding ``max_buffered_events`` refuses the next event, counted (``_count_full``),
+until the flusher takes what it holds. Checked as each event is recorded, it bounds the memory of a thread that
+outruns the flusher, however long a pass of the flusher takes.
+
+A recorder with no listener, or a closed one, records into ``NOWHERE``, a ``deque(maxlen=0)``: its length is 0 and
+its extend keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every
+thread then takes the slow path once and picks up the new state.
 
 The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class holding ``scope``, ``instant`` and
 ``push``, with one that does the same in C, caches the buffer of the last thread that recorded, and asks
@@ -19,18 +23,19 @@ recorders share: the timeline is one, so nothing on the hot path goes through an
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import threading
 import time
 from asyncio import current_task
 from asyncio.events import _get_running_loop
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import Event
-from ringtrace.client.tracks import Record, Tracks, discard
+from ringtrace.client.tracks import NOWHERE, Tracks
 from ringtrace.client.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
@@ -55,8 +60,8 @@ class Scope:
 
     __slots__ = ("_start_ns", "_what")
 
-    def __init__(self, record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
-        self._what = (record, label, args)
+    def __init__(self, recorder: _PyRecorder, sink: Sink, label: object, args: dict[str, Any] | None) -> None:
+        self._what = (recorder, sink, label, args)
 
     def __enter__(self) -> Scope:
         self._start_ns = _now()
@@ -70,47 +75,62 @@ class Scope:
             start_ns = self._start_ns
         except AttributeError:  # exited without being entered (an ExitStack.push, say): nothing to record
             return
-        record, label, args = self._what
+        recorder, sink, label, args = self._what
         if exc_type is not None:
             args = {**(args or {}), "exception": exc_type.__name__}
-        record((SPAN, label, start_ns, end_ns, args))
+        if len(sink) < recorder._max_buffered_values:
+            sink.extend((SPAN, label, start_ns, end_ns, args))
+        else:
+            recorder._count_full()
 
 
-def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
-    """``Scope(record, label, args)`` without the call to ``__init__``; inlined by hand in ``Timeline.scope``."""
+def _new_scope(recorder: _PyRecorder, sink: Sink, label: object, args: dict[str, Any] | None) -> Scope:
+    """``Scope(recorder, sink, label, args)`` without the call to ``__init__``; inlined by hand in ``scope``."""
     scope: Scope = _new(Scope)
-    scope._what = (record, label, args)
+    scope._what = (recorder, sink, label, args)
     return scope
+
+
+#: Where a recorder records: a buffer's flat list, or ``NOWHERE``.
+Sink = MutableSequence[Any]
 
 
 class _PyRecorder:
     """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
 
     _tls: threading.local
+    #: Values one buffer may hold: ``max_buffered_events * RECORD_FIELDS`` (the C recorder holds it in C).
+    _max_buffered_values: int
+    #: Counts one event refused for want of room in its buffer: ``next`` of an ``itertools.count``, which no other
+    #: thread can interleave with (``+= 1`` on an attribute could lose a count).
+    _count_full: Callable[[], object]
 
     def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
         if _get_running_loop() is not None:
-            return _new_scope(self._task_recorder(), label, args or None)
+            return _new_scope(self, self._task_sink(), label, args or None)
         try:
-            record = self._tls.record
+            sink = self._tls.sink
         except AttributeError:
-            record = self._thread_recorder()
+            sink = self._thread_sink()
         scope: Scope = _new(Scope)  # _new_scope, inlined
-        scope._what = (record, label, args or None)
+        scope._what = (self, sink, label, args or None)
         return scope
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         if _get_running_loop() is not None:
-            record = self._task_recorder()
+            sink = self._task_sink()
         else:
             try:
-                record = self._tls.record
+                sink = self._tls.sink
             except AttributeError:
-                record = self._thread_recorder()
-        now = _now()
-        record((INSTANT, name, now, now, args or None))
+                sink = self._thread_sink()
+        if len(sink) < self._max_buffered_values:
+            now = _now()
+            sink.extend((INSTANT, name, now, now, args or None))
+        else:
+            self._count_full()
 
     def push(self, event: Event) -> None:
         """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
@@ -130,10 +150,13 @@ class _PyRecorder:
         except AttributeError:  # not an Event: never raise into the program
             self._not_an_event(event)
             return
+        if len(events) >= self._max_buffered_values:
+            self._count_full()
+            return
         now = _now()
         events.extend((kind, label, now, now, event))
 
-    def _thread_recorder(self) -> Callable[[Record], None]:
+    def _thread_sink(self) -> Sink:
         raise NotImplementedError
 
     def _thread_events(self) -> list[Any] | None:
@@ -145,7 +168,7 @@ class _PyRecorder:
     def _not_an_event(self, event: object) -> None:
         raise NotImplementedError
 
-    def _task_recorder(self) -> Callable[[Record], None]:
+    def _task_sink(self) -> Sink:
         raise NotImplementedError
 
     def _forget_recorders(self) -> None:
@@ -155,7 +178,8 @@ class _PyRecorder:
         """Nothing cached beyond ``_tls`` here."""
 
     def _take_unrecorded(self) -> int:
-        """Events that could not be recorded (the C recorder counts a failed allocation; here one raises)."""
+        """Events the C recorder could not record (a failed allocation, a full buffer); here one raises, and
+        ``_count_full`` counts the others."""
         return 0
 
 
@@ -187,6 +211,10 @@ class Recorder(_RecorderBase):
         #: first was warned about.
         self._not_events = 0
         self._warned_not_event = False
+        #: Events refused by a full buffer on the Python paths: ``next`` counts one, ``_take_refused`` reads them.
+        self._full = itertools.count()
+        self._count_full = self._full.__next__
+        self._full_taken = 0
         #: Whether anything listens: set, under the lock, by ``_reset_recorders`` only.
         self._listening = False
         self._reset_recorders(False)
@@ -218,13 +246,13 @@ class Recorder(_RecorderBase):
             return None  # keep nothing rather than grow buffers nobody drains
         return events
 
-    def _thread_recorder(self) -> Callable[[Record], None]:
-        """``_thread_events`` as the pure-Python recorder's callable, cached in the thread-local state."""
+    def _thread_sink(self) -> Sink:
+        """``_thread_events`` as the pure-Python recorder's sink, cached in the thread-local state."""
         tls = self._tls
         events = self._thread_events()
-        record = discard if events is None else events.extend
-        tls.record = record
-        return record
+        sink: Sink = NOWHERE if events is None else events
+        tls.sink = sink
+        return sink
 
     def _task_events(self) -> list[Any] | None:
         """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
@@ -241,10 +269,10 @@ class Recorder(_RecorderBase):
             buffer = self._tracks.lane_for(task, self._track_label)
         return buffer.events
 
-    def _task_recorder(self) -> Callable[[Record], None]:
-        """``_task_events`` as the pure-Python recorder's callable."""
+    def _task_sink(self) -> Sink:
+        """``_task_events`` as the pure-Python recorder's sink."""
         events = self._task_events()
-        return discard if events is None else events.extend
+        return NOWHERE if events is None else events
 
     def _events(self) -> list[Any] | None:
         """The buffer of the running task or thread (None: keep nothing)."""
@@ -255,6 +283,15 @@ class Recorder(_RecorderBase):
             return events
         except AttributeError:
             return self._thread_events()
+
+    def _events_with_room(self) -> list[Any] | None:
+        """The buffer of the running task or thread if it has room for one more event; None if it keeps nothing, or
+        is full (the event is then counted as dropped)."""
+        events = self._events()
+        if events is not None and len(events) >= self._max_buffered_values:
+            self._count_full()
+            return None
+        return events
 
     def _not_an_event(self, event: object) -> None:
         """``push`` was given something that is not an ``Event`` (counted only while something listens)."""
@@ -269,8 +306,12 @@ class Recorder(_RecorderBase):
             log.warning("ringtrace: %s; dropped and counted (warned once per timeline)", what)
 
     def _take_refused(self) -> int:
-        """Events refused or not recorded since the last call (counted as dropped)."""
+        """Events refused or not recorded since the last call (counted as dropped). One caller at a time (the
+        flusher's sweep)."""
         refused, self._not_events = self._take_unrecorded() + self._not_events, 0
+        counted = next(self._full)  # this call's own count is not an event
+        refused += counted - self._full_taken
+        self._full_taken = counted + 1
         return refused
 
     def _reset_recorders(self, listening: bool) -> None:

@@ -129,7 +129,7 @@ class Timeline(Recorder):
 
     def counter(self, name: object, value: float, /) -> None:
         """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name)."""
-        events = self._events()
+        events = self._events_with_room()
         if events is None:
             return
         if type(value) is not int and type(value) is not float:
@@ -158,7 +158,7 @@ class Timeline(Recorder):
             return
         if stack:
             details["stack"] = "".join(traceback.format_stack(limit=_STACK_FRAMES)[:-1])
-        events = self._events()
+        events = self._events_with_room()
         if events is not None:
             now = _now() if ts_ns is None else ts_ns
             events.extend((kind, name, now, now, details or None))
@@ -218,14 +218,14 @@ class Timeline(Recorder):
 
     def async_begin(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """Begin an async slice: one that may end on another thread or task (``async_end`` with the same id)."""
-        events = self._events()
+        events = self._events_with_room()
         if events is not None:
             now = _now()
             events.extend((ASYNC_BEGIN, name, now, now, {**args, "id": async_id}))
 
     def async_end(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """End the async slice ``name`` begun with ``async_id``."""
-        events = self._events()
+        events = self._events_with_room()
         if events is not None:
             now = _now()
             events.extend((ASYNC_END, name, now, now, {**args, "id": async_id}))
@@ -235,19 +235,18 @@ class Timeline(Recorder):
     def drain(self) -> Drained:
         """Take every buffered event (as flat values) per track; forget ended threads and tasks with nothing left.
 
-        A track holding more than ``max_buffered_events`` (the flusher fell behind) loses its oldest events beyond
-        that, counted in ``Drained.dropped``.
+        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...).
         """
         dropped = self._take_refused()
         with self._lock:
             buffers = list(self._tracks.buffers)
-        taken, ended, over = take_events(buffers, self._max_buffered_values)
+        taken, ended = take_events(buffers)
         if ended:
             # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.
             self._forget_recorders()
             with self._lock:
                 self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped + over)
+        return Drained(lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped)
 
     def tracks(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may."""

@@ -24,12 +24,14 @@ from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.sources import Source
 from ringtrace.client.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
 
-__all__ = ["Record", "TrackBuffer", "Tracks", "discard"]
+__all__ = ["NOWHERE", "Record", "TrackBuffer", "Tracks", "discard"]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
-#: What records into nothing (while nothing listens): the extend of a ``deque(maxlen=0)``.
-discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
+#: What records into nothing (while nothing listens): its length is 0, so it always has room, and its extend keeps
+#: nothing.
+NOWHERE: deque[Any] = deque(maxlen=0)
+discard: Callable[[Record], None] = NOWHERE.extend
 
 
 class TrackBuffer:

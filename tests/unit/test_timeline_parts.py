@@ -92,13 +92,13 @@ def test_a_source_records_into_a_buffer_while_listening_and_into_nothing_otherwi
 # -- drain ---------------------------------------------------------------------------------------------------------
 
 
-def test_take_events_takes_everything_and_drops_the_oldest_beyond_the_bound() -> None:
+def test_take_events_takes_everything_in_order() -> None:
     tracks = Tracks()
     buffer = tracks.thread_buffer(None)
     buffer.events.extend(instants(10))
-    taken, ended, dropped = take_events(tracks.buffers, 4 * RECORD_FIELDS)
-    assert dropped == 6 and ended == [] and buffer.events == []
-    assert [(track, run) for track, run in taken] == [(buffer.track, instants(10)[6 * RECORD_FIELDS :])]
+    taken, ended = take_events(tracks.buffers)
+    assert ended == [] and buffer.events == []
+    assert [(track, run) for track, run in taken] == [(buffer.track, instants(10))]
 
 
 def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None:
@@ -110,10 +110,10 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
 
     asyncio.run(record())
     thread, lane = tracks.buffers
-    taken, ended, dropped = take_events(tracks.buffers, 100)
+    taken, ended = take_events(tracks.buffers)
     ((track, run),) = taken
     task_name = run[4]["task"]
-    assert (track, dropped, ended) == (lane.track, 0, [lane])  # the task is done
+    assert (track, ended) == (lane.track, [lane])  # the task is done
     assert run == [SPAN, "s", 1, 2, {"k": 1, "task": task_name}, INSTANT, "i", 3, 3, {"task": task_name}]
     assert lane_parents(tracks.buffers, taken) == [(thread.track, [])]  # the thread's track is declared too
 

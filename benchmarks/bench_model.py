@@ -64,7 +64,7 @@ def noop(*args: Any, **kwargs: Any) -> None:
 
 
 def bench(n: int, rounds: int) -> int:
-    tl = Timeline("model", [ParkedListener()])
+    tl = Timeline("model", [ParkedListener()], max_buffered_events=2 * n)  # a round fits: nothing refused
     FLUSHER.unregister(tl)
     unobserved = Timeline("unobserved")
     enabled = tl.message("engine", "info", "processed $tcp, $udp, and $other")

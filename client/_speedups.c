@@ -43,6 +43,7 @@ What it does, and why it is safe to do it this way:
 typedef struct {
     PyTypeObject *recorder_core_type, *scope_type, *message_type;
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
+    PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
     PyObject *instant_kind;     /* model.INSTANT */
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
@@ -114,6 +115,7 @@ typedef struct {
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
     uint64_t generation;     /* bumped by _forget_recorders() */
     Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
+    Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
     Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
 } RecorderCore;
 
@@ -215,6 +217,31 @@ unrecorded(RecorderCore *self)
     Py_RETURN_NONE;
 }
 
+/* Wake the flusher: a buffer is half full, and is better drained before it fills than at the flusher's next
+   interval. Python code runs here: never between a buffer's lookup and the append. Returns 0, or -1 for an exception
+   the program must see (a failed wake is ignored: the flusher still comes at its interval). */
+static int
+wake_flusher(RecorderCore *self)
+{
+    PyObject *result;
+    if (self->state->wake == NULL) return 0;
+    result = PyObject_CallNoArgs(self->state->wake);
+    if (result != NULL) {
+        Py_DECREF(result);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* An event just appended made `events` half full: wake the flusher (see wake_flusher). */
+static inline int
+wake_at_half(RecorderCore *self, PyObject *events)
+{
+    return Py_SIZE(events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
+}
+
 /* Record a point-in-time event in the buffer of the running task or thread. Steals `kind`, `label`, `stamp` (its start
    and its end: the encoder knows an instant by that identity) and `args`. The buffer is looked up last: nothing runs
    Python code between that and the append. Returns None, or NULL for an exception the program must see. */
@@ -236,6 +263,10 @@ record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *st
     if (append_event(self->state, events, values, self->max_values) < 0) {
         Py_DECREF(events);
         return unrecorded(self);
+    }
+    if (wake_at_half(self, events) < 0) {
+        Py_DECREF(events);
+        return NULL;
     }
     Py_DECREF(events);
     Py_RETURN_NONE;
@@ -339,6 +370,29 @@ core_push(RecorderCore *self, PyObject *event)
     return record_instant(self, kind, label, stamp, Py_NewRef(event)); /* its id is given on the flusher */
 }
 
+/* Timeline._events_with_room(), for the recording methods written in Python (counter, marker, ...): the buffer of the
+   running task or thread if it has room for one more event; None if it keeps nothing, or is full (the event is then
+   counted as unrecorded). Wakes the flusher if the event will make it half full. */
+static PyObject *
+core_events_with_room(RecorderCore *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t held;
+    PyObject *events = current_events(self);
+    if (events == NULL) return unrecorded(self);
+    if (events == Py_None) return events;
+    held = Py_SIZE(events);
+    if (held >= self->max_values) {
+        Py_DECREF(events);
+        self->unrecorded++;
+        Py_RETURN_NONE;
+    }
+    if (held == self->wake_values && wake_flusher(self) < 0) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    return events;
+}
+
 static PyObject *
 core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
 {
@@ -382,6 +436,7 @@ core_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwar
     self->module = Py_NewRef(module);
     self->state = PyModule_GetState(module);
     self->max_values = PY_SSIZE_T_MAX; /* until the timeline sets its bound */
+    self->wake_values = PY_SSIZE_T_MAX - RECORD_FIELDS;
     return (PyObject *)self;
 }
 
@@ -421,6 +476,8 @@ static PyMethodDef core_methods[] = {
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
     {"push", (PyCFunction)core_push, METH_O,
      "push(event, /)\n--\n\nRecord a typed event (ringtrace.client.Event), with the time and an id unique in the process."},
+    {"_events_with_room", (PyCFunction)core_events_with_room, METH_NOARGS,
+     "The running task's or thread's buffer if it has room for one more event, else None (full: counted)."},
     {"_forget_recorders", (PyCFunction)core_forget_recorders, METH_NOARGS,
      "Drop the cached buffer: the Python side changed what threads record into."},
     {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
@@ -433,6 +490,8 @@ static PyMethodDef core_methods[] = {
 static PyMemberDef core_members[] = {
     {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
      "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
+    {"_wake_buffered_values", T_PYSSIZET, offsetof(RecorderCore, wake_values), 0,
+     "Values a buffer holds when the next event wakes the flusher (about half of _max_buffered_values)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -524,8 +583,13 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     values[2] = start;
     values[3] = end;
     values[4] = arguments;
-    if (append_event(state, events, values, self->core->max_values) < 0 &&
-        count_unrecorded(&self->core->unrecorded) < 0) {
+    if (append_event(state, events, values, self->core->max_values) < 0) {
+        if (count_unrecorded(&self->core->unrecorded) < 0) {
+            Py_DECREF(events);
+            return NULL;
+        }
+    }
+    else if (wake_at_half(self->core, events) < 0) {
         Py_DECREF(events);
         return NULL;
     }
@@ -1034,19 +1098,20 @@ static PyObject *
 configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind, wake)");
         return NULL;
     }
     Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
     Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
+    Py_XSETREF(state->wake, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(get_running_loop, span_kind, instant_kind): what the recorder needs from the Python side."},
+     "configure(get_running_loop, span_kind, instant_kind, wake): what the recorder needs from the Python side."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
@@ -1062,6 +1127,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->scope_type);
     Py_VISIT(state->message_type);
     Py_VISIT(state->get_running_loop);
+    Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
     Py_VISIT(state->instant_kind);
     return 0;
@@ -1075,6 +1141,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->scope_type);
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->get_running_loop);
+    Py_CLEAR(state->wake);
     Py_CLEAR(state->span_kind);
     Py_CLEAR(state->instant_kind);
     Py_CLEAR(state->room);

@@ -133,6 +133,10 @@ class Flusher:
             self._thread = thread
             return True
 
+    def wake(self) -> None:
+        """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
+        self._wake.set()
+
     @contextlib.contextmanager
     def sweeping(self, deadline: float | None = None) -> Iterator[None]:
         """No sweep runs on another thread inside this block (with a ``deadline``, the block runs anyway once it

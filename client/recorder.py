@@ -2,14 +2,15 @@
 buffer for them.
 
 Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and that buffer's flat list is
-cached in a ``threading.local``. Recording is then one ``len`` and one ``list.extend`` of a 5-tuple: no lock, no id
-lookup, no packing (``drain.py`` says why the list is flat and why a drain racing with it is safe). A buffer holds
-only numbers, labels and argument maps, and ``None`` rather than an empty dict when there are no arguments, which
-keeps the cyclic garbage collector out of the way.
+cached in a ``threading.local``, with its bound (a ``Recording``). Recording is then one ``len`` and one
+``list.extend`` of a 5-tuple: no lock, no id lookup, no packing (``drain.py`` says why the list is flat and why a
+drain racing with it is safe). A buffer holds only numbers, labels and argument maps, and ``None`` rather than an
+empty dict when there are no arguments, which keeps the cyclic garbage collector out of the way.
 
 The ``len`` is the bound: a buffer holding ``max_buffered_events`` refuses the next event, counted (``_count_full``),
 until the flusher takes what it holds. Checked as each event is recorded, it bounds the memory of a thread that
-outruns the flusher, however long a pass of the flusher takes.
+outruns the flusher, however long a pass of the flusher takes. The same ``len`` wakes the flusher when a buffer is
+half full, so that a thread recording at full speed is drained before it fills rather than at the next interval.
 
 A recorder with no listener, or a closed one, records into ``NOWHERE``, a ``deque(maxlen=0)``: its length is 0 and
 its extend keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import Event
+from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.tracks import NOWHERE, Tracks
 from ringtrace.client.wire.model import INSTANT, SPAN
 
@@ -49,6 +51,7 @@ __all__ = ["Recorder", "Scope"]
 log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
 _new = object.__new__
+_wake_flusher = FLUSHER.wake
 
 
 class Scope:
@@ -60,8 +63,8 @@ class Scope:
 
     __slots__ = ("_start_ns", "_what")
 
-    def __init__(self, recorder: _PyRecorder, sink: Sink, label: object, args: dict[str, Any] | None) -> None:
-        self._what = (recorder, sink, label, args)
+    def __init__(self, recording: Recording, label: object, args: dict[str, Any] | None) -> None:
+        self._what = (recording, label, args)
 
     def __enter__(self) -> Scope:
         self._start_ns = _now()
@@ -75,24 +78,30 @@ class Scope:
             start_ns = self._start_ns
         except AttributeError:  # exited without being entered (an ExitStack.push, say): nothing to record
             return
-        recorder, sink, label, args = self._what
+        (sink, limit, wake_at, count_full), label, args = self._what
         if exc_type is not None:
             args = {**(args or {}), "exception": exc_type.__name__}
-        if len(sink) < recorder._max_buffered_values:
+        held = len(sink)
+        if held < limit:
             sink.extend((SPAN, label, start_ns, end_ns, args))
+            if held == wake_at:
+                _wake_flusher()
         else:
-            recorder._count_full()
+            count_full()
 
 
-def _new_scope(recorder: _PyRecorder, sink: Sink, label: object, args: dict[str, Any] | None) -> Scope:
-    """``Scope(recorder, sink, label, args)`` without the call to ``__init__``; inlined by hand in ``scope``."""
+def _new_scope(recording: Recording, label: object, args: dict[str, Any] | None) -> Scope:
+    """``Scope(recording, label, args)`` without the call to ``__init__``; inlined by hand in ``scope``."""
     scope: Scope = _new(Scope)
-    scope._what = (recorder, sink, label, args)
+    scope._what = (recording, label, args)
     return scope
 
 
 #: Where a recorder records: a buffer's flat list, or ``NOWHERE``.
 Sink = MutableSequence[Any]
+#: How the pure-Python recorder records on one thread or task, in one tuple (one lookup, unpacked at once): the sink,
+#: the values it may hold, the values it holds when the next event wakes the flusher, and what counts a refusal.
+Recording = tuple[Sink, int, int, Callable[[], object]]
 
 
 class _PyRecorder:
@@ -101,6 +110,8 @@ class _PyRecorder:
     _tls: threading.local
     #: Values one buffer may hold: ``max_buffered_events * RECORD_FIELDS`` (the C recorder holds it in C).
     _max_buffered_values: int
+    #: Values a buffer holds when the next event wakes the flusher: about half of ``_max_buffered_values``.
+    _wake_buffered_values: int
     #: Counts one event refused for want of room in its buffer: ``next`` of an ``itertools.count``, which no other
     #: thread can interleave with (``+= 1`` on an attribute could lose a count).
     _count_full: Callable[[], object]
@@ -108,41 +119,44 @@ class _PyRecorder:
     def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
         if _get_running_loop() is not None:
-            return _new_scope(self, self._task_sink(), label, args or None)
+            return _new_scope(self._task_recording(), label, args or None)
         try:
-            sink = self._tls.sink
+            recording = self._tls.recording
         except AttributeError:
-            sink = self._thread_sink()
+            recording = self._thread_recording()
         scope: Scope = _new(Scope)  # _new_scope, inlined
-        scope._what = (self, sink, label, args or None)
+        scope._what = (recording, label, args or None)
         return scope
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         if _get_running_loop() is not None:
-            sink = self._task_sink()
+            sink, limit, wake_at, count_full = self._task_recording()
         else:
             try:
-                sink = self._tls.sink
+                sink, limit, wake_at, count_full = self._tls.recording
             except AttributeError:
-                sink = self._thread_sink()
-        if len(sink) < self._max_buffered_values:
+                sink, limit, wake_at, count_full = self._thread_recording()
+        held = len(sink)
+        if held < limit:
             now = _now()
             sink.extend((INSTANT, name, now, now, args or None))
+            if held == wake_at:
+                _wake_flusher()
         else:
-            self._count_full()
+            count_full()
 
     def push(self, event: Event) -> None:
         """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
         the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
         if _get_running_loop() is not None:
-            events = self._task_events()
+            sink, limit, wake_at, count_full = self._task_recording()
         else:
             try:
-                events = self._tls.events
+                sink, limit, wake_at, count_full = self._tls.recording
             except AttributeError:
-                events = self._thread_events()
-        if events is None:
+                sink, limit, wake_at, count_full = self._thread_recording()
+        if sink is NOWHERE:
             return
         try:
             cls = type(event)  # as the C recorder: an Event class itself is not an event
@@ -150,13 +164,36 @@ class _PyRecorder:
         except AttributeError:  # not an Event: never raise into the program
             self._not_an_event(event)
             return
-        if len(events) >= self._max_buffered_values:
-            self._count_full()
+        held = len(sink)
+        if held >= limit:
+            count_full()
             return
         now = _now()
-        events.extend((kind, label, now, now, event))
+        sink.extend((kind, label, now, now, event))
+        if held == wake_at:
+            _wake_flusher()
 
-    def _thread_sink(self) -> Sink:
+    def _events_with_room(self) -> Sink | None:
+        """The buffer of the running task or thread if it has room for one more event; None if it keeps nothing, or
+        is full (the event is then counted as dropped). Wakes the flusher if the event will make it half full."""
+        if _get_running_loop() is not None:
+            sink, limit, wake_at, count_full = self._task_recording()
+        else:
+            try:
+                sink, limit, wake_at, count_full = self._tls.recording
+            except AttributeError:
+                sink, limit, wake_at, count_full = self._thread_recording()
+        if sink is NOWHERE:
+            return None
+        held = len(sink)
+        if held >= limit:
+            count_full()
+            return None
+        if held == wake_at:
+            _wake_flusher()  # before the append: an event that misses the sweep it started waits for the next
+        return sink
+
+    def _thread_recording(self) -> Recording:
         raise NotImplementedError
 
     def _thread_events(self) -> list[Any] | None:
@@ -168,7 +205,7 @@ class _PyRecorder:
     def _not_an_event(self, event: object) -> None:
         raise NotImplementedError
 
-    def _task_sink(self) -> Sink:
+    def _task_recording(self) -> Recording:
         raise NotImplementedError
 
     def _forget_recorders(self) -> None:
@@ -186,7 +223,7 @@ class _PyRecorder:
 if TYPE_CHECKING or speedups is None:
     _RecorderBase = _PyRecorder
 else:
-    speedups.configure(_get_running_loop, SPAN, INSTANT)
+    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake)
     _RecorderBase = speedups.RecorderCore
 if not TYPE_CHECKING and speedups is not None:
     Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
@@ -246,13 +283,18 @@ class Recorder(_RecorderBase):
             return None  # keep nothing rather than grow buffers nobody drains
         return events
 
-    def _thread_sink(self) -> Sink:
-        """``_thread_events`` as the pure-Python recorder's sink, cached in the thread-local state."""
+    def _thread_recording(self) -> Recording:
+        """``_thread_events`` as the pure-Python recorder's ``Recording``, cached in the thread-local state."""
         tls = self._tls
-        events = self._thread_events()
+        recording = self._recording(self._thread_events())
+        tls.recording = recording
+        return recording
+
+    def _recording(self, events: list[Any] | None) -> Recording:
+        """How to record into ``events`` (None: keep nothing), as the timeline's bound stands now (a change of the
+        bound resets the recorders)."""
         sink: Sink = NOWHERE if events is None else events
-        tls.sink = sink
-        return sink
+        return (sink, self._max_buffered_values, self._wake_buffered_values, self._count_full)
 
     def _task_events(self) -> list[Any] | None:
         """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
@@ -269,10 +311,9 @@ class Recorder(_RecorderBase):
             buffer = self._tracks.lane_for(task, self._track_label)
         return buffer.events
 
-    def _task_sink(self) -> Sink:
-        """``_task_events`` as the pure-Python recorder's sink."""
-        events = self._task_events()
-        return NOWHERE if events is None else events
+    def _task_recording(self) -> Recording:
+        """``_task_events`` as the pure-Python recorder's ``Recording``."""
+        return self._recording(self._task_events())
 
     def _events(self) -> list[Any] | None:
         """The buffer of the running task or thread (None: keep nothing)."""
@@ -283,15 +324,6 @@ class Recorder(_RecorderBase):
             return events
         except AttributeError:
             return self._thread_events()
-
-    def _events_with_room(self) -> list[Any] | None:
-        """The buffer of the running task or thread if it has room for one more event; None if it keeps nothing, or
-        is full (the event is then counted as dropped)."""
-        events = self._events()
-        if events is not None and len(events) >= self._max_buffered_values:
-            self._count_full()
-            return None
-        return events
 
     def _not_an_event(self, event: object) -> None:
         """``push`` was given something that is not an ``Event`` (counted only while something listens)."""

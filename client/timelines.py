@@ -102,11 +102,11 @@ class Timeline(Recorder):
     """
 
     def __init__(
-        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 1_000_000
+        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 200_000
     ) -> None:
         self.name = name
-        self.max_buffered_events = max_buffered_events
         super().__init__()
+        self.max_buffered_events = max_buffered_events
         _TIMELINES.add(self)
         self._listeners: tuple[Listener, ...] = ()
         self._gates = MessageGates()
@@ -269,7 +269,10 @@ class Timeline(Recorder):
     def max_buffered_events(self, events: int) -> None:
         if isinstance(events, bool) or not isinstance(events, int) or events < 1:
             raise ConfigError(f"max_buffered_events must be an int >= 1, got {events!r}")
-        self._max_buffered_values = events * RECORD_FIELDS
+        with self._lock:
+            self._max_buffered_values = events * RECORD_FIELDS
+            self._wake_buffered_values = max(events // 2, 1) * RECORD_FIELDS
+            self._reset_recorders(self._listening)  # the Python recorder caches the bound per thread
 
     @property
     def listeners(self) -> tuple[Listener, ...]:

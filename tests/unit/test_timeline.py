@@ -15,6 +15,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -781,6 +782,31 @@ def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
     timeline.close()
 
 
+@pytest.mark.parametrize("call", ["instant", "scope", "push", "message", "marker", "async_begin"])
+def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str) -> None:
+    memory = MemoryListener()
+    timeline = Timeline("woken", [memory], max_buffered_events=BOUND)
+    interval = FLUSHER.interval_s
+    FLUSHER.interval_s = 3600.0
+    try:
+        timeline.instant("sync")
+        wait_until(lambda: len(memory.events) == 1)  # swept by the flusher, which now waits an hour
+        for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
+            _record(call, timeline, i, [])
+        wait_until(lambda: len(memory.events) == 2 + BOUND // 2, timeout_s=10)  # not in an hour
+    finally:
+        FLUSHER.interval_s = interval
+        FLUSHER.wake()
+        timeline.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:
     memory = MemoryListener()
     timeline = Timeline("late", [memory])
@@ -807,7 +833,8 @@ def test_closing_one_timeline_keeps_a_listener_another_one_uses() -> None:
 
 def test_replacing_a_listener_loses_no_event_recorded_meanwhile() -> None:
     old, new = MemoryListener(), MemoryListener()
-    timeline = Timeline("swap", [old])
+    # A thread recording flat out can outrun the flusher: a bound that cannot fill keeps this about the swap.
+    timeline = Timeline("swap", [old], max_buffered_events=100_000_000)
     done = threading.Event()
     recorded = [0]
 

@@ -31,13 +31,13 @@ import threading
 import time
 from asyncio import current_task
 from asyncio.events import _get_running_loop
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import Event
 from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.tracks import NOWHERE, Tracks
+from ringtrace.client.tracks import NOWHERE, Recording, Sink, Tracks
 from ringtrace.client.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
@@ -95,13 +95,6 @@ def _new_scope(recording: Recording, label: object, args: dict[str, Any] | None)
     scope: Scope = _new(Scope)
     scope._what = (recording, label, args)
     return scope
-
-
-#: Where a recorder records: a buffer's flat list, or ``NOWHERE``.
-Sink = MutableSequence[Any]
-#: How the pure-Python recorder records on one thread or task, in one tuple (one lookup, unpacked at once): the sink,
-#: the values it may hold, the values it holds when the next event wakes the flusher, and what counts a refusal.
-Recording = tuple[Sink, int, int, Callable[[], object]]
 
 
 class _PyRecorder:
@@ -194,6 +187,9 @@ class _PyRecorder:
         return sink
 
     def _thread_recording(self) -> Recording:
+        raise NotImplementedError
+
+    def _recording(self, events: list[Any] | None) -> Recording:
         raise NotImplementedError
 
     def _thread_events(self) -> list[Any] | None:
@@ -290,6 +286,10 @@ class Recorder(_RecorderBase):
         tls.recording = recording
         return recording
 
+    def _task_recording(self) -> Recording:
+        """``_task_events`` as the pure-Python recorder's ``Recording``."""
+        return self._recording(self._task_events())
+
     def _recording(self, events: list[Any] | None) -> Recording:
         """How to record into ``events`` (None: keep nothing), as the timeline's bound stands now (a change of the
         bound resets the recorders)."""
@@ -310,10 +310,6 @@ class Recorder(_RecorderBase):
         with self._lock:
             buffer = self._tracks.lane_for(task, self._track_label)
         return buffer.events
-
-    def _task_recording(self) -> Recording:
-        """``_task_events`` as the pure-Python recorder's ``Recording``."""
-        return self._recording(self._task_events())
 
     def _events(self) -> list[Any] | None:
         """The buffer of the running task or thread (None: keep nothing)."""
@@ -353,7 +349,7 @@ class Recorder(_RecorderBase):
         self._tls = threading.local()
         self._forget_recorders()
         self._cache_threads(not _green_threads())
-        self._tracks.attach_sources(listening)
+        self._tracks.attach_sources(self._recording if listening else None)
 
 
 def _green_threads() -> bool:

@@ -36,7 +36,7 @@ from ringtrace.client.timeline_listeners import (
     replaced_after_fork,
     subscribe_priority,
 )
-from ringtrace.client.tracks import TrackBuffer, discard
+from ringtrace.client.tracks import NOT_RECORDING, TrackBuffer
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.model import (
     ASYNC_BEGIN,
@@ -170,9 +170,9 @@ class Timeline(Recorder):
     def source(self, name: object, /) -> Source:
         """A named source of activity on a track of its own (TimeLogger); see ``sources.py``. Make it once (this is
         the slow part); its ``open()`` and ``close()`` are cheap and may be called from any thread."""
-        source = Source(display_text(name), discard)
+        source = Source(display_text(name), NOT_RECORDING)
         with self._lock:
-            self._tracks.add_source(source, self._listening)
+            self._tracks.add_source(source, self._recording if self._listening else None)
         return source
 
     def message(self, category: str, priority: str, text: str) -> Message:

@@ -764,6 +764,29 @@ def test_a_full_buffer_refuses_counters_too() -> None:
     timeline.close()
 
 
+def test_a_full_buffer_refuses_a_source_s_events_too() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)
+    loader = timeline.source("loader")
+    with FLUSHER.sweeping():
+        for _ in range(BOUND):
+            loader.open()
+        full = time.monotonic_ns()
+        for _ in range(2 * BOUND):
+            loader.open()
+    assert timeline.flush() is False
+    assert memory.dropped_events == 2 * BOUND
+    assert len(memory.events) == BOUND
+    assert all(event.ts_ns < full for event in memory.events)  # refused as they came, once the buffer was full
+    timeline.max_buffered_events = 10 * BOUND  # its buffer takes the new bound too
+    with FLUSHER.sweeping():
+        for _ in range(3 * BOUND):
+            loader.close()
+    assert timeline.flush()
+    assert len(memory.events) == 4 * BOUND
+    timeline.close()
+
+
 def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
     memory = MemoryListener()
     timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)

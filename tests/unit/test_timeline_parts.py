@@ -15,7 +15,7 @@ from ringtrace.client.messages import Message, message_kind, priority_level
 from ringtrace.client.sources import Source
 from ringtrace.client.timeline_listeners import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.timelines import Timeline
-from ringtrace.client.tracks import Tracks, discard
+from ringtrace.client.tracks import NOT_RECORDING, Tracks
 from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
 
@@ -72,21 +72,39 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     assert tracks.task_buffers is task_buffers
 
 
+def unbounded(events: list[Any]) -> Any:
+    return (events, 2**62, -1, int)
+
+
 def test_a_source_records_into_a_buffer_while_listening_and_into_nothing_otherwise() -> None:
     tracks = Tracks()
-    source = Source("loader", discard)
-    tracks.add_source(source, listening=True)
+    source = Source("loader", NOT_RECORDING)
+    tracks.add_source(source, unbounded)
     (buffer,) = tracks.buffers
     source.open()
     assert (buffer.track, len(buffer.events)) == (source.track, RECORD_FIELDS)
-    tracks.attach_sources(listening=False)
+    tracks.attach_sources(None)
     source.close()
     assert len(buffer.events) == RECORD_FIELDS
     tracks.take_all()
-    tracks.attach_sources(listening=True)  # its buffer was taken: it gets a new one
+    tracks.attach_sources(unbounded)  # its buffer was taken: it gets a new one
     (renewed,) = tracks.buffers
     source.close()
     assert renewed is not buffer and len(renewed.events) == RECORD_FIELDS
+
+
+def test_a_source_records_no_more_than_its_bound_and_counts_the_rest() -> None:
+    refused: list[int] = []
+    tracks = Tracks()
+    source = Source("loader", NOT_RECORDING)
+    tracks.add_source(source, lambda events: (events, 3 * RECORD_FIELDS, -1, lambda: refused.append(1)))
+    (buffer,) = tracks.buffers
+    for _ in range(5):
+        source.open()
+    assert (len(buffer.events), len(refused)) == (3 * RECORD_FIELDS, 2)
+    tracks.attach_sources(None)
+    source.open()
+    assert (len(buffer.events), len(refused)) == (3 * RECORD_FIELDS, 2)  # nothing listens: nothing kept nor lost
 
 
 # -- drain ---------------------------------------------------------------------------------------------------------

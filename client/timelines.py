@@ -94,8 +94,10 @@ class Timeline(Recorder):
     Args:
         name: shown in logs; defaults to ``"timeline"``.
         listeners: attached at once (see ``add_listener``).
-        max_buffered_events: events one track may hold between two flusher passes; if the flusher falls that far
-            behind, the oldest are dropped and counted as every listener's drops.
+        max_buffered_events: events one track may hold until the flusher takes them; if the flusher falls that far
+            behind, the events that come next are refused, counted as every listener's drops. A thread that
+            outruns the flusher holds that many, and about as many again in the flusher's hands: 200,000 instants
+            with two small args, about 110 MB in all (docs/client.md).
 
     Raises:
         ConfigError: a bad ``max_buffered_events``.
@@ -262,7 +264,7 @@ class Timeline(Recorder):
 
     @property
     def max_buffered_events(self) -> int:
-        """Events one track may hold between two flusher passes (about 100 bytes each); see the class docstring."""
+        """Events one track may hold until the flusher takes them (100 to 300 bytes each); see the class docstring."""
         return self._max_buffered_values // RECORD_FIELDS
 
     @max_buffered_events.setter

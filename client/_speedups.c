@@ -42,6 +42,7 @@ What it does, and why it is safe to do it this way:
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
     PyTypeObject *recorder_core_type, *scope_type, *message_type;
+    PyObject *null_scope;       /* the Scope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
@@ -292,39 +293,34 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
         return NULL;
     }
-    scope = PyObject_GC_New(Scope, self->state->scope_type);
-    if (scope == NULL) return NULL; /* no object to return: MemoryError, as any call may raise */
-    scope->events = NULL;
-    scope->label = NULL;
-    scope->args = NULL;
-    scope->core = (RecorderCore *)Py_NewRef(self);
-    scope->start_ns = 0;
-    scope->entered = 0;
-    PyObject_GC_Track(scope);
     events = current_events(self);
     if (events == NULL) {
-        if (count_unrecorded(&self->unrecorded) < 0) {
-            Py_DECREF(scope);
-            return NULL;
-        }
-        return (PyObject *)scope; /* keeps nothing */
+        if (count_unrecorded(&self->unrecorded) < 0) return NULL;
+        return Py_NewRef(self->state->null_scope); /* keeps nothing */
     }
-    if (events == Py_None) {
+    if (events == Py_None) { /* nothing listens: nothing to allocate either */
         Py_DECREF(events);
-        return (PyObject *)scope;
+        return Py_NewRef(self->state->null_scope);
     }
     kwargs = keyword_dict(args, nargs, kwnames);
     if (kwargs == NULL) {
         Py_DECREF(events);
-        if (count_unrecorded(&self->unrecorded) < 0) {
-            Py_DECREF(scope);
-            return NULL;
-        }
-        return (PyObject *)scope;
+        if (count_unrecorded(&self->unrecorded) < 0) return NULL;
+        return Py_NewRef(self->state->null_scope);
+    }
+    scope = PyObject_GC_New(Scope, self->state->scope_type);
+    if (scope == NULL) { /* no object to return: MemoryError, as any call may raise */
+        Py_DECREF(events);
+        Py_DECREF(kwargs);
+        return NULL;
     }
     scope->events = events;
     scope->label = Py_NewRef(args[0]);
     scope->args = kwargs;
+    scope->core = (RecorderCore *)Py_NewRef(self);
+    scope->start_ns = 0;
+    scope->entered = 0;
+    PyObject_GC_Track(scope);
     return (PyObject *)scope;
 }
 
@@ -518,11 +514,9 @@ static PyType_Spec core_spec = {
 static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
+    if (self->events == NULL) return Py_NewRef(self); /* keeps nothing (the shared null scope): no clock, no state */
     self->entered = now_ns(&self->start_ns) == 0;
-    if (!self->entered) {
-        if (self->events == NULL) PyErr_Clear(); /* a scope that keeps nothing loses nothing */
-        else if (count_unrecorded(&self->core->unrecorded) < 0) return NULL;
-    }
+    if (!self->entered && count_unrecorded(&self->core->unrecorded) < 0) return NULL;
     return Py_NewRef(self);
 }
 
@@ -553,11 +547,9 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
     ModuleState *state;
     int64_t end_ns;
-    int clock = now_ns(&end_ns);
-    if (self->events == NULL || !self->entered) {
-        if (clock < 0) PyErr_Clear(); /* keeps nothing: loses nothing */
-        Py_RETURN_FALSE;
-    }
+    int clock;
+    if (self->events == NULL || !self->entered) Py_RETURN_FALSE; /* keeps nothing: loses nothing */
+    clock = now_ns(&end_ns);
     state = self->core->state;
     end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
     start = end == NULL ? NULL : PyLong_FromLongLong(self->start_ns);
@@ -1126,6 +1118,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->recorder_core_type);
     Py_VISIT(state->scope_type);
     Py_VISIT(state->message_type);
+    Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
     Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
@@ -1138,6 +1131,7 @@ module_clear(PyObject *module)
 {
     ModuleState *state = PyModule_GetState(module);
     Py_CLEAR(state->recorder_core_type);
+    Py_CLEAR(state->null_scope);
     Py_CLEAR(state->scope_type);
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->get_running_loop);
@@ -1185,6 +1179,14 @@ module_exec(PyObject *module)
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
+    Scope *null_scope = PyObject_GC_New(Scope, state->scope_type);
+    if (null_scope == NULL) return -1;
+    null_scope->events = null_scope->label = null_scope->args = NULL;
+    null_scope->core = NULL;
+    null_scope->start_ns = 0;
+    null_scope->entered = 0;
+    PyObject_GC_Track(null_scope);
+    state->null_scope = (PyObject *)null_scope;
     state->str_thread_events = PyUnicode_InternFromString("_thread_events");
     state->str_task_events = PyUnicode_InternFromString("_task_events");
     state->str_exception = PyUnicode_InternFromString("exception");

@@ -49,7 +49,7 @@ typedef struct {
     PyObject *instant_kind;     /* model.INSTANT */
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
     PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
-        *str_not_an_event, *str_on;
+        *str_not_an_event, *str_on, *str_marker;
 } ModuleState;
 
 static struct PyModuleDef speedups_module;
@@ -118,6 +118,8 @@ typedef struct {
     Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
     Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
     Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
+    char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
+                                return at once */
 } RecorderCore;
 
 /* `events` if it is what the slow paths return, a list or None; else NULL with TypeError set (consumes it). */
@@ -293,6 +295,7 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
         return NULL;
     }
+    if (!self->listening) return Py_NewRef(self->state->null_scope); /* not even a look for the buffer */
     events = current_events(self);
     if (events == NULL) {
         if (count_unrecorded(&self->unrecorded) < 0) return NULL;
@@ -341,6 +344,20 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         return unrecorded(self);
     }
     return record_instant(self, Py_NewRef(self->state->instant_kind), Py_NewRef(args[0]), stamp, kwargs);
+}
+
+/* tl.marker(...): nothing while the timeline has no listener, at the cost of a C call; else Timeline._marker (in
+   Python: its arguments take checking). */
+static PyObject *
+core_marker(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    PyObject *marker, *result;
+    if (!self->listening) Py_RETURN_NONE;
+    marker = PyObject_GetAttr((PyObject *)self, self->state->str_marker);
+    if (marker == NULL) return NULL;
+    result = PyObject_Vectorcall(marker, args, PyVectorcall_NARGS(nargsf), kwnames);
+    Py_DECREF(marker);
+    return result;
 }
 
 /* tl.push(event): (kind id, label, now, now, event); see events.py. */
@@ -470,6 +487,9 @@ static PyMethodDef core_methods[] = {
      "scope(label, /, **args)\n--\n\nA context manager recording one span named label with args, from enter to exit."},
     {"instant", (PyCFunction)(void (*)(void))core_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
+    {"marker", (PyCFunction)(void (*)(void))core_marker, METH_FASTCALL | METH_KEYWORDS,
+     "marker(name, phase='instant', /, *, ts_ns=None, stack=False, **details)\n--\n\n"
+     "Record a Gecko-style marker (see Timeline._marker); nothing at all while the timeline has no listener."},
     {"push", (PyCFunction)core_push, METH_O,
      "push(event, /)\n--\n\nRecord a typed event (ringtrace.client.Event), with the time and an id unique in the process."},
     {"_events_with_room", (PyCFunction)core_events_with_room, METH_NOARGS,
@@ -486,6 +506,7 @@ static PyMethodDef core_methods[] = {
 static PyMemberDef core_members[] = {
     {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
      "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
+    {"_listening", T_BOOL, offsetof(RecorderCore, listening), 0, "Whether the timeline has listeners."},
     {"_wake_buffered_values", T_PYSSIZET, offsetof(RecorderCore, wake_values), 0,
      "Values a buffer holds when the next event wakes the flusher (about half of _max_buffered_values)."},
     {NULL, 0, 0, 0, NULL},
@@ -1147,6 +1168,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_label);
     Py_CLEAR(state->str_not_an_event);
     Py_CLEAR(state->str_on);
+    Py_CLEAR(state->str_marker);
     return 0;
 }
 
@@ -1195,8 +1217,10 @@ module_exec(PyObject *module)
     state->str_label = PyUnicode_InternFromString("_label");
     state->str_not_an_event = PyUnicode_InternFromString("_not_an_event");
     state->str_on = PyUnicode_InternFromString("on");
+    state->str_marker = PyUnicode_InternFromString("_marker");
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
-        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on) {
+        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
+        !state->str_marker) {
         return -1;
     }
     return 0;

@@ -101,6 +101,8 @@ class _PyRecorder:
     """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
 
     _tls: threading.local
+    #: Whether anything listens: set, under the lock, by ``Recorder._reset_recorders`` only.
+    _listening: bool
     #: Values one buffer may hold: ``max_buffered_events * RECORD_FIELDS`` (the C recorder holds it in C).
     _max_buffered_values: int
     #: Values a buffer holds when the next event wakes the flusher: about half of ``_max_buffered_values``.
@@ -186,6 +188,20 @@ class _PyRecorder:
             _wake_flusher()  # before the append: an event that misses the sweep it started waits for the next
         return sink
 
+    def marker(self, name: object, phase: str = "instant", /, **kwargs: Any) -> None:
+        """Record a Gecko-style marker: ``"start"``, ``"end"`` or ``"instant"``, at ``ts_ns`` (a keyword: monotonic
+        ns, for a marker made after the fact) or now. A start pairs with the next end of the same name on this track.
+
+        Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
+        ``stack=True`` adds the Python stack of the call to the details (which reads source files: not for hot
+        paths). Other keywords are the marker's details.
+        """
+        if self._listening:
+            self._marker(name, phase, **kwargs)
+
+    def _marker(self, name: object, phase: str = "instant", /, **kwargs: Any) -> None:
+        raise NotImplementedError
+
     def _thread_recording(self) -> Recording:
         raise NotImplementedError
 
@@ -248,8 +264,7 @@ class Recorder(_RecorderBase):
         self._full = itertools.count()
         self._count_full = self._full.__next__
         self._full_taken = 0
-        #: Whether anything listens: set, under the lock, by ``_reset_recorders`` only.
-        self._listening = False
+        self._listening = False  # see _PyRecorder
         self._reset_recorders(False)
 
     @property

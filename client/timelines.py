@@ -15,6 +15,7 @@ change of the whole (the flusher sweeps, buffers go, every recorder takes its sl
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import traceback
@@ -143,23 +144,18 @@ class Timeline(Recorder):
         now = _now()
         events.extend((COUNTER, name, now, now, {"value": value}))
 
-    def marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
-               **details: Any) -> None:  # fmt: skip
-        """Record a Gecko-style marker: ``"start"``, ``"end"`` or ``"instant"``, at ``ts_ns`` (monotonic ns, for a
-        marker made after the fact) or now. A start pairs with the next end of the same name on this track.
-
-        Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
-        ``stack=True`` adds the Python stack of the call to the details (which reads source files: not for hot
-        paths).
-        """
-        if not self._listeners:
+    def _marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
+                **details: Any) -> None:  # fmt: skip
+        """``marker()`` once it found the timeline observed (see ``_PyRecorder.marker``; the C recorder's returns
+        from C while nothing listens)."""
+        if not self._listeners:  # the last listener went meanwhile
             return
         kind = _MARKER_KINDS.get(phase) if type(phase) is str else None
         if kind is None or (ts_ns is not None and (type(ts_ns) is not int or not 0 <= ts_ns < _MAX_NS)):
             self._refuse("marker() takes 'start', 'end' or 'instant', and a ts_ns in monotonic ns")
             return
         if stack:
-            details["stack"] = "".join(traceback.format_stack(limit=_STACK_FRAMES)[:-1])
+            details["stack"] = _caller_stack()
         events = self._events_with_room()
         if events is not None:
             now = _now() if ts_ns is None else ts_ns
@@ -379,6 +375,17 @@ class Timeline(Recorder):
             subscribe_priority(listener, self)
         self._reset_recorders(bool(self._listeners))
 
+
+def _caller_stack() -> str:
+    """The Python stack of the call to ``marker()``, up to ``_STACK_FRAMES`` frames, without ringtrace's own (the
+    pure-Python ``marker`` has a frame of its own, the C one none)."""
+    frames = traceback.extract_stack(limit=_STACK_FRAMES + 3)
+    while frames and frames[-1].filename in _OWN_FILES:
+        frames.pop()
+    return "".join(traceback.format_list(frames[-_STACK_FRAMES:]))
+
+
+_OWN_FILES = {__file__, sys.modules[Recorder.__module__].__file__}
 
 #: Every timeline, listened to or not: a forked child gets fresh locks for all of them (``_fresh_locks``).
 _TIMELINES: weakref.WeakSet[Timeline] = weakref.WeakSet()

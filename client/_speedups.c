@@ -41,7 +41,7 @@ What it does, and why it is safe to do it this way:
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *message_type;
+    PyTypeObject *recorder_core_type, *scope_type, *message_type, *traced_type;
     PyObject *null_scope;       /* the Scope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
@@ -846,6 +846,188 @@ static PyType_Spec message_spec = {
     .slots = message_slots,
 };
 
+/* -- Traced -------------------------------------------------------------------------------------------------------- */
+
+/* @traced on a plain function (traced.py): the call, and one span around it, as `with timeline.scope(label):` records
+   it, without a Python frame, a Scope or the with statement's lookups. Binds as a method, as a function does. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *function;
+    PyObject *label;
+    RecorderCore *core;
+    PyObject *dict; /* what functools.update_wrapper copies (__name__, __doc__, __wrapped__...) */
+} Traced;
+
+/* The span of a call that began at `start_ns` and ended now, appended to `events` (NULL when `result` is: the call
+   raised, and the span says with what). The raised exception, if any, is kept as it was. Returns 0, or -1 for an
+   exception the program must see instead. */
+static int
+record_call(RecorderCore *core, PyObject *events, PyObject *label, int64_t start_ns, PyObject *result)
+{
+    ModuleState *state = core->state;
+    PyObject *values[RECORD_FIELDS], *exc_type = NULL, *exc = NULL, *tb = NULL, *start, *end, *arguments;
+    int64_t end_ns;
+    int clock, failed = 0;
+    if (result == NULL) PyErr_Fetch(&exc_type, &exc, &tb); /* restored below, whatever happens here */
+    clock = now_ns(&end_ns);
+    end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
+    start = end == NULL ? NULL : PyLong_FromLongLong(start_ns);
+    arguments = start == NULL ? NULL : exc_type == NULL ? Py_NewRef(Py_None) : with_exception(state, Py_None, exc_type);
+    if (start == NULL || end == NULL || arguments == NULL) {
+        Py_XDECREF(start);
+        Py_XDECREF(end);
+        Py_XDECREF(arguments);
+        failed = count_unrecorded(&core->unrecorded) < 0;
+    }
+    else {
+        values[0] = Py_NewRef(state->span_kind);
+        values[1] = Py_NewRef(label);
+        values[2] = start;
+        values[3] = end;
+        values[4] = arguments;
+        if (append_event(state, events, values, core->max_values) < 0) failed = count_unrecorded(&core->unrecorded) < 0;
+        else failed = wake_at_half(core, events) < 0;
+    }
+    if (exc_type != NULL) {
+        if (failed) { /* a KeyboardInterrupt meanwhile: it wins, the call's own exception is dropped */
+            Py_DECREF(exc_type);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+        }
+        else {
+            PyErr_Restore(exc_type, exc, tb);
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+traced_call(Traced *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RecorderCore *core = self->core;
+    PyObject *events, *result;
+    int64_t start_ns;
+    if (!core->listening) return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    events = current_events(core);
+    if (events == NULL) {
+        if (count_unrecorded(&core->unrecorded) < 0) return NULL;
+        return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    }
+    if (events == Py_None || now_ns(&start_ns) < 0) {
+        if (events != Py_None && count_unrecorded(&core->unrecorded) < 0) {
+            Py_DECREF(events);
+            return NULL;
+        }
+        Py_DECREF(events);
+        return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    }
+    result = PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    if (record_call(core, events, self->label, start_ns, result) < 0) Py_CLEAR(result);
+    Py_DECREF(events);
+    return result;
+}
+
+static PyObject *
+traced_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *function, *label, *core, *module;
+    Traced *self;
+    static char *names[] = {"function", "label", "timeline", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO", names, &function, &label, &core)) return NULL;
+    if ((module = PyType_GetModuleByDef(type, &speedups_module)) == NULL) return NULL;
+    if (!PyObject_TypeCheck(core, ((ModuleState *)PyModule_GetState(module))->recorder_core_type) ||
+        !PyCallable_Check(function)) {
+        PyErr_SetString(PyExc_TypeError, "Traced(function, label, timeline): a callable, and a Timeline");
+        return NULL;
+    }
+    self = (Traced *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = (vectorcallfunc)traced_call;
+    self->function = Py_NewRef(function);
+    self->label = Py_NewRef(label);
+    self->core = (RecorderCore *)Py_NewRef(core);
+    return (PyObject *)self;
+}
+
+/* As a function: an attribute of a class binds to the instance. */
+static PyObject *
+traced_get(PyObject *self, PyObject *instance, PyObject *Py_UNUSED(owner))
+{
+    if (instance == NULL || instance == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, instance);
+}
+
+static int
+traced_traverse(Traced *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->function);
+    Py_VISIT(self->label);
+    Py_VISIT(self->core);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+traced_clear(Traced *self)
+{
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->label);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+traced_dealloc(Traced *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    traced_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+traced_repr(Traced *self)
+{
+    return PyUnicode_FromFormat("<traced %R>", self->function);
+}
+
+static PyMemberDef traced_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Traced, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(Traced, dict), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef traced_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot traced_slots[] = {
+    {Py_tp_doc, "A function under @traced: each call is one span (see traced.py)."},
+    {Py_tp_new, traced_new},
+    {Py_tp_dealloc, traced_dealloc},
+    {Py_tp_traverse, traced_traverse},
+    {Py_tp_clear, traced_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, traced_get},
+    {Py_tp_members, traced_members},
+    {Py_tp_getset, traced_getset},
+    {Py_tp_repr, traced_repr},
+    {0, NULL},
+};
+
+static PyType_Spec traced_spec = {
+    .name = "ringtrace.client._speedups.Traced",
+    .basicsize = sizeof(Traced),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = traced_slots,
+};
+
 /* -- take_runs ------------------------------------------------------------------------------------------------------ */
 
 static PyObject *
@@ -1139,6 +1321,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->recorder_core_type);
     Py_VISIT(state->scope_type);
     Py_VISIT(state->message_type);
+    Py_VISIT(state->traced_type);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
     Py_VISIT(state->wake);
@@ -1155,6 +1338,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->null_scope);
     Py_CLEAR(state->scope_type);
     Py_CLEAR(state->message_type);
+    Py_CLEAR(state->traced_type);
     Py_CLEAR(state->get_running_loop);
     Py_CLEAR(state->wake);
     Py_CLEAR(state->span_kind);
@@ -1197,7 +1381,8 @@ module_exec(PyObject *module)
     ModuleState *state = PyModule_GetState(module);
     if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
-        (state->message_type = add_type(module, &message_spec, NULL)) == NULL) {
+        (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
+        (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);

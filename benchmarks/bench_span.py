@@ -89,7 +89,7 @@ def bench(n: int, rounds: int) -> int:
         # Recording only: a timeline whose listener keeps nothing, off the flusher's list (the flusher thread itself
         # runs, for the connected timeline). Events pile up during a loop; drained between rounds.
         parked = ParkedListener()
-        hot_tl = Timeline("hot", listeners=[parked])
+        hot_tl = Timeline("hot", listeners=[parked], max_buffered_events=n)  # a round fits: nothing refused
         FLUSHER.unregister(hot_tl)
 
         provider, tracer, exporter = make_otel()

@@ -15,6 +15,9 @@ What it does, and why it is safe to do it this way:
 - An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
   collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
   no Python code in between, so the flusher's drain never sees part of an event.
+- A buffer holds at most the timeline's max_buffered_events: the list's own size is the count, checked as the event
+  is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
+  Python twin does, instead of growing its buffer until the flusher's next pass.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would. */
@@ -38,13 +41,15 @@ What it does, and why it is safe to do it this way:
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *message_type;
+    PyTypeObject *recorder_core_type, *scope_type, *message_type, *traced_type;
+    PyObject *null_scope;       /* the Scope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
+    PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
     PyObject *instant_kind;     /* model.INSTANT */
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
     PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
-        *str_not_an_event, *str_on;
+        *str_not_an_event, *str_on, *str_marker;
 } ModuleState;
 
 static struct PyModuleDef speedups_module;
@@ -70,14 +75,16 @@ now_ns_object(void)
     return now_ns(&now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
-/* Append the five values of one event to `list`, all or nothing. Steals the references in `values` on success and on
-   failure alike. No allocation that could run Python code happens here: the caller allocated everything before. */
+/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already. Steals the
+   references in `values` on success and on failure alike. Returns 0, or -1: an exception set, or none when the list
+   was full. No allocation that could run Python code happens here: the caller allocated everything before. */
 static int
-append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS])
+append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit)
 {
     PyListObject *l = (PyListObject *)list;
     Py_ssize_t n = Py_SIZE(l);
     int i;
+    if (n >= limit) goto fail;
     /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
        growth (a memory request only: no Python code), then in place. */
     if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {
@@ -108,7 +115,11 @@ typedef struct {
     uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
     uint64_t generation;     /* bumped by _forget_recorders() */
-    Py_ssize_t unrecorded;   /* events lost for want of memory, since the last _take_unrecorded() */
+    Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
+    Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
+    Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
+    char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
+                                return at once */
 } RecorderCore;
 
 /* `events` if it is what the slow paths return, a list or None; else NULL with TypeError set (consumes it). */
@@ -188,13 +199,16 @@ keyword_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return dict;
 }
 
-/* Tracing never raises into the host: a failure to record is counted, and the error dropped. Returns 0 then; -1 for
-   an exception that is not an Exception (KeyboardInterrupt from a signal handler that ran meanwhile), left raised. */
+/* Tracing never raises into the host: a failure to record is counted, and the error dropped (none is set when the
+   buffer was full). Returns 0 then; -1 for an exception that is not an Exception (KeyboardInterrupt from a signal
+   handler that ran meanwhile), left raised. */
 static int
 count_unrecorded(Py_ssize_t *counter)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
-    PyErr_Clear();
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+    }
     (*counter)++;
     return 0;
 }
@@ -204,6 +218,31 @@ unrecorded(RecorderCore *self)
 {
     if (count_unrecorded(&self->unrecorded) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+/* Wake the flusher: a buffer is half full, and is better drained before it fills than at the flusher's next
+   interval. Python code runs here: never between a buffer's lookup and the append. Returns 0, or -1 for an exception
+   the program must see (a failed wake is ignored: the flusher still comes at its interval). */
+static int
+wake_flusher(RecorderCore *self)
+{
+    PyObject *result;
+    if (self->state->wake == NULL) return 0;
+    result = PyObject_CallNoArgs(self->state->wake);
+    if (result != NULL) {
+        Py_DECREF(result);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* An event just appended made `events` half full: wake the flusher (see wake_flusher). */
+static inline int
+wake_at_half(RecorderCore *self, PyObject *events)
+{
+    return Py_SIZE(events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
 }
 
 /* Record a point-in-time event in the buffer of the running task or thread. Steals `kind`, `label`, `stamp` (its start
@@ -224,9 +263,13 @@ record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *st
         Py_RETURN_NONE;
     }
     values[2] = Py_NewRef(stamp);
-    if (append_event(self->state, events, values) < 0) {
+    if (append_event(self->state, events, values, self->max_values) < 0) {
         Py_DECREF(events);
         return unrecorded(self);
+    }
+    if (wake_at_half(self, events) < 0) {
+        Py_DECREF(events);
+        return NULL;
     }
     Py_DECREF(events);
     Py_RETURN_NONE;
@@ -252,39 +295,35 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
         return NULL;
     }
-    scope = PyObject_GC_New(Scope, self->state->scope_type);
-    if (scope == NULL) return NULL; /* no object to return: MemoryError, as any call may raise */
-    scope->events = NULL;
-    scope->label = NULL;
-    scope->args = NULL;
-    scope->core = (RecorderCore *)Py_NewRef(self);
-    scope->start_ns = 0;
-    scope->entered = 0;
-    PyObject_GC_Track(scope);
+    if (!self->listening) return Py_NewRef(self->state->null_scope); /* not even a look for the buffer */
     events = current_events(self);
     if (events == NULL) {
-        if (count_unrecorded(&self->unrecorded) < 0) {
-            Py_DECREF(scope);
-            return NULL;
-        }
-        return (PyObject *)scope; /* keeps nothing */
+        if (count_unrecorded(&self->unrecorded) < 0) return NULL;
+        return Py_NewRef(self->state->null_scope); /* keeps nothing */
     }
-    if (events == Py_None) {
+    if (events == Py_None) { /* nothing listens: nothing to allocate either */
         Py_DECREF(events);
-        return (PyObject *)scope;
+        return Py_NewRef(self->state->null_scope);
     }
     kwargs = keyword_dict(args, nargs, kwnames);
     if (kwargs == NULL) {
         Py_DECREF(events);
-        if (count_unrecorded(&self->unrecorded) < 0) {
-            Py_DECREF(scope);
-            return NULL;
-        }
-        return (PyObject *)scope;
+        if (count_unrecorded(&self->unrecorded) < 0) return NULL;
+        return Py_NewRef(self->state->null_scope);
+    }
+    scope = PyObject_GC_New(Scope, self->state->scope_type);
+    if (scope == NULL) { /* no object to return: MemoryError, as any call may raise */
+        Py_DECREF(events);
+        Py_DECREF(kwargs);
+        return NULL;
     }
     scope->events = events;
     scope->label = Py_NewRef(args[0]);
     scope->args = kwargs;
+    scope->core = (RecorderCore *)Py_NewRef(self);
+    scope->start_ns = 0;
+    scope->entered = 0;
+    PyObject_GC_Track(scope);
     return (PyObject *)scope;
 }
 
@@ -305,6 +344,20 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         return unrecorded(self);
     }
     return record_instant(self, Py_NewRef(self->state->instant_kind), Py_NewRef(args[0]), stamp, kwargs);
+}
+
+/* tl.marker(...): nothing while the timeline has no listener, at the cost of a C call; else Timeline._marker (in
+   Python: its arguments take checking). */
+static PyObject *
+core_marker(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    PyObject *marker, *result;
+    if (!self->listening) Py_RETURN_NONE;
+    marker = PyObject_GetAttr((PyObject *)self, self->state->str_marker);
+    if (marker == NULL) return NULL;
+    result = PyObject_Vectorcall(marker, args, PyVectorcall_NARGS(nargsf), kwnames);
+    Py_DECREF(marker);
+    return result;
 }
 
 /* tl.push(event): (kind id, label, now, now, event); see events.py. */
@@ -328,6 +381,29 @@ core_push(RecorderCore *self, PyObject *event)
         return unrecorded(self);
     }
     return record_instant(self, kind, label, stamp, Py_NewRef(event)); /* its id is given on the flusher */
+}
+
+/* Timeline._events_with_room(), for the recording methods written in Python (counter, marker, ...): the buffer of the
+   running task or thread if it has room for one more event; None if it keeps nothing, or is full (the event is then
+   counted as unrecorded). Wakes the flusher if the event will make it half full. */
+static PyObject *
+core_events_with_room(RecorderCore *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t held;
+    PyObject *events = current_events(self);
+    if (events == NULL) return unrecorded(self);
+    if (events == Py_None) return events;
+    held = Py_SIZE(events);
+    if (held >= self->max_values) {
+        Py_DECREF(events);
+        self->unrecorded++;
+        Py_RETURN_NONE;
+    }
+    if (held == self->wake_values && wake_flusher(self) < 0) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    return events;
 }
 
 static PyObject *
@@ -372,6 +448,8 @@ core_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwar
     if (self == NULL) return NULL;
     self->module = Py_NewRef(module);
     self->state = PyModule_GetState(module);
+    self->max_values = PY_SSIZE_T_MAX; /* until the timeline sets its bound */
+    self->wake_values = PY_SSIZE_T_MAX - RECORD_FIELDS;
     return (PyObject *)self;
 }
 
@@ -409,15 +487,29 @@ static PyMethodDef core_methods[] = {
      "scope(label, /, **args)\n--\n\nA context manager recording one span named label with args, from enter to exit."},
     {"instant", (PyCFunction)(void (*)(void))core_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
+    {"marker", (PyCFunction)(void (*)(void))core_marker, METH_FASTCALL | METH_KEYWORDS,
+     "marker(name, phase='instant', /, *, ts_ns=None, stack=False, **details)\n--\n\n"
+     "Record a Gecko-style marker (see Timeline._marker); nothing at all while the timeline has no listener."},
     {"push", (PyCFunction)core_push, METH_O,
      "push(event, /)\n--\n\nRecord a typed event (ringtrace.client.Event), with the time and an id unique in the process."},
+    {"_events_with_room", (PyCFunction)core_events_with_room, METH_NOARGS,
+     "The running task's or thread's buffer if it has room for one more event, else None (full: counted)."},
     {"_forget_recorders", (PyCFunction)core_forget_recorders, METH_NOARGS,
      "Drop the cached buffer: the Python side changed what threads record into."},
     {"_cache_threads", (PyCFunction)core_cache_threads, METH_O,
      "Whether to cache the buffer of the last thread that recorded (not while threads share a thread state)."},
     {"_take_unrecorded", (PyCFunction)core_take_unrecorded, METH_NOARGS,
-     "Events lost for want of memory since the last call."},
+     "Events lost for want of memory or of room in their buffer since the last call."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef core_members[] = {
+    {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
+     "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
+    {"_listening", T_BOOL, offsetof(RecorderCore, listening), 0, "Whether the timeline has listeners."},
+    {"_wake_buffered_values", T_PYSSIZET, offsetof(RecorderCore, wake_values), 0,
+     "Values a buffer holds when the next event wakes the flusher (about half of _max_buffered_values)."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyType_Slot core_slots[] = {
@@ -427,6 +519,7 @@ static PyType_Slot core_slots[] = {
     {Py_tp_traverse, core_traverse},
     {Py_tp_clear, core_clear},
     {Py_tp_methods, core_methods},
+    {Py_tp_members, core_members},
     {0, NULL},
 };
 
@@ -442,11 +535,9 @@ static PyType_Spec core_spec = {
 static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
+    if (self->events == NULL) return Py_NewRef(self); /* keeps nothing (the shared null scope): no clock, no state */
     self->entered = now_ns(&self->start_ns) == 0;
-    if (!self->entered) {
-        if (self->events == NULL) PyErr_Clear(); /* a scope that keeps nothing loses nothing */
-        else if (count_unrecorded(&self->core->unrecorded) < 0) return NULL;
-    }
+    if (!self->entered && count_unrecorded(&self->core->unrecorded) < 0) return NULL;
     return Py_NewRef(self);
 }
 
@@ -477,11 +568,9 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *values[RECORD_FIELDS], *start, *end, *arguments, *events;
     ModuleState *state;
     int64_t end_ns;
-    int clock = now_ns(&end_ns);
-    if (self->events == NULL || !self->entered) {
-        if (clock < 0) PyErr_Clear(); /* keeps nothing: loses nothing */
-        Py_RETURN_FALSE;
-    }
+    int clock;
+    if (self->events == NULL || !self->entered) Py_RETURN_FALSE; /* keeps nothing: loses nothing */
+    clock = now_ns(&end_ns);
     state = self->core->state;
     end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
     start = end == NULL ? NULL : PyLong_FromLongLong(self->start_ns);
@@ -507,7 +596,13 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     values[2] = start;
     values[3] = end;
     values[4] = arguments;
-    if (append_event(state, events, values) < 0 && count_unrecorded(&self->core->unrecorded) < 0) {
+    if (append_event(state, events, values, self->core->max_values) < 0) {
+        if (count_unrecorded(&self->core->unrecorded) < 0) {
+            Py_DECREF(events);
+            return NULL;
+        }
+    }
+    else if (wake_at_half(self->core, events) < 0) {
         Py_DECREF(events);
         return NULL;
     }
@@ -749,6 +844,188 @@ static PyType_Spec message_spec = {
     .basicsize = sizeof(Message),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = message_slots,
+};
+
+/* -- Traced -------------------------------------------------------------------------------------------------------- */
+
+/* @traced on a plain function (traced.py): the call, and one span around it, as `with timeline.scope(label):` records
+   it, without a Python frame, a Scope or the with statement's lookups. Binds as a method, as a function does. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *function;
+    PyObject *label;
+    RecorderCore *core;
+    PyObject *dict; /* what functools.update_wrapper copies (__name__, __doc__, __wrapped__...) */
+} Traced;
+
+/* The span of a call that began at `start_ns` and ended now, appended to `events` (NULL when `result` is: the call
+   raised, and the span says with what). The raised exception, if any, is kept as it was. Returns 0, or -1 for an
+   exception the program must see instead. */
+static int
+record_call(RecorderCore *core, PyObject *events, PyObject *label, int64_t start_ns, PyObject *result)
+{
+    ModuleState *state = core->state;
+    PyObject *values[RECORD_FIELDS], *exc_type = NULL, *exc = NULL, *tb = NULL, *start, *end, *arguments;
+    int64_t end_ns;
+    int clock, failed = 0;
+    if (result == NULL) PyErr_Fetch(&exc_type, &exc, &tb); /* restored below, whatever happens here */
+    clock = now_ns(&end_ns);
+    end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
+    start = end == NULL ? NULL : PyLong_FromLongLong(start_ns);
+    arguments = start == NULL ? NULL : exc_type == NULL ? Py_NewRef(Py_None) : with_exception(state, Py_None, exc_type);
+    if (start == NULL || end == NULL || arguments == NULL) {
+        Py_XDECREF(start);
+        Py_XDECREF(end);
+        Py_XDECREF(arguments);
+        failed = count_unrecorded(&core->unrecorded) < 0;
+    }
+    else {
+        values[0] = Py_NewRef(state->span_kind);
+        values[1] = Py_NewRef(label);
+        values[2] = start;
+        values[3] = end;
+        values[4] = arguments;
+        if (append_event(state, events, values, core->max_values) < 0) failed = count_unrecorded(&core->unrecorded) < 0;
+        else failed = wake_at_half(core, events) < 0;
+    }
+    if (exc_type != NULL) {
+        if (failed) { /* a KeyboardInterrupt meanwhile: it wins, the call's own exception is dropped */
+            Py_DECREF(exc_type);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+        }
+        else {
+            PyErr_Restore(exc_type, exc, tb);
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+traced_call(Traced *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RecorderCore *core = self->core;
+    PyObject *events, *result;
+    int64_t start_ns;
+    if (!core->listening) return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    events = current_events(core);
+    if (events == NULL) {
+        if (count_unrecorded(&core->unrecorded) < 0) return NULL;
+        return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    }
+    if (events == Py_None || now_ns(&start_ns) < 0) {
+        if (events != Py_None && count_unrecorded(&core->unrecorded) < 0) {
+            Py_DECREF(events);
+            return NULL;
+        }
+        Py_DECREF(events);
+        return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    }
+    result = PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+    if (record_call(core, events, self->label, start_ns, result) < 0) Py_CLEAR(result);
+    Py_DECREF(events);
+    return result;
+}
+
+static PyObject *
+traced_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *function, *label, *core, *module;
+    Traced *self;
+    static char *names[] = {"function", "label", "timeline", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO", names, &function, &label, &core)) return NULL;
+    if ((module = PyType_GetModuleByDef(type, &speedups_module)) == NULL) return NULL;
+    if (!PyObject_TypeCheck(core, ((ModuleState *)PyModule_GetState(module))->recorder_core_type) ||
+        !PyCallable_Check(function)) {
+        PyErr_SetString(PyExc_TypeError, "Traced(function, label, timeline): a callable, and a Timeline");
+        return NULL;
+    }
+    self = (Traced *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = (vectorcallfunc)traced_call;
+    self->function = Py_NewRef(function);
+    self->label = Py_NewRef(label);
+    self->core = (RecorderCore *)Py_NewRef(core);
+    return (PyObject *)self;
+}
+
+/* As a function: an attribute of a class binds to the instance. */
+static PyObject *
+traced_get(PyObject *self, PyObject *instance, PyObject *Py_UNUSED(owner))
+{
+    if (instance == NULL || instance == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, instance);
+}
+
+static int
+traced_traverse(Traced *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->function);
+    Py_VISIT(self->label);
+    Py_VISIT(self->core);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+traced_clear(Traced *self)
+{
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->label);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+traced_dealloc(Traced *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    traced_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+traced_repr(Traced *self)
+{
+    return PyUnicode_FromFormat("<traced %R>", self->function);
+}
+
+static PyMemberDef traced_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Traced, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(Traced, dict), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef traced_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot traced_slots[] = {
+    {Py_tp_doc, "A function under @traced: each call is one span (see traced.py)."},
+    {Py_tp_new, traced_new},
+    {Py_tp_dealloc, traced_dealloc},
+    {Py_tp_traverse, traced_traverse},
+    {Py_tp_clear, traced_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, traced_get},
+    {Py_tp_members, traced_members},
+    {Py_tp_getset, traced_getset},
+    {Py_tp_repr, traced_repr},
+    {0, NULL},
+};
+
+static PyType_Spec traced_spec = {
+    .name = "ringtrace.client._speedups.Traced",
+    .basicsize = sizeof(Traced),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = traced_slots,
 };
 
 /* -- take_runs ------------------------------------------------------------------------------------------------------ */
@@ -1016,19 +1293,20 @@ static PyObject *
 configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind, wake)");
         return NULL;
     }
     Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
     Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
+    Py_XSETREF(state->wake, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(get_running_loop, span_kind, instant_kind): what the recorder needs from the Python side."},
+     "configure(get_running_loop, span_kind, instant_kind, wake): what the recorder needs from the Python side."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
@@ -1043,7 +1321,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->recorder_core_type);
     Py_VISIT(state->scope_type);
     Py_VISIT(state->message_type);
+    Py_VISIT(state->traced_type);
+    Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
+    Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
     Py_VISIT(state->instant_kind);
     return 0;
@@ -1054,9 +1335,12 @@ module_clear(PyObject *module)
 {
     ModuleState *state = PyModule_GetState(module);
     Py_CLEAR(state->recorder_core_type);
+    Py_CLEAR(state->null_scope);
     Py_CLEAR(state->scope_type);
     Py_CLEAR(state->message_type);
+    Py_CLEAR(state->traced_type);
     Py_CLEAR(state->get_running_loop);
+    Py_CLEAR(state->wake);
     Py_CLEAR(state->span_kind);
     Py_CLEAR(state->instant_kind);
     Py_CLEAR(state->room);
@@ -1068,6 +1352,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_label);
     Py_CLEAR(state->str_not_an_event);
     Py_CLEAR(state->str_on);
+    Py_CLEAR(state->str_marker);
     return 0;
 }
 
@@ -1096,10 +1381,19 @@ module_exec(PyObject *module)
     ModuleState *state = PyModule_GetState(module);
     if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
-        (state->message_type = add_type(module, &message_spec, NULL)) == NULL) {
+        (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
+        (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
+    Scope *null_scope = PyObject_GC_New(Scope, state->scope_type);
+    if (null_scope == NULL) return -1;
+    null_scope->events = null_scope->label = null_scope->args = NULL;
+    null_scope->core = NULL;
+    null_scope->start_ns = 0;
+    null_scope->entered = 0;
+    PyObject_GC_Track(null_scope);
+    state->null_scope = (PyObject *)null_scope;
     state->str_thread_events = PyUnicode_InternFromString("_thread_events");
     state->str_task_events = PyUnicode_InternFromString("_task_events");
     state->str_exception = PyUnicode_InternFromString("exception");
@@ -1108,8 +1402,10 @@ module_exec(PyObject *module)
     state->str_label = PyUnicode_InternFromString("_label");
     state->str_not_an_event = PyUnicode_InternFromString("_not_an_event");
     state->str_on = PyUnicode_InternFromString("on");
+    state->str_marker = PyUnicode_InternFromString("_marker");
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
-        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on) {
+        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
+        !state->str_marker) {
         return -1;
     }
     return 0;

@@ -27,31 +27,23 @@ _RUN_VALUES = 8192 * RECORD_FIELDS
 _take_runs = None if speedups is None else speedups.take_runs
 
 
-def take_events(buffers: list[TrackBuffer], max_values: int) -> tuple[list[Run], list[TrackBuffer], int]:
-    """Take every event of ``buffers``: the runs taken, the buffers whose owner ended with nothing left, and the
-    events dropped from buffers holding more than ``max_values`` (the oldest beyond that)."""
+def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer]]:
+    """Take every event of ``buffers``: the runs taken, and the buffers whose owner ended with nothing left. (A buffer
+    holds no more than its timeline's bound: the recorders refuse what does not fit.)"""
     taken: list[Run] = []
     ended = []
-    dropped = 0
     for buffer in buffers:
         alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it
-        dropped += _take(buffer, max_values, taken)
+        _take(buffer, taken)
         if not alive and not buffer.events:
             ended.append(buffer)
-    return taken, ended, dropped
+    return taken, ended
 
 
-def _take(buffer: TrackBuffer, max_values: int, taken: list[Run]) -> int:
-    """Adds the runs of ``buffer`` to ``taken``; returns how many of its oldest events were over ``max_values``."""
+def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
+    """Adds the runs of ``buffer`` to ``taken``."""
     events = buffer.events
     count = len(events)
-    dropped = 0
-    excess = count - max_values
-    if excess > 0:
-        excess -= excess % RECORD_FIELDS
-        del events[:excess]
-        count -= excess
-        dropped = excess // RECORD_FIELDS
     first = len(taken)
     if _take_runs is not None:  # C: the values move, untouched, in one pass
         taken += [(buffer.track, run) for run in _take_runs(events, count, _RUN_VALUES)]
@@ -67,7 +59,6 @@ def _take(buffer: TrackBuffer, max_values: int, taken: list[Run]) -> int:
         name = buffer.owner.get_name()
         for _, run in taken[first:]:
             _name_task(run, name)
-    return dropped
 
 
 def _name_task(run: list[Any], name: str) -> None:

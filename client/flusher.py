@@ -36,6 +36,8 @@ from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
 __all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
 
 log = logging.getLogger("ringtrace.client")
+#: What a run handed over is replaced with in its sweep's list.
+_HANDED_OVER: list[Any] = []
 
 
 class Drained(NamedTuple):
@@ -131,6 +133,10 @@ class Flusher:
             self._thread = thread
             return True
 
+    def wake(self) -> None:
+        """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
+        self._wake.set()
+
     @contextlib.contextmanager
     def sweeping(self, deadline: float | None = None) -> Iterator[None]:
         """No sweep runs on another thread inside this block (with a ``deadline``, the block runs anyway once it
@@ -218,6 +224,8 @@ class Flusher:
                 self._wake.set()  # the flusher thread finishes it
                 return False
             _call(listeners, "receive", track, records)
+            runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
+            del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:
                 _call(listeners, "retire", ending[track.track_id])
             time.sleep(0)  # let recording threads run between runs

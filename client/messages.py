@@ -133,7 +133,8 @@ class _PyMessage:
         self.enabled = enabled
         self._kind_id = kind.id
         self._label = kind.name
-        self._events: Callable[[], list[Any] | None] = timeline._events
+        #: The buffer to record into; None when it keeps nothing, or is full (then counted).
+        self._events: Callable[[], list[Any] | None] = timeline._events_with_room
         self._sampling: Sampling | None = None
 
     def __call__(self, *values: Any, **named: Any) -> None:

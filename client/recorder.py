@@ -1,15 +1,20 @@
 """The recording hot path: ``scope``, ``instant`` and ``push``, and the caches that find the running thread's or task's
 buffer for them.
 
-Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and the bound ``extend`` of that
-buffer's flat list is cached in a ``threading.local``. Recording is then one ``list.extend`` of a 5-tuple: no lock, no
-id lookup, no packing (``drain.py`` says why the list is flat and why a drain racing with it is safe). A buffer holds
-only numbers, labels and argument maps, and ``None`` rather than an empty dict when there are no arguments, which
-keeps the cyclic garbage collector out of the way.
+Every recording thread gets a buffer (``tracks.TrackBuffer``) on its first event, and that buffer's flat list is
+cached in a ``threading.local``, with its bound (a ``Recording``). Recording is then one ``len`` and one
+``list.extend`` of a 5-tuple: no lock, no id lookup, no packing (``drain.py`` says why the list is flat and why a
+drain racing with it is safe). A buffer holds only numbers, labels and argument maps, and ``None`` rather than an
+empty dict when there are no arguments, which keeps the cyclic garbage collector out of the way.
 
-A recorder with no listener, or a closed one, hands out ``discard``, the extend of a ``deque(maxlen=0)``, which
-keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every thread
-then takes the slow path once and picks up the new state.
+The ``len`` is the bound: a buffer holding ``max_buffered_events`` refuses the next event, counted (``_count_full``),
+until the flusher takes what it holds. Checked as each event is recorded, it bounds the memory of a thread that
+outruns the flusher, however long a pass of the flusher takes. The same ``len`` wakes the flusher when a buffer is
+half full, so that a thread recording at full speed is drained before it fills rather than at the next interval.
+
+A recorder with no listener, or a closed one, records into ``NOWHERE``, a ``deque(maxlen=0)``: its length is 0 and
+its extend keeps nothing. When the listeners change, ``_reset_recorders`` swaps in a fresh ``threading.local``: every
+thread then takes the slow path once and picks up the new state.
 
 The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class holding ``scope``, ``instant`` and
 ``push``, with one that does the same in C, caches the buffer of the last thread that recorded, and asks
@@ -19,6 +24,7 @@ recorders share: the timeline is one, so nothing on the hot path goes through an
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import threading
@@ -30,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import Event
-from ringtrace.client.tracks import Record, Tracks, discard
+from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.tracks import NOWHERE, Recording, Sink, Tracks
 from ringtrace.client.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ __all__ = ["Recorder", "Scope"]
 log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
 _new = object.__new__
+_wake_flusher = FLUSHER.wake
 
 
 class Scope:
@@ -55,8 +63,8 @@ class Scope:
 
     __slots__ = ("_start_ns", "_what")
 
-    def __init__(self, record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> None:
-        self._what = (record, label, args)
+    def __init__(self, recording: Recording, label: object, args: dict[str, Any] | None) -> None:
+        self._what = (recording, label, args)
 
     def __enter__(self) -> Scope:
         self._start_ns = _now()
@@ -70,16 +78,22 @@ class Scope:
             start_ns = self._start_ns
         except AttributeError:  # exited without being entered (an ExitStack.push, say): nothing to record
             return
-        record, label, args = self._what
+        (sink, limit, wake_at, count_full), label, args = self._what
         if exc_type is not None:
             args = {**(args or {}), "exception": exc_type.__name__}
-        record((SPAN, label, start_ns, end_ns, args))
+        held = len(sink)
+        if held < limit:
+            sink.extend((SPAN, label, start_ns, end_ns, args))
+            if held == wake_at:
+                _wake_flusher()
+        else:
+            count_full()
 
 
-def _new_scope(record: Callable[[Record], None], label: object, args: dict[str, Any] | None) -> Scope:
-    """``Scope(record, label, args)`` without the call to ``__init__``; inlined by hand in ``Timeline.scope``."""
+def _new_scope(recording: Recording, label: object, args: dict[str, Any] | None) -> Scope:
+    """``Scope(recording, label, args)`` without the call to ``__init__``; inlined by hand in ``scope``."""
     scope: Scope = _new(Scope)
-    scope._what = (record, label, args)
+    scope._what = (recording, label, args)
     return scope
 
 
@@ -87,42 +101,57 @@ class _PyRecorder:
     """The recording methods of ``Timeline``, in Python (the C accelerator's ``RecorderCore`` does the same)."""
 
     _tls: threading.local
+    #: Whether anything listens: set, under the lock, by ``Recorder._reset_recorders`` only.
+    _listening: bool
+    #: Values one buffer may hold: ``max_buffered_events * RECORD_FIELDS`` (the C recorder holds it in C).
+    _max_buffered_values: int
+    #: Values a buffer holds when the next event wakes the flusher: about half of ``_max_buffered_values``.
+    _wake_buffered_values: int
+    #: Counts one event refused for want of room in its buffer: ``next`` of an ``itertools.count``, which no other
+    #: thread can interleave with (``+= 1`` on an attribute could lose a count).
+    _count_full: Callable[[], object]
 
     def scope(self, label: object, /, **args: Any) -> Scope:
         """A context manager recording one span named ``label`` with ``args``, from enter to exit."""
         if _get_running_loop() is not None:
-            return _new_scope(self._task_recorder(), label, args or None)
+            return _new_scope(self._task_recording(), label, args or None)
         try:
-            record = self._tls.record
+            recording = self._tls.recording
         except AttributeError:
-            record = self._thread_recorder()
+            recording = self._thread_recording()
         scope: Scope = _new(Scope)  # _new_scope, inlined
-        scope._what = (record, label, args or None)
+        scope._what = (recording, label, args or None)
         return scope
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         if _get_running_loop() is not None:
-            record = self._task_recorder()
+            sink, limit, wake_at, count_full = self._task_recording()
         else:
             try:
-                record = self._tls.record
+                sink, limit, wake_at, count_full = self._tls.recording
             except AttributeError:
-                record = self._thread_recorder()
-        now = _now()
-        record((INSTANT, name, now, now, args or None))
+                sink, limit, wake_at, count_full = self._thread_recording()
+        held = len(sink)
+        if held < limit:
+            now = _now()
+            sink.extend((INSTANT, name, now, now, args or None))
+            if held == wake_at:
+                _wake_flusher()
+        else:
+            count_full()
 
     def push(self, event: Event) -> None:
         """Record a typed event (``ringtrace.client.Event``; see ``events.py``), with the time and an id unique in
         the process. Its fields are read and checked on the flusher: push a fresh event rather than change one."""
         if _get_running_loop() is not None:
-            events = self._task_events()
+            sink, limit, wake_at, count_full = self._task_recording()
         else:
             try:
-                events = self._tls.events
+                sink, limit, wake_at, count_full = self._tls.recording
             except AttributeError:
-                events = self._thread_events()
-        if events is None:
+                sink, limit, wake_at, count_full = self._thread_recording()
+        if sink is NOWHERE:
             return
         try:
             cls = type(event)  # as the C recorder: an Event class itself is not an event
@@ -130,10 +159,53 @@ class _PyRecorder:
         except AttributeError:  # not an Event: never raise into the program
             self._not_an_event(event)
             return
+        held = len(sink)
+        if held >= limit:
+            count_full()
+            return
         now = _now()
-        events.extend((kind, label, now, now, event))
+        sink.extend((kind, label, now, now, event))
+        if held == wake_at:
+            _wake_flusher()
 
-    def _thread_recorder(self) -> Callable[[Record], None]:
+    def _events_with_room(self) -> Sink | None:
+        """The buffer of the running task or thread if it has room for one more event; None if it keeps nothing, or
+        is full (the event is then counted as dropped). Wakes the flusher if the event will make it half full."""
+        if _get_running_loop() is not None:
+            sink, limit, wake_at, count_full = self._task_recording()
+        else:
+            try:
+                sink, limit, wake_at, count_full = self._tls.recording
+            except AttributeError:
+                sink, limit, wake_at, count_full = self._thread_recording()
+        if sink is NOWHERE:
+            return None
+        held = len(sink)
+        if held >= limit:
+            count_full()
+            return None
+        if held == wake_at:
+            _wake_flusher()  # before the append: an event that misses the sweep it started waits for the next
+        return sink
+
+    def marker(self, name: object, phase: str = "instant", /, **kwargs: Any) -> None:
+        """Record a Gecko-style marker: ``"start"``, ``"end"`` or ``"instant"``, at ``ts_ns`` (a keyword: monotonic
+        ns, for a marker made after the fact) or now. A start pairs with the next end of the same name on this track.
+
+        Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
+        ``stack=True`` adds the Python stack of the call to the details (which reads source files: not for hot
+        paths). Other keywords are the marker's details.
+        """
+        if self._listening:
+            self._marker(name, phase, **kwargs)
+
+    def _marker(self, name: object, phase: str = "instant", /, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    def _thread_recording(self) -> Recording:
+        raise NotImplementedError
+
+    def _recording(self, events: list[Any] | None) -> Recording:
         raise NotImplementedError
 
     def _thread_events(self) -> list[Any] | None:
@@ -145,7 +217,7 @@ class _PyRecorder:
     def _not_an_event(self, event: object) -> None:
         raise NotImplementedError
 
-    def _task_recorder(self) -> Callable[[Record], None]:
+    def _task_recording(self) -> Recording:
         raise NotImplementedError
 
     def _forget_recorders(self) -> None:
@@ -155,14 +227,15 @@ class _PyRecorder:
         """Nothing cached beyond ``_tls`` here."""
 
     def _take_unrecorded(self) -> int:
-        """Events that could not be recorded (the C recorder counts a failed allocation; here one raises)."""
+        """Events the C recorder could not record (a failed allocation, a full buffer); here one raises, and
+        ``_count_full`` counts the others."""
         return 0
 
 
 if TYPE_CHECKING or speedups is None:
     _RecorderBase = _PyRecorder
 else:
-    speedups.configure(_get_running_loop, SPAN, INSTANT)
+    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake)
     _RecorderBase = speedups.RecorderCore
 if not TYPE_CHECKING and speedups is not None:
     Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
@@ -187,8 +260,11 @@ class Recorder(_RecorderBase):
         #: first was warned about.
         self._not_events = 0
         self._warned_not_event = False
-        #: Whether anything listens: set, under the lock, by ``_reset_recorders`` only.
-        self._listening = False
+        #: Events refused by a full buffer on the Python paths: ``next`` counts one, ``_take_refused`` reads them.
+        self._full = itertools.count()
+        self._count_full = self._full.__next__
+        self._full_taken = 0
+        self._listening = False  # see _PyRecorder
         self._reset_recorders(False)
 
     @property
@@ -218,13 +294,22 @@ class Recorder(_RecorderBase):
             return None  # keep nothing rather than grow buffers nobody drains
         return events
 
-    def _thread_recorder(self) -> Callable[[Record], None]:
-        """``_thread_events`` as the pure-Python recorder's callable, cached in the thread-local state."""
+    def _thread_recording(self) -> Recording:
+        """``_thread_events`` as the pure-Python recorder's ``Recording``, cached in the thread-local state."""
         tls = self._tls
-        events = self._thread_events()
-        record = discard if events is None else events.extend
-        tls.record = record
-        return record
+        recording = self._recording(self._thread_events())
+        tls.recording = recording
+        return recording
+
+    def _task_recording(self) -> Recording:
+        """``_task_events`` as the pure-Python recorder's ``Recording``."""
+        return self._recording(self._task_events())
+
+    def _recording(self, events: list[Any] | None) -> Recording:
+        """How to record into ``events`` (None: keep nothing), as the timeline's bound stands now (a change of the
+        bound resets the recorders)."""
+        sink: Sink = NOWHERE if events is None else events
+        return (sink, self._max_buffered_values, self._wake_buffered_values, self._count_full)
 
     def _task_events(self) -> list[Any] | None:
         """The buffer of the running asyncio task: its lane's (the thread's, outside any task; None: keep
@@ -240,11 +325,6 @@ class Recorder(_RecorderBase):
         with self._lock:
             buffer = self._tracks.lane_for(task, self._track_label)
         return buffer.events
-
-    def _task_recorder(self) -> Callable[[Record], None]:
-        """``_task_events`` as the pure-Python recorder's callable."""
-        events = self._task_events()
-        return discard if events is None else events.extend
 
     def _events(self) -> list[Any] | None:
         """The buffer of the running task or thread (None: keep nothing)."""
@@ -269,8 +349,12 @@ class Recorder(_RecorderBase):
             log.warning("ringtrace: %s; dropped and counted (warned once per timeline)", what)
 
     def _take_refused(self) -> int:
-        """Events refused or not recorded since the last call (counted as dropped)."""
+        """Events refused or not recorded since the last call (counted as dropped). One caller at a time (the
+        flusher's sweep)."""
         refused, self._not_events = self._take_unrecorded() + self._not_events, 0
+        counted = next(self._full)  # this call's own count is not an event
+        refused += counted - self._full_taken
+        self._full_taken = counted + 1
         return refused
 
     def _reset_recorders(self, listening: bool) -> None:
@@ -280,7 +364,7 @@ class Recorder(_RecorderBase):
         self._tls = threading.local()
         self._forget_recorders()
         self._cache_threads(not _green_threads())
-        self._tracks.attach_sources(listening)
+        self._tracks.attach_sources(self._recording if listening else None)
 
 
 def _green_threads() -> bool:

@@ -9,23 +9,27 @@ A source's *activity* starts at 0 and goes up by one at each ``open()`` and down
 snapshot shows each open..close as a slice on the source's track; activity above 1 shows as nested slices flagged
 with their activity, and a close with nothing open is counted (``source_anomalies``) and shown as an instant, never
 raised. ``open`` and ``close`` are one ``list.extend`` each on the source's own buffer, which is atomic, so no lock
-is taken whatever thread calls them.
+is taken whatever thread calls them; a buffer holding its timeline's ``max_buffered_events`` refuses the event,
+counted as dropped, as a thread's does.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from ringtrace.client.tracks import Recording
+
 __all__ = ["Source"]
 
 _now = time.monotonic_ns
+_wake_flusher = FLUSHER.wake
 
 
 class Source:
@@ -34,13 +38,14 @@ class Source:
     Usable as a context manager too: ``with gpu:`` opens and closes it.
     """
 
-    __slots__ = ("__weakref__", "_extend", "_label", "track")
+    __slots__ = ("__weakref__", "_label", "_recording", "track")
 
-    def __init__(self, name: str, discard: Callable[[Any], None]) -> None:
+    def __init__(self, name: str, recording: Recording) -> None:
         self._label = name
         self.track = TrackInfo(new_track_id(), SOURCE_TRACK, name)
-        #: The extend of this source's buffer in its timeline, or a discard while nothing listens.
-        self._extend = discard
+        #: How it records into its buffer in its timeline (``tracks.Recording``), or into nothing while nothing
+        #: listens; its timeline sets it.
+        self._recording = recording
 
     @property
     def name(self) -> str:
@@ -48,13 +53,27 @@ class Source:
 
     def open(self) -> None:
         """The activity goes up by one, now."""
-        now = _now()
-        self._extend((SOURCE_OPEN, self._label, now, now, None))
+        sink, limit, wake_at, count_full = self._recording  # as close(): a shared helper would cost a call
+        held = len(sink)
+        if held < limit:
+            now = _now()
+            sink.extend((SOURCE_OPEN, self._label, now, now, None))
+            if held == wake_at:
+                _wake_flusher()
+        else:
+            count_full()
 
     def close(self) -> None:
         """The activity goes down by one, now (a close with nothing open is counted by the collector)."""
-        now = _now()
-        self._extend((SOURCE_CLOSE, self._label, now, now, None))
+        sink, limit, wake_at, count_full = self._recording
+        held = len(sink)
+        if held < limit:
+            now = _now()
+            sink.extend((SOURCE_CLOSE, self._label, now, now, None))
+            if held == wake_at:
+                _wake_flusher()
+        else:
+            count_full()
 
     def __enter__(self) -> Source:
         self.open()

@@ -15,6 +15,7 @@ change of the whole (the flusher sweeps, buffers go, every recorder takes its sl
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import traceback
@@ -36,7 +37,7 @@ from ringtrace.client.timeline_listeners import (
     replaced_after_fork,
     subscribe_priority,
 )
-from ringtrace.client.tracks import TrackBuffer, discard
+from ringtrace.client.tracks import NOT_RECORDING, TrackBuffer
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.model import (
     ASYNC_BEGIN,
@@ -94,19 +95,21 @@ class Timeline(Recorder):
     Args:
         name: shown in logs; defaults to ``"timeline"``.
         listeners: attached at once (see ``add_listener``).
-        max_buffered_events: events one track may hold between two flusher passes; if the flusher falls that far
-            behind, the oldest are dropped and counted as every listener's drops.
+        max_buffered_events: events one track may hold until the flusher takes them; if the flusher falls that far
+            behind, the events that come next are refused, counted as every listener's drops. A thread that
+            outruns the flusher holds that many, and about as many again in the flusher's hands: 200,000 instants
+            with two small args, about 110 MB in all (docs/client.md).
 
     Raises:
         ConfigError: a bad ``max_buffered_events``.
     """
 
     def __init__(
-        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 1_000_000
+        self, name: str = "timeline", listeners: Sequence[Listener] = (), *, max_buffered_events: int = 200_000
     ) -> None:
         self.name = name
-        self.max_buffered_events = max_buffered_events
         super().__init__()
+        self.max_buffered_events = max_buffered_events
         _TIMELINES.add(self)
         self._listeners: tuple[Listener, ...] = ()
         self._gates = MessageGates()
@@ -129,7 +132,7 @@ class Timeline(Recorder):
 
     def counter(self, name: object, value: float, /) -> None:
         """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name)."""
-        events = self._events()
+        events = self._events_with_room()
         if events is None:
             return
         if type(value) is not int and type(value) is not float:
@@ -141,24 +144,19 @@ class Timeline(Recorder):
         now = _now()
         events.extend((COUNTER, name, now, now, {"value": value}))
 
-    def marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
-               **details: Any) -> None:  # fmt: skip
-        """Record a Gecko-style marker: ``"start"``, ``"end"`` or ``"instant"``, at ``ts_ns`` (monotonic ns, for a
-        marker made after the fact) or now. A start pairs with the next end of the same name on this track.
-
-        Markers are recorded only while the timeline is observed (has a listener); otherwise this returns at once.
-        ``stack=True`` adds the Python stack of the call to the details (which reads source files: not for hot
-        paths).
-        """
-        if not self._listeners:
+    def _marker(self, name: object, phase: str = "instant", /, *, ts_ns: int | None = None, stack: bool = False,
+                **details: Any) -> None:  # fmt: skip
+        """``marker()`` once it found the timeline observed (see ``_PyRecorder.marker``; the C recorder's returns
+        from C while nothing listens)."""
+        if not self._listeners:  # the last listener went meanwhile
             return
         kind = _MARKER_KINDS.get(phase) if type(phase) is str else None
         if kind is None or (ts_ns is not None and (type(ts_ns) is not int or not 0 <= ts_ns < _MAX_NS)):
             self._refuse("marker() takes 'start', 'end' or 'instant', and a ts_ns in monotonic ns")
             return
         if stack:
-            details["stack"] = "".join(traceback.format_stack(limit=_STACK_FRAMES)[:-1])
-        events = self._events()
+            details["stack"] = _caller_stack()
+        events = self._events_with_room()
         if events is not None:
             now = _now() if ts_ns is None else ts_ns
             events.extend((kind, name, now, now, details or None))
@@ -170,9 +168,9 @@ class Timeline(Recorder):
     def source(self, name: object, /) -> Source:
         """A named source of activity on a track of its own (TimeLogger); see ``sources.py``. Make it once (this is
         the slow part); its ``open()`` and ``close()`` are cheap and may be called from any thread."""
-        source = Source(display_text(name), discard)
+        source = Source(display_text(name), NOT_RECORDING)
         with self._lock:
-            self._tracks.add_source(source, self._listening)
+            self._tracks.add_source(source, self._recording if self._listening else None)
         return source
 
     def message(self, category: str, priority: str, text: str) -> Message:
@@ -218,14 +216,14 @@ class Timeline(Recorder):
 
     def async_begin(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """Begin an async slice: one that may end on another thread or task (``async_end`` with the same id)."""
-        events = self._events()
+        events = self._events_with_room()
         if events is not None:
             now = _now()
             events.extend((ASYNC_BEGIN, name, now, now, {**args, "id": async_id}))
 
     def async_end(self, name: object, async_id: int | str, /, **args: Any) -> None:
         """End the async slice ``name`` begun with ``async_id``."""
-        events = self._events()
+        events = self._events_with_room()
         if events is not None:
             now = _now()
             events.extend((ASYNC_END, name, now, now, {**args, "id": async_id}))
@@ -235,19 +233,18 @@ class Timeline(Recorder):
     def drain(self) -> Drained:
         """Take every buffered event (as flat values) per track; forget ended threads and tasks with nothing left.
 
-        A track holding more than ``max_buffered_events`` (the flusher fell behind) loses its oldest events beyond
-        that, counted in ``Drained.dropped``.
+        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...).
         """
         dropped = self._take_refused()
         with self._lock:
             buffers = list(self._tracks.buffers)
-        taken, ended, over = take_events(buffers, self._max_buffered_values)
+        taken, ended = take_events(buffers)
         if ended:
             # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.
             self._forget_recorders()
             with self._lock:
                 self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped + over)
+        return Drained(lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped)
 
     def tracks(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may."""
@@ -263,14 +260,17 @@ class Timeline(Recorder):
 
     @property
     def max_buffered_events(self) -> int:
-        """Events one track may hold between two flusher passes (about 100 bytes each); see the class docstring."""
+        """Events one track may hold until the flusher takes them (100 to 300 bytes each); see the class docstring."""
         return self._max_buffered_values // RECORD_FIELDS
 
     @max_buffered_events.setter
     def max_buffered_events(self, events: int) -> None:
         if isinstance(events, bool) or not isinstance(events, int) or events < 1:
             raise ConfigError(f"max_buffered_events must be an int >= 1, got {events!r}")
-        self._max_buffered_values = events * RECORD_FIELDS
+        with self._lock:
+            self._max_buffered_values = events * RECORD_FIELDS
+            self._wake_buffered_values = max(events // 2, 1) * RECORD_FIELDS
+            self._reset_recorders(self._listening)  # the Python recorder caches the bound per thread
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -375,6 +375,17 @@ class Timeline(Recorder):
             subscribe_priority(listener, self)
         self._reset_recorders(bool(self._listeners))
 
+
+def _caller_stack() -> str:
+    """The Python stack of the call to ``marker()``, up to ``_STACK_FRAMES`` frames, without ringtrace's own (the
+    pure-Python ``marker`` has a frame of its own, the C one none)."""
+    frames = traceback.extract_stack(limit=_STACK_FRAMES + 3)
+    while frames and frames[-1].filename in _OWN_FILES:
+        frames.pop()
+    return "".join(traceback.format_list(frames[-_STACK_FRAMES:]))
+
+
+_OWN_FILES = {__file__, sys.modules[Recorder.__module__].__file__}
 
 #: Every timeline, listened to or not: a forked child gets fresh locks for all of them (``_fresh_locks``).
 _TIMELINES: weakref.WeakSet[Timeline] = weakref.WeakSet()

@@ -6,7 +6,8 @@
     @ringtrace.client.traced("db query", timeline=mine)
     async def query(sql): ...
 
-A span covers the whole call: for a coroutine function, from the first ``await`` of the coroutine to its return; for
+A span covers the whole call (with the C accelerator, a plain function's is recorded from C around it): for a
+coroutine function, from the first ``await`` of the coroutine to its return; for
 a generator, from the first ``next()`` to exhaustion or close, measured as one span (its time suspended included, as
 Python's profilers show a generator frame). An exception ends the span and its type is recorded, as ``scope`` does.
 """
@@ -18,6 +19,7 @@ import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
+from ringtrace.client.accelerator import speedups
 from ringtrace.client.timelines import DEFAULT_TIMELINE, Timeline
 
 __all__ = ["traced"]
@@ -80,6 +82,10 @@ def _decorate(function: Callable[..., Any], label: str | None, timeline: Timelin
                 return (yield from function(*args, **kwargs))
 
         return generator
+
+    if speedups is not None:  # the same span, recorded from C around the call: no frame, no Scope, no with
+        wrapper = speedups.Traced(function, name, current())
+        return functools.update_wrapper(wrapper, function)
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:

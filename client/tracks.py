@@ -17,19 +17,36 @@ import threading
 import weakref
 from asyncio import Task
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.sources import Source
 from ringtrace.client.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
 
-__all__ = ["Record", "TrackBuffer", "Tracks", "discard"]
+__all__ = ["NOT_RECORDING", "NOWHERE", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
-#: What records into nothing (while nothing listens): the extend of a ``deque(maxlen=0)``.
-discard: Callable[[Record], None] = deque[Any](maxlen=0).extend
+#: What records into nothing (while nothing listens): its length is 0, so it always has room, and its extend keeps
+#: nothing.
+NOWHERE: deque[Any] = deque(maxlen=0)
+
+
+class Sink(Protocol):
+    """Where a recorder records: a buffer's flat list, or ``NOWHERE``."""
+
+    def __len__(self) -> int: ...
+
+    def extend(self, values: Iterable[Any], /) -> None: ...
+
+
+#: How the Python recording paths record into one buffer, in one tuple (one lookup, unpacked at once): the sink, the
+#: values it may hold (its timeline's ``max_buffered_events``), the values it holds when the next event wakes the
+#: flusher (about half), and what counts an event refused for want of room.
+Recording = tuple[Sink, int, int, Callable[[], object]]
+#: Recording into nothing.
+NOT_RECORDING: Recording = (NOWHERE, 1, -1, int)
 
 
 class TrackBuffer:
@@ -97,33 +114,39 @@ class Tracks:
         self.task_buffers[task] = buffer
         return buffer
 
-    def add_source(self, source: Source, listening: bool) -> None:
-        """Keep ``source``, and make it record into a buffer here while ``listening``, into nothing otherwise."""
+    def add_source(self, source: Source, recording: Callable[[list[Any]], Recording] | None) -> None:
+        """Keep ``source``, and make it record into a buffer here as ``recording`` says, into nothing if None."""
         self._sources[source.track.track_id] = source
-        self._attach_source(source, set(), listening)  # a new source has no buffer yet
+        self._attach_source(source, set(), recording)  # a new source has no buffer yet
 
-    def attach_sources(self, listening: bool) -> None:
-        """Every source records into its buffer here (made anew if it was taken away) while ``listening``, into
-        nothing otherwise."""
-        if not listening:
+    def attach_sources(self, recording: Callable[[list[Any]], Recording] | None) -> None:
+        """Every source records into its buffer here (made anew if it was taken away) as ``recording`` says (how to
+        record into a buffer: its bound may have changed), into nothing if None (nothing listens)."""
+        if recording is None:
             self._source_buffers.clear()  # dead sources' entries too
         live = {id(b) for b in self.buffers}
         for source in list(self._sources.values()):
-            self._attach_source(source, live, listening)
+            self._attach_source(source, live, recording)
 
-    def _attach_source(self, source: Source, live: set[int], listening: bool) -> None:
+    def _attach_source(
+        self, source: Source, live: set[int], recording: Callable[[list[Any]], Recording] | None
+    ) -> None:
         """``source`` records into its buffer here (made anew if ``live``, the ids of the buffers held, lacks it)
-        while ``listening``, into nothing otherwise."""
+        as ``recording`` says, into nothing if None."""
         key = source.track.track_id
         buffer = self._source_buffers.get(key)
-        if not listening:
+        if recording is None:
             self._source_buffers.pop(key, None)
-            source._extend = discard
-        elif buffer is None or id(buffer) not in live:
+            source._recording = NOT_RECORDING
+            return
+        first_use = type(source._recording[0]) is _FirstUse  # no event yet: the flusher may not be running
+        if buffer is None or id(buffer) not in live:
             buffer = TrackBuffer(source.track, weakref.ref(source))
             self.buffers.append(buffer)
             self._source_buffers[key] = buffer
-            source._extend = _first_use(source, buffer.events.extend)
+            first_use = True
+        bounded = recording(buffer.events)
+        source._recording = (_FirstUse(source, bounded), 1, -1, int) if first_use else bounded
 
     def forget(self, ended: list[TrackBuffer]) -> None:
         """Drop the buffers of ended owners; a task's lane becomes free for the next task of its thread."""
@@ -171,13 +194,19 @@ def thread_track_name(thread: threading.Thread, label: str | None) -> str:
     return display_text(f"{label} ({thread.name})")
 
 
-def _first_use(source: Source, extend: Callable[[Record], None]) -> Callable[[Record], None]:
-    """A source's recorder until its first event: starts the flusher (never inside a fork handler, so here), then
-    hands over to the buffer's extend."""
+class _FirstUse:
+    """A source's sink until its first event: starts the flusher (never inside a fork handler, so here), then hands
+    over to its buffer."""
 
-    def first(record: Record) -> None:
-        source._extend = extend
+    __slots__ = ("_bounded", "_source")
+
+    def __init__(self, source: Source, bounded: Recording) -> None:
+        self._source, self._bounded = source, bounded
+
+    def __len__(self) -> int:
+        return 0
+
+    def extend(self, record: Iterable[Any], /) -> None:
+        self._source._recording = self._bounded
         if FLUSHER.start():
-            extend(record)
-
-    return first
+            self._bounded[0].extend(record)

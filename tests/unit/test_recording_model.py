@@ -65,7 +65,8 @@ def test_markers_start_end_instant_with_details_time_and_stack(tl: Timeline, lis
         ("marker", "late", None),
     ]
     assert events[2].ts_ns == before - 5
-    assert "test_markers_start_end_instant" in events[3].args["stack"]
+    stack = events[3].args["stack"]
+    assert "test_markers_start_end_instant" in stack.splitlines()[-2]  # the caller's frame last: none of ringtrace's
     assert kinds(events[4:]) == [
         ("marker_start", "failing", {"n": 1}),
         ("marker_end", "failing", {"exception": "ValueError"}),

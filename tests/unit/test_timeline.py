@@ -15,12 +15,13 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from ringtrace.client import DecodedEvent, MemoryListener, Timeline, TrackInfo
+from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
 from ringtrace.client.flusher import FLUSHER, Flusher
 from ringtrace.client.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 
@@ -695,16 +696,138 @@ def test_a_task_left_pending_on_a_closed_loop_is_forgotten() -> None:
     timeline.close()
 
 
-def test_a_track_past_its_buffer_bound_loses_its_oldest_events_counted() -> None:
+class Counted(Event):
+    """A typed event whose lifetime shows whether a buffer holds it."""
+
+    n: u32
+
+
+def _record(call: str, tl: Timeline, i: int, held: list[weakref.ref[Any]]) -> None:
+    """Record one event by ``call``, holding a fresh object (``held`` refers to it) that lives as long as a buffer
+    keeps it."""
+    token = Marker() if call != "push" else Counted(n=i)
+    held.append(weakref.ref(token))
+    if call == "instant":
+        tl.instant("e", i=i, token=token)
+    elif call == "scope":
+        with tl.scope("e", i=i, token=token):
+            pass
+    elif call == "push":
+        tl.push(token)
+    elif call == "message":
+        tl.message("bounded", "info", "e $i $token")(i, token)
+    elif call == "marker":
+        tl.marker("e", i=i, token=token)
+    else:
+        tl.async_begin("e", i, token=token)
+
+
+BOUND = 1000
+
+
+@pytest.mark.parametrize("call", ["instant", "scope", "push", "message", "marker", "async_begin"])
+@pytest.mark.parametrize("in_task", [False, True], ids=["thread", "task"])
+def test_a_full_buffer_refuses_events_as_they_are_recorded_counted_as_dropped(call: str, in_task: bool) -> None:
     memory = MemoryListener()
-    timeline = Timeline("bounded", [memory], max_buffered_events=1000)
-    with FLUSHER.sweeping():  # as if the flusher were busy elsewhere while this thread records
-        for i in range(5000):
-            timeline.instant("e", i=i)
-        assert timeline.flush() is False  # 4000 were dropped
-    assert memory.dropped_events == 4000
-    assert [e.args["i"] for e in memory.events] == list(range(4000, 5000))  # the newest are kept
+    timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)
+    held: list[weakref.ref[Any]] = []
+
+    def record() -> None:
+        for i in range(3 * BOUND):
+            _record(call, timeline, i, held)
+
+    async def in_a_task() -> None:
+        record()
+
+    with FLUSHER.sweeping():  # as if the flusher were busy elsewhere: nothing drains while this thread records
+        if in_task:
+            asyncio.run(in_a_task())
+        else:
+            record()
+        # The buffer holds the bound, no more: the rest were let go as they came.
+        assert sum(ref() is not None for ref in held) == BOUND
+    assert timeline.flush() is False  # it dropped
+    assert memory.dropped_events == 2 * BOUND
+    assert len(memory.events) == BOUND
     timeline.close()
+
+
+def test_a_full_buffer_refuses_counters_too() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)
+    with FLUSHER.sweeping():
+        for i in range(3 * BOUND):
+            timeline.counter("level", i)
+    assert timeline.flush() is False
+    assert memory.dropped_events == 2 * BOUND
+    assert [e.args["value"] for e in memory.events] == list(range(BOUND))  # the first ones: the rest were refused
+    timeline.close()
+
+
+def test_a_full_buffer_refuses_a_source_s_events_too() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)
+    loader = timeline.source("loader")
+    with FLUSHER.sweeping():
+        for _ in range(BOUND):
+            loader.open()
+        full = time.monotonic_ns()
+        for _ in range(2 * BOUND):
+            loader.open()
+    assert timeline.flush() is False
+    assert memory.dropped_events == 2 * BOUND
+    assert len(memory.events) == BOUND
+    assert all(event.ts_ns < full for event in memory.events)  # refused as they came, once the buffer was full
+    timeline.max_buffered_events = 10 * BOUND  # its buffer takes the new bound too
+    with FLUSHER.sweeping():
+        for _ in range(3 * BOUND):
+            loader.close()
+    assert timeline.flush()
+    assert len(memory.events) == 4 * BOUND
+    timeline.close()
+
+
+def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("bounded", [memory], max_buffered_events=BOUND)
+    with FLUSHER.sweeping():
+        for i in range(10):
+            timeline.instant("e", i=i)
+        timeline.max_buffered_events = 5  # the buffer holds 10: the next events find it full
+        for i in range(10, 20):
+            timeline.instant("e", i=i)
+    assert timeline.flush() is False
+    assert memory.dropped_events == 10
+    assert [e.args["i"] for e in memory.events] == list(range(10))
+    timeline.instant("e", i=20)  # drained: room again
+    assert timeline.flush()
+    assert memory.events[-1].args["i"] == 20
+    timeline.close()
+
+
+@pytest.mark.parametrize("call", ["instant", "scope", "push", "message", "marker", "async_begin"])
+def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str) -> None:
+    memory = MemoryListener()
+    timeline = Timeline("woken", [memory], max_buffered_events=BOUND)
+    interval = FLUSHER.interval_s
+    FLUSHER.interval_s = 3600.0
+    try:
+        timeline.instant("sync")
+        wait_until(lambda: len(memory.events) == 1)  # swept by the flusher, which now waits an hour
+        for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
+            _record(call, timeline, i, [])
+        wait_until(lambda: len(memory.events) == 2 + BOUND // 2, timeout_s=10)  # not in an hour
+    finally:
+        FLUSHER.interval_s = interval
+        FLUSHER.wake()
+        timeline.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
 
 
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:
@@ -733,7 +856,8 @@ def test_closing_one_timeline_keeps_a_listener_another_one_uses() -> None:
 
 def test_replacing_a_listener_loses_no_event_recorded_meanwhile() -> None:
     old, new = MemoryListener(), MemoryListener()
-    timeline = Timeline("swap", [old])
+    # A thread recording flat out can outrun the flusher: a bound that cannot fill keeps this about the swap.
+    timeline = Timeline("swap", [old], max_buffered_events=100_000_000)
     done = threading.Event()
     recorded = [0]
 

@@ -15,7 +15,7 @@ from ringtrace.client.messages import Message, message_kind, priority_level
 from ringtrace.client.sources import Source
 from ringtrace.client.timeline_listeners import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.timelines import Timeline
-from ringtrace.client.tracks import Tracks, discard
+from ringtrace.client.tracks import NOT_RECORDING, Tracks
 from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
 
@@ -72,33 +72,51 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     assert tracks.task_buffers is task_buffers
 
 
+def unbounded(events: list[Any]) -> Any:
+    return (events, 2**62, -1, int)
+
+
 def test_a_source_records_into_a_buffer_while_listening_and_into_nothing_otherwise() -> None:
     tracks = Tracks()
-    source = Source("loader", discard)
-    tracks.add_source(source, listening=True)
+    source = Source("loader", NOT_RECORDING)
+    tracks.add_source(source, unbounded)
     (buffer,) = tracks.buffers
     source.open()
     assert (buffer.track, len(buffer.events)) == (source.track, RECORD_FIELDS)
-    tracks.attach_sources(listening=False)
+    tracks.attach_sources(None)
     source.close()
     assert len(buffer.events) == RECORD_FIELDS
     tracks.take_all()
-    tracks.attach_sources(listening=True)  # its buffer was taken: it gets a new one
+    tracks.attach_sources(unbounded)  # its buffer was taken: it gets a new one
     (renewed,) = tracks.buffers
     source.close()
     assert renewed is not buffer and len(renewed.events) == RECORD_FIELDS
 
 
+def test_a_source_records_no_more_than_its_bound_and_counts_the_rest() -> None:
+    refused: list[int] = []
+    tracks = Tracks()
+    source = Source("loader", NOT_RECORDING)
+    tracks.add_source(source, lambda events: (events, 3 * RECORD_FIELDS, -1, lambda: refused.append(1)))
+    (buffer,) = tracks.buffers
+    for _ in range(5):
+        source.open()
+    assert (len(buffer.events), len(refused)) == (3 * RECORD_FIELDS, 2)
+    tracks.attach_sources(None)
+    source.open()
+    assert (len(buffer.events), len(refused)) == (3 * RECORD_FIELDS, 2)  # nothing listens: nothing kept nor lost
+
+
 # -- drain ---------------------------------------------------------------------------------------------------------
 
 
-def test_take_events_takes_everything_and_drops_the_oldest_beyond_the_bound() -> None:
+def test_take_events_takes_everything_in_order() -> None:
     tracks = Tracks()
     buffer = tracks.thread_buffer(None)
     buffer.events.extend(instants(10))
-    taken, ended, dropped = take_events(tracks.buffers, 4 * RECORD_FIELDS)
-    assert dropped == 6 and ended == [] and buffer.events == []
-    assert [(track, run) for track, run in taken] == [(buffer.track, instants(10)[6 * RECORD_FIELDS :])]
+    taken, ended = take_events(tracks.buffers)
+    assert ended == [] and buffer.events == []
+    assert [(track, run) for track, run in taken] == [(buffer.track, instants(10))]
 
 
 def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None:
@@ -110,10 +128,10 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
 
     asyncio.run(record())
     thread, lane = tracks.buffers
-    taken, ended, dropped = take_events(tracks.buffers, 100)
+    taken, ended = take_events(tracks.buffers)
     ((track, run),) = taken
     task_name = run[4]["task"]
-    assert (track, dropped, ended) == (lane.track, 0, [lane])  # the task is done
+    assert (track, ended) == (lane.track, [lane])  # the task is done
     assert run == [SPAN, "s", 1, 2, {"k": 1, "task": task_name}, INSTANT, "i", 3, 3, {"task": task_name}]
     assert lane_parents(tracks.buffers, taken) == [(thread.track, [])]  # the thread's track is declared too
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -94,3 +95,44 @@ def test_coroutines_and_async_generators_are_one_span_each(setup: tuple[Timeline
 def test_a_label_that_is_not_text_is_refused() -> None:
     with pytest.raises(TypeError, match="a function or a label"):
         traced(42)  # type: ignore[call-overload]
+
+
+def test_a_traced_method_binds_as_a_function_does_and_keeps_its_signature(
+    setup: tuple[Timeline, MemoryListener],
+) -> None:
+    tl, listener = setup
+
+    class Loader:
+        @traced(timeline=tl)
+        def load(self, path: str, *, retries: int = 0) -> str:
+            """Loads."""
+            return f"{path}:{retries}"
+
+        @staticmethod
+        @traced("static", timeline=tl)
+        def plain(x: int) -> int:
+            return x
+
+    loader = Loader()
+    assert loader.load("a", retries=2) == "a:2"
+    assert Loader.load(loader, "b") == "b:0"
+    assert Loader.plain(3) == 3
+    assert (Loader.load.__name__, Loader.load.__doc__) == ("load", "Loads.")
+    assert str(inspect.signature(Loader.load)) == "(self, path: 'str', *, retries: 'int' = 0) -> 'str'"
+    load = "test_a_traced_method_binds_as_a_function_does_and_keeps_its_signature.<locals>.Loader.load"
+    assert spans(tl, listener) == [(load, None), (load, None), ("static", None)]
+
+
+def test_a_traced_function_records_nothing_while_nothing_listens() -> None:
+    tl = Timeline("idle")
+
+    @traced(timeline=tl)
+    def work(x: int) -> int:
+        return x * 2
+
+    assert [work(i) for i in range(3)] == [0, 2, 4]
+    listener = MemoryListener()
+    tl.add_listener(listener)
+    assert work(5) == 10
+    assert spans(tl, listener) == [(work.__qualname__, None)]
+    tl.close()

@@ -225,6 +225,9 @@ class OtlpReceiver:
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}")
         welcome = await connection.open(hello)
         stream = _ProcessStream(connection)
+        # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
+        # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
+        connection.on_lost = functools.partial(self._forget, process.key, stream)
         encoder = stream.encoder
         encoder.max_frame_bytes = welcome.max_frame_bytes
         encoder.max_kinds = welcome.max_kinds
@@ -233,6 +236,11 @@ class OtlpReceiver:
         encoder.strings.recycles = welcome.string_resets
         await connection.send(encoder.prefix())
         return stream
+
+
+    def _forget(self, key: str, stream: _ProcessStream) -> None:
+        if self._streams.get(key) is stream:
+            del self._streams[key]
 
 
 def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:

@@ -93,3 +93,39 @@ def test_a_flush_the_collector_asks_for_while_a_large_request_goes_in_is_answere
     status, flushes = asyncio.run(scenario())
     assert flushes >= 1
     assert status == 200
+
+
+def test_a_request_on_a_kept_alive_connection_while_the_collector_stops_is_503_and_opens_no_connection() -> None:
+    import aiohttp
+
+    async def scenario() -> tuple[int, int]:
+        running = collector()
+        await running.start()
+        assert running.servers.otlp_address is not None
+        host, port = running.servers.otlp_address
+        session = aiohttp.ClientSession()  # keeps its connection alive past the listener's close
+        headers = {"Content-Type": "application/x-protobuf"}
+
+        async def post(instance: str) -> int:
+            body = request(instance, 10).SerializeToString()
+            async with session.post(f"http://{host}:{port}/v1/traces", data=body, headers=headers) as response:
+                return response.status
+
+        try:
+            assert await post("first") == 200
+            real = running.servers.ingest_closed
+            late: list[int] = []
+
+            async def ingest_closed() -> None:  # an exporter's request arrives as ingest closes
+                await real()
+                late.append(await post("late"))
+
+            running.servers.ingest_closed = ingest_closed  # type: ignore[method-assign]
+            await running.stop()
+            return late[0], len(running.connections)
+        finally:
+            await session.close()
+
+    status, open_connections = asyncio.run(scenario())
+    assert status == 503
+    assert open_connections == 0

@@ -140,6 +140,8 @@ class OtlpReceiver:
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
         self._in_flight = 0
+        #: The collector is stopping: no new request is taken, and no loopback connection opened (``stop``).
+        self.stopping = False
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
         self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
         self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
@@ -151,6 +153,8 @@ class OtlpReceiver:
 
     async def export(self, signal: Signal, request: web.Request) -> web.Response:
         as_json = _content_type(request) == _JSON
+        if self.stopping:  # (a kept-alive connection outlives the listener)
+            return self._refuse(503, "the collector is stopping", as_json, retry=True)
         if self._in_flight >= MAX_REQUESTS_IN_FLIGHT:
             return self._refuse(503, f"more than {MAX_REQUESTS_IN_FLIGHT} requests in flight", as_json, retry=True)
         self._in_flight += 1
@@ -214,6 +218,8 @@ class OtlpReceiver:
             return stream
         async with self._opening:  # (one connection per process, however many requests come at once)
             stream = self._streams.get(process.key)
+            if self.stopping:  # ingest's connections are being closed: a new one would outlive them
+                raise LoopbackClosed("the collector is stopping")
             if stream is None or stream.connection.closed:
                 stream = self._streams[process.key] = await self._open(process)
             return stream
@@ -236,7 +242,6 @@ class OtlpReceiver:
         encoder.strings.recycles = welcome.string_resets
         await connection.send(encoder.prefix())
         return stream
-
 
     def _forget(self, key: str, stream: _ProcessStream) -> None:
         if self._streams.get(key) is stream:

@@ -312,16 +312,21 @@ async def _body(request: web.Request, limit: int) -> bytes:
             raise BadRequest(413, f"body past the limit of {limit} bytes")
     if encoding != "gzip":
         return bytes(body)
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        data = inflate.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(400, f"body is not gzip: {exc}") from None
-    if len(data) > limit or inflate.unconsumed_tail:
-        raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-    if not inflate.eof:
-        raise BadRequest(400, "gzip body cut short")
-    return data
+    data = bytearray()
+    rest: bytes | bytearray = body
+    while True:  # each gzip member (RFC 1952: a body may hold several, as gzip.decompress reads them)
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            data += inflate.decompress(rest, limit + 1 - len(data))
+        except zlib.error as exc:
+            raise BadRequest(400, f"body is not gzip: {exc}") from None
+        if len(data) > limit or inflate.unconsumed_tail:
+            raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
+        if not inflate.eof:
+            raise BadRequest(400, "gzip body cut short")
+        rest = inflate.unused_data
+        if not rest:
+            return bytes(data)
 
 
 def _content_type(request: web.Request) -> str:

@@ -515,6 +515,8 @@ class StringTable(dict[object, int]):
                 max_strings = min(max_strings, fits + 1)
         if max_strings >= self.max_strings:
             return False
+        # Frames packed with the overflow label's id (this epoch gave it) carry an id past the new limit too.
+        moved = self.overflow_used
         self.max_strings = max(max_strings, 2)
         cut = len(self.strings) > self.overflow_id
         if cut:
@@ -526,7 +528,7 @@ class StringTable(dict[object, int]):
         self._sent = min(self._sent, len(self.strings))
         self._overflow_sent = False
         self.overflow_used = self.overflow_used or cut
-        return cut
+        return cut or moved
 
     def clamp(self, string_id: int) -> int:
         """``string_id`` if it is below the limit, else the overflow id."""

@@ -389,6 +389,9 @@ class StringTable(dict[object, int]):
             raise ValueError(f"max_strings must be >= 2, got {max_strings}")
         self.strings: list[str] = []
         self.max_strings = max_strings
+        #: The most ids a table may hold (the WELCOME's ``max_strings``): ``max_strings`` less the ids a byte budget
+        #: cut (``limit_to``) holds only until the table starts again.
+        self._max_ids = max_strings
         #: UTF-8 bytes the strings may take together (a collector's WELCOME may set it), and what they take.
         self.max_bytes = 2**63 - 1
         self.bytes = 0
@@ -458,6 +461,7 @@ class StringTable(dict[object, int]):
         if self.keeps_retired:
             self.retired[self.epoch] = RetiredStrings(self.strings)
         self.epoch += 1
+        self.max_strings = self._max_ids  # the bytes a budget cut made room for are free again
         self.clear()
         self.strings = []
         self.bytes = 0
@@ -498,6 +502,7 @@ class StringTable(dict[object, int]):
         with the overflow label from now on (and not counted yet), unlike those packed with an overflow id.
         """
         self.cut_ids = range(0)
+        self._max_ids = min(self._max_ids, max(max_strings, 2))
         if max_bytes is not None and max_bytes < self.max_bytes:
             self.max_bytes = max_bytes
             fits, total = 0, 0
@@ -510,6 +515,8 @@ class StringTable(dict[object, int]):
                 max_strings = min(max_strings, fits + 1)
         if max_strings >= self.max_strings:
             return False
+        # Frames packed with the overflow label's id (this epoch gave it) carry an id past the new limit too.
+        moved = self.overflow_used
         self.max_strings = max(max_strings, 2)
         cut = len(self.strings) > self.overflow_id
         if cut:
@@ -521,7 +528,7 @@ class StringTable(dict[object, int]):
         self._sent = min(self._sent, len(self.strings))
         self._overflow_sent = False
         self.overflow_used = self.overflow_used or cut
-        return cut
+        return cut or moved
 
     def clamp(self, string_id: int) -> int:
         """``string_id`` if it is below the limit, else the overflow id."""

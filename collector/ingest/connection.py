@@ -355,6 +355,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """Send ``goodbye`` and end the connection so that the peer reads it: our side shut, what the peer still
         sends read and thrown away until it closes, for GOODBYE_DRAIN_S at most (TLS cannot shut one side: closed)."""
         transport.write(goodbye)
+        # Nothing more may be written (after write_eof a write raises): a snapshot's or the stop's FLUSH, a
+        # SET_PRIORITY, or a FLUSH_ACK a sync answers later finds no transport, as for a connection gone.
+        self._frames.transport = None
         if not transport.can_write_eof():
             transport.close()
             return

@@ -189,6 +189,8 @@ class Collector:
     async def stop(self) -> None:
         await self.housekeeping.stop()
         self.servers.stop_otlp()
+        if self.otlp is not None:
+            self.otlp.stopping = True
         if self.servers.stop_ingest():
             # Clients are asked to flush first: what they sent is then acknowledged, and none of it is in doubt.
             await self.snapshots.flush_clients(STOP_FLUSH_TIMEOUT_S)

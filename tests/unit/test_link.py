@@ -504,3 +504,17 @@ def test_a_collector_that_does_not_take_resets_gets_the_overflow_label_as_before
     assert labels_sent(frames) == [["a", "b", "c"], ["d", OVERFLOW_LABEL]]
     assert not any(isinstance(frame, Strings) and frame.reset for frame in frames)
     assert encoder.label_overflow_events == 1
+
+
+def test_frames_packed_with_the_overflow_id_are_packed_again_when_a_reconnect_lowers_the_limit() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    # room for 10 bytes of labels (the overflow label's 30 kept apart): "ccccc" gets the overflow id, 99
+    peer.welcome(0.0, replace(WELCOME, max_strings=100, max_string_bytes=40))
+    link.enqueue(events(encoder, "aaaaa", "bbbbb", "ccccc"), now=0.1)
+    assert link.connection_lost("send failed: broken pipe", 0.2)[0] == Close()  # nothing of it sent
+    now = link.next_deadline()
+    peer.connect(now)
+    frames = peer.welcome(now, replace(WELCOME, max_strings=5, max_string_bytes=40))  # the overflow id is now 4
+    assert labels_sent(frames) == [["aaaaa", "bbbbb", OVERFLOW_LABEL]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from ringtrace.client.wire.decoder import ReplyDecoder
@@ -103,7 +104,12 @@ class LoopbackConnection:
         self._welcome: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
         self._acks: dict[int, asyncio.Future[Delivered]] = {}
         self._refused = 0
+        #: One writer at a time: a FLUSH_ACK the collector asked for must not land inside a request's frames, which go
+        #: in a turn at a time (reading paused between turns).
+        self._writing = asyncio.Lock()
         self.closed_why: str | None = None
+        #: Called once the connection is gone (the receiver forgets its stream).
+        self.on_lost: Callable[[], None] | None = None
         self._protocol.connection_made(self._transport)
 
     @property
@@ -137,6 +143,10 @@ class LoopbackConnection:
             self._transport.close()
 
     async def _feed(self, data: bytes) -> None:
+        async with self._writing:
+            await self._feed_whole(data)
+
+    async def _feed_whole(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             await self._transport.readable()
@@ -187,6 +197,8 @@ class LoopbackConnection:
         """The transport closed: the connection is gone (``IngestProtocol.connection_lost``)."""
         self._protocol.connection_lost(None)
         self._fail("the collector closed the connection")
+        if self.on_lost is not None:
+            self.on_lost()
 
     def _fail(self, why: str) -> None:
         if self.closed_why is None:

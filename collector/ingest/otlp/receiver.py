@@ -140,6 +140,8 @@ class OtlpReceiver:
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
         self._in_flight = 0
+        #: The collector is stopping: no new request is taken, and no loopback connection opened (``stop``).
+        self.stopping = False
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
         self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
         self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
@@ -151,6 +153,8 @@ class OtlpReceiver:
 
     async def export(self, signal: Signal, request: web.Request) -> web.Response:
         as_json = _content_type(request) == _JSON
+        if self.stopping:  # (a kept-alive connection outlives the listener)
+            return self._refuse(503, "the collector is stopping", as_json, retry=True)
         if self._in_flight >= MAX_REQUESTS_IN_FLIGHT:
             return self._refuse(503, f"more than {MAX_REQUESTS_IN_FLIGHT} requests in flight", as_json, retry=True)
         self._in_flight += 1
@@ -214,6 +218,8 @@ class OtlpReceiver:
             return stream
         async with self._opening:  # (one connection per process, however many requests come at once)
             stream = self._streams.get(process.key)
+            if self.stopping:  # ingest's connections are being closed: a new one would outlive them
+                raise LoopbackClosed("the collector is stopping")
             if stream is None or stream.connection.closed:
                 stream = self._streams[process.key] = await self._open(process)
             return stream
@@ -225,6 +231,9 @@ class OtlpReceiver:
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}")
         welcome = await connection.open(hello)
         stream = _ProcessStream(connection)
+        # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
+        # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
+        connection.on_lost = functools.partial(self._forget, process.key, stream)
         encoder = stream.encoder
         encoder.max_frame_bytes = welcome.max_frame_bytes
         encoder.max_kinds = welcome.max_kinds
@@ -233,6 +242,10 @@ class OtlpReceiver:
         encoder.strings.recycles = welcome.string_resets
         await connection.send(encoder.prefix())
         return stream
+
+    def _forget(self, key: str, stream: _ProcessStream) -> None:
+        if self._streams.get(key) is stream:
+            del self._streams[key]
 
 
 def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
@@ -299,16 +312,21 @@ async def _body(request: web.Request, limit: int) -> bytes:
             raise BadRequest(413, f"body past the limit of {limit} bytes")
     if encoding != "gzip":
         return bytes(body)
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        data = inflate.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(400, f"body is not gzip: {exc}") from None
-    if len(data) > limit or inflate.unconsumed_tail:
-        raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-    if not inflate.eof:
-        raise BadRequest(400, "gzip body cut short")
-    return data
+    data = bytearray()
+    rest: bytes | bytearray = body
+    while True:  # each gzip member (RFC 1952: a body may hold several, as gzip.decompress reads them)
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            data += inflate.decompress(rest, limit + 1 - len(data))
+        except zlib.error as exc:
+            raise BadRequest(400, f"body is not gzip: {exc}") from None
+        if len(data) > limit or inflate.unconsumed_tail:
+            raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
+        if not inflate.eof:
+            raise BadRequest(400, "gzip body cut short")
+        rest = inflate.unused_data
+        if not rest:
+            return bytes(data)
 
 
 def _content_type(request: web.Request) -> str:

@@ -1,0 +1,131 @@
+"""The OTLP receiver's loopback streams, in process: what they keep once closed, and a collector's FLUSH answered
+while a request's frames are still going in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from ringtrace.collector.ingest.otlp.receiver import SIGNALS
+from ringtrace.collector.service.app import Collector
+from ringtrace.collector.service.config import CollectorConfig
+
+T0 = 1_700_000_000_000_000_000
+TRACES = SIGNALS[0]
+
+
+def request(instance: str, spans: int, name_bytes: int = 40) -> ExportTraceServiceRequest:
+    export = ExportTraceServiceRequest()
+    attributes = [
+        KeyValue(key="service.name", value=AnyValue(string_value="job")),
+        KeyValue(key="service.instance.id", value=AnyValue(string_value=instance)),
+    ]
+    export.resource_spans.append(
+        ResourceSpans(
+            resource={"attributes": attributes},
+            scope_spans=[
+                ScopeSpans(
+                    spans=[
+                        Span(
+                            trace_id=bytes(range(1, 17)),
+                            span_id=(i + 1).to_bytes(8, "big"),
+                            name=f"{instance}-{i}-" + "x" * name_bytes,
+                            start_time_unix_nano=T0 + i,
+                            end_time_unix_nano=T0 + i + 5,
+                            attributes=[KeyValue(key="k", value=AnyValue(string_value="v" * 200))],
+                        )
+                        for i in range(spans)
+                    ]
+                )
+            ],
+        )
+    )
+    return export
+
+
+def collector() -> Collector:
+    return Collector(CollectorConfig(tcp_port=0, http_port=0, otlp_http=("127.0.0.1", 0)))
+
+
+def test_a_resource_whose_loopback_connection_closed_is_forgotten() -> None:
+    async def scenario() -> int:
+        running = collector()
+        await running.start()
+        try:
+            receiver = running.otlp
+            assert receiver is not None
+            for n in range(5):
+                response = await receiver._store(TRACES, TRACES.by_process(request(f"run-{n}", 100)), False)
+                assert response.status == 200
+            for connection in list(running.connections):  # as the idle timeout closes them
+                connection.close()
+            await asyncio.sleep(0.05)
+            return len(receiver._streams)
+        finally:
+            await running.stop()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_a_flush_the_collector_asks_for_while_a_large_request_goes_in_is_answered_between_frames() -> None:
+    async def scenario() -> tuple[int, int]:
+        running = collector()
+        await running.start()
+        try:
+            receiver = running.otlp
+            assert receiver is not None
+            first = await receiver._store(TRACES, TRACES.by_process(request("big", 10)), False)  # the stream opens
+            assert first.status == 200
+            # ~3 MB of frames: they go in a turn (TURN_BYTES) at a time, reading paused between turns
+            storing = asyncio.ensure_future(receiver._store(TRACES, TRACES.by_process(request("big", 12_000)), False))
+            await asyncio.sleep(0)  # (the request has begun: its frames are going in)
+            flushes = 0
+            while not storing.done():
+                await running.snapshots.flush_clients(0.5)
+                flushes += 1
+            response = storing.result()
+            return response.status, flushes
+        finally:
+            await running.stop()
+
+    status, flushes = asyncio.run(scenario())
+    assert flushes >= 1
+    assert status == 200
+
+
+def test_a_request_on_a_kept_alive_connection_while_the_collector_stops_is_503_and_opens_no_connection() -> None:
+    import aiohttp
+
+    async def scenario() -> tuple[int, int]:
+        running = collector()
+        await running.start()
+        assert running.servers.otlp_address is not None
+        host, port = running.servers.otlp_address
+        session = aiohttp.ClientSession()  # keeps its connection alive past the listener's close
+        headers = {"Content-Type": "application/x-protobuf"}
+
+        async def post(instance: str) -> int:
+            body = request(instance, 10).SerializeToString()
+            async with session.post(f"http://{host}:{port}/v1/traces", data=body, headers=headers) as response:
+                return response.status
+
+        try:
+            assert await post("first") == 200
+            real = running.servers.ingest_closed
+            late: list[int] = []
+
+            async def ingest_closed() -> None:  # an exporter's request arrives as ingest closes
+                await real()
+                late.append(await post("late"))
+
+            running.servers.ingest_closed = ingest_closed  # type: ignore[method-assign]
+            await running.stop()
+            return late[0], len(running.connections)
+        finally:
+            await session.close()
+
+    status, open_connections = asyncio.run(scenario())
+    assert status == 503
+    assert open_connections == 0

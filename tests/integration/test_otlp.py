@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -307,5 +309,45 @@ def test_a_full_store_under_discard_answers_503_with_retry_after_so_exporters_re
         assert other["discarded_events"] > 0
         refused = collector.json("/stats")["otlp_items"]["/v1/traces"]["refused"]
         assert refused >= 512  # the last request's, at least, and any partial refusals before it
+    finally:
+        collector.stop()
+
+
+def test_past_eight_bodies_in_flight_a_request_gets_503_and_those_in_flight_go_through() -> None:
+    collector = OtlpCollector("--otlp-max-body", "64KiB")
+    host, port = collector.otlp_base.removeprefix("http://").split(":")
+    body = request_of(span("slow", T0, T0 + 1)).SerializeToString()
+    waiting = []
+    try:
+        for _ in range(8):  # each has said its body is the largest there may be, and sends it later
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(
+                f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                f"Content-Length: {64 * 1024}\r\n\r\n".encode()
+            )
+            waiting.append(sock)
+        deadline = time.monotonic() + 30
+        while (status := collector.export(body)[0]) != 503:  # the eight reach the receiver in their own time
+            assert status == 200 and time.monotonic() < deadline
+            time.sleep(0.05)
+        status, headers, answer = collector.export(body)
+        assert status == 503 and headers.get("Retry-After") == "1" and b"in flight" in answer
+        for sock in waiting:  # their bodies come: padding past the request, so each is a 400, not a wait
+            sock.sendall(body + bytes(64 * 1024 - len(body)))
+            assert sock.recv(100).startswith(b"HTTP/1.1 400")
+        assert collector.export(body)[0] == 200
+    finally:
+        for sock in waiting:
+            sock.close()
+        collector.stop()
+
+
+def test_data_that_breaks_a_limit_of_its_stream_is_a_400_that_says_which() -> None:
+    collector = OtlpCollector("--capacity", "3MB", "--max-string-bytes", "8MiB")
+    try:
+        names = [span(f"{i:06d}" + "n" * 240, T0 + i, T0 + i + 1, span_id=i + 1) for i in range(14_000)]
+        status, _, answer = collector.export(request_of(*names).SerializeToString())
+        assert status == 400 and b"--capacity is too small for these tables" in answer
+        assert collector.json("/stats")["otlp_items"]["/v1/traces"]["refused"] == 14_000
     finally:
         collector.stop()

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from ringtrace.collector.ingest.otlp.receiver import BadRequest, _body
+from ringtrace.collector.ingest.otlp.receiver import BadRequest, read_body
 
 
 class _Content:
@@ -31,7 +31,7 @@ class _Request:
 
 def read(body: bytes, limit: int) -> bytes:
     request: Any = _Request(body)
-    return asyncio.run(_body(request, limit))
+    return asyncio.run(read_body(request, limit))
 
 
 def test_a_gzip_body_of_several_members_is_read_whole() -> None:

@@ -57,12 +57,12 @@ def test_a_resource_whose_loopback_connection_closed_is_forgotten() -> None:
             receiver = running.otlp
             assert receiver is not None
             for n in range(5):
-                response = await receiver._store(TRACES, TRACES.by_process(request(f"run-{n}", 100)), False)
+                response = await receiver.store(TRACES, request(f"run-{n}", 100).SerializeToString(), False)
                 assert response.status == 200
             for connection in list(running.connections):  # as the idle timeout closes them
                 connection.close()
             await asyncio.sleep(0.05)
-            return len(receiver._streams)
+            return receiver.open_streams
         finally:
             await running.stop()
 
@@ -76,10 +76,10 @@ def test_a_flush_the_collector_asks_for_while_a_large_request_goes_in_is_answere
         try:
             receiver = running.otlp
             assert receiver is not None
-            first = await receiver._store(TRACES, TRACES.by_process(request("big", 10)), False)  # the stream opens
+            first = await receiver.store(TRACES, request("big", 10).SerializeToString(), False)  # the stream opens
             assert first.status == 200
             # ~3 MB of frames: they go in a turn (TURN_BYTES) at a time, reading paused between turns
-            storing = asyncio.ensure_future(receiver._store(TRACES, TRACES.by_process(request("big", 12_000)), False))
+            storing = asyncio.ensure_future(receiver.store(TRACES, request("big", 12_000).SerializeToString(), False))
             await asyncio.sleep(0)  # (the request has begun: its frames are going in)
             flushes = 0
             while not storing.done():

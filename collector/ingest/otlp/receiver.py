@@ -39,7 +39,7 @@ from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackCon
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 
-__all__ = ["SIGNALS", "OtlpReceiver", "Signal", "decode_request"]
+__all__ = ["SIGNALS", "BadRequest", "OtlpReceiver", "Signal", "decode_request", "read_body"]
 
 log = logging.getLogger("ringtrace.collector.otlp")
 
@@ -49,8 +49,9 @@ _JSON: Final = "application/json"
 MAX_THREAD_TRACKS: Final = 1_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
-#: Requests handled at once; past it, 503 with Retry-After.
-MAX_REQUESTS_IN_FLIGHT: Final = 64
+#: Request bodies in flight at once, in bodies of ``--otlp-max-body``; past it, 503 with Retry-After. (A decoded
+#: request takes about 15 times its body, but one is decoded at a time: what waits for the store is its frames.)
+MAX_BODIES_IN_FLIGHT: Final = 8
 _RETRY_AFTER_S: Final = "1"
 #: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
 _ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
@@ -121,6 +122,18 @@ class _ProcessStream:
             )
         return kind
 
+    def pack(self, process: ProcessEvents) -> list[bytes]:
+        """The process's events as frames on this stream, with a STATS frame that counts its items refused."""
+        frames: list[bytes] = []
+        encoder = self.encoder
+        for lane, records in self.records(process).items():
+            for batch, _ in encoder.encode_pieces(self.track(lane), records):
+                frames += batch.control
+                frames += (frame for frame, _ in batch.events)
+        encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
+        frames.append(encode(encoder.stats(0, 0, 0)))
+        return frames
+
     def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
         """The process's records per lane, its log records among them as messages."""
         records = process.records
@@ -128,6 +141,42 @@ class _ProcessStream:
             kind = self.log_kind(category, priority)
             records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))
         return records
+
+
+class _Delivery:
+    """One process's part of a request: its counts, and its frames to send on its stream (whose lock it holds)."""
+
+    __slots__ = ("closed", "frames", "items", "process_name", "rejected", "stream", "why")
+
+    def __init__(self, process: ProcessEvents) -> None:
+        self.items, self.rejected, self.why = process.items, process.rejected, process.why
+        self.process_name = process.hello.process_name
+        self.frames: list[bytes] = []
+        self.stream: _ProcessStream | None = None
+        self.closed: LoopbackClosed | None = None
+
+    async def send(self) -> int:
+        """Send the frames and let the stream go; returns how many items the store refused.
+
+        Raises:
+            LoopbackClosed: the stream could not be opened, or closed.
+        """
+        if self.closed is not None:
+            raise self.closed
+        stream = self.stream
+        assert stream is not None
+        try:
+            delivered = await stream.connection.send(self.frames)
+        finally:
+            self.release()
+        # (A refused event of a span may be its begin, its end or one of its events: at most every item is.)
+        return min(delivered.refused, self.items - self.rejected)
+
+    def release(self) -> None:
+        """Let the stream go (once), sent or not: frames packed and never sent leave it to a closed connection."""
+        stream, self.stream, self.frames = self.stream, None, []
+        if stream is not None:
+            stream.lock.release()
 
 
 class OtlpReceiver:
@@ -139,14 +188,24 @@ class OtlpReceiver:
         self.max_body_bytes = max_body_bytes
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
-        self._in_flight = 0
+        #: One request decoded and packed at a time (``export``).
+        self._decoding = asyncio.Lock()
+        #: Bytes of the bodies of the requests being handled (their Content-Length, or the limit), and the most.
+        self._bytes_in_flight = 0
+        self.max_bytes_in_flight = MAX_BODIES_IN_FLIGHT * max_body_bytes
         #: The collector is stopping: no new request is taken, and no loopback connection opened (``stop``).
         self.stopping = False
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
         self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
         self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
-        #: Requests answered with an error status, by status (400, 413, 415, 503): their items are not counted above.
+        #: Requests answered with an error status, by status (400, 413, 415, 503). Those refused whole before they
+        #: were decoded count no items above; those the store or a stream refused count theirs in ``refused``.
         self.refused_requests: dict[int, int] = {}
+
+    @property
+    def open_streams(self) -> int:
+        """Resources whose loopback connection is open."""
+        return len(self._streams)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(signal.path, functools.partial(self.export, signal)) for signal in SIGNALS]
@@ -155,62 +214,81 @@ class OtlpReceiver:
         as_json = _content_type(request) == _JSON
         if self.stopping:  # (a kept-alive connection outlives the listener)
             return self._refuse(503, "the collector is stopping", as_json, retry=True)
-        if self._in_flight >= MAX_REQUESTS_IN_FLIGHT:
-            return self._refuse(503, f"more than {MAX_REQUESTS_IN_FLIGHT} requests in flight", as_json, retry=True)
-        self._in_flight += 1
+        size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
+        if self._bytes_in_flight + size > self.max_bytes_in_flight:
+            why = f"requests of {self._bytes_in_flight} bytes in flight, the most is {self.max_bytes_in_flight}"
+            return self._refuse(503, why, as_json, retry=True)
+        self._bytes_in_flight += size
         try:
-            export = decode_request(signal, await _body(request, self.max_body_bytes), as_json)
-            return await self._store(signal, signal.by_process(export), as_json)
+            body = await read_body(request, self.max_body_bytes)
+            return await self.store(signal, body, as_json)
         except BadRequest as exc:
             return self._refuse(exc.status, str(exc), as_json)
         finally:
-            self._in_flight -= 1
+            self._bytes_in_flight -= size
 
     def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
         self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
         return _status(status, message, as_json, retry)
 
-    async def _store(self, signal: Signal, processes: list[ProcessEvents], as_json: bool) -> web.Response:
-        rejected, refused, total, why = 0, 0, 0, ""
-        for process in processes:
-            total += process.items
-            rejected += process.rejected
-            why = why or process.why
-            try:
-                refused += await self._send(process)
-            except LoopbackClosed as exc:  # a limit of the stream: what it had not stored is refused
-                self._streams.pop(process.key, None)
-                log.warning("OTLP %s of %r not stored: %s", signal.items, process.hello.process_name, exc.reason)
-                refused += process.items - process.rejected
-                why = why or exc.reason
+    async def store(self, signal: Signal, body: bytes, as_json: bool) -> web.Response:
+        """Decode and pack the request (one at a time: its objects are freed before its frames wait for the store),
+        then send each process's frames and answer with what was stored."""
+        deliveries: list[_Delivery] = []
+        try:
+            async with self._decoding:
+                processes = signal.by_process(decode_request(signal, body, as_json))
+                del body
+                for process in processes:
+                    deliveries.append(await self._packed(process))
+                del processes
+            total, rejected, refused, why, closed = 0, 0, 0, "", ""
+            for delivery in deliveries:
+                total += delivery.items
+                rejected += delivery.rejected
+                why = why or delivery.why
+                try:
+                    refused += await delivery.send()
+                except LoopbackClosed as exc:  # the stream broke a limit, or closed: what it had not stored is refused
+                    log.warning("OTLP %s of %r not stored: %s", signal.items, delivery.process_name, exc.reason)
+                    refused += delivery.items - delivery.rejected
+                    closed = closed or exc.reason
+        finally:  # (a request cancelled or failing midway holds no stream)
+            for delivery in deliveries:
+                delivery.release()
         stored = total - rejected - refused
         self.accepted[signal.path] += stored
         self.refused[signal.path] += rejected + refused
-        if refused and not stored:  # the store is full (discard): the exporter may retry later
+        if refused and not stored:
+            if closed:  # (a limit of the stream: sent again, it would break it again)
+                return self._refuse(400, f"the collector could not take the {signal.items}: {closed}", as_json)
             why = f"the collector's store refused the {signal.items} (full, or the process at its cap)"
             return self._refuse(503, why, as_json, retry=True)
         response = signal.response()
         if rejected or refused:
-            message = why or f"the collector's store refused some {signal.items} (full, or the process at its cap)"
+            full = f"the collector's store refused some {signal.items} (full, or the process at its cap)"
+            message = why or closed or full
             partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
             response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
         return _message(response, as_json)
 
-    async def _send(self, process: ProcessEvents) -> int:
-        """Store one process's events; returns how many of its items the store refused."""
-        stream = await self._stream(process)
-        async with stream.lock:
-            frames: list[bytes] = []
-            encoder = stream.encoder
-            for lane, records in stream.records(process).items():
-                for batch, _ in encoder.encode_pieces(stream.track(lane), records):
-                    frames += batch.control
-                    frames += (frame for frame, _ in batch.events)
-            encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
-            frames.append(encode(encoder.stats(0, 0, 0)))
-            delivered = await stream.connection.send(frames)
-        # (A refused event of a span may be its begin, its end or one of its events: at most every item is.)
-        return min(delivered.refused, process.items - process.rejected)
+    async def _packed(self, process: ProcessEvents) -> _Delivery:
+        """One process's events as frames, its stream held (its lock) until they are sent: frames go out in the order
+        they were packed, each after the STRINGS frames it needs."""
+        delivery = _Delivery(process)
+        try:
+            stream = await self._stream(process)
+        except LoopbackClosed as exc:
+            delivery.closed = exc
+            return delivery
+        await stream.lock.acquire()
+        try:
+            delivery.frames = stream.pack(process)
+        except BaseException:
+            stream.lock.release()
+            raise
+        delivery.stream = stream
+        return delivery
 
     async def _stream(self, process: ProcessEvents) -> _ProcessStream:
         stream = self._streams.get(process.key)
@@ -292,7 +370,7 @@ def _ids_as_base64(value: Any) -> Any:
     return value
 
 
-async def _body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.Request, limit: int) -> bytes:
     """The request's body, inflated if gzip, within ``limit`` bytes both ways.
 
     Raises:

@@ -1087,7 +1087,12 @@ static int
 pack_text(Packed *out, PyObject *text)
 {
     Py_ssize_t size;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size); /* allocates (not an object), runs no Python code */
+    const char *utf8;
+    if (PyUnicode_IS_COMPACT_ASCII(text)) { /* the usual case: its bytes are its UTF-8 */
+        size = PyUnicode_GET_LENGTH(text);
+        utf8 = (const char *)PyUnicode_DATA(text);
+    }
+    else utf8 = PyUnicode_AsUTF8AndSize(text, &size); /* may allocate (not an object); runs no Python code */
     if (utf8 == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
         PyErr_Clear();

@@ -22,6 +22,7 @@ BENCHMARKS = {
     "model": ("bench_model.py", 600),
     "client_memory": ("bench_client_memory.py", 600),
     "e2e": ("bench_e2e.py", 900),
+    "args": ("bench_args.py", 900),
     "latency": ("bench_latency.py", 600),
     "reconnect": ("bench_reconnect.py", 300),
     "ingest": ("bench_ingest.py", 1200),

@@ -20,7 +20,10 @@ What it does, and why it is safe to do it this way:
   Python twin does, instead of growing its buffer until the flusher's next pass.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
-  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would. */
+  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
+- pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat
+  values, a message's flat values), exactly as the Python path would normalise and pack them, and hands every other
+  event's arguments to a Python function that does what the Python path does: the bytes agree either way. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1287,6 +1290,308 @@ done:
     return result;
 }
 
+/* -- pack_args ------------------------------------------------------------------------------------------------------ */
+
+/* What encoder.py's Python path normalises instead of packing as it is (model.MAX_ARG_ITEMS, model.MAX_ARG_TEXT;
+   a test holds them equal): anything past these goes to Python. */
+#define MAX_ARG_ITEMS 1000
+#define MAX_ARG_TEXT 65536
+
+/* A growing buffer of msgpack bytes. */
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t size, capacity;
+} Packed;
+
+/* Room for `more` bytes past the end; -1 (MemoryError set) when there is none to be had. Never runs Python code. */
+static int
+packed_reserve(Packed *out, Py_ssize_t more)
+{
+    Py_ssize_t capacity;
+    unsigned char *data;
+    if (out->capacity - out->size >= more) return 0;
+    if (more > PY_SSIZE_T_MAX / 2 - out->size) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    capacity = 2 * (out->size + more);
+    data = PyMem_Realloc(out->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->data = data;
+    out->capacity = capacity;
+    return 0;
+}
+
+/* An unsigned integer past INT64_MAX, as msgpack-python writes it (uint 64). */
+static inline unsigned char *
+put_uint64(unsigned char *p, uint64_t u)
+{
+    PUT1(p, 0xcf);
+    PUT8(p, u);
+    return p;
+}
+
+/* A str or bin header for `n` bytes (`str` 1 for text): at most 5 bytes. msgpack-python writes str 8 for text since
+   use_bin_type is on. */
+static inline unsigned char *
+put_raw_header(unsigned char *p, Py_ssize_t n, int str)
+{
+    uint64_t u = (uint64_t)n;
+    if (str && n < 32) PUT1(p, 0xa0 | u);
+    else if (n < 0x100) { PUT1(p, str ? 0xd9 : 0xc4); PUT1(p, u); }
+    else if (n < 0x10000) { PUT1(p, str ? 0xda : 0xc5); PUT2(p, u); }
+    else { PUT1(p, str ? 0xdb : 0xc6); PUT4(p, u); }
+    return p;
+}
+
+/* A map header. At most 5 bytes. */
+static inline unsigned char *
+put_map_header(unsigned char *p, Py_ssize_t n)
+{
+    uint64_t u = (uint64_t)n;
+    if (n < 16) PUT1(p, 0x80 | u);
+    else if (n < 0x10000) { PUT1(p, 0xde); PUT2(p, u); }
+    else { PUT1(p, 0xdf); PUT4(p, u); }
+    return p;
+}
+
+/* Text as msgpack-python packs it: 1 when written; 0 when it is for Python (text UTF-8 cannot encode, a lone
+   surrogate: the Python path escapes it); -1 on error. */
+static int
+pack_text(Packed *out, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *utf8;
+    if (PyUnicode_IS_COMPACT_ASCII(text)) { /* the usual case: its bytes are its UTF-8 */
+        size = PyUnicode_GET_LENGTH(text);
+        utf8 = (const char *)PyUnicode_DATA(text);
+    }
+    else utf8 = PyUnicode_AsUTF8AndSize(text, &size); /* may allocate (not an object); runs no Python code */
+    if (utf8 == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (packed_reserve(out, 5 + size) < 0) return -1;
+    unsigned char *p = put_raw_header(out->data + out->size, size, 1);
+    memcpy(p, utf8, (size_t)size);
+    out->size = (p - out->data) + size;
+    return 1;
+}
+
+/* A value the Python path carries as it is, packed as msgpack-python packs it: None, a bool, an int of 64 bits, a
+   float, text and bytes up to MAX_ARG_TEXT, each of exactly that type (a subclass may show itself otherwise). 1 when
+   written; 0 when the value is for Python; -1 on error. */
+static int
+pack_flat(Packed *out, PyObject *value)
+{
+    unsigned char *p;
+    if (PyUnicode_CheckExact(value)) {
+        return PyUnicode_GET_LENGTH(value) > MAX_ARG_TEXT ? 0 : pack_text(out, value);
+    }
+    if (packed_reserve(out, 9) < 0) return -1;
+    p = out->data + out->size;
+    if (value == Py_None) PUT1(p, 0xc0);
+    else if (value == Py_True) PUT1(p, 0xc3);
+    else if (value == Py_False) PUT1(p, 0xc2);
+    else if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow == 0) {
+            if (v == -1 && PyErr_Occurred()) return -1;
+            p = put_int(p, v);
+        }
+        else if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(value);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { /* past 64 bits: the Python path writes text */
+                if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+                PyErr_Clear();
+                return 0;
+            }
+            p = put_uint64(p, u);
+        }
+        else return 0;
+    }
+    else if (PyFloat_CheckExact(value)) {
+        PUT1(p, 0xcb);
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(value), (char *)p, 0) < 0) return -1;
+        p += 8;
+    }
+    else if (PyBytes_CheckExact(value)) {
+        Py_ssize_t size = PyBytes_GET_SIZE(value);
+        if (size > MAX_ARG_TEXT) return 0;
+        if (packed_reserve(out, 5 + size) < 0) return -1;
+        p = put_raw_header(out->data + out->size, size, 0);
+        memcpy(p, PyBytes_AS_STRING(value), (size_t)size);
+        p += size;
+    }
+    else return 0;
+    out->size = p - out->data;
+    return 1;
+}
+
+/* A map of text keys and flat values (see pack_flat), which the Python path packs as it is. 1 when written; 0 when
+   it is for Python (nothing written); -1 on error. No Python code runs here, so the map cannot change under us. */
+static int
+pack_flat_map(Packed *out, PyObject *map)
+{
+    Py_ssize_t start = out->size, position = 0;
+    PyObject *key, *value;
+    if (PyDict_GET_SIZE(map) > MAX_ARG_ITEMS) return 0;
+    if (packed_reserve(out, 5) < 0) return -1;
+    out->size = put_map_header(out->data + out->size, PyDict_GET_SIZE(map)) - out->data;
+    while (PyDict_Next(map, &position, &key, &value)) {
+        int written = PyUnicode_CheckExact(key) ? pack_text(out, key) : 0;
+        if (written > 0) written = pack_flat(out, value);
+        if (written <= 0) {
+            out->size = start;
+            return written;
+        }
+    }
+    return 1;
+}
+
+/* A message's values (a tuple) when all are flat: normalise_values leaves such values as they are. As pack_flat_map. */
+static int
+pack_flat_values(Packed *out, PyObject *values)
+{
+    Py_ssize_t start = out->size, i, n = PyTuple_GET_SIZE(values);
+    if (n > MAX_ARG_ITEMS) return 0;
+    if (packed_reserve(out, 5) < 0) return -1;
+    out->size = put_array_header(out->data + out->size, n) - out->data;
+    for (i = 0; i < n; i++) {
+        int written = pack_flat(out, PyTuple_GET_ITEM(values, i));
+        if (written <= 0) {
+            out->size = start;
+            return written;
+        }
+    }
+    return 1;
+}
+
+/* Event i's arguments, packed here when they are of the common shapes, else by pack_other(kind, args) (Python: the
+   bytes, or None for an event it leaves out). 1 when written, 0 for an event left out, -1 on error. */
+static int
+pack_event_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converters, PyObject *values_converter,
+                PyObject *pack_other)
+{
+    PyObject *packed, *call[2] = {kind, args};
+    int written = 0;
+    if (args == Py_None) {
+        if (packed_reserve(out, 1) < 0) return -1;
+        out->data[out->size++] = 0xc0;
+        return 1;
+    }
+    if (PyDict_CheckExact(args)) written = pack_flat_map(out, args);
+    else if (PyTuple_CheckExact(args)) {
+        /* Only for the kinds whose values normalise_values converts (messages): compared, never dereferenced. */
+        PyObject *converter = PyDict_GetItemWithError(converters, kind);
+        if (converter == NULL && PyErr_Occurred()) return -1;
+        if (converter == values_converter) written = pack_flat_values(out, args);
+    }
+    if (written != 0) return written;
+    packed = PyObject_Vectorcall(pack_other, call, 2, NULL);
+    if (packed == NULL) return -1;
+    if (packed == Py_None) written = 0;
+    else if (!PyBytes_CheckExact(packed)) {
+        PyErr_Format(PyExc_TypeError, "pack_args: pack_other returned %.100s, not bytes", Py_TYPE(packed)->tp_name);
+        written = -1;
+    }
+    else if (packed_reserve(out, PyBytes_GET_SIZE(packed)) < 0) written = -1;
+    else {
+        memcpy(out->data + out->size, PyBytes_AS_STRING(packed), (size_t)PyBytes_GET_SIZE(packed));
+        out->size += PyBytes_GET_SIZE(packed);
+        written = 1;
+    }
+    Py_DECREF(packed);
+    return written;
+}
+
+/* Whether any of the n events of `records` has arguments. */
+static int
+any_args(PyObject *records, Py_ssize_t n)
+{
+    Py_ssize_t i;
+    for (i = 0; i < n; i++) {
+        if (PyList_GET_ITEM(records, i * RECORD_FIELDS + 4) != Py_None) return 1;
+    }
+    return 0;
+}
+
+static PyObject *
+pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *records, *converters, *values_converter, *pack_other, *rejected = NULL, *column = NULL;
+    PyObject *result = NULL;
+    Packed out = {NULL, 0, 0};
+    Py_ssize_t n, i;
+    int with_args = 0; /* an event kept has arguments */
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "pack_args(records: list, converters: dict, values_converter, pack_other)");
+        return NULL;
+    }
+    records = args[0];
+    converters = args[1];
+    values_converter = args[2];
+    pack_other = args[3];
+    Py_INCREF(records);
+    n = PyList_GET_SIZE(records) / RECORD_FIELDS;
+    if (PyList_GET_SIZE(records) % RECORD_FIELDS != 0 || n > 0xFFFFFFFFLL) {
+        PyErr_Format(PyExc_ValueError, "pack_args: %zd values are not whole events of one run", PyList_GET_SIZE(records));
+        goto done;
+    }
+    if ((rejected = PyList_New(0)) == NULL) goto done;
+    if (!any_args(records, n)) { /* spans and instants without arguments: the usual case */
+        result = PyTuple_Pack(2, Py_None, rejected);
+        goto done;
+    }
+    /* 5 bytes kept in front for the array header, written last (the events left out are not known before). */
+    if (packed_reserve(&out, 5 + 16 * n) < 0) goto done;
+    out.size = 5;
+    for (i = 0; i < n; i++) {
+        PyObject *kind, *event_args;
+        int written;
+        if ((i + 1) * RECORD_FIELDS > PyList_GET_SIZE(records)) { /* pack_other ran Python code that took some */
+            PyErr_SetString(PyExc_RuntimeError, "pack_args: the records changed while being packed");
+            goto done;
+        }
+        /* Held while pack_other runs: it may run any Python code. */
+        kind = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS));
+        event_args = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS + 4));
+        written = pack_event_args(&out, kind, event_args, converters, values_converter, pack_other);
+        with_args |= written > 0 && event_args != Py_None;
+        Py_DECREF(kind);
+        Py_DECREF(event_args);
+        if (written < 0) goto done;
+        if (written == 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(rejected, index) < 0) {
+                Py_XDECREF(index);
+                goto done;
+            }
+            Py_DECREF(index);
+        }
+    }
+    if (with_args) {
+        unsigned char header[5];
+        Py_ssize_t header_size = put_array_header(header, n - PyList_GET_SIZE(rejected)) - header;
+        memcpy(out.data + 5 - header_size, header, (size_t)header_size);
+        column = PyBytes_FromStringAndSize((char *)out.data + 5 - header_size, out.size - 5 + header_size);
+        if (column == NULL) goto done;
+    }
+    else column = Py_NewRef(Py_None);
+    result = PyTuple_Pack(2, column, rejected);
+done:
+    PyMem_Free(out.data);
+    Py_XDECREF(column);
+    Py_XDECREF(rejected);
+    Py_DECREF(records);
+    return result;
+}
+
 /* -- module --------------------------------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -1311,6 +1616,8 @@ static PyMethodDef module_methods[] = {
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
      "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
+    {"pack_args", (PyCFunction)(void (*)(void))pack_args, METH_FASTCALL,
+     "pack_args(records, converters, values_converter, pack_other) -> (args column or None, events left out)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1406,6 +1713,11 @@ module_exec(PyObject *module)
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
         !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
         !state->str_marker) {
+        return -1;
+    }
+    /* What pack_args leaves to Python, for the tests to hold against model.py's limits. */
+    if (PyModule_AddIntConstant(module, "MAX_ARG_ITEMS", MAX_ARG_ITEMS) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_ARG_TEXT", MAX_ARG_TEXT) < 0) {
         return -1;
     }
     return 0;

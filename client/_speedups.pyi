@@ -46,3 +46,13 @@ def configure(
 ) -> None: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
 def pack_columns(records: list[Any], table: StringTable, /) -> tuple[bytes, int, int, list[Any] | None]: ...
+def pack_args(
+    records: list[Any],
+    converters: dict[int, Callable[[Any], tuple[list[Any], int]]],
+    values_converter: Callable[[Any], tuple[list[Any], int]],
+    pack_other: Callable[[Any, Any], bytes | None],
+    /,
+) -> tuple[bytes | None, list[int]]: ...
+
+MAX_ARG_ITEMS: int
+MAX_ARG_TEXT: int

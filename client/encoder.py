@@ -5,7 +5,9 @@ columns, ``map`` over the string table turns labels into ids, ``map(operator.sub
 offsets and durations, and msgpack packs the columns. Work is cut into runs of at most ``max_events_per_frame``
 events so that no single C call holds the interpreter long enough to stall a recording thread (a few hundred
 microseconds each). Argument maps are normalised on the way (``model.normalise_args``) so that anything a user
-passes is carried, clipped with a mark if it must be, and never costs another event.
+passes is carried, clipped with a mark if it must be, and never costs another event. With the accelerator the
+arguments of the common shapes (none, maps of text keys and flat values, messages' flat values) are packed in C,
+which leaves the rest to ``_packed_args``: the same bytes as the pure-Python path either way.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ringtrace.client.wire.model import (
     StringTable,
     TrackInfo,
     normalise_args,
+    normalise_values,
     safe_str,
 )
 
@@ -61,6 +64,7 @@ _FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
 
 
 _pack_columns = None if speedups is None else speedups.pack_columns
+_pack_args = None if speedups is None else speedups.pack_args
 #: Kinds per SCHEMA frame.
 _KINDS_PER_SCHEMA: Final = 32
 
@@ -373,17 +377,20 @@ class StreamEncoder:
         return frames
 
     def _encode_run(self, batch: EncodedBatch, track_id: int, records: list[Any]) -> None:
+        table = self.strings
+        counters = table.overflowed, self.clipped_args, self.rejected_events
+        if _pack_columns is not None:
+            try:
+                packed = self._pack_accelerated(track_id, records)
+                if packed is not None:
+                    batch.events.append(packed)
+                return
+            except Exception:  # an unhashable label, a frame too large: the general way, counting all again
+                table.overflowed, self.clipped_args, self.rejected_events = counters
         records = self._with_typed_values(records)
         if not records:
             return
-        table = self.strings
-        overflowed, clipped = table.overflowed, self.clipped_args
-        if _pack_columns is not None:
-            try:
-                batch.events.append(self._pack_accelerated(track_id, records))
-                return
-            except Exception:  # an unhashable label, a value msgpack refuses, a frame too large: the general way
-                table.overflowed, self.clipped_args = overflowed, clipped
+        overflowed = table.overflowed
         kinds, labels, starts, ends, args = (records[column::RECORD_FIELDS] for column in range(RECORD_FIELDS))
         try:
             names = list(map(table.__getitem__, labels))
@@ -392,13 +399,37 @@ class StreamEncoder:
             names = [_label_id(table, label) for label in labels]
         self._encode_columns(batch, track_id, _Columns(kinds, names, starts, ends, self._normalised(args)))
 
-    def _pack_accelerated(self, track_id: int, records: list[Any]) -> tuple[bytes, int]:
-        """One EVENTS frame for ``records``, its integer columns packed in C; raises where ``_pack`` would adapt."""
-        assert _pack_columns is not None
+    def _pack_accelerated(self, track_id: int, records: list[Any]) -> tuple[bytes, int] | None:
+        """One EVENTS frame for ``records`` packed in C (None when every event was left out), the arguments too where
+        they have the common shapes, the rest through ``_packed_args``; raises where ``_pack`` would adapt.
+
+        The arguments go first, as ``_with_typed_values`` does: an event left out never names a string."""
+        assert _pack_columns is not None and _pack_args is not None
+        packed_args, rejected = _pack_args(records, self.registry.converters, normalise_values, self._packed_args)
+        if rejected:
+            records = _without(records, rejected)
+            if not records:
+                return None
         head, first_ns, last_ns, arg_maps = _pack_columns(records, self.strings)
-        payload = head if arg_maps is None else head + self._packer.pack(self._normalised(arg_maps))
+        assert (arg_maps is None) == (packed_args is None)
+        payload = head if packed_args is None else head + packed_args
         count = len(records) // RECORD_FIELDS
         return encode(Events(track_id, count, first_ns, last_ns, payload), self.max_frame_bytes), count
+
+    def _packed_args(self, kind: object, args: Any) -> bytes | None:
+        """One event's arguments as the Python path packs them (``_with_typed_values``, ``_normalised``, ``_pack``),
+        or None for an event left out: what C leaves to Python (nested or large values, other types, ...)."""
+        if args is not None and type(args) is not dict:
+            args = self._typed_values(kind, args)
+            if args is None:
+                return None
+        args = self._normalised([args])[0]
+        packed: bytes
+        try:
+            packed = self._packer.pack(args)
+        except Exception:  # a flat value msgpack still refuses (a lone surrogate), as in _pack
+            packed = self._packer.pack(self._normalise(args))
+        return packed
 
     def _with_typed_values(self, records: list[Any]) -> list[Any]:
         """``records`` with each argument that is not a map (a typed event, a message's values) turned into its wire
@@ -412,28 +443,31 @@ class StreamEncoder:
         if not tuples:
             return records
         records = list(records)
-        converters = self.registry.converters
         rejected = []
         for i in tuples:
-            kind = records[i * RECORD_FIELDS]
-            convert = converters.get(kind)
-            try:
-                if convert is None:
-                    raise InvalidField(
-                        f"event kind {kind!r:.40} takes a map of arguments, got {type(args[i]).__name__}"
-                    )
-                records[i * RECORD_FIELDS + 4], clipped = convert(args[i])
-                self.clipped_args += clipped
-            except Exception as exc:  # InvalidField, or a converter tripped by a value: the event, not the run
+            values = self._typed_values(records[i * RECORD_FIELDS], args[i])
+            if values is None:
                 rejected.append(i)
-                if kind not in self._rejected_kinds:
-                    self._rejected_kinds.add(kind)
-                    log.warning("ringtrace: %s; such events are dropped and counted (rejected_events)", exc)
-        if rejected:
-            self.rejected_events += len(rejected)
-            for i in reversed(rejected):
-                del records[i * RECORD_FIELDS : (i + 1) * RECORD_FIELDS]
-        return records
+            else:
+                records[i * RECORD_FIELDS + 4] = values
+        return _without(records, rejected) if rejected else records
+
+    def _typed_values(self, kind: Any, values: Any) -> list[Any] | None:
+        """The wire values of one typed event or message (its kind's converter), or None for an event whose values
+        do not fit their types: counted in ``rejected_events``, with one warning per kind."""
+        convert = self.registry.converters.get(kind)
+        try:
+            if convert is None:
+                raise InvalidField(f"event kind {kind!r:.40} takes a map of arguments, got {type(values).__name__}")
+            converted, clipped = convert(values)
+            self.clipped_args += clipped
+        except Exception as exc:  # InvalidField, or a converter tripped by a value: the event, not the run
+            self.rejected_events += 1
+            if kind not in self._rejected_kinds:
+                self._rejected_kinds.add(kind)
+                log.warning("ringtrace: %s; such events are dropped and counted (rejected_events)", exc)
+            return None
+        return converted
 
     def _normalised(self, args: list[Any]) -> list[Any]:
         """``args`` with every map that holds more than flat values normalised (see ``model.normalise_args``)."""
@@ -497,6 +531,14 @@ class StreamEncoder:
 
 def _track_frame(track: TrackInfo) -> Track:
     return Track(track.track_id, track.kind, track.name, track.thread_id, track.parent)
+
+
+def _without(records: list[Any], events: list[int]) -> list[Any]:
+    """A copy of ``records`` without the events at the indexes ``events`` (ascending)."""
+    records = list(records)
+    for i in reversed(events):
+        del records[i * RECORD_FIELDS : (i + 1) * RECORD_FIELDS]
+    return records
 
 
 def _label_id(table: StringTable, label: object) -> int:

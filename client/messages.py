@@ -79,12 +79,9 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
     kind = _kinds.get(key)
     if kind is None:  # no lock (nothing a fork could leave held): two threads may each register one, one is kept
         fields = tuple((name, "any") for name in names)
-        kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, _converter, first_line, priority))
+        # The converter is normalise_values itself: the C encoder packs flat values of such kinds without it.
+        kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, normalise_values, first_line, priority))
     return kind
-
-
-def _converter(values: tuple[Any, ...]) -> tuple[list[Any], int]:
-    return normalise_values(values)
 
 
 def render(kind: KindSpec, values: list[Any]) -> tuple[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ here compare the two directly, in one process.
 from __future__ import annotations
 
 import contextlib
+import enum
 import gc
 import os
 import shutil
@@ -22,16 +23,25 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 from ringtrace.client import encoder as encoder_module
 from ringtrace.client.accelerator import PURE_PYTHON_ENV, load_optional, speedups
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.messages import message_kind
 from ringtrace.client.wire.frames import FRAME_HEADER, Events, encode
-from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, StringTable, TrackInfo
+from ringtrace.client.wire.model import (
+    INSTANT,
+    MAX_ARG_ITEMS,
+    MAX_ARG_TEXT,
+    SPAN,
+    THREAD_TRACK,
+    StringTable,
+    TrackInfo,
+    safe_str,
+)
 from ringtrace.collector.ingest.scan import _scan_events_py
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
@@ -140,14 +150,19 @@ def nested(depth: int) -> list[Any]:
 
 
 def encoder_frames(
-    records: list[Any], accelerated: bool, monkeypatch: pytest.MonkeyPatch, max_strings: int = 100
+    records: list[Any],
+    accelerated: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    max_strings: int = 100,
+    max_frame_bytes: int = 70_000,
 ) -> tuple[Any, ...]:
     with monkeypatch.context() as patch:
         if not accelerated:
             patch.setattr(encoder_module, "_pack_columns", None)
-        encoder = StreamEncoder(max_frame_bytes=70_000, max_events_per_frame=50, max_strings=max_strings)
+        encoder = StreamEncoder(max_frame_bytes=max_frame_bytes, max_events_per_frame=50, max_strings=max_strings)
         batch = encoder.encode(TRACK, list(records))
-        return (batch.control, batch.events, batch.dropped_events, encoder.clipped_args, encoder.label_overflow_events)
+        counters = (encoder.clipped_args, encoder.label_overflow_events, encoder.rejected_events)
+        return (batch.control, batch.events, batch.dropped_events, *counters)
 
 
 @needs_speedups
@@ -169,6 +184,301 @@ def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(
 ) -> None:
     records = [value for event in run for value in event]
     assert encoder_frames(records, True, monkeypatch) == encoder_frames(records, False, monkeypatch)
+
+
+# -- pack_args: the args column, normalised and packed as the Python path does ----------------------------------------
+
+
+class Packet(Event):
+    size: u16
+    proto: string
+
+
+class OddText(str):
+    def __str__(self) -> str:
+        return "not its own text"
+
+
+class OddFloat(float):
+    def __str__(self) -> str:
+        return "not its own float"
+
+
+class OddMap(dict[str, Any]):
+    pass
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class BadEqKey:
+    """A key that hashes and prints, and refuses to be compared."""
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparison for you")
+
+    def __str__(self) -> str:
+        return "bad eq"
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+#: Where the packing of a length or a number changes form, and where the Python path starts to clip.
+LENGTHS = [0, 1, 31, 32, 255, 256, 999, 1000, 1001, 65_535, 65_536, 65_537]
+INT_EDGES = [
+    *(sign * 2**bits + delta for bits in (5, 7, 8, 15, 16, 31, 32, 63, 64) for sign in (1, -1) for delta in (-1, 0, 1)),
+]
+
+
+def huge_int() -> int:
+    """Too long for str(): the Python path carries a mark (hypothesis cannot show it, so it is built)."""
+    return 10**5_000
+
+
+_texts = st.text(max_size=6) | st.sampled_from(["\udc80", "a\ud800b", "é", "\U0001f600", "\x00"])
+_edge_texts = st.builds(lambda n, c: c * n, st.sampled_from(LENGTHS), st.sampled_from(["x", "é", "\U0001f600"]))
+_flat = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from(INT_EDGES),
+    st.builds(huge_int),
+    st.floats(allow_nan=True, allow_infinity=True),
+    _texts,
+    _edge_texts,
+    st.binary(max_size=6),
+    st.builds(lambda n: b"y" * n, st.sampled_from(LENGTHS)),
+)
+_odd = st.sampled_from(
+    [OddText("odd"), OddFloat(1.5), Colour.RED, Unprintable(), bytearray(b"ab"), memoryview(b"cd"), object()]
+) | st.builds(OddMap, a=st.integers())
+_values = st.recursive(
+    _flat | _odd,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_texts, inner, max_size=3)
+        | st.frozensets(st.integers(), max_size=3)
+    ),
+    max_leaves=8,
+)
+_keys = _texts | st.sampled_from([OddText("k"), 1, b"k", (1, 2), None, BadEqKey(), Unprintable(), "\udcff"])
+_maps = st.one_of(
+    st.dictionaries(st.text(max_size=4), _flat, max_size=4),  # the common shape
+    st.dictionaries(_keys, _values, max_size=4),
+    st.builds(lambda n, v: {f"k{i}": v for i in range(n)}, st.sampled_from([15, 16, 999, 1000, 1001]), _flat),
+)
+_message_values = st.one_of(
+    st.lists(_flat, max_size=6).map(tuple),
+    st.lists(_values, max_size=6).map(tuple),
+    st.builds(lambda n: tuple(range(n)), st.sampled_from([15, 16, 1000, 1001, 10_001])),
+)
+
+
+def _message_event(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    kind = message_kind("pack_args", "info", "sent $a $b $c")
+    return (kind.id, kind.name, 5, 5, values)
+
+
+def _packet_event(size: int, proto: str) -> tuple[Any, ...]:
+    return (Packet.kind.id, "Packet", 6, 6, Packet(size=size, proto=proto))
+
+
+_events = st.one_of(
+    st.builds(lambda args: (INSTANT, "x", 3, 3, args), st.none() | _maps),
+    st.builds(lambda args: (SPAN, "op", 3, 9, args), _maps),
+    st.builds(_message_event, _message_values),
+    st.builds(_packet_event, st.integers(0, 2**16 - 1), _texts),
+    # Left out (rejected_events): a kind that takes a map given values, and values a message kind never got.
+    st.builds(lambda args: (INSTANT, "x", 4, 4, args), st.sampled_from([(1, 2), [1, 2], OddMap(a=1)])),
+    st.just((SPAN, "gone", 4, 4, (1,))),
+)
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=300)
+@given(st.lists(_events, min_size=1, max_size=12))
+def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_the_accelerator(
+    run: list[tuple[Any, ...]],
+) -> None:
+    records = [value for event in run for value in event]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert same_frames(records, monkeypatch)
+
+
+#: Frames that hold any run of the tests below whole: the C path packs it all (a run too large for one frame goes
+#: the Python way).
+BIG_FRAMES = 8 << 20
+
+
+def same_frames(records: list[Any], monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the encoder writes the same frames and counts the same with and without the accelerator."""
+    fast = encoder_frames(records, True, monkeypatch, max_frame_bytes=BIG_FRAMES)
+    return fast == encoder_frames(records, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+
+
+#: One value of each shape that packs with a header of its own size, around each edge.
+_EDGE_VALUES = [
+    *INT_EDGES,
+    huge_int(),
+    *("x" * n for n in LENGTHS),
+    *("é" * n for n in LENGTHS),
+    *(b"y" * n for n in LENGTHS),
+    0.0,
+    -0.0,
+    float("nan"),
+    float("-inf"),
+    1e308,
+    True,
+    False,
+    None,
+    "a\ud800b",
+]
+
+
+def edge_id(value: object) -> str:
+    if isinstance(value, str | bytes):
+        return f"{type(value).__name__}-{value[:1]!r}x{len(value)}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"int-{'-' if value < 0 else ''}{abs(value).bit_length()}bits"
+    return repr(value)
+
+
+@needs_speedups
+@pytest.mark.parametrize("value", _EDGE_VALUES, ids=lambda value: edge_id(value))
+def test_every_packing_edge_and_clipping_edge_packs_as_the_python_path_does(
+    value: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = [
+        (INSTANT, "map", 1, 1, {"v": value, "n": 1}),
+        (INSTANT, "key", 2, 2, {safe_str(value): 1}),
+        _message_event((value, 1, value)),
+        (INSTANT, "sized", 3, 3, {f"k{i}": value for i in range(17)}),
+    ]
+    records = [v for event in run for v in event]
+    assert same_frames(records, monkeypatch)
+
+
+@needs_speedups
+@pytest.mark.parametrize("items", [15, 16, 65_535, 65_536, 70_000])
+def test_maps_and_message_values_of_every_size_pack_as_the_python_path_does(
+    items: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = [(INSTANT, "big", 1, 1, {f"k{i}": i for i in range(items)}), _message_event(tuple(range(items)))]
+    records = [v for event in run for v in event]
+    assert same_frames(records, monkeypatch)
+
+
+def test_the_limits_of_the_c_packer_are_the_models() -> None:
+    if speedups is None:
+        pytest.skip("the C accelerator is not in use in this process")
+    assert (speedups.MAX_ARG_ITEMS, speedups.MAX_ARG_TEXT) == (MAX_ARG_ITEMS, MAX_ARG_TEXT)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    "event",
+    [
+        (INSTANT, "x", 1, 1, {"a": 1, "b": "s"}),
+        (INSTANT, "x", 1, 1, {"i": -5, "f": 0.5, "t": True, "n": None, "b": b"\x00", "s": "é" * 40}),
+        (SPAN, "op", 1, 2, None),
+        _message_event((10, 20, 3)),
+        _message_event(("text", 2.5, None)),
+    ],
+    ids=["two-args", "each-flat-type", "no-args", "message", "message-of-each-type"],
+)
+def test_flat_arguments_cost_the_flusher_no_python_call_per_event(event: tuple[Any, ...]) -> None:
+    """The common shapes are normalised and packed in C: encoding ten times the events makes no more Python calls
+    (of functions or builtins) on the encoding thread."""
+    calls = []
+    for n in (100, 1000):
+        encoder = StreamEncoder()
+        records = [value for _ in range(n) for value in event]
+        made = [0]
+
+        def count(frame: Any, what: str, arg: Any, made: list[int] = made) -> None:
+            made[0] += what in ("call", "c_call")
+
+        gc.disable()  # no collection (and no callback or finalizer it runs) in the count
+        sys.setprofile(count)
+        try:
+            encoder.encode(TRACK, records)
+        finally:
+            sys.setprofile(None)
+            gc.enable()
+        calls.append(made[0])
+    assert calls[1] == calls[0], calls
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (([], {}, None), TypeError),  # too few
+        (([SPAN, "op", 1, 2], {}, None, bytes), ValueError),  # not whole events
+        (((SPAN, "op", 1, 2, None), {}, None, bytes), TypeError),  # not a list
+        (([SPAN, "op", 1, 2, {"a": [1]}], [], None, bytes), TypeError),  # converters not a dict
+        (([SPAN, "op", 1, 2, {"a": [1]}], {}, None, "not callable"), TypeError),
+        (([SPAN, "op", 1, 2, {"a": [1]}], {}, None, lambda kind, args: "text"), TypeError),  # not bytes
+        (([SPAN, "op", 1, 2, {"a": [1]}], {}, None, lambda kind, args: 1 / 0), ZeroDivisionError),
+    ],
+)
+def test_pack_args_refuses_what_it_cannot_pack(arguments: tuple[Any, ...], error: type[Exception]) -> None:
+    assert speedups is not None
+    with pytest.raises(error):
+        speedups.pack_args(*arguments)
+
+
+@needs_speedups
+def test_pack_args_stops_when_python_code_it_runs_takes_the_records() -> None:
+    assert speedups is not None
+    records = [value for _ in range(4) for value in (SPAN, "op", 1, 2, {"nested": [1]})]
+
+    def take_all(kind: object, args: object) -> bytes:
+        records.clear()
+        return b"\xc0"
+
+    with pytest.raises(RuntimeError, match="records changed"):
+        speedups.pack_args(records, {}, None, take_all)
+
+
+@needs_speedups
+def test_pack_args_keeps_the_values_alive_while_python_code_it_runs_drops_them() -> None:
+    assert speedups is not None
+    args = OddMap(nested=[1])  # a map C leaves to Python, that a weak reference can watch
+    dropped = weakref.ref(args)
+    records: list[Any] = [SPAN, "op", 1, 2, args]
+    del args
+
+    def drop(kind: object, args: object) -> bytes:
+        records[4] = None  # the list's reference is gone; pack_args still holds one
+        return msgpack.packb(args)
+
+    column, rejected = speedups.pack_args(records, {}, None, drop)
+    assert (column, rejected) == (msgpack.packb([{"nested": [1]}]), [])
+    assert dropped() is None
+
+
+@needs_speedups
+def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unhashable label found after some events were converted: the Python path starts again from the counts of
+    before."""
+    run = [
+        (INSTANT, "a", 1, 1, {"deep": nested(40)}),  # clipped
+        (INSTANT, "b", 2, 2, (1, 2)),  # left out
+        (INSTANT, Unhashable(), 3, 3, None),
+    ]
+    records = [value for event in run for value in event]
+    accelerated = encoder_frames(records, True, monkeypatch)
+    assert accelerated == encoder_frames(records, False, monkeypatch)
+    assert accelerated[3:] == (1, 0, 1)  # clipped, overflowed, rejected
 
 
 # -- take_runs: a buffer's first values, moved into runs --------------------------------------------------------------
@@ -443,7 +753,7 @@ def test_a_scope_exited_without_being_entered_records_nothing() -> None:
 GREEN_THREADS = """
 from gevent import monkey; monkey.patch_all()
 import threading
-from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 listener = MemoryListener()
 tl = Timeline("green", [listener])
 def work(i):
@@ -467,7 +777,7 @@ def test_gevent_greenlets_each_record_on_a_track_of_their_own() -> None:
 
 SUB_INTERPRETER = """
 import _testcapi
-from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 # Without the C module _asyncio, the sub-interpreter's asyncio is pure Python: its _get_running_loop is a function
 # of that interpreter, which stops working when the interpreter ends.
 code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.timelines"

@@ -25,7 +25,9 @@ Throughput (default, and ``--quick``)
   and ``--fsync flush`` (each round's FLUSH waits until what it acknowledges is on disk). Both syncing variants are
   bound by the disk's write speed, which is measured first, in the same run. While its rounds run, each collector's
   longest event-loop lag (its own ``ringtrace_event_loop_lag_seconds``, read before and after: the bucket bound that
-  holds it); target for a data dir kept saturated by 100 connections: <= 20 ms.
+  holds it); target for a data dir kept saturated by 100 connections: <= 20 ms. Next to it, the share of those
+  rounds' time the collector's event loop waited for a core (/proc's schedstat of its main thread): on a machine the
+  blaster and others keep busy, that wait makes most of the lag.
 
 Memory (default run after the throughput part, or ``--rss`` alone; not with ``--quick`` unless ``--rss`` is given)
   A collector with ``--capacity 64MB`` gets 10x its capacity from 8 connections, paced over 60 s; its VmRSS is read
@@ -66,6 +68,7 @@ from _common import (
     HOST,
     Collector,
     collector,
+    core_wait_share,
     interleave,
     longest_lag,
     median,
@@ -85,7 +88,10 @@ TARGET_RATIO = 0.5
 LAG_CONNECTIONS = 100
 TARGET_LAG_S = 0.020
 #: The throughput table's columns.
-HEADERS = ["target", "MB/s", "min", "max", "Mevents/s", "MB/round", "round s", "handshake ms", "vs bare", "lag ms"]
+HEADERS = [
+    "target", "MB/s", "min", "max", "Mevents/s", "MB/round", "round s", "handshake ms", "vs bare", "lag ms",
+    "loop waits",
+]  # fmt: skip
 #: Target: the collector's max RSS <= its capacity + this.
 RSS_HEADROOM_BYTES = 64 * MB
 
@@ -478,6 +484,8 @@ class Target:
     results: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
     #: The longest event-loop lag over the measured rounds of each (frames, connections) (a collector only).
     lags: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: The share of those rounds' time its event loop waited for a core (a collector only).
+    core_waits: dict[tuple[str, int], float] = field(default_factory=dict)
     #: Events and bytes sent to this target, warm-up rounds included.
     sent_events: int = 0
     sent_bytes: int = 0
@@ -555,12 +563,15 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
                 return lambda: target.run(c, size, s)
 
             lags_before = {t.name: t.coll.lag_buckets() for t in targets if t.coll is not None}
+            waits_before = {t.name: t.coll.loop_core_wait() for t in targets if t.coll is not None}
             results = interleave({t.name: variant(t, sizes[t.name]) for t in targets}, rounds=args.rounds, warmup=0)
             for target in targets:
                 target.results[(stream.shape, connections)] = results[target.name]
                 if target.coll is not None:
                     lag = longest_lag(lags_before[target.name], target.coll.lag_buckets())
                     target.lags[(stream.shape, connections)] = lag
+                    waited = core_wait_share(waits_before[target.name], target.coll.loop_core_wait())
+                    target.core_waits[(stream.shape, connections)] = waited
             progress = ", ".join(
                 f"{name} {median([r['bytes'] / r['seconds'] for r in rs]) / MB:,.0f}" for name, rs in results.items()
             )
@@ -591,6 +602,7 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
                         median([r["handshake_s"] for r in runs]) * 1e3,
                         f"{ratio:.2f}x",
                         target.lags[key] * 1e3 if key in target.lags else "-",
+                        f"{target.core_waits[key]:.0%}" if key in target.core_waits else "-",
                     )
                 )
                 if target is not bare:

@@ -1,4 +1,5 @@
-"""Table frames decoded a loop turn at a time, so that no connection's FLUSH waits behind other connections' tables.
+"""Table frames decoded and sockets read a loop turn at a time, so that no connection's FLUSH (nor a timer, nor an
+HTTP request) waits behind other connections' tables or bytes.
 
 EVENTS frames are stored undecoded, but STRINGS, SCHEMA and TRACK frames are decoded and checked entry by entry
 (``SessionDecoder``): on a 2-core box, 15 to 20 ms for a 1 MiB STRINGS frame of 50,000 strings, 5 to 10 us for a

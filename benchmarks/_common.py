@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import re
@@ -47,6 +48,30 @@ class Collector:
 
     def stored_events(self) -> int:
         return int(self.healthz()["stored_events"])  # type: ignore[call-overload]
+
+    def lag_buckets(self) -> dict[float, float]:
+        """The collector's event-loop lag histogram (``ringtrace_event_loop_lag_seconds``): upper bound -> count."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://{self.http}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        return {
+            float(sample.labels["le"]): sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "ringtrace_event_loop_lag_seconds"
+            for sample in family.samples
+            if sample.name.endswith("_bucket")
+        }
+
+    def loop_core_wait(self) -> tuple[float, float]:
+        """(now, seconds its main thread, the event loop's, has waited for a core in all: runnable, not run), from
+        /proc's schedstat; (now, nan) where there is none."""
+        try:
+            with open(f"/proc/{self.process.pid}/task/{self.process.pid}/schedstat") as stats:
+                text = stats.read()
+        except OSError:
+            return time.monotonic(), math.nan
+        return time.monotonic(), int(text.split()[1]) / 1e9
 
     def wait_stored(self, target: int, deadline_s: float, poll_s: float = 0.005) -> int:
         """Poll /healthz until ``stored_events >= target`` or the deadline passes; returns the last count."""
@@ -176,6 +201,19 @@ def bench_main(bench: Callable[[int, int], int], doc: str | None, n: int, rounds
     args = parser.parse_args()
     print(f"recorder: {recorder()}")
     return bench(*quick) if args.quick else bench(args.n, args.rounds)
+
+
+def longest_lag(before: dict[float, float], after: dict[float, float]) -> float:
+    """The least bucket bound that holds every lag observed between two readings of ``Collector.lag_buckets``: the
+    longest lag, at most (the event loop is looked at every 5 ms: a stall of S seconds shows as S - 0.005 to S)."""
+    observed = {bound: after[bound] - before.get(bound, 0) for bound in after}
+    return min(bound for bound, count in observed.items() if count == observed[math.inf])
+
+
+def core_wait_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The share of the time between two readings of ``Collector.loop_core_wait`` that the event loop was ready to
+    run but waited for a core (its lag then is the machine's, not its own work's)."""
+    return (after[1] - before[1]) / max(after[0] - before[0], 1e-9)
 
 
 def read_status_kb(pid: int, field_name: str) -> int:

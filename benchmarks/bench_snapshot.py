@@ -31,7 +31,6 @@ then serves one whole Chrome snapshot, and another fresh one four at once: their
 from __future__ import annotations
 
 import argparse
-import math
 import socket
 import subprocess
 import sys
@@ -44,8 +43,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _common import HOST, Collector, collector, interleave, median, read_status_kb, recorder, table, verdict
-from prometheus_client.parser import text_string_to_metric_families
+from _common import (
+    HOST,
+    Collector,
+    collector,
+    interleave,
+    longest_lag,
+    median,
+    read_status_kb,
+    recorder,
+    table,
+    verdict,
+)
 from ringtrace.client.accelerator import PURE_PYTHON_ENV
 
 RECORD = """
@@ -116,25 +125,6 @@ class IngestProbe:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
-
-
-def lag_buckets(running: Collector) -> dict[float, float]:
-    """The collector's event-loop lag histogram (``ringtrace_event_loop_lag_seconds``): upper bound -> count."""
-    with urllib.request.urlopen(f"http://{running.http}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return {
-        float(sample.labels["le"]): sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "ringtrace_event_loop_lag_seconds"
-        for sample in family.samples
-        if sample.name.endswith("_bucket")
-    }
-
-
-def longest_lag(before: dict[float, float], after: dict[float, float]) -> float:
-    """The least bucket bound that holds every lag observed between the two readings: the longest lag, at most."""
-    observed = {bound: after[bound] - before.get(bound, 0) for bound in after}
-    return min(bound for bound, count in observed.items() if count == observed[math.inf])
 
 
 class LoopProbe:
@@ -270,14 +260,14 @@ def measure(
         loop = probe if target is running else slow_probe
 
         def measured() -> tuple[float, float, int, float, float, float]:
-            lags = lag_buckets(target)
+            lags = target.lag_buckets()
             loop.start()
             began = time.time()
             try:
                 first, total, size = run()
             finally:
                 stall = loop.stop()
-            lag = longest_lag(lags, lag_buckets(target))
+            lag = longest_lag(lags, target.lag_buckets())
             return first, total, size, stall, pinger.longest(began, time.time()), lag
 
         return measured

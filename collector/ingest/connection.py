@@ -17,7 +17,14 @@ import time
 from typing import Protocol, cast
 
 from ringtrace.client.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY, Goodbye, encode, preamble
+from ringtrace.client.wire.frames import (
+    AUTHENTICATION_FAILED,
+    FRAME_HEADER,
+    TABLES_PAST_CAPACITY,
+    Goodbye,
+    encode,
+    preamble,
+)
 from ringtrace.client.wire.reader import Sentinel
 from ringtrace.collector.auth import AuthenticationFailed
 from ringtrace.collector.ingest.handlers import FrameHandlers, FrameSink
@@ -30,19 +37,17 @@ from ringtrace.collector.ingest.traffic import (
     refusal,
     refuse,
 )
-from ringtrace.collector.ingest.turns import TABLE_FRAMES, DecodeTurns
+from ringtrace.collector.ingest.turns import TABLE_FRAMES, TURN_BYTES, DecodeTurns, ReadTurns
 from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
 
-__all__ = ["IngestProtocol", "IngestSink"]
+__all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]
 
 log = logging.getLogger("ringtrace.collector.ingest")
 
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.
 READ_SIZE = 256 * 1024
-#: Bytes a connection reads before it lets every other connection read once (a loop turn).
-TURN_BYTES = 512 * 1024
 #: After a GOODBYE, how long what the peer still sends is read and thrown away before the connection is cut: closed
 #: with unread bytes, the socket would be reset, and a peer with frames in flight would never read the GOODBYE.
 GOODBYE_DRAIN_S = 2.0
@@ -72,12 +77,15 @@ class IngestSink(FrameSink, Protocol):
     @property
     def decode_turns(self) -> DecodeTurns: ...
 
+    @property
+    def read_turns(self) -> ReadTurns: ...
+
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_address", "_arrival", "_drain_timer", "_draining", "_filled", "_frames", "_handled", "_handshake_timer",
-        "_last_read_s", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle", "_traffic",
-        "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
+        "_address", "_arrival", "_drain_timer", "_draining", "_filled", "_frames", "_granted", "_handled",
+        "_handshake_timer", "_last_read_s", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed",
+        "_throttle", "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink) -> None:
@@ -106,6 +114,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._filled = False
         #: Bytes read since the connection last let the others read (``_end_turn``).
         self._turn_bytes = 0
+        #: Its turn to read came (``next_turn``): its next read takes all the room there is, whatever the others read.
+        self._granted = False
         #: Table frames are next, and wait for a later loop turn (``turns.py``): reading stays paused till then.
         self._waiting_turn = False
         #: When the frame being received began, for ``close_if_idle``.
@@ -160,19 +170,23 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._draining:
             return _DRAIN_BUFFER
+        view = self._room(sizehint)
+        transport = self._transport
+        if self._sink.read_turns.spent and not self._granted and transport is not None and transport.is_reading():
+            view = view[: FRAME_HEADER.size]  # the others read this turn's share: a frame header's worth, then in line
+        self._offered = len(view)
+        return view
+
+    def _room(self, sizehint: int) -> memoryview:
+        """Where the next read goes: the stream's open segment, or the reader's own buffer."""
         writer = self._frames.writer
-        if writer is not None:
-            view = writer.read_buffer(self._filled)
-            if view is not None:
-                self._offered = len(view)
-                return view
-        buffer: memoryview = self._session.get_buffer(sizehint)
-        self._offered = len(buffer)
-        return buffer
+        view = writer.read_buffer(self._filled) if writer is not None else None
+        return view if view is not None else self._session.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._draining:
             return
+        self._granted = False
         self._filled = nbytes == self._offered
         self._traffic.bytes_received += nbytes
         self._arrival.received(nbytes)
@@ -182,7 +196,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         if self._pending <= 0:  # (a read that does not complete the frame being received has nothing to handle)
             self._process_frames()
         self._turn_bytes += nbytes
-        if self._turn_bytes >= TURN_BYTES:
+        if self._sink.read_turns.spend(nbytes) or self._turn_bytes >= TURN_BYTES:
             self._end_turn()
 
     def eof_received(self) -> bool:
@@ -195,6 +209,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._sink.connections.discard(self)
+        self._sink.read_turns.forget(self)
         if self._address is not None:
             by_address = self._sink.connections_by_address
             by_address[self._address] -= 1
@@ -394,16 +409,19 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._throttle = asyncio.get_running_loop().call_later(self._frames.control.wait_s, self._resume_after_throttle)
 
     def _end_turn(self) -> None:
-        """TURN_BYTES were read since the last turn ended: read on in the loop's next turn. (The loop reads a
+        """TURN_BYTES were read since the last turn ended, or all connections read their share of this loop turn:
+        read on in a later turn, when the connections in line before it have (``turns.py``). (The loop reads a
         socket again and again while it fills every read, up to 32 times: 100 busy connections held it for 300 ms
         a turn, and everything else waited, new connections, FLUSH_ACKs and HTTP requests included.)"""
-        self._turn_bytes = 0
+        busy, self._turn_bytes = self._turn_bytes >= TURN_BYTES, 0
         transport = self._transport
         if transport is not None and not transport.is_closing() and transport.is_reading():
             transport.pause_reading()
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            self._sink.read_turns.wait(self, busy=busy)
 
-    def _next_turn(self) -> None:
+    def next_turn(self) -> None:
+        """Its turn to read on (``turns.py``)."""
+        self._granted = True
         self._resume_reading()
 
     def _resume_after_throttle(self) -> None:

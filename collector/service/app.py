@@ -25,7 +25,7 @@ from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.ingest.connection import IngestProtocol
 from ringtrace.collector.ingest.traffic import Traffic
-from ringtrace.collector.ingest.turns import DecodeTurns
+from ringtrace.collector.ingest.turns import DecodeTurns, ReadTurns
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.read.pairing import Pairing
@@ -100,6 +100,8 @@ class Collector:
         self.connections: set[IngestProtocol] = set()
         #: Time of each loop turn for decoding table frames, shared by every connection.
         self.decode_turns = DecodeTurns()
+        #: Busy connections in line to read on, shared by every connection.
+        self.read_turns = ReadTurns()
         #: Memory freed in many small objects (connections' tables, forgotten processes), given back to the OS.
         self.heap = HeapTrimmer()
         self.traffic = Traffic()

@@ -35,6 +35,7 @@ import crc32c
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ConfigError, ProtocolError
 from ringtrace.client.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.collector.store.file_removal import FileRemover
 
 __all__ = [
     "CHECKSUM_FRAME",
@@ -324,7 +325,8 @@ class DataDir(SegmentBuffers):
     the collector being killed. What survives a power loss depends on ``fsync``. The file of an evicted segment is
     renamed to a spare and reused, mapping and all: creating, allocating, faulting in and unlinking a file per segment
     cost ingest most of its speed. A reused file holds old bytes after the new ones; each checksum is followed by an
-    end marker (a zero frame header), so recovery stops there.
+    end marker (a zero frame header), so recovery stops there. Files not kept are unmapped and removed on a thread
+    (``file_removal.py``), made unrecoverable first.
     """
 
     checksums = True
@@ -343,6 +345,7 @@ class DataDir(SegmentBuffers):
         self.highest_seq = -1
         #: A file was created, renamed or removed since the directory was last synced.
         self._names_changed = False
+        self._remover = FileRemover()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = self._take_lock()
@@ -371,6 +374,7 @@ class DataDir(SegmentBuffers):
     def close(self) -> None:
         """Unmap the spare files and release the lock (segments still stored stay as they are)."""
         self.trim(0)
+        self._remover.close()
         if self._lock >= 0:
             os.close(self._lock)
             self._lock = -1
@@ -402,6 +406,15 @@ class DataDir(SegmentBuffers):
                 spare.unlink(missing_ok=True)
                 raise
             return buffer
+        try:
+            return self._create(path, size)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or not self._remover.pending:
+                raise
+        self._remover.wait()  # the files being removed give their room back
+        return self._create(path, size)
+
+    def _create(self, path: Path, size: int) -> mmap.mmap:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         self._names_changed = True
         try:
@@ -436,27 +449,21 @@ class DataDir(SegmentBuffers):
     def release(self, segment: Segment, *, reuse: bool) -> None:
         buffer, path = segment.buffer, self._retired.pop(segment.seq, None) or self.file(segment.seq)
         assert isinstance(buffer, mmap.mmap)
-        if reuse:
-            spare = self._spare_name()
-            try:
-                os.rename(path, spare)
-                self._names_changed = True
-                buffer[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)  # not a segment any more, whatever happens
-                self._pool.setdefault(len(buffer), []).append((buffer, spare))
-                self._pooled_bytes += len(buffer)
-                return
-            except OSError as exc:
-                log.warning("cannot keep %s as a spare (%s): removing it", path, exc)
+        # Not a segment any more, whatever happens: a spare by its name, and by its bytes until that name is durable.
+        buffer[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)
+        spare = self._spare_name()
         try:
-            buffer.close()
-        except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
-            log.error("segment %s is unmapped late: a view of it is still in use", path)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+            os.rename(path, spare)
         except OSError as exc:
-            log.warning("cannot remove %s: %s", path, exc)
+            log.warning("cannot rename %s to %s (%s): removing it", path, spare, exc)
+            self._remover.remove(buffer, path)
+            return
+        self._names_changed = True
+        if reuse:
+            self._pool.setdefault(len(buffer), []).append((buffer, spare))
+            self._pooled_bytes += len(buffer)
+        else:
+            self._remover.remove(buffer, spare)
 
     def trim(self, keep_bytes: int) -> None:
         for size in sorted(self._pool, reverse=True):
@@ -464,11 +471,7 @@ class DataDir(SegmentBuffers):
             while pool and self._pooled_bytes > keep_bytes:
                 buffer, spare = pool.pop()
                 self._pooled_bytes -= size
-                try:
-                    buffer.close()
-                except BufferError:  # still read somewhere (a bug): unmapped when the last view goes
-                    log.error("spare %s is unmapped late: a view of it is still in use", spare)
-                spare.unlink(missing_ok=True)
+                self._remover.remove(buffer, spare)
 
     def sync(self, segment: Segment, start: int, end: int) -> None:
         # fdatasync of the file, not mmap.flush: msync holds the GIL (the event loop would stop for the whole

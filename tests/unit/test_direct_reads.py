@@ -31,9 +31,11 @@ from ringtrace.client.wire.frames import (
 )
 from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
+from ringtrace.collector.ingest.turns import LOOP_TURN_BYTES, READERS_PER_TURN
 from ringtrace.collector.service.app import Collector, CollectorConfig
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
 from ringtrace.collector.store.segments import scan_segment
+from ringtrace.collector.store.writer import DIRECT_READ_SIZE
 from test_collector_limits import StandInTransport
 
 MAX_FRAME = 256 * 1024
@@ -89,6 +91,25 @@ class Connection:
             self.protocol.buffer_updated(n)
             data = data[n:]
         assert not self.transport.closing, "a good stream was closed"
+
+    def poll(self) -> int:
+        """What the event loop does when the socket is readable and ``pending`` is there: read while reading is on
+        and each read fills the room offered, up to 32 times (libuv's ``uv__read``); returns the bytes read."""
+        before = self.delivered
+        for _ in range(32):
+            if not self.pending or not self.transport.reading:
+                break
+            view = self.protocol.get_buffer(-1)
+            n = min(len(view), len(self.pending))
+            view[:n] = self.pending[:n]
+            del self.pending[:n]
+            self.delivered += n
+            while self.frames and self.frames[0][0] <= self.delivered:
+                self.received += self.frames.pop(0)[1]
+            self.protocol.buffer_updated(n)
+            if n < len(view):
+                break
+        return self.delivered - before
 
     def acknowledged(self) -> list[int]:
         """The tokens of the FLUSH_ACK frames the collector wrote, in order."""
@@ -421,5 +442,42 @@ def test_a_connection_lets_the_others_read_after_turn_bytes_and_reads_on_in_the_
         connection.protocol.resume_writing()
         assert connection.transport.reading
         connection.protocol.connection_lost(None)
+
+    asyncio.run(scenario())
+
+
+def test_busy_connections_take_turns_reading_and_a_loop_turn_reads_a_bounded_share_of_what_they_sent() -> None:
+    async def scenario() -> None:
+        config = CollectorConfig(tcp_port=0, http_port=0, capacity_bytes=64 << 20, max_frame_bytes=MAX_FRAME)
+        collector = Collector(config)
+        quiet = Connection(collector, 12)
+        quiet.send(len(quiet.pending))  # its tables
+        busy = [Connection(collector, number) for number in range(12)]
+        for connection in busy:
+            connection.record(0, 6000, 40)
+            connection.flush()
+            assert len(connection.pending) > 2 * TURN_BYTES
+        turns = 0
+        while any(connection.pending for connection in busy):
+            if turns == 1:  # a client that sends little flushes while the others fill the turns
+                quiet.flush()
+            reading = [connection for connection in [*busy, quiet] if connection.transport.reading]
+            assert reading, "no connection reads: none would ever be served again"
+            read = [connection.poll() for connection in reading]
+            # Past the turn's share, a connection reads a frame header's worth and waits in line (but those whose turn
+            # it is read once, all they may).
+            bound = LOOP_TURN_BYTES + (READERS_PER_TURN + 1) * DIRECT_READ_SIZE + len(reading) * FRAME_HEADER.size
+            assert sum(read) <= bound
+            await asyncio.sleep(0)  # the next loop turn
+            assert sum(connection.transport.reading for connection in busy if connection.pending) <= READERS_PER_TURN
+            if turns == 1 + len(busy) // READERS_PER_TURN + 1:  # it waited its turn once, at most
+                assert quiet.acknowledged() == [1]
+            turns += 1
+        assert turns > len(busy)  # (they took turns)
+        for number, connection in enumerate(busy):
+            assert connection.acknowledged() == [1], number
+        assert collector.store.totals().stored_events == sum(connection.sent for connection in busy)
+        for connection in [*busy, quiet]:
+            connection.protocol.connection_lost(None)
 
     asyncio.run(scenario())

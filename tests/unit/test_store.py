@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView
 from ringtrace.collector.read.query import EVERYTHING
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
-from ringtrace.collector.store.segments import DataDir, scan_segment
+from ringtrace.collector.store.segments import DataDir, Segment, scan_segment
 from store_client import Client
 
 
@@ -399,6 +400,28 @@ def test_a_data_dir_store_restarted_serves_what_it_held(tmp_path: Path) -> None:
     for r in recovered:
         again.adopt(r, owner=int(r.hello.instance_id.removeprefix("i")))
     assert decoded(again) == held_again
+
+
+def test_segment_files_not_kept_are_removed_off_the_thread_that_lets_them_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unmapping and unlinking a file wait for the kernel: the event loop, which releases segments, must not."""
+    unlinked: list[int] = []
+    unlink = os.unlink
+
+    def unlink_on(path: Any, *args: Any, **kwargs: Any) -> None:
+        unlinked.append(threading.get_ident())
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink_on)
+    data_dir = DataDir(tmp_path)
+    for seq, reuse in enumerate((False, True)):
+        data_dir.release(Segment(seq, data_dir.new(seq, 64 * 1024), owner=1), reuse=reuse)
+    assert not list(tmp_path.glob("*.rtseg"))  # neither is a segment any more, nor recovered after a crash
+    data_dir.trim(0)  # the spare kept for reuse goes too
+    data_dir.close()  # once every file given to be removed is
+    assert len(unlinked) == 2 and threading.get_ident() not in unlinked
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["LOCK"]
 
 
 def test_a_segment_overwritten_while_a_snapshot_reads_it_is_not_recovered_after_a_crash(tmp_path: Path) -> None:

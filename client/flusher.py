@@ -55,6 +55,9 @@ class Sweepable(Protocol):
     @property
     def listeners(self) -> tuple[Any, ...]: ...
 
+    @property
+    def max_buffered_events(self) -> int: ...
+
     def drain(self) -> Drained: ...
 
     def renamed_threads(self) -> list[TrackInfo]: ...
@@ -62,6 +65,16 @@ class Sweepable(Protocol):
     def after_fork_in_child(self, replacements: dict[int, Any]) -> None: ...
 
     def close(self, timeout_s: float = 2.0) -> bool: ...
+
+
+def _behind(runs: list[tuple[TrackInfo, list[Any]]], max_buffered_events: int) -> bool:
+    """Whether a track's buffer was a quarter full or more when it was drained: a thread outruns the flusher. Then the
+    flusher hands over all it drained without yielding between runs: a recording thread that gets the turn keeps it
+    for a switch interval (5 ms), fills its buffer again meanwhile, and loses what does not fit (counted)."""
+    held: dict[int, int] = {}
+    for track, records in runs:
+        held[track.track_id] = held.get(track.track_id, 0) + len(records)
+    return max(held.values(), default=0) >= max_buffered_events * RECORD_FIELDS // 4
 
 
 class _Carried(NamedTuple):
@@ -217,6 +230,7 @@ class Flusher:
             if track.track_id not in last_run:
                 _call(listeners, "retire", track)
         ending = {track.track_id: track for track in ended}
+        behind = _behind(runs, timeline.max_buffered_events)
         for i, (track, records) in enumerate(runs):
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
@@ -228,7 +242,8 @@ class Flusher:
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:
                 _call(listeners, "retire", ending[track.track_id])
-            time.sleep(0)  # let recording threads run between runs
+            if not behind:
+                time.sleep(0)  # let recording threads run between runs
         return True
 
     def _run(self) -> None:

@@ -54,7 +54,8 @@ class CollectorProcess:
         self.tls = ssl.create_default_context(cafile=cafile) if cafile is not None else None
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pumping = threading.Thread(target=self._pump, daemon=True)
+        self._pumping.start()
         try:
             ingest = self.wait_for_log(lambda line: "ingest listening" in line)
             http = self.wait_for_log(lambda line: "http listening" in line)
@@ -67,10 +68,13 @@ class CollectorProcess:
 
     def _pump(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
+        try:
+            for line in self.proc.stderr:
+                with self._changed:
+                    self.lines.append(line.rstrip("\n"))
+                    self._changed.notify_all()
+        except ValueError:  # closed by stop() while a child that inherited the pipe keeps it open
+            pass
 
     def wait_for_log(self, match: Callable[[str], bool], timeout_s: float = 15.0) -> str:
         """The first log line ``match`` accepts, waiting for it up to ``timeout_s``."""
@@ -138,6 +142,7 @@ class CollectorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._pumping.join(5)  # every line it wrote is read (the pipe ends with the process)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 

@@ -69,5 +69,6 @@ def test_a_payload_nobody_can_decode_is_counted_per_process_and_logged_once(coll
         assert by_name["raw"]["undecodable_events"] == 4
         assert by_name["innocent"]["undecodable_events"] == 0
         assert trace["otherData"]["undecodable_events"] == 4
+    collector.wait_for_log(lambda line: "cannot export" in line)  # (stderr is read on a thread of its own)
     logged = [line for line in collector.lines if "cannot export" in line]
     assert len(logged) == 1 and "raw (pid 4242)" in logged[0] and "payload must be an array of 5 columns" in logged[0]

@@ -49,6 +49,7 @@ from typing import Any, Final
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.streaming.delivery import Delivery
+from ringtrace.client.streaming.loss_report import LossReport
 from ringtrace.client.streaming.outage import Outage
 from ringtrace.client.streaming.send_queue import LinkCounters
 from ringtrace.client.wire.decoder import ReplyDecoder
@@ -208,6 +209,7 @@ class Link:
         self._queue, self._acks = self._delivery.queue, self._delivery.acks
         self._backoff = Backoff(options.backoff_initial_s, options.backoff_max_s, jitter)
         self._outage = Outage()  # what the log says while events cannot reach the collector
+        self._losses = LossReport()  # and what it says of events lost while it can
         self._actions: list[Action] = []
         self._decoder: ReplyDecoder | None = None
         self._polled_at = 0.0
@@ -301,6 +303,12 @@ class Link:
             )
             if warning:
                 self._log(logging.WARNING, warning)
+        counters = self.counters
+        lost = self._losses.report(
+            now, counters.dropped_events, counters.refused_events, address=self.address, outage=self._outage.active
+        )
+        if lost:
+            self._log(logging.WARNING, lost)
         if self.welcomed:
             self._delivery.start_flushes(now)
         self._actions += [FlushDone(request, False) for request in self._acks.expire(now)]

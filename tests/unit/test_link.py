@@ -518,3 +518,35 @@ def test_frames_packed_with_the_overflow_id_are_packed_again_when_a_reconnect_lo
     peer.connect(now)
     frames = peer.welcome(now, replace(WELCOME, max_strings=5, max_string_bytes=40))  # the overflow id is now 4
     assert labels_sent(frames) == [["aaaaa", "bbbbb", OVERFLOW_LABEL]]
+
+
+# -- losses while the collector is reachable are said -----------------------------------------------------------------
+
+
+def test_events_dropped_or_refused_while_connected_are_warned_of_at_once_then_at_most_once_a_minute() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    assert logged(link.timer(1.0), logging.WARNING) == []  # nothing lost: nothing said
+    link.counters.dropped_events += 1_000  # a thread's buffer was full (the listener counts it so)
+    (said,) = logged(link.timer(2.0), logging.WARNING)
+    assert "1,000 events dropped" in said and "max_buffered_events" in said and "since" not in said
+    link.counters.dropped_events += 5
+    peer.answer(2.5, Refused(7))
+    assert logged(link.timer(3.0), logging.WARNING) == []  # within the minute: counted, not said again
+    (said,) = logged(link.timer(62.0), logging.WARNING)
+    assert "5 events dropped" in said and f"the collector at {ADDRESS} could not store 7 events" in said
+    assert "since the last warning" in said
+    assert logged(link.timer(200.0), logging.WARNING) == []  # nothing new
+
+
+def test_while_delivery_is_out_the_outage_warning_counts_the_drops_alone() -> None:
+    link, _ = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.connection_lost("send failed: broken pipe", 1.0)
+    link.counters.dropped_events += 50
+    warnings = [w for now in (2.0, 3.5, 5.0) for w in logged(link.timer(now), logging.WARNING)]
+    assert warnings and all("events dropped:" not in w for w in warnings)

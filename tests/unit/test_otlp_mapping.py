@@ -101,3 +101,17 @@ def test_a_log_record_without_any_time_is_refused_and_counted() -> None:
     (process,) = LOGS.by_process(export)
     assert (process.items, process.rejected, len(process.messages)) == (2, 1, 1)
     assert "time_unix_nano" in process.why
+
+
+@pytest.mark.parametrize(
+    ("body", "said"), [("[]", "an array"), ('"x"', "a string"), ("5", "a number"), ("null", "null")]
+)
+def test_json_that_is_not_an_object_is_a_400_that_says_what_it_is(body: str, said: str) -> None:
+    with pytest.raises(BadRequest, match=f"a JSON object, got {said}"):
+        decode_request(TRACES, body.encode(), as_json=True)
+
+
+def test_a_span_without_a_start_time_is_refused_saying_so() -> None:
+    export = decode_request(TRACES, b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}', True)
+    (process,) = TRACES.by_process(export)
+    assert (process.items, process.rejected) == (1, 1) and process.why == "span 'x': start_time_unix_nano is not set"

@@ -335,7 +335,10 @@ def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
     export = signal.request()
     try:
         if as_json:
-            json_format.ParseDict(_ids_as_base64(_json(body)), export, ignore_unknown_fields=True)
+            value = _json(body)
+            if not isinstance(value, dict):
+                raise BadRequest(400, f"not an {signal.request.__name__}: a JSON object, got {_json_type(value)}")
+            json_format.ParseDict(_ids_as_base64(value), export, ignore_unknown_fields=True)
         else:
             export.ParseFromString(body)
     except (DecodeError, json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
@@ -350,6 +353,11 @@ def _json(body: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(400, f"not JSON: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def _ids_as_base64(value: Any) -> Any:

@@ -37,7 +37,10 @@ def spans_by_process(request: ExportTraceServiceRequest) -> list[ProcessEvents]:
 
 def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
-    if not start or end < start:
+    if not start:
+        process.reject(f"span {span.name!r:.60}: start_time_unix_nano is not set")
+        return
+    if end < start:
         process.reject(f"span {span.name!r:.60}: end_time_unix_nano {end} before start_time_unix_nano {start}")
         return
     if len(span.span_id) != 8 or len(span.trace_id) != 16:

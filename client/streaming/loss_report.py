@@ -1,0 +1,57 @@
+"""What the log says of events lost while the collector is reachable: one WARNING at the first loss, then at most one
+a minute while losses go on, each with how many since the last. Sans-I/O: the link gives it the counters and the time,
+and logs what it returns.
+
+Two losses a user can act on: events dropped on the client (a thread recording faster than the flusher and the
+connection carry them, past ``max_buffered_events`` or ``max_queue_bytes``), and events the collector could not store
+(REFUSED: a full store under ``--policy discard``, a capacity taken by tables, a process at its cap). While delivery is
+out (``outage.py``), the outage's warnings count the drops instead.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["LossReport"]
+
+#: While losses go on, a warning at most this often.
+REPEAT_S: Final = 60.0
+
+
+class LossReport:
+    """The losses already reported, and when the next report may be."""
+
+    __slots__ = ("_dropped", "_next_report", "_refused", "_warned", "repeat_s")
+
+    def __init__(self, repeat_s: float = REPEAT_S) -> None:
+        self.repeat_s = repeat_s
+        self._dropped = 0
+        self._refused = 0
+        self._next_report = 0.0
+        self._warned = False
+
+    def report(self, now: float, dropped: int, refused: int, *, address: str, outage: bool) -> str | None:
+        """A WARNING to log now, if losses grew since the last and one is due (``outage``: the outage's warnings say
+        it; the drops are taken as reported)."""
+        if outage:
+            self._dropped = dropped
+            return None
+        new_dropped, new_refused = dropped - self._dropped, refused - self._refused
+        if (new_dropped <= 0 and new_refused <= 0) or now < self._next_report:
+            return None
+        self._dropped, self._refused = dropped, refused
+        self._next_report = now + self.repeat_s
+        said = []
+        if new_dropped > 0:
+            said.append(
+                f"{new_dropped:,} events dropped: recorded faster than they could be sent (a thread's buffer at "
+                "max_buffered_events, or the send queue at max_queue_bytes)"
+            )
+        if new_refused > 0:
+            said.append(
+                f"the collector at {address} could not store {new_refused:,} events (its store full under --policy "
+                "discard, its capacity taken by connections' tables, or this process at its cap)"
+            )
+        since = " since the last warning" if self._warned else ""
+        self._warned = True
+        return f"ringtrace: {'; '.join(said)}{since}; counted (dropped_events, refused_events) and in every snapshot"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.durability import Durability
@@ -53,7 +54,7 @@ class StreamSegments:
         self.reserve = reserve
         #: The seq of the next segment.
         self.seq = 0
-        self._refusals_logged: set[str] = set()
+        self._refusals_logged = Repeats()
 
     def skip_to(self, seq: int) -> None:
         """New segments are numbered from ``seq`` on (or later)."""
@@ -134,9 +135,9 @@ class StreamSegments:
 
     def _log_refusal(self, why: str) -> None:
         kind = why.split(":", 1)[0]  # "process capacity", "capacity" or "allocation"
-        if kind not in self._refusals_logged:  # once per kind: a full discard store refuses every frame
-            self._refusals_logged.add(kind)
-            log.warning("refusing frames: %s; counted per track (logged once)", why)
+        unlogged = self._refusals_logged.due(kind)  # at once, then once a minute: a full store refuses every frame
+        if unlogged is not None:
+            log.warning("refusing frames: %s; counted per track%s", why, Repeats.since(unlogged, "frames refused so"))
 
     # -- ending -----------------------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import tracemalloc
 from pathlib import Path
@@ -718,3 +719,21 @@ def test_discard_takes_tables_past_a_full_store_but_not_past_the_capacity() -> N
     needed = store.charge_tables(tables.stream, 16 * MIN_SEGMENT_BYTES)
     assert needed is not None and needed > store.capacity_bytes
     assert store.table_bytes == charged  # the charge refused is not kept
+
+
+def test_a_store_refusing_frames_says_so_at_once_then_once_a_minute_with_how_many_meanwhile(
+    caplog: Any, monkeypatch: Any
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("ringtrace.collector.log_repeats.time.monotonic", lambda: clock[0])
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
+    client = Client(store, 1, tracks=1)
+    with caplog.at_level("WARNING", logger="ringtrace.collector.store"):
+        for _ in range(100):
+            client.record(0, 64)
+        refused = [r.getMessage() for r in caplog.records if "refusing frames" in r.getMessage()]
+        assert len(refused) == 1 and "more frames refused so" not in refused[0]
+        clock[0] += 61  # a minute on: the store still refuses, and says how often it did meanwhile
+        client.record(0, 64)
+    refused = [r.getMessage() for r in caplog.records if "refusing frames" in r.getMessage()]
+    assert len(refused) == 2 and re.search(r"; \d+ more frames refused so in the last 60s", refused[1])

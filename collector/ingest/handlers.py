@@ -313,7 +313,7 @@ class FrameHandlers:
             self.peer,
             hello.process_name,
             hello.pid,
-            hello.host,
+            hello.host or "a host it did not name",
             welcome.protocol_version,
         )
 

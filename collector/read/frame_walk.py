@@ -296,15 +296,18 @@ class Selection:
             and selected.name is None
             and selected.max_priority_level is None
             and not selected.messages_only
+            and selected.trace_id is None
         )
 
-    def event(self, kind: KindSpec | None, name: str, wall_ns: int) -> bool:
+    def event(self, kind: KindSpec | None, name: str, wall_ns: int, args: object = None) -> bool:
         selected = self.filter
         if not selected.in_window(wall_ns):
             return False
         if kind is not None and not selected.kind_matches(kind):
             return False
         if selected.name is not None and not selected.name(name):
+            return False
+        if selected.trace_id is not None and not selected.trace_matches(kind, args):
             return False
         cutoff = self.cutoff_ns
         if cutoff is not None and wall_ns <= cutoff:
@@ -328,7 +331,7 @@ def taken_events(
     return [
         (index, ts_ns, dur_ns)
         for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows)
-        if selection.event(kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns)
+        if selection.event(kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns, args)
     ]
 
 
@@ -350,7 +353,7 @@ def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
                 continue
             wall_ns = ts_ns + offset
             name_shown = shown_name(kind, name, args) if walk.selected.name is not None else name
-            if not selection.event(kind, name_shown, wall_ns):
+            if not selection.event(kind, name_shown, wall_ns, args):
                 continue
             if len(newest) < limit:
                 heapq.heappush(newest, wall_ns)

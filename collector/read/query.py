@@ -139,6 +139,9 @@ class EventFilter:
     #: Only messages (the events that carry a priority): a log's view rather than a timeline's.
     messages_only: bool = False
     limit: int | None = None
+    #: Only events of this trace (32 lowercase hex digits): those whose ``trace_id`` arg or field is it (OTLP spans,
+    #: their events and log records carry theirs).
+    trace_id: str | None = None
 
     @property
     def selects_everything(self) -> bool:
@@ -154,6 +157,7 @@ class EventFilter:
             or self.name is not None
             or self.max_priority_level is not None
             or self.messages_only
+            or self.trace_id is not None
         )
 
     def selects_process(self, process: _Process) -> bool:
@@ -204,7 +208,22 @@ class EventFilter:
             out["min_priority"] = PRIORITIES[self.max_priority_level]
         if self.messages_only:
             out["messages_only"] = True
+        if self.trace_id is not None:
+            out["trace_id"] = self.trace_id
         return out
+
+    def trace_matches(self, kind: KindSpec | None, args: object) -> bool:
+        """Whether an event with these args (a map, or a typed kind's values) is of the trace selected."""
+        if isinstance(args, dict):
+            return args.get("trace_id") == self.trace_id
+        if isinstance(args, list) and kind is not None:
+            names = [name for name, _ in kind.fields]
+            return (
+                "trace_id" in names
+                and names.index("trace_id") < len(args)
+                and (args[names.index("trace_id")] == self.trace_id)
+            )
+        return False
 
 
 EVERYTHING: Final = EventFilter()
@@ -229,6 +248,7 @@ SNAPSHOT_PARAMETERS: Final = {
     "name": "an event name (or glob)",
     "min_priority": f"one of {', '.join(PRIORITIES)}",
     "messages_only": f"{', '.join(_YES)} (only messages, the events that carry a priority) or {', '.join(_NO)}",
+    "trace_id": "a trace id: 32 hex digits (OTLP spans, their events and log records carry theirs)",
     "limit": f"a whole number of events, 1 to {MAX_LIMIT}",
     "format": f"one of {', '.join(FORMATS)}",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
@@ -421,8 +441,16 @@ def parse_snapshot_query(
         max_priority_level=_priority(values["min_priority"]) if "min_priority" in values else None,
         messages_only=flag("messages_only", values["messages_only"]) if "messages_only" in values else False,
         limit=_limit(values["limit"]) if "limit" in values else None,
+        trace_id=_trace_id(values["trace_id"]) if "trace_id" in values else None,
         **patterns,
     )
     format_ = choice("format", values["format"], FORMATS) if "format" in values else "chrome"
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
     return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout)
+
+
+def _trace_id(text: str) -> str:
+    trace_id = text.strip().lower()
+    if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+        raise QueryError(f"query parameter 'trace_id' must be 32 hex digits, got {text!r:.80}")
+    return trace_id

@@ -66,7 +66,7 @@ def frame_rows(
             shown_name, shown_args = render(kind, args)
         elif kind.fields and isinstance(args, list):
             shown_args = typed_args(kind, args, tables.kinds)
-        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns):
+        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args):
             continue
         priority = kind.priority if kind.shape == "message" else ""
         wall_ns = ts_ns + offset_ns

@@ -351,3 +351,28 @@ def test_data_that_breaks_a_limit_of_its_stream_is_a_400_that_says_which() -> No
         assert collector.json("/stats")["otlp_items"]["/v1/traces"]["refused"] == 14_000
     finally:
         collector.stop()
+
+
+def test_trace_id_selects_one_request_across_every_process(collector: OtlpCollector) -> None:
+    one, other = bytes(range(1, 17)), bytes(range(17, 33))
+
+    def traced(name: str, trace_id: bytes, span_id: int, start: int) -> Span:
+        made = span(name, start, start + 100, span_id=span_id)
+        made.trace_id = trace_id
+        made.events.add(time_unix_nano=start + 10, name=f"{name}-event")
+        return made
+
+    web = request_of(traced("GET /a", one, 1, T0), traced("GET /b", other, 2, T0 + 1000), service="web")
+    db = request_of(traced("SELECT a", one, 3, T0 + 10), traced("SELECT b", other, 4, T0 + 1010), service="db")
+    for export in (web, db):
+        assert collector.export(export.SerializeToString())[0] == 200
+    trace = collector.snapshot(f"?trace_id={one.hex().upper()}")
+    shown = sorted((e["ph"], e["name"]) for e in trace["traceEvents"] if e["ph"] in "bei")
+    assert shown == [
+        ("b", "GET /a"), ("b", "SELECT a"), ("e", "GET /a"), ("e", "SELECT a"),
+        ("i", "GET /a-event"), ("i", "SELECT a-event"),
+    ]  # fmt: skip
+    assert {p["process_name"] for p in trace["otherData"]["processes"]} == {"web", "db"}
+    assert trace["otherData"]["capture"]["query"]["trace_id"] == one.hex()
+    status, body = collector.get("/snapshot?trace_id=12")
+    assert status == 400 and b"'trace_id' must be 32 hex digits" in body

@@ -154,3 +154,19 @@ def test_globs_with_closed_sets_are_taken_and_messages_only_keeps_only_messages(
     assert not only.kind_matches(message_kind("net", "info", "up"))
     assert not any(only.kind_matches(kind) for kind in BUILTIN_KINDS)  # no priority: left out
     assert parse(messages_only="0").filter == parse().filter
+
+
+def test_a_trace_id_is_32_hex_digits_in_any_case_and_selects_by_the_events_trace() -> None:
+    trace = "0123456789ABCDEF0123456789abcdef"
+    selected = parse_snapshot_query([("trace_id", trace)], now_ns=NOW).filter
+    assert selected.trace_id == trace.lower() and selected.by_event
+    assert selected.describe() == {"trace_id": trace.lower()}
+    span = BUILTIN_KINDS[0]
+    assert selected.trace_matches(span, {"trace_id": trace.lower(), "x": 1})
+    assert not selected.trace_matches(span, {"trace_id": "0" * 32}) and not selected.trace_matches(span, None)
+    log = message_kind("otlp-test", "info", "$body $severity $trace_id")  # a typed kind's values, by field name
+    assert selected.trace_matches(log, ["body", "", trace.lower()])
+    assert not selected.trace_matches(log, ["body", ""])
+    for bad in ("", "0123", "g" * 32, "0" * 33):
+        with pytest.raises(QueryError, match="'trace_id' must be 32 hex digits"):
+            parse_snapshot_query([("trace_id", bad)], now_ns=NOW)

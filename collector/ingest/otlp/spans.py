@@ -61,12 +61,14 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     if span.links:
         args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
     args.update(attributes)
+    trace_id = args["trace_id"]
     if lane == "spans":
         process.add(lane, ASYNC_BEGIN, span.name, start, start, {**args, "id": span_id})
-        process.add(lane, ASYNC_END, span.name, end, end, {"id": span_id})
+        process.add(lane, ASYNC_END, span.name, end, end, {"id": span_id, "trace_id": trace_id})  # (trace_id=)
     else:
         process.add(lane, SPAN, span.name, start, end, args)
     for event in span.events:
         event_args = attributes_of(event.attributes)
         event_args["span_id"] = span_id
+        event_args["trace_id"] = trace_id
         process.add(lane, INSTANT, event.name, event.time_unix_nano, event.time_unix_nano, event_args)

@@ -298,3 +298,26 @@ class ParkedListener:
 
     def after_fork(self) -> None:
         return None
+
+
+def serve_until_signalled(protocol: Callable[[], Any]) -> int:
+    """Serve ``protocol`` on 127.0.0.1 (an OS-chosen port, printed as ``bare sink listening on tcp://HOST:PORT``) on
+    uvloop until SIGINT or SIGTERM: the bare sinks the ingest benchmarks measure the collector against."""
+    import asyncio
+    import signal
+
+    import uvloop
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = await loop.create_server(protocol, HOST, 0)
+        print(f"bare sink listening on tcp://{HOST}:{server.sockets[0].getsockname()[1]}", flush=True)
+        await stop.wait()
+        server.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve())
+    return 0

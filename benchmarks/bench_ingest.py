@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    HOST,
     Collector,
     collector,
     core_wait_share,
@@ -76,6 +75,7 @@ from _common import (
     median,
     read_status_kb,
     recorder,
+    serve_until_signalled,
     stop_process,
     table,
     verdict,
@@ -424,9 +424,6 @@ def serve_bare_sink(ring_bytes: int = 0) -> int:
     ``ring_bytes``: every connection reads on into one ring buffer of that size (allocated and touched first), as a
     store that keeps what it reads in memory must, rather than into a buffer of its own that stays in the cache."""
     import asyncio
-    import signal
-
-    import uvloop
 
     ring = memoryview(bytearray(b"\x01" * ring_bytes)) if ring_bytes else None
     at = [0]  # where the next read goes in the ring
@@ -456,19 +453,7 @@ def serve_bare_sink(ring_bytes: int = 0) -> int:
             self.transport.write(_COUNT.pack(self.count))
             return None  # the transport closes once the count is written
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        server = await loop.create_server(Sink, HOST, 0)
-        print(f"bare sink listening on tcp://{HOST}:{server.sockets[0].getsockname()[1]}", flush=True)
-        await stop.wait()
-        server.close()
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve())
-    return 0
+    return serve_until_signalled(Sink)
 
 
 @contextmanager

@@ -42,7 +42,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from _common import HOST, Collector, collector, interleave, median, recorder, stop_process, table, verdict
+from _common import (
+    Collector,
+    collector,
+    interleave,
+    median,
+    recorder,
+    serve_until_signalled,
+    stop_process,
+    table,
+    verdict,
+)
 from bench_ingest import _FLUSH_ACK, _WELCOME, Stream, _frame_index, _FrameSocket, record_stream
 
 #: Target: collector CPU per event with small frames / with large frames (medians).
@@ -123,9 +133,6 @@ def serve_bare_sink(welcome: bytes, flush: bytes, flush_ack: bytes) -> int:
     """The baseline of a short connection: a BufferedProtocol on uvloop that answers a connection's first read with
     ``welcome`` and a read that ends with ``flush`` with ``flush_ack``, and keeps nothing. Prints its port."""
     import asyncio
-    import signal
-
-    import uvloop
 
     class Sink(asyncio.BufferedProtocol):
         def __init__(self) -> None:
@@ -149,19 +156,7 @@ def serve_bare_sink(welcome: bytes, flush: bytes, flush_ack: bytes) -> int:
             if self.tail == flush:
                 self.transport.write(flush_ack)
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        server = await loop.create_server(Sink, HOST, 0)
-        print(f"bare sink listening on tcp://{HOST}:{server.sockets[0].getsockname()[1]}", flush=True)
-        await stop.wait()
-        server.close()
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve())
-    return 0
+    return serve_until_signalled(Sink)
 
 
 @contextmanager

@@ -13,70 +13,6 @@ comes from the network: every length is checked against the bytes left, no count
 
 #ifndef __SIZEOF_INT128__
 #error "needs 128-bit integers; the collector writes every event through its Python walk"
-/* ---- a frame's columns ---- */
-
-enum { KIND, NAME, TS, DUR, ARGS, COLUMNS };
-
-/* The payload as the five columns of `count` values each, every value checked by skip(); column[which] is where the
-   values of kind, name, ts, dur and args start (column_of[which]: where each is in the payload). BAD: msgpack-python
-   would refuse the payload, or it is not five arrays of `count` values, or bytes trail them. */
-static inline int
-read_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const int column_of[COLUMNS],
-             Cursor column[COLUMNS])
-{
-    Cursor c = {payload, payload + payload_len};
-    uint32_t columns;
-    if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
-        return BAD;
-    }
-    for (int i = 0; i < COLUMNS; i++) {
-        uint32_t n;
-        if (read_container(&c, 0, &n) != OK || n != (uint64_t)count) {
-            return BAD;
-        }
-        for (int which = 0; which < COLUMNS; which++) {
-            if (column_of[which] == i) {
-                column[which] = c;
-            }
-        }
-        for (uint32_t k = 0; k < n; k++) {
-            if (skip(&c, 0) != OK) {
-                return BAD;
-            }
-        }
-    }
-    if (c.p != c.end) {
-        return BAD; /* trailing bytes: msgpack-python refuses them */
-    }
-    return OK;
-}
-
-/* ---- arguments ---- */
-
-static inline int
-as_i128(PyObject *value, const char *what, i128 *out, int *given)
-{
-    if (value == Py_None && given != NULL) {
-        *given = 0;
-        *out = 0;
-        return 0;
-    }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow) {
-        PyErr_Format(PyExc_OverflowError, "%s does not fit in 64 bits", what);
-        return -1;
-    }
-    *out = v;
-    if (given != NULL) {
-        *given = 1;
-    }
-    return 0;
-}
-
 #endif
 
 typedef __int128 i128;
@@ -418,6 +354,42 @@ read_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const
 }
 
 /* ---- arguments ---- */
+
+/* A frame's event count and the order of its columns, as the Python side passes them (``count``, a tuple of 5 column
+   indices naming each column once): 0, or -1 with an exception set. */
+static inline int
+frame_shape(PyObject *count_arg, PyObject *columns_arg, Py_ssize_t *count, int column_of[COLUMNS])
+{
+    *count = PyLong_AsSsize_t(count_arg);
+    if (*count < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "count must be at least 0");
+        }
+        return -1;
+    }
+    if (!PyTuple_Check(columns_arg) || PyTuple_GET_SIZE(columns_arg) != COLUMNS) {
+        PyErr_SetString(PyExc_TypeError, "columns must be a tuple of 5 ints");
+        return -1;
+    }
+    for (int i = 0; i < COLUMNS; i++) {
+        long column = PyLong_AsLong(PyTuple_GET_ITEM(columns_arg, i));
+        if (column == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (column < 0 || column >= COLUMNS) {
+            PyErr_Format(PyExc_ValueError, "column index %ld is not 0 to 4", column);
+            return -1;
+        }
+        for (int j = 0; j < i; j++) {
+            if (column_of[j] == (int)column) {
+                PyErr_SetString(PyExc_ValueError, "columns must name each of the 5 columns once");
+                return -1;
+            }
+        }
+        column_of[i] = (int)column;
+    }
+    return 0;
+}
 
 static inline int
 as_i128(PyObject *value, const char *what, i128 *out, int *given)

@@ -711,33 +711,8 @@ frame_packets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    f.count = PyLong_AsSsize_t(args[1]);
-    if (f.count < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "count must be at least 0");
-        }
+    if (frame_shape(args[1], args[2], &f.count, f.column_of) < 0) {
         return NULL;
-    }
-    if (!PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != COLUMNS) {
-        PyErr_SetString(PyExc_TypeError, "columns must be a tuple of 5 ints");
-        return NULL;
-    }
-    for (int i = 0; i < COLUMNS; i++) {
-        long column = PyLong_AsLong(PyTuple_GET_ITEM(args[2], i));
-        if (column == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (column < 0 || column >= COLUMNS) {
-            PyErr_Format(PyExc_ValueError, "column index %ld is not 0 to 4", column);
-            return NULL;
-        }
-        for (int j = 0; j < i; j++) {
-            if (f.column_of[j] == (int)column) {
-                PyErr_SetString(PyExc_ValueError, "columns must name each of the 5 columns once");
-                return NULL;
-            }
-        }
-        f.column_of[i] = (int)column;
     }
     if (as_i128(args[3], "first_ts_ns", &f.first_ts_ns, NULL) < 0 ||
         as_i128(args[4], "offset_ns", &f.offset_ns, NULL) < 0 ||

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from arg_values import ARG_VALUES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
@@ -115,22 +116,9 @@ def test_filters_by_time_pid_and_track_select_alike(tmp_path: Path) -> None:
         both(view, selected)
 
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.floats(width=32)
-    | st.text()
-    | st.binary(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.integers(0, 9), inner),
-    max_leaves=12,
-)
-
-
 @settings(max_examples=150, deadline=None)
 @given(
-    args=st.dictionaries(st.text(max_size=12), json_values, max_size=5),
+    args=st.dictionaries(st.text(max_size=12), ARG_VALUES, max_size=5),
     name=st.text(max_size=20),
     value=st.integers(-(2**63), 2**64 - 1) | st.floats(),
 )

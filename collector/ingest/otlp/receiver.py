@@ -236,8 +236,8 @@ class OtlpReceiver:
         then send each process's frames and answer with what was stored."""
         deliveries: list[_Delivery] = []
         try:
-            async with self._decoding:
-                processes = signal.by_process(decode_request(signal, body, as_json))
+            async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
+                processes = await asyncio.to_thread(_decoded, signal, body, as_json)
                 del body
                 for process in processes:
                     deliveries.append(await self._packed(process))
@@ -283,7 +283,7 @@ class OtlpReceiver:
             return delivery
         await stream.lock.acquire()
         try:
-            delivery.frames = stream.pack(process)
+            delivery.frames = await asyncio.to_thread(stream.pack, process)  # (its lock held: one packer a stream)
         except BaseException:
             stream.lock.release()
             raise
@@ -324,6 +324,10 @@ class OtlpReceiver:
     def _forget(self, key: str, stream: _ProcessStream) -> None:
         if self._streams.get(key) is stream:
             del self._streams[key]
+
+
+def _decoded(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents]:
+    return signal.by_process(decode_request(signal, body, as_json))
 
 
 def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:

@@ -88,7 +88,8 @@ def test_a_header_damaged_anywhere_never_raises(trace_id: str, span_id: str, fla
     header = f"00-{trace_id}-{span_id}-{flags}"
     damaged = header[:at] + junk.upper().replace("0", "Z") + header[at + 1 :]
     context = parse_traceparent(damaged)
-    assert context is None or format_traceparent(context) == damaged
+    # Whatever it reads is what the header says (a damaged version may be a later one, whose fields it reads).
+    assert context is None or format_traceparent(context)[2:] == damaged[2:]
 
 
 def test_extract_takes_any_mapping_in_any_case() -> None:

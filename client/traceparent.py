@@ -4,7 +4,8 @@ Sans-I/O: a header's text in, a ``SpanContext`` (or None) out, and back. Reading
 version ``00`` is exactly 55 characters; a later version (but ``ff``) may be longer, the part after the first 55
 characters starting with ``-``; ids and flags are lowercase hex (uppercase is refused); an all-zero trace id or
 parent id is invalid. A header that breaks a rule is not an error: ``parse_traceparent`` returns None and the callee
-starts a trace of its own, as the specification asks. ``tracestate`` is carried as it came (bounded), never parsed.
+starts a trace of its own, as the specification asks. ``tracestate`` is carried as it came (bounded, printable
+ASCII), never parsed.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def parse_traceparent(value: object, tracestate: object = None) -> SpanContext |
     if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
     state = tracestate.strip(" \t") if type(tracestate) is str and len(tracestate) <= _MAX_TRACESTATE else ""
+    if not (state.isascii() and state.isprintable()):  # passed on as a header: no control characters (CR, LF)
+        state = ""
     return SpanContext(trace_id, span_id, int(flags, 16), state)
 
 

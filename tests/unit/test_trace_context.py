@@ -71,6 +71,12 @@ def test_an_invalid_header_names_no_span(header: str) -> None:
     assert parse_traceparent(header) is None
 
 
+def test_a_tracestate_that_is_no_header_value_is_not_passed_on() -> None:
+    assert parse_traceparent(VALID, "a=b\r\nx: y") == SpanContext(TRACE, SPAN, 1, "")
+    assert parse_traceparent(VALID, "a=" + "b" * 600) == SpanContext(TRACE, SPAN, 1, "")
+    assert inject({}, parse_traceparent(VALID, "a=\x00")) == {"traceparent": VALID}
+
+
 def test_a_later_version_is_read_for_what_version_00_defines() -> None:
     assert parse_traceparent(f"cc-{TRACE}-{SPAN}-01-what-comes-next") == SpanContext(TRACE, SPAN, 1, "")
     assert parse_traceparent(f"cc-{TRACE}-{SPAN}-01") == SpanContext(TRACE, SPAN, 1, "")
@@ -80,6 +86,7 @@ def test_a_later_version_is_read_for_what_version_00_defines() -> None:
 def test_no_header_raises(header: Any, tracestate: str) -> None:
     context = parse_traceparent(header, tracestate)
     assert context is None or (len(context.trace_id) == 32 and len(context.span_id) == 16)
+    assert context is None or context.tracestate.isprintable()
     assert extract({"traceparent": header, "tracestate": tracestate}) == context
 
 

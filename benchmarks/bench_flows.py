@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import bench_main, interleave, median, recorder, table, verdict
+from _common import bench_main, interleave, median, table, verdict
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -58,7 +58,6 @@ def timed(write: Callable[[], object]) -> Callable[[], float]:
 
 
 def bench(n: int, rounds: int) -> int:
-    print(f"recorder: {recorder()}")
     with tempfile.TemporaryDirectory() as directory:
         views = {
             shape: write_file(Path(directory, f"{shape}.rttrace"), n, shape) for shape in ("none", "arrows", "links")

@@ -217,10 +217,19 @@ put_value(Cursor *c, Out *out, int depth)
 static void
 put_bind(Out *out, uint64_t id, int leaving)
 {
-    char text[64];
-    int n = snprintf(text, sizeof(text), ",\"bind_id\":\"%016llx\",\"flow_%s\":true", (unsigned long long)id,
-                     leaving ? "out" : "in");
-    put(out, text, (size_t)n);
+    static const char hex[] = "0123456789abcdef";
+    char digits[16];
+    for (int i = 15; i >= 0; i--, id >>= 4) {
+        digits[i] = hex[id & 15];
+    }
+    PUT_LITERAL(out, ",\"bind_id\":\"");
+    put(out, digits, 16);
+    if (leaving) {
+        PUT_LITERAL(out, "\",\"flow_out\":true");
+    }
+    else {
+        PUT_LITERAL(out, "\",\"flow_in\":true");
+    }
 }
 
 /* ---- one frame ---- */

@@ -37,6 +37,7 @@ BENCHMARKS = {
     "table_memory": ("bench_table_memory.py", 300),
     "otlp": ("bench_otlp.py", 600),
     "flows": ("bench_flows.py", 600),
+    "trace_scope": ("bench_trace_scope.py", 300),
 }
 
 

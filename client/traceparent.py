@@ -11,18 +11,22 @@ ASCII), never parsed.
 from __future__ import annotations
 
 import random
+import re
 from typing import Final, NamedTuple
 
 __all__ = ["SAMPLED", "SpanContext", "child_of", "format_traceparent", "new_root", "parse_traceparent"]
 
 #: The trace flag a caller sets when it records the trace (the only flag of version 00).
 SAMPLED: Final = 0x01
-_HEX: Final = frozenset("0123456789abcdef")
-_V00_LENGTH: Final = 55
+#: version, trace id, parent id, flags, and what a later version may add after a dash.
+_TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?", re.DOTALL)
 #: Longer tracestate values are dropped rather than passed on (the specification's 32 entries fit in 512).
 _MAX_TRACESTATE: Final = 512
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
+_random_bits = random.getrandbits
+#: Makes a ``SpanContext`` without the call to its Python-level ``__new__`` (a good part of a span's cost).
+_new = tuple.__new__
 
 
 class SpanContext(NamedTuple):
@@ -39,18 +43,11 @@ def parse_traceparent(value: object, tracestate: object = None) -> SpanContext |
     """The span a ``traceparent`` header names; None for anything the specification calls invalid."""
     if type(value) is not str:
         return None
-    text = value.strip(" \t")
-    if len(text) < _V00_LENGTH or not _is_hex(text[:2]):
+    match = _TRACEPARENT.fullmatch(value.strip(" \t"))
+    if match is None:
         return None
-    version = text[:2]
-    if version == "ff" or (version == "00" and len(text) != _V00_LENGTH):
-        return None
-    if len(text) > _V00_LENGTH and text[_V00_LENGTH] != "-":  # a later version: more fields after a dash
-        return None
-    if text[2] != "-" or text[35] != "-" or text[52] != "-":
-        return None
-    trace_id, span_id, flags = text[3:35], text[36:52], text[53:55]
-    if not (_is_hex(trace_id) and _is_hex(span_id) and _is_hex(flags)):
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest is not None):  # version 00 is exactly 55 characters
         return None
     if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
@@ -68,21 +65,21 @@ def format_traceparent(context: SpanContext) -> str:
 
 def new_root() -> SpanContext:
     """The first span of a new trace (sampled: ringtrace records it)."""
-    return SpanContext(_random_hex(128, 32), _random_hex(64, 16))
+    ids = _random_ids(192, 48)
+    trace_id, span_id = ids[:32], ids[32:]
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:  # (all zeros are invalid: draw again)
+        return new_root()
+    return _new(SpanContext, (trace_id, span_id, SAMPLED, ""))
 
 
 def child_of(parent: SpanContext) -> SpanContext:
     """A new span of ``parent``'s trace."""
-    return SpanContext(parent.trace_id, _random_hex(64, 16), parent.flags, parent.tracestate)
+    span_id = _random_ids(64, 16)
+    if span_id == _ZERO_SPAN:
+        return child_of(parent)
+    return _new(SpanContext, (parent.trace_id, span_id, parent.flags, parent.tracestate))
 
 
-def _random_hex(bits: int, digits: int) -> str:
-    """A random id that is not all zeros. ``random`` is reseeded in a forked child, so parent and child differ."""
-    value = 0
-    while not value:
-        value = random.getrandbits(bits)
-    return f"{value:0{digits}x}"
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in _HEX for c in text)
+def _random_ids(bits: int, digits: int) -> str:
+    """Random hex digits. ``random`` is reseeded in a forked child, so parent and child draw apart."""
+    return f"{_random_bits(bits):0{digits}x}"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -155,3 +156,24 @@ def test_caller_and_callee_recorded_apart_meet_in_both_formats(tmp_path: Path) -
     flows = [flows for flows in perfetto_flows(b"".join(perfetto_chunks(view))) if flows[1] or flows[2]]
     flow = flow_id(TRACE, CALLER)
     assert sorted(flows) == [("span 0", [], [flow]), ("span 0", [flow], [])]
+
+
+@needs_c
+def test_a_kind_given_twice_counts_with_its_last_value_in_both_writers(tmp_path: Path) -> None:
+    """msgpack-python keeps a repeated key's last value: the C writers read the same span the Python ones do."""
+    from ringtrace.client.encoder import StreamEncoder
+    from ringtrace.client.wire.model import SPAN, THREAD_TRACK, TrackInfo
+    from test_chrome_frames import columns, good_payload, stream_with
+
+    batch = StreamEncoder().encode(TrackInfo(7, THREAD_TRACK, "main", 1), [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}])
+    span_kind, name_id = good_payload(batch.events[0][0])[0][0], good_payload(batch.events[0][0])[1][0]
+    pairs = [("trace_id", TRACE), ("span_id", CALLER), ("kind", "internal"), ("kind", "client")]
+    twice = b"\x84" + b"".join(msgpack.packb(key) + msgpack.packb(value) for key, value in pairs)
+    once_more = [("kind", "client"), ("trace_id", TRACE), ("span_id", 5), ("span_id", CALLER)]
+    again = b"\x84" + b"".join(msgpack.packb(key) + msgpack.packb(value) for key, value in once_more)
+    payloads = [columns([span_kind], [name_id], [0], [5], [None])[:-1] + args for args in (twice, again)]
+    view = stream_with(tmp_path, [(1, payload) for payload in payloads])
+    fast, slow = chrome(view), chrome(view, accelerated=False)
+    assert fast == slow
+    assert sum(event.get("flow_out") is True for event in fast) == 2
+    assert b"".join(perfetto_chunks(view)) == b"".join(perfetto_chunks(view, accelerated=False))

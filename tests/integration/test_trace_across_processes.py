@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -135,3 +137,47 @@ def test_opentelemetry_propagates_the_request_and_ringtrace_spans_join_its_trace
         assert status == 200
         leaving, arriving = perfetto_flows(body)
         assert len(leaving) == 1 and leaving == arriving
+
+
+def docs_example(first_line: str) -> str:
+    """The fenced python block of docs/tracing.md that starts with ``first_line``."""
+    text = (Path(__file__).parents[2] / "docs" / "tracing.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    (block,) = [block for block in blocks if block.startswith(first_line)]
+    return block
+
+
+def test_the_docs_two_sides_make_one_trace(collector: CollectorProcess) -> None:
+    with socket.socket() as probe:  # a port for the docs' server, which names one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def code(first_line: str) -> str:
+        block = docs_example(first_line).replace("127.0.0.1:7700", collector.tcp_address)
+        return block.replace("port=8080", f"port={port}").replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+
+    server = subprocess.Popen([sys.executable, "-c", code("# server.py")], stdout=subprocess.PIPE, text=True)
+    with server:
+        try:
+            assert server.stdout is not None
+            for line in server.stdout:  # aiohttp says so once it listens
+                if "Running on" in line:
+                    break
+            client = subprocess.run(
+                [sys.executable, "-c", code("# client.py")], capture_output=True, text=True, timeout=60, check=False
+            )
+            assert client.returncode == 0, client.stderr
+            assert "delivered: True" in client.stdout
+            server.send_signal(signal.SIGINT)  # run_app stops; the client library delivers at exit
+            assert server.wait(60) == 0
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    trace_id = re.search(r"trace ([0-9a-f]{32})", client.stdout)[1]  # type: ignore[index]
+    trace = collector.snapshot(f"?trace_id={trace_id}")
+    names = process_names(trace)
+    slices = sorted((names[e["pid"]], e["name"]) for e in trace["traceEvents"] if e["ph"] == "X")
+    assert slices == [("client", "GET /work"), ("server", "GET /work"), ("server", "query")]
+    bound = [e for e in trace["traceEvents"] if "bind_id" in e]
+    assert len(bound) == 2 and len({e["bind_id"] for e in bound}) == 1

@@ -36,6 +36,8 @@ BENCHMARKS = {
     "tables": ("bench_tables.py", 300),
     "table_memory": ("bench_table_memory.py", 300),
     "otlp": ("bench_otlp.py", 600),
+    "flows": ("bench_flows.py", 600),
+    "trace_scope": ("bench_trace_scope.py", 300),
 }
 
 

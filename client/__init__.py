@@ -58,7 +58,9 @@ from ringtrace.client.sources import Source
 from ringtrace.client.streaming.streamer import Streamer
 from ringtrace.client.threads import background_thread
 from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
+from ringtrace.client.trace_context import TraceScope, current_span, extract, inject
 from ringtrace.client.traced import traced
+from ringtrace.client.traceparent import SpanContext
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.client.wire.errors import (
     BadPreamble,
@@ -96,11 +98,13 @@ __all__ = [
     "Scope",
     "SerializedListener",
     "Source",
+    "SpanContext",
     "Streamer",
     "StreamerOptions",
     "Timeline",
     "TornStream",
     "TraceFile",
+    "TraceScope",
     "TrackInfo",
     "UnexpectedFrame",
     "UnsupportedVersion",
@@ -108,13 +112,16 @@ __all__ = [
     "binary",
     "boolean",
     "connect",
+    "current_span",
     "default_timeline",
+    "extract",
     "f32",
     "f64",
     "i8",
     "i16",
     "i32",
     "i64",
+    "inject",
     "ptr",
     "read_trace_file",
     "read_trace_streams",

@@ -37,6 +37,7 @@ from ringtrace.client.timeline_listeners import (
     replaced_after_fork,
     subscribe_priority,
 )
+from ringtrace.client.trace_context import TraceScope
 from ringtrace.client.tracks import NOT_RECORDING, TrackBuffer
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.client.wire.model import (
@@ -160,6 +161,26 @@ class Timeline(Recorder):
         if events is not None:
             now = _now() if ts_ns is None else ts_ns
             events.extend((kind, name, now, now, details or None))
+
+    def trace_scope(self, label: object, kind: str = "internal", headers: Any = None, /, **args: Any) -> TraceScope:
+        """A context manager recording one span of a trace (``trace_context.py``): ``scope``'s span, with the span's
+        ``trace_id``, ``span_id``, ``parent_span_id`` and ``kind`` among its args, and the current span while open.
+
+        Its parent is the caller's span named by ``headers`` for a ``server`` or ``consumer`` span, else the current
+        span (ringtrace's or OpenTelemetry's), else none: a new trace. For a ``client`` or ``producer`` span,
+        ``traceparent`` naming it is written into ``headers``, for the callee. Never raises.
+        """
+        return TraceScope(self.scope, label, kind, headers, args)
+
+    def server_span(self, label: object, headers: Any, /, **args: Any) -> TraceScope:
+        """``trace_scope(label, "server", headers)``: handling a request, in the trace its ``headers`` name (a new
+        trace if they name none, or one the W3C rules call invalid)."""
+        return TraceScope(self.scope, label, "server", headers, args)
+
+    def client_span(self, label: object, headers: Any = None, /, **args: Any) -> TraceScope:
+        """``trace_scope(label, "client", headers)``: a call to another process, in the current trace (a new one
+        outside any), its ``traceparent`` written into the outgoing ``headers``."""
+        return TraceScope(self.scope, label, "client", headers, args)
 
     def marker_scope(self, name: object, /, **details: Any) -> MarkerScope:
         """A context manager: a start marker when entered, the matching end marker when exited."""

@@ -28,7 +28,11 @@ FILTERS: Final = (
     ("--category", "category", "a message category, a typed event's class, or span, instant, counter, marker, ..."),
     ("--name", "name", "events by name as shown; messages by their rendered text (or glob)"),
     ("--min-priority", "min_priority", "messages at this priority or more important (fatal ... trace+++)"),
-    ("--trace-id", "trace_id", "the events of one trace across every process (32 hex digits; OTLP data carries them)"),
+    (
+        "--trace-id",
+        "trace_id",
+        "the events of one trace across every process (32 hex digits; spans of a trace carry them)",
+    ),
     ("--limit", "limit", "only the newest N events"),
 )
 

@@ -6,8 +6,9 @@ behaviour; this module takes only the common events, and the tests hold both to 
 
 events_json() reads a payload of the five columns (kind, name, ts, dur, args) and writes each event whose kind is a
 span, an instant or a counter, and whose args are a map of string keys (or nil), as one JSON object, in the key order
-export/chrome.py writes. Every other event (a message, a marker, source activity, an async slice, a typed event's values,
-args holding bytes, an extension type or a non-string key) is left to the Python walk: it is flagged in the returned
+export/chrome.py writes (a span with a flow arrow binds it: bind_id and flow_out or flow_in, as export/flows.py
+derives them). Every other event (a message, a marker, source activity, an async slice, a typed event's values,
+args holding bytes, an extension type or a non-string key, a span with links) is left to the Python walk: it is flagged in the returned
 `deferred` map, one byte per event. A payload msgpack-python would refuse (not the five arrays of `count` values, a
 string that is not UTF-8, a map key it cannot hash, an extension code below -1, trailing bytes), or one nested deeper
 than MAX_DEPTH, returns None: the Python walk reads the frame and decides, as it would alone.
@@ -211,6 +212,26 @@ put_value(Cursor *c, Out *out, int depth)
     return OK;
 }
 
+/* A span's flow arrow as Chrome JSON binds one to a slice (chrome.py's _bind_flow): its id as 16 hex digits, leaving
+   it or else arriving. */
+static void
+put_bind(Out *out, uint64_t id, int leaving)
+{
+    static const char hex[] = "0123456789abcdef";
+    char digits[16];
+    for (int i = 15; i >= 0; i--, id >>= 4) {
+        digits[i] = hex[id & 15];
+    }
+    PUT_LITERAL(out, ",\"bind_id\":\"");
+    put(out, digits, 16);
+    if (leaving) {
+        PUT_LITERAL(out, "\",\"flow_out\":true");
+    }
+    else {
+        PUT_LITERAL(out, "\",\"flow_in\":true");
+    }
+}
+
 /* ---- one frame ---- */
 
 typedef struct {
@@ -287,6 +308,12 @@ transcode(Frame *f)
             f->deferred_count++;
             continue;
         }
+        Flows flows = {0, 0, 0, 0};
+        if (code == 'X' && has_args && span_flows(args, &flows) != OK) {
+            f->deferred[i] = 1; /* links: the Python walk binds them */
+            f->deferred_count++;
+            continue;
+        }
         size_t mark = f->out.len;
         if (!first) {
             PUT_LITERAL(&f->out, ",");
@@ -317,6 +344,9 @@ transcode(Frame *f)
                 f->deferred_count++;
                 continue;
             }
+        }
+        if (flows.leaving || flows.arriving) {
+            put_bind(&f->out, flows.leaving ? flows.out : flows.in, flows.leaving);
         }
         PUT_LITERAL(&f->out, "}");
         first = 0;

@@ -1,6 +1,7 @@
-/* Reading a stored EVENTS frame's msgpack payload in C, checked as msgpack-python reads it, and a growing output
-buffer: what the C writers of snapshots share (_chrome.c, Chrome JSON; _perfetto.c, Perfetto protobuf). The payload
-comes from the network: every length is checked against the bytes left, no count is trusted. */
+/* Reading a stored EVENTS frame's msgpack payload in C, checked as msgpack-python reads it, a growing output buffer,
+and the flow arrows of spans of a trace: what the C writers of snapshots share (_chrome.c, Chrome JSON; _perfetto.c,
+Perfetto protobuf). The payload comes from the network: every length is checked against the bytes left, no count is
+trusted. */
 
 #ifndef RINGTRACE_MSGPACK_READ_H
 #define RINGTRACE_MSGPACK_READ_H
@@ -413,6 +414,117 @@ as_i128(PyObject *value, const char *what, i128 *out, int *given)
         *given = 1;
     }
     return 0;
+}
+
+/* ---- flow arrows (export/flows.py, which defines them) ---- */
+
+typedef struct {
+    int leaving, arriving; /* whether there is a flow leaving the span, and one arriving */
+    uint64_t out, in;      /* their ids */
+} Flows;
+
+static inline int
+key_is(const uint8_t *key, int64_t n, const char *name)
+{
+    return (size_t)n == strlen(name) && memcmp(key, name, (size_t)n) == 0;
+}
+
+/* Whether s[0:n] is n lowercase hex digits, fed as bytes (two digits each) to the FNV-1a hash h. */
+static inline int
+hash_hex(uint64_t *h, const uint8_t *s, int64_t n, int64_t digits)
+{
+    if (n != digits) {
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i += 2) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            uint8_t c = s[i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) {
+                return 0;
+            }
+            v = v << 4 | d;
+        }
+        *h = (*h ^ (uint64_t)v) * 1099511628211ULL;
+    }
+    return 1;
+}
+
+/* The flow id of the arrow leaving span `span` (16 digits) of trace `trace` (32); 0: not lowercase hex ids. */
+static inline uint64_t
+flow_id(const uint8_t *trace, int64_t trace_len, const uint8_t *span, int64_t span_len)
+{
+    uint64_t h = 14695981039346656037ULL;
+    if (!hash_hex(&h, trace, trace_len, 32) || !hash_hex(&h, span, span_len, 16)) {
+        return 0;
+    }
+    return h ? h : 1;
+}
+
+/* The flows of a span whose args are the map under `args` (checked by skip() already; the cursor is a copy): OK,
+   or DEFER when the Python writer decides (links, a key that is not a string). A key given twice counts with its
+   last value, as msgpack-python keeps it. */
+static inline int
+span_flows(Cursor args, Flows *flows)
+{
+    memset(flows, 0, sizeof(*flows));
+    uint32_t items;
+    if (read_container(&args, 1, &items) != OK) {
+        return DEFER;
+    }
+    const uint8_t *kind = NULL, *trace = NULL, *span = NULL, *parent = NULL;
+    int64_t kind_len = 0, trace_len = 0, span_len = 0, parent_len = 0;
+    for (uint32_t i = 0; i < items; i++) {
+        int64_t n = str_length(&args);
+        if (n < 0) {
+            return DEFER;
+        }
+        const uint8_t *key = args.p;
+        args.p += n;
+        if (key_is(key, n, "links")) {
+            return DEFER;
+        }
+        const uint8_t **value = key_is(key, n, "kind")             ? &kind
+                                : key_is(key, n, "trace_id")       ? &trace
+                                : key_is(key, n, "span_id")        ? &span
+                                : key_is(key, n, "parent_span_id") ? &parent
+                                                                   : NULL;
+        int64_t *value_len = value == &kind ? &kind_len : value == &trace ? &trace_len : value == &span ? &span_len
+                                                                                         : &parent_len;
+        if (value == NULL) {
+            if (skip(&args, 1) != OK) {
+                return DEFER;
+            }
+            continue;
+        }
+        Cursor at = args;
+        int64_t m = str_length(&at);
+        if (m < 0) { /* not a string: as if absent */
+            *value = NULL;
+            if (skip(&args, 1) != OK) {
+                return DEFER;
+            }
+            continue;
+        }
+        *value = at.p;
+        *value_len = m;
+        args.p = at.p + m;
+    }
+    if (kind == NULL) {
+        return OK;
+    }
+    int leaving = key_is(kind, kind_len, "client") || key_is(kind, kind_len, "producer");
+    int arriving = key_is(kind, kind_len, "server") || key_is(kind, kind_len, "consumer");
+    if (trace != NULL && leaving && span != NULL) {
+        flows->out = flow_id(trace, trace_len, span, span_len);
+        flows->leaving = flows->out != 0;
+    }
+    if (trace != NULL && arriving && parent != NULL) {
+        flows->in = flow_id(trace, trace_len, parent, parent_len);
+        flows->arriving = flows->in != 0;
+    }
+    return OK;
 }
 
 #endif

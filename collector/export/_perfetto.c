@@ -6,10 +6,12 @@ writes every frame in Python. That writer defines the behaviour; tests hold this
 frame_packets() takes a frame only when every event it shows is a span, an instant or a counter whose args are nil or
 a map of distinct string keys whose values are nil, booleans, numbers, strings, and lists and maps of those (of string
 keys) nested less than MAX_DEPTH: what nearly every frame holds. Any other frame (a message, a marker, source
-activity, an async slice, a typed event, bytes, an extension type, a non-string or repeated key) returns None and the
+activity, an async slice, a typed event, bytes, an extension type, a non-string or repeated key, a span with links)
+returns None and the
 Python writer writes all of it, as it would alone; so does a payload msgpack-python would refuse (read_columns).
 
-It writes what perfetto.py's _Writer.add and chunk() write: each event's TrackEvent (a slice as a BEGIN and an END, an
+It writes what perfetto.py's _Writer.add and chunk() write: each event's TrackEvent (a slice as a BEGIN, with its flow
+arrows as export/flows.py derives them, and an END, an
 instant, a counter's values), ordered by (timestamp, ends then begins then points then zero-length ends, outer slices
 first, arrival), each in a TracePacket with its timestamp and the sequence's tail. The first packet is returned apart,
 with its timestamp, for the writer to give it the chunk's first tail (the sequence's flags and the names interned).
@@ -30,6 +32,8 @@ are sorted and written out, which touch only buffers held for the call (the payl
 #define ANNOTATION 0x22      /* TrackEvent.debug_annotations, LEN */
 #define COUNTER_VALUE "\xf0\x01"        /* TrackEvent.counter_value (30), VARINT */
 #define DOUBLE_COUNTER_VALUE "\xe1\x02" /* TrackEvent.double_counter_value (44), I64 */
+#define FLOW_IDS "\xf9\x02"             /* TrackEvent.flow_ids (47), I64 (fixed64) */
+#define TERMINATING_FLOW_IDS "\x81\x03" /* TrackEvent.terminating_flow_ids (48), I64 (fixed64) */
 /* DebugAnnotation */
 #define BOOL_VALUE 0x10
 #define UINT_VALUE 0x18
@@ -123,15 +127,21 @@ put_len_field(Out *out, uint8_t key, const char *s, size_t n)
 }
 
 static void
-put_double_bits(Out *out, double v)
+put_fixed64(Out *out, uint64_t bits)
 {
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof(bits));
     char bytes[8];
     for (int i = 0; i < 8; i++) {
         bytes[i] = (char)(bits >> (8 * i) & 0xff); /* little-endian, as protobuf's fixed64 */
     }
     put(out, bytes, 8);
+}
+
+static void
+put_double_bits(Out *out, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    put_fixed64(out, bits);
 }
 
 /* A float (0xca, 0xcb) as a double (a float32 widened, as msgpack-python reads it); BAD if the next value is not
@@ -460,6 +470,10 @@ choose(Frame *f)
             if (!is_map(*args.p)) {
                 return DEFER; /* a typed event's values, or a value that is not a map */
             }
+            Flows flows;
+            if (code == 'X' && span_flows(args, &flows) != OK) {
+                return DEFER; /* links: the Python writer writes their flows */
+            }
             int status = plain(&args, 0);
             if (status != OK) {
                 return status;
@@ -620,8 +634,20 @@ write_events(Frame *f, Asked *asked, PyObject *on_track)
         put_type(&f->events, (uint8_t)(code == 'X' ? 1 : 3));
         put_bytes(&f->events, on_track);
         put_bytes(&f->events, named);
+        Flows flows = {0, 0, 0, 0};
+        if (code == 'X' && has_args && span_flows(args, &flows) != OK) {
+            return BAD; /* (the payload changed since choose(): frame_packets says so) */
+        }
         if (has_args && put_annotations(f, asked, &args) != OK) {
             return BAD;
+        }
+        if (flows.leaving) {
+            put(&f->events, FLOW_IDS, 2);
+            put_fixed64(&f->events, flows.out);
+        }
+        if (flows.arriving) {
+            put(&f->events, TERMINATING_FLOW_IDS, 2);
+            put_fixed64(&f->events, flows.in);
         }
         if (code == 'i') {
             add_timed(f, start, wall, POINTS, 0);

@@ -23,6 +23,7 @@ from typing import Any, Final
 import orjson
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
+from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pairing import Pairing
@@ -136,10 +137,25 @@ def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tu
             event["args"] = args
         if category:
             event["cat"] = category
+        if (phase == "X" or phase == "b") and type(args) is dict and ("kind" in args or "links" in args):
+            _bind_flow(event, args)
         if wall_ns < origin_ns:
             before_origin += 1
         append(event)
     return json_bytes(events)[1:-1], before_origin
+
+
+def _bind_flow(event: dict[str, Any], args: dict[str, Any]) -> None:
+    """A span's flow arrow (``flows.py``), as Chrome JSON binds one to a slice: its ``bind_id`` (hex, which Perfetto
+    reads), leaving it (``flow_out``) or else arriving (``flow_in``). One per slice: a span with more (links) shows
+    the first; the Perfetto format shows them all."""
+    leaving, arriving = span_flows(args)
+    if leaving is not None:
+        event["bind_id"] = f"{leaving:016x}"
+        event["flow_out"] = True
+    elif arriving:
+        event["bind_id"] = f"{arriving[0]:016x}"
+        event["flow_in"] = True
 
 
 def _open_ended(process: ProcessView, track: TrackInfo, event: Shown, origin_ns: int) -> dict[str, Any]:

@@ -50,6 +50,7 @@ import orjson
 from ringtrace.client.wire.decoder import StreamTables
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export import protobuf as pb
+from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
@@ -85,6 +86,8 @@ _NAME_IID: Final = 10
 _NAME: Final = 23
 _TRACK_UUID: Final = pb.key(11, pb.VARINT)
 _COUNTER_VALUE: Final = pb.key(30, pb.VARINT)
+_FLOW_IDS: Final = pb.key(47, pb.I64)
+_TERMINATING_FLOW_IDS: Final = pb.key(48, pb.I64)
 _DOUBLE_COUNTER_VALUE: Final = pb.key(44, pb.I64)
 # InternedData: its entries (EventCategory, EventName, DebugAnnotationName) are each {iid = 1, name = 2}.
 _EVENT_CATEGORIES: Final = 1
@@ -148,6 +151,7 @@ _MAX_TIMESTAMP: Final = 2**63 - 1
 #: Nesting of args written as such; deeper values are written as text.
 _MAX_DEPTH: Final = 64
 _DOUBLE: Final = struct.Struct("<d")
+_FIXED64: Final = struct.Struct("<Q")
 _INT64: Final = range(-(2**63), 2**63)
 _UINT64: Final = range(2**64)
 
@@ -396,6 +400,8 @@ class _Writer:
         begin = _TYPE_SLICE_BEGIN + on_track + named
         if args:
             begin += self._annotations(args)
+            if phase == "X" and ("kind" in args or "links" in args):
+                begin += _flow_fields(args)
         if phase == "B":  # never ended
             timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
         elif dur_ns > 0:
@@ -435,6 +441,8 @@ class _Writer:
         kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
         packet = kind + async_track + self._names.field(name, self._new_entries) + self._category(category)
         packet += self._annotations(args)  # an end's args add to its slice's
+        if phase == "b" and args and ("kind" in args or "links" in args):
+            packet += _flow_fields(args)
         self._timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, len(self._timed), packet))
 
     def _category(self, category: str) -> bytes:
@@ -581,6 +589,16 @@ def _string(tables: StreamTables, string_id: int) -> str:
     """A name by its string id, as the event walk names it (``StreamTables.rows``)."""
     text = tables.strings.get(string_id)
     return text if text is not None else f"<unknown string {string_id}>"
+
+
+def _flow_fields(args: dict[str, Any]) -> bytes:
+    """A span's flow arrows (``flows.py``): the one leaving it (``flow_ids``), those ending at it
+    (``terminating_flow_ids``)."""
+    leaving, arriving = span_flows(args)
+    fields = b"" if leaving is None else _FLOW_IDS + _FIXED64.pack(leaving)
+    for flow in arriving:
+        fields += _TERMINATING_FLOW_IDS + _FIXED64.pack(flow)
+    return fields
 
 
 def _counter_value(value: Any) -> bytes | None:

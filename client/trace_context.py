@@ -1,0 +1,143 @@
+"""One request followed across processes: the span of a trace the running code is in, W3C ``traceparent``
+propagation (``inject``, ``extract``), and the trace-aware scopes that record a span of a trace.
+
+A plain ``Timeline.scope`` knows nothing of traces and costs what it always did. A trace-aware scope
+(``Timeline.trace_scope``, ``server_span``, ``client_span``) is a plain scope whose args carry the span's place in
+its trace: ``trace_id``, ``span_id``, ``parent_span_id`` (none for a trace's first span) and ``kind`` (``server``,
+``client``, ``producer``, ``consumer``, ``internal``, as OpenTelemetry names them). The collector draws an arrow from a
+``client`` or ``producer`` span to the ``server`` or ``consumer`` span whose ``parent_span_id`` it is, in whichever
+processes they were recorded, and ``?trace_id=`` selects a trace's spans in every process.
+
+The span a scope opens is the current one until it exits, held in a ``contextvars.ContextVar``: each thread, and each
+asyncio task (a server's concurrent requests on one event loop), has its own. A scope's parent is, in order: the
+caller's span named by incoming headers (a server or consumer span), the current span, or none (a new trace). Where
+the program uses OpenTelemetry, its current span counts as the current span when it began inside ringtrace's (or
+there is no ringtrace span): ringtrace's spans then join OpenTelemetry's trace (``otel_bridge.py``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from ringtrace.client.otel_bridge import otel_context, otel_current_span
+from ringtrace.client.traceparent import SpanContext, child_of, format_traceparent, new_root, parse_traceparent
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["KINDS", "TraceScope", "current_span", "extract", "inject"]
+
+#: Span kinds, as OpenTelemetry names them.
+KINDS: Final = ("internal", "server", "client", "producer", "consumer")
+#: Kinds whose headers are the caller's (read), and those whose headers go to the callee (written).
+_INCOMING: Final = frozenset(("server", "consumer"))
+_OUTGOING: Final = frozenset(("client", "producer"))
+
+
+class _Active(NamedTuple):
+    context: SpanContext
+    #: OpenTelemetry's current span when this one began: a different one now began inside this one.
+    otel_span: object | None
+
+
+#: Makes a tuple subclass without the call to its Python-level ``__new__``.
+_new = tuple.__new__
+_ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtrace_span", default=None)
+
+
+def current_span() -> SpanContext | None:
+    """The span of a trace the running code is in (ringtrace's or OpenTelemetry's, the innermost); None outside
+    any trace."""
+    active = _ACTIVE.get()
+    otel_span = otel_current_span()
+    if active is not None and (otel_span is None or otel_span is active.otel_span):
+        return active.context
+    return otel_context(otel_span) if otel_span is not None else None
+
+
+def inject(headers: MutableMapping[str, str], context: SpanContext | None = None) -> MutableMapping[str, str]:
+    """Write ``traceparent`` (and ``tracestate``, if the trace has one) naming ``context`` (default: the current
+    span) into outgoing ``headers``, and return them. Outside any trace, writes nothing. Never raises: headers that
+    cannot be written (an immutable mapping) are left as they are."""
+    if context is None:
+        context = current_span()
+    if context is not None:
+        try:
+            headers["traceparent"] = format_traceparent(context)
+            if context.tracestate:
+                headers["tracestate"] = context.tracestate
+        except Exception:
+            pass
+    return headers
+
+
+def extract(headers: Mapping[str, str] | None) -> SpanContext | None:
+    """The caller's span named by incoming ``headers`` (any mapping; the names in any case); None when they name
+    none, or a ``traceparent`` the specification calls invalid (the callee then starts a trace of its own). Never
+    raises."""
+    if headers is None:
+        return None
+    try:
+        traceparent = _header(headers, "traceparent")
+        return None if traceparent is None else parse_traceparent(traceparent, _header(headers, "tracestate"))
+    except Exception:
+        return None
+
+
+def _header(headers: Mapping[str, str], name: str) -> object:
+    value = headers.get(name)
+    if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them
+        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
+    return value
+
+
+class TraceScope:
+    """A span of a trace (see the module's docstring): a plain scope with the span's ids as args, and the current
+    span while it is open. ``context`` is the span's ``SpanContext`` once entered."""
+
+    __slots__ = ("_args", "_headers", "_kind", "_label", "_make_scope", "_scope", "_token", "context")
+
+    def __init__(
+        self,
+        make_scope: Callable[..., Any],
+        label: object,
+        kind: str,
+        headers: Any,
+        args: dict[str, Any],
+    ) -> None:
+        self._make_scope, self._label, self._kind, self._headers, self._args = make_scope, label, kind, headers, args
+        self._scope: Any = None
+        self.context: SpanContext | None = None
+
+    def __enter__(self) -> TraceScope:
+        kind = self._kind
+        parent = extract(self._headers) if kind in _INCOMING else None
+        if parent is None:
+            parent = current_span()
+        context = new_root() if parent is None else child_of(parent)
+        args = {**self._args, "trace_id": context.trace_id, "span_id": context.span_id}
+        if parent is not None:
+            args["parent_span_id"] = parent.span_id
+        args["kind"] = kind
+        self.context = context
+        self._token = _ACTIVE.set(_new(_Active, (context, otel_current_span())))
+        if kind in _OUTGOING and self._headers is not None:
+            inject(self._headers, context)
+        self._scope = self._make_scope(self._label, **args)
+        self._scope.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        scope = self._scope
+        if scope is None:  # exited without being entered: nothing to record
+            return
+        self._scope = None
+        try:  # noqa: SIM105 (contextlib.suppress costs a span of a trace a tenth of its time)
+            _ACTIVE.reset(self._token)
+        except (ValueError, RuntimeError):  # exited in another context (a generator finalised elsewhere)
+            pass
+        scope.__exit__(exc_type, exc, tb)

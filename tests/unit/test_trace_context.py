@@ -1,0 +1,231 @@
+"""Trace context in the client: W3C ``traceparent`` read and written by the specification's rules (Hypothesis), the
+current span per thread and per asyncio task, trace-aware scopes, and OpenTelemetry's current span joined."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ringtrace.client import MemoryListener, SpanContext, Timeline, current_span, extract, inject
+from ringtrace.client.traceparent import format_traceparent, parse_traceparent
+
+HEX = "0123456789abcdef"
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SPAN = "00f067aa0ba902b7"
+VALID = f"00-{TRACE}-{SPAN}-01"
+
+hex_digits = st.text(alphabet=HEX, min_size=1)
+
+
+def hex_of(length: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet=HEX, min_size=length, max_size=length)
+
+
+# -- traceparent --------------------------------------------------------------------------------------------------
+
+
+def test_the_specification_example_is_read() -> None:
+    assert parse_traceparent(VALID, "congo=t61rcWkgMzE") == SpanContext(TRACE, SPAN, 1, "congo=t61rcWkgMzE")
+    assert parse_traceparent(f"00-{TRACE}-{SPAN}-00") == SpanContext(TRACE, SPAN, 0, "")
+
+
+@given(hex_of(32), hex_of(16), hex_of(2))
+def test_a_valid_header_reads_back_as_written(trace_id: str, span_id: str, flags: str) -> None:
+    header = f"00-{trace_id}-{span_id}-{flags}"
+    context = parse_traceparent(header)
+    if set(trace_id) == {"0"} or set(span_id) == {"0"}:
+        assert context is None  # all-zero ids are invalid
+        return
+    assert context == SpanContext(trace_id, span_id, int(flags, 16), "")
+    # Flags version 00 does not define are sent as zero.
+    assert format_traceparent(context) == f"00-{trace_id}-{span_id}-{int(flags, 16) & 1:02x}"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        f"00-{TRACE.upper()}-{SPAN}-01",  # uppercase refused
+        f"00-{TRACE}-{SPAN.upper()}-01",
+        f"00-{TRACE}-{SPAN}-0A",
+        f"00-{'0' * 32}-{SPAN}-01",  # all-zero trace id
+        f"00-{TRACE}-{'0' * 16}-01",  # all-zero parent id
+        f"ff-{TRACE}-{SPAN}-01",  # version ff is invalid
+        f"00-{TRACE}-{SPAN}-01-extra",  # version 00 is exactly 55 characters
+        f"00-{TRACE}-{SPAN}-1",
+        f"00-{TRACE[:-1]}-{SPAN}-01",
+        f"00-{TRACE}-{SPAN}x01",
+        f"0-{TRACE}-{SPAN}-01",
+        f"cc-{TRACE}-{SPAN}-01x",  # a later version: what follows the 55 characters starts with a dash
+        f"00_{TRACE}-{SPAN}-01",
+        "",
+        "garbage",
+    ],
+)
+def test_an_invalid_header_names_no_span(header: str) -> None:
+    assert parse_traceparent(header) is None
+
+
+def test_a_tracestate_that_is_no_header_value_is_not_passed_on() -> None:
+    assert parse_traceparent(VALID, "a=b\r\nx: y") == SpanContext(TRACE, SPAN, 1, "")
+    assert parse_traceparent(VALID, "a=" + "b" * 600) == SpanContext(TRACE, SPAN, 1, "")
+    assert inject({}, parse_traceparent(VALID, "a=\x00")) == {"traceparent": VALID}
+
+
+def test_a_later_version_is_read_for_what_version_00_defines() -> None:
+    assert parse_traceparent(f"cc-{TRACE}-{SPAN}-01-what-comes-next") == SpanContext(TRACE, SPAN, 1, "")
+    assert parse_traceparent(f"cc-{TRACE}-{SPAN}-01") == SpanContext(TRACE, SPAN, 1, "")
+
+
+@given(st.one_of(st.text(max_size=80), st.binary(max_size=80), st.integers(), st.none()), st.text(max_size=40))
+def test_no_header_raises(header: Any, tracestate: str) -> None:
+    context = parse_traceparent(header, tracestate)
+    assert context is None or (len(context.trace_id) == 32 and len(context.span_id) == 16)
+    assert context is None or context.tracestate.isprintable()
+    assert extract({"traceparent": header, "tracestate": tracestate}) == context
+
+
+@given(hex_of(32), hex_of(16), st.sampled_from(["00", "01"]), st.integers(0, 54), hex_digits)
+def test_a_header_damaged_anywhere_never_raises(trace_id: str, span_id: str, flags: str, at: int, junk: str) -> None:
+    header = f"00-{trace_id}-{span_id}-{flags}"
+    damaged = header[:at] + junk.upper().replace("0", "Z") + header[at + 1 :]
+    context = parse_traceparent(damaged)
+    # Whatever it reads is what the header says (a damaged version may be a later one, whose fields it reads).
+    if context is not None:
+        assert (context.trace_id, context.span_id, context.flags) == (
+            damaged[3:35],
+            damaged[36:52],
+            int(damaged[53:55], 16),
+        )
+
+
+def test_extract_takes_any_mapping_in_any_case() -> None:
+    assert extract({"Traceparent": VALID}) == SpanContext(TRACE, SPAN)
+    assert extract({"TRACEPARENT": VALID, "TraceState": "a=b"}) == SpanContext(TRACE, SPAN, 1, "a=b")
+    assert extract({}) is None
+    assert extract(None) is None
+    assert extract({1: 2}) is None  # type: ignore[dict-item]
+
+
+# -- trace-aware scopes -------------------------------------------------------------------------------------------
+
+
+def recorded(record: Any) -> dict[str, dict[str, Any]]:
+    """The spans ``record(tl)`` made, by name: their args."""
+    listener = MemoryListener()
+    tl = Timeline("trace", [listener])
+    record(tl)
+    tl.close()
+    return {event.name: event.args for event in listener.events}
+
+
+def test_a_callee_continues_the_callers_trace_from_its_headers() -> None:
+    headers: dict[str, str] = {}
+
+    def record(tl: Timeline) -> None:
+        with tl.client_span("call", headers, url="/a"), tl.scope("plain"):
+            pass
+        with tl.server_span("handle", dict(headers)), tl.trace_scope("work"):
+            pass
+
+    spans = recorded(record)
+    call, handle, work = spans["call"], spans["handle"], spans["work"]
+    assert headers["traceparent"] == f"00-{call['trace_id']}-{call['span_id']}-01"
+    assert call["kind"] == "client" and call["url"] == "/a" and "parent_span_id" not in call
+    assert handle == {"trace_id": call["trace_id"], "span_id": handle["span_id"], "parent_span_id": call["span_id"],
+                      "kind": "server"}  # fmt: skip
+    assert work["parent_span_id"] == handle["span_id"] and work["kind"] == "internal"
+    assert spans["plain"] is None  # a plain scope is what it always was
+
+
+def test_a_malformed_header_starts_a_new_trace() -> None:
+    spans = recorded(
+        lambda tl: tl.server_span("handle", {"traceparent": "00-nope"}).__enter__().__exit__(None, None, None)
+    )
+    assert len(spans["handle"]["trace_id"]) == 32 and "parent_span_id" not in spans["handle"]
+
+
+def test_the_current_span_is_the_innermost_and_ends_with_its_scope() -> None:
+    tl = Timeline("trace")
+    assert current_span() is None
+    with tl.trace_scope("outer") as outer:
+        with tl.trace_scope("inner") as inner:
+            assert current_span() == inner.context
+            assert inject({}) == {"traceparent": format_traceparent(inner.context)}  # type: ignore[arg-type]
+        assert current_span() == outer.context
+    assert current_span() is None
+    assert inject({}) == {}
+    inject(frozenset())  # type: ignore[arg-type]  # headers that cannot be written: left alone
+    tl.close()
+
+
+def test_threads_and_asyncio_tasks_each_have_their_own_current_span() -> None:
+    tl = Timeline("trace")
+    seen: dict[str, Any] = {}
+
+    async def request(name: str, gate: asyncio.Event) -> None:
+        with tl.server_span(name, {}) as span:
+            await gate.wait()  # the other task opens its span meanwhile
+            seen[name] = (span.context, current_span())
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        tasks = [asyncio.create_task(request(name, gate)) for name in ("a", "b")]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert seen["a"][0] == seen["a"][1] and seen["b"][0] == seen["b"][1]
+    assert seen["a"][0].trace_id != seen["b"][0].trace_id
+    with tl.trace_scope("here"):
+        other = threading.Thread(target=lambda: seen.setdefault("thread", current_span()))
+        other.start()
+        other.join()
+    assert seen["thread"] is None
+    tl.close()
+
+
+# -- OpenTelemetry ------------------------------------------------------------------------------------------------
+
+
+def test_ringtrace_spans_join_the_current_opentelemetry_span() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    spans: dict[str, Any] = {}
+
+    def record(tl: Timeline) -> None:
+        with tracer.start_as_current_span("otel outer") as otel_outer:
+            spans["otel outer"] = otel_outer.get_span_context()
+            with tl.trace_scope("ours") as ours:
+                with tracer.start_as_current_span("otel inner") as otel_inner:  # began inside ours: the innermost
+                    spans["otel inner"] = otel_inner.get_span_context()
+                    with tl.trace_scope("under otel inner"):
+                        pass
+                assert current_span() == ours.context
+                with tl.trace_scope("under ours"):
+                    pass
+
+    args = recorded(record)
+    outer, inner = spans["otel outer"], spans["otel inner"]
+    assert args["ours"]["trace_id"] == f"{outer.trace_id:032x}"
+    assert args["ours"]["parent_span_id"] == f"{outer.span_id:016x}"
+    assert args["under otel inner"]["parent_span_id"] == f"{inner.span_id:016x}"
+    assert args["under ours"]["parent_span_id"] == args["ours"]["span_id"]
+
+
+def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:
+    code = (
+        "import sys, ringtrace.client as rc\n"
+        "tl = rc.Timeline('t', [rc.MemoryListener()])\n"
+        "with tl.client_span('call', {}) as s: rc.inject({}); rc.current_span()\n"
+        "tl.close()\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -96,8 +96,7 @@ def _block(track: int, shown: list[Shown], origin_ns: int, names: dict[str, int]
 
 
 def _track_entries(tables: _Tables) -> list[dict[str, Any]]:
-    """Each track the blocks name: its process, its kind, and where it sorts (threads in the order declared, each
-    followed by its task lanes, then sources and counters)."""
+    """Each track the blocks name: its process, its kind, and where it sorts (``_track_order``)."""
     entries = []
     for index, process, stored in tables.tracks.values():
         track = process.tracks.get(stored.track_id, stored)  # the latest name, or the one of an ended track
@@ -112,15 +111,18 @@ def _track_entries(tables: _Tables) -> list[dict[str, Any]]:
                 "name": track.name,
                 "kind": _TRACK_KINDS.get(track.kind, str(track.kind)),
                 "tid": process.tid(track),
-                "order": [process.uid, *_track_order(track)],
+                "order": [process.uid, *_track_order(process, track)],
             }
         )
     return entries
 
 
-def _track_order(track: TrackInfo) -> tuple[int, int, int]:
+def _track_order(process: ProcessView, track: TrackInfo) -> tuple[int, int, int, int]:
+    """Threads first, the main one (whose id is the process's) before the others in the order declared, each
+    followed by its task lanes; then sources, then counter tracks."""
     if track.kind == THREAD_TRACK:
-        return 0, track.track_id, 0
+        return 0, track.thread_id != process.pid, track.track_id, 0
     if track.parent:  # a task lane, after its thread
-        return 0, track.parent, track.track_id
-    return 1 + (track.kind == COUNTER_TRACK), track.track_id, 0
+        thread = process.tracks.get(track.parent)
+        return 0, thread is None or thread.thread_id != process.pid, track.parent, track.track_id
+    return 1 + (track.kind == COUNTER_TRACK), 0, track.track_id, 0

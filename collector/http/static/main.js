@@ -110,7 +110,16 @@ $("download-chrome").addEventListener("click", () => download(selection(), "chro
 $("download-perfetto").addEventListener("click", () => download(selection(), "perfetto").catch((e) => setStatus(e.message, true)));
 $("open-perfetto").addEventListener("click", () => openInPerfetto(selection(), setStatus).catch((e) => setStatus(e.message, true)));
 
+// What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0
+function readAddress() {
+  const asked = new URLSearchParams(location.search);
+  if (asked.has("seconds")) $("seconds").value = asked.get("seconds");
+  if (asked.has("filter")) $("filter").value = asked.get("filter");
+  if (asked.get("follow") === "0") $("follow").checked = false;
+}
+
 async function start() {
+  readAddress();
   await pollSources();
   await refreshTimeline();
   setInterval(pollSources, POLL_MS);

@@ -36,6 +36,7 @@ BENCHMARKS = {
     "tables": ("bench_tables.py", 300),
     "table_memory": ("bench_table_memory.py", 300),
     "otlp": ("bench_otlp.py", 600),
+    "web_view": ("bench_web_view.py", 900),
 }
 
 

@@ -121,8 +121,8 @@ def _track_order(process: ProcessView, track: TrackInfo) -> tuple[int, int, int,
     """Threads first, the main one (whose id is the process's) before the others in the order declared, each
     followed by its task lanes; then sources, then counter tracks."""
     if track.kind == THREAD_TRACK:
-        return 0, track.thread_id != process.pid, track.track_id, 0
+        return 0, int(track.thread_id != process.pid), track.track_id, 0
     if track.parent:  # a task lane, after its thread
         thread = process.tracks.get(track.parent)
-        return 0, thread is None or thread.thread_id != process.pid, track.parent, track.track_id
+        return 0, int(thread is None or thread.thread_id != process.pid), track.parent, track.track_id
     return 1 + (track.kind == COUNTER_TRACK), 0, track.track_id, 0

@@ -160,7 +160,7 @@ export class Timeline {
       ctx.fillText(fit(ctx, row.label, GUTTER - 60), 16, y + Math.min(h, LEVEL) / 2 + (row.ticks ? TICKS / 2 : 0));
       ctx.fillStyle = "#9aa3b2";
       ctx.textAlign = "right";
-      ctx.fillText(row.kind, GUTTER - 8, y + Math.min(h, LEVEL) / 2 + (row.ticks ? TICKS / 2 : 0));
+      if (row.kind !== "async") ctx.fillText(row.kind, GUTTER - 8, y + Math.min(h, LEVEL) / 2 + (row.ticks ? TICKS / 2 : 0));
       ctx.textAlign = "left";
     }
     ctx.strokeStyle = "#e2e5eb";

@@ -4,21 +4,25 @@ Content-Security-Policy, and what needs the token."""
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import json
 import os
 import secrets
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from collector_process import CollectorProcess
 from ringtrace.collector.http.page import wants_html
 
+ROOT = Path(__file__).parents[2]
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("web_view_http")
 
@@ -224,6 +228,18 @@ def test_the_page_and_its_files_allow_the_collector_itself_only(recorded: Any, p
             path if path == "/" else path[path.rindex(".") :]
         ]
     )
+
+
+def test_every_file_of_the_page_is_served_and_in_the_distribution(recorded: Any) -> None:
+    # A file left out of pyproject's package data would be missing from every non-editable install.
+    collector, _ = recorded
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    static = sorted((ROOT / "collector" / "http" / "static").iterdir())
+    assert static
+    for path in static:
+        status, body = collector.get(f"/ui/{path.name}")
+        assert (status, body) == (200, path.read_bytes()), path.name
+        assert any(fnmatch.fnmatch(f"static/{path.name}", glob) for glob in globs["ringtrace.collector.http"])
 
 
 def test_no_other_file_is_served_under_ui(recorded: Any) -> None:

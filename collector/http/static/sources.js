@@ -145,14 +145,10 @@ export class SourcesTable {
     cell(p.process_name, "name");
     cell(p.host);
     cell(p.os_pid === p.pid ? String(p.pid) : `${p.pid} (os ${p.os_pid})`, "num");
-    const state = cell("");
-    state.innerHTML = "";
-    const dot = document.createElement("span");
-    dot.className = p.connections ? "dot on" : "dot";
-    const word = document.createElement("span");
-    word.textContent = p.connections ? "connected" : "gone";
-    state.append(Object.assign(document.createElement("span"), { className: "state" }));
-    state.firstChild.append(dot, word);
+    const state = Object.assign(document.createElement("span"), { className: "state" });
+    const dot = Object.assign(document.createElement("span"), { className: p.connections ? "dot on" : "dot" });
+    state.append(dot, p.connections ? "connected" : "gone");
+    cell("").append(state);
     cell(tracksSummary(p), "", p.tracks.map((t) => `${t.kind}: ${t.name}`).join("\n"));
     cell(p.events_per_s == null ? "–" : number.format(Math.round(p.events_per_s)), "num");
     cell(number.format(p.stored_events), "num");

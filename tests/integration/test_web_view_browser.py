@@ -289,3 +289,59 @@ def test_the_page_works_over_tls_with_a_token(browser: Any, tmp_path: Any) -> No
         if opened is not None:
             opened.close()
         collector.stop()
+
+
+def test_a_process_that_lost_events_stands_out(browser: Any) -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")  # ring: the oldest overwritten
+    opened = None
+    try:
+        assert run_workload(collector.tcp_address, "--spans", "60000", "--name", "lossy").returncode == 0
+        assert run_workload(collector.tcp_address, "--spans", "10", "--name", "fine").returncode == 0
+        overwritten = next(
+            p["overwritten_events"] for p in collector.json("/sources")["processes"] if p["process_name"] == "lossy"
+        )
+        assert overwritten > 0
+        opened = Page(browser, collector.http_url + "/")
+        lossy = opened.page.locator("#sources tbody tr", has_text="lossy")
+        lossy.wait_for()
+        assert "lossy" in (lossy.get_attribute("class") or "")
+        assert lossy.locator(".chip").inner_text() == f"overwritten {overwritten:,}"
+        fine = opened.page.locator("#sources tbody tr", has_text="fine")
+        assert "lossy" not in (fine.get_attribute("class") or "")
+        assert fine.locator(".chip").count() == 0
+        # Sorted by losses: most first at the first click on the heading, least first at the next.
+        first = opened.page.locator("#sources tbody tr").first.locator("td").nth(1)
+        opened.page.click("th[data-key=lost]")
+        assert first.inner_text() == "lossy"
+        opened.page.click("th[data-key=lost]")
+        assert first.inner_text() == "fine"
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+#: Stands in for Perfetto UI (no internet in the tests): answers PING with PONG as Perfetto UI does, then keeps what
+#: it is posted, as the page's title says.
+FAKE_PERFETTO = """<!doctype html><title>waiting</title><script>
+window.addEventListener("message", (event) => {
+  if (event.data === "PING") { event.source.postMessage("PONG", event.origin); return; }
+  const trace = event.data && event.data.perfetto;
+  if (trace) document.title = `got ${trace.buffer.byteLength} bytes: ${trace.title}`;
+});
+</script>"""
+
+
+def test_open_in_perfetto_ui_hands_over_the_trace_by_its_handshake(page: Page) -> None:
+    page.drawn_with(9600)
+    page.context.route(
+        "https://ui.perfetto.dev/**",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=FAKE_PERFETTO),
+    )
+    with page.context.expect_page() as opened:
+        page.page.click("#open-perfetto")
+    perfetto = opened.value
+    perfetto.wait_for_function("document.title.startsWith('got ')", timeout=20_000)
+    size = int(perfetto.title().split()[1])
+    assert size > 1000
+    assert "ringtrace" in perfetto.title()

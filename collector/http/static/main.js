@@ -3,7 +3,7 @@
 import { getJSON } from "./api.js";
 import { buildModel } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
-import { LOSSES, SourcesTable, bytes } from "./sources.js";
+import { LOSSES, OTHER_COUNTS, SourcesTable, bytes } from "./sources.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -37,7 +37,8 @@ function showTotals(stats) {
   const loss = document.createElement("span");
   loss.className = lostTotal ? "loss" : "";
   loss.append("lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
-  loss.title = Object.entries(LOSSES).map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`).join("\n");
+  loss.title = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
+    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`).join("\n");
   $("totals").replaceChildren(...spans, loss);
 }
 

@@ -1,16 +1,20 @@
 // The processes table: every process the collector knows (connected or not) from /sources, refreshed each second;
 // sortable by any column, filtered by process or host name, and a process's losses marked in red.
 
-// Every loss counter /sources gives per process, and the words the table shows for each.
+// Every loss counter /sources gives per process, and the words the table shows for each: events lost (marked red,
+// as /metrics counts them in ringtrace_lost_events_total), and args clipped.
 export const LOSSES = {
   overwritten_events: "overwritten",
   capped_events: "capped",
   discarded_events: "discarded",
-  cleared_events: "cleared",
   client_dropped_events: "dropped by client",
   label_overflow_events: "label overflow",
-  clipped_args: "clipped args",
   rejected_events: "rejected",
+  clipped_args: "clipped args",
+};
+// Counted too, but no loss: removed on request, and not yet acknowledged (they may be stored). In the tooltip only.
+export const OTHER_COUNTS = {
+  cleared_events: "cleared",
   client_unacknowledged_events: "unacknowledged",
 };
 
@@ -153,7 +157,8 @@ export class SourcesTable {
     cell(p.events_per_s == null ? "–" : number.format(Math.round(p.events_per_s)), "num");
     cell(number.format(p.stored_events), "num");
     cell(bytes(p.held_bytes), "num");
-    const lossTitle = Object.entries(LOSSES).map(([k, word]) => `${word}: ${number.format(p[k] || 0)}`).join("\n");
+    const lossTitle = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
+      .map(([k, word]) => `${word}: ${number.format(p[k] || 0)}`).join("\n");
     const lossCell = cell("", total ? "num lost" : "num muted", lossTitle);
     if (total) {
       for (const [k, word] of Object.entries(LOSSES)) {

@@ -2,7 +2,8 @@
 
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. The events are those a snapshot
 shows (``read/event_walk.py``: messages rendered, markers and source activity paired into slices, slices never ended
-open-ended), one block per stored frame, so memory stays at one frame's worth of events. A block holds one track's
+open-ended), one block per stored frame, so memory stays at one frame's worth of events; a frame's spans, instants
+and counters are read a column at a time (``timeline_frames.py``), the rest by the event walk. A block holds one track's
 events as columns, which a browser takes in far faster than one object per event (Chrome JSON):
 
 ``{"track": 3, "ph": "XXi", "name": [0, 1, 2], "ts": [..], "dur": [..], "args": [null, {..}, ..], "id": [..]}``
@@ -22,8 +23,9 @@ from typing import Any, Final
 import orjson
 from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import json_bytes
+from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
 __all__ = ["timeline_chunks"]
@@ -46,26 +48,32 @@ class _Tables:
         return known[0]
 
 
-def timeline_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
-    """Yield the pieces of one ``/timeline`` document holding the events ``selected``."""
+def timeline_chunks(
+    view: SnapshotView, selected: EventFilter = EVERYTHING, *, accelerated: bool = True
+) -> Iterator[bytes]:
+    """Yield the pieces of one ``/timeline`` document holding the events ``selected``.
+
+    ``accelerated``: a frame's spans, instants and counters are read column by column (``timeline_frames.py``) and
+    the rest by the event walk; False reads every event through the walk (the same document, slower)."""
     walk = EventWalk(view, selected)
     origin_ns = view.origin_ns
+    fast = FrameColumns(origin_ns, *walk.window) if accelerated and walk.by_start_only else None
     tables = _Tables()
     first = True
     yield b'{"blocks":['
-    for (process, track, stream_tables, frame), _ in walk.walked():
-        shown = walk.shown(process, track, stream_tables, frame)
-        if not shown:
+    for walked, _ in walk.walked():
+        columns = _frame_columns(walk, walked, fast, origin_ns, tables.names)
+        if columns is None:
             yield b""  # (nothing selected: the reader may hand over its step all the same)
             continue
-        block = _block(tables.track(process, track), shown, origin_ns, tables.names)
+        block = json_bytes({"track": tables.track(walked[0], walked[1]), **columns})
         yield block if first else b"," + block
         first = False
     by_track: dict[int, list[Shown]] = {}
     for process, track, event in walk.still_open():
         by_track.setdefault(tables.track(process, track), []).append(event)
     for index, opened in by_track.items():
-        block = _block(index, opened, origin_ns, tables.names, still_open=True)
+        block = json_bytes({"track": index, **_columns(opened, origin_ns, tables.names, still_open=True)})
         yield block if first else b"," + block
         first = False
     ending = {
@@ -78,12 +86,40 @@ def timeline_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> I
     yield b"]," + orjson.dumps(ending)[1:]
 
 
-def _block(track: int, shown: list[Shown], origin_ns: int, names: dict[str, int], still_open: bool = False) -> bytes:
-    """One track's events as columns (see the module docstring)."""
+def _frame_columns(
+    walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None, origin_ns: int, names: dict[str, int]
+) -> dict[str, Any] | None:
+    """The selected events of one frame as columns (None if none): those ``fast`` takes, then the walk's of the
+    rest (or of all of it)."""
+    process, track, tables, frame = walked
+    taken = fast.take(tables, frame, process.clock_offset_ns, names) if fast is not None else None
+    if taken is None:
+        shown = walk.shown(process, track, tables, frame)
+        return _columns(shown, origin_ns, names) if shown else None
+    if taken.deferred is None:
+        return taken.columns
+    shown = walk.shown(process, track, tables, frame, taken.deferred)
+    if shown is None:
+        return None  # the frame as a whole cannot be decoded: counted as such, none of it shown
+    if not shown:
+        return taken.columns
+    rest = _columns(shown, origin_ns, names)
+    columns = taken.columns
+    if columns is None:
+        return rest
+    if "id" in rest:
+        columns["id"] = [""] * len(columns["ts"]) + rest["id"]
+    columns["ph"] += rest["ph"]
+    for name in ("name", "ts", "dur", "args"):
+        columns[name] += rest[name]
+    return columns
+
+
+def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_open: bool = False) -> dict[str, Any]:
+    """Events as the walk shows them, as columns (see the module docstring)."""
     phases, event_names, starts, durations, args, categories, ids = zip(*shown, strict=True)
     intern = names.setdefault
     block: dict[str, Any] = {
-        "track": track,
         "ph": "B" * len(shown) if still_open else "".join(phases),
         "name": [intern(name, len(names)) for name in event_names],
         "ts": [wall_ns - origin_ns for wall_ns in starts],
@@ -92,7 +128,7 @@ def _block(track: int, shown: list[Shown], origin_ns: int, names: dict[str, int]
     }
     if "async" in categories:
         block["id"] = list(ids)
-    return json_bytes(block)
+    return block
 
 
 def _track_entries(tables: _Tables) -> list[dict[str, Any]]:

@@ -1,13 +1,16 @@
 """A real browser for the web view's tests: the system's Chromium (Debian's ``chromium``), driven by Playwright, which
 is pointed at it and downloads no browser of its own. Where either is missing, ``launch_args`` says why (the tests skip
-with that reason); ``pixels`` reads a screenshot's PNG back (no imaging library needed)."""
+with that reason); ``until`` waits on a condition in a page; ``pixels`` reads a screenshot's PNG back (no imaging
+library needed)."""
 
 from __future__ import annotations
 
 import shutil
 import struct
+import time
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 #: Debian's chromium package installs it here; scripts/check installs it where it can.
 CHROMIUM = "/usr/bin/chromium"
@@ -32,6 +35,20 @@ def missing_browser() -> str | None:
     except ImportError:
         return "Playwright is not installed (the test extra: pip install -e '.[test]')"
     return None
+
+
+def until(page: Any, script: str, arg: Any = None, timeout_s: float = 20.0) -> Any:
+    """Evaluate ``script`` (a JavaScript function of ``arg``) in the page until it returns something true, and return
+    that. Polled from here: the page's Content-Security-Policy forbids the eval that Playwright's own
+    ``wait_for_function`` runs in the page."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = page.evaluate(script, arg)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true within {timeout_s}s: {script}")
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True)

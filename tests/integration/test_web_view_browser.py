@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels
+from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_workload
 
@@ -105,11 +105,11 @@ class Page:
     def drawn_with(self, count: int) -> None:
         """Wait until the timeline was drawn after fetching ``count`` events or more, then stop following live (so
         that what is drawn stays put)."""
-        self.page.wait_for_function(
+        until(
+            self.page,
             "n => /([\\d,]+) events/.test(document.getElementById('timeline-info').textContent)"
             " && Number(RegExp.$1.replaceAll(',', '')) >= n",
-            arg=count,
-            timeout=20_000,
+            count,
         )
         self.page.uncheck("#follow")
 
@@ -153,7 +153,7 @@ def test_the_page_lists_every_process_with_what_it_holds(page: Page) -> None:
     page.page.click("th[data-key=process_name]")
     assert [row.locator("td").nth(1).inner_text() for row in table.all()] == ["frontend", "billing"]
     page.page.fill("#filter", "bill")
-    page.page.wait_for_function("document.querySelectorAll('#sources tbody tr').length === 1")
+    until(page.page, "() => document.querySelectorAll('#sources tbody tr').length === 1")
     assert page.errors == []
 
 
@@ -220,7 +220,7 @@ def hover_the_long_slice(page: Page) -> None:
 def test_the_page_requests_nothing_but_the_collector(page: Page, fleet: CollectorProcess) -> None:
     page.drawn_with(9600)
     page.page.check("#follow")  # a few live refreshes too
-    page.page.wait_for_function("() => Number(document.getElementById('timeline').dataset.drawn) >= 3", timeout=20_000)
+    until(page.page, "() => Number(document.getElementById('timeline').dataset.drawn) >= 3")
     with page.page.expect_download() as download:
         page.page.click("#download-chrome")
     with open(download.value.path(), "rb") as file:

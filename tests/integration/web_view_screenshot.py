@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
 from collector_process import CollectorProcess
 
 #: A web service's workers: requests with nested steps, a database pool (a source), log messages of each level, a
@@ -75,8 +75,8 @@ def main(out: Path) -> None:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(collector.http_url + "/?follow=0")
-            page.wait_for_function("Number(document.getElementById('timeline').dataset.drawn) > 0")
-            page.wait_for_function("document.querySelectorAll('#sources tbody tr').length === 2")
+            until(page, "() => Number(document.getElementById('timeline').dataset.drawn) > 0")
+            until(page, "() => document.querySelectorAll('#sources tbody tr').length === 2")
             box = page.locator("#timeline").bounding_box()
             page.mouse.move(box["x"] + box["width"] * 0.55, box["y"] + 120)
             for _ in range(6):  # zoomed in on a second or so, where names show

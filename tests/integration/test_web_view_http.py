@@ -28,7 +28,7 @@ pytestmark = pytest.mark.xdist_group("web_view_http")
 
 #: One of each thing the timeline draws, on threads, a task-less source and a counter.
 RECORD = """
-import sys, threading, time, ringtrace.client
+import asyncio, sys, threading, time, ringtrace.client
 tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
 started = time.time_ns()
 warn = tl.message("disk", "warning", "disk $n almost full")
@@ -47,12 +47,18 @@ tl.async_begin("upload", 9, path="/x")
 worker = threading.Thread(target=tl.async_end, args=("upload", 9), name="worker")
 worker.start()
 worker.join()
+async def fetch(n):
+    with tl.scope("fetch", n=n):
+        await asyncio.sleep(0.01)
+async def both():
+    await asyncio.gather(fetch(1), fetch(2))
+asyncio.run(both())
 assert tl.flush(5)
 print(started, time.time_ns())
 """
-#: What RECORD's timeline shows, by phase: 60 spans and 30 source slices (X), an open marker (B), a message and an
-#: instant (i), 30 counter values (C), an async begin and end.
-SHOWN = {"X": 90, "B": 1, "i": 2, "C": 30, "b": 1, "e": 1}
+#: What RECORD's timeline shows, by phase: 60 spans, 2 spans on asyncio task lanes and 30 source slices (X), an open
+#: marker (B), a message and an instant (i), 30 counter values (C), an async begin and end.
+SHOWN = {"X": 92, "B": 1, "i": 2, "C": 30, "b": 1, "e": 1}
 
 
 def record(collector: CollectorProcess, name: str) -> tuple[int, int]:
@@ -136,8 +142,11 @@ def test_timeline_carries_what_the_view_draws(recorded: Any) -> None:
     collector, _ = recorded
     document = timeline(collector, "?process=alpha")
     shown = events(document)
-    kinds = {event["track"]["name"]: event["track"]["kind"] for event in shown}
-    assert kinds == {"MainThread": "thread", "GPU queue": "source", "worker": "thread"}
+    kinds = Counter(event["track"]["kind"] for event in {event["track"]["index"]: event for event in shown}.values())
+    assert kinds == {"thread": 2, "source": 1, "task": 2}  # MainThread and worker; two lanes of MainThread
+    tracks = sorted(document["tracks"], key=lambda track: track["order"])
+    assert [track["kind"] for track in tracks] == ["thread", "task", "task", "thread", "source"]
+    assert tracks[0]["name"] == "MainThread"  # the main thread first, its lanes after it
     (message,) = [event for event in shown if event["args"] and event["args"].get("category") == "disk"]
     assert (message["name"], message["args"]["priority"]) == ("disk n(3) almost full", "warning")
     (marker,) = [event for event in shown if event["ph"] == "B"]

@@ -11,7 +11,9 @@ at once the first time, then at most once a minute with the count of refusals no
 every refusal is counted (``/stats``, ``/metrics``).
 
 With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, so
-that liveness probes need no secret; with the right token it gives its gauges as before.
+that liveness probes need no secret; with the right token it gives its gauges as before. The web view's page and its
+static files (``http/page.py``) hold no data and are served without the token; the requests the page makes for data
+send it as a Bearer header like any other client.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.http.page import is_open_page
 from ringtrace.collector.log_repeats import Repeats
 
 __all__ = [
@@ -95,13 +98,15 @@ class Authenticator:
 
     def middleware(self) -> Middleware:
         """An aiohttp middleware: requests without ``Authorization: Bearer TOKEN`` get a 401 (``/healthz`` without
-        the header: its status only)."""
+        the header: its status only; the web view's page and files: served)."""
 
         @web.middleware
         async def bearer_token(request: web.Request, handler: Handler) -> web.StreamResponse:
             header = request.headers.get("Authorization")
             if header is None and request.path in _OPEN_PATHS:
                 return web.json_response({"status": "ok"})
+            if is_open_page(request):  # no data in it: the browser gets the page, which asks for the token
+                return await handler(request)
             scheme, _, presented = (header or "").strip().partition(" ")
             reason = self.refusal(presented.strip() if scheme.lower() == "bearer" else "")
             if reason is None:

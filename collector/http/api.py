@@ -1,6 +1,9 @@
 """The HTTP API: thin aiohttp handlers over the store and export.
 
-GET /                               the endpoints, as JSON
+GET /                               the endpoints, as JSON; in a browser (an HTML Accept), the web view (``page.py``)
+GET /ui/{file}                      the web view's static files
+GET /timeline[?filters]             the selected events as compact columnar JSON, for the web view
+                                    (``export/timeline_columns.py``); gzip if accepted
 GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
                                     file (format=native), or a Perfetto protobuf trace (format=perfetto);
                                     ``query.py`` says what it may select; gzip if accepted
@@ -39,13 +42,16 @@ from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringtrace.collector.http.metrics import CollectorMetrics
+from ringtrace.collector.http.page import page_response, static_file, wants_html
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.query import (
     POP_PARAMETERS,
+    SNAPSHOT_PARAMETERS,
     STREAM_PARAMETERS,
     EventFilter,
     QueryError,
@@ -121,7 +127,12 @@ _CONTENT_TYPES = {
     "native": "application/octet-stream",
     "perfetto": "application/octet-stream",
 }
-_WRITERS = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
+_WRITERS = {
+    "chrome": chrome_trace_chunks,
+    "native": native_chunks,
+    "perfetto": perfetto_chunks,
+    "timeline": timeline_chunks,
+}
 
 
 class BadQuery(web.HTTPBadRequest):
@@ -170,6 +181,10 @@ def _headers(query: SnapshotQuery, gzip: bool) -> dict[str, str]:
     return headers
 
 
+#: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
+TIMELINE_PARAMETERS = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name != "format"}
+
+
 async def snapshot_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work: the query is checked, nothing is flushed, read or sent."""
     query = _snapshot_query(request)
@@ -177,25 +192,49 @@ async def snapshot_head(request: web.Request) -> web.Response:
 
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
-    collector = request.app[COLLECTOR]
     query = _snapshot_query(request)
     gzip = _accepts_gzip(request)
-    if collector.snapshots_running >= collector.max_snapshots:  # each pins segments and takes a worker thread
+    return await _counted_snapshot(request, query, query.format, _headers(query, gzip), gzip)
+
+
+async def timeline(request: web.Request) -> web.StreamResponse:
+    """The selected events as the web view takes them (``export/timeline_columns.py``): a snapshot in another
+    form, served as one (a worker thread, a snapshot slot)."""
+    collector = request.app[COLLECTOR]
+    try:
+        query = parse_snapshot_query(
+            request.query.items(),
+            now_ns=time.time_ns(),
+            flush_timeout_s=collector.snapshot_flush_timeout_s,
+            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+            accepted=TIMELINE_PARAMETERS,
+        )
+    except QueryError as exc:
+        raise BadQuery(str(exc)) from None
+    gzip = _accepts_gzip(request)
+    headers = {"Content-Type": "application/json", "Vary": "Accept-Encoding", "Cache-Control": "no-store"}
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+    return await _counted_snapshot(request, query, "timeline", headers, gzip)
+
+
+async def _counted_snapshot(
+    request: web.Request, query: SnapshotQuery, writer: str, headers: dict[str, str], gzip: bool
+) -> web.StreamResponse:
+    """Serve a snapshot by ``writer`` if a slot is free (each pins segments and takes a worker thread), timed."""
+    collector = request.app[COLLECTOR]
+    if collector.snapshots_running >= collector.max_snapshots:
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
         raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
     collector.snapshots_running += 1
     try:
-        with collector.metrics.snapshot_seconds.labels(query.format).time():
-            return await _serve_snapshot(request, query, gzip)
+        with collector.metrics.snapshot_seconds.labels(writer).time():
+            view = await collector.snapshot(query.flush_timeout_s)
+            chunks = _WRITERS[writer](view, query.filter)
+            response, _ = await _stream_out(request, view, chunks, headers, gzip)
+            return response
     finally:
         collector.snapshots_running -= 1
-
-
-async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
-    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
-    chunks = _WRITERS[query.format](view, query.filter)
-    response, _ = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
-    return response
 
 
 async def pop(request: web.Request) -> web.StreamResponse:
@@ -430,6 +469,8 @@ async def _end_tails(app: web.Application) -> None:
 
 
 async def index(request: web.Request) -> web.Response:
+    if wants_html(request.headers.get("Accept", "")):
+        return page_response()  # (its query string is the page's own: it reads it)
     _check_params(request.query, set())
     return _json({"service": "ringtrace collector", "endpoints": ENDPOINTS})
 
@@ -438,6 +479,7 @@ async def index(request: web.Request) -> web.Response:
 ENDPOINTS = [
     {"method": "GET", "path": "/snapshot", "does": "the store as Chrome JSON, or format=native or perfetto; filters"},
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
+    {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
     {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
     {"method": "GET", "path": "/stats", "does": "collector totals"},
     {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
@@ -485,6 +527,8 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app[_TAILS] = set()
     app.on_shutdown.append(_end_tails)
     app.router.add_get("/", index)
+    app.router.add_get("/ui/{name}", static_file)
+    app.router.add_get("/timeline", timeline)
     app.router.add_get("/snapshot", snapshot, allow_head=False)
     app.router.add_route("HEAD", "/snapshot", snapshot_head)
     app.router.add_get("/sources", sources)

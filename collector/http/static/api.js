@@ -1,0 +1,53 @@
+// Requests to the collector: always to the page's own origin, with the token (if the collector asked for one) as a
+// Bearer header. The token lives in this tab's sessionStorage only: never in a URL, a cookie or a log.
+
+const TOKEN_KEY = "ringtrace.token";
+let asking = null;  // the one token prompt open, shared by every request that met a 401
+
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+function headers() {
+  const value = token();
+  return value ? { Authorization: `Bearer ${value}` } : {};
+}
+
+// The token prompt: resolves once the user gave one (the request is then tried again).
+function askForToken(refused) {
+  if (asking) return asking;
+  const dialog = document.getElementById("token-dialog");
+  const input = document.getElementById("token");
+  document.getElementById("token-error").hidden = !refused;
+  input.value = "";
+  asking = new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      asking = null;
+      resolve();
+    }, { once: true });
+  });
+  dialog.showModal();
+  input.focus();
+  return asking;
+}
+
+// GET a path of the collector; a 401 asks for the token and tries again. Returns the Response (ok) or throws.
+export async function get(path) {
+  for (;;) {
+    const response = await fetch(path, { headers: headers(), cache: "no-store", credentials: "omit" });
+    if (response.status === 401) {
+      await askForToken(Boolean(token()));
+      continue;
+    }
+    if (!response.ok) {
+      const text = (await response.text()).trim();
+      throw new Error(`${path.split("?")[0]}: ${response.status} ${text}`);
+    }
+    return response;
+  }
+}
+
+export async function getJSON(path) {
+  return (await get(path)).json();
+}

@@ -1,0 +1,156 @@
+// The /timeline document (columns per stored frame) made into the rows the canvas draws: per process, a row per
+// thread, task lane, source and counter (in the order the collector gives), and one for its async slices. In a row,
+// slices sit in levels (a flame chart: a slice nested in another one level below it; sources' overlapping activity
+// one level down too), each level sorted by start with no overlaps, so the part in view is found by binary search;
+// instants, messages and instant markers are ticks, counters a line.
+
+export const PRIORITY_RANK = { fatal: 0, error: 1, warning: 2, info: 3, debug: 4, trace: 5, "trace+": 6, "trace++": 7, "trace+++": 8 };
+
+export function buildModel(doc) {
+  const names = doc.names;
+  const tracks = new Map(doc.tracks.map((t) => [t.index, t]));
+  const perTrack = new Map();  // track index -> { slices: [], ticks: [], counter: [] }
+  const asyncOpen = new Map();  // pid|name|id -> begin
+  const asyncSlices = new Map();  // pid -> slices
+  const bucket = (index) => {
+    let b = perTrack.get(index);
+    if (!b) perTrack.set(index, (b = { slices: [], ticks: [], counters: new Map() }));
+    return b;
+  };
+  let windowEnd = -Infinity;
+  let count = 0;
+  for (const block of doc.blocks) {
+    const b = bucket(block.track);
+    const track = tracks.get(block.track);
+    const { ph, name, ts, dur, args } = block;
+    count += ph.length;
+    for (let i = 0; i < ph.length; i++) {
+      const p = ph[i];
+      const start = ts[i];
+      if (p === "X" || p === "B") {
+        const end = p === "B" ? null : start + dur[i];
+        b.slices.push({ start, end, name: names[name[i]], args: args[i], open: p === "B" });
+        if (end !== null && end > windowEnd) windowEnd = end;
+      } else if (p === "i") {
+        const a = args[i];
+        const priority = a && typeof a.priority === "string" && a.category !== undefined ? a.priority : null;
+        b.ticks.push({ start, name: names[name[i]], args: a, priority });
+      } else if (p === "C") {
+        const a = args[i] || {};
+        const value = typeof a.value === "number" ? a.value : Number(Object.values(a)[0]);
+        const counterName = names[name[i]];
+        if (!b.counters.has(counterName)) b.counters.set(counterName, []);
+        b.counters.get(counterName).push({ start, value, name: counterName, args: a });
+      } else if (p === "b" || p === "e") {
+        const key = `${track.pid}|${names[name[i]]}|${block.id ? block.id[i] : ""}`;
+        if (p === "b") {
+          asyncOpen.set(key, { start, name: names[name[i]], args: args[i], pid: track.pid });
+        } else {
+          const begin = asyncOpen.get(key);
+          if (begin) {
+            asyncOpen.delete(key);
+            const list = asyncSlices.get(begin.pid) || [];
+            list.push({ start: begin.start, end: start, name: begin.name, args: begin.args, open: false });
+            asyncSlices.set(begin.pid, list);
+          }
+        }
+      }
+      if (start > windowEnd) windowEnd = start;
+    }
+  }
+  for (const begin of asyncOpen.values()) {  // begun, not ended in what was read
+    const list = asyncSlices.get(begin.pid) || [];
+    list.push({ start: begin.start, end: null, name: begin.name, args: begin.args, open: true });
+    asyncSlices.set(begin.pid, list);
+  }
+
+  const ordered = [...tracks.values()].sort((a, b) => compareOrder(a.order, b.order));
+  const rows = [];
+  let lastPid = null;
+  for (const track of ordered) {
+    if (track.pid !== lastPid) {
+      if (lastPid !== null) pushAsyncRow(rows, asyncSlices, lastPid);
+      rows.push({ kind: "process", label: processLabel(track), track });
+      lastPid = track.pid;
+    }
+    const b = perTrack.get(track.index);
+    if (!b) continue;
+    if (b.slices.length || b.ticks.length) rows.push(makeRow(track, b));
+    for (const [counterName, values] of [...b.counters].sort()) rows.push(counterRow(track, counterName, values));
+  }
+  if (lastPid !== null) pushAsyncRow(rows, asyncSlices, lastPid);
+  return { rows, count, windowEnd, origin: doc.origin_ns, report: doc.report, capture: doc.capture };
+}
+
+function compareOrder(a, b) {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) - (b[i] ?? 0);
+  }
+  return 0;
+}
+
+function processLabel(track) {
+  const pid = track.os_pid === track.pid ? `pid ${track.pid}` : `pid ${track.pid} (os ${track.os_pid})`;
+  return `${track.process_name}  ·  ${pid}  ·  ${track.host}`;
+}
+
+function pushAsyncRow(rows, asyncSlices, pid) {
+  const slices = asyncSlices.get(pid);
+  if (!slices || !slices.length) return;
+  rows.push(makeRow({ name: "async slices", kind: "async", pid }, { slices, ticks: [] }));
+}
+
+function makeRow(track, b) {
+  const row = { kind: track.kind, label: track.name ?? `track ${track.track}`, track, levels: [], ticks: null, counter: null };
+  if (b.slices.length) row.levels = levels(b.slices);
+  if (b.ticks.length) {
+    b.ticks.sort((x, y) => x.start - y.start);
+    row.ticks = { items: b.ticks, start: Float64Array.from(b.ticks, (t) => t.start) };
+  }
+  return row;
+}
+
+// A counter's values as a line of its own (a track may hold several counters: one row each).
+function counterRow(track, name, values) {
+  values.sort((x, y) => x.start - y.start);
+  let min = Infinity, max = -Infinity;
+  for (const c of values) { if (c.value < min) min = c.value; if (c.value > max) max = c.value; }
+  const counter = {
+    items: values,
+    start: Float64Array.from(values, (c) => c.start),
+    value: Float64Array.from(values, (c) => c.value),
+    min: Math.min(min, 0), max,
+  };
+  return { kind: "counter", label: name, track, levels: [], ticks: null, counter };
+}
+
+// Slices into levels: sorted by start (longer first), each in the first level free at its start. Nested slices land
+// one level below their parent (every slice still running at a start is an ancestor); overlapping ones below too.
+function levels(slices) {
+  const openEnd = Number.MAX_VALUE;
+  slices.sort((a, b) => a.start - b.start || (b.end ?? openEnd) - (a.end ?? openEnd));
+  const lastEnd = [];
+  const members = [];
+  for (const s of slices) {
+    const end = s.end ?? openEnd;
+    let level = 0;
+    while (level < lastEnd.length && lastEnd[level] > s.start) level++;
+    if (level === lastEnd.length) { lastEnd.push(end); members.push([]); } else lastEnd[level] = end;
+    members[level].push(s);
+  }
+  return members.map((items) => ({
+    items,
+    start: Float64Array.from(items, (s) => s.start),
+    end: Float64Array.from(items, (s) => s.end ?? openEnd),
+  }));
+}
+
+// The first index whose value is >= x in a sorted array.
+export function lowerBound(array, x) {
+  let lo = 0, hi = array.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (array[mid] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}

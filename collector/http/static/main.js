@@ -1,0 +1,130 @@
+// The page: the processes table and the timeline, wired to the collector's /sources, /stats and /timeline.
+
+import { getJSON } from "./api.js";
+import { buildModel } from "./lanes.js";
+import { download, openInPerfetto } from "./perfetto.js";
+import { LOSSES, OTHER_COUNTS, SourcesTable, bytes } from "./sources.js";
+import { Timeline } from "./timeline.js";
+
+const $ = (id) => document.getElementById(id);
+const number = new Intl.NumberFormat();
+const POLL_MS = 1000;  // the table and, following live, the timeline: at most once a second
+
+const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0 };
+const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
+const timeline = new Timeline($("timeline"), $("tooltip"), $("timeline-wrap"));
+timeline.onUserMove = () => { $("follow").checked = false; };
+
+function setStatus(text, bad = false) {
+  const status = $("status");
+  status.textContent = text;
+  status.classList.toggle("bad", bad);
+}
+
+function showTotals(stats) {
+  const lostTotal = Object.keys(LOSSES).reduce((sum, key) => sum + (stats[key] || 0), 0);
+  const items = [
+    ["processes", number.format(stats.processes)],
+    ["connections", number.format(stats.connections)],
+    ["events held", number.format(stats.stored_events)],
+    ["memory", `${bytes(stats.used_bytes)} of ${bytes(stats.capacity_bytes)}`],
+  ];
+  const spans = items.map(([word, value]) => {
+    const span = document.createElement("span");
+    span.append(`${word} `, Object.assign(document.createElement("b"), { textContent: value }));
+    return span;
+  });
+  const loss = document.createElement("span");
+  loss.className = lostTotal ? "loss" : "";
+  loss.append("lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
+  loss.title = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
+    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`).join("\n");
+  $("totals").replaceChildren(...spans, loss);
+}
+
+async function pollSources() {
+  try {
+    const [stats, doc] = await Promise.all([getJSON("/stats"), getJSON("/sources")]);
+    showTotals(stats);
+    sources.update(doc.processes);
+    setStatus(`updated ${new Date().toLocaleTimeString(undefined, { hour12: false })}`);
+  } catch (error) {
+    setStatus(String(error.message || error), true);
+  }
+}
+
+// The query string that selects what the timeline shows (the same for the downloads).
+function selection() {
+  const seconds = Math.max(1, Math.min(3600, Number($("seconds").value) || 10));
+  const params = new URLSearchParams({ since: `-${seconds}s` });
+  const pids = sources.selectedPids();
+  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  return params.toString();
+}
+
+async function refreshTimeline(keepView = false) {
+  if (state.timelineBusy) { state.timelineQueued = true; return; }
+  state.timelineBusy = true;
+  try {
+    const query = selection();
+    const started = performance.now();
+    const doc = await getJSON(`/timeline?${query}`);
+    const fetched = performance.now();
+    const model = buildModel(doc);
+    const since = doc.capture.query.since_ns;
+    const seconds = Number(new URLSearchParams(query).get("since").slice(1, -1));
+    // The window asked for, in ns since the collector's origin (what the document's times count from).
+    const start = Number(BigInt(since) - BigInt(doc.origin_ns));
+    timeline.setModel(model, [start, start + seconds * 1e9], keepView);
+    const drawn = performance.now();
+    showInfo(model, doc, fetched - started, drawn - fetched);
+  } catch (error) {
+    $("timeline-info").textContent = String(error.message || error);
+  } finally {
+    state.timelineBusy = false;
+    if (state.timelineQueued) { state.timelineQueued = false; refreshTimeline(keepView); }
+  }
+}
+
+function showInfo(model, doc, fetchMs, drawMs) {
+  const info = $("timeline-info");
+  const processes = new Set(doc.tracks.map((t) => t.pid)).size;
+  const parts = [`${number.format(model.count)} events`, `${processes} process${processes === 1 ? "" : "es"}`,
+    `fetched in ${Math.round(fetchMs)} ms, drawn in ${Math.round(drawMs)} ms`];
+  info.replaceChildren(parts.join(" · "));
+  const lost = Object.keys(LOSSES).reduce((sum, key) => sum + (doc.report[key] || 0), 0)
+    + (doc.report.undecodable_events || 0);
+  if (lost) {
+    const span = document.createElement("span");
+    span.className = "loss";
+    span.textContent = ` · ${number.format(lost)} events lost by the processes shown (see the table)`;
+    info.append(span);
+  }
+  if (!model.count) info.append(" · nothing recorded in this window");
+}
+
+$("refresh").addEventListener("click", () => refreshTimeline());
+$("reset").addEventListener("click", () => timeline.reset());
+$("seconds").addEventListener("change", () => refreshTimeline());
+$("follow").addEventListener("change", () => { if ($("follow").checked) refreshTimeline(); });
+$("download-chrome").addEventListener("click", () => download(selection(), "chrome").catch((e) => setStatus(e.message, true)));
+$("download-perfetto").addEventListener("click", () => download(selection(), "perfetto").catch((e) => setStatus(e.message, true)));
+$("open-perfetto").addEventListener("click", () => openInPerfetto(selection(), setStatus).catch((e) => setStatus(e.message, true)));
+
+// What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0
+function readAddress() {
+  const asked = new URLSearchParams(location.search);
+  if (asked.has("seconds")) $("seconds").value = asked.get("seconds");
+  if (asked.has("filter")) $("filter").value = asked.get("filter");
+  if (asked.get("follow") === "0") $("follow").checked = false;
+}
+
+async function start() {
+  readAddress();
+  await pollSources();
+  await refreshTimeline();
+  setInterval(pollSources, POLL_MS);
+  setInterval(() => { if ($("follow").checked && !document.hidden) refreshTimeline(); }, POLL_MS);
+}
+
+start();

@@ -1,0 +1,179 @@
+// The processes table: every process the collector knows (connected or not) from /sources, refreshed each second;
+// sortable by any column, filtered by process or host name, and a process's losses marked in red.
+
+// Every loss counter /sources gives per process, and the words the table shows for each: events lost (marked red,
+// as /metrics counts them in ringtrace_lost_events_total), and args clipped.
+export const LOSSES = {
+  overwritten_events: "overwritten",
+  capped_events: "capped",
+  discarded_events: "discarded",
+  client_dropped_events: "dropped by client",
+  label_overflow_events: "label overflow",
+  rejected_events: "rejected",
+  clipped_args: "clipped args",
+};
+// Counted too, but no loss: removed on request, and not yet acknowledged (they may be stored). In the tooltip only.
+export const OTHER_COUNTS = {
+  cleared_events: "cleared",
+  client_unacknowledged_events: "unacknowledged",
+};
+
+export function lost(process) {
+  return Object.keys(LOSSES).reduce((sum, key) => sum + (process[key] || 0), 0);
+}
+
+const number = new Intl.NumberFormat();
+
+export function bytes(n) {
+  if (n == null) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+export function clock(wallNs) {
+  if (wallNs == null) return "–";
+  const date = new Date(Number(BigInt(wallNs) / 1000000n));
+  return date.toLocaleTimeString(undefined, { hour12: false }) + "." + String(date.getMilliseconds()).padStart(3, "0");
+}
+
+function tracksSummary(process) {
+  const counts = {};
+  for (const track of process.tracks) counts[track.kind || "track"] = (counts[track.kind || "track"] || 0) + 1;
+  const order = ["thread", "task", "source", "counter"];
+  return Object.keys(counts)
+    .sort((a, b) => order.indexOf(a) - order.indexOf(b))
+    .map((kind) => `${counts[kind]} ${kind}${counts[kind] > 1 ? "s" : ""}`)
+    .join(" · ");
+}
+
+function sortValue(process, key) {
+  if (key === "lost") return lost(process);
+  if (key === "tracks") return process.tracks.length;
+  if (key === "first_wall_ns" || key === "last_wall_ns") return process[key] == null ? -1 : Number(process[key]);
+  const value = process[key];
+  return value == null ? -1 : value;
+}
+
+export class SourcesTable {
+  constructor(table, filterInput, pickAll, emptyNote, onSelection) {
+    this.table = table;
+    this.body = table.tBodies[0];
+    this.filterInput = filterInput;
+    this.pickAll = pickAll;
+    this.emptyNote = emptyNote;
+    this.onSelection = onSelection;
+    this.processes = [];
+    this.unpicked = new Set();  // pids the user unticked; new processes come ticked
+    this.sortKey = "process_name";
+    this.ascending = true;
+    for (const th of table.tHead.querySelectorAll("th[data-key]")) {
+      th.addEventListener("click", () => this.sortBy(th.dataset.key));
+    }
+    filterInput.addEventListener("input", () => { this.render(); this.onSelection(); });
+    pickAll.addEventListener("change", () => {
+      for (const p of this.visible()) pickAll.checked ? this.unpicked.delete(p.pid) : this.unpicked.add(p.pid);
+      this.render();
+      this.onSelection();
+    });
+    this.body.addEventListener("change", (event) => {
+      const pid = Number(event.target.dataset.pid);
+      event.target.checked ? this.unpicked.delete(pid) : this.unpicked.add(pid);
+      this.render();
+      this.onSelection();
+    });
+  }
+
+  update(processes) {
+    this.processes = processes;
+    this.render();
+  }
+
+  sortBy(key) {
+    this.ascending = this.sortKey === key ? !this.ascending : ["process_name", "host"].includes(key);
+    this.sortKey = key;
+    this.render();
+  }
+
+  visible() {
+    const text = this.filterInput.value.trim().toLowerCase();
+    if (!text) return this.processes;
+    return this.processes.filter((p) =>
+      p.process_name.toLowerCase().includes(text) || p.host.toLowerCase().includes(text) || String(p.pid) === text);
+  }
+
+  // The pids the timeline shows: those shown in the table and ticked; null for every process.
+  selectedPids() {
+    const shown = this.visible();
+    const picked = shown.filter((p) => !this.unpicked.has(p.pid)).map((p) => p.pid);
+    if (picked.length === this.processes.length && !this.filterInput.value.trim()) return null;
+    return picked;
+  }
+
+  render() {
+    const key = this.sortKey;
+    const direction = this.ascending ? 1 : -1;
+    const rows = [...this.visible()].sort((a, b) => {
+      const x = sortValue(a, key), y = sortValue(b, key);
+      return (typeof x === "string" ? x.localeCompare(y) : x - y) * direction || a.pid - b.pid;
+    });
+    this.body.replaceChildren(...rows.map((p) => this.row(p)));
+    this.emptyNote.hidden = this.processes.length > 0;
+    for (const th of this.table.tHead.querySelectorAll("th[data-key]")) {
+      th.classList.toggle("sorted", th.dataset.key === key);
+      th.classList.toggle("asc", th.dataset.key === key && this.ascending);
+    }
+    this.pickAll.checked = rows.every((p) => !this.unpicked.has(p.pid));
+  }
+
+  row(p) {
+    const tr = document.createElement("tr");
+    const total = lost(p);
+    tr.className = total ? "lossy" : "";
+    tr.dataset.pid = p.pid;
+    const cell = (text, cls = "", title = "") => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (cls) td.className = cls;
+      if (title) td.title = title;
+      tr.append(td);
+      return td;
+    };
+    const pick = document.createElement("input");
+    pick.type = "checkbox";
+    pick.dataset.pid = p.pid;
+    pick.checked = !this.unpicked.has(p.pid);
+    pick.title = `show ${p.process_name} in the timeline`;
+    cell("", "pick").append(pick);
+    cell(p.process_name, "name");
+    cell(p.host);
+    cell(p.os_pid === p.pid ? String(p.pid) : `${p.pid} (os ${p.os_pid})`, "num");
+    const state = Object.assign(document.createElement("span"), { className: "state" });
+    const dot = Object.assign(document.createElement("span"), { className: p.connections ? "dot on" : "dot" });
+    state.append(dot, p.connections ? "connected" : "gone");
+    cell("").append(state);
+    cell(tracksSummary(p), "", p.tracks.map((t) => `${t.kind}: ${t.name}`).join("\n"));
+    cell(p.events_per_s == null ? "–" : number.format(Math.round(p.events_per_s)), "num");
+    cell(number.format(p.stored_events), "num");
+    cell(bytes(p.held_bytes), "num");
+    const lossTitle = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
+      .map(([k, word]) => `${word}: ${number.format(p[k] || 0)}`).join("\n");
+    const lossCell = cell("", total ? "num lost" : "num muted", lossTitle);
+    if (total) {
+      for (const [k, word] of Object.entries(LOSSES)) {
+        if (p[k]) {
+          const chip = document.createElement("span");
+          chip.className = "chip";
+          chip.textContent = `${word} ${number.format(p[k])}`;
+          lossCell.append(chip);
+        }
+      }
+    } else {
+      lossCell.textContent = "0";
+    }
+    cell(clock(p.first_wall_ns), "muted");
+    cell(clock(p.last_wall_ns), "muted");
+    return tr;
+  }
+}

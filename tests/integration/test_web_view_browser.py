@@ -1,0 +1,347 @@
+"""The web view in a real browser (headless Chromium, driven by Playwright) against a real collector holding events
+from real client processes: the page lists the processes, the timeline draws (pixels read off a screenshot), zoom
+changes what is drawn, hovering shows a slice's name, the token prompt works, TLS works, and the page requests
+nothing from anywhere but the collector. Where no browser is installed, the tests say so and skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
+from certificates import make_certificates
+from collector_process import CollectorProcess, run_workload
+
+_MISSING = missing_browser()
+pytestmark = [
+    pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING)),
+    pytest.mark.xdist_group("web_view_browser"),  # one browser and one collector for the module
+]
+
+#: Spans on three threads, messages of each level, a counter, a source, and a 6 s slice (a marker begun 6 s before
+#: now, made after the fact) that the tests find by hovering. Prints the process's pid.
+RECORD = """
+import sys, threading, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+messages = [tl.message("app", level, level + " $n") for level in ("error", "warning", "info")]
+queue = tl.source("db pool")
+def work(k):
+    for i in range(400):
+        with tl.scope("request", i=i):
+            with tl.scope("parse"):
+                pass
+            queue.open()
+            queue.close()
+            messages[i % 3](i)
+        tl.counter("depth", i % 17)
+threads = [threading.Thread(target=work, args=(k,), name=f"worker-{k}") for k in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+tl.marker("long-task", "start", ts_ns=time.monotonic_ns() - 6_000_000_000, step="six seconds")
+tl.marker("long-task", "end")
+assert tl.flush(5)
+print(__import__("os").getpid())
+"""
+WIDTH, HEIGHT = 1100, 760
+BROWSER_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+def record(collector: CollectorProcess, name: str, env: dict[str, str] | None = None) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD, collector.tcp_address, name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[CollectorProcess]:
+    collector = CollectorProcess()
+    try:
+        for name in ("frontend", "billing"):
+            record(collector, name)
+        yield collector
+    finally:
+        collector.stop()
+
+
+class Page:
+    """A browser page on the collector, with every request it made."""
+
+    def __init__(self, browser: Any, url: str, **context: Any) -> None:
+        self.context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, **context)
+        self.page = self.context.new_page()
+        self.requests: list[Any] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda request: self.requests.append(request))
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.goto(url)
+
+    def drawn_with(self, count: int) -> None:
+        """Wait until the timeline was drawn after fetching ``count`` events or more, then stop following live (so
+        that what is drawn stays put)."""
+        until(
+            self.page,
+            "n => /([\\d,]+) events/.test(document.getElementById('timeline-info').textContent)"
+            " && Number(RegExp.$1.replaceAll(',', '')) >= n",
+            count,
+        )
+        self.page.uncheck("#follow")
+
+    def canvas(self) -> Image:
+        """The timeline as drawn (the pointer moved off it first: a tooltip would show over it)."""
+        self.page.mouse.move(0, 0)
+        return pixels(self.page.locator("#timeline").screenshot())
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser: Any, fleet: CollectorProcess) -> Iterator[Page]:
+    opened = Page(browser, fleet.http_url + "/?seconds=60")  # the fleet recorded at the start of the module
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def coloured(rgb: tuple[int, int, int]) -> bool:
+    """Not white or grey: a slice's colour (the palette's, or a priority's)."""
+    return max(rgb) - min(rgb) > 40
+
+
+def plot(image: Image) -> tuple[int, int, int, int]:
+    """The part of the canvas right of the row labels, below the time axis."""
+    return 200, 30, image.width, image.height
+
+
+def test_the_page_lists_every_process_with_what_it_holds(page: Page) -> None:
+    table = page.page.locator("#sources tbody tr")
+    table.filter(has_text="billing").wait_for()
+    table.filter(has_text="frontend").wait_for()
+    rows = {row.locator("td").nth(1).inner_text(): row.inner_text() for row in table.all()}
+    assert set(rows) == {"frontend", "billing"}
+    for text in rows.values():
+        assert "gone" in text and "4 threads" in text and "1 source" in text
+    # Sorted by a click on a heading, filtered by name.
+    page.page.click("th[data-key=process_name]")
+    assert [row.locator("td").nth(1).inner_text() for row in table.all()] == ["frontend", "billing"]
+    page.page.fill("#filter", "bill")
+    until(page.page, "() => document.querySelectorAll('#sources tbody tr').length === 1")
+    assert page.errors == []
+
+
+def test_the_timeline_draws_the_recent_past(page: Page) -> None:
+    page.drawn_with(2 * 3 * 400 * 4)  # spans, source slices, messages and counter values of two processes
+    image = page.canvas()
+    drawn = image.count(plot(image), coloured)
+    assert drawn > 1000, f"{drawn} coloured pixels"
+    info = page.page.inner_text("#timeline-info")
+    assert "2 processes" in info
+    labels = page.page.evaluate("document.getElementById('timeline').dataset.drawn")
+    assert int(labels) >= 1
+    assert page.errors == []
+
+
+def test_zoom_changes_what_is_drawn_and_reset_brings_it_back(page: Page) -> None:
+    page.drawn_with(9600)
+    before = page.canvas()
+    canvas = page.page.locator("#timeline")
+    box = canvas.bounding_box()
+    x0, y0, x1, y1 = plot(before)
+    columns = sorted({x for x in range(x0, x1, 2) for y in range(y0, y1, 4) if coloured(before.pixel(x, y))})
+    assert columns
+    # Zoom in around what is drawn (the scale of the screenshot is the page's: 1 px is 1 CSS px).
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)
+    for _ in range(5):
+        page.page.mouse.wheel(0, -400)  # zoom in around the pointer
+    zoomed = page.canvas()
+    assert zoomed.rows != before.rows
+    assert zoomed.count(plot(zoomed), coloured) != before.count(plot(before), coloured)
+    page.page.focus("#timeline-wrap")
+    page.page.keyboard.press("0")
+    assert page.canvas().rows == before.rows
+    page.page.keyboard.press("w")  # keys zoom too
+    assert page.canvas().rows != before.rows
+
+
+def test_hovering_a_slice_shows_its_name_duration_and_args(browser: Any, fleet: CollectorProcess) -> None:
+    record(fleet, "hovered")  # its 6 s slice ended just now: it spans the middle of the last 10 s
+    page = Page(browser, fleet.http_url + "/?seconds=10&filter=hovered")
+    try:
+        hover_the_long_slice(page)
+    finally:
+        page.close()
+
+
+def hover_the_long_slice(page: Page) -> None:
+    page.drawn_with(4800)
+    box = page.page.locator("#timeline").bounding_box()
+    tooltip = page.page.locator("#tooltip")
+    x = box["x"] + 200 + (box["width"] - 200) * 0.5
+    found = ""
+    visible = page.page.locator("#timeline-wrap").bounding_box()["height"]
+    for y in range(30, int(min(box["height"], visible)), 4):
+        page.page.mouse.move(x, box["y"] + y)
+        if tooltip.is_visible() and "long-task" in tooltip.inner_text():
+            found = tooltip.inner_text()
+            break
+    assert found, "no tooltip named the slice"
+    assert "6.0" in found and " s" in found  # its duration, about six seconds
+    assert "six seconds" in found  # its args
+
+
+def test_the_page_requests_nothing_but_the_collector(page: Page, fleet: CollectorProcess) -> None:
+    page.drawn_with(9600)
+    page.page.check("#follow")  # a few live refreshes too
+    until(page.page, "() => Number(document.getElementById('timeline').dataset.drawn) >= 3")
+    with page.page.expect_download() as download:
+        page.page.click("#download-chrome")
+    with open(download.value.path(), "rb") as file:
+        trace = json.load(file)
+    assert any(event["name"] == "long-task" for event in trace["traceEvents"])
+    origin = urlsplit(fleet.http_url)
+    requested = [urlsplit(request.url) for request in page.requests]
+    assert {path.path for path in requested} >= {"/", "/ui/main.js", "/sources", "/stats", "/timeline", "/snapshot"}
+    elsewhere = [r.geturl() for r in requested if (r.scheme, r.netloc) != (origin.scheme, origin.netloc)]
+    assert elsewhere == []
+
+
+def test_with_a_token_the_page_asks_once_and_sends_it_as_a_header(browser: Any, tmp_path: Any) -> None:
+    token = "web-" + secrets.token_hex(16)
+    env = {**os.environ, "RINGTRACE_TOKEN": token}
+    collector = CollectorProcess(env=env, token=token)
+    opened = None
+    try:
+        record(collector, "guarded", env=env)
+        opened = Page(browser, collector.http_url + "/")
+        dialog = opened.page.locator("#token-dialog")
+        dialog.wait_for(state="visible")
+        opened.page.fill("#token", "wrong-" + token)
+        opened.page.click("#token-dialog button")
+        opened.page.locator("#token-error").wait_for(state="visible")  # refused: asked again, saying so
+        opened.page.fill("#token", token)
+        opened.page.click("#token-dialog button")
+        opened.page.locator("#sources tbody tr", has_text="guarded").wait_for()
+        opened.drawn_with(1)
+        assert opened.page.evaluate("sessionStorage.getItem('ringtrace.token')") == token
+        data = [r for r in opened.requests if urlsplit(r.url).path in ("/sources", "/stats", "/timeline")]
+        assert data
+        assert all(token not in r.url for r in opened.requests)
+        sent = [r.headers.get("authorization") for r in data]
+        assert f"Bearer {token}" in sent
+        assert dialog.is_hidden()  # once given, not asked again
+        assert all(token not in line for line in collector.lines)
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+def test_the_page_works_over_tls_with_a_token(browser: Any, tmp_path: Any) -> None:
+    certificates = make_certificates(tmp_path)
+    token = "web-" + secrets.token_hex(16)
+    env = {**os.environ, "RINGTRACE_TOKEN": token}
+    collector = CollectorProcess(
+        "--tls-cert", certificates.cert, "--tls-key", certificates.key, token=token, cafile=certificates.ca, env=env
+    )  # fmt: skip
+    opened = None
+    try:
+        assert collector.http_url.startswith("https://")
+        done = run_workload(
+            collector.tcp_address, "--spans", "500", "--name", "secure", "--cafile", certificates.ca, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        opened = Page(browser, collector.http_url + "/", ignore_https_errors=True)  # the CA is the test's own
+        opened.page.fill("#token", token)
+        opened.page.click("#token-dialog button")
+        opened.page.locator("#sources tbody tr", has_text="secure").wait_for()
+        opened.drawn_with(500)
+        assert {urlsplit(r.url).scheme for r in opened.requests} == {"https"}
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+def test_a_process_that_lost_events_stands_out(browser: Any) -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB")  # ring: the oldest overwritten
+    opened = None
+    try:
+        assert run_workload(collector.tcp_address, "--spans", "60000", "--name", "lossy").returncode == 0
+        assert run_workload(collector.tcp_address, "--spans", "10", "--name", "fine").returncode == 0
+        overwritten = next(
+            p["overwritten_events"] for p in collector.json("/sources")["processes"] if p["process_name"] == "lossy"
+        )
+        assert overwritten > 0
+        opened = Page(browser, collector.http_url + "/")
+        lossy = opened.page.locator("#sources tbody tr", has_text="lossy")
+        lossy.wait_for()
+        assert "lossy" in (lossy.get_attribute("class") or "")
+        assert lossy.locator(".chip").inner_text() == f"overwritten {overwritten:,}"
+        fine = opened.page.locator("#sources tbody tr", has_text="fine")
+        assert "lossy" not in (fine.get_attribute("class") or "")
+        assert fine.locator(".chip").count() == 0
+        # Sorted by losses: most first at the first click on the heading, least first at the next.
+        first = opened.page.locator("#sources tbody tr").first.locator("td").nth(1)
+        opened.page.click("th[data-key=lost]")
+        assert first.inner_text() == "lossy"
+        opened.page.click("th[data-key=lost]")
+        assert first.inner_text() == "fine"
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+#: Stands in for Perfetto UI (no internet in the tests): answers PING with PONG as Perfetto UI does, then keeps what
+#: it is posted, as the page's title says.
+FAKE_PERFETTO = """<!doctype html><title>waiting</title><script>
+window.addEventListener("message", (event) => {
+  if (event.data === "PING") { event.source.postMessage("PONG", event.origin); return; }
+  const trace = event.data && event.data.perfetto;
+  if (trace) document.title = `got ${trace.buffer.byteLength} bytes: ${trace.title}`;
+});
+</script>"""
+
+
+def test_open_in_perfetto_ui_hands_over_the_trace_by_its_handshake(page: Page) -> None:
+    page.drawn_with(9600)
+    page.context.route(
+        "https://ui.perfetto.dev/**",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=FAKE_PERFETTO),
+    )
+    with page.context.expect_page() as opened:
+        page.page.click("#open-perfetto")
+    perfetto = opened.value
+    perfetto.wait_for_function("document.title.startsWith('got ')", timeout=20_000)
+    size = int(perfetto.title().split()[1])
+    assert size > 1000
+    assert "ringtrace" in perfetto.title()

@@ -164,6 +164,26 @@ def test_the_current_span_is_the_innermost_and_ends_with_its_scope() -> None:
     tl.close()
 
 
+def test_a_trace_scope_entered_again_inside_itself_leaves_no_current_span_behind() -> None:
+    def record(tl: Timeline) -> None:
+        span = tl.trace_scope("again")
+        with span as outer:
+            outer_context = outer.context
+            with span as inner:
+                assert inner.context != outer_context and current_span() == inner.context
+                assert inner.context is not None and inner.context.trace_id == outer_context.trace_id  # type: ignore[union-attr]
+            assert current_span() == outer_context and span.context == outer_context
+        assert current_span() is None
+
+    listener = MemoryListener()
+    tl = Timeline("trace", [listener])
+    record(tl)
+    tl.close()
+    assert [event.name for event in listener.events] == ["again", "again"]  # each entry its span
+    inner_args, outer_args = (event.args for event in listener.events)
+    assert inner_args["parent_span_id"] == outer_args["span_id"]
+
+
 def test_threads_and_asyncio_tasks_each_have_their_own_current_span() -> None:
     tl = Timeline("trace")
     seen: dict[str, Any] = {}

@@ -162,7 +162,7 @@ class Timeline(Recorder):
             now = _now() if ts_ns is None else ts_ns
             events.extend((kind, name, now, now, details or None))
 
-    def trace_scope(self, label: object, kind: str = "internal", headers: Any = None, /, **args: Any) -> TraceScope:
+    def trace_scope(self, label: object, /, kind: str = "internal", headers: Any = None, **args: Any) -> TraceScope:
         """A context manager recording one span of a trace (``trace_context.py``): ``scope``'s span, with the span's
         ``trace_id``, ``span_id``, ``parent_span_id`` and ``kind`` among its args, and the current span while open.
 
@@ -172,12 +172,12 @@ class Timeline(Recorder):
         """
         return TraceScope(self.scope, label, kind, headers, args)
 
-    def server_span(self, label: object, headers: Any, /, **args: Any) -> TraceScope:
+    def server_span(self, label: object, /, headers: Any, **args: Any) -> TraceScope:
         """``trace_scope(label, "server", headers)``: handling a request, in the trace its ``headers`` name (a new
         trace if they name none, or one the W3C rules call invalid)."""
         return TraceScope(self.scope, label, "server", headers, args)
 
-    def client_span(self, label: object, headers: Any = None, /, **args: Any) -> TraceScope:
+    def client_span(self, label: object, /, headers: Any = None, **args: Any) -> TraceScope:
         """``trace_scope(label, "client", headers)``: a call to another process, in the current trace (a new one
         outside any), its ``traceparent`` written into the outgoing ``headers``."""
         return TraceScope(self.scope, label, "client", headers, args)

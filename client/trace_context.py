@@ -97,7 +97,7 @@ class TraceScope:
     """A span of a trace (see the module's docstring): a plain scope with the span's ids as args, and the current
     span while it is open. ``context`` is the span's ``SpanContext`` once entered."""
 
-    __slots__ = ("_args", "_headers", "_kind", "_label", "_make_scope", "_scope", "_token", "context")
+    __slots__ = ("_args", "_headers", "_kind", "_label", "_make_scope", "_outer", "_scope", "_token", "context")
 
     def __init__(
         self,
@@ -109,9 +109,14 @@ class TraceScope:
     ) -> None:
         self._make_scope, self._label, self._kind, self._headers, self._args = make_scope, label, kind, headers, args
         self._scope: Any = None
+        self._token: Any = None
+        #: What an entry still open holds while the same scope is entered again inside it (a stack).
+        self._outer: list[tuple[Any, Any, SpanContext | None]] | None = None
         self.context: SpanContext | None = None
 
     def __enter__(self) -> TraceScope:
+        if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
+            self._outer = [*(self._outer or ()), (self._token, self._scope, self.context)]
         kind = self._kind
         parent = extract(self._headers) if kind in _INCOMING else None
         if parent is None:
@@ -140,4 +145,6 @@ class TraceScope:
             _ACTIVE.reset(self._token)
         except (ValueError, RuntimeError):  # exited in another context (a generator finalised elsewhere)
             pass
+        if self._outer:  # the entry this one was nested in is open again
+            self._token, self._scope, self.context = self._outer.pop()
         scope.__exit__(exc_type, exc, tb)

@@ -85,6 +85,8 @@ class FrameColumns:
             for index, (kind, name_id, offset, duration, arg) in enumerate(
                 zip(kinds, name_ids, offsets, durations, args, strict=True)
             ):
+                if type(kind) is not int or type(name_id) is not int:
+                    return None  # (True would read as kind or string 1): the walk refuses the frame, and counts it
                 phase = phases.get(kind)
                 name = strings.get(name_id)
                 if phase is None or name is None or (arg is not None and type(arg) is not dict):
@@ -130,6 +132,8 @@ class FrameColumns:
         if not set(kinds) <= phases.keys() or not set(map(type, args)) <= _ARGS_TYPES:
             return None
         if set(map(type, offsets)) != _INT or set(map(type, durations)) != _INT:
+            return None
+        if set(map(type, kinds)) != _INT or set(map(type, name_ids)) != _INT:  # (a bool is no kind or string id)
             return None
         strings = tables.strings
         unique_names = dict.fromkeys(name_ids)  # in the order first met, as the walk interns them

@@ -321,6 +321,52 @@ def test_a_process_that_lost_events_stands_out(browser: Any) -> None:
         collector.stop()
 
 
+#: A process whose OS pid is 4242 (as containers' processes share pid 1), recording SPANS spans.
+SAME_PID = """
+import os, sys
+os.getpid = lambda: 4242
+import ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for i in range(int(sys.argv[3])):
+    with tl.scope("box work", i=i):
+        pass
+assert tl.flush(5)
+"""
+
+
+def test_the_timeline_shows_only_the_ticked_one_of_processes_sharing_an_os_pid(browser: Any) -> None:
+    """The query's ``pid`` selects by OS pid too: ticking the process that shows pid 4242 must not draw the others
+    whose OS pid is 4242."""
+    collector = CollectorProcess()
+    opened = None
+    try:
+        for name, spans in (("box-a", 5), ("box-b", 7), ("box-c", 11)):
+            done = subprocess.run(
+                [sys.executable, "-c", SAME_PID, collector.tcp_address, name, str(spans)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+        pids = {p["process_name"]: p["pid"] for p in collector.json("/sources")["processes"]}
+        assert pids["box-a"] == 4242 and len(set(pids.values())) == 3
+        opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
+        opened.drawn_with(5 + 7 + 11)
+        for name in ("box-b", "box-c"):
+            opened.page.uncheck(f"#sources input[data-pid='{pids[name]}']")
+        info = until(
+            opened.page,
+            "() => { const t = document.getElementById('timeline-info').textContent;"
+            " return / 1 process\\b/.test(t) && t; }",
+        )
+        assert info.startswith("5 events · 1 process"), info
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
 #: Stands in for Perfetto UI (no internet in the tests): answers PING with PONG as Perfetto UI does, then keeps what
 #: it is posted, as the page's title says.
 FAKE_PERFETTO = """<!doctype html><title>waiting</title><script>

@@ -195,6 +195,8 @@ def known_ids() -> tuple[list[int], list[int]]:
         "a mixed frame",
         "an instant and a counter with a duration",
         "a mixed frame with an instant's duration",
+        "a kind that is a boolean",
+        "a name id that is a boolean",
     ],
 )
 def test_payloads_that_are_not_what_they_should_be_are_shown_alike(tmp_path: Path, case: str) -> None:
@@ -226,5 +228,11 @@ def test_payloads_that_are_not_what_they_should_be_are_shown_alike(tmp_path: Pat
     elif case == "a mixed frame with an instant's duration":
         kinds, names, ts, dur, args = kinds * 2, names * 2, ts * 2, [5, 7, 9] * 2, args * 2
         kinds[3] = 999
+    elif case == "a kind that is a boolean":  # the walk refuses the frame; True is no kind 1
+        kinds = [kind if kind not in (0, 1) else bool(kind) for kind in kinds]
+    elif case == "a name id that is a boolean":
+        names = [name if name not in (0, 1) else bool(name) for name in names]
+    if case.endswith("is a boolean"):
+        assert bool in set(map(type, kinds + names))
     view = stream_with(tmp_path, [(len(kinds), [kinds, names, ts, dur, args])])
     alike(view)

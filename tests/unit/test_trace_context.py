@@ -143,6 +143,27 @@ def test_a_callee_continues_the_callers_trace_from_its_headers() -> None:
     assert spans["plain"] is None  # a plain scope is what it always was
 
 
+def test_kind_and_headers_given_by_keyword_are_the_span_s_not_args() -> None:
+    """As the docs write them (``trace_scope(label, kind="internal", headers=None, **args)``): headers given by
+    keyword are read or written, never recorded as an arg (they may hold credentials)."""
+    headers: dict[str, str] = {"authorization": "Bearer secret"}
+
+    def record(tl: Timeline) -> None:
+        with tl.client_span("call", headers=headers):
+            pass
+        with tl.trace_scope("handle", kind="server", headers=dict(headers)):
+            pass
+        with tl.server_span("again", headers=dict(headers)):
+            pass
+
+    spans = recorded(record)
+    call, handle, again = spans["call"], spans["handle"], spans["again"]
+    assert headers["traceparent"] == f"00-{call['trace_id']}-{call['span_id']}-01"
+    assert handle["kind"] == "server" and handle["parent_span_id"] == call["span_id"]
+    assert again["kind"] == "server" and again["parent_span_id"] == call["span_id"]
+    assert not any("headers" in args for args in (call, handle, again))
+
+
 def test_a_malformed_header_starts_a_new_trace() -> None:
     spans = recorded(
         lambda tl: tl.server_span("handle", {"traceparent": "00-nope"}).__enter__().__exit__(None, None, None)
@@ -162,6 +183,26 @@ def test_the_current_span_is_the_innermost_and_ends_with_its_scope() -> None:
     assert inject({}) == {}
     inject(frozenset())  # type: ignore[arg-type]  # headers that cannot be written: left alone
     tl.close()
+
+
+def test_a_trace_scope_entered_again_inside_itself_leaves_no_current_span_behind() -> None:
+    def record(tl: Timeline) -> None:
+        span = tl.trace_scope("again")
+        with span as outer:
+            outer_context = outer.context
+            with span as inner:
+                assert inner.context != outer_context and current_span() == inner.context
+                assert inner.context is not None and inner.context.trace_id == outer_context.trace_id  # type: ignore[union-attr]
+            assert current_span() == outer_context and span.context == outer_context
+        assert current_span() is None
+
+    listener = MemoryListener()
+    tl = Timeline("trace", [listener])
+    record(tl)
+    tl.close()
+    assert [event.name for event in listener.events] == ["again", "again"]  # each entry its span
+    inner_args, outer_args = (event.args for event in listener.events)
+    assert inner_args["parent_span_id"] == outer_args["span_id"]
 
 
 def test_threads_and_asyncio_tasks_each_have_their_own_current_span() -> None:

@@ -6,9 +6,12 @@
 
 export const PRIORITY_RANK = { fatal: 0, error: 1, warning: 2, info: 3, debug: 4, trace: 5, "trace+": 6, "trace++": 7, "trace+++": 8 };
 
-export function buildModel(doc) {
+// `pids`: the processes (the pids /sources shows) to draw, or null for all. The query's `pid` also selects by OS
+// pid, which processes on different hosts or in containers share (all run pid 1): those it brings along are dropped.
+export function buildModel(doc, pids = null) {
   const names = doc.names;
-  const tracks = new Map(doc.tracks.map((t) => [t.index, t]));
+  const shown = pids === null ? null : new Set(pids);
+  const tracks = new Map(doc.tracks.filter((t) => shown === null || shown.has(t.pid)).map((t) => [t.index, t]));
   const perTrack = new Map();  // track index -> { slices: [], ticks: [], counter: [] }
   const asyncOpen = new Map();  // pid|name|id -> begin
   const asyncSlices = new Map();  // pid -> slices
@@ -20,8 +23,9 @@ export function buildModel(doc) {
   let windowEnd = -Infinity;
   let count = 0;
   for (const block of doc.blocks) {
-    const b = bucket(block.track);
     const track = tracks.get(block.track);
+    if (!track) continue;  // a process not asked for
+    const b = bucket(block.track);
     const { ph, name, ts, dur, args } = block;
     count += ph.length;
     for (let i = 0; i < ph.length; i++) {
@@ -79,7 +83,8 @@ export function buildModel(doc) {
     for (const [counterName, values] of [...b.counters].sort()) rows.push(counterRow(track, counterName, values));
   }
   if (lastPid !== null) pushAsyncRow(rows, asyncSlices, lastPid);
-  return { rows, count, windowEnd, origin: doc.origin_ns, report: doc.report, capture: doc.capture };
+  const processes = new Set(ordered.map((t) => t.pid)).size;
+  return { rows, count, processes, windowEnd, origin: doc.origin_ns, report: doc.report, capture: doc.capture };
 }
 
 function compareOrder(a, b) {

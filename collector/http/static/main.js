@@ -67,10 +67,11 @@ async function refreshTimeline(keepView = false) {
   state.timelineBusy = true;
   try {
     const query = selection();
+    const pids = sources.selectedPids();
     const started = performance.now();
     const doc = await getJSON(`/timeline?${query}`);
     const fetched = performance.now();
-    const model = buildModel(doc);
+    const model = buildModel(doc, pids);
     const since = doc.capture.query.since_ns;
     const seconds = Number(new URLSearchParams(query).get("since").slice(1, -1));
     // The window asked for, in ns since the collector's origin (what the document's times count from).
@@ -88,7 +89,7 @@ async function refreshTimeline(keepView = false) {
 
 function showInfo(model, doc, fetchMs, drawMs) {
   const info = $("timeline-info");
-  const processes = new Set(doc.tracks.map((t) => t.pid)).size;
+  const processes = model.processes;
   const parts = [`${number.format(model.count)} events`, `${processes} process${processes === 1 ? "" : "es"}`,
     `fetched in ${Math.round(fetchMs)} ms, drawn in ${Math.round(drawMs)} ms`];
   info.replaceChildren(parts.join(" · "));

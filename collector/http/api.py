@@ -4,6 +4,7 @@ GET /                               the endpoints, as JSON; in a browser (an HTM
 GET /ui/{file}                      the web view's static files
 GET /timeline[?filters]             the selected events as compact columnar JSON, for the web view
                                     (``export/timeline_columns.py``); gzip if accepted
+HEAD /timeline[?filters]            the same headers, no work
 GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
                                     file (format=native), or a Perfetto protobuf trace (format=perfetto);
                                     ``query.py`` says what it may select; gzip if accepted
@@ -197,12 +198,10 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     return await _counted_snapshot(request, query, query.format, _headers(query, gzip), gzip)
 
 
-async def timeline(request: web.Request) -> web.StreamResponse:
-    """The selected events as the web view takes them (``export/timeline_columns.py``): a snapshot in another
-    form, served as one (a worker thread, a snapshot slot)."""
+def _timeline_query(request: web.Request) -> SnapshotQuery:
     collector = request.app[COLLECTOR]
     try:
-        query = parse_snapshot_query(
+        return parse_snapshot_query(
             request.query.items(),
             now_ns=time.time_ns(),
             flush_timeout_s=collector.snapshot_flush_timeout_s,
@@ -211,11 +210,27 @@ async def timeline(request: web.Request) -> web.StreamResponse:
         )
     except QueryError as exc:
         raise BadQuery(str(exc)) from None
-    gzip = _accepts_gzip(request)
+
+
+def _timeline_headers(gzip: bool) -> dict[str, str]:
     headers = {"Content-Type": "application/json", "Vary": "Accept-Encoding", "Cache-Control": "no-store"}
     if gzip:
         headers["Content-Encoding"] = "gzip"
-    return await _counted_snapshot(request, query, "timeline", headers, gzip)
+    return headers
+
+
+async def timeline_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work, as ``HEAD /snapshot``: no flush, no snapshot slot."""
+    _timeline_query(request)
+    return web.Response(headers=_timeline_headers(_accepts_gzip(request)))
+
+
+async def timeline(request: web.Request) -> web.StreamResponse:
+    """The selected events as the web view takes them (``export/timeline_columns.py``): a snapshot in another
+    form, served as one (a worker thread, a snapshot slot)."""
+    query = _timeline_query(request)
+    gzip = _accepts_gzip(request)
+    return await _counted_snapshot(request, query, "timeline", _timeline_headers(gzip), gzip)
 
 
 async def _counted_snapshot(
@@ -528,7 +543,8 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.on_shutdown.append(_end_tails)
     app.router.add_get("/", index)
     app.router.add_get("/ui/{name}", static_file)
-    app.router.add_get("/timeline", timeline)
+    app.router.add_get("/timeline", timeline, allow_head=False)
+    app.router.add_route("HEAD", "/timeline", timeline_head)
     app.router.add_get("/snapshot", snapshot, allow_head=False)
     app.router.add_route("HEAD", "/snapshot", snapshot_head)
     app.router.add_get("/sources", sources)

@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 import tomllib
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -290,3 +291,25 @@ def test_with_a_token_the_page_is_served_but_no_data_without_it() -> None:
 )
 def test_which_accept_headers_get_the_page(accept: str, html: bool) -> None:
     assert wants_html(accept) is html
+
+
+def _timelines_served(collector: CollectorProcess) -> float:
+    """How many ``/timeline`` snapshots the collector has served, by its ``/metrics``."""
+    status, body = collector.get("/metrics")
+    assert status == 200
+    prefix = 'ringtrace_snapshot_duration_seconds_count{format="timeline"} '
+    return sum(float(line[len(prefix) :]) for line in body.decode().splitlines() if line.startswith(prefix))
+
+
+def test_head_timeline_checks_the_query_and_does_no_work(recorded: Any) -> None:
+    collector, _ = recorded
+    collector.get("/timeline")
+    before = _timelines_served(collector)
+    assert before >= 1
+    with urllib.request.urlopen(urllib.request.Request(collector.http_url + "/timeline", method="HEAD")) as response:
+        assert response.headers["Content-Type"] == "application/json"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(collector.http_url + "/timeline?limit=0", method="HEAD"))
+    refused.value.close()
+    assert refused.value.code == 400
+    assert _timelines_served(collector) == before

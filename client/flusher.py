@@ -7,7 +7,9 @@ track's events in runs, and each listener ``receive``s each run (a streamer enco
 writes it, a memory listener keeps it); then the tracks that ended are ``retire``d. Sweeps hold ``_sweep_lock``, so
 that a ``flush()`` on any thread can sweep its timeline itself, at once, without waiting for the thread to wake; the
 thread and such callers take turns. Between runs the sweeping thread sleeps for zero seconds, which hands the
-interpreter to recording threads so that none waits behind a long sweep. A sweep given a deadline (``flush`` and
+interpreter to recording threads so that none waits behind a long sweep, unless a thread outruns the flusher
+(``_behind``). Listeners that have a ``handed_over`` (the streamer) are told when a pass over a timeline's runs ends,
+so that they send what they queued then, in one go. A sweep given a deadline (``flush`` and
 ``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
 first, so that order is kept and nothing is dropped on the way.
 
@@ -236,6 +238,7 @@ class Flusher:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self._wake.set()  # the flusher thread finishes it
+                _handed_over(listeners)
                 return False
             _call(listeners, "receive", track, records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
@@ -244,6 +247,7 @@ class Flusher:
                 _call(listeners, "retire", ending[track.track_id])
             if not behind:
                 time.sleep(0)  # let recording threads run between runs
+        _handed_over(listeners)
         return True
 
     def _run(self) -> None:
@@ -278,6 +282,12 @@ class Flusher:
             except Exception:  # one broken listener must not leave the others with the parent's state
                 log.exception("ringtrace: a timeline could not be reset after fork; it records nothing in the child")
                 self._timelines.pop(key, None)
+
+
+def _handed_over(listeners: tuple[Any, ...]) -> None:
+    """Tell the listeners that have a ``handed_over`` (the streamer) that a pass over a timeline's runs ended: what it
+    sends, it sends now rather than run by run (each send lets the recording threads take the interpreter lock)."""
+    _call(tuple(listener for listener in listeners if hasattr(listener, "handed_over")), "handed_over")
 
 
 def _call(listeners: tuple[Any, ...], method: str, *args: Any) -> None:

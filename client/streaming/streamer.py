@@ -9,6 +9,12 @@ owns the socket: a select loop over a non-blocking socket and a wake-up socket p
 and what the socket did, and carries out the actions it answers with. The link is shared with the other threads; it
 changes only under ``_state_lock``; the socket is used only outside it.
 
+The thread is woken once the flusher ends its pass over a timeline's runs (``handed_over``), not run by run, and sends
+every frame queued by then in one system call (``sendmsg``; TLS one frame a call). A recording thread that never
+blocks holds the interpreter lock but when another thread waits a switch interval (5 ms) for it or lets it go: each
+send lets it go, so a thread woken run by run, sending a frame a call, took turns away from the flusher and waited
+5 ms a frame itself, and one thread recording flat out outran both.
+
 Connecting (and the TLS handshake, with ``tls``) blocks this thread for at most ``connect_timeout_s``. ``flush()``
 does not wait for the backoff: it asks for a connection at once, then queues a FLUSH after everything received so far
 and waits, within its timeout, for the collector's FLUSH_ACK, which the collector sends once it has stored everything
@@ -55,6 +61,9 @@ __all__ = ["Streamer"]
 
 log = logging.getLogger("ringtrace.client")
 
+#: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
+#: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
+_GATHERED_BYTES = 4 << 20
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -184,6 +193,10 @@ class Streamer(SerializedListener):
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
+        #: The flusher is handing over runs (see ``receive``).
+        self._holding = False
+        #: A wake-up byte is on its way to the streamer thread: another one would not wake it sooner.
+        self._wake_pending = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -297,6 +310,9 @@ class Streamer(SerializedListener):
         return Streamer(self.address_text, self.options, self._sweep_all)
 
     def _wake(self) -> None:
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         with contextlib.suppress(OSError):  # the pair is full (a wake-up is pending anyway) or closed
             self._wake_w.send(b"\0")
 
@@ -308,6 +324,10 @@ class Streamer(SerializedListener):
                 self.dropped_events += len(records) // RECORD_FIELDS
             return
         self._received = True
+        # The flusher tells the end of its pass (handed_over): the streamer thread is woken then, not run by run. A
+        # thread woken while the flusher works takes the interpreter lock in turns with it and hands it to the
+        # recording thread at each send, so both fall behind it. The wake-up was the flusher's own send, too.
+        self._holding = True
         super().receive(track, records)
 
     def retire(self, track: TrackInfo) -> None:
@@ -320,6 +340,12 @@ class Streamer(SerializedListener):
             self._link.discard(batch)
             return
         self._link.enqueue(batch, time.monotonic())
+        if not self._holding:
+            self._wake()
+
+    def handed_over(self) -> None:
+        """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
+        self._holding = False
         self._wake()
 
     # -- streamer thread ------------------------------------------------------------------------------------------
@@ -414,13 +440,15 @@ class Streamer(SerializedListener):
     def _write(self) -> None:
         sock = self._sock
         assert sock is not None
+        # Many frames a system call where the socket takes a list (TLS sends one frame at a time).
+        gathered = 0 if isinstance(sock, ssl.SSLSocket) else _GATHERED_BYTES
         while True:
             with self._state_lock:
-                data = self._link.data_to_send()
-            if data is None:
+                buffers = self._link.buffers_to_send(gathered)
+            if not buffers:
                 return
             try:
-                sent = sock.send(data)
+                sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
             except _WOULD_BLOCK:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
                 return
             except OSError as exc:
@@ -438,6 +466,9 @@ class Streamer(SerializedListener):
                 with contextlib.suppress(BlockingIOError):
                     while self._wake_r.recv(4096):
                         pass
+                # After the bytes are read, never before: a wake-up asked for meanwhile would be read with them and
+                # leave the flag set with no byte on its way, and no wake-up asked for would be sent again.
+                self._wake_pending = False
             elif mask & selectors.EVENT_READ:
                 self._read()
 

@@ -40,6 +40,7 @@ from ringtrace.client.wire.model import (
     THREAD_TRACK,
     StringTable,
     TrackInfo,
+    normalise_values,
     safe_str,
 )
 from ringtrace.collector.ingest.scan import _scan_events_py
@@ -479,6 +480,123 @@ def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice(monkeypatch:
     accelerated = encoder_frames(records, True, monkeypatch)
     assert accelerated == encoder_frames(records, False, monkeypatch)
     assert accelerated[3:] == (1, 0, 1)  # clipped, overflowed, rejected
+
+
+# -- pack_events: a whole EVENTS frame of the common shapes in one pass -----------------------------------------------
+
+_common_events = st.one_of(
+    st.builds(
+        lambda args: (INSTANT, "x", 3, 3, args), st.none() | st.dictionaries(st.text(max_size=4), _flat, max_size=4)
+    ),
+    st.builds(
+        lambda label, start, length: (SPAN, label, start, start + length, None),
+        st.sampled_from(["op", "other", "é", "x" * 40]),
+        st.integers(0, 2**62),
+        st.integers(0, 2**33),
+    ),
+    st.builds(_message_event, st.lists(_flat, max_size=6).map(tuple)),
+)
+
+
+def pack_events(records: list[Any], max_frame_bytes: int = BIG_FRAMES, table: StringTable | None = None) -> Any:
+    assert speedups is not None
+    converters = StreamEncoder().registry.converters
+    table = StringTable(100) if table is None else table  # an empty table is falsy
+    return speedups.pack_events(records, table, converters, normalise_values, 3, max_frame_bytes)
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=300)
+@given(st.lists(_common_events, min_size=1, max_size=50))
+def test_a_run_of_the_common_shapes_is_packed_in_one_pass_to_the_frame_the_python_path_writes(
+    run: list[tuple[Any, ...]],
+) -> None:
+    records = [value for event in run for value in event]
+    frame = pack_events(records)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        python = encoder_frames(records, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        assert same_frames(records, monkeypatch)
+    if frame is not None:  # not given up on (a value past the limits, text UTF-8 cannot encode)
+        assert python[1] == [(frame, len(run))]
+    plain = [v for event in run if not isinstance(event[4], tuple | dict) for v in event]
+    assert not plain or pack_events(plain) is not None
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    "odd",
+    [
+        (INSTANT, Unhashable(), 1, 1, None),  # a label that is not text
+        (INSTANT, OddText("odd"), 1, 1, None),
+        (INSTANT, "x", 1, 1, {"deep": nested(2)}),  # arguments of another shape
+        (INSTANT, "x", 1, 1, OddMap(a=1)),
+        (INSTANT, "x", 1, 1, {"big": huge_int()}),
+        (INSTANT, "x", 1, 1, {"text": "\udc80"}),
+        (INSTANT, "x", 1, 1, (1, 2)),  # values for a kind that takes a map
+        (Packet.kind.id, "Packet", 6, 6, Packet(size=1, proto="udp")),
+        _message_event(([1], 2)),
+    ],
+    ids=[
+        "object-label",
+        "text-subclass-label",
+        "nested",
+        "map-subclass",
+        "huge-int",
+        "surrogate",
+        "values",
+        "typed",
+        "nested-values",
+    ],
+)
+def test_pack_events_leaves_a_run_with_another_shape_to_the_two_pass_path(
+    odd: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [*(INSTANT, "before", 1, 1, {"a": 1}), *odd, *(INSTANT, "after", 2, 2, None)]
+    assert pack_events(list(records)) is None
+    assert same_frames(records, monkeypatch)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    ("records", "frame_bytes", "error"),
+    [
+        ([SPAN, "op", 1, 2], BIG_FRAMES, ValueError),  # not whole events
+        ([], BIG_FRAMES, ValueError),  # no events
+        ([SPAN, "op", "1", 2, None], BIG_FRAMES, TypeError),  # a start that is not an int
+        ([True, "op", 1, 2, None], BIG_FRAMES, TypeError),  # a kind that is a bool
+        ([SPAN, "op", 1, 2**64, None], BIG_FRAMES, OverflowError),  # past 64 bits
+        ([SPAN, "op", -5, 2, None], BIG_FRAMES, OverflowError),  # the header's timestamps are unsigned
+        ([SPAN, "op", 2**63 - 1, 2**63 - 1, None, SPAN, "op", -(2**63), 0, None], BIG_FRAMES, OverflowError),
+        ([SPAN, "op", 1, 2, {"pad": "x" * 100}], 100, ValueError),  # past max_frame_bytes
+    ],
+)
+def test_pack_events_refuses_what_the_python_path_refuses_or_splits(
+    records: list[Any], frame_bytes: int, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        pack_events(records, frame_bytes)
+
+
+@needs_speedups
+def test_pack_events_refuses_bad_arguments() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 3)
+    with pytest.raises(ValueError, match="track id"):
+        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 2**32, BIG_FRAMES)
+
+
+@needs_speedups
+def test_pack_events_stops_when_the_string_table_takes_the_records() -> None:
+    records = [value for i in range(4) for value in (SPAN, f"op {i}", 1, 2, None)]
+
+    class Taking(StringTable):
+        def __missing__(self, label: object) -> int:
+            records.clear()  # Python code runs on a miss: another thread could take the run meanwhile
+            return super().__missing__(label)
+
+    with pytest.raises(RuntimeError, match="records changed"):
+        pack_events(records, table=Taking(100))
 
 
 # -- take_runs: a buffer's first values, moved into runs --------------------------------------------------------------

@@ -47,8 +47,8 @@ What it does, and why it is safe to do it this way:
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *message_type, *traced_type;
-    PyObject *null_scope;       /* the Scope of every scope() that keeps nothing: it holds no state */
+    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
+    PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
@@ -541,7 +541,7 @@ static PyType_Spec core_spec = {
 static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->events == NULL) return Py_NewRef(self); /* keeps nothing (the shared null scope): no clock, no state */
+    if (self->events == NULL) return Py_NewRef(self); /* cleared by the garbage collector: keeps nothing */
     self->entered = now_ns(&self->start_ns) == 0;
     if (!self->entered && count_unrecorded(&self->core->unrecorded) < 0) return NULL;
     return Py_NewRef(self);
@@ -668,6 +668,81 @@ static PyType_Spec scope_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = scope_slots,
 };
+
+/* -- NullScope ---------------------------------------------------------------------------------------------------- */
+
+/* What scope() returns when it keeps nothing (no listener, no buffer): one shared object, whose __enter__ and __exit__
+   are builtin functions bound to it once and kept in its type, not methods. A `with` statement looks both up in the
+   type and calls them: a method would be bound first, a new object for each lookup, two for each `with`. */
+
+static PyObject *
+null_scope_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *
+null_scope_exit(PyObject *Py_UNUSED(self), PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(nargs))
+{
+    Py_RETURN_FALSE; /* keeps nothing: loses nothing, and lets any exception go on */
+}
+
+static PyMethodDef null_scope_enter_def = {"__enter__", (PyCFunction)null_scope_enter, METH_NOARGS, NULL};
+static PyMethodDef null_scope_exit_def = {"__exit__", (PyCFunction)(void (*)(void))null_scope_exit, METH_FASTCALL,
+                                          NULL};
+
+/* The instance, its type, and the type's two functions bound to the instance are a cycle: the collector's to break. */
+static int
+null_scope_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static void
+null_scope_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+static PyType_Slot null_scope_slots[] = {
+    {Py_tp_doc, "What scope() returns when it keeps nothing: a context manager that records nothing."},
+    {Py_tp_dealloc, null_scope_dealloc},
+    {Py_tp_traverse, null_scope_traverse},
+    {0, NULL},
+};
+
+static PyType_Spec null_scope_spec = {
+    .name = "ringtrace.client._speedups.NullScope",
+    .basicsize = sizeof(PyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = null_scope_slots,
+};
+
+/* The one NullScope, with its __enter__ and __exit__ bound to it in its type (see above); NULL on error. */
+static PyObject *
+new_null_scope(PyTypeObject *type)
+{
+    PyObject *scope = PyObject_GC_New(PyObject, type), *enter = NULL, *exit = NULL;
+    if (scope == NULL) return NULL;
+    PyObject_GC_Track(scope);
+    if ((enter = PyCFunction_New(&null_scope_enter_def, scope)) == NULL ||
+        (exit = PyCFunction_New(&null_scope_exit_def, scope)) == NULL ||
+        PyDict_SetItemString(type->tp_dict, "__enter__", enter) < 0 ||
+        PyDict_SetItemString(type->tp_dict, "__exit__", exit) < 0) {
+        Py_XDECREF(enter);
+        Py_XDECREF(exit);
+        Py_DECREF(scope);
+        return NULL;
+    }
+    PyType_Modified(type); /* the type's attribute cache */
+    Py_DECREF(enter);
+    Py_DECREF(exit);
+    return scope;
+}
 
 /* -- Message ------------------------------------------------------------------------------------------------------ */
 
@@ -1824,6 +1899,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     ModuleState *state = PyModule_GetState(module);
     Py_VISIT(state->recorder_core_type);
     Py_VISIT(state->scope_type);
+    Py_VISIT(state->null_scope_type);
     Py_VISIT(state->message_type);
     Py_VISIT(state->traced_type);
     Py_VISIT(state->null_scope);
@@ -1841,6 +1917,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->recorder_core_type);
     Py_CLEAR(state->null_scope);
     Py_CLEAR(state->scope_type);
+    Py_CLEAR(state->null_scope_type);
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->traced_type);
     Py_CLEAR(state->get_running_loop);
@@ -1885,19 +1962,13 @@ module_exec(PyObject *module)
     ModuleState *state = PyModule_GetState(module);
     if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
+        (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
         (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
         (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
-    Scope *null_scope = PyObject_GC_New(Scope, state->scope_type);
-    if (null_scope == NULL) return -1;
-    null_scope->events = null_scope->label = null_scope->args = NULL;
-    null_scope->core = NULL;
-    null_scope->start_ns = 0;
-    null_scope->entered = 0;
-    PyObject_GC_Track(null_scope);
-    state->null_scope = (PyObject *)null_scope;
+    if ((state->null_scope = new_null_scope(state->null_scope_type)) == NULL) return -1;
     state->str_thread_events = PyUnicode_InternFromString("_thread_events");
     state->str_task_events = PyUnicode_InternFromString("_task_events");
     state->str_exception = PyUnicode_InternFromString("exception");

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import gc
+import itertools
 import os
 import shutil
 import subprocess
@@ -854,6 +855,52 @@ def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypat
     assert tl.flush()
     assert [event.name for event in listener.events][-1] == "second"
     tl.close()
+
+
+def test_a_scope_that_keeps_nothing_behaves_as_a_scope_that_records() -> None:
+    """No listener yet: what ``scope()`` gives records nothing, even when a listener comes before it exits (as in
+    pure Python), binds itself with ``as``, and lets exceptions through; called by hand too."""
+    tl = Timeline("unobserved")
+    with tl.scope("before") as scope:
+        listener = MemoryListener()
+        tl.add_listener(listener)
+    with pytest.raises(KeyError), tl.scope("after"):
+        raise KeyError("x")
+    assert scope.__enter__() is scope and not scope.__exit__(KeyError, KeyError("y"), None)
+    assert tl.flush()
+    assert [(event.name, event.args) for event in listener.events] == [("after", {"exception": "KeyError"})]
+    tl.close()
+
+
+@needs_speedups
+def test_a_with_statement_on_a_scope_that_keeps_nothing_makes_no_object() -> None:
+    """Its ``__enter__`` and ``__exit__`` are functions of its own, not methods bound at each ``with``: an empty
+    function call's cost or about, where binding two methods made it cost 3x."""
+    import tracemalloc
+
+    scope = Timeline("unobserved").scope
+
+    def scopes() -> None:
+        for _ in itertools.repeat(None, 100):
+            with scope("work"):
+                pass
+
+    def empty() -> None:  # what the loop itself makes (its iterator)
+        for _ in itertools.repeat(None, 100):
+            pass
+
+    def made(loop: Callable[[], None]) -> int:
+        loop()  # anything made once (caches) is made before the count
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            current, _ = tracemalloc.get_traced_memory()
+            loop()
+            return tracemalloc.get_traced_memory()[1] - current
+        finally:
+            tracemalloc.stop()
+
+    assert made(scopes) == made(empty)
 
 
 def test_a_scope_exited_without_being_entered_records_nothing() -> None:

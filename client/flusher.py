@@ -225,6 +225,19 @@ class Flusher:
         ended: list[TrackInfo],
         deadline: float | None,
     ) -> bool:
+        try:
+            return self._hand_over_runs(timeline, listeners, runs, ended, deadline)
+        finally:
+            _handed_over(listeners)
+
+    def _hand_over_runs(
+        self,
+        timeline: Sweepable,
+        listeners: tuple[Any, ...],
+        runs: list[tuple[TrackInfo, list[Any]]],
+        ended: list[TrackInfo],
+        deadline: float | None,
+    ) -> bool:
         # The listeners of the moment the runs were drained: a listener removed since still gets what it was due.
         # Each ended track is retired right after its last run, so that a stream never holds many ended tracks.
         last_run = {track.track_id: i for i, (track, _) in enumerate(runs)}
@@ -238,7 +251,6 @@ class Flusher:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self._wake.set()  # the flusher thread finishes it
-                _handed_over(listeners)
                 return False
             _call(listeners, "receive", track, records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
@@ -247,7 +259,6 @@ class Flusher:
                 _call(listeners, "retire", ending[track.track_id])
             if not behind:
                 time.sleep(0)  # let recording threads run between runs
-        _handed_over(listeners)
         return True
 
     def _run(self) -> None:

@@ -246,6 +246,11 @@ class Link:
         return self._acks.unacknowledged_at_flush
 
     @property
+    def queue_half_full(self) -> bool:
+        """The queued frames take half of ``max_queue_bytes`` or more."""
+        return self._queue.queued_bytes * 2 >= self._queue.max_bytes
+
+    @property
     def wants_to_write(self) -> bool:
         return self._queue.sending or (self.welcomed and bool(self._queue))
 

@@ -9,8 +9,9 @@ owns the socket: a select loop over a non-blocking socket and a wake-up socket p
 and what the socket did, and carries out the actions it answers with. The link is shared with the other threads; it
 changes only under ``_state_lock``; the socket is used only outside it.
 
-The thread is woken once the flusher ends its pass over a timeline's runs (``handed_over``), not run by run, and sends
-every frame queued by then in one system call (``sendmsg``; TLS one frame a call). A recording thread that never
+The thread sends once the flusher ends its pass over a timeline's runs (``handed_over``), not run by run, or once the
+queue is half full, and then every frame queued in one system call (``sendmsg``; TLS one frame a call); a ``flush()``
+sends at once. A recording thread that never
 blocks holds the interpreter lock but when another thread waits a switch interval (5 ms) for it or lets it go: each
 send lets it go, so a thread woken run by run, sending a frame a call, took turns away from the flusher and waited
 5 ms a frame itself, and one thread recording flat out outran both.
@@ -254,6 +255,7 @@ class Streamer(SerializedListener):
             if self._stopping or not self._thread.is_alive():
                 return False
             self._waiters[self._link.request_flush(deadline)] = waiter
+        self._holding = False  # everything received goes now
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
         return waiter.ok
@@ -324,8 +326,8 @@ class Streamer(SerializedListener):
                 self.dropped_events += len(records) // RECORD_FIELDS
             return
         self._received = True
-        # The flusher tells the end of its pass (handed_over): the streamer thread is woken then, not run by run. A
-        # thread woken while the flusher works takes the interpreter lock in turns with it and hands it to the
+        # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run. A
+        # thread sending while the flusher works takes the interpreter lock in turns with it and hands it to the
         # recording thread at each send, so both fall behind it. The wake-up was the flusher's own send, too.
         self._holding = True
         super().receive(track, records)
@@ -340,13 +342,17 @@ class Streamer(SerializedListener):
             self._link.discard(batch)
             return
         self._link.enqueue(batch, time.monotonic())
-        if not self._holding:
+        if self._may_send():
             self._wake()
 
     def handed_over(self) -> None:
         """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
         self._holding = False
         self._wake()
+
+    def _may_send(self) -> bool:
+        """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""
+        return not self._holding or self._link.queue_half_full
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
@@ -375,7 +381,7 @@ class Streamer(SerializedListener):
             if self._sock is not None:
                 self._write()
             with self._state_lock:
-                deadline, writable = self._link.next_deadline(), self._link.wants_to_write
+                deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
 
     def _perform(self, actions: list[Action]) -> None:
@@ -442,7 +448,7 @@ class Streamer(SerializedListener):
         assert sock is not None
         # Many frames a system call where the socket takes a list (TLS sends one frame at a time).
         gathered = 0 if isinstance(sock, ssl.SSLSocket) else _GATHERED_BYTES
-        while True:
+        while self._may_send():
             with self._state_lock:
                 buffers = self._link.buffers_to_send(gathered)
             if not buffers:

@@ -1223,6 +1223,30 @@ record_value(PyObject *records, Py_ssize_t i, int c)
     return PyList_GET_ITEM(records, index);
 }
 
+/* The value of an int (of any int type) of at most two digits, so within 60 bits: every kind, string id and timestamp
+   the encoder reads, most argument values. 1 when read, 0 for PyLong_AsLongLongAndOverflow to read. A call less for
+   each such int, four an event: read as CPython up to 3.11 lays an int out (digits of PyLong_SHIFT bits, their count
+   signed in ob_size); later versions, whose layout changed, through their own reader of one-digit ints. */
+static inline int
+small_int64(PyObject *value, int64_t *out)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    const digit *digits = ((PyLongObject *)value)->ob_digit;
+    switch (Py_SIZE(value)) {
+    case 0: *out = 0; return 1;
+    case 1: *out = (int64_t)digits[0]; return 1;
+    case -1: *out = -(int64_t)digits[0]; return 1;
+    case 2: *out = (int64_t)digits[0] | ((int64_t)digits[1] << PyLong_SHIFT); return 1;
+    case -2: *out = -((int64_t)digits[0] | ((int64_t)digits[1] << PyLong_SHIFT)); return 1;
+    default: return 0;
+    }
+#else
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)value)) return 0;
+    *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)value);
+    return 1;
+#endif
+}
+
 static int
 as_int64(PyObject *value, const char *column, int64_t *out)
 {
@@ -1230,6 +1254,7 @@ as_int64(PyObject *value, const char *column, int64_t *out)
         PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
         return -1;
     }
+    if (small_int64(value, out)) return 0;
     /* Not PyLong_AsLongLong: it converts values past 2**30 (every timestamp) byte by byte. */
     int overflow;
     long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
@@ -1476,8 +1501,9 @@ pack_flat(Packed *out, PyObject *value)
     else if (value == Py_True) PUT1(p, 0xc3);
     else if (value == Py_False) PUT1(p, 0xc2);
     else if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        int overflow = 0;
+        int64_t small;
+        long long v = small_int64(value, &small) ? small : PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow == 0) {
             if (v == -1 && PyErr_Occurred()) return -1;
             p = put_int(p, v);

@@ -235,7 +235,12 @@ class Colour(enum.IntEnum):
 #: Where the packing of a length or a number changes form, and where the Python path starts to clip.
 LENGTHS = [0, 1, 31, 32, 255, 256, 999, 1000, 1001, 65_535, 65_536, 65_537]
 INT_EDGES = [
-    *(sign * 2**bits + delta for bits in (5, 7, 8, 15, 16, 31, 32, 63, 64) for sign in (1, -1) for delta in (-1, 0, 1)),
+    *(
+        sign * 2**bits + delta
+        for bits in (5, 7, 8, 15, 16, 30, 31, 32, 60, 63, 64)
+        for sign in (1, -1)
+        for delta in (-1, 0, 1)
+    ),
 ]
 
 

@@ -11,10 +11,10 @@ changes only under ``_state_lock``; the socket is used only outside it.
 
 The thread sends once the flusher ends its pass over a timeline's runs (``handed_over``), not run by run, or once the
 queue is half full, and then every frame queued in one system call (``sendmsg``; TLS one frame a call); a ``flush()``
-sends at once. A recording thread that never
-blocks holds the interpreter lock but when another thread waits a switch interval (5 ms) for it or lets it go: each
-send lets it go, so a thread woken run by run, sending a frame a call, took turns away from the flusher and waited
-5 ms a frame itself, and one thread recording flat out outran both.
+sends at once. A recording thread that never blocks gives the interpreter lock up only when another thread has waited
+a switch interval (5 ms) for it, or when that thread lets it go: each send lets it go. Woken run by run and sending a
+frame a call, this thread took turns away from the flusher and waited 5 ms a frame itself, and one thread recording
+flat out outran both.
 
 Connecting (and the TLS handshake, with ``tls``) blocks this thread for at most ``connect_timeout_s``. ``flush()``
 does not wait for the backoff: it asks for a connection at once, then queues a FLUSH after everything received so far
@@ -326,9 +326,8 @@ class Streamer(SerializedListener):
                 self.dropped_events += len(records) // RECORD_FIELDS
             return
         self._received = True
-        # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run. A
-        # thread sending while the flusher works takes the interpreter lock in turns with it and hands it to the
-        # recording thread at each send, so both fall behind it. The wake-up was the flusher's own send, too.
+        # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see
+        # the module docstring); waking it run by run was a send on the flusher's thread too.
         self._holding = True
         super().receive(track, records)
 

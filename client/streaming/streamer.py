@@ -445,8 +445,8 @@ class Streamer(SerializedListener):
     def _write(self) -> None:
         sock = self._sock
         assert sock is not None
-        # Many frames a system call where the socket takes a list (TLS sends one frame at a time).
-        gathered = 0 if isinstance(sock, ssl.SSLSocket) else _GATHERED_BYTES
+        # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not isinstance(sock, ssl.SSLSocket) else 0
         while self._may_send():
             with self._state_lock:
                 buffers = self._link.buffers_to_send(gathered)

@@ -23,7 +23,10 @@ What it does, and why it is safe to do it this way:
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
 - pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat
   values, a message's flat values), exactly as the Python path would normalise and pack them, and hands every other
-  event's arguments to a Python function that does what the Python path does: the bytes agree either way. */
+  event's arguments to a Python function that does what the Python path does: the bytes agree either way.
+- pack_events() writes a whole EVENTS frame (headers, columns, arguments) in one pass for a run whose events all
+  have those common shapes and text labels, the same bytes as pack_columns() and pack_args() behind frames.py's
+  headers, and gives up (None) at the first event of another shape, for those two to pack the run. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,8 +47,8 @@ What it does, and why it is safe to do it this way:
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *message_type, *traced_type;
-    PyObject *null_scope;       /* the Scope of every scope() that keeps nothing: it holds no state */
+    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
+    PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
@@ -538,7 +541,7 @@ static PyType_Spec core_spec = {
 static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->events == NULL) return Py_NewRef(self); /* keeps nothing (the shared null scope): no clock, no state */
+    if (self->events == NULL) return Py_NewRef(self); /* cleared by the garbage collector: keeps nothing */
     self->entered = now_ns(&self->start_ns) == 0;
     if (!self->entered && count_unrecorded(&self->core->unrecorded) < 0) return NULL;
     return Py_NewRef(self);
@@ -665,6 +668,81 @@ static PyType_Spec scope_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = scope_slots,
 };
+
+/* -- NullScope ---------------------------------------------------------------------------------------------------- */
+
+/* What scope() returns when it keeps nothing (no listener, no buffer): one shared object, whose __enter__ and __exit__
+   are builtin functions bound to it once and kept in its type, not methods. A `with` statement looks both up in the
+   type and calls them: a method would be bound first, a new object for each lookup, two for each `with`. */
+
+static PyObject *
+null_scope_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *
+null_scope_exit(PyObject *Py_UNUSED(self), PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(nargs))
+{
+    Py_RETURN_FALSE; /* keeps nothing: loses nothing, and lets any exception go on */
+}
+
+static PyMethodDef null_scope_enter_def = {"__enter__", (PyCFunction)null_scope_enter, METH_NOARGS, NULL};
+static PyMethodDef null_scope_exit_def = {"__exit__", (PyCFunction)(void (*)(void))null_scope_exit, METH_FASTCALL,
+                                          NULL};
+
+/* The instance, its type, and the type's two functions bound to the instance are a cycle: the collector's to break. */
+static int
+null_scope_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static void
+null_scope_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+static PyType_Slot null_scope_slots[] = {
+    {Py_tp_doc, "What scope() returns when it keeps nothing: a context manager that records nothing."},
+    {Py_tp_dealloc, null_scope_dealloc},
+    {Py_tp_traverse, null_scope_traverse},
+    {0, NULL},
+};
+
+static PyType_Spec null_scope_spec = {
+    .name = "ringtrace.client._speedups.NullScope",
+    .basicsize = sizeof(PyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = null_scope_slots,
+};
+
+/* The one NullScope, with its __enter__ and __exit__ bound to it in its type (see above); NULL on error. */
+static PyObject *
+new_null_scope(PyTypeObject *type)
+{
+    PyObject *scope = PyObject_GC_New(PyObject, type), *enter = NULL, *exit = NULL;
+    if (scope == NULL) return NULL;
+    PyObject_GC_Track(scope);
+    if ((enter = PyCFunction_New(&null_scope_enter_def, scope)) == NULL ||
+        (exit = PyCFunction_New(&null_scope_exit_def, scope)) == NULL ||
+        PyDict_SetItemString(type->tp_dict, "__enter__", enter) < 0 ||
+        PyDict_SetItemString(type->tp_dict, "__exit__", exit) < 0) {
+        Py_XDECREF(enter);
+        Py_XDECREF(exit);
+        Py_DECREF(scope);
+        return NULL;
+    }
+    PyType_Modified(type); /* the type's attribute cache */
+    Py_DECREF(enter);
+    Py_DECREF(exit);
+    return scope;
+}
 
 /* -- Message ------------------------------------------------------------------------------------------------------ */
 
@@ -1145,6 +1223,30 @@ record_value(PyObject *records, Py_ssize_t i, int c)
     return PyList_GET_ITEM(records, index);
 }
 
+/* The value of an int (of any int type) of at most two digits, so within 60 bits: every kind, string id and timestamp
+   the encoder reads, most argument values. 1 when read, 0 for PyLong_AsLongLongAndOverflow to read. A call less for
+   each such int, four an event: read as CPython up to 3.11 lays an int out (digits of PyLong_SHIFT bits, their count
+   signed in ob_size); later versions, whose layout changed, through their own reader of one-digit ints. */
+static inline int
+small_int64(PyObject *value, int64_t *out)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    const digit *digits = ((PyLongObject *)value)->ob_digit;
+    switch (Py_SIZE(value)) {
+    case 0: *out = 0; return 1;
+    case 1: *out = (int64_t)digits[0]; return 1;
+    case -1: *out = -(int64_t)digits[0]; return 1;
+    case 2: *out = (int64_t)digits[0] | ((int64_t)digits[1] << PyLong_SHIFT); return 1;
+    case -2: *out = -((int64_t)digits[0] | ((int64_t)digits[1] << PyLong_SHIFT)); return 1;
+    default: return 0;
+    }
+#else
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)value)) return 0;
+    *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)value);
+    return 1;
+#endif
+}
+
 static int
 as_int64(PyObject *value, const char *column, int64_t *out)
 {
@@ -1152,6 +1254,7 @@ as_int64(PyObject *value, const char *column, int64_t *out)
         PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
         return -1;
     }
+    if (small_int64(value, out)) return 0;
     /* Not PyLong_AsLongLong: it converts values past 2**30 (every timestamp) byte by byte. */
     int overflow;
     long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
@@ -1398,8 +1501,9 @@ pack_flat(Packed *out, PyObject *value)
     else if (value == Py_True) PUT1(p, 0xc3);
     else if (value == Py_False) PUT1(p, 0xc2);
     else if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        int overflow = 0;
+        int64_t small;
+        long long v = small_int64(value, &small) ? small : PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow == 0) {
             if (v == -1 && PyErr_Occurred()) return -1;
             p = put_int(p, v);
@@ -1592,6 +1696,197 @@ done:
     return result;
 }
 
+/* -- pack_events ---------------------------------------------------------------------------------------------------- */
+
+/* A whole EVENTS frame in one pass for a run of the common shapes: what pack_columns and pack_args write, behind the
+   frame's headers (wire/frames.py FRAME_HEADER "<IB" and EVENTS_HEADER "<HHIIQQ"), in one buffer made once. The
+   flusher spends on each event about what the recording call did, so copies and calls per run count here. */
+#define FRAME_HEADER_SIZE 5
+#define EVENTS_HEADER_SIZE 28
+#define FRAME_TYPE_EVENTS 6
+
+/* Bytes put_int writes for v. */
+static inline Py_ssize_t
+int_size(int64_t v)
+{
+    if (v >= 0) return v < 0x80 ? 1 : v < 0x100 ? 2 : v < 0x10000 ? 3 : v < 0x100000000LL ? 5 : 9;
+    return v >= -32 ? 1 : v >= -128 ? 2 : v >= -32768 ? 3 : v >= -2147483648LL ? 5 : 9;
+}
+
+/* Bytes put_array_header writes for n. */
+static inline Py_ssize_t
+array_header_size(Py_ssize_t n)
+{
+    return n < 16 ? 1 : n < 0x10000 ? 3 : 5;
+}
+
+/* v in `size` bytes, little-endian. */
+static inline unsigned char *
+put_le(unsigned char *p, uint64_t v, int size)
+{
+    int i;
+    for (i = 0; i < size; i++) PUT1(p, v >> (8 * i));
+    return p;
+}
+
+/* One event's arguments when they have a common shape (see pack_event_args): 1 when written, 0 when they have another
+   shape (nothing written), -1 on error. Runs no Python code. `last_kind` (a reference) and `last_values` cache whether
+   the last kind seen takes a message's values. */
+static int
+pack_common_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converters, PyObject *values_converter,
+                 PyObject **last_kind, int *last_values)
+{
+    if (args == Py_None) {
+        if (packed_reserve(out, 1) < 0) return -1;
+        out->data[out->size++] = 0xc0;
+        return 1;
+    }
+    if (PyDict_CheckExact(args)) return pack_flat_map(out, args);
+    if (!PyTuple_CheckExact(args)) return 0;
+    if (kind != *last_kind) {
+        /* The kind is an int: its hash and comparison run no Python code. Compared, never dereferenced. */
+        PyObject *converter = PyDict_GetItemWithError(converters, kind);
+        if (converter == NULL && PyErr_Occurred()) return -1;
+        Py_XSETREF(*last_kind, Py_NewRef(kind));
+        *last_values = converter != NULL && converter == values_converter;
+    }
+    return *last_values ? pack_flat_values(out, args) : 0;
+}
+
+static PyObject *
+pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *records, *table, *converters, *values_converter, *result = NULL;
+    PyObject *last_label = NULL, *last_kind = NULL; /* consecutive events mostly share both */
+    int64_t *columns = NULL, *kinds, *names, *starts, *ends, first, last, last_id = 0;
+    long long track_id, max_frame_bytes;
+    Packed packed = {NULL, 0, 0};
+    Py_ssize_t n, i, head_size, body_size;
+    int last_values = 0;
+    unsigned char *p;
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
+        !PyLong_Check(args[4]) || !PyLong_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "pack_events(records: list, table: StringTable, converters: dict, "
+                                         "values_converter, track_id: int, max_frame_bytes: int)");
+        return NULL;
+    }
+    records = args[0];
+    table = args[1];
+    converters = args[2];
+    values_converter = args[3];
+    if ((track_id = PyLong_AsLongLong(args[4])) == -1 && PyErr_Occurred()) return NULL;
+    if ((max_frame_bytes = PyLong_AsLongLong(args[5])) == -1 && PyErr_Occurred()) return NULL;
+    if (track_id < 0 || track_id > 0xFFFFFFFFLL) {
+        PyErr_Format(PyExc_ValueError, "pack_events: track id %lld does not fit 32 bits", track_id);
+        return NULL;
+    }
+    Py_INCREF(records);
+    n = PyList_GET_SIZE(records) / RECORD_FIELDS;
+    if (n == 0 || PyList_GET_SIZE(records) % RECORD_FIELDS != 0 || n > 0xFFFFFFFFLL) {
+        PyErr_Format(PyExc_ValueError, "pack_events: %zd values are not whole events of one frame",
+                     PyList_GET_SIZE(records));
+        goto done;
+    }
+    columns = PyMem_Malloc(sizeof(int64_t) * 4 * n);
+    if (columns == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    kinds = columns;
+    names = columns + n;
+    starts = columns + 2 * n;
+    ends = columns + 3 * n;
+    if (packed_reserve(&packed, 16 * n) < 0) goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *value, *event_args;
+        int written;
+        if ((value = record_value(records, i, 0)) == NULL || as_int64(value, "a kind", &kinds[i]) < 0) goto done;
+        if ((event_args = record_value(records, i, 4)) == NULL) goto done;
+        /* The arguments first, as pack_args before pack_columns: an event of another shape leaves the run to them
+           before its label takes an id. */
+        written = pack_common_args(&packed, value, event_args, converters, values_converter, &last_kind, &last_values);
+        if (written < 0) goto done;
+        if (written == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if ((value = record_value(records, i, 1)) == NULL) goto done;
+        if (value != last_label) {
+            int held;
+            if (!PyUnicode_CheckExact(value)) { /* its __hash__ and __eq__ may run any code: theirs to look up */
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            Py_INCREF(value);
+            held = string_id(table, value, &last_id); /* a miss runs the table's __missing__ */
+            if (held < 0) {
+                Py_DECREF(value);
+                goto done;
+            }
+            Py_XSETREF(last_label, held ? value : NULL);
+            if (!held) Py_DECREF(value);
+        }
+        names[i] = last_id;
+        if ((value = record_value(records, i, 2)) == NULL || as_int64(value, "a start", &starts[i]) < 0) goto done;
+        if ((value = record_value(records, i, 3)) == NULL || as_int64(value, "an end", &ends[i]) < 0) goto done;
+    }
+    first = starts[0];
+    last = ends[0];
+    for (i = 1; i < n; i++) {
+        if (starts[i] < first) first = starts[i];
+        if (ends[i] > last) last = ends[i];
+    }
+    if (first < 0 || last < 0) { /* the header's timestamps are unsigned */
+        PyErr_SetString(PyExc_OverflowError, "pack_events: a timestamp before 0");
+        goto done;
+    }
+    head_size = 1 + 4 * array_header_size(n) + array_header_size(n);
+    for (i = 0; i < n; i++) {
+        int64_t offset, duration;
+        if (__builtin_sub_overflow(ends[i], starts[i], &duration) || __builtin_sub_overflow(starts[i], first, &offset)) {
+            PyErr_SetString(PyExc_OverflowError, "pack_events: an offset or duration does not fit 64 bits");
+            goto done;
+        }
+        head_size += int_size(kinds[i]) + int_size(names[i]) + int_size(offset) + int_size(duration);
+    }
+    body_size = EVENTS_HEADER_SIZE + head_size + packed.size;
+    if (FRAME_HEADER_SIZE + body_size > max_frame_bytes || body_size > 0xFFFFFFFFLL) {
+        PyErr_Format(PyExc_ValueError, "pack_events: a frame of %zd bytes is past %lld", FRAME_HEADER_SIZE + body_size,
+                     max_frame_bytes);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, FRAME_HEADER_SIZE + body_size);
+    if (result == NULL) goto done;
+    p = (unsigned char *)PyBytes_AS_STRING(result);
+    p = put_le(p, (uint64_t)body_size, 4);
+    PUT1(p, FRAME_TYPE_EVENTS);
+    p = put_le(p, EVENTS_HEADER_SIZE, 2);
+    p = put_le(p, 0, 2); /* flags */
+    p = put_le(p, (uint64_t)track_id, 4);
+    p = put_le(p, (uint64_t)n, 4);
+    p = put_le(p, (uint64_t)first, 8);
+    p = put_le(p, (uint64_t)last, 8);
+    p = put_array_header(p, 5);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, kinds[i]);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, names[i]);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, starts[i] - first);
+    p = put_array_header(p, n);
+    for (i = 0; i < n; i++) p = put_int(p, ends[i] - starts[i]);
+    p = put_array_header(p, n);
+    memcpy(p, packed.data, (size_t)packed.size);
+    assert(p + packed.size == (unsigned char *)PyBytes_AS_STRING(result) + PyBytes_GET_SIZE(result));
+done:
+    PyMem_Free(columns);
+    PyMem_Free(packed.data);
+    Py_XDECREF(last_label);
+    Py_XDECREF(last_kind);
+    Py_DECREF(records);
+    return result;
+}
+
 /* -- module --------------------------------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -1618,6 +1913,9 @@ static PyMethodDef module_methods[] = {
      "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
     {"pack_args", (PyCFunction)(void (*)(void))pack_args, METH_FASTCALL,
      "pack_args(records, converters, values_converter, pack_other) -> (args column or None, events left out)."},
+    {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
+     "pack_events(records, table, converters, values_converter, track_id, max_frame_bytes) -> an EVENTS frame, or "
+     "None for a run with arguments or labels of other shapes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1627,6 +1925,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     ModuleState *state = PyModule_GetState(module);
     Py_VISIT(state->recorder_core_type);
     Py_VISIT(state->scope_type);
+    Py_VISIT(state->null_scope_type);
     Py_VISIT(state->message_type);
     Py_VISIT(state->traced_type);
     Py_VISIT(state->null_scope);
@@ -1644,6 +1943,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->recorder_core_type);
     Py_CLEAR(state->null_scope);
     Py_CLEAR(state->scope_type);
+    Py_CLEAR(state->null_scope_type);
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->traced_type);
     Py_CLEAR(state->get_running_loop);
@@ -1688,19 +1988,13 @@ module_exec(PyObject *module)
     ModuleState *state = PyModule_GetState(module);
     if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
+        (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
         (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
         (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
-    Scope *null_scope = PyObject_GC_New(Scope, state->scope_type);
-    if (null_scope == NULL) return -1;
-    null_scope->events = null_scope->label = null_scope->args = NULL;
-    null_scope->core = NULL;
-    null_scope->start_ns = 0;
-    null_scope->entered = 0;
-    PyObject_GC_Track(null_scope);
-    state->null_scope = (PyObject *)null_scope;
+    if ((state->null_scope = new_null_scope(state->null_scope_type)) == NULL) return -1;
     state->str_thread_events = PyUnicode_InternFromString("_thread_events");
     state->str_task_events = PyUnicode_InternFromString("_task_events");
     state->str_exception = PyUnicode_InternFromString("exception");

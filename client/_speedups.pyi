@@ -53,6 +53,15 @@ def pack_args(
     pack_other: Callable[[Any, Any], bytes | None],
     /,
 ) -> tuple[bytes | None, list[int]]: ...
+def pack_events(
+    records: list[Any],
+    table: StringTable,
+    converters: dict[int, Callable[[Any], tuple[list[Any], int]]],
+    values_converter: Callable[[Any], tuple[list[Any], int]],
+    track_id: int,
+    max_frame_bytes: int,
+    /,
+) -> bytes | None: ...
 
 MAX_ARG_ITEMS: int
 MAX_ARG_TEXT: int

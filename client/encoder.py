@@ -7,7 +7,9 @@ events so that no single C call holds the interpreter long enough to stall a rec
 microseconds each). Argument maps are normalised on the way (``model.normalise_args``) so that anything a user
 passes is carried, clipped with a mark if it must be, and never costs another event. With the accelerator the
 arguments of the common shapes (none, maps of text keys and flat values, messages' flat values) are packed in C,
-which leaves the rest to ``_packed_args``: the same bytes as the pure-Python path either way.
+which leaves the rest to ``_packed_args``: the same bytes as the pure-Python path either way. A run whose events all
+have those shapes (the usual case) is packed into its whole frame in one C pass (``pack_events``): one call and one
+copy a run, so that the flusher keeps up with a thread that does nothing but record.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ _FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
 
 _pack_columns = None if speedups is None else speedups.pack_columns
 _pack_args = None if speedups is None else speedups.pack_args
+_pack_events = None if speedups is None else speedups.pack_events
 #: Kinds per SCHEMA frame.
 _KINDS_PER_SCHEMA: Final = 32
 
@@ -404,13 +407,20 @@ class StreamEncoder:
         they have the common shapes, the rest through ``_packed_args``; raises where ``_pack`` would adapt.
 
         The arguments go first, as ``_with_typed_values`` does: an event left out never names a string."""
-        assert _pack_columns is not None and _pack_args is not None
-        packed_args, rejected = _pack_args(records, self.registry.converters, normalise_values, self._packed_args)
+        assert _pack_columns is not None and _pack_args is not None and _pack_events is not None
+        table = self.strings
+        overflowed = table.overflowed
+        converters = self.registry.converters
+        frame = _pack_events(records, table, converters, normalise_values, track_id, self.max_frame_bytes)
+        if frame is not None:  # the common shapes, the whole frame in one pass
+            return frame, len(records) // RECORD_FIELDS
+        table.overflowed = overflowed  # the labels looked up before it gave up are looked up again below
+        packed_args, rejected = _pack_args(records, converters, normalise_values, self._packed_args)
         if rejected:
             records = _without(records, rejected)
             if not records:
                 return None
-        head, first_ns, last_ns, arg_maps = _pack_columns(records, self.strings)
+        head, first_ns, last_ns, arg_maps = _pack_columns(records, table)
         assert (arg_maps is None) == (packed_args is None)
         payload = head if packed_args is None else head + packed_args
         count = len(records) // RECORD_FIELDS

@@ -7,7 +7,9 @@ track's events in runs, and each listener ``receive``s each run (a streamer enco
 writes it, a memory listener keeps it); then the tracks that ended are ``retire``d. Sweeps hold ``_sweep_lock``, so
 that a ``flush()`` on any thread can sweep its timeline itself, at once, without waiting for the thread to wake; the
 thread and such callers take turns. Between runs the sweeping thread sleeps for zero seconds, which hands the
-interpreter to recording threads so that none waits behind a long sweep. A sweep given a deadline (``flush`` and
+interpreter to recording threads so that none waits behind a long sweep, unless a thread outruns the flusher
+(``_behind``). Listeners that have a ``handed_over`` (the streamer) are told when a pass over a timeline's runs ends,
+so that they send what they queued then, in one go. A sweep given a deadline (``flush`` and
 ``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
 first, so that order is kept and nothing is dropped on the way.
 
@@ -223,6 +225,19 @@ class Flusher:
         ended: list[TrackInfo],
         deadline: float | None,
     ) -> bool:
+        try:
+            return self._hand_over_runs(timeline, listeners, runs, ended, deadline)
+        finally:
+            _handed_over(listeners)
+
+    def _hand_over_runs(
+        self,
+        timeline: Sweepable,
+        listeners: tuple[Any, ...],
+        runs: list[tuple[TrackInfo, list[Any]]],
+        ended: list[TrackInfo],
+        deadline: float | None,
+    ) -> bool:
         # The listeners of the moment the runs were drained: a listener removed since still gets what it was due.
         # Each ended track is retired right after its last run, so that a stream never holds many ended tracks.
         last_run = {track.track_id: i for i, (track, _) in enumerate(runs)}
@@ -278,6 +293,12 @@ class Flusher:
             except Exception:  # one broken listener must not leave the others with the parent's state
                 log.exception("ringtrace: a timeline could not be reset after fork; it records nothing in the child")
                 self._timelines.pop(key, None)
+
+
+def _handed_over(listeners: tuple[Any, ...]) -> None:
+    """Tell the listeners that have a ``handed_over`` (the streamer) that a pass over a timeline's runs ended: what it
+    sends, it sends now rather than run by run (each send lets the recording threads take the interpreter lock)."""
+    _call(tuple(listener for listener in listeners if hasattr(listener, "handed_over")), "handed_over")
 
 
 def _call(listeners: tuple[Any, ...], method: str, *args: Any) -> None:

@@ -246,6 +246,11 @@ class Link:
         return self._acks.unacknowledged_at_flush
 
     @property
+    def queue_half_full(self) -> bool:
+        """The queued frames take half of ``max_queue_bytes`` or more."""
+        return self._queue.queued_bytes * 2 >= self._queue.max_bytes
+
+    @property
     def wants_to_write(self) -> bool:
         return self._queue.sending or (self.welcomed and bool(self._queue))
 
@@ -343,8 +348,13 @@ class Link:
         """The bytes to send next (the same until ``sent`` says they went), or None."""
         return self._queue.next_bytes(welcomed=self.welcomed)
 
+    def buffers_to_send(self, max_bytes: int) -> list[memoryview]:
+        """``data_to_send`` and the frames queued behind it, up to ``max_bytes`` in all, for one gathered send (an
+        empty list: nothing to send)."""
+        return self._queue.next_buffers(welcomed=self.welcomed, max_bytes=max_bytes)
+
     def sent(self, size: int, now: float) -> None:
-        """``size`` bytes of ``data_to_send`` went out."""
+        """``size`` bytes of ``data_to_send`` (or of ``buffers_to_send``) went out."""
         self._delivery.sent(size, now)
 
     def received(self, data: bytes, now: float) -> list[Action]:

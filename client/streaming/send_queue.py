@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
@@ -29,6 +30,8 @@ from ringtrace.client.wire.model import TrackInfo
 
 __all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]
 
+#: Frames one gathered send takes at most (well under any system's IOV_MAX).
+_GATHERED_FRAMES = 256
 #: A frame kept for a new connection: its bytes, its events (0: a control frame), the string table epoch it needs.
 Kept = tuple[bytes, int, int]
 
@@ -159,16 +162,41 @@ class SendQueue:
             self._out, self._out_events = memoryview(frame), count
         return self._out
 
+    def next_buffers(self, *, welcomed: bool, max_bytes: int) -> list[memoryview]:
+        """``next_bytes`` and, welcomed, the queued frames behind it, up to ``max_bytes`` in all (the first whatever
+        its size): for one gathered send, since each send lets the recording threads take the interpreter lock, which
+        the sending thread may then wait a switch interval to get back. ``sent`` says how many bytes went."""
+        first = self.next_bytes(welcomed=welcomed)
+        if first is None:
+            return []
+        buffers = [first]
+        if welcomed:
+            size = len(first)
+            for frame, _ in islice(self._items, _GATHERED_FRAMES - 1):
+                size += len(frame)
+                if size > max_bytes:
+                    break
+                buffers.append(memoryview(frame))
+        return buffers
+
     def sent(self, size: int) -> bool:
-        """``size`` bytes of ``next_bytes`` went out; True when they ended a frame."""
-        out = self._out
-        assert out is not None
-        if size < len(out):
-            self._out = out[size:]
-            return False
-        self._counters.sent_events += self._out_events
-        self._out, self._out_events = None, 0
-        return True
+        """``size`` bytes of ``next_bytes`` (or of ``next_buffers``: they may end several frames) went out; True when
+        they ended a frame."""
+        ended = False
+        while True:
+            out = self._out
+            assert out is not None
+            if size < len(out):
+                self._out = out[size:]
+                return ended
+            size -= len(out)
+            self._counters.sent_events += self._out_events
+            self._out, self._out_events = None, 0
+            ended = True
+            # The frames gathered behind it are the queue's first ones (frames are only ever added at its end); a
+            # queue thrown away meanwhile (closing) leaves nothing more to count.
+            if not size or self.next_bytes(welcomed=True) is None:
+                return ended
 
     def cut(self) -> None:
         """The connection broke: the frame going out is lost (counted), and control frames are dropped (the next

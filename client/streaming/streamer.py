@@ -9,6 +9,13 @@ owns the socket: a select loop over a non-blocking socket and a wake-up socket p
 and what the socket did, and carries out the actions it answers with. The link is shared with the other threads; it
 changes only under ``_state_lock``; the socket is used only outside it.
 
+The thread sends once the flusher ends its pass over a timeline's runs (``handed_over``), not run by run, or once the
+queue is half full, and then every frame queued in one system call (``sendmsg``; TLS one frame a call); a ``flush()``
+sends at once. A recording thread that never blocks gives the interpreter lock up only when another thread has waited
+a switch interval (5 ms) for it, or when that thread lets it go: each send lets it go. Woken run by run and sending a
+frame a call, this thread took turns away from the flusher and waited 5 ms a frame itself, and one thread recording
+flat out outran both.
+
 Connecting (and the TLS handshake, with ``tls``) blocks this thread for at most ``connect_timeout_s``. ``flush()``
 does not wait for the backoff: it asks for a connection at once, then queues a FLUSH after everything received so far
 and waits, within its timeout, for the collector's FLUSH_ACK, which the collector sends once it has stored everything
@@ -55,6 +62,9 @@ __all__ = ["Streamer"]
 
 log = logging.getLogger("ringtrace.client")
 
+#: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
+#: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
+_GATHERED_BYTES = 4 << 20
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -184,6 +194,10 @@ class Streamer(SerializedListener):
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
 
+        #: The flusher is handing over runs (see ``receive``).
+        self._holding = False
+        #: A wake-up byte is on its way to the streamer thread: another one would not wake it sooner.
+        self._wake_pending = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -241,6 +255,7 @@ class Streamer(SerializedListener):
             if self._stopping or not self._thread.is_alive():
                 return False
             self._waiters[self._link.request_flush(deadline)] = waiter
+        self._holding = False  # everything received goes now
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
         return waiter.ok
@@ -297,6 +312,9 @@ class Streamer(SerializedListener):
         return Streamer(self.address_text, self.options, self._sweep_all)
 
     def _wake(self) -> None:
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         with contextlib.suppress(OSError):  # the pair is full (a wake-up is pending anyway) or closed
             self._wake_w.send(b"\0")
 
@@ -308,6 +326,9 @@ class Streamer(SerializedListener):
                 self.dropped_events += len(records) // RECORD_FIELDS
             return
         self._received = True
+        # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see
+        # the module docstring); waking it run by run was a send on the flusher's thread too.
+        self._holding = True
         super().receive(track, records)
 
     def retire(self, track: TrackInfo) -> None:
@@ -320,7 +341,17 @@ class Streamer(SerializedListener):
             self._link.discard(batch)
             return
         self._link.enqueue(batch, time.monotonic())
+        if self._may_send():
+            self._wake()
+
+    def handed_over(self) -> None:
+        """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
+        self._holding = False
         self._wake()
+
+    def _may_send(self) -> bool:
+        """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""
+        return not self._holding or self._link.queue_half_full
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
@@ -349,7 +380,7 @@ class Streamer(SerializedListener):
             if self._sock is not None:
                 self._write()
             with self._state_lock:
-                deadline, writable = self._link.next_deadline(), self._link.wants_to_write
+                deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
 
     def _perform(self, actions: list[Action]) -> None:
@@ -414,13 +445,15 @@ class Streamer(SerializedListener):
     def _write(self) -> None:
         sock = self._sock
         assert sock is not None
-        while True:
+        # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not isinstance(sock, ssl.SSLSocket) else 0
+        while self._may_send():
             with self._state_lock:
-                data = self._link.data_to_send()
-            if data is None:
+                buffers = self._link.buffers_to_send(gathered)
+            if not buffers:
                 return
             try:
-                sent = sock.send(data)
+                sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
             except _WOULD_BLOCK:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
                 return
             except OSError as exc:
@@ -438,6 +471,9 @@ class Streamer(SerializedListener):
                 with contextlib.suppress(BlockingIOError):
                     while self._wake_r.recv(4096):
                         pass
+                # After the bytes are read, never before: a wake-up asked for meanwhile would be read with them and
+                # leave the flag set with no byte on its way, and no wake-up asked for would be sent again.
+                self._wake_pending = False
             elif mask & selectors.EVENT_READ:
                 self._read()
 

@@ -16,6 +16,7 @@ import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import Streamer, StreamerOptions, Timeline
 from ringtrace.client.wire.frames import PREAMBLE
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
@@ -189,6 +190,30 @@ def test_flush_is_not_true_when_events_recorded_before_it_were_dropped(collector
         assert wait_until(lambda: reported() >= 100) and reported() == 100  # the drop reached the collector
     finally:
         timeline.close(timeout_s=0)
+
+
+def test_what_the_flusher_hands_over_is_sent_when_its_pass_ends_or_the_queue_is_half_full(
+    collector: CollectorProcess,
+) -> None:
+    """The streamer sends between the flusher's passes (``handed_over``), in as few system calls as it can; a pass
+    that fills half the queue (many threads' runs) is sent on the way, so that the queue does not fill for it."""
+    streamer = Streamer(collector.tcp_address, StreamerOptions(max_queue_bytes=256 * 1024))
+    track = TrackInfo(1, THREAD_TRACK, "main", threading.get_native_id())
+    try:
+        assert streamer.flush(timeout_s=30)  # connected and welcomed
+        for run in range(4):  # a pass, as the flusher makes it: a run at a time
+            stamps = range(run * 100, run * 100 + 100)
+            streamer.receive(track, [v for ts in stamps for v in (INSTANT, "pass", ts, ts, None)])
+        streamer.handed_over()
+        collector.wait_for_stored(400)
+        for run in range(16):  # a pass that fills more than half the queue (about 12 KiB a run): sent on the way
+            streamer.receive(track, [v for i in range(1000) for v in (INSTANT, "long pass", i, i, {"run": run})])
+        collector.wait_for_stored(400 + 1000)  # some of it before the pass ends (down to half the queue)
+        streamer.handed_over()
+        collector.wait_for_stored(400 + 16_000)
+        assert streamer.dropped_events == 0
+    finally:
+        streamer.close(timeout_s=5)
 
 
 # -- connect() to another collector, fork ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import gc
+import itertools
 import os
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ from ringtrace.client.wire.model import (
     THREAD_TRACK,
     StringTable,
     TrackInfo,
+    normalise_values,
     safe_str,
 )
 from ringtrace.collector.ingest.scan import _scan_events_py
@@ -233,7 +235,12 @@ class Colour(enum.IntEnum):
 #: Where the packing of a length or a number changes form, and where the Python path starts to clip.
 LENGTHS = [0, 1, 31, 32, 255, 256, 999, 1000, 1001, 65_535, 65_536, 65_537]
 INT_EDGES = [
-    *(sign * 2**bits + delta for bits in (5, 7, 8, 15, 16, 31, 32, 63, 64) for sign in (1, -1) for delta in (-1, 0, 1)),
+    *(
+        sign * 2**bits + delta
+        for bits in (5, 7, 8, 15, 16, 30, 31, 32, 60, 63, 64)
+        for sign in (1, -1)
+        for delta in (-1, 0, 1)
+    ),
 ]
 
 
@@ -479,6 +486,123 @@ def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice(monkeypatch:
     accelerated = encoder_frames(records, True, monkeypatch)
     assert accelerated == encoder_frames(records, False, monkeypatch)
     assert accelerated[3:] == (1, 0, 1)  # clipped, overflowed, rejected
+
+
+# -- pack_events: a whole EVENTS frame of the common shapes in one pass -----------------------------------------------
+
+_common_events = st.one_of(
+    st.builds(
+        lambda args: (INSTANT, "x", 3, 3, args), st.none() | st.dictionaries(st.text(max_size=4), _flat, max_size=4)
+    ),
+    st.builds(
+        lambda label, start, length: (SPAN, label, start, start + length, None),
+        st.sampled_from(["op", "other", "é", "x" * 40]),
+        st.integers(0, 2**62),
+        st.integers(0, 2**33),
+    ),
+    st.builds(_message_event, st.lists(_flat, max_size=6).map(tuple)),
+)
+
+
+def pack_events(records: list[Any], max_frame_bytes: int = BIG_FRAMES, table: StringTable | None = None) -> Any:
+    assert speedups is not None
+    converters = StreamEncoder().registry.converters
+    table = StringTable(100) if table is None else table  # an empty table is falsy
+    return speedups.pack_events(records, table, converters, normalise_values, 3, max_frame_bytes)
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=300)
+@given(st.lists(_common_events, min_size=1, max_size=50))
+def test_a_run_of_the_common_shapes_is_packed_in_one_pass_to_the_frame_the_python_path_writes(
+    run: list[tuple[Any, ...]],
+) -> None:
+    records = [value for event in run for value in event]
+    frame = pack_events(records)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        python = encoder_frames(records, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        assert same_frames(records, monkeypatch)
+    if frame is not None:  # not given up on (a value past the limits, text UTF-8 cannot encode)
+        assert python[1] == [(frame, len(run))]
+    plain = [v for event in run if not isinstance(event[4], tuple | dict) for v in event]
+    assert not plain or pack_events(plain) is not None
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    "odd",
+    [
+        (INSTANT, Unhashable(), 1, 1, None),  # a label that is not text
+        (INSTANT, OddText("odd"), 1, 1, None),
+        (INSTANT, "x", 1, 1, {"deep": nested(2)}),  # arguments of another shape
+        (INSTANT, "x", 1, 1, OddMap(a=1)),
+        (INSTANT, "x", 1, 1, {"big": huge_int()}),
+        (INSTANT, "x", 1, 1, {"text": "\udc80"}),
+        (INSTANT, "x", 1, 1, (1, 2)),  # values for a kind that takes a map
+        (Packet.kind.id, "Packet", 6, 6, Packet(size=1, proto="udp")),
+        _message_event(([1], 2)),
+    ],
+    ids=[
+        "object-label",
+        "text-subclass-label",
+        "nested",
+        "map-subclass",
+        "huge-int",
+        "surrogate",
+        "values",
+        "typed",
+        "nested-values",
+    ],
+)
+def test_pack_events_leaves_a_run_with_another_shape_to_the_two_pass_path(
+    odd: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [*(INSTANT, "before", 1, 1, {"a": 1}), *odd, *(INSTANT, "after", 2, 2, None)]
+    assert pack_events(list(records)) is None
+    assert same_frames(records, monkeypatch)
+
+
+@needs_speedups
+@pytest.mark.parametrize(
+    ("records", "frame_bytes", "error"),
+    [
+        ([SPAN, "op", 1, 2], BIG_FRAMES, ValueError),  # not whole events
+        ([], BIG_FRAMES, ValueError),  # no events
+        ([SPAN, "op", "1", 2, None], BIG_FRAMES, TypeError),  # a start that is not an int
+        ([True, "op", 1, 2, None], BIG_FRAMES, TypeError),  # a kind that is a bool
+        ([SPAN, "op", 1, 2**64, None], BIG_FRAMES, OverflowError),  # past 64 bits
+        ([SPAN, "op", -5, 2, None], BIG_FRAMES, OverflowError),  # the header's timestamps are unsigned
+        ([SPAN, "op", 2**63 - 1, 2**63 - 1, None, SPAN, "op", -(2**63), 0, None], BIG_FRAMES, OverflowError),
+        ([SPAN, "op", 1, 2, {"pad": "x" * 100}], 100, ValueError),  # past max_frame_bytes
+    ],
+)
+def test_pack_events_refuses_what_the_python_path_refuses_or_splits(
+    records: list[Any], frame_bytes: int, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        pack_events(records, frame_bytes)
+
+
+@needs_speedups
+def test_pack_events_refuses_bad_arguments() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 3)
+    with pytest.raises(ValueError, match="track id"):
+        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 2**32, BIG_FRAMES)
+
+
+@needs_speedups
+def test_pack_events_stops_when_the_string_table_takes_the_records() -> None:
+    records = [value for i in range(4) for value in (SPAN, f"op {i}", 1, 2, None)]
+
+    class Taking(StringTable):
+        def __missing__(self, label: object) -> int:
+            records.clear()  # Python code runs on a miss: another thread could take the run meanwhile
+            return super().__missing__(label)
+
+    with pytest.raises(RuntimeError, match="records changed"):
+        pack_events(records, table=Taking(100))
 
 
 # -- take_runs: a buffer's first values, moved into runs --------------------------------------------------------------
@@ -736,6 +860,52 @@ def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypat
     assert tl.flush()
     assert [event.name for event in listener.events][-1] == "second"
     tl.close()
+
+
+def test_a_scope_that_keeps_nothing_behaves_as_a_scope_that_records() -> None:
+    """No listener yet: what ``scope()`` gives records nothing, even when a listener comes before it exits (as in
+    pure Python), binds itself with ``as``, and lets exceptions through; called by hand too."""
+    tl = Timeline("unobserved")
+    with tl.scope("before") as scope:
+        listener = MemoryListener()
+        tl.add_listener(listener)
+    with pytest.raises(KeyError), tl.scope("after"):
+        raise KeyError("x")
+    assert scope.__enter__() is scope and not scope.__exit__(KeyError, KeyError("y"), None)
+    assert tl.flush()
+    assert [(event.name, event.args) for event in listener.events] == [("after", {"exception": "KeyError"})]
+    tl.close()
+
+
+@needs_speedups
+def test_a_with_statement_on_a_scope_that_keeps_nothing_makes_no_object() -> None:
+    """Its ``__enter__`` and ``__exit__`` are functions of its own, not methods bound at each ``with``: an empty
+    function call's cost or about, where binding two methods made it cost 3x."""
+    import tracemalloc
+
+    scope = Timeline("unobserved").scope
+
+    def scopes() -> None:
+        for _ in itertools.repeat(None, 100):
+            with scope("work"):
+                pass
+
+    def empty() -> None:  # what the loop itself makes (its iterator)
+        for _ in itertools.repeat(None, 100):
+            pass
+
+    def made(loop: Callable[[], None]) -> int:
+        loop()  # anything made once (caches) is made before the count
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            current, _ = tracemalloc.get_traced_memory()
+            loop()
+            return tracemalloc.get_traced_memory()[1] - current
+        finally:
+            tracemalloc.stop()
+
+    assert made(scopes) == made(empty)
 
 
 def test_a_scope_exited_without_being_entered_records_nothing() -> None:

@@ -312,6 +312,41 @@ def test_a_frame_cut_short_by_a_break_is_dropped_and_counted() -> None:
     assert link.counters.sent_events == 1
 
 
+def test_frames_queued_behind_each_other_go_out_in_one_gathered_send_within_its_bytes() -> None:
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, "a"), now=0.1)
+    peer.read(0.1)
+    frames = [events(encoder, *["a"] * count) for count in (1, 2, 3, 4)]  # EVENTS frames alone: known labels
+    for batch in frames:
+        link.enqueue(batch, now=0.2)
+    sizes = [len(frame) for batch in frames for frame, _ in batch.events]
+    assert [len(buffer) for buffer in link.buffers_to_send(sum(sizes[:3]))] == sizes[:3]  # the fourth is past it
+    buffers = link.buffers_to_send(sum(sizes))
+    assert [len(buffer) for buffer in buffers] == sizes
+    data = b"".join(bytes(buffer) for buffer in buffers)
+    link.sent(sizes[0] + sizes[1] + 1, 0.2)  # two frames and a byte of the third went out
+    assert link.counters.sent_events == 1 + 1 + 2 and link.queued_events == 3 + 4
+    assert [len(buffer) for buffer in link.buffers_to_send(0)] == [sizes[2] - 1]  # the rest of the third, alone
+    rest = link.buffers_to_send(1 << 20)
+    assert [len(buffer) for buffer in rest] == [sizes[2] - 1, sizes[3]]
+    link.sent(sum(len(buffer) for buffer in rest), 0.3)
+    assert link.counters.sent_events == 1 + 1 + 2 + 3 + 4 and link.queued_events == 0
+    assert link.buffers_to_send(1 << 20) == []
+    peer.reader.receive_data(data)
+    assert [frame.count for frame in peer.reader if isinstance(frame, Events)] == [1, 2, 3, 4]
+
+
+def test_a_gathered_send_before_the_welcome_is_the_hello_alone() -> None:
+    link, encoder = make_link()
+    link.enqueue(events(encoder, "early"), now=0.0)
+    Peer(link).connect(0.0)
+    buffers = link.buffers_to_send(1 << 20)
+    assert len(buffers) == 1 and bytes(buffers[0]).startswith(preamble())
+
+
 def test_events_sent_and_never_acknowledged_make_the_flush_waiting_false_on_the_next_connection() -> None:
     link, encoder = make_link()
     peer = Peer(link)

@@ -843,6 +843,29 @@ def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:
     timeline.close()
 
 
+def test_a_listener_that_asks_is_told_when_a_pass_over_the_runs_ends_even_out_of_time() -> None:
+    calls: list[str] = []
+
+    class Told(MemoryListener):
+        def receive(self, track: TrackInfo, records: list[Any]) -> None:
+            calls.append("receive")
+            super().receive(track, records)
+
+        def handed_over(self) -> None:
+            calls.append("handed_over")
+
+    timeline = Timeline("told", [Told(), MemoryListener()])  # one that does not ask is left as it is
+    with FLUSHER.sweeping():
+        for i in range(50_000):  # several runs
+            timeline.instant("e", i=i)
+        assert timeline.flush(timeout_s=0) is False  # out of time at once: carried over, and said
+        assert calls == ["handed_over"]
+    assert timeline.flush(timeout_s=30)
+    assert calls[-1] == "handed_over"
+    assert 1 < calls.count("handed_over") < calls.count("receive")  # once a pass, not run by run
+    timeline.close()
+
+
 def test_closing_one_timeline_keeps_a_listener_another_one_uses() -> None:
     shared = MemoryListener()
     first, second = Timeline("first", [shared]), Timeline("second", [shared])

@@ -813,6 +813,7 @@ def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str
     FLUSHER.interval_s = 3600.0
     try:
         timeline.instant("sync")
+        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
         wait_until(lambda: len(memory.events) == 1)  # swept by the flusher, which now waits an hour
         for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
             _record(call, timeline, i, [])

@@ -30,7 +30,7 @@ from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Recovered
 
-__all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file"]
+__all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file", "read_stream"]
 
 #: What decoding a file may meet: anything a collector could have stored.
 FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
@@ -112,6 +112,16 @@ def _converted(file: Path, data: bytes, other: dict[str, object]) -> tuple[bytes
         for n, recording in enumerate(foreign)
     )
     return data, foreign
+
+
+def read_stream(data: bytes, seq: int) -> tuple[Recovered | None, str | None]:
+    """One stream (a segment: preamble, session frames, EVENTS frames) as segment ``seq`` to adopt into a store
+    (None: it holds no HELLO), and why reading it stopped early (None: it did not)."""
+    stream, _, error = _stream(memoryview(data), 0)
+    if stream.hello is None:
+        return None, error or "no HELLO frame"
+    buffer = bytearray(stream.data + bytes(INDEX_ENTRY.size * len(stream.entries)))
+    return Recovered(seq, buffer, len(stream.data), stream.hello, stream.entries, stream.stats, error), error
 
 
 def _stored(streams: list[_Stream]) -> tuple[Store, Registry, int]:

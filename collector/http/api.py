@@ -92,11 +92,16 @@ class CollectorAPI(Protocol):
 
     tails_running: int
 
-    async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
+    async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView: ...
 
     def health(self) -> dict[str, Any]: ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    async def fleet_stats(self) -> dict[str, Any]: ...
+
+    @property
+    def fleet_wide(self) -> bool: ...
 
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
 
@@ -192,7 +197,7 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 
 async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
-    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s)
+    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s, query.filter)
     chunks = _WRITERS[query.format](view, query.filter)
     response, _ = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
     return response
@@ -202,6 +207,7 @@ async def pop(request: web.Request) -> web.StreamResponse:
     """What the processes selected hold, as Chrome JSON, removed from the store (Gecko's PopMarkers): markers and
     source activity not ended stay for the next pop, which shows them with their ends."""
     collector = request.app[COLLECTOR]
+    _not_fleet_wide(collector, "POST /pop")
     try:
         query = parse_snapshot_query(
             await _post_params(request),
@@ -293,7 +299,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     _check_params(request.query, set())
-    return _json(request.app[COLLECTOR].stats())
+    collector = request.app[COLLECTOR]
+    document = collector.stats()
+    document.update(await collector.fleet_stats())
+    return _json(document)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -323,7 +332,14 @@ async def set_priority(request: web.Request) -> web.Response:
     return _json({"priority": priority, "processes": [_named(p) for p in reached]})
 
 
+def _not_fleet_wide(collector: CollectorAPI, what: str) -> None:
+    """``--jetstream`` serves snapshots, ``/sources`` and ``/stats`` from the stream; not yet ``what``."""
+    if collector.fleet_wide:
+        raise web.HTTPNotImplemented(text=f"{what} is not served from a JetStream stream yet (--jetstream)\n")
+
+
 async def clear(request: web.Request) -> web.Response:
+    _not_fleet_wide(request.app[COLLECTOR], "POST /clear")
     selected, _ = _process_params(await _post_params(request))
     processes, removed = request.app[COLLECTOR].clear(selected)
     return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
@@ -344,6 +360,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
     ``end`` event when the collector stops (``export/live_tail.py``)."""
     collector = request.app[COLLECTOR]
+    _not_fleet_wide(collector, "GET /stream")
     tail = _new_tail(request)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -276,6 +276,18 @@ class SegmentWriter:
         """``Store.sync_job`` for this stream."""
         return self._store.sync_job(self.stream)
 
+    def seal(self, opened_before_ns: int | None = None) -> None:
+        """Seal the stream's open segment now, if it holds events (and was opened before ``opened_before_ns``): the
+        reader reads into its own buffer again, and the next frame opens another segment. For JetStream, which
+        publishes what is sealed, and ``--max-age``, which removes what was sealed long enough ago."""
+        segment = self.stream.segment
+        if segment is None or segment.entries == 0:
+            return
+        if opened_before_ns is not None and segment.written_ns >= opened_before_ns:
+            return
+        self.end_direct()
+        self._store.end_segment(self.stream)
+
     def close(self) -> int:
         """The connection ended: the stream closes (what it stored stays); returns the bytes its tables were
         charged."""

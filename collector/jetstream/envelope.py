@@ -1,0 +1,96 @@
+"""A JetStream message of a ringtrace stream: one sealed segment's bytes (its session frames, then EVENTS frames: a
+stream in the wire format, readable alone) and headers saying whose it is, what time it spans and what its process
+received and lost so far.
+
+Accounting across collectors: a collector cannot see what the stream's limits removed, nor the counts of processes
+connected to other collectors. So each message carries, per track, its process's running counts *on the collector
+that published it* (``Ringtrace-Counts``): events and bytes handed to the stream (received, less what is still in an
+open segment), capped and discarded. A reader takes, per (collector, process), the counts of the newest message it
+reads (``Ringtrace-Seq``), sums them over collectors, and what the stream holds of the process is stored; what it was
+handed but no longer holds was removed by the stream's limits (``max_bytes``, ``max_age``): overwritten. So received
+= stored + overwritten + capped + discarded holds per track, per process and fleet-wide.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
+
+__all__ = [
+    "COLLECTOR",
+    "COUNTS",
+    "EVENTS",
+    "FIRST_NS",
+    "LAST_NS",
+    "MSG_ID",
+    "PROCESS",
+    "SEQ",
+    "Envelope",
+    "counts_header",
+    "segment_span",
+]
+
+MSG_ID: Final = "Nats-Msg-Id"
+COLLECTOR: Final = "Ringtrace-Collector"
+SEQ: Final = "Ringtrace-Seq"
+PROCESS: Final = "Ringtrace-Process"
+EVENTS: Final = "Ringtrace-Events"
+FIRST_NS: Final = "Ringtrace-First-Ns"
+LAST_NS: Final = "Ringtrace-Last-Ns"
+COUNTS: Final = "Ringtrace-Counts"
+
+
+def segment_span(segment: Segment) -> tuple[int, int]:
+    """The first and last timestamp (the client's monotonic ns) of the segment's EVENTS frames, by its index."""
+    first, last = 2**64, 0
+    with memoryview(segment.buffer) as view:
+        top = segment.size - INDEX_ENTRY.size * segment.entries
+        for _, _, _, _, first_ts, last_ts in INDEX_ENTRY.iter_unpack(view[top : segment.size]):
+            first, last = min(first, first_ts), max(last, last_ts)
+    return (first, last) if segment.entries else (0, 0)
+
+
+def counts_header(handed: Mapping[int, Counts]) -> str:
+    """Per track: [received events, bytes, capped events, bytes, discarded events, bytes] (received: as handed)."""
+    return json.dumps(
+        {
+            str(track_id): [
+                c.received_events,
+                c.received_bytes,
+                c.capped_events,
+                c.capped_bytes,
+                c.discarded_events,
+                c.discarded_bytes,
+            ]
+            for track_id, c in handed.items()
+        },
+        separators=(",", ":"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What a message's headers say (``read``)."""
+
+    collector: str
+    seq: int
+    #: Per track id: the process's running counts on that collector (``stored`` left for the reader to find).
+    counts: dict[int, Counts]
+
+    @classmethod
+    def read(cls, headers: Mapping[str, str] | None) -> Envelope | None:
+        """The headers of a message a collector published; None for one it did not (no ``Ringtrace-Seq``)."""
+        if not headers or SEQ not in headers or COLLECTOR not in headers:
+            return None
+        try:
+            seq = int(headers[SEQ])
+            raw = json.loads(headers.get(COUNTS, "{}"))
+            counts = {int(track): Counts(v[0], v[1], 0, 0, v[2], v[3], v[4], v[5]) for track, v in raw.items()}
+        except (ValueError, TypeError, IndexError, AttributeError):
+            return None
+        return cls(headers[COLLECTOR], seq, counts)

@@ -1,0 +1,265 @@
+"""--jetstream: collectors as a tier over a real 3-node NATS JetStream cluster on loopback (``nats_cluster.py``).
+
+Every test reads what it checks from a snapshot or ``/stats`` over HTTP, and waits on conditions with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess
+from nats_cluster import NatsCluster, nats_cluster  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
+
+#: Records instants numbered from 0 in batches, flushes after each, and prints "True N" or "False N" (N: the
+#: highest number recorded so far) after each flush; until killed.
+STREAMER = """
+import sys, time
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+batch, pause = int(sys.argv[3]), float(sys.argv[4])
+i = 0
+while True:
+    for _ in range(batch):
+        tl.instant("n", i=i)
+        i += 1
+    print(tl.flush(timeout_s=3), i - 1, flush=True)
+    time.sleep(pause)
+"""
+
+#: Records argv[3] instants numbered from 0, flushes, prints the flush's result.
+WRITER = """
+import sys
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for i in range(int(sys.argv[3])):
+    tl.instant("n", i=i)
+print(tl.flush(timeout_s=20), flush=True)
+"""
+
+
+class Streamer:
+    """A STREAMER client process, its flush results read as they come."""
+
+    def __init__(self, address: str, name: str, batch: int = 100, pause_s: float = 0.05) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", STREAMER, address, name, str(batch), str(pause_s)],
+            stdout=subprocess.PIPE, text=True, bufsize=1,
+        )  # fmt: skip
+        self.results: list[tuple[bool, int]] = []
+        self._changed = threading.Condition()
+        self._reading = threading.Thread(target=self._read, daemon=True)
+        self._reading.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            ok, number = line.split()
+            with self._changed:
+                self.results.append((ok == "True", int(number)))
+                self._changed.notify_all()
+
+    def wait_for(self, accept: Callable[[list[tuple[bool, int]]], bool], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not accept(self.results):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.name}: flush results so far {self.results[-10:]}")
+                self._changed.wait(remaining)
+
+    def acknowledged_after(self, count: int) -> Callable[[list[tuple[bool, int]]], bool]:
+        """Accepts once ``count`` more flushes than now were acknowledged."""
+        with self._changed:
+            base = sum(ok for ok, _ in self.results)
+        return lambda results: sum(ok for ok, _ in results) >= base + count
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reading.join(10)  # (every line it printed is read: the pipe ends with it)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    @property
+    def last_acknowledged(self) -> int:
+        return max((number for ok, number in self.results if ok), default=-1)
+
+
+@pytest.fixture
+def streamers() -> Iterator[list[Streamer]]:
+    started: list[Streamer] = []
+    try:
+        yield started
+    finally:
+        for streamer in started:
+            streamer.stop()
+
+
+def jetstream_collector(cluster: NatsCluster, *args: str) -> CollectorProcess:
+    return CollectorProcess("--jetstream", cluster.urls, *args)
+
+
+def numbers(trace: dict[str, Any]) -> dict[str, Counter[int]]:
+    """Per process name: how many times each number is in the snapshot."""
+    names = {p["pid"]: p["process_name"] for p in trace["otherData"]["processes"]}
+    found: dict[str, Counter[int]] = {}
+    for event in trace["traceEvents"]:
+        if event.get("name") == "n" and event.get("ph") == "i":
+            found.setdefault(names[event["pid"]], Counter())[event["args"]["i"]] += 1
+    return found
+
+
+def process_counts(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return {p["process_name"]: p for p in trace["otherData"]["processes"]}
+
+
+def assert_accounts_add_up(counts: dict[str, int]) -> None:
+    lost = sum(counts[f"{why}_events"] for why in ("overwritten", "capped", "discarded", "cleared"))
+    assert counts["received_events"] == counts["stored_events"] + lost, counts
+
+
+def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_once(
+    nats_cluster: NatsCluster,  # noqa: F811
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        writers = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, c.tcp_address, name, "3000"], stdout=subprocess.PIPE, text=True
+            )
+            for c, name in ((first, "a1"), (first, "a2"), (second, "b1"), (second, "b2"))
+        ]
+        assert [writer.communicate(timeout=60)[0].strip() for writer in writers] == ["True"] * 4
+        for collector in (first, second):
+            trace = collector.snapshot()
+            assert numbers(trace) == {name: Counter(range(3000)) for name in ("a1", "a2", "b1", "b2")}
+            for name, counts in process_counts(trace).items():
+                assert counts["received_events"] == counts["stored_events"] == 3000, name
+                assert_accounts_add_up(counts)
+            fleet = collector.json("/stats")["fleet"]
+            assert fleet["collectors"] == 2 and fleet["stored_events"] == 4 * 3000
+        sources = second.json("/sources")["processes"]
+        assert sorted(p["process_name"] for p in sources) == ["a1", "a2", "b1", "b2"]
+        one = first.snapshot(f"?pid={writers[2].pid}")  # a subject filter: one process, of the other collector
+        assert numbers(one) == {"b1": Counter(range(3000))}
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_and_stores_nothing_twice(
+    nats_cluster: NatsCluster,  # noqa: F811
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        streamers.extend(Streamer(collector.tcp_address, f"s{k}") for k in range(2))
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        victim = nats_cluster.servers[0]
+        victim.kill()
+        for streamer in streamers:  # ingest goes on with two of three servers
+            streamer.wait_for(streamer.acknowledged_after(5))
+        victim.start()
+        nats_cluster.wait_ready()
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(5))
+        acknowledged = {}
+        for streamer in streamers:
+            streamer.stop()
+            acknowledged[streamer.name] = streamer.last_acknowledged
+        trace = collector.snapshot()
+        found = numbers(trace)
+        for name, last in acknowledged.items():
+            assert set(range(last + 1)) <= set(found[name]), f"{name}: acknowledged events missing"
+            assert max(found[name].values()) == 1, f"{name}: events stored twice"
+            assert_accounts_add_up(process_counts(trace)[name])
+    finally:
+        collector.stop()
+
+
+def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes(
+    nats_cluster: NatsCluster,  # noqa: F811
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster, "--jetstream-buffer", "1MiB")
+    try:
+        streamer = Streamer(collector.tcp_address, "s", batch=2000, pause_s=0.0)
+        streamers.append(streamer)
+        streamer.wait_for(streamer.acknowledged_after(2))
+        before = streamer.last_acknowledged
+        nats_cluster.stop()
+        streamer.wait_for(lambda results: not results[-1][0])  # a flush returns False
+        deadline = time.monotonic() + 60
+        while collector.json("/stats")["discarded_events"] == 0:  # the buffer filled: new events refused, counted
+            assert time.monotonic() < deadline, "nothing was refused while the cluster was away"
+            time.sleep(0.1)
+        stats = collector.json("/stats")
+        assert "error" in stats["fleet"] and stats["jetstream"]["failing"]
+        nats_cluster.start()
+        streamer.wait_for(streamer.acknowledged_after(3), timeout_s=120)  # ingest resumes by itself
+        streamer.stop()
+        trace = collector.snapshot()
+        counts = process_counts(trace)["s"]
+        assert_accounts_add_up(counts)
+        assert counts["discarded_events"] > 0
+        found = numbers(trace)["s"]
+        assert set(range(before + 1)) <= set(found) and max(found.values()) == 1
+        last_batch = range(streamer.last_acknowledged - 1999, streamer.last_acknowledged + 1)
+        assert set(last_batch) <= set(found)
+        assert counts["stored_events"] == sum(found.values())
+        local = collector.json("/stats")
+        assert local["jetstream"]["publish_retries"] > 0 and local["jetstream"]["failing"] is None
+    finally:
+        collector.stop()
+
+
+def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
+    nats_cluster: NatsCluster,  # noqa: F811
+) -> None:
+    collector = jetstream_collector(nats_cluster, "--max-age", "1")
+    try:
+        writer = subprocess.run([sys.executable, "-c", WRITER, collector.tcp_address, "old", "500"],
+                                capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert writer.stdout.strip() == "True"
+        deadline = time.monotonic() + 30
+        while True:
+            fleet = collector.json("/stats")["fleet"]
+            if fleet.get("stored_events") == 0:
+                break
+            assert time.monotonic() < deadline, fleet
+            time.sleep(0.2)
+        # The process is gone with its last message: nothing of it is left to count.
+        assert fleet["processes"] == []
+    finally:
+        collector.stop()
+
+
+def test_max_age_in_memory_removes_old_events_and_counts_them_overwritten() -> None:
+    collector = CollectorProcess("--max-age", "1")
+    try:
+        writer = subprocess.run([sys.executable, "-c", WRITER, collector.tcp_address, "old", "500"],
+                                capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert writer.stdout.strip() == "True"
+        deadline = time.monotonic() + 30
+        while (stats := collector.json("/stats"))["overwritten_events"] < 500:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.2)
+        assert stats["stored_events"] == 0 and stats["received_events"] == 500
+        assert json.loads(collector.get("/healthz")[1])["stored_events"] == 0
+    finally:
+        collector.stop()

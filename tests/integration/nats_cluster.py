@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,11 +64,12 @@ class NatsServer:
             self.proc.kill()
             self.proc.wait()
 
-    def jsz(self) -> dict[str, object] | None:
+    def jsz(self, query: str = "") -> dict[str, Any] | None:
         """Its JetStream monitoring document, or None while it does not answer."""
+        url = f"http://127.0.0.1:{self.monitor_port}/jsz{query}"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/jsz", timeout=2) as response:
-                document: dict[str, object] = json.load(response)
+            with urllib.request.urlopen(url, timeout=2) as response:
+                document: dict[str, Any] = json.load(response)
                 return document
         except (OSError, urllib.error.URLError, ValueError):
             return None
@@ -102,9 +104,7 @@ class NatsCluster:
         while True:
             documents = [server.jsz() for server in self.servers if server.proc and server.proc.poll() is None]
             leaders = {
-                (document.get("meta_cluster") or {}).get("leader")  # type: ignore[union-attr]
-                for document in documents
-                if document is not None
+                (document.get("meta_cluster") or {}).get("leader") for document in documents if document is not None
             }
             if documents and None not in documents and len(leaders) == 1 and None not in leaders:
                 return
@@ -112,6 +112,17 @@ class NatsCluster:
                 logs = "\n".join(server.log.read_text(errors="replace")[-2000:] for server in self.servers)
                 raise TimeoutError(f"the NATS cluster has no meta leader within {timeout_s}s:\n{logs}")
             time.sleep(0.1)
+
+    def stream_leader(self, stream: str) -> NatsServer:
+        """The server leading ``stream`` now (as the first server that answers says)."""
+        for server in self.servers:
+            document = server.jsz("?streams=true")
+            for account in (document or {}).get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    leader = (detail.get("cluster") or {}).get("leader")
+                    if detail.get("name") == stream and leader:
+                        return next(s for s in self.servers if s.name == leader)
+        raise LookupError(f"no server says who leads stream {stream!r}")
 
     def stop(self) -> None:
         for server in self.servers:

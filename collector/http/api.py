@@ -197,7 +197,10 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 
 async def _serve_snapshot(request: web.Request, query: SnapshotQuery, gzip: bool) -> web.StreamResponse:
-    view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s, query.filter)
+    try:
+        view = await request.app[COLLECTOR].snapshot(query.flush_timeout_s, query.filter)
+    except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
     chunks = _WRITERS[query.format](view, query.filter)
     response, _ = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
     return response
@@ -313,7 +316,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def sources(request: web.Request) -> web.Response:
     selected, _ = _process_params(request.query.items())
-    return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+    try:
+        return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+    except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
 
 
 async def set_priority(request: web.Request) -> web.Response:

@@ -153,13 +153,24 @@ class JetStreamTier:
     # -- reading the fleet ------------------------------------------------------------------------------------------
 
     async def fleet(self, selected: EventFilter | None = None) -> Fleet:
-        """What the stream holds of the processes ``selected`` may select, read on a worker thread."""
+        """What the stream holds of the processes ``selected`` may select, read on a worker thread.
+
+        Raises:
+            ConnectionError: the stream cannot be read now (the cluster cannot be reached, say).
+        """
         pids = selected.pids if selected is not None else None
         one_pid = next(iter(pids)) if pids is not None and len(pids) == 1 else None
         since = selected.since_ns if selected is not None else None
-        messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name, pid=one_pid), since)
-        if one_pid is not None and not messages:  # (the pid a snapshot shows may be another process's alias)
-            messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name), since)
+        try:
+            messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name, pid=one_pid), since)
+            if one_pid is not None and not messages:  # (the pid a snapshot shows may be another process's alias)
+                messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name), since)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # nats-py's timeouts and API errors
+            raise ConnectionError(
+                f"cannot read JetStream stream {self.stream_name!r}: {type(exc).__name__}: {exc}"
+            ) from None
         return await asyncio.get_running_loop().run_in_executor(None, read_fleet, messages)
 
     async def view(self, acknowledged: int, asked: int, selected: EventFilter | None = None) -> SnapshotView:
@@ -212,8 +223,8 @@ class JetStreamTier:
         }
         try:
             fleet = await asyncio.wait_for(self.fleet(), FLEET_STATS_TIMEOUT_S)
-        except Exception as exc:  # the cluster is away: what this collector knows, and why there is no more
-            return {**published, "fleet": {"error": f"cannot read the stream: {type(exc).__name__}: {exc}"}}
+        except (ConnectionError, TimeoutError) as exc:  # the cluster is away: what this collector knows, and why
+            return {**published, "fleet": {"error": f"{type(exc).__name__}: {exc}"}}
         total = Counts()
         per_process: dict[int, Counts] = {}
         for (uid, _), counts in fleet.counts.items():

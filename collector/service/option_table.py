@@ -289,7 +289,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "jetstream_stream",
         "with --jetstream, the stream's name (created if missing, updated to these settings if not); its subjects "
-        "are NAME.<host>.<pid>.<instance>",
+        "are NAME.HOST.PID.INSTANCE",
         "ringtrace",
         flag="--jetstream-stream",
         metavar="NAME",
@@ -380,7 +380,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "max_frame_bytes",
-        "largest frame a client may send",
+        "largest frame a client may send (at most 256KiB with --jetstream; clients adopt it)",
         DEFAULT_MAX_FRAME_BYTES,
         flag="--max-frame-size",
         parse=parse_size,

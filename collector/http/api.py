@@ -366,7 +366,6 @@ async def stream(request: web.Request) -> web.StreamResponse:
     removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
     ``end`` event when the collector stops (``export/live_tail.py``)."""
     collector = request.app[COLLECTOR]
-    _not_fleet_wide(collector, "GET /stream")
     tail = _new_tail(request)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

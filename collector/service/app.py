@@ -320,7 +320,10 @@ class Collector:
         return await self.snapshots.sources(self.process_control.matching(selected))
 
     async def tail_step(self, tail: Tail) -> list[Row]:
-        """The rows stored since the tail's last step (``tail.py``), read on a worker thread."""
+        """The rows stored since the tail's last step (``tail.py``), read on a worker thread; with ``--jetstream``,
+        of the messages the stream stored since (``fleet_tail.py``)."""
+        if self.jetstream is not None:
+            return await self.jetstream.tail_step(tail)
         return await self.snapshots.tail_step(tail)
 
     def matching(self, selected: EventFilter) -> list[ProcessRecord]:

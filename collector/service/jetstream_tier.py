@@ -15,6 +15,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Set
 from typing import Any, Final
 
@@ -23,12 +24,15 @@ from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.jetstream.cluster import ClusterOptions, StreamOptions, connect, ensure_stream
 from ringtrace.collector.jetstream.fleet import Fleet, fetch, read_fleet
+from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
 from ringtrace.collector.jetstream.subjects import subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.inventory import ProcessFacts, scan_segments
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
@@ -97,6 +101,9 @@ class JetStreamTier:
         self._js: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        #: The live tails begun, by the id of their ``Tail`` (each ends with it: ``_tail_gone``).
+        self._tails: dict[int, FleetTail] = {}
+        self._tail_closes: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Connect, make the stream say what the options say, and start publishing.
@@ -146,6 +153,9 @@ class JetStreamTier:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fleet_tail in list(self._tails.values()):
+            await fleet_tail.close()
+        self._tails.clear()
         if self._client is not None:
             self._closing = True
             await self._client.close()
@@ -193,6 +203,29 @@ class JetStreamTier:
             fleet.store.snapshot(), processes, fleet.counts, other, limits=self._stored_limits,
             origin_ns=self._origin_ns,
         )  # fmt: skip
+
+    async def tail_step(self, tail: Tail) -> list[Row]:
+        """``GET /stream``: the rows of the messages stored since the tail's last step (``fleet_tail.py``); the first
+        step begins it, at the stream's newest message."""
+        fleet_tail = self._tails.get(id(tail))
+        if fleet_tail is not None:
+            return await fleet_tail.step()
+        fleet_tail = FleetTail(tail.selected, self._stored_limits)
+        pids = tail.selected.pids
+        one_pid = next(iter(pids)) if pids is not None and len(pids) == 1 else None
+        await fleet_tail.begin(self._js, self.stream_name, subject_filter(self.stream_name, pid=one_pid))
+        self._tails[id(tail)] = fleet_tail
+        loop = asyncio.get_running_loop()
+        weakref.finalize(tail, loop.call_soon_threadsafe, self._tail_gone, id(tail))
+        return []
+
+    def _tail_gone(self, key: int) -> None:
+        """A live tail ended (its ``Tail`` is gone): its subscription goes."""
+        fleet_tail = self._tails.pop(key, None)
+        if fleet_tail is not None and not self._closing:
+            task = asyncio.get_running_loop().create_task(fleet_tail.close())
+            self._tail_closes.add(task)
+            task.add_done_callback(self._tail_closes.discard)
 
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
         """``GET /sources`` of every process the stream holds that ``selected`` selects."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -285,3 +286,25 @@ def test_max_age_in_memory_removes_old_events_and_counts_them_overwritten() -> N
         assert json.loads(collector.get("/healthz")[1])["stored_events"] == 0
     finally:
         collector.stop()
+
+
+def test_a_live_tail_on_one_collector_shows_what_clients_of_another_send(nats_cluster: NatsCluster) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        with urllib.request.urlopen(second.http_url + "/stream?process=tailed", timeout=60) as tail:
+            assert tail.readline().startswith(b":")  # begun: what is stored from now on
+            writer = subprocess.run([sys.executable, "-c", WRITER, first.tcp_address, "tailed", "300"],
+                                    capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+            assert writer.stdout.strip() == "True"
+            seen: Counter[int] = Counter()
+            while sum(seen.values()) < 300:
+                line = tail.readline()
+                assert line, "the tail ended"
+                if line.startswith(b"data: "):
+                    row = json.loads(line[len(b"data: ") :])
+                    assert row["process"] == "tailed"
+                    seen[row["args"]["i"]] += 1
+            assert seen == Counter(range(300))
+    finally:
+        first.stop()
+        second.stop()

@@ -100,14 +100,11 @@ class CollectorAPI(Protocol):
 
     async def fleet_stats(self) -> dict[str, Any]: ...
 
-    @property
-    def fleet_wide(self) -> bool: ...
-
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
 
-    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
 
     @property
     def stored_limits(self) -> Limits: ...
@@ -210,7 +207,6 @@ async def pop(request: web.Request) -> web.StreamResponse:
     """What the processes selected hold, as Chrome JSON, removed from the store (Gecko's PopMarkers): markers and
     source activity not ended stay for the next pop, which shows them with their ends."""
     collector = request.app[COLLECTOR]
-    _not_fleet_wide(collector, "POST /pop")
     try:
         query = parse_snapshot_query(
             await _post_params(request),
@@ -223,7 +219,10 @@ async def pop(request: web.Request) -> web.StreamResponse:
         raise BadQuery(str(exc)) from None
     gzip = _accepts_gzip(request)
     async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
-        view = await collector.pop(query.flush_timeout_s, query.filter)
+        try:
+            view = await collector.pop(query.flush_timeout_s, query.filter)
+        except ConnectionError as exc:  # (--jetstream: the stream cannot be reached now)
+            raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
         popping = Popping(collector.pop_left_open)
         chunks = chrome_trace_chunks(view, query.filter, popping)
         response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
@@ -338,16 +337,12 @@ async def set_priority(request: web.Request) -> web.Response:
     return _json({"priority": priority, "processes": [_named(p) for p in reached]})
 
 
-def _not_fleet_wide(collector: CollectorAPI, what: str) -> None:
-    """``--jetstream`` serves snapshots, ``/sources`` and ``/stats`` from the stream; not yet ``what``."""
-    if collector.fleet_wide:
-        raise web.HTTPNotImplemented(text=f"{what} is not served from a JetStream stream yet (--jetstream)\n")
-
-
 async def clear(request: web.Request) -> web.Response:
-    _not_fleet_wide(request.app[COLLECTOR], "POST /clear")
     selected, _ = _process_params(await _post_params(request))
-    processes, removed = request.app[COLLECTOR].clear(selected)
+    try:
+        processes, removed = await request.app[COLLECTOR].clear(selected)
+    except ConnectionError as exc:  # (--jetstream: the stream cannot be reached now)
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
     return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
 
 

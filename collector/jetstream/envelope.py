@@ -22,6 +22,7 @@ from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
 
 __all__ = [
+    "CLEARED",
     "COLLECTOR",
     "COUNTS",
     "EVENTS",
@@ -31,7 +32,9 @@ __all__ = [
     "PROCESS",
     "SEQ",
     "Envelope",
+    "cleared_header",
     "counts_header",
+    "read_cleared",
     "segment_span",
 ]
 
@@ -43,6 +46,9 @@ EVENTS: Final = "Ringtrace-Events"
 FIRST_NS: Final = "Ringtrace-First-Ns"
 LAST_NS: Final = "Ringtrace-Last-Ns"
 COUNTS: Final = "Ringtrace-Counts"
+#: On a note (a message with no payload) left on a process's subject when what it held was purged on request: per
+#: track, [events, bytes] removed so far, all purges together (``POST /clear``, ``POST /pop``).
+CLEARED: Final = "Ringtrace-Cleared"
 
 
 def segment_span(segment: Segment) -> tuple[int, int]:
@@ -71,6 +77,20 @@ def counts_header(handed: Mapping[int, Counts]) -> str:
         },
         separators=(",", ":"),
     )
+
+
+def cleared_header(cleared: Mapping[int, tuple[int, int]]) -> str:
+    return json.dumps({str(track_id): list(counts) for track_id, counts in cleared.items()}, separators=(",", ":"))
+
+
+def read_cleared(headers: Mapping[str, str] | None) -> dict[int, tuple[int, int]] | None:
+    """A note's counts of what was purged (``CLEARED``); None for any other message."""
+    if not headers or CLEARED not in headers:
+        return None
+    try:
+        return {int(track): (int(v[0]), int(v[1])) for track, v in json.loads(headers[CLEARED]).items()}
+    except (ValueError, TypeError, IndexError, AttributeError):
+        return {}
 
 
 @dataclass(frozen=True, slots=True)

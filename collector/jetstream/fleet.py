@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.foreign.offline import read_stream
-from ringtrace.collector.jetstream.envelope import Envelope
+from ringtrace.collector.jetstream.envelope import Envelope, read_cleared
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
@@ -102,16 +102,31 @@ class Fleet:
     #: Messages that are no ringtrace segment, or are cut short (logged).
     unreadable: int = 0
     collectors: set[str] = field(default_factory=set)
+    #: Per process uid: its subjects, each with the stream sequence of the newest message read on it.
+    subjects: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: Per subject: what was purged of it on request so far (the newest note read), per track [events, bytes].
+    cleared: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+
+    @property
+    def present(self) -> set[int]:
+        """The uids of the processes the messages read hold."""
+        return set(self.subjects)
 
 
-def read_fleet(messages: Iterable[StoredMessage]) -> Fleet:
-    """The segments and counts ``messages`` hold (see the module docstring); run on a worker thread."""
-    ordered = _in_publish_order(list(messages))
+def read_fleet(messages: Iterable[StoredMessage], registry: Registry | None = None) -> Fleet:
+    """The segments and counts ``messages`` hold (see the module docstring), their processes in ``registry`` (a new
+    one if None: one kept from read to read keeps each process's uid); run on a worker thread, one at a time per
+    registry."""
+    messages = list(messages)
+    notes = [(m, cleared) for m in messages if (cleared := read_cleared(m.headers)) is not None]
+    ordered = _in_publish_order([m for m in messages if read_cleared(m.headers) is None])
     store = Store(2**62, MIN_SEGMENT_BYTES)
-    registry = Registry()
+    registry = Registry() if registry is None else registry
     newest: dict[tuple[str, str], Envelope] = {}
     uid_of_subject: dict[str, int] = {}
     fleet = Fleet(store, registry, {}, messages=len(ordered))
+    for note, cleared in sorted(notes, key=lambda item: item[0].stream_seq):  # the newest note of a subject wins
+        fleet.cleared[note.subject] = cleared
     for seq, (message, envelope) in enumerate(ordered):
         recovered, error = read_stream(message.data, seq)
         if recovered is None or error is not None:
@@ -124,12 +139,14 @@ def read_fleet(messages: Iterable[StoredMessage]) -> Fleet:
             process.report(recovered.stats)
         store.adopt(recovered, process.uid)
         uid_of_subject[message.subject] = process.uid
+        seqs = fleet.subjects.setdefault(process.uid, {})
+        seqs[message.subject] = max(seqs.get(message.subject, 0), message.stream_seq)
         if envelope is not None:
             key = (envelope.collector, message.subject)
             fleet.collectors.add(envelope.collector)
             if key not in newest or newest[key].seq < envelope.seq:
                 newest[key] = envelope
-    fleet.counts = _counts(store, newest, uid_of_subject)
+    fleet.counts = _counts(store, newest, uid_of_subject, fleet.cleared)
     return fleet
 
 
@@ -151,21 +168,33 @@ def _in_publish_order(messages: list[StoredMessage]) -> list[tuple[StoredMessage
 
 
 def _counts(
-    store: Store, newest: dict[tuple[str, str], Envelope], uid_of_subject: dict[str, int]
+    store: Store,
+    newest: dict[tuple[str, str], Envelope],
+    uid_of_subject: dict[str, int],
+    cleared: dict[str, dict[int, tuple[int, int]]],
 ) -> dict[tuple[int, int], Counts]:
-    """Per (process uid, track): the newest counts of each collector, summed; stored as read; the rest overwritten."""
+    """Per (process uid, track): the newest counts of each collector, summed; stored as read; cleared as the notes
+    say; the rest overwritten."""
     stored = store.track_counts()  # (what adopting counted received: what the stream holds)
     counts: dict[tuple[int, int], Counts] = {}
     for (_, subject), envelope in newest.items():
         uid = uid_of_subject[subject]
         for track_id, sent in envelope.counts.items():
             counts.setdefault((uid, track_id), Counts()).add(sent)
+    for subject, tracks in cleared.items():
+        owner = uid_of_subject.get(subject)
+        if owner is None:  # nothing of the process left to show: nor its counts
+            continue
+        for track_id, (events, nbytes) in tracks.items():
+            total = counts.setdefault((owner, track_id), Counts())
+            total.cleared_events += events
+            total.cleared_bytes += nbytes
     for key, held in stored.items():
         total = counts.setdefault(key, Counts(held.received_events, held.received_bytes))
         # What was handed to the stream and is not there any more: its limits removed it. (Never below zero: a
         # message stored with no newer one read, say, counts as received at least.)
-        handed_events = total.received_events - total.capped_events - total.discarded_events
-        handed_bytes = total.received_bytes - total.capped_bytes - total.discarded_bytes
+        handed_events = total.received_events - total.capped_events - total.discarded_events - total.cleared_events
+        handed_bytes = total.received_bytes - total.capped_bytes - total.discarded_bytes - total.cleared_bytes
         if handed_events < held.received_events:
             total.received_events += held.received_events - handed_events
             total.received_bytes += max(held.received_bytes - handed_bytes, 0)
@@ -174,6 +203,10 @@ def _counts(
         total.overwritten_bytes = max(handed_bytes - held.received_bytes, 0)
     for key, total in counts.items():
         if key not in stored:  # nothing of the track left in the stream
-            total.overwritten_events = total.received_events - total.capped_events - total.discarded_events
-            total.overwritten_bytes = total.received_bytes - total.capped_bytes - total.discarded_bytes
+            lost = total.capped_events + total.discarded_events + total.cleared_events
+            total.overwritten_events = max(total.received_events - lost, 0)
+            lost_bytes = total.capped_bytes + total.discarded_bytes + total.cleared_bytes
+            total.overwritten_bytes = max(total.received_bytes - lost_bytes, 0)
+            total.received_events = max(total.received_events, lost)
+            total.received_bytes = max(total.received_bytes, lost_bytes)
     return counts

@@ -68,7 +68,8 @@ class FleetTail:
             pending = message.metadata.num_pending
             if pending > MAX_LAG_MESSAGES:
                 raise TailBehind(f"fell behind: {pending} messages of the stream unread, more than {MAX_LAG_MESSAGES}")
-            payloads.append(message.data)
+            if message.data:  # (not a note of what was cleared)
+                payloads.append(message.data)
             budget -= len(message.data)
         if not payloads:
             return []

@@ -291,11 +291,6 @@ class Collector:
     def pop_lock(self) -> asyncio.Lock:
         return self.snapshots.pop_lock
 
-    @property
-    def fleet_wide(self) -> bool:
-        """Whether the store is a JetStream stream that other collectors share (``--jetstream``)."""
-        return self.jetstream is not None
-
     async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored (with
         ``--jetstream``: read what the stream holds, of the processes ``selected`` may select)."""
@@ -307,7 +302,11 @@ class Collector:
     async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView:
         """``POST /pop``: a snapshot of the processes ``selected``, and what they held removed from the store at the
         same instant (counted as cleared): nothing stored in between is lost, and nothing is popped twice. The
-        caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``."""
+        caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``. With ``--jetstream``: what the
+        stream holds of them, the messages read purged from it."""
+        if self.jetstream is not None:
+            acknowledged, asked = await self.snapshots.flush_clients(flush_timeout_s)
+            return await self.jetstream.pop(acknowledged, asked, selected)
         view = await self.snapshots.snapshot(flush_timeout_s)
         self.process_control.clear(selected)
         return view
@@ -334,8 +333,11 @@ class Collector:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
         return self.process_control.set_priority(selected, priority, timeline)
 
-    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
-        """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed."""
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
+        """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed. With
+        ``--jetstream``: purged from the stream, whichever collector they are connected to."""
+        if self.jetstream is not None:
+            return await self.jetstream.clear(selected)
         return self.process_control.clear(selected)
 
     def forget_idle(self) -> int:

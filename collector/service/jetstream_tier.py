@@ -10,9 +10,11 @@ stored it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 import weakref
@@ -23,7 +25,8 @@ from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.jetstream.cluster import ClusterOptions, StreamOptions, connect, ensure_stream
-from ringtrace.collector.jetstream.fleet import Fleet, fetch, read_fleet
+from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, cleared_header
+from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
 from ringtrace.collector.jetstream.subjects import subject_filter
@@ -35,7 +38,7 @@ from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.accounts import Counts
-from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 
 __all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "staging_store"]
@@ -101,6 +104,11 @@ class JetStreamTier:
         self._js: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        #: The processes of every read of the stream, so that each keeps its uid (and trace pid) from read to read, as
+        #: a pop needs of what the last one left open; reads take it one at a time (``_reading``).
+        self._fleet_registry = Registry()
+        self._reading = threading.Lock()
+        self._clears = itertools.count(1)
         #: The live tails begun, by the id of their ``Tail`` (each ends with it: ``_tail_gone``).
         self._tails: dict[int, FleetTail] = {}
         self._tail_closes: set[asyncio.Task[None]] = set()
@@ -181,12 +189,70 @@ class JetStreamTier:
             raise ConnectionError(
                 f"cannot read JetStream stream {self.stream_name!r}: {type(exc).__name__}: {exc}"
             ) from None
-        return await asyncio.get_running_loop().run_in_executor(None, read_fleet, messages)
+        return await asyncio.get_running_loop().run_in_executor(None, self._read, messages)
+
+    def _read(self, messages: list[StoredMessage]) -> Fleet:
+        with self._reading:
+            return read_fleet(messages, self._fleet_registry)
+
+    @staticmethod
+    def _processes(fleet: Fleet) -> list[ProcessRecord]:
+        """The processes the messages read hold, oldest first."""
+        present = fleet.present
+        return [p for p in fleet.registry.processes.values() if p.uid in present]
 
     async def view(self, acknowledged: int, asked: int, selected: EventFilter | None = None) -> SnapshotView:
         """A snapshot of what the stream holds (after the local clients' flush round trip)."""
+        return self._view(await self.fleet(selected), acknowledged, asked)
+
+    async def pop(self, acknowledged: int, asked: int, selected: EventFilter) -> SnapshotView:
+        """``POST /pop``: a snapshot of the processes ``selected``, and the messages it read of them purged from the
+        stream (counted cleared): what is stored meanwhile stays for the next pop."""
         fleet = await self.fleet(selected)
-        processes = {p.uid: ProcessView.of(p) for p in fleet.registry.processes.values()}
+        view = self._view(fleet, acknowledged, asked)
+        await self._purge(fleet, [p for p in self._processes(fleet) if selected.selects_process(p)])
+        return view
+
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
+        """``POST /clear``: purge what the stream holds of the processes ``selected`` (counted cleared); returns them
+        and the events removed."""
+        fleet = await self.fleet(selected)
+        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
+        removed = await self._purge(fleet, processes)
+        if removed:
+            log.info("cleared %d events of %d processes from the stream on request", removed, len(processes))
+        return processes, removed
+
+    async def _purge(self, fleet: Fleet, processes: list[ProcessRecord]) -> int:
+        """Purge each process's subjects up to the newest message ``fleet`` read of it, and leave a note on each
+        saying what was purged of it so far (``envelope.CLEARED``). Returns the events purged.
+
+        Raises:
+            ConnectionError: the stream cannot be reached.
+        """
+        held = fleet.store.track_counts()
+        removed = 0
+        for process in processes:
+            tracks = {track: (c.received_events, c.received_bytes) for (uid, track), c in held.items()
+                      if uid == process.uid}  # fmt: skip
+            for subject, newest in fleet.subjects.get(process.uid, {}).items():
+                cleared = dict(fleet.cleared.get(subject, {}))
+                for track, (events, nbytes) in tracks.items():
+                    before = cleared.get(track, (0, 0))
+                    cleared[track] = (before[0] + events, before[1] + nbytes)
+                removed += sum(events for events, _ in tracks.values())
+                tracks = {}  # (a process has one subject: its host, pid and instance)
+                note = {CLEARED: cleared_header(cleared), MSG_ID: f"{self.collector_id}.clear.{next(self._clears)}"}
+                try:
+                    await self._js.purge_stream(self.stream_name, subject=subject, seq=newest + 1)
+                    await self._js.publish(subject, b"", headers=note)
+                except Exception as exc:
+                    raise ConnectionError(f"cannot purge {subject} from JetStream stream {self.stream_name!r}: "
+                                          f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+        return removed
+
+    def _view(self, fleet: Fleet, acknowledged: int, asked: int) -> SnapshotView:
+        processes = {p.uid: ProcessView.of(p) for p in self._processes(fleet)}
         other = {
             "collector_version": __version__,
             "snapshot_wall_ns": time.time_ns(),
@@ -230,7 +296,7 @@ class JetStreamTier:
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
         """``GET /sources`` of every process the stream holds that ``selected`` selects."""
         fleet = await self.fleet(selected)
-        processes = [p for p in fleet.registry.processes.values() if selected.selects_process(p)]
+        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
         facts = [ProcessFacts.of(p, fleet.store.process_held_bytes(p.uid)) for p in processes]
         uids = {p.uid for p in processes}
         counts = {key: c for key, c in fleet.counts.items() if key[0] in uids}
@@ -265,7 +331,7 @@ class JetStreamTier:
             per_process.setdefault(uid, Counts()).add(counts)
         processes = [
             {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(per_process.get(p.uid, Counts()))}
-            for p in fleet.registry.processes.values()
+            for p in self._processes(fleet)
         ]
         return {
             **published,

@@ -143,6 +143,14 @@ def process_counts(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
     return {p["process_name"]: p for p in trace["otherData"]["processes"]}
 
 
+def wait_published(collector: CollectorProcess, timeout_s: float = 30.0) -> None:
+    """Until the collector has no connection left and no segment waiting to be published (their last ones)."""
+    deadline = time.monotonic() + timeout_s
+    while (stats := collector.json("/stats"))["connections"] or stats["jetstream"]["waiting_messages"]:
+        assert time.monotonic() < deadline, "segments still waiting to be published"
+        time.sleep(0.05)
+
+
 def assert_accounts_add_up(counts: dict[str, int]) -> None:
     lost = sum(counts[f"{why}_events"] for why in ("overwritten", "capped", "discarded", "cleared"))
     assert counts["received_events"] == counts["stored_events"] + lost, counts
@@ -305,6 +313,44 @@ def test_a_live_tail_on_one_collector_shows_what_clients_of_another_send(nats_cl
                     assert row["process"] == "tailed"
                     seen[row["args"]["i"]] += 1
             assert seen == Counter(range(300))
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_clear_and_pop_on_one_collector_purge_what_clients_of_another_sent_counted_and_nothing_twice(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        cleared, popped = Streamer(first.tcp_address, "cleared"), Streamer(first.tcp_address, "popped")
+        streamers += [cleared, popped]
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        status, body = second.post("/clear?process=cleared")
+        assert status == 200, body
+        removed = json.loads(body)["cleared_events"]
+        assert removed > 0
+        pops: list[Counter[int]] = []
+        for _ in range(2):
+            popped.wait_for(popped.acknowledged_after(3))
+            status, body = second.post("/pop?process=popped")
+            assert status == 200, body
+            pops.append(numbers(json.loads(body)).get("popped", Counter()))
+        cleared.wait_for(cleared.acknowledged_after(3))
+        for streamer in streamers:
+            streamer.stop()
+        wait_published(first)
+        trace = first.snapshot()
+        counts = process_counts(trace)
+        assert counts["cleared"]["cleared_events"] == removed and counts["cleared"]["overwritten_events"] == 0
+        assert_accounts_add_up(counts["cleared"])
+        assert_accounts_add_up(counts["popped"])
+        found = numbers(trace)
+        assert 0 not in found["cleared"] and max(found["cleared"].values()) == 1
+        everything = sum(pops, Counter()) + found.get("popped", Counter())
+        assert everything == Counter(range(max(everything) + 1)), "popped twice, or lost between pops"
+        assert max(everything) >= popped.last_acknowledged
     finally:
         first.stop()
         second.stop()

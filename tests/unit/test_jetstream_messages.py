@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from ringtrace.client.wire.frames import Hello
-from ringtrace.collector.jetstream.envelope import COUNTS, EVENTS, MSG_ID, Envelope
+from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
 from ringtrace.collector.jetstream.publisher import Publisher
 from ringtrace.collector.jetstream.subjects import process_subject, subject_token
@@ -89,3 +89,15 @@ def test_a_reader_takes_each_collectors_messages_in_the_order_it_sealed_them() -
     snapshot = fleet.store.snapshot()
     assert [segment.events for segment in snapshot.segments] == [1, 2, 3]
     snapshot.close()
+
+
+def test_a_reader_counts_what_a_note_says_was_purged_as_cleared_not_overwritten() -> None:
+    _, messages = published([10, 20, 30])
+    (((_, track), purged),) = read_fleet(messages[:1]).store.track_counts().items()
+    headers = {CLEARED: cleared_header({track: (10, purged.received_bytes)}), MSG_ID: "c0.clear.1"}
+    note = StoredMessage(99, messages[0].subject, headers, b"")
+    fleet = read_fleet([*messages[1:], note])
+    (counts,) = fleet.counts.values()
+    assert counts.received_events == 60 and counts.stored_events == 50
+    assert counts.cleared_events == 10 and counts.overwritten_events == 0
+    assert counts.cleared_bytes == purged.received_bytes and counts.overwritten_bytes == 0

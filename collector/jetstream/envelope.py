@@ -5,10 +5,12 @@ received and lost so far.
 Accounting across collectors: a collector cannot see what the stream's limits removed, nor the counts of processes
 connected to other collectors. So each message carries, per track, its process's running counts *on the collector
 that published it* (``Ringtrace-Counts``): events and bytes handed to the stream (received, less what is still in an
-open segment), capped and discarded. A reader takes, per (collector, process), the counts of the newest message it
-reads (``Ringtrace-Seq``), sums them over collectors, and what the stream holds of the process is stored; what it was
-handed but no longer holds was removed by the stream's limits (``max_bytes``, ``max_age``): overwritten. So received
-= stored + overwritten + capped + discarded holds per track, per process and fleet-wide.
+open segment), capped and discarded. Those counts start again when the collector forgets a process (idle past
+``--forget-after``, nothing of it held there) and it connects again: its record there is a new one
+(``Ringtrace-Record``). A reader takes, per (collector, record), the counts of the newest message it reads
+(``Ringtrace-Seq``), sums them over collectors and records, and what the stream holds of the process is stored;
+what it was handed but no longer holds was removed by the stream's limits (``max_bytes``, ``max_age``): overwritten.
+So received = stored + overwritten + capped + discarded holds per track, per process and fleet-wide.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "LAST_NS",
     "MSG_ID",
     "PROCESS",
+    "RECORD",
     "SEQ",
     "Envelope",
     "cleared_header",
@@ -40,6 +43,8 @@ __all__ = [
 
 MSG_ID: Final = "Nats-Msg-Id"
 COLLECTOR: Final = "Ringtrace-Collector"
+#: The process's record on that collector (its uid there): its counts there start from zero with a new one.
+RECORD: Final = "Ringtrace-Record"
 SEQ: Final = "Ringtrace-Seq"
 PROCESS: Final = "Ringtrace-Process"
 EVENTS: Final = "Ringtrace-Events"
@@ -98,6 +103,8 @@ class Envelope:
     """What a message's headers say (``read``)."""
 
     collector: str
+    #: The process's record on that collector (``RECORD``; 0 from a collector that did not say).
+    record: int
     seq: int
     #: Per track id: the process's running counts on that collector (``stored`` left for the reader to find).
     counts: dict[int, Counts]
@@ -109,8 +116,9 @@ class Envelope:
             return None
         try:
             seq = int(headers[SEQ])
+            record = int(headers.get(RECORD, "0"))
             raw = json.loads(headers.get(COUNTS, "{}"))
             counts = {int(track): Counts(v[0], v[1], 0, 0, v[2], v[3], v[4], v[5]) for track, v in raw.items()}
         except (ValueError, TypeError, IndexError, AttributeError):
             return None
-        return cls(headers[COLLECTOR], seq, counts)
+        return cls(headers[COLLECTOR], record, seq, counts)

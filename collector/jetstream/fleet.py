@@ -122,7 +122,7 @@ def read_fleet(messages: Iterable[StoredMessage], registry: Registry | None = No
     ordered = _in_publish_order([m for m in messages if read_cleared(m.headers) is None])
     store = Store(2**62, MIN_SEGMENT_BYTES)
     registry = Registry() if registry is None else registry
-    newest: dict[tuple[str, str], Envelope] = {}
+    newest: dict[tuple[str, int, str], Envelope] = {}
     uid_of_subject: dict[str, int] = {}
     fleet = Fleet(store, registry, {}, messages=len(ordered))
     for note, cleared in sorted(notes, key=lambda item: item[0].stream_seq):  # the newest note of a subject wins
@@ -142,7 +142,7 @@ def read_fleet(messages: Iterable[StoredMessage], registry: Registry | None = No
         seqs = fleet.subjects.setdefault(process.uid, {})
         seqs[message.subject] = max(seqs.get(message.subject, 0), message.stream_seq)
         if envelope is not None:
-            key = (envelope.collector, message.subject)
+            key = (envelope.collector, envelope.record, message.subject)
             fleet.collectors.add(envelope.collector)
             if key not in newest or newest[key].seq < envelope.seq:
                 newest[key] = envelope
@@ -169,7 +169,7 @@ def _in_publish_order(messages: list[StoredMessage]) -> list[tuple[StoredMessage
 
 def _counts(
     store: Store,
-    newest: dict[tuple[str, str], Envelope],
+    newest: dict[tuple[str, int, str], Envelope],
     uid_of_subject: dict[str, int],
     cleared: dict[str, dict[int, tuple[int, int]]],
 ) -> dict[tuple[int, int], Counts]:
@@ -177,7 +177,7 @@ def _counts(
     say; the rest overwritten."""
     stored = store.track_counts()  # (what adopting counted received: what the stream holds)
     counts: dict[tuple[int, int], Counts] = {}
-    for (_, subject), envelope in newest.items():
+    for (_, _, subject), envelope in newest.items():
         uid = uid_of_subject[subject]
         for track_id, sent in envelope.counts.items():
             counts.setdefault((uid, track_id), Counts()).add(sent)

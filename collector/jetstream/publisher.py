@@ -39,6 +39,7 @@ from ringtrace.collector.jetstream.envelope import (
     LAST_NS,
     MSG_ID,
     PROCESS,
+    RECORD,
     SEQ,
     counts_header,
     segment_span,
@@ -147,6 +148,7 @@ class Publisher:
         headers = {
             MSG_ID: f"{self.collector_id}.{number}",
             COLLECTOR: self.collector_id,
+            RECORD: str(segment.owner),
             SEQ: str(number),
             PROCESS: process.name[:200],
             EVENTS: str(segment.events),

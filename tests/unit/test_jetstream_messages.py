@@ -12,6 +12,7 @@ from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_
 from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
 from ringtrace.collector.jetstream.publisher import Publisher
 from ringtrace.collector.jetstream.subjects import process_subject, subject_token
+from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
 from store_client import Client
@@ -101,3 +102,35 @@ def test_a_reader_counts_what_a_note_says_was_purged_as_cleared_not_overwritten(
     assert counts.received_events == 60 and counts.stored_events == 50
     assert counts.cleared_events == 10 and counts.overwritten_events == 0
     assert counts.cleared_bytes == purged.received_bytes and counts.overwritten_bytes == 0
+
+
+def test_a_process_forgotten_by_its_collector_and_back_keeps_the_counts_of_its_first_record() -> None:
+    async def run() -> list[StoredMessage]:
+        store = Store(64 * 1024 * 1024, 1024 * 1024, policy="discard")
+        registry = Registry()
+        hello = Hello(100, "host", "proc-i1", "i1", "boot", 1, 2, "test")
+        stream = FakeStream()
+        publisher = Publisher(store, registry, "ringtrace", "c0", 1024 * 1024)
+        task = asyncio.get_running_loop().create_task(publisher.run(stream))
+        first = registry.known(hello)
+        client = Client(store, first.uid, tracks=1)
+        for events in (10, 20, 30):
+            client.record(0, events)
+            store.end_segment(client.stream)
+        await publisher.settled(client.stream)
+        store.close_stream(client.stream)
+        registry.forget(first)  # idle past --forget-after, nothing held here: it comes back as a new record
+        again = Client(store, registry.known(hello).uid, tracks=1, instance="i1")  # (the same process)
+        again.record(0, 10)
+        store.end_segment(again.stream)
+        await publisher.settled(again.stream)
+        task.cancel()
+        return stream.messages
+
+    messages = asyncio.run(run())
+    assert len({m.subject for m in messages}) == 1 and len(messages) == 4
+    fleet = read_fleet(messages[1:])  # the stream's limits removed the oldest, of the first record
+    counts = Counts()
+    for track_counts in fleet.counts.values():  # (the test client names its tracks after its record)
+        counts.add(track_counts)
+    assert counts.received_events == 70 and counts.stored_events == 60 and counts.overwritten_events == 10

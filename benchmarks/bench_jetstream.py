@@ -12,7 +12,9 @@ temporary directory. Three collectors, each in its own subprocess, take the same
 Rounds are interleaved (rotating the order), for 1 and 8 connections; medians of wire MB/s, events/s and the ratio
 to the in-memory store (target: R3 >= 0.25x). Then failover: a client flushes every few ms into the R3 collector
 while the stream's leader is killed (SIGKILL) three times, restarted between: the seconds from each kill to the
-first flush acknowledged after it, and the longest time without an acknowledged flush around it.
+first flush acknowledged after it, and the longest time without an acknowledged flush around it. And a whole
+snapshot file (``format=native``) of what the in-memory collector holds against one of the whole R3 stream (read
+back from the servers, every message decoded into a store of its own): events/s.
 
 Everything shares the machine: the three servers, the collectors and the blaster. The servers' CPU seconds per
 round (each message is written, replicated and acknowledged) are reported next to the collector's.
@@ -56,6 +58,37 @@ while True:
     print(time.monotonic(), ok, flush=True)
     time.sleep(0.005)
 """
+
+
+def snapshot_rates(targets: list[Target], rounds: int) -> list[Sequence[object]]:
+    """Per target: a whole snapshot file (``format=native``) of what it holds (the in-memory store, or the whole
+    stream), rounds interleaved: events, seconds (median), events/s."""
+    import json
+    import urllib.request
+
+    def events_held(target: Target) -> int:
+        assert target.coll is not None
+        with urllib.request.urlopen(f"http://{target.coll.http}/stats", timeout=120) as response:
+            stats = json.loads(response.read())
+        return int(stats["fleet"]["stored_events"] if "fleet" in stats else stats["stored_events"])
+
+    def timed(target: Target) -> Callable[[], float]:
+        def run() -> float:
+            assert target.coll is not None
+            started = time.perf_counter()
+            with urllib.request.urlopen(f"http://{target.coll.http}/snapshot?format=native", timeout=600) as response:
+                while response.read(1 << 20):
+                    pass
+            return time.perf_counter() - started
+
+        return run
+
+    held = {t.name: events_held(t) for t in targets}
+    seconds = interleave({t.name: timed(t) for t in targets}, rounds=rounds, warmup=0)
+    return [
+        (f"snapshot {name}", held[name], median(runs), held[name] / median(runs) / 1e6)
+        for name, runs in seconds.items()
+    ]
 
 
 def failover(cluster: NatsCluster, address: str, kills: int) -> list[tuple[float, float]]:
@@ -185,10 +218,13 @@ def main() -> int:
             title=f"bench_jetstream: {mb:,.0f} MB of wire bytes per round, large frames "
             f"({stream.avg_frame_bytes:,.0f} B), {rounds} interleaved rounds, medians",
         ))  # fmt: skip
+        snapshots = snapshot_rates([t for t in targets if t.name != "jetstream R1"], rounds)
         r3 = next(t for t in targets if t.name == "jetstream R3")
         kills = failover(cluster, r3.address, 1 if args.quick else 3)
         print()
         print(table(["ratio (medians)", "value", "target"], summary))
+        print()
+        print(table(["whole snapshot file (format=native)", "events held", "seconds", "Mevents/s"], snapshots))
         print()
         print(table(
             ["failover of the R3 stream's leader (kill -9)", "kill to next acknowledged flush s", "longest gap s"],

@@ -28,6 +28,7 @@ __all__ = [
     "COLLECTOR",
     "COUNTS",
     "EVENTS",
+    "EVENT_BYTES",
     "FIRST_NS",
     "LAST_NS",
     "MSG_ID",
@@ -48,6 +49,8 @@ RECORD: Final = "Ringtrace-Record"
 SEQ: Final = "Ringtrace-Seq"
 PROCESS: Final = "Ringtrace-Process"
 EVENTS: Final = "Ringtrace-Events"
+#: Bytes of its EVENTS frames.
+EVENT_BYTES: Final = "Ringtrace-Event-Bytes"
 FIRST_NS: Final = "Ringtrace-First-Ns"
 LAST_NS: Final = "Ringtrace-Last-Ns"
 COUNTS: Final = "Ringtrace-Counts"

@@ -56,10 +56,10 @@ class JetStreamReader(Protocol):
 
 
 async def fetch(
-    js: JetStreamReader, stream: str, subject_filter: str, since_ns: int | None = None
+    js: JetStreamReader, stream: str, subject_filter: str, since_ns: int | None = None, *, headers_only: bool = False
 ) -> list[StoredMessage]:
     """The messages of the stream on ``subject_filter`` (stored from ``since_ns`` less CLOCK_MARGIN_NS on), oldest
-    first."""
+    first; with ``headers_only``, their headers alone (their ``data`` empty)."""
     from nats.js.api import ConsumerConfig, DeliverPolicy
 
     info = await js.stream_info(stream, subjects_filter=subject_filter)
@@ -72,7 +72,7 @@ async def fetch(
     pending_bytes = max(2 * info.state.bytes, 64 * 1024 * 1024)
     subscription = await js.subscribe(
         subject_filter, stream=stream, ordered_consumer=True, config=config, pending_bytes_limit=pending_bytes,
-        pending_msgs_limit=-1,
+        pending_msgs_limit=-1, headers_only=headers_only or None,
     )  # fmt: skip
     messages: list[StoredMessage] = []
     try:

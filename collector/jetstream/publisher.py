@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 from ringtrace.collector.jetstream.envelope import (
     COLLECTOR,
     COUNTS,
+    EVENT_BYTES,
     EVENTS,
     FIRST_NS,
     LAST_NS,
@@ -152,6 +153,7 @@ class Publisher:
             SEQ: str(number),
             PROCESS: process.name[:200],
             EVENTS: str(segment.events),
+            EVENT_BYTES: str(sum(nbytes for _, nbytes in segment.tracks.values())),
             FIRST_NS: str(first + offset),
             LAST_NS: str(last + offset),
             COUNTS: counts_header(self._handed(segment.owner)),

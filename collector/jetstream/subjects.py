@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["process_subject", "stream_subjects", "subject_filter", "subject_token"]
+__all__ = [
+    "process_of_subject",
+    "process_subject",
+    "stream_subjects",
+    "subject_filter",
+    "subject_text",
+    "subject_token",
+]
 
 _PLAIN: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
@@ -20,6 +27,33 @@ def subject_token(text: str) -> str:
     if not text:
         return "~"
     return "".join(chr(byte) if byte in _PLAIN else f"~{byte:02X}" for byte in text.encode())
+
+
+def subject_text(token: str) -> str:
+    """What ``subject_token`` made ``token`` of."""
+    if token == "~":
+        return ""
+    out = bytearray()
+    position = 0
+    while position < len(token):
+        if token[position] == "~":
+            out.append(int(token[position + 1 : position + 3], 16))
+            position += 3
+        else:
+            out += token[position].encode()
+            position += 1
+    return out.decode(errors="replace")
+
+
+def process_of_subject(subject: str) -> tuple[str, int, str] | None:
+    """(host, pid, instance) of a process's subject; None for one that is not such."""
+    parts = subject.split(".")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    try:
+        return subject_text(parts[1]), int(parts[2]), subject_text(parts[3])
+    except ValueError:
+        return None
 
 
 def process_subject(stream: str, host: str, pid: int, instance_id: str) -> str:

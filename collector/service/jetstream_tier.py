@@ -25,8 +25,9 @@ from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.jetstream.cluster import ClusterOptions, StreamOptions, connect, ensure_stream
-from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, cleared_header
+from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, read_fleet
+from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
 from ringtrace.collector.jetstream.subjects import subject_filter
@@ -49,8 +50,8 @@ log = logging.getLogger("ringtrace.collector.jetstream")
 STOP_PUBLISH_TIMEOUT_S: Final = 3.0
 #: The payload nats-server allows by default; the connection says the servers' own at start.
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
-#: How long ``/stats`` waits to read the fleet's counts from the stream.
-FLEET_STATS_TIMEOUT_S: Final = 5.0
+#: How long ``/stats`` waits to read the fleet's counts from the stream (the headers of its messages).
+FLEET_STATS_TIMEOUT_S: Final = 10.0
 #: Room a message keeps for its headers (the counts of a process's tracks grow with their number).
 HEADER_ROOM: Final = 64 * 1024
 #: The largest frame a client may send under ``--jetstream`` (at most ``--max-frame-size``; clients adopt it): a
@@ -321,24 +322,24 @@ class JetStreamTier:
             }
         }
         try:
-            fleet = await asyncio.wait_for(self.fleet(), FLEET_STATS_TIMEOUT_S)
-        except (ConnectionError, TimeoutError) as exc:  # the cluster is away: what this collector knows, and why
-            return {**published, "fleet": {"error": f"{type(exc).__name__}: {exc}"}}
+            messages = await asyncio.wait_for(
+                fetch(self._js, self.stream_name, subject_filter(self.stream_name), headers_only=True),
+                FLEET_STATS_TIMEOUT_S,
+            )
+        except Exception as exc:  # the cluster is away: what this collector knows, and why there is no more
+            return {**published, "fleet": {"error": f"cannot read the stream: {type(exc).__name__}: {exc}"}}
+        processes = fleet_totals(messages)
         total = Counts()
-        per_process: dict[int, Counts] = {}
-        for (uid, _), counts in fleet.counts.items():
-            total.add(counts)
-            per_process.setdefault(uid, Counts()).add(counts)
-        processes = [
-            {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(per_process.get(p.uid, Counts()))}
-            for p in self._processes(fleet)
-        ]
+        for process in processes:
+            total.add(process.counts)
         return {
             **published,
             "fleet": {
-                "collectors": len(fleet.collectors),
-                "messages": fleet.messages,
+                "collectors": len({e.collector for m in messages if (e := Envelope.read(m.headers)) is not None}),
+                "messages": len(messages),
                 **store_counts(total),
-                "processes": processes,
+                "processes": [
+                    {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(p.counts)} for p in processes
+                ],
             },
         }

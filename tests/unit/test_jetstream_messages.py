@@ -10,8 +10,9 @@ from typing import Any
 from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
+from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.publisher import Publisher
-from ringtrace.collector.jetstream.subjects import process_subject, subject_token
+from ringtrace.collector.jetstream.subjects import process_of_subject, process_subject, subject_token
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
@@ -25,6 +26,8 @@ def test_a_subject_token_holds_only_what_a_token_may_and_tells_hosts_apart() -> 
     for token in tokens:
         assert token and all(c.isascii() and (c.isalnum() or c in "_-~") for c in token), token
     assert process_subject("ringtrace", "h.x", 42, "ab.cd") == "ringtrace.h~2Ex.42.ab~2Ecd"
+    for host in hosts:
+        assert process_of_subject(process_subject("ringtrace", host, 7, "i-1")) == (host, 7, "i-1")
 
 
 class FakeStream:
@@ -134,3 +137,18 @@ def test_a_process_forgotten_by_its_collector_and_back_keeps_the_counts_of_its_f
     for track_counts in fleet.counts.values():  # (the test client names its tracks after its record)
         counts.add(track_counts)
     assert counts.received_events == 70 and counts.stored_events == 60 and counts.overwritten_events == 10
+
+
+def test_the_fleet_counts_from_headers_alone_are_what_the_messages_read_whole_say() -> None:
+    _, messages = published([10, 20, 30])
+    ((_, track),) = read_fleet(messages[:1]).store.track_counts()
+    note = StoredMessage(99, messages[0].subject, {CLEARED: cleared_header({track: (4, 40)}), MSG_ID: "c0.n"}, b"")
+    kept = [*messages[2:], note]  # the oldest overwritten, the next one purged (its note says 4 of 10, say)
+    whole = Counts()
+    for counts in read_fleet(kept).counts.values():
+        whole.add(counts)
+    headers_only = [StoredMessage(m.stream_seq, m.subject, m.headers, b"") for m in kept]
+    (process,) = fleet_totals(headers_only)
+    assert (process.host, process.pid, process.instance, process.name) == ("host", 100, "i1", "proc-i1")
+    assert process.counts == whole
+    assert whole.received_events == 60 and whole.stored_events == 30 and whole.cleared_events == 4

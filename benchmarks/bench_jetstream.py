@@ -11,8 +11,9 @@ temporary directory. Three collectors, each in its own subprocess, take the same
 
 Rounds are interleaved (rotating the order), for 1 and 8 connections; medians of wire MB/s, events/s and the ratio
 to the in-memory store (target: R3 >= 0.25x). Then failover: a client flushes every few ms into the R3 collector
-while the stream's leader is killed (SIGKILL) three times, restarted between: the seconds from each kill to the
-first flush acknowledged after it, and the longest time without an acknowledged flush around it. And a whole
+while the stream's leader is killed (SIGKILL) three times, restarted between; and a client given two collectors on
+the stream (``connect("a,b")``) while the first is killed, three times: the seconds from each kill to the first
+flush acknowledged after it, and the longest time without an acknowledged flush around it. And a whole
 snapshot file (``format=native``) of what the in-memory collector holds against one of the whole R3 stream (read
 back from the servers, every message decoded into a store of its own): events/s.
 
@@ -91,14 +92,14 @@ def snapshot_rates(targets: list[Target], rounds: int) -> list[Sequence[object]]
     ]
 
 
-def failover(cluster: NatsCluster, address: str, kills: int) -> list[tuple[float, float]]:
-    """Kill the R3 stream's leader ``kills`` times (restarting it between) while a probe flushes every few ms; per
-    kill: (seconds from the kill to the first flush acknowledged after it, the longest time without one)."""
+def one_failover(address: str, kill: Callable[[], None]) -> tuple[float, float]:
+    """A probe flushing every few ms to ``address``; ``kill()`` once it has 20 acknowledged flushes: (seconds from the
+    kill to the first flush acknowledged after it, the longest time without one around it)."""
     import subprocess
+    import threading
 
     probe = subprocess.Popen([sys.executable, "-c", PROBE, address], stdout=subprocess.PIPE, text=True, bufsize=1)
     answers: list[tuple[float, bool]] = []
-    import threading
 
     def read() -> None:
         assert probe.stdout is not None
@@ -108,29 +109,43 @@ def failover(cluster: NatsCluster, address: str, kills: int) -> list[tuple[float
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    results = []
     try:
-        for _ in range(kills):
-            while sum(ok for _, ok in answers) < 20:
-                time.sleep(0.05)
-            victim = cluster.stream_leader("r3")
-            killed_at = time.monotonic()
-            victim.kill()
-            deadline = killed_at + 60
-            while not any(ok and at > killed_at for at, ok in answers) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            first = min((at for at, ok in answers if ok and at > killed_at), default=deadline)
-            before = max((at for at, ok in answers if ok and at <= killed_at), default=killed_at)
-            results.append((first - killed_at, first - before))
-            victim.start()
-            cluster.wait_ready()
-            answers.clear()
+        while sum(ok for _, ok in answers) < 20:
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        kill()
+        deadline = killed_at + 60
+        while not any(ok and at > killed_at for at, ok in answers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = min((at for at, ok in answers if ok and at > killed_at), default=deadline)
+        before = max((at for at, ok in answers if ok and at <= killed_at), default=killed_at)
+        return first - killed_at, first - before
     finally:
         probe.kill()
         probe.wait()
         reader.join(5)
         if probe.stdout is not None:
             probe.stdout.close()
+
+
+def leader_failovers(cluster: NatsCluster, address: str, kills: int) -> list[tuple[float, float]]:
+    """Kill the R3 stream's leader ``kills`` times (restarting it between) under a probe."""
+    results = []
+    for _ in range(kills):
+        victim = cluster.stream_leader("r3")
+        results.append(one_failover(address, victim.kill))
+        victim.start()
+        cluster.wait_ready()
+    return results
+
+
+def collector_failovers(r3_args: tuple[str, ...], other: str, kills: int) -> list[tuple[float, float]]:
+    """Kill a collector (SIGKILL) ``kills`` times under a probe given it and ``other``, a collector on the same
+    stream: the probe moves to ``other``."""
+    results = []
+    for _ in range(kills):
+        with collector("--capacity", CAPACITY, *r3_args) as doomed:
+            results.append(one_failover(f"{doomed.tcp},{other}", doomed.process.kill))
     return results
 
 
@@ -220,15 +235,20 @@ def main() -> int:
         ))  # fmt: skip
         snapshots = snapshot_rates([t for t in targets if t.name != "jetstream R1"], rounds)
         r3 = next(t for t in targets if t.name == "jetstream R3")
-        kills = failover(cluster, r3.address, 1 if args.quick else 3)
+        kills = 1 if args.quick else 3
+        leaders = leader_failovers(cluster, r3.address, kills)
+        failovers = [(f"stream leader, kill {k + 1}", *times) for k, times in enumerate(leaders)] + [
+            (f"collector, kill {k + 1}", *times)
+            for k, times in enumerate(collector_failovers(variants["jetstream R3"], r3.address, kills))
+        ]
         print()
         print(table(["ratio (medians)", "value", "target"], summary))
         print()
         print(table(["whole snapshot file (format=native)", "events held", "seconds", "Mevents/s"], snapshots))
         print()
         print(table(
-            ["failover of the R3 stream's leader (kill -9)", "kill to next acknowledged flush s", "longest gap s"],
-            [(f"kill {k + 1}", to_next, gap) for k, (to_next, gap) in enumerate(kills)],
+            ["failover (kill -9) under a client of the R3 stream", "kill to next acknowledged flush s", "longest gap"],
+            failovers,
         ))  # fmt: skip
         for target in targets:
             assert target.coll is not None

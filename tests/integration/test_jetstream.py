@@ -354,3 +354,32 @@ def test_clear_and_pop_on_one_collector_purge_what_clients_of_another_sent_count
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_collector_killed_its_clients_move_to_the_other_and_nothing_acknowledged_is_lost_or_stored_twice(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        addresses = f"{first.tcp_address},{second.tcp_address}"
+        streamers += [Streamer(addresses, f"s{k}") for k in range(2)]  # both connect to the first
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        assert second.json("/healthz")["connections"] == 0
+        first.proc.kill()  # kill -9
+        first.proc.wait()
+        for streamer in streamers:  # on the other collector now
+            streamer.wait_for(streamer.acknowledged_after(5))
+        assert second.json("/healthz")["connections"] == 2
+        for streamer in streamers:
+            streamer.stop()
+        wait_published(second)
+        trace = second.snapshot()
+        found = numbers(trace)
+        for streamer in streamers:
+            assert set(range(streamer.last_acknowledged + 1)) <= set(found[streamer.name]), "acknowledged, lost"
+            assert max(found[streamer.name].values()) == 1, "stored twice"
+            assert_accounts_add_up(process_counts(trace)[streamer.name])
+    finally:
+        first.stop()
+        second.stop()

@@ -107,8 +107,8 @@ def parse_addresses(addresses: object) -> list[tuple[str, int]]:
     """
     if not isinstance(addresses, str):
         return [parse_address(addresses)]  # (raises, naming the type)
-    parts = [part.strip() for part in addresses.split(",")]
-    if not all(parts):
+    parts = addresses.split(",")
+    if len(parts) > 1 and not all(parts):
         raise ConfigError(f"addresses must be HOST:PORT separated by commas, with none empty, got {addresses!r}")
     return [parse_address(part) for part in parts]
 

@@ -17,6 +17,11 @@ discarded (refused: the store is full, or the frame cannot be stored at all) and
 received = stored + overwritten + capped + discarded + cleared holds at every moment, per track, per process and in
 total (``accounts.py``; which segments are held, and their counts as they leave: ``holdings.py``).
 
+A store may replicate its sealed segments elsewhere (a JetStream stream: ``Store.on_sealed``, ``Store.replication``,
+``replication.py``): a segment the replica acknowledged leaves, its events counted stored still (``published``); one
+it refused leaves counted discarded (``refused``). ``expire`` removes what was sealed before a time (``--max-age``),
+counted overwritten.
+
 Snapshots pin the segments they read (``views.py``): an evicted segment's buffer is reused or unmapped only once no
 snapshot reads it (each snapshot lets go of a segment as soon as it has read it). In a data dir, segments carry
 checksums and are synced as ``fsync`` says (``durability.py``), and are taken back in on restart (``recovery.py``).

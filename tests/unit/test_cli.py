@@ -54,12 +54,14 @@ def test_bad_addresses_are_refused(text: str) -> None:
 
 
 def test_a_client_takes_several_collectors_separated_by_commas_and_names_a_bad_one() -> None:
-    assert parse_addresses("c1:7700, c2:7701,[::1]:7702") == [("c1", 7700), ("c2", 7701), ("::1", 7702)]
+    assert parse_addresses("c1:7700,c2:7701,[::1]:7702") == [("c1", 7700), ("c2", 7701), ("::1", 7702)]
     assert parse_addresses("c1:7700") == [("c1", 7700)]
     with pytest.raises(ConfigError, match="'c2'"):
         parse_addresses("c1:7700,c2")
     with pytest.raises(ConfigError, match="none empty"):
         parse_addresses("c1:7700,,c2:7700")
+    with pytest.raises(ConfigError, match="HOST:PORT"):  # (spaces, as in one address)
+        parse_addresses("c1:7700, c2:7700")
 
 
 def test_every_flag_has_an_environment_variable() -> None:

@@ -6,6 +6,7 @@ Every test reads what it checks from a snapshot or ``/stats`` over HTTP, and wai
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -391,6 +392,40 @@ def test_a_collector_killed_its_clients_move_to_the_other_and_nothing_acknowledg
             assert streamer.acknowledged <= set(found[streamer.name]), "acknowledged, lost"
             assert max(found[streamer.name].values()) == 1, "stored twice"
             assert_accounts_add_up(process_counts(trace)[streamer.name])
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_spans_an_opentelemetry_sdk_exports_to_one_collector_are_in_a_snapshot_of_the_other(
+    nats_cluster: NatsCluster,
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    first = jetstream_collector(nats_cluster, "--otlp-http", "127.0.0.1:0")
+    second = jetstream_collector(nats_cluster)
+    try:
+        listening = first.wait_for_log(lambda line: "otlp listening" in line)
+        otlp = re.search(r"otlp listening on https?://([\d.]+):(\d+)", listening)
+        assert otlp is not None
+        exporter = OTLPSpanExporter(endpoint=f"http://{otlp.group(1)}:{otlp.group(2)}/v1/traces")
+        provider = TracerProvider(resource=Resource.create({"service.name": "checkout", "host.name": "web-1"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("shop")
+        for i in range(3):
+            with tracer.start_as_current_span("request", attributes={"i": i}):
+                pass
+        assert provider.force_flush()
+        provider.shutdown()
+        trace = second.snapshot()  # (the export was answered once its spans were stored: replicated)
+        # (spans of no thread are async slices: a begin and an end each)
+        requests = [e for e in trace["traceEvents"] if e.get("name") == "request" and e["ph"] == "b"]
+        assert sorted(e["args"]["i"] for e in requests) == [0, 1, 2]
+        (process,) = trace["otherData"]["processes"]
+        assert process["process_name"] == "checkout" and process["host"] == "web-1"
     finally:
         first.stop()
         second.stop()

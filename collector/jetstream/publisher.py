@@ -101,8 +101,9 @@ class PublishCounters:
     retries: int = 0
     refused_messages: int = 0
     refused_events: int = 0
-    #: Messages sealed and not yet answered (waiting in line or being sent).
+    #: Messages sealed and not yet answered (waiting in line or being sent), and their events.
     waiting: int = 0
+    waiting_events: int = 0
     #: The last error of a publish that is being retried ("" once one succeeds again).
     failing: str = ""
     since: float = field(default=0.0)
@@ -163,6 +164,7 @@ class Publisher:
         self._line.append(_Outgoing(segment, stream, subject, headers, done))
         self._outstanding.setdefault(stream, []).append(done)
         self.counters.waiting += 1
+        self.counters.waiting_events += segment.events
         self._wake.set()
 
     def _handed(self, owner: int) -> dict[int, Counts]:
@@ -273,6 +275,7 @@ class Publisher:
             counters.bytes += nbytes
             counters.events += events
         counters.waiting -= 1
+        counters.waiting_events -= events
         outstanding = self._outstanding.get(item.stream)
         if outstanding is not None:
             outstanding.remove(item.done)

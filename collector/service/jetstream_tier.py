@@ -157,8 +157,10 @@ class JetStreamTier:
         deadline = time.monotonic() + STOP_PUBLISH_TIMEOUT_S
         while self.publisher.counters.waiting and time.monotonic() < deadline and self._tasks:
             await asyncio.sleep(0.02)
-        if self.publisher.counters.waiting:
-            log.warning("stopping with %d segments not published", self.publisher.counters.waiting)
+        counters = self.publisher.counters
+        if counters.waiting:  # (never acknowledged to their clients, which count them unacknowledged)
+            log.warning("stopping with %d segments (%d events) not published to JetStream stream %r: they are lost",
+                        counters.waiting, counters.waiting_events, self.stream_name)  # fmt: skip
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -318,6 +320,7 @@ class JetStreamTier:
                 "refused_messages": counters.refused_messages,
                 "refused_events": counters.refused_events,
                 "waiting_messages": counters.waiting,
+                "waiting_events": counters.waiting_events,
                 "failing": counters.failing or None,
             }
         }

@@ -292,18 +292,28 @@ def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
         collector.stop()
 
 
-def test_max_age_in_memory_removes_old_events_and_counts_them_overwritten() -> None:
-    collector = CollectorProcess("--max-age", "1")
+@pytest.mark.parametrize("store", ["memory", "data dir"])
+def test_max_age_removes_what_a_connected_client_sent_long_enough_ago_and_counts_it_overwritten(
+    store: str, tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    data_dir = ("--data-dir", str(tmp_path / "data")) if store == "data dir" else ()
+    collector = CollectorProcess("--max-age", "1", *data_dir)
     try:
-        writer = subprocess.run([sys.executable, "-c", WRITER, collector.tcp_address, "old", "500"],
-                                capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-        assert writer.stdout.strip() == "True"
+        # A slow client: its open segment would take minutes to fill; --max-age seals it, then removes it.
+        streamer = Streamer(collector.tcp_address, "slow", batch=5, pause_s=0.1)
+        streamers.append(streamer)
         deadline = time.monotonic() + 30
-        while (stats := collector.json("/stats"))["overwritten_events"] < 500:
+        while (stats := collector.json("/stats"))["overwritten_events"] == 0:
             assert time.monotonic() < deadline, stats
             time.sleep(0.2)
-        assert stats["stored_events"] == 0 and stats["received_events"] == 500
-        assert json.loads(collector.get("/healthz")[1])["stored_events"] == 0
+        streamer.wait_for(streamer.acknowledged_after(2))  # still connected, still sending
+        streamer.stop()
+        trace = collector.snapshot()
+        counts = process_counts(trace)["slow"]
+        assert_accounts_add_up(counts)
+        found = numbers(trace).get("slow", Counter())
+        assert 0 not in found and counts["stored_events"] == sum(found.values())
+        assert counts["overwritten_events"] >= 5
     finally:
         collector.stop()
 

@@ -378,6 +378,20 @@ class Collector:
             **{(path, "refused"): n for path, n in refused.items()},
         }
 
+    def jetstream_counters(self) -> dict[str, int] | None:
+        """With ``--jetstream``: what this collector published, for ``/metrics``; else None."""
+        if self.jetstream is None:
+            return None
+        counters = self.jetstream.publisher.counters
+        return {
+            "messages": counters.messages,
+            "events": counters.events,
+            "retries": counters.retries,
+            "refused_events": counters.refused_events,
+            "waiting_events": counters.waiting_events,
+            "failing": int(bool(counters.failing)),
+        }
+
     def metric_gauges(self) -> dict[str, float]:
         return self.status.metric_gauges()
 

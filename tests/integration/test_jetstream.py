@@ -190,6 +190,10 @@ def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_on
                 assert_accounts_add_up(counts)
             fleet = collector.json("/stats")["fleet"]
             assert fleet["collectors"] == 2 and fleet["stored_events"] == 4 * 3000
+        for collector in (first, second):  # each one's own share: the fleet's is their sum
+            status, metrics = collector.get("/metrics")
+            assert status == 200 and b"ringtrace_jetstream_published_events_total 6000.0" in metrics
+            assert b"ringtrace_jetstream_failing 0.0" in metrics
         sources = second.json("/sources")["processes"]
         assert sorted(p["process_name"] for p in sources) == ["a1", "a2", "b1", "b2"]
         one = first.snapshot(f"?pid={writers[2].pid}")  # a subject filter: one process, of the other collector

@@ -1,10 +1,11 @@
 """The service's side of ``--jetstream``: the connection to the cluster, the stream, the publishing and sealing tasks,
-and fleet-wide reads (snapshots, ``/sources``, ``/stats``) from the stream.
+and fleet-wide reads from the stream (snapshots, ``/sources``, ``/stats``, live tails) and purges (``/clear``,
+``/pop``).
 
 The collector's own store stays what ingest writes into: a memory store of ``--jetstream-buffer`` bytes under
 ``discard``, whose segments wait there only until the stream acknowledges them (``jetstream/publisher.py``). What a
-snapshot, ``/sources`` or ``/stats`` reports is read from the stream (``jetstream/fleet.py``), whichever collector
-stored it.
+snapshot, ``/sources``, ``/stats`` or a live tail reports is read from the stream (``jetstream/fleet.py``,
+``fleet_counts.py``, ``fleet_tail.py``), whichever collector stored it.
 """
 
 from __future__ import annotations

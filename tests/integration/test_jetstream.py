@@ -285,8 +285,9 @@ def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
                 break
             assert time.monotonic() < deadline, fleet
             time.sleep(0.2)
-        streamer.stop()
+        # While it still sends (once it stops, all of it ages out within a second: nothing of it is left to show).
         trace = collector.snapshot()
+        streamer.stop()
         counts = process_counts(trace)["s"]
         assert_accounts_add_up(counts)
         found = numbers(trace)["s"]

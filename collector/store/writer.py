@@ -16,7 +16,7 @@ from typing import Final, Protocol
 from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
 from ringtrace.collector.store.ring import Store, Stream, SyncJob
 from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
-from ringtrace.collector.store.streams import SessionKind
+from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind
 
 __all__ = ["LentReader", "SegmentWriter"]
 
@@ -286,7 +286,12 @@ class SegmentWriter:
         if opened_before_ns is not None and segment.written_ns >= opened_before_ns:
             return
         self.end_direct()
+        used = segment.used
         self._store.end_segment(self.stream)
+        # Sealed for its age, not for being full: the next one is sized to what came meanwhile (twice, a power of
+        # two), not doubled again. Sealed every 200 ms, doubling would soon make each a large, mostly empty buffer.
+        fitting = max(MIN_SEGMENT_BYTES, 1 << (2 * used - 1).bit_length())
+        self.stream.next_size = min(self.stream.next_size, fitting)
 
     def close(self) -> int:
         """The connection ended: the stream closes (what it stored stays); returns the bytes its tables were

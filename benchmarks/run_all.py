@@ -26,6 +26,7 @@ BENCHMARKS = {
     "latency": ("bench_latency.py", 600),
     "reconnect": ("bench_reconnect.py", 300),
     "ingest": ("bench_ingest.py", 1200),
+    "jetstream": ("bench_jetstream.py", 900),
     "ingest_cpu": ("bench_ingest_cpu.py", 600),
     "export_json": ("bench_export_json.py", 300),
     "snapshot": ("bench_snapshot.py", 900),

@@ -53,7 +53,7 @@ from ringtrace.client.listeners import (
     read_trace_streams,
 )
 from ringtrace.client.messages import PRIORITIES, Message
-from ringtrace.client.options import StreamerOptions, parse_address
+from ringtrace.client.options import StreamerOptions, parse_addresses
 from ringtrace.client.sources import Source
 from ringtrace.client.streaming.streamer import Streamer
 from ringtrace.client.threads import background_thread
@@ -160,7 +160,9 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     it takes; the child delivers what it recorded before it exits.
 
     Args:
-        address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6).
+        address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6); or several, separated
+            by commas (``"c1:7700,c2:7700"``: collectors that share a JetStream stream), tried in turn: when the one
+            connected to goes, the next attempt is to the next one.
         process_name: shown for this process in traces; defaults to the name it is connected with already (a
             forked child: its parent's), else in a multiprocessing child started with spawn or forkserver to its
             parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name.
@@ -173,7 +175,7 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     if process_name is None:  # the name it has (a forked child: its parent's), or a spawned child's parent's
         process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
-    parse_address(address)
+    parse_addresses(address)
     with _connect_lock:
         if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default

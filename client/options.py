@@ -28,6 +28,7 @@ __all__ = [
     "check_token",
     "environment_token",
     "parse_address",
+    "parse_addresses",
     "parse_size",
     "read_token_file",
     "strip_newline",
@@ -95,6 +96,21 @@ def parse_address(address: object, *, listen: bool = False) -> tuple[str, int]:
     if not _valid_host(host, bracketed):
         raise ConfigError(f"{form}; {host!r} is not a host name or IP address, in {address!r}")
     return host, int(port_text)
+
+
+def parse_addresses(addresses: object) -> list[tuple[str, int]]:
+    """``"HOST:PORT"``, or several separated by commas (``"c1:7700,c2:7700"``: collectors to fail over between, in
+    turn), to ``[(host, port), ...]``.
+
+    Raises:
+        ConfigError: one of them is not ``HOST:PORT`` (naming it), or there are none.
+    """
+    if not isinstance(addresses, str):
+        return [parse_address(addresses)]  # (raises, naming the type)
+    parts = addresses.split(",")
+    if len(parts) > 1 and not all(parts):
+        raise ConfigError(f"addresses must be HOST:PORT separated by commas, with none empty, got {addresses!r}")
+    return [parse_address(part) for part in parts]
 
 
 def _valid_host(host: str, bracketed: bool) -> bool:

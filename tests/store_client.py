@@ -18,9 +18,9 @@ def hello(instance: str) -> bytes:
 class Client:
     """One client stream, encoded by the real encoder and fed to the store as ingest feeds it."""
 
-    def __init__(self, store: Store, owner: int, tracks: int = 2) -> None:
+    def __init__(self, store: Store, owner: int, tracks: int = 2, instance: str | None = None) -> None:
         self.store, self.owner = store, owner
-        self.stream = store.open_stream(owner, hello(f"i{owner}"))
+        self.stream = store.open_stream(owner, hello(f"i{owner}" if instance is None else instance))
         self.encoder = StreamEncoder(max_events_per_frame=64)
         self.tracks = [TrackInfo(owner * 100 + t, THREAD_TRACK, f"t{t}", t + 1) for t in range(tracks)]
         self.ts = itertools.count(10**15, 1000)

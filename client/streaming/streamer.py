@@ -41,7 +41,7 @@ from typing import Any, overload
 
 from ringtrace.client.encoder import EncodedBatch
 from ringtrace.client.listeners import SerializedListener
-from ringtrace.client.options import StreamerOptions, parse_address
+from ringtrace.client.options import StreamerOptions, parse_addresses
 from ringtrace.client.streaming.link import (
     Action,
     AnswerFlush,
@@ -107,14 +107,33 @@ class _ConnectFailed(Exception):
 
 
 class _Dialer:
-    """Opens connections to the collector: TCP, then TLS with ``tls`` (blocking, within ``connect_timeout_s``)."""
+    """Opens connections to the collector: TCP, then TLS with ``tls`` (blocking, within ``connect_timeout_s``).
+
+    Given several collectors (``"c1:7700,c2:7700"``), it dials the one that answered last, and after a failed
+    attempt the next one, in turn: a client of a collector that died moves to another at its next attempt (the
+    link's backoff, 0.1 s at first). A connection that breaks is made again to the same one first.
+    """
 
     def __init__(self, address: str, options: StreamerOptions) -> None:
-        self.address_text = address
-        self.host, self.port = parse_address(address)
+        self.addresses = parse_addresses(address)
+        self._turn = 0
         self.options = options
         #: With ``tls``: the context, made on the first connection.
         self._tls_context: ssl.SSLContext | None = None
+
+    @property
+    def host(self) -> str:
+        return self.addresses[self._turn][0]
+
+    @property
+    def port(self) -> int:
+        return self.addresses[self._turn][1]
+
+    @property
+    def address_text(self) -> str:
+        """The collector dialled now (next), as ``HOST:PORT``."""
+        host, port = self.addresses[self._turn]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def dial(self) -> socket.socket | ssl.SSLSocket:
         """A connected socket (blocking).
@@ -122,6 +141,13 @@ class _Dialer:
         Raises:
             _ConnectFailed: why, in words a user acts on; ``at_once`` for a failure waiting will not mend (TLS).
         """
+        try:
+            return self._dial()
+        except _ConnectFailed:
+            self._turn = (self._turn + 1) % len(self.addresses)  # the next collector, at the next attempt
+            raise
+
+    def _dial(self) -> socket.socket | ssl.SSLSocket:
         timeout_s = self.options.connect_timeout_s
         deadline = time.monotonic() + timeout_s
         try:
@@ -174,7 +200,8 @@ class Streamer(SerializedListener):
         options = options or StreamerOptions()
         self._counters = LinkCounters()  # first: the listener's __init__ zeroes dropped_events through it
         super().__init__(options.process_name, options.max_frame_bytes, options.max_strings)
-        self.address = parse_address(address)
+        #: The first collector of ``address`` (``"HOST:PORT"``, or several: ``"c1:7700,c2:7700"``).
+        self.address = parse_addresses(address)[0]
         self.address_text = address
         self.options = options
         self.encoder.max_events_per_frame = options.max_events_per_frame
@@ -427,8 +454,9 @@ class Streamer(SerializedListener):
         self._selector.register(sock, selectors.EVENT_READ)
         hello = self.identity.hello(self.options.token or "")
         with self._state_lock:
+            self._link.address = self._dialer.address_text  # (what its messages name: the collector connected)
             actions = self._link.connected(time.monotonic(), hello)
-        log.debug("ringtrace connected to %s:%d", *self.address)
+        log.debug("ringtrace connected to %s", self._dialer.address_text)
         return actions
 
     def _close_socket(self) -> None:

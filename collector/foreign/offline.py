@@ -30,7 +30,7 @@ from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Recovered
 
-__all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file"]
+__all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file", "read_stream"]
 
 #: What decoding a file may meet: anything a collector could have stored.
 FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
@@ -114,6 +114,17 @@ def _converted(file: Path, data: bytes, other: dict[str, object]) -> tuple[bytes
     return data, foreign
 
 
+def read_stream(data: bytes, seq: int) -> tuple[Recovered | None, str | None]:
+    """One stream that a collector stored (a segment: preamble, session frames, EVENTS frames, checked on the way in)
+    as segment ``seq`` to adopt into a store (None: it holds no HELLO), and why reading it stopped early (None: it did
+    not). What cannot be decoded of its events is counted by the snapshots that read them, as of any stored segment."""
+    stream, _, error = _stream(memoryview(data), 0, checked=True)
+    if stream.hello is None:
+        return None, error or "no HELLO frame"
+    buffer = bytearray(stream.data + bytes(INDEX_ENTRY.size * len(stream.entries)))
+    return Recovered(seq, buffer, len(stream.data), stream.hello, stream.entries, stream.stats, error), error
+
+
 def _stored(streams: list[_Stream]) -> tuple[Store, Registry, int]:
     """A store holding each stream that has a HELLO as a segment of its process, and the events they hold."""
     store = Store(2**62, MIN_SEGMENT_BYTES)
@@ -182,9 +193,10 @@ def _streams(data: memoryview) -> tuple[list[_Stream], str | None]:
     return streams, None
 
 
-def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
+def _stream(data: memoryview, start: int, *, checked: bool = False) -> tuple[_Stream, int, str | None]:
     """The stream at ``start``: up to the next preamble, the end of ``data``, or the first frame that is torn or
-    broken (then with why)."""
+    broken (then with why). ``checked``: its EVENTS frames were checked when a collector stored them, and are only
+    indexed here (not decoded to count events that cannot be)."""
     decoder = SessionDecoder(FILE_LIMITS, live=False)
     stream = _Stream(None, b"", [], None)
     position = start + PREAMBLE.size
@@ -198,7 +210,7 @@ def _stream(data: memoryview, start: int) -> tuple[_Stream, int, str | None]:
                 break
             decoder.receive_data(data[position:end])
             frame = decoder.next_frame()
-            take = _TAKE.get(type(frame))
+            take = _index_events if checked and type(frame) is Events else _TAKE.get(type(frame))
             if take is not None:
                 take(stream, decoder, frame, position - start, end - position)
             position = end
@@ -229,6 +241,12 @@ def _take_hello(stream: _Stream, decoder: SessionDecoder, frame: object, offset:
 def _take_stats(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:
     assert isinstance(frame, Stats)
     stream.stats = frame
+
+
+def _index_events(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:
+    """An EVENTS frame a collector checked when it stored it: indexed."""
+    assert isinstance(frame, Events)
+    stream.entries.append((offset, length, frame.track_id, frame.count, frame.first_ts_ns, frame.last_ts_ns))
 
 
 def _take_events(stream: _Stream, decoder: SessionDecoder, frame: object, offset: int, length: int) -> None:

@@ -99,17 +99,19 @@ class CollectorAPI(Protocol):
 
     tails_running: int
 
-    async def snapshot(self, flush_timeout_s: float) -> SnapshotView: ...
+    async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView: ...
 
     def health(self) -> dict[str, Any]: ...
 
     def stats(self) -> dict[str, Any]: ...
 
+    async def fleet_stats(self) -> dict[str, Any]: ...
+
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
 
-    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
 
     @property
     def stored_limits(self) -> Limits: ...
@@ -244,7 +246,10 @@ async def _counted_snapshot(
     collector.snapshots_running += 1
     try:
         with collector.metrics.snapshot_seconds.labels(writer).time():
-            view = await collector.snapshot(query.flush_timeout_s)
+            try:
+                view = await collector.snapshot(query.flush_timeout_s, query.filter)
+            except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
+                raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
             chunks = _WRITERS[writer](view, query.filter)
             response, _ = await _stream_out(request, view, chunks, headers, gzip)
             return response
@@ -268,7 +273,10 @@ async def pop(request: web.Request) -> web.StreamResponse:
         raise BadQuery(str(exc)) from None
     gzip = _accepts_gzip(request)
     async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
-        view = await collector.pop(query.flush_timeout_s, query.filter)
+        try:
+            view = await collector.pop(query.flush_timeout_s, query.filter)
+        except ConnectionError as exc:  # (--jetstream: the stream cannot be reached now)
+            raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
         popping = Popping(collector.pop_left_open)
         chunks = chrome_trace_chunks(view, query.filter, popping)
         response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
@@ -347,7 +355,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     _check_params(request.query, set())
-    return _json(request.app[COLLECTOR].stats())
+    collector = request.app[COLLECTOR]
+    document = collector.stats()
+    document.update(await collector.fleet_stats())
+    return _json(document)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -358,7 +369,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def sources(request: web.Request) -> web.Response:
     selected, _ = _process_params(request.query.items())
-    return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+    try:
+        return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+    except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
 
 
 async def set_priority(request: web.Request) -> web.Response:
@@ -379,7 +393,10 @@ async def set_priority(request: web.Request) -> web.Response:
 
 async def clear(request: web.Request) -> web.Response:
     selected, _ = _process_params(await _post_params(request))
-    processes, removed = request.app[COLLECTOR].clear(selected)
+    try:
+        processes, removed = await request.app[COLLECTOR].clear(selected)
+    except ConnectionError as exc:  # (--jetstream: the stream cannot be reached now)
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
     return _json({"cleared_events": removed, "processes": [_named(p) for p in processes]})
 
 

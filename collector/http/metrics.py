@@ -42,6 +42,8 @@ class MetricsState(Protocol):
 
     def otlp_items(self) -> dict[tuple[str, str], int]: ...
 
+    def jetstream_counters(self) -> dict[str, int] | None: ...
+
 
 class CollectorMetrics:
     """The registry ``/metrics`` serves, and the snapshot histogram the handlers observe."""
@@ -127,9 +129,44 @@ class _Scrape(_MetricsSource):
             for (path, outcome), count in otlp.items():
                 items.add_metric([path.rsplit("/", 1)[-1], outcome], count)
             yield items
+        jetstream = state.jetstream_counters()
+        if jetstream is not None:
+            yield from _jetstream_metrics(jetstream)
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)
+
+
+def _jetstream_metrics(counters: dict[str, int]) -> Iterator[Metric]:
+    """``--jetstream``: what this collector published. (The fleet's totals are the sums of every collector's.)"""
+    yield CounterMetricFamily(
+        "ringtrace_jetstream_published_messages",
+        "Segments the JetStream stream acknowledged",
+        value=counters["messages"],
+    )
+    yield CounterMetricFamily(
+        "ringtrace_jetstream_published_events",
+        "Events in the segments the stream acknowledged",
+        value=counters["events"],
+    )
+    yield CounterMetricFamily(
+        "ringtrace_jetstream_publish_retries",
+        "Publishes retried (no answer from the stream)",
+        value=counters["retries"],
+    )
+    yield CounterMetricFamily(
+        "ringtrace_jetstream_refused_events",
+        "Events in segments the stream refused (counted discarded)",
+        value=counters["refused_events"],
+    )
+    yield GaugeMetricFamily(
+        "ringtrace_jetstream_waiting_events",
+        "Events sealed and not yet acknowledged by the stream",
+        value=counters["waiting_events"],
+    )
+    yield GaugeMetricFamily(
+        "ringtrace_jetstream_failing", "1 while publishes to the stream fail and are retried", value=counters["failing"]
+    )
 
 
 _GAUGES = {

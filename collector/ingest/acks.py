@@ -1,14 +1,15 @@
-"""A connection's syncs under ``--fsync flush|always``, and the FLUSH_ACKs that wait for them."""
+"""A connection's syncs under ``--fsync flush|always``, or its segments' replication (JetStream), and the FLUSH_ACKs
+that wait for them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ringtrace.collector.store.ring import SyncJob
 
-__all__ = ["Syncer"]
+__all__ = ["ReplicatedAcks", "Syncer"]
 
 log = logging.getLogger("ringtrace.collector.ingest")
 
@@ -62,3 +63,39 @@ class Syncer:
                         self._acknowledge(token)
         finally:
             self._task = None
+
+
+class ReplicatedAcks:
+    """A connection's FLUSH_ACKs when the store replicates (JetStream: ``Store.replication``): a FLUSH seals the
+    stream's open segment at once, and its FLUSH_ACK goes out once the replica acknowledged every segment sealed up
+    to then, in order; if some of those were refused there, a REFUSED with their events goes first (the client's
+    flush() then says False). While the replica cannot be reached, no FLUSH_ACK goes out: the client's flush() times
+    out, False.
+
+    Args:
+        settle: seals the stream's open segment; returns what is done once the replica settled everything sealed
+            (its result: the events refused).
+        acknowledge: sends the FLUSH_ACK of a token.
+        refuse: sends a REFUSED of so many events.
+    """
+
+    def __init__(
+        self, settle: Callable[[], Awaitable[int]], acknowledge: Callable[[int], None], refuse: Callable[[int], None]
+    ) -> None:
+        self._settle, self._acknowledge, self._refuse = settle, acknowledge, refuse
+        #: The FLUSH_ACK sent last, or in line to be: the next waits for it (they go out in order).
+        self._last: asyncio.Task[None] | None = None
+
+    def request(self, token: int) -> None:
+        settled = self._settle()
+        self._last = asyncio.get_running_loop().create_task(self._acknowledge_after(self._last, settled, token))
+
+    async def _acknowledge_after(
+        self, previous: asyncio.Task[None] | None, settled: Awaitable[int], token: int
+    ) -> None:
+        refused = await settled
+        if previous is not None:
+            await previous
+        if refused:
+            self._refuse(refused)
+        self._acknowledge(token)

@@ -292,6 +292,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """Ask the client to send everything it holds; the future is True once all of it is stored."""
         return self._frames.request_flush()
 
+    def seal_segment(self, opened_before_ns: int | None = None) -> None:
+        """Seal its stream's open segment if it holds events (opened before ``opened_before_ns``, the collector's
+        monotonic ns): JetStream publishes what is sealed; ``--max-age`` counts from the seal."""
+        self._frames.seal(opened_before_ns)
+
     def set_priority(self, priority: str, timeline: str = "") -> bool:
         """Ask the client to record messages up to ``priority`` (on ``timeline``, or all); False: not connected."""
         return self._frames.set_priority(priority, timeline)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from ringtrace.client.wire.decoder import Limits
@@ -33,7 +33,7 @@ from ringtrace.client.wire.frames import (
     preamble,
 )
 from ringtrace.collector.auth import AuthenticationFailed, Authenticator
-from ringtrace.collector.ingest.acks import Syncer
+from ringtrace.collector.ingest.acks import ReplicatedAcks, Syncer
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.ingest.lending import IngestDecoder
 from ringtrace.collector.ingest.traffic import ControlBudget, Traffic
@@ -91,8 +91,8 @@ class FrameHandlers:
     """
 
     __slots__ = (
-        "_accepted_ns", "_refused", "_session", "_sink", "_stats_refused", "_syncer", "_tokens", "control", "flushes",
-        "peer", "process", "transport", "writer",
+        "_accepted_ns", "_refused", "_replicated", "_session", "_sink", "_stats_refused", "_syncer", "_tokens",
+        "control", "flushes", "peer", "process", "transport", "writer",
     )  # fmt: skip
 
     def __init__(self, sink: FrameSink, session: IngestDecoder, accepted_ns: int) -> None:
@@ -102,6 +102,7 @@ class FrameHandlers:
         self.process: ProcessRecord | None = None
         self.writer: SegmentWriter | None = None
         self._syncer: Syncer | None = None
+        self._replicated: ReplicatedAcks | None = None
         #: Events the store refused since the last FLUSH.
         self._refused = 0
         #: FLUSH tokens of the current batch, acknowledged at its end.
@@ -230,7 +231,10 @@ class FrameHandlers:
             return
         always = self._sink.store.buffers.fsync == "always"
         writer.commit(force=bool(tokens) or always)
-        if self._syncer is not None:
+        if self._replicated is not None:
+            for token in tokens:
+                self._replicated.request(token)
+        elif self._syncer is not None:
             for token in tokens:
                 self._syncer.request(token)
             if always:
@@ -239,6 +243,24 @@ class FrameHandlers:
             for token in tokens:
                 self._acknowledge(token)
         tokens.clear()
+
+    def _settle(self) -> Awaitable[int]:
+        """Seal the stream's open segment; what is done once the replica settled all it sealed (``ReplicatedAcks``)."""
+        writer, replication = self.writer, self._sink.store.replication
+        assert writer is not None and replication is not None
+        writer.seal()
+        return replication.settled(writer.stream)
+
+    def seal(self, opened_before_ns: int | None = None) -> None:
+        """Seal the stream's open segment if it holds events (opened before ``opened_before_ns``): JetStream
+        publishes it, ``--max-age`` counts from then."""
+        if self.writer is not None:
+            self.writer.seal(opened_before_ns)
+
+    def _refuse(self, events: int) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(encode(Refused(events)))
 
     def _acknowledge(self, token: int) -> None:
         transport = self.transport
@@ -302,7 +324,9 @@ class FrameHandlers:
             frame = rewritten_hello(frame, token="", wall_ns=paired_wall_ns)
         stream = store.open_stream(process.uid, frame)
         self.writer = writer = SegmentWriter(store, stream, self._session.reader, self._session.limits.max_frame_bytes)
-        if store.buffers.fsync in ("flush", "always"):
+        if store.replication is not None:
+            self._replicated = ReplicatedAcks(self._settle, self._acknowledge, self._refuse)
+        elif store.buffers.fsync in ("flush", "always"):
             self._syncer = Syncer(writer.sync_job, self._acknowledge, self._abort, f"{self.peer}, {self.who()}")
         self.transport.write(preamble() + encode(welcome))
         # A process refused for its tables lately comes back about once a second: its refusals say so, once a minute.

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import time
@@ -36,6 +37,7 @@ from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.data_dir import DataDirSync, recover
 from ringtrace.collector.service.housekeeping import Housekeeping
+from ringtrace.collector.service.jetstream_tier import JETSTREAM_MAX_FRAME_BYTES, JetStreamTier, staging_store
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.process_control import FORGOTTEN_PROCESS_BYTES, ProcessControl
 from ringtrace.collector.service.servers import Servers
@@ -59,6 +61,8 @@ _DAY_NS = 86_400 * 10**9
 
 #: How long a stopping collector waits for its clients to flush.
 STOP_FLUSH_TIMEOUT_S = 1.0
+#: How often ``--max-age`` removes what aged out.
+MAX_AGE_SWEEP_S = 1.0
 
 
 class Collector:
@@ -79,14 +83,21 @@ class Collector:
         _warn_process_capacity(config)
         self.data_dir = DataDir(config.data_dir, config.fsync) if config.data_dir is not None else None
         buffers: SegmentBuffers | None = self.data_dir
-        self.store = Store(
-            config.capacity_bytes,
-            segment_bytes=config.effective_segment_bytes,
-            process_capacity_bytes=config.process_capacity_bytes,
-            policy=config.policy,
-            buffers=buffers,
-        )
+        if config.jetstream is not None:  # segments on their way to the stream (``jetstream_tier.py``)
+            self.store = staging_store(config)
+        else:
+            self.store = Store(
+                config.capacity_bytes,
+                segment_bytes=config.effective_segment_bytes,
+                process_capacity_bytes=config.process_capacity_bytes,
+                policy=config.policy,
+                buffers=buffers,
+            )
         self.limits = _ingest_limits(config)
+        if config.jetstream is not None:  # a segment, its frame and its session frames are one message
+            self.limits = dataclasses.replace(
+                self.limits, max_frame_bytes=min(self.limits.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES)
+            )
         #: Reading what is stored: it was checked on the way in, perhaps by a run with other limits (a data dir).
         self.stored_limits = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
         self.max_connections = config.max_connections
@@ -112,6 +123,12 @@ class Collector:
         self.otlp: OtlpReceiver | None = None
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()
+        #: ``--jetstream``: the stream the store publishes to, and reads of the fleet from it.
+        self.jetstream = (
+            JetStreamTier(config, self.store, self.registry, self.connections, self.stored_limits, self.origin_ns)
+            if config.jetstream is not None
+            else None
+        )
         self._compose(config)
 
     def _compose(self, config: CollectorConfig) -> None:
@@ -148,6 +165,7 @@ class Collector:
             "clock_origin_wall_ns": self.origin_ns,
             "policy": self.store.policy,
             "data_dir": config.data_dir,
+            "store": "jetstream" if config.jetstream else "data dir" if config.data_dir else "memory",
         }
         self.status = Status(
             facts,
@@ -166,6 +184,8 @@ class Collector:
         config = self.config
         if self.data_dir is not None:
             recover(self.data_dir, self.registry, self.store, self.stored_limits)
+        if self.jetstream is not None:
+            await self.jetstream.start()
         self.servers.log_exposure(self.auth.required)
         await self.servers.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
         app = make_app(self, self.auth.middleware() if self.auth.required else None)
@@ -177,8 +197,25 @@ class Collector:
             await self.servers.open_otlp(self._otlp_app(self.otlp), self.http_guard)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
-        extra = (self.loop_lag.run, *([self.data_dir_sync.every_interval] if interval_syncs else []))
+        ages = config.max_age_s is not None and self.jetstream is None  # (the stream ages its own messages)
+        extra = (
+            self.loop_lag.run,
+            *([self.data_dir_sync.every_interval] if interval_syncs else []),
+            *([self._expire_every_second] if ages else []),
+        )
         self.housekeeping.start(*extra)
+
+    async def _expire_every_second(self) -> None:
+        """``--max-age``: every second, seal the open segments opened a quarter of it ago, and remove what was sealed
+        longer ago than it (counted overwritten)."""
+        assert self.config.max_age_s is not None
+        max_age_ns = int(self.config.max_age_s * 1e9)
+        while True:
+            await asyncio.sleep(MAX_AGE_SWEEP_S)
+            now = time.monotonic_ns()
+            for connection in list(self.connections):
+                connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
+            self.store.expire(now - max_age_ns)
 
     def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
         from aiohttp import web
@@ -199,6 +236,8 @@ class Collector:
             for connection in list(self.connections):
                 connection.close()
             await self.servers.ingest_closed()
+        if self.jetstream is not None:
+            await self.jetstream.stop()
         await self.servers.close_http()
         self.readers.shutdown(wait=True, cancel_futures=True)  # (a step runs 50 ms at most)
         if self.data_dir is not None:
@@ -252,24 +291,38 @@ class Collector:
     def pop_lock(self) -> asyncio.Lock:
         return self.snapshots.pop_lock
 
-    async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
-        """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
+    async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView:
+        """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored (with
+        ``--jetstream``: read what the stream holds, of the processes ``selected`` may select)."""
+        if self.jetstream is not None:
+            acknowledged, asked = await self.snapshots.flush_clients(flush_timeout_s)
+            return await self.jetstream.view(acknowledged, asked, selected)
         return await self.snapshots.snapshot(flush_timeout_s)
 
     async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView:
         """``POST /pop``: a snapshot of the processes ``selected``, and what they held removed from the store at the
         same instant (counted as cleared): nothing stored in between is lost, and nothing is popped twice. The
-        caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``."""
+        caller holds ``pop_lock`` while it exports the view, with ``pop_left_open``. With ``--jetstream``: what the
+        stream holds of them, the messages read purged from it."""
+        if self.jetstream is not None:
+            acknowledged, asked = await self.snapshots.flush_clients(flush_timeout_s)
+            return await self.jetstream.pop(acknowledged, asked, selected)
         view = await self.snapshots.snapshot(flush_timeout_s)
         self.process_control.clear(selected)
         return view
 
     async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
-        """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``)."""
+        """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``); with ``--jetstream``, every
+        process the stream holds."""
+        if self.jetstream is not None:
+            return await self.jetstream.sources(selected)
         return await self.snapshots.sources(self.process_control.matching(selected))
 
     async def tail_step(self, tail: Tail) -> list[Row]:
-        """The rows stored since the tail's last step (``tail.py``), read on a worker thread."""
+        """The rows stored since the tail's last step (``tail.py``), read on a worker thread; with ``--jetstream``,
+        of the messages the stream stored since (``fleet_tail.py``)."""
+        if self.jetstream is not None:
+            return await self.jetstream.tail_step(tail)
         return await self.snapshots.tail_step(tail)
 
     def matching(self, selected: EventFilter) -> list[ProcessRecord]:
@@ -280,8 +333,11 @@ class Collector:
         """Send SET_PRIORITY to every connection of the processes ``selected``; returns the processes it reached."""
         return self.process_control.set_priority(selected, priority, timeline)
 
-    def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
-        """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed."""
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
+        """Remove what the processes ``selected`` hold (counted as cleared); returns them and the events removed. With
+        ``--jetstream``: purged from the stream, whichever collector they are connected to."""
+        if self.jetstream is not None:
+            return await self.jetstream.clear(selected)
         return self.process_control.clear(selected)
 
     def forget_idle(self) -> int:
@@ -308,6 +364,10 @@ class Collector:
             }
         return stats
 
+    async def fleet_stats(self) -> dict[str, Any]:
+        """With ``--jetstream``: what this collector published and the fleet's totals in the stream; else nothing."""
+        return await self.jetstream.stats() if self.jetstream is not None else {}
+
     def otlp_items(self) -> dict[tuple[str, str], int]:
         """Items (spans, log records, data points) the OTLP receiver took and refused, by signal path and outcome."""
         if self.otlp is None:
@@ -316,6 +376,20 @@ class Collector:
         return {
             **{(path, "accepted"): n for path, n in accepted.items()},
             **{(path, "refused"): n for path, n in refused.items()},
+        }
+
+    def jetstream_counters(self) -> dict[str, int] | None:
+        """With ``--jetstream``: what this collector published, for ``/metrics``; else None."""
+        if self.jetstream is None:
+            return None
+        counters = self.jetstream.publisher.counters
+        return {
+            "messages": counters.messages,
+            "events": counters.events,
+            "retries": counters.retries,
+            "refused_events": counters.refused_events,
+            "waiting_events": counters.waiting_events,
+            "failing": int(bool(counters.failing)),
         }
 
     def metric_gauges(self) -> dict[str, float]:
@@ -354,9 +428,13 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
         store.capacity_bytes,
         store.process_capacity_bytes,
         store.policy,
-        f"data dir {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory",
+        f"data dir {config.data_dir} (fsync {config.fsync})"
+        if config.data_dir
+        else "in memory until the JetStream stream acknowledges"
+        if config.jetstream
+        else "in memory",
         store.segment_bytes,
-        config.max_frame_bytes,
+        limits.max_frame_bytes,
     )
     if config.data_dir is None and config.fsync != "never":
         log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)

@@ -47,6 +47,17 @@ class CollectorConfig:
     data_dir: str | None = declared("data_dir")
     fsync: FsyncPolicy = declared("fsync")  # noqa: RUF009 - as above
     segment_bytes: int | None = declared("segment_bytes")
+    max_age_s: float | None = declared("max_age_s")
+    jetstream: tuple[str, ...] | None = declared("jetstream")
+    jetstream_stream: str = declared("jetstream_stream")
+    jetstream_replicas: int = declared("jetstream_replicas")
+    jetstream_storage: str = declared("jetstream_storage")
+    jetstream_buffer_bytes: int = declared("jetstream_buffer_bytes")
+    jetstream_creds: str | None = declared("jetstream_creds")
+    jetstream_token: str | None = declared("jetstream_token")
+    jetstream_tls_ca: str | None = declared("jetstream_tls_ca")
+    jetstream_tls_cert: str | None = declared("jetstream_tls_cert")
+    jetstream_tls_key: str | None = declared("jetstream_tls_key")
     max_frame_bytes: int = declared("max_frame_bytes")
     max_connections: int = declared("max_connections")
     max_connections_per_address: int | None = declared("max_connections_per_address")
@@ -72,6 +83,10 @@ class CollectorConfig:
             check_setting(field.name, getattr(self, field.name))
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
+        if (self.jetstream_tls_cert is None) != (self.jetstream_tls_key is None):
+            raise ConfigError("--jetstream-tls-cert and --jetstream-tls-key go together: give both")
+        if self.jetstream is not None and self.data_dir is not None:
+            raise ConfigError("--jetstream and --data-dir are two stores: give one (the stream keeps what it holds)")
         exposed = self.exposed_listeners
         if exposed and self.token is None and not self.insecure_open:
             raise ConfigError(

@@ -16,8 +16,9 @@ from ringtrace.collector.store.streams import Stream
 
 __all__ = ["Holdings", "Removal"]
 
-#: Why a segment that holds events leaves: its events are counted so, per track.
-Removal = Literal["overwritten", "capped", "cleared"]
+#: Why a segment that holds events leaves: its events are counted so, per track; but ``published``: its events are
+#: stored elsewhere now (a JetStream stream acknowledged them), and stay counted stored.
+Removal = Literal["overwritten", "capped", "cleared", "discarded", "published"]
 
 
 class Holdings:
@@ -71,12 +72,14 @@ class Holdings:
             process.segments.remove(segment)
         process.held_bytes -= segment.size
         self.held_bytes -= segment.size
+        segment.evicted = True
+        if why == "published":
+            return
         events_name, bytes_name = f"{why}_events", f"{why}_bytes"
         for track_id, (events, size) in segment.tracks.items():
             counts = process.counts[track_id]
             setattr(counts, events_name, getattr(counts, events_name) + events)
             setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
-        segment.evicted = True
 
     def remove_empty(self, segment: Segment) -> None:
         """An open segment that holds no events leaves (nothing to count): session frames replayed for a frame that

@@ -17,6 +17,11 @@ discarded (refused: the store is full, or the frame cannot be stored at all) and
 received = stored + overwritten + capped + discarded + cleared holds at every moment, per track, per process and in
 total (``accounts.py``; which segments are held, and their counts as they leave: ``holdings.py``).
 
+A store may replicate its sealed segments elsewhere (a JetStream stream: ``Store.on_sealed``, ``Store.replication``,
+``replication.py``): a segment the replica acknowledged leaves, its events counted stored still (``published``); one
+it refused leaves counted discarded (``refused``). ``expire`` removes what was sealed before a time (``--max-age``),
+counted overwritten.
+
 Snapshots pin the segments they read (``views.py``): an evicted segment's buffer is reused or unmapped only once no
 snapshot reads it (each snapshot lets go of a segment as soon as it has read it). In a data dir, segments carry
 checksums and are synced as ``fsync`` says (``durability.py``), and are taken back in on restart (``recovery.py``).
@@ -38,6 +43,7 @@ from ringtrace.collector.store.budget import Budget, Policy, table_charge_bound
 from ringtrace.collector.store.durability import Durability, SyncJob
 from ringtrace.collector.store.holdings import Holdings
 from ringtrace.collector.store.recovery import adopt
+from ringtrace.collector.store.replication import Replication
 from ringtrace.collector.store.segments import (
     CHECKSUM_FRAME,
     CHECKSUM_RESERVE,
@@ -56,6 +62,7 @@ __all__ = [
     "MIN_SEGMENT_BYTES",
     "Counts",
     "Policy",
+    "Replication",
     "SegmentView",
     "Store",
     "StoreSnapshot",
@@ -111,6 +118,13 @@ class Store:
         self._stream_segments = StreamSegments(self._budget, self._durability, segment_bytes, self.reserve)
         #: What every process received and lost, and which segments were removed on request (``accounts.py``).
         self.accounts = Accounts(self._holdings.processes)
+        #: Where sealed segments are replicated to (a JetStream stream), if anywhere: a FLUSH is acknowledged once
+        #: it has acknowledged everything before it (``replication.py``).
+        self.replication: Replication | None = None
+
+    def on_sealed(self, hook: Callable[[Stream, Segment], None] | None) -> None:
+        """Call ``hook`` with each segment sealed that holds events, and its stream (it may pin the segment)."""
+        self._stream_segments.on_sealed = hook
 
     @property
     def held_bytes(self) -> int:
@@ -203,6 +217,11 @@ class Store:
         segment = self._stream_segments.open(stream, frame_bytes)
         return segment if isinstance(segment, Segment) else None
 
+    def end_segment(self, stream: Stream) -> None:
+        """Seal the stream's open segment now (dropped if it holds no events); its next frame opens another. The
+        caller reads into it no more (``SegmentWriter.seal``)."""
+        self._stream_segments.end(stream)
+
     def set_direct(self, stream: Stream, direct: bool) -> None:
         """Whether the connection reads straight into the stream's open segment (its frames are then stored where
         they are: ``events_in_place``, ``advance``) or stores frames by copy."""
@@ -263,6 +282,48 @@ class Store:
             segment.pins -= 1
             if segment.evicted and segment.pins == 0:
                 self._budget.release(segment)
+
+    def published(self, segment: Segment) -> None:
+        """A sealed segment is stored elsewhere now (replicated: ``replication``): it leaves, its events counted
+        stored still."""
+        if not segment.evicted:
+            self._budget.evict(segment, "published")
+
+    def refused(self, segment: Segment) -> None:
+        """A sealed segment that where it was replicated to refused (a full stream under ``discard``): it leaves, its
+        events counted discarded."""
+        if not segment.evicted:
+            self._budget.evict(segment, "discarded")
+
+    def expire(self, written_before_ns: int) -> int:
+        """``--max-age``: remove the sealed segments sealed before ``written_before_ns`` (the collector's monotonic
+        ns), their events counted overwritten (open ones are sealed by their writers: ``SegmentWriter.seal``).
+        Returns the events removed."""
+        removed = 0
+        writers = self._holdings.writers
+        for segment in [s for s in self._holdings.segments.values() if s.written_ns < written_before_ns]:
+            if segment.seq not in writers:
+                removed += segment.events
+                self._budget.evict(segment, "overwritten")
+        return removed
+
+    def process_counts_of(self, owner: int) -> dict[int, Counts]:
+        """Process ``owner``'s counts per track id (the store's own, not copied: read them at once)."""
+        process = self._holdings.processes.get(owner)
+        return process.counts if process is not None else {}
+
+    def unsealed_tracks(self, owner: int) -> dict[int, list[int]]:
+        """Per track id: [events, bytes] that process ``owner``'s open segments hold (received, not yet sealed)."""
+        held: dict[int, list[int]] = {}
+        process = self._holdings.processes.get(owner)
+        writers = self._holdings.writers
+        for segment in process.segments if process is not None else ():
+            if segment.seq in writers:
+                for track_id, (events, size) in segment.tracks.items():
+                    total = held.setdefault(track_id, [0, 0])
+                    total[0] += events
+                    total[1] += size
+        return held
 
     def holds(self, owner: int) -> bool:
         """Whether process ``owner`` has a connection or anything stored."""

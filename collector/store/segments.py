@@ -26,6 +26,7 @@ import logging
 import mmap
 import os
 import struct
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,7 @@ class Segment:
         "synced",
         "tracks",
         "used",
+        "written_ns",
     )
 
     def __init__(self, seq: int, buffer: Buffer, owner: int) -> None:
@@ -150,6 +152,8 @@ class Segment:
         #: Snapshots reading this segment: its buffer is neither reused nor unmapped while any are.
         self.pins = 0
         self.evicted = False
+        #: When (the collector's monotonic ns) it was opened, and then sealed: ``--max-age`` counts from it.
+        self.written_ns = time.monotonic_ns()
 
     @property
     def free(self) -> int:

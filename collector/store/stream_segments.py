@@ -10,6 +10,8 @@ ones. A segment is larger when one frame and the session frames need it, and at 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Final
 
 from ringtrace.collector.log_repeats import Repeats
@@ -45,7 +47,7 @@ class StreamSegments:
         reserve: room kept free at the end of every segment (``Store.reserve``).
     """
 
-    __slots__ = ("_budget", "_durability", "_refusals_logged", "reserve", "segment_bytes", "seq")
+    __slots__ = ("_budget", "_durability", "_refusals_logged", "on_sealed", "reserve", "segment_bytes", "seq")
 
     def __init__(self, budget: Budget, durability: Durability, segment_bytes: int, reserve: int) -> None:
         self._budget = budget
@@ -55,6 +57,8 @@ class StreamSegments:
         #: The seq of the next segment.
         self.seq = 0
         self._refusals_logged = Repeats()
+        #: Called with each segment sealed (holding events), and its stream: a JetStream store publishes it.
+        self.on_sealed: Callable[[Stream, Segment], None] | None = None
 
     def skip_to(self, seq: int) -> None:
         """New segments are numbered from ``seq`` on (or later)."""
@@ -154,4 +158,7 @@ class StreamSegments:
         self._durability.commit(stream)
         self._durability.sealed(stream, segment)
         self._budget.holdings.seal(segment)
+        segment.written_ns = time.monotonic_ns()
         stream.detach()
+        if self.on_sealed is not None:
+            self.on_sealed(stream, segment)

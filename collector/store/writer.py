@@ -16,7 +16,7 @@ from typing import Final, Protocol
 from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
 from ringtrace.collector.store.ring import Store, Stream, SyncJob
 from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
-from ringtrace.collector.store.streams import SessionKind
+from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind
 
 __all__ = ["LentReader", "SegmentWriter"]
 
@@ -275,6 +275,23 @@ class SegmentWriter:
     def sync_job(self) -> SyncJob | None:
         """``Store.sync_job`` for this stream."""
         return self._store.sync_job(self.stream)
+
+    def seal(self, opened_before_ns: int | None = None) -> None:
+        """Seal the stream's open segment now, if it holds events (and was opened before ``opened_before_ns``): the
+        reader reads into its own buffer again, and the next frame opens another segment. For JetStream, which
+        publishes what is sealed, and ``--max-age``, which removes what was sealed long enough ago."""
+        segment = self.stream.segment
+        if segment is None or segment.entries == 0:
+            return
+        if opened_before_ns is not None and segment.written_ns >= opened_before_ns:
+            return
+        self.end_direct()
+        used = segment.used
+        self._store.end_segment(self.stream)
+        # Sealed for its age, not for being full: the next one is sized to what came meanwhile (twice, a power of
+        # two), not doubled again. Sealed every 200 ms, doubling would soon make each a large, mostly empty buffer.
+        fitting = max(MIN_SEGMENT_BYTES, 1 << (2 * used - 1).bit_length())
+        self.stream.next_size = min(self.stream.next_size, fitting)
 
     def close(self) -> int:
         """The connection ended: the stream closes (what it stored stays); returns the bytes its tables were

@@ -23,8 +23,8 @@ DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
 
 
-def manifests() -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()) if doc]
+def manifests(name: str = "kubernetes.yaml") -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc]
 
 
 def dockerfile_user() -> str:
@@ -49,6 +49,21 @@ def test_the_kubernetes_manifest_is_valid_and_its_pods_can_start_as_non_root() -
     assert container["imagePullPolicy"] == "IfNotPresent"
 
 
+def test_the_jetstream_manifest_is_valid_and_runs_two_collectors_on_one_stream() -> None:
+    documents = manifests("kubernetes-jetstream.yaml")
+    assert {doc["kind"] for doc in documents} == {"Deployment", "Service"}
+    for doc in documents:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # raises if invalid
+    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] >= 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environment = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert environment["RINGTRACE_JETSTREAM"].startswith("nats://")
+    assert environment["RINGTRACE_JETSTREAM_REPLICAS"] == "3"
+    (plain,) = [doc for doc in manifests() if doc["kind"] == "Deployment"]
+    assert container["securityContext"] == plain["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+
+
 def test_the_dockerfile_passes_hadolint_and_runs_as_a_numeric_user() -> None:
     assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", dockerfile_user())
     hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
@@ -61,12 +76,30 @@ def test_the_dockerfile_passes_hadolint_and_runs_as_a_numeric_user() -> None:
 def test_the_compose_file_parses_and_its_healthcheck_is_in_exec_form() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"collector", "demo"}
+    assert {name for name, service in services.items() if "profiles" not in service} == {"collector", "demo"}
     for service in services.values():
-        assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
-    test = services["collector"]["healthcheck"]["test"]
-    assert test[0] == "CMD" and test[1] == "python"  # exec form: no shell in the image needed (podman, docker)
+        if "build" in service:
+            assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+    for collector in ("collector", "collector-a", "collector-b"):
+        test = services[collector]["healthcheck"]["test"]
+        assert test[0] == "CMD" and test[1] == "python"  # exec form: no shell in the image needed (podman, docker)
     assert services["demo"]["depends_on"]["collector"]["condition"] == "service_healthy"
+
+
+def test_the_compose_jetstream_profile_is_three_nats_servers_and_two_collectors_on_them() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    tier = {name for name, service in services.items() if service.get("profiles") == ["jetstream"]}
+    assert tier == {"nats1", "nats2", "nats3", "collector-a", "collector-b", "demo-a", "demo-b"}
+    nats = {name: services[name]["command"] for name in ("nats1", "nats2", "nats3")}
+    for name, command in nats.items():
+        assert "--jetstream" in command
+        routes = command[command.index("--routes") + 1].split(",")
+        assert sorted(routes) == sorted(f"nats://{other}:6222" for other in nats if other != name)
+    urls = sorted(f"nats://{name}:4222" for name in nats)
+    for collector, demo in (("collector-a", "demo-a"), ("collector-b", "demo-b")):
+        assert sorted(services[collector]["environment"]["RINGTRACE_JETSTREAM"].split(",")) == urls
+        assert services[demo]["environment"]["RINGTRACE_COLLECTOR"] == f"{collector}:7700"
+        assert services[demo]["depends_on"][collector]["condition"] == "service_healthy"
 
 
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:

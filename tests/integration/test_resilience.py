@@ -38,6 +38,25 @@ def test_no_collector_records_and_exits_promptly() -> None:
     assert len(before) <= 1
 
 
+def test_a_client_given_several_collectors_moves_past_one_that_does_not_answer() -> None:
+    collector = CollectorProcess()
+    try:
+        code = (
+            "import sys, ringtrace.client\n"
+            "tl = ringtrace.client.connect(sys.argv[1], process_name='moved')\n"
+            "for i in range(1000):\n"
+            "    tl.instant('n', i=i)\n"
+            "print(tl.flush(timeout_s=20))\n"
+        )
+        addresses = f"127.0.0.1:{_closed_port()},{collector.tcp_address}"  # the first one refuses
+        done = subprocess.run([sys.executable, "-c", code, addresses], capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == "True", done.stderr
+        trace = collector.snapshot()
+        assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "n") == list(range(1000))
+    finally:
+        collector.stop()
+
+
 def test_client_reconnects_and_resends_strings_after_collector_restart() -> None:
     first = CollectorProcess()
     address = first.tcp_address

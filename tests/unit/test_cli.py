@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from ringtrace.client.options import parse_addresses
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.service.serve import (
     ENVIRONMENT,
@@ -50,6 +51,17 @@ def test_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_addresses_are_refused(text: str) -> None:
     with pytest.raises(ConfigError, match="HOST:PORT"):
         parse_listen_address(text)
+
+
+def test_a_client_takes_several_collectors_separated_by_commas_and_names_a_bad_one() -> None:
+    assert parse_addresses("c1:7700,c2:7701,[::1]:7702") == [("c1", 7700), ("c2", 7701), ("::1", 7702)]
+    assert parse_addresses("c1:7700") == [("c1", 7700)]
+    with pytest.raises(ConfigError, match="'c2'"):
+        parse_addresses("c1:7700,c2")
+    with pytest.raises(ConfigError, match="none empty"):
+        parse_addresses("c1:7700,,c2:7700")
+    with pytest.raises(ConfigError, match="HOST:PORT"):  # (spaces, as in one address)
+        parse_addresses("c1:7700, c2:7700")
 
 
 def test_every_flag_has_an_environment_variable() -> None:

@@ -45,6 +45,12 @@ FORBIDDEN = {
         "ringtrace.collector.command",
     ),
     "ringtrace.collector.http": ("ringtrace.collector.service", "ringtrace.collector.command"),
+    "ringtrace.collector.jetstream": (
+        "ringtrace.collector.ingest",
+        "ringtrace.collector.http",
+        "ringtrace.collector.service",
+        "ringtrace.collector.command",
+    ),
 }
 #: What the wire format may take from the rest of the client (it is shared with the collector).
 WIRE_MAY_IMPORT = {"ringtrace.client._version", "ringtrace.client.accelerator", "ringtrace.client.messages"}

@@ -133,3 +133,20 @@ def test_the_flag_table_is_written_between_the_markers_and_nothing_else_changes(
     assert with_flags_markdown(written) == written
     with pytest.raises(ValueError, match="flags:start"):
         with_flags_markdown("no block here")
+
+
+def test_jetstream_options_are_read_and_checked_naming_the_flag() -> None:
+    args = build_parser().parse_args(["--jetstream", "n1:4222,tls://n2:4222", "--jetstream-replicas", "1"])
+    config = config_from_args(args, {})
+    assert config.jetstream == ("nats://n1:4222", "tls://n2:4222") and config.jetstream_replicas == 1
+    with pytest.raises(SystemExit):  # argparse's usage error, saying why
+        build_parser().parse_args(["--jetstream", "http://n1:4222"])
+    with pytest.raises(ConfigError, match="--jetstream-stream"):
+        CollectorConfig(jetstream=("nats://n1:4222",), jetstream_stream="ring.trace")
+    with pytest.raises(ConfigError, match="--jetstream and --data-dir"):
+        CollectorConfig(jetstream=("nats://n1:4222",), data_dir="data")
+    with pytest.raises(ConfigError, match="jetstream_replicas"):
+        CollectorConfig(jetstream=("nats://n1:4222",), jetstream_replicas=7)
+    with pytest.raises(ConfigError, match="--jetstream-tls-cert and --jetstream-tls-key"):
+        CollectorConfig(jetstream=("nats://n1:4222",), jetstream_tls_cert="cert.pem")
+    assert environment_args({"RINGTRACE_JETSTREAM": "nats://n1:4222"}) == ["--jetstream", "nats://n1:4222"]

@@ -220,3 +220,17 @@ def test_a_connection_and_its_tables_are_freed_as_it_ends_not_at_the_next_garbag
             gc.enable()
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_segments_sealed_for_their_age_are_sized_to_what_came_not_doubled_each_time() -> None:
+    # (JetStream seals a connection's segment every 200 ms; --max-age seals old ones.)
+    store = Store(64 * 1024 * 1024, 4 * 1024 * 1024)
+    connection = Connection(store)
+    connection.send(encode(TRACK), 4096)
+    for number in range(8):
+        connection.send(events_frame(number, 100), 4096)
+        connection.writer.seal()
+    snapshot = store.snapshot()
+    sizes = [segment.size for segment in snapshot.segments]
+    snapshot.close()
+    assert len(sizes) == 8 and set(sizes) == {MIN_SEGMENT_BYTES}

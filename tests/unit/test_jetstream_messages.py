@@ -1,0 +1,154 @@
+"""The JetStream store's messages, without a cluster: subjects, what a sealed segment's message says, and what a
+reader of the stream makes of the messages it finds (the accounting when the stream's limits removed some). The real
+cluster is in ``tests/integration/test_jetstream.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ringtrace.client.wire.frames import Hello
+from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
+from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
+from ringtrace.collector.jetstream.fleet_counts import fleet_totals
+from ringtrace.collector.jetstream.publisher import Publisher
+from ringtrace.collector.jetstream.subjects import process_of_subject, process_subject, subject_token
+from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.ring import Store
+from store_client import Client
+
+
+def test_a_subject_token_holds_only_what_a_token_may_and_tells_hosts_apart() -> None:
+    hosts = ["web-1.example.com", "web-1_example_com", "a~2E", "a b", "", "*", ">", "naïve"]
+    tokens = [subject_token(host) for host in hosts]
+    assert len(set(tokens)) == len(hosts)
+    for token in tokens:
+        assert token and all(c.isascii() and (c.isalnum() or c in "_-~") for c in token), token
+    assert process_subject("ringtrace", "h.x", 42, "ab.cd") == "ringtrace.h~2Ex.42.ab~2Ecd"
+    for host in hosts:
+        assert process_of_subject(process_subject("ringtrace", host, 7, "i-1")) == (host, 7, "i-1")
+
+
+class FakeStream:
+    """What the publisher sends, kept as a stream would keep it: once per message id."""
+
+    def __init__(self) -> None:
+        self.messages: list[StoredMessage] = []
+        self.ids: set[str] = set()
+
+    async def publish(self, subject: str, payload: bytes = b"", timeout: float | None = None,
+                      stream: str | None = None, headers: dict[str, Any] | None = None) -> None:  # fmt: skip
+        assert headers is not None
+        if headers[MSG_ID] not in self.ids:
+            self.ids.add(headers[MSG_ID])
+            self.messages.append(StoredMessage(len(self.messages) + 1, subject, dict(headers), payload))
+
+
+def published(events_per_segment: list[int]) -> tuple[Store, list[StoredMessage]]:
+    """A process's segments of ``events_per_segment`` events each, sealed and published; the store and the
+    messages."""
+
+    async def run() -> tuple[Store, list[StoredMessage]]:
+        store = Store(64 * 1024 * 1024, 1024 * 1024, policy="discard")
+        registry = Registry()
+        uid = registry.known(Hello(100, "host", "proc-i1", "i1", "boot", 1, 2, "test")).uid
+        stream = FakeStream()
+        publisher = Publisher(store, registry, "ringtrace", "c0", 1024 * 1024)
+        task = asyncio.get_running_loop().create_task(publisher.run(stream))
+        client = Client(store, uid, tracks=1)
+        for events in events_per_segment:
+            client.record(0, events)
+            store.end_segment(client.stream)
+        await publisher.settled(client.stream)
+        task.cancel()
+        return store, stream.messages
+
+    return asyncio.run(run())
+
+
+def test_each_sealed_segment_is_one_message_that_says_whose_and_how_many_and_leaves_the_collector() -> None:
+    store, messages = published([10, 20, 30])
+    assert [int(m.headers[EVENTS]) for m in messages] == [10, 20, 30]  # type: ignore[index]
+    assert len({m.headers[MSG_ID] for m in messages}) == 3  # type: ignore[index]
+    assert {m.subject for m in messages} == {"ringtrace.host.100.i1"}
+    # Published: nothing is held here any more, and all of it still counts stored.
+    assert store.segment_count == 0 and store.totals().stored_events == 60
+    envelope = Envelope.read(messages[-1].headers)
+    assert envelope is not None and sum(c.received_events for c in envelope.counts.values()) == 60
+    assert COUNTS in messages[0].headers  # type: ignore[operator]
+
+
+def test_a_reader_counts_what_the_stream_no_longer_holds_as_overwritten() -> None:
+    _, messages = published([10, 20, 30])
+    fleet = read_fleet(messages[1:])  # the stream's limits removed the oldest
+    (counts,) = fleet.counts.values()
+    assert counts.received_events == 60 and counts.stored_events == 50 and counts.overwritten_events == 10
+    assert fleet.store.totals().stored_events == 50
+
+
+def test_a_reader_takes_each_collectors_messages_in_the_order_it_sealed_them() -> None:
+    _, messages = published([1, 2, 3])
+    fleet = read_fleet([messages[2], messages[0], messages[1]])  # a retried publish stored after later ones
+    snapshot = fleet.store.snapshot()
+    assert [segment.events for segment in snapshot.segments] == [1, 2, 3]
+    snapshot.close()
+
+
+def test_a_reader_counts_what_a_note_says_was_purged_as_cleared_not_overwritten() -> None:
+    _, messages = published([10, 20, 30])
+    (((_, track), purged),) = read_fleet(messages[:1]).store.track_counts().items()
+    headers = {CLEARED: cleared_header({track: (10, purged.received_bytes)}), MSG_ID: "c0.clear.1"}
+    note = StoredMessage(99, messages[0].subject, headers, b"")
+    fleet = read_fleet([*messages[1:], note])
+    (counts,) = fleet.counts.values()
+    assert counts.received_events == 60 and counts.stored_events == 50
+    assert counts.cleared_events == 10 and counts.overwritten_events == 0
+    assert counts.cleared_bytes == purged.received_bytes and counts.overwritten_bytes == 0
+
+
+def test_a_process_forgotten_by_its_collector_and_back_keeps_the_counts_of_its_first_record() -> None:
+    async def run() -> list[StoredMessage]:
+        store = Store(64 * 1024 * 1024, 1024 * 1024, policy="discard")
+        registry = Registry()
+        hello = Hello(100, "host", "proc-i1", "i1", "boot", 1, 2, "test")
+        stream = FakeStream()
+        publisher = Publisher(store, registry, "ringtrace", "c0", 1024 * 1024)
+        task = asyncio.get_running_loop().create_task(publisher.run(stream))
+        first = registry.known(hello)
+        client = Client(store, first.uid, tracks=1)
+        for events in (10, 20, 30):
+            client.record(0, events)
+            store.end_segment(client.stream)
+        await publisher.settled(client.stream)
+        store.close_stream(client.stream)
+        registry.forget(first)  # idle past --forget-after, nothing held here: it comes back as a new record
+        again = Client(store, registry.known(hello).uid, tracks=1, instance="i1")  # (the same process)
+        again.record(0, 10)
+        store.end_segment(again.stream)
+        await publisher.settled(again.stream)
+        task.cancel()
+        return stream.messages
+
+    messages = asyncio.run(run())
+    assert len({m.subject for m in messages}) == 1 and len(messages) == 4
+    fleet = read_fleet(messages[1:])  # the stream's limits removed the oldest, of the first record
+    counts = Counts()
+    for track_counts in fleet.counts.values():  # (the test client names its tracks after its record)
+        counts.add(track_counts)
+    assert counts.received_events == 70 and counts.stored_events == 60 and counts.overwritten_events == 10
+
+
+def test_the_fleet_counts_from_headers_alone_are_what_the_messages_read_whole_say() -> None:
+    _, messages = published([10, 20, 30])
+    ((_, track),) = read_fleet(messages[:1]).store.track_counts()
+    note = StoredMessage(99, messages[0].subject, {CLEARED: cleared_header({track: (4, 40)}), MSG_ID: "c0.n"}, b"")
+    kept = [*messages[2:], note]  # the oldest overwritten, the next one purged (its note says 4 of 10, say)
+    whole = Counts()
+    for counts in read_fleet(kept).counts.values():
+        whole.add(counts)
+    headers_only = [StoredMessage(m.stream_seq, m.subject, m.headers, b"") for m in kept]
+    (process,) = fleet_totals(headers_only)
+    assert (process.host, process.pid, process.instance, process.name) == ("host", 100, "i1", "proc-i1")
+    assert process.counts == whole
+    assert whole.received_events == 60 and whole.stored_events == 30 and whole.cleared_events == 4

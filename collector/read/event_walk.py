@@ -172,7 +172,7 @@ class EventWalk:
                 continue
             if shape == "message":
                 text, values = render(kind, args) if isinstance(args, list) else (name, None)
-                if selection is not None and not selection.event(kind, text, wall_ns, args):
+                if selection is not None and not selection.event(kind, text, wall_ns, args, dur_ns, track_key):
                     continue
                 if values is None:
                     skipped += 1  # a message's values are a list
@@ -180,7 +180,7 @@ class EventWalk:
                 message_args = {"category": kind.name, "priority": kind.priority, **values}
                 append(("i", text, wall_ns, 0, message_args, kind.name, ""))
                 continue
-            if selection is not None and not selection.event(kind, name, wall_ns, args):
+            if selection is not None and not selection.event(kind, name, wall_ns, args, dur_ns, track_key):
                 continue
             phase = phases.get(shape)
             if phase is None:  # paired

@@ -31,7 +31,8 @@ FILTERS: Final = (
     (
         "--trace-id",
         "trace_id",
-        "the events of one trace across every process (32 hex digits; spans of a trace carry them)",
+        "the events of one trace across every process (32 hex digits; spans of a trace carry them), and those nested "
+        "in its spans on their thread or task lane",
     ),
     ("--limit", "limit", "only the newest N events"),
 )

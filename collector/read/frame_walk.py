@@ -332,6 +332,20 @@ class Selection:
             and selected.trace_id is None
         )
 
+    @property
+    def by_trace_and_start_only(self) -> bool:
+        """Whether it takes events by their ``trace_id`` (with the trace's spans known) and start time, nothing else:
+        a frame that one of the trace's spans holds whole is then taken by start time alone (``EventWalk``)."""
+        selected = self.filter
+        return (
+            self.spans is not None
+            and self.cutoff_ns is None
+            and selected.category is None
+            and selected.name is None
+            and selected.max_priority_level is None
+            and not selected.messages_only
+        )
+
     def event(
         self,
         kind: KindSpec | None,

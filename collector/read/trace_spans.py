@@ -10,7 +10,9 @@ the other requests' spans, so time there says nothing of which request an event 
 
 Finding the spans is a first pass over the frames a snapshot walks (``frame_walk.prepare``); a frame whose payload
 does not hold the trace id's text (msgpack keeps a str's bytes as they are) is not decoded. The second pass then
-decodes only the frames that hold the text or overlap one of the trace's spans on their track.
+decodes only the frames that hold the text or overlap one of the trace's spans on their track; a frame one of them
+holds whole (by its header: the first start, the last end) is selected by start time alone, which the C writers do
+(``EventWalk.takes_whole``). Headers are the client's word: an encoder's are exact, so the two rules agree.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.query import EventFilter, Pattern
 from ringtrace.collector.read.rows import selected_rows
@@ -248,3 +249,34 @@ def test_other_filters_apply_to_the_nested_events_too(tmp_path: Path, category: 
     view = load_file(path).view
     names = chrome_names(view, EventFilter(trace_id=TRACE, category=Pattern(category)))
     assert names == (["handle"] if category == "span" else ["inside"])
+
+
+def test_frames_a_span_of_the_trace_holds_whole_are_taken_by_start_time_and_the_writers_agree(tmp_path: Path) -> None:
+    """A job's span holding every other event: each frame it holds whole is selected by its events' start alone, as
+    the C writers write it (the same document as the Python writers'); a frame that reaches past it is not."""
+    job: list[str] = []
+
+    def record(tl: Timeline, _: Timeline) -> None:
+        with tl.trace_scope("job") as scope:
+            for i in range(1500):
+                with tl.scope("step", i=i):
+                    tl.instant("tick")
+                if i % 500 == 499:
+                    tl.flush()  # frames apart
+        tl.instant("after the job")
+        assert scope.context is not None
+        job.append(scope.context.trace_id)
+
+    view = recorded(tmp_path, record)
+    selected = EventFilter(trace_id=job[0])
+    walk = EventWalk(view, selected)
+    whole = [walk.takes_whole(process, track, frame) for (process, track, _, frame), _ in walk.walked()]
+    assert whole.count(True) >= 3 and not all(whole)  # (the last frame holds the instant after the job)
+    outside = [
+        walk.takes_whole(p, t, f) for (p, t, _, f), _ in EventWalk(view, EventFilter(trace_id=OTHER_TRACE)).walked()
+    ]
+    assert not any(outside)
+    names = selected_names(view, job[0], tmp_path)
+    assert len(names) == 1 + 2 * 1500 and "after the job" not in names
+    for chunks in (chrome_trace_chunks, perfetto_chunks, timeline_chunks):
+        assert b"".join(chunks(view, selected)) == b"".join(chunks(view, selected, accelerated=False))

@@ -261,7 +261,9 @@ SNAPSHOT_PARAMETERS: Final = {
 
 #: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
 STREAM_PARAMETERS: Final = {
-    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")
+    **{name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")},
+    # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
+    "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
 }
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
 POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}

@@ -80,10 +80,12 @@ class EventWalk:
         self.selected = selected
         self._walk, self._selection = prepare(view, selected)
         self._pairing = Pairing() if pairing is None else pairing
-        #: For a ``trace_id`` alone: what a frame one of the trace's spans holds whole is taken by (its start time).
+        #: For a ``trace_id`` alone: its spans, and what a frame one of them holds whole is taken by (start time).
         self._whole: Selection | None = None
+        self._trace_spans: TraceSpans | None = None
         if self._selection is not None and self._selection.by_trace_and_start_only:
             self._whole = Selection(replace(selected, trace_id=None))
+            self._trace_spans = self._selection.spans
 
     @property
     def pairing(self) -> Pairing:
@@ -112,16 +114,11 @@ class EventWalk:
         header's first start and last end: every event of it is nested, by the header)."""
         if self.by_start_only:
             return True
-        if self._whole is None:
+        spans = self._trace_spans
+        if spans is None:
             return False
-        spans = self._whole_spans
         offset = process.clock_offset_ns
         return spans.holds((process.uid, track.track_id), frame.first_ts_ns + offset, frame.last_ts_ns + offset)
-
-    @property
-    def _whole_spans(self) -> TraceSpans:
-        assert self._selection is not None and self._selection.spans is not None
-        return self._selection.spans
 
     @property
     def window(self) -> tuple[int | None, int | None]:

@@ -16,7 +16,15 @@ from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import Hello, encode, preamble
-from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.client.wire.model import (
+    ASYNC_TRACK,
+    INSTANT,
+    SPAN,
+    THREAD_TRACK,
+    KindRegistry,
+    TrackInfo,
+    normalise_values,
+)
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -74,9 +82,15 @@ def selected_names(view: SnapshotView, trace_id: str, tmp_path: Path) -> list[st
 # A stream built event by event, at times given to the ns: the bounds of nesting.
 
 
+#: The kinds of the streams built here: the built-in ones and one message, in a registry of their own (the
+#: process's grows with every kind other tests define, past what a stream declares).
+REGISTRY = KindRegistry()
+NOTE = REGISTRY.register("app", "message", (), normalise_values, "note inside", "info")
+
+
 def stream(pid: int, name: str, tracks: dict[TrackInfo, list[list[Any]]]) -> bytes:
     """One process's stream: each track's events (``[kind, name, start_ns, end_ns, args]``), a frame each."""
-    encoder = StreamEncoder()
+    encoder = StreamEncoder(registry=REGISTRY)
     frames = [preamble(), encode(Hello(pid, "host", name, f"i{pid}", "boot", 1, 2, "test")), *encoder.prefix()]
     for track, events in tracks.items():
         batch = encoder.encode(track, [value for event in events for value in event])
@@ -90,6 +104,10 @@ def span(name: str, start: int, end: int, **args: Any) -> list[Any]:
 
 def instant(name: str, at: int) -> list[Any]:
     return [INSTANT, name, T0 + at, T0 + at, None]
+
+
+def note(at: int) -> list[Any]:
+    return [NOTE.id, NOTE.name, T0 + at, T0 + at, []]
 
 
 def of_trace(span_id: str, kind: str = "server") -> dict[str, str]:
@@ -109,6 +127,7 @@ def test_events_nested_in_a_span_of_the_trace_on_its_track_are_selected_to_the_n
             span("inner", 100, 150),
             span("innermost", 110, 120),
             instant("inside", 130),
+            note(140),
             span("to its end", 160, 200),
             instant("at its end", 200),
             span("handle", 100, 200, **of_trace("00f067aa0ba902b7")),
@@ -116,7 +135,7 @@ def test_events_nested_in_a_span_of_the_trace_on_its_track_are_selected_to_the_n
             instant("just after", 201),
             span("straddles its start", 90, 110),
         ],
-        WORKER: [span("same times, another thread", 100, 200), instant("another thread", 150)],
+        WORKER: [span("same times, another thread", 100, 200), instant("another thread", 150), note(150)],
         LANE: [span("same times, a task's lane of the thread", 100, 200), instant("a task's lane", 150)],
     }
     # Another process: its main track has the same id as the server's and the same times.
@@ -125,7 +144,7 @@ def test_events_nested_in_a_span_of_the_trace_on_its_track_are_selected_to_the_n
     path.write_bytes(stream(1, "server", server) + stream(2, "other", other))
     view = load_file(path).view
     assert selected_names(view, TRACE, tmp_path) == sorted(
-        ["at its end", "at its start", "handle", "inner", "innermost", "inside", "to its end"]
+        ["at its end", "at its start", "handle", "inner", "innermost", "inside", "note inside", "to its end"]
     )
     assert selected_names(view, OTHER_TRACE, tmp_path) == []
 
@@ -175,13 +194,12 @@ def recorded(tmp_path: Path, record: Callable[[Timeline, Timeline], None]) -> Sn
     return load_file(both).view
 
 
-def test_a_request_s_plain_scopes_instants_and_messages_are_selected_not_other_threads_or_processes(
+def test_a_request_s_plain_scopes_instants_and_markers_are_selected_not_other_threads_or_processes(
     tmp_path: Path,
 ) -> None:
     trace_ids = []
 
     def record(tl: Timeline, other: Timeline) -> None:
-        note = tl.message("app", "info", "note inside")
         in_span, recorded_there = threading.Event(), threading.Event()
 
         def another_thread() -> None:
@@ -197,7 +215,7 @@ def test_a_request_s_plain_scopes_instants_and_messages_are_selected_not_other_t
         with tl.server_span("handle", {}) as handle:
             with tl.scope("inner"):
                 tl.instant("inner instant")
-                note()
+                tl.marker("marker inside")
             with other.scope("another process"):  # the same thread and times, another process
                 other.instant("another process's instant")
             in_span.set()
@@ -209,7 +227,7 @@ def test_a_request_s_plain_scopes_instants_and_messages_are_selected_not_other_t
 
     view = recorded(tmp_path, record)
     names = selected_names(view, trace_ids[0], tmp_path)
-    assert names == sorted(["handle", "inner", "inner instant", "note inside"])
+    assert names == sorted(["handle", "inner", "inner instant", "marker inside"])
 
 
 def test_two_concurrent_requests_of_one_event_loop_each_select_their_own_task_s_inner_spans(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ FILTERS: Final = (
     (
         "--trace-id",
         "trace_id",
-        "the events of one trace across every process (32 hex digits; spans of a trace carry them)",
+        "the events of one trace across every process (32 hex digits; spans of a trace carry them), and those nested "
+        "in its spans on their thread or task lane",
     ),
     ("--limit", "limit", "only the newest N events"),
 )
@@ -59,6 +60,8 @@ def add_filters(
         if accepted is None or name in accepted:
             if log_view and name == "min_priority":
                 text = "only messages at this priority or more important (fatal ... trace+++)"
+            if name == "trace_id" and accepted is not None and "limit" not in accepted:  # a live tail's
+                text = "the events that carry this trace id, across every process (32 hex digits)"
             group.add_argument(flag, metavar="VALUE", help=text)
     if accepted is None or "messages_only" in accepted:
         only = "only messages (the events that carry a priority)"

@@ -59,7 +59,7 @@ def chrome_trace_chunks(
     every event through the Python walk (the same JSON, slower)."""
     walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
-    fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
+    fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_frame else None
     counted = _Counted()
     yield b'{"traceEvents":['
     first = True
@@ -99,7 +99,8 @@ def _frame_json(
     (``fast``) where it takes the frame, then the Python walk's of the rest (or of all of it)."""
     process, track, tables, frame = walked
     pid, tid = process.trace_pid, process.tid(track)
-    made = fast.events(tables, frame, process.clock_offset_ns, pid, tid) if fast is not None else None
+    taken = fast is not None and walk.takes_whole(process, track, frame)
+    made = fast.events(tables, frame, process.clock_offset_ns, pid, tid) if fast is not None and taken else None
     if made is None:
         json, shown = b"", walk.shown(process, track, tables, frame)
     else:

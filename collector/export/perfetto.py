@@ -179,12 +179,13 @@ def perfetto_chunks(
     every frame in Python (the same bytes, slower)."""
     walk = EventWalk(view, selected)
     writer = _Writer(walk)
-    fast = FramePackets(*walk.window) if accelerated and ACCELERATED and walk.by_start_only else None
+    fast = FramePackets(*walk.window) if accelerated and ACCELERATED and walk.by_frame else None
     yield writer.header()
     for walked, segment in walk.walked():
-        chunk = writer.fast_chunk(fast, walked, segment) if fast is not None else None
+        process, track, tables, frame = walked
+        whole = fast is not None and walk.takes_whole(process, track, frame)
+        chunk = writer.fast_chunk(fast, walked, segment) if fast is not None and whole else None
         if chunk is None:
-            process, track, tables, frame = walked
             events = walk.shown(process, track, tables, frame)
             if events:
                 writer.enter_segment(segment)

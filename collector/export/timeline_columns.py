@@ -57,7 +57,7 @@ def timeline_chunks(
     the rest by the event walk; False reads every event through the walk (the same document, slower)."""
     walk = EventWalk(view, selected)
     origin_ns = view.origin_ns
-    fast = FrameColumns(origin_ns, *walk.window) if accelerated and walk.by_start_only else None
+    fast = FrameColumns(origin_ns, *walk.window) if accelerated and walk.by_frame else None
     tables = _Tables()
     first = True
     yield b'{"blocks":['
@@ -92,7 +92,8 @@ def _frame_columns(
     """The selected events of one frame as columns (None if none): those ``fast`` takes, then the walk's of the
     rest (or of all of it)."""
     process, track, tables, frame = walked
-    taken = fast.take(tables, frame, process.clock_offset_ns, names) if fast is not None else None
+    whole = fast is not None and walk.takes_whole(process, track, frame)
+    taken = fast.take(tables, frame, process.clock_offset_ns, names) if fast is not None and whole else None
     if taken is None:
         shown = walk.shown(process, track, tables, frame)
         return _columns(shown, origin_ns, names) if shown else None

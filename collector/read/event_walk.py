@@ -15,6 +15,7 @@ per process and track, that add up (docs/snapshots.md, "Times and counters").
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import compress
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from ringtrace.collector.read.frame_walk import (
     PHASES,
     SHOWN_SHAPES,
     ProcessView,
+    Selection,
     Shown,
     SnapshotView,
     WalkedFrame,
@@ -36,6 +38,7 @@ from ringtrace.collector.read.frame_walk import (
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.ring import Counts
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
@@ -77,6 +80,12 @@ class EventWalk:
         self.selected = selected
         self._walk, self._selection = prepare(view, selected)
         self._pairing = Pairing() if pairing is None else pairing
+        #: For a ``trace_id`` alone: its spans, and what a frame one of them holds whole is taken by (start time).
+        self._whole: Selection | None = None
+        self._trace_spans: TraceSpans | None = None
+        if self._selection is not None and self._selection.by_trace_and_start_only:
+            self._whole = Selection(replace(selected, trace_id=None))
+            self._trace_spans = self._selection.spans
 
     @property
     def pairing(self) -> Pairing:
@@ -92,6 +101,24 @@ class EventWalk:
     def by_start_only(self) -> bool:
         """Whether events are selected by no more than their start time (``window``) once their frame is."""
         return self._selection is None or self._selection.by_start_only
+
+    @property
+    def by_frame(self) -> bool:
+        """Whether some frames' events are selected by no more than their start time (``window``): those that
+        ``takes_whole`` says, which a C writer may then write."""
+        return self.by_start_only or self._whole is not None
+
+    def takes_whole(self, process: ProcessView, track: TrackInfo, frame: Events) -> bool:
+        """Whether the frame's events are selected by no more than their start time: always, for a filter of no more
+        than that; for a ``trace_id``, when one of the trace's spans on the frame's track holds the frame's times (its
+        header's first start and last end: every event of it is nested, by the header)."""
+        if self.by_start_only:
+            return True
+        spans = self._trace_spans
+        if spans is None:
+            return False
+        offset = process.clock_offset_ns
+        return spans.holds((process.uid, track.track_id), frame.first_ts_ns + offset, frame.last_ts_ns + offset)
 
     @property
     def window(self) -> tuple[int | None, int | None]:
@@ -115,8 +142,9 @@ class EventWalk:
     ) -> list[Shown] | None:
         """The selected events of one frame as shown (of those ``only`` flags, one byte per event, if given); None
         if the frame cannot be decoded (a bad frame costs its own events, counted, not the snapshot)."""
+        selection = self._whole if self._whole is not None and self.takes_whole(process, track, frame) else None
         try:
-            events, skipped = self._shown(process, track, tables, frame, only)
+            events, skipped = self._shown(process, track, tables, frame, only, selection or self._selection)
         except Exception as exc:
             self.count_undecodable(process, frame.count, exc)
             return None
@@ -148,11 +176,17 @@ class EventWalk:
         return {**self._walk.window(), "query": self.selected.describe()}
 
     def _shown(
-        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None
+        self,
+        process: ProcessView,
+        track: TrackInfo,
+        tables: StreamTables,
+        frame: Events,
+        only: bytes | None,
+        selection: Selection | None,
     ) -> tuple[list[Shown], int]:
-        """The events of one stored frame that the selection takes, and how many of its events cannot be shown."""
+        """The events of one stored frame that ``selection`` takes, and how many of its events cannot be shown."""
         offset_ns = process.clock_offset_ns
-        selection, pairing = self._selection, self._pairing
+        pairing = self._pairing
         track_key = (process.uid, track.track_id)  # not the thread id: thread ids are reused
         phases, shown_shapes = PHASES, SHOWN_SHAPES
         events: list[Shown] = []
@@ -172,7 +206,7 @@ class EventWalk:
                 continue
             if shape == "message":
                 text, values = render(kind, args) if isinstance(args, list) else (name, None)
-                if selection is not None and not selection.event(kind, text, wall_ns, args):
+                if selection is not None and not selection.event(kind, text, wall_ns, args, dur_ns, track_key):
                     continue
                 if values is None:
                     skipped += 1  # a message's values are a list
@@ -180,7 +214,7 @@ class EventWalk:
                 message_args = {"category": kind.name, "priority": kind.priority, **values}
                 append(("i", text, wall_ns, 0, message_args, kind.name, ""))
                 continue
-            if selection is not None and not selection.event(kind, name, wall_ns, args):
+            if selection is not None and not selection.event(kind, name, wall_ns, args, dur_ns, track_key):
                 continue
             phase = phases.get(shape)
             if phase is None:  # paired

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ringtrace.client.messages import render
@@ -23,6 +23,7 @@ from ringtrace.client.wire.frames import Events, Frame, KindSpec, Stats
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
 
@@ -156,15 +157,24 @@ class FrameWalk:
     """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
     what it met on the way: the tracks of the frames it gave, and events that cannot be decoded.
 
-    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later. A walk that
-    ``releases`` (the last one over a view: not a limit's first pass) lets go of each segment once it has read it."""
+    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later; with
+    ``trace`` (a ``trace_id``'s spans, found by a first pass), only frames that mention the trace or overlap one of
+    its spans on their track. A walk that ``releases`` (the last one over a view: not a first pass) lets go of each
+    segment once it has read it."""
 
     def __init__(
-        self, view: SnapshotView, selected: EventFilter, newest_from_ns: int | None = None, *, releases: bool = False
+        self,
+        view: SnapshotView,
+        selected: EventFilter,
+        newest_from_ns: int | None = None,
+        *,
+        releases: bool = False,
+        trace: TraceSpans | None = None,
     ) -> None:
         self.view = view
         self.releases = releases
         self.selected = selected
+        self.trace = trace
         self.newest_from_ns = newest_from_ns
         self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
         self.processes = {uid: p for uid, p in view.processes.items() if selected.selects_process(p)}
@@ -205,6 +215,11 @@ class FrameWalk:
             return False
         selected = self.selected
         if selected.track is not None and not selected.track_matches(process.tracks.get(track.track_id, track).name):
+            return False
+        trace = self.trace
+        if trace is not None and not (
+            trace.may_hold((process.uid, track.track_id), first, last) or trace.mentions(frame)
+        ):
             return False
         self.tracks[(process.uid, track.track_id)] = track
         self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
@@ -269,22 +284,40 @@ class FrameWalk:
 
 def prepare(view: SnapshotView, selected: EventFilter) -> tuple[FrameWalk, Selection | None]:
     """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
-    walked), after a first pass that finds the cutoff of a ``limit``."""
-    cutoff = _limit_cutoff(FrameWalk(view, selected), selected.limit) if selected.limit is not None else None
-    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None, releases=True)
-    return walk, Selection(selected, cutoff) if selected.by_event or cutoff is not None else None
+    walked), after first passes that find the spans of a ``trace_id`` and the cutoff of a ``limit``."""
+    spans = trace_spans(view, selected) if selected.trace_id is not None else None
+    cutoff = None
+    if selected.limit is not None:
+        cutoff = _limit_cutoff(FrameWalk(view, selected, trace=spans), selected.limit, spans)
+    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None, releases=True, trace=spans)
+    return walk, Selection(selected, cutoff, spans) if selected.by_event or cutoff is not None else None
+
+
+def trace_spans(view: SnapshotView, selected: EventFilter) -> TraceSpans:
+    """The spans of ``selected.trace_id`` on each track of what ``selected`` may hold (``trace_spans.py``): a first
+    pass over its frames. From the oldest frame, whatever ``since`` says: a span that began before it may hold events
+    after it."""
+    assert selected.trace_id is not None
+    spans = TraceSpans(selected.trace_id)
+    for process, track, tables, frame in FrameWalk(view, replace(selected, since_ns=None)).frames():
+        spans.read((process.uid, track.track_id), tables, frame, process.clock_offset_ns)
+    return spans.done()
 
 
 class Selection:
     """An ``EventFilter`` applied event by event, with the cutoff of its ``limit``: events that start at the cutoff
-    are taken up to ``ties`` of them, the first arrived."""
+    are taken up to ``ties`` of them, the first arrived. With ``spans`` (those of the filter's ``trace_id``), an event
+    nested in one of them on its track is of the trace too."""
 
-    __slots__ = ("cutoff_ns", "filter", "ties")
+    __slots__ = ("cutoff_ns", "filter", "spans", "ties")
 
-    def __init__(self, selected: EventFilter, cutoff: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, selected: EventFilter, cutoff: tuple[int, int] | None = None, spans: TraceSpans | None = None
+    ) -> None:
         self.filter = selected
         self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
         self.ties = cutoff[1] if cutoff is not None else 0
+        self.spans = spans
 
     @property
     def by_start_only(self) -> bool:
@@ -299,7 +332,30 @@ class Selection:
             and selected.trace_id is None
         )
 
-    def event(self, kind: KindSpec | None, name: str, wall_ns: int, args: object = None) -> bool:
+    @property
+    def by_trace_and_start_only(self) -> bool:
+        """Whether it takes events by their ``trace_id`` (with the trace's spans known) and start time, nothing else:
+        a frame that one of the trace's spans holds whole is then taken by start time alone (``EventWalk``)."""
+        selected = self.filter
+        return (
+            self.spans is not None
+            and self.cutoff_ns is None
+            and selected.category is None
+            and selected.name is None
+            and selected.max_priority_level is None
+            and not selected.messages_only
+        )
+
+    def event(
+        self,
+        kind: KindSpec | None,
+        name: str,
+        wall_ns: int,
+        args: object = None,
+        dur_ns: int = 0,
+        track: TrackKey | None = None,
+    ) -> bool:
+        """Whether the event is selected: ``dur_ns`` a span's duration, ``track`` its (process uid, track id)."""
         selected = self.filter
         if not selected.in_window(wall_ns):
             return False
@@ -307,7 +363,11 @@ class Selection:
             return False
         if selected.name is not None and not selected.name(name):
             return False
-        if selected.trace_id is not None and not selected.trace_matches(kind, args):
+        if (
+            selected.trace_id is not None
+            and not selected.trace_matches(kind, args)
+            and not self._nested(track, wall_ns, dur_ns)
+        ):
             return False
         cutoff = self.cutoff_ns
         if cutoff is not None and wall_ns <= cutoff:
@@ -315,6 +375,10 @@ class Selection:
                 return False
             self.ties -= 1
         return True
+
+    def _nested(self, track: TrackKey | None, wall_ns: int, dur_ns: int) -> bool:
+        spans = self.spans
+        return spans is not None and track is not None and spans.holds(track, wall_ns, wall_ns + dur_ns)
 
 
 def taken_events(
@@ -328,17 +392,20 @@ def taken_events(
     except ProtocolError:
         return None
     by_name = selection.filter.name is not None
+    track = (process.uid, frame.track_id)
     return [
         (index, ts_ns, dur_ns)
         for index, (kind, name, ts_ns, dur_ns, args) in enumerate(rows)
-        if selection.event(kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns, args)
+        if selection.event(
+            kind, shown_name(kind, name, args) if by_name else name, ts_ns + offset_ns, args, dur_ns, track
+        )
     ]
 
 
-def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
+def _limit_cutoff(walk: FrameWalk, limit: int, spans: TraceSpans | None) -> tuple[int, int] | None:
     """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
     when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
-    selection = Selection(walk.selected)
+    selection = Selection(walk.selected, spans=spans)
     newest: list[int] = []  # a min-heap of the newest starts seen
     for process, _, tables, frame in walk.frames():
         offset = process.clock_offset_ns
@@ -348,12 +415,13 @@ def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
             rows = list(tables.rows(frame))
         except Exception:  # counted as undecodable by the export pass
             continue
-        for kind, name, ts_ns, _, args in rows:
+        track = (process.uid, frame.track_id)
+        for kind, name, ts_ns, dur_ns, args in rows:
             if kind is None or not is_shown(kind):
                 continue
             wall_ns = ts_ns + offset
             name_shown = shown_name(kind, name, args) if walk.selected.name is not None else name
-            if not selection.event(kind, name_shown, wall_ns, args):
+            if not selection.event(kind, name_shown, wall_ns, args, dur_ns, track):
                 continue
             if len(newest) < limit:
                 heapq.heappush(newest, wall_ns)

@@ -140,7 +140,8 @@ class EventFilter:
     messages_only: bool = False
     limit: int | None = None
     #: Only events of this trace (32 lowercase hex digits): those whose ``trace_id`` arg or field is it (ringtrace's
-    #: spans of a trace, OTLP spans, their events and log records carry theirs).
+    #: spans of a trace, OTLP spans, their events and log records carry theirs) and, in a snapshot, those nested in
+    #: one of its spans on their track (``trace_spans.py``; a live tail has no first pass to find them).
     trace_id: str | None = None
 
     @property
@@ -248,7 +249,10 @@ SNAPSHOT_PARAMETERS: Final = {
     "name": "an event name (or glob)",
     "min_priority": f"one of {', '.join(PRIORITIES)}",
     "messages_only": f"{', '.join(_YES)} (only messages, the events that carry a priority) or {', '.join(_NO)}",
-    "trace_id": "a trace id: 32 hex digits (spans of a trace, OTLP span events and log records carry theirs)",
+    "trace_id": (
+        "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events and log records) "
+        "and those nested in one of its spans on their thread or task lane"
+    ),
     "limit": f"a whole number of events, 1 to {MAX_LIMIT}",
     "format": f"one of {', '.join(FORMATS)}",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
@@ -257,7 +261,9 @@ SNAPSHOT_PARAMETERS: Final = {
 
 #: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
 STREAM_PARAMETERS: Final = {
-    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")
+    **{name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")},
+    # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
+    "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
 }
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
 POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}

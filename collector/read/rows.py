@@ -54,6 +54,7 @@ def frame_rows(
     """The events of one frame that ``selection`` takes, decoded for a reader (none if the frame cannot be)."""
     track_name = process.tracks.get(track.track_id, track).name
     offset_ns = process.clock_offset_ns
+    track_key = (process.uid, track.track_id)
     try:
         rows = list(tables.rows(frame))
     except ProtocolError:
@@ -66,7 +67,7 @@ def frame_rows(
             shown_name, shown_args = render(kind, args)
         elif kind.fields and isinstance(args, list):
             shown_args = typed_args(kind, args, tables.kinds)
-        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args):
+        if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args, dur_ns, track_key):
             continue
         priority = kind.priority if kind.shape == "message" else ""
         wall_ns = ts_ns + offset_ns

@@ -1,7 +1,8 @@
 """One request followed across processes: an aiohttp server and a client calling it, two real processes recording
 with ringtrace into a real collector (``trace_peers.py``); the snapshot holds the arrow from the client's span to the
-server's, and ``?trace_id=`` selects one request in both processes. Once natively (``traceparent`` written and read
-by ringtrace), once with OpenTelemetry's SDK making and propagating the spans (sent as OTLP), ringtrace's joining."""
+server's, and ``?trace_id=`` selects one request in both processes, with the plain scope its handler recorded inside
+its span. Once natively (``traceparent`` written and read by ringtrace), once with OpenTelemetry's SDK making and
+propagating the spans (sent as OTLP), ringtrace's joining."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+from perfetto_model import PerfettoTrace
 
 pytestmark = pytest.mark.integration
 
@@ -89,15 +91,25 @@ def perfetto_flows(trace: bytes) -> tuple[list[int], list[int]]:
 
 def test_a_request_from_an_aiohttp_client_to_an_aiohttp_server_is_one_trace(collector: CollectorProcess) -> None:
     trace_ids = run_request(collector)
+    renders = set()
     for trace_id in trace_ids:
         trace = collector.snapshot(f"?trace_id={trace_id}")
         slices = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
         names = process_names(trace)
-        # One request, in both processes, and nothing of the other requests.
-        assert sorted(e["name"] for e in trace["traceEvents"] if e["ph"] == "X") == ["GET /work", "GET /work", "query"]
+        # One request, in both processes, and nothing of the other requests: its spans, and the plain scope its
+        # handler recorded inside its span (on its task's lane: the other requests ran at the same time).
+        in_request = sorted(e["name"] for e in trace["traceEvents"] if e["ph"] == "X")
+        assert in_request == ["GET /work", "GET /work", "query", "render"]
         calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "GET /work"]
         (client,) = [e for e in calls if names[e["pid"]] == "client"]
         (server,) = [e for e in calls if names[e["pid"]] == "server"]
+        render = slices["render"]
+        assert "trace_id" not in render.get("args", {}) and (render["pid"], render["tid"]) == (
+            server["pid"],
+            server["tid"],
+        )
+        assert server["ts"] <= render["ts"] and render["ts"] + render["dur"] <= server["ts"] + server["dur"]
+        renders.add(render["ts"])
         assert client["args"]["kind"] == "client" and server["args"]["kind"] == "server"
         assert server["args"]["parent_span_id"] == client["args"]["span_id"]
         assert slices["query"]["args"]["parent_span_id"] == server["args"]["span_id"]
@@ -108,6 +120,8 @@ def test_a_request_from_an_aiohttp_client_to_an_aiohttp_server_is_one_trace(coll
         assert status == 200
         leaving, arriving = perfetto_flows(body)
         assert len(leaving) == len(arriving) == 1 and leaving == arriving
+        assert sorted(s.name for s in PerfettoTrace(body).slices) == in_request
+    assert len(renders) == CALLS  # each request's own
     # The whole snapshot holds an arrow per request.
     everything = collector.snapshot()
     bound = [e for e in everything["traceEvents"] if "bind_id" in e]
@@ -130,6 +144,8 @@ def test_opentelemetry_propagates_the_request_and_ringtrace_spans_join_its_trace
         assert otel_client["bind_id"] == otel_server["bind_id"]
         # ringtrace's spans, in the client and the server processes, are in OpenTelemetry's trace.
         assert names[ours["prepare"]["pid"]] == "client" and names[ours["query"]["pid"]] == "server"
+        assert sorted(ours) == ["prepare", "query", "render"]  # the plain scope nested in ringtrace's "query"
+        assert ours["query"]["ts"] <= ours["render"]["ts"] and ours["render"]["tid"] == ours["query"]["tid"]
         assert ours["prepare"]["args"]["trace_id"] == ours["query"]["args"]["trace_id"] == trace_id
         assert ours["prepare"]["args"]["parent_span_id"] == otel_client["args"]["span_id"]
         assert ours["query"]["args"]["parent_span_id"] == otel_server["args"]["span_id"]
@@ -178,6 +194,6 @@ def test_the_docs_two_sides_make_one_trace(collector: CollectorProcess) -> None:
     trace = collector.snapshot(f"?trace_id={trace_id}")
     names = process_names(trace)
     slices = sorted((names[e["pid"]], e["name"]) for e in trace["traceEvents"] if e["ph"] == "X")
-    assert slices == [("client", "GET /work"), ("server", "GET /work"), ("server", "query")]
+    assert slices == [("client", "GET /work"), ("server", "GET /work"), ("server", "query"), ("server", "render")]
     bound = [e for e in trace["traceEvents"] if "bind_id" in e]
     assert len(bound) == 2 and len({e["bind_id"] for e in bound}) == 1

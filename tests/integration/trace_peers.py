@@ -4,7 +4,8 @@ with ``aiohttp.ClientSession``, both recording with ringtrace into a collector.
     trace_peers.py server COLLECTOR [--otel OTLP_URL]     prints "listening PORT", serves until GET /stop
     trace_peers.py client COLLECTOR PORT N [--otel OTLP_URL]   makes N concurrent calls, prints their trace ids (JSON)
 
-Natively, the client's ``client_span`` writes ``traceparent`` and the server's ``server_span`` continues it. With
+Natively, the client's ``client_span`` writes ``traceparent`` and the server's ``server_span`` continues it; the
+handler records a plain scope (``render``) inside it, which ``?trace_id=`` selects as the request's inner work. With
 ``--otel``, OpenTelemetry's SDK makes the client and server spans (exported to the collector as OTLP) and propagates
 them with its own ``opentelemetry.propagate.inject``/``extract``; ringtrace's spans join its trace.
 """
@@ -50,11 +51,13 @@ async def serve(otel: bool) -> None:
                 await asyncio.sleep(0.02)  # the other requests come in meanwhile, each in a task of its own
                 with tl.trace_scope("query"):
                     await asyncio.sleep(0.001)
+                with tl.scope("render"):  # plain: no trace id of its own, nested in the request's span
+                    await asyncio.sleep(0.001)
         else:
             context = propagate.extract(request.headers)
             with tracer.start_as_current_span("handle /work", context=context, kind=trace.SpanKind.SERVER):
                 await asyncio.sleep(0.02)
-                with tl.trace_scope("query"):
+                with tl.trace_scope("query"), tl.scope("render"):  # plain, nested in ringtrace's span of the trace
                     await asyncio.sleep(0.001)
         return web.json_response({"ok": True})
 

@@ -480,38 +480,64 @@ class SessionDecoder:
         tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
 
     def _add_schema(self, frame: Schema) -> None:
-        kinds, limit = self.tables.kinds, self.limits.max_kinds
+        kinds = self.tables.kinds
         if kinds and frame.columns != self.tables.columns:  # stored frames decode with these columns
             raise MalformedFrame(
                 f"SCHEMA frame: field 'columns' changed within the stream to {list(frame.columns)!r:.120}"
             )
         self.tables.set_columns(frame.columns)
         self.added_kinds = []
+        checked = _checked_schemas.get(id(frame))
+        if checked is not None and checked[0] is frame:  # its texts passed, on another connection: only the tables'
+            for spec, text_bytes in zip(frame.kinds, checked[1], strict=True):
+                self._add_kind(spec, text_bytes)
+            return
+        sizes = []
         for spec in frame.kinds:
-            _check_text("SCHEMA frame: kind name", spec.name)
-            _check_text("SCHEMA frame: kind text", spec.text)
-            _check_text("SCHEMA frame: kind priority", spec.priority)
-            if len(spec.fields) > MAX_KIND_FIELDS:
+            _check_kind_texts(spec)
+            sizes.append(spec.text_bytes)
+            self._add_kind(spec, sizes[-1])
+        if len(_checked_schemas) >= _CHECKED_SCHEMAS:
+            del _checked_schemas[next(iter(_checked_schemas))]  # the oldest
+        _checked_schemas[id(frame)] = (frame, tuple(sizes))
+
+    def _add_kind(self, spec: KindSpec, text_bytes: int) -> None:
+        """Add ``spec`` (its texts checked; ``text_bytes``: its ``text_bytes``) to the kinds, within the limits."""
+        kinds = self.tables.kinds
+        known = kinds.get(spec.id)
+        if known is None:
+            if len(kinds) >= self.limits.max_kinds:
+                raise LimitExceeded("SCHEMA frame: kind count", "max_kinds", self.limits.max_kinds, len(kinds) + 1)
+            self.schema_bytes += text_bytes
+            if self.schema_bytes > self.limits.max_schema_bytes:
                 raise LimitExceeded(
-                    "SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields)
-                )
-            for field_name, type_code in spec.fields:
-                _check_text("SCHEMA frame: field name", field_name)
-                _check_text("SCHEMA frame: type code", type_code)
-            known = kinds.get(spec.id)
-            if known is None:
-                if len(kinds) >= limit:
-                    raise LimitExceeded("SCHEMA frame: kind count", "max_kinds", limit, len(kinds) + 1)
-                self.schema_bytes += spec.text_bytes
-                if self.schema_bytes > self.limits.max_schema_bytes:
-                    raise LimitExceeded(
-                        "SCHEMA frame: bytes of all kinds' texts", "max_schema_bytes", self.limits.max_schema_bytes,
-                        self.schema_bytes,
-                    )  # fmt: skip
-                kinds[spec.id] = spec
-                self.added_kinds.append(spec)
-            elif known != spec:
-                raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
+                    "SCHEMA frame: bytes of all kinds' texts", "max_schema_bytes", self.limits.max_schema_bytes,
+                    self.schema_bytes,
+                )  # fmt: skip
+            kinds[spec.id] = spec
+            self.added_kinds.append(spec)
+        elif known != spec:
+            raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
+
+
+def _check_kind_texts(spec: KindSpec) -> None:
+    """Raises LimitExceeded for a text of ``spec`` past the limits (they depend on nothing else)."""
+    _check_text("SCHEMA frame: kind name", spec.name)
+    _check_text("SCHEMA frame: kind text", spec.text)
+    _check_text("SCHEMA frame: kind priority", spec.priority)
+    if len(spec.fields) > MAX_KIND_FIELDS:
+        raise LimitExceeded("SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields))
+    for field_name, type_code in spec.fields:
+        _check_text("SCHEMA frame: field name", field_name)
+        _check_text("SCHEMA frame: type code", type_code)
+
+
+#: SCHEMA frames whose every kind's texts passed ``_check_kind_texts``, by ``id``, with the frame (kept alive, so that
+#: its id is not reused while it is here) and each kind's ``text_bytes``: ``Schema.decode_body`` gives the same object
+#: for a body decoded lately, so the clients of a version, connecting again and again, have their texts checked and
+#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS.
+_CHECKED_SCHEMAS: Final = 16
+_checked_schemas: dict[int, tuple[Schema, tuple[int, ...]]] = {}
 
 
 #: What each frame type does to an open stream's tables (``SessionDecoder._apply``); a type not here changes none.

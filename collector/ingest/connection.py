@@ -52,6 +52,11 @@ READ_SIZE = 256 * 1024
 #: with unread bytes, the socket would be reset, and a peer with frames in flight would never read the GOODBYE.
 GOODBYE_DRAIN_S = 2.0
 _DRAIN_BUFFER = memoryview(bytearray(READ_SIZE))
+#: The room a connection's own buffer offers until the HELLO is accepted and a read fills it: a HELLO is a few hundred
+#: bytes, and a short connection's tables and first frames a few KiB (a larger frame grows the buffer). A connection
+#: then costs no READ_SIZE of zeroed memory (most of its reads go to its stream's segment), and one that never sends
+#: its HELLO holds this little.
+HELLO_READ_SIZE = 4 * 1024
 
 
 class IngestSink(FrameSink, Protocol):
@@ -91,7 +96,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def __init__(self, sink: IngestSink) -> None:
         self._sink = sink
         self._traffic = sink.traffic
-        self._session = IngestDecoder(sink.limits, borrow=True, read_size=READ_SIZE, keep_strings=False)
+        self._session = IngestDecoder(sink.limits, borrow=True, read_size=HELLO_READ_SIZE, keep_strings=False)
         #: Its reader (the decoder's), which the stream's writer lends segments to.
         self._reader = self._session.reader
         #: Made as its connection is accepted: a bound on how long its HELLO's clock readings took to arrive.
@@ -178,10 +183,18 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return view
 
     def _room(self, sizehint: int) -> memoryview:
-        """Where the next read goes: the stream's open segment, or the reader's own buffer."""
+        """Where the next read goes: the stream's open segment, or the reader's own buffer: HELLO_READ_SIZE of it
+        until, past the HELLO, a read takes all it is offered (more is waiting), READ_SIZE from then on."""
         writer = self._frames.writer
         view = writer.read_buffer(self._filled) if writer is not None else None
-        return view if view is not None else self._session.get_buffer(sizehint)
+        if view is not None:
+            return view
+        reader = self._reader
+        if reader.read_size < READ_SIZE:
+            if writer is None or not self._filled:  # (a short connection's tables and first frames fit in it)
+                return self._session.get_buffer(HELLO_READ_SIZE)
+            reader.read_size = READ_SIZE
+        return self._session.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._draining:

@@ -36,7 +36,7 @@ from ringtrace.collector.auth import AuthenticationFailed, Authenticator
 from ringtrace.collector.ingest.acks import ReplicatedAcks, Syncer
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.ingest.lending import IngestDecoder
-from ringtrace.collector.ingest.traffic import ControlBudget, Traffic
+from ringtrace.collector.ingest.traffic import ConnectionLines, ControlBudget, Traffic
 from ringtrace.collector.store.clocks import Arrival
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
@@ -330,15 +330,19 @@ class FrameHandlers:
             self._syncer = Syncer(writer.sync_job, self._acknowledge, self._abort, f"{self.peer}, {self.who()}")
         self.transport.write(preamble() + encode(welcome))
         # A process refused for its tables lately comes back about once a second: its refusals say so, once a minute.
+        # A crowd of connections is logged at INFO a few at a time (``ConnectionLines``), the others counted.
         refused_lately = sink.traffic.capacity_refusals_logged.recent(process.uid)
+        unlogged = None if refused_lately else sink.traffic.connection_lines.take()
+        level = logging.DEBUG if unlogged is None else logging.INFO
         log.log(
-            logging.DEBUG if refused_lately else logging.INFO,
-            "connection from %s: process %r pid %d on %s (protocol %d)",
+            level,
+            "connection from %s: process %r pid %d on %s (protocol %d)%s",
             self.peer,
             hello.process_name,
             hello.pid,
             hello.host or "a host it did not name",
             welcome.protocol_version,
+            ConnectionLines.since(unlogged or 0),
         )
 
 

@@ -85,6 +85,15 @@ class LendingFrameReader(FrameReader):
         return bytes(self._buf[self._start : self._end])
 
     @property
+    def read_size(self) -> int:
+        """The least free room ``get_buffer`` offers in the reader's own buffer (it grows to that when it must)."""
+        return self._read_size
+
+    @read_size.setter
+    def read_size(self, nbytes: int) -> None:
+        self._read_size = nbytes
+
+    @property
     def position(self) -> int:
         """Offset in the buffer just past the last frame returned or skipped: where the unread bytes start."""
         return self._start

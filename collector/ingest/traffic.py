@@ -1,11 +1,13 @@
 """What every connection together received and how connections ended (``Traffic``); which connections come in
-(``refusal``, ``refuse``); how fast a connection may send control frames (``ControlBudget``); and how fast the frame
-being received arrives (``FrameArrival``)."""
+(``refusal``, ``refuse``); how many of their lines are logged at INFO (``ConnectionLines``); how fast a connection may
+send control frames (``ControlBudget``); and how fast the frame being received arrives (``FrameArrival``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -14,8 +16,11 @@ from ringtrace.collector.auth import is_loopback
 from ringtrace.collector.log_repeats import Repeats
 
 __all__ = [
+    "CONNECTION_LINES_BURST",
+    "CONNECTION_LINES_PER_S",
     "MAX_CONTROL_FRAMES_PER_S",
     "MIN_FRAME_BYTES_PER_S",
+    "ConnectionLines",
     "ControlBudget",
     "FrameArrival",
     "Traffic",
@@ -31,6 +36,42 @@ MAX_CONTROL_FRAMES_PER_S: Final = 1000.0
 #: The least rate, on average since its first byte, at which a frame still incomplete after the idle timeout must have
 #: arrived (a peer that sends a byte now and then is never idle): a frame over a steady 10 kbit/s link is never cut.
 MIN_FRAME_BYTES_PER_S: Final = 1024
+#: Connection lines (a HELLO accepted) logged at INFO: this many at once (a fleet reconnecting after a restart), then
+#: CONNECTION_LINES_PER_S on average; the others go at DEBUG, counted in the next INFO one. A line cost a short
+#: connection about a tenth of its collector CPU, and a crowd of short connections filled the log with them.
+CONNECTION_LINES_BURST: Final = 50
+CONNECTION_LINES_PER_S: Final = 5.0
+
+
+class ConnectionLines:
+    """Whether a connection's line is logged at INFO now (a token bucket), and how many went at DEBUG since the last
+    one that was; ``clock``: monotonic seconds."""
+
+    __slots__ = ("_clock", "_last_s", "_left", "_unlogged")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._left = float(CONNECTION_LINES_BURST)
+        self._last_s = clock()
+        self._unlogged = 0
+
+    def take(self) -> int | None:
+        """None: this connection's line goes at DEBUG (it is counted); else it goes at INFO, and this many lines went
+        at DEBUG since the last one that did."""
+        now = self._clock()
+        self._left = min(float(CONNECTION_LINES_BURST), self._left + (now - self._last_s) * CONNECTION_LINES_PER_S)
+        self._last_s = now
+        if self._left < 1.0:
+            self._unlogged += 1
+            return None
+        self._left -= 1.0
+        unlogged, self._unlogged = self._unlogged, 0
+        return unlogged
+
+    @staticmethod
+    def since(unlogged: int) -> str:
+        """The words that end an INFO line after ``unlogged`` lines went at DEBUG."""
+        return f"; {unlogged} more connections since, logged at DEBUG (a crowd of them)" if unlogged else ""
 
 
 @dataclass(slots=True)
@@ -53,6 +94,8 @@ class Traffic:
     refusals_logged: Repeats = field(default_factory=Repeats)
     #: Connections closed for tables past ``--capacity`` logged, per process (its client retries, refused again).
     capacity_refusals_logged: Repeats = field(default_factory=Repeats)
+    #: Connection lines logged at INFO.
+    connection_lines: ConnectionLines = field(default_factory=ConnectionLines)
 
 
 def counted_address(peer: object) -> str | None:

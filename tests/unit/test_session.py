@@ -16,7 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.decoder import Limits, ReplyDecoder, SessionDecoder, StreamTables, negotiate
+from ringtrace.client.wire.decoder import (
+    MAX_KIND_FIELDS,
+    Limits,
+    ReplyDecoder,
+    SessionDecoder,
+    StreamTables,
+    negotiate,
+)
 from ringtrace.client.wire.errors import (
     BadPreamble,
     ConfigError,
@@ -1278,6 +1285,61 @@ def test_kinds_within_max_schema_bytes_are_accepted_and_past_it_refused() -> Non
     decoder = session_with(opening(Schema(kinds)), max_schema_bytes=size - 1)
     assert decoder.next_frame() == HELLO
     assert_limit(session_error(decoder), "max_schema_bytes", size - 1, size)
+
+
+# -- a SCHEMA seen on another connection: its texts are not checked again (the twin of the full checks) ----------
+
+
+def _schema_outcome(body: bytes, first: bytes = b"", **limits: int) -> tuple[Any, ...]:
+    """What a fresh connection makes of a SCHEMA frame of ``body`` (after the frames ``first``): its tables, the kinds
+    it added and its schema bytes, or the error it raised."""
+    decoder = session_with(opening() + first + raw_frame(FrameType.SCHEMA, body), **limits)
+    try:
+        list(decoder)
+    except ProtocolError as exc:
+        return (type(exc).__name__, str(exc))
+    return (tables_state(decoder.tables), list(decoder.added_kinds), decoder.schema_bytes)
+
+
+def _schema_cases(tag: str) -> list[tuple[tuple[KindSpec, ...], tuple[KindSpec, ...], dict[str, int]]]:
+    """(kinds, kinds declared first, limits): accepted, past each limit, redeclared, and texts past their limits."""
+    kinds = tuple(
+        KindSpec(64 + i, f"{tag}.kind{i}", "instant", (("field", "i64"), ("path", "str")), f"got $field {i}", "info")
+        for i in range(6)
+    )
+    size = sum(kind.text_bytes for kind in kinds)
+    long = "x" * (MAX_STRING_CHARS + 1)
+    many_fields = tuple((f"f{i}", "i64") for i in range(MAX_KIND_FIELDS + 1))
+    return [
+        (kinds, (), {}),
+        (kinds, (), {"max_kinds": 3}),
+        (kinds, (), {"max_schema_bytes": size - 1}),
+        (kinds, kinds[:2], {}),  # declared again: only the others are added
+        (kinds, (replace(kinds[3], name=f"{tag}.other"),), {}),  # redeclared otherwise
+        (kinds, (KindSpec(900, f"{tag}.first", "instant"),), {"max_kinds": 6}),
+        ((*kinds[:2], replace(kinds[2], text=long), *kinds[3:]), (), {}),
+        ((*kinds[:2], replace(kinds[2], priority=long)), (), {"max_kinds": 2}),  # past max_kinds before the text
+        ((*kinds[:4], replace(kinds[4], fields=((long, "i64"),))), (), {}),
+        ((replace(kinds[0], fields=many_fields),), (), {}),
+    ]
+
+
+def _reordered_body(kinds: tuple[KindSpec, ...]) -> bytes:
+    """A SCHEMA body that says what ``Schema(kinds).encode_body()`` says, in other bytes (its keys in another order):
+    decoded, another object."""
+    return msgpack.packb({"columns": list(Schema(kinds).columns), "kinds": [kind.to_wire() for kind in kinds]})
+
+
+def test_a_schema_seen_again_gives_what_a_schema_checked_whole_gives() -> None:
+    tag = f"twin{id(object())}"  # bodies no other test in this process decoded
+    for kinds, first, limits in _schema_cases(tag):
+        body, whole = Schema(kinds).encode_body(), _reordered_body(kinds)
+        assert body != whole
+        declared = encode(Schema(first)) if first else b""
+        _schema_outcome(body)  # the first connection to send it: checked whole
+        seen_again = _schema_outcome(body, declared, **limits)
+        assert seen_again == _schema_outcome(whole, declared, **limits), (kinds, first, limits)
+        assert seen_again == _schema_outcome(body, declared, **limits)
 
 
 # -- the collector's fast path for runs of EVENTS frames ------------------------------------------------------------

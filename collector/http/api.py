@@ -150,7 +150,7 @@ def _check_params(query: Mapping[str, str], allowed: set[str]) -> None:
         raise BadQuery(f"unknown query parameter {unknown[0]!r} (accepted: {accepted})")
 
 
-def _snapshot_query(request: web.Request) -> SnapshotQuery:
+def _snapshot_query(request: web.Request, accepted: Mapping[str, str] = SNAPSHOT_PARAMETERS) -> SnapshotQuery:
     collector = request.app[COLLECTOR]
     try:
         return parse_snapshot_query(
@@ -158,6 +158,7 @@ def _snapshot_query(request: web.Request) -> SnapshotQuery:
             now_ns=time.time_ns(),
             flush_timeout_s=collector.snapshot_flush_timeout_s,
             max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+            accepted=accepted,
         )
     except QueryError as exc:
         raise BadQuery(str(exc)) from None
@@ -200,20 +201,6 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
     return await _counted_snapshot(request, query, query.format, _headers(query, gzip), gzip)
 
 
-def _timeline_query(request: web.Request) -> SnapshotQuery:
-    collector = request.app[COLLECTOR]
-    try:
-        return parse_snapshot_query(
-            request.query.items(),
-            now_ns=time.time_ns(),
-            flush_timeout_s=collector.snapshot_flush_timeout_s,
-            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
-            accepted=TIMELINE_PARAMETERS,
-        )
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
-
-
 def _timeline_headers(gzip: bool) -> dict[str, str]:
     headers = {"Content-Type": "application/json", "Vary": "Accept-Encoding", "Cache-Control": "no-store"}
     if gzip:
@@ -223,14 +210,14 @@ def _timeline_headers(gzip: bool) -> dict[str, str]:
 
 async def timeline_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work, as ``HEAD /snapshot``: no flush, no snapshot slot."""
-    _timeline_query(request)
+    _snapshot_query(request, TIMELINE_PARAMETERS)
     return web.Response(headers=_timeline_headers(_accepts_gzip(request)))
 
 
 async def timeline(request: web.Request) -> web.StreamResponse:
     """The selected events as the web view takes them (``export/timeline_columns.py``): a snapshot in another
     form, served as one (a worker thread, a snapshot slot)."""
-    query = _timeline_query(request)
+    query = _snapshot_query(request, TIMELINE_PARAMETERS)
     gzip = _accepts_gzip(request)
     return await _counted_snapshot(request, query, "timeline", _timeline_headers(gzip), gzip)
 

@@ -22,6 +22,9 @@ log = logging.getLogger("ringtrace.collector.jetstream")
 
 #: How long start waits for the cluster's JetStream to answer (a cluster just started elects its leaders first).
 READY_TIMEOUT_S: Final = 30.0
+#: How long start tries the servers before it gives up (nats-py set to reconnect for ever would try the first
+#: connection for ever too, and the collector would hang, silent, at start).
+CONNECT_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,10 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     async def reconnected() -> None:
         log.info("reconnected to the NATS cluster at %s", client.connected_url.netloc if client.connected_url else "?")
 
+    last_error: list[Exception] = []
+
     async def error(exc: Exception) -> None:
+        last_error[:] = [exc]
         log.debug("NATS: %s: %s", type(exc).__name__, exc)
 
     extra: dict[str, Any] = {}
@@ -90,12 +96,18 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     tls = _tls(options)
     if tls is not None:
         extra["tls"] = tls
+    connecting = nats.connect(
+        servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+        connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
+        reconnected_cb=reconnected, error_cb=error, **extra,
+    )  # fmt: skip
     try:
-        client = await nats.connect(
-            servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-            connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
-            reconnected_cb=reconnected, error_cb=error, **extra,
-        )  # fmt: skip
+        client = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        why = f"{type(last_error[0]).__name__}: {last_error[0]}" if last_error else "no answer"
+        raise ConfigError(
+            f"--jetstream: cannot connect to {', '.join(servers)} (tried for {CONNECT_TIMEOUT_S:g} s; last: {why})"
+        ) from None
     except Exception as exc:
         raise ConfigError(f"--jetstream: cannot connect to {', '.join(servers)}: {type(exc).__name__}: {exc}") from None
     return client

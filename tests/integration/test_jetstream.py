@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
-from nats_cluster import NatsCluster, server_binary
+from collector_process import CollectorProcess, run_collector
+from nats_cluster import NatsCluster, free_ports, server_binary
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -444,3 +444,12 @@ def test_spans_an_opentelemetry_sdk_exports_to_one_collector_are_in_a_snapshot_o
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_collector_whose_cluster_answers_on_no_server_stops_naming_the_servers() -> None:
+    servers = ",".join(f"nats://127.0.0.1:{port}" for port in free_ports(2))  # (nothing listens on them)
+    done = run_collector("--jetstream", servers, timeout_s=60)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "--jetstream: cannot connect to" in line]
+    assert len(lines) == 1 and all(server in lines[0] for server in servers.split(",")), done.stderr
+    assert "Traceback" not in done.stderr

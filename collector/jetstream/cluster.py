@@ -146,6 +146,7 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # (the name is in use, with other settings)
                     raise
+                await _warn_of_changes(js, config)
                 await js.update_stream(config)
             return
         except (ServiceUnavailableError, TimeoutError) as exc:
@@ -161,3 +162,39 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
         if time.monotonic() > deadline:
             raise ConfigError(f"--jetstream: JetStream did not answer within {READY_TIMEOUT_S:.0f}s: {last}") from None
         await asyncio.sleep(0.25)
+
+
+def _setting(value: object, unit: str = "") -> str:
+    if value is None or value == 0:
+        return "none"
+    name = getattr(value, "value", value)  # (an enum: its NATS name)
+    return f"{name:g}{unit}" if isinstance(name, float) else f"{name}{unit}"
+
+
+def _setting_changes(old: Any, new: Any) -> list[str]:
+    """What a stream's configuration ``new`` changes in ``old``, as ``"replicas 3 -> 1"`` and the like."""
+    changes = []
+    for field, name, unit in (
+        ("num_replicas", "replicas", ""), ("max_bytes", "max_bytes", ""), ("discard", "discard", ""),
+        ("max_age", "max_age", " s"), ("storage", "storage", ""),
+    ):  # fmt: skip
+        before, after = getattr(old, field, None), getattr(new, field, None)
+        if _setting(before, unit) != _setting(after, unit):
+            changes.append(f"{name} {_setting(before, unit)} -> {_setting(after, unit)}")
+    return changes
+
+
+async def _warn_of_changes(js: Any, config: Any) -> None:
+    """Say what this collector's options change in a stream other collectors may share (they set it as their own
+    options said: the last one started wins, for all of them)."""
+    try:
+        info = await js.stream_info(config.name)
+    except Exception as exc:  # (the update goes ahead; it says what it cannot tell)
+        log.warning("JetStream stream '%s' exists with other settings; cannot read them: %s", config.name, exc)
+        return
+    changes = _setting_changes(info.config, config)
+    if changes:
+        log.warning(
+            "JetStream stream '%s' existed with other settings, now this collector's: %s (every collector sharing it "
+            "should be given the same options)", config.name, ", ".join(changes),
+        )  # fmt: skip

@@ -453,3 +453,18 @@ def test_a_collector_whose_cluster_answers_on_no_server_stops_naming_the_servers
     lines = [line for line in done.stderr.splitlines() if "--jetstream: cannot connect to" in line]
     assert len(lines) == 1 and all(server in lines[0] for server in servers.split(",")), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_change(
+    nats_cluster: NatsCluster,
+) -> None:
+    first = jetstream_collector(nats_cluster)
+    second = jetstream_collector(nats_cluster, "--jetstream-replicas", "1", "--max-age", "600")
+    try:
+        warning = second.wait_for_log(lambda line: "WARNING" in line and "stream 'ringtrace'" in line)
+        assert "replicas 3 -> 1" in warning and "max_age none -> 600 s" in warning, warning
+        assert "max_bytes" not in warning  # (the same on both)
+        assert not [line for line in first.lines if "stream 'ringtrace'" in line and "WARNING" in line]
+    finally:
+        first.stop()
+        second.stop()

@@ -45,12 +45,21 @@ class _Active(NamedTuple):
 #: Makes a tuple subclass without the call to its Python-level ``__new__``.
 _new = tuple.__new__
 _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtrace_span", default=None)
+#: Spans exited in a context other than the one they were entered in (another task, a generator finalised
+#: elsewhere), by span id: the span each was entered in, current again where the ended one still is (the context
+#: they were entered in cannot be reset from another). The most recent ones: a context that still holds an older
+#: one is gone, or has had a span of its own since.
+_ENDED_ELSEWHERE: dict[str, _Active | None] = {}
+_ENDED_ELSEWHERE_KEPT: Final = 10_000
 
 
 def current_span() -> SpanContext | None:
     """The span of a trace the running code is in (ringtrace's or OpenTelemetry's, the innermost); None outside
     any trace."""
     active = _ACTIVE.get()
+    if _ENDED_ELSEWHERE:
+        while active is not None and active.context.span_id in _ENDED_ELSEWHERE:
+            active = _ENDED_ELSEWHERE[active.context.span_id]
     otel_span = otel_current_span()
     if active is not None and (otel_span is None or otel_span is active.otel_span):
         return active.context
@@ -141,10 +150,21 @@ class TraceScope:
         if scope is None:  # exited without being entered: nothing to record
             return
         self._scope = None
-        try:  # noqa: SIM105 (contextlib.suppress costs a span of a trace a tenth of its time)
+        try:
             _ACTIVE.reset(self._token)
-        except (ValueError, RuntimeError):  # exited in another context (a generator finalised elsewhere)
-            pass
+        except (ValueError, RuntimeError):  # exited in another context (another task, a generator finalised elsewhere)
+            _ended_elsewhere(self.context, self._token)
         if self._outer:  # the entry this one was nested in is open again
             self._token, self._scope, self.context = self._outer.pop()
         scope.__exit__(exc_type, exc, tb)
+
+
+def _ended_elsewhere(span: SpanContext | None, token: contextvars.Token[_Active | None]) -> None:
+    """``span``, made current by ``token``, ended in another context: where it is still current, the span it was
+    entered in is."""
+    if span is None:
+        return
+    outer = token.old_value
+    _ENDED_ELSEWHERE[span.span_id] = None if outer is contextvars.Token.MISSING else outer
+    if len(_ENDED_ELSEWHERE) > _ENDED_ELSEWHERE_KEPT:
+        del _ENDED_ELSEWHERE[next(iter(_ENDED_ELSEWHERE))]

@@ -22,6 +22,9 @@ log = logging.getLogger("ringtrace.collector.jetstream")
 
 #: How long start waits for the cluster's JetStream to answer (a cluster just started elects its leaders first).
 READY_TIMEOUT_S: Final = 30.0
+#: How long start tries the servers before it gives up (nats-py set to reconnect for ever would try the first
+#: connection for ever too, and the collector would hang, silent, at start).
+CONNECT_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,10 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     async def reconnected() -> None:
         log.info("reconnected to the NATS cluster at %s", client.connected_url.netloc if client.connected_url else "?")
 
+    last_error: list[Exception] = []
+
     async def error(exc: Exception) -> None:
+        last_error[:] = [exc]
         log.debug("NATS: %s: %s", type(exc).__name__, exc)
 
     extra: dict[str, Any] = {}
@@ -90,12 +96,18 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     tls = _tls(options)
     if tls is not None:
         extra["tls"] = tls
+    connecting = nats.connect(
+        servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+        connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
+        reconnected_cb=reconnected, error_cb=error, **extra,
+    )  # fmt: skip
     try:
-        client = await nats.connect(
-            servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-            connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
-            reconnected_cb=reconnected, error_cb=error, **extra,
-        )  # fmt: skip
+        client = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        why = f"{type(last_error[0]).__name__}: {last_error[0]}" if last_error else "no answer"
+        raise ConfigError(
+            f"--jetstream: cannot connect to {', '.join(servers)} (tried for {CONNECT_TIMEOUT_S:g} s; last: {why})"
+        ) from None
     except Exception as exc:
         raise ConfigError(f"--jetstream: cannot connect to {', '.join(servers)}: {type(exc).__name__}: {exc}") from None
     return client
@@ -134,6 +146,7 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
             except BadRequestError as exc:
                 if exc.err_code != 10058:  # (the name is in use, with other settings)
                     raise
+                await _warn_of_changes(js, config)
                 await js.update_stream(config)
             return
         except (ServiceUnavailableError, TimeoutError) as exc:
@@ -149,3 +162,39 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
         if time.monotonic() > deadline:
             raise ConfigError(f"--jetstream: JetStream did not answer within {READY_TIMEOUT_S:.0f}s: {last}") from None
         await asyncio.sleep(0.25)
+
+
+def _setting(value: object, unit: str = "") -> str:
+    if value is None or value == 0:
+        return "none"
+    name = getattr(value, "value", value)  # (an enum: its NATS name)
+    return f"{name:g}{unit}" if isinstance(name, float) else f"{name}{unit}"
+
+
+def _setting_changes(old: Any, new: Any) -> list[str]:
+    """What a stream's configuration ``new`` changes in ``old``, as ``"replicas 3 -> 1"`` and the like."""
+    changes = []
+    for field, name, unit in (
+        ("num_replicas", "replicas", ""), ("max_bytes", "max_bytes", ""), ("discard", "discard", ""),
+        ("max_age", "max_age", " s"), ("storage", "storage", ""),
+    ):  # fmt: skip
+        before, after = getattr(old, field, None), getattr(new, field, None)
+        if _setting(before, unit) != _setting(after, unit):
+            changes.append(f"{name} {_setting(before, unit)} -> {_setting(after, unit)}")
+    return changes
+
+
+async def _warn_of_changes(js: Any, config: Any) -> None:
+    """Say what this collector's options change in a stream other collectors may share (they set it as their own
+    options said: the last one started wins, for all of them)."""
+    try:
+        info = await js.stream_info(config.name)
+    except Exception as exc:  # (the update goes ahead; it says what it cannot tell)
+        log.warning("JetStream stream '%s' exists with other settings; cannot read them: %s", config.name, exc)
+        return
+    changes = _setting_changes(info.config, config)
+    if changes:
+        log.warning(
+            "JetStream stream '%s' existed with other settings, now this collector's: %s (every collector sharing it "
+            "should be given the same options)", config.name, ", ".join(changes),
+        )  # fmt: skip

@@ -78,6 +78,15 @@ class CollectorConfig:
     tls_key: str | None = declared("tls_key")
     insecure_open: bool = declared("insecure_open")
 
+    def _check_no_jetstream_option(self) -> None:
+        """An option of the JetStream store given without it would do nothing, in silence."""
+        for field in dataclasses.fields(self):
+            if field.name.startswith("jetstream_") and getattr(self, field.name) != field_default(field.name):
+                flag = option_of(field.name).flag or field.name
+                raise ConfigError(
+                    f"{flag} needs --jetstream (the NATS servers): without it the store is in memory or --data-dir"
+                )
+
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             check_setting(field.name, getattr(self, field.name))
@@ -87,6 +96,8 @@ class CollectorConfig:
             raise ConfigError("--jetstream-tls-cert and --jetstream-tls-key go together: give both")
         if self.jetstream is not None and self.data_dir is not None:
             raise ConfigError("--jetstream and --data-dir are two stores: give one (the stream keeps what it holds)")
+        if self.jetstream is None:
+            self._check_no_jetstream_option()
         exposed = self.exposed_listeners
         if exposed and self.token is None and not self.insecure_open:
             raise ConfigError(

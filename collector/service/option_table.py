@@ -581,14 +581,15 @@ def check_setting(field: str, value: Any) -> None:
 # -- the command line --------------------------------------------------------------------------------------------------
 
 
-def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``parse`` for argparse: a ConfigError becomes its usage error (a ValueError is argparse's "invalid value")."""
+def _argument_type(parse: Callable[[str], Any], flag: str) -> Callable[[str], Any]:
+    """``parse`` for argparse: a ConfigError becomes its usage error (a ValueError is argparse's "invalid value"),
+    less the flag its message may begin with (argparse's begins with it: "argument --flag: ")."""
 
     def convert(text: str) -> Any:
         try:
             return parse(text)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
 
     convert.__name__ = parse.__name__  # ("invalid int value")
     return convert
@@ -604,7 +605,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         parser.add_argument(
             option.flag,
-            type=_argument_type(option.parse or str),
+            type=_argument_type(option.parse or str, option.flag),
             default=option.default,
             choices=option.choices,
             metavar=option.metavar,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
-from nats_cluster import NatsCluster, server_binary
+from collector_process import CollectorProcess, run_collector
+from nats_cluster import NatsCluster, free_ports, server_binary
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -441,6 +441,30 @@ def test_spans_an_opentelemetry_sdk_exports_to_one_collector_are_in_a_snapshot_o
         assert sorted(e["args"]["i"] for e in requests) == [0, 1, 2]
         (process,) = trace["otherData"]["processes"]
         assert process["process_name"] == "checkout" and process["host"] == "web-1"
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_collector_whose_cluster_answers_on_no_server_stops_naming_the_servers() -> None:
+    servers = ",".join(f"nats://127.0.0.1:{port}" for port in free_ports(2))  # (nothing listens on them)
+    done = run_collector("--jetstream", servers, timeout_s=60)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "--jetstream: cannot connect to" in line]
+    assert len(lines) == 1 and all(server in lines[0] for server in servers.split(",")), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_change(
+    nats_cluster: NatsCluster,
+) -> None:
+    first = jetstream_collector(nats_cluster)
+    second = jetstream_collector(nats_cluster, "--jetstream-replicas", "1", "--max-age", "600")
+    try:
+        warning = second.wait_for_log(lambda line: "WARNING" in line and "stream 'ringtrace'" in line)
+        assert "replicas 3 -> 1" in warning and "max_age none -> 600 s" in warning, warning
+        assert "max_bytes" not in warning  # (the same on both)
+        assert not [line for line in first.lines if "stream 'ringtrace'" in line and "WARNING" in line]
     finally:
         first.stop()
         second.stop()

@@ -321,6 +321,25 @@ def test_a_process_that_lost_events_stands_out(browser: Any) -> None:
         collector.stop()
 
 
+def test_a_collector_that_stopped_is_named_as_unreachable_not_as_a_browser_error(browser: Any) -> None:
+    collector = CollectorProcess()
+    opened = None
+    try:
+        opened = Page(browser, collector.http_url + "/")
+        until(opened.page, "() => document.getElementById('status').textContent.startsWith('updated')")
+        collector.stop()
+        host = urlsplit(collector.http_url).netloc
+        shown = "() => { const s = document.getElementById('status'); return s.matches('.bad') && s.textContent }"
+        status = until(opened.page, shown)
+        assert status == f"cannot reach the collector at {host}: is it running?", status
+        info = until(opened.page, "() => document.getElementById('timeline-info').textContent.includes('reach')")
+        assert info
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
 #: A process whose OS pid is 4242 (as containers' processes share pid 1), recording SPANS spans.
 SAME_PID = """
 import os, sys

@@ -43,3 +43,15 @@ def test_a_broken_link_between_pages_fails_the_build(tmp_path: Path) -> None:
     done = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
     assert "missing.md" in done.stdout + done.stderr
+
+
+def test_the_setup_command_installs_the_checkout_as_scripts_check_does() -> None:
+    # The two commands share .venv. Were the collector's install not editable, scripts/check's editable one would
+    # delete the installed package under the collector that still runs from it (its web page then answered 500).
+    check = (ROOT / "scripts" / "check").read_text()
+    assert ".venv/bin/python -m pip install -q -e '.[dev]'" in check
+    for document in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        setup = [line for line in document.read_text().splitlines() if line.startswith("python3 -m venv .venv &&")]
+        assert setup == [
+            "python3 -m venv .venv && .venv/bin/pip install -e '.[collector]' && .venv/bin/ringtrace-collector"
+        ], document.name

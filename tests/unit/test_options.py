@@ -150,3 +150,27 @@ def test_jetstream_options_are_read_and_checked_naming_the_flag() -> None:
     with pytest.raises(ConfigError, match="--jetstream-tls-cert and --jetstream-tls-key"):
         CollectorConfig(jetstream=("nats://n1:4222",), jetstream_tls_cert="cert.pem")
     assert environment_args({"RINGTRACE_JETSTREAM": "nats://n1:4222"}) == ["--jetstream", "nats://n1:4222"]
+
+
+def test_a_flags_refusal_names_the_flag_once(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse names the flag ("argument --jetstream:"); a parser's message that names it too is not said twice
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--jetstream", "ftp://n1:4222"])
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert error.count("--jetstream") == 1 and "'ftp://n1:4222' is not a nats:// or tls:// URL" in error, error
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--jetstream-replicas", "1"], "--jetstream-replicas"),
+        (["--jetstream-stream", "other"], "--jetstream-stream"),
+        (["--jetstream-storage", "memory"], "--jetstream-storage"),
+        (["--jetstream-buffer", "1MiB"], "--jetstream-buffer"),
+    ],
+)
+def test_a_jetstream_option_without_jetstream_is_refused_naming_it(flags: list[str], named: str) -> None:
+    # (it would do nothing: the store is in memory or in --data-dir)
+    with pytest.raises(ConfigError, match=f"{named} needs --jetstream"):
+        config_from_args(build_parser().parse_args(flags), {})
+    config_from_args(build_parser().parse_args([*flags, "--jetstream", "n1:4222"]), {})  # with it: taken

@@ -232,6 +232,32 @@ def test_threads_and_asyncio_tasks_each_have_their_own_current_span() -> None:
     tl.close()
 
 
+def test_a_span_exited_in_another_task_is_no_longer_the_current_span_of_the_task_that_opened_it() -> None:
+    tl = Timeline("trace")
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        with tl.trace_scope("request") as request:
+            handed_over = tl.trace_scope("handed-over")
+            handed_over.__enter__()
+
+            async def finish() -> None:
+                handed_over.__exit__(None, None, None)  # (a span another task ends: a stream's last chunk, say)
+
+            await asyncio.create_task(finish())
+            seen["current"] = current_span()
+            with tl.trace_scope("next") as after:
+                seen["next"] = after.context
+            seen["request"] = request.context
+        seen["outside"] = current_span()
+
+    asyncio.run(main())
+    assert seen["current"] == seen["request"]  # the span it was opened in, not the one that ended
+    assert seen["next"].trace_id == seen["request"].trace_id
+    assert seen["outside"] is None
+    tl.close()
+
+
 # -- OpenTelemetry ------------------------------------------------------------------------------------------------
 
 

@@ -32,10 +32,21 @@ function askForToken(refused) {
   return asking;
 }
 
+// fetch, but a request that got no answer (the collector stopped, say) says so, rather than the browser's
+// "Failed to fetch".
+async function fetchFromCollector(path) {
+  try {
+    return await fetch(path, { headers: headers(), cache: "no-store", credentials: "omit" });
+  } catch (error) {
+    if (!(error instanceof TypeError)) throw error;  // (an abort is not the collector's doing)
+    throw new Error(`cannot reach the collector at ${location.host}: is it running?`);
+  }
+}
+
 // GET a path of the collector; a 401 asks for the token and tries again. Returns the Response (ok) or throws.
 export async function get(path) {
   for (;;) {
-    const response = await fetch(path, { headers: headers(), cache: "no-store", credentials: "omit" });
+    const response = await fetchFromCollector(path);
     if (response.status === 401) {
       await askForToken(Boolean(token()));
       continue;

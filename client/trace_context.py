@@ -18,8 +18,8 @@ there is no ringtrace span): ringtrace's spans then join OpenTelemetry's trace (
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
 
 from ringtrace.client.otel_bridge import otel_context, otel_current_span
 from ringtrace.client.traceparent import SpanContext, child_of, format_traceparent, new_root, parse_traceparent
@@ -34,6 +34,9 @@ KINDS: Final = ("internal", "server", "client", "producer", "consumer")
 #: Kinds whose headers are the caller's (read), and those whose headers go to the callee (written).
 _INCOMING: Final = frozenset(("server", "consumer"))
 _OUTGOING: Final = frozenset(("client", "producer"))
+#: Headers: a mapping (names in any case), or a sequence of (name, value) pairs of str or bytes.
+Headers: TypeAlias = "Mapping[str, Any] | Sequence[tuple[Any, Any]]"
+_Headers = TypeVar("_Headers", bound=Headers)
 
 
 class _Active(NamedTuple):
@@ -66,26 +69,34 @@ def current_span() -> SpanContext | None:
     return otel_context(otel_span) if otel_span is not None else None
 
 
-def inject(headers: MutableMapping[str, str], context: SpanContext | None = None) -> MutableMapping[str, str]:
+def inject(headers: _Headers, context: SpanContext | None = None) -> _Headers:
     """Write ``traceparent`` (and ``tracestate``, if the trace has one) naming ``context`` (default: the current
-    span) into outgoing ``headers``, and return them. Outside any trace, writes nothing. Never raises: headers that
-    cannot be written (an immutable mapping) are left as they are."""
+    span) into outgoing ``headers``, and return them: a mapping, or a list of (name, value) pairs, which gets pairs
+    appended (bytes if its first pair is, as ASGI's are). Outside any trace, writes nothing. Never raises: headers
+    that cannot be written (an immutable mapping) are left as they are."""
     if context is None:
         context = current_span()
     if context is not None:
         try:
-            headers["traceparent"] = format_traceparent(context)
+            fields = [("traceparent", format_traceparent(context))]
             if context.tracestate:
-                headers["tracestate"] = context.tracestate
+                fields.append(("tracestate", context.tracestate))
+            if isinstance(headers, list):
+                raw = bool(headers) and isinstance(headers[0][0], bytes)
+                headers.extend((k.encode(), v.encode()) if raw else (k, v) for k, v in fields)
+            else:
+                for name, value in fields:
+                    headers[name] = value  # type: ignore[index]
         except Exception:
             pass
     return headers
 
 
-def extract(headers: Mapping[str, str] | None) -> SpanContext | None:
-    """The caller's span named by incoming ``headers`` (any mapping; the names in any case); None when they name
-    none, or a ``traceparent`` the specification calls invalid (the callee then starts a trace of its own). Never
-    raises."""
+def extract(headers: Headers | None) -> SpanContext | None:
+    """The caller's span named by incoming ``headers``: any mapping, the names in any case (a WSGI environ's
+    ``HTTP_TRACEPARENT`` too), or a sequence of (name, value) pairs, of str or of bytes (ASGI's ``scope["headers"]``).
+    None when they name none, or a ``traceparent`` the specification calls invalid (the callee then starts a trace
+    of its own). Never raises."""
     if headers is None:
         return None
     try:
@@ -95,10 +106,18 @@ def extract(headers: Mapping[str, str] | None) -> SpanContext | None:
         return None
 
 
-def _header(headers: Mapping[str, str], name: str) -> object:
+def _header(headers: Headers, name: str) -> object:
+    if not isinstance(headers, Mapping):  # (name, value) pairs
+        for key, value in headers:
+            if isinstance(key, bytes):
+                key = key.decode("latin-1")
+            if isinstance(key, str) and key.lower() == name:
+                return value.decode("latin-1") if isinstance(value, bytes) else value
+        return None
     value = headers.get(name)
-    if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them
-        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
+    if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them, or WSGI's
+        wsgi = "http_" + name
+        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() in (name, wsgi)), None)
     return value
 
 

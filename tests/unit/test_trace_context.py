@@ -112,6 +112,31 @@ def test_extract_takes_any_mapping_in_any_case() -> None:
     assert extract({1: 2}) is None  # type: ignore[dict-item]
 
 
+def test_extract_takes_pairs_of_str_or_bytes_and_a_wsgi_environ() -> None:
+    assert extract([("Content-Type", "text/plain"), ("TraceParent", VALID)]) == SpanContext(TRACE, SPAN)
+    asgi = [(b"host", b"x"), (b"traceparent", VALID.encode()), (b"tracestate", b"a=b")]  # ASGI's scope["headers"]
+    assert extract(asgi) == SpanContext(TRACE, SPAN, 1, "a=b")
+    assert extract({"HTTP_TRACEPARENT": VALID, "PATH_INFO": "/"}) == SpanContext(TRACE, SPAN)  # a WSGI environ
+    assert extract([("traceparent",)]) is None  # type: ignore[list-item]
+    assert extract([]) is None
+
+
+def test_inject_appends_pairs_to_a_list_in_the_list_s_own_type() -> None:
+    context = SpanContext(TRACE, SPAN, 1, "a=b")
+    assert inject([], context) == [("traceparent", VALID), ("tracestate", "a=b")]
+    assert inject([(b"host", b"x")], context) == [(b"host", b"x"), (b"traceparent", VALID.encode()),
+                                                  (b"tracestate", b"a=b")]  # fmt: skip
+    spans = recorded(lambda tl: _call_and_serve(tl, []))
+    assert spans["handle"]["parent_span_id"] == spans["call"]["span_id"]
+
+
+def _call_and_serve(tl: Timeline, headers: list[tuple[str, str]]) -> None:
+    with tl.client_span("call", headers):
+        pass
+    with tl.server_span("handle", headers):
+        pass
+
+
 # -- trace-aware scopes -------------------------------------------------------------------------------------------
 
 

@@ -265,6 +265,7 @@ class JetStreamTier:
             "store": "jetstream",
             "jetstream_stream": self.stream_name,
             "jetstream_messages": fleet.messages,
+            "jetstream_unreadable_messages": fleet.unreadable,
             "collectors": len(fleet.collectors),
             "clients_flushed": acknowledged,
             "clients_connected": asked,

@@ -5,6 +5,7 @@ Every test reads what it checks from a snapshot or ``/stats`` over HTTP, and wai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -201,6 +202,52 @@ def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_on
     finally:
         first.stop()
         second.stop()
+
+
+#: What anyone may publish on the stream's subjects: payloads that are no segment, headers that look like a
+#: collector's with counts that are no counts (a string, an infinity, a fraction, a negative, not an object).
+GARBAGE_HEADERS: list[dict[str, str] | None] = [
+    None,
+    {"Ringtrace-Seq": "1", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":"abcdef"}'},
+    {"Ringtrace-Seq": "2", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":[1e400,1,1,1,1,1]}'},
+    {"Ringtrace-Seq": "3", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":[1.5,1,1,1,1,-1]}'},
+    {"Ringtrace-Seq": "4", "Ringtrace-Collector": "evil", "Ringtrace-Counts": "[1]"},
+    {"Ringtrace-Cleared": '{"1":[1e400,1]}'},
+    {"Ringtrace-Cleared": '{"1":"ab"}'},
+]
+
+
+async def publish_garbage(url: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        for k, headers in enumerate(GARBAGE_HEADERS):
+            await js.publish(f"ringtrace.evil{k}.1.x", b"garbage" * 3, headers=headers)
+        await js.publish("ringtrace.short", b"not a process's subject")
+    finally:
+        await client.close()
+
+
+def test_garbage_published_on_the_stream_is_skipped_counted_and_breaks_no_read(nats_cluster: NatsCluster) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "500"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        asyncio.run(publish_garbage(nats_cluster.urls.split(",")[0]))
+        trace = collector.snapshot()
+        assert numbers(trace) == {"good": Counter(range(500))}
+        assert trace["otherData"]["jetstream_unreadable_messages"] == len(GARBAGE_HEADERS) - 2  # (notes aside)
+        assert_accounts_add_up(process_counts(trace)["good"])
+        fleet = collector.json("/stats")["fleet"]
+        assert fleet["stored_events"] == 500 and "error" not in fleet
+        assert [p["process_name"] for p in collector.json("/sources")["processes"]] == ["good"]
+    finally:
+        collector.stop()
 
 
 def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_and_stores_nothing_twice(

@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, RawClient
 from nats_cluster import NatsCluster, server_binary
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.wire.frames import Hello, Welcome
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -246,6 +249,32 @@ def test_garbage_published_on_the_stream_is_skipped_counted_and_breaks_no_read(n
         fleet = collector.json("/stats")["fleet"]
         assert fleet["stored_events"] == 500 and "error" not in fleet
         assert [p["process_name"] for p in collector.json("/sources")["processes"]] == ["good"]
+    finally:
+        collector.stop()
+
+
+def test_a_process_with_the_longest_host_and_instance_a_hello_may_give_is_stored_and_blocks_no_other(
+    nats_cluster: NatsCluster,
+) -> None:
+    """256 characters of four UTF-8 bytes each, escaped: a subject longer than the servers' control line, on which
+    they close the publishing connection (for every process of the collector) if it is not made shorter."""
+    collector = jetstream_collector(nats_cluster)
+    longest = "\U0001f600" * 256
+    try:
+        with RawClient(collector.tcp_address, Hello(777, longest, "long", longest, "", 1, 2, "test")) as raw:
+            assert isinstance(raw.answer, Welcome)
+            encoder = StreamEncoder()
+            batch = encoder.encode(TrackInfo(1, THREAD_TRACK, "long", 1), [INSTANT, "n", 5, 5, None] * 3)
+            raw.send_raw(b"".join([*encoder.prefix(), *batch.control, *(frame for frame, _ in batch.events)]))
+            raw.flush()
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "100"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        counts = process_counts(collector.snapshot())
+        assert counts["long"]["stored_events"] == 3 and counts["long"]["host"] == longest
+        assert counts["good"]["stored_events"] == 100
     finally:
         collector.stop()
 

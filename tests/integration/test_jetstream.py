@@ -345,6 +345,24 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
         collector.stop()
 
 
+def test_a_collector_stopped_while_the_cluster_is_away_stops_cleanly(nats_cluster: NatsCluster) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "w", "100"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        nats_cluster.stop()
+        collector.wait_for_log(lambda line: "disconnected from the NATS cluster" in line)
+        status, body = collector.get("/snapshot")  # (a request left in the NATS client's buffer meanwhile)
+        assert status == 503, body
+    finally:
+        collector.stop()
+    assert collector.proc.returncode == 0, "\n".join(collector.lines[-30:])
+    assert not [line for line in collector.lines if "Traceback" in line]
+
+
 def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
     nats_cluster: NatsCluster,
     streamers: list[Streamer],

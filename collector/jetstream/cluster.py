@@ -22,6 +22,9 @@ log = logging.getLogger("ringtrace.collector.jetstream")
 
 #: How long start waits for the cluster's JetStream to answer (a cluster just started elects its leaders first).
 READY_TIMEOUT_S: Final = 30.0
+#: How long start tries to reach a server (nats-py, told to reconnect for ever, would try its first connection for
+#: ever too: the collector would never start nor stop).
+CONNECT_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,18 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     if tls is not None:
         extra["tls"] = tls
     try:
-        client = await nats.connect(
-            servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-            connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
-            reconnected_cb=reconnected, error_cb=error, **extra,
+        client = await asyncio.wait_for(
+            nats.connect(
+                servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
+                reconnected_cb=reconnected, error_cb=error, **extra,
+            ),
+            CONNECT_TIMEOUT_S,
         )  # fmt: skip
+    except TimeoutError:
+        raise ConfigError(
+            f"--jetstream: cannot connect to {', '.join(servers)} within {CONNECT_TIMEOUT_S:.0f}s"
+        ) from None
     except Exception as exc:
         raise ConfigError(f"--jetstream: cannot connect to {', '.join(servers)}: {type(exc).__name__}: {exc}") from None
     return client

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, RawClient
-from nats_cluster import NatsCluster, server_binary
+from collector_process import CollectorProcess, RawClient, run_collector
+from nats_cluster import NatsCluster, free_ports, server_binary
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import Hello, Welcome
 from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
@@ -172,6 +172,14 @@ def wait_published(collector: CollectorProcess, timeout_s: float = 30.0) -> None
 def assert_accounts_add_up(counts: dict[str, int]) -> None:
     lost = sum(counts[f"{why}_events"] for why in ("overwritten", "capped", "discarded", "cleared"))
     assert counts["received_events"] == counts["stored_events"] + lost, counts
+
+
+def test_a_collector_whose_cluster_cannot_be_reached_refuses_to_start_in_one_line_naming_the_flag() -> None:
+    (port,) = free_ports(1)  # (nothing listens there)
+    result = run_collector("--jetstream", f"nats://127.0.0.1:{port}")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "--jetstream" in line]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0] and "cannot connect" in errors[0], result.stderr
 
 
 def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_once(

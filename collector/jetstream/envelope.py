@@ -91,13 +91,35 @@ def cleared_header(cleared: Mapping[int, tuple[int, int]]) -> str:
     return json.dumps({str(track_id): list(counts) for track_id, counts in cleared.items()}, separators=(",", ":"))
 
 
+#: The largest count a header may give (anything may publish on the stream's subjects: a count is checked).
+_MAX_COUNT: Final = 2**63 - 1
+
+
+def _counts_of(raw: object, length: int) -> dict[int, list[int]]:
+    """``raw`` (a header's JSON) as per track id, ``length`` counts, each an integer from 0 to _MAX_COUNT.
+
+    Raises:
+        ValueError: it is not that.
+    """
+    if not isinstance(raw, dict):
+        raise ValueError("not an object")
+    out = {}
+    for track, values in raw.items():
+        if not isinstance(values, list) or len(values) != length:
+            raise ValueError(f"track {track}: not a list of {length} counts")
+        if not all(type(value) is int and 0 <= value <= _MAX_COUNT for value in values):
+            raise ValueError(f"track {track}: a count is not an integer from 0 to {_MAX_COUNT}")
+        out[int(track)] = values
+    return out
+
+
 def read_cleared(headers: Mapping[str, str] | None) -> dict[int, tuple[int, int]] | None:
-    """A note's counts of what was purged (``CLEARED``); None for any other message."""
+    """A note's counts of what was purged (``CLEARED``); None for any other message, {} for one that is not such."""
     if not headers or CLEARED not in headers:
         return None
     try:
-        return {int(track): (int(v[0]), int(v[1])) for track, v in json.loads(headers[CLEARED]).items()}
-    except (ValueError, TypeError, IndexError, AttributeError):
+        return {track: (v[0], v[1]) for track, v in _counts_of(json.loads(headers[CLEARED]), 2).items()}
+    except ValueError:  # (json.JSONDecodeError too)
         return {}
 
 
@@ -120,8 +142,8 @@ class Envelope:
         try:
             seq = int(headers[SEQ])
             record = int(headers.get(RECORD, "0"))
-            raw = json.loads(headers.get(COUNTS, "{}"))
-            counts = {int(track): Counts(v[0], v[1], 0, 0, v[2], v[3], v[4], v[5]) for track, v in raw.items()}
-        except (ValueError, TypeError, IndexError, AttributeError):
+            raw = _counts_of(json.loads(headers.get(COUNTS, "{}")), 6)
+            counts = {track: Counts(v[0], v[1], 0, 0, v[2], v[3], v[4], v[5]) for track, v in raw.items()}
+        except ValueError:
             return None
         return cls(headers[COLLECTOR], record, seq, counts)

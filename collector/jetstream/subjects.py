@@ -3,14 +3,19 @@ processes by host or pid is a subject filter.
 
 A subject token may not be empty nor hold ``.``, ``*``, ``>`` or white space; a host name has dots. Each token keeps
 letters, digits, ``_`` and ``-`` and writes every other byte of its UTF-8 as ``~XX`` (hex; ``~`` itself too), so
-distinct hosts stay distinct tokens; an empty one is ``~``.
+distinct hosts stay distinct tokens; an empty one is ``~``. A token that would be longer than MAX_TOKEN_BYTES is
+``~~`` and a digest of the text instead (``~~`` is no escape: ``~`` itself is ``~7E``): a subject must fit in the
+servers' control line (4096 bytes by default), which closes the connection of a client publishing on a longer one, and
+a host name or instance id may be 256 characters of four bytes each.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 __all__ = [
+    "MAX_TOKEN_BYTES",
     "process_of_subject",
     "process_subject",
     "stream_subjects",
@@ -20,19 +25,28 @@ __all__ = [
 ]
 
 _PLAIN: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+#: The longest token written out (two of them, the stream's name and a pid stay far within a control line).
+MAX_TOKEN_BYTES: Final = 256
+#: The start of a token that is a digest of its text (too long to be written out).
+_DIGEST: Final = "~~"
 
 
 def subject_token(text: str) -> str:
     """``text`` as one subject token (see the module docstring)."""
     if not text:
         return "~"
-    return "".join(chr(byte) if byte in _PLAIN else f"~{byte:02X}" for byte in text.encode())
+    token = "".join(chr(byte) if byte in _PLAIN else f"~{byte:02X}" for byte in text.encode())
+    if len(token) > MAX_TOKEN_BYTES:
+        return _DIGEST + hashlib.sha256(text.encode()).hexdigest()
+    return token
 
 
 def subject_text(token: str) -> str:
-    """What ``subject_token`` made ``token`` of."""
+    """What ``subject_token`` made ``token`` of (a digest, for a text too long: the token itself)."""
     if token == "~":
         return ""
+    if token.startswith(_DIGEST):
+        return token
     out = bytearray()
     position = 0
     while position < len(token):

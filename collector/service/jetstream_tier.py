@@ -170,7 +170,10 @@ class JetStreamTier:
         self._tails.clear()
         if self._client is not None:
             self._closing = True
-            await self._client.close()
+            try:
+                await self._client.close()
+            except Exception as exc:  # (nats-py writes what it buffered while the cluster was away to a closed socket)
+                log.debug("closing the NATS connection: %s: %s", type(exc).__name__, exc)
 
     # -- reading the fleet ------------------------------------------------------------------------------------------
 
@@ -265,6 +268,7 @@ class JetStreamTier:
             "store": "jetstream",
             "jetstream_stream": self.stream_name,
             "jetstream_messages": fleet.messages,
+            "jetstream_unreadable_messages": fleet.unreadable,
             "collectors": len(fleet.collectors),
             "clients_flushed": acknowledged,
             "clients_connected": asked,

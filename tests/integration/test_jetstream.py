@@ -5,6 +5,7 @@ Every test reads what it checks from a snapshot or ``/stats`` over HTTP, and wai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -18,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, run_collector
+from collector_process import CollectorProcess, RawClient, run_collector
 from nats_cluster import NatsCluster, free_ports, server_binary
+from ringtrace.client.encoder import StreamEncoder
+from ringtrace.client.wire.frames import Hello, Welcome
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -203,6 +207,78 @@ def test_two_collectors_on_one_stream_each_snapshot_holds_every_event_of_both_on
         second.stop()
 
 
+#: What anyone may publish on the stream's subjects: payloads that are no segment, headers that look like a
+#: collector's with counts that are no counts (a string, an infinity, a fraction, a negative, not an object).
+GARBAGE_HEADERS: list[dict[str, str] | None] = [
+    None,
+    {"Ringtrace-Seq": "1", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":"abcdef"}'},
+    {"Ringtrace-Seq": "2", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":[1e400,1,1,1,1,1]}'},
+    {"Ringtrace-Seq": "3", "Ringtrace-Collector": "evil", "Ringtrace-Counts": '{"1":[1.5,1,1,1,1,-1]}'},
+    {"Ringtrace-Seq": "4", "Ringtrace-Collector": "evil", "Ringtrace-Counts": "[1]"},
+    {"Ringtrace-Cleared": '{"1":[1e400,1]}'},
+    {"Ringtrace-Cleared": '{"1":"ab"}'},
+]
+
+
+async def publish_garbage(url: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        for k, headers in enumerate(GARBAGE_HEADERS):
+            await js.publish(f"ringtrace.evil{k}.1.x", b"garbage" * 3, headers=headers)
+        await js.publish("ringtrace.short", b"not a process's subject")
+    finally:
+        await client.close()
+
+
+def test_garbage_published_on_the_stream_is_skipped_counted_and_breaks_no_read(nats_cluster: NatsCluster) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "500"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        asyncio.run(publish_garbage(nats_cluster.urls.split(",")[0]))
+        trace = collector.snapshot()
+        assert numbers(trace) == {"good": Counter(range(500))}
+        assert trace["otherData"]["jetstream_unreadable_messages"] == len(GARBAGE_HEADERS) - 2  # (notes aside)
+        assert_accounts_add_up(process_counts(trace)["good"])
+        fleet = collector.json("/stats")["fleet"]
+        assert fleet["stored_events"] == 500 and "error" not in fleet
+        assert [p["process_name"] for p in collector.json("/sources")["processes"]] == ["good"]
+    finally:
+        collector.stop()
+
+
+def test_a_process_with_the_longest_host_and_instance_a_hello_may_give_is_stored_and_blocks_no_other(
+    nats_cluster: NatsCluster,
+) -> None:
+    """256 characters of four UTF-8 bytes each, escaped: a subject longer than the servers' control line, on which
+    they close the publishing connection (for every process of the collector) if it is not made shorter."""
+    collector = jetstream_collector(nats_cluster)
+    longest = "\U0001f600" * 256
+    try:
+        with RawClient(collector.tcp_address, Hello(777, longest, "long", longest, "", 1, 2, "test")) as raw:
+            assert isinstance(raw.answer, Welcome)
+            encoder = StreamEncoder()
+            batch = encoder.encode(TrackInfo(1, THREAD_TRACK, "long", 1), [INSTANT, "n", 5, 5, None] * 3)
+            raw.send_raw(b"".join([*encoder.prefix(), *batch.control, *(frame for frame, _ in batch.events)]))
+            raw.flush()
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "100"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        counts = process_counts(collector.snapshot())
+        assert counts["long"]["stored_events"] == 3 and counts["long"]["host"] == longest
+        assert counts["good"]["stored_events"] == 100
+    finally:
+        collector.stop()
+
+
 def test_a_node_killed_during_ingest_then_restarted_loses_nothing_acknowledged_and_stores_nothing_twice(
     nats_cluster: NatsCluster,
     streamers: list[Streamer],
@@ -267,6 +343,24 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
         assert local["jetstream"]["publish_retries"] > 0 and local["jetstream"]["failing"] is None
     finally:
         collector.stop()
+
+
+def test_a_collector_stopped_while_the_cluster_is_away_stops_cleanly(nats_cluster: NatsCluster) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, collector.tcp_address, "w", "100"], capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert writer.stdout.strip() == "True", writer.stderr
+        nats_cluster.stop()
+        collector.wait_for_log(lambda line: "disconnected from the NATS cluster" in line)
+        status, body = collector.get("/snapshot")  # (a request left in the NATS client's buffer meanwhile)
+        assert status == 503, body
+    finally:
+        collector.stop()
+    assert collector.proc.returncode == 0, "\n".join(collector.lines[-30:])
+    assert not [line for line in collector.lines if "Traceback" in line]
 
 
 def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(

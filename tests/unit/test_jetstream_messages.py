@@ -12,7 +12,13 @@ from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_
 from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.publisher import Publisher
-from ringtrace.collector.jetstream.subjects import process_of_subject, process_subject, subject_token
+from ringtrace.collector.jetstream.subjects import (
+    MAX_TOKEN_BYTES,
+    process_of_subject,
+    process_subject,
+    subject_filter,
+    subject_token,
+)
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
@@ -28,6 +34,18 @@ def test_a_subject_token_holds_only_what_a_token_may_and_tells_hosts_apart() -> 
     assert process_subject("ringtrace", "h.x", 42, "ab.cd") == "ringtrace.h~2Ex.42.ab~2Ecd"
     for host in hosts:
         assert process_of_subject(process_subject("ringtrace", host, 7, "i-1")) == (host, 7, "i-1")
+
+
+def test_a_text_too_long_for_a_subject_token_is_a_short_digest_distinct_from_every_written_out_token() -> None:
+    longest = "\U0001f600" * 256  # (the longest host a HELLO may give: 1024 bytes, 3072 escaped)
+    near = ["\U0001f600" * 255 + "x", "a" * MAX_TOKEN_BYTES, "a" * (MAX_TOKEN_BYTES + 1), "~~"]
+    tokens = [subject_token(text) for text in (longest, *near)]
+    assert len(set(tokens)) == len(tokens)
+    for token in tokens:
+        assert 0 < len(token) <= MAX_TOKEN_BYTES and all(c.isascii() and (c.isalnum() or c in "_-~") for c in token)
+    subject = process_subject("ringtrace", longest, 7, longest)
+    assert len(subject) < 1024
+    assert subject_filter("ringtrace", host=longest, pid=7).removesuffix("*") in subject
 
 
 class FakeStream:

@@ -80,6 +80,8 @@ async def fetch(
             try:
                 msg = await subscription.next_msg(timeout=NEXT_MESSAGE_TIMEOUT_S)
             except TimeoutError:
+                if messages:  # more were pending: removed by the stream's limits meanwhile, or the cluster is gone
+                    await _still_answering(js, stream)
                 break  # (nothing stored since the start time; or removed meanwhile)
             metadata = msg.metadata
             messages.append(StoredMessage(metadata.sequence.stream, msg.subject, msg.headers, msg.data))
@@ -88,6 +90,16 @@ async def fetch(
     finally:
         await subscription.unsubscribe()
     return messages
+
+
+async def _still_answering(js: JetStreamReader, stream: str) -> None:
+    """Raises ConnectionError unless the stream answers: a read cut short by a lost cluster is no snapshot."""
+    try:
+        await js.stream_info(stream)
+    except Exception as exc:
+        raise ConnectionError(
+            f"JetStream stream {stream!r} stopped answering while it was read: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 @dataclass

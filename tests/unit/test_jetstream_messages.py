@@ -5,11 +5,13 @@ cluster is in ``tests/integration/test_jetstream.py``."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
-from ringtrace.collector.jetstream.fleet import StoredMessage, read_fleet
+from ringtrace.collector.jetstream.fleet import StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.publisher import Publisher
 from ringtrace.collector.jetstream.subjects import (
@@ -170,3 +172,41 @@ def test_the_fleet_counts_from_headers_alone_are_what_the_messages_read_whole_sa
     assert (process.host, process.pid, process.instance, process.name) == ("host", 100, "i1", "proc-i1")
     assert process.counts == whole
     assert whole.received_events == 60 and whole.stored_events == 30 and whole.cleared_events == 4
+
+
+class _CutShort:
+    """Stands in for nats-py's JetStream context: the stream holds 3 messages, one is delivered, then none comes; its
+    ``stream_info`` answers the first time and, if ``lost``, never again (the cluster went away mid-read)."""
+
+    def __init__(self, lost: bool) -> None:
+        self.lost, self.asked = lost, 0
+
+    async def stream_info(self, name: str, subjects_filter: str | None = None) -> Any:
+        self.asked += 1
+        if self.lost and self.asked > 1:
+            raise TimeoutError("no responders")
+        return SimpleNamespace(state=SimpleNamespace(messages=3, bytes=300, subjects={"ringtrace.h.1.i": 3}))
+
+    async def subscribe(self, subject: str, **options: Any) -> Any:
+        first = SimpleNamespace(
+            subject="ringtrace.h.1.i", headers={}, data=b"x",
+            metadata=SimpleNamespace(sequence=SimpleNamespace(stream=1), num_pending=2),
+        )  # fmt: skip
+        delivered = [first]
+
+        async def next_msg(timeout: float) -> Any:
+            if delivered:
+                return delivered.pop()
+            raise TimeoutError
+
+        async def unsubscribe() -> None:
+            pass
+
+        return SimpleNamespace(next_msg=next_msg, unsubscribe=unsubscribe)
+
+
+def test_a_read_cut_short_by_a_lost_cluster_is_refused_not_served_as_the_whole_stream() -> None:
+    with pytest.raises(ConnectionError, match="stopped answering while it was read"):
+        asyncio.run(fetch(_CutShort(lost=True), "ringtrace", "ringtrace.>"))
+    # The stream still answers: the messages still pending were removed by its limits meanwhile.
+    assert [m.stream_seq for m in asyncio.run(fetch(_CutShort(lost=False), "ringtrace", "ringtrace.>"))] == [1]

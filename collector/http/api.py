@@ -499,6 +499,7 @@ ENDPOINTS = [
     {"method": "GET", "path": "/snapshot", "does": "the store as Chrome JSON, or format=native or perfetto; filters"},
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
     {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
+    {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},
     {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
     {"method": "GET", "path": "/stats", "does": "collector totals"},
     {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},

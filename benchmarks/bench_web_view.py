@@ -19,25 +19,18 @@ exits 0.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from _common import bench_main, collector, interleave, median, table, verdict
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser  # (the browser the tests drive)
+
 RECORD = """
 import sys, ringtrace.client
 tl = ringtrace.client.connect(sys.argv[1], process_name="bulk", max_queue_bytes=512 * 1024 * 1024)
@@ -97,14 +90,12 @@ def drawn(page: Any, n: int, timeout_s: float = 300.0) -> None:
 
 
 def bench(n: int, rounds: int) -> int:
-    if shutil.which(CHROMIUM) is None:
-        print(f"SKIP: no Chromium at {CHROMIUM} (apt-get install chromium)")
+    why_not = missing_browser()
+    if why_not is not None:
+        print(f"SKIP: {why_not}")
         return 0
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        print("SKIP: the playwright package is not installed (the test extra)")
-        return 0
+    from playwright.sync_api import sync_playwright
+
     with collector("--capacity", "2GiB") as running, sync_playwright() as playwright:
         done = subprocess.run([sys.executable, "-c", RECORD, running.tcp, str(n)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

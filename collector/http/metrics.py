@@ -137,36 +137,22 @@ class _Scrape(_MetricsSource):
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)
 
 
+#: ``--jetstream``'s metrics: name, help, the key in the publisher's counters, and whether it is a gauge.
+_JETSTREAM_METRICS = (
+    ("published_messages", "Segments the JetStream stream acknowledged", "messages", False),
+    ("published_events", "Events in the segments the stream acknowledged", "events", False),
+    ("publish_retries", "Publishes retried (no answer from the stream)", "retries", False),
+    ("refused_events", "Events in segments the stream refused (counted discarded)", "refused_events", False),
+    ("waiting_events", "Events sealed and not yet acknowledged by the stream", "waiting_events", True),
+    ("failing", "1 while publishes to the stream fail and are retried", "failing", True),
+)
+
+
 def _jetstream_metrics(counters: dict[str, int]) -> Iterator[Metric]:
     """``--jetstream``: what this collector published. (The fleet's totals are the sums of every collector's.)"""
-    yield CounterMetricFamily(
-        "ringtrace_jetstream_published_messages",
-        "Segments the JetStream stream acknowledged",
-        value=counters["messages"],
-    )
-    yield CounterMetricFamily(
-        "ringtrace_jetstream_published_events",
-        "Events in the segments the stream acknowledged",
-        value=counters["events"],
-    )
-    yield CounterMetricFamily(
-        "ringtrace_jetstream_publish_retries",
-        "Publishes retried (no answer from the stream)",
-        value=counters["retries"],
-    )
-    yield CounterMetricFamily(
-        "ringtrace_jetstream_refused_events",
-        "Events in segments the stream refused (counted discarded)",
-        value=counters["refused_events"],
-    )
-    yield GaugeMetricFamily(
-        "ringtrace_jetstream_waiting_events",
-        "Events sealed and not yet acknowledged by the stream",
-        value=counters["waiting_events"],
-    )
-    yield GaugeMetricFamily(
-        "ringtrace_jetstream_failing", "1 while publishes to the stream fail and are retried", value=counters["failing"]
-    )
+    for name, text, key, gauge in _JETSTREAM_METRICS:
+        family = GaugeMetricFamily if gauge else CounterMetricFamily
+        yield family(f"ringtrace_jetstream_{name}", text, value=counters[key])
 
 
 _GAUGES = {

@@ -216,6 +216,16 @@ def core_wait_share(before: tuple[float, float], after: tuple[float, float]) -> 
     return (after[1] - before[1]) / max(after[0] - before[0], 1e-9)
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used, all its threads (/proc/PID/stat); nan where unread."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read_status_kb(pid: int, field_name: str) -> int:
     """A ``kB`` field of /proc/PID/status (VmRSS, VmHWM), in bytes; 0 if it cannot be read."""
     try:

@@ -29,7 +29,9 @@ Throughput (default, and ``--quick``)
   longest event-loop lag (its own ``ringtrace_event_loop_lag_seconds``, read before and after: the bucket bound that
   holds it); target for a data dir kept saturated by 100 connections: <= 20 ms. Next to it, the share of those
   rounds' time the collector's event loop waited for a core (/proc's schedstat of its main thread): on a machine the
-  blaster and others keep busy, that wait makes most of the lag.
+  blaster and others keep busy, that wait makes most of the lag. And each target's CPU time (user and system, /proc's
+  stat of its process) per wire byte of its rounds: what the server spends, steadier than MB/s on a machine whose
+  other work takes cores from the blaster and the servers by turns.
 
 Memory (default run after the throughput part, or ``--rss`` alone; not with ``--quick`` unless ``--rss`` is given)
   A collector with ``--capacity 64MB`` gets 10x its capacity from 8 connections, paced over 60 s; its VmRSS is read
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import os
 import shlex
 import socket
@@ -73,6 +76,7 @@ from _common import (
     interleave,
     longest_lag,
     median,
+    process_cpu_s,
     read_status_kb,
     recorder,
     serve_until_signalled,
@@ -93,8 +97,8 @@ LAG_CONNECTIONS = 100
 TARGET_LAG_S = 0.020
 #: The throughput table's columns.
 HEADERS = [
-    "target", "MB/s", "min", "max", "Mevents/s", "MB/round", "round s", "handshake ms", "vs bare", "lag ms",
-    "loop waits",
+    "target", "MB/s", "min", "max", "Mevents/s", "MB/round", "round s", "handshake ms", "vs bare", "CPU ns/B",
+    "lag ms", "loop waits",
 ]  # fmt: skip
 #: Target: the collector's max RSS <= its capacity + this.
 RSS_HEADROOM_BYTES = 64 * MB
@@ -485,6 +489,8 @@ class Target:
     address: str
     mode: str  # "collector" or "sink"
     coll: Collector | None = None
+    #: The server's process, whose CPU time per byte each round reports (on a shared machine, steadier than MB/s).
+    pid: int | None = None
     #: The collector's extra command-line arguments, for the report.
     command: str = ""
     results: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
@@ -497,7 +503,9 @@ class Target:
     sent_bytes: int = 0
 
     def run(self, connections: int, total_bytes: int, stream: Stream) -> Any:
+        cpu_s = process_cpu_s(self.pid) if self.pid is not None else math.nan
         result = run_blaster(self.address, self.mode, connections, total_bytes, stream)
+        result["cpu_s"] = (process_cpu_s(self.pid) if self.pid is not None else math.nan) - cpu_s
         self.sent_events += result["events"]
         self.sent_bytes += result["bytes"]
         return result
@@ -549,14 +557,15 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
     targets = []
     for name, extra in collector_variants(args, stack):
         coll = stack.enter_context(collector("--capacity", args.capacity, *extra))
-        targets.append(Target(name, coll.tcp, "collector", coll, shlex.join(("--capacity", args.capacity, *extra))))
+        command = shlex.join(("--capacity", args.capacity, *extra))
+        targets.append(Target(name, coll.tcp, "collector", coll, coll.process.pid, command))
     if args.ring_sink:
         from ringtrace.client.options import parse_size
 
-        ring_address, _ = stack.enter_context(bare_sink(parse_size(args.capacity)))
-        targets.append(Target("bare ring", ring_address, "sink"))
-    sink_address, _ = stack.enter_context(bare_sink())
-    targets.append(Target("bare", sink_address, "sink"))
+        ring_address, ring_pid = stack.enter_context(bare_sink(parse_size(args.capacity)))
+        targets.append(Target("bare ring", ring_address, "sink", pid=ring_pid))
+    sink_address, sink_pid = stack.enter_context(bare_sink())
+    targets.append(Target("bare", sink_address, "sink", pid=sink_pid))
     total_bytes = int(args.mb * MB)
 
     for stream in streams:
@@ -612,6 +621,7 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
                         median([r["seconds"] for r in runs]),
                         median([r["handshake_s"] for r in runs]) * 1e3,
                         f"{ratio:.2f}x",
+                        f"{median([r['cpu_s'] / r['bytes'] * 1e9 for r in runs]):.3f}",
                         target.lags[key] * 1e3 if key in target.lags else "-",
                         f"{target.core_waits[key]:.0%}" if key in target.core_waits else "-",
                     )

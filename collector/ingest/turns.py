@@ -41,8 +41,9 @@ TABLE_BYTES_PER_TURN: Final = 128 * 1024
 #: What a frame costs beyond its bytes: a TRACK frame of 150 bytes took 5 us.
 FRAME_COST: Final = 128
 TABLE_FRAMES: Final = frozenset((FrameType.STRINGS, FrameType.SCHEMA, FrameType.TRACK))
-#: Bytes a connection reads before it lets every other connection read once (a loop turn).
-TURN_BYTES: Final = 512 * 1024
+#: Bytes a connection reads before it lets every other connection read once (a loop turn): one read into a segment
+#: (``DIRECT_READ_SIZE``), for each read and each pause costs Python beside the copy.
+TURN_BYTES: Final = 2048 * 1024
 #: Bytes all connections together read in a loop turn before the ones that read more wait in line: a few ms.
 LOOP_TURN_BYTES: Final = 2 * 1024 * 1024
 #: Connections in line that read on each loop turn.

@@ -20,12 +20,15 @@ from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind
 
 __all__ = ["LentReader", "SegmentWriter"]
 
-#: The most a read into a segment takes (and at most half of the next segment, which takes what it leaves).
-DIRECT_READ_SIZE: Final = 512 * 1024
+#: The most a read into a segment takes (and at most the next segment's size, which takes what it leaves). Each read
+#: costs the event loop a few tens of microseconds of Python beside the kernel's copy: 512 KiB reads cost ingest a
+#: fifth of its CPU per byte more than 2 MiB ones (large frames, 8 connections).
+DIRECT_READ_SIZE: Final = 2048 * 1024
 #: The least room a read into a segment gets; with less, the next segment opens (the unread bytes move there).
 MIN_DIRECT_READ: Final = 16 * 1024
 #: A read into a segment leaves a 1/INDEX_SHARE of the room for the index entries of the frames it brings (frames of
-#: 1 KiB or more on average): frames whose entries do not fit move on to the next segment (a copy).
+#: 1 KiB or more on average), or less when the stream's last run of frames was of larger ones (``_index_share``):
+#: frames whose entries do not fit move on to the next segment (a copy).
 INDEX_SHARE: Final = 32
 #: In a data dir, a frame with this much still to come is read to its end exactly, so that a batch ends between
 #: frames and its checksum goes in without moving unread bytes.
@@ -71,7 +74,7 @@ class SegmentWriter:
         max_frame_bytes: the largest frame the connection may send (a larger header is an error the reader raises).
     """
 
-    __slots__ = ("_lent", "_max_frame_bytes", "_reader", "_store", "stream")
+    __slots__ = ("_frame_bytes", "_lent", "_max_frame_bytes", "_reader", "_store", "stream")
 
     def __init__(self, store: Store, stream: Stream, reader: LentReader, max_frame_bytes: int) -> None:
         self._store = store
@@ -80,6 +83,8 @@ class SegmentWriter:
         self._max_frame_bytes = max_frame_bytes
         #: The segment the reader reads into (pinned), or None: it reads into its own buffer.
         self._lent: Segment | None = None
+        #: The average size of the EVENTS frames of the last run stored in place (0: none yet).
+        self._frame_bytes = 0
 
     # -- where reads go -------------------------------------------------------------------------------------------
 
@@ -113,9 +118,9 @@ class SegmentWriter:
         segment, reader, stream = self._lent, self._reader, self.stream
         assert segment is not None
         position, end, top = reader.position, reader.end, self._top(segment)
-        # Leaving 1/INDEX_SHARE of the room for the index entries of what is read (a run stops where its entries
-        # would not fit, and what is left moves to the next segment), and no more than the next segment takes.
-        limit = min(end + DIRECT_READ_SIZE, end + stream.next_size // 2, top - (top - end) // INDEX_SHARE)
+        # Leaving room for the index entries of what is read (a run stops where its entries would not fit, and what
+        # is left moves to the next segment), and no more than the next segment takes.
+        limit = min(end + DIRECT_READ_SIZE, end + stream.next_size, top - (top - end) // self._index_share())
         if limit - end < MIN_DIRECT_READ:
             return None  # a read for what little room is left would cost as much as a full one: the next segment
         header = reader.next_frame_header()
@@ -127,6 +132,13 @@ class SegmentWriter:
                 return reader.get_buffer(limit=frame_end)
             return reader.get_buffer(limit=max(limit, min(frame_end, end + DIRECT_READ_SIZE)))
         return reader.get_buffer(limit=limit)
+
+    def _index_share(self) -> int:
+        """A read leaves 1/this of its room for the index entries of the frames it brings: INDEX_SHARE, or fewer
+        for frames the size of the last run's (half that size, to spare a run of smaller ones the move). With 1/32
+        of the room kept for 47 KB frames that need 1/1500, each segment took one more read, a short one: a third
+        of the reads."""
+        return max(INDEX_SHARE, self._frame_bytes // (2 * INDEX_ENTRY.size))
 
     def _top(self, segment: Segment) -> int:
         """Where the lent segment's index entries begin, less the room kept for checksums: frames stored end before
@@ -209,12 +221,14 @@ class SegmentWriter:
         (``events_run(top)`` takes them from the reader), moving on to the next segment where one is full."""
         reader, store = self._reader, self._store
         while self._lent is not None:
+            start = reader.position
             run = events_run(self._top(self._lent))
             unread = None
             if run is not None:
                 if reader.end > self._top(self._lent) - len(run.entries):
                     unread = reader.unread()  # read past the run, into where its index entries go
                 store.events_in_place(self.stream, run)
+                self._frame_bytes = (run.end - start) // run.frames
             if unread is None and self._next_fits():
                 return
             self._next_segment(unread)  # the unread bytes move to the next segment

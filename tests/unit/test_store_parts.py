@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+from pathlib import Path
+
+import pytest
 from ringtrace.collector.store.accounts import Counts, ProcessHolding
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.holdings import Holdings
-from ringtrace.collector.store.segments import MemoryBuffers, Segment
+from ringtrace.collector.store.segments import HUGE_PAGE_BYTES, Buffer, MemoryBuffers, Segment
 from ringtrace.collector.store.streams import Stream
 
 SIZE = 64 * 1024
@@ -98,3 +103,35 @@ def test_tables_past_the_capacity_are_refused_with_the_bytes_they_need_and_charg
     assert len(holdings.segments) == 0 and holdings.processes[1].counts[7].overwritten_events == 10
     budget.uncharge(stream)
     assert budget.table_bytes == stream.charged == 0
+
+
+def _vm_flags(buffer: Buffer) -> list[str]:
+    """The kernel's VmFlags of the mapping that holds ``buffer`` (/proc/self/smaps)."""
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0]
+        if "-" in first and not first.endswith(":"):
+            start, end = (int(part, 16) for part in first.split("-"))
+            inside = start <= address < end
+        elif inside and first == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError("no mapping holds the buffer")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads the kernel's view of the mapping")
+def test_memory_segments_of_whole_huge_pages_ask_for_huge_pages_and_are_zeroed_and_reused() -> None:
+    buffers = MemoryBuffers()
+    large, small = buffers.new(0, 2 * HUGE_PAGE_BYTES), buffers.new(1, 64 * 1024)
+    assert len(large) == 2 * HUGE_PAGE_BYTES and len(small) == 64 * 1024
+    assert large[:4096] == bytes(4096) and large[-4096:] == bytes(4096) and small[:] == bytes(len(small))
+    large[-1] = small[-1] = 7
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert "hg" in _vm_flags(large)  # madvise(MADV_HUGEPAGE): the kernel's copy into it misses the TLB less
+    for seq, buffer in enumerate((large, small)):
+        segment = Segment(seq, buffer, owner=1)
+        buffers.release(segment, reuse=True)
+        assert len(segment.buffer) == 0
+    assert buffers.pooled_bytes == 2 * HUGE_PAGE_BYTES + 64 * 1024
+    assert buffers.new(2, 2 * HUGE_PAGE_BYTES) is large and buffers.new(3, 64 * 1024) is small
+    assert buffers.pooled_bytes == 0

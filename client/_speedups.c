@@ -12,6 +12,9 @@ What it does, and why it is safe to do it this way:
   asks the Python side, Timeline._thread_events(). _forget_recorders() drops the cache whenever the Python side
   changes its state (listeners, close, fork), and a generation counter keeps an answer computed across such a change
   from being cached.
+- Whether an asyncio loop runs (a task's events go to its lane) is read from the thread state dict where asyncio keeps
+  it (CPython 3.11 and 3.12, as configure() checks): a thread with nothing there runs none. Where something is there,
+  and on other versions, asyncio is asked.
 - An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
   collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
   no Python code in between, so the flusher's drain never sees part of an event.
@@ -50,6 +53,11 @@ typedef struct {
     PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
     PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
+    PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
+    int running_loop_in_dict;   /* configure() saw asyncio keep the running loop under that key */
+    PyObject *probe_kept;       /* what configure()'s probes took out of their thread's dict (see probe_loop_key) */
+    PyObject *loop_free_dict;   /* the thread state dict last seen without a running loop (compared, never used)... */
+    uint64_t loop_free_version; /* ...as it was then (see running_loop) */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
     PyObject *span_kind;        /* model.SPAN */
     PyObject *instant_kind;     /* model.INSTANT */
@@ -167,16 +175,49 @@ thread_events(RecorderCore *self)
     return NULL; /* counted as unrecorded by the caller */
 }
 
+/* This thread's running asyncio loop, as asyncio.events._get_running_loop() answers (a new reference; None: none),
+   or NULL with an exception set. Where configure() saw asyncio keep it in the thread state dict (CPython 3.11 and
+   3.12, with asyncio's C module), a thread whose dict has nothing or None under the key runs no loop, and that is
+   read without calling asyncio: the call, whose own cache misses in a thread that never ran a loop, was most of what
+   finding the buffer cost. Anything else there (a loop, or 3.11's holder of one) is asyncio's to interpret: it is
+   asked. */
+static PyObject *
+running_loop(ModuleState *state)
+{
+    if (state->running_loop_in_dict) {
+        PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL: there is none, and none could be made */
+        if (dict != NULL) {
+            PyObject *held;
+#if PY_VERSION_HEX < 0x030C0000
+            /* Before 3.12 each state of each dict has a version of its own (PEP 509): the dict last seen without a
+               loop, and not changed since, is still without one, and is not searched again. */
+            if (dict == state->loop_free_dict && ((PyDictObject *)dict)->ma_version_tag == state->loop_free_version) {
+                return Py_NewRef(Py_None);
+            }
+#endif
+            held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed */
+            if (held == NULL && PyErr_Occurred()) return NULL;
+            if (held == NULL || held == Py_None) {
+#if PY_VERSION_HEX < 0x030C0000
+                state->loop_free_dict = dict;
+                state->loop_free_version = ((PyDictObject *)dict)->ma_version_tag;
+#endif
+                return Py_NewRef(Py_None);
+            }
+        }
+    }
+    if (state->get_running_loop == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ringtrace.client._speedups.configure() was not called");
+        return NULL;
+    }
+    return PyObject_CallNoArgs(state->get_running_loop);
+}
+
 /* The buffer of the running task or thread (see thread_events). */
 static PyObject *
 current_events(RecorderCore *self)
 {
-    PyObject *loop;
-    if (self->state->get_running_loop == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "ringtrace.client._speedups.configure() was not called");
-        return NULL;
-    }
-    loop = PyObject_CallNoArgs(self->state->get_running_loop);
+    PyObject *loop = running_loop(self->state);
     if (loop == NULL) return NULL;
     if (loop == Py_None) {
         Py_DECREF(loop);
@@ -1889,24 +1930,124 @@ done:
 
 /* -- module --------------------------------------------------------------------------------------------------------- */
 
+/* Set `loop` as this thread's running loop with asyncio's `set_loop`, then check that asyncio answers it and that the
+   thread state dict holds, under the key, something other than None exactly when it is not None (running_loop()
+   then asks asyncio): 1 or 0, or -1 with an exception set. */
+static int
+loop_reads_back(ModuleState *state, PyObject *dict, PyObject *set_loop, PyObject *loop)
+{
+    PyObject *result = PyObject_CallOneArg(set_loop, loop), *held, *answer;
+    int agrees;
+    if (result == NULL) return -1;
+    Py_DECREF(result);
+    held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed: compared, never used */
+    if (held == NULL && PyErr_Occurred()) return -1;
+    if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) return -1;
+    agrees = answer == loop && (loop == Py_None || (held != NULL && held != Py_None));
+    Py_DECREF(answer);
+    return agrees;
+}
+
+/* The key was not in the probing thread's dict before the probe: take it out again, and check that asyncio still
+   answers None. What it held is kept alive in probe_kept, as asyncio may cache a borrowed pointer to it (3.11 caches
+   the last holder it set). 1 or 0, or -1 with an exception set. */
+static int
+take_key_out(ModuleState *state, PyObject *dict)
+{
+    PyObject *held = PyDict_GetItemWithError(dict, state->str_running_loop), *answer; /* borrowed */
+    int none;
+    if (held == NULL) return PyErr_Occurred() ? -1 : 1;
+    if (PyList_Append(state->probe_kept, held) < 0 || PyDict_DelItem(dict, state->str_running_loop) < 0) return -1;
+    if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) return -1;
+    none = answer == Py_None;
+    Py_DECREF(answer);
+    return none;
+}
+
+/* Whether asyncio keeps this thread's running loop in the thread state dict as running_loop() reads it: seen by
+   setting a loop of the probe's own with asyncio's `set_loop` (asyncio.events._set_running_loop), then none, and
+   reading both back. Where asyncio keeps it anywhere else (3.13 keeps it in the thread state itself, asyncio without
+   its C module in a thread-local object), the key stays empty and the answer is no. The calling thread is left as
+   found: its running loop set back, and the key taken out again if it was not there. Returns 1 or 0, or -1 with an
+   exception set that is not an Exception (any other makes the answer no). */
+static int
+probe_loop_key(ModuleState *state, PyObject *set_loop)
+{
+    PyObject *dict, *before, *mine, *held, *result, *type = NULL, *value = NULL, *tb = NULL;
+    int had, said_none, found;
+#if PY_VERSION_HEX < 0x030C0000
+    /* Before 3.12 asyncio caches the running loop for all interpreters at once, by a thread id that each interpreter
+       counts on its own: a probe in a sub-interpreter would show its loop to a thread of the main one. */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) return 0;
+#endif
+    if (set_loop == Py_None || (dict = PyThreadState_GetDict()) == NULL) return 0;
+    held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed: compared, never used */
+    if (held == NULL && PyErr_Occurred()) goto failed;
+    had = held != NULL;
+    said_none = held == NULL || held == Py_None;
+    if ((before = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto failed;
+    mine = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    found = mine == NULL ? -1 : loop_reads_back(state, dict, set_loop, mine);
+    if (found == 1) found = loop_reads_back(state, dict, set_loop, Py_None);
+    if (found == 1 && said_none && before != Py_None) found = 0; /* asyncio saw a loop the key did not show */
+    Py_XDECREF(mine);
+    PyErr_Fetch(&type, &value, &tb);
+    result = PyObject_CallOneArg(set_loop, before); /* back as it was, whatever the probe found */
+    Py_DECREF(before);
+    if (result == NULL) found = -1;
+    else {
+        Py_DECREF(result);
+        if (found == 1 && !had) found = take_key_out(state, dict);
+    }
+    if (type != NULL) { /* the first error is the one to report */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    if (found >= 0) return found;
+failed:
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): returns whether current_events()
+   reads the running loop from the thread state (see running_loop); without set_running_loop (or with None) it asks
+   get_running_loop on every event. */
 static PyObject *
 configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind, wake)");
+    int found;
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop])");
         return NULL;
     }
+    state->running_loop_in_dict = 0; /* until the probe says so */
+    state->loop_free_dict = NULL;
     Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
     Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
     Py_XSETREF(state->wake, Py_NewRef(args[3]));
-    Py_RETURN_NONE;
+    found = nargs == 5 ? probe_loop_key(state, args[4]) : 0;
+    if (found < 0) return NULL;
+    state->running_loop_in_dict = found;
+    return PyBool_FromLong(found);
+}
+
+/* The running loop as the recorder finds it, for the tests to hold it to asyncio's answer. */
+static PyObject *
+module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return running_loop(PyModule_GetState(module));
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(get_running_loop, span_kind, instant_kind, wake): what the recorder needs from the Python side."},
+     "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): what the recorder needs from "
+     "the Python side; returns whether the running loop is read from the thread state, without a call."},
+    {"running_loop", module_running_loop, METH_NOARGS,
+     "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
@@ -1930,6 +2071,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->traced_type);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
+    Py_VISIT(state->probe_kept);
     Py_VISIT(state->wake);
     Py_VISIT(state->span_kind);
     Py_VISIT(state->instant_kind);
@@ -1947,6 +2089,8 @@ module_clear(PyObject *module)
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->traced_type);
     Py_CLEAR(state->get_running_loop);
+    Py_CLEAR(state->str_running_loop);
+    Py_CLEAR(state->probe_kept);
     Py_CLEAR(state->wake);
     Py_CLEAR(state->span_kind);
     Py_CLEAR(state->instant_kind);
@@ -2004,6 +2148,9 @@ module_exec(PyObject *module)
     state->str_not_an_event = PyUnicode_InternFromString("_not_an_event");
     state->str_on = PyUnicode_InternFromString("on");
     state->str_marker = PyUnicode_InternFromString("_marker");
+    state->str_running_loop = PyUnicode_InternFromString("__asyncio_running_event_loop__");
+    state->probe_kept = PyList_New(0);
+    if (!state->str_running_loop || !state->probe_kept) return -1;
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
         !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
         !state->str_marker) {

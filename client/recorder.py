@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from asyncio import current_task
-from asyncio.events import _get_running_loop
+from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -235,7 +235,7 @@ class _PyRecorder:
 if TYPE_CHECKING or speedups is None:
     _RecorderBase = _PyRecorder
 else:
-    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake)
+    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake, _set_running_loop)
     _RecorderBase = speedups.RecorderCore
 if not TYPE_CHECKING and speedups is not None:
     Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)

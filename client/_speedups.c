@@ -782,7 +782,15 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     tuple = PyTuple_New(nargs);
     if (tuple != NULL) {
         Py_ssize_t i;
-        for (i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+        int atoms = 1;
+        for (i = 0; i < nargs; i++) {
+            PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+            atoms &= !PyObject_IS_GC(args[i]);
+        }
+        /* Values that hold no references (ints, floats, text: the usual ones) cannot be part of a cycle: the
+           collector would untrack the tuple at its first pass, after visiting it there; untracked now, it never
+           visits it. */
+        if (atoms) PyObject_GC_UnTrack(tuple);
     }
     stamp = tuple == NULL ? NULL : now_ns_object();
     if (stamp == NULL) {
@@ -1141,6 +1149,12 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(runs);
                 return NULL;
             }
+            /* Untracked: the cyclic collector, which runs every few hundred allocations (a recording thread's,
+               mostly), would otherwise visit every value of every run the flusher holds, at each pass until the run
+               is handed over. A run is made here and dropped after its hand-over: a cycle could go through it only
+               if a listener kept it and an event's arguments led back to that listener (such a one is not
+               collected). */
+            PyObject_GC_UnTrack(run);
             PyList_SET_ITEM(runs, i, run);
         }
         /* Allocating may have run Python code: a finalizer that flushed drained this very buffer. Start again with

@@ -650,6 +650,15 @@ def test_take_runs_in_runs_longer_than_any_buffer_takes_every_value_into_one() -
 
 
 @needs_speedups
+def test_take_runs_hands_over_runs_the_cyclic_collector_does_not_visit() -> None:
+    assert speedups is not None
+    values = [object(), {"a": [1]}, [2], 3, "s"]
+    (run,) = speedups.take_runs(list(values), 5, 8)
+    assert run == values
+    assert not gc.is_tracked(run)  # else each collection until the hand-over visits every value of every run
+
+
+@needs_speedups
 def test_take_runs_names_its_first_bad_argument() -> None:
     assert speedups is not None
     with pytest.raises(TypeError):
@@ -842,6 +851,20 @@ def test_a_timeline_held_only_by_a_cycle_through_its_own_events_is_collected() -
     del tl, scope
     gc.collect()
     assert ref() is None
+
+
+@needs_speedups
+def test_a_message_of_flat_values_records_a_tuple_the_cyclic_collector_does_not_visit() -> None:
+    tl = Timeline("untracked", [MemoryListener()])
+    log = tl.message("gc", "info", "$a $b $c $d")
+    log(1, 2.5, "three", None)
+    log(1, [2], "three", None)  # a value that may lead back to the event: visited, so that a cycle is collected
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        (run,) = tl.drain().runs
+    flat, held = run[1][4], run[1][9]
+    assert flat == (1, 2.5, "three", None) and not gc.is_tracked(flat)
+    assert held == (1, [2], "three", None) and gc.is_tracked(held)
+    tl.close()
 
 
 def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypatch: pytest.MonkeyPatch) -> None:

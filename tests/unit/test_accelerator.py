@@ -320,6 +320,94 @@ def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_th
         assert same_frames(records, monkeypatch)
 
 
+def recorded_arguments(args: dict[str, Any]) -> Any:
+    """What the C recorder keeps as the arguments of ``tl.instant(name, **args)``."""
+    tl = Timeline("keywords", [MemoryListener()])
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        tl.instant("k", **args)
+        ((_, run),) = tl.drain().runs
+    tl.close()
+    return run[4]
+
+
+_keyword_maps = st.one_of(
+    st.dictionaries(st.text(max_size=4), _flat, min_size=1, max_size=4),  # the common shape
+    st.dictionaries(_texts | st.just(OddText("k")), _values, min_size=1, max_size=4),
+    st.builds(lambda n, v: {f"k{i}": v for i in range(n)}, st.sampled_from([15, 16, 1000, 1001]), _flat),
+)
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=200)
+@given(st.lists(_keyword_maps | st.none(), min_size=1, max_size=6), st.lists(_events, max_size=4))
+def test_instant_arguments_as_the_c_recorder_keeps_them_pack_as_the_python_path_packs_their_maps(
+    maps: list[dict[str, Any] | None], others: list[tuple[Any, ...]]
+) -> None:
+    kept = [None if args is None else recorded_arguments(args) for args in maps]
+    assert [None if args is None else args.as_dict() for args in kept] == maps  # in the call's order
+    events = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(kept)] + others
+    as_maps = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(maps)] + others
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fast = encoder_frames([v for event in events for v in event], True, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        python = [v for event in as_maps for v in event]
+        assert fast == encoder_frames(python, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        # Without C packing (a run of another shape, say), the encoder reads the maps they stand for
+        assert fast == encoder_frames(
+            [v for event in events for v in event], False, monkeypatch, max_frame_bytes=BIG_FRAMES
+        )
+
+
+class Holder:
+    """Something that may lead back to the arguments that hold it."""
+
+    arguments: Any = None
+
+
+@needs_speedups
+def test_instant_arguments_are_visited_by_the_cyclic_collector_only_where_they_may_be_in_a_cycle() -> None:
+    flat = recorded_arguments({"a": 1, "b": "s"})
+    assert not gc.is_tracked(flat)
+    assert repr(flat) == "Keywords({'a': 1, 'b': 's'})"
+    holder = Holder()
+    holder.arguments = recorded_arguments({"holder": holder})
+    assert gc.is_tracked(holder.arguments)
+    ref = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_maps() -> None:
+    received: list[Any] = []
+
+    class Reading:  # a listener of its own, that reads the records it is handed
+        def receive(self, track: TrackInfo, records: list[Any]) -> None:
+            received.extend(records[4::5])
+
+        def lost(self, events: int) -> None:
+            pass
+
+        def retire(self, track: TrackInfo) -> None:
+            pass
+
+        def flush(self, timeout_s: float) -> bool:
+            return True
+
+        def close(self, timeout_s: float) -> bool:
+            return True
+
+        def after_fork(self) -> Reading:
+            return self
+
+    tl = Timeline("maps", [Reading()])
+    tl.instant("x", a=1, b=[2])
+    tl.instant("y")
+    assert tl.flush()
+    tl.close()
+    assert received == [{"a": 1, "b": [2]}, None]
+    assert type(received[0]) is dict
+
+
 #: Frames that hold any run of the tests below whole: the C path packs it all (a run too large for one frame goes
 #: the Python way).
 BIG_FRAMES = 8 << 20

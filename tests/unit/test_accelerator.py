@@ -492,24 +492,34 @@ def test_the_limits_of_the_c_packer_are_the_models() -> None:
 def test_flat_arguments_cost_the_flusher_no_python_call_per_event(event: tuple[Any, ...]) -> None:
     """The common shapes are normalised and packed in C: encoding ten times the events makes no more Python calls
     (of functions or builtins) on the encoding thread."""
-    calls = []
-    for n in (100, 1000):
-        encoder = StreamEncoder()
-        records = [value for _ in range(n) for value in event]
-        made = [0]
-
-        def count(frame: Any, what: str, arg: Any, made: list[int] = made) -> None:
-            made[0] += what in ("call", "c_call")
-
-        gc.disable()  # no collection (and no callback or finalizer it runs) in the count
-        sys.setprofile(count)
-        try:
-            encoder.encode(TRACK, records)
-        finally:
-            sys.setprofile(None)
-            gc.enable()
-        calls.append(made[0])
+    calls = [python_calls_to_encode(event, n) for n in (100, 1000)]
     assert calls[1] == calls[0], calls
+
+
+@needs_speedups
+def test_instant_arguments_as_the_c_recorder_keeps_them_cost_the_flusher_no_python_call_per_event() -> None:
+    event = (INSTANT, "x", 1, 1, recorded_arguments({"a": 1, "b": "s"}))
+    calls = [python_calls_to_encode(event, n) for n in (100, 1000)]
+    assert calls[1] == calls[0], calls
+
+
+def python_calls_to_encode(event: tuple[Any, ...], n: int) -> int:
+    """Python calls (of functions or builtins) a stream encoder makes on this thread to encode ``n`` of ``event``."""
+    encoder = StreamEncoder()
+    records = [value for _ in range(n) for value in event]
+    made = [0]
+
+    def count(frame: Any, what: str, arg: Any) -> None:
+        made[0] += what in ("call", "c_call")
+
+    gc.disable()  # no collection (and no callback or finalizer it runs) in the count
+    sys.setprofile(count)
+    try:
+        encoder.encode(TRACK, records)
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return made[0]
 
 
 @needs_speedups

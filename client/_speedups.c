@@ -1703,6 +1703,61 @@ pack_keywords(Packed *out, Keywords *keywords)
     return 1;
 }
 
+/* The keys of the last Keywords a run packed, packed: consecutive instants mostly come from one call site, whose
+   calls all pass the same names tuple. */
+#define CACHED_KEYS 8
+typedef struct {
+    PyObject *names;               /* the names tuple `keys` holds, a reference; NULL: none */
+    Packed keys;                   /* its keys as pack_text writes them, back to back */
+    Py_ssize_t ends[CACHED_KEYS];  /* where each ends in keys.data */
+} KeyCache;
+
+/* Fill `cache` with the keys of `names` when each is text pack_text writes (and there are at most CACHED_KEYS);
+   else leave it empty. -1 on error. */
+static int
+cache_keys(KeyCache *cache, PyObject *names)
+{
+    Py_ssize_t i, n = PyTuple_GET_SIZE(names);
+    Py_CLEAR(cache->names);
+    cache->keys.size = 0;
+    if (n > CACHED_KEYS) return 0;
+    for (i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(names, i);
+        int written = PyUnicode_CheckExact(key) ? pack_text(&cache->keys, key) : 0;
+        if (written <= 0) return written;
+        cache->ends[i] = cache->keys.size;
+    }
+    cache->names = Py_NewRef(names);
+    return 0;
+}
+
+/* pack_keywords, its keys copied from `cache`. */
+static int
+pack_keywords_cached(Packed *out, Keywords *keywords, KeyCache *cache)
+{
+    Py_ssize_t start = out->size, i, n = Py_SIZE(keywords), from = 0;
+    if (keywords->names == NULL) return 0;
+    if (keywords->names != cache->names && cache_keys(cache, keywords->names) < 0) return -1;
+    if (keywords->names != cache->names) return pack_keywords(out, keywords);
+    if (packed_reserve(out, 5) < 0) return -1;
+    out->size = put_map_header(out->data + out->size, n) - out->data;
+    for (i = 0; i < n; i++) {
+        Py_ssize_t size = cache->ends[i] - from;
+        int written = keywords->values[i] == NULL ? 0 : packed_reserve(out, size) < 0 ? -1 : 1;
+        if (written > 0) {
+            memcpy(out->data + out->size, cache->keys.data + from, (size_t)size);
+            out->size += size;
+            from = cache->ends[i];
+            written = pack_flat(out, keywords->values[i]);
+        }
+        if (written <= 0) {
+            out->size = start;
+            return written;
+        }
+    }
+    return 1;
+}
+
 /* A message's values (a tuple) when all are flat: normalise_values leaves such values as they are. As pack_flat_map. */
 static int
 pack_flat_values(Packed *out, PyObject *values)
@@ -1881,14 +1936,14 @@ put_le(unsigned char *p, uint64_t v, int size)
    the last kind seen takes a message's values. */
 static int
 pack_common_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converters, PyObject *values_converter,
-                 PyTypeObject *keywords_type, PyObject **last_kind, int *last_values)
+                 PyTypeObject *keywords_type, KeyCache *key_cache, PyObject **last_kind, int *last_values)
 {
     if (args == Py_None) {
         if (packed_reserve(out, 1) < 0) return -1;
         out->data[out->size++] = 0xc0;
         return 1;
     }
-    if (Py_IS_TYPE(args, keywords_type)) return pack_keywords(out, (Keywords *)args);
+    if (Py_IS_TYPE(args, keywords_type)) return pack_keywords_cached(out, (Keywords *)args, key_cache);
     if (PyDict_CheckExact(args)) return pack_flat_map(out, args);
     if (!PyTuple_CheckExact(args)) return 0;
     if (kind != *last_kind) {
@@ -1907,6 +1962,7 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *records, *table, *converters, *values_converter, *result = NULL;
     PyObject *last_label = NULL, *last_kind = NULL; /* consecutive events mostly share both */
     ModuleState *state = PyModule_GetState(module);
+    KeyCache key_cache = {NULL, {NULL, 0, 0}, {0}};
     int64_t *columns = NULL, *kinds, *names, *starts, *ends, first, last, last_id = 0;
     long long track_id, max_frame_bytes;
     Packed packed = {NULL, 0, 0};
@@ -1947,14 +2003,14 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     ends = columns + 3 * n;
     if (packed_reserve(&packed, 16 * n) < 0) goto done;
     for (i = 0; i < n; i++) {
-        PyObject *value, *event_args;
+        PyObject *value, *event_args, *end;
         int written;
         if ((value = record_value(records, i, 0)) == NULL || as_int64(value, "a kind", &kinds[i]) < 0) goto done;
         if ((event_args = record_value(records, i, 4)) == NULL) goto done;
         /* The arguments first, as pack_args before pack_columns: an event of another shape leaves the run to them
            before its label takes an id. */
         written = pack_common_args(&packed, value, event_args, converters, values_converter, state->keywords_type,
-                                   &last_kind, &last_values);
+                                   &key_cache, &last_kind, &last_values);
         if (written < 0) goto done;
         if (written == 0) {
             result = Py_NewRef(Py_None);
@@ -1978,7 +2034,9 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         names[i] = last_id;
         if ((value = record_value(records, i, 2)) == NULL || as_int64(value, "a start", &starts[i]) < 0) goto done;
-        if ((value = record_value(records, i, 3)) == NULL || as_int64(value, "an end", &ends[i]) < 0) goto done;
+        end = record_value(records, i, 3);
+        if (end == value) ends[i] = starts[i]; /* an instant: its start, read once */
+        else if (end == NULL || as_int64(end, "an end", &ends[i]) < 0) goto done;
     }
     first = starts[0];
     last = ends[0];
@@ -2031,6 +2089,8 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 done:
     PyMem_Free(columns);
     PyMem_Free(packed.data);
+    PyMem_Free(key_cache.keys.data);
+    Py_XDECREF(key_cache.names);
     Py_XDECREF(last_label);
     Py_XDECREF(last_kind);
     Py_DECREF(records);

@@ -357,6 +357,23 @@ def test_instant_arguments_as_the_c_recorder_keeps_them_pack_as_the_python_path_
         )
 
 
+@needs_speedups
+@settings(deadline=None, max_examples=100)
+@given(st.lists(st.tuples(_values, _flat), min_size=1, max_size=8))
+def test_instants_of_one_call_site_pack_as_the_python_path_packs_their_maps(values: list[tuple[Any, Any]]) -> None:
+    """One call site passes one names tuple each time: the C packer packs its keys once a run."""
+    tl = Timeline("call site", [MemoryListener()])
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        for a, b in values:
+            tl.instant("x", a=a, b=b)
+        ((_, run),) = tl.drain().runs
+    tl.close()
+    as_maps = [value.as_dict() if i % 5 == 4 and value is not None else value for i, value in enumerate(run)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fast = encoder_frames(run, True, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        assert fast == encoder_frames(as_maps, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+
+
 class Holder:
     """Something that may lead back to the arguments that hold it."""
 

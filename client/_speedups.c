@@ -19,6 +19,10 @@ What it does, and why it is safe to do it this way:
   is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
   Python twin does, instead of growing its buffer until the flusher's next pass.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- instant() keeps its keyword arguments as a Keywords (the call's names tuple and values, one object), not as the
+  dict the Python twin records: the packers write it as that dict's map, and Python code reads the dict through
+  as_dict() (keyword_args.py). A run list take_runs() makes, and a message's tuple of values that hold no
+  references, are untracked by the cyclic collector, which would otherwise visit them at every pass.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
 - pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat

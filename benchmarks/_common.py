@@ -288,6 +288,9 @@ class ParkedListener:
     """A listener that keeps nothing, for timelines taken off the flusher's list (recording only); counts what it is
     handed, which should be nothing."""
 
+    #: It reads no arguments: the flusher hands it instants' as the C recorder keeps them, as it does a streamer.
+    packs_keywords = True
+
     def __init__(self) -> None:
         self.received = 0
 

@@ -22,6 +22,10 @@ What it does, and why it is safe to do it this way:
   is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
   Python twin does, instead of growing its buffer until the flusher's next pass.
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- instant() keeps its keyword arguments as a Keywords (the call's names tuple and values, one object), not as the
+  dict the Python twin records: the packers write it as that dict's map, and Python code reads the dict through
+  as_dict() (keyword_args.py). A run list take_runs() makes, and a message's tuple of values that hold no
+  references, are untracked by the cyclic collector, which would otherwise visit them at every pass.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
 - pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat
@@ -50,7 +54,7 @@ What it does, and why it is safe to do it this way:
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
+    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type, *keywords_type;
     PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
@@ -246,6 +250,117 @@ keyword_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return dict;
 }
 
+/* -- Keywords ---------------------------------------------------------------------------------------------------- */
+
+/* An instant's keyword arguments as its call passed them: the call's names (its kwnames tuple, one object for every
+   call of a call site) and their values, in one allocation. A dict would cost the recording thread its table and a
+   hash insert per key, and the flusher their walk and release. The encoder packs one as the map it stands for
+   (pack_keywords); Python code reads that map through as_dict() (keyword_args.py). Tracked by the cyclic collector
+   only when a value may lead back to it, as a tuple of such values is. */
+typedef struct {
+    PyObject_VAR_HEAD
+    PyObject *names;     /* NULL only once cleared by the collector */
+    PyObject *values[1]; /* Py_SIZE(self) of them */
+} Keywords;
+
+/* The keyword arguments of a vectorcall (`values` are its values past the positional ones) as a Keywords, or None
+   when there are none; NULL with an exception set. */
+static PyObject *
+keywords_new(ModuleState *state, PyObject *const *values, PyObject *names)
+{
+    Py_ssize_t i, count = names == NULL ? 0 : PyTuple_GET_SIZE(names);
+    Keywords *self;
+    int atoms = 1;
+    if (count == 0) return Py_NewRef(Py_None);
+    self = PyObject_GC_NewVar(Keywords, state->keywords_type, count);
+    if (self == NULL) return NULL;
+    self->names = Py_NewRef(names);
+    for (i = 0; i < count; i++) {
+        self->values[i] = Py_NewRef(values[i]);
+        atoms &= !PyObject_IS_GC(values[i]);
+    }
+    if (!atoms) PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+keywords_as_dict(Keywords *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t i;
+    PyObject *dict = PyDict_New();
+    if (dict == NULL || self->names == NULL) return dict;
+    for (i = 0; i < Py_SIZE(self); i++) {
+        if (self->values[i] != NULL &&
+            PyDict_SetItem(dict, PyTuple_GET_ITEM(self->names, i), self->values[i]) < 0) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+    }
+    return dict;
+}
+
+static PyObject *
+keywords_repr(Keywords *self)
+{
+    PyObject *dict = keywords_as_dict(self, NULL), *repr;
+    if (dict == NULL) return NULL;
+    repr = PyUnicode_FromFormat("Keywords(%R)", dict);
+    Py_DECREF(dict);
+    return repr;
+}
+
+static int
+keywords_traverse(Keywords *self, visitproc visit, void *arg)
+{
+    Py_ssize_t i;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->names);
+    for (i = 0; i < Py_SIZE(self); i++) Py_VISIT(self->values[i]);
+    return 0;
+}
+
+static int
+keywords_clear(Keywords *self)
+{
+    Py_ssize_t i;
+    Py_CLEAR(self->names);
+    for (i = 0; i < Py_SIZE(self); i++) Py_CLEAR(self->values[i]);
+    return 0;
+}
+
+static void
+keywords_dealloc(Keywords *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    keywords_clear(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef keywords_methods[] = {
+    {"as_dict", (PyCFunction)keywords_as_dict, METH_NOARGS, "The map these arguments stand for, as a new dict."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot keywords_slots[] = {
+    {Py_tp_doc, "An instant's keyword arguments as the C recorder keeps them (see keyword_args.py)."},
+    {Py_tp_dealloc, keywords_dealloc},
+    {Py_tp_traverse, keywords_traverse},
+    {Py_tp_clear, keywords_clear},
+    {Py_tp_repr, keywords_repr},
+    {Py_tp_methods, keywords_methods},
+    {0, NULL},
+};
+
+static PyType_Spec keywords_spec = {
+    .name = "ringtrace.client._speedups.Keywords",
+    .basicsize = offsetof(Keywords, values),
+    .itemsize = sizeof(PyObject *),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = keywords_slots,
+};
+
 /* Tracing never raises into the host: a failure to record is counted, and the error dropped (none is set when the
    buffer was full). Returns 0 then; -1 for an exception that is not an Exception (KeyboardInterrupt from a signal
    handler that ran meanwhile), left raised. */
@@ -385,7 +500,7 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
     }
     stamp = now_ns_object();
     if (stamp == NULL) return unrecorded(self);
-    kwargs = keyword_dict(args, nargs, kwnames);
+    kwargs = keywords_new(self->state, args + nargs, kwnames);
     if (kwargs == NULL) {
         Py_DECREF(stamp);
         return unrecorded(self);
@@ -823,7 +938,15 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     tuple = PyTuple_New(nargs);
     if (tuple != NULL) {
         Py_ssize_t i;
-        for (i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+        int atoms = 1;
+        for (i = 0; i < nargs; i++) {
+            PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+            atoms &= !PyObject_IS_GC(args[i]);
+        }
+        /* Values that hold no references (ints, floats, text: the usual ones) cannot be part of a cycle: the
+           collector would untrack the tuple at its first pass, after visiting it there; untracked now, it never
+           visits it. */
+        if (atoms) PyObject_GC_UnTrack(tuple);
     }
     stamp = tuple == NULL ? NULL : now_ns_object();
     if (stamp == NULL) {
@@ -1182,6 +1305,12 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(runs);
                 return NULL;
             }
+            /* Untracked: the cyclic collector, which runs every few hundred allocations (a recording thread's,
+               mostly), would otherwise visit every value of every run the flusher holds, at each pass until the run
+               is handed over. A run is made here and dropped after its hand-over: a cycle could go through it only
+               if a listener kept it and an event's arguments led back to that listener (such a one is not
+               collected). */
+            PyObject_GC_UnTrack(run);
             PyList_SET_ITEM(runs, i, run);
         }
         /* Allocating may have run Python code: a finalizer that flushed drained this very buffer. Start again with
@@ -1599,6 +1728,81 @@ pack_flat_map(Packed *out, PyObject *map)
     return 1;
 }
 
+/* An instant's Keywords as pack_flat_map packs the map it stands for (its names are the map's keys, in its order). */
+static int
+pack_keywords(Packed *out, Keywords *keywords)
+{
+    Py_ssize_t start = out->size, i, n = Py_SIZE(keywords);
+    if (n > MAX_ARG_ITEMS || keywords->names == NULL) return 0;
+    if (packed_reserve(out, 5) < 0) return -1;
+    out->size = put_map_header(out->data + out->size, n) - out->data;
+    for (i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(keywords->names, i), *value = keywords->values[i];
+        int written = PyUnicode_CheckExact(key) && value != NULL ? pack_text(out, key) : 0;
+        if (written > 0) written = pack_flat(out, value);
+        if (written <= 0) {
+            out->size = start;
+            return written;
+        }
+    }
+    return 1;
+}
+
+/* The keys of the last Keywords a run packed, packed: consecutive instants mostly come from one call site, whose
+   calls all pass the same names tuple. */
+#define CACHED_KEYS 8
+typedef struct {
+    PyObject *names;               /* the names tuple `keys` holds, a reference; NULL: none */
+    Packed keys;                   /* its keys as pack_text writes them, back to back */
+    Py_ssize_t ends[CACHED_KEYS];  /* where each ends in keys.data */
+} KeyCache;
+
+/* Fill `cache` with the keys of `names` when each is text pack_text writes (and there are at most CACHED_KEYS);
+   else leave it empty. -1 on error. */
+static int
+cache_keys(KeyCache *cache, PyObject *names)
+{
+    Py_ssize_t i, n = PyTuple_GET_SIZE(names);
+    Py_CLEAR(cache->names);
+    cache->keys.size = 0;
+    if (n > CACHED_KEYS) return 0;
+    for (i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(names, i);
+        int written = PyUnicode_CheckExact(key) ? pack_text(&cache->keys, key) : 0;
+        if (written <= 0) return written;
+        cache->ends[i] = cache->keys.size;
+    }
+    cache->names = Py_NewRef(names);
+    return 0;
+}
+
+/* pack_keywords, its keys copied from `cache`. */
+static int
+pack_keywords_cached(Packed *out, Keywords *keywords, KeyCache *cache)
+{
+    Py_ssize_t start = out->size, i, n = Py_SIZE(keywords), from = 0;
+    if (keywords->names == NULL) return 0;
+    if (keywords->names != cache->names && cache_keys(cache, keywords->names) < 0) return -1;
+    if (keywords->names != cache->names) return pack_keywords(out, keywords);
+    if (packed_reserve(out, 5) < 0) return -1;
+    out->size = put_map_header(out->data + out->size, n) - out->data;
+    for (i = 0; i < n; i++) {
+        Py_ssize_t size = cache->ends[i] - from;
+        int written = keywords->values[i] == NULL ? 0 : packed_reserve(out, size) < 0 ? -1 : 1;
+        if (written > 0) {
+            memcpy(out->data + out->size, cache->keys.data + from, (size_t)size);
+            out->size += size;
+            from = cache->ends[i];
+            written = pack_flat(out, keywords->values[i]);
+        }
+        if (written <= 0) {
+            out->size = start;
+            return written;
+        }
+    }
+    return 1;
+}
+
 /* A message's values (a tuple) when all are flat: normalise_values leaves such values as they are. As pack_flat_map. */
 static int
 pack_flat_values(Packed *out, PyObject *values)
@@ -1621,7 +1825,7 @@ pack_flat_values(Packed *out, PyObject *values)
    bytes, or None for an event it leaves out). 1 when written, 0 for an event left out, -1 on error. */
 static int
 pack_event_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converters, PyObject *values_converter,
-                PyObject *pack_other)
+                PyObject *pack_other, PyTypeObject *keywords_type)
 {
     PyObject *packed, *call[2] = {kind, args};
     int written = 0;
@@ -1631,6 +1835,7 @@ pack_event_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converter
         return 1;
     }
     if (PyDict_CheckExact(args)) written = pack_flat_map(out, args);
+    else if (Py_IS_TYPE(args, keywords_type)) written = pack_keywords(out, (Keywords *)args);
     else if (PyTuple_CheckExact(args)) {
         /* Only for the kinds whose values normalise_values converts (messages): compared, never dereferenced. */
         PyObject *converter = PyDict_GetItemWithError(converters, kind);
@@ -1706,7 +1911,8 @@ pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         /* Held while pack_other runs: it may run any Python code. */
         kind = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS));
         event_args = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS + 4));
-        written = pack_event_args(&out, kind, event_args, converters, values_converter, pack_other);
+        written = pack_event_args(&out, kind, event_args, converters, values_converter, pack_other,
+                                  ((ModuleState *)PyModule_GetState(module))->keywords_type);
         with_args |= written > 0 && event_args != Py_None;
         Py_DECREF(kind);
         Py_DECREF(event_args);
@@ -1775,13 +1981,14 @@ put_le(unsigned char *p, uint64_t v, int size)
    the last kind seen takes a message's values. */
 static int
 pack_common_args(Packed *out, PyObject *kind, PyObject *args, PyObject *converters, PyObject *values_converter,
-                 PyObject **last_kind, int *last_values)
+                 PyTypeObject *keywords_type, KeyCache *key_cache, PyObject **last_kind, int *last_values)
 {
     if (args == Py_None) {
         if (packed_reserve(out, 1) < 0) return -1;
         out->data[out->size++] = 0xc0;
         return 1;
     }
+    if (Py_IS_TYPE(args, keywords_type)) return pack_keywords_cached(out, (Keywords *)args, key_cache);
     if (PyDict_CheckExact(args)) return pack_flat_map(out, args);
     if (!PyTuple_CheckExact(args)) return 0;
     if (kind != *last_kind) {
@@ -1799,6 +2006,8 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *records, *table, *converters, *values_converter, *result = NULL;
     PyObject *last_label = NULL, *last_kind = NULL; /* consecutive events mostly share both */
+    ModuleState *state = PyModule_GetState(module);
+    KeyCache key_cache = {NULL, {NULL, 0, 0}, {0}};
     int64_t *columns = NULL, *kinds, *names, *starts, *ends, first, last, last_id = 0;
     long long track_id, max_frame_bytes;
     Packed packed = {NULL, 0, 0};
@@ -1839,13 +2048,14 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     ends = columns + 3 * n;
     if (packed_reserve(&packed, 16 * n) < 0) goto done;
     for (i = 0; i < n; i++) {
-        PyObject *value, *event_args;
+        PyObject *value, *event_args, *end;
         int written;
         if ((value = record_value(records, i, 0)) == NULL || as_int64(value, "a kind", &kinds[i]) < 0) goto done;
         if ((event_args = record_value(records, i, 4)) == NULL) goto done;
         /* The arguments first, as pack_args before pack_columns: an event of another shape leaves the run to them
            before its label takes an id. */
-        written = pack_common_args(&packed, value, event_args, converters, values_converter, &last_kind, &last_values);
+        written = pack_common_args(&packed, value, event_args, converters, values_converter, state->keywords_type,
+                                   &key_cache, &last_kind, &last_values);
         if (written < 0) goto done;
         if (written == 0) {
             result = Py_NewRef(Py_None);
@@ -1869,7 +2079,9 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         names[i] = last_id;
         if ((value = record_value(records, i, 2)) == NULL || as_int64(value, "a start", &starts[i]) < 0) goto done;
-        if ((value = record_value(records, i, 3)) == NULL || as_int64(value, "an end", &ends[i]) < 0) goto done;
+        end = record_value(records, i, 3);
+        if (end == value) ends[i] = starts[i]; /* an instant: its start, read once */
+        else if (end == NULL || as_int64(end, "an end", &ends[i]) < 0) goto done;
     }
     first = starts[0];
     last = ends[0];
@@ -1922,6 +2134,8 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 done:
     PyMem_Free(columns);
     PyMem_Free(packed.data);
+    PyMem_Free(key_cache.keys.data);
+    Py_XDECREF(key_cache.names);
     Py_XDECREF(last_label);
     Py_XDECREF(last_kind);
     Py_DECREF(records);
@@ -2069,6 +2283,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->null_scope_type);
     Py_VISIT(state->message_type);
     Py_VISIT(state->traced_type);
+    Py_VISIT(state->keywords_type);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
     Py_VISIT(state->probe_kept);
@@ -2088,6 +2303,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->null_scope_type);
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->traced_type);
+    Py_CLEAR(state->keywords_type);
     Py_CLEAR(state->get_running_loop);
     Py_CLEAR(state->str_running_loop);
     Py_CLEAR(state->probe_kept);
@@ -2134,7 +2350,8 @@ module_exec(PyObject *module)
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
         (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
         (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
-        (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL) {
+        (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL ||
+        (state->keywords_type = add_type(module, &keywords_spec, NULL)) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);

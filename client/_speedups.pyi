@@ -27,6 +27,9 @@ class Scope:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool: ...
 
+class Keywords:
+    def as_dict(self) -> dict[str, Any]: ...
+
 class Message:
     enabled: bool
     _sampling: Any

@@ -15,6 +15,7 @@ from asyncio import Task
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
+from ringtrace.client.keyword_args import as_map
 from ringtrace.client.tracks import TrackBuffer
 from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
@@ -65,7 +66,7 @@ def _name_task(run: list[Any], name: str) -> None:
     """Adds the task's name to the args of the spans and instants of ``run`` (flat records of one lane)."""
     for i in range(0, len(run), RECORD_FIELDS):
         if run[i] == SPAN or run[i] == INSTANT:
-            args = run[i + 4]
+            args = as_map(run[i + 4])
             if args is None:
                 run[i + 4] = {"task": name}
             elif type(args) is dict and "task" not in args:

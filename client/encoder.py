@@ -29,6 +29,7 @@ import msgpack
 from ringtrace.client._version import __version__
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import InvalidField
+from ringtrace.client.keyword_args import as_map, with_maps
 from ringtrace.client.wire.errors import FrameTooLarge
 from ringtrace.client.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -390,7 +391,7 @@ class StreamEncoder:
                 return
             except Exception:  # an unhashable label, a frame too large: the general way, counting all again
                 table.overflowed, self.clipped_args, self.rejected_events = counters
-        records = self._with_typed_values(records)
+        records = self._with_typed_values(with_maps(records))
         if not records:
             return
         overflowed = table.overflowed
@@ -429,6 +430,7 @@ class StreamEncoder:
     def _packed_args(self, kind: object, args: Any) -> bytes | None:
         """One event's arguments as the Python path packs them (``_with_typed_values``, ``_normalised``, ``_pack``),
         or None for an event left out: what C leaves to Python (nested or large values, other types, ...)."""
+        args = as_map(args)
         if args is not None and type(args) is not dict:
             args = self._typed_values(kind, args)
             if args is None:

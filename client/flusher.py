@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
+from ringtrace.client.keyword_args import with_maps
 from ringtrace.client.threads import background_thread
 from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
 
@@ -246,13 +247,14 @@ class Flusher:
                 _call(listeners, "retire", track)
         ending = {track.track_id: track for track in ended}
         behind = _behind(runs, timeline.max_buffered_events)
+        maps = not all(getattr(listener, "packs_keywords", False) for listener in listeners)
         for i, (track, records) in enumerate(runs):
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self._wake.set()  # the flusher thread finishes it
                 return False
-            _call(listeners, "receive", track, records)
+            _call(listeners, "receive", track, with_maps(records) if maps else records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:

@@ -166,6 +166,9 @@ class SerializedListener:
     Counters: ``dropped_events`` (never delivered), ``dropped_frames``, ``unacknowledged_events``.
     """
 
+    #: Its encoder packs the C recorder's instant arguments as they are (see keyword_args.py).
+    packs_keywords = True
+
     def __init__(
         self,
         process_name: str | None = None,

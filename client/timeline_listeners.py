@@ -23,7 +23,8 @@ class Listener(Protocol):
     and ``close``; none of these may raise."""
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
-        """One track's events, ``RECORD_FIELDS`` flat values each, oldest first."""
+        """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or
+        as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py)."""
 
     def lost(self, events: int) -> None:
         """``events`` recorded for this listener were dropped before it received them (counted as its drops)."""

@@ -254,7 +254,8 @@ class Timeline(Recorder):
     def drain(self) -> Drained:
         """Take every buffered event (as flat values) per track; forget ended threads and tasks with nothing left.
 
-        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...).
+        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...). With
+        the C recorder an instant's arguments are a ``Keywords``, not a dict (``keyword_args.as_map`` reads one).
         """
         dropped = self._take_refused()
         with self._lock:

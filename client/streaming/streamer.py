@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, overload
 
 from ringtrace.client.encoder import EncodedBatch
@@ -65,6 +65,10 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
+#: How long the streamer thread waits before it tries ``_state_lock`` again (see ``_state``).
+_STATE_RETRY_S = 0.0005
+#: At most this long between two tries while the flusher hands runs over (it says when it is done).
+_PASS_WAIT_S = 0.05
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -223,6 +227,9 @@ class Streamer(SerializedListener):
 
         #: The flusher is handing over runs (see ``receive``).
         self._holding = False
+        #: Set unless the flusher is handing over runs with the queue less than half full (see ``_state``).
+        self._may_send_now = threading.Event()
+        self._may_send_now.set()
         #: A wake-up byte is on its way to the streamer thread: another one would not wake it sooner.
         self._wake_pending = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -283,6 +290,7 @@ class Streamer(SerializedListener):
                 return False
             self._waiters[self._link.request_flush(deadline)] = waiter
         self._holding = False  # everything received goes now
+        self._may_send_now.set()
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
         return waiter.ok
@@ -356,6 +364,8 @@ class Streamer(SerializedListener):
         # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see
         # the module docstring); waking it run by run was a send on the flusher's thread too.
         self._holding = True
+        if self._may_send_now.is_set():
+            self._may_send_now.clear()
         super().receive(track, records)
 
     def retire(self, track: TrackInfo) -> None:
@@ -369,11 +379,13 @@ class Streamer(SerializedListener):
             return
         self._link.enqueue(batch, time.monotonic())
         if self._may_send():
+            self._may_send_now.set()
             self._wake()
 
     def handed_over(self) -> None:
         """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
         self._holding = False
+        self._may_send_now.set()
         self._wake()
 
     def _may_send(self) -> bool:
@@ -382,13 +394,32 @@ class Streamer(SerializedListener):
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _state(self) -> Iterator[None]:
+        """``_state_lock``, taken by this thread only while it holds the interpreter lock. A thread blocked on it
+        takes it without the interpreter lock, the moment the flusher lets it go after a run, and then waits for the
+        interpreter lock (a switch interval or more) while holding it, and the flusher, which needs it for its next
+        run, waits for both: convoys that left a thread recording flat out alone for tens of ms at a time, filling
+        its buffer past its bound. Nor does this thread ask for the interpreter lock again and again meanwhile (each
+        time a switch away from the flusher): during a pass it waits for its end."""
+        lock = self._state_lock
+        while not lock.acquire(blocking=False):
+            if self._may_send_now.is_set():  # held a moment (by a flush(), or a pass with the queue half full)
+                time.sleep(_STATE_RETRY_S)
+            else:  # the flusher's pass: what this thread would do waits for its end anyway
+                self._may_send_now.wait(_PASS_WAIT_S)
+        try:
+            yield
+        finally:
+            lock.release()
+
     def _run(self) -> None:
         try:
             self._loop()
         except Exception:
             log.exception("ringtrace streamer stopped by an unexpected error; nothing more reaches the collector")
         finally:
-            with self._state_lock:
+            with self._state():
                 self._stopping = True
                 actions = self._link.stop(time.monotonic())
             self._perform(actions)
@@ -399,14 +430,14 @@ class Streamer(SerializedListener):
 
     def _loop(self) -> None:
         while True:
-            with self._state_lock:
+            with self._state():
                 if self._stopping:
                     return
                 actions = self._link.timer(time.monotonic())
             self._perform(actions)
             if self._sock is not None:
                 self._write()
-            with self._state_lock:
+            with self._state():
                 deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
 
@@ -420,7 +451,7 @@ class Streamer(SerializedListener):
                 case Close():
                     self._close_socket()
                 case FlushDone(request, ok):
-                    with self._state_lock:
+                    with self._state():
                         waiter = self._waiters.pop(request, None)
                     if waiter is not None:
                         waiter.finish(ok)
@@ -429,7 +460,7 @@ class Streamer(SerializedListener):
                 case AnswerFlush():
                     if self._sweep_all is not None:
                         self._sweep_all()  # not under the lock: the sweep hands events to this listener too
-                    with self._state_lock:
+                    with self._state():
                         todo.extend(self._link.swept(time.monotonic()))
                 case Prioritize(frame):
                     self._set_priority(frame)
@@ -447,13 +478,13 @@ class Streamer(SerializedListener):
         try:
             sock = self._dialer.dial()
         except _ConnectFailed as failure:
-            with self._state_lock:
+            with self._state():
                 return self._link.connect_failed(failure.reason, time.monotonic(), at_once=failure.at_once)
         sock.setblocking(False)
         self._sock = sock
         self._selector.register(sock, selectors.EVENT_READ)
         hello = self.identity.hello(self.options.token or "")
-        with self._state_lock:
+        with self._state():
             self._link.address = self._dialer.address_text  # (what its messages name: the collector connected)
             actions = self._link.connected(time.monotonic(), hello)
         log.debug("ringtrace connected to %s", self._dialer.address_text)
@@ -466,7 +497,7 @@ class Streamer(SerializedListener):
             sock.close()
 
     def _lost(self, reason: str) -> None:
-        with self._state_lock:
+        with self._state():
             actions = self._link.connection_lost(reason, time.monotonic())
         self._perform(actions)
 
@@ -476,7 +507,7 @@ class Streamer(SerializedListener):
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
         gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not isinstance(sock, ssl.SSLSocket) else 0
         while self._may_send():
-            with self._state_lock:
+            with self._state():
                 buffers = self._link.buffers_to_send(gathered)
             if not buffers:
                 return
@@ -487,7 +518,7 @@ class Streamer(SerializedListener):
             except OSError as exc:
                 self._lost(f"send failed: {exc}")
                 return
-            with self._state_lock:
+            with self._state():
                 self._link.sent(sent, time.monotonic())
 
     def _wait(self, timeout_s: float, writable: bool) -> None:
@@ -518,6 +549,6 @@ class Streamer(SerializedListener):
         except OSError as exc:
             self._lost(f"receive failed: {exc}")
             return
-        with self._state_lock:
+        with self._state():
             actions = self._link.received(data, time.monotonic())
         self._perform(actions)

@@ -320,6 +320,111 @@ def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_th
         assert same_frames(records, monkeypatch)
 
 
+def recorded_arguments(args: dict[str, Any]) -> Any:
+    """What the C recorder keeps as the arguments of ``tl.instant(name, **args)``."""
+    tl = Timeline("keywords", [MemoryListener()])
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        tl.instant("k", **args)
+        ((_, run),) = tl.drain().runs
+    tl.close()
+    return run[4]
+
+
+_keyword_maps = st.one_of(
+    st.dictionaries(st.text(max_size=4), _flat, min_size=1, max_size=4),  # the common shape
+    st.dictionaries(_texts | st.just(OddText("k")), _values, min_size=1, max_size=4),
+    st.builds(lambda n, v: {f"k{i}": v for i in range(n)}, st.sampled_from([15, 16, 1000, 1001]), _flat),
+)
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=200)
+@given(st.lists(_keyword_maps | st.none(), min_size=1, max_size=6), st.lists(_events, max_size=4))
+def test_instant_arguments_as_the_c_recorder_keeps_them_pack_as_the_python_path_packs_their_maps(
+    maps: list[dict[str, Any] | None], others: list[tuple[Any, ...]]
+) -> None:
+    kept = [None if args is None else recorded_arguments(args) for args in maps]
+    assert [None if args is None else args.as_dict() for args in kept] == maps  # in the call's order
+    events = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(kept)] + others
+    as_maps = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(maps)] + others
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fast = encoder_frames([v for event in events for v in event], True, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        python = [v for event in as_maps for v in event]
+        assert fast == encoder_frames(python, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        # Without C packing (a run of another shape, say), the encoder reads the maps they stand for
+        assert fast == encoder_frames(
+            [v for event in events for v in event], False, monkeypatch, max_frame_bytes=BIG_FRAMES
+        )
+
+
+@needs_speedups
+@settings(deadline=None, max_examples=100)
+@given(st.lists(st.tuples(_values, _flat), min_size=1, max_size=8))
+def test_instants_of_one_call_site_pack_as_the_python_path_packs_their_maps(values: list[tuple[Any, Any]]) -> None:
+    """One call site passes one names tuple each time: the C packer packs its keys once a run."""
+    tl = Timeline("call site", [MemoryListener()])
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        for a, b in values:
+            tl.instant("x", a=a, b=b)
+        ((_, run),) = tl.drain().runs
+    tl.close()
+    as_maps = [value.as_dict() if i % 5 == 4 and value is not None else value for i, value in enumerate(run)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fast = encoder_frames(run, True, monkeypatch, max_frame_bytes=BIG_FRAMES)
+        assert fast == encoder_frames(as_maps, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+
+
+class Holder:
+    """Something that may lead back to the arguments that hold it."""
+
+    arguments: Any = None
+
+
+@needs_speedups
+def test_instant_arguments_are_visited_by_the_cyclic_collector_only_where_they_may_be_in_a_cycle() -> None:
+    flat = recorded_arguments({"a": 1, "b": "s"})
+    assert not gc.is_tracked(flat)
+    assert repr(flat) == "Keywords({'a': 1, 'b': 's'})"
+    holder = Holder()
+    holder.arguments = recorded_arguments({"holder": holder})
+    assert gc.is_tracked(holder.arguments)
+    ref = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_maps() -> None:
+    received: list[Any] = []
+
+    class Reading:  # a listener of its own, that reads the records it is handed
+        def receive(self, track: TrackInfo, records: list[Any]) -> None:
+            received.extend(records[4::5])
+
+        def lost(self, events: int) -> None:
+            pass
+
+        def retire(self, track: TrackInfo) -> None:
+            pass
+
+        def flush(self, timeout_s: float) -> bool:
+            return True
+
+        def close(self, timeout_s: float) -> bool:
+            return True
+
+        def after_fork(self) -> Reading:
+            return self
+
+    tl = Timeline("maps", [Reading()])
+    tl.instant("x", a=1, b=[2])
+    tl.instant("y")
+    assert tl.flush()
+    tl.close()
+    assert received == [{"a": 1, "b": [2]}, None]
+    assert type(received[0]) is dict
+
+
 #: Frames that hold any run of the tests below whole: the C path packs it all (a run too large for one frame goes
 #: the Python way).
 BIG_FRAMES = 8 << 20
@@ -404,24 +509,34 @@ def test_the_limits_of_the_c_packer_are_the_models() -> None:
 def test_flat_arguments_cost_the_flusher_no_python_call_per_event(event: tuple[Any, ...]) -> None:
     """The common shapes are normalised and packed in C: encoding ten times the events makes no more Python calls
     (of functions or builtins) on the encoding thread."""
-    calls = []
-    for n in (100, 1000):
-        encoder = StreamEncoder()
-        records = [value for _ in range(n) for value in event]
-        made = [0]
-
-        def count(frame: Any, what: str, arg: Any, made: list[int] = made) -> None:
-            made[0] += what in ("call", "c_call")
-
-        gc.disable()  # no collection (and no callback or finalizer it runs) in the count
-        sys.setprofile(count)
-        try:
-            encoder.encode(TRACK, records)
-        finally:
-            sys.setprofile(None)
-            gc.enable()
-        calls.append(made[0])
+    calls = [python_calls_to_encode(event, n) for n in (100, 1000)]
     assert calls[1] == calls[0], calls
+
+
+@needs_speedups
+def test_instant_arguments_as_the_c_recorder_keeps_them_cost_the_flusher_no_python_call_per_event() -> None:
+    event = (INSTANT, "x", 1, 1, recorded_arguments({"a": 1, "b": "s"}))
+    calls = [python_calls_to_encode(event, n) for n in (100, 1000)]
+    assert calls[1] == calls[0], calls
+
+
+def python_calls_to_encode(event: tuple[Any, ...], n: int) -> int:
+    """Python calls (of functions or builtins) a stream encoder makes on this thread to encode ``n`` of ``event``."""
+    encoder = StreamEncoder()
+    records = [value for _ in range(n) for value in event]
+    made = [0]
+
+    def count(frame: Any, what: str, arg: Any) -> None:
+        made[0] += what in ("call", "c_call")
+
+    gc.disable()  # no collection (and no callback or finalizer it runs) in the count
+    sys.setprofile(count)
+    try:
+        encoder.encode(TRACK, records)
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return made[0]
 
 
 @needs_speedups
@@ -650,6 +765,15 @@ def test_take_runs_in_runs_longer_than_any_buffer_takes_every_value_into_one() -
 
 
 @needs_speedups
+def test_take_runs_hands_over_runs_the_cyclic_collector_does_not_visit() -> None:
+    assert speedups is not None
+    values = [object(), {"a": [1]}, [2], 3, "s"]
+    (run,) = speedups.take_runs(list(values), 5, 8)
+    assert run == values
+    assert not gc.is_tracked(run)  # else each collection until the hand-over visits every value of every run
+
+
+@needs_speedups
 def test_take_runs_names_its_first_bad_argument() -> None:
     assert speedups is not None
     with pytest.raises(TypeError):
@@ -842,6 +966,20 @@ def test_a_timeline_held_only_by_a_cycle_through_its_own_events_is_collected() -
     del tl, scope
     gc.collect()
     assert ref() is None
+
+
+@needs_speedups
+def test_a_message_of_flat_values_records_a_tuple_the_cyclic_collector_does_not_visit() -> None:
+    tl = Timeline("untracked", [MemoryListener()])
+    log = tl.message("gc", "info", "$a $b $c $d")
+    log(1, 2.5, "three", None)
+    log(1, [2], "three", None)  # a value that may lead back to the event: visited, so that a cycle is collected
+    with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
+        (run,) = tl.drain().runs
+    flat, held = run[1][4], run[1][9]
+    assert flat == (1, 2.5, "three", None) and not gc.is_tracked(flat)
+    assert held == (1, [2], "three", None) and gc.is_tracked(held)
+    tl.close()
 
 
 def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypatch: pytest.MonkeyPatch) -> None:

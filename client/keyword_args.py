@@ -1,0 +1,42 @@
+"""An instant's arguments as the C recorder keeps them, and the maps they stand for.
+
+The C recorder keeps the arguments of ``tl.instant(name, **args)`` as its call passed them, a ``Keywords`` (the call's
+names and their values, in one object), not as a dict: that spares the recording thread a dict's table and a hash
+insert per key, and the flusher their walk and release. The stream encoder packs a ``Keywords`` as the map it stands
+for, to the same bytes. Every other reader gets maps: the flusher hands listeners that do not set ``packs_keywords``
+their records with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.wire.model import RECORD_FIELDS
+
+if TYPE_CHECKING:
+    from ringtrace.client._speedups import Keywords
+
+__all__ = ["KEYWORDS", "as_map", "with_maps"]
+
+#: The C recorder's type of an instant's arguments; None without the accelerator (then there are none).
+KEYWORDS: type[Keywords] | None = None if speedups is None else speedups.Keywords
+
+
+def as_map(args: Any) -> Any:
+    """``args`` as a dict when it is a ``Keywords``, else as it is."""
+    return args.as_dict() if KEYWORDS is not None and type(args) is KEYWORDS else args
+
+
+def with_maps(records: list[Any]) -> list[Any]:
+    """``records`` (flat, ``RECORD_FIELDS`` values an event), the same list when it holds no ``Keywords``, else a
+    copy with each made a dict."""
+    if KEYWORDS is None:
+        return records
+    copied = None
+    for i in range(4, len(records), RECORD_FIELDS):
+        if type(records[i]) is KEYWORDS:
+            if copied is None:
+                copied = list(records)
+            copied[i] = records[i].as_dict()
+    return records if copied is None else copied

@@ -24,8 +24,9 @@ What it does, and why it is safe to do it this way:
 - Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
 - instant() keeps its keyword arguments as a Keywords (the call's names tuple and values, one object), not as the
   dict the Python twin records: the packers write it as that dict's map, and Python code reads the dict through
-  as_dict() (keyword_args.py). A run list take_runs() makes, and a message's tuple of values that hold no
-  references, are untracked by the cyclic collector, which would otherwise visit them at every pass.
+  as_dict() (keyword_args.py). A run list take_runs() makes (while the flusher holds it: tracked() again
+  for a listener that may keep it), and a message's tuple of values that hold no references, are untracked by the
+  cyclic collector, which would otherwise visit them at every pass.
 - take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
   pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
 - pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat
@@ -1307,9 +1308,9 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             /* Untracked: the cyclic collector, which runs every few hundred allocations (a recording thread's,
                mostly), would otherwise visit every value of every run the flusher holds, at each pass until the run
-               is handed over. A run is made here and dropped after its hand-over: a cycle could go through it only
-               if a listener kept it and an event's arguments led back to that listener (such a one is not
-               collected). */
+               is handed over. A run is made here and dropped after its hand-over to the encoders; a listener that
+               may keep it gets it tracked again (tracked(), in keyword_args.with_maps), so a cycle through it is
+               collected. */
             PyObject_GC_UnTrack(run);
             PyList_SET_ITEM(runs, i, run);
         }
@@ -2146,19 +2147,26 @@ done:
 
 /* Set `loop` as this thread's running loop with asyncio's `set_loop`, then check that asyncio answers it and that the
    thread state dict holds, under the key, something other than None exactly when it is not None (running_loop()
-   then asks asyncio): 1 or 0, or -1 with an exception set. */
+   then asks asyncio), and something the set put there: not what the key held before (3.11 leaves a holder there
+   once a loop ran, which a setter that does not write the dict would leave as it was). 1 or 0, or -1 with an
+   exception set. */
 static int
 loop_reads_back(ModuleState *state, PyObject *dict, PyObject *set_loop, PyObject *loop)
 {
-    PyObject *result = PyObject_CallOneArg(set_loop, loop), *held, *answer;
-    int agrees;
-    if (result == NULL) return -1;
+    PyObject *result, *before, *held, *answer;
+    int agrees = -1;
+    before = PyDict_GetItemWithError(dict, state->str_running_loop);
+    if (before == NULL && PyErr_Occurred()) return -1;
+    Py_XINCREF(before); /* alive until compared: a new object cannot take its address meanwhile */
+    if ((result = PyObject_CallOneArg(set_loop, loop)) == NULL) goto done;
     Py_DECREF(result);
     held = PyDict_GetItemWithError(dict, state->str_running_loop); /* borrowed: compared, never used */
-    if (held == NULL && PyErr_Occurred()) return -1;
-    if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) return -1;
-    agrees = answer == loop && (loop == Py_None || (held != NULL && held != Py_None));
+    if (held == NULL && PyErr_Occurred()) goto done;
+    if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto done;
+    agrees = answer == loop && (loop == Py_None || (held != NULL && held != Py_None && held != before));
     Py_DECREF(answer);
+done:
+    Py_XDECREF(before);
     return agrees;
 }
 
@@ -2224,6 +2232,19 @@ failed:
     return 0;
 }
 
+/* tracked(list): `list`, tracked by the cyclic collector again (take_runs() makes its run lists untracked, for the
+   flusher's time with them): for a listener that may keep it, where a cycle could go through it. */
+static PyObject *
+tracked(PyObject *Py_UNUSED(module), PyObject *list)
+{
+    if (!PyList_CheckExact(list)) {
+        PyErr_Format(PyExc_TypeError, "tracked() takes a list, not %.100s", Py_TYPE(list)->tp_name);
+        return NULL;
+    }
+    if (!PyObject_GC_IsTracked(list)) PyObject_GC_Track(list);
+    return Py_NewRef(list);
+}
+
 /* configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): returns whether current_events()
    reads the running loop from the thread state (see running_loop); without set_running_loop (or with None) it asks
    get_running_loop on every event. */
@@ -2262,6 +2283,7 @@ static PyMethodDef module_methods[] = {
      "the Python side; returns whether the running loop is read from the thread state, without a call."},
     {"running_loop", module_running_loop, METH_NOARGS,
      "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
+    {"tracked", tracked, METH_O, "tracked(list): the list, tracked by the cyclic collector again."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,

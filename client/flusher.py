@@ -247,7 +247,8 @@ class Flusher:
                 _call(listeners, "retire", track)
         ending = {track.track_id: track for track in ended}
         behind = _behind(runs, timeline.max_buffered_events)
-        maps = not all(getattr(listener, "packs_keywords", False) for listener in listeners)
+        # (``is True``: a listener that merely answers any attribute, a mock, gets maps)
+        maps = not all(getattr(listener, "packs_keywords", False) is True for listener in listeners)
         for i, (track, records) in enumerate(runs):
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]

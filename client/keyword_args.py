@@ -29,9 +29,10 @@ def as_map(args: Any) -> Any:
 
 
 def with_maps(records: list[Any]) -> list[Any]:
-    """``records`` (flat, ``RECORD_FIELDS`` values an event), the same list when it holds no ``Keywords``, else a
-    copy with each made a dict."""
-    if KEYWORDS is None:
+    """``records`` (flat, ``RECORD_FIELDS`` values an event) as a listener that may keep them gets them: the same
+    list when it holds no ``Keywords``, else a copy with each made a dict; tracked by the cyclic collector either way
+    (the C drain's run lists are not, while the flusher holds them), so that a cycle through a kept one is collected."""
+    if speedups is None:
         return records
     copied = None
     for i in range(4, len(records), RECORD_FIELDS):
@@ -39,4 +40,4 @@ def with_maps(records: list[Any]) -> list[Any]:
             if copied is None:
                 copied = list(records)
             copied[i] = records[i].as_dict()
-    return records if copied is None else copied
+    return speedups.tracked(records) if copied is None else copied

@@ -166,7 +166,8 @@ class SerializedListener:
     Counters: ``dropped_events`` (never delivered), ``dropped_frames``, ``unacknowledged_events``.
     """
 
-    #: Its encoder packs the C recorder's instant arguments as they are (see keyword_args.py).
+    #: Its encoder packs the C recorder's instant arguments as they are, and keeps no record list (see
+    #: keyword_args.py). A subclass whose ``receive`` reads or keeps the records sets it to False: it then gets dicts.
     packs_keywords = True
 
     def __init__(

@@ -65,8 +65,6 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
-#: How long the streamer thread waits before it tries ``_state_lock`` again (see ``_state``).
-_STATE_RETRY_S = 0.0005
 #: At most this long between two tries while the flusher hands runs over (it says when it is done).
 _PASS_WAIT_S = 0.05
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
@@ -396,18 +394,18 @@ class Streamer(SerializedListener):
 
     @contextlib.contextmanager
     def _state(self) -> Iterator[None]:
-        """``_state_lock``, taken by this thread only while it holds the interpreter lock. A thread blocked on it
-        takes it without the interpreter lock, the moment the flusher lets it go after a run, and then waits for the
-        interpreter lock (a switch interval or more) while holding it, and the flusher, which needs it for its next
-        run, waits for both: convoys that left a thread recording flat out alone for tens of ms at a time, filling
-        its buffer past its bound. Nor does this thread ask for the interpreter lock again and again meanwhile (each
-        time a switch away from the flusher): during a pass it waits for its end."""
+        """``_state_lock``, as this thread takes it. During a flusher's pass with the queue under half full it waits
+        for the pass to end rather than block on the lock: a thread blocked on it takes it without the interpreter
+        lock the moment the flusher lets it go after a run, then waits for the interpreter lock (a switch interval or
+        more) while holding it, and the flusher's next run waits for both, leaving a thread recording flat out alone
+        for tens of ms at a time. Otherwise (no pass, or the queue half full: a send cannot wait) it blocks: a thread
+        that only tried the lock would find it held by a flusher that is behind, which keeps it run after run."""
         lock = self._state_lock
         while not lock.acquire(blocking=False):
-            if self._may_send_now.is_set():  # held a moment (by a flush(), or a pass with the queue half full)
-                time.sleep(_STATE_RETRY_S)
-            else:  # the flusher's pass: what this thread would do waits for its end anyway
-                self._may_send_now.wait(_PASS_WAIT_S)
+            if self._may_send_now.is_set():
+                lock.acquire()
+                break
+            self._may_send_now.wait(_PASS_WAIT_S)  # the pass: what this thread would do waits for its end anyway
         try:
             yield
         finally:

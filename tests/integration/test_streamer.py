@@ -356,8 +356,7 @@ def test_a_collector_that_cannot_be_reached_is_warned_of_soon_and_once(
             timeline.instant("waiting", i=1)
             time.sleep(0.01)
         (warning,) = warnings_of(caplog)
-        assert address in warning and reason in warning and "events queued" in warning
-        assert time.monotonic() - started < 15  # the grace is 2 s; generous for a loaded machine
+        assert address in warning and reason in warning and "events queued" in warning  # (within the wait's bound)
         time.sleep(1.0)  # several reconnect attempts more: still the one warning (the next comes a minute on)
         assert len(warnings_of(caplog)) == 1
     finally:

@@ -147,6 +147,16 @@ class CollectorProcess:
             self.proc.stderr.close()
 
 
+def run_script(collector: CollectorProcess, script: str, *args: str) -> str:
+    """Run ``script`` in a new Python process, given the collector's ingest address and ``args``; its standard output
+    (it must exit with 0)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, collector.tcp_address, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def run_collector(
     *args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
 ) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, run_script
 from ringtrace.client import FileListener, Timeline
 from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello
 from ringtrace.collector.command.main import main
@@ -32,10 +32,7 @@ FOREIGN = Path(__file__).parent.parent / "data" / "foreign"
 
 
 def record(collector: CollectorProcess, name: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
+    run_script(collector, RECORD, name)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

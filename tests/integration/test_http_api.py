@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, run_script
 from prometheus_client.parser import text_string_to_metric_families
 from ringtrace.collector.http.api import TAIL_KEEPALIVE_S
 
@@ -54,11 +54,7 @@ while time.monotonic() < deadline:
 
 
 def record(collector: CollectorProcess, name: str) -> tuple[int, int]:
-    done = subprocess.run(
-        [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    started, ended = done.stdout.split()
+    started, ended = run_script(collector, RECORD, name).split()
     return int(started), int(ended)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, RawClient, run_collector
+from collector_process import CollectorProcess, RawClient, run_collector, run_script
 from nats_cluster import NatsCluster, free_ports, server_binary
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import Hello, Welcome
@@ -236,11 +236,7 @@ async def publish_garbage(url: str) -> None:
 def test_garbage_published_on_the_stream_is_skipped_counted_and_breaks_no_read(nats_cluster: NatsCluster) -> None:
     collector = jetstream_collector(nats_cluster)
     try:
-        writer = subprocess.run(
-            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "500"], capture_output=True, text=True,
-            timeout=60,
-        )  # fmt: skip
-        assert writer.stdout.strip() == "True", writer.stderr
+        assert run_script(collector, WRITER, "good", "500").strip() == "True"
         asyncio.run(publish_garbage(nats_cluster.urls.split(",")[0]))
         trace = collector.snapshot()
         assert numbers(trace) == {"good": Counter(range(500))}
@@ -267,11 +263,7 @@ def test_a_process_with_the_longest_host_and_instance_a_hello_may_give_is_stored
             batch = encoder.encode(TrackInfo(1, THREAD_TRACK, "long", 1), [INSTANT, "n", 5, 5, None] * 3)
             raw.send_raw(b"".join([*encoder.prefix(), *batch.control, *(frame for frame, _ in batch.events)]))
             raw.flush()
-        writer = subprocess.run(
-            [sys.executable, "-c", WRITER, collector.tcp_address, "good", "100"], capture_output=True, text=True,
-            timeout=60,
-        )  # fmt: skip
-        assert writer.stdout.strip() == "True", writer.stderr
+        assert run_script(collector, WRITER, "good", "100").strip() == "True"
         counts = process_counts(collector.snapshot())
         assert counts["long"]["stored_events"] == 3 and counts["long"]["host"] == longest
         assert counts["good"]["stored_events"] == 100
@@ -348,11 +340,7 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
 def test_a_collector_stopped_while_the_cluster_is_away_stops_cleanly(nats_cluster: NatsCluster) -> None:
     collector = jetstream_collector(nats_cluster)
     try:
-        writer = subprocess.run(
-            [sys.executable, "-c", WRITER, collector.tcp_address, "w", "100"], capture_output=True, text=True,
-            timeout=60,
-        )  # fmt: skip
-        assert writer.stdout.strip() == "True", writer.stderr
+        assert run_script(collector, WRITER, "w", "100").strip() == "True"
         nats_cluster.stop()
         collector.wait_for_log(lambda line: "disconnected from the NATS cluster" in line)
         status, body = collector.get("/snapshot")  # (a request left in the NATS client's buffer meanwhile)
@@ -428,9 +416,7 @@ def test_a_live_tail_on_one_collector_shows_what_clients_of_another_send(nats_cl
     try:
         with urllib.request.urlopen(second.http_url + "/stream?process=tailed", timeout=60) as tail:
             assert tail.readline().startswith(b":")  # begun: what is stored from now on
-            writer = subprocess.run([sys.executable, "-c", WRITER, first.tcp_address, "tailed", "300"],
-                                    capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-            assert writer.stdout.strip() == "True"
+            assert run_script(first, WRITER, "tailed", "300").strip() == "True"
             seen: Counter[int] = Counter()
             while sum(seen.values()) < 300:
                 line = tail.readline()

@@ -9,8 +9,6 @@ import gzip
 import json
 import os
 import secrets
-import subprocess
-import sys
 import tomllib
 import urllib.error
 import urllib.request
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, run_script
 from ringtrace.collector.http.page import wants_html
 
 ROOT = Path(__file__).parents[2]
@@ -63,11 +61,7 @@ SHOWN = {"X": 92, "B": 1, "i": 2, "C": 30, "b": 1, "e": 1}
 
 
 def record(collector: CollectorProcess, name: str) -> tuple[int, int]:
-    done = subprocess.run(
-        [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    started, ended = done.stdout.split()
+    started, ended = run_script(collector, RECORD, name).split()
     return int(started), int(ended)
 
 

@@ -15,7 +15,8 @@ import pytest
 from arg_values import ARG_VALUES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client import Event, FileListener, Timeline, string, u16
+from recorded_files import recorded
+from ringtrace.client import Event, Timeline, string, u16
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
 from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
@@ -51,14 +52,6 @@ def same_snapshot(fast: dict[str, Any], slow: dict[str, Any]) -> list[dict[str, 
     assert sorted(fast["traceEvents"], key=key) == sorted(slow["traceEvents"], key=key)
     assert fast["otherData"] == slow["otherData"]
     return list(fast["traceEvents"])
-
-
-def recorded(tmp_path: Path, record: Any) -> SnapshotView:
-    path = tmp_path / "t.rttrace"
-    tl = Timeline("unit", [FileListener(path, process_name="unit")])
-    record(tl)
-    tl.close()
-    return load_file(path).view
 
 
 def test_every_kind_of_event_is_shown_alike(tmp_path: Path) -> None:

@@ -105,6 +105,18 @@ class Peer:
         return self.link.received(data, now)
 
 
+def welcomed_and_sent(label: str) -> tuple[Link, StreamEncoder, Peer]:
+    """A link connected and welcomed at 0.0 whose first batch (one span ``label``, with its tables) the peer read at
+    0.1."""
+    link, encoder = make_link()
+    peer = Peer(link)
+    peer.connect(0.0)
+    peer.welcome(0.0)
+    link.enqueue(events(encoder, label), now=0.1)
+    peer.read(0.1)
+    return link, encoder, peer
+
+
 def kinds(actions: list[Action]) -> list[type]:
     return [type(action) for action in actions]
 
@@ -277,12 +289,7 @@ def test_a_heartbeat_goes_out_after_heartbeat_s_with_nothing_sent() -> None:
 
 
 def test_a_reconnect_sends_the_whole_session_again_before_the_events_still_queued() -> None:
-    link, encoder = make_link()
-    peer = Peer(link)
-    peer.connect(0.0)
-    peer.welcome(0.0)
-    link.enqueue(events(encoder, "first"), now=0.1)
-    peer.read(0.1)
+    link, encoder, peer = welcomed_and_sent("first")
     link.enqueue(events(encoder, "second"), now=0.2)  # queued, not sent, when the connection breaks
     assert link.connection_lost("send failed: broken pipe", 0.3)[0] == Close()
     assert link.counters.dropped_events == 0 and link.queued_events == 1
@@ -298,12 +305,7 @@ def test_a_reconnect_sends_the_whole_session_again_before_the_events_still_queue
 
 
 def test_a_frame_cut_short_by_a_break_is_dropped_and_counted() -> None:
-    link, encoder = make_link()
-    peer = Peer(link)
-    peer.connect(0.0)
-    peer.welcome(0.0)
-    link.enqueue(events(encoder, "a"), now=0.1)
-    peer.read(0.1)
+    link, encoder, _ = welcomed_and_sent("a")
     link.enqueue(events(encoder, "a", "a", "a"), now=0.2)  # a known track and label: an EVENTS frame alone
     assert link.data_to_send() is not None
     link.sent(1, 0.2)  # one byte of it went out
@@ -313,12 +315,7 @@ def test_a_frame_cut_short_by_a_break_is_dropped_and_counted() -> None:
 
 
 def test_frames_queued_behind_each_other_go_out_in_one_gathered_send_within_its_bytes() -> None:
-    link, encoder = make_link()
-    peer = Peer(link)
-    peer.connect(0.0)
-    peer.welcome(0.0)
-    link.enqueue(events(encoder, "a"), now=0.1)
-    peer.read(0.1)
+    link, encoder, peer = welcomed_and_sent("a")
     frames = [events(encoder, *["a"] * count) for count in (1, 2, 3, 4)]  # EVENTS frames alone: known labels
     for batch in frames:
         link.enqueue(batch, now=0.2)

@@ -14,7 +14,8 @@ from arg_values import ARG_VALUES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
-from ringtrace.client import FileListener, Timeline
+from recorded_files import recorded
+from ringtrace.client import Timeline
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
 from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
@@ -36,14 +37,6 @@ def both(view: SnapshotView, selected: EventFilter = EVERYTHING) -> bytes:
     slow = b"".join(perfetto_chunks(view, selected, accelerated=False))
     assert fast == slow
     return fast
-
-
-def recorded(tmp_path: Path, record: Any) -> SnapshotView:
-    path = tmp_path / "t.rttrace"
-    tl = Timeline("unit", [FileListener(path, process_name="unit")])
-    record(tl)
-    tl.close()
-    return load_file(path).view
 
 
 def taken_frames(view: SnapshotView) -> list[bool]:

@@ -15,7 +15,8 @@ import pytest
 from arg_values import ARG_VALUES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client import Event, FileListener, Timeline, string, u16
+from recorded_files import recorded
+from ringtrace.client import Event, Timeline, string, u16
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import FRAME_HEADER, Events, Hello, encode, preamble
 from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
@@ -29,14 +30,6 @@ from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
 class Packet(Event):
     size: u16
     proto: string
-
-
-def recorded(tmp_path: Path, record: Any) -> SnapshotView:
-    path = tmp_path / "t.rttrace"
-    tl = Timeline("unit", [FileListener(path, process_name="unit")])
-    record(tl)
-    tl.close()
-    return load_file(path).view
 
 
 def document(view: SnapshotView, selected: EventFilter = EVERYTHING, accelerated: bool = True) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Set
+from collections.abc import Iterable
 from typing import Any, Final
 
 from ringtrace.client._version import __version__
@@ -90,7 +90,7 @@ class JetStreamTier:
         config: CollectorConfig,
         store: Store,
         registry: Registry,
-        connections: Set[Sealing],
+        connections: Iterable[Sealing],
         stored_limits: Limits,
         origin_ns: int,
     ) -> None:

@@ -440,3 +440,29 @@ def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_sa
         assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 12, "refused": 6}
     finally:
         collector.stop()
+
+
+def test_sources_say_how_each_process_reaches_the_collector_and_when_it_was_last_seen(
+    collector: OtlpCollector,
+) -> None:
+    before = time.time_ns()
+    assert collector.export(services("web"))[0] == 200
+    after = time.time_ns()
+    import ringtrace.client
+
+    timeline = ringtrace.client.connect(collector.tcp_address, process_name="native")
+    try:
+        with timeline.scope("work"):
+            pass
+        assert timeline.flush(timeout_s=30)
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        web, native = processes["web"], processes["native"]
+        assert (web["via"], web["connections"]) == ("otlp", 0)  # its stream is open, but it is no connection
+        assert before <= web["last_seen_wall_ns"] <= after
+        assert all(track["live"] for track in web["tracks"])
+        assert (native["via"], native["connections"]) == ("native", 1)
+        assert native["last_seen_wall_ns"] >= after  # (connected: seen now)
+        health = collector.json("/healthz")
+        assert (health["connections"], health["otlp_streams"]) == (1, 1)
+    finally:
+        timeline.close(timeout_s=30)

@@ -167,3 +167,19 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
     answers = asyncio.run(scenario())
     for status, retry_after, body in answers:
         assert status == 200 or (status == 503 and retry_after == "1" and b"--otlp-max-processes=1" in body)
+
+
+def test_a_request_already_taken_when_the_collector_begins_to_stop_is_503_not_400() -> None:
+    async def scenario() -> tuple[int, str | None]:
+        running = collector()
+        await running.start()
+        try:
+            receiver = running.otlp
+            assert receiver is not None
+            receiver.stopping = True  # as ``stop`` does while this request waits for its turn
+            response = await receiver.store(TRACES, request("late", 10).SerializeToString(), False)
+            return response.status, response.headers.get("Retry-After")
+        finally:
+            await running.stop()
+
+    assert asyncio.run(scenario()) == (503, "1")

@@ -295,6 +295,8 @@ class OtlpReceiver:
         self.accepted[signal.path] += stored
         self.refused[signal.path] += rejected + refused
         if refused and not stored:
+            if self.stopping:  # (its streams closed with the collector: not a limit, the exporter may send it again)
+                return self._refuse(503, "the collector is stopping", as_json, retry=True)
             if closed:  # (a limit of the stream: sent again, it would break it again)
                 return self._refuse(400, f"the collector could not take the {signal.items}: {closed}", as_json)
             why = f"the collector's store refused the {signal.items} (full, or the process at its cap)"

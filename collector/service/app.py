@@ -40,7 +40,7 @@ from ringtrace.collector.service.housekeeping import Housekeeping
 from ringtrace.collector.service.jetstream_tier import JETSTREAM_MAX_FRAME_BYTES, JetStreamTier, staging_store
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.process_control import FORGOTTEN_PROCESS_BYTES, ProcessControl
-from ringtrace.collector.service.servers import Servers
+from ringtrace.collector.service.servers import Servers, host_port
 from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.service.status import Status
 from ringtrace.collector.store.clocks import own_boot_id
@@ -353,9 +353,11 @@ class Collector:
         return self.status.health()
 
     def stats(self) -> dict[str, Any]:
-        """Collector totals: traffic, store, every loss counter (forgotten processes included), and what the OTLP
-        receiver took and refused, by signal (``otlp_items``)."""
+        """Collector totals: traffic, store, every loss counter (forgotten processes included), the ingest address
+        as bound, and what the OTLP receiver took and refused, by signal (``otlp_items``)."""
         stats = self.status.stats()
+        if self.tcp_address is not None:  # (what clients connect to: the web view's hint says it)
+            stats["ingest_address"] = host_port(self.tcp_address)
         if self.otlp is not None:
             stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
                                    for path in self.otlp.accepted}  # fmt: skip

@@ -12,7 +12,7 @@ from ringtrace.collector.auth import server_tls_context
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.service.config import CollectorConfig
 
-__all__ = ["Servers"]
+__all__ = ["Servers", "host_port"]
 
 log = logging.getLogger("ringtrace.collector")
 

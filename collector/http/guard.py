@@ -17,9 +17,8 @@ import asyncio
 import logging
 import socket
 import struct
-import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from ringtrace.collector.http.request_log import RequestLog
@@ -68,7 +67,7 @@ class HttpGuard:
             log.warning("refusing %s connection from %s: %s=%d reached%s", self.listener, peer, self.limit,
                         self.max_connections, Repeats.since(unlogged, "refused so"))  # fmt: skip
         # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
-        writing = typing.cast(asyncio.WriteTransport, transport)
+        writing = cast(asyncio.WriteTransport, transport)
         writing.write(self._busy)
         writing.close()
 

@@ -41,6 +41,9 @@ def read(body: bytes, limit: int) -> bytes:
 
 def test_a_gzip_body_of_several_members_is_read_whole() -> None:
     assert read(gzip.compress(b"a" * 100) + gzip.compress(b"b" * 100), 1000) == b"a" * 100 + b"b" * 100
+    assert read(gzip.compress(b"") + gzip.compress(b"b" * 100), 1000) == b"b" * 100  # an empty member is one
+    big = bytes(range(256)) * 10_000  # several pieces of 1 MiB, in members cut anywhere
+    assert read(gzip.compress(big[:1000]) + gzip.compress(big[1000:]), len(big)) == big
 
 
 def test_the_members_together_are_held_to_the_limit() -> None:

@@ -424,7 +424,7 @@ def inflated(body: bytes | bytearray, limit: int, take: Callable[[int], None]) -
                 raise BadRequest(400, f"body is not gzip: {exc}") from None
             if len(data) + len(piece) > limit:
                 raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-            if not piece and not inflate.unconsumed_tail:
+            if not (piece or inflate.unconsumed_tail or inflate.eof):
                 raise BadRequest(400, "gzip body cut short")
             take(len(piece))
             data += piece

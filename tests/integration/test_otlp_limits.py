@@ -100,7 +100,7 @@ def test_gzip_bombs_at_once_hold_no_more_than_the_bound_in_flight() -> None:
         grown = rss_bytes(collector.proc.pid, "VmHWM") - before
         assert set(answers) <= {(200, None), (503, "1")}, answers  # stored, or to be sent again later
         # The bodies in flight, and one request decoded at a time (a few times its body): not 60 bodies of 8 MiB.
-        assert grown <= 64 * MIB + 12 * 8 * MIB, f"grew by {grown} bytes"
+        assert grown <= 64 * MIB + 16 * 8 * MIB, f"grew by {grown} bytes"  # (measured: 117 MiB; 464 MiB before)
         stats = collector.json("/stats")
         assert stats["otlp_items"]["/v1/traces"]["accepted"] == answers.count((200, None))
         assert stats["otlp_bytes_in_flight_peak"] <= stats["otlp_max_bytes_in_flight"] == 64 * MIB

@@ -210,8 +210,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "otlp_grpc",
-        "OTLP/gRPC listener (TraceService, LogsService and MetricsService: what many SDKs export with by default; "
-        "4317 is the usual port; needs the grpc extra), with the token and TLS of the others",
+        "OTLP/gRPC listener (TraceService, LogsService and MetricsService, what several SDKs and the OpenTelemetry "
+        "Collector send by default; 4317 is the usual port; needs the grpc extra), with the token and TLS of the "
+        "others",
         None,
         flag="--otlp-grpc",
         parse=parse_listen_address,

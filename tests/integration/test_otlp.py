@@ -295,7 +295,7 @@ def test_gauges_sums_and_histograms_become_counters_and_summaries_are_refused_wi
         ("requests {route=/a}", 2.5),
     ]  # fmt: skip
     (count,) = [e["args"] for e in events(trace, "C") if e["name"] == "latency.count"]
-    assert count == {"value": 3, "explicit_bounds": [1.0], "bucket_counts": [1, 2]}
+    assert count == {"value": 3, "histogram": {"explicit_bounds": [1.0], "bucket_counts": [1, 2]}}
     (process,) = trace["otherData"]["processes"]
     assert process["rejected_events"] == 2  # the refused data points reach the process's counters
     assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 5, "refused": 2}

@@ -182,12 +182,18 @@ def test_histograms_of_both_kinds_arrive_as_counters_of_count_and_sum_with_their
     assert provider.force_flush(timeout_millis=30_000)
     provider.shutdown()
     counters = {e["name"]: e["args"] for e in events(collector.snapshot(), "C")}
+    # Each a line of its own: the only number in a counter's args, which viewers draw, is its value.
+    assert {key for args in counters.values() for key, value in args.items() if not isinstance(value, dict)} == {
+        "value"
+    }
     assert counters["latency.count {route=/a}"] == {
-        "value": 4, "explicit_bounds": [10.0, 100.0], "bucket_counts": [2, 1, 1], "min": 5.0, "max": 500.0
-    }  # fmt: skip
+        "value": 4,
+        "histogram": {"explicit_bounds": [10.0, 100.0], "bucket_counts": [2, 1, 1], "min": 5.0, "max": 500.0},
+    }
     assert counters["latency.sum {route=/a}"] == {"value": 562.0}
-    exponential = counters["size.count"]
-    assert (exponential["value"], exponential["zero_count"], exponential["min"], exponential["max"]) == (3, 0, 1, 4)
+    assert counters["size.count"]["value"] == 3
+    exponential = counters["size.count"]["histogram"]
+    assert (exponential["zero_count"], exponential["min"], exponential["max"]) == (0, 1, 4)
     # Bucket offset+i holds (base^(offset+i), base^(offset+i+1)], base = 2^(2^-scale): each value in its own.
     base = 2 ** (2 ** -exponential["scale"])
     positive = exponential["positive"]

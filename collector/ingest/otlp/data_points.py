@@ -2,13 +2,13 @@
 ``metrics`` track, named after the metric (and its data point's attributes, so that each series is a line of its
 own).
 
-A histogram's or an exponential histogram's data point is two counter values: ``NAME.count``, its count, whose args
-also hold its buckets, and ``NAME.sum``, its sum (when it has one); both with the attributes' series after the name
-(``latency.count {route=/a}``). The buckets are as sent: ``explicit_bounds`` and ``bucket_counts`` for a histogram;
-``scale``, ``zero_count`` and the ``positive``/``negative`` buckets' ``offset`` and ``bucket_counts`` for an
-exponential one (bucket ``i`` counts values in (base^(offset+i), base^(offset+i+1)], base = 2^(2^-scale)). ``min``
-and ``max`` go along where sent. A summary's data points have no counter to become: they are refused in
-``partial_success``, with the reason.
+A histogram's or an exponential histogram's data point is two counter values: ``NAME.count``, its count, and
+``NAME.sum``, its sum (when it has one); both with the attributes' series after the name (``latency.count
+{route=/a}``). The count's ``histogram`` arg holds the buckets as sent: ``explicit_bounds`` and ``bucket_counts`` for
+a histogram; ``scale``, ``zero_count`` and the ``positive``/``negative`` buckets' ``offset`` and ``bucket_counts`` for
+an exponential one (bucket ``i`` counts values in (base^(offset+i), base^(offset+i+1)], base = 2^(2^-scale)); ``min``
+and ``max`` where sent. (One arg that is not a number: viewers draw every number of a counter's args as a line.) A
+summary's data points have no counter to become: they are refused in ``partial_success``, with the reason.
 """
 
 from __future__ import annotations
@@ -62,21 +62,23 @@ def _add_number(process: ProcessEvents, name: str, point: NumberDataPoint) -> No
 def _add_histogram(
     process: ProcessEvents, name: str, point: HistogramDataPoint | ExponentialHistogramDataPoint
 ) -> None:
-    count: dict[str, Any] = {"value": point.count}
+    histogram: dict[str, Any] = {}
     if isinstance(point, HistogramDataPoint):
-        count["explicit_bounds"] = list(point.explicit_bounds)
-        count["bucket_counts"] = list(point.bucket_counts)
+        histogram["explicit_bounds"] = list(point.explicit_bounds)
+        histogram["bucket_counts"] = list(point.bucket_counts)
     else:
-        count["scale"], count["zero_count"] = point.scale, point.zero_count
+        histogram["scale"], histogram["zero_count"] = point.scale, point.zero_count
         for side in ("positive", "negative"):
             buckets = getattr(point, side)
             if buckets.bucket_counts:
-                count[side] = {"offset": buckets.offset, "bucket_counts": list(buckets.bucket_counts)}
+                histogram[side] = {"offset": buckets.offset, "bucket_counts": list(buckets.bucket_counts)}
     for bound in ("min", "max"):
         if point.HasField(bound):
-            count[bound] = getattr(point, bound)
+            histogram[bound] = getattr(point, bound)
     ts = point.time_unix_nano
-    process.add("metrics", COUNTER, _series(f"{name}.count", point), ts, ts, count)
+    process.add(
+        "metrics", COUNTER, _series(f"{name}.count", point), ts, ts, {"value": point.count, "histogram": histogram}
+    )
     if point.HasField("sum"):
         process.add("metrics", COUNTER, _series(f"{name}.sum", point), ts, ts, {"value": point.sum})
 

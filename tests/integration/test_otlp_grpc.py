@@ -43,6 +43,7 @@ from opentelemetry.sdk.metrics.view import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from perfetto_model import PerfettoTrace
 
 pytestmark = pytest.mark.integration
 
@@ -203,6 +204,10 @@ def test_histograms_of_both_kinds_arrive_as_counters_of_count_and_sum_with_their
     ]  # fmt: skip
     assert sorted(held) == [1.0, 2.0, 4.0] and sum(positive["bucket_counts"]) == 3
     assert counters["size.sum"] == {"value": 7.0}
+    status, body = collector.get("/snapshot?format=perfetto")
+    assert status == 200
+    tracks = {track.name for track in PerfettoTrace(body).tracks.values() if track.kind == "counter"}
+    assert tracks == {"latency.count {route=/a}", "latency.sum {route=/a}", "size.count", "size.sum"}
     assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 2, "refused": 0}
 
 

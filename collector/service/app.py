@@ -192,11 +192,14 @@ class Collector:
         await self.servers.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
         app = make_app(self, self.auth.middleware() if self.auth.required else None)
         await self.servers.open_http(app, self.http_guard)
-        if config.otlp_http is not None:
+        if config.otlp_http is not None or config.otlp_grpc is not None:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
             self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
-            await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
+            if config.otlp_http is not None:
+                await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
+            if config.otlp_grpc is not None:
+                await self.servers.open_otlp_grpc(self.otlp, self.auth)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
         ages = config.max_age_s is not None and self.jetstream is None  # (the stream ages its own messages)

@@ -209,14 +209,35 @@ OPTIONS: Final[tuple[Option, ...]] = (
         none_means="off",
     ),
     Option(
+        "otlp_grpc",
+        "OTLP/gRPC listener (TraceService, LogsService and MetricsService, what several SDKs and the OpenTelemetry "
+        "Collector send by default; 4317 is the usual port; needs the grpc extra), with the token and TLS of the "
+        "others",
+        None,
+        flag="--otlp-grpc",
+        parse=parse_listen_address,
+        metavar="HOST:PORT",
+        none_means="off",
+    ),
+    Option(
         "otlp_max_body_bytes",
-        "largest OTLP request body, compressed or inflated (a larger one gets a 413)",
+        "largest OTLP request body, compressed or inflated (a larger one gets a 413, or RESOURCE_EXHAUSTED over gRPC)",
         8 * 1024 * 1024,
         flag="--otlp-max-body",
         parse=parse_size,
         metavar="SIZE",
         range=(64 * 1024, 2**30),
         unit="bytes",
+    ),
+    Option(
+        "otlp_max_connections",
+        "OTLP/HTTP connections open at once, apart from the HTTP API's; more are answered 503 with Retry-After and "
+        "closed at once",
+        1024,
+        flag="--otlp-max-connections",
+        parse=int,
+        metavar="N",
+        range=(1, 2**20),
     ),
     Option(
         "otlp_max_processes",
@@ -438,7 +459,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "max_http_connections",
-        "HTTP connections open at once; more are closed at once",
+        "HTTP API connections open at once; more are answered 503 with Retry-After and closed at once",
         256,
         flag="--max-http-connections",
         parse=int,

@@ -124,7 +124,7 @@ def test_a_request_on_a_kept_alive_connection_while_the_collector_stops_is_503_a
 
             running.servers.ingest_closed = ingest_closed  # type: ignore[method-assign]
             await running.stop()
-            return late[0], len(running.connections)
+            return late[0], len(list(running.every_connection))
         finally:
             await session.close()
 

@@ -6,23 +6,29 @@ counters (``data_points.py``).
 Answers, as the specification says: 200 with the signal's ``Export*ServiceResponse`` (its ``partial_success`` counts
 the items refused, with the first reason); 400 with a ``google.rpc.Status`` for a body that is not a request; 413 past
 the body limit (compressed or not: a gzip bomb is refused as it inflates); 415 for another content type or encoding;
-503 with ``Retry-After`` when the store refused everything (``--policy discard``), too many requests are in flight,
-or the streams of ``--otlp-max-processes`` resources are busy with other requests, so exporters retry rather than lose
-them. Resources' streams are bounded apart from clients' connections (``--max-connections``): an idle one is closed
-when a new resource needs its slot.
+503 with ``Retry-After`` when the store refused everything (``--policy discard``), the bytes of the requests in
+flight, as received and as inflated, would pass their bound (``in_flight.py``), or the streams of
+``--otlp-max-processes`` resources are busy with other requests, so exporters retry rather than lose them. Resources'
+streams are bounded apart from clients' connections (``--max-connections``): an idle one is closed when a new
+resource needs its slot.
+
+The OTLP/gRPC receiver (``grpc_receiver.py``) hands its requests to the same ``OtlpReceiver``: the limits, the
+decoding, the streams, the store and the counts are the same: ``store_request`` answers either with the response
+message or with an exception that says which refusal it is (``BadRequest``, ``Unavailable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import functools
 import logging
 import re
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from aiohttp import web
@@ -37,12 +43,23 @@ from ringtrace.client.wire.frames import KindSpec, encode
 from ringtrace.client.wire.model import THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
+from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 
-__all__ = ["SIGNALS", "BadRequest", "OtlpReceiver", "Signal", "decode_request", "read_body"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "SIGNALS",
+    "BadRequest",
+    "OtlpReceiver",
+    "Signal",
+    "Unavailable",
+    "decode_request",
+    "inflated",
+    "read_body",
+]
 
 log = logging.getLogger("ringtrace.collector.otlp")
 
@@ -52,10 +69,14 @@ _JSON: Final = "application/json"
 MAX_THREAD_TRACKS: Final = 1_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
-#: Request bodies in flight at once, in bodies of ``--otlp-max-body``; past it, 503 with Retry-After. (A decoded
-#: request takes about 15 times its body, but one is decoded at a time: what waits for the store is its frames.)
+#: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
+#: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
+#: the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
-_RETRY_AFTER_S: Final = "1"
+#: What a gzip body inflates by at a time, each piece counted in flight before the next.
+_INFLATE_STEP: Final = 1024 * 1024
+#: Seconds after which an exporter refused for now may send again (``Retry-After``; gRPC's ``RetryInfo``).
+RETRY_AFTER_S: Final = 1
 #: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
 _ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
@@ -67,6 +88,15 @@ class BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Unavailable(Exception):
+    """The request is refused for now, and may be sent again later: 503 with ``Retry-After``; over gRPC UNAVAILABLE,
+    or RESOURCE_EXHAUSTED where ``busy`` (too many requests in flight), with a RetryInfo."""
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +215,8 @@ class _Delivery:
 
 
 class OtlpReceiver:
-    """The routes of the OTLP/HTTP port, and the loopback streams of the resources they have seen."""
+    """The routes of the OTLP/HTTP port, and what they share with the OTLP/gRPC one: the bound on requests in flight,
+    the decoding, the loopback streams of the resources seen, and the counts."""
 
     def __init__(
         self,
@@ -207,9 +238,8 @@ class OtlpReceiver:
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
         self._decoding = asyncio.Lock()
-        #: Bytes of the bodies of the requests being handled (their Content-Length, or the limit), and the most.
-        self._bytes_in_flight = 0
-        self.max_bytes_in_flight = MAX_BODIES_IN_FLIGHT * max_body_bytes
+        #: Bytes of the bodies of the requests being handled, as received and as inflated, within a bound.
+        self.in_flight = BytesInFlight(MAX_BODIES_IN_FLIGHT * max_body_bytes)
         #: The collector is stopping: no new request is taken, and no loopback connection opened (``stop``).
         self.stopping = False
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
@@ -229,28 +259,60 @@ class OtlpReceiver:
 
     async def export(self, signal: Signal, request: web.Request) -> web.Response:
         as_json = _content_type(request) == _JSON
-        if self.stopping:  # (a kept-alive connection outlives the listener)
-            return self._refuse(503, "the collector is stopping", as_json, retry=True)
         size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
-        if self._bytes_in_flight + size > self.max_bytes_in_flight:
-            why = f"requests of {self._bytes_in_flight} bytes in flight, the most is {self.max_bytes_in_flight}"
-            return self._refuse(503, why, as_json, retry=True)
-        self._bytes_in_flight += size
         try:
-            body = await read_body(request, self.max_body_bytes)
-            return await self.store(signal, body, as_json)
-        except BadRequest as exc:
-            return self._refuse(exc.status, str(exc), as_json)
-        finally:
-            self._bytes_in_flight -= size
-
-    def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
-        self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
-        return _status(status, message, as_json, retry)
+            with self.admitted(size) as held:  # (given back when answered: the frames wait for the store meanwhile)
+                body = await read_body(request, self.max_body_bytes, held.take)
+                return await self.store(signal, body, as_json)
+        except (BadRequest, Unavailable) as exc:
+            return self._refusal(exc, as_json)
 
     async def store(self, signal: Signal, body: bytes, as_json: bool) -> web.Response:
+        """The HTTP answer to the request in ``body``: its response (``store_request``), or the refusal's status."""
+        try:
+            return _message(await self.store_request(signal, body, as_json), as_json)
+        except (BadRequest, Unavailable) as exc:
+            return self._refusal(exc, as_json)
+
+    def _refusal(self, refused: BadRequest | Unavailable, as_json: bool) -> web.Response:
+        if isinstance(refused, Unavailable):
+            return self._refuse(503, str(refused), as_json, retry=True)
+        return self._refuse(refused.status, str(refused), as_json)
+
+    def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
+        self.count_refused(status)
+        return _status(status, message, as_json, retry)
+
+    def count_refused(self, status: int) -> None:
+        """One more request answered with an error: ``status`` is its HTTP status (a gRPC one's HTTP equivalent)."""
+        self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
+
+    @contextlib.contextmanager
+    def admitted(self, size: int) -> Iterator[RequestBytes]:
+        """A request of ``size`` bytes in flight while in the block; what its body inflates to is taken from it
+        (``RequestBytes.take``) as it grows, and all of it given back at the end.
+
+        Raises:
+            Unavailable: the collector is stopping, or the bytes in flight would pass their bound (``busy``).
+        """
+        if self.stopping:  # (a kept-alive connection outlives the listener)
+            raise Unavailable("the collector is stopping")
+        try:
+            with self.in_flight.request() as held:
+                held.take(size)
+                yield held
+        except Busy as exc:
+            raise Unavailable(str(exc), busy=True) from None
+
+    async def store_request(self, signal: Signal, body: bytes, as_json: bool) -> Message:
         """Decode and pack the request (one at a time: its objects are freed before its frames wait for the store),
-        then send each process's frames and answer with what was stored."""
+        then send each process's frames; the signal's response, with what was refused in its ``partial_success``.
+
+        Raises:
+            BadRequest: the body is not a request (400), or its data broke a limit of its stream.
+            Unavailable: the store refused everything (full, under ``--policy discard``), or the request's new
+                resources do not fit in ``max_processes`` until other requests are done (``busy``).
+        """
         deliveries: list[_Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
@@ -262,7 +324,7 @@ class OtlpReceiver:
                         f"the OTLP processes are at --otlp-max-processes={self.max_processes}, storing other "
                         f"requests: this one's new resources fit once they are done"
                     )
-                    return self._refuse(503, why, as_json, retry=True)
+                    raise Unavailable(why, busy=True)
                 taken, past_bound = room
                 for process in taken:
                     deliveries.append(await self._packed(process))
@@ -296,18 +358,17 @@ class OtlpReceiver:
         self.refused[signal.path] += rejected + refused
         if refused and not stored:
             if self.stopping:  # (its streams closed with the collector: not a limit, the exporter may send it again)
-                return self._refuse(503, "the collector is stopping", as_json, retry=True)
+                raise Unavailable("the collector is stopping")
             if closed:  # (a limit of the stream: sent again, it would break it again)
-                return self._refuse(400, f"the collector could not take the {signal.items}: {closed}", as_json)
-            why = f"the collector's store refused the {signal.items} (full, or the process at its cap)"
-            return self._refuse(503, why, as_json, retry=True)
+                raise BadRequest(400, f"the collector could not take the {signal.items}: {closed}")
+            raise Unavailable(f"the collector's store refused the {signal.items} (full, or the process at its cap)")
         response = signal.response()
         if rejected or refused:
             full = f"the collector's store refused some {signal.items} (full, or the process at its cap)"
             message = why or closed or full
             partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
             response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
-        return _message(response, as_json)
+        return response
 
     def _room_for(self, processes: list[ProcessEvents]) -> tuple[list[ProcessEvents], list[ProcessEvents]] | None:
         """Which of ``processes`` get a stream, and which are past ``max_processes``, idle streams closed (least
@@ -451,11 +512,13 @@ def _ids_as_base64(value: Any) -> Any:
     return value
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request's body, inflated if gzip, within ``limit`` bytes both ways.
+async def read_body(request: web.Request, limit: int, take: Callable[[int], None]) -> bytes:
+    """The request's body, inflated if gzip, within ``limit`` bytes both ways; ``take`` is told of each piece it
+    inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
 
     Raises:
         BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream.
+        Busy: ``take`` refused.
     """
     if _content_type(request) not in (_PROTOBUF, _JSON):
         raise BadRequest(415, f"Content-Type must be {_PROTOBUF} or {_JSON}, got {request.content_type!r}")
@@ -469,20 +532,32 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise BadRequest(413, f"body past the limit of {limit} bytes")
-    if encoding != "gzip":
-        return bytes(body)
+    return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
+
+
+def inflated(body: bytes | bytearray, limit: int, take: Callable[[int], None]) -> bytes:
+    """The gzip ``body`` inflated, within ``limit`` bytes, ``take`` told of each piece before the next is inflated.
+
+    Raises:
+        BadRequest: 413 past the limit; 400 for a broken gzip stream.
+        Busy: ``take`` refused.
+    """
     data = bytearray()
     rest: bytes | bytearray = body
     while True:  # each gzip member (RFC 1952: a body may hold several, as gzip.decompress reads them)
         inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            data += inflate.decompress(rest, limit + 1 - len(data))
-        except zlib.error as exc:
-            raise BadRequest(400, f"body is not gzip: {exc}") from None
-        if len(data) > limit or inflate.unconsumed_tail:
-            raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-        if not inflate.eof:
-            raise BadRequest(400, "gzip body cut short")
+        while not inflate.eof:
+            try:
+                piece = inflate.decompress(rest, min(_INFLATE_STEP, limit + 1 - len(data)))
+            except zlib.error as exc:
+                raise BadRequest(400, f"body is not gzip: {exc}") from None
+            if len(data) + len(piece) > limit:
+                raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
+            if not (piece or inflate.unconsumed_tail or inflate.eof):
+                raise BadRequest(400, "gzip body cut short")
+            take(len(piece))
+            data += piece
+            rest = inflate.unconsumed_tail
         rest = inflate.unused_data
         if not rest:
             return bytes(data)
@@ -502,7 +577,7 @@ def _status(status: int, message: str, as_json: bool, retry: bool = False) -> we
         body = b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
         response = web.Response(body=body, status=status, content_type=_PROTOBUF)
     if retry:
-        response.headers["Retry-After"] = _RETRY_AFTER_S
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 

@@ -143,7 +143,6 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
         host, port = running.servers.otlp_address
         url = f"http://{host}:{port}/v1/traces"
         headers = {"Content-Type": "application/x-protobuf"}
-        large = request("large", 20_000).SerializeToString()  # its stream is busy while its frames go in
         answers: list[tuple[int, str | None, bytes]] = []
         try:
             async with aiohttp.ClientSession() as session:
@@ -155,9 +154,11 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
                 deadline = asyncio.get_running_loop().time() + 60
                 while not any(status == 503 for status, _, _ in answers):
                     assert asyncio.get_running_loop().time() < deadline, answers
-                    storing = asyncio.ensure_future(post(large))
-                    while not running.otlp_connections and not storing.done():  # it is being packed
-                        await asyncio.sleep(0)
+                    large = f"large-{len(answers)}"  # its stream is busy while its frames go in, a turn at a time
+                    storing = asyncio.ensure_future(post(request(large, 20_000).SerializeToString()))
+                    known = running.registry.processes.values()
+                    while not storing.done() and all(p.instance_id != large for p in known):
+                        await asyncio.sleep(0)  # (its stream opens as it is packed)
                     answers.append(await post(request(f"small-{len(answers)}", 1).SerializeToString()))
                     assert (await storing)[0] == 200
             return answers

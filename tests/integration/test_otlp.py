@@ -477,3 +477,21 @@ def test_sources_say_how_each_process_reaches_the_collector_and_when_it_was_last
         assert (health["connections"], health["otlp_streams"]) == (1, 1)
     finally:
         timeline.close(timeout_s=30)
+
+
+def test_an_idle_otlp_stream_is_closed_and_its_process_keeps_when_it_was_last_seen() -> None:
+    collector = OtlpCollector("--idle-timeout", "1")
+    try:
+        assert collector.export(services("web"))[0] == 200
+        (seen,) = (p["last_seen_wall_ns"] for p in collector.json("/sources")["processes"])
+        deadline = time.monotonic() + 30
+        while collector.json("/healthz")["otlp_streams"]:  # closed by the idle timeout
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (web,) = collector.json("/sources")["processes"]
+        assert (web["via"], web["connections"], web["last_seen_wall_ns"]) == ("otlp", 0, seen)
+        assert not any(track["live"] for track in web["tracks"])
+        assert collector.export(services("web"))[0] == 200  # a stream opens again
+        assert collector.json("/healthz")["otlp_streams"] == 1
+    finally:
+        collector.stop()

@@ -20,26 +20,30 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.frames import Hello
 from ringtrace.client.wire.model import MAX_STRING_CHARS, display_text
+from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceSpan
 
 __all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
 
 #: Nesting of array and map attribute values kept (deeper ones become their text).
 _MAX_VALUE_DEPTH: Final = 8
 
-#: Where a record goes in its process: a thread (its id and name), or a track of its own name (``spans``, ``logs``).
-Lane = tuple[int, str] | str
+#: Where a record goes in its process: a thread (its id and name), a track of its own name (``logs``, ``metrics``),
+#: or a lane of a trace (``trace_lanes.py``).
+Lane = tuple[int, str] | str | TraceLane
 #: A log record as a message: its lane, category (scope), priority, time, and values (``logs.py``).
 LogRecordValues = tuple[Lane, str, str, int, tuple[Any, ...]]
 
 
 @dataclass
 class ProcessEvents:
-    """One resource's data of a request: records per lane (``kind, label, start_ns, end_ns, args`` flat) and log
-    messages, how many items (spans, log records, data points) it came with, and those refused."""
+    """One resource's data of a request: records per lane (``kind, label, start_ns, end_ns, args`` flat), spans to
+    place on the lanes of their traces, log messages, how many items (spans, log records, data points) it came with,
+    and those refused."""
 
     key: str
     hello: Hello
     records: dict[Lane, list[Any]] = field(default_factory=dict)
+    trace_spans: list[TraceSpan] = field(default_factory=list)
     messages: list[LogRecordValues] = field(default_factory=list)
     items: int = 0
     rejected: int = 0

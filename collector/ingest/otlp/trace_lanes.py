@@ -25,9 +25,7 @@ starts (they are kept sorted by end): about the new span's descendants when span
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 __all__ = ["MAX_KEPT_SPANS", "MAX_TRACE_LANES", "TraceLane", "TraceLanes", "TraceSpan"]
@@ -53,22 +51,29 @@ class TraceSpan(NamedTuple):
     records: list[Any]
 
 
-@dataclass(frozen=True, slots=True)
 class TraceLane:
-    """One lane: a key of its own (a trace placed again after it was forgotten has new ones), and its track's name."""
+    """One lane, its own key (equal to no other: a trace placed again after it was forgotten has new ones), with its
+    track's name."""
 
-    serial: int
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TraceLane({self.name!r})"
 
 
 class _Trace:
     """A trace's lanes, each with the spans placed on it; each span's lane and parent, and where a child of each
     went."""
 
-    __slots__ = ("child_lane", "keys", "lanes", "placed", "short_id")
+    __slots__ = ("child_lane", "keys", "lanes", "placed", "short_id", "size")
 
     def __init__(self, short_id: str) -> None:
         self.short_id = short_id
+        #: Spans on its lanes (a span sent twice counts twice: it is there twice).
+        self.size = 0
         self.lanes: list[list[_Placed]] = []
         self.keys: list[TraceLane] = []
         self.placed: dict[int, tuple[int, int]] = {}
@@ -92,7 +97,6 @@ class TraceLanes:
     def __init__(self, max_lanes: int = MAX_TRACE_LANES) -> None:
         self.max_lanes = max_lanes
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
-        self._serials = itertools.count(1)
         self._lanes = 0
         self._spans = 0
         self._retired: list[TraceLane] = []
@@ -104,20 +108,21 @@ class TraceLanes:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id.hex()[:8])
         else:
             self._traces.move_to_end(span.trace_id)
-        index = _lane_for(trace, span)
+        index = _lane_for(trace, span) if trace.lanes else 0
         if index == len(trace.lanes):
             number = f" #{index + 1}" if index else ""
             trace.lanes.append([])
-            trace.keys.append(TraceLane(next(self._serials), f"trace {trace.short_id}{number}"))
+            trace.keys.append(TraceLane(f"trace {trace.short_id}{number}"))
             self._lanes += 1
         bisect.insort(trace.lanes[index], (span.end_ns, span.start_ns, span.span_id, span.parent_id))
         trace.placed[span.span_id] = (index, span.parent_id)
+        trace.size += 1
         trace.child_lane.setdefault(span.parent_id, index)
         self._spans += 1
         key = trace.keys[index]
         while self._traces and (self._spans > MAX_KEPT_SPANS or self._lanes > self.max_lanes):
             _, forgotten = self._traces.popitem(last=False)
-            self._spans -= sum(len(lane) for lane in forgotten.lanes)
+            self._spans -= forgotten.size
             self._lanes -= len(forgotten.lanes)
             self._retired += forgotten.keys
         return key

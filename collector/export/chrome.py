@@ -191,13 +191,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
-    """Names and order: processes in the order they first connected; in each, threads in the order they were
-    declared, each followed by its task lanes, then sources and counter tracks."""
+    """Names and order: processes in the order they first connected (those that show one pid, OTLP data of a
+    ringtrace client's process, under the first one's name); in each, threads in the order they were declared, each
+    followed by its task lanes, then sources and counter tracks."""
     events: list[dict[str, Any]] = []
+    named: set[int] = set()
     for uid in sorted({uid for uid, _ in tracks}):
         process = view.processes[uid]
         label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
         pid = process.trace_pid
+        if pid in named:
+            continue
+        named.add(pid)
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": process.host}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": uid}})

@@ -471,7 +471,10 @@ class _Tracks:
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
         self._last_uuid = 0
+        #: By the pid shown.
         self._process_uuids: dict[int, int] = {}
+        #: The first known process showing each pid (made on first use).
+        self._first_showing: dict[int, ProcessView] | None = None
         self._track_uuids: dict[tuple[int, int], int] = {}
         self._counter_uuids: dict[tuple[int, str], int] = {}
         self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
@@ -494,9 +497,16 @@ class _Tracks:
         return self._last_uuid
 
     def _process_uuid(self, process: ProcessView) -> int:
-        uuid = self._process_uuids.get(process.uid)
+        """The track of the process, one per pid shown (OTLP data of a ringtrace client's process shows its pid),
+        named after the first known of those that show it."""
+        uuid = self._process_uuids.get(process.trace_pid)
         if uuid is None:
-            uuid = self._process_uuids[process.uid] = self._new_uuid()
+            if self._first_showing is None:
+                self._first_showing = {}
+                for known in sorted(self._walk.view.processes.values(), key=lambda p: p.uid):
+                    self._first_showing.setdefault(known.trace_pid, known)
+            process = self._first_showing.get(process.trace_pid, process)
+            uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
             label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
             described = pb.uint(_PID, self._pid(process)) + pb.string(_PROCESS_NAME, label)
             described += pb.string(_PROCESS_LABELS, process.host)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, events, metadata
+from collector_process import CollectorProcess, events, metadata, run_script
 from google.protobuf import json_format
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -211,6 +211,60 @@ def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)
     return start, start + round(event["dur"] * 1000)
+
+
+#: A program that records with ringtrace and OpenTelemetry both: ringtrace's span processor, and the OTLP exporter
+#: whose resource names the program's host and pid.
+BOTH = """
+import os, socket, sys
+import ringtrace.client, ringtrace.client.otel
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="shop")
+resource = Resource.create({"service.name": "checkout", "process.pid": os.getpid(), "host.name": socket.gethostname()})
+provider = TracerProvider(resource=resource)
+provider.add_span_processor(ringtrace.client.otel.SpanProcessor(tl))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[2])))
+tracer = provider.get_tracer("shop")
+for request in ("other", "this"):
+    with tracer.start_as_current_span("handle", attributes={"request": request}) as span:
+        with tl.scope("render", request=request):  # plain: no trace id of its own
+            pass
+provider.shutdown()
+assert tl.flush(timeout_s=30)
+print(f"{span.get_span_context().trace_id:032x}")
+"""
+
+
+def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_and_otlp_joins_its_process(
+    collector: OtlpCollector,
+) -> None:
+    trace_id = run_script(collector, BOTH, collector.otlp_url).strip()
+    trace = collector.snapshot(f"?trace_id={trace_id}")
+    slices = events(trace, "X")
+    recorded = {(e["name"], "scope" in e["args"]): e for e in slices}  # (OTLP spans carry their scope's name)
+    assert sorted(recorded) == [("handle", False), ("handle", True), ("render", False)]
+    span, scope, otlp = recorded[("handle", False)], recorded[("render", False)], recorded[("handle", True)]
+    assert span["args"]["trace_id"] == otlp["args"]["trace_id"] == trace_id
+    assert span["args"]["span_id"] == otlp["args"]["span_id"] and span["args"]["kind"] == "internal"
+    assert scope["args"] == {"request": "this"} and scope["tid"] == span["tid"]  # the plain scope, on its track
+    assert span["ts"] <= scope["ts"] and scope["ts"] + scope["dur"] <= span["ts"] + span["dur"]
+    # The OTLP resource of the same host and pid is the same process: one pid, named as the program named it.
+    assert span["pid"] == scope["pid"] == otlp["pid"] and otlp["tid"] != span["tid"]
+    assert metadata(trace, "process_name") == {(span["pid"], 0): "shop"}
+
+    status, body = collector.get(f"/snapshot?trace_id={trace_id}&format=perfetto")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    assert sorted(s.name for s in perfetto.slices) == ["handle", "handle", "render"]
+    assert len({perfetto.pid(s.track) for s in perfetto.slices}) == 1
+    assert [t.name for t in perfetto.tracks.values() if t.kind == "process"] == ["shop"]
+    (ours,) = [s for s in perfetto.slices if s.name == "handle" and "scope" not in s.args]
+    (inside,) = [s for s in perfetto.slices if s.name == "render"]
+    assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
 def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollector) -> None:

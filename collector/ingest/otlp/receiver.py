@@ -49,6 +49,8 @@ _PROTOBUF: Final = "application/x-protobuf"
 _JSON: Final = "application/json"
 #: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
 MAX_THREAD_TRACKS: Final = 1_000
+#: The first track id of a process's stream.
+FIRST_TRACK_ID: Final = 1 << 24
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Request bodies in flight at once, in bodies of ``--otlp-max-body``; past it, 503 with Retry-After. (A decoded
@@ -103,7 +105,9 @@ class _ProcessStream:
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
-        self._track_ids = itertools.count(1)  # (never reused: the lanes of traces end)
+        # Never reused (the lanes of traces end), and far above a ringtrace client's: shown as one process with a
+        # client's (the same OS process), its tracks keep their own tids.
+        self._track_ids = itertools.count(FIRST_TRACK_ID)
         self.trace_lanes = TraceLanes()
         self.log_kinds: dict[tuple[str, str], KindSpec] = {}
         self.lock = asyncio.Lock()

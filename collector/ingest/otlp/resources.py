@@ -1,7 +1,9 @@
 """What every OTLP signal shares: a resource is a process, and a request's data becomes records per lane of it.
 
 A resource's process is named after its ``service.name`` (with ``host.name``, ``process.pid``); the same resource
-sent again is the same process (its ``service.instance.id``, or a digest of its attributes). Its timestamps are
+sent again is the same process (its ``service.instance.id``, or a digest of its attributes). A resource of an OS
+process a ringtrace client also records (the same ``host.name`` and ``process.pid``) shows as that process, each one's
+tracks beside the other's (``store/processes.py``). Its timestamps are
 wall-clock ns, so its stream pairs its clock with the wall clock one to one (HELLO ``recorded``: as sent, not checked
 against the collector's clock).
 """
@@ -21,6 +23,7 @@ from ringtrace.client._version import __version__
 from ringtrace.client.wire.frames import Hello
 from ringtrace.client.wire.model import MAX_STRING_CHARS, display_text
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceSpan
+from ringtrace.collector.store.processes import OTLP_CLIENT_PREFIX
 
 __all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
 
@@ -82,7 +85,7 @@ def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> Proce
             boot_id="",  # a clock domain of its own: wall-clock ns
             monotonic_ns=now,
             wall_ns=now,
-            client_version=text_of(f"otlp {sdk.strip()} (ringtrace {__version__})"),
+            client_version=text_of(f"{OTLP_CLIENT_PREFIX}{sdk.strip()} (ringtrace {__version__})"),
             recorded=True,
         )
         process = processes[key] = ProcessEvents(key, hello)

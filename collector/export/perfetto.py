@@ -53,7 +53,7 @@ from ringtrace.collector.export import protobuf as pb
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame, first_showing
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -502,9 +502,7 @@ class _Tracks:
         uuid = self._process_uuids.get(process.trace_pid)
         if uuid is None:
             if self._first_showing is None:
-                self._first_showing = {}
-                for known in sorted(self._walk.view.processes.values(), key=lambda p: p.uid):
-                    self._first_showing.setdefault(known.trace_pid, known)
+                self._first_showing = first_showing(self._walk.view.processes)
             process = self._first_showing.get(process.trace_pid, process)
             uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
             label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"

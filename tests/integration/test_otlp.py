@@ -207,6 +207,29 @@ def test_a_traces_spans_nest_on_lanes_of_their_trace_in_both_formats(collector: 
     }
 
 
+def test_past_its_lanes_a_process_ends_its_oldest_traces_lanes_and_its_threads_keep_their_tracks(
+    collector: OtlpCollector,
+) -> None:
+    traces = [span(f"op {i}", T0 + i, T0 + i + 1, span_id=i + 1) for i in range(1_500)]
+    for i, each in enumerate(traces):
+        each.trace_id = (i + 1).to_bytes(16, "big")  # 1,500 traces, a lane each: past the 1,000 live at once
+    threads = [
+        span(f"work {n}", T0, T0 + 10, span_id=9_000 + n, **{"thread.id": n, "thread.name": f"w{n}"}) for n in (1, 2)
+    ]
+    for part in (traces[:750], traces[750:], threads):
+        assert collector.export(request_of(*part).SerializeToString())[0] == 200
+    trace = collector.snapshot()
+    spans = events(trace, "X")
+    assert len(spans) == 1_502  # every lane shown, those ended too
+    names = metadata(trace, "thread_name")
+    assert sorted((names[(e["pid"], e["tid"])], e["tid"]) for e in spans if e["name"].startswith("work")) == [
+        ("w1", 1), ("w2", 2),
+    ]  # fmt: skip
+    (process,) = collector.json("/sources")["processes"]
+    tracks = process["tracks"]
+    assert sum(t["live"] for t in tracks if t["name"].startswith("trace ")) == 1_000
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)

@@ -115,7 +115,7 @@ class _ProcessStream:
     def track(self, lane: Lane) -> TrackInfo:
         track = self.tracks.get(lane)
         if track is None:
-            if isinstance(lane, tuple) and len(self.tracks) > MAX_THREAD_TRACKS:
+            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live > MAX_THREAD_TRACKS:
                 return self.track("threads")
             if isinstance(lane, TraceLane):  # a track of the process, beside its threads
                 track = TrackInfo(next(self._track_ids), SOURCE_TRACK, lane.name)

@@ -97,7 +97,8 @@ class TraceLanes:
     def __init__(self, max_lanes: int = MAX_TRACE_LANES) -> None:
         self.max_lanes = max_lanes
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
-        self._lanes = 0
+        #: Lanes live (placed on, and not retired yet).
+        self.live = 0
         self._spans = 0
         self._retired: list[TraceLane] = []
 
@@ -113,17 +114,17 @@ class TraceLanes:
             number = f" #{index + 1}" if index else ""
             trace.lanes.append([])
             trace.keys.append(TraceLane(f"trace {trace.short_id}{number}"))
-            self._lanes += 1
+            self.live += 1
         bisect.insort(trace.lanes[index], (span.end_ns, span.start_ns, span.span_id, span.parent_id))
         trace.placed[span.span_id] = (index, span.parent_id)
         trace.size += 1
         trace.child_lane.setdefault(span.parent_id, index)
         self._spans += 1
         key = trace.keys[index]
-        while self._traces and (self._spans > MAX_KEPT_SPANS or self._lanes > self.max_lanes):
+        while self._traces and (self._spans > MAX_KEPT_SPANS or self.live > self.max_lanes):
             _, forgotten = self._traces.popitem(last=False)
             self._spans -= forgotten.size
-            self._lanes -= len(forgotten.lanes)
+            self.live -= len(forgotten.lanes)
             self._retired += forgotten.keys
         return key
 

@@ -137,17 +137,18 @@ class TraceLanes:
 def _lane_for(trace: _Trace, span: TraceSpan) -> int:
     """The first lane (its index) of its parent's, a sibling's, a child's and the trace's where ``span`` nests
     truthfully; past the last if none."""
+    lanes = trace.lanes
     parents = trace.placed.get(span.parent_id)
-    candidates: list[int | None] = [None if parents is None else parents[0], trace.child_lane.get(span.parent_id)]
-    candidates += (trace.child_lane.get(span.span_id), *range(len(trace.lanes)))
-    tried: set[int] = set()
-    for index in candidates:
-        if index is None or index in tried:
-            continue
-        tried.add(index)
-        if _nests(trace, trace.lanes[index], span):
+    tried = -1
+    for index in (parents and parents[0], trace.child_lane.get(span.parent_id), trace.child_lane.get(span.span_id)):
+        if index is not None and index != tried:  # (the usual case: the first fits)
+            if _nests(trace, lanes[index], span):
+                return index
+            tried = index
+    for index in range(len(lanes)):
+        if _nests(trace, lanes[index], span):
             return index
-    return len(trace.lanes)
+    return len(lanes)
 
 
 def _nests(trace: _Trace, lane: list[_Placed], span: TraceSpan) -> bool:

@@ -132,7 +132,7 @@ class Timeline(Recorder):
     # -- the recording model ----------------------------------------------------------------------------------------
 
     def counter(self, name: object, value: float, /) -> None:
-        """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name)."""
+        """Record the value of the counter ``name`` now (a Chrome ``C`` event: a line graph per name and thread)."""
         events = self._events_with_room()
         if events is None:
             return

@@ -250,6 +250,8 @@ typedef struct {
     Py_ssize_t spans_len;
     const char *ids;      /* ,"pid":P,"tid":T */
     Py_ssize_t ids_len;
+    const char *counter_ids; /* the same, and a counter's "id" (its track, with its name) */
+    Py_ssize_t counter_ids_len;
     /* outputs */
     Out out;
     uint8_t *deferred;
@@ -324,7 +326,12 @@ transcode(Frame *f)
         phase[7] = (char)code;
         put(&f->out, phase, sizeof(phase) - 1);
         put_micros(&f->out, wall - f->origin_ns);
-        put(&f->out, f->ids, (size_t)f->ids_len);
+        if (code == 'C') {
+            put(&f->out, f->counter_ids, (size_t)f->counter_ids_len);
+        }
+        else {
+            put(&f->out, f->ids, (size_t)f->ids_len);
+        }
         if (code == 'X') {
             PUT_LITERAL(&f->out, ",\"dur\":");
             put_micros(&f->out, dur);
@@ -375,21 +382,22 @@ transcode_in_c_locale(Frame *f)
 }
 
 PyDoc_STRVAR(events_json_doc,
-"events_json(payload, count, columns, first_ts_ns, offset_ns, origin_ns, since_ns, until_ns, kinds, names, spans, ids)\n"
+"events_json(payload, count, columns, first_ts_ns, offset_ns, origin_ns, since_ns, until_ns, kinds, names, spans, ids,\n"
+"            counter_ids)\n"
 "--\n\n"
 "The Chrome JSON of a stored EVENTS frame's common events: (json, deferred, shown, skipped, before_origin), or None\n"
 "when the Python walk must read the frame. json: the events' objects joined by commas; deferred: one byte per event,\n"
 "1 for each left to the Python walk (None if none is); skipped: events counted as undecodable.\n"
 "columns: where kind, name, ts, dur and args are among the payload's 5 columns; kinds: a code per kind id (0 not\n"
 "shown, 1 the Python walk's, or the phase letter X, i, C); names: JSON strings end to end; spans: int64 start and end\n"
-"in names per string id (-1 for none); ids: the ,\"pid\":P,\"tid\":T part.");
+"in names per string id (-1 for none); ids: the ,\"pid\":P,\"tid\":T part; counter_ids: a counter's, with its \"id\".");
 
 static PyObject *
 events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 12) {
-        PyErr_Format(PyExc_TypeError, "events_json() takes 12 arguments (%zd given)", nargs);
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "events_json() takes 13 arguments (%zd given)", nargs);
         return NULL;
     }
     Frame f;
@@ -404,11 +412,11 @@ events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         as_i128(args[7], "until_ns", &f.until_ns, &f.has_until) < 0) {
         return NULL;
     }
-    Py_buffer views[5];
-    PyObject *sources[5] = {args[0], args[8], args[9], args[10], args[11]};
+    Py_buffer views[6];
+    PyObject *sources[6] = {args[0], args[8], args[9], args[10], args[11], args[12]};
     int held = 0;
     PyObject *result = NULL;
-    for (; held < 5; held++) {
+    for (; held < 6; held++) {
         if (PyObject_GetBuffer(sources[held], &views[held], PyBUF_SIMPLE) < 0) {
             goto done;
         }
@@ -423,6 +431,8 @@ events_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     f.spans_len = views[3].len / (Py_ssize_t)sizeof(int64_t);
     f.ids = views[4].buf;
     f.ids_len = views[4].len;
+    f.counter_ids = views[5].buf;
+    f.counter_ids_len = views[5].len;
 
     f.deferred = calloc((size_t)f.count + 1, 1);
     if (f.deferred == NULL) {

@@ -14,5 +14,6 @@ def events_json(
     names: bytearray,
     spans: array[int],
     ids: bytes,
+    counter_ids: bytes,
     /,
 ) -> tuple[bytes, bytes | None, int, int, int] | None: ...

@@ -132,7 +132,9 @@ def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tu
             event["dur"] = dur_ns / 1000
         elif phase == "i":
             event["s"] = "t"
-        elif phase != "C":  # async: the id pairs a begin with its end, across threads
+        elif phase == "C":  # a counter's track is its name and id: one per track it was recorded on (its tid)
+            event["id"] = str(tid)
+        else:  # async: the id pairs a begin with its end, across threads
             event["id"] = async_id
         if args is not None:
             event["args"] = args

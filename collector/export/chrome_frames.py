@@ -88,10 +88,11 @@ class FrameJson:
         if self._columns is None or self._unindexed:
             return None
         ids = b',"pid":%d,"tid":%d' % (pid, tid)
+        counter_ids = ids + b',"id":"%d"' % tid  # (as export/chrome.py names a counter's track)
         try:
             made = self._events_json(
                 frame.payload, frame.count, self._columns, frame.first_ts_ns, offset_ns, self._origin_ns,
-                self._since_ns, self._until_ns, self._codes, self._names, self._spans, ids,
+                self._since_ns, self._until_ns, self._codes, self._names, self._spans, ids, counter_ids,
             )  # fmt: skip
         except OverflowError:  # times past 64 bits: the Python walk counts them
             return None

@@ -7,9 +7,11 @@ instants and counters with plain args is written straight from its msgpack, nami
 tables (``_Writer.fast_chunk``): the same bytes as this module writes, which defines them.
 
 Tracks (``TrackDescriptor``), each described before its first event: a process track per process (pid, name, host
-as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, and under
-the process a track per source, a counter track per counter (and per value other than ``value``), and a track per
-async slice id (named by the slice: Perfetto shows same-named async tracks as one, a row per slice open at once).
+as its label), a thread track per thread (pid, tid, name), a track per asyncio task lane with its thread, under the
+process a track per source and a track per async slice id (named by the slice: Perfetto shows same-named async tracks
+as one, a row per slice open at once), and under the track a counter was recorded on a counter track per counter
+name (and per value other than ``value``): threads that set one counter each get a line of their own, as in Chrome
+JSON (a counter's ``id``) and the web view, not one line interleaving their values.
 Processes and threads are ordered explicitly (the root track's ordering, each one's rank): processes in the order
 they first connected, threads in the order they were declared. The root track is uuid 0, Perfetto's implicit
 trace-global track: its descriptor is the only one Perfetto reads ``process_ordering`` and ``thread_ordering`` from
@@ -234,8 +236,8 @@ class _Writer:
         self._segment: int | None = None
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
-        #: What ``add`` makes of an event, by its phase.
-        self._by_phase: dict[str, Callable[[ProcessView, bytes, Shown], None]] = {
+        #: What ``add`` makes of an event, by its phase: of the event of a track (and its track field).
+        self._by_phase: dict[str, Callable[[ProcessView, TrackInfo, bytes, Shown], None]] = {
             "X": self._slice,
             "B": self._slice,
             "i": self._instant,
@@ -336,7 +338,7 @@ class _Writer:
 
         def counter(string_id: int, key: str) -> bytes:
             name = _string(tables, string_id)
-            uuid = self._tracks.counter_uuid(process, _counter_name(name, key))
+            uuid = self._tracks.counter_uuid(process, track, _counter_name(name, key))
             return _TRACK_UUID + pb.varint(uuid)
 
         made = fast.packets(tables, frame, process.clock_offset_ns, Naming(enter, name, annotation, counter))
@@ -390,9 +392,9 @@ class _Writer:
         for index, event in enumerate(events):
             if not index & 255:
                 let_the_loop_in()
-            by_phase[event[0]](process, on_track, event)
+            by_phase[event[0]](process, track, on_track, event)
 
-    def _slice(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+    def _slice(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """A slice ("X"), or one never ended ("B"): a BEGIN, and an END where it ended."""
         phase, name, wall_ns, dur_ns, args, _, _ = event
         timed = self._timed
@@ -413,7 +415,7 @@ class _Writer:
             timed.append((wall_ns, _POINTS, 0, arrival, begin))
             timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
 
-    def _instant(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+    def _instant(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """An instant; a message (an instant with a category) is named by its rendered text: its own, not
         interned."""
         _, name, wall_ns, _, args, category, _ = event
@@ -424,18 +426,18 @@ class _Writer:
         packet = _TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)
         self._timed.append((wall_ns, _POINTS, 0, len(self._timed), packet))
 
-    def _counter(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
-        """A counter's values, each on the counter track of its name (and key, but for ``value``)."""
+    def _counter(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
+        """A counter's values, each on the counter track of its name (and key, but for ``value``) under ``track``."""
         _, name, wall_ns, _, args, _, _ = event
         timed = self._timed
         for key, value in (args or {}).items():
             value_field = _counter_value(value)
             if value_field is not None:
-                counter = self._tracks.counter_uuid(process, _counter_name(name, key))
+                counter = self._tracks.counter_uuid(process, track, _counter_name(name, key))
                 packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
                 timed.append((wall_ns, _POINTS, 0, len(timed), packet))
 
-    def _async(self, process: ProcessView, on_track: bytes, event: Shown) -> None:
+    def _async(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """An async slice's begin ("b") or end ("e"), on the track of its name and id."""
         phase, name, wall_ns, _, args, category, async_id = event
         async_track = _TRACK_UUID + pb.varint(self._tracks.async_uuid(process, name, async_id))
@@ -476,7 +478,7 @@ class _Tracks:
         #: The first known process showing each pid (made on first use).
         self._first_showing: dict[int, ProcessView] | None = None
         self._track_uuids: dict[tuple[int, int], int] = {}
-        self._counter_uuids: dict[tuple[int, str], int] = {}
+        self._counter_uuids: dict[tuple[int, int, str], int] = {}
         self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
         #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
         self._int32_pids: dict[int, int] = {}
@@ -564,11 +566,13 @@ class _Tracks:
             return TrackInfo(track.parent, THREAD_TRACK, "", track.thread_id)
         return thread if thread.kind == THREAD_TRACK else None
 
-    def counter_uuid(self, process: ProcessView, name: str) -> int:
-        uuid = self._counter_uuids.get((process.uid, name))
+    def counter_uuid(self, process: ProcessView, track: TrackInfo, name: str) -> int:
+        """The counter track of ``name`` under the track it was recorded on."""
+        key = (process.uid, track.track_id, name)
+        uuid = self._counter_uuids.get(key)
         if uuid is None:
-            parent = self._process_uuid(process)
-            uuid = self._counter_uuids[(process.uid, name)] = self._new_uuid()
+            parent = self.track_uuid(process, track)
+            uuid = self._counter_uuids[key] = self._new_uuid()
             described = pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, name)
             self._describe(described + pb.message(_COUNTER, b""))
         return uuid

@@ -1,4 +1,5 @@
-"""HTTP connections that cannot be held for nothing: a slowloris guard and a connection limit for the HTTP listener.
+"""HTTP connections that cannot be held for nothing: a slowloris guard and a connection limit for an HTTP listener
+(the API's and the OTLP receiver's each have their own, so that a flood of one leaves the other answering).
 
 aiohttp times out idle keep-alive connections, but not a request whose headers never finish: a peer that opens many
 connections and sends a byte now and then would hold them forever. Each HTTP connection here is wrapped
@@ -6,8 +7,8 @@ connections and sends a byte now and then would hold them forever. Each HTTP con
 headers complete, its handler running) within ``timeout_s`` of opening or of the end of its previous request, or it
 is closed with a log line naming the peer and the limit. A response being written (a snapshot, a live tail) is cut
 off by its handler when the peer takes nothing of it for as long (``api.py``, ``HttpGuard.cut_off``): counted with
-the connections timed out, and reset. Past ``max_connections`` open at once, a new connection is closed at once,
-logged.
+the connections timed out, and reset. Past ``max_connections`` open at once, a new connection is answered a 503 with
+Retry-After and closed at once, counted, and logged at most once a minute (``log_repeats.py``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
+from ringtrace.collector.http.request_log import RequestLog
+from ringtrace.collector.log_repeats import Repeats
 
 __all__ = ["GuardedConnection", "HttpGuard"]
 
@@ -27,16 +30,46 @@ log = logging.getLogger("ringtrace.collector.http")
 
 
 class HttpGuard:
-    """The open HTTP connections, and the middleware that tells them when a request begins and ends."""
+    """One listener's open HTTP connections, the middleware that tells them when a request begins and ends, and the
+    log of its request handlers (``request_log``).
 
-    def __init__(self, timeout_s: float, max_connections: int) -> None:
+    Args:
+        listener: what its log lines call it (``HTTP``, ``OTLP``).
+        limit: the name of ``max_connections``' setting, for log lines and refusals.
+    """
+
+    def __init__(
+        self, timeout_s: float, max_connections: int, listener: str = "HTTP", limit: str = "max_http_connections"
+    ) -> None:
         self.timeout_s = timeout_s
         self.max_connections = max_connections
+        self.listener = listener
+        self.limit = limit
         self.connections: dict[asyncio.BaseTransport, GuardedConnection] = {}
         #: Connections closed for not beginning a request in time or not reading a response, and refused past
         #: max_connections.
         self.timed_out = 0
         self.refused = 0
+        self.request_log = RequestLog(listener)
+        self._refusals_logged = Repeats()
+        why = f"{max_connections} connections open, the most ({limit}); retry later\n".encode()
+        self._busy = (
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(why), why)
+        )
+
+    def refuse(self, transport: asyncio.BaseTransport, peer: str) -> None:
+        """A connection past ``max_connections``: answered a 503 with Retry-After before any request (an HTTP client
+        retries later, where a bare close looks like a broken network) and closed, counted and logged."""
+        self.refused += 1
+        unlogged = self._refusals_logged.due(self.limit)
+        if unlogged is not None:
+            log.warning("refusing %s connection from %s: %s=%d reached%s", self.listener, peer, self.limit,
+                        self.max_connections, Repeats.since(unlogged, "refused so"))  # fmt: skip
+        # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
+        writing = cast(asyncio.WriteTransport, transport)
+        writing.write(self._busy)
+        writing.close()
 
     def cut_off(self, transport: asyncio.Transport | None) -> None:
         """A reader took nothing of a response for ``timeout_s``: counted, and its connection reset. (Closed, it
@@ -85,10 +118,7 @@ class GuardedConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if len(guard.connections) >= guard.max_connections:
-            log.warning("refusing HTTP connection from %s: max_http_connections=%d reached", self._peer,
-                        guard.max_connections)  # fmt: skip
-            guard.refused += 1
-            transport.close()
+            guard.refuse(transport, self._peer)
             return
         self._transport = transport
         guard.connections[transport] = self
@@ -135,7 +165,7 @@ class GuardedConnection(asyncio.Protocol):
         transport = self._transport
         if self._busy or transport is None or transport.is_closing():
             return
-        log.info("closing HTTP connection from %s: no request begun within http_timeout_s=%s", self._peer,
-                 self._guard.timeout_s)  # fmt: skip
+        log.info("closing %s connection from %s: no request begun within http_timeout_s=%s", self._guard.listener,
+                 self._peer, self._guard.timeout_s)  # fmt: skip
         self._guard.timed_out += 1
         transport.close()

@@ -149,7 +149,8 @@ class Tail:
                 if seq > self._newest_seq and seq not in present:
                     self._departed[owner] = self._departed.get(owner, 0) + events
                     self._cleared_unread += events
-        self._newest_seq = max([self._newest_seq, *present, *(cleared if self._began else ())])
+        # Before it began: segments removed then are older than any it reads from the start, and not its news.
+        self._newest_seq = max([self._newest_seq, *present, *cleared])
 
     def _begin(self, segments: list[tuple[ProcessView, SegmentView]], kept: Mapping[int, int]) -> None:
         """The first step: where the tail begins (the end of each segment there now)."""

@@ -40,7 +40,7 @@ from ringtrace.collector.service.housekeeping import Housekeeping
 from ringtrace.collector.service.jetstream_tier import JETSTREAM_MAX_FRAME_BYTES, JetStreamTier, staging_store
 from ringtrace.collector.service.loop_lag import LoopLag
 from ringtrace.collector.service.process_control import FORGOTTEN_PROCESS_BYTES, ProcessControl
-from ringtrace.collector.service.servers import Servers
+from ringtrace.collector.service.servers import Servers, host_port
 from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.service.status import Status
 from ringtrace.collector.store.clocks import own_boot_id
@@ -120,6 +120,8 @@ class Collector:
         self.metrics = CollectorMetrics(self)
         self.loop_lag = LoopLag(self.metrics.loop_lag_seconds.observe)
         self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
+        #: The OTLP listener's connections, apart from the API's: a flood of exporters leaves ``/healthz`` answering.
+        self.otlp_guard = HttpGuard(config.http_timeout_s, config.otlp_max_connections, "OTLP", "otlp_max_connections")
         self.otlp: OtlpReceiver | None = None
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()
@@ -194,7 +196,7 @@ class Collector:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
             self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
-            await self.servers.open_otlp(self._otlp_app(self.otlp), self.http_guard)
+            await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
         ages = config.max_age_s is not None and self.jetstream is None  # (the stream ages its own messages)
@@ -221,7 +223,7 @@ class Collector:
         from aiohttp import web
 
         auth = [self.auth.middleware()] if self.auth.required else []
-        app = web.Application(client_max_size=receiver.max_body_bytes, middlewares=[self.http_guard.middleware, *auth])
+        app = web.Application(client_max_size=receiver.max_body_bytes, middlewares=[self.otlp_guard.middleware, *auth])
         app.add_routes(receiver.routes())
         return app
 
@@ -353,15 +355,25 @@ class Collector:
         return self.status.health()
 
     def stats(self) -> dict[str, Any]:
-        """Collector totals: traffic, store, every loss counter (forgotten processes included), and what the OTLP
-        receiver took and refused, by signal (``otlp_items``)."""
+        """Collector totals: traffic, store, every loss counter (forgotten processes included), the ingest address
+        as bound, and what the OTLP receiver took and refused, by signal (``otlp_items``)."""
         stats = self.status.stats()
+        if self.tcp_address is not None:  # (what clients connect to: the web view's hint says it)
+            stats["ingest_address"] = host_port(self.tcp_address)
         if self.otlp is not None:
             stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
                                    for path in self.otlp.accepted}  # fmt: skip
             stats["otlp_requests_refused"] = {
                 str(status): n for status, n in sorted(self.otlp.refused_requests.items())
             }
+            stats["otlp_connections"] = len(self.otlp_guard.connections)
+            stats["otlp_connections_timed_out"] = self.otlp_guard.timed_out
+            stats["otlp_connections_refused"] = self.otlp_guard.refused
+            stats["otlp_requests_malformed"] = self.otlp_guard.request_log.malformed
+            in_flight = self.otlp.in_flight
+            stats["otlp_bytes_in_flight"] = in_flight.held
+            stats["otlp_bytes_in_flight_peak"] = in_flight.peak
+            stats["otlp_max_bytes_in_flight"] = in_flight.most
         return stats
 
     async def fleet_stats(self) -> dict[str, Any]:

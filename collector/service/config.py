@@ -41,6 +41,7 @@ class CollectorConfig:
     http_port: int = declared("http_port")
     otlp_http: tuple[str, int] | None = declared("otlp_http")
     otlp_max_body_bytes: int = declared("otlp_max_body_bytes")
+    otlp_max_connections: int = declared("otlp_max_connections")
     capacity_bytes: int = declared("capacity_bytes")
     process_capacity_bytes: int | None = declared("process_capacity_bytes")
     policy: Policy = declared("policy")  # noqa: RUF009 - a dataclasses.field (a Literal type is not known immutable)

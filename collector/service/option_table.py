@@ -219,6 +219,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         unit="bytes",
     ),
     Option(
+        "otlp_max_connections",
+        "OTLP/HTTP connections open at once, apart from the HTTP API's; more are answered 503 with Retry-After and "
+        "closed at once",
+        1024,
+        flag="--otlp-max-connections",
+        parse=int,
+        metavar="N",
+        range=(1, 2**20),
+    ),
+    Option(
         "capacity_bytes",
         "memory for stored events, e.g. 64MB, 1GiB, 1048576",
         256 * 1024 * 1024,
@@ -428,7 +438,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "max_http_connections",
-        "HTTP connections open at once; more are closed at once",
+        "HTTP API connections open at once; more are answered 503 with Retry-After and closed at once",
         256,
         flag="--max-http-connections",
         parse=int,

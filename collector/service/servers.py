@@ -12,7 +12,7 @@ from ringtrace.collector.auth import server_tls_context
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.service.config import CollectorConfig
 
-__all__ = ["Servers"]
+__all__ = ["Servers", "host_port"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -56,7 +56,7 @@ class Servers:
     async def open_http(self, app: web.Application, guard: HttpGuard) -> None:
         """Serve ``app``, each connection watched by ``guard`` (its count and its deadlines)."""
         config = self.config
-        self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=guard.request_log)
         await self._http_runner.setup()
         self._http_server = await asyncio.get_running_loop().create_server(
             guard.factory(self._http_runner.server),
@@ -71,11 +71,13 @@ class Servers:
 
     async def open_otlp(self, app: web.Application, guard: HttpGuard) -> None:
         """Serve the OTLP/HTTP receiver's ``app`` on ``--otlp-http``, its connections watched by ``guard`` as the
-        API's are (they count against the same ``max_http_connections``)."""
+        API's are by theirs (``--otlp-max-connections``, apart from the API's ``--max-http-connections``)."""
         assert self.config.otlp_http is not None
         host, port = self.config.otlp_http
         # Bodies arrive as sent: the receiver inflates gzip itself, within its limit (a bomb is refused as it grows).
-        self._otlp_runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+        self._otlp_runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, auto_decompress=False, logger=guard.request_log
+        )
         await self._otlp_runner.setup()
         self._otlp_server = await asyncio.get_running_loop().create_server(
             guard.factory(self._otlp_runner.server),

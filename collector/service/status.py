@@ -89,6 +89,7 @@ class Status:
             "throttled_reads": traffic.throttled,
             "http_connections_timed_out": self._http_guard.timed_out,
             "http_connections_refused": self._http_guard.refused,
+            "http_requests_malformed": self._http_guard.request_log.malformed,
             "http_unauthorized": self._auth.http_refusals,
             **store_counts(store_totals),
             **client_totals,

@@ -235,7 +235,9 @@ def test_http_connections_that_never_finish_a_request_are_closed() -> None:
         assert collector.wait_for_log(lambda line: "no request begun within http_timeout_s=1.0" in line)
         crowd = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
         extra = socket.create_connection((host, int(port)), timeout=30)
-        assert closed_by_peer(extra)  # past max_http_connections
+        refused = extra.recv(4096)  # past max_http_connections: told to retry later, and closed
+        assert refused.startswith(b"HTTP/1.1 503") and b"\r\nRetry-After: 1\r\n" in refused
+        assert closed_by_peer(extra)
         for sock in [*slow, *crowd, extra]:
             sock.close()
         assert collector.wait_for_log(lambda line: "max_http_connections=30 reached" in line)

@@ -264,6 +264,24 @@ def test_a_live_tail_is_told_of_events_cleared_before_it_read_them_and_goes_on(c
     assert not tail.errors
 
 
+def test_a_live_tail_is_not_told_of_clears_made_before_it_began(collector: CollectorProcess) -> None:
+    record(collector, "earlier")
+    status, _ = collector.post("/clear")  # the store is empty when the tail begins
+    assert status == 200
+    tail = LiveTail(collector)
+    record(collector, "after")
+    eventually(lambda: sum(e["process"] == "after" for e in tail.events) == PER_PROCESS)
+    assert tail.cleared == []  # the clear before it began is not its news
+    record(collector, "cleared")
+    status, _ = collector.post("/clear?process=cleared")
+    assert status == 200
+    record(collector, "last")
+    eventually(lambda: sum(e["process"] == "last" for e in tail.events) == PER_PROCESS)
+    told = sum(notice["events"] for notice in tail.cleared)
+    assert sum(e["process"] == "cleared" for e in tail.events) + told == PER_PROCESS  # one after it began is
+    assert not tail.errors
+
+
 def test_a_live_tail_whose_reader_left_frees_its_slot_at_once(collector: CollectorProcess) -> None:
     readers = [urllib.request.urlopen(collector.http_url + "/stream", timeout=30) for _ in range(16)]
     for reader in readers:

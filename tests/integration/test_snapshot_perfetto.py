@@ -122,8 +122,9 @@ def chrome_records(trace: dict[str, Any]) -> list[Record]:
             records.append(("slice", label, e["name"], ns(e["ts"]), None, args))
         elif e["ph"] == "i":
             records.append(("instant", label, e["name"], ns(e["ts"]), e.get("cat"), args))
-        elif e["ph"] == "C":
-            records += [("counter", e["name"] if k == "value" else f"{e['name']} {k}", ns(e["ts"]), v)
+        elif e["ph"] == "C":  # a counter's track: its name and id (the track it was recorded on)
+            assert e["id"] == str(e["tid"])
+            records += [("counter", label, e["name"] if k == "value" else f"{e['name']} {k}", ns(e["ts"]), v)
                         for k, v in args.items()]  # fmt: skip
         elif e["ph"] == "b":
             began[(e["pid"], e["id"], e["name"])] = e
@@ -150,7 +151,8 @@ def perfetto_records(trace: PerfettoTrace, thread_names: set[str]) -> list[Recor
     for i in trace.instants:
         records.append(("instant", trace.label(i.track), i.name, i.ts_ns, i.categories[0] if i.categories else None,
                         i.args))  # fmt: skip
-    records += [("counter", trace.label(c.track), c.ts_ns, c.value) for c in trace.counters]
+    records += [("counter", trace.label(trace.tracks[c.track].parent), trace.label(c.track), c.ts_ns, c.value)
+                for c in trace.counters]  # fmt: skip
     records += [("unmatched end", name, ts) for _, name, ts in trace.unmatched_ends]
     return sorted(records, key=repr)
 
@@ -199,8 +201,10 @@ def test_processes_threads_lanes_sources_and_counters_are_tracks(recorded: tuple
     assert lanes == {"MainThread tasks [1]", "MainThread tasks [2]"}
     assert all(others[name].parent == threads["MainThread"].uuid for name in lanes)
     assert others["GPU queue"].parent == process.uuid
-    (counter,) = [t for t in tracks if t.kind == "counter"]
-    assert (counter.name, counter.parent) == ("queue depth", process.uuid)
+    counters = [t for t in tracks if t.kind == "counter"]  # one per thread that set it, under its thread
+    assert sorted((t.name, t.parent) for t in counters) == sorted(
+        ("queue depth", threads[name].uuid) for name in ("MainThread", "worker")
+    )
     assert all(trace.pid(t.uuid) == pid for t in tracks)
     assert thread_names(json_trace) == {t.name for t in tracks if t.kind in ("thread", "track")} - {"request"}
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
@@ -53,6 +53,15 @@ print(__import__("os").getpid())
 """
 WIDTH, HEIGHT = 1100, 760
 BROWSER_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+#: Keeps each text the page draws on a canvas (row labels, the time axis) in ``window.drawnText``, as drawn.
+KEEP_DRAWN_TEXT = """
+window.drawnText = [];
+const fillText = CanvasRenderingContext2D.prototype.fillText;
+CanvasRenderingContext2D.prototype.fillText = function (text, ...at) {
+  window.drawnText.push(String(text));
+  return fillText.call(this, text, ...at);
+};
+"""
 
 
 def record(collector: CollectorProcess, name: str, env: dict[str, str] | None = None) -> int:
@@ -95,6 +104,7 @@ class Page:
 
     def __init__(self, browser: Any, url: str, **context: Any) -> None:
         self.context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, **context)
+        self.context.add_init_script(KEEP_DRAWN_TEXT)
         self.page = self.context.new_page()
         self.requests: list[Any] = []
         self.errors: list[str] = []
@@ -112,6 +122,10 @@ class Page:
             count,
         )
         self.page.uncheck("#follow")
+
+    def drawn_text(self) -> list[str]:
+        """The texts drawn on the canvas so far, in the order drawn."""
+        return list(self.page.evaluate("window.drawnText"))
 
     def canvas(self) -> Image:
         """The timeline as drawn (the pointer moved off it first: a tooltip would show over it)."""
@@ -410,3 +424,109 @@ def test_open_in_perfetto_ui_hands_over_the_trace_by_its_handshake(page: Page) -
     size = int(perfetto.title().split()[1])
     assert size > 1000
     assert "ringtrace" in perfetto.title()
+
+
+def test_a_counter_set_from_several_threads_is_a_line_per_thread_named_by_it(
+    browser: Any, fleet: CollectorProcess
+) -> None:
+    opened = Page(browser, fleet.http_url + "/?seconds=3600&filter=frontend")  # (recorded as the module began)
+    try:
+        opened.drawn_with(4800)
+        labels = {text for text in opened.drawn_text() if text.startswith("depth")}
+        assert labels == {f"depth · worker-{k}" for k in range(3)}  # as Chrome JSON's and Perfetto's counter tracks
+        assert opened.errors == []
+    finally:
+        opened.close()
+
+
+#: What the time axis writes before a time before the window's end: a minus sign, not a hyphen.
+MINUS = "\u2212"
+
+
+def axis_seconds(texts: list[str]) -> list[float]:
+    """The time axis's labels (``0``, and a minus sign and ``0.5 s`` or ``250 ms``) as seconds before the window's
+    end."""
+    seconds = []
+    for text in texts:
+        number, _, unit = text.removeprefix(MINUS).partition(" ")
+        if text == "0":
+            seconds.append(0.0)
+        elif text.startswith(MINUS) and unit in ("s", "ms") and number.replace(".", "", 1).isdigit():
+            seconds.append(float(number) / (1000 if unit == "ms" else 1))
+    return seconds
+
+
+def test_a_window_under_a_second_is_the_one_fetched_and_drawn(browser: Any, fleet: CollectorProcess) -> None:
+    opened = Page(browser, fleet.http_url + "/?seconds=0.5&follow=0")
+    try:
+        until(opened.page, "() => Number(document.getElementById('timeline').dataset.drawn) >= 1")
+        assert opened.page.input_value("#seconds") == "0.5"
+        (fetched,) = [urlsplit(r.url) for r in opened.requests if urlsplit(r.url).path == "/timeline"]
+        assert parse_qs(fetched.query)["since"] == ["-0.5s"]
+        drawn = axis_seconds(opened.drawn_text())
+        assert drawn and max(drawn) == 0.5  # the axis runs from half a second before the end
+        assert opened.errors == []
+    finally:
+        opened.close()
+
+
+def test_the_empty_table_names_the_ingest_address_the_collector_bound(browser: Any) -> None:
+    collector = CollectorProcess()  # on port 0: a port of its own, never the default 7700
+    opened = None
+    try:
+        assert collector.json("/stats")["ingest_address"] == collector.tcp_address
+        opened = Page(browser, collector.http_url + "/")
+        until(opened.page, "() => document.getElementById('status').textContent.startsWith('updated')")
+        opened.page.locator("#no-sources").wait_for(state="visible")
+        shown = opened.page.inner_text("#no-sources code")
+        assert shown == f'ringtrace.client.connect("{collector.tcp_address}")'
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+#: The timeline's info line once it shows one process, the one named (the table's one ticked row), and says other
+#: than it said before (``[name, before]``), else false.
+ONE_PROCESS = """([name, before]) => {
+  const rows = [...document.querySelectorAll('#sources tbody tr')];
+  const ticked = rows.filter((row) => row.querySelector('input').checked);
+  const info = document.getElementById('timeline-info').textContent;
+  return ticked.length === 1 && ticked[0].textContent.includes(name) && / 1 process\\b/.test(info) && info !== before
+    && info;
+}"""
+
+
+def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: Any) -> None:
+    """A process that lost nothing is shown alone, though the query by its pid also selects one that lost events (its
+    OS pid is the same, as in containers): the banner names no loss; shown alone, the other's are named."""
+    collector = CollectorProcess("--process-capacity", "512KiB", "--max-frame-size", "64KiB")  # lossy: its own past
+    opened = None
+    try:
+        for name, spans in (("fine", 5), ("lossy", 60_000)):
+            done = subprocess.run(
+                [sys.executable, "-c", SAME_PID, collector.tcp_address, name, str(spans)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        assert processes["fine"]["pid"] == 4242  # and the query pid=4242 selects the lossy one too, by its OS pid
+        loss_keys = ("overwritten", "capped", "discarded", "client_dropped", "label_overflow", "rejected")
+        lost = sum(processes["lossy"][f"{key}_events"] for key in loss_keys) + processes["lossy"]["clipped_args"]
+        assert lost > 0 and sum(processes["fine"][f"{key}_events"] for key in loss_keys) == 0
+        opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
+        opened.page.locator("#sources tbody tr", has_text="lossy").wait_for()
+        opened.page.uncheck(f"#sources input[data-pid='{processes['lossy']['pid']}']")
+        shown = until(opened.page, ONE_PROCESS, ["fine", ""])
+        assert shown.startswith("5 events · 1 process") and "lost" not in shown, shown
+        opened.page.check(f"#sources input[data-pid='{processes['lossy']['pid']}']")
+        opened.page.uncheck("#sources input[data-pid='4242']")
+        shown = until(opened.page, ONE_PROCESS, ["lossy", shown])
+        assert f"{lost:,} events lost by the processes shown" in shown, shown
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()

@@ -237,6 +237,8 @@ def test_string_spans_are_read_from_a_buffer_at_any_alignment() -> None:
     made = []
     for view in (memoryview(spans), memoryview(b"-" + spans)[1:]):
         payload = columns([0], [0], [0], [5], [None])
-        made.append(_chrome.events_json(payload, 1, (0, 1, 2, 3, 4), 10**18, 0, 0, None, None, b"X", b'"a"', view, b""))
+        made.append(
+            _chrome.events_json(payload, 1, (0, 1, 2, 3, 4), 10**18, 0, 0, None, None, b"X", b'"a"', view, b"", b"")
+        )
     assert made[0] == made[1]
     assert made[0] is not None and made[0][0].startswith(b'{"name":"a","ph":"X"')

@@ -129,3 +129,18 @@ def test_events_cleared_before_the_tail_read_them_are_told_and_the_tail_goes_on(
     client.record(0, 12000)  # overwritten before it is read still ends the tail
     with pytest.raises(TailBehind, match="overwritten before it read them"):
         step(tail, store)
+
+
+@pytest.mark.parametrize("kept_by_another", [False, True])
+def test_segments_cleared_before_the_tail_began_are_not_told(kept_by_another: bool) -> None:
+    store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client, other = Client(store, 1), Client(store, 2)
+    if kept_by_another:
+        other.record(0, 3)  # an older segment stays: the tail begins at its end
+    client.record(0, 600)
+    store.clear([1])  # before the tail began (the store empty, or holding the other's older segment alone)
+    tail = Tail(EventFilter(), Limits())
+    step(tail, store)
+    client.record(0, 5)
+    assert step(tail, store) == list(range(600, 605))
+    assert tail.take_cleared() == 0

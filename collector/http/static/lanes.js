@@ -1,8 +1,10 @@
 // The /timeline document (columns per stored frame) made into the rows the canvas draws: per process, a row per
-// thread, task lane, source and counter (in the order the collector gives), and one for its async slices. In a row,
-// slices sit in levels (a flame chart: a slice nested in another one level below it; sources' overlapping activity
-// one level down too), each level sorted by start with no overlaps, so the part in view is found by binary search;
-// instants, messages and instant markers are ticks, counters a line.
+// thread, task lane and source (in the order the collector gives), each followed by a row per counter recorded on it,
+// and one for its async slices. In a row, slices sit in levels (a flame chart: a slice nested in another one level
+// below it; sources' overlapping activity one level down too), each level sorted by start with no overlaps, so the
+// part in view is found by binary search; instants, messages and instant markers are ticks, counters a line.
+// A counter is a line per track it was recorded on, name and value key, as in the snapshots (Chrome JSON, Perfetto):
+// threads that set one counter each get their own, not one line that jumps between their values.
 
 export const PRIORITY_RANK = { fatal: 0, error: 1, warning: 2, info: 3, debug: 4, trace: 5, "trace+": 6, "trace++": 7, "trace+++": 8 };
 
@@ -12,7 +14,7 @@ export function buildModel(doc, pids = null) {
   const names = doc.names;
   const shown = pids === null ? null : new Set(pids);
   const tracks = new Map(doc.tracks.filter((t) => shown === null || shown.has(t.pid)).map((t) => [t.index, t]));
-  const perTrack = new Map();  // track index -> { slices: [], ticks: [], counter: [] }
+  const perTrack = new Map();  // track index -> { slices: [], ticks: [], counters: Map(line name -> values) }
   const asyncOpen = new Map();  // pid|name|id -> begin
   const asyncSlices = new Map();  // pid -> slices
   const bucket = (index) => {
@@ -41,10 +43,12 @@ export function buildModel(doc, pids = null) {
         b.ticks.push({ start, name: names[name[i]], args: a, priority });
       } else if (p === "C") {
         const a = args[i] || {};
-        const value = typeof a.value === "number" ? a.value : Number(Object.values(a)[0]);
-        const counterName = names[name[i]];
-        if (!b.counters.has(counterName)) b.counters.set(counterName, []);
-        b.counters.get(counterName).push({ start, value, name: counterName, args: a });
+        for (const [key, value] of Object.entries(a)) {
+          if (typeof value !== "number") continue;  // (as Perfetto's counters, numbers only)
+          const line = key === "value" ? names[name[i]] : `${names[name[i]]} ${key}`;
+          if (!b.counters.has(line)) b.counters.set(line, []);
+          b.counters.get(line).push({ start, value, name: line, args: a });
+        }
       } else if (p === "b" || p === "e") {
         const key = `${track.pid}|${names[name[i]]}|${block.id ? block.id[i] : ""}`;
         if (p === "b") {
@@ -115,7 +119,8 @@ function makeRow(track, b) {
   return row;
 }
 
-// A counter's values as a line of its own (a track may hold several counters: one row each).
+// A counter's values as a line of its own (a track may hold several counters: one row each), labelled with the
+// track it was recorded on.
 function counterRow(track, name, values) {
   values.sort((x, y) => x.start - y.start);
   let min = Infinity, max = -Infinity;
@@ -126,7 +131,8 @@ function counterRow(track, name, values) {
     value: Float64Array.from(values, (c) => c.value),
     min: Math.min(min, 0), max,
   };
-  return { kind: "counter", label: name, track, levels: [], ticks: null, counter };
+  const label = track.name ? `${name} · ${track.name}` : name;
+  return { kind: "counter", label, track, levels: [], ticks: null, counter };
 }
 
 // Slices into levels: sorted by start (longer first), each in the first level free at its start. Nested slices land

@@ -3,12 +3,13 @@
 import { getJSON } from "./api.js";
 import { buildModel } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
-import { LOSSES, OTHER_COUNTS, SourcesTable, bytes } from "./sources.js";
+import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const number = new Intl.NumberFormat();
 const POLL_MS = 1000;  // the table and, following live, the timeline: at most once a second
+const MIN_SECONDS = 0.001, MAX_SECONDS = 3600, DEFAULT_SECONDS = 10;  // the window: what the input allows
 
 const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0 };
 const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
@@ -46,6 +47,7 @@ async function pollSources() {
   try {
     const [stats, doc] = await Promise.all([getJSON("/stats"), getJSON("/sources")]);
     showTotals(stats);
+    showIngestAddress(stats.ingest_address);
     sources.update(doc.processes);
     setStatus(`updated ${new Date().toLocaleTimeString(undefined, { hour12: false })}`);
   } catch (error) {
@@ -53,9 +55,33 @@ async function pollSources() {
   }
 }
 
+// Where clients connect, for the empty table's hint: the collector's ingest address as bound (--tcp), with this
+// page's host in place of a wildcard one.
+function showIngestAddress(address) {
+  if (!address) return;
+  const at = address.lastIndexOf(":");
+  const host = address.slice(0, at);
+  const shown = host === "0.0.0.0" || host === "[::]" ? location.hostname : host;
+  $("ingest-address").textContent = `${shown}:${address.slice(at + 1)}`;
+}
+
+// The window asked for, in seconds, within the bounds.
+function windowSeconds() {
+  const asked = Number($("seconds").value);
+  return asked ? Math.max(MIN_SECONDS, Math.min(MAX_SECONDS, asked)) : DEFAULT_SECONDS;
+}
+
+// Once given (typed, or in the address): a value out of bounds is set to the bound, so that the input shows what is
+// drawn.
+function settleSeconds() {
+  const input = $("seconds");
+  const seconds = windowSeconds();
+  if (Number(input.value) !== seconds) input.value = String(seconds);
+}
+
 // The query string that selects what the timeline shows (the same for the downloads).
 function selection() {
-  const seconds = Math.max(1, Math.min(3600, Number($("seconds").value) || 10));
+  const seconds = windowSeconds();
   const params = new URLSearchParams({ since: `-${seconds}s` });
   const pids = sources.selectedPids();
   if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
@@ -78,7 +104,7 @@ async function refreshTimeline(keepView = false) {
     const start = Number(BigInt(since) - BigInt(doc.origin_ns));
     timeline.setModel(model, [start, start + seconds * 1e9], keepView);
     const drawn = performance.now();
-    showInfo(model, doc, fetched - started, drawn - fetched);
+    showInfo(model, doc, pids, fetched - started, drawn - fetched);
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);
   } finally {
@@ -87,18 +113,22 @@ async function refreshTimeline(keepView = false) {
   }
 }
 
-function showInfo(model, doc, fetchMs, drawMs) {
+// `pids`: the processes shown (null: all); the report also counts those forgotten, and those the query's pid brought
+// along (another process with the same OS pid), which are not shown.
+function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
   const parts = [`${number.format(model.count)} events`, `${processes} process${processes === 1 ? "" : "es"}`,
     `fetched in ${Math.round(fetchMs)} ms, drawn in ${Math.round(drawMs)} ms`];
   info.replaceChildren(parts.join(" · "));
-  const lost = Object.keys(LOSSES).reduce((sum, key) => sum + (doc.report[key] || 0), 0)
-    + (doc.report.undecodable_events || 0);
-  if (lost) {
+  const shown = pids === null ? null : new Set(pids);
+  const lostShown = doc.report.processes
+    .filter((p) => shown === null || shown.has(p.pid))
+    .reduce((sum, p) => sum + lost(p) + (p.undecodable_events || 0), 0);
+  if (lostShown) {
     const span = document.createElement("span");
     span.className = "loss";
-    span.textContent = ` · ${number.format(lost)} events lost by the processes shown (see the table)`;
+    span.textContent = ` · ${number.format(lostShown)} events lost by the processes shown (see the table)`;
     info.append(span);
   }
   if (!model.count) info.append(" · nothing recorded in this window");
@@ -106,7 +136,7 @@ function showInfo(model, doc, fetchMs, drawMs) {
 
 $("refresh").addEventListener("click", () => refreshTimeline());
 $("reset").addEventListener("click", () => timeline.reset());
-$("seconds").addEventListener("change", () => refreshTimeline());
+$("seconds").addEventListener("change", () => { settleSeconds(); refreshTimeline(); });
 $("follow").addEventListener("change", () => { if ($("follow").checked) refreshTimeline(); });
 $("download-chrome").addEventListener("click", () => download(selection(), "chrome").catch((e) => setStatus(e.message, true)));
 $("download-perfetto").addEventListener("click", () => download(selection(), "perfetto").catch((e) => setStatus(e.message, true)));
@@ -115,7 +145,7 @@ $("open-perfetto").addEventListener("click", () => openInPerfetto(selection(), s
 // What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0
 function readAddress() {
   const asked = new URLSearchParams(location.search);
-  if (asked.has("seconds")) $("seconds").value = asked.get("seconds");
+  if (asked.has("seconds")) { $("seconds").value = asked.get("seconds"); settleSeconds(); }
   if (asked.has("filter")) $("filter").value = asked.get("filter");
   if (asked.get("follow") === "0") $("follow").checked = false;
 }

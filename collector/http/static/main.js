@@ -21,13 +21,17 @@ function setStatus(text, bad = false) {
   status.classList.toggle("bad", bad);
 }
 
+// The collector's totals (its /stats); with --jetstream, the fleet's (the "fleet" of /sources: every live
+// collector's connections, the stream's processes and what they hold), the same names.
 function showTotals(stats) {
   const lostTotal = Object.keys(LOSSES).reduce((sum, key) => sum + (stats[key] || 0), 0);
+  const fleet = stats.collectors != null;
   const items = [
+    ...(fleet ? [["collectors", number.format(stats.collectors)]] : []),
     ["processes", number.format(stats.processes)],
     ["connections", number.format(stats.connections)],
     ["events held", number.format(stats.stored_events)],
-    ["memory", `${bytes(stats.used_bytes)} of ${bytes(stats.capacity_bytes)}`],
+    [fleet ? "stream" : "memory", `${bytes(stats.used_bytes)} of ${bytes(stats.capacity_bytes)}`],
   ];
   const spans = items.map(([word, value]) => {
     const span = document.createElement("span");
@@ -44,8 +48,8 @@ function showTotals(stats) {
 
 async function pollSources() {
   try {
-    const [stats, doc] = await Promise.all([getJSON("/stats"), getJSON("/sources")]);
-    showTotals(stats);
+    const doc = await getJSON("/sources");
+    showTotals(doc.fleet || await getJSON("/stats"));  // (a fleet's /stats reads the whole stream: not each second)
     sources.update(doc.processes);
     setStatus(`updated ${new Date().toLocaleTimeString(undefined, { hour12: false })}`);
   } catch (error) {

@@ -29,8 +29,10 @@ READY_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 10.0
 #: The heartbeat stream's max_bytes: the newest heartbeat of each collector (each one message, at most max_payload).
 HEARTBEAT_STREAM_BYTES: Final = 64 * 1024 * 1024
-#: NATS's error codes for replicas the servers cannot hold: a server that is not clustered, and too few servers.
+#: NATS's error codes for replicas the servers cannot hold: a server that is not clustered; too few servers (no
+#: suitable peers for placement; insufficient resources, which a cluster electing its leaders says too).
 _REPLICAS_NOT_CLUSTERED: Final = 10074
+_NO_PEERS: Final = 10005
 _INSUFFICIENT_RESOURCES: Final = 10023
 
 
@@ -200,7 +202,7 @@ def _replicas_hint(exc: BaseException, config: Any) -> str:
     replicas = config.num_replicas or 1
     if code == _REPLICAS_NOT_CLUSTERED:
         return f" (--jetstream-replicas is {replicas}: give --jetstream-replicas 1 for a server that is not clustered)"
-    if code == _INSUFFICIENT_RESOURCES and replicas > 1:
+    if code in (_NO_PEERS, _INSUFFICIENT_RESOURCES) and replicas > 1:
         return (f" (--jetstream-replicas {replicas} needs {replicas} servers with JetStream in the cluster: give "
                 f"fewer, down to --jetstream-replicas 1, or run more servers)")  # fmt: skip
     return ""

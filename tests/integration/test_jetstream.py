@@ -556,6 +556,16 @@ def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_
         second.stop()
 
 
+def test_more_replicas_than_the_cluster_has_servers_stop_the_collector_naming_the_option(
+    nats_cluster: NatsCluster,
+) -> None:
+    done = run_collector("--jetstream", nats_cluster.urls, "--jetstream-replicas", "5", timeout_s=90)
+    assert done.returncode != 0
+    (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+    assert "no suitable peers" in said and "--jetstream-replicas 5 needs 5 servers" in said, said
+    assert "Traceback" not in done.stderr
+
+
 def sources_until(
     collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
 ) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The ``GET /sources`` document: every process (connected or not) with its tracks, what is held of each and when,
-and every loss counter, from the facts ``read/inventory.py`` gathers.
+and every loss counter, from the facts ``read/inventory.py`` gathers; with ``--jetstream``, the fleet's totals too
+(``sources_totals``).
 
-A pure function: times are wall-clock ns (the process's clock offset applied, within what JSON takes: a client may
+Pure functions: times are wall-clock ns (the process's clock offset applied, within what JSON takes: a client may
 send any u64); a track with nothing stored has none.
 """
 
@@ -17,7 +18,7 @@ from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 from ringtrace.collector.read.inventory import ProcessFacts, TrackTimes
 from ringtrace.collector.store.ring import Counts
 
-__all__ = ["fleet_totals", "sources_document"]
+__all__ = ["sources_document", "sources_totals"]
 
 _TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
 #: The counters of a process's entry that a fleet's totals sum.
@@ -88,7 +89,7 @@ def _track_entry(facts: ProcessFacts, track_id: int, counts: Counts, held: Track
     return entry
 
 
-def fleet_totals(
+def sources_totals(
     entries: Iterable[Mapping[str, Any]], collectors: int, connections: int, capacity_bytes: int
 ) -> dict[str, Any]:
     """A fleet's totals (``--jetstream``), named as ``/stats`` names one collector's: its live ``collectors`` and

@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -128,7 +128,7 @@ class Liveness:
         """Every live collector's client connections."""
         return sum(heartbeat.connections for heartbeat in self.heartbeats)
 
-    def of(self, subjects: Iterable[str]) -> ProcessLiveness:
+    def of(self, subjects: Collection[str]) -> ProcessLiveness:
         """The process whose subjects are ``subjects``, over every live collector: its connections and its rate,
         summed (None if no collector it is connected to knows its rate yet)."""
         connections, rate = 0, None

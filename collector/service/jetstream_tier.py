@@ -26,7 +26,8 @@ from typing import Any, Final
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.sources_document import fleet_totals, sources_document
+from ringtrace.client.wire.model import TrackInfo
+from ringtrace.collector.export.sources_document import sources_document, sources_totals
 from ringtrace.collector.jetstream.cluster import (
     ClusterOptions,
     StreamOptions,
@@ -36,14 +37,14 @@ from ringtrace.collector.jetstream.cluster import (
 )
 from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, read_fleet
-from ringtrace.collector.jetstream.fleet_counts import fleet_totals as stream_totals
+from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness, beat_every, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
 from ringtrace.collector.jetstream.subjects import process_subject, subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
-from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, TrackTimes, scan_segments
+from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
@@ -373,21 +374,22 @@ class JetStreamTier:
         live = {p.uid: liveness.of(fleet.subjects.get(p.uid, {})) for p in processes}
         counts = {key: c for key, c in fleet.counts.items() if key[0] in live}
         times = scan_segments(fleet.store.snapshot(owners=set(live)).segments)
-        facts = [self._facts(fleet, p, live[p.uid].connections, times) for p in processes]
+        held_tracks: dict[int, dict[int, TrackInfo]] = {}
+        for (uid, track), held in times.items():
+            if held.info is not None:
+                held_tracks.setdefault(uid, {})[track] = held.info
+        facts = [self._facts(fleet, p, live[p.uid].connections, held_tracks.get(p.uid, {})) for p in processes]
         entries = sources_document(facts, counts, times, {uid: known.rate for uid, known in live.items()})
-        totals = fleet_totals(entries, liveness.collectors, liveness.connections, self.config.capacity_bytes)
+        totals = sources_totals(entries, liveness.collectors, liveness.connections, self.config.capacity_bytes)
         return {"processes": entries, "fleet": totals}
 
     @staticmethod
-    def _facts(
-        fleet: Fleet, process: ProcessRecord, connections: int, times: dict[tuple[int, int], TrackTimes]
-    ) -> ProcessFacts:
+    def _facts(fleet: Fleet, process: ProcessRecord, connections: int, tracks: dict[int, TrackInfo]) -> ProcessFacts:
         """A process read from the stream, as ``/sources`` shows it: ``connections`` to the live collectors; the
-        tracks of one connected are those the stream holds (which of them ended, the stream does not tell)."""
+        tracks of one connected are those the stream holds (``tracks``: which of them ended, it does not tell)."""
         facts = ProcessFacts.of(process, fleet.store.process_held_bytes(process.uid))
         if not connections:
             return facts
-        tracks = {track: t.info for (uid, track), t in times.items() if uid == process.uid and t.info is not None}
         return dataclasses.replace(facts, view=dataclasses.replace(facts.view, tracks=tracks), connections=connections)
 
     async def stats(self) -> dict[str, Any]:
@@ -415,7 +417,7 @@ class JetStreamTier:
             )
         except Exception as exc:  # the cluster is away: what this collector knows, and why there is no more
             return {**published, "fleet": {"error": f"cannot read the stream: {type(exc).__name__}: {exc}"}}
-        processes = stream_totals(messages)
+        processes = fleet_totals(messages)
         total = Counts()
         for process in processes:
             total.add(process.counts)

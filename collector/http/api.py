@@ -107,7 +107,7 @@ class CollectorAPI(Protocol):
 
     async def fleet_stats(self) -> dict[str, Any]: ...
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
+    async def sources(self, selected: EventFilter) -> dict[str, Any]: ...
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
 
@@ -357,7 +357,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def sources(request: web.Request) -> web.Response:
     selected, _ = _process_params(request.query.items())
     try:
-        return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+        return _json(await request.app[COLLECTOR].sources(selected))
     except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
         raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -47,9 +48,7 @@ def _switch_often(tmp_path: Path) -> dict[str, str]:
     """An environment whose Python switches threads as often as it can: a race between them shows within seconds,
     not within hours of a soak (``sitecustomize`` runs at start-up)."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.setswitchinterval(1e-6)\n")
-    import os
-
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
 
 
 def test_concurrent_snapshots_of_many_schemas_are_whole(tmp_path: Path) -> None:

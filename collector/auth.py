@@ -88,6 +88,11 @@ class Authenticator:
         # Bytes, so that any text compares (compare_digest takes only ASCII str); the time depends on the lengths.
         return None if hmac.compare_digest(presented.encode("utf-8", "surrogatepass"), expected) else "wrong"
 
+    def bearer_refusal(self, header: str | None) -> str | None:
+        """As ``refusal``, of an ``Authorization: Bearer TOKEN`` header (or gRPC's ``authorization`` metadata)."""
+        scheme, _, presented = (header or "").strip().partition(" ")
+        return self.refusal(presented.strip() if scheme.lower() == "bearer" else "")
+
     def log_refusal(self, what: str, peer: str, reason: str) -> None:
         """One WARNING line naming the peer and the reason, or counted for the next one (see the module)."""
         host = peer.rpartition(":")[0] or peer
@@ -107,8 +112,7 @@ class Authenticator:
                 return web.json_response({"status": "ok"})
             if is_open_page(request):  # no data in it: the browser gets the page, which asks for the token
                 return await handler(request)
-            scheme, _, presented = (header or "").strip().partition(" ")
-            reason = self.refusal(presented.strip() if scheme.lower() == "bearer" else "")
+            reason = self.bearer_refusal(header)
             if reason is None:
                 return await handler(request)
             self.http_refusals += 1

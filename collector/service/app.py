@@ -127,7 +127,9 @@ class Collector:
         self.readers = reader_pool()
         #: ``--jetstream``: the stream the store publishes to, and reads of the fleet from it.
         self.jetstream = (
-            JetStreamTier(config, self.store, self.registry, self.connections, self.stored_limits, self.origin_ns)
+            JetStreamTier(
+                config, self.store, self.registry, self.connections, self.rates, self.stored_limits, self.origin_ns
+            )
             if config.jetstream is not None
             else None
         )
@@ -192,11 +194,14 @@ class Collector:
         await self.servers.open_ingest(lambda: IngestProtocol(self), self.handshake_timeout_s)
         app = make_app(self, self.auth.middleware() if self.auth.required else None)
         await self.servers.open_http(app, self.http_guard)
-        if config.otlp_http is not None:
+        if config.otlp_http is not None or config.otlp_grpc is not None:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
             self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
-            await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
+            if config.otlp_http is not None:
+                await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
+            if config.otlp_grpc is not None:
+                await self.servers.open_otlp_grpc(self.otlp, self.auth)
         _log_store(config, self.store, self.limits)
         interval_syncs = self.data_dir is not None and config.fsync == "interval"
         ages = config.max_age_s is not None and self.jetstream is None  # (the stream ages its own messages)
@@ -313,12 +318,12 @@ class Collector:
         self.process_control.clear(selected)
         return view
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
+    async def sources(self, selected: EventFilter) -> dict[str, Any]:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``); with ``--jetstream``, every
-        process the stream holds."""
+        process the stream holds, and the fleet's totals."""
         if self.jetstream is not None:
             return await self.jetstream.sources(selected)
-        return await self.snapshots.sources(self.process_control.matching(selected))
+        return {"processes": await self.snapshots.sources(self.process_control.matching(selected))}
 
     async def tail_step(self, tail: Tail) -> list[Row]:
         """The rows stored since the tail's last step (``tail.py``), read on a worker thread; with ``--jetstream``,
@@ -450,7 +455,9 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
     )
     if config.data_dir is None and config.fsync != "never":
         log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)
-    log.info("%s", capacity_holds(store.capacity_bytes, table_charge_bound(limits)))
+    # (with --jetstream the store is the buffer of what the stream has not acknowledged yet: the stream is --capacity)
+    option = "--jetstream-buffer" if config.jetstream else "--capacity"
+    log.info("%s", capacity_holds(store.capacity_bytes, table_charge_bound(limits), option))
 
 
 #: What one event takes in a segment, about (measured: a span with three args 36 bytes, a span or an instant without
@@ -458,16 +465,18 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
 _STORED_EVENT_BYTES: Final = 32
 
 
-def capacity_holds(capacity_bytes: int, most_table_bytes: int) -> str:
-    """What ``--capacity`` holds, in events and in processes' tables (each connection's count against it, up to
-    ``most_table_bytes`` at the table limits), and what to do if that is too little: one line, for the log at start.
-    A process whose tables do not fit is refused, and both sides say so then (``ingest/connection.py``)."""
+def capacity_holds(capacity_bytes: int, most_table_bytes: int, option: str = "--capacity") -> str:
+    """What the store's ``option`` (``--capacity``; ``--jetstream-buffer``) holds, in events and in processes' tables
+    (each connection's count against it, up to ``most_table_bytes`` at the table limits), and what to do if that is
+    too little: one line, for the log at start. A process whose tables do not fit is refused, and both sides say so
+    then (``ingest/connection.py``)."""
     at_limits = capacity_bytes // most_table_bytes
     such = f"room for {at_limits:,} such" if at_limits else "a process whose tables do not fit is refused, and says so"
+    events = _rounded(capacity_bytes // _STORED_EVENT_BYTES)
     return (
-        f"capacity {_mib(capacity_bytes)} holds about {_rounded(capacity_bytes // _STORED_EVENT_BYTES):,} events "
+        f"{option.removeprefix('--')} {_mib(capacity_bytes)} holds about {events:,} events "
         f"(~{_STORED_EVENT_BYTES} bytes each) less each connected process's string and track tables (a few KiB for "
-        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise --capacity"
+        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise {option}"
     )
 
 

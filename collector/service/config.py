@@ -40,6 +40,7 @@ class CollectorConfig:
     http_host: str = declared("http_host")
     http_port: int = declared("http_port")
     otlp_http: tuple[str, int] | None = declared("otlp_http")
+    otlp_grpc: tuple[str, int] | None = declared("otlp_grpc")
     otlp_max_body_bytes: int = declared("otlp_max_body_bytes")
     otlp_max_connections: int = declared("otlp_max_connections")
     capacity_bytes: int = declared("capacity_bytes")
@@ -122,8 +123,10 @@ class CollectorConfig:
     def exposed_listeners(self) -> list[str]:
         """The listeners bound beyond loopback, as ``FLAG HOST``."""
         listen_hosts = {option_of("tcp_host").flag: self.tcp_host, option_of("http_host").flag: self.http_host}
-        if self.otlp_http is not None:
-            listen_hosts[option_of("otlp_http").flag] = self.otlp_http[0]
+        for name in ("otlp_http", "otlp_grpc"):
+            address = getattr(self, name)
+            if address is not None:
+                listen_hosts[option_of(name).flag] = address[0]
         return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
 
     @property

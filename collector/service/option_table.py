@@ -209,8 +209,19 @@ OPTIONS: Final[tuple[Option, ...]] = (
         none_means="off",
     ),
     Option(
+        "otlp_grpc",
+        "OTLP/gRPC listener (TraceService, LogsService and MetricsService, what several SDKs and the OpenTelemetry "
+        "Collector send by default; 4317 is the usual port; needs the grpc extra), with the token and TLS of the "
+        "others",
+        None,
+        flag="--otlp-grpc",
+        parse=parse_listen_address,
+        metavar="HOST:PORT",
+        none_means="off",
+    ),
+    Option(
         "otlp_max_body_bytes",
-        "largest OTLP request body, compressed or inflated (a larger one gets a 413)",
+        "largest OTLP request body, compressed or inflated (a larger one gets a 413, or RESOURCE_EXHAUSTED over gRPC)",
         8 * 1024 * 1024,
         flag="--otlp-max-body",
         parse=parse_size,

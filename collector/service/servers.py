@@ -1,16 +1,23 @@
 """The collector's listeners: ingest over TCP, the HTTP API (aiohttp behind ``HttpGuard``) and, if asked for, the
-OTLP/HTTP receiver, all with TLS when a certificate and key are configured."""
+OTLP/HTTP and OTLP/gRPC receivers, all with TLS when a certificate and key are configured."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
-from ringtrace.collector.auth import server_tls_context
+from ringtrace.collector.auth import Authenticator, server_tls_context
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.service.config import CollectorConfig
+
+if TYPE_CHECKING:
+    from ringtrace.collector.ingest.otlp.grpc_receiver import OtlpGrpcServer
+    from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver
 
 __all__ = ["Servers", "host_port"]
 
@@ -37,6 +44,11 @@ class Servers:
         self.otlp_address: tuple[str, int] | None = None
         self._otlp_runner: web.AppRunner | None = None
         self._otlp_server: asyncio.Server | None = None
+        self.otlp_grpc_address: tuple[str, int] | None = None
+        self._otlp_grpc: OtlpGrpcServer | None = None
+        self._otlp_grpc_stopped: asyncio.Future[None] | None = None
+        if config.otlp_grpc is not None:  # (without grpcio: a ConfigError naming the extra, before anything is begun)
+            importlib.import_module("ringtrace.collector.ingest.otlp.grpc_receiver")
 
     async def open_ingest(self, connection: Callable[[], asyncio.BufferedProtocol], timeout_s: float) -> None:
         """Listen for clients, each served by a new ``connection()``; a TLS handshake must end within ``timeout_s``."""
@@ -90,10 +102,32 @@ class Servers:
         scheme = "https" if self.tls else "http"
         log.info("otlp listening on %s://%s (/v1/traces, /v1/logs, /v1/metrics)", scheme, host_port(self.otlp_address))
 
+    async def open_otlp_grpc(self, receiver: OtlpReceiver, auth: Authenticator) -> None:
+        """Serve OTLP/gRPC on ``--otlp-grpc``, its requests handed to ``receiver`` (as the OTLP/HTTP listener's are)."""
+        from ringtrace.collector.ingest.otlp.grpc_receiver import OtlpGrpcServer
+
+        config = self.config
+        assert config.otlp_grpc is not None
+        host, _ = config.otlp_grpc
+        tls = None
+        if config.tls_cert is not None and config.tls_key is not None:  # (PEM, as gRPC takes them: read again)
+            tls = (Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())
+        self._otlp_grpc = OtlpGrpcServer(receiver, auth)
+        port = await self._otlp_grpc.listen(host_port(config.otlp_grpc), tls)
+        self.otlp_grpc_address = (host, port)
+        log.info(
+            "otlp/grpc listening on %s%s (TraceService, LogsService, MetricsService)",
+            host_port(self.otlp_grpc_address),
+            " with TLS" if tls else "",
+        )
+
     def stop_otlp(self) -> None:
-        """Accept no more OTLP requests (before ingest's connections, its loopback ones among them, are closed)."""
+        """Accept no more OTLP requests (before ingest's connections, its loopback ones among them, are closed); gRPC
+        ones being handled have a grace period to be answered (``close_http`` waits for it)."""
         if self._otlp_server is not None:
             self._otlp_server.close()
+        if self._otlp_grpc is not None:
+            self._otlp_grpc_stopped = asyncio.ensure_future(self._otlp_grpc.stop())
 
     def log_exposure(self, token_required: bool) -> None:
         """One line saying who may talk to the collector, and a warning where that is anyone beyond this machine."""
@@ -133,6 +167,8 @@ class Servers:
             await self._http_runner.cleanup()  # ends the connections (live tails first)
         if self._otlp_runner is not None:
             await self._otlp_runner.cleanup()
+        if self._otlp_grpc_stopped is not None:
+            await self._otlp_grpc_stopped
 
 
 def host_port(address: tuple[str, int]) -> str:

@@ -39,6 +39,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ResourceMetrics,
     ScopeMetrics,
     Sum,
+    Summary,
+    SummaryDataPoint,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk._logs import LoggerProvider
@@ -396,7 +398,9 @@ def test_the_sdks_log_records_become_messages_at_their_severitys_priority(collec
     ]
 
 
-def test_gauges_and_sums_become_counters_and_histograms_are_refused_with_a_reason(collector: OtlpCollector) -> None:
+def test_gauges_sums_and_histograms_become_counters_and_summaries_are_refused_with_a_reason(
+    collector: OtlpCollector,
+) -> None:
     gauge = Metric(
         name="queue.depth",
         gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=T0 + i, as_int=i) for i in range(3)]),
@@ -405,12 +409,14 @@ def test_gauges_and_sums_become_counters_and_histograms_are_refused_with_a_reaso
         name="requests",
         sum=Sum(data_points=[NumberDataPoint(time_unix_nano=T0, as_double=2.5, attributes=[attribute("route", "/a")])]),
     )
-    histogram = Metric(name="latency", histogram=Histogram(data_points=[HistogramDataPoint(time_unix_nano=T0)] * 2))
+    point = HistogramDataPoint(time_unix_nano=T0, count=3, sum=12.5, explicit_bounds=[1.0], bucket_counts=[1, 2])
+    histogram = Metric(name="latency", histogram=Histogram(data_points=[point]))
+    summary = Metric(name="quantiles", summary=Summary(data_points=[SummaryDataPoint(time_unix_nano=T0)] * 2))
     export = ExportMetricsServiceRequest()
     export.resource_metrics.append(
         ResourceMetrics(
             resource={"attributes": [attribute("service.name", "worker")]},
-            scope_metrics=[ScopeMetrics(metrics=[gauge, total, histogram])],
+            scope_metrics=[ScopeMetrics(metrics=[gauge, total, histogram, summary])],
         )
     )
     status, _, body = collector.export(export.SerializeToString(), path="/v1/metrics")
@@ -418,13 +424,18 @@ def test_gauges_and_sums_become_counters_and_histograms_are_refused_with_a_reaso
     response = ExportMetricsServiceResponse()
     response.ParseFromString(body)
     assert response.partial_success.rejected_data_points == 2
-    assert "'latency': a histogram has no counter" in response.partial_success.error_message
+    assert "'quantiles': a summary has no counter" in response.partial_success.error_message
     trace = collector.snapshot()
     counters = sorted((e["name"], e["args"]["value"]) for e in events(trace, "C"))
-    assert counters == [("queue.depth", 0), ("queue.depth", 1), ("queue.depth", 2), ("requests {route=/a}", 2.5)]
+    assert counters == [
+        ("latency.count", 3), ("latency.sum", 12.5), ("queue.depth", 0), ("queue.depth", 1), ("queue.depth", 2),
+        ("requests {route=/a}", 2.5),
+    ]  # fmt: skip
+    (count,) = [e["args"] for e in events(trace, "C") if e["name"] == "latency.count"]
+    assert count == {"value": 3, "histogram": {"explicit_bounds": [1.0], "bucket_counts": [1, 2]}}
     (process,) = trace["otherData"]["processes"]
     assert process["rejected_events"] == 2  # the refused data points reach the process's counters
-    assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 4, "refused": 2}
+    assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 5, "refused": 2}
     _, metrics = collector.get("/metrics")
     assert b'ringtrace_otlp_items_total{outcome="refused",signal="metrics"} 2.0' in metrics
 

@@ -303,3 +303,11 @@ def test_tls_needs_both_the_certificate_and_its_key(tmp_path: Path) -> None:
     garbage.write_text("not a certificate\n")
     with pytest.raises(ConfigError, match="cannot load the certificate and its key"):
         server_tls_context(str(garbage), str(garbage))
+
+
+@pytest.mark.parametrize("option", ["otlp_http", "otlp_grpc"])
+def test_an_otlp_listener_beyond_loopback_needs_a_token_as_the_others_do(option: str) -> None:
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(ConfigError, match=re.escape(f"refusing to listen on {flag} 0.0.0.0 without a token")):
+        CollectorConfig(**{option: ("0.0.0.0", 4317)})
+    CollectorConfig(**{option: ("0.0.0.0", 4317)}, token=TOKEN)

@@ -9,19 +9,24 @@ the body limit (compressed or not: a gzip bomb is refused as it inflates); 415 f
 503 with ``Retry-After`` when the store refused everything (``--policy discard``) or the bytes of the requests in
 flight, as received and as inflated, would pass their bound (``in_flight.py``), so exporters retry rather than lose
 them.
+
+The OTLP/gRPC receiver (``grpc_receiver.py``) hands its requests to the same ``OtlpReceiver``: the limits, the
+decoding, the streams, the store and the counts are the same: ``store_request`` answers either with the response
+message or with an exception that says which refusal it is (``BadRequest``, ``Unavailable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import functools
 import itertools
 import logging
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from aiohttp import web
@@ -36,14 +41,24 @@ from ringtrace.client.wire.frames import KindSpec, encode
 from ringtrace.client.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
 from ringtrace.collector.ingest.connection import IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
-from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight
+from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
 
-__all__ = ["SIGNALS", "BadRequest", "OtlpReceiver", "Signal", "decode_request", "inflated", "read_body"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "SIGNALS",
+    "BadRequest",
+    "OtlpReceiver",
+    "Signal",
+    "Unavailable",
+    "decode_request",
+    "inflated",
+    "read_body",
+]
 
 log = logging.getLogger("ringtrace.collector.otlp")
 
@@ -61,7 +76,8 @@ MAX_LOG_CATEGORIES: Final = 100
 MAX_BODIES_IN_FLIGHT: Final = 8
 #: What a gzip body inflates by at a time, each piece counted in flight before the next.
 _INFLATE_STEP: Final = 1024 * 1024
-_RETRY_AFTER_S: Final = "1"
+#: Seconds after which an exporter refused for now may send again (``Retry-After``; gRPC's ``RetryInfo``).
+RETRY_AFTER_S: Final = 1
 #: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
 _ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
@@ -73,6 +89,15 @@ class BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Unavailable(Exception):
+    """The request is refused for now, and may be sent again later: 503 with ``Retry-After``; over gRPC UNAVAILABLE,
+    or RESOURCE_EXHAUSTED where ``busy`` (too many requests in flight), with a RetryInfo."""
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +232,8 @@ class _Delivery:
 
 
 class OtlpReceiver:
-    """The routes of the OTLP/HTTP port, and the loopback streams of the resources they have seen."""
+    """The routes of the OTLP/HTTP port, and what they share with the OTLP/gRPC one: the bound on requests in flight,
+    the decoding, the loopback streams of the resources seen, and the counts."""
 
     def __init__(self, sink: IngestSink, token: str | None, max_body_bytes: int) -> None:
         self._sink = sink
@@ -238,25 +264,59 @@ class OtlpReceiver:
 
     async def export(self, signal: Signal, request: web.Request) -> web.Response:
         as_json = _content_type(request) == _JSON
-        if self.stopping:  # (a kept-alive connection outlives the listener)
-            return self._refuse(503, "the collector is stopping", as_json, retry=True)
-        with self.in_flight.request() as held:  # (given back when answered: the frames wait for the store meanwhile)
-            try:
-                held.take(min(request.content_length or self.max_body_bytes, self.max_body_bytes))
+        size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
+        try:
+            with self.admitted(size) as held:  # (given back when answered: the frames wait for the store meanwhile)
                 body = await read_body(request, self.max_body_bytes, held.take)
                 return await self.store(signal, body, as_json)
-            except Busy as exc:
-                return self._refuse(503, str(exc), as_json, retry=True)
-            except BadRequest as exc:
-                return self._refuse(exc.status, str(exc), as_json)
-
-    def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
-        self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
-        return _status(status, message, as_json, retry)
+        except (BadRequest, Unavailable) as exc:
+            return self._refusal(exc, as_json)
 
     async def store(self, signal: Signal, body: bytes, as_json: bool) -> web.Response:
+        """The HTTP answer to the request in ``body``: its response (``store_request``), or the refusal's status."""
+        try:
+            return _message(await self.store_request(signal, body, as_json), as_json)
+        except (BadRequest, Unavailable) as exc:
+            return self._refusal(exc, as_json)
+
+    def _refusal(self, refused: BadRequest | Unavailable, as_json: bool) -> web.Response:
+        if isinstance(refused, Unavailable):
+            return self._refuse(503, str(refused), as_json, retry=True)
+        return self._refuse(refused.status, str(refused), as_json)
+
+    def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
+        self.count_refused(status)
+        return _status(status, message, as_json, retry)
+
+    def count_refused(self, status: int) -> None:
+        """One more request answered with an error: ``status`` is its HTTP status (a gRPC one's HTTP equivalent)."""
+        self.refused_requests[status] = self.refused_requests.get(status, 0) + 1
+
+    @contextlib.contextmanager
+    def admitted(self, size: int) -> Iterator[RequestBytes]:
+        """A request of ``size`` bytes in flight while in the block; what its body inflates to is taken from it
+        (``RequestBytes.take``) as it grows, and all of it given back at the end.
+
+        Raises:
+            Unavailable: the collector is stopping, or the bytes in flight would pass their bound (``busy``).
+        """
+        if self.stopping:  # (a kept-alive connection outlives the listener)
+            raise Unavailable("the collector is stopping")
+        try:
+            with self.in_flight.request() as held:
+                held.take(size)
+                yield held
+        except Busy as exc:
+            raise Unavailable(str(exc), busy=True) from None
+
+    async def store_request(self, signal: Signal, body: bytes, as_json: bool) -> Message:
         """Decode and pack the request (one at a time: its objects are freed before its frames wait for the store),
-        then send each process's frames and answer with what was stored."""
+        then send each process's frames; the signal's response, with what was refused in its ``partial_success``.
+
+        Raises:
+            BadRequest: the body is not a request (400), or its data broke a limit of its stream.
+            Unavailable: the store refused everything (full, under ``--policy discard``).
+        """
         deliveries: list[_Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
@@ -284,16 +344,15 @@ class OtlpReceiver:
         self.refused[signal.path] += rejected + refused
         if refused and not stored:
             if closed:  # (a limit of the stream: sent again, it would break it again)
-                return self._refuse(400, f"the collector could not take the {signal.items}: {closed}", as_json)
-            why = f"the collector's store refused the {signal.items} (full, or the process at its cap)"
-            return self._refuse(503, why, as_json, retry=True)
+                raise BadRequest(400, f"the collector could not take the {signal.items}: {closed}")
+            raise Unavailable(f"the collector's store refused the {signal.items} (full, or the process at its cap)")
         response = signal.response()
         if rejected or refused:
             full = f"the collector's store refused some {signal.items} (full, or the process at its cap)"
             message = why or closed or full
             partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
             response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
-        return _message(response, as_json)
+        return response
 
     async def _packed(self, process: ProcessEvents) -> _Delivery:
         """One process's events as frames, its stream held (its lock) until they are sent: frames go out in the order
@@ -471,7 +530,7 @@ def _status(status: int, message: str, as_json: bool, retry: bool = False) -> we
         body = b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
         response = web.Response(body=body, status=status, content_type=_PROTOBUF)
     if retry:
-        response.headers["Retry-After"] = _RETRY_AFTER_S
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 

@@ -153,3 +153,12 @@ def test_snabb(collector: CollectorProcess, tmp_path: Path) -> None:
     assert "breath n(2) took ns(480) ns" in {e["name"] for e in messages}
     attempted = int(output.rsplit("breaths:", 1)[1])
     assert 0 < len(breaths) - 1 < attempted, "sampling keeps some windows out of about 50, not all"
+
+
+def test_otel_span_processor(collector: CollectorProcess, tmp_path: Path) -> None:
+    _, out = run_example("otel-span-processor", collector, tmp_path)
+    trace_id = out.split()[1]
+    trace = collector.snapshot(f"?trace_id={trace_id}")
+    handle, render = sorted(events(trace, "X"), key=lambda e: e["name"])
+    assert (handle["name"], handle["args"]["trace_id"], render["name"]) == ("handle", trace_id, "render")
+    assert render["tid"] == handle["tid"] and handle["ts"] <= render["ts"]

@@ -5,6 +5,7 @@ encoded beforehand so that only the collector's work is timed:
 
   otlp    ``ExportTraceServiceRequest`` protobuf bodies of 512 spans (the SDK's BatchSpanProcessor's batch), POSTed one
           after the other on one keep-alive HTTP connection to ``/v1/traces``, as an SDK's exporter sends them.
+  lanes   the same, without the thread attributes: each span on a lane of its trace (8 spans a trace), placed there.
   native  the same spans as the ringtrace client's stream encoder packs them (SPAN events with the same args), sent
           on one TCP connection after HELLO/WELCOME, with a FLUSH at the end.
 
@@ -52,12 +53,14 @@ def spans(n: int, base_ns: int) -> list[tuple[str, int, int, bytes, bytes, int]]
     ]
 
 
-def otlp_bodies(made: list[tuple[str, int, int, bytes, bytes, int]], service: str) -> list[bytes]:
+def otlp_bodies(made: list[tuple[str, int, int, bytes, bytes, int]], service: str, on_thread: bool) -> list[bytes]:
     resource = {"attributes": [KeyValue(key="service.name", value=AnyValue(string_value=service))]}
     thread = [
         KeyValue(key="thread.id", value=AnyValue(int_value=1)),
         KeyValue(key="thread.name", value=AnyValue(string_value="main")),
     ]
+    if not on_thread:
+        thread = []
     bodies = []
     for start in range(0, len(made), BATCH):
         batch = [
@@ -109,8 +112,8 @@ def timed(coll: Collector, n: int, send: Any) -> tuple[float, float]:
     return n / elapsed, cpu / n * 1e9
 
 
-def otlp_round(coll: Collector, address: tuple[str, int], n: int) -> tuple[float, float]:
-    bodies = otlp_bodies(spans(n, time.time_ns()), f"otlp-{next(_rounds)}")
+def otlp_round(coll: Collector, address: tuple[str, int], n: int, on_thread: bool = True) -> tuple[float, float]:
+    bodies = otlp_bodies(spans(n, time.time_ns()), f"otlp-{next(_rounds)}", on_thread)
     connection = http.client.HTTPConnection(*address, timeout=60)
 
     def send() -> None:
@@ -164,17 +167,22 @@ def bench(n: int, rounds: int) -> int:
             else:
                 time.sleep(0.05)
         assert address is not None, "the collector did not report its OTLP listener"
-        results = interleave(
-            {"otlp": lambda: otlp_round(coll, address, n), "native": lambda: native_round(coll, n)}, rounds
-        )
+        ways = {
+            "otlp": lambda: otlp_round(coll, address, n),
+            "lanes": lambda: otlp_round(coll, address, n, on_thread=False),
+            "native": lambda: native_round(coll, n),
+        }
+        results = interleave(ways, rounds)
     otlp_rate, native_rate = median([r[0] for r in results["otlp"]]), median([r[0] for r in results["native"]])
     otlp_cpu, native_cpu = median([r[1] for r in results["otlp"]]), median([r[1] for r in results["native"]])
+    lanes_rate, lanes_cpu = median([r[0] for r in results["lanes"]]), median([r[1] for r in results["lanes"]])
     ratio = otlp_rate / native_rate
     print(
         table(
             ["way", "spans/s", "collector CPU ns/span"],
             [
                 ["otlp (protobuf, 512 a request)", f"{otlp_rate:,.0f}", f"{otlp_cpu:,.0f}"],
+                ["otlp, no thread: on trace lanes", f"{lanes_rate:,.0f}", f"{lanes_cpu:,.0f}"],
                 ["native", f"{native_rate:,.0f}", f"{native_cpu:,.0f}"],
             ],
             title=f"{n:,} spans a round, {rounds} rounds, medians",

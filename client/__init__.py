@@ -49,6 +49,7 @@ from ringtrace.client.listeners import (
     ObjectListener,
     SerializedListener,
     TraceFile,
+    name_process,
     read_trace_file,
     read_trace_streams,
 )
@@ -192,6 +193,7 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
         with contextlib.suppress(ValueError, OSError):  # a name the environment cannot hold (a NUL): not inherited
             os.environ[_PARENT_NAME_VARIABLE] = f"{os.getpid()} {streamer.process_name}"
         streamer.start()
+        name_process(streamer.process_name)  # a FileListener made after is the same process by name too
         _connected = (address, opts, streamer)
         _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
     if previous is not None:

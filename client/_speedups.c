@@ -1241,6 +1241,24 @@ traced_repr(Traced *self)
     return PyUnicode_FromFormat("<traced %R>", self->function);
 }
 
+/* Pickled as a function is: by reference, its module and qualified name (functools.update_wrapper copied them), so that
+   multiprocessing takes it (Pool.map, ProcessPoolExecutor); copy.copy and copy.deepcopy give it back, as a function. */
+static PyObject *
+traced_reduce(Traced *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *name = PyObject_GetAttrString((PyObject *)self, "__qualname__");
+    if (name == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "cannot pickle traced %R: it has no __qualname__ to find it by", self->function);
+    }
+    return name;
+}
+
+static PyMethodDef traced_methods[] = {
+    {"__reduce__", (PyCFunction)traced_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMemberDef traced_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Traced, vectorcall), READONLY, NULL},
     {"__dictoffset__", T_PYSSIZET, offsetof(Traced, dict), READONLY, NULL},
@@ -1261,6 +1279,7 @@ static PyType_Slot traced_slots[] = {
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_descr_get, traced_get},
     {Py_tp_members, traced_members},
+    {Py_tp_methods, traced_methods},
     {Py_tp_getset, traced_getset},
     {Py_tp_repr, traced_repr},
     {0, NULL},

@@ -38,6 +38,7 @@ __all__ = [
     "SerializedListener",
     "TraceFile",
     "default_process_name",
+    "name_process",
     "read_trace_file",
     "read_trace_streams",
 ]
@@ -48,9 +49,23 @@ log = logging.getLogger("ringtrace.client")
 _FILE_FRAME_BYTES = 64 * 1024
 
 
+#: The name ``connect`` gave this process (None before it is called): its other listeners' default name too, so that
+#: a file it records shows under the name its streamed events do.
+_connected_name: str | None = None
+
+
+def name_process(name: str) -> None:
+    """``connect`` named this process ``name``: listeners made after it without a name of their own take it."""
+    global _connected_name
+    _connected_name = name
+
+
 def default_process_name() -> str:
+    """The name ``connect`` gave this process; before it is called, the script's name."""
     import sys
 
+    if _connected_name is not None:
+        return _connected_name
     argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return argv0 if argv0 not in ("", "-", "-c") else "python"  # a script from stdin or -c has no name
 
@@ -227,7 +242,8 @@ class FileListener(SerializedListener):
 
     Args:
         path: the file; created, or truncated if it exists.
-        process_name: named in the file's HELLO; defaults to the script's name.
+        process_name: named in the file's HELLO; defaults to the name ``connect`` gave this process, else the
+            script's name.
         fsync: also ``os.fsync`` the file on every ``flush()``.
     """
 

@@ -261,12 +261,13 @@ class Timeline(Recorder):
         with self._lock:
             buffers = list(self._tracks.buffers)
         taken, ended = take_events(buffers)
+        ended_tracks = []
         if ended:
             # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.
             self._forget_recorders()
             with self._lock:
-                self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, taken) + taken, [buffer.track for buffer in ended], dropped)
+                ended_tracks = self._tracks.forget(ended)
+        return Drained(lane_parents(buffers, taken) + taken, ended_tracks, dropped)
 
     def tracks(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
 
 from ringtrace.client.otel_bridge import otel_context, otel_current_span
 from ringtrace.client.traceparent import SpanContext, child_of, format_traceparent, new_root, parse_traceparent
+from ringtrace.client.wire.recent import Recent
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -52,8 +53,8 @@ _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtr
 #: elsewhere), by span id: the span each was entered in, current again where the ended one still is (the context
 #: they were entered in cannot be reset from another). The most recent ones: a context that still holds an older
 #: one is gone, or has had a span of its own since.
-_ENDED_ELSEWHERE: dict[str, _Active | None] = {}
 _ENDED_ELSEWHERE_KEPT: Final = 10_000
+_ENDED_ELSEWHERE: Final[Recent[str, _Active | None]] = Recent(_ENDED_ELSEWHERE_KEPT)
 
 
 def current_span() -> SpanContext | None:
@@ -61,8 +62,11 @@ def current_span() -> SpanContext | None:
     any trace."""
     active = _ACTIVE.get()
     if _ENDED_ELSEWHERE:
-        while active is not None and active.context.span_id in _ENDED_ELSEWHERE:
-            active = _ENDED_ELSEWHERE[active.context.span_id]
+        while active is not None:
+            outer = _ENDED_ELSEWHERE.get(active.context.span_id, active)
+            if outer is active:  # not ended elsewhere (or forgotten meanwhile, by another thread)
+                break
+            active = outer
     otel_span = otel_current_span()
     if active is not None and (otel_span is None or otel_span is active.otel_span):
         return active.context
@@ -184,6 +188,4 @@ def _ended_elsewhere(span: SpanContext | None, token: contextvars.Token[_Active 
     if span is None:
         return
     outer = token.old_value
-    _ENDED_ELSEWHERE[span.span_id] = None if outer is contextvars.Token.MISSING else outer
-    if len(_ENDED_ELSEWHERE) > _ENDED_ELSEWHERE_KEPT:
-        del _ENDED_ELSEWHERE[next(iter(_ENDED_ELSEWHERE))]
+    _ENDED_ELSEWHERE.put(span.span_id, None if outer is contextvars.Token.MISSING else outer)

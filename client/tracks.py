@@ -2,9 +2,11 @@
 them.
 
 asyncio: a task that records while its event loop runs gets a track of its own, a *lane* of its thread, so that the
-spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time and given back when the
-flusher finds the task done (``forget``), so the number of lanes follows the number of tasks alive at once, not the
-total.
+spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time, and is free again as soon
+as that task is done: the next task of its thread to record takes it (``lane_for``), so the number of lanes follows
+the number of tasks alive at once, not the total, however many come and go between two passes of the flusher. Each
+task records into a buffer of its own, so what a lane shows of each stays whole and in order: the done task's buffer
+comes before the next one's in ``buffers``, and the flusher drains them in that order.
 
 ``Tracks`` does no locking of its own: its timeline calls it under the timeline's lock, except where a method says
 otherwise. ``task_buffers`` is one dict for the life of the tracks (emptied, never replaced): the recorder reads it
@@ -71,13 +73,28 @@ class TrackBuffer:
         return owner.is_alive()
 
 
+class _Lane:
+    """A lane of a thread, and the task that has it (None: free)."""
+
+    __slots__ = ("task", "track")
+
+    def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
+        self.track, self.task = track, task
+
+    def free_for(self, task: Task[Any]) -> bool:
+        """Whether ``task`` may record on this lane: it has it already, or no task that may still record does."""
+        held = self.task
+        return held is None or held is task or held.done() or held.get_loop().is_closed()
+
+
 class Tracks:
-    """The buffers of one timeline's threads, lanes and sources, the tables that find them, and the free lanes."""
+    """The buffers of one timeline's threads, lanes and sources, the tables that find them, and the lanes."""
 
     def __init__(self) -> None:
         self.buffers: list[TrackBuffer] = []
         self.task_buffers: dict[Task[Any], TrackBuffer] = {}
-        self._free_lanes: dict[int, list[TrackInfo]] = {}
+        #: Each thread's lanes (by its track's id), in the order they were made.
+        self._lanes: dict[int, list[_Lane]] = {}
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
 
@@ -100,16 +117,18 @@ class Tracks:
         return created
 
     def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
-        """A buffer for ``task`` on a lane of this thread's: a free one, or a new one."""
+        """A buffer of ``task``'s own on a lane of this thread's: the first free one, or a new one."""
         parent = self.thread_buffer(label).track
-        lanes = self._free_lanes.get(parent.track_id)
-        if lanes:
-            track = lanes.pop()
-        else:
-            lane_number = sum(1 for b in self.buffers if b.track.parent == parent.track_id) + 1
-            name = display_text(f"{parent.name} tasks [{lane_number}]")
-            track = TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id)
-        buffer = TrackBuffer(track, task)
+        lanes = self._lanes.setdefault(parent.track_id, [])
+        lane = next((lane for lane in lanes if lane.free_for(task)), None)
+        if lane is None:
+            name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
+            lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), task)
+            lanes.append(lane)
+        elif lane.task is not task and lane.task is not None:
+            self.task_buffers.pop(lane.task, None)  # done: it records no more (its buffer stays until drained)
+        lane.task = task
+        buffer = TrackBuffer(lane.track, task)
         self.buffers.append(buffer)
         self.task_buffers[task] = buffer
         return buffer
@@ -148,19 +167,28 @@ class Tracks:
         bounded = recording(buffer.events)
         source._recording = (_FirstUse(source, bounded), 1, -1, int) if first_use else bounded
 
-    def forget(self, ended: list[TrackBuffer]) -> None:
-        """Drop the buffers of ended owners; a task's lane becomes free for the next task of its thread."""
+    def forget(self, ended: list[TrackBuffer]) -> list[TrackInfo]:
+        """Drop the buffers of ended owners. Returns the tracks that ended with them: not a lane that another task
+        has taken since (its track goes on)."""
         gone = {id(b) for b in ended}
         self.buffers = [b for b in self.buffers if id(b) not in gone]
+        tracks = []
         for buffer in ended:
             owner = buffer.owner
             if isinstance(owner, Task):
                 self.task_buffers.pop(owner, None)
-                self._free_lanes.setdefault(buffer.track.parent, []).append(buffer.track)
+                lanes = self._lanes.get(buffer.track.parent, ())  # (none: its thread ended, all of them with it)
+                lane = next((lane for lane in lanes if lane.track is buffer.track), None)
+                if lane is not None and lane.task is not owner:
+                    continue  # taken by the next task
+                if lane is not None:
+                    lane.task = None  # free, and the done task not kept alive by it
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
             else:
-                self._free_lanes.pop(buffer.track.track_id, None)
+                self._lanes.pop(buffer.track.track_id, None)
+            tracks.append(buffer.track)
+        return tracks
 
     def take_all(self) -> list[TrackBuffer]:
         """Every buffer, which the tracks then no longer hold (what they held was never drained: lost)."""
@@ -183,7 +211,7 @@ class Tracks:
         """In a forked child: the parent's threads, tasks and buffers do not carry over (sources do)."""
         self.buffers = []
         self.task_buffers.clear()
-        self._free_lanes = {}
+        self._lanes = {}
         self._source_buffers = {}
 
 

@@ -8,6 +8,8 @@ import time
 from collections.abc import Hashable
 from typing import Final
 
+from ringtrace.client.wire.recent import Recent
+
 __all__ = ["REPEAT_LOG_INTERVAL_S", "Repeats"]
 
 #: A key is logged at most this often.
@@ -20,7 +22,7 @@ class Repeats:
     """When each key was last logged, and how many of its lines were not logged since."""
 
     def __init__(self) -> None:
-        self._logged: dict[Hashable, list[float]] = {}
+        self._logged: Recent[Hashable, list[float]] = Recent(_REMEMBERED)
 
     def due(self, key: Hashable) -> int | None:
         """None when the line of ``key`` is not to be logged now (it is counted); else how many were not logged since
@@ -30,9 +32,7 @@ class Repeats:
         if seen is not None and now - seen[0] < REPEAT_LOG_INTERVAL_S:
             seen[1] += 1
             return None
-        if seen is None and len(self._logged) >= _REMEMBERED:
-            del self._logged[next(iter(self._logged))]
-        self._logged[key] = [now, 0]
+        self._logged.put(key, [now, 0])
         return int(seen[1]) if seen is not None else 0
 
     def recent(self, key: Hashable) -> bool:

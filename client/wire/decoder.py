@@ -54,6 +54,7 @@ from ringtrace.client.wire.frames import (
 )
 from ringtrace.client.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
 from ringtrace.client.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
+from ringtrace.client.wire.recent import Recent
 
 __all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
 
@@ -497,9 +498,7 @@ class SessionDecoder:
             _check_kind_texts(spec)
             sizes.append(spec.text_bytes)
             self._add_kind(spec, sizes[-1])
-        if len(_checked_schemas) >= _CHECKED_SCHEMAS:
-            del _checked_schemas[next(iter(_checked_schemas))]  # the oldest
-        _checked_schemas[id(frame)] = (frame, tuple(sizes))
+        _checked_schemas.put(id(frame), (frame, tuple(sizes)))
 
     def _add_kind(self, spec: KindSpec, text_bytes: int) -> None:
         """Add ``spec`` (its texts checked; ``text_bytes``: its ``text_bytes``) to the kinds, within the limits."""
@@ -535,9 +534,10 @@ def _check_kind_texts(spec: KindSpec) -> None:
 #: SCHEMA frames whose every kind's texts passed ``_check_kind_texts``, by ``id``, with the frame (kept alive, so that
 #: its id is not reused while it is here) and each kind's ``text_bytes``: ``Schema.decode_body`` gives the same object
 #: for a body decoded lately, so the clients of a version, connecting again and again, have their texts checked and
-#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS.
+#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS; shared by
+#: the collector's event loop and its snapshot readers.
 _CHECKED_SCHEMAS: Final = 16
-_checked_schemas: dict[int, tuple[Schema, tuple[int, ...]]] = {}
+_checked_schemas: Final[Recent[int, tuple[Schema, tuple[int, ...]]]] = Recent(_CHECKED_SCHEMAS)
 
 
 #: What each frame type does to an open stream's tables (``SessionDecoder._apply``); a type not here changes none.

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import msgpack
 from ringtrace.client.wire.errors import FrameTooLarge, MalformedFrame
+from ringtrace.client.wire.recent import Recent
 
 __all__ = [
     "AUTHENTICATION_FAILED",
@@ -351,9 +352,7 @@ class Schema:
         if schema is None:
             schema = cls._decode(body)
             if len(key) <= _MAX_REMEMBERED_SCHEMA_BYTES:
-                if len(_recent_schemas) >= _REMEMBERED_SCHEMAS:
-                    del _recent_schemas[next(iter(_recent_schemas))]  # the oldest
-                _recent_schemas[key] = schema
+                _recent_schemas.put(key, schema)
         return schema
 
     @classmethod
@@ -368,9 +367,10 @@ class Schema:
 
 #: SCHEMA bodies decoded lately (``Schema.decode_body``), at most _REMEMBERED_SCHEMAS of at most
 #: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory.
+#: Shared by the collector's event loop and its snapshot readers.
 _REMEMBERED_SCHEMAS: Final = 16
 _MAX_REMEMBERED_SCHEMA_BYTES: Final = 16 * 1024
-_recent_schemas: dict[bytes, Schema] = {}
+_recent_schemas: Final[Recent[bytes, Schema]] = Recent(_REMEMBERED_SCHEMAS)
 
 
 @dataclass(frozen=True, slots=True)

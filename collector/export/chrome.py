@@ -25,7 +25,7 @@ from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.read.event_walk import EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame, first_showing
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -193,13 +193,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
-    """Names and order: processes in the order they first connected; in each, threads in the order they were
-    declared, each followed by its task lanes, then sources and counter tracks."""
+    """Names and order: processes in the order they first connected (those that show one pid, OTLP data of a
+    ringtrace client's process, under the first one's name); in each, threads in the order they were declared, each
+    followed by its task lanes, then sources and counter tracks."""
     events: list[dict[str, Any]] = []
-    for uid in sorted({uid for uid, _ in tracks}):
-        process = view.processes[uid]
+    first = first_showing(view.processes)
+    for pid in sorted({view.processes[uid].trace_pid for uid, _ in tracks}, key=lambda pid: first[pid].uid):
+        process = first[pid]
+        uid = process.uid
         label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
-        pid = process.trace_pid
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": process.host}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": uid}})

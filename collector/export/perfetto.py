@@ -55,7 +55,7 @@ from ringtrace.collector.export import protobuf as pb
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame, first_showing
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -473,7 +473,10 @@ class _Tracks:
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
         self._last_uuid = 0
+        #: By the pid shown.
         self._process_uuids: dict[int, int] = {}
+        #: The first known process showing each pid (made on first use).
+        self._first_showing: dict[int, ProcessView] | None = None
         self._track_uuids: dict[tuple[int, int], int] = {}
         self._counter_uuids: dict[tuple[int, int, str], int] = {}
         self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
@@ -496,9 +499,14 @@ class _Tracks:
         return self._last_uuid
 
     def _process_uuid(self, process: ProcessView) -> int:
-        uuid = self._process_uuids.get(process.uid)
+        """The track of the process, one per pid shown (OTLP data of a ringtrace client's process shows its pid),
+        named after the first known of those that show it."""
+        uuid = self._process_uuids.get(process.trace_pid)
         if uuid is None:
-            uuid = self._process_uuids[process.uid] = self._new_uuid()
+            if self._first_showing is None:
+                self._first_showing = first_showing(self._walk.view.processes)
+            process = self._first_showing.get(process.trace_pid, process)
+            uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
             label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
             described = pb.uint(_PID, self._pid(process)) + pb.string(_PROCESS_NAME, label)
             described += pb.string(_PROCESS_LABELS, process.host)

@@ -1,7 +1,8 @@
 """The ``GET /sources`` document: every process (connected or not) with its tracks, what is held of each and when,
-and every loss counter, from the facts ``read/inventory.py`` gathers.
+and every loss counter, from the facts ``read/inventory.py`` gathers; with ``--jetstream``, the fleet's totals too
+(``sources_totals``).
 
-A pure function: times are wall-clock ns (the process's clock offset applied, within what JSON takes: a client may
+Pure functions: times are wall-clock ns (the process's clock offset applied, within what JSON takes: a client may
 send any u64); a track with nothing stored has none.
 """
 
@@ -10,15 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from ringtrace.client.wire.frames import Stats
 from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 from ringtrace.collector.read.inventory import ProcessFacts, TrackTimes
 from ringtrace.collector.store.ring import Counts
 
-__all__ = ["sources_document"]
+__all__ = ["sources_document", "sources_totals"]
 
 _TRACK_KINDS: Final = {THREAD_TRACK: "thread", SOURCE_TRACK: "source", ASYNC_TRACK: "task", COUNTER_TRACK: "counter"}
+#: The counters of a process's entry that a fleet's totals sum.
+_SUMMED: Final = (*store_counts(Counts()), *client_counts(Stats(0, 0)))
 
 
 def sources_document(
@@ -85,3 +89,20 @@ def _track_entry(facts: ProcessFacts, track_id: int, counts: Counts, held: Track
         entry["first_wall_ns"] = min(max(held.first_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
         entry["last_wall_ns"] = min(max(held.last_ns + process.clock_offset_ns, 0), MAX_WALL_NS)
     return entry
+
+
+def sources_totals(
+    entries: Iterable[Mapping[str, Any]], collectors: int, connections: int, capacity_bytes: int
+) -> dict[str, Any]:
+    """A fleet's totals (``--jetstream``), named as ``/stats`` names one collector's: its live ``collectors`` and
+    their client ``connections``; the processes ``entries`` lists (``sources_document``), their bytes held
+    (``used_bytes``) and every counter, summed; the stream's ``capacity_bytes``."""
+    entries = list(entries)
+    return {
+        "collectors": collectors,
+        "connections": connections,
+        "processes": len(entries),
+        "used_bytes": sum(entry["held_bytes"] for entry in entries),
+        "capacity_bytes": capacity_bytes,
+        **{key: sum(entry[key] for entry in entries) for key in _SUMMED},
+    }

@@ -44,7 +44,7 @@ from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
-from ringtrace.collector.http.guard import HttpGuard
+from ringtrace.collector.http.guard import HttpGuard, reset
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.http.page import page_response, static_file, wants_html
@@ -107,7 +107,7 @@ class CollectorAPI(Protocol):
 
     async def fleet_stats(self) -> dict[str, Any]: ...
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]: ...
+    async def sources(self, selected: EventFilter) -> dict[str, Any]: ...
 
     def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
 
@@ -276,7 +276,8 @@ async def _stream_out(
     request: web.Request, view: SnapshotView, chunks: Iterator[bytes], headers: dict[str, str], gzip: bool
 ) -> tuple[web.StreamResponse, bool]:
     """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them.
-    Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long)."""
+    Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long, or
+    making it failed)."""
     step: asyncio.Future[bytes | None] | None = None
     try:
         response = web.StreamResponse(headers=headers)
@@ -285,11 +286,19 @@ async def _stream_out(
         pieces = _Pieces(chunks, gzip)
         loop = asyncio.get_running_loop()
         timeout_s = request.app[COLLECTOR].http_guard.timeout_s
+        written = 0
         while True:
             step = loop.run_in_executor(request.app[COLLECTOR].readers, pieces.next)
-            piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
+            try:
+                piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
+            except Exception:  # the status (200) is sent: a response ended cleanly now would pass for a whole one
+                log.exception("snapshot to %s: failed after %d bytes; its connection is reset, so that the reader "
+                              "sees it cut off", request.remote, written)  # fmt: skip
+                reset(request.transport)
+                return response, False
             if piece is None:
                 break
+            written += len(piece)
             try:
                 await asyncio.wait_for(response.write(piece), timeout_s)
             except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
@@ -357,7 +366,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def sources(request: web.Request) -> web.Response:
     selected, _ = _process_params(request.query.items())
     try:
-        return _json({"processes": await request.app[COLLECTOR].sources(selected)})
+        return _json(await request.app[COLLECTOR].sources(selected))
     except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
         raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from ringtrace.collector.http.request_log import RequestLog
 from ringtrace.collector.log_repeats import Repeats
 
-__all__ = ["GuardedConnection", "HttpGuard"]
+__all__ = ["GuardedConnection", "HttpGuard", "reset"]
 
 log = logging.getLogger("ringtrace.collector.http")
 
@@ -76,12 +76,7 @@ class HttpGuard:
         would stay open, its socket established at the peer, for as long as the kernel tried to send what is still
         unsent: a reset drops that.)"""
         self.timed_out += 1
-        if transport is None or transport.is_closing():
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # on, 0 s: a reset
-        transport.abort()
+        reset(transport)
 
     def factory(self, make: Callable[[], asyncio.Protocol] | None) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for ``loop.create_server``, wrapping ``make``'s protocols (aiohttp's server)."""
@@ -169,3 +164,14 @@ class GuardedConnection(asyncio.Protocol):
                  self._peer, self._guard.timeout_s)  # fmt: skip
         self._guard.timed_out += 1
         transport.close()
+
+
+def reset(transport: asyncio.Transport | None) -> None:
+    """Reset the connection (a TCP RST): its reader sees it broken, whatever it was sent (a response cut short by a
+    clean close could pass for a whole one), and nothing unsent is kept for the kernel to retry."""
+    if transport is None or transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # on, 0 s: a reset
+    transport.abort()

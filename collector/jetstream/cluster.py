@@ -1,5 +1,6 @@
 """The NATS side of ``--jetstream``: connecting to the cluster (credentials, token, TLS) and making the stream say
-what the options say (``max_bytes``, discard, ``max_age``, replicas, storage)."""
+what the options say (``max_bytes``, discard, ``max_age``, replicas, storage), and the collectors' heartbeat stream
+(``heartbeats.py``) the same replicas."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ringtrace.client.wire.errors import ConfigError
+from ringtrace.collector.jetstream.heartbeats import HEARTBEAT_MAX_AGE_S, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import DUPLICATE_WINDOW_S
 from ringtrace.collector.jetstream.subjects import stream_subjects
 
-__all__ = ["ClusterOptions", "StreamOptions", "connect", "ensure_stream"]
+__all__ = ["ClusterOptions", "StreamOptions", "connect", "ensure_heartbeat_stream", "ensure_stream"]
 
 log = logging.getLogger("ringtrace.collector.jetstream")
 
@@ -25,6 +27,13 @@ READY_TIMEOUT_S: Final = 30.0
 #: How long start tries the servers before it gives up (nats-py set to reconnect for ever would try the first
 #: connection for ever too, and the collector would hang, silent, at start).
 CONNECT_TIMEOUT_S: Final = 10.0
+#: The heartbeat stream's max_bytes: the newest heartbeat of each collector (each one message, at most max_payload).
+HEARTBEAT_STREAM_BYTES: Final = 64 * 1024 * 1024
+#: NATS's error codes for replicas the servers cannot hold: a server that is not clustered; too few servers (no
+#: suitable peers for placement; insufficient resources, which a cluster electing its leaders says too).
+_REPLICAS_NOT_CLUSTERED: Final = 10074
+_NO_PEERS: Final = 10005
+_INSUFFICIENT_RESOURCES: Final = 10023
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,10 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     try:
         import nats
     except ImportError:
-        raise ConfigError("--jetstream needs nats-py: pip install 'ringtrace[jetstream]'") from None
+        raise ConfigError(
+            "--jetstream needs nats-py, the jetstream extra: pip install '.[collector,jetstream]' in a ringtrace "
+            "checkout"
+        ) from None
     servers = list(options.servers)
 
     async def disconnected() -> None:
@@ -135,9 +147,26 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
     Raises:
         ConfigError: the cluster refuses the stream (too few servers for the replicas, storage changed, ...).
     """
+    await _ensure(js, _stream_config(options), f"--jetstream-stream {options.name}")
+
+
+async def ensure_heartbeat_stream(js: Any, stream: str, replicas: int) -> None:
+    """Create the stream of the collectors' heartbeats (``heartbeats.py``), or update it; as ``ensure_stream``."""
+    from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+    name = heartbeat_stream(stream)
+    config = StreamConfig(
+        name=name, subjects=[f"{name}.*"], max_msgs_per_subject=1, max_bytes=HEARTBEAT_STREAM_BYTES,
+        discard=DiscardPolicy.OLD, max_age=HEARTBEAT_MAX_AGE_S, duplicate_window=HEARTBEAT_MAX_AGE_S,
+        storage=StorageType.MEMORY, num_replicas=replicas,
+    )  # fmt: skip
+    await _ensure(js, config, f"the collectors' heartbeat stream {name}")
+
+
+async def _ensure(js: Any, config: Any, what: str) -> None:
+    """Create the stream ``config`` says, or update it to that; ``what``: its name in an error."""
     from nats.js.errors import APIError, BadRequestError, ServiceUnavailableError
 
-    config = _stream_config(options)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         try:
@@ -152,16 +181,31 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
         except (ServiceUnavailableError, TimeoutError) as exc:
             last: BaseException = exc
         except APIError as exc:
-            if exc.err_code not in (10008, 10023):  # (JetStream not ready; insufficient resources while electing)
+            if exc.err_code not in (10008, _INSUFFICIENT_RESOURCES):  # (not ready; too few servers while electing)
                 raise ConfigError(
-                    f"--jetstream-stream {options.name}: the cluster refuses it: {exc.description}"
+                    f"{what}: the cluster refuses it: {exc.description}{_replicas_hint(exc, config)}"
                 ) from None
             last = exc
         except Exception as exc:  # no responders while the cluster elects its meta leader
             last = exc
         if time.monotonic() > deadline:
-            raise ConfigError(f"--jetstream: JetStream did not answer within {READY_TIMEOUT_S:.0f}s: {last}") from None
+            raise ConfigError(
+                f"--jetstream: JetStream did not answer within {READY_TIMEOUT_S:.0f}s: {last}"
+                f"{_replicas_hint(last, config)}"
+            ) from None
         await asyncio.sleep(0.25)
+
+
+def _replicas_hint(exc: BaseException, config: Any) -> str:
+    """What to do when the servers refuse the replicas asked for (NATS's own message does not name the option)."""
+    code = getattr(exc, "err_code", None)
+    replicas = config.num_replicas or 1
+    if code == _REPLICAS_NOT_CLUSTERED:
+        return f" (--jetstream-replicas is {replicas}: give --jetstream-replicas 1 for a server that is not clustered)"
+    if code in (_NO_PEERS, _INSUFFICIENT_RESOURCES) and replicas > 1:
+        return (f" (--jetstream-replicas {replicas} needs {replicas} servers with JetStream in the cluster: give "
+                f"fewer, down to --jetstream-replicas 1, or run more servers)")  # fmt: skip
+    return ""
 
 
 def _setting(value: object, unit: str = "") -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "Shown",
     "SnapshotView",
     "WalkedFrame",
+    "first_showing",
     "is_shown",
     "log_once",
     "prepare",
@@ -151,6 +152,15 @@ Shown = tuple[str, str, int, int, dict[str, Any] | None, str, str]
 
 
 WalkedFrame = tuple[ProcessView, TrackInfo, StreamTables, Events]
+
+
+def first_showing(processes: dict[int, ProcessView]) -> dict[int, ProcessView]:
+    """The process each pid shown is named after: the first known of those that show it (more than one: OTLP data of
+    a ringtrace client's OS process, ``Registry._trace_pid``)."""
+    first: dict[int, ProcessView] = {}
+    for uid in sorted(processes):
+        first.setdefault(processes[uid].trace_pid, processes[uid])
+    return first
 
 
 class FrameWalk:

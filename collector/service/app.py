@@ -144,7 +144,16 @@ class Collector:
         self.readers = reader_pool()
         #: ``--jetstream``: the stream the store publishes to, and reads of the fleet from it.
         self.jetstream = (
-            JetStreamTier(config, self.store, self.registry, self.every_connection, self.stored_limits, self.origin_ns)
+            JetStreamTier(
+                config,
+                self.store,
+                self.registry,
+                self.connections,
+                self.every_connection,
+                self.rates,
+                self.stored_limits,
+                self.origin_ns,
+            )
             if config.jetstream is not None
             else None
         )
@@ -336,12 +345,12 @@ class Collector:
         self.process_control.clear(selected)
         return view
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
+    async def sources(self, selected: EventFilter) -> dict[str, Any]:
         """``GET /sources``: every process ``selected`` and its tracks (``inventory.py``); with ``--jetstream``, every
-        process the stream holds."""
+        process the stream holds, and the fleet's totals."""
         if self.jetstream is not None:
             return await self.jetstream.sources(selected)
-        return await self.snapshots.sources(self.process_control.matching(selected))
+        return {"processes": await self.snapshots.sources(self.process_control.matching(selected))}
 
     async def tail_step(self, tail: Tail) -> list[Row]:
         """The rows stored since the tail's last step (``tail.py``), read on a worker thread; with ``--jetstream``,
@@ -473,7 +482,9 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
     )
     if config.data_dir is None and config.fsync != "never":
         log.warning("--fsync %s does nothing without --data-dir: everything stays in memory", config.fsync)
-    log.info("%s", capacity_holds(store.capacity_bytes, table_charge_bound(limits)))
+    # (with --jetstream the store is the buffer of what the stream has not acknowledged yet: the stream is --capacity)
+    option = "--jetstream-buffer" if config.jetstream else "--capacity"
+    log.info("%s", capacity_holds(store.capacity_bytes, table_charge_bound(limits), option))
 
 
 #: What one event takes in a segment, about (measured: a span with three args 36 bytes, a span or an instant without
@@ -481,16 +492,18 @@ def _log_store(config: CollectorConfig, store: Store, limits: Limits) -> None:
 _STORED_EVENT_BYTES: Final = 32
 
 
-def capacity_holds(capacity_bytes: int, most_table_bytes: int) -> str:
-    """What ``--capacity`` holds, in events and in processes' tables (each connection's count against it, up to
-    ``most_table_bytes`` at the table limits), and what to do if that is too little: one line, for the log at start.
-    A process whose tables do not fit is refused, and both sides say so then (``ingest/connection.py``)."""
+def capacity_holds(capacity_bytes: int, most_table_bytes: int, option: str = "--capacity") -> str:
+    """What the store's ``option`` (``--capacity``; ``--jetstream-buffer``) holds, in events and in processes' tables
+    (each connection's count against it, up to ``most_table_bytes`` at the table limits), and what to do if that is
+    too little: one line, for the log at start. A process whose tables do not fit is refused, and both sides say so
+    then (``ingest/connection.py``)."""
     at_limits = capacity_bytes // most_table_bytes
     such = f"room for {at_limits:,} such" if at_limits else "a process whose tables do not fit is refused, and says so"
+    events = _rounded(capacity_bytes // _STORED_EVENT_BYTES)
     return (
-        f"capacity {_mib(capacity_bytes)} holds about {_rounded(capacity_bytes // _STORED_EVENT_BYTES):,} events "
+        f"{option.removeprefix('--')} {_mib(capacity_bytes)} holds about {events:,} events "
         f"(~{_STORED_EVENT_BYTES} bytes each) less each connected process's string and track tables (a few KiB for "
-        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise --capacity"
+        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise {option}"
     )
 
 

@@ -5,12 +5,14 @@ and fleet-wide reads from the stream (snapshots, ``/sources``, ``/stats``, live 
 The collector's own store stays what ingest writes into: a memory store of ``--jetstream-buffer`` bytes under
 ``discard``, whose segments wait there only until the stream acknowledges them (``jetstream/publisher.py``). What a
 snapshot, ``/sources``, ``/stats`` or a live tail reports is read from the stream (``jetstream/fleet.py``,
-``fleet_counts.py``, ``fleet_tail.py``), whichever collector stored it.
+``fleet_counts.py``, ``fleet_tail.py``), whichever collector stored it; which processes are connected, and their
+rates, from every collector's heartbeat (``heartbeats.py``), which this one publishes too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -19,22 +21,30 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import Any, Final
 
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.decoder import Limits
-from ringtrace.collector.export.sources_document import sources_document
-from ringtrace.collector.jetstream.cluster import ClusterOptions, StreamOptions, connect, ensure_stream
+from ringtrace.client.wire.model import TrackInfo
+from ringtrace.collector.export.sources_document import sources_document, sources_totals
+from ringtrace.collector.jetstream.cluster import (
+    ClusterOptions,
+    StreamOptions,
+    connect,
+    ensure_heartbeat_stream,
+    ensure_stream,
+)
 from ringtrace.collector.jetstream.envelope import CLEARED, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
+from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness, beat_every, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
-from ringtrace.collector.jetstream.subjects import subject_filter
+from ringtrace.collector.jetstream.subjects import process_subject, subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
-from ringtrace.collector.read.inventory import ProcessFacts, scan_segments
+from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
@@ -53,6 +63,8 @@ STOP_PUBLISH_TIMEOUT_S: Final = 3.0
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 #: How long ``/stats`` waits to read the fleet's counts from the stream (the headers of its messages).
 FLEET_STATS_TIMEOUT_S: Final = 10.0
+#: How long a stopping collector waits for its heartbeat to be removed (else it is forgotten as a killed one is).
+STOP_HEARTBEAT_TIMEOUT_S: Final = 2.0
 #: Room a message keeps for its headers (the counts of a process's tracks grow with their number).
 HEADER_ROOM: Final = 64 * 1024
 #: The largest frame a client may send under ``--jetstream`` (at most ``--max-frame-size``; clients adopt it): a
@@ -80,7 +92,9 @@ class JetStreamTier:
         config: the collector's configuration (``jetstream`` set).
         store: the collector's store (``staging_store``).
         registry: the processes connected here.
-        connections: the connections, sealed every SEAL_INTERVAL_S.
+        connections: the clients' connections (counted in the heartbeat).
+        sealed: every connection, the OTLP receiver's loopback ones too, sealed every SEAL_INTERVAL_S.
+        rates: each process's receive rate here (for the heartbeat).
         stored_limits: the limits for reading what is stored.
         origin_ns: what ``ts`` 0 means in every snapshot.
     """
@@ -90,7 +104,9 @@ class JetStreamTier:
         config: CollectorConfig,
         store: Store,
         registry: Registry,
-        connections: Iterable[Sealing],
+        connections: Sized,
+        sealed: Iterable[Sealing],
+        rates: RateSampler,
         stored_limits: Limits,
         origin_ns: int,
     ) -> None:
@@ -99,7 +115,13 @@ class JetStreamTier:
         self.stream_name = config.jetstream_stream
         self.collector_id = uuid.uuid4().hex[:16]
         self.publisher = Publisher(store, registry, self.stream_name, self.collector_id, DEFAULT_MAX_PAYLOAD)
+        self._store = store
+        self._registry = registry
         self._connections = connections
+        self._sealed = sealed
+        self._rates = rates
+        self._heartbeat_subject = f"{heartbeat_stream(self.stream_name)}.{self.collector_id}"
+        self._unlisted_logged = False
         self._stored_limits = stored_limits
         self._origin_ns = origin_ns
         self._client: Any = None
@@ -136,6 +158,7 @@ class JetStreamTier:
             config.jetstream_storage, config.max_age_s,
         )  # fmt: skip
         await ensure_stream(self._js, stream)
+        await ensure_heartbeat_stream(self._js, self.stream_name, config.jetstream_replicas)
         max_payload = self._client.max_payload
         self.publisher.max_payload = max_payload
         largest = min(config.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES) + HEADER_ROOM
@@ -146,7 +169,8 @@ class JetStreamTier:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self.publisher.run(self._js)),
-            loop.create_task(seal_every(self._connections)),
+            loop.create_task(seal_every(self._sealed)),
+            loop.create_task(beat_every(self._beat)),
         ]
         log.info("store: JetStream stream %r on %s (%d replicas, %s storage, max_bytes %d, discard %s%s); collector "
                  "id %s", self.stream_name, ",".join(config.jetstream), config.jetstream_replicas,
@@ -168,12 +192,56 @@ class JetStreamTier:
         for fleet_tail in list(self._tails.values()):
             await fleet_tail.close()
         self._tails.clear()
+        if self._js is not None:  # (the other collectors show its processes gone at once)
+            try:
+                await asyncio.wait_for(
+                    self._js.purge_stream(heartbeat_stream(self.stream_name), subject=self._heartbeat_subject),
+                    STOP_HEARTBEAT_TIMEOUT_S,
+                )
+            except Exception as exc:
+                log.debug("removing this collector's heartbeat: %s: %s", type(exc).__name__, exc)
         if self._client is not None:
             self._closing = True
             try:
                 await self._client.close()
             except Exception as exc:  # (nats-py writes what it buffered while the cluster was away to a closed socket)
                 log.debug("closing the NATS connection: %s: %s", type(exc).__name__, exc)
+
+    # -- the heartbeat ----------------------------------------------------------------------------------------------
+
+    def heartbeat(self) -> Heartbeat:
+        """What this collector's heartbeat says now: its connections, and each process connected to it."""
+        received = self._store.process_received()
+        connected = {
+            process_subject(self.stream_name, p.host, p.pid, p.instance_id): ProcessLiveness(
+                p.live_connections, self._rates.rate(p.uid, received[p.uid]) if p.uid in received else None
+            )
+            for p in self._registry.processes.values()
+            if p.live_connections and not p.via_otlp  # (an OTLP process holds no connection: /sources says so)
+        }
+        return Heartbeat(self.collector_id, len(self._connections), connected)
+
+    async def _beat(self) -> None:
+        data, unlisted = self.heartbeat().encode(self.publisher.max_payload - HEADER_ROOM)
+        if unlisted and not self._unlisted_logged:
+            log.warning("%d connected processes do not fit in this collector's heartbeat (the servers' max_payload): "
+                        "the other collectors show them gone", unlisted)  # fmt: skip
+        self._unlisted_logged = bool(unlisted)
+        await self._js.publish(self._heartbeat_subject, data)
+
+    async def liveness(self) -> Liveness:
+        """Every live collector's heartbeat (``heartbeats.py``).
+
+        Raises:
+            ConnectionError: the heartbeats cannot be read now.
+        """
+        name = heartbeat_stream(self.stream_name)
+        try:
+            return Liveness.read(await fetch(self._js, name, f"{name}.*"))
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # nats-py's timeouts and API errors
+            raise ConnectionError(f"cannot read JetStream stream {name!r}: {type(exc).__name__}: {exc}") from None
 
     # -- reading the fleet ------------------------------------------------------------------------------------------
 
@@ -301,15 +369,34 @@ class JetStreamTier:
             self._tail_closes.add(task)
             task.add_done_callback(self._tail_closes.discard)
 
-    async def sources(self, selected: EventFilter) -> list[dict[str, Any]]:
-        """``GET /sources`` of every process the stream holds that ``selected`` selects."""
-        fleet = await self.fleet(selected)
+    async def sources(self, selected: EventFilter) -> dict[str, Any]:
+        """``GET /sources`` of every process the stream holds that ``selected`` selects, connected (with its rate) if a
+        live collector's heartbeat says so; and the fleet's totals (``fleet``)."""
+        fleet, liveness = await asyncio.gather(self.fleet(selected), self.liveness())
         processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
-        facts = [ProcessFacts.of(p, fleet.store.process_held_bytes(p.uid)) for p in processes]
-        uids = {p.uid for p in processes}
-        counts = {key: c for key, c in fleet.counts.items() if key[0] in uids}
-        times = scan_segments(fleet.store.snapshot(owners=uids).segments)
-        return sources_document(facts, counts, times, dict.fromkeys(uids))
+        live = {p.uid: liveness.of(fleet.subjects.get(p.uid, {})) for p in processes}
+        counts = {key: c for key, c in fleet.counts.items() if key[0] in live}
+        times = scan_segments(fleet.store.snapshot(owners=set(live)).segments)
+        held_tracks: dict[int, dict[int, TrackInfo]] = {}
+        for (uid, track), held in times.items():
+            if held.info is not None:
+                held_tracks.setdefault(uid, {})[track] = held.info
+        facts = [self._facts(fleet, p, live[p.uid].connections, held_tracks.get(p.uid, {})) for p in processes]
+        entries = sources_document(facts, counts, times, {uid: known.rate for uid, known in live.items()})
+        totals = sources_totals(entries, liveness.collectors, liveness.connections, self.config.capacity_bytes)
+        return {"processes": entries, "fleet": totals}
+
+    @staticmethod
+    def _facts(fleet: Fleet, process: ProcessRecord, connections: int, tracks: dict[int, TrackInfo]) -> ProcessFacts:
+        """A process read from the stream, as ``/sources`` shows it: ``connections`` to the live collectors; the
+        tracks of one connected are those the stream holds (``tracks``: which of them ended, it does not tell)."""
+        facts = ProcessFacts.of(process, fleet.store.process_held_bytes(process.uid))
+        if not connections:
+            return facts
+        view = dataclasses.replace(facts.view, tracks=tracks)
+        return dataclasses.replace(
+            facts, view=view, connections=connections, live=True, last_seen_wall_ns=time.time_ns()
+        )  # (connected: seen now)
 
     async def stats(self) -> dict[str, Any]:
         """``/stats``: what this collector published, and the fleet's totals as the stream holds them."""

@@ -38,6 +38,8 @@ ENDED_TRACKS_REMEMBERED: Final = 1000
 MAX_CLIENT_COUNTER: Final = 2**40
 #: Trace pids of processes that share an OS pid: the pid plus a multiple of this, above any real pid (pid_max).
 _ALIAS_STEP: Final = 1 << 22
+#: How the HELLO of a stream of OTLP data names its client (``ingest/otlp/resources.py``).
+OTLP_CLIENT_PREFIX: Final = "otlp "
 _STATS_FIELDS: Final = tuple(f.name for f in fields(Stats))
 
 
@@ -52,7 +54,8 @@ def stats_sum(a: Stats, b: Stats) -> Stats:
 @dataclass(eq=False, slots=True)
 class ProcessRecord:
     uid: int
-    #: The pid shown in traces: the real pid, unless another known process already shows it.
+    #: The pid shown in traces: the real pid, unless another known process already shows it (but for OTLP data of the
+    #: same OS process, which shows the same: ``Registry._trace_pid``).
     trace_pid: int
     pid: int
     host: str
@@ -60,6 +63,8 @@ class ProcessRecord:
     instance_id: str
     clock_offset_ns: int
     boot_id: str = ""
+    #: Its data came as OTLP (an OpenTelemetry SDK's resource), not from a ringtrace client.
+    otlp: bool = False
     live_connections: int = 0
     #: The client's own loss counters, from its latest STATS frame (cumulative since the process started).
     client_stats: Stats = field(default_factory=lambda: Stats(0, 0))
@@ -115,7 +120,10 @@ class Registry:
         self.clocks = ClockDomains(own_boot)
         self.processes: dict[tuple[str, str], ProcessRecord] = {}
         self.by_uid: dict[int, ProcessRecord] = {}
-        self._trace_pids: set[int] = set()
+        #: Processes showing each trace pid (more than one: OTLP data of the same OS process as another's).
+        self._trace_pids: dict[int, int] = {}
+        #: The latest process known of each OS process (host, pid), to show OTLP data of it as that process.
+        self._os_processes: dict[tuple[str, int], ProcessRecord] = {}
         #: Per OS pid shown by more than one process: the next multiple of ``_ALIAS_STEP`` to try.
         self._next_alias: dict[int, int] = {}
         self._uids = itertools.count(1)
@@ -148,8 +156,12 @@ class Registry:
         key = (process.host, process.instance_id)
         del self.processes[key]
         del self.by_uid[process.uid]
-        self._trace_pids.discard(process.trace_pid)
-        if process.trace_pid != process.pid:  # its alias may be shown again
+        if self._os_processes.get((process.host, process.pid)) is process:
+            del self._os_processes[(process.host, process.pid)]
+        showing = self._trace_pids.pop(process.trace_pid, 1) - 1
+        if showing:  # another process shows it still
+            self._trace_pids[process.trace_pid] = showing
+        elif process.trace_pid != process.pid:  # its alias may be shown again
             step = (process.trace_pid - process.pid) // _ALIAS_STEP
             self._next_alias[process.pid] = min(self._next_alias.get(process.pid, step), step)
         self.forgotten_stats = stats_sum(self.forgotten_stats, process.reported_stats)
@@ -171,8 +183,9 @@ class Registry:
         if process is None:
             who = f"process {hello.process_name!r:.100} (pid {hello.pid}) on {hello.host!r:.100}"
             offset = self.clocks.offset(hello, arrival, who)
-            trace_pid = self._trace_pid(hello.pid)
-            self._trace_pids.add(trace_pid)
+            otlp = hello.client_version.startswith(OTLP_CLIENT_PREFIX)
+            trace_pid = self._trace_pid(hello, otlp)
+            self._trace_pids[trace_pid] = self._trace_pids.get(trace_pid, 0) + 1
             process = ProcessRecord(
                 uid=next(self._uids),
                 trace_pid=trace_pid,
@@ -182,8 +195,11 @@ class Registry:
                 instance_id=hello.instance_id,
                 clock_offset_ns=offset,
                 boot_id=hello.boot_id,
+                otlp=otlp,
                 stats_baseline=self._last_stats.pop(key, Stats(0, 0)),
             )
+            if hello.host and hello.pid:
+                self._os_processes[(hello.host, hello.pid)] = process
             process.client_stats = process.stats_baseline
             self.processes[key] = process
             self.by_uid[process.uid] = process
@@ -191,12 +207,20 @@ class Registry:
             process.name = hello.process_name  # latest, as the segments its events are now stored in say
         return process
 
-    def _trace_pid(self, pid: int) -> int:
+    def _trace_pid(self, hello: Hello, otlp: bool) -> int:
         """The pid a new process shows: its own, unless a known process shows it; then its own plus the next multiple
         of ``_ALIAS_STEP`` (above any real pid, so it cannot clash with a real pid seen later) not yet taken. Constant
-        time however many processes share the pid (containers all run pid 1)."""
+        time however many processes share the pid (containers all run pid 1).
+
+        But OTLP data and a ringtrace client (or other OTLP data) of one OS process, the same host and pid (an
+        OpenTelemetry resource's ``host.name`` and ``process.pid``), show the same pid: every viewer draws them as
+        one process, each of its tracks beside the other's."""
+        pid = hello.pid
         if pid not in self._trace_pids:
             return pid
+        same = self._os_processes.get((hello.host, pid)) if hello.host and pid else None
+        if same is not None and (otlp or same.otlp):
+            return same.trace_pid
         step = self._next_alias.get(pid, 1)
         while pid + step * _ALIAS_STEP in self._trace_pids:
             step += 1

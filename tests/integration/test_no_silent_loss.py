@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -309,6 +310,56 @@ def test_a_fork_started_process_delivers_before_it_exits(collector: CollectorPro
     done = run_client(_PROCESS, collector.tcp_address)
     assert done.returncode == 0 and done.stdout.split() == ["0"], done.stderr
     assert len([e for e in events(collector.snapshot(), "i") if e["name"] == "in-child"]) == 100
+
+
+_TRACED_TASKS = """
+import concurrent.futures, multiprocessing, sys, ringtrace.client
+
+@ringtrace.client.traced
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    address, how = sys.argv[1], sys.argv[2]
+    ringtrace.client.connect(address, process_name="parent")
+    context = multiprocessing.get_context("spawn")  # the function goes to the children pickled, by its name
+    if how == "pool":
+        pool = context.Pool(2, initializer=ringtrace.client.connect, initargs=(address,))
+        results = pool.map(square, range(8))
+        pool.close()
+        pool.join()
+    else:
+        with concurrent.futures.ProcessPoolExecutor(
+            2, mp_context=context, initializer=ringtrace.client.connect, initargs=(address,)
+        ) as executor:
+            results = list(executor.map(square, range(8)))
+    print(type(square).__name__, *results)
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+@pytest.mark.parametrize("how", ["pool", "executor"])
+def test_a_traced_function_runs_in_pool_children_and_each_call_is_a_span(
+    collector: CollectorProcess, tmp_path: Path, how: str, pure_python: bool
+) -> None:
+    script = tmp_path / "traced_tasks.py"  # spawn children import the main module by its path
+    script.write_text(_TRACED_TASKS)
+    env = {name: value for name, value in os.environ.items() if name != "RINGTRACE_PURE_PYTHON"}
+    if pure_python:
+        env["RINGTRACE_PURE_PYTHON"] = "1"
+    done = subprocess.run(
+        [sys.executable, str(script), collector.tcp_address, how], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    kind, *results = done.stdout.split()
+    assert kind == ("function" if pure_python else "Traced")
+    assert results == [str(x * x) for x in range(8)]
+    trace = collector.snapshot()
+    names = {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+    calls = [e for e in events(trace, "X") if e["name"] == "square"]
+    assert len(calls) == 8
+    workers = {names[e["pid"]] for e in calls}  # each a child: parent (SpawnPoolWorker-1), parent (SpawnProcess-2)
+    assert all(re.fullmatch(r"parent \(Spawn\w+-\d+\)", name) for name in workers), workers
 
 
 # -- 5. reconnect after a collector restart ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, metadata, run_script
 from google.protobuf import json_format
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -48,6 +48,8 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import set_span_in_context
+from perfetto_model import PerfettoTrace
 
 pytestmark = pytest.mark.integration
 
@@ -138,21 +140,156 @@ def test_the_opentelemetry_sdk_exports_spans_that_snapshots_show(collector: Otlp
     assert provider.force_flush()
     provider.shutdown()
     trace = collector.snapshot()
-    requests = events(trace, "X")
-    assert [e["name"] for e in requests] == ["request"] * 3
+    requests = [e for e in events(trace, "X") if e["name"] == "request"]
     assert [e["args"]["i"] for e in requests] == [0, 1, 2]
-    queries = events(trace, "b")
-    assert [e["name"] for e in queries] == ["db.query"] * 3
+    queries = [e for e in events(trace, "X") if e["name"] == "db.query"]  # no thread.id: on its trace's lane
+    assert len(queries) == 3
     # Each query is a child of its request: same trace, its parent the request's span.
     by_span = {e["args"]["span_id"]: e for e in requests}
     for query in queries:
         parent = by_span[query["args"]["parent_span_id"]]
         assert query["args"]["trace_id"] == parent["args"]["trace_id"]
         assert parent["ts"] <= query["ts"]
-    assert len(events(trace, "e")) == 3 and len(events(trace, "i")) == 3
+    assert len(events(trace, "i")) == 3
     (process,) = trace["otherData"]["processes"]
     assert process["process_name"] == "checkout" and process["host"] == "web-1"
-    assert trace["otherData"]["received_events"] == trace["otherData"]["stored_events"] == 3 + 6 + 3
+    assert trace["otherData"]["received_events"] == trace["otherData"]["stored_events"] == 3 + 3 + 3
+
+
+def nesting(slices: list[tuple[object, int, int, str, str]]) -> dict[object, int]:
+    """The rows each lane of ``slices`` (lane, start, end, span id, parent span id) takes: how deep they nest. Each
+    sits right under its parent: the innermost slice of its lane that holds it is its parent's, if any holds it."""
+    rows: dict[object, int] = {}
+    for lane, start, end, span_id, parent_id in slices:
+        holders = [s for s in slices if s[0] == lane and s[1] <= start and end <= s[2] and s[3] != span_id]
+        if holders:
+            assert max(holders, key=lambda s: s[1])[3] == parent_id, f"{span_id} not right under its parent"
+        rows[lane] = max(rows.get(lane, 0), len(holders) + 1)
+    return rows
+
+
+def test_a_traces_spans_nest_on_lanes_of_their_trace_in_both_formats(collector: OtlpCollector) -> None:
+    """50 spans of one trace, each exported alone as it ends (children before parents), take the rows their nesting
+    takes, not one each: a request of 7 steps of 6 queries, two steps at once (concurrent siblings: a second lane)."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "checkout"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+    tracer = provider.get_tracer("shop")
+    root = tracer.start_span("request", start_time=T0)
+    for i in range(7):
+        start = T0 + 1_000 + i * 10_000 - (5_000 if i == 6 else 0)  # step 6 begins while step 5 runs
+        step = tracer.start_span(f"step {i}", context=set_span_in_context(root), start_time=start)
+        for j in range(6):
+            query = tracer.start_span("query", context=set_span_in_context(step), start_time=start + 100 + j * 1_000)
+            query.end(end_time=start + 600 + j * 1_000)
+        step.end(end_time=start + 9_000)
+    root.end(end_time=T0 + 100_000)
+    provider.shutdown()
+    short = f"{root.get_span_context().trace_id:032x}"[:8]
+
+    trace = collector.snapshot()
+    spans = events(trace, "X")
+    assert len(spans) == 50 and not events(trace, "b")
+    rows = nesting([(e["tid"], *_interval(e), e["args"]["span_id"], e["args"].get("parent_span_id")) for e in spans])
+    names = metadata(trace, "thread_name")
+    assert {names[(spans[0]["pid"], tid)]: depth for tid, depth in rows.items()} == {
+        f"trace {short}": 3,  # the request, its steps, their queries
+        f"trace {short} #2": 2,  # step 6 and its queries
+    }
+
+    status, body = collector.get("/snapshot?format=perfetto")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    assert not perfetto.unmatched_ends
+    slices = [
+        (s.track, s.start_ns, s.end_ns or 0, s.args["span_id"], s.args.get("parent_span_id")) for s in perfetto.slices
+    ]
+    assert {perfetto.label(track): depth for track, depth in nesting(slices).items()} == {
+        f"trace {short}": 3,
+        f"trace {short} #2": 2,
+    }
+
+
+def test_past_its_lanes_a_process_ends_its_oldest_traces_lanes_and_its_threads_keep_their_tracks(
+    collector: OtlpCollector,
+) -> None:
+    traces = [span(f"op {i}", T0 + i, T0 + i + 1, span_id=i + 1) for i in range(1_500)]
+    for i, each in enumerate(traces):
+        each.trace_id = (i + 1).to_bytes(16, "big")  # 1,500 traces, a lane each: past the 1,000 live at once
+    threads = [
+        span(f"work {n}", T0, T0 + 10, span_id=9_000 + n, **{"thread.id": n, "thread.name": f"w{n}"}) for n in (1, 2)
+    ]
+    for part in (traces[:750], traces[750:], threads):
+        assert collector.export(request_of(*part).SerializeToString())[0] == 200
+    trace = collector.snapshot()
+    spans = events(trace, "X")
+    assert len(spans) == 1_502  # every lane shown, those ended too
+    names = metadata(trace, "thread_name")
+    assert sorted((names[(e["pid"], e["tid"])], e["tid"]) for e in spans if e["name"].startswith("work")) == [
+        ("w1", 1), ("w2", 2),
+    ]  # fmt: skip
+    (process,) = collector.json("/sources")["processes"]
+    tracks = process["tracks"]
+    assert sum(t["live"] for t in tracks if t["name"].startswith("trace ")) == 1_000
+
+
+def _interval(event: dict[str, Any]) -> tuple[int, int]:
+    """A Chrome slice's start and end in ns (from its µs)."""
+    start = round(event["ts"] * 1000)
+    return start, start + round(event["dur"] * 1000)
+
+
+#: A program that records with ringtrace and OpenTelemetry both: ringtrace's span processor, and the OTLP exporter
+#: whose resource names the program's host and pid.
+BOTH = """
+import os, socket, sys
+import ringtrace.client, ringtrace.client.otel
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="shop")
+resource = Resource.create({"service.name": "checkout", "process.pid": os.getpid(), "host.name": socket.gethostname()})
+provider = TracerProvider(resource=resource)
+provider.add_span_processor(ringtrace.client.otel.SpanProcessor(tl))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[2])))
+tracer = provider.get_tracer("shop")
+for request in ("other", "this"):
+    with tracer.start_as_current_span("handle", attributes={"request": request}) as span:
+        with tl.scope("render", request=request):  # plain: no trace id of its own
+            pass
+provider.shutdown()
+assert tl.flush(timeout_s=30)
+print(f"{span.get_span_context().trace_id:032x}")
+"""
+
+
+def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_and_otlp_joins_its_process(
+    collector: OtlpCollector,
+) -> None:
+    trace_id = run_script(collector, BOTH, collector.otlp_url).strip()
+    trace = collector.snapshot(f"?trace_id={trace_id}")
+    slices = events(trace, "X")
+    recorded = {(e["name"], "scope" in e["args"]): e for e in slices}  # (OTLP spans carry their scope's name)
+    assert sorted(recorded) == [("handle", False), ("handle", True), ("render", False)]
+    span, scope, otlp = recorded[("handle", False)], recorded[("render", False)], recorded[("handle", True)]
+    assert span["args"]["trace_id"] == otlp["args"]["trace_id"] == trace_id
+    assert span["args"]["span_id"] == otlp["args"]["span_id"] and span["args"]["kind"] == "internal"
+    assert scope["args"] == {"request": "this"} and scope["tid"] == span["tid"]  # the plain scope, on its track
+    assert span["ts"] <= scope["ts"] and scope["ts"] + scope["dur"] <= span["ts"] + span["dur"]
+    # The OTLP resource of the same host and pid is the same process: one pid, named as the program named it.
+    assert span["pid"] == scope["pid"] == otlp["pid"] and otlp["tid"] != span["tid"]
+    assert metadata(trace, "process_name") == {(span["pid"], 0): "shop"}
+
+    status, body = collector.get(f"/snapshot?trace_id={trace_id}&format=perfetto")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    assert sorted(s.name for s in perfetto.slices) == ["handle", "handle", "render"]
+    assert len({perfetto.pid(s.track) for s in perfetto.slices}) == 1
+    assert [t.name for t in perfetto.tracks.values() if t.kind == "process"] == ["shop"]
+    (ours,) = [s for s in perfetto.slices if s.name == "handle" and "scope" not in s.args]
+    (inside,) = [s for s in perfetto.slices if s.name == "render"]
+    assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
 def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollector) -> None:
@@ -165,7 +302,7 @@ def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollect
     zipped = request_of(span("GET /b", T0 + 10_000, T0 + 20_000, span_id=8)).SerializeToString()
     status, _, body = collector.export(gzip.compress(zipped), **{"Content-Encoding": "gzip"})
     assert status == 200 and response_of(body) == ExportTraceServiceResponse()
-    begins = events(collector.snapshot(), "b")
+    begins = events(collector.snapshot(), "X")
     assert [(e["name"], e["args"]["trace_id"], e["args"]["span_id"]) for e in begins] == [
         ("GET /a", TRACE_ID.hex(), "0000000000000007"),
         ("GET /b", TRACE_ID.hex(), "0000000000000008"),
@@ -179,7 +316,7 @@ def test_a_span_that_ends_before_it_starts_is_refused_in_partial_success(collect
     assert status == 200
     partial = response_of(body).partial_success
     assert partial.rejected_spans == 1 and "backwards" in partial.error_message
-    assert [e["name"] for e in events(collector.snapshot(), "b")] == ["ok"]
+    assert [e["name"] for e in events(collector.snapshot(), "X")] == ["ok"]
 
 
 @pytest.mark.parametrize(
@@ -203,7 +340,7 @@ def test_a_bad_body_gets_a_status_that_says_why_and_nothing_else_is_lost(
         got, _, answer = collector.export(body, headers.pop("Content-Type"), **headers)
         assert got == status and says in answer.decode(errors="replace")
         ok, _, _ = collector.export(request_of(span("after", T0, T0 + 1)).SerializeToString())
-        assert ok == 200 and [e["name"] for e in events(collector.snapshot(), "b")] == ["after"]
+        assert ok == 200 and [e["name"] for e in events(collector.snapshot(), "X")] == ["after"]
         assert collector.json("/stats")["otlp_requests_refused"] == {str(status): 1}
     finally:
         collector.stop()
@@ -222,7 +359,7 @@ def test_with_a_token_an_export_without_it_is_refused_and_the_sdk_with_it_gets_t
         with provider.get_tracer("t").start_as_current_span("charge"):
             pass
         provider.shutdown()
-        assert [e["name"] for e in events(collector.snapshot(), "b")] == ["charge"]
+        assert [e["name"] for e in events(collector.snapshot(), "X")] == ["charge"]
     finally:
         collector.stop()
 
@@ -237,7 +374,7 @@ def test_two_services_are_two_processes_and_a_resource_sent_again_is_the_same_on
     names = {p["process_name"] for p in trace["otherData"]["processes"]}
     assert names == {"web", "db"} and len(trace["otherData"]["processes"]) == 2
     by_pid: dict[int, set[str]] = {}
-    for event in events(trace, "b"):
+    for event in events(trace, "X"):
         by_pid.setdefault(event["pid"], set()).add(event["name"])
     assert sorted(map(sorted, by_pid.values())) == [["db-op"], ["web-op"]]  # each its own pid in the trace
 
@@ -378,11 +515,8 @@ def test_trace_id_selects_one_request_across_every_process(collector: OtlpCollec
     for export in (web, db):
         assert collector.export(export.SerializeToString())[0] == 200
     trace = collector.snapshot(f"?trace_id={one.hex().upper()}")
-    shown = sorted((e["ph"], e["name"]) for e in trace["traceEvents"] if e["ph"] in "bei")
-    assert shown == [
-        ("b", "GET /a"), ("b", "SELECT a"), ("e", "GET /a"), ("e", "SELECT a"),
-        ("i", "GET /a-event"), ("i", "SELECT a-event"),
-    ]  # fmt: skip
+    shown = sorted((e["ph"], e["name"]) for e in trace["traceEvents"] if e["ph"] in "Xi")
+    assert shown == [("X", "GET /a"), ("X", "SELECT a"), ("i", "GET /a-event"), ("i", "SELECT a-event")]
     assert {p["process_name"] for p in trace["otherData"]["processes"]} == {"web", "db"}
     assert trace["otherData"]["capture"]["query"]["trace_id"] == one.hex()
     status, body = collector.get("/snapshot?trace_id=12")
@@ -433,7 +567,7 @@ def test_an_idle_otlp_stream_is_closed_for_a_new_resource_past_the_otlp_bound() 
             assert collector.export(services(name))[0] == 200
         assert collector.json("/healthz")["otlp_streams"] == 2  # the first one's, idle, closed for the third
         stored = {p["process_name"]: p["stored_events"] for p in collector.json("/sources")["processes"]}
-        assert stored == {"first": 2, "second": 2, "third": 2}  # (a span: its begin and its end)
+        assert set(stored) == {"first", "second", "third"} and stored["first"] == stored["third"] > 0
     finally:
         collector.stop()
 

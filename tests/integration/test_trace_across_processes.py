@@ -133,8 +133,9 @@ def test_opentelemetry_propagates_the_request_and_ringtrace_spans_join_its_trace
     for trace_id in trace_ids:
         trace = collector.snapshot(f"?trace_id={trace_id}")
         names = process_names(trace)
-        begun = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "b"}  # OTLP spans: async slices
-        ours = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}  # ringtrace's
+        slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        begun = {e["name"]: e for e in slices if names[e["pid"]].startswith("otel")}  # OTLP spans
+        ours = {e["name"]: e for e in slices if not names[e["pid"]].startswith("otel")}  # ringtrace's
         otel_client, otel_server = begun["GET /work"], begun["handle /work"]
         assert names[otel_client["pid"]].startswith("otel client") and names[otel_server["pid"]].startswith(
             "otel server"

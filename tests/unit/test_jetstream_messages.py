@@ -13,6 +13,7 @@ from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
+from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness
 from ringtrace.collector.jetstream.publisher import Publisher
 from ringtrace.collector.jetstream.subjects import (
     MAX_TOKEN_BYTES,
@@ -210,3 +211,42 @@ def test_a_read_cut_short_by_a_lost_cluster_is_refused_not_served_as_the_whole_s
         asyncio.run(fetch(_CutShort(lost=True), "ringtrace", "ringtrace.>"))
     # The stream still answers: the messages still pending were removed by its limits meanwhile.
     assert [m.stream_seq for m in asyncio.run(fetch(_CutShort(lost=False), "ringtrace", "ringtrace.>"))] == [1]
+
+
+def heartbeat_message(seq: int, data: bytes) -> StoredMessage:
+    return StoredMessage(seq, f"ringtrace_collectors.c{seq}", None, data)
+
+
+def test_a_process_is_connected_if_any_live_collectors_heartbeat_says_so_its_rate_their_sum() -> None:
+    a = Heartbeat("a", 3, {"r.h.1.x": ProcessLiveness(1, (100.0, 2000.0)), "r.h.2.y": ProcessLiveness(2)})
+    b = Heartbeat("b", 1, {"r.h.1.x": ProcessLiveness(1, (50.5, 1000.0))})
+    messages = [heartbeat_message(k, heartbeat.encode(2**20)[0]) for k, heartbeat in enumerate((a, b))]
+    liveness = Liveness.read([*messages, heartbeat_message(9, b"")])  # (an empty one: nothing)
+    assert liveness.collectors == 2 and liveness.connections == 4
+    assert liveness.of(["r.h.1.x"]) == ProcessLiveness(2, (150.5, 3000.0))
+    assert liveness.of(["r.h.2.y"]) == ProcessLiveness(2, None)  # connected, its rate not known yet
+    assert liveness.of(["r.h.3.z"]) == ProcessLiveness(0, None)  # connected to no live collector: gone
+
+
+def test_a_heartbeat_past_the_max_payload_leaves_out_processes_and_says_how_many() -> None:
+    heartbeat = Heartbeat("a", 100, {f"ringtrace.host.{pid}.i": ProcessLiveness(1, (1.0, 2.0)) for pid in range(100)})
+    data, unlisted = heartbeat.encode(1000)
+    assert len(data) <= 1000 and 0 < unlisted < 100
+    read = Heartbeat.read(data)
+    assert read is not None and len(read.processes) == 100 - unlisted and read.connections == 100
+    assert heartbeat.encode(2**20) == (heartbeat.encode(2**20)[0], 0)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"garbage", b"[]", b'{"collector":"x"}', b'{"collector":"x","connections":-1,"processes":{}}',
+        b'{"collector":"x","connections":1.5,"processes":{}}', b'{"collector":"x","connections":1,"processes":[]}',
+        b'{"collector":"x","connections":1,"processes":{"s":[1,"fast",2]}}',
+        b'{"collector":"x","connections":1,"processes":{"s":[1,1e400,2]}}',
+        b'{"collector":"x","connections":1,"processes":{"s":[1,2]}}', b"\xff\xfe",
+    ],
+)  # fmt: skip
+def test_what_is_no_heartbeat_on_the_heartbeat_subjects_is_skipped(data: bytes) -> None:
+    assert Heartbeat.read(data) is None
+    assert Liveness.read([heartbeat_message(1, data)]).collectors == 0

@@ -16,6 +16,7 @@ from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.ingest.otlp.logs import priority_of
 from ringtrace.collector.ingest.otlp.receiver import SIGNALS, BadRequest, decode_request
 from ringtrace.collector.ingest.otlp.resources import attributes_of
+from ringtrace.collector.ingest.otlp.trace_lanes import TraceLanes, TraceSpan
 
 property_test = settings(deadline=None, max_examples=200)
 TRACES, LOGS, METRICS = SIGNALS
@@ -115,3 +116,50 @@ def test_a_span_without_a_start_time_is_refused_saying_so() -> None:
     export = decode_request(TRACES, b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}', True)
     (process,) = TRACES.by_process(export)
     assert (process.items, process.rejected) == (1, 1) and process.why == "span 'x': start_time_unix_nano is not set"
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> list[TraceSpan]:
+    """A trace's spans (each within its parent's time, or not), in any order."""
+    spans: list[TraceSpan] = []
+    for span_id in range(1, draw(st.integers(1, 40)) + 1):
+        parent = draw(st.integers(0, span_id - 1))
+        start = draw(st.integers(0, 60))
+        spans.append(TraceSpan(b"t" * 16, span_id, parent, start, start + draw(st.integers(0, 40)), []))
+    return draw(st.permutations(spans))
+
+
+@property_test
+@given(traces())
+def test_a_lane_draws_a_span_only_under_its_ancestors_and_never_across_another(spans: list[TraceSpan]) -> None:
+    lanes = TraceLanes()
+    placed = {span.span_id: (lanes.place(span), span) for span in spans}
+    parent_of = {span.span_id: span.parent_id for span in spans}
+    for lane, span in placed.values():
+        others = [other for key, other in placed.values() if key == lane and other is not span]
+        holders = []
+        for other in others:
+            if other.start_ns < span.start_ns and span.end_ns < other.end_ns:
+                holders.append(other)
+            else:  # strictly apart, or strictly inside: never an end shared
+                assert (
+                    other.end_ns < span.start_ns
+                    or span.end_ns < other.start_ns
+                    or (span.start_ns < other.start_ns and other.end_ns < span.end_ns)
+                )
+        if holders:
+            innermost, ancestor = max(holders, key=lambda s: s.start_ns).span_id, span.parent_id
+            while ancestor not in (0, innermost):
+                ancestor = parent_of[ancestor]
+            assert ancestor == innermost
+
+
+def test_past_its_lanes_a_process_forgets_its_least_recent_trace_and_ends_its_lanes() -> None:
+    lanes = TraceLanes(max_lanes=2)
+    first = lanes.place(TraceSpan(b"a" * 16, 1, 0, 0, 10, []))
+    lanes.place(TraceSpan(b"b" * 16, 1, 0, 0, 10, []))
+    assert lanes.take_retired() == []
+    third = lanes.place(TraceSpan(b"c" * 16, 1, 0, 0, 10, []))
+    assert lanes.take_retired() == [first] and third.name == f"trace {(b'c' * 4).hex()}"
+    again = lanes.place(TraceSpan(b"a" * 16, 2, 0, 20, 30, []))  # a span of it later: the trace again, anew
+    assert again.name == first.name and again != first

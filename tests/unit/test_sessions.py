@@ -12,7 +12,7 @@ import pytest
 from ringtrace.client.wire.frames import Hello
 from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.store.clocks import MAX_BOOTS, Arrival, tcp_round_trip_ns
-from ringtrace.collector.store.processes import ENDED_TRACKS_REMEMBERED, Registry
+from ringtrace.collector.store.processes import ENDED_TRACKS_REMEMBERED, OTLP_CLIENT_PREFIX, Registry
 
 STEP = 1 << 22
 
@@ -30,6 +30,21 @@ def test_processes_sharing_a_pid_get_distinct_pids_and_forgotten_ones_are_reused
     registry.forget(processes[5])
     assert registry.known(hello("again")).trace_pid == processes[5].trace_pid
     assert registry.known(hello("next")).trace_pid == 1 + 3_000 * STEP
+
+
+def test_otlp_data_of_a_clients_os_process_shows_its_pid_until_both_are_forgotten() -> None:
+    registry = Registry()
+    client = registry.known(hello("client", pid=7))
+    otlp = dataclasses.replace(hello("resource", pid=7, boot=""), client_version=OTLP_CLIENT_PREFIX + "python 1.0")
+    assert registry.known(otlp).trace_pid == client.trace_pid == 7  # the same host and pid: one process shown
+    elsewhere = dataclasses.replace(otlp, host="other", instance_id="elsewhere")
+    assert registry.known(elsewhere).trace_pid == 7 + STEP  # another host's pid 7 is another process
+    registry.forget(client)
+    later = registry.known(hello("later", pid=7))
+    assert later.trace_pid == 7  # the OTLP data shows 7 still: the client of its process shows it too
+    for process in (later, registry.known(otlp)):
+        registry.forget(process)
+    assert registry.known(hello("last", pid=7)).trace_pid == 7  # shown by none: its own again
 
 
 WALL = 1_800_000_000 * 10**9  # the collector's wall clock when each HELLO below arrives

@@ -58,6 +58,33 @@ def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_
     assert [track.track_id for track in tracks.infos()] == [thread.track_id, two.track_id, one.track_id]
 
 
+def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_and_goes_on() -> None:
+    tracks = Tracks()
+    names = []
+
+    async def record(name: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        names.append(task.get_name())
+        tracks.lane_for(task, None).events.extend((INSTANT, name, 1, 1, None))
+
+    async def one_after_another() -> None:
+        await asyncio.create_task(record("first"))
+        await asyncio.create_task(record("second"))  # the first is done: its lane is free at once
+
+    asyncio.run(one_after_another())
+    _, first, second = tracks.buffers
+    assert first.track is second.track and first.owner is not second.owner  # one lane, a buffer per task
+    taken, ended = take_events(tracks.buffers)
+    assert [(track, run[1], run[4]["task"]) for track, run in taken] == [
+        (first.track, "first", names[0]),
+        (first.track, "second", names[1]),
+    ]
+    assert ended == [first, second]
+    assert tracks.forget([first]) == []  # its lane went on with the second task
+    assert tracks.forget([second]) == [second.track]  # and ends with it, free for the next
+
+
 def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replacing_them() -> None:
     tracks = Tracks()
     task_buffers = tracks.task_buffers

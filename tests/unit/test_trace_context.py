@@ -312,9 +312,57 @@ def test_ringtrace_spans_join_the_current_opentelemetry_span() -> None:
     assert args["under ours"]["parent_span_id"] == args["ours"]["span_id"]
 
 
+def test_the_span_processor_records_each_otel_span_on_the_track_it_started_on_with_its_ids() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from ringtrace.client.otel import SpanProcessor
+
+    listener = MemoryListener()
+    tl = Timeline("otel", [listener])
+    provider = TracerProvider()
+    provider.add_span_processor(SpanProcessor(tl))
+    tracer = provider.get_tracer("test")
+
+    async def request(name: str) -> None:  # two at once on one event loop: each on its task's lane
+        with tracer.start_as_current_span(name, attributes={"route": "/" + name}), tl.scope(f"render {name}"):
+            await asyncio.sleep(0.01)
+
+    async def serve() -> None:
+        await asyncio.gather(request("a"), request("b"))
+
+    asyncio.run(serve())
+    handed = tracer.start_span("handed over")  # started here, ended by another thread
+    ender = threading.Thread(target=handed.end)
+    ender.start()
+    ender.join(timeout=30)
+    assert tl.flush(timeout_s=30)
+    tl.close()
+    by_name = {event.name: event for event in listener.events}
+    for name in ("a", "b"):
+        span, scope = by_name[name], by_name[f"render {name}"]
+        assert span.track == scope.track and span.ts_ns <= scope.ts_ns and scope.dur_ns <= span.dur_ns
+        assert span.args["route"] == "/" + name and span.args["kind"] == "internal"
+    assert by_name["a"].track != by_name["b"].track
+    context = handed.get_span_context()
+    assert by_name["handed over"].args == {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}",
+                                           "kind": "internal"}  # fmt: skip
+    assert by_name["handed over"].track.thread_id == threading.get_native_id()
+
+
+def test_a_span_the_processor_cannot_read_is_counted_as_dropped_and_nothing_raises() -> None:
+    from ringtrace.client.otel import SpanProcessor
+
+    tl = Timeline("otel", [MemoryListener()])
+    processor = SpanProcessor(tl)
+    processor.on_start(object())
+    processor.on_end(object())
+    assert not tl.flush(timeout_s=30)  # (flush says so: a drop since the last one)
+    assert tl.dropped_events == 1
+    tl.close()
+
+
 def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:
     code = (
-        "import sys, ringtrace.client as rc\n"
+        "import sys, ringtrace.client as rc, ringtrace.client.otel\n"
         "tl = rc.Timeline('t', [rc.MemoryListener()])\n"
         "with tl.client_span('call', {}) as s: rc.inject({}); rc.current_span()\n"
         "tl.close()\n"

@@ -22,13 +22,17 @@ function setStatus(text, bad = false) {
   status.classList.toggle("bad", bad);
 }
 
+// The collector's totals (its /stats); with --jetstream, the fleet's (the "fleet" of /sources: every live
+// collector's connections, the stream's processes and what they hold), the same names.
 function showTotals(stats) {
   const lostTotal = Object.keys(LOSSES).reduce((sum, key) => sum + (stats[key] || 0), 0);
+  const fleet = stats.collectors != null;
   const items = [
+    ...(fleet ? [["collectors", number.format(stats.collectors)]] : []),
     ["processes", number.format(stats.processes)],
     ["connections", number.format(stats.connections)],
     ["events held", number.format(stats.stored_events)],
-    ["memory", `${bytes(stats.used_bytes)} of ${bytes(stats.capacity_bytes)}`],
+    [fleet ? "stream" : "memory", `${bytes(stats.used_bytes)} of ${bytes(stats.capacity_bytes)}`],
   ];
   const spans = items.map(([word, value]) => {
     const span = document.createElement("span");
@@ -43,11 +47,16 @@ function showTotals(stats) {
   $("totals").replaceChildren(...spans, loss);
 }
 
+let ingestAddressShown = false;
+
 async function pollSources() {
   try {
-    const [stats, doc] = await Promise.all([getJSON("/stats"), getJSON("/sources")]);
-    showTotals(stats);
-    showIngestAddress(stats.ingest_address);
+    const doc = await getJSON("/sources");
+    // A fleet's bar is its totals (/sources' fleet): its /stats reads the whole stream, so it is asked once, for the
+    // ingest address, not each second.
+    const stats = doc.fleet && ingestAddressShown ? null : await getJSON("/stats");
+    showTotals(doc.fleet || stats);
+    if (stats) ingestAddressShown = showIngestAddress(stats.ingest_address);
     sources.update(doc.processes);
     setStatus(`updated ${new Date().toLocaleTimeString(undefined, { hour12: false })}`);
   } catch (error) {
@@ -56,13 +65,14 @@ async function pollSources() {
 }
 
 // Where clients connect, for the empty table's hint: the collector's ingest address as bound (--tcp), with this
-// page's host in place of a wildcard one.
+// page's host in place of a wildcard one; true once shown.
 function showIngestAddress(address) {
-  if (!address) return;
+  if (!address) return false;
   const at = address.lastIndexOf(":");
   const host = address.slice(0, at);
   const shown = host === "0.0.0.0" || host === "[::]" ? location.hostname : host;
   $("ingest-address").textContent = `${shown}:${address.slice(at + 1)}`;
+  return true;
 }
 
 // The window asked for, in seconds, within the bounds.

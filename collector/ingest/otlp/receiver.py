@@ -24,6 +24,7 @@ import base64
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import re
 import time
@@ -40,7 +41,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_se
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.wire.frames import KindSpec, encode
-from ringtrace.client.wire.model import THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.client.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
 from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
@@ -48,6 +49,7 @@ from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_p
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
+from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -65,8 +67,10 @@ log = logging.getLogger("ringtrace.collector.otlp")
 
 _PROTOBUF: Final = "application/x-protobuf"
 _JSON: Final = "application/json"
-#: Threads a process's data is drawn on at most; data of more threads goes to its ``spans`` or ``logs`` track.
+#: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
 MAX_THREAD_TRACKS: Final = 1_000
+#: The first track id of a process's stream.
+FIRST_TRACK_ID: Final = 1 << 24
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
@@ -126,23 +130,32 @@ SIGNALS: Final = (
 
 
 class _ProcessStream:
-    """A resource's native stream: its loopback connection, encoder, tracks and log kinds, kept across requests."""
+    """A resource's native stream: its loopback connection, encoder, tracks, log kinds and the lanes of its traces,
+    kept across requests."""
 
     def __init__(self, connection: LoopbackConnection) -> None:
         self.connection = connection
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
+        # Never reused (the lanes of traces end), and far above a ringtrace client's: shown as one process with a
+        # client's (the same OS process), its tracks keep their own tids.
+        self._track_ids = itertools.count(FIRST_TRACK_ID)
+        self.trace_lanes = TraceLanes()
         self.log_kinds: dict[tuple[str, str], KindSpec] = {}
         self.lock = asyncio.Lock()
 
     def track(self, lane: Lane) -> TrackInfo:
         track = self.tracks.get(lane)
         if track is None:
-            if isinstance(lane, tuple) and len(self.tracks) > MAX_THREAD_TRACKS:
+            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live > MAX_THREAD_TRACKS:
                 return self.track("threads")
-            thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
-            track = self.tracks[lane] = TrackInfo(len(self.tracks) + 1, THREAD_TRACK, name, thread_id)
+            if isinstance(lane, TraceLane):  # a track of the process, beside its threads
+                track = TrackInfo(next(self._track_ids), SOURCE_TRACK, lane.name)
+            else:
+                thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
+                track = TrackInfo(next(self._track_ids), THREAD_TRACK, name, thread_id)
+            self.tracks[lane] = track
         return track
 
     def log_kind(self, category: str, priority: str) -> KindSpec:
@@ -156,20 +169,29 @@ class _ProcessStream:
         return kind
 
     def pack(self, process: ProcessEvents) -> list[bytes]:
-        """The process's events as frames on this stream, with a STATS frame that counts its items refused."""
+        """The process's events as frames on this stream, then the ends of the lanes of the traces forgotten, and a
+        STATS frame that counts its items refused."""
         frames: list[bytes] = []
         encoder = self.encoder
         for lane, records in self.records(process).items():
             for batch, _ in encoder.encode_pieces(self.track(lane), records):
                 frames += batch.control
                 frames += (frame for frame, _ in batch.events)
+        for lane in self.trace_lanes.take_retired():
+            track = self.tracks.pop(lane, None)
+            ended = None if track is None else encoder.retire(track)
+            if ended is not None:
+                frames.append(ended)
         encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
         frames.append(encode(encoder.stats(0, 0, 0)))
         return frames
 
     def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
-        """The process's records per lane, its log records among them as messages."""
+        """The process's records per lane: its spans of traces on the lanes of their traces, its log records as
+        messages."""
         records = process.records
+        for span in process.trace_spans:
+            records.setdefault(self.trace_lanes.place(span), []).extend(span.records)
         for lane, category, priority, ts, values in process.messages:
             kind = self.log_kind(category, priority)
             records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))
@@ -448,6 +470,7 @@ class OtlpReceiver:
         encoder.max_schema_bytes = welcome.max_schema_bytes
         encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
         encoder.strings.recycles = welcome.string_resets
+        stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)  # (threads have the rest)
         await connection.send(encoder.prefix())
         return stream
 

@@ -1,7 +1,9 @@
 """What every OTLP signal shares: a resource is a process, and a request's data becomes records per lane of it.
 
 A resource's process is named after its ``service.name`` (with ``host.name``, ``process.pid``); the same resource
-sent again is the same process (its ``service.instance.id``, or a digest of its attributes). Its timestamps are
+sent again is the same process (its ``service.instance.id``, or a digest of its attributes). A resource of an OS
+process a ringtrace client also records (the same ``host.name`` and ``process.pid``) shows as that process, each one's
+tracks beside the other's (``store/processes.py``). Its timestamps are
 wall-clock ns, so its stream pairs its clock with the wall clock one to one (HELLO ``recorded``: as sent, not checked
 against the collector's clock).
 """
@@ -20,26 +22,31 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from ringtrace.client._version import __version__
 from ringtrace.client.wire.frames import Hello
 from ringtrace.client.wire.model import MAX_STRING_CHARS, display_text
+from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceSpan
+from ringtrace.collector.store.processes import OTLP_CLIENT_PREFIX
 
 __all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
 
 #: Nesting of array and map attribute values kept (deeper ones become their text).
 _MAX_VALUE_DEPTH: Final = 8
 
-#: Where a record goes in its process: a thread (its id and name), or a track of its own name (``spans``, ``logs``).
-Lane = tuple[int, str] | str
+#: Where a record goes in its process: a thread (its id and name), a track of its own name (``logs``, ``metrics``),
+#: or a lane of a trace (``trace_lanes.py``).
+Lane = tuple[int, str] | str | TraceLane
 #: A log record as a message: its lane, category (scope), priority, time, and values (``logs.py``).
 LogRecordValues = tuple[Lane, str, str, int, tuple[Any, ...]]
 
 
 @dataclass
 class ProcessEvents:
-    """One resource's data of a request: records per lane (``kind, label, start_ns, end_ns, args`` flat) and log
-    messages, how many items (spans, log records, data points) it came with, and those refused."""
+    """One resource's data of a request: records per lane (``kind, label, start_ns, end_ns, args`` flat), spans to
+    place on the lanes of their traces, log messages, how many items (spans, log records, data points) it came with,
+    and those refused."""
 
     key: str
     hello: Hello
     records: dict[Lane, list[Any]] = field(default_factory=dict)
+    trace_spans: list[TraceSpan] = field(default_factory=list)
     messages: list[LogRecordValues] = field(default_factory=list)
     items: int = 0
     rejected: int = 0
@@ -78,7 +85,7 @@ def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> Proce
             boot_id="",  # a clock domain of its own: wall-clock ns
             monotonic_ns=now,
             wall_ns=now,
-            client_version=text_of(f"otlp {sdk.strip()} (ringtrace {__version__})"),
+            client_version=text_of(f"{OTLP_CLIENT_PREFIX}{sdk.strip()} (ringtrace {__version__})"),
             recorded=True,
         )
         process = processes[key] = ProcessEvents(key, hello)

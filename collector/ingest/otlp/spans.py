@@ -1,10 +1,10 @@
 """OTLP spans as native events.
 
 A span whose attributes name its thread (``thread.id``) is a slice on that thread's track, where spans nest as the
-code that made them does. Any other span is an async slice (``async_begin``/``async_end`` paired by its span id) on
-its process's ``spans`` track: overlapping spans of concurrent requests then never make a nesting no viewer can draw.
-Span ids, trace id, kind, status, scope, links and attributes are the slice's args; a span's events are instants on
-its track.
+code that made them does. Any other span is a slice on a lane of its trace (``trace_lanes.py``): tracks of the trace
+in its process, where a child nests under its parent and concurrent siblings go on lanes of their own, so a trace
+takes as many rows as its spans nest deep and run at once. Span ids, trace id, kind, status, scope, links and
+attributes are the slice's args; a span's events are instants on its track.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from ringtrace.client.wire.model import ASYNC_BEGIN, ASYNC_END, INSTANT, SPAN
+from ringtrace.client.wire.model import INSTANT, SPAN
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of
+from ringtrace.collector.ingest.otlp.trace_lanes import TraceSpan
 
 __all__ = ["spans_by_process"]
 
@@ -47,7 +48,6 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
         process.reject(f"span {span.name!r:.60}: trace_id must be 16 bytes and span_id 8")
         return
     attributes = attributes_of(span.attributes)
-    lane = thread_of(attributes) or "spans"
     span_id = span.span_id.hex()
     args: dict[str, Any] = {"trace_id": span.trace_id.hex(), "span_id": span_id, "kind": _KINDS.get(span.kind, "")}
     if span.parent_span_id:
@@ -62,13 +62,16 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
         args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
     args.update(attributes)
     trace_id = args["trace_id"]
-    if lane == "spans":
-        process.add(lane, ASYNC_BEGIN, span.name, start, start, {**args, "id": span_id})
-        process.add(lane, ASYNC_END, span.name, end, end, {"id": span_id, "trace_id": trace_id})  # (trace_id=)
-    else:
-        process.add(lane, SPAN, span.name, start, end, args)
+    records: list[Any] = [SPAN, span.name, start, end, args]
     for event in span.events:
         event_args = attributes_of(event.attributes)
         event_args["span_id"] = span_id
         event_args["trace_id"] = trace_id
-        process.add(lane, INSTANT, event.name, event.time_unix_nano, event.time_unix_nano, event_args)
+        records += (INSTANT, event.name, event.time_unix_nano, event.time_unix_nano, event_args)
+    thread = thread_of(attributes)
+    if thread is not None:
+        process.add(thread, *records)
+        return
+    parent_id = int.from_bytes(span.parent_span_id[:8], "big")
+    ids = (span.trace_id, int.from_bytes(span.span_id, "big"), parent_id)
+    process.trace_spans.append(TraceSpan(*ids, start, end, records))

@@ -1,0 +1,48 @@
+"""A bounded map of the entries put lately, for caches that threads share (the collector's snapshot readers and its
+event loop decode the same SCHEMA bodies; a program's threads end spans elsewhere).
+
+Evicting from a plain dict with ``del d[next(iter(d))]`` is not safe there: two threads may both pick the same
+oldest key, and the second ``del`` raises ``KeyError``; another thread may add a key between ``iter`` and ``next``,
+and ``next`` raises ``RuntimeError`` (the dict changed size during iteration). Each step here is instead one call
+into the C ``OrderedDict`` (atomic under the GIL for keys of built-in types, which hash and compare without running
+Python code), and forgetting the oldest cannot raise. No lock: nothing a fork could leave held.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["Recent"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Recent(Generic[K, V]):
+    """The last ``size`` entries put, by key; the oldest is forgotten first. Safe for threads to share."""
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"Recent: size must be at least 1, got {size}")
+        self.size = size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        return self._entries.get(key, default)
+
+    def put(self, key: K, value: V) -> None:
+        """Remember ``value`` for ``key`` (as the newest), forgetting the oldest past ``size``."""
+        entries = self._entries
+        entries[key] = value
+        while len(entries) > self.size:
+            try:
+                entries.popitem(last=False)
+            except KeyError:  # other threads forgot the rest meanwhile
+                break
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -42,9 +42,9 @@ class ProcessFacts:
     @classmethod
     def of(cls, process: ProcessRecord, held_bytes: int) -> ProcessFacts:
         live = process.live_connections
-        connections = 0 if process.via_otlp else live
+        connections = 0 if process.otlp else live
         last_seen_ns = time.time_ns() if connections else process.last_seen_wall_ns or None
-        via = "otlp" if process.via_otlp else "native"
+        via = "otlp" if process.otlp else "native"
         ended = dict(process.ended_tracks)
         return cls(ProcessView.of(process), via, connections, live > 0, last_seen_ns, ended, held_bytes)
 

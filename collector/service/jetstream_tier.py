@@ -217,7 +217,7 @@ class JetStreamTier:
                 p.live_connections, self._rates.rate(p.uid, received[p.uid]) if p.uid in received else None
             )
             for p in self._registry.processes.values()
-            if p.live_connections and not p.via_otlp  # (an OTLP process holds no connection: /sources says so)
+            if p.live_connections and not p.otlp  # (an OTLP process holds no connection: /sources says so)
         }
         return Heartbeat(self.collector_id, len(self._connections), connected)
 

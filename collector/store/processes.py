@@ -76,8 +76,6 @@ class ProcessRecord:
     ended_tracks: OrderedDict[int, TrackInfo] = field(default_factory=OrderedDict)
     #: ``time.monotonic()`` when its last connection ended.
     disconnected_at: float = field(default_factory=time.monotonic)
-    #: Its data comes through the OTLP receiver (an OTLP resource, on a loopback connection), not a client's.
-    via_otlp: bool = False
     #: Wall-clock ns when it was last heard of here: a connection opened or ended, or (OTLP) a request's data stored;
     #: 0 if never (a process known from what is stored only: a data dir's, a stream's).
     last_seen_wall_ns: int = 0
@@ -143,7 +141,7 @@ class Registry:
     def disconnected(self, process: ProcessRecord) -> None:
         process.live_connections -= 1
         process.disconnected_at = time.monotonic()
-        if not process.via_otlp:  # (an OTLP stream closes when idle: its process was last seen at its last request)
+        if not process.otlp:  # (an OTLP stream closes when idle: its process was last seen at its last request)
             process.last_seen_wall_ns = time.time_ns()
         if not process.live_connections:
             # Its tracks end with it (a reconnect declares them again), so that what a process leaves behind until

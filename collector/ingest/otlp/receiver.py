@@ -458,8 +458,6 @@ class OtlpReceiver:
             hello = dataclasses.replace(hello, token=self._token)
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}", self._connections)
         welcome = await connection.open(hello)
-        if connection.process is not None:
-            connection.process.via_otlp = True
         stream = _ProcessStream(connection)
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
         # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.

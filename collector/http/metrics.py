@@ -156,7 +156,8 @@ def _jetstream_metrics(counters: dict[str, int]) -> Iterator[Metric]:
 
 
 _GAUGES = {
-    "connections": "Client connections open",
+    "connections": "Client connections open (OTLP's streams not among them)",
+    "otlp_streams": "OTLP resources with a stream open (at most --otlp-max-processes)",
     "processes": "Processes known (connected, or with something stored)",
     "held_bytes": "Bytes of the store's segments",
     "table_bytes": "Memory of the open connections' tables, counted against the capacity with the segments",

@@ -89,12 +89,17 @@ class IngestSink(FrameSink, Protocol):
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
         "_address", "_arrival", "_drain_timer", "_draining", "_filled", "_frames", "_granted", "_handled",
-        "_handshake_timer", "_last_read_s", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed",
-        "_throttle", "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
+        "_handshake_timer", "_last_read_s", "_members", "_offered", "_pending", "_reader", "_session", "_sink",
+        "_slowed", "_throttle", "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused",
+        "_write_paused_s",
     )  # fmt: skip
 
-    def __init__(self, sink: IngestSink) -> None:
+    def __init__(self, sink: IngestSink, loopback: set[IngestProtocol] | None = None) -> None:
+        """``loopback``: the set it joins, not the sink's ``connections``, uncounted against ``max_connections``: the
+        OTLP receiver's loopback connections, which the receiver bounds itself (``--otlp-max-processes``)."""
         self._sink = sink
+        #: The connections it is one of (the native ones, or the OTLP receiver's), once accepted.
+        self._members = loopback
         self._traffic = sink.traffic
         self._session = IngestDecoder(sink.limits, borrow=True, read_size=HELLO_READ_SIZE, keep_strings=False)
         #: Its reader (the decoder's), which the stream's writer lends segments to.
@@ -149,15 +154,19 @@ class IngestProtocol(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self._frames.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         sink, by_address = self._sink, self._sink.connections_by_address
-        why = refusal(peer, len(sink.connections), sink.max_connections, by_address, sink.max_connections_per_address)
-        if why is not None:
-            refuse(self._traffic, transport, self._peer, why)
-            return
-        self._address = address = counted_address(peer)
-        if address is not None:
-            by_address[address] = by_address.get(address, 0) + 1
-        sink.connections.add(self)
-        self._traffic.connections_accepted += 1
+        if self._members is None:
+            why = refusal(
+                peer, len(sink.connections), sink.max_connections, by_address, sink.max_connections_per_address
+            )
+            if why is not None:
+                refuse(self._traffic, transport, self._peer, why)
+                return
+            self._address = address = counted_address(peer)
+            if address is not None:
+                by_address[address] = by_address.get(address, 0) + 1
+            self._members = sink.connections
+            self._traffic.connections_accepted += 1
+        self._members.add(self)
         loop = asyncio.get_running_loop()
         self._handshake_timer = loop.call_later(sink.handshake_timeout_s, self._check_handshake)
 
@@ -221,7 +230,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._sink.connections.discard(self)
+        if self._members is not None:
+            self._members.discard(self)
         self._sink.read_turns.forget(self)
         if self._address is not None:
             by_address = self._sink.connections_by_address

@@ -29,13 +29,24 @@ class ProcessFacts:
     """A process as ``/sources`` shows it, copied on the event loop: what a snapshot knows of it, and more."""
 
     view: ProcessView
+    #: How it reaches the collector: ``native`` (a client's connections) or ``otlp`` (the OTLP receiver).
+    via: str
+    #: Its clients' connections open (none for an OTLP process), and whether any stream of it is (OTLP's included).
     connections: int
+    live: bool
+    #: When it was last heard of, wall-clock ns: now while a client of it is connected; None if never here.
+    last_seen_wall_ns: int | None
     ended_tracks: dict[int, TrackInfo]
     held_bytes: int
 
     @classmethod
     def of(cls, process: ProcessRecord, held_bytes: int) -> ProcessFacts:
-        return cls(ProcessView.of(process), process.live_connections, dict(process.ended_tracks), held_bytes)
+        live = process.live_connections
+        connections = 0 if process.otlp else live
+        last_seen_ns = time.time_ns() if connections else process.last_seen_wall_ns or None
+        via = "otlp" if process.otlp else "native"
+        ended = dict(process.ended_tracks)
+        return cls(ProcessView.of(process), via, connections, live > 0, last_seen_ns, ended, held_bytes)
 
 
 @dataclass(slots=True)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import ssl
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client._version import __version__
@@ -65,6 +67,17 @@ STOP_FLUSH_TIMEOUT_S = 1.0
 MAX_AGE_SWEEP_S = 1.0
 
 
+class EveryConnection:
+    """The clients' connections and the OTLP receiver's loopback ones, as one live collection (iterated anew each
+    time): the native ones are counted against ``--max-connections``, the others against ``--otlp-max-processes``."""
+
+    def __init__(self, *members: set[IngestProtocol]) -> None:
+        self._members = members
+
+    def __iter__(self) -> Iterator[IngestProtocol]:
+        return itertools.chain.from_iterable(self._members)
+
+
 class Collector:
     """Ingest listener + store + HTTP API, on one event loop.
 
@@ -109,6 +122,10 @@ class Collector:
         self.origin_ns = (time.time_ns() // _DAY_NS - 1) * _DAY_NS
         self.registry = Registry(own_boot_id())
         self.connections: set[IngestProtocol] = set()
+        #: The OTLP receiver's loopback connections, one per resource with a stream: no client's connection slot.
+        self.otlp_connections: set[IngestProtocol] = set()
+        #: Both, for what is done to every stream: sealed, closed when idle, closed at the stop.
+        self.every_connection = EveryConnection(self.connections, self.otlp_connections)
         #: Time of each loop turn for decoding table frames, shared by every connection.
         self.decode_turns = DecodeTurns()
         #: Busy connections in line to read on, shared by every connection.
@@ -128,7 +145,14 @@ class Collector:
         #: ``--jetstream``: the stream the store publishes to, and reads of the fleet from it.
         self.jetstream = (
             JetStreamTier(
-                config, self.store, self.registry, self.connections, self.rates, self.stored_limits, self.origin_ns
+                config,
+                self.store,
+                self.registry,
+                self.connections,
+                self.every_connection,
+                self.rates,
+                self.stored_limits,
+                self.origin_ns,
             )
             if config.jetstream is not None
             else None
@@ -157,7 +181,7 @@ class Collector:
         self.data_dir_sync = DataDirSync(self.store)
         self.housekeeping = Housekeeping(
             self.store,
-            self.connections,
+            self.every_connection,
             self.rates,
             self.heap,
             self.process_control.forget_idle,
@@ -176,6 +200,7 @@ class Collector:
             self.store,
             self.registry,
             self.connections,
+            self.otlp_connections,
             self.traffic,
             self.snapshots,
             self.http_guard,
@@ -197,7 +222,9 @@ class Collector:
         if config.otlp_http is not None or config.otlp_grpc is not None:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
-            self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
+            self.otlp = OtlpReceiver(
+                self, config.token, config.otlp_max_body_bytes, config.otlp_max_processes, self.otlp_connections
+            )
             if config.otlp_http is not None:
                 await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
             if config.otlp_grpc is not None:
@@ -220,7 +247,7 @@ class Collector:
         while True:
             await asyncio.sleep(MAX_AGE_SWEEP_S)
             now = time.monotonic_ns()
-            for connection in list(self.connections):
+            for connection in list(self.every_connection):
                 connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
             self.store.expire(now - max_age_ns)
 
@@ -240,7 +267,7 @@ class Collector:
         if self.servers.stop_ingest():
             # Clients are asked to flush first: what they sent is then acknowledged, and none of it is in doubt.
             await self.snapshots.flush_clients(STOP_FLUSH_TIMEOUT_S)
-            for connection in list(self.connections):
+            for connection in list(self.every_connection):
                 connection.close()
             await self.servers.ingest_closed()
         if self.jetstream is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine, Set
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from ringtrace.collector.ingest.connection import IngestProtocol
@@ -28,7 +28,7 @@ class Housekeeping:
     def __init__(
         self,
         store: Store,
-        connections: Set[IngestProtocol],
+        connections: Iterable[IngestProtocol],
         rates: RateSampler,
         heap: HeapTrimmer,
         forget_idle: Callable[[], object],

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Set
+from collections.abc import Iterable, Sized
 from typing import Any, Final
 
 from ringtrace.client._version import __version__
@@ -92,7 +92,8 @@ class JetStreamTier:
         config: the collector's configuration (``jetstream`` set).
         store: the collector's store (``staging_store``).
         registry: the processes connected here.
-        connections: the connections, sealed every SEAL_INTERVAL_S.
+        connections: the clients' connections (counted in the heartbeat).
+        sealed: every connection, the OTLP receiver's loopback ones too, sealed every SEAL_INTERVAL_S.
         rates: each process's receive rate here (for the heartbeat).
         stored_limits: the limits for reading what is stored.
         origin_ns: what ``ts`` 0 means in every snapshot.
@@ -103,7 +104,8 @@ class JetStreamTier:
         config: CollectorConfig,
         store: Store,
         registry: Registry,
-        connections: Set[Sealing],
+        connections: Sized,
+        sealed: Iterable[Sealing],
         rates: RateSampler,
         stored_limits: Limits,
         origin_ns: int,
@@ -116,6 +118,7 @@ class JetStreamTier:
         self._store = store
         self._registry = registry
         self._connections = connections
+        self._sealed = sealed
         self._rates = rates
         self._heartbeat_subject = f"{heartbeat_stream(self.stream_name)}.{self.collector_id}"
         self._unlisted_logged = False
@@ -166,7 +169,7 @@ class JetStreamTier:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self.publisher.run(self._js)),
-            loop.create_task(seal_every(self._connections)),
+            loop.create_task(seal_every(self._sealed)),
             loop.create_task(beat_every(self._beat)),
         ]
         log.info("store: JetStream stream %r on %s (%d replicas, %s storage, max_bytes %d, discard %s%s); collector "
@@ -214,7 +217,7 @@ class JetStreamTier:
                 p.live_connections, self._rates.rate(p.uid, received[p.uid]) if p.uid in received else None
             )
             for p in self._registry.processes.values()
-            if p.live_connections
+            if p.live_connections and not p.otlp  # (an OTLP process holds no connection: /sources says so)
         }
         return Heartbeat(self.collector_id, len(self._connections), connected)
 
@@ -390,7 +393,10 @@ class JetStreamTier:
         facts = ProcessFacts.of(process, fleet.store.process_held_bytes(process.uid))
         if not connections:
             return facts
-        return dataclasses.replace(facts, view=dataclasses.replace(facts.view, tracks=tracks), connections=connections)
+        view = dataclasses.replace(facts.view, tracks=tracks)
+        return dataclasses.replace(
+            facts, view=view, connections=connections, live=True, last_seen_wall_ns=time.time_ns()
+        )  # (connected: seen now)
 
     async def stats(self) -> dict[str, Any]:
         """``/stats``: what this collector published, and the fleet's totals as the stream holds them."""

@@ -240,6 +240,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         range=(1, 2**20),
     ),
     Option(
+        "otlp_max_processes",
+        "OTLP resources (processes) with a stream open at once, apart from --max-connections; an idle one's stream is "
+        "closed for a new one, and a request whose new resources do not fit gets a 503 with Retry-After",
+        1024,
+        flag="--otlp-max-processes",
+        parse=int,
+        metavar="N",
+        range=(1, 2**20),
+    ),
+    Option(
         "capacity_bytes",
         "memory for stored events, e.g. 64MB, 1GiB, 1048576",
         256 * 1024 * 1024,

@@ -25,6 +25,7 @@ class Status:
     Args:
         facts: what ``/stats`` reports first, as given: the version, the clock origin, the policy, the data dir.
         connections: the connected clients (counted).
+        otlp_connections: the OTLP receiver's loopback connections (counted apart: OTLP processes with a stream).
     """
 
     def __init__(
@@ -33,6 +34,7 @@ class Status:
         store: Store,
         registry: Registry,
         connections: Sized,
+        otlp_connections: Sized,
         traffic: Traffic,
         snapshots: Snapshots,
         http_guard: HttpGuard,
@@ -43,6 +45,7 @@ class Status:
         self._store = store
         self._registry = registry
         self._connections = connections
+        self._otlp_connections = otlp_connections
         self._traffic = traffic
         self._snapshots = snapshots
         self._http_guard = http_guard
@@ -56,6 +59,7 @@ class Status:
         return {
             "status": "ok",
             "connections": len(self._connections),
+            "otlp_streams": len(self._otlp_connections),
             "processes": len(self._registry.processes),
             "forgotten_processes": self._registry.forgotten_processes,
             "stored_events": store.stored_events,
@@ -99,6 +103,7 @@ class Status:
         store = self._store
         return {
             "connections": len(self._connections),
+            "otlp_streams": len(self._otlp_connections),
             "processes": len(self._registry.processes),
             "held_bytes": store.held_bytes,
             "table_bytes": store.table_bytes,

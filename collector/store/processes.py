@@ -76,6 +76,9 @@ class ProcessRecord:
     ended_tracks: OrderedDict[int, TrackInfo] = field(default_factory=OrderedDict)
     #: ``time.monotonic()`` when its last connection ended.
     disconnected_at: float = field(default_factory=time.monotonic)
+    #: Wall-clock ns when it was last heard of here: a connection opened or ended, or (OTLP) a request's data stored;
+    #: 0 if never (a process known from what is stored only: a data dir's, a stream's).
+    last_seen_wall_ns: int = 0
 
     def report(self, stats: Stats) -> str | None:
         """Take a STATS frame's counters: each may only grow, and to at most ``MAX_CLIENT_COUNTER`` (a client could
@@ -132,11 +135,14 @@ class Registry:
         HELLO arrived, which places its events if it is new)."""
         process = self.known(hello, arrival)
         process.live_connections += 1
+        process.last_seen_wall_ns = time.time_ns()
         return process
 
     def disconnected(self, process: ProcessRecord) -> None:
         process.live_connections -= 1
         process.disconnected_at = time.monotonic()
+        if not process.otlp:  # (an OTLP stream closes when idle: its process was last seen at its last request)
+            process.last_seen_wall_ns = time.time_ns()
         if not process.live_connections:
             # Its tracks end with it (a reconnect declares them again), so that what a process leaves behind until
             # it is forgotten is bounded: up to 10,000 tracks a connection, kept while any of its events are stored.

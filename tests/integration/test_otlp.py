@@ -521,3 +521,111 @@ def test_trace_id_selects_one_request_across_every_process(collector: OtlpCollec
     assert trace["otherData"]["capture"]["query"]["trace_id"] == one.hex()
     status, body = collector.get("/snapshot?trace_id=12")
     assert status == 400 and b"'trace_id' must be 32 hex digits" in body
+
+
+def services(*names: str, spans: int = 1) -> bytes:
+    """One request with a resource per service name, each with ``spans`` spans."""
+    export = ExportTraceServiceRequest()
+    for n, name in enumerate(names):
+        batch = [span("op", T0 + i, T0 + i + 1, span_id=n * spans + i + 1) for i in range(spans)]
+        export.resource_spans.extend(request_of(*batch, service=name).resource_spans)
+    return export.SerializeToString()
+
+
+def test_otlp_resources_take_no_native_connection_slot_and_a_client_still_connects_and_flushes() -> None:
+    collector = OtlpCollector("--max-connections", "3")
+    timeline = None
+    try:
+        status, _, body = collector.export(services(*(f"service-{i}" for i in range(6))))
+        assert status == 200 and not response_of(body).HasField("partial_success")
+        health = collector.json("/healthz")
+        assert (health["connections"], health["otlp_streams"]) == (0, 6)
+        import ringtrace.client
+
+        timeline = ringtrace.client.connect(collector.tcp_address, process_name="native")
+        with timeline.scope("work"):
+            pass
+        assert timeline.flush(timeout_s=30)
+        assert collector.json("/healthz")["connections"] == 1
+        assert collector.export(services("one-more"))[0] == 200  # a new service still gets in
+        stats = collector.json("/stats")
+        assert (stats["connections"], stats["otlp_streams"], stats["connections_refused"]) == (1, 7, 0)
+        _, metrics = collector.get("/metrics")
+        assert b"ringtrace_connections 1.0" in metrics and b"ringtrace_otlp_streams 7.0" in metrics
+        names = {e["name"] for e in collector.snapshot()["traceEvents"] if e["ph"] in "Xb"}
+        assert names == {"op", "work"}
+    finally:
+        if timeline is not None:
+            timeline.close(timeout_s=30)
+        collector.stop()
+
+
+def test_an_idle_otlp_stream_is_closed_for_a_new_resource_past_the_otlp_bound() -> None:
+    collector = OtlpCollector("--otlp-max-processes", "2")
+    try:
+        for name in ("first", "second", "third"):
+            assert collector.export(services(name))[0] == 200
+        assert collector.json("/healthz")["otlp_streams"] == 2  # the first one's, idle, closed for the third
+        stored = {p["process_name"]: p["stored_events"] for p in collector.json("/sources")["processes"]}
+        assert set(stored) == {"first", "second", "third"} and stored["first"] == stored["third"] > 0
+    finally:
+        collector.stop()
+
+
+def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_says_why_in_partial_success() -> None:
+    collector = OtlpCollector("--otlp-max-processes", "4")
+    try:
+        status, _, body = collector.export(services(*(f"service-{i}" for i in range(6)), spans=3))
+        assert status == 200
+        partial = response_of(body).partial_success
+        assert partial.rejected_spans == 6
+        assert "2 resources of the request past --otlp-max-processes=4" in partial.error_message
+        stored = {p["process_name"] for p in collector.json("/sources")["processes"]}
+        assert stored == {f"service-{i}" for i in range(4)}
+        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 12, "refused": 6}
+    finally:
+        collector.stop()
+
+
+def test_sources_say_how_each_process_reaches_the_collector_and_when_it_was_last_seen(
+    collector: OtlpCollector,
+) -> None:
+    before = time.time_ns()
+    assert collector.export(services("web"))[0] == 200
+    after = time.time_ns()
+    import ringtrace.client
+
+    timeline = ringtrace.client.connect(collector.tcp_address, process_name="native")
+    try:
+        with timeline.scope("work"):
+            pass
+        assert timeline.flush(timeout_s=30)
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        web, native = processes["web"], processes["native"]
+        assert (web["via"], web["connections"]) == ("otlp", 0)  # its stream is open, but it is no connection
+        assert before <= web["last_seen_wall_ns"] <= after
+        assert all(track["live"] for track in web["tracks"])
+        assert (native["via"], native["connections"]) == ("native", 1)
+        assert native["last_seen_wall_ns"] >= after  # (connected: seen now)
+        health = collector.json("/healthz")
+        assert (health["connections"], health["otlp_streams"]) == (1, 1)
+    finally:
+        timeline.close(timeout_s=30)
+
+
+def test_an_idle_otlp_stream_is_closed_and_its_process_keeps_when_it_was_last_seen() -> None:
+    collector = OtlpCollector("--idle-timeout", "1")
+    try:
+        assert collector.export(services("web"))[0] == 200
+        (seen,) = (p["last_seen_wall_ns"] for p in collector.json("/sources")["processes"])
+        deadline = time.monotonic() + 30
+        while collector.json("/healthz")["otlp_streams"]:  # closed by the idle timeout
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (web,) = collector.json("/sources")["processes"]
+        assert (web["via"], web["connections"], web["last_seen_wall_ns"]) == ("otlp", 0, seen)
+        assert not any(track["live"] for track in web["tracks"])
+        assert collector.export(services("web"))[0] == 200  # a stream opens again
+        assert collector.json("/healthz")["otlp_streams"] == 1
+    finally:
+        collector.stop()

@@ -345,3 +345,18 @@ def test_a_grpc_address_in_use_is_refused_at_start_saying_so() -> None:
         )  # fmt: skip
     assert done.returncode == 1
     assert f"cannot start: --otlp-grpc {address}: cannot listen there (in use" in done.stderr
+
+
+def test_a_request_of_more_resources_than_the_otlp_bound_is_ok_with_the_rest_refused_in_partial_success() -> None:
+    collector = GrpcCollector("--otlp-max-processes", "2")
+    try:
+        export = ExportTraceServiceRequest()
+        for n, name in enumerate(("a", "b", "c")):
+            export.MergeFromString(request_of(span("op", T0, T0 + 1, span_id=n + 1), service=name))
+        code, answer, _, _ = collector.call(export.SerializeToString())
+        assert code == grpc.StatusCode.OK
+        partial = ExportTraceServiceResponse.FromString(answer).partial_success
+        assert partial.rejected_spans == 1 and "past --otlp-max-processes=2" in partial.error_message
+        assert collector.json("/healthz")["otlp_streams"] == 2
+    finally:
+        collector.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -585,3 +586,35 @@ def test_with_jetstream_the_bar_and_the_table_are_the_fleets(browser: Any, tmp_p
         for collector in collectors:
             collector.stop()
         cluster.stop()
+
+
+def test_an_otlp_service_is_shown_as_otlp_last_seen_and_not_counted_among_connections(browser: Any) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    collector = CollectorProcess("--otlp-http", "127.0.0.1:0")
+    opened = None
+    try:
+        listening = collector.wait_for_log(lambda line: "otlp listening" in line)
+        otlp_url = listening.split("otlp listening on ")[1].split()[0] + "/v1/traces"
+        provider = TracerProvider(resource=Resource.create({"service.name": "checkout"}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=otlp_url)))
+        with provider.get_tracer("shop").start_as_current_span("request"):
+            pass
+        assert provider.force_flush()
+        provider.shutdown()
+        opened = Page(browser, collector.http_url + "/")
+        row = opened.page.locator("#sources tbody tr", has_text="checkout")
+        row.wait_for()
+        state = row.locator(".state").inner_text()
+        assert re.fullmatch(r"OTLP, last seen \d+s ago", state), state
+        totals = until(opened.page, "() => document.getElementById('totals').textContent")
+        assert "connections 0" in totals, totals  # (its stream is open: /healthz counts it as an OTLP stream)
+        assert collector.json("/healthz")["otlp_streams"] == 1
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()

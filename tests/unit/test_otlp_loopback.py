@@ -4,6 +4,7 @@ while a request's frames are still going in."""
 from __future__ import annotations
 
 import asyncio
+import io
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -59,7 +60,7 @@ def test_a_resource_whose_loopback_connection_closed_is_forgotten() -> None:
             for n in range(5):
                 response = await receiver.store(TRACES, request(f"run-{n}", 100).SerializeToString(), False)
                 assert response.status == 200
-            for connection in list(running.connections):  # as the idle timeout closes them
+            for connection in list(running.otlp_connections):  # as the idle timeout closes them
                 connection.close()
             await asyncio.sleep(0.05)
             return receiver.open_streams
@@ -82,8 +83,9 @@ def test_a_flush_the_collector_asks_for_while_a_large_request_goes_in_is_answere
             storing = asyncio.ensure_future(receiver.store(TRACES, request("big", 12_000).SerializeToString(), False))
             await asyncio.sleep(0)  # (the request has begun: its frames are going in)
             flushes = 0
-            while not storing.done():
-                await running.snapshots.flush_clients(0.5)
+            while not storing.done():  # (snapshots ask clients only: OTLP data is stored before its answer)
+                for answered in asyncio.as_completed([c.request_flush() for c in running.otlp_connections], timeout=30):
+                    assert await answered
                 flushes += 1
             response = storing.result()
             return response.status, flushes
@@ -122,10 +124,63 @@ def test_a_request_on_a_kept_alive_connection_while_the_collector_stops_is_503_a
 
             running.servers.ingest_closed = ingest_closed  # type: ignore[method-assign]
             await running.stop()
-            return late[0], len(running.connections)
+            return late[0], len(list(running.every_connection))
         finally:
             await session.close()
 
     status, open_connections = asyncio.run(scenario())
     assert status == 503
     assert open_connections == 0
+
+
+def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_503_with_retry_after() -> None:
+    import aiohttp
+
+    async def scenario() -> list[tuple[int, str | None, bytes]]:
+        running = Collector(CollectorConfig(tcp_port=0, http_port=0, otlp_http=("127.0.0.1", 0), otlp_max_processes=1))
+        await running.start()
+        assert running.servers.otlp_address is not None
+        host, port = running.servers.otlp_address
+        url = f"http://{host}:{port}/v1/traces"
+        headers = {"Content-Type": "application/x-protobuf"}
+        answers: list[tuple[int, str | None, bytes]] = []
+        try:
+            async with aiohttp.ClientSession() as session:
+
+                async def post(body: bytes) -> tuple[int, str | None, bytes]:
+                    async with session.post(url, data=io.BytesIO(body), headers=headers) as response:
+                        return response.status, response.headers.get("Retry-After"), await response.read()
+
+                deadline = asyncio.get_running_loop().time() + 60
+                while not any(status == 503 for status, _, _ in answers):
+                    assert asyncio.get_running_loop().time() < deadline, answers
+                    large = f"large-{len(answers)}"  # its stream is busy while its frames go in, a turn at a time
+                    storing = asyncio.ensure_future(post(request(large, 20_000).SerializeToString()))
+                    known = running.registry.processes.values()
+                    while not storing.done() and all(p.instance_id != large for p in known):
+                        await asyncio.sleep(0)  # (its stream opens as it is packed)
+                    answers.append(await post(request(f"small-{len(answers)}", 1).SerializeToString()))
+                    assert (await storing)[0] == 200
+            return answers
+        finally:
+            await running.stop()
+
+    answers = asyncio.run(scenario())
+    for status, retry_after, body in answers:
+        assert status == 200 or (status == 503 and retry_after == "1" and b"--otlp-max-processes=1" in body)
+
+
+def test_a_request_already_taken_when_the_collector_begins_to_stop_is_503_not_400() -> None:
+    async def scenario() -> tuple[int, str | None]:
+        running = collector()
+        await running.start()
+        try:
+            receiver = running.otlp
+            assert receiver is not None
+            receiver.stopping = True  # as ``stop`` does while this request waits for its turn
+            response = await receiver.store(TRACES, request("late", 10).SerializeToString(), False)
+            return response.status, response.headers.get("Retry-After")
+        finally:
+            await running.stop()
+
+    assert asyncio.run(scenario()) == (503, "1")

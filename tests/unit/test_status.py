@@ -26,6 +26,7 @@ def test_stats_begin_with_the_facts_given_and_every_figure_is_read_when_asked() 
         store,
         registry,
         set(),
+        set(),
         traffic,
         snapshots,
         HttpGuard(30.0, 4),

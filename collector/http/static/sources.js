@@ -38,6 +38,14 @@ export function clock(wallNs) {
   return date.toLocaleTimeString(undefined, { hour12: false }) + "." + String(date.getMilliseconds()).padStart(3, "0");
 }
 
+// How long ago a wall-clock time (ns) was, as "12s ago": an OTLP process holds no connection, and when it last sent
+// is what tells whether it is still there.
+function ago(wallNs) {
+  if (wallNs == null) return "–";
+  const s = Math.max(0, Math.round((Date.now() - Number(BigInt(wallNs) / 1000000n)) / 1000));
+  return s < 120 ? `${s}s ago` : s < 7200 ? `${Math.round(s / 60)} min ago` : `${Math.round(s / 3600)} h ago`;
+}
+
 function tracksSummary(process) {
   const counts = {};
   for (const track of process.tracks) counts[track.kind || "track"] = (counts[track.kind || "track"] || 0) + 1;
@@ -151,7 +159,8 @@ export class SourcesTable {
     cell(p.os_pid === p.pid ? String(p.pid) : `${p.pid} (os ${p.os_pid})`, "num");
     const state = Object.assign(document.createElement("span"), { className: "state" });
     const dot = Object.assign(document.createElement("span"), { className: p.connections ? "dot on" : "dot" });
-    state.append(dot, p.connections ? "connected" : "gone");
+    const otlp = `OTLP, last seen ${ago(p.last_seen_wall_ns)}`;
+    state.append(dot, p.via === "otlp" ? otlp : p.connections ? "connected" : "gone");
     cell("").append(state);
     cell(tracksSummary(p), "", p.tracks.map((t) => `${t.kind}: ${t.name}`).join("\n"));
     cell(p.events_per_s == null ? "–" : number.format(Math.round(p.events_per_s)), "num");

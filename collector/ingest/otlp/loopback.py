@@ -18,6 +18,7 @@ from ringtrace.client.wire.decoder import ReplyDecoder
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import Flush, FlushAck, Goodbye, Hello, Refused, Welcome, encode, preamble
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
+from ringtrace.collector.store.processes import ProcessRecord
 
 __all__ = ["Delivered", "LoopbackClosed", "LoopbackConnection"]
 
@@ -94,11 +95,12 @@ class _MemoryTransport(asyncio.Transport):
 
 
 class LoopbackConnection:
-    """One native stream into this collector's ingest, made of OTLP data (one OTLP resource: one process)."""
+    """One native stream into this collector's ingest, made of OTLP data (one OTLP resource: one process), one of
+    ``members`` (the receiver's loopback connections: no client connection's slot is taken by it)."""
 
-    def __init__(self, sink: IngestSink, name: str) -> None:
+    def __init__(self, sink: IngestSink, name: str, members: set[IngestProtocol]) -> None:
         self.name = name
-        self._protocol = IngestProtocol(sink)
+        self._protocol = IngestProtocol(sink, loopback=members)
         self._transport = _MemoryTransport(self)
         self._replies = ReplyDecoder()
         self._welcome: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
@@ -111,6 +113,11 @@ class LoopbackConnection:
         #: Called once the connection is gone (the receiver forgets its stream).
         self.on_lost: Callable[[], None] | None = None
         self._protocol.connection_made(self._transport)
+
+    @property
+    def process(self) -> ProcessRecord | None:
+        """The process it speaks for, once its HELLO was accepted."""
+        return self._protocol.process
 
     @property
     def closed(self) -> bool:

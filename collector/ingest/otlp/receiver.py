@@ -6,9 +6,11 @@ counters (``data_points.py``).
 Answers, as the specification says: 200 with the signal's ``Export*ServiceResponse`` (its ``partial_success`` counts
 the items refused, with the first reason); 400 with a ``google.rpc.Status`` for a body that is not a request; 413 past
 the body limit (compressed or not: a gzip bomb is refused as it inflates); 415 for another content type or encoding;
-503 with ``Retry-After`` when the store refused everything (``--policy discard``) or the bytes of the requests in
-flight, as received and as inflated, would pass their bound (``in_flight.py``), so exporters retry rather than lose
-them.
+503 with ``Retry-After`` when the store refused everything (``--policy discard``), the bytes of the requests in
+flight, as received and as inflated, would pass their bound (``in_flight.py``), or the streams of
+``--otlp-max-processes`` resources are busy with other requests, so exporters retry rather than lose them. Resources'
+streams are bounded apart from clients' connections (``--max-connections``): an idle one is closed when a new
+resource needs its slot.
 
 The OTLP/gRPC receiver (``grpc_receiver.py``) hands its requests to the same ``OtlpReceiver``: the limits, the
 decoding, the streams, the store and the counts are the same: ``store_request`` answers either with the response
@@ -25,6 +27,7 @@ import functools
 import itertools
 import logging
 import re
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -39,7 +42,7 @@ from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.messages import PRIORITIES
 from ringtrace.client.wire.frames import KindSpec, encode
 from ringtrace.client.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
-from ringtrace.collector.ingest.connection import IngestSink
+from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
 from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
@@ -221,6 +224,8 @@ class _Delivery:
             delivered = await stream.connection.send(self.frames)
         finally:
             self.release()
+        if (process := stream.connection.process) is not None:
+            process.last_seen_wall_ns = time.time_ns()
         # (A refused event of a span may be its begin, its end or one of its events: at most every item is.)
         return min(delivered.refused, self.items - self.rejected)
 
@@ -235,10 +240,22 @@ class OtlpReceiver:
     """The routes of the OTLP/HTTP port, and what they share with the OTLP/gRPC one: the bound on requests in flight,
     the decoding, the loopback streams of the resources seen, and the counts."""
 
-    def __init__(self, sink: IngestSink, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        sink: IngestSink,
+        token: str | None,
+        max_body_bytes: int,
+        max_processes: int,
+        connections: set[IngestProtocol],
+    ) -> None:
+        """``max_processes``: resources with a loopback stream open at once (``--otlp-max-processes``);
+        ``connections``: their loopback connections, kept apart from the clients' (no ``--max-connections`` slot)."""
         self._sink = sink
         self._token = token
         self.max_body_bytes = max_body_bytes
+        self.max_processes = max_processes
+        self._connections = connections
+        #: Each resource's stream, least recently used first (the first reclaimed when more are needed).
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
@@ -315,17 +332,36 @@ class OtlpReceiver:
 
         Raises:
             BadRequest: the body is not a request (400), or its data broke a limit of its stream.
-            Unavailable: the store refused everything (full, under ``--policy discard``).
+            Unavailable: the store refused everything (full, under ``--policy discard``), or the request's new
+                resources do not fit in ``max_processes`` until other requests are done (``busy``).
         """
         deliveries: list[_Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
                 processes = await asyncio.to_thread(_decoded, signal, body, as_json)
                 del body
-                for process in processes:
+                room = self._room_for(processes)
+                if room is None:
+                    why = (
+                        f"the OTLP processes are at --otlp-max-processes={self.max_processes}, storing other "
+                        f"requests: this one's new resources fit once they are done"
+                    )
+                    raise Unavailable(why, busy=True)
+                taken, past_bound = room
+                for process in taken:
                     deliveries.append(await self._packed(process))
-                del processes
+                del processes, taken
             total, rejected, refused, why, closed = 0, 0, 0, "", ""
+            if past_bound:
+                why = (
+                    f"{len(past_bound)} resources of the request past --otlp-max-processes={self.max_processes} "
+                    f"(resources with a stream at once) were not stored: send fewer resources a request"
+                )
+                log.warning("OTLP %s not stored: %s", signal.items, why)
+                for process in past_bound:
+                    total += process.items
+                    rejected += process.rejected
+                    refused += process.items - process.rejected
             for delivery in deliveries:
                 total += delivery.items
                 rejected += delivery.rejected
@@ -343,6 +379,8 @@ class OtlpReceiver:
         self.accepted[signal.path] += stored
         self.refused[signal.path] += rejected + refused
         if refused and not stored:
+            if self.stopping:  # (its streams closed with the collector: not a limit, the exporter may send it again)
+                raise Unavailable("the collector is stopping")
             if closed:  # (a limit of the stream: sent again, it would break it again)
                 raise BadRequest(400, f"the collector could not take the {signal.items}: {closed}")
             raise Unavailable(f"the collector's store refused the {signal.items} (full, or the process at its cap)")
@@ -353,6 +391,35 @@ class OtlpReceiver:
             partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
             response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
         return response
+
+    def _room_for(self, processes: list[ProcessEvents]) -> tuple[list[ProcessEvents], list[ProcessEvents]] | None:
+        """Which of ``processes`` get a stream, and which are past ``max_processes``, idle streams closed (least
+        recently used first) to make room: all of them, if they fit; None if they would once the other requests in
+        flight are done (a 503: the exporter sends the request again, and nothing of it is stored twice); if there
+        are more of them than there may be streams, as many as fit now (a partial success: sent again, the rest
+        would never fit, and an exporter sends a request again until its timeout, then drops all of it). (Called
+        holding ``_decoding``: no other request opens a stream meanwhile.)"""
+        streams = self._streams
+        for key, stream in list(streams.items()):
+            if stream.connection.closed:  # (gone: forgotten, its slot free)
+                del streams[key]
+        keys = {process.key for process in processes}
+        new = [process for process in processes if process.key not in streams]
+        wanted = len(new) - (self.max_processes - len(streams))
+        for key, stream in list(streams.items()):
+            if wanted <= 0:
+                break
+            if key not in keys and not stream.lock.locked():  # idle: no request is packing or sending on it
+                del streams[key]
+                stream.connection.close()
+                wanted -= 1
+        if wanted <= 0:
+            return processes, []
+        if len(processes) <= self.max_processes or wanted == len(new) == len(processes):
+            return None
+        past = new[len(new) - wanted :]
+        left_out = {id(process) for process in past}
+        return [process for process in processes if id(process) not in left_out], past
 
     async def _packed(self, process: ProcessEvents) -> _Delivery:
         """One process's events as frames, its stream held (its lock) until they are sent: frames go out in the order
@@ -373,8 +440,9 @@ class OtlpReceiver:
         return delivery
 
     async def _stream(self, process: ProcessEvents) -> _ProcessStream:
-        stream = self._streams.get(process.key)
+        stream = self._streams.pop(process.key, None)
         if stream is not None and not stream.connection.closed:
+            self._streams[process.key] = stream  # (the most recently used last)
             return stream
         async with self._opening:  # (one connection per process, however many requests come at once)
             stream = self._streams.get(process.key)
@@ -388,7 +456,7 @@ class OtlpReceiver:
         hello = process.hello
         if self._token is not None:
             hello = dataclasses.replace(hello, token=self._token)
-        connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}")
+        connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}", self._connections)
         welcome = await connection.open(hello)
         stream = _ProcessStream(connection)
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come

@@ -304,6 +304,56 @@ def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_
         collector.stop()
 
 
+def held_requests(collector: GrpcCollector, count: int, release: threading.Event) -> list[grpc.Future]:
+    """``count`` Export requests begun, whose message is sent only once ``release`` is set."""
+    channel = grpc.insecure_channel(collector.target)
+
+    def message_when_released() -> Iterator[bytes]:
+        release.wait()
+        yield request_of(span("held", T0, T0 + 1))
+
+    # (a stream of one message: the same on the wire as a unary request, but held back)
+    return [channel.stream_unary(TRACES).future(message_when_released(), timeout=60) for _ in range(count)]
+
+
+def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_info_and_counted() -> None:
+    collector = GrpcCollector()
+    release = threading.Event()
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        held = held_requests(collector, 8, release)
+        deadline = time.monotonic() + 30
+        while (answer := collector.call(body))[0] == grpc.StatusCode.OK:  # the eight reach the receiver in time
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        code, _, trailing, details = answer
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "at once" in details
+        assert retry_delay_s(trailing) == 1  # (so that every exporter retries, not only Python's)
+        assert collector.json("/stats")["otlp_requests_refused"]["503"] >= 1
+        release.set()
+        assert [future.code() for future in held] == [grpc.StatusCode.OK] * 8
+        assert collector.call(body)[0] == grpc.StatusCode.OK
+    finally:
+        release.set()
+        collector.stop()
+
+
+def test_requests_whose_message_never_comes_are_ended_and_leave_room_for_others() -> None:
+    collector = GrpcCollector("--http-timeout", "0.5")
+    release = threading.Event()
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        held = held_requests(collector, 8, release)
+        codes = {future.code() for future in held}  # (each waits for its answer, up to its own timeout)
+        assert codes == {grpc.StatusCode.DEADLINE_EXCEEDED}
+        assert "no request message within http_timeout_s=0.5" in held[0].details()
+        assert collector.call(body)[0] == grpc.StatusCode.OK
+        assert collector.json("/stats")["otlp_requests_refused"]["408"] == 8
+    finally:
+        release.set()
+        collector.stop()
+
+
 def test_a_full_store_under_discard_is_unavailable_with_retry_info_so_exporters_retry() -> None:
     collector = GrpcCollector("--policy", "discard", "--capacity", "512KiB", "--max-frame-size", "64KiB")
     try:

@@ -228,7 +228,7 @@ class OtlpReceiver:
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
         self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
         self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
-        #: Requests answered with an error status, by status (400, 413, 415, 503). Those refused whole before they
+        #: Requests answered with an error status, by status (400, 408, 413, 415, 503). Those refused whole before they
         #: were decoded count no items above; those the store or a stream refused count theirs in ``refused``.
         self.refused_requests: dict[int, int] = {}
 

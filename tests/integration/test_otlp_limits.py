@@ -189,3 +189,21 @@ def test_malformed_requests_are_one_log_line_a_listener_not_a_traceback_each() -
     )
     assert "malformed OTLP request from 127.0.0.1" in malformed[1]
     assert stats["http_requests_malformed"] == stats["otlp_requests_malformed"] == 100
+
+
+def test_a_peer_that_closes_midway_through_its_body_gives_its_bytes_back_and_logs_no_traceback() -> None:
+    collector = OtlpCollector()
+    try:
+        started = len(collector.lines)
+        for _ in range(20):  # an exporter that gives up midway (its timeout, its process stopping)
+            with otlp_socket(collector) as sock:
+                sock.sendall(
+                    b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: 100000\r\n\r\n" + bytes(5000)
+                )
+        wait_for(lambda: collector.json("/stats")["otlp_requests_refused"].get("400") == 20, "the twenty counted")
+        assert collector.json("/stats")["otlp_bytes_in_flight"] == 0
+    finally:
+        collector.stop()  # (every line it wrote is read)
+    logged = collector.lines[started:]
+    assert not [line for line in logged if "Traceback" in line or "ERROR" in line]

@@ -447,7 +447,8 @@ async def read_body(request: web.Request, limit: int, take: Callable[[int], None
     inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
 
     Raises:
-        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream.
+        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream, or a body
+            cut short by its peer closing the connection (an exporter's timeout: counted, not a traceback logged).
         Busy: ``take`` refused.
     """
     if _content_type(request) not in (_PROTOBUF, _JSON):
@@ -458,10 +459,13 @@ async def read_body(request: web.Request, limit: int, take: Callable[[int], None
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(413, f"body of {request.content_length} bytes is past the limit of {limit} bytes")
     body = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > limit:
-            raise BadRequest(413, f"body past the limit of {limit} bytes")
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > limit:
+                raise BadRequest(413, f"body past the limit of {limit} bytes")
+    except ConnectionResetError:
+        raise BadRequest(400, f"body cut short: the connection closed after {len(body)} bytes of it") from None
     return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
 
 

@@ -207,3 +207,20 @@ def test_a_peer_that_closes_midway_through_its_body_gives_its_bytes_back_and_log
         collector.stop()  # (every line it wrote is read)
     logged = collector.lines[started:]
     assert not [line for line in logged if "Traceback" in line or "ERROR" in line]
+
+
+def test_a_peer_that_does_not_speak_http_at_all_is_counted_malformed_and_logged_once() -> None:
+    collector = OtlpCollector()
+    try:
+        started = len(collector.lines)
+        for _ in range(10):  # an exporter told https:// of a plain listener: its TLS ClientHello first
+            with otlp_socket(collector) as sock:
+                sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64) + b"\r\n\r\n")
+                assert sock.recv(4096).startswith(b"HTTP/1.0 400")
+        stats: dict[str, Any] = collector.json("/stats")
+    finally:
+        collector.stop()  # (every line it wrote is read)
+    assert stats["otlp_requests_malformed"] == 10
+    malformed = [line for line in collector.lines[started:] if "malformed" in line]
+    assert len(malformed) == 1 and "WARNING" in malformed[0], malformed
+    assert "malformed OTLP request from 127.0.0.1: " in malformed[0]

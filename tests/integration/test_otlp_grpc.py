@@ -338,6 +338,29 @@ def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_i
         collector.stop()
 
 
+def test_requests_their_sender_cancels_before_their_message_leave_room_and_count_no_refusal() -> None:
+    collector = GrpcCollector()
+    release = threading.Event()
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        held = held_requests(collector, 8, release)
+        deadline = time.monotonic() + 30
+        while collector.call(body)[0] == grpc.StatusCode.OK:  # the eight reach the receiver in time
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for future in held:
+            future.cancel()
+        deadline = time.monotonic() + 30
+        while collector.call(body)[0] != grpc.StatusCode.OK:  # their room given back
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        refused = collector.json("/stats")["otlp_requests_refused"]
+        assert set(refused) == {"503"}  # those past the eight; the cancelled ones refused nothing
+    finally:
+        release.set()
+        collector.stop()
+
+
 def test_requests_whose_message_never_comes_are_ended_and_leave_room_for_others() -> None:
     collector = GrpcCollector("--http-timeout", "0.5")
     release = threading.Event()

@@ -158,7 +158,8 @@ class OtlpGrpcServer:
             self._receiver.count_refused(_TIMED_OUT)
             why = f"no request message within http_timeout_s={self._timeout_s}"
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, why)
-        raise BadRequest(400, "no request message")
+        # None: its sender cancelled the request (or sent none, as no exporter does). Nothing refused, nothing counted.
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
 
     async def _authenticate(self, signal: Signal, context: aio.ServicerContext[bytes, bytes]) -> None:
         """Nothing if the request carries the token (or none is needed); else it is answered UNAUTHENTICATED."""

@@ -195,7 +195,7 @@ class Collector:
         if config.otlp_http is not None or config.otlp_grpc is not None:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
-            self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes)
+            self.otlp = OtlpReceiver(self, config.token, config.otlp_max_body_bytes, config.http_timeout_s)
             if config.otlp_http is not None:
                 await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)
             if config.otlp_grpc is not None:

@@ -271,7 +271,7 @@ def test_a_message_past_the_body_limit_is_refused_and_the_next_one_taken(compres
 
 
 def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_retry_info() -> None:
-    collector = GrpcCollector("--otlp-http", "127.0.0.1:0", "--otlp-max-body", "64KiB")
+    collector = GrpcCollector("--otlp-http", "127.0.0.1:0", "--otlp-max-body", "64KiB", "--http-timeout", "300")
     http = _HTTP_LISTEN.search(collector.wait_for_log(lambda line: "otlp listening" in line))
     assert http is not None
     body = request_of(span("slow", T0, T0 + 1))
@@ -317,7 +317,7 @@ def held_requests(collector: GrpcCollector, count: int, release: threading.Event
 
 
 def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_info_and_counted() -> None:
-    collector = GrpcCollector()
+    collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
     release = threading.Event()
     body = request_of(span("next", T0, T0 + 1))
     try:
@@ -339,7 +339,7 @@ def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_i
 
 
 def test_requests_their_sender_cancels_before_their_message_leave_room_and_count_no_refusal() -> None:
-    collector = GrpcCollector()
+    collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
     release = threading.Event()
     body = request_of(span("next", T0, T0 + 1))
     try:

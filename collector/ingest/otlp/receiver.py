@@ -213,10 +213,12 @@ class OtlpReceiver:
     """The routes of the OTLP/HTTP port, and what they share with the OTLP/gRPC one: the bound on requests in flight,
     the decoding, the loopback streams of the resources seen, and the counts."""
 
-    def __init__(self, sink: IngestSink, token: str | None, max_body_bytes: int) -> None:
+    def __init__(self, sink: IngestSink, token: str | None, max_body_bytes: int, timeout_s: float) -> None:
         self._sink = sink
         self._token = token
         self.max_body_bytes = max_body_bytes
+        #: How long a body may send nothing (``--http-timeout``): one that stops would hold its bytes in flight.
+        self.timeout_s = timeout_s
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
@@ -245,7 +247,7 @@ class OtlpReceiver:
         size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
         try:
             with self.admitted(size) as held:  # (given back when answered: the frames wait for the store meanwhile)
-                body = await read_body(request, self.max_body_bytes, held.take)
+                body = await read_body(request, self.max_body_bytes, held.take, self.timeout_s)
                 return await self.store(signal, body, as_json)
         except (BadRequest, Unavailable) as exc:
             return self._refusal(exc, as_json)
@@ -442,13 +444,14 @@ def _ids_as_base64(value: Any) -> Any:
     return value
 
 
-async def read_body(request: web.Request, limit: int, take: Callable[[int], None]) -> bytes:
+async def read_body(request: web.Request, limit: int, take: Callable[[int], None], timeout_s: float) -> bytes:
     """The request's body, inflated if gzip, within ``limit`` bytes both ways; ``take`` is told of each piece it
     inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
 
     Raises:
         BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream, or a body
-            cut short by its peer closing the connection (an exporter's timeout: counted, not a traceback logged).
+            cut short by its peer closing the connection (an exporter's timeout: counted, not a traceback logged);
+            408 when no part of the body came for ``timeout_s``.
         Busy: ``take`` refused.
     """
     if _content_type(request) not in (_PROTOBUF, _JSON):
@@ -459,11 +462,18 @@ async def read_body(request: web.Request, limit: int, take: Callable[[int], None
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(413, f"body of {request.content_length} bytes is past the limit of {limit} bytes")
     body = bytearray()
+    chunks = request.content.iter_chunked(64 * 1024)
     try:
-        async for chunk in request.content.iter_chunked(64 * 1024):
+        while True:
+            async with asyncio.timeout(timeout_s):
+                chunk = await anext(chunks, b"")
+            if not chunk:
+                break
             body += chunk
             if len(body) > limit:
                 raise BadRequest(413, f"body past the limit of {limit} bytes")
+    except TimeoutError:
+        raise BadRequest(408, f"no part of the body for http_timeout_s={timeout_s}, {len(body)} bytes in") from None
     except ConnectionResetError:
         raise BadRequest(400, f"body cut short: the connection closed after {len(body)} bytes of it") from None
     return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
@@ -524,8 +534,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE...
-_GRPC_CODES: Final = {400: 3, 413: 8, 415: 3, 503: 14}
+#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE...
+_GRPC_CODES: Final = {400: 3, 408: 4, 413: 8, 415: 3, 503: 14}
 
 
 def _message(message: Message, as_json: bool) -> web.Response:

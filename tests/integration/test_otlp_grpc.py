@@ -4,6 +4,7 @@ sockets: its answers (codes, RetryInfo, partial_success), the token, TLS and the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -304,76 +305,78 @@ def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_
         collector.stop()
 
 
-def held_requests(collector: GrpcCollector, count: int, release: threading.Event) -> list[grpc.Future]:
-    """``count`` Export requests begun, whose message is sent only once ``release`` is set."""
-    channel = grpc.insecure_channel(collector.target)
+@contextlib.contextmanager
+def held_requests(collector: GrpcCollector, count: int) -> Iterator[tuple[list[grpc.Future], threading.Event]]:
+    """``count`` Export requests begun, whose message is sent only once the event is set (at the latest, on leaving)."""
+    release = threading.Event()
 
     def message_when_released() -> Iterator[bytes]:
         release.wait()
         yield request_of(span("held", T0, T0 + 1))
 
-    # (a stream of one message: the same on the wire as a unary request, but held back)
-    return [channel.stream_unary(TRACES).future(message_when_released(), timeout=60) for _ in range(count)]
+    with grpc.insecure_channel(collector.target) as channel:
+        # (a stream of one message: the same on the wire as a unary request, but held back)
+        held = [channel.stream_unary(TRACES).future(message_when_released(), timeout=60) for _ in range(count)]
+        try:
+            yield held, release
+        finally:
+            release.set()
+
+
+def first_refusal(collector: GrpcCollector, body: bytes) -> tuple[grpc.StatusCode, bytes, dict[str, Any], str]:
+    """The first answer to ``body`` other than OK, once requests held reach the receiver."""
+    deadline = time.monotonic() + 30
+    while (answer := collector.call(body))[0] == grpc.StatusCode.OK:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return answer
 
 
 def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_info_and_counted() -> None:
     collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
-    release = threading.Event()
     body = request_of(span("next", T0, T0 + 1))
     try:
-        held = held_requests(collector, 8, release)
-        deadline = time.monotonic() + 30
-        while (answer := collector.call(body))[0] == grpc.StatusCode.OK:  # the eight reach the receiver in time
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        code, _, trailing, details = answer
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "at once" in details
-        assert retry_delay_s(trailing) == 1  # (so that every exporter retries, not only Python's)
-        assert collector.json("/stats")["otlp_requests_refused"]["503"] >= 1
-        release.set()
-        assert [future.code() for future in held] == [grpc.StatusCode.OK] * 8
+        with held_requests(collector, 8) as (held, release):
+            code, _, trailing, details = first_refusal(collector, body)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "at once" in details
+            assert retry_delay_s(trailing) == 1  # (so that every exporter retries, not only Python's)
+            assert collector.json("/stats")["otlp_requests_refused"]["503"] >= 1
+            release.set()
+            assert [future.code() for future in held] == [grpc.StatusCode.OK] * 8
         assert collector.call(body)[0] == grpc.StatusCode.OK
     finally:
-        release.set()
         collector.stop()
 
 
 def test_requests_their_sender_cancels_before_their_message_leave_room_and_count_no_refusal() -> None:
     collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
-    release = threading.Event()
     body = request_of(span("next", T0, T0 + 1))
     try:
-        held = held_requests(collector, 8, release)
-        deadline = time.monotonic() + 30
-        while collector.call(body)[0] == grpc.StatusCode.OK:  # the eight reach the receiver in time
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        for future in held:
-            future.cancel()
-        deadline = time.monotonic() + 30
-        while collector.call(body)[0] != grpc.StatusCode.OK:  # their room given back
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        with held_requests(collector, 8) as (held, _):
+            first_refusal(collector, body)
+            for future in held:
+                future.cancel()
+            deadline = time.monotonic() + 30
+            while collector.call(body)[0] != grpc.StatusCode.OK:  # their room given back
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
         refused = collector.json("/stats")["otlp_requests_refused"]
         assert set(refused) == {"503"}  # those past the eight; the cancelled ones refused nothing
     finally:
-        release.set()
         collector.stop()
 
 
 def test_requests_whose_message_never_comes_are_ended_and_leave_room_for_others() -> None:
     collector = GrpcCollector("--http-timeout", "0.5")
-    release = threading.Event()
     body = request_of(span("next", T0, T0 + 1))
     try:
-        held = held_requests(collector, 8, release)
-        codes = {future.code() for future in held}  # (each waits for its answer, up to its own timeout)
-        assert codes == {grpc.StatusCode.DEADLINE_EXCEEDED}
-        assert "no request message within http_timeout_s=0.5" in held[0].details()
-        assert collector.call(body)[0] == grpc.StatusCode.OK
+        with held_requests(collector, 8) as (held, _):
+            codes = {future.code() for future in held}  # (each waits for its answer, up to its own timeout)
+            assert codes == {grpc.StatusCode.DEADLINE_EXCEEDED}
+            assert "no request message within http_timeout_s=0.5" in held[0].details()
+            assert collector.call(body)[0] == grpc.StatusCode.OK
         assert collector.json("/stats")["otlp_requests_refused"]["408"] == 8
     finally:
-        release.set()
         collector.stop()
 
 

@@ -50,9 +50,31 @@ class RequestLog(logging.LoggerAdapter[logging.Logger]):
                 msg, *args, exc_info=exc_info, stack_info=stack_info, stacklevel=stacklevel, extra=extra, **kwargs
             )
             return
+        self._refused(exc_info, args)
+
+    def debug(
+        self,
+        msg: object,
+        *args: object,
+        exc_info: _ExcInfoType | None = None,
+        stack_info: bool = False,
+        stacklevel: int = 1,
+        extra: Mapping[str, object] | None = None,
+        **kwargs: object,
+    ) -> None:
+        # A connection's first request that is not HTTP at all (BadHttpMethod: TLS to the plain listener, say) aiohttp
+        # logs at DEBUG: it is counted and logged as the others are.
+        if not isinstance(exc_info, HttpProcessingError):
+            super().debug(
+                msg, *args, exc_info=exc_info, stack_info=stack_info, stacklevel=stacklevel, extra=extra, **kwargs
+            )
+            return
+        self._refused(exc_info, args)
+
+    def _refused(self, error: HttpProcessingError, args: tuple[object, ...]) -> None:
         self.malformed += 1
-        reason = (exc_info.message.strip().splitlines() or [type(exc_info).__name__])[0][:_REASON_CHARS].rstrip(":")
-        unlogged = self._logged.due(type(exc_info).__name__)
+        reason = (error.message.strip().splitlines() or [type(error).__name__])[0][:_REASON_CHARS].rstrip(":")
+        unlogged = self._logged.due(type(error).__name__)
         if unlogged is not None:
             peer = args[0] if args else "?"  # (aiohttp: "Error handling request from %s", request.remote)
             log.warning(

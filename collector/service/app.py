@@ -223,7 +223,12 @@ class Collector:
             from ringtrace.collector.ingest.otlp.receiver import OtlpReceiver  # (protobuf loads only if asked for)
 
             self.otlp = OtlpReceiver(
-                self, config.token, config.otlp_max_body_bytes, config.otlp_max_processes, self.otlp_connections
+                self,
+                config.token,
+                config.otlp_max_body_bytes,
+                config.otlp_max_processes,
+                self.otlp_connections,
+                config.http_timeout_s,
             )
             if config.otlp_http is not None:
                 await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)

@@ -450,7 +450,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "http_timeout_s",
         "close an HTTP connection that has not begun a request (its headers complete) this long after it opened or "
-        "after its previous request, or that takes nothing of a response (a snapshot, a live tail) for as long",
+        "after its previous request, or that takes nothing of a response (a snapshot, a live tail) for as long; end an "
+        "OTLP request whose body sends nothing for as long, or whose gRPC message has not all come",
         15.0,
         flag="--http-timeout",
         parse=float,

@@ -112,7 +112,7 @@ class Servers:
         tls = None
         if config.tls_cert is not None and config.tls_key is not None:  # (PEM, as gRPC takes them: read again)
             tls = (Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())
-        self._otlp_grpc = OtlpGrpcServer(receiver, auth)
+        self._otlp_grpc = OtlpGrpcServer(receiver, auth, config.http_timeout_s)
         port = await self._otlp_grpc.listen(host_port(config.otlp_grpc), tls)
         self.otlp_grpc_address = (host, port)
         log.info(

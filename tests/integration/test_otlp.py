@@ -462,7 +462,7 @@ def test_a_full_store_under_discard_answers_503_with_retry_after_so_exporters_re
 
 
 def test_past_eight_bodies_in_flight_a_request_gets_503_and_those_in_flight_go_through() -> None:
-    collector = OtlpCollector("--otlp-max-body", "64KiB")
+    collector = OtlpCollector("--otlp-max-body", "64KiB", "--http-timeout", "300")  # (bodies held on purpose)
     host, port = collector.otlp_base.removeprefix("http://").split(":")
     body = request_of(span("slow", T0, T0 + 1)).SerializeToString()
     waiting = []

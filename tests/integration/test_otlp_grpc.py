@@ -4,6 +4,7 @@ sockets: its answers (codes, RetryInfo, partial_success), the token, TLS and the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -271,7 +272,7 @@ def test_a_message_past_the_body_limit_is_refused_and_the_next_one_taken(compres
 
 
 def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_retry_info() -> None:
-    collector = GrpcCollector("--otlp-http", "127.0.0.1:0", "--otlp-max-body", "64KiB")
+    collector = GrpcCollector("--otlp-http", "127.0.0.1:0", "--otlp-max-body", "64KiB", "--http-timeout", "300")
     http = _HTTP_LISTEN.search(collector.wait_for_log(lambda line: "otlp listening" in line))
     assert http is not None
     body = request_of(span("slow", T0, T0 + 1))
@@ -301,6 +302,81 @@ def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_
     finally:
         for sock in waiting:
             sock.close()
+        collector.stop()
+
+
+@contextlib.contextmanager
+def held_requests(collector: GrpcCollector, count: int) -> Iterator[tuple[list[grpc.Future], threading.Event]]:
+    """``count`` Export requests begun, whose message is sent only once the event is set (at the latest, on leaving)."""
+    release = threading.Event()
+
+    def message_when_released() -> Iterator[bytes]:
+        release.wait()
+        yield request_of(span("held", T0, T0 + 1))
+
+    with grpc.insecure_channel(collector.target) as channel:
+        # (a stream of one message: the same on the wire as a unary request, but held back)
+        held = [channel.stream_unary(TRACES).future(message_when_released(), timeout=60) for _ in range(count)]
+        try:
+            yield held, release
+        finally:
+            release.set()
+
+
+def first_refusal(collector: GrpcCollector, body: bytes) -> tuple[grpc.StatusCode, bytes, dict[str, Any], str]:
+    """The first answer to ``body`` other than OK, once requests held reach the receiver."""
+    deadline = time.monotonic() + 30
+    while (answer := collector.call(body))[0] == grpc.StatusCode.OK:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return answer
+
+
+def test_a_request_past_those_handled_at_once_is_resource_exhausted_with_retry_info_and_counted() -> None:
+    collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        with held_requests(collector, 8) as (held, release):
+            code, _, trailing, details = first_refusal(collector, body)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "at once" in details
+            assert retry_delay_s(trailing) == 1  # (so that every exporter retries, not only Python's)
+            assert collector.json("/stats")["otlp_requests_refused"]["503"] >= 1
+            release.set()
+            assert [future.code() for future in held] == [grpc.StatusCode.OK] * 8
+        assert collector.call(body)[0] == grpc.StatusCode.OK
+    finally:
+        collector.stop()
+
+
+def test_requests_their_sender_cancels_before_their_message_leave_room_and_count_no_refusal() -> None:
+    collector = GrpcCollector("--http-timeout", "300")  # (requests held on purpose)
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        with held_requests(collector, 8) as (held, _):
+            first_refusal(collector, body)
+            for future in held:
+                future.cancel()
+            deadline = time.monotonic() + 30
+            while collector.call(body)[0] != grpc.StatusCode.OK:  # their room given back
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        refused = collector.json("/stats")["otlp_requests_refused"]
+        assert set(refused) == {"503"}  # those past the eight; the cancelled ones refused nothing
+    finally:
+        collector.stop()
+
+
+def test_requests_whose_message_never_comes_are_ended_and_leave_room_for_others() -> None:
+    collector = GrpcCollector("--http-timeout", "0.5")
+    body = request_of(span("next", T0, T0 + 1))
+    try:
+        with held_requests(collector, 8) as (held, _):
+            codes = {future.code() for future in held}  # (each waits for its answer, up to its own timeout)
+            assert codes == {grpc.StatusCode.DEADLINE_EXCEEDED}
+            assert "no request message within http_timeout_s=0.5" in held[0].details()
+            assert collector.call(body)[0] == grpc.StatusCode.OK
+        assert collector.json("/stats")["otlp_requests_refused"]["408"] == 8
+    finally:
         collector.stop()
 
 

@@ -59,7 +59,8 @@ def announcing_the_largest_body(collector: OtlpCollector) -> socket.socket:
 
 
 def test_a_gzip_body_counts_in_flight_by_what_it_inflates_to() -> None:
-    collector = OtlpCollector("--otlp-max-body", "64KiB")  # eight bodies of 64 KiB in flight at most
+    # Eight bodies of 64 KiB in flight at most; those held on purpose, not ended for sending nothing.
+    collector = OtlpCollector("--otlp-max-body", "64KiB", "--http-timeout", "300")
     plain = request_of(span("small", T0, T0 + 1)).SerializeToString()
     waiting = []
     try:
@@ -189,3 +190,60 @@ def test_malformed_requests_are_one_log_line_a_listener_not_a_traceback_each() -
     )
     assert "malformed OTLP request from 127.0.0.1" in malformed[1]
     assert stats["http_requests_malformed"] == stats["otlp_requests_malformed"] == 100
+
+
+def test_a_peer_that_closes_midway_through_its_body_gives_its_bytes_back_and_logs_no_traceback() -> None:
+    collector = OtlpCollector()
+    try:
+        started = len(collector.lines)
+        for _ in range(20):  # an exporter that gives up midway (its timeout, its process stopping)
+            with otlp_socket(collector) as sock:
+                sock.sendall(
+                    b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: 100000\r\n\r\n" + bytes(5000)
+                )
+        wait_for(lambda: collector.json("/stats")["otlp_requests_refused"].get("400") == 20, "the twenty counted")
+        assert collector.json("/stats")["otlp_bytes_in_flight"] == 0
+    finally:
+        collector.stop()  # (every line it wrote is read)
+    logged = collector.lines[started:]
+    assert not [line for line in logged if "Traceback" in line or "ERROR" in line]
+
+
+def test_a_peer_that_does_not_speak_http_at_all_is_counted_malformed_and_logged_once() -> None:
+    collector = OtlpCollector()
+    try:
+        started = len(collector.lines)
+        for _ in range(10):  # an exporter told https:// of a plain listener: its TLS ClientHello first
+            with otlp_socket(collector) as sock:
+                sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64) + b"\r\n\r\n")
+                assert sock.recv(4096).startswith(b"HTTP/1.0 400")
+        stats: dict[str, Any] = collector.json("/stats")
+    finally:
+        collector.stop()  # (every line it wrote is read)
+    assert stats["otlp_requests_malformed"] == 10
+    malformed = [line for line in collector.lines[started:] if "malformed" in line]
+    assert len(malformed) == 1 and "WARNING" in malformed[0], malformed
+    assert "malformed OTLP request from 127.0.0.1: " in malformed[0]
+
+
+def test_bodies_that_stop_coming_are_ended_after_http_timeout_and_give_their_bytes_back() -> None:
+    collector = OtlpCollector("--otlp-max-body", "64KiB", "--http-timeout", "0.5")
+    plain = request_of(span("small", T0, T0 + 1)).SerializeToString()
+    waiting = []
+    try:
+        # Eight requests that hold the bound in flight, their bodies never sent: without a deadline, every exporter
+        # would be answered 503 for as long as they stay open.
+        waiting = [announcing_the_largest_body(collector) for _ in range(8)]
+        for sock in waiting:
+            answer = sock.recv(4096)  # (each one's answer, once its body has come nowhere within the timeout)
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert b"no part of the body for http_timeout_s=0.5" in answer
+        assert collector.export(plain)[0] == 200
+        stats = collector.json("/stats")
+        assert stats["otlp_requests_refused"]["408"] == 8
+        assert stats["otlp_bytes_in_flight"] == 0
+    finally:
+        for sock in waiting:
+            sock.close()
+        collector.stop()

@@ -34,7 +34,7 @@ class _Request:
 def read(body: bytes, limit: int) -> bytes:
     request: Any = _Request(body)
     taken: list[int] = []
-    read = asyncio.run(read_body(request, limit, taken.append))
+    read = asyncio.run(read_body(request, limit, taken.append, 30.0))
     assert sum(taken) == len(read)
     return read
 

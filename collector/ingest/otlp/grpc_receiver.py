@@ -6,10 +6,12 @@ worker thread (not on the loop, as a generated servicer's deserializer would), w
 flight, into the same streams and counts. It answers as the OTLP specification says for gRPC: OK with the signal's
 ``Export*ServiceResponse`` (its ``partial_success`` counts the items refused); INVALID_ARGUMENT for a message that is
 not a request, or data that broke a limit of its process's stream; UNAVAILABLE (the store refused everything, the
-collector is stopping) or RESOURCE_EXHAUSTED (too many requests in flight), each with a ``RetryInfo`` so exporters
-retry; UNAUTHENTICATED without the collector's token (``authorization: Bearer TOKEN`` metadata). A message past
-``--otlp-max-body``, compressed or as it inflates, is refused by gRPC itself with RESOURCE_EXHAUSTED and no
-``RetryInfo``: sent again, it would be refused again.
+collector is stopping) or RESOURCE_EXHAUSTED (too many requests in flight, or being handled), each with a
+``RetryInfo`` so exporters retry; UNAUTHENTICATED without the collector's token (``authorization: Bearer TOKEN``
+metadata); DEADLINE_EXCEEDED for a request whose message has not come within ``--http-timeout``, so that a peer
+cannot hold the requests handled at once with messages it never sends. A message past ``--otlp-max-body``,
+compressed or as it inflates, is refused by gRPC itself with RESOURCE_EXHAUSTED and no ``RetryInfo``: sent again, it
+would be refused again.
 
 grpc.aio runs on any event loop, uvloop's too: its completion queue is polled on a thread of its own, which wakes the
 loop through a socket the loop reads.
@@ -17,7 +19,10 @@ loop through a socket the loop reads.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
 from ringtrace.client.wire.errors import ConfigError
@@ -42,10 +47,12 @@ except ImportError:
 
 __all__ = ["OtlpGrpcServer"]
 
-#: gRPC requests handled at once; more wait in gRPC's queue, unread. Each holds its message (``--otlp-max-body`` at
-#: most) from before it is handled, so this bounds what they hold; their bytes count in the bound on requests in
-#: flight too, with the OTLP/HTTP receiver's.
+#: gRPC requests handled at once; more are refused RESOURCE_EXHAUSTED with a RetryInfo, their message unread. Each
+#: holds its message (``--otlp-max-body`` at most) once read, so this bounds what they hold; their bytes count in the
+#: bound on requests in flight too, with the OTLP/HTTP receiver's.
 MAX_RPCS_AT_ONCE: Final = MAX_BODIES_IN_FLIGHT
+#: The HTTP status a request whose message did not come in time counts under (``otlp_requests_refused``).
+_TIMED_OUT: Final = 408
 #: How long requests being handled at a stop have to be answered.
 STOP_GRACE_S: Final = 1.0
 
@@ -56,11 +63,16 @@ class OtlpGrpcServer:
     Args:
         receiver: the OTLP receiver (its limits, streams and counts are shared with the OTLP/HTTP listener's).
         auth: the collector's token, if it has one.
+        timeout_s: how long a request's message may take to come (``--http-timeout``).
     """
 
-    def __init__(self, receiver: OtlpReceiver, auth: Authenticator) -> None:
+    def __init__(self, receiver: OtlpReceiver, auth: Authenticator, timeout_s: float) -> None:
         self._receiver = receiver
         self._auth = auth
+        self._timeout_s = timeout_s
+        #: Requests being handled (``MAX_RPCS_AT_ONCE`` at most). Not gRPC's ``maximum_concurrent_rpcs``: past it,
+        #: gRPC answers RESOURCE_EXHAUSTED without a RetryInfo, and exporters but Python's drop the data.
+        self._handling = 0
         self._server = aio.server(
             handlers=[self._service(signal) for signal in SIGNALS],
             options=[
@@ -68,7 +80,6 @@ class OtlpGrpcServer:
                 # (gRPC's default on Linux: another process could then listen on the same port, and no error says so)
                 ("grpc.so_reuseport", 0),
             ],
-            maximum_concurrent_rpcs=MAX_RPCS_AT_ONCE,
         )
 
     async def listen(self, address: str, tls: tuple[bytes, bytes] | None) -> int:
@@ -96,17 +107,22 @@ class OtlpGrpcServer:
     def _service(self, signal: Signal) -> grpc.GenericRpcHandler:
         (service,) = signal.request.DESCRIPTOR.file.services_by_name.values()
         # No (de)serializers: the request arrives as bytes, decoded by the receiver off the loop; the answer goes so.
-        export: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
+        # Stream-unary (the same on the wire as unary): its message is read once the request is admitted, not before.
+        export: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_unary_rpc_method_handler(
             functools.partial(self._export, signal)
         )
         return grpc.method_handlers_generic_handler(service.full_name, {"Export": export})
 
-    async def _export(self, signal: Signal, body: bytes, context: aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def _export(
+        self, signal: Signal, messages: AsyncIterator[bytes], context: aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
         await self._authenticate(signal, context)
         receiver = self._receiver
         try:
-            with receiver.admitted(len(body)):
-                response = await receiver.store_request(signal, body, as_json=False)
+            with self._admitted():
+                body = await self._message(messages, context)
+                with receiver.admitted(len(body)):
+                    response = await receiver.store_request(signal, body, as_json=False)
         except BadRequest as exc:
             receiver.count_refused(exc.status)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -115,6 +131,35 @@ class OtlpGrpcServer:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.busy else grpc.StatusCode.UNAVAILABLE
             await context.abort(code, str(exc), _retry_info(code, str(exc)))
         return response.SerializeToString()
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """A request being handled while in the block.
+
+        Raises:
+            Unavailable: ``MAX_RPCS_AT_ONCE`` are (``busy``).
+        """
+        if self._handling >= MAX_RPCS_AT_ONCE:
+            raise Unavailable(f"{self._handling} gRPC requests being handled, the most at once; retry later", busy=True)
+        self._handling += 1
+        try:
+            yield
+        finally:
+            self._handling -= 1
+
+    async def _message(self, messages: AsyncIterator[bytes], context: aio.ServicerContext[bytes, bytes]) -> bytes:
+        """The request's message (a unary method's one), or the request answered DEADLINE_EXCEEDED if it has not
+        come within ``timeout_s``, or INVALID_ARGUMENT if there is none."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async for body in messages:
+                    return body
+        except TimeoutError:
+            self._receiver.count_refused(_TIMED_OUT)
+            why = f"no request message within http_timeout_s={self._timeout_s}"
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, why)
+        # None: its sender cancelled the request (or sent none, as no exporter does). Nothing refused, nothing counted.
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
 
     async def _authenticate(self, signal: Signal, context: aio.ServicerContext[bytes, bytes]) -> None:
         """Nothing if the request carries the token (or none is needed); else it is answered UNAUTHENTICATED."""

@@ -247,14 +247,18 @@ class OtlpReceiver:
         max_body_bytes: int,
         max_processes: int,
         connections: set[IngestProtocol],
+        timeout_s: float,
     ) -> None:
         """``max_processes``: resources with a loopback stream open at once (``--otlp-max-processes``);
-        ``connections``: their loopback connections, kept apart from the clients' (no ``--max-connections`` slot)."""
+        ``connections``: their loopback connections, kept apart from the clients' (no ``--max-connections`` slot);
+        ``timeout_s``: how long a body may send nothing (``--http-timeout``): one that stops would hold its bytes in
+        flight."""
         self._sink = sink
         self._token = token
         self.max_body_bytes = max_body_bytes
         self.max_processes = max_processes
         self._connections = connections
+        self.timeout_s = timeout_s
         #: Each resource's stream, least recently used first (the first reclaimed when more are needed).
         self._streams: dict[str, _ProcessStream] = {}
         self._opening = asyncio.Lock()
@@ -267,7 +271,7 @@ class OtlpReceiver:
         #: Items (spans, log records, data points) stored, and refused, since the start, by signal path.
         self.accepted: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
         self.refused: dict[str, int] = dict.fromkeys((signal.path for signal in SIGNALS), 0)
-        #: Requests answered with an error status, by status (400, 413, 415, 503). Those refused whole before they
+        #: Requests answered with an error status, by status (400, 408, 413, 415, 503). Those refused whole before they
         #: were decoded count no items above; those the store or a stream refused count theirs in ``refused``.
         self.refused_requests: dict[int, int] = {}
 
@@ -284,7 +288,7 @@ class OtlpReceiver:
         size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
         try:
             with self.admitted(size) as held:  # (given back when answered: the frames wait for the store meanwhile)
-                body = await read_body(request, self.max_body_bytes, held.take)
+                body = await read_body(request, self.max_body_bytes, held.take, self.timeout_s)
                 return await self.store(signal, body, as_json)
         except (BadRequest, Unavailable) as exc:
             return self._refusal(exc, as_json)
@@ -533,12 +537,14 @@ def _ids_as_base64(value: Any) -> Any:
     return value
 
 
-async def read_body(request: web.Request, limit: int, take: Callable[[int], None]) -> bytes:
+async def read_body(request: web.Request, limit: int, take: Callable[[int], None], timeout_s: float) -> bytes:
     """The request's body, inflated if gzip, within ``limit`` bytes both ways; ``take`` is told of each piece it
     inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
 
     Raises:
-        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream.
+        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream, or a body
+            cut short by its peer closing the connection (an exporter's timeout: counted, not a traceback logged);
+            408 when no part of the body came for ``timeout_s``.
         Busy: ``take`` refused.
     """
     if _content_type(request) not in (_PROTOBUF, _JSON):
@@ -549,10 +555,20 @@ async def read_body(request: web.Request, limit: int, take: Callable[[int], None
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(413, f"body of {request.content_length} bytes is past the limit of {limit} bytes")
     body = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > limit:
-            raise BadRequest(413, f"body past the limit of {limit} bytes")
+    chunks = request.content.iter_chunked(64 * 1024)
+    try:
+        while True:
+            async with asyncio.timeout(timeout_s):
+                chunk = await anext(chunks, b"")
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > limit:
+                raise BadRequest(413, f"body past the limit of {limit} bytes")
+    except TimeoutError:
+        raise BadRequest(408, f"no part of the body for http_timeout_s={timeout_s}, {len(body)} bytes in") from None
+    except ConnectionResetError:
+        raise BadRequest(400, f"body cut short: the connection closed after {len(body)} bytes of it") from None
     return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
 
 
@@ -611,8 +627,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE...
-_GRPC_CODES: Final = {400: 3, 413: 8, 415: 3, 503: 14}
+#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE...
+_GRPC_CODES: Final = {400: 3, 408: 4, 413: 8, 415: 3, 503: 14}
 
 
 def _message(message: Message, as_json: bool) -> web.Response:

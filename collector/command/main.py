@@ -86,7 +86,9 @@ def _with_values_joined(argv: list[str]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ringtrace", description="ringtrace: run a collector, take snapshots, read and convert trace files."
+        prog="ringtrace",
+        allow_abbrev=False,
+        description="ringtrace: run a collector, take snapshots, read and convert trace files.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     collect = commands.add_parser(
@@ -100,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_tail_parser(commands)
     add_sources_parser(commands)
     add_replay_parser(commands)
+    for command in commands.choices.values():
+        command.allow_abbrev = False  # (a flag's start would be taken for it: "--token X" for --token-file X)
     return parser
 
 

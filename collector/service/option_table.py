@@ -681,7 +681,7 @@ def _parser(
     prog: str, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
 ) -> argparse.ArgumentParser:
     """The flags alone (no description): for checking a variable's value, and for refusing one with the usage."""
-    parser = parser_class(prog=prog)
+    parser = parser_class(prog=prog, allow_abbrev=False)
     add_arguments(parser)
     return parser
 

@@ -44,6 +44,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     parser = parser_class(
         prog=prog,
+        allow_abbrev=False,  # (a flag's start would be taken for it: "--token X" for --token-file X)
         description="Collect ringtrace events over TCP, keep the recent past in memory, serve snapshots over HTTP.",
         epilog="Every flag may also be set in the environment: --max-frame-size as RINGTRACE_MAX_FRAME_SIZE, and so "
         "on (RINGTRACE_ and the flag's name in capitals, - as _). A flag on the command line wins.",

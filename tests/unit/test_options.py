@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector import CollectorConfig
+from ringtrace.collector.command.main import build_parser as build_command_parser
 from ringtrace.collector.service.option_table import (
     ENVIRONMENT,
     FLAGS_END,
@@ -174,3 +175,16 @@ def test_a_jetstream_option_without_jetstream_is_refused_naming_it(flags: list[s
     with pytest.raises(ConfigError, match=f"{named} needs --jetstream"):
         config_from_args(build_parser().parse_args(flags), {})
     config_from_args(build_parser().parse_args([*flags, "--jetstream", "n1:4222"]), {})  # with it: taken
+
+
+def test_a_flag_is_taken_only_as_written_never_as_the_start_of_another(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse would read "--token X" as --token-file X (a secret taken for a path), and "--otlp-max 5" as whichever
+    # flag began so; the environment's flags would then be added too, not seeing that the command line gave them
+    for flags in (["--token", "s3cret"], ["--process-cap", "1MiB"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(flags)
+        assert "unrecognized arguments" in capsys.readouterr().err
+    for command in (["snapshot", "-o", "t.json", "--token", "s3cret", "URL"], ["sources", "--proc", "api", "URL"]):
+        with pytest.raises(SystemExit):
+            build_command_parser().parse_args(command)
+        assert "unrecognized arguments" in capsys.readouterr().err

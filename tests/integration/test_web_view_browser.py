@@ -25,8 +25,6 @@ from collector_process import CollectorProcess, run_workload
 from nats_cluster import NatsCluster, server_binary
 
 _MISSING = missing_browser()
-#: Before the module's fleet recorded (``page``'s window reaches back to it).
-_IMPORTED_AT = time.monotonic()
 pytestmark = [
     pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING)),
     pytest.mark.xdist_group("web_view_browser"),  # one browser and one collector for the module
@@ -145,9 +143,10 @@ class Page:
 
 @pytest.fixture
 def page(browser: Any, fleet: CollectorProcess) -> Iterator[Page]:
-    # The fleet recorded as the module began: the window reaches back to it however long the module has run (on a
-    # busy machine, past a minute).
-    seconds = 60 + math.ceil(time.monotonic() - _IMPORTED_AT)
+    # The fleet recorded as the module began: the window (a minute, as the tests' pixels were made for) reaches back
+    # to it however long the module has run (on a busy machine, past a minute).
+    newest_ns = max(process["last_wall_ns"] for process in fleet.json("/sources")["processes"])
+    seconds = max(60, math.ceil((time.time_ns() - newest_ns) / 1e9) + 30)
     opened = Page(browser, fleet.http_url + f"/?seconds={seconds}")
     try:
         yield opened

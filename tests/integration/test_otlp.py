@@ -232,6 +232,24 @@ def test_past_its_lanes_a_process_ends_its_oldest_traces_lanes_and_its_threads_k
     assert sum(t["live"] for t in tracks if t["name"].startswith("trace ")) == 1_000
 
 
+def test_a_request_of_more_traces_than_max_tracks_ends_lanes_as_it_goes_and_stores_every_span() -> None:
+    """With --max-tracks 100 a process keeps 50 lanes live: a request of 300 traces ends the lanes of the oldest
+    before it declares more, not past the tracks its stream may hold (which would close it: a 400, all lost)."""
+    collector = OtlpCollector("--max-tracks", "100")
+    try:
+        traces = [span(f"op {i}", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(300)]
+        for i, each in enumerate(traces):
+            each.trace_id = (i + 1).to_bytes(16, "big")
+        threads = [span("work", T0, T0 + 10, span_id=9_000, **{"thread.id": 7, "thread.name": "w"})]
+        assert collector.export(request_of(*traces, *threads).SerializeToString())[0] == 200
+        assert collector.export(request_of(*traces).SerializeToString())[0] == 200  # (the same traces again)
+        assert len(events(collector.snapshot(), "X")) == 2 * 300 + 1
+        (process,) = collector.json("/sources")["processes"]
+        assert sum(t["live"] for t in process["tracks"] if t["name"].startswith("trace ")) == 50
+    finally:
+        collector.stop()
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)

@@ -166,29 +166,41 @@ class _ProcessStream:
         return kind
 
     def pack(self, process: ProcessEvents) -> list[bytes]:
-        """The process's events as frames on this stream, then the ends of the lanes of the traces forgotten, and a
-        STATS frame that counts its items refused."""
+        """The process's events as frames on this stream, the spans of its traces on their lanes, and a STATS frame
+        that counts its items refused. The lanes of the traces forgotten end as they are, their spans of this request
+        sent first: a request of more traces than the stream may hold tracks keeps within its bound."""
         frames: list[bytes] = []
-        encoder = self.encoder
         for lane, records in self.records(process).items():
-            for batch, _ in encoder.encode_pieces(self.track(lane), records):
-                frames += batch.control
-                frames += (frame for frame, _ in batch.events)
-        for lane in self.trace_lanes.take_retired():
-            track = self.tracks.pop(lane, None)
-            ended = None if track is None else encoder.retire(track)
-            if ended is not None:
-                frames.append(ended)
-        encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
-        frames.append(encode(encoder.stats(0, 0, 0)))
+            frames += self._frames(lane, records)
+        lanes = self.trace_lanes
+        spans: dict[Lane, list[Any]] = {}
+        for span in process.trace_spans:
+            spans.setdefault(lanes.place(span), []).extend(span.records)
+            for retired in lanes.take_retired():
+                placed = spans.pop(retired, None)
+                if placed is not None:
+                    frames += self._frames(retired, placed)
+                track = self.tracks.pop(retired, None)
+                ended = None if track is None else self.encoder.retire(track)
+                if ended is not None:
+                    frames.append(ended)
+        for lane, records in spans.items():
+            frames += self._frames(lane, records)
+        self.encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
+        frames.append(encode(self.encoder.stats(0, 0, 0)))
+        return frames
+
+    def _frames(self, lane: Lane, records: list[Any]) -> list[bytes]:
+        """The frames of ``records`` on the track of ``lane`` (declared if new)."""
+        frames: list[bytes] = []
+        for batch, _ in self.encoder.encode_pieces(self.track(lane), records):
+            frames += batch.control
+            frames += (frame for frame, _ in batch.events)
         return frames
 
     def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
-        """The process's records per lane: its spans of traces on the lanes of their traces, its log records as
-        messages."""
+        """The process's records per lane but its spans of traces: its log records among them as messages."""
         records = process.records
-        for span in process.trace_spans:
-            records.setdefault(self.trace_lanes.place(span), []).extend(span.records)
         for lane, category, priority, ts, values in process.messages:
             kind = self.log_kind(category, priority)
             records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))

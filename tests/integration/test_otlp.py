@@ -310,6 +310,31 @@ def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_an
     assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
+def test_otlp_data_forgotten_and_sent_again_shows_its_clients_pid_again() -> None:
+    """The OTLP data of a client's OS process, cleared and forgotten (its stream idle) while the client's data stays,
+    shows the client's pid again when its process sends more: not another pid, as another process's would."""
+    collector = OtlpCollector("--idle-timeout", "1", "--forget-after", "0")
+    try:
+        script = "import os, sys, ringtrace.client\n"
+        script += "tl = ringtrace.client.connect(sys.argv[1], process_name='shop')\n"
+        script += "with tl.scope('work'):\n    pass\n"
+        script += "assert tl.flush(timeout_s=30)\nprint(os.getpid())\n"
+        pid = int(run_script(collector, script))
+        resource = {"host_name": socket.gethostname(), "process_pid": pid}
+        export = request_of(span("handle", T0, T0 + 10), **resource).SerializeToString()
+        assert collector.export(export)[0] == 200
+        assert collector.post("/clear?process=checkout")[0] == 200
+        deadline = time.monotonic() + 30
+        while collector.json("/healthz")["forgotten_processes"] < 1:  # (its stream closed, idle)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert collector.export(export)[0] == 200
+        shown = {p["process_name"]: p["pid"] for p in collector.json("/sources")["processes"]}
+        assert shown == {"shop": pid, "checkout": pid}
+    finally:
+        collector.stop()
+
+
 def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollector) -> None:
     export = request_of(span("GET /a", T0, T0 + 5_000, span_id=7))
     as_json = json_format.MessageToDict(export)

@@ -250,6 +250,26 @@ def test_a_request_of_more_traces_than_max_tracks_ends_lanes_as_it_goes_and_stor
         collector.stop()
 
 
+def test_threads_past_what_max_tracks_leaves_beside_the_lanes_share_the_threads_track() -> None:
+    """With --max-tracks 100, 50 live lanes of traces leave 47 threads a track each (and 3 named tracks): the spans
+    of 60 threads are all stored, those of the last 13 on the ``threads`` track, not past the stream's tracks."""
+    collector = OtlpCollector("--max-tracks", "100")
+    try:
+        traces = [span(f"op {i}", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(60)]
+        for i, each in enumerate(traces):
+            each.trace_id = (i + 1).to_bytes(16, "big")
+        thread = {n: {"thread.id": n, "thread.name": f"w{n}"} for n in range(1, 61)}
+        threads = [span("work", T0, T0 + 10, span_id=9_000 + n, **thread[n]) for n in thread]
+        assert collector.export(request_of(*traces).SerializeToString())[0] == 200
+        assert collector.export(request_of(*threads).SerializeToString())[0] == 200
+        trace = collector.snapshot()
+        names = metadata(trace, "thread_name")
+        works = [names[(e["pid"], e["tid"])] for e in events(trace, "X") if e["name"] == "work"]
+        assert sorted(works) == sorted([f"w{n}" for n in range(1, 48)] + ["threads"] * 13)
+    finally:
+        collector.stop()
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)

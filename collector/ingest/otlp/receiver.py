@@ -66,6 +66,8 @@ _PROTOBUF: Final = "application/x-protobuf"
 _JSON: Final = "application/json"
 #: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
 MAX_THREAD_TRACKS: Final = 1_000
+#: Tracks of a process's stream that are neither a thread's nor a lane of a trace: ``threads``, ``logs``, ``metrics``.
+_NAMED_TRACKS: Final = 3
 #: The first track id of a process's stream.
 FIRST_TRACK_ID: Final = 1 << 24
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
@@ -139,13 +141,16 @@ class _ProcessStream:
         # client's (the same OS process), its tracks keep their own tids.
         self._track_ids = itertools.count(FIRST_TRACK_ID)
         self.trace_lanes = TraceLanes()
+        #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
+        #: connection may hold, less its traces' lanes and named tracks, are fewer (``OtlpReceiver._open``).
+        self.max_threads = MAX_THREAD_TRACKS
         self.log_kinds: dict[tuple[str, str], KindSpec] = {}
         self.lock = asyncio.Lock()
 
     def track(self, lane: Lane) -> TrackInfo:
         track = self.tracks.get(lane)
         if track is None:
-            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live > MAX_THREAD_TRACKS:
+            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live >= self.max_threads:
                 return self.track("threads")
             if isinstance(lane, TraceLane):  # a track of the process, beside its threads
                 track = TrackInfo(next(self._track_ids), SOURCE_TRACK, lane.name)
@@ -412,7 +417,8 @@ class OtlpReceiver:
         encoder.max_schema_bytes = welcome.max_schema_bytes
         encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
         encoder.strings.recycles = welcome.string_resets
-        stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)  # (threads have the rest)
+        lanes = stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)
+        stream.max_threads = min(MAX_THREAD_TRACKS, welcome.max_tracks - lanes - _NAMED_TRACKS)  # (threads: the rest)
         await connection.send(encoder.prefix())
         return stream
 

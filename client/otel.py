@@ -23,7 +23,9 @@ started it (whose track then shows another task's work, or is gone), is not reco
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from asyncio import Task, current_task
 from asyncio.events import _get_running_loop
 from collections import OrderedDict
@@ -46,6 +48,7 @@ class SpanProcessor:
         #: The scope of each span open, and the task or thread that started it, by (trace id, span id).
         self._open: OrderedDict[tuple[int, int], tuple[Any, Task[Any] | threading.Thread]] = OrderedDict()
         self._lock = threading.Lock()
+        _PROCESSORS.add(self)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """The span began, in the thread or task that records it: its scope is entered there."""
@@ -104,3 +107,19 @@ class SpanProcessor:
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Deliver what the timeline holds (``Timeline.flush``): True if all of it was, within the time given."""
         return self._timeline.flush(timeout_s=timeout_millis / 1000)
+
+
+#: Every processor: a forked child gets fresh ones of all (``_after_fork_in_child``).
+_PROCESSORS: weakref.WeakSet[SpanProcessor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: a lock another thread of the parent held at the fork would never be released, and the spans
+    open in the parent are the parent's to record."""
+    for processor in list(_PROCESSORS):
+        processor._lock = threading.Lock()
+        processor._open = OrderedDict()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

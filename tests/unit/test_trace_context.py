@@ -395,6 +395,34 @@ def test_a_span_the_processor_cannot_read_is_counted_as_dropped_and_nothing_rais
     tl.close()
 
 
+def test_a_forked_child_records_spans_though_another_thread_was_in_the_processor_at_the_fork() -> None:
+    code = (
+        "import os, signal, threading\n"
+        "import ringtrace.client as rc\n"
+        "from ringtrace.client.otel import SpanProcessor\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "processor = SpanProcessor(rc.Timeline('t', [rc.MemoryListener()]))\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(processor)\n"
+        "held, release = threading.Event(), threading.Event()\n"
+        "def hold():\n"
+        "    with processor._lock:\n"  # (another thread of the parent in the processor at the fork: no public way)
+        "        held.set()\n"
+        "        release.wait()\n"
+        "threading.Thread(target=hold).start()\n"
+        "held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.alarm(30)\n"  # a child that hangs is killed: a status other than 0
+        "    with provider.get_tracer('t').start_as_current_span('in the child'):\n"
+        "        pass\n"
+        "    os._exit(0)\n"
+        "release.set()\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+    )
+    subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], check=True, timeout=90)
+
+
 def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:
     code = (
         "import sys, ringtrace.client as rc, ringtrace.client.otel\n"

@@ -270,6 +270,29 @@ def test_threads_past_what_max_tracks_leaves_beside_the_lanes_share_the_threads_
         collector.stop()
 
 
+def test_a_resources_stream_opened_again_after_idle_puts_its_traces_on_tracks_of_their_own() -> None:
+    """The stream of a resource idle past --idle-timeout closes; the next one's lanes take new track ids, not those
+    of the ended lanes of the same process (whose spans would share their row, crossing these)."""
+    collector = OtlpCollector("--idle-timeout", "1")
+    try:
+        first = span("first", T0, T0 + 100_000, span_id=1)
+        second = span("second", T0 + 50_000, T0 + 150_000, span_id=2)  # (crosses the first)
+        second.trace_id = bytes(range(17, 33))
+        assert collector.export(request_of(first).SerializeToString())[0] == 200
+        collector.wait_for_log(lambda line: "closing connection from otlp:checkout" in line, timeout_s=30)
+        assert collector.export(request_of(second).SerializeToString())[0] == 200
+        trace = collector.snapshot()
+        names = metadata(trace, "thread_name")
+        shown = {e["name"]: names[(e["pid"], e["tid"])] for e in events(trace, "X")}
+        assert shown == {"first": f"trace {TRACE_ID.hex()[:8]}", "second": f"trace {second.trace_id.hex()[:8]}"}
+        status, body = collector.get("/snapshot?format=perfetto")
+        assert status == 200
+        perfetto = PerfettoTrace(body)
+        assert len({s.track for s in perfetto.slices}) == 2
+    finally:
+        collector.stop()
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)

@@ -22,10 +22,10 @@ import base64
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import re
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -70,6 +70,8 @@ MAX_THREAD_TRACKS: Final = 1_000
 _NAMED_TRACKS: Final = 3
 #: The first track id of a process's stream.
 FIRST_TRACK_ID: Final = 1 << 24
+#: Resources whose stream closed whose next track id is remembered, at most (``OtlpReceiver._next_track_ids``).
+_TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
@@ -132,14 +134,15 @@ class _ProcessStream:
     """A resource's native stream: its loopback connection, encoder, tracks, log kinds and the lanes of its traces,
     kept across requests."""
 
-    def __init__(self, connection: LoopbackConnection) -> None:
+    def __init__(self, connection: LoopbackConnection, first_track_id: int) -> None:
         self.connection = connection
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
-        # Never reused (the lanes of traces end), and far above a ringtrace client's: shown as one process with a
-        # client's (the same OS process), its tracks keep their own tids.
-        self._track_ids = itertools.count(FIRST_TRACK_ID)
+        # Never reused (the lanes of traces end; a stream of the process opened again goes on from here), and far
+        # above a ringtrace client's: shown as one process with a client's (the same OS process), its tracks keep
+        # their own tids.
+        self.next_track_id = first_track_id
         self.trace_lanes = TraceLanes()
         #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
         #: connection may hold, less its traces' lanes and named tracks, are fewer (``OtlpReceiver._open``).
@@ -153,10 +156,11 @@ class _ProcessStream:
             if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live >= self.max_threads:
                 return self.track("threads")
             if isinstance(lane, TraceLane):  # a track of the process, beside its threads
-                track = TrackInfo(next(self._track_ids), SOURCE_TRACK, lane.name)
+                track = TrackInfo(self.next_track_id, SOURCE_TRACK, lane.name)
             else:
                 thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
-                track = TrackInfo(next(self._track_ids), THREAD_TRACK, name, thread_id)
+                track = TrackInfo(self.next_track_id, THREAD_TRACK, name, thread_id)
+            self.next_track_id += 1
             self.tracks[lane] = track
         return track
 
@@ -257,6 +261,9 @@ class OtlpReceiver:
         self._token = token
         self.max_body_bytes = max_body_bytes
         self._streams: dict[str, _ProcessStream] = {}
+        #: The next track id of each resource whose stream closed, the latest last: the tracks of its next stream are
+        #: new to its process, whose ended tracks (another trace's lanes) stay in the store.
+        self._next_track_ids: OrderedDict[str, int] = OrderedDict()
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
         self._decoding = asyncio.Lock()
@@ -398,16 +405,19 @@ class OtlpReceiver:
             if self.stopping:  # ingest's connections are being closed: a new one would outlive them
                 raise LoopbackClosed("the collector is stopping")
             if stream is None or stream.connection.closed:
-                stream = self._streams[process.key] = await self._open(process)
+                if stream is not None:  # closed, not forgotten yet: the next one goes on from it
+                    self._next_track_ids[process.key] = stream.next_track_id
+                first = self._next_track_ids.pop(process.key, FIRST_TRACK_ID)
+                stream = self._streams[process.key] = await self._open(process, first)
             return stream
 
-    async def _open(self, process: ProcessEvents) -> _ProcessStream:
+    async def _open(self, process: ProcessEvents, first_track_id: int) -> _ProcessStream:
         hello = process.hello
         if self._token is not None:
             hello = dataclasses.replace(hello, token=self._token)
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}")
         welcome = await connection.open(hello)
-        stream = _ProcessStream(connection)
+        stream = _ProcessStream(connection, first_track_id)
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
         # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
         connection.on_lost = functools.partial(self._forget, process.key, stream)
@@ -425,6 +435,9 @@ class OtlpReceiver:
     def _forget(self, key: str, stream: _ProcessStream) -> None:
         if self._streams.get(key) is stream:
             del self._streams[key]
+            self._next_track_ids[key] = stream.next_track_id
+            if len(self._next_track_ids) > _TRACK_IDS_REMEMBERED:
+                self._next_track_ids.popitem(last=False)
 
 
 def _decoded(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents]:

@@ -405,6 +405,19 @@ def test_a_span_that_ends_before_it_starts_is_refused_in_partial_success(collect
     assert [e["name"] for e in events(collector.snapshot(), "X")] == ["ok"]
 
 
+def test_a_span_whose_span_id_is_all_zeros_is_refused_not_taken_as_every_roots_parent(
+    collector: OtlpCollector,
+) -> None:
+    """The zero span id is OTLP's "none" (a root's parent): such a span would hold the trace's roots as its
+    children on its lane."""
+    export = request_of(span("zero", T0, T0 + 100, span_id=0), span("root", T0 + 10, T0 + 20, span_id=5))
+    status, _, body = collector.export(export.SerializeToString())
+    assert status == 200
+    partial = response_of(body).partial_success
+    assert partial.rejected_spans == 1 and "span 'zero': span_id is all zeros" in partial.error_message
+    assert [e["name"] for e in events(collector.snapshot(), "X")] == ["root"]
+
+
 @pytest.mark.parametrize(
     ("body", "headers", "status", "says"),
     [

@@ -98,6 +98,11 @@ class EventWalk:
         return self._walk.tracks
 
     @property
+    def processes(self) -> dict[int, ProcessView]:
+        """The processes selected, by uid."""
+        return self._walk.processes
+
+    @property
     def by_start_only(self) -> bool:
         """Whether events are selected by no more than their start time (``window``) once their frame is."""
         return self._selection is None or self._selection.by_start_only

@@ -353,6 +353,20 @@ def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_an
     assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
+def test_a_snapshot_of_the_otlp_data_alone_names_its_process_after_it_not_the_client_left_out(
+    collector: OtlpCollector,
+) -> None:
+    run_script(collector, BOTH, collector.otlp_url)
+    trace = collector.snapshot("?process=checkout")
+    (shown,) = trace["otherData"]["processes"]
+    assert shown["process_name"] == "checkout"
+    assert metadata(trace, "process_name") == {(shown["pid"], 0): "checkout"}
+    status, body = collector.get("/snapshot?process=checkout&format=perfetto")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    assert [t.name for t in perfetto.tracks.values() if t.kind == "process"] == ["checkout"]
+
+
 def test_otlp_data_forgotten_and_sent_again_shows_its_clients_pid_again() -> None:
     """The OTLP data of a client's OS process, cleared and forgotten (its stream idle) while the client's data stays,
     shows the client's pid again when its process sends more: not another pid, as another process's would."""

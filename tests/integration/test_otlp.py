@@ -293,6 +293,29 @@ def test_a_resources_stream_opened_again_after_idle_puts_its_traces_on_tracks_of
         collector.stop()
 
 
+def test_the_lanes_of_traces_long_overwritten_are_counted_in_their_process_not_listed_one_by_one() -> None:
+    """A lane a trace: 12,000 traces through a store that keeps a few thousand spans leave 12,000 ended tracks; past
+    the 1,000 latest emptied, one's counts go into its process's, which stay exact (what /sources and every
+    snapshot list, and the collector keeps, does not grow with every trace ever received)."""
+    collector = OtlpCollector("--capacity", "3MB")
+    try:
+        for first in range(0, 12_000, 500):
+            traces = [span("op", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(first, first + 500)]
+            for i, each in enumerate(traces, first):
+                each.trace_id = (i + 1).to_bytes(16, "big")
+            assert collector.export(request_of(*traces).SerializeToString())[0] == 200
+        (process,) = collector.json("/sources")["processes"]
+        assert process["received_events"] == 12_000 == process["stored_events"] + process["overwritten_events"]
+        assert 0 < process["stored_events"] < 12_000 - 2_000  # (most overwritten)
+        held = [t for t in process["tracks"] if t["stored_events"] or t["live"]]
+        assert len(process["tracks"]) == len(held) + 1_000
+        (listed,) = collector.snapshot()["otherData"]["processes"]
+        assert len(listed["tracks"]) == len(process["tracks"])
+        assert listed["received_events"] == 12_000
+    finally:
+        collector.stop()
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)

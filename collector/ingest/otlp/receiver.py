@@ -68,8 +68,9 @@ _JSON: Final = "application/json"
 MAX_THREAD_TRACKS: Final = 1_000
 #: Tracks of a process's stream that are neither a thread's nor a lane of a trace: ``threads``, ``logs``, ``metrics``.
 _NAMED_TRACKS: Final = 3
-#: The first track id of a process's stream.
+#: The first track id of a process's stream, and its last (track ids are 32 bits): past it, they start again.
 FIRST_TRACK_ID: Final = 1 << 24
+_LAST_TRACK_ID: Final = 2**32 - 1
 #: Resources whose stream closed whose next track id is remembered, at most (``OtlpReceiver._next_track_ids``).
 _TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
@@ -139,9 +140,9 @@ class _ProcessStream:
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
-        # Never reused (the lanes of traces end; a stream of the process opened again goes on from here), and far
-        # above a ringtrace client's: shown as one process with a client's (the same OS process), its tracks keep
-        # their own tids.
+        # Not reused before the last one (the lanes of traces end; a stream of the process opened again goes on from
+        # here), and far above a ringtrace client's: shown as one process with a client's (the same OS process), its
+        # tracks keep their own tids.
         self.next_track_id = first_track_id
         self.trace_lanes = TraceLanes()
         #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
@@ -160,7 +161,7 @@ class _ProcessStream:
             else:
                 thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
                 track = TrackInfo(self.next_track_id, THREAD_TRACK, name, thread_id)
-            self.next_track_id += 1
+            self.next_track_id = self.next_track_id + 1 if self.next_track_id < _LAST_TRACK_ID else FIRST_TRACK_ID
             self.tracks[lane] = track
         return track
 

@@ -16,13 +16,18 @@ can tell).
 
 Never imports OpenTelemetry: it has the methods the SDK calls on a span processor, and reads only what every SDK span
 has (``get_span_context()``, ``parent``, ``kind``, ``name``, ``attributes``). Nothing raises into the program: a span
-it cannot read, or one still open when ``MAX_OPEN_SPANS`` others are, is not recorded, and counted as a dropped event
+it cannot read, one still open when ``MAX_OPEN_SPANS`` others are, or one that ends after the task or thread that
+started it (whose track then shows another task's work, or is gone), is not recorded, and counted as a dropped event
 (warned about once).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
+from asyncio import Task, current_task
+from asyncio.events import _get_running_loop
 from collections import OrderedDict
 from typing import Any, Final
 
@@ -40,9 +45,10 @@ class SpanProcessor:
 
     def __init__(self, timeline: Timeline | None = None) -> None:
         self._timeline = DEFAULT_TIMELINE if timeline is None else timeline
-        #: The scope of each span open, by (trace id, span id).
-        self._open: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        #: The scope of each span open, and the task or thread that started it, by (trace id, span id).
+        self._open: OrderedDict[tuple[int, int], tuple[Any, Task[Any] | threading.Thread]] = OrderedDict()
         self._lock = threading.Lock()
+        _PROCESSORS.add(self)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """The span began, in the thread or task that records it: its scope is entered there."""
@@ -61,8 +67,9 @@ class SpanProcessor:
         except Exception:
             self._timeline._refuse("an OpenTelemetry span this SpanProcessor cannot read")
             return
+        task = current_task() if _get_running_loop() is not None else None  # (where the scope records)
         with self._lock:
-            self._open[key] = scope
+            self._open[key] = (scope, task or threading.current_thread())
             if len(self._open) <= MAX_OPEN_SPANS:
                 return
             self._open.popitem(last=False)
@@ -79,9 +86,18 @@ class SpanProcessor:
         except Exception:
             return  # (its start was not read either, or is let go with the others never ended)
         with self._lock:
-            scope = self._open.pop(key, None)
-        if scope is not None:
-            scope.__exit__(None, None, None)
+            started = self._open.pop(key, None)
+        if started is None:
+            return
+        scope, owner = started
+        if isinstance(owner, Task):
+            ended = owner.done() or owner.get_loop().is_closed()
+        else:  # (the main thread does not say it is alive at exit)
+            ended = owner is not threading.current_thread() and not owner.is_alive()
+        if ended:  # its track is gone, or a lane that another task may have taken since: none to draw the span on
+            self._timeline._refuse("an OpenTelemetry span that ended after the task or thread that started it")
+            return
+        scope.__exit__(None, None, None)
 
     def shutdown(self) -> None:
         """The provider shuts down: spans still open are never recorded (the timeline is the program's, left open)."""
@@ -91,3 +107,19 @@ class SpanProcessor:
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Deliver what the timeline holds (``Timeline.flush``): True if all of it was, within the time given."""
         return self._timeline.flush(timeout_s=timeout_millis / 1000)
+
+
+#: Every processor: a forked child gets fresh ones of all (``_after_fork_in_child``).
+_PROCESSORS: weakref.WeakSet[SpanProcessor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: a lock another thread of the parent held at the fork would never be released, and the spans
+    open in the parent are the parent's to record."""
+    for processor in list(_PROCESSORS):
+        processor._lock = threading.Lock()
+        processor._open = OrderedDict()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

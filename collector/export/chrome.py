@@ -74,7 +74,7 @@ def chrome_trace_chunks(
     if popping is not None:
         popping.leaves_open = walk.pairing.carried()
     closing = [_open_ended(process, track, event, origin_ns) for process, track, event in opened]
-    closing += _metadata_events(view, walk.tracks)
+    closing += _metadata_events(view, walk)
     if closing:
         chunk = json_bytes(closing)[1:-1]
         yield chunk if first else b"," + chunk
@@ -192,12 +192,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _metadata_events(view: SnapshotView, tracks: dict[tuple[int, int], TrackInfo]) -> list[dict[str, Any]]:
+def _metadata_events(view: SnapshotView, walk: EventWalk) -> list[dict[str, Any]]:
     """Names and order: processes in the order they first connected (those that show one pid, OTLP data of a
-    ringtrace client's process, under the first one's name); in each, threads in the order they were declared, each
-    followed by its task lanes, then sources and counter tracks."""
+    ringtrace client's process, under the first one selected's name); in each, threads in the order they were
+    declared, each followed by its task lanes, then sources and counter tracks."""
     events: list[dict[str, Any]] = []
-    first = first_showing(view.processes)
+    tracks = walk.tracks
+    first = first_showing(walk.processes)
     for pid in sorted({view.processes[uid].trace_pid for uid, _ in tracks}, key=lambda pid: first[pid].uid):
         process = first[pid]
         uid = process.uid

@@ -504,7 +504,7 @@ class _Tracks:
         uuid = self._process_uuids.get(process.trace_pid)
         if uuid is None:
             if self._first_showing is None:
-                self._first_showing = first_showing(self._walk.view.processes)
+                self._first_showing = first_showing(self._walk.processes)
             process = self._first_showing.get(process.trace_pid, process)
             uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
             label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"

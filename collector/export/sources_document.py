@@ -16,6 +16,7 @@ from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 from ringtrace.collector.read.inventory import ProcessFacts, TrackTimes
+from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
 
 __all__ = ["sources_document", "sources_totals"]
@@ -51,7 +52,8 @@ def _process_entry(
     for track_id in sorted(track_ids):
         track_counts = counts.get((process.uid, track_id), Counts())
         total.add(track_counts)
-        tracks.append(_track_entry(facts, track_id, track_counts, times.get((process.uid, track_id))))
+        if track_id != FOLDED_TRACK:  # (tracks long gone, counted in their process's total alone)
+            tracks.append(_track_entry(facts, track_id, track_counts, times.get((process.uid, track_id))))
     return {
         "pid": process.trace_pid,
         "os_pid": process.pid,

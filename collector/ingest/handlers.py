@@ -146,6 +146,7 @@ class FrameHandlers:
         assert self.process is not None and self.writer is not None
         if frame.ended:  # frames stored before name it in their own segments
             self.process.end_track(frame.track_id)
+            self._sink.store.track_ended(self.process.uid, frame.track_id)
         else:
             self.process.tracks[frame.track_id] = self._session.tables.tracks[frame.track_id]
         self.writer.session_frame(self._session.last_frame(), "track", track_id=frame.track_id, ended=frame.ended)

@@ -39,6 +39,7 @@ from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.collector.read.trace_spans import TraceSpans
+from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
@@ -96,6 +97,11 @@ class EventWalk:
     def tracks(self) -> dict[tuple[int, int], TrackInfo]:
         """(process uid, track id) -> the track as its stored frames declare it, for every frame read so far."""
         return self._walk.tracks
+
+    @property
+    def processes(self) -> dict[int, ProcessView]:
+        """The processes selected, by uid."""
+        return self._walk.processes
 
     @property
     def by_start_only(self) -> bool:
@@ -248,6 +254,8 @@ class EventWalk:
         per_track: dict[int, list[dict[str, Any]]] = {}
         for (uid, track_id), counts in sorted(view.counts.items()):
             per_process.setdefault(uid, Counts()).add(counts)
+            if track_id == FOLDED_TRACK:  # (tracks long gone, counted in their process's total alone)
+                continue
             process = view.processes.get(uid)
             # The latest name of a live track, else the name its stored frames carry (an ended track, a task lane),
             # else an ended track's whose events are all gone.

@@ -15,10 +15,17 @@ from typing import Final
 
 from ringtrace.collector.store.segments import Segment
 
-__all__ = ["CLEARED_REMEMBERED", "Accounts", "Counts", "ProcessHolding"]
+__all__ = ["CLEARED_REMEMBERED", "EMPTIED_TRACKS_LISTED", "FOLDED_TRACK", "Accounts", "Counts", "ProcessHolding"]
 
 #: Segments removed on request remembered (for live tails: ``cleared_segments``).
 CLEARED_REMEMBERED: Final = 16384
+#: Tracks of a process that ended with nothing of them left stored counted one by one, the latest; past them, the
+#: counts of the oldest go into ``FOLDED_TRACK``'s (an OTLP trace has tracks of its own: every trace ever received
+#: would otherwise be kept, listed and summed).
+EMPTIED_TRACKS_LISTED: Final = 1000
+#: The key of a process's counts under which those of its tracks past ``EMPTIED_TRACKS_LISTED`` are summed (no track
+#: id: those are 32-bit unsigned).
+FOLDED_TRACK: Final = -1
 
 
 @dataclass(slots=True)
@@ -68,8 +75,34 @@ class ProcessHolding:
     segments: deque[Segment] = field(default_factory=deque)
     held_bytes: int = 0
     streams: int = 0
-    #: Per track id.
+    #: Per track id (and ``FOLDED_TRACK``).
     counts: dict[int, Counts] = field(default_factory=dict)
+    #: Tracks ended (a TRACK frame said so) with events still stored.
+    ended: set[int] = field(default_factory=set)
+    #: Tracks ended with nothing of them left stored, the latest last (``EMPTIED_TRACKS_LISTED`` at most).
+    emptied: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+    def track_ended(self, track_id: int) -> None:
+        self.ended.add(track_id)
+        self.emptied_if_gone(track_id)
+
+    def emptied_if_gone(self, track_id: int) -> None:
+        """If track ``track_id`` ended and nothing of it is left stored: among the emptied, past whose bound the
+        oldest one's counts are folded into ``FOLDED_TRACK``'s."""
+        if track_id not in self.ended:
+            return
+        counts = self.counts.get(track_id)
+        if counts is not None and (counts.stored_events or counts.stored_bytes):
+            return
+        self.ended.discard(track_id)
+        if counts is None:
+            return
+        self.emptied[track_id] = None
+        if len(self.emptied) > EMPTIED_TRACKS_LISTED:
+            oldest, _ = self.emptied.popitem(last=False)
+            gone = self.counts[oldest]
+            if not gone.stored_events and not gone.stored_bytes:  # (not declared again since, and stored into)
+                self.counts.setdefault(FOLDED_TRACK, Counts()).add(self.counts.pop(oldest))
 
 
 class Accounts:

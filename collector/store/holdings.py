@@ -80,6 +80,7 @@ class Holdings:
             counts = process.counts[track_id]
             setattr(counts, events_name, getattr(counts, events_name) + events)
             setattr(counts, bytes_name, getattr(counts, bytes_name) + size)
+            process.emptied_if_gone(track_id)
 
     def remove_empty(self, segment: Segment) -> None:
         """An open segment that holds no events leaves (nothing to count): session frames replayed for a frame that

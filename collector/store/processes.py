@@ -120,8 +120,9 @@ class Registry:
         self.by_uid: dict[int, ProcessRecord] = {}
         #: Processes showing each trace pid (more than one: OTLP data of the same OS process as another's).
         self._trace_pids: dict[int, int] = {}
-        #: The latest process known of each OS process (host, pid), to show OTLP data of it as that process.
-        self._os_processes: dict[tuple[str, int], ProcessRecord] = {}
+        #: The processes known of each OS process (host, pid) by uid, latest last, to show OTLP data of it as that
+        #: process (while any of them is known).
+        self._os_processes: dict[tuple[str, int], dict[int, ProcessRecord]] = {}
         #: Per OS pid shown by more than one process: the next multiple of ``_ALIAS_STEP`` to try.
         self._next_alias: dict[int, int] = {}
         self._uids = itertools.count(1)
@@ -154,8 +155,11 @@ class Registry:
         key = (process.host, process.instance_id)
         del self.processes[key]
         del self.by_uid[process.uid]
-        if self._os_processes.get((process.host, process.pid)) is process:
-            del self._os_processes[(process.host, process.pid)]
+        same = self._os_processes.get((process.host, process.pid))
+        if same is not None:  # (the others of its OS process still show OTLP data of it as theirs)
+            same.pop(process.uid, None)
+            if not same:
+                del self._os_processes[(process.host, process.pid)]
         showing = self._trace_pids.pop(process.trace_pid, 1) - 1
         if showing:  # another process shows it still
             self._trace_pids[process.trace_pid] = showing
@@ -197,7 +201,7 @@ class Registry:
                 stats_baseline=self._last_stats.pop(key, Stats(0, 0)),
             )
             if hello.host and hello.pid:
-                self._os_processes[(hello.host, hello.pid)] = process
+                self._os_processes.setdefault((hello.host, hello.pid), {})[process.uid] = process
             process.client_stats = process.stats_baseline
             self.processes[key] = process
             self.by_uid[process.uid] = process
@@ -216,7 +220,8 @@ class Registry:
         pid = hello.pid
         if pid not in self._trace_pids:
             return pid
-        same = self._os_processes.get((hello.host, pid)) if hello.host and pid else None
+        known = self._os_processes.get((hello.host, pid)) if hello.host and pid else None
+        same = next(reversed(known.values())) if known else None
         if same is not None and (otlp or same.otlp):
             return same.trace_pid
         step = self._next_alias.get(pid, 1)

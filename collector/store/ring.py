@@ -325,6 +325,13 @@ class Store:
                     total[1] += size
         return held
 
+    def track_ended(self, owner: int, track_id: int) -> None:
+        """Process ``owner`` ended track ``track_id``: once nothing of it is stored, it is among the tracks whose
+        counts are folded into its process's past a bound (``accounts.EMPTIED_TRACKS_LISTED``)."""
+        process = self._holdings.processes.get(owner)
+        if process is not None:
+            process.track_ended(track_id)
+
     def holds(self, owner: int) -> bool:
         """Whether process ``owner`` has a connection or anything stored."""
         process = self._holdings.processes.get(owner)

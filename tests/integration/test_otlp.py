@@ -232,6 +232,90 @@ def test_past_its_lanes_a_process_ends_its_oldest_traces_lanes_and_its_threads_k
     assert sum(t["live"] for t in tracks if t["name"].startswith("trace ")) == 1_000
 
 
+def test_a_request_of_more_traces_than_max_tracks_ends_lanes_as_it_goes_and_stores_every_span() -> None:
+    """With --max-tracks 100 a process keeps 50 lanes live: a request of 300 traces ends the lanes of the oldest
+    before it declares more, not past the tracks its stream may hold (which would close it: a 400, all lost)."""
+    collector = OtlpCollector("--max-tracks", "100")
+    try:
+        traces = [span(f"op {i}", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(300)]
+        for i, each in enumerate(traces):
+            each.trace_id = (i + 1).to_bytes(16, "big")
+        threads = [span("work", T0, T0 + 10, span_id=9_000, **{"thread.id": 7, "thread.name": "w"})]
+        assert collector.export(request_of(*traces, *threads).SerializeToString())[0] == 200
+        assert collector.export(request_of(*traces).SerializeToString())[0] == 200  # (the same traces again)
+        assert len(events(collector.snapshot(), "X")) == 2 * 300 + 1
+        (process,) = collector.json("/sources")["processes"]
+        assert sum(t["live"] for t in process["tracks"] if t["name"].startswith("trace ")) == 50
+    finally:
+        collector.stop()
+
+
+def test_threads_past_what_max_tracks_leaves_beside_the_lanes_share_the_threads_track() -> None:
+    """With --max-tracks 100, 50 live lanes of traces leave 47 threads a track each (and 3 named tracks): the spans
+    of 60 threads are all stored, those of the last 13 on the ``threads`` track, not past the stream's tracks."""
+    collector = OtlpCollector("--max-tracks", "100")
+    try:
+        traces = [span(f"op {i}", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(60)]
+        for i, each in enumerate(traces):
+            each.trace_id = (i + 1).to_bytes(16, "big")
+        thread = {n: {"thread.id": n, "thread.name": f"w{n}"} for n in range(1, 61)}
+        threads = [span("work", T0, T0 + 10, span_id=9_000 + n, **thread[n]) for n in thread]
+        assert collector.export(request_of(*traces).SerializeToString())[0] == 200
+        assert collector.export(request_of(*threads).SerializeToString())[0] == 200
+        trace = collector.snapshot()
+        names = metadata(trace, "thread_name")
+        works = [names[(e["pid"], e["tid"])] for e in events(trace, "X") if e["name"] == "work"]
+        assert sorted(works) == sorted([f"w{n}" for n in range(1, 48)] + ["threads"] * 13)
+    finally:
+        collector.stop()
+
+
+def test_a_resources_stream_opened_again_after_idle_puts_its_traces_on_tracks_of_their_own() -> None:
+    """The stream of a resource idle past --idle-timeout closes; the next one's lanes take new track ids, not those
+    of the ended lanes of the same process (whose spans would share their row, crossing these)."""
+    collector = OtlpCollector("--idle-timeout", "1")
+    try:
+        first = span("first", T0, T0 + 100_000, span_id=1)
+        second = span("second", T0 + 50_000, T0 + 150_000, span_id=2)  # (crosses the first)
+        second.trace_id = bytes(range(17, 33))
+        assert collector.export(request_of(first).SerializeToString())[0] == 200
+        collector.wait_for_log(lambda line: "closing connection from otlp:checkout" in line, timeout_s=30)
+        assert collector.export(request_of(second).SerializeToString())[0] == 200
+        trace = collector.snapshot()
+        names = metadata(trace, "thread_name")
+        shown = {e["name"]: names[(e["pid"], e["tid"])] for e in events(trace, "X")}
+        assert shown == {"first": f"trace {TRACE_ID.hex()[:8]}", "second": f"trace {second.trace_id.hex()[:8]}"}
+        status, body = collector.get("/snapshot?format=perfetto")
+        assert status == 200
+        perfetto = PerfettoTrace(body)
+        assert len({s.track for s in perfetto.slices}) == 2
+    finally:
+        collector.stop()
+
+
+def test_the_lanes_of_traces_long_overwritten_are_counted_in_their_process_not_listed_one_by_one() -> None:
+    """A lane a trace: 12,000 traces through a store that keeps a few thousand spans leave 12,000 ended tracks; past
+    the 1,000 latest emptied, one's counts go into its process's, which stay exact (what /sources and every
+    snapshot list, and the collector keeps, does not grow with every trace ever received)."""
+    collector = OtlpCollector("--capacity", "3MB")
+    try:
+        for first in range(0, 12_000, 500):
+            traces = [span("op", T0 + i * 10, T0 + i * 10 + 5, span_id=i + 1) for i in range(first, first + 500)]
+            for i, each in enumerate(traces, first):
+                each.trace_id = (i + 1).to_bytes(16, "big")
+            assert collector.export(request_of(*traces).SerializeToString())[0] == 200
+        (process,) = collector.json("/sources")["processes"]
+        assert process["received_events"] == 12_000 == process["stored_events"] + process["overwritten_events"]
+        assert 0 < process["stored_events"] < 12_000 - 2_000  # (most overwritten)
+        held = [t for t in process["tracks"] if t["stored_events"] or t["live"]]
+        assert len(process["tracks"]) == len(held) + 1_000
+        (listed,) = collector.snapshot()["otherData"]["processes"]
+        assert len(listed["tracks"]) == len(process["tracks"])
+        assert listed["received_events"] == 12_000
+    finally:
+        collector.stop()
+
+
 def _interval(event: dict[str, Any]) -> tuple[int, int]:
     """A Chrome slice's start and end in ns (from its µs)."""
     start = round(event["ts"] * 1000)
@@ -292,6 +376,45 @@ def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_an
     assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
+def test_a_snapshot_of_the_otlp_data_alone_names_its_process_after_it_not_the_client_left_out(
+    collector: OtlpCollector,
+) -> None:
+    run_script(collector, BOTH, collector.otlp_url)
+    trace = collector.snapshot("?process=checkout")
+    (shown,) = trace["otherData"]["processes"]
+    assert shown["process_name"] == "checkout"
+    assert metadata(trace, "process_name") == {(shown["pid"], 0): "checkout"}
+    status, body = collector.get("/snapshot?process=checkout&format=perfetto")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    assert [t.name for t in perfetto.tracks.values() if t.kind == "process"] == ["checkout"]
+
+
+def test_otlp_data_forgotten_and_sent_again_shows_its_clients_pid_again() -> None:
+    """The OTLP data of a client's OS process, cleared and forgotten (its stream idle) while the client's data stays,
+    shows the client's pid again when its process sends more: not another pid, as another process's would."""
+    collector = OtlpCollector("--idle-timeout", "1", "--forget-after", "0")
+    try:
+        script = "import os, sys, ringtrace.client\n"
+        script += "tl = ringtrace.client.connect(sys.argv[1], process_name='shop')\n"
+        script += "with tl.scope('work'):\n    pass\n"
+        script += "assert tl.flush(timeout_s=30)\nprint(os.getpid())\n"
+        pid = int(run_script(collector, script))
+        resource = {"host_name": socket.gethostname(), "process_pid": pid}
+        export = request_of(span("handle", T0, T0 + 10), **resource).SerializeToString()
+        assert collector.export(export)[0] == 200
+        assert collector.post("/clear?process=checkout")[0] == 200
+        deadline = time.monotonic() + 30
+        while collector.json("/healthz")["forgotten_processes"] < 1:  # (its stream closed, idle)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert collector.export(export)[0] == 200
+        shown = {p["process_name"]: p["pid"] for p in collector.json("/sources")["processes"]}
+        assert shown == {"shop": pid, "checkout": pid}
+    finally:
+        collector.stop()
+
+
 def test_otlp_json_with_hex_ids_and_gzip_bodies_are_taken(collector: OtlpCollector) -> None:
     export = request_of(span("GET /a", T0, T0 + 5_000, span_id=7))
     as_json = json_format.MessageToDict(export)
@@ -317,6 +440,19 @@ def test_a_span_that_ends_before_it_starts_is_refused_in_partial_success(collect
     partial = response_of(body).partial_success
     assert partial.rejected_spans == 1 and "backwards" in partial.error_message
     assert [e["name"] for e in events(collector.snapshot(), "X")] == ["ok"]
+
+
+def test_a_span_whose_span_id_is_all_zeros_is_refused_not_taken_as_every_roots_parent(
+    collector: OtlpCollector,
+) -> None:
+    """The zero span id is OTLP's "none" (a root's parent): such a span would hold the trace's roots as its
+    children on its lane."""
+    export = request_of(span("zero", T0, T0 + 100, span_id=0), span("root", T0 + 10, T0 + 20, span_id=5))
+    status, _, body = collector.export(export.SerializeToString())
+    assert status == 200
+    partial = response_of(body).partial_success
+    assert partial.rejected_spans == 1 and "span 'zero': span_id is all zeros" in partial.error_message
+    assert [e["name"] for e in events(collector.snapshot(), "X")] == ["root"]
 
 
 @pytest.mark.parametrize(

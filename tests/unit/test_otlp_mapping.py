@@ -163,3 +163,13 @@ def test_past_its_lanes_a_process_forgets_its_least_recent_trace_and_ends_its_la
     assert lanes.take_retired() == [first] and third.name == f"trace {(b'c' * 4).hex()}"
     again = lanes.place(TraceSpan(b"a" * 16, 2, 0, 20, 30, []))  # a span of it later: the trace again, anew
     assert again.name == first.name and again != first
+
+
+def test_a_streams_track_ids_start_again_past_the_last_32_bit_one() -> None:
+    """A resource's stream takes a track id for every trace's lane and never reuses one while it can (track ids are
+    32 bits on the wire): past the last it starts again at the first, not at an id every frame would be refused for.
+    (Billions of traces to get there through the collector: the stream itself, told where its ids are.)"""
+    from ringtrace.collector.ingest.otlp.receiver import FIRST_TRACK_ID, _ProcessStream
+
+    stream = _ProcessStream(None, 2**32 - 1)  # type: ignore[arg-type]  # (no connection: none is used)
+    assert [stream.track((n, f"t{n}")).track_id for n in (1, 2, 3)] == [2**32 - 1, FIRST_TRACK_ID, FIRST_TRACK_ID + 1]

@@ -348,6 +348,41 @@ def test_the_span_processor_records_each_otel_span_on_the_track_it_started_on_wi
     assert by_name["handed over"].track.thread_id == threading.get_native_id()
 
 
+def test_a_span_that_ends_after_the_task_that_started_it_is_counted_as_dropped_not_drawn_on_its_lane() -> None:
+    """The task's lane goes to the next task once it is done (and its buffer away once drained): the span, on it,
+    would hold the next task's work as its own, or be lost without a count."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from ringtrace.client.otel import SpanProcessor
+
+    listener = MemoryListener()
+    tl = Timeline("otel", [listener])
+    provider = TracerProvider()
+    provider.add_span_processor(SpanProcessor(tl))
+    tracer = provider.get_tracer("test")
+
+    async def serve() -> None:
+        started = []
+
+        async def first() -> None:
+            started.append(tracer.start_span("outlives its task"))
+
+        async def second() -> None:
+            with tl.scope("the next task's work"):
+                await asyncio.sleep(0)
+
+        await asyncio.create_task(first())
+        await asyncio.create_task(second())  # on the first one's lane, free again
+        started[0].end()
+        with tracer.start_as_current_span("ends in its task"):
+            pass
+
+    asyncio.run(serve())
+    assert not tl.flush(timeout_s=30)  # (a drop since the last flush)
+    assert tl.dropped_events == 1
+    tl.close()
+    assert sorted(event.name for event in listener.events) == ["ends in its task", "the next task's work"]
+
+
 def test_a_span_the_processor_cannot_read_is_counted_as_dropped_and_nothing_raises() -> None:
     from ringtrace.client.otel import SpanProcessor
 
@@ -358,6 +393,34 @@ def test_a_span_the_processor_cannot_read_is_counted_as_dropped_and_nothing_rais
     assert not tl.flush(timeout_s=30)  # (flush says so: a drop since the last one)
     assert tl.dropped_events == 1
     tl.close()
+
+
+def test_a_forked_child_records_spans_though_another_thread_was_in_the_processor_at_the_fork() -> None:
+    code = (
+        "import os, signal, threading\n"
+        "import ringtrace.client as rc\n"
+        "from ringtrace.client.otel import SpanProcessor\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "processor = SpanProcessor(rc.Timeline('t', [rc.MemoryListener()]))\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(processor)\n"
+        "held, release = threading.Event(), threading.Event()\n"
+        "def hold():\n"
+        "    with processor._lock:\n"  # (another thread of the parent in the processor at the fork: no public way)
+        "        held.set()\n"
+        "        release.wait()\n"
+        "threading.Thread(target=hold).start()\n"
+        "held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.alarm(30)\n"  # a child that hangs is killed: a status other than 0
+        "    with provider.get_tracer('t').start_as_current_span('in the child'):\n"
+        "        pass\n"
+        "    os._exit(0)\n"
+        "release.set()\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+    )
+    subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], check=True, timeout=90)
 
 
 def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:

@@ -24,11 +24,11 @@ import base64
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import re
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -69,8 +69,13 @@ _PROTOBUF: Final = "application/x-protobuf"
 _JSON: Final = "application/json"
 #: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
 MAX_THREAD_TRACKS: Final = 1_000
-#: The first track id of a process's stream.
+#: Tracks of a process's stream that are neither a thread's nor a lane of a trace: ``threads``, ``logs``, ``metrics``.
+_NAMED_TRACKS: Final = 3
+#: The first track id of a process's stream, and its last (track ids are 32 bits): past it, they start again.
 FIRST_TRACK_ID: Final = 1 << 24
+_LAST_TRACK_ID: Final = 2**32 - 1
+#: Resources whose stream closed whose next track id is remembered, at most (``OtlpReceiver._next_track_ids``).
+_TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
@@ -133,28 +138,33 @@ class _ProcessStream:
     """A resource's native stream: its loopback connection, encoder, tracks, log kinds and the lanes of its traces,
     kept across requests."""
 
-    def __init__(self, connection: LoopbackConnection) -> None:
+    def __init__(self, connection: LoopbackConnection, first_track_id: int) -> None:
         self.connection = connection
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
-        # Never reused (the lanes of traces end), and far above a ringtrace client's: shown as one process with a
-        # client's (the same OS process), its tracks keep their own tids.
-        self._track_ids = itertools.count(FIRST_TRACK_ID)
+        # Not reused before the last one (the lanes of traces end; a stream of the process opened again goes on from
+        # here), and far above a ringtrace client's: shown as one process with a client's (the same OS process), its
+        # tracks keep their own tids.
+        self.next_track_id = first_track_id
         self.trace_lanes = TraceLanes()
+        #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
+        #: connection may hold, less its traces' lanes and named tracks, are fewer (``OtlpReceiver._open``).
+        self.max_threads = MAX_THREAD_TRACKS
         self.log_kinds: dict[tuple[str, str], KindSpec] = {}
         self.lock = asyncio.Lock()
 
     def track(self, lane: Lane) -> TrackInfo:
         track = self.tracks.get(lane)
         if track is None:
-            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live > MAX_THREAD_TRACKS:
+            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live >= self.max_threads:
                 return self.track("threads")
             if isinstance(lane, TraceLane):  # a track of the process, beside its threads
-                track = TrackInfo(next(self._track_ids), SOURCE_TRACK, lane.name)
+                track = TrackInfo(self.next_track_id, SOURCE_TRACK, lane.name)
             else:
                 thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
-                track = TrackInfo(next(self._track_ids), THREAD_TRACK, name, thread_id)
+                track = TrackInfo(self.next_track_id, THREAD_TRACK, name, thread_id)
+            self.next_track_id = self.next_track_id + 1 if self.next_track_id < _LAST_TRACK_ID else FIRST_TRACK_ID
             self.tracks[lane] = track
         return track
 
@@ -169,29 +179,41 @@ class _ProcessStream:
         return kind
 
     def pack(self, process: ProcessEvents) -> list[bytes]:
-        """The process's events as frames on this stream, then the ends of the lanes of the traces forgotten, and a
-        STATS frame that counts its items refused."""
+        """The process's events as frames on this stream, the spans of its traces on their lanes, and a STATS frame
+        that counts its items refused. The lanes of the traces forgotten end as they are, their spans of this request
+        sent first: a request of more traces than the stream may hold tracks keeps within its bound."""
         frames: list[bytes] = []
-        encoder = self.encoder
         for lane, records in self.records(process).items():
-            for batch, _ in encoder.encode_pieces(self.track(lane), records):
-                frames += batch.control
-                frames += (frame for frame, _ in batch.events)
-        for lane in self.trace_lanes.take_retired():
-            track = self.tracks.pop(lane, None)
-            ended = None if track is None else encoder.retire(track)
-            if ended is not None:
-                frames.append(ended)
-        encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
-        frames.append(encode(encoder.stats(0, 0, 0)))
+            frames += self._frames(lane, records)
+        lanes = self.trace_lanes
+        spans: dict[Lane, list[Any]] = {}
+        for span in process.trace_spans:
+            spans.setdefault(lanes.place(span), []).extend(span.records)
+            for retired in lanes.take_retired():
+                placed = spans.pop(retired, None)
+                if placed is not None:
+                    frames += self._frames(retired, placed)
+                track = self.tracks.pop(retired, None)
+                ended = None if track is None else self.encoder.retire(track)
+                if ended is not None:
+                    frames.append(ended)
+        for lane, records in spans.items():
+            frames += self._frames(lane, records)
+        self.encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
+        frames.append(encode(self.encoder.stats(0, 0, 0)))
+        return frames
+
+    def _frames(self, lane: Lane, records: list[Any]) -> list[bytes]:
+        """The frames of ``records`` on the track of ``lane`` (declared if new)."""
+        frames: list[bytes] = []
+        for batch, _ in self.encoder.encode_pieces(self.track(lane), records):
+            frames += batch.control
+            frames += (frame for frame, _ in batch.events)
         return frames
 
     def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
-        """The process's records per lane: its spans of traces on the lanes of their traces, its log records as
-        messages."""
+        """The process's records per lane but its spans of traces: its log records among them as messages."""
         records = process.records
-        for span in process.trace_spans:
-            records.setdefault(self.trace_lanes.place(span), []).extend(span.records)
         for lane, category, priority, ts, values in process.messages:
             kind = self.log_kind(category, priority)
             records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))
@@ -261,6 +283,9 @@ class OtlpReceiver:
         self.timeout_s = timeout_s
         #: Each resource's stream, least recently used first (the first reclaimed when more are needed).
         self._streams: dict[str, _ProcessStream] = {}
+        #: The next track id of each resource whose stream closed, the latest last: the tracks of its next stream are
+        #: new to its process, whose ended tracks (another trace's lanes) stay in the store.
+        self._next_track_ids: OrderedDict[str, int] = OrderedDict()
         self._opening = asyncio.Lock()
         #: One request decoded and packed at a time (``export``).
         self._decoding = asyncio.Lock()
@@ -453,16 +478,19 @@ class OtlpReceiver:
             if self.stopping:  # ingest's connections are being closed: a new one would outlive them
                 raise LoopbackClosed("the collector is stopping")
             if stream is None or stream.connection.closed:
-                stream = self._streams[process.key] = await self._open(process)
+                if stream is not None:  # closed, not forgotten yet: the next one goes on from it
+                    self._next_track_ids[process.key] = stream.next_track_id
+                first = self._next_track_ids.pop(process.key, FIRST_TRACK_ID)
+                stream = self._streams[process.key] = await self._open(process, first)
             return stream
 
-    async def _open(self, process: ProcessEvents) -> _ProcessStream:
+    async def _open(self, process: ProcessEvents, first_track_id: int) -> _ProcessStream:
         hello = process.hello
         if self._token is not None:
             hello = dataclasses.replace(hello, token=self._token)
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}", self._connections)
         welcome = await connection.open(hello)
-        stream = _ProcessStream(connection)
+        stream = _ProcessStream(connection, first_track_id)
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
         # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
         connection.on_lost = functools.partial(self._forget, process.key, stream)
@@ -472,13 +500,17 @@ class OtlpReceiver:
         encoder.max_schema_bytes = welcome.max_schema_bytes
         encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
         encoder.strings.recycles = welcome.string_resets
-        stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)  # (threads have the rest)
+        lanes = stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)
+        stream.max_threads = min(MAX_THREAD_TRACKS, welcome.max_tracks - lanes - _NAMED_TRACKS)  # (threads: the rest)
         await connection.send(encoder.prefix())
         return stream
 
     def _forget(self, key: str, stream: _ProcessStream) -> None:
         if self._streams.get(key) is stream:
             del self._streams[key]
+            self._next_track_ids[key] = stream.next_track_id
+            if len(self._next_track_ids) > _TRACK_IDS_REMEMBERED:
+                self._next_track_ids.popitem(last=False)
 
 
 def _decoded(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents]:

@@ -47,6 +47,10 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     if len(span.span_id) != 8 or len(span.trace_id) != 16:
         process.reject(f"span {span.name!r:.60}: trace_id must be 16 bytes and span_id 8")
         return
+    for field, value in (("trace_id", span.trace_id), ("span_id", span.span_id)):
+        if not any(value):  # (OTLP's "none": the parent of a trace's roots)
+            process.reject(f"span {span.name!r:.60}: {field} is all zeros")
+            return
     attributes = attributes_of(span.attributes)
     span_id = span.span_id.hex()
     args: dict[str, Any] = {"trace_id": span.trace_id.hex(), "span_id": span_id, "kind": _KINDS.get(span.kind, "")}

@@ -497,6 +497,8 @@ class SessionDecoder:
             _check_kind_texts(spec)
             sizes.append(spec.text_bytes)
             self._add_kind(spec, sizes[-1])
+        if not frame.remembered:  # it never comes again: kept, it would hold a past connection's kinds in memory
+            return
         if len(_checked_schemas) >= _CHECKED_SCHEMAS:
             del _checked_schemas[next(iter(_checked_schemas))]  # the oldest
         _checked_schemas[id(frame)] = (frame, tuple(sizes))
@@ -535,7 +537,8 @@ def _check_kind_texts(spec: KindSpec) -> None:
 #: SCHEMA frames whose every kind's texts passed ``_check_kind_texts``, by ``id``, with the frame (kept alive, so that
 #: its id is not reused while it is here) and each kind's ``text_bytes``: ``Schema.decode_body`` gives the same object
 #: for a body decoded lately, so the clients of a version, connecting again and again, have their texts checked and
-#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS.
+#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS, and only
+#: frames ``decode_body`` remembers (``Schema.remembered``: of a bounded size).
 _CHECKED_SCHEMAS: Final = 16
 _checked_schemas: dict[int, tuple[Schema, tuple[int, ...]]] = {}
 

@@ -356,6 +356,11 @@ class Schema:
                 _recent_schemas[key] = schema
         return schema
 
+    @property
+    def remembered(self) -> bool:
+        """Whether ``decode_body`` may give this very object again (its body was one small enough to remember)."""
+        return any(schema is self for schema in _recent_schemas.values())
+
     @classmethod
     def _decode(cls, body: bytes) -> Schema:
         data = unpack_map("SCHEMA", body)

@@ -448,14 +448,16 @@ _STORED_EVENT_BYTES: Final = 32
 
 def capacity_holds(capacity_bytes: int, most_table_bytes: int) -> str:
     """What ``--capacity`` holds, in events and in processes' tables (each connection's count against it, up to
-    ``most_table_bytes`` at the table limits), and what to do if that is too little: one line, for the log at start.
-    A process whose tables do not fit is refused, and both sides say so then (``ingest/connection.py``)."""
-    at_limits = capacity_bytes // most_table_bytes
+    ``most_table_bytes`` at the table limits, all together up to half of it: ``Budget.table_room``), and what to do if
+    that is too little: one line, for the log at start. A process whose tables do not fit is refused, and both sides
+    say so then (``ingest/connection.py``)."""
+    at_limits = capacity_bytes // 2 // most_table_bytes
     such = f"room for {at_limits:,} such" if at_limits else "a process whose tables do not fit is refused, and says so"
     return (
         f"capacity {_mib(capacity_bytes)} holds about {_rounded(capacity_bytes // _STORED_EVENT_BYTES):,} events "
         f"(~{_STORED_EVENT_BYTES} bytes each) less each connected process's string and track tables (a few KiB for "
-        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise --capacity"
+        f"most, up to {_mib(most_table_bytes)} at the table limits; all together at most half the capacity: "
+        f"{such}); for more, raise --capacity"
     )
 
 

@@ -91,7 +91,8 @@ def main() -> int:
     if args.quick:
         args.connections = 3
     payload = tables(args.texts == "wide", args.strings_per_frame)
-    extra = ("--capacity", args.capacity, "--forget-after", args.forget_after)
+    # (No connection kept is closed as idle while the others fill their tables.)
+    extra = ("--capacity", args.capacity, "--forget-after", args.forget_after, "--idle-timeout", "3600")
     with collector(*extra, "--max-connections", str(args.connections + 8)) as running:
         pid = running.process.pid
         time.sleep(0.5)

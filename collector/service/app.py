@@ -212,10 +212,14 @@ class Collector:
         max_age_ns = int(self.config.max_age_s * 1e9)
         while True:
             await asyncio.sleep(MAX_AGE_SWEEP_S)
-            now = time.monotonic_ns()
-            for connection in list(self.connections):
-                connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
-            self.store.expire(now - max_age_ns)
+            self._expire(max_age_ns)
+
+    def _expire(self, max_age_ns: int) -> None:
+        # Not in the coroutine: its loop variable would keep the last connection alive while it sleeps.
+        now = time.monotonic_ns()
+        for connection in list(self.connections):
+            connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
+        self.store.expire(now - max_age_ns)
 
     def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
         from aiohttp import web

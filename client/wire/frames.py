@@ -343,17 +343,20 @@ class Schema:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
-        """The SCHEMA of ``body``; the same object again for a body decoded lately: every client of a version
-        declares the same kinds on every connection, and decoding them was a tenth of a short connection's cost to
-        the collector (a Schema and its kinds are immutable, so they may be shared)."""
+        """The SCHEMA of ``body``; the same object again for a body decoded lately more than once: every client of a
+        version declares the same kinds on every connection, and decoding them was a tenth of a short connection's
+        cost to the collector (a Schema and its kinds are immutable, so they may be shared). A body seen once is
+        remembered by its bytes alone: kept, the objects of one that never comes again (a peer's own kinds) would
+        outlive its connection, and hold the memory they were made in with them."""
         key = bytes(body)
         schema = _recent_schemas.get(key)
         if schema is None:
             schema = cls._decode(body)
             if len(key) <= _MAX_REMEMBERED_SCHEMA_BYTES:
-                if len(_recent_schemas) >= _REMEMBERED_SCHEMAS:
+                again = key in _recent_schemas
+                if not again and len(_recent_schemas) >= _REMEMBERED_SCHEMAS:
                     del _recent_schemas[next(iter(_recent_schemas))]  # the oldest
-                _recent_schemas[key] = schema
+                _recent_schemas[key] = schema if again else None
         return schema
 
     @property
@@ -372,10 +375,11 @@ class Schema:
 
 
 #: SCHEMA bodies decoded lately (``Schema.decode_body``), at most _REMEMBERED_SCHEMAS of at most
-#: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory.
+#: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory. Each
+#: with its schema once it came a second time (None till then).
 _REMEMBERED_SCHEMAS: Final = 16
 _MAX_REMEMBERED_SCHEMA_BYTES: Final = 16 * 1024
-_recent_schemas: dict[bytes, Schema] = {}
+_recent_schemas: dict[bytes, Schema | None] = {}
 
 
 @dataclass(frozen=True, slots=True)

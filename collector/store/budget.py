@@ -10,9 +10,10 @@ together stay within the capacity; a pinned one only once no snapshot reads it.
 
 Tables are held to a share, as a process's events are to its cap, so that no process's tables starve the others'
 events: all connections' tables together take at most half the capacity (``table_room``: events always have the other
-half), and one process's tables at most its fair share of that half, divided among the processes connected
-(``table_share``). Past either, the tables are refused (the connection ends, and says why); within them, room is made
-as for the process's segments: its own oldest while it is at its cap, then the oldest of all (ring).
+half), and one process's tables at most its fair share of that half, divided among the processes connected, and at
+most half its cap (``table_share``). Past either, the tables are refused (the connection ends, and says why); within
+them, room is made as for the process's segments: its own oldest while it is at its cap, then the oldest of all
+(ring).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class Budget:
                 f"{'process ' if cap else ''}capacity: a segment of {size} bytes (the stream's session frames and "
                 f"one frame) exceeds {'process_capacity' if cap else 'capacity'}={self.process_capacity_bytes}"
             )
-        while cap is not None and process.held_bytes + size > cap:
+        while cap is not None and process.held_bytes + process.table_bytes + size > cap:
             if self.policy == "discard" or not process.segments:
                 return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
             self.evict(process.segments[0], "capped")
@@ -113,8 +114,8 @@ class Budget:
 
     def fits(self, owner: int, size: int) -> bool:
         """Whether a segment of ``size`` fits both bounds as they stand."""
-        cap = self.process_cap
-        fits_cap = cap is None or self.holdings.processes[owner].held_bytes + size <= cap
+        cap, process = self.process_cap, self.holdings.processes[owner]
+        fits_cap = cap is None or process.held_bytes + process.table_bytes + size <= cap
         return fits_cap and self.holdings.held_bytes + self.table_bytes + size <= self.capacity_bytes
 
     def evict(self, segment: Segment, why: Removal) -> None:
@@ -148,8 +149,8 @@ class Budget:
 
     def table_share(self) -> int:
         """What one process's tables may take: its fair share of ``table_room`` among the processes connected, and
-        at most its cap."""
-        return min(self.table_room // max(self.holdings.connected, 1), self.process_capacity_bytes)
+        at most half its cap (its events keep the other half, as all events keep half the capacity)."""
+        return min(self.table_room // max(self.holdings.connected, 1), self.process_capacity_bytes // 2)
 
     def charge_tables(self, stream: Stream, decoder_bytes: int) -> TableRefusal | None:
         """``Store.charge_tables``: None, or why the tables cannot grow (the connection must end)."""

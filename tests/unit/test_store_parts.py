@@ -139,3 +139,18 @@ def test_memory_segments_of_whole_huge_pages_ask_for_huge_pages_and_are_zeroed_a
     assert buffers.pooled_bytes == 2 * HUGE_PAGE_BYTES + 64 * 1024
     assert buffers.new(2, 2 * HUGE_PAGE_BYTES) is large and buffers.new(3, 64 * 1024) is small
     assert buffers.pooled_bytes == 0
+
+
+def test_a_process_s_tables_count_toward_its_cap_and_take_at_most_half_of_it() -> None:
+    holdings = holding(1)
+    holdings.connected = 1
+    budget = Budget(holdings, MemoryBuffers(), 16 * SIZE, 4 * SIZE, "ring")
+    stream = Stream(1, holdings.processes[1].counts, b"", SIZE)
+    refusal = budget.charge_tables(stream, 3 * SIZE)
+    assert refusal is not None and refusal[:2] == ("table_share", 2 * SIZE)  # half its cap
+    assert budget.charge_tables(stream, SIZE) is None
+    for seq in range(3):
+        stored(holdings, seq, 1)
+    assert budget.make_room(1, SIZE) is None  # its segments and tables within its cap: its own oldest go
+    assert holdings.processes[1].held_bytes + holdings.processes[1].table_bytes + SIZE <= 4 * SIZE
+    assert holdings.processes[1].counts[7].capped_events == 20

@@ -175,7 +175,10 @@ class Budget:
         holdings, cap, capacity = self.holdings, self.process_cap, self.capacity_bytes
         share = self.table_share()
         if process.table_bytes + grow > share:
-            basis = f"half the capacity of {capacity} bytes among {holdings.connected} processes connected"
+            if share < self.table_room // max(holdings.connected, 1):
+                basis = f"half the process capacity of {self.process_capacity_bytes} bytes"
+            else:
+                basis = f"half the capacity of {capacity} bytes among {holdings.connected} processes connected"
             return TableRefusal("table_share", share, process.table_bytes + grow, basis)
         if self.table_bytes + grow > self.table_room:
             return TableRefusal("table_room", self.table_room, self.table_bytes + grow, "half the capacity")

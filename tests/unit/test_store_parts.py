@@ -148,6 +148,7 @@ def test_a_process_s_tables_count_toward_its_cap_and_take_at_most_half_of_it() -
     stream = Stream(1, holdings.processes[1].counts, b"", SIZE)
     refusal = budget.charge_tables(stream, 3 * SIZE)
     assert refusal is not None and refusal[:2] == ("table_share", 2 * SIZE)  # half its cap
+    assert refusal.basis == f"half the process capacity of {4 * SIZE} bytes"
     assert budget.charge_tables(stream, SIZE) is None
     for seq in range(3):
         stored(holdings, seq, 1)

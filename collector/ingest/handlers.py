@@ -170,6 +170,7 @@ class FrameHandlers:
                     runs.append((string_id, [text]))
             for first_id, texts in runs:
                 writer.session_frame(encode(Strings(first_id, tuple(texts))), "strings")
+        added.clear()  # (taken: the texts of a frame, up to 1 MiB of them, would live as long as the connection)
         self._charge_tables(writer, frame)
 
     def _schema(self, frame: Schema) -> None:

@@ -36,9 +36,11 @@ def text(i: int, utf8_bytes: int, wide: bool) -> str:
     return f"{i:08d}" + "a" * (utf8_bytes - 8)
 
 
-def tables(wide: bool) -> bytes:
+def tables(wide: bool, per_frame: int) -> bytes:
     strings = [text(i, MAX_STRING_BYTES // MAX_STRINGS, wide) for i in range(MAX_STRINGS)]
-    frames = [encode(Strings(first, tuple(strings[first : first + 1000]))) for first in range(0, MAX_STRINGS, 1000)]
+    frames = [
+        encode(Strings(first, tuple(strings[first : first + per_frame]))) for first in range(0, MAX_STRINGS, per_frame)
+    ]
     frames += [
         encode(Track(i + 1, THREAD_TRACK, text(i, MAX_STRING_BYTES // MAX_TRACKS, wide), i + 1))
         for i in range(MAX_TRACKS)
@@ -80,13 +82,17 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=10)
     parser.add_argument("--capacity", default="256MiB")
     parser.add_argument("--texts", choices=["wide", "ascii"], default="wide")
+    parser.add_argument(
+        "--strings-per-frame", type=int, default=1000, help="strings a STRINGS frame declares (40000: ~1 MiB frames)"
+    )
     parser.add_argument("--forget-after", default="1")
     parser.add_argument("--quick", action="store_true", help="3 connections: a smoke test")
     args = parser.parse_args()
     if args.quick:
         args.connections = 3
-    payload = tables(args.texts == "wide")
-    extra = ("--capacity", args.capacity, "--forget-after", args.forget_after)
+    payload = tables(args.texts == "wide", args.strings_per_frame)
+    # (No connection kept is closed as idle while the others fill their tables.)
+    extra = ("--capacity", args.capacity, "--forget-after", args.forget_after, "--idle-timeout", "3600")
     with collector(*extra, "--max-connections", str(args.connections + 8)) as running:
         pid = running.process.pid
         time.sleep(0.5)
@@ -114,11 +120,13 @@ def main() -> int:
         table_bytes = health.get("table_bytes")  # (None from a collector that does not count them)
         rows = [
             ["texts", args.texts],
+            ["strings per STRINGS frame", str(args.strings_per_frame)],
             ["capacity", args.capacity],
             ["RSS before", f"{base / MB:.1f} MB"],
             ["connections kept / closed for their tables", f"{len(kept)} / {closed}"],
             ["RSS growth per connection kept", f"{(kept_rss - base) / max(len(kept), 1) / MB:.1f} MB"],
             ["table_bytes per connection kept", per_connection(table_bytes, len(kept))],
+            ["buffer_bytes (read buffers) per connection kept", per_connection(health.get("buffer_bytes"), len(kept))],
             ["peak RSS (VmHWM)", f"{peak / MB:.1f} MB"],
             ["RSS after they closed and were forgotten", f"{after / MB:.1f} MB"],
             ["held_bytes after", str(running.healthz()["held_bytes"])],

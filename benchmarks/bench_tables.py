@@ -81,8 +81,9 @@ def probe(good: RawClient, until: threading.Event | float) -> list[float]:
 
 def one_round(connections: int) -> tuple[list[float], list[float], float, float]:
     """(idle round trips, loaded round trips, loop lag max in s, the filler's time in s)."""
-    # Each connection's tables are charged to --capacity (about 16 MB at every limit): room for all of them.
-    with collector("--capacity", "1GiB") as running:
+    # Each connection's tables are charged to --capacity (about 16 MB at every limit), all together to at most half
+    # of it, each process's to its share of that half: room for all of them.
+    with collector("--capacity", "2GiB") as running:
         filler = subprocess.Popen(
             [
                 sys.executable,

@@ -498,6 +498,8 @@ class SessionDecoder:
             _check_kind_texts(spec)
             sizes.append(spec.text_bytes)
             self._add_kind(spec, sizes[-1])
+        if not frame.remembered:  # it never comes again: kept, it would hold a past connection's kinds in memory
+            return
         _checked_schemas.put(id(frame), (frame, tuple(sizes)))
 
     def _add_kind(self, spec: KindSpec, text_bytes: int) -> None:
@@ -534,8 +536,9 @@ def _check_kind_texts(spec: KindSpec) -> None:
 #: SCHEMA frames whose every kind's texts passed ``_check_kind_texts``, by ``id``, with the frame (kept alive, so that
 #: its id is not reused while it is here) and each kind's ``text_bytes``: ``Schema.decode_body`` gives the same object
 #: for a body decoded lately, so the clients of a version, connecting again and again, have their texts checked and
-#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS; shared by
-#: the collector's event loop and its snapshot readers.
+#: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS, and only
+#: frames ``decode_body`` remembers (``Schema.remembered``: of a bounded size); shared by the collector's event loop
+#: and its snapshot readers.
 _CHECKED_SCHEMAS: Final = 16
 _checked_schemas: Final[Recent[int, tuple[Schema, tuple[int, ...]]]] = Recent(_CHECKED_SCHEMAS)
 

@@ -344,16 +344,24 @@ class Schema:
 
     @classmethod
     def decode_body(cls, body: bytes) -> Schema:
-        """The SCHEMA of ``body``; the same object again for a body decoded lately: every client of a version
-        declares the same kinds on every connection, and decoding them was a tenth of a short connection's cost to
-        the collector (a Schema and its kinds are immutable, so they may be shared)."""
+        """The SCHEMA of ``body``; the same object again for a body decoded lately more than once: every client of a
+        version declares the same kinds on every connection, and decoding them was a tenth of a short connection's
+        cost to the collector (a Schema and its kinds are immutable, so they may be shared). A body seen once is
+        remembered by its bytes alone: kept, the objects of one that never comes again (a peer's own kinds) would
+        outlive its connection, and hold the memory they were made in with them."""
         key = bytes(body)
         schema = _recent_schemas.get(key)
         if schema is None:
             schema = cls._decode(body)
             if len(key) <= _MAX_REMEMBERED_SCHEMA_BYTES:
-                _recent_schemas.put(key, schema)
+                again = key in _recent_schemas
+                _recent_schemas.put(key, schema if again else None)
         return schema
+
+    @property
+    def remembered(self) -> bool:
+        """Whether ``decode_body`` may give this very object again (its body was one small enough to remember)."""
+        return any(schema is self for schema in _recent_schemas.values())
 
     @classmethod
     def _decode(cls, body: bytes) -> Schema:
@@ -366,11 +374,12 @@ class Schema:
 
 
 #: SCHEMA bodies decoded lately (``Schema.decode_body``), at most _REMEMBERED_SCHEMAS of at most
-#: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory.
-#: Shared by the collector's event loop and its snapshot readers.
+#: _MAX_REMEMBERED_SCHEMA_BYTES each: what one client version declares, and a few others; a bound on the memory. Each
+#: with its schema once it came a second time (None till then). Shared by the collector's event loop and its snapshot
+#: readers.
 _REMEMBERED_SCHEMAS: Final = 16
 _MAX_REMEMBERED_SCHEMA_BYTES: Final = 16 * 1024
-_recent_schemas: Final[Recent[bytes, Schema]] = Recent(_REMEMBERED_SCHEMAS)
+_recent_schemas: Final[Recent[bytes, Schema | None]] = Recent(_REMEMBERED_SCHEMAS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,11 +167,15 @@ class FrameReader:
                 with memoryview(self._buf) as view:
                     view[:live] = view[start:end]
             else:
-                fresh = bytearray(max(live + want, 2 * live))
+                fresh = self._new_buffer(max(live + want, 2 * live))
                 fresh[:live] = self._buf[start:end]
                 self._buf = fresh
             self._start, self._end = 0, live
         return memoryview(self._buf)[self._end :]
+
+    def _new_buffer(self, size: int) -> bytearray | mmap.mmap:
+        """A zeroed buffer of ``size`` bytes, for ``get_buffer`` to grow into (a subclass may allocate otherwise)."""
+        return bytearray(size)
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""

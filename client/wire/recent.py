@@ -44,5 +44,12 @@ class Recent(Generic[K, V]):
             except KeyError:  # other threads forgot the rest meanwhile
                 break
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def values(self) -> list[V]:
+        """The values, as a copy made in one call (another thread's ``put`` cannot change it midway)."""
+        return list(self._entries.values())
+
     def __len__(self) -> int:
         return len(self._entries)

@@ -88,6 +88,7 @@ class _Scrape(_MetricsSource):
         connections.add_metric(["protocol_error"], traffic.protocol_errors)
         connections.add_metric(["unauthenticated"], traffic.authentication_failures)
         connections.add_metric(["too_slow"], traffic.too_slow)
+        connections.add_metric(["tables_refused"], traffic.tables_refused)
         yield connections
         yield CounterMetricFamily(
             "ringtrace_throttled_reads",
@@ -161,6 +162,7 @@ _GAUGES = {
     "processes": "Processes known (connected, or with something stored)",
     "held_bytes": "Bytes of the store's segments",
     "table_bytes": "Memory of the open connections' tables, counted against the capacity with the segments",
+    "buffer_bytes": "Memory of the open connections' own read buffers (not counted against the capacity)",
     "capacity_bytes": "What the store may hold (--capacity)",
     "segments": "Segments stored",
     "snapshots_running": "Snapshots being served",

@@ -40,6 +40,7 @@ from ringtrace.collector.ingest.traffic import (
 from ringtrace.collector.ingest.turns import TABLE_FRAMES, TURN_BYTES, DecodeTurns, ReadTurns
 from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.collector.store.ring import TABLE_LIMITS
 
 __all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]
 
@@ -141,6 +142,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def process(self) -> ProcessRecord | None:
         """The client process, once its HELLO was accepted."""
         return self._frames.process
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Memory of its own read buffer (``READ_SIZE``, more while a larger frame arrives)."""
+        return self._reader.buffer_bytes
 
     @property
     def _peer(self) -> str:
@@ -338,6 +344,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if self._frames.control.left < 0 and self._throttle is None:
                 self._slow_down(transport)
             reader = self._reader
+            reader.shrink()  # (the frames read are handled: a buffer grown for a large one goes back)
             header = reader.next_frame_header()  # (checked against the limits when it is read whole)
             self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
             self._arrival.taken(reader.end - reader.position, self._last_read_s)
@@ -379,8 +386,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._handled = reader.position
 
     def _protocol_error(self, transport: asyncio.Transport, exc: ProtocolError) -> None:
-        past_capacity = isinstance(exc, LimitExceeded) and exc.limit_name == "capacity"
+        past_capacity = isinstance(exc, LimitExceeded) and exc.limit_name in TABLE_LIMITS
         if past_capacity:
+            self._traffic.tables_refused += 1
             self._log_past_capacity(exc)
         else:
             log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)

@@ -171,6 +171,7 @@ class FrameHandlers:
                     runs.append((string_id, [text]))
             for first_id, texts in runs:
                 writer.session_frame(encode(Strings(first_id, tuple(texts))), "strings")
+        added.clear()  # (taken: the texts of a frame, up to 1 MiB of them, would live as long as the connection)
         self._charge_tables(writer, frame)
 
     def _schema(self, frame: Schema) -> None:
@@ -184,18 +185,20 @@ class FrameHandlers:
         self._charge_tables(writer, frame)
 
     def _charge_tables(self, writer: SegmentWriter, frame: Frame) -> None:
-        """The tables grew: their memory counts against the capacity (``Store.charge_tables``).
+        """The tables grew: their memory counts against the capacity and the process's share of it
+        (``Store.charge_tables``).
 
         Raises:
-            LimitExceeded: they do not fit: the connection ends (its segments stay stored).
+            LimitExceeded: they do not fit: the connection ends (its segments stay stored); its ``limit_name`` is
+                one of ``TABLE_LIMITS``.
         """
-        needed = writer.charge_tables(self._session.table_bytes)
-        if needed is not None:
+        refusal = writer.charge_tables(self._session.table_bytes)
+        if refusal is not None:
+            this_one = self._session.table_bytes + writer.stream.memory_bytes
             raise LimitExceeded(
-                f"{frame.TYPE.name} frame: every connection's tables (this one's "
-                f"{self._session.table_bytes + writer.stream.memory_bytes} bytes) and the segments the store may not "
-                "overwrite for them",
-                "capacity", self._sink.store.capacity_bytes, needed,
+                f"{frame.TYPE.name} frame: tables (this connection's {this_one} bytes) past what they may take "
+                f"({refusal.basis})",
+                refusal.limit_name, refusal.limit, refusal.needed,
             )  # fmt: skip
 
     def _stats(self, frame: Stats) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import sys
 from collections.abc import Container
-from typing import cast
+from typing import Final, cast
 
 from ringtrace.client.wire.decoder import SessionDecoder
 from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER, Peer
@@ -20,7 +20,11 @@ from ringtrace.client.wire.reader import FrameReader
 from ringtrace.collector.ingest.scan import scan_events
 from ringtrace.collector.store.segments import EVENTS_ENTRY, EventsRun
 
-__all__ = ["IngestDecoder", "LendingFrameReader"]
+__all__ = ["MAPPED_BUFFER_BYTES", "IngestDecoder", "LendingFrameReader"]
+
+#: A reader's own buffer this large or larger, grown for a large frame, is an anonymous mapping
+#: (``LendingFrameReader._new_buffer``).
+MAPPED_BUFFER_BYTES: Final = 512 * 1024
 
 
 class LendingFrameReader(FrameReader):
@@ -53,6 +57,31 @@ class LendingFrameReader(FrameReader):
         if self._lent:
             return memoryview(self._buf)[self._end : limit]
         return super().get_buffer(sizehint)
+
+    def shrink(self) -> None:
+        """Once nothing is left unread in it, a buffer grown for a large frame (to twice ``read_size`` or more) goes
+        back to ``read_size``: a connection holds twice its largest frame only while such a frame arrives. (Frames
+        returned before, and their ``last_frame``, are not read after this.)"""
+        if (
+            not self._lent
+            and self._start == self._end
+            and len(self._buf) >= max(2 * self._read_size, MAPPED_BUFFER_BYTES)
+        ):
+            self._buf = self._new_buffer(self._read_size)
+            self._start = self._end = self._frame_start = 0
+
+    def _new_buffer(self, size: int) -> bytearray | mmap.mmap:
+        """An anonymous mapping past ``MAPPED_BUFFER_BYTES``, so that the OS has it back as soon as it is let go of
+        (glibc would keep such a bytearray in its heap once it has freed one as large)."""
+        if size < MAPPED_BUFFER_BYTES:
+            return bytearray(size)
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The size of the reader's own buffer (while it reads into a lent one too)."""
+        own = self._own if self._lent else self._buf
+        return len(own) if own is not None else 0
 
     def lend(self, buffer: bytearray | mmap.mmap, start: int, unread: bytes | None = None) -> None:
         """Read on into ``buffer`` from offset ``start``, where the unread bytes (``unread`` if given, else the

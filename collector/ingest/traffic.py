@@ -84,6 +84,8 @@ class Traffic:
     connections_refused: int = 0
     #: Closed for breaking the protocol (a log line each says why).
     protocol_errors: int = 0
+    #: Of those, closed for tables past the process's share or the capacity (``TABLE_LIMITS``).
+    tables_refused: int = 0
     #: Times a connection's reading was paused for sending control frames faster than MAX_CONTROL_FRAMES_PER_S.
     throttled: int = 0
     #: Refused at HELLO: no token, or another one (``auth.py``).

@@ -251,10 +251,14 @@ class Collector:
         max_age_ns = int(self.config.max_age_s * 1e9)
         while True:
             await asyncio.sleep(MAX_AGE_SWEEP_S)
-            now = time.monotonic_ns()
-            for connection in list(self.every_connection):
-                connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
-            self.store.expire(now - max_age_ns)
+            self._expire(max_age_ns)
+
+    def _expire(self, max_age_ns: int) -> None:
+        # Not in the coroutine: its loop variable would keep the last connection alive while it sleeps.
+        now = time.monotonic_ns()
+        for connection in list(self.every_connection):
+            connection.seal_segment(opened_before_ns=now - max_age_ns // 4)
+        self.store.expire(now - max_age_ns)
 
     def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
         from aiohttp import web
@@ -499,16 +503,17 @@ _STORED_EVENT_BYTES: Final = 32
 
 def capacity_holds(capacity_bytes: int, most_table_bytes: int, option: str = "--capacity") -> str:
     """What the store's ``option`` (``--capacity``; ``--jetstream-buffer``) holds, in events and in processes' tables
-    (each connection's count against it, up to ``most_table_bytes`` at the table limits), and what to do if that is
-    too little: one line, for the log at start. A process whose tables do not fit is refused, and both sides say so
-    then (``ingest/connection.py``)."""
-    at_limits = capacity_bytes // most_table_bytes
+    (each connection's count against it, up to ``most_table_bytes`` at the table limits, all together up to half of
+    it: ``Budget.table_room``), and what to do if that is too little: one line, for the log at start. A process whose
+    tables do not fit is refused, and both sides say so then (``ingest/connection.py``)."""
+    at_limits = capacity_bytes // 2 // most_table_bytes
     such = f"room for {at_limits:,} such" if at_limits else "a process whose tables do not fit is refused, and says so"
     events = _rounded(capacity_bytes // _STORED_EVENT_BYTES)
     return (
         f"{option.removeprefix('--')} {_mib(capacity_bytes)} holds about {events:,} events "
         f"(~{_STORED_EVENT_BYTES} bytes each) less each connected process's string and track tables (a few KiB for "
-        f"most, up to {_mib(most_table_bytes)} at the table limits: {such}); for more, raise {option}"
+        f"most, up to {_mib(most_table_bytes)} at the table limits; all together at most half of it: "
+        f"{such}); for more, raise {option}"
     )
 
 

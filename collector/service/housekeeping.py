@@ -70,9 +70,14 @@ class Housekeeping:
         timeout_s = self._idle_timeout_s
         while True:
             await asyncio.sleep(min(timeout_s / 4, 5.0))
-            now_s = time.monotonic()
-            for connection in list(self._connections):
-                connection.close_if_idle(now_s, timeout_s)
+            self._close_idle(timeout_s)
+
+    def _close_idle(self, timeout_s: float) -> None:
+        # Not in the coroutine: its loop variable would keep the last connection (its tables, its buffers) alive
+        # while it sleeps, and for good once every connection is gone.
+        now_s = time.monotonic()
+        for connection in list(self._connections):
+            connection.close_if_idle(now_s, timeout_s)
 
     async def _sample_rates(self) -> None:
         """Every second: each process's totals, from which ``/sources`` tells its rate."""

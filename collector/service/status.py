@@ -4,8 +4,8 @@ parts each time they are asked for (ingest keeps no second set of counters)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sized
-from typing import Any
+from collections.abc import Collection, Sized
+from typing import Any, Protocol
 
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.guard import HttpGuard
@@ -19,12 +19,18 @@ from ringtrace.collector.store.ring import Counts, Store
 __all__ = ["Status"]
 
 
+class Connection(Protocol):
+    @property
+    def buffer_bytes(self) -> int:
+        """Memory of its own read buffer."""
+
+
 class Status:
     """The collector's gauges and loss counters, as the HTTP API reports them.
 
     Args:
         facts: what ``/stats`` reports first, as given: the version, the clock origin, the policy, the data dir.
-        connections: the connected clients (counted).
+        connections: the connected clients (counted, and their read buffers summed).
         otlp_connections: the OTLP receiver's loopback connections (counted apart: OTLP processes with a stream).
     """
 
@@ -33,7 +39,7 @@ class Status:
         facts: dict[str, Any],
         store: Store,
         registry: Registry,
-        connections: Sized,
+        connections: Collection[Connection],
         otlp_connections: Sized,
         traffic: Traffic,
         snapshots: Snapshots,
@@ -67,11 +73,17 @@ class Status:
             "segments": store.segment_count,
             "held_bytes": store.held_bytes,
             "table_bytes": store.table_bytes,
+            "buffer_bytes": self.buffer_bytes(),
             "used_bytes": store.used_bytes,
             "capacity_bytes": store.capacity_bytes,
             "event_loop_lag_max_ms": round(self._loop_lag.longest_s * 1000, 3),
             **{name: value for name, value in store.totals().as_dict().items() if name != "stored_events"},
         }
+
+    def buffer_bytes(self) -> int:
+        """Memory of the connections' own read buffers (besides the segments they read into), which the capacity
+        does not count: ``READ_SIZE`` each, more only while a larger frame arrives."""
+        return sum(connection.buffer_bytes for connection in self._connections)
 
     def stats(self) -> dict[str, Any]:
         """Collector totals: traffic, store, every loss counter (forgotten processes included)."""
@@ -90,6 +102,7 @@ class Status:
             "connections_unauthenticated": traffic.authentication_failures,
             "connections_too_slow": traffic.too_slow,
             "protocol_errors": traffic.protocol_errors,
+            "connections_tables_refused": traffic.tables_refused,
             "throttled_reads": traffic.throttled,
             "http_connections_timed_out": self._http_guard.timed_out,
             "http_connections_refused": self._http_guard.refused,
@@ -107,6 +120,7 @@ class Status:
             "processes": len(self._registry.processes),
             "held_bytes": store.held_bytes,
             "table_bytes": store.table_bytes,
+            "buffer_bytes": self.buffer_bytes(),
             "capacity_bytes": store.capacity_bytes,
             "segments": store.segment_count,
             "snapshots_running": self._snapshots.running,

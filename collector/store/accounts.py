@@ -70,10 +70,12 @@ _COUNT_FIELDS: Final = tuple(f.name for f in fields(Counts))
 
 @dataclass(slots=True)
 class ProcessHolding:
-    """What one process holds: its segments, oldest first, and their bytes."""
+    """What one process holds: its segments, oldest first, and their bytes; its connections' tables."""
 
     segments: deque[Segment] = field(default_factory=deque)
     held_bytes: int = 0
+    #: What its open connections' tables are charged (``Budget.charge_tables``).
+    table_bytes: int = 0
     streams: int = 0
     #: Per track id (and ``FOLDED_TRACK``).
     counts: dict[int, Counts] = field(default_factory=dict)

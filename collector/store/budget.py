@@ -1,17 +1,24 @@
 """The store's byte budget: what stored segments and the connections' tables may take, and how room is made.
 
 The sizes of all stored segments (prefix, frames, index and unused tail alike) and the tables of the open connections
-(their strings, kinds and tracks: ``charge_tables``) stay within ``capacity_bytes``, and one process's segments within
-``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by evicting the process's own
-oldest segment while it is at its cap, then the oldest segment of all (sealed ones first: a connection's open segment
-holds its newest events, and may be being read into); under ``discard``, the frame is refused instead, so the store
-keeps the beginning. Buffers of evicted segments are reused while the stored bytes and the spare buffers together stay
-within the capacity; a pinned one only once no snapshot reads it.
+(their strings, kinds and tracks: ``charge_tables``) stay within ``capacity_bytes``, and one process's segments and
+tables within ``process_capacity_bytes``. Room for a new segment is made, under the ``ring`` policy, by evicting the
+process's own oldest segment while it is at its cap, then the oldest segment of all (sealed ones first: a connection's
+open segment holds its newest events, and may be being read into); under ``discard``, the frame is refused instead, so
+the store keeps the beginning. Buffers of evicted segments are reused while the stored bytes and the spare buffers
+together stay within the capacity; a pinned one only once no snapshot reads it.
+
+Tables are held to a share, as a process's events are to its cap, so that no process's tables starve the others'
+events: all connections' tables together take at most half the capacity (``table_room``: events always have the other
+half), and one process's tables at most its fair share of that half, divided among the processes connected, and at
+most half its cap (``table_share``). Past either, the tables are refused (the connection ends, and says why); within
+them, room is made as for the process's segments: its own oldest while it is at its cap, then the oldest of all
+(ring).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal, NamedTuple
 
 from ringtrace.client.wire.decoder import (
     DENSE_STRING_IDS,
@@ -20,13 +27,27 @@ from ringtrace.client.wire.decoder import (
     TRACK_ENTRY_BYTES,
     Limits,
 )
+from ringtrace.collector.store.accounts import ProcessHolding
 from ringtrace.collector.store.holdings import Holdings, Removal
 from ringtrace.collector.store.segments import Segment, SegmentBuffers
 from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
 
-__all__ = ["Budget", "Policy", "table_charge_bound"]
+__all__ = ["TABLE_LIMITS", "Budget", "Policy", "TableRefusal", "table_charge_bound"]
 
 Policy = Literal["ring", "discard"]
+
+#: The limits a connection's tables may be refused by (``TableRefusal.limit_name``).
+TABLE_LIMITS: Final = frozenset(("table_share", "table_room", "process_capacity", "capacity"))
+
+
+class TableRefusal(NamedTuple):
+    """Why a connection's tables cannot grow: the limit they would pass, its value, and the bytes they would need."""
+
+    limit_name: str
+    limit: int
+    needed: int
+    #: How the limit is worked out, for the message (``table_share``: among how many processes).
+    basis: str
 
 
 class Budget:
@@ -36,7 +57,7 @@ class Budget:
         holdings: the segments the budget covers (and evicts from).
         buffers: where their buffers go back to.
         capacity_bytes: what all stored segments and the connections' tables may take together.
-        process_capacity_bytes: what one process's segments may take (at most the capacity).
+        process_capacity_bytes: what one process's segments and tables may take (at most the capacity).
         policy: ``ring`` overwrites the oldest; ``discard`` refuses the newest.
     """
 
@@ -76,7 +97,7 @@ class Budget:
                 f"{'process ' if cap else ''}capacity: a segment of {size} bytes (the stream's session frames and "
                 f"one frame) exceeds {'process_capacity' if cap else 'capacity'}={self.process_capacity_bytes}"
             )
-        while cap is not None and process.held_bytes + size > cap:
+        while cap is not None and process.held_bytes + process.table_bytes + size > cap:
             if self.policy == "discard" or not process.segments:
                 return f"process capacity: process_capacity={cap} bytes reached (policy discard)"
             self.evict(process.segments[0], "capped")
@@ -93,8 +114,8 @@ class Budget:
 
     def fits(self, owner: int, size: int) -> bool:
         """Whether a segment of ``size`` fits both bounds as they stand."""
-        cap = self.process_cap
-        fits_cap = cap is None or self.holdings.processes[owner].held_bytes + size <= cap
+        cap, process = self.process_cap, self.holdings.processes[owner]
+        fits_cap = cap is None or process.held_bytes + process.table_bytes + size <= cap
         return fits_cap and self.holdings.held_bytes + self.table_bytes + size <= self.capacity_bytes
 
     def evict(self, segment: Segment, why: Removal) -> None:
@@ -121,33 +142,66 @@ class Budget:
 
     # -- table charges --------------------------------------------------------------------------------------------
 
-    def charge_tables(self, stream: Stream, decoder_bytes: int) -> int | None:
-        """``Store.charge_tables``: None, or the bytes that would be needed past the capacity."""
+    @property
+    def table_room(self) -> int:
+        """What all connections' tables may take together: half the capacity (events always have the other half)."""
+        return self.capacity_bytes // 2
+
+    def table_share(self) -> int:
+        """What one process's tables may take: its fair share of ``table_room`` among the processes connected, and
+        at most half its cap (its events keep the other half, as all events keep half the capacity)."""
+        return min(self.table_room // max(self.holdings.connected, 1), self.process_capacity_bytes // 2)
+
+    def charge_tables(self, stream: Stream, decoder_bytes: int) -> TableRefusal | None:
+        """``Store.charge_tables``: None, or why the tables cannot grow (the connection must end)."""
         holdings = self.holdings
+        process = holdings.processes[stream.owner]
         charge = decoder_bytes + stream.memory_bytes
         grow = charge - stream.charged
-        if grow <= 0:
-            self.table_bytes += grow
-            stream.charged = charge
+        if grow > 0:
+            refusal = self._table_refusal(stream, process, grow)
+            if refusal is not None:
+                return refusal
+        self.table_bytes += grow
+        process.table_bytes += grow
+        stream.charged = charge
+        if grow > 0:
+            self.buffers.trim(self.free_bytes)  # spare buffers take memory too
+        return None
+
+    def _table_refusal(self, stream: Stream, process: ProcessHolding, grow: int) -> TableRefusal | None:
+        """Make room for ``grow`` more bytes of the stream's tables (ring: evicting as for its segments, but never
+        its open segment, and nothing for tables that could not fit anyway); or why they cannot grow."""
+        holdings, cap, capacity = self.holdings, self.process_cap, self.capacity_bytes
+        share = self.table_share()
+        if process.table_bytes + grow > share:
+            if share < self.table_room // max(holdings.connected, 1):
+                basis = f"half the process capacity of {self.process_capacity_bytes} bytes"
+            else:
+                basis = f"half the capacity of {capacity} bytes among {holdings.connected} processes connected"
+            return TableRefusal("table_share", share, process.table_bytes + grow, basis)
+        if self.table_bytes + grow > self.table_room:
+            return TableRefusal("table_room", self.table_room, self.table_bytes + grow, "half the capacity")
+        if self.policy == "discard":  # overwrites nothing: tables go past a full store, within the room above
             return None
-        own_segment = stream.segment.size if stream.segment is not None else 0
-        if self.table_bytes + grow + own_segment > self.capacity_bytes:  # never fits: overwrite nothing for it
-            return holdings.held_bytes + self.table_bytes + grow
-        while self.policy == "ring" and holdings.held_bytes + self.table_bytes + grow > self.capacity_bytes:
+        while cap is not None and process.held_bytes + process.table_bytes + grow > cap:
+            own = next((s for s in process.segments if s is not stream.segment), None)
+            if own is None:
+                needed = process.held_bytes + process.table_bytes + grow
+                return TableRefusal("process_capacity", cap, needed, "its segments and tables")
+            self.evict(own, "capped")
+        while holdings.held_bytes + self.table_bytes + grow > capacity:
             oldest = holdings.oldest() if holdings.segments else None
             if oldest is None or oldest is stream.segment:
-                return holdings.held_bytes + self.table_bytes + grow
+                needed = holdings.held_bytes + self.table_bytes + grow
+                return TableRefusal("capacity", capacity, needed, "every segment and table")
             self.evict(oldest, "overwritten")
-        if self.table_bytes + grow > self.capacity_bytes:
-            return self.table_bytes + grow
-        self.table_bytes += grow
-        stream.charged = charge
-        self.buffers.trim(self.free_bytes)  # spare buffers take memory too
         return None
 
     def uncharge(self, stream: Stream) -> None:
         """The stream's connection ended: its tables are counted no more."""
         self.table_bytes -= stream.charged
+        self.holdings.processes[stream.owner].table_bytes -= stream.charged
         stream.charged = 0
 
 

@@ -24,7 +24,7 @@ Removal = Literal["overwritten", "capped", "cleared", "discarded", "published"]
 class Holdings:
     """The stored segments and who holds them; see the module docstring."""
 
-    __slots__ = ("held_bytes", "processes", "segments", "streams", "writers")
+    __slots__ = ("connected", "held_bytes", "processes", "segments", "streams", "writers")
 
     def __init__(self) -> None:
         self.segments: dict[int, Segment] = {}  # oldest first
@@ -32,8 +32,9 @@ class Holdings:
         self.processes: dict[int, ProcessHolding] = {}
         #: Bytes of all stored segments (prefix, frames, index and unused tail alike).
         self.held_bytes = 0
-        #: Connections open.
+        #: Connections open, and the processes they are of.
         self.streams = 0
+        self.connected = 0
 
     def add(self, segment: Segment, writer: Stream | None = None) -> None:
         """Hold ``segment``, the newest of its process (written into by ``writer``, if any)."""

@@ -39,7 +39,7 @@ from typing import Final
 
 from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.store.accounts import Accounts, Counts, ProcessHolding
-from ringtrace.collector.store.budget import Budget, Policy, table_charge_bound
+from ringtrace.collector.store.budget import TABLE_LIMITS, Budget, Policy, TableRefusal, table_charge_bound
 from ringtrace.collector.store.durability import Durability, SyncJob
 from ringtrace.collector.store.holdings import Holdings
 from ringtrace.collector.store.recovery import adopt
@@ -60,6 +60,7 @@ from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 
 __all__ = [
     "MIN_SEGMENT_BYTES",
+    "TABLE_LIMITS",
     "Counts",
     "Policy",
     "Replication",
@@ -68,6 +69,7 @@ __all__ = [
     "StoreSnapshot",
     "Stream",
     "SyncJob",
+    "TableRefusal",
     "table_charge_bound",
 ]
 
@@ -143,23 +145,27 @@ class Store:
         process = self._holdings.processes.setdefault(owner, ProcessHolding())
         process.streams += 1
         self._holdings.streams += 1
+        self._holdings.connected += process.streams == 1
         return Stream(owner, process.counts, bytes(hello_frame), MIN_SEGMENT_BYTES)
 
     def close_stream(self, stream: Stream) -> None:
         """The connection ended: seal its segment (what it holds stays stored; a segment without events goes)."""
         self._stream_segments.end(stream)
-        self._holdings.processes[stream.owner].streams -= 1
+        process = self._holdings.processes[stream.owner]
+        process.streams -= 1
         self._holdings.streams -= 1
+        self._holdings.connected -= process.streams == 0
         self._budget.uncharge(stream)
 
-    def charge_tables(self, stream: Stream, decoder_bytes: int) -> int | None:
-        """Count the stream's tables against the capacity: ``decoder_bytes`` (what its decoder's tables take) and its
-        session frames. A connection's tables cost memory as its segments do, and clients choose how much: counted
-        this way, ``capacity`` bounds them too, whatever ``max_connections`` is. Under ``ring``, room is made as for
-        a segment (the oldest segments are overwritten, but the stream's open one); ``discard`` overwrites nothing,
-        and takes tables past the stored segments (a full store would otherwise end every connection that declares
-        a string), but not past the capacity for the tables alone. Returns None, or the bytes that would be needed
-        past the capacity: the connection must end."""
+    def charge_tables(self, stream: Stream, decoder_bytes: int) -> TableRefusal | None:
+        """Count the stream's tables against the capacity and its process's share: ``decoder_bytes`` (what its
+        decoder's tables take) and its session frames. A connection's tables cost memory as its segments do, and
+        clients choose how much: counted this way, ``capacity`` bounds them too, whatever ``max_connections`` is, and
+        one process's tables take no more than its fair share of half of it (``budget.py``). Under ``ring``, room is
+        made as for the process's segments (but its open one is not overwritten); ``discard`` overwrites nothing, and
+        takes tables past the stored segments (a full store would otherwise end every connection that declares a
+        string), within their half of the capacity. Returns None, or why they cannot grow: the connection must
+        end."""
         return self._budget.charge_tables(stream, decoder_bytes)
 
     def session_frame(self, stream: Stream, frame: bytes | memoryview, *, track_id: int = -1, ended: bool = False,

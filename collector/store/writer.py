@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
-from ringtrace.collector.store.ring import Store, Stream, SyncJob
+from ringtrace.collector.store.ring import Store, Stream, SyncJob, TableRefusal
 from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
 from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind
 
@@ -259,8 +259,8 @@ class SegmentWriter:
         """A SCHEMA, STRINGS, TRACK or STATS frame the stream's decoder accepted (``Store.session_frame``)."""
         self._store.session_frame(self.stream, frame, kind=kind, track_id=track_id, ended=ended)
 
-    def charge_tables(self, decoder_bytes: int) -> int | None:
-        """``Store.charge_tables``: None, or the bytes needed past the capacity (the connection must end)."""
+    def charge_tables(self, decoder_bytes: int) -> TableRefusal | None:
+        """``Store.charge_tables``: None, or why the tables cannot grow (the connection must end)."""
         return self._store.charge_tables(self.stream, decoder_bytes)
 
     # -- batches, errors, the end ---------------------------------------------------------------------------------

@@ -594,8 +594,9 @@ def tables_to_every_limit() -> bytes:
 
 
 def test_connections_filling_their_tables_at_once_hold_no_other_client_s_flush_up() -> None:
-    # Each connection's tables are charged to --capacity (about 16 MB at every limit): room for all 40.
-    collector = CollectorProcess("--capacity", "1GiB")
+    # Each connection's tables are charged to --capacity (about 16 MB at every limit), all together to at most half
+    # of it, each process to its share of that half (among the 41 connected): room for all 40.
+    collector = CollectorProcess("--capacity", "2GiB")
     try:
         flush_while_tables_fill(collector)
     finally:

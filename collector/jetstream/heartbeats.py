@@ -90,7 +90,7 @@ class Heartbeat:
                 for subject, (n, events, nbytes) in document["processes"].items()
                 if isinstance(subject, str)
             }
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # (JSON nested past the stack)
             return None
         return cls(str(collector), connections, processes)
 

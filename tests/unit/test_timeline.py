@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import subprocess
 import sys
@@ -693,6 +694,33 @@ def test_a_task_left_pending_on_a_closed_loop_is_forgotten() -> None:
     assert [e.name for e in memory.events] == ["in-task"]
     assert all(track.kind != ASYNC_TRACK for track in timeline.tracks())  # its lane was let go
     del task
+    timeline.close()
+
+
+def test_a_task_that_records_as_the_last_listener_goes_is_not_kept_once_done() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("t", [memory])
+
+    class Result:
+        pass
+
+    async def handler(go: asyncio.Event) -> Result:
+        timeline.instant("in-task")
+        await go.wait()
+        return Result()
+
+    async def main() -> tuple[weakref.ref[Any], weakref.ref[Any]]:
+        go = asyncio.Event()
+        task = asyncio.create_task(handler(go))
+        await asyncio.sleep(0)  # it records, on a lane of its own
+        timeline.remove_listener(memory)  # the last: every buffer is let go, the task's lane with them
+        go.set()
+        return weakref.ref(task), weakref.ref(await task)
+
+    task, result = asyncio.run(main())
+    gc.collect()
+    assert [e.name for e in memory.events] == ["in-task"]
+    assert task() is None and result() is None  # nothing of the timeline keeps the done task, nor what it returned
     timeline.close()
 
 

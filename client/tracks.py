@@ -99,8 +99,9 @@ class Tracks:
         self._source_buffers: dict[int, TrackBuffer] = {}
 
     def infos(self) -> list[TrackInfo]:
-        """The tracks whose owners recorded and still may."""
-        return [buffer.track for buffer in self.buffers]
+        """The tracks whose owners recorded and still may: a lane once, though the buffer of the task done on it may
+        still wait for the flusher beside the next task's."""
+        return list(dict.fromkeys(buffer.track for buffer in self.buffers))
 
     def thread_buffer(self, label: str | None) -> TrackBuffer:
         """This thread's buffer, created if needed, its track named after ``label`` and the thread."""

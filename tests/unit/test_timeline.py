@@ -518,6 +518,20 @@ def test_lanes_are_reused_once_tasks_end(tl: Timeline, listener: MemoryListener)
     assert len([track for track in tl.tracks() if track.kind == ASYNC_TRACK]) == 0  # every task ended
 
 
+def test_a_lane_taken_by_the_next_task_before_the_flusher_runs_is_one_of_the_tracks(tl: Timeline) -> None:
+    async def record() -> None:
+        tl.instant("in-task")
+
+    async def one_after_another() -> list[TrackInfo]:
+        await asyncio.create_task(record())
+        await asyncio.create_task(record())  # on the lane the first left, its events not drained yet
+        return tl.tracks()
+
+    with FLUSHER.sweeping():  # as if the flusher were busy elsewhere
+        tracks = asyncio.run(one_after_another())
+    assert [track.kind for track in tracks] == [THREAD_TRACK, ASYNC_TRACK]  # the lane once, not once per task
+
+
 def test_event_loop_on_another_thread_puts_lanes_under_that_thread(tl: Timeline, listener: MemoryListener) -> None:
     async def work(i: int, barrier: asyncio.Barrier) -> None:
         with tl.scope("task", i=i):

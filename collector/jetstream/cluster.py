@@ -199,9 +199,13 @@ async def _ensure(js: Any, config: Any, what: str) -> None:
 
 
 def _replicas_hint(exc: BaseException, config: Any) -> str:
-    """What to do when the servers refuse the replicas asked for (NATS's own message does not name the option)."""
+    """What to do when the servers refuse the replicas, or the bytes, asked for (NATS's own message does not name the
+    option)."""
     code = getattr(exc, "err_code", None)
     replicas = config.num_replicas or 1
+    if "insufficient storage" in str(getattr(exc, "description", "")):  # (not too few servers: too little room)
+        return (f" (its max_bytes, {config.max_bytes:,} bytes, is more than the servers have room for beside their "
+                f"other streams: give a smaller --capacity, or the servers more JetStream storage)")  # fmt: skip
     if code == _REPLICAS_NOT_CLUSTERED:
         return f" (--jetstream-replicas is {replicas}: give --jetstream-replicas 1 for a server that is not clustered)"
     if code in (_NO_PEERS, _INSUFFICIENT_RESOURCES) and replicas > 1:

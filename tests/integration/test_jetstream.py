@@ -566,6 +566,17 @@ def test_more_replicas_than_the_cluster_has_servers_stop_the_collector_naming_th
     assert "Traceback" not in done.stderr
 
 
+def test_a_stream_larger_than_the_servers_hold_stops_the_collector_naming_capacity_not_replicas(
+    nats_cluster: NatsCluster,
+) -> None:
+    done = run_collector("--jetstream", nats_cluster.urls, "--capacity", "500TiB", timeout_s=90)
+    assert done.returncode != 0
+    (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+    assert "insufficient storage" in said and "give a smaller --capacity" in said, said  # NATS's, and ours
+    assert "needs 3 servers" not in said, said  # (it has them: fewer replicas is not what to do)
+    assert "Traceback" not in done.stderr
+
+
 def sources_until(
     collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
 ) -> dict[str, Any]:

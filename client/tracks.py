@@ -99,8 +99,9 @@ class Tracks:
         self._source_buffers: dict[int, TrackBuffer] = {}
 
     def infos(self) -> list[TrackInfo]:
-        """The tracks whose owners recorded and still may."""
-        return [buffer.track for buffer in self.buffers]
+        """The tracks whose owners recorded and still may: a lane once, though the buffer of the task done on it may
+        still wait for the flusher beside the next task's."""
+        return list(dict.fromkeys(buffer.track for buffer in self.buffers))
 
     def thread_buffer(self, label: str | None) -> TrackBuffer:
         """This thread's buffer, created if needed, its track named after ``label`` and the thread."""
@@ -191,9 +192,11 @@ class Tracks:
         return tracks
 
     def take_all(self) -> list[TrackBuffer]:
-        """Every buffer, which the tracks then no longer hold (what they held was never drained: lost)."""
+        """Every buffer, which the tracks then no longer hold (what they held was never drained: lost); and the lanes,
+        whose threads' next buffers are tracks of their own (a lane kept would keep its task once done)."""
         buffers, self.buffers = self.buffers, []
         self.task_buffers.clear()
+        self._lanes = {}
         return buffers
 
     def renamed_threads(self, label: str | None) -> list[TrackInfo]:

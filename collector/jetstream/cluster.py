@@ -1,6 +1,6 @@
 """The NATS side of ``--jetstream``: connecting to the cluster (credentials, token, TLS) and making the stream say
 what the options say (``max_bytes``, discard, ``max_age``, replicas, storage), and the collectors' heartbeat stream
-(``heartbeats.py``) the same replicas."""
+(``heartbeats.py``) the same replicas and storage."""
 
 from __future__ import annotations
 
@@ -150,15 +150,17 @@ async def ensure_stream(js: Any, options: StreamOptions) -> None:
     await _ensure(js, _stream_config(options), f"--jetstream-stream {options.name}")
 
 
-async def ensure_heartbeat_stream(js: Any, stream: str, replicas: int) -> None:
-    """Create the stream of the collectors' heartbeats (``heartbeats.py``), or update it; as ``ensure_stream``."""
+async def ensure_heartbeat_stream(js: Any, options: StreamOptions) -> None:
+    """Create the stream of the collectors' heartbeats (``heartbeats.py``) beside the stream ``options`` says, with
+    its replicas and storage (servers may hold no memory streams at all: NATS's Helm chart leaves that off), or
+    update it; as ``ensure_stream``."""
     from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-    name = heartbeat_stream(stream)
+    name = heartbeat_stream(options.name)
     config = StreamConfig(
         name=name, subjects=[f"{name}.*"], max_msgs_per_subject=1, max_bytes=HEARTBEAT_STREAM_BYTES,
         discard=DiscardPolicy.OLD, max_age=HEARTBEAT_MAX_AGE_S, duplicate_window=HEARTBEAT_MAX_AGE_S,
-        storage=StorageType.MEMORY, num_replicas=replicas,
+        storage=StorageType.FILE if options.storage == "file" else StorageType.MEMORY, num_replicas=options.replicas,
     )  # fmt: skip
     await _ensure(js, config, f"the collectors' heartbeat stream {name}")
 
@@ -197,9 +199,13 @@ async def _ensure(js: Any, config: Any, what: str) -> None:
 
 
 def _replicas_hint(exc: BaseException, config: Any) -> str:
-    """What to do when the servers refuse the replicas asked for (NATS's own message does not name the option)."""
+    """What to do when the servers refuse the replicas, or the bytes, asked for (NATS's own message does not name the
+    option)."""
     code = getattr(exc, "err_code", None)
     replicas = config.num_replicas or 1
+    if "insufficient storage" in str(getattr(exc, "description", "")):  # (not too few servers: too little room)
+        return (f" (its max_bytes, {config.max_bytes:,} bytes, is more than the servers have room for beside their "
+                f"other streams: give a smaller --capacity, or the servers more JetStream storage)")  # fmt: skip
     if code == _REPLICAS_NOT_CLUSTERED:
         return f" (--jetstream-replicas is {replicas}: give --jetstream-replicas 1 for a server that is not clustered)"
     if code in (_NO_PEERS, _INSUFFICIENT_RESOURCES) and replicas > 1:

@@ -3,10 +3,10 @@
 The stream says what each process sent, not whether it is still connected, nor where. So each collector publishes,
 every HEARTBEAT_INTERVAL_S, a small JSON record of its own (``Heartbeat``): its connections, and per process connected
 to it (by the process's subject, ``subjects.py``) its connections and receive rate, on ``<STREAM>_collectors.<id>``,
-the subject of a stream of its own (``heartbeat_stream``) that keeps the newest record of each collector, in memory,
-for HEARTBEAT_MAX_AGE_S at most. A fleet's ``/sources`` reads them all (``Liveness``): a process is connected if a
-live collector's record says so, its rate the sum of theirs. A collector that stops removes its record; one that is
-killed is forgotten HEARTBEAT_MAX_AGE_S after its last.
+the subject of a stream of its own (``heartbeat_stream``; the stream's replicas and storage) that keeps the newest
+record of each collector for HEARTBEAT_MAX_AGE_S at most. A fleet's ``/sources`` reads them all (``Liveness``): a
+process is connected if a live collector's record says so, its rate the sum of theirs. A collector that stops removes
+its record; one that is killed is forgotten HEARTBEAT_MAX_AGE_S after its last.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Heartbeat:
                 for subject, (n, events, nbytes) in document["processes"].items()
                 if isinstance(subject, str)
             }
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # (JSON nested past the stack)
             return None
         return cls(str(collector), connections, processes)
 

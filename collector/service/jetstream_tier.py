@@ -158,7 +158,7 @@ class JetStreamTier:
             config.jetstream_storage, config.max_age_s,
         )  # fmt: skip
         await ensure_stream(self._js, stream)
-        await ensure_heartbeat_stream(self._js, self.stream_name, config.jetstream_replicas)
+        await ensure_heartbeat_stream(self._js, stream)
         max_payload = self._client.max_payload
         self.publisher.max_payload = max_payload
         largest = min(config.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES) + HEADER_ROOM

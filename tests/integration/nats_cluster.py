@@ -68,12 +68,17 @@ class NatsServer:
             self.proc.wait()
 
     @classmethod
-    def standalone(cls, binary: str, root: Path) -> NatsServer:
-        """One server with JetStream, in no cluster (not started)."""
+    def standalone(cls, binary: str, root: Path, config: str = "") -> NatsServer:
+        """One server with JetStream, in no cluster (not started); ``config``: more of its settings, in its
+        configuration file's syntax (``jetstream { max_memory_store: 0 }``)."""
         port, monitor = free_ports(2)
         store = root / "alone"
         store.mkdir(parents=True)
-        return cls(binary, "alone", port, None, monitor, [], store)
+        server = cls(binary, "alone", port, None, monitor, [], store)
+        if config:
+            (root / "alone.conf").write_text(config)
+            server.args[1:1] = ["--config", str(root / "alone.conf")]  # (its other flags override the file)
+        return server
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until its JetStream answers."""

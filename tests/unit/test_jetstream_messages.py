@@ -244,7 +244,7 @@ def test_a_heartbeat_past_the_max_payload_leaves_out_processes_and_says_how_many
         b'{"collector":"x","connections":1.5,"processes":{}}', b'{"collector":"x","connections":1,"processes":[]}',
         b'{"collector":"x","connections":1,"processes":{"s":[1,"fast",2]}}',
         b'{"collector":"x","connections":1,"processes":{"s":[1,1e400,2]}}',
-        b'{"collector":"x","connections":1,"processes":{"s":[1,2]}}', b"\xff\xfe",
+        b'{"collector":"x","connections":1,"processes":{"s":[1,2]}}', b"\xff\xfe", b"[" * 100_000,
     ],
 )  # fmt: skip
 def test_what_is_no_heartbeat_on_the_heartbeat_subjects_is_skipped(data: bytes) -> None:

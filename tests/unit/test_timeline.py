@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import subprocess
 import sys
@@ -517,6 +518,20 @@ def test_lanes_are_reused_once_tasks_end(tl: Timeline, listener: MemoryListener)
     assert len([track for track in tl.tracks() if track.kind == ASYNC_TRACK]) == 0  # every task ended
 
 
+def test_a_lane_taken_by_the_next_task_before_the_flusher_runs_is_one_of_the_tracks(tl: Timeline) -> None:
+    async def record() -> None:
+        tl.instant("in-task")
+
+    async def one_after_another() -> list[TrackInfo]:
+        await asyncio.create_task(record())
+        await asyncio.create_task(record())  # on the lane the first left, its events not drained yet
+        return tl.tracks()
+
+    with FLUSHER.sweeping():  # as if the flusher were busy elsewhere
+        tracks = asyncio.run(one_after_another())
+    assert [track.kind for track in tracks] == [THREAD_TRACK, ASYNC_TRACK]  # the lane once, not once per task
+
+
 def test_event_loop_on_another_thread_puts_lanes_under_that_thread(tl: Timeline, listener: MemoryListener) -> None:
     async def work(i: int, barrier: asyncio.Barrier) -> None:
         with tl.scope("task", i=i):
@@ -693,6 +708,33 @@ def test_a_task_left_pending_on_a_closed_loop_is_forgotten() -> None:
     assert [e.name for e in memory.events] == ["in-task"]
     assert all(track.kind != ASYNC_TRACK for track in timeline.tracks())  # its lane was let go
     del task
+    timeline.close()
+
+
+def test_a_task_that_records_as_the_last_listener_goes_is_not_kept_once_done() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("t", [memory])
+
+    class Result:
+        pass
+
+    async def handler(go: asyncio.Event) -> Result:
+        timeline.instant("in-task")
+        await go.wait()
+        return Result()
+
+    async def main() -> tuple[weakref.ref[Any], weakref.ref[Any]]:
+        go = asyncio.Event()
+        task = asyncio.create_task(handler(go))
+        await asyncio.sleep(0)  # it records, on a lane of its own
+        timeline.remove_listener(memory)  # the last: every buffer is let go, the task's lane with them
+        go.set()
+        return weakref.ref(task), weakref.ref(await task)
+
+    task, result = asyncio.run(main())
+    gc.collect()
+    assert [e.name for e in memory.events] == ["in-task"]
+    assert task() is None and result() is None  # nothing of the timeline keeps the done task, nor what it returned
     timeline.close()
 
 

@@ -62,3 +62,14 @@ def test_closed_connections_do_not_hold_their_read_buffers(collector: CollectorP
             sock.recv(100)  # WELCOME
     collector.get("/healthz")  # every close processed by now
     assert _rss_mib(collector.proc.pid) - before < 40  # 1500 x 64 KiB would be 94 MiB
+
+
+@pytest.mark.parametrize("flag", ["--tcp", "--http", "--otlp-http"])
+def test_an_address_in_use_is_refused_at_start_naming_its_flag(flag: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = _run(flag, address)
+    assert done.returncode == 1
+    assert f"cannot start: {flag} {address}: cannot listen there: address already in use" in done.stderr

@@ -16,12 +16,13 @@ can tell).
 
 Never imports OpenTelemetry: it has the methods the SDK calls on a span processor, and reads only what every SDK span
 has (``get_span_context()``, ``parent``, ``kind``, ``name``, ``attributes``). Nothing raises into the program: a span
-it cannot read, or one still open when ``MAX_OPEN_SPANS`` others are, is not recorded, and counted as a dropped event
-(warned about once).
+it cannot read, one still open when ``MAX_OPEN_SPANS`` others are, or one that ends after the thread or task that
+started it (whose track has ended), is not recorded, and counted as a dropped event (warned about once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
 from typing import Any, Final
@@ -40,8 +41,8 @@ class SpanProcessor:
 
     def __init__(self, timeline: Timeline | None = None) -> None:
         self._timeline = DEFAULT_TIMELINE if timeline is None else timeline
-        #: The scope of each span open, by (trace id, span id).
-        self._open: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        #: The scope of each span open, and the thread or task it records on, by (trace id, span id).
+        self._open: OrderedDict[tuple[int, int], tuple[Any, threading.Thread | asyncio.Task[Any]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -61,8 +62,9 @@ class SpanProcessor:
         except Exception:
             self._timeline._refuse("an OpenTelemetry span this SpanProcessor cannot read")
             return
+        owner = _current_task() or threading.current_thread()  # (what the scope records on, as the recorder picks)
         with self._lock:
-            self._open[key] = scope
+            self._open[key] = (scope, owner)
             if len(self._open) <= MAX_OPEN_SPANS:
                 return
             self._open.popitem(last=False)
@@ -79,9 +81,15 @@ class SpanProcessor:
         except Exception:
             return  # (its start was not read either, or is let go with the others never ended)
         with self._lock:
-            scope = self._open.pop(key, None)
-        if scope is not None:
-            scope.__exit__(None, None, None)
+            opened = self._open.pop(key, None)
+        if opened is None:
+            return
+        scope, owner = opened
+        if owner.done() if isinstance(owner, asyncio.Task) else not owner.is_alive():
+            # Its track has ended (or ends at the flusher's next pass): recorded there, the span would be lost unseen.
+            self._timeline._refuse("an OpenTelemetry span that ended after the thread or task that started it")
+            return
+        scope.__exit__(None, None, None)
 
     def shutdown(self) -> None:
         """The provider shuts down: spans still open are never recorded (the timeline is the program's, left open)."""
@@ -91,3 +99,11 @@ class SpanProcessor:
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Deliver what the timeline holds (``Timeline.flush``): True if all of it was, within the time given."""
         return self._timeline.flush(timeout_s=timeout_millis / 1000)
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    """The asyncio task running in this thread, if any."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop running in this thread
+        return None

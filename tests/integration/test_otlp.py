@@ -379,6 +379,22 @@ def test_two_services_are_two_processes_and_a_resource_sent_again_is_the_same_on
     assert sorted(map(sorted, by_pid.values())) == [["db-op"], ["web-op"]]  # each its own pid in the trace
 
 
+def test_two_services_of_one_sdk_process_sharing_its_instance_id_are_two_processes(collector: OtlpCollector) -> None:
+    providers = {}
+    for service in ("web", "db"):  # the SDK gives every resource of a process the same service.instance.id
+        providers[service] = provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+    for service, provider in providers.items():
+        with provider.get_tracer("test").start_as_current_span(f"{service}-op"):
+            pass
+        provider.shutdown()
+    trace = collector.snapshot()
+    assert sorted(p["process_name"] for p in trace["otherData"]["processes"]) == ["db", "web"]
+    names = {p["pid"]: p["process_name"] for p in trace["otherData"]["processes"]}
+    shown = {names[event["pid"]]: event["name"] for event in events(trace, "X")}
+    assert shown == {"web": "web-op", "db": "db-op"}  # each span in its own service's process
+
+
 def test_the_sdks_log_records_become_messages_at_their_severitys_priority(collector: OtlpCollector) -> None:
     provider = LoggerProvider(resource=Resource.create({"service.name": "checkout"}))
     exporter = OTLPLogExporter(endpoint=collector.otlp_base + "/v1/logs")

@@ -645,3 +645,27 @@ def test_an_idle_otlp_stream_is_closed_and_its_process_keeps_when_it_was_last_se
         assert collector.json("/healthz")["otlp_streams"] == 1
     finally:
         collector.stop()
+
+
+def test_a_resources_stream_opened_again_draws_its_new_traces_on_new_tracks_not_on_its_old_traces() -> None:
+    collector = OtlpCollector("--idle-timeout", "1")
+    try:
+        resource = Resource({"service.name": "web", "service.instance.id": "web-1"})
+        for n in range(2):  # the stream closes when idle, then opens again for the same resource
+            provider = TracerProvider(resource=resource)
+            provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+            with provider.get_tracer("test").start_as_current_span(f"request {n}"):
+                pass
+            provider.shutdown()
+            deadline = time.monotonic() + 30
+            while collector.json("/healthz")["otlp_streams"]:  # closed by the idle timeout
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        trace = collector.snapshot()
+        lanes = metadata(trace, "thread_name")
+        requests = events(trace, "X")
+        assert len(requests) == 2 and len({(e["pid"], e["tid"]) for e in requests}) == 2
+        for request in requests:  # each on the lane of its own trace, named after it
+            assert lanes[request["pid"], request["tid"]] == f"trace {request['args']['trace_id'][:8]}"
+    finally:
+        collector.stop()

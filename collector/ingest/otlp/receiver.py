@@ -133,14 +133,15 @@ class _ProcessStream:
     """A resource's native stream: its loopback connection, encoder, tracks, log kinds and the lanes of its traces,
     kept across requests."""
 
-    def __init__(self, connection: LoopbackConnection) -> None:
+    def __init__(self, connection: LoopbackConnection, first_track_id: int = FIRST_TRACK_ID) -> None:
         self.connection = connection
         self.registry = KindRegistry()
         self.encoder = StreamEncoder(registry=self.registry)
         self.tracks: dict[Lane, TrackInfo] = {}
-        # Never reused (the lanes of traces end), and far above a ringtrace client's: shown as one process with a
-        # client's (the same OS process), its tracks keep their own tids.
-        self._track_ids = itertools.count(FIRST_TRACK_ID)
+        # Never reused (the lanes of traces end; a process's stream opened again goes on past its last one's), and
+        # far above a ringtrace client's: shown as one process with a client's (the same OS process), its tracks keep
+        # their own tids.
+        self._track_ids = itertools.count(first_track_id)
         self.trace_lanes = TraceLanes()
         self.log_kinds: dict[tuple[str, str], KindSpec] = {}
         self.lock = asyncio.Lock()
@@ -462,7 +463,11 @@ class OtlpReceiver:
             hello = dataclasses.replace(hello, token=self._token)
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}", self._connections)
         welcome = await connection.open(hello)
-        stream = _ProcessStream(connection)
+        # Past every track its process was declared before (by an earlier stream, closed when idle): an id declared
+        # again would name that stream's stored events after this one's track (a trace's spans on another's lane).
+        known = connection.process
+        used = max((*known.tracks, *known.ended_tracks), default=0) if known is not None else 0
+        stream = _ProcessStream(connection, max(FIRST_TRACK_ID, used + 1))
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
         # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
         connection.on_lost = functools.partial(self._forget, process.key, stream)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -72,4 +73,22 @@ def test_an_address_in_use_is_refused_at_start_naming_its_flag(flag: str) -> Non
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         done = _run(flag, address)
     assert done.returncode == 1
-    assert f"cannot start: {flag} {address}: cannot listen there: address already in use" in done.stderr
+    assert f"cannot start: {flag} {address}: cannot listen there: address already in use\n" in done.stderr
+
+
+def test_an_address_in_use_set_in_the_environment_is_refused_naming_its_variable() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = subprocess.run(
+            [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0"],
+            env={**os.environ, "RINGTRACE_HTTP": address},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot start: --http {address}: cannot listen there: address already in use (set by RINGTRACE_HTTP)" in (
+        done.stderr
+    )

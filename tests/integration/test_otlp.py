@@ -456,6 +456,29 @@ def test_gauges_sums_and_histograms_become_counters_and_summaries_are_refused_wi
     assert b'ringtrace_otlp_items_total{outcome="refused",signal="metrics"} 2.0' in metrics
 
 
+def test_an_exponential_histogram_of_the_sdk_keeps_the_buckets_that_count_something(collector: OtlpCollector) -> None:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
+
+    exporter = OTLPMetricExporter(endpoint=f"{collector.otlp_base}/v1/metrics")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)  # (exported when flushed)
+    exponential = View(instrument_name="latency", aggregation=ExponentialBucketHistogramAggregation())
+    provider = MeterProvider(metric_readers=[reader], views=[exponential])
+    latency = provider.get_meter("test").create_histogram("latency")
+    for value in (1, 2, 100):  # none negative: the SDK still sends its negative buckets, all of them 0
+        latency.record(value)
+    assert provider.force_flush(timeout_millis=30_000)
+    provider.shutdown()
+    counts = [e["args"] for e in events(collector.snapshot(), "C") if e["name"] == "latency.count"]
+    assert counts  # (one export when flushed, another as it shuts down)
+    for count in counts:
+        histogram = count["histogram"]
+        assert count["value"] == 3 and sum(histogram["positive"]["bucket_counts"]) == 3
+        assert "negative" not in histogram  # (as the docs say: where they count anything)
+
+
 def test_a_full_store_under_discard_answers_503_with_retry_after_so_exporters_retry() -> None:
     collector = OtlpCollector("--policy", "discard", "--capacity", "512KiB", "--max-frame-size", "64KiB")
     try:

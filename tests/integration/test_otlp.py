@@ -692,3 +692,15 @@ def test_a_resources_stream_opened_again_draws_its_new_traces_on_new_tracks_not_
             assert lanes[request["pid"], request["tid"]] == f"trace {request['args']['trace_id'][:8]}"
     finally:
         collector.stop()
+
+
+def test_the_sources_command_shows_an_otlp_service_as_otlp_not_as_no_connection(
+    collector: OtlpCollector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ringtrace.collector.command.main import main
+
+    assert collector.export(request_of(span("op", T0, T0 + 50), host_name="web-1").SerializeToString())[0] == 200
+    assert main(["sources", collector.http_url]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    (process,) = [row for row in rows if row[1:4] == ["checkout", "process", "web-1"]]
+    assert process[4] == "otlp"  # its conn column

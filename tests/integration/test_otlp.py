@@ -704,3 +704,17 @@ def test_the_sources_command_shows_an_otlp_service_as_otlp_not_as_no_connection(
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     (process,) = [row for row in rows if row[1:4] == ["checkout", "process", "web-1"]]
     assert process[4] == "otlp"  # its conn column
+
+
+def test_services_that_name_no_pid_are_shown_by_their_names_alone_not_as_pid_0(collector: OtlpCollector) -> None:
+    for service in ("web", "db"):  # neither names a process.pid: one shows pid 0, the other an alias of it
+        assert (
+            collector.export(request_of(span(f"{service}-op", T0, T0 + 50), service=service).SerializeToString())[0]
+            == 200
+        )
+    trace = collector.snapshot()
+    assert sorted(metadata(trace, "process_name").values()) == ["db", "web"]
+    status, body = collector.get("/snapshot?format=perfetto")
+    assert status == 200
+    processes = [track.name for track in PerfettoTrace(body).tracks.values() if track.kind == "process"]
+    assert sorted(processes) == ["db", "web"]

@@ -126,7 +126,7 @@ def _sources(args: argparse.Namespace) -> int:
         rate = process["events_per_s"]
         table.add_row(
             str(process["pid"]), f"[bold]{process['process_name']}[/bold]", "process", process["host"],
-            str(process["connections"]), f"{process['stored_events']:,}", size(process["stored_bytes"]),
+            _connections(process), f"{process['stored_events']:,}", size(process["stored_bytes"]),
             f"{_lost(process):,}", "-" if rate is None else f"{rate:,.0f}", _clock(process["first_wall_ns"]),
             _clock(process["last_wall_ns"]),
         )  # fmt: skip
@@ -152,6 +152,11 @@ def _lost(counts: dict[str, Any]) -> int:
     """Every kind of loss of a process or track (what was cleared on request is not lost)."""
     names = ("overwritten_events", "capped_events", "discarded_events", "client_dropped_events", "rejected_events")
     return sum(int(counts.get(name, 0)) for name in names)
+
+
+def _connections(process: dict[str, Any]) -> str:
+    """A client's connections; ``otlp`` for an OTLP service, which holds none (it sends requests now and then)."""
+    return "otlp" if process.get("via") == "otlp" else str(process["connections"])
 
 
 def _clock(wall_ns: int | None) -> str:

@@ -25,7 +25,14 @@ from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.read.event_walk import EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame, first_showing
+from ringtrace.collector.read.frame_walk import (
+    ProcessView,
+    Shown,
+    SnapshotView,
+    WalkedFrame,
+    first_showing,
+    process_label,
+)
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -202,7 +209,7 @@ def _metadata_events(view: SnapshotView, walk: EventWalk) -> list[dict[str, Any]
     for pid in sorted({view.processes[uid].trace_pid for uid, _ in tracks}, key=lambda pid: first[pid].uid):
         process = first[pid]
         uid = process.uid
-        label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
+        label = process_label(process)
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": process.host}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": uid}})

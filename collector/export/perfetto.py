@@ -55,7 +55,14 @@ from ringtrace.collector.export import protobuf as pb
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
-from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame, first_showing
+from ringtrace.collector.read.frame_walk import (
+    ProcessView,
+    Shown,
+    SnapshotView,
+    WalkedFrame,
+    first_showing,
+    process_label,
+)
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
@@ -507,7 +514,7 @@ class _Tracks:
                 self._first_showing = first_showing(self._walk.processes)
             process = self._first_showing.get(process.trace_pid, process)
             uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
-            label = process.name if process.trace_pid == process.pid else f"{process.name} (pid {process.pid})"
+            label = process_label(process)
             described = pb.uint(_PID, self._pid(process)) + pb.string(_PROCESS_NAME, label)
             described += pb.string(_PROCESS_LABELS, process.host)
             rank = pb.uint(_SIBLING_ORDER_RANK, min(process.uid, _MAX_INT32))  # in the order they first connected

@@ -42,6 +42,7 @@ __all__ = [
     "is_shown",
     "log_once",
     "prepare",
+    "process_label",
     "segment_stream",
     "shown_name",
     "taken_events",
@@ -161,6 +162,14 @@ def first_showing(processes: dict[int, ProcessView]) -> dict[int, ProcessView]:
     for uid in sorted(processes):
         first.setdefault(processes[uid].trace_pid, processes[uid])
     return first
+
+
+def process_label(process: ProcessView) -> str:
+    """The name a process is shown by: its own, with its OS pid where it shows another (containers all run pid 1);
+    not a pid of 0, which only says an OTLP resource named none."""
+    return (
+        process.name if process.trace_pid == process.pid or not process.pid else f"{process.name} (pid {process.pid})"
+    )
 
 
 class FrameWalk:

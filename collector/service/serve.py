@@ -34,7 +34,7 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 def _set_by(message: str, from_environment: list[str]) -> str:
     """`` (set by RINGTRACE_...)`` when the flag a refusal names came from its variable."""
     for flag in from_environment:  # flags and their values; a switch (--insecure-open) has none
-        if flag in ENVIRONMENT and (f"({flag})" in message or f"{flag}:" in message):
+        if flag in ENVIRONMENT and (f"({flag})" in message or f"{flag}:" in message or message.startswith(f"{flag} ")):
             return f" (set by {ENVIRONMENT[flag]})"
     return ""
 
@@ -98,6 +98,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "ringtrace-collector") -
         log.error("%s%s", exc, _set_by(str(exc), from_environment))
         return 2
     except OSError as exc:
-        log.error("cannot start: %s", exc)
+        log.error("cannot start: %s%s", exc, _set_by(str(exc), from_environment))
         return 1
     return 0

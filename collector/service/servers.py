@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from ringtrace.collector.auth import Authenticator, server_tls_context
@@ -55,7 +56,8 @@ class Servers:
         config = self.config
         # With TLS, asyncio's SSL protocol decrypts straight into the buffer IngestProtocol.get_buffer lends it (a
         # segment): frames are still stored where they are read. A handshake must end within the HELLO timeout.
-        self._tcp_server = server = await asyncio.get_running_loop().create_server(
+        self._tcp_server = server = await _listen(
+            "--tcp",
             connection,
             config.tcp_host,
             config.tcp_port,
@@ -70,7 +72,8 @@ class Servers:
         config = self.config
         self._http_runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=guard.request_log)
         await self._http_runner.setup()
-        self._http_server = await asyncio.get_running_loop().create_server(
+        self._http_server = await _listen(
+            "--http",
             guard.factory(self._http_runner.server),
             config.http_host,
             config.http_port,
@@ -91,7 +94,8 @@ class Servers:
             app, access_log=None, handle_signals=False, auto_decompress=False, logger=guard.request_log
         )
         await self._otlp_runner.setup()
-        self._otlp_server = await asyncio.get_running_loop().create_server(
+        self._otlp_server = await _listen(
+            "--otlp-http",
             guard.factory(self._otlp_runner.server),
             host,
             port,
@@ -169,6 +173,21 @@ class Servers:
             await self._otlp_runner.cleanup()
         if self._otlp_grpc_stopped is not None:
             await self._otlp_grpc_stopped
+
+
+async def _listen(
+    flag: str, protocol: Callable[[], asyncio.BaseProtocol], host: str, port: int, **options: Any
+) -> asyncio.Server:
+    """``loop.create_server``, but a port it cannot bind is an error naming the flag that gave it, and the address.
+
+    Raises:
+        OSError: the address cannot be bound (in use, or not an address of this machine).
+    """
+    try:
+        return await asyncio.get_running_loop().create_server(protocol, host, port, **options)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)  # (uvloop's text repeats the address)
+        raise OSError(f"{flag} {host_port((host, port))}: cannot listen there: {why.lower()}") from exc
 
 
 def host_port(address: tuple[str, int]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -62,3 +63,32 @@ def test_closed_connections_do_not_hold_their_read_buffers(collector: CollectorP
             sock.recv(100)  # WELCOME
     collector.get("/healthz")  # every close processed by now
     assert _rss_mib(collector.proc.pid) - before < 40  # 1500 x 64 KiB would be 94 MiB
+
+
+@pytest.mark.parametrize("flag", ["--tcp", "--http", "--otlp-http"])
+def test_an_address_in_use_is_refused_at_start_naming_its_flag(flag: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = _run(flag, address)
+    assert done.returncode == 1
+    assert f"cannot start: {flag} {address}: cannot listen there: address already in use\n" in done.stderr
+
+
+def test_an_address_in_use_set_in_the_environment_is_refused_naming_its_variable() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = subprocess.run(
+            [sys.executable, "-m", "ringtrace.collector", "--tcp", "127.0.0.1:0"],
+            env={**os.environ, "RINGTRACE_HTTP": address},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot start: --http {address}: cannot listen there: address already in use (set by RINGTRACE_HTTP)" in (
+        done.stderr
+    )

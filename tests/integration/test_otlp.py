@@ -515,6 +515,22 @@ def test_two_services_are_two_processes_and_a_resource_sent_again_is_the_same_on
     assert sorted(map(sorted, by_pid.values())) == [["db-op"], ["web-op"]]  # each its own pid in the trace
 
 
+def test_two_services_of_one_sdk_process_sharing_its_instance_id_are_two_processes(collector: OtlpCollector) -> None:
+    providers = {}
+    for service in ("web", "db"):  # the SDK gives every resource of a process the same service.instance.id
+        providers[service] = provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+    for service, provider in providers.items():
+        with provider.get_tracer("test").start_as_current_span(f"{service}-op"):
+            pass
+        provider.shutdown()
+    trace = collector.snapshot()
+    assert sorted(p["process_name"] for p in trace["otherData"]["processes"]) == ["db", "web"]
+    names = {p["pid"]: p["process_name"] for p in trace["otherData"]["processes"]}
+    shown = {names[event["pid"]]: event["name"] for event in events(trace, "X")}
+    assert shown == {"web": "web-op", "db": "db-op"}  # each span in its own service's process
+
+
 def test_the_sdks_log_records_become_messages_at_their_severitys_priority(collector: OtlpCollector) -> None:
     provider = LoggerProvider(resource=Resource.create({"service.name": "checkout"}))
     exporter = OTLPLogExporter(endpoint=collector.otlp_base + "/v1/logs")
@@ -574,6 +590,29 @@ def test_gauges_sums_and_histograms_become_counters_and_summaries_are_refused_wi
     assert collector.json("/stats")["otlp_items"]["/v1/metrics"] == {"accepted": 5, "refused": 2}
     _, metrics = collector.get("/metrics")
     assert b'ringtrace_otlp_items_total{outcome="refused",signal="metrics"} 2.0' in metrics
+
+
+def test_an_exponential_histogram_of_the_sdk_keeps_the_buckets_that_count_something(collector: OtlpCollector) -> None:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
+
+    exporter = OTLPMetricExporter(endpoint=f"{collector.otlp_base}/v1/metrics")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)  # (exported when flushed)
+    exponential = View(instrument_name="latency", aggregation=ExponentialBucketHistogramAggregation())
+    provider = MeterProvider(metric_readers=[reader], views=[exponential])
+    latency = provider.get_meter("test").create_histogram("latency")
+    for value in (1, 2, 100):  # none negative: the SDK still sends its negative buckets, all of them 0
+        latency.record(value)
+    assert provider.force_flush(timeout_millis=30_000)
+    provider.shutdown()
+    counts = [e["args"] for e in events(collector.snapshot(), "C") if e["name"] == "latency.count"]
+    assert counts  # (one export when flushed, another as it shuts down)
+    for count in counts:
+        histogram = count["histogram"]
+        assert count["value"] == 3 and sum(histogram["positive"]["bucket_counts"]) == 3
+        assert "negative" not in histogram  # (as the docs say: where they count anything)
 
 
 def test_a_full_store_under_discard_answers_503_with_retry_after_so_exporters_retry() -> None:
@@ -765,3 +804,29 @@ def test_an_idle_otlp_stream_is_closed_and_its_process_keeps_when_it_was_last_se
         assert collector.json("/healthz")["otlp_streams"] == 1
     finally:
         collector.stop()
+
+
+def test_the_sources_command_shows_an_otlp_service_as_otlp_not_as_no_connection(
+    collector: OtlpCollector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ringtrace.collector.command.main import main
+
+    assert collector.export(request_of(span("op", T0, T0 + 50), host_name="web-1").SerializeToString())[0] == 200
+    assert main(["sources", collector.http_url]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    (process,) = [row for row in rows if row[1:4] == ["checkout", "process", "web-1"]]
+    assert process[4] == "otlp"  # its conn column
+
+
+def test_services_that_name_no_pid_are_shown_by_their_names_alone_not_as_pid_0(collector: OtlpCollector) -> None:
+    for service in ("web", "db"):  # neither names a process.pid: one shows pid 0, the other an alias of it
+        assert (
+            collector.export(request_of(span(f"{service}-op", T0, T0 + 50), service=service).SerializeToString())[0]
+            == 200
+        )
+    trace = collector.snapshot()
+    assert sorted(metadata(trace, "process_name").values()) == ["db", "web"]
+    status, body = collector.get("/snapshot?format=perfetto")
+    assert status == 200
+    processes = [track.name for track in PerfettoTrace(body).tracks.values() if track.kind == "process"]
+    assert sorted(processes) == ["db", "web"]

@@ -155,10 +155,10 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
                 while not any(status == 503 for status, _, _ in answers):
                     assert asyncio.get_running_loop().time() < deadline, answers
                     large = f"large-{len(answers)}"  # its stream is busy while its frames go in, a turn at a time
+                    known = len(running.registry.processes)
                     storing = asyncio.ensure_future(post(request(large, 20_000).SerializeToString()))
-                    known = running.registry.processes.values()
-                    while not storing.done() and all(p.instance_id != large for p in known):
-                        await asyncio.sleep(0)  # (its stream opens as it is packed)
+                    while not storing.done() and len(running.registry.processes) == known:
+                        await asyncio.sleep(0)  # (its stream opens as it is packed: its process is known)
                     answers.append(await post(request(f"small-{len(answers)}", 1).SerializeToString()))
                     assert (await storing)[0] == 200
             return answers

@@ -423,6 +423,36 @@ def test_a_forked_child_records_spans_though_another_thread_was_in_the_processor
     subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], check=True, timeout=90)
 
 
+def test_a_span_ended_after_the_thread_that_started_it_is_counted_as_dropped_not_lost_unseen() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from ringtrace.client.otel import SpanProcessor
+
+    listener = MemoryListener()
+    tl = Timeline("otel", [listener])
+    provider = TracerProvider()
+    provider.add_span_processor(SpanProcessor(tl))
+    tracer = provider.get_tracer("test")
+    started: list[Any] = []
+    starter = threading.Thread(target=lambda: started.append(tracer.start_span("outlived thread")))
+    starter.start()
+    starter.join(timeout=30)
+
+    async def start_in_a_task() -> None:
+        started.append(tracer.start_span("outlived task"))
+
+    async def serve() -> None:
+        await asyncio.create_task(start_in_a_task())
+        assert tl.flush(timeout_s=30)  # the flusher has seen the thread and the task end: their tracks are retired
+        for span in started:
+            span.end()
+
+    asyncio.run(serve())
+    assert not tl.flush(timeout_s=30)  # (flush says so: drops since the last one)
+    assert tl.dropped_events == 2
+    tl.close()
+    assert not {"outlived thread", "outlived task"} & {event.name for event in listener.events}
+
+
 def test_importing_the_client_and_tracing_imports_no_opentelemetry() -> None:
     code = (
         "import sys, ringtrace.client as rc, ringtrace.client.otel\n"

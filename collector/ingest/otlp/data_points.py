@@ -70,7 +70,7 @@ def _add_histogram(
         histogram["scale"], histogram["zero_count"] = point.scale, point.zero_count
         for side in ("positive", "negative"):
             buckets = getattr(point, side)
-            if buckets.bucket_counts:
+            if any(buckets.bucket_counts):  # (an SDK sends a side that counted nothing as [0])
                 histogram[side] = {"offset": buckets.offset, "bucket_counts": list(buckets.bucket_counts)}
     for bound in ("min", "max"):
         if point.HasField(bound):

@@ -1,9 +1,9 @@
 """What every OTLP signal shares: a resource is a process, and a request's data becomes records per lane of it.
 
 A resource's process is named after its ``service.name`` (with ``host.name``, ``process.pid``); the same resource
-sent again is the same process (its ``service.instance.id``, or a digest of its attributes). A resource of an OS
-process a ringtrace client also records (the same ``host.name`` and ``process.pid``) shows as that process, each one's
-tracks beside the other's (``store/processes.py``). Its timestamps are
+sent again is the same process (the same service, host, pid and ``service.instance.id``, or a digest of its
+attributes). A resource of an OS process a ringtrace client also records (the same ``host.name`` and ``process.pid``)
+shows as that process, each one's tracks beside the other's (``store/processes.py``). Its timestamps are
 wall-clock ns, so its stream pairs its clock with the wall clock one to one (HELLO ``recorded``: as sent, not checked
 against the collector's clock).
 """
@@ -81,7 +81,9 @@ def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> Proce
             pid=pid,
             host=host,
             process_name=name,
-            instance_id=text_of(instance),
+            # What the collector knows the process by, with its host: the whole key, as one SDK process gives each
+            # of its resources (services) the same service.instance.id, which alone would make them one process.
+            instance_id=hashlib.blake2b(key.encode(errors="replace"), digest_size=16).hexdigest(),
             boot_id="",  # a clock domain of its own: wall-clock ns
             monotonic_ns=now,
             wall_ns=now,

@@ -398,6 +398,9 @@ class IngestProtocol(asyncio.BufferedProtocol):
             writer.cut(self._handled)  # the frame that broke a rule, read into the segment: it ends before it
             self._frames.end_batch()  # what came before it is stored: acknowledge its FLUSHes
         if past_capacity:  # within the WELCOME's limits: say so (the client retries as for a refusal)
+            # Its tables are given back now, not once the peer has read the GOODBYE and closed: held while it drains,
+            # they would refuse another process's tables (one that shares the room they took) for as long.
+            self._frames.close_stream()
             self._say_goodbye(transport, encode(Goodbye(f"{exc}: {TABLES_PAST_CAPACITY}")))
         else:
             transport.abort()

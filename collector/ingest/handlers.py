@@ -273,16 +273,20 @@ class FrameHandlers:
 
     def lost(self) -> None:
         """The connection ended: the flushes asked for are not answered; the stream closes."""
-        if self.writer is not None:
-            # Its tables go with it: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
-            self._sink.heap.freed(self.writer.close())
-            self.writer = None
+        self.close_stream()
         if self.process is not None:
             self._sink.registry.disconnected(self.process)
         for future in self.flushes.values():
             if not future.done():
                 future.set_result(False)
         self.flushes.clear()
+
+    def close_stream(self) -> None:
+        """The store's part of the connection ends (what it stored stays); its tables are no longer charged."""
+        if self.writer is not None:
+            # Its tables go with it: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
+            self._sink.heap.freed(self.writer.close())
+            self.writer = None
 
     # -- requests to the client -----------------------------------------------------------------------------------
 

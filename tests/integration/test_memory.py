@@ -218,6 +218,49 @@ def test_processes_that_only_declare_tables_are_held_to_their_share_and_leave_ot
         collector.stop()
 
 
+#: A client that connects once told to (a line on its standard input), records sys.argv[2] instants, flushes and says
+#: whether the flush held.
+LATE_CLIENT = (
+    "import sys, ringtrace.client\n"
+    "sys.stdin.readline()\n"
+    "tl = ringtrace.client.connect(sys.argv[1], process_name='late')\n"
+    "for i in range(int(sys.argv[2])):\n"
+    "    tl.instant('late', i=i)\n"
+    "print(tl.flush(timeout_s=30), flush=True)\n"
+)
+
+
+def test_tables_refused_are_given_back_at_once_not_held_while_their_connection_drains() -> None:
+    capacity = 32 * MIB  # (tables may take half: less than one filler's, so that each is refused)
+    collector = CollectorProcess("--capacity", str(capacity))
+    late = subprocess.Popen(
+        [sys.executable, "-c", LATE_CLIENT, collector.tcp_address, "100000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert late.stdin is not None and late.stdout is not None
+    try:
+        # Four processes refused for their tables, their sockets left open: the collector reads and drops what they
+        # still send a while after its GOODBYE. Their tables were all of the room tables may take; given back only
+        # once those connections went, a client connecting meanwhile was refused for its first few KiB of tables.
+        payload = tables_at_every_limit()
+        fillers = [RawClient(collector.tcp_address, hello(pid=1000 + n, instance=f"tables-{n}")) for n in range(4)]
+        for raw in fillers:
+            refused_for_tables(raw, payload)
+        assert collector.json("/stats")["table_bytes"] == 0
+        late.stdin.write("go\n")
+        late.stdin.flush()
+        assert late.stdout.readline().strip() == "True"
+        assert collector.json("/stats")["connections_tables_refused"] == 4
+        shown = sorted(e["args"]["i"] for e in events(collector.snapshot(), "i") if e["name"] == "late")
+        assert shown == list(range(100_000))
+        for raw in fillers:
+            raw.close()
+    finally:
+        late.kill()
+        late.communicate(timeout=30)  # (its pipes closed)
+        collector.stop()
+
+
 def test_a_read_buffer_grown_for_large_table_frames_is_counted_and_goes_back_once_they_are_read() -> None:
     collector = CollectorProcess("--capacity", str(CAPACITY), "--forget-after", "0.2")
     try:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
 from ringtrace.collector.store.ring import Store
 
 
@@ -21,7 +21,9 @@ class Client:
     def __init__(self, store: Store, owner: int, tracks: int = 2, instance: str | None = None) -> None:
         self.store, self.owner = store, owner
         self.stream = store.open_stream(owner, hello(f"i{owner}" if instance is None else instance))
-        self.encoder = StreamEncoder(max_events_per_frame=64)
+        # Its own kinds (the built-in ones), not this process's: other tests' typed events would grow its SCHEMA, and
+        # the tables charged for it.
+        self.encoder = StreamEncoder(max_events_per_frame=64, registry=KindRegistry())
         self.tracks = [TrackInfo(owner * 100 + t, THREAD_TRACK, f"t{t}", t + 1) for t in range(tracks)]
         self.ts = itertools.count(10**15, 1000)
         #: Per track id: the event indices sent, in order.

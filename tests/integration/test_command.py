@@ -274,7 +274,7 @@ def test_a_second_timeline_on_a_thread_keeps_a_tid_of_its_own_in_a_file_too(
         pass
     with disk.scope("fsync"):
         pass
-    main_timeline.flush()
+    main_timeline.flush(timeout_s=30)
     disk.close()
     main_timeline.close()
     assert run(capsys, "convert", str(path), "-o", str(tmp_path / "two.json"))[0] == 0

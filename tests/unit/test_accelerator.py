@@ -426,7 +426,7 @@ def test_a_listener_that_does_not_pack_keywords_receives_instant_arguments_as_ma
     tl = Timeline("maps", [keeper])
     tl.instant("x", a=1, b=[2])
     tl.instant("y")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tl.close()
     received = [args for records in keeper.kept for args in records[4::5]]
     assert received == [{"a": 1, "b": [2]}, None]
@@ -441,7 +441,7 @@ def test_a_cycle_through_the_records_a_listener_keeps_is_collected() -> None:
     tl = Timeline("kept", [keeper])
     with tl.scope("s", owner=keeper):
         pass
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tl.close()
     assert keeper.kept and all(gc.is_tracked(records) for records in keeper.kept)
     ref = weakref.ref(keeper)
@@ -457,7 +457,7 @@ def test_a_listener_that_answers_any_attribute_gets_maps() -> None:
     keeper.packs_keywords = SimpleNamespace()  # truthy, not True
     tl = Timeline("mocked", [keeper])
     tl.instant("x", a=1)
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tl.close()
     assert [type(records[4]) for records in keeper.kept] == [dict]
 
@@ -947,7 +947,7 @@ def test_threads_taking_turns_event_by_event_each_record_on_their_own_track() ->
     turns[0].release()
     for thread in threads:
         thread.join(30)
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tracks: dict[int, set[int]] = {}
     for event in listener.events:
         tracks.setdefault(event.track.track_id, set()).add(event.args["who"])
@@ -973,7 +973,7 @@ def test_a_scope_can_be_entered_again_and_records_each_time() -> None:
     for _ in range(2):
         with scope:
             pass
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [(event.name, event.args) for event in listener.events] == [("twice", {"n": 1})] * 2
     tl.close()
 
@@ -987,7 +987,7 @@ def test_an_exception_name_is_added_to_a_copy_of_the_scope_args() -> None:
             raise KeyError("x")
     with scope:
         pass
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [event.args for event in listener.events] == [{"n": 1, "exception": "KeyError"}] * 2 + [{"n": 1}]
     tl.close()
 
@@ -1032,7 +1032,7 @@ def test_a_keyboard_interrupt_during_the_slow_path_reaches_the_program(monkeypat
     with pytest.raises(KeyboardInterrupt):
         tl.instant("first")
     tl.instant("second")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [event.name for event in listener.events][-1] == "second"
     tl.close()
 
@@ -1047,7 +1047,7 @@ def test_a_scope_that_keeps_nothing_behaves_as_a_scope_that_records() -> None:
     with pytest.raises(KeyError), tl.scope("after"):
         raise KeyError("x")
     assert scope.__enter__() is scope and not scope.__exit__(KeyError, KeyError("y"), None)
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [(event.name, event.args) for event in listener.events] == [("after", {"exception": "KeyError"})]
     tl.close()
 
@@ -1090,7 +1090,7 @@ def test_a_scope_exited_without_being_entered_records_nothing() -> None:
         stack.push(tl.scope("never entered"))
     with tl.scope("entered"):
         pass
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [event.name for event in listener.events] == ["entered"]
     tl.close()
 
@@ -1107,8 +1107,8 @@ def work(i):
 for i in range(3):
     thread = threading.Thread(target=work, args=(i,), name=f"green-{i}")  # a greenlet
     thread.start(); thread.join()
-    tl.flush()  # the greenlet ended: its buffer is drained and forgotten
-assert tl.flush()
+    tl.flush(timeout_s=30)  # the greenlet ended: its buffer is drained and forgotten
+assert tl.flush(timeout_s=30)
 print(sorted({(e.track.name, e.args["g"]) for e in listener.events}), len(listener.events))
 """
 
@@ -1132,7 +1132,7 @@ tl = Timeline("main", [listener])
 tl.instant("one")
 with tl.scope("two"):
     pass
-assert tl.flush()
+assert tl.flush(timeout_s=30)
 print(sorted(event.name for event in listener.events))
 """
 

@@ -75,7 +75,7 @@ def test_every_kind_of_event_is_shown_alike(tmp_path: Path) -> None:
             tl.push(Packet(size=i, proto="udp"))
             tl.instant("odd", raw=b"\x00\xff", keys={5: "int key"}, nested={"a": [1, {"b": None}]})
             if i % 50 == 0:
-                tl.flush()
+                tl.flush(timeout_s=30)
 
     fast, slow = both(recorded(tmp_path, record))
     events = same_snapshot(fast, slow)
@@ -95,7 +95,7 @@ def test_filters_by_time_pid_and_track_select_alike(tmp_path: Path) -> None:
             with tl.scope("work", i=i):
                 pass
             if i % 100 == 0:
-                tl.flush()
+                tl.flush(timeout_s=30)
 
     view = recorded(tmp_path, record)
     _, whole = both(view)

@@ -287,7 +287,7 @@ def test_an_event_keeps_one_id_for_every_listener_and_ids_are_unique() -> None:
     events = [packet(size=size) for size in range(50)]
     for event in events:
         tl.push(event)
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     ids = [e.args["id"] for e in first.events]
     assert ids == [e.args["id"] for e in second.events] == [event_id(e) for e in events]
     assert len(set(ids)) == 50

@@ -301,7 +301,7 @@ def test_memory_listener_max_events_through_a_timeline() -> None:
     tl = Timeline("bounded", [listener])
     for i in range(12):
         tl.instant("e", i=i)
-    tl.flush()
+    tl.flush(timeout_s=30)
     assert [e.args["i"] for e in listener.events] == list(range(7, 12))
     assert listener.dropped_events == tl.dropped_events == 7
     tl.close()
@@ -323,7 +323,7 @@ def test_memory_listener_flush_is_false_after_an_eviction_and_true_again_after()
     for i in range(3):
         timeline.instant("e", i=i)
     assert timeline.flush() is False and memory.dropped_events == 1
-    assert timeline.flush() is True  # nothing dropped since the previous flush
+    assert timeline.flush(timeout_s=30) is True  # nothing dropped since the previous flush
     timeline.close()
 
 
@@ -336,9 +336,9 @@ def test_flush_is_false_after_a_rejected_typed_event_and_true_again_after(tmp_pa
     chosen = MemoryListener() if listener == "memory" else FileListener(tmp_path / "t.rttrace")
     timeline = Timeline("t", [chosen])
     timeline.push(Small(v=1))
-    assert timeline.flush() is True
+    assert timeline.flush(timeout_s=30) is True
     timeline.push(Small(v=300))  # does not fit a u8: the event is dropped and counted
     assert timeline.flush() is False
     timeline.push(Small(v=2))
-    assert timeline.flush() is True  # nothing rejected since the previous flush
+    assert timeline.flush(timeout_s=30) is True  # nothing rejected since the previous flush
     timeline.close()

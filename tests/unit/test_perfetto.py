@@ -56,7 +56,7 @@ def test_each_chunk_is_whole_packets_and_each_segment_a_sequence_that_starts_cle
             with tl.scope(f"span {i % 7}", i=i):
                 pass
             if i % 1000 == 999:
-                tl.flush()
+                tl.flush(timeout_s=30)
 
     snapshot = tmp_path / "two.rtsnap"  # two streams end to end: a segment each
     snapshot.write_bytes(b"".join(recorded(tmp_path, record, name).read_bytes() for name in ("one", "two")))

@@ -63,7 +63,7 @@ def test_every_kind_of_event_is_written_alike(tmp_path: Path) -> None:
             tl.counter("ratio", i / 3)
             tl.instant("nested", m={"a": [1, {"b": None}], "e": {}, "l": []}, t=True, f=False)
             if i % 3 == 0:  # frames of common events (the C writer's), then frames with the others in them
-                tl.flush()
+                tl.flush(timeout_s=30)
                 continue
             warn(count=i, peer="10.0.0.1")
             tl.marker("phase", "start", step=i)
@@ -73,7 +73,7 @@ def test_every_kind_of_event_is_written_alike(tmp_path: Path) -> None:
             tl.async_begin("request", i, url="/x")
             tl.async_end("request", i)
             tl.instant("odd", raw=b"\x00\xff", keys={5: "int key"})
-            tl.flush()
+            tl.flush(timeout_s=30)
 
     view = recorded(tmp_path, record)
     taken = taken_frames(view)
@@ -92,7 +92,7 @@ def test_filters_by_time_pid_and_track_select_alike(tmp_path: Path) -> None:
             with tl.scope("work", i=i):
                 pass
             if i % 100 == 0:
-                tl.flush()
+                tl.flush(timeout_s=30)
 
     view = recorded(tmp_path, record)
     starts = sorted(s.start_ns for s in PerfettoTrace(both(view)).slices)
@@ -132,7 +132,7 @@ def test_names_interned_by_either_writer_are_shared_on_the_sequence(tmp_path: Pa
             tl.instant(f"name {i % 7}", **{f"key {i % 5}": i})
             if i % 4 == 3:
                 tl.message("app", "info", f"message {i}")()  # a frame the Python writer writes
-            tl.flush()
+            tl.flush(timeout_s=30)
 
     view = recorded(tmp_path, record)
     assert sum(taken_frames(view)) == 30

@@ -32,7 +32,7 @@ def tl(listener: MemoryListener) -> Iterator[Timeline]:
 
 
 def flushed(tl: Timeline, listener: MemoryListener) -> list[DecodedEvent]:
-    tl.flush()
+    tl.flush(timeout_s=30)
     return listener.events
 
 
@@ -87,7 +87,7 @@ def test_an_unobserved_timeline_keeps_no_markers() -> None:
     listener = MemoryListener()
     tl.add_listener(listener)
     tl.marker("seen")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [e.name for e in listener.events] == ["seen"]
     tl.close()
 
@@ -114,7 +114,7 @@ def test_a_source_records_only_while_the_timeline_has_listeners_and_again_after(
     again = MemoryListener()
     tl.add_listener(again)
     src.open()
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [e.kind for e in listener.events] == ["source_open"]
     assert [e.kind for e in again.events] == ["source_open"]
     tl.close()
@@ -126,7 +126,7 @@ def test_a_source_nobody_holds_is_retired_once_drained(tl: Timeline, listener: M
     track = src.track
     del src
     gc.collect()
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [e.kind for e in listener.events] == ["source_open"]
     assert track not in tl.tracks()
 
@@ -158,7 +158,7 @@ def test_a_forked_child_records_sources_and_markers_into_its_own_buffers(listene
             src.close()
             tl.marker("child")
             tl.counter("c", 1)
-            tl.flush()
+            tl.flush(timeout_s=30)
             os.write(write, " ".join(e.kind for e in listener.events).encode())
         finally:
             os._exit(0)
@@ -167,7 +167,7 @@ def test_a_forked_child_records_sources_and_markers_into_its_own_buffers(listene
     os.waitpid(pid, 0)
     assert child_kinds == b"source_close marker counter"
     src.close()
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert [e.kind for e in listener.events] == ["source_open", "source_close"]
     tl.close()
 

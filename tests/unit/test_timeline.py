@@ -40,7 +40,7 @@ def tl(listener: MemoryListener) -> Iterator[Timeline]:
 
 
 def flushed(tl: Timeline, listener: MemoryListener) -> list[DecodedEvent]:
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     return listener.events
 
 
@@ -96,10 +96,10 @@ def test_add_and_remove_listeners() -> None:
     tl.add_listener(second)  # once is enough
     assert tl.listeners == (first, second)
     tl.instant("both")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tl.remove_listener(second)
     tl.instant("first only")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert names(first.events) == ["both", "first only"]
     assert names(second.events) == ["both"]
     tl.remove_listener(first)
@@ -114,11 +114,11 @@ def test_add_and_remove_listeners() -> None:
 
 
 def test_flush_returns_true_with_a_memory_listener(tl: Timeline, listener: MemoryListener) -> None:
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     tl.instant("a")
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     # flush(timeout_s=0) is not asserted: it is False whenever the flusher thread happens to be sweeping
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert names(listener.events) == ["a"]
 
 
@@ -141,7 +141,7 @@ def test_one_listener_attached_to_two_timelines_receives_both(listener: MemoryLi
     second.instant("from second")
     with first.scope("span of first"):
         pass
-    assert first.flush() and second.flush()
+    assert first.flush(timeout_s=30) and second.flush(timeout_s=30)
     events = listener.events
     assert sorted(names(events)) == ["from first", "from second", "span of first"]
     tracks = by_track(events)
@@ -166,7 +166,7 @@ def test_dropped_events_sums_the_listeners_counters() -> None:
     tl = Timeline("drops", [bounded, whole])
     for i in range(5):
         tl.instant("e", i=i)
-    tl.flush()
+    tl.flush(timeout_s=30)
     assert (len(bounded.events), len(whole.events)) == (2, 5)
     assert tl.dropped_events == 3
     tl.close()
@@ -223,7 +223,7 @@ def test_renamed_thread_gets_a_renamed_track(tl: Timeline, listener: MemoryListe
     thread.start()
     try:
         assert first_done.wait(30)
-        assert tl.flush()
+        assert tl.flush(timeout_s=30)
         thread.name = "new name"
         assert "test (new name)" in {track.name for track in _tracks_after_a_sweep(tl)}
     finally:
@@ -321,7 +321,7 @@ def test_listener_added_during_a_threads_first_event_loses_nothing(monkeypatch: 
     tl.instant("first event")
     for i in range(100):
         tl.instant("after", i=i)
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     assert names(first.events) == names(second.events) == ["first event", *["after"] * 100]
     tl.close()
 
@@ -377,7 +377,7 @@ def test_last_event_of_an_ending_thread_is_not_lost(tl: Timeline, listener: Memo
             return real_is_alive()
 
         thread.is_alive = is_alive_after_the_last_event  # type: ignore[method-assign]
-        assert tl.flush()
+        assert tl.flush(timeout_s=30)
         assert switched
     finally:
         go.set()
@@ -407,7 +407,7 @@ threading.get_native_id = native_id_with_a_signal
 tl.instant("first event of the main thread")
 threading.get_native_id = real_native_id
 assert raised
-assert tl.flush()
+assert tl.flush(timeout_s=30)
 print(len(listener.events), len({event.track.track_id for event in listener.events}))
 """
 
@@ -506,7 +506,7 @@ def test_lanes_are_reused_once_tasks_end(tl: Timeline, listener: MemoryListener)
         for i in range(1_000):
             await asyncio.create_task(one(i))
             if i % 50 == 49:
-                assert tl.flush()
+                assert tl.flush(timeout_s=30)
 
     listener.clear()
     asyncio.run(sequential_tasks())
@@ -704,7 +704,7 @@ def test_a_task_left_pending_on_a_closed_loop_is_forgotten() -> None:
     task = loop.create_task(stuck())
     loop.run_until_complete(asyncio.sleep(0.01))
     loop.close()  # the task stays pending forever
-    assert timeline.flush()
+    assert timeline.flush(timeout_s=30)
     assert [e.name for e in memory.events] == ["in-task"]
     assert all(track.kind != ASYNC_TRACK for track in timeline.tracks())  # its lane was let go
     del task
@@ -824,7 +824,7 @@ def test_a_full_buffer_refuses_a_source_s_events_too() -> None:
     with FLUSHER.sweeping():
         for _ in range(3 * BOUND):
             loader.close()
-    assert timeline.flush()
+    assert timeline.flush(timeout_s=30)
     assert len(memory.events) == 4 * BOUND
     timeline.close()
 
@@ -842,7 +842,7 @@ def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
     assert memory.dropped_events == 10
     assert [e.args["i"] for e in memory.events] == list(range(10))
     timeline.instant("e", i=20)  # drained: room again
-    assert timeline.flush()
+    assert timeline.flush(timeout_s=30)
     assert memory.events[-1].args["i"] == 20
     timeline.close()
 
@@ -915,7 +915,7 @@ def test_closing_one_timeline_keeps_a_listener_another_one_uses() -> None:
     first.instant("from-first")
     assert first.close()
     second.instant("from-second")
-    assert second.flush()
+    assert second.flush(timeout_s=30)
     assert sorted(e.name for e in shared.events) == ["from-first", "from-second"]
     second.close()
 
@@ -963,7 +963,7 @@ def test_ended_threads_are_retired_from_listeners() -> None:
         worker = threading.Thread(target=timeline.instant, args=("t",), kwargs={"i": i}, name=f"w{i}")
         worker.start()
         worker.join()
-    assert timeline.flush()
+    assert timeline.flush(timeout_s=30)
     assert sorted(track.name for track in retired) == sorted(f"churn (w{i})" for i in range(20))
     timeline.close()
 
@@ -988,7 +988,7 @@ def test_a_lane_that_serves_many_tasks_in_turn_names_each_slice_s_task(tl: Timel
     async def main() -> None:
         for i in range(6):  # one after the other: one lane, reused once the last task is done
             await asyncio.create_task(job(i), name=f"job-{i}")
-            assert tl.flush()
+            assert tl.flush(timeout_s=30)
 
     asyncio.run(main())
     lanes = {e.track.track_id for e in listener.events if e.track.kind == ASYNC_TRACK}

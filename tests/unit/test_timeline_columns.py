@@ -87,7 +87,7 @@ def test_every_kind_of_event_is_shown_alike_and_as_in_chrome_json(tmp_path: Path
             tl.async_end("request", i)
             tl.push(Packet(size=i, proto="udp"))
             if i % 50 == 0:
-                tl.flush()
+                tl.flush(timeout_s=30)
         tl.marker("never ended", "start")
 
     view = recorded(tmp_path, record)
@@ -120,7 +120,7 @@ def test_filters_select_alike(tmp_path: Path) -> None:
                 pass
             if i % 100 == 0:
                 tl.counter("n", i)
-                tl.flush()
+                tl.flush(timeout_s=30)
 
     view = recorded(tmp_path, record)
     starts = sorted(json.loads(event)["ts"] for event in alike(view))

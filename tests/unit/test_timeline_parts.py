@@ -183,7 +183,7 @@ def test_gates_turn_messages_on_up_to_the_priority_and_sampling_on_top() -> None
     trace(2)
     gates.set_sampling(None)
     trace(3)
-    assert timeline.flush()
+    assert timeline.flush(timeout_s=30)
     assert [event.name for event in listener.events] == ["d v(1)", "t v(2)"]
     timeline.close()
 

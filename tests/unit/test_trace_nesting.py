@@ -280,7 +280,7 @@ def test_frames_a_span_of_the_trace_holds_whole_are_taken_by_start_time_and_the_
                 with tl.scope("step", i=i):
                     tl.instant("tick")
                 if i % 500 == 499:
-                    tl.flush()  # frames apart
+                    tl.flush(timeout_s=30)  # frames apart
         tl.instant("after the job")
         assert scope.context is not None
         job.append(scope.context.trace_id)

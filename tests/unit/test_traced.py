@@ -21,7 +21,7 @@ def setup() -> Iterator[tuple[Timeline, MemoryListener]]:
 
 
 def spans(tl: Timeline, listener: MemoryListener) -> list[tuple[str, object]]:
-    assert tl.flush()
+    assert tl.flush(timeout_s=30)
     return [(event.name, event.args) for event in listener.events]
 
 

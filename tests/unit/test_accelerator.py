@@ -310,6 +310,7 @@ _events = st.one_of(
 
 
 @needs_speedups
+@pytest.mark.timeout(900)  # bounded by its examples, not the clock: 10 s idle, past 120 s beside a busy suite
 @settings(deadline=None, max_examples=300)
 @given(st.lists(_events, min_size=1, max_size=12))
 def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_the_accelerator(

@@ -21,45 +21,20 @@ call looks at the sampling window. The values are normalised on the flusher, as 
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.wire.frames import KindSpec
-from ringtrace.client.wire.model import KINDS, display_text, normalise_values
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, PLACEHOLDER, priority_level
+from ringtrace.wire.model import KINDS, display_text, normalise_values
 
-__all__ = [
-    "MAX_MESSAGE_VALUES",
-    "PRIORITIES",
-    "Message",
-    "Sampling",
-    "message_kind",
-    "priority_level",
-    "render",
-    "set_gate",
-]
+__all__ = ["Message", "Sampling", "message_kind", "set_gate"]
 
-PRIORITIES: Final = ("fatal", "error", "warning", "info", "debug", "trace", "trace+", "trace++", "trace+++")
-#: Values one message takes (Snabb's v3 entries hold six).
-MAX_MESSAGE_VALUES: Final = 6
-_PLACEHOLDER: Final = re.compile(r"\$(\w+)")
 _now = time.monotonic_ns
 
 _kinds: dict[tuple[str, str, str], KindSpec] = {}
-
-
-def priority_level(priority: str) -> int:
-    """The rank of ``priority`` (0 for ``fatal``).
-
-    Raises:
-        ValueError: not one of ``PRIORITIES``; the message lists them.
-    """
-    try:
-        return PRIORITIES.index(priority)
-    except ValueError:
-        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}; got {priority!r:.80}") from None
 
 
 def message_kind(category: str, priority: str, text: str) -> KindSpec:
@@ -72,7 +47,7 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
     if not isinstance(text, str) or not isinstance(category, str):
         raise ValueError(f"a message's category and text are str, got {type(category).__name__}, {type(text).__name__}")
     first_line = display_text(text.split("\n", 1)[0])
-    names = tuple(dict.fromkeys(_PLACEHOLDER.findall(first_line)))
+    names = tuple(dict.fromkeys(PLACEHOLDER.findall(first_line)))
     if len(names) > MAX_MESSAGE_VALUES:
         raise ValueError(f"a message takes at most {MAX_MESSAGE_VALUES} $values, {first_line!r:.80} has {len(names)}")
     key = (display_text(category), priority, first_line)
@@ -82,20 +57,6 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
         # The converter is normalise_values itself: the C encoder packs flat values of such kinds without it.
         kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, normalise_values, first_line, priority))
     return kind
-
-
-def render(kind: KindSpec, values: list[Any]) -> tuple[str, dict[str, Any]]:
-    """A message event as a reader shows it: its text with each ``$name`` as ``name(value)``, and its values by name
-    (values past the placeholders are ``value5``, ``value6``, ...)."""
-    names = [name for name, _ in kind.fields]
-    names += [f"value{i + 1}" for i in range(len(names), len(values))]
-    args = dict(zip(names, values, strict=False))
-
-    def placeholder(match: re.Match[str]) -> str:
-        name = match[1]
-        return f"{name}({args[name]})" if name in args else match[0]
-
-    return _PLACEHOLDER.sub(placeholder, kind.text), args
 
 
 class Sampling:

@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
@@ -25,6 +24,7 @@ from ringtrace.collector.store.backend import Flushed, Timer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import DataDir
+from ringtrace.wire.decoder import Limits
 
 __all__ = ["MAX_AGE_SWEEP_S", "LocalParts", "LocalStore"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.ring import Store, table_charge_bound
+from ringtrace.wire.decoder import Limits
 
 __all__ = ["capacity_holds", "log_store"]
 

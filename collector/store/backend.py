@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Store
+from ringtrace.wire.decoder import Limits
 
 __all__ = ["Flushed", "StoreBackend", "Timer"]
 

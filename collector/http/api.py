@@ -79,10 +79,12 @@ class CollectorAPI(Protocol):
     @property
     def metrics(self) -> CollectorMetrics: ...
 
-    snapshots_running: int
-
     @property
     def max_snapshots(self) -> int: ...
+
+    def begin_snapshot(self) -> bool: ...
+
+    def end_snapshot(self) -> None: ...
 
     @property
     def http_guard(self) -> HttpGuard: ...
@@ -90,14 +92,19 @@ class CollectorAPI(Protocol):
     @property
     def readers(self) -> Executor: ...
 
-    pop_left_open: Pairing
+    @property
+    def pop_left_open(self) -> Pairing: ...
+
+    def keep_pop_left_open(self, left_open: Pairing) -> None: ...
 
     @property
     def pop_lock(self) -> asyncio.Lock: ...
 
     async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView: ...
 
-    tails_running: int
+    def tail_begun(self) -> None: ...
+
+    def tail_ended(self) -> None: ...
 
     async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView: ...
 
@@ -227,10 +234,9 @@ async def _counted_snapshot(
 ) -> web.StreamResponse:
     """Serve a snapshot by ``writer`` if a slot is free (each pins segments and takes a worker thread), timed."""
     collector = request.app[COLLECTOR]
-    if collector.snapshots_running >= collector.max_snapshots:
+    if not collector.begin_snapshot():
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
         raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
-    collector.snapshots_running += 1
     try:
         with collector.metrics.snapshot_seconds.labels(writer).time():
             try:
@@ -241,7 +247,7 @@ async def _counted_snapshot(
             response, _ = await _stream_out(request, view, chunks, headers, gzip)
             return response
     finally:
-        collector.snapshots_running -= 1
+        collector.end_snapshot()
 
 
 async def pop(request: web.Request) -> web.StreamResponse:
@@ -268,7 +274,7 @@ async def pop(request: web.Request) -> web.StreamResponse:
         chunks = chrome_trace_chunks(view, query.filter, popping)
         response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
         if delivered and popping.leaves_open is not None:  # (a pop cut off: its reader has none of it)
-            collector.pop_left_open = popping.leaves_open
+            collector.keep_pop_left_open(popping.leaves_open)
         return response
 
 
@@ -423,7 +429,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     try:
         await response.prepare(request)
         await collector.tail_step(tail)  # where it begins
-        collector.tails_running += 1
+        collector.tail_begun()
         begun = True
         await response.write(live_tail.BANNER)
         await _follow(request, response, tail)
@@ -436,7 +442,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         tails.discard(task)
-        collector.tails_running -= begun
+        if begun:
+            collector.tail_ended()
     return response
 
 

@@ -78,6 +78,10 @@ class HttpGuard:
         self.timed_out += 1
         reset(transport)
 
+    def count_idle_closed(self) -> None:
+        """A connection closed for beginning no request within ``timeout_s`` (``GuardedConnection``): counted."""
+        self.timed_out += 1
+
     def factory(self, make: Callable[[], asyncio.Protocol] | None) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for ``loop.create_server``, wrapping ``make``'s protocols (aiohttp's server)."""
         assert make is not None, "the runner is set up"
@@ -162,7 +166,7 @@ class GuardedConnection(asyncio.Protocol):
             return
         log.info("closing %s connection from %s: no request begun within http_timeout_s=%s", self._guard.listener,
                  self._peer, self._guard.timeout_s)  # fmt: skip
-        self._guard.timed_out += 1
+        self._guard.count_idle_closed()
         transport.close()
 
 

@@ -42,7 +42,7 @@ class MetricsState(Protocol):
 
     def otlp_items(self) -> dict[tuple[str, str], int]: ...
 
-    def jetstream_counters(self) -> dict[str, int] | None: ...
+    def published_counters(self) -> dict[str, int] | None: ...
 
 
 class CollectorMetrics:
@@ -130,9 +130,9 @@ class _Scrape(_MetricsSource):
             for (path, outcome), count in otlp.items():
                 items.add_metric([path.rsplit("/", 1)[-1], outcome], count)
             yield items
-        jetstream = state.jetstream_counters()
-        if jetstream is not None:
-            yield from _jetstream_metrics(jetstream)
+        published = state.published_counters()  # (``--jetstream``: what this collector published)
+        if published is not None:
+            yield from _jetstream_metrics(published)
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)

@@ -51,7 +51,15 @@ from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store, Stream
 from ringtrace.collector.store.segments import Segment
 
-__all__ = ["DUPLICATE_WINDOW_S", "MAX_IN_FLIGHT", "SEAL_INTERVAL_S", "Publisher", "Sealing", "seal_every"]
+__all__ = [
+    "DUPLICATE_WINDOW_S",
+    "MAX_IN_FLIGHT",
+    "SEAL_INTERVAL_S",
+    "PublishCounters",
+    "Publisher",
+    "Sealing",
+    "seal_every",
+]
 
 log = logging.getLogger("ringtrace.collector.jetstream")
 

@@ -97,9 +97,9 @@ class CollectorConfig:
             raise ConfigError("--tls-cert and --tls-key go together: give both (the certificate chain and its key)")
         if (self.jetstream_tls_cert is None) != (self.jetstream_tls_key is None):
             raise ConfigError("--jetstream-tls-cert and --jetstream-tls-key go together: give both")
-        if self.jetstream is not None and self.data_dir is not None:
+        if self.jetstream and self.data_dir is not None:
             raise ConfigError("--jetstream and --data-dir are two stores: give one (the stream keeps what it holds)")
-        if self.jetstream is None:
+        if not self.jetstream:
             self._check_no_jetstream_option()
         exposed = self.exposed_listeners
         if exposed and self.token is None and not self.insecure_open:

@@ -1,6 +1,6 @@
-"""The service's side of ``--jetstream``: the connection to the cluster, the stream, the publishing and sealing tasks,
-and fleet-wide reads from the stream (snapshots, ``/sources``, ``/stats``, live tails) and purges (``/clear``,
-``/pop``).
+"""The service's side of ``--jetstream``, the store backend the collector composes then (``store/backend.py``): the
+connection to the cluster, the stream, the publishing and sealing tasks, and fleet-wide reads from the stream
+(snapshots, ``/sources``, ``/stats``, live tails) and purges (``/clear``, ``/pop``).
 
 The collector's own store stays what ingest writes into: a memory store of ``--jetstream-buffer`` bytes under
 ``discard``, whose segments wait there only until the stream acknowledges them (``jetstream/publisher.py``). What a
@@ -22,7 +22,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable, Sized
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ringtrace.collector.export.sources_document import sources_document, sources_totals
 from ringtrace.collector.jetstream.cluster import (
@@ -37,7 +37,7 @@ from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, rea
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness, beat_every, heartbeat_stream
-from ringtrace.collector.jetstream.publisher import Publisher, Sealing, seal_every
+from ringtrace.collector.jetstream.publisher import PublishCounters, Publisher, Sealing, seal_every
 from ringtrace.collector.jetstream.subjects import process_subject, subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
@@ -46,14 +46,16 @@ from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
+from ringtrace.collector.service.store_log import log_store
 from ringtrace.collector.store.accounts import Counts
+from ringtrace.collector.store.backend import Flushed, Timer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.version import __version__
 
-__all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "staging_store"]
+__all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "TierParts", "staging_store"]
 
 log = logging.getLogger("ringtrace.collector.jetstream")
 
@@ -85,45 +87,56 @@ def staging_store(config: CollectorConfig) -> Store:
     )
 
 
+class TierParts(Protocol):
+    """What the tier reads of the collector: the processes connected here, the clients' connections (counted in the
+    heartbeat), every connection (the OTLP receiver's loopback ones too, sealed every SEAL_INTERVAL_S), each process's
+    receive rate here (for the heartbeat), the limits for reading what is stored, and what ``ts`` 0 means."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def connections(self) -> Sized: ...
+
+    @property
+    def every_connection(self) -> Iterable[Sealing]: ...
+
+    @property
+    def rates(self) -> RateSampler: ...
+
+    @property
+    def stored_limits(self) -> Limits: ...
+
+    @property
+    def origin_ns(self) -> int: ...
+
+
 class JetStreamTier:
     """``--jetstream``: see the module docstring.
 
     Args:
         config: the collector's configuration (``jetstream`` set).
-        store: the collector's store (``staging_store``).
-        registry: the processes connected here.
-        connections: the clients' connections (counted in the heartbeat).
-        sealed: every connection, the OTLP receiver's loopback ones too, sealed every SEAL_INTERVAL_S.
-        rates: each process's receive rate here (for the heartbeat).
-        stored_limits: the limits for reading what is stored.
-        origin_ns: what ``ts`` 0 means in every snapshot.
+        parts: the collector's parts it reads (``TierParts``).
     """
 
-    def __init__(
-        self,
-        config: CollectorConfig,
-        store: Store,
-        registry: Registry,
-        connections: Sized,
-        sealed: Iterable[Sealing],
-        rates: RateSampler,
-        stored_limits: Limits,
-        origin_ns: int,
-    ) -> None:
-        assert config.jetstream is not None
+    def __init__(self, config: CollectorConfig, parts: TierParts) -> None:
         self.config = config
+        #: The NATS servers' URLs (``--jetstream``).
+        self.nats_urls = config.jetstream or ()
+        self.kind = "jetstream"
+        #: What ingest writes into: segments on their way to the stream.
+        self.store = staging_store(config)
         self.stream_name = config.jetstream_stream
         self.collector_id = uuid.uuid4().hex[:16]
-        self.publisher = Publisher(store, registry, self.stream_name, self.collector_id, DEFAULT_MAX_PAYLOAD)
-        self._store = store
-        self._registry = registry
-        self._connections = connections
-        self._sealed = sealed
-        self._rates = rates
+        self._registry = parts.registry
+        self.publisher = Publisher(self.store, self._registry, self.stream_name, self.collector_id, DEFAULT_MAX_PAYLOAD)
+        self._connections = parts.connections
+        self._sealed = parts.every_connection
+        self._rates = parts.rates
         self._heartbeat_subject = f"{heartbeat_stream(self.stream_name)}.{self.collector_id}"
         self._unlisted_logged = False
-        self._stored_limits = stored_limits
-        self._origin_ns = origin_ns
+        self._stored_limits = parts.stored_limits
+        self._origin_ns = parts.origin_ns
         self._client: Any = None
         self._js: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -137,6 +150,19 @@ class JetStreamTier:
         self._tails: dict[int, FleetTail] = {}
         self._tail_closes: set[asyncio.Task[None]] = set()
 
+    def ingest_limits(self, limits: Limits) -> Limits:
+        """A segment, its frame and its session frames are one message: frames up to JETSTREAM_MAX_FRAME_BYTES."""
+        return dataclasses.replace(limits, max_frame_bytes=min(limits.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES))
+
+    def timers(self) -> tuple[Timer, ...]:
+        """None: its own tasks (``start``) publish, seal and beat; the stream ages its own messages."""
+        return ()
+
+    def log_setup(self, limits: Limits) -> None:
+        # (the store is the buffer of what the stream has not acknowledged yet: the stream is --capacity)
+        where = "in memory until the JetStream stream acknowledges"
+        log_store(self.config, self.store, limits, where, "--jetstream-buffer")
+
     async def start(self) -> None:
         """Connect, make the stream say what the options say, and start publishing.
 
@@ -144,9 +170,8 @@ class JetStreamTier:
             ConfigError: the cluster cannot be reached, or refuses the stream.
         """
         config = self.config
-        assert config.jetstream is not None
         cluster = ClusterOptions(
-            config.jetstream, config.jetstream_creds, config.jetstream_token, config.jetstream_tls_ca,
+            self.nats_urls, config.jetstream_creds, config.jetstream_token, config.jetstream_tls_ca,
             config.jetstream_tls_cert, config.jetstream_tls_key,
         )  # fmt: skip
         self._client = await connect(
@@ -173,7 +198,7 @@ class JetStreamTier:
             loop.create_task(beat_every(self._beat)),
         ]
         log.info("store: JetStream stream %r on %s (%d replicas, %s storage, max_bytes %d, discard %s%s); collector "
-                 "id %s", self.stream_name, ",".join(config.jetstream), config.jetstream_replicas,
+                 "id %s", self.stream_name, ",".join(self.nats_urls), config.jetstream_replicas,
                  config.jetstream_storage, config.capacity_bytes, "old" if config.policy == "ring" else "new",
                  f", max_age {config.max_age_s:g}s" if config.max_age_s else "", self.collector_id)  # fmt: skip
 
@@ -207,11 +232,14 @@ class JetStreamTier:
             except Exception as exc:  # (nats-py writes what it buffered while the cluster was away to a closed socket)
                 log.debug("closing the NATS connection: %s: %s", type(exc).__name__, exc)
 
+    async def close(self) -> None:
+        """Nothing is held open past ``stop``."""
+
     # -- the heartbeat ----------------------------------------------------------------------------------------------
 
     def heartbeat(self) -> Heartbeat:
         """What this collector's heartbeat says now: its connections, and each process connected to it."""
-        received = self._store.process_received()
+        received = self.store.process_received()
         connected = {
             process_subject(self.stream_name, p.host, p.pid, p.instance_id): ProcessLiveness(
                 p.live_connections, self._rates.rate(p.uid, received[p.uid]) if p.uid in received else None
@@ -270,29 +298,24 @@ class JetStreamTier:
         with self._reading:
             return read_fleet(messages, self._fleet_registry)
 
-    @staticmethod
-    def _processes(fleet: Fleet) -> list[ProcessRecord]:
-        """The processes the messages read hold, oldest first."""
-        present = fleet.present
-        return [p for p in fleet.registry.processes.values() if p.uid in present]
+    async def view(self, flushed: Flushed, selected: EventFilter | None = None) -> SnapshotView:
+        """A snapshot of what the stream holds (after the local clients' flush round trip) of the processes
+        ``selected`` may select."""
+        return self._view(await self.fleet(selected), *flushed)
 
-    async def view(self, acknowledged: int, asked: int, selected: EventFilter | None = None) -> SnapshotView:
-        """A snapshot of what the stream holds (after the local clients' flush round trip)."""
-        return self._view(await self.fleet(selected), acknowledged, asked)
-
-    async def pop(self, acknowledged: int, asked: int, selected: EventFilter) -> SnapshotView:
+    async def pop(self, flushed: Flushed, selected: EventFilter) -> SnapshotView:
         """``POST /pop``: a snapshot of the processes ``selected``, and the messages it read of them purged from the
         stream (counted cleared): what is stored meanwhile stays for the next pop."""
         fleet = await self.fleet(selected)
-        view = self._view(fleet, acknowledged, asked)
-        await self._purge(fleet, [p for p in self._processes(fleet) if selected.selects_process(p)])
+        view = self._view(fleet, *flushed)
+        await self._purge(fleet, [p for p in _processes(fleet) if selected.selects_process(p)])
         return view
 
     async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]:
         """``POST /clear``: purge what the stream holds of the processes ``selected`` (counted cleared); returns them
         and the events removed."""
         fleet = await self.fleet(selected)
-        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
+        processes = [p for p in _processes(fleet) if selected.selects_process(p)]
         removed = await self._purge(fleet, processes)
         if removed:
             log.info("cleared %d events of %d processes from the stream on request", removed, len(processes))
@@ -327,7 +350,7 @@ class JetStreamTier:
         return removed
 
     def _view(self, fleet: Fleet, acknowledged: int, asked: int) -> SnapshotView:
-        processes = {p.uid: ProcessView.of(p) for p in self._processes(fleet)}
+        processes = {p.uid: ProcessView.of(p) for p in _processes(fleet)}
         other = {
             "collector_version": __version__,
             "snapshot_wall_ns": time.time_ns(),
@@ -373,7 +396,7 @@ class JetStreamTier:
         """``GET /sources`` of every process the stream holds that ``selected`` selects, connected (with its rate) if a
         live collector's heartbeat says so; and the fleet's totals (``fleet``)."""
         fleet, liveness = await asyncio.gather(self.fleet(selected), self.liveness())
-        processes = [p for p in self._processes(fleet) if selected.selects_process(p)]
+        processes = [p for p in _processes(fleet) if selected.selects_process(p)]
         live = {p.uid: liveness.of(fleet.subjects.get(p.uid, {})) for p in processes}
         counts = {key: c for key, c in fleet.counts.items() if key[0] in live}
         times = scan_segments(fleet.store.snapshot(owners=set(live)).segments)
@@ -381,41 +404,14 @@ class JetStreamTier:
         for (uid, track), held in times.items():
             if held.info is not None:
                 held_tracks.setdefault(uid, {})[track] = held.info
-        facts = [self._facts(fleet, p, live[p.uid].connections, held_tracks.get(p.uid, {})) for p in processes]
+        facts = [_facts(fleet, p, live[p.uid].connections, held_tracks.get(p.uid, {})) for p in processes]
         entries = sources_document(facts, counts, times, {uid: known.rate for uid, known in live.items()})
         totals = sources_totals(entries, liveness.collectors, liveness.connections, self.config.capacity_bytes)
         return {"processes": entries, "fleet": totals}
 
-    @staticmethod
-    def _facts(fleet: Fleet, process: ProcessRecord, connections: int, tracks: dict[int, TrackInfo]) -> ProcessFacts:
-        """A process read from the stream, as ``/sources`` shows it: ``connections`` to the live collectors; the
-        tracks of one connected are those the stream holds (``tracks``: which of them ended, it does not tell)."""
-        facts = ProcessFacts.of(process, fleet.store.process_held_bytes(process.uid))
-        if not connections:
-            return facts
-        view = dataclasses.replace(facts.view, tracks=tracks)
-        return dataclasses.replace(
-            facts, view=view, connections=connections, live=True, last_seen_wall_ns=time.time_ns()
-        )  # (connected: seen now)
-
     async def stats(self) -> dict[str, Any]:
         """``/stats``: what this collector published, and the fleet's totals as the stream holds them."""
-        counters = self.publisher.counters
-        published = {
-            "jetstream": {
-                "stream": self.stream_name,
-                "collector_id": self.collector_id,
-                "published_messages": counters.messages,
-                "published_bytes": counters.bytes,
-                "published_events": counters.events,
-                "publish_retries": counters.retries,
-                "refused_messages": counters.refused_messages,
-                "refused_events": counters.refused_events,
-                "waiting_messages": counters.waiting,
-                "waiting_events": counters.waiting_events,
-                "failing": counters.failing or None,
-            }
-        }
+        published = {"jetstream": _published(self.stream_name, self.collector_id, self.publisher.counters)}
         try:
             messages = await asyncio.wait_for(
                 fetch(self._js, self.stream_name, subject_filter(self.stream_name), headers_only=True),
@@ -423,18 +419,67 @@ class JetStreamTier:
             )
         except Exception as exc:  # the cluster is away: what this collector knows, and why there is no more
             return {**published, "fleet": {"error": f"cannot read the stream: {type(exc).__name__}: {exc}"}}
-        processes = fleet_totals(messages)
-        total = Counts()
-        for process in processes:
-            total.add(process.counts)
+        return {**published, "fleet": _fleet_totals(messages)}
+
+    def published_counters(self) -> dict[str, int]:
+        """What this collector published, for ``/metrics``."""
+        counters = self.publisher.counters
         return {
-            **published,
-            "fleet": {
-                "collectors": len({e.collector for m in messages if (e := Envelope.read(m.headers)) is not None}),
-                "messages": len(messages),
-                **store_counts(total),
-                "processes": [
-                    {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(p.counts)} for p in processes
-                ],
-            },
+            "messages": counters.messages,
+            "events": counters.events,
+            "retries": counters.retries,
+            "refused_events": counters.refused_events,
+            "waiting_events": counters.waiting_events,
+            "failing": int(bool(counters.failing)),
         }
+
+
+def _processes(fleet: Fleet) -> list[ProcessRecord]:
+    """The processes the messages read hold, oldest first."""
+    present = fleet.present
+    return [p for p in fleet.registry.processes.values() if p.uid in present]
+
+
+def _facts(fleet: Fleet, process: ProcessRecord, connections: int, tracks: dict[int, TrackInfo]) -> ProcessFacts:
+    """A process read from the stream, as ``/sources`` shows it: ``connections`` to the live collectors; the
+    tracks of one connected are those the stream holds (``tracks``: which of them ended, it does not tell)."""
+    facts = ProcessFacts.of(process, fleet.store.process_held_bytes(process.uid))
+    if not connections:
+        return facts
+    view = dataclasses.replace(facts.view, tracks=tracks)
+    return dataclasses.replace(
+        facts, view=view, connections=connections, live=True, last_seen_wall_ns=time.time_ns()
+    )  # (connected: seen now)
+
+
+def _published(stream_name: str, collector_id: str, counters: PublishCounters) -> dict[str, Any]:
+    """``/stats``: what this collector published to the stream."""
+    return {
+        "stream": stream_name,
+        "collector_id": collector_id,
+        "published_messages": counters.messages,
+        "published_bytes": counters.bytes,
+        "published_events": counters.events,
+        "publish_retries": counters.retries,
+        "refused_messages": counters.refused_messages,
+        "refused_events": counters.refused_events,
+        "waiting_messages": counters.waiting,
+        "waiting_events": counters.waiting_events,
+        "failing": counters.failing or None,
+    }
+
+
+def _fleet_totals(messages: list[StoredMessage]) -> dict[str, Any]:
+    """``/stats``: the fleet's totals, from the headers of the stream's ``messages``."""
+    processes = fleet_totals(messages)
+    total = Counts()
+    for process in processes:
+        total.add(process.counts)
+    return {
+        "collectors": len({e.collector for m in messages if (e := Envelope.read(m.headers)) is not None}),
+        "messages": len(messages),
+        **store_counts(total),
+        "processes": [
+            {"pid": p.pid, "host": p.host, "process_name": p.name, **store_counts(p.counts)} for p in processes
+        ],
+    }

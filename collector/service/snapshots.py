@@ -70,6 +70,27 @@ class Snapshots:
         self.pop_left_open = Pairing()
         self.pop_lock = asyncio.Lock()
 
+    def begin_snapshot(self) -> bool:
+        """Take a slot for a snapshot being served; False: all ``max_snapshots`` are taken (the caller says busy)."""
+        if self.running >= self.max_snapshots:
+            return False
+        self.running += 1
+        return True
+
+    def end_snapshot(self) -> None:
+        """A snapshot's slot is free again."""
+        self.running -= 1
+
+    def tail_begun(self) -> None:
+        self.tails_running += 1
+
+    def tail_ended(self) -> None:
+        self.tails_running -= 1
+
+    def keep_left_open(self, left_open: Pairing) -> None:
+        """What a pop delivered whole left open, for the next pop (``POST /pop``)."""
+        self.pop_left_open = left_open
+
     async def snapshot(self, flush_timeout_s: float) -> SnapshotView:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
         return self.freeze(*await self.flush_clients(flush_timeout_s))

@@ -47,7 +47,8 @@ from ringtrace.collector.store.clocks import own_boot_id
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
-from ringtrace.collector.store.segments import DataDir, SegmentBuffers
+from ringtrace.collector.store.segment_buffers import SegmentBuffers
+from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.version import __version__
 

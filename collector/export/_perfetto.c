@@ -24,7 +24,7 @@ are sorted and written out, which touch only buffers held for the call (the payl
 
 #include "_msgpack_read.h"
 
-/* Field keys and values, from Perfetto's protos (see perfetto.py, which names them). */
+/* Field keys and values, from Perfetto's protos (see perfetto_protos.py, which names them). */
 #define PACKET 0x0a          /* Trace.packet, LEN */
 #define TIMESTAMP 0x40       /* TracePacket.timestamp, VARINT */
 #define TRACK_EVENT 0x5a     /* TracePacket.track_event, LEN */
@@ -192,9 +192,10 @@ is_str(uint8_t b)
 
 /* ---- what the writer takes ---- */
 
-/* Whether the next value (checked by read_columns) is one put_value() writes as perfetto.py's _value does: DEFER for
-   bytes, an extension type, a map key that is not a string or comes twice (msgpack-python keeps the last value, at
-   the first one's place), a map of more than MAX_PLAIN_ENTRIES, nesting of MAX_DEPTH or more. Moves past it. */
+/* Whether the next value (checked by read_columns) is one put_value() writes as perfetto_annotations.py's
+   annotation_value does: DEFER for bytes, an extension type, a map key that is not a string or comes twice
+   (msgpack-python keeps the last value, at the first one's place), a map of more than MAX_PLAIN_ENTRIES, nesting of
+   MAX_DEPTH or more. Moves past it. */
 static int
 plain(Cursor *c, int depth)
 {

@@ -42,133 +42,84 @@ collector's facts are also attributes of their own.
 
 from __future__ import annotations
 
-import hashlib
-import struct
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
 from ringtrace.collector.export import protobuf as pb
-from ringtrace.collector.export.flows import span_flows
-from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
-from ringtrace.collector.read.event_walk import TOTALS, EventWalk
-from ringtrace.collector.read.frame_walk import (
-    ProcessView,
-    Shown,
-    SnapshotView,
-    WalkedFrame,
-    first_showing,
-    process_label,
+from ringtrace.collector.export.perfetto_annotations import (
+    annotation_value,
+    as_text,
+    counter_name,
+    counter_value,
+    flow_fields,
 )
+from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
+from ringtrace.collector.export.perfetto_protos import (
+    ANNOTATION_NAME,
+    ANNOTATION_NAME_IID,
+    ATTRIBUTE,
+    ATTRIBUTE_KEY,
+    ATTRIBUTE_STRING_VALUE,
+    BUILTIN_CLOCK_BOOTTIME,
+    BUILTIN_CLOCK_REALTIME,
+    CATEGORIES,
+    CATEGORY_IIDS,
+    CLOCK_ID,
+    CLOCK_SNAPSHOT,
+    CLOCK_TIMESTAMP,
+    CLOCKS,
+    DEBUG_ANNOTATION_NAMES,
+    DEBUG_ANNOTATIONS,
+    EVENT_CATEGORIES,
+    EVENT_NAMES,
+    INT64,
+    INTERNED_DATA,
+    LONG_VALUE,
+    NAME,
+    NAME_IID,
+    PACKET,
+    PRIMARY_TRACE_CLOCK,
+    PROCESS_ORDERING,
+    PROCESS_ORDERING_EXPLICIT,
+    SEQ_INCREMENTAL_STATE_CLEARED,
+    SEQ_NEEDS_INCREMENTAL_STATE,
+    SEQUENCE_FLAGS,
+    THREAD_ORDERING,
+    THREAD_ORDERING_EXPLICIT,
+    TIMESTAMP,
+    TRACE_ATTRIBUTES,
+    TRACE_SEQUENCE,
+    TRACK_DESCRIPTOR,
+    TRACK_EVENT,
+    TRACK_UUID,
+    TRUSTED_PACKET_SEQUENCE_ID,
+    TYPE_COUNTER,
+    TYPE_INSTANT,
+    TYPE_SLICE_BEGIN,
+    TYPE_SLICE_END,
+    UUID,
+    trace_packet,
+)
+from ringtrace.collector.export.perfetto_tracks import PerfettoTracks
+from ringtrace.collector.read.event_walk import TOTALS, EventWalk
+from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.wire.decoder import StreamTables
-from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["perfetto_chunks"]
 
-# Field numbers and values, from Perfetto's protos/perfetto/trace/: trace.proto, trace_packet.proto,
-# track_event/{track_event,track_descriptor,process_descriptor,thread_descriptor,counter_descriptor,
-# debug_annotation}.proto, interned_data/interned_data.proto, clock_snapshot.proto, common/trace_attributes.proto.
-_PACKET: Final = pb.key(1, pb.LEN)  # Trace.packet
-# TracePacket
-_TIMESTAMP: Final = pb.key(8, pb.VARINT)
-_TRUSTED_PACKET_SEQUENCE_ID: Final = 10
-_TRACK_EVENT: Final = pb.key(11, pb.LEN)
-_INTERNED_DATA: Final = 12
-_SEQUENCE_FLAGS: Final = 13
-_SEQ_INCREMENTAL_STATE_CLEARED: Final = 1
-_SEQ_NEEDS_INCREMENTAL_STATE: Final = 2
-_CLOCK_SNAPSHOT: Final = 6
-_TRACK_DESCRIPTOR: Final = 60
-_TRACE_ATTRIBUTES: Final = 126
-# TrackEvent
-_CATEGORY_IIDS: Final = 3
-_CATEGORIES: Final = 22
-_DEBUG_ANNOTATIONS: Final = pb.key(4, pb.LEN)
-_TYPE_SLICE_BEGIN: Final = pb.uint(9, 1)
-_TYPE_SLICE_END: Final = pb.uint(9, 2)
-_TYPE_INSTANT: Final = pb.uint(9, 3)
-_TYPE_COUNTER: Final = pb.uint(9, 4)
-_NAME_IID: Final = 10
-_NAME: Final = 23
-_TRACK_UUID: Final = pb.key(11, pb.VARINT)
-_COUNTER_VALUE: Final = pb.key(30, pb.VARINT)
-_FLOW_IDS: Final = pb.key(47, pb.I64)
-_TERMINATING_FLOW_IDS: Final = pb.key(48, pb.I64)
-_DOUBLE_COUNTER_VALUE: Final = pb.key(44, pb.I64)
-# InternedData: its entries (EventCategory, EventName, DebugAnnotationName) are each {iid = 1, name = 2}.
-_EVENT_CATEGORIES: Final = 1
-_EVENT_NAMES: Final = 2
-_DEBUG_ANNOTATION_NAMES: Final = 3
-# DebugAnnotation
-_ANNOTATION_NAME_IID: Final = 1
-_ANNOTATION_NAME: Final = 10
-_BOOL_VALUE: Final = pb.key(2, pb.VARINT)
-_UINT_VALUE: Final = pb.key(3, pb.VARINT)
-_INT_VALUE: Final = pb.key(4, pb.VARINT)
-_DOUBLE_VALUE: Final = pb.key(5, pb.I64)
-_STRING_VALUE: Final = 6
-_LEGACY_JSON_VALUE: Final = 9
-_DICT_ENTRIES: Final = pb.key(11, pb.LEN)
-_ARRAY_VALUES: Final = pb.key(12, pb.LEN)
-# TrackDescriptor
-_UUID: Final = 1
-_TRACK_NAME: Final = 2
-_PROCESS: Final = 3
-_THREAD: Final = 4
-_PARENT_UUID: Final = 5
-_COUNTER: Final = 8
-_SIBLING_ORDER_RANK: Final = 12
-_SIBLING_MERGE_BEHAVIOR: Final = 15
-_SIBLING_MERGE_BEHAVIOR_NONE: Final = 2
-_PROCESS_ORDERING: Final = 19
-_PROCESS_ORDERING_EXPLICIT: Final = 1
-_THREAD_ORDERING: Final = 20
-_THREAD_ORDERING_EXPLICIT: Final = 1
-# ProcessDescriptor, ThreadDescriptor
-_PID: Final = 1
-_PROCESS_NAME: Final = 6
-_PROCESS_LABELS: Final = 8
-_TID: Final = 2
-_THREAD_NAME: Final = 5
-# ClockSnapshot
-_CLOCKS: Final = 1
-_PRIMARY_TRACE_CLOCK: Final = 2
-_CLOCK_ID: Final = 1
-_CLOCK_TIMESTAMP: Final = 2
-_BUILTIN_CLOCK_REALTIME: Final = 1
-_BUILTIN_CLOCK_BOOTTIME: Final = 6
-# TraceAttributes
-_ATTRIBUTE: Final = 1
-_ATTRIBUTE_KEY: Final = 1
-_LONG_VALUE: Final = 2
-_ATTRIBUTE_STRING_VALUE: Final = 3
-
-#: The sequence of descriptors and the trace's own packets; segments' events go on the sequences after it.
-_TRACE_SEQUENCE: Final = 1
-_ON_TRACE_SEQUENCE: Final = pb.uint(_TRUSTED_PACKET_SEQUENCE_ID, _TRACE_SEQUENCE)
 #: Names of one kind interned per sequence, at most (a bound on memory, whatever a segment holds).
 _MAX_INTERNED: Final = 65_536
-#: Async tracks whose descriptor was written, remembered (one forgotten is described again, the same).
-_MAX_ASYNC_TRACKS: Final = 4096
-#: Uuids of async tracks, hashed from process, name and id, have the top bit set; other tracks count up from 1.
-_HASHED_UUID: Final = 1 << 63
-_MAX_INT32: Final = 2**31 - 1
 _MAX_TIMESTAMP: Final = 2**63 - 1
-#: Nesting of args written as such; deeper values are written as text.
-_MAX_DEPTH: Final = 64
-_DOUBLE: Final = struct.Struct("<d")
-_FIXED64: Final = struct.Struct("<Q")
-_INT64: Final = range(-(2**63), 2**63)
-_UINT64: Final = range(2**64)
 
 #: A packet's start (with its length), then the timestamp's key; a TrackEvent field's start: for lengths below 128.
-_SMALL_PACKETS: Final = tuple(_PACKET + bytes((size,)) + _TIMESTAMP for size in range(128))
-_SMALL_TRACK_EVENTS: Final = tuple(_TRACK_EVENT + bytes((size,)) for size in range(128))
+_SMALL_PACKETS: Final = tuple(PACKET + bytes((size,)) + TIMESTAMP for size in range(128))
+_SMALL_TRACK_EVENTS: Final = tuple(TRACK_EVENT + bytes((size,)) for size in range(128))
 
-_SMALL_ANNOTATIONS: Final = tuple(_DEBUG_ANNOTATIONS + bytes((size,)) for size in range(128))
+_SMALL_ANNOTATIONS: Final = tuple(DEBUG_ANNOTATIONS + bytes((size,)) for size in range(128))
 
 # How events that share a timestamp are ordered in a chunk (Perfetto keeps file order among them): slices ending
 # (inner first), slices beginning (outer first), then instants, counter values and zero-length slices.
@@ -233,13 +184,13 @@ class _Interned:
 
 class _Writer:
     """The current sequence and its interned names, and the packets of the next chunk (with the descriptors of the
-    tracks they need, ``_Tracks``)."""
+    tracks they need, ``PerfettoTracks``)."""
 
     def __init__(self, walk: EventWalk) -> None:
         self._walk = walk
-        self._tracks = _Tracks(walk)
+        self._tracks = PerfettoTracks(walk)
         self._shown_events = 0
-        self._sequence_id = _TRACE_SEQUENCE
+        self._sequence_id = TRACE_SEQUENCE
         self._segment: int | None = None
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
@@ -260,11 +211,11 @@ class _Writer:
         self._sequence_id += 1
         self._cleared = False
         self._new_entries: list[bytes] = []
-        self._names = _Interned(_EVENT_NAMES, _NAME_IID, _NAME)
-        self._categories = _Interned(_EVENT_CATEGORIES, _CATEGORY_IIDS, _CATEGORIES)
-        self._annotation_names = _Interned(_DEBUG_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, _ANNOTATION_NAME)
-        self._on_sequence = pb.uint(_TRUSTED_PACKET_SEQUENCE_ID, self._sequence_id)
-        self._tail = self._on_sequence + pb.uint(_SEQUENCE_FLAGS, _SEQ_NEEDS_INCREMENTAL_STATE)
+        self._names = _Interned(EVENT_NAMES, NAME_IID, NAME)
+        self._categories = _Interned(EVENT_CATEGORIES, CATEGORY_IIDS, CATEGORIES)
+        self._annotation_names = _Interned(DEBUG_ANNOTATION_NAMES, ANNOTATION_NAME_IID, ANNOTATION_NAME)
+        self._on_sequence = pb.uint(TRUSTED_PACKET_SEQUENCE_ID, self._sequence_id)
+        self._tail = self._on_sequence + pb.uint(SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE)
 
     def enter_segment(self, segment: int) -> None:
         """Events of ``segment`` follow (each segment gets a sequence of its own)."""
@@ -276,13 +227,13 @@ class _Writer:
     def _first_tail(self) -> bytes:
         """What the first event packet of a chunk carries: the sequence, its flags (the sequence's first packet
         clears its incremental state), and the names interned since the last chunk."""
-        flags = _SEQ_NEEDS_INCREMENTAL_STATE
+        flags = SEQ_NEEDS_INCREMENTAL_STATE
         if not self._cleared:
-            flags |= _SEQ_INCREMENTAL_STATE_CLEARED
+            flags |= SEQ_INCREMENTAL_STATE_CLEARED
             self._cleared = True
-        tail = self._on_sequence + pb.uint(_SEQUENCE_FLAGS, flags)
+        tail = self._on_sequence + pb.uint(SEQUENCE_FLAGS, flags)
         if self._new_entries:
-            tail += pb.message(_INTERNED_DATA, b"".join(self._new_entries))
+            tail += pb.message(INTERNED_DATA, b"".join(self._new_entries))
             self._new_entries = []
         return tail
 
@@ -290,18 +241,18 @@ class _Writer:
 
     def header(self) -> bytes:
         """The root track (explicit order of processes and threads) and the clock snapshot."""
-        ordering = pb.uint(_PROCESS_ORDERING, _PROCESS_ORDERING_EXPLICIT)
-        ordering += pb.uint(_THREAD_ORDERING, _THREAD_ORDERING_EXPLICIT)
+        ordering = pb.uint(PROCESS_ORDERING, PROCESS_ORDERING_EXPLICIT)
+        ordering += pb.uint(THREAD_ORDERING, THREAD_ORDERING_EXPLICIT)
         # uuid 0, written: Perfetto reads the ordering from the root track's descriptor alone (a reader that predates
         # these fields sees a descriptor of the implicit track, which the protos allow, and no event on it).
-        root = pb.uint(_UUID, 0) + ordering
+        root = pb.uint(UUID, 0) + ordering
         now = max(self._walk.view.origin_ns, 0)
         clocks = b"".join(
-            pb.message(_CLOCKS, pb.uint(_CLOCK_ID, clock) + pb.uint(_CLOCK_TIMESTAMP, now))
-            for clock in (_BUILTIN_CLOCK_BOOTTIME, _BUILTIN_CLOCK_REALTIME)
+            pb.message(CLOCKS, pb.uint(CLOCK_ID, clock) + pb.uint(CLOCK_TIMESTAMP, now))
+            for clock in (BUILTIN_CLOCK_BOOTTIME, BUILTIN_CLOCK_REALTIME)
         )
-        clocks += pb.uint(_PRIMARY_TRACE_CLOCK, _BUILTIN_CLOCK_BOOTTIME)
-        return _trace_packet(pb.message(_TRACK_DESCRIPTOR, root)) + _trace_packet(pb.message(_CLOCK_SNAPSHOT, clocks))
+        clocks += pb.uint(PRIMARY_TRACE_CLOCK, BUILTIN_CLOCK_BOOTTIME)
+        return trace_packet(pb.message(TRACK_DESCRIPTOR, root)) + trace_packet(pb.message(CLOCK_SNAPSHOT, clocks))
 
     def chunk(self) -> bytes:
         """The packets added since the last chunk: descriptors, then events in the order that nests them."""
@@ -323,8 +274,8 @@ class _Writer:
             if packet_size < 128:  # the common case: one-byte lengths, made once
                 append(_SMALL_PACKETS[packet_size] + stamp + _SMALL_TRACK_EVENTS[size] + event + tail)
             else:
-                packet = _TIMESTAMP + stamp + _TRACK_EVENT + varint(size) + event + tail
-                append(_PACKET + varint(len(packet)) + packet)
+                packet = TIMESTAMP + stamp + TRACK_EVENT + varint(size) + event + tail
+                append(PACKET + varint(len(packet)) + packet)
             tail = self._tail
         return b"".join(parts)
 
@@ -335,7 +286,7 @@ class _Writer:
 
         def enter() -> tuple[bytes, bytes]:
             self.enter_segment(segment)
-            return _TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track)), self._tail
+            return TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track)), self._tail
 
         def name(string_id: int) -> bytes:
             return self._names.field(_string(tables, string_id), self._new_entries)
@@ -345,8 +296,8 @@ class _Writer:
 
         def counter(string_id: int, key: str) -> bytes:
             name = _string(tables, string_id)
-            uuid = self._tracks.counter_uuid(process, track, _counter_name(name, key))
-            return _TRACK_UUID + pb.varint(uuid)
+            uuid = self._tracks.counter_uuid(process, track, counter_name(name, key))
+            return TRACK_UUID + pb.varint(uuid)
 
         made = fast.packets(tables, frame, process.clock_offset_ns, Naming(enter, name, annotation, counter))
         if made is None:
@@ -357,9 +308,9 @@ class _Writer:
         parts = self._tracks.take_descriptors()
         if made.first_event is not None:
             event = made.first_event
-            packet = _TIMESTAMP + pb.varint(made.first_ts_ns) + _TRACK_EVENT + pb.varint(len(event)) + event
+            packet = TIMESTAMP + pb.varint(made.first_ts_ns) + TRACK_EVENT + pb.varint(len(event)) + event
             packet += self._first_tail()
-            parts += [_PACKET + pb.varint(len(packet)) + packet, made.rest]
+            parts += [PACKET + pb.varint(len(packet)) + packet, made.rest]
         return b"".join(parts)
 
     def attributes(self) -> bytes:
@@ -369,7 +320,7 @@ class _Writer:
         report = {**walk.view.other, **walk.report(), "capture": capture}
         attributes: list[tuple[str, int | str]] = [("ringtrace.report", orjson.dumps(report).decode())]
         for name, value in walk.view.other.items():
-            if isinstance(value, str) or (type(value) is int and value in _INT64):
+            if isinstance(value, str) or (type(value) is int and value in INT64):
                 attributes.append((f"ringtrace.{name}", value))
         attributes += [(f"ringtrace.{name}", int(report[name])) for name in TOTALS]
         for name in ("first_frame_wall_ns", "last_frame_wall_ns"):
@@ -379,21 +330,19 @@ class _Writer:
             attributes.append(("ringtrace.query", orjson.dumps(capture["query"]).decode()))
         body = b"".join(
             pb.message(
-                _ATTRIBUTE,
-                pb.string(_ATTRIBUTE_KEY, key)
-                + (
-                    pb.string(_ATTRIBUTE_STRING_VALUE, value) if isinstance(value, str) else pb.uint(_LONG_VALUE, value)
-                ),
+                ATTRIBUTE,
+                pb.string(ATTRIBUTE_KEY, key)
+                + (pb.string(ATTRIBUTE_STRING_VALUE, value) if isinstance(value, str) else pb.uint(LONG_VALUE, value)),
             )
             for key, value in attributes
         )
-        return _trace_packet(pb.message(_TRACE_ATTRIBUTES, body))
+        return trace_packet(pb.message(TRACE_ATTRIBUTES, body))
 
     # -- events ------------------------------------------------------------------------------------------------------
 
     def add(self, process: ProcessView, track: TrackInfo, events: list[Shown]) -> None:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
-        on_track = _TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track))
+        on_track = TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track))
         self._shown_events += len(events)
         by_phase = self._by_phase
         for index, event in enumerate(events):
@@ -407,30 +356,30 @@ class _Writer:
         timed = self._timed
         arrival = len(timed)
         named = self._names.known.get(name) or self._names.field(name, self._new_entries)
-        begin = _TYPE_SLICE_BEGIN + on_track + named
+        begin = TYPE_SLICE_BEGIN + on_track + named
         if args:
             begin += self._annotations(args)
             if phase == "X" and ("kind" in args or "links" in args):
-                begin += _flow_fields(args)
+                begin += flow_fields(args)
         if phase == "B":  # never ended
             timed.append((wall_ns, _BEGINS, -_MAX_TIMESTAMP, arrival, begin))
         elif dur_ns > 0:
             end_ns = wall_ns + dur_ns
             timed.append((wall_ns, _BEGINS, -end_ns, arrival, begin))
-            timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, _TYPE_SLICE_END + on_track + named))
+            timed.append((end_ns, _ENDS, -wall_ns, arrival + 1, TYPE_SLICE_END + on_track + named))
         else:
             timed.append((wall_ns, _POINTS, 0, arrival, begin))
-            timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, _TYPE_SLICE_END + on_track + named))
+            timed.append((wall_ns, _ZERO_ENDS, 0, arrival + 1, TYPE_SLICE_END + on_track + named))
 
     def _instant(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """An instant; a message (an instant with a category) is named by its rendered text: its own, not
         interned."""
         _, name, wall_ns, _, args, category, _ = event
         if category:
-            named = pb.string(_NAME, name)
+            named = pb.string(NAME, name)
         else:
             named = self._names.known.get(name) or self._names.field(name, self._new_entries)
-        packet = _TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)
+        packet = TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)
         self._timed.append((wall_ns, _POINTS, 0, len(self._timed), packet))
 
     def _counter(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
@@ -438,21 +387,21 @@ class _Writer:
         _, name, wall_ns, _, args, _, _ = event
         timed = self._timed
         for key, value in (args or {}).items():
-            value_field = _counter_value(value)
+            value_field = counter_value(value)
             if value_field is not None:
-                counter = self._tracks.counter_uuid(process, track, _counter_name(name, key))
-                packet = _TYPE_COUNTER + _TRACK_UUID + pb.varint(counter) + value_field
+                counter = self._tracks.counter_uuid(process, track, counter_name(name, key))
+                packet = TYPE_COUNTER + TRACK_UUID + pb.varint(counter) + value_field
                 timed.append((wall_ns, _POINTS, 0, len(timed), packet))
 
     def _async(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """An async slice's begin ("b") or end ("e"), on the track of its name and id."""
         phase, name, wall_ns, _, args, category, async_id = event
-        async_track = _TRACK_UUID + pb.varint(self._tracks.async_uuid(process, name, async_id))
-        kind = _TYPE_SLICE_BEGIN if phase == "b" else _TYPE_SLICE_END
+        async_track = TRACK_UUID + pb.varint(self._tracks.async_uuid(process, name, async_id))
+        kind = TYPE_SLICE_BEGIN if phase == "b" else TYPE_SLICE_END
         packet = kind + async_track + self._names.field(name, self._new_entries) + self._category(category)
         packet += self._annotations(args)  # an end's args add to its slice's
         if phase == "b" and args and ("kind" in args or "links" in args):
-            packet += _flow_fields(args)
+            packet += flow_fields(args)
         self._timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, len(self._timed), packet))
 
     def _category(self, category: str) -> bytes:
@@ -466,221 +415,15 @@ class _Writer:
         for key, value in args.items():
             named = known.get(key) if type(key) is str else None
             if named is None:
-                named = interned.field(key if type(key) is str else _text(key), self._new_entries)
-            annotation = named + _value(value, 0)
+                named = interned.field(key if type(key) is str else as_text(key), self._new_entries)
+            annotation = named + annotation_value(value, 0)
             size = len(annotation)
-            start = _SMALL_ANNOTATIONS[size] if size < 128 else _DEBUG_ANNOTATIONS + pb.varint(size)
+            start = _SMALL_ANNOTATIONS[size] if size < 128 else DEBUG_ANNOTATIONS + pb.varint(size)
             parts.append(start + annotation)
         return b"".join(parts)
-
-
-class _Tracks:
-    """The tracks described so far (a uuid each), and the descriptors of those described since the last chunk."""
-
-    def __init__(self, walk: EventWalk) -> None:
-        self._walk = walk
-        self._last_uuid = 0
-        #: By the pid shown.
-        self._process_uuids: dict[int, int] = {}
-        #: The first known process showing each pid (made on first use).
-        self._first_showing: dict[int, ProcessView] | None = None
-        self._track_uuids: dict[tuple[int, int], int] = {}
-        self._counter_uuids: dict[tuple[int, int, str], int] = {}
-        self._async_uuids: OrderedDict[tuple[int, str, str], int] = OrderedDict()
-        #: Pids past int32 (aliases of an OS pid hundreds of processes share) -> the int32 pid shown instead.
-        self._int32_pids: dict[int, int] = {}
-        self._next_int32_pid = _MAX_INT32
-        self._taken_pids: set[int] | None = None
-        self._descriptors: list[bytes] = []
-
-    def take_descriptors(self) -> list[bytes]:
-        """The descriptor packets made since the last call (each written before the first event on its track)."""
-        descriptors, self._descriptors = self._descriptors, []
-        return descriptors
-
-    def _describe(self, descriptor: bytes) -> None:
-        self._descriptors.append(_trace_packet(pb.message(_TRACK_DESCRIPTOR, descriptor)))
-
-    def _new_uuid(self) -> int:
-        self._last_uuid += 1
-        return self._last_uuid
-
-    def _process_uuid(self, process: ProcessView) -> int:
-        """The track of the process, one per pid shown (OTLP data of a ringtrace client's process shows its pid),
-        named after the first known of those that show it."""
-        uuid = self._process_uuids.get(process.trace_pid)
-        if uuid is None:
-            if self._first_showing is None:
-                self._first_showing = first_showing(self._walk.processes)
-            process = self._first_showing.get(process.trace_pid, process)
-            uuid = self._process_uuids[process.trace_pid] = self._new_uuid()
-            label = process_label(process)
-            described = pb.uint(_PID, self._pid(process)) + pb.string(_PROCESS_NAME, label)
-            described += pb.string(_PROCESS_LABELS, process.host)
-            rank = pb.uint(_SIBLING_ORDER_RANK, min(process.uid, _MAX_INT32))  # in the order they first connected
-            self._describe(pb.uint(_UUID, uuid) + pb.message(_PROCESS, described) + rank)
-        return uuid
-
-    def _pid(self, process: ProcessView) -> int:
-        """The pid Perfetto shows, an int32: the snapshot's; for a pid past int32 (the wire protocol allows it, and
-        the pids shown for processes that share an OS pid grow past it after 512 of them), one of its own, counted
-        down from the top of int32, that no process of the snapshot has."""
-        pid = process.trace_pid
-        if 0 <= pid <= _MAX_INT32:
-            return pid
-        shown = self._int32_pids.get(pid)
-        if shown is None:
-            if self._taken_pids is None:
-                self._taken_pids = {p.trace_pid for p in self._walk.view.processes.values()}
-            while self._next_int32_pid in self._taken_pids:
-                self._next_int32_pid -= 1
-            shown = self._int32_pids[pid] = self._next_int32_pid
-            self._next_int32_pid -= 1
-        return shown
-
-    def track_uuid(self, process: ProcessView, track: TrackInfo) -> int:
-        """A thread's track, a task lane's (with its thread), or another track of the process (a source)."""
-        uuid = self._track_uuids.get((process.uid, track.track_id))
-        if uuid is not None:
-            return uuid
-        track = process.tracks.get(track.track_id, track)  # the latest name, or the one of an ended track
-        if track.kind == THREAD_TRACK and process.shares_thread(track) is None:
-            parent = self._process_uuid(process)
-            uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
-            thread = pb.uint(_PID, self._pid(process)) + pb.uint(_TID, _int64(track.thread_id))
-            if track.name:
-                thread += pb.string(_THREAD_NAME, track.name)
-            rank = pb.uint(_SIBLING_ORDER_RANK, min(track.track_id, _MAX_INT32))  # in the order declared
-            self._describe(pb.uint(_UUID, uuid) + pb.message(_THREAD, thread) + rank)
-            return uuid
-        thread_track = self._thread_of(process, track)
-        parent = self.track_uuid(process, thread_track) if thread_track else self._process_uuid(process)
-        uuid = self._track_uuids[(process.uid, track.track_id)] = self._new_uuid()
-        described = pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, track.name)
-        # Tracks of one name stay apart (two sources may share a name), as they do in Chrome JSON.
-        self._describe(described + pb.uint(_SIBLING_MERGE_BEHAVIOR, _SIBLING_MERGE_BEHAVIOR_NONE))
-        return uuid
-
-    def _thread_of(self, process: ProcessView, track: TrackInfo) -> TrackInfo | None:
-        """A task lane's thread (its latest name, or the name its frames carry, or none); for another timeline's
-        track of a thread, the thread's own track."""
-        if track.kind == THREAD_TRACK:
-            return process.shares_thread(track)
-        if not track.parent or track.parent == track.track_id:
-            return None
-        thread = process.tracks.get(track.parent) or self._walk.tracks.get((process.uid, track.parent))
-        if thread is None:
-            return TrackInfo(track.parent, THREAD_TRACK, "", track.thread_id)
-        return thread if thread.kind == THREAD_TRACK else None
-
-    def counter_uuid(self, process: ProcessView, track: TrackInfo, name: str) -> int:
-        """The counter track of ``name`` under the track it was recorded on."""
-        key = (process.uid, track.track_id, name)
-        uuid = self._counter_uuids.get(key)
-        if uuid is None:
-            parent = self.track_uuid(process, track)
-            uuid = self._counter_uuids[key] = self._new_uuid()
-            described = pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, name)
-            self._describe(described + pb.message(_COUNTER, b""))
-        return uuid
-
-    def async_uuid(self, process: ProcessView, name: str, async_id: str) -> int:
-        key = (process.uid, name, async_id)
-        uuid = self._async_uuids.get(key)
-        if uuid is not None:
-            self._async_uuids.move_to_end(key)
-            return uuid
-        digest = hashlib.blake2b(orjson.dumps(key), digest_size=8).digest()
-        uuid = self._async_uuids[key] = int.from_bytes(digest, "little") | _HASHED_UUID
-        if len(self._async_uuids) > _MAX_ASYNC_TRACKS:
-            self._async_uuids.popitem(last=False)
-        parent = self._process_uuid(process)
-        self._describe(pb.uint(_UUID, uuid) + pb.uint(_PARENT_UUID, parent) + pb.string(_TRACK_NAME, name))
-        return uuid
-
-
-def _trace_packet(fields: bytes) -> bytes:
-    """A packet of the trace's own sequence (no incremental state), as an entry of ``Trace``."""
-    packet = fields + _ON_TRACE_SEQUENCE
-    return _PACKET + pb.varint(len(packet)) + packet
 
 
 def _string(tables: StreamTables, string_id: int) -> str:
     """A name by its string id, as the event walk names it (``StreamTables.rows``)."""
     text = tables.strings.get(string_id)
     return text if text is not None else f"<unknown string {string_id}>"
-
-
-def _flow_fields(args: dict[str, Any]) -> bytes:
-    """A span's flow arrows (``flows.py``): the one leaving it (``flow_ids``), those ending at it
-    (``terminating_flow_ids``)."""
-    leaving, arriving = span_flows(args)
-    fields = b"" if leaving is None else _FLOW_IDS + _FIXED64.pack(leaving)
-    for flow in arriving:
-        fields += _TERMINATING_FLOW_IDS + _FIXED64.pack(flow)
-    return fields
-
-
-def _counter_value(value: Any) -> bytes | None:
-    """A counter's value field, or None for a value that is not a number."""
-    if type(value) is int and value in _INT64:
-        return _COUNTER_VALUE + pb.varint(value)
-    if type(value) is float or type(value) is int:
-        return _DOUBLE_COUNTER_VALUE + _DOUBLE.pack(float(value))
-    return None
-
-
-def _value(value: Any, depth: int) -> bytes:
-    """A debug annotation's value fields: numbers, text, maps and lists as they are (bytes as hex and anything else
-    as text, as the Chrome export shows them)."""
-    kind = type(value)
-    if kind is str:
-        return pb.string(_STRING_VALUE, value)
-    if kind is int:
-        if value in _INT64:
-            return _INT_VALUE + pb.varint(value)
-        if value in _UINT64:
-            return _UINT_VALUE + pb.varint(value)
-        return pb.string(_STRING_VALUE, str(value))
-    if kind is float:
-        return _DOUBLE_VALUE + _DOUBLE.pack(value)
-    if kind is bool:
-        return _BOOL_VALUE + (b"\x01" if value else b"\x00")
-    if value is None:
-        return pb.string(_LEGACY_JSON_VALUE, "null")
-    if depth >= _MAX_DEPTH:
-        return pb.string(_STRING_VALUE, _text(value))
-    if kind is dict:
-        if not value:
-            return pb.string(_LEGACY_JSON_VALUE, "{}")
-        entries = []
-        for key, item in value.items():
-            entry = pb.string(_ANNOTATION_NAME, key if type(key) is str else _text(key)) + _value(item, depth + 1)
-            entries.append(_DICT_ENTRIES + pb.varint(len(entry)) + entry)
-        return b"".join(entries)
-    if kind is list or kind is tuple:
-        if not value:
-            return pb.string(_LEGACY_JSON_VALUE, "[]")
-        items = [_value(item, depth + 1) for item in value]
-        return b"".join(_ARRAY_VALUES + pb.varint(len(item)) + item for item in items)
-    return pb.string(_STRING_VALUE, _text(value))
-
-
-def _counter_name(name: str, key: object) -> str:
-    """The track of a counter's value under ``key``: the counter's name, and the key but for ``value`` (``mem rss``,
-    as Chrome JSON's viewers name a series)."""
-    if key == "value":
-        return name
-    return f"{name} {key if type(key) is str else _text(key)}"
-
-
-def _text(value: object) -> str:
-    """A key or value that is not text, as text: bytes as hex, anything else as its repr."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    return repr(value)
-
-
-def _int64(value: int) -> int:
-    value &= 0xFFFFFFFFFFFFFFFF
-    return value - (1 << 64) if value >= 1 << 63 else value

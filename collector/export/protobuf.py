@@ -1,7 +1,8 @@
 """The Protocol Buffers wire format, as much of it as a writer needs: varints, length-delimited fields, doubles.
 
 Encoding only, and schema-free: a message is its fields one after another, each a key (field number and wire type)
-then a value; callers name the field numbers (``perfetto.py`` has Perfetto's) and build a message by joining fields.
+then a value; callers name the field numbers (``perfetto_protos.py`` has Perfetto's) and build a message by joining
+fields.
 A field's bytes are made once where they repeat (a key, a small number, an interned name): the export writes millions.
 """
 

@@ -25,7 +25,8 @@ from ringtrace.collector.foreign.recording import Recording, to_stream
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.collector.store.segments import INDEX_ENTRY, Recovered
+from ringtrace.collector.store.segment_files import Recovered
+from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.errors import BadPreamble, ProtocolError
 from ringtrace.wire.frames import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns

@@ -4,9 +4,9 @@ Bytes go to the connection's decoder (``IngestDecoder``), which checks each fram
 tables (it holds every rule of the stream); each complete frame goes to its handler (``handlers.py``), which stores it
 through the stream's ``SegmentWriter`` (``store/writer.py``: straight into a segment, where the reader reads, or by
 copy) and answers it. A protocol error closes this connection only, with a log line that names the peer and the broken
-limit or field. What the connection itself decides: where each read goes, when reading pauses (a peer that does not
-read our answers, control frames too fast, table frames waiting for their turn: ``turns.py``), and when to give up on
-a peer (no HELLO in time, idle, or too slow).
+limit or field (``goodbyes.py``). What the connection itself decides: where each read goes, when reading pauses (a
+peer that does not read our answers, control frames too fast, table frames waiting for their turn: ``turns.py``), and
+when to give up on a peer (no HELLO in time, idle, or too slow).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from typing import Protocol, cast
 
 from ringtrace.collector.auth import AuthenticationFailed
+from ringtrace.collector.ingest.goodbyes import Goodbyes
 from ringtrace.collector.ingest.handlers import FrameHandlers, FrameSink
 from ringtrace.collector.ingest.lending import IngestDecoder
 from ringtrace.collector.ingest.traffic import (
@@ -28,18 +29,9 @@ from ringtrace.collector.ingest.traffic import (
     refuse,
 )
 from ringtrace.collector.ingest.turns import TABLE_FRAMES, TURN_BYTES, DecodeTurns, ReadTurns
-from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
-from ringtrace.collector.store.ring import TABLE_LIMITS
-from ringtrace.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.wire.frames import (
-    AUTHENTICATION_FAILED,
-    FRAME_HEADER,
-    TABLES_PAST_CAPACITY,
-    Goodbye,
-    encode,
-    preamble,
-)
+from ringtrace.wire.errors import ProtocolError, UnsupportedVersion
+from ringtrace.wire.frames import FRAME_HEADER
 from ringtrace.wire.reader import Sentinel
 
 __all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]
@@ -49,9 +41,6 @@ log = logging.getLogger("ringtrace.collector.ingest")
 #: Free room offered to each read: a few large frames per read, rather than a read per frame. Also the least memory
 #: a connection holds; a frame larger than it grows the buffer to twice the frame.
 READ_SIZE = 256 * 1024
-#: After a GOODBYE, how long what the peer still sends is read and thrown away before the connection is cut: closed
-#: with unread bytes, the socket would be reset, and a peer with frames in flight would never read the GOODBYE.
-GOODBYE_DRAIN_S = 2.0
 _DRAIN_BUFFER = memoryview(bytearray(READ_SIZE))
 #: The room a connection's own buffer offers until the HELLO is accepted and a read fills it: a HELLO is a few hundred
 #: bytes, and a short connection's tables and first frames a few KiB (a larger frame grows the buffer). A connection
@@ -89,10 +78,9 @@ class IngestSink(FrameSink, Protocol):
 
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
-        "_address", "_arrival", "_drain_timer", "_draining", "_filled", "_frames", "_granted", "_handled",
-        "_handshake_timer", "_last_read_s", "_members", "_offered", "_pending", "_reader", "_session", "_sink",
-        "_slowed", "_throttle", "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused",
-        "_write_paused_s",
+        "_address", "_arrival", "_filled", "_frames", "_goodbyes", "_granted", "_handled", "_handshake_timer",
+        "_last_read_s", "_members", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle",
+        "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink, loopback: set[IngestProtocol] | None = None) -> None:
@@ -133,10 +121,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._arrival = FrameArrival()
         #: Offset in the reader's buffer past the frames handled: where a frame that breaks a rule begins.
         self._handled = 0
-        #: A GOODBYE went out and our side is shut: what still comes is read and thrown away (``_say_goodbye``),
-        #: until the peer closes or the timer cuts the connection.
-        self._draining = False
-        self._drain_timer: asyncio.TimerHandle | None = None
+        #: How it ends when it breaks a rule, and whether it is draining after a GOODBYE (``goodbyes.py``).
+        self._goodbyes = Goodbyes(sink, self._frames)
 
     @property
     def process(self) -> ProcessRecord | None:
@@ -188,7 +174,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         self._resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._draining:
+        if self._goodbyes.draining:
             return _DRAIN_BUFFER
         view = self._room(sizehint)
         transport = self._transport
@@ -212,7 +198,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         return self._session.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._draining:
+        if self._goodbyes.draining:
             return
         self._granted = False
         self._filled = nbytes == self._offered
@@ -228,7 +214,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._end_turn()
 
     def eof_received(self) -> bool:
-        if self._draining:  # the peer read our GOODBYE, or at least has sent all it had
+        if self._goodbyes.draining:  # the peer read our GOODBYE, or at least has sent all it had
             return False
         # (Not while waiting for a turn: nothing is read then. What is left is decoded now: it is all there is.)
         self._session.receive_data(b"")
@@ -245,10 +231,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if not by_address[self._address]:
                 del by_address[self._address]
             self._address = None
-        for timer in (self._handshake_timer, self._throttle, self._drain_timer):  # they would keep it alive till then
+        for timer in (self._handshake_timer, self._throttle):  # they would keep it alive till then
             if timer is not None:
                 timer.cancel()
-        self._handshake_timer = self._throttle = self._drain_timer = None
+        self._handshake_timer = self._throttle = None
+        self._goodbyes.lost()
         if self._session.skipped_frames:
             log.info(
                 "connection from %s skipped %d frames of types this collector does not know (ignorable)",
@@ -336,7 +323,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """Handle every complete frame read, but table frames past this loop turn's share (``turns.py``): those
         wait for a later turn, and reading pauses till then; ``last``: the peer sent everything, none waits."""
         transport = self._transport
-        if transport is None or transport.is_closing() or self._waiting_turn or self._draining:
+        if transport is None or transport.is_closing() or self._waiting_turn or self._goodbyes.draining:
             return
         try:
             self._handle_frames(transport, last)
@@ -349,14 +336,11 @@ class IngestProtocol(asyncio.BufferedProtocol):
             self._pending = header[0] - (reader.end - reader.position) if header is not None else 0
             self._arrival.taken(reader.end - reader.position, self._last_read_s)
         except AuthenticationFailed as exc:  # the peer learns only that; the log says why
-            self._traffic.authentication_failures += 1
-            self._sink.auth.log_refusal("connection", self._peer, exc.reason)
-            self._say_goodbye(transport, preamble() + encode(Goodbye(AUTHENTICATION_FAILED)))
+            self._goodbyes.authentication_failed(transport, exc)
         except UnsupportedVersion as exc:
-            log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
-            self._say_goodbye(transport, preamble() + encode(Goodbye(str(exc))))
+            self._goodbyes.unsupported_version(transport, exc)
         except ProtocolError as exc:
-            self._protocol_error(transport, exc)
+            self._goodbyes.protocol_error(transport, exc, self._handled)
 
     def _handle_frames(self, transport: asyncio.Transport, last: bool) -> None:
         """The frames read, each to its handler; runs of EVENTS frames read into a segment are stored where they
@@ -384,55 +368,6 @@ class IngestProtocol(asyncio.BufferedProtocol):
             if header is not None and table:
                 turns.spend(header[0])
             self._handled = reader.position
-
-    def _protocol_error(self, transport: asyncio.Transport, exc: ProtocolError) -> None:
-        past_capacity = isinstance(exc, LimitExceeded) and exc.limit_name in TABLE_LIMITS
-        if past_capacity:
-            self._traffic.tables_refused += 1
-            self._log_past_capacity(exc)
-        else:
-            log.warning("closing connection from %s, %s: %s", self._peer, self._who(), exc)
-        self._traffic.protocol_errors += 1
-        writer = self._frames.writer
-        if writer is not None:
-            writer.cut(self._handled)  # the frame that broke a rule, read into the segment: it ends before it
-            self._frames.end_batch()  # what came before it is stored: acknowledge its FLUSHes
-        if past_capacity:  # within the WELCOME's limits: say so (the client retries as for a refusal)
-            # Its tables are given back now, not once the peer has read the GOODBYE and closed: held while it drains,
-            # they would refuse another process's tables (one that shares the room they took) for as long.
-            self._frames.close_stream()
-            self._say_goodbye(transport, encode(Goodbye(f"{exc}: {TABLES_PAST_CAPACITY}")))
-        else:
-            transport.abort()
-
-    def _say_goodbye(self, transport: asyncio.Transport, goodbye: bytes) -> None:
-        """Send ``goodbye`` and end the connection so that the peer reads it: our side shut, what the peer still
-        sends read and thrown away until it closes, for GOODBYE_DRAIN_S at most (TLS cannot shut one side: closed)."""
-        transport.write(goodbye)
-        # Nothing more may be written (after write_eof a write raises): a snapshot's or the stop's FLUSH, a
-        # SET_PRIORITY, or a FLUSH_ACK a sync answers later finds no transport, as for a connection gone.
-        self._frames.transport = None
-        if not transport.can_write_eof():
-            transport.close()
-            return
-        transport.write_eof()
-        self._draining = True
-        transport.resume_reading()
-        self._drain_timer = asyncio.get_running_loop().call_later(GOODBYE_DRAIN_S, transport.abort)
-
-    def _log_past_capacity(self, exc: ProtocolError) -> None:
-        """Tables past ``--capacity``: the client comes back and is refused again, until its tables fit or the
-        capacity grows: logged at once, then once a minute per process with the count of those not logged."""
-        process = self._frames.process
-        unlogged = self._traffic.capacity_refusals_logged.due(process.uid if process is not None else self._peer)
-        if unlogged is None:
-            log.debug("closing connection from %s, %s: %s", self._peer, self._who(), exc)
-            return
-        log.warning(
-            "closing connection from %s, %s: %s; it will be refused again until its tables fit: raise --capacity, "
-            "or lower --max-strings, --max-string-bytes or --max-tracks (clients adopt them)%s",
-            self._peer, self._who(), exc, Repeats.since(unlogged, "closed so"),
-        )  # fmt: skip
 
     # -- pacing ---------------------------------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringtrace.collector.auth import is_loopback
-from ringtrace.collector.service.option_table import check_setting, field_default, option_of, settings_from_args
+from ringtrace.collector.service.option_fields import check_setting, field_default, option_of
+from ringtrace.collector.service.option_flags import settings_from_args
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
-from ringtrace.collector.store.segments import FsyncPolicy
+from ringtrace.collector.store.segment_buffers import FsyncPolicy
 from ringtrace.wire.errors import ConfigError
 
 __all__ = ["CollectorConfig", "config_from_args"]

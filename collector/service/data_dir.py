@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.collector.store.segments import SYNC_INTERVAL_S, DataDir
+from ringtrace.collector.store.segment_buffers import SYNC_INTERVAL_S
+from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.wire.decoder import Limits
 
 __all__ = ["DataDirSync", "recover"]

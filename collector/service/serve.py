@@ -20,7 +20,9 @@ from collections.abc import Sequence
 
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig, config_from_args
-from ringtrace.collector.service.option_table import ENVIRONMENT, add_arguments, environment_args, parse_listen_address
+from ringtrace.collector.service.option_environment import ENVIRONMENT, environment_args
+from ringtrace.collector.service.option_flags import add_arguments
+from ringtrace.collector.service.option_table import parse_listen_address
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.parsing import parse_size
 

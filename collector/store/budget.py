@@ -22,7 +22,8 @@ from typing import Final, Literal, NamedTuple
 
 from ringtrace.collector.store.accounts import ProcessHolding
 from ringtrace.collector.store.holdings import Holdings, Removal
-from ringtrace.collector.store.segments import Segment, SegmentBuffers
+from ringtrace.collector.store.segment_buffers import SegmentBuffers
+from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
 from ringtrace.wire.decoder import (
     DENSE_STRING_IDS,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ringtrace.collector.store.segments import Segment, SegmentBuffers
+from ringtrace.collector.store.segment_buffers import SegmentBuffers
+from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.streams import Stream
 
 __all__ = ["Durability", "SyncJob"]

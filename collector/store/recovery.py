@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ringtrace.collector.store.accounts import Counts, ProcessHolding
 from ringtrace.collector.store.budget import Budget
-from ringtrace.collector.store.segments import Recovered, Segment
+from ringtrace.collector.store.segment_files import Recovered
+from ringtrace.collector.store.segments import Segment
 
 __all__ = ["adopt"]
 

@@ -43,16 +43,9 @@ from ringtrace.collector.store.durability import Durability, SyncJob
 from ringtrace.collector.store.holdings import Holdings
 from ringtrace.collector.store.recovery import adopt
 from ringtrace.collector.store.replication import Replication
-from ringtrace.collector.store.segments import (
-    CHECKSUM_FRAME,
-    CHECKSUM_RESERVE,
-    INDEX_ENTRY,
-    EventsRun,
-    MemoryBuffers,
-    Recovered,
-    Segment,
-    SegmentBuffers,
-)
+from ringtrace.collector.store.segment_buffers import MemoryBuffers, SegmentBuffers
+from ringtrace.collector.store.segment_files import Recovered
+from ringtrace.collector.store.segments import CHECKSUM_FRAME, CHECKSUM_RESERVE, INDEX_ENTRY, EventsRun, Segment
 from ringtrace.collector.store.stream_segments import StreamSegments
 from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind, Stream
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot

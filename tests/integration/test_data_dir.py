@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess, events, run_workload
-from ringtrace.collector.store.segments import scan_segment
+from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.frames import FRAME_HEADER, FrameType
 

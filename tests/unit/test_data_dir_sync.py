@@ -11,7 +11,9 @@ from typing import Any
 from ringtrace.collector.service.data_dir import DataDirSync, recover
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.collector.store.segments import DataDir, FsyncPolicy, Segment
+from ringtrace.collector.store.segment_buffers import FsyncPolicy
+from ringtrace.collector.store.segment_files import DataDir
+from ringtrace.collector.store.segments import Segment
 from ringtrace.wire.decoder import Limits
 from store_client import Client
 

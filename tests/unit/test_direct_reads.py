@@ -22,7 +22,7 @@ from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
 from ringtrace.collector.ingest.turns import LOOP_TURN_BYTES, READERS_PER_TURN
 from ringtrace.collector.service.app import Collector, CollectorConfig
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
-from ringtrace.collector.store.segments import scan_segment
+from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.collector.store.writer import DIRECT_READ_SIZE
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.frames import (

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from ringtrace.collector import CollectorConfig
 from ringtrace.collector.command.main import build_parser as build_command_parser
-from ringtrace.collector.service.option_table import (
-    ENVIRONMENT,
+from ringtrace.collector.service.option_docs import (
     FLAGS_END,
     FLAGS_START,
-    OPTIONS,
-    Option,
-    check_setting,
     flags_block,
     flags_markdown,
     with_flags_markdown,
 )
+from ringtrace.collector.service.option_environment import ENVIRONMENT
+from ringtrace.collector.service.option_fields import check_setting
+from ringtrace.collector.service.option_row import Option
+from ringtrace.collector.service.option_table import OPTIONS
 from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
 from ringtrace.wire.errors import ConfigError
 
@@ -35,7 +35,7 @@ def test_the_docs_flag_table_is_the_option_table() -> None:
     block = flags_block(DOCS.read_text(encoding="utf-8"))
     assert block is not None, f"docs/{DOCS.name} has no {FLAGS_START} ... {FLAGS_END} block"
     assert block == flags_markdown(), (
-        "rewrite the block with ringtrace.collector.service.option_table.with_flags_markdown"
+        "rewrite the block with ringtrace.collector.service.option_docs.with_flags_markdown"
     )
 
 

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from ringtrace.collector.ingest.otlp.answers import BadRequest
 from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight
-from ringtrace.collector.ingest.otlp.receiver import BadRequest, inflated, read_body
+from ringtrace.collector.ingest.otlp.request_body import inflated, read_body
 
 
 class _Content:

@@ -9,7 +9,7 @@ import io
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
-from ringtrace.collector.ingest.otlp.receiver import SIGNALS
+from ringtrace.collector.ingest.otlp.signals import SIGNALS
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig
 

@@ -12,9 +12,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from ringtrace.client.encoder import StreamEncoder
+from ringtrace.collector.ingest.otlp.answers import BadRequest
 from ringtrace.collector.ingest.otlp.logs import priority_of
-from ringtrace.collector.ingest.otlp.receiver import SIGNALS, BadRequest, decode_request
 from ringtrace.collector.ingest.otlp.resources import attributes_of
+from ringtrace.collector.ingest.otlp.signals import SIGNALS, decode_request
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLanes, TraceSpan
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
@@ -169,7 +170,7 @@ def test_a_streams_track_ids_start_again_past_the_last_32_bit_one() -> None:
     """A resource's stream takes a track id for every trace's lane and never reuses one while it can (track ids are
     32 bits on the wire): past the last it starts again at the first, not at an id every frame would be refused for.
     (Billions of traces to get there through the collector: the stream itself, told where its ids are.)"""
-    from ringtrace.collector.ingest.otlp.receiver import FIRST_TRACK_ID, _ProcessStream
+    from ringtrace.collector.ingest.otlp.process_streams import FIRST_TRACK_ID, ProcessStream
 
-    stream = _ProcessStream(None, 2**32 - 1)  # type: ignore[arg-type]  # (no connection: none is used)
+    stream = ProcessStream(None, 2**32 - 1)  # type: ignore[arg-type]  # (no connection: none is used)
     assert [stream.track((n, f"t{n}")).track_id for n in (1, 2, 3)] == [2**32 - 1, FIRST_TRACK_ID, FIRST_TRACK_ID + 1]

@@ -21,7 +21,9 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView
 from ringtrace.collector.read.query import EVERYTHING
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
-from ringtrace.collector.store.segments import DataDir, Segment, scan_segment
+from ringtrace.collector.store.segment_files import DataDir
+from ringtrace.collector.store.segment_scan import scan_segment
+from ringtrace.collector.store.segments import Segment
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode

@@ -10,7 +10,8 @@ import pytest
 from ringtrace.collector.store.accounts import Counts, ProcessHolding
 from ringtrace.collector.store.budget import Budget
 from ringtrace.collector.store.holdings import Holdings
-from ringtrace.collector.store.segments import HUGE_PAGE_BYTES, Buffer, MemoryBuffers, Segment
+from ringtrace.collector.store.segment_buffers import HUGE_PAGE_BYTES, MemoryBuffers
+from ringtrace.collector.store.segments import Buffer, Segment
 from ringtrace.collector.store.streams import Stream
 
 SIZE = 64 * 1024

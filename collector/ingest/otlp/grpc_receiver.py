@@ -26,15 +26,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
 from ringtrace.collector.auth import Authenticator
-from ringtrace.collector.ingest.otlp.receiver import (
-    MAX_BODIES_IN_FLIGHT,
-    RETRY_AFTER_S,
-    SIGNALS,
-    BadRequest,
-    OtlpReceiver,
-    Signal,
-    Unavailable,
-)
+from ringtrace.collector.ingest.otlp.answers import RETRY_AFTER_S, BadRequest, Unavailable
+from ringtrace.collector.ingest.otlp.receiver import MAX_BODIES_IN_FLIGHT, OtlpReceiver
+from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal
 from ringtrace.wire.errors import ConfigError
 
 try:

@@ -15,65 +15,50 @@ resource needs its slot.
 The OTLP/gRPC receiver (``grpc_receiver.py``) hands its requests to the same ``OtlpReceiver``: the limits, the
 decoding, the streams, the store and the counts are the same: ``store_request`` answers either with the response
 message or with an exception that says which refusal it is (``BadRequest``, ``Unavailable``).
+
+The parts are modules of their own: the answers (``answers.py``), reading a body (``request_body.py``), the signals and
+their decoding (``signals.py``), and the resources' streams (``process_streams.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import functools
 import logging
-import re
-import time
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
 from aiohttp import web
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError, Message
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_service
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_service
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
-from ringtrace.client.encoder import StreamEncoder
+from google.protobuf.message import Message
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
-from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
+from ringtrace.collector.ingest.otlp.answers import (
+    JSON_CONTENT,
+    BadRequest,
+    Unavailable,
+    message_answer,
+    status_answer,
+)
 from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
-from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT, logs_by_process
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
-from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
-from ringtrace.collector.ingest.otlp.spans import spans_by_process
-from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
-from ringtrace.wire.frames import KindSpec, encode
-from ringtrace.wire.message_format import PRIORITIES
-from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.collector.ingest.otlp.process_streams import (
+    FIRST_TRACK_ID,
+    MAX_THREAD_TRACKS,
+    NAMED_TRACKS,
+    Delivery,
+    ProcessStream,
+)
+from ringtrace.collector.ingest.otlp.request_body import content_type, read_body
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents
+from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal, decoded_by_process
+from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES
 
-__all__ = [
-    "RETRY_AFTER_S",
-    "SIGNALS",
-    "BadRequest",
-    "OtlpReceiver",
-    "Signal",
-    "Unavailable",
-    "decode_request",
-    "inflated",
-    "read_body",
-]
+__all__ = ["MAX_BODIES_IN_FLIGHT", "OtlpReceiver"]
 
 log = logging.getLogger("ringtrace.collector.otlp")
 
-_PROTOBUF: Final = "application/x-protobuf"
-_JSON: Final = "application/json"
-#: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
-MAX_THREAD_TRACKS: Final = 1_000
-#: Tracks of a process's stream that are neither a thread's nor a lane of a trace: ``threads``, ``logs``, ``metrics``.
-_NAMED_TRACKS: Final = 3
-#: The first track id of a process's stream, and its last (track ids are 32 bits): past it, they start again.
-FIRST_TRACK_ID: Final = 1 << 24
-_LAST_TRACK_ID: Final = 2**32 - 1
 #: Resources whose stream closed whose next track id is remembered, at most (``OtlpReceiver._next_track_ids``).
 _TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
@@ -82,180 +67,6 @@ MAX_LOG_CATEGORIES: Final = 100
 #: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
 #: the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
-#: What a gzip body inflates by at a time, each piece counted in flight before the next.
-_INFLATE_STEP: Final = 1024 * 1024
-#: Seconds after which an exporter refused for now may send again (``Retry-After``; gRPC's ``RetryInfo``).
-RETRY_AFTER_S: Final = 1
-#: OTLP/JSON ids are hex, where protobuf's JSON mapping expects base64.
-_ID_FIELDS: Final = frozenset(("traceId", "spanId", "parentSpanId"))
-_HEX: Final = re.compile(r"[0-9a-fA-F]*")
-
-
-class BadRequest(Exception):
-    """The body is not an export request: ``status`` says which HTTP status, the message why."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Unavailable(Exception):
-    """The request is refused for now, and may be sent again later: 503 with ``Retry-After``; over gRPC UNAVAILABLE,
-    or RESOURCE_EXHAUSTED where ``busy`` (too many requests in flight), with a RetryInfo."""
-
-    def __init__(self, message: str, busy: bool = False) -> None:
-        super().__init__(message)
-        self.busy = busy
-
-
-@dataclasses.dataclass(frozen=True)
-class Signal:
-    """One OTLP signal: its path, its request and response messages, and how its data becomes events."""
-
-    path: str
-    #: What its items are called (in answers and logs): spans, log records, data points.
-    items: str
-    request: type[Message]
-    response: type[Message]
-    partial: type[Message]
-    #: The ``partial_success`` field that counts the items refused.
-    rejected_field: str
-    by_process: Callable[[Any], list[ProcessEvents]]
-
-
-SIGNALS: Final = (
-    Signal("/v1/traces", "spans", trace_service.ExportTraceServiceRequest, trace_service.ExportTraceServiceResponse,
-           trace_service.ExportTracePartialSuccess, "rejected_spans", spans_by_process),
-    Signal("/v1/logs", "log records", logs_service.ExportLogsServiceRequest, logs_service.ExportLogsServiceResponse,
-           logs_service.ExportLogsPartialSuccess, "rejected_log_records", logs_by_process),
-    Signal("/v1/metrics", "data points", metrics_service.ExportMetricsServiceRequest,
-           metrics_service.ExportMetricsServiceResponse, metrics_service.ExportMetricsPartialSuccess,
-           "rejected_data_points", metrics_by_process),
-)  # fmt: skip
-
-
-class _ProcessStream:
-    """A resource's native stream: its loopback connection, encoder, tracks, log kinds and the lanes of its traces,
-    kept across requests."""
-
-    def __init__(self, connection: LoopbackConnection, first_track_id: int) -> None:
-        self.connection = connection
-        self.registry = KindRegistry()
-        self.encoder = StreamEncoder(registry=self.registry)
-        self.tracks: dict[Lane, TrackInfo] = {}
-        # Not reused before the last one (the lanes of traces end; a stream of the process opened again goes on from
-        # here), and far above a ringtrace client's: shown as one process with a client's (the same OS process), its
-        # tracks keep their own tids.
-        self.next_track_id = first_track_id
-        self.trace_lanes = TraceLanes()
-        #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
-        #: connection may hold, less its traces' lanes and named tracks, are fewer (``OtlpReceiver._open``).
-        self.max_threads = MAX_THREAD_TRACKS
-        self.log_kinds: dict[tuple[str, str], KindSpec] = {}
-        self.lock = asyncio.Lock()
-
-    def track(self, lane: Lane) -> TrackInfo:
-        track = self.tracks.get(lane)
-        if track is None:
-            if isinstance(lane, tuple) and len(self.tracks) - self.trace_lanes.live >= self.max_threads:
-                return self.track("threads")
-            if isinstance(lane, TraceLane):  # a track of the process, beside its threads
-                track = TrackInfo(self.next_track_id, SOURCE_TRACK, lane.name)
-            else:
-                thread_id, name = lane if isinstance(lane, tuple) else (0, lane)
-                track = TrackInfo(self.next_track_id, THREAD_TRACK, name, thread_id)
-            self.next_track_id = self.next_track_id + 1 if self.next_track_id < _LAST_TRACK_ID else FIRST_TRACK_ID
-            self.tracks[lane] = track
-        return track
-
-    def log_kind(self, category: str, priority: str) -> KindSpec:
-        if len(self.log_kinds) >= MAX_LOG_CATEGORIES * len(PRIORITIES):
-            category = "log"
-        kind = self.log_kinds.get((category, priority))
-        if kind is None:
-            kind = self.log_kinds[(category, priority)] = self.registry.register(
-                category, "message", LOG_FIELDS, normalise_values, LOG_TEXT, priority
-            )
-        return kind
-
-    def pack(self, process: ProcessEvents) -> list[bytes]:
-        """The process's events as frames on this stream, the spans of its traces on their lanes, and a STATS frame
-        that counts its items refused. The lanes of the traces forgotten end as they are, their spans of this request
-        sent first: a request of more traces than the stream may hold tracks keeps within its bound."""
-        frames: list[bytes] = []
-        for lane, records in self.records(process).items():
-            frames += self._frames(lane, records)
-        lanes = self.trace_lanes
-        spans: dict[Lane, list[Any]] = {}
-        for span in process.trace_spans:
-            spans.setdefault(lanes.place(span), []).extend(span.records)
-            for retired in lanes.take_retired():
-                placed = spans.pop(retired, None)
-                if placed is not None:
-                    frames += self._frames(retired, placed)
-                track = self.tracks.pop(retired, None)
-                ended = None if track is None else self.encoder.retire(track)
-                if ended is not None:
-                    frames.append(ended)
-        for lane, records in spans.items():
-            frames += self._frames(lane, records)
-        self.encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
-        frames.append(encode(self.encoder.stats(0, 0, 0)))
-        return frames
-
-    def _frames(self, lane: Lane, records: list[Any]) -> list[bytes]:
-        """The frames of ``records`` on the track of ``lane`` (declared if new)."""
-        frames: list[bytes] = []
-        for batch, _ in self.encoder.encode_pieces(self.track(lane), records):
-            frames += batch.control
-            frames += (frame for frame, _ in batch.events)
-        return frames
-
-    def records(self, process: ProcessEvents) -> dict[Lane, list[Any]]:
-        """The process's records per lane but its spans of traces: its log records among them as messages."""
-        records = process.records
-        for lane, category, priority, ts, values in process.messages:
-            kind = self.log_kind(category, priority)
-            records.setdefault(lane, []).extend((kind.id, kind.name, ts, ts, values))
-        return records
-
-
-class _Delivery:
-    """One process's part of a request: its counts, and its frames to send on its stream (whose lock it holds)."""
-
-    __slots__ = ("closed", "frames", "items", "process_name", "rejected", "stream", "why")
-
-    def __init__(self, process: ProcessEvents) -> None:
-        self.items, self.rejected, self.why = process.items, process.rejected, process.why
-        self.process_name = process.hello.process_name
-        self.frames: list[bytes] = []
-        self.stream: _ProcessStream | None = None
-        self.closed: LoopbackClosed | None = None
-
-    async def send(self) -> int:
-        """Send the frames and let the stream go; returns how many items the store refused.
-
-        Raises:
-            LoopbackClosed: the stream could not be opened, or closed.
-        """
-        if self.closed is not None:
-            raise self.closed
-        stream = self.stream
-        assert stream is not None
-        try:
-            delivered = await stream.connection.send(self.frames)
-        finally:
-            self.release()
-        if (process := stream.connection.process) is not None:
-            process.last_seen_wall_ns = time.time_ns()
-        # (A refused event of a span may be its begin, its end or one of its events: at most every item is.)
-        return min(delivered.refused, self.items - self.rejected)
-
-    def release(self) -> None:
-        """Let the stream go (once), sent or not: frames packed and never sent leave it to a closed connection."""
-        stream, self.stream, self.frames = self.stream, None, []
-        if stream is not None:
-            stream.lock.release()
 
 
 class OtlpReceiver:
@@ -282,7 +93,7 @@ class OtlpReceiver:
         self._connections = connections
         self.timeout_s = timeout_s
         #: Each resource's stream, least recently used first (the first reclaimed when more are needed).
-        self._streams: dict[str, _ProcessStream] = {}
+        self._streams: dict[str, ProcessStream] = {}
         #: The next track id of each resource whose stream closed, the latest last: the tracks of its next stream are
         #: new to its process, whose ended tracks (another trace's lanes) stay in the store.
         self._next_track_ids: OrderedDict[str, int] = OrderedDict()
@@ -309,7 +120,7 @@ class OtlpReceiver:
         return [web.post(signal.path, functools.partial(self.export, signal)) for signal in SIGNALS]
 
     async def export(self, signal: Signal, request: web.Request) -> web.Response:
-        as_json = _content_type(request) == _JSON
+        as_json = content_type(request) == JSON_CONTENT
         size = min(request.content_length or self.max_body_bytes, self.max_body_bytes)
         try:
             with self.admitted(size) as held:  # (given back when answered: the frames wait for the store meanwhile)
@@ -321,7 +132,7 @@ class OtlpReceiver:
     async def store(self, signal: Signal, body: bytes, as_json: bool) -> web.Response:
         """The HTTP answer to the request in ``body``: its response (``store_request``), or the refusal's status."""
         try:
-            return _message(await self.store_request(signal, body, as_json), as_json)
+            return message_answer(await self.store_request(signal, body, as_json), as_json)
         except (BadRequest, Unavailable) as exc:
             return self._refusal(exc, as_json)
 
@@ -332,7 +143,7 @@ class OtlpReceiver:
 
     def _refuse(self, status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
         self.count_refused(status)
-        return _status(status, message, as_json, retry)
+        return status_answer(status, message, as_json, retry)
 
     def count_refused(self, status: int) -> None:
         """One more request answered with an error: ``status`` is its HTTP status (a gRPC one's HTTP equivalent)."""
@@ -364,10 +175,10 @@ class OtlpReceiver:
             Unavailable: the store refused everything (full, under ``--policy discard``), or the request's new
                 resources do not fit in ``max_processes`` until other requests are done (``busy``).
         """
-        deliveries: list[_Delivery] = []
+        deliveries: list[Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
-                processes = await asyncio.to_thread(_decoded, signal, body, as_json)
+                processes = await asyncio.to_thread(decoded_by_process, signal, body, as_json)
                 del body
                 room = self._room_for(processes)
                 if room is None:
@@ -450,10 +261,10 @@ class OtlpReceiver:
         left_out = {id(process) for process in past}
         return [process for process in processes if id(process) not in left_out], past
 
-    async def _packed(self, process: ProcessEvents) -> _Delivery:
+    async def _packed(self, process: ProcessEvents) -> Delivery:
         """One process's events as frames, its stream held (its lock) until they are sent: frames go out in the order
         they were packed, each after the STRINGS frames it needs."""
-        delivery = _Delivery(process)
+        delivery = Delivery(process)
         try:
             stream = await self._stream(process)
         except LoopbackClosed as exc:
@@ -468,7 +279,7 @@ class OtlpReceiver:
         delivery.stream = stream
         return delivery
 
-    async def _stream(self, process: ProcessEvents) -> _ProcessStream:
+    async def _stream(self, process: ProcessEvents) -> ProcessStream:
         stream = self._streams.pop(process.key, None)
         if stream is not None and not stream.connection.closed:
             self._streams[process.key] = stream  # (the most recently used last)
@@ -484,13 +295,13 @@ class OtlpReceiver:
                 stream = self._streams[process.key] = await self._open(process, first)
             return stream
 
-    async def _open(self, process: ProcessEvents, first_track_id: int) -> _ProcessStream:
+    async def _open(self, process: ProcessEvents, first_track_id: int) -> ProcessStream:
         hello = process.hello
         if self._token is not None:
             hello = dataclasses.replace(hello, token=self._token)
         connection = LoopbackConnection(self._sink, f"otlp:{hello.process_name}", self._connections)
         welcome = await connection.open(hello)
-        stream = _ProcessStream(connection, first_track_id)
+        stream = ProcessStream(connection, first_track_id)
         # A stream whose connection is gone (idle, a limit, the stop) is forgotten with its tables: resources come
         # and go (a pid, a service.instance.id per run), and each kept stream would hold its table for good.
         connection.on_lost = functools.partial(self._forget, process.key, stream)
@@ -501,169 +312,13 @@ class OtlpReceiver:
         encoder.strings.limit_to(welcome.max_strings, welcome.max_string_bytes)
         encoder.strings.recycles = welcome.string_resets
         lanes = stream.trace_lanes.max_lanes = max(min(MAX_TRACE_LANES, welcome.max_tracks // 2), 1)
-        stream.max_threads = min(MAX_THREAD_TRACKS, welcome.max_tracks - lanes - _NAMED_TRACKS)  # (threads: the rest)
+        stream.max_threads = min(MAX_THREAD_TRACKS, welcome.max_tracks - lanes - NAMED_TRACKS)  # (threads: the rest)
         await connection.send(encoder.prefix())
         return stream
 
-    def _forget(self, key: str, stream: _ProcessStream) -> None:
+    def _forget(self, key: str, stream: ProcessStream) -> None:
         if self._streams.get(key) is stream:
             del self._streams[key]
             self._next_track_ids[key] = stream.next_track_id
             if len(self._next_track_ids) > _TRACK_IDS_REMEMBERED:
                 self._next_track_ids.popitem(last=False)
-
-
-def _decoded(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents]:
-    return signal.by_process(decode_request(signal, body, as_json))
-
-
-def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
-    """The ``signal``'s export request in ``body`` (protobuf, or OTLP/JSON with hex ids).
-
-    Raises:
-        BadRequest: it is not one.
-    """
-    export = signal.request()
-    try:
-        if as_json:
-            value = _json(body)
-            if not isinstance(value, dict):
-                raise BadRequest(400, f"not an {signal.request.__name__}: a JSON object, got {_json_type(value)}")
-            json_format.ParseDict(_ids_as_base64(value), export, ignore_unknown_fields=True)
-        else:
-            export.ParseFromString(body)
-    except (DecodeError, json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        raise BadRequest(400, f"not an {signal.request.__name__}: {str(exc)[:200]}") from None
-    return export
-
-
-def _json(body: bytes) -> Any:
-    import orjson  # (the collector's JSON library)
-
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(400, f"not JSON: {exc}") from None
-
-
-def _json_type(value: Any) -> str:
-    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def _ids_as_base64(value: Any) -> Any:
-    """OTLP/JSON's hex trace and span ids as the base64 protobuf's JSON mapping reads."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if key in _ID_FIELDS and isinstance(item, str):
-                if len(item) % 2 or not _HEX.fullmatch(item):
-                    raise BadRequest(400, f"field {key!r} must be hex, got {item[:40]!r}")
-                item = base64.b64encode(bytes.fromhex(item)).decode()
-            else:
-                item = _ids_as_base64(item)
-            out[key] = item
-        return out
-    if isinstance(value, list):
-        return [_ids_as_base64(item) for item in value]
-    return value
-
-
-async def read_body(request: web.Request, limit: int, take: Callable[[int], None], timeout_s: float) -> bytes:
-    """The request's body, inflated if gzip, within ``limit`` bytes both ways; ``take`` is told of each piece it
-    inflates to before the next is inflated (``RequestBytes.take``: it may refuse).
-
-    Raises:
-        BadRequest: 413 past the limit; 415 for an encoding other than gzip; 400 for a broken gzip stream, or a body
-            cut short by its peer closing the connection (an exporter's timeout: counted, not a traceback logged);
-            408 when no part of the body came for ``timeout_s``.
-        Busy: ``take`` refused.
-    """
-    if _content_type(request) not in (_PROTOBUF, _JSON):
-        raise BadRequest(415, f"Content-Type must be {_PROTOBUF} or {_JSON}, got {request.content_type!r}")
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("gzip", "identity", ""):
-        raise BadRequest(415, f"Content-Encoding must be gzip or identity, got {encoding[:40]!r}")
-    if request.content_length is not None and request.content_length > limit:
-        raise BadRequest(413, f"body of {request.content_length} bytes is past the limit of {limit} bytes")
-    body = bytearray()
-    chunks = request.content.iter_chunked(64 * 1024)
-    try:
-        while True:
-            async with asyncio.timeout(timeout_s):
-                chunk = await anext(chunks, b"")
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > limit:
-                raise BadRequest(413, f"body past the limit of {limit} bytes")
-    except TimeoutError:
-        raise BadRequest(408, f"no part of the body for http_timeout_s={timeout_s}, {len(body)} bytes in") from None
-    except ConnectionResetError:
-        raise BadRequest(400, f"body cut short: the connection closed after {len(body)} bytes of it") from None
-    return bytes(body) if encoding != "gzip" else inflated(body, limit, take)
-
-
-def inflated(body: bytes | bytearray, limit: int, take: Callable[[int], None]) -> bytes:
-    """The gzip ``body`` inflated, within ``limit`` bytes, ``take`` told of each piece before the next is inflated.
-
-    Raises:
-        BadRequest: 413 past the limit; 400 for a broken gzip stream.
-        Busy: ``take`` refused.
-    """
-    data = bytearray()
-    rest: bytes | bytearray = body
-    while True:  # each gzip member (RFC 1952: a body may hold several, as gzip.decompress reads them)
-        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        while not inflate.eof:
-            try:
-                piece = inflate.decompress(rest, min(_INFLATE_STEP, limit + 1 - len(data)))
-            except zlib.error as exc:
-                raise BadRequest(400, f"body is not gzip: {exc}") from None
-            if len(data) + len(piece) > limit:
-                raise BadRequest(413, f"body inflates past the limit of {limit} bytes")
-            if not (piece or inflate.unconsumed_tail or inflate.eof):
-                raise BadRequest(400, "gzip body cut short")
-            take(len(piece))
-            data += piece
-            rest = inflate.unconsumed_tail
-        rest = inflate.unused_data
-        if not rest:
-            return bytes(data)
-
-
-def _content_type(request: web.Request) -> str:
-    return request.content_type.strip().lower()
-
-
-def _status(status: int, message: str, as_json: bool, retry: bool = False) -> web.Response:
-    """An error answer: a ``google.rpc.Status`` with ``message`` (and ``Retry-After`` if the exporter may retry)."""
-    code = _GRPC_CODES.get(status, 2)
-    if as_json:
-        response = web.json_response({"code": code, "message": message}, status=status)
-    else:  # Status { int32 code = 1; string message = 2; }: two fields, written by hand
-        text = message.encode()
-        body = b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
-        response = web.Response(body=body, status=status, content_type=_PROTOBUF)
-    if retry:
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
-    return response
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-#: The gRPC status codes of our HTTP answers (google.rpc.Code): INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE...
-_GRPC_CODES: Final = {400: 3, 408: 4, 413: 8, 415: 3, 503: 14}
-
-
-def _message(message: Message, as_json: bool) -> web.Response:
-    if as_json:
-        return web.json_response(json_format.MessageToDict(message))
-    return web.Response(body=message.SerializeToString(), content_type=_PROTOBUF)

@@ -12,7 +12,7 @@ from collections.abc import Container, Mapping
 from typing import Final
 
 from ringtrace.collector.command.failure import CommandError
-from ringtrace.collector.read.query import QueryError, parse_snapshot_query
+from ringtrace.collector.http.query import QueryError, parse_snapshot_query
 
 __all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "described", "filter_params", "say_matched"]
 

@@ -34,7 +34,7 @@ from ringtrace.collector.read.frame_walk import (
     process_label,
 )
 from ringtrace.collector.read.pairing import Pairing
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 __all__ = ["Popping", "chrome_trace_chunks", "json_bytes", "json_value"]
 

@@ -26,8 +26,8 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.collector.read.frame_walk import ProcessView, Selection, SnapshotView, prepare, taken_events
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView, prepare, taken_events
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection
 
 __all__ = ["native_chunks"]
 

@@ -64,7 +64,7 @@ from ringtrace.collector.read.frame_walk import (
     process_label,
 )
 from ringtrace.collector.read.pool import let_the_loop_in
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 __all__ = ["perfetto_chunks"]
 

@@ -16,8 +16,8 @@ from ringtrace.client.wire.decoder import StreamTables, typed_args
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import Events
 from ringtrace.client.wire.model import TrackInfo
-from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, Selection, SnapshotView, prepare
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, category_of
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, SnapshotView, prepare
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
 
 __all__ = ["Row", "frame_rows", "selected_rows"]
 

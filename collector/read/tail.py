@@ -29,9 +29,9 @@ from typing import Final
 from ringtrace.client.wire.decoder import Limits, SessionDecoder
 from ringtrace.client.wire.errors import ProtocolError
 from ringtrace.client.wire.frames import Events
-from ringtrace.collector.read.frame_walk import ProcessView, Selection
-from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.rows import Row, frame_rows
+from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
 

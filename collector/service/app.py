@@ -33,8 +33,8 @@ from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
-from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.data_dir import DataDirSync, recover

@@ -24,7 +24,7 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

@@ -23,7 +23,7 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign import hawktracer
 from ringtrace.collector.foreign.offline import LoadedFile, load_file
 from ringtrace.collector.foreign.recording import ForeignFormatError, to_stream
-from ringtrace.collector.read.query import parse_snapshot_query
+from ringtrace.collector.http.query import parse_snapshot_query
 from ringtrace.collector.read.rows import selected_rows
 
 DATA = Path(__file__).parents[1] / "data" / "foreign"

@@ -15,7 +15,7 @@ from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
-from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.selection import EventFilter
 
 
 def recorded(tmp_path: Path, record: object, name: str = "unit") -> Path:

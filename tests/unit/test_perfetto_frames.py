@@ -23,7 +23,7 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

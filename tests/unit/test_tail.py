@@ -7,7 +7,7 @@ import pytest
 from ringtrace.client.wire.decoder import Limits
 from ringtrace.client.wire.frames import Stats
 from ringtrace.collector.read.frame_walk import ProcessView
-from ringtrace.collector.read.query import EventFilter, Pattern
+from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from store_client import Client

@@ -1,5 +1,5 @@
 """The filters of the ``ringtrace`` subcommands: ``GET /snapshot``'s query parameters as flags (``--since -5s
---process 'web-*'``), checked by the collector's own rules (``read/query.py``) before anything is asked of it, with
+--process 'web-*'``), checked by the collector's own rules (``http/query.py``) before anything is asked of it, with
 messages that name the flag."""
 
 from __future__ import annotations

@@ -127,12 +127,14 @@ def _parsed(parse: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
 
 
 def _snapshot_query(
-    request: web.Request, accepted: Mapping[str, str] = SNAPSHOT_PARAMETERS, params: Iterable[tuple[str, str]] = ()
+    request: web.Request,
+    accepted: Mapping[str, str] = SNAPSHOT_PARAMETERS,
+    params: Iterable[tuple[str, str]] | None = None,
 ) -> SnapshotQuery:
-    """A snapshot's query from ``params``, or else from the request's query string."""
+    """A snapshot's query from ``params`` (a POST's), else from the request's query string."""
     return _parsed(
         parse_snapshot_query,
-        params or request.query.items(),
+        request.query.items() if params is None else params,
         now_ns=time.time_ns(),
         flush_timeout_s=request.app[COLLECTOR].snapshot_flush_timeout_s,
         max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,

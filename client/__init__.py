@@ -23,7 +23,6 @@ import sys
 import threading
 from typing import Any
 
-from ringtrace.client._version import __version__
 from ringtrace.client.events import (
     Event,
     InvalidField,
@@ -53,8 +52,8 @@ from ringtrace.client.listeners import (
     read_trace_file,
     read_trace_streams,
 )
-from ringtrace.client.messages import PRIORITIES, Message
-from ringtrace.client.options import StreamerOptions, parse_addresses
+from ringtrace.client.messages import Message
+from ringtrace.client.options import StreamerOptions
 from ringtrace.client.sources import Source
 from ringtrace.client.streaming.streamer import Streamer
 from ringtrace.client.threads import background_thread
@@ -62,8 +61,8 @@ from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, 
 from ringtrace.client.trace_context import TraceScope, current_span, extract, inject
 from ringtrace.client.traced import traced
 from ringtrace.client.traceparent import SpanContext
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.errors import (
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -75,7 +74,10 @@ from ringtrace.client.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.version import __version__
 
 __all__ = [
     "PRIORITIES",

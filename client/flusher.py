@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.keyword_args import with_maps
 from ringtrace.client.threads import background_thread
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 __all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
 

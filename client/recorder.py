@@ -38,7 +38,7 @@ from ringtrace.client.accelerator import speedups
 from ringtrace.client.events import Event
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.tracks import NOWHERE, Recording, Sink, Tracks
-from ringtrace.client.wire.model import INSTANT, SPAN
+from ringtrace.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
     from asyncio import Task

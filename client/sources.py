@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
+from ringtrace.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from types import TracebackType

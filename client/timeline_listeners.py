@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 if TYPE_CHECKING:
     from ringtrace.client.tracks import TrackBuffer

@@ -27,7 +27,7 @@ from ringtrace.client import gates
 from ringtrace.client.drain import lane_parents, take_events
 from ringtrace.client.flusher import FLUSHER, Drained
 from ringtrace.client.gates import MessageGates
-from ringtrace.client.messages import PRIORITIES, Message, message_kind, priority_level
+from ringtrace.client.messages import Message, message_kind
 from ringtrace.client.recorder import Recorder, Scope
 from ringtrace.client.sources import Source
 from ringtrace.client.timeline_listeners import (
@@ -39,8 +39,9 @@ from ringtrace.client.timeline_listeners import (
 )
 from ringtrace.client.trace_context import TraceScope
 from ringtrace.client.tracks import NOT_RECORDING, TrackBuffer
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.model import (
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.message_format import PRIORITIES, priority_level
+from ringtrace.wire.model import (
     ASYNC_BEGIN,
     ASYNC_END,
     COUNTER,

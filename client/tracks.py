@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.sources import Source
-from ringtrace.client.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
+from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
 
 __all__ = ["NOT_RECORDING", "NOWHERE", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
 

@@ -6,9 +6,9 @@ import itertools
 from typing import Any
 
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
 from ringtrace.collector.store.ring import Store
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
 
 
 def hello(instance: str) -> bytes:

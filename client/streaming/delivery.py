@@ -21,8 +21,8 @@ from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.streaming.acknowledgements import Acknowledgements
 from ringtrace.client.streaming.send_queue import LinkCounters, SendQueue
-from ringtrace.client.wire.errors import UnsupportedVersion
-from ringtrace.client.wire.frames import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
+from ringtrace.wire.errors import UnsupportedVersion
+from ringtrace.wire.frames import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
 
 __all__ = ["HEARTBEAT_TOKEN", "STATS_INTERVAL_S", "Delivery"]
 

@@ -52,9 +52,9 @@ from ringtrace.client.streaming.delivery import Delivery
 from ringtrace.client.streaming.loss_report import LossReport
 from ringtrace.client.streaming.outage import Outage
 from ringtrace.client.streaming.send_queue import LinkCounters
-from ringtrace.client.wire.decoder import ReplyDecoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.decoder import ReplyDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     TABLES_PAST_CAPACITY,
     Flush,
@@ -67,7 +67,7 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import TrackInfo
+from ringtrace.wire.model import TrackInfo
 
 __all__ = [
     "Action",

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
-from ringtrace.client.wire.model import TrackInfo
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]
 

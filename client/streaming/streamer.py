@@ -41,7 +41,7 @@ from typing import Any, overload
 
 from ringtrace.client.encoder import EncodedBatch
 from ringtrace.client.listeners import SerializedListener
-from ringtrace.client.options import StreamerOptions, parse_addresses
+from ringtrace.client.options import StreamerOptions
 from ringtrace.client.streaming.link import (
     Action,
     AnswerFlush,
@@ -55,8 +55,9 @@ from ringtrace.client.streaming.link import (
 )
 from ringtrace.client.streaming.outage import connect_failure
 from ringtrace.client.threads import background_thread
-from ringtrace.client.wire.frames import SetPriority
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.frames import SetPriority
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.parsing import parse_addresses
 
 __all__ = ["Streamer"]
 

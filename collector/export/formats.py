@@ -75,7 +75,7 @@ FORMATS: Final = {
             help="a snapshot file",
             doc=(
                 "the store's own format, a stream per segment (`ringtrace.client.read_trace_streams` reads it; "
-                '`client/wire/PROTOCOL.md`, "Snapshot file": see [Protocol](protocol.md)); `ringtrace dump`, '
+                '`wire/PROTOCOL.md`, "Snapshot file": see [Protocol](protocol.md)); `ringtrace dump`, '
                 "`convert` and `replay` read it"
             ),
             suffix=".rtsnap",

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Hello, KindSpec, Stats, encode, preamble
-from ringtrace.client.wire.model import (
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Hello, KindSpec, Stats, encode, preamble
+from ringtrace.wire.model import (
     RECORD_FIELDS,
     KindRegistry,
     TrackInfo,

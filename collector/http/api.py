@@ -19,8 +19,6 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from ringtrace.client.messages import PRIORITIES
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS, TIMELINE, Format
@@ -48,6 +46,8 @@ from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = ["make_app"]
 

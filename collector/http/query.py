@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ringtrace.client.messages import PRIORITIES
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
 from ringtrace.collector.read.selection import EventFilter, Pattern
+from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = [
     "POP_PARAMETERS",

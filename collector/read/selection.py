@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ringtrace.client.messages import PRIORITIES, render
-from ringtrace.client.wire.frames import Events, KindSpec
 from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
+from ringtrace.wire.frames import Events, KindSpec
+from ringtrace.wire.message_format import PRIORITIES, render
 
 __all__ = [
     "EVERYTHING",

@@ -7,7 +7,7 @@ import time
 
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
 from ringtrace.client import Streamer, StreamerOptions, Timeline
-from ringtrace.client.wire.frames import Stats
+from ringtrace.wire.frames import Stats
 
 
 def test_short_lived_processes_are_forgotten_and_still_counted() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events, metadata
 from ringtrace.client import read_trace_streams
-from ringtrace.client.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
+from ringtrace.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
 
 
 def run_client(code: str, *args: str, script: bool = False, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ from ringtrace.client.streaming.link import (
     Log,
     Prioritize,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,
     TABLES_PAST_CAPACITY,
@@ -44,8 +44,8 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
-from ringtrace.client.wire.reader import FrameReader
+from ringtrace.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reader import FrameReader
 
 ADDRESS = "collector:7700"
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
 from ringtrace.client.flusher import FLUSHER, Flusher
-from ringtrace.client.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
+from ringtrace.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 TARGET = 0.25
 TARGET_EVERY_EVENT = 2.0

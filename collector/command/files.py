@@ -28,12 +28,11 @@ from ringtrace.collector.command.remote import (
     tls_context,
 )
 from ringtrace.collector.command.replay import ReplayError, replay
-from ringtrace.collector.command.snapshot import FORMAT_HELP
-from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.command.snapshot import add_format
+from ringtrace.collector.export.formats import FORMATS, formats_phrase
 from ringtrace.collector.export.native import native_chunks
-from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import FOREIGN_FORMATS, LoadedFile, load_file
-from ringtrace.collector.read.query import FORMATS, parse_snapshot_query
+from ringtrace.collector.http.query import parse_snapshot_query
 from ringtrace.collector.read.rows import Row, selected_rows
 from ringtrace.wire.errors import ConfigError, ProtocolError
 from ringtrace.wire.parsing import parse_address
@@ -43,10 +42,6 @@ __all__ = ["add_convert_parser", "add_dump_parser", "add_replay_parser", "dump_l
 
 #: Recordings of other systems that files may be.
 _FOREIGN: Final = ", ".join(name for name, _, _ in FOREIGN_FORMATS)
-
-
-#: What --format writes.
-_WRITERS: Final = {"chrome": chrome_trace_chunks, "native": native_chunks, "perfetto": perfetto_chunks}
 
 
 def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,14 +60,14 @@ def add_dump_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 def add_convert_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     convert = commands.add_parser(
         "convert",
-        help=f"a trace or snapshot file, or a recording ({_FOREIGN}), to Chrome JSON, a snapshot file or a Perfetto "
-        "trace",
+        help=f"a trace or snapshot file, or a recording ({_FOREIGN}), to "
+        + formats_phrase(lambda format_: format_.help),
     )
     convert.add_argument(
         "file", metavar="FILE", help=f"a trace file (FileListener), a snapshot file, or a recording ({_FOREIGN})"
     )
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
-    convert.add_argument("--format", type=str.lower, choices=FORMATS, default="chrome", help=FORMAT_HELP)
+    add_format(convert)
     add_filters(convert)
     convert.set_defaults(run=_convert, parser=convert)
 
@@ -119,7 +114,7 @@ def _convert(args: argparse.Namespace) -> int:
     selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
     _not_the_input(args.file, args.output)
     loaded = _load(args.file)
-    write = _WRITERS[args.format]
+    write = FORMATS[args.format].writer
     with output(args.output) as out, progress(f"convert {args.file}") as advance:
         for chunk in write(loaded.view, selected):
             out.write(chunk)
@@ -142,7 +137,7 @@ def _dump(args: argparse.Namespace) -> int:
     if source.startswith(("http://", "https://")) or "://" in source:
         url = snapshot_url(source, [*params, ("format", "native")])
         with tempfile.TemporaryDirectory() as directory:
-            path = Path(directory, "snapshot.rttrace")
+            path = Path(directory, "snapshot" + FORMATS["native"].suffix)
             with fetch(url, Access(args)) as response, path.open("wb") as out:
                 while chunk := response.read(CHUNK):
                     out.write(chunk)

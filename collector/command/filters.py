@@ -1,5 +1,5 @@
 """The filters of the ``ringtrace`` subcommands: ``GET /snapshot``'s query parameters as flags (``--since -5s
---process 'web-*'``), checked by the collector's own rules (``read/query.py``) before anything is asked of it, with
+--process 'web-*'``), checked by the collector's own rules (``http/query.py``) before anything is asked of it, with
 messages that name the flag."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Container, Mapping
 from typing import Final
 
 from ringtrace.collector.command.failure import CommandError
-from ringtrace.collector.read.query import QueryError, parse_snapshot_query
+from ringtrace.collector.http.query import QueryError, parse_snapshot_query
 
 __all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "described", "filter_params", "say_matched"]
 

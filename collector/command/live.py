@@ -18,7 +18,7 @@ from ringtrace.collector.command.filters import add_filters, check_params, descr
 from ringtrace.collector.command.output import event_line, size
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export import live_tail
-from ringtrace.collector.read.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
+from ringtrace.collector.http.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
 
 __all__ = ["add_sources_parser", "add_tail_parser"]
 

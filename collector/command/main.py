@@ -16,7 +16,7 @@ itself in ``RINGTRACE_TOKEN``): as ``Authorization: Bearer`` over HTTP, in HELLO
 (or ``replay --tls``) is checked against the system's CAs, or the one in ``--cacert FILE`` (``RINGTRACE_CACERT``).
 
 Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --process 'web-*'``), checked the same way
-(``read/query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
+(``http/query.py``). Every failure is one line on stderr naming what failed, and a non-zero exit: 2 for a bad argument,
 1 for a collector that cannot be reached or answers with an error, a file that cannot be read, is of no format known
 or is corrupt.
 

@@ -10,21 +10,21 @@ from typing import Final
 from ringtrace.collector.command.filters import add_filters, check_params, filter_params, say_matched
 from ringtrace.collector.command.output import output, progress
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url, stored_events
-from ringtrace.collector.read.query import FORMATS
+from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, format_help
 
-__all__ = ["FORMAT_HELP", "add_snapshot_parser"]
+__all__ = ["add_format", "add_snapshot_parser"]
 
 
-FORMAT_HELP: Final = (
-    "chrome (Chrome trace JSON), native (a snapshot file) or perfetto (a Perfetto trace); default chrome"
-)
+def add_format(parser: argparse.ArgumentParser) -> None:
+    """``--format``: what ``FORMATS`` holds, in any case."""
+    parser.add_argument("--format", type=str.lower, choices=tuple(FORMATS), default=DEFAULT_FORMAT, help=format_help())
 
 
 def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
-    snapshot.add_argument("--format", type=str.lower, choices=FORMATS, default="chrome", help=FORMAT_HELP)
+    add_format(snapshot)
     snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
@@ -42,7 +42,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     url = snapshot_url(args.url, params)
     access = Access(args)
     stored = stored_events(args.url, access)  # (what the progress line counts towards)
-    chrome = args.format == "chrome"
+    chrome = FORMATS[args.format].counts_events
     report = _ChromeReport() if chrome else None
     with (
         fetch(url, access) as response,

@@ -34,6 +34,7 @@ from ringtrace.collector.read.frame_walk import (
 )
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 __all__ = ["Popping", "chrome_trace_chunks", "json_bytes", "json_value"]

@@ -15,6 +15,7 @@ from typing import Final
 import msgpack
 from ringtrace.collector.read.frame_walk import ProcessView, Selection, SnapshotView, prepare, taken_events
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frames import (
     MAX_MAX_FRAME_BYTES,

@@ -107,7 +107,8 @@ from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.wire.decoder import StreamTables
-from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.model import TrackInfo, THREAD_TRACK
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 __all__ = ["perfetto_chunks"]
 

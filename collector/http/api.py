@@ -1,26 +1,8 @@
-"""The HTTP API: thin aiohttp handlers over the store and export.
-
-GET /                               the endpoints, as JSON; in a browser (an HTML Accept), the web view (``page.py``)
-GET /ui/{file}                      the web view's static files
-GET /timeline[?filters]             the selected events as compact columnar JSON, for the web view
-                                    (``export/timeline_columns.py``); gzip if accepted
-HEAD /timeline[?filters]            the same headers, no work
-GET /snapshot[?filters]             Chrome trace event JSON of what is stored (opens in Perfetto UI), a snapshot
-                                    file (format=native), or a Perfetto protobuf trace (format=perfetto);
-                                    ``query.py`` says what it may select; gzip if accepted
-HEAD /snapshot[?filters]            the same headers, no work
-GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
-GET /stats                          collector totals
-GET /metrics                        Prometheus text format
-POST /priority?priority=P[&timeline=T][&pid&process&host]
-                                    set connected processes' message priority (SET_PRIORITY)
-POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
-POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
-GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
-GET /healthz                        liveness and a few gauges, as JSON
+"""The HTTP API: thin aiohttp handlers over the store and export, one per endpoint that ``endpoints.py`` lists (what
+``GET /`` answers with).
 
 Parameters of a POST come in the query string or as a form body. An unknown, repeated or malformed parameter gets a
-400 that names it. Values from a fixed list and yes/no values are taken in any case (``read/query.py``).
+400 that names it. Values from a fixed list and yes/no values are taken in any case (``query.py``).
 """
 
 from __future__ import annotations
@@ -30,36 +12,38 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
-from ringtrace.collector.export.native import native_chunks
-from ringtrace.collector.export.perfetto import perfetto_chunks
-from ringtrace.collector.export.timeline_columns import timeline_chunks
+from ringtrace.collector.export.formats import FORMATS, TIMELINE, Format
+from ringtrace.collector.http.endpoints import ENDPOINTS
 from ringtrace.collector.http.guard import HttpGuard, reset
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.http.page import page_response, static_file, wants_html
-from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.pairing import Pairing
-from ringtrace.collector.read.query import (
+from ringtrace.collector.http.query import (
     POP_PARAMETERS,
     SNAPSHOT_PARAMETERS,
     STREAM_PARAMETERS,
-    EventFilter,
+    TIMELINE_PARAMETERS,
     QueryError,
     SnapshotQuery,
+    accepts_gzip,
+    check_no_params,
     choice,
     parse_process_filter,
     parse_snapshot_query,
 )
+from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.wire.decoder import Limits
@@ -132,17 +116,8 @@ _MAX_FLUSH_TIMEOUT_S = 60.0
 #: long it runs at most.
 _PIECE_BYTES = 256 * 1024
 _PIECE_S = 0.05
-_CONTENT_TYPES = {
-    "chrome": "application/json",
-    "native": "application/octet-stream",
-    "perfetto": "application/octet-stream",
-}
-_WRITERS = {
-    "chrome": chrome_trace_chunks,
-    "native": native_chunks,
-    "perfetto": perfetto_chunks,
-    "timeline": timeline_chunks,
-}
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class BadQuery(web.HTTPBadRequest):
@@ -150,101 +125,83 @@ class BadQuery(web.HTTPBadRequest):
         super().__init__(text=message + "\n")
 
 
-def _check_params(query: Mapping[str, str], allowed: set[str]) -> None:
-    unknown = sorted(set(query) - allowed)
-    if unknown:
-        accepted = ", ".join(sorted(allowed)) or "none"
-        raise BadQuery(f"unknown query parameter {unknown[0]!r} (accepted: {accepted})")
-
-
-def _snapshot_query(request: web.Request, accepted: Mapping[str, str] = SNAPSHOT_PARAMETERS) -> SnapshotQuery:
-    collector = request.app[COLLECTOR]
+def _parsed(parse: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """What ``parse`` (``query.py``) makes of parameters; a 400 that says why, if it refuses them."""
     try:
-        return parse_snapshot_query(
-            request.query.items(),
-            now_ns=time.time_ns(),
-            flush_timeout_s=collector.snapshot_flush_timeout_s,
-            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
-            accepted=accepted,
-        )
+        return parse(*args, **kwargs)
     except QueryError as exc:
         raise BadQuery(str(exc)) from None
 
 
+def _snapshot_query(
+    request: web.Request,
+    accepted: Mapping[str, str] = SNAPSHOT_PARAMETERS,
+    params: Iterable[tuple[str, str]] | None = None,
+) -> SnapshotQuery:
+    """A snapshot's query from ``params`` (a POST's), else from the request's query string."""
+    return _parsed(
+        parse_snapshot_query,
+        request.query.items() if params is None else params,
+        now_ns=time.time_ns(),
+        flush_timeout_s=request.app[COLLECTOR].snapshot_flush_timeout_s,
+        max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
+        accepted=accepted,
+    )
+
+
 def _accepts_gzip(request: web.Request) -> bool:
-    """Whether the request's Accept-Encoding takes gzip (or anything: ``*``) with a quality above 0."""
-    for item in request.headers.get("Accept-Encoding", "").split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() not in ("gzip", "*"):
-            continue
-        quality = params.strip().lower().removeprefix("q=")
-        try:
-            return not params or float(quality) > 0
-        except ValueError:
-            return False
-    return False
+    return accepts_gzip(request.headers.get("Accept-Encoding", ""))
 
 
-def _headers(query: SnapshotQuery, gzip: bool) -> dict[str, str]:
-    headers = {"Content-Type": _CONTENT_TYPES[query.format], "Vary": "Accept-Encoding"}
+def _headers(format_: Format, gzip: bool) -> dict[str, str]:
+    headers = {"Content-Type": format_.content_type, "Vary": "Accept-Encoding"}
+    if format_ is TIMELINE:  # (the web view reads it afresh each time)
+        headers["Cache-Control"] = "no-store"
     if gzip:
         headers["Content-Encoding"] = "gzip"
     return headers
-
-
-#: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
-TIMELINE_PARAMETERS = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name != "format"}
 
 
 async def snapshot_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work: the query is checked, nothing is flushed, read or sent."""
     query = _snapshot_query(request)
-    return web.Response(headers=_headers(query, _accepts_gzip(request)))
+    return web.Response(headers=_headers(FORMATS[query.format], _accepts_gzip(request)))
 
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
     query = _snapshot_query(request)
-    gzip = _accepts_gzip(request)
-    return await _counted_snapshot(request, query, query.format, _headers(query, gzip), gzip)
-
-
-def _timeline_headers(gzip: bool) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Vary": "Accept-Encoding", "Cache-Control": "no-store"}
-    if gzip:
-        headers["Content-Encoding"] = "gzip"
-    return headers
+    return await _counted_snapshot(request, query, FORMATS[query.format], _accepts_gzip(request))
 
 
 async def timeline_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work, as ``HEAD /snapshot``: no flush, no snapshot slot."""
     _snapshot_query(request, TIMELINE_PARAMETERS)
-    return web.Response(headers=_timeline_headers(_accepts_gzip(request)))
+    return web.Response(headers=_headers(TIMELINE, _accepts_gzip(request)))
 
 
 async def timeline(request: web.Request) -> web.StreamResponse:
     """The selected events as the web view takes them (``export/timeline_columns.py``): a snapshot in another
     form, served as one (a worker thread, a snapshot slot)."""
     query = _snapshot_query(request, TIMELINE_PARAMETERS)
-    gzip = _accepts_gzip(request)
-    return await _counted_snapshot(request, query, "timeline", _timeline_headers(gzip), gzip)
+    return await _counted_snapshot(request, query, TIMELINE, _accepts_gzip(request))
 
 
 async def _counted_snapshot(
-    request: web.Request, query: SnapshotQuery, writer: str, headers: dict[str, str], gzip: bool
+    request: web.Request, query: SnapshotQuery, format_: Format, gzip: bool
 ) -> web.StreamResponse:
-    """Serve a snapshot by ``writer`` if a slot is free (each pins segments and takes a worker thread), timed."""
+    """Serve a snapshot in ``format_`` if a slot is free (each pins segments and takes a worker thread), timed."""
     collector = request.app[COLLECTOR]
     if not collector.begin_snapshot():
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
         raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
     try:
-        with collector.metrics.snapshot_seconds.labels(writer).time():
+        with collector.metrics.snapshot_seconds.labels(format_.name).time():
             try:
                 view = await collector.snapshot(query.flush_timeout_s, query.filter)
             except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
                 raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
-            chunks = _WRITERS[writer](view, query.filter)
-            response, _ = await _stream_out(request, view, chunks, headers, gzip)
+            chunks = format_.writer(view, query.filter)
+            response, _ = await _stream_out(request, view, chunks, _headers(format_, gzip), gzip)
             return response
     finally:
         collector.end_snapshot()
@@ -254,16 +211,7 @@ async def pop(request: web.Request) -> web.StreamResponse:
     """What the processes selected hold, as Chrome JSON, removed from the store (Gecko's PopMarkers): markers and
     source activity not ended stay for the next pop, which shows them with their ends."""
     collector = request.app[COLLECTOR]
-    try:
-        query = parse_snapshot_query(
-            await _post_params(request),
-            now_ns=time.time_ns(),
-            flush_timeout_s=collector.snapshot_flush_timeout_s,
-            max_flush_timeout_s=_MAX_FLUSH_TIMEOUT_S,
-            accepted=POP_PARAMETERS,
-        )
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
+    query = _snapshot_query(request, POP_PARAMETERS, await _post_params(request))
     gzip = _accepts_gzip(request)
     async with collector.pop_lock:  # one at a time: each takes up what the previous one left open
         try:
@@ -272,7 +220,7 @@ async def pop(request: web.Request) -> web.StreamResponse:
             raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
         popping = Popping(collector.pop_left_open)
         chunks = chrome_trace_chunks(view, query.filter, popping)
-        response, delivered = await _stream_out(request, view, chunks, _headers(query, gzip), gzip)
+        response, delivered = await _stream_out(request, view, chunks, _headers(FORMATS[query.format], gzip), gzip)
         if delivered and popping.leaves_open is not None:  # (a pop cut off: its reader has none of it)
             collector.keep_pop_left_open(popping.leaves_open)
         return response
@@ -351,12 +299,12 @@ class _Pieces:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    _check_params(request.query, set())
+    _parsed(check_no_params, request.query)
     return web.json_response(request.app[COLLECTOR].health())
 
 
 async def stats(request: web.Request) -> web.Response:
-    _check_params(request.query, set())
+    _parsed(check_no_params, request.query)
     collector = request.app[COLLECTOR]
     document = collector.stats()
     document.update(await collector.fleet_stats())
@@ -364,7 +312,7 @@ async def stats(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    _check_params(request.query, set())
+    _parsed(check_no_params, request.query)
     body = request.app[COLLECTOR].metrics.render()
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
@@ -382,10 +330,7 @@ async def set_priority(request: web.Request) -> web.Response:
     selected, values = _process_params(await _post_params(request), extra)
     if "priority" not in values:
         raise BadQuery(f"query parameter 'priority' is required: one of {', '.join(PRIORITIES)}")
-    try:
-        priority = choice("priority", values["priority"], PRIORITIES)
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
+    priority = _parsed(choice, "priority", values["priority"], PRIORITIES)
     reached = request.app[COLLECTOR].set_priority(selected, priority, values.get("timeline", ""))
     if not reached:
         wanted = " ".join(f"{name}={value}" for name, value in selected.describe().items()) or "(all)"
@@ -450,10 +395,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
 def _new_tail(request: web.Request) -> Tail:
     """A tail of what the query selects, if there is room for one more."""
     collector = request.app[COLLECTOR]
-    try:
-        query = parse_snapshot_query(request.query.items(), now_ns=time.time_ns(), accepted=STREAM_PARAMETERS)
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
+    query = _snapshot_query(request, STREAM_PARAMETERS)
     if len(request.app[_TAILS]) >= MAX_TAILS:
         raise web.HTTPServiceUnavailable(
             text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
@@ -506,25 +448,8 @@ async def _end_tails(app: web.Application) -> None:
 async def index(request: web.Request) -> web.Response:
     if wants_html(request.headers.get("Accept", "")):
         return page_response()  # (its query string is the page's own: it reads it)
-    _check_params(request.query, set())
+    _parsed(check_no_params, request.query)
     return _json({"service": "ringtrace collector", "endpoints": ENDPOINTS})
-
-
-#: What ``GET /`` lists.
-ENDPOINTS = [
-    {"method": "GET", "path": "/snapshot", "does": "the store as Chrome JSON, or format=native or perfetto; filters"},
-    {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
-    {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
-    {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},
-    {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
-    {"method": "GET", "path": "/stats", "does": "collector totals"},
-    {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
-    {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
-    {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
-    {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
-    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
-    {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
-]
 
 
 def _json(document: object) -> web.Response:
@@ -538,10 +463,7 @@ def _named(process: ProcessRecord) -> dict[str, Any]:
 def _process_params(
     params: Iterable[tuple[str, str]], extra: Mapping[str, str] | None = None
 ) -> tuple[EventFilter, dict[str, str]]:
-    try:
-        return parse_process_filter(params, extra)
-    except QueryError as exc:
-        raise BadQuery(str(exc)) from None
+    return _parsed(parse_process_filter, params, extra)
 
 
 async def _post_params(request: web.Request) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from typing import Any, Final
 from ringtrace.collector.read.frame_walk import ProcessView, Selection
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row, frame_rows
+from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.read.tail import TailBehind
 from ringtrace.collector.store.processes import Registry
 from ringtrace.wire.decoder import Limits, SessionDecoder

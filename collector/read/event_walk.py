@@ -24,7 +24,6 @@ from ringtrace.collector.read.frame_walk import (
     PHASES,
     SHOWN_SHAPES,
     ProcessView,
-    Selection,
     Shown,
     SnapshotView,
     WalkedFrame,
@@ -33,7 +32,7 @@ from ringtrace.collector.read.frame_walk import (
 )
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import let_the_loop_in
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts

@@ -1,11 +1,12 @@
-"""What a snapshot reads, what a filter selects of it (the frame walk every snapshot format starts from), and the
-shape of an event as snapshots show it (``Shown``).
+"""What a snapshot reads, the walk over its frames that every snapshot format starts from, and the shape of an event
+as snapshots show it (``Shown``).
 
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Segments are read oldest first, each
 with its own session decoder (a segment holds the session frames its events need); within a segment frames come in
-the order they arrived. A filter (``query.py``) is applied from the coarsest level down: processes, then segments by
-their index (a segment with no frame in the time window is not decoded), then frames by their header (track, times),
-then events (``Selection``). A ``limit`` takes a first pass that finds where its newest events start.
+the order they arrived. What is read is the selection's to say (``selection.py``), from the coarsest level down:
+processes, then segments by their index (a segment with no frame in the time window is not decoded), then frames by
+their header (track, times), then events. ``prepare`` builds that one selection, after the first passes a ``limit``
+(where its newest events start) and a ``trace_id`` (its spans) take, and the walk that consults it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ringtrace.collector.read.pool import let_the_loop_in
-from ringtrace.collector.read.query import EventFilter
-from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
+from ringtrace.collector.read.selection import EventFilter, Selection, shown_name
+from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
 from ringtrace.wire.decoder import Limits, SessionDecoder, StreamTables
@@ -34,7 +35,6 @@ __all__ = [
     "SHOWN_SHAPES",
     "FrameWalk",
     "ProcessView",
-    "Selection",
     "Shown",
     "SnapshotView",
     "WalkedFrame",
@@ -44,7 +44,6 @@ __all__ = [
     "prepare",
     "process_label",
     "segment_stream",
-    "shown_name",
     "taken_events",
 ]
 
@@ -173,49 +172,34 @@ def process_label(process: ProcessView) -> str:
 
 
 class FrameWalk:
-    """The stored EVENTS frames a filter may select, oldest segment first, in the order they arrived within each;
+    """The stored EVENTS frames a selection may take, oldest segment first, in the order they arrived within each;
     what it met on the way: the tracks of the frames it gave, and events that cannot be decoded.
 
-    With ``newest_from_ns`` (a limit's cutoff) only frames that may hold events starting then or later; with
-    ``trace`` (a ``trace_id``'s spans, found by a first pass), only frames that mention the trace or overlap one of
-    its spans on their track. A walk that ``releases`` (the last one over a view: not a first pass) lets go of each
-    segment once it has read it."""
+    Every choice of what to read is the selection's (``selection.py``): processes, segments by their index, frames by
+    their header (with a limit's cutoff and a trace's spans, once the first passes found them). A walk that
+    ``releases`` (the last one over a view: not a first pass) lets go of each segment once it has read it."""
 
-    def __init__(
-        self,
-        view: SnapshotView,
-        selected: EventFilter,
-        newest_from_ns: int | None = None,
-        *,
-        releases: bool = False,
-        trace: TraceSpans | None = None,
-    ) -> None:
+    def __init__(self, view: SnapshotView, selection: Selection, *, releases: bool = False) -> None:
         self.view = view
         self.releases = releases
-        self.selected = selected
-        self.trace = trace
-        self.newest_from_ns = newest_from_ns
-        self.by_time = selected.since_ns is not None or selected.until_ns is not None or newest_from_ns is not None
-        self.processes = {uid: p for uid, p in view.processes.items() if selected.selects_process(p)}
+        self.selection = selection
+        self.processes = {uid: p for uid, p in view.processes.items() if selection.selects_process(p)}
         self.tracks: dict[tuple[int, int], TrackInfo] = {}
         self.undecodable: dict[int, int] = {}
         self.first_ns: int | None = None
         self.last_ns: int | None = None
 
-    def _in_time(self, first_ns: int, last_ns: int) -> bool:
-        newest_from = self.newest_from_ns
-        return self.selected.overlaps(first_ns, last_ns) and (newest_from is None or last_ns >= newest_from)
-
     def segments(self) -> Iterator[tuple[ProcessView, SegmentView]]:
         """The segments of the processes selected whose index holds a frame in the time window."""
+        selection = self.selection
         for segment in self.view.frames.segments:
             process = self.processes.get(segment.owner)
             if process is None:
                 self.done_with(segment)
                 continue
             offset = process.clock_offset_ns
-            if self.by_time and not any(
-                self._in_time(first + offset, last + offset) for *_, first, last in segment.index()
+            if selection.by_time and not any(
+                selection.in_time(first + offset, last + offset) for *_, first, last in segment.index()
             ):
                 self.done_with(segment)
                 continue  # nothing of it in the window: not even decoded
@@ -230,17 +214,10 @@ class FrameWalk:
             self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + frame.count
             log_once(process, frame.count, ValueError(f"frame times {first}..{last} ns are not wall-clock times"))
             return False
-        if self.by_time and not self._in_time(first, last):
+        key = (process.uid, track.track_id)
+        if not self.selection.frame(key, process.tracks.get(track.track_id, track).name, first, last, frame):
             return False
-        selected = self.selected
-        if selected.track is not None and not selected.track_matches(process.tracks.get(track.track_id, track).name):
-            return False
-        trace = self.trace
-        if trace is not None and not (
-            trace.may_hold((process.uid, track.track_id), first, last) or trace.mentions(frame)
-        ):
-            return False
-        self.tracks[(process.uid, track.track_id)] = track
+        self.tracks[key] = track
         self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
         self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
         return True
@@ -302,14 +279,16 @@ class FrameWalk:
 
 
 def prepare(view: SnapshotView, selected: EventFilter) -> tuple[FrameWalk, Selection | None]:
-    """The walk over what ``selected`` may hold, and the selection of its events (None: every event of the frames
-    walked), after first passes that find the spans of a ``trace_id`` and the cutoff of a ``limit``."""
+    """The walk over what ``selected`` may hold and the one selection it consults, built after first passes that
+    find the spans of a ``trace_id`` and the cutoff of a ``limit``. The selection is None when it takes every event
+    of the frames walked (then no event need be matched)."""
     spans = trace_spans(view, selected) if selected.trace_id is not None else None
     cutoff = None
     if selected.limit is not None:
-        cutoff = _limit_cutoff(FrameWalk(view, selected, trace=spans), selected.limit, spans)
-    walk = FrameWalk(view, selected, cutoff[0] if cutoff is not None else None, releases=True, trace=spans)
-    return walk, Selection(selected, cutoff, spans) if selected.by_event or cutoff is not None else None
+        cutoff = _limit_cutoff(FrameWalk(view, Selection(selected, spans=spans)), selected.limit)
+    selection = Selection(selected, cutoff, spans)
+    walk = FrameWalk(view, selection, releases=True)
+    return walk, selection if selected.by_event or cutoff is not None else None
 
 
 def trace_spans(view: SnapshotView, selected: EventFilter) -> TraceSpans:
@@ -318,86 +297,9 @@ def trace_spans(view: SnapshotView, selected: EventFilter) -> TraceSpans:
     after it."""
     assert selected.trace_id is not None
     spans = TraceSpans(selected.trace_id)
-    for process, track, tables, frame in FrameWalk(view, replace(selected, since_ns=None)).frames():
+    for process, track, tables, frame in FrameWalk(view, Selection(replace(selected, since_ns=None))).frames():
         spans.read((process.uid, track.track_id), tables, frame, process.clock_offset_ns)
     return spans.done()
-
-
-class Selection:
-    """An ``EventFilter`` applied event by event, with the cutoff of its ``limit``: events that start at the cutoff
-    are taken up to ``ties`` of them, the first arrived. With ``spans`` (those of the filter's ``trace_id``), an event
-    nested in one of them on its track is of the trace too."""
-
-    __slots__ = ("cutoff_ns", "filter", "spans", "ties")
-
-    def __init__(
-        self, selected: EventFilter, cutoff: tuple[int, int] | None = None, spans: TraceSpans | None = None
-    ) -> None:
-        self.filter = selected
-        self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
-        self.ties = cutoff[1] if cutoff is not None else 0
-        self.spans = spans
-
-    @property
-    def by_start_only(self) -> bool:
-        """Whether it takes events by no more than their start time (in the filter's window)."""
-        selected = self.filter
-        return (
-            self.cutoff_ns is None
-            and selected.category is None
-            and selected.name is None
-            and selected.max_priority_level is None
-            and not selected.messages_only
-            and selected.trace_id is None
-        )
-
-    @property
-    def by_trace_and_start_only(self) -> bool:
-        """Whether it takes events by their ``trace_id`` (with the trace's spans known) and start time, nothing else:
-        a frame that one of the trace's spans holds whole is then taken by start time alone (``EventWalk``)."""
-        selected = self.filter
-        return (
-            self.spans is not None
-            and self.cutoff_ns is None
-            and selected.category is None
-            and selected.name is None
-            and selected.max_priority_level is None
-            and not selected.messages_only
-        )
-
-    def event(
-        self,
-        kind: KindSpec | None,
-        name: str,
-        wall_ns: int,
-        args: object = None,
-        dur_ns: int = 0,
-        track: TrackKey | None = None,
-    ) -> bool:
-        """Whether the event is selected: ``dur_ns`` a span's duration, ``track`` its (process uid, track id)."""
-        selected = self.filter
-        if not selected.in_window(wall_ns):
-            return False
-        if kind is not None and not selected.kind_matches(kind):
-            return False
-        if selected.name is not None and not selected.name(name):
-            return False
-        if (
-            selected.trace_id is not None
-            and not selected.trace_matches(kind, args)
-            and not self._nested(track, wall_ns, dur_ns)
-        ):
-            return False
-        cutoff = self.cutoff_ns
-        if cutoff is not None and wall_ns <= cutoff:
-            if wall_ns < cutoff or self.ties == 0:
-                return False
-            self.ties -= 1
-        return True
-
-    def _nested(self, track: TrackKey | None, wall_ns: int, dur_ns: int) -> bool:
-        spans = self.spans
-        return spans is not None and track is not None and spans.holds(track, wall_ns, wall_ns + dur_ns)
 
 
 def taken_events(
@@ -421,10 +323,10 @@ def taken_events(
     ]
 
 
-def _limit_cutoff(walk: FrameWalk, limit: int, spans: TraceSpans | None) -> tuple[int, int] | None:
+def _limit_cutoff(walk: FrameWalk, limit: int) -> tuple[int, int] | None:
     """Where the newest ``limit`` selected events start: (the oldest start kept, how many kept start then); None
     when fewer are selected. Frames wholly older than the ``limit``-th newest start seen so far are not decoded."""
-    selection = Selection(walk.selected, spans=spans)
+    selection = walk.selection
     newest: list[int] = []  # a min-heap of the newest starts seen
     for process, _, tables, frame in walk.frames():
         offset = process.clock_offset_ns
@@ -439,7 +341,7 @@ def _limit_cutoff(walk: FrameWalk, limit: int, spans: TraceSpans | None) -> tupl
             if kind is None or not is_shown(kind):
                 continue
             wall_ns = ts_ns + offset
-            name_shown = shown_name(kind, name, args) if walk.selected.name is not None else name
+            name_shown = shown_name(kind, name, args) if selection.filter.name is not None else name
             if not selection.event(kind, name_shown, wall_ns, args, dur_ns, track):
                 continue
             if len(newest) < limit:
@@ -455,13 +357,6 @@ def _limit_cutoff(walk: FrameWalk, limit: int, spans: TraceSpans | None) -> tupl
 def is_shown(kind: KindSpec) -> bool:
     """Whether events of ``kind`` appear in a snapshot (a shape this collector knows how to show)."""
     return kind.shape in SHOWN_SHAPES
-
-
-def shown_name(kind: KindSpec | None, name: str, args: Any) -> str:
-    """An event's name as a snapshot shows it: a message's rendered text."""
-    if kind is not None and kind.shape == "message" and isinstance(args, list):
-        return render(kind, args)[0]
-    return name
 
 
 def segment_stream(segment: SegmentView, limits: Limits) -> Iterator[tuple[SessionDecoder, Frame]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, Selection, SnapshotView, prepare
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, category_of
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
 from ringtrace.wire.decoder import StreamTables, typed_args
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events

@@ -29,6 +29,7 @@ from typing import Final
 from ringtrace.collector.read.frame_walk import ProcessView, Selection
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row, frame_rows
+from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.wire.decoder import Limits, SessionDecoder

@@ -31,8 +31,8 @@ from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.pool import reader_pool
-from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.housekeeping import Housekeeping
@@ -47,8 +47,9 @@ from ringtrace.collector.store.backend import StoreBackend
 from ringtrace.collector.store.clocks import own_boot_id
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
-from ringtrace.collector.store.ring import Counts
+from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
 from ringtrace.collector.store.segment_files import DataDir
+from ringtrace.collector.store.segments import DataDir, SegmentBuffers
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.version import __version__
 

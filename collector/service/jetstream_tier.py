@@ -42,8 +42,8 @@ from ringtrace.collector.jetstream.subjects import process_subject, subject_filt
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
-from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.store_log import log_store

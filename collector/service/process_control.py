@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Set
 
 from ringtrace.collector.ingest.connection import IngestProtocol
-from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store

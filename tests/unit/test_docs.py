@@ -1,5 +1,6 @@
 """The docs site: ``mkdocs build --strict`` builds it, and a broken link between pages fails it. (The collector page's
-flag table is held to the option table in test_options.py.)"""
+flag table is held to the option table in test_options.py; the snapshots page's table of formats to the format
+registry here.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ringtrace.collector.export.formats import FORMATS_END, FORMATS_START, formats_block, formats_markdown
 
 ROOT = Path(__file__).parents[2]
 needs_mkdocs = pytest.mark.skipif(
@@ -55,3 +57,11 @@ def test_the_setup_command_installs_the_checkout_as_scripts_check_does() -> None
         assert setup == [
             "python3 -m venv .venv && .venv/bin/pip install -e '.[collector]' && .venv/bin/ringtrace-collector"
         ], document.name
+
+
+def test_the_docs_format_table_is_the_format_registry() -> None:
+    block = formats_block((ROOT / "docs" / "snapshots.md").read_text(encoding="utf-8"))
+    assert block is not None, f"docs/snapshots.md has no {FORMATS_START} ... {FORMATS_END} block"
+    assert block == formats_markdown(), (
+        "rewrite the block with ringtrace.collector.export.formats.with_formats_markdown"
+    )

@@ -22,7 +22,7 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign import hawktracer
 from ringtrace.collector.foreign.offline import LoadedFile, load_file
 from ringtrace.collector.foreign.recording import ForeignFormatError, to_stream
-from ringtrace.collector.read.query import parse_snapshot_query
+from ringtrace.collector.http.query import parse_snapshot_query
 from ringtrace.collector.read.rows import selected_rows
 from ringtrace.wire.errors import BadPreamble
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, Selection, SnapshotView, taken_events
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.frames import Events, Hello, Stats
@@ -23,7 +24,7 @@ def test_segment_frames_give_each_segment_of_the_processes_selected_with_its_ses
     one.record(1, 100)
     two.record(0, 50)
     view = view_of(store, [1, 2])
-    walk = FrameWalk(view, EventFilter(process=Pattern("proc-1")), releases=True)
+    walk = FrameWalk(view, Selection(EventFilter(process=Pattern("proc-1"))), releases=True)
     segments = [(process.uid, [frame for _, frame in frames]) for process, frames in walk.segment_frames()]
     assert [uid for uid, _ in segments] == [1]  # the other process is not read
     frames = segments[0][1]
@@ -41,7 +42,7 @@ def test_segment_frames_leave_out_events_frames_of_tracks_not_selected() -> None
     client.record(0, 100)
     client.record(1, 30)
     view = view_of(store, [1])
-    walk = FrameWalk(view, EventFilter(track=Pattern("t1")))
+    walk = FrameWalk(view, Selection(EventFilter(track=Pattern("t1"))))
     ((_, frames),) = list(walk.segment_frames())
     events = [frame for _, frame in frames if isinstance(frame, Events)]
     assert {frame.track_id for frame in events} == {client.tracks[1].track_id}
@@ -54,7 +55,7 @@ def test_taken_events_are_the_index_start_and_duration_of_the_events_a_selection
     client = Client(store, 1, tracks=1)
     client.record(0, 30)  # names tick0, tick1, tick2, tick0 ...
     view = view_of(store, [1])
-    walk = FrameWalk(view, EVERYTHING)
+    walk = FrameWalk(view, Selection(EVERYTHING))
     selection = Selection(EventFilter(name=Pattern("tick1")))
     taken = []
     for process, _, tables, frame in walk.frames():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.service.process_control import ProcessControl
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry

@@ -19,11 +19,11 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView
-from ringtrace.collector.read.query import EVERYTHING
+from ringtrace.collector.read.selection import EVERYTHING, Selection
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
 from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.collector.store.segment_scan import scan_segment
-from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.segments import Segment, DataDir, scan_segment
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
@@ -624,7 +624,7 @@ def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_close
             for _ in range(100):  # every segment the snapshot pinned is evicted: their buffers stay while read
                 client.record(0, 64)
             if walked:
-                walk = FrameWalk(SnapshotView(snapshot, {}, {}), EVERYTHING, releases=True)
+                walk = FrameWalk(SnapshotView(snapshot, {}, {}), Selection(EVERYTHING), releases=True)
                 for segment in snapshot.segments:
                     walk.done_with(segment)
                 assert all(not segment.used for segment in snapshot.segments)  # a released segment reads as empty

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ringtrace.collector.read.frame_walk import ProcessView
-from ringtrace.collector.read.query import EventFilter, Pattern
+from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.wire.decoder import Limits

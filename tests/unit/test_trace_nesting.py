@@ -24,6 +24,7 @@ from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.query import EventFilter, Pattern
 from ringtrace.collector.read.rows import selected_rows
+from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.wire.frames import Hello, encode, preamble
 from ringtrace.wire.model import (

@@ -1,12 +1,14 @@
-"""What a snapshot selects, parsed from query parameters: a time window, processes, tracks, kinds of events, a limit.
+"""The HTTP API's query parameters parsed into what they select (``read/selection.py``'s ``EventFilter``), a format
+and a flush timeout.
 
-Pure and synchronous, for the HTTP API and the command line alike. Every parameter appears at most once; an unknown or
+Pure and synchronous, importing no aiohttp: for the HTTP API and the command line (whose filter flags are these
+parameters) alike. Every parameter appears at most once; an unknown or
 repeated one, or a value that does not parse, raises ``QueryError`` naming the parameter, what it takes and what it
 got. Times are wall-clock nanoseconds since the Unix epoch; a query takes them as such, as RFC 3339 text
 (``2026-11-22T10:00:00.123456789Z``) or relative to now (``-5s``, ``-1.5m``, ``-250ms``).
 
-Name patterns (``process``, ``host``, ``track``, ``category``, ``name``) match the whole text, exactly, unless they hold
-``*``, ``?`` or ``[``: then they are shell-style globs (``fnmatch``, case-sensitive).
+Name patterns (``process``, ``host``, ``track``, ``category``, ``name``) are taken as ``Pattern``s: whole text, or a
+shell-style glob; a ``[`` that no ``]`` closes is refused.
 
 Values from a fixed list (``format``, ``min_priority``, ``/priority``'s ``priority``) are taken in any case
 (``choice``); a yes/no value (``messages_only``) is any of ``1 true yes on`` or ``0 false no off``, in any case
@@ -16,26 +18,26 @@ Values from a fixed list (``format``, ``min_priority``, ``/priority``'s ``priori
 from __future__ import annotations
 
 import datetime
-import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from ringtrace.wire.frames import KindSpec
+from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
+from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = [
-    "EVERYTHING",
-    "FORMATS",
     "POP_PARAMETERS",
     "PROCESS_PARAMETERS",
+    "SNAPSHOT_PARAMETERS",
     "STREAM_PARAMETERS",
-    "EventFilter",
-    "Pattern",
+    "TIMELINE_PARAMETERS",
     "QueryError",
     "SnapshotQuery",
-    "category_of",
+    "accepts_gzip",
+    "check_no_params",
     "choice",
     "flag",
     "parse_process_filter",
@@ -43,9 +45,6 @@ __all__ = [
     "parse_time",
 ]
 
-#: What ``format`` may name: Chrome trace JSON, a snapshot file of the wire format (``wire/PROTOCOL.md``), or
-#: Perfetto's protobuf trace format.
-FORMATS: Final = ("chrome", "native", "perfetto")
 #: The most events ``limit`` may ask for.
 MAX_LIMIT: Final = 10**9
 _MAX_PATTERN_CHARS: Final = 1024
@@ -60,174 +59,10 @@ _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _YES: Final = ("1", "true", "yes", "on")
 _NO: Final = ("0", "false", "no", "off")
 _MAX_TIME_NS: Final = 2**63 - 1
-#: Built-in kinds' categories: one per family (a marker's start, end and instant are all ``marker``).
-_BUILTIN_CATEGORIES: Final = {
-    "marker_start": "marker",
-    "marker_end": "marker",
-    "source_open": "source",
-    "source_close": "source",
-    "async_begin": "async",
-    "async_end": "async",
-}
-
-
-class _Process(Protocol):
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def trace_pid(self) -> int: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def host(self) -> str: ...
 
 
 class QueryError(ValueError):
     """A query parameter that is unknown, repeated or malformed; the message names it and what it takes."""
-
-
-def category_of(kind: KindSpec) -> str:
-    """An event's category: a message's category, a typed event's class name, or its built-in family (``span``,
-    ``instant``, ``counter``, ``marker``, ``source``, ``async``)."""
-    return _BUILTIN_CATEGORIES.get(kind.name, kind.name)
-
-
-class Pattern:
-    """A name to match: the whole text exactly, or a shell-style glob if it holds *, ? or [."""
-
-    __slots__ = ("_exact", "_regex", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        glob = any(c in text for c in "*?[")
-        self._exact = None if glob else text
-        self._regex = re.compile(fnmatch.translate(text)) if glob else None
-
-    def __call__(self, value: str) -> bool:
-        if self._regex is None:
-            return value == self._exact
-        return self._regex.match(value) is not None
-
-    def __repr__(self) -> str:
-        return repr(self.text)
-
-
-@dataclass(frozen=True)
-class EventFilter:
-    """Which events a snapshot holds. Every condition given must hold; None means no condition.
-
-    An event is in the window when it starts there (``since_ns <= start < until_ns``), and ``limit`` keeps the newest
-    events by start time (of those ties at the oldest one kept, the first arrived).
-    """
-
-    since_ns: int | None = None
-    until_ns: int | None = None
-    #: OS pids, or the pids a snapshot shows (they differ when two processes had the same pid).
-    pids: frozenset[int] | None = None
-    process: Pattern | None = None
-    host: Pattern | None = None
-    #: A thread's, task lane's, source's or counter track's name.
-    track: Pattern | None = None
-    category: Pattern | None = None
-    #: An event's name as shown: a message's rendered text.
-    name: Pattern | None = None
-    #: Messages up to this level of ``PRIORITIES`` (0 is ``fatal``); other events carry no priority and pass.
-    max_priority_level: int | None = None
-    #: Only messages (the events that carry a priority): a log's view rather than a timeline's.
-    messages_only: bool = False
-    limit: int | None = None
-    #: Only events of this trace (32 lowercase hex digits): those whose ``trace_id`` arg or field is it (ringtrace's
-    #: spans of a trace, OTLP spans, their events and log records carry theirs) and, in a snapshot, those nested in
-    #: one of its spans on their track (``trace_spans.py``; a live tail has no first pass to find them).
-    trace_id: str | None = None
-
-    @property
-    def selects_everything(self) -> bool:
-        return self == EVERYTHING
-
-    @property
-    def by_event(self) -> bool:
-        """Whether events must be decoded to be selected (not only their processes, tracks and frames' times)."""
-        return (
-            self.since_ns is not None
-            or self.until_ns is not None
-            or self.category is not None
-            or self.name is not None
-            or self.max_priority_level is not None
-            or self.messages_only
-            or self.trace_id is not None
-        )
-
-    def selects_process(self, process: _Process) -> bool:
-        """Whether the process (a record, a view: anything with its pids, name and host) is selected."""
-        return self.process_matches(process.pid, process.trace_pid, process.name, process.host)
-
-    def process_matches(self, pid: int, trace_pid: int, name: str, host: str) -> bool:
-        return (
-            (self.pids is None or pid in self.pids or trace_pid in self.pids)
-            and (self.process is None or self.process(name))
-            and (self.host is None or self.host(host))
-        )
-
-    def track_matches(self, name: str) -> bool:
-        return self.track is None or self.track(name)
-
-    def overlaps(self, first_ns: int, last_ns: int) -> bool:
-        """Whether a frame whose events start from ``first_ns`` to ``last_ns`` (wall clock) may hold any selected."""
-        since, until = self.since_ns, self.until_ns
-        return (since is None or last_ns >= since) and (until is None or first_ns < until)
-
-    def kind_matches(self, kind: KindSpec) -> bool:
-        if self.messages_only and kind.shape != "message":
-            return False
-        if self.category is not None and not self.category(category_of(kind)):
-            return False
-        if self.max_priority_level is not None and kind.shape == "message" and kind.priority:
-            return PRIORITIES.index(kind.priority) <= self.max_priority_level if kind.priority in PRIORITIES else False
-        return True
-
-    def in_window(self, ts_ns: int) -> bool:
-        return (self.since_ns is None or ts_ns >= self.since_ns) and (self.until_ns is None or ts_ns < self.until_ns)
-
-    def describe(self) -> dict[str, object]:
-        """The conditions given, for a snapshot's ``otherData``."""
-        out: dict[str, object] = {}
-        for name in ("since_ns", "until_ns", "limit"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        if self.pids is not None:
-            out["pid"] = sorted(self.pids)
-        for name in ("process", "host", "track", "category", "name"):
-            pattern = getattr(self, name)
-            if pattern is not None:
-                out[name] = pattern.text
-        if self.max_priority_level is not None:
-            out["min_priority"] = PRIORITIES[self.max_priority_level]
-        if self.messages_only:
-            out["messages_only"] = True
-        if self.trace_id is not None:
-            out["trace_id"] = self.trace_id
-        return out
-
-    def trace_matches(self, kind: KindSpec | None, args: object) -> bool:
-        """Whether an event with these args (a map, or a typed kind's values) is of the trace selected."""
-        if isinstance(args, dict):
-            return args.get("trace_id") == self.trace_id
-        if isinstance(args, list) and kind is not None:
-            names = [name for name, _ in kind.fields]
-            return (
-                "trace_id" in names
-                and names.index("trace_id") < len(args)
-                and (args[names.index("trace_id")] == self.trace_id)
-            )
-        return False
-
-
-EVERYTHING: Final = EventFilter()
 
 
 @dataclass(frozen=True)
@@ -265,6 +100,8 @@ STREAM_PARAMETERS: Final = {
     # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
     "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
 }
+#: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
+TIMELINE_PARAMETERS: Final = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name != "format"}
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
 POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}
 #: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
@@ -287,6 +124,31 @@ def parse_process_filter(
         host=_pattern("host", values["host"]) if "host" in values else None,
     )
     return event_filter, {name: value for name, value in values.items() if name not in PROCESS_PARAMETERS}
+
+
+def check_no_params(names: Iterable[str]) -> None:
+    """For an endpoint that takes no parameters.
+
+    Raises:
+        QueryError: one is given.
+    """
+    unknown = sorted(set(names))
+    if unknown:
+        raise QueryError(f"unknown query parameter {unknown[0]!r} (accepted: none)")
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header takes gzip (or anything: ``*``) with a quality above 0."""
+    for item in accept_encoding.split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = params.strip().lower().removeprefix("q=")
+        try:
+            return not params or float(quality) > 0
+        except ValueError:
+            return False
+    return False
 
 
 def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:
@@ -450,7 +312,7 @@ def parse_snapshot_query(
         trace_id=_trace_id(values["trace_id"]) if "trace_id" in values else None,
         **patterns,
     )
-    format_ = choice("format", values["format"], FORMATS) if "format" in values else "chrome"
+    format_ = choice("format", values["format"], tuple(FORMATS)) if "format" in values else DEFAULT_FORMAT
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
     return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout)
 

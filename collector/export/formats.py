@@ -1,0 +1,146 @@
+"""The snapshot formats, declared once: what ``GET /snapshot?format=``, ``ringtrace snapshot --format`` and
+``ringtrace convert --format`` take, the content type each is served as, the writer that makes it, its help, and the
+docs' table of them all come from ``FORMATS``. Adding a format is one entry (and its writer).
+
+``TIMELINE`` is the web view's own format (``GET /timeline``): served as a snapshot is, never a value of ``format``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.native import native_chunks
+from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.timeline_columns import timeline_chunks
+from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.selection import EventFilter
+
+__all__ = [
+    "DEFAULT_FORMAT",
+    "FORMATS",
+    "FORMATS_END",
+    "FORMATS_START",
+    "TIMELINE",
+    "Format",
+    "format_help",
+    "formats_block",
+    "formats_markdown",
+    "formats_phrase",
+    "with_formats_markdown",
+]
+
+#: What makes a format's bytes: the pieces of one document holding the events a filter selects, streamed.
+Writer = Callable[[SnapshotView, EventFilter], Iterator[bytes]]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format a snapshot can be written in."""
+
+    #: The value of ``format`` (and ``--format``) that asks for it: lower case.
+    name: str
+    content_type: str
+    writer: Writer
+    #: What it is, in a few words: the command line's help and the ``/`` listing say it so.
+    help: str
+    #: What it is, for the docs' table (Markdown).
+    doc: str
+    #: The file name suffix its files usually take ("" for none).
+    suffix: str = ""
+    #: Whether its end tells how many events it shows (Chrome JSON's ``otherData.capture.shown_events``), and each
+    #: event holds ``"ph":`` once: the command line then counts them as they come and says how many matched.
+    counts_events: bool = False
+
+
+#: Every value of ``format``, the default first.
+FORMATS: Final = {
+    format_.name: format_
+    for format_ in (
+        Format(
+            "chrome",
+            "application/json",
+            chrome_trace_chunks,
+            help="Chrome trace JSON",
+            doc="Chrome trace event JSON (the default), which Perfetto UI and chrome://tracing open",
+            suffix=".json",
+            counts_events=True,
+        ),
+        Format(
+            "native",
+            "application/octet-stream",
+            native_chunks,
+            help="a snapshot file",
+            doc=(
+                "the store's own format, a stream per segment (`ringtrace.client.read_trace_streams` reads it; "
+                '`wire/PROTOCOL.md`, "Snapshot file": see [Protocol](protocol.md)); `ringtrace dump`, '
+                "`convert` and `replay` read it"
+            ),
+            suffix=".rtsnap",
+        ),
+        Format(
+            "perfetto",
+            "application/octet-stream",
+            perfetto_chunks,
+            help="a Perfetto trace",
+            doc="Perfetto's protobuf trace format ([below](#perfetto)), which Perfetto UI opens natively",
+            suffix=".pftrace",
+        ),
+    )
+}
+#: What a snapshot is written in when ``format`` is not given.
+DEFAULT_FORMAT: Final = "chrome"
+#: The web view's columns (``timeline_columns.py``), served by ``GET /timeline``.
+TIMELINE: Final = Format(
+    "timeline",
+    "application/json",
+    timeline_chunks,
+    help="the web view's columns",
+    doc="the selected events as compact columnar JSON, for the web view",
+)
+
+FORMATS_START: Final = "<!-- formats:start -->"
+FORMATS_END: Final = "<!-- formats:end -->"
+
+
+def formats_phrase(describe: Callable[[Format], str]) -> str:
+    """The formats in a sentence, each as ``describe`` says it: ``a, b or c``."""
+    said = [describe(format_) for format_ in FORMATS.values()]
+    return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+
+
+def format_help() -> str:
+    """The command line's help of ``--format``."""
+    return f"{formats_phrase(lambda format_: f'{format_.name} ({format_.help})')}; default {DEFAULT_FORMAT}"
+
+
+def formats_markdown() -> str:
+    """The docs' table of formats (Markdown, ``format | content type | file suffix | what it is``)."""
+    lines = ["| `format` | content type | file suffix | what it is |", "|---|---|---|---|"]
+    for format_ in FORMATS.values():
+        suffix = f"`{format_.suffix}`" if format_.suffix else ""
+        lines.append(f"| `{format_.name}` | `{format_.content_type}` | {suffix} | {format_.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def formats_block(text: str) -> str | None:
+    """What ``text`` holds between ``FORMATS_START`` and ``FORMATS_END`` (None: no such block), without the blank
+    lines around it."""
+    start, end = text.find(FORMATS_START), text.find(FORMATS_END)
+    if start < 0 or end < start:
+        return None
+    return text[start + len(FORMATS_START) : end].strip("\n") + "\n"
+
+
+def with_formats_markdown(text: str) -> str:
+    """``text`` (a docs page) with ``formats_markdown()`` between its markers.
+
+    Raises:
+        ValueError: ``text`` has no ``FORMATS_START`` ... ``FORMATS_END`` block.
+    """
+    if formats_block(text) is None:
+        raise ValueError(f"no {FORMATS_START} ... {FORMATS_END} block")
+    start, end = text.index(FORMATS_START) + len(FORMATS_START), text.index(FORMATS_END)
+    return f"{text[:start]}\n{formats_markdown()}{text[end:]}"

@@ -1,0 +1,45 @@
+"""The endpoints of the HTTP API (``api.py``), as ``GET /`` lists them.
+
+GET /                               the endpoints, as JSON; in a browser (an HTML Accept), the web view (``page.py``)
+GET /ui/{file}                      the web view's static files
+GET /timeline[?filters]             the selected events as compact columnar JSON, for the web view
+                                    (``export/timeline_columns.py``); gzip if accepted
+HEAD /timeline[?filters]            the same headers, no work
+GET /snapshot[?filters]             what is stored, in a format of ``export/formats.py`` (Chrome trace event JSON
+                                    unless format= says another); ``query.py`` says what it may select; gzip if
+                                    accepted
+HEAD /snapshot[?filters]            the same headers, no work
+GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
+GET /stats                          collector totals
+GET /metrics                        Prometheus text format
+POST /priority?priority=P[&timeline=T][&pid&process&host]
+                                    set connected processes' message priority (SET_PRIORITY)
+POST /clear[?pid&process&host]      remove what is stored (of the processes selected), counted as cleared
+POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
+GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
+GET /healthz                        liveness and a few gauges, as JSON
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ringtrace.collector.export.formats import format_help
+
+__all__ = ["ENDPOINTS"]
+
+#: What ``GET /`` lists.
+ENDPOINTS: Final[list[dict[str, str]]] = [
+    {"method": "GET", "path": "/snapshot", "does": f"the store in a format: {format_help()}; filters"},
+    {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
+    {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
+    {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},
+    {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
+    {"method": "GET", "path": "/stats", "does": "collector totals"},
+    {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},
+    {"method": "POST", "path": "/priority", "does": "set message priority: priority=P [timeline, pid, process, host]"},
+    {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, process, host]"},
+    {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
+    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
+    {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
+]

@@ -1,0 +1,43 @@
+"""What a selection takes, level by level: processes, what starts in a span of time (a frame, an index entry),
+a frame by its track, then events, with a limit's cutoff and its ties."""
+
+from __future__ import annotations
+
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
+
+
+class _Process:
+    def __init__(self, pid: int, name: str, host: str = "h") -> None:
+        self.pid = self.trace_pid = pid
+        self.name, self.host = name, host
+
+
+def test_everything_takes_every_process_time_and_event() -> None:
+    selection = Selection(EVERYTHING)
+    assert selection.selects_process(_Process(1, "web"))
+    assert not selection.by_time and selection.in_time(0, 2**63 - 1)
+    assert selection.event(None, "anything", 0)
+
+
+def test_processes_are_taken_by_pid_name_and_host() -> None:
+    selection = Selection(EventFilter(pids=frozenset({7}), process=Pattern("web-*")))
+    assert selection.selects_process(_Process(7, "web-1"))
+    assert not selection.selects_process(_Process(8, "web-1"))
+    assert not selection.selects_process(_Process(7, "db"))
+
+
+def test_what_starts_in_the_window_or_overlaps_it_may_hold_events_of_it() -> None:
+    selection = Selection(EventFilter(since_ns=100, until_ns=200))
+    assert selection.by_time
+    assert selection.in_time(50, 100) and selection.in_time(199, 300)
+    assert not selection.in_time(0, 99) and not selection.in_time(200, 300)
+    assert selection.event(None, "e", 100) and not selection.event(None, "e", 200)
+
+
+def test_a_limits_cutoff_leaves_out_older_frames_and_takes_its_ties_first_arrived() -> None:
+    selection = Selection(EVERYTHING, cutoff=(100, 2))
+    assert selection.by_time
+    assert not selection.in_time(0, 99) and selection.in_time(0, 100)
+    assert not selection.event(None, "e", 99)
+    assert [selection.event(None, "e", 100) for _ in range(3)] == [True, True, False]
+    assert selection.event(None, "e", 101)

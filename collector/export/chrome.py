@@ -33,7 +33,6 @@ from ringtrace.collector.read.frame_walk import (
     process_label,
 )
 from ringtrace.collector.read.pairing import Pairing
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgpack
-from ringtrace.collector.read.frame_walk import ProcessView, Selection, SnapshotView, prepare, taken_events
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView, prepare, taken_events
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frames import (

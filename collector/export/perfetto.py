@@ -105,10 +105,9 @@ from ringtrace.collector.export.perfetto_tracks import PerfettoTracks
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
-from ringtrace.wire.decoder import StreamTables
-from ringtrace.wire.model import TrackInfo, THREAD_TRACK
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["perfetto_chunks"]
 

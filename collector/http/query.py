@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ringtrace.wire.frames import KindSpec
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
 from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.wire.message_format import PRIORITIES

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
-from ringtrace.collector.read.frame_walk import ProcessView, Selection
-from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.read.tail import TailBehind

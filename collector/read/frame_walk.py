@@ -25,7 +25,6 @@ from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
 from ringtrace.wire.decoder import Limits, SessionDecoder, StreamTables
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events, Frame, KindSpec, Stats
-from ringtrace.wire.message_format import render
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 __all__ = [

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, Selection, SnapshotView, prepare
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, category_of
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, SnapshotView, prepare
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
 from ringtrace.wire.decoder import StreamTables, typed_args
 from ringtrace.wire.errors import ProtocolError

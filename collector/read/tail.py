@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ringtrace.collector.read.frame_walk import ProcessView, Selection
-from ringtrace.collector.read.query import EventFilter
+from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.store.ring import SegmentView

@@ -47,9 +47,8 @@ from ringtrace.collector.store.backend import StoreBackend
 from ringtrace.collector.store.clocks import own_boot_id
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
-from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
+from ringtrace.collector.store.ring import Counts
 from ringtrace.collector.store.segment_files import DataDir
-from ringtrace.collector.store.segments import DataDir, SegmentBuffers
 from ringtrace.wire.decoder import Limits
 from ringtrace.wire.version import __version__
 

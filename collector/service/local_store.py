@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.data_dir import DataDirSync, recover

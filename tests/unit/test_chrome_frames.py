@@ -22,7 +22,6 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 from ringtrace.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
 from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo

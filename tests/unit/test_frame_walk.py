@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, Selection, SnapshotView, taken_events
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
+from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView, taken_events
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.wire.decoder import Limits

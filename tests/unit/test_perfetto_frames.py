@@ -21,7 +21,6 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 from ringtrace.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.service.process_control import ProcessControl
 from ringtrace.collector.store.heap import HeapTrimmer

@@ -23,7 +23,7 @@ from ringtrace.collector.read.selection import EVERYTHING, Selection
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
 from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.collector.store.segment_scan import scan_segment
-from ringtrace.collector.store.segments import Segment, DataDir, scan_segment
+from ringtrace.collector.store.segments import Segment
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode

@@ -22,7 +22,6 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 from ringtrace.wire.frames import FRAME_HEADER, Events, Hello, encode, preamble
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo

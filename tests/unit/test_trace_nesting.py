@@ -22,7 +22,6 @@ from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.query import EventFilter, Pattern
 from ringtrace.collector.read.rows import selected_rows
 from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.trace_spans import TraceSpans

@@ -12,9 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.link import (
+from ringtrace.client.delivery.streaming.link import (
     Action,
     AnswerFlush,
     Close,
@@ -25,6 +23,8 @@ from ringtrace.client.streaming.link import (
     Log,
     Prioritize,
 )
+from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,

@@ -6,7 +6,7 @@ link what happened and when -- ``timer(now)``, ``connected(now, hello)``, ``conn
 ``AnswerFlush``, ``Prioritize``, ``Log``) and the bytes to send (``data_to_send``). It never reads the clock, touches
 a socket or takes a lock: the driver calls it under its own lock. Its parts are sans-I/O too: ``SendQueue``
 (send_queue.py: the bounded queue and the frame going out), ``Acknowledgements`` (acknowledgements.py: FLUSH tokens
-and flush() requests), ``Delivery`` (delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
+and flush() requests), ``Delivery`` (stream_delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
 ``Outage`` (outage.py: what the log says while events cannot reach the collector).
 
 Theory of operation
@@ -46,12 +46,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ringtrace.client.delivery.streaming.loss_report import LossReport
+from ringtrace.client.delivery.streaming.outage import Outage
+from ringtrace.client.delivery.streaming.send_queue import LinkCounters
+from ringtrace.client.delivery.streaming.stream_delivery import Delivery
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.delivery import Delivery
-from ringtrace.client.streaming.loss_report import LossReport
-from ringtrace.client.streaming.outage import Outage
-from ringtrace.client.streaming.send_queue import LinkCounters
 from ringtrace.wire.decoder import ReplyDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import (

@@ -12,14 +12,13 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.delivery.streaming.link import (
+from ringtrace.client.delivery.streaming.link import Link, LinkState
+from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
     Close,
     Connect,
     FlushDone,
-    Link,
-    LinkState,
     Log,
     Prioritize,
 )

@@ -66,8 +66,6 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
         if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default
         streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
-        FLUSHER.interval_s = opts.batch_interval_s
-        FLUSHER.exit_timeout_s = opts.exit_timeout_s
         # The streamer connect() attached before (in a forked child: its replacement), if it is still attached.
         previous = next((x for x in _default.listeners if isinstance(x, Streamer)), None) if _connected else None
         if previous is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ringtrace.client import ConfigError, StreamerOptions, connect
+from ringtrace.client import ConfigError, Streamer, StreamerOptions, connect
 from ringtrace.client.connect_options import (
     ENVIRONMENT,
     OPTIONS,
@@ -136,3 +136,12 @@ def test_the_options_table_is_written_between_its_markers() -> None:
     assert with_options_markdown(written) == written
     with pytest.raises(ValueError, match="no <!-- options:start -->"):
         with_options_markdown("no block here")
+
+
+def test_a_streamer_paces_the_flusher_with_its_own_options() -> None:
+    # No global is set from the options: the flusher reads the pace of the listeners it serves (flusher.Paced).
+    streamer = Streamer("127.0.0.1:9", StreamerOptions(batch_interval_s=0.5, exit_timeout_s=7.0))
+    try:
+        assert (streamer.batch_interval_s, streamer.exit_timeout_s) == (0.5, 7.0)
+    finally:
+        streamer.close(0)

@@ -35,11 +35,12 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
+from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
 from ringtrace.client.delivery.streaming.link import Link
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
@@ -67,8 +68,6 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
-#: At most this long between two tries while the flusher hands runs over (it says when it is done).
-_PASS_WAIT_S = 0.05
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -151,11 +150,8 @@ class Streamer(SerializedListener):
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_requests = PriorityRequests()
 
-        #: The flusher is handing over runs (see ``receive``).
-        self._holding = False
-        #: Set unless the flusher is handing over runs with the queue less than half full (see ``_state``).
-        self._may_send_now = threading.Event()
-        self._may_send_now.set()
+        #: The flusher's pass over a timeline's runs (see ``receive``).
+        self._pass = HandOverPass()
         self._wake_pair = WakePair()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_pair.reader, selectors.EVENT_READ)
@@ -194,6 +190,16 @@ class Streamer(SerializedListener):
         with self._state_lock:
             return self._link.queued_events
 
+    @property
+    def batch_interval_s(self) -> float:
+        """The flusher's pace while this streamer listens (``flusher.Paced``), from its options."""
+        return self.options.batch_interval_s
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """How long the exit hook waits for this streamer's delivery (``flusher.Paced``), from its options."""
+        return self.options.exit_timeout_s
+
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the collector to acknowledge everything received so far.
 
@@ -211,8 +217,7 @@ class Streamer(SerializedListener):
             if self._stopping or not self._thread.is_alive():
                 return False
             self._waiters[self._link.request_flush(deadline)] = waiter
-        self._holding = False  # everything received goes now
-        self._may_send_now.set()
+        self._pass.ends()  # everything received goes now
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
         return waiter.ok
@@ -224,6 +229,10 @@ class Streamer(SerializedListener):
         delivered = self.flush(timeout_s) if self._received else self.dropped_events == 0
         with self._state_lock:
             self._stopping = True
+            never_started = not self._started  # (and now never will: start() refuses once stopping)
+        if never_started:  # the thread that would close them at its end never ran
+            self._selector.close()
+            self._wake_pair.close()
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.05))
@@ -277,9 +286,7 @@ class Streamer(SerializedListener):
         self._received = True
         # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see
         # the module docstring); waking it run by run was a send on the flusher's thread too.
-        self._holding = True
-        if self._may_send_now.is_set():
-            self._may_send_now.clear()
+        self._pass.begins()
         super().receive(track, records)
 
     def retire(self, track: TrackInfo) -> None:
@@ -293,39 +300,23 @@ class Streamer(SerializedListener):
             return
         self._link.enqueue(batch, time.monotonic())
         if self._may_send():
-            self._may_send_now.set()
+            self._pass.send_now()
             self._wake()
 
     def handed_over(self) -> None:
         """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
-        self._holding = False
-        self._may_send_now.set()
+        self._pass.ends()
         self._wake()
 
     def _may_send(self) -> bool:
         """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""
-        return not self._holding or self._link.queue_half_full
+        return self._pass.may_send(self._link.queue_half_full)
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _state(self) -> Iterator[None]:
-        """``_state_lock``, as this thread takes it. During a flusher's pass with the queue under half full it waits
-        for the pass to end rather than block on the lock: a thread blocked on it takes it without the interpreter
-        lock the moment the flusher lets it go after a run, then waits for the interpreter lock (a switch interval or
-        more) while holding it, and the flusher's next run waits for both, leaving a thread recording flat out alone
-        for tens of ms at a time. Otherwise (no pass, or the queue half full: a send cannot wait) it blocks: a thread
-        that only tried the lock would find it held by a flusher that is behind, which keeps it run after run."""
-        lock = self._state_lock
-        while not lock.acquire(blocking=False):
-            if self._may_send_now.is_set():
-                lock.acquire()
-                break
-            self._may_send_now.wait(_PASS_WAIT_S)  # the pass: what this thread would do waits for its end anyway
-        try:
-            yield
-        finally:
-            lock.release()
+    def _state(self) -> contextlib.AbstractContextManager[None]:
+        """``_state_lock``, as this thread takes it (``HandOverPass.locked``)."""
+        return self._pass.locked(self._state_lock)
 
     def _run(self) -> None:
         try:

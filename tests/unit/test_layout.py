@@ -154,6 +154,19 @@ def test_only_the_client_face_is_the_client_face() -> None:
     assert importing_the_face == []
 
 
+def test_the_client_packages_only_re_export() -> None:
+    # The public face (and each room's __init__) defines nothing: what it names lives in a module of a room.
+    defining = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for name, path in modules().items()
+        if name.startswith("ringtrace.client") and path.name == "__init__.py"
+        for node in ast.parse(path.read_text()).body
+        if not isinstance(node, ast.Import | ast.ImportFrom | ast.Expr)
+        and not (isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"])
+    ]
+    assert defining == []
+
+
 def test_a_broken_rule_is_seen(tmp_path: Path) -> None:
     # The scan above has teeth: an import against the direction is found in a file's text.
     stray = tmp_path / "stray.py"

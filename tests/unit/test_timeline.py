@@ -885,9 +885,12 @@ def test_the_flushers_pace_is_its_listeners_own_while_they_listen() -> None:
 
 
 def test_a_flusher_left_waiting_long_reads_its_interval_again_when_a_timeline_comes() -> None:
-    hourly = Timeline("hourly", [PacedMemoryListener(3600.0)])
+    slow = PacedMemoryListener(3600.0)
+    hourly = Timeline("hourly", [slow])
     try:
-        FLUSHER.wake()  # a sweep, then a wait of an hour
+        hourly.instant("sync")
+        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
+        wait_until(lambda: len(slow.events) == 1)  # swept by the flusher, which now waits an hour
         quick = PacedMemoryListener(0.01)
         timeline = Timeline("quick", [quick])
         try:

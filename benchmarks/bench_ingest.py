@@ -161,9 +161,9 @@ def record_stream(
     """Record ``spans`` spans on ``threads`` threads through the client's stream encoder and keep its frames
     (``frame_shape``: the encoder's (max_frame_bytes, max_events_per_frame), else ``FRAME_SHAPES[shape]``'s)."""
     from ringtrace.client import Timeline
+    from ringtrace.client.delivery.flusher import FLUSHER
+    from ringtrace.client.delivery.listeners import SerializedListener
     from ringtrace.client.encoder import EncodedBatch
-    from ringtrace.client.flusher import FLUSHER
-    from ringtrace.client.listeners import SerializedListener
     from ringtrace.wire.frames import Track
 
     max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]

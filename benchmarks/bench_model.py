@@ -37,7 +37,7 @@ from typing import Any
 
 from _common import FloorSpan, ParkedListener, bench_main, interleave, median, table, verdict
 from ringtrace.client import Event, Timeline, string, traced, u8, u16
-from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.delivery.flusher import FLUSHER
 
 _perf = time.perf_counter_ns
 _now = time.monotonic_ns

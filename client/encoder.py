@@ -27,8 +27,8 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.events import InvalidField
 from ringtrace.client.keyword_args import as_map, with_maps
+from ringtrace.client.recording.events import InvalidField
 from ringtrace.wire.errors import FrameTooLarge
 from ringtrace.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,

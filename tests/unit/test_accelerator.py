@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 from ringtrace.client import encoder as encoder_module
 from ringtrace.client.accelerator import speedups
+from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.messages import message_kind
+from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.ingest.scan import _scan_events_py
 from ringtrace.wire.frames import FRAME_HEADER, Events, encode
 from ringtrace.wire.model import (
@@ -1128,7 +1128,7 @@ import _testcapi
 from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 # Without the C module _asyncio, the sub-interpreter's asyncio is pure Python: its _get_running_loop is a function
 # of that interpreter, which stops working when the interpreter ends.
-code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.timelines"
+code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.recording.timelines"
 assert _testcapi.run_in_subinterp(code) == 0
 listener = MemoryListener()
 tl = Timeline("main", [listener])

@@ -1,6 +1,6 @@
 """The docs site: ``mkdocs build --strict`` builds it, and a broken link between pages fails it. (The collector page's
 flag table is held to the option table in test_options.py; the snapshots page's table of formats to the format
-registry here.)"""
+registry here; the client page's options table to the client's in test_client_options.py.)"""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from ringtrace.client import (
     u64,
 )
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.events import event_id, wire_values
+from ringtrace.client.recording.events import event_id, wire_values
 from ringtrace.wire.decoder import Limits, SessionDecoder
 from ringtrace.wire.frames import Events, Hello, Schema, encode, preamble
 from ringtrace.wire.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo

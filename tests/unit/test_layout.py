@@ -17,6 +17,17 @@ FORBIDDEN = {
     # The ground floor: the protocol both sides share imports nothing else of ringtrace.
     "ringtrace.wire": ("ringtrace.client", "ringtrace.collector"),
     "ringtrace.client": ("ringtrace.collector",),
+    # Delivery takes drained runs of events and knows timelines only as the flusher's Sweepable protocol.
+    "ringtrace.client.delivery": ("ringtrace.client.recording", "ringtrace.client.otel"),
+    # Recording knows no listener, streamer or option of delivery (it reaches the flusher alone, see below).
+    "ringtrace.client.recording": (
+        "ringtrace.client.delivery.listeners",
+        "ringtrace.client.delivery.streaming",
+        "ringtrace.client.delivery.threads",
+        "ringtrace.client.options",
+        "ringtrace.client.connect_options",
+        "ringtrace.client.otel",
+    ),
     "ringtrace.collector.store": (
         "ringtrace.collector.ingest",
         "ringtrace.collector.read",
@@ -56,6 +67,8 @@ FORBIDDEN = {
 #: What the collector may take from the client: nothing but the stream encoder, which writes native frames of OTLP
 #: and foreign files (it moves to the wire package with its C packer).
 COLLECTOR_MAY_IMPORT_FROM_CLIENT = {"ringtrace.client.encoder"}
+#: What recording takes of delivery: the flusher, which its buffers wake and its timelines register with.
+RECORDING_MAY_IMPORT_FROM_DELIVERY = {"ringtrace.client.delivery.flusher"}
 
 
 def modules() -> dict[str, Path]:
@@ -118,6 +131,40 @@ def test_the_collector_takes_nothing_of_the_client_but_what_the_wire_will_hold()
         if target.startswith("ringtrace.client")
     }
     assert taken <= COLLECTOR_MAY_IMPORT_FROM_CLIENT
+
+
+def test_recording_takes_nothing_of_delivery_but_the_flusher() -> None:
+    taken = {
+        target
+        for name, path in modules().items()
+        if name.startswith("ringtrace.client.recording")
+        for target in imports_of(path)
+        if target.startswith("ringtrace.client.delivery")
+    }
+    assert taken <= RECORDING_MAY_IMPORT_FROM_DELIVERY
+
+
+def test_only_the_client_face_is_the_client_face() -> None:
+    # ``ringtrace.client`` (its __init__) re-exports the rooms; a module inside that imported it would be a cycle.
+    importing_the_face = [
+        name
+        for name, path in modules().items()
+        if name.startswith("ringtrace.client.") and "ringtrace.client" in imports_of(path)
+    ]
+    assert importing_the_face == []
+
+
+def test_the_client_packages_only_re_export() -> None:
+    # The public face (and each room's __init__) defines nothing: what it names lives in a module of a room.
+    defining = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for name, path in modules().items()
+        if name.startswith("ringtrace.client") and path.name == "__init__.py"
+        for node in ast.parse(path.read_text()).body
+        if not isinstance(node, ast.Import | ast.ImportFrom | ast.Expr)
+        and not (isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"])
+    ]
+    assert defining == []
 
 
 def test_a_broken_rule_is_seen(tmp_path: Path) -> None:

@@ -12,19 +12,18 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.link import (
+from ringtrace.client.delivery.streaming.link import Link, LinkState
+from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
     Close,
     Connect,
     FlushDone,
-    Link,
-    LinkState,
     Log,
     Prioritize,
 )
+from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,

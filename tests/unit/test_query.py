@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ringtrace.client.messages import message_kind
+from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.http.query import QueryError, parse_snapshot_query, parse_time
 from ringtrace.collector.read.selection import EVERYTHING, category_of
 from ringtrace.wire.model import BUILTIN_KINDS

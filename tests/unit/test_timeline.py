@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
-from ringtrace.client.flusher import FLUSHER, Flusher
+from ringtrace.client.delivery.flusher import FLUSHER, Flusher
 from ringtrace.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 
 
@@ -434,7 +434,7 @@ def test_recording_goes_on_quietly_when_the_flusher_cannot_start(
         def start(self) -> None:
             raise RuntimeError("can't create new thread at interpreter shutdown")
 
-    import ringtrace.client.timelines as timelines
+    import ringtrace.client.recording.timelines as timelines
 
     flusher = Flusher()
     monkeypatch.setattr(timelines, "FLUSHER", flusher)
@@ -847,12 +847,18 @@ def test_a_lowered_buffer_bound_applies_from_the_next_event() -> None:
     timeline.close()
 
 
+class PacedMemoryListener(MemoryListener):
+    """A memory listener that sets the flusher's pace while it listens, as a streamer does from its options."""
+
+    def __init__(self, batch_interval_s: float, exit_timeout_s: float = 2.0) -> None:
+        super().__init__()
+        self.batch_interval_s, self.exit_timeout_s = batch_interval_s, exit_timeout_s
+
+
 @pytest.mark.parametrize("call", ["instant", "scope", "push", "message", "marker", "async_begin"])
 def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str) -> None:
-    memory = MemoryListener()
+    memory = PacedMemoryListener(batch_interval_s=3600.0)  # the flusher waits an hour between sweeps
     timeline = Timeline("woken", [memory], max_buffered_events=BOUND)
-    interval = FLUSHER.interval_s
-    FLUSHER.interval_s = 3600.0
     try:
         timeline.instant("sync")
         FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
@@ -861,9 +867,39 @@ def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str
             _record(call, timeline, i, [])
         wait_until(lambda: len(memory.events) == 2 + BOUND // 2, timeout_s=10)  # not in an hour
     finally:
-        FLUSHER.interval_s = interval
-        FLUSHER.wake()
         timeline.close()
+
+
+def test_the_flushers_pace_is_its_listeners_own_while_they_listen() -> None:
+    quick, patient = PacedMemoryListener(0.001), PacedMemoryListener(1.0, exit_timeout_s=600.0)
+    timelines = [Timeline("quick", [quick]), Timeline("patient", [patient])]
+    try:
+        # The shortest interval and the longest exit timeout of the listeners of the timelines it sweeps.
+        assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.001, 600.0)
+        timelines[0].instant("swept soon")
+        wait_until(lambda: len(quick.events) == 1)  # with no flush: the flusher's own sweep
+    finally:
+        for timeline in timelines:
+            timeline.close()
+    assert FLUSHER.interval_s > 0.001 and FLUSHER.exit_timeout_s < 600.0  # theirs no more
+
+
+def test_a_flusher_left_waiting_long_reads_its_interval_again_when_a_timeline_comes() -> None:
+    slow = PacedMemoryListener(3600.0)
+    hourly = Timeline("hourly", [slow])
+    try:
+        hourly.instant("sync")
+        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
+        wait_until(lambda: len(slow.events) == 1)  # swept by the flusher, which now waits an hour
+        quick = PacedMemoryListener(0.01)
+        timeline = Timeline("quick", [quick])
+        try:
+            timeline.instant("swept within the new interval")
+            wait_until(lambda: len(quick.events) == 1, timeout_s=30)  # not in an hour
+        finally:
+            timeline.close()
+    finally:
+        hourly.close()
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 if TYPE_CHECKING:
-    from ringtrace.client.tracks import TrackBuffer
+    from ringtrace.client.recording.tracks import TrackBuffer
 
 __all__ = ["Listener", "close_unused", "count_lost", "replaced_after_fork", "subscribe_priority"]
 
 
 class Listener(Protocol):
-    """What a timeline hands its events to (see ``listeners.py``). Called on the flusher thread, except ``flush``
-    and ``close``; none of these may raise."""
+    """What a timeline hands its events to (see ``delivery/listeners.py``). Called on the flusher thread, except
+    ``flush`` and ``close``; none of these may raise."""
 
     def receive(self, track: TrackInfo, records: list[Any]) -> None:
         """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or

@@ -55,3 +55,24 @@ class LossReport:
         since = " since the last warning" if self._warned else ""
         self._warned = True
         return f"ringtrace: {'; '.join(said)}{since}; counted (dropped_events, refused_events) and in every snapshot"
+
+
+def undelivered_at_close(
+    address: str, *, queued: int, unreported: int, unanswered: int, timeout_s: float, connected: bool
+) -> str | None:
+    """What the log says when a streamer closes with events that never reached the collector (None: there are none):
+    ``queued`` still when closing gave up, ``unreported`` dropped before and never reported, ``unanswered`` sent on
+    connections that broke before an acknowledgement (lost, unless the collector stored them before the break)."""
+    if not (queued or unreported or unanswered):
+        return None
+    broken = (
+        f"; and {unanswered} sent on connections that broke before the collector acknowledged them, lost unless it "
+        "stored them first"
+        if unanswered
+        else ""
+    )
+    return (
+        f"ringtrace: {queued + unreported} events recorded by this process never reached the collector at {address}: "
+        f"{queued} still queued when closing gave up after {timeout_s:.1f}s "
+        f"({'connected' if connected else 'not connected'}), {unreported} dropped before and not reported{broken}"
+    )

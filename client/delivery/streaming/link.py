@@ -6,7 +6,7 @@ link what happened and when -- ``timer(now)``, ``connected(now, hello)``, ``conn
 ``AnswerFlush``, ``Prioritize``, ``Log``) and the bytes to send (``data_to_send``). It never reads the clock, touches
 a socket or takes a lock: the driver calls it under its own lock. Its parts are sans-I/O too: ``SendQueue``
 (send_queue.py: the bounded queue and the frame going out), ``Acknowledgements`` (acknowledgements.py: FLUSH tokens
-and flush() requests), ``Delivery`` (delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
+and flush() requests), ``Delivery`` (stream_delivery.py: what goes over a welcomed connection), ``Backoff`` (here) and
 ``Outage`` (outage.py: what the log says while events cannot reach the collector).
 
 Theory of operation
@@ -41,17 +41,25 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
+from ringtrace.client.delivery.streaming.backoff import Backoff, random_jitter
+from ringtrace.client.delivery.streaming.link_actions import (
+    Action,
+    AnswerFlush,
+    Close,
+    Connect,
+    FlushDone,
+    Log,
+    Prioritize,
+)
+from ringtrace.client.delivery.streaming.loss_report import LossReport
+from ringtrace.client.delivery.streaming.outage import Outage
+from ringtrace.client.delivery.streaming.send_queue import LinkCounters
+from ringtrace.client.delivery.streaming.stream_delivery import Delivery
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.delivery import Delivery
-from ringtrace.client.streaming.loss_report import LossReport
-from ringtrace.client.streaming.outage import Outage
-from ringtrace.client.streaming.send_queue import LinkCounters
 from ringtrace.wire.decoder import ReplyDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import (
@@ -69,22 +77,8 @@ from ringtrace.wire.frames import (
 )
 from ringtrace.wire.model import TrackInfo
 
-__all__ = [
-    "Action",
-    "AnswerFlush",
-    "Backoff",
-    "Close",
-    "Connect",
-    "FlushDone",
-    "Link",
-    "LinkCounters",
-    "LinkState",
-    "Log",
-    "Prioritize",
-]
+__all__ = ["Link", "LinkState"]
 
-#: While a flush waits, connection attempts are at most this far apart.
-FLUSH_RETRY_S: Final = 0.25
 #: While connected, the driver calls ``timer`` at least this often (acknowledgements, loss counters).
 _POLL_S: Final = 1.0
 
@@ -106,81 +100,6 @@ _TRANSITIONS: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Connect:
-    """Open a connection now (blocking at most ``connect_timeout_s``), then call ``connected`` or
-    ``connect_failed``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Close the connection's socket: the link is done with it."""
-
-
-@dataclass(frozen=True, slots=True)
-class FlushDone:
-    """The answer to the flush request ``request`` (``request_flush``'s id)."""
-
-    request: int
-    ok: bool
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerFlush:
-    """The collector asked for a flush: hand every timeline's events over (they come back through ``enqueue``),
-    then call ``swept``, which answers it behind them and reads on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Prioritize:
-    """The collector's SET_PRIORITY, for the timelines it names."""
-
-    frame: SetPriority
-
-
-@dataclass(frozen=True, slots=True)
-class Log:
-    level: int
-    text: str
-
-
-Action = Connect | Close | FlushDone | AnswerFlush | Prioritize | Log
-
-
-def _jitter() -> float:
-    return random.uniform(0.5, 1.0)
-
-
-class Backoff:
-    """When the next connection attempt is due: exponential backoff with jitter, ``initial_s`` up to ``max_s``."""
-
-    __slots__ = ("_jitter", "delay_s", "initial_s", "max_s", "next_attempt")
-
-    def __init__(self, initial_s: float, max_s: float, jitter: Callable[[], float] = _jitter) -> None:
-        self.initial_s, self.max_s, self._jitter = initial_s, max_s, jitter
-        self.delay_s = initial_s
-        self.next_attempt = 0.0
-
-    def failed(self, now: float, hurry: bool) -> float:
-        """An attempt failed at ``now``; returns the wait before the next. ``hurry``: a flush waits for it."""
-        delay = self.delay_s * self._jitter()
-        self.delay_s = min(self.delay_s * 2, self.max_s)
-        if hurry:  # a collector that comes up within the flush's timeout is found soon
-            delay = min(delay, FLUSH_RETRY_S)
-        self.next_attempt = now + delay
-        return delay
-
-    def reset(self) -> None:
-        self.delay_s = self.initial_s
-
-    def slowest(self) -> None:
-        """Waiting will not mend it: the next attempts as far apart as allowed."""
-        self.delay_s = self.max_s
-
-    def due_now(self, now: float) -> None:
-        self.next_attempt = min(self.next_attempt, now)
-
-
 class Link:
     """The sans-I/O link to one collector (see the module's theory of operation).
 
@@ -199,7 +118,7 @@ class Link:
         encoder: StreamEncoder,
         counters: LinkCounters | None = None,
         *,
-        jitter: Callable[[], float] = _jitter,
+        jitter: Callable[[], float] = random_jitter,
     ) -> None:
         self.address = address
         self.options = options

@@ -13,6 +13,12 @@ so that they send what they queued then, in one go. A sweep given a deadline (``
 ``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
 first, so that order is kept and nothing is dropped on the way.
 
+Its pace is the listeners' own configuration, never set from outside: ``interval_s`` is the shortest
+``batch_interval_s`` a listener of a swept timeline declares (``Paced``: the streamer, from its options), and
+``exit_timeout_s``, how long the exit hook waits for delivery, the longest ``exit_timeout_s`` one declares; with none
+declared, the flusher's own defaults. A timeline that comes or goes (``register``) makes the waiting thread read its
+interval again, without a sweep.
+
 Timelines with listeners are held until they are closed or lose their last listener, and closed at interpreter
 exit. Importing ringtrace installs only the fork hook that gives timelines fresh locks in a child
 (``timelines._fresh_locks``): the flusher's fork and exit hooks are installed when the first timeline gets a
@@ -32,11 +38,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
+from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.keyword_args import with_maps
-from ringtrace.client.threads import background_thread
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
-__all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
+__all__ = ["FLUSHER", "Drained", "Flusher", "Paced", "Sweepable"]
 
 log = logging.getLogger("ringtrace.client")
 #: What a run handed over is replaced with in its sweep's list.
@@ -70,6 +76,16 @@ class Sweepable(Protocol):
     def close(self, timeout_s: float = 2.0) -> bool: ...
 
 
+class Paced(Protocol):
+    """A listener that sets the flusher's pace while it listens (the streamer: its options')."""
+
+    @property
+    def batch_interval_s(self) -> float: ...
+
+    @property
+    def exit_timeout_s(self) -> float: ...
+
+
 def _behind(runs: list[tuple[TrackInfo, list[Any]]], max_buffered_events: int) -> bool:
     """Whether a track's buffer was a quarter full or more when it was drained: a thread outruns the flusher. Then the
     flusher hands over all it drained without yielding between runs: a recording thread that gets the turn keeps it
@@ -90,18 +106,24 @@ class _Carried(NamedTuple):
 
 
 class Flusher:
-    """See the module docstring. ``connect(batch_interval_s=..., exit_timeout_s=...)`` sets the two intervals."""
+    """See the module docstring.
 
-    def __init__(self, interval_s: float = 0.05) -> None:
-        self.interval_s = interval_s
-        #: How long the exit hook waits for delivery, in all.
-        self.exit_timeout_s = 2.0
+    Args:
+        interval_s: the wait between sweeps where no listener declares a ``batch_interval_s``.
+        exit_timeout_s: how long the exit hook waits for delivery where no listener declares an ``exit_timeout_s``.
+    """
+
+    def __init__(self, interval_s: float = 0.05, exit_timeout_s: float = 2.0) -> None:
+        self._default_interval_s = interval_s
+        self._default_exit_timeout_s = exit_timeout_s
         self._timelines: dict[int, Sweepable] = {}
         # Re-entrant: a signal handler that records may land while this thread holds it.
         self._lock = threading.RLock()
         self._sweep_lock = threading.RLock()
         self._carried: list[_Carried] = []
         self._wake = threading.Event()
+        #: A sweep is asked for (``wake``), not merely a new look at the interval (``register``).
+        self._sweep_asked = False
         self._thread: threading.Thread | None = None
         self._hooks_installed = False
         #: The exit delivery has begun.
@@ -113,6 +135,7 @@ class Flusher:
             self._timelines[id(timeline)] = timeline
             install = not self._hooks_installed
             self._hooks_installed = True
+        self._wake.set()  # its listeners may set another pace
         if install:
             atexit.register(self.close_at_exit)
             if hasattr(os, "register_at_fork"):
@@ -121,11 +144,29 @@ class Flusher:
     def unregister(self, timeline: Sweepable) -> None:
         with self._lock:
             self._timelines.pop(id(timeline), None)
+        self._wake.set()  # its listeners may have set the pace
 
     def timelines(self) -> list[Sweepable]:
         """Every timeline that has listeners."""
         with self._lock:
             return list(self._timelines.values())
+
+    @property
+    def interval_s(self) -> float:
+        """The wait between sweeps: the shortest ``batch_interval_s`` the listeners declare, else the default."""
+        return min(self._declared("batch_interval_s"), default=self._default_interval_s)
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """How long the exit hook waits for delivery, in all: the longest ``exit_timeout_s`` the listeners declare,
+        else the default."""
+        return max(self._declared("exit_timeout_s"), default=self._default_exit_timeout_s)
+
+    def _declared(self, setting: str) -> list[float]:
+        """The value of ``setting`` each listener of a swept timeline declares (``Paced``)."""
+        values = (getattr(listener, setting, None) for timeline in self.timelines() for listener in timeline.listeners)
+        # (a number, not what a mock answers for any attribute)
+        return [value for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
 
     def start(self) -> bool:
         """Start the thread if it is not running.
@@ -151,6 +192,7 @@ class Flusher:
 
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
+        self._sweep_asked = True
         self._wake.set()
 
     @contextlib.contextmanager
@@ -253,7 +295,7 @@ class Flusher:
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
-                self._wake.set()  # the flusher thread finishes it
+                self.wake()  # the flusher thread finishes it
                 return False
             _call(listeners, "receive", track, with_maps(records) if maps else records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
@@ -266,12 +308,22 @@ class Flusher:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+            self._wait_for_sweep()
             try:
                 self.sweep_all()
             except Exception:  # a bug here must not end tracing for the process; listeners never raise
                 log.exception("ringtrace flusher: unexpected error; events of this sweep may be lost")
+
+    def _wait_for_sweep(self) -> None:
+        """Until ``interval_s`` has passed since the last sweep, or a sweep is asked for (``wake``); a timeline that
+        came or went (``register``) makes it read the interval again."""
+        started = time.monotonic()
+        while (timeout := started + self.interval_s - time.monotonic()) > 0:
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._sweep_asked:
+                break
+        self._sweep_asked = False
 
     def close_at_exit(self) -> None:
         """At interpreter exit (or a multiprocessing child's): deliver what is buffered, within ``exit_timeout_s``."""
@@ -286,6 +338,7 @@ class Flusher:
         self._lock = threading.RLock()
         self._sweep_lock = threading.RLock()
         self._wake = threading.Event()
+        self._sweep_asked = False
         self._thread = None
         self._carried = []
         self.exiting = False

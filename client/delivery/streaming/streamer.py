@@ -34,28 +34,30 @@ import socket
 import ssl
 import threading
 import time
-import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, overload
 
-from ringtrace.client.encoder import EncodedBatch
-from ringtrace.client.listeners import SerializedListener
-from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.link import (
+from ringtrace.client.delivery.listeners import SerializedListener
+from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
+from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
+from ringtrace.client.delivery.streaming.link import Link
+from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
     Close,
     Connect,
     FlushDone,
-    Link,
-    LinkCounters,
     Log,
     Prioritize,
 )
-from ringtrace.client.streaming.outage import connect_failure
-from ringtrace.client.threads import background_thread
-from ringtrace.wire.frames import SetPriority
+from ringtrace.client.delivery.streaming.loss_report import undelivered_at_close
+from ringtrace.client.delivery.streaming.priority_requests import PriorityRequests
+from ringtrace.client.delivery.streaming.send_queue import LinkCounters
+from ringtrace.client.delivery.streaming.wake_pair import WakePair
+from ringtrace.client.delivery.threads import background_thread
+from ringtrace.client.encoder import EncodedBatch
+from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 from ringtrace.wire.parsing import parse_addresses
 
@@ -66,8 +68,6 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
-#: At most this long between two tries while the flusher hands runs over (it says when it is done).
-_PASS_WAIT_S = 0.05
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -101,80 +101,6 @@ class _Counted:
 
     def __set__(self, streamer: Streamer, value: int) -> None:
         setattr(streamer._counters, self._name, value)
-
-
-class _ConnectFailed(Exception):
-    def __init__(self, reason: str, *, at_once: bool = False) -> None:
-        super().__init__(reason)
-        self.reason, self.at_once = reason, at_once
-
-
-class _Dialer:
-    """Opens connections to the collector: TCP, then TLS with ``tls`` (blocking, within ``connect_timeout_s``).
-
-    Given several collectors (``"c1:7700,c2:7700"``), it dials the one that answered last, and after a failed
-    attempt the next one, in turn: a client of a collector that died moves to another at its next attempt (the
-    link's backoff, 0.1 s at first). A connection that breaks is made again to the same one first.
-    """
-
-    def __init__(self, address: str, options: StreamerOptions) -> None:
-        self.addresses = parse_addresses(address)
-        self._turn = 0
-        self.options = options
-        #: With ``tls``: the context, made on the first connection.
-        self._tls_context: ssl.SSLContext | None = None
-
-    @property
-    def host(self) -> str:
-        return self.addresses[self._turn][0]
-
-    @property
-    def port(self) -> int:
-        return self.addresses[self._turn][1]
-
-    @property
-    def address_text(self) -> str:
-        """The collector dialled now (next), as ``HOST:PORT``."""
-        host, port = self.addresses[self._turn]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    def dial(self) -> socket.socket | ssl.SSLSocket:
-        """A connected socket (blocking).
-
-        Raises:
-            _ConnectFailed: why, in words a user acts on; ``at_once`` for a failure waiting will not mend (TLS).
-        """
-        try:
-            return self._dial()
-        except _ConnectFailed:
-            self._turn = (self._turn + 1) % len(self.addresses)  # the next collector, at the next attempt
-            raise
-
-    def _dial(self) -> socket.socket | ssl.SSLSocket:
-        timeout_s = self.options.connect_timeout_s
-        deadline = time.monotonic() + timeout_s
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
-        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
-            raise _ConnectFailed(connect_failure(self.address_text, exc, timeout_s)) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self.options.tls:
-            return sock
-        try:
-            return self._handshake(sock, deadline)
-        except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
-            sock.close()
-            hint = "do both sides use TLS, and is the collector's certificate trusted?"
-            raise _ConnectFailed(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True) from None
-
-    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
-        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
-        context = self._tls_context
-        if context is None:  # loading the system's CAs takes a while: here, not in connect()
-            tls = self.options.tls
-            context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        return context.wrap_socket(sock, server_hostname=self.host)
 
 
 class Streamer(SerializedListener):
@@ -220,22 +146,15 @@ class Streamer(SerializedListener):
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
-        self._dialer = _Dialer(address, options)
+        self._dialer = Dialer(address, options)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
-        self._priority_timelines: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._priority_requests = PriorityRequests()
 
-        #: The flusher is handing over runs (see ``receive``).
-        self._holding = False
-        #: Set unless the flusher is handing over runs with the queue less than half full (see ``_state``).
-        self._may_send_now = threading.Event()
-        self._may_send_now.set()
-        #: A wake-up byte is on its way to the streamer thread: another one would not wake it sooner.
-        self._wake_pending = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        #: The flusher's pass over a timeline's runs (see ``receive``).
+        self._pass = HandOverPass()
+        self._wake_pair = WakePair()
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._selector.register(self._wake_pair.reader, selectors.EVENT_READ)
         self._thread = background_thread(self._run, "ringtrace-streamer")
 
     def __repr__(self) -> str:
@@ -271,6 +190,16 @@ class Streamer(SerializedListener):
         with self._state_lock:
             return self._link.queued_events
 
+    @property
+    def batch_interval_s(self) -> float:
+        """The flusher's pace while this streamer listens (``flusher.Paced``), from its options."""
+        return self.options.batch_interval_s
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """How long the exit hook waits for this streamer's delivery (``flusher.Paced``), from its options."""
+        return self.options.exit_timeout_s
+
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the collector to acknowledge everything received so far.
 
@@ -288,8 +217,7 @@ class Streamer(SerializedListener):
             if self._stopping or not self._thread.is_alive():
                 return False
             self._waiters[self._link.request_flush(deadline)] = waiter
-        self._holding = False  # everything received goes now
-        self._may_send_now.set()
+        self._pass.ends()  # everything received goes now
         self._wake()
         waiter.done.wait(max(timeout_s, 0.0))
         return waiter.ok
@@ -301,6 +229,10 @@ class Streamer(SerializedListener):
         delivered = self.flush(timeout_s) if self._received else self.dropped_events == 0
         with self._state_lock:
             self._stopping = True
+            never_started = not self._started  # (and now never will: start() refuses once stopping)
+        if never_started:  # the thread that would close them at its end never ran
+            self._selector.close()
+            self._wake_pair.close()
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.05))
@@ -312,26 +244,21 @@ class Streamer(SerializedListener):
         # Sent on connections that broke before an acknowledgement (a collector killed, or one that refused the
         # tables) and never reported since: lost, unless the collector stored them before the break.
         unanswered = self._link.counters.unacknowledged_events - self._link.unacknowledged_at_flush
-        if queued or unreported or unanswered:
-            log.warning(
-                "ringtrace: %d events recorded by this process never reached the collector at %s: %d still queued "
-                "when closing gave up after %.1fs (%s), %d dropped before and not reported%s",
-                queued + unreported,
-                self.address_text,
-                queued,
-                timeout_s,
-                "connected" if self._link.welcomed else "not connected",
-                unreported,
-                f"; and {unanswered} sent on connections that broke before the collector acknowledged them, lost "
-                "unless it stored them first"
-                if unanswered
-                else "",
-            )
+        warning = undelivered_at_close(
+            self.address_text,
+            queued=queued,
+            unreported=unreported,
+            unanswered=unanswered,
+            timeout_s=timeout_s,
+            connected=self._link.welcomed,
+        )
+        if warning:
+            log.warning("%s", warning)
         return delivered
 
     def subscribe_priority(self, timeline: Any) -> None:
         """``timeline.set_priority`` is called when the collector sends SET_PRIORITY for it (or for all)."""
-        self._priority_timelines.add(timeline)
+        self._priority_requests.subscribe(timeline)
 
     def after_fork(self) -> Streamer:
         """A forked child streams as a new process, to the same collector; its thread starts on first use.
@@ -339,18 +266,15 @@ class Streamer(SerializedListener):
         The child's copies of this streamer's descriptors are closed: a socket kept open in a child would hide the
         parent's disconnect from the collector.
         """
-        for resource in (self._sock, self._selector, self._wake_r, self._wake_w):
+        for resource in (self._sock, self._selector):
             if resource is not None:
                 with contextlib.suppress(OSError):
                     resource.close()
+        self._wake_pair.close()
         return Streamer(self.address_text, self.options, self._sweep_all)
 
     def _wake(self) -> None:
-        if self._wake_pending:
-            return
-        self._wake_pending = True
-        with contextlib.suppress(OSError):  # the pair is full (a wake-up is pending anyway) or closed
-            self._wake_w.send(b"\0")
+        self._wake_pair.wake()
 
     # -- flusher thread (under _state_lock) -----------------------------------------------------------------------
 
@@ -362,9 +286,7 @@ class Streamer(SerializedListener):
         self._received = True
         # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see
         # the module docstring); waking it run by run was a send on the flusher's thread too.
-        self._holding = True
-        if self._may_send_now.is_set():
-            self._may_send_now.clear()
+        self._pass.begins()
         super().receive(track, records)
 
     def retire(self, track: TrackInfo) -> None:
@@ -378,39 +300,23 @@ class Streamer(SerializedListener):
             return
         self._link.enqueue(batch, time.monotonic())
         if self._may_send():
-            self._may_send_now.set()
+            self._pass.send_now()
             self._wake()
 
     def handed_over(self) -> None:
         """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
-        self._holding = False
-        self._may_send_now.set()
+        self._pass.ends()
         self._wake()
 
     def _may_send(self) -> bool:
         """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""
-        return not self._holding or self._link.queue_half_full
+        return self._pass.may_send(self._link.queue_half_full)
 
     # -- streamer thread ------------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _state(self) -> Iterator[None]:
-        """``_state_lock``, as this thread takes it. During a flusher's pass with the queue under half full it waits
-        for the pass to end rather than block on the lock: a thread blocked on it takes it without the interpreter
-        lock the moment the flusher lets it go after a run, then waits for the interpreter lock (a switch interval or
-        more) while holding it, and the flusher's next run waits for both, leaving a thread recording flat out alone
-        for tens of ms at a time. Otherwise (no pass, or the queue half full: a send cannot wait) it blocks: a thread
-        that only tried the lock would find it held by a flusher that is behind, which keeps it run after run."""
-        lock = self._state_lock
-        while not lock.acquire(blocking=False):
-            if self._may_send_now.is_set():
-                lock.acquire()
-                break
-            self._may_send_now.wait(_PASS_WAIT_S)  # the pass: what this thread would do waits for its end anyway
-        try:
-            yield
-        finally:
-            lock.release()
+    def _state(self) -> contextlib.AbstractContextManager[None]:
+        """``_state_lock``, as this thread takes it (``HandOverPass.locked``)."""
+        return self._pass.locked(self._state_lock)
 
     def _run(self) -> None:
         try:
@@ -424,8 +330,7 @@ class Streamer(SerializedListener):
             self._perform(actions)
             self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
             self._selector.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            self._wake_pair.close()
 
     def _loop(self) -> None:
         while True:
@@ -462,21 +367,12 @@ class Streamer(SerializedListener):
                     with self._state():
                         todo.extend(self._link.swept(time.monotonic()))
                 case Prioritize(frame):
-                    self._set_priority(frame)
-
-    def _set_priority(self, frame: SetPriority) -> None:
-        for timeline in list(self._priority_timelines):
-            if frame.timeline in ("", timeline.name) and self in timeline.listeners:
-                try:
-                    timeline.set_priority(frame.priority)
-                except ValueError as exc:
-                    log.warning("ringtrace: the collector at %s asked for a priority: %s", self.address_text, exc)
-                    return
+                    self._priority_requests.apply(frame, self, self.address_text)
 
     def _connect(self) -> list[Action]:
         try:
             sock = self._dialer.dial()
-        except _ConnectFailed as failure:
+        except ConnectFailed as failure:
             with self._state():
                 return self._link.connect_failed(failure.reason, time.monotonic(), at_once=failure.at_once)
         sock.setblocking(False)
@@ -525,13 +421,8 @@ class Streamer(SerializedListener):
         if sock is not None:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if writable else 0))
         for key, mask in self._selector.select(timeout_s):
-            if key.fileobj is self._wake_r:
-                with contextlib.suppress(BlockingIOError):
-                    while self._wake_r.recv(4096):
-                        pass
-                # After the bytes are read, never before: a wake-up asked for meanwhile would be read with them and
-                # leave the flag set with no byte on its way, and no wake-up asked for would be sent again.
-                self._wake_pending = False
+            if key.fileobj is self._wake_pair.reader:
+                self._wake_pair.drain()
             elif mask & selectors.EVENT_READ:
                 self._read()
 

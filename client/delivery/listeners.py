@@ -1,6 +1,6 @@
 """Listeners: where a timeline's events go. Object listeners get decoded events; serialized ones get wire frames.
 
-    Listener (protocol, timeline_listeners.py)
+    Listener (protocol, recording/timeline_listeners.py)
     ├── ObjectListener          receives ``DecodedEvent`` objects (``on_events``)
     │   └── MemoryListener      keeps them in memory, for tests and local inspection
     └── SerializedListener      owns a StreamEncoder; receives framed bytes (``write``)

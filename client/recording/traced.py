@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.timelines import DEFAULT_TIMELINE, Timeline
+from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
 
 __all__ = ["traced"]
 

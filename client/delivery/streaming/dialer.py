@@ -1,0 +1,88 @@
+"""Connections to the collector, blocking (on the streamer's thread): TCP, then TLS with ``tls``; between several
+collectors, in turn."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+from ringtrace.client.delivery.streaming.outage import connect_failure
+from ringtrace.client.options import StreamerOptions
+from ringtrace.wire.parsing import parse_addresses
+
+__all__ = ["ConnectFailed", "Dialer"]
+
+
+class ConnectFailed(Exception):
+    def __init__(self, reason: str, *, at_once: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.at_once = reason, at_once
+
+
+class Dialer:
+    """Opens connections to the collector: TCP, then TLS with ``tls`` (blocking, within ``connect_timeout_s``).
+
+    Given several collectors (``"c1:7700,c2:7700"``), it dials the one that answered last, and after a failed
+    attempt the next one, in turn: a client of a collector that died moves to another at its next attempt (the
+    link's backoff, 0.1 s at first). A connection that breaks is made again to the same one first.
+    """
+
+    def __init__(self, address: str, options: StreamerOptions) -> None:
+        self.addresses = parse_addresses(address)
+        self._turn = 0
+        self.options = options
+        #: With ``tls``: the context, made on the first connection.
+        self._tls_context: ssl.SSLContext | None = None
+
+    @property
+    def host(self) -> str:
+        return self.addresses[self._turn][0]
+
+    @property
+    def port(self) -> int:
+        return self.addresses[self._turn][1]
+
+    @property
+    def address_text(self) -> str:
+        """The collector dialled now (next), as ``HOST:PORT``."""
+        host, port = self.addresses[self._turn]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def dial(self) -> socket.socket | ssl.SSLSocket:
+        """A connected socket (blocking).
+
+        Raises:
+            ConnectFailed: why, in words a user acts on; ``at_once`` for a failure waiting will not mend (TLS).
+        """
+        try:
+            return self._dial()
+        except ConnectFailed:
+            self._turn = (self._turn + 1) % len(self.addresses)  # the next collector, at the next attempt
+            raise
+
+    def _dial(self) -> socket.socket | ssl.SSLSocket:
+        timeout_s = self.options.connect_timeout_s
+        deadline = time.monotonic() + timeout_s
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
+        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
+            raise ConnectFailed(connect_failure(self.address_text, exc, timeout_s)) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.options.tls:
+            return sock
+        try:
+            return self._handshake(sock, deadline)
+        except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
+            sock.close()
+            hint = "do both sides use TLS, and is the collector's certificate trusted?"
+            raise ConnectFailed(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True) from None
+
+    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
+        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
+        context = self._tls_context
+        if context is None:  # loading the system's CAs takes a while: here, not in connect()
+            tls = self.options.tls
+            context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        return context.wrap_socket(sock, server_hostname=self.host)

@@ -61,7 +61,6 @@ from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, 
 from ringtrace.client.trace_context import TraceScope, current_span, extract, inject
 from ringtrace.client.traced import traced
 from ringtrace.client.traceparent import SpanContext
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
@@ -77,6 +76,7 @@ from ringtrace.wire.errors import (
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import DecodedEvent, TrackInfo
 from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 __all__ = [

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.parsing import check_token, environment_token, parse_size, read_token_file, strip_newline
 
 __all__ = ["StreamerOptions"]

@@ -63,8 +63,8 @@ from ringtrace.collector.read.frame_walk import (
 )
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
-from ringtrace.wire.decoder import StreamTables
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["perfetto_chunks"]
 

@@ -32,14 +32,8 @@ from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import TABLE_LIMITS
 from ringtrace.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.wire.frames import (
-    AUTHENTICATION_FAILED,
-    FRAME_HEADER,
-    TABLES_PAST_CAPACITY,
-    Goodbye,
-    encode,
-    preamble,
-)
+from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, FRAME_HEADER, TABLES_PAST_CAPACITY
+from ringtrace.wire.frames import Goodbye, encode, preamble
 from ringtrace.wire.reader import Sentinel
 
 __all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]

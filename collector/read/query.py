@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ringtrace.wire.frames import KindSpec
 from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "EVERYTHING",

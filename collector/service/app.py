@@ -48,7 +48,7 @@ from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
 from ringtrace.collector.store.segments import DataDir, SegmentBuffers
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import SYNC_INTERVAL_S, DataDir
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["DataDirSync", "recover"]
 

@@ -35,9 +35,12 @@ from typing import Any, Final, Literal, NamedTuple
 
 import crc32c
 from ringtrace.collector.store.file_removal import FileRemover
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError, ProtocolError
-from ringtrace.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE
+from ringtrace.wire.frames import Events, Stats, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = [
     "CHECKSUM_FRAME",

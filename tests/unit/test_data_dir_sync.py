@@ -12,7 +12,7 @@ from ringtrace.collector.service.data_dir import DataDirSync, recover
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import DataDir, FsyncPolicy, Segment
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
 

@@ -22,9 +22,12 @@ from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, Snapshot
 from ringtrace.collector.read.query import EVERYTHING
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
 from ringtrace.collector.store.segments import DataDir, Segment, scan_segment
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FrameType
+from ringtrace.wire.frames import Events, Stats, encode
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import Strings
 from store_client import Client
 
 

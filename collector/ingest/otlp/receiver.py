@@ -47,9 +47,11 @@ from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackCon
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
-from ringtrace.wire.frames import KindSpec, encode
+from ringtrace.wire.arg_values import normalise_values
+from ringtrace.wire.frames import encode
 from ringtrace.wire.message_format import PRIORITIES
-from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "RETRY_AFTER_S",

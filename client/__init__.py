@@ -15,14 +15,7 @@ a collector ``Streamer`` to the process-wide timeline; ``FileListener`` and ``Me
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import sys
-import threading
-from typing import Any
-
+from ringtrace.client.connecting import connect, default_timeline, timeline
 from ringtrace.client.events import (
     Event,
     InvalidField,
@@ -41,14 +34,12 @@ from ringtrace.client.events import (
     u32,
     u64,
 )
-from ringtrace.client.flusher import FLUSHER
 from ringtrace.client.listeners import (
     FileListener,
     MemoryListener,
     ObjectListener,
     SerializedListener,
     TraceFile,
-    name_process,
     read_trace_file,
     read_trace_streams,
 )
@@ -56,8 +47,7 @@ from ringtrace.client.messages import Message
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.sources import Source
 from ringtrace.client.streaming.streamer import Streamer
-from ringtrace.client.threads import background_thread
-from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
+from ringtrace.client.timelines import Listener, MarkerScope, Scope, Timeline
 from ringtrace.client.trace_context import TraceScope, current_span, extract, inject
 from ringtrace.client.traced import traced
 from ringtrace.client.traceparent import SpanContext
@@ -75,7 +65,6 @@ from ringtrace.wire.errors import (
 )
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import DecodedEvent, TrackInfo
-from ringtrace.wire.parsing import parse_addresses
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
@@ -136,202 +125,3 @@ __all__ = [
     "u32",
     "u64",
 ]
-
-_default = DEFAULT_TIMELINE
-_connect_lock = threading.Lock()
-#: "PID NAME" of the connected process a multiprocessing child was started by.
-_PARENT_NAME_VARIABLE = "RINGTRACE_PARENT_PROCESS"
-_connected: tuple[str, StreamerOptions, Streamer] | None = None
-
-
-def default_timeline() -> Timeline:
-    """The process-wide timeline (records nothing until a listener is attached, by ``connect`` say)."""
-    return _default
-
-
-#: HawkTracer's name for it: the global timeline, with a buffer per thread.
-timeline = default_timeline
-
-
-def connect(address: str, *, process_name: str | None = None, **options: Any) -> Timeline:
-    """Stream the process-wide timeline to the collector at ``address`` and return it.
-
-    Connecting happens in the background: this returns at once, and events recorded before the collector answers
-    are queued (within ``max_queue_bytes``). Calling it again with the same arguments returns the same timeline;
-    with others, the timeline is flushed and moves to the new collector. In a ``multiprocessing`` child started
-    with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect, initargs=(address,))``) is all
-    it takes; the child delivers what it recorded before it exits.
-
-    Args:
-        address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6); or several, separated
-            by commas (``"c1:7700,c2:7700"``: collectors that share a JetStream stream), tried in turn: when the one
-            connected to goes, the next attempt is to the next one.
-        process_name: shown for this process in traces; defaults to the name it is connected with already (a
-            forked child: its parent's), else in a multiprocessing child started with spawn or forkserver to its
-            parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name.
-        **options: fields of ``StreamerOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
-
-    Raises:
-        ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
-    """
-    global _connected
-    if process_name is None:  # the name it has (a forked child: its parent's), or a spawned child's parent's
-        process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
-    opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
-    parse_addresses(address)
-    with _connect_lock:
-        if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
-            return _default
-        streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
-        FLUSHER.interval_s = opts.batch_interval_s
-        FLUSHER.exit_timeout_s = opts.exit_timeout_s
-        # The streamer connect() attached before (in a forked child: its replacement), if it is still attached.
-        previous = next((x for x in _default.listeners if isinstance(x, Streamer)), None) if _connected else None
-        if previous is not None:
-            _default.replace_listener(previous, streamer)  # no event falls between the two
-        else:
-            _default.add_listener(streamer)
-        # For multiprocessing children started with spawn or forkserver: they connect anew, named after this one.
-        with contextlib.suppress(ValueError, OSError):  # a name the environment cannot hold (a NUL): not inherited
-            os.environ[_PARENT_NAME_VARIABLE] = f"{os.getpid()} {streamer.process_name}"
-        streamer.start()
-        name_process(streamer.process_name)  # a FileListener made after is the same process by name too
-        _connected = (address, opts, streamer)
-        _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
-    if previous is not None:
-        previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s
-    _deliver_before_multiprocessing_exit()
-    return _default
-
-
-def _inherited_process_name() -> str | None:
-    """In a multiprocessing child of a connected process: the parent's name and the child's (``web
-    (SpawnPoolWorker-3)``); else None (the script's name, by default)."""
-    pid, _, name = os.environ.get(_PARENT_NAME_VARIABLE, "").partition(" ")
-    mp_process = sys.modules.get("multiprocessing.process")
-    if not name or mp_process is None:
-        return None
-    parent = mp_process.parent_process()
-    if parent is None or str(parent.pid) != pid:  # not started by the process that set it
-        return None
-    return f"{name} ({mp_process.current_process().name})"
-
-
-def _deliver_before_multiprocessing_exit() -> None:
-    """multiprocessing children end with ``os._exit``, which skips atexit: register with its own exit hooks.
-
-    ``Pool.terminate()`` (and so leaving ``with Pool()``) ends workers with SIGTERM, which skips those too: where
-    SIGTERM still has its default action and ``deliver_on_sigterm`` is on, a handler delivers first (within
-    ``exit_timeout_s``), then dies by SIGTERM (``_SigtermDelivery``).
-    """
-    mp_process = sys.modules.get("multiprocessing.process")
-    if _connected is None or mp_process is None or mp_process.parent_process() is None:
-        return
-    from multiprocessing import util
-
-    util.Finalize(None, FLUSHER.close_at_exit, exitpriority=100)
-    if (
-        _connected[1].deliver_on_sigterm
-        and threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    ):
-        _SigtermDelivery().install()
-
-
-class _SigtermDelivery:
-    """SIGTERM in a multiprocessing child: deliver what is buffered, then die by SIGTERM as before.
-
-    A Python handler runs in the main thread, between bytecodes. A signal that comes just as the main thread enters a
-    blocking call (a Pool worker waiting for its task queue's lock, say) trips the handler without waking the thread,
-    and the worker would wait for ever: Pool.terminate() hung in about 1 run in 100. So a thread of ours is woken too
-    (``signal.set_wakeup_fd``, when the program has not set one): if the handler has not begun within
-    ``_HANDLER_GRACE_S``, that thread sends SIGTERM to the main thread, whose blocking call it interrupts (and, should
-    that fail too, delivers and ends the process itself).
-    """
-
-    _HANDLER_GRACE_S = 0.5
-
-    def __init__(self) -> None:
-        self._begun = threading.Event()
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handler)
-        if not hasattr(signal, "pthread_kill"):  # (Windows: the handler alone)
-            return
-        receiver, sender = socket.socketpair()
-        sender.setblocking(False)
-        try:
-            previous = signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            previous = -2  # (cannot be set here): the handler alone
-        if previous != -1:  # the program wakes itself in its own way: leave it so
-            if previous >= 0:
-                signal.set_wakeup_fd(previous)
-            receiver.close()
-            sender.close()
-            return
-        self._sockets = (receiver, sender)  # kept open for the life of the process
-        background_thread(self._watch, "ringtrace-sigterm").start()
-
-    def _handler(self, signum: int, frame: object) -> None:
-        self._begun.set()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if FLUSHER.exiting:
-            return  # the exit delivery is under way (perhaps right under this handler) and ends the process soon
-        try:
-            self._deliver()
-        finally:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def _watch(self) -> None:
-        receiver = self._sockets[0]
-        while True:
-            try:
-                woken = receiver.recv(64)
-            except OSError:
-                return
-            if not woken:
-                return
-            if signal.SIGTERM not in woken or self._begun.wait(self._HANDLER_GRACE_S):
-                continue
-            main = threading.main_thread().ident
-            if main is not None:  # it slept through the signal: one sent to it wakes it, and its handler runs
-                signal.pthread_kill(main, signal.SIGTERM)
-            if not self._begun.wait(self._HANDLER_GRACE_S) and not FLUSHER.exiting:
-                self._deliver()  # still asleep: deliver, and end the process from here
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    @staticmethod
-    def _deliver() -> None:
-        """Deliver on a thread of its own, waited for with a bound: the code the signal interrupted may hold a lock
-        the delivery needs, and then the wait ends and the process dies, as it would have."""
-        closer = background_thread(FLUSHER.close_at_exit, "ringtrace-exit")
-        closer.start()
-        closer.join(FLUSHER.exit_timeout_s + 0.5)
-
-
-def _after_fork_in_child() -> None:
-    """The flusher's own fork handler resets the timelines; here, the module's state and multiprocessing's hook.
-
-    A multiprocessing child clears its finalizers when it starts, after this runs, then calls its after-fork
-    hooks: registering one of those is how the exit hook survives into the child.
-    """
-    global _connect_lock, _connected
-    _connect_lock = threading.Lock()
-    if _connected is not None:
-        replaced = [listener for listener in _default.listeners if isinstance(listener, Streamer)]
-        _connected = (_connected[0], _connected[1], replaced[0]) if replaced else None
-    mp_util = sys.modules.get("multiprocessing.util")
-    if _connected is not None and mp_util is not None:
-        mp_util.register_after_fork(_default, lambda _: _deliver_before_multiprocessing_exit())
-
-
-_fork_hook_installed = False
-
-
-def _install_fork_hook() -> None:
-    """Installed on the first ``connect()``: importing ringtrace changes nothing in the process."""
-    global _fork_hook_installed
-    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-    _fork_hook_installed = True

@@ -1,10 +1,11 @@
-"""Session decoders, sans-I/O: the rules of a ringtrace stream and the tables needed to decode its events.
+"""The session decoder, sans-I/O: the rules of a client's stream, and the tables it keeps to decode its events.
 
 ``SessionDecoder`` reads what a client writes (a live connection, at the collector, or a file); ``ReplyDecoder``
 (``reply_decoder.py``) reads what a collector answers (at the client). Both take bytes in (``receive_data``, or
 ``get_buffer`` + ``buffer_updated`` for zero-copy reads) and give checked frames out (``next_frame()`` or iteration),
 as h11's connection does for HTTP.
-Every rule of the stream lives here, in one place (``PROTOCOL.md``, "Rules of a stream"):
+Every rule of a client stream lives here, with the limits in ``stream_limits.py`` (``PROTOCOL.md``, "Rules of a
+stream"):
 
 Theory of operation
 -------------------

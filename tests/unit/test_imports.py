@@ -34,6 +34,11 @@ GROUPS = {
         ("collector/store", "collector/read", "collector/export", "collector/foreign"),
         SERVICE,
     ),
+    # The ``ringtrace`` command: only ``ringtrace collect`` loads the service, when it runs.
+    "command": (
+        ("collector/command",),
+        (*SERVICE_LIBRARIES, "ringtrace.collector.service", "ringtrace.collector.http"),
+    ),
 }
 
 #: Watches each import in turn: prints, as JSON, the forbidden modules (or packages) each module loaded first (or

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from _common import Collector, collector, table, verdict
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.wire.frames import Flush, FlushAck, Hello, encode, preamble
+from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 

@@ -164,7 +164,7 @@ def record_stream(
     from ringtrace.client.delivery.flusher import FLUSHER
     from ringtrace.client.delivery.listeners import SerializedListener
     from ringtrace.client.encoder import EncodedBatch
-    from ringtrace.wire.frames import Track
+    from ringtrace.wire.table_frames import Track
 
     max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]
 
@@ -285,7 +285,8 @@ def _frame_index(events: bytes) -> tuple[list[int], list[int]]:
 
 def blast(spec: dict[str, Any]) -> dict[str, Any]:
     """Replay the stream in ``spec["stream"]`` over ``spec["connections"]`` connections; returns the timing."""
-    from ringtrace.wire.frames import Flush, Hello, encode, preamble
+    from ringtrace.wire.frames import Flush, encode, preamble
+    from ringtrace.wire.handshake_frames import Hello
 
     directory = Path(spec["stream"])
     prefix = (directory / "prefix.bin").read_bytes()

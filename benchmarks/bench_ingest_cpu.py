@@ -89,7 +89,8 @@ def cpu_s(pid: int) -> float:
 
 
 def hello_bytes(index: int) -> bytes:
-    from ringtrace.wire.frames import Hello, encode, preamble
+    from ringtrace.wire.frames import encode, preamble
+    from ringtrace.wire.handshake_frames import Hello
 
     hello = Hello(
         pid=2_000_000 + index,
@@ -162,7 +163,8 @@ def serve_bare_sink(welcome: bytes, flush: bytes, flush_ack: bytes) -> int:
 @contextmanager
 def bare_sink() -> Iterator[tuple[str, int]]:
     """Start the bare sink subprocess; yields its address and pid; always stopped on exit."""
-    from ringtrace.wire.frames import FlushAck, Welcome, encode, preamble
+    from ringtrace.wire.frames import FlushAck, encode, preamble
+    from ringtrace.wire.handshake_frames import Welcome
 
     welcome = preamble() + encode(Welcome(1, 1 << 20, 1000, 1000, 1000, "bare"))
     answers = [welcome, flush_bytes(FLUSH_TOKEN), encode(FlushAck(FLUSH_TOKEN))]

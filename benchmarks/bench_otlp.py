@@ -29,9 +29,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.wire.decoder import ReplyDecoder
-from ringtrace.wire.frames import Flush, FlushAck, Hello, Welcome, encode, preamble
+from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.reply_decoder import ReplyDecoder
 
 BATCH = 512
 _OTLP = re.compile(r"otlp listening on http://([^\s:]+):(\d+)")

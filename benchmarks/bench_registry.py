@@ -10,7 +10,7 @@ import time
 
 from _common import bench_main, interleave, median, table
 from ringtrace.collector.store.processes import Registry
-from ringtrace.wire.frames import Hello
+from ringtrace.wire.handshake_frames import Hello
 
 
 def register(n: int, shared_pid: bool) -> float:

@@ -51,8 +51,10 @@ from _common import Collector, collector
 # -- ringtrace internals: every import of them is here ----------------------------------------------------------------
 # The wire protocol moves from ringtrace.client.wire to ringtrace.wire; either is taken.
 try:
-    from ringtrace.wire.frames import Flush, FlushAck, Hello, encode, preamble  # type: ignore[import-not-found]
-    from ringtrace.wire.model import (  # type: ignore[import-not-found]
+    from ringtrace.wire.arg_values import normalise_values
+    from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
+    from ringtrace.wire.handshake_frames import Hello  # type: ignore[import-not-found]
+    from ringtrace.wire.model import (
         ASYNC_BEGIN,
         ASYNC_END,
         ASYNC_TRACK,
@@ -69,7 +71,6 @@ try:
         THREAD_TRACK,
         KindRegistry,
         TrackInfo,
-        normalise_values,
     )
     from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader  # type: ignore[import-not-found]
 except ImportError:

@@ -51,7 +51,6 @@ from ringtrace.client.recording.timelines import Listener, MarkerScope, Scope, T
 from ringtrace.client.recording.trace_context import TraceScope, current_span, extract, inject
 from ringtrace.client.recording.traced import traced
 from ringtrace.client.recording.traceparent import SpanContext
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
@@ -66,6 +65,7 @@ from ringtrace.wire.errors import (
 )
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 __all__ = [

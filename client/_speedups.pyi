@@ -3,8 +3,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ringtrace.wire.frames import KindSpec
-from ringtrace.wire.model import StringTable
+from ringtrace.wire.string_table import StringTable
+from ringtrace.wire.table_frames import KindSpec
 
 class RecorderCore:
     _max_buffered_values: int

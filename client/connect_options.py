@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.parsing import (
     TOKEN_FILE_VARIABLE,
     TOKEN_VARIABLE,

@@ -29,33 +29,14 @@ import msgpack
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.keyword_args import as_map, with_maps
 from ringtrace.client.recording.events import InvalidField
+from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_args, normalise_values, safe_str
 from ringtrace.wire.errors import FrameTooLarge
-from ringtrace.wire.frames import (
-    DEFAULT_MAX_FRAME_BYTES,
-    EVENTS_HEADER,
-    FRAME_HEADER,
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Hello,
-    KindSpec,
-    Schema,
-    Stats,
-    Strings,
-    Track,
-    encode,
-)
-from ringtrace.wire.model import (
-    KINDS,
-    MAX_ARG_ITEMS,
-    MAX_ARG_TEXT,
-    RECORD_FIELDS,
-    KindRegistry,
-    StringTable,
-    TrackInfo,
-    normalise_args,
-    normalise_values,
-    safe_str,
-)
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Stats, encode
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import KINDS, RECORD_FIELDS, KindRegistry, TrackInfo
+from ringtrace.wire.string_table import StringTable
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 from ringtrace.wire.version import __version__
 
 __all__ = ["EncodedBatch", "ProcessIdentity", "StreamEncoder"]

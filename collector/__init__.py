@@ -1,17 +1,6 @@
 """ringtrace collector: an asyncio daemon that keeps client streams in a bounded store and serves snapshots.
 
-Needs the ``collector`` extra: ``pip install 'ringtrace[collector]'``.
+Needs the ``collector`` extra: ``pip install 'ringtrace[collector]'``. The service is ``service.app.Collector``,
+configured by ``service.config.CollectorConfig``; this package face imports nothing, so that a store, read or export
+module loads no more than it needs.
 """
-
-from __future__ import annotations
-
-try:
-    import aiohttp  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
-    raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
-
-from ringtrace.collector.service.app import Collector
-from ringtrace.collector.service.config import CollectorConfig
-from ringtrace.collector.store.ring import Store
-
-__all__ = ["Collector", "CollectorConfig", "Store"]

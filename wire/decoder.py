@@ -1,9 +1,11 @@
-"""Session decoders, sans-I/O: the rules of a ringtrace stream and the tables needed to decode its events.
+"""The session decoder, sans-I/O: the rules of a client's stream, and the tables it keeps to decode its events.
 
-``SessionDecoder`` reads what a client writes (a live connection, at the collector, or a file); ``ReplyDecoder`` reads
-what a collector answers (at the client). Both take bytes in (``receive_data``, or ``get_buffer`` + ``buffer_updated``
-for zero-copy reads) and give checked frames out (``next_frame()`` or iteration), as h11's connection does for HTTP.
-Every rule of the stream lives here, in one place (``PROTOCOL.md``, "Rules of a stream"):
+``SessionDecoder`` reads what a client writes (a live connection, at the collector, or a file); ``ReplyDecoder``
+(``reply_decoder.py``) reads what a collector answers (at the client). Both take bytes in (``receive_data``, or
+``get_buffer`` + ``buffer_updated`` for zero-copy reads) and give checked frames out (``next_frame()`` or iteration),
+as h11's connection does for HTTP.
+Every rule of a client stream lives here, with the limits in ``stream_limits.py`` (``PROTOCOL.md``, "Rules of a
+stream"):
 
 Theory of operation
 -------------------
@@ -23,78 +25,24 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Final
 
-from ringtrace.wire.errors import (
-    LimitExceeded,
-    MalformedFrame,
-    ProtocolError,
-    UnexpectedFrame,
-    UnsupportedVersion,
-)
-from ringtrace.wire.frames import (
-    DEFAULT_MAX_FRAME_BYTES,
-    EVENT_COLUMNS,
-    PROTOCOL_VERSIONS,
-    Events,
-    Frame,
-    FrameType,
-    Goodbye,
-    Hello,
-    KindSpec,
-    Schema,
-    Strings,
-    Track,
-    Welcome,
-    unpack_columns,
-)
-from ringtrace.wire.message_format import render
-from ringtrace.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
+from ringtrace.wire.arg_values import MAX_STRING_CHARS
+from ringtrace.wire.errors import LimitExceeded, MalformedFrame, ProtocolError, UnexpectedFrame, UnsupportedVersion
+from ringtrace.wire.frame_types import FrameType
+from ringtrace.wire.frames import Events, Frame
+from ringtrace.wire.handshake_frames import Hello, Welcome
+from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
 from ringtrace.wire.recent import Recent
+from ringtrace.wire.stream_limits import Limits, check_kind_texts, check_text, negotiate
+from ringtrace.wire.stream_tables import StreamTables
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 from ringtrace.wire.version import __version__
 
-__all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
+__all__ = ["DENSE_STRING_IDS", "KIND_ENTRY_BYTES", "STRING_ENTRY_BYTES", "TRACK_ENTRY_BYTES", "SessionDecoder"]
 
-#: The columns a reader needs from an EVENTS payload, found by name in SCHEMA's column list.
-_NEEDED_COLUMNS: Final = EVENT_COLUMNS
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What one stream may declare. A collector states its limits in WELCOME; a client keeps within them."""
-
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_strings: int = 100_000
-    max_tracks: int = 10_000
-    max_kinds: int = 1_000
-    #: UTF-8 bytes of all the strings one stream may declare (a collector sets it; files have no such limit).
-    max_string_bytes: int = 2**63 - 1
-    #: UTF-8 bytes of the texts of all the kinds one stream may declare (``KindSpec.text_bytes``).
-    max_schema_bytes: int = 2**63 - 1
-
-
-def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:
-    """The highest protocol version both sides speak.
-
-    Raises:
-        UnsupportedVersion: the ranges do not overlap (the message names both).
-    """
-    version = min(hello.protocol_max, supported[1])
-    if version < max(hello.protocol_min, supported[0]):
-        raise UnsupportedVersion(
-            f"no common protocol version: the client speaks {hello.protocol_min}..{hello.protocol_max}, "
-            f"this collector {supported[0]}..{supported[1]}"
-        )
-    return version
-
-
-#: Levels of nested typed events a reader turns into maps (a kind may name itself: the stream is not trusted).
-_MAX_NESTING: Final = 32
-#: Typed fields one event kind may declare.
-MAX_KIND_FIELDS: Final = 256
 #: Memory a declared track takes beside its name (a TrackInfo, its ints, entries in two dicts), and a string id when
 #: the strings are kept (an int, a dict entry, the str's header), with room for the allocator's slack: measured, a
 #: connection's RSS grew by less than ``table_bytes`` says at every table limit.
@@ -105,104 +53,12 @@ DENSE_STRING_IDS: Final = 65_536
 #: A kind beside its texts (which Python may keep in up to 4 bytes a character).
 KIND_ENTRY_BYTES: Final = 600
 
+#: The limits of a decoder made without any: ``Limits``' defaults.
+_NO_LIMITS_GIVEN: Final = Limits()
+
 
 def _utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _check_text(what: str, text: str) -> None:
-    if len(text) > MAX_STRING_CHARS:
-        raise LimitExceeded(f"{what} length", "max_string_chars", MAX_STRING_CHARS, len(text))
-
-
-class StreamTables:
-    """A stream's strings, kinds, tracks and column layout: everything decoding its EVENTS needs.
-
-    Tables only grow within a stream (a TRACK frame may rename a track), so a stored frame can keep a reference to
-    the tables of the stream it came on and decode later. A STRINGS frame that resets the string table gives the
-    stream new tables (``with_new_strings``) rather than emptying these.
-    """
-
-    __slots__ = ("_column_index", "columns", "kinds", "strings", "tracks")
-
-    def __init__(self) -> None:
-        self.strings: dict[int, str] = {}
-        self.kinds: dict[int, KindSpec] = {}
-        self.tracks: dict[int, TrackInfo] = {}
-        self.columns: tuple[str, ...] = EVENT_COLUMNS
-        self._column_index = tuple(range(len(EVENT_COLUMNS)))
-
-    def with_new_strings(self) -> StreamTables:
-        """Tables with no strings and these kinds, tracks and columns (a STRINGS frame reset the table): a frame
-        read before keeps these, with their strings."""
-        tables = StreamTables()
-        tables.kinds, tables.tracks = self.kinds, self.tracks
-        tables.columns, tables._column_index = self.columns, self._column_index
-        return tables
-
-    def set_columns(self, columns: tuple[str, ...]) -> None:
-        missing = [name for name in _NEEDED_COLUMNS if name not in columns]
-        if missing:
-            raise MalformedFrame(f"SCHEMA frame: field 'columns' lacks {missing} (got {list(columns)!r:.120})")
-        self.columns = columns
-        self._column_index = tuple(columns.index(name) for name in _NEEDED_COLUMNS)
-
-    def unpack(self, frame: Events) -> list[list[Any]]:
-        """The columns of ``frame``, args nested past what any reader walks clipped as the client clips them.
-
-        Raises:
-            MalformedFrame: the payload does not match the columns or the header's count.
-        """
-        columns = unpack_columns(frame, self.columns)
-        clip_nesting(columns[self._column_index[-1]])
-        return columns
-
-    def rows(self, frame: Events) -> Iterator[tuple[KindSpec | None, str, int, int, Any]]:
-        """``(kind, name, ts_ns, dur_ns, args)`` for each event of ``frame``; ``kind`` is None if never declared.
-
-        Raises:
-            MalformedFrame: the payload does not match the columns or the header's count.
-        """
-        columns = self.unpack(frame)
-        kinds, names, offsets, durations, args = (columns[i] for i in self._column_index)
-        strings, kind_specs, first_ns = self.strings, self.kinds, frame.first_ts_ns
-        for kind, name, offset, duration, arg in zip(kinds, names, offsets, durations, args, strict=True):
-            if not (type(kind) is int and type(name) is int and type(offset) is int and type(duration) is int):
-                raise MalformedFrame("EVENTS frame: columns 'kind', 'name', 'ts' and 'dur' must hold integers")
-            text = strings.get(name)
-            yield (
-                kind_specs.get(kind),
-                text if text is not None else f"<unknown string {name}>",
-                first_ns + offset,
-                duration,
-                arg,
-            )
-
-    def events(self, frame: Events) -> Iterator[DecodedEvent]:
-        """The events of ``frame`` as objects (slower than ``rows``; for listeners, files and tests)."""
-        track = self.tracks[frame.track_id]
-        for kind, name, ts_ns, dur_ns, args in self.rows(frame):
-            if kind is not None and kind.shape == "message" and type(args) is list:
-                name, args = render(kind, args)
-            elif kind is not None and kind.fields and type(args) is list:
-                args = typed_args(kind, args, self.kinds)
-            yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
-
-
-def typed_args(kind: KindSpec, values: list[Any], kinds: Mapping[int, KindSpec], depth: int = 0) -> dict[str, Any]:
-    """A typed event's values as a map of its fields, nested events (type code ``kind:ID``, looked up in ``kinds``)
-    as maps too.
-
-    A nested event carries its kind's fields after the first, the ``id`` only an event pushed on its own has.
-    """
-    out = {}
-    for (name, code), value in zip(kind.fields[1:] if depth else kind.fields, values, strict=False):
-        if code.startswith("kind:") and type(value) is list and depth < _MAX_NESTING:
-            nested = kinds.get(int(code[5:])) if code[5:].isdigit() else None
-            if nested is not None:
-                value = typed_args(nested, value, kinds, depth + 1)
-        out[name] = value
-    return out
 
 
 class SessionDecoder:
@@ -231,7 +87,7 @@ class SessionDecoder:
 
     def __init__(
         self,
-        limits: Limits = Limits(),
+        limits: Limits = _NO_LIMITS_GIVEN,
         *,
         live: bool = True,
         borrow: bool = False,
@@ -374,7 +230,7 @@ class SessionDecoder:
         if not isinstance(frame, Hello):
             raise UnexpectedFrame(f"first frame from a client must be HELLO, got {frame.TYPE.name}")
         for name in ("host", "process_name", "instance_id", "boot_id", "client_version", "token"):
-            _check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
+            check_text(f"HELLO frame: field {name!r}", getattr(frame, name))
         self.hello = frame
         self._state = "WELCOME" if self._live else "OPEN"
         if not self._live:
@@ -495,7 +351,7 @@ class SessionDecoder:
             return
         sizes = []
         for spec in frame.kinds:
-            _check_kind_texts(spec)
+            check_kind_texts(spec)
             sizes.append(spec.text_bytes)
             self._add_kind(spec, sizes[-1])
         if not frame.remembered:  # it never comes again: kept, it would hold a past connection's kinds in memory
@@ -521,19 +377,7 @@ class SessionDecoder:
             raise MalformedFrame(f"SCHEMA frame: kind {spec.id} redeclared as {spec.name!r}, was {known.name!r}")
 
 
-def _check_kind_texts(spec: KindSpec) -> None:
-    """Raises LimitExceeded for a text of ``spec`` past the limits (they depend on nothing else)."""
-    _check_text("SCHEMA frame: kind name", spec.name)
-    _check_text("SCHEMA frame: kind text", spec.text)
-    _check_text("SCHEMA frame: kind priority", spec.priority)
-    if len(spec.fields) > MAX_KIND_FIELDS:
-        raise LimitExceeded("SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields))
-    for field_name, type_code in spec.fields:
-        _check_text("SCHEMA frame: field name", field_name)
-        _check_text("SCHEMA frame: type code", type_code)
-
-
-#: SCHEMA frames whose every kind's texts passed ``_check_kind_texts``, by ``id``, with the frame (kept alive, so that
+#: SCHEMA frames whose every kind's texts passed ``check_kind_texts``, by ``id``, with the frame (kept alive, so that
 #: its id is not reused while it is here) and each kind's ``text_bytes``: ``Schema.decode_body`` gives the same object
 #: for a body decoded lately, so the clients of a version, connecting again and again, have their texts checked and
 #: measured once (the checks were most of a SCHEMA's cost to a short connection). At most _CHECKED_SCHEMAS, and only
@@ -551,35 +395,3 @@ _OPEN_FRAME_RULES: Final[dict[FrameType, Callable[[SessionDecoder, Any], None]]]
     FrameType.SCHEMA: SessionDecoder._add_schema,
     FrameType.HELLO: SessionDecoder._refuse_hello,
 }
-
-
-class ReplyDecoder:
-    """Reads what a collector sends a client: WELCOME (or GOODBYE) first, then FLUSH, FLUSH_ACK, GOODBYE."""
-
-    __slots__ = ("_reader", "welcomed")
-
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._reader = FrameReader("collector", max_frame_bytes)
-        self.welcomed = False
-
-    def receive_data(self, data: bytes) -> None:
-        self._reader.receive_data(data)
-
-    def __iter__(self) -> Iterator[Frame]:
-        """Every complete frame buffered now.
-
-        Raises:
-            ProtocolError: the collector broke a rule.
-        """
-        for frame in self._reader:
-            try:
-                if isinstance(frame, Welcome):
-                    if self.welcomed:
-                        raise UnexpectedFrame("WELCOME may only be the first frame")
-                    self.welcomed = True
-                elif not self.welcomed and not isinstance(frame, Goodbye):
-                    raise UnexpectedFrame(f"first frame from a collector must be WELCOME, got {frame.TYPE.name}")
-            except ProtocolError as exc:
-                self._reader.fail(exc)  # the stream is dead: every later call raises the same error
-                raise
-            yield frame

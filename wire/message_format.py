@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["MAX_MESSAGE_VALUES", "PLACEHOLDER", "PRIORITIES", "priority_level", "render"]
 

@@ -23,21 +23,19 @@ from ringtrace.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.wire.frames import (
+from ringtrace.wire.frame_types import (
     CHECKSUM_TYPE,
     DEFAULT_MAX_FRAME_BYTES,
-    FRAME_CLASSES,
     FRAME_HEADER,
     IGNORABLE,
     MAGIC,
     MIN_MAX_FRAME_BYTES,
     PREAMBLE,
-    SENDABLE_BY,
     STREAM_FORMAT,
-    Frame,
     FrameType,
     Peer,
 )
+from ringtrace.wire.frames import FRAME_CLASSES, SENDABLE_BY, Frame
 
 __all__ = ["CLOSED", "NEED_DATA", "NEW_STREAM", "FrameReader", "Sentinel", "complete_frames"]
 

@@ -25,11 +25,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from ringtrace.client.encoder import EncodedBatch, ProcessIdentity, StreamEncoder
-from ringtrace.wire.decoder import Limits, SessionDecoder, typed_args
+from ringtrace.wire.arg_values import display_text, normalise_args
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError, ProtocolError
-from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Frame, Hello, Stats, encode, preamble
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
+from ringtrace.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.stream_tables import typed_args
 
 __all__ = [
     "FileListener",

@@ -3,7 +3,7 @@
 A signal sent to a process goes to any one of its threads that does not block it, and a Python handler runs only in
 the main thread, once that thread runs again. Our threads block the signals a program handles, so the kernel hands
 them to a thread of the program: one that waits in a blocking call is interrupted, and the handler runs at once.
-(That alone does not make a handler certain to run: see ``_SigtermDelivery`` in ``__init__.py``.)
+(That alone does not make a handler certain to run: see ``SigtermDelivery`` in ``exit_delivery.py``.)
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
-from ringtrace.wire.frames import KindSpec
-from ringtrace.wire.model import KINDS, MAX_ARG_TEXT, clean_text, display_text
+from ringtrace.wire.arg_values import MAX_ARG_TEXT, clean_text, display_text
+from ringtrace.wire.model import KINDS
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "Event",

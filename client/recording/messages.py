@@ -26,9 +26,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.arg_values import display_text, normalise_values
 from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, PLACEHOLDER, priority_level
-from ringtrace.wire.model import KINDS, display_text, normalise_values
+from ringtrace.wire.model import KINDS
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["Message", "Sampling", "message_kind", "set_gate"]
 

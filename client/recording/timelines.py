@@ -39,6 +39,7 @@ from ringtrace.client.recording.timeline_listeners import (
 )
 from ringtrace.client.recording.trace_context import TraceScope
 from ringtrace.client.recording.tracks import NOT_RECORDING, TrackBuffer
+from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.message_format import PRIORITIES, priority_level
 from ringtrace.wire.model import (
@@ -50,7 +51,6 @@ from ringtrace.wire.model import (
     MARKER_START,
     RECORD_FIELDS,
     TrackInfo,
-    display_text,
 )
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.sources import Source
-from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, display_text, new_track_id
+from ringtrace.wire.arg_values import display_text
+from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track_id
 
 __all__ = ["NOT_RECORDING", "NOWHERE", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
 

@@ -38,7 +38,6 @@ from ringtrace.collector.command.files import add_convert_parser, add_dump_parse
 from ringtrace.collector.command.filters import VALUE_FLAGS
 from ringtrace.collector.command.live import add_sources_parser, add_tail_parser
 from ringtrace.collector.command.snapshot import add_snapshot_parser
-from ringtrace.collector.service import serve as collector_cli
 
 __all__ = ["CommandError", "main"]
 
@@ -108,4 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    # Imported here, not above: the service (aiohttp, 0.6 s of imports) loads for the one subcommand that runs it.
+    from ringtrace.collector.service import serve as collector_cli
+
     return collector_cli.main(args.flags, prog="ringtrace collect")

@@ -19,21 +19,16 @@ from typing import Final
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.store.segments import frame_spans
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import (
+from ringtrace.wire.frame_types import (
     AUTHENTICATION_FAILED,
     CHECKSUM_TYPE,
     EVENTS_HEADER,
     FRAME_HEADER,
     PREAMBLE,
-    Flush,
-    FlushAck,
-    Frame,
     FrameType,
-    Goodbye,
-    Refused,
-    Welcome,
-    encode,
 )
+from ringtrace.wire.frames import Flush, FlushAck, Frame, Goodbye, Refused, encode
+from ringtrace.wire.handshake_frames import Welcome
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 __all__ = ["ReplayError", "Replayed", "replay"]

@@ -18,9 +18,10 @@ from typing import Final, NamedTuple
 
 import orjson
 from ringtrace.collector.read.frame_walk import PHASES, SHOWN_SHAPES
-from ringtrace.wire.decoder import StreamTables
-from ringtrace.wire.frames import EVENT_COLUMNS, Events
+from ringtrace.wire.frame_types import EVENT_COLUMNS
+from ringtrace.wire.frames import Events
 from ringtrace.wire.optional_c import load_optional
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["ACCELERATED", "FastFrame", "FrameJson", "column_order", "kind_codes"]
 

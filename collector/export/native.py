@@ -16,18 +16,10 @@ import msgpack
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView, prepare, taken_events
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection
 from ringtrace.wire.decoder import SessionDecoder
-from ringtrace.wire.frames import (
-    MAX_MAX_FRAME_BYTES,
-    Events,
-    Frame,
-    Hello,
-    Schema,
-    Stats,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
+from ringtrace.wire.frame_types import MAX_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.table_frames import Schema, Strings, Track
 
 __all__ = ["native_chunks"]
 

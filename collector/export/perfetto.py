@@ -106,8 +106,8 @@ from ringtrace.collector.read.event_walk import TOTALS, EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
-from ringtrace.wire.decoder import StreamTables
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["perfetto_chunks"]
 

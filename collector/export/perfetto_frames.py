@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from ringtrace.collector.export.chrome_frames import column_order, kind_codes
-from ringtrace.wire.decoder import StreamTables
 from ringtrace.wire.frames import Events
 from ringtrace.wire.optional_c import load_optional
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["ACCELERATED", "FastPackets", "FramePackets", "Naming"]
 

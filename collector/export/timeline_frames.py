@@ -15,8 +15,8 @@ from typing import Any, Final, NamedTuple
 from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PHASES
 from ringtrace.collector.read.pool import let_the_loop_in
-from ringtrace.wire.decoder import StreamTables
 from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["FrameColumns", "TakenColumns"]
 

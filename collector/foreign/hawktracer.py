@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ringtrace.collector.foreign.recording import Recording
-from ringtrace.wire.decoder import MAX_KIND_FIELDS
-from ringtrace.wire.frames import KindSpec
-from ringtrace.wire.model import SPAN, THREAD_TRACK, display_text
+from ringtrace.wire.arg_values import display_text
+from ringtrace.wire.model import SPAN, THREAD_TRACK
+from ringtrace.wire.stream_limits import MAX_KIND_FIELDS
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["SYSTEM", "looks_like", "read"]
 

@@ -27,9 +27,12 @@ from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segment_files import Recovered
 from ringtrace.collector.store.segments import INDEX_ENTRY
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import BadPreamble, ProtocolError
-from ringtrace.wire.frames import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns
+from ringtrace.wire.frame_types import FRAME_HEADER, MAGIC, PREAMBLE
+from ringtrace.wire.frames import Events, Stats, unpack_columns
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file", "read_stream"]
 

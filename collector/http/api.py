@@ -46,8 +46,8 @@ from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["make_app"]
 

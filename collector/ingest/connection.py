@@ -31,7 +31,7 @@ from ringtrace.collector.ingest.traffic import (
 from ringtrace.collector.ingest.turns import TABLE_FRAMES, TURN_BYTES, DecodeTurns, ReadTurns
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.wire.errors import ProtocolError, UnsupportedVersion
-from ringtrace.wire.frames import FRAME_HEADER
+from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.reader import Sentinel
 
 __all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]

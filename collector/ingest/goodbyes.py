@@ -11,7 +11,8 @@ from ringtrace.collector.ingest.handlers import FrameHandlers, FrameSink
 from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.ring import TABLE_LIMITS
 from ringtrace.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.wire.frames import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY, Goodbye, encode, preamble
+from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY
+from ringtrace.wire.frames import Goodbye, encode, preamble
 
 __all__ = ["GOODBYE_DRAIN_S", "Goodbyes"]
 

@@ -24,24 +24,12 @@ from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.writer import SegmentWriter
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.errors import LimitExceeded
-from ringtrace.wire.frames import (
-    Events,
-    Flush,
-    FlushAck,
-    Frame,
-    FrameType,
-    Hello,
-    Refused,
-    Schema,
-    SetPriority,
-    Stats,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
+from ringtrace.wire.frame_types import FrameType
+from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Refused, SetPriority, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import Schema, Strings, Track
 
 __all__ = ["FrameHandlers", "FrameSink"]
 

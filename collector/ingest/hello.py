@@ -4,7 +4,8 @@ collector applies, or marked as a recording sent again (``ringtrace replay``).""
 from __future__ import annotations
 
 import msgpack
-from ringtrace.wire.frames import FRAME_HEADER, FrameType, unpack_map
+from ringtrace.wire.frame_fields import unpack_map
+from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
 
 __all__ = ["rewritten_hello"]
 

@@ -17,7 +17,7 @@ from typing import Final, cast
 from ringtrace.collector.ingest.scan import scan_events
 from ringtrace.collector.store.segments import EVENTS_ENTRY, EventsRun
 from ringtrace.wire.decoder import SessionDecoder
-from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER, Peer
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER, Peer
 from ringtrace.wire.reader import FrameReader
 
 __all__ = ["MAPPED_BUFFER_BYTES", "IngestDecoder", "LendingFrameReader"]

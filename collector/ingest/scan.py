@@ -12,7 +12,7 @@ from collections.abc import Callable, Container
 from typing import Final
 
 from ringtrace.collector.store.segments import EVENTS_ENTRY
-from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.optional_c import load_optional
 
 __all__ = ["ACCELERATED", "scan_events"]

@@ -19,9 +19,11 @@ from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.read.tail import TailBehind
 from ringtrace.collector.store.processes import Registry
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import Events, Hello
+from ringtrace.wire.frames import Events
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["MAX_LAG_MESSAGES", "FleetTail"]
 

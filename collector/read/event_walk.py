@@ -36,10 +36,10 @@ from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selectio
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
-from ringtrace.wire.decoder import StreamTables, typed_args
 from ringtrace.wire.frames import Events, Stats
 from ringtrace.wire.message_format import render
 from ringtrace.wire.model import SOURCE_TRACK, TrackInfo
+from ringtrace.wire.stream_tables import StreamTables, typed_args
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
 

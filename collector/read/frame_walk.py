@@ -22,10 +22,13 @@ from ringtrace.collector.read.selection import EventFilter, Selection, shown_nam
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
-from ringtrace.wire.decoder import Limits, SessionDecoder, StreamTables
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import Events, Frame, KindSpec, Stats
+from ringtrace.wire.frames import Events, Frame, Stats
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.stream_tables import StreamTables
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "MAX_WALL_NS",

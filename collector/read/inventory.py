@@ -18,8 +18,9 @@ from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import frame_spans
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track
+from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.table_frames import Track
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments"]
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, SnapshotView, prepare
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
-from ringtrace.wire.decoder import StreamTables, typed_args
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events
 from ringtrace.wire.message_format import render
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_tables import StreamTables, typed_args
 
 __all__ = ["Row", "frame_rows", "selected_rows"]
 

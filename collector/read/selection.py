@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
-from ringtrace.wire.frames import Events, KindSpec
+from ringtrace.wire.frames import Events
 from ringtrace.wire.message_format import PRIORITIES, render
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "EVERYTHING",

@@ -31,9 +31,10 @@ from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["Tail", "TailBehind"]
 

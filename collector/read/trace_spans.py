@@ -20,8 +20,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-from ringtrace.wire.decoder import StreamTables
 from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_tables import StreamTables
 
 __all__ = ["TraceSpans", "TrackKey"]
 

@@ -49,7 +49,7 @@ from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Counts
 from ringtrace.collector.store.segment_files import DataDir
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 if TYPE_CHECKING:

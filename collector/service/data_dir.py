@@ -12,7 +12,7 @@ from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segment_buffers import SYNC_INTERVAL_S
 from ringtrace.collector.store.segment_files import DataDir
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["DataDirSync", "recover"]
 

@@ -51,8 +51,8 @@ from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.backend import Flushed, Timer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 __all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "TierParts", "staging_store"]

@@ -24,7 +24,7 @@ from ringtrace.collector.store.backend import Flushed, Timer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segment_files import DataDir
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["MAX_AGE_SWEEP_S", "LocalParts", "LocalStore"]
 

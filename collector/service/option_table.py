@@ -23,7 +23,7 @@ from ringtrace.collector.service.jetstream_options import JETSTREAM_OPTIONS
 from ringtrace.collector.service.option_row import Option
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
 from ringtrace.collector.store.segment_buffers import FSYNC_POLICIES
-from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.parsing import check_token, environment_token, parse_address, parse_size, read_token_file
 
 __all__ = ["OPTIONS", "parse_listen_address"]

@@ -18,6 +18,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
+try:  # the service's first third-party import: without the extra, say which install brings it
+    import aiohttp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on how ringtrace was installed
+    raise ImportError("ringtrace.collector needs aiohttp: pip install 'ringtrace[collector]'") from exc
+
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig, config_from_args
 from ringtrace.collector.service.option_environment import ENVIRONMENT, environment_args

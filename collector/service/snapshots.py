@@ -17,7 +17,7 @@ from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store, StoreSnapshot
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 __all__ = ["FlushingClient", "Snapshots"]

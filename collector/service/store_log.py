@@ -7,7 +7,7 @@ from typing import Final
 
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.ring import Store, table_charge_bound
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["capacity_holds", "log_store"]
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Store
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["Flushed", "StoreBackend", "Timer"]
 

@@ -25,13 +25,8 @@ from ringtrace.collector.store.holdings import Holdings, Removal
 from ringtrace.collector.store.segment_buffers import SegmentBuffers
 from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
-from ringtrace.wire.decoder import (
-    DENSE_STRING_IDS,
-    KIND_ENTRY_BYTES,
-    STRING_ENTRY_BYTES,
-    TRACK_ENTRY_BYTES,
-    Limits,
-)
+from ringtrace.wire.decoder import DENSE_STRING_IDS, KIND_ENTRY_BYTES, STRING_ENTRY_BYTES, TRACK_ENTRY_BYTES
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["TABLE_LIMITS", "Budget", "Policy", "TableRefusal", "table_charge_bound"]
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from typing import Final
 
 from ringtrace.collector.store.clocks import Arrival, ClockDomains
-from ringtrace.wire.frames import Hello, Stats
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import TrackInfo
 
 __all__ = ["ProcessRecord", "Registry", "stats_delta", "stats_sum"]

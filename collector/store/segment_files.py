@@ -18,9 +18,11 @@ from ringtrace.collector.store.file_removal import FileRemover
 from ringtrace.collector.store.segment_buffers import FsyncPolicy, SegmentBuffers
 from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.collector.store.segments import Buffer, Segment
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frames import FRAME_HEADER, Hello, Stats
+from ringtrace.wire.frame_types import FRAME_HEADER
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["LOCK_FILE", "SPARE_SUFFIX", "SUFFIX", "DataDir", "Recovered"]
 

@@ -10,9 +10,12 @@ from typing import Any, Final
 
 import crc32c
 from ringtrace.collector.store.segments import Buffer, crc_seed
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE
+from ringtrace.wire.frames import Events, Stats, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["Scan", "scan_segment"]
 

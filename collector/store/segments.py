@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Final, NamedTuple
 
 import crc32c
-from ringtrace.wire.frames import CHECKSUM_TYPE, FRAME_HEADER
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FRAME_HEADER
 
 __all__ = [
     "CHECKSUM_FRAME",

@@ -20,7 +20,8 @@ from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import Events, Hello, encode, preamble
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)

@@ -16,7 +16,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringtrace.wire.frames import Flush, FlushAck, Frame, Hello, encode, preamble
+from ringtrace.wire.frames import Flush, FlushAck, Frame, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 _LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|https?)://([\d.]+):(\d+)")

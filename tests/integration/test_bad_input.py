@@ -7,21 +7,11 @@ import os
 import socket
 
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello, run_workload
-from ringtrace.wire.frames import (
-    EVENTS_HEADER,
-    FRAME_HEADER,
-    IGNORABLE,
-    PROTOCOL_VERSIONS,
-    FrameType,
-    Goodbye,
-    Stats,
-    Strings,
-    Track,
-    Welcome,
-    encode,
-    preamble,
-)
-from ringtrace.wire.model import MAX_STRING_CHARS
+from ringtrace.wire.arg_values import MAX_STRING_CHARS
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, IGNORABLE, PROTOCOL_VERSIONS, FrameType
+from ringtrace.wire.frames import Goodbye, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Welcome
+from ringtrace.wire.table_frames import Strings, Track
 
 
 def _connect(address: str) -> socket.socket:

@@ -16,7 +16,8 @@ from collector_process import CollectorProcess, events, run_script
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
 from ringtrace.collector.ingest.hello import rewritten_hello
-from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello
+from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
+from ringtrace.wire.handshake_frames import Hello
 
 RECORD = """
 import sys, ringtrace.client

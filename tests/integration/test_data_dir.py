@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events, run_workload
 from ringtrace.collector.store.segment_scan import scan_segment
-from ringtrace.wire.decoder import Limits
-from ringtrace.wire.frames import FRAME_HEADER, FrameType
+from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
+from ringtrace.wire.stream_limits import Limits
 
 #: A client that records instants numbered from 0 and, after every flush the collector acknowledged, prints the
 #: highest number acknowledged; it runs until killed.

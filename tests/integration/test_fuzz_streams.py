@@ -14,7 +14,8 @@ from collector_process import CollectorProcess, RawClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.wire.frames import Hello, encode, preamble
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
 
 CAPACITY_MB = 64

@@ -8,7 +8,9 @@ import time
 
 import pytest
 from collector_process import CollectorProcess
-from ringtrace.wire.frames import Hello, Strings, encode, preamble
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.table_frames import Strings
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import pytest
 from collector_process import CollectorProcess, RawClient, run_collector, run_script
 from nats_cluster import NatsCluster, NatsServer, free_ports, server_binary
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.wire.frames import Hello, Welcome
+from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)

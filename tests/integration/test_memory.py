@@ -18,9 +18,10 @@ import pytest
 from collector_process import CollectorProcess, RawClient, events, hello
 from ringtrace.collector.ingest.connection import READ_SIZE
 from ringtrace.collector.store.ring import table_charge_bound
-from ringtrace.wire.decoder import Limits
-from ringtrace.wire.frames import Goodbye, KindSpec, Schema, Strings, Track, encode
+from ringtrace.wire.frames import Goodbye, encode
 from ringtrace.wire.model import THREAD_TRACK
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 MIB = 1024 * 1024
 CAPACITY = 96 * MIB

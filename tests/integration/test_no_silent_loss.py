@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events, metadata
 from ringtrace.client import read_trace_streams
-from ringtrace.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
+from ringtrace.wire.arg_values import MAX_STRING_CHARS
+from ringtrace.wire.string_table import OVERFLOW_LABEL
 
 
 def run_client(code: str, *args: str, script: bool = False, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 import ringtrace.client
 from ringtrace.client import MemoryListener, Streamer, Timeline
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frames import Events, Flush, FlushAck, SetPriority, encode, preamble
+from ringtrace.wire.stream_limits import Limits
 
 
 class PlayedCollector:

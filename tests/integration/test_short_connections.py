@@ -10,7 +10,8 @@ import socket
 from collector_process import CollectorProcess, RawClient, hello
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.traffic import CONNECTION_LINES_BURST
-from ringtrace.wire.frames import Flush, FlushAck, Welcome, encode, preamble
+from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
+from ringtrace.wire.handshake_frames import Welcome
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 

@@ -9,8 +9,9 @@ from typing import Any
 import msgpack
 import pytest
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
-from ringtrace.wire.frames import Events, Frame, Schema, Stats, Strings, Track
+from ringtrace.wire.frames import Events, Frame, Stats
 from ringtrace.wire.model import BUILTIN_KINDS, THREAD_TRACK
+from ringtrace.wire.table_frames import Schema, Strings, Track
 
 #: The largest integers the protocol accepts in a control frame, and as a pid: two processes' sums exceed 64 bits.
 MAX_FIELD = 2**63 - 1

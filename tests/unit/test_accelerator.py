@@ -33,19 +33,12 @@ from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.ingest.scan import _scan_events_py
-from ringtrace.wire.frames import FRAME_HEADER, Events, encode
-from ringtrace.wire.model import (
-    INSTANT,
-    MAX_ARG_ITEMS,
-    MAX_ARG_TEXT,
-    SPAN,
-    THREAD_TRACK,
-    StringTable,
-    TrackInfo,
-    normalise_values,
-    safe_str,
-)
+from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_values, safe_str
+from ringtrace.wire.frame_types import FRAME_HEADER
+from ringtrace.wire.frames import Events, encode
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV, load_optional
+from ringtrace.wire.string_table import StringTable
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -17,7 +17,9 @@ from ringtrace.collector.service.app import CollectorConfig
 from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
-from ringtrace.wire.frames import FRAME_HEADER, FrameType, Hello, encode, preamble
+from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.parsing import check_token, environment_token, read_token_file
 from ringtrace.wire.reader import FrameReader
 

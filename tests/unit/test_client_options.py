@@ -19,7 +19,7 @@ from ringtrace.client.connect_options import (
     options_markdown,
     with_options_markdown,
 )
-from ringtrace.wire.frames import MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.parsing import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "client.md"

@@ -19,23 +19,14 @@ from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.connection import READ_SIZE, IngestProtocol
 from ringtrace.collector.service.app import Collector, CollectorConfig
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.decoder import ReplyDecoder, SessionDecoder
-from ringtrace.wire.frames import (
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Flush,
-    FlushAck,
-    Frame,
-    Goodbye,
-    Hello,
-    KindSpec,
-    Schema,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
-from ringtrace.wire.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
+from ringtrace.wire.arg_values import MAX_STRING_CHARS
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frame_types import MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 

@@ -14,7 +14,7 @@ from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segment_buffers import FsyncPolicy
 from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.collector.store.segments import Segment
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from ringtrace.collector.ingest.turns import FRAME_COST, TABLE_BYTES_PER_TURN
-from ringtrace.wire.decoder import ReplyDecoder
-from ringtrace.wire.frames import Flush, FlushAck, Track, encode
+from ringtrace.wire.frames import Flush, FlushAck, encode
 from ringtrace.wire.model import THREAD_TRACK
+from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.table_frames import Track
 from test_collector_limits import StandInTransport, connect, feed, read_on, small_collector
 
 

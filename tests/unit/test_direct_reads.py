@@ -24,18 +24,12 @@ from ringtrace.collector.service.app import Collector, CollectorConfig
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
 from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.collector.store.writer import DIRECT_READ_SIZE
-from ringtrace.wire.decoder import Limits, SessionDecoder
-from ringtrace.wire.frames import (
-    EVENTS_HEADER,
-    FRAME_HEADER,
-    Flush,
-    FlushAck,
-    FrameType,
-    Hello,
-    encode,
-    preamble,
-)
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
+from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_limits import Limits
 from test_collector_limits import StandInTransport
 
 MAX_FRAME = 256 * 1024

@@ -19,36 +19,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.wire.decoder import Limits, SessionDecoder
-from ringtrace.wire.frames import (
-    DEFAULT_MAX_FRAME_BYTES,
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Frame,
-    Hello,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
-from ringtrace.wire.model import (
+from ringtrace.wire.arg_values import (
     CUT_MARK,
-    INSTANT,
     MAX_ARG_DEPTH,
     MAX_ARG_ITEMS,
     MAX_STRING_CHARS,
-    OVERFLOW_LABEL,
-    SPAN,
-    THREAD_TRACK,
-    DecodedEvent,
-    KindRegistry,
-    RetiredStrings,
-    StringTable,
-    TrackInfo,
     display_text,
     normalise_args,
 )
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Frame, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, DecodedEvent, KindRegistry, TrackInfo
 from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.string_table import OVERFLOW_LABEL, RetiredStrings, StringTable
+from ringtrace.wire.table_frames import Strings, Track
 
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1234)
@@ -665,7 +652,7 @@ def test_every_event_decodes_whatever_its_label_and_argument_values(runs: list[t
 
 
 def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget() -> None:
-    from ringtrace.wire.model import MAX_ARG_VALUES, normalise_args
+    from ringtrace.wire.arg_values import MAX_ARG_VALUES, normalise_args
 
     shared: list[Any] = ["leaf"]
     for _ in range(30):
@@ -677,7 +664,7 @@ def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget
 
 
 def test_a_large_flat_map_and_a_long_string_are_cut_with_a_mark_not_dropped() -> None:
-    from ringtrace.wire.model import MAX_ARG_TEXT
+    from ringtrace.wire.arg_values import MAX_ARG_TEXT
 
     stream = Stream()
     big = {f"k{i}": i for i in range(5000)}

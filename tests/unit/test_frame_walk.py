@@ -6,8 +6,9 @@ from __future__ import annotations
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, SnapshotView, taken_events
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.decoder import Limits
-from ringtrace.wire.frames import Events, Hello, Stats
+from ringtrace.wire.frames import Events, Stats
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
 

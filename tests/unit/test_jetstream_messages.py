@@ -24,7 +24,7 @@ from ringtrace.collector.jetstream.subjects import (
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.wire.frames import Hello
+from ringtrace.wire.handshake_frames import Hello
 from store_client import Client
 
 

@@ -167,6 +167,21 @@ def test_the_client_packages_only_re_export() -> None:
     assert defining == []
 
 
+def test_every_package_face_only_re_exports() -> None:
+    # An __init__.py runs before every module of its package: one that did more than re-export (set-up code, a check,
+    # a class) would run it, and load what it needs, wherever any module beside it is imported (test_imports.py).
+    doing_more = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in modules().values()
+        if path.name == "__init__.py"
+        for node in ast.parse(path.read_text()).body
+        if not isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))  # the docstring
+        and not (isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"])
+    ]
+    assert doing_more == []
+
+
 def test_a_broken_rule_is_seen(tmp_path: Path) -> None:
     # The scan above has teeth: an import against the direction is found in a file's text.
     stray = tmp_path / "stray.py"

@@ -24,27 +24,13 @@ from ringtrace.client.delivery.streaming.link_actions import (
 )
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
-from ringtrace.wire.frames import (
-    AUTHENTICATION_FAILED,
-    PROTOCOL_VERSIONS,
-    TABLES_PAST_CAPACITY,
-    Events,
-    Flush,
-    FlushAck,
-    Frame,
-    Goodbye,
-    Hello,
-    Refused,
-    SetPriority,
-    Stats,
-    Strings,
-    Track,
-    Welcome,
-    encode,
-    preamble,
-)
-from ringtrace.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, PROTOCOL_VERSIONS, TABLES_PAST_CAPACITY
+from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, Refused, SetPriority, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
+from ringtrace.wire.model import SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.string_table import OVERFLOW_LABEL
+from ringtrace.wire.table_frames import Strings, Track
 
 ADDRESS = "collector:7700"
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")

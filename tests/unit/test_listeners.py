@@ -24,16 +24,10 @@ from ringtrace.client import (
     read_trace_streams,
     u8,
 )
-from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Stats
-from ringtrace.wire.model import (
-    INSTANT,
-    MAX_STRING_CHARS,
-    SPAN,
-    THREAD_TRACK,
-    TrackInfo,
-    display_text,
-    new_track_id,
-)
+from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
+from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo, new_track_id
 
 
 def new_track(name: str = "main") -> TrackInfo:

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from ringtrace.collector import CollectorConfig
 from ringtrace.collector.command.main import build_parser as build_command_parser
+from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.option_docs import (
     FLAGS_END,
     FLAGS_START,

@@ -14,7 +14,8 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.selection import EventFilter
-from ringtrace.wire.frames import Hello, encode, preamble
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 
 

@@ -22,7 +22,9 @@ from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
-from ringtrace.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
+from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")

@@ -7,7 +7,7 @@ from ringtrace.collector.service.process_control import ProcessControl
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.frames import Hello
+from ringtrace.wire.handshake_frames import Hello
 from store_client import Client
 
 

@@ -25,7 +25,7 @@ from ringtrace.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.wire.frames import (
+from ringtrace.wire.frame_types import (
     CHECKSUM_TYPE,
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
@@ -38,27 +38,25 @@ from ringtrace.wire.frames import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     STREAM_FORMAT,
+    FrameType,
+)
+from ringtrace.wire.frames import (
     Events,
     Flush,
     FlushAck,
     Frame,
-    FrameType,
     Goodbye,
-    Hello,
-    KindSpec,
     Refused,
-    Schema,
     SetPriority,
     Stats,
-    Strings,
-    Track,
-    Welcome,
     encode,
     preamble,
     unpack_columns,
 )
+from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=60)

@@ -8,9 +8,12 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from ringtrace.wire.decoder import Limits, SessionDecoder
-from ringtrace.wire.frames import Hello, KindSpec, Schema, encode, preamble
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.recent import Recent
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import KindSpec, Schema
 
 THREADS = 8
 #: More distinct schemas than the caches hold: every decode of one evicts another.

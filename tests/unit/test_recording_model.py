@@ -13,7 +13,7 @@ import msgpack
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
 from ringtrace.client.encoder import StreamEncoder
-from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)

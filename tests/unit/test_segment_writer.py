@@ -25,19 +25,13 @@ from ringtrace.collector.ingest.traffic import (
 )
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.writer import SegmentWriter
-from ringtrace.wire.decoder import Limits
-from ringtrace.wire.frames import (
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Flush,
-    Hello,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
+from ringtrace.wire.frame_types import MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frames import Events, Flush, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import THREAD_TRACK
 from ringtrace.wire.reader import NEED_DATA, Sentinel
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import Strings, Track
 from test_collector_limits import connect, small_collector
 
 HELLO = Hello(7, "host", "proc", "instance", "boot", 1, 2, "test")

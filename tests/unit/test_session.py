@@ -18,14 +18,8 @@ from hypothesis import strategies as st
 from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.lending import IngestDecoder
 from ringtrace.collector.store.segments import EVENTS_ENTRY
-from ringtrace.wire.decoder import (
-    MAX_KIND_FIELDS,
-    Limits,
-    ReplyDecoder,
-    SessionDecoder,
-    StreamTables,
-    negotiate,
-)
+from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text, normalise_args, normalise_values
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
@@ -37,7 +31,7 @@ from ringtrace.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.wire.frames import (
+from ringtrace.wire.frame_types import (
     EVENT_COLUMNS,
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -48,38 +42,26 @@ from ringtrace.wire.frames import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     STREAM_FORMAT,
-    Events,
-    Flush,
-    FlushAck,
-    Frame,
     FrameType,
-    Goodbye,
-    Hello,
-    KindSpec,
-    Schema,
-    Stats,
-    Strings,
-    Track,
-    Welcome,
-    encode,
-    preamble,
 )
+from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, Stats, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import (
     ASYNC_TRACK,
     BUILTIN_KINDS,
     FIRST_TYPED_KIND,
     INSTANT,
-    MAX_STRING_CHARS,
     SOURCE_TRACK,
     SPAN,
     THREAD_TRACK,
     DecodedEvent,
     TrackInfo,
-    display_text,
-    normalise_args,
-    normalise_values,
 )
 from ringtrace.wire.reader import CLOSED, NEED_DATA, Sentinel
+from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.stream_limits import MAX_KIND_FIELDS, Limits, negotiate
+from ringtrace.wire.stream_tables import StreamTables
+from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=50)

@@ -11,7 +11,7 @@ import time
 import pytest
 from ringtrace.collector.store.clocks import MAX_BOOTS, Arrival, tcp_round_trip_ns
 from ringtrace.collector.store.processes import ENDED_TRACKS_REMEMBERED, OTLP_CLIENT_PREFIX, Registry
-from ringtrace.wire.frames import Hello
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 STEP = 1 << 22

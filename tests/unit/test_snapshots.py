@@ -9,7 +9,7 @@ from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.decoder import Limits
+from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
 

@@ -24,9 +24,12 @@ from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
 from ringtrace.collector.store.segment_files import DataDir
 from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.collector.store.segments import Segment
-from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FrameType
+from ringtrace.wire.frames import Events, Stats, encode
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.table_frames import Strings
 from store_client import Client
 
 

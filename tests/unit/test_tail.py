@@ -8,8 +8,8 @@ from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.decoder import Limits
 from ringtrace.wire.frames import Stats
+from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
 

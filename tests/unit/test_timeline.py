@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
 from ringtrace.client.delivery.flusher import FLUSHER, Flusher
-from ringtrace.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
+from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
+from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK
 
 
 @pytest.fixture

@@ -23,7 +23,9 @@ from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
-from ringtrace.wire.frames import FRAME_HEADER, Events, Hello, encode, preamble
+from ringtrace.wire.frame_types import FRAME_HEADER
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 
 

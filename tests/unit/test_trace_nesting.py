@@ -25,16 +25,10 @@ from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.rows import selected_rows
 from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.trace_spans import TraceSpans
-from ringtrace.wire.frames import Hello, encode, preamble
-from ringtrace.wire.model import (
-    ASYNC_TRACK,
-    INSTANT,
-    SPAN,
-    THREAD_TRACK,
-    KindRegistry,
-    TrackInfo,
-    normalise_values,
-)
+from ringtrace.wire.arg_values import normalise_values
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import ASYNC_TRACK, INSTANT, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 OTHER_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -60,22 +60,12 @@ from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.stream_delivery import Delivery
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
-from ringtrace.wire.decoder import ReplyDecoder
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import (
-    AUTHENTICATION_FAILED,
-    TABLES_PAST_CAPACITY,
-    Flush,
-    FlushAck,
-    Goodbye,
-    Hello,
-    Refused,
-    SetPriority,
-    Welcome,
-    encode,
-    preamble,
-)
+from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY
+from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Refused, SetPriority, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.reply_decoder import ReplyDecoder
 
 __all__ = ["Link", "LinkState"]
 

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
+from ringtrace.wire.frames import encode
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.table_frames import Track
 
 __all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]
 

@@ -22,7 +22,9 @@ from ringtrace.client.delivery.streaming.send_queue import LinkCounters, SendQue
 from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.errors import UnsupportedVersion
-from ringtrace.wire.frames import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
+from ringtrace.wire.frame_types import PROTOCOL_VERSIONS
+from ringtrace.wire.frames import Flush, FlushAck, Stats, encode
+from ringtrace.wire.handshake_frames import Welcome
 
 __all__ = ["HEARTBEAT_TOKEN", "STATS_INTERVAL_S", "Delivery"]
 

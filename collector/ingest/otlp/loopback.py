@@ -16,9 +16,10 @@ from typing import Any
 
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.store.processes import ProcessRecord
-from ringtrace.wire.decoder import ReplyDecoder
 from ringtrace.wire.errors import ProtocolError
-from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Hello, Refused, Welcome, encode, preamble
+from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Refused, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
+from ringtrace.wire.reply_decoder import ReplyDecoder
 
 __all__ = ["Delivered", "LoopbackClosed", "LoopbackConnection"]
 

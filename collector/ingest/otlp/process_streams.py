@@ -12,9 +12,11 @@ from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceLanes
-from ringtrace.wire.frames import KindSpec, encode
+from ringtrace.wire.arg_values import normalise_values
+from ringtrace.wire.frames import encode
 from ringtrace.wire.message_format import PRIORITIES
-from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["FIRST_TRACK_ID", "MAX_LOG_CATEGORIES", "MAX_THREAD_TRACKS", "NAMED_TRACKS", "Delivery", "ProcessStream"]
 

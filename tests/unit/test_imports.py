@@ -1,0 +1,125 @@
+"""Package faces are thin: importing a module loads what it needs and nothing of the rooms above it.
+
+Each group of modules is imported in one fresh interpreter, a module at a time; after each, the modules it brought in
+that its group must not load are noted against it. What the layout test reads in the source (who imports whom), this
+holds in a running process, through every ``__init__.py`` and every indirect import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+#: The collector's service and its third-party weight: the asyncio server, its event loop, the HTTP API and ingest,
+#: the JetStream and gRPC clients, the OTLP protos and the metrics library.
+SERVICE_LIBRARIES = ("aiohttp", "uvloop", "nats", "grpc", "opentelemetry", "prometheus_client")
+SERVICE = (
+    *SERVICE_LIBRARIES,
+    "ringtrace.collector.service",
+    "ringtrace.collector.http",
+    "ringtrace.collector.ingest",
+)
+
+#: Rooms (folders of modules, or one module), and what importing any of their modules may not load.
+GROUPS = {
+    "wire": (("wire",), (*SERVICE, "ringtrace.client", "ringtrace.collector")),
+    "collector store, read, export and foreign": (
+        ("collector/store", "collector/read", "collector/export", "collector/foreign"),
+        SERVICE,
+    ),
+    # The ``ringtrace`` command: only ``ringtrace collect`` loads the service, when it runs. It checks its filters with
+    # the HTTP API's query parser (``http/query.py``, no aiohttp), and nothing else of the API.
+    "command": (
+        ("collector/command",),
+        (
+            *SERVICE_LIBRARIES,
+            "ringtrace.collector.service",
+            "ringtrace.collector.http.api",
+        ),
+    ),
+}
+
+#: Watches each import in turn: prints, as JSON, the forbidden modules (or packages) each module loaded first (or
+#: its error).
+PROBE = """
+import importlib, json, sys
+modules, forbidden = sys.argv[1].split(","), tuple(sys.argv[2].split(","))
+found = {}
+for module in modules:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        found[module] = [f"failed: {type(exc).__name__}: {exc}"]
+        continue
+    loaded = [f for f in forbidden if any(name == f or name.startswith(f + ".") for name in sys.modules)]
+    if loaded:
+        found[module] = loaded
+        forbidden = tuple(f for f in forbidden if f not in loaded)  # (named once: by the first that loaded it)
+print(json.dumps(found))
+"""
+
+
+def modules_in(folder: str) -> list[str]:
+    """The dotted names of every module under ``folder`` (``wire/`` is ``ringtrace.wire``), packages included."""
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found.append(".".join(("ringtrace", *parts)).removesuffix(".__init__"))
+    return found
+
+
+def forbidden_loads(modules: list[str], forbidden: tuple[str, ...], path: str = "") -> dict[str, list[str]]:
+    """Per module of ``modules``, imported in that order in one fresh interpreter, the ``forbidden`` modules (or
+    packages) that loaded first with it; ``path``: more room on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (path, env.get("PYTHONPATH"))))
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(modules), ",".join(forbidden)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    found: dict[str, list[str]] = json.loads(result.stdout)
+    return found
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_a_room_loads_nothing_above_it(group: str) -> None:
+    folders, forbidden = GROUPS[group]
+    modules = [module for folder in folders for module in modules_in(folder)]
+    assert len(modules) > len(folders)
+    assert forbidden_loads(modules, forbidden) == {}
+
+
+def test_the_client_loads_nothing_of_the_collector() -> None:
+    # The client's public face (connect, the listeners, the streamer) and every module behind it.
+    assert forbidden_loads(["ringtrace.client"], (*SERVICE, "ringtrace.collector")) == {}
+
+
+def test_a_package_face_imports_nothing() -> None:
+    # ``import ringtrace.collector.store.ring`` runs ``collector/__init__.py`` and ``store/__init__.py`` first: a
+    # face that imported a module of its package would load it (and all it needs) for every module beside it. The
+    # client's face is its public API, and imports what it re-exports.
+    modules = [module for folder in ("wire", "collector") for module in modules_in(folder)]
+    faces = [module for module in modules if (ROOT / f"{module.replace('.', '/')[10:]}/__init__.py").exists()]
+    others = tuple(module for module in modules if module not in faces)
+    assert len(faces) > 10
+    assert forbidden_loads(faces, (*others, "ringtrace.client", *SERVICE_LIBRARIES)) == {}
+
+
+def test_a_forbidden_import_is_seen(tmp_path: Path) -> None:
+    # The probe has teeth: a store module that imported aiohttp would be named, with what it loaded.
+    (tmp_path / "stray_store_module.py").write_text("import ringtrace.collector.store.ring\nimport aiohttp\n")
+    found = forbidden_loads(["ringtrace.collector.store.ring", "stray_store_module"], SERVICE, str(tmp_path))
+    assert list(found) == ["stray_store_module"]
+    assert "aiohttp" in found["stray_store_module"]

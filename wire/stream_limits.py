@@ -1,0 +1,65 @@
+"""What one stream may declare (``Limits``, which a collector states in WELCOME), the version both peers speak, and
+the limits on texts that hold whatever the limits are set to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ringtrace.wire.arg_values import MAX_STRING_CHARS
+from ringtrace.wire.errors import LimitExceeded, UnsupportedVersion
+from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSIONS
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.table_frames import KindSpec
+
+__all__ = ["MAX_KIND_FIELDS", "Limits", "check_kind_texts", "check_text", "negotiate"]
+
+#: Typed fields one event kind may declare.
+MAX_KIND_FIELDS: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one stream may declare. A collector states its limits in WELCOME; a client keeps within them."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_strings: int = 100_000
+    max_tracks: int = 10_000
+    max_kinds: int = 1_000
+    #: UTF-8 bytes of all the strings one stream may declare (a collector sets it; files have no such limit).
+    max_string_bytes: int = 2**63 - 1
+    #: UTF-8 bytes of the texts of all the kinds one stream may declare (``KindSpec.text_bytes``).
+    max_schema_bytes: int = 2**63 - 1
+
+
+def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:
+    """The highest protocol version both sides speak.
+
+    Raises:
+        UnsupportedVersion: the ranges do not overlap (the message names both).
+    """
+    version = min(hello.protocol_max, supported[1])
+    if version < max(hello.protocol_min, supported[0]):
+        raise UnsupportedVersion(
+            f"no common protocol version: the client speaks {hello.protocol_min}..{hello.protocol_max}, "
+            f"this collector {supported[0]}..{supported[1]}"
+        )
+    return version
+
+
+def check_text(what: str, text: str) -> None:
+    """Raises LimitExceeded for a ``text`` (``what`` names it) past ``MAX_STRING_CHARS``."""
+    if len(text) > MAX_STRING_CHARS:
+        raise LimitExceeded(f"{what} length", "max_string_chars", MAX_STRING_CHARS, len(text))
+
+
+def check_kind_texts(spec: KindSpec) -> None:
+    """Raises LimitExceeded for a text of ``spec`` past the limits (they depend on nothing else)."""
+    check_text("SCHEMA frame: kind name", spec.name)
+    check_text("SCHEMA frame: kind text", spec.text)
+    check_text("SCHEMA frame: kind priority", spec.priority)
+    if len(spec.fields) > MAX_KIND_FIELDS:
+        raise LimitExceeded("SCHEMA frame: fields of a kind", "max_kind_fields", MAX_KIND_FIELDS, len(spec.fields))
+    for field_name, type_code in spec.fields:
+        check_text("SCHEMA frame: field name", field_name)
+        check_text("SCHEMA frame: type code", type_code)

@@ -1,6 +1,6 @@
 """Builds the optional C accelerators; everything else is declared in pyproject.toml.
 
-- ``client/_speedups.c``: the recording hot path and the stream encoder's inner loop.
+- ``client/speedups/``: the recording hot path and the stream encoder's inner loop, one file a job (see speedups.h).
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 - ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
@@ -10,11 +10,20 @@
 it, and ringtrace runs the pure-Python code that defines its behaviour.
 """
 
+from pathlib import Path
+
 from setuptools import Extension, setup
+
+SPEEDUPS = Path("client/speedups")
 
 setup(
     ext_modules=[
-        Extension("ringtrace.client._speedups", ["client/_speedups.c"], optional=True),
+        Extension(
+            "ringtrace.client._speedups",
+            sorted(str(path) for path in SPEEDUPS.glob("*.c")),
+            depends=sorted(str(path) for path in SPEEDUPS.glob("*.h")),
+            optional=True,
+        ),
         Extension("ringtrace.collector.ingest._scan", ["collector/ingest/_scan.c"], optional=True),
         Extension(
             "ringtrace.collector.export._chrome",

@@ -1,4 +1,4 @@
-# The C accelerator (_speedups.c); see accelerator.py.
+# The C accelerator (built from speedups/); see accelerator.py.
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -76,3 +76,4 @@ def pack_events(
 
 MAX_ARG_ITEMS: int
 MAX_ARG_TEXT: int
+WIRE_CONSTANTS: dict[str, int]

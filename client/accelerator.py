@@ -1,4 +1,4 @@
-"""The optional C accelerator, ``_speedups.c``: the recording hot path and the encoder's inner loop.
+"""The optional C accelerator, ``_speedups`` (from ``speedups/``): the recording hot path and the encoder's inner loop.
 
 ``speedups`` is the module, or None when it was not built or the environment asks for pure Python
 (``ringtrace.wire.optional_c``). Either way ringtrace behaves the same: the pure-Python code in ``recorder.py`` and

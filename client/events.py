@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
+from ringtrace.wire.errors import InvalidField
 from ringtrace.wire.frames import KindSpec
 from ringtrace.wire.model import KINDS, MAX_ARG_TEXT, clean_text, display_text
 
@@ -72,10 +73,6 @@ next_event_id: Final = itertools.count(1).__next__
 
 _F32_MAX: Final = 3.4028234663852886e38
 _POINTER_BITS: Final = 8 * struct.calcsize("P")
-
-
-class InvalidField(ValueError):
-    """A typed event's field value does not fit its declared type."""
 
 
 @dataclass(frozen=True, slots=True)

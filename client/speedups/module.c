@@ -8,16 +8,8 @@ static PyMethodDef module_methods[] = {
      "the Python side; returns whether the running loop is read from the thread state, without a call."},
     {"running_loop", module_running_loop, METH_NOARGS,
      "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
-    {"tracked", tracked, METH_O, "tracked(list): the list, tracked by the cyclic collector again."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
-    {"pack_columns", (PyCFunction)(void (*)(void))pack_columns, METH_FASTCALL,
-     "pack_columns(records, table) -> (head, first_ns, last_ns, args): an EVENTS payload's integer columns."},
-    {"pack_args", (PyCFunction)(void (*)(void))pack_args, METH_FASTCALL,
-     "pack_args(records, converters, values_converter, pack_other) -> (args column or None, events left out)."},
-    {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
-     "pack_events(records, table, converters, values_converter, track_id, max_frame_bytes) -> an EVENTS frame, or "
-     "None for a run with arguments or labels of other shapes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -89,41 +81,24 @@ add_type(PyObject *module, PyType_Spec *spec, PyObject *base)
     return (PyTypeObject *)type;
 }
 
-/* WIRE_CONSTANTS: every number of wire_constants.h by its name, for a test to hold equal to the Python definitions. */
-static int
-add_wire_constants(PyObject *module)
+/* The wire packer's Keywords (a new reference), whose instances instant() makes: its packers know them. The layout
+   is keywords.h's, which both were compiled with; checked all the same. NULL with an exception set (ImportError where
+   the packer is not built: the recorder is then not used either). */
+static PyTypeObject *
+packer_keywords_type(void)
 {
-    static const struct {
-        const char *name;
-        long value;
-    } constants[] = {
-        {"RECORD_FIELDS", RECORD_FIELDS},
-        {"RECORD_ARGS", RECORD_ARGS},
-        {"MAX_ARG_ITEMS", MAX_ARG_ITEMS},
-        {"MAX_ARG_TEXT", MAX_ARG_TEXT},
-        {"FRAME_HEADER_SIZE", FRAME_HEADER_SIZE},
-        {"EVENTS_HEADER_SIZE", EVENTS_HEADER_SIZE},
-        {"FRAME_TYPE_EVENTS", FRAME_TYPE_EVENTS},
-        {"EVENT_COLUMN_COUNT", EVENT_COLUMN_COUNT},
-    };
-    size_t i;
-    PyObject *dict = PyDict_New();
-    if (dict == NULL) return -1;
-    for (i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
-        PyObject *value = PyLong_FromLong(constants[i].value);
-        if (value == NULL || PyDict_SetItemString(dict, constants[i].name, value) < 0) {
-            Py_XDECREF(value);
-            Py_DECREF(dict);
-            return -1;
-        }
-        Py_DECREF(value);
+    PyObject *packer = PyImport_ImportModule("ringtrace.wire._packer"), *type;
+    if (packer == NULL) return NULL;
+    type = PyObject_GetAttrString(packer, "Keywords");
+    Py_DECREF(packer);
+    if (type == NULL) return NULL;
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_basicsize != (Py_ssize_t)offsetof(Keywords, values) ||
+        ((PyTypeObject *)type)->tp_itemsize != (Py_ssize_t)sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_ImportError, "ringtrace.wire._packer.Keywords is not the type the recorder was built for");
+        Py_DECREF(type);
+        return NULL;
     }
-    if (PyModule_AddObjectRef(module, "WIRE_CONSTANTS", dict) < 0) {
-        Py_DECREF(dict);
-        return -1;
-    }
-    Py_DECREF(dict);
-    return 0;
+    return (PyTypeObject *)type;
 }
 
 static int
@@ -135,7 +110,7 @@ module_exec(PyObject *module)
         (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
         (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
         (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL ||
-        (state->keywords_type = add_type(module, &keywords_spec, NULL)) == NULL) {
+        (state->keywords_type = packer_keywords_type()) == NULL) {
         return -1;
     }
     state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
@@ -157,11 +132,7 @@ module_exec(PyObject *module)
         !state->str_marker) {
         return -1;
     }
-    /* What pack_args leaves to Python, for the tests to hold against model.py's limits. */
-    if (PyModule_AddIntConstant(module, "MAX_ARG_ITEMS", MAX_ARG_ITEMS) < 0 ||
-        PyModule_AddIntConstant(module, "MAX_ARG_TEXT", MAX_ARG_TEXT) < 0) {
-        return -1;
-    }
+    /* The numbers this module was compiled with, for a test to hold to the Python ones. */
     return add_wire_constants(module);
 }
 
@@ -181,7 +152,7 @@ static PyModuleDef_Slot module_slots[] = {
 struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringtrace.client._speedups",
-    .m_doc = "The recording hot path and the stream encoder's inner loop, in C (see recorder.py and encoder.py).",
+    .m_doc = "The recording hot path, in C (see timelines.py).",
     .m_size = sizeof(ModuleState),
     .m_methods = module_methods,
     .m_slots = module_slots,

@@ -21,6 +21,26 @@ keyword_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return dict;
 }
 
+/* The keyword arguments of a vectorcall (`values` are its values past the positional ones) as a Keywords, or None
+   when there are none; NULL with an exception set. */
+static PyObject *
+keywords_new(ModuleState *state, PyObject *const *values, PyObject *names)
+{
+    Py_ssize_t i, count = names == NULL ? 0 : PyTuple_GET_SIZE(names);
+    Keywords *self;
+    int atoms = 1;
+    if (count == 0) return Py_NewRef(Py_None);
+    self = PyObject_GC_NewVar(Keywords, state->keywords_type, count);
+    if (self == NULL) return NULL;
+    self->names = Py_NewRef(names);
+    for (i = 0; i < count; i++) {
+        self->values[i] = Py_NewRef(values[i]);
+        atoms &= !PyObject_IS_GC(values[i]);
+    }
+    if (!atoms) PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
 static PyObject *
 core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {

@@ -1,5 +1,5 @@
 /* The flusher's side of a buffer: take_runs() moves its first events into run lists without a reference count
-   change; tracked() hands a run to the cyclic collector again. */
+   change (the wire packer's tracked() hands a run to the cyclic collector again). */
 
 #include "speedups.h"
 
@@ -66,17 +66,4 @@ take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     return runs;
-}
-
-/* tracked(list): `list`, tracked by the cyclic collector again (take_runs() makes its run lists untracked, for the
-   flusher's time with them): for a listener that may keep it, where a cycle could go through it. */
-PyObject *
-tracked(PyObject *Py_UNUSED(module), PyObject *list)
-{
-    if (!PyList_CheckExact(list)) {
-        PyErr_Format(PyExc_TypeError, "tracked() takes a list, not %.100s", Py_TYPE(list)->tp_name);
-        return NULL;
-    }
-    if (!PyObject_GC_IsTracked(list)) PyObject_GC_Track(list);
-    return Py_NewRef(list);
 }

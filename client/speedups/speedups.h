@@ -1,8 +1,8 @@
-/* The recording hot path and the stream encoder's inner loop, in C: what the files of this extension share.
+/* The recording hot path, in C (ringtrace.client._speedups): what the files of this extension share.
 
 Optional: when this module is not built (no compiler at install time, a platform it does not support) or is turned
-off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python twins in recorder.py and encoder.py. Those define the
-behaviour; the tests hold both to the same results, byte for byte on the wire.
+off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python recorder (recorder.py). That defines the behaviour; the
+tests hold both to the same results.
 
 What it does, and why it is safe to do it this way:
 
@@ -27,19 +27,13 @@ What it does, and why it is safe to do it this way:
   as_dict() (keyword_args.py). A run list take_runs() makes (while the flusher holds it: tracked() again
   for a listener that may keep it), and a message's tuple of values that hold no references, are untracked by the
   cyclic collector, which would otherwise visit them at every pass.
-- take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes), and
-  pack_columns() writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python would.
-- pack_args() writes the args column the same way for the common shapes (no arguments, a map of text keys and flat
-  values, a message's flat values), exactly as the Python path would normalise and pack them, and hands every other
-  event's arguments to a Python function that does what the Python path does: the bytes agree either way.
-- pack_events() writes a whole EVENTS frame (headers, columns, arguments) in one pass for a run whose events all
-  have those common shapes and text labels, the same bytes as pack_columns() and pack_args() behind frames.py's
-  headers, and gives up (None) at the first event of another shape, for those two to pack the run.
+- take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes).
+- The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
+  takes Keywords from there at its import.
 
 The files, one job each: buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
-recorder_core.c, scope.c, message.c, traced.c and keywords.c (the types), runs.c (the flusher's side of a buffer),
-pack_columns.c, pack_args.c, pack_events.c and pack_values.c (the packers, with packers.h and msgpack_put.h), module.c
-(the module); wire_constants.h holds the protocol's numbers. */
+recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), module.c (the
+module). */
 
 #ifndef RINGTRACE_SPEEDUPS_H
 #define RINGTRACE_SPEEDUPS_H
@@ -64,7 +58,8 @@ pack_columns.c, pack_args.c, pack_events.c and pack_values.c (the packers, with 
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
 typedef struct {
-    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type, *keywords_type;
+    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
+    PyTypeObject *keywords_type; /* ringtrace.wire._packer.Keywords, taken from there at import */
     PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
@@ -127,7 +122,7 @@ typedef struct {
 #pragma GCC visibility push(hidden)
 
 /* The types' specs, made into types by module_exec (module.c). */
-extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec, keywords_spec;
+extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec;
 
 /* buffers.c */
 PyObject *now_ns_object(void);
@@ -143,21 +138,12 @@ PyObject *running_loop(ModuleState *state);
 PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
 
-/* keywords.c */
-PyObject *keywords_new(ModuleState *state, PyObject *const *values, PyObject *names);
-
 /* scope.c */
 PyObject *with_exception(ModuleState *state, PyObject *args, PyObject *exc_type);
 PyObject *new_null_scope(PyTypeObject *type);
 
 /* runs.c */
 PyObject *take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *tracked(PyObject *Py_UNUSED(module), PyObject *list);
-
-/* pack_columns.c, pack_args.c, pack_events.c */
-PyObject *pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #pragma GCC visibility pop
 

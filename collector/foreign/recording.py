@@ -17,7 +17,6 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Hello, KindSpec, Stats, encode, preamble
 from ringtrace.wire.model import (
@@ -27,6 +26,7 @@ from ringtrace.wire.model import (
     display_text,
     normalise_values,
 )
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 __all__ = ["ForeignFormatError", "Recording", "to_stream"]
 

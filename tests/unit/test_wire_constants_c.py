@@ -1,8 +1,8 @@
-"""The wire protocol's numbers the C accelerator is compiled with (``client/speedups/wire_constants.h``, exposed as
-``WIRE_CONSTANTS``) are the Python definitions': change either side and this fails.
+"""The wire protocol's numbers the C code is compiled with (``wire/packer/wire_constants.h``, exposed by the packer and
+by the recorder as ``WIRE_CONSTANTS``) are the Python definitions': change either side and this fails.
 
-Checked in every run where the accelerator is built, the pure-Python one too: the module is imported for its
-constants, not used.
+Checked in every run where the C modules are built, the pure-Python one too: they are imported for their constants,
+not used.
 """
 
 from __future__ import annotations
@@ -39,7 +39,11 @@ def test_a_record_is_its_events_columns() -> None:
     assert len(EVENT_COLUMNS) == RECORD_FIELDS
 
 
-def test_the_recorder_and_packers_are_compiled_with_the_python_wire_constants() -> None:
-    speedups = c_module("ringtrace.client._speedups")
-    assert speedups.WIRE_CONSTANTS == PYTHON_VALUES
-    assert (speedups.MAX_ARG_ITEMS, speedups.MAX_ARG_TEXT) == (MAX_ARG_ITEMS, MAX_ARG_TEXT)
+@pytest.mark.parametrize("name", ["ringtrace.wire._packer", "ringtrace.client._speedups"])
+def test_the_c_modules_are_compiled_with_the_python_wire_constants(name: str) -> None:
+    assert c_module(name).WIRE_CONSTANTS == PYTHON_VALUES
+
+
+def test_what_the_c_packer_leaves_to_python_is_past_the_models_limits() -> None:
+    packer = c_module("ringtrace.wire._packer")
+    assert (packer.MAX_ARG_ITEMS, packer.MAX_ARG_TEXT) == (MAX_ARG_ITEMS, MAX_ARG_TEXT)

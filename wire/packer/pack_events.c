@@ -3,7 +3,7 @@
    made once. The flusher spends on each event about what the recording call did, so copies and calls per run count
    here. */
 
-#include "packers.h"
+#include "packer.h"
 
 /* One event's arguments when they have a common shape (see pack_event_args): 1 when written, 0 when they have another
    shape (nothing written), -1 on error. Runs no Python code. `last_kind` (a reference) and `last_values` cache whether
@@ -35,7 +35,7 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *records, *table, *converters, *values_converter, *result = NULL;
     PyObject *last_label = NULL, *last_kind = NULL; /* consecutive events mostly share both */
-    ModuleState *state = PyModule_GetState(module);
+    PackerState *state = PyModule_GetState(module);
     KeyCache key_cache = {NULL, {NULL, 0, 0}, {0}};
     int64_t *columns = NULL, *kinds, *names, *starts, *ends, first, last, last_id = 0;
     long long track_id, max_frame_bytes;

@@ -1,6 +1,6 @@
 /* pack_args(): the args column of an EVENTS payload, the common shapes here and every other by a Python function. */
 
-#include "packers.h"
+#include "packer.h"
 
 /* Event i's arguments, packed here when they are of the common shapes, else by pack_other(kind, args) (Python: the
    bytes, or None for an event it leaves out). 1 when written, 0 for an event left out, -1 on error. */
@@ -93,7 +93,7 @@ pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         kind = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS));
         event_args = Py_NewRef(PyList_GET_ITEM(records, i * RECORD_FIELDS + RECORD_ARGS));
         written = pack_event_args(&out, kind, event_args, converters, values_converter, pack_other,
-                                  ((ModuleState *)PyModule_GetState(module))->keywords_type);
+                                  ((PackerState *)PyModule_GetState(module))->keywords_type);
         with_args |= written > 0 && event_args != Py_None;
         Py_DECREF(kind);
         Py_DECREF(event_args);

@@ -1,7 +1,7 @@
 /* Arguments of the common shapes (a map of text keys and flat values, an instant's Keywords, a message's flat
-   values) packed as msgpack-python packs what encoder.py's Python path makes of them. */
+   values) packed as msgpack-python packs what event_packing.py's Python path makes of them. */
 
-#include "packers.h"
+#include "packer.h"
 
 /* Room for `more` bytes past the end; -1 (MemoryError set) when there is none to be had. Never runs Python code. */
 int

@@ -1,10 +1,42 @@
-/* What the packers (pack_columns.c, pack_args.c, pack_events.c, pack_values.c) share: a growing buffer, the writers
-   of the common argument shapes, the readers of a run's values. */
-#ifndef RINGTRACE_PACKERS_H
-#define RINGTRACE_PACKERS_H
+/* The stream encoder's inner loop, in C (ringtrace.wire._packer): what its files share.
 
-#include "speedups.h"
+Optional: when this module is not built, or is turned off with RINGTRACE_PURE_PYTHON=1, the stream encoder packs in
+Python (event_packing.py). That defines the behaviour; the tests hold both to the same bytes.
+
+- pack_columns() (pack_columns.c) writes the four integer columns of an EVENTS payload as msgpack, as msgpack-python
+  would.
+- pack_args() (pack_args.c) writes the args column the same way for the common shapes (no arguments, a map of text
+  keys and flat values, an instant's Keywords, a message's flat values: pack_values.c), exactly as the Python path
+  would normalise and pack them, and hands every other event's arguments to a Python function that does what the
+  Python path does: the bytes agree either way.
+- pack_events() (pack_events.c) writes a whole EVENTS frame (headers, columns, arguments) in one pass for a run whose
+  events all have those common shapes and text labels, the same bytes as pack_columns() and pack_args() behind
+  frames.py's headers, and gives up (None) at the first event of another shape, for those two to pack the run.
+- Keywords (keywords.c, keywords.h) is the type of an instant's arguments as the client's C recorder keeps them: this
+  module defines it, and the recorder takes it from here at its import, so that the packers know it for theirs.
+- tracked() (module.c) hands a list the recorder's take_runs() untracked back to the cyclic collector.
+- wire_constants.h holds the protocol's numbers the C code relies on (a test holds them to the Python ones). */
+#ifndef RINGTRACE_PACKER_H
+#define RINGTRACE_PACKER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef Py_GIL_DISABLED
+#error "the packers read lists and dicts as the GIL keeps them; ringtrace packs in Python on free-threaded builds"
+#endif
+
+#include "wire_constants.h"
+#include "keywords.h"
 #include "msgpack_put.h"
+
+/* Per module object, so per interpreter. */
+typedef struct {
+    PyTypeObject *keywords_type;
+} PackerState;
 
 /* A growing buffer of msgpack bytes. */
 typedef struct {
@@ -46,6 +78,14 @@ small_int64(PyObject *value, int64_t *out)
 }
 
 #pragma GCC visibility push(hidden)
+
+/* keywords.c */
+extern PyType_Spec keywords_spec;
+
+/* pack_columns.c, pack_args.c, pack_events.c: the module's functions. */
+PyObject *pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* pack_values.c */
 int packed_reserve(Packed *out, Py_ssize_t more);

@@ -1,7 +1,7 @@
 /* pack_columns(): the four integer columns of an EVENTS payload (kinds, string ids, offsets, durations), and the
    readers of a run's values the packers share. */
 
-#include "packers.h"
+#include "packer.h"
 
 /* Event i's value in column c of `records`, re-read each time: a string-table miss runs Python code. */
 PyObject *

@@ -1,26 +1,7 @@
-/* Keywords: an instant's keyword arguments as its call passed them (see keywords.h). */
+/* Keywords: an instant's keyword arguments as its call passed them (see keywords.h). The recorder makes them
+   (client/speedups/recorder_core.c), with this type, which it takes from this module at its import. */
 
-#include "speedups.h"
-
-/* The keyword arguments of a vectorcall (`values` are its values past the positional ones) as a Keywords, or None
-   when there are none; NULL with an exception set. */
-PyObject *
-keywords_new(ModuleState *state, PyObject *const *values, PyObject *names)
-{
-    Py_ssize_t i, count = names == NULL ? 0 : PyTuple_GET_SIZE(names);
-    Keywords *self;
-    int atoms = 1;
-    if (count == 0) return Py_NewRef(Py_None);
-    self = PyObject_GC_NewVar(Keywords, state->keywords_type, count);
-    if (self == NULL) return NULL;
-    self->names = Py_NewRef(names);
-    for (i = 0; i < count; i++) {
-        self->values[i] = Py_NewRef(values[i]);
-        atoms &= !PyObject_IS_GC(values[i]);
-    }
-    if (!atoms) PyObject_GC_Track(self);
-    return (PyObject *)self;
-}
+#include "packer.h"
 
 static PyObject *
 keywords_as_dict(Keywords *self, PyObject *Py_UNUSED(ignored))
@@ -93,7 +74,7 @@ static PyType_Slot keywords_slots[] = {
 };
 
 PyType_Spec keywords_spec = {
-    .name = "ringtrace.client._speedups.Keywords",
+    .name = "ringtrace.wire._packer.Keywords",
     .basicsize = offsetof(Keywords, values),
     .itemsize = sizeof(PyObject *),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,

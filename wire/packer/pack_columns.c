@@ -1,38 +1,7 @@
 /* pack_columns(): the four integer columns of an EVENTS payload (kinds, string ids, offsets, durations), and the
-   readers of a run's values the packers share. */
+   string ids of labels, which pack_events() looks up too. */
 
 #include "packer.h"
-
-/* Event i's value in column c of `records`, re-read each time: a string-table miss runs Python code. */
-PyObject *
-record_value(PyObject *records, Py_ssize_t i, int c)
-{
-    Py_ssize_t index = i * RECORD_FIELDS + c;
-    if (index >= PyList_GET_SIZE(records)) {
-        PyErr_SetString(PyExc_RuntimeError, "pack_columns: the records changed while being packed");
-        return NULL;
-    }
-    return PyList_GET_ITEM(records, index);
-}
-
-int
-as_int64(PyObject *value, const char *column, int64_t *out)
-{
-    if (!PyLong_Check(value) || PyBool_Check(value)) { /* msgpack packs a bool as true or false, not as an int */
-        PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
-        return -1;
-    }
-    if (small_int64(value, out)) return 0;
-    /* Not PyLong_AsLongLong: it converts values past 2**30 (every timestamp) byte by byte. */
-    int overflow;
-    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow) {
-        PyErr_Format(PyExc_OverflowError, "pack_columns: %s does not fit 64 bits", column);
-        return -1;
-    }
-    *out = result;
-    return (result == -1 && PyErr_Occurred()) ? -1 : 0;
-}
 
 /* The string id of `label` in `table` (a StringTable: a dict whose __missing__ assigns ids). Returns 1 for an id the
    table holds (the next event with this label gets the same), 0 for one __missing__ gave (it counts each lookup that

@@ -3,28 +3,6 @@
 
 #include "packer.h"
 
-/* Room for `more` bytes past the end; -1 (MemoryError set) when there is none to be had. Never runs Python code. */
-int
-packed_reserve(Packed *out, Py_ssize_t more)
-{
-    Py_ssize_t capacity;
-    unsigned char *data;
-    if (out->capacity - out->size >= more) return 0;
-    if (more > PY_SSIZE_T_MAX / 2 - out->size) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    capacity = 2 * (out->size + more);
-    data = PyMem_Realloc(out->data, (size_t)capacity);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    out->data = data;
-    out->capacity = capacity;
-    return 0;
-}
-
 /* Text as msgpack-python packs it: 1 when written; 0 when it is for Python (text UTF-8 cannot encode, a lone
    surrogate: the Python path escapes it); -1 on error. */
 int

@@ -77,6 +77,62 @@ small_int64(PyObject *value, int64_t *out)
 #endif
 }
 
+/* Inline, as they were when the packers were one file: called for every value of every event, in the loops that
+   spend about what the recording call did. */
+
+/* Room for `more` bytes past the end; -1 (MemoryError set) when there is none to be had. Never runs Python code. */
+static inline int
+packed_reserve(Packed *out, Py_ssize_t more)
+{
+    Py_ssize_t capacity;
+    unsigned char *data;
+    if (out->capacity - out->size >= more) return 0;
+    if (more > PY_SSIZE_T_MAX / 2 - out->size) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    capacity = 2 * (out->size + more);
+    data = PyMem_Realloc(out->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->data = data;
+    out->capacity = capacity;
+    return 0;
+}
+
+/* Event i's value in column c of `records`, re-read each time: a string-table miss runs Python code. */
+static inline PyObject *
+record_value(PyObject *records, Py_ssize_t i, int c)
+{
+    Py_ssize_t index = i * RECORD_FIELDS + c;
+    if (index >= PyList_GET_SIZE(records)) {
+        PyErr_SetString(PyExc_RuntimeError, "pack_columns: the records changed while being packed");
+        return NULL;
+    }
+    return PyList_GET_ITEM(records, index);
+}
+
+static inline int
+as_int64(PyObject *value, const char *column, int64_t *out)
+{
+    if (!PyLong_Check(value) || PyBool_Check(value)) { /* msgpack packs a bool as true or false, not as an int */
+        PyErr_Format(PyExc_TypeError, "pack_columns: %s must be an int, got %.100s", column, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    if (small_int64(value, out)) return 0;
+    /* Not PyLong_AsLongLong: it converts values past 2**30 (every timestamp) byte by byte. */
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "pack_columns: %s does not fit 64 bits", column);
+        return -1;
+    }
+    *out = result;
+    return (result == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 #pragma GCC visibility push(hidden)
 
 /* keywords.c */
@@ -88,7 +144,6 @@ PyObject *pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* pack_values.c */
-int packed_reserve(Packed *out, Py_ssize_t more);
 int pack_text(Packed *out, PyObject *text);
 int pack_flat(Packed *out, PyObject *value);
 int pack_flat_map(Packed *out, PyObject *map);
@@ -97,8 +152,6 @@ int pack_keywords_cached(Packed *out, Keywords *keywords, KeyCache *cache);
 int pack_flat_values(Packed *out, PyObject *values);
 
 /* pack_columns.c */
-PyObject *record_value(PyObject *records, Py_ssize_t i, int c);
-int as_int64(PyObject *value, const char *column, int64_t *out);
 int string_id(PyObject *table, PyObject *label, int64_t *out);
 
 #pragma GCC visibility pop

@@ -163,7 +163,7 @@ def record_stream(
     from ringtrace.client import Timeline
     from ringtrace.client.delivery.flusher import FLUSHER
     from ringtrace.client.delivery.listeners import SerializedListener
-    from ringtrace.client.encoder import EncodedBatch
+    from ringtrace.wire.stream_encoder import EncodedBatch
     from ringtrace.wire.table_frames import Track
 
     max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]

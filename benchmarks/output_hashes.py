@@ -96,7 +96,7 @@ except ImportError:
     )
     from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
 # Events with fixed timestamps cannot come through a Timeline (it reads the clock): the stream encoder packs them.
-from ringtrace.client.encoder import StreamEncoder
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 # ---------------------------------------------------------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
-# The C accelerator (_speedups.c); see accelerator.py.
+# The C recorder (built from speedups/); see accelerator.py.
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ringtrace.wire.string_table import StringTable
 from ringtrace.wire.table_frames import KindSpec
 
 class RecorderCore:
@@ -26,9 +25,6 @@ class Scope:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool: ...
-
-class Keywords:
-    def as_dict(self) -> dict[str, Any]: ...
 
 class Message:
     enabled: bool
@@ -55,24 +51,5 @@ def configure(
 ) -> bool: ...
 def running_loop() -> object: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
-def tracked(records: list[Any], /) -> list[Any]: ...
-def pack_columns(records: list[Any], table: StringTable, /) -> tuple[bytes, int, int, list[Any] | None]: ...
-def pack_args(
-    records: list[Any],
-    converters: dict[int, Callable[[Any], tuple[list[Any], int]]],
-    values_converter: Callable[[Any], tuple[list[Any], int]],
-    pack_other: Callable[[Any, Any], bytes | None],
-    /,
-) -> tuple[bytes | None, list[int]]: ...
-def pack_events(
-    records: list[Any],
-    table: StringTable,
-    converters: dict[int, Callable[[Any], tuple[list[Any], int]]],
-    values_converter: Callable[[Any], tuple[list[Any], int]],
-    track_id: int,
-    max_frame_bytes: int,
-    /,
-) -> bytes | None: ...
 
-MAX_ARG_ITEMS: int
-MAX_ARG_TEXT: int
+WIRE_CONSTANTS: dict[str, int]

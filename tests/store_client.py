@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.store.ring import Store
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.frames import encode
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import Strings, Track
 
 

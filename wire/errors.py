@@ -10,6 +10,7 @@
         ├── UnexpectedFrame         a frame type that is unknown, or not allowed from this peer or at this point
         ├── MalformedFrame          a frame body that does not decode (names the frame and the field)
         └── TornStream              the stream ended inside a frame (a torn file tail, a connection cut mid-frame)
+    InvalidField (a ValueError)     a typed event's field value does not fit its declared type (names the field)
 
 Recording never raises any of these into the host program: they come from configuration (``connect``, listeners),
 from the sans-I/O protocol and session decoder (where the streamer or the collector catches them and closes the
@@ -22,6 +23,7 @@ __all__ = [
     "BadPreamble",
     "ConfigError",
     "FrameTooLarge",
+    "InvalidField",
     "LimitExceeded",
     "MalformedFrame",
     "ProtocolError",
@@ -81,3 +83,7 @@ class MalformedFrame(ProtocolError):
 
 class TornStream(ProtocolError):
     """The stream ended inside a frame: everything before that frame was read, the frame itself is lost."""
+
+
+class InvalidField(ValueError):
+    """A typed event's field value does not fit its declared type."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ringtrace.client.encoder import EncodedBatch, ProcessIdentity, StreamEncoder
+from ringtrace.client.delivery.process_identity import ProcessIdentity
 from ringtrace.wire.arg_values import display_text, normalise_args
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError, ProtocolError
@@ -33,6 +33,7 @@ from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.message_format import render
 from ringtrace.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import typed_args
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
 from ringtrace.wire.arg_values import MAX_ARG_TEXT, clean_text, display_text
+from ringtrace.wire.errors import InvalidField
 from ringtrace.wire.model import KINDS
 from ringtrace.wire.table_frames import KindSpec
 
@@ -73,10 +74,6 @@ next_event_id: Final = itertools.count(1).__next__
 
 _F32_MAX: Final = 3.4028234663852886e38
 _POINTER_BITS: Final = 8 * struct.calcsize("P")
-
-
-class InvalidField(ValueError):
-    """A typed event's field value does not fit its declared type."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.wire.arg_values import display_text, normalise_values
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import RECORD_FIELDS, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["ForeignFormatError", "Recording", "to_stream"]

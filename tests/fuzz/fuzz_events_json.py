@@ -16,13 +16,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)
 FIRST_TS = 10**18

@@ -23,13 +23,13 @@ import msgpack
 import pytest
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello
 from perfetto_model import PerfettoTrace
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.wire.arg_values import MAX_ARG_DEPTH
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER
 from ringtrace.wire.frames import Events, Flush, FlushAck, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 RECORD = """

@@ -27,10 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client import Event, MemoryListener, Timeline, string, u16
-from ringtrace.client import encoder as encoder_module
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.ingest.scan import _scan_events_py
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_values, safe_str
@@ -38,11 +36,14 @@ from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV, load_optional
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.string_table import StringTable
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 needs_speedups = pytest.mark.skipif(speedups is None, reason="the C accelerator is not in use in this process")
+#: The encoder's C packer (``wire/packer/``): the C recorder is in use only with it.
+packer = load_optional("ringtrace.wire._packer")
 #: The collector's C scan of EVENTS frames (``collector/ingest/_scan.c``).
 scan_c = load_optional("ringtrace.collector.ingest._scan")
 needs_scan_c = pytest.mark.skipif(scan_c is None, reason="the collector's C scan is not in use in this process")
@@ -50,12 +51,13 @@ needs_scan_c = pytest.mark.skipif(scan_c is None, reason="the collector's C scan
 
 def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        assert speedups is None
+        assert speedups is None and packer is None
         return
     compiler = str(sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) here: the install could not build the accelerator")
     assert speedups is not None, "a C compiler is here, yet ringtrace.client._speedups was not built or not importable"
+    assert packer is not None, "a C compiler is here, yet ringtrace.wire._packer was not built or not importable"
     assert scan_c is not None, "a C compiler is here, yet ringtrace.collector.ingest._scan was not built"
 
 
@@ -83,17 +85,17 @@ events = st.tuples(
 @needs_speedups
 @given(st.lists(events, min_size=1, max_size=200))
 def test_pack_columns_writes_what_msgpack_python_writes(run: list[tuple[Any, ...]]) -> None:
-    assert speedups is not None
+    assert packer is not None
     records = [value for event in run for value in event]
     table = StringTable()
     try:
         expected, first, last = reference_payload(records, StringTable())
     except (OverflowError, ValueError):  # a difference past 64 bits: msgpack refuses it too
         with pytest.raises(OverflowError):
-            speedups.pack_columns(records, table)
+            packer.pack_columns(records, table)
         return
     try:
-        head, c_first, c_last, args = speedups.pack_columns(records, table)
+        head, c_first, c_last, args = packer.pack_columns(records, table)
     except OverflowError:
         differences = [d for s, e in zip(records[2::5], records[3::5], strict=True) for d in (e - s, s - first)]
         assert any(not -(2**63) <= d < 2**63 for d in differences)
@@ -105,10 +107,10 @@ def test_pack_columns_writes_what_msgpack_python_writes(run: list[tuple[Any, ...
 
 @needs_speedups
 def test_pack_columns_assigns_string_ids_as_the_table_does() -> None:
-    assert speedups is not None
+    assert packer is not None
     table = StringTable(max_strings=3)
     records = [value for label in ["a", "b", "a", "c", "d"] for value in (SPAN, label, 5, 9, None)]
-    head, *_ = speedups.pack_columns(records, table)
+    head, *_ = packer.pack_columns(records, table)
     assert msgpack.unpackb(head + b"")[1] == [0, 1, 0, 2, 2]  # the last id is the overflow label's
     assert table.strings == ["a", "b"]
     assert table.overflowed == 2
@@ -126,9 +128,9 @@ def test_pack_columns_assigns_string_ids_as_the_table_does() -> None:
     ],
 )
 def test_pack_columns_refuses_what_it_cannot_pack(records: list[Any], error: type[Exception]) -> None:
-    assert speedups is not None
+    assert packer is not None
     with pytest.raises(error):
-        speedups.pack_columns(records, StringTable())
+        packer.pack_columns(records, StringTable())
 
 
 class Unhashable:
@@ -148,17 +150,15 @@ def nested(depth: int) -> list[Any]:
 def encoder_frames(
     records: list[Any],
     accelerated: bool,
-    monkeypatch: pytest.MonkeyPatch,
     max_strings: int = 100,
     max_frame_bytes: int = 70_000,
 ) -> tuple[Any, ...]:
-    with monkeypatch.context() as patch:
-        if not accelerated:
-            patch.setattr(encoder_module, "_pack_columns", None)
-        encoder = StreamEncoder(max_frame_bytes=max_frame_bytes, max_events_per_frame=50, max_strings=max_strings)
-        batch = encoder.encode(TRACK, list(records))
-        counters = (encoder.clipped_args, encoder.label_overflow_events, encoder.rejected_events)
-        return (batch.control, batch.events, batch.dropped_events, *counters)
+    encoder = StreamEncoder(
+        max_frame_bytes=max_frame_bytes, max_events_per_frame=50, max_strings=max_strings, accelerated=accelerated
+    )
+    batch = encoder.encode(TRACK, list(records))
+    counters = (encoder.clipped_args, encoder.label_overflow_events, encoder.rejected_events)
+    return (batch.control, batch.events, batch.dropped_events, *counters)
 
 
 @needs_speedups
@@ -175,11 +175,9 @@ def encoder_frames(
         [(INSTANT, label, 1, 1, None) for label in [f"l{i}" for i in range(120)] + ["l7"] * 5 + ["new"] * 5],
     ],
 )
-def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(
-    run: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(run: list[tuple[Any, ...]]) -> None:
     records = [value for event in run for value in event]
-    assert encoder_frames(records, True, monkeypatch) == encoder_frames(records, False, monkeypatch)
+    assert encoder_frames(records, True) == encoder_frames(records, False)
 
 
 # -- pack_args: the args column, normalised and packed as the Python path does ----------------------------------------
@@ -311,8 +309,7 @@ def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_th
     run: list[tuple[Any, ...]],
 ) -> None:
     records = [value for event in run for value in event]
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        assert same_frames(records, monkeypatch)
+    assert same_frames(records)
 
 
 def recorded_arguments(args: dict[str, Any]) -> Any:
@@ -343,14 +340,11 @@ def test_instant_arguments_as_the_c_recorder_keeps_them_pack_as_the_python_path_
     assert [None if args is None else args.as_dict() for args in kept] == maps  # in the call's order
     events = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(kept)] + others
     as_maps = [(INSTANT, "x", 3 + i, 3 + i, args) for i, args in enumerate(maps)] + others
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fast = encoder_frames([v for event in events for v in event], True, monkeypatch, max_frame_bytes=BIG_FRAMES)
-        python = [v for event in as_maps for v in event]
-        assert fast == encoder_frames(python, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
-        # Without C packing (a run of another shape, say), the encoder reads the maps they stand for
-        assert fast == encoder_frames(
-            [v for event in events for v in event], False, monkeypatch, max_frame_bytes=BIG_FRAMES
-        )
+    fast = encoder_frames([v for event in events for v in event], True, max_frame_bytes=BIG_FRAMES)
+    python = [v for event in as_maps for v in event]
+    assert fast == encoder_frames(python, False, max_frame_bytes=BIG_FRAMES)
+    # Without C packing (a run of another shape, say), the encoder reads the maps they stand for
+    assert fast == encoder_frames([v for event in events for v in event], False, max_frame_bytes=BIG_FRAMES)
 
 
 @needs_speedups
@@ -365,9 +359,8 @@ def test_instants_of_one_call_site_pack_as_the_python_path_packs_their_maps(valu
         ((_, run),) = tl.drain().runs
     tl.close()
     as_maps = [value.as_dict() if i % 5 == 4 and value is not None else value for i, value in enumerate(run)]
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        fast = encoder_frames(run, True, monkeypatch, max_frame_bytes=BIG_FRAMES)
-        assert fast == encoder_frames(as_maps, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+    fast = encoder_frames(run, True, max_frame_bytes=BIG_FRAMES)
+    assert fast == encoder_frames(as_maps, False, max_frame_bytes=BIG_FRAMES)
 
 
 class Holder:
@@ -463,10 +456,10 @@ def test_a_listener_that_answers_any_attribute_gets_maps() -> None:
 BIG_FRAMES = 8 << 20
 
 
-def same_frames(records: list[Any], monkeypatch: pytest.MonkeyPatch) -> bool:
+def same_frames(records: list[Any]) -> bool:
     """Whether the encoder writes the same frames and counts the same with and without the accelerator."""
-    fast = encoder_frames(records, True, monkeypatch, max_frame_bytes=BIG_FRAMES)
-    return fast == encoder_frames(records, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
+    fast = encoder_frames(records, True, max_frame_bytes=BIG_FRAMES)
+    return fast == encoder_frames(records, False, max_frame_bytes=BIG_FRAMES)
 
 
 #: One value of each shape that packs with a header of its own size, around each edge.
@@ -498,9 +491,7 @@ def edge_id(value: object) -> str:
 
 @needs_speedups
 @pytest.mark.parametrize("value", _EDGE_VALUES, ids=lambda value: edge_id(value))
-def test_every_packing_edge_and_clipping_edge_packs_as_the_python_path_does(
-    value: object, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_packing_edge_and_clipping_edge_packs_as_the_python_path_does(value: object) -> None:
     run = [
         (INSTANT, "map", 1, 1, {"v": value, "n": 1}),
         (INSTANT, "key", 2, 2, {safe_str(value): 1}),
@@ -508,23 +499,21 @@ def test_every_packing_edge_and_clipping_edge_packs_as_the_python_path_does(
         (INSTANT, "sized", 3, 3, {f"k{i}": value for i in range(17)}),
     ]
     records = [v for event in run for v in event]
-    assert same_frames(records, monkeypatch)
+    assert same_frames(records)
 
 
 @needs_speedups
 @pytest.mark.parametrize("items", [15, 16, 65_535, 65_536, 70_000])
-def test_maps_and_message_values_of_every_size_pack_as_the_python_path_does(
-    items: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_maps_and_message_values_of_every_size_pack_as_the_python_path_does(items: int) -> None:
     run = [(INSTANT, "big", 1, 1, {f"k{i}": i for i in range(items)}), _message_event(tuple(range(items)))]
     records = [v for event in run for v in event]
-    assert same_frames(records, monkeypatch)
+    assert same_frames(records)
 
 
 def test_the_limits_of_the_c_packer_are_the_models() -> None:
-    if speedups is None:
-        pytest.skip("the C accelerator is not in use in this process")
-    assert (speedups.MAX_ARG_ITEMS, speedups.MAX_ARG_TEXT) == (MAX_ARG_ITEMS, MAX_ARG_TEXT)
+    if packer is None:
+        pytest.skip("the C packer is not in use in this process")
+    assert (packer.MAX_ARG_ITEMS, packer.MAX_ARG_TEXT) == (MAX_ARG_ITEMS, MAX_ARG_TEXT)
 
 
 @needs_speedups
@@ -586,14 +575,14 @@ def python_calls_to_encode(event: tuple[Any, ...], n: int) -> int:
     ],
 )
 def test_pack_args_refuses_what_it_cannot_pack(arguments: tuple[Any, ...], error: type[Exception]) -> None:
-    assert speedups is not None
+    assert packer is not None
     with pytest.raises(error):
-        speedups.pack_args(*arguments)
+        packer.pack_args(*arguments)
 
 
 @needs_speedups
 def test_pack_args_stops_when_python_code_it_runs_takes_the_records() -> None:
-    assert speedups is not None
+    assert packer is not None
     records = [value for _ in range(4) for value in (SPAN, "op", 1, 2, {"nested": [1]})]
 
     def take_all(kind: object, args: object) -> bytes:
@@ -601,12 +590,12 @@ def test_pack_args_stops_when_python_code_it_runs_takes_the_records() -> None:
         return b"\xc0"
 
     with pytest.raises(RuntimeError, match="records changed"):
-        speedups.pack_args(records, {}, None, take_all)
+        packer.pack_args(records, {}, None, take_all)
 
 
 @needs_speedups
 def test_pack_args_keeps_the_values_alive_while_python_code_it_runs_drops_them() -> None:
-    assert speedups is not None
+    assert packer is not None
     args = OddMap(nested=[1])  # a map C leaves to Python, that a weak reference can watch
     dropped = weakref.ref(args)
     records: list[Any] = [SPAN, "op", 1, 2, args]
@@ -616,13 +605,13 @@ def test_pack_args_keeps_the_values_alive_while_python_code_it_runs_drops_them()
         records[4] = None  # the list's reference is gone; pack_args still holds one
         return msgpack.packb(args)
 
-    column, rejected = speedups.pack_args(records, {}, None, drop)
+    column, rejected = packer.pack_args(records, {}, None, drop)
     assert (column, rejected) == (msgpack.packb([{"nested": [1]}]), [])
     assert dropped() is None
 
 
 @needs_speedups
-def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice() -> None:
     """An unhashable label found after some events were converted: the Python path starts again from the counts of
     before."""
     run = [
@@ -631,8 +620,8 @@ def test_an_encoder_whose_packing_fails_midway_counts_nothing_twice(monkeypatch:
         (INSTANT, Unhashable(), 3, 3, None),
     ]
     records = [value for event in run for value in event]
-    accelerated = encoder_frames(records, True, monkeypatch)
-    assert accelerated == encoder_frames(records, False, monkeypatch)
+    accelerated = encoder_frames(records, True)
+    assert accelerated == encoder_frames(records, False)
     assert accelerated[3:] == (1, 0, 1)  # clipped, overflowed, rejected
 
 
@@ -653,10 +642,10 @@ _common_events = st.one_of(
 
 
 def pack_events(records: list[Any], max_frame_bytes: int = BIG_FRAMES, table: StringTable | None = None) -> Any:
-    assert speedups is not None
+    assert packer is not None
     converters = StreamEncoder().registry.converters
     table = StringTable(100) if table is None else table  # an empty table is falsy
-    return speedups.pack_events(records, table, converters, normalise_values, 3, max_frame_bytes)
+    return packer.pack_events(records, table, converters, normalise_values, 3, max_frame_bytes)
 
 
 @needs_speedups
@@ -667,9 +656,8 @@ def test_a_run_of_the_common_shapes_is_packed_in_one_pass_to_the_frame_the_pytho
 ) -> None:
     records = [value for event in run for value in event]
     frame = pack_events(records)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        python = encoder_frames(records, False, monkeypatch, max_frame_bytes=BIG_FRAMES)
-        assert same_frames(records, monkeypatch)
+    python = encoder_frames(records, False, max_frame_bytes=BIG_FRAMES)
+    assert same_frames(records)
     if frame is not None:  # not given up on (a value past the limits, text UTF-8 cannot encode)
         assert python[1] == [(frame, len(run))]
     plain = [v for event in run if not isinstance(event[4], tuple | dict) for v in event]
@@ -702,12 +690,10 @@ def test_a_run_of_the_common_shapes_is_packed_in_one_pass_to_the_frame_the_pytho
         "nested-values",
     ],
 )
-def test_pack_events_leaves_a_run_with_another_shape_to_the_two_pass_path(
-    odd: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pack_events_leaves_a_run_with_another_shape_to_the_two_pass_path(odd: tuple[Any, ...]) -> None:
     records = [*(INSTANT, "before", 1, 1, {"a": 1}), *odd, *(INSTANT, "after", 2, 2, None)]
     assert pack_events(list(records)) is None
-    assert same_frames(records, monkeypatch)
+    assert same_frames(records)
 
 
 @needs_speedups
@@ -733,11 +719,11 @@ def test_pack_events_refuses_what_the_python_path_refuses_or_splits(
 
 @needs_speedups
 def test_pack_events_refuses_bad_arguments() -> None:
-    assert speedups is not None
+    assert packer is not None
     with pytest.raises(TypeError):
-        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 3)
+        packer.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 3)
     with pytest.raises(ValueError, match="track id"):
-        speedups.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 2**32, BIG_FRAMES)
+        packer.pack_events([SPAN, "op", 1, 2, None], StringTable(), {}, None, 2**32, BIG_FRAMES)
 
 
 @needs_speedups

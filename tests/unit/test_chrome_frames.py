@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Event, Timeline, string, u16
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.foreign.offline import load_file
@@ -27,6 +26,7 @@ from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

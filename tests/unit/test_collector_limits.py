@@ -15,7 +15,6 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.connection import READ_SIZE, IngestProtocol
 from ringtrace.collector.service.app import Collector, CollectorConfig
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
@@ -26,6 +25,7 @@ from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, encod
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
 from ringtrace.collector.ingest.turns import LOOP_TURN_BYTES, READERS_PER_TURN
 from ringtrace.collector.service.app import Collector, CollectorConfig
@@ -29,6 +28,7 @@ from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.frames import Flush, FlushAck, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from test_collector_limits import StandInTransport
 

@@ -18,7 +18,6 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.arg_values import (
     CUT_MARK,
     MAX_ARG_DEPTH,
@@ -33,6 +32,7 @@ from ringtrace.wire.frames import Events, Frame, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, DecodedEvent, KindRegistry, TrackInfo
 from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.string_table import OVERFLOW_LABEL, RetiredStrings, StringTable
 from ringtrace.wire.table_frames import Strings, Track

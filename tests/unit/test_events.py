@@ -27,13 +27,13 @@ from ringtrace.client import (
     u32,
     u64,
 )
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.client.recording.events import event_id, wire_values
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.table_frames import Schema
 

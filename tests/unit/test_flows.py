@@ -161,8 +161,8 @@ def test_caller_and_callee_recorded_apart_meet_in_both_formats(tmp_path: Path) -
 @needs_c
 def test_a_kind_given_twice_counts_with_its_last_value_in_both_writers(tmp_path: Path) -> None:
     """msgpack-python keeps a repeated key's last value: the C writers read the same span the Python ones do."""
-    from ringtrace.client.encoder import StreamEncoder
     from ringtrace.wire.model import SPAN, THREAD_TRACK, TrackInfo
+    from ringtrace.wire.stream_encoder import StreamEncoder
     from test_chrome_frames import columns, good_payload, stream_with
 
     batch = StreamEncoder().encode(TrackInfo(7, THREAD_TRACK, "main", 1), [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}])

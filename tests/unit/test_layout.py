@@ -64,9 +64,6 @@ FORBIDDEN = {
         "ringtrace.collector.command",
     ),
 }
-#: What the collector may take from the client: nothing but the stream encoder, which writes native frames of OTLP
-#: and foreign files (it moves to the wire package with its C packer).
-COLLECTOR_MAY_IMPORT_FROM_CLIENT = {"ringtrace.client.encoder"}
 #: What recording takes of delivery: the flusher, which its buffers wake and its timelines register with.
 RECORDING_MAY_IMPORT_FROM_DELIVERY = {"ringtrace.client.delivery.flusher"}
 
@@ -122,7 +119,8 @@ def test_imports_go_one_way(room: str) -> None:
     assert crossing == []
 
 
-def test_the_collector_takes_nothing_of_the_client_but_what_the_wire_will_hold() -> None:
+def test_the_collector_takes_nothing_of_the_client() -> None:
+    # What both sides need (the stream encoder too, which writes native frames of OTLP and foreign files) is wire's.
     taken = {
         target
         for name, path in modules().items()
@@ -130,7 +128,7 @@ def test_the_collector_takes_nothing_of_the_client_but_what_the_wire_will_hold()
         for target in imports_of(path)
         if target.startswith("ringtrace.client")
     }
-    assert taken <= COLLECTOR_MAY_IMPORT_FROM_CLIENT
+    assert taken == set()
 
 
 def test_recording_takes_nothing_of_delivery_but_the_flusher() -> None:

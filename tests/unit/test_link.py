@@ -22,13 +22,13 @@ from ringtrace.client.delivery.streaming.link_actions import (
     Log,
     Prioritize,
 )
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, PROTOCOL_VERSIONS, TABLES_PAST_CAPACITY
 from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, Refused, SetPriority, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.string_table import OVERFLOW_LABEL
 from ringtrace.wire.table_frames import Strings, Track
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from perfetto_model import PerfettoTrace, pb
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
@@ -17,6 +16,7 @@ from ringtrace.collector.read.selection import EventFilter
 from ringtrace.wire.frames import encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 
 def recorded(tmp_path: Path, record: object, name: str = "unit") -> Path:

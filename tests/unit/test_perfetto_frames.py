@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
 from recorded_files import recorded
 from ringtrace.client import Timeline
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.foreign.offline import load_file
@@ -26,6 +25,7 @@ from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

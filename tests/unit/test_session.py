@@ -15,7 +15,6 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.lending import IngestDecoder
 from ringtrace.collector.store.segments import EVENTS_ENTRY
 from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text, normalise_args, normalise_values
@@ -59,6 +58,7 @@ from ringtrace.wire.model import (
 )
 from ringtrace.wire.reader import CLOSED, NEED_DATA, Sentinel
 from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_limits import MAX_KIND_FIELDS, Limits, negotiate
 from ringtrace.wire.stream_tables import StreamTables
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track

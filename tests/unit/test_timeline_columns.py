@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Event, Timeline, string, u16
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
@@ -27,6 +26,7 @@ from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 
 class Packet(Event):

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -29,6 +28,7 @@ from ringtrace.wire.arg_values import normalise_values
 from ringtrace.wire.frames import encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 OTHER_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -58,7 +58,6 @@ from ringtrace.client.delivery.streaming.loss_report import LossReport
 from ringtrace.client.delivery.streaming.outage import Outage
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.stream_delivery import Delivery
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, TABLES_PAST_CAPACITY
@@ -66,6 +65,7 @@ from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Refused, SetPriority
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.reply_decoder import ReplyDecoder
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = ["Link", "LinkState"]
 

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.frames import encode
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.table_frames import Track
 
 __all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]

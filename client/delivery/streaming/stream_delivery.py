@@ -19,12 +19,12 @@ from typing import Final
 
 from ringtrace.client.delivery.streaming.acknowledgements import Acknowledgements
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters, SendQueue
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.errors import UnsupportedVersion
 from ringtrace.wire.frame_types import PROTOCOL_VERSIONS
 from ringtrace.wire.frames import Flush, FlushAck, Stats, encode
 from ringtrace.wire.handshake_frames import Welcome
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = ["HEARTBEAT_TOKEN", "STATS_INTERVAL_S", "Delivery"]
 

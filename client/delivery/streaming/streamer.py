@@ -56,10 +56,10 @@ from ringtrace.client.delivery.streaming.priority_requests import PriorityReques
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
-from ringtrace.client.encoder import EncodedBatch
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer"]
 

@@ -7,7 +7,6 @@ import asyncio
 import time
 from typing import Any, Final
 
-from ringtrace.client.encoder import StreamEncoder
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
@@ -16,6 +15,7 @@ from ringtrace.wire.arg_values import normalise_values
 from ringtrace.wire.frames import encode
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["FIRST_TRACK_ID", "MAX_LOG_CATEGORIES", "MAX_THREAD_TRACKS", "NAMED_TRACKS", "Delivery", "ProcessStream"]

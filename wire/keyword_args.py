@@ -2,25 +2,29 @@
 
 The C recorder keeps the arguments of ``tl.instant(name, **args)`` as its call passed them, a ``Keywords`` (the call's
 names and their values, in one object), not as a dict: that spares the recording thread a dict's table and a hash
-insert per key, and the flusher their walk and release. The stream encoder packs a ``Keywords`` as the map it stands
-for, to the same bytes. Every other reader gets maps: the flusher hands listeners that do not set ``packs_keywords``
-their records with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them.
+insert per key, and the flusher their walk and release. The type is the C packer's (``ringtrace.wire._packer``), which
+the recorder takes at its import, and the stream encoder packs a ``Keywords`` as the map it stands for, to the same
+bytes. Every other reader gets maps: the flusher hands listeners that do not set ``packs_keywords`` their records
+with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ringtrace.client.accelerator import speedups
 from ringtrace.wire.model import RECORD_FIELDS
+from ringtrace.wire.optional_c import load_optional
 
 if TYPE_CHECKING:
-    from ringtrace.client._speedups import Keywords
+    from ringtrace.wire._packer import Keywords
 
 __all__ = ["KEYWORDS", "as_map", "with_maps"]
 
-#: The C recorder's type of an instant's arguments; None without the accelerator (then there are none).
-KEYWORDS: type[Keywords] | None = None if speedups is None else speedups.Keywords
+_packer = load_optional("ringtrace.wire._packer")
+
+#: The type of an instant's arguments as the C recorder keeps them; None without the C packer (then there are none:
+#: the C recorder is not used without it).
+KEYWORDS: type[Keywords] | None = None if _packer is None else _packer.Keywords
 
 
 def as_map(args: Any) -> Any:
@@ -32,7 +36,7 @@ def with_maps(records: list[Any]) -> list[Any]:
     """``records`` (flat, ``RECORD_FIELDS`` values an event) as a listener that may keep them gets them: the same
     list when it holds no ``Keywords``, else a copy with each made a dict; tracked by the cyclic collector either way
     (the C drain's run lists are not, while the flusher holds them), so that a cycle through a kept one is collected."""
-    if speedups is None:
+    if _packer is None:
         return records
     copied = None
     for i in range(4, len(records), RECORD_FIELDS):
@@ -40,4 +44,4 @@ def with_maps(records: list[Any]) -> list[Any]:
             if copied is None:
                 copied = list(records)
             copied[i] = records[i].as_dict()
-    return speedups.tracked(records) if copied is None else copied
+    return _packer.tracked(records) if copied is None else copied

@@ -1,0 +1,168 @@
+/* The module: its functions, its per-interpreter state, and the types it adds at import. */
+
+#include "speedups.h"
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): what the recorder needs from "
+     "the Python side; returns whether the running loop is read from the thread state, without a call."},
+    {"running_loop", module_running_loop, METH_NOARGS,
+     "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
+    {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
+     "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    ModuleState *state = PyModule_GetState(module);
+    Py_VISIT(state->recorder_core_type);
+    Py_VISIT(state->scope_type);
+    Py_VISIT(state->null_scope_type);
+    Py_VISIT(state->message_type);
+    Py_VISIT(state->traced_type);
+    Py_VISIT(state->keywords_type);
+    Py_VISIT(state->null_scope);
+    Py_VISIT(state->get_running_loop);
+    Py_VISIT(state->probe_kept);
+    Py_VISIT(state->wake);
+    Py_VISIT(state->span_kind);
+    Py_VISIT(state->instant_kind);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    ModuleState *state = PyModule_GetState(module);
+    Py_CLEAR(state->recorder_core_type);
+    Py_CLEAR(state->null_scope);
+    Py_CLEAR(state->scope_type);
+    Py_CLEAR(state->null_scope_type);
+    Py_CLEAR(state->message_type);
+    Py_CLEAR(state->traced_type);
+    Py_CLEAR(state->keywords_type);
+    Py_CLEAR(state->get_running_loop);
+    Py_CLEAR(state->str_running_loop);
+    Py_CLEAR(state->probe_kept);
+    Py_CLEAR(state->wake);
+    Py_CLEAR(state->span_kind);
+    Py_CLEAR(state->instant_kind);
+    Py_CLEAR(state->room);
+    Py_CLEAR(state->str_thread_events);
+    Py_CLEAR(state->str_task_events);
+    Py_CLEAR(state->str_exception);
+    Py_CLEAR(state->str_name);
+    Py_CLEAR(state->str_kind_id);
+    Py_CLEAR(state->str_label);
+    Py_CLEAR(state->str_not_an_event);
+    Py_CLEAR(state->str_on);
+    Py_CLEAR(state->str_marker);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+/* A type of this module, made from its spec and added to the module; NULL on error. */
+static PyTypeObject *
+add_type(PyObject *module, PyType_Spec *spec, PyObject *base)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
+    if (type == NULL) return NULL;
+    if (PyModule_AddType(module, (PyTypeObject *)type) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    return (PyTypeObject *)type;
+}
+
+/* The wire packer's Keywords (a new reference), whose instances instant() makes: its packers know them. The layout
+   is keywords.h's, which both were compiled with; checked all the same. NULL with an exception set (ImportError where
+   the packer is not built: the recorder is then not used either). */
+static PyTypeObject *
+packer_keywords_type(void)
+{
+    PyObject *packer = PyImport_ImportModule("ringtrace.wire._packer"), *type;
+    if (packer == NULL) return NULL;
+    type = PyObject_GetAttrString(packer, "Keywords");
+    Py_DECREF(packer);
+    if (type == NULL) return NULL;
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_basicsize != (Py_ssize_t)offsetof(Keywords, values) ||
+        ((PyTypeObject *)type)->tp_itemsize != (Py_ssize_t)sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_ImportError, "ringtrace.wire._packer.Keywords is not the type the recorder was built for");
+        Py_DECREF(type);
+        return NULL;
+    }
+    return (PyTypeObject *)type;
+}
+
+static int
+module_exec(PyObject *module)
+{
+    ModuleState *state = PyModule_GetState(module);
+    if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
+        (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
+        (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
+        (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
+        (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL ||
+        (state->keywords_type = packer_keywords_type()) == NULL) {
+        return -1;
+    }
+    state->room = PyTuple_Pack(RECORD_FIELDS, Py_None, Py_None, Py_None, Py_None, Py_None);
+    if ((state->null_scope = new_null_scope(state->null_scope_type)) == NULL) return -1;
+    state->str_thread_events = PyUnicode_InternFromString("_thread_events");
+    state->str_task_events = PyUnicode_InternFromString("_task_events");
+    state->str_exception = PyUnicode_InternFromString("exception");
+    state->str_name = PyUnicode_InternFromString("__name__");
+    state->str_kind_id = PyUnicode_InternFromString("_kind_id");
+    state->str_label = PyUnicode_InternFromString("_label");
+    state->str_not_an_event = PyUnicode_InternFromString("_not_an_event");
+    state->str_on = PyUnicode_InternFromString("on");
+    state->str_marker = PyUnicode_InternFromString("_marker");
+    state->str_running_loop = PyUnicode_InternFromString("__asyncio_running_event_loop__");
+    state->probe_kept = PyList_New(0);
+    if (!state->str_running_loop || !state->probe_kept) return -1;
+    if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
+        !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
+        !state->str_marker) {
+        return -1;
+    }
+    /* The numbers this module was compiled with, for a test to hold to the Python ones. */
+    return add_wire_constants(module);
+}
+
+/* Multi-phase initialisation: each interpreter that imports the module runs module_exec() for a module (and types)
+   of its own. The recorder relies on the GIL (it does not build where there is none), but not on sharing it. */
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ringtrace.client._speedups",
+    .m_doc = "The recording hot path, in C (see timelines.py).",
+    .m_size = sizeof(ModuleState),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&speedups_module);
+}

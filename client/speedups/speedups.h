@@ -1,0 +1,157 @@
+/* The recording hot path, in C (ringtrace.client._speedups): what the files of this extension share.
+
+Optional: when this module is not built (no compiler at install time, a platform it does not support) or is turned
+off with RINGTRACE_PURE_PYTHON=1, ringtrace runs the pure-Python recorder (recorder.py). That defines the behaviour; the
+tests hold both to the same results.
+
+What it does, and why it is safe to do it this way:
+
+- RecorderCore is the base class of Timeline: scope() and instant() in C. An event is RECORD_FIELDS (5) values
+  appended to the recording thread's flat buffer list, as in the Python twin. The buffer of the last thread that
+  recorded is cached (keyed by PyThreadState_GetID, which is never reused within an interpreter); any other thread
+  asks the Python side, Timeline._thread_events(). _forget_recorders() drops the cache whenever the Python side
+  changes its state (listeners, close, fork), and a generation counter keeps an answer computed across such a change
+  from being cached.
+- Whether an asyncio loop runs (a task's events go to its lane) is read from the thread state dict where asyncio keeps
+  it (CPython 3.11 and 3.12, as configure() checks): a thread with nothing there runs none. Where something is there,
+  and on other versions, asyncio is asked.
+- An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
+  collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
+  no Python code in between, so the flusher's drain never sees part of an event.
+- A buffer holds at most the timeline's max_buffered_events: the list's own size is the count, checked as the event
+  is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
+  Python twin does, instead of growing its buffer until the flusher's next pass.
+- Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- instant() keeps its keyword arguments as a Keywords (the call's names tuple and values, one object), not as the
+  dict the Python twin records: the packers write it as that dict's map, and Python code reads the dict through
+  as_dict() (keyword_args.py). A run list take_runs() makes (while the flusher holds it: tracked() again
+  for a listener that may keep it), and a message's tuple of values that hold no references, are untracked by the
+  cyclic collector, which would otherwise visit them at every pass.
+- take_runs() moves a buffer's first values into run lists by copying pointers (no reference count changes).
+- The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
+  takes Keywords from there at its import.
+
+The files, one job each: buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
+recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), module.c (the
+module). */
+
+#ifndef RINGTRACE_SPEEDUPS_H
+#define RINGTRACE_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(_WIN32) || defined(__APPLE__) || defined(__hpux)
+#error "time.monotonic_ns() is not CLOCK_MONOTONIC here; ringtrace uses its pure-Python recorder"
+#endif
+#ifdef Py_GIL_DISABLED
+#error "the recorder relies on the GIL; ringtrace uses its pure-Python recorder on free-threaded builds"
+#endif
+
+#include "wire_constants.h"
+#include "keywords.h"
+
+/* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
+   configures its own module, and the main interpreter's recorder goes on with what it configured. */
+typedef struct {
+    PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
+    PyTypeObject *keywords_type; /* ringtrace.wire._packer.Keywords, taken from there at import */
+    PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
+    PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
+    PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
+    int running_loop_in_dict;   /* configure() saw asyncio keep the running loop under that key */
+    PyObject *probe_kept;       /* what configure()'s probes took out of their thread's dict (see probe_loop_key) */
+    PyObject *loop_free_dict;   /* the thread state dict last seen without a running loop (compared, never used)... */
+    uint64_t loop_free_version; /* ...as it was then (see running_loop) */
+    PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
+    PyObject *span_kind;        /* model.SPAN */
+    PyObject *instant_kind;     /* model.INSTANT */
+    PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
+    PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
+        *str_not_an_event, *str_on, *str_marker;
+} ModuleState;
+
+/* The module's definition: a type finds its module (and so the state) by it. */
+extern struct PyModuleDef speedups_module;
+
+/* The time in ns, or -1 with OSError set (a clock that cannot be read: the event is counted as unrecorded). */
+static inline int
+now_ns(int64_t *out)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *out = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return 0;
+}
+
+/* The recording state of one Timeline (its C base class). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *module;        /* this module, whose state is `state`: held so that the state outlives the recorder */
+    ModuleState *state;
+    int cache_threads;       /* 0 while threading.local is not per thread state (gevent patched it) */
+    uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
+    PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
+    uint64_t generation;     /* bumped by _forget_recorders() */
+    Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
+    Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
+    Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
+    char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
+                                return at once */
+} RecorderCore;
+
+/* What scope() returns while something listens: one span from enter to exit. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *events; /* the buffer list, or NULL: keep nothing */
+    PyObject *label;
+    PyObject *args; /* dict or None */
+    RecorderCore *core;
+    int64_t start_ns;
+    int entered; /* an exit without an enter records nothing */
+} Scope;
+
+/* Shared across the files; hidden: the extension's own, bound within it, never to a same-named symbol elsewhere. */
+#pragma GCC visibility push(hidden)
+
+/* The types' specs, made into types by module_exec (module.c). */
+extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec;
+
+/* buffers.c */
+PyObject *now_ns_object(void);
+int append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit);
+PyObject *current_events(RecorderCore *self);
+int count_unrecorded(Py_ssize_t *counter);
+PyObject *unrecorded(RecorderCore *self);
+int wake_flusher(RecorderCore *self);
+PyObject *record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *stamp, PyObject *args);
+
+/* running_loop.c */
+PyObject *running_loop(ModuleState *state);
+PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *module_running_loop(PyObject *module, PyObject *Py_UNUSED(ignored));
+
+/* scope.c */
+PyObject *with_exception(ModuleState *state, PyObject *args, PyObject *exc_type);
+PyObject *new_null_scope(PyTypeObject *type);
+
+/* runs.c */
+PyObject *take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+#pragma GCC visibility pop
+
+/* An event just appended made `events` half full: wake the flusher (see wake_flusher). */
+static inline int
+wake_at_half(RecorderCore *self, PyObject *events)
+{
+    return Py_SIZE(events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
+}
+
+#endif

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import shutil
 import struct
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
+
+from waiting import wait_for
 
 #: Debian's chromium package installs it here; scripts/check installs it where it can.
 CHROMIUM = "/usr/bin/chromium"
@@ -37,18 +38,11 @@ def missing_browser() -> str | None:
     return None
 
 
-def until(page: Any, script: str, arg: Any = None, timeout_s: float = 20.0) -> Any:
+def until(page: Any, script: str, arg: Any = None, timeout_s: float = 30.0) -> Any:
     """Evaluate ``script`` (a JavaScript function of ``arg``) in the page until it returns something true, and return
     that. Polled from here: the page's Content-Security-Policy forbids the eval that Playwright's own
     ``wait_for_function`` runs in the page."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = page.evaluate(script, arg)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not true within {timeout_s}s: {script}")
-        time.sleep(0.05)
+    return wait_for(lambda: page.evaluate(script, arg), timeout_s=timeout_s, what=f"true in the page: {script}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ringtrace.client.wire.frames import Flush, FlushAck, Frame, Hello, encode, preamble
 from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from waiting import wait_for
 
 _LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|https?)://([\d.]+):(\d+)")
 
@@ -125,14 +126,12 @@ class CollectorProcess:
         return json.loads(body)
 
     def wait_for_stored(self, count: int, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            stored = json.loads(self.get("/healthz")[1])["stored_events"]
-            if stored >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"collector stored {stored} of {count} events within {timeout_s}s")
-            time.sleep(0.05)
+        wait_for(
+            lambda: json.loads(self.get("/healthz")[1])["stored_events"],
+            until=lambda stored: stored >= count,
+            timeout_s=timeout_s,
+            what=f"{count} events stored",
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:

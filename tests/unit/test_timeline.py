@@ -25,6 +25,7 @@ import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
 from ringtrace.client.flusher import FLUSHER, Flusher
 from ringtrace.client.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
+from waiting import wait_for
 
 
 @pytest.fixture
@@ -856,21 +857,22 @@ def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str
     try:
         timeline.instant("sync")
         FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_until(lambda: len(memory.events) == 1)  # swept by the flusher, which now waits an hour
+        wait_for(  # swept by the flusher, which now waits an hour
+            lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the sweep", interval_s=0.005
+        )
         for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
             _record(call, timeline, i, [])
-        wait_until(lambda: len(memory.events) == 2 + BOUND // 2, timeout_s=10)  # not in an hour
+        wait_for(  # not in an hour
+            lambda: len(memory.events),
+            until=lambda n: n == 2 + BOUND // 2,
+            timeout_s=30,
+            what="the half-full buffer swept",
+            interval_s=0.005,
+        )
     finally:
         FLUSHER.interval_s = interval
         FLUSHER.wake()
         timeline.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:

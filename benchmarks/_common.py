@@ -240,7 +240,8 @@ def read_status_kb(pid: int, field_name: str) -> int:
 
 def recorder() -> str:
     """Which recorder this process runs: the C accelerator, or the pure-Python one (``RINGTRACE_PURE_PYTHON=1``)."""
-    from ringtrace.client.accelerator import PURE_PYTHON_ENV, speedups
+    from ringtrace.client.accelerator import speedups
+    from ringtrace.wire.optional_c import PURE_PYTHON_ENV
 
     if speedups is not None:
         return "C accelerator"

@@ -41,7 +41,7 @@ from typing import Any
 import ringtrace.client
 from _common import Collector, ParkedListener, bench_main, collector, interleave, median, table, verdict, wait_connected
 from ringtrace.client import Streamer, Timeline
-from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.delivery.flusher import FLUSHER
 
 _cpu = time.process_time_ns
 _thread_cpu = time.thread_time_ns

@@ -18,10 +18,10 @@ import urllib.request
 from pathlib import Path
 
 from _common import Collector, collector, table, verdict
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Flush, FlushAck, Hello, encode, preamble
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.frames import Flush, FlushAck, Hello, encode, preamble
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 LIE_MS = 900
 #: Both lies make the liar's pairing LIE_MS later than the truth.

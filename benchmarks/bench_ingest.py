@@ -128,7 +128,7 @@ SINK_READ_BYTES = 256 * 1024
 _PACED_CHUNK = 256 * 1024
 _SOCKET_TIMEOUT_S = 600.0
 
-# Wire constants (client/wire/PROTOCOL.md); the blaster and sink subprocesses do not import the client for these.
+# Wire constants (wire/PROTOCOL.md); the blaster and sink subprocesses do not import the client for these.
 _FRAME = struct.Struct("<IB")
 _PREAMBLE_BYTES = 8
 _WELCOME, _SCHEMA, _STRINGS, _TRACK, _EVENTS, _FLUSH_ACK = 2, 3, 4, 5, 6, 9
@@ -161,10 +161,10 @@ def record_stream(
     """Record ``spans`` spans on ``threads`` threads through the client's stream encoder and keep its frames
     (``frame_shape``: the encoder's (max_frame_bytes, max_events_per_frame), else ``FRAME_SHAPES[shape]``'s)."""
     from ringtrace.client import Timeline
-    from ringtrace.client.encoder import EncodedBatch
-    from ringtrace.client.flusher import FLUSHER
-    from ringtrace.client.listeners import SerializedListener
-    from ringtrace.client.wire.frames import Track
+    from ringtrace.client.delivery.flusher import FLUSHER
+    from ringtrace.client.delivery.listeners import SerializedListener
+    from ringtrace.wire.frames import Track
+    from ringtrace.wire.stream_encoder import EncodedBatch
 
     max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]
 
@@ -285,7 +285,7 @@ def _frame_index(events: bytes) -> tuple[list[int], list[int]]:
 
 def blast(spec: dict[str, Any]) -> dict[str, Any]:
     """Replay the stream in ``spec["stream"]`` over ``spec["connections"]`` connections; returns the timing."""
-    from ringtrace.client.wire.frames import Flush, Hello, encode, preamble
+    from ringtrace.wire.frames import Flush, Hello, encode, preamble
 
     directory = Path(spec["stream"])
     prefix = (directory / "prefix.bin").read_bytes()
@@ -560,7 +560,7 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
         command = shlex.join(("--capacity", args.capacity, *extra))
         targets.append(Target(name, coll.tcp, "collector", coll, coll.process.pid, command))
     if args.ring_sink:
-        from ringtrace.client.options import parse_size
+        from ringtrace.wire.parsing import parse_size
 
         ring_address, ring_pid = stack.enter_context(bare_sink(parse_size(args.capacity)))
         targets.append(Target("bare ring", ring_address, "sink", pid=ring_pid))
@@ -702,7 +702,7 @@ def sample_rss(pid: int, samples: list[int], stop: threading.Event) -> None:
 
 
 def memory(args: argparse.Namespace, stream: Stream, stack: ExitStack, seconds: float, factor: float) -> int:
-    from ringtrace.client.options import parse_size
+    from ringtrace.wire.parsing import parse_size
 
     rows: list[Sequence[object]] = []
     notes = []

@@ -89,7 +89,7 @@ def cpu_s(pid: int) -> float:
 
 
 def hello_bytes(index: int) -> bytes:
-    from ringtrace.client.wire.frames import Hello, encode, preamble
+    from ringtrace.wire.frames import Hello, encode, preamble
 
     hello = Hello(
         pid=2_000_000 + index,
@@ -105,7 +105,7 @@ def hello_bytes(index: int) -> bytes:
 
 
 def flush_bytes(token: int) -> bytes:
-    from ringtrace.client.wire.frames import Flush, encode
+    from ringtrace.wire.frames import Flush, encode
 
     return encode(Flush(token))
 
@@ -162,7 +162,7 @@ def serve_bare_sink(welcome: bytes, flush: bytes, flush_ack: bytes) -> int:
 @contextmanager
 def bare_sink() -> Iterator[tuple[str, int]]:
     """Start the bare sink subprocess; yields its address and pid; always stopped on exit."""
-    from ringtrace.client.wire.frames import FlushAck, Welcome, encode, preamble
+    from ringtrace.wire.frames import FlushAck, Welcome, encode, preamble
 
     welcome = preamble() + encode(Welcome(1, 1 << 20, 1000, 1000, 1000, "bare"))
     answers = [welcome, flush_bytes(FLUSH_TOKEN), encode(FlushAck(FLUSH_TOKEN))]

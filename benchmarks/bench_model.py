@@ -18,7 +18,7 @@ loop (recording only; the benchmark drains it between rounds), except where it s
   scope, instant         ``with tl.scope("work"):`` and ``tl.instant("tick")``, for reference
   floor instant          ``append(("tick", monotonic_ns()))``
   plain call             ``work()``, ``def work(): pass``: the baseline of the next two
-  traced call            ``traced_work()``, ``work`` under ``@ringtrace.client.traced(timeline=tl)``
+  traced call            ``traced_work()``, ``work`` under ``@ringtrace.client.recording.traced(timeline=tl)``
   viztracer call         ``work()`` while viztracer's tracer runs (``VizTracer(verbose=0)``, started and stopped
                          around the loop, its buffer cleared between rounds); skipped when viztracer is not installed
 
@@ -37,7 +37,7 @@ from typing import Any
 
 from _common import FloorSpan, ParkedListener, bench_main, interleave, median, table, verdict
 from ringtrace.client import Event, Timeline, string, traced, u8, u16
-from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.delivery.flusher import FLUSHER
 
 _perf = time.perf_counter_ns
 _now = time.monotonic_ns

@@ -28,10 +28,10 @@ from _common import Collector, bench_main, collector, interleave, median, table
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.decoder import ReplyDecoder
-from ringtrace.client.wire.frames import Flush, FlushAck, Hello, Welcome, encode, preamble
-from ringtrace.client.wire.model import SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.decoder import ReplyDecoder
+from ringtrace.wire.frames import Flush, FlushAck, Hello, Welcome, encode, preamble
+from ringtrace.wire.model import SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 BATCH = 512
 _OTLP = re.compile(r"otlp listening on http://([^\s:]+):(\d+)")

@@ -9,8 +9,8 @@ import sys
 import time
 
 from _common import bench_main, interleave, median, table
-from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.store.processes import Registry
+from ringtrace.wire.frames import Hello
 
 
 def register(n: int, shared_pid: bool) -> float:

@@ -55,7 +55,7 @@ from _common import (
     table,
     verdict,
 )
-from ringtrace.client.accelerator import PURE_PYTHON_ENV
+from ringtrace.wire.optional_c import PURE_PYTHON_ENV
 
 RECORD = """
 import os, sys, time, ringtrace.client

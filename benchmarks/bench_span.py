@@ -41,7 +41,7 @@ from typing import Any
 import ringtrace.client
 from _common import FloorSpan, ParkedListener, bench_main, collector, interleave, median, table, verdict, wait_connected
 from ringtrace.client import Timeline
-from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.delivery.flusher import FLUSHER
 
 _now = time.monotonic_ns  # what ringtrace's timeline and FloorSpan read
 _perf = time.perf_counter_ns

@@ -22,9 +22,9 @@ import socket
 import time
 
 from _common import collector, read_status_kb, table
-from ringtrace.client.wire.frames import Flush, FlushAck, Hello, KindSpec, Schema, Strings, Track, encode, preamble
-from ringtrace.client.wire.model import THREAD_TRACK
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.frames import Flush, FlushAck, Hello, KindSpec, Schema, Strings, Track, encode, preamble
+from ringtrace.wire.model import THREAD_TRACK
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 MB = 10**6
 MAX_STRINGS, MAX_STRING_BYTES, MAX_TRACKS, MAX_KINDS, MAX_SCHEMA_BYTES = 100_000, 2 << 20, 10_000, 1000, 256 << 10

@@ -37,8 +37,8 @@ _FILLER = """
 import sys, threading, time
 sys.path.insert(0, sys.argv[3])
 from collector_process import RawClient, hello
-from ringtrace.client.wire.model import THREAD_TRACK
-from ringtrace.client.wire.frames import KindSpec, Schema, Strings, Track, encode
+from ringtrace.wire.model import THREAD_TRACK
+from ringtrace.wire.frames import KindSpec, Schema, Strings, Track, encode
 
 strings = tuple(f"{i:08d}".ljust(19, "s") for i in range(100_000))
 frames = [encode(Strings(first, strings[first : first + 45_000])) for first in range(0, len(strings), 45_000)]

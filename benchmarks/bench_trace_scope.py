@@ -21,7 +21,7 @@ from itertools import repeat
 
 from _common import ParkedListener, bench_main, interleave, median, table
 from ringtrace.client import Timeline
-from ringtrace.client.flusher import FLUSHER
+from ringtrace.client.delivery.flusher import FLUSHER
 
 _perf = time.perf_counter_ns
 CALLER = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}

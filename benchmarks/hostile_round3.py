@@ -44,7 +44,7 @@ from _common import read_status_kb, verdict
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests" / "integration"), str(HERE.parent / "tests")]  # the tests' helpers
 from collector_process import CollectorProcess, RawClient, events, hello  # noqa: E402
-from ringtrace.client.wire.frames import Flush, FlushAck, Goodbye  # noqa: E402
+from ringtrace.wire.frames import Flush, FlushAck, Goodbye  # noqa: E402
 from test_memory import GOOD_CLIENT, tables_at_every_limit  # noqa: E402
 from test_otlp import T0, OtlpCollector, request_of, response_of, services, span  # noqa: E402
 from test_otlp_limits import MIB, gzip_bomb  # noqa: E402

@@ -23,8 +23,21 @@ import sys
 import threading
 from typing import Any
 
-from ringtrace.client._version import __version__
-from ringtrace.client.events import (
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.delivery.listeners import (
+    FileListener,
+    MemoryListener,
+    ObjectListener,
+    SerializedListener,
+    TraceFile,
+    name_process,
+    read_trace_file,
+    read_trace_streams,
+)
+from ringtrace.client.delivery.streaming.streamer import Streamer
+from ringtrace.client.delivery.threads import background_thread
+from ringtrace.client.options import StreamerOptions
+from ringtrace.client.recording.events import (
     Event,
     InvalidField,
     binary,
@@ -42,28 +55,14 @@ from ringtrace.client.events import (
     u32,
     u64,
 )
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.listeners import (
-    FileListener,
-    MemoryListener,
-    ObjectListener,
-    SerializedListener,
-    TraceFile,
-    name_process,
-    read_trace_file,
-    read_trace_streams,
-)
-from ringtrace.client.messages import PRIORITIES, Message
-from ringtrace.client.options import StreamerOptions, parse_addresses
-from ringtrace.client.sources import Source
-from ringtrace.client.streaming.streamer import Streamer
-from ringtrace.client.threads import background_thread
-from ringtrace.client.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
-from ringtrace.client.trace_context import TraceScope, current_span, extract, inject
-from ringtrace.client.traced import traced
-from ringtrace.client.traceparent import SpanContext
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.errors import (
+from ringtrace.client.recording.messages import Message
+from ringtrace.client.recording.sources import Source
+from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Listener, MarkerScope, Scope, Timeline
+from ringtrace.client.recording.trace_context import TraceScope, current_span, extract, inject
+from ringtrace.client.recording.traced import traced
+from ringtrace.client.recording.traceparent import SpanContext
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -75,7 +74,10 @@ from ringtrace.client.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.version import __version__
 
 __all__ = [
     "PRIORITIES",

@@ -3,8 +3,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ringtrace.client.wire.frames import KindSpec
-from ringtrace.client.wire.model import StringTable
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.model import StringTable
 
 class RecorderCore:
     _max_buffered_values: int

@@ -15,9 +15,9 @@ from asyncio import Task
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.keyword_args import as_map
-from ringtrace.client.tracks import TrackBuffer
-from ringtrace.client.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.client.recording.tracks import TrackBuffer
+from ringtrace.wire.keyword_args import as_map
+from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
 __all__ = ["Run", "lane_parents", "take_events"]
 

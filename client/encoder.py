@@ -26,12 +26,10 @@ from operator import add, sub
 from typing import Any, Final, NamedTuple
 
 import msgpack
-from ringtrace.client._version import __version__
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.events import InvalidField
-from ringtrace.client.keyword_args import as_map, with_maps
-from ringtrace.client.wire.errors import FrameTooLarge
-from ringtrace.client.wire.frames import (
+from ringtrace.client.recording.events import InvalidField
+from ringtrace.wire.errors import FrameTooLarge
+from ringtrace.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -45,7 +43,8 @@ from ringtrace.client.wire.frames import (
     Track,
     encode,
 )
-from ringtrace.client.wire.model import (
+from ringtrace.wire.keyword_args import as_map, with_maps
+from ringtrace.wire.model import (
     KINDS,
     MAX_ARG_ITEMS,
     MAX_ARG_TEXT,
@@ -57,6 +56,7 @@ from ringtrace.client.wire.model import (
     normalise_values,
     safe_str,
 )
+from ringtrace.wire.version import __version__
 
 __all__ = ["EncodedBatch", "ProcessIdentity", "StreamEncoder"]
 

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
-from ringtrace.client.wire.frames import KindSpec
-from ringtrace.client.wire.model import KINDS, MAX_ARG_TEXT, clean_text, display_text
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.model import KINDS, MAX_ARG_TEXT, clean_text, display_text
 
 __all__ = [
     "Event",

@@ -32,9 +32,9 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
-from ringtrace.client.keyword_args import with_maps
-from ringtrace.client.threads import background_thread
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.client.delivery.threads import background_thread
+from ringtrace.wire.keyword_args import with_maps
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 __all__ = ["FLUSHER", "Drained", "Flusher", "Sweepable"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import weakref
 
-from ringtrace.client.messages import Message, Sampling, priority_level, set_gate
+from ringtrace.client.recording.messages import Message, Sampling, set_gate
+from ringtrace.wire.message_format import priority_level
 
 __all__ = ["MessageGates", "sampling"]
 

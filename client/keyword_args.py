@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.wire.model import RECORD_FIELDS
+from ringtrace.wire.model import RECORD_FIELDS
 
 if TYPE_CHECKING:
     from ringtrace.client._speedups import Keywords

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ringtrace.client.encoder import EncodedBatch, ProcessIdentity, StreamEncoder
-from ringtrace.client.messages import render
-from ringtrace.client.wire.decoder import Limits, SessionDecoder, typed_args
-from ringtrace.client.wire.errors import ConfigError, ProtocolError
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Frame, Hello, Stats, encode, preamble
-from ringtrace.client.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
+from ringtrace.client.delivery.process_identity import ProcessIdentity
+from ringtrace.wire.decoder import Limits, SessionDecoder, typed_args
+from ringtrace.wire.errors import ConfigError, ProtocolError
+from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, Events, Frame, Hello, Stats, encode, preamble
+from ringtrace.wire.message_format import render
+from ringtrace.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo, display_text, normalise_args
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = [
     "FileListener",

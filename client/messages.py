@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.wire.frames import KindSpec
-from ringtrace.client.wire.model import KINDS, display_text, normalise_values
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.model import KINDS, display_text, normalise_values
 
 __all__ = [
     "MAX_MESSAGE_VALUES",

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 
 __all__ = [
     "MAX_TOKEN_CHARS",

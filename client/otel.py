@@ -31,7 +31,7 @@ from asyncio.events import _get_running_loop
 from collections import OrderedDict
 from typing import Any, Final
 
-from ringtrace.client.timelines import DEFAULT_TIMELINE, Timeline
+from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
 
 __all__ = ["MAX_OPEN_SPANS", "SpanProcessor"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from ringtrace.client.traceparent import SpanContext
+from ringtrace.client.recording.traceparent import SpanContext
 
 __all__ = ["otel_context", "otel_current_span"]
 

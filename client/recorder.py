@@ -35,16 +35,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.events import Event
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.tracks import NOWHERE, Recording, Sink, Tracks
-from ringtrace.client.wire.model import INSTANT, SPAN
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording.events import Event
+from ringtrace.client.recording.tracks import NOWHERE, Recording, Sink, Tracks
+from ringtrace.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
     from asyncio import Task
     from types import TracebackType
 
-    from ringtrace.client.tracks import TrackBuffer
+    from ringtrace.client.recording.tracks import TrackBuffer
 
 __all__ = ["Recorder", "Scope"]
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ringtrace.client.tracks import Recording
+    from ringtrace.client.recording.tracks import Recording
 
 __all__ = ["Source"]
 

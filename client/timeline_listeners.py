@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 if TYPE_CHECKING:
-    from ringtrace.client.tracks import TrackBuffer
+    from ringtrace.client.recording.tracks import TrackBuffer
 
 __all__ = ["Listener", "close_unused", "count_lost", "replaced_after_fork", "subscribe_priority"]
 

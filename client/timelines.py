@@ -24,23 +24,24 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client import gates
-from ringtrace.client.drain import lane_parents, take_events
-from ringtrace.client.flusher import FLUSHER, Drained
-from ringtrace.client.gates import MessageGates
-from ringtrace.client.messages import PRIORITIES, Message, message_kind, priority_level
-from ringtrace.client.recorder import Recorder, Scope
-from ringtrace.client.sources import Source
-from ringtrace.client.timeline_listeners import (
+from ringtrace.client.delivery.flusher import FLUSHER, Drained
+from ringtrace.client.recording.drain import lane_parents, take_events
+from ringtrace.client.recording.gates import MessageGates
+from ringtrace.client.recording.messages import Message, message_kind
+from ringtrace.client.recording.recorder import Recorder, Scope
+from ringtrace.client.recording.sources import Source
+from ringtrace.client.recording.timeline_listeners import (
     Listener,
     close_unused,
     count_lost,
     replaced_after_fork,
     subscribe_priority,
 )
-from ringtrace.client.trace_context import TraceScope
-from ringtrace.client.tracks import NOT_RECORDING, TrackBuffer
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.model import (
+from ringtrace.client.recording.trace_context import TraceScope
+from ringtrace.client.recording.tracks import NOT_RECORDING, TrackBuffer
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.message_format import PRIORITIES, priority_level
+from ringtrace.wire.model import (
     ASYNC_BEGIN,
     ASYNC_END,
     COUNTER,

@@ -21,9 +21,15 @@ import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
 
-from ringtrace.client.otel_bridge import otel_context, otel_current_span
-from ringtrace.client.traceparent import SpanContext, child_of, format_traceparent, new_root, parse_traceparent
-from ringtrace.client.wire.recent import Recent
+from ringtrace.client.recording.otel_bridge import otel_context, otel_current_span
+from ringtrace.client.recording.traceparent import (
+    SpanContext,
+    child_of,
+    format_traceparent,
+    new_root,
+    parse_traceparent,
+)
+from ringtrace.wire.recent import Recent
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -1,9 +1,9 @@
 """``@traced``: a span around every call of a function, a coroutine function, or a generator function.
 
-    @ringtrace.client.traced
+    @ringtrace.client.recording.traced
     def load(path): ...                       # label: the function's qualified name
 
-    @ringtrace.client.traced("db query", timeline=mine)
+    @ringtrace.client.recording.traced("db query", timeline=mine)
     async def query(sql): ...
 
 A span covers the whole call (with the C accelerator, a plain function's is recorded from C around it): for a
@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.timelines import DEFAULT_TIMELINE, Timeline
+from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
 
 __all__ = ["traced"]
 

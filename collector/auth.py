@@ -27,9 +27,9 @@ from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.http.page import is_open_page
 from ringtrace.collector.log_repeats import Repeats
+from ringtrace.wire.errors import ConfigError
 
 __all__ = [
     "AuthenticationFailed",

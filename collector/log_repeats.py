@@ -8,7 +8,7 @@ import time
 from collections.abc import Hashable
 from typing import Final
 
-from ringtrace.client.wire.recent import Recent
+from ringtrace.wire.recent import Recent
 
 __all__ = ["REPEAT_LOG_INTERVAL_S", "Repeats"]
 

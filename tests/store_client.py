@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
 from ringtrace.collector.store.ring import Store
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Hello, Strings, Track, encode
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 
 def hello(instance: str) -> bytes:

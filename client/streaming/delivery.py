@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.delivery.streaming.acknowledgements import Acknowledgements
+from ringtrace.client.delivery.streaming.send_queue import LinkCounters, SendQueue
 from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.acknowledgements import Acknowledgements
-from ringtrace.client.streaming.send_queue import LinkCounters, SendQueue
-from ringtrace.client.wire.errors import UnsupportedVersion
-from ringtrace.client.wire.frames import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
+from ringtrace.wire.errors import UnsupportedVersion
+from ringtrace.wire.frames import PROTOCOL_VERSIONS, Flush, FlushAck, Stats, Welcome, encode
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = ["HEARTBEAT_TOKEN", "STATS_INTERVAL_S", "Delivery"]
 

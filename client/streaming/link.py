@@ -46,15 +46,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
+from ringtrace.client.delivery.streaming.loss_report import LossReport
+from ringtrace.client.delivery.streaming.outage import Outage
+from ringtrace.client.delivery.streaming.send_queue import LinkCounters
+from ringtrace.client.delivery.streaming.stream_delivery import Delivery
 from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.delivery import Delivery
-from ringtrace.client.streaming.loss_report import LossReport
-from ringtrace.client.streaming.outage import Outage
-from ringtrace.client.streaming.send_queue import LinkCounters
-from ringtrace.client.wire.decoder import ReplyDecoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.decoder import ReplyDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     TABLES_PAST_CAPACITY,
     Flush,
@@ -67,7 +66,8 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import TrackInfo
+from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = [
     "Action",

@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
-from ringtrace.client.wire.model import TrackInfo
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType, Track, encode
+from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 __all__ = ["Kept", "LinkCounters", "SendQueue", "events_track_id"]
 

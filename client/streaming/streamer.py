@@ -39,10 +39,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, overload
 
-from ringtrace.client.encoder import EncodedBatch
-from ringtrace.client.listeners import SerializedListener
-from ringtrace.client.options import StreamerOptions, parse_addresses
-from ringtrace.client.streaming.link import (
+from ringtrace.client.delivery.listeners import SerializedListener
+from ringtrace.client.delivery.streaming.link import (
     Action,
     AnswerFlush,
     Close,
@@ -53,10 +51,13 @@ from ringtrace.client.streaming.link import (
     Log,
     Prioritize,
 )
-from ringtrace.client.streaming.outage import connect_failure
-from ringtrace.client.threads import background_thread
-from ringtrace.client.wire.frames import SetPriority
-from ringtrace.client.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.client.delivery.streaming.outage import connect_failure
+from ringtrace.client.delivery.threads import background_thread
+from ringtrace.client.options import StreamerOptions
+from ringtrace.wire.frames import SetPriority
+from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer"]
 

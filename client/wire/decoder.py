@@ -27,16 +27,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from ringtrace.client._version import __version__
-from ringtrace.client.messages import render
-from ringtrace.client.wire.errors import (
+from ringtrace.wire.errors import (
     LimitExceeded,
     MalformedFrame,
     ProtocolError,
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
     PROTOCOL_VERSIONS,
@@ -52,9 +50,11 @@ from ringtrace.client.wire.frames import (
     Welcome,
     unpack_columns,
 )
-from ringtrace.client.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
-from ringtrace.client.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
-from ringtrace.client.wire.recent import Recent
+from ringtrace.wire.message_format import render
+from ringtrace.wire.model import MAX_STRING_CHARS, DecodedEvent, TrackInfo, clip_nesting
+from ringtrace.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
+from ringtrace.wire.recent import Recent
+from ringtrace.wire.version import __version__
 
 __all__ = ["Limits", "ReplyDecoder", "SessionDecoder", "StreamTables", "negotiate", "typed_args"]
 

@@ -21,8 +21,8 @@ from enum import IntEnum
 from typing import Any, ClassVar, Final, Literal
 
 import msgpack
-from ringtrace.client.wire.errors import FrameTooLarge, MalformedFrame
-from ringtrace.client.wire.recent import Recent
+from ringtrace.wire.errors import FrameTooLarge, MalformedFrame
+from ringtrace.wire.recent import Recent
 
 __all__ = [
     "AUTHENTICATION_FAILED",

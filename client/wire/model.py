@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ringtrace.client.wire.frames import KindSpec
+from ringtrace.wire.frames import KindSpec
 
 __all__ = [
     "ASYNC_BEGIN",

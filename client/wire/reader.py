@@ -14,7 +14,7 @@ import mmap
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from ringtrace.client.wire.errors import (
+from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -23,7 +23,7 @@ from ringtrace.client.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     CHECKSUM_TYPE,
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_CLASSES,

@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 from typing import Final
 
-from ringtrace.client.options import parse_address
-from ringtrace.client.wire.errors import ConfigError, ProtocolError
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, check_params, filter_params, say_matched
 from ringtrace.collector.command.output import event_line, output, progress
@@ -37,6 +35,8 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import FOREIGN_FORMATS, LoadedFile, load_file
 from ringtrace.collector.read.query import FORMATS, parse_snapshot_query
 from ringtrace.collector.read.rows import Row, selected_rows
+from ringtrace.wire.errors import ConfigError, ProtocolError
+from ringtrace.wire.parsing import parse_address
 
 __all__ = ["add_convert_parser", "add_dump_parser", "add_replay_parser", "dump_line"]
 

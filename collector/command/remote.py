@@ -15,9 +15,9 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any, Final
 
-from ringtrace.client.options import environment_token, read_token_file
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.command.failure import CommandError
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.parsing import environment_token, read_token_file
 
 __all__ = [
     "CHUNK",

@@ -16,8 +16,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import (
+from ringtrace.collector.ingest.hello import rewritten_hello
+from ringtrace.collector.store.segments import frame_spans
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     CHECKSUM_TYPE,
     EVENTS_HEADER,
@@ -32,9 +34,7 @@ from ringtrace.client.wire.frames import (
     Welcome,
     encode,
 )
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
-from ringtrace.collector.ingest.hello import rewritten_hello
-from ringtrace.collector.store.segments import frame_spans
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 __all__ = ["ReplayError", "Replayed", "replay"]
 

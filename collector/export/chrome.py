@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.read.event_walk import EventWalk
@@ -35,6 +34,7 @@ from ringtrace.collector.read.frame_walk import (
 )
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 __all__ = ["Popping", "chrome_trace_chunks", "json_bytes", "json_value"]
 

@@ -17,10 +17,10 @@ from itertools import islice
 from typing import Final, NamedTuple
 
 import orjson
-from ringtrace.client.accelerator import load_optional
-from ringtrace.client.wire.decoder import StreamTables
-from ringtrace.client.wire.frames import EVENT_COLUMNS, Events
 from ringtrace.collector.read.frame_walk import PHASES, SHOWN_SHAPES
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.frames import EVENT_COLUMNS, Events
+from ringtrace.wire.optional_c import load_optional
 
 __all__ = ["ACCELERATED", "FastFrame", "FrameJson", "column_order", "kind_codes"]
 

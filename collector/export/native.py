@@ -1,4 +1,4 @@
-"""Snapshots as snapshot files (``format=native``, ``client/wire/PROTOCOL.md``, "Snapshot file"): a stream per stored
+"""Snapshots as snapshot files (``format=native``, ``wire/PROTOCOL.md``, "Snapshot file"): a stream per stored
 segment that holds selected events, end to end, as a stream of chunks (one a segment).
 
 Pure functions over what the frame walk reads (``read/frame_walk.py``): no asyncio, safe to run on a worker thread
@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgpack
-from ringtrace.client.wire.decoder import SessionDecoder
-from ringtrace.client.wire.frames import (
+from ringtrace.collector.read.frame_walk import ProcessView, Selection, SnapshotView, prepare, taken_events
+from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frames import (
     MAX_MAX_FRAME_BYTES,
     Events,
     Frame,
@@ -26,8 +28,6 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.collector.read.frame_walk import ProcessView, Selection, SnapshotView, prepare, taken_events
-from ringtrace.collector.read.query import EVERYTHING, EventFilter
 
 __all__ = ["native_chunks"]
 

@@ -49,8 +49,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
-from ringtrace.client.wire.decoder import StreamTables
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export import protobuf as pb
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
@@ -65,6 +63,8 @@ from ringtrace.collector.read.frame_walk import (
 )
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 __all__ = ["perfetto_chunks"]
 

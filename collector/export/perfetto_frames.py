@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from ringtrace.client.accelerator import load_optional
-from ringtrace.client.wire.decoder import StreamTables
-from ringtrace.client.wire.frames import Events
 from ringtrace.collector.export.chrome_frames import column_order, kind_codes
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.frames import Events
+from ringtrace.wire.optional_c import load_optional
 
 __all__ = ["ACCELERATED", "FastPackets", "FramePackets", "Naming"]
 

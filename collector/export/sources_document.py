@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from ringtrace.client.wire.frames import Stats
-from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK
 from ringtrace.collector.read.event_walk import client_counts, store_counts
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 from ringtrace.collector.read.inventory import ProcessFacts, TrackTimes
 from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK
 
 __all__ = ["sources_document", "sources_totals"]
 

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
-from ringtrace.client.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import json_bytes
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
 
 __all__ = ["timeline_chunks"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Final, NamedTuple
 
-from ringtrace.client.wire.decoder import StreamTables
-from ringtrace.client.wire.frames import Events
 from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PHASES
 from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.frames import Events
 
 __all__ = ["FrameColumns", "TakenColumns"]
 

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 import orjson
-from ringtrace.client.wire.model import (
+from ringtrace.collector.foreign.recording import ForeignFormatError, Recording
+from ringtrace.wire.model import (
     ASYNC_BEGIN,
     ASYNC_END,
     COUNTER,
@@ -30,7 +31,6 @@ from ringtrace.client.wire.model import (
     SPAN,
     THREAD_TRACK,
 )
-from ringtrace.collector.foreign.recording import ForeignFormatError, Recording
 
 __all__ = ["SYSTEM", "looks_like", "read"]
 

@@ -38,10 +38,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringtrace.client.wire.decoder import MAX_KIND_FIELDS
-from ringtrace.client.wire.frames import KindSpec
-from ringtrace.client.wire.model import SPAN, THREAD_TRACK, display_text
 from ringtrace.collector.foreign.recording import Recording
+from ringtrace.wire.decoder import MAX_KIND_FIELDS
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.model import SPAN, THREAD_TRACK, display_text
 
 __all__ = ["SYSTEM", "looks_like", "read"]
 

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.errors import BadPreamble, ProtocolError
-from ringtrace.client.wire.frames import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns
 from ringtrace.collector.foreign import chrome_json, hawktracer, timelogger
 from ringtrace.collector.foreign.recording import Recording, to_stream
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Recovered
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.errors import BadPreamble, ProtocolError
+from ringtrace.wire.frames import FRAME_HEADER, MAGIC, PREAMBLE, Events, Hello, Stats, unpack_columns
 
 __all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file", "read_stream"]
 

@@ -17,16 +17,16 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Hello, KindSpec, Stats, encode, preamble
-from ringtrace.client.wire.model import (
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Hello, KindSpec, Stats, encode, preamble
+from ringtrace.wire.model import (
     RECORD_FIELDS,
     KindRegistry,
     TrackInfo,
     display_text,
     normalise_values,
 )
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 __all__ = ["ForeignFormatError", "Recording", "to_stream"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from ringtrace.client.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK
 from ringtrace.collector.foreign.recording import Recording
+from ringtrace.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK
 
 __all__ = ["SYSTEM", "looks_like", "read"]
 

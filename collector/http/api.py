@@ -37,8 +37,6 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from ringtrace.client.messages import PRIORITIES
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
@@ -64,6 +62,8 @@ from ringtrace.collector.read.query import (
 from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = ["make_app"]
 

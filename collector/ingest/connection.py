@@ -16,16 +16,6 @@ import logging
 import time
 from typing import Protocol, cast
 
-from ringtrace.client.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from ringtrace.client.wire.frames import (
-    AUTHENTICATION_FAILED,
-    FRAME_HEADER,
-    TABLES_PAST_CAPACITY,
-    Goodbye,
-    encode,
-    preamble,
-)
-from ringtrace.client.wire.reader import Sentinel
 from ringtrace.collector.auth import AuthenticationFailed
 from ringtrace.collector.ingest.handlers import FrameHandlers, FrameSink
 from ringtrace.collector.ingest.lending import IngestDecoder
@@ -41,6 +31,16 @@ from ringtrace.collector.ingest.turns import TABLE_FRAMES, TURN_BYTES, DecodeTur
 from ringtrace.collector.log_repeats import Repeats
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import TABLE_LIMITS
+from ringtrace.wire.errors import LimitExceeded, ProtocolError, UnsupportedVersion
+from ringtrace.wire.frames import (
+    AUTHENTICATION_FAILED,
+    FRAME_HEADER,
+    TABLES_PAST_CAPACITY,
+    Goodbye,
+    encode,
+    preamble,
+)
+from ringtrace.wire.reader import Sentinel
 
 __all__ = ["TURN_BYTES", "IngestProtocol", "IngestSink"]
 

@@ -14,9 +14,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.errors import LimitExceeded
-from ringtrace.client.wire.frames import (
+from ringtrace.collector.auth import AuthenticationFailed, Authenticator
+from ringtrace.collector.ingest.acks import ReplicatedAcks, Syncer
+from ringtrace.collector.ingest.hello import rewritten_hello
+from ringtrace.collector.ingest.lending import IngestDecoder
+from ringtrace.collector.ingest.traffic import ConnectionLines, ControlBudget, Traffic
+from ringtrace.collector.store.clocks import Arrival
+from ringtrace.collector.store.heap import HeapTrimmer
+from ringtrace.collector.store.processes import ProcessRecord, Registry
+from ringtrace.collector.store.ring import Store
+from ringtrace.collector.store.writer import SegmentWriter
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.errors import LimitExceeded
+from ringtrace.wire.frames import (
     Events,
     Flush,
     FlushAck,
@@ -32,16 +42,6 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.collector.auth import AuthenticationFailed, Authenticator
-from ringtrace.collector.ingest.acks import ReplicatedAcks, Syncer
-from ringtrace.collector.ingest.hello import rewritten_hello
-from ringtrace.collector.ingest.lending import IngestDecoder
-from ringtrace.collector.ingest.traffic import ConnectionLines, ControlBudget, Traffic
-from ringtrace.collector.store.clocks import Arrival
-from ringtrace.collector.store.heap import HeapTrimmer
-from ringtrace.collector.store.processes import ProcessRecord, Registry
-from ringtrace.collector.store.ring import Store
-from ringtrace.collector.store.writer import SegmentWriter
 
 __all__ = ["FrameHandlers", "FrameSink"]
 

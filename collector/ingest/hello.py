@@ -4,7 +4,7 @@ collector applies, or marked as a recording sent again (``ringtrace replay``).""
 from __future__ import annotations
 
 import msgpack
-from ringtrace.client.wire.frames import FRAME_HEADER, FrameType, unpack_map
+from ringtrace.wire.frames import FRAME_HEADER, FrameType, unpack_map
 
 __all__ = ["rewritten_hello"]
 

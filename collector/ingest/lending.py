@@ -14,11 +14,11 @@ import sys
 from collections.abc import Container
 from typing import Final, cast
 
-from ringtrace.client.wire.decoder import SessionDecoder
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER, Peer
-from ringtrace.client.wire.reader import FrameReader
 from ringtrace.collector.ingest.scan import scan_events
 from ringtrace.collector.store.segments import EVENTS_ENTRY, EventsRun
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER, Peer
+from ringtrace.wire.reader import FrameReader
 
 __all__ = ["MAPPED_BUFFER_BYTES", "IngestDecoder", "LendingFrameReader"]
 

@@ -11,9 +11,9 @@ import struct
 from collections.abc import Callable, Container
 from typing import Final
 
-from ringtrace.client.accelerator import load_optional
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.collector.store.segments import EVENTS_ENTRY
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER, FrameType
+from ringtrace.wire.optional_c import load_optional
 
 __all__ = ["ACCELERATED", "scan_events"]
 

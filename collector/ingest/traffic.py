@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from ringtrace.client.wire.frames import Goodbye, encode, preamble
 from ringtrace.collector.auth import is_loopback
 from ringtrace.collector.log_repeats import Repeats
+from ringtrace.wire.frames import Goodbye, encode, preamble
 
 __all__ = [
     "CONNECTION_LINES_BURST",

@@ -24,7 +24,7 @@ import asyncio
 from collections import deque
 from typing import Final, Protocol
 
-from ringtrace.client.wire.frames import FrameType
+from ringtrace.wire.frames import FrameType
 
 __all__ = [
     "FRAME_COST",

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.jetstream.heartbeats import HEARTBEAT_MAX_AGE_S, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import DUPLICATE_WINDOW_S
 from ringtrace.collector.jetstream.subjects import stream_subjects
+from ringtrace.wire.errors import ConfigError
 
 __all__ = ["ClusterOptions", "StreamOptions", "connect", "ensure_heartbeat_stream", "ensure_stream"]
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events, Hello
 from ringtrace.collector.read.frame_walk import ProcessView, Selection
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.tail import TailBehind
 from ringtrace.collector.store.processes import Registry
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events, Hello
 
 __all__ = ["MAX_LAG_MESSAGES", "FleetTail"]
 

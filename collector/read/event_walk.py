@@ -19,10 +19,6 @@ from dataclasses import replace
 from itertools import compress
 from typing import Any, Final
 
-from ringtrace.client.messages import render
-from ringtrace.client.wire.decoder import StreamTables, typed_args
-from ringtrace.client.wire.frames import Events, Stats
-from ringtrace.client.wire.model import SOURCE_TRACK, TrackInfo
 from ringtrace.collector.read.frame_walk import (
     MAX_WALL_NS,
     PHASES,
@@ -41,6 +37,10 @@ from ringtrace.collector.read.query import EVERYTHING, EventFilter
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
+from ringtrace.wire.decoder import StreamTables, typed_args
+from ringtrace.wire.frames import Events, Stats
+from ringtrace.wire.message_format import render
+from ringtrace.wire.model import SOURCE_TRACK, TrackInfo
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
 

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from ringtrace.client.messages import render
-from ringtrace.client.wire.decoder import Limits, SessionDecoder, StreamTables
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events, Frame, KindSpec, Stats
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
+from ringtrace.wire.decoder import Limits, SessionDecoder, StreamTables
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events, Frame, KindSpec, Stats
+from ringtrace.wire.message_format import render
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 __all__ = [
     "MAX_WALL_NS",

@@ -13,13 +13,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track
-from ringtrace.client.wire.model import TrackInfo
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import frame_spans
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Track
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["ProcessFacts", "RateSampler", "TrackTimes", "scan_segments"]
 

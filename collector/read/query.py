@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ringtrace.client.messages import PRIORITIES
-from ringtrace.client.wire.frames import KindSpec
+from ringtrace.wire.frames import KindSpec
+from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = [
     "EVERYTHING",
@@ -43,7 +43,7 @@ __all__ = [
     "parse_time",
 ]
 
-#: What ``format`` may name: Chrome trace JSON, a snapshot file of the wire format (``client/wire/PROTOCOL.md``), or
+#: What ``format`` may name: Chrome trace JSON, a snapshot file of the wire format (``wire/PROTOCOL.md``), or
 #: Perfetto's protobuf trace format.
 FORMATS: Final = ("chrome", "native", "perfetto")
 #: The most events ``limit`` may ask for.

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrace.client.messages import render
-from ringtrace.client.wire.decoder import StreamTables, typed_args
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events
-from ringtrace.client.wire.model import TrackInfo
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, Selection, SnapshotView, prepare
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, category_of
+from ringtrace.wire.decoder import StreamTables, typed_args
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events
+from ringtrace.wire.message_format import render
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["Row", "frame_rows", "selected_rows"]
 

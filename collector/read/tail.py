@@ -26,14 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events
 from ringtrace.collector.read.frame_walk import ProcessView, Selection
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events
 
 __all__ = ["Tail", "TailBehind"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-from ringtrace.client.wire.decoder import StreamTables
-from ringtrace.client.wire.frames import Events
+from ringtrace.wire.decoder import StreamTables
+from ringtrace.wire.frames import Events
 
 __all__ = ["TraceSpans", "TrackKey"]
 

@@ -20,8 +20,6 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from ringtrace.client._version import __version__
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
@@ -50,6 +48,8 @@ from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Counts, Store, table_charge_bound
 from ringtrace.collector.store.segments import DataDir, SegmentBuffers
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.version import __version__
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.auth import is_loopback
 from ringtrace.collector.service.option_table import check_setting, field_default, option_of, settings_from_args
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
 from ringtrace.collector.store.segments import FsyncPolicy
+from ringtrace.wire.errors import ConfigError
 
 __all__ = ["CollectorConfig", "config_from_args"]
 

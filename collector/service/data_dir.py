@@ -8,10 +8,10 @@ import logging
 import time
 from pathlib import Path
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import SYNC_INTERVAL_S, DataDir
+from ringtrace.wire.decoder import Limits
 
 __all__ = ["DataDirSync", "recover"]
 

@@ -24,9 +24,6 @@ import weakref
 from collections.abc import Iterable, Sized
 from typing import Any, Final
 
-from ringtrace.client._version import __version__
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.model import TrackInfo
 from ringtrace.collector.export.sources_document import sources_document, sources_totals
 from ringtrace.collector.jetstream.cluster import (
     ClusterOptions,
@@ -52,6 +49,9 @@ from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.version import __version__
 
 __all__ = ["JETSTREAM_MAX_FRAME_BYTES", "STOP_PUBLISH_TIMEOUT_S", "JetStreamTier", "staging_store"]
 

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ringtrace.client.options import check_token, environment_token, parse_address, parse_size, read_token_file
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
 from ringtrace.collector.store.segments import FSYNC_POLICIES
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.frames import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.parsing import check_token, environment_token, parse_address, parse_size, read_token_file
 
 __all__ = [
     "ENVIRONMENT",

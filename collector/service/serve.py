@@ -18,11 +18,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ringtrace.client.options import parse_size
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig, config_from_args
 from ringtrace.collector.service.option_table import ENVIRONMENT, add_arguments, environment_args, parse_listen_address
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.parsing import parse_size
 
 __all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]
 

@@ -9,8 +9,6 @@ from collections.abc import Callable, Set
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from ringtrace.client._version import __version__
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_segments
@@ -19,6 +17,8 @@ from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store, StoreSnapshot
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.version import __version__
 
 __all__ = ["FlushingClient", "Snapshots"]
 

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 from typing import Final, Literal, NamedTuple
 
-from ringtrace.client.wire.decoder import (
+from ringtrace.collector.store.accounts import ProcessHolding
+from ringtrace.collector.store.holdings import Holdings, Removal
+from ringtrace.collector.store.segments import Segment, SegmentBuffers
+from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
+from ringtrace.wire.decoder import (
     DENSE_STRING_IDS,
     KIND_ENTRY_BYTES,
     STRING_ENTRY_BYTES,
     TRACK_ENTRY_BYTES,
     Limits,
 )
-from ringtrace.collector.store.accounts import ProcessHolding
-from ringtrace.collector.store.holdings import Holdings, Removal
-from ringtrace.collector.store.segments import Segment, SegmentBuffers
-from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
 
 __all__ = ["TABLE_LIMITS", "Budget", "Policy", "TableRefusal", "table_charge_bound"]
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ringtrace.client.wire.frames import Hello
+from ringtrace.wire.frames import Hello
 
 __all__ = ["Arrival", "ClockDomains", "own_boot_id"]
 

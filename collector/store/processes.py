@@ -22,9 +22,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Final
 
-from ringtrace.client.wire.frames import Hello, Stats
-from ringtrace.client.wire.model import TrackInfo
 from ringtrace.collector.store.clocks import Arrival, ClockDomains
+from ringtrace.wire.frames import Hello, Stats
+from ringtrace.wire.model import TrackInfo
 
 __all__ = ["ProcessRecord", "Registry", "stats_delta", "stats_sum"]
 

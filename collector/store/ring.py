@@ -37,7 +37,6 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable
 from typing import Final
 
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.store.accounts import Accounts, Counts, ProcessHolding
 from ringtrace.collector.store.budget import TABLE_LIMITS, Budget, Policy, TableRefusal, table_charge_bound
 from ringtrace.collector.store.durability import Durability, SyncJob
@@ -57,6 +56,7 @@ from ringtrace.collector.store.segments import (
 from ringtrace.collector.store.stream_segments import StreamSegments
 from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind, Stream
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+from ringtrace.wire.errors import ConfigError
 
 __all__ = [
     "MIN_SEGMENT_BYTES",

@@ -5,7 +5,7 @@ Layout of a segment's buffer of ``size`` bytes (in memory, or a file of the data
     [ preamble HELLO SCHEMA STRINGS TRACK ... EVENTS ... CHECKSUM ... ][ zeros / free ][ index entries ]
     0                                                                  used           size - 32 * entries
 
-The front is a stream in the wire format (``client/wire/PROTOCOL.md``): the session frames its events need, replayed
+The front is a stream in the wire format (``wire/PROTOCOL.md``): the session frames its events need, replayed
 verbatim from the connection when the segment opens, then frames verbatim as they arrive. So the session decoder
 reads a segment alone, and a segment file is the same format as a client's trace file. The index grows down from the
 tail, one 32-byte entry per EVENTS frame (offset, size, track, count, first and last timestamp): frames are selected
@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
 
 import crc32c
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.errors import ConfigError, ProtocolError
-from ringtrace.client.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
 from ringtrace.collector.store.file_removal import FileRemover
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.errors import ConfigError, ProtocolError
+from ringtrace.wire.frames import CHECKSUM_TYPE, FRAME_HEADER, PREAMBLE, Events, Hello, Stats, preamble
 
 __all__ = [
     "CHECKSUM_FRAME",

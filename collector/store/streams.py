@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final, Literal
 
-from ringtrace.client.wire.frames import preamble
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.segments import Segment
+from ringtrace.wire.frames import preamble
 
 __all__ = ["MIN_SEGMENT_BYTES", "TRACK_FRAME_BYTES", "SessionKind", "Stream"]
 

@@ -13,10 +13,10 @@ import mmap
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
 from ringtrace.collector.store.ring import Store, Stream, SyncJob, TableRefusal
 from ringtrace.collector.store.segments import CHECKSUM_FRAME, INDEX_ENTRY, EventsRun, Segment
 from ringtrace.collector.store.streams import MIN_SEGMENT_BYTES, SessionKind
+from ringtrace.wire.frames import FRAME_HEADER, FrameType
 
 __all__ = ["LentReader", "SegmentWriter"]
 

@@ -16,12 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events, Hello, encode, preamble
-from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign.offline import load_file
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events, Hello, encode, preamble
+from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)
 FIRST_TS = 10**18

@@ -15,10 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Events, encode
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events, encode
 
 try:
     from fuzz.fuzz_events_json import FIRST_TS, STREAM_HEAD, TRACK

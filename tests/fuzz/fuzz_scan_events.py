@@ -14,8 +14,8 @@ import struct
 import sys
 from typing import Any
 
-from ringtrace.client.accelerator import load_optional
 from ringtrace.collector.ingest.scan import _scan_events_py
+from ringtrace.wire.optional_c import load_optional
 
 #: position, end, max_frame_bytes, top, its shift, known tracks (bits 0-7), rewrite offset, rewrite bytes (4)
 HEADER = struct.Struct("<HHIqBBH4s")

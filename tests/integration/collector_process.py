@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringtrace.client.wire.frames import Flush, FlushAck, Frame, Hello, encode, preamble
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.frames import Flush, FlushAck, Frame, Hello, encode, preamble
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 from waiting import wait_for
 
 _LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|https?)://([\d.]+):(\d+)")

@@ -7,7 +7,7 @@ import os
 import socket
 
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello, run_workload
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     EVENTS_HEADER,
     FRAME_HEADER,
     IGNORABLE,
@@ -21,7 +21,7 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import MAX_STRING_CHARS
+from ringtrace.wire.model import MAX_STRING_CHARS
 
 
 def _connect(address: str) -> socket.socket:

@@ -6,7 +6,7 @@ import json
 
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
 from ringtrace.client import Streamer, StreamerOptions, Timeline
-from ringtrace.client.wire.frames import Stats
+from ringtrace.wire.frames import Stats
 from waiting import wait_for
 
 

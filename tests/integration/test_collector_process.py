@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess, hello
-from ringtrace.client.wire.frames import encode, preamble
+from ringtrace.wire.frames import encode, preamble
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

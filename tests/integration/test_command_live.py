@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events, run_script
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello
 from ringtrace.collector.command.main import main
 from ringtrace.collector.ingest.hello import rewritten_hello
+from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Hello
 from waiting import wait_for
 
 RECORD = """

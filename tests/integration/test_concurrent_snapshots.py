@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, events, run_script
 from ringtrace.client import Streamer, StreamerOptions, Timeline
-from ringtrace.client.wire.frames import Schema
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig
+from ringtrace.wire.frames import Schema
 
 #: Connections, each declaring a schema no other does (more than the collector's caches of them hold).
 SCHEMAS = 40

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess, events, run_workload
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.frames import FRAME_HEADER, FrameType
 from ringtrace.collector.store.segments import scan_segment
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.frames import FRAME_HEADER, FrameType
 from waiting import wait_for
 
 #: A client that records instants numbered from 0 and, after every flush the collector acknowledged, prints the

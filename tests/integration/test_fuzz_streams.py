@@ -13,9 +13,9 @@ from pathlib import Path
 from collector_process import CollectorProcess, RawClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Hello, encode, preamble
-from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.frames import Hello, encode, preamble
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 CAPACITY_MB = 64
 EVENTS_PER_TRACK = 40

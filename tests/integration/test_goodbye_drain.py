@@ -8,7 +8,7 @@ import time
 
 import pytest
 from collector_process import CollectorProcess
-from ringtrace.client.wire.frames import Hello, Strings, encode, preamble
+from ringtrace.wire.frames import Hello, Strings, encode, preamble
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,7 @@ import msgpack
 import pytest
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello
 from perfetto_model import PerfettoTrace
-from ringtrace.client.accelerator import PURE_PYTHON_ENV
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     EVENTS_HEADER,
     FRAME_HEADER,
     Events,
@@ -40,7 +38,9 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import INSTANT, MAX_ARG_DEPTH, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import INSTANT, MAX_ARG_DEPTH, THREAD_TRACK, TrackInfo
+from ringtrace.wire.optional_c import PURE_PYTHON_ENV
+from ringtrace.wire.stream_encoder import StreamEncoder
 from waiting import wait_for
 
 RECORD = """

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, RawClient, run_collector, run_script
 from nats_cluster import NatsCluster, NatsServer, free_ports, server_binary
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Hello, Welcome
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.frames import Hello, Welcome
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)

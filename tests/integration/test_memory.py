@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess, RawClient, events, hello
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.frames import Goodbye, KindSpec, Schema, Strings, Track, encode
-from ringtrace.client.wire.model import THREAD_TRACK
 from ringtrace.collector.ingest.connection import READ_SIZE
 from ringtrace.collector.store.ring import table_charge_bound
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.frames import Goodbye, KindSpec, Schema, Strings, Track, encode
+from ringtrace.wire.model import THREAD_TRACK
 from waiting import wait_for
 
 MIB = 1024 * 1024

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events, metadata
 from ringtrace.client import read_trace_streams
-from ringtrace.client.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
+from ringtrace.wire.model import MAX_STRING_CHARS, OVERFLOW_LABEL
 
 
 def run_client(code: str, *args: str, script: bool = False, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -315,7 +315,7 @@ def test_a_fork_started_process_delivers_before_it_exits(collector: CollectorPro
 _TRACED_TASKS = """
 import concurrent.futures, multiprocessing, sys, ringtrace.client
 
-@ringtrace.client.traced
+@ringtrace.client.recording.traced
 def square(x):
     return x * x
 

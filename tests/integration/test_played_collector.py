@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import ringtrace.client
 from ringtrace.client import MemoryListener, Streamer, Timeline
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.frames import Events, Flush, FlushAck, SetPriority, encode, preamble
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.frames import Events, Flush, FlushAck, SetPriority, encode, preamble
 from waiting import wait_for
 
 

@@ -18,8 +18,8 @@ import pytest
 from certificates import Certificates, make_certificates
 from collector_process import CollectorProcess, RawClient, events, hello, run_collector, run_workload
 from ringtrace.client import FileListener, Streamer, StreamerOptions, Timeline, read_trace_streams
-from ringtrace.client.wire.frames import AUTHENTICATION_FAILED, MAGIC, Goodbye, Track, Welcome, encode, preamble
 from ringtrace.collector.command.main import main
+from ringtrace.wire.frames import AUTHENTICATION_FAILED, MAGIC, Goodbye, Track, Welcome, encode, preamble
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("security")

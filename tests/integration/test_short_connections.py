@@ -8,11 +8,11 @@ import re
 import socket
 
 from collector_process import CollectorProcess, RawClient, hello
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Flush, FlushAck, Welcome, encode, preamble
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
 from ringtrace.collector.ingest.traffic import CONNECTION_LINES_BURST
+from ringtrace.wire.frames import Flush, FlushAck, Welcome, encode, preamble
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 _LINE = re.compile(r" (INFO|DEBUG) ringtrace\.collector\.ingest: connection from \S+: process 'raw' pid (\d+) ")
 _MORE = re.compile(r"; (\d+) more connections since, logged at DEBUG")

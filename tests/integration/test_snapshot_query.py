@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, RawClient
 from ringtrace.client import TraceFile, read_trace_streams
-from ringtrace.client.wire.frames import Flush
+from ringtrace.wire.frames import Flush
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("snapshot_query")

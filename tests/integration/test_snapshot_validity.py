@@ -9,8 +9,8 @@ from typing import Any
 import msgpack
 import pytest
 from collector_process import CollectorProcess, RawClient, events, hello, run_workload
-from ringtrace.client.wire.frames import Events, Frame, Schema, Stats, Strings, Track
-from ringtrace.client.wire.model import BUILTIN_KINDS, THREAD_TRACK
+from ringtrace.wire.frames import Events, Frame, Schema, Stats, Strings, Track
+from ringtrace.wire.model import BUILTIN_KINDS, THREAD_TRACK
 
 #: The largest integers the protocol accepts in a control frame, and as a pid: two processes' sums exceed 64 bits.
 MAX_FIELD = 2**63 - 1

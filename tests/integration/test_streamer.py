@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from collector_process import CollectorProcess, events
 from ringtrace.client import Streamer, StreamerOptions, Timeline
-from ringtrace.client.wire.frames import PREAMBLE
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.frames import PREAMBLE
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from waiting import wait_for
 
 
@@ -271,7 +271,7 @@ def test_child_forked_after_close_does_not_trace(collector: CollectorProcess) ->
 
 
 def test_a_welcome_naming_a_version_the_client_does_not_speak_is_refused(caplog: pytest.LogCaptureFixture) -> None:
-    from ringtrace.client.wire.frames import Welcome, encode, preamble
+    from ringtrace.wire.frames import Welcome, encode, preamble
 
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"

@@ -28,12 +28,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 from ringtrace.client import encoder as encoder_module
-from ringtrace.client.accelerator import PURE_PYTHON_ENV, load_optional, speedups
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.messages import message_kind
-from ringtrace.client.wire.frames import FRAME_HEADER, Events, encode
-from ringtrace.client.wire.model import (
+from ringtrace.client.accelerator import speedups
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording.messages import message_kind
+from ringtrace.collector.ingest.scan import _scan_events_py
+from ringtrace.wire.frames import FRAME_HEADER, Events, encode
+from ringtrace.wire.model import (
     INSTANT,
     MAX_ARG_ITEMS,
     MAX_ARG_TEXT,
@@ -44,7 +44,8 @@ from ringtrace.client.wire.model import (
     normalise_values,
     safe_str,
 )
-from ringtrace.collector.ingest.scan import _scan_events_py
+from ringtrace.wire.optional_c import PURE_PYTHON_ENV, load_optional
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACK = TrackInfo(3, THREAD_TRACK, "main", 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -1126,7 +1127,7 @@ import _testcapi
 from ringtrace.client import Event, MemoryListener, Timeline, string, u16
 # Without the C module _asyncio, the sub-interpreter's asyncio is pure Python: its _get_running_loop is a function
 # of that interpreter, which stops working when the interpreter ends.
-code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.timelines"
+code = "import sys; sys.modules['_asyncio'] = None; import ringtrace.client.recording.timelines"
 assert _testcapi.run_in_subinterp(code) == 0
 listener = MemoryListener()
 tl = Timeline("main", [listener])

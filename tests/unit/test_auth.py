@@ -11,15 +11,15 @@ from pathlib import Path
 import msgpack
 import pytest
 from ringtrace.client import StreamerOptions
-from ringtrace.client.options import check_token, environment_token, read_token_file
-from ringtrace.client.wire.decoder import SessionDecoder
-from ringtrace.client.wire.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
-from ringtrace.client.wire.frames import FRAME_HEADER, FrameType, Hello, encode, preamble
-from ringtrace.client.wire.reader import FrameReader
 from ringtrace.collector.auth import Authenticator, is_loopback, server_tls_context
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.collector.service.app import CollectorConfig
 from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.errors import BadPreamble, ConfigError, LimitExceeded, MalformedFrame
+from ringtrace.wire.frames import FRAME_HEADER, FrameType, Hello, encode, preamble
+from ringtrace.wire.parsing import check_token, environment_token, read_token_file
+from ringtrace.wire.reader import FrameReader
 
 TOKEN = "rt-unit-0123456789abcdef0123456789"
 

@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Event, Timeline, string, u16
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
-from ringtrace.client.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
 from ringtrace.collector.read.query import EVERYTHING, EventFilter
+from ringtrace.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from ringtrace.client.options import parse_addresses
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.service.serve import (
     ENVIRONMENT,
     build_parser,
@@ -15,6 +13,8 @@ from ringtrace.collector.service.serve import (
     parse_listen_address,
     parse_size,
 )
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.parsing import parse_addresses
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.decoder import ReplyDecoder, SessionDecoder
-from ringtrace.client.wire.frames import (
+from ringtrace.collector.ingest.connection import READ_SIZE, IngestProtocol
+from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.decoder import ReplyDecoder, SessionDecoder
+from ringtrace.wire.frames import (
     MIN_MAX_FRAME_BYTES,
     Events,
     Flush,
@@ -32,10 +34,8 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
-from ringtrace.collector.ingest.connection import READ_SIZE, IngestProtocol
-from ringtrace.collector.service.app import Collector, CollectorConfig
-from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.model import INSTANT, MAX_STRING_CHARS, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from waiting import wait_for_async
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")

@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.service.data_dir import DataDirSync, recover
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import DataDir, FsyncPolicy, Segment
+from ringtrace.wire.decoder import Limits
 from store_client import Client
 
 

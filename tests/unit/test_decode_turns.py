@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ringtrace.client.wire.decoder import ReplyDecoder
-from ringtrace.client.wire.frames import Flush, FlushAck, Track, encode
-from ringtrace.client.wire.model import THREAD_TRACK
 from ringtrace.collector.ingest.turns import FRAME_COST, TABLE_BYTES_PER_TURN
+from ringtrace.wire.decoder import ReplyDecoder
+from ringtrace.wire.frames import Flush, FlushAck, Track, encode
+from ringtrace.wire.model import THREAD_TRACK
 from test_collector_limits import StandInTransport, connect, feed, read_on, small_collector
 
 

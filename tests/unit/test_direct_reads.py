@@ -17,9 +17,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.frames import (
+from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
+from ringtrace.collector.ingest.turns import LOOP_TURN_BYTES, READERS_PER_TURN
+from ringtrace.collector.service.app import Collector, CollectorConfig
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
+from ringtrace.collector.store.segments import scan_segment
+from ringtrace.collector.store.writer import DIRECT_READ_SIZE
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.frames import (
     EVENTS_HEADER,
     FRAME_HEADER,
     Flush,
@@ -29,13 +34,8 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
-from ringtrace.collector.ingest.connection import TURN_BYTES, IngestProtocol
-from ringtrace.collector.ingest.turns import LOOP_TURN_BYTES, READERS_PER_TURN
-from ringtrace.collector.service.app import Collector, CollectorConfig
-from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES
-from ringtrace.collector.store.segments import scan_segment
-from ringtrace.collector.store.writer import DIRECT_READ_SIZE
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from test_collector_limits import StandInTransport
 from waiting import wait_for_async
 

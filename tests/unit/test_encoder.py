@@ -18,9 +18,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     MIN_MAX_FRAME_BYTES,
     Events,
@@ -31,7 +30,7 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import (
+from ringtrace.wire.model import (
     CUT_MARK,
     INSTANT,
     MAX_ARG_DEPTH,
@@ -48,7 +47,8 @@ from ringtrace.client.wire.model import (
     display_text,
     normalise_args,
 )
-from ringtrace.client.wire.reader import FrameReader
+from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1234)
@@ -665,7 +665,7 @@ def test_every_event_decodes_whatever_its_label_and_argument_values(runs: list[t
 
 
 def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget() -> None:
-    from ringtrace.client.wire.model import MAX_ARG_VALUES, normalise_args
+    from ringtrace.wire.model import MAX_ARG_VALUES, normalise_args
 
     shared: list[Any] = ["leaf"]
     for _ in range(30):
@@ -677,7 +677,7 @@ def test_arguments_that_expand_through_shared_sublists_are_cut_at_a_total_budget
 
 
 def test_a_large_flat_map_and_a_long_string_are_cut_with_a_mark_not_dropped() -> None:
-    from ringtrace.client.wire.model import MAX_ARG_TEXT
+    from ringtrace.wire.model import MAX_ARG_TEXT
 
     stream = Stream()
     big = {f"k{i}": i for i in range(5000)}

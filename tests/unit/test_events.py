@@ -27,12 +27,12 @@ from ringtrace.client import (
     u32,
     u64,
 )
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.events import event_id, wire_values
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.frames import Events, Hello, Schema, encode, preamble
-from ringtrace.client.wire.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo
-from ringtrace.client.wire.reader import FrameReader
+from ringtrace.client.recording.events import event_id, wire_values
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.frames import Events, Hello, Schema, encode, preamble
+from ringtrace.wire.model import FIRST_TYPED_KIND, KINDS, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACK = TrackInfo(5, THREAD_TRACK, "main", 1)
 

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.wire.frames import Events
 from ringtrace.collector.export import chrome_frames, perfetto_frames
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flows import flow_id, span_flows
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
+from ringtrace.wire.frames import Events
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = "00f067aa0ba902b7"
@@ -161,8 +161,8 @@ def test_caller_and_callee_recorded_apart_meet_in_both_formats(tmp_path: Path) -
 @needs_c
 def test_a_kind_given_twice_counts_with_its_last_value_in_both_writers(tmp_path: Path) -> None:
     """msgpack-python keeps a repeated key's last value: the C writers read the same span the Python ones do."""
-    from ringtrace.client.encoder import StreamEncoder
-    from ringtrace.client.wire.model import SPAN, THREAD_TRACK, TrackInfo
+    from ringtrace.wire.model import SPAN, THREAD_TRACK, TrackInfo
+    from ringtrace.wire.stream_encoder import StreamEncoder
     from test_chrome_frames import columns, good_payload, stream_with
 
     batch = StreamEncoder().encode(TrackInfo(7, THREAD_TRACK, "main", 1), [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}])

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client import read_trace_file
-from ringtrace.client.wire.errors import BadPreamble
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign import hawktracer
 from ringtrace.collector.foreign.offline import LoadedFile, load_file
 from ringtrace.collector.foreign.recording import ForeignFormatError, to_stream
 from ringtrace.collector.read.query import parse_snapshot_query
 from ringtrace.collector.read.rows import selected_rows
+from ringtrace.wire.errors import BadPreamble
 
 DATA = Path(__file__).parents[1] / "data" / "foreign"
 HELLO_WORLD = DATA / "hawktracer-hello-world.htdump"

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.frames import Events, Hello, Stats
 from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, Selection, SnapshotView, taken_events
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.frames import Events, Hello, Stats
 from store_client import Client
 
 

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_ID, Envelope, cleared_header
 from ringtrace.collector.jetstream.fleet import StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
@@ -25,6 +24,7 @@ from ringtrace.collector.jetstream.subjects import (
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
+from ringtrace.wire.frames import Hello
 from store_client import Client
 
 

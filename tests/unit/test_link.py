@@ -12,9 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from ringtrace.client.encoder import EncodedBatch, StreamEncoder
-from ringtrace.client.options import StreamerOptions
-from ringtrace.client.streaming.link import (
+from ringtrace.client.delivery.streaming.link import (
     Action,
     AnswerFlush,
     Close,
@@ -25,7 +23,8 @@ from ringtrace.client.streaming.link import (
     Log,
     Prioritize,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.client.options import StreamerOptions
+from ringtrace.wire.frames import (
     AUTHENTICATION_FAILED,
     PROTOCOL_VERSIONS,
     TABLES_PAST_CAPACITY,
@@ -44,8 +43,9 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
-from ringtrace.client.wire.reader import FrameReader
+from ringtrace.wire.model import OVERFLOW_LABEL, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.reader import FrameReader
+from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
 ADDRESS = "collector:7700"
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")

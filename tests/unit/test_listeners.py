@@ -24,8 +24,8 @@ from ringtrace.client import (
     read_trace_streams,
     u8,
 )
-from ringtrace.client.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Stats
-from ringtrace.client.wire.model import (
+from ringtrace.wire.frames import FRAME_HEADER, PREAMBLE, FrameType, Stats
+from ringtrace.wire.model import (
     INSTANT,
     MAX_STRING_CHARS,
     SPAN,

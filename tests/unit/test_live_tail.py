@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import orjson
-from ringtrace.client.wire.frames import Stats
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.rows import Row
+from ringtrace.wire.frames import Stats
 
 PROCESS = ProcessView(7, 1007, 1007, "box", "web", 0, Stats(0, 0), {})
 

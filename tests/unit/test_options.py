@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector import CollectorConfig
 from ringtrace.collector.command.main import build_parser as build_command_parser
 from ringtrace.collector.service.option_table import (
@@ -23,6 +22,7 @@ from ringtrace.collector.service.option_table import (
     with_flags_markdown,
 )
 from ringtrace.collector.service.serve import build_parser, config_from_args, environment_args
+from ringtrace.wire.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "collector.md"
 RANGED = [option for option in OPTIONS if option.range is not None]

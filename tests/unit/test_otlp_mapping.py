@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.ingest.otlp.logs import priority_of
 from ringtrace.collector.ingest.otlp.receiver import SIGNALS, BadRequest, decode_request
 from ringtrace.collector.ingest.otlp.resources import attributes_of
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLanes, TraceSpan
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 property_test = settings(deadline=None, max_examples=200)
 TRACES, LOGS, METRICS = SIGNALS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import socket
 
-from ringtrace.client.streaming.outage import Outage, connect_failure
+from ringtrace.client.delivery.streaming.outage import Outage, connect_failure
 
 
 def test_an_outage_is_warned_of_after_its_grace_then_once_a_minute_and_its_end_once() -> None:

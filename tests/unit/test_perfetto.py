@@ -9,13 +9,13 @@ from pathlib import Path
 
 from perfetto_model import PerfettoTrace, pb
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Hello, encode, preamble
-from ringtrace.client.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.query import EventFilter
+from ringtrace.wire.frames import Hello, encode, preamble
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 
 def recorded(tmp_path: Path, record: object, name: str = "unit") -> Path:

@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
 from recorded_files import recorded
 from ringtrace.client import Timeline
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
-from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.perfetto_frames import ACCELERATED, FramePackets, Naming
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
+from ringtrace.wire.frames import FRAME_HEADER, Events, FrameType, Hello, encode, preamble
+from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ringtrace.client.wire.frames import Hello
 from ringtrace.collector.read.query import EventFilter
 from ringtrace.collector.service.process_control import ProcessControl
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.frames import Hello
 from store_client import Client
 
 

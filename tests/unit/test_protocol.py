@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.wire.errors import (
+from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -25,7 +25,7 @@ from ringtrace.client.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     CHECKSUM_TYPE,
     DEFAULT_MAX_FRAME_BYTES,
     EVENT_COLUMNS,
@@ -57,8 +57,8 @@ from ringtrace.client.wire.frames import (
     preamble,
     unpack_columns,
 )
-from ringtrace.client.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=60)

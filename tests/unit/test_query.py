@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ringtrace.client.messages import message_kind
-from ringtrace.client.wire.model import BUILTIN_KINDS
+from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.read.query import EVERYTHING, QueryError, category_of, parse_snapshot_query, parse_time
+from ringtrace.wire.model import BUILTIN_KINDS
 
 NOW = 1_795_000_000_123_456_789
 

@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.frames import Hello, KindSpec, Schema, encode, preamble
-from ringtrace.client.wire.recent import Recent
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.frames import Hello, KindSpec, Schema, encode, preamble
+from ringtrace.wire.recent import Recent
 
 THREADS = 8
 #: More distinct schemas than the caches hold: every decode of one evicts another.

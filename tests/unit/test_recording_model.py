@@ -12,9 +12,9 @@ from typing import Any
 import msgpack
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import EVENTS_HEADER, FRAME_HEADER
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.frames import EVENTS_HEADER, FRAME_HEADER
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 from waiting import wait_for
 
 TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)

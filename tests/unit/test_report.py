@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from ringtrace.client.wire.frames import Stats
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 from store_client import Client
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.flusher import FLUSHER
-from ringtrace.client.wire.model import INSTANT, SPAN
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.wire.model import INSTANT, SPAN
 
 pytestmark = pytest.mark.skipif(speedups is None, reason="the C accelerator is not in use in this process")
 

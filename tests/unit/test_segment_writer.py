@@ -14,19 +14,6 @@ import gc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.frames import (
-    MIN_MAX_FRAME_BYTES,
-    Events,
-    Flush,
-    Hello,
-    Strings,
-    Track,
-    encode,
-    preamble,
-)
-from ringtrace.client.wire.model import THREAD_TRACK
-from ringtrace.client.wire.reader import NEED_DATA, Sentinel
 from ringtrace.collector.ingest.lending import IngestDecoder, LendingFrameReader
 from ringtrace.collector.ingest.traffic import (
     MAX_CONTROL_FRAMES_PER_S,
@@ -38,6 +25,19 @@ from ringtrace.collector.ingest.traffic import (
 )
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.writer import SegmentWriter
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.frames import (
+    MIN_MAX_FRAME_BYTES,
+    Events,
+    Flush,
+    Hello,
+    Strings,
+    Track,
+    encode,
+    preamble,
+)
+from ringtrace.wire.model import THREAD_TRACK
+from ringtrace.wire.reader import NEED_DATA, Sentinel
 from test_collector_limits import connect, small_collector
 
 HELLO = Hello(7, "host", "proc", "instance", "boot", 1, 2, "test")

@@ -15,8 +15,9 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.decoder import (
+from ringtrace.collector.ingest.lending import IngestDecoder
+from ringtrace.collector.store.segments import EVENTS_ENTRY
+from ringtrace.wire.decoder import (
     MAX_KIND_FIELDS,
     Limits,
     ReplyDecoder,
@@ -24,7 +25,7 @@ from ringtrace.client.wire.decoder import (
     StreamTables,
     negotiate,
 )
-from ringtrace.client.wire.errors import (
+from ringtrace.wire.errors import (
     BadPreamble,
     ConfigError,
     FrameTooLarge,
@@ -35,7 +36,7 @@ from ringtrace.client.wire.errors import (
     UnexpectedFrame,
     UnsupportedVersion,
 )
-from ringtrace.client.wire.frames import (
+from ringtrace.wire.frames import (
     EVENT_COLUMNS,
     EVENTS_HEADER,
     FRAME_HEADER,
@@ -62,7 +63,7 @@ from ringtrace.client.wire.frames import (
     encode,
     preamble,
 )
-from ringtrace.client.wire.model import (
+from ringtrace.wire.model import (
     ASYNC_TRACK,
     BUILTIN_KINDS,
     FIRST_TYPED_KIND,
@@ -77,9 +78,8 @@ from ringtrace.client.wire.model import (
     normalise_args,
     normalise_values,
 )
-from ringtrace.client.wire.reader import CLOSED, NEED_DATA, Sentinel
-from ringtrace.collector.ingest.lending import IngestDecoder
-from ringtrace.collector.store.segments import EVENTS_ENTRY
+from ringtrace.wire.reader import CLOSED, NEED_DATA, Sentinel
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
 property_test = settings(deadline=None, max_examples=50)
@@ -1205,7 +1205,7 @@ def test_replies_closed_at_a_frame_boundary() -> None:
 
 
 def test_tables_only_grow_a_string_id_or_the_columns_cannot_be_redefined() -> None:
-    from ringtrace.client.wire.model import BUILTIN_KINDS
+    from ringtrace.wire.model import BUILTIN_KINDS
 
     for later in (Strings(0, ("other",)), Schema(BUILTIN_KINDS, ("args", "kind", "name", "ts", "dur"))):
         decoder = SessionDecoder(live=False)

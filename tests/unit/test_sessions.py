@@ -9,10 +9,10 @@ import sys
 import time
 
 import pytest
-from ringtrace.client.wire.frames import Hello
-from ringtrace.client.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.collector.store.clocks import MAX_BOOTS, Arrival, tcp_round_trip_ns
 from ringtrace.collector.store.processes import ENDED_TRACKS_REMEMBERED, OTLP_CLIENT_PREFIX, Registry
+from ringtrace.wire.frames import Hello
+from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 
 STEP = 1 << 22
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.decoder import Limits
 from store_client import Client
 
 

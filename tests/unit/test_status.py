@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ringtrace.client.wire.decoder import Limits
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.ingest.traffic import Traffic
@@ -12,6 +11,7 @@ from ringtrace.collector.service.snapshots import Snapshots
 from ringtrace.collector.service.status import Status
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.decoder import Limits
 from store_client import Client
 
 FACTS = {"collector_version": "1.2.3", "clock_origin_wall_ns": 5, "policy": "ring", "data_dir": None}

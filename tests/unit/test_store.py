@@ -15,9 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_model import PerfettoTrace
 from ringtrace.client import read_trace_streams
-from ringtrace.client.wire.decoder import Limits, SessionDecoder
-from ringtrace.client.wire.errors import ConfigError
-from ringtrace.client.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -25,6 +22,9 @@ from ringtrace.collector.read.frame_walk import FrameWalk, ProcessView, Snapshot
 from ringtrace.collector.read.query import EVERYTHING
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Counts, Store
 from ringtrace.collector.store.segments import DataDir, Segment, scan_segment
+from ringtrace.wire.decoder import Limits, SessionDecoder
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.frames import CHECKSUM_TYPE, Events, FrameType, Stats, Strings, encode
 from store_client import Client
 
 

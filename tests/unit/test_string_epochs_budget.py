@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ringtrace.client.wire.model import StringTable
+from ringtrace.wire.model import StringTable
 
 
 def test_ids_a_byte_cut_took_come_back_when_the_table_starts_again() -> None:

@@ -4,12 +4,12 @@ is told so rather than skipped ahead."""
 from __future__ import annotations
 
 import pytest
-from ringtrace.client.wire.decoder import Limits
-from ringtrace.client.wire.frames import Stats
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.query import EventFilter, Pattern
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.decoder import Limits
+from ringtrace.wire.frames import Stats
 from store_client import Client
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
-from ringtrace.client.flusher import FLUSHER, Flusher
-from ringtrace.client.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
+from ringtrace.client.delivery.flusher import FLUSHER, Flusher
+from ringtrace.wire.model import ASYNC_TRACK, MAX_STRING_CHARS, THREAD_TRACK, display_text
 from waiting import wait_for
 
 
@@ -435,7 +435,7 @@ def test_recording_goes_on_quietly_when_the_flusher_cannot_start(
         def start(self) -> None:
             raise RuntimeError("can't create new thread at interpreter shutdown")
 
-    import ringtrace.client.timelines as timelines
+    import ringtrace.client.recording.timelines as timelines
 
     flusher = Flusher()
     monkeypatch.setattr(timelines, "FLUSHER", flusher)

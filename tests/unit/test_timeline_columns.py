@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Event, Timeline, string, u16
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import FRAME_HEADER, Events, Hello, encode, preamble
-from ringtrace.client.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.query import EVERYTHING, EventFilter, Pattern
+from ringtrace.wire.frames import FRAME_HEADER, Events, Hello, encode, preamble
+from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 
 class Packet(Event):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ringtrace.client import MemoryListener, SpanContext, Timeline, current_span, extract, inject
-from ringtrace.client.traceparent import format_traceparent, parse_traceparent
+from ringtrace.client.recording.traceparent import format_traceparent, parse_traceparent
 
 HEX = "0123456789abcdef"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

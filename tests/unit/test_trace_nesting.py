@@ -14,17 +14,6 @@ from typing import Any
 import pytest
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.wire.frames import Hello, encode, preamble
-from ringtrace.client.wire.model import (
-    ASYNC_TRACK,
-    INSTANT,
-    SPAN,
-    THREAD_TRACK,
-    KindRegistry,
-    TrackInfo,
-    normalise_values,
-)
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
@@ -35,6 +24,17 @@ from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.query import EventFilter, Pattern
 from ringtrace.collector.read.rows import selected_rows
 from ringtrace.collector.read.trace_spans import TraceSpans
+from ringtrace.wire.frames import Hello, encode, preamble
+from ringtrace.wire.model import (
+    ASYNC_TRACK,
+    INSTANT,
+    SPAN,
+    THREAD_TRACK,
+    KindRegistry,
+    TrackInfo,
+    normalise_values,
+)
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 OTHER_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -22,8 +22,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
     NumberDataPoint,
 )
-from ringtrace.client.wire.model import COUNTER
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of
+from ringtrace.wire.model import COUNTER
 
 __all__ = ["metrics_by_process"]
 

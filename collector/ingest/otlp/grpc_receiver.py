@@ -25,7 +25,6 @@ import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
-from ringtrace.client.wire.errors import ConfigError
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.ingest.otlp.receiver import (
     MAX_BODIES_IN_FLIGHT,
@@ -36,6 +35,7 @@ from ringtrace.collector.ingest.otlp.receiver import (
     Signal,
     Unavailable,
 )
+from ringtrace.wire.errors import ConfigError
 
 try:
     import grpc

@@ -8,8 +8,8 @@ from typing import Final
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-from ringtrace.client.messages import PRIORITIES
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of, value_of
+from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = ["LOG_FIELDS", "LOG_TEXT", "logs_by_process", "priority_of"]
 

@@ -14,11 +14,11 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ringtrace.client.wire.decoder import ReplyDecoder
-from ringtrace.client.wire.errors import ProtocolError
-from ringtrace.client.wire.frames import Flush, FlushAck, Goodbye, Hello, Refused, Welcome, encode, preamble
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.store.processes import ProcessRecord
+from ringtrace.wire.decoder import ReplyDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Hello, Refused, Welcome, encode, preamble
 
 __all__ = ["Delivered", "LoopbackClosed", "LoopbackConnection"]
 

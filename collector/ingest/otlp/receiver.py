@@ -38,10 +38,6 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_service
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
-from ringtrace.client.encoder import StreamEncoder
-from ringtrace.client.messages import PRIORITIES
-from ringtrace.client.wire.frames import KindSpec, encode
-from ringtrace.client.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
 from ringtrace.collector.ingest.otlp.in_flight import Busy, BytesInFlight, RequestBytes
@@ -50,6 +46,10 @@ from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackCon
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES, TraceLane, TraceLanes
+from ringtrace.wire.frames import KindSpec, encode
+from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, TrackInfo, normalise_values
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 __all__ = [
     "RETRY_AFTER_S",

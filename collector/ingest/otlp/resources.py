@@ -19,11 +19,11 @@ from typing import Any, Final
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from ringtrace.client._version import __version__
-from ringtrace.client.wire.frames import Hello
-from ringtrace.client.wire.model import MAX_STRING_CHARS, display_text
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceSpan
 from ringtrace.collector.store.processes import OTLP_CLIENT_PREFIX
+from ringtrace.wire.frames import Hello
+from ringtrace.wire.model import MAX_STRING_CHARS, display_text
+from ringtrace.wire.version import __version__
 
 __all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
 

@@ -13,9 +13,9 @@ from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from ringtrace.client.wire.model import INSTANT, SPAN
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceSpan
+from ringtrace.wire.model import INSTANT, SPAN
 
 __all__ = ["spans_by_process"]
 

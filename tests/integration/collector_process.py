@@ -19,6 +19,7 @@ from typing import Any
 from ringtrace.wire.frames import Flush, FlushAck, Frame, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
+from waiting import wait_for
 
 _LISTEN = re.compile(r"(ingest|http) listening on (?:tcp|https?)://([\d.]+):(\d+)")
 
@@ -126,14 +127,12 @@ class CollectorProcess:
         return json.loads(body)
 
     def wait_for_stored(self, count: int, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            stored = json.loads(self.get("/healthz")[1])["stored_events"]
-            if stored >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"collector stored {stored} of {count} events within {timeout_s}s")
-            time.sleep(0.05)
+        wait_for(
+            lambda: json.loads(self.get("/healthz")[1])["stored_events"],
+            until=lambda stored: stored >= count,
+            timeout_s=timeout_s,
+            what=f"{count} events stored",
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:

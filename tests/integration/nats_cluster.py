@@ -9,11 +9,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from waiting import NotWithin, wait_for
 
 
 def server_binary() -> str | None:
@@ -82,11 +83,10 @@ class NatsServer:
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until its JetStream answers."""
-        deadline = time.monotonic() + timeout_s
-        while self.jsz() is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the NATS server did not answer within {timeout_s}s:\n{self.log.read_text()}")
-            time.sleep(0.1)
+        try:
+            wait_for(self.jsz, timeout_s=timeout_s, what="the NATS server answering", interval_s=0.1)
+        except NotWithin as exc:
+            raise NotWithin(f"{exc}; its log:\n{self.log.read_text()}") from None
 
     def jsz(self, query: str = "") -> dict[str, Any] | None:
         """Its JetStream monitoring document, or None while it does not answer."""
@@ -124,18 +124,24 @@ class NatsCluster:
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running server answers and the cluster has a JetStream meta leader."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            documents = [server.jsz() for server in self.servers if server.proc and server.proc.poll() is None]
+
+        def ready(documents: list[dict[str, Any] | None]) -> bool:
             leaders = {
                 (document.get("meta_cluster") or {}).get("leader") for document in documents if document is not None
             }
-            if documents and None not in documents and len(leaders) == 1 and None not in leaders:
-                return
-            if time.monotonic() > deadline:
-                logs = "\n".join(server.log.read_text(errors="replace")[-2000:] for server in self.servers)
-                raise TimeoutError(f"the NATS cluster has no meta leader within {timeout_s}s:\n{logs}")
-            time.sleep(0.1)
+            return bool(documents) and None not in documents and len(leaders) == 1 and None not in leaders
+
+        try:
+            wait_for(
+                lambda: [server.jsz() for server in self.servers if server.proc and server.proc.poll() is None],
+                until=ready,
+                timeout_s=timeout_s,
+                what="every NATS server running answering, with one JetStream meta leader",
+                interval_s=0.1,
+            )
+        except NotWithin as exc:
+            logs = "\n".join(server.log.read_text(errors="replace")[-2000:] for server in self.servers)
+            raise NotWithin(f"{exc}; their logs:\n{logs}") from None
 
     def stream_leader(self, stream: str) -> NatsServer:
         """The server leading ``stream`` now (as the first server that answers says)."""

@@ -18,6 +18,7 @@ from ringtrace.collector.command.main import main
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
 from ringtrace.wire.handshake_frames import Hello
+from waiting import wait_for
 
 RECORD = """
 import sys, ringtrace.client
@@ -42,6 +43,16 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
+def tail_begun(collector: CollectorProcess, tail: subprocess.Popen[str]) -> None:
+    """Until the collector runs the stream of ``tail`` (a ``ringtrace tail`` process)."""
+
+    def running() -> int:
+        assert tail.poll() is None, "the tail ended before it began"
+        return int(collector.json("/stats")["tails_running"])
+
+    wait_for(running, timeout_s=30, what="the tail begun")
+
+
 def test_tail_prints_events_stored_after_it_started_as_dump_lines(collector: CollectorProcess) -> None:
     record(collector, "earlier")
     tail = subprocess.Popen(
@@ -64,10 +75,7 @@ def test_tail_prints_events_stored_after_it_started_as_dump_lines(collector: Col
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 30
-        while collector.json("/stats")["tails_running"] == 0:  # it has begun: what is stored from now on is its
-            assert time.monotonic() < deadline and tail.poll() is None, "the tail did not begin"
-            time.sleep(0.05)
+        tail_begun(collector, tail)  # what is stored from now on is its
         record(collector, "web")
         record(collector, "gone")
         assert collector.post("/clear?process=gone")[0] == 200  # most likely before the tail read it: told, not ended
@@ -105,15 +113,15 @@ def test_tail_says_on_stderr_once_it_is_open_and_keeps_stdout_for_the_events(col
     for thread in threads:
         thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not said:  # before any event: a user knows it is connected and waiting
-            assert time.monotonic() < deadline and tail.poll() is None, "the tail never said it was open"
-            time.sleep(0.05)
+
+        def what_it_said() -> list[str]:
+            assert tail.poll() is None, "the tail ended"
+            return said
+
+        wait_for(what_it_said, timeout_s=30, what="the tail saying it is open")  # before any event: a user knows
         assert collector.json("/stats")["tails_running"] == 1  # said once the collector had begun it
         record(collector, "web")
-        while len(shown) < 21:
-            assert time.monotonic() < deadline, shown
-            time.sleep(0.05)
+        wait_for(lambda: shown, until=lambda lines: len(lines) >= 21, timeout_s=30, what="21 lines shown")
     finally:
         tail.terminate()
         tail.wait(30)
@@ -289,10 +297,7 @@ def test_tail_says_the_collector_was_killed_when_it_was() -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while collector.json("/stats")["tails_running"] == 0:
-            assert time.monotonic() < deadline and tail.poll() is None, "the tail did not begin"
-            time.sleep(0.05)
+        tail_begun(collector, tail)
         collector.proc.kill()
         _, stderr = tail.communicate(timeout=30)
         assert tail.returncode == 1 and "broke off: the collector was killed" in stderr, stderr

@@ -14,6 +14,7 @@ from collector_process import CollectorProcess, events, run_workload
 from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
 from ringtrace.wire.stream_limits import Limits
+from waiting import wait_for
 
 #: A client that records instants numbered from 0 and, after every flush the collector acknowledged, prints the
 #: highest number acknowledged; it runs until killed.
@@ -70,8 +71,14 @@ def test_kill_9_keeps_every_event_acknowledged_and_nothing_twice(tmp_path: Path,
     collector = CollectorProcess("--data-dir", data_dir, "--capacity", "64MiB", "--fsync", fsync)
     streamers = start_streamers(collector.tcp_address, 4)
     try:
-        collector.wait_for_stored(4 * 5_000)
-        time.sleep(0.5)  # flushing goes on as the collector dies
+        # Each has had flushes acknowledged (it records the next 200 once its flush returns), the slowest to start too.
+        wait_for(
+            lambda: {p["process_name"]: p["stored_events"] for p in collector.json("/sources")["processes"]},
+            until=lambda stored: len(stored) == 4 and min(stored.values()) >= 5_000,
+            timeout_s=60,
+            what="5,000 events of each streamer stored",
+        )
+        time.sleep(0.5)  # (on purpose: flushing goes on as the collector dies)
         collector.proc.send_signal(signal.SIGKILL)
         collector.proc.wait()
     finally:

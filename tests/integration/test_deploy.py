@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -179,14 +179,13 @@ def test_the_image_builds_and_a_client_streams_to_it() -> None:
             ).stdout.split()[0]
             for inner in ("7700", "7701")
         }
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://{ports['7701']}/healthz", timeout=5).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the collector in the container never answered /healthz"
-                time.sleep(0.5)
+        wait_for(
+            lambda: urllib.request.urlopen(f"http://{ports['7701']}/healthz", timeout=5).read(),
+            timeout_s=60,
+            what="the collector in the container answering /healthz",
+            ignoring=(OSError,),
+            interval_s=0.5,
+        )
         code = (
             "import sys, ringtrace.client\n"
             "tl = ringtrace.client.connect(sys.argv[1], process_name='outside')\n"

@@ -31,6 +31,7 @@ from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
+from waiting import wait_for
 
 RECORD = """
 import sys, time, ringtrace.client
@@ -193,10 +194,13 @@ def test_snapshots_past_max_snapshots_get_a_503_with_retry_after() -> None:
         with RawClient(collector.tcp_address):  # never answers FLUSH: a snapshot waits for it
             slow = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=3",))
             slow.start()
-            deadline = time.monotonic() + 30
-            while collector.json("/stats")["snapshots_running"] == 0:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            wait_for(
+                lambda: collector.json("/stats"),
+                until=lambda stats: stats["snapshots_running"] > 0,
+                timeout_s=30,
+                what="the first snapshot running",
+                interval_s=0.02,
+            )
             try:
                 urllib.request.urlopen(collector.http_url + "/snapshot?flush_timeout_s=0", timeout=30)
                 raise AssertionError("a second snapshot was served")
@@ -245,14 +249,14 @@ assert tl.flush(60)
 """
 
 
-def wait_for_reset(sock: socket.socket, timeout_s: float) -> bool:
-    """Whether the peer resets ``sock`` within ``timeout_s``, read without taking anything of what it sent."""
-    deadline = time.monotonic() + timeout_s
-    while sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != errno.ECONNRESET:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def wait_for_reset(sock: socket.socket) -> None:
+    """Until the peer resets ``sock``, seen without taking anything of what it sent."""
+    wait_for(
+        lambda: sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR),
+        until=lambda error: error == errno.ECONNRESET,
+        timeout_s=30,
+        what="the connection reset",
+    )
 
 
 def test_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its_slot() -> None:
@@ -266,7 +270,7 @@ def test_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its_slot() ->
             stalled.sendall(b"GET /snapshot?flush_timeout_s=0 HTTP/1.1\r\nHost: x\r\n\r\n")
             assert collector.wait_for_log(lambda line: "cut off, it did not take" in line, timeout_s=60)
             # Reset at once (a close would leave it open while the kernel tries to send what the reader left unread).
-            assert wait_for_reset(stalled, timeout_s=10)
+            wait_for_reset(stalled)
         assert collector.json("/stats")["http_connections_timed_out"] == 1
         assert collector.get("/snapshot?flush_timeout_s=0&limit=1")[0] == 200  # its slot is free again
     finally:
@@ -280,14 +284,17 @@ def test_a_live_tail_reader_that_stops_reading_is_cut_off_counted_and_reset() ->
         with socket.create_connection((host, int(port)), timeout=30) as stalled:
             stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             stalled.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-            deadline = time.monotonic() + 30
-            while collector.json("/stats")["tails_running"] == 0:  # begun: it sees what is stored from now on
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            wait_for(  # begun: it sees what is stored from now on
+                lambda: collector.json("/stats"),
+                until=lambda stats: stats["tails_running"] > 0,
+                timeout_s=30,
+                what="the tail begun",
+                interval_s=0.02,
+            )
             done = subprocess.run([sys.executable, "-c", BULK, collector.tcp_address], capture_output=True, timeout=120)
             assert done.returncode == 0, done.stderr
             assert collector.wait_for_log(lambda line: "live tail to" in line and "cut off" in line, timeout_s=60)
-            assert wait_for_reset(stalled, timeout_s=10)
+            wait_for_reset(stalled)
         assert collector.json("/stats")["http_connections_timed_out"] == 1
     finally:
         collector.stop()

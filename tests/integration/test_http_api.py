@@ -6,15 +6,15 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, events, run_script
 from prometheus_client.parser import text_string_to_metric_families
 from ringtrace.collector.http.api import TAIL_KEEPALIVE_S
+from waiting import wait_for
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("http_api")
@@ -56,17 +56,6 @@ while time.monotonic() < deadline:
 def record(collector: CollectorProcess, name: str) -> tuple[int, int]:
     started, ended = run_script(collector, RECORD, name).split()
     return int(started), int(ended)
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    """``check()``'s first true result, polling until ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"not true within {timeout_s}s"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +162,14 @@ def test_priority_turns_on_a_connected_process_s_messages(collector: CollectorPr
         status, body = collector.post("/priority", {"priority": "DEBUG", "process": "chatty"})  # any case
         assert status == 200, body
         assert [p["process_name"] for p in json.loads(body)["processes"]] == ["chatty"]
-        logged = eventually(lambda: events(collector.snapshot("?category=engine&flush_timeout_s=5"), "i"))
+        logged = wait_for(
+            lambda: events(collector.snapshot("?category=engine&flush_timeout_s=5"), "i"),
+            timeout_s=30,
+            what="a debug message stored",
+        )
         assert logged[0]["name"].startswith("step ")
         rate = lambda: collector.json("/sources?process=chatty")["processes"][0]["events_per_s"]  # noqa: E731
-        assert eventually(lambda: (rate() or 0) > 0)  # messages flow now: the rate says so
+        wait_for(rate, until=lambda r: (r or 0) > 0, timeout_s=30, what="a rate")  # messages flow now: the rate says so
     finally:
         chatty.kill()
         chatty.wait()
@@ -231,13 +224,23 @@ class LiveTail:
                     event = "message"
 
 
+def tailed(tail: LiveTail, process: str, count: int) -> None:
+    """Until ``tail`` has read ``count`` events of ``process``."""
+    wait_for(
+        lambda: sum(e["process"] == process for e in tail.events),
+        until=lambda n: n == count,
+        timeout_s=30,
+        what=f"{count} events of {process} tailed",
+    )
+
+
 def test_a_live_tail_gets_each_event_stored_after_it_connected_once(collector: CollectorProcess) -> None:
     record(collector, "before")
     tail = LiveTail(collector, "?category=span")
     assert tail.first_line.startswith(b":")
     record(collector, "after")
     record(collector, "later")
-    eventually(lambda: sum(e["process"] == "later" for e in tail.events) == 50)
+    tailed(tail, "later", 50)
     by_process = {name: [e for e in tail.events if e["process"] == name] for name in ("before", "after")}
     assert not by_process["before"]
     assert sorted(e["args"]["i"] for e in by_process["after"]) == list(range(50))
@@ -252,13 +255,13 @@ def test_a_live_tail_gets_each_event_stored_after_it_connected_once(collector: C
 def test_a_live_tail_is_told_of_events_cleared_before_it_read_them_and_goes_on(collector: CollectorProcess) -> None:
     tail = LiveTail(collector)
     record(collector, "read")
-    eventually(lambda: sum(e["process"] == "read" for e in tail.events) == PER_PROCESS)
+    tailed(tail, "read", PER_PROCESS)
     for _ in range(3):  # cleared at once: each event is read before the clear, or told of as cleared
         record(collector, "cleared")
         status, _ = collector.post("/clear")
         assert status == 200
     record(collector, "after")
-    eventually(lambda: sum(e["process"] == "after" for e in tail.events) == PER_PROCESS)
+    tailed(tail, "after", PER_PROCESS)
     told = sum(notice["events"] for notice in tail.cleared)
     assert sum(e["process"] == "cleared" for e in tail.events) + told == 3 * PER_PROCESS
     assert not tail.errors
@@ -270,13 +273,13 @@ def test_a_live_tail_is_not_told_of_clears_made_before_it_began(collector: Colle
     assert status == 200
     tail = LiveTail(collector)
     record(collector, "after")
-    eventually(lambda: sum(e["process"] == "after" for e in tail.events) == PER_PROCESS)
+    tailed(tail, "after", PER_PROCESS)
     assert tail.cleared == []  # the clear before it began is not its news
     record(collector, "cleared")
     status, _ = collector.post("/clear?process=cleared")
     assert status == 200
     record(collector, "last")
-    eventually(lambda: sum(e["process"] == "last" for e in tail.events) == PER_PROCESS)
+    tailed(tail, "last", PER_PROCESS)
     told = sum(notice["events"] for notice in tail.cleared)
     assert sum(e["process"] == "cleared" for e in tail.events) + told == PER_PROCESS  # one after it began is
     assert not tail.errors
@@ -290,20 +293,24 @@ def test_a_live_tail_whose_reader_left_frees_its_slot_at_once(collector: Collect
     assert status == 503 and b"max_tails=16" in body
     for reader in readers:
         reader.close()
-    started = time.monotonic()
-    status = 503
-    # Nothing is written to them meanwhile (no events come): before, the slots stayed taken until the keepalive.
-    while status == 503 and time.monotonic() - started < TAIL_KEEPALIVE_S / 2:
-        time.sleep(0.1)
+
+    def tails_running() -> list[float]:
         with urllib.request.urlopen(collector.http_url + "/metrics", timeout=30) as response:
-            running = [
+            return [
                 sample.value
                 for family in text_string_to_metric_families(response.read().decode())
                 for sample in family.samples
                 if sample.name == "ringtrace_tails_running"
             ]
-        status = 200 if running == [0] else 503
-    assert status == 200
+
+    # Nothing is written to them meanwhile (no events come): before, the slots stayed taken until the keepalive.
+    wait_for(
+        tails_running,
+        until=lambda running: running == [0],
+        timeout_s=TAIL_KEEPALIVE_S / 2,
+        what="every tail's slot given back",
+        interval_s=0.1,
+    )
 
 
 def test_a_live_tail_refuses_what_needs_the_whole_store(collector: CollectorProcess) -> None:

@@ -24,6 +24,7 @@ from nats_cluster import NatsCluster, NatsServer, free_ports, server_binary
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
+from waiting import wait_for
 
 pytestmark = pytest.mark.xdist_group("jetstream")  # (three servers a test: one such test at a time per worker)
 
@@ -163,10 +164,12 @@ def process_counts(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 def wait_published(collector: CollectorProcess, timeout_s: float = 30.0) -> None:
     """Until the collector has no connection left and no segment waiting to be published (their last ones)."""
-    deadline = time.monotonic() + timeout_s
-    while (stats := collector.json("/stats"))["connections"] or stats["jetstream"]["waiting_messages"]:
-        assert time.monotonic() < deadline, "segments still waiting to be published"
-        time.sleep(0.05)
+    wait_for(
+        lambda: collector.json("/stats"),
+        until=lambda stats: not stats["connections"] and not stats["jetstream"]["waiting_messages"],
+        timeout_s=timeout_s,
+        what="every connection gone and every segment published",
+    )
 
 
 def assert_accounts_add_up(counts: dict[str, int]) -> None:
@@ -314,10 +317,13 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
         before = streamer.last_acknowledged
         nats_cluster.stop()
         streamer.wait_for(lambda results: not results[-1][0])  # a flush returns False
-        deadline = time.monotonic() + 60
-        while collector.json("/stats")["discarded_events"] == 0:  # the buffer filled: new events refused, counted
-            assert time.monotonic() < deadline, "nothing was refused while the cluster was away"
-            time.sleep(0.1)
+        wait_for(  # the buffer filled: new events refused, counted
+            lambda: collector.json("/stats"),
+            until=lambda stats: stats["discarded_events"] > 0,
+            timeout_s=60,
+            what="events refused while the cluster was away",
+            interval_s=0.1,
+        )
         stats = collector.json("/stats")
         assert "error" in stats["fleet"] and stats["jetstream"]["failing"]
         assert collector.get("/snapshot")[0] == 503
@@ -359,26 +365,33 @@ def test_max_age_on_jetstream_removes_old_events_and_counts_them_overwritten(
     try:
         streamer = Streamer(collector.tcp_address, "s", batch=50, pause_s=0.05)
         streamers.append(streamer)
-        deadline = time.monotonic() + 30
-        while True:  # the process goes on sending: its newest messages carry the counts of what aged out
-            fleet = collector.json("/stats")["fleet"]
-            counts = {p["process_name"]: p for p in fleet.get("processes", [])}.get("s")
-            if counts is not None and counts["overwritten_events"] > 0:
-                break
-            assert time.monotonic() < deadline, fleet
-            time.sleep(0.2)
+        wait_for(  # the process goes on sending: its newest messages carry the counts of what aged out
+            lambda: collector.json("/stats")["fleet"],
+            until=lambda fleet: any(
+                p["process_name"] == "s" and p["overwritten_events"] > 0 for p in fleet.get("processes", [])
+            ),
+            timeout_s=30,
+            what="the fleet counting some of its events aged out",
+            interval_s=0.2,
+        )
+
         # While it still sends (once it stops, all of it ages out within a second: nothing of it is left to show).
         # Every snapshot's counts add up. Once, in CI under load, the snapshot right after /stats first counted some
         # aged out did not count them yet (overwritten 0); a later one did.
-        while True:
+        def adding_up() -> tuple[dict[str, int], Counter[int]]:
             trace = collector.snapshot()
             counts = process_counts(trace)["s"]
             assert_accounts_add_up(counts)
             found = numbers(trace)["s"]
             assert counts["stored_events"] == sum(found.values())
-            if counts["overwritten_events"] > 0:
-                break
-            assert time.monotonic() < deadline, counts
+            return counts, found
+
+        _, found = wait_for(
+            adding_up,
+            until=lambda seen: seen[0]["overwritten_events"] > 0,
+            timeout_s=30,
+            what="a snapshot counting some of its events aged out",
+        )
         streamer.stop()
         assert 0 not in found  # the oldest are gone, and counted
     finally:
@@ -395,10 +408,13 @@ def test_max_age_removes_what_a_connected_client_sent_long_enough_ago_and_counts
         # A slow client: its open segment would take minutes to fill; --max-age seals it, then removes it.
         streamer = Streamer(collector.tcp_address, "slow", batch=5, pause_s=0.1)
         streamers.append(streamer)
-        deadline = time.monotonic() + 30
-        while (stats := collector.json("/stats"))["overwritten_events"] == 0:
-            assert time.monotonic() < deadline, stats
-            time.sleep(0.2)
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda stats: stats["overwritten_events"] > 0,
+            timeout_s=30,
+            what="its sealed segment removed",
+            interval_s=0.2,
+        )
         streamer.wait_for(streamer.acknowledged_after(2))  # still connected, still sending
         streamer.stop()
         trace = collector.snapshot()
@@ -581,11 +597,7 @@ def sources_until(
     collector: CollectorProcess, accept: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """The collector's ``/sources`` document, once ``accept`` takes it."""
-    deadline = time.monotonic() + timeout_s
-    while not accept(document := collector.json("/sources")):
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}: {document}"
-        time.sleep(0.1)
-    return document
+    return wait_for(lambda: collector.json("/sources"), until=accept, timeout_s=timeout_s, what=what, interval_s=0.1)
 
 
 def test_a_process_connected_to_one_collector_is_connected_with_its_rate_on_another_until_it_closes(

@@ -11,7 +11,6 @@ import contextlib
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from ringtrace.wire.frames import Goodbye, encode
 from ringtrace.wire.model import THREAD_TRACK
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
+from waiting import wait_for
 
 MIB = 1024 * 1024
 CAPACITY = 96 * MIB
@@ -85,13 +85,6 @@ def fill_tables(collector: CollectorProcess, payload: bytes) -> tuple[list[RawCl
     return kept, closed, kept_rss
 
 
-def wait_for(condition: object, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-
-
 def refused_for_tables(raw: RawClient, payload: bytes) -> Goodbye:
     """Send ``payload``; the GOODBYE the collector answers (it reads what is sent after it a while)."""
     with contextlib.suppress(ConnectionError):  # (it stopped reading before all was sent: the GOODBYE is there)
@@ -111,7 +104,12 @@ def test_connections_filling_every_table_limit_stay_within_the_capacity(strings_
         grown = rss_bytes(collector.proc.pid) - before
         assert kept and closed, f"{len(kept)} kept, {closed} closed: the capacity bounds how many fit"
         # (A connection refused for its tables is read until its peer closes, for its GOODBYE to arrive whole.)
-        wait_for(lambda: collector.json("/stats")["connections"] == len(kept), "the refused ones gone")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["connections"] == len(kept),
+            timeout_s=30,
+            what="the refused ones gone",
+        )
         stats = collector.json("/stats")
         assert stats["table_bytes"] <= CAPACITY // 2  # tables take at most half the capacity
         assert stats["connections_tables_refused"] == closed
@@ -147,10 +145,20 @@ def test_memory_comes_back_once_connections_that_filled_their_tables_are_gone() 
             kept, _, _ = fill_tables(collector, payload)
             for raw in kept:
                 raw.close()
-            wait_for(lambda: collector.json("/stats")["processes"] == 0, "every process forgotten")
+            wait_for(
+                lambda: collector.json("/stats"),
+                until=lambda s: s["processes"] == 0,
+                timeout_s=30,
+                what="every process forgotten",
+            )
         # Given back to the OS (not only freed in the heap): within 64 MB of where it began, nothing being stored.
         bound = before + 64 * MIB
-        wait_for(lambda: rss_bytes(collector.proc.pid) <= bound, f"RSS back within {bound} bytes", timeout_s=15)
+        wait_for(
+            lambda: rss_bytes(collector.proc.pid),
+            until=lambda rss: rss <= bound,
+            timeout_s=30,
+            what=f"RSS back within {bound} bytes",
+        )
         assert collector.json("/stats")["held_bytes"] == 0
     finally:
         collector.stop()
@@ -210,7 +218,12 @@ def test_processes_that_only_declare_tables_are_held_to_their_share_and_leave_ot
         good.stdin.flush()
         assert good.wait(timeout=30) == 0
         # Every connection gone: nothing of theirs is counted any more.
-        wait_for(lambda: collector.json("/stats")["connections"] == 0, "every connection gone")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["connections"] == 0,
+            timeout_s=30,
+            what="every connection gone",
+        )
         stats = collector.json("/stats")
         assert stats["table_bytes"] == stats["buffer_bytes"] == 0, stats
     finally:
@@ -274,7 +287,12 @@ def test_a_read_buffer_grown_for_large_table_frames_is_counted_and_goes_back_onc
         stats = collector.json("/stats")
         assert 0 < stats["buffer_bytes"] < 2 * READ_SIZE, stats["buffer_bytes"]
         raw.close()
-        wait_for(lambda: collector.json("/stats")["processes"] == 0, "its process forgotten")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["processes"] == 0,
+            timeout_s=30,
+            what="its process forgotten",
+        )
         stats = collector.json("/stats")
         assert stats["table_bytes"] == stats["buffer_bytes"] == stats["held_bytes"] == 0, stats
     finally:

@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 from perfetto_model import PerfettoTrace
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -404,10 +405,12 @@ def test_otlp_data_forgotten_and_sent_again_shows_its_clients_pid_again() -> Non
         export = request_of(span("handle", T0, T0 + 10), **resource).SerializeToString()
         assert collector.export(export)[0] == 200
         assert collector.post("/clear?process=checkout")[0] == 200
-        deadline = time.monotonic() + 30
-        while collector.json("/healthz")["forgotten_processes"] < 1:  # (its stream closed, idle)
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(  # (its stream closed, idle)
+            lambda: collector.json("/healthz"),
+            until=lambda health: health["forgotten_processes"] >= 1,
+            timeout_s=30,
+            what="the cleared process forgotten",
+        )
         assert collector.export(export)[0] == 200
         shown = {p["process_name"]: p["pid"] for p in collector.json("/sources")["processes"]}
         assert shown == {"shop": pid, "checkout": pid}
@@ -649,10 +652,12 @@ def test_past_eight_bodies_in_flight_a_request_gets_503_and_those_in_flight_go_t
                 f"Content-Length: {64 * 1024}\r\n\r\n".encode()
             )
             waiting.append(sock)
-        deadline = time.monotonic() + 30
-        while (status := collector.export(body)[0]) != 503:  # the eight reach the receiver in their own time
-            assert status == 200 and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(  # the eight reach the receiver in their own time
+            lambda: collector.export(body)[0],
+            until=lambda status: status == 503,
+            timeout_s=30,
+            what="the eight bodies in flight",
+        )
         status, headers, answer = collector.export(body)
         assert status == 503 and headers.get("Retry-After") == "1" and b"in flight" in answer
         for sock in waiting:  # their bodies come: padding past the request, so each is a 400, not a wait
@@ -793,10 +798,12 @@ def test_an_idle_otlp_stream_is_closed_and_its_process_keeps_when_it_was_last_se
     try:
         assert collector.export(services("web"))[0] == 200
         (seen,) = (p["last_seen_wall_ns"] for p in collector.json("/sources")["processes"])
-        deadline = time.monotonic() + 30
-        while collector.json("/healthz")["otlp_streams"]:  # closed by the idle timeout
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(
+            lambda: collector.json("/healthz"),
+            until=lambda health: health["otlp_streams"] == 0,
+            timeout_s=30,
+            what="the stream closed by the idle timeout",
+        )
         (web,) = collector.json("/sources")["processes"]
         assert (web["via"], web["connections"], web["last_seen_wall_ns"]) == ("otlp", 0, seen)
         assert not any(track["live"] for track in web["tracks"])

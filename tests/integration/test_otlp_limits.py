@@ -8,14 +8,13 @@ import concurrent.futures
 import gzip
 import re
 import socket
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from collector_process import CollectorProcess
 from test_otlp import T0, OtlpCollector, request_of, span
+from waiting import wait_for
 
 MIB = 1024 * 1024
 
@@ -24,13 +23,6 @@ def rss_bytes(pid: int, field: str = "VmRSS") -> int:
     """The collector's resident memory now (``VmRSS``), or the most it ever had (``VmHWM``)."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(field + r":\s+(\d+)", status).group(1)) * 1024  # type: ignore[union-attr]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
 
 
 def gzip_bomb(inflated_bytes: int) -> bytes:
@@ -65,7 +57,12 @@ def test_a_gzip_body_counts_in_flight_by_what_it_inflates_to() -> None:
     waiting = []
     try:
         waiting = [announcing_the_largest_body(collector) for _ in range(8)]
-        wait_for(lambda: collector.export(plain)[0] == 503, "the eight bodies in flight")
+        wait_for(
+            lambda: collector.export(plain)[0],
+            until=lambda status: status == 503,
+            timeout_s=30,
+            what="the eight bodies in flight",
+        )
         with waiting.pop() as released:  # its body comes (padding past the request: a 400): one body's room is left
             released.sendall(plain + bytes(64 * 1024 - len(plain)))
             assert released.recv(100).startswith(b"HTTP/1.1 400")
@@ -131,7 +128,12 @@ def test_a_flood_of_otlp_connections_leaves_healthz_answering() -> None:
             statuses = [answer.result()[0] for answer in flood]
         assert polls == [True] * 7
         assert statuses == [200] * 300
-        wait_for(lambda: collector.json("/stats")["otlp_connections"] == 40, "the forty idle ones open")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["otlp_connections"] == 40,
+            timeout_s=30,
+            what="the forty idle ones open",
+        )
         stats = collector.json("/stats")
         assert stats["http_connections_refused"] == stats["otlp_connections_refused"] == 0
     finally:
@@ -148,7 +150,12 @@ def test_past_otlp_max_connections_a_connection_gets_503_with_retry_after_at_onc
             sock = otlp_socket(collector)
             sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
             held.append(sock)
-        wait_for(lambda: collector.json("/stats")["otlp_connections"] == 10, "the ten open")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["otlp_connections"] == 10,
+            timeout_s=30,
+            what="the ten open",
+        )
         for _ in range(20):
             with otlp_socket(collector) as extra:
                 answer = b""
@@ -202,7 +209,12 @@ def test_a_peer_that_closes_midway_through_its_body_gives_its_bytes_back_and_log
                     b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
                     b"Content-Length: 100000\r\n\r\n" + bytes(5000)
                 )
-        wait_for(lambda: collector.json("/stats")["otlp_requests_refused"].get("400") == 20, "the twenty counted")
+        wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda s: s["otlp_requests_refused"].get("400") == 20,
+            timeout_s=30,
+            what="the twenty counted",
+        )
         assert collector.json("/stats")["otlp_bytes_in_flight"] == 0
     finally:
         collector.stop()  # (every line it wrote is read)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ from ringtrace.client import MemoryListener, Streamer, Timeline
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frames import Events, Flush, FlushAck, SetPriority, encode, preamble
 from ringtrace.wire.stream_limits import Limits
+from waiting import wait_for
 
 
 class PlayedCollector:
@@ -65,7 +65,7 @@ class PlayedCollector:
     def round_trip(self, token: int = 99) -> None:
         """Send FLUSH and wait for its FLUSH_ACK: the client has handled everything sent before."""
         self.send(Flush(token))
-        wait_for(lambda: token in self.acks)
+        wait_for(lambda: token in self.acks, timeout_s=30, what=f"the FLUSH_ACK of {token}", interval_s=0.01)
 
     def send(self, frame: SetPriority | Flush) -> None:
         assert self.connection is not None
@@ -84,13 +84,6 @@ def played() -> Iterator[PlayedCollector]:
     peer.close()
 
 
-def wait_for(condition: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedCollector) -> None:
     streamer = Streamer(played.address, ringtrace.client.StreamerOptions())
     memory = MemoryListener()
@@ -101,7 +94,7 @@ def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedC
     assert tl.flush(10)  # connects, and is acknowledged
     assert played.welcomed.is_set()
     played.send(SetPriority("debug"))
-    wait_for(lambda: tl.priority == "debug")
+    wait_for(lambda: tl.priority, until=lambda p: p == "debug", timeout_s=30, what="the priority set", interval_s=0.01)
     debug(2)
     played.send(SetPriority("warning", timeline="someone else"))  # for another timeline: ignored
     played.send(SetPriority("loud"))  # not a priority: warned about, ignored
@@ -109,7 +102,13 @@ def test_set_priority_from_the_collector_turns_debug_messages_on(played: PlayedC
     debug(3)
     assert tl.flush(10)
     assert [e.name for e in memory.events] == ["detail x(2)", "detail x(3)"]  # not x(1): debug was off
-    wait_for(lambda: played.names == ["detail x(2)", "detail x(3)"])
+    wait_for(
+        lambda: played.names,
+        until=lambda names: names == ["detail x(2)", "detail x(3)"],
+        timeout_s=30,
+        what="both debug messages played",
+        interval_s=0.01,
+    )
     assert (tl.priority, other.priority) == ("debug", "info")
     tl.close()
 
@@ -122,7 +121,13 @@ def test_a_client_declares_no_more_kinds_than_the_collector_takes() -> None:
         tl = Timeline("kinds", [Streamer(played.address, ringtrace.client.StreamerOptions())])
         tl.instant("fits")
         assert tl.flush(10)
-        wait_for(lambda: played.names == ["fits"])
+        wait_for(
+            lambda: played.names,
+            until=lambda names: names == ["fits"],
+            timeout_s=30,
+            what="the instant played",
+            interval_s=0.01,
+        )
         assert played.error is None
         tl.close()
     finally:

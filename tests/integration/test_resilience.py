@@ -6,9 +6,9 @@ import json
 import socket
 import subprocess
 import sys
-import time
 
 from collector_process import CollectorProcess, events, run_workload
+from waiting import wait_for
 
 
 def _closed_port() -> int:
@@ -241,10 +241,12 @@ def test_a_client_whose_tables_never_fit_the_capacity_is_refused_slowly_and_each
     )
     client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while collector.json("/stats")["protocol_errors"] < 4:  # refused at least 4 times
-            assert time.monotonic() < deadline and client.poll() is None, "the client was not refused 4 times"
-            time.sleep(0.1)
+
+        def refusals() -> int:
+            assert client.poll() is None, "the client ended before it was refused 4 times"
+            return int(collector.json("/stats")["protocol_errors"])
+
+        wait_for(refusals, until=lambda n: n >= 4, timeout_s=60, what="the client refused 4 times", interval_s=0.1)
         _, said = client.communicate("", timeout=30)
     finally:
         client.kill()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,16 +17,7 @@ from collector_process import CollectorProcess, events
 from ringtrace.client import Streamer, StreamerOptions, Timeline
 from ringtrace.wire.frame_types import PREAMBLE
 from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout_s`` passes (False)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+from waiting import wait_for
 
 
 def streamed(address: str, **options: Any) -> tuple[Timeline, Streamer]:
@@ -107,10 +98,12 @@ def test_streamer_does_not_spin_while_waiting_for_welcome(silent_listener: BareL
     try:
         timeline.instant("queued before the collector answers")
         assert timeline.flush(timeout_s=0.5) is False  # no WELCOME: not delivered
-        assert wait_until(lambda: silent_listener.received >= PREAMBLE.size)
+        wait_for(
+            lambda: silent_listener.received, until=lambda n: n >= PREAMBLE.size, timeout_s=30, what="the preamble"
+        )
         # The peer is silent: the process may burn at most a small part of a core while we wait (a spin burns all).
         cpu_before, wall_before = time.process_time(), time.monotonic()
-        wait_until(lambda: False, timeout_s=1.0)
+        time.sleep(1.0)  # (an idle second on purpose, to measure)
         cpu = time.process_time() - cpu_before
         assert cpu < 0.5 * (time.monotonic() - wall_before), f"{cpu:.2f}s of CPU while idle"
     finally:
@@ -121,10 +114,11 @@ def test_backoff_grows_when_every_connection_is_closed_before_welcome(hanging_up
     timeline, streamer = streamed(hanging_up_listener.address, backoff_initial_s=0.01, backoff_max_s=10.0)
     streamer.start()
     try:
-        assert wait_until(lambda: hanging_up_listener.accepted >= 6)
+        wait_for(lambda: hanging_up_listener.accepted, until=lambda n: n >= 6, timeout_s=30, what="six connections")
         # With exponential backoff from 10 ms, the next attempts are 0.64 s, 1.28 s, ... apart: far fewer than 40
         # connections in the next 3 s (without it, hundreds).
-        assert not wait_until(lambda: hanging_up_listener.accepted >= 40, timeout_s=3.0)
+        time.sleep(3.0)  # (3 s passing on purpose)
+        assert hanging_up_listener.accepted < 40
     finally:
         timeline.close(timeout_s=0)
 
@@ -187,7 +181,8 @@ def test_flush_is_not_true_when_events_recorded_before_it_were_dropped(collector
         assert streamer.dropped_events == 100 and stored == 0
         assert not flushed
         reported = lambda: collector.snapshot()["otherData"]["client_dropped_events"]  # noqa: E731
-        assert wait_until(lambda: reported() >= 100) and reported() == 100  # the drop reached the collector
+        wait_for(reported, until=lambda n: n >= 100, timeout_s=30, what="the drop reported to the collector")
+        assert reported() == 100
     finally:
         timeline.close(timeout_s=0)
 
@@ -352,11 +347,12 @@ def test_a_collector_that_cannot_be_reached_is_warned_of_soon_and_once(
     caplog.set_level("INFO", logger="ringtrace.client")
     timeline, _ = streamed(address, backoff_initial_s=0.05, backoff_max_s=0.2)  # attempts 0.2 s apart at most
     try:
-        started = time.monotonic()
-        while not warnings_of(caplog) and time.monotonic() - started < 30:
+
+        def warned() -> list[str]:
             timeline.instant("waiting", i=1)
-            time.sleep(0.01)
-        (warning,) = warnings_of(caplog)
+            return warnings_of(caplog)
+
+        (warning,) = wait_for(warned, timeout_s=30, what="the warning", interval_s=0.01)
         assert address in warning and reason in warning and "events queued" in warning  # (within the wait's bound)
         time.sleep(1.0)  # several reconnect attempts more: still the one warning (the next comes a minute on)
         assert len(warnings_of(caplog)) == 1
@@ -370,7 +366,7 @@ def test_delivery_that_resumes_is_said_once_at_info(caplog: pytest.LogCaptureFix
     timeline, _ = streamed(f"127.0.0.1:{port}")
     try:
         timeline.instant("before")
-        assert wait_until(lambda: bool(warnings_of(caplog)))
+        wait_for(lambda: warnings_of(caplog), timeout_s=30, what="the warning that it cannot reach the collector")
         collector = CollectorProcess(tcp=f"127.0.0.1:{port}")
         try:
             assert timeline.flush(timeout_s=30)
@@ -402,10 +398,13 @@ def test_a_client_pointed_at_the_http_port_says_so_once(
     http_port = collector.http_url.rsplit(":", 1)[1]
     timeline, _ = streamed(f"127.0.0.1:{http_port}", backoff_initial_s=0.05)
     try:
-        started = time.monotonic()
-        while time.monotonic() - started < 3:  # several reconnect attempts' worth
+
+        def warned() -> list[str]:
             timeline.instant("lost")
-            time.sleep(0.01)
+            return warnings_of(caplog)
+
+        wait_for(warned, timeout_s=30, what="the warning", interval_s=0.01)
+        time.sleep(1.0)  # several reconnect attempts more: still the one warning
         (warning,) = warnings_of(caplog)
         assert "got b'HTTP'" in warning and "is that the collector's HTTP port?" in warning
     finally:

@@ -27,6 +27,7 @@ from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.reply_decoder import ReplyDecoder
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
+from waiting import wait_for_async
 
 HELLO = Hello(1234, "host", "proc", "instance", "", 1, 2, "test")
 
@@ -246,13 +247,8 @@ def test_connection_that_never_says_hello_is_closed_after_the_handshake_timeout(
         talker = IngestProtocol(collector)
         talker.connection_made(greeted)  # type: ignore[arg-type]
         feed(talker, preamble() + encode(HELLO))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not silent.closing and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        both_timers_fired = loop.time() + 0.2  # the greeted connection's timer (also 0.05 s) has run by then
-        while loop.time() < both_timers_fired:
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: silent.closing, timeout_s=30, what="the silent connection closed")
+        await asyncio.sleep(0.2)  # (on purpose: the greeted connection's timer, also 0.05 s, has run by then)
         return silent.closing, greeted.closing
 
     assert asyncio.run(scenario()) == (True, False)
@@ -390,11 +386,15 @@ def test_a_closed_connection_and_its_tables_are_let_go_of_while_the_timers_run_o
             await asyncio.sleep(1.2)  # (the timers go through it: every 0.25 s, and every second with --max-age)
             writer.close()
             await writer.wait_closed()
-            deadline = asyncio.get_running_loop().time() + 30
-            while alive() > before and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                alive,
+                until=lambda count: count <= before,
+                timeout_s=30,
+                what=f"no more connections referred to than the {before} before",
+                interval_s=0.05,
+            )
             return alive() == before
         finally:
             await collector.stop()
 
-    assert asyncio.run(scenario()), "the connection was still referred to 30 s after it closed"
+    assert asyncio.run(scenario())

@@ -31,6 +31,7 @@ from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from test_collector_limits import StandInTransport
+from waiting import wait_for_async
 
 MAX_FRAME = 256 * 1024
 
@@ -440,10 +441,13 @@ def test_fsync_interval_syncs_what_was_written_within_a_second_and_the_rest_on_s
         assert connection.acknowledged() == [1]  # at once: acknowledgements do not wait for the disk
         with collector.store.snapshot() as snapshot:
             written = {(segment.seq, segment.used) for segment in snapshot.segments}
-        deadline = asyncio.get_running_loop().time() + 3
-        while not written <= set(synced) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-        assert written <= set(synced)
+        await wait_for_async(  # (at the interval: nothing stops the collector meanwhile)
+            lambda: set(synced),
+            until=lambda synced_now: written <= synced_now,
+            timeout_s=30,
+            what=f"{written} synced",
+            interval_s=0.05,
+        )
         connection.record(0, 10, 3)
         connection.flush()
         connection.send(len(connection.pending))

@@ -8,6 +8,7 @@ from ringtrace.collector.read.inventory import RateSampler
 from ringtrace.collector.service.housekeeping import Housekeeping
 from ringtrace.collector.store.heap import HeapTrimmer
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from waiting import wait_for_async
 
 
 def test_the_timers_run_until_stop_which_ends_every_task_the_extra_loops_too() -> None:
@@ -31,9 +32,7 @@ def test_the_timers_run_until_stop_which_ends_every_task_the_extra_loops_too() -
         housekeeping.start(extra_loop)
         running = len(asyncio.all_tasks()) - 1
         await asyncio.wait_for(extra_began.wait(), timeout=30)
-        deadline = asyncio.get_running_loop().time() + 30
-        while len(sweeps) < 2 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: len(sweeps), until=lambda n: n >= 2, timeout_s=30, what="two sweeps")
         await housekeeping.stop()
         return running, len(sweeps), len(asyncio.all_tasks()) - 1
 

@@ -12,6 +12,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from ringtrace.collector.ingest.otlp.signals import SIGNALS
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig
+from waiting import wait_for_async
 
 T0 = 1_700_000_000_000_000_000
 TRACES = SIGNALS[0]
@@ -62,8 +63,9 @@ def test_a_resource_whose_loopback_connection_closed_is_forgotten() -> None:
                 assert response.status == 200
             for connection in list(running.otlp_connections):  # as the idle timeout closes them
                 connection.close()
-            await asyncio.sleep(0.05)
-            return receiver.open_streams
+            return await wait_for_async(
+                lambda: receiver.open_streams, until=lambda n: n == 0, timeout_s=30, what="every stream closed"
+            )
         finally:
             await running.stop()
 
@@ -151,9 +153,7 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
                     async with session.post(url, data=io.BytesIO(body), headers=headers) as response:
                         return response.status, response.headers.get("Retry-After"), await response.read()
 
-                deadline = asyncio.get_running_loop().time() + 60
-                while not any(status == 503 for status, _, _ in answers):
-                    assert asyncio.get_running_loop().time() < deadline, answers
+                async def a_small_one_while_a_large_one_goes_in() -> list[tuple[int, str | None, bytes]]:
                     large = f"large-{len(answers)}"  # its stream is busy while its frames go in, a turn at a time
                     known = len(running.registry.processes)
                     storing = asyncio.ensure_future(post(request(large, 20_000).SerializeToString()))
@@ -161,6 +161,15 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
                         await asyncio.sleep(0)  # (its stream opens as it is packed: its process is known)
                     answers.append(await post(request(f"small-{len(answers)}", 1).SerializeToString()))
                     assert (await storing)[0] == 200
+                    return answers
+
+                await wait_for_async(
+                    a_small_one_while_a_large_one_goes_in,
+                    until=lambda answers: any(status == 503 for status, _, _ in answers),
+                    timeout_s=60,
+                    what="a small request refused 503 while a large one goes in",
+                    interval_s=0,
+                )
             return answers
         finally:
             await running.stop()

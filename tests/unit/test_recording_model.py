@@ -15,6 +15,7 @@ from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
+from waiting import wait_for
 
 TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)
 
@@ -246,9 +247,13 @@ def test_a_timeline_used_only_through_sources_is_drained_without_a_flush() -> No
     src = tl.source("alone")
     src.open()
     src.close()
-    deadline = time.monotonic() + 10
-    while len(listener.events) < 2 and time.monotonic() < deadline:  # the flusher's own pass, not flush()
-        time.sleep(0.01)
+    wait_for(  # the flusher's own pass, not flush()
+        lambda: [e.kind for e in listener.events],
+        until=lambda kinds: len(kinds) >= 2,
+        timeout_s=30,
+        what="both events drained",
+        interval_s=0.01,
+    )
     assert [e.kind for e in listener.events] == ["source_open", "source_close"]
     tl.close()
 
@@ -348,10 +353,13 @@ def test_a_forked_child_defines_messages_while_the_parent_keeps_defining_them() 
                     tl.message("child", "info", "defined in the child $x")
                 finally:
                     os._exit(0)
-            deadline = time.monotonic() + 10
-            while os.waitpid(pid, os.WNOHANG) == (0, 0):
-                assert time.monotonic() < deadline, "a forked child hung defining a message"
-                time.sleep(0.005)
+            wait_for(
+                lambda child=pid: os.waitpid(child, os.WNOHANG),  # type: ignore[misc]
+                until=lambda waited: waited != (0, 0),
+                timeout_s=30,
+                what="the forked child defining a message to end (not to hang)",
+                interval_s=0.005,
+            )
     finally:
         stop.set()
         definer.join()

@@ -26,6 +26,7 @@ from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, Trac
 from ringtrace.client.delivery.flusher import FLUSHER, Flusher
 from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
 from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK
+from waiting import wait_for
 
 
 @pytest.fixture
@@ -863,10 +864,18 @@ def test_a_buffer_half_full_wakes_the_flusher_before_its_interval_ends(call: str
     try:
         timeline.instant("sync")
         FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_until(lambda: len(memory.events) == 1)  # swept by the flusher, which now waits an hour
+        wait_for(  # swept by the flusher, which now waits an hour
+            lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the sweep", interval_s=0.005
+        )
         for i in range(BOUND // 2 + 1):  # the last one finds the buffer half full: the flusher wakes
             _record(call, timeline, i, [])
-        wait_until(lambda: len(memory.events) == 2 + BOUND // 2, timeout_s=10)  # not in an hour
+        wait_for(  # not in an hour
+            lambda: len(memory.events),
+            until=lambda n: n == 2 + BOUND // 2,
+            timeout_s=30,
+            what="the half-full buffer swept",
+            interval_s=0.005,
+        )
     finally:
         timeline.close()
 
@@ -878,7 +887,9 @@ def test_the_flushers_pace_is_its_listeners_own_while_they_listen() -> None:
         # The shortest interval and the longest exit timeout of the listeners of the timelines it sweeps.
         assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.001, 600.0)
         timelines[0].instant("swept soon")
-        wait_until(lambda: len(quick.events) == 1)  # with no flush: the flusher's own sweep
+        wait_for(
+            lambda: len(quick.events), until=lambda n: n == 1, timeout_s=30, what="the flusher's own sweep"
+        )  # no flush
     finally:
         for timeline in timelines:
             timeline.close()
@@ -891,23 +902,20 @@ def test_a_flusher_left_waiting_long_reads_its_interval_again_when_a_timeline_co
     try:
         hourly.instant("sync")
         FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
-        wait_until(lambda: len(slow.events) == 1)  # swept by the flusher, which now waits an hour
+        wait_for(
+            lambda: len(slow.events), until=lambda n: n == 1, timeout_s=30, what="a sweep"
+        )  # then it waits an hour
         quick = PacedMemoryListener(0.01)
         timeline = Timeline("quick", [quick])
         try:
             timeline.instant("swept within the new interval")
-            wait_until(lambda: len(quick.events) == 1, timeout_s=30)  # not in an hour
+            wait_for(
+                lambda: len(quick.events), until=lambda n: n == 1, timeout_s=30, what="a sweep within the new interval"
+            )
         finally:
             timeline.close()
     finally:
         hourly.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:

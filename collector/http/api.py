@@ -13,8 +13,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Executor
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from aiohttp import web
@@ -22,10 +21,10 @@ from aiohttp.typedefs import Middleware
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS, TIMELINE, Format
+from ringtrace.collector.http.collector_api import CollectorAPI
 from ringtrace.collector.http.endpoints import ENDPOINTS
-from ringtrace.collector.http.guard import HttpGuard, reset
+from ringtrace.collector.http.guard import reset
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.http.page import page_response, static_file, wants_html
 from ringtrace.collector.http.query import (
     POP_PARAMETERS,
@@ -41,73 +40,14 @@ from ringtrace.collector.http.query import (
     parse_snapshot_query,
 )
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.pairing import Pairing
-from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.wire.message_format import PRIORITIES
-from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["make_app"]
 
 log = logging.getLogger("ringtrace.collector.http")
-
-
-class CollectorAPI(Protocol):
-    """What the HTTP handlers need of the collector."""
-
-    @property
-    def snapshot_flush_timeout_s(self) -> float: ...
-
-    @property
-    def metrics(self) -> CollectorMetrics: ...
-
-    @property
-    def max_snapshots(self) -> int: ...
-
-    def begin_snapshot(self) -> bool: ...
-
-    def end_snapshot(self) -> None: ...
-
-    @property
-    def http_guard(self) -> HttpGuard: ...
-
-    @property
-    def readers(self) -> Executor: ...
-
-    @property
-    def pop_left_open(self) -> Pairing: ...
-
-    def keep_pop_left_open(self, left_open: Pairing) -> None: ...
-
-    @property
-    def pop_lock(self) -> asyncio.Lock: ...
-
-    async def pop(self, flush_timeout_s: float, selected: EventFilter) -> SnapshotView: ...
-
-    def tail_begun(self) -> None: ...
-
-    def tail_ended(self) -> None: ...
-
-    async def snapshot(self, flush_timeout_s: float, selected: EventFilter | None = None) -> SnapshotView: ...
-
-    def health(self) -> dict[str, Any]: ...
-
-    def stats(self) -> dict[str, Any]: ...
-
-    async def fleet_stats(self) -> dict[str, Any]: ...
-
-    async def sources(self, selected: EventFilter) -> dict[str, Any]: ...
-
-    def set_priority(self, selected: EventFilter, priority: str, timeline: str = "") -> list[ProcessRecord]: ...
-
-    async def clear(self, selected: EventFilter) -> tuple[list[ProcessRecord], int]: ...
-
-    @property
-    def stored_limits(self) -> Limits: ...
-
-    async def tail_step(self, tail: Tail) -> list[Row]: ...
 
 
 COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")

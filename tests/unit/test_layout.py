@@ -180,6 +180,25 @@ def test_every_package_face_only_re_exports() -> None:
     assert doing_more == []
 
 
+#: Sizes past which a module or a class is doing more than one job (C files are held to theirs by review).
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 350
+
+
+def test_no_module_over_500_lines_and_no_class_over_350() -> None:
+    too_big = []
+    for path in modules().values():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and (node.end_lineno or 0) - node.lineno + 1 > MAX_CLASS_LINES:
+                too_big.append(
+                    f"{path.relative_to(ROOT)}: class {node.name}, {node.end_lineno - node.lineno + 1} lines"
+                )
+    assert too_big == []
+
+
 def test_a_broken_rule_is_seen(tmp_path: Path) -> None:
     # The scan above has teeth: an import against the direction is found in a file's text.
     stray = tmp_path / "stray.py"

@@ -14,7 +14,7 @@ source after another so that the store's layout does not depend on timing:
   statuses), log records and metrics, with fixed ids and times;
 - the foreign recordings in ``tests/data/foreign`` and a Chrome JSON file, through ``ringtrace replay``.
 
-Then it fetches ``/snapshot`` in each format and ``/timeline`` with each filter ``read/query.py`` takes, ``/sources``,
+Then it fetches ``/snapshot`` in each format and ``/timeline`` with each filter ``http/query.py`` takes, ``/sources``,
 ``/``, the web view's files, error answers, ``ringtrace snapshot``/``dump``/``convert`` outputs, and last the
 destructive ``/pop`` and ``/clear``; it prints one JSON object, case name -> sha256 of the body, sorted by name.
 

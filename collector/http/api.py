@@ -173,14 +173,14 @@ async def _stream_out(
     Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long, or
     making it failed)."""
     step: asyncio.Future[bytes | None] | None = None
+    response = web.StreamResponse(headers=headers)
+    written = 0
     try:
-        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
         pieces = _Pieces(chunks, gzip)
         loop = asyncio.get_running_loop()
         timeout_s = request.app[COLLECTOR].http_guard.timeout_s
-        written = 0
         while True:
             step = loop.run_in_executor(request.app[COLLECTOR].readers, pieces.next)
             try:
@@ -202,6 +202,9 @@ async def _stream_out(
                 return response, False
         await response.write_eof()
         return response, True
+    except ConnectionError:  # its reader went away (a reset, a closed tab): not the collector's fault, no traceback
+        log.info("snapshot to %s: its reader went away after %d bytes", request.remote, written)
+        return response, False
     finally:
         # The segments stay pinned until no worker reads them (a cancelled request leaves its step running).
         if step is None or step.done():

@@ -277,6 +277,34 @@ def test_a_snapshot_reader_that_stops_reading_is_cut_off_and_frees_its_slot() ->
         collector.stop()
 
 
+def test_snapshot_readers_that_go_away_midway_free_their_slot_and_log_no_traceback() -> None:
+    collector = CollectorProcess("--max-snapshots", "1")
+    try:
+        done = subprocess.run([sys.executable, "-c", BULK, collector.tcp_address], capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        started = len(collector.lines)
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        for path in ("/snapshot", "/snapshot?format=perfetto", "/snapshot?format=native", "/timeline"):
+            with socket.create_connection((host, int(port)), timeout=30) as leaving:
+                leaving.sendall(
+                    f"GET {path}{'&' if '?' in path else '?'}flush_timeout_s=0 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                )
+                assert leaving.recv(65536).startswith(b"HTTP/1.1 200")  # its answer begun
+                # Gone with a reset (a program killed, a tab closed), before it took the rest.
+                leaving.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            wait_for(
+                lambda: collector.json("/stats"),
+                until=lambda stats: stats["snapshots_running"] == 0,
+                timeout_s=60,
+                what=f"the slot of {path} free again",
+            )
+        assert collector.get("/snapshot?flush_timeout_s=0&limit=1")[0] == 200
+    finally:
+        collector.stop()  # (every line it wrote is read)
+    logged = collector.lines[started:]
+    assert not [line for line in logged if "Traceback" in line or "ERROR" in line], logged
+
+
 def test_a_live_tail_reader_that_stops_reading_is_cut_off_counted_and_reset() -> None:
     collector = CollectorProcess("--http-timeout", "1")
     try:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.export.chrome import json_bytes
@@ -51,10 +52,11 @@ def output(path: str) -> Iterator[IO[bytes]]:
 def progress(what: str, events: int | None = None) -> Iterator[Callable[[int, int], None]]:
     """A progress line on stderr while bytes are written (only on a terminal): bytes, or, where the output's events
     can be counted and the collector said how many it holds (``events``), events against that (a filter takes
-    fewer: then the line ends short of it)."""
+    fewer: then the line ends short of it). On stderr alone: stdout may be the output itself (``-o -``)."""
+    terminal = Console(stderr=True)
     if events is None:
         by_bytes = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-        with Progress(*by_bytes, transient=True, disable=not sys.stderr.isatty()) as progress:
+        with Progress(*by_bytes, transient=True, console=terminal, disable=not terminal.is_terminal) as progress:
             task = progress.add_task(what, total=None)
             yield lambda nbytes, _: progress.advance(task, nbytes)
         return
@@ -71,7 +73,7 @@ def progress(what: str, events: int | None = None) -> Iterator[Callable[[int, in
         written[0] += nbytes
         progress.update(task, advance=shown, size=size(written[0]))
 
-    with Progress(*columns, transient=True, disable=not sys.stderr.isatty()) as progress:
+    with Progress(*columns, transient=True, console=terminal, disable=not terminal.is_terminal) as progress:
         task = progress.add_task(what, total=max(events, 1), size=size(0))
         yield advance
 

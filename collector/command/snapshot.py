@@ -51,12 +51,22 @@ def _snapshot(args: argparse.Namespace) -> int:
     ):
         while chunk := response.read(CHUNK):
             out.write(chunk)
-            advance(len(chunk), chunk.count(b'"ph":') if chrome else 0)  # (each Chrome event has one phase)
+            advance(len(chunk), _events_in(chunk) if chrome else 0)
             if report is not None:
                 report.feed(chunk)
     if filters:
         say_matched("snapshot", filters, report.shown_events() if report is not None else None, stored)
     return 0
+
+
+#: The phases of Chrome JSON entries that are no stored event: the metadata naming processes and threads, and the
+#: flow arrows between the spans of a trace.
+_NOT_EVENTS: Final = (b'"ph":"M"', b'"ph":"s"', b'"ph":"t"', b'"ph":"f"')
+
+
+def _events_in(chunk: bytes) -> int:
+    """How many of a Chrome JSON chunk's entries are events (each entry has one phase)."""
+    return chunk.count(b'"ph":') - sum(chunk.count(phase) for phase in _NOT_EVENTS)
 
 
 class _ChromeReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -434,3 +435,55 @@ def test_an_output_that_cannot_be_written_and_an_unknown_flag_are_one_line_each(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: ringtrace dump") and "unrecognized arguments: --bogus" in err
+
+
+COMMAND = "import sys; from ringtrace.collector.command.main import main; sys.exit(main())"
+
+
+def _on_a_terminal(argv: list[str], stdout: Path) -> str:
+    """Runs the command with its stderr on a terminal, as a user runs it, and its stdout into a file; returns what
+    the terminal showed."""
+    import os
+    import pty
+
+    primary, secondary = pty.openpty()
+    try:
+        with stdout.open("wb") as out:
+            done = subprocess.run(
+                [sys.executable, "-c", COMMAND, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=secondary,
+                timeout=60,
+                env={**os.environ, "COLUMNS": "200", "TERM": "xterm"},
+            )
+        os.close(secondary)
+        shown = b""
+        with contextlib.suppress(OSError):  # (the terminal's other end closed)
+            while data := os.read(primary, 65536):
+                shown += data
+    finally:
+        os.close(primary)
+    assert done.returncode == 0, shown
+    return shown.decode(errors="replace")
+
+
+def test_the_progress_line_is_on_the_terminal_and_counts_events_not_the_processes_and_threads_named(
+    recorded: CollectorProcess, tmp_path: Path
+) -> None:
+    import re
+
+    shown = _on_a_terminal(["snapshot", recorded.http_url, "-o", str(tmp_path / "t.json")], tmp_path / "stdout")
+    assert (tmp_path / "stdout").read_bytes() == b""
+    counts = re.findall(r"([\d,]+) of ([\d,]+) events stored", shown)
+    assert counts, shown
+    written, stored = (int(n.replace(",", "")) for n in counts[-1])
+    assert written == stored == 2 * 41
+
+
+def test_a_snapshot_file_to_stdout_from_a_terminal_is_the_file_alone(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _on_a_terminal(["snapshot", recorded.http_url, "-o", "-", "--format", "native"], tmp_path / "s.rtsnap")
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "file.rtsnap"), "--format", "native")[0] == 0
+    assert run(capsys, "dump", str(tmp_path / "s.rtsnap")) == run(capsys, "dump", str(tmp_path / "file.rtsnap"))

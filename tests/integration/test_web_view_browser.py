@@ -154,6 +154,12 @@ def page(browser: Any, fleet: CollectorProcess) -> Iterator[Page]:
         opened.close()
 
 
+def slices(image: Image) -> set[tuple[int, int]]:
+    """Where the plot is coloured (every other pixel each way)."""
+    x0, y0, x1, y1 = plot(image)
+    return {(x, y) for x in range(x0, x1, 2) for y in range(y0, y1, 2) if coloured(image.pixel(x, y))}
+
+
 def coloured(rgb: tuple[int, int, int]) -> bool:
     """Not white or grey: a slice's colour (the palette's, or a priority's)."""
     return max(rgb) - min(rgb) > 40
@@ -189,6 +195,33 @@ def test_the_timeline_draws_the_recent_past(page: Page) -> None:
     assert "2 processes" in info
     labels = page.page.evaluate("document.getElementById('timeline').dataset.drawn")
     assert int(labels) >= 1
+    assert page.errors == []
+
+
+def test_a_live_refresh_that_lands_after_the_user_zoomed_leaves_the_zoom_as_it_is(page: Page) -> None:
+    page.drawn_with(9600)
+    held: list[Any] = []
+    page.page.route("**/timeline?*", lambda route: held.append(route))  # the next live refresh's answer, held back
+    page.page.check("#follow")
+    for _ in range(100):
+        if held:
+            break
+        page.page.wait_for_timeout(50)
+    assert held, "no live refresh asked for the timeline"
+    # The user zooms while that refresh is on its way (which stops following live), and then it lands.
+    box = page.page.locator("#timeline").bounding_box()
+    columns = sorted({x for x, _ in slices(page.canvas())})
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)  # (around what is drawn)
+    for _ in range(5):
+        page.page.mouse.wheel(0, -400)
+    assert not page.page.is_checked("#follow")
+    zoomed = page.canvas()
+    assert slices(zoomed)
+    with page.page.expect_response(lambda response: "/timeline?" in response.url):
+        held[0].continue_()
+    page.page.wait_for_timeout(500)  # (its answer parsed, and drawn)
+    # The same slices where they were (the axis's labels count from the newest fetch: they move on).
+    assert slices(page.canvas()) == slices(zoomed)
     assert page.errors == []
 
 

@@ -101,6 +101,9 @@ function selection() {
 async function refreshTimeline(keepView = false) {
   if (state.timelineBusy) { state.timelineQueued = true; return; }
   state.timelineBusy = true;
+  // Asked for while following live: if the user zoomed or panned meanwhile (which stops following), the answer brings
+  // its data but leaves their view as it is.
+  const live = $("follow").checked;
   try {
     const query = selection();
     const pids = sources.selectedPids();
@@ -112,7 +115,7 @@ async function refreshTimeline(keepView = false) {
     const seconds = Number(new URLSearchParams(query).get("since").slice(1, -1));
     // The window asked for, in ns since the collector's origin (what the document's times count from).
     const start = Number(BigInt(since) - BigInt(doc.origin_ns));
-    timeline.setModel(model, [start, start + seconds * 1e9], keepView);
+    timeline.setModel(model, [start, start + seconds * 1e9], keepView || (live && !$("follow").checked));
     const drawn = performance.now();
     showInfo(model, doc, pids, fetched - started, drawn - fetched);
   } catch (error) {

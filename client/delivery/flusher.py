@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -163,10 +164,25 @@ class Flusher:
         return max(self._declared("exit_timeout_s"), default=self._default_exit_timeout_s)
 
     def _declared(self, setting: str) -> list[float]:
-        """The value of ``setting`` each listener of a swept timeline declares (``Paced``)."""
-        values = (getattr(listener, setting, None) for timeline in self.timelines() for listener in timeline.listeners)
-        # (a number, not what a mock answers for any attribute)
-        return [value for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
+        """The value of ``setting`` each listener of a swept timeline declares (``Paced``): a number of seconds, not
+        what a mock answers for any attribute; one that cannot be read declares nothing (it is read on the flusher's
+        thread, which must not end: listeners never raise)."""
+        values = []
+        for timeline in self.timelines():
+            for listener in timeline.listeners:
+                try:
+                    value = getattr(listener, setting, None)
+                except Exception:
+                    log.debug("ringtrace: listener %r failed to tell its %s", listener, setting, exc_info=True)
+                    continue
+                if (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and value >= 0
+                ):
+                    values.append(value)
+        return values
 
     def start(self) -> bool:
         """Start the thread if it is not running.

@@ -1044,3 +1044,25 @@ def test_a_lane_that_serves_many_tasks_in_turn_names_each_slice_s_task(tl: Timel
     ]
     assert shared == {"kept": 1}  # the caller's map is not written to
     assert all("task" not in e.args for e in listener.events if e.name == "level")
+
+
+def test_a_listener_whose_pace_cannot_be_read_leaves_the_flusher_sweeping() -> None:
+    class Unreadable(MemoryListener):
+        @property
+        def batch_interval_s(self) -> float:
+            raise RuntimeError("not configured")
+
+        @property
+        def exit_timeout_s(self) -> float:
+            return float("nan")  # not a pace either
+
+    memory = MemoryListener()
+    timelines = [Timeline("unreadable", [Unreadable()]), Timeline("swept", [memory])]
+    try:
+        assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.05, 2.0)  # the flusher's own
+        FLUSHER.wake()
+        timelines[1].instant("swept by the flusher")
+        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the flusher's sweep")
+    finally:
+        for timeline in timelines:
+            timeline.close()

@@ -16,8 +16,8 @@ first, so that order is kept and nothing is dropped on the way.
 Its pace is the listeners' own configuration, never set from outside: ``interval_s`` is the shortest
 ``batch_interval_s`` a listener of a swept timeline declares (``Paced``: the streamer, from its options), and
 ``exit_timeout_s``, how long the exit hook waits for delivery, the longest ``exit_timeout_s`` one declares; with none
-declared, the flusher's own defaults. A timeline that comes or goes (``register``) makes the waiting thread read its
-interval again, without a sweep.
+declared, the flusher's own defaults. A timeline that comes, goes or changes listeners (``register``) makes the waiting
+thread read its interval again, without a sweep.
 
 Timelines with listeners are held until they are closed or lose their last listener, and closed at interpreter
 exit. Importing ringtrace installs only the fork hook that gives timelines fresh locks in a child

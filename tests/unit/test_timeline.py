@@ -1066,3 +1066,17 @@ def test_a_listener_whose_pace_cannot_be_read_leaves_the_flusher_sweeping() -> N
     finally:
         for timeline in timelines:
             timeline.close()
+
+
+def test_a_flusher_left_waiting_long_reads_its_interval_again_when_the_listener_that_set_it_goes() -> None:
+    slow, memory = PacedMemoryListener(3600.0), MemoryListener()
+    timeline = Timeline("paced", [slow, memory])
+    try:
+        timeline.instant("sync")
+        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
+        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="a sweep")  # then an hour
+        timeline.remove_listener(slow)  # the pace is the flusher's own again
+        timeline.instant("swept within the flusher's own interval")
+        wait_for(lambda: len(memory.events), until=lambda n: n == 2, timeout_s=30, what="a sweep without the slow one")
+    finally:
+        timeline.close()

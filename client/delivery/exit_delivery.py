@@ -79,7 +79,9 @@ class SigtermDelivery:
     @staticmethod
     def _deliver() -> None:
         """Deliver on a thread of its own, waited for with a bound: the code the signal interrupted may hold a lock
-        the delivery needs, and then the wait ends and the process dies, as it would have."""
+        the delivery needs, and then the wait ends and the process dies, as it would have. The timeout is read before
+        the delivery starts: its listeners declare it, and it closes them."""
+        timeout_s = FLUSHER.exit_timeout_s
         closer = background_thread(FLUSHER.close_at_exit, "ringtrace-exit")
         closer.start()
-        closer.join(FLUSHER.exit_timeout_s + 0.5)
+        closer.join(timeout_s + 0.5)

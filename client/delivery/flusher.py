@@ -16,8 +16,8 @@ first, so that order is kept and nothing is dropped on the way.
 Its pace is the listeners' own configuration, never set from outside: ``interval_s`` is the shortest
 ``batch_interval_s`` a listener of a swept timeline declares (``Paced``: the streamer, from its options), and
 ``exit_timeout_s``, how long the exit hook waits for delivery, the longest ``exit_timeout_s`` one declares; with none
-declared, the flusher's own defaults. A timeline that comes or goes (``register``) makes the waiting thread read its
-interval again, without a sweep.
+declared, the flusher's own defaults. A timeline that comes, goes or changes listeners (``register``) makes the waiting
+thread read its interval again, without a sweep.
 
 Timelines with listeners are held until they are closed or lose their last listener, and closed at interpreter
 exit. Importing ringtrace installs only the fork hook that gives timelines fresh locks in a child
@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -163,10 +164,25 @@ class Flusher:
         return max(self._declared("exit_timeout_s"), default=self._default_exit_timeout_s)
 
     def _declared(self, setting: str) -> list[float]:
-        """The value of ``setting`` each listener of a swept timeline declares (``Paced``)."""
-        values = (getattr(listener, setting, None) for timeline in self.timelines() for listener in timeline.listeners)
-        # (a number, not what a mock answers for any attribute)
-        return [value for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
+        """The value of ``setting`` each listener of a swept timeline declares (``Paced``): a number of seconds, not
+        what a mock answers for any attribute; one that cannot be read declares nothing (it is read on the flusher's
+        thread, which must not end: listeners never raise)."""
+        values = []
+        for timeline in self.timelines():
+            for listener in timeline.listeners:
+                try:
+                    value = getattr(listener, setting, None)
+                except Exception:
+                    log.debug("ringtrace: listener %r failed to tell its %s", listener, setting, exc_info=True)
+                    continue
+                if (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and value >= 0
+                ):
+                    values.append(value)
+        return values
 
     def start(self) -> bool:
         """Start the thread if it is not running.

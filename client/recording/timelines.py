@@ -329,6 +329,8 @@ class Timeline(Recorder):
         if not left:
             FLUSHER.unregister(self)
             count_lost((listener,), buffers)  # recorded in the instant between the sweep and now
+        else:
+            FLUSHER.register(self)  # the listener gone may have set the flusher's pace: it reads it again
 
     def replace_listener(self, old: Listener, new: Listener) -> None:
         """Hand ``old`` everything recorded so far, then hand ``new`` what comes next; no event falls between."""

@@ -313,6 +313,47 @@ def test_a_fork_started_process_delivers_before_it_exits(collector: CollectorPro
     assert len([e for e in events(collector.snapshot(), "i") if e["name"] == "in-child"]) == 100
 
 
+_TERMINATED_WAITING = """
+import json, multiprocessing, os, signal, socket, sys, time, ringtrace.client
+
+def work(ready):
+    sys.setswitchinterval(1.0)  # the exit delivery's thread keeps the interpreter until it waits
+    tl = ringtrace.client.default_timeline()
+    tl.instant("never acknowledged")
+    tl.flush(timeout_s=0.1)  # queued by the streamer, never acknowledged
+    ready.set()
+    time.sleep(60)
+
+if __name__ == "__main__":
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    ringtrace.client.connect(f"127.0.0.1:{silent.getsockname()[1]}", exit_timeout_s=float(sys.argv[1]))
+    context = multiprocessing.get_context("fork")
+    readies = [context.Event() for _ in range(3)]
+    children = [context.Process(target=work, args=(ready,)) for ready in readies]
+    for child in children:
+        child.start()
+    assert all(ready.wait(30) for ready in readies)
+    started = time.monotonic()
+    for child in children:
+        os.kill(child.pid, signal.SIGTERM)
+    waited = []
+    for child in children:
+        child.join(60)
+        waited.append((time.monotonic() - started, child.exitcode))
+    print(json.dumps(waited))
+"""
+
+
+def test_a_terminated_child_waits_its_whole_exit_timeout_for_a_silent_collector() -> None:
+    # The child's SIGTERM delivery waits exit_timeout_s for the collector, the streamer's, not the flusher's
+    # default (2 s), which it fell back to when it read the timeout once the timeline had closed its listeners.
+    done = run_client(_TERMINATED_WAITING, "4.0", timeout_s=90)
+    assert done.returncode == 0, done.stderr
+    waited = json.loads(done.stdout)
+    assert [exitcode for _, exitcode in waited] == [-15] * 3  # died by SIGTERM, as before
+    assert all(3.9 <= seconds < 30 for seconds, _ in waited), waited
+
+
 _TRACED_TASKS = """
 import concurrent.futures, multiprocessing, sys, ringtrace.client
 

@@ -1044,3 +1044,39 @@ def test_a_lane_that_serves_many_tasks_in_turn_names_each_slice_s_task(tl: Timel
     ]
     assert shared == {"kept": 1}  # the caller's map is not written to
     assert all("task" not in e.args for e in listener.events if e.name == "level")
+
+
+def test_a_listener_whose_pace_cannot_be_read_leaves_the_flusher_sweeping() -> None:
+    class Unreadable(MemoryListener):
+        @property
+        def batch_interval_s(self) -> float:
+            raise RuntimeError("not configured")
+
+        @property
+        def exit_timeout_s(self) -> float:
+            return float("nan")  # not a pace either
+
+    memory = MemoryListener()
+    timelines = [Timeline("unreadable", [Unreadable()]), Timeline("swept", [memory])]
+    try:
+        assert (FLUSHER.interval_s, FLUSHER.exit_timeout_s) == (0.05, 2.0)  # the flusher's own
+        FLUSHER.wake()
+        timelines[1].instant("swept by the flusher")
+        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="the flusher's sweep")
+    finally:
+        for timeline in timelines:
+            timeline.close()
+
+
+def test_a_flusher_left_waiting_long_reads_its_interval_again_when_the_listener_that_set_it_goes() -> None:
+    slow, memory = PacedMemoryListener(3600.0), MemoryListener()
+    timeline = Timeline("paced", [slow, memory])
+    try:
+        timeline.instant("sync")
+        FLUSHER.wake()  # (a flusher that starts now would first wait an hour)
+        wait_for(lambda: len(memory.events), until=lambda n: n == 1, timeout_s=30, what="a sweep")  # then an hour
+        timeline.remove_listener(slow)  # the pace is the flusher's own again
+        timeline.instant("swept within the flusher's own interval")
+        wait_for(lambda: len(memory.events), until=lambda n: n == 2, timeout_s=30, what="a sweep without the slow one")
+    finally:
+        timeline.close()

@@ -8,6 +8,15 @@ import socket
 from ringtrace.client.delivery.streaming.outage import Outage, connect_failure
 
 
+def test_one_event_queued_is_said_as_one_event() -> None:
+    outage = Outage(grace_s=2.0, repeat_s=60.0)
+    outage.failed("connection refused", 100.0, dropped=0)
+    first = outage.report(102.0, 1, 0)
+    assert first is not None and "retrying, 1 event queued (" in first
+    later = outage.report(162.0, 1, 0)
+    assert later is not None and "; 1 event queued, 0 dropped since" in later
+
+
 def test_an_outage_is_warned_of_after_its_grace_then_once_a_minute_and_its_end_once() -> None:
     outage = Outage(grace_s=2.0, repeat_s=60.0)
     assert outage.report(0.0, 0, 0) is None and outage.next_report == math.inf

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["LossReport"]
+__all__ = ["LossReport", "events_phrase", "undelivered_at_close"]
 
 #: While losses go on, a warning at most this often.
 REPEAT_S: Final = 60.0
+
+
+def events_phrase(count: int, *, grouped: bool = False) -> str:
+    """``count`` events, as a sentence says it ("1 event", "2 events"); ``grouped``: with thousands separators."""
+    number = f"{count:,}" if grouped else str(count)
+    return f"{number} event" if count == 1 else f"{number} events"
 
 
 class LossReport:
@@ -44,13 +50,13 @@ class LossReport:
         said = []
         if new_dropped > 0:
             said.append(
-                f"{new_dropped:,} events dropped: recorded faster than they could be sent (a thread's buffer at "
-                "max_buffered_events, or the send queue at max_queue_bytes)"
+                f"{events_phrase(new_dropped, grouped=True)} dropped: recorded faster than they could be sent (a "
+                "thread's buffer at max_buffered_events, or the send queue at max_queue_bytes)"
             )
         if new_refused > 0:
             said.append(
-                f"the collector at {address} could not store {new_refused:,} events (its store full under --policy "
-                "discard, its capacity taken by connections' tables, or this process at its cap)"
+                f"the collector at {address} could not store {events_phrase(new_refused, grouped=True)} (its store "
+                "full under --policy discard, its capacity taken by connections' tables, or this process at its cap)"
             )
         since = " since the last warning" if self._warned else ""
         self._warned = True
@@ -72,7 +78,8 @@ def undelivered_at_close(
         else ""
     )
     return (
-        f"ringtrace: {queued + unreported} events recorded by this process never reached the collector at {address}: "
+        f"ringtrace: {events_phrase(queued + unreported)} recorded by this process never reached the collector at "
+        f"{address}: "
         f"{queued} still queued when closing gave up after {timeout_s:.1f}s "
         f"({'connected' if connected else 'not connected'}), {unreported} dropped before and not reported{broken}"
     )

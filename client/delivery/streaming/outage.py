@@ -14,6 +14,8 @@ import math
 import socket
 from typing import Final
 
+from ringtrace.client.delivery.streaming.loss_report import events_phrase
+
 __all__ = ["Outage", "connect_failure"]
 
 #: A collector back within this long after the first failure is not warned of.
@@ -91,12 +93,12 @@ class Outage:
         if not self._warned:
             self._warned = True
             return (
-                f"ringtrace: events cannot reach the collector: {self._reason}; retrying, {queued} events queued "
-                f"(dropped past max_queue_bytes: {lost})"
+                f"ringtrace: events cannot reach the collector: {self._reason}; retrying, {events_phrase(queued)} "
+                f"queued (dropped past max_queue_bytes: {lost})"
             )
         return (
             f"ringtrace: events still cannot reach the collector after {now - self._started:.0f}s: {self._reason}; "
-            f"{queued} events queued, {lost} dropped since{unanswered}"
+            f"{events_phrase(queued)} queued, {lost} dropped since{unanswered}"
         )
 
     def resumed(self, now: float, dropped: int) -> str | None:

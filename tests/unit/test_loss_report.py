@@ -1,0 +1,19 @@
+"""What the log says of events lost: counts said as a sentence says them, one event or many."""
+
+from __future__ import annotations
+
+from ringtrace.client.delivery.streaming.loss_report import LossReport, undelivered_at_close
+
+
+def test_one_event_lost_is_said_as_one_event() -> None:
+    at_close = undelivered_at_close("c:7700", queued=1, unreported=0, unanswered=0, timeout_s=2.0, connected=False)
+    assert at_close is not None and at_close.startswith("ringtrace: 1 event recorded by this process never reached")
+    dropped = LossReport().report(10.0, 1, 1, address="c:7700", outage=False)
+    assert dropped is not None and "1 event dropped" in dropped and "could not store 1 event (" in dropped
+
+
+def test_many_events_lost_are_said_as_events() -> None:
+    at_close = undelivered_at_close("c:7700", queued=2, unreported=3, unanswered=0, timeout_s=2.0, connected=True)
+    assert at_close is not None and at_close.startswith("ringtrace: 5 events recorded by this process never reached")
+    dropped = LossReport().report(10.0, 12_345, 2, address="c:7700", outage=False)
+    assert dropped is not None and "12,345 events dropped" in dropped and "could not store 2 events (" in dropped

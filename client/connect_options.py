@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ringtrace.wire.doc_blocks import marked_block, with_marked_block
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.parsing import (
@@ -358,12 +359,9 @@ def options_markdown() -> str:
 
 
 def options_block(text: str) -> str | None:
-    """What ``text`` holds between ``OPTIONS_START`` and ``OPTIONS_END`` (None: no such block), without the blank
-    lines around it."""
-    start, end = text.find(OPTIONS_START), text.find(OPTIONS_END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(OPTIONS_START) : end].strip("\n") + "\n"
+    """What ``text`` holds between ``OPTIONS_START`` and ``OPTIONS_END`` (None: no such block), without the blank lines
+    around it."""
+    return marked_block(text, OPTIONS_START, OPTIONS_END)
 
 
 def with_options_markdown(text: str) -> str:
@@ -372,7 +370,4 @@ def with_options_markdown(text: str) -> str:
     Raises:
         ValueError: ``text`` has no ``OPTIONS_START`` ... ``OPTIONS_END`` block.
     """
-    if options_block(text) is None:
-        raise ValueError(f"no {OPTIONS_START} ... {OPTIONS_END} block")
-    start, end = text.index(OPTIONS_START) + len(OPTIONS_START), text.index(OPTIONS_END)
-    return f"{text[:start]}\n{options_markdown()}{text[end:]}"
+    return with_marked_block(text, OPTIONS_START, OPTIONS_END, options_markdown())

@@ -17,6 +17,7 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
+from ringtrace.wire.doc_blocks import marked_block, with_marked_block
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -126,12 +127,9 @@ def formats_markdown() -> str:
 
 
 def formats_block(text: str) -> str | None:
-    """What ``text`` holds between ``FORMATS_START`` and ``FORMATS_END`` (None: no such block), without the blank
-    lines around it."""
-    start, end = text.find(FORMATS_START), text.find(FORMATS_END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(FORMATS_START) : end].strip("\n") + "\n"
+    """What ``text`` holds between ``FORMATS_START`` and ``FORMATS_END`` (None: no such block), without the blank lines
+    around it."""
+    return marked_block(text, FORMATS_START, FORMATS_END)
 
 
 def with_formats_markdown(text: str) -> str:
@@ -140,7 +138,4 @@ def with_formats_markdown(text: str) -> str:
     Raises:
         ValueError: ``text`` has no ``FORMATS_START`` ... ``FORMATS_END`` block.
     """
-    if formats_block(text) is None:
-        raise ValueError(f"no {FORMATS_START} ... {FORMATS_END} block")
-    start, end = text.index(FORMATS_START) + len(FORMATS_START), text.index(FORMATS_END)
-    return f"{text[:start]}\n{formats_markdown()}{text[end:]}"
+    return with_marked_block(text, FORMATS_START, FORMATS_END, formats_markdown())

@@ -8,6 +8,7 @@ from typing import Final
 from ringtrace.collector.service.option_environment import NOT_SET_VALUES, SET_VALUES
 from ringtrace.collector.service.option_flags import FLAGGED
 from ringtrace.collector.service.option_row import Option
+from ringtrace.wire.doc_blocks import marked_block, with_marked_block
 
 __all__ = ["FLAGS_END", "FLAGS_START", "flags_block", "flags_markdown", "with_flags_markdown"]
 
@@ -53,10 +54,7 @@ def flags_markdown() -> str:
 def flags_block(text: str) -> str | None:
     """What ``text`` holds between ``FLAGS_START`` and ``FLAGS_END`` (None: no such block), without the blank lines
     around it."""
-    start, end = text.find(FLAGS_START), text.find(FLAGS_END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(FLAGS_START) : end].strip("\n") + "\n"
+    return marked_block(text, FLAGS_START, FLAGS_END)
 
 
 def with_flags_markdown(text: str) -> str:
@@ -65,7 +63,4 @@ def with_flags_markdown(text: str) -> str:
     Raises:
         ValueError: ``text`` has no ``FLAGS_START`` ... ``FLAGS_END`` block.
     """
-    if flags_block(text) is None:
-        raise ValueError(f"no {FLAGS_START} ... {FLAGS_END} block")
-    start, end = text.index(FLAGS_START) + len(FLAGS_START), text.index(FLAGS_END)
-    return f"{text[:start]}\n{flags_markdown()}{text[end:]}"
+    return with_marked_block(text, FLAGS_START, FLAGS_END, flags_markdown())

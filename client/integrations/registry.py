@@ -1,0 +1,144 @@
+"""The library integrations that recording with no code change turns on, and the import hook that applies each one
+only once the program has imported its library.
+
+An integration is named by its switch (``ringtrace run --no-NAME``), and found by the ``module:function`` path of its
+install function: nothing of it is imported until it applies, so a program that never imports ``requests`` never
+loads ringtrace's ``requests`` integration either, nor ``requests`` itself. ``apply`` installs at once those whose
+library is already imported (or that need none), and watches imports for the others: a finder first on
+``sys.meta_path`` wraps the loader of a watched module, and installs the integration right after the module has run.
+An install that fails is logged once and counted; it never raises into the program.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import threading
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
+
+__all__ = ["INTEGRATIONS", "Integration", "applied", "apply", "failed"]
+
+_log = logging.getLogger("ringtrace.client")
+
+
+@dataclass(frozen=True)
+class Integration:
+    """One library integration."""
+
+    #: Its switch: ``--no-NAME`` turns it off.
+    name: str
+    #: One line for ``--help`` and the docs.
+    summary: str
+    #: Installed once any of these modules has been imported; none: at once.
+    modules: tuple[str, ...]
+    #: ``"module:function"``: the function, called with the timeline, that installs it (idempotent).
+    install: str
+
+
+#: Every integration, in the order they are installed.
+INTEGRATIONS: Final[tuple[Integration, ...]] = ()
+
+_lock = threading.Lock()
+_applied: list[str] = []
+_failed: dict[str, str] = {}
+#: Watched module name -> integrations waiting for it.
+_waiting: dict[str, list[tuple[Integration, Timeline]]] = {}
+
+
+def applied() -> list[str]:
+    """The names of the integrations installed so far, in order."""
+    with _lock:
+        return list(_applied)
+
+
+def failed() -> dict[str, str]:
+    """Integration name -> why its install failed."""
+    with _lock:
+        return dict(_failed)
+
+
+def apply(timeline: Timeline, enabled: Collection[str], integrations: Sequence[Integration] = INTEGRATIONS) -> None:
+    """Install each integration of ``integrations`` named in ``enabled`` now, or once its library is imported."""
+    for integration in integrations:
+        if integration.name not in enabled:
+            continue
+        imported = [name for name in integration.modules if name in sys.modules]
+        if not integration.modules or imported:
+            _install(integration, timeline)
+            continue
+        with _lock:
+            for name in integration.modules:
+                _waiting.setdefault(name, []).append((integration, timeline))
+            if not any(isinstance(finder, _ImportWatcher) for finder in sys.meta_path):
+                sys.meta_path.insert(0, _ImportWatcher())
+
+
+def _install(integration: Integration, timeline: Timeline) -> None:
+    with _lock:
+        if integration.name in _applied or integration.name in _failed:
+            return
+        _applied.append(integration.name)  # taken before it runs: an import it makes does not install it again
+    try:
+        module_name, _, function_name = integration.install.partition(":")
+        install: Callable[[Timeline], None] = getattr(importlib.import_module(module_name), function_name)
+        install(timeline)
+    except Exception as exc:  # an integration never breaks the program: it is left out, and said once
+        with _lock:
+            _applied.remove(integration.name)
+            _failed[integration.name] = f"{type(exc).__name__}: {exc}"
+        _log.warning("ringtrace: the %s integration is off: it failed to install: %r", integration.name, exc)
+
+
+def _imported(name: str) -> None:
+    """Called once the watched module ``name`` has run: install what waits for it."""
+    with _lock:
+        waiting = _waiting.pop(name, [])
+    for integration, timeline in waiting:
+        _install(integration, timeline)
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: finds a watched module with the finders after it, and wraps its loader."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _waiting:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenInstall(spec.loader, fullname)
+                return spec
+        return None
+
+
+class _ThenInstall(importlib.abc.Loader):
+    """A module's own loader, then the integrations waiting for the module."""
+
+    def __init__(self, loader: importlib.abc.Loader, name: str) -> None:
+        self._loader, self._name = loader, name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__.loader = self._loader  # type: ignore[union-attr]  # the module keeps its own loader
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        _imported(self._name)
+
+    def __getattr__(self, name: str) -> object:  # get_resource_reader, is_package, ... of the module's own loader
+        return getattr(self._loader, name)

@@ -44,8 +44,39 @@ class Integration:
     install: str
 
 
+_HERE = "ringtrace.client.integrations"
 #: Every integration, in the order they are installed.
-INTEGRATIONS: Final[tuple[Integration, ...]] = ()
+INTEGRATIONS: Final[tuple[Integration, ...]] = (
+    Integration(
+        "logging",
+        "log records as messages, at the priority of their level",
+        ("logging",),
+        f"{_HERE}.logging_records:install",
+    ),
+    Integration("exceptions", "an uncaught exception as an instant", (), f"{_HERE}.uncaught_exceptions:install"),
+    Integration("gc", "a span per garbage collection", (), f"{_HERE}.gc_pauses:install"),
+    Integration("asgi", "a server span per request of an ASGI app", ("uvicorn",), f"{_HERE}.asgi_server:install"),
+    Integration(
+        "wsgi", "a server span per request of a WSGI app", ("wsgiref.simple_server",), f"{_HERE}.wsgi_server:install"
+    ),
+    Integration(
+        "aiohttp-server",
+        "a server span per request of aiohttp's server",
+        ("aiohttp.web",),
+        f"{_HERE}.aiohttp_server:install",
+    ),
+    Integration("requests", "a client span per request of requests", ("requests",), f"{_HERE}.requests_client:install"),
+    Integration("httpx", "a client span per request of httpx", ("httpx",), f"{_HERE}.httpx_client:install"),
+    Integration(
+        "aiohttp-client",
+        "a client span per request of aiohttp's ClientSession",
+        ("aiohttp",),
+        f"{_HERE}.aiohttp_client:install",
+    ),
+    Integration(
+        "urllib", "a client span per request of urllib.request", ("urllib.request",), f"{_HERE}.urllib_client:install"
+    ),
+)
 
 _lock = threading.Lock()
 _applied: list[str] = []

@@ -11,13 +11,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, RawClient
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.rows import selected_rows
+from ringtrace.wire.handshake_frames import Welcome
+from ringtrace.wire.model import SAMPLE, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stack_frames import Stacks
+from ringtrace.wire.stream_encoder import StreamEncoder
 from waiting import wait_for
+
+MAIN = ("main", "app.py", 1)
+WORK = ("work", "app.py", 2)
+LEAF = ("leaf", "lib.py", 3)
+#: Samples enough to fill a few segments (of 128 KiB: an eighth of a capacity of 1 MiB).
+SEGMENTS_OF_SAMPLES = 40_000
 
 #: A program that connects, samples itself, and spins in ``hot_loop`` on a thread of its own until enough samples of
 #: it are taken (a count, not a time); then flushes. Argument: the collector's address, a file to wait for (or "").
@@ -144,3 +154,33 @@ def test_stacks_stay_decodable_across_a_collector_restart(tmp_path: Path) -> Non
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_every_segment_replays_the_stacks_and_a_malformed_stacks_frame_ends_the_connection(tmp_path: Path) -> None:
+    collector = CollectorProcess("--capacity", "1MiB", "--max-frame-size", "64KiB")
+    try:
+        encoder = StreamEncoder()
+        track = TrackInfo(1, THREAD_TRACK, "worker samples", 4242)
+        stacks = [(MAIN, WORK), (MAIN, WORK, LEAF), (MAIN, LEAF)]
+        records: list[object] = []
+        for i in range(SEGMENTS_OF_SAMPLES):
+            records += [SAMPLE, f"task-{i % 7}", 1_000_000 + i, 1_000_000 + i, stacks[i % 3]]
+        with RawClient(collector.tcp_address) as raw:
+            assert isinstance(raw.answer, Welcome)
+            raw.send_raw(b"".join(encoder.prefix()))
+            for start in range(0, len(records), 5 * 1000):  # runs as a flusher would send them
+                batch = encoder.encode(track, records[start : start + 5 * 1000])
+                raw.send_raw(b"".join(batch.control) + b"".join(frame for frame, _ in batch.events))
+            raw.flush()
+        assert json.loads(collector.get("/healthz")[1])["segments"] >= 3
+        samples = _samples(collector, tmp_path)
+        assert len(samples) == SEGMENTS_OF_SAMPLES
+        assert Counter(stack for _, stack in samples) == Counter(stacks[i % 3] for i in range(SEGMENTS_OF_SAMPLES))
+
+        with RawClient(collector.tcp_address) as raw:
+            assert isinstance(raw.answer, Welcome) and raw.answer.max_stacks > 0
+            raw.send(Stacks(0, (MAIN,), 0, ((None, 0),)), Stacks(1, (WORK,), 1, ((5, 1),)))  # parent 5: undeclared
+            assert raw.closed_by_peer()
+        collector.wait_for_log(lambda line: "STACKS frame: field 'stacks'" in line)
+    finally:
+        collector.stop()

@@ -39,6 +39,9 @@ class StackTable:
         self.recycles = False
         #: Samples whose stack got no id (the table full, and not ``recycles``).
         self.overflowed = 0
+        #: After a cut (``limit_to``), the most the table may ever hold again: ids past the cut may still be named by
+        #: frames packed before it, so they are never given to other stacks.
+        self._ceiling: tuple[int, int] | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -115,6 +118,8 @@ class StackTable:
         """A collector's limits: what the table holds past them is forgotten, and it then takes no more stacks than
         it holds (its ids must stay dense, and frames packed earlier keep theirs: their samples' stacks past the cut
         show as unknown)."""
+        if self._ceiling is not None:
+            max_stacks, max_frames = min(max_stacks, self._ceiling[0]), min(max_frames, self._ceiling[1])
         self.max_stacks, self.max_frames = max_stacks, max_frames
         nodes = 0
         while nodes < min(len(self.nodes), max_stacks) and self.nodes[nodes][1] < max_frames:
@@ -127,6 +132,7 @@ class StackTable:
         self._node_ids = {k: v for k, v in self._node_ids.items() if v < nodes}
         self._stack_ids = {k: v for k, v in self._stack_ids.items() if v < nodes}
         self.max_stacks, self.max_frames = nodes, locations  # full: ids past the cut are never given again
+        self._ceiling = (nodes, locations)
         self._sent_nodes, self._sent_locations = min(self._sent_nodes, nodes), min(self._sent_locations, locations)
 
     def frames(self) -> list[Stacks]:

@@ -13,6 +13,7 @@ Fork: in a child the sampler's thread is gone; the fork hook forgets the parent'
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -26,7 +27,7 @@ from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
 from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_cpu_ns
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import SAMPLE
+from ringtrace.wire.model import SAMPLE, THREAD_TRACK, TrackInfo
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -43,14 +44,25 @@ MAX_HZ: Final = 1000
 #: The longest sleep between checks of ``stop``.
 _STOP_LATENCY_S: Final = 0.05
 
+#: Track ids of sampled threads: above those ``new_track_id`` gives (a process makes fewer than 2**31 tracks).
+_SAMPLE_TRACK_IDS: Final = itertools.count(2**31)
+
 _now = time.monotonic_ns
 _wake_flusher = FLUSHER.wake
 
 
 class ThreadSamples(Source):
-    """The track of one sampled thread: a source that shows with the thread (its OS thread id)."""
+    """The track of one sampled thread: a source whose track is a thread track of the thread's OS thread id.
+
+    Its id comes from the top half of the ids (``_SAMPLE_TRACK_IDS``): a reader takes a thread's lowest track id as
+    the thread's own (``ProcessView.tid``), so the thread's spans keep that place though the sampler met the thread
+    before it recorded anything."""
 
     __slots__ = ()
+
+    def __init__(self, name: str, native_id: int) -> None:
+        super().__init__(name, NOT_RECORDING)
+        self.track = TrackInfo(next(_SAMPLE_TRACK_IDS), THREAD_TRACK, name, native_id)
 
     def record(self, name: str, stack: tuple[Any, ...], now: int) -> None:
         """One sample, as ``Source.open`` records (no lock: one ``list.extend``)."""
@@ -186,7 +198,7 @@ class Sampler:
         native_id = getattr(thread, "native_id", None) if thread is not None else None
         if not native_id:
             return None
-        track = ThreadSamples(display_text(f"{thread.name} samples"), NOT_RECORDING, native_id)
+        track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
         self.timeline.add_source(track)
         self._tracks[ident] = track
         return track

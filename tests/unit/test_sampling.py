@@ -99,6 +99,7 @@ def test_a_pass_samples_every_other_thread_on_a_track_of_its_own_with_its_task_n
     samples = _sampled(timeline, listener)
     looping = [(track, stack) for track, name, stack in samples if track.thread_id == thread.native_id]
     assert looping and all(track.kind == THREAD_TRACK and track.name == "looping samples" for track, _ in looping)
+    assert all(track.track_id >= 2**31 for track, _ in looping)  # after any of the thread's own tracks
     assert threading.get_native_id() not in {track.thread_id for track, _, _ in samples}  # the sampling thread
     in_task = [stack for track, name, stack in samples if name == "server-task"]
     assert all(track.thread_id == thread.native_id for track, name, _ in samples if name == "server-task")
@@ -216,6 +217,8 @@ def test_lower_limits_cut_the_table_and_it_then_takes_no_more() -> None:
     assert len(table) == 2 and table.id_of((MAIN, WORK)) == 1
     assert table.id_of((MAIN, WORK, LEAF)) is None and table.id_of((LEAF,)) is None
     assert table.frames() == [Stacks(0, (MAIN, WORK), 0, ((None, 0), (0, 1)))]
+    table.limit_to(100, 100)  # a later collector's higher limits: ids past the cut stay unused all the same
+    assert table.id_of((LEAF,)) is None and len(table) == 2
 
 
 def test_texts_are_clipped_with_the_mark_and_bad_stacks_get_no_id() -> None:

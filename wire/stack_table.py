@@ -4,9 +4,11 @@ and the STACKS frames that declare them (``PROTOCOL.md``, "STACKS").
 Code locations and stack nodes get ids from 0 up, in the order first met; a stack is a path of nodes, so stacks that
 share their outer frames share nodes. A whole stack already met costs one dict lookup. The table only grows: after a
 reconnect the prefix declares all of it again, so frames packed before it keep their ids. When it is full, a table
-that ``recycles`` (a file's, written in order) starts again with a resetting STACKS frame; one that does not (a live
-stream, whose queued frames may be sent again after a reconnect) gives the stacks that do not fit no id (None), and
-counts them in ``overflowed``.
+that ``recycles`` says so (``full``), and the stream encoder starts it again (``recycle``) together with the string
+table, so that the frames packed before are of an earlier string epoch: a frame queued across a reconnect is packed
+again in the current tables (``StreamEncoder.repack``), its samples' stacks found in the table of its time
+(``stack_in``), kept while such frames are queued (``keep_epochs``). A table that does not recycle gives the stacks
+that do not fit no id (None), counted in ``overflowed``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class StackTable:
         #: After a cut (``limit_to``), the most the table may ever hold again: ids past the cut may still be named by
         #: frames packed before it, so they are never given to other stacks.
         self._ceiling: tuple[int, int] | None = None
+        #: Keep each table that starts again, by the string epoch it ended in (``recycle``), for ``stack_in``.
+        self.keeps_retired = False
+        self.retired: dict[int, tuple[list[CodeLocation], list[StackNode]]] = {}
         self._clear()
 
     def _clear(self) -> None:
@@ -53,6 +58,8 @@ class StackTable:
         self._sent_locations = 0
         self._sent_nodes = 0
         self._reset_pending = False
+        #: A stack did not fit and the table ``recycles``: the encoder should start it again.
+        self.full = False
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -68,13 +75,10 @@ class StackTable:
         try:
             node = self._intern(stack)
         except Exception:  # a value that is not a code location: no stack
-            node = None
+            return None
         if node is None:
-            if self.recycles and self.nodes:
-                self._clear()
-                self._reset_pending = True
-                return self.id_of(stack)
             self.overflowed += 1
+            self.full = self.recycles and bool(self.nodes)
             return None
         if len(self._stack_ids) >= _KNOWN_STACKS:
             self._stack_ids.clear()
@@ -101,6 +105,40 @@ class StackTable:
                 self.nodes.append((None if parent < 0 else parent, location))
             parent = node
         return parent
+
+    def recycle(self, epoch: int) -> None:
+        """Start again (the next STACKS frame resets the stream's table); the table ending is kept as the one of the
+        string ``epoch`` ending with it, if ``keeps_retired``."""
+        if self.keeps_retired:
+            self.retired[epoch] = (self.locations, self.nodes)
+        self._clear()
+        self._reset_pending = True
+
+    def restarted_since(self, epoch: int) -> bool:
+        """Whether the table started again since string ``epoch`` (its stack ids then name other stacks now)."""
+        return any(ended >= epoch for ended in self.retired)
+
+    def stack_in(self, epoch: int, stack_id: object) -> tuple[CodeLocation, ...] | None:
+        """The stack ``stack_id`` named in a frame packed in string ``epoch`` (``restarted_since`` it), None if it is
+        not known."""
+        ended = [kept for kept in self.retired if kept >= epoch]
+        if not ended:
+            return None
+        locations, nodes = self.retired[min(ended)]
+        if type(stack_id) is not int or not 0 <= stack_id < len(nodes):
+            return None
+        path: list[CodeLocation] = []
+        node: int | None = stack_id
+        while node is not None:
+            parent, location = nodes[node]
+            path.append(locations[location])
+            node = parent
+        return tuple(reversed(path))
+
+    def keep_epochs(self, epochs: set[int]) -> None:
+        """Forget the tables no queued frame may need: those that ended before every epoch in ``epochs``."""
+        for ended in [ended for ended in self.retired if not any(epoch <= ended for epoch in epochs)]:
+            del self.retired[ended]
 
     def with_ids(self, records: list[Any]) -> list[Any]:
         """``records`` (a copy, if any changes) with each sample's stack replaced by its id (None: no id)."""

@@ -202,12 +202,41 @@ def test_a_full_table_that_does_not_recycle_gives_no_id_and_counts_the_sample_as
     assert encoder.stats(0, 0, 0).clipped_args == 1
 
 
-def test_a_full_table_that_recycles_starts_again_with_a_reset() -> None:
+def test_a_full_table_that_recycles_starts_again_with_the_strings() -> None:
     encoder = StreamEncoder()
     encoder.stacks = StackTable(max_stacks=2, max_frames=10)
-    encoder.stacks.recycles = True
+    encoder.strings.recycles = encoder.stacks.recycles = True
     assert _decoded(encoder, _records((MAIN, WORK)), _records((LEAF, WORK))) == [(MAIN, WORK), (LEAF, WORK)]
-    assert encoder.stats(0, 0, 0).clipped_args == 0
+    assert encoder.stats(0, 0, 0).clipped_args == 0 and encoder.strings.epoch == 1
+
+
+def test_a_frame_queued_across_a_reset_and_a_reconnect_is_packed_again_with_the_stacks_of_its_time() -> None:
+    encoder = StreamEncoder()
+    encoder.stacks = StackTable(max_stacks=5, max_frames=10)
+    encoder.strings.recycles = encoder.strings.keeps_retired = True
+    encoder.stacks.recycles = encoder.stacks.keeps_retired = True
+    encoder.prefix()
+    encoder.encode(TRACK, _records((LEAF, ("x", "x.py", 1), ("y", "y.py", 2))))  # sent and acknowledged
+    queued = encoder.encode(TRACK, _records((MAIN,)))  # queued when the connection breaks
+    after = encoder.encode(TRACK, _records((WORK, LEAF)))  # the table is full: it starts again
+    assert queued.epoch == 0 and after.epoch == 1 and encoder.stacks.restarted_since(0)
+    # The next connection: the prefix, the queued frame packed again, then what was packed after the reset.
+    data = preamble() + encode(HELLO) + b"".join(encoder.prefix())
+    for frame, _ in queued.events:
+        repacked = encoder.repack(frame, queued.epoch)
+        data += b"".join(repacked.control) + b"".join(events for events, _ in repacked.events)
+    data += b"".join(frame for frame, _ in after.events)
+    decoder = SessionDecoder(live=False)
+    decoder.receive_data(data)
+    stacks = [
+        decoder.tables.stacks.resolve(args)
+        for frame in decoder
+        if isinstance(frame, Events)
+        for _, _, _, _, args in decoder.tables.rows(frame)
+    ]
+    assert stacks == [(MAIN,), (WORK, LEAF)]
+    encoder.stacks.keep_epochs({1})  # no frame of epoch 0 queued any more: its table goes
+    assert not encoder.stacks.retired
 
 
 def test_lower_limits_cut_the_table_and_it_then_takes_no_more() -> None:

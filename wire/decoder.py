@@ -15,8 +15,9 @@ A client stream moves through three states::
     HELLO --HELLO--> OPEN                                 (a file: nobody answers)
 
 Until the collector has called ``welcome()``, which picks the protocol version and states the limits, nothing but
-HELLO may arrive. In OPEN, SCHEMA, STRINGS and TRACK frames update the stream's tables (``StreamTables``), within the
-limits; EVENTS must name a declared track; their payloads stay undecoded until someone calls ``tables.rows(frame)``.
+HELLO may arrive. In OPEN, SCHEMA, STRINGS, STACKS and TRACK frames update the stream's tables (``StreamTables``),
+within the limits; EVENTS must name a declared track; their payloads stay undecoded until someone calls
+``tables.rows(frame)``.
 Any broken rule raises a ``ProtocolError`` subclass that names the rule, the limit and the value, and the decoder is
 dead from then on.
 """

@@ -1,10 +1,12 @@
 """STACKS, sans-I/O: the frame's round trip, the rules a stream's stack table keeps (growth, limits, reset), a
-malformed frame named by its field, and a stack id resolved to its frames, root first."""
+malformed frame named by its field, a stack id resolved to its frames, root first, and what the store's segments
+replay of them."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
+from ringtrace.collector.store.streams import Stream
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import LimitExceeded, MalformedFrame
 from ringtrace.wire.frame_types import FRAME_HEADER, FrameType
@@ -144,3 +146,20 @@ def test_a_live_decoder_states_its_stack_limits_in_welcome() -> None:
     list(decoder)
     welcome = decoder.welcome()
     assert (welcome.max_stacks, welcome.max_stack_frames) == (9, 8)
+
+
+def test_a_stream_in_the_store_replays_its_stacks_since_the_last_reset() -> None:
+    hello = encode(HELLO)
+    stream = Stream(1, {}, hello, 64 * 1024)
+    first, second = encode(Stacks(0, (MAIN,), 0, ((None, 0),))), encode(Stacks(1, (WORK,), 1, ((0, 1),)))
+    reset = encode(Stacks(0, (LEAF,), 0, ((None, 0),), reset=True))
+    stream.keep(first, "stacks", -1, False)
+    stream.keep(second, "stacks", -1, False)
+    assert b"".join(stream.session_frames()) == preamble() + hello + first + second
+    stream.keep(reset, "stacks_reset", -1, False)
+    replayed = b"".join(stream.session_frames())
+    assert replayed == preamble() + hello + reset and stream.session_bytes == len(replayed)
+    decoder = SessionDecoder(live=False)
+    decoder.receive_data(replayed)
+    list(decoder)
+    assert decoder.tables.stacks.resolve(0) == (LEAF,)

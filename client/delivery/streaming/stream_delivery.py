@@ -78,9 +78,11 @@ class Delivery:
             for frame in batch.control:
                 self._queue_control(frame)
         self.queue.enqueue(batch, control=False)
-        strings = self.encoder.strings
+        strings, stacks = self.encoder.strings, self.encoder.stacks
         if strings.retired:  # earlier epochs' strings are kept while frames packed with them are queued
             strings.keep_epochs(self.queue.epochs)
+        if stacks.retired:  # and so are the stack tables that ended with them
+            stacks.keep_epochs(self.queue.epochs)
         if welcomed:
             self.queue_stats(now)
 
@@ -103,12 +105,15 @@ class Delivery:
         strings.recycles = strings.keeps_retired = welcome.string_resets
         encoder.max_kinds = welcome.max_kinds  # the prefix below declares at most these
         encoder.max_schema_bytes = welcome.max_schema_bytes
+        encoder.stacks.limit_to(welcome.max_stacks, welcome.max_stack_frames)
+        encoder.stacks.recycles = encoder.stacks.keeps_retired = welcome.string_resets  # (with the strings)
         prefix = encoder.prefix()  # the string table as it is now: what is packed again adds its STRINGS frames
         kept = self.queue.repacked(encoder, strings_cut)
         self._stats_sent = self.stats()
         prefix.append(encode(self._stats_sent))
         self.queue.rebuild(prefix, kept, live=encoder.tracks)
         strings.keep_epochs(self.queue.epochs)
+        encoder.stacks.keep_epochs(self.queue.epochs)
 
     def start_flushes(self, now: float) -> None:
         """Queue a FLUSH for each pending flush request (welcomed)."""

@@ -1,0 +1,82 @@
+"""Samples read back at the collector: the event walk shows each as ``("P", task, wall_ns, 0, {"stack": ...},
+"sample", "")`` with its stack root first (an unknown stack id: an empty stack, not counted as undecodable); the C
+writers hand samples to the Python walk (the same bytes as without them); the dump prints one line, leaf first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+from ringtrace.collector.command.files import dump_line
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.chrome_frames import _PYTHON, kind_codes
+from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.rows import selected_rows
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import BUILTIN_KINDS, INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
+from ringtrace.wire.stream_tables import StreamTables
+
+HELLO = Hello(7, "host", "sampled", "instance", "boot", 0, 1_700_000_000_000_000_000, "0.0")
+MAIN = ("main", "app.py", 1)
+WORK = ("work", "app.py", 2)
+TRACK = TrackInfo(3, THREAD_TRACK, "worker samples", 4242)
+
+
+def _file(tmp_path: Path) -> Path:
+    encoder = StreamEncoder()
+    records = [SPAN, "step", 1_000, 5_000, None, SAMPLE, "task-1", 2_000, 2_000, (MAIN, WORK)]
+    records += [SAMPLE, "", 3_000, 3_000, (MAIN,), INSTANT, "tick", 4_000, 4_000, None]
+    data = preamble() + encode(HELLO) + b"".join(encoder.prefix())
+    batch = encoder.encode(TRACK, records)
+    data += b"".join(batch.control)
+    data += b"".join(frame for frame, _ in batch.events)
+    name = encoder.strings["task-1"]
+    unknown = msgpack.packb([[SAMPLE], [name], [0], [0], [99]])  # stack id 99: never declared
+    data += encode(Events(TRACK.track_id, 1, 6_000, 6_000, unknown))
+    path = tmp_path / "samples.rttrace"
+    path.write_bytes(data)
+    return path
+
+
+def test_the_walk_shows_samples_with_their_stacks_root_first_and_an_unknown_one_empty(tmp_path: Path) -> None:
+    view = load_file(_file(tmp_path)).view
+    walk = EventWalk(view)
+    shown = []
+    for (process, track, tables, frame), _ in walk.walked():
+        shown += walk.shown(process, track, tables, frame) or []
+    offset = view.processes[next(iter(view.processes))].clock_offset_ns
+    samples = [event for event in shown if event[0] == "P"]
+    assert samples == [
+        ("P", "task-1", 2_000 + offset, 0, {"stack": (MAIN, WORK)}, "sample", ""),
+        ("P", "", 3_000 + offset, 0, {"stack": (MAIN,)}, "sample", ""),
+        ("P", "task-1", 6_000 + offset, 0, {"stack": ()}, "sample", ""),
+    ]
+    assert [event[0] for event in shown if event[0] != "P"] == ["X", "i"]
+    assert walk.report()["undecodable_events"] == 0
+
+
+def test_the_c_writers_hand_samples_to_the_python_walk(tmp_path: Path) -> None:
+    tables = StreamTables()
+    tables.kinds = {kind.id: kind for kind in BUILTIN_KINDS}
+    codes = kind_codes(tables)
+    assert codes is not None and codes[SAMPLE] == _PYTHON
+    view = load_file(_file(tmp_path)).view
+    fast, python = (json.loads(b"".join(chrome_trace_chunks(view, accelerated=a))) for a in (True, False))
+    assert sorted(map(repr, fast["traceEvents"])) == sorted(map(repr, python["traceEvents"]))  # (C's first, then)
+    assert [e["args"]["stack"] for e in fast["traceEvents"] if e["ph"] == "P"] == [
+        [list(MAIN), list(WORK)], [list(MAIN)], []
+    ]  # not dropped: shown as the walk shows them  # fmt: skip
+    assert b"".join(perfetto_chunks(view)) == b"".join(perfetto_chunks(view, accelerated=False))
+
+
+def test_the_dump_prints_a_sample_on_one_line_leaf_first(tmp_path: Path) -> None:
+    rows = [row for row in selected_rows(load_file(_file(tmp_path)).view) if row.kind == "sample"]
+    lines = [dump_line(row) for row in rows]
+    assert len(lines) == 3 and all(line.count("\n") == 1 for line in lines)
+    assert '"work (app.py:2) < main (app.py:1)"' in lines[0] and "task-1" in lines[0]
+    assert "<stack unknown>" in lines[2]

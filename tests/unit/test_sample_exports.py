@@ -1,0 +1,206 @@
+"""Samples in every export (Chrome JSON, Perfetto, the web view's flame graph document), from the event walk's
+``Shown`` samples: ``("P", task name, wall ns, 0, {"stack": ((function, file, line), ...)}, "sample", "")``, stack
+root first, on the sampled thread's track.
+
+A recorded file's instants named ``as-sample`` are shown as such samples (the walk's ``_shown`` wrapped; the C writers,
+which take instants, off), so each writer runs on real stored frames, threads and segments; the sampler's own wire is
+tested where it is decoded."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from perfetto_model import PerfettoTrace
+from ringtrace.client import FileListener, Timeline
+from ringtrace.collector.export import perfetto_samples
+from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.flame_graph import flame_graph_chunks
+from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.sample_stacks import StackNodes
+from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.selection import EventFilter, Pattern
+
+MAIN = ("main", "/app/main.py", 10)
+WORK = ("work", "/app/work.py", 20)
+HOT = ("hot", "/app/work.py", 31)
+COLD = ("cold", "/app/work.py", 40)
+STACKS = [(MAIN, WORK, HOT), (MAIN, WORK, HOT), (MAIN, WORK, COLD), (MAIN,), ()]
+
+
+@pytest.fixture
+def as_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk shows each instant named ``as-sample`` as a sample of stack ``STACKS[n]`` (its arg ``n``), named by
+    its arg ``task``."""
+    shown = EventWalk._shown
+
+    def with_samples(self: EventWalk, *args: Any) -> tuple[list[Any], int]:
+        events, skipped = shown(self, *args)
+        return [_as_sample(event) for event in events], skipped
+
+    monkeypatch.setattr(EventWalk, "_shown", with_samples)
+
+
+def _as_sample(event: Any) -> Any:
+    phase, name, wall_ns, _, args, _, _ = event
+    if phase != "i" or name != "as-sample":
+        return event
+    return ("P", args["task"], wall_ns, 0, {"stack": STACKS[args["n"] % len(STACKS)]}, "sample", "")
+
+
+def recorded(tmp_path: Path, samples_per_thread: int = 10, name: str = "sampled") -> SnapshotView:
+    """Spans and samples on the main thread and on a second one."""
+    path = tmp_path / f"{name}.rttrace"
+    tl = Timeline(name, [FileListener(path, process_name=name)])
+
+    def record() -> None:
+        for n in range(samples_per_thread):
+            with tl.scope("step", n=n):
+                tl.instant("as-sample", n=n, task="" if n % 2 else "worker-task")
+
+    record()
+    thread = threading.Thread(target=record, name="second")
+    thread.start()
+    thread.join()
+    tl.close()
+    return load_file(path).view
+
+
+def chrome(view: SnapshotView, **filters: Any) -> dict[str, Any]:
+    # (the C writer takes instants, which the Python walk here shows as samples: the sampler's own kind goes to it)
+    document: dict[str, Any] = json.loads(
+        b"".join(chrome_trace_chunks(view, EventFilter(**filters), accelerated=False))
+    )
+    return document
+
+
+def unwound(frames: dict[str, Any], leaf: int | None) -> tuple[tuple[str, str, int], ...]:
+    """A Chrome sample's stack, root first, from its leaf's id in ``stackFrames``."""
+    stack = []
+    node = None if leaf is None else str(leaf)
+    while node is not None:
+        entry = frames[node]
+        file, line = entry["category"].rsplit(":", 1)
+        stack.append((entry["name"], file, int(line)))
+        node = entry.get("parent")
+    return tuple(reversed(stack))
+
+
+@pytest.mark.usefixtures("as_samples")
+def test_chrome_json_has_sample_events_naming_their_stacks_in_stack_frames(tmp_path: Path) -> None:
+    view = recorded(tmp_path)
+    document = chrome(view)
+    events = document["traceEvents"]
+    samples = [e for e in events if e["ph"] == "P"]
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert len(samples) == 20 and {threads[s["tid"]] for s in samples} == {"sampled (MainThread)", "sampled (second)"}
+    frames = document["stackFrames"]
+    assert len(frames) == 4  # main, main>work, main>work>hot, main>work>cold: each node once
+    for sample in samples:
+        n = next(
+            e["args"]["n"]
+            for e in events
+            if e["ph"] == "X" and e["tid"] == sample["tid"] and e["ts"] <= sample["ts"] <= e["ts"] + e["dur"]
+        )
+        assert unwound(frames, sample.get("sf")) == STACKS[n % len(STACKS)]
+        assert sample["name"] == ("sample" if n % 2 else "worker-task")
+        assert sample["cat"] == "sample" and sample["weight"] == 1 and "args" not in sample
+    assert document["otherData"]["capture"]["shown_events"] == len([e for e in events if e["ph"] != "M"])
+    assert "cut_sample_stacks" not in document["otherData"]["capture"]
+
+
+def test_a_document_without_samples_has_no_stack_frames(tmp_path: Path) -> None:
+    document = chrome(recorded(tmp_path))
+    assert "stackFrames" not in document and not [e for e in document["traceEvents"] if e["ph"] == "P"]
+
+
+@pytest.mark.usefixtures("as_samples")
+def test_chrome_json_samples_follow_the_filter(tmp_path: Path) -> None:
+    view = recorded(tmp_path)
+    document = chrome(view, track=Pattern("*second*"))
+    samples = [e for e in document["traceEvents"] if e["ph"] == "P"]
+    assert len(samples) == 10 and len({s["tid"] for s in samples}) == 1
+
+
+def test_stack_nodes_intern_each_prefix_once_and_cut_past_their_bound() -> None:
+    nodes = StackNodes(max_nodes=3)
+    assert nodes.leaf(()) == 0
+    assert nodes.leaf((MAIN, WORK, HOT)) == 3 and nodes.leaf((MAIN, WORK, HOT)) == 3 and nodes.leaf((MAIN,)) == 1
+    assert nodes.nodes == [(0, MAIN), (1, WORK), (2, HOT)]
+    assert nodes.leaf((MAIN, WORK, COLD)) == 2  # the table full: named by its longest prefix, counted
+    assert nodes.cut_stacks == 1 and len(nodes) == 3
+
+
+@pytest.mark.usefixtures("as_samples")
+def test_perfetto_has_perf_samples_with_stacks_interned_on_their_sequence(tmp_path: Path) -> None:
+    view = recorded(tmp_path)
+    trace = PerfettoTrace(b"".join(perfetto_chunks(view, accelerated=False)))  # checks every interned id
+    threads = {t.descriptor.thread.tid: t for t in trace.tracks.values() if t.kind == "thread"}
+    assert len(trace.samples) == 20
+    steps = sorted(trace.slices, key=lambda s: s.start_ns)
+    for sample in trace.samples:
+        thread = threads[sample.tid]
+        assert thread.pid == sample.pid and thread.name in ("sampled (MainThread)", "sampled (second)")
+        (step,) = [s for s in steps if s.track == thread.uuid and s.start_ns <= sample.ts_ns <= (s.end_ns or 0)]
+        assert sample.stack == STACKS[step.args["n"] % len(STACKS)]
+        assert sample.mappings == tuple(file for _, file, _ in sample.stack)
+    interned = [p.interned_data for p in trace.packets if p.HasField("interned_data")]
+    assert sum(len(d.frames) for d in interned) == 4 and sum(len(d.callstacks) for d in interned) == 3
+    assert sum(len(d.function_names) for d in interned) == 4 and sum(len(d.mappings) for d in interned) == 2
+
+
+@pytest.mark.usefixtures("as_samples")
+def test_perfetto_starts_a_new_sequence_when_a_stack_table_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(perfetto_samples, "MAX_INTERNED", 2)
+    view = recorded(tmp_path, samples_per_thread=200)
+    trace = PerfettoTrace(b"".join(perfetto_chunks(view, accelerated=False)))
+    assert len(trace.samples) == 400
+    assert {sample.stack for sample in trace.samples} == set(STACKS)
+    sequences = {p.trusted_packet_sequence_id for p in trace.packets if p.HasField("perf_sample")}
+    assert len(sequences) > 1
+
+
+def flame_graph(view: SnapshotView, **filters: Any) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(b"".join(flame_graph_chunks(view, EventFilter(**filters))))
+    return document
+
+
+def paths(document: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], int, int]]:
+    """Each node's path of function names from the root, with its self and total counts."""
+    nodes = document["nodes"]
+    names: list[tuple[str, ...]] = [()]
+    columns = (nodes["function"], nodes["parent"], nodes["self"], nodes["total"])
+    for function, parent, own, total in zip(*columns, strict=True):
+        names.append((*names[parent], function))
+        yield names[-1], own, total
+
+
+@pytest.mark.usefixtures("as_samples")
+def test_the_flame_graph_document_counts_samples_per_stack_node(tmp_path: Path) -> None:
+    view = recorded(tmp_path)
+    document = flame_graph(view)
+    assert document["samples"] == 20 and document["cut_sample_stacks"] == 0
+    # Per thread, n = 0..9: stacks hot, hot, cold, main, empty, twice over.
+    counted = {path: (own, total) for path, own, total in paths(document)}
+    assert counted == {
+        ("main",): (4, 16),
+        ("main", "work"): (0, 12),
+        ("main", "work", "hot"): (8, 8),
+        ("main", "work", "cold"): (4, 4),
+    }
+    assert document["nodes"]["file"][:2] == ["/app/main.py", "/app/work.py"] and document["nodes"]["line"][:1] == [10]
+    assert flame_graph(view, track=Pattern("*second*"))["samples"] == 10
+    assert flame_graph(view, since_ns=2**62)["samples"] == 0
+
+
+def test_the_flame_graph_document_of_no_samples_is_empty(tmp_path: Path) -> None:
+    document = flame_graph(recorded(tmp_path))
+    assert document["samples"] == 0 and document["nodes"]["function"] == []

@@ -36,12 +36,21 @@ from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
 from ringtrace.wire.recent import Recent
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_limits import Limits, check_kind_texts, check_text, negotiate
 from ringtrace.wire.stream_tables import StreamTables
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 from ringtrace.wire.version import __version__
 
-__all__ = ["DENSE_STRING_IDS", "KIND_ENTRY_BYTES", "STRING_ENTRY_BYTES", "TRACK_ENTRY_BYTES", "SessionDecoder"]
+__all__ = [
+    "DENSE_STRING_IDS",
+    "KIND_ENTRY_BYTES",
+    "STACK_ENTRY_BYTES",
+    "STACK_FRAME_ENTRY_BYTES",
+    "STRING_ENTRY_BYTES",
+    "TRACK_ENTRY_BYTES",
+    "SessionDecoder",
+]
 
 #: Memory a declared track takes beside its name (a TrackInfo, its ints, entries in two dicts), and a string id when
 #: the strings are kept (an int, a dict entry, the str's header), with room for the allocator's slack: measured, a
@@ -50,6 +59,10 @@ TRACK_ENTRY_BYTES: Final = 400
 STRING_ENTRY_BYTES: Final = 160
 #: String ids the hashes' array always covers (512 KiB); past them, up to 8 times the ids declared.
 DENSE_STRING_IDS: Final = 65_536
+#: A stack node (two list slots, an int each) and a code location beside its texts (a tuple, an int), kept or not:
+#: the collector's segments replay the STACKS frames, whose bytes are about this much.
+STACK_ENTRY_BYTES: Final = 64
+STACK_FRAME_ENTRY_BYTES: Final = 160
 #: A kind beside its texts (which Python may keep in up to 4 bytes a character).
 KIND_ENTRY_BYTES: Final = 600
 
@@ -78,8 +91,8 @@ class SessionDecoder:
 
     __slots__ = (
         "_hashed", "_keep_strings", "_live", "_reader", "_sparse_hashes", "_state", "_string_hashes", "_track_texts",
-        "added_kinds", "added_strings", "hello", "limits", "protocol_version", "schema_bytes", "string_bytes", "tables",
-        "track_name_bytes",
+        "added_kinds", "added_strings", "hello", "limits", "protocol_version", "schema_bytes", "stack_bytes",
+        "stack_count", "stack_frame_count", "string_bytes", "tables", "track_name_bytes",
     )  # fmt: skip
 
     #: The framing it reads through (a subclass may read with one that does more: the collector's lends it memory).
@@ -119,6 +132,10 @@ class SessionDecoder:
         self.string_bytes = 0
         self.schema_bytes = 0
         self.track_name_bytes = 0
+        #: Stack nodes and code locations declared (STACKS, since its last reset), and UTF-8 bytes of their texts.
+        self.stack_count = 0
+        self.stack_frame_count = 0
+        self.stack_bytes = 0
         #: Memory of the live tracks' names as Python keeps them (1, 2 or 4 bytes a character).
         self._track_texts = 0
         #: What the last STRINGS or SCHEMA frame added to the tables (a frame may repeat what is known).
@@ -134,7 +151,9 @@ class SessionDecoder:
         else:
             strings = len(self.tables.strings) * STRING_ENTRY_BYTES + 4 * self.string_bytes
         tracks = len(self.tables.tracks) * TRACK_ENTRY_BYTES + self._track_texts
-        return strings + tracks + len(self.tables.kinds) * KIND_ENTRY_BYTES + 4 * self.schema_bytes
+        stacks = self.stack_count * STACK_ENTRY_BYTES + self.stack_frame_count * STACK_FRAME_ENTRY_BYTES
+        stacks += 4 * self.stack_bytes
+        return strings + tracks + stacks + len(self.tables.kinds) * KIND_ENTRY_BYTES + 4 * self.schema_bytes
 
     # -- bytes in -------------------------------------------------------------------------------------------------
 
@@ -212,6 +231,8 @@ class SessionDecoder:
             limits.max_string_bytes,
             limits.max_schema_bytes,
             string_resets=True,
+            max_stacks=limits.max_stacks,
+            max_stack_frames=limits.max_stack_frames,
         )
 
     def _apply(self, frame: Frame) -> None:
@@ -336,6 +357,57 @@ class SessionDecoder:
             )  # fmt: skip
         tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
 
+    def _add_stacks(self, frame: Stacks) -> None:
+        """Check and add a run of the stack table: it continues the table (no gap, no repeat), parents come before
+        their children, every frame id is declared, within ``max_stacks``, ``max_stack_frames``, and texts within
+        ``MAX_STRING_CHARS`` and (all of them) ``max_string_bytes``."""
+        if frame.reset:
+            self.tables = self.tables.with_new_stacks()
+            self.stack_count = self.stack_frame_count = self.stack_bytes = 0
+        limits = self.limits
+        if frame.first_frame != self.stack_frame_count:
+            raise MalformedFrame(
+                f"STACKS frame: field 'first_frame' is {frame.first_frame}, but {self.stack_frame_count} code "
+                "locations are declared (the table grows without gaps or repeats)"
+            )
+        if frame.first_stack != self.stack_count:
+            raise MalformedFrame(
+                f"STACKS frame: field 'first_stack' is {frame.first_stack}, but {self.stack_count} stacks are "
+                "declared (the table grows without gaps or repeats)"
+            )
+        frame_count = self.stack_frame_count + len(frame.frames)
+        if frame_count > limits.max_stack_frames:
+            raise LimitExceeded("STACKS frame: code location count", "max_stack_frames", limits.max_stack_frames,
+                                frame_count)  # fmt: skip
+        stack_count = self.stack_count + len(frame.stacks)
+        if stack_count > limits.max_stacks:
+            raise LimitExceeded("STACKS frame: stack count", "max_stacks", limits.max_stacks, stack_count)
+        text_bytes = 0
+        for function, file, line in frame.frames:
+            longest = max(len(function), len(file))
+            if longest > MAX_STRING_CHARS:
+                raise LimitExceeded("STACKS frame: field 'frames' text length", "max_string_chars", MAX_STRING_CHARS,
+                                    longest)  # fmt: skip
+            if not 0 <= line <= 0xFFFFFFFF:
+                raise MalformedFrame(f"STACKS frame: field 'frames' has line {line} (must be in 0..{0xFFFFFFFF})")
+            text_bytes += _utf8_bytes(function) + _utf8_bytes(file)
+        for stack_id, (parent, leaf) in enumerate(frame.stacks, frame.first_stack):
+            if parent is not None and parent >= stack_id:
+                raise MalformedFrame(
+                    f"STACKS frame: field 'stacks' gives stack {stack_id} the parent {parent}, not declared before it"
+                )
+            if leaf >= frame_count:
+                raise MalformedFrame(
+                    f"STACKS frame: field 'stacks' gives stack {stack_id} the code location {leaf}, never declared"
+                )
+        if self.stack_bytes + text_bytes > limits.max_string_bytes:
+            raise LimitExceeded("STACKS frame: bytes of all code locations' texts", "max_string_bytes",
+                                limits.max_string_bytes, self.stack_bytes + text_bytes)  # fmt: skip
+        self.stack_bytes += text_bytes
+        self.stack_frame_count, self.stack_count = frame_count, stack_count
+        if self._keep_strings:
+            self.tables.stacks.add(frame)
+
     def _add_schema(self, frame: Schema) -> None:
         kinds = self.tables.kinds
         if kinds and frame.columns != self.tables.columns:  # stored frames decode with these columns
@@ -393,5 +465,6 @@ _OPEN_FRAME_RULES: Final[dict[FrameType, Callable[[SessionDecoder, Any], None]]]
     FrameType.STRINGS: SessionDecoder._add_strings,
     FrameType.TRACK: SessionDecoder._add_track,
     FrameType.SCHEMA: SessionDecoder._add_schema,
+    FrameType.STACKS: SessionDecoder._add_stacks,
     FrameType.HELLO: SessionDecoder._refuse_hello,
 }

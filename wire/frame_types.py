@@ -14,6 +14,8 @@ __all__ = [
     "AUTHENTICATION_FAILED",
     "CHECKSUM_TYPE",
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_STACKS",
+    "DEFAULT_MAX_STACK_FRAMES",
     "EVENTS_HEADER",
     "EVENT_COLUMNS",
     "FRAME_HEADER",
@@ -46,6 +48,10 @@ MIN_MAX_FRAME_BYTES: Final = 32 * 1024
 #: No peer may raise it above this: a frame header can then never begin with the magic, so that streams may follow
 #: one another in a file (``concatenated``).
 MAX_MAX_FRAME_BYTES: Final = 1 << 30
+#: Stack nodes and code locations (STACKS) one stream may declare when WELCOME does not say (a file, an older
+#: collector).
+DEFAULT_MAX_STACKS: Final = 100_000
+DEFAULT_MAX_STACK_FRAMES: Final = 100_000
 #: Column order of an EVENTS payload in version 2.
 EVENT_COLUMNS: Final = ("kind", "name", "ts", "dur", "args")
 #: Frame-type bit: a reader that does not know the type skips the frame instead of failing.
@@ -75,3 +81,4 @@ class FrameType(IntEnum):
     GOODBYE = IGNORABLE | 1
     SET_PRIORITY = IGNORABLE | 2
     REFUSED = IGNORABLE | 3
+    STACKS = IGNORABLE | 4

@@ -35,6 +35,7 @@ from ringtrace.wire.frame_types import (
     Peer,
 )
 from ringtrace.wire.handshake_frames import Hello, Welcome
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.table_frames import Schema, Strings, Track
 
 __all__ = [
@@ -219,12 +220,28 @@ class Refused:
         return cls(body_field(unpack_map("REFUSED", body), "REFUSED", "events", int))
 
 
-Frame = Hello | Welcome | Schema | Strings | Track | Events | Stats | Flush | FlushAck | Goodbye | SetPriority | Refused
+Frame = (
+    Hello
+    | Welcome
+    | Schema
+    | Strings
+    | Track
+    | Events
+    | Stats
+    | Flush
+    | FlushAck
+    | Goodbye
+    | SetPriority
+    | Refused
+    | Stacks
+)
 
 FRAME_CLASSES: Final[dict[int, Any]] = {
     cls.TYPE: cls
-    for cls in (Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority, Refused)
-}
+    for cls in (
+        Hello, Welcome, Schema, Strings, Track, Events, Stats, Flush, FlushAck, Goodbye, SetPriority, Refused, Stacks,
+    )
+}  # fmt: skip
 #: Frame types each peer may send.
 SENDABLE_BY: Final[dict[Peer, frozenset[int]]] = {
     "client": frozenset(FRAME_CLASSES) - {FrameType.WELCOME, FrameType.SET_PRIORITY, FrameType.REFUSED},

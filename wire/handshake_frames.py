@@ -8,7 +8,13 @@ from typing import ClassVar
 
 from ringtrace.wire.errors import MalformedFrame
 from ringtrace.wire.frame_fields import MAX_FIELD_INT, MAX_PID, MAX_U32, body_field, pack_body, unpack_map
-from ringtrace.wire.frame_types import MIN_MAX_FRAME_BYTES, PROTOCOL_VERSIONS, FrameType
+from ringtrace.wire.frame_types import (
+    DEFAULT_MAX_STACK_FRAMES,
+    DEFAULT_MAX_STACKS,
+    MIN_MAX_FRAME_BYTES,
+    PROTOCOL_VERSIONS,
+    FrameType,
+)
 
 __all__ = ["Hello", "Welcome"]
 
@@ -97,6 +103,9 @@ class Welcome:
     max_schema_bytes: int = MAX_FIELD_INT
     #: The collector takes STRINGS frames that start the table again (``Strings.reset``; absent: false).
     string_resets: bool = False
+    #: Stack nodes and code locations one connection's STACKS frames may declare (absent: the defaults).
+    max_stacks: int = DEFAULT_MAX_STACKS
+    max_stack_frames: int = DEFAULT_MAX_STACK_FRAMES
 
     def encode_body(self) -> bytes:
         return pack_body(
@@ -110,6 +119,8 @@ class Welcome:
                 "max_string_bytes": self.max_string_bytes,
                 "max_schema_bytes": self.max_schema_bytes,
                 "string_resets": self.string_resets,
+                "max_stacks": self.max_stacks,
+                "max_stack_frames": self.max_stack_frames,
             }
         )
 
@@ -130,6 +141,14 @@ class Welcome:
                 body_field(data, "WELCOME", "max_schema_bytes", int) if "max_schema_bytes" in data else MAX_FIELD_INT
             ),
             string_resets=body_field(data, "WELCOME", "string_resets", bool) if "string_resets" in data else False,
+            max_stacks=(
+                body_field(data, "WELCOME", "max_stacks", int, MAX_U32) if "max_stacks" in data else DEFAULT_MAX_STACKS
+            ),
+            max_stack_frames=(
+                body_field(data, "WELCOME", "max_stack_frames", int, MAX_U32)
+                if "max_stack_frames" in data
+                else DEFAULT_MAX_STACK_FRAMES
+            ),
         )
         if welcome.max_frame_bytes < MIN_MAX_FRAME_BYTES:
             raise MalformedFrame(

@@ -29,6 +29,7 @@ __all__ = [
     "MARKER_END",
     "MARKER_START",
     "RECORD_FIELDS",
+    "SAMPLE",
     "SOURCE_CLOSE",
     "SOURCE_OPEN",
     "SOURCE_TRACK",
@@ -56,6 +57,8 @@ SOURCE_CLOSE: Final = 7
 #: Async slices across threads and tasks: ``args["id"]`` pairs a begin with its end.
 ASYNC_BEGIN: Final = 8
 ASYNC_END: Final = 9
+#: A sample of a thread's call stack: ``args`` is a stack id (STACKS), ``name`` the running asyncio task's name or "".
+SAMPLE: Final = 10
 BUILTIN_KINDS: Final = (
     KindSpec(SPAN, "span", "span"),
     KindSpec(INSTANT, "instant", "instant"),
@@ -67,6 +70,7 @@ BUILTIN_KINDS: Final = (
     KindSpec(SOURCE_CLOSE, "source_close", "source_close"),
     KindSpec(ASYNC_BEGIN, "async_begin", "async_begin"),
     KindSpec(ASYNC_END, "async_end", "async_end"),
+    KindSpec(SAMPLE, "sample", "sample"),
 )
 
 #: Kind ids below this are built in; typed event classes get the ones above.

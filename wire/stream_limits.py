@@ -8,7 +8,12 @@ from typing import Final
 
 from ringtrace.wire.arg_values import MAX_STRING_CHARS
 from ringtrace.wire.errors import LimitExceeded, UnsupportedVersion
-from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSIONS
+from ringtrace.wire.frame_types import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_STACK_FRAMES,
+    DEFAULT_MAX_STACKS,
+    PROTOCOL_VERSIONS,
+)
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.table_frames import KindSpec
 
@@ -30,6 +35,10 @@ class Limits:
     max_string_bytes: int = 2**63 - 1
     #: UTF-8 bytes of the texts of all the kinds one stream may declare (``KindSpec.text_bytes``).
     max_schema_bytes: int = 2**63 - 1
+    #: Stack nodes and code locations its STACKS frames may declare (their texts count against
+    #: ``max_string_bytes``, a budget of their own, as track names do).
+    max_stacks: int = DEFAULT_MAX_STACKS
+    max_stack_frames: int = DEFAULT_MAX_STACK_FRAMES
 
 
 def negotiate(hello: Hello, supported: tuple[int, int] = PROTOCOL_VERSIONS) -> int:

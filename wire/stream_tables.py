@@ -12,6 +12,7 @@ from ringtrace.wire.frame_types import EVENT_COLUMNS
 from ringtrace.wire.frames import Events, unpack_columns
 from ringtrace.wire.message_format import render
 from ringtrace.wire.model import DecodedEvent, TrackInfo
+from ringtrace.wire.stack_tree import StackTree
 from ringtrace.wire.table_frames import KindSpec
 
 __all__ = ["StreamTables", "typed_args"]
@@ -28,15 +29,18 @@ class StreamTables:
 
     Tables only grow within a stream (a TRACK frame may rename a track), so a stored frame can keep a reference to
     the tables of the stream it came on and decode later. A STRINGS frame that resets the string table gives the
-    stream new tables (``with_new_strings``) rather than emptying these.
+    stream new tables (``with_new_strings``) rather than emptying these, and so does a STACKS frame that resets the
+    stack table (``with_new_stacks``).
     """
 
-    __slots__ = ("_column_index", "columns", "kinds", "strings", "tracks")
+    __slots__ = ("_column_index", "columns", "kinds", "stacks", "strings", "tracks")
 
     def __init__(self) -> None:
         self.strings: dict[int, str] = {}
         self.kinds: dict[int, KindSpec] = {}
         self.tracks: dict[int, TrackInfo] = {}
+        #: The call stacks ``sample`` events name (STACKS frames).
+        self.stacks = StackTree()
         self.columns: tuple[str, ...] = EVENT_COLUMNS
         self._column_index = tuple(range(len(EVENT_COLUMNS)))
 
@@ -44,8 +48,16 @@ class StreamTables:
         """Tables with no strings and these kinds, tracks and columns (a STRINGS frame reset the table): a frame
         read before keeps these, with their strings."""
         tables = StreamTables()
-        tables.kinds, tables.tracks = self.kinds, self.tracks
+        tables.kinds, tables.tracks, tables.stacks = self.kinds, self.tracks, self.stacks
         tables.columns, tables._column_index = self.columns, self._column_index
+        return tables
+
+    def with_new_stacks(self) -> StreamTables:
+        """Tables with an empty stack table and these strings, kinds, tracks and columns (a STACKS frame reset it):
+        a frame read before keeps these, with their stacks."""
+        tables = self.with_new_strings()
+        tables.strings = self.strings
+        tables.stacks = StackTree()
         return tables
 
     def set_columns(self, columns: tuple[str, ...]) -> None:

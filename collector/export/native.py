@@ -19,6 +19,7 @@ from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.frame_types import MAX_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.table_frames import Schema, Strings, Track
 
 __all__ = ["native_chunks"]
@@ -84,6 +85,6 @@ def _selected_part(
 
 #: What a snapshot file keeps of a segment: its session frames as stored, and its EVENTS frames' selected events.
 _PARTS: Final[dict[type, _Part]] = {
-    **dict.fromkeys((Hello, Schema, Strings, Track, Stats), _as_stored),
+    **dict.fromkeys((Hello, Schema, Strings, Stacks, Track, Stats), _as_stored),
     Events: _selected_part,
 }

@@ -373,7 +373,9 @@ class _Writer:
         for index, event in enumerate(events):
             if not index & 255:
                 let_the_loop_in()
-            by_phase[event[0]](process, track, on_track, event)
+            add_event = by_phase.get(event[0])
+            if add_event is not None:  # (a phase it does not show yet, as samples: left out)
+                add_event(process, track, on_track, event)
 
     def _slice(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """A slice ("X"), or one never ended ("B"): a BEGIN, and an END where it ended."""

@@ -37,7 +37,7 @@ from ringtrace.wire.stream_limits import Limits
 __all__ = ["FOREIGN_FORMATS", "LoadedFile", "load_file", "read_stream"]
 
 #: What decoding a file may meet: anything a collector could have stored.
-FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
+FILE_LIMITS: Final = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1, max_stacks=2**32 - 1, max_stack_frames=2**32 - 1)
 _DAY_NS: Final = 86_400 * 10**9
 #: Foreign formats: (name, whether a file's first bytes are of it, its reader: a recording per process).
 FOREIGN_FORMATS: Final[tuple[tuple[str, Callable[[bytes], bool], Callable[[bytes], list[Recording]]], ...]] = (

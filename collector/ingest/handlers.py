@@ -28,6 +28,7 @@ from ringtrace.wire.errors import LimitExceeded
 from ringtrace.wire.frame_types import FrameType
 from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Refused, SetPriority, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.table_frames import Schema, Strings, Track
 
@@ -160,6 +161,13 @@ class FrameHandlers:
             for first_id, texts in runs:
                 writer.session_frame(encode(Strings(first_id, tuple(texts))), "strings")
         added.clear()  # (taken: the texts of a frame, up to 1 MiB of them, would live as long as the connection)
+        self._charge_tables(writer, frame)
+
+    def _stacks(self, frame: Stacks) -> None:
+        """Kept for every new segment to replay (a STACKS frame only adds to the table, or starts it again)."""
+        writer = self.writer
+        assert writer is not None
+        writer.session_frame(self._session.last_frame(), "stacks_reset" if frame.reset else "stacks")
         self._charge_tables(writer, frame)
 
     def _schema(self, frame: Schema) -> None:
@@ -348,6 +356,7 @@ _HANDLERS: Final[dict[int, Callable[[FrameHandlers, Any], None]]] = {
     FrameType.TRACK: FrameHandlers._track,
     FrameType.STRINGS: FrameHandlers._strings,
     FrameType.SCHEMA: FrameHandlers._schema,
+    FrameType.STACKS: FrameHandlers._stacks,
     FrameType.FLUSH: FrameHandlers._flush,
     FrameType.FLUSH_ACK: FrameHandlers._flush_ack,
     FrameType.STATS: FrameHandlers._stats,

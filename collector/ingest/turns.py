@@ -40,7 +40,7 @@ __all__ = [
 TABLE_BYTES_PER_TURN: Final = 128 * 1024
 #: What a frame costs beyond its bytes: a TRACK frame of 150 bytes took 5 us.
 FRAME_COST: Final = 128
-TABLE_FRAMES: Final = frozenset((FrameType.STRINGS, FrameType.SCHEMA, FrameType.TRACK))
+TABLE_FRAMES: Final = frozenset((FrameType.STRINGS, FrameType.SCHEMA, FrameType.TRACK, FrameType.STACKS))
 #: Bytes a connection reads before it lets every other connection read once (a loop turn): one read into a segment
 #: (``DIRECT_READ_SIZE``), for each read and each pause costs Python beside the copy.
 TURN_BYTES: Final = 2048 * 1024

@@ -221,6 +221,9 @@ class EventWalk:
                 continue
             if selection is not None and not selection.event(kind, name, wall_ns, args, dur_ns, track_key):
                 continue
+            if shape == "sample":  # a stack id never declared (or past the collector's limits): an empty stack
+                append(("P", name, wall_ns, 0, {"stack": tables.stacks.resolve(args) or ()}, "sample", ""))
+                continue
             phase = phases.get(shape)
             if phase is None:  # paired
                 if shape[0] == "s":  # source_open, source_close

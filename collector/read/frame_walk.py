@@ -57,7 +57,7 @@ PHASES: Final = {"span": "X", "instant": "i", "counter": "C", "async_begin": "b"
 #: Shapes whose events pair up across frames (``pairing.py``).
 PAIRED_SHAPES: Final = frozenset({"marker_start", "marker_end", "source_open", "source_close"})
 #: Every shape a snapshot shows.
-SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message"})
+SHOWN_SHAPES: Final = frozenset({*PHASES, *PAIRED_SHAPES, "message", "sample"})
 #: The latest wall-clock ns a snapshot shows (2262): what a 64-bit signed integer holds, as JSON and protobuf take.
 MAX_WALL_NS: Final = 2**63 - 1
 #: Tracks that are not OS threads (asyncio task lanes, sources) get tids from here up: above any real thread id,

@@ -19,7 +19,7 @@ from ringtrace.wire.message_format import render
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.stream_tables import StreamTables, typed_args
 
-__all__ = ["Row", "frame_rows", "selected_rows"]
+__all__ = ["Row", "frame_rows", "selected_rows", "stack_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,17 @@ def frame_rows(
             shown_name, shown_args = render(kind, args)
         elif kind.fields and isinstance(args, list):
             shown_args = typed_args(kind, args, tables.kinds)
+        elif kind.shape == "sample":
+            shown_args = stack_text(tables.stacks.resolve(args) or ())
         if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args, dur_ns, track_key):
             continue
         priority = kind.priority if kind.shape == "message" else ""
         wall_ns = ts_ns + offset_ns
         yield Row(process, track_name, category_of(kind), priority, shown_name, wall_ns, dur_ns, shown_args, kind.name)
+
+
+def stack_text(stack: tuple[tuple[str, str, int], ...]) -> str:
+    """A sampled stack on one line, its leaf (the function running) first: ``leaf (file:line) < caller (...)``."""
+    if not stack:
+        return "<stack unknown>"
+    return " < ".join(f"{function} ({file}:{line})" for function, file, line in reversed(stack))

@@ -100,7 +100,9 @@ class Collector:
         _warn_process_capacity(config)
         self.data_dir = DataDir(config.data_dir, config.fsync) if config.data_dir is not None else None
         #: Reading what is stored: it was checked on the way in, perhaps by a run with other limits (a data dir).
-        self.stored_limits = Limits(2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1)
+        self.stored_limits = Limits(
+            2**31, 2**32 - 1, 2**32 - 1, 2**32 - 1, max_stacks=2**32 - 1, max_stack_frames=2**32 - 1
+        )
         self.max_connections = config.max_connections
         self.max_connections_per_address = config.max_connections_per_address or max(config.max_connections // 2, 1)
         self.connections_by_address: dict[str, int] = {}

@@ -22,15 +22,15 @@ MIN_SEGMENT_BYTES: Final = 64 * 1024
 TRACK_FRAME_BYTES: Final = 100
 _PREAMBLE: Final = preamble()
 
-SessionKind = Literal["schema", "strings", "strings_reset", "track", "stats"]
+SessionKind = Literal["schema", "strings", "strings_reset", "stacks", "stacks_reset", "track", "stats"]
 
 
 class Stream:
     """One connection's writer: the session frames a new segment of it replays, and its open segment."""
 
     __slots__ = (
-        "charged", "counts", "direct", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stats",
-        "strings", "tracks", "unsynced",
+        "charged", "counts", "direct", "hello", "next_size", "owner", "schema", "segment", "session_bytes", "stacks",
+        "stats", "strings", "tracks", "unsynced",
     )  # fmt: skip
 
     def __init__(self, owner: int, counts: dict[int, Counts], hello: bytes, first_size: int) -> None:
@@ -42,6 +42,8 @@ class Stream:
         #: thousands of small frames would cost an object each (``keep``).
         self.schema = bytearray()
         self.strings = bytearray()
+        #: STACKS frames since the last that reset the stack table, end to end as the strings are.
+        self.stacks = bytearray()
         self.tracks: dict[int, bytes] = {}
         self.stats = b""
         #: Bytes a new segment opens with: the preamble and every frame above.
@@ -60,7 +62,11 @@ class Stream:
         """About the memory its session frames take, at most what they take (a bytes object and a dict entry a
         track)."""
         return (
-            self.session_bytes + TRACK_FRAME_BYTES * len(self.tracks) + len(self.schema) // 8 + len(self.strings) // 8
+            self.session_bytes
+            + TRACK_FRAME_BYTES * len(self.tracks)
+            + len(self.schema) // 8
+            + len(self.strings) // 8
+            + len(self.stacks) // 8
         )
 
     def session_frames(self) -> Iterator[bytes | bytearray]:
@@ -68,12 +74,13 @@ class Stream:
         yield self.hello
         yield self.schema
         yield self.strings
+        yield self.stacks
         yield from self.tracks.values()
         if self.stats:
             yield self.stats
 
     def keep(self, frame: bytes | memoryview, kind: SessionKind, track_id: int, ended: bool) -> bytes | memoryview:
-        """Keep a SCHEMA, STRINGS, TRACK or STATS frame (header included) for the stream's next segments to open
+        """Keep a SCHEMA, STRINGS, STACKS, TRACK or STATS frame (header included) for the stream's next segments to open
         with (a TRACK frame that ends its track takes the track's out, a STRINGS frame that resets the table the
         earlier ones); returns the bytes its open segment takes."""
         data = frame
@@ -86,6 +93,12 @@ class Stream:
         elif kind == "strings_reset":  # the client started its table again: new segments replay only the new one
             self.session_bytes += len(frame) - len(self.strings)
             self.strings = bytearray(frame)
+        elif kind == "stacks":
+            self.stacks += frame
+            self.session_bytes += len(frame)
+        elif kind == "stacks_reset":  # the client started its stack table again: as a reset of the strings
+            self.session_bytes += len(frame) - len(self.stacks)
+            self.stacks = bytearray(frame)
         elif kind == "track":
             old = self.tracks.pop(track_id, b"")
             self.session_bytes -= len(old)

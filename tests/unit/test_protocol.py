@@ -56,6 +56,7 @@ from ringtrace.wire.frames import (
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import ASYNC_TRACK, BUILTIN_KINDS, SOURCE_TRACK, SPAN, THREAD_TRACK
 from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
 # Hypothesis must never turn slowness into a failure: these tests make no timing claims.
@@ -97,6 +98,7 @@ CLIENT_FRAMES: list[Frame] = [
     Flush(2**64 - 1),
     FlushAck(0),
     Goodbye("shutting down"),
+    Stacks(0, (("main", "app.py", 1), ("work", "app.py", 9)), 0, ((None, 0), (0, 1))),
 ]
 #: Every frame a collector sends after its WELCOME.
 COLLECTOR_FRAMES: list[Frame] = [
@@ -317,7 +319,9 @@ def test_every_frame_type_is_covered() -> None:
 
 
 def test_goodbye_set_priority_and_refused_are_ignorable_and_the_rest_are_not() -> None:
-    assert {t for t in FrameType if t & IGNORABLE} == {FrameType.GOODBYE, FrameType.SET_PRIORITY, FrameType.REFUSED}
+    assert {t for t in FrameType if t & IGNORABLE} == {
+        FrameType.GOODBYE, FrameType.SET_PRIORITY, FrameType.REFUSED, FrameType.STACKS
+    }  # fmt: skip
 
 
 @property_test
@@ -657,7 +661,7 @@ def test_fail_makes_the_reader_raise_a_rule_broken_above_it() -> None:
 
 # -- frame types: unknown, ignorable, not allowed from this peer ---------------------------------------------------
 
-IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 4, IGNORABLE | 0x40, 0xFE]
+IGNORABLE_UNKNOWN = [IGNORABLE, IGNORABLE | 5, IGNORABLE | 0x40, 0xFE]
 
 
 @pytest.mark.parametrize("peer", PEERS)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline
@@ -26,6 +27,11 @@ from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter, Pattern
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stack_frames import Stacks
+from ringtrace.wire.stream_encoder import StreamEncoder
 
 MAIN = ("main", "/app/main.py", 10)
 WORK = ("work", "/app/work.py", 20)
@@ -204,3 +210,74 @@ def test_the_flame_graph_document_counts_samples_per_stack_node(tmp_path: Path) 
 def test_the_flame_graph_document_of_no_samples_is_empty(tmp_path: Path) -> None:
     document = flame_graph(recorded(tmp_path))
     assert document["samples"] == 0 and document["nodes"]["function"] == []
+
+
+def wire_samples(tmp_path: Path) -> SnapshotView:
+    """A stream as a client sends it: its stack table (STACKS), then on one thread spans and samples in the same
+    EVENTS frames (a sample's args: a stack id of ``WIRE_STACKS``, one never declared), and a sample alone on another
+    thread."""
+    encoder = StreamEncoder()
+    main, other = TrackInfo(1, THREAD_TRACK, "main", 11), TrackInfo(2, THREAD_TRACK, "other", 12)
+    ts = 10**18
+    # Declares the tracks and the names (the samples' EVENTS frames are packed here, as the sampler packs them).
+    declared = [encoder.encode(track, [INSTANT, name, ts, ts, None]) for track, name in ((main, "step"), (other, ""))]
+    encoder.encode(main, [INSTANT, "task-a", ts, ts, None])
+    names = encoder.strings
+    stacks = Stacks(0, (MAIN, WORK, HOT, COLD), 0, ((None, 0), (0, 1), (1, 2), (1, 3)))  # stack ids 0..3
+    rows: list[tuple[int, int, int, int, Any]] = []
+    for n in range(8):
+        start = 1000 * (n + 1)
+        rows.append((SPAN, names["step"], start, 900, {"n": n}))
+        rows.append((SAMPLE, names["task-a" if n % 2 else ""], start + 100, 0, n % 5))
+    hello = encode(Hello(42, "host", "wired", "i42", "boot", 1, 2, "test"))
+    frames = [preamble(), hello, *encoder.prefix(), encode(stacks)]
+    for made in declared:
+        frames += made.control
+    frames.append(_events(main.track_id, ts, rows))
+    frames.append(_events(other.track_id, ts, [(SAMPLE, names[""], 9000, 0, 3)]))
+    path = tmp_path / "wired.rttrace"
+    path.write_bytes(b"".join(frames))
+    return load_file(path).view
+
+
+def _events(track_id: int, first_ts: int, rows: list[tuple[int, int, int, int, Any]]) -> bytes:
+    """An EVENTS frame of ``rows`` (kind, name id, ns after ``first_ts``, dur, args)."""
+    payload = msgpack.packb([list(column) for column in zip(*rows, strict=True)])
+    last_ts = first_ts + max(row[2] + row[3] for row in rows)
+    return encode(Events(track_id, len(rows), first_ts, last_ts, payload))
+
+
+#: The stack of stack id 0..4 of ``wire_samples`` (4: never declared, shown empty).
+WIRE_STACKS = [(MAIN,), (MAIN, WORK), (MAIN, WORK, HOT), (MAIN, WORK, COLD), ()]
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_samples_from_the_wire_in_chrome_json_beside_the_c_writers_spans(tmp_path: Path, accelerated: bool) -> None:
+    document = json.loads(b"".join(chrome_trace_chunks(wire_samples(tmp_path), accelerated=accelerated)))
+    events = document["traceEvents"]
+    samples = sorted((e for e in events if e["ph"] == "P"), key=lambda e: e["ts"])
+    assert len([e for e in events if e["ph"] == "X"]) == 8 and len(samples) == 9
+    assert [unwound(document["stackFrames"], s.get("sf")) for s in samples] == [
+        *(WIRE_STACKS[n % 5] for n in range(8)),
+        WIRE_STACKS[3],
+    ]
+    assert [s["name"] for s in samples[:2]] == ["sample", "task-a"]
+    assert len({s["tid"] for s in samples}) == 2
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_samples_from_the_wire_in_perfetto(tmp_path: Path, accelerated: bool) -> None:
+    trace = PerfettoTrace(b"".join(perfetto_chunks(wire_samples(tmp_path), accelerated=accelerated)))
+    samples = sorted(trace.samples, key=lambda s: s.ts_ns)
+    assert [s.stack for s in samples] == [*(WIRE_STACKS[n % 5] for n in range(8)), WIRE_STACKS[3]]
+    assert {(s.pid, s.tid) for s in samples} == {(42, 11), (42, 12)} and len(trace.slices) == 8
+
+
+def test_samples_from_the_wire_in_the_flame_graph(tmp_path: Path) -> None:
+    counted = {path: (own, total) for path, own, total in paths(flame_graph(wire_samples(tmp_path)))}
+    assert counted == {
+        ("main",): (2, 8),
+        ("main", "work"): (2, 6),
+        ("main", "work", "hot"): (2, 2),
+        ("main", "work", "cold"): (2, 2),
+    }

@@ -130,6 +130,14 @@ def test_the_samples_are_in_chrome_json_and_perfetto_snapshots(sampled: Collecto
     assert {(s.pid, s.tid) for s in trace.samples} == {(PID, 101), (PID, 102)}
 
 
+def test_the_timeline_document_has_the_samples_without_their_stacks(sampled: CollectorProcess) -> None:
+    status, body = sampled.get("/timeline")
+    assert status == 200
+    blocks = json.loads(body)["blocks"]
+    samples = [arg for block in blocks for phase, arg in zip(block["ph"], block["args"], strict=True) if phase == "P"]
+    assert samples == [None] * 13  # (the flame graph's document has the stacks)
+
+
 _MISSING = missing_browser()
 
 

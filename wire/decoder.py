@@ -37,7 +37,7 @@ from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.reader import NEW_STREAM, FrameReader, Sentinel, complete_frames
 from ringtrace.wire.recent import Recent
 from ringtrace.wire.stack_frames import Stacks
-from ringtrace.wire.stream_limits import Limits, check_kind_texts, check_text, negotiate
+from ringtrace.wire.stream_limits import Limits, check_kind_texts, check_stacks, check_text, negotiate
 from ringtrace.wire.stream_tables import StreamTables
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 from ringtrace.wire.version import __version__
@@ -358,53 +358,13 @@ class SessionDecoder:
         tracks[frame.track_id] = TrackInfo(frame.track_id, frame.kind, frame.name, frame.thread_id, frame.parent)
 
     def _add_stacks(self, frame: Stacks) -> None:
-        """Check and add a run of the stack table: it continues the table (no gap, no repeat), parents come before
-        their children, every frame id is declared, within ``max_stacks``, ``max_stack_frames``, and texts within
-        ``MAX_STRING_CHARS`` and (all of them) ``max_string_bytes``."""
+        """Check (``check_stacks``) and add a run of the stack table, or start it again."""
         if frame.reset:
             self.tables = self.tables.with_new_stacks()
             self.stack_count = self.stack_frame_count = self.stack_bytes = 0
-        limits = self.limits
-        if frame.first_frame != self.stack_frame_count:
-            raise MalformedFrame(
-                f"STACKS frame: field 'first_frame' is {frame.first_frame}, but {self.stack_frame_count} code "
-                "locations are declared (the table grows without gaps or repeats)"
-            )
-        if frame.first_stack != self.stack_count:
-            raise MalformedFrame(
-                f"STACKS frame: field 'first_stack' is {frame.first_stack}, but {self.stack_count} stacks are "
-                "declared (the table grows without gaps or repeats)"
-            )
-        frame_count = self.stack_frame_count + len(frame.frames)
-        if frame_count > limits.max_stack_frames:
-            raise LimitExceeded("STACKS frame: code location count", "max_stack_frames", limits.max_stack_frames,
-                                frame_count)  # fmt: skip
-        stack_count = self.stack_count + len(frame.stacks)
-        if stack_count > limits.max_stacks:
-            raise LimitExceeded("STACKS frame: stack count", "max_stacks", limits.max_stacks, stack_count)
-        text_bytes = 0
-        for function, file, line in frame.frames:
-            longest = max(len(function), len(file))
-            if longest > MAX_STRING_CHARS:
-                raise LimitExceeded("STACKS frame: field 'frames' text length", "max_string_chars", MAX_STRING_CHARS,
-                                    longest)  # fmt: skip
-            if not 0 <= line <= 0xFFFFFFFF:
-                raise MalformedFrame(f"STACKS frame: field 'frames' has line {line} (must be in 0..{0xFFFFFFFF})")
-            text_bytes += _utf8_bytes(function) + _utf8_bytes(file)
-        for stack_id, (parent, leaf) in enumerate(frame.stacks, frame.first_stack):
-            if parent is not None and parent >= stack_id:
-                raise MalformedFrame(
-                    f"STACKS frame: field 'stacks' gives stack {stack_id} the parent {parent}, not declared before it"
-                )
-            if leaf >= frame_count:
-                raise MalformedFrame(
-                    f"STACKS frame: field 'stacks' gives stack {stack_id} the code location {leaf}, never declared"
-                )
-        if self.stack_bytes + text_bytes > limits.max_string_bytes:
-            raise LimitExceeded("STACKS frame: bytes of all code locations' texts", "max_string_bytes",
-                                limits.max_string_bytes, self.stack_bytes + text_bytes)  # fmt: skip
-        self.stack_bytes += text_bytes
-        self.stack_frame_count, self.stack_count = frame_count, stack_count
+        self.stack_bytes += check_stacks(frame, self.stack_frame_count, self.stack_count, self.stack_bytes, self.limits)
+        self.stack_frame_count += len(frame.frames)
+        self.stack_count += len(frame.stacks)
         if self._keep_strings:
             self.tables.stacks.add(frame)
 

@@ -156,6 +156,9 @@ class EventPacking:
     def _packed_args(self, kind: object, args: Any) -> bytes | None:
         """One event's arguments as the Python path packs them (``_with_typed_values``, ``_normalised``, ``_pack``),
         or None for an event left out: what C leaves to Python (nested or large values, other types, ...)."""
+        if type(args) is int:  # a sample's stack id
+            packed_id: bytes = self._msgpack.pack(args)
+            return packed_id
         args = as_map(args)
         if args is not None and type(args) is not dict:
             args = self._typed_values(kind, args)
@@ -177,7 +180,7 @@ class EventPacking:
         if args.count(None) == len(args):  # no arguments at all (counted in C): the usual case
             return records
         # Selected by type, not by truth: an Event subclass may define __bool__.
-        tuples = [i for i, arg in enumerate(args) if arg is not None and type(arg) is not dict]
+        tuples = [i for i, arg in enumerate(args) if arg is not None and type(arg) is not dict and type(arg) is not int]
         if not tuples:
             return records
         records = list(records)
@@ -213,7 +216,7 @@ class EventPacking:
             return args
         for i in compress(range(len(args)), args):  # the events with (non-empty) maps only
             arg = args[i]
-            if type(arg) is list:  # a typed event's values, checked against their types already
+            if type(arg) is list or type(arg) is int:  # a typed event's values (checked already), a sample's stack id
                 continue
             if len(arg) > MAX_ARG_ITEMS:
                 args[i], clipped = normalise_args(arg)

@@ -19,6 +19,7 @@ from ringtrace.wire.event_packing import ACCELERATED, EncodedBatch, EventColumns
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Stats, encode
 from ringtrace.wire.model import KINDS, RECORD_FIELDS, KindRegistry, TrackInfo
+from ringtrace.wire.stack_table import StackTable
 from ringtrace.wire.string_table import StringTable
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
@@ -56,6 +57,8 @@ class StreamEncoder(EventPacking):
     ) -> None:
         self.registry = registry
         self.strings = StringTable(max_strings)
+        #: The call stacks of the stream's samples (STACKS).
+        self.stacks = StackTable()
         self.max_frame_bytes = max_frame_bytes
         self.max_events_per_frame = max_events_per_frame
         #: Kinds declared on this stream, by id: the registry's (the process's ``KINDS``) up to ``max_kinds``.
@@ -83,18 +86,20 @@ class StreamEncoder(EventPacking):
         return self.strings.overflowed
 
     def stats(self, dropped_events: int, dropped_frames: int, unacknowledged_events: int) -> Stats:
-        """The stream's loss counters: the listener's (given) and the encoder's own."""
+        """The stream's loss counters: the listener's (given) and the encoder's own (a sample whose stack did not fit
+        the stack table counts as clipped: it is kept, its stack shown as unknown)."""
         return Stats(
             dropped_events,
             dropped_frames,
             self.label_overflow_events,
-            self.clipped_args,
+            self.clipped_args + self.stacks.overflowed,
             self.rejected_events,
             unacknowledged_events,
         )
 
     def prefix(self) -> list[bytes]:
-        """The frames a new stream needs before any EVENTS: SCHEMA, the whole string table, every live track."""
+        """The frames a new stream needs before any EVENTS: SCHEMA, the whole string and stack tables, every live
+        track."""
         self.kinds = {}
         self.schema_bytes = 0
         self._withheld = set()
@@ -102,6 +107,7 @@ class StreamEncoder(EventPacking):
         frames += self._strings_frames(self.strings.runs())
         self.strings.take_new()  # all of it is in the prefix
         self.strings.take_reset()  # a new stream's table starts empty
+        frames += [encode(stacks, self.max_frame_bytes) for stacks in self.stacks.frames()]
         frames += [encode(_track_frame(track), self.max_frame_bytes) for track in self.tracks.values()]
         return frames
 
@@ -128,6 +134,7 @@ class StreamEncoder(EventPacking):
         table = self.strings
         counters = (table.overflowed, self.clipped_args, self.rejected_events)
         had_strings = bool(table.strings)
+        records = self.stacks.with_ids(records)  # (samples: before packing, so that their STACKS frames are known)
         batch = self._encode_events(track.track_id, records)
         if table.recycles and table.overflowed > counters[0] and had_strings:
             # The table filled: start it again and pack the run in the new one (what overflows even so is counted).
@@ -135,6 +142,7 @@ class StreamEncoder(EventPacking):
             table.recycle()
             batch = self._encode_events(track.track_id, records)
         batch.control = schema + self._strings_frames(table.take_new(), reset=table.take_reset())
+        batch.control += [encode(stacks, self.max_frame_bytes) for stacks in self.stacks.take_new()]
         if declared is not None:
             batch.control.insert(0, declared)
         return batch

@@ -32,7 +32,7 @@ from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, DecodedEvent, TrackInfo
+from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, TrackInfo
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import typed_args
@@ -95,7 +95,9 @@ class ObjectListener:
         for kind, label, start, end, arg in zip(kinds, labels, starts, ends, args, strict=True):
             name = display_text(label)
             spec = specs.get(kind)
-            if arg is not None and type(arg) is not dict:  # a typed event, or a message's values
+            if kind == SAMPLE:  # a sampled stack, code locations root first
+                arg = {"stack": arg if type(arg) is tuple else ()}
+            elif arg is not None and type(arg) is not dict:  # a typed event, or a message's values
                 try:
                     values = KINDS.converters[kind](arg)[0]  # as the encoder sends them
                 except Exception as exc:  # a value that does not fit its type: this event, not the others
@@ -257,6 +259,7 @@ class FileListener(SerializedListener):
         # Small frames: a torn tail (a process killed mid-write) costs at most one frame.
         super().__init__(process_name, max_frame_bytes=_FILE_FRAME_BYTES)
         self.encoder.strings.recycles = True  # written in order, read by this version: a full table starts again
+        self.encoder.stacks.recycles = True  # and so does a full stack table
         self.path = Path(path)
         self.fsync = fsync
         self._stats_written: Stats | None = None

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, TrackInfo, new_track_id
+from ringtrace.wire.model import SOURCE_CLOSE, SOURCE_OPEN, SOURCE_TRACK, THREAD_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -40,9 +40,11 @@ class Source:
 
     __slots__ = ("__weakref__", "_label", "_recording", "track")
 
-    def __init__(self, name: str, recording: Recording) -> None:
+    def __init__(self, name: str, recording: Recording, thread_id: int = 0) -> None:
         self._label = name
-        self.track = TrackInfo(new_track_id(), SOURCE_TRACK, name)
+        #: With a ``thread_id``, a track that shows with that OS thread's (a sampler's samples of it).
+        kind = THREAD_TRACK if thread_id else SOURCE_TRACK
+        self.track = TrackInfo(new_track_id(), kind, name, thread_id)
         #: How it records into its buffer in its timeline (``tracks.Recording``), or into nothing while nothing
         #: listens; its timeline sets it.
         self._recording = recording

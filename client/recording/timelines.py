@@ -190,7 +190,10 @@ class Timeline(Recorder):
     def source(self, name: object, /) -> Source:
         """A named source of activity on a track of its own (TimeLogger); see ``sources.py``. Make it once (this is
         the slow part); its ``open()`` and ``close()`` are cheap and may be called from any thread."""
-        source = Source(display_text(name), NOT_RECORDING)
+        return self.add_source(Source(display_text(name), NOT_RECORDING))
+
+    def add_source(self, source: Source) -> Source:
+        """Record ``source`` (made elsewhere: a sampler's track of a thread, say) here; returns it."""
         with self._lock:
             self._tracks.add_source(source, self._recording if self._listening else None)
         return source

@@ -103,6 +103,7 @@ class Delivery:
         strings.recycles = strings.keeps_retired = welcome.string_resets
         encoder.max_kinds = welcome.max_kinds  # the prefix below declares at most these
         encoder.max_schema_bytes = welcome.max_schema_bytes
+        encoder.stacks.limit_to(welcome.max_stacks, welcome.max_stack_frames)
         prefix = encoder.prefix()  # the string table as it is now: what is packed again adds its STRINGS frames
         kept = self.queue.repacked(encoder, strings_cut)
         self._stats_sent = self.stats()

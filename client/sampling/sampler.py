@@ -1,0 +1,243 @@
+"""The sampler: a daemon thread that, ``hz`` times a second, takes the Python stack of every other thread and records
+it as a ``sample`` event (``wire/model.py``) on a track of that thread.
+
+Each sampled thread gets a track of its own (a ``ThreadSamples`` source), declared with the thread's OS thread id, so
+that a reader shows its samples with the thread's spans. A sample's name is the name of the asyncio task its thread's
+event loop runs at that moment ("" for none), its args the stack (code locations, root first), which the stream
+encoder turns into a stack id (``wire/stack_table.py``). Recording is one ``list.extend`` on the track's buffer, as a
+source's ``open`` is: no lock, never blocking the program; a full buffer counts the sample as dropped.
+
+Fork: in a child the sampler's thread is gone; the fork hook forgets the parent's threads and starts the thread again
+(``threading`` has made itself whole in the child before Python's fork hooks run). ``stop`` ends it for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.delivery.threads import background_thread
+from ringtrace.client.recording.sources import Source
+from ringtrace.client.recording.tracks import NOT_RECORDING
+from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names
+from ringtrace.wire.arg_values import display_text
+from ringtrace.wire.model import SAMPLE
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
+
+__all__ = ["DEFAULT_HZ", "Sampler", "ThreadSamples", "start_sampler"]
+
+log = logging.getLogger("ringtrace.client")
+
+#: Samples a second by default: Linux perf's and py-spy's rate, about 1% of a core for a dozen threads.
+DEFAULT_HZ: Final = 100
+#: The highest rate taken: the walk of every thread's stack must fit well within an interval.
+MAX_HZ: Final = 1000
+
+_now = time.monotonic_ns
+_wake_flusher = FLUSHER.wake
+
+
+class ThreadSamples(Source):
+    """The track of one sampled thread: a source that shows with the thread (its OS thread id)."""
+
+    __slots__ = ()
+
+    def record(self, name: str, stack: tuple[Any, ...], now: int) -> None:
+        """One sample, as ``Source.open`` records (no lock: one ``list.extend``)."""
+        sink, limit, wake_at, count_full = self._recording
+        held = len(sink)
+        if held < limit:
+            sink.extend((SAMPLE, name, now, now, stack))
+            if held == wake_at:
+                _wake_flusher()
+        else:
+            count_full()
+
+
+class Sampler:
+    """Samples every thread's stack but its own into ``timeline``, ``hz`` times a second, until ``stop()``.
+
+    Made and started by ``start_sampler``; never raises into the program, and its thread only reads.
+    """
+
+    def __init__(self, timeline: Timeline, hz: float) -> None:
+        self.timeline = timeline
+        self.hz = hz
+        self._interval_s = 1.0 / hz
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ident = 0
+        self._interner = StackInterner()
+        #: A track per sampled thread, by thread ident.
+        self._tracks: dict[int, ThreadSamples] = {}
+        #: Samples taken, and passes over the threads (for tests and the benchmark).
+        self.samples = 0
+        self.passes = 0
+        #: CPU time of the sampler's thread so far, in ns (updated each pass, where the platform tells it).
+        self.cpu_ns = 0
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._stop.is_set()
+
+    def start(self) -> bool:
+        """Start the thread (False: it could not be started, at interpreter shutdown say)."""
+        self._stop = threading.Event()
+        thread = background_thread(self._run, "ringtrace-sampler")
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            log.warning("ringtrace: cannot start the sampler thread (%s); no samples in this process", exc)
+            return False
+        self._thread = thread
+        return True
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop sampling (the tracks end once their samples are delivered); waits up to ``timeout_s`` for the thread."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        self._tracks = {}
+        with _lock:
+            if _samplers.get(id(self.timeline)) is self:
+                del _samplers[id(self.timeline)]
+
+    def _run(self) -> None:
+        self._ident = threading.get_ident()
+        stop, interval = self._stop, self._interval_s
+        next_s = time.monotonic()
+        clock = _thread_clock()
+        while not stop.is_set():
+            next_s += interval
+            delay = next_s - time.monotonic()
+            if delay < 0:  # fell behind (a long pause): skip the missed passes rather than run them back to back
+                next_s -= delay
+                delay = 0.0
+            if stop.wait(delay):
+                return
+            try:
+                self.sample_once()
+            except Exception:  # the program goes on; a sampler that keeps failing is stopped, once said
+                log.exception("ringtrace: the sampler failed; sampling stops")
+                stop.set()
+                return
+            if clock is not None:
+                self.cpu_ns = clock()
+
+    def sample_once(self) -> None:
+        """One pass: a sample of every thread but this one."""
+        frames = sys._current_frames()
+        try:
+            tasks = running_task_names()
+            now = _now()
+            tracks, intern, own = self._tracks, self._interner.intern, self._ident or threading.get_ident()
+            for ident, frame in frames.items():
+                if ident == own:
+                    continue
+                track = tracks.get(ident)
+                if track is None:
+                    track = self._track_of(ident)
+                    if track is None:
+                        continue
+                track.record(tasks.get(ident, ""), intern(frame), now)
+                self.samples += 1
+            if len(tracks) > len(frames) - 1:  # threads ended: their tracks go (and end once delivered)
+                for ident in [ident for ident in tracks if ident not in frames]:
+                    del tracks[ident]
+        finally:
+            del frames  # the frames keep their threads' locals alive: not a moment longer than the pass
+        self.passes += 1
+
+    def _track_of(self, ident: int) -> ThreadSamples | None:
+        """The track of the thread ``ident`` (made on its first sample), or None for a thread ``threading`` does not
+        know (started outside it: no OS thread id to show it by)."""
+        thread = threading._active.get(ident)  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
+        native_id = getattr(thread, "native_id", None) if thread is not None else None
+        if not native_id:
+            return None
+        track = ThreadSamples(display_text(f"{thread.name} samples"), NOT_RECORDING, native_id)
+        self.timeline.add_source(track)
+        self._tracks[ident] = track
+        return track
+
+    def _after_fork_in_child(self) -> None:
+        """The parent's thread is gone: forget its threads' tracks, and sample the child's threads."""
+        was_running = self._thread is not None and not self._stop.is_set()
+        self._thread = None
+        self._tracks = {}
+        self._ident = 0
+        if was_running:
+            self.start()
+
+
+def _thread_clock() -> Any:
+    """A function giving this thread's CPU time in ns, or None where the platform has none."""
+    if not hasattr(time, "pthread_getcpuclockid"):
+        return None
+    try:
+        clock_id = time.pthread_getcpuclockid(threading.get_ident())
+    except OSError:
+        return None
+    return lambda: time.clock_gettime_ns(clock_id)
+
+
+#: The running sampler of each timeline, by ``id`` (a timeline lives as long as the process: the default one, say).
+_samplers: dict[int, Sampler] = {}
+_lock = threading.Lock()
+_fork_hook_installed = False
+
+
+def start_sampler(timeline: Timeline | None = None, hz: float = DEFAULT_HZ) -> Sampler | None:
+    """Sample every thread's Python stack into ``timeline`` (the process-wide one if None) ``hz`` times a second.
+
+    Idempotent: a timeline sampled already keeps its sampler (returned). ``hz`` 0 (or less) samples nothing (None);
+    above ``MAX_HZ`` is taken as ``MAX_HZ``. Never raises: a sampler that cannot start is said in the log (None).
+    """
+    try:
+        if not hz or hz <= 0:
+            return None
+        if timeline is None:
+            from ringtrace.client.connecting import default_timeline  # (the client's facade: imported when used)
+
+            timeline = default_timeline()
+        with _lock:
+            sampler = _samplers.get(id(timeline))
+            if sampler is not None and sampler.running:
+                return sampler
+            sampler = Sampler(timeline, min(float(hz), MAX_HZ))
+            if not sampler.start():
+                return None
+            _samplers[id(timeline)] = sampler
+            _install_fork_hook()
+        return sampler
+    except Exception:
+        log.exception("ringtrace: could not start the sampler")
+        return None
+
+
+def _install_fork_hook() -> None:
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook_installed = True
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # (held by another thread of the parent at the fork, it would never be released)
+    for sampler in list(_samplers.values()):
+        try:
+            sampler._after_fork_in_child()
+        except Exception:
+            log.exception("ringtrace: the sampler could not start again after fork")
+
+

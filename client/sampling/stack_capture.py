@@ -1,0 +1,110 @@
+"""A thread's Python stack as the sampler records it: a tuple of code locations ``(function, file, line)``, root
+first, the same tuple object each time the same stack is met; and the name of the task each event loop runs.
+
+Cost: the sampler walks every thread's frames at its rate, so a stack met before must cost little more than the walk.
+The walk keys a stack on each frame's code object (its ``id``) and instruction offset: ints, cheap to hash (a code
+object's own hash reads its contents; its line number needs a search of its line table). Only a stack never met is
+turned into code locations, each location's line looked up once. The code objects keyed on are kept (in
+``_locations``), so their ids cannot be reused while a key holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import CodeType, FrameType
+from typing import Final
+
+__all__ = ["CodeLocation", "StackInterner", "running_task_names"]
+
+CodeLocation = tuple[str, str, int]
+#: Stacks (and locations) remembered: past this the interner starts again (what a sample holds stays valid).
+_MAX_STACKS: Final = 16_384
+_MAX_LOCATIONS: Final = 65_536
+#: Frames walked per stack at most (deeper recursion keeps its innermost frames).
+MAX_DEPTH: Final = 512
+
+
+class StackInterner:
+    """Frames to interned stacks. Used by one thread (the sampler's) at a time."""
+
+    __slots__ = ("_locations", "_stacks", "_tuples", "misses")
+
+    def __init__(self) -> None:
+        #: The walk's key (code id, offset, ...) -> the stack.
+        self._stacks: dict[tuple[int, ...], tuple[CodeLocation, ...]] = {}
+        #: (code id, offset) -> the code object (kept) and its location.
+        self._locations: dict[tuple[int, int], tuple[CodeType, CodeLocation]] = {}
+        #: Each stack once, so that equal stacks met by different keys are one object.
+        self._tuples: dict[tuple[CodeLocation, ...], tuple[CodeLocation, ...]] = {}
+        #: Stacks made anew (for the benchmark and tests).
+        self.misses = 0
+
+    def intern(self, frame: FrameType | None) -> tuple[CodeLocation, ...]:
+        """The stack whose innermost frame is ``frame``, root first (what the sampler calls)."""
+        key: list[int] = []
+        append = key.append
+        start = frame
+        depth = 0
+        while frame is not None and depth < MAX_DEPTH:
+            append(id(frame.f_code))
+            append(frame.f_lasti)
+            frame = frame.f_back
+            depth += 1
+        whole = tuple(key)
+        stack = self._stacks.get(whole)
+        if stack is not None:
+            return stack
+        return self._miss(whole, start)
+
+    def _miss(self, whole: tuple[int, ...], frame: FrameType | None) -> tuple[CodeLocation, ...]:
+        self.misses += 1
+        locations = self._locations
+        if len(locations) >= _MAX_LOCATIONS or len(self._stacks) >= 4 * _MAX_STACKS:
+            locations.clear()
+            self._stacks.clear()
+        path: list[CodeLocation] = []
+        depth = 0
+        while frame is not None and depth < MAX_DEPTH:
+            code = frame.f_code
+            known = locations.get((id(code), frame.f_lasti))
+            if known is None:
+                line = frame.f_lineno
+                location = (_function_name(code), code.co_filename, line if line is not None else 0)
+                locations[(id(code), frame.f_lasti)] = (code, location)
+            else:
+                location = known[1]
+            path.append(location)
+            frame = frame.f_back
+            depth += 1
+        path.reverse()
+        stack = tuple(path)
+        tuples = self._tuples
+        if len(tuples) >= _MAX_STACKS:
+            tuples.clear()
+            self._stacks.clear()
+        stack = tuples.setdefault(stack, stack)
+        self._stacks[whole] = stack
+        return stack
+
+
+def _function_name(code: CodeType) -> str:
+    """``Class.method`` where Python knows it (3.11 and later), else the function's name."""
+    name: str = getattr(code, "co_qualname", code.co_name)
+    return name
+
+
+def running_task_names() -> dict[int, str]:
+    """The name of the task each running event loop runs now, by the thread ident of the loop's thread (asyncio's
+    table of current tasks, read without a lock: a copy of a dict is atomic under the GIL)."""
+    current = getattr(asyncio.tasks, "_current_tasks", None)
+    if not current:
+        return {}
+    names = {}
+    for loop, task in list(current.items()):
+        thread = getattr(loop, "_thread_id", None)
+        if thread is not None and task is not None:
+            try:
+                names[thread] = task.get_name()
+            except Exception:  # a task-like object of another event loop library
+                continue
+    return names

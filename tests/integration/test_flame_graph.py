@@ -6,6 +6,8 @@ Playwright; skipped, saying why, where none is installed)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -136,6 +138,45 @@ def test_the_timeline_document_has_the_samples_without_their_stacks(sampled: Col
     blocks = json.loads(body)["blocks"]
     samples = [arg for block in blocks for phase, arg in zip(block["ph"], block["args"], strict=True) if phase == "P"]
     assert samples == [None] * 13  # (the flame graph's document has the stacks)
+
+
+#: A CPU-bound program sampled at 200 Hz: its hot function spins until it was sampled in, then it flushes.
+HOT_PROGRAM = """
+import sys, time, ringtrace.client
+from ringtrace.client.sampling import start_sampler
+tl = ringtrace.client.connect(sys.argv[1], process_name="busy")
+start_sampler(tl, hz=200)
+def spin_in_the_hot_loop():
+    deadline = time.monotonic() + 1.5
+    n = 0
+    while time.monotonic() < deadline:
+        n += sum(i * i for i in range(200))
+    return n
+def main():
+    with tl.scope("work"):
+        spin_in_the_hot_loop()
+main()
+assert tl.flush(10)
+"""
+
+
+def test_a_sampled_program_s_hot_function_leads_its_flame_graph(collector: CollectorProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HOT_PROGRAM, collector.tcp_address], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    document = flame_graph(collector, "?process=busy&track=*MainThread*")
+    nodes = document["nodes"]
+    hot = [i for i, name in enumerate(nodes["function"]) if name == "spin_in_the_hot_loop"]
+    assert hot, nodes["function"]
+    in_hot = sum(nodes["total"][i] for i in hot)
+    # Of the main thread's samples, most are in the hot loop (the others: starting, connecting, flushing).
+    assert document["samples"] >= 20 and in_hot >= document["samples"] // 2
+    assert flame_graph(collector, "?process=busy")["samples"] > document["samples"]  # (the client's threads too)
+    callers = {nodes["function"][nodes["parent"][i] - 1] for i in hot if nodes["parent"][i]}
+    assert callers == {"main"}
+    trace = PerfettoTrace(collector.get("/snapshot?format=perfetto&process=busy")[1])
+    assert any(frame[0] == "spin_in_the_hot_loop" for sample in trace.samples for frame in sample.stack)
 
 
 _MISSING = missing_browser()

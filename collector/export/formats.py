@@ -15,6 +15,7 @@ from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.pprof import pprof_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
@@ -90,6 +91,17 @@ FORMATS: Final = {
             help="a Perfetto trace",
             doc="Perfetto's protobuf trace format ([below](#perfetto)), which Perfetto UI opens natively",
             suffix=".pftrace",
+        ),
+        Format(
+            "pprof",
+            "application/octet-stream",
+            pprof_chunks,
+            help="the samples as a pprof profile",
+            doc=(
+                "the samples' stacks as a pprof profile, gzip-compressed, counted per stack, thread and asyncio task "
+                "([below](#samples)), which `go tool pprof`, speedscope and Perfetto UI open"
+            ),
+            suffix=".pb.gz",
         ),
     )
 }

@@ -17,6 +17,7 @@ import pytest
 from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
 from collector_process import CollectorProcess, RawClient
 from perfetto_model import PerfettoTrace
+from pprof_model import PprofProfile
 from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
@@ -177,6 +178,9 @@ def test_a_sampled_program_s_hot_function_leads_its_flame_graph(collector: Colle
     assert callers == {"main"}
     trace = PerfettoTrace(collector.get("/snapshot?format=perfetto&process=busy")[1])
     assert any(frame[0] == "spin_in_the_hot_loop" for sample in trace.samples for frame in sample.stack)
+    profile = PprofProfile(collector.get("/snapshot?format=pprof&process=busy&track=*MainThread*")[1])
+    in_hot_pprof = sum(s.values[0] for s in profile.samples if "spin_in_the_hot_loop" in {f[0] for f in s.stack})
+    assert in_hot_pprof == in_hot and sum(s.values[0] for s in profile.samples) == document["samples"]
 
 
 _MISSING = missing_browser()

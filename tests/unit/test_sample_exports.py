@@ -1,4 +1,4 @@
-"""Samples in every export (Chrome JSON, Perfetto, the web view's flame graph document), from the event walk's
+"""Samples in every export (Chrome JSON, Perfetto, pprof, the web view's flame graph document), from the event walk's
 ``Shown`` samples: ``("P", task name, wall ns, 0, {"stack": ((function, file, line), ...)}, "sample", "")``, stack
 root first, on the sampled thread's track.
 
@@ -17,11 +17,13 @@ from typing import Any
 import msgpack
 import pytest
 from perfetto_model import PerfettoTrace
+from pprof_model import PprofProfile
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.export import perfetto_samples
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.pprof import pprof_chunks
 from ringtrace.collector.export.sample_stacks import StackNodes
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.event_walk import EventWalk
@@ -281,3 +283,30 @@ def test_samples_from_the_wire_in_the_flame_graph(tmp_path: Path) -> None:
         ("main", "work", "hot"): (2, 2),
         ("main", "work", "cold"): (2, 2),
     }
+
+
+def test_samples_from_the_wire_in_a_pprof_profile(tmp_path: Path) -> None:
+    chunks = list(pprof_chunks(wire_samples(tmp_path)))
+    profile = PprofProfile(b"".join(chunks))
+    assert profile.sample_types == [("samples", "count")]
+    by_key = {(s.stack, s.labels["thread"], s.labels.get("task", "")): s.values[0] for s in profile.samples}
+    main = "main"
+    assert by_key == {
+        (WIRE_STACKS[0], main, ""): 1,  # n = 0, 5 (task-a when n is odd)
+        (WIRE_STACKS[0], main, "task-a"): 1,
+        (WIRE_STACKS[1], main, "task-a"): 1,  # n = 1, 6
+        (WIRE_STACKS[1], main, ""): 1,
+        (WIRE_STACKS[2], main, ""): 1,  # n = 2, 7
+        (WIRE_STACKS[2], main, "task-a"): 1,
+        (WIRE_STACKS[3], main, "task-a"): 1,  # n = 3
+        (WIRE_STACKS[4], main, ""): 1,  # n = 4: a stack id never declared
+        (WIRE_STACKS[3], "other", ""): 1,
+    }
+    assert all(s.labels["pid"] == 42 and s.labels["process"] == "wired" for s in profile.samples)
+    # From the first sample to the last, wall clock (HELLO says wall = monotonic + 1).
+    assert profile.time_nanos == 10**18 + 1100 + 1 and profile.duration_nanos == 9000 - 1100
+
+
+def test_a_pprof_profile_of_no_samples_is_empty(tmp_path: Path) -> None:
+    profile = PprofProfile(b"".join(pprof_chunks(recorded(tmp_path))))
+    assert profile.samples == [] and profile.sample_types == [("samples", "count")]

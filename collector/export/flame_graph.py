@@ -3,7 +3,8 @@ view's flame graph (``http/static/flamegraph.js``).
 
 The walk is a snapshot's (``read/event_walk.py``): the filter selects processes, threads (``track``) and the time
 window as it does for ``/snapshot``; every sample selected adds one to its stack's leaf node (``sample_stacks.py``).
-Memory holds the distinct stack nodes, never the samples. The document, written once the walk is done::
+Memory holds the distinct stack nodes, never the samples; of a stored frame, only its samples are decoded, and a frame
+without one is not (``sample_flags``). The document, written once the walk is done::
 
     {"samples": 1234,                       samples counted
      "cut_sample_stacks": 0,                stacks named by a prefix (the node table full)
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import orjson
-from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_stack
+from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_flags, sample_stack
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
@@ -37,7 +38,8 @@ def flame_graph_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -
     self_counts: dict[int, int] = {}
     samples = 0
     for (process, track, tables, frame), _ in walk.walked():
-        for event in walk.shown(process, track, tables, frame) or ():
+        only = sample_flags(tables, frame)
+        for event in (walk.shown(process, track, tables, frame, only) or ()) if only is not None else ():
             if event[0] == SAMPLE:
                 samples += 1
                 leaf = stacks.leaf(sample_stack(event[4]))

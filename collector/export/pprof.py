@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ringtrace.collector.export import protobuf as pb
-from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_stack
+from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_flags, sample_stack
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
@@ -65,7 +65,9 @@ def pprof_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iter
     counts: dict[_Key, int] = {}
     first_ns, last_ns = _MAX_INT64, 0
     for (process, track, tables, frame), _ in walk.walked():
-        samples = [event for event in walk.shown(process, track, tables, frame) or () if event[0] == SAMPLE]
+        only = sample_flags(tables, frame)
+        shown = (walk.shown(process, track, tables, frame, only) or ()) if only is not None else ()
+        samples = [event for event in shown if event[0] == SAMPLE]
         if samples:
             thread = process.tracks.get(track.track_id, track).name
             for _, task, wall_ns, _, args, _, _ in samples:

@@ -5,13 +5,20 @@ first, each frame a (function, file, line). Chrome JSON names a stack by its lea
 name their parent); the web view's flame graph (``flame_graph.py``) counts samples per node. The table holds at most
 ``max_nodes`` nodes (memory is bounded by distinct stack prefixes, never by the number of samples): a stack past that
 is named by its longest prefix interned, and counted as cut.
+
+``sample_flags`` reads no more of a stored frame than its kind column, to tell the writers that want samples alone
+(the flame graph, pprof) which of its events are samples: a frame of none is never decoded.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final, TypeAlias
 
-__all__ = ["MAX_STACK_NODES", "SAMPLE", "StackFrame", "StackNodes", "sample_stack"]
+import msgpack
+from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_tables import StreamTables
+
+__all__ = ["MAX_STACK_NODES", "SAMPLE", "StackFrame", "StackNodes", "sample_flags", "sample_stack"]
 
 #: The phase of a sample in a ``Shown`` event (Chrome's sample phase).
 SAMPLE: Final = "P"
@@ -64,3 +71,24 @@ class StackNodes:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+
+def sample_flags(tables: StreamTables, frame: Events) -> bytes | None:
+    """One byte per event of ``frame``, 1 for a sample (``EventWalk.shown``'s ``only``); None if none is. A payload
+    this cannot read is left to the walk (all ones), which counts what it cannot decode."""
+    sample_kinds = {kind_id for kind_id, kind in tables.kinds.items() if kind.shape == "sample"}
+    if not sample_kinds:
+        return None
+    try:
+        unpacker = msgpack.Unpacker(max_buffer_size=len(frame.payload) or 1)
+        unpacker.feed(frame.payload)
+        unpacker.read_array_header()
+        for _ in range(tables.columns.index("kind")):
+            unpacker.skip()
+        kinds = unpacker.unpack()
+        if type(kinds) is not list or len(kinds) != frame.count:
+            raise ValueError("not a kind column of the frame's count")
+        flags = bytes(kind in sample_kinds for kind in kinds)
+    except Exception:
+        return b"\x01" * frame.count
+    return flags if 1 in flags else None

@@ -19,12 +19,14 @@ import pytest
 from perfetto_model import PerfettoTrace
 from pprof_model import PprofProfile
 from ringtrace.client import FileListener, Timeline
+from ringtrace.collector.export import flame_graph as flame_graph_module
 from ringtrace.collector.export import perfetto_samples
+from ringtrace.collector.export import pprof as pprof_module
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.pprof import pprof_chunks
-from ringtrace.collector.export.sample_stacks import StackNodes
+from ringtrace.collector.export.sample_stacks import StackNodes, sample_flags
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
@@ -53,6 +55,10 @@ def as_samples(monkeypatch: pytest.MonkeyPatch) -> None:
         return [_as_sample(event) for event in events], skipped
 
     monkeypatch.setattr(EventWalk, "_shown", with_samples)
+    # The writers of samples alone read the kind column to skip frames of none: here every event may be one.
+    every_event = lambda tables, frame: b"\x01" * frame.count  # noqa: E731
+    monkeypatch.setattr(flame_graph_module, "sample_flags", every_event)
+    monkeypatch.setattr(pprof_module, "sample_flags", every_event)
 
 
 def _as_sample(event: Any) -> Any:
@@ -310,3 +316,11 @@ def test_samples_from_the_wire_in_a_pprof_profile(tmp_path: Path) -> None:
 def test_a_pprof_profile_of_no_samples_is_empty(tmp_path: Path) -> None:
     profile = PprofProfile(b"".join(pprof_chunks(recorded(tmp_path))))
     assert profile.samples == [] and profile.sample_types == [("samples", "count")]
+
+
+def test_sample_flags_name_the_samples_of_a_frame_from_its_kind_column(tmp_path: Path) -> None:
+    walk = EventWalk(wire_samples(tmp_path))
+    flags = [sample_flags(tables, frame) for (_, _, tables, frame), _ in walk.walked()]
+    assert flags == [b"\x00\x01" * 8, b"\x01"]  # spans and samples in turn; one sample alone
+    walk = EventWalk(recorded(tmp_path))  # spans and instants
+    assert {sample_flags(tables, frame) for (_, _, tables, frame), _ in walk.walked()} == {None}

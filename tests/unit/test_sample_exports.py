@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import orjson
 import pytest
 from perfetto_model import PerfettoTrace
 from pprof_model import PprofProfile
@@ -324,3 +325,25 @@ def test_sample_flags_name_the_samples_of_a_frame_from_its_kind_column(tmp_path:
     assert flags == [b"\x00\x01" * 8, b"\x01"]  # spans and samples in turn; one sample alone
     walk = EventWalk(recorded(tmp_path))  # spans and instants
     assert {sample_flags(tables, frame) for (_, _, tables, frame), _ in walk.walked()} == {None}
+
+
+def test_chrome_json_with_samples_read_back_keeps_them_and_their_stacks(tmp_path: Path) -> None:
+    first = json.loads(b"".join(chrome_trace_chunks(wire_samples(tmp_path))))
+    path = tmp_path / "snapshot.json"
+    path.write_bytes(orjson.dumps(first))
+    again = json.loads(b"".join(chrome_trace_chunks(load_file(path).view)))
+
+    def samples(document: dict[str, Any]) -> list[tuple[float, str, tuple[Any, ...]]]:
+        shown = [e for e in document["traceEvents"] if e["ph"] == "P"]
+        return sorted((e["ts"], e["name"], unwound(document["stackFrames"], e.get("sf"))) for e in shown)
+
+    assert samples(again) == samples(first) and len(samples(first)) == 9
+    # Another tool's frames: a category that is no file:line is the file; a parent cycle ends the stack.
+    other = {
+        "traceEvents": [{"ph": "P", "name": "Trace Event Sample", "ts": 5, "pid": 1, "tid": 2, "sf": 3}],
+        "stackFrames": {"1": {"name": "a", "category": "libfoo", "parent": 3}, "3": {"name": "b", "parent": 1}},
+    }
+    path.write_bytes(orjson.dumps(other))
+    trace = PerfettoTrace(b"".join(perfetto_chunks(load_file(path).view)))
+    ((sample,),) = [trace.samples]
+    assert sample.stack[-2:] == (("a", "libfoo", 0), ("b", "", 0)) and len(sample.stack) == 1024

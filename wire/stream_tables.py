@@ -106,6 +106,8 @@ class StreamTables:
                 name, args = render(kind, args)
             elif kind is not None and kind.fields and type(args) is list:
                 args = typed_args(kind, args, self.kinds)
+            elif kind is not None and kind.shape == "sample":  # its stack, root first (empty: never declared)
+                args = {"stack": self.stacks.resolve(args) or ()}
             yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
 
 

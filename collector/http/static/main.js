@@ -182,7 +182,7 @@ async function refreshFlameGraph() {
     const plural = (n, word) => `${number.format(n)} ${word}${n === 1 ? "" : "s"}`;
     const parts = [plural(doc.samples, "sample"), plural(frames, "frame")];
     if (doc.cut_sample_stacks) parts.push(`${number.format(doc.cut_sample_stacks)} stacks cut (too many frames)`);
-    if (!doc.samples) parts.push("no samples in this view (a program run under `ringtrace run` is sampled)");
+    if (!doc.samples) parts.push("no samples in this view (a program run under ringtrace run is sampled)");
     $("flame-info").textContent = parts.join(" · ");
   } catch (error) {
     $("flame-info").textContent = String(error.message || error);

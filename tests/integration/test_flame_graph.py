@@ -23,6 +23,7 @@ from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_encoder import StreamEncoder
+from sampled_program import HOT_PROGRAM
 from waiting import wait_for
 
 MAIN = ("main", "/app/main.py", 10)
@@ -139,26 +140,6 @@ def test_the_timeline_document_has_the_samples_without_their_stacks(sampled: Col
     blocks = json.loads(body)["blocks"]
     samples = [arg for block in blocks for phase, arg in zip(block["ph"], block["args"], strict=True) if phase == "P"]
     assert samples == [None] * 13  # (the flame graph's document has the stacks)
-
-
-#: A CPU-bound program sampled at 200 Hz: its hot function spins until it was sampled in, then it flushes.
-HOT_PROGRAM = """
-import sys, time, ringtrace.client
-from ringtrace.client.sampling import start_sampler
-tl = ringtrace.client.connect(sys.argv[1], process_name="busy")
-start_sampler(tl, hz=200)
-def spin_in_the_hot_loop():
-    deadline = time.monotonic() + 1.5
-    n = 0
-    while time.monotonic() < deadline:
-        n += sum(i * i for i in range(200))
-    return n
-def main():
-    with tl.scope("work"):
-        spin_in_the_hot_loop()
-main()
-assert tl.flush(10)
-"""
 
 
 def test_a_sampled_program_s_hot_function_leads_its_flame_graph(collector: CollectorProcess) -> None:

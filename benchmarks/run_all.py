@@ -41,6 +41,7 @@ BENCHMARKS = {
     "trace_scope": ("bench_trace_scope.py", 300),
     "trace_filter": ("bench_trace_filter.py", 600),
     "web_view": ("bench_web_view.py", 900),
+    "flame_graph": ("bench_flame_graph.py", 300),
 }
 
 

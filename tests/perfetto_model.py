@@ -4,7 +4,8 @@
 Slices are built as Perfetto's trace processor builds them: events sorted by timestamp, file order kept among equal
 ones; on each track a BEGIN opens a slice inside what is open, an END closes the innermost open slice of its name (of
 any name, if it has none). Interned names are resolved per packet sequence, and each use is checked: the sequence was
-cleared before, the packet says it needs incremental state.
+cleared before, the packet says it needs incremental state. Samples (``PerfSample``) are resolved the same way: their
+callstack, frames, function names and source paths interned on their sequence.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-__all__ = ["CounterValue", "Instant", "PerfettoTrace", "Slice", "Track", "pb"]
+__all__ = ["CounterValue", "Instant", "PerfettoTrace", "Sample", "Slice", "Track", "pb"]
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -59,11 +60,28 @@ class CounterValue:
     value: float
 
 
+@dataclass(frozen=True)
+class Sample:
+    ts_ns: int
+    pid: int
+    tid: int
+    #: Root first: (function, file, line), each resolved through its sequence's interned data.
+    stack: tuple[tuple[str, str, int], ...]
+    #: The file its frames' mappings name (as older readers, which know no source path, show a frame).
+    mappings: tuple[str, ...]
+
+
 @dataclass
 class _Interned:
     names: dict[int, str] = field(default_factory=dict)
     categories: dict[int, str] = field(default_factory=dict)
     annotation_names: dict[int, str] = field(default_factory=dict)
+    function_names: dict[int, str] = field(default_factory=dict)
+    source_paths: dict[int, str] = field(default_factory=dict)
+    mapping_paths: dict[int, str] = field(default_factory=dict)
+    mappings: dict[int, Any] = field(default_factory=dict)
+    frames: dict[int, Any] = field(default_factory=dict)
+    callstacks: dict[int, list[int]] = field(default_factory=dict)
 
 
 class PerfettoTrace:
@@ -78,6 +96,7 @@ class PerfettoTrace:
         self.slices: list[Slice] = []
         self.instants: list[Instant] = []
         self.counters: list[CounterValue] = []
+        self.samples: list[Sample] = []
         #: (track, name, ts) of ENDs that closed nothing.
         self.unmatched_ends: list[tuple[int, str, int]] = []
         sequences: dict[int, _Interned] = {}
@@ -98,6 +117,9 @@ class PerfettoTrace:
                 if _uses_interning(packet.track_event):
                     assert sequence in sequences and packet.sequence_flags & _NEEDS, "interning without its flags"
                 events.append((packet.timestamp, order, packet.track_event, interned))
+            elif data == "perf_sample":
+                assert sequence in sequences and packet.sequence_flags & _NEEDS, "a sample's stack without its flags"
+                self.samples.append(_sample(packet.timestamp, packet.perf_sample, sequences[sequence]))
             elif data == "trace_attributes":
                 for attribute in packet.trace_attributes.attribute:
                     self.attributes[attribute.key] = getattr(attribute, attribute.WhichOneof("value"))
@@ -116,6 +138,19 @@ class PerfettoTrace:
             interned.categories[entry.iid] = entry.name
         for entry in data.debug_annotation_names:
             interned.annotation_names[entry.iid] = entry.name
+        for table, entries in (
+            (interned.function_names, data.function_names),
+            (interned.source_paths, data.source_paths),
+            (interned.mapping_paths, data.mapping_paths),
+        ):
+            for entry in entries:
+                table[entry.iid] = entry.str.decode()
+        for entry in data.mappings:
+            interned.mappings[entry.iid] = entry
+        for entry in data.frames:
+            interned.frames[entry.iid] = entry
+        for entry in data.callstacks:
+            interned.callstacks[entry.iid] = list(entry.frame_ids)
 
     def _describe(self, descriptor: Any) -> None:
         if descriptor.uuid == 0:
@@ -168,6 +203,20 @@ class PerfettoTrace:
     def label(self, uuid: int) -> str:
         """What a viewer calls a track: a thread's name, a track's name."""
         return self.tracks[uuid].name
+
+
+def _sample(ts_ns: int, sample: Any, interned: _Interned) -> Sample:
+    """A sample with its stack resolved (every id it uses interned before it on its sequence)."""
+    frames = [interned.frames[iid] for iid in interned.callstacks[sample.callstack_iid]] if sample.callstack_iid else []
+    stack = tuple(
+        (interned.function_names[f.function_name_id], interned.source_paths[f.source_path_iid], f.line_number)
+        for f in frames
+    )
+    mappings = tuple(
+        "/".join(interned.mapping_paths[iid] for iid in interned.mappings[f.mapping_id].path_string_ids) for f in frames
+    )
+    assert all(f.kind == pb.Frame.KIND_INTERPRETED for f in frames)
+    return Sample(ts_ns, sample.pid, sample.tid, stack, mappings)
 
 
 def _uses_interning(event: Any) -> bool:

@@ -11,6 +11,11 @@ arrival order (viewers order them by time). Timestamps: ``ts`` is microseconds s
 means the same in every snapshot), which keeps sub-microsecond precision that absolute epoch microseconds would lose
 in a double. Events older than the origin would get a negative ``ts``, which Perfetto UI drops: they are counted in
 ``otherData.capture.events_before_origin``.
+
+Samples (the sampler's stacks) are sample events (``"ph":"P"``, the Trace Event Format's) on their thread, each naming
+its stack by its leaf in the document's ``stackFrames`` (id -> name, category, parent), which comes after the events:
+the stacks are interned as the walk goes (``sample_stacks.py``), so memory holds the distinct stacks, never the
+samples. A document with no sample has no ``stackFrames``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Final
 import orjson
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.export.flows import span_flows
+from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_stack
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import (
     ProcessView,
@@ -67,7 +73,7 @@ def chrome_trace_chunks(
     walk = EventWalk(view, selected, copy.deepcopy(popping.left_open) if popping is not None else None)
     origin_ns = view.origin_ns
     fast = FrameJson(origin_ns, *walk.window) if accelerated and ACCELERATED and walk.by_frame else None
-    counted = _Counted()
+    counted = _Counted(StackNodes())
     yield b'{"traceEvents":['
     first = True
     for walked, _ in walk.walked():
@@ -87,16 +93,43 @@ def chrome_trace_chunks(
         yield chunk if first else b"," + chunk
     shown_events = counted.shown_events + len(opened)
     capture = {**walk.capture(), "events_before_origin": counted.before_origin, "shown_events": shown_events}
+    stacks = counted.stacks
+    if stacks.cut_stacks:
+        capture["cut_sample_stacks"] = stacks.cut_stacks
     other = {**view.other, "clock_origin_wall_ns": origin_ns, **walk.report(), "capture": capture}
-    yield b'],"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
+    yield b"]"
+    if stacks.nodes:
+        yield from _stack_frames(stacks)
+    yield b',"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b"}"
 
 
 @dataclass(slots=True)
 class _Counted:
-    """What the document's ``capture`` counts of the events written."""
+    """What the document's ``capture`` counts of the events written, and the stacks its samples name."""
 
+    stacks: StackNodes
     before_origin: int = 0
     shown_events: int = 0
+
+
+#: Stack frames written in one chunk at most.
+_FRAMES_PER_CHUNK: Final = 4096
+
+
+def _stack_frames(stacks: StackNodes) -> Iterator[bytes]:
+    """The document's ``stackFrames`` (its key and value, after the events), in chunks: id -> the frame's function
+    (``name``), its file and line (``category``), and its caller's id (``parent``, but for a stack's root)."""
+    nodes = stacks.nodes
+    for start in range(0, len(nodes), _FRAMES_PER_CHUNK):
+        entries = {}
+        for node_id, (parent, (function, file, line)) in enumerate(nodes[start : start + _FRAMES_PER_CHUNK], start + 1):
+            entry = {"name": function, "category": f"{file}:{line}"}
+            if parent:
+                entry["parent"] = str(parent)
+            entries[str(node_id)] = entry
+        chunk = orjson.dumps(entries)
+        yield (b',"stackFrames":' + chunk[:-1]) if start == 0 else (b"," + chunk[1:-1])
+    yield b"}"
 
 
 def _frame_json(
@@ -121,14 +154,15 @@ def _frame_json(
             walk.count_undecodable(process, made.skipped)
     if not shown:
         return json
-    events, before = _chrome_events(shown, pid, tid, origin_ns)
+    events, before = _chrome_events(shown, pid, tid, origin_ns, counted.stacks)
     counted.before_origin += before
     counted.shown_events += len(shown)
     return json + b"," + events if json else events
 
 
-def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tuple[bytes, int]:
-    """Events of one frame as Chrome JSON objects joined by commas, and how many are before the origin."""
+def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int, stacks: StackNodes) -> tuple[bytes, int]:
+    """Events of one frame as Chrome JSON objects joined by commas, and how many are before the origin (samples'
+    stacks interned in ``stacks``)."""
     before_origin = 0
     events: list[dict[str, Any]] = []
     append = events.append
@@ -141,6 +175,17 @@ def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int) -> tu
             event["s"] = "t"
         elif phase == "C":  # a counter's track is its name and id: one per track it was recorded on (its tid)
             event["id"] = str(tid)
+        elif phase == SAMPLE:  # named by its asyncio task, if one ran; its stack by its leaf in stackFrames
+            event["name"] = name or "sample"
+            event["cat"] = "sample"
+            leaf = stacks.leaf(sample_stack(args))
+            if leaf:
+                event["sf"] = leaf
+            event["weight"] = 1
+            if wall_ns < origin_ns:
+                before_origin += 1
+            append(event)
+            continue
         else:  # async: the id pairs a begin with its end, across threads
             event["id"] = async_id
         if args is not None:

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.collector.export.chrome import chrome_trace_chunks
+from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
+from ringtrace.collector.export.pprof import pprof_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
@@ -21,6 +23,7 @@ from ringtrace.wire.doc_blocks import marked_block, with_marked_block
 
 __all__ = [
     "DEFAULT_FORMAT",
+    "FLAME_GRAPH",
     "FORMATS",
     "FORMATS_END",
     "FORMATS_START",
@@ -89,6 +92,17 @@ FORMATS: Final = {
             doc="Perfetto's protobuf trace format ([below](#perfetto)), which Perfetto UI opens natively",
             suffix=".pftrace",
         ),
+        Format(
+            "pprof",
+            "application/octet-stream",
+            pprof_chunks,
+            help="the samples as a pprof profile",
+            doc=(
+                "the samples' stacks as a pprof profile, gzip-compressed, counted per stack, thread and asyncio task "
+                "([below](#samples)), which `go tool pprof`, speedscope and Perfetto UI open"
+            ),
+            suffix=".pb.gz",
+        ),
     )
 }
 #: What a snapshot is written in when ``format`` is not given.
@@ -100,6 +114,15 @@ TIMELINE: Final = Format(
     timeline_chunks,
     help="the web view's columns",
     doc="the selected events as compact columnar JSON, for the web view",
+)
+
+#: The samples' stacks merged into one tree (``flame_graph.py``), served by ``GET /flamegraph``.
+FLAME_GRAPH: Final = Format(
+    "flamegraph",
+    "application/json",
+    flame_graph_chunks,
+    help="the web view's flame graph",
+    doc="the selected samples' stacks merged into one tree, for the web view's flame graph",
 )
 
 FORMATS_START: Final = "<!-- formats:start -->"

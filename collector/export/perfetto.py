@@ -33,6 +33,10 @@ on a sequence of their own (``trusted_packet_sequence_id``), whose first packet 
 whose event names, categories and annotation names are interned (each name written once per segment, then a small
 integer; at most ``_MAX_INTERNED`` of each, then written in full). A message's text is its own: never interned.
 
+Samples (the sampler's stacks) are ``PerfSample`` packets on their segment's sequence, their stacks interned there
+(``perfetto_samples.py``): Perfetto UI shows them as a thread's samples and draws a flame graph of a range selected.
+A chunk's samples follow its events (the interned data they need is on its first packet).
+
 Loss counters and the capture window, which Chrome JSON has in ``otherData``, are the trace's attributes
 (``TraceAttributes``, the Overview page of Perfetto UI and its ``metadata`` table, keys prefixed
 ``trace_attribute.``): ``ringtrace.report`` is the same object as ``otherData`` (less the Chrome time origin), as
@@ -101,7 +105,9 @@ from ringtrace.collector.export.perfetto_protos import (
     UUID,
     trace_packet,
 )
+from ringtrace.collector.export.perfetto_samples import SequenceStacks
 from ringtrace.collector.export.perfetto_tracks import PerfettoTracks
+from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
 from ringtrace.collector.read.event_walk import TOTALS, EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
@@ -194,6 +200,8 @@ class _Writer:
         self._segment: int | None = None
         #: (timestamp, order, order within, arrival, TrackEvent) of the chunk's events.
         self._timed: list[tuple[int, int, int, int, bytes]] = []
+        #: (timestamp, PerfSample field) of the chunk's samples.
+        self._samples: list[tuple[int, bytes]] = []
         #: What ``add`` makes of an event, by its phase: of the event of a track (and its track field).
         self._by_phase: dict[str, Callable[[ProcessView, TrackInfo, bytes, Shown], None]] = {
             "X": self._slice,
@@ -202,6 +210,7 @@ class _Writer:
             "C": self._counter,
             "b": self._async,
             "e": self._async,
+            SAMPLE: self._sample,
         }
         self._new_sequence()
 
@@ -214,6 +223,7 @@ class _Writer:
         self._names = _Interned(EVENT_NAMES, NAME_IID, NAME)
         self._categories = _Interned(EVENT_CATEGORIES, CATEGORY_IIDS, CATEGORIES)
         self._annotation_names = _Interned(DEBUG_ANNOTATION_NAMES, ANNOTATION_NAME_IID, ANNOTATION_NAME)
+        self._stacks = SequenceStacks()
         self._on_sequence = pb.uint(TRUSTED_PACKET_SEQUENCE_ID, self._sequence_id)
         self._tail = self._on_sequence + pb.uint(SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE)
 
@@ -259,6 +269,8 @@ class _Writer:
         parts = self._tracks.take_descriptors()
         timed, self._timed = self._timed, []
         if not timed:
+            if self._samples:
+                self._add_samples(parts, self._first_tail())
             return b"".join(parts)
         timed.sort()
         append, varint = parts.append, pb.varint
@@ -277,7 +289,18 @@ class _Writer:
                 packet = TIMESTAMP + stamp + TRACK_EVENT + varint(size) + event + tail
                 append(PACKET + varint(len(packet)) + packet)
             tail = self._tail
+        if self._samples:
+            self._add_samples(parts, tail)
         return b"".join(parts)
+
+    def _add_samples(self, parts: list[bytes], tail: bytes) -> None:
+        """The chunk's sample packets, after its events (``tail``: the first one's)."""
+        samples, self._samples = self._samples, []
+        varint = pb.varint
+        for ts, sample in samples:
+            packet = TIMESTAMP + varint(min(max(ts, 0), _MAX_TIMESTAMP)) + sample + tail
+            parts.append(PACKET + varint(len(packet)) + packet)
+            tail = self._tail
 
     def fast_chunk(self, fast: FramePackets, walked: WalkedFrame, segment: int) -> bytes | None:
         """The chunk of one frame as the C writer makes it, naming things through this writer's tables (as ``add``
@@ -342,6 +365,8 @@ class _Writer:
 
     def add(self, process: ProcessView, track: TrackInfo, events: list[Shown]) -> None:
         """Events of ``track`` for the next chunk (with the descriptors they need)."""
+        if self._stacks.full and not self._timed and not self._samples:  # (memory: tables bounded per sequence)
+            self._new_sequence()
         on_track = TRACK_UUID + pb.varint(self._tracks.track_uuid(process, track))
         self._shown_events += len(events)
         by_phase = self._by_phase
@@ -405,6 +430,12 @@ class _Writer:
         if phase == "b" and args and ("kind" in args or "links" in args):
             packet += flow_fields(args)
         self._timed.append((wall_ns, _BEGINS if phase == "b" else _ENDS, 0, len(self._timed), packet))
+
+    def _sample(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
+        """A sample of the thread's stack: a ``PerfSample`` of its pid and tid (those of its thread's track)."""
+        _, _, wall_ns, _, args, _, _ = event
+        pid, tid = self._tracks.thread_ids(process, track)
+        self._samples.append((wall_ns, self._stacks.sample(pid, tid, sample_stack(args), self._new_entries)))
 
     def _category(self, category: str) -> bytes:
         return self._categories.field(category, self._new_entries) if category else b""

@@ -128,6 +128,13 @@ class PerfettoTracks:
         self._describe(described + pb.uint(SIBLING_MERGE_BEHAVIOR, SIBLING_MERGE_BEHAVIOR_NONE))
         return uuid
 
+    def thread_ids(self, process: ProcessView, track: TrackInfo) -> tuple[int, int]:
+        """The pid and tid Perfetto shows for the thread of ``track`` (its own, or a task lane's thread's): those of
+        its thread track's descriptor."""
+        track = process.tracks.get(track.track_id, track)
+        thread = track if track.kind == THREAD_TRACK else (self._thread_of(process, track) or track)
+        return self._pid(process), as_int64(thread.thread_id)
+
     def _thread_of(self, process: ProcessView, track: TrackInfo) -> TrackInfo | None:
         """A task lane's thread (its latest name, or the name its frames carry, or none); for another timeline's
         track of a thread, the thread's own track."""

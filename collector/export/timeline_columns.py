@@ -9,7 +9,8 @@ events as columns, which a browser takes in far faster than one object per event
 ``{"track": 3, "ph": "XXi", "name": [0, 1, 2], "ts": [..], "dur": [..], "args": [null, {..}, ..], "id": [..]}``
 
 ``ph`` is one character per event (``X`` slice, ``B`` slice not ended, ``i`` instant or message, ``C`` counter,
-``b``/``e`` async begin/end); ``name`` indexes ``names``; ``ts`` is ns since ``origin_ns`` (the collector's fixed
+``b``/``e`` async begin/end, ``P`` a sample of the thread's stack: its args null, its stack being the flame graph's,
+``GET /flamegraph``); ``name`` indexes ``names``; ``ts`` is ns since ``origin_ns`` (the collector's fixed
 origin, as Chrome JSON's ``ts``, here in ns: exact in a double); ``dur`` a slice's ns (-1: not ended by the end of
 the snapshot); ``id`` (only in blocks with async events) pairs an async begin with its end. Then ``names``, ``tracks``
 (each with its process, kind and order), the loss counters (``report``) and the window read (``capture``).
@@ -22,6 +23,7 @@ from typing import Any, Final
 
 import orjson
 from ringtrace.collector.export.chrome import json_bytes
+from ringtrace.collector.export.sample_stacks import SAMPLE
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
@@ -125,7 +127,9 @@ def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_op
         "name": [intern(name, len(names)) for name in event_names],
         "ts": [wall_ns - origin_ns for wall_ns in starts],
         "dur": [-1] * len(shown) if still_open else list(durations),
-        "args": list(args),
+        "args": [None if phase == SAMPLE else arg for phase, arg in zip(phases, args, strict=True)]
+        if SAMPLE in phases
+        else list(args),
     }
     if "async" in categories:
         block["id"] = list(ids)

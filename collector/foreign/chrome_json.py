@@ -6,8 +6,10 @@ viztracer ...): an object holding ``traceEvents``, or a bare array of events, wh
 Per pid a recording, per (pid, tid) a thread track, named by the ``process_name`` and ``thread_name`` metadata.
 ``X`` and ``B``/``E`` pairs (an ``E`` closes the innermost ``B`` of its thread) become spans; a ``B`` never ended
 becomes a marker start (shown open-ended), an ``E`` with nothing open an unmatched marker end. ``i``/``I``/``n`` become
-instants, ``C`` counters (a line per key of its args), ``b``/``e`` and ``S``/``F`` async slices. Other phases (flows,
-objects, samples, ...) and entries that are no event are not shown: counted as dropped, in the stream's STATS.
+instants, ``C`` counters (a line per key of its args), ``b``/``e`` and ``S``/``F`` async slices, ``P`` samples (their
+stack from the document's ``stackFrames``, by ``sf``: a frame's ``category`` ``file:line`` as ringtrace writes it, else
+taken as its file). Other phases (flows, objects, ...) and entries that are no event are not shown: counted as
+dropped, in the stream's STATS.
 
 Times: ``ts`` and ``dur`` are microseconds. Where the document says what wall-clock time its 0 stands for
 (``otherData.clock_origin_wall_ns``, as ringtrace writes it), events keep their wall-clock times; else the caller
@@ -28,6 +30,7 @@ from ringtrace.wire.model import (
     INSTANT,
     MARKER_END,
     MARKER_START,
+    SAMPLE,
     SPAN,
     THREAD_TRACK,
 )
@@ -37,6 +40,9 @@ __all__ = ["SYSTEM", "looks_like", "read"]
 SYSTEM: Final = "Chrome trace JSON"
 _INSTANTS: Final = frozenset({"i", "I", "n"})
 _ASYNC: Final = {"b": ASYNC_BEGIN, "S": ASYNC_BEGIN, "e": ASYNC_END, "F": ASYNC_END}
+#: Frames of a sample's stack read at most (``stackFrames`` may name a cycle).
+_MAX_STACK_DEPTH: Final = 1024
+_MAX_LINE: Final = 2**31 - 1
 #: Where an object's ``traceEvents`` key must start to be taken for one (writers put it first, or nearly).
 _KEY_WITHIN: Final = 4096
 
@@ -64,7 +70,8 @@ def read(data: bytes) -> list[Recording]:
     if isinstance(document, dict) and isinstance(document.get("otherData"), dict):
         origin = document["otherData"].get("clock_origin_wall_ns")
         origin_ns = origin if type(origin) is int else None
-    reader = _Reader()
+    frames = document.get("stackFrames") if isinstance(document, dict) else None
+    reader = _Reader(frames if isinstance(frames, dict) else {})
     for event in events:
         reader.event(event)
     return reader.recordings(origin_ns)
@@ -97,7 +104,11 @@ class _Seen(NamedTuple):
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, stack_frames: dict[str, Any]) -> None:
+        """``stack_frames``: the document's ``stackFrames`` (id -> name, category, parent)."""
+        self._stack_frames = stack_frames
+        #: Stacks resolved, by their leaf's id (as many as the document has frames, at most).
+        self._stacks: dict[str, tuple[tuple[str, str, int], ...]] = {}
         self._recordings: dict[object, Recording] = {}
         self._process_names: dict[object, str] = {}
         self._tracks: dict[tuple[object, object], int] = {}
@@ -113,6 +124,7 @@ class _Reader:
             **dict.fromkeys(_INSTANTS, self._instant),
             "C": self._counter,
             **dict.fromkeys(_ASYNC, self._async),
+            "P": self._sample,
         }
 
     def event(self, event: Any) -> None:
@@ -167,6 +179,32 @@ class _Reader:
         async_id = event.get("id", event.get("id2", ""))
         args = {**(seen.args or {}), "id": str(async_id)}
         seen.recording.add(seen.track_id, _ASYNC[event["ph"]], seen.name, seen.ts_ns, seen.ts_ns, args)
+
+    def _sample(self, seen: _Seen) -> None:
+        """A sample of its thread's stack (named ``sample`` by ringtrace when no asyncio task ran: no task here)."""
+        stack = self._stack(seen.event.get("sf"))
+        task = "" if seen.name == "sample" else seen.name
+        seen.recording.add(seen.track_id, SAMPLE, task, seen.ts_ns, seen.ts_ns, stack)
+
+    def _stack(self, leaf: object) -> tuple[tuple[str, str, int], ...]:
+        """The stack whose innermost frame is ``stackFrames[leaf]``, outermost first (empty if none is named)."""
+        if leaf is None or isinstance(leaf, dict | list):
+            return ()
+        key = str(leaf)
+        known = self._stacks.get(key)
+        if known is not None:
+            return known
+        frames: list[tuple[str, str, int]] = []
+        node: str | None = key
+        while node is not None and len(frames) < _MAX_STACK_DEPTH:
+            entry = self._stack_frames.get(node)
+            if not isinstance(entry, dict):
+                break
+            frames.append(_code_location(entry))
+            parent = entry.get("parent")
+            node = None if parent is None or isinstance(parent, dict | list) else str(parent)
+        stack = self._stacks[key] = tuple(reversed(frames))
+        return stack
 
     def _skip(self, pid: object) -> None:
         self._recording(pid)  # (a process whose events are all skipped still says how many)
@@ -235,3 +273,13 @@ def _ns(value: Any) -> int | None:
     if type(value) is float and value == value and abs(value) < 9e15:
         return round(value * 1000)
     return None
+
+
+def _code_location(entry: dict[str, Any]) -> tuple[str, str, int]:
+    """A ``stackFrames`` entry as (function, file, line): its category ``file:line`` as ringtrace writes it, else the
+    category as the file and line 0."""
+    name, category = str(entry.get("name", "")), str(entry.get("category", ""))
+    file, _, line = category.rpartition(":")
+    if file and line.isdigit() and int(line) <= _MAX_LINE:
+        return name, file, int(line)
+    return name, category, 0

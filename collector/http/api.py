@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
-from ringtrace.collector.export.formats import FORMATS, TIMELINE, Format
+from ringtrace.collector.export.formats import FLAME_GRAPH, FORMATS, TIMELINE, Format
 from ringtrace.collector.http.collector_api import CollectorAPI
 from ringtrace.collector.http.endpoints import ENDPOINTS
 from ringtrace.collector.http.guard import reset
@@ -95,7 +95,7 @@ def _accepts_gzip(request: web.Request) -> bool:
 
 def _headers(format_: Format, gzip: bool) -> dict[str, str]:
     headers = {"Content-Type": format_.content_type, "Vary": "Accept-Encoding"}
-    if format_ is TIMELINE:  # (the web view reads it afresh each time)
+    if format_ is TIMELINE or format_ is FLAME_GRAPH:  # (the web view reads it afresh each time)
         headers["Cache-Control"] = "no-store"
     if gzip:
         headers["Content-Encoding"] = "gzip"
@@ -124,6 +124,13 @@ async def timeline(request: web.Request) -> web.StreamResponse:
     form, served as one (a worker thread, a snapshot slot)."""
     query = _snapshot_query(request, TIMELINE_PARAMETERS)
     return await _counted_snapshot(request, query, TIMELINE, _accepts_gzip(request))
+
+
+async def flame_graph(request: web.Request) -> web.StreamResponse:
+    """The selected samples' stacks merged into one tree, for the web view's flame graph
+    (``export/flame_graph.py``): a snapshot in another form, served as one."""
+    query = _snapshot_query(request, TIMELINE_PARAMETERS)
+    return await _counted_snapshot(request, query, FLAME_GRAPH, _accepts_gzip(request))
 
 
 async def _counted_snapshot(
@@ -431,6 +438,7 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.router.add_get("/ui/{name}", static_file)
     app.router.add_get("/timeline", timeline, allow_head=False)
     app.router.add_route("HEAD", "/timeline", timeline_head)
+    app.router.add_get("/flamegraph", flame_graph, allow_head=False)
     app.router.add_get("/snapshot", snapshot, allow_head=False)
     app.router.add_route("HEAD", "/snapshot", snapshot_head)
     app.router.add_get("/sources", sources)

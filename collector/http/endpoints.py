@@ -5,6 +5,8 @@ GET /ui/{file}                      the web view's static files
 GET /timeline[?filters]             the selected events as compact columnar JSON, for the web view
                                     (``export/timeline_columns.py``); gzip if accepted
 HEAD /timeline[?filters]            the same headers, no work
+GET /flamegraph[?filters]           the selected samples' stacks merged into one tree, for the web view's flame graph
+                                    (``export/flame_graph.py``); gzip if accepted
 GET /snapshot[?filters]             what is stored, in a format of ``export/formats.py`` (Chrome trace event JSON
                                     unless format= says another); ``query.py`` says what it may select; gzip if
                                     accepted
@@ -34,6 +36,11 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
     {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
     {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},
+    {
+        "method": "GET",
+        "path": "/flamegraph",
+        "does": "the selected samples' stacks as one tree, for the web view; filters",
+    },
     {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
     {"method": "GET", "path": "/stats", "does": "collector totals"},
     {"method": "GET", "path": "/metrics", "does": "Prometheus text format"},

@@ -37,6 +37,7 @@ _FILES: Final = {
     "timeline.js": "text/javascript",
     "lanes.js": "text/javascript",
     "perfetto.js": "text/javascript",
+    "flamegraph.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 _PREFIX: Final = "/ui/"

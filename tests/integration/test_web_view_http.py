@@ -215,7 +215,7 @@ def test_the_root_is_the_page_for_a_browser_and_the_endpoint_list_for_json(recor
         assert "/timeline" in {endpoint["path"] for endpoint in json.loads(body)["endpoints"]}
 
 
-@pytest.mark.parametrize("path", ["/", "/ui/main.js", "/ui/view.css", "/ui/timeline.js"])
+@pytest.mark.parametrize("path", ["/", "/ui/main.js", "/ui/view.css", "/ui/timeline.js", "/ui/flamegraph.js"])
 def test_the_page_and_its_files_allow_the_collector_itself_only(recorded: Any, path: str) -> None:
     collector, _ = recorded
     request = urllib.request.Request(collector.http_url + path, headers={"Accept": "text/html"})

@@ -1,6 +1,8 @@
-// The page: the processes table and the timeline, wired to the collector's /sources, /stats and /timeline.
+// The page: the processes table, the timeline and the flame graph, wired to the collector's /sources, /stats,
+// /timeline and /flamegraph.
 
 import { getJSON } from "./api.js";
+import { FlameGraph } from "./flamegraph.js";
 import { buildModel } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
 import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
@@ -11,10 +13,16 @@ const number = new Intl.NumberFormat();
 const POLL_MS = 1000;  // the table and, following live, the timeline: at most once a second
 const MIN_SECONDS = 0.001, MAX_SECONDS = 3600, DEFAULT_SECONDS = 10;  // the window: what the input allows
 
-const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0 };
+const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false };
 const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
 const timeline = new Timeline($("timeline"), $("tooltip"), $("timeline-wrap"));
-timeline.onUserMove = () => { $("follow").checked = false; };
+const flameGraph = new FlameGraph($("flamegraph"), $("flame-tooltip"), $("flame-wrap"));
+let flameAfterMove = null;
+timeline.onUserMove = () => {
+  $("follow").checked = false;
+  clearTimeout(flameAfterMove);  // the flame graph follows the view once zooming or panning pauses
+  flameAfterMove = setTimeout(() => refreshFlameGraph(), 300);
+};
 
 function setStatus(text, bad = false) {
   const status = $("status");
@@ -111,6 +119,7 @@ async function refreshTimeline(keepView = false) {
     const doc = await getJSON(`/timeline?${query}`);
     const fetched = performance.now();
     const model = buildModel(doc, pids);
+    state.originNs = BigInt(doc.origin_ns);
     const since = doc.capture.query.since_ns;
     const seconds = Number(new URLSearchParams(query).get("since").slice(1, -1));
     // The window asked for, in ns since the collector's origin (what the document's times count from).
@@ -118,6 +127,7 @@ async function refreshTimeline(keepView = false) {
     timeline.setModel(model, [start, start + seconds * 1e9], keepView || (live && !$("follow").checked));
     const drawn = performance.now();
     showInfo(model, doc, pids, fetched - started, drawn - fetched);
+    refreshFlameGraph();
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);
   } finally {
@@ -147,8 +157,45 @@ function showInfo(model, doc, pids, fetchMs, drawMs) {
   if (!model.count) info.append(" · nothing recorded in this window");
 }
 
+// The query string of the flame graph: the processes ticked, the timeline's view (wall-clock ns), the thread asked for.
+function flameSelection() {
+  const [from, to] = timeline.view;
+  const params = new URLSearchParams({
+    since: String(state.originNs + BigInt(Math.floor(from))),
+    until: String(state.originNs + BigInt(Math.ceil(to))),
+  });
+  const pids = sources.selectedPids();
+  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  const thread = $("flame-thread").value.trim();
+  if (thread) params.set("track", thread);
+  return params.toString();
+}
+
+async function refreshFlameGraph() {
+  if (state.originNs === null) return;  // (no timeline yet: no view to take)
+  if (state.flameBusy) { state.flameQueued = true; return; }
+  state.flameBusy = true;
+  try {
+    const doc = await getJSON(`/flamegraph?${flameSelection()}`);
+    flameGraph.setDocument(doc);
+    const frames = doc.nodes.function.length;
+    const plural = (n, word) => `${number.format(n)} ${word}${n === 1 ? "" : "s"}`;
+    const parts = [plural(doc.samples, "sample"), plural(frames, "frame")];
+    if (doc.cut_sample_stacks) parts.push(`${number.format(doc.cut_sample_stacks)} stacks cut (too many frames)`);
+    if (!doc.samples) parts.push("no samples in this view (a program run under ringtrace run is sampled)");
+    $("flame-info").textContent = parts.join(" · ");
+  } catch (error) {
+    $("flame-info").textContent = String(error.message || error);
+  } finally {
+    state.flameBusy = false;
+    if (state.flameQueued) { state.flameQueued = false; refreshFlameGraph(); }
+  }
+}
+
+$("flame-refresh").addEventListener("click", () => refreshFlameGraph());
+$("flame-thread").addEventListener("change", () => refreshFlameGraph());
 $("refresh").addEventListener("click", () => refreshTimeline());
-$("reset").addEventListener("click", () => timeline.reset());
+$("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); });
 $("seconds").addEventListener("change", () => { settleSeconds(); refreshTimeline(); });
 $("follow").addEventListener("change", () => { if ($("follow").checked) refreshTimeline(); });
 $("download-chrome").addEventListener("click", () => download(selection(), "chrome").catch((e) => setStatus(e.message, true)));

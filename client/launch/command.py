@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ringtrace.client.launch.launch_options import settings_from
-from ringtrace.client.launch.program import CannotOpen, run_program
+from ringtrace.client.launch.program import CannotOpen, check_program, run_program
 from ringtrace.client.launch.recording_start import start_recording
 from ringtrace.client.launch.run_arguments import USAGE, parse_run_arguments, run_help
 from ringtrace.wire.errors import ConfigError
@@ -63,12 +63,17 @@ def _run(argv: list[str]) -> int:
         return 2
     program = arguments.program
     assert program is not None  # (parse_run_arguments gives one, or --help)
+    try:
+        check_program(program)
+    except CannotOpen as exc:
+        print(f"ringtrace run: {exc}", file=sys.stderr)
+        return 2
     # Children (subprocesses, multiprocessing's spawn and forkserver children) record with the same settings.
     os.environ.update(settings.children_environment())
     start_recording(settings, settings.process_name or program.name)
     try:
         return run_program(program)
-    except CannotOpen as exc:
+    except CannotOpen as exc:  # (gone since it was checked)
         print(f"ringtrace run: {exc}", file=sys.stderr)
         return 2
 

@@ -22,7 +22,7 @@ import sys
 import types
 from dataclasses import dataclass
 
-__all__ = ["CannotOpen", "Program", "run_program"]
+__all__ = ["CannotOpen", "Program", "check_program", "run_program"]
 
 
 class CannotOpen(Exception):
@@ -45,6 +45,19 @@ class Program:
         if self.module is not None:
             return self.module
         return os.path.basename(os.path.normpath(self.script or "")) or "python"
+
+
+def check_program(program: Program) -> None:
+    """Raises ``CannotOpen`` where ``python`` would refuse to start: a script that cannot be read (before recording
+    starts, so that nothing is recorded for a program that never ran)."""
+    script = program.script
+    if script is None or os.path.isdir(script):
+        return
+    try:
+        with open(script, "rb"):
+            pass
+    except OSError as exc:  # as python says it (status 2), with this command's name for the interpreter's
+        raise CannotOpen(f"can't open file {os.path.abspath(script)!r}: [Errno {exc.errno}] {exc.strerror}") from None
 
 
 def run_program(program: Program) -> int:

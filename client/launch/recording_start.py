@@ -11,8 +11,8 @@ import importlib
 import os
 import sys
 
-from ringtrace.client import integrations
 from ringtrace.client.connecting import connect
+from ringtrace.client.integrations import apply as apply_integrations
 from ringtrace.client.launch.launch_options import LaunchSettings
 from ringtrace.client.recording.timelines import Timeline
 
@@ -35,7 +35,7 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
         say(f"not recording: {type(exc).__name__}: {exc}")
         return None
     try:
-        integrations.apply(timeline, settings.integrations_on)
+        apply_integrations(timeline, settings.integrations_on)
     except Exception as exc:  # (each install is guarded in apply; this is the hook itself failing)
         say(f"no library integrations: {type(exc).__name__}: {exc}")
     if settings.sample_hz > 0:

@@ -3,7 +3,7 @@
 The package installs ``ringtrace-fleet-switch.pth`` into site-packages (coverage.py's pattern for subprocesses); the
 interpreter's ``site`` runs its one line at start:
 
-    import os; os.environ.get("RINGTRACE_AUTO") and __import__("ringtrace.client.launch.fleet_switch").client...
+    import os; os.environ.get("RINGTRACE_AUTO") not in (None, "", "0") and __import__("ringtrace.client.launch...
 
 Unset, that is one environment lookup and nothing else: this module is not even imported. Set, ``start`` reads the
 settings ``ringtrace run`` reads (``RINGTRACE_COLLECTOR``, ...; ``launch_options.py``) and starts recording as it does

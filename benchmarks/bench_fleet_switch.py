@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import site
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,13 @@ def _line_ns(n: int) -> float:
     return (with_line - baseline) * 1e9
 
 
+def _site_us(directory: str, n: int) -> float:
+    """What ``site`` spends on the ``.pth`` file at start, RINGTRACE_AUTO unset: open, read, exec each line."""
+    os.environ.pop("RINGTRACE_AUTO", None)
+    n = max(n // 500, 20)
+    return min(timeit.repeat(lambda: site.addpackage(directory, PTH.name, set()), number=n, repeat=5)) / n * 1e6
+
+
 def bench(n: int, rounds: int) -> int:
     unset = {name: value for name, value in os.environ.items() if not name.startswith("RINGTRACE_")}
     with tempfile.TemporaryDirectory() as scratch:
@@ -64,6 +72,10 @@ def bench(n: int, rounds: int) -> int:
         results = interleave(
             {"no .pth": lambda: _start_us(bare, unset), ".pth, unset": lambda: _start_us(switched, unset)}, rounds
         )
+        pth_only = Path(scratch, "pth-only")
+        pth_only.mkdir()
+        (pth_only / PTH.name).write_text(PTH.read_text())
+        site_us = _site_us(str(pth_only), n)
     without, with_pth = median(results["no .pth"]), median(results[".pth, unset"])
     line_ns = _line_ns(n)
     missing = [
@@ -90,6 +102,7 @@ def bench(n: int, rounds: int) -> int:
         ],
     ]
     print(table(["start and exit", "baseline us", "variant us", "ratio", "added us"], rows))
+    print(f"the .pth file, unset: {site_us:.1f} us per interpreter start (site's open, read and exec of it)")
     print(f"the .pth line, unset: {line_ns:.0f} ns per interpreter start (exec of the line less an empty exec's)")
     print(f"integrations off under AUTO=1 (not in this install): {', '.join(missing) or 'none'}")
     print("target: unset, one environment lookup (the ratio within noise of 1)")

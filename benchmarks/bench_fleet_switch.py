@@ -25,11 +25,13 @@ from _common import bench_main, collector, interleave, median, table
 from ringtrace.client.integrations import INTEGRATIONS
 
 PTH = Path(__file__).parents[1] / "client" / "launch" / "ringtrace-fleet-switch.pth"
+#: What the switch imports when set (the client with it): the share of the AUTO=1 figure that is importing.
+IMPORTED = "ringtrace.client.launch.fleet_switch"
 
 
-def _start_us(python: str, environment: dict[str, str]) -> float:
+def _start_us(python: str, environment: dict[str, str], code: str = "pass") -> float:
     started = time.perf_counter()
-    subprocess.run([python, "-c", "pass"], env=environment, check=True)
+    subprocess.run([python, "-c", code], env=environment, check=True)
     return (time.perf_counter() - started) * 1e6
 
 
@@ -87,10 +89,15 @@ def bench(n: int, rounds: int) -> int:
         auto = dict(unset, RINGTRACE_AUTO="1", RINGTRACE_COLLECTOR=running.tcp)
         auto["RINGTRACE_INTEGRATIONS_OFF"] = ",".join(missing)
         auto_results = interleave(
-            {"unset": lambda: _start_us(sys.executable, unset), "AUTO=1": lambda: _start_us(sys.executable, auto)},
+            {
+                "unset": lambda: _start_us(sys.executable, unset),
+                "import": lambda: _start_us(sys.executable, unset, f"import {IMPORTED}"),
+                "AUTO=1": lambda: _start_us(sys.executable, auto),
+            },
             max(rounds // 4, 3),
         )
     plain, recording = median(auto_results["unset"]), median(auto_results["AUTO=1"])
+    imported = median(auto_results["import"])
     rows = [
         ["python -c pass, RINGTRACE_AUTO unset", without, with_pth, with_pth / without, with_pth - without],
         [
@@ -101,6 +108,8 @@ def bench(n: int, rounds: int) -> int:
             recording - plain,
         ],
     ]
+    label = f"python -c 'import {IMPORTED}' (what AUTO=1 imports)"
+    rows.append([label, plain, imported, imported / plain, imported - plain])
     print(table(["start and exit", "baseline us", "variant us", "ratio", "added us"], rows))
     print(f"the .pth file, unset: {site_us:.1f} us per interpreter start (site's open, read and exec of it)")
     print(f"the .pth line, unset: {line_ns:.0f} ns per interpreter start (exec of the line less an empty exec's)")

@@ -98,7 +98,7 @@ def _run_path(path: str, main: types.ModuleType) -> None:
     """``python PATH``: a source file, or a directory or zip file holding ``__main__.py``."""
     absolute = os.path.abspath(path)
     if os.path.isdir(path) or _is_zip(path):
-        sys.path[0] = path  # as python does: the directory or zip file itself, then its __main__ as a module
+        sys.path[0] = absolute  # as python does: the directory or zip file itself, then its __main__ as a module
         runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
         return
     try:

@@ -88,6 +88,18 @@ PROGRAMS: dict[str, tuple[dict[str, str], list[str], dict[str, int]]] = {
         ["-m", "tool.cli", "x", "-m", "--sample-hz=9"],
         {"tool.cli": 1},
     ),
+    "directory": (
+        {
+            "appdir/__main__.py": """
+                import sys
+                import helper
+                print("argv", sys.argv, sys.path[0], __name__, __spec__.name, helper.NAME)
+            """,
+            "appdir/helper.py": "NAME = 'helper of appdir'\n",
+        },
+        ["appdir", "z"],
+        {"appdir": 1},
+    ),
     "fork": (
         {
             "forks.py": """

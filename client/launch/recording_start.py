@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import sys
 
 from ringtrace.client.connecting import connect
 from ringtrace.client.integrations import apply as apply_integrations
+from ringtrace.client.launch.forked_children import watch_forks
 from ringtrace.client.launch.launch_options import LaunchSettings
 from ringtrace.client.recording.timelines import Timeline
 
@@ -20,7 +20,6 @@ __all__ = ["say", "start_recording"]
 
 #: The instant recorded where recording starts.
 _STARTED = "ringtrace.recording"
-_forks_marked = False
 #: The sampler's module (``start_sampler(timeline, hz)``).
 _SAMPLER_MODULE = "ringtrace.client.sampling"
 
@@ -47,11 +46,8 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
 def _mark_start(timeline: Timeline, how: str) -> None:
     """An instant where recording starts, here and in each forked child: a process that records nothing else and
     exits at once still has something its exit delivers, so the collector sees it."""
-    global _forks_marked
     timeline.instant(_STARTED, how=how)
-    if not _forks_marked and hasattr(os, "register_at_fork"):
-        _forks_marked = True  # (after connect's own hook, which gives the child its streamer: hooks run in order)
-        os.register_at_fork(after_in_child=lambda: timeline.instant(_STARTED, how="fork"))
+    watch_forks(timeline, _STARTED)
 
 
 def _start_sampler(timeline: Timeline, sample_hz: float) -> None:

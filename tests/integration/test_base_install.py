@@ -7,6 +7,7 @@ The collector these tests record to is the test environment's own (the venv has 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import venv
 from collections import Counter
@@ -45,6 +46,26 @@ class Venv:
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+def _checkout_copy(directory: Path) -> Path:
+    """The checkout's sources, copied: pip builds in the source tree (``build/``), which two builds at once (this
+    module's on two test workers) would share."""
+    ignored = shutil.ignore_patterns(
+        ".venv",
+        ".git",
+        "build",
+        "dist",
+        "site",
+        "*.egg-info",
+        "__pycache__",
+        "*.so",
+        ".*_cache",
+        ".hypothesis",
+        ".fuzz",
+    )
+    shutil.copytree(ROOT, directory, ignore=ignored)
+    return directory
+
+
 def _make_venv(directory: Path) -> Venv:
     venv.EnvBuilder(with_pip=True).create(directory)
     python = directory / "bin" / "python"
@@ -60,8 +81,9 @@ def _make_venv(directory: Path) -> Venv:
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     """A venv with ``pip install <checkout>``: ringtrace and msgpack, nothing of the collector extra."""
-    made = _make_venv(tmp_path_factory.mktemp("base") / "venv")
-    made.pip("install", str(ROOT))
+    scratch = tmp_path_factory.mktemp("base")
+    made = _make_venv(scratch / "venv")
+    made.pip("install", str(_checkout_copy(scratch / "source")))
     yield made
 
 
@@ -102,7 +124,8 @@ def test_ringtrace_run_and_the_switch_work_in_the_base_install(
 
 def test_pip_installs_the_switch_as_a_wheel_and_editable_and_uninstall_removes_it(tmp_path: Path) -> None:
     made = _make_venv(tmp_path / "venv")
-    for install in (["install", "--no-deps", str(ROOT)], ["install", "--no-deps", "-e", str(ROOT)]):
+    source = str(_checkout_copy(tmp_path / "source"))
+    for install in (["install", "--no-deps", source], ["install", "--no-deps", "-e", source]):
         made.pip(*install)
         assert (made.site_packages / PTH).is_file(), install
         made.pip("uninstall", "-y", "ringtrace")

@@ -11,10 +11,10 @@ settings ``ringtrace run`` reads (``RINGTRACE_COLLECTOR``, ...; ``launch_options
 It never raises into the program: a bad value is one warning line on stderr, and the program runs unrecorded.
 
 Left out: ringtrace's own commands (``ringtrace``, ``ringtrace-collector``, ``-m ringtrace...``: the collector does not
-record itself), and multiprocessing's helper processes. Those helpers (the spawn and forkserver starters, the resource
-tracker) run ``-c "from multiprocessing..."``; a worker they start records once multiprocessing has made it a
-``Process`` (from multiprocessing's after-fork hooks, which every start method runs in the child), so that it is named
-after its parent and itself (``web (SpawnProcess-1)``).
+record itself), and multiprocessing's helper processes (the spawn and forkserver starters, the resource tracker: ``-c
+"from multiprocessing.spawn import ..."`` and the like). A worker they start records once multiprocessing has made it
+a ``Process`` (from multiprocessing's after-fork hooks, or for spawn ``SpawnProcess._after_fork``), so that it is
+named after its parent and itself (``web (SpawnProcess-1)``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ _OFF = frozenset({"", "0", "false", "no", "off"})
 #: Interpreter options that take a value (``-W error``, ``-X dev``).
 _OPTIONS_WITH_VALUE = frozenset("WX")
 _started = False
+#: What multiprocessing's helper processes run (``python -c CODE``): the spawn and forkserver starters, the tracker.
+_MULTIPROCESSING_HELPERS = (
+    "from multiprocessing.spawn import ",
+    "from multiprocessing.forkserver import ",
+    "from multiprocessing.resource_tracker import ",
+)
 
 
 def start() -> None:
@@ -66,7 +72,7 @@ def _start(environ: Mapping[str, str], argv: Sequence[str]) -> None:
     except ConfigError as exc:
         say(f"{exc}: not recording ({AUTO_VARIABLE}=1)")
         return
-    if kind == "command" and what.startswith("from multiprocessing"):
+    if kind == "command" and what.startswith(_MULTIPROCESSING_HELPERS):
         _record_multiprocessing_children(settings)
         return
     name = settings.process_name or (os.path.basename(what) if kind == "script" else what if kind == "module" else "")

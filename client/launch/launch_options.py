@@ -38,8 +38,8 @@ AUTO_VARIABLE: Final = "RINGTRACE_AUTO"
 #: The markers of the options table in the docs (``with_options_markdown`` writes between them).
 OPTIONS_START: Final = "<!-- run-options:start -->"
 OPTIONS_END: Final = "<!-- run-options:end -->"
-#: Samples a second, at most.
-MAX_SAMPLE_HZ: Final = 10_000
+#: Samples a second, at most (the sampler's own bound, ``ringtrace.client.sampling``'s MAX_HZ: refused here, not cut).
+MAX_SAMPLE_HZ: Final = 1000
 
 # -- the checks of a value ---------------------------------------------------------------------------------------------
 # Each takes the text given (a flag's value or a variable's) and returns the value kept, or raises ValueError saying

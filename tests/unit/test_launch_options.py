@@ -69,10 +69,10 @@ def test_children_get_the_settings_but_not_the_name() -> None:
 @pytest.mark.parametrize(
     ("given", "environ", "said"),
     [
-        ({"sample_hz": "fast"}, {}, "--sample-hz takes samples a second, 0 (off) to 10000, got 'fast'"),
-        ({"sample_hz": "nan"}, {}, "--sample-hz takes samples a second, 0 (off) to 10000, got 'nan'"),
-        ({"sample_hz": "10001"}, {}, "--sample-hz takes samples a second, 0 (off) to 10000, got '10001'"),
-        ({}, {"RINGTRACE_SAMPLE_HZ": "-5"}, "RINGTRACE_SAMPLE_HZ takes samples a second, 0 (off) to 10000, got '-5'"),
+        ({"sample_hz": "fast"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got 'fast'"),
+        ({"sample_hz": "nan"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got 'nan'"),
+        ({"sample_hz": "1001"}, {}, "--sample-hz takes samples a second, 0 (off) to 1000, got '1001'"),
+        ({}, {"RINGTRACE_SAMPLE_HZ": "-5"}, "RINGTRACE_SAMPLE_HZ takes samples a second, 0 (off) to 1000, got '-5'"),
         ({"collector": "nowhere"}, {}, "--collector takes HOST:PORT (or several, separated by commas), got 'nowhere'"),
         ({}, {"RINGTRACE_INTEGRATIONS_OFF": "gc,nope"}, "RINGTRACE_INTEGRATIONS_OFF takes integration names"),
     ],

@@ -134,7 +134,7 @@ OPTIONS: Final[tuple[LaunchOption, ...]] = (
         "--sample-hz",
         "RINGTRACE_SAMPLE_HZ",
         "HZ",
-        "the stack of every thread sampled this often a second; 0 turns sampling off",
+        f"the stack of every thread sampled this often a second (at most {MAX_SAMPLE_HZ}); 0 turns sampling off",
         100.0,
         _sample_hz,
     ),

@@ -34,6 +34,10 @@ _OFF = frozenset({"", "0", "false", "no", "off"})
 #: Interpreter options that take a value (``-W error``, ``-X dev``).
 _OPTIONS_WITH_VALUE = frozenset("WX")
 _started = False
+#: ringtrace's console scripts, as the interpreter is given them (on Windows, the launcher ``.exe`` itself).
+_OUR_SCRIPTS = frozenset(
+    f"{script}{suffix}" for script in ("ringtrace", "ringtrace-collector") for suffix in ("", ".exe", "-script.py")
+)
 #: What multiprocessing's helper processes run (``python -c CODE``): the spawn and forkserver starters, the tracker.
 _MULTIPROCESSING_HELPERS = (
     "from multiprocessing.spawn import ",
@@ -63,7 +67,7 @@ def _start(environ: Mapping[str, str], argv: Sequence[str]) -> None:
         say(f"{AUTO_VARIABLE} takes 1 or 0, got {environ[AUTO_VARIABLE]!r}: not recording")
         return
     kind, what = program_of(argv)
-    if (kind == "script" and os.path.basename(what).startswith("ringtrace")) or (
+    if (kind == "script" and os.path.basename(what) in _OUR_SCRIPTS) or (
         kind == "module" and what.partition(".")[0] == "ringtrace"
     ):
         return  # ringtrace's own commands: `ringtrace run` starts recording itself; the collector never does

@@ -74,6 +74,12 @@ def test_a_collector_that_is_down_does_not_break_the_program(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr
 
 
+def test_a_program_whose_name_starts_like_ours_records(collector: CollectorProcess, tmp_path: Path) -> None:
+    (tmp_path / "ringtrace_demo.py").write_text(WORKER)
+    assert run([sys.executable, "ringtrace_demo.py"], tmp_path, _auto(collector.tcp_address)).returncode == 0
+    wait_for_names(collector, Counter({"ringtrace_demo.py": 1}))
+
+
 def test_ringtrace_s_own_commands_do_not_record_themselves(collector: CollectorProcess, tmp_path: Path) -> None:
     auto = _auto(collector.tcp_address)
     second = CollectorProcess(env=auto)  # `python -m ringtrace.collector`, with the switch on

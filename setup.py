@@ -10,21 +10,47 @@
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
+
+The fleet switch, ``client/launch/ringtrace-fleet-switch.pth``, goes to the top of site-packages, beside the packages
+(the interpreter runs a ``.pth`` file's import lines only there): ``build_py`` puts it at the top of the wheel, or of
+an editable install's wheel, so that ``pip install .`` and ``pip install -e .`` both install it and ``pip uninstall``
+removes it (it is in the wheel's RECORD).
 """
 
+import os
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 SPEEDUPS = Path("client/speedups")
 PACKER = Path("wire/packer")
+
+
+FLEET_SWITCH = Path("client/launch/ringtrace-fleet-switch.pth")
 
 
 def files(directory: Path, suffix: str) -> list[str]:
     return sorted(str(path) for path in directory.glob(f"*{suffix}"))
 
 
+class BuildPyWithFleetSwitch(build_py):
+    """``build_py``, then the fleet switch's ``.pth`` at the top of what the wheel holds."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):  # an editable wheel is built from install's directory, not build_lib
+            top = self.get_finalized_command("install").install_lib
+        else:
+            top = self.build_lib
+        self.copy_file(str(FLEET_SWITCH), os.path.join(top, FLEET_SWITCH.name))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, FLEET_SWITCH.name)]
+
+
 setup(
+    cmdclass={"build_py": BuildPyWithFleetSwitch},
     ext_modules=[
         Extension(
             "ringtrace.client._speedups",
@@ -47,5 +73,5 @@ setup(
             depends=["collector/export/_msgpack_read.h"],
             optional=True,
         ),
-    ]
+    ],
 )

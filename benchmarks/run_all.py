@@ -33,6 +33,7 @@ BENCHMARKS = {
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),
+    "fleet_switch": ("bench_fleet_switch.py", 600),
     "clock": ("bench_clock.py", 300),
     "tables": ("bench_tables.py", 300),
     "table_memory": ("bench_table_memory.py", 300),

@@ -1,21 +1,26 @@
-"""The installed scripts' entry points, ``ringtrace`` and ``ringtrace-collector``.
+"""The entry points of ``ringtrace-collector`` and of the ``ringtrace`` command's collector subcommands.
 
-A client-only install (``pip install .``, msgpack alone) installs both scripts too: without the ``collector`` extra
-each says in one line which install brings the library it lacks, and exits with status 1, instead of an import's
-traceback. The modules are imported only here, when the script runs.
+The ``ringtrace`` script itself is the client's (``ringtrace.client.launch.command``: ``ringtrace run`` works in a
+client-only install); it hands every other subcommand to ``command`` here, by importlib. A client-only install
+(``pip install .``, msgpack alone) installs both scripts too: without the ``collector`` extra each subcommand says in
+one line which install brings the library it lacks, and exits with status 1, instead of an import's traceback. The
+modules are imported only here, when the script runs.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 
 __all__ = ["collector", "command"]
 
 
-def command() -> int:
-    """``ringtrace``: ``command/main.py``."""
-    return _run("ringtrace", "ringtrace.collector.command.main")
+def command(argv: Sequence[str] | None = None) -> int:
+    """``ringtrace SUBCOMMAND ...`` (``argv``, by default ``sys.argv[1:]``): ``command/main.py``."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    subcommand = next((token for token in given if not token.startswith("-")), "")
+    return _run(f"ringtrace {subcommand}".rstrip(), "ringtrace.collector.command.main", given)
 
 
 def collector() -> int:
@@ -23,7 +28,7 @@ def collector() -> int:
     return _run("ringtrace-collector", "ringtrace.collector.service.serve")
 
 
-def _run(script: str, module_name: str) -> int:
+def _run(script: str, module_name: str, argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -35,7 +40,7 @@ def _run(script: str, module_name: str) -> int:
             file=sys.stderr,
         )
         return 1
-    status: int = module.main()
+    status: int = module.main() if argv is None else module.main(argv)
     return status
 
 

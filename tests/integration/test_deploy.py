@@ -103,6 +103,26 @@ def test_the_compose_jetstream_profile_is_three_nats_servers_and_two_collectors_
         assert services[demo]["depends_on"][collector]["condition"] == "service_healthy"
 
 
+def test_the_compose_auto_profile_records_a_program_by_the_fleet_switch_alone() -> None:
+    unchanged = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["unchanged"]
+    assert unchanged["profiles"] == ["auto"]
+    assert "ringtrace" not in " ".join(unchanged["entrypoint"])  # no code of ours in the program
+    assert unchanged["environment"]["RINGTRACE_AUTO"] == "1"
+    assert unchanged["environment"]["RINGTRACE_COLLECTOR"] == "collector:7700"
+
+
+def test_the_systemd_drop_in_sets_the_fleet_switch_and_verifies(tmp_path: Path) -> None:
+    drop_in = (DEPLOY / "ringtrace-auto.conf").read_text()
+    assert "\nEnvironment=RINGTRACE_AUTO=1\n" in drop_in and "\nEnvironment=RINGTRACE_COLLECTOR=" in drop_in
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here")
+    service = tmp_path / "myapp.service"
+    service.write_text(f"[Service]\nExecStart={sys.executable} -c pass\n" + drop_in.split("[Service]\n", 1)[1])
+    verified = subprocess.run([analyze, "verify", str(service)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and not verified.stderr.strip(), verified.stderr
+
+
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:

@@ -1,5 +1,6 @@
 """The installed scripts without the ``collector`` extra: a client-only ``pip install .`` still installs ``ringtrace``
-and ``ringtrace-collector``, and each says in one line which install brings what it lacks, not an import's traceback.
+and ``ringtrace-collector``; ``ringtrace run`` and ``--help`` work there, and every other subcommand says in one line
+which install brings what it lacks, not an import's traceback.
 
 Each script is loaded as the installed one is (its ``console_scripts`` entry point), in a fresh interpreter where the
 extra's libraries cannot be imported.
@@ -30,12 +31,42 @@ sys.exit(script.load()())
 """
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]], ids=["ringtrace --help", "ringtrace run --help"])
+def test_the_ringtrace_command_helps_without_the_collector_extra(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRA, "ringtrace", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "ringtrace run" in done.stdout
+    if argv == ["--help"]:  # the collector's subcommands are listed too, with the install they need
+        assert "snapshot" in done.stdout
+        assert "pip install 'ringtrace[collector]'" in done.stdout
+
+
+def test_the_help_lists_the_collector_subcommands_its_parser_has() -> None:
+    from ringtrace.client.launch.command import COLLECTOR_SUBCOMMANDS
+    from ringtrace.collector.command.main import build_parser
+
+    parser = build_parser()
+    (subcommands,) = [action for action in parser._actions if action.dest == "command"]
+    assert [name for name, _ in COLLECTOR_SUBCOMMANDS] == list(subcommands.choices)  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
-    "argv",
-    [["ringtrace", "sources", "http://127.0.0.1:9"], ["ringtrace-collector", "--help"]],
-    ids=["ringtrace", "ringtrace-collector"],
+    ("argv", "said_by"),
+    [
+        (["ringtrace", "sources", "http://127.0.0.1:9"], "ringtrace sources"),
+        (["ringtrace", "snapshot", "http://127.0.0.1:9", "-o", "x.json"], "ringtrace snapshot"),
+        (["ringtrace-collector", "--help"], "ringtrace-collector"),
+    ],
+    ids=["ringtrace sources", "ringtrace snapshot", "ringtrace-collector"],
 )
-def test_a_script_without_the_collector_extra_says_which_install_brings_it(argv: list[str]) -> None:
+def test_a_script_without_the_collector_extra_says_which_install_brings_it(argv: list[str], said_by: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_EXTRA, *argv], capture_output=True, text=True, timeout=60, check=False
     )
@@ -43,5 +74,5 @@ def test_a_script_without_the_collector_extra_says_which_install_brings_it(argv:
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"{argv[0]}: needs ")
+    assert lines[0].startswith(f"{said_by}: needs ")
     assert "pip install 'ringtrace[collector]'" in lines[0]

@@ -1,0 +1,243 @@
+"""The options of recording with no code change, declared once: one row (``LaunchOption``) per option in ``OPTIONS``.
+
+Each option is a flag of ``ringtrace run`` and an environment variable, its twin: the variable is what the fleet switch
+(``RINGTRACE_AUTO=1``) reads, and what ``ringtrace run`` hands its children so that they record with the same
+settings. From the table come ``ringtrace run``'s flags and their help (``run_arguments.py``), the settings read from
+the environment (``settings_from``) and the docs' table (``options_markdown``), which a test holds to
+``docs/recording-without-code-changes.md``. The integrations' switches (``--no-NAME``) are made from the integration
+registry, one flag an integration; their twin is one variable that lists the integrations turned off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.client.integrations import INTEGRATIONS
+from ringtrace.wire.doc_blocks import marked_block, with_marked_block
+from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.parsing import parse_addresses
+
+__all__ = [
+    "AUTO_VARIABLE",
+    "OPTIONS",
+    "OPTIONS_END",
+    "OPTIONS_START",
+    "LaunchOption",
+    "LaunchSettings",
+    "options_block",
+    "options_markdown",
+    "settings_from",
+    "with_options_markdown",
+]
+
+#: The fleet switch: ``1`` in a process's environment, and it records from interpreter start.
+AUTO_VARIABLE: Final = "RINGTRACE_AUTO"
+#: The markers of the options table in the docs (``with_options_markdown`` writes between them).
+OPTIONS_START: Final = "<!-- run-options:start -->"
+OPTIONS_END: Final = "<!-- run-options:end -->"
+#: Samples a second, at most (the sampler's own bound, ``ringtrace.client.sampling``'s MAX_HZ: refused here, not cut).
+MAX_SAMPLE_HZ: Final = 1000
+
+# -- the checks of a value ---------------------------------------------------------------------------------------------
+# Each takes the text given (a flag's value or a variable's) and returns the value kept, or raises ValueError saying
+# what the option takes.
+
+
+def _address(text: str) -> str:
+    try:
+        parse_addresses(text)
+    except ConfigError:
+        raise ValueError("takes HOST:PORT (or several, separated by commas)") from None
+    return text
+
+
+def _name(text: str) -> str | None:
+    if "\0" in text:
+        raise ValueError("takes a name without NUL")
+    return text or None
+
+
+def _sample_hz(text: str) -> float:
+    reason = f"takes samples a second, 0 (off) to {MAX_SAMPLE_HZ}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(reason) from None
+    if math.isnan(value) or not 0 <= value <= MAX_SAMPLE_HZ:
+        raise ValueError(reason)
+    return value
+
+
+def _integrations_off(text: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    unknown = sorted(names - {integration.name for integration in INTEGRATIONS})
+    if unknown:
+        raise ValueError(
+            f"takes integration names separated by commas ({', '.join(i.name for i in INTEGRATIONS)}); "
+            f"{', '.join(unknown)} is none"
+        )
+    return names
+
+
+@dataclass(frozen=True)
+class LaunchOption:
+    """One option: its ``LaunchSettings`` field, its flag, its environment variable, its default and its check."""
+
+    field: str
+    #: ``--collector``; ``--no-NAME`` for the integrations' switches (a flag an integration, taking no value).
+    flag: str
+    variable: str
+    #: What the flag takes, as ``--help`` shows it (empty: a switch).
+    metavar: str
+    help: str
+    default: Any
+    #: The text given to the value kept; raises ValueError saying what the option takes.
+    parse: Callable[[str], Any]
+
+    def parsed(self, text: str, given_as: str) -> Any:
+        """``text``, held to this row.
+
+        Raises:
+            ConfigError: one line naming ``given_as`` (the flag or the variable), what it takes and ``text``.
+        """
+        try:
+            return self.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{given_as} {exc}, got {text!r}") from None
+
+
+OPTIONS: Final[tuple[LaunchOption, ...]] = (
+    LaunchOption(
+        "collector",
+        "--collector",
+        "RINGTRACE_COLLECTOR",
+        "HOST:PORT",
+        "the collector's ingest address (several, separated by commas, are tried in turn); required",
+        None,
+        _address,
+    ),
+    LaunchOption(
+        "process_name",
+        "--process-name",
+        "RINGTRACE_PROCESS_NAME",
+        "NAME",
+        "shown for the process in traces; by default the script's name or the module's (a multiprocessing child: "
+        "its parent's and its own); ringtrace run does not hand it to its children",
+        None,
+        _name,
+    ),
+    LaunchOption(
+        "sample_hz",
+        "--sample-hz",
+        "RINGTRACE_SAMPLE_HZ",
+        "HZ",
+        f"the stack of every thread sampled this often a second (at most {MAX_SAMPLE_HZ}); 0 turns sampling off",
+        100.0,
+        _sample_hz,
+    ),
+    LaunchOption(
+        "integrations_off",
+        "--no-NAME",
+        "RINGTRACE_INTEGRATIONS_OFF",
+        "",
+        "an integration turned off (one flag each, below); the variable lists them, separated by commas "
+        "(RINGTRACE_INTEGRATIONS_OFF=logging,gc)",
+        frozenset(),
+        _integrations_off,
+    ),
+)
+
+_BY_FIELD: Final = {option.field: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What recording with no code change starts with: the collector, the name, the sampling rate and the
+    integrations turned off."""
+
+    collector: str
+    process_name: str | None = None
+    sample_hz: float = 100.0
+    integrations_off: frozenset[str] = frozenset()
+
+    @property
+    def integrations_on(self) -> list[str]:
+        """The names of the integrations to apply, in the registry's order."""
+        return [integration.name for integration in INTEGRATIONS if integration.name not in self.integrations_off]
+
+    def children_environment(self) -> dict[str, str]:
+        """The variables that make a child process record with these settings (``RINGTRACE_AUTO=1`` among them); the
+        process name is left out: a child is named after its own program (or, in multiprocessing, its parent)."""
+        environment = {
+            AUTO_VARIABLE: "1",
+            _BY_FIELD["collector"].variable: self.collector,
+            _BY_FIELD["sample_hz"].variable: f"{self.sample_hz:g}",
+            _BY_FIELD["integrations_off"].variable: ",".join(sorted(self.integrations_off)),
+        }
+        return environment
+
+
+def settings_from(given: Mapping[str, str], environ: Mapping[str, str]) -> LaunchSettings:
+    """The settings from the flags ``given`` (field -> the text given; ``integrations_off`` as names separated by
+    commas), each flag not given taken from its variable in ``environ``, else its default.
+
+    Raises:
+        ConfigError: one line naming the flag or the variable, what it takes and the value; or no collector given.
+    """
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.field == "integrations_off":  # the flags add to what the variable turns off
+            from_environment = environ.get(option.variable)
+            off = option.parsed(from_environment, option.variable) if from_environment else frozenset()
+            values[option.field] = off | option.parsed(given.get(option.field, ""), "--no-NAME")
+        elif option.field in given:
+            values[option.field] = option.parsed(given[option.field], option.flag)
+        elif environ.get(option.variable):
+            values[option.field] = option.parsed(environ[option.variable], option.variable)
+        else:
+            values[option.field] = option.default
+    if values["collector"] is None:
+        collector = _BY_FIELD["collector"]
+        raise ConfigError(f"no collector: give {collector.flag} HOST:PORT or set {collector.variable}")
+    return LaunchSettings(**values)
+
+
+# -- the docs ----------------------------------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def options_markdown() -> str:
+    """The docs' options table (Markdown, ``Flag | Environment | Default | Meaning``), one line an option, then one an
+    integration's switch."""
+    lines = ["| Flag | Environment | Default | Meaning |", "|---|---|---|---|"]
+    for option in OPTIONS:
+        flag = f"`{option.flag} {option.metavar}`" if option.metavar else f"`{option.flag}`"
+        default = "none" if option.default in (None, frozenset()) else f"{option.default:g}"
+        cells = (flag, f"`{option.variable}`", default, option.help)
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    lines.append(f"| | `{AUTO_VARIABLE}` | unset | `1`: every Python process records from interpreter start |")
+    off = _BY_FIELD["integrations_off"].variable
+    for integration in INTEGRATIONS:
+        cells = (f"`--no-{integration.name}`", f"`{off}={integration.name}`", "on", integration.summary)
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def options_block(text: str) -> str | None:
+    """What ``text`` holds between ``OPTIONS_START`` and ``OPTIONS_END`` (None: no such block)."""
+    return marked_block(text, OPTIONS_START, OPTIONS_END)
+
+
+def with_options_markdown(text: str) -> str:
+    """``text`` (a docs page) with ``options_markdown()`` between its markers.
+
+    Raises:
+        ValueError: ``text`` has no ``OPTIONS_START`` ... ``OPTIONS_END`` block.
+    """
+    return with_marked_block(text, OPTIONS_START, OPTIONS_END, options_markdown())

@@ -1,0 +1,260 @@
+"""``ringtrace run``: a set of programs run under ``python`` and under ``ringtrace run`` give the same stdout, stderr
+and exit status (a plain script, ``sys.exit(3)``, an uncaught exception, ``KeyboardInterrupt``, a self-kill by SIGTERM,
+``-m module`` with arguments, a fork, multiprocessing's spawn and forkserver children, a subprocess), and each process,
+children included, appears in the collector's ``GET /sources`` under its name. Bad flags and values: one line, status
+2.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from collector_process import CollectorProcess
+from launching import RINGTRACE, program_environment, run, wait_for_names
+
+#: name -> (the program's files, how it is started after `python` / `ringtrace run ...`, the process names under run)
+PROGRAMS: dict[str, tuple[dict[str, str], list[str], dict[str, int]]] = {
+    "plain": (
+        {
+            "plain.py": """
+                import os, sys
+                print("argv", sys.argv[1:], __name__, os.path.basename(__file__), __spec__, __cached__)
+                print("path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+                print("main", sys.modules["__main__"].__dict__ is globals(), sorted(k for k in globals() if "__" in k))
+                print("to stderr", file=sys.stderr)
+                def helper():
+                    return 41 + 1
+                if __name__ == "__main__":
+                    print("helper", helper())
+            """
+        },
+        ["plain.py", "a", "--collector", "not ours"],
+        {"plain.py": 1},
+    ),
+    "exit-3": ({"exit3.py": "import sys\nprint('leaving')\nsys.exit(3)\n"}, ["exit3.py"], {"exit3.py": 1}),
+    "exit-message": (
+        {"exitmsg.py": "import sys\nsys.exit('gone: said on stderr')\n"},
+        ["exitmsg.py"],
+        {"exitmsg.py": 1},
+    ),
+    "uncaught": (
+        {
+            "uncaught.py": """
+                def inner():
+                    raise ValueError("no such thing")
+                def outer():
+                    try:
+                        {}["key"]
+                    except KeyError:
+                        inner()
+                print("before")
+                outer()
+            """
+        },
+        ["uncaught.py"],
+        {"uncaught.py": 1},
+    ),
+    "keyboard-interrupt": (
+        {"interrupt.py": "import atexit\natexit.register(print, 'at exit')\nraise KeyboardInterrupt\n"},
+        ["interrupt.py"],
+        {"interrupt.py": 1},
+    ),
+    "sigterm": (
+        {
+            "sigterm.py": """
+                import os, signal, sys, time
+                print("flushed before", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)
+            """
+        },
+        ["sigterm.py"],
+        {"sigterm.py": 1},
+    ),
+    "module": (
+        {
+            "tool/__init__.py": "",
+            "tool/cli.py": """
+                import os, sys
+                print("argv", [os.path.relpath(sys.argv[0])] + sys.argv[1:], __name__, __spec__.name, __package__)
+                print("path0", sys.path[0] == os.getcwd())
+            """,
+        },
+        ["-m", "tool.cli", "x", "-m", "--sample-hz=9"],
+        {"tool.cli": 1},
+    ),
+    "directory": (
+        {
+            "appdir/__main__.py": """
+                import sys
+                import helper
+                print("argv", sys.argv, sys.path[0], __name__, __spec__.name, helper.NAME)
+            """,
+            "appdir/helper.py": "NAME = 'helper of appdir'\n",
+        },
+        ["appdir", "z"],
+        {"appdir": 1},
+    ),
+    "fork": (
+        {
+            "forks.py": """
+                import os, sys
+                pid = os.fork()
+                if pid == 0:
+                    print("child", flush=True)
+                    sys.exit(0)
+                _, status = os.waitpid(pid, 0)
+                print("parent", os.waitstatus_to_exitcode(status))
+            """
+        },
+        ["forks.py"],
+        {"forks.py": 2},
+    ),
+    "multiprocessing": (
+        {
+            "pools.py": """
+                import multiprocessing
+                def square(x):
+                    return x * x
+                def report(method):
+                    print("in", method, multiprocessing.current_process().name, flush=True)
+                if __name__ == "__main__":
+                    for method in ("spawn", "forkserver"):
+                        context = multiprocessing.get_context(method)
+                        child = context.Process(target=report, args=(method,))
+                        child.start()
+                        child.join()
+                        print(method, child.exitcode)
+            """
+        },
+        ["pools.py"],
+        {"pools.py": 1, "pools.py (SpawnProcess-1)": 1, "pools.py (ForkServerProcess-2)": 1},
+    ),
+    "subprocess": (
+        {
+            "parent.py": """
+                import subprocess, sys
+                done = subprocess.run([sys.executable, "child.py", "arg"], capture_output=True, text=True)
+                print("child said", done.stdout.strip(), done.returncode)
+            """,
+            "child.py": "import sys\nprint('child', sys.argv[1:])\nsys.exit(5)\n",
+        },
+        ["parent.py"],
+        {"parent.py": 1, "child.py": 1},
+    ),
+}
+
+
+def _write(directory: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_a_program_runs_as_under_python_and_each_of_its_processes_is_recorded(
+    name: str, collector: CollectorProcess, tmp_path: Path
+) -> None:
+    files, argv, names = PROGRAMS[name]
+    _write(tmp_path, files)
+    environment = program_environment()
+    under_python = run([sys.executable, *argv], tmp_path, environment)
+    under_run = run([RINGTRACE, "run", "--collector", collector.tcp_address, *argv], tmp_path, environment)
+    assert (under_run.stdout, under_run.stderr, under_run.returncode) == (
+        under_python.stdout,
+        under_python.stderr,
+        under_python.returncode,
+    )
+    assert under_python.stdout or under_python.stderr  # (the program ran)
+    wait_for_names(collector, Counter(names))
+
+
+def test_the_endings_are_python_s(tmp_path: Path, collector: CollectorProcess) -> None:
+    # What the comparison above holds, said outright: the statuses and the traceback's first frame.
+    endings = {}
+    for name in ("exit-3", "uncaught", "keyboard-interrupt", "sigterm"):
+        files, argv, _ = PROGRAMS[name]
+        _write(tmp_path, files)
+        endings[name] = run(
+            [RINGTRACE, "run", "--collector", collector.tcp_address, *argv], tmp_path, program_environment()
+        )
+    assert endings["exit-3"].returncode == 3
+    assert endings["uncaught"].returncode == 1
+    assert endings["uncaught"].stderr.splitlines()[1].startswith(f'  File "{tmp_path / "uncaught.py"}", line ')
+    assert "During handling of the above exception" in endings["uncaught"].stderr
+    assert endings["keyboard-interrupt"].returncode == -signal.SIGINT
+    assert endings["keyboard-interrupt"].stdout == "at exit\n"
+    assert endings["sigterm"].returncode == -signal.SIGTERM
+    assert endings["sigterm"].stdout == "flushed before\n"
+
+
+def test_the_process_name_flag_names_the_program_and_not_its_children(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    files, argv, _ = PROGRAMS["subprocess"]
+    _write(tmp_path, files)
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "--process-name", "web-1", *argv],
+        tmp_path,
+        program_environment(),
+    )
+    assert done.returncode == 0, done.stderr
+    wait_for_names(collector, Counter({"web-1": 1, "child.py": 1}))
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "said"),
+    [
+        (["plain.py"], {}, "ringtrace run: no collector: give --collector HOST:PORT or set RINGTRACE_COLLECTOR"),
+        (["--collector", "nowhere", "plain.py"], {}, "ringtrace run: --collector takes HOST:PORT"),
+        (["--collector", "h:1", "--sample-hz", "fast", "plain.py"], {}, "ringtrace run: --sample-hz takes samples"),
+        (["--collector", "h:1", "--sample-hz=-1", "plain.py"], {}, "ringtrace run: --sample-hz takes samples"),
+        (
+            ["--collector", "h:1", "plain.py"],
+            {"RINGTRACE_SAMPLE_HZ": "1e9"},
+            "ringtrace run: RINGTRACE_SAMPLE_HZ takes",
+        ),
+        (["plain.py"], {"RINGTRACE_COLLECTOR": "h:1", "RINGTRACE_INTEGRATIONS_OFF": "nope"}, "ringtrace run: "),
+        (["--collector", "h:1", "--no-such-thing", "plain.py"], {}, "ringtrace run: unknown option '--no-such-thing'"),
+        (["--collector", "h:1"], {}, "ringtrace run: give a script or -m module to run"),
+        (["--collector", "h:1", "-m"], {}, "ringtrace run: -m takes a module's name"),
+        (["--collector"], {}, "ringtrace run: --collector takes a value"),
+    ],
+)
+def test_a_bad_flag_or_value_is_one_line_and_status_2(
+    argv: list[str], environment: dict[str, str], said: str, tmp_path: Path
+) -> None:
+    _write(tmp_path, PROGRAMS["plain"][0])
+    done = run([RINGTRACE, "run", *argv], tmp_path, program_environment(**environment))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(said)
+    for value in ("nowhere", "fast", "-1", "1e9", "nope"):  # the value refused is named
+        if value in argv or value in environment.values():
+            assert repr(value) in done.stderr
+
+
+def test_a_script_that_cannot_be_opened_is_one_line_and_status_2(tmp_path: Path) -> None:
+    done = run([RINGTRACE, "run", "--collector", "h:1", "absent.py"], tmp_path, program_environment())
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == f"ringtrace run: can't open file {str(tmp_path / 'absent.py')!r}: [Errno 2] No such file or directory\n"
+    )
+
+
+def test_the_options_stop_at_the_script(collector: CollectorProcess, tmp_path: Path) -> None:
+    _write(tmp_path, {"args.py": "import sys\nprint(sys.argv[1:])\n"})
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "args.py", "--no-logging", "--help", "-m", "x"],
+        tmp_path,
+        program_environment(),
+    )
+    assert (done.stdout, done.stderr, done.returncode) == ("['--no-logging', '--help', '-m', 'x']\n", "", 0)

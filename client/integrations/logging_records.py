@@ -80,7 +80,6 @@ def install(timeline: Timeline) -> None:
     _timeline = timeline
     logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
     logging.Logger.callHandlers = _call_handlers  # type: ignore[method-assign]
-    logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]  # no answer given before stays cached
 
 
 def _is_enabled_for(self: logging.Logger, level: int) -> bool:

@@ -13,7 +13,8 @@ levels do, or yes when the timeline records that level. So ``POST /priority`` de
 program that prints only warnings. A record created only for ringtrace (``_call_handlers``) is recorded and not handed
 to the program's handlers: what the program prints is unchanged. What the program did choose is obeyed:
 ``logging.disable``, a disabled logger, the filters of a logger. A level the timeline does not record costs one dict
-lookup and one attribute read more than logging's own test. Loggers named ``ringtrace...`` are never recorded
+lookup and one attribute read more than logging's own test. Sampling (``Timeline.sample``) turns on only records
+the program lets through. Loggers named ``ringtrace...`` are never recorded
 (ringtrace's own warnings go where they went, and a failing hook that logs cannot loop).
 
 Both hooks (``isEnabledFor``, ``callHandlers``) are on ``logging.Logger``, after the call frames ``findCaller``
@@ -26,9 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ringtrace.client.integrations.hook_errors import count_failure
+from ringtrace.client.integrations.uncaught_exceptions import exception_text, type_name
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.messages import Message
@@ -78,6 +80,8 @@ def install(timeline: Timeline) -> None:
     if _timeline is not None:
         return
     _timeline = timeline
+    for level in range(logging.CRITICAL + 1):  # made now, not under whatever lock a first log call holds
+        _gate(level)
     logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
     logging.Logger.callHandlers = _call_handlers  # type: ignore[method-assign]
 
@@ -93,7 +97,10 @@ def _is_enabled_for(self: logging.Logger, level: int) -> bool:
     if enabled:
         return True
     try:
-        gate = _gates.get(level) or _gate(level)
+        try:
+            gate = _gates[level]
+        except KeyError:
+            gate = _gate(level)
         if not gate.enabled or self.manager.disable >= level or self.name.startswith("ringtrace"):
             return False
         _widened.level = level
@@ -135,7 +142,7 @@ def _record(record: logging.LogRecord) -> None:
     text = record.getMessage()
     if with_exception:
         assert isinstance(exc_info, tuple)
-        message(text, _type_name(exc_info[0]), _exception_text(exc_info[1]))
+        message(text, type_name(exc_info[0]), exception_text(exc_info[1]))
     else:
         message(text)
 
@@ -144,15 +151,3 @@ def _message(name: str, level: int, with_exception: bool) -> Message:
     assert _timeline is not None
     made = _timeline.message(name, priority_of_level(level), _TEXT_WITH_EXCEPTION if with_exception else _TEXT)
     return _messages.setdefault((name, level, with_exception), made)
-
-
-def _type_name(cls: Any) -> str:
-    module, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", repr(cls))
-    return name if module in (None, "builtins") else f"{module}.{name}"
-
-
-def _exception_text(exc: Any) -> str:
-    try:
-        return str(exc)
-    except Exception:  # an exception whose __str__ fails: its class says enough
-        return f"<{type(exc).__name__} whose str() failed>"

@@ -23,7 +23,7 @@ from ringtrace.client.integrations.hook_errors import count_failure
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
 
-__all__ = ["install"]
+__all__ = ["INSTANT", "exception_text", "install", "type_name"]
 
 _NAME = "exceptions"
 #: The name of the instant an uncaught exception becomes.
@@ -49,7 +49,7 @@ def _record(exc_type: Any, exc: Any, **where: str) -> None:
     try:
         assert _timeline is not None
         where.setdefault("thread", threading.current_thread().name)
-        _timeline.instant(INSTANT, type=_type_name(exc_type), message=_text(exc), **where)
+        _timeline.instant(INSTANT, type=type_name(exc_type), message=exception_text(exc), **where)
     except Exception as failure:
         count_failure(_NAME, failure)
 
@@ -96,12 +96,14 @@ def _wrap_loops() -> None:
     asyncio.BaseEventLoop.call_exception_handler = call_exception_handler  # type: ignore[method-assign]
 
 
-def _type_name(cls: Any) -> str:
+def type_name(cls: Any) -> str:
+    """An exception class's name as a reader knows it: ``KeyError``, ``json.decoder.JSONDecodeError``."""
     module, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", repr(cls))
     return str(name) if module in (None, "builtins") else f"{module}.{name}"
 
 
-def _text(exc: Any) -> str:
+def exception_text(exc: Any) -> str:
+    """``str(exc)``, or what stands for it when that fails."""
     try:
         return str(exc)
     except Exception:  # an exception whose __str__ fails: its type says enough

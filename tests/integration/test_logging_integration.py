@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, metadata
 from waiting import wait_for
 
 #: Runs the program given after the collector's address, with ringtrace connected and the logging integration applied
@@ -173,3 +173,51 @@ def test_a_record_that_fails_to_render_is_counted_and_said_once_and_the_program_
     assert recorded.stderr.count(said) == 1, recorded.stderr
     assert recorded.stderr.endswith("went on fine\n")
     assert messages(collector.snapshot("?flush_timeout_s=5")) == [("app", "warning", "went on fine")]
+
+
+THREADS_AND_FORK = """
+import logging, os, threading
+log = logging.getLogger("app.workers")
+
+def work(k):
+    for i in range(200):
+        log.info("item %d of worker %d", i, k)
+
+workers = [threading.Thread(target=work, args=(k,), name=f"worker-{k}") for k in range(4)]
+for worker in workers:
+    worker.start()
+pid = os.fork()  # while the workers log: the child's logging and recording go on
+if pid == 0:
+    log.warning("from the child")
+    os._exit(0 if tl.flush(20) else 3)
+for worker in workers:
+    worker.join()
+_, status = os.waitpid(pid, 0)
+print(pid, status)
+"""
+
+
+def test_records_of_many_threads_and_of_a_forked_child_are_each_on_their_own_track(
+    collector: CollectorProcess,
+) -> None:
+    recorded = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUNNER, collector.tcp_address, THREADS_AND_FORK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    child, status = (int(x) for x in recorded.stdout.split())
+    assert status == 0
+    trace = collector.snapshot()
+    threads = metadata(trace, "thread_name")
+    shown = [e for e in events(trace, "i") if e["cat"] == "app.workers"]
+    per_thread: dict[str, set[str]] = {}
+    for e in shown:
+        if e["pid"] != child:
+            per_thread.setdefault(threads[(e["pid"], e["tid"])], set()).add(e["args"]["message"])
+    assert per_thread == {f"worker-{k}": {f"item {i} of worker {k}" for i in range(200)} for k in range(4)}
+    assert [(e["args"]["message"], e["args"]["priority"]) for e in shown if e["pid"] == child] == [
+        ("from the child", "warning")
+    ]

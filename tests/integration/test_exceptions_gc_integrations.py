@@ -101,6 +101,23 @@ raise KeyError("k")
     assert uncaught(collector.snapshot()) == []
 
 
+def test_an_exception_whose_str_fails_is_recorded_by_its_type_and_printed_as_before(
+    collector: CollectorProcess,
+) -> None:
+    program = """
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+raise Unprintable()
+"""
+    plain, recorded = run("-", program), run(collector.tcp_address, program)
+    assert (recorded.returncode, recorded.stdout, recorded.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert "Unprintable" in plain.stderr
+    assert uncaught(collector.snapshot()) == [
+        {"type": "__main__.Unprintable", "message": "<Unprintable whose str() failed>", "thread": "MainThread"}
+    ]
+
+
 GC = """
 import gc, threading
 gc.collect()

@@ -20,6 +20,7 @@ if sys.argv[1] != "-":
     from ringtrace.client.integrations import apply
     tl = ringtrace.client.connect(sys.argv[1], process_name="logs")
     apply(tl, {"logging"})
+    apply(tl, {"logging"})  # idempotent: each record is still recorded once
 exec(compile(sys.argv[2], "program.py", "exec"))
 """
 

@@ -14,8 +14,8 @@ program that prints only warnings. A record created only for ringtrace (``_call_
 to the program's handlers: what the program prints is unchanged. What the program did choose is obeyed:
 ``logging.disable``, a disabled logger, the filters of a logger. A level the timeline does not record costs one dict
 lookup and one attribute read more than logging's own test. Sampling (``Timeline.sample``) turns on only records
-the program lets through. Loggers named ``ringtrace...`` are never recorded
-(ringtrace's own warnings go where they went, and a failing hook that logs cannot loop).
+the program lets through. Loggers named ``ringtrace...`` are never recorded (ringtrace's own warnings go where they
+went, and a failing hook that logs cannot loop).
 
 Both hooks (``isEnabledFor``, ``callHandlers``) are on ``logging.Logger``, after the call frames ``findCaller``
 looks at: the file, line and function of a record are the program's as before. A logger class that overrides one of

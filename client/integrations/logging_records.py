@@ -13,7 +13,8 @@ levels do, or yes when the timeline records that level. So ``POST /priority`` de
 program that prints only warnings. A record created only for ringtrace (``_call_handlers``) is recorded and not handed
 to the program's handlers: what the program prints is unchanged. What the program did choose is obeyed:
 ``logging.disable``, a disabled logger, the filters of a logger. A level the timeline does not record costs one dict
-lookup and one attribute read more than logging's own test. Sampling (``Timeline.sample``) turns on only records
+lookup and one attribute read more than logging's own test; while nothing listens to the timeline (closed), nothing
+is widened. Sampling (``Timeline.sample``) turns on only records
 the program lets through. Loggers named ``ringtrace...`` are never recorded (ringtrace's own warnings go where they
 went, and a failing hook that logs cannot loop).
 
@@ -103,6 +104,8 @@ def _is_enabled_for(self: logging.Logger, level: int) -> bool:
             gate = _gate(level)
         if not gate.enabled or self.manager.disable >= level or self.name.startswith("ringtrace"):
             return False
+        if not _timeline._listening:  # type: ignore[union-attr]  # closed, or never connected: no record for nothing
+            return False
         _widened.level = level
         return True
     except Exception as exc:
@@ -137,8 +140,8 @@ def _record(record: logging.LogRecord) -> None:
     exc_info = record.exc_info
     with_exception = isinstance(exc_info, tuple) and exc_info[0] is not None
     message = _messages.get((name, level, with_exception)) or _message(name, level, with_exception)
-    if not message.enabled and message._sampling is None:
-        return  # its priority is off: nothing rendered
+    if (not message.enabled and message._sampling is None) or not _timeline._listening:  # type: ignore[union-attr]
+        return  # its priority is off, or nothing listens: nothing rendered
     text = record.getMessage()
     if with_exception:
         assert isinstance(exc_info, tuple)

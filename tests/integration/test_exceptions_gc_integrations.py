@@ -18,7 +18,7 @@ import sys
 if sys.argv[1] != "-":
     import ringtrace.client
     from ringtrace.client.integrations import apply
-    tl = ringtrace.client.connect(sys.argv[1], process_name="crashy")
+    tl = ringtrace.client.connect(sys.argv[1], process_name="crashy", exit_timeout_s=30)  # a busy machine: wait
     apply(tl, {"exceptions", "logging", "gc"})
 exec(compile(sys.argv[2], "program.py", "exec"))
 """

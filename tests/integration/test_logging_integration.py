@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from collector_process import CollectorProcess, events, metadata
@@ -18,7 +19,7 @@ import sys
 if sys.argv[1] != "-":
     import ringtrace.client
     from ringtrace.client.integrations import apply
-    tl = ringtrace.client.connect(sys.argv[1], process_name="logs")
+    tl = ringtrace.client.connect(sys.argv[1], process_name="logs", exit_timeout_s=30)  # a busy machine: wait
     apply(tl, {"logging"})
     apply(tl, {"logging"})  # idempotent: each record is still recorded once
 exec(compile(sys.argv[2], "program.py", "exec"))
@@ -79,11 +80,11 @@ def test_log_records_become_messages_at_their_level_s_priority_and_the_output_is
     assert failed["name"] == "message(lookup failed) (exception(KeyError): exception_text('missing'))"
 
 
-#: Logs a debug and an info record every 10 ms, its logger at INFO (so it prints no debug), and prints the
-#: timeline's priority whenever it changes, with the step it changed at.
+#: Logs a debug and an info record every 10 ms, its logger at INFO (so it writes no debug to its log file, the third
+#: argument), and prints the timeline's priority whenever it changes, with the step it changed at.
 CHATTY = """
 import logging, sys, time
-logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+logging.basicConfig(level=logging.INFO, filename=sys.argv[3], format="%(levelname)s %(message)s")
 log = logging.getLogger("chatty")
 shown = None
 deadline = time.monotonic() + 60
@@ -99,21 +100,19 @@ while time.monotonic() < deadline:
 """
 
 
-def test_post_priority_turns_debug_records_on_and_off(collector: CollectorProcess) -> None:
+def test_post_priority_turns_debug_records_on_and_off(collector: CollectorProcess, tmp_path: Path) -> None:
+    log_file = tmp_path / "chatty.log"
     chatty = subprocess.Popen(
-        [sys.executable, "-c", RUNNER, collector.tcp_address, CHATTY], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", RUNNER, collector.tcp_address, CHATTY, str(log_file)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert chatty.stdout is not None
 
         def priority_line() -> tuple[str, int]:
-            while True:
-                line = chatty.stdout.readline()  # type: ignore[union-attr]
-                assert line, "the program ended"
-                if line.startswith("priority "):
-                    _, priority, step = line.split()
-                    return priority, int(step)
-                assert re.fullmatch(r"INFO tick \d+\n", line), line  # its own output: no debug
+            line = chatty.stdout.readline()  # type: ignore[union-attr]
+            assert line.startswith("priority "), f"the program ended: {line!r}"
+            _, priority, step = line.split()
+            return priority, int(step)
 
         assert priority_line()[0] == "info"
 
@@ -146,6 +145,8 @@ def test_post_priority_turns_debug_records_on_and_off(collector: CollectorProces
         assert len(steps) >= len(first) and steps == sorted(steps)
         assert steps[-1] <= off_at + 2  # the change lands within a step or two of when the program sees it
         assert steps == list(range(steps[0], steps[-1] + 1))  # on, every debug record, until off
+        written = log_file.read_text().splitlines()
+        assert written and all(re.fullmatch(r"INFO tick \d+", line) for line in written)  # the program's own: no debug
     finally:
         chatty.kill()
         chatty.wait()

@@ -62,6 +62,7 @@ _gates: dict[int, Message] = {}
 _messages: dict[tuple[str, int, bool], Message] = {}
 #: ``level`` on a thread whose last ``isEnabledFor`` said yes for ringtrace only.
 _widened = threading.local()
+#: What ``logging.Logger`` had when the integration was installed (logging's own, or another tool's wrapper of them).
 _program_is_enabled_for: Callable[[logging.Logger, int], bool] = logging.Logger.isEnabledFor
 _program_call_handlers: Callable[[logging.Logger, logging.LogRecord], None] = logging.Logger.callHandlers
 
@@ -77,10 +78,11 @@ def priority_of_level(level: int) -> str:
 
 def install(timeline: Timeline) -> None:
     """Record the log records of every logger into ``timeline`` (idempotent: a second call changes nothing)."""
-    global _timeline
+    global _timeline, _program_is_enabled_for, _program_call_handlers
     if _timeline is not None:
         return
     _timeline = timeline
+    _program_is_enabled_for, _program_call_handlers = logging.Logger.isEnabledFor, logging.Logger.callHandlers
     for level in range(logging.CRITICAL + 1):  # made now, not under whatever lock a first log call holds
         _gate(level)
     logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
@@ -127,7 +129,8 @@ def _call_handlers(self: logging.Logger, record: logging.LogRecord) -> None:
     except Exception as exc:
         count_failure(_NAME, exc)
     # A record below the program's level that came through isEnabledFor only because of ringtrace. (One handed to
-    # ``Logger.handle`` directly, from a socket say, goes on to the handlers whatever its level, as it always did.)
+    # ``Logger.handle`` directly, from a socket say, goes on to the handlers whatever its level, as it always did,
+    # unless the last isEnabledFor of its thread, for the same level, said yes only because of ringtrace.)
     if widened is not None and widened == record.levelno and not _program_is_enabled_for(self, record.levelno):
         return
     _program_call_handlers(self, record)

@@ -223,3 +223,36 @@ def test_records_of_many_threads_and_of_a_forked_child_are_each_on_their_own_tra
     assert [(e["args"]["message"], e["args"]["priority"]) for e in shown if e["pid"] == child] == [
         ("from the child", "warning")
     ]
+
+
+ANOTHER_TOOL = """
+import logging, sys
+import ringtrace.client
+from ringtrace.client.integrations import apply, logging_records  # the integration's module, imported first
+
+seen = []
+previous = logging.Logger.callHandlers
+
+def other_tool(self, record):  # another tool's wrapper (an error tracker's, say), put in after that import
+    seen.append(record.getMessage())
+    previous(self, record)
+
+logging.Logger.callHandlers = other_tool
+tl = ringtrace.client.connect(sys.argv[1], process_name="logs", exit_timeout_s=30)
+apply(tl, {"logging"})
+log = logging.getLogger("app")
+log.warning("printed")
+log.info("recorded only")
+print(seen)
+"""
+
+
+def test_another_tool_s_wrapper_of_call_handlers_still_sees_what_the_program_lets_through(
+    collector: CollectorProcess,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ANOTHER_TOOL, collector.tcp_address], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['printed']\n" and done.stderr == "printed\n"
+    assert messages(collector.snapshot()) == [("app", "warning", "printed"), ("app", "info", "recorded only")]

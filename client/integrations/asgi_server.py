@@ -1,0 +1,89 @@
+"""A server span per HTTP request of an ASGI app: ``ASGIMiddleware`` for explicit use, and uvicorn's app wrapped in it
+with no code change.
+
+The span continues the caller's trace (its ``traceparent`` in the request's headers), is labelled with the method
+and the path, and holds ``method``, ``path`` and the ``response`` map (``status``, from the response's start) as
+args. It lasts as long as the app's call: a streamed response's last part is sent before the call returns. An
+exception from the app is recorded (its type as ``exception``, its text as ``response.error``) and goes on as it
+came. Websocket and lifespan messages pass through untouched.
+
+``install`` wraps the app uvicorn loads (``uvicorn.Config.load``, which ``uvicorn.run``, ``uvicorn.Server`` and
+uvicorn's command and workers all go through), outside uvicorn's own middlewares. Hypercorn and other servers are
+not patched: wrap the app in ``ASGIMiddleware`` there.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
+
+__all__ = ["ASGIMiddleware", "install"]
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[Any]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class ASGIMiddleware:
+    """An ASGI 3 app that records a server span per HTTP request of ``app`` into ``timeline`` (see the module's
+    docstring). Inside another such span (the same app wrapped twice) it records none."""
+
+    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]], timeline: Timeline) -> None:
+        self.app, self.timeline = app, timeline
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if SERVING.get():
+            return await self.app(scope, receive, send)
+        try:
+            if scope.get("type") != "http":
+                span = None
+            else:
+                method, path = scope.get("method", "GET"), scope.get("path", "")
+                response: dict[str, Any] = {}
+                span = self.timeline.server_span(
+                    server_label(method, path), scope.get("headers") or (), method=method, path=path, response=response
+                )
+        except Exception:  # a scope we cannot read: the app serves it unrecorded
+            span = None
+        if span is None:
+            return await self.app(scope, receive, send)
+
+        async def send_noting_status(message: MutableMapping[str, Any]) -> None:
+            if message.get("type") == "http.response.start":
+                response["status"] = message.get("status")
+            await send(message)
+
+        token = SERVING.set(True)
+        try:
+            with span:
+                try:
+                    await self.app(scope, receive, send_noting_status)
+                except BaseException as exc:
+                    response["error"] = error_text(exc)
+                    raise
+        finally:
+            SERVING.reset(token)
+
+
+def install(timeline: Timeline) -> None:
+    """Wrap every app uvicorn loads from now on in ``ASGIMiddleware``."""
+    config = sys.modules["uvicorn.config"].Config
+
+    def make_load(load: Callable[[Any], None]) -> Callable[[Any], None]:
+        def wrapped_load(self: Any) -> None:
+            load(self)
+            try:
+                if not isinstance(self.loaded_app, ASGIMiddleware):
+                    self.loaded_app = ASGIMiddleware(self.loaded_app, timeline)
+            except Exception:  # uvicorn changed: it serves unrecorded
+                pass
+
+        return wrapped_load
+
+    patch(config, "load", make_load)

@@ -1,0 +1,156 @@
+"""A server span per request of a WSGI app: ``WSGIMiddleware`` for explicit use, and the apps of wsgiref's and
+werkzeug's servers wrapped in it with no code change.
+
+The span continues the caller's trace (``HTTP_TRACEPARENT`` in the environ), is labelled with the method and the
+path, and holds ``method``, ``path`` and the ``response`` map (``status``, from ``start_response``) as args. It ends
+when the response does: at once for a body the app returns as a list or tuple (whole already), else when the server
+closes the body the app returned (or has read it to its end). That body is passed on as it came when it is a list
+or a tuple, so that a server's handling of it (wsgiref sets ``Content-Length`` for a one-part list) is unchanged.
+An exception from the app, or from its body while the server reads it, is recorded (its type as ``exception``, its
+text as ``response.error``) and goes on as it came.
+
+``install`` wraps the app of every request ``wsgiref.handlers.BaseHandler.run`` runs (wsgiref's simple server,
+Django's ``runserver``, CGI) and the app werkzeug's development server is made with (``werkzeug.serving``, which
+``flask run`` and ``run_simple`` use), once either module is imported. Gunicorn and waitress are not patched: wrap
+the app in ``WSGIMiddleware`` there.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label, status_of
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
+    from ringtrace.client.recording.trace_context import TraceScope
+
+__all__ = ["WSGIMiddleware", "install", "patch_werkzeug", "patch_wsgiref"]
+
+_App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+#: The modules whose servers ``install`` patches, and the function that patches each.
+_SERVERS = {"wsgiref.handlers": "patch_wsgiref", "werkzeug.serving": "patch_werkzeug"}
+
+
+class WSGIMiddleware:
+    """A WSGI app that records a server span per request of ``app`` into ``timeline`` (see the module's docstring).
+    Inside another such span (the same app wrapped twice) it records none."""
+
+    def __init__(self, app: _App, timeline: Timeline) -> None:
+        self.app, self.timeline = app, timeline
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if SERVING.get():
+            return self.app(environ, start_response)
+        try:
+            method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
+            response: dict[str, Any] = {}
+            span = self.timeline.server_span(
+                server_label(method, path), environ, method=method, path=path, response=response
+            )
+        except Exception:  # an environ we cannot read: the app serves it unrecorded
+            return self.app(environ, start_response)
+
+        def start_noting_status(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            response["status"] = status_of(status)
+            return start_response(status, headers, *exc_info)
+
+        token = SERVING.set(True)
+        span.__enter__()
+        try:
+            body = self.app(environ, start_noting_status)
+        except BaseException as exc:
+            response["error"] = error_text(exc)
+            span.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            SERVING.reset(token)
+        if isinstance(body, (list, tuple)):
+            span.__exit__(None, None, None)
+            return body
+        return _BodyInSpan(body, span, response)
+
+
+class _BodyInSpan:
+    """The body an app returned, read through: the span ends when the server closes it (or has read it all)."""
+
+    def __init__(self, body: Iterable[bytes], span: TraceScope, response: dict[str, Any]) -> None:
+        self._body, self._span, self._response = body, span, response
+        self._open = True
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._body
+        except GeneratorExit:  # left unread, and collected: close() (or nothing) ends the span
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    def _end(self, exc: BaseException | None) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if exc is None:
+            self._span.__exit__(None, None, None)
+        else:
+            self._response["error"] = error_text(exc)
+            self._span.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def install(timeline: Timeline) -> None:
+    """Wrap the apps of wsgiref's and werkzeug's servers in ``WSGIMiddleware``: those imported now, and each of the
+    others once it is."""
+    from ringtrace.client.integrations.registry import Integration, apply
+
+    for module, function in _SERVERS.items():
+        if module in sys.modules:
+            globals()[function](timeline)
+        else:  # the integration applied for one server's module: the other's patch waits for its own import
+            name = f"wsgi:{module}"
+            server = Integration(name, "a server span per request", (module,), f"{__name__}:{function}")
+            apply(timeline, {name}, [server])
+
+
+def patch_wsgiref(timeline: Timeline) -> None:
+    """Wrap the app of every request ``wsgiref.handlers.BaseHandler.run`` runs."""
+
+    def make_run(run: Callable[[Any, _App], None]) -> Callable[[Any, _App], None]:
+        def wrapped_run(self: Any, application: _App) -> None:
+            if not isinstance(application, WSGIMiddleware):
+                application = WSGIMiddleware(application, timeline)
+            run(self, application)
+
+        return wrapped_run
+
+    patch(sys.modules["wsgiref.handlers"].BaseHandler, "run", make_run)
+
+
+def patch_werkzeug(timeline: Timeline) -> None:
+    """Wrap the app every werkzeug development server is made with."""
+
+    def make_init(init: Callable[..., None]) -> Callable[..., None]:
+        def wrapped_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            try:
+                if not isinstance(self.app, WSGIMiddleware):
+                    self.app = WSGIMiddleware(self.app, timeline)
+            except Exception:  # werkzeug changed: it serves unrecorded
+                pass
+
+        return wrapped_init
+
+    patch(sys.modules["werkzeug.serving"].BaseWSGIServer, "__init__", make_init)

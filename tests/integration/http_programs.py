@@ -1,0 +1,213 @@
+"""HTTP servers and clients with no ringtrace call in them (``test_http_integrations.py``): the test records them
+with the integrations a bootstrap module applies at interpreter start, or runs them as they are.
+
+    http_programs.py aiohttp-server | wsgi-server | asgi-server     prints "listening PORT", serves until GET /stop
+    http_programs.py requests-client | httpx-client PORT N          calls the server, prints what it got (JSON)
+
+Every server answers ``/work`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500) and
+``/stream`` (a body in parts). A client calls ``/work`` N times, then each of the others, then a port where nothing
+listens, and prints each answer's status, body and content headers, or the exception's type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+from typing import Any
+
+_PARTS = [b"one ", b"two ", b"three"]
+
+
+def bound_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def aiohttp_server() -> None:
+    from aiohttp import web
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+
+        async def work(request: web.Request) -> web.Response:
+            await asyncio.sleep(0.005)
+            return web.json_response({"item": request.match_info["item"]})
+
+        async def fail(request: web.Request) -> web.Response:
+            raise ValueError("the handler failed")
+
+        async def missing(request: web.Request) -> web.Response:
+            raise web.HTTPNotFound()
+
+        async def stream(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse()
+            await response.prepare(request)
+            for part in _PARTS:
+                await response.write(part)
+            return response
+
+        async def stop_serving(request: web.Request) -> web.Response:
+            stop.set()
+            return web.json_response({"stopping": True})
+
+        app = web.Application()
+        app.router.add_get("/work/{item}", work)
+        app.router.add_get("/fail", fail)
+        app.router.add_get("/missing", missing)
+        app.router.add_get("/stream", stream)
+        app.router.add_get("/stop", stop_serving)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        sock = bound_socket()
+        await web.SockSite(runner, sock).start()
+        print("listening", sock.getsockname()[1], flush=True)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(serve())
+
+
+def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
+    path = environ["PATH_INFO"]
+    if path.startswith("/work/"):
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps({"item": path[len("/work/") :]}).encode()]
+    if path == "/fail":
+        raise ValueError("the handler failed")
+    if path == "/stream":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return iter(_PARTS)
+    if path == "/stop":
+        environ["stop"]()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"stopping": true}']
+    start_response("404 Not Found", [("Content-Type", "text/plain")])
+    return [b"not found"]
+
+
+def wsgi_server() -> None:
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server: WSGIServer
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        environ["stop"] = lambda: threading.Thread(target=server.shutdown).start()
+        return wsgi_app(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    print("listening", server.server_port, flush=True)
+    server.serve_forever()
+    server.server_close()
+
+
+def asgi_server() -> None:
+    import uvicorn
+
+    server: uvicorn.Server
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+
+        async def answer(status: int, body: bytes, content_type: str = "application/json") -> None:
+            headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        if path.startswith("/work/"):
+            await asyncio.sleep(0.005)
+            await answer(200, json.dumps({"item": path[len("/work/") :]}).encode())
+        elif path == "/fail":
+            raise ValueError("the handler failed")
+        elif path == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            for part in _PARTS:
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/stop":
+            server.should_exit = True
+            await answer(200, b'{"stopping": true}')
+        else:
+            await answer(404, b"not found", "text/plain")
+
+    sock = bound_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    print("listening", sock.getsockname()[1], flush=True)
+    server.run(sockets=[sock])
+
+
+def _closed_port() -> int:
+    sock = bound_socket()
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+_CONTENT = ("content-type", "content-length", "transfer-encoding")
+_PATHS = ("/missing", "/fail", "/stream")
+
+
+def requests_client(port: int, calls: int) -> list[Any]:
+    import requests
+
+    got: list[Any] = []
+    urls = [f"http://127.0.0.1:{port}/work/{i}" for i in range(calls)]
+    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/work/0"]
+    with requests.Session() as session:
+        for url in urls:
+            try:
+                response = session.get(url, timeout=30)
+            except Exception as exc:
+                got.append(type(exc).__name__)
+                continue
+            headers = {k.lower(): v for k, v in response.headers.items() if k.lower() in _CONTENT}
+            got.append([response.status_code, response.text, headers])
+    return got
+
+
+def httpx_client(port: int, calls: int) -> list[Any]:
+    import httpx
+
+    urls = [f"http://127.0.0.1:{port}/work/{i}" for i in range(calls)]
+    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/work/0"]
+
+    def answer(response: httpx.Response) -> list[Any]:
+        headers = {k.lower(): v for k, v in response.headers.items() if k.lower() in _CONTENT}
+        return [response.status_code, response.text, headers]
+
+    got: list[Any] = []
+    with httpx.Client(timeout=30) as client:
+        for url in urls:
+            try:
+                got.append(["sync", *answer(client.get(url))])
+            except Exception as exc:
+                got.append(["sync", type(exc).__name__])
+
+    async def calls_async() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            for url in urls:
+                try:
+                    got.append(["async", *answer(await client.get(url))])
+                except Exception as exc:
+                    got.append(["async", type(exc).__name__])
+
+    asyncio.run(calls_async())
+    return got
+
+
+if __name__ == "__main__":
+    role = sys.argv[1]
+    if role.endswith("-server"):
+        {"aiohttp-server": aiohttp_server, "wsgi-server": wsgi_server, "asgi-server": asgi_server}[role]()
+    else:
+        client = {"requests-client": requests_client, "httpx-client": httpx_client}[role]
+        print(json.dumps(client(int(sys.argv[2]), int(sys.argv[3]))))

@@ -42,7 +42,7 @@ _PATCHED: Final = "__ringtrace_patched__"
 
 def public_url(url: object) -> str:
     """``url`` as recorded: scheme, host, port and path; no user name or password, no query (it may hold a token or
-    a signature), no fragment. Anything that is not a URL is recorded as ``""``."""
+    a signature), no fragment; ``""`` for one that cannot be read."""
     try:
         parts = urlsplit(str(url))
         host = parts.hostname or ""

@@ -24,7 +24,8 @@ apply(tl, {i.name for i in INTEGRATIONS if i.name not in ("logging", "exceptions
 
 def spans():
     tl.flush(10)
-    return [{"name": e.name, "ts": e.ts_ns, "end": e.ts_ns + e.dur_ns, **e.args} for e in memory.events if e.kind == "span"]
+    return [{"name": e.name, "ts": e.ts_ns, "end": e.ts_ns + e.dur_ns, **e.args}
+            for e in memory.events if e.kind == "span"]
 """
 
 

@@ -39,6 +39,7 @@ BENCHMARKS = {
     "otlp": ("bench_otlp.py", 600),
     "flows": ("bench_flows.py", 600),
     "trace_scope": ("bench_trace_scope.py", 300),
+    "http_integrations": ("bench_http_integrations.py", 600),
     "trace_filter": ("bench_trace_filter.py", 600),
     "web_view": ("bench_web_view.py", 900),
 }

@@ -36,6 +36,8 @@ SERVING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar("ringtrace
 CLIENT_CALL: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar("ringtrace_client_call", default=None)
 #: Longer error texts are cut: an arg is for reading, not for holding a response body.
 _MAX_ERROR: Final = 200
+#: URLs whose split is kept (``_split``).
+_URLS_KEPT: Final = 1024
 #: The attribute a patched function carries: installing twice wraps once.
 _PATCHED: Final = "__ringtrace_patched__"
 
@@ -44,12 +46,7 @@ def public_url(url: object) -> str:
     """``url`` as recorded: scheme, host, port and path; no user name or password, no query (it may hold a token or
     a signature), no fragment; ``""`` for one that cannot be read."""
     try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if ":" in host:  # an IPv6 address
-            host = f"[{host}]"
-        netloc = host if parts.port is None else f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        return _split(str(url))[1]
     except Exception:
         return ""
 
@@ -58,11 +55,21 @@ def client_label(method: object, url: object) -> str:
     """A client span's label: the method and the host (``GET example.com:8080``); the path is in its args, so that
     labels stay few."""
     try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        return f"{method} {host}" if parts.port is None else f"{method} {host}:{parts.port}"
+        return f"{method} {_split(str(url))[0]}"
     except Exception:
         return str(method)
+
+
+@functools.lru_cache(maxsize=_URLS_KEPT)
+def _split(url: str) -> tuple[str, str]:
+    """The host (and port) of ``url``, and ``url`` as recorded: kept for the URLs a program calls again and again,
+    since splitting one costs a few microseconds."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return netloc, urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def server_label(method: object, route: object) -> str:

@@ -7,23 +7,25 @@ args. It lasts as long as the app's call: a streamed response's last part is sen
 exception from the app is recorded (its type as ``exception``, its text as ``response.error``) and goes on as it
 came. Websocket and lifespan messages pass through untouched.
 
-``install`` wraps the app uvicorn loads (``uvicorn.Config.load``, which ``uvicorn.run``, ``uvicorn.Server`` and
-uvicorn's command and workers all go through), outside uvicorn's own middlewares. Hypercorn and other servers are
-not patched: wrap the app in ``ASGIMiddleware`` there.
+``install`` wraps, each once its module is imported: the app uvicorn loads (``uvicorn.Config.load``, which
+``uvicorn.run``, ``uvicorn.Server``, uvicorn's command and its gunicorn worker all go through), outside uvicorn's own
+middlewares; the ASGI app hypercorn serves (its ``ASGIWrapper``); the app gunicorn's own ASGI worker loads. Other
+servers: wrap the app in ``ASGIMiddleware``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
+from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, patch_servers, server_label
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
 
-__all__ = ["ASGIMiddleware", "install"]
+__all__ = ["ASGIMiddleware", "install", "patch_gunicorn_asgi", "patch_hypercorn", "patch_uvicorn"]
 
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[Any]]
@@ -72,18 +74,60 @@ class ASGIMiddleware:
 
 
 def install(timeline: Timeline) -> None:
-    """Wrap every app uvicorn loads from now on in ``ASGIMiddleware``."""
-    config = sys.modules["uvicorn.config"].Config
+    """Wrap the apps of uvicorn, hypercorn and gunicorn's ASGI worker in ``ASGIMiddleware``: those imported now, and
+    each of the others once it is."""
+    patch_servers(
+        timeline,
+        "asgi",
+        [
+            ("uvicorn.config", patch_uvicorn),
+            ("hypercorn.app_wrappers", patch_hypercorn),
+            ("gunicorn.workers.gasgi", patch_gunicorn_asgi),
+        ],
+    )
+
+
+def _wrapped(app: Any, timeline: Timeline) -> Any:
+    return app if isinstance(app, ASGIMiddleware) else ASGIMiddleware(app, timeline)
+
+
+def patch_uvicorn(timeline: Timeline) -> None:
+    """Wrap every app uvicorn loads (``uvicorn.Config.load``)."""
 
     def make_load(load: Callable[[Any], None]) -> Callable[[Any], None]:
         def wrapped_load(self: Any) -> None:
             load(self)
-            try:
-                if not isinstance(self.loaded_app, ASGIMiddleware):
-                    self.loaded_app = ASGIMiddleware(self.loaded_app, timeline)
-            except Exception:  # uvicorn changed: it serves unrecorded
-                pass
+            with contextlib.suppress(Exception):  # uvicorn changed: it serves unrecorded
+                self.loaded_app = _wrapped(self.loaded_app, timeline)
 
         return wrapped_load
 
-    patch(config, "load", make_load)
+    patch(sys.modules["uvicorn.config"].Config, "load", make_load)
+
+
+def patch_hypercorn(timeline: Timeline) -> None:
+    """Wrap every ASGI app hypercorn serves (its ``ASGIWrapper``, under asyncio and trio alike)."""
+
+    def make_init(init: Callable[..., None]) -> Callable[..., None]:
+        def wrapped_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            with contextlib.suppress(Exception):  # hypercorn changed: it serves unrecorded
+                self.app = _wrapped(self.app, timeline)
+
+        return wrapped_init
+
+    patch(sys.modules["hypercorn.app_wrappers"].ASGIWrapper, "__init__", make_init)
+
+
+def patch_gunicorn_asgi(timeline: Timeline) -> None:
+    """Wrap the app gunicorn's ASGI worker loads."""
+
+    def make_load(load: Callable[[Any], None]) -> Callable[[Any], None]:
+        def wrapped_load(self: Any) -> None:
+            load(self)
+            with contextlib.suppress(Exception):  # gunicorn changed: it serves unrecorded
+                self.asgi = _wrapped(self.asgi, timeline)
+
+        return wrapped_load
+
+    patch(sys.modules["gunicorn.workers.gasgi"].ASGIWorker, "load_wsgi", make_load)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
@@ -21,10 +22,14 @@ __all__ = [
     "client_label",
     "error_text",
     "patch",
+    "patch_servers",
     "public_url",
     "server_label",
     "status_of",
 ]
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
 
 _log = logging.getLogger("ringtrace.client")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -107,3 +112,20 @@ def patch(owner: object, name: str, make_wrapper: Callable[[_F], _F]) -> None:
     functools.update_wrapper(wrapper, original)
     setattr(wrapper, _PATCHED, True)
     setattr(owner, name, wrapper)
+
+
+def patch_servers(
+    timeline: Timeline, integration: str, patchers: Sequence[tuple[str, Callable[[Timeline], None]]]
+) -> None:
+    """Call each ``(module, patcher)``'s patcher with ``timeline``: now if its server's module is imported, else once
+    it is (the integration applied for the first of its modules: the others wait for their own)."""
+    from ringtrace.client.integrations.registry import Integration, apply
+
+    for module, patcher in patchers:
+        if module in sys.modules:
+            patcher(timeline)
+        else:
+            name = f"{integration}:{module}"
+            install = f"{patcher.__module__}:{patcher.__name__}"
+            waiting = Integration(name, f"the {integration} integration under {module}", (module,), install)
+            apply(timeline, {name}, [waiting])

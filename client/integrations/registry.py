@@ -57,14 +57,14 @@ INTEGRATIONS: Final[tuple[Integration, ...]] = (
     Integration("gc", "a span per garbage collection", (), f"{_HERE}.gc_pauses:install"),
     Integration(
         "asgi",
-        "a server span per request of an ASGI app that uvicorn serves",
-        ("uvicorn",),
+        "a server span per request of an ASGI app that uvicorn, hypercorn or gunicorn serves",
+        ("uvicorn.config", "hypercorn.app_wrappers", "gunicorn.workers.gasgi"),
         f"{_HERE}.asgi_server:install",
     ),
     Integration(
         "wsgi",
-        "a server span per request of a WSGI app that wsgiref's or werkzeug's server serves",
-        ("wsgiref.handlers", "werkzeug.serving"),
+        "a server span per request of a WSGI app that wsgiref, werkzeug, gunicorn or waitress serves",
+        ("wsgiref.handlers", "werkzeug.serving", "gunicorn.workers.base", "waitress.server"),
         f"{_HERE}.wsgi_server:install",
     ),
     Integration(

@@ -9,10 +9,11 @@ or a tuple, so that a server's handling of it (wsgiref sets ``Content-Length`` f
 An exception from the app, or from its body while the server reads it, is recorded (its type as ``exception``, its
 text as ``response.error``) and goes on as it came.
 
-``install`` wraps the app of every request ``wsgiref.handlers.BaseHandler.run`` runs (wsgiref's simple server,
-Django's ``runserver``, CGI) and the app werkzeug's development server is made with (``werkzeug.serving``, which
-``flask run`` and ``run_simple`` use), once either module is imported. Gunicorn and waitress are not patched: wrap
-the app in ``WSGIMiddleware`` there.
+``install`` wraps, each once its module is imported: the app of every request ``wsgiref.handlers.BaseHandler.run``
+runs (wsgiref's simple server, Django's ``runserver``, CGI), the app werkzeug's development server is made with
+(``werkzeug.serving``: ``flask run``, ``run_simple``), the app gunicorn's WSGI workers load (sync, gthread, gevent,
+eventlet: ``gunicorn.workers.base``) and the app of every waitress server (``waitress.server``). Other servers: wrap
+the app in ``WSGIMiddleware``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,26 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label, status_of
+from ringtrace.client.integrations.http_spans import (
+    SERVING,
+    error_text,
+    patch,
+    patch_servers,
+    server_label,
+    status_of,
+)
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
     from ringtrace.client.recording.trace_context import TraceScope
 
-__all__ = ["WSGIMiddleware", "install", "patch_werkzeug", "patch_wsgiref"]
+__all__ = ["WSGIMiddleware", "install", "patch_gunicorn", "patch_waitress", "patch_werkzeug", "patch_wsgiref"]
 
 _App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-#: The modules whose servers ``install`` patches, and the function that patches each.
-_SERVERS = {"wsgiref.handlers": "patch_wsgiref", "werkzeug.serving": "patch_werkzeug"}
+#: Gunicorn's workers that serve a WSGI app (its ASGI worker, uvicorn's, and others' serve an ASGI app, or their own).
+_GUNICORN_WSGI_WORKERS = frozenset(
+    ("gunicorn.workers.sync", "gunicorn.workers.gthread", "gunicorn.workers.ggevent", "gunicorn.workers.geventlet")
+)
 
 
 class WSGIMiddleware:
@@ -112,17 +122,18 @@ class _BodyInSpan:
 
 
 def install(timeline: Timeline) -> None:
-    """Wrap the apps of wsgiref's and werkzeug's servers in ``WSGIMiddleware``: those imported now, and each of the
-    others once it is."""
-    from ringtrace.client.integrations.registry import Integration, apply
-
-    for module, function in _SERVERS.items():
-        if module in sys.modules:
-            globals()[function](timeline)
-        else:  # the integration applied for one server's module: the other's patch waits for its own import
-            name = f"wsgi:{module}"
-            server = Integration(name, "a server span per request", (module,), f"{__name__}:{function}")
-            apply(timeline, {name}, [server])
+    """Wrap the apps of wsgiref's, werkzeug's, gunicorn's and waitress's servers in ``WSGIMiddleware``: those
+    imported now, and each of the others once it is."""
+    patch_servers(
+        timeline,
+        "wsgi",
+        [
+            ("wsgiref.handlers", patch_wsgiref),
+            ("werkzeug.serving", patch_werkzeug),
+            ("gunicorn.workers.base", patch_gunicorn),
+            ("waitress.server", patch_waitress),
+        ],
+    )
 
 
 def patch_wsgiref(timeline: Timeline) -> None:
@@ -154,3 +165,37 @@ def patch_werkzeug(timeline: Timeline) -> None:
         return wrapped_init
 
     patch(sys.modules["werkzeug.serving"].BaseWSGIServer, "__init__", make_init)
+
+
+def patch_gunicorn(timeline: Timeline) -> None:
+    """Wrap the app each of gunicorn's WSGI workers (sync, gthread, gevent, eventlet) loads."""
+
+    def make_load(load: Callable[[Any], None]) -> Callable[[Any], None]:
+        def wrapped_load(self: Any) -> None:
+            load(self)
+            try:
+                if type(self).__module__ in _GUNICORN_WSGI_WORKERS and not isinstance(self.wsgi, WSGIMiddleware):
+                    self.wsgi = WSGIMiddleware(self.wsgi, timeline)
+            except Exception:  # gunicorn changed: it serves unrecorded
+                pass
+
+        return wrapped_load
+
+    patch(sys.modules["gunicorn.workers.base"].Worker, "load_wsgi", make_load)
+
+
+def patch_waitress(timeline: Timeline) -> None:
+    """Wrap the app every waitress server is made with (``waitress.serve``, ``create_server``, ``waitress-serve``)."""
+
+    def make_init(init: Callable[..., None]) -> Callable[..., None]:
+        def wrapped_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            try:
+                if not isinstance(self.application, WSGIMiddleware):
+                    self.application = WSGIMiddleware(self.application, timeline)
+            except Exception:  # waitress changed: it serves unrecorded
+                pass
+
+        return wrapped_init
+
+    patch(sys.modules["waitress.server"].BaseWSGIServer, "__init__", make_init)

@@ -1,7 +1,8 @@
 """HTTP servers and clients with no ringtrace call in them (``test_http_integrations.py``): the test records them
 with the integrations a bootstrap module applies at interpreter start, or runs them as they are.
 
-    http_programs.py aiohttp-server | wsgi-server | asgi-server     prints "listening PORT", serves until GET /stop
+    http_programs.py aiohttp-server | wsgi-server | asgi-server | hypercorn-server | waitress-server | gunicorn-server
+                                        prints "listening PORT", serves until GET /stop
     http_programs.py requests-client | httpx-client PORT N          calls the server, prints what it got (JSON)
 
 Every server answers ``/work`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500) and
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import sys
 import threading
@@ -82,7 +85,7 @@ def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
         start_response("200 OK", [("Content-Type", "text/plain")])
         return iter(_PARTS)
     if path == "/stop":
-        environ["stop"]()
+        (environ.get("stop") or stop_serving)()
         start_response("200 OK", [("Content-Type", "application/json")])
         return [b'{"stopping": true}']
     start_response("404 Not Found", [("Content-Type", "text/plain")])
@@ -108,41 +111,102 @@ def wsgi_server() -> None:
     server.server_close()
 
 
+#: What ``/stop`` calls: set by the server serving the app.
+stop_serving: Any = None
+
+
+async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+
+    async def answer(status: int, body: bytes, content_type: str = "application/json") -> None:
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    if path.startswith("/work/"):
+        await asyncio.sleep(0.005)
+        await answer(200, json.dumps({"item": path[len("/work/") :]}).encode())
+    elif path == "/fail":
+        raise ValueError("the handler failed")
+    elif path == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for part in _PARTS:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    elif path == "/stop":
+        stop_serving()
+        await answer(200, b'{"stopping": true}')
+    else:
+        await answer(404, b"not found", "text/plain")
+
+
 def asgi_server() -> None:
+    global stop_serving
     import uvicorn
 
-    server: uvicorn.Server
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        path = scope["path"]
-
-        async def answer(status: int, body: bytes, content_type: str = "application/json") -> None:
-            headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-
-        if path.startswith("/work/"):
-            await asyncio.sleep(0.005)
-            await answer(200, json.dumps({"item": path[len("/work/") :]}).encode())
-        elif path == "/fail":
-            raise ValueError("the handler failed")
-        elif path == "/stream":
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-            for part in _PARTS:
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        elif path == "/stop":
-            server.should_exit = True
-            await answer(200, b'{"stopping": true}')
-        else:
-            await answer(404, b"not found", "text/plain")
-
     sock = bound_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(asgi_app, log_level="critical", lifespan="off"))
+
+    def stop() -> None:
+        server.should_exit = True
+
+    stop_serving = stop
     print("listening", sock.getsockname()[1], flush=True)
     server.run(sockets=[sock])
+
+
+def hypercorn_server() -> None:
+    global stop_serving
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    sock = bound_socket()
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.loglevel = "CRITICAL"
+
+    async def run() -> None:
+        global stop_serving
+        stopping = asyncio.Event()
+        stop_serving = stopping.set
+        print("listening", sock.getsockname()[1], flush=True)
+        await serve(asgi_app, config, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+
+
+def waitress_server() -> None:
+    global stop_serving
+    import waitress.server
+
+    sock = bound_socket()
+    server = waitress.server.create_server(wsgi_app, sockets=[sock])
+    stop_serving = lambda: os.kill(os.getpid(), signal.SIGINT)  # noqa: E731  (waitress's run() ends on it)
+    print("listening", sock.getsockname()[1], flush=True)
+    server.run()
+
+
+def gunicorn_server() -> None:
+    global stop_serving
+    from gunicorn.app.base import BaseApplication
+
+    sock = bound_socket()
+    sock.set_inheritable(True)
+
+    class Served(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            self.cfg.set("bind", f"fd://{sock.fileno()}")
+            self.cfg.set("workers", 1)
+            self.cfg.set("loglevel", "critical")
+
+        def load(self) -> Any:
+            return wsgi_app
+
+    stop_serving = lambda: os.kill(os.getppid(), signal.SIGTERM)  # noqa: E731  (the worker asks the arbiter)
+    print("listening", sock.getsockname()[1], flush=True)
+    Served().run()
 
 
 def _closed_port() -> int:
@@ -207,7 +271,15 @@ def httpx_client(port: int, calls: int) -> list[Any]:
 if __name__ == "__main__":
     role = sys.argv[1]
     if role.endswith("-server"):
-        {"aiohttp-server": aiohttp_server, "wsgi-server": wsgi_server, "asgi-server": asgi_server}[role]()
+        servers = {
+            "aiohttp-server": aiohttp_server,
+            "wsgi-server": wsgi_server,
+            "asgi-server": asgi_server,
+            "hypercorn-server": hypercorn_server,
+            "waitress-server": waitress_server,
+            "gunicorn-server": gunicorn_server,
+        }
+        servers[role]()
     else:
         client = {"requests-client": requests_client, "httpx-client": httpx_client}[role]
         print(json.dumps(client(int(sys.argv[2]), int(sys.argv[3]))))

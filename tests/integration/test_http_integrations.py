@@ -1,7 +1,7 @@
 """The HTTP integrations across processes, with no ringtrace call in the programs (``http_programs.py``): a bootstrap
 module (``sitecustomize``, as a launcher would do) connects each process to a real collector and applies the
-integrations; a requests client calls an aiohttp server, an httpx client (sync and async) a wsgiref server and a
-uvicorn server. The snapshot holds a client span per request in one process, its server span in the other, the arrow
+integrations; a requests client calls an aiohttp server, a waitress server and a gunicorn server, an httpx client
+(sync and async) a wsgiref server, a uvicorn server and a hypercorn server. The snapshot holds a client span per request in one process, its server span in the other, the arrow
 between them, and ``?trace_id=`` selects both; the answers the clients get are the same without the integrations."""
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ _SERVED = {f"/work/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream"
         ("aiohttp-server", "requests-client", "GET /work/{item}"),
         ("wsgi-server", "httpx-client", None),
         ("asgi-server", "httpx-client", None),
+        ("hypercorn-server", "httpx-client", None),
+        ("waitress-server", "requests-client", None),
+        ("gunicorn-server", "requests-client", None),
     ],
 )
 def test_a_request_between_two_programs_is_one_trace_with_no_code_change(

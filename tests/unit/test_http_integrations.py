@@ -58,11 +58,14 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
     got = run(
         """
         import aiohttp, aiohttp.web, httpx, requests, urllib.request, uvicorn, werkzeug.serving, wsgiref.handlers
+        import gunicorn.workers.base, gunicorn.workers.gasgi, hypercorn.app_wrappers, waitress.server
         from ringtrace.client.integrations import requests_client
         requests_client.install(tl)  # again: still one wrapper
         patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession._request,
                    urllib.request.AbstractHTTPHandler.do_open, uvicorn.Config.load, wsgiref.handlers.BaseHandler.run,
-                   werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__]
+                   werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__,
+                   gunicorn.workers.base.Worker.load_wsgi, gunicorn.workers.gasgi.ASGIWorker.load_wsgi,
+                   hypercorn.app_wrappers.ASGIWrapper.__init__, waitress.server.BaseWSGIServer.__init__]
         print(json.dumps({
             "signatures": [str(inspect.signature(f)) == str(inspect.signature(f.__wrapped__)) for f in patched],
             "once": [not hasattr(f.__wrapped__, "__wrapped__") for f in patched],
@@ -73,10 +76,14 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         """
     )
     assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True, True]
-    assert got["names"] == ["send", "send", "send", "_request", "do_open", "load", "run", "__init__", "__init__"]
-    # werkzeug.serving came first: the wsgi integration patched it, and wsgiref's patch waited for its import.
+    assert got["names"] == ["send", "send", "send", "_request", "do_open", "load", "run", "__init__", "__init__",
+                            "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
+    # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
+    # imported, and each other server's patch waited for its own import.
     assert got["applied"] == sorted(
         ["asgi", "wsgi", "aiohttp-server", "requests", "httpx", "aiohttp-client", "urllib", "wsgi:wsgiref.handlers"]
+        + ["wsgi:gunicorn.workers.base", "asgi:gunicorn.workers.gasgi", "asgi:hypercorn.app_wrappers"]
+        + ["wsgi:waitress.server"]
     )
 
 

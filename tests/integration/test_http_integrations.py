@@ -1,8 +1,9 @@
 """The HTTP integrations across processes, with no ringtrace call in the programs (``http_programs.py``): a bootstrap
 module (``sitecustomize``, as a launcher would do) connects each process to a real collector and applies the
 integrations; a requests client calls an aiohttp server, a waitress server and a gunicorn server, an httpx client
-(sync and async) a wsgiref server, a uvicorn server and a hypercorn server. The snapshot holds a client span per request in one process, its server span in the other, the arrow
-between them, and ``?trace_id=`` selects both; the answers the clients get are the same without the integrations."""
+(sync and async) a wsgiref server, a uvicorn server and a hypercorn server. The snapshot holds a client span per
+request in one process, its server span in the other, the arrow between them, and ``?trace_id=`` selects both; the
+answers the clients get are the same without the integrations."""
 
 from __future__ import annotations
 

@@ -80,11 +80,10 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
                             "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
     # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
     # imported, and each other server's patch waited for its own import.
-    assert got["applied"] == sorted(
-        ["asgi", "wsgi", "aiohttp-server", "requests", "httpx", "aiohttp-client", "urllib", "wsgi:wsgiref.handlers"]
-        + ["wsgi:gunicorn.workers.base", "asgi:gunicorn.workers.gasgi", "asgi:hypercorn.app_wrappers"]
-        + ["wsgi:waitress.server"]
-    )
+    integrations = ["asgi", "wsgi", "aiohttp-server", "requests", "httpx", "aiohttp-client", "urllib"]
+    servers = ["wsgi:wsgiref.handlers", "wsgi:gunicorn.workers.base", "wsgi:waitress.server"]
+    servers += ["asgi:gunicorn.workers.gasgi", "asgi:hypercorn.app_wrappers"]
+    assert got["applied"] == sorted(integrations + servers)
 
 
 def test_werkzeug_serves_a_streamed_body_in_its_span_and_urllib_records_each_redirect_once() -> None:

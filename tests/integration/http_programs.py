@@ -2,6 +2,7 @@
 with the integrations a bootstrap module applies at interpreter start, or runs them as they are.
 
     http_programs.py aiohttp-server | wsgi-server | asgi-server | hypercorn-server | waitress-server | gunicorn-server
+                     | gunicorn-asgi-server
                                         prints "listening PORT", serves until GET /stop
     http_programs.py requests-client | httpx-client PORT N          calls the server, prints what it got (JSON)
 
@@ -188,7 +189,8 @@ def waitress_server() -> None:
     server.run()
 
 
-def gunicorn_server() -> None:
+def gunicorn_server(worker_class: str = "sync") -> None:
+    """gunicorn serving the WSGI app with a sync worker, or the ASGI app with its own ASGI worker."""
     global stop_serving
     from gunicorn.app.base import BaseApplication
 
@@ -200,9 +202,10 @@ def gunicorn_server() -> None:
             self.cfg.set("bind", f"fd://{sock.fileno()}")
             self.cfg.set("workers", 1)
             self.cfg.set("loglevel", "critical")
+            self.cfg.set("worker_class", worker_class)
 
         def load(self) -> Any:
-            return wsgi_app
+            return asgi_app if worker_class == "asgi" else wsgi_app
 
     stop_serving = lambda: os.kill(os.getppid(), signal.SIGTERM)  # noqa: E731  (the worker asks the arbiter)
     print("listening", sock.getsockname()[1], flush=True)
@@ -278,6 +281,7 @@ if __name__ == "__main__":
             "hypercorn-server": hypercorn_server,
             "waitress-server": waitress_server,
             "gunicorn-server": gunicorn_server,
+            "gunicorn-asgi-server": lambda: gunicorn_server("asgi"),
         }
         servers[role]()
     else:

@@ -1,9 +1,9 @@
 """The HTTP integrations across processes, with no ringtrace call in the programs (``http_programs.py``): a bootstrap
 module (``sitecustomize``, as a launcher would do) connects each process to a real collector and applies the
-integrations; a requests client calls an aiohttp server, a waitress server and a gunicorn server, an httpx client
-(sync and async) a wsgiref server, a uvicorn server and a hypercorn server. The snapshot holds a client span per
-request in one process, its server span in the other, the arrow between them, and ``?trace_id=`` selects both; the
-answers the clients get are the same without the integrations."""
+integrations; a requests client calls an aiohttp server, a waitress server and gunicorn's sync worker, an httpx
+client (sync and async) a wsgiref server, a uvicorn server, a hypercorn server and gunicorn's ASGI worker. The
+snapshot holds a client span per request in one process, its server span in the other, the arrow between them, and
+``?trace_id=`` selects both; the answers the clients get are the same without the integrations."""
 
 from __future__ import annotations
 
@@ -103,6 +103,7 @@ _SERVED = {f"/work/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream"
         ("hypercorn-server", "httpx-client", None),
         ("waitress-server", "requests-client", None),
         ("gunicorn-server", "requests-client", None),
+        ("gunicorn-asgi-server", "httpx-client", None),
     ],
 )
 def test_a_request_between_two_programs_is_one_trace_with_no_code_change(

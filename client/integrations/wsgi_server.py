@@ -57,8 +57,14 @@ class WSGIMiddleware:
         try:
             method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
             response: dict[str, Any] = {}
+            traceparent = environ.get("HTTP_TRACEPARENT")  # read here: extract() would look through every key
+            caller = (
+                None
+                if traceparent is None
+                else {"traceparent": traceparent, "tracestate": environ.get("HTTP_TRACESTATE")}
+            )
             span = self.timeline.server_span(
-                server_label(method, path), environ, method=method, path=path, response=response
+                server_label(method, path), caller, method=method, path=path, response=response
             )
         except Exception:  # an environ we cannot read: the app serves it unrecorded
             return self.app(environ, start_response)

@@ -123,7 +123,10 @@ def patch_servers(
 
     for module, patcher in patchers:
         if module in sys.modules:
-            patcher(timeline)
+            try:
+                patcher(timeline)
+            except Exception as exc:  # one server's patch failing leaves the others': said once, not raised
+                _log.warning("ringtrace: the %s integration is off under %s: %r", integration, module, exc)
         else:
             name = f"{integration}:{module}"
             install = f"{patcher.__module__}:{patcher.__name__}"

@@ -205,3 +205,24 @@ def test_a_recorded_url_holds_no_user_password_query_nor_fragment() -> None:
     assert public_url("https://user:secret@example.com:8443/a/b?token=t#part") == "https://example.com:8443/a/b"
     assert public_url("http://[::1]/x") == "http://[::1]/x" and public_url("/relative?q=1") == "/relative"
     assert client_label("GET", "https://user:secret@example.com:8443/a?b=c") == "GET example.com:8443"
+
+
+def test_a_server_whose_patch_fails_is_said_once_and_leaves_the_others_patched() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import logging, sys, types
+            logging.basicConfig(level=logging.WARNING, format="%(message)s")
+            sys.modules["waitress.server"] = types.ModuleType("waitress.server")  # a waitress with no server class
+            import wsgiref.handlers
+            from ringtrace.client import Timeline
+            from ringtrace.client.integrations import applied, apply
+            apply(Timeline("t"), {"wsgi"})
+            print(applied(), hasattr(wsgiref.handlers.BaseHandler.run, "__wrapped__"))
+            """
+        )],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['wsgi'] True"
+    assert result.stderr.count("the wsgi integration is off under waitress.server: AttributeError(") == 1

@@ -1,11 +1,12 @@
-"""A server span per request of a WSGI app: ``WSGIMiddleware`` for explicit use, and the apps of wsgiref's and
-werkzeug's servers wrapped in it with no code change.
+"""A server span per request of a WSGI app: ``WSGIMiddleware`` for explicit use, and the apps of wsgiref's,
+werkzeug's, gunicorn's and waitress's servers wrapped in it with no code change.
 
 The span continues the caller's trace (``HTTP_TRACEPARENT`` in the environ), is labelled with the method and the
 path, and holds ``method``, ``path`` and the ``response`` map (``status``, from ``start_response``) as args. It ends
 when the response does: at once for a body the app returns as a list or tuple (whole already), else when the server
-closes the body the app returned (or has read it to its end). That body is passed on as it came when it is a list
-or a tuple, so that a server's handling of it (wsgiref sets ``Content-Length`` for a one-part list) is unchanged.
+closes the body the app returned (or has read it to its end). A body that is a list, a tuple or the server's
+``wsgi.file_wrapper`` is passed on as it came, the span ended at once, so that the server handles it as before
+(wsgiref sets ``Content-Length`` for a one-part list; a file is sent with ``sendfile``).
 An exception from the app, or from its body while the server reads it, is recorded (its type as ``exception``, its
 text as ``response.error``) and goes on as it came.
 
@@ -83,10 +84,18 @@ class WSGIMiddleware:
             raise
         finally:
             SERVING.reset(token)
-        if isinstance(body, (list, tuple)):
+        if isinstance(body, (list, tuple)) or _is_file_wrapper(body, environ):
             span.__exit__(None, None, None)
             return body
         return _BodyInSpan(body, span, response)
+
+
+def _is_file_wrapper(body: object, environ: dict[str, Any]) -> bool:
+    file_wrapper = environ.get("wsgi.file_wrapper")
+    try:
+        return isinstance(file_wrapper, type) and isinstance(body, file_wrapper)
+    except Exception:
+        return False
 
 
 class _BodyInSpan:

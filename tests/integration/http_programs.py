@@ -6,14 +6,16 @@ with the integrations a bootstrap module applies at interpreter start, or runs t
                                         prints "listening PORT", serves until GET /stop
     http_programs.py requests-client | httpx-client PORT N          calls the server, prints what it got (JSON)
 
-Every server answers ``/work`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500) and
-``/stream`` (a body in parts). A client calls ``/work`` N times, then each of the others, then a port where nothing
-listens, and prints each answer's status, body and content headers, or the exception's type.
+Every server answers ``/work`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500),
+``/stream`` (a body in parts) and ``/file`` (a WSGI server: through its ``wsgi.file_wrapper``). A client calls
+``/work`` N times, then each of the others, then a port where nothing listens, and prints each answer's status, body
+and content headers, or the exception's type.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
@@ -23,6 +25,7 @@ import threading
 from typing import Any
 
 _PARTS = [b"one ", b"two ", b"three"]
+_FILE = b"a file's body, " * 1000
 
 
 def bound_socket() -> socket.socket:
@@ -54,6 +57,9 @@ def aiohttp_server() -> None:
                 await response.write(part)
             return response
 
+        async def file(request: web.Request) -> web.Response:
+            return web.Response(body=_FILE, content_type="application/octet-stream")
+
         async def stop_serving(request: web.Request) -> web.Response:
             stop.set()
             return web.json_response({"stopping": True})
@@ -63,6 +69,7 @@ def aiohttp_server() -> None:
         app.router.add_get("/fail", fail)
         app.router.add_get("/missing", missing)
         app.router.add_get("/stream", stream)
+        app.router.add_get("/file", file)
         app.router.add_get("/stop", stop_serving)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -85,6 +92,9 @@ def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
     if path == "/stream":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return iter(_PARTS)
+    if path == "/file":  # the server's own file wrapper: it sends the file as it does without the integrations
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return environ["wsgi.file_wrapper"](io.BytesIO(_FILE))
     if path == "/stop":
         (environ.get("stop") or stop_serving)()
         start_response("200 OK", [("Content-Type", "application/json")])
@@ -136,6 +146,8 @@ async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         for part in _PARTS:
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+    elif path == "/file":
+        await answer(200, _FILE, "application/octet-stream")
     elif path == "/stop":
         stop_serving()
         await answer(200, b'{"stopping": true}')
@@ -220,7 +232,7 @@ def _closed_port() -> int:
 
 
 _CONTENT = ("content-type", "content-length", "transfer-encoding")
-_PATHS = ("/missing", "/fail", "/stream")
+_PATHS = ("/missing", "/fail", "/stream", "/file")
 
 
 def requests_client(port: int, calls: int) -> list[Any]:

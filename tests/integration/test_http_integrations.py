@@ -91,7 +91,7 @@ def collector() -> Iterator[CollectorProcess]:
 
 
 # The server's spans, by path: one per request the client made of it (the unanswered one reaches no server).
-_SERVED = {f"/work/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream", "/stop"}
+_SERVED = {f"/work/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream", "/file", "/stop"}
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_a_request_between_two_programs_is_one_trace_with_no_code_change(
     env = {role: environment(bootstrap, collector, role) for role in ("server", "client")}
     traced = run_pair(server_role, client_role, env)
     per_call = 2 if client_role == "httpx-client" else 1  # httpx: once sync, once async
-    requests_made = (CALLS + 4) * per_call  # /work x CALLS, /missing, /fail, /stream, a port with no server
+    requests_made = (CALLS + 5) * per_call  # /work x CALLS, /missing, /fail, /stream, /file, a port with no server
 
     def both_sides() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         trace = collector.snapshot()

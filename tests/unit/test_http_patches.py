@@ -226,3 +226,38 @@ def test_a_server_whose_patch_fails_is_said_once_and_leaves_the_others_patched()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['wsgi'] True"
     assert result.stderr.count("the wsgi integration is off under waitress.server: AttributeError(") == 1
+
+
+def test_an_aiohttp_sub_application_under_an_explicit_middleware_records_one_span_labelled_with_its_route() -> None:
+    got = run(
+        """
+        import urllib.request
+        from aiohttp import web
+        from ringtrace.client.integrations.aiohttp_server import middleware
+
+        async def main():
+            async def item(request):
+                return web.json_response({"id": request.match_info["id"]})
+            sub = web.Application()
+            sub.router.add_get("/items/{id}", item)
+            app = web.Application(middlewares=[middleware(tl)])  # given here, and put first by the integration too
+            app.add_subapp("/sub", sub)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            url = f"http://127.0.0.1:{port}/sub/items/7"
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read().decode())
+            await runner.cleanup()
+            return body
+
+        body = asyncio.run(main())
+        print(json.dumps({"body": body, "spans": spans()}))
+        """
+    )
+    assert json.loads(got["body"]) == {"id": "7"}
+    (client,) = [s for s in got["spans"] if s["kind"] == "client"]
+    (server,) = [s for s in got["spans"] if s["kind"] == "server"]
+    assert server["name"] == "GET /sub/items/{id}" and server["route"] == "/sub/items/{id}"
+    assert server["path"] == "/sub/items/7" and server["parent_span_id"] == client["span_id"]

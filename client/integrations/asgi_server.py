@@ -1,11 +1,12 @@
-"""A server span per HTTP request of an ASGI app: ``ASGIMiddleware`` for explicit use, and uvicorn's app wrapped in it
-with no code change.
+"""A server span per HTTP request of an ASGI app: ``ASGIMiddleware`` for explicit use, and the apps of uvicorn,
+hypercorn and gunicorn's ASGI worker wrapped in it with no code change.
 
 The span continues the caller's trace (its ``traceparent`` in the request's headers), is labelled with the method
-and the path, and holds ``method``, ``path`` and the ``response`` map (``status``, from the response's start) as
-args. It lasts as long as the app's call: a streamed response's last part is sent before the call returns. An
-exception from the app is recorded (its type as ``exception``, its text as ``response.error``) and goes on as it
-came. Websocket and lifespan messages pass through untouched.
+and the path, and holds ``method``, ``path`` and the ``response`` map (``status``, from the response's start; the
+``route`` a framework matched, where it says so in the scope as Starlette and FastAPI do) as args. It lasts as long
+as the app's call: a streamed response's last part is sent before the call returns. An exception from the app is
+recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came. Websocket and lifespan
+messages pass through untouched.
 
 ``install`` wraps, each once its module is imported: the app uvicorn loads (``uvicorn.Config.load``, which
 ``uvicorn.run``, ``uvicorn.Server``, uvicorn's command and its gunicorn worker all go through), outside uvicorn's own
@@ -69,8 +70,22 @@ class ASGIMiddleware:
                 except BaseException as exc:
                     response["error"] = error_text(exc)
                     raise
+                finally:
+                    route = _route(scope)
+                    if route is not None:
+                        response["route"] = route
         finally:
             SERVING.reset(token)
+
+
+def _route(scope: _Scope) -> str | None:
+    """The route a framework matched, as it put it in the scope (Starlette's and FastAPI's ``scope["route"]``)."""
+    try:
+        matched = scope.get("route")
+        path = getattr(matched, "path_format", None) or getattr(matched, "path", None)
+        return path if type(path) is str else None
+    except Exception:
+        return None
 
 
 def install(timeline: Timeline) -> None:

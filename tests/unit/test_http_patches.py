@@ -261,3 +261,34 @@ def test_an_aiohttp_sub_application_under_an_explicit_middleware_records_one_spa
     (server,) = [s for s in got["spans"] if s["kind"] == "server"]
     assert server["name"] == "GET /sub/items/{id}" and server["route"] == "/sub/items/{id}"
     assert server["path"] == "/sub/items/7" and server["parent_span_id"] == client["span_id"]
+
+
+def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_transport_is_traced() -> None:
+    got = run(
+        """
+        import httpx
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+        from ringtrace.client.integrations.asgi_server import ASGIMiddleware
+
+        async def item(request):
+            return JSONResponse({"id": request.path_params["id"]})
+
+        app = ASGIMiddleware(Starlette(routes=[Route("/items/{id:int}", item)]), tl)
+
+        async def main():
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://shop.test") as client:
+                found, missing = await client.get("/items/7"), await client.get("/nothing")
+            return [found.status_code, found.json(), missing.status_code]
+
+        print(json.dumps({"answers": asyncio.run(main()), "spans": spans()}))
+        """
+    )
+    assert got["answers"] == [200, {"id": 7}, 404]
+    clients = [s for s in got["spans"] if s["kind"] == "client"]
+    servers = [s for s in got["spans"] if s["kind"] == "server"]
+    assert [c["name"] for c in clients] == ["GET shop.test"] * 2
+    assert [s["parent_span_id"] for s in servers] == [c["span_id"] for c in clients]
+    assert [s["response"] for s in servers] == [{"status": 200, "route": "/items/{id}"}, {"status": 404}]

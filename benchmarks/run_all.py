@@ -41,6 +41,7 @@ BENCHMARKS = {
     "flows": ("bench_flows.py", 600),
     "trace_scope": ("bench_trace_scope.py", 300),
     "logging": ("bench_logging.py", 600),
+    "http_integrations": ("bench_http_integrations.py", 600),
     "trace_filter": ("bench_trace_filter.py", 600),
     "web_view": ("bench_web_view.py", 900),
     "flame_graph": ("bench_flame_graph.py", 300),

@@ -55,9 +55,17 @@ INTEGRATIONS: Final[tuple[Integration, ...]] = (
     ),
     Integration("exceptions", "an uncaught exception as an instant", (), f"{_HERE}.uncaught_exceptions:install"),
     Integration("gc", "a span per garbage collection", (), f"{_HERE}.gc_pauses:install"),
-    Integration("asgi", "a server span per request of an ASGI app", ("uvicorn",), f"{_HERE}.asgi_server:install"),
     Integration(
-        "wsgi", "a server span per request of a WSGI app", ("wsgiref.simple_server",), f"{_HERE}.wsgi_server:install"
+        "asgi",
+        "a server span per request of an ASGI app that uvicorn, hypercorn or gunicorn serves",
+        ("uvicorn.config", "hypercorn.app_wrappers", "gunicorn.workers.gasgi"),
+        f"{_HERE}.asgi_server:install",
+    ),
+    Integration(
+        "wsgi",
+        "a server span per request of a WSGI app that wsgiref, werkzeug, gunicorn or waitress serves",
+        ("wsgiref.handlers", "werkzeug.serving", "gunicorn.workers.base", "waitress.server"),
+        f"{_HERE}.wsgi_server:install",
     ),
     Integration(
         "aiohttp-server",
@@ -65,16 +73,29 @@ INTEGRATIONS: Final[tuple[Integration, ...]] = (
         ("aiohttp.web",),
         f"{_HERE}.aiohttp_server:install",
     ),
-    Integration("requests", "a client span per request of requests", ("requests",), f"{_HERE}.requests_client:install"),
-    Integration("httpx", "a client span per request of httpx", ("httpx",), f"{_HERE}.httpx_client:install"),
+    Integration(
+        "requests",
+        "a client span per request of requests, traceparent sent",
+        ("requests",),
+        f"{_HERE}.requests_client:install",
+    ),
+    Integration(
+        "httpx",
+        "a client span per request of httpx (sync and async), traceparent sent",
+        ("httpx",),
+        f"{_HERE}.httpx_client:install",
+    ),
     Integration(
         "aiohttp-client",
-        "a client span per request of aiohttp's ClientSession",
+        "a client span per request of aiohttp's ClientSession, traceparent sent",
         ("aiohttp",),
         f"{_HERE}.aiohttp_client:install",
     ),
     Integration(
-        "urllib", "a client span per request of urllib.request", ("urllib.request",), f"{_HERE}.urllib_client:install"
+        "urllib",
+        "a client span per request of urllib.request, traceparent sent",
+        ("urllib.request",),
+        f"{_HERE}.urllib_client:install",
     ),
 )
 

@@ -1,0 +1,81 @@
+"""A server span per request of aiohttp's server: ``middleware(timeline)`` for explicit use, and put first among the
+middlewares of every ``aiohttp.web.Application`` made once ``aiohttp.web`` is imported.
+
+The span continues the caller's trace (its ``traceparent``), is labelled with the method and the route (the matched
+resource's canonical path, ``/users/{id}``; the path when none matched), and holds ``method``, ``path``, ``route``
+and the ``response`` map (``status``: the response's, or the raised ``HTTPException``'s) as args. It lasts as long as
+the handler: a streamed response is written before the handler returns it. An exception from the handler is
+recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came. A sub-application's
+middleware, inside the main application's, records no second span.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
+
+if TYPE_CHECKING:
+    from ringtrace.client.recording.timelines import Timeline
+
+__all__ = ["install", "middleware"]
+
+_Handler = Callable[[Any], Awaitable[Any]]
+
+
+def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
+    """An aiohttp middleware recording a server span per request into ``timeline`` (see the module's docstring):
+    ``web.Application(middlewares=[middleware(tl)])``."""
+
+    async def ringtrace_server_span(request: Any, handler: _Handler) -> Any:
+        if SERVING.get():
+            return await handler(request)
+        try:
+            method, path = request.method, request.path
+            resource = getattr(request.match_info.route, "resource", None)
+            route = resource.canonical if resource is not None else path
+            response: dict[str, Any] = {}
+            span = timeline.server_span(
+                server_label(method, route), request.headers, method=method, path=path, route=route, response=response
+            )
+        except Exception:  # a request we cannot read: the handler serves it unrecorded
+            return await handler(request)
+        token = SERVING.set(True)
+        try:
+            with span:
+                try:
+                    result = await handler(request)
+                except BaseException as exc:
+                    status = getattr(exc, "status", None)  # an HTTPException: a response
+                    if type(status) is int:
+                        response["status"] = status
+                    response["error"] = error_text(exc)
+                    raise
+                response["status"] = getattr(result, "status", None)
+                return result
+        finally:
+            SERVING.reset(token)
+
+    ringtrace_server_span.__middleware_version__ = 1  # type: ignore[attr-defined]  # what @web.middleware sets
+    return ringtrace_server_span
+
+
+def install(timeline: Timeline) -> None:
+    """Put the middleware first in every ``web.Application`` made from now on."""
+    application = sys.modules["aiohttp.web"].Application
+    first = middleware(timeline)
+
+    def make_init(init: Callable[..., None]) -> Callable[..., None]:
+        def wrapped_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            try:
+                if first not in self._middlewares:
+                    self._middlewares.insert(0, first)
+            except Exception:  # aiohttp changed: it serves unrecorded
+                pass
+
+        return wrapped_init
+
+    patch(application, "__init__", make_init)

@@ -1,0 +1,294 @@
+"""The HTTP integrations in one process, against real servers on 127.0.0.1 port 0 and the real libraries: what each
+span holds, one span per request and no more, bodies read to their end, exceptions passed on as they came, patched
+functions that keep their signatures, and nothing imported that the program did not import. Each case runs in a
+fresh interpreter: the integrations patch the libraries for the process's whole life."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from ringtrace.client.integrations.http_spans import client_label, public_url
+
+_PRELUDE = """
+import asyncio, inspect, json, sys, threading, time
+from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client.integrations import INTEGRATIONS, applied, apply, failed
+
+memory = MemoryListener()
+tl = Timeline("t", [memory])
+apply(tl, {i.name for i in INTEGRATIONS if i.name not in ("logging", "exceptions", "gc")})
+
+def spans():
+    tl.flush(10)
+    return [{"name": e.name, "ts": e.ts_ns, "end": e.ts_ns + e.dur_ns, **e.args}
+            for e in memory.events if e.kind == "span"]
+"""
+
+
+def run(program: str) -> Any:
+    """Run ``program`` after the prelude in a fresh interpreter; what it printed last, as JSON."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + textwrap.dedent(program)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_nothing_is_imported_nor_patched_until_the_program_imports_its_library() -> None:
+    got = run(
+        """
+        libraries = ("requests", "httpx", "aiohttp", "uvicorn", "werkzeug", "urllib.request", "wsgiref.handlers")
+        before = [name for name in libraries if name in sys.modules]
+        ours = sorted(name for name in sys.modules if name.startswith("ringtrace.client.integrations."))
+        import requests
+        print(json.dumps([before, ours, applied(), failed()]))
+        """
+    )
+    before, ours, installed, not_installed = got
+    assert before == [] and ours == ["ringtrace.client.integrations.registry"]
+    assert installed == ["urllib", "requests"] and not_installed == {}  # requests imports urllib.request
+
+
+def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once() -> None:
+    got = run(
+        """
+        import aiohttp, aiohttp.web, httpx, requests, urllib.request, uvicorn, werkzeug.serving, wsgiref.handlers
+        import gunicorn.workers.base, gunicorn.workers.gasgi, hypercorn.app_wrappers, waitress.server
+        from ringtrace.client.integrations import requests_client
+        requests_client.install(tl)  # again: still one wrapper
+        patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession._request,
+                   urllib.request.AbstractHTTPHandler.do_open, uvicorn.Config.load, wsgiref.handlers.BaseHandler.run,
+                   werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__,
+                   gunicorn.workers.base.Worker.load_wsgi, gunicorn.workers.gasgi.ASGIWorker.load_wsgi,
+                   hypercorn.app_wrappers.ASGIWrapper.__init__, waitress.server.BaseWSGIServer.__init__]
+        print(json.dumps({
+            "signatures": [str(inspect.signature(f)) == str(inspect.signature(f.__wrapped__)) for f in patched],
+            "once": [not hasattr(f.__wrapped__, "__wrapped__") for f in patched],
+            "async": [inspect.iscoroutinefunction(f) for f in (httpx.AsyncClient.send, aiohttp.ClientSession._request)],
+            "names": [f.__name__ for f in patched],
+            "applied": sorted(applied()),
+        }))
+        """
+    )
+    assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True, True]
+    assert got["names"] == ["send", "send", "send", "_request", "do_open", "load", "run", "__init__", "__init__",
+                            "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
+    # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
+    # imported, and each other server's patch waited for its own import.
+    integrations = ["asgi", "wsgi", "aiohttp-server", "requests", "httpx", "aiohttp-client", "urllib"]
+    servers = ["wsgi:wsgiref.handlers", "wsgi:gunicorn.workers.base", "wsgi:waitress.server"]
+    servers += ["asgi:gunicorn.workers.gasgi", "asgi:hypercorn.app_wrappers"]
+    assert got["applied"] == sorted(integrations + servers)
+
+
+def test_werkzeug_serves_a_streamed_body_in_its_span_and_urllib_records_each_redirect_once() -> None:
+    got = run(
+        """
+        import urllib.request
+        from werkzeug.serving import make_server
+        from ringtrace.client.integrations.wsgi_server import WSGIMiddleware
+
+        seen = {}
+        def app(environ, start_response):
+            path = environ["PATH_INFO"]
+            seen.setdefault(path, []).append(environ.get("HTTP_TRACEPARENT"))
+            if path == "/old":
+                start_response("302 Found", [("Location", "/stream")])
+                return [b""]
+            def parts():
+                for part in (b"a", b"b", b"c"):
+                    yield part
+                seen["last part"] = time.monotonic_ns()
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return parts()
+
+        # Wrapped here too, under the patched server: still one span per request.
+        server = make_server("127.0.0.1", 0, WSGIMiddleware(app, tl), threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/old?token=t") as response:
+            body = response.read().decode()
+        server.shutdown()
+        print(json.dumps({"body": body, "seen": seen, "spans": spans()}))
+        """
+    )
+    assert got["body"] == "abc"
+    spans = got["spans"]
+    clients = [s for s in spans if s["kind"] == "client"]
+    servers = [s for s in spans if s["kind"] == "server"]
+    assert [s["name"] for s in clients] == ["GET 127.0.0.1:" + clients[0]["name"].rsplit(":", 1)[1]] * 2
+    assert [c["url"].rsplit("/", 1)[1] for c in clients] == ["old", "stream"]  # no query
+    assert [c["response"]["status"] for c in clients] == [302, 200]
+    assert sorted(s["path"] for s in servers) == ["/old", "/stream"]  # one each, though the app is wrapped twice
+    for client, server in zip(clients, sorted(servers, key=lambda s: s["ts"]), strict=True):
+        assert server["parent_span_id"] == client["span_id"] and server["trace_id"] == client["trace_id"]
+        (traceparent,) = got["seen"][server["path"]]
+        assert traceparent == f"00-{client['trace_id']}-{client['span_id']}-01"  # each hop its own span's
+    (stream,) = [s for s in servers if s["path"] == "/stream"]
+    assert stream["end"] >= got["seen"]["last part"] and stream["response"] == {"status": 200}
+
+
+def test_a_handlers_exception_is_recorded_and_raised_on_as_it_came() -> None:
+    got = run(
+        """
+        from ringtrace.client.integrations.asgi_server import ASGIMiddleware
+        from ringtrace.client.integrations.wsgi_server import WSGIMiddleware
+
+        failure = ValueError("the handler failed")
+        def wsgi_app(environ, start_response):
+            raise failure
+        async def asgi_app(scope, receive, send):
+            raise failure
+        same = []
+        try:
+            WSGIMiddleware(wsgi_app, tl)({"REQUEST_METHOD": "POST", "PATH_INFO": "/w"}, lambda *a: None)
+        except ValueError as exc:
+            same.append(exc is failure and exc.__traceback__.tb_next is not None)
+        async def no_message():
+            return {}
+        async def call_asgi():
+            try:
+                await ASGIMiddleware(asgi_app, tl)({"type": "http", "method": "PUT", "path": "/a", "headers": []},
+                                                   no_message, no_message)
+            except ValueError as exc:
+                same.append(exc is failure)
+        asyncio.run(call_asgi())
+        print(json.dumps({"same": same, "spans": spans()}))
+        """
+    )
+    assert got["same"] == [True, True]
+    names = sorted((s["name"], s["exception"], s["response"]["error"]) for s in got["spans"])
+    assert names == [("POST /w", "ValueError", "the handler failed"), ("PUT /a", "ValueError", "the handler failed")]
+
+
+def test_an_aiohttp_client_sends_traceparent_without_changing_the_callers_headers() -> None:
+    got = run(
+        """
+        import aiohttp
+        from aiohttp import web
+
+        async def main():
+            async def echo(request):
+                return web.json_response({"traceparent": request.headers.get("traceparent"),
+                                          "mine": request.headers.get("x-mine")})
+            app = web.Application()
+            app.router.add_get("/echo", echo)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            mine = {"x-mine": "kept"}
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{port}/echo", headers=mine) as response:
+                    answer = await response.json()
+            await runner.cleanup()
+            return answer, mine
+
+        answer, mine = asyncio.run(main())
+        print(json.dumps({"answer": answer, "mine": mine, "spans": spans()}))
+        """
+    )
+    (client,) = [s for s in got["spans"] if s["kind"] == "client"]
+    (server,) = [s for s in got["spans"] if s["kind"] == "server"]
+    assert got["mine"] == {"x-mine": "kept"} and got["answer"]["mine"] == "kept"
+    assert got["answer"]["traceparent"] == f"00-{client['trace_id']}-{client['span_id']}-01"
+    assert server["parent_span_id"] == client["span_id"] and server["name"] == "GET /echo"
+    assert client["response"] == {"status": 200} and server["response"] == {"status": 200}
+
+
+def test_a_recorded_url_holds_no_user_password_query_nor_fragment() -> None:
+    assert public_url("https://user:secret@example.com:8443/a/b?token=t#part") == "https://example.com:8443/a/b"
+    assert public_url("http://[::1]/x") == "http://[::1]/x" and public_url("/relative?q=1") == "/relative"
+    assert client_label("GET", "https://user:secret@example.com:8443/a?b=c") == "GET example.com:8443"
+
+
+def test_a_server_whose_patch_fails_is_said_once_and_leaves_the_others_patched() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import logging, sys, types
+            logging.basicConfig(level=logging.WARNING, format="%(message)s")
+            sys.modules["waitress.server"] = types.ModuleType("waitress.server")  # a waitress with no server class
+            import wsgiref.handlers
+            from ringtrace.client import Timeline
+            from ringtrace.client.integrations import applied, apply
+            apply(Timeline("t"), {"wsgi"})
+            print(applied(), hasattr(wsgiref.handlers.BaseHandler.run, "__wrapped__"))
+            """
+        )],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['wsgi'] True"
+    assert result.stderr.count("the wsgi integration is off under waitress.server: AttributeError(") == 1
+
+
+def test_an_aiohttp_sub_application_under_an_explicit_middleware_records_one_span_labelled_with_its_route() -> None:
+    got = run(
+        """
+        import urllib.request
+        from aiohttp import web
+        from ringtrace.client.integrations.aiohttp_server import middleware
+
+        async def main():
+            async def item(request):
+                return web.json_response({"id": request.match_info["id"]})
+            sub = web.Application()
+            sub.router.add_get("/items/{id}", item)
+            app = web.Application(middlewares=[middleware(tl)])  # given here, and put first by the integration too
+            app.add_subapp("/sub", sub)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            url = f"http://127.0.0.1:{port}/sub/items/7"
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read().decode())
+            await runner.cleanup()
+            return body
+
+        body = asyncio.run(main())
+        print(json.dumps({"body": body, "spans": spans()}))
+        """
+    )
+    assert json.loads(got["body"]) == {"id": "7"}
+    (client,) = [s for s in got["spans"] if s["kind"] == "client"]
+    (server,) = [s for s in got["spans"] if s["kind"] == "server"]
+    assert server["name"] == "GET /sub/items/{id}" and server["route"] == "/sub/items/{id}"
+    assert server["path"] == "/sub/items/7" and server["parent_span_id"] == client["span_id"]
+
+
+def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_transport_is_traced() -> None:
+    got = run(
+        """
+        import httpx
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+        from ringtrace.client.integrations.asgi_server import ASGIMiddleware
+
+        async def item(request):
+            return JSONResponse({"id": request.path_params["id"]})
+
+        app = ASGIMiddleware(Starlette(routes=[Route("/items/{id:int}", item)]), tl)
+
+        async def main():
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://shop.test") as client:
+                found, missing = await client.get("/items/7"), await client.get("/nothing")
+            return [found.status_code, found.json(), missing.status_code]
+
+        print(json.dumps({"answers": asyncio.run(main()), "spans": spans()}))
+        """
+    )
+    assert got["answers"] == [200, {"id": 7}, 404]
+    clients = [s for s in got["spans"] if s["kind"] == "client"]
+    servers = [s for s in got["spans"] if s["kind"] == "server"]
+    assert [c["name"] for c in clients] == ["GET shop.test"] * 2
+    assert [s["parent_span_id"] for s in servers] == [c["span_id"] for c in clients]
+    assert [s["response"] for s in servers] == [{"status": 200, "route": "/items/{id}"}, {"status": 404}]

@@ -41,6 +41,7 @@ BENCHMARKS = {
     "trace_scope": ("bench_trace_scope.py", 300),
     "trace_filter": ("bench_trace_filter.py", 600),
     "web_view": ("bench_web_view.py", 900),
+    "always_on": ("bench_always_on.py", 1500),
 }
 
 

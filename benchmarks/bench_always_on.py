@@ -1,0 +1,135 @@
+"""What recording with no code change costs a realistic program: ``ringtrace run``'s defaults (every integration,
+sampling at 100 Hz) against the same program under plain ``python``, in one run.
+
+Two programs (``workloads/``), each run fresh per round, the variants interleaved round-robin:
+
+  cpu mix        ``cpu_mix.py``: JSON, regular expressions, dataclasses, sorting, a log line every ~20 ms; the time of
+                 its work loop (interpreter start and exit not counted)
+  aiohttp server ``aiohttp_app.py`` loaded by ``http_load.py`` (a closed loop of keep-alive connections, never
+                 traced): requests/s answered
+
+Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``) and
+``run, sampling only`` (every integration off), to see where a cost comes from. Each streams to a real collector
+subprocess. The cost is the ratio of medians against the baseline (time: variant / python; requests/s: python /
+variant), so 1.02 is 2% slower. Target: <= 1.02 for the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import collector, interleave, median, stop_process, table
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = HERE / "workloads"
+RINGTRACE = str(Path(sys.executable).with_name("ringtrace"))
+TARGET = 1.02
+
+
+def variants(address: str) -> dict[str, list[str]]:
+    from ringtrace.client.integrations import INTEGRATIONS
+
+    run = [RINGTRACE, "run", "--collector", address]
+    every_integration_off = [f"--no-{integration.name}" for integration in INTEGRATIONS]
+    return {
+        "python": [sys.executable],
+        "ringtrace run": run,
+        "run, no sampling": [*run, "--sample-hz", "0"],
+        "run, sampling only": [*run, *every_integration_off],
+    }
+
+
+def cpu_mix(command: list[str], batches: int) -> float:
+    result = subprocess.run(
+        [*command, str(WORKLOADS / "cpu_mix.py"), str(batches)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    match = re.search(r"elapsed_s (\S+)", result.stdout)
+    if match is None:
+        raise RuntimeError(f"cpu_mix printed no time: {result.stdout!r} {result.stderr[-2000:]!r}")
+    return float(match.group(1))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_rps(command: list[str], seconds: float, connections: int) -> float:
+    port = free_port()
+    server = subprocess.Popen(
+        [*command, str(WORKLOADS / "aiohttp_app.py"), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        deadline = time.monotonic() + 60
+        while server.stdout.readline().strip() != "listening":
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {command}")
+        load = subprocess.run(
+            [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+            check=True,
+        )
+        return float(load.stdout.split()[1])
+    finally:
+        stop_process(server)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7, help="measured rounds (default %(default)s)")
+    parser.add_argument("--batches", type=int, default=400, help="cpu mix: batches of 200 orders (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="server: s of load a round (default %(default)s)")
+    parser.add_argument("--connections", type=int, default=8, help="aiohttp server: connections (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="2 rounds, 100 batches, 2 s of load: a smoke test")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.batches, args.seconds = 2, 100, 2.0
+    with collector() as running:
+        commands = variants(running.tcp)
+        times = interleave({name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}, args.rounds)
+        rps = interleave(
+            {name: lambda c=c: server_rps(c, args.seconds, args.connections) for name, c in commands.items()},
+            args.rounds,
+        )
+    base_time, base_rps = median(times["python"]), median(rps["python"])
+    rows = [
+        [
+            name,
+            f"{median(times[name]):.3f}",
+            f"{median(times[name]) / base_time:.3f}",
+            f"{median(rps[name]):,.0f}",
+            f"{base_rps / median(rps[name]):.3f}",
+        ]
+        for name in commands
+    ]
+    print(
+        table(
+            ["variant", "cpu mix s", "cost", "server req/s", "cost"],
+            rows,
+            f"Always-on defaults, {args.rounds} rounds (cost: x python; target <= {TARGET})",
+        )
+    )
+    worst = max(median(times["ringtrace run"]) / base_time, base_rps / median(rps["ringtrace run"]))
+    print(f"defaults: worst cost {worst:.3f} ({'within' if worst <= TARGET else 'OVER'} the {TARGET} target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""An aiohttp server of the everyday kind: a JSON endpoint that parses a query, does a little work and logs now and
+then. ``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn, and loads it with
+``http_load.py``. Its port is the first argument; it prints ``listening`` once it serves."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from aiohttp import web
+
+log = logging.getLogger("shop")
+
+
+async def prices(request: web.Request) -> web.Response:
+    count = int(request.query.get("n", "20"))
+    items = sorted(({"sku": f"sku{i}", "price": (i * 37) % 101 / 7} for i in range(count)), key=lambda x: x["price"])
+    if count == 25:  # one request in 30 logs a line
+        log.info("priced %d items", count)
+    return web.Response(text=json.dumps(items), content_type="application/json")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    app = web.Application()
+    app.router.add_get("/prices", prices)
+    web.run_app(
+        app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *_: print("listening", flush=True), access_log=None
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""A CPU-bound program of the everyday kind: JSON in and out, regular expressions, dataclasses, sorting, a log line
+now and then. It prints how long its work took (interpreter start and exit not counted): ``bench_always_on.py`` runs
+it under ``python`` and under ``ringtrace run`` in turn."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import re
+import sys
+import time
+
+log = logging.getLogger("cpu_mix")
+WORD = re.compile(r"(?P<user>[a-z]+)@(?P<host>[a-z]+)\.(?P<tld>com|org|net)")
+
+
+@dataclasses.dataclass(order=True)
+class Order:
+    total: float
+    customer: str
+    items: list[str]
+
+
+def batch(rng: random.Random, size: int) -> int:
+    orders = [
+        Order(rng.random() * 100, f"user{rng.randrange(1000)}@shop.com", [f"sku{rng.randrange(50)}" for _ in range(5)])
+        for _ in range(size)
+    ]
+    text = json.dumps([dataclasses.asdict(order) for order in orders])
+    back = [Order(**fields) for fields in json.loads(text)]
+    back.sort()
+    hosts = sum(1 for order in back if (match := WORD.search(order.customer)) and match["tld"] == "com")
+    by_sku: dict[str, int] = {}
+    for order in back:
+        for item in order.items:
+            by_sku[item] = by_sku.get(item, 0) + 1
+    return hosts + len(sorted(by_sku.items(), key=lambda pair: (-pair[1], pair[0])))
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    rng = random.Random(7)
+    started = time.perf_counter()
+    total = 0
+    for number in range(batches):
+        total += batch(rng, 200)
+        if number % 20 == 0:
+            log.info("batch %d done, total %d", number, total)  # a log line every ~20 ms: a chatty service's rate
+    print(f"elapsed_s {time.perf_counter() - started:.6f} total {total}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

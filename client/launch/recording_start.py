@@ -7,7 +7,6 @@ raises into the program: what fails is said in one line on stderr, and the progr
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 
 from ringtrace.client.connecting import connect
@@ -15,13 +14,12 @@ from ringtrace.client.integrations import apply as apply_integrations
 from ringtrace.client.launch.forked_children import watch_forks
 from ringtrace.client.launch.launch_options import LaunchSettings
 from ringtrace.client.recording.timelines import Timeline
+from ringtrace.client.sampling import start_sampler
 
 __all__ = ["say", "start_recording"]
 
 #: The instant recorded where recording starts.
 _STARTED = "ringtrace.recording"
-#: The sampler's module (``start_sampler(timeline, hz)``).
-_SAMPLER_MODULE = "ringtrace.client.sampling"
 
 
 def start_recording(settings: LaunchSettings, process_name: str | None = None) -> Timeline | None:
@@ -37,8 +35,7 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
         apply_integrations(timeline, settings.integrations_on)
     except Exception as exc:  # (each install is guarded in apply; this is the hook itself failing)
         say(f"no library integrations: {type(exc).__name__}: {exc}")
-    if settings.sample_hz > 0:
-        _start_sampler(timeline, settings.sample_hz)
+    start_sampler(timeline, settings.sample_hz)  # (0: off; one that cannot start is said in the log)
     _mark_start(timeline, "start")
     return timeline
 
@@ -48,20 +45,6 @@ def _mark_start(timeline: Timeline, how: str) -> None:
     exits at once still has something its exit delivers, so the collector sees it."""
     timeline.instant(_STARTED, how=how)
     watch_forks(timeline, _STARTED)
-
-
-def _start_sampler(timeline: Timeline, sample_hz: float) -> None:
-    """The one place the sampler is started."""
-    try:
-        sampling = importlib.import_module(_SAMPLER_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != _SAMPLER_MODULE:
-            say(f"no sampling: {exc}")
-        return  # SAMPLER: not in this install yet; once it lands, this is `from ... import start_sampler`
-    try:
-        sampling.start_sampler(timeline, sample_hz)  # SAMPLER: the call
-    except Exception as exc:
-        say(f"no sampling: {type(exc).__name__}: {exc}")
 
 
 def say(line: str) -> None:

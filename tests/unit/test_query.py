@@ -131,6 +131,7 @@ def test_categories_of_built_in_kinds_are_their_families() -> None:
         "counter",
         "instant",
         "marker",
+        "sample",
         "source",
         "span",
     ]

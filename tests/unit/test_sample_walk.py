@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgpack
 from ringtrace.collector.command.files import dump_line
@@ -68,10 +69,21 @@ def test_the_c_writers_hand_samples_to_the_python_walk(tmp_path: Path) -> None:
     view = load_file(_file(tmp_path)).view
     fast, python = (json.loads(b"".join(chrome_trace_chunks(view, accelerated=a))) for a in (True, False))
     assert sorted(map(repr, fast["traceEvents"])) == sorted(map(repr, python["traceEvents"]))  # (C's first, then)
-    assert [e["args"]["stack"] for e in fast["traceEvents"] if e["ph"] == "P"] == [
-        [list(MAIN), list(WORK)], [list(MAIN)], []
-    ]  # not dropped: shown as the walk shows them  # fmt: skip
+    assert fast["stackFrames"] == python["stackFrames"]
+    stacks = [_unwound(fast["stackFrames"], e.get("sf")) for e in fast["traceEvents"] if e["ph"] == "P"]
+    assert stacks == [[MAIN, WORK], [MAIN], []]  # not dropped: shown as the walk shows them
     assert b"".join(perfetto_chunks(view)) == b"".join(perfetto_chunks(view, accelerated=False))
+
+
+def _unwound(frames: dict[str, Any], leaf: int | None) -> list[tuple[str, str, int]]:
+    """A Chrome sample's stack, root first, from its leaf's id in ``stackFrames``."""
+    stack = []
+    node = None if leaf is None else str(leaf)
+    while node is not None:
+        file, line = frames[node]["category"].rsplit(":", 1)
+        stack.append((frames[node]["name"], file, int(line)))
+        node = frames[node].get("parent")
+    return stack[::-1]
 
 
 def test_the_dump_prints_a_sample_on_one_line_leaf_first(tmp_path: Path) -> None:

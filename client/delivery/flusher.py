@@ -36,7 +36,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.delivery.threads import background_thread
@@ -129,6 +129,9 @@ class Flusher:
         self._hooks_installed = False
         #: The exit delivery has begun.
         self.exiting = False
+        #: Called first at exit, before the last sweep: what records on its own (the sampler) stops, so that nothing
+        #: is recorded into timelines that are closing (it would be counted lost).
+        self.before_exit: list[Callable[[], None]] = []
 
     def register(self, timeline: Sweepable) -> None:
         """Sweep ``timeline`` from now on (it has listeners)."""
@@ -344,6 +347,11 @@ class Flusher:
     def close_at_exit(self) -> None:
         """At interpreter exit (or a multiprocessing child's): deliver what is buffered, within ``exit_timeout_s``."""
         self.exiting = True
+        for stop in list(self.before_exit):
+            try:
+                stop()
+            except Exception:  # the delivery goes on
+                log.exception("ringtrace: a thread that records could not be stopped at exit")
         deadline = time.monotonic() + self.exit_timeout_s
         self.sweep_all(deadline)
         for timeline in self.timelines():

@@ -29,20 +29,19 @@ import logging
 import sys
 import threading
 import time
-from asyncio import current_task
-from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording.asyncio_watch import NO_LOOP, current_task, when_asyncio
 from ringtrace.client.recording.events import Event
 from ringtrace.client.recording.tracks import NOWHERE, Recording, Sink, Tracks
 from ringtrace.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
     from asyncio import Task
-    from types import TracebackType
+    from types import ModuleType, TracebackType
 
     from ringtrace.client.recording.tracks import TrackBuffer
 
@@ -52,6 +51,8 @@ log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
 _new = object.__new__
 _wake_flusher = FLUSHER.wake
+#: This thread's running asyncio loop: none until the program imports asyncio, then asyncio's answer (``_use_asyncio``).
+_get_running_loop: Callable[[], object] = NO_LOOP
 
 
 class Scope:
@@ -235,7 +236,7 @@ class _PyRecorder:
 if TYPE_CHECKING or speedups is None:
     _RecorderBase = _PyRecorder
 else:
-    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake, _set_running_loop)
+    speedups.configure(NO_LOOP, SPAN, INSTANT, FLUSHER.wake)
     _RecorderBase = speedups.RecorderCore
 if not TYPE_CHECKING and speedups is not None:
     Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
@@ -365,6 +366,29 @@ class Recorder(_RecorderBase):
         self._forget_recorders()
         self._cache_threads(not _green_threads())
         self._tracks.attach_sources(self._recording if listening else None)
+        if listening:
+            _watch_asyncio()
+
+
+_asyncio_watched = False
+
+
+def _watch_asyncio() -> None:
+    """Once, at the first listener: from when the program imports asyncio (now, if it has), the recorders ask it
+    which loop runs. Before, none can: importing ringtrace neither imports asyncio nor changes the process."""
+    global _asyncio_watched
+    if not _asyncio_watched:
+        _asyncio_watched = True
+        when_asyncio(_use_asyncio)
+
+
+def _use_asyncio(events: ModuleType) -> None:
+    """asyncio's ``events`` module has run: ask it which loop runs (the C recorder probes where it keeps the loop,
+    to read it there without a call)."""
+    global _get_running_loop
+    _get_running_loop = events._get_running_loop
+    if not TYPE_CHECKING and speedups is not None:
+        speedups.configure(events._get_running_loop, SPAN, INSTANT, FLUSHER.wake, events._set_running_loop)
 
 
 def _green_threads() -> bool:

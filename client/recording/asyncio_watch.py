@@ -2,10 +2,10 @@
 and should not pay for loading asyncio (and ssl, which it loads) at start.
 
 ``NO_LOOP`` answers the recorder's "which loop runs in this thread?" before asyncio is imported: ``NoneType()``, a
-call in C that answers None. ``when_asyncio`` calls back with asyncio's ``events`` module as soon as it has run: at
-once if it has, else from a finder first on ``sys.meta_path`` that wraps that module's loader (and leaves once it
-did). ``is_task`` and ``current_task`` read asyncio from ``sys.modules``: an object can only be a task, and a task can
-only run, once asyncio is imported.
+call in C that answers None. ``when_asyncio`` calls back with the asyncio package as soon as it has run (before any
+loop can): at once if it has, else from a finder first on ``sys.meta_path`` that wraps the package's loader (and
+leaves once it did). ``is_task`` and ``current_task`` read asyncio from ``sys.modules``: an object can only be a
+task, and a task can only run, once asyncio is imported.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_LOOP", "current_task", "is_task", "when_asyncio"]
 
-#: The module whose ``_get_running_loop`` and ``_set_running_loop`` the recorder uses.
-EVENTS: Final = "asyncio.events"
+#: The package watched: once it has run, every module of asyncio a program can use is there.
+ASYNCIO: Final = "asyncio"
 #: No event loop runs: the answer, in C, until asyncio is imported.
 NO_LOOP: Final[Callable[[], None]] = type(None)
 
@@ -52,14 +52,14 @@ def current_task() -> Task[Any] | None:
 
 
 def when_asyncio(callback: Callable[[ModuleType], None]) -> None:
-    """``callback(asyncio.events)`` now if asyncio is imported, else right after its ``events`` module has run (in
-    the thread importing it)."""
+    """``callback(asyncio)`` now if asyncio is imported, else right after the package has run (in the thread
+    importing it). A callback that raises is logged, never raised into the program's import."""
     with _lock:
         _waiting.append(callback)
         if not any(isinstance(finder, _AsyncioWatch) for finder in sys.meta_path):
             sys.meta_path.insert(0, _AsyncioWatch())
-    if _loaded(sys.modules.get(EVENTS)):
-        _ran(sys.modules[EVENTS])
+    if _loaded(sys.modules.get(ASYNCIO)):
+        _ran(sys.modules[ASYNCIO])
 
 
 def _loaded(module: ModuleType | None) -> bool:
@@ -67,27 +67,28 @@ def _loaded(module: ModuleType | None) -> bool:
     return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
-def _ran(events: ModuleType) -> None:
-    """asyncio's ``events`` module has run: call back whoever waits, once each, and stop watching."""
+def _ran(asyncio: ModuleType) -> None:
+    """The asyncio package has run: call back whoever waits, once each, and stop watching."""
     with _lock:
         waiting = _waiting[:]
         _waiting.clear()
         sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _AsyncioWatch)]
     for callback in waiting:
         try:
-            callback(events)
+            callback(asyncio)
         except Exception:  # never into the program's import of asyncio
             _log.warning("ringtrace: could not follow asyncio's running loops", exc_info=True)
 
 
 class _AsyncioWatch:
-    """First on ``sys.meta_path``: finds asyncio's ``events`` module with the finders after it, and wraps its loader;
-    every other import it lets by with one comparison."""
+    """First on ``sys.meta_path``: finds the asyncio package with the finders after it, and wraps its loader; every
+    other import it lets by with one comparison. (Neither class derives from ``importlib.abc``'s: importing that loads
+    ``importlib.resources``.)"""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != EVENTS:
+        if fullname != ASYNCIO:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -101,7 +102,7 @@ class _AsyncioWatch:
 
 
 class _ThenCallBack:
-    """asyncio's ``events`` loader, then the callbacks waiting for it."""
+    """The asyncio package's loader, then the callbacks waiting for it."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader

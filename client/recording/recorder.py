@@ -382,10 +382,11 @@ def _watch_asyncio() -> None:
         when_asyncio(_use_asyncio)
 
 
-def _use_asyncio(events: ModuleType) -> None:
-    """asyncio's ``events`` module has run: ask it which loop runs (the C recorder probes where it keeps the loop,
-    to read it there without a call)."""
+def _use_asyncio(asyncio: ModuleType) -> None:
+    """The program imported asyncio: ask it which loop runs (the C recorder probes where it keeps the loop, to read
+    it there without a call)."""
     global _get_running_loop
+    events = asyncio.events
     _get_running_loop = events._get_running_loop
     if not TYPE_CHECKING and speedups is not None:
         speedups.configure(events._get_running_loop, SPAN, INSTANT, FLUSHER.wake, events._set_running_loop)

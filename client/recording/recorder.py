@@ -20,6 +20,9 @@ The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class 
 ``push``, with one that does the same in C, caches the buffer of the last thread that recorded, and asks
 ``_thread_events`` and ``_task_events`` (by name, on the timeline) for the rest. ``Recorder`` is the state both
 recorders share: the timeline is one, so nothing on the hot path goes through another object.
+
+Which asyncio loop runs in the thread is asked of asyncio only from when the program imports it (``asyncio_watch.py``):
+until then no loop can run, and ringtrace does not import asyncio for a program that never does.
 """
 
 from __future__ import annotations

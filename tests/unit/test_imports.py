@@ -200,3 +200,16 @@ def test_a_program_that_imports_asyncio_after_recording_started_records_on_task_
     assert len(tasks) == 3
     assert {kind for kind, _ in tasks} == {ASYNC_TRACK}
     assert len({track for _, track in tasks}) == 3  # concurrent tasks: a lane each
+
+
+def test_the_instance_id_made_without_uuid_is_a_random_uuid_s_hex() -> None:
+    # ``uuid`` is left out of a start (it loads ``platform``): the id made in its place is what ``uuid4().hex`` was.
+    import uuid
+
+    from ringtrace.client.delivery.process_identity import _uuid4_hex
+
+    made = [_uuid4_hex() for _ in range(200)]
+    assert len(set(made)) == len(made)
+    for text in made:
+        parsed = uuid.UUID(hex=text)
+        assert (parsed.hex, parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)

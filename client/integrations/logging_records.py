@@ -69,6 +69,8 @@ _messages: dict[tuple[str, int, bool], Message] = {}
 _widened = threading.local()
 #: Whether the timeline's priority is past ``info``: ``isEnabledFor`` then says yes to what the timeline records.
 _widening = False
+#: Whether ``_is_enabled_for`` is on ``logging.Logger`` (maybe under another tool's wrapper of it).
+_hooked = False
 #: Priorities at most this rank are recorded as the program's levels let them (the timeline's default, ``info``).
 _DEFAULT_RANK = priority_level("info")
 #: What ``logging.Logger`` had when the integration was installed (logging's own, or another tool's wrapper of them).
@@ -101,16 +103,18 @@ def install(timeline: Timeline) -> None:
 
 def _on_priority(priority: str) -> None:
     """Widen ``Logger.isEnabledFor`` while the timeline's priority is past ``info``; put the program's back after."""
-    global _widening, _program_is_enabled_for
+    global _widening, _hooked, _program_is_enabled_for
     try:
         widening = priority_level(priority) > _DEFAULT_RANK
-        current = logging.Logger.isEnabledFor
-        if widening and current is not _is_enabled_for:
-            _program_is_enabled_for = current  # logging's own, or what another tool put there since
+        if widening and not _hooked:
+            _program_is_enabled_for = logging.Logger.isEnabledFor  # logging's own, or another tool's put there since
             logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
-        elif not widening and current is _is_enabled_for:
+            _hooked = True
+        elif not widening and logging.Logger.isEnabledFor is _is_enabled_for:
             logging.Logger.isEnabledFor = _program_is_enabled_for  # type: ignore[method-assign,assignment]
-        # (Another tool's wrapper of ours stays: ours then answers as the program's levels do.)
+            _hooked = False
+        # Another tool's wrapper of ours stays (ours stays under it: wrapping that again would call itself); ours
+        # then answers as the program's levels do until the priority is past info again.
         _widening = widening
     except Exception as exc:
         count_failure(_NAME, exc)

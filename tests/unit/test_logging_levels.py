@@ -83,6 +83,11 @@ quiet.log(5, "i")
 tl.set_priority("info")
 quiet.info("j")
 step("wrapped")
+tl.set_priority("debug")  # ours is still under the other tool's wrapper: widened again, not wrapped twice
+quiet.info("k")
+tl.set_priority("info")
+quiet.info("l")
+step("wrapped-again")
 """
 
 
@@ -99,4 +104,5 @@ def test_the_program_s_levels_decide_at_info_and_the_timeline_s_past_it() -> Non
         "warning own 3 ['c', 'd', 'e']",
         # Another tool's wrapper of the widened hook stays; the integration's then answers as the program's levels.
         "wrapped other 4 ['c', 'd', 'e', 'i']",
+        "wrapped-again other 5 ['c', 'd', 'e', 'i', 'k']",
     ]

@@ -119,3 +119,19 @@ def test_samples_keep_their_stacks_past_the_ring_s_overwrite_and_a_kill_9(tmp_pa
     finally:
         restarted.stop()
     assert after["samples"] > 0 and _depths(after) == (2, 0)
+
+
+def test_stacks_frames_that_add_nothing_cost_the_tables_nothing() -> None:
+    collector = CollectorProcess()
+    stacks = Stacks(0, (("main", "app.py", 1),), 0, ((None, 0),))
+    try:
+        with RawClient(collector.tcp_address, _hello(4103)) as client:
+            client.send_raw(b"".join([*_open_stream(), encode(stacks)]))
+            client.flush()
+            charged = collector.json("/stats")["table_bytes"]
+            client.send_raw(encode(Stacks(1, (), 1, ())) * 20_000)  # each keeps the rules, and declares nothing
+            client.flush()
+            stats = collector.json("/stats")
+    finally:
+        collector.stop()
+    assert stats["connections"] == 1 and stats["table_bytes"] == charged

@@ -8,6 +8,7 @@ import tracemalloc
 
 import msgpack
 import pytest
+from ringtrace.collector.store.budget import table_charge_bound
 from ringtrace.collector.store.streams import Stream
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import LimitExceeded, MalformedFrame
@@ -190,3 +191,20 @@ def test_a_stream_in_the_store_replays_its_stacks_since_the_last_reset() -> None
     decoder.receive_data(replayed)
     list(decoder)
     assert decoder.tables.stacks.resolve(0) == (LEAF,)
+
+
+def test_a_stream_at_the_stack_limits_is_charged_within_the_bound_the_collector_warns_by() -> None:
+    frames, nodes, text = 2000, 4000, 256
+    limits = Limits(max_stacks=nodes, max_stack_frames=frames, max_string_bytes=frames * 2 * text)
+    decoder, stream = _decoder(limits, keep_strings=False), Stream(1, {}, encode(HELLO), 64 * 1024)
+    before = decoder.table_bytes + stream.memory_bytes
+    locations = tuple((f"{i:0{text}}", f"{i:0{text}}", 2**32 - 1) for i in range(frames))
+    chain = tuple((i - 1 if i else None, i // 2) for i in range(nodes))
+    for first in range(0, frames, 500):
+        run = encode(Stacks(first, locations[first : first + 500], 2 * first, chain[2 * first : 2 * first + 1000]))
+        _feed(decoder, run)
+        stream.keep(run, "stacks", -1, False)
+    assert (decoder.stack_count, decoder.stack_frame_count) == (nodes, frames)
+    charged = decoder.table_bytes + stream.memory_bytes - before
+    without_stacks = Limits(max_stacks=0, max_stack_frames=0, max_string_bytes=limits.max_string_bytes)
+    assert charged <= table_charge_bound(limits) - table_charge_bound(without_stacks)

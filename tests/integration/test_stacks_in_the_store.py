@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
 from collector_process import CollectorProcess, RawClient
 from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.handshake_frames import Hello
@@ -23,6 +25,7 @@ from waiting import wait_for
 
 #: Nodes of the chain: a peer may declare this many in well under a MiB.
 DEPTH = 20_000
+_MISSING = missing_browser()
 
 
 def _hello(pid: int) -> Hello:
@@ -135,3 +138,46 @@ def test_stacks_frames_that_add_nothing_cost_the_tables_nothing() -> None:
     finally:
         collector.stop()
     assert stats["connections"] == 1 and stats["table_bytes"] == charged
+
+
+def _many_stacks(roots: range, depth: int) -> bytes:
+    """A stack of ``depth`` frames under each root function, its inner frames shared: ``depth`` nodes a root."""
+    inner = tuple((f"inner{i}", "inner.py", i + 1) for i in range(1, depth))
+    frames, nodes = [encode(Stacks(0, inner, 0, ()))], []
+    declared = len(inner)
+    for n, root in enumerate(roots):
+        first = n * depth
+        chain = ((None, declared), *((first + i - 1, i - 1) for i in range(1, depth)))
+        frames.append(encode(Stacks(declared, ((f"root{root}", "app.py", root + 1),), first, chain)))
+        declared += 1
+        nodes.append(first + depth - 1)
+    return b"".join(frames) + _samples(time.monotonic_ns() - 1_000_000_000, nodes, 1000)
+
+
+@pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING))
+@pytest.mark.xdist_group("web_view_browser")
+def test_the_web_view_draws_a_flame_graph_of_more_frames_than_a_call_s_arguments_may_be() -> None:
+    from playwright.sync_api import sync_playwright
+
+    collector = CollectorProcess()
+    try:
+        for pid, roots in ((4104, range(0, 500)), (4105, range(500, 1000))):  # 75,000 nodes each, within the limit
+            with RawClient(collector.tcp_address, _hello(pid)) as client:
+                client.send_raw(b"".join([*_open_stream(), _many_stacks(roots, 150)]))
+                client.flush()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                page.goto(collector.http_url + "/?seconds=600")
+                until(page, "() => /samples|rror|exceeded/.test(document.getElementById('flame-info').textContent)")
+                info = page.inner_text("#flame-info")
+                drawn = int(page.get_attribute("#flamegraph", "data-frames") or 0)
+            finally:
+                browser.close()
+    finally:
+        collector.stop()
+    assert "150,000 frames" in info and "exceeded" not in info, info
+    assert drawn == 150_001 and errors == []  # every frame and the root

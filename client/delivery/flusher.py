@@ -345,6 +345,8 @@ class Flusher:
         """At interpreter exit (or a multiprocessing child's): deliver what is buffered, within ``exit_timeout_s``."""
         self.exiting = True
         deadline = time.monotonic() + self.exit_timeout_s
+        for timeline in self.timelines():  # (the streamer: a collector not there is not waited for)
+            _call(tuple(x for x in timeline.listeners if hasattr(x, "exit_begins")), "exit_begins")
         self.sweep_all(deadline)
         for timeline in self.timelines():
             timeline.close(max(deadline - time.monotonic(), 0.0))

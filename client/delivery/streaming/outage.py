@@ -65,6 +65,11 @@ class Outage:
         return self._started is not None
 
     @property
+    def reason(self) -> str:
+        """The latest reason of the outage under way ("": none is)."""
+        return self._reason if self._started is not None else ""
+
+    @property
     def next_report(self) -> float:
         """When ``report`` has something to say next (``math.inf``: not before something else happens)."""
         return self._next_report

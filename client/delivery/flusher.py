@@ -36,7 +36,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.delivery.threads import background_thread
@@ -129,6 +129,8 @@ class Flusher:
         self._hooks_installed = False
         #: The exit delivery has begun.
         self.exiting = False
+        #: Called once, right after the thread next starts (``when_started``).
+        self._on_start: list[Callable[[], object]] = []
 
     def register(self, timeline: Sweepable) -> None:
         """Sweep ``timeline`` from now on (it has listeners)."""
@@ -204,7 +206,20 @@ class Flusher:
                 log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
                 return False
             self._thread = thread
-            return True
+            on_start, self._on_start = self._on_start, []
+        for callback in on_start:  # (not under the lock: they take their own)
+            try:
+                callback()
+            except Exception:  # never into the recording thread that started it
+                log.exception("ringtrace: %r failed when the flusher started", callback)
+        return True
+
+    def when_started(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once, on the thread that next starts this one's, right after (a forked child's first
+        event, never inside the fork handler): a thread of a listener's, which its exit handlers could not start on
+        Python 3.12 and later."""
+        with self._lock:
+            self._on_start.append(callback)
 
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
@@ -358,6 +373,7 @@ class Flusher:
         self._wake = threading.Event()
         self._sweep_asked = False
         self._thread = None
+        self._on_start = []
         self._carried = []
         self.exiting = False
         replacements: dict[int, Any] = {}

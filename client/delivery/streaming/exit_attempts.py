@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import errno
 
+from ringtrace.client.delivery.streaming.outage import Outage
+
 __all__ = ["ExitAttempts", "nothing_listens"]
 
 #: What ``connect()`` fails with when no collector is there to answer: nothing listens on the port, or no route goes to
@@ -29,12 +31,14 @@ class ExitAttempts:
 
     Args:
         collectors: how many collectors the address names (each gets its one attempt).
+        outage: the link's, quiet from the exit on (the streamer's line at close says what it would have).
     """
 
-    __slots__ = ("_collectors", "_found_nothing", "begun", "gave_up")
+    __slots__ = ("_collectors", "_found_nothing", "_outage", "begun", "gave_up")
 
-    def __init__(self, collectors: int) -> None:
+    def __init__(self, collectors: int, outage: Outage) -> None:
         self._collectors = max(collectors, 1)
+        self._outage = outage
         self._found_nothing = 0
         #: The exit delivery has begun.
         self.begun = False
@@ -42,8 +46,10 @@ class ExitAttempts:
         self.gave_up = ""
 
     def begin(self) -> None:
-        """The exit delivery begins: from now on an attempt that finds nothing listening is the last."""
+        """The exit delivery begins: from now on an attempt that finds nothing listening is the last, and the outage
+        warns no more."""
         self.begun = True
+        self._outage.quiet = True
 
     def failed(self, reason: str, found_nothing: bool) -> bool:
         """A connection attempt failed for ``reason``; ``found_nothing``: nothing listens there. Returns whether the

@@ -119,9 +119,9 @@ class Link:
         self._delivery = Delivery(options, encoder, self.counters)
         self._queue, self._acks = self._delivery.queue, self._delivery.acks
         self._backoff = Backoff(options.backoff_initial_s, options.backoff_max_s, jitter)
-        self.outage = Outage()  # what the log says while events cannot reach the collector (and why: its reason)
+        self.outage = Outage()  # what the log says while events cannot reach the collector, and why
         self._losses = LossReport()  # and what it says of events lost while it can
-        self.exit = ExitAttempts(len(parse_addresses(address)))  # at exit, a collector not there is not waited for
+        self.exit = ExitAttempts(len(parse_addresses(address)), self.outage)  # at exit: no wait where nothing listens
         self._actions: list[Action] = []
         self._decoder: ReplyDecoder | None = None
         self._polled_at = 0.0
@@ -218,7 +218,7 @@ class Link:
             warning = self.outage.report(
                 now, self._queue.event_count, counters.dropped_events, unacknowledged=counters.unacknowledged_events
             )
-            if warning and not self.exit.begun:  # (at exit, the streamer's line at close says it)
+            if warning:
                 self._log(logging.WARNING, warning)
         counters = self.counters
         lost = self._losses.report(

@@ -77,7 +77,7 @@ def undelivered_at_close(
     """What the log says when a streamer closes with events that never reached the collector (None: there are none):
     ``queued`` still when closing gave up, ``unreported`` dropped before and never reported, ``unanswered`` sent on
     connections that broke before an acknowledgement (lost, unless the collector stored them before the break).
-    ``failure``: why the collector cannot be reached, if it cannot (at exit, this line says it, not the outage's);
+    ``failure``: why the collector cannot be reached, if no warning said it yet (at exit, the outage's are not logged);
     ``at_once``: closing gave up without waiting out ``timeout_s``, since nothing listens there."""
     if not (queued or unreported or unanswered):
         return None

@@ -251,7 +251,7 @@ class Streamer(SerializedListener):
             unanswered=unanswered,
             timeout_s=timeout_s,
             connected=self._link.welcomed,
-            failure=self._link.outage.reason,
+            failure=self._link.outage.unsaid,
             at_once=bool(self._link.exit.gave_up),
         )
         if warning:

@@ -131,6 +131,9 @@ class Flusher:
         self.exiting = False
         #: Called once, right after the thread next starts (``when_started``).
         self._on_start: list[Callable[[], object]] = []
+        #: Called first at exit, before the last sweep: what records on its own (the sampler) stops, so that nothing
+        #: is recorded into timelines that are closing (it would be counted lost).
+        self.before_exit: list[Callable[[], None]] = []
 
     def register(self, timeline: Sweepable) -> None:
         """Sweep ``timeline`` from now on (it has listeners)."""
@@ -359,6 +362,11 @@ class Flusher:
     def close_at_exit(self) -> None:
         """At interpreter exit (or a multiprocessing child's): deliver what is buffered, within ``exit_timeout_s``."""
         self.exiting = True
+        for stop in list(self.before_exit):
+            try:
+                stop()
+            except Exception:  # the delivery goes on
+                log.exception("ringtrace: a thread that records could not be stopped at exit")
         deadline = time.monotonic() + self.exit_timeout_s
         for timeline in self.timelines():  # (the streamer: a collector not there is not waited for)
             _call(tuple(x for x in timeline.listeners if hasattr(x, "exit_begins")), "exit_begins")

@@ -13,6 +13,7 @@ Fork: in a child the sampler's thread is gone; the fork hook forgets the parent'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -115,11 +116,15 @@ class Sampler:
             log.warning("ringtrace: cannot start the sampler thread (%s); no samples in this process", exc)
             return False
         self._thread = thread
+        if self.stop not in FLUSHER.before_exit:
+            FLUSHER.before_exit.append(self.stop)  # no sample lands in a timeline the exit delivery is closing
         return True
 
     def stop(self, timeout_s: float = 1.0) -> None:
         """Stop sampling (the tracks end once their samples are delivered); waits up to ``timeout_s`` for the thread."""
         self._stop.set()
+        with contextlib.suppress(ValueError):
+            FLUSHER.before_exit.remove(self.stop)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)

@@ -74,6 +74,21 @@ def test_the_dockerfile_passes_hadolint_and_runs_as_a_numeric_user() -> None:
     assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
+def test_the_dockerfile_build_stage_copies_every_package_directory_and_the_manifest() -> None:
+    """The wheel is built from what the build stage copies: a package directory left out fails the build."""
+    import tomllib
+
+    build_stage = (DEPLOY / "Dockerfile").read_text().split("\nFROM ", 2)[1]
+    copied = {
+        source.rstrip("/")
+        for line in re.findall(r"^COPY\s+(?!--from)(.+)$", build_stage, re.MULTILINE)
+        for source in line.split()[:-1]
+    }
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    top_dirs = {directory.split("/")[0] for directory in package_dirs.values()}
+    assert top_dirs | {"pyproject.toml", "setup.py", "MANIFEST.in"} <= copied
+
+
 def test_the_compose_file_parses_and_its_healthcheck_is_in_exec_form() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]

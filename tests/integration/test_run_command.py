@@ -258,3 +258,39 @@ def test_the_options_stop_at_the_script(collector: CollectorProcess, tmp_path: P
         program_environment(),
     )
     assert (done.stdout, done.stderr, done.returncode) == ("['--no-logging', '--help', '-m', 'x']\n", "", 0)
+
+
+def test_the_sampler_stops_before_the_exit_delivery_so_no_sample_is_lost(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # Samples taken while the exit delivery closes the timeline would be refused, counted and said as lost: the
+    # sampler stops first. 1,000 Hz and busy threads make such a sample likely in every run before it did.
+    _write(
+        tmp_path,
+        {
+            "busy.py": """
+                import threading, time
+                def spin(until):
+                    while time.monotonic() < until:
+                        sum(range(100))
+                until = time.monotonic() + 0.3
+                threads = [threading.Thread(target=spin, args=(until,)) for _ in range(3)]
+                for thread in threads:
+                    thread.start()
+                spin(until)
+                for thread in threads:
+                    thread.join()
+                print("done")
+            """
+        },
+    )
+    for _ in range(5):
+        done = run(
+            [RINGTRACE, "run", "--collector", collector.tcp_address, "--sample-hz", "1000", "busy.py"],
+            tmp_path,
+            program_environment(),
+        )
+        assert (done.stdout, done.stderr, done.returncode) == ("done\n", "", 0)
+    wait_for_names(collector, Counter({"busy.py": 5}))
+    processes = collector.json("/sources")["processes"]
+    assert [process["client_dropped_events"] for process in processes] == [0] * 5

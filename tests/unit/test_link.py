@@ -6,12 +6,15 @@ The backoff's jitter is fixed at 1.0, so a wait is exactly the backoff.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from dataclasses import replace
 from typing import Any
 
 import msgpack
 import pytest
+from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.link import Link, LinkState
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
@@ -621,3 +624,16 @@ def test_at_exit_each_collector_of_several_gets_its_one_attempt() -> None:
     assert Connect() in link.timer(0.1)
     assert FlushDone(request, False) in link.connect_failed("c2 refused", 0.1, nobody=True)
     assert link.exit.gave_up == "c2 refused"
+
+
+def test_nothing_listens_where_the_connection_is_refused_or_the_host_unreachable_not_where_it_times_out() -> None:
+    with socket.socket() as sock:  # a real refusal: a port bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        address = sock.getsockname()
+    with pytest.raises(OSError) as refused:
+        socket.create_connection(address, timeout=5).close()
+    assert nothing_listens(refused.value)
+    assert nothing_listens(OSError(errno.ENETUNREACH, "Network is unreachable"))
+    assert nothing_listens(OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert not nothing_listens(TimeoutError("timed out"))  # there, perhaps, and slow: the whole exit timeout
+    assert not nothing_listens(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))

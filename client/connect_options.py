@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-import ssl
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -107,9 +107,12 @@ def _path_or_none(option: ClientOption, value: Any) -> Any:
 
 
 def _tls(option: ClientOption, value: Any) -> Any:
-    if not isinstance(value, bool | ssl.SSLContext):
+    if isinstance(value, bool):
+        return value
+    ssl = sys.modules.get("ssl")  # an SSLContext comes with ssl imported: ssl is for TLS only
+    if ssl is None or not isinstance(value, ssl.SSLContext):
         raise ConfigError(f"option {option.name} must be a bool or an ssl.SSLContext, got {type(value).__name__}")
-    if isinstance(value, ssl.SSLContext) and value.protocol == ssl.PROTOCOL_TLS_SERVER:
+    if value.protocol == ssl.PROTOCOL_TLS_SERVER:
         raise ConfigError(
             f"option {option.name} must be a client context (ssl.create_default_context()), got a server one"
         )

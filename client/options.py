@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.connect_options import checked_options, option_named
 from ringtrace.wire.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["StreamerOptions"]
 

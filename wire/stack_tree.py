@@ -7,17 +7,21 @@ from typing import Final
 
 from ringtrace.wire.stack_frames import CodeLocation, Stacks
 
-__all__ = ["StackTree"]
+__all__ = ["MAX_RESOLVED_DEPTH", "StackTree"]
 
-#: Stacks resolved and kept per table: samples repeat a few stacks many times.
+#: Frames of a stack a reader resolves at most, the innermost (twice what this client samples): a peer may declare
+#: a chain of ``max_stacks`` nodes, whose deepest stacks would each cost that many steps and a tuple that long.
+MAX_RESOLVED_DEPTH: Final = 1024
+#: Stacks resolved and kept per table (samples repeat a few stacks many times), and their frames in all.
 _RESOLVED_KEPT: Final = 4096
+_RESOLVED_FRAMES_KEPT: Final = 1 << 19
 
 
 class StackTree:
     """Code locations and stack nodes by id (dense: the decoder has checked that each frame continues the table, that
     parents come before their children and that frame ids are declared)."""
 
-    __slots__ = ("_resolved", "frames", "leaves", "parents")
+    __slots__ = ("_resolved", "_resolved_frames", "frames", "leaves", "parents")
 
     def __init__(self) -> None:
         self.frames: list[CodeLocation] = []
@@ -25,6 +29,7 @@ class StackTree:
         self.parents: list[int] = []
         self.leaves: list[int] = []
         self._resolved: dict[int, tuple[CodeLocation, ...]] = {}
+        self._resolved_frames = 0
 
     def __len__(self) -> int:
         return len(self.parents)
@@ -37,7 +42,8 @@ class StackTree:
             self.leaves.append(leaf)
 
     def resolve(self, stack_id: object) -> tuple[CodeLocation, ...] | None:
-        """The frames of stack ``stack_id``, root first; None if it was never declared (or is not an id)."""
+        """The frames of stack ``stack_id``, root first (the innermost ``MAX_RESOLVED_DEPTH`` of a deeper one); None if
+        it was never declared (or is not an id)."""
         if type(stack_id) is not int or not 0 <= stack_id < len(self.parents):
             return None
         known = self._resolved.get(stack_id)
@@ -45,12 +51,14 @@ class StackTree:
             return known
         path: list[CodeLocation] = []
         node, frames, parents, leaves = stack_id, self.frames, self.parents, self.leaves
-        while node >= 0:
+        while node >= 0 and len(path) < MAX_RESOLVED_DEPTH:
             path.append(frames[leaves[node]])
             node = parents[node]
         path.reverse()
         resolved = tuple(path)
-        if len(self._resolved) >= _RESOLVED_KEPT:
+        if len(self._resolved) >= _RESOLVED_KEPT or self._resolved_frames >= _RESOLVED_FRAMES_KEPT:
             self._resolved.clear()
+            self._resolved_frames = 0
         self._resolved[stack_id] = resolved
+        self._resolved_frames += len(resolved)
         return resolved

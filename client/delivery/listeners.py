@@ -22,11 +22,10 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ringtrace.client.delivery.process_identity import ProcessIdentity
 from ringtrace.wire.arg_values import display_text, normalise_args
-from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError, ProtocolError
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
@@ -36,6 +35,9 @@ from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, Tra
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import typed_args
+
+if TYPE_CHECKING:
+    from ringtrace.wire.decoder import SessionDecoder
 
 __all__ = [
     "FileListener",
@@ -364,6 +366,8 @@ def read_trace_streams(path: str | os.PathLike[str], limits: Limits | None = Non
 
 
 def _read_streams(path: str | os.PathLike[str], limits: Limits | None, *, first_only: bool) -> list[TraceFile]:
+    from ringtrace.wire.decoder import SessionDecoder  # (for reading files only: not at every recording start)
+
     decoder = SessionDecoder(limits or Limits(), live=False, concatenated=True)
     streams: list[TraceFile] = []
     with open(path, "rb") as file:

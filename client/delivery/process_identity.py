@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.version import __version__
@@ -21,8 +20,16 @@ def _instance_id() -> str:
     global _instance
     pid = os.getpid()
     if _instance[0] != pid:
-        _instance = (pid, uuid.uuid4().hex)
+        _instance = (pid, _uuid4_hex())
     return _instance[1]
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, as uuid makes it, without importing uuid (which loads ``platform`` too, at every start)."""
+    number = int.from_bytes(os.urandom(16), "big")
+    number = (number & ~(0xC000 << 48)) | 0x8000 << 48  # the RFC 4122 variant
+    number = (number & ~(0xF000 << 64)) | 4 << 76  # version 4
+    return f"{number:032x}"
 
 
 class ProcessIdentity:

@@ -4,23 +4,27 @@ Theory of operation
 -------------------
 Kinds. A message kind is one ``(category, priority, text)``; a log record's text is free (f-strings, ids), so a kind
 per rendered text would grow the kind table without bound. Here a kind is one ``(logger name, priority)``, with the
-text ``$message`` and the rendered text (``record.getMessage()``) as its value, and a second one for records with an
-exception (``$message ($exception: $exception_text)``): at most 18 kinds per logger, whatever the program logs.
+text ``${message}`` and the rendered text (``record.getMessage()``) as its value, and a second one for records with an
+exception (``${message} (${exception}: ${exception_text})``): at most 18 kinds per logger, whatever the program logs.
+A ``${name}`` shows as its value alone, so a record shows as its text (``lookup failed (KeyError: 'x')``).
 
-Which records. The timeline's priority (``set_priority``, or ``POST /priority`` on the collector) decides what is
-recorded, not the program's logger levels: ``Logger.isEnabledFor`` is replaced by one that answers as the program's
-levels do, or yes when the timeline records that level. So ``POST /priority`` debug records the debug records of a
-program that prints only warnings. A record created only for ringtrace (``_call_handlers``) is recorded and not handed
-to the program's handlers: what the program prints is unchanged. What the program did choose is obeyed:
-``logging.disable``, a disabled logger, the filters of a logger. A level the timeline does not record costs one dict
-lookup and one attribute read more than logging's own test; while nothing listens to the timeline (closed), nothing
-is widened. Sampling (``Timeline.sample``) turns on only records
-the program lets through. Loggers named ``ringtrace...`` are never recorded (ringtrace's own warnings go where they
-went, and a failing hook that logs cannot loop).
+Which records. By default, those the program's logging handles (its levels, its filters, ``logging.disable``), up to
+the timeline's priority (``set_priority``, or ``POST /priority`` on the collector): only ``Logger.callHandlers`` is
+hooked, and a record the program's levels leave out is never created, so it costs what it did without ringtrace.
+When the timeline's priority is raised past ``info`` (``debug``, ``trace``...), ``Logger.isEnabledFor`` is widened:
+replaced by one that answers as the program's levels do, or yes when the timeline records that level, so
+``POST /priority`` debug records the debug records of a program that prints only warnings; going back to ``info`` (or
+less) puts the program's ``isEnabledFor`` back (``Timeline.watch_priority``). A record created only for ringtrace
+(``_call_handlers``) is recorded and not handed to the program's handlers: what the program prints is unchanged. What
+the program did choose is obeyed even then: ``logging.disable``, a disabled logger, the filters of a logger. While
+widened, a level the timeline does not record costs one dict lookup and one attribute read more than logging's own
+test; while nothing listens to the timeline (closed), nothing is widened. Sampling (``Timeline.sample``) turns on only
+records the program lets through. Loggers named ``ringtrace...`` are never recorded (ringtrace's own warnings go where
+they went, and a failing hook that logs cannot loop).
 
-Both hooks (``isEnabledFor``, ``callHandlers``) are on ``logging.Logger``, after the call frames ``findCaller``
-looks at: the file, line and function of a record are the program's as before. A logger class that overrides one of
-them is recorded as its override lets it.
+Both hooks (``callHandlers``, and ``isEnabledFor`` while widened) are on ``logging.Logger``, after the call frames
+``findCaller`` looks at: the file, line and function of a record are the program's as before. A logger class that
+overrides one of them is recorded as its override lets it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from ringtrace.client.integrations.hook_errors import count_failure
 from ringtrace.client.integrations.uncaught_exceptions import exception_text, type_name
+from ringtrace.wire.message_format import priority_level
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.messages import Message
@@ -41,8 +46,8 @@ __all__ = ["install", "priority_of_level"]
 
 _NAME = "logging"
 #: The text of the kinds of records without, and with, an exception.
-_TEXT = "$message"
-_TEXT_WITH_EXCEPTION = "$message ($exception: $exception_text)"
+_TEXT = "${message}"
+_TEXT_WITH_EXCEPTION = "${message} (${exception}: ${exception_text})"
 #: Lowest level of each priority, most important first; a level below all of them is ``trace+++``.
 _FLOORS = (
     (logging.CRITICAL, "fatal"),
@@ -62,6 +67,12 @@ _gates: dict[int, Message] = {}
 _messages: dict[tuple[str, int, bool], Message] = {}
 #: ``level`` on a thread whose last ``isEnabledFor`` said yes for ringtrace only.
 _widened = threading.local()
+#: Whether the timeline's priority is past ``info``: ``isEnabledFor`` then says yes to what the timeline records.
+_widening = False
+#: Whether ``_is_enabled_for`` is on ``logging.Logger`` (maybe under another tool's wrapper of it).
+_hooked = False
+#: Priorities at most this rank are recorded as the program's levels let them (the timeline's default, ``info``).
+_DEFAULT_RANK = priority_level("info")
 #: What ``logging.Logger`` had when the integration was installed (logging's own, or another tool's wrapper of them).
 _program_is_enabled_for: Callable[[logging.Logger, int], bool] = logging.Logger.isEnabledFor
 _program_call_handlers: Callable[[logging.Logger, logging.LogRecord], None] = logging.Logger.callHandlers
@@ -85,20 +96,40 @@ def install(timeline: Timeline) -> None:
     _program_is_enabled_for, _program_call_handlers = logging.Logger.isEnabledFor, logging.Logger.callHandlers
     for level in range(logging.CRITICAL + 1):  # made now, not under whatever lock a first log call holds
         _gate(level)
-    logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
     logging.Logger.callHandlers = _call_handlers  # type: ignore[method-assign]
+    timeline.watch_priority(_on_priority)
+    _on_priority(timeline.priority)
+
+
+def _on_priority(priority: str) -> None:
+    """Widen ``Logger.isEnabledFor`` while the timeline's priority is past ``info``; put the program's back after."""
+    global _widening, _hooked, _program_is_enabled_for
+    try:
+        widening = priority_level(priority) > _DEFAULT_RANK
+        if widening and not _hooked:
+            _program_is_enabled_for = logging.Logger.isEnabledFor  # logging's own, or another tool's put there since
+            logging.Logger.isEnabledFor = _is_enabled_for  # type: ignore[method-assign]
+            _hooked = True
+        elif not widening and logging.Logger.isEnabledFor is _is_enabled_for:
+            logging.Logger.isEnabledFor = _program_is_enabled_for  # type: ignore[method-assign,assignment]
+            _hooked = False
+        # Another tool's wrapper of ours stays (ours stays under it: wrapping that again would call itself); ours
+        # then answers as the program's levels do until the priority is past info again.
+        _widening = widening
+    except Exception as exc:
+        count_failure(_NAME, exc)
 
 
 def _is_enabled_for(self: logging.Logger, level: int) -> bool:
-    """``Logger.isEnabledFor``: the program's answer, or yes when the timeline records ``level``."""
+    """``Logger.isEnabledFor`` while widened: the program's answer, or yes when the timeline records ``level``."""
     if self.disabled:
         return False
     try:
         enabled: bool = self._cache[level]  # type: ignore[attr-defined]  # the program's answers, as logging caches them
     except KeyError:
         enabled = _program_is_enabled_for(self, level)
-    if enabled:
-        return True
+    if enabled or not _widening:
+        return enabled
     try:
         try:
             gate = _gates[level]

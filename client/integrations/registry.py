@@ -12,7 +12,6 @@ An install that fails is logged once and counted; it never raises into the progr
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import logging
 import sys
@@ -23,6 +22,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    import importlib.abc
+
     from ringtrace.client.recording.timelines import Timeline
 
 __all__ = ["INTEGRATIONS", "Integration", "applied", "apply", "failed"]
@@ -158,8 +159,9 @@ def _imported(name: str) -> None:
         _install(integration, timeline)
 
 
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """First on ``sys.meta_path``: finds a watched module with the finders after it, and wraps its loader."""
+class _ImportWatcher:
+    """First on ``sys.meta_path``: finds a watched module with the finders after it, and wraps its loader. (Neither
+    class derives from ``importlib.abc``'s: importing that loads ``importlib.resources``, at every start.)"""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -172,12 +174,12 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenInstall(spec.loader, fullname)
+                    spec.loader = _ThenInstall(spec.loader, fullname)  # type: ignore[assignment]
                 return spec
         return None
 
 
-class _ThenInstall(importlib.abc.Loader):
+class _ThenInstall:
     """A module's own loader, then the integrations waiting for the module."""
 
     def __init__(self, loader: importlib.abc.Loader, name: str) -> None:

@@ -5,7 +5,8 @@ other thread's), and an asyncio loop's ``call_exception_handler`` (a task's exce
 exception). Each gets a wrapper that records the instant ``uncaught exception`` (``type``, ``message``, ``thread``, and
 ``task`` for asyncio) on the thread or task where it is handled, then calls what was there before with the same
 arguments: the output, the exit status and any later hook are as without ringtrace. The asyncio wrapper is on
-``asyncio.BaseEventLoop`` (every loop of the standard library) rather than a loop's handler, so
+``asyncio.BaseEventLoop`` (every loop of the standard library), put there once the program imports asyncio (ringtrace
+does not import it), rather than on a loop's handler, so
 ``loop.get_exception_handler()`` still answers what the program set, and a handler the program sets later is called
 as before. ``SystemExit`` in a thread is not recorded: Python ignores it too.
 """
@@ -19,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.integrations.hook_errors import count_failure
+from ringtrace.client.recording.asyncio_watch import when_asyncio
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -40,8 +42,7 @@ def install(timeline: Timeline) -> None:
     _timeline = timeline
     sys.excepthook = _wrap_sys_hook(sys.excepthook)
     threading.excepthook = _wrap_thread_hook(threading.excepthook)
-    if "asyncio" in sys.modules:  # ringtrace's recorder imports it: this is for a program that would not
-        _wrap_loops()
+    when_asyncio(_wrap_loops)  # now, or once the program imports it (ringtrace does not)
 
 
 def _record(exc_type: Any, exc: Any, **where: str) -> None:
@@ -77,7 +78,7 @@ def _wrap_thread_hook(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return excepthook
 
 
-def _wrap_loops() -> None:
+def _wrap_loops(_: object = None) -> None:
     import asyncio
 
     previous = asyncio.BaseEventLoop.call_exception_handler

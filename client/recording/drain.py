@@ -11,10 +11,10 @@ accelerator moves the values without touching them (``take_runs``).
 
 from __future__ import annotations
 
-from asyncio import Task
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
+from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.tracks import TrackBuffer
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
@@ -56,7 +56,7 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
         taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count
         for start, end in reversed(runs):
             del events[start:end]
-    if isinstance(buffer.owner, Task):  # a lane serves many tasks in turn: each slice says whose it is
+    if is_task(buffer.owner):  # a lane serves many tasks in turn: each slice says whose it is
         name = buffer.owner.get_name()
         for _, run in taken[first:]:
             _name_task(run, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 
 from ringtrace.client.recording.messages import Message, Sampling, set_gate
 from ringtrace.wire.message_format import priority_level
@@ -25,6 +26,8 @@ class MessageGates:
         #: The least important priority recorded, as a rank (``messages.priority_level``).
         self.level = priority_level("info")
         self._sampling: Sampling | None = None
+        #: Called with the new rank after each ``set_level`` (``Timeline.watch_priority``).
+        self.watchers: list[Callable[[int], None]] = []
 
     def add(self, message: Message) -> None:
         """Gate ``message`` from now on, and now."""
@@ -35,6 +38,8 @@ class MessageGates:
         """Record messages up to the priority of rank ``level``."""
         self.level = level
         self._update_all()
+        for watcher in list(self.watchers):
+            watcher(level)
 
     def set_sampling(self, sampling: Sampling | None) -> None:
         """Turn on messages up to ``sampling.level`` during its windows (None: no sampling)."""

@@ -3,6 +3,8 @@
     log = tl.message("engine", "info", "processed $tcp, $udp, and $other")
     log(10, 20, 3)       # in the snapshot: "processed tcp(10), udp(20), and other(3)", category "engine"
 
+A ``${name}`` shows its value alone: ``tl.message("app", "info", "${text}")("ready")`` is "ready" in the snapshot.
+
 Priorities, most to least important: ``fatal error warning info debug trace trace+ trace++ trace+++``. A timeline
 records the messages up to its priority (``tl.set_priority("debug")``; ``info`` at first), and a collector can change
 it for a connected process (a SET_PRIORITY frame). A message whose priority is off costs one attribute test.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.wire.arg_values import display_text, normalise_values
-from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, PLACEHOLDER, priority_level
+from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, placeholder_names, priority_level
 from ringtrace.wire.model import KINDS
 from ringtrace.wire.table_frames import KindSpec
 
@@ -48,7 +50,7 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
     if not isinstance(text, str) or not isinstance(category, str):
         raise ValueError(f"a message's category and text are str, got {type(category).__name__}, {type(text).__name__}")
     first_line = display_text(text.split("\n", 1)[0])
-    names = tuple(dict.fromkeys(PLACEHOLDER.findall(first_line)))
+    names = placeholder_names(first_line)
     if len(names) > MAX_MESSAGE_VALUES:
         raise ValueError(f"a message takes at most {MAX_MESSAGE_VALUES} $values, {first_line!r:.80} has {len(names)}")
     key = (display_text(category), priority, first_line)

@@ -20,6 +20,9 @@ The C accelerator (``accelerator.py``) replaces ``_PyRecorder``, the base class 
 ``push``, with one that does the same in C, caches the buffer of the last thread that recorded, and asks
 ``_thread_events`` and ``_task_events`` (by name, on the timeline) for the rest. ``Recorder`` is the state both
 recorders share: the timeline is one, so nothing on the hot path goes through another object.
+
+Which asyncio loop runs in the thread is asked of asyncio only from when the program imports it (``asyncio_watch.py``):
+until then no loop can run, and ringtrace does not import asyncio for a program that never does.
 """
 
 from __future__ import annotations
@@ -29,20 +32,19 @@ import logging
 import sys
 import threading
 import time
-from asyncio import current_task
-from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording.asyncio_watch import NO_LOOP, current_task, when_asyncio
 from ringtrace.client.recording.events import Event
 from ringtrace.client.recording.tracks import NOWHERE, Recording, Sink, Tracks
 from ringtrace.wire.model import INSTANT, SPAN
 
 if TYPE_CHECKING:
     from asyncio import Task
-    from types import TracebackType
+    from types import ModuleType, TracebackType
 
     from ringtrace.client.recording.tracks import TrackBuffer
 
@@ -52,6 +54,8 @@ log = logging.getLogger("ringtrace.client")
 _now = time.monotonic_ns
 _new = object.__new__
 _wake_flusher = FLUSHER.wake
+#: This thread's running asyncio loop: none until the program imports asyncio, then asyncio's answer (``_use_asyncio``).
+_get_running_loop: Callable[[], object] = NO_LOOP
 
 
 class Scope:
@@ -235,7 +239,7 @@ class _PyRecorder:
 if TYPE_CHECKING or speedups is None:
     _RecorderBase = _PyRecorder
 else:
-    speedups.configure(_get_running_loop, SPAN, INSTANT, FLUSHER.wake, _set_running_loop)
+    speedups.configure(NO_LOOP, SPAN, INSTANT, FLUSHER.wake)
     _RecorderBase = speedups.RecorderCore
 if not TYPE_CHECKING and speedups is not None:
     Scope = speedups.Scope  # what scope() returns with the accelerator (the same behaviour)
@@ -365,6 +369,30 @@ class Recorder(_RecorderBase):
         self._forget_recorders()
         self._cache_threads(not _green_threads())
         self._tracks.attach_sources(self._recording if listening else None)
+        if listening:
+            _watch_asyncio()
+
+
+_asyncio_watched = False
+
+
+def _watch_asyncio() -> None:
+    """Once, at the first listener: from when the program imports asyncio (now, if it has), the recorders ask it
+    which loop runs. Before, none can: importing ringtrace neither imports asyncio nor changes the process."""
+    global _asyncio_watched
+    if not _asyncio_watched:
+        _asyncio_watched = True
+        when_asyncio(_use_asyncio)
+
+
+def _use_asyncio(asyncio: ModuleType) -> None:
+    """The program imported asyncio: ask it which loop runs (the C recorder probes where it keeps the loop, to read
+    it there without a call)."""
+    global _get_running_loop
+    events = asyncio.events
+    _get_running_loop = events._get_running_loop
+    if not TYPE_CHECKING and speedups is not None:
+        speedups.configure(events._get_running_loop, SPAN, INSTANT, FLUSHER.wake, events._set_running_loop)
 
 
 def _green_threads() -> bool:

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER, Drained
@@ -227,6 +227,12 @@ class Timeline(Recorder):
         level = priority_level(priority)
         with self._lock:
             self._gates.set_level(level)
+
+    def watch_priority(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(priority)`` after each ``set_priority`` (a collector's SET_PRIORITY included), on the thread
+        that set it, under the timeline's lock: it must be quick, must not raise, and must not call the timeline."""
+        with self._lock:
+            self._gates.watchers.append(lambda level: watcher(PRIORITIES[level]))
 
     def sample(self, priority: str | None, fraction: float = 0.01, window_s: float = 0.001) -> None:
         """Record messages up to ``priority`` during a random ``fraction`` of windows ``window_s`` long, on top of

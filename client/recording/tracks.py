@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import threading
 import weakref
-from asyncio import Task
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track_id
+
+if TYPE_CHECKING:
+    from asyncio import Task
 
 __all__ = ["NOT_RECORDING", "NOWHERE", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
 
@@ -67,11 +70,11 @@ class TrackBuffer:
 
     def owner_alive(self) -> bool:
         owner = self.owner
-        if isinstance(owner, Task):  # a task left pending on a closed loop never ends
+        if is_task(owner):  # a task left pending on a closed loop never ends
             return not owner.done() and not owner.get_loop().is_closed()
         if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
             return owner() is not None
-        return owner.is_alive()
+        return owner.is_alive()  # type: ignore[union-attr]  # a thread (is_task said it is no task)
 
 
 class _Lane:
@@ -177,7 +180,7 @@ class Tracks:
         tracks = []
         for buffer in ended:
             owner = buffer.owner
-            if isinstance(owner, Task):
+            if is_task(owner):
                 self.task_buffers.pop(owner, None)
                 lanes = self._lanes.get(buffer.track.parent, ())  # (none: its thread ended, all of them with it)
                 lane = next((lane for lane in lanes if lane.track is buffer.track), None)

@@ -10,7 +10,6 @@ turned into code locations, each location's line looked up once. The code object
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from types import CodeType, FrameType
@@ -101,7 +100,7 @@ def _function_name(code: CodeType) -> str:
 def running_task_names() -> dict[int, str]:
     """The name of the task each running event loop runs now, by the thread ident of the loop's thread (asyncio's
     table of current tasks, read without a lock: a copy of a dict is atomic under the GIL)."""
-    current = getattr(asyncio.tasks, "_current_tasks", None)
+    current = getattr(sys.modules.get("asyncio.tasks"), "_current_tasks", None)  # (not imported: no loop runs)
     if not current:
         return {}
     names = {}

@@ -5,7 +5,8 @@ flame graph.
 Interning, per sequence (``InternedData``): a function name per function, a source path per file, a mapping per file
 (older readers need one; named by the file), a frame per (function, file, line) with its line, and a callstack per
 stack (root first, as ``Callstack.frame_ids`` lists them). A frame is ``KIND_INTERPRETED``. Each table holds at most
-``MAX_INTERNED`` entries: past that, the writer starts a new sequence before the next frame (``full``).
+``MAX_INTERNED`` entries, and the callstacks ``MAX_CALLSTACK_FRAMES`` frames in all (each is kept whole, as its key):
+past that, the writer starts a new sequence before the next frame (``full``).
 Field numbers: Perfetto's ``protos/perfetto/trace/profiling/profile_common.proto``, ``profile_packet.proto``
 (``PerfSample``), ``interned_data/interned_data.proto`` and ``trace_packet.proto``.
 """
@@ -17,10 +18,13 @@ from typing import Final
 from ringtrace.collector.export import protobuf as pb
 from ringtrace.collector.export.sample_stacks import StackFrame
 
-__all__ = ["MAX_INTERNED", "PERF_SAMPLE", "SequenceStacks"]
+__all__ = ["MAX_CALLSTACK_FRAMES", "MAX_INTERNED", "PERF_SAMPLE", "SequenceStacks"]
 
 #: Entries of each table interned per sequence, at most.
 MAX_INTERNED: Final = 65_536
+#: Frames of the callstacks interned per sequence, at most (a callstack's key holds its stack, up to 1024 frames:
+#: 65,536 of the deepest would hold 64 Mi of them).
+MAX_CALLSTACK_FRAMES: Final = 1 << 20
 #: TracePacket.perf_sample, and PerfSample's fields.
 PERF_SAMPLE: Final = 66
 _SAMPLE_PID: Final = 2
@@ -51,7 +55,7 @@ _MAX_UINT32: Final = 2**32 - 1
 class SequenceStacks:
     """The stacks interned on one sequence, and the ``InternedData`` entries each new one adds."""
 
-    __slots__ = ("_callstacks", "_files", "_frames", "_functions")
+    __slots__ = ("_callstack_frames", "_callstacks", "_files", "_frames", "_functions")
 
     def __init__(self) -> None:
         self._functions: dict[str, int] = {}
@@ -59,11 +63,13 @@ class SequenceStacks:
         self._files: dict[str, int] = {}
         self._frames: dict[StackFrame, int] = {}
         self._callstacks: dict[tuple[StackFrame, ...], int] = {}
+        self._callstack_frames = 0
 
     @property
     def full(self) -> bool:
         """Whether a table is near its bound: the writer starts a new sequence before the next frame."""
-        return max(len(self._frames), len(self._callstacks), len(self._files), len(self._functions)) >= MAX_INTERNED
+        most = max(len(self._frames), len(self._callstacks), len(self._files), len(self._functions))
+        return most >= MAX_INTERNED or self._callstack_frames >= MAX_CALLSTACK_FRAMES
 
     def sample(self, pid: int, tid: int, stack: tuple[StackFrame, ...], new_entries: list[bytes]) -> bytes:
         """The ``PerfSample`` field of a sample (its stack interned, the new ``InternedData`` entries added to
@@ -78,6 +84,7 @@ class SequenceStacks:
         if iid is None:
             frame_ids = b"".join(pb.uint(_CALLSTACK_FRAME_IDS, self._frame(frame, new_entries)) for frame in stack)
             iid = self._callstacks[stack] = len(self._callstacks) + 1
+            self._callstack_frames += len(stack)
             new_entries.append(pb.message(_CALLSTACKS, pb.uint(_IID, iid) + frame_ids))  # (not packed: proto2's)
         return iid
 

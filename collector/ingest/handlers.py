@@ -164,10 +164,12 @@ class FrameHandlers:
         self._charge_tables(writer, frame)
 
     def _stacks(self, frame: Stacks) -> None:
-        """Kept for every new segment to replay (a STACKS frame only adds to the table, or starts it again)."""
+        """Kept for every new segment to replay (a STACKS frame only adds to the table, or starts it again); one that
+        does neither is not, so that what is kept is bounded by the table's limits."""
         writer = self.writer
         assert writer is not None
-        writer.session_frame(self._session.last_frame(), "stacks_reset" if frame.reset else "stacks")
+        if frame.reset or frame.frames or frame.stacks:
+            writer.session_frame(self._session.last_frame(), "stacks_reset" if frame.reset else "stacks")
         self._charge_tables(writer, frame)
 
     def _schema(self, frame: Schema) -> None:

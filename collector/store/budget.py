@@ -25,7 +25,14 @@ from ringtrace.collector.store.holdings import Holdings, Removal
 from ringtrace.collector.store.segment_buffers import SegmentBuffers
 from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.streams import TRACK_FRAME_BYTES, Stream
-from ringtrace.wire.decoder import DENSE_STRING_IDS, KIND_ENTRY_BYTES, STRING_ENTRY_BYTES, TRACK_ENTRY_BYTES
+from ringtrace.wire.decoder import (
+    DENSE_STRING_IDS,
+    KIND_ENTRY_BYTES,
+    STACK_ENTRY_BYTES,
+    STACK_FRAME_ENTRY_BYTES,
+    STRING_ENTRY_BYTES,
+    TRACK_ENTRY_BYTES,
+)
 from ringtrace.wire.stream_limits import Limits
 
 __all__ = ["TABLE_LIMITS", "Budget", "Policy", "TableRefusal", "table_charge_bound"]
@@ -210,4 +217,11 @@ def table_charge_bound(limits: Limits) -> int:
     tracks = limits.max_tracks * (TRACK_FRAME_BYTES + 64 + TRACK_ENTRY_BYTES) + 5 * limits.max_string_bytes
     kinds = limits.max_kinds * KIND_ENTRY_BYTES + 6 * limits.max_schema_bytes
     string_frames = 2 * limits.max_string_bytes + 8 * limits.max_strings
-    return strings + tracks + kinds + string_frames
+    # The stack table (its texts a budget of their own) and its STACKS frames kept, an eighth more: an entry's share
+    # of a frame's header and fields is at most 72 bytes (67 alone in a frame; a frame kept adds one at least). None
+    # without a code location.
+    entries = limits.max_stacks + limits.max_stack_frames
+    stacks = limits.max_stacks * STACK_ENTRY_BYTES + limits.max_stack_frames * STACK_FRAME_ENTRY_BYTES
+    stacks += 4 * limits.max_string_bytes + 9 * (limits.max_string_bytes + 72 * entries) // 8
+    stacks *= limits.max_stack_frames > 0
+    return strings + tracks + kinds + string_frames + stacks

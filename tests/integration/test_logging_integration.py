@@ -1,8 +1,11 @@
 """The logging integration through a real collector: a program's log records become messages at the priority of their
-level, the timeline's priority (``POST /priority``) decides which, and the program's own output does not change."""
+level; by default those the program's levels let through, and while the timeline's priority is past info
+(``POST /priority``, ``set_priority``) those of the more detailed levels the program leaves out too; the program's own
+output does not change."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,15 +16,18 @@ from collector_process import CollectorProcess, events, metadata
 from waiting import wait_for
 
 #: Runs the program given after the collector's address, with ringtrace connected and the logging integration applied
-#: when the address is not "-": the program's code and line numbers are the same either way.
+#: when the address is not "-" (its timeline at the priority LOGS_PRIORITY names, if set): the program's code and line
+#: numbers are the same either way.
 RUNNER = """
-import sys
+import os, sys
 if sys.argv[1] != "-":
     import ringtrace.client
     from ringtrace.client.integrations import apply
     tl = ringtrace.client.connect(sys.argv[1], process_name="logs", exit_timeout_s=30)  # a busy machine: wait
     apply(tl, {"logging"})
     apply(tl, {"logging"})  # idempotent: each record is still recorded once
+    if os.environ.get("LOGS_PRIORITY"):
+        tl.set_priority(os.environ["LOGS_PRIORITY"])
 exec(compile(sys.argv[2], "program.py", "exec"))
 """
 
@@ -46,9 +52,17 @@ print("done")
 """
 
 
-def run(address: str, program: str) -> subprocess.CompletedProcess[str]:
+def run(address: str, program: str, *priority: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run with ringtrace connected to ``address`` ("-": without ringtrace), its timeline at ``priority``
+    (when given) from the start."""
+    env = {**os.environ, "LOGS_PRIORITY": "".join(priority)}
     return subprocess.run(
-        [sys.executable, "-c", RUNNER, address, program], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", RUNNER, address, program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
 
 
@@ -66,18 +80,36 @@ def test_log_records_become_messages_at_their_level_s_priority_and_the_output_is
     assert (recorded.stdout, recorded.stderr) == (plain.stdout, plain.stderr)
     assert "disk /data full" in plain.stderr and "connected" not in plain.stderr  # logging's default: warnings on
     trace = collector.snapshot("?flush_timeout_s=5")
-    # The timeline's priority is info: debug and trace are off, info is on though the program prints no info.
+    # The timeline's priority is info, its default: what the program's levels (WARNING) let through, no more.
     assert messages(trace) == [
+        ("app", "fatal", "disk /data full"),
+        ("app.db", "error", "lost 3 rows"),
+        ("app", "warning", "slow"),
+        ("app.db", "error", "lookup failed"),
+    ]
+    failed = next(e for e in events(trace, "i") if e["args"].get("message") == "lookup failed")
+    assert failed["args"]["exception"] == "KeyError" and failed["args"]["exception_text"] == "'missing'"
+    # A record shows as its own text, as the program would print it.
+    assert failed["name"] == "lookup failed (KeyError: 'missing')"
+    assert next(e for e in events(trace, "i") if e["args"].get("message") == "slow")["name"] == "slow"
+
+
+def test_past_info_the_records_the_program_s_levels_leave_out_are_recorded_too_and_the_output_is_unchanged(
+    collector: CollectorProcess,
+) -> None:
+    plain, recorded = run("-", LOGS), run(collector.tcp_address, LOGS, "debug")
+    assert plain.returncode == recorded.returncode == 0, recorded.stderr
+    assert (recorded.stdout, recorded.stderr) == (plain.stdout, plain.stderr)
+    # The timeline's priority is debug: info and debug records too, though the program prints neither; not trace.
+    assert messages(collector.snapshot("?flush_timeout_s=5")) == [
         ("app", "fatal", "disk /data full"),
         ("app.db", "error", "lost 3 rows"),
         ("app", "warning", "slow"),
         ("app.db", "info", "connected to db1"),
         ("app", "info", "notice me"),
+        ("app.db", "debug", "query took 12 ms"),
         ("app.db", "error", "lookup failed"),
     ]
-    failed = next(e for e in events(trace, "i") if e["args"].get("message") == "lookup failed")
-    assert failed["args"]["exception"] == "KeyError" and failed["args"]["exception_text"] == "'missing'"
-    assert failed["name"] == "message(lookup failed) (exception(KeyError): exception_text('missing'))"
 
 
 #: Logs a debug and an info record every 10 ms, its logger at INFO (so it writes no debug to its log file, the third
@@ -158,7 +190,7 @@ BROKEN = """
 import logging
 from ringtrace.client.integrations.hook_errors import hook_failures
 log = logging.getLogger("app")
-log.info("%d items", "not a number")  # its getMessage raises: off for the program, so only ringtrace sees it
+log.info("%d items", "not a number")  # its getMessage raises: off for the program, created for ringtrace (debug)
 log.info("%d items", "still not")
 log.warning("went on %s", "fine")
 print(hook_failures())
@@ -168,7 +200,7 @@ print(hook_failures())
 def test_a_record_that_fails_to_render_is_counted_and_said_once_and_the_program_goes_on(
     collector: CollectorProcess,
 ) -> None:
-    recorded = run(collector.tcp_address, BROKEN)
+    recorded = run(collector.tcp_address, BROKEN, "debug")
     assert recorded.returncode == 0, recorded.stderr
     assert recorded.stdout == "{'logging': 2}\n"
     said = "ringtrace: the logging integration failed inside a hook (said once): TypeError("
@@ -180,6 +212,7 @@ def test_a_record_that_fails_to_render_is_counted_and_said_once_and_the_program_
 THREADS_AND_FORK = """
 import logging, os, threading
 log = logging.getLogger("app.workers")
+log.setLevel(logging.INFO)  # handed on to logging's last resort, which prints warnings only
 
 def work(k):
     for i in range(200):
@@ -242,7 +275,11 @@ tl = ringtrace.client.connect(sys.argv[1], process_name="logs", exit_timeout_s=3
 apply(tl, {"logging"})
 log = logging.getLogger("app")
 log.warning("printed")
+log.info("at info, neither")
+tl.set_priority("debug")
 log.info("recorded only")
+tl.set_priority("info")
+log.info("again neither")
 print(seen)
 """
 

@@ -308,6 +308,6 @@ def test_what_the_capacity_holds_is_one_calm_line_at_start() -> None:
     assert " INFO " in said and "capacity 7.6 MiB holds about 250,000 events" in said, said
     assert "a process whose tables do not fit is refused, and says so); for more, raise --capacity" in said
     (said,) = [line for line in roomy.lines if " capacity " in line and "holds about" in line]
-    assert "capacity 256.0 MiB holds about 8,400,000 events" in said and "room for 3 such" in said, said
+    assert "capacity 256.0 MiB holds about 8,400,000 events" in said and "room for 1 such" in said, said
     for collector in (small, roomy):  # not a warning: nothing is wrong
         assert not [line for line in collector.lines if " WARNING " in line], collector.lines

@@ -59,8 +59,10 @@ def same_snapshot(fast: dict[str, Any], slow: dict[str, Any]) -> list[dict[str, 
 def test_every_kind_of_event_is_shown_alike(tmp_path: Path) -> None:
     def record(tl: Timeline) -> None:
         warn = tl.message("net", "warning", "lost $count packets from $peer")
+        said = tl.message("app", "info", "${text} at $step")  # ${name}: the value alone
         disk = tl.source("disk")
         for i in range(300):
+            said(f"line {i}", i)
             with tl.scope("work", i=i, text='a"b\\c\nd\x01 ü ✓'):
                 tl.instant("tick", f=i / 7, big=2**64 - 1, neg=-(2**63), nan=math.nan, inf=-math.inf)
             tl.instant("bare")
@@ -89,6 +91,8 @@ def test_every_kind_of_event_is_shown_alike(tmp_path: Path) -> None:
     assert work["args"]["text"] == 'a"b\\c\nd\x01 ü ✓'
     assert sum(e["name"] == "work" for e in events) == 300
     assert fast["otherData"]["unmatched_marker_ends"] == 300
+    shown = {e["name"] for e in events if e.get("cat") in ("net", "app")}
+    assert {"lost count(7) packets from peer(10.0.0.1)", "line 7 at step(7)"} <= shown
 
 
 def test_filters_by_time_pid_and_track_select_alike(tmp_path: Path) -> None:

@@ -123,3 +123,93 @@ def test_a_forbidden_import_is_seen(tmp_path: Path) -> None:
     found = forbidden_loads(["ringtrace.collector.store.ring", "stray_store_module"], SERVICE, str(tmp_path))
     assert list(found) == ["stray_store_module"]
     assert "aiohttp" in found["stray_store_module"]
+
+
+#: Starts recording as the fleet switch does (connect, the integrations, the sampler), records, and prints, as JSON,
+#: which of the given modules are loaded. Nothing answers at the address: connecting is tried in the background, and
+#: the process leaves by ``os._exit`` (no exit delivery to wait for).
+START_PROBE = """
+import json, os, sys
+import ringtrace.client
+from ringtrace.client.launch import settings_from, start_recording
+
+settings = settings_from({}, {"RINGTRACE_COLLECTOR": sys.argv[1], "RINGTRACE_SAMPLE_HZ": "50"})
+timeline = start_recording(settings, "probe")
+with timeline.scope("work"):
+    timeline.instant("inside")
+timeline.flush(timeout_s=2)  # the flusher drains what was recorded (nothing answers: False, after at most 2 s)
+print(json.dumps([name for name in sys.argv[2].split(",") if name in sys.modules]), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c", "pure-python"])
+def test_starting_recording_loads_neither_asyncio_nor_ssl(pure_python: bool) -> None:
+    # With RINGTRACE_AUTO=1 every Python process starts recording: one that never runs an event loop, nor talks TLS,
+    # must not pay for loading asyncio or ssl (nor uuid, which loads platform).
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RINGTRACE_")}
+    env["RINGTRACE_PURE_PYTHON"] = "1" if pure_python else "0"
+    unwanted = ("asyncio", "ssl", "_ssl", "uuid", "importlib.abc", "ringtrace.client")
+    result = subprocess.run(
+        [sys.executable, "-c", START_PROBE, "127.0.0.1:9", ",".join(unwanted)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(result.stdout) == ["ringtrace.client"]  # (the probe sees what it looks for)
+
+
+#: Starts recording before the program imports asyncio, then runs tasks that record: each records on its own lane
+#: of the thread, as where asyncio was imported first. Prints, as JSON, each event's name and its track's kind.
+LATE_ASYNCIO_PROBE = """
+import json, sys
+from ringtrace.client import MemoryListener, Timeline
+
+listener = MemoryListener()
+timeline = Timeline("late", [listener])
+timeline.instant("before asyncio")
+assert "asyncio" not in sys.modules
+import asyncio
+
+async def work(i):
+    with timeline.scope("task", i=i):
+        await asyncio.sleep(0)
+
+async def main():
+    await asyncio.gather(*(work(i) for i in range(3)))
+
+asyncio.run(main())
+assert timeline.flush(timeout_s=60)
+print(json.dumps([[event.name, event.track.kind, event.track.track_id] for event in listener.events]))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c", "pure-python"])
+def test_a_program_that_imports_asyncio_after_recording_started_records_on_task_lanes(pure_python: bool) -> None:
+    from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK
+
+    env = dict(os.environ, RINGTRACE_PURE_PYTHON="1" if pure_python else "0")
+    result = subprocess.run(
+        [sys.executable, "-c", LATE_ASYNCIO_PROBE], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    events = json.loads(result.stdout)
+    assert [(name, kind) for name, kind, _ in events if name == "before asyncio"] == [("before asyncio", THREAD_TRACK)]
+    tasks = [(kind, track) for name, kind, track in events if name == "task"]
+    assert len(tasks) == 3
+    assert {kind for kind, _ in tasks} == {ASYNC_TRACK}
+    assert len({track for _, track in tasks}) == 3  # concurrent tasks: a lane each
+
+
+def test_the_instance_id_made_without_uuid_is_a_random_uuid_s_hex() -> None:
+    # ``uuid`` is left out of a start (it loads ``platform``): the id made in its place is what ``uuid4().hex`` was.
+    import uuid
+
+    from ringtrace.client.delivery.process_identity import _uuid4_hex
+
+    made = [_uuid4_hex() for _ in range(200)]
+    assert len(set(made)) == len(made)
+    for text in made:
+        parsed = uuid.UUID(hex=text)
+        assert (parsed.hex, parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)

@@ -56,6 +56,7 @@ def taken_frames(view: SnapshotView) -> list[bool]:
 def test_every_kind_of_event_is_written_alike(tmp_path: Path) -> None:
     def record(tl: Timeline) -> None:
         warn = tl.message("net", "warning", "lost $count packets from $peer")
+        said = tl.message("app", "info", "${text} at $step")  # ${name}: the value alone
         disk = tl.source("disk")
         for i in range(300):
             with tl.scope("work", i=i, text='a"b\\c\nd\x01 ü ✓', long="x" * (200 + i)):
@@ -68,6 +69,7 @@ def test_every_kind_of_event_is_written_alike(tmp_path: Path) -> None:
                 tl.flush(timeout_s=30)
                 continue
             warn(count=i, peer="10.0.0.1")
+            said(f"line {i}", i)
             tl.marker("phase", "start", step=i)
             tl.marker("phase", "end")
             disk.open()
@@ -86,6 +88,8 @@ def test_every_kind_of_event_is_written_alike(tmp_path: Path) -> None:
     assert len(trace.counters) == 600
     tick = next(i for i in trace.instants if i.name == "tick")
     assert tick.args["big"] == 2**64 - 1 and tick.args["neg"] == -(2**63) and math.isnan(tick.args["nan"])
+    shown = {i.name for i in trace.instants}
+    assert {"lost count(7) packets from peer(10.0.0.1)", "line 7 at step(7)"} <= shown
 
 
 def test_filters_by_time_pid_and_track_select_alike(tmp_path: Path) -> None:

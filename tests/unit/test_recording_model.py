@@ -13,8 +13,10 @@ import msgpack
 import pytest
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER
+from ringtrace.wire.message_format import render
 from ringtrace.wire.model import THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
+from ringtrace.wire.table_frames import KindSpec
 from waiting import wait_for
 
 TRACK = TrackInfo(9, THREAD_TRACK, "main", 1)
@@ -192,6 +194,20 @@ def test_messages_render_their_values_and_follow_the_priority(tl: Timeline, list
         ("engine", "detail x(<unprintable Unprintable>)"),
     ]
     assert events[0].args == {"tcp": 10, "udp": 20, "other": 3}
+
+
+def test_a_value_written_with_braces_shows_alone(tl: Timeline, listener: MemoryListener) -> None:
+    failed = tl.message("app", "error", "${message} (${exception}: $detail) costs $$x")
+    failed("lookup failed", "KeyError", "'k'", 5)
+    [event] = flushed(tl, listener)
+    assert event.name == "lookup failed (KeyError: detail('k')) costs $x(5)"
+    assert event.args == {"message": "lookup failed", "exception": "KeyError", "detail": "'k'", "x": 5}
+
+
+def test_a_kind_without_a_field_for_a_braced_name_renders_as_it_did() -> None:
+    # A kind defined before ${name} was a placeholder: its text keeps the braces, its fields are the $names only.
+    old = KindSpec(id=99, name="app", shape="message", fields=(("n", "any"),), text="cost ${x} n $n", priority="info")
+    assert render(old, [3]) == ("cost ${x} n n(3)", {"n": 3})
 
 
 class Unprintable:

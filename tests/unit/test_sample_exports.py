@@ -347,3 +347,16 @@ def test_chrome_json_with_samples_read_back_keeps_them_and_their_stacks(tmp_path
     trace = PerfettoTrace(b"".join(perfetto_chunks(load_file(path).view)))
     ((sample,),) = [trace.samples]
     assert sample.stack[-2:] == (("a", "libfoo", 0), ("b", "", 0)) and len(sample.stack) == 1024
+
+
+def test_perfetto_s_callstacks_on_one_sequence_hold_a_bounded_number_of_frames() -> None:
+    # Each callstack interned is kept whole (its key): deep stacks, each another, fill a sequence by their frames
+    # long before their count does.
+    sequence = perfetto_samples.SequenceStacks()
+    inner = tuple((f"f{i}", "deep.py", i + 1) for i in range(1023))
+    roots = 0
+    while not sequence.full:
+        sequence.sample(1, 1, ((f"root{roots}", "app.py", 1), *inner), [])
+        roots += 1
+    assert roots * 1024 <= perfetto_samples.MAX_CALLSTACK_FRAMES + 1024
+    assert roots < perfetto_samples.MAX_INTERNED

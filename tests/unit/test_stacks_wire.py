@@ -4,8 +4,11 @@ replay of them."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import msgpack
 import pytest
+from ringtrace.collector.store.budget import table_charge_bound
 from ringtrace.collector.store.streams import Stream
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import LimitExceeded, MalformedFrame
@@ -14,6 +17,7 @@ from ringtrace.wire.frames import encode, preamble
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import BUILTIN_KINDS, SAMPLE
 from ringtrace.wire.stack_frames import Stacks
+from ringtrace.wire.stack_tree import MAX_RESOLVED_DEPTH
 from ringtrace.wire.stream_limits import Limits
 
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.0")
@@ -71,6 +75,30 @@ def test_a_stack_id_resolves_to_its_frames_root_first_across_frames() -> None:
     assert stacks.resolve(3) == (MAIN, LEAF)
     assert stacks.resolve(4) is None and stacks.resolve(-1) is None and stacks.resolve("2") is None
     assert (decoder.stack_count, decoder.stack_frame_count) == (4, 3)
+
+
+def test_a_hostile_chain_of_nodes_resolves_to_its_innermost_frames_in_bounded_memory() -> None:
+    # A peer may declare max_stacks nodes in one chain for a few hundred KiB; a reader resolving its deepest stacks
+    # must not walk, nor keep, each whole chain.
+    depth = 4 * MAX_RESOLVED_DEPTH
+    decoder = _decoder()
+    locations = tuple((f"f{i}", "deep.py", i + 1) for i in range(depth))
+    nodes = tuple((i - 1 if i else None, i) for i in range(depth))
+    for first in range(0, depth, 1000):
+        _feed(decoder, Stacks(first, locations[first : first + 1000], first, nodes[first : first + 1000]))
+    stacks = decoder.tables.stacks
+    deepest = stacks.resolve(depth - 1)
+    assert deepest is not None and len(deepest) == MAX_RESOLVED_DEPTH
+    assert deepest[-1] == locations[-1] and deepest[0] == locations[depth - MAX_RESOLVED_DEPTH]  # the innermost
+    assert stacks.resolve(9) == locations[:10]
+    tracemalloc.start()
+    try:
+        for stack_id in range(depth - 1, depth - 1 - 1500, -1):
+            stacks.resolve(stack_id)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 16 * 1024 * 1024  # (every stack kept whole: over 40 MiB)
 
 
 def test_a_reset_starts_the_table_again_and_tables_read_before_keep_their_stacks() -> None:
@@ -163,3 +191,20 @@ def test_a_stream_in_the_store_replays_its_stacks_since_the_last_reset() -> None
     decoder.receive_data(replayed)
     list(decoder)
     assert decoder.tables.stacks.resolve(0) == (LEAF,)
+
+
+def test_a_stream_at_the_stack_limits_is_charged_within_the_bound_the_collector_warns_by() -> None:
+    frames, nodes, text = 2000, 4000, 256
+    limits = Limits(max_stacks=nodes, max_stack_frames=frames, max_string_bytes=frames * 2 * text)
+    decoder, stream = _decoder(limits, keep_strings=False), Stream(1, {}, encode(HELLO), 64 * 1024)
+    before = decoder.table_bytes + stream.memory_bytes
+    locations = tuple((f"{i:0{text}}", f"{i:0{text}}", 2**32 - 1) for i in range(frames))
+    chain = tuple((i - 1 if i else None, i // 2) for i in range(nodes))
+    for first in range(0, frames, 500):
+        run = encode(Stacks(first, locations[first : first + 500], 2 * first, chain[2 * first : 2 * first + 1000]))
+        _feed(decoder, run)
+        stream.keep(run, "stacks", -1, False)
+    assert (decoder.stack_count, decoder.stack_frame_count) == (nodes, frames)
+    charged = decoder.table_bytes + stream.memory_bytes - before
+    without_stacks = Limits(max_stacks=0, max_stack_frames=0, max_string_bytes=limits.max_string_bytes)
+    assert charged <= table_charge_bound(limits) - table_charge_bound(without_stacks)

@@ -4,13 +4,16 @@ collectors, in turn."""
 from __future__ import annotations
 
 import socket
-import ssl
 import time
+from typing import TYPE_CHECKING
 
 from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.outage import connect_failure
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.parsing import parse_addresses
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["ConnectFailed", "Dialer"]
 
@@ -37,6 +40,8 @@ class Dialer:
         self.options = options
         #: With ``tls``: the context, made on the first connection.
         self._tls_context: ssl.SSLContext | None = None
+        if options.tls:  # ssl only for TLS: imported here, on the caller's thread, not on the streamer's after a fork
+            import ssl  # noqa: F401
 
     @property
     def host(self) -> str:
@@ -87,6 +92,8 @@ class Dialer:
         context = self._tls_context
         if context is None:  # loading the system's CAs takes a while: here, not in connect()
             tls = self.options.tls
+            import ssl  # (imported already, by __init__)
+
             context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
         return context.wrap_socket(sock, server_hostname=self.host)

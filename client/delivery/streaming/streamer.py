@@ -31,12 +31,12 @@ import encodings.idna  # noqa: F401  # connecting by host name needs it; importi
 import logging
 import selectors
 import socket
-import ssl
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeGuard, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
@@ -59,6 +59,9 @@ from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 from ringtrace.wire.parsing import parse_addresses
+
+if TYPE_CHECKING:
+    import ssl
 from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer"]
@@ -69,7 +72,19 @@ log = logging.getLogger("ringtrace.client")
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
 #: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
-_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+_WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
+
+
+def _would_block() -> tuple[type[Exception], ...]:
+    """What a non-blocking send or receive raises to say "not now": with TLS (``ssl`` imported, by the dialer), also
+    OpenSSL's wants. ssl is imported only for a TLS connection: it is a tenth of the client's import time."""
+    ssl = sys.modules.get("ssl")
+    return _WOULD_BLOCK if ssl is None else (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _is_tls(sock: object) -> TypeGuard[ssl.SSLSocket]:
+    ssl = sys.modules.get("ssl")
+    return ssl is not None and isinstance(sock, ssl.SSLSocket)
 
 
 class _Waiter:
@@ -408,7 +423,7 @@ class Streamer(SerializedListener):
         sock = self._sock
         assert sock is not None
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
-        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not isinstance(sock, ssl.SSLSocket) else 0
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not _is_tls(sock) else 0
         while self._may_send():
             with self._state():
                 buffers = self._link.buffers_to_send(gathered)
@@ -416,7 +431,7 @@ class Streamer(SerializedListener):
                 return
             try:
                 sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
-            except _WOULD_BLOCK:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
+            except _would_block():  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
                 return
             except OSError as exc:
                 self._lost(f"send failed: {exc}")
@@ -440,9 +455,9 @@ class Streamer(SerializedListener):
             return
         try:
             data = sock.recv(65536)
-            while data and isinstance(sock, ssl.SSLSocket) and sock.pending():  # decrypted, which select cannot see
+            while data and _is_tls(sock) and sock.pending():  # decrypted, which select cannot see
                 data += sock.recv(65536)
-        except _WOULD_BLOCK:
+        except _would_block():
             return
         except OSError as exc:
             self._lost(f"receive failed: {exc}")

@@ -88,7 +88,10 @@ export class FlameGraph {
     const depth = frames.reduce((deepest, f) => Math.max(deepest, f.depth), 0);
     svg.setAttribute("width", String(width));
     svg.setAttribute("height", String(root.total ? (depth + 1) * ROW_PX : 0));
-    svg.replaceChildren(...frames.map((f) => this.frame(f)));
+    // (One by one into a fragment: a call takes at most about 120,000 arguments, and a document may hold 200,000.)
+    const drawn = document.createDocumentFragment();
+    for (const f of frames) drawn.append(this.frame(f));
+    svg.replaceChildren(drawn);
     svg.dataset.frames = String(frames.length);
   }
 

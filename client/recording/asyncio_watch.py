@@ -1,0 +1,121 @@
+"""asyncio, as the recorder needs it, without importing it: a program that never imports asyncio runs no event loop,
+and should not pay for loading asyncio (and ssl, which it loads) at start.
+
+``NO_LOOP`` answers the recorder's "which loop runs in this thread?" before asyncio is imported: ``NoneType()``, a
+call in C that answers None. ``when_asyncio`` calls back with the asyncio package as soon as it has run (before any
+loop can): at once if it has, else from a finder first on ``sys.meta_path`` that wraps the package's loader (and
+leaves once it did). ``is_task`` and ``current_task`` read asyncio from ``sys.modules``: an object can only be a
+task, and a task can only run, once asyncio is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
+
+if TYPE_CHECKING:
+    from asyncio import Task
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+__all__ = ["NO_LOOP", "current_task", "is_task", "when_asyncio"]
+
+#: The package watched: once it has run, every module of asyncio a program can use is there.
+ASYNCIO: Final = "asyncio"
+#: No event loop runs: the answer, in C, until asyncio is imported.
+NO_LOOP: Final[Callable[[], None]] = type(None)
+
+_log = logging.getLogger("ringtrace.client")
+_lock = threading.Lock()
+_waiting: list[Callable[[ModuleType], None]] = []
+
+
+def is_task(owner: object) -> TypeGuard[Task[Any]]:
+    """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one)."""
+    tasks = sys.modules.get("asyncio.tasks")
+    return tasks is not None and isinstance(owner, tasks.Task)
+
+
+def current_task() -> Task[Any] | None:
+    """The task the running loop of this thread runs (None: none, or no loop, or asyncio not imported)."""
+    tasks = sys.modules.get("asyncio.tasks")
+    if tasks is None:
+        return None
+    try:
+        task: Task[Any] | None = tasks.current_task()
+    except RuntimeError:  # no running loop
+        return None
+    return task
+
+
+def when_asyncio(callback: Callable[[ModuleType], None]) -> None:
+    """``callback(asyncio)`` now if asyncio is imported, else right after the package has run (in the thread
+    importing it). A callback that raises is logged, never raised into the program's import."""
+    with _lock:
+        _waiting.append(callback)
+        if not any(isinstance(finder, _AsyncioWatch) for finder in sys.meta_path):
+            sys.meta_path.insert(0, _AsyncioWatch())
+    if _loaded(sys.modules.get(ASYNCIO)):
+        _ran(sys.modules[ASYNCIO])
+
+
+def _loaded(module: ModuleType | None) -> bool:
+    """Whether ``module`` has run to its end (a module being imported is in ``sys.modules`` already)."""
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def _ran(asyncio: ModuleType) -> None:
+    """The asyncio package has run: call back whoever waits, once each, and stop watching."""
+    with _lock:
+        waiting = _waiting[:]
+        _waiting.clear()
+        sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _AsyncioWatch)]
+    for callback in waiting:
+        try:
+            callback(asyncio)
+        except Exception:  # never into the program's import of asyncio
+            _log.warning("ringtrace: could not follow asyncio's running loops", exc_info=True)
+
+
+class _AsyncioWatch:
+    """First on ``sys.meta_path``: finds the asyncio package with the finders after it, and wraps its loader; every
+    other import it lets by with one comparison. (Neither class derives from ``importlib.abc``'s: importing that loads
+    ``importlib.resources``.)"""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != ASYNCIO:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenCallBack(spec.loader)  # type: ignore[assignment]
+                return spec
+        return None
+
+
+class _ThenCallBack:
+    """The asyncio package's loader, then the callbacks waiting for it."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = self._loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__.loader = self._loader  # type: ignore[union-attr]  # the module keeps its own loader
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        _ran(module)
+
+    def __getattr__(self, name: str) -> object:  # is_package, get_code, ... of the module's own loader
+        return getattr(self._loader, name)

@@ -34,6 +34,7 @@ BENCHMARKS = {
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),
     "fleet_switch": ("bench_fleet_switch.py", 600),
+    "exit_wait": ("bench_exit_wait.py", 300),
     "clock": ("bench_clock.py", 300),
     "tables": ("bench_tables.py", 300),
     "table_memory": ("bench_table_memory.py", 300),

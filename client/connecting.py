@@ -123,13 +123,18 @@ def _after_fork_in_child() -> None:
     """The flusher's own fork handler resets the timelines; here, the module's state and multiprocessing's hook.
 
     A multiprocessing child clears its finalizers when it starts, after this runs, then calls its after-fork
-    hooks: registering one of those is how the exit hook survives into the child.
+    hooks: registering one of those is how the exit hook survives into the child. The child's streamer starts its
+    thread with the flusher's, at the child's first event: not here (no thread starts inside a fork handler), and
+    not at the first sweep, which a child that exits at once makes from its exit handlers, where Python 3.12 and
+    later refuse to start a thread (it would deliver nothing).
     """
     global _connect_lock, _connected
     _connect_lock = threading.Lock()
     if _connected is not None:
         replaced = [listener for listener in _default.listeners if isinstance(listener, Streamer)]
         _connected = (_connected[0], _connected[1], replaced[0]) if replaced else None
+    if _connected is not None:
+        FLUSHER.when_started(_connected[2].start)
     mp_util = sys.modules.get("multiprocessing.util")
     if _connected is not None and mp_util is not None:
         mp_util.register_after_fork(_default, lambda _: _deliver_before_multiprocessing_exit())

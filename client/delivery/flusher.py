@@ -129,6 +129,8 @@ class Flusher:
         self._hooks_installed = False
         #: The exit delivery has begun.
         self.exiting = False
+        #: Called once, right after the thread next starts (``when_started``).
+        self._on_start: list[Callable[[], object]] = []
         #: Called first at exit, before the last sweep: what records on its own (the sampler) stops, so that nothing
         #: is recorded into timelines that are closing (it would be counted lost).
         self.before_exit: list[Callable[[], None]] = []
@@ -207,7 +209,20 @@ class Flusher:
                 log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
                 return False
             self._thread = thread
-            return True
+            on_start, self._on_start = self._on_start, []
+        for callback in on_start:  # (not under the lock: they take their own)
+            try:
+                callback()
+            except Exception:  # never into the recording thread that started it
+                log.exception("ringtrace: %r failed when the flusher started", callback)
+        return True
+
+    def when_started(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once, on the thread that next starts this one's, right after (a forked child's first
+        event, never inside the fork handler): a thread of a listener's, which its exit handlers could not start on
+        Python 3.12 and later."""
+        with self._lock:
+            self._on_start.append(callback)
 
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
@@ -353,6 +368,8 @@ class Flusher:
             except Exception:  # the delivery goes on
                 log.exception("ringtrace: a thread that records could not be stopped at exit")
         deadline = time.monotonic() + self.exit_timeout_s
+        for timeline in self.timelines():  # (the streamer: a collector not there is not waited for)
+            _call(tuple(x for x in timeline.listeners if hasattr(x, "exit_begins")), "exit_begins")
         self.sweep_all(deadline)
         for timeline in self.timelines():
             timeline.close(max(deadline - time.monotonic(), 0.0))
@@ -364,6 +381,7 @@ class Flusher:
         self._wake = threading.Event()
         self._sweep_asked = False
         self._thread = None
+        self._on_start = []
         self._carried = []
         self.exiting = False
         replacements: dict[int, Any] = {}

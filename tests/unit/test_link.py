@@ -6,12 +6,15 @@ The backoff's jitter is fixed at 1.0, so a wait is exactly the backoff.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from dataclasses import replace
 from typing import Any
 
 import msgpack
 import pytest
+from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.link import Link, LinkState
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
@@ -567,3 +570,70 @@ def test_while_delivery_is_out_the_outage_warning_counts_the_drops_alone() -> No
     link.counters.dropped_events += 50
     warnings = [w for now in (2.0, 3.5, 5.0) for w in logged(link.timer(now), logging.WARNING)]
     assert warnings and all("events dropped:" not in w for w in warnings)
+
+
+def test_at_exit_an_attempt_that_finds_nothing_listening_is_the_last_and_answers_the_flush_at_once() -> None:
+    link, encoder = make_link()
+    link.enqueue(events(encoder, "a"), now=0.0)
+    assert link.timer(0.0) == [Connect()]
+    link.connect_failed("connection to collector:7700 refused", 0.0, nobody=True)  # before exit: retried as ever
+    assert Connect() in link.timer(0.1)
+    link.connect_failed("connection to collector:7700 refused", 0.1, nobody=True)
+    link.exit.begin()
+    request = link.request_flush(deadline=11.0)
+    assert link.timer(0.2) == [Connect()]  # the flush does not wait for the backoff: one attempt, at once
+    answered = link.connect_failed("connection to collector:7700 refused", 0.2, nobody=True)
+    assert FlushDone(request, False) in answered and Connect() not in link.timer(0.5)
+    assert link.exit.gave_up == "connection to collector:7700 refused"
+    later = link.timer(5.0)  # no attempt after, and no outage warning: the streamer's line at close says it
+    assert Connect() not in later and logged(later, logging.WARNING) == []
+    assert link.outage.unsaid == "connection to collector:7700 refused"  # (for that line to say)
+    assert link.queued_events == 1  # still queued: closing counts it
+
+
+def test_at_exit_a_flush_asked_for_while_an_attempt_is_under_way_is_answered_when_it_finds_nothing() -> None:
+    link, _ = make_link()
+    link.exit.begin()
+    assert link.timer(0.0) == [Connect()]
+    request = link.request_flush(deadline=10.0)
+    failed = link.connect_failed("refused", 0.0, nobody=True)
+    assert FlushDone(request, False) in failed + link.timer(0.0)
+
+
+def test_at_exit_a_collector_that_is_there_but_slow_keeps_the_whole_timeout() -> None:
+    link, _ = make_link()
+    link.exit.begin()
+    request = link.request_flush(deadline=10.0)
+    assert Connect() in link.timer(0.0)
+    link.connect_failed("connecting to collector:7700 timed out after 5s", 0.0)  # (not "nothing listens")
+    assert Connect() in link.timer(0.25)  # a flush waits: tried again soon
+    peer = Peer(link)
+    assert link.connected(0.3, HELLO) == []
+    assert peer.read(0.3) == [HELLO]
+    assert FlushDone(request, False) not in link.timer(9.9)  # no WELCOME yet: waits to its deadline
+    assert FlushDone(request, False) in link.timer(10.0)
+    assert link.exit.gave_up == ""
+
+
+def test_at_exit_each_collector_of_several_gets_its_one_attempt() -> None:
+    link = Link("c1:7700,c2:7700", StreamerOptions(backoff_initial_s=0.1), StreamEncoder(), jitter=lambda: 1.0)
+    link.exit.begin()
+    request = link.request_flush(deadline=10.0)
+    assert Connect() in link.timer(0.0)
+    assert FlushDone(request, False) not in link.connect_failed("c1 refused", 0.0, nobody=True)
+    assert Connect() in link.timer(0.1)
+    assert FlushDone(request, False) in link.connect_failed("c2 refused", 0.1, nobody=True)
+    assert link.exit.gave_up == "c2 refused"
+
+
+def test_nothing_listens_where_the_connection_is_refused_or_the_host_unreachable_not_where_it_times_out() -> None:
+    with socket.socket() as sock:  # a real refusal: a port bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        address = sock.getsockname()
+    with pytest.raises(OSError) as refused:
+        socket.create_connection(address, timeout=5).close()
+    assert nothing_listens(refused.value)
+    assert nothing_listens(OSError(errno.ENETUNREACH, "Network is unreachable"))
+    assert nothing_listens(OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert not nothing_listens(TimeoutError("timed out"))  # there, perhaps, and slow: the whole exit timeout
+    assert not nothing_listens(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))

@@ -17,3 +17,18 @@ def test_many_events_lost_are_said_as_events() -> None:
     assert at_close is not None and at_close.startswith("ringtrace: 5 events recorded by this process never reached")
     dropped = LossReport().report(10.0, 12_345, 2, address="c:7700", outage=False)
     assert dropped is not None and "12,345 events dropped" in dropped and "could not store 2 events (" in dropped
+
+
+def test_the_line_at_close_says_why_the_collector_was_not_reached_and_that_closing_did_not_wait() -> None:
+    refused = "connection to c:7700 refused (is the collector running, on that port?)"
+    at_close = undelivered_at_close(
+        "c:7700", queued=4, unreported=0, unanswered=0, timeout_s=2.0, connected=False, failure=refused, at_once=True
+    )
+    assert at_close == (
+        "ringtrace: 4 events recorded by this process never reached the collector at c:7700: 4 still queued when "
+        f"closing gave up at once (not connected), 0 dropped before and not reported; {refused}"
+    )
+    connected = undelivered_at_close(
+        "c:7700", queued=4, unreported=0, unanswered=0, timeout_s=2.0, connected=True, failure="an old one"
+    )
+    assert connected is not None and "gave up after 2.0s (connected)" in connected and "old" not in connected

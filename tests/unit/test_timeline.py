@@ -1080,3 +1080,12 @@ def test_a_flusher_left_waiting_long_reads_its_interval_again_when_the_listener_
         wait_for(lambda: len(memory.events), until=lambda n: n == 2, timeout_s=30, what="a sweep without the slow one")
     finally:
         timeline.close()
+
+
+def test_what_waits_for_the_flusher_to_start_runs_once_on_the_thread_that_starts_it() -> None:
+    flusher = Flusher()
+    ran: list[str] = []
+    flusher.when_started(lambda: ran.append(threading.current_thread().name))
+    flusher.when_started(lambda: 1 / 0)  # (a failure is logged, never raised into the recording thread)
+    assert flusher.start() and flusher.start()
+    assert ran == [threading.current_thread().name]

@@ -7,6 +7,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.outage import connect_failure
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.parsing import parse_addresses
@@ -18,9 +19,11 @@ __all__ = ["ConnectFailed", "Dialer"]
 
 
 class ConnectFailed(Exception):
-    def __init__(self, reason: str, *, at_once: bool = False) -> None:
+    """``at_once``: waiting will not mend it (TLS); ``nobody``: nothing listens there (refused, unreachable)."""
+
+    def __init__(self, reason: str, *, at_once: bool = False, nobody: bool = False) -> None:
         super().__init__(reason)
-        self.reason, self.at_once = reason, at_once
+        self.reason, self.at_once, self.nobody = reason, at_once, nobody
 
 
 class Dialer:
@@ -72,7 +75,8 @@ class Dialer:
         try:
             sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
         except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
-            raise ConnectFailed(connect_failure(self.address_text, exc, timeout_s)) from None
+            reason = connect_failure(self.address_text, exc, timeout_s)
+            raise ConnectFailed(reason, nobody=nothing_listens(exc)) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not self.options.tls:
             return sock

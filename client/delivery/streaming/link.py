@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ringtrace.client.delivery.streaming.backoff import Backoff, random_jitter
+from ringtrace.client.delivery.streaming.exit_attempts import ExitAttempts
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
@@ -64,6 +65,7 @@ from ringtrace.wire.frame_types import AUTHENTICATION_FAILED, TABLES_PAST_CAPACI
 from ringtrace.wire.frames import Flush, FlushAck, Goodbye, Refused, SetPriority, encode, preamble
 from ringtrace.wire.handshake_frames import Hello, Welcome
 from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.parsing import parse_addresses
 from ringtrace.wire.reply_decoder import ReplyDecoder
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
@@ -117,8 +119,9 @@ class Link:
         self._delivery = Delivery(options, encoder, self.counters)
         self._queue, self._acks = self._delivery.queue, self._delivery.acks
         self._backoff = Backoff(options.backoff_initial_s, options.backoff_max_s, jitter)
-        self._outage = Outage()  # what the log says while events cannot reach the collector
+        self.outage = Outage()  # what the log says while events cannot reach the collector, and why
         self._losses = LossReport()  # and what it says of events lost while it can
+        self.exit = ExitAttempts(len(parse_addresses(address)), self.outage)  # at exit: no wait where nothing listens
         self._actions: list[Action] = []
         self._decoder: ReplyDecoder | None = None
         self._polled_at = 0.0
@@ -172,7 +175,7 @@ class Link:
         deadline = self._polled_at + min(_POLL_S, self.options.heartbeat_s)
         if not self._has_connection:
             deadline = self._backoff.next_attempt
-        return min(deadline, self._acks.next_deadline(), self._outage.next_report)
+        return min(deadline, self._acks.next_deadline(), self.outage.next_report)
 
     # -- events from the listener's side ---------------------------------------------------------------------------
 
@@ -210,26 +213,28 @@ class Link:
             self._backoff.due_now(now)  # a new flush does not wait for the backoff
         if self._delivery.reset_reason and self._has_connection:
             self._drop_queue_and_reconnect(now)
-        if now >= self._outage.next_report:
+        if now >= self.outage.next_report:
             counters = self.counters
-            warning = self._outage.report(
+            warning = self.outage.report(
                 now, self._queue.event_count, counters.dropped_events, unacknowledged=counters.unacknowledged_events
             )
             if warning:
                 self._log(logging.WARNING, warning)
         counters = self.counters
         lost = self._losses.report(
-            now, counters.dropped_events, counters.refused_events, address=self.address, outage=self._outage.active
+            now, counters.dropped_events, counters.refused_events, address=self.address, outage=self.outage.active
         )
         if lost:
             self._log(logging.WARNING, lost)
         if self.welcomed:
             self._delivery.start_flushes(now)
         self._actions += [FlushDone(request, False) for request in self._acks.expire(now)]
+        if self.exit.gave_up:  # at exit, and no collector there: no flush waits for one
+            self._actions += [FlushDone(request, False) for request in self._acks.abandon()]
         if self.welcomed:
             self._delivery.ask_acknowledgement(now)
             self._delivery.heartbeat(now)
-        if self.state is LinkState.IDLE and now >= self._backoff.next_attempt:
+        if self.state is LinkState.IDLE and now >= self._backoff.next_attempt and not self.exit.gave_up:
             self._move(LinkState.CONNECTING)
             self._actions.append(Connect())
         return self._take_actions()
@@ -246,11 +251,14 @@ class Link:
         self._polled_at = now
         return self._take_actions()
 
-    def connect_failed(self, reason: str, now: float, *, at_once: bool = False) -> list[Action]:
-        """The connection could not be made; ``at_once``: a failure waiting will not mend (TLS), warned of now."""
+    def connect_failed(self, reason: str, now: float, *, at_once: bool = False, nobody: bool = False) -> list[Action]:
+        """The connection could not be made; ``at_once``: a failure waiting will not mend (TLS), warned of now;
+        ``nobody``: nothing listens there (refused, unreachable), which at exit ends the attempts."""
         self._move(LinkState.IDLE)
         self._polled_at = now
         self._schedule_reconnect(reason, now, at_once=at_once)
+        if self.exit.failed(reason, nobody):
+            self._actions += [FlushDone(request, False) for request in self._acks.abandon()]
         return self._take_actions()
 
     def data_to_send(self) -> memoryview | None:
@@ -329,7 +337,7 @@ class Link:
             self._resume(now)
 
     def _resume(self, now: float) -> None:
-        resumed = self._outage.resumed(now, self.counters.dropped_events)
+        resumed = self.outage.resumed(now, self.counters.dropped_events)
         if resumed:
             self._log(logging.INFO, resumed)
 
@@ -391,7 +399,7 @@ class Link:
     def _schedule_reconnect(self, reason: str, now: float, *, at_once: bool = False) -> None:
         delay = self._backoff.failed(now, hurry=bool(self._acks.pending))
         counters = self.counters
-        self._outage.failed(
+        self.outage.failed(
             reason, now, counters.dropped_events, unacknowledged=counters.unacknowledged_events, at_once=at_once
         )
         self._log(logging.DEBUG, f"ringtrace: {reason}; retrying in {delay:.2f}s")
@@ -412,7 +420,7 @@ class Link:
         unacknowledged = self._delivery.broken()
         if unacknowledged:
             self._log(
-                logging.DEBUG if self._outage.active else logging.WARNING,  # (the outage's warnings count them)
+                logging.DEBUG if self.outage.active else logging.WARNING,  # (the outage's warnings count them)
                 f"ringtrace: {unacknowledged} events sent before the connection to {self.address} broke were not "
                 "acknowledged: lost if the collector did not store them (counted as unacknowledged_events)",
             )

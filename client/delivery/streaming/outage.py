@@ -46,6 +46,7 @@ class Outage:
         "_unacknowledged_at_start",
         "_warned",
         "grace_s",
+        "quiet",
         "repeat_s",
     )
 
@@ -58,11 +59,18 @@ class Outage:
         self._next_report = math.inf
         self._dropped_at_start = 0
         self._unacknowledged_at_start = 0
+        #: No more warnings (at exit: the streamer's line at close says what they would have, the reason if unsaid).
+        self.quiet = False
 
     @property
     def active(self) -> bool:
         """Whether an outage is under way (its warnings say what is lost meanwhile)."""
         return self._started is not None
+
+    @property
+    def unsaid(self) -> str:
+        """The latest reason of the outage under way, if no warning said it yet ("": none is, or one did)."""
+        return self._reason if self._started is not None and not self._warned else ""
 
     @property
     def next_report(self) -> float:
@@ -83,8 +91,11 @@ class Outage:
             self._next_report = now
 
     def report(self, now: float, queued: int, dropped: int, *, unacknowledged: int = 0) -> str | None:
-        """A WARNING to log now, if one is due."""
+        """A WARNING to log now, if one is due (never once ``quiet``)."""
         if self._started is None or now < self._next_report:
+            return None
+        if self.quiet:
+            self._next_report = math.inf
             return None
         self._next_report = now + self.repeat_s
         lost = dropped - self._dropped_at_start

@@ -266,10 +266,17 @@ class Streamer(SerializedListener):
             unanswered=unanswered,
             timeout_s=timeout_s,
             connected=self._link.welcomed,
+            failure=self._link.outage.unsaid,
+            at_once=bool(self._link.exit.gave_up),
         )
         if warning:
             log.warning("%s", warning)
         return delivered
+
+    def exit_begins(self) -> None:
+        """The exit delivery begins (the flusher says so): a collector found not there is not waited for."""
+        with self._state_lock:
+            self._link.exit.begin()
 
     def subscribe_priority(self, timeline: Any) -> None:
         """``timeline.set_priority`` is called when the collector sends SET_PRIORITY for it (or for all)."""
@@ -389,7 +396,8 @@ class Streamer(SerializedListener):
             sock = self._dialer.dial()
         except ConnectFailed as failure:
             with self._state():
-                return self._link.connect_failed(failure.reason, time.monotonic(), at_once=failure.at_once)
+                now = time.monotonic()
+                return self._link.connect_failed(failure.reason, now, at_once=failure.at_once, nobody=failure.nobody)
         sock.setblocking(False)
         self._sock = sock
         self._selector.register(sock, selectors.EVENT_READ)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, events
 from launching import RINGTRACE, program_environment, run
+from waiting import wait_for
 
 
 def test_a_program_that_exits_at_once_loses_no_samples_at_exit(collector: CollectorProcess, tmp_path: Path) -> None:
@@ -28,3 +29,38 @@ def test_a_program_that_exits_at_once_loses_no_samples_at_exit(collector: Collec
             under_python.stderr,
             under_python.returncode,
         )
+
+
+def test_a_log_call_whose_arguments_do_not_fit_its_format_is_recorded_unrendered_and_said_by_logging_alone(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # logging's own handler says "--- Logging error ---" for such a call, if it ever formats it; python never formats
+    # an info record below the program's level, and ringtrace said a warning of its own for it.
+    (tmp_path / "logs.py").write_text(
+        "import logging\n"
+        "logging.getLogger('app').info('rows=%d', 'many')\n"
+        "class Unprintable:\n"
+        "    def __str__(self):\n"
+        "        raise RuntimeError('no')\n"
+        "logging.getLogger('app').info(Unprintable())\n"
+        "print('end')\n"
+    )
+    environment = program_environment()
+    under_python = run([sys.executable, "logs.py"], tmp_path, environment)
+    done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "logs.py"], tmp_path, environment)
+    assert (
+        (done.stdout, done.stderr, done.returncode)
+        == ("end\n", "", 0)
+        == (
+            under_python.stdout,
+            under_python.stderr,
+            under_python.returncode,
+        )
+    )
+    shown = wait_for(
+        lambda: [e["args"]["message"] for e in events(collector.snapshot(), "i") if e.get("cat") == "app"],
+        timeout_s=60,
+        what="the app's two messages",
+        until=lambda found: len(found) == 2,
+    )
+    assert shown == ["rows=%d", "<Unprintable whose str() failed>"]

@@ -209,7 +209,11 @@ class Flusher:
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
         self._sweep_asked = True
-        self._wake.set()
+        # Set already: nothing waits. And a garbage collection's callback (the gc integration) or a signal handler
+        # that records may run inside this very set(), on this thread, while it holds the event's lock (set() makes
+        # the flag true before it notifies): waking again there would wait on that lock for ever.
+        if not self._wake.is_set():
+            self._wake.set()
 
     @contextlib.contextmanager
     def sweeping(self, deadline: float | None = None) -> Iterator[None]:

@@ -126,6 +126,8 @@ class Flusher:
         #: A sweep is asked for (``wake``), not merely a new look at the interval (``register``).
         self._sweep_asked = False
         self._thread: threading.Thread | None = None
+        #: The thread being started (``start``), until it has.
+        self._starting: threading.Thread | None = None
         self._hooks_installed = False
         #: The exit delivery has begun.
         self.exiting = False
@@ -200,15 +202,21 @@ class Flusher:
             return True
         with self._lock:
             thread = self._thread
-            if thread is not None and thread.is_alive():
-                return True
-            thread = background_thread(self._run, "ringtrace-flusher")
-            try:
-                thread.start()
-            except RuntimeError as exc:
-                log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
-                return False
-            self._thread = thread
+            if (thread is not None and thread.is_alive()) or self._starting is not None:
+                return True  # (being started: by another thread, or this is the new thread recording as it starts)
+            thread = self._starting = background_thread(self._run, "ringtrace-flusher")
+        # Started outside the lock: the new thread may record before it says it started (the gc integration records
+        # a collection on the thread that collected), and so call start() itself, which must not wait for the lock
+        # while its starter waits for it.
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            with self._lock:
+                self._starting = None
+            log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
+            return False
+        with self._lock:
+            self._thread, self._starting = thread, None
             on_start, self._on_start = self._on_start, []
         for callback in on_start:  # (not under the lock: they take their own)
             try:
@@ -227,7 +235,11 @@ class Flusher:
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""
         self._sweep_asked = True
-        self._wake.set()
+        # Set already: nothing waits. And a garbage collection's callback (the gc integration) or a signal handler
+        # that records may run inside this very set(), on this thread, while it holds the event's lock (set() makes
+        # the flag true before it notifies): waking again there would wait on that lock for ever.
+        if not self._wake.is_set():
+            self._wake.set()
 
     @contextlib.contextmanager
     def sweeping(self, deadline: float | None = None) -> Iterator[None]:
@@ -382,6 +394,7 @@ class Flusher:
         self._sweep_asked = False
         self._thread = None
         self._on_start = []
+        self._starting = None
         self._carried = []
         self.exiting = False
         replacements: dict[int, Any] = {}

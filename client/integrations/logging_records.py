@@ -176,7 +176,10 @@ def _record(record: logging.LogRecord) -> None:
     message = _messages.get((name, level, with_exception)) or _message(name, level, with_exception)
     if (not message.enabled and message._sampling is None) or not _timeline._listening:  # type: ignore[union-attr]
         return  # its priority is off, or nothing listens: nothing rendered
-    text = record.getMessage()
+    try:
+        text = record.getMessage()
+    except Exception:  # the program's mistake (arguments that do not fit the format): its handlers say it, if any
+        text = exception_text(record.msg)
     if with_exception:
         assert isinstance(exc_info, tuple)
         message(text, type_name(exc_info[0]), exception_text(exc_info[1]))

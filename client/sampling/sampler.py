@@ -149,7 +149,8 @@ class Sampler:
             while delay > 0 and not stop.is_set():
                 time.sleep(min(delay, _STOP_LATENCY_S))
                 delay = next_s - time.monotonic()
-            if stop.is_set():
+            # Once the exit delivery has begun, a sample would land after its last sweep and count as dropped.
+            if stop.is_set() or FLUSHER.exiting:
                 return
             try:
                 self.sample_once()

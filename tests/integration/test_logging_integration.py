@@ -197,16 +197,21 @@ print(hook_failures())
 """
 
 
-def test_a_record_that_fails_to_render_is_counted_and_said_once_and_the_program_goes_on(
+def test_a_record_that_fails_to_render_is_recorded_unrendered_and_the_program_goes_on(
     collector: CollectorProcess,
 ) -> None:
+    # Arguments that do not fit the format are the program's mistake, not a failure of ringtrace's hook: its
+    # handlers say it if they ever format it (python never formats a record below its levels), ringtrace says nothing.
     recorded = run(collector.tcp_address, BROKEN, "debug")
     assert recorded.returncode == 0, recorded.stderr
-    assert recorded.stdout == "{'logging': 2}\n"
-    said = "ringtrace: the logging integration failed inside a hook (said once): TypeError("
-    assert recorded.stderr.count(said) == 1, recorded.stderr
+    assert recorded.stdout == "{}\n"
+    assert "ringtrace" not in recorded.stderr
     assert recorded.stderr.endswith("went on fine\n")
-    assert messages(collector.snapshot("?flush_timeout_s=5")) == [("app", "warning", "went on fine")]
+    assert messages(collector.snapshot("?flush_timeout_s=5")) == [
+        ("app", "info", "%d items"),
+        ("app", "info", "%d items"),
+        ("app", "warning", "went on fine"),
+    ]
 
 
 THREADS_AND_FORK = """

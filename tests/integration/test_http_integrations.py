@@ -31,7 +31,10 @@ if os.environ.get("HTTP_TEST_COLLECTOR"):
     from ringtrace.client.integrations import apply
 
     apply(
-        ringtrace.client.connect(os.environ["HTTP_TEST_COLLECTOR"], process_name=os.environ["HTTP_TEST_NAME"]),
+        # (a busy machine may need more than the default 2 s to deliver at exit: a forked worker's spans, say)
+        ringtrace.client.connect(
+            os.environ["HTTP_TEST_COLLECTOR"], process_name=os.environ["HTTP_TEST_NAME"], exit_timeout_s=30
+        ),
         {set(INTEGRATIONS)!r},
     )
 """

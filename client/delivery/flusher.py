@@ -24,7 +24,8 @@ exit. Importing ringtrace installs only the fork hook that gives timelines fresh
 (``timelines._fresh_locks``): the flusher's fork and exit hooks are installed when the first timeline gets a
 listener. In a forked child the thread is gone: ``after_fork_in_child`` resets the locks and every timeline (whose
 listeners say what replaces them), and the thread starts again on the child's first event or flush, never inside
-the fork handler (starting threads there is unsafe).
+the fork handler (starting threads there is unsafe). Another thread that must start again in a child waits for
+that moment too (``after_start``: the sampler's).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.delivery.threads import background_thread
@@ -126,6 +127,8 @@ class Flusher:
         #: A sweep is asked for (``wake``), not merely a new look at the interval (``register``).
         self._sweep_asked = False
         self._thread: threading.Thread | None = None
+        #: Called once when the thread next starts (``after_start``).
+        self._after_start: list[Callable[[], object]] = []
         self._hooks_installed = False
         #: The exit delivery has begun.
         self.exiting = False
@@ -204,7 +207,27 @@ class Flusher:
                 log.warning("ringtrace: cannot start the flusher thread (%s); tracing is off for this process", exc)
                 return False
             self._thread = thread
-            return True
+        self._call_after_start()
+        return True
+
+    def after_start(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once, as the thread next starts (at once if it runs). In a forked child that is on the
+        child's first event or flush, outside the fork handler: where a thread of ringtrace's may start safely."""
+        self._after_start.append(callback)  # (no lock: in a fork handler the parent's may be held for ever)
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._call_after_start()
+
+    def _call_after_start(self) -> None:
+        waiting = self._after_start
+        while waiting:
+            try:
+                callback = waiting.pop(0)  # (atomic: each is called once, whichever thread gets it)
+                callback()
+            except IndexError:
+                return
+            except Exception:
+                log.exception("ringtrace: a call as the flusher started failed")
 
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""

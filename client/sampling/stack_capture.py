@@ -16,7 +16,7 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Final
 
-__all__ = ["CodeLocation", "StackInterner", "running_task_names", "thread_cpu_ns"]
+__all__ = ["CodeLocation", "StackInterner", "running_task_names", "thread_clock_id", "thread_cpu_ns"]
 
 CodeLocation = tuple[str, str, int]
 #: Stacks (and locations) remembered: past this the interner starts again (what a sample holds stays valid).
@@ -113,6 +113,12 @@ def running_task_names() -> dict[int, str]:
             except Exception:  # a task-like object of another event loop library
                 continue
     return names
+
+
+def thread_clock_id(native_id: int) -> int | None:
+    """The id of the CPU clock of the OS thread ``native_id`` (see ``thread_cpu_ns``), for ``time.clock_gettime_ns``;
+    None where there is none (not Linux)."""
+    return (~native_id << 3) | _THREAD_SCHED_CLOCK if _LINUX else None
 
 
 def thread_cpu_ns(native_id: int) -> int | None:

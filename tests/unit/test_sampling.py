@@ -114,7 +114,8 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
     assert sampler is not None and start_sampler(timeline, 200) is sampler
     try:
         wait_for(lambda: sampler.passes, until=lambda passes: passes >= 5, timeout_s=30, what="5 passes")
-        assert all(track.thread_id != sampler._ident for track, _, _ in _sampled(timeline, listener))
+        sampling = sampler._thread.native_id if sampler._thread is not None else None
+        assert sampling and all(track.thread_id != sampling for track, _, _ in _sampled(timeline, listener))
     finally:
         sampler.stop()
     assert not sampler.running
@@ -134,6 +135,12 @@ while sampler.passes < 3:
     time.sleep(0.01)
 pid = os.fork()
 if pid == 0:
+    import threading
+    if sampler.running or any(t.name == "ringtrace-sampler" for t in threading.enumerate()):
+        os._exit(4)  # started in the fork handler
+    if start_sampler(timeline, 200) is not sampler:
+        os._exit(5)  # a second sampler while the first waits to start again
+    timeline.instant("child")  # the child's first event: the flusher starts, and the sampler with it
     before = sampler.passes
     deadline = time.monotonic() + 30
     while sampler.passes < before + 5 and time.monotonic() < deadline:
@@ -144,7 +151,7 @@ print(json.dumps({"status": status, "parent_running": sampler.running}))
 """
 
 
-def test_a_forked_child_samples_again() -> None:
+def test_a_forked_child_samples_again_once_it_records_not_in_the_fork_handler() -> None:
     done = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", FORKING], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -32,7 +32,7 @@ from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
 from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_clock_id
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import SAMPLE, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLE, THREAD_TRACK, TrackInfo
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -49,8 +49,8 @@ MAX_HZ: Final = 1000
 #: The longest sleep between checks of ``stop``.
 _STOP_LATENCY_S: Final = 0.05
 
-#: Track ids of sampled threads: above those ``new_track_id`` gives (a process makes fewer than 2**31 tracks).
-_SAMPLE_TRACK_IDS: Final = itertools.count(2**31)
+#: Track ids of sampled threads: above those ``new_track_id`` gives.
+_SAMPLE_TRACK_IDS: Final = itertools.count(FIRST_SAMPLER_TRACK_ID)
 
 _now = time.monotonic_ns
 _wake_flusher = FLUSHER.wake
@@ -71,9 +71,9 @@ def _cpu_of(clock: int | None, _read: Any = time.clock_gettime_ns) -> int | None
 class ThreadSamples(Source):
     """The track of one sampled thread: a source whose track is a thread track of the thread's OS thread id.
 
-    Its id comes from the top half of the ids (``_SAMPLE_TRACK_IDS``): a reader takes a thread's lowest track id as
-    the thread's own (``ProcessView.tid``), so the thread's spans keep that place though the sampler met the thread
-    before it recorded anything."""
+    Its id is a sampler's (``FIRST_SAMPLER_TRACK_ID`` and up): a reader never takes it for the thread's own track
+    (``ProcessView.shares_thread``), so the thread's spans keep that place though the sampler met the thread before
+    it recorded anything, in a live process and in a file alike."""
 
     __slots__ = ()
 

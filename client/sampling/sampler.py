@@ -46,6 +46,8 @@ DEFAULT_HZ: Final = 100
 #: The highest rate taken: the walk of every thread's stack must fit well within an interval.
 MAX_HZ: Final = 1000
 
+#: Passes between reads of the sampler's own CPU time (``Sampler.cpu_ns``: a system call; read at the end too).
+_OWN_CPU_EVERY: Final = 16
 #: The longest sleep between checks of ``stop``.
 _STOP_LATENCY_S: Final = 0.05
 
@@ -130,7 +132,8 @@ class Sampler:
         #: Samples taken, and passes over the threads (for tests and the benchmark).
         self.samples = 0
         self.passes = 0
-        #: CPU time of the sampler's thread so far, in ns (updated each pass, where the platform tells it).
+        #: CPU time of the sampler's thread so far, in ns (where the platform tells it: every ``_OWN_CPU_EVERY``
+        #: passes, and as it stops).
         self.cpu_ns = 0
 
     @property
@@ -179,15 +182,17 @@ class Sampler:
                 time.sleep(min(delay, _STOP_LATENCY_S))
                 delay = next_s - time.monotonic()
             if stop.is_set():
-                return
+                break
             try:
                 self.sample_once()
             except Exception:  # the program goes on; a sampler that keeps failing is stopped, once said
                 log.exception("ringtrace: the sampler failed; sampling stops")
                 stop.set()
-                return
-            if clock is not None:
+                break
+            if clock is not None and not self.passes % _OWN_CPU_EVERY:
                 self.cpu_ns = clock()
+        if clock is not None:
+            self.cpu_ns = clock()
 
     def sample_once(self) -> None:
         """One pass: a sample of every thread of the program but the one calling (the sampler's)."""
@@ -206,16 +211,16 @@ class Sampler:
                     sampled = self._sampled_of(ident)
                     if sampled is None:
                         continue
-                # A thread that used no CPU since its last sample ran no code: the same stack, without the walk.
-                cpu = cpu_of(sampled.clock)
-                if (
-                    cpu is None
-                    or cpu != sampled.cpu
-                    or frame.f_code is not sampled.code
-                    or frame.f_lasti != sampled.lasti
-                ):
-                    sampled.stack = intern(frame)
-                    sampled.cpu, sampled.code, sampled.lasti = cpu, frame.f_code, frame.f_lasti
+                # A thread that used no CPU since its last sample ran no code: the same stack, without the walk. Its
+                # CPU clock (a system call) is read only where its innermost frame is where it was: one that moved
+                # is walked anyway, and is known to have moved.
+                code, lasti = frame.f_code, frame.f_lasti
+                if code is sampled.code and lasti == sampled.lasti:
+                    cpu = cpu_of(sampled.clock)
+                    if cpu is None or cpu != sampled.cpu:
+                        sampled.stack, sampled.cpu = intern(frame), cpu  # (the clock read before the walk)
+                else:
+                    sampled.stack, sampled.cpu, sampled.code, sampled.lasti = intern(frame), None, code, lasti
                 # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
                 sink, limit, wake_at, count_full = sampled.track._recording
                 held = len(sink)

@@ -103,7 +103,7 @@ def running_task_names() -> dict[int, str]:
     table of current tasks, read without a lock: a copy of a dict is atomic under the GIL)."""
     current = getattr(asyncio.tasks, "_current_tasks", None)
     if not current:
-        return {}
+        return _NONE
     names = {}
     for loop, task in list(current.items()):
         thread = getattr(loop, "_thread_id", None)
@@ -135,5 +135,7 @@ def thread_cpu_ns(native_id: int) -> int | None:
 
 
 _LINUX: Final = sys.platform == "linux"
+#: No running task (shared: a pass without event loops allocates nothing for them; never changed).
+_NONE: Final[dict[int, str]] = {}
 #: The low bits of a Linux per-thread CPU clock id: CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED.
 _THREAD_SCHED_CLOCK: Final = 6

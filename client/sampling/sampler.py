@@ -56,8 +56,6 @@ _SAMPLE_TRACK_IDS: Final = itertools.count(FIRST_SAMPLER_TRACK_ID)
 
 _now = time.monotonic_ns
 _wake_flusher = FLUSHER.wake
-#: A thread not met yet (``Sampler._threads``).
-_UNSEEN: Final[Any] = object()
 
 
 def _cpu_of(clock: int | None, _read: Any = time.clock_gettime_ns) -> int | None:
@@ -96,14 +94,16 @@ class ThreadSamples(Source):
 
 
 class _Sampled:
-    """What the sampler keeps of a sampled thread: its track, its CPU clock, and at its last sample its CPU time, its
-    innermost frame's code and offset, and its stack."""
+    """What the sampler keeps of a thread met: the ``threading.Thread`` it is (an ident is reused by a thread started
+    after one ended), its track (None: not sampled, one of ringtrace's), its CPU clock, and at its last sample its CPU
+    time (None: not read), its innermost frame's code and offset, and its stack."""
 
-    __slots__ = ("clock", "code", "cpu", "lasti", "stack", "track")
+    __slots__ = ("clock", "code", "cpu", "lasti", "stack", "thread", "track")
 
-    def __init__(self, track: ThreadSamples) -> None:
+    def __init__(self, thread: threading.Thread, track: ThreadSamples | None) -> None:
+        self.thread = thread
         self.track = track
-        self.clock = thread_clock_id(track.track.thread_id)
+        self.clock = thread_clock_id(track.track.thread_id) if track is not None else None
         self.cpu: int | None = None
         self.code: object = None
         self.lasti = -1
@@ -125,8 +125,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._ident = 0
         self._interner = StackInterner()
-        #: Per thread ident met: what is kept of it, or None for a thread not sampled (one of ringtrace's).
-        self._threads: dict[int, _Sampled | None] = {}
+        #: Per thread ident met: what is kept of its thread.
+        self._threads: dict[int, _Sampled] = {}
         #: In a forked child: the thread starts again with the flusher (``_after_fork_in_child``).
         self.restart_pending = False
         #: Samples taken, and passes over the threads (for tests and the benchmark).
@@ -201,16 +201,20 @@ class Sampler:
             tasks = running_task_names()
             now = _now()
             threads, intern, cpu_of = self._threads, self._interner.intern, _cpu_of
+            active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
             own = self._ident or threading.get_ident()
             taken = 0
             for ident, frame in frames.items():
-                sampled = threads.get(ident, _UNSEEN)
-                if sampled is None or ident == own:
-                    continue
-                if sampled is _UNSEEN:
-                    sampled = self._sampled_of(ident)
+                sampled = threads.get(ident)
+                if sampled is None or active.get(ident) is not sampled.thread:
+                    if ident == own:
+                        continue
+                    sampled = self._sampled_of(ident, active.get(ident))
                     if sampled is None:
                         continue
+                track = sampled.track
+                if track is None:
+                    continue
                 # A thread that used no CPU since its last sample ran no code: the same stack, without the walk. Its
                 # CPU clock (a system call) is read only where its innermost frame is where it was: one that moved
                 # is walked anyway, and is known to have moved.
@@ -222,7 +226,7 @@ class Sampler:
                 else:
                     sampled.stack, sampled.cpu, sampled.code, sampled.lasti = intern(frame), None, code, lasti
                 # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
-                sink, limit, wake_at, count_full = sampled.track._recording
+                sink, limit, wake_at, count_full = track._recording
                 held = len(sink)
                 if held < limit:
                     sink.extend((SAMPLE, tasks.get(ident, "") if tasks else "", now, now, sampled.stack))
@@ -239,20 +243,19 @@ class Sampler:
             del frames  # the frames keep their threads' locals alive: not a moment longer than the pass
         self.passes += 1
 
-    def _sampled_of(self, ident: int) -> _Sampled | None:
-        """The thread ``ident`` met for the first time: a track for it, or None for one of ringtrace's own threads
-        (kept so, not sampled) or for a thread ``threading`` does not know (started outside it: no OS thread id to
-        show it by; asked again next pass)."""
-        thread = threading._active.get(ident)  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
-        if isinstance(thread, BackgroundThread):
-            self._threads[ident] = None
-            return None
+    def _sampled_of(self, ident: int, thread: threading.Thread | None) -> _Sampled | None:
+        """The thread ``thread`` met for the first time (under ``ident``): a track for it, or none for one of
+        ringtrace's own threads (kept so: not sampled); None for a thread ``threading`` does not know (started outside
+        it: no OS thread id to show it by; asked again next pass)."""
         native_id = getattr(thread, "native_id", None) if thread is not None else None
-        if not native_id:
+        if thread is None or not native_id:
+            self._threads.pop(ident, None)
             return None
-        track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
-        self.timeline.add_source(track)
-        sampled = self._threads[ident] = _Sampled(track)
+        track = None
+        if not isinstance(thread, BackgroundThread):
+            track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
+            self.timeline.add_source(track)
+        sampled = self._threads[ident] = _Sampled(thread, track)
         return sampled
 
     def _after_fork_in_child(self) -> None:

@@ -14,6 +14,7 @@ from types import FrameType
 
 import pytest
 from ringtrace.client import FileListener, MemoryListener, Timeline, read_trace_file
+from ringtrace.client.delivery.threads import BackgroundThread, background_thread
 from ringtrace.client.sampling import start_sampler
 from ringtrace.client.sampling.sampler import Sampler
 from ringtrace.client.sampling.stack_capture import StackInterner
@@ -106,6 +107,31 @@ def test_a_pass_samples_every_other_thread_on_a_track_of_its_own_with_its_task_n
     assert all(any(function.endswith("serving") for function, _, _ in stack) for stack in in_task)
 
 
+def test_ringtrace_threads_are_not_sampled_and_a_thread_taking_an_ended_ones_ident_gets_its_own_track() -> None:
+    timeline, listener = Timeline(), MemoryListener()
+    timeline.add_listener(listener)
+    timeline.instant("the flusher starts")
+    ours = background_thread(threading.Event().wait, "ringtrace-test")  # (waits until the process ends: a daemon)
+    ours.start()
+    sampler = Sampler(timeline, 100)
+    met: list[threading.Thread] = []
+    for name in ("first", "second"):  # one after the other: the second often gets the first's ident
+        release = threading.Event()
+        thread = threading.Thread(target=release.wait, args=(60,), name=name)
+        thread.start()
+        sampler.sample_once()
+        sampler.sample_once()
+        release.set()
+        thread.join(30)
+        met.append(thread)
+    samples = _sampled(timeline, listener)
+    by_thread = {track.thread_id: track.name for track, _, _ in samples}
+    assert by_thread[met[0].native_id] == "first samples" and by_thread[met[1].native_id] == "second samples"
+    assert len([1 for track, _, _ in samples if track.thread_id == met[1].native_id]) == 2
+    mine = [t.native_id for t in threading.enumerate() if isinstance(t, BackgroundThread)]
+    assert ours.native_id in mine and not set(mine) & set(by_thread)
+
+
 def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
     timeline, listener = Timeline(), MemoryListener()
     timeline.add_listener(listener)
@@ -127,6 +153,7 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
 FORKING = """
 import json, os, sys, time
 from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client.delivery.threads import BackgroundThread, background_thread
 from ringtrace.client.sampling import start_sampler
 timeline = Timeline()
 timeline.add_listener(MemoryListener())

@@ -181,7 +181,7 @@ class Sampler:
             while delay > 0 and not stop.is_set():
                 time.sleep(min(delay, _STOP_LATENCY_S))
                 delay = next_s - time.monotonic()
-            if stop.is_set():
+            if stop.is_set() or FLUSHER.exiting:  # (at exit: a sample now could not be delivered, only counted lost)
                 break
             try:
                 self.sample_once()

@@ -5,17 +5,18 @@ the main thread, once that thread runs again. Our threads block the signals a pr
 them to a thread of the program: one that waits in a blocking call is interrupted, and the handler runs at once.
 (That alone does not make a handler certain to run: see ``SigtermDelivery`` in ``exit_delivery.py``.)
 
-Each is a ``BackgroundThread``, by which the sampler knows the threads that are ringtrace's and not the program's.
+``is_background_thread`` tells them apart from the program's (the sampler samples the program's alone).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["BackgroundThread", "background_thread"]
+__all__ = ["background_thread", "is_background_thread"]
 
 #: The signals a program may handle (not those that report a fault of the thread that caused it).
 _PROGRAM_SIGNALS: Final = frozenset(
@@ -25,11 +26,16 @@ _PROGRAM_SIGNALS: Final = frozenset(
 )
 
 
-class BackgroundThread(threading.Thread):
-    """A thread of ringtrace's own (the flusher, the streamer, the sampler, ...): never the program's."""
+#: The threads ``background_thread`` made (held weakly: an ended one goes).
+_OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
-def background_thread(target: Callable[[], object], name: str) -> BackgroundThread:
+def is_background_thread(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of ringtrace's own (the flusher, the streamer, the sampler, ...), not the program's."""
+    return thread in _OURS
+
+
+def background_thread(target: Callable[[], object], name: str) -> threading.Thread:
     """A daemon thread (not started) that runs ``target`` with the program's signals blocked."""
 
     def run() -> None:
@@ -37,4 +43,6 @@ def background_thread(target: Callable[[], object], name: str) -> BackgroundThre
             signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
         target()
 
-    return BackgroundThread(target=run, name=name, daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    _OURS.add(thread)
+    return thread

@@ -7,7 +7,7 @@ event loop runs at that moment ("" for none), its args the stack (code locations
 encoder turns into a stack id (``wire/stack_table.py``). Recording is one ``list.extend`` on the track's buffer, as a
 source's ``open`` is: no lock, never blocking the program; a full buffer counts the sample as dropped.
 
-ringtrace's own threads (``BackgroundThread``: the flusher, the streamer, the sampler itself) are not the program's:
+ringtrace's own threads (``is_background_thread``: the flusher, the streamer, the sampler itself) are not the program's:
 none is sampled. Cost: a thread whose CPU clock did not move since its last sample ran no code, so it keeps its last
 stack, without a walk; a pass allocates little beyond ``sys._current_frames()``'s dict and the samples themselves.
 
@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.client.delivery.threads import BackgroundThread, background_thread
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
 from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_clock_id
@@ -112,7 +112,7 @@ class _Sampled:
 
 class Sampler:
     """Samples every thread's stack into ``timeline``, ``hz`` times a second, until ``stop()``: every thread of the
-    program, none of ringtrace's own (``BackgroundThread``: the flusher, the streamer, the sampler, ...).
+    program, none of ringtrace's own (``is_background_thread``: the flusher, the streamer, the sampler, ...).
 
     Made and started by ``start_sampler``; never raises into the program, and its thread only reads.
     """
@@ -252,7 +252,7 @@ class Sampler:
             self._threads.pop(ident, None)
             return None
         track = None
-        if not isinstance(thread, BackgroundThread):
+        if not is_background_thread(thread):
             track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
             self.timeline.add_source(track)
         sampled = self._threads[ident] = _Sampled(thread, track)

@@ -14,7 +14,7 @@ from types import FrameType
 
 import pytest
 from ringtrace.client import FileListener, MemoryListener, Timeline, read_trace_file
-from ringtrace.client.delivery.threads import BackgroundThread, background_thread
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.sampling import start_sampler
 from ringtrace.client.sampling.sampler import Sampler
 from ringtrace.client.sampling.stack_capture import StackInterner
@@ -128,7 +128,7 @@ def test_ringtrace_threads_are_not_sampled_and_a_thread_taking_an_ended_ones_ide
     by_thread = {track.thread_id: track.name for track, _, _ in samples}
     assert by_thread[met[0].native_id] == "first samples" and by_thread[met[1].native_id] == "second samples"
     assert len([1 for track, _, _ in samples if track.thread_id == met[1].native_id]) == 2
-    mine = [t.native_id for t in threading.enumerate() if isinstance(t, BackgroundThread)]
+    mine = [t.native_id for t in threading.enumerate() if is_background_thread(t)]
     assert ours.native_id in mine and not set(mine) & set(by_thread)
 
 
@@ -153,7 +153,7 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
 FORKING = """
 import json, os, sys, time
 from ringtrace.client import MemoryListener, Timeline
-from ringtrace.client.delivery.threads import BackgroundThread, background_thread
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.sampling import start_sampler
 timeline = Timeline()
 timeline.add_listener(MemoryListener())

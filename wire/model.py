@@ -22,6 +22,7 @@ __all__ = [
     "BUILTIN_KINDS",
     "COUNTER",
     "COUNTER_TRACK",
+    "FIRST_SAMPLER_TRACK_ID",
     "FIRST_TYPED_KIND",
     "INSTANT",
     "KINDS",
@@ -126,6 +127,9 @@ ASYNC_TRACK: Final = 2
 COUNTER_TRACK: Final = 3
 
 _track_ids = itertools.count(1)
+#: The tracks of a sampler (one per sampled thread) take ids from here up, above any ``new_track_id`` gives (a process
+#: makes fewer than 2**31 tracks): a reader never takes one for its thread's own track (``ProcessView.shares_thread``).
+FIRST_SAMPLER_TRACK_ID: Final = 2**31
 
 
 def new_track_id() -> int:

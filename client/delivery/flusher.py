@@ -24,7 +24,8 @@ exit. Importing ringtrace installs only the fork hook that gives timelines fresh
 (``timelines._fresh_locks``): the flusher's fork and exit hooks are installed when the first timeline gets a
 listener. In a forked child the thread is gone: ``after_fork_in_child`` resets the locks and every timeline (whose
 listeners say what replaces them), and the thread starts again on the child's first event or flush, never inside
-the fork handler (starting threads there is unsafe).
+the fork handler (starting threads there is unsafe). Another thread that must start again in a child waits for
+that moment too (``when_started``: the sampler's).
 """
 
 from __future__ import annotations
@@ -226,11 +227,15 @@ class Flusher:
         return True
 
     def when_started(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once, on the thread that next starts this one's, right after (a forked child's first
-        event, never inside the fork handler): a thread of a listener's, which its exit handlers could not start on
-        Python 3.12 and later."""
+        """Call ``callback`` once, on the thread that next starts this one's, right after (at once if it runs). In a
+        forked child that is its first event or flush, never inside the fork handler: where a thread of ringtrace's
+        (a listener's, the sampler's) may start safely, which exit handlers cannot on Python 3.12 and later."""
         with self._lock:
-            self._on_start.append(callback)
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                self._on_start.append(callback)
+                return
+        callback()
 
     def wake(self) -> None:
         """Sweep now rather than at the end of the interval (a recording thread's buffer is half full)."""

@@ -4,16 +4,19 @@ A signal sent to a process goes to any one of its threads that does not block it
 the main thread, once that thread runs again. Our threads block the signals a program handles, so the kernel hands
 them to a thread of the program: one that waits in a blocking call is interrupted, and the handler runs at once.
 (That alone does not make a handler certain to run: see ``SigtermDelivery`` in ``exit_delivery.py``.)
+
+``is_background_thread`` tells them apart from the program's (the sampler samples the program's alone).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["background_thread"]
+__all__ = ["background_thread", "is_background_thread"]
 
 #: The signals a program may handle (not those that report a fault of the thread that caused it).
 _PROGRAM_SIGNALS: Final = frozenset(
@@ -21,6 +24,15 @@ _PROGRAM_SIGNALS: Final = frozenset(
     for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGWINCH")
     if hasattr(signal, name)
 )
+
+
+#: The threads ``background_thread`` made (held weakly: an ended one goes).
+_OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def is_background_thread(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of ringtrace's own (the flusher, the streamer, the sampler, ...), not the program's."""
+    return thread in _OURS
 
 
 def background_thread(target: Callable[[], object], name: str) -> threading.Thread:
@@ -31,4 +43,6 @@ def background_thread(target: Callable[[], object], name: str) -> threading.Thre
             signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
         target()
 
-    return threading.Thread(target=run, name=name, daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    _OURS.add(thread)
+    return thread

@@ -7,8 +7,13 @@ event loop runs at that moment ("" for none), its args the stack (code locations
 encoder turns into a stack id (``wire/stack_table.py``). Recording is one ``list.extend`` on the track's buffer, as a
 source's ``open`` is: no lock, never blocking the program; a full buffer counts the sample as dropped.
 
-Fork: in a child the sampler's thread is gone; the fork hook forgets the parent's threads and starts the thread again
-(``threading`` has made itself whole in the child before Python's fork hooks run). ``stop`` ends it for good.
+ringtrace's own threads (``is_background_thread``: the flusher, the streamer, the sampler itself) are not the program's:
+none is sampled. Cost: a thread whose CPU clock did not move since its last sample ran no code, so it keeps its last
+stack, without a walk; a pass allocates little beyond ``sys._current_frames()``'s dict and the samples themselves.
+
+Fork: in a child the sampler's thread is gone; the fork hook forgets the parent's threads, and the thread starts again
+when the flusher does (``Flusher.when_started``: the child's first event or flush), never in the fork handler.
+``stop`` ends it for good.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.client.delivery.threads import background_thread
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
-from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_cpu_ns
+from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_clock_id
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import SAMPLE, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLE, THREAD_TRACK, TrackInfo
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -42,22 +47,34 @@ DEFAULT_HZ: Final = 100
 #: The highest rate taken: the walk of every thread's stack must fit well within an interval.
 MAX_HZ: Final = 1000
 
+#: Passes between reads of the sampler's own CPU time (``Sampler.cpu_ns``: a system call; read at the end too).
+_OWN_CPU_EVERY: Final = 16
 #: The longest sleep between checks of ``stop``.
 _STOP_LATENCY_S: Final = 0.05
 
-#: Track ids of sampled threads: above those ``new_track_id`` gives (a process makes fewer than 2**31 tracks).
-_SAMPLE_TRACK_IDS: Final = itertools.count(2**31)
+#: Track ids of sampled threads: above those ``new_track_id`` gives.
+_SAMPLE_TRACK_IDS: Final = itertools.count(FIRST_SAMPLER_TRACK_ID)
 
 _now = time.monotonic_ns
 _wake_flusher = FLUSHER.wake
 
 
+def _cpu_of(clock: int | None, _read: Any = time.clock_gettime_ns) -> int | None:
+    """A thread's CPU time in ns by its clock (``thread_clock_id``), or None (no clock; the thread has just ended)."""
+    if clock is None:
+        return None
+    try:
+        return int(_read(clock))
+    except OSError:
+        return None
+
+
 class ThreadSamples(Source):
     """The track of one sampled thread: a source whose track is a thread track of the thread's OS thread id.
 
-    Its id comes from the top half of the ids (``_SAMPLE_TRACK_IDS``): a reader takes a thread's lowest track id as
-    the thread's own (``ProcessView.tid``), so the thread's spans keep that place though the sampler met the thread
-    before it recorded anything."""
+    Its id is a sampler's (``FIRST_SAMPLER_TRACK_ID`` and up): a reader never takes it for the thread's own track
+    (``ProcessView.shares_thread``), so the thread's spans keep that place though the sampler met the thread before
+    it recorded anything, in a live process and in a file alike."""
 
     __slots__ = ()
 
@@ -77,8 +94,26 @@ class ThreadSamples(Source):
             count_full()
 
 
+class _Sampled:
+    """What the sampler keeps of a thread met: the ``threading.Thread`` it is (an ident is reused by a thread started
+    after one ended), its track (None: not sampled, one of ringtrace's), its CPU clock, and at its last sample its CPU
+    time (None: not read), its innermost frame's code and offset, and its stack."""
+
+    __slots__ = ("clock", "code", "cpu", "lasti", "stack", "thread", "track")
+
+    def __init__(self, thread: threading.Thread, track: ThreadSamples | None) -> None:
+        self.thread = thread
+        self.track = track
+        self.clock = thread_clock_id(track.track.thread_id) if track is not None else None
+        self.cpu: int | None = None
+        self.code: object = None
+        self.lasti = -1
+        self.stack: tuple[Any, ...] = ()
+
+
 class Sampler:
-    """Samples every thread's stack but its own into ``timeline``, ``hz`` times a second, until ``stop()``.
+    """Samples every thread's stack into ``timeline``, ``hz`` times a second, until ``stop()``: every thread of the
+    program, none of ringtrace's own (``is_background_thread``: the flusher, the streamer, the sampler, ...).
 
     Made and started by ``start_sampler``; never raises into the program, and its thread only reads.
     """
@@ -91,14 +126,15 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._ident = 0
         self._interner = StackInterner()
-        #: A track per sampled thread, by thread ident.
-        self._tracks: dict[int, ThreadSamples] = {}
-        #: Per thread ident, at its last sample: its CPU time, its innermost frame's code and offset, and its stack.
-        self._last: dict[int, tuple[int | None, object, int, tuple[Any, ...]]] = {}
+        #: Per thread ident met: what is kept of its thread.
+        self._threads: dict[int, _Sampled] = {}
+        #: In a forked child: the thread starts again with the flusher (``_after_fork_in_child``).
+        self.restart_pending = False
         #: Samples taken, and passes over the threads (for tests and the benchmark).
         self.samples = 0
         self.passes = 0
-        #: CPU time of the sampler's thread so far, in ns (updated each pass, where the platform tells it).
+        #: CPU time of the sampler's thread so far, in ns (where the platform tells it: every ``_OWN_CPU_EVERY``
+        #: passes, and as it stops).
         self.cpu_ns = 0
 
     @property
@@ -108,6 +144,7 @@ class Sampler:
 
     def start(self) -> bool:
         """Start the thread (False: it could not be started, at interpreter shutdown say)."""
+        self.restart_pending = False
         self._stop = threading.Event()
         thread = background_thread(self._run, "ringtrace-sampler")
         try:
@@ -123,13 +160,13 @@ class Sampler:
     def stop(self, timeout_s: float = 1.0) -> None:
         """Stop sampling (the tracks end once their samples are delivered); waits up to ``timeout_s`` for the thread."""
         self._stop.set()
+        self.restart_pending = False
         with contextlib.suppress(ValueError):
             FLUSHER.before_exit.remove(self.stop)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
-        self._tracks = {}
-        self._last = {}
+        self._threads = {}
         with _lock:
             if _samplers.get(id(self.timeline)) is self:
                 del _samplers[id(self.timeline)]
@@ -151,72 +188,96 @@ class Sampler:
                 delay = next_s - time.monotonic()
             # Once the exit delivery has begun, a sample would land after its last sweep and count as dropped.
             if stop.is_set() or FLUSHER.exiting:
-                return
+                break
             try:
                 self.sample_once()
             except Exception:  # the program goes on; a sampler that keeps failing is stopped, once said
                 log.exception("ringtrace: the sampler failed; sampling stops")
                 stop.set()
-                return
-            if clock is not None:
+                break
+            if clock is not None and not self.passes % _OWN_CPU_EVERY:
                 self.cpu_ns = clock()
+        if clock is not None:
+            self.cpu_ns = clock()
 
     def sample_once(self) -> None:
-        """One pass: a sample of every thread but this one."""
+        """One pass: a sample of every thread of the program but the one calling (the sampler's)."""
         frames = sys._current_frames()
         try:
             tasks = running_task_names()
             now = _now()
-            tracks, last, intern = self._tracks, self._last, self._interner.intern
+            threads, intern, cpu_of = self._threads, self._interner.intern, _cpu_of
+            active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
             own = self._ident or threading.get_ident()
+            taken = 0
             for ident, frame in frames.items():
-                if ident == own:
-                    continue
-                track = tracks.get(ident)
-                if track is None:
-                    track = self._track_of(ident)
-                    if track is None:
+                sampled = threads.get(ident)
+                if sampled is None or active.get(ident) is not sampled.thread:
+                    if ident == own:
                         continue
-                # A thread that used no CPU since its last sample ran no code: the same stack, without the walk.
-                cpu_ns, before = thread_cpu_ns(track.track.thread_id), last.get(ident)
-                if (
-                    before is not None and cpu_ns is not None and before[0] == cpu_ns
-                    and before[1] is frame.f_code and before[2] == frame.f_lasti
-                ):  # fmt: skip
-                    stack = before[3]
+                    sampled = self._sampled_of(ident, active.get(ident))
+                    if sampled is None:
+                        continue
+                track = sampled.track
+                if track is None:
+                    continue
+                # A thread that used no CPU since its last sample ran no code: the same stack, without the walk. Its
+                # CPU clock (a system call) is read only where its innermost frame is where it was: one that moved
+                # is walked anyway, and is known to have moved.
+                code, lasti = frame.f_code, frame.f_lasti
+                if code is sampled.code and lasti == sampled.lasti:
+                    cpu = cpu_of(sampled.clock)
+                    if cpu is None or cpu != sampled.cpu:
+                        sampled.stack, sampled.cpu = intern(frame), cpu  # (the clock read before the walk)
                 else:
-                    stack = intern(frame)
-                    last[ident] = (cpu_ns, frame.f_code, frame.f_lasti, stack)
-                track.record(tasks.get(ident, ""), stack, now)
-                self.samples += 1
-            if len(tracks) > len(frames) - 1:  # threads ended: their tracks go (and end once delivered)
-                for ident in [ident for ident in tracks if ident not in frames]:
-                    del tracks[ident]
-                    last.pop(ident, None)
+                    sampled.stack, sampled.cpu, sampled.code, sampled.lasti = intern(frame), None, code, lasti
+                # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
+                sink, limit, wake_at, count_full = track._recording
+                held = len(sink)
+                if held < limit:
+                    sink.extend((SAMPLE, tasks.get(ident, "") if tasks else "", now, now, sampled.stack))
+                    if held == wake_at:
+                        _wake_flusher()
+                else:
+                    count_full()
+                taken += 1
+            self.samples += taken
+            if len(threads) > len(frames) - 1:  # threads ended: their tracks go (and end once delivered)
+                for ident in [ident for ident in threads if ident not in frames]:
+                    del threads[ident]
         finally:
             del frames  # the frames keep their threads' locals alive: not a moment longer than the pass
         self.passes += 1
 
-    def _track_of(self, ident: int) -> ThreadSamples | None:
-        """The track of the thread ``ident`` (made on its first sample), or None for a thread ``threading`` does not
-        know (started outside it: no OS thread id to show it by)."""
-        thread = threading._active.get(ident)  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
+    def _sampled_of(self, ident: int, thread: threading.Thread | None) -> _Sampled | None:
+        """The thread ``thread`` met for the first time (under ``ident``): a track for it, or none for one of
+        ringtrace's own threads (kept so: not sampled); None for a thread ``threading`` does not know (started outside
+        it: no OS thread id to show it by; asked again next pass)."""
         native_id = getattr(thread, "native_id", None) if thread is not None else None
-        if not native_id:
+        if thread is None or not native_id:
+            self._threads.pop(ident, None)
             return None
-        track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
-        self.timeline.add_source(track)
-        self._tracks[ident] = track
-        return track
+        track = None
+        if not is_background_thread(thread):
+            track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
+            self.timeline.add_source(track)
+        sampled = self._threads[ident] = _Sampled(thread, track)
+        return sampled
 
     def _after_fork_in_child(self) -> None:
-        """The parent's thread is gone: forget its threads' tracks, and sample the child's threads."""
+        """The parent's thread is gone: forget its threads, and sample the child's once the flusher starts there (on
+        the child's first event or flush), not in the fork handler, where starting a thread is unsafe."""
         was_running = self._thread is not None and not self._stop.is_set()
         self._thread = None
-        self._tracks = {}
-        self._last = {}
+        self._threads = {}
         self._ident = 0
         if was_running:
+            self._stop = threading.Event()
+            self.restart_pending = True
+            FLUSHER.when_started(self._start_in_child)
+
+    def _start_in_child(self) -> None:
+        if self.restart_pending and not self.running:
             self.start()
 
 
@@ -252,7 +313,7 @@ def start_sampler(timeline: Timeline | None = None, hz: float = DEFAULT_HZ) -> S
             timeline = default_timeline()
         with _lock:
             sampler = _samplers.get(id(timeline))
-            if sampler is not None and sampler.running:
+            if sampler is not None and (sampler.running or sampler.restart_pending):
                 return sampler
             sampler = Sampler(timeline, min(float(hz), MAX_HZ))
             if not sampler.start():

@@ -15,7 +15,7 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Final
 
-__all__ = ["CodeLocation", "StackInterner", "running_task_names", "thread_cpu_ns"]
+__all__ = ["CodeLocation", "StackInterner", "running_task_names", "thread_clock_id", "thread_cpu_ns"]
 
 CodeLocation = tuple[str, str, int]
 #: Stacks (and locations) remembered: past this the interner starts again (what a sample holds stays valid).
@@ -102,7 +102,7 @@ def running_task_names() -> dict[int, str]:
     table of current tasks, read without a lock: a copy of a dict is atomic under the GIL)."""
     current = getattr(sys.modules.get("asyncio.tasks"), "_current_tasks", None)  # (not imported: no loop runs)
     if not current:
-        return {}
+        return _NONE
     names = {}
     for loop, task in list(current.items()):
         thread = getattr(loop, "_thread_id", None)
@@ -112,6 +112,12 @@ def running_task_names() -> dict[int, str]:
             except Exception:  # a task-like object of another event loop library
                 continue
     return names
+
+
+def thread_clock_id(native_id: int) -> int | None:
+    """The id of the CPU clock of the OS thread ``native_id`` (see ``thread_cpu_ns``), for ``time.clock_gettime_ns``;
+    None where there is none (not Linux)."""
+    return (~native_id << 3) | _THREAD_SCHED_CLOCK if _LINUX else None
 
 
 def thread_cpu_ns(native_id: int) -> int | None:
@@ -128,5 +134,7 @@ def thread_cpu_ns(native_id: int) -> int | None:
 
 
 _LINUX: Final = sys.platform == "linux"
+#: No running task (shared: a pass without event loops allocates nothing for them; never changed).
+_NONE: Final[dict[int, str]] = {}
 #: The low bits of a Linux per-thread CPU clock id: CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED.
 _THREAD_SCHED_CLOCK: Final = 6

@@ -117,7 +117,8 @@ class PerfettoTracks:
             thread = pb.uint(PID, self._pid(process)) + pb.uint(TID, as_int64(track.thread_id))
             if track.name:
                 thread += pb.string(THREAD_NAME, track.name)
-            rank = pb.uint(SIBLING_ORDER_RANK, min(track.track_id, _MAX_INT32))  # in the order declared
+            order = track.track_id if track.track_id >= 0 else _MAX_INT32  # (a stand-in: last)
+            rank = pb.uint(SIBLING_ORDER_RANK, min(order, _MAX_INT32))  # in the order declared
             self._describe(pb.uint(UUID, uuid) + pb.message(THREAD, thread) + rank)
             return uuid
         thread_track = self._thread_of(process, track)

@@ -25,7 +25,7 @@ from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events, Frame, Stats
-from ringtrace.wire.model import THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import StreamTables
 from ringtrace.wire.table_frames import KindSpec
@@ -84,6 +84,8 @@ class ProcessView:
     #: OS thread id -> the thread track that shows as that thread (the first declared): the tracks of other timelines
     #: recorded on the thread are shown beside it, never under its tid.
     thread_owners: dict[int, TrackInfo] = field(default_factory=dict)
+    #: OS thread id -> the stand-in a sampler's track met before the thread's own shares it with (``shares_thread``).
+    stand_ins: dict[int, TrackInfo] = field(default_factory=dict)
 
     @classmethod
     def of(cls, process: ProcessRecord) -> ProcessView:
@@ -102,26 +104,45 @@ class ProcessView:
 
     def tid(self, track: TrackInfo) -> int:
         """The Chrome ``tid`` of a track: the OS thread id for the thread's own track, a synthetic one above them
-        otherwise (a task lane, a source, another timeline's track of the thread)."""
-        if self.shares_thread(track) is None and track.kind == THREAD_TRACK:
+        otherwise (a task lane, a source, another timeline's track of the thread, a sampler's met before the
+        thread's own)."""
+        if track.kind == THREAD_TRACK and self.shares_thread(track) is None:
             return int(track.thread_id)
+        if track.track_id >= FIRST_SAMPLER_TRACK_ID:  # (kept within 32 bits, above the others' but for 2**30 tracks)
+            return int(_SYNTHETIC_TID_BASE + 2**30 + (track.track_id - FIRST_SAMPLER_TRACK_ID) % 2**30)
         return int(_SYNTHETIC_TID_BASE + track.track_id)
 
     def shares_thread(self, track: TrackInfo) -> TrackInfo | None:
-        """For a thread track of a thread that another track shows as (one of another timeline): that track.
+        """For a thread track of a thread that another track shows as (one of another timeline, say): that track.
 
-        A live process's threads are known in advance (the first declared shows as the thread); a file's or one read
-        back from the data dir, as a snapshot meets them: the first one it meets."""
-        if track.kind != THREAD_TRACK:
+        A live process's threads are known in advance (the lowest track id shows as the thread); a file's or one read
+        back from the data dir, as a snapshot meets them: the first one it meets. Never a sampler's track
+        (``FIRST_SAMPLER_TRACK_ID`` and up), which a file may hold before the thread's own: it shares the thread with
+        its own track, or, none met yet, with a stand-in for it (``thread_stand_in``); the thread's own track, when
+        met, shows as the thread, with its name and OS thread id."""
+        if track.kind != THREAD_TRACK or track.track_id < 0:  # (a stand-in is a thread of its own)
             return None
-        owner = self.thread_owners.setdefault(track.thread_id, track)
+        owners = self.thread_owners
+        owner = owners.get(track.thread_id)
+        if owner is None:
+            if track.track_id >= FIRST_SAMPLER_TRACK_ID:
+                return self.thread_stand_in(track.thread_id)
+            owner = owners[track.thread_id] = track
         return owner if owner.track_id != track.track_id else None
+
+    def thread_stand_in(self, thread_id: int) -> TrackInfo:
+        """The thread ``thread_id`` shown before any track of its own is met: nameless, with a track id no track has
+        (negative), the same each time asked."""
+        stand_in = self.stand_ins.get(thread_id)
+        if stand_in is None:
+            stand_in = self.stand_ins[thread_id] = TrackInfo(-1 - len(self.stand_ins), THREAD_TRACK, "", thread_id)
+        return stand_in
 
 
 def _thread_owners(tracks: list[TrackInfo]) -> dict[int, TrackInfo]:
     owners: dict[int, TrackInfo] = {}
     for track in sorted(tracks, key=lambda track: track.track_id):
-        if track.kind == THREAD_TRACK:
+        if track.kind == THREAD_TRACK and track.track_id < FIRST_SAMPLER_TRACK_ID:
             owners.setdefault(track.thread_id, track)
     return owners
 

@@ -1,5 +1,6 @@
 """Continuous sampling end to end: a real CPU-bound program samples itself at 100 Hz into a real collector, and the
-stored samples, read back through a native snapshot and the event walk, name its hot function most; a collector
+stored samples, read back through a native snapshot and the event walk, name its hot function most and none of
+ringtrace's own threads (the flusher, the streamer, the sampler); a collector
 restarted in between leaves every stored stack decodable."""
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ if sys.argv[2]:
     passes = sampler.passes
     while sampler.passes < passes + 50:
         time.sleep(0.05)
+ours = {t.name: t.native_id for t in threading.enumerate() if t.name.startswith("ringtrace-")}
 stop.set()
 thread.join()
 sampler.stop()
 flushed = tl.flush(timeout_s=30)
 # (a flush is False after a drop: across a restart, events in flight when it stopped are counted unacknowledged)
-print(json.dumps({"flushed": flushed, "flushed_again": tl.flush(timeout_s=30), "thread": thread.native_id}))
+again = tl.flush(timeout_s=30)
+print(json.dumps({"flushed": flushed, "flushed_again": again, "thread": thread.native_id, "ours": ours}))
 """
 
 
@@ -106,6 +109,11 @@ def test_a_cpu_bound_program_samples_name_its_hot_function_most(collector: Colle
     samples = _samples(collector, tmp_path)
     of_worker = [stack for thread, stack in samples if thread == report["thread"]]
     assert len(of_worker) >= 90
+    # The program's threads are sampled (its main thread too), ringtrace's own never.
+    ours = report["ours"]
+    assert {"ringtrace-flusher", "ringtrace-streamer", "ringtrace-sampler"} <= set(ours)
+    assert report["pid"] in {thread for thread, _ in samples}
+    assert not {thread for thread, _ in samples} & set(ours.values())
     leaves = Counter(stack[-1][0] for stack in of_worker if stack)
     assert leaves.most_common(1)[0][0] == "hot_loop"
     hot = next(stack for stack in of_worker if stack and stack[-1][0] == "hot_loop")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from perfetto_model import PerfettoTrace
 from ringtrace.collector.command.files import dump_line
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.chrome_frames import _PYTHON, kind_codes
@@ -18,7 +19,7 @@ from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.rows import selected_rows
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import BUILTIN_KINDS, INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import BUILTIN_KINDS, FIRST_SAMPLER_TRACK_ID, INSTANT, SAMPLE, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.stream_tables import StreamTables
 
@@ -92,3 +93,40 @@ def test_the_dump_prints_a_sample_on_one_line_leaf_first(tmp_path: Path) -> None
     assert len(lines) == 3 and all(line.count("\n") == 1 for line in lines)
     assert '"work (app.py:2) < main (app.py:1)"' in lines[0] and "task-1" in lines[0]
     assert "<stack unknown>" in lines[2]
+
+
+def _sampled_first(tmp_path: Path) -> Path:
+    """A file where a thread's samples track (a sampler's id) is declared and written before the thread's own."""
+    encoder = StreamEncoder()
+    samples = TrackInfo(FIRST_SAMPLER_TRACK_ID, THREAD_TRACK, "MainThread samples", 4242)
+    own = TrackInfo(1, THREAD_TRACK, "MainThread", 4242)
+    data = preamble() + encode(HELLO) + b"".join(encoder.prefix())
+    for track, records in (
+        (samples, [SAMPLE, "", 1_000, 1_000, (MAIN, WORK), SAMPLE, "", 2_000, 2_000, (MAIN,)]),
+        (own, [SPAN, "step", 1_500, 3_000, None]),
+        (samples, [SAMPLE, "", 3_000, 3_000, (MAIN,)]),
+    ):
+        batch = encoder.encode(track, records)
+        data += b"".join(batch.control) + b"".join(frame for frame, _ in batch.events)
+    path = tmp_path / "sampled-first.rttrace"
+    path.write_bytes(data)
+    return path
+
+
+def test_a_thread_whose_samples_track_comes_first_is_shown_by_its_own_track(tmp_path: Path) -> None:
+    path = _sampled_first(tmp_path)
+    document = json.loads(b"".join(chrome_trace_chunks(load_file(path).view)))
+    events = document["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    (span,) = [e for e in events if e["ph"] == "X"]
+    samples = [e for e in events if e["ph"] == "P"]
+    assert span["tid"] == 4242 and names[4242] == "MainThread"
+    assert len(samples) == 3 and {s["tid"] for s in samples} != {4242} and len({s["tid"] for s in samples}) == 1
+    assert names[samples[0]["tid"]] == "MainThread samples" and 4242 < samples[0]["tid"] < 2**32
+
+    trace = PerfettoTrace(b"".join(perfetto_chunks(load_file(path).view)))
+    threads = [t for t in trace.tracks.values() if t.kind == "thread"]
+    assert "MainThread" in {t.name for t in threads} and "MainThread samples" not in {t.name for t in threads}
+    (beside,) = [t for t in trace.tracks.values() if t.name == "MainThread samples"]
+    assert trace.tracks[beside.parent].kind == "thread"
+    assert len(trace.samples) == 3 and {s.tid for s in trace.samples} == {4242}

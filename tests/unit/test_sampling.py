@@ -14,6 +14,7 @@ from types import FrameType
 
 import pytest
 from ringtrace.client import FileListener, MemoryListener, Timeline, read_trace_file
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.sampling import start_sampler
 from ringtrace.client.sampling.sampler import Sampler
 from ringtrace.client.sampling.stack_capture import StackInterner
@@ -106,6 +107,31 @@ def test_a_pass_samples_every_other_thread_on_a_track_of_its_own_with_its_task_n
     assert all(any(function.endswith("serving") for function, _, _ in stack) for stack in in_task)
 
 
+def test_ringtrace_threads_are_not_sampled_and_a_thread_taking_an_ended_ones_ident_gets_its_own_track() -> None:
+    timeline, listener = Timeline(), MemoryListener()
+    timeline.add_listener(listener)
+    timeline.instant("the flusher starts")
+    ours = background_thread(threading.Event().wait, "ringtrace-test")  # (waits until the process ends: a daemon)
+    ours.start()
+    sampler = Sampler(timeline, 100)
+    met: list[threading.Thread] = []
+    for name in ("first", "second"):  # one after the other: the second often gets the first's ident
+        release = threading.Event()
+        thread = threading.Thread(target=release.wait, args=(60,), name=name)
+        thread.start()
+        sampler.sample_once()
+        sampler.sample_once()
+        release.set()
+        thread.join(30)
+        met.append(thread)
+    samples = _sampled(timeline, listener)
+    by_thread = {track.thread_id: track.name for track, _, _ in samples}
+    assert by_thread[met[0].native_id] == "first samples" and by_thread[met[1].native_id] == "second samples"
+    assert len([1 for track, _, _ in samples if track.thread_id == met[1].native_id]) == 2
+    mine = [t.native_id for t in threading.enumerate() if is_background_thread(t)]
+    assert ours.native_id in mine and not set(mine) & set(by_thread)
+
+
 def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
     timeline, listener = Timeline(), MemoryListener()
     timeline.add_listener(listener)
@@ -114,7 +140,8 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
     assert sampler is not None and start_sampler(timeline, 200) is sampler
     try:
         wait_for(lambda: sampler.passes, until=lambda passes: passes >= 5, timeout_s=30, what="5 passes")
-        assert all(track.thread_id != sampler._ident for track, _, _ in _sampled(timeline, listener))
+        sampling = sampler._thread.native_id if sampler._thread is not None else None
+        assert sampling and all(track.thread_id != sampling for track, _, _ in _sampled(timeline, listener))
     finally:
         sampler.stop()
     assert not sampler.running
@@ -126,6 +153,7 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
 FORKING = """
 import json, os, sys, time
 from ringtrace.client import MemoryListener, Timeline
+from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.sampling import start_sampler
 timeline = Timeline()
 timeline.add_listener(MemoryListener())
@@ -134,6 +162,12 @@ while sampler.passes < 3:
     time.sleep(0.01)
 pid = os.fork()
 if pid == 0:
+    import threading
+    if sampler.running or any(t.name == "ringtrace-sampler" for t in threading.enumerate()):
+        os._exit(4)  # started in the fork handler
+    if start_sampler(timeline, 200) is not sampler:
+        os._exit(5)  # a second sampler while the first waits to start again
+    timeline.instant("child")  # the child's first event: the flusher starts, and the sampler with it
     before = sampler.passes
     deadline = time.monotonic() + 30
     while sampler.passes < before + 5 and time.monotonic() < deadline:
@@ -144,7 +178,7 @@ print(json.dumps({"status": status, "parent_running": sampler.running}))
 """
 
 
-def test_a_forked_child_samples_again() -> None:
+def test_a_forked_child_samples_again_once_it_records_not_in_the_fork_handler() -> None:
     done = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", FORKING], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -70,7 +70,8 @@ sampler.stop()
 flushed = tl.flush(timeout_s=30)
 # (a flush is False after a drop: across a restart, events in flight when it stopped are counted unacknowledged)
 again = tl.flush(timeout_s=30)
-print(json.dumps({"flushed": flushed, "flushed_again": again, "thread": thread.native_id, "ours": ours}))
+report = {"flushed": flushed, "flushed_again": again, "thread": thread.native_id, "pid": os.getpid(), "ours": ours}
+print(json.dumps(report))
 """
 
 

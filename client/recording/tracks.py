@@ -85,10 +85,15 @@ class _Lane:
     def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
         self.track, self.task = track, task
 
-    def free_for(self, task: Task[Any]) -> bool:
-        """Whether ``task`` may record on this lane: it has it already, or no task that may still record does."""
+    def free_for(self, task: Task[Any], loop: object) -> bool:
+        """Whether ``task`` (of ``loop``) may record on this lane: it has it already, or no task that may still record
+        does. (A task of ``loop``, which runs, is on no closed loop: the lanes of a server's requests are checked
+        without a call to Python code.)"""
         held = self.task
-        return held is None or held is task or held.done() or held.get_loop().is_closed()
+        if held is None or held is task or held.done():
+            return True
+        held_loop = held.get_loop()
+        return held_loop is not loop and held_loop.is_closed()
 
 
 class Tracks:
@@ -125,7 +130,8 @@ class Tracks:
         """A buffer of ``task``'s own on a lane of this thread's: the first free one, or a new one."""
         parent = self.thread_buffer(label).track
         lanes = self._lanes.setdefault(parent.track_id, [])
-        lane = next((lane for lane in lanes if lane.free_for(task)), None)
+        loop = task.get_loop()
+        lane = next((lane for lane in lanes if lane.free_for(task, loop)), None)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
             lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), task)

@@ -7,9 +7,10 @@ in four ways, each run fresh per round, interleaved round-robin, streaming to a 
   scope  a middleware recording a plain ``Timeline.scope`` per request
   span   the integration's middleware: a ``server_span`` per request (trace ids, method, path, route, response map)
 
-Cost: requests/s of the baseline over the variant's (medians), so 1.02 is 2% slower. Then, in this process and
-connected to the same collector, the cost of one span to record and to flush and encode, plain scope against
-server span.
+Cost: requests/s of the baseline over the variant's (medians), so 1.02 is 2% slower. ``--compare PYTHON`` adds
+``span`` and ``scope`` run by another interpreter (another install of ringtrace: the code before a change), in the
+same rounds. Then, in this process and connected to the same collector, the cost of one span to record and to flush
+and encode, plain scope against server span.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,12 @@ WORKLOADS = HERE / "workloads"
 VARIANTS = ("none", "idle", "scope", "span")
 
 
-def server_rps(variant: str, address: str, seconds: float, connections: int) -> float:
+def server_rps(variant: str, address: str, seconds: float, connections: int, python: str = sys.executable) -> float:
     from bench_always_on import free_port
 
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "aiohttp_traced_app.py"), str(port), variant, address],
+        [python, str(WORKLOADS / "aiohttp_traced_app.py"), str(port), variant, address],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -96,18 +98,24 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="s of load a round (default %(default)s)")
     parser.add_argument("--connections", type=int, default=8, help="connections (default %(default)s)")
     parser.add_argument("--events", type=int, default=20_000, help="spans per cost measurement (default %(default)s)")
+    parser.add_argument("--compare", metavar="PYTHON", help="also run span and scope under this interpreter")
     parser.add_argument("--quick", action="store_true", help="2 rounds, 2 s of load, 5,000 spans: a smoke test")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.events = 2, 2.0, 5_000
     with collector() as running:
-        rps = interleave(
-            {v: lambda v=v: server_rps(v, running.tcp, args.seconds, args.connections) for v in VARIANTS},
-            args.rounds,
-        )
+        runs: dict[str, Callable[[], float]] = {
+            v: lambda v=v: server_rps(v, running.tcp, args.seconds, args.connections) for v in VARIANTS
+        }
+        if args.compare:
+            for v in ("scope", "span"):
+                runs[f"{v} (compare)"] = lambda v=v: server_rps(
+                    v, running.tcp, args.seconds, args.connections, args.compare
+                )
+        rps = interleave(runs, args.rounds)
         costs = span_costs(running.tcp, args.events)
     base = median(rps["none"])
-    rows = [[v, f"{median(rps[v]):,.0f}", f"{base / median(rps[v]):.3f}"] for v in VARIANTS]
+    rows = [[v, f"{median(rps[v]):,.0f}", f"{base / median(rps[v]):.3f}"] for v in runs]
     print(table(["recording", "req/s", "cost"], rows, f"aiohttp server, {args.rounds} rounds (cost: x none)"))
     rows = [[name, f"{record:.2f}", f"{flush:.2f}"] for name, (record, flush) in costs.items()]
     print(table(["per span", "record us", "flush+encode us"], rows, f"{args.events:,} spans each, in process"))

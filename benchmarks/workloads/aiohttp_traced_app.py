@@ -10,7 +10,6 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp_app import prices
-
 from ringtrace.client.connecting import connect
 from ringtrace.client.integrations.aiohttp_server import middleware
 
@@ -35,9 +34,7 @@ def main() -> None:
             middlewares.append(middleware(timeline))
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/prices", prices)
-    web.run_app(
-        app, host="127.0.0.1", port=port, print=lambda *_: print("listening", flush=True), access_log=None
-    )
+    web.run_app(app, host="127.0.0.1", port=port, print=lambda *_: print("listening", flush=True), access_log=None)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Where the aiohttp-server integration's cost comes from: the same aiohttp server (``workloads/aiohttp_app.py``'s
 handler, run by ``workloads/aiohttp_traced_app.py``) under load (``workloads/http_load.py``), recording its requests
-in four ways, each run fresh per round, interleaved round-robin, streaming to a real collector subprocess:
+in five ways, each run fresh per round, interleaved round-robin, streaming to a real collector subprocess:
 
   none   not connected (the baseline)
   idle   connected, nothing recorded per request: the flusher and streamer threads alone
+  noop   connected, a middleware that records nothing: what aiohttp's middleware chain costs
   scope  a middleware recording a plain ``Timeline.scope`` per request
   span   the integration's middleware: a ``server_span`` per request (trace ids, method, path, route, response map)
 
-Cost: requests/s of the baseline over the variant's (medians), so 1.02 is 2% slower. ``--compare PYTHON`` adds
+Cost: requests/s of the baseline over the variant's (medians), so 1.02 is 2% slower; and the server process's CPU
+(every thread) per request answered, less noisy on a busy machine. ``--compare PYTHON`` adds
 ``span`` and ``scope`` run by another interpreter (another install of ringtrace: the code before a change), in the
 same rounds. Then, in this process and connected to the same collector, the cost of one span to record and to flush
 and encode, plain scope against server span.
@@ -23,14 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import collector, interleave, median, stop_process, table, wait_connected
+from _common import collector, interleave, median, process_cpu_s, stop_process, table, wait_connected
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
-VARIANTS = ("none", "idle", "scope", "span")
+VARIANTS = ("none", "idle", "noop", "scope", "span")
 
 
-def server_rps(variant: str, address: str, seconds: float, connections: int, python: str = sys.executable) -> float:
+def server_rps(
+    variant: str, address: str, seconds: float, connections: int, python: str = sys.executable
+) -> tuple[float, float]:
+    """Requests/s answered, and the server's CPU us per request answered."""
     from bench_always_on import free_port
 
     port = free_port()
@@ -47,6 +52,7 @@ def server_rps(variant: str, address: str, seconds: float, connections: int, pyt
         while server.stdout.readline().strip() != "listening":
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start: {variant}")
+        cpu_before = process_cpu_s(server.pid)
         load = subprocess.run(
             [sys.executable, str(WORKLOADS / "http_load.py"), str(port), str(seconds), str(connections)],
             capture_output=True,
@@ -54,7 +60,8 @@ def server_rps(variant: str, address: str, seconds: float, connections: int, pyt
             timeout=seconds + 120,
             check=True,
         )
-        return float(load.stdout.split()[1])
+        rps = float(load.stdout.split()[1])
+        return rps, (process_cpu_s(server.pid) - cpu_before) / (rps * seconds) * 1e6
     finally:
         stop_process(server)
 
@@ -104,7 +111,7 @@ def main() -> int:
     if args.quick:
         args.rounds, args.seconds, args.events = 2, 2.0, 5_000
     with collector() as running:
-        runs: dict[str, Callable[[], float]] = {
+        runs: dict[str, Callable[[], tuple[float, float]]] = {
             v: lambda v=v: server_rps(v, running.tcp, args.seconds, args.connections) for v in VARIANTS
         }
         if args.compare:
@@ -114,9 +121,14 @@ def main() -> int:
                 )
         rps = interleave(runs, args.rounds)
         costs = span_costs(running.tcp, args.events)
-    base = median(rps["none"])
-    rows = [[v, f"{median(rps[v]):,.0f}", f"{base / median(rps[v]):.3f}"] for v in runs]
-    print(table(["recording", "req/s", "cost"], rows, f"aiohttp server, {args.rounds} rounds (cost: x none)"))
+    rates = {v: median([r for r, _ in rounds]) for v, rounds in rps.items()}
+    cpus = {v: median([c for _, c in rounds]) for v, rounds in rps.items()}
+    rows = [
+        [v, f"{rates[v]:,.0f}", f"{rates['none'] / rates[v]:.3f}", f"{cpus[v]:.0f}", f"{cpus[v] / cpus['none']:.3f}"]
+        for v in runs
+    ]
+    headers = ["recording", "req/s", "cost", "CPU us/req", "CPU cost"]
+    print(table(headers, rows, f"aiohttp server, {args.rounds} rounds (cost: x none)"))
     rows = [[name, f"{record:.2f}", f"{flush:.2f}"] for name, (record, flush) in costs.items()]
     print(table(["per span", "record us", "flush+encode us"], rows, f"{args.events:,} spans each, in process"))
     return 0

@@ -1,5 +1,6 @@
 """``aiohttp_app.py``'s server with the recording of its requests chosen by the second argument, for
-``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``scope`` (a middleware
+``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``noop`` (connected, a middleware that records nothing: what aiohttp's
+middleware chain costs), ``scope`` (a middleware
 recording a plain scope per request), ``span`` (the aiohttp-server integration's middleware: a server span per
 request). The collector's address is the third argument. Prints ``listening`` once it serves."""
 
@@ -12,6 +13,11 @@ from aiohttp import web
 from aiohttp_app import prices
 from ringtrace.client.connecting import connect
 from ringtrace.client.integrations.aiohttp_server import middleware
+
+
+@web.middleware
+async def noop(request: Any, handler: Any) -> Any:
+    return await handler(request)
 
 
 def plain_scope(timeline: Any) -> Any:
@@ -28,7 +34,9 @@ def main() -> None:
     middlewares: list[Any] = []
     if variant != "none":
         timeline = connect(sys.argv[3], process_name="bench-server")
-        if variant == "scope":
+        if variant == "noop":
+            middlewares.append(noop)
+        elif variant == "scope":
             middlewares.append(plain_scope(timeline))
         elif variant == "span":
             middlewares.append(middleware(timeline))

@@ -1,8 +1,8 @@
 """``aiohttp_app.py``'s server with the recording of its requests chosen by the second argument, for
-``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``noop`` (connected, a middleware that records nothing: what aiohttp's
-middleware chain costs), ``scope`` (a middleware
-recording a plain scope per request), ``span`` (the aiohttp-server integration's middleware: a server span per
-request). The collector's address is the third argument. Prints ``listening`` once it serves."""
+``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``noop`` (connected, a
+middleware that records nothing: what aiohttp's middleware chain costs), ``scope`` (a middleware recording a plain
+scope per request), ``span`` (the aiohttp-server integration's middleware: a server span per request). The
+collector's address is the third argument. Prints ``listening`` once it serves."""
 
 from __future__ import annotations
 

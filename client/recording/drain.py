@@ -7,6 +7,10 @@ tuple, are each one atomic list operation, and recording only ever appends, so a
 whole either in the prefix or after it, never nowhere and never cut. Runs are taken at most ``_RUN_VALUES`` values at
 a time, so that no single list operation holds the interpreter for long while a recording thread waits. The C
 accelerator moves the values without touching them (``take_runs``).
+
+A lane serves many short tasks in turn (a server's requests: one task each), each with a buffer of its own: their
+events are joined into one run per lane, in the order the tasks had it (one task gives the lane up only when done),
+so that listeners and the flusher pay per lane and sweep, not per task.
 """
 
 from __future__ import annotations
@@ -33,12 +37,29 @@ def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer
     holds no more than its timeline's bound: the recorders refuse what does not fit.)"""
     taken: list[Run] = []
     ended = []
+    #: A lane's run that the next task's events on it may join, by track id.
+    open_runs: dict[int, list[Any]] = {}
     for buffer in buffers:
         alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it
+        first = len(taken)
         _take(buffer, taken)
         if not alive and not buffer.events:
             ended.append(buffer)
+        if buffer.track.kind == ASYNC_TRACK and len(taken) - first == 1:
+            _join_lane_run(taken, open_runs)
     return taken, ended
+
+
+def _join_lane_run(taken: list[Run], open_runs: dict[int, list[Any]]) -> None:
+    """Join the run just taken (one task's on a lane) to the lane's run taken before it, if one is, and it stays
+    within ``_RUN_VALUES``."""
+    track, run = taken[-1]
+    joined = open_runs.get(track.track_id)
+    if joined is not None and len(joined) + len(run) <= _RUN_VALUES:
+        joined += run
+        taken.pop()
+    else:
+        open_runs[track.track_id] = run
 
 
 def _take(buffer: TrackBuffer, taken: list[Run]) -> None:

@@ -66,6 +66,11 @@ _ENDED_ELSEWHERE: Final[Recent[str, _Active | None]] = Recent(_ENDED_ELSEWHERE_K
 def current_span() -> SpanContext | None:
     """The span of a trace the running code is in (ringtrace's or OpenTelemetry's, the innermost); None outside
     any trace."""
+    return _current_span(otel_current_span())
+
+
+def _current_span(otel_span: object | None) -> SpanContext | None:
+    """``current_span()``, OpenTelemetry's current span being ``otel_span``."""
     active = _ACTIVE.get()
     if _ENDED_ELSEWHERE:
         while active is not None:
@@ -73,7 +78,6 @@ def current_span() -> SpanContext | None:
             if outer is active:  # not ended elsewhere (or forgotten meanwhile, by another thread)
                 break
             active = outer
-    otel_span = otel_current_span()
     if active is not None and (otel_span is None or otel_span is active.otel_span):
         return active.context
     return otel_context(otel_span) if otel_span is not None else None
@@ -156,16 +160,17 @@ class TraceScope:
         if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
             self._outer = [*(self._outer or ()), (self._token, self._scope, self.context)]
         kind = self._kind
+        otel_span = otel_current_span()  # read once: it is both the parent's candidate and what the span began in
         parent = extract(self._headers) if kind in _INCOMING else None
         if parent is None:
-            parent = current_span()
+            parent = _current_span(otel_span)
         context = new_root() if parent is None else child_of(parent)
         args = {**self._args, "trace_id": context.trace_id, "span_id": context.span_id}
         if parent is not None:
             args["parent_span_id"] = parent.span_id
         args["kind"] = kind
         self.context = context
-        self._token = _ACTIVE.set(_new(_Active, (context, otel_current_span())))
+        self._token = _ACTIVE.set(_new(_Active, (context, otel_span)))
         if kind in _OUTGOING and self._headers is not None:
             inject(self._headers, context)
         self._scope = self._make_scope(self._label, **args)

@@ -85,11 +85,6 @@ class _Lane:
     def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
         self.track, self.task = track, task
 
-    def free_for(self, task: Task[Any]) -> bool:
-        """Whether ``task`` may record on this lane: it has it already, or no task that may still record does."""
-        held = self.task
-        return held is None or held is task or held.done() or held.get_loop().is_closed()
-
 
 class Tracks:
     """The buffers of one timeline's threads, lanes and sources, the tables that find them, and the lanes."""
@@ -125,7 +120,7 @@ class Tracks:
         """A buffer of ``task``'s own on a lane of this thread's: the first free one, or a new one."""
         parent = self.thread_buffer(label).track
         lanes = self._lanes.setdefault(parent.track_id, [])
-        lane = next((lane for lane in lanes if lane.free_for(task)), None)
+        lane = _first_free(lanes, task)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
             lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), task)
@@ -220,6 +215,21 @@ class Tracks:
         self.task_buffers.clear()
         self._lanes = {}
         self._source_buffers = {}
+
+
+def _first_free(lanes: list[_Lane], task: Task[Any]) -> _Lane | None:
+    """The first lane ``task`` may record on: it has it already, or no task that may still record does. (A task of
+    ``task``'s loop, which runs, is on no closed loop: a server's every request looks through its busy lanes with no
+    call to Python code.)"""
+    loop = task.get_loop()
+    for lane in lanes:
+        held = lane.task
+        if held is None or held is task or held.done():
+            return lane
+        held_loop = held.get_loop()
+        if held_loop is not loop and held_loop.is_closed():
+            return lane
+    return None
 
 
 def thread_track_name(thread: threading.Thread, label: str | None) -> str:

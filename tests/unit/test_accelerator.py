@@ -503,6 +503,27 @@ def test_every_packing_edge_and_clipping_edge_packs_as_the_python_path_does(valu
 
 
 @needs_speedups
+@pytest.mark.parametrize("value", _EDGE_VALUES, ids=lambda value: edge_id(value))
+def test_a_map_of_flat_values_within_the_arguments_packs_as_the_python_path_does(value: object) -> None:
+    run = [
+        (SPAN, "GET /users/{id}", 1, 2, {"method": "GET", "response": {"status": 200, "v": value}, "kind": "server"}),
+        (SPAN, "within", 3, 4, {"m": {safe_str(value): value}, "empty": {}}),
+        (SPAN, "deeper", 5, 6, {"m": {"n": {"v": value}}}),  # a map in a map in the map: Python's
+        (SPAN, "sized", 7, 8, {f"m{i}": {f"k{j}": value for j in range(17)} for i in range(3)}),
+    ]
+    records = [v for event in run for v in event]
+    assert same_frames(records)
+
+
+@needs_speedups
+@pytest.mark.parametrize("shape", [(1, 999), (1, 1000), (2, 500), (10, 200), (1001, 0)])
+def test_maps_within_of_every_total_size_pack_as_the_python_path_does(shape: tuple[int, int]) -> None:
+    maps, items = shape
+    args = {f"m{i}": {f"k{j}": j for j in range(items)} for i in range(maps)}
+    assert same_frames([SPAN, "op", 1, 2, args])
+
+
+@needs_speedups
 @pytest.mark.parametrize("items", [15, 16, 65_535, 65_536, 70_000])
 def test_maps_and_message_values_of_every_size_pack_as_the_python_path_does(items: int) -> None:
     run = [(INSTANT, "big", 1, 1, {f"k{i}": i for i in range(items)}), _message_event(tuple(range(items)))]
@@ -525,8 +546,9 @@ def test_the_limits_of_the_c_packer_are_the_models() -> None:
         (SPAN, "op", 1, 2, None),
         _message_event((10, 20, 3)),
         _message_event(("text", 2.5, None)),
+        (SPAN, "GET /", 1, 2, {"method": "GET", "response": {"status": 200, "error": "e"}, "kind": "server"}),
     ],
-    ids=["two-args", "each-flat-type", "no-args", "message", "message-of-each-type"],
+    ids=["two-args", "each-flat-type", "no-args", "message", "message-of-each-type", "server-span"],
 )
 def test_flat_arguments_cost_the_flusher_no_python_call_per_event(event: tuple[Any, ...]) -> None:
     """The common shapes are normalised and packed in C: encoding ten times the events makes no more Python calls

@@ -79,25 +79,40 @@ pack_flat(Packed *out, PyObject *value)
     return 1;
 }
 
-/* A map of text keys and flat values (see pack_flat), which the Python path packs as it is. 1 when written; 0 when
-   it is for Python (nothing written); -1 on error. No Python code runs here, so the map cannot change under us. */
-int
-pack_flat_map(Packed *out, PyObject *map)
+/* A map of text keys and values that pack_flat takes; *values: how many values may still be packed (counting the
+   maps' items), which keeps every map far within what the Python path packs as it is (MAX_ARG_ITEMS in all, where
+   normalise_args cuts at MAX_ARG_VALUES). 1 when written; 0 when it is for Python (nothing written); -1 on error.
+   No Python code runs here, so the map cannot change under us. */
+static int
+pack_map_within(Packed *out, PyObject *map, int nested, Py_ssize_t *values)
 {
     Py_ssize_t start = out->size, position = 0;
     PyObject *key, *value;
-    if (PyDict_GET_SIZE(map) > MAX_ARG_ITEMS) return 0;
+    *values -= PyDict_GET_SIZE(map);
+    if (*values < 0) return 0;
     if (packed_reserve(out, 5) < 0) return -1;
     out->size = put_map_header(out->data + out->size, PyDict_GET_SIZE(map)) - out->data;
     while (PyDict_Next(map, &position, &key, &value)) {
         int written = PyUnicode_CheckExact(key) ? pack_text(out, key) : 0;
-        if (written > 0) written = pack_flat(out, value);
+        if (written > 0) {
+            /* one level of maps of flat values within (a span's response map): the Python path keeps them as they are */
+            written = nested && PyDict_CheckExact(value) ? pack_map_within(out, value, 0, values) : pack_flat(out, value);
+        }
         if (written <= 0) {
             out->size = start;
             return written;
         }
     }
     return 1;
+}
+
+/* A map of text keys and flat values (see pack_flat), or maps of such within, which the Python path packs as it is.
+   1 when written; 0 when it is for Python (nothing written); -1 on error. */
+int
+pack_flat_map(Packed *out, PyObject *map)
+{
+    Py_ssize_t values = MAX_ARG_ITEMS;
+    return pack_map_within(out, map, 1, &values);
 }
 
 /* An instant's Keywords as pack_flat_map packs the map it stands for (its names are the map's keys, in its order). */

@@ -1,0 +1,49 @@
+"""``aiohttp_app.py``'s server with the recording of its requests chosen by the second argument, for
+``bench_server_span.py``: ``none`` (not connected), ``idle`` (connected, no middleware), ``noop`` (connected, a
+middleware that records nothing: what aiohttp's middleware chain costs), ``scope`` (a middleware recording a plain
+scope per request), ``span`` (the aiohttp-server integration's middleware: a server span per request). The
+collector's address is the third argument. Prints ``listening`` once it serves."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from aiohttp import web
+from aiohttp_app import prices
+from ringtrace.client.connecting import connect
+from ringtrace.client.integrations.aiohttp_server import middleware
+
+
+@web.middleware
+async def noop(request: Any, handler: Any) -> Any:
+    return await handler(request)
+
+
+def plain_scope(timeline: Any) -> Any:
+    @web.middleware
+    async def scoped(request: Any, handler: Any) -> Any:
+        with timeline.scope(request.path):
+            return await handler(request)
+
+    return scoped
+
+
+def main() -> None:
+    port, variant = int(sys.argv[1]), sys.argv[2]
+    middlewares: list[Any] = []
+    if variant != "none":
+        timeline = connect(sys.argv[3], process_name="bench-server")
+        if variant == "noop":
+            middlewares.append(noop)
+        elif variant == "scope":
+            middlewares.append(plain_scope(timeline))
+        elif variant == "span":
+            middlewares.append(middleware(timeline))
+    app = web.Application(middlewares=middlewares)
+    app.router.add_get("/prices", prices)
+    web.run_app(app, host="127.0.0.1", port=port, print=lambda *_: print("listening", flush=True), access_log=None)
+
+
+if __name__ == "__main__":
+    main()

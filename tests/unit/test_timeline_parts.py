@@ -77,10 +77,10 @@ def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_an
     _, first, second = tracks.buffers
     assert first.track is second.track and first.owner is not second.owner  # one lane, a buffer per task
     taken, ended = take_events(tracks.buffers)
-    assert [(track, run[1], run[4]["task"]) for track, run in taken] == [
-        (first.track, "first", names[0]),
-        (first.track, "second", names[1]),
-    ]
+    # One run for the lane: the tasks' events in the order they held it, each named by its task.
+    assert [
+        (track, [(run[i + 1], run[i + 4]["task"]) for i in range(0, len(run), RECORD_FIELDS)]) for track, run in taken
+    ] == [(first.track, [("first", names[0]), ("second", names[1])])]
     assert ended == [first, second]
     assert tracks.forget([first]) == []  # its lane went on with the second task
     assert tracks.forget([second]) == [second.track]  # and ends with it, free for the next

@@ -31,6 +31,7 @@ __all__ = [
     "MARKER_START",
     "RECORD_FIELDS",
     "SAMPLE",
+    "SAMPLER_TRACK_SUFFIX",
     "SOURCE_CLOSE",
     "SOURCE_OPEN",
     "SOURCE_TRACK",
@@ -130,6 +131,8 @@ _track_ids = itertools.count(1)
 #: The tracks of a sampler (one per sampled thread) take ids from here up, above any ``new_track_id`` gives (a process
 #: makes fewer than 2**31 tracks): a reader never takes one for its thread's own track (``ProcessView.shares_thread``).
 FIRST_SAMPLER_TRACK_ID: Final = 2**31
+#: What a sampler's track is named: its thread's name, then this (``MainThread samples``).
+SAMPLER_TRACK_SUFFIX: Final = " samples"
 
 
 def new_track_id() -> int:

@@ -33,7 +33,7 @@ from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
 from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_clock_id
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLE, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLE, SAMPLER_TRACK_SUFFIX, THREAD_TRACK, TrackInfo
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -259,7 +259,7 @@ class Sampler:
             return None
         track = None
         if not is_background_thread(thread):
-            track = ThreadSamples(display_text(f"{thread.name} samples"), native_id)
+            track = ThreadSamples(display_text(thread.name + SAMPLER_TRACK_SUFFIX), native_id)
             self.timeline.add_source(track)
         sampled = self._threads[ident] = _Sampled(thread, track)
         return sampled

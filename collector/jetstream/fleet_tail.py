@@ -98,7 +98,7 @@ class FleetTail:
                         return []
                 elif isinstance(frame, Events) and process is not None:
                     track = decoder.tables.tracks[frame.track_id]
-                    if selected.track is None or selected.track_matches(track.name):
+                    if selected.track is None or selected.track_matches(track.name, track.track_id):
                         rows += frame_rows(process, track, decoder.tables, frame, self._selection)
         except ProtocolError:  # what cannot be decoded is counted by snapshots; the tail skips the message
             return rows

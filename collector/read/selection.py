@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 from ringtrace.collector.read.trace_spans import TraceSpans, TrackKey
 from ringtrace.wire.frames import Events
 from ringtrace.wire.message_format import PRIORITIES, render
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLER_TRACK_SUFFIX
 from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
@@ -139,8 +140,17 @@ class EventFilter:
             and (self.host is None or self.host(host))
         )
 
-    def track_matches(self, name: str) -> bool:
-        return self.track is None or self.track(name)
+    def track_matches(self, name: str, track_id: int = 0) -> bool:
+        """Whether a track's name matches; a sampler's track (``track_id`` from ``FIRST_SAMPLER_TRACK_ID`` up) also
+        by its thread's name, so that a thread's name selects its samples with its spans."""
+        track = self.track
+        if track is None or track(name):
+            return True
+        return (
+            track_id >= FIRST_SAMPLER_TRACK_ID
+            and name.endswith(SAMPLER_TRACK_SUFFIX)
+            and track(name[: -len(SAMPLER_TRACK_SUFFIX)])
+        )
 
     def overlaps(self, first_ns: int, last_ns: int) -> bool:
         """Whether a frame whose events start from ``first_ns`` to ``last_ns`` (wall clock) may hold any selected."""
@@ -230,7 +240,7 @@ class Selection:
         if self.by_time and not self.in_time(first_ns, last_ns):
             return False
         selected = self.filter
-        if selected.track is not None and not selected.track(track_name):
+        if selected.track is not None and not selected.track_matches(track_name, track[1]):
             return False
         spans = self.spans
         return spans is None or spans.may_hold(track, first_ns, last_ns) or spans.mentions(frame)

@@ -203,7 +203,7 @@ class Tail:
             for frame in decoder:
                 if isinstance(frame, Events):
                     track = decoder.tables.tracks[frame.track_id]
-                    if self.selected.track is None or self.selected.track_matches(track.name):
+                    if self.selected.track is None or self.selected.track_matches(track.name, track.track_id):
                         rows += frame_rows(process, track, decoder.tables, frame, self._selection)
         except ProtocolError:  # what cannot be decoded is counted by snapshots; the tail skips the segment
             cursor.offset = segment.size

@@ -154,6 +154,8 @@ def test_a_sampled_program_s_hot_function_leads_its_flame_graph(collector: Colle
     in_hot = sum(nodes["total"][i] for i in hot)
     # Of the main thread's samples, most are in the hot loop (the others: starting, connecting, flushing).
     assert document["samples"] >= 20 and in_hot >= document["samples"] // 2
+    # The thread's name alone selects its samples (they are on its sampler's track, "MainThread samples").
+    assert flame_graph(collector, "?process=busy&track=MainThread")["samples"] == document["samples"]
     # The program has one thread: ringtrace's own (flusher, streamer, sampler) are not sampled.
     assert flame_graph(collector, "?process=busy")["samples"] == document["samples"]
     callers = {nodes["function"][nodes["parent"][i] - 1] for i in hot if nodes["parent"][i]}

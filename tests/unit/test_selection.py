@@ -4,6 +4,8 @@ a frame by its track, then events, with a limit's cutoff and its ties."""
 from __future__ import annotations
 
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
+from ringtrace.wire.frames import Events
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLER_TRACK_SUFFIX
 
 
 class _Process:
@@ -41,3 +43,17 @@ def test_a_limits_cutoff_leaves_out_older_frames_and_takes_its_ties_first_arrive
     assert not selection.event(None, "e", 99)
     assert [selection.event(None, "e", 100) for _ in range(3)] == [True, True, False]
     assert selection.event(None, "e", 101)
+
+
+def test_a_thread_s_name_selects_its_sampler_track_too_and_only_a_sampler_s() -> None:
+    frame = Events(1, 1, 100, 100, b"")
+    by_thread = Selection(EventFilter(track=Pattern("MainThread")))
+    assert by_thread.frame((1, 5), "MainThread", 100, 100, frame)
+    assert by_thread.frame((1, FIRST_SAMPLER_TRACK_ID), "MainThread" + SAMPLER_TRACK_SUFFIX, 100, 100, frame)
+    # A track of the program's own that happens to end the same way is matched by its whole name only.
+    assert not by_thread.frame((1, 6), "MainThread" + SAMPLER_TRACK_SUFFIX, 100, 100, frame)
+    assert not by_thread.frame((1, FIRST_SAMPLER_TRACK_ID), "worker" + SAMPLER_TRACK_SUFFIX, 100, 100, frame)
+    assert EventFilter(track=Pattern("MainThread")).track_matches(
+        "MainThread" + SAMPLER_TRACK_SUFFIX, FIRST_SAMPLER_TRACK_ID + 3
+    )
+    assert Selection(EventFilter(track=Pattern("*samples"))).frame((1, 6), "x samples", 100, 100, frame)

@@ -52,7 +52,7 @@ def loop_in_thread() -> asyncio.AbstractEventLoop:
 
 
 def aiohttp_server(loop: asyncio.AbstractEventLoop) -> int:
-    """An aiohttp app serving ``/work`` on ``loop`` (with ringtrace's middleware if the integration is applied)."""
+    """An aiohttp app serving ``/items`` on ``loop`` (with ringtrace's middleware if the integration is applied)."""
     from aiohttp import web
 
     async def work(request: web.Request) -> web.Response:
@@ -60,7 +60,7 @@ def aiohttp_server(loop: asyncio.AbstractEventLoop) -> int:
 
     async def start() -> int:
         app = web.Application()
-        app.router.add_get("/work", work)
+        app.router.add_get("/items", work)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         sock = socket.socket()
@@ -130,7 +130,7 @@ def bench(n: int, rounds: int) -> int:
         apply(tl, {"asgi", "wsgi", "aiohttp-server", "requests", "httpx", "aiohttp-client", "urllib"})
         traced_aiohttp, traced_uvicorn = aiohttp_server(loop), uvicorn_server()
         wsgiref_port = wsgiref_server()
-        target = f"http://127.0.0.1:{plain_aiohttp}/work"
+        target = f"http://127.0.0.1:{plain_aiohttp}/items"
         session, client = requests.Session(), httpx.Client()
         urllib_handler = urllib.request.AbstractHTTPHandler
         wsgiref_handler = sys.modules["wsgiref.handlers"].BaseHandler
@@ -191,7 +191,7 @@ def bench(n: int, rounds: int) -> int:
             timed(get_urllib(target), urllib_handler, "do_open"),
         )
         # The servers: urllib as their client, unrecorded.
-        wsgiref_url = get_urllib(f"http://127.0.0.1:{wsgiref_port}/work")
+        wsgiref_url = get_urllib(f"http://127.0.0.1:{wsgiref_port}/items")
         pairs["wsgiref server"] = (
             timed(wsgiref_url, wsgiref_handler, "run", off=True),
             timed(wsgiref_url, wsgiref_handler, "run"),
@@ -201,8 +201,8 @@ def bench(n: int, rounds: int) -> int:
             "uvicorn server": (plain_uvicorn, traced_uvicorn),
         }.items():
             pairs[row] = (
-                timed(get_urllib(f"http://127.0.0.1:{plain}/work"), urllib_handler, "do_open", off=True),
-                timed(get_urllib(f"http://127.0.0.1:{traced}/work"), urllib_handler, "do_open", off=True),
+                timed(get_urllib(f"http://127.0.0.1:{plain}/items"), urllib_handler, "do_open", off=True),
+                timed(get_urllib(f"http://127.0.0.1:{traced}/items"), urllib_handler, "do_open", off=True),
             )
         variants = {f"{row}|off": pair[0] for row, pair in pairs.items()}
         variants |= {f"{row}|on": pair[1] for row, pair in pairs.items()}

@@ -6,9 +6,9 @@ with the integrations a bootstrap module applies at interpreter start, or runs t
                                         prints "listening PORT", serves until GET /stop
     http_programs.py requests-client | httpx-client PORT N          calls the server, prints what it got (JSON)
 
-Every server answers ``/work`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500),
+Every server answers ``/items`` (200, JSON), ``/missing`` (404), ``/fail`` (its handler raises: the server's 500),
 ``/stream`` (a body in parts) and ``/file`` (a WSGI server: through its ``wsgi.file_wrapper``). A client calls
-``/work`` N times, then each of the others, then a port where nothing listens, and prints each answer's status, body
+``/items`` N times, then each of the others, then a port where nothing listens, and prints each answer's status, body
 and content headers, or the exception's type.
 """
 
@@ -65,7 +65,7 @@ def aiohttp_server() -> None:
             return web.json_response({"stopping": True})
 
         app = web.Application()
-        app.router.add_get("/work/{item}", work)
+        app.router.add_get("/items/{item}", work)
         app.router.add_get("/fail", fail)
         app.router.add_get("/missing", missing)
         app.router.add_get("/stream", stream)
@@ -84,9 +84,9 @@ def aiohttp_server() -> None:
 
 def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
     path = environ["PATH_INFO"]
-    if path.startswith("/work/"):
+    if path.startswith("/items/"):
         start_response("200 OK", [("Content-Type", "application/json")])
-        return [json.dumps({"item": path[len("/work/") :]}).encode()]
+        return [json.dumps({"item": path[len("/items/") :]}).encode()]
     if path == "/fail":
         raise ValueError("the handler failed")
     if path == "/stream":
@@ -136,9 +136,9 @@ async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    if path.startswith("/work/"):
+    if path.startswith("/items/"):
         await asyncio.sleep(0.005)
-        await answer(200, json.dumps({"item": path[len("/work/") :]}).encode())
+        await answer(200, json.dumps({"item": path[len("/items/") :]}).encode())
     elif path == "/fail":
         raise ValueError("the handler failed")
     elif path == "/stream":
@@ -239,8 +239,8 @@ def requests_client(port: int, calls: int) -> list[Any]:
     import requests
 
     got: list[Any] = []
-    urls = [f"http://127.0.0.1:{port}/work/{i}" for i in range(calls)]
-    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/work/0"]
+    urls = [f"http://127.0.0.1:{port}/items/{i}" for i in range(calls)]
+    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/items/0"]
     with requests.Session() as session:
         for url in urls:
             try:
@@ -256,8 +256,8 @@ def requests_client(port: int, calls: int) -> list[Any]:
 def httpx_client(port: int, calls: int) -> list[Any]:
     import httpx
 
-    urls = [f"http://127.0.0.1:{port}/work/{i}" for i in range(calls)]
-    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/work/0"]
+    urls = [f"http://127.0.0.1:{port}/items/{i}" for i in range(calls)]
+    urls += [f"http://127.0.0.1:{port}{path}" for path in _PATHS] + [f"http://127.0.0.1:{_closed_port()}/items/0"]
 
     def answer(response: httpx.Response) -> list[Any]:
         headers = {k.lower(): v for k, v in response.headers.items() if k.lower() in _CONTENT}

@@ -27,9 +27,9 @@ from sampled_program import HOT_PROGRAM
 from waiting import wait_for
 
 MAIN = ("main", "/app/main.py", 10)
-WORK = ("work", "/app/work.py", 20)
-HOT = ("hot", "/app/work.py", 31)
-COLD = ("cold", "/app/work.py", 40)
+WORK = ("work", "/app/jobs.py", 20)
+HOT = ("hot", "/app/jobs.py", 31)
+COLD = ("cold", "/app/jobs.py", 40)
 #: Stack ids 0..3 of the stream's table.
 STACKS = Stacks(0, (MAIN, WORK, HOT, COLD), 0, ((None, 0), (0, 1), (1, 2), (1, 3)))
 #: Samples per stack id on the main thread (the one on "other": stack 3 once).
@@ -196,7 +196,7 @@ def test_the_web_view_draws_the_flame_graph_and_zooms_into_a_frame(sampled: Coll
             assert frame_width("cold") == pytest.approx(width * 4 / 13, abs=2)
             page.hover("#flamegraph g[data-name=hot] rect")
             tooltip = page.inner_text("#flame-tooltip")
-            assert "hot" in tooltip and "/app/work.py:31" in tooltip and "6 samples" in tooltip
+            assert "hot" in tooltip and "/app/jobs.py:31" in tooltip and "6 samples" in tooltip
             page.click("#flamegraph g[data-name=cold] rect")  # zoomed: cold takes the whole width
             wait_for(lambda: frame_width("cold") > width - 3, timeout_s=30, what="cold zoomed to the whole width")
             assert page.locator("#flamegraph g[data-name=hot]").count() == 0

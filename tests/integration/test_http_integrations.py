@@ -94,13 +94,13 @@ def collector() -> Iterator[CollectorProcess]:
 
 
 # The server's spans, by path: one per request the client made of it (the unanswered one reaches no server).
-_SERVED = {f"/work/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream", "/file"}
+_SERVED = {f"/items/{i}" for i in range(CALLS)} | {"/missing", "/fail", "/stream", "/file"}
 
 
 @pytest.mark.parametrize(
     ("server_role", "client_role", "work_label"),
     [
-        ("aiohttp-server", "requests-client", "GET /work/{item}"),
+        ("aiohttp-server", "requests-client", "GET /items/{item}"),
         ("wsgi-server", "httpx-client", None),
         ("asgi-server", "httpx-client", None),
         ("hypercorn-server", "httpx-client", None),
@@ -115,7 +115,7 @@ def test_a_request_between_two_programs_is_one_trace_with_no_code_change(
     env = {role: environment(bootstrap, collector, role) for role in ("server", "client")}
     traced = run_pair(server_role, client_role, env)
     per_call = 2 if client_role == "httpx-client" else 1  # httpx: once sync, once async
-    requests_made = (CALLS + 5) * per_call  # /work x CALLS, /missing, /fail, /stream, /file, a port with no server
+    requests_made = (CALLS + 5) * per_call  # /items x CALLS, /missing, /fail, /stream, /file, a port with no server
 
     def both_sides() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         trace = collector.snapshot()
@@ -164,9 +164,9 @@ def test_a_request_between_two_programs_is_one_trace_with_no_code_change(
             assert server["args"]["response"]["error"] == "the handler failed"
         else:
             assert server["args"]["response"]["status"] == expected
-        if path.startswith("/work/") and work_label is not None:
-            assert server["name"] == work_label and server["args"]["route"] == "/work/{item}"
-        elif path.startswith("/work/"):
+        if path.startswith("/items/") and work_label is not None:
+            assert server["name"] == work_label and server["args"]["route"] == "/items/{item}"
+        elif path.startswith("/items/"):
             assert server["name"] == f"GET {path}"
         # One request's trace, in both processes: the two spans and nothing else.
         selected = collector.snapshot(f"?trace_id={args['trace_id']}")

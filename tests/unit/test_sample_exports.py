@@ -39,9 +39,9 @@ from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_encoder import StreamEncoder
 
 MAIN = ("main", "/app/main.py", 10)
-WORK = ("work", "/app/work.py", 20)
-HOT = ("hot", "/app/work.py", 31)
-COLD = ("cold", "/app/work.py", 40)
+WORK = ("work", "/app/jobs.py", 20)
+HOT = ("hot", "/app/jobs.py", 31)
+COLD = ("cold", "/app/jobs.py", 40)
 STACKS = [(MAIN, WORK, HOT), (MAIN, WORK, HOT), (MAIN, WORK, COLD), (MAIN,), ()]
 
 
@@ -211,7 +211,7 @@ def test_the_flame_graph_document_counts_samples_per_stack_node(tmp_path: Path) 
         ("main", "work", "hot"): (8, 8),
         ("main", "work", "cold"): (4, 4),
     }
-    assert document["nodes"]["file"][:2] == ["/app/main.py", "/app/work.py"] and document["nodes"]["line"][:1] == [10]
+    assert document["nodes"]["file"][:2] == ["/app/main.py", "/app/jobs.py"] and document["nodes"]["line"][:1] == [10]
     assert flame_graph(view, track=Pattern("*second*"))["samples"] == 10
     assert flame_graph(view, since_ns=2**62)["samples"] == 0
 

@@ -20,6 +20,9 @@ __all__ = [
     "ASYNC_END",
     "ASYNC_TRACK",
     "BUILTIN_KINDS",
+    "CALL",
+    "CALL_KINDS",
+    "CALL_RAISED",
     "COUNTER",
     "COUNTER_TRACK",
     "FIRST_SAMPLER_TRACK_ID",
@@ -61,6 +64,12 @@ ASYNC_BEGIN: Final = 8
 ASYNC_END: Final = 9
 #: A sample of a thread's call stack: ``args`` is a stack id (STACKS), ``name`` the running asyncio task's name or "".
 SAMPLE: Final = 10
+#: A function call traced (``call_records.py``): a span whose name is the function's qualified name and whose
+#: ``args`` is the one-frame stack of its code location (a stack id on the wire, as a sample's): file and first line.
+#: ``CALL_RAISED``: the call ended by an exception leaving the function.
+CALL: Final = 11
+CALL_RAISED: Final = 12
+CALL_KINDS: Final = frozenset({CALL, CALL_RAISED})
 BUILTIN_KINDS: Final = (
     KindSpec(SPAN, "span", "span"),
     KindSpec(INSTANT, "instant", "instant"),
@@ -73,6 +82,8 @@ BUILTIN_KINDS: Final = (
     KindSpec(ASYNC_BEGIN, "async_begin", "async_begin"),
     KindSpec(ASYNC_END, "async_end", "async_end"),
     KindSpec(SAMPLE, "sample", "sample"),
+    KindSpec(CALL, "call", "span"),
+    KindSpec(CALL_RAISED, "call_raised", "span"),
 )
 
 #: Kind ids below this are built in; typed event classes get the ones above.

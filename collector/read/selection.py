@@ -40,6 +40,7 @@ _BUILTIN_CATEGORIES: Final = {
     "source_close": "source",
     "async_begin": "async",
     "async_end": "async",
+    "call_raised": "call",
 }
 
 
@@ -59,7 +60,7 @@ class _Process(Protocol):
 
 def category_of(kind: KindSpec) -> str:
     """An event's category: a message's category, a typed event's class name, or its built-in family (``span``,
-    ``instant``, ``counter``, ``marker``, ``source``, ``async``)."""
+    ``instant``, ``counter``, ``marker``, ``source``, ``async``, ``sample``, ``call``)."""
     return _BUILTIN_CATEGORIES.get(kind.name, kind.name)
 
 

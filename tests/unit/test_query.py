@@ -128,6 +128,7 @@ def test_filters_match_processes_tracks_and_kinds() -> None:
 def test_categories_of_built_in_kinds_are_their_families() -> None:
     assert sorted({category_of(kind) for kind in BUILTIN_KINDS}) == [
         "async",
+        "call",
         "counter",
         "instant",
         "marker",

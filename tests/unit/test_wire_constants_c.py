@@ -12,8 +12,8 @@ from types import ModuleType
 
 import pytest
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT
-from ringtrace.wire.frame_types import EVENT_COLUMNS, EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.call_records import RECORD as CALL_RECORD
+from ringtrace.wire.frame_types import EVENT_COLUMNS, EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.model import CALL, CALL_RAISED, RECORD_FIELDS
 
 #: What each constant of wire_constants.h stands for, from the Python definitions.

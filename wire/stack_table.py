@@ -147,8 +147,11 @@ class StackTable:
         """``records`` (a copy, if any changes) with each sample's stack, and each traced call's one-frame stack,
         replaced by its id (None: no id)."""
         kinds = records[0::RECORD_FIELDS]
-        if SAMPLE not in kinds and CALL not in kinds and CALL_RAISED not in kinds:
-            return records
+        try:
+            if STACK_KINDS.isdisjoint(kinds):  # the usual run: one pass over its kinds
+                return records
+        except TypeError:  # an unhashable kind (it is no stack's): compared one by one below
+            pass
         records = list(records)
         for index, kind in enumerate(kinds):
             if kind in (SAMPLE, CALL, CALL_RAISED):  # (a tuple: compared by ==, whatever the kind)

@@ -20,6 +20,7 @@ from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.rows import selected_rows
 from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.wire.call_records import CallRun, pack_records
 from ringtrace.wire.model import CALL, CALL_RAISED, SPAN, THREAD_TRACK, TrackInfo
@@ -101,4 +102,13 @@ def test_the_web_view_draws_calls_as_slices_with_file_and_line(view: SnapshotVie
         ("X", "len", '{"file": "", "line": 0}'),
         ("X", "main", '{"file": "app.py", "line": 10, "raised": true}'),
         ("X", "work", '{"i": 39}'),
+    ]
+
+
+def test_the_text_dump_and_the_live_tail_show_a_calls_file_and_line(view: SnapshotView) -> None:
+    rows = sorted(selected_rows(view, EventFilter(category=Pattern("call"), limit=3)), key=lambda row: row.wall_ns)
+    assert [(row.kind, row.category, row.name, row.args) for row in rows] == [
+        ("call_raised", "call", "main", {"file": "app.py", "line": 10}),
+        ("call", "call", "Parser.parse", {"file": "parse.py", "line": 3}),
+        ("call", "call", "len", {"file": "", "line": 0}),
     ]

@@ -25,6 +25,8 @@ HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(3, THREAD_TRACK, "MainThread", 101)
 LOCATIONS = [("main", "app.py", 10), ("Parser.parse", "parse.py", 3), ("len", "", 0)]
 
+LOCATION_0 = {"file": "app.py", "line": 10}
+
 needs_c = pytest.mark.skipif(not ACCELERATED, reason="the C packer is not in use in this process")
 
 
@@ -191,9 +193,9 @@ def test_records_naming_no_location_or_no_call_kind_are_refused(
         encoder.encode(TRACK, CallRun(pack_records([(1, 2, 0, CALL), record]), LOCATIONS))
     if accelerated or "kind" in message:
         assert message in str(raised.value)
-    stream = Stream(encoder)  # nothing half done: the next run is whole
-    stream.write(encoder.encode(TRACK, CallRun(pack_records([(5, 6, 2, CALL)]), LOCATIONS)))
-    assert [(e.name, e.args) for e in stream.events] == [("len", {"file": "", "line": 0})]
+    stream = Stream(encoder)  # nothing half done: the next run is whole, the locations met before the bad one too
+    stream.write(encoder.encode(TRACK, CallRun(pack_records([(5, 6, 2, CALL), (7, 8, 0, CALL)]), LOCATIONS)))
+    assert [(e.name, e.args) for e in stream.events] == [("len", {"file": "", "line": 0}), ("main", LOCATION_0)]
 
 
 @needs_c

@@ -62,7 +62,8 @@ missing_locations(const unsigned char *records, Py_ssize_t count, int64_t *names
         names[index] = MISSING;
     }
     return missing;
-fail:
+fail: /* (the marks undone: the indexes are still not interned) */
+    for (i = 0; i < PyList_GET_SIZE(missing); i++) names[PyLong_AsSsize_t(PyList_GET_ITEM(missing, i))] = -1;
     Py_DECREF(missing);
     return NULL;
 }

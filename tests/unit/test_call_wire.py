@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.delivery.listeners import MemoryListener
 from ringtrace.wire.call_packing import CALLS_ACCELERATED
-from ringtrace.wire.call_records import RECORD, CallRun, pack_records
+from ringtrace.wire.call_records import RECORD, CallRun, event_count, pack_records
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.event_packing import ACCELERATED
 from ringtrace.wire.frame_types import MIN_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.keyword_args import with_maps
 from ringtrace.wire.model import CALL, CALL_RAISED, THREAD_TRACK, DecodedEvent, TrackInfo
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
@@ -237,3 +238,9 @@ def test_a_frame_packed_in_an_earlier_epoch_names_its_calls_stacks_in_the_curren
         ("Parser.parse", None),  # the table now (len's, then main's) has no room for it: counted, as for a sample
     ]
     assert encoder.stats(0, 0, 0).clipped_args == 1
+
+
+def test_a_run_of_calls_is_handed_to_listeners_as_it_is_and_counted_by_its_calls() -> None:
+    run = CallRun(pack_records([(1, 2, 0, CALL), (3, 4, 1, CALL_RAISED)]), LOCATIONS)
+    assert with_maps(run) is run  # (what the flusher gives listeners that may keep what they get)
+    assert event_count(run) == 2 and event_count([CALL, "main", 1, 2, None]) == 1

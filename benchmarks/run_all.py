@@ -46,6 +46,7 @@ BENCHMARKS = {
     "trace_filter": ("bench_trace_filter.py", 600),
     "web_view": ("bench_web_view.py", 900),
     "flame_graph": ("bench_flame_graph.py", 300),
+    "call_packing": ("bench_call_packing.py", 300),
     "always_on": ("bench_always_on.py", 1500),
 }
 

@@ -25,6 +25,7 @@ TWINNED = frozenset(
         "ringtrace.client.recording.drain",
         "ringtrace.wire.stream_encoder",
         "ringtrace.wire.event_packing",
+        "ringtrace.wire.call_packing",
         "ringtrace.wire.keyword_args",
         "ringtrace.client.delivery.listeners",
         "ringtrace.client.recording.messages",

@@ -1,4 +1,5 @@
 # The C packer (built from packer/); see event_packing.py.
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,17 @@ def pack_events(
     max_frame_bytes: int,
     /,
 ) -> bytes | None: ...
+def pack_calls(
+    records: bytes,
+    first: int,
+    count: int,
+    names: array[int],
+    stacks: array[int],
+    overflow_id: int,
+    track_id: int,
+    max_frame_bytes: int,
+    /,
+) -> list[int] | tuple[bytes | None, int, int]: ...
 
 MAX_ARG_ITEMS: int
 MAX_ARG_TEXT: int

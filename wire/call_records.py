@@ -17,10 +17,11 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from ringtrace.wire.model import CALL, CALL_KINDS, CALL_RAISED
+from ringtrace.wire.model import CALL, CALL_KINDS, CALL_RAISED, RECORD_FIELDS
 from ringtrace.wire.stack_frames import CodeLocation
+from ringtrace.wire.table_frames import KindSpec
 
-__all__ = ["CALL", "CALL_RAISED", "RECORD", "CallRun", "pack_records"]
+__all__ = ["CALL", "CALL_RAISED", "RECORD", "CallRun", "call_args", "event_count", "is_call", "pack_records"]
 
 #: One call: start_ns i64, end_ns i64, location index u32, kind u32 (little endian, 24 bytes).
 RECORD: Final = struct.Struct("<qqII")
@@ -65,3 +66,22 @@ class CallRun:
 def pack_records(calls: Sequence[tuple[int, int, int, int]]) -> bytes:
     """``(start_ns, end_ns, location index, kind)`` tuples as records (what a tracer writes; for tests and tools)."""
     return b"".join(RECORD.pack(*call) for call in calls)
+
+
+def event_count(run: Sequence[Any] | CallRun) -> int:
+    """The events in a drained run: a track's flat records (``RECORD_FIELDS`` values each), or a ``CallRun``."""
+    return len(run) if type(run) is CallRun else len(run) // RECORD_FIELDS
+
+
+def is_call(kind: KindSpec) -> bool:
+    """Whether a stream's declared ``kind`` is a traced call's (``call``, ``call_raised``): one of those built-in ids,
+    declared as spans (a stream is not trusted to declare them so)."""
+    return kind.id in CALL_KINDS and kind.shape == "span"
+
+
+def call_args(location: object) -> dict[str, Any] | None:
+    """A traced call's args as readers show them: its code location's ``{"file": ..., "line": ...}``; None where the
+    location is not known (its stack id never declared, or past the stream's stack table)."""
+    if type(location) is not tuple or len(location) != 3:
+        return None
+    return {"file": location[1], "line": location[2]}

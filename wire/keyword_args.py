@@ -36,7 +36,7 @@ def with_maps(records: list[Any]) -> list[Any]:
     """``records`` (flat, ``RECORD_FIELDS`` values an event) as a listener that may keep them gets them: the same
     list when it holds no ``Keywords``, else a copy with each made a dict; tracked by the cyclic collector either way
     (the C drain's run lists are not, while the flusher holds them), so that a cycle through a kept one is collected."""
-    if _packer is None:
+    if _packer is None or type(records) is not list:  # (a run of traced calls, ``CallRun``, holds no Keywords)
         return records
     copied = None
     for i in range(4, len(records), RECORD_FIELDS):

@@ -17,16 +17,19 @@ from typing import Any, Final
 
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.frame_types import DEFAULT_MAX_STACK_FRAMES, DEFAULT_MAX_STACKS, MIN_MAX_FRAME_BYTES
-from ringtrace.wire.model import RECORD_FIELDS, SAMPLE
+from ringtrace.wire.model import CALL, CALL_RAISED, RECORD_FIELDS, SAMPLE
 from ringtrace.wire.stack_frames import CodeLocation, StackNode, Stacks
 
-__all__ = ["StackTable"]
+__all__ = ["STACK_KINDS", "StackTable"]
 
 #: Bytes one STACKS frame may spend, at most (UTF-8 at its widest): half the smallest max_frame_bytes there is.
 _FRAME_BUDGET: Final = MIN_MAX_FRAME_BYTES // 2
 #: A node's bytes in a frame at most, and a code location's beside its texts.
 _NODE_BYTES: Final = 12
 _LOCATION_BYTES: Final = 16
+#: The kinds whose args are a stack (code locations, root first) on the client's side, a stack id on the wire: a
+#: sample's, and a traced call's one frame.
+STACK_KINDS: Final = frozenset({SAMPLE, CALL, CALL_RAISED})
 #: Whole stacks remembered (a dict lookup each), beyond which the dict starts again (the nodes stay).
 _KNOWN_STACKS: Final = 65_536
 
@@ -141,13 +144,17 @@ class StackTable:
             del self.retired[ended]
 
     def with_ids(self, records: list[Any]) -> list[Any]:
-        """``records`` (a copy, if any changes) with each sample's stack replaced by its id (None: no id)."""
+        """``records`` (a copy, if any changes) with each sample's stack, and each traced call's one-frame stack,
+        replaced by its id (None: no id)."""
         kinds = records[0::RECORD_FIELDS]
-        if SAMPLE not in kinds:
-            return records
+        try:
+            if STACK_KINDS.isdisjoint(kinds):  # the usual run: one pass over its kinds
+                return records
+        except TypeError:  # an unhashable kind (it is no stack's): compared one by one below
+            pass
         records = list(records)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE:
+            if kind in (SAMPLE, CALL, CALL_RAISED):  # (a tuple: compared by ==, whatever the kind)
                 at = index * RECORD_FIELDS + 4
                 records[at] = self.id_of(records[at])
         return records

@@ -41,6 +41,12 @@ class StackTree:
             self.parents.append(-1 if parent is None else parent)
             self.leaves.append(leaf)
 
+    def innermost(self, stack_id: object) -> CodeLocation | None:
+        """The innermost frame of stack ``stack_id`` (a traced call's own code location); None if never declared."""
+        if type(stack_id) is not int or not 0 <= stack_id < len(self.parents):
+            return None
+        return self.frames[self.leaves[stack_id]]
+
     def resolve(self, stack_id: object) -> tuple[CodeLocation, ...] | None:
         """The frames of stack ``stack_id``, root first (the innermost ``MAX_RESOLVED_DEPTH`` of a deeper one); None if
         it was never declared (or is not an id)."""

@@ -14,12 +14,15 @@ from operator import add
 from typing import Any, Final
 
 import msgpack
+from ringtrace.wire.call_packing import CALLS_ACCELERATED, CallIds, NotPackable
+from ringtrace.wire.call_records import RECORD as CALL_RECORD
+from ringtrace.wire.call_records import CallRun, event_count
 from ringtrace.wire.errors import FrameTooLarge
 from ringtrace.wire.event_packing import ACCELERATED, EncodedBatch, EventColumns, EventPacking
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Stats, encode
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, KindRegistry, TrackInfo
-from ringtrace.wire.stack_table import StackTable
+from ringtrace.wire.model import KINDS, RECORD_FIELDS, KindRegistry, TrackInfo
+from ringtrace.wire.stack_table import STACK_KINDS, StackTable
 from ringtrace.wire.string_table import StringTable
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
 
@@ -80,6 +83,8 @@ class StreamEncoder(EventPacking):
         #: Argument values cut for depth or size, since the stream started.
         self.clipped_args = 0
         self._choose_packing(accelerated)
+        #: Runs of traced calls are packed in C from their records (else as their flat records, the Python way).
+        self._call_ids = CallIds() if accelerated and CALLS_ACCELERATED else None
 
     @property
     def label_overflow_events(self) -> int:
@@ -125,9 +130,10 @@ class StreamEncoder(EventPacking):
         ended = Track(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended=True)
         return encode(ended, self.max_frame_bytes)
 
-    def encode(self, track: TrackInfo, records: list[Any]) -> EncodedBatch:
-        """Frames for one track's drained events, ``RECORD_FIELDS`` values each: if the string table filled while
-        packing them and ``recycles``, it starts again and they are packed in the new epoch."""
+    def encode(self, track: TrackInfo, records: list[Any] | CallRun) -> EncodedBatch:
+        """Frames for one track's drained events, ``RECORD_FIELDS`` values each, or a run of traced calls (the same
+        frames as its ``as_flat()`` records): if the string table filled while packing them and ``recycles``, it
+        starts again and they are packed in the new epoch."""
         declared = self.declare(track)
         known = len(self.kinds) + len(self._withheld)
         schema = self._schema_frames() if known < len(self.registry) and len(self.kinds) < self.max_kinds else []
@@ -135,8 +141,7 @@ class StreamEncoder(EventPacking):
         counters = (table.overflowed, self.clipped_args, self.rejected_events, stacks.overflowed)
         had_strings = bool(table.strings)
         given = records
-        records = stacks.with_ids(given)  # (samples: before packing, so that their STACKS frames are known)
-        batch = self._encode_events(track.track_id, records)
+        batch = self._encode_given(track.track_id, given)
         stacks_full = stacks.full and table.recycles
         if (table.recycles and table.overflowed > counters[0] and had_strings) or stacks_full:
             # A table filled: start it again and pack the run in the new one (what overflows even so is counted). A
@@ -146,22 +151,44 @@ class StreamEncoder(EventPacking):
             table.recycle()
             if stacks_full:
                 stacks.recycle(epoch)
-            records = stacks.with_ids(given)
-            batch = self._encode_events(track.track_id, records)
+            batch = self._encode_given(track.track_id, given)
         batch.control = schema + self._strings_frames(table.take_new(), reset=table.take_reset())
         batch.control += [encode(stacks, self.max_frame_bytes) for stacks in self.stacks.take_new()]
         if declared is not None:
             batch.control.insert(0, declared)
         return batch
 
-    def encode_pieces(self, track: TrackInfo, records: list[Any]) -> Iterator[tuple[EncodedBatch, int]]:
+    def _encode_given(self, track_id: int, given: list[Any] | CallRun) -> EncodedBatch:
+        """The EVENTS frames of a run as given (the tables' control frames are the caller's to take)."""
+        if isinstance(given, CallRun):
+            if self._call_ids is not None:
+                table, stacks = self.strings, self.stacks
+                counters = (table.overflowed, stacks.overflowed)
+                batch = EncodedBatch(table.epoch)
+                try:
+                    limits = (self.max_events_per_frame, self.max_frame_bytes)
+                    self._call_ids.pack(batch, track_id, given, (table, stacks), limits, self._encode_columns)
+                    return batch
+                except NotPackable:  # a location named by no text: the Python way, counting all again
+                    table.overflowed, stacks.overflowed = counters
+            given = given.as_flat()
+        records = self.stacks.with_ids(given)  # (samples, calls: before packing, so that their STACKS frames are known)
+        return self._encode_events(track_id, records)
+
+    def encode_pieces(self, track: TrackInfo, records: list[Any] | CallRun) -> Iterator[tuple[EncodedBatch, int]]:
         """``encode``, in as many batches as the string table needs, each with the number of events it was given:
         where the table ``recycles`` and the run has more events than the table has room for labels, in pieces of
         half a table's labels, so that the table starting again between two pieces is enough for each (a run of only
         new labels, say, from a thread that recorded faster than the flusher drained)."""
         table = self.strings
-        if not table.recycles or len(records) // RECORD_FIELDS <= table.overflow_id - len(table.strings):
-            yield self.encode(track, records), len(records) // RECORD_FIELDS
+        if not table.recycles or event_count(records) <= table.overflow_id - len(table.strings):
+            yield self.encode(track, records), event_count(records)
+            return
+        if isinstance(records, CallRun):
+            step = max(table.overflow_id // 2, 1) * CALL_RECORD.size
+            for start in range(0, len(records.records), step):
+                run = CallRun(records.records[start : start + step], records.locations)
+                yield self.encode(track, run), len(run)
             return
         step = max(table.overflow_id // 2, 1) * RECORD_FIELDS
         for start in range(0, len(records), step):
@@ -193,7 +220,7 @@ class StreamEncoder(EventPacking):
             memoryview(frame)[FRAME_HEADER.size + header_size :], raw=False, strict_map_key=False
         )
         table = self.strings
-        if epoch is not None and epoch != table.epoch and SAMPLE in kinds:
+        if epoch is not None and epoch != table.epoch and any(kind in STACK_KINDS for kind in kinds):
             args = self._stack_ids_now(epoch, kinds, args)
         if epoch is not None and epoch != table.epoch:
             labels = table.labels_of(epoch, names)
@@ -216,14 +243,14 @@ class StreamEncoder(EventPacking):
         return batch
 
     def _stack_ids_now(self, epoch: int, kinds: list[Any], args: list[Any]) -> list[Any]:
-        """The samples' stack ids of a frame packed in string ``epoch``, as ids of the stack table now (the same
-        where it did not start again since)."""
+        """The stack ids of a frame packed in string ``epoch`` (samples', traced calls'), as ids of the stack table
+        now (the same where it did not start again since)."""
         stacks = self.stacks
         if not stacks.restarted_since(epoch):
             return args
         args = list(args)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE:
+            if kind in STACK_KINDS:
                 stack = stacks.stack_in(epoch, args[index])
                 args[index] = stacks.id_of(stack) if stack is not None else None
         return args

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from ringtrace.wire.arg_values import clip_nesting
+from ringtrace.wire.call_records import call_args, is_call
 from ringtrace.wire.errors import MalformedFrame
 from ringtrace.wire.frame_types import EVENT_COLUMNS
 from ringtrace.wire.frames import Events, unpack_columns
@@ -108,6 +109,8 @@ class StreamTables:
                 args = typed_args(kind, args, self.kinds)
             elif kind is not None and kind.shape == "sample":  # its stack, root first (empty: never declared)
                 args = {"stack": self.stacks.resolve(args) or ()}
+            elif kind is not None and is_call(kind):  # its one-frame stack: the function's file and first line
+                args = call_args(self.stacks.innermost(args))
             yield DecodedEvent(kind.name if kind else "unknown", name, ts_ns, dur_ns, args, track)
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.delivery.threads import background_thread
+from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import with_maps
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
@@ -94,7 +95,7 @@ def _behind(runs: list[tuple[TrackInfo, list[Any]]], max_buffered_events: int) -
     for a switch interval (5 ms), fills its buffer again meanwhile, and loses what does not fit (counted)."""
     held: dict[int, int] = {}
     for track, records in runs:
-        held[track.track_id] = held.get(track.track_id, 0) + len(records)
+        held[track.track_id] = held.get(track.track_id, 0) + event_count(records) * RECORD_FIELDS
     return max(held.values(), default=0) >= max_buffered_events * RECORD_FIELDS // 4
 
 
@@ -291,7 +292,7 @@ class Flusher:
         events that was."""
         mine = [c for c in self._carried if c.timeline is timeline]
         self._carried = [c for c in self._carried if c.timeline is not timeline]
-        return sum(len(records) for c in mine for _, records in c.runs) // RECORD_FIELDS
+        return sum(event_count(records) for c in mine for _, records in c.runs)  # (a run of calls too)
 
     def _sweep_carried(self, deadline: float | None) -> bool:
         while self._carried:

@@ -26,12 +26,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ringtrace.client.delivery.process_identity import ProcessIdentity
 from ringtrace.wire.arg_values import display_text, normalise_args
+from ringtrace.wire.call_records import CallRun, call_args, event_count
 from ringtrace.wire.errors import ConfigError, ProtocolError
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, TrackInfo
+from ringtrace.wire.model import CALL_KINDS, KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, TrackInfo
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import typed_args
@@ -88,7 +89,9 @@ class ObjectListener:
     #: dropped_events + rejected_events at the previous flush.
     _lost_at_flush = 0
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
+        if isinstance(records, CallRun):  # traced calls: their flat records define their events
+            records = records.as_flat()
         if not records:
             return
         kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
@@ -99,6 +102,8 @@ class ObjectListener:
             spec = specs.get(kind)
             if kind == SAMPLE:  # a sampled stack, code locations root first
                 arg = {"stack": arg if type(arg) is tuple else ()}
+            elif kind in CALL_KINDS:  # a traced call's one-frame stack: its file and first line
+                arg = call_args(arg[0] if type(arg) is tuple and arg else None)
             elif arg is not None and type(arg) is not dict:  # a typed event, or a message's values
                 try:
                     values = KINDS.converters[kind](arg)[0]  # as the encoder sends them
@@ -210,9 +215,9 @@ class SerializedListener:
         #: Sent, and the peer never acknowledged them (a streamer whose connection broke): see ``Stats``.
         self.unacknowledged_events = 0
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         with self._state_lock:
-            left = len(records) // RECORD_FIELDS
+            left = event_count(records)
             try:
                 for batch, events in self.encoder.encode_pieces(track, records):  # each written before the next
                     if batch.dropped_events:

@@ -379,11 +379,13 @@ class _Writer:
 
     def _slice(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """A slice ("X"), or one never ended ("B"): a BEGIN, and an END where it ended."""
-        phase, name, wall_ns, dur_ns, args, _, _ = event
+        phase, name, wall_ns, dur_ns, args, category, _ = event
         timed = self._timed
         arrival = len(timed)
         named = self._names.known.get(name) or self._names.field(name, self._new_entries)
         begin = TYPE_SLICE_BEGIN + on_track + named
+        if category:  # a traced call's ("call")
+            begin += self._category(category)
         if args:
             begin += self._annotations(args)
             if phase == "X" and ("kind" in args or "links" in args):

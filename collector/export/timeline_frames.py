@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple
 from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PHASES
 from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.wire.call_records import is_call
 from ringtrace.wire.frames import Events
 from ringtrace.wire.stream_tables import StreamTables
 
@@ -164,7 +165,9 @@ class FrameColumns:
         if tables is not self._tables or len(tables.kinds) != self._kinds_seen:
             self._tables = tables
             self._kinds_seen = len(tables.kinds)
-            self._phases = {
-                kind_id: _TAKEN[kind.shape] for kind_id, kind in tables.kinds.items() if kind.shape in _TAKEN
+            self._phases = {  # (not a traced call's: its args, a stack id, are the walk's to resolve)
+                kind_id: _TAKEN[kind.shape]
+                for kind_id, kind in tables.kinds.items()
+                if kind.shape in _TAKEN and not is_call(kind)
             }
         return self._phases

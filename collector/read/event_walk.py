@@ -2,9 +2,10 @@
 
 Each frame the filter selects (``walked()``, from ``frame_walk.py``) is decoded into ``Shown`` events (``shown()``): a
 message rendered (its text is its name; its category, priority and values are its args), a typed event's values by
-field name, markers and source activity paired into slices across frames (``pairing.py``), an async event's id taken
-out of its args. A frame that cannot be decoded costs its own events, counted per process as undecodable and logged
-once, never the snapshot.
+field name, a traced call's code location (a stack id) as its file and line (a slice of category ``call``), markers
+and source activity paired into slices across frames (``pairing.py``), an async event's id taken out of its args.
+A frame that cannot be decoded costs its own events, counted per process as undecodable and logged once, never the
+snapshot.
 Memory: one frame's events at a time, and what pairing keeps open. Times are wall-clock ns (monotonic ns plus the
 process's clock offset); each writer states them in its own units.
 
@@ -36,9 +37,10 @@ from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selectio
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.accounts import FOLDED_TRACK
 from ringtrace.collector.store.ring import Counts
+from ringtrace.wire.call_records import call_args
 from ringtrace.wire.frames import Events, Stats
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import SOURCE_TRACK, TrackInfo
+from ringtrace.wire.model import CALL_KINDS, CALL_RAISED, SOURCE_TRACK, TrackInfo
 from ringtrace.wire.stream_tables import StreamTables, typed_args
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
@@ -223,6 +225,12 @@ class EventWalk:
                 continue
             if shape == "sample":  # a stack id never declared (or past the collector's limits): an empty stack
                 append(("P", name, wall_ns, 0, {"stack": tables.stacks.resolve(args) or ()}, "sample", ""))
+                continue
+            if shape == "span" and kind.id in CALL_KINDS:  # a traced call: its stack id names its code location
+                call = call_args(tables.stacks.innermost(args))
+                if kind.id == CALL_RAISED:
+                    call = {**call, "raised": True} if call is not None else {"raised": True}
+                append(("X", name, wall_ns, dur_ns, call, "call", ""))
                 continue
             phase = phases.get(shape)
             if phase is None:  # paired

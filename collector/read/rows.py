@@ -2,7 +2,7 @@
 (``tail.py``) show them one a line.
 
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. A row is one event decoded for a
-person: a typed event's fields by name, a message rendered (its text is its name).
+person: a typed event's fields by name, a message rendered (its text is its name), a traced call's file and line.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, SnapshotView, prepare
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
+from ringtrace.wire.call_records import call_args, is_call
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events
 from ringtrace.wire.message_format import render
@@ -69,6 +70,8 @@ def frame_rows(
             shown_args = typed_args(kind, args, tables.kinds)
         elif kind.shape == "sample":
             shown_args = stack_text(tables.stacks.resolve(args) or ())
+        elif is_call(kind):  # a traced call's stack id: its file and line
+            shown_args = call_args(tables.stacks.innermost(args))
         if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args, dur_ns, track_key):
             continue
         priority = kind.priority if kind.shape == "message" else ""

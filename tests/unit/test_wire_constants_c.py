@@ -12,8 +12,9 @@ from types import ModuleType
 
 import pytest
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT
+from ringtrace.wire.call_records import RECORD as CALL_RECORD
 from ringtrace.wire.frame_types import EVENT_COLUMNS, EVENTS_HEADER, FRAME_HEADER, FrameType
-from ringtrace.wire.model import RECORD_FIELDS
+from ringtrace.wire.model import CALL, CALL_RAISED, RECORD_FIELDS
 
 #: What each constant of wire_constants.h stands for, from the Python definitions.
 PYTHON_VALUES = {
@@ -26,6 +27,9 @@ PYTHON_VALUES = {
     "EVENTS_HEADER_SIZE": EVENTS_HEADER.size,
     "FRAME_TYPE_EVENTS": int(FrameType.EVENTS),
     "EVENT_COLUMN_COUNT": len(EVENT_COLUMNS),
+    "CALL_KIND_ID": CALL,
+    "CALL_RAISED_KIND_ID": CALL_RAISED,
+    "CALL_RECORD_SIZE": CALL_RECORD.size,
 }
 
 

@@ -24,6 +24,10 @@ static PyMethodDef packer_methods[] = {
     {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
      "pack_events(records, table, converters, values_converter, track_id, max_frame_bytes) -> an EVENTS frame, or "
      "None for a run with arguments or labels of other shapes."},
+    {"pack_calls", (PyCFunction)(void (*)(void))pack_calls, METH_FASTCALL,
+     "pack_calls(records, first, count, names, stacks, overflow_id, track_id, max_frame_bytes) -> the location "
+     "indexes not interned yet (a list), or (an EVENTS frame or None past max_frame_bytes, overflowed names, calls "
+     "with no stack id)."},
     {NULL, NULL, 0, NULL},
 };
 

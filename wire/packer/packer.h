@@ -12,6 +12,8 @@ Python (event_packing.py). That defines the behaviour; the tests hold both to th
 - pack_events() (pack_events.c) writes a whole EVENTS frame (headers, columns, arguments) in one pass for a run whose
   events all have those common shapes and text labels, the same bytes as pack_columns() and pack_args() behind
   frames.py's headers, and gives up (None) at the first event of another shape, for those two to pack the run.
+- pack_calls() (pack_calls.c) writes a whole EVENTS frame for a run of traced calls (call_records.py), from the
+  records' bytes and each location's string and stack ids (call_packing.py interns them): no Python object a call.
 - Keywords (keywords.c, keywords.h) is the type of an instant's arguments as the client's C recorder keeps them: this
   module defines it, and the recorder takes it from here at its import, so that the packers know it for theirs.
 - tracked() (module.c) hands a list the recorder's take_runs() untracked back to the cyclic collector.
@@ -138,10 +140,11 @@ as_int64(PyObject *value, const char *column, int64_t *out)
 /* keywords.c */
 extern PyType_Spec keywords_spec;
 
-/* pack_columns.c, pack_args.c, pack_events.c: the module's functions. */
+/* pack_columns.c, pack_args.c, pack_events.c, pack_calls.c: the module's functions. */
 PyObject *pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *pack_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* pack_values.c */
 int pack_text(Packed *out, PyObject *text);

@@ -21,6 +21,11 @@
 #define FRAME_TYPE_EVENTS 6
 #define EVENT_COLUMN_COUNT 5
 
+/* wire/model.py CALL and CALL_RAISED, and wire/call_records.py RECORD "<qqII": a traced call as a tracer writes it. */
+#define CALL_KIND_ID 11
+#define CALL_RAISED_KIND_ID 12
+#define CALL_RECORD_SIZE 24
+
 #include <Python.h>
 
 /* WIRE_CONSTANTS on `module`: every number above by its name. 0, or -1 with an exception set. */
@@ -39,6 +44,9 @@ add_wire_constants(PyObject *module)
         {"EVENTS_HEADER_SIZE", EVENTS_HEADER_SIZE},
         {"FRAME_TYPE_EVENTS", FRAME_TYPE_EVENTS},
         {"EVENT_COLUMN_COUNT", EVENT_COLUMN_COUNT},
+        {"CALL_KIND_ID", CALL_KIND_ID},
+        {"CALL_RAISED_KIND_ID", CALL_RAISED_KIND_ID},
+        {"CALL_RECORD_SIZE", CALL_RECORD_SIZE},
     };
     size_t i;
     PyObject *dict = PyDict_New();

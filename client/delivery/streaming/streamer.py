@@ -31,12 +31,11 @@ import encodings.idna  # noqa: F401  # connecting by host name needs it; importi
 import logging
 import selectors
 import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
@@ -75,16 +74,19 @@ _GATHERED_BYTES = 4 << 20
 _WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
 
 
-def _would_block() -> tuple[type[Exception], ...]:
-    """What a non-blocking send or receive raises to say "not now": with TLS (``ssl`` imported, by the dialer), also
-    OpenSSL's wants. ssl is imported only for a TLS connection: it is a tenth of the client's import time."""
-    ssl = sys.modules.get("ssl")
-    return _WOULD_BLOCK if ssl is None else (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+def _would_block(tls: bool) -> tuple[type[Exception], ...]:
+    """What a non-blocking send or receive raises to say "not now": on a TLS connection, also OpenSSL's wants.
 
+    ssl is imported only for TLS (it is a tenth of the client's import time), by the dialer, on the thread that calls
+    ``connect()``. Whether a connection is TLS is never told by ``sys.modules``: a module another thread is importing is
+    there already, half run. A plain connection that looked there while the program imported ssl (requests and aiohttp
+    do, at start) found no ``ssl.SSLSocket`` yet, and the AttributeError ended this thread: the process delivered
+    nothing at all."""
+    if not tls:
+        return _WOULD_BLOCK
+    import ssl  # (imported already, by the dialer; a plain import: never a half-run module)
 
-def _is_tls(sock: object) -> TypeGuard[ssl.SSLSocket]:
-    ssl = sys.modules.get("ssl")
-    return ssl is not None and isinstance(sock, ssl.SSLSocket)
+    return (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _Waiter:
@@ -162,6 +164,10 @@ class Streamer(SerializedListener):
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
         self._dialer = Dialer(address, options)
+        #: The connections are TLS (the options say so: the dialer wraps every one then), and what their non-blocking
+        #: calls raise to say "not now" (``_would_block``); told here, on the caller's thread, once.
+        self._tls = bool(options.tls)
+        self._would_block = _would_block(self._tls)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_requests = PriorityRequests()
 
@@ -423,7 +429,7 @@ class Streamer(SerializedListener):
         sock = self._sock
         assert sock is not None
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
-        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not _is_tls(sock) else 0
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not self._tls else 0
         while self._may_send():
             with self._state():
                 buffers = self._link.buffers_to_send(gathered)
@@ -431,7 +437,7 @@ class Streamer(SerializedListener):
                 return
             try:
                 sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
-            except _would_block():  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
+            except self._would_block:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
                 return
             except OSError as exc:
                 self._lost(f"send failed: {exc}")
@@ -455,9 +461,9 @@ class Streamer(SerializedListener):
             return
         try:
             data = sock.recv(65536)
-            while data and _is_tls(sock) and sock.pending():  # decrypted, which select cannot see
+            while data and self._tls and cast("ssl.SSLSocket", sock).pending():  # decrypted, which select cannot see
                 data += sock.recv(65536)
-        except _would_block():
+        except self._would_block:
             return
         except OSError as exc:
             self._lost(f"receive failed: {exc}")

@@ -160,6 +160,8 @@ class Streamer(SerializedListener):
         self._started = False
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
+        #: The unexpected error that ended the thread, if one did (the line at close says it).
+        self._stopped_by = ""
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
@@ -274,6 +276,7 @@ class Streamer(SerializedListener):
             connected=self._link.welcomed,
             failure=self._link.outage.unsaid,
             at_once=bool(self._link.exit.gave_up),
+            stopped=self._stopped_by,
         )
         if warning:
             log.warning("%s", warning)
@@ -349,7 +352,8 @@ class Streamer(SerializedListener):
     def _run(self) -> None:
         try:
             self._loop()
-        except Exception:
+        except Exception as exc:
+            self._stopped_by = f"{type(exc).__name__}: {exc}"
             log.exception("ringtrace streamer stopped by an unexpected error; nothing more reaches the collector")
         finally:
             with self._state():

@@ -70,23 +70,6 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
-#: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
-_WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
-
-
-def _would_block(tls: bool) -> tuple[type[Exception], ...]:
-    """What a non-blocking send or receive raises to say "not now": on a TLS connection, also OpenSSL's wants.
-
-    ssl is imported only for TLS (it is a tenth of the client's import time), by the dialer, on the thread that calls
-    ``connect()``. Whether a connection is TLS is never told by ``sys.modules``: a module another thread is importing is
-    there already, half run. A plain connection that looked there while the program imported ssl (requests and aiohttp
-    do, at start) found no ``ssl.SSLSocket`` yet, and the AttributeError ended this thread: the process delivered
-    nothing at all."""
-    if not tls:
-        return _WOULD_BLOCK
-    import ssl  # (imported already, by the dialer; a plain import: never a half-run module)
-
-    return (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _Waiter:
@@ -160,16 +143,11 @@ class Streamer(SerializedListener):
         self._started = False
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
-        #: The unexpected error that ended the thread, if one did (the line at close says it).
-        self._stopped_by = ""
+        self._stopped_by = ""  # the unexpected error that ended the thread, if one did (the line at close says it)
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
         self._dialer = Dialer(address, options)
-        #: The connections are TLS (the options say so: the dialer wraps every one then), and what their non-blocking
-        #: calls raise to say "not now" (``_would_block``); told here, on the caller's thread, once.
-        self._tls = bool(options.tls)
-        self._would_block = _would_block(self._tls)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_requests = PriorityRequests()
 
@@ -433,7 +411,7 @@ class Streamer(SerializedListener):
         sock = self._sock
         assert sock is not None
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
-        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not self._tls else 0
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not self._dialer.tls else 0
         while self._may_send():
             with self._state():
                 buffers = self._link.buffers_to_send(gathered)
@@ -441,7 +419,7 @@ class Streamer(SerializedListener):
                 return
             try:
                 sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
-            except self._would_block:  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
+            except self._dialer.would_block:  # TLS: the same bytes are sent again (OpenSSL may take a moved buffer)
                 return
             except OSError as exc:
                 self._lost(f"send failed: {exc}")
@@ -465,9 +443,9 @@ class Streamer(SerializedListener):
             return
         try:
             data = sock.recv(65536)
-            while data and self._tls and cast("ssl.SSLSocket", sock).pending():  # decrypted, which select cannot see
+            while data and self._dialer.tls and cast("ssl.SSLSocket", sock).pending():  # (decrypted: unseen by select)
                 data += sock.recv(65536)
-        except self._would_block:
+        except self._dialer.would_block:
             return
         except OSError as exc:
             self._lost(f"receive failed: {exc}")

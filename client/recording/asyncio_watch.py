@@ -35,13 +35,13 @@ _waiting: list[Callable[[ModuleType], None]] = []
 
 def is_task(owner: object) -> TypeGuard[Task[Any]]:
     """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one)."""
-    tasks = sys.modules.get("asyncio.tasks")
+    tasks = _tasks()
     return tasks is not None and isinstance(owner, tasks.Task)
 
 
 def current_task() -> Task[Any] | None:
     """The task the running loop of this thread runs (None: none, or no loop, or asyncio not imported)."""
-    tasks = sys.modules.get("asyncio.tasks")
+    tasks = _tasks()
     if tasks is None:
         return None
     try:
@@ -60,6 +60,14 @@ def when_asyncio(callback: Callable[[ModuleType], None]) -> None:
             sys.meta_path.insert(0, _AsyncioWatch())
     if _loaded(sys.modules.get(ASYNCIO)):
         _ran(sys.modules[ASYNCIO])
+
+
+def _tasks() -> ModuleType | None:
+    """``asyncio.tasks`` once it has run, else None. While another thread imports it, it is in ``sys.modules`` half
+    run, with no ``Task`` yet: the flusher's sweep (``drain``) asked it of every buffer then, and the AttributeError
+    lost the events the sweep had taken."""
+    tasks = sys.modules.get("asyncio.tasks")
+    return tasks if _loaded(tasks) else None
 
 
 def _loaded(module: ModuleType | None) -> bool:

@@ -32,3 +32,14 @@ def test_the_line_at_close_says_why_the_collector_was_not_reached_and_that_closi
         "c:7700", queued=4, unreported=0, unanswered=0, timeout_s=2.0, connected=True, failure="an old one"
     )
     assert connected is not None and "gave up after 2.0s (connected)" in connected and "old" not in connected
+
+
+def test_the_line_at_close_says_the_streamer_had_stopped_and_nothing_was_waited_for() -> None:
+    stopped = "AttributeError: no attribute 'SSLSocket'"
+    at_close = undelivered_at_close(
+        "c:7700", queued=0, unreported=8, unanswered=0, timeout_s=30.0, connected=False, stopped=stopped
+    )
+    assert at_close == (
+        "ringtrace: 8 events recorded by this process never reached the collector at c:7700: 0 still queued when "
+        f"closing gave up at once (its streamer had stopped: {stopped}), 8 dropped before and not reported"
+    )

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectFailed", "Dialer"]
 
+#: What a non-blocking socket raises when it cannot go on now: wait for the selector. TLS has exceptions of its own.
+_WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
+
 
 class ConnectFailed(Exception):
     """``at_once``: waiting will not mend it (TLS); ``nobody``: nothing listens there (refused, unreachable)."""
@@ -40,8 +43,16 @@ class Dialer:
         self.options = options
         #: With ``tls``: the context, made on the first connection.
         self._tls_context: ssl.SSLContext | None = None
-        if options.tls:  # ssl only for TLS: imported here, on the caller's thread, not on the streamer's after a fork
-            import ssl  # noqa: F401
+        #: Its connections are TLS (all of them, with ``tls``). Never told by ``ssl`` in ``sys.modules``: while
+        #: another thread imports ssl (requests and aiohttp do, at start) it is there half run, with no SSLSocket
+        #: yet, and the AttributeError ended the streamer's thread: a plain connection delivered nothing.
+        self.tls = bool(options.tls)
+        #: What a non-blocking send or receive on its connections raises to say "not now".
+        self.would_block = _WOULD_BLOCK
+        if self.tls:  # ssl only for TLS (a tenth of the client's import time): imported here, on the caller's
+            import ssl  # thread, not on the streamer's after a fork
+
+            self.would_block = (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
     @property
     def host(self) -> str:

@@ -73,12 +73,14 @@ def undelivered_at_close(
     connected: bool,
     failure: str = "",
     at_once: bool = False,
+    stopped: str = "",
 ) -> str | None:
     """What the log says when a streamer closes with events that never reached the collector (None: there are none):
     ``queued`` still when closing gave up, ``unreported`` dropped before and never reported, ``unanswered`` sent on
     connections that broke before an acknowledgement (lost, unless the collector stored them before the break).
     ``failure``: why the collector cannot be reached, if no warning said it yet (at exit, the outage's are not logged);
-    ``at_once``: closing gave up without waiting out ``timeout_s``, since nothing listens there."""
+    ``at_once``: closing gave up without waiting out ``timeout_s``, since nothing listens there. ``stopped``: the
+    error that ended the streamer's thread before, if one did: then nothing was waited for either."""
     if not (queued or unreported or unanswered):
         return None
     broken = (
@@ -90,7 +92,8 @@ def undelivered_at_close(
     return (
         f"ringtrace: {events_phrase(queued + unreported)} recorded by this process never reached the collector at "
         f"{address}: "
-        f"{queued} still queued when closing gave up {'at once' if at_once else f'after {timeout_s:.1f}s'} "
-        f"({'connected' if connected else 'not connected'}), {unreported} dropped before and not reported{broken}"
+        f"{queued} still queued when closing gave up {'at once' if at_once or stopped else f'after {timeout_s:.1f}s'} "
+        f"({f'its streamer had stopped: {stopped}' if stopped else 'connected' if connected else 'not connected'}), "
+        f"{unreported} dropped before and not reported{broken}"
         f"{f'; {failure}' if failure and not connected else ''}"
     )

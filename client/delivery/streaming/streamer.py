@@ -31,12 +31,11 @@ import encodings.idna  # noqa: F401  # connecting by host name needs it; importi
 import logging
 import selectors
 import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
@@ -72,20 +71,6 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
-#: A non-blocking socket that cannot go on now: wait for the selector. TLS says so with exceptions of its own.
-_WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
-
-
-def _would_block() -> tuple[type[Exception], ...]:
-    """What a non-blocking send or receive raises to say "not now": with TLS (``ssl`` imported, by the dialer), also
-    OpenSSL's wants. ssl is imported only for a TLS connection: it is a tenth of the client's import time."""
-    ssl = sys.modules.get("ssl")
-    return _WOULD_BLOCK if ssl is None else (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-
-
-def _is_tls(sock: object) -> TypeGuard[ssl.SSLSocket]:
-    ssl = sys.modules.get("ssl")
-    return ssl is not None and isinstance(sock, ssl.SSLSocket)
 
 
 class _Waiter:
@@ -159,6 +144,7 @@ class Streamer(SerializedListener):
         self._started = False
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
+        self._stopped_by = ""  # the unexpected error that ended the thread, if one did (the line at close says it)
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
@@ -269,6 +255,7 @@ class Streamer(SerializedListener):
             connected=self._link.welcomed,
             failure=self._link.outage.unsaid,
             at_once=bool(self._link.exit.gave_up),
+            stopped=self._stopped_by,
         )
         if warning:
             log.warning("%s", warning)
@@ -344,7 +331,8 @@ class Streamer(SerializedListener):
     def _run(self) -> None:
         try:
             self._loop()
-        except Exception:
+        except Exception as exc:
+            self._stopped_by = f"{type(exc).__name__}: {exc}"
             log.exception("ringtrace streamer stopped by an unexpected error; nothing more reaches the collector")
         finally:
             with self._state():
@@ -424,7 +412,7 @@ class Streamer(SerializedListener):
         sock = self._sock
         assert sock is not None
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
-        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not _is_tls(sock) else 0
+        gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not self._dialer.tls else 0
         while self._may_send():
             with self._state():
                 buffers = self._link.buffers_to_send(gathered)
@@ -432,7 +420,7 @@ class Streamer(SerializedListener):
                 return
             try:
                 sent = sock.send(buffers[0]) if len(buffers) == 1 else sock.sendmsg(buffers)
-            except _would_block():  # TLS: the same bytes are sent again (Python lets OpenSSL take a moved buffer)
+            except self._dialer.would_block:  # TLS: the same bytes are sent again (OpenSSL may take a moved buffer)
                 return
             except OSError as exc:
                 self._lost(f"send failed: {exc}")
@@ -456,9 +444,9 @@ class Streamer(SerializedListener):
             return
         try:
             data = sock.recv(65536)
-            while data and _is_tls(sock) and sock.pending():  # decrypted, which select cannot see
+            while data and self._dialer.tls and cast("ssl.SSLSocket", sock).pending():  # (decrypted: unseen by select)
                 data += sock.recv(65536)
-        except _would_block():
+        except self._dialer.would_block:
             return
         except OSError as exc:
             self._lost(f"receive failed: {exc}")

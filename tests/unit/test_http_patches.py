@@ -61,7 +61,7 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         import gunicorn.workers.base, gunicorn.workers.gasgi, hypercorn.app_wrappers, waitress.server
         from ringtrace.client.integrations import requests_client
         requests_client.install(tl)  # again: still one wrapper
-        patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession._request,
+        patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession.__init__,
                    urllib.request.AbstractHTTPHandler.do_open, uvicorn.Config.load, wsgiref.handlers.BaseHandler.run,
                    werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__,
                    gunicorn.workers.base.Worker.load_wsgi, gunicorn.workers.gasgi.ASGIWorker.load_wsgi,
@@ -69,14 +69,15 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         print(json.dumps({
             "signatures": [str(inspect.signature(f)) == str(inspect.signature(f.__wrapped__)) for f in patched],
             "once": [not hasattr(f.__wrapped__, "__wrapped__") for f in patched],
-            "async": [inspect.iscoroutinefunction(f) for f in (httpx.AsyncClient.send, aiohttp.ClientSession._request)],
+            "async": [inspect.iscoroutinefunction(httpx.AsyncClient.send)],
+            "private": [hasattr(aiohttp.ClientSession._request, "__wrapped__")],
             "names": [f.__name__ for f in patched],
             "applied": sorted(applied()),
         }))
         """
     )
-    assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True, True]
-    assert got["names"] == ["send", "send", "send", "_request", "do_open", "load", "run", "__init__", "__init__",
+    assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True] and got["private"] == [False]
+    assert got["names"] == ["send", "send", "send", "__init__", "do_open", "load", "run", "__init__", "__init__",
                             "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
     # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
     # imported, and each other server's patch waited for its own import.

@@ -4,14 +4,16 @@ Through aiohttp's public tracing hooks: ``ClientSession.__init__`` is wrapped to
 the session's ``trace_configs`` (a copy of the list given: the caller's is left as it is), so every request of every
 session (``get``, ``post``, ``request``, ``ws_connect``; ``aiohttp.request`` makes a session) is a call
 (``ClientCall``): ``on_request_start`` begins it, ``on_request_end`` and ``on_request_exception`` end it. A redirect
-aiohttp follows is a request of its own: ``on_request_redirect`` ends the open span with the redirect's status and
-begins the next request's (its method and URL as aiohttp derives them, from the response's ``Location``), writing
-its ``traceparent`` into the headers aiohttp sends it with. (A redirect past ``max_redirects`` is never sent: its span
-ends at once with aiohttp's ``TooManyRedirects``.) A span is labelled with the method and the host, and holds
-``method``, ``url`` (without user name, password, query or fragment) and the ``response`` map (``status``) as args;
-the last one ends when the response's headers are in (the body is read after, by the program). An exception is
-recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came. ``traceparent`` goes into
-the headers aiohttp merges for the request (its own copy): the caller's are left as they are.
+that aiohttp follows is a request of its own, with its own span and ``traceparent``: ``on_request_redirect`` records
+the redirect's status and begins the next request's span (its method and URL as aiohttp derives them from the
+response's ``Location``), writing its ``traceparent`` into the headers aiohttp sends it with. The first request's span
+lasts the call, the others are inside it, one after the other. (A redirect past ``max_redirects`` is never sent: its
+span ends at once with aiohttp's ``TooManyRedirects``.) A span is labelled with the method and the host, and holds
+``method``, ``url`` (without user name, password, query or fragment) and the ``response`` map (``status``: its own
+request's) as args; the call's spans end when the last response's headers are in (the body is read after, by the
+program). An exception is recorded on the call's open spans (its type as ``exception``, its text as
+``response.error``) and goes on as it came. ``traceparent`` goes into the headers aiohttp merges for the request (its
+own copy): the caller's are left as they are.
 """
 
 from __future__ import annotations

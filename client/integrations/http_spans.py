@@ -147,44 +147,43 @@ def patch_servers(
 
 class ClientCall:
     """One call of an HTTP client library (``Session.send``, say): a client span per request it sends on the wire, each
-    with ``traceparent`` naming it written into that request's headers. A call that follows a redirect, or sends an
-    authentication's second try, has a span per request, each begun as the one before it ends (siblings, not nested);
-    the last ends with the call. ``CLIENT_CALL`` holds the call until it ends.
+    with ``traceparent`` naming it written into that request's headers, all in one trace. The first request's span
+    lasts the whole call; a request after it (a redirect's, an authentication's second try) is a span inside it, begun
+    as the one before it ends: the shape ``requests`` gives its redirects, which it sends from within the first call.
+    ``CLIENT_CALL`` holds the call until it ends.
 
     ``begin_call`` makes one; the integration's hooks then say what happens, in the call's thread or task: ``sending``
     or ``hop`` (another request), ``status`` (a response), ``end``. None of them raises: a failure inside is counted
     (``hook_errors``), and the call goes on unrecorded past it.
     """
 
-    __slots__ = ("_answered", "_response", "_span", "_timeline", "_token", "integration")
+    __slots__ = ("_answered", "_first", "_hop", "_timeline", "_token", "integration")
 
     def __init__(self, timeline: Timeline, integration: str, method: object, url: object, headers: Any) -> None:
         #: The integration's name (its switch), for ``hook_errors`` and for ``CLIENT_CALL``'s readers.
         self.integration = integration
         self._timeline = timeline
-        self._span: TraceScope | None = None
-        self._response: dict[str, Any] = {}
+        #: The first request's span and its ``response`` arg; the open one of the requests after it, if any.
+        self._first = self._begin(method, url, headers)
+        self._hop: tuple[TraceScope, dict[str, Any]] | None = None
         #: Whether the open request has its response: the next one a hook says is sent is another request.
         self._answered = False
-        self._begin(method, url, headers)
         self._token = CLIENT_CALL.set(self)
 
-    def _begin(self, method: object, url: object, headers: Any) -> None:
+    def _begin(self, method: object, url: object, headers: Any) -> tuple[TraceScope, dict[str, Any]]:
         response: dict[str, Any] = {}
         span = self._timeline.client_span(
             client_label(method, url), headers, method=method, url=public_url(url), response=response
         )
         span.__enter__()
-        self._span, self._response, self._answered = span, response, False
+        return span, response
 
-    def _end_span(self, exc: BaseException | None) -> None:
-        span, self._span = self._span, None
-        if span is None:
-            return
+    @staticmethod
+    def _end(span: TraceScope, response: dict[str, Any], exc: BaseException | None) -> None:
         if exc is None:
             span.__exit__(None, None, None)
         else:
-            self._response["error"] = error_text(exc)
+            response["error"] = error_text(exc)
             span.__exit__(type(exc), exc, exc.__traceback__)
 
     def sending(self, method: object, url: object, headers: Any) -> None:
@@ -194,25 +193,32 @@ class ClientCall:
             self.hop(method, url, headers)
 
     def hop(self, method: object, url: object, headers: Any) -> None:
-        """Another request of the call: the open one's span ends, this one's begins, ``traceparent`` naming it
-        written into ``headers`` (the request's own, or what ``inject`` can write into)."""
+        """Another request of the call: the span of the one before it ends (unless it is the first), this one's
+        begins, ``traceparent`` naming it written into ``headers`` (the request's own, or what ``inject`` can write
+        into)."""
         try:
-            self._end_span(None)
-            self._begin(method, url, headers)
+            hop, self._hop, self._answered = self._hop, None, False
+            if hop is not None:
+                self._end(*hop, None)
+            self._hop = self._begin(method, url, headers)
         except Exception as exc:
             count_failure(self.integration, exc)
 
     def status(self, status: object) -> None:
         """The status of the open request's response."""
-        self._response["status"] = status
+        (self._hop or self._first)[1]["status"] = status
         self._answered = True
 
     def end(self, exc: BaseException | None = None, status: object = None) -> None:
-        """The call is over: it returned (``status``, if said, is the open request's) or raised ``exc``."""
+        """The call is over: it returned (``status``, if said, is its last request's) or raised ``exc`` (recorded on
+        the first request's span and on the last's, as the exception went through both)."""
         try:
             if status is not None:
-                self._response["status"] = status
-            self._end_span(exc)
+                (self._hop or self._first)[1]["status"] = status
+            hop, self._hop = self._hop, None
+            if hop is not None:
+                self._end(*hop, exc)
+            self._end(*self._first, exc)
         except Exception as failure:
             count_failure(self.integration, failure)
         # (ended in another context than it began in, or twice: nothing of it to undo here)

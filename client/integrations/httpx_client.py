@@ -3,13 +3,14 @@
 ``Client.send`` and ``AsyncClient.send`` are wrapped: every request of a client (``get``, ``stream``, ``request``;
 ``httpx.get`` makes a client) goes through them, whatever its transport, and each is a call (``ClientCall``). A
 redirect that httpx follows (or an authentication's second try) is sent within the same call: the client's public
-event hooks, to which the first call adds ringtrace's (a request hook, last, and a response hook, first: so
+event hooks, to which the call adds ringtrace's the first time (a request hook, last, and a response hook, first: so
 ``client.event_hooks`` shows them), tell the call of each request and response, so that each request on the wire has
-a span of its own, begun as the one before it ends, and its own ``traceparent``. A span is labelled with the method
-and the host, and holds ``method``, ``url`` (without user name, password, query or fragment) and the ``response`` map
-(``status``) as args; the last one ends when ``send`` returns: with the body read, unless the call streams it. An
-exception is recorded on the span open (its type as ``exception``, its text as ``response.error``) and goes on as it
-came. httpx sends through httpcore, which no integration patches: one span per request.
+a span of its own and its own ``traceparent``: the first request's span lasts the call, the others are inside it,
+one after the other. A span is labelled with the method and the host, and holds ``method``, ``url`` (without user
+name, password, query or fragment) and the ``response`` map (``status``: its own request's) as args; the call's
+spans end when ``send`` returns: with the body read, unless the call streams it. An exception is recorded on the
+call's open spans (its type as ``exception``, its text as ``response.error``) and goes on as it came. httpx sends
+through httpcore, which no integration patches: one span per request.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ span is labelled with the method and the host, and holds ``method``, ``url`` (wi
 fragment) and the ``response`` map (``status``) as args; it ends when the response's headers are in (the body is read
 after, by the program), and a status of 400 or more is recorded before urllib raises its ``HTTPError``. An exception
 is recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came. ``traceparent`` is an
-unredirected header of the request: a redirect's request gets its own span's.
+unredirected header of the request: a redirect's request gets its own span's. (The opener follows a redirect once
+``do_open`` has returned, the first request's span ended: the requests of a redirect are spans one after the other in
+the trace the program is in, each a trace of its own outside any.)
 """
 
 from __future__ import annotations

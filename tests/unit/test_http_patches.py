@@ -9,34 +9,9 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Any
 
+from http_in_process import run
 from ringtrace.client.integrations.http_spans import client_label, public_url
-
-_PRELUDE = """
-import asyncio, inspect, json, sys, threading, time
-from ringtrace.client import MemoryListener, Timeline
-from ringtrace.client.integrations import INTEGRATIONS, applied, apply, failed
-
-memory = MemoryListener()
-tl = Timeline("t", [memory])
-apply(tl, {i.name for i in INTEGRATIONS if i.name not in ("logging", "exceptions", "gc")})
-
-def spans():
-    tl.flush(10)
-    return [{"name": e.name, "ts": e.ts_ns, "end": e.ts_ns + e.dur_ns, **e.args}
-            for e in memory.events if e.kind == "span"]
-"""
-
-
-def run(program: str) -> Any:
-    """Run ``program`` after the prelude in a fresh interpreter; what it printed last, as JSON."""
-    result = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + textwrap.dedent(program)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
 
 
 def test_nothing_is_imported_nor_patched_until_the_program_imports_its_library() -> None:

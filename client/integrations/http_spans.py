@@ -172,9 +172,12 @@ class ClientCall:
 
     def _begin(self, method: object, url: object, headers: Any) -> tuple[TraceScope, dict[str, Any]]:
         response: dict[str, Any] = {}
-        span = self._timeline.client_span(
-            client_label(method, url), headers, method=method, url=public_url(url), response=response
-        )
+        try:  # (client_label and public_url, with one split of the URL)
+            host, recorded = _split(str(url))
+            label = f"{method} {host}"
+        except Exception:
+            label, recorded = str(method), ""
+        span = self._timeline.client_span(label, headers, method=method, url=recorded, response=response)
         span.__enter__()
         return span, response
 

@@ -108,6 +108,25 @@ def test_werkzeug_serves_a_streamed_body_in_its_span_and_urllib_records_each_red
     assert stream["end"] >= got["seen"]["last part"] and stream["response"] == {"status": 200}
 
 
+def test_a_request_it_cannot_read_is_sent_unrecorded_the_failure_counted_and_the_librarys_error_raised() -> None:
+    got = run(
+        """
+        import requests
+        from ringtrace.client.integrations.hook_errors import hook_failures
+
+        raised = []
+        for send in (requests.Session.send, requests.Session.send.__wrapped__):  # with the integration, and without
+            try:
+                send(requests.Session(), object())
+            except AttributeError as exc:
+                raised.append(str(exc))
+        print(json.dumps({"raised": raised, "failures": hook_failures(), "spans": spans()}))
+        """
+    )
+    with_it, without = got["raised"]
+    assert with_it == without and got["failures"] == {"requests": 1} and got["spans"] == []
+
+
 def test_a_handlers_exception_is_recorded_and_raised_on_as_it_came() -> None:
     got = run(
         """

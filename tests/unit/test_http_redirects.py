@@ -14,6 +14,7 @@ import pytest
 from http_in_process import run
 
 _PROGRAM = """
+import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 seen = []
@@ -27,6 +28,7 @@ class Redirecting(BaseHTTPRequestHandler):
             "/hop/1": (302, "/hop/2?token=t"),
             "/hop/2": (307, f"http://127.0.0.1:{port}/end"),
             "/form": (303, "/end"),
+            "/gone": (302, f"http://127.0.0.1:{closed}/nowhere"),
         }.get(self.path.split("?")[0], (200, None))
         self.send_response(status)
         if location:
@@ -38,6 +40,9 @@ class Redirecting(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+unbound = socket.socket()
+unbound.bind(("127.0.0.1", 0))
+closed = unbound.getsockname()[1]  # bound, never listening: a connection to it is refused
 server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -120,3 +125,55 @@ def test_each_request_of_a_redirect_has_its_own_span_and_traceparent(client: str
         assert {span["trace_id"] for span in others} == {first["trace_id"]}
         assert all(earlier["end"] <= later["ts"] for earlier, later in itertools.pairwise(others))
         assert first["ts"] <= others[0]["ts"] and others[-1]["end"] <= first["end"]
+
+
+#: Each client: a GET of /gone, redirected to a port where nothing listens; what it raised.
+_FAILING = {
+    "requests": """
+        import requests
+        try:
+            requests.get(base + "/gone")
+        except Exception as exc:
+            raised = type(exc).__name__
+    """,
+    "httpx": """
+        import httpx
+        try:
+            httpx.get(base + "/gone", follow_redirects=True)
+        except Exception as exc:
+            raised = type(exc).__name__
+    """,
+    "aiohttp": """
+        import aiohttp
+        async def main():
+            async with aiohttp.ClientSession() as session:
+                try:
+                    await session.get(base + "/gone")
+                except Exception as exc:
+                    return type(exc).__name__
+        raised = asyncio.run(main())
+    """,
+    "urllib": """
+        import urllib.request
+        try:
+            urllib.request.urlopen(base + "/gone", timeout=30)
+        except Exception as exc:
+            raised = type(exc).__name__
+    """,
+}
+
+
+@pytest.mark.parametrize("client", sorted(_FAILING))
+def test_a_redirect_to_where_nothing_listens_is_recorded_on_the_calls_spans_and_raised_as_it_came(client: str) -> None:
+    program = _PROGRAM + textwrap.dedent(_FAILING[client])
+    got = run(program + 'print(json.dumps({"raised": raised, "spans": spans()}))\n')
+    first, refused = sorted((s for s in got["spans"] if s["kind"] == "client"), key=lambda s: s["ts"])
+    assert got["raised"] == {"requests": "ConnectionError", "httpx": "ConnectError", "aiohttp": "ClientConnectorError",
+                             "urllib": "URLError"}[client]  # fmt: skip
+    assert first["response"]["status"] == 302 and first["url"].endswith("/gone")
+    assert refused["url"].endswith("/nowhere") and "status" not in refused["response"]
+    assert refused["exception"] and refused["response"]["error"]  # the library's exception where it came from
+    if client == "urllib":  # its request ended before the opener followed the redirect
+        assert "exception" not in first and first["end"] <= refused["ts"]
+    else:  # the call's: the exception went through the first request's span too
+        assert refused["parent_span_id"] == first["span_id"] and first["exception"] == got["raised"]

@@ -177,3 +177,34 @@ def test_a_redirect_to_where_nothing_listens_is_recorded_on_the_calls_spans_and_
         assert "exception" not in first and first["end"] <= refused["ts"]
     else:  # the call's: the exception went through the first request's span too
         assert refused["parent_span_id"] == first["span_id"] and first["exception"] == got["raised"]
+
+
+def test_an_aiohttp_sessions_own_trace_configs_are_left_as_given_and_too_many_redirects_is_recorded() -> None:
+    program = _PROGRAM + textwrap.dedent(
+        """
+        import aiohttp
+        theirs = aiohttp.TraceConfig()
+        started = []
+        async def on_start(session, context, params):
+            started.append(str(params.url.path))
+        theirs.on_request_start.append(on_start)
+        given = [theirs]
+
+        async def main():
+            async with aiohttp.ClientSession(trace_configs=given) as session:
+                try:
+                    await session.get(base + "/hop/1", max_redirects=1)
+                except aiohttp.TooManyRedirects as exc:
+                    return type(exc).__name__
+        raised = asyncio.run(main())
+        print(json.dumps({"raised": raised, "given": len(given), "started": started, "seen": seen, "spans": spans()}))
+        """
+    )
+    got = run(program)
+    assert got["raised"] == "TooManyRedirects" and got["given"] == 1 and got["started"] == ["/hop/1"]
+    first, never_sent = sorted(got["spans"], key=lambda s: s["ts"])
+    assert [path for _, path, _ in got["seen"]] == ["/hop/1"]
+    assert first["response"]["status"] == 302 and first["exception"] == "TooManyRedirects"
+    # The redirect past max_redirects: its span begun as aiohttp said where it leads, ended as aiohttp refused it.
+    assert never_sent["url"].endswith("/hop/2") and never_sent["exception"] == "TooManyRedirects"
+    assert never_sent["parent_span_id"] == first["span_id"]

@@ -233,14 +233,19 @@ def begin_call(timeline: Timeline, integration: str, method: object, url: object
     """A call of ``integration``'s library begins, its first request's span with it (``ClientCall``). None: another
     integration's call is open (this library is sent through by it: its span is the request's), or the span could not
     begin (the failure counted: the call goes unrecorded)."""
-    outer = CLIENT_CALL.get()
-    if outer is not None and outer.integration != integration:
+    if _sent_through(integration):
         return None
     try:
         return ClientCall(timeline, integration, method, url, headers)
     except Exception as exc:
         count_failure(integration, exc)
         return None
+
+
+def _sent_through(integration: str) -> bool:
+    """Whether another integration's call is open: the library is sent through by it."""
+    outer = CLIENT_CALL.get()
+    return outer is not None and outer.integration != integration
 
 
 #: ``read(*args, **kwargs)`` of a sending function's arguments: the request's method, its URL, and where
@@ -253,6 +258,8 @@ StatusReader = Callable[[Any], object]
 def _begin_reading(
     timeline: Timeline, integration: str, read: RequestReader, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> ClientCall | None:
+    if _sent_through(integration):  # (nothing read: nothing to fail at)
+        return None
     try:
         method, url, headers = read(*args, **kwargs)
     except Exception as exc:  # a request we cannot read: sent unrecorded

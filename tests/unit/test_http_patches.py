@@ -287,3 +287,40 @@ def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_trans
     assert [c["name"] for c in clients] == ["GET shop.test"] * 2
     assert [s["parent_span_id"] for s in servers] == [c["span_id"] for c in clients]
     assert [s["response"] for s in servers] == [{"status": 200, "route": "/items/{id}"}, {"status": 404}]
+
+
+def test_a_client_library_sent_through_another_records_one_span_the_first_ones() -> None:
+    got = run(
+        """
+        import httpx, urllib.request
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = []
+        class Answering(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("traceparent"))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        class ThroughUrllib(httpx.BaseTransport):  # an httpx transport that sends with urllib.request
+            def handle_request(self, request):
+                sent = urllib.request.Request(str(request.url), headers=dict(request.headers))
+                with urllib.request.urlopen(sent, timeout=30) as answer:
+                    return httpx.Response(answer.status, content=answer.read())
+
+        with httpx.Client(transport=ThroughUrllib()) as client:
+            body = client.get(f"http://127.0.0.1:{server.server_address[1]}/items").text
+        server.shutdown()
+        print(json.dumps({"body": body, "seen": seen, "spans": spans()}))
+        """
+    )
+    (span,) = got["spans"]
+    assert got["body"] == "ok" and span["name"].startswith("GET 127.0.0.1:") and span["response"] == {"status": 200}
+    assert got["seen"] == [f"00-{span['trace_id']}-{span['span_id']}-01"]

@@ -2,8 +2,9 @@
 in one process streaming to a real collector, interleaved round-robin.
 
 Every integration is applied once (``ringtrace.client.integrations.apply``); "without" puts the library's own
-function back for the round (the patched function's ``__wrapped__``), or uses a server made before the integration
-was applied. Each row is one integration alone: the other side of its requests is unrecorded.
+function back for the round (the patched function's ``__wrapped__``: for the aiohttp client, ``ClientSession.__init__``,
+so that the round's session has no ringtrace ``TraceConfig``), or uses a server made before the integration was
+applied. Each row is one integration alone: the other side of its requests is unrecorded.
 
   requests, httpx (sync), httpx (async), aiohttp client, urllib   GET to an aiohttp server on 127.0.0.1 (unrecorded)
   wsgiref server, aiohttp server, uvicorn server                  GET from urllib (unrecorded)
@@ -131,7 +132,6 @@ def bench(n: int, rounds: int) -> int:
         traced_aiohttp, traced_uvicorn = aiohttp_server(loop), uvicorn_server()
         wsgiref_port = wsgiref_server()
         target = f"http://127.0.0.1:{plain_aiohttp}/items"
-        session, client = requests.Session(), httpx.Client()
         urllib_handler = urllib.request.AbstractHTTPHandler
         wsgiref_handler = sys.modules["wsgiref.handlers"].BaseHandler
 
@@ -174,17 +174,22 @@ def bench(n: int, rounds: int) -> int:
             return run
 
         pairs: dict[str, tuple[Callable[[], Figures], Callable[[], Figures]]] = {}
-        for row, (owner, name) in {
-            "requests": (requests.Session, "send"),
-            "httpx (sync)": (httpx.Client, "send"),
-        }.items():
-            call = (lambda: session.get(target).content) if row == "requests" else (lambda: client.get(target).read())
-            pairs[row] = (timed(call, owner, name, off=True), timed(call, owner, name))
+        # A session and a client for each side: the integration adds its hooks to an httpx client as it first sends.
+        sessions, clients = (
+            {True: requests.Session(), False: requests.Session()},
+            {True: httpx.Client(), False: httpx.Client()},
+        )
+        pairs["requests"] = tuple(  # type: ignore[assignment]
+            timed(lambda s=sessions[off]: s.get(target).content, requests.Session, "send", off) for off in (True, False)
+        )
+        pairs["httpx (sync)"] = tuple(  # type: ignore[assignment]
+            timed(lambda c=clients[off]: c.get(target).read(), httpx.Client, "send", off) for off in (True, False)
+        )
         pairs["httpx (async)"] = tuple(  # type: ignore[assignment]
             async_timed(httpx.AsyncClient, "send", off, "httpx") for off in (True, False)
         )
         pairs["aiohttp client"] = tuple(  # type: ignore[assignment]
-            async_timed(aiohttp.ClientSession, "_request", off, "aiohttp") for off in (True, False)
+            async_timed(aiohttp.ClientSession, "__init__", off, "aiohttp") for off in (True, False)
         )
         pairs["urllib"] = (
             timed(get_urllib(target), urllib_handler, "do_open", off=True),
@@ -219,8 +224,8 @@ def bench(n: int, rounds: int) -> int:
                    "CPU x"]  # fmt: skip
         print(table(headers, rows, title=f"per request: medians of {rounds} rounds of {n} requests, and best rounds"))
         print(f"events dropped: {tl.dropped_events}")
-        session.close()
-        client.close()
+        for closable in (*sessions.values(), *clients.values()):
+            closable.close()
         loop.call_soon_threadsafe(loop.stop)
         tl.close(timeout_s=10)  # before the collector stops
     return 0

@@ -9,34 +9,9 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Any
 
+from http_in_process import run
 from ringtrace.client.integrations.http_spans import client_label, public_url
-
-_PRELUDE = """
-import asyncio, inspect, json, sys, threading, time
-from ringtrace.client import MemoryListener, Timeline
-from ringtrace.client.integrations import INTEGRATIONS, applied, apply, failed
-
-memory = MemoryListener()
-tl = Timeline("t", [memory])
-apply(tl, {i.name for i in INTEGRATIONS if i.name not in ("logging", "exceptions", "gc")})
-
-def spans():
-    tl.flush(10)
-    return [{"name": e.name, "ts": e.ts_ns, "end": e.ts_ns + e.dur_ns, **e.args}
-            for e in memory.events if e.kind == "span"]
-"""
-
-
-def run(program: str) -> Any:
-    """Run ``program`` after the prelude in a fresh interpreter; what it printed last, as JSON."""
-    result = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + textwrap.dedent(program)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
 
 
 def test_nothing_is_imported_nor_patched_until_the_program_imports_its_library() -> None:
@@ -61,7 +36,7 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         import gunicorn.workers.base, gunicorn.workers.gasgi, hypercorn.app_wrappers, waitress.server
         from ringtrace.client.integrations import requests_client
         requests_client.install(tl)  # again: still one wrapper
-        patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession._request,
+        patched = [requests.Session.send, httpx.Client.send, httpx.AsyncClient.send, aiohttp.ClientSession.__init__,
                    urllib.request.AbstractHTTPHandler.do_open, uvicorn.Config.load, wsgiref.handlers.BaseHandler.run,
                    werkzeug.serving.BaseWSGIServer.__init__, aiohttp.web.Application.__init__,
                    gunicorn.workers.base.Worker.load_wsgi, gunicorn.workers.gasgi.ASGIWorker.load_wsgi,
@@ -69,14 +44,15 @@ def test_patched_functions_keep_their_signatures_stay_async_and_are_patched_once
         print(json.dumps({
             "signatures": [str(inspect.signature(f)) == str(inspect.signature(f.__wrapped__)) for f in patched],
             "once": [not hasattr(f.__wrapped__, "__wrapped__") for f in patched],
-            "async": [inspect.iscoroutinefunction(f) for f in (httpx.AsyncClient.send, aiohttp.ClientSession._request)],
+            "async": [inspect.iscoroutinefunction(httpx.AsyncClient.send)],
+            "private": [hasattr(aiohttp.ClientSession._request, "__wrapped__")],
             "names": [f.__name__ for f in patched],
             "applied": sorted(applied()),
         }))
         """
     )
-    assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True, True]
-    assert got["names"] == ["send", "send", "send", "_request", "do_open", "load", "run", "__init__", "__init__",
+    assert all(got["signatures"]) and all(got["once"]) and got["async"] == [True] and got["private"] == [False]
+    assert got["names"] == ["send", "send", "send", "__init__", "do_open", "load", "run", "__init__", "__init__",
                             "load_wsgi", "load_wsgi", "__init__", "__init__"]  # fmt: skip
     # uvicorn came first of the ASGI servers, werkzeug of the WSGI ones: each integration patched it when it was
     # imported, and each other server's patch waited for its own import.
@@ -130,6 +106,25 @@ def test_werkzeug_serves_a_streamed_body_in_its_span_and_urllib_records_each_red
         assert traceparent == f"00-{client['trace_id']}-{client['span_id']}-01"  # each hop its own span's
     (stream,) = [s for s in servers if s["path"] == "/stream"]
     assert stream["end"] >= got["seen"]["last part"] and stream["response"] == {"status": 200}
+
+
+def test_a_request_it_cannot_read_is_sent_unrecorded_the_failure_counted_and_the_librarys_error_raised() -> None:
+    got = run(
+        """
+        import requests
+        from ringtrace.client.integrations.hook_errors import hook_failures
+
+        raised = []
+        for send in (requests.Session.send, requests.Session.send.__wrapped__):  # with the integration, and without
+            try:
+                send(requests.Session(), object())
+            except AttributeError as exc:
+                raised.append(str(exc))
+        print(json.dumps({"raised": raised, "failures": hook_failures(), "spans": spans()}))
+        """
+    )
+    with_it, without = got["raised"]
+    assert with_it == without and got["failures"] == {"requests": 1} and got["spans"] == []
 
 
 def test_a_handlers_exception_is_recorded_and_raised_on_as_it_came() -> None:
@@ -292,3 +287,40 @@ def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_trans
     assert [c["name"] for c in clients] == ["GET shop.test"] * 2
     assert [s["parent_span_id"] for s in servers] == [c["span_id"] for c in clients]
     assert [s["response"] for s in servers] == [{"status": 200, "route": "/items/{id}"}, {"status": 404}]
+
+
+def test_a_client_library_sent_through_another_records_one_span_the_first_ones() -> None:
+    got = run(
+        """
+        import httpx, urllib.request
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = []
+        class Answering(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("traceparent"))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answering)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        class ThroughUrllib(httpx.BaseTransport):  # an httpx transport that sends with urllib.request
+            def handle_request(self, request):
+                sent = urllib.request.Request(str(request.url), headers=dict(request.headers))
+                with urllib.request.urlopen(sent, timeout=30) as answer:
+                    return httpx.Response(answer.status, content=answer.read())
+
+        with httpx.Client(transport=ThroughUrllib()) as client:
+            body = client.get(f"http://127.0.0.1:{server.server_address[1]}/items").text
+        server.shutdown()
+        print(json.dumps({"body": body, "seen": seen, "spans": spans()}))
+        """
+    )
+    (span,) = got["spans"]
+    assert got["body"] == "ok" and span["name"].startswith("GET 127.0.0.1:") and span["response"] == {"status": 200}
+    assert got["seen"] == [f"00-{span['trace_id']}-{span['span_id']}-01"]

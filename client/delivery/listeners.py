@@ -26,12 +26,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ringtrace.client.delivery.process_identity import ProcessIdentity
 from ringtrace.wire.arg_values import display_text, normalise_args
+from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.errors import ConfigError, ProtocolError
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Events, Frame, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, TrackInfo
+from ringtrace.wire.model import CALL_KINDS, KINDS, RECORD_FIELDS, SAMPLE, DecodedEvent, TrackInfo
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import typed_args
@@ -46,6 +47,7 @@ __all__ = [
     "SerializedListener",
     "TraceFile",
     "default_process_name",
+    "flat_records",
     "name_process",
     "read_trace_file",
     "read_trace_streams",
@@ -78,6 +80,12 @@ def default_process_name() -> str:
     return argv0 if argv0 not in ("", "-", "-c") else "python"  # a script from stdin or -c has no name
 
 
+def flat_records(records: list[Any] | CallRun) -> list[Any]:
+    """A run as flat records (``RECORD_FIELDS`` values an event): a run of traced calls (``CallRun``) made so, a list
+    as it is. (The stream encoder packs a ``CallRun`` as its ``as_flat()``.)"""
+    return records.as_flat() if type(records) is CallRun else records  # type: ignore[return-value]
+
+
 class ObjectListener:
     """Receives events as ``DecodedEvent`` objects; subclasses implement ``on_events``."""
 
@@ -88,9 +96,10 @@ class ObjectListener:
     #: dropped_events + rejected_events at the previous flush.
     _lost_at_flush = 0
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         if not records:
             return
+        records = flat_records(records)
         kinds, labels, starts, ends, args = (records[c::RECORD_FIELDS] for c in range(RECORD_FIELDS))
         events = []
         specs = KINDS.by_id
@@ -99,6 +108,8 @@ class ObjectListener:
             spec = specs.get(kind)
             if kind == SAMPLE:  # a sampled stack, code locations root first
                 arg = {"stack": arg if type(arg) is tuple else ()}
+            elif kind in CALL_KINDS:  # a traced call: its one-frame stack, as a reader shows it (file and line)
+                arg = {"file": arg[0][1], "line": arg[0][2]}
             elif arg is not None and type(arg) is not dict:  # a typed event, or a message's values
                 try:
                     values = KINDS.converters[kind](arg)[0]  # as the encoder sends them
@@ -210,7 +221,8 @@ class SerializedListener:
         #: Sent, and the peer never acknowledged them (a streamer whose connection broke): see ``Stats``.
         self.unacknowledged_events = 0
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
+        records = flat_records(records)
         with self._state_lock:
             left = len(records) // RECORD_FIELDS
             try:

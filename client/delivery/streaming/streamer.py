@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard, overload
 
+from ringtrace.client.delivery.flusher import event_count
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
 from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
@@ -57,7 +58,8 @@ from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
-from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.call_records import CallRun
+from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.parsing import parse_addresses
 
 if TYPE_CHECKING:
@@ -300,10 +302,10 @@ class Streamer(SerializedListener):
 
     # -- flusher thread (under _state_lock) -----------------------------------------------------------------------
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         if not self._started and not self.start():
             with self._state_lock:
-                self.dropped_events += len(records) // RECORD_FIELDS
+                self.dropped_events += event_count(records)
             return
         self._received = True
         # The flusher tells the end of its pass (handed_over): the streamer thread sends then, not run by run (see

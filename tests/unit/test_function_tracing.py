@@ -82,9 +82,8 @@ def test_a_call_raised_is_its_own_kind() -> None:
     memory = MemoryListener()
     timeline = Timeline("raised", [memory])
     try:
-        with trace_functions(timeline=timeline):
-            with pytest.raises(KeyError):
-                raises()
+        with trace_functions(timeline=timeline), pytest.raises(KeyError):
+            raises()
         timeline.flush(10)
     finally:
         timeline.close()
@@ -148,6 +147,6 @@ def test_the_tracer_is_the_c_one_where_built() -> None:
     try:
         from ringtrace.client._functions import Tracer  # type: ignore[import-not-found]
     except ImportError:
-        Tracer = None  # noqa: N806
+        Tracer = None
     pure = os.environ.get("RINGTRACE_PURE_PYTHON", "") not in ("", "0")
     assert tracer_class() is (PythonTracer if Tracer is None or pure else Tracer)

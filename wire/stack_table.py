@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.frame_types import DEFAULT_MAX_STACK_FRAMES, DEFAULT_MAX_STACKS, MIN_MAX_FRAME_BYTES
-from ringtrace.wire.model import RECORD_FIELDS, SAMPLE
+from ringtrace.wire.model import CALL, CALL_RAISED, RECORD_FIELDS, SAMPLE
 from ringtrace.wire.stack_frames import CodeLocation, StackNode, Stacks
 
 __all__ = ["StackTable"]
@@ -141,13 +141,14 @@ class StackTable:
             del self.retired[ended]
 
     def with_ids(self, records: list[Any]) -> list[Any]:
-        """``records`` (a copy, if any changes) with each sample's stack replaced by its id (None: no id)."""
+        """``records`` (a copy, if any changes) with each sample's stack, and each traced call's one-frame stack,
+        replaced by its id (None: no id)."""
         kinds = records[0::RECORD_FIELDS]
-        if SAMPLE not in kinds:
+        if SAMPLE not in kinds and CALL not in kinds and CALL_RAISED not in kinds:
             return records
         records = list(records)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE:
+            if kind == SAMPLE or kind == CALL or kind == CALL_RAISED:
                 at = index * RECORD_FIELDS + 4
                 records[at] = self.id_of(records[at])
         return records

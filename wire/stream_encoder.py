@@ -18,7 +18,7 @@ from ringtrace.wire.errors import FrameTooLarge
 from ringtrace.wire.event_packing import ACCELERATED, EncodedBatch, EventColumns, EventPacking
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Stats, encode
-from ringtrace.wire.model import KINDS, RECORD_FIELDS, SAMPLE, KindRegistry, TrackInfo
+from ringtrace.wire.model import CALL, CALL_RAISED, KINDS, RECORD_FIELDS, SAMPLE, KindRegistry, TrackInfo
 from ringtrace.wire.stack_table import StackTable
 from ringtrace.wire.string_table import StringTable
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
@@ -193,7 +193,7 @@ class StreamEncoder(EventPacking):
             memoryview(frame)[FRAME_HEADER.size + header_size :], raw=False, strict_map_key=False
         )
         table = self.strings
-        if epoch is not None and epoch != table.epoch and SAMPLE in kinds:
+        if epoch is not None and epoch != table.epoch and (SAMPLE in kinds or CALL in kinds or CALL_RAISED in kinds):
             args = self._stack_ids_now(epoch, kinds, args)
         if epoch is not None and epoch != table.epoch:
             labels = table.labels_of(epoch, names)
@@ -223,7 +223,7 @@ class StreamEncoder(EventPacking):
             return args
         args = list(args)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE:
+            if kind == SAMPLE or kind == CALL or kind == CALL_RAISED:
                 stack = stacks.stack_in(epoch, args[index])
                 args[index] = stacks.id_of(stack) if stack is not None else None
         return args

@@ -2,7 +2,7 @@
 
 The rules, in order: ringtrace's own code is never recorded (the tracer would trace the flusher tracing it); a module
 matching an ``exclude`` glob is not; with ``include`` globs, only a module matching one is; library code (the
-standard library, site-packages, frozen modules) is not, unless ``library`` is set. Globs are ``fnmatch`` patterns on
+standard library, site-packages, frozen modules, and what they make from strings) is not, unless ``library`` is set. Globs are ``fnmatch`` patterns on
 the module's name (``__main__`` for the script run): ``app.*`` matches the package's modules, ``app*`` the package too.
 """
 
@@ -77,12 +77,20 @@ class CallFilter:
             return False
         if self.include and not any(fnmatchcase(module, pattern) for pattern in self.include):
             return False
-        return self.library or not self.is_library(filename)
+        return self.library or not self.is_library(filename, module)
 
-    def is_library(self, filename: str) -> bool:
-        """Whether ``filename`` (a code object's) is library code."""
+    def is_library(self, filename: str, module: str = "") -> bool:
+        """Whether code of ``filename`` in ``module`` is library code. Code made from a string (``<string>``: what
+        ``namedtuple`` and ``dataclass`` make, a program's own ``exec``) is its module's: the program's where that is
+        ``__main__`` or a module of a file that is not library code; a library's where the module is not one imported
+        (``namedtuple_Point``)."""
         if filename.startswith("<frozen "):
             return True
+        if filename.startswith("<"):
+            if module == "__main__":
+                return False
+            module_file = getattr(sys.modules.get(module), "__file__", None)
+            return not isinstance(module_file, str) or self.is_library(module_file)
         if filename.startswith(self._library_roots):
             return True
         parts = Path(filename).parts

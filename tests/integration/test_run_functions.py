@@ -99,8 +99,11 @@ def program(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def traced_calls(collector: CollectorProcess, program: Path, name: str, *flags: str, **env: str) -> list[DecodedEvent]:
-    """Run ``app.py`` under ``ringtrace run --functions FLAGS`` as process ``name``; its calls in the collector."""
+def traced_calls(
+    collector: CollectorProcess, program: Path, name: str, *flags: str, last: str = "main", **env: str
+) -> list[DecodedEvent]:
+    """Run ``app.py`` under ``ringtrace run --functions FLAGS`` as process ``name``; its calls in the collector, once
+    it has the call named ``last`` and the script's ``<module>`` around it."""
     done = run(
         [RINGTRACE, "run", "--collector", collector.tcp_address, "--process-name", name, "--sample-hz", "0",
          "--functions", *flags, "app.py"],
@@ -108,11 +111,12 @@ def traced_calls(collector: CollectorProcess, program: Path, name: str, *flags: 
         program_environment(**env),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return calls_of(collector, program, name)
+    return calls_of(collector, program, name, last)
 
 
-def calls_of(collector: CollectorProcess, program: Path, name: str) -> list[DecodedEvent]:
-    """The calls process ``name`` recorded, once the collector has its last one (``<module>``, which ends last)."""
+def calls_of(collector: CollectorProcess, program: Path, name: str, last: str = "main") -> list[DecodedEvent]:
+    """The calls process ``name`` recorded, once the collector has the call named ``last`` and a ``<module>`` that
+    ends after it (the script's, which ends last)."""
 
     def calls() -> list[DecodedEvent]:
         snapshot = program / f"{name}.rtsnap"
@@ -122,9 +126,13 @@ def calls_of(collector: CollectorProcess, program: Path, name: str) -> list[Deco
         streams = [s for s in read_trace_streams(snapshot) if s.hello is not None and s.hello.process_name == name]
         return [e for s in streams for e in s.events if e.kind in ("call", "call_raised")]
 
-    return wait_for(
-        calls, timeout_s=60, what=f"the calls of {name}", until=lambda found: any(e.name == "<module>" for e in found)
-    )
+    def complete(found: list[DecodedEvent]) -> bool:
+        ends = [e.ts_ns + e.dur_ns for e in found if e.name == last]
+        if last == "helper":  # (traced alone: nothing around it)
+            return bool(ends)
+        return bool(ends) and any(e.name == "<module>" and e.ts_ns + e.dur_ns >= max(ends) for e in found)
+
+    return wait_for(calls, timeout_s=60, what=f"the calls of {name}", until=complete)
 
 
 def trees(calls: list[DecodedEvent]) -> dict[str, list[Any]]:
@@ -159,7 +167,9 @@ def test_the_pure_python_tracer_gives_the_same_tree(collector: CollectorProcess,
 
 
 def test_include_and_exclude_choose_modules(collector: CollectorProcess, program: Path) -> None:
-    only_helpers = traced_calls(collector, program, "include", "--include", "helpers", "--include", "nothing.*")
+    only_helpers = traced_calls(
+        collector, program, "include", "--include", "helpers", "--include", "nothing.*", last="helper"
+    )
     assert {e.name for e in only_helpers} == {"<module>", "helper"}  # helpers' module code ran at its import
     without_helpers = trees(traced_calls(collector, program, "exclude", "--exclude", "help*"))
     main_calls = without_helpers["MainThread"][0][2][0][2]  # <module>, its first call: main
@@ -167,7 +177,7 @@ def test_include_and_exclude_choose_modules(collector: CollectorProcess, program
 
 
 def test_min_duration_leaves_out_short_calls(collector: CollectorProcess, program: Path) -> None:
-    found = trees(traced_calls(collector, program, "slow-only", "--min-duration", "20ms"))
+    found = trees(traced_calls(collector, program, "slow-only", "--min-duration", "20ms", last="slow"))
     assert found == {"MainThread": [("<module>", False, [("main", False, [("slow", False, [])])])]}
 
 

@@ -9,7 +9,8 @@ counts. At exit the flusher stops the tracer first (``FLUSHER.before_exit``): th
 and are delivered with the rest.
 
 ringtrace's own threads (the flusher, the streamer, the sampler) are not the program's: calls the tracer records there
-(library code, with ``library=True``) are left out. A thread that ended before the drain that takes its calls keeps
+(library code, with ``library=True``) are left out. In a forked child, tracing goes on (the interpreter's hooks are
+the parent's); the calls the parent had not handed over yet are the parent's, and are left out there. A thread that ended before the drain that takes its calls keeps
 its name: ``threading.Thread._delete`` (the last thing a thread does) is wrapped to remember it until then.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -211,6 +213,24 @@ def _remember_ended_threads() -> None:
 
     _delete._ringtrace_remembers = True  # type: ignore[attr-defined]
     threading.Thread._delete = _delete  # type: ignore[attr-defined]
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child the tracer's buffers hold the parent's calls, which the parent delivers: not the child's."""
+    tracing = _running
+    if tracing is None or tracing._tracer is None:
+        return
+    tracing._lock = threading.Lock()
+    try:
+        tracing._tracer.drain()
+        tracing._dropped_seen = tracing._tracer.dropped
+    except Exception:  # (never into the child)
+        log.exception("ringtrace: the function tracer could not be reset after fork")
+    _ended.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _globs(value: Iterable[str], what: str) -> tuple[str, ...]:

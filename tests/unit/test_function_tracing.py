@@ -5,6 +5,7 @@ losses, one tracing at a time, and durations read."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import types
 
@@ -150,3 +151,26 @@ def test_the_tracer_is_the_c_one_where_built() -> None:
         Tracer = None
     pure = os.environ.get("RINGTRACE_PURE_PYTHON", "") not in ("", "0")
     assert tracer_class() is (PythonTracer if Tracer is None or pure else Tracer)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_traces_its_own_calls_not_the_parents() -> None:
+    timeline = Timeline("forked", [MemoryListener()])
+    tracing = FunctionTracing(timeline=timeline, include=[__name__]).start()
+    try:
+        branch()  # in the parent's buffer when it forks
+        pid = os.fork()
+        if pid == 0:  # the child: what its tracer holds is its own calls alone
+            status = 1
+            try:
+                leaf()
+                runs, _ = tracing.drain_calls()
+                names = [location[0] for _, run in runs for _, _, location, _ in run.calls()]
+                status = 0 if names == ["leaf"] else 3
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        tracing.stop()
+        timeline.close()

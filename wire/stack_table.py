@@ -148,7 +148,7 @@ class StackTable:
             return records
         records = list(records)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE or kind == CALL or kind == CALL_RAISED:
+            if kind in (SAMPLE, CALL, CALL_RAISED):
                 at = index * RECORD_FIELDS + 4
                 records[at] = self.id_of(records[at])
         return records

@@ -223,7 +223,7 @@ class StreamEncoder(EventPacking):
             return args
         args = list(args)
         for index, kind in enumerate(kinds):
-            if kind == SAMPLE or kind == CALL or kind == CALL_RAISED:
+            if kind in (SAMPLE, CALL, CALL_RAISED):
                 stack = stacks.stack_in(epoch, args[index])
                 args[index] = stacks.id_of(stack) if stack is not None else None
         return args

@@ -2,8 +2,9 @@
 
 The rules, in order: ringtrace's own code is never recorded (the tracer would trace the flusher tracing it); a module
 matching an ``exclude`` glob is not; with ``include`` globs, only a module matching one is; library code (the
-standard library, site-packages, frozen modules, and what they make from strings) is not, unless ``library`` is set. Globs are ``fnmatch`` patterns on
-the module's name (``__main__`` for the script run): ``app.*`` matches the package's modules, ``app*`` the package too.
+standard library, site-packages, frozen modules, and what they make from strings) is not, unless ``library`` is
+set. Globs are ``fnmatch`` patterns on the module's name (``__main__`` for the script run): ``app.*`` matches the
+package's modules, ``app*`` the package too.
 """
 
 from __future__ import annotations

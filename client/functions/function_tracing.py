@@ -9,9 +9,10 @@ counts. At exit the flusher stops the tracer first (``FLUSHER.before_exit``): th
 and are delivered with the rest.
 
 ringtrace's own threads (the flusher, the streamer, the sampler) are not the program's: calls the tracer records there
-(library code, with ``library=True``) are left out. In a forked child, tracing goes on (the interpreter's hooks are
-the parent's); the calls the parent had not handed over yet are the parent's, and are left out there. A thread that ended before the drain that takes its calls keeps
-its name: ``threading.Thread._delete`` (the last thing a thread does) is wrapped to remember it until then.
+(library code, with ``library=True``) are left out. A thread that ended before the drain that takes its calls keeps
+its name: ``threading.Thread._delete`` (the last thing a thread does) is wrapped to remember it until then. In a
+forked child, tracing goes on (the interpreter's hooks are the parent's); the calls the parent had not handed over yet
+are the parent's, and are left out there.
 """
 
 from __future__ import annotations

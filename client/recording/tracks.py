@@ -124,8 +124,14 @@ class Tracks:
         which the next drain finds ended."""
         for buffer in self.buffers:
             owner = buffer.owner
-            if owner is thread or (
-                type(owner) is EndedThread and type(thread) is EndedThread and owner.ident == thread.ident
+            if owner is thread:
+                return buffer
+            # The same thread, ended since its buffer was made: the buffer is still its own (not forgotten yet).
+            if (
+                type(thread) is EndedThread
+                and isinstance(owner, threading.Thread | EndedThread)
+                and owner.ident == thread.ident
+                and not owner.is_alive()
             ):
                 return buffer
         track = TrackInfo(new_track_id(), THREAD_TRACK, thread_track_name(thread, label), thread.native_id or 0)

@@ -14,6 +14,7 @@ from ringtrace.client import ConfigError, FunctionTracing, MemoryListener, Timel
 from ringtrace.client.functions.call_filter import CallFilter
 from ringtrace.client.functions.function_tracing import tracer_class
 from ringtrace.wire.parsing import parse_duration_ns
+from waiting import wait_for
 
 
 def here(code: types.CodeType) -> tuple[types.CodeType, str]:
@@ -174,3 +175,28 @@ def test_a_forked_child_traces_its_own_calls_not_the_parents() -> None:
     finally:
         tracing.stop()
         timeline.close()
+
+
+def test_a_thread_keeps_its_track_when_it_ends_between_two_drains() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("two drains", [memory])
+    go_on = threading.Event()
+
+    def work() -> None:
+        leaf()
+        go_on.wait(30)
+        leaf()
+
+    try:
+        with trace_functions(timeline=timeline, include=[__name__]):
+            worker = threading.Thread(target=work, name="twice")
+            worker.start()
+            wait_for(lambda: timeline.flush(10) and memory.events, timeout_s=30, what="the worker's first call")
+            go_on.set()
+            worker.join()
+        assert timeline.flush(10)
+    finally:
+        timeline.close()
+    leaves = [e for e in memory.events if e.name == "leaf"]
+    assert len(leaves) == 2
+    assert leaves[0].track == leaves[1].track and leaves[0].track.name == "two drains (twice)"

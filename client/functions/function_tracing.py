@@ -186,11 +186,18 @@ class FunctionTracing:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
         active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
         runs: list[tuple[threading.Thread | EndedThread, Any]] = []
+        named: set[int] = set()
         for ident, records in drained:
-            thread = active.get(ident)
-            if thread is not None and is_background_thread(thread):
-                continue
-            runs.append((thread or _ended.get(ident) or EndedThread(ident), CallRun(records, LOCATIONS)))
+            # A thread ended since the last drain: its calls come first (a thread started since may have its ident,
+            # one of ringtrace's say, whose calls are left out).
+            thread: threading.Thread | EndedThread | None = _ended.get(ident) if ident not in named else None
+            named.add(ident)
+            if thread is None:
+                alive: threading.Thread | None = active.get(ident)
+                if alive is not None and is_background_thread(alive):
+                    continue
+                thread = alive or EndedThread(ident)
+            runs.append((thread, CallRun(records, LOCATIONS)))
         for ident in ended_before:  # (their calls, if any, were drained just now)
             _ended.pop(ident, None)
         return runs, lost

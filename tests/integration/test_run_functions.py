@@ -199,6 +199,7 @@ def test_the_fleet_switch_traces_functions(collector: CollectorProcess, program:
     done = run([sys.executable, "app.py"], program, environment)
     assert done.returncode == 0, done.stderr
     found = trees(calls_of(collector, program, "fleet"))
+    assert set(found) == {"MainThread", "worker"}, found
     ((module, _, (main,)),) = found["MainThread"]  # not helpers' code: only __main__'s
     assert (module, main[0]) == ("<module>", "main")
     assert [name for name, _, _ in main[2]] == ["branch", "catches", "slow"]

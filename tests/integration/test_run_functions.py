@@ -229,4 +229,5 @@ def test_chrome_spans_of_calls_carry_their_file_and_line(collector: CollectorPro
     spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] in ("leaf", "fails")]
     assert spans and all(e.get("cat", "").startswith("call") for e in spans)
     leaf = next(e for e in spans if e["name"] == "leaf")
-    assert leaf["args"] == {"file": str(program / "app.py"), "line": 10}
+    line = next(i for i, text in enumerate(textwrap.dedent(SCRIPT).splitlines(), 1) if text.startswith("def leaf"))
+    assert leaf["args"] == {"file": str(program / "app.py"), "line": line}

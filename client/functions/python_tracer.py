@@ -141,6 +141,8 @@ class PythonTracer:
         self._codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
         #: A C function's name -> its location index.
         self._c_names: dict[str, int] = {}
+        #: Held while a code or a C function met for the first time gets its location.
+        self._first_met = threading.RLock()
         self._local = threading.local()
         self._threads: list[_ThreadCalls] = []
         self._threads_lock = threading.Lock()
@@ -239,35 +241,40 @@ class PythonTracer:
         return calls
 
     def _index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
-        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met."""
-        entry = self._codes.get(id(code))
-        if entry is not None:
-            return entry[1]
-        module = ""
-        if frame is not None and frame.f_code is code:
-            name = frame.f_globals.get("__name__")
-            module = name if isinstance(name, str) else ""
-        try:
-            recorded = bool(self._decide(code, module))
-        except Exception:
-            log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
-            recorded = False
-        index = -1
-        if recorded:
-            index = len(self.locations)
-            qualname = getattr(code, "co_qualname", code.co_name)
-            self.locations.append((qualname, code.co_filename, code.co_firstlineno))
-        key = id(code)
-        codes = self._codes
-        self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
-        return index
+        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
+        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
+        with self._first_met:
+            entry = self._codes.get(id(code))
+            if entry is not None:
+                return entry[1]
+            module = ""
+            if frame is not None and frame.f_code is code:
+                name = frame.f_globals.get("__name__")
+                module = name if isinstance(name, str) else ""
+            try:
+                recorded = bool(self._decide(code, module))
+            except Exception:
+                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
+                recorded = False
+            index = -1
+            if recorded:
+                index = len(self.locations)
+                qualname = getattr(code, "co_qualname", code.co_name)
+                self.locations.append((qualname, code.co_filename, code.co_firstlineno))
+            key = id(code)
+            codes = self._codes
+            self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
+            return index
 
     def _c_index_of(self, callable_: object) -> int:
         name = c_function_name(callable_)
         index = self._c_names.get(name)
         if index is None:
-            index = self._c_names[name] = len(self.locations)
-            self.locations.append((name, "", 0))
+            with self._first_met:
+                index = self._c_names.get(name)
+                if index is None:
+                    index = self._c_names[name] = len(self.locations)
+                    self.locations.append((name, "", 0))
         return index
 
     def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:

@@ -224,6 +224,31 @@ def test_decide_is_asked_once_per_code(tracer_class: Any) -> None:
     assert fib.__code__ in asked and numbers.__code__ in asked
 
 
+def test_decide_is_asked_once_per_code_by_threads_meeting_it_at_once(tracer_class: Any) -> None:
+    asked: list[types.CodeType] = []
+    barrier = threading.Barrier(6)
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        asked.append(code)
+        return code is leaf.__code__
+
+    def meet() -> None:
+        barrier.wait(30)
+        leaf()
+
+    def workload() -> None:
+        threads = [threading.Thread(target=meet) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    _, by_thread, locations = traced(tracer_class, workload, decide=decide)
+    assert asked.count(leaf.__code__) == 1
+    assert [root for tree in by_thread.values() for root in tree] == [call("leaf")] * 6
+    assert len(locations) == 1
+
+
 def test_decide_is_given_the_module(tracer_class: Any) -> None:
     modules: dict[str, str] = {}
 

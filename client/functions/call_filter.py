@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import site
 import sys
-import sysconfig
 import types
 from collections.abc import Callable, Iterable
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Final
 
@@ -35,6 +32,9 @@ _OWN_ROOTS: Final = tuple(
 def library_roots() -> tuple[str, ...]:
     """The directories whose code is library code: the standard library's and every site-packages (the venv's, the
     base interpreter's, the user's), each ending in a separator."""
+    import site  # (here: what importing ringtrace.client costs a process that never traces functions, it does not)
+    import sysconfig
+
     roots: set[str] = set()
     for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix})):
         for key in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -59,10 +59,13 @@ class CallFilter:
     """
 
     def __init__(self, include: Iterable[str] = (), exclude: Iterable[str] = (), *, library: bool = False) -> None:
+        from fnmatch import fnmatchcase  # (see library_roots)
+
         self.include = tuple(include)
         self.exclude = tuple(exclude)
         self.library = library
         self._library_roots = library_roots()
+        self._matches = fnmatchcase
 
     def __call__(self, code: types.CodeType, module: str) -> bool:
         return self.decide(code, module)
@@ -74,9 +77,10 @@ class CallFilter:
         filename = code.co_filename
         if filename.startswith(_OWN_ROOTS):
             return False
-        if any(fnmatchcase(module, pattern) for pattern in self.exclude):
+        matches = self._matches
+        if any(matches(module, pattern) for pattern in self.exclude):
             return False
-        if self.include and not any(fnmatchcase(module, pattern) for pattern in self.include):
+        if self.include and not any(matches(module, pattern) for pattern in self.include):
             return False
         return self.library or not self.is_library(filename, module)
 

@@ -20,8 +20,8 @@ thread that stops; a thread preempted inside a callback at that moment may write
 
 from __future__ import annotations
 
-import dis
 import logging
+import opcode
 import sys
 import threading
 import time
@@ -52,7 +52,9 @@ _SIZE = RECORD.size
 #: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
 _C_TYPES: Final = (types.BuiltinFunctionType, types.MethodDescriptorType)
 #: 3.11: the instructions a 'return' event leaves from when no exception ended the call.
-_RETURN_OPCODES: Final = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in dis.opmap)
+_RETURN_OPCODES: Final = frozenset(
+    opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
+)
 
 Decide = Callable[[types.CodeType, str], bool]
 

@@ -11,7 +11,6 @@ import contextlib
 import sys
 
 from ringtrace.client.connecting import connect
-from ringtrace.client.functions import trace_functions
 from ringtrace.client.integrations import apply as apply_integrations
 from ringtrace.client.launch.forked_children import watch_forks
 from ringtrace.client.launch.launch_options import LaunchSettings
@@ -48,6 +47,8 @@ def _trace_functions(timeline: Timeline, settings: LaunchSettings) -> None:
     """Function tracing as the settings say, from now until exit (the flusher's exit stops it, and delivers the calls
     still open then)."""
     try:
+        from ringtrace.client.functions import trace_functions  # (imported where asked for: see ringtrace.client)
+
         trace_functions(
             include=settings.function_include,
             exclude=settings.function_exclude,

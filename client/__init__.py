@@ -26,6 +26,7 @@ from ringtrace.client.delivery.listeners import (
     read_trace_streams,
 )
 from ringtrace.client.delivery.streaming.streamer import Streamer
+from ringtrace.client.functions import FunctionTracing, trace_functions
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.events import (
     Event,
@@ -76,6 +77,7 @@ __all__ = [
     "Event",
     "FileListener",
     "FrameTooLarge",
+    "FunctionTracing",
     "InvalidField",
     "LimitExceeded",
     "Limits",
@@ -119,6 +121,7 @@ __all__ = [
     "read_trace_streams",
     "string",
     "timeline",
+    "trace_functions",
     "traced",
     "u8",
     "u16",

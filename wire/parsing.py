@@ -24,6 +24,7 @@ __all__ = [
     "environment_token",
     "parse_address",
     "parse_addresses",
+    "parse_duration_ns",
     "parse_size",
     "read_token_file",
     "strip_newline",
@@ -48,6 +49,8 @@ _UNITS: Final = {
     "gib": 2**30,
     "tib": 2**40,
 }
+#: Units of a duration, in ns (``parse_duration_ns``).
+_DURATION_UNITS: Final = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
 #: A frame's length field is 32 bits.
 _SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _HOST_NAME: Final = re.compile(
@@ -66,6 +69,19 @@ def parse_size(text: str) -> int:
     if match is None or unit not in _UNITS:
         raise ConfigError(f"size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got {text!r}")
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_duration_ns(text: str) -> int:
+    """Nanoseconds from ``"1ms"``, ``"250us"``, ``"0.5 s"``, ``"800ns"`` (a number and a unit; ``"0"`` alone too).
+
+    Raises:
+        ConfigError: not a duration.
+    """
+    match = _SIZE.fullmatch(text.replace("µ", "u"))
+    unit = match.group(2).lower() if match else ""
+    if match is None or (unit not in _DURATION_UNITS and not (unit == "" and float(match.group(1)) == 0)):
+        raise ConfigError(f"a duration is a number and a unit (ns, us, ms, s), like 1ms or 250us, got {text!r}")
+    return round(float(match.group(1)) * _DURATION_UNITS.get(unit, 0))
 
 
 def parse_address(address: object, *, listen: bool = False) -> tuple[str, int]:

@@ -41,22 +41,26 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ringtrace.client.delivery.threads import background_thread
-from ringtrace.wire.call_records import event_count
+from ringtrace.wire.call_records import CallRun, event_count
 from ringtrace.wire.keyword_args import with_maps
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
-__all__ = ["FLUSHER", "Drained", "Flusher", "Paced", "Sweepable"]
+__all__ = ["FLUSHER", "Drained", "Flusher", "Paced", "Run", "Sweepable"]
 
 log = logging.getLogger("ringtrace.client")
 #: What a run handed over is replaced with in its sweep's list.
 _HANDED_OVER: list[Any] = []
 
 
+#: A run of one track's events: flat records (``RECORD_FIELDS`` values each), or a run of traced function calls.
+Run = list[Any] | CallRun
+
+
 class Drained(NamedTuple):
     """What a timeline's ``drain()`` took: runs of events per track, tracks that ended, events dropped over its
     bound."""
 
-    runs: list[tuple[TrackInfo, list[Any]]]
+    runs: list[tuple[TrackInfo, Run]]
     ended: list[TrackInfo]
     dropped: int
 
@@ -89,13 +93,14 @@ class Paced(Protocol):
     def exit_timeout_s(self) -> float: ...
 
 
-def _behind(runs: list[tuple[TrackInfo, list[Any]]], max_buffered_events: int) -> bool:
+def _behind(runs: list[tuple[TrackInfo, Run]], max_buffered_events: int) -> bool:
     """Whether a track's buffer was a quarter full or more when it was drained: a thread outruns the flusher. Then the
     flusher hands over all it drained without yielding between runs: a recording thread that gets the turn keeps it
     for a switch interval (5 ms), fills its buffer again meanwhile, and loses what does not fit (counted)."""
     held: dict[int, int] = {}
     for track, records in runs:
-        held[track.track_id] = held.get(track.track_id, 0) + event_count(records) * RECORD_FIELDS
+        if type(records) is list:  # (calls have buffers of their own, in bytes)
+            held[track.track_id] = held.get(track.track_id, 0) + len(records)
     return max(held.values(), default=0) >= max_buffered_events * RECORD_FIELDS // 4
 
 
@@ -104,7 +109,7 @@ class _Carried(NamedTuple):
 
     timeline: Sweepable
     listeners: tuple[Any, ...]
-    runs: list[tuple[TrackInfo, list[Any]]]
+    runs: list[tuple[TrackInfo, Run]]
     ended: list[TrackInfo]
 
 
@@ -316,7 +321,7 @@ class Flusher:
         self,
         timeline: Sweepable,
         listeners: tuple[Any, ...],
-        runs: list[tuple[TrackInfo, list[Any]]],
+        runs: list[tuple[TrackInfo, Run]],
         ended: list[TrackInfo],
         deadline: float | None,
     ) -> bool:
@@ -329,7 +334,7 @@ class Flusher:
         self,
         timeline: Sweepable,
         listeners: tuple[Any, ...],
-        runs: list[tuple[TrackInfo, list[Any]]],
+        runs: list[tuple[TrackInfo, Run]],
         ended: list[TrackInfo],
         deadline: float | None,
     ) -> bool:
@@ -349,7 +354,7 @@ class Flusher:
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self.wake()  # the flusher thread finishes it
                 return False
-            _call(listeners, "receive", track, with_maps(records) if maps else records)
+            _call(listeners, "receive", track, with_maps(records) if maps and type(records) is list else records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:

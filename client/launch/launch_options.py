@@ -18,7 +18,7 @@ from typing import Any, Final
 from ringtrace.client.integrations import INTEGRATIONS
 from ringtrace.wire.doc_blocks import marked_block, with_marked_block
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.parsing import parse_addresses, parse_duration_ns
 
 __all__ = [
     "AUTO_VARIABLE",
@@ -80,6 +80,41 @@ def _integrations_off(text: str) -> frozenset[str]:
             f"{', '.join(unknown)} is none"
         )
     return names
+
+
+_ON: Final = frozenset({"1", "true", "yes", "on"})
+_OFF: Final = frozenset({"0", "false", "no", "off", ""})
+
+
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in _ON | _OFF:
+        raise ValueError("takes 1 or 0")
+    return value in _ON
+
+
+def _globs(text: str) -> tuple[str, ...]:
+    globs = tuple(glob.strip() for glob in text.split(",") if glob.strip())
+    if not globs or "\0" in text:
+        raise ValueError("takes module globs (app.*), separated by commas")
+    return globs
+
+
+def _duration_ns(text: str) -> int:
+    try:
+        return parse_duration_ns(text)
+    except ConfigError:
+        raise ValueError("takes a duration: a number and a unit (ns, us, ms, s), like 1ms or 250us") from None
+
+
+def _depth(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError("takes a number of calls, 0 (no limit) or more")
+    return value
 
 
 @dataclass(frozen=True)
@@ -148,6 +183,71 @@ OPTIONS: Final[tuple[LaunchOption, ...]] = (
         frozenset(),
         _integrations_off,
     ),
+    LaunchOption(
+        "functions",
+        "--functions",
+        "RINGTRACE_FUNCTIONS",
+        "",
+        "every call of the program's Python functions a span on its thread (function tracing; the options below "
+        "choose which)",
+        False,
+        _switch,
+    ),
+    LaunchOption(
+        "function_include",
+        "--include",
+        "RINGTRACE_FUNCTIONS_INCLUDE",
+        "GLOB",
+        "with --functions, only the modules whose name matches one of these globs (repeatable; the variable "
+        "separates them with commas); the script run is __main__",
+        (),
+        _globs,
+    ),
+    LaunchOption(
+        "function_exclude",
+        "--exclude",
+        "RINGTRACE_FUNCTIONS_EXCLUDE",
+        "GLOB",
+        "with --functions, never the modules whose name matches one of these globs (repeatable; over --include)",
+        (),
+        _globs,
+    ),
+    LaunchOption(
+        "function_min_duration_ns",
+        "--min-duration",
+        "RINGTRACE_FUNCTIONS_MIN_DURATION",
+        "DURATION",
+        "with --functions, no span for a call shorter than this (1ms, 250us)",
+        0,
+        _duration_ns,
+    ),
+    LaunchOption(
+        "function_max_depth",
+        "--max-depth",
+        "RINGTRACE_FUNCTIONS_MAX_DEPTH",
+        "N",
+        "with --functions, no span for a call deeper than this many traced calls on its thread; 0: no limit",
+        0,
+        _depth,
+    ),
+    LaunchOption(
+        "function_builtins",
+        "--builtins",
+        "RINGTRACE_FUNCTIONS_BUILTINS",
+        "",
+        "with --functions, calls of C functions too (len, list.append, time.sleep), from the code traced",
+        False,
+        _switch,
+    ),
+    LaunchOption(
+        "function_library",
+        "--library",
+        "RINGTRACE_FUNCTIONS_LIBRARY",
+        "",
+        "with --functions, library code too: the standard library, site-packages, frozen modules",
+        False,
+        _switch,
+    ),
 )
 
 _BY_FIELD: Final = {option.field: option for option in OPTIONS}
@@ -155,13 +255,20 @@ _BY_FIELD: Final = {option.field: option for option in OPTIONS}
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """What recording with no code change starts with: the collector, the name, the sampling rate and the
-    integrations turned off."""
+    """What recording with no code change starts with: the collector, the name, the sampling rate, the integrations
+    turned off, and function tracing."""
 
     collector: str
     process_name: str | None = None
     sample_hz: float = 100.0
     integrations_off: frozenset[str] = frozenset()
+    functions: bool = False
+    function_include: tuple[str, ...] = ()
+    function_exclude: tuple[str, ...] = ()
+    function_min_duration_ns: int = 0
+    function_max_depth: int = 0
+    function_builtins: bool = False
+    function_library: bool = False
 
     @property
     def integrations_on(self) -> list[str]:
@@ -177,6 +284,16 @@ class LaunchSettings:
             _BY_FIELD["sample_hz"].variable: f"{self.sample_hz:g}",
             _BY_FIELD["integrations_off"].variable: ",".join(sorted(self.integrations_off)),
         }
+        if self.functions:
+            environment |= {
+                _BY_FIELD["functions"].variable: "1",
+                _BY_FIELD["function_include"].variable: ",".join(self.function_include),
+                _BY_FIELD["function_exclude"].variable: ",".join(self.function_exclude),
+                _BY_FIELD["function_min_duration_ns"].variable: f"{self.function_min_duration_ns}ns",
+                _BY_FIELD["function_max_depth"].variable: str(self.function_max_depth),
+                _BY_FIELD["function_builtins"].variable: "1" if self.function_builtins else "0",
+                _BY_FIELD["function_library"].variable: "1" if self.function_library else "0",
+            }
         return environment
 
 
@@ -218,7 +335,12 @@ def options_markdown() -> str:
     lines = ["| Flag | Environment | Default | Meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
         flag = f"`{option.flag} {option.metavar}`" if option.metavar else f"`{option.flag}`"
-        default = "none" if option.default in (None, frozenset()) else f"{option.default:g}"
+        if isinstance(option.default, bool):
+            default = "off"
+        elif option.default in (None, frozenset(), ()):
+            default = "none"
+        else:
+            default = f"{option.default:g}"
         cells = (flag, f"`{option.variable}`", default, option.help)
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     lines.append(f"| | `{AUTO_VARIABLE}` | unset | `1`: every Python process records from interpreter start |")

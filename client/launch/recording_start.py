@@ -1,6 +1,7 @@
 """Recording started with no code change: the one function ``ringtrace run`` and the fleet switch both call.
 
-It connects the process-wide timeline, applies the library integrations that are on, then starts the sampler. It never
+It connects the process-wide timeline, applies the library integrations that are on, then starts the sampler, and
+function tracing if it is asked for. It never
 raises into the program: what fails is said in one line on stderr, and the program runs on without it.
 """
 
@@ -36,8 +37,29 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
     except Exception as exc:  # (each install is guarded in apply; this is the hook itself failing)
         say(f"no library integrations: {type(exc).__name__}: {exc}")
     start_sampler(timeline, settings.sample_hz)  # (0: off; one that cannot start is said in the log)
+    if settings.functions:
+        _trace_functions(timeline, settings)
     _mark_start(timeline, "start")
     return timeline
+
+
+def _trace_functions(timeline: Timeline, settings: LaunchSettings) -> None:
+    """Function tracing as the settings say, from now until exit (the flusher's exit stops it, and delivers the calls
+    still open then)."""
+    try:
+        from ringtrace.client.functions import trace_functions  # (imported where asked for: see ringtrace.client)
+
+        trace_functions(
+            include=settings.function_include,
+            exclude=settings.function_exclude,
+            min_duration=f"{settings.function_min_duration_ns}ns",
+            max_depth=settings.function_max_depth,
+            builtins=settings.function_builtins,
+            library=settings.function_library,
+            timeline=timeline,
+        ).start()
+    except Exception as exc:  # (another tracer holds the interpreter's hooks, say): the program runs on without it
+        say(f"no function tracing: {type(exc).__name__}: {exc}")
 
 
 def _mark_start(timeline: Timeline, how: str) -> None:

@@ -21,6 +21,10 @@ USAGE = "usage: ringtrace run [options] script.py [args] | ringtrace run [option
 #: Flag -> the field it sets (the integrations' switches apart).
 _VALUE_FLAGS = {option.flag: option.field for option in OPTIONS if option.metavar}
 _SWITCHES = {f"--no-{integration.name}": integration.name for integration in INTEGRATIONS}
+#: Flag -> the field it turns on (``--functions``, ``--builtins``, ``--library``).
+_ON_FLAGS = {option.flag: option.field for option in OPTIONS if not option.metavar and option.default is False}
+#: The flags that may be given more than once (module globs), their values joined as their variable's are.
+_REPEATABLE = {"--include", "--exclude"}
 
 
 @dataclass
@@ -66,13 +70,18 @@ def parse_run_arguments(argv: list[str]) -> RunArguments:
         flag, equals, value = token.partition("=")
         if flag in _SWITCHES and not equals:
             turned_off.append(_SWITCHES[flag])
+        elif flag in _ON_FLAGS and not equals:
+            parsed.given[_ON_FLAGS[flag]] = "1"
         elif flag in _VALUE_FLAGS:
             if not equals:
                 if position >= len(argv):
                     raise ConfigError(f"{flag} takes a value")
                 value = argv[position]
                 position += 1
-            parsed.given[_VALUE_FLAGS[flag]] = value
+            field = _VALUE_FLAGS[flag]
+            if flag in _REPEATABLE and field in parsed.given:
+                value = f"{parsed.given[field]},{value}"
+            parsed.given[field] = value
         else:
             raise ConfigError(f"unknown option {token!r} (see ringtrace run --help)")
     if parsed.program is None:
@@ -95,9 +104,10 @@ def run_help() -> str:
         "options (each has its environment variable, read when the flag is not given):",
     ]
     for option in OPTIONS:
-        if not option.metavar:
+        if option.field == "integrations_off":
             continue
-        lines.append(f"  {option.flag} {option.metavar}".ljust(28) + f"{option.help} [{option.variable}]")
+        flag = f"  {option.flag} {option.metavar}" if option.metavar else f"  {option.flag}"
+        lines.append(flag.ljust(28) + f"{option.help} [{option.variable}]")
     off = next(option.variable for option in OPTIONS if option.field == "integrations_off")
     lines.append("")
     lines.append(f"integrations, each on unless turned off [{off}=NAME,NAME]:")

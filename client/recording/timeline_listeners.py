@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
 if TYPE_CHECKING:
@@ -22,9 +23,10 @@ class Listener(Protocol):
     """What a timeline hands its events to (see ``delivery/listeners.py``). Called on the flusher thread, except
     ``flush`` and ``close``; none of these may raise."""
 
-    def receive(self, track: TrackInfo, records: list[Any]) -> None:
+    def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or
-        as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py)."""
+        as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py); or a run
+        of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values)."""
 
     def lost(self, events: int) -> None:
         """``events`` recorded for this listener were dropped before it received them (counted as its drops)."""

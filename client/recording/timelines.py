@@ -21,7 +21,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER, Drained
 from ringtrace.client.recording import gates
@@ -38,7 +38,7 @@ from ringtrace.client.recording.timeline_listeners import (
     subscribe_priority,
 )
 from ringtrace.client.recording.trace_context import TraceScope
-from ringtrace.client.recording.tracks import NOT_RECORDING, TrackBuffer
+from ringtrace.client.recording.tracks import NOT_RECORDING, EndedThread, TrackBuffer
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.message_format import PRIORITIES, priority_level
@@ -56,7 +56,7 @@ from ringtrace.wire.model import (
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["DEFAULT_TIMELINE", "Listener", "MarkerScope", "Scope", "Timeline", "TrackBuffer"]
+__all__ = ["DEFAULT_TIMELINE", "CallSource", "Listener", "MarkerScope", "Scope", "Timeline", "TrackBuffer"]
 
 _now = time.monotonic_ns
 _MARKER_KINDS = {"start": MARKER_START, "end": MARKER_END, "instant": MARKER}
@@ -64,6 +64,16 @@ _MARKER_KINDS = {"start": MARKER_START, "end": MARKER_END, "instant": MARKER}
 _MAX_NS = 2**63
 #: Frames of Python stack a marker keeps with ``stack=True``.
 _STACK_FRAMES = 32
+
+
+class CallSource(Protocol):
+    """What traces function calls for a timeline (``ringtrace.client.functions``): its drain gives runs of calls per
+    thread."""
+
+    def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Any]], int]:
+        """The calls recorded since the last drain as (thread, ``CallRun``) runs, and the calls dropped since (buffers
+        full)."""
+        ...
 
 
 class MarkerScope:
@@ -115,6 +125,7 @@ class Timeline(Recorder):
         _TIMELINES.add(self)
         self._listeners: tuple[Listener, ...] = ()
         self._gates = MessageGates()
+        self._call_sources: tuple[CallSource, ...] = ()
         for listener in listeners:
             self.add_listener(listener)
 
@@ -268,7 +279,15 @@ class Timeline(Recorder):
         the C recorder an instant's arguments are a ``Keywords``, not a dict (``keyword_args.as_map`` reads one).
         """
         dropped = self._take_refused()
+        calls: list[tuple[Any, Any]] = []
+        for source in self._call_sources:  # (first: a thread's buffer made here for them is drained below)
+            runs, lost = source.drain_calls()
+            calls += runs
+            dropped += lost
         with self._lock:
+            if calls:
+                label = self._track_label
+                calls = [(self._tracks.buffer_of_thread(thread, label).track, run) for thread, run in calls]
             buffers = list(self._tracks.buffers)
         taken, ended = take_events(buffers)
         ended_tracks = []
@@ -277,7 +296,18 @@ class Timeline(Recorder):
             self._forget_recorders()
             with self._lock:
                 ended_tracks = self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, taken) + taken, ended_tracks, dropped)
+        return Drained(lane_parents(buffers, taken) + calls + taken, ended_tracks, dropped)
+
+    def add_call_source(self, source: CallSource) -> None:
+        """Drain ``source``'s traced calls with this timeline's events, each thread's onto that thread's track."""
+        with self._lock:
+            if source not in self._call_sources:
+                self._call_sources = (*self._call_sources, source)
+
+    def remove_call_source(self, source: CallSource) -> None:
+        """Drain ``source`` no more (the caller drains it one last time first: ``FLUSHER.sweep``)."""
+        with self._lock:
+            self._call_sources = tuple(x for x in self._call_sources if x is not source)
 
     def tracks(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may."""

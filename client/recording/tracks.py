@@ -30,7 +30,7 @@ from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track
 if TYPE_CHECKING:
     from asyncio import Task
 
-__all__ = ["NOT_RECORDING", "NOWHERE", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
+__all__ = ["NOT_RECORDING", "NOWHERE", "EndedThread", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
@@ -63,7 +63,9 @@ class TrackBuffer:
 
     __slots__ = ("events", "owner", "track")
 
-    def __init__(self, track: TrackInfo, owner: threading.Thread | Task[Any] | weakref.ref[Source]) -> None:
+    def __init__(
+        self, track: TrackInfo, owner: threading.Thread | EndedThread | Task[Any] | weakref.ref[Source]
+    ) -> None:
         self.events: list[Any] = []
         self.track = track
         self.owner = owner
@@ -113,6 +115,27 @@ class Tracks:
         for buffer in self.buffers:  # a re-entrant call (a signal handler) may have made one meanwhile
             if buffer.owner is thread:
                 return buffer
+        self.buffers.append(created)
+        return created
+
+    def buffer_of_thread(self, thread: threading.Thread | EndedThread, label: str | None) -> TrackBuffer:
+        """The buffer of ``thread``, created if needed: the one the thread's own events go to. A thread gone before
+        it had one (function tracing drains the calls of threads that came and went between two drains) gets one now,
+        which the next drain finds ended."""
+        for buffer in self.buffers:
+            owner = buffer.owner
+            if owner is thread:
+                return buffer
+            # The same thread, ended since its buffer was made: the buffer is still its own (not forgotten yet).
+            if (
+                type(thread) is EndedThread
+                and isinstance(owner, threading.Thread | EndedThread)
+                and owner.ident == thread.ident
+                and not owner.is_alive()
+            ):
+                return buffer
+        track = TrackInfo(new_track_id(), THREAD_TRACK, thread_track_name(thread, label), thread.native_id or 0)
+        created = TrackBuffer(track, thread)
         self.buffers.append(created)
         return created
 
@@ -232,7 +255,22 @@ def _first_free(lanes: list[_Lane], task: Task[Any]) -> _Lane | None:
     return None
 
 
-def thread_track_name(thread: threading.Thread, label: str | None) -> str:
+class EndedThread:
+    """Stands for a thread that ended before its track was made (function tracing drains the calls of threads that
+    came and went between two drains): its ident, name and OS thread id as they were; never alive."""
+
+    __slots__ = ("ident", "name", "native_id")
+
+    def __init__(self, ident: int, name: str | None = None, native_id: int | None = None) -> None:
+        self.ident = ident
+        self.name = name or f"thread {ident:#x}"
+        self.native_id = native_id
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def thread_track_name(thread: threading.Thread | EndedThread, label: str | None) -> str:
     """The name of ``thread``'s track: its own name, or, after ``label`` (a timeline's name), ``disk (MainThread)``."""
     if label is None:
         return display_text(thread.name)

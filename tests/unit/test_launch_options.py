@@ -36,6 +36,13 @@ def test_every_option_has_an_environment_twin_and_every_integration_a_switch() -
         "RINGTRACE_PROCESS_NAME",
         "RINGTRACE_SAMPLE_HZ",
         "RINGTRACE_INTEGRATIONS_OFF",
+        "RINGTRACE_FUNCTIONS",
+        "RINGTRACE_FUNCTIONS_INCLUDE",
+        "RINGTRACE_FUNCTIONS_EXCLUDE",
+        "RINGTRACE_FUNCTIONS_MIN_DURATION",
+        "RINGTRACE_FUNCTIONS_MAX_DEPTH",
+        "RINGTRACE_FUNCTIONS_BUILTINS",
+        "RINGTRACE_FUNCTIONS_LIBRARY",
     }
     help_text = run_help()
     for integration in INTEGRATIONS:
@@ -75,6 +82,11 @@ def test_children_get_the_settings_but_not_the_name() -> None:
         ({}, {"RINGTRACE_SAMPLE_HZ": "-5"}, "RINGTRACE_SAMPLE_HZ takes samples a second, 0 (off) to 1000, got '-5'"),
         ({"collector": "nowhere"}, {}, "--collector takes HOST:PORT (or several, separated by commas), got 'nowhere'"),
         ({}, {"RINGTRACE_INTEGRATIONS_OFF": "gc,nope"}, "RINGTRACE_INTEGRATIONS_OFF takes integration names"),
+        ({"function_min_duration_ns": "5"}, {}, "--min-duration takes a duration: a number and a unit"),
+        ({}, {"RINGTRACE_FUNCTIONS_MIN_DURATION": "fast"}, "RINGTRACE_FUNCTIONS_MIN_DURATION takes a duration"),
+        ({"function_max_depth": "-1"}, {}, "--max-depth takes a number of calls, 0 (no limit) or more, got '-1'"),
+        ({}, {"RINGTRACE_FUNCTIONS": "maybe"}, "RINGTRACE_FUNCTIONS takes 1 or 0, got 'maybe'"),
+        ({"function_include": ","}, {}, "--include takes module globs (app.*), separated by commas, got ','"),
     ],
 )
 def test_a_bad_value_names_its_flag_or_variable_and_the_value(
@@ -84,6 +96,24 @@ def test_a_bad_value_names_its_flag_or_variable_and_the_value(
         settings_from({"collector": "h:1", **given}, environ)
     assert str(refused.value).startswith(said)
     assert "\n" not in str(refused.value)
+
+
+def test_function_tracing_flags_and_their_variables() -> None:
+    given = parse_run_arguments(
+        ["--functions", "--include", "app.*", "--include=lib*", "--exclude", "app.slow", "--min-duration", "250us",
+         "--max-depth", "20", "--builtins", "--library", "app.py", "--functions"]
+    ).given  # fmt: skip
+    settings = settings_from(given, {"RINGTRACE_COLLECTOR": "h:1"})
+    assert settings.functions and settings.function_builtins and settings.function_library
+    assert settings.function_include == ("app.*", "lib*")
+    assert settings.function_exclude == ("app.slow",)
+    assert (settings.function_min_duration_ns, settings.function_max_depth) == (250_000, 20)
+    assert settings_from({}, settings.children_environment()) == settings  # children trace alike
+    from_environment = settings_from(
+        {}, {"RINGTRACE_COLLECTOR": "h:1", "RINGTRACE_FUNCTIONS": "1", "RINGTRACE_FUNCTIONS_INCLUDE": "a*, b*"}
+    )
+    assert from_environment.functions and from_environment.function_include == ("a*", "b*")
+    assert not settings_from({}, {"RINGTRACE_COLLECTOR": "h:1"}).functions
 
 
 def test_no_collector_is_refused() -> None:

@@ -1,0 +1,454 @@
+"""The function tracer in pure Python: ``PythonTracer``, the twin of the C ``ringtrace.client._functions.Tracer``.
+
+Both write each traced call, when it ends, as one ``RECORD`` (``wire/call_records.py``) into a buffer of its thread's,
+and hand the buffers over in ``drain()``. This twin defines what they record; the C one records the same, faster, and
+tests hold the two to the same call trees (``tests/unit/test_function_tracers.py``).
+
+How calls are seen: on Python 3.12 and later through ``sys.monitoring`` (PY_START, PY_RESUME and PY_THROW open a call;
+PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED``; with ``builtins``, CALL, C_RETURN and C_RAISE
+for C functions), for every thread at once; on 3.11 through the profile function (``sys.setprofile`` on the thread that
+starts, ``threading.setprofile`` for threads started after: threads already running then are not traced, unlike with
+the C twin, which sets every thread's).
+
+Each thread keeps a stack of the calls it opened since ``start()``: (key, location index, start). A call that ends
+pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
+turned down) is ignored. An entry with index -1 is a call counted for ``max_depth`` that writes no record.
+
+Races: the stacks are touched by their own thread only, but ``stop()`` closes every thread's open calls from the
+thread that stops; a thread preempted inside a callback at that moment may write one record more (never a torn one).
+"""
+
+from __future__ import annotations
+
+import logging
+import opcode
+import sys
+import threading
+import time
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, Final
+
+from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
+from ringtrace.wire.stack_frames import CodeLocation
+
+__all__ = ["DEFAULT_BUFFER_BYTES", "PythonTracer", "c_function_name", "is_c_function"]
+
+log = logging.getLogger("ringtrace.client")
+
+#: The most bytes of records one thread holds between drains, by default: 4 MiB, 174,762 calls.
+DEFAULT_BUFFER_BYTES: Final = 4 * 1024 * 1024
+#: sys.monitoring tool ids tried, in order: never 0, 1 or 2 (the debugger's, coverage's and the profiler's).
+TOOL_IDS: Final = (4, 3)
+TOOL_NAME: Final = "ringtrace"
+
+#: ``sys.monitoring`` (3.12 and later), else None.
+_monitoring: Any = getattr(sys, "monitoring", None)
+_MONITORING: Final = _monitoring is not None
+_now = time.monotonic_ns
+_pack = RECORD.pack
+_SIZE = RECORD.size
+#: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
+_C_TYPES: Final = (types.BuiltinFunctionType, types.MethodDescriptorType)
+#: 3.11: the instructions a 'return' event leaves from when no exception ended the call.
+_RETURN_OPCODES: Final = frozenset(
+    opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
+)
+
+Decide = Callable[[types.CodeType, str], bool]
+
+
+def is_c_function(callable_: object) -> bool:
+    """Whether a call of ``callable_`` is traced as a C function (with ``builtins``)."""
+    return isinstance(callable_, _C_TYPES)
+
+
+def c_function_name(callable_: object) -> str:
+    """A C function's name: ``module.qualname`` when its module is not ``builtins``, else its qualified name
+    (``len``, ``list.append``, ``time.sleep``)."""
+    qualname = getattr(callable_, "__qualname__", None) or getattr(callable_, "__name__", None) or repr(callable_)
+    module = getattr(callable_, "__module__", None)
+    if isinstance(module, str) and module and module != "builtins":
+        return f"{module}.{qualname}"
+    return str(qualname)
+
+
+class _ThreadCalls:
+    """One thread's open calls and the records it wrote since the last drain."""
+
+    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "woken")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        #: Open calls, outermost first: (key: id of the code or of the C callable, location index or -1, start ns).
+        self.stack: list[tuple[int, int, int]] = []
+        self.buffer = bytearray()
+        self.woken = False
+        self.ended = False
+        self.recorded = 0
+        self.dropped = 0
+
+
+class _ThreadEnd:
+    """Kept in a thread's local storage: it goes when the thread ends, and its finaliser marks the thread's calls."""
+
+    __slots__ = ("__weakref__",)
+
+
+class PythonTracer:
+    """Records every call of the code ``decide`` accepts, on every thread, as ``RECORD``s; see the module docstring.
+
+    Args:
+        decide: ``decide(code, module)`` -> whether that code's calls are recorded; called once per code object
+            first met (``module``: its frame's globals' ``__name__``, "" if none). One that raises is taken as False.
+        locations: the process-wide list of code locations that records index; appended to for each code recorded
+            (``(co_qualname, co_filename, co_firstlineno)``) and each C function (``(name, "", 0)``, one per name).
+        min_duration_ns: a call shorter than this leaves no record.
+        max_depth: 0: no limit; else calls deeper than this many below where tracing began on a thread leave none.
+        builtins: also record calls of C functions (from code ``decide`` accepts).
+        buffer_bytes: the most bytes of records one thread holds between drains; a call past it is ``dropped``.
+        wake: called from the recording thread when its buffer passes half full, once per drain.
+
+    Raises:
+        ValueError: a negative ``min_duration_ns`` or ``max_depth``, or a ``buffer_bytes`` below one record.
+    """
+
+    def __init__(
+        self,
+        decide: Decide,
+        locations: list[CodeLocation],
+        *,
+        min_duration_ns: int = 0,
+        max_depth: int = 0,
+        builtins: bool = False,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        wake: Callable[[], object] | None = None,
+    ) -> None:
+        if min_duration_ns < 0:
+            raise ValueError(f"min_duration_ns must be >= 0, got {min_duration_ns}")
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0 (0: no limit), got {max_depth}")
+        if buffer_bytes < _SIZE:
+            raise ValueError(f"buffer_bytes must be at least one record ({_SIZE} bytes), got {buffer_bytes}")
+        self._decide = decide
+        self.locations = locations
+        self.min_duration_ns = min_duration_ns
+        self.max_depth = max_depth
+        self.builtins = builtins
+        self.buffer_bytes = buffer_bytes
+        self._half = buffer_bytes // 2
+        self._wake = wake
+        #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
+        self._codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
+        #: A C function's name -> its location index.
+        self._c_names: dict[str, int] = {}
+        #: Held while a code or a C function met for the first time gets its location.
+        self._first_met = threading.RLock()
+        self._local = threading.local()
+        self._threads: list[_ThreadCalls] = []
+        self._threads_lock = threading.Lock()
+        #: Counts of the threads forgotten (ended and drained).
+        self._forgotten_recorded = 0
+        self._forgotten_dropped = 0
+        self._active = False
+        self._tool: int | None = None
+
+    # -- counters ---------------------------------------------------------------------------------------------------
+
+    @property
+    def recorded(self) -> int:
+        """Records written so far, on every thread."""
+        with self._threads_lock:
+            return self._forgotten_recorded + sum(t.recorded for t in self._threads)
+
+    @property
+    def dropped(self) -> int:
+        """Calls not recorded because their thread's buffer was full."""
+        with self._threads_lock:
+            return self._forgotten_dropped + sum(t.dropped for t in self._threads)
+
+    # -- start, stop, drain ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Record on every thread from now on (on 3.11: this one and those started later).
+
+        Raises:
+            RuntimeError: no sys.monitoring tool id of ``TOOL_IDS`` is free.
+        """
+        if self._active:
+            return
+        if _MONITORING:
+            self._start_monitoring()
+        else:
+            threading.setprofile(self._profile)
+            sys.setprofile(self._profile)
+        self._active = True
+
+    def stop(self) -> None:
+        """Record no more; the calls still open on every thread are written, ending now. Idempotent."""
+        if not self._active:
+            return
+        self._active = False
+        if _MONITORING:
+            self._stop_monitoring()
+        else:
+            threading.setprofile(None)
+            sys.setprofile(None)  # other threads remove theirs at their next event (``_profile``)
+        now = _now()
+        with self._threads_lock:
+            threads = list(self._threads)
+        for calls in threads:
+            stack, calls.stack = calls.stack, []
+            while stack:
+                _, index, start = stack.pop()
+                if index >= 0:
+                    self._write(calls, start, now, index, CALL)
+
+    def drain(self) -> list[tuple[int, bytes]]:
+        """(thread ident, records) for each thread that wrote records since the last drain, ended ones included
+        (then forgotten)."""
+        taken = []
+        with self._threads_lock:
+            threads = list(self._threads)
+        for calls in threads:
+            ended = calls.ended  # read first: a thread seen ended writes nothing after
+            buffer = calls.buffer
+            records = bytes(buffer)
+            if records:
+                del buffer[: len(records)]  # (only what was taken: the thread may have appended since)
+                taken.append((calls.ident, records))
+            calls.woken = False
+            if ended:
+                with self._threads_lock:
+                    self._threads.remove(calls)
+                    self._forgotten_recorded += calls.recorded
+                    self._forgotten_dropped += calls.dropped
+        return taken
+
+    # -- the parts shared by both ways of seeing calls ---------------------------------------------------------------
+
+    def _thread_calls(self) -> _ThreadCalls:
+        local = self._local
+        try:
+            return local.calls  # type: ignore[no-any-return]
+        except AttributeError:
+            pass
+        calls = _ThreadCalls(threading.get_ident())
+        end = _ThreadEnd()
+        local.calls, local.end = calls, end
+        weakref.finalize(end, _mark_ended, weakref.ref(calls))
+        with self._threads_lock:
+            self._threads.append(calls)
+        return calls
+
+    def _index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
+        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
+        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
+        with self._first_met:
+            entry = self._codes.get(id(code))
+            if entry is not None:
+                return entry[1]
+            module = ""
+            if frame is not None and frame.f_code is code:
+                name = frame.f_globals.get("__name__")
+                module = name if isinstance(name, str) else ""
+            try:
+                recorded = bool(self._decide(code, module))
+            except Exception:
+                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
+                recorded = False
+            index = -1
+            if recorded:
+                index = len(self.locations)
+                qualname = getattr(code, "co_qualname", code.co_name)
+                self.locations.append((qualname, code.co_filename, code.co_firstlineno))
+            key = id(code)
+            codes = self._codes
+            self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
+            return index
+
+    def _c_index_of(self, callable_: object) -> int:
+        name = c_function_name(callable_)
+        index = self._c_names.get(name)
+        if index is None:
+            with self._first_met:
+                index = self._c_names.get(name)
+                if index is None:
+                    index = self._c_names[name] = len(self.locations)
+                    self.locations.append((name, "", 0))
+        return index
+
+    def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:
+        stack = calls.stack
+        if self.max_depth and len(stack) >= self.max_depth:
+            index = -1
+        stack.append((key, index, _now()))
+
+    def _close(self, calls: _ThreadCalls, key: int, kind: int) -> None:
+        stack = calls.stack
+        if not stack or stack[-1][0] != key:
+            return  # opened before start(), or not recorded
+        _, index, start = stack.pop()
+        if index >= 0:
+            end = _now()
+            if end - start >= self.min_duration_ns:
+                self._write(calls, start, end, index, kind)
+
+    def _write(self, calls: _ThreadCalls, start: int, end: int, index: int, kind: int) -> None:
+        buffer = calls.buffer
+        held = len(buffer)
+        if held + _SIZE > self.buffer_bytes:
+            calls.dropped += 1
+            return
+        buffer += _pack(start, end, index, kind)
+        calls.recorded += 1
+        if held + _SIZE > self._half and not calls.woken:
+            calls.woken = True
+            wake = self._wake
+            if wake is not None:
+                try:
+                    wake()
+                except Exception:
+                    log.exception("ringtrace: the function tracer's wake failed")
+
+    # -- 3.12 and later: sys.monitoring -----------------------------------------------------------------------------
+
+    def _start_monitoring(self) -> None:
+        monitoring = _monitoring
+        for tool in TOOL_IDS:
+            if monitoring.get_tool(tool) is None:
+                monitoring.use_tool_id(tool, TOOL_NAME)
+                break
+        else:
+            taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)!r}" for tool in TOOL_IDS)
+            raise RuntimeError(f"function tracing needs a free sys.monitoring tool id of {TOOL_IDS}; taken ({taken})")
+        self._tool = tool
+        events = monitoring.events
+        callbacks: dict[int, Callable[..., Any]] = {
+            events.PY_START: self._on_start,
+            events.PY_RESUME: self._on_start,
+            events.PY_THROW: self._on_throw,
+            events.PY_RETURN: self._on_return,
+            events.PY_YIELD: self._on_return,
+            events.PY_UNWIND: self._on_unwind,
+        }
+        if self.builtins:
+            callbacks |= {
+                events.CALL: self._on_call,
+                events.C_RETURN: self._on_c_return,
+                events.C_RAISE: self._on_c_raise,
+            }
+        for event, callback in callbacks.items():
+            monitoring.register_callback(tool, event, callback)
+        # Locations another tracer of this tool id turned off (DISABLE) are on again: this one's decide may differ.
+        monitoring.restart_events()
+        mask = 0
+        for event in callbacks:
+            mask |= event
+        monitoring.set_events(tool, mask)
+
+    def _stop_monitoring(self) -> None:
+        monitoring = _monitoring
+        tool, self._tool = self._tool, None
+        if tool is None:
+            return
+        monitoring.set_events(tool, 0)
+        for event in (1 << bit for bit in range(monitoring.events.C_RAISE.bit_length())):
+            monitoring.register_callback(tool, event, None)
+        monitoring.free_tool_id(tool)
+
+    def _on_start(self, code: types.CodeType, offset: int) -> Any:
+        try:
+            entry = self._codes.get(id(code))
+            index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
+            if index < 0:
+                return _monitoring.DISABLE
+            self._open(self._thread_calls(), id(code), index)
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a call", exc_info=True)
+        return None
+
+    def _on_throw(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
+        self._on_start(code, offset)  # (not a local event: nothing to disable)
+
+    def _on_return(self, code: types.CodeType, offset: int, value: object) -> Any:
+        try:
+            calls = self._thread_calls()
+            stack = calls.stack
+            if stack and stack[-1][0] == id(code):
+                self._close(calls, id(code), CALL)
+                return None
+            entry = self._codes.get(id(code))
+            index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
+            if index < 0:
+                return _monitoring.DISABLE
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a return", exc_info=True)
+        return None
+
+    def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
+        try:
+            self._close(self._thread_calls(), id(code), CALL_RAISED)
+        except Exception:
+            log.debug("ringtrace: function tracer failed on an unwind", exc_info=True)
+
+    def _on_call(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> Any:
+        try:
+            entry = self._codes.get(id(code))
+            index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
+            if index < 0:
+                return _monitoring.DISABLE  # no C function recorded from code not recorded
+            if isinstance(callable_, _C_TYPES):
+                self._open(self._thread_calls(), id(callable_), self._c_index_of(callable_))
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a C call", exc_info=True)
+        return None
+
+    def _on_c_return(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
+        try:
+            if isinstance(callable_, _C_TYPES):
+                self._close(self._thread_calls(), id(callable_), CALL)
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a C return", exc_info=True)
+
+    def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
+        try:
+            if isinstance(callable_, _C_TYPES):
+                self._close(self._thread_calls(), id(callable_), CALL_RAISED)
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a C raise", exc_info=True)
+
+    # -- 3.11: the profile function ---------------------------------------------------------------------------------
+
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if not self._active:
+            sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
+            return
+        try:
+            if event == "call":
+                code = frame.f_code
+                entry = self._codes.get(id(code))
+                index = entry[1] if entry is not None else self._index_of(code, frame)
+                if index >= 0:
+                    self._open(self._thread_calls(), id(code), index)
+            elif event == "return":
+                code = frame.f_code
+                raised = code.co_code[frame.f_lasti] not in _RETURN_OPCODES if frame.f_lasti >= 0 else False
+                self._close(self._thread_calls(), id(code), CALL_RAISED if raised else CALL)
+            elif self.builtins and event == "c_call":
+                code = frame.f_code
+                entry = self._codes.get(id(code))
+                index = entry[1] if entry is not None else self._index_of(code, frame)
+                if index >= 0 and isinstance(arg, _C_TYPES):
+                    self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
+            elif self.builtins:  # c_return, c_exception
+                self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
+        except Exception:
+            log.debug("ringtrace: function tracer failed on a %s event", event, exc_info=True)
+
+
+def _mark_ended(calls_ref: weakref.ref[_ThreadCalls]) -> None:
+    calls = calls_ref()
+    if calls is not None:
+        calls.ended = True

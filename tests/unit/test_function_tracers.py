@@ -1,0 +1,377 @@
+"""The function tracers, C and pure Python, held to the same call trees: recursion, generators and coroutines (a span
+per resume), exceptions (call_raised), threads, a C function calling back into Python (builtins off and on), decide
+asked once per code, min_duration, max_depth, a full buffer counted, stop closing open calls, and calls begun before
+start ignored. Each test runs with every tracer this interpreter has: ``PythonTracer`` always, the C one where built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from ringtrace.client.functions.python_tracer import PythonTracer
+from ringtrace.wire.call_records import RECORD, CallRun
+from ringtrace.wire.model import CALL, CALL_RAISED
+
+TRACERS: list[Any] = [PythonTracer]
+try:
+    from ringtrace.client._functions import Tracer as CTracer  # type: ignore[import-not-found]
+
+    TRACERS.append(CTracer)
+except ImportError:
+    pass
+
+#: A call tree: (name, raised, children) per call, in the order the calls began.
+Tree = list[tuple[str, bool, list[Any]]]
+
+
+def ours(code: types.CodeType, module: str) -> bool:
+    """This file's workloads: not the tests and what they define (their lambdas and local functions)."""
+    return code.co_filename == __file__ and not code.co_qualname.startswith("test_")
+
+
+def trees(drained: list[tuple[int, bytes]], locations: list[Any]) -> dict[int, Tree]:
+    """Each thread's calls as a tree, from its records (a call's record comes after those of the calls it made)."""
+    by_thread: dict[int, Tree] = {}
+    for ident, records in drained:
+        pending: list[tuple[int, str, bool, list[Any]]] = []
+        for start, _end, location, kind in CallRun(records, locations).calls():
+            children = [p for p in pending if p[0] >= start]
+            pending = [p for p in pending if p[0] < start]
+            pending.append((start, location[0], kind == CALL_RAISED, [c[1:] for c in children]))
+        by_thread.setdefault(ident, []).extend(p[1:] for p in pending)
+    return by_thread
+
+
+def traced(tracer_class: Any, workload: Callable[[], object], **options: Any) -> tuple[Any, dict[int, Tree], list]:
+    """Run ``workload`` traced; returns the tracer, the trees by thread and the locations."""
+    locations: list[Any] = []
+    tracer = tracer_class(options.pop("decide", ours), locations, **options)
+    tracer.start()
+    try:
+        workload()
+    finally:
+        tracer.stop()
+    return tracer, trees(tracer.drain(), locations), locations
+
+
+def main_tree(by_thread: dict[int, Tree]) -> Tree:
+    return by_thread.get(threading.get_ident(), [])
+
+
+# -- workloads ---------------------------------------------------------------------------------------------------------
+
+
+def fib(n: int) -> int:
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def numbers() -> Any:
+    yield 1
+    yield 2
+
+
+def use_numbers() -> list[int]:
+    return list(numbers())
+
+
+async def child() -> int:
+    await asyncio.sleep(0)
+    return 1
+
+
+async def parent() -> int:
+    return await child()
+
+
+def boom() -> None:
+    raise ValueError("boom")
+
+
+def catches() -> None:
+    try:  # noqa: SIM105 - a handler in the traced code itself, not a context manager's calls
+        boom()
+    except ValueError:
+        pass
+
+
+def lets_through() -> None:
+    boom()
+
+
+def negative(x: int) -> int:
+    return -x
+
+
+def sorts() -> list[int]:
+    return sorted([1, 2, 3], key=negative)
+
+
+def leaf() -> None:
+    pass
+
+
+def nested(depth: int) -> None:
+    if depth:
+        nested(depth - 1)
+    else:
+        leaf()
+
+
+# -- the trees ---------------------------------------------------------------------------------------------------------
+
+
+def call(name: str, *children: Any, raised: bool = False) -> tuple[str, bool, list[Any]]:
+    return (name, raised, list(children))
+
+
+@pytest.fixture(params=TRACERS, ids=lambda cls: cls.__name__)
+def tracer_class(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+def test_recursion(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, lambda: fib(3))
+    assert main_tree(by_thread) == [call("fib", call("fib", call("fib"), call("fib")), call("fib"))]
+
+
+def test_a_span_per_resume_of_a_generator(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, use_numbers)
+    # Resumed three times: two yields, then the end.
+    assert main_tree(by_thread) == [call("use_numbers", call("numbers"), call("numbers"), call("numbers"))]
+
+
+def test_a_span_per_resume_of_a_coroutine(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, lambda: asyncio.run(parent()))
+    # The await of sleep(0) suspends both: a span of each before it, and after.
+    assert main_tree(by_thread) == [call("parent", call("child")), call("parent", call("child"))]
+
+
+def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> None:
+    def workload() -> None:
+        catches()
+        try:  # noqa: SIM105
+            lets_through()
+        except ValueError:
+            pass
+
+    _, by_thread, _ = traced(tracer_class, workload)
+    assert main_tree(by_thread) == [
+        call("catches", call("boom", raised=True)),
+        call("lets_through", call("boom", raised=True), raised=True),
+    ]
+
+
+def test_threads_have_trees_of_their_own(tracer_class: Any) -> None:
+    def workload() -> None:
+        threads = [threading.Thread(target=fib, args=(2,)) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    _, by_thread, _ = traced(tracer_class, workload)
+    # (each thread's calls on their own; a thread may have the ident of one that ended before it)
+    others = [root for ident, tree in by_thread.items() if ident != threading.get_ident() for root in tree]
+    assert others == [call("fib", call("fib"), call("fib"))] * 3
+    assert main_tree(by_thread) == []
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+def test_a_c_function_calling_back_into_python(tracer_class: Any, builtins: bool) -> None:
+    _, by_thread, locations = traced(tracer_class, sorts, builtins=builtins)
+    keys = [call("negative")] * 3
+    expected = [call("sorts", call("sorted", *keys))] if builtins else [call("sorts", *keys)]
+    assert main_tree(by_thread) == expected
+    if builtins:
+        assert ("sorted", "", 0) in locations
+
+
+def test_c_functions_are_named_by_module_and_qualified_name(tracer_class: Any) -> None:
+    import time
+
+    def workload() -> None:
+        items: list[int] = []
+        items.append(len(items))
+        time.sleep(0)
+
+    _, by_thread, _ = traced(tracer_class, workload, builtins=True, decide=lambda c, m: c.co_name == "workload")
+    assert main_tree(by_thread) == [
+        call(
+            "test_c_functions_are_named_by_module_and_qualified_name.<locals>.workload",
+            call("len"),
+            call("list.append"),
+            call("time.sleep"),
+        )
+    ]
+
+
+def test_decide_is_asked_once_per_code(tracer_class: Any) -> None:
+    asked: list[types.CodeType] = []
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        asked.append(code)
+        return ours(code, module)
+
+    traced(tracer_class, lambda: (fib(6), use_numbers(), fib(4)), decide=decide)
+    assert len(asked) == len({id(code) for code in asked})
+    assert fib.__code__ in asked and numbers.__code__ in asked
+
+
+def test_decide_is_asked_once_per_code_by_threads_meeting_it_at_once(tracer_class: Any) -> None:
+    asked: list[types.CodeType] = []
+    barrier = threading.Barrier(6)
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        asked.append(code)
+        return code is leaf.__code__
+
+    def meet() -> None:
+        barrier.wait(30)
+        leaf()
+
+    def workload() -> None:
+        threads = [threading.Thread(target=meet) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    _, by_thread, locations = traced(tracer_class, workload, decide=decide)
+    assert asked.count(leaf.__code__) == 1
+    assert [root for tree in by_thread.values() for root in tree] == [call("leaf")] * 6
+    assert len(locations) == 1
+
+
+def test_decide_is_given_the_module(tracer_class: Any) -> None:
+    modules: dict[str, str] = {}
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        modules[code.co_name] = module
+        return False
+
+    traced(tracer_class, lambda: fib(2), decide=decide)
+    assert modules["fib"] == __name__
+
+
+def test_min_duration_leaves_out_short_calls(tracer_class: Any) -> None:
+    import time
+
+    def slow() -> None:
+        leaf()
+        time.sleep(0.02)
+
+    def workload() -> None:
+        slow()
+        leaf()
+
+    _, by_thread, _ = traced(
+        tracer_class, workload, min_duration_ns=10_000_000, decide=lambda c, m: c.co_name in ("slow", "leaf")
+    )
+    assert main_tree(by_thread) == [call("test_min_duration_leaves_out_short_calls.<locals>.slow")]
+
+
+def test_max_depth_leaves_out_deeper_calls(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, lambda: nested(5), max_depth=3, decide=lambda c, m: c.co_name == "nested")
+    assert main_tree(by_thread) == [call("nested", call("nested", call("nested")))]
+
+
+def test_a_full_buffer_counts_the_calls_dropped(tracer_class: Any) -> None:
+    woken: list[int] = []
+    tracer, by_thread, _ = traced(
+        tracer_class,
+        lambda: [leaf() for _ in range(100)],
+        buffer_bytes=10 * RECORD.size,
+        wake=lambda: woken.append(1),
+        decide=lambda c, m: c.co_name == "leaf",
+    )
+    assert len(main_tree(by_thread)) == 10
+    assert tracer.dropped == 90
+    assert tracer.recorded == 10
+    assert len(woken) == 1  # once per drain
+
+
+def test_stop_closes_the_calls_open(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(lambda c, m: c.co_name == "stops_inside", locations)
+
+    def stops_inside() -> None:
+        tracer.stop()
+
+    tracer.start()
+    stops_inside()
+    tracer.stop()  # idempotent
+    assert main_tree(trees(tracer.drain(), locations)) == [
+        call("test_stop_closes_the_calls_open.<locals>.stops_inside")
+    ]
+
+
+def test_calls_begun_before_start_are_not_recorded(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(lambda c, m: c.co_name in ("begun_before", "leaf"), locations)
+
+    def begun_before() -> None:
+        tracer.start()
+        leaf()
+
+    begun_before()
+    leaf()
+    tracer.stop()
+    assert main_tree(trees(tracer.drain(), locations)) == [call("leaf"), call("leaf")]
+
+
+def test_drain_takes_each_record_once_and_forgets_ended_threads(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(lambda c, m: c.co_name == "leaf", locations)
+    tracer.start()
+    leaf()
+    first = tracer.drain()
+    thread = threading.Thread(target=leaf)
+    thread.start()
+    thread.join()
+    gc.collect()
+    second = tracer.drain()
+    tracer.stop()
+    assert [len(records) // RECORD.size for _, records in first] == [1]
+    assert sorted(len(records) // RECORD.size for _, records in second) == [1]
+    assert second[0][0] == thread.ident
+    assert tracer.drain() == []
+    assert tracer.recorded == 2
+
+
+def test_records_are_on_the_monotonic_clock(tracer_class: Any) -> None:
+    import time
+
+    before = time.monotonic_ns()
+    locations: list[Any] = []
+    tracer = tracer_class(lambda c, m: c.co_name == "leaf", locations)
+    tracer.start()
+    leaf()
+    tracer.stop()
+    after = time.monotonic_ns()
+    ((_, records),) = tracer.drain()
+    ((start, end, location, kind),) = CallRun(records, locations).calls()
+    assert before <= start <= end <= after
+    assert location == ("leaf", __file__, leaf.__code__.co_firstlineno)
+    assert kind == CALL
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring tool ids: 3.12 and later")
+def test_no_free_tool_id_is_a_clear_error(tracer_class: Any) -> None:
+    monitoring = sys.monitoring  # type: ignore[attr-defined]
+    taken = [tool for tool in (3, 4) if monitoring.get_tool(tool) is None]
+    for tool in taken:
+        monitoring.use_tool_id(tool, "another tool")
+    try:
+        tracer = tracer_class(ours, [])
+        with pytest.raises(RuntimeError, match="tool id"):
+            tracer.start()
+    finally:
+        for tool in taken:
+            monitoring.free_tool_id(tool)

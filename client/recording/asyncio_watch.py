@@ -34,18 +34,22 @@ _waiting: list[Callable[[ModuleType], None]] = []
 
 
 def is_task(owner: object) -> TypeGuard[Task[Any]]:
-    """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one)."""
-    tasks = sys.modules.get("asyncio.tasks")
-    return tasks is not None and isinstance(owner, tasks.Task)
+    """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one).
+
+    The module may be in ``sys.modules`` before it has run (the program's thread importing it as the flusher's asks):
+    then it defines no ``Task`` yet, and nothing is a task."""
+    task_class = getattr(sys.modules.get("asyncio.tasks"), "Task", None)
+    return task_class is not None and isinstance(owner, task_class)
 
 
 def current_task() -> Task[Any] | None:
-    """The task the running loop of this thread runs (None: none, or no loop, or asyncio not imported)."""
-    tasks = sys.modules.get("asyncio.tasks")
-    if tasks is None:
+    """The task the running loop of this thread runs (None: none, or no loop, or asyncio not imported, or not yet
+    wholly)."""
+    current = getattr(sys.modules.get("asyncio.tasks"), "current_task", None)
+    if current is None:
         return None
     try:
-        task: Task[Any] | None = tasks.current_task()
+        task: Task[Any] | None = current()
     except RuntimeError:  # no running loop
         return None
     return task

@@ -78,13 +78,15 @@ _WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
 def _would_block() -> tuple[type[Exception], ...]:
     """What a non-blocking send or receive raises to say "not now": with TLS (``ssl`` imported, by the dialer), also
     OpenSSL's wants. ssl is imported only for a TLS connection: it is a tenth of the client's import time."""
+    # (ssl may be in sys.modules before it has run, the program's thread importing it: then no socket is TLS yet)
     ssl = sys.modules.get("ssl")
-    return _WOULD_BLOCK if ssl is None else (*_WOULD_BLOCK, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+    want_read, want_write = getattr(ssl, "SSLWantReadError", None), getattr(ssl, "SSLWantWriteError", None)
+    return _WOULD_BLOCK if want_read is None or want_write is None else (*_WOULD_BLOCK, want_read, want_write)
 
 
 def _is_tls(sock: object) -> TypeGuard[ssl.SSLSocket]:
-    ssl = sys.modules.get("ssl")
-    return ssl is not None and isinstance(sock, ssl.SSLSocket)
+    socket_class = getattr(sys.modules.get("ssl"), "SSLSocket", None)
+    return socket_class is not None and isinstance(sock, socket_class)
 
 
 class _Waiter:

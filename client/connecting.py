@@ -4,6 +4,7 @@ way (a forked child streams as a new process; a multiprocessing child delivers b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -51,17 +52,25 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
             connected to goes, the next attempt is to the next one.
         process_name: shown for this process in traces; defaults to the name it is connected with already (a
             forked child: its parent's), else in a multiprocessing child started with spawn or forkserver to its
-            parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name.
+            parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name. A multiprocessing child
+            started with fork is named as those are (``web (ForkPoolWorker-1)``) once multiprocessing has made it a
+            ``Process``.
         **options: fields of ``StreamerOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
 
     Raises:
         ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
     """
-    global _connected
     if process_name is None:  # the name it has (a forked child: its parent's), or a spawned child's parent's
         process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
     parse_addresses(address)
+    return _attach(address, opts)
+
+
+def _attach(address: str, opts: StreamerOptions) -> Timeline:
+    """``connect``'s work, its arguments checked: a streamer to ``address`` with ``opts`` on the process-wide timeline
+    (in place of the one there, if another)."""
+    global _connected
     with _connect_lock:
         if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default
@@ -136,8 +145,28 @@ def _after_fork_in_child() -> None:
     if _connected is not None:
         FLUSHER.when_started(_connected[2].start)
     mp_util = sys.modules.get("multiprocessing.util")
-    if _connected is not None and mp_util is not None:
-        mp_util.register_after_fork(_default, lambda _: _deliver_before_multiprocessing_exit())
+    if _connected is not None and mp_util is not None:  # (run only in a child multiprocessing forked)
+        mp_util.register_after_fork(_default, lambda _: _in_forked_multiprocessing_child())
+
+
+def _in_forked_multiprocessing_child() -> None:
+    """multiprocessing's after-fork hooks, in a child it forked, now its ``Process``: named as a spawned one is
+    (``web (ForkPoolWorker-1)``), and delivering before it exits.
+
+    The name is the HELLO's: the streamer the fork left, under the parent's name, is replaced by one under the
+    child's. Nothing has started it yet (it starts at the child's first event, and the program's code runs after
+    these hooks; ``ringtrace run``'s fork handling waits for them too, ``launch/forked_children.py``), so the
+    collector sees one process, under the child's name."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if _connected is not None and mp_process is not None:
+        address, opts, streamer = _connected
+        child = mp_process.current_process().name
+        try:
+            _attach(address, dataclasses.replace(opts, process_name=f"{streamer.process_name} ({child})"))
+            return  # (which delivers before the exit too)
+        except Exception:  # never into the child's start: it records under its parent's name
+            pass
+    _deliver_before_multiprocessing_exit()
 
 
 _fork_hook_installed = False

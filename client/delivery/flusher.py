@@ -199,13 +199,16 @@ class Flusher:
         return values
 
     def start(self) -> bool:
-        """Start the thread if it is not running.
+        """Start the thread if it is not running (none once the exit delivery has begun: it sweeps by itself, so an
+        event recorded then, an uncaught exception's say, is delivered even where no thread may start any more).
 
         Returns:
             False when it cannot be started (at interpreter shutdown, say): nothing will drain the buffers.
         """
         thread = self._thread
         if thread is not None and thread.is_alive():  # the usual case, without the lock
+            return True
+        if self.exiting:  # the exit delivery sweeps on its own thread (and at interpreter exit, no thread may start)
             return True
         with self._lock:
             thread = self._thread

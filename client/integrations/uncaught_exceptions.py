@@ -9,6 +9,12 @@ arguments: the output, the exit status and any later hook are as without ringtra
 does not import it), rather than on a loop's handler, so
 ``loop.get_exception_handler()`` still answers what the program set, and a handler the program sets later is called
 as before. ``SystemExit`` in a thread is not recorded: Python ignores it too.
+
+A program may replace ``sys.excepthook`` after ringtrace wrapped it, and its hook need not call the one before. The
+exception is still found at exit: Python leaves the main thread's uncaught exception in ``sys.last_exc`` (3.12+) and
+``sys.last_value`` before it calls the hook (``ringtrace run`` does the same, ``launch/program.py``), so the exit
+delivery first records the instant for the one found there, unless the wrapper already did (then it is the same
+object). A replaced ``threading.excepthook`` has no such trace: a thread's exception is then not recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.integrations.hook_errors import count_failure
 from ringtrace.client.recording.asyncio_watch import when_asyncio
 
@@ -32,6 +39,8 @@ _NAME = "exceptions"
 INSTANT = "uncaught exception"
 
 _timeline: Timeline | None = None
+#: The exception the ``sys.excepthook`` wrapper last recorded (so that the exit does not record it again).
+_recorded_by_hook: object = None
 
 
 def install(timeline: Timeline) -> None:
@@ -43,6 +52,7 @@ def install(timeline: Timeline) -> None:
     sys.excepthook = _wrap_sys_hook(sys.excepthook)
     threading.excepthook = _wrap_thread_hook(threading.excepthook)
     when_asyncio(_wrap_loops)  # now, or once the program imports it (ringtrace does not)
+    FLUSHER.before_exit.append(_record_left_at_exit)  # (before the exit delivery's last sweep, whatever the order)
 
 
 def _record(exc_type: Any, exc: Any, **where: str) -> None:
@@ -57,10 +67,20 @@ def _record(exc_type: Any, exc: Any, **where: str) -> None:
 
 def _wrap_sys_hook(previous: Callable[..., Any]) -> Callable[..., Any]:
     def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> Any:
+        global _recorded_by_hook
+        _recorded_by_hook = exc
         _record(exc_type, exc)
         return previous(exc_type, exc, tb)
 
     return excepthook
+
+
+def _record_left_at_exit() -> None:
+    """At exit: the main thread's uncaught exception that Python left in ``sys`` and no wrapper recorded (the program
+    replaced ``sys.excepthook``)."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if isinstance(exc, BaseException) and exc is not _recorded_by_hook:
+        _record(type(exc), exc, thread=threading.main_thread().name)
 
 
 def _wrap_thread_hook(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from ringtrace.client.launch.launch_options import settings_from
+from ringtrace.client.launch.launch_options import OPTIONS, settings_from
 from ringtrace.client.launch.program import CannotOpen, check_program, run_program
 from ringtrace.client.launch.recording_start import start_recording
 from ringtrace.client.launch.run_arguments import USAGE, parse_run_arguments, run_help
@@ -36,6 +36,8 @@ COLLECTOR_SUBCOMMANDS: Final = (
     ("replay", "send a file's events to a collector, which serves them as live data"),
 )
 _COLLECTOR_ENTRY = "ringtrace.collector.command.entry"
+#: ``RINGTRACE_PROCESS_NAME``: read by ``run``, never handed to the program's children.
+_PROCESS_NAME_VARIABLE: Final = next(option.variable for option in OPTIONS if option.field == "process_name")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,8 +70,11 @@ def _run(argv: list[str]) -> int:
     except CannotOpen as exc:
         print(f"ringtrace run: {exc}", file=sys.stderr)
         return 2
-    # Children (subprocesses, multiprocessing's spawn and forkserver children) record with the same settings.
+    # Children (subprocesses, multiprocessing's spawn and forkserver children) record with the same settings; the
+    # process name is this process's alone, even where it came from the environment: each child is named after its own
+    # program (or, in multiprocessing, its parent and itself), as without it.
     os.environ.update(settings.children_environment())
+    os.environ.pop(_PROCESS_NAME_VARIABLE, None)
     start_recording(settings, settings.process_name or program.name)
     try:
         return run_program(program)

@@ -123,11 +123,15 @@ def _is_zip(path: str) -> bool:
 
 def _report(exc: BaseException) -> None:
     """The traceback ``python`` prints: through ``sys.excepthook`` (the program's own, if it set one), starting at
-    the program's first frame."""
+    the program's first frame; and, as ``python`` does, the exception left in ``sys.last_exc`` and the like."""
     traceback = exc.__traceback__
     while traceback is not None and traceback.tb_frame.f_code.co_filename == __file__:
         traceback = traceback.tb_next
     exc.__traceback__ = traceback
+    # What python leaves for the exit (and for post-mortem debugging) before it calls the hook.
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, traceback
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
     try:
         sys.excepthook(type(exc), exc, traceback)
     except Exception:  # a hook that fails: python says so in its own words, and so the default hook does here

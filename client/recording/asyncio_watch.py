@@ -35,17 +35,17 @@ _waiting: list[Callable[[ModuleType], None]] = []
 
 def is_task(owner: object) -> TypeGuard[Task[Any]]:
     """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one)."""
-    tasks = _tasks()
-    return tasks is not None and isinstance(owner, tasks.Task)
+    task_class = getattr(_tasks(), "Task", None)
+    return task_class is not None and isinstance(owner, task_class)
 
 
 def current_task() -> Task[Any] | None:
     """The task the running loop of this thread runs (None: none, or no loop, or asyncio not imported)."""
-    tasks = _tasks()
-    if tasks is None:
+    current = getattr(_tasks(), "current_task", None)
+    if current is None:
         return None
     try:
-        task: Task[Any] | None = tasks.current_task()
+        task: Task[Any] | None = current()
     except RuntimeError:  # no running loop
         return None
     return task
@@ -65,7 +65,8 @@ def when_asyncio(callback: Callable[[ModuleType], None]) -> None:
 def _tasks() -> ModuleType | None:
     """``asyncio.tasks`` once it has run, else None. While another thread imports it, it is in ``sys.modules`` half
     run, with no ``Task`` yet: the flusher's sweep (``drain``) asked it of every buffer then, and the AttributeError
-    lost the events the sweep had taken."""
+    lost the events the sweep had taken. (Its callers still read what they need with a default: a module may lack
+    its spec's mark.)"""
     tasks = sys.modules.get("asyncio.tasks")
     return tasks if _loaded(tasks) else None
 

@@ -15,25 +15,33 @@ without one is not (``sample_flags``). The document, written once the walk is do
      "capture": {...}}                      the window read and the query, as snapshots say it
 
 Nodes come in the order they were first seen: a node's caller comes before it.
+
+A ``limit`` counts samples alone: the newest N samples the other parameters select, not the newest N events of every
+kind (a window of many spans would hold few samples). The capture says the query as it was given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from typing import Final
 
 import orjson
 from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_flags, sample_stack
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
-from ringtrace.collector.read.selection import EVERYTHING, EventFilter
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 
 __all__ = ["flame_graph_chunks"]
+
+#: Samples' category (``selection.category_of``).
+_SAMPLES: Final = "sample"
 
 
 def flame_graph_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
     """Yield the pieces of one ``/flamegraph`` document of the samples ``selected`` (b"" while the walk goes on:
     the reader may hand over its step)."""
-    walk = EventWalk(view, selected)
+    walk = EventWalk(view, _samples_counted(selected))
     stacks = StackNodes()
     self_counts: dict[int, int] = {}
     samples = 0
@@ -62,6 +70,14 @@ def flame_graph_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -
             "self": [self_counts.get(node_id, 0) for node_id in range(1, len(nodes) + 1)],
             "total": totals[1:],
         },
-        "capture": walk.capture(),
+        "capture": {**walk.capture(), "query": selected.describe()},
     }
     yield orjson.dumps(document)
+
+
+def _samples_counted(selected: EventFilter) -> EventFilter:
+    """``selected`` with its ``limit`` counting samples alone (their category; one that takes no sample keeps
+    its own: the graph is empty either way). Without a limit, as it is: the walk decodes the samples alone anyway."""
+    if selected.limit is None or (selected.category is not None and not selected.category(_SAMPLES)):
+        return selected
+    return dataclasses.replace(selected, category=Pattern(_SAMPLES))

@@ -39,7 +39,7 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     {
         "method": "GET",
         "path": "/flamegraph",
-        "does": "the selected samples' stacks as one tree, for the web view; filters",
+        "does": "the selected samples' stacks as one tree, for the web view; filters (limit: samples)",
     },
     {"method": "GET", "path": "/sources", "does": "every process, thread and source: held, rates, losses"},
     {"method": "GET", "path": "/stats", "does": "collector totals"},

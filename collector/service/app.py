@@ -364,7 +364,7 @@ class Collector:
 
 
 def _ingest_limits(config: CollectorConfig) -> Limits:
-    """What a client's stream may declare (``--max-frame-bytes``, ``--max-strings``, ...)."""
+    """What a client's stream may declare (``--max-frame-bytes``, ``--max-strings``, ...), as WELCOME states it."""
     return Limits(
         config.max_frame_bytes,
         config.max_strings,
@@ -372,6 +372,8 @@ def _ingest_limits(config: CollectorConfig) -> Limits:
         config.max_kinds,
         config.max_string_bytes,
         config.max_schema_bytes,
+        max_stacks=config.max_stacks,
+        max_stack_frames=config.max_stack_frames,
     )
 
 

@@ -72,6 +72,8 @@ class CollectorConfig:
     max_strings: int = declared("max_strings")
     max_tracks: int = declared("max_tracks")
     max_kinds: int = declared("max_kinds")
+    max_stacks: int = declared("max_stacks")
+    max_stack_frames: int = declared("max_stack_frames")
     max_string_bytes: int = declared("max_string_bytes")
     max_schema_bytes: int = declared("max_schema_bytes")
     handshake_timeout_s: float = declared("handshake_timeout_s")

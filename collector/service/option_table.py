@@ -23,7 +23,13 @@ from ringtrace.collector.service.jetstream_options import JETSTREAM_OPTIONS
 from ringtrace.collector.service.option_row import Option
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
 from ringtrace.collector.store.segment_buffers import FSYNC_POLICIES
-from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, MAX_MAX_FRAME_BYTES, MIN_MAX_FRAME_BYTES
+from ringtrace.wire.frame_types import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_STACK_FRAMES,
+    DEFAULT_MAX_STACKS,
+    MAX_MAX_FRAME_BYTES,
+    MIN_MAX_FRAME_BYTES,
+)
 from ringtrace.wire.parsing import check_token, environment_token, parse_address, parse_size, read_token_file
 
 __all__ = ["OPTIONS", "parse_listen_address"]
@@ -313,6 +319,26 @@ OPTIONS: Final[tuple[Option, ...]] = (
         range=(2, _U32),
     ),
     Option("max_kinds", "event kinds one connection may declare", 1_000, range=(2, _U32)),
+    Option(
+        "max_stacks",
+        "sampled stack nodes (a stack's frames, shared with the stacks that begin the same way) one connection may "
+        "declare; clients adopt it, and a sample whose stack does not fit is kept without it; 0: no stack",
+        DEFAULT_MAX_STACKS,
+        flag="--max-stacks",
+        parse=int,
+        metavar="N",
+        range=(0, _U32),
+    ),
+    Option(
+        "max_stack_frames",
+        "code locations (function, file, line) of sampled stacks one connection may declare; clients adopt it, and "
+        "a sample whose stack does not fit is kept without it; 0: no stack",
+        DEFAULT_MAX_STACK_FRAMES,
+        flag="--max-stack-frames",
+        parse=int,
+        metavar="N",
+        range=(0, _U32),
+    ),
     Option(
         "token",
         "require the token in FILE (one trailing newline ignored) of every client (in HELLO) and HTTP request "

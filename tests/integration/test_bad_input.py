@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 
 from collector_process import CollectorProcess, RawClient, closed_by_peer, events, hello, run_workload
 from ringtrace.wire.arg_values import MAX_STRING_CHARS
 from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, IGNORABLE, PROTOCOL_VERSIONS, FrameType
 from ringtrace.wire.frames import Goodbye, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Welcome
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.table_frames import Strings, Track
+from sampled_program import HOT_PROGRAM
 
 
 def _connect(address: str) -> socket.socket:
@@ -85,6 +89,39 @@ def test_unknown_ignorable_frames_are_skipped_and_tracks_over_the_limit_refused(
             raw.send(Track(3, 0, "one too many", 103))
             assert raw.closed_by_peer()
         collector.wait_for_log(lambda line: "exceeds max_tracks=3" in line)
+    finally:
+        collector.stop()
+
+
+def test_the_stack_limits_are_stated_in_welcome_adopted_by_a_client_and_enforced() -> None:
+    where, main, spin = ("<module>", "app.py", 1), ("main", "app.py", 5), ("spin", "app.py", 9)
+    collector = CollectorProcess("--max-stacks", "3", env={**os.environ, "RINGTRACE_MAX_STACK_FRAMES": "3"})
+    try:
+        with RawClient(collector.tcp_address) as raw:
+            assert isinstance(raw.answer, Welcome)
+            assert (raw.answer.max_stacks, raw.answer.max_stack_frames) == (3, 3)
+            raw.send(Stacks(0, (where, main, spin), 0, ((None, 0), (0, 1), (1, 2))))  # at both limits
+            raw.flush()  # still connected
+            raw.send(Stacks(3, (("one", "too many", 1),), 3, ()))
+            assert raw.closed_by_peer()
+        collector.wait_for_log(lambda line: "code location count: 4 exceeds max_stack_frames=3" in line)
+        with RawClient(collector.tcp_address) as raw:
+            raw.send(Stacks(0, (where,), 0, ((None, 0), (0, 0), (1, 0), (2, 0))))
+            assert raw.closed_by_peer()
+        collector.wait_for_log(lambda line: "stack count: 4 exceeds max_stacks=3" in line)
+        # A sampled program keeps within them: the stacks that fit are declared (which do depends on where the
+        # first samples fell), the others' samples come without one, and its connection is never refused.
+        done = subprocess.run(
+            [sys.executable, "-c", HOT_PROGRAM, collector.tcp_address], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        status, body = collector.get("/flamegraph?process=busy")
+        assert status == 200, body
+        graph = json.loads(body)
+        assert graph["samples"] >= 20 and len(graph["nodes"]["function"]) <= 3, graph
+        (busy,) = (p for p in collector.json("/sources")["processes"] if p["process_name"] == "busy")
+        assert (busy["rejected_events"], busy["client_dropped_events"]) == (0, 0)
+        assert not [line for line in collector.lines if "closing connection" in line and "busy" in line]
     finally:
         collector.stop()
 

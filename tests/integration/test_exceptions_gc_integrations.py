@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, events, metadata
+from launching import RINGTRACE, program_environment
+from waiting import wait_for
 
 #: Runs the program given after the collector's address, with ringtrace connected and every integration of this
 #: helper applied when the address is not "-": the program's code and line numbers are the same either way.
@@ -97,8 +100,46 @@ raise KeyError("k")
     plain, recorded = run("-", program), run(collector.tcp_address, program)
     assert (recorded.returncode, recorded.stdout, recorded.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     assert plain.stdout == "program's hook: KeyError 'k'\n"
-    # The program replaced the hook after ringtrace's was installed: its own runs, and ringtrace sees nothing.
-    assert uncaught(collector.snapshot()) == []
+    # The program replaced the hook after ringtrace's was installed: its own runs, and the exception Python left in
+    # sys is recorded at exit (once); the thread's SystemExit is not.
+    assert uncaught(collector.snapshot()) == [{"type": "KeyError", "message": "'k'", "thread": "MainThread"}]
+
+
+REPLACED_HOOK = """
+import sys
+def own_hook(exc_type, exc, tb):
+    print("own hook:", exc_type.__name__, exc, flush=True)
+sys.excepthook = own_hook
+def handle():
+    raise ValueError("not handled")
+handle()
+"""
+
+
+def test_under_run_a_hook_the_program_set_later_still_leaves_the_instant(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "replaced.py").write_text(REPLACED_HOOK)
+    environment = program_environment()
+    plain = subprocess.run(
+        [sys.executable, "replaced.py"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60
+    )
+    recorded = subprocess.run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "replaced.py"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (recorded.returncode, recorded.stdout, recorded.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert (plain.returncode, plain.stdout) == (1, "own hook: ValueError not handled\n")
+    wait_for(
+        lambda: uncaught(collector.snapshot()),
+        timeout_s=60,
+        what="the uncaught exception's instant",
+        until=lambda found: found == [{"type": "ValueError", "message": "not handled", "thread": "MainThread"}],
+    )
 
 
 def test_an_exception_whose_str_fails_is_recorded_by_its_type_and_printed_as_before(

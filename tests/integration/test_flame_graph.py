@@ -115,6 +115,23 @@ def test_the_flame_graph_counts_the_samples_selected(sampled: CollectorProcess) 
     assert flame_graph(sampled, "?since=-60s&until=-59s")["samples"] == 0
 
 
+def test_a_flame_graph_s_limit_counts_samples_alone(sampled: CollectorProcess) -> None:
+    # The newest 5 samples (one on "other", the main thread's last four: hot once, cold three times), whatever the
+    # spans among them: a limit of every kind of event would leave 3 samples of the newest 5 events.
+    document = flame_graph(sampled, "?limit=5")
+    assert document["samples"] == 5
+    assert counted(document) == {
+        ("main",): (0, 5),
+        ("main", "work"): (0, 5),
+        ("main", "work", "hot"): (1, 1),
+        ("main", "work", "cold"): (4, 4),
+    }
+    assert document["capture"]["query"] == {"limit": 5}  # (as given)
+    assert flame_graph(sampled, "?limit=5&track=MainThread")["samples"] == 5
+    assert flame_graph(sampled, "?limit=100")["samples"] == 13
+    assert flame_graph(sampled, "?limit=5&category=span")["samples"] == 0
+
+
 @pytest.mark.parametrize(("query", "named"), [("?since=soon", "since"), ("?format=chrome", "format"), ("?x=1", "x")])
 def test_a_bad_flame_graph_parameter_is_a_400_naming_it(sampled: CollectorProcess, query: str, named: str) -> None:
     status, body = sampled.get("/flamegraph" + query)

@@ -284,11 +284,11 @@ def test_pool_children_deliver_what_they_recorded(
     assert {(e["args"]["k"], e["args"]["i"]) for e in tasks} == {(k, i) for k in range(4) for i in range(100)}
     names = {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
     workers = {names[e["pid"]] for e in tasks}
-    if method == "fork":
-        assert workers == {"parent"}  # a forked child is a copy: it keeps the name
-    else:
-        kind = {"spawn": "Spawn", "forkserver": "ForkServer"}[method]
-        assert workers and all(re.fullmatch(rf"web \({kind}PoolWorker-\d+\)", name) for name in workers), workers
+    # Named after the parent and itself, whatever the start method (a fork child's copy of its parent's connection
+    # takes its name once multiprocessing has made it a Process).
+    parent = "parent" if method == "fork" else "web"
+    kind = {"fork": "Fork", "spawn": "Spawn", "forkserver": "ForkServer"}[method]
+    assert workers and all(re.fullmatch(rf"{parent} \({kind}PoolWorker-\d+\)", name) for name in workers), workers
 
 
 _PROCESS = """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from launching import RINGTRACE, program_environment, run, wait_for_names
+from launching import RINGTRACE, names_seen, program_environment, run, wait_for_names
 
 #: name -> (the program's files, how it is started after `python` / `ringtrace run ...`, the process names under run)
 PROGRAMS: dict[str, tuple[dict[str, str], list[str], dict[str, int]]] = {
@@ -124,16 +124,24 @@ PROGRAMS: dict[str, tuple[dict[str, str], list[str], dict[str, int]]] = {
                 def report(method):
                     print("in", method, multiprocessing.current_process().name, flush=True)
                 if __name__ == "__main__":
-                    for method in ("spawn", "forkserver"):
+                    for method in ("spawn", "forkserver", "fork"):
                         context = multiprocessing.get_context(method)
                         child = context.Process(target=report, args=(method,))
                         child.start()
                         child.join()
                         print(method, child.exitcode)
+                    with multiprocessing.get_context("fork").Pool(1) as pool:
+                        print("fork pool", pool.map(square, [2, 3]))
             """
         },
         ["pools.py"],
-        {"pools.py": 1, "pools.py (SpawnProcess-1)": 1, "pools.py (ForkServerProcess-2)": 1},
+        {
+            "pools.py": 1,
+            "pools.py (SpawnProcess-1)": 1,
+            "pools.py (ForkServerProcess-2)": 1,
+            "pools.py (ForkProcess-3)": 1,
+            "pools.py (ForkPoolWorker-4)": 1,
+        },
     ),
     "subprocess": (
         {
@@ -206,6 +214,38 @@ def test_the_process_name_flag_names_the_program_and_not_its_children(
     )
     assert done.returncode == 0, done.stderr
     wait_for_names(collector, Counter({"web-1": 1, "child.py": 1}))
+
+
+def test_a_process_name_from_the_environment_names_the_program_and_not_its_children(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # RINGTRACE_PROCESS_NAME given to run, as --process-name is: its children (a subprocess, a pool's workers started
+    # by spawn and by fork) are named as without it, after their own program or their parent and themselves.
+    _write(
+        tmp_path,
+        {
+            "named.py": """
+                import multiprocessing, subprocess, sys
+                def square(x):
+                    return x * x
+                if __name__ == "__main__":
+                    for method in ("spawn", "fork"):
+                        with multiprocessing.get_context(method).Pool(1) as pool:
+                            print(method, pool.map(square, [2, 3]))
+                    subprocess.run([sys.executable, "child.py"], check=True)
+            """,
+            "child.py": "print('child')\n",
+        },
+    )
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "named.py"],
+        tmp_path,
+        program_environment(RINGTRACE_PROCESS_NAME="web-1"),
+    )
+    assert (done.returncode, done.stdout) == (0, "spawn [4, 9]\nfork [4, 9]\nchild\n"), done.stderr
+    expected = Counter({"web-1": 1, "web-1 (SpawnPoolWorker-1)": 1, "web-1 (ForkPoolWorker-2)": 1, "child.py": 1})
+    wait_for_names(collector, expected)
+    assert names_seen(collector) == expected  # (and no other: no child under the parent's name)
 
 
 @pytest.mark.parametrize(

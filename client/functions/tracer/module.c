@@ -111,6 +111,8 @@ tracer_start(Tracer *self, PyObject *unused)
         return PyErr_Format(PyExc_RuntimeError, "Tracer.start: the tracer was cleared");
     }
     rt_reset_stacks(self); /* what was open when it last stopped was closed then */
+    rt_clock_init(); /* once: the first start() measures the TSC's rate (2 ms) */
+    rt_clock_start(self);
     self->running = 1;
     rt_running = self;
     if (rt_hooks_start(self) < 0) {

@@ -24,13 +24,12 @@ thread_capsule_gone(PyObject *capsule)
     t->ended = 1;
     if (t->tracer != NULL && t->tracer->cache_buf == t) {
         t->tracer->cache_buf = NULL;
-        t->tracer->cache_tstate = NULL;
     }
     thread_release(t);
 }
 
 ThreadBuf *
-rt_thread_slow(Tracer *self, PyThreadState *tstate)
+rt_thread_slow(Tracer *self, pthread_t thread)
 {
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -52,7 +51,7 @@ rt_thread_slow(Tracer *self, PyThreadState *tstate)
             goto done;
         }
         t->tracer = self;
-        t->tstate = tstate;
+        t->thread = thread;
         t->ident = PyThread_get_thread_ident();
         t->data = malloc((size_t)self->buffer_bytes); /* NULL: every call of this thread is dropped (counted) */
         t->refs = 1;
@@ -78,7 +77,7 @@ rt_thread_slow(Tracer *self, PyThreadState *tstate)
         found = t;
     }
     if (!found->ended) {
-        self->cache_tstate = tstate;
+        self->cache_thread = thread;
         self->cache_buf = found;
     }
 done:
@@ -86,8 +85,8 @@ done:
     return found;
 }
 
-static void
-call_wake(Tracer *self)
+void
+rt_call_wake(Tracer *self)
 {
     PyObject *wake = self->wake;
     if (wake == Py_None) {
@@ -105,28 +104,8 @@ call_wake(Tracer *self)
     PyErr_Restore(saved_type, saved_value, saved_tb);
 }
 
-static inline void
-write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t loc, uint32_t kind)
-{
-    if (t->data == NULL || t->used > self->buffer_bytes - RT_RECORD_SIZE) {
-        self->dropped++;
-        return;
-    }
-    char *p = t->data + t->used;
-    memcpy(p, &start, 8);
-    memcpy(p + 8, &end, 8);
-    memcpy(p + 16, &loc, 4);
-    memcpy(p + 20, &kind, 4);
-    t->used += RT_RECORD_SIZE;
-    self->recorded++;
-    if (!t->woke && t->used > self->buffer_bytes / 2) {
-        t->woke = 1;
-        call_wake(self);
-    }
-}
-
-static int
-grow_stack(ThreadBuf *t)
+int
+rt_grow_stack(ThreadBuf *t)
 {
     Py_ssize_t capacity = t->capacity ? t->capacity * 2 : 64;
     OpenCall *stack = realloc(t->stack, (size_t)capacity * sizeof(OpenCall));
@@ -138,67 +117,34 @@ grow_stack(ThreadBuf *t)
     return 0;
 }
 
-void
-rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
+/* An end whose key is not on top: a missed end (of a C call, say). Closes what is above this key's entry and
+   returns 1, or returns 0 when the key is not open at all. */
+int
+rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
 {
-    if (t->lost || (t->depth == t->capacity && grow_stack(t) < 0)) {
-        t->lost++;
-        return;
+    Py_ssize_t i = t->depth - 1;
+    while (i > 0 && t->stack[i - 1].key != key) {
+        i--;
     }
-    OpenCall *call = &t->stack[t->depth++];
-    call->key = key;
-    call->loc = loc;
-    call->record = self->max_depth == 0 || t->depth <= self->max_depth;
-    call->start = call->record ? rt_now_ns() : 0;
-}
-
-/* The open call on top ends at `end` as `kind`. */
-static inline void
-end_top(Tracer *self, ThreadBuf *t, int64_t end, uint32_t kind)
-{
-    OpenCall *call = &t->stack[--t->depth];
-    if (call->record && end - call->start >= self->min_duration_ns) {
-        write_record(self, t, call->start, end, call->loc, kind);
+    if (i == 0) {
+        return 0;
     }
-}
-
-void
-rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
-{
-    if (t->lost) {
-        t->lost--;
-        self->dropped++;
-        return;
+    int64_t now = rt_ticks();
+    while (t->depth > i) {
+        rt_end_top(self, t, now, RT_CALL);
     }
-    if (t->depth == 0) {
-        return; /* a call begun before start() */
-    }
-    if (t->stack[t->depth - 1].key != key) {
-        /* A missed end (of a C call, say): close what is above this key's entry, if it is open at all. */
-        Py_ssize_t i = t->depth - 1;
-        while (i > 0 && t->stack[i - 1].key != key) {
-            i--;
-        }
-        if (i == 0) {
-            return;
-        }
-        int64_t now = rt_now_ns();
-        while (t->depth > i) {
-            end_top(self, t, now, RT_CALL);
-        }
-    }
-    end_top(self, t, t->stack[t->depth - 1].record ? rt_now_ns() : 0, kind);
+    return 1;
 }
 
 void
 rt_close_open_calls(Tracer *self)
 {
-    int64_t now = rt_now_ns();
+    int64_t now = rt_ticks();
     for (ThreadBuf *t = self->threads; t != NULL; t = t->next) {
         self->dropped += (uint64_t)t->lost;
         t->lost = 0;
         while (t->depth > 0) {
-            end_top(self, t, now, RT_CALL);
+            rt_end_top(self, t, now, RT_CALL);
         }
     }
 }
@@ -219,6 +165,9 @@ rt_drain(Tracer *self)
     if (runs == NULL) {
         return NULL;
     }
+    int64_t ticks, ns;
+    double ns_per_tick;
+    rt_clock_line(self, &ticks, &ns, &ns_per_tick);
     ThreadBuf **link = &self->threads;
     while (*link != NULL) {
         ThreadBuf *t = *link;
@@ -227,7 +176,11 @@ rt_drain(Tracer *self)
             /* Allocating may run Python code (the garbage collector), which may record on this thread: what is
                written meanwhile stays for the next drain. */
             t->refs++; /* kept while Python code may run */
-            PyObject *run = Py_BuildValue("(ky#)", t->ident, t->data, taken);
+            PyObject *records = PyBytes_FromStringAndSize(t->data, taken);
+            if (records != NULL) {
+                rt_ticks_to_ns(PyBytes_AS_STRING(records), taken, ticks, ns, ns_per_tick);
+            }
+            PyObject *run = records == NULL ? NULL : Py_BuildValue("(kN)", t->ident, records);
             int gone = t->tracer != self;
             if (!gone && run != NULL) {
                 memmove(t->data, t->data + taken, (size_t)(t->used - taken));
@@ -250,7 +203,7 @@ rt_drain(Tracer *self)
             *link = t->next;
             if (self->cache_buf == t) {
                 self->cache_buf = NULL;
-                self->cache_tstate = NULL;
+
             }
             t->tracer = NULL;
             thread_release(t);
@@ -268,7 +221,7 @@ rt_forget_threads(Tracer *self)
     ThreadBuf *t = self->threads;
     self->threads = NULL;
     self->cache_buf = NULL;
-    self->cache_tstate = NULL;
+
     while (t != NULL) {
         ThreadBuf *next = t->next;
         t->tracer = NULL;

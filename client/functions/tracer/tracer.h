@@ -12,19 +12,20 @@ What it does, and why it is safe to do it this way:
 - Where a code object is recorded is decided once per tracer: the decide callable's answer and the location index
   are kept in the code object's co_extra slot as one word, tagged with the tracer's generation (a tracer started
   later asks again). No dict lookup on the hot path.
-- A thread finds its buffer through a one-entry cache keyed by its thread state; on a miss, through a capsule kept in
+- A thread finds its buffer through a one-entry cache keyed by its pthread_t; on a miss, through a capsule kept in
   the thread state dict, whose destructor (run when the thread state is cleared, as the thread ends) marks the buffer
-  ended and empties the cache, so that a thread state allocated later at the same address never finds it.
+  ended and empties the cache, so that a thread started later with the same pthread_t never finds it.
 - Only one tracer runs at a time (sys.monitoring gives a tool its events; the profile function is per thread).
 - Calls already running at start() left no entry: their ends find the thread's stack empty and are ignored, as are
   the ends of code not recorded. An end whose key is not on top of the stack (a missed event) closes the calls above
   its entry, or is ignored when its key is not open at all.
 - Everything runs with the GIL held. Python code the tracer calls (decide, wake, allocations that collect garbage)
   may let other threads run, so no pointer into shared state is held across such a call but a thread's own buffer.
-- Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- Timestamps handed over are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this
+  builds on; records hold ticks until drain() turns them into ns (clock.c).
 
 The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
-(a code object's or C callable's location index, decide), monitoring.c (3.12+: the sys.monitoring callbacks, start
+(a code object's or C callable's location index, decide), clock.c (ticks and ns), monitoring.c (3.12+: the sys.monitoring callbacks, start
 and stop), profile.c (3.11: the profile function, start and stop), module.c (the Tracer type and the module). */
 
 #ifndef RINGTRACE_FUNCTIONS_TRACER_H
@@ -37,6 +38,7 @@ and stop), profile.c (3.11: the profile function, start and stop), module.c (the
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #if defined(_WIN32) || defined(__APPLE__) || defined(__hpux)
 #error "time.monotonic_ns() is not CLOCK_MONOTONIC here; ringtrace uses its Python function tracer"
@@ -53,6 +55,13 @@ and stop), profile.c (3.11: the profile function, start and stop), module.c (the
 
 #define RT_MONITORING (PY_VERSION_HEX >= 0x030C0000) /* sys.monitoring (3.12+); else the profile function (3.11) */
 
+#if defined(__x86_64__) && defined(__linux__)
+#define RT_TSC 1 /* records hold the TSC where the kernel's clocksource is the TSC (clock.c) */
+#include <x86intrin.h>
+#else
+#define RT_TSC 0
+#endif
+
 /* wire/model.py: CALL and CALL_RAISED; wire/call_records.py: RECORD. */
 #define RT_CALL 11u
 #define RT_CALL_RAISED 12u
@@ -61,7 +70,7 @@ and stop), profile.c (3.11: the profile function, start and stop), module.c (the
 
 /* One open call on a thread's stack. */
 typedef struct {
-    int64_t start;    /* monotonic ns; unused when !record */
+    int64_t start;    /* ticks (clock.c); unused when !record */
     const void *key;  /* the code object (Python) or the callable (C): compared, never dereferenced */
     uint32_t loc;     /* location index */
     uint32_t record;  /* 0: deeper than max_depth, no record at its end */
@@ -74,7 +83,7 @@ typedef struct Tracer Tracer;
 typedef struct ThreadBuf {
     struct ThreadBuf *next;
     Tracer *tracer;           /* NULL once the tracer is gone */
-    PyThreadState *tstate;    /* compared only */
+    pthread_t thread;         /* compared only */
     unsigned long ident;      /* threading.get_ident() of the thread */
     char *data;               /* records; NULL: every call is dropped */
     Py_ssize_t used;          /* bytes of records in data */
@@ -101,6 +110,9 @@ struct Tracer {
     PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
     PyObject *weakrefs;
     int64_t min_duration_ns;
+    int64_t min_duration_ticks;
+    int64_t anchor_ticks, anchor_ns; /* clock.c: where the line from ticks to ns goes through */
+    double ns_per_tick;
     Py_ssize_t max_depth;   /* 0: no limit */
     Py_ssize_t buffer_bytes; /* a whole number of records */
     int builtins;
@@ -108,7 +120,7 @@ struct Tracer {
     int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
     uint32_t generation;    /* tags the co_extra words this tracer wrote */
     ThreadBuf *threads;
-    PyThreadState *cache_tstate;
+    pthread_t cache_thread;
     ThreadBuf *cache_buf;
     uint64_t dropped, recorded;
     CFunctionLocation *c_locations;
@@ -127,34 +139,113 @@ rt_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline PyThreadState *
-rt_current_tstate(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyThreadState_GetUnchecked();
-#else
-    return _PyThreadState_UncheckedGet();
+#if RT_TSC
+extern int rt_use_tsc;
 #endif
+
+/* A record's timestamp as written: see clock.c. */
+static inline int64_t
+rt_ticks(void)
+{
+#if RT_TSC
+    if (rt_use_tsc) {
+        return (int64_t)__rdtsc();
+    }
+#endif
+    return rt_now_ns();
 }
 
+/* clock.c */
+void rt_clock_init(void);
+void rt_clock_start(Tracer *self);
+void rt_clock_line(Tracer *self, int64_t *ticks, int64_t *ns, double *ns_per_tick);
+void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, double ns_per_tick);
+
+
 /* threads.c */
-ThreadBuf *rt_thread_slow(Tracer *self, PyThreadState *tstate);
-void rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc);
-void rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind);
+ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
+void rt_call_wake(Tracer *self);
+int rt_grow_stack(ThreadBuf *t);
+int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);
 void rt_reset_stacks(Tracer *self);
 PyObject *rt_drain(Tracer *self);
 void rt_forget_threads(Tracer *self);
 
-/* This thread's buffer (NULL: none could be made, the call is dropped and counted). */
+/* This thread's buffer (NULL: none could be made, the call is dropped and counted). The cache is keyed by the
+   thread, not its thread state (no thread-local read through the interpreter's library): a thread's buffer is
+   forgotten (cache emptied) when its thread state is cleared, before another thread can have its pthread_t. */
 static inline ThreadBuf *
 rt_thread(Tracer *self)
 {
-    PyThreadState *tstate = rt_current_tstate();
-    if (tstate == self->cache_tstate && self->cache_buf != NULL) {
+    pthread_t thread = pthread_self();
+    if (self->cache_buf != NULL && pthread_equal(thread, self->cache_thread)) {
         return self->cache_buf;
     }
-    return rt_thread_slow(self, tstate);
+    return rt_thread_slow(self, thread);
+}
+
+/* The hot path: a call's record, and a thread's stack of open calls. */
+
+static inline void
+rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t loc, uint32_t kind)
+{
+    if (t->used > self->buffer_bytes - RT_RECORD_SIZE || t->data == NULL) {
+        self->dropped++;
+        return;
+    }
+    char *p = t->data + t->used;
+    memcpy(p, &start, 8);
+    memcpy(p + 8, &end, 8);
+    memcpy(p + 16, &loc, 4);
+    memcpy(p + 20, &kind, 4);
+    t->used += RT_RECORD_SIZE;
+    self->recorded++;
+    if (t->used > self->buffer_bytes / 2 && !t->woke) {
+        t->woke = 1;
+        rt_call_wake(self);
+    }
+}
+
+static inline void
+rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
+{
+    if (t->lost || (t->depth == t->capacity && rt_grow_stack(t) < 0)) {
+        t->lost++;
+        return;
+    }
+    OpenCall *call = &t->stack[t->depth++];
+    call->key = key;
+    call->loc = loc;
+    call->record = self->max_depth == 0 || t->depth <= self->max_depth;
+    call->start = call->record ? rt_ticks() : 0;
+}
+
+/* The open call on top ends at `end` as `kind`. */
+static inline void
+rt_end_top(Tracer *self, ThreadBuf *t, int64_t end, uint32_t kind)
+{
+    OpenCall *call = &t->stack[--t->depth];
+    if (call->record && end - call->start >= self->min_duration_ticks) {
+        rt_write_record(self, t, call->start, end, call->loc, kind);
+    }
+}
+
+static inline void
+rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
+{
+    if (t->lost) {
+        t->lost--;
+        self->dropped++;
+        return;
+    }
+    if (t->depth == 0) {
+        return; /* a call begun before start() */
+    }
+    if (t->stack[t->depth - 1].key != key && !rt_close_above(self, t, key)) {
+        return;
+    }
+    rt_end_top(self, t, t->stack[t->depth - 1].record ? rt_ticks() : 0, kind);
 }
 
 /* locations.c */
@@ -162,20 +253,22 @@ int rt_code_location_first(Tracer *self, PyObject *code, PyFrameObject *frame, u
 int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
 
+/* CPython's _PyCodeObjectExtra (Include/internal/pycore_code.h), what a code object's co_extra points to. */
+typedef struct {
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} RtCodeExtra;
+
 /* Whether the code object is recorded (1, *loc set), not (0), or not yet decided by this tracer (-1). */
 static inline int
 rt_code_decided(Tracer *self, PyObject *code, uint32_t *loc)
 {
-    void *extra = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    if (PyUnstable_Code_GetExtra(code, rt_code_extra_index, &extra) < 0) {
-#else
-    if (_PyCode_GetExtra(code, rt_code_extra_index, &extra) < 0) {
-#endif
-        PyErr_Clear();
+    /* PyUnstable_Code_GetExtra without the call: co_extra is CPython's _PyCodeObjectExtra (3.11 to 3.13) */
+    const RtCodeExtra *extras = (const RtCodeExtra *)((PyCodeObject *)code)->co_extra;
+    if (extras == NULL || extras->ce_size <= rt_code_extra_index) {
         return -1;
     }
-    uint64_t word = (uint64_t)(uintptr_t)extra;
+    uint64_t word = (uint64_t)(uintptr_t)extras->ce_extras[rt_code_extra_index];
     if ((uint32_t)(word >> 32) != self->generation) {
         return -1;
     }

@@ -33,12 +33,11 @@ from types import CodeType
 from typing import Any
 
 from _common import interleave, median, table
-
 from ringtrace.wire.call_records import RECORD
 from ringtrace.wire.optional_c import load_optional
 
 sys.path.insert(0, str(Path(__file__).parent / "workloads"))
-import call_heavy  # noqa: E402
+import call_heavy
 
 TARGET = 0.8
 
@@ -60,9 +59,7 @@ class Measured:
         functions = load_optional("ringtrace.client._functions")
         assert functions is not None
         self.work = work
-        self.viztracer: Any = VizTracer(
-            tracer_entries=calls_hint * 2 + 1000, verbose=0, ignore_c_function=not builtins
-        )
+        self.viztracer: Any = VizTracer(tracer_entries=calls_hint * 2 + 1000, verbose=0, ignore_c_function=not builtins)
         self.locations: list[Any] = []
         self.tracer = functions.Tracer(
             everything, self.locations, builtins=builtins, buffer_bytes=(calls_hint * 2 + 1000) * RECORD.size
@@ -131,9 +128,7 @@ def main() -> int:
         ours_added = (median(times["ringtrace"]) - base) / calls
         ratio = ours_added / viz_added
         worst = max(worst, ratio)
-        rows.append(
-            [name, calls, base / calls, viz_added, ours_added, ratio, sum(measured.records), measured.dropped]
-        )
+        rows.append([name, calls, base / calls, viz_added, ours_added, ratio, sum(measured.records), measured.dropped])
     headers = ["workload", "calls", "untraced ns/call", "viztracer +ns", "ringtrace +ns", "ratio", "records", "dropped"]
     print(table(headers, rows, title="added ns per call (median wall time, traced - untraced, / calls)"))
     print(f"worst ratio ringtrace/viztracer {worst:.2f} (target <= {TARGET}): {'PASS' if worst <= TARGET else 'MISS'}")

@@ -15,23 +15,23 @@ set_code_word(PyObject *code, uint64_t word)
 #endif
 }
 
-/* The frame's globals' "__name__" (a new reference), "" if none. */
+/* globals' "__name__" (a new reference), "" if none; NULL globals: the current frame's. */
 static PyObject *
-module_name(PyFrameObject *frame)
+module_name(PyObject *globals)
 {
-    if (frame != NULL) {
-        PyObject *globals = PyFrame_GetGlobals(frame);
-        if (globals != NULL) {
-            PyObject *name = PyDict_Check(globals) ? PyDict_GetItemString(globals, "__name__") : NULL;
-            Py_XINCREF(name);
-            Py_DECREF(globals);
-            if (name != NULL && PyUnicode_Check(name)) {
-                return name;
-            }
-            Py_XDECREF(name);
-        }
-        PyErr_Clear();
+    PyObject *owned = NULL;
+    if (globals == NULL) {
+        PyFrameObject *frame = PyEval_GetFrame();
+        globals = owned = frame == NULL ? NULL : PyFrame_GetGlobals(frame);
     }
+    PyObject *name = globals != NULL && PyDict_Check(globals) ? PyDict_GetItemString(globals, "__name__") : NULL;
+    Py_XINCREF(name);
+    Py_XDECREF(owned);
+    PyErr_Clear();
+    if (name != NULL && PyUnicode_Check(name)) {
+        return name;
+    }
+    Py_XDECREF(name);
     return PyUnicode_FromString("");
 }
 
@@ -52,13 +52,13 @@ append_location(Tracer *self, PyObject *location)
 }
 
 int
-rt_code_location_first(Tracer *self, PyObject *code, PyFrameObject *frame, uint32_t *loc)
+rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc)
 {
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_THROW, PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     int recorded = 0;
     uint64_t word = (uint64_t)self->generation << 32;
-    PyObject *module = module_name(frame != NULL ? frame : PyEval_GetFrame());
+    PyObject *module = module_name(globals);
     PyObject *verdict = module == NULL ? NULL : PyObject_CallFunctionObjArgs(self->decide, code, module, NULL);
     Py_XDECREF(module);
     if (verdict == NULL) {

@@ -88,7 +88,7 @@ tracer_dealloc(Tracer *self)
     if (self->weakrefs != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    /* a running tracer is referenced by its hooks: it is stopped before it can go */
+    /* a running tracer is held by start() until stop(): it never goes while running */
     tracer_clear(self);
     Py_CLEAR(self->thread_key);
     rt_forget_threads(self);
@@ -114,10 +114,11 @@ tracer_start(Tracer *self, PyObject *unused)
     rt_clock_init(); /* once: the first start() measures the TSC's rate (2 ms) */
     rt_clock_start(self);
     self->running = 1;
-    rt_running = self;
+    rt_running = (Tracer *)Py_NewRef(self); /* a running tracer stays: the hooks find it there */
     if (rt_hooks_start(self) < 0) {
         self->running = 0;
         rt_running = NULL;
+        Py_DECREF(self);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -130,9 +131,10 @@ tracer_stop(Tracer *self, PyObject *unused)
         Py_RETURN_NONE;
     }
     self->running = 0;
-    rt_running = NULL;
     int failed = rt_hooks_stop(self);
     rt_close_open_calls(self);
+    rt_running = NULL;
+    Py_DECREF(self); /* start()'s: the caller holds another */
     if (failed) {
         return NULL;
     }

@@ -30,7 +30,7 @@ on_enter(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs, int local)
         Py_RETURN_NONE;
     }
     uint32_t loc;
-    int recorded = rt_code_location(self, args[0], NULL, &loc);
+    int recorded = rt_code_location(self, args[0], &loc);
     if (!recorded) {
         return local ? disable() : Py_NewRef(Py_None);
     }
@@ -102,7 +102,7 @@ on_call(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     uint32_t caller_loc, loc;
-    int recorded = rt_code_location(self, args[0], NULL, &caller_loc);
+    int recorded = rt_code_location(self, args[0], &caller_loc);
     if (!recorded) {
         return disable(); /* a C function's call is recorded where its caller's code is */
     }

@@ -1,5 +1,6 @@
-/* Python 3.11: the profile function, set on every thread state at start() and, through threading.setprofile, on
-   each thread started later (the first event of such a thread installs it in place of the Python-level hook). */
+/* Python 3.11 with C functions (builtins=True): the profile function, set on every thread state at start() and,
+   through threading.setprofile, on each thread started later (the first event of such a thread installs it in place
+   of the Python-level hook). Without C functions, the frame evaluation hook does (evalframe.c). */
 
 #include "tracer.h"
 
@@ -14,7 +15,7 @@ profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
     case PyTrace_CALL: {
         PyCodeObject *code = PyFrame_GetCode(frame); /* the frame keeps it alive */
         Py_DECREF(code);
-        if (rt_code_location(self, (PyObject *)code, frame, &loc) > 0 && self->running) {
+        if (rt_code_location(self, (PyObject *)code, &loc) > 0 && self->running) {
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_push(self, t, code, loc);
@@ -46,7 +47,7 @@ profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
         Py_DECREF(code);
         uint32_t caller_loc;
         if (what == PyTrace_C_CALL) {
-            if (rt_code_location(self, (PyObject *)code, frame, &caller_loc) > 0 && self->running &&
+            if (rt_code_location(self, (PyObject *)code, &caller_loc) > 0 && self->running &&
                 rt_c_location(self, arg, &loc)) {
                 ThreadBuf *t = rt_thread(self);
                 if (t != NULL) {
@@ -117,6 +118,9 @@ set_thread_hook(PyObject *hook)
 int
 rt_hooks_start(Tracer *self)
 {
+    if (!self->builtins) {
+        return rt_eval_hook_start(self);
+    }
     PyObject *hook = PyCFunction_New(&thread_hook_def, (PyObject *)self);
     if (hook == NULL) {
         return -1;
@@ -138,6 +142,10 @@ rt_hooks_start(Tracer *self)
 int
 rt_hooks_stop(Tracer *self)
 {
+    if (!self->builtins) {
+        rt_eval_hook_stop(self);
+        return 0;
+    }
     int failed = set_thread_hook(Py_None);
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts)) {

@@ -15,7 +15,7 @@ What it does, and why it is safe to do it this way:
 - A thread finds its buffer through a one-entry cache keyed by its pthread_t; on a miss, through a capsule kept in
   the thread state dict, whose destructor (run when the thread state is cleared, as the thread ends) marks the buffer
   ended and empties the cache, so that a thread started later with the same pthread_t never finds it.
-- Only one tracer runs at a time (sys.monitoring gives a tool its events; the profile function is per thread).
+- Only one tracer runs at a time (rt_running, which holds a reference to it until stop()).
 - Calls already running at start() left no entry: their ends find the thread's stack empty and are ignored, as are
   the ends of code not recorded. An end whose key is not on top of the stack (a missed event) closes the calls above
   its entry, or is ignored when its key is not open at all.
@@ -26,7 +26,8 @@ What it does, and why it is safe to do it this way:
 
 The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
 (a code object's or C callable's location index, decide), clock.c (ticks and ns), monitoring.c (3.12+: the sys.monitoring callbacks, start
-and stop), profile.c (3.11: the profile function, start and stop), module.c (the Tracer type and the module). */
+and stop), profile.c (3.11: the profile function, start and stop), evalframe.c (3.11 without C functions: the frame
+evaluation hook), module.c (the Tracer type and the module). */
 
 #ifndef RINGTRACE_FUNCTIONS_TRACER_H
 #define RINGTRACE_FUNCTIONS_TRACER_H
@@ -91,6 +92,8 @@ typedef struct ThreadBuf {
     Py_ssize_t depth, capacity;
     Py_ssize_t lost;          /* open calls that found no room on the stack (memory): their ends are dropped */
     int woke;                 /* wake was called since the last drain */
+    int busy;                 /* the tracer runs Python code on this thread (decide, wake): the frame evaluation
+                                 hook (3.11) lets its calls be, as the interpreter does for the other hooks */
     int ended;                /* the thread state was cleared: drained once more, then forgotten */
     int refs;
 } ThreadBuf;
@@ -203,7 +206,9 @@ rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t
     self->recorded++;
     if (t->used > self->buffer_bytes / 2 && !t->woke) {
         t->woke = 1;
+        t->busy++;
         rt_call_wake(self);
+        t->busy--;
     }
 }
 
@@ -249,7 +254,7 @@ rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
 }
 
 /* locations.c */
-int rt_code_location_first(Tracer *self, PyObject *code, PyFrameObject *frame, uint32_t *loc);
+int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc);
 int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
 
@@ -280,12 +285,13 @@ rt_code_decided(Tracer *self, PyObject *code, uint32_t *loc)
     return 1;
 }
 
-/* Whether the code object is recorded (1, *loc set) or not (0), deciding it when first met. */
+/* Whether the code object is recorded (1, *loc set) or not (0), deciding it when first met (its module: the current
+   frame's). */
 static inline int
-rt_code_location(Tracer *self, PyObject *code, PyFrameObject *frame, uint32_t *loc)
+rt_code_location(Tracer *self, PyObject *code, uint32_t *loc)
 {
     int decided = rt_code_decided(self, code, loc);
-    return decided >= 0 ? decided : rt_code_location_first(self, code, frame, loc);
+    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc);
 }
 
 /* A C function, as builtins=True records: a builtin function or method, or a method descriptor (list.append). */
@@ -298,5 +304,8 @@ rt_is_c_function(PyObject *callable)
 /* monitoring.c / profile.c: the interpreter's side of start() and stop(). */
 int rt_hooks_start(Tracer *self);
 int rt_hooks_stop(Tracer *self);
+/* evalframe.c (3.11) */
+int rt_eval_hook_start(Tracer *self);
+void rt_eval_hook_stop(Tracer *self);
 
 #endif

@@ -1,0 +1,91 @@
+/* Python 3.11 without C functions (builtins=False): the frame evaluation hook (PEP 523) in place of the profile
+   function, for its cost. The profile function makes the interpreter build a frame object, fetch and restore the
+   exception state and call it twice for every call; the hook is called once per frame evaluation (a call, or a
+   generator's or coroutine's resume) around the interpreter's own evaluation, and sees the same calls: it returns the
+   frame's result (NULL: an exception left it). Another hook in place (a debugger's) is chained, not replaced.
+
+   A generator's or coroutine's frame is also evaluated once when it is made (up to RETURN_GENERATOR, still owned by
+   the thread): not a call the profile function reports, nor this hook. */
+
+#include "tracer.h"
+
+#if !RT_MONITORING
+
+/* The head of CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner. */
+typedef struct {
+    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+    PyCodeObject *f_code;
+    PyObject *frame_obj;
+    void *previous, *prev_instr;
+    int stacktop;
+    char is_entry; /* bool */
+    char owner;    /* FRAME_OWNED_BY_THREAD: 0 */
+} RtFrame;
+
+#define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
+
+static _PyFrameEvalFunction chained; /* what evaluates frames under the hook: the interpreter's, or a debugger's */
+
+static PyObject *
+eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, int throwflag)
+{
+    Tracer *self = rt_running;
+    RtFrame *frame = (RtFrame *)interpreter_frame;
+    PyObject *code = (PyObject *)frame->f_code;
+    if (self == NULL || ((frame->f_code->co_flags & GENERATOR_FLAGS) && frame->owner == 0)) {
+        return chained(tstate, interpreter_frame, throwflag);
+    }
+    uint32_t loc;
+    int recorded = rt_code_decided(self, code, &loc);
+    if (recorded == 0) {
+        return chained(tstate, interpreter_frame, throwflag);
+    }
+    ThreadBuf *t = rt_thread(self);
+    if (t == NULL || t->busy) {
+        if (t == NULL && recorded > 0) {
+            self->dropped++;
+        }
+        return chained(tstate, interpreter_frame, throwflag);
+    }
+    if (recorded < 0) {
+        t->busy++; /* decide's own calls are not decided, nor recorded */
+        recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
+        t->busy--;
+        if (recorded == 0 || rt_running != self) {
+            return chained(tstate, interpreter_frame, throwflag);
+        }
+    }
+    uint32_t generation = self->generation;
+    rt_push(self, t, code, loc);
+    PyObject *result = chained(tstate, interpreter_frame, throwflag);
+    /* the tracer may have stopped (its open calls closed then), even been started again, or gone meanwhile */
+    self = rt_running;
+    if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
+        rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+    }
+    return result;
+}
+
+int
+rt_eval_hook_start(Tracer *self)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current != eval_hook) {
+        chained = current;
+        _PyInterpreterState_SetEvalFrameFunc(interp, eval_hook);
+    }
+    return 0;
+}
+
+void
+rt_eval_hook_stop(Tracer *self)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == eval_hook) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, chained);
+    }
+    /* else another hook was put in place over this one: it calls this one, which passes frames on untraced */
+}
+
+#endif

@@ -406,30 +406,37 @@ def test_a_decide_that_raises_leaves_its_code_unrecorded_and_the_program_running
 
 @pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
 def test_no_free_tool_id_is_a_clear_error() -> None:
+    # C functions are recorded through sys.monitoring (Python functions alone through the frame evaluation hook)
     monitoring = sys.monitoring
     taken = [tool for tool in (3, 4) if monitoring.get_tool(tool) is None]
     for tool in taken:
         monitoring.use_tool_id(tool, "someone else")
     try:
         with pytest.raises(RuntimeError, match=r"needs a free sys\.monitoring tool id, 4 or 3"):
-            Traced().tracer.start()
+            Traced(builtins=True).tracer.start()
+        assert Traced().run(recursion).here  # Python functions alone need no tool id
     finally:
         for tool in taken:
             monitoring.free_tool_id(tool)
-    assert Traced().run(recursion).here  # and free again, it runs
+    assert Traced(builtins=True).run(recursion).here  # and free again, it runs
 
 
 @pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
-def test_coverage_on_sys_monitoring_sees_its_lines_while_the_tracer_records(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("builtins", [False, True])
+def test_coverage_on_sys_monitoring_sees_its_lines_while_the_tracer_records(
+    monkeypatch: pytest.MonkeyPatch, builtins: bool
+) -> None:
     coverage = pytest.importorskip("coverage")
     monkeypatch.setenv("COVERAGE_CORE", "sysmon")
     cov = coverage.Coverage(data_file=None, include=[__file__])
     cov.start()
     try:
         assert sys.monitoring.get_tool(sys.monitoring.COVERAGE_ID) is not None  # coverage is on sys.monitoring
-        traced = Traced().run(catcher)
+        traced = Traced(builtins=builtins).run(catcher)
     finally:
         cov.stop()
+    # catcher's with statement calls contextlib.suppress (a class: not a C function), and its __exit__ (another
+    # module's code)
     assert traced.here == [("catcher", ("boom!",))]
     lines = set(cov.get_data().lines(__file__) or ())
     for function in (catcher, boom):

@@ -1,6 +1,7 @@
-/* Python 3.11 without C functions (builtins=False): the frame evaluation hook (PEP 523) in place of the profile
-   function, for its cost. The profile function makes the interpreter build a frame object, fetch and restore the
-   exception state and call it twice for every call; the hook is called once per frame evaluation (a call, or a
+/* Without C functions (builtins=False): the frame evaluation hook (PEP 523) in place of the profile function (3.11)
+   or sys.monitoring (3.12+), for its cost. The profile function makes the interpreter build a frame object, fetch and
+   restore the exception state and call it twice for every call; sys.monitoring calls a Python-level callable twice,
+   with a Python int made for the offset each time. The hook is called once per frame evaluation (a call, or a
    generator's or coroutine's resume) around the interpreter's own evaluation, and sees the same calls: it returns the
    frame's result (NULL: an exception left it). Another hook in place (a debugger's) is chained, not replaced.
 
@@ -9,9 +10,9 @@
 
 #include "tracer.h"
 
-#if !RT_MONITORING
-
-/* The head of CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner. */
+/* The head of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner
+   (FRAME_OWNED_BY_THREAD: 0, FRAME_OWNED_BY_GENERATOR: 1). */
+#if PY_VERSION_HEX < 0x030C0000
 typedef struct {
     PyObject *f_func, *f_globals, *f_builtins, *f_locals;
     PyCodeObject *f_code;
@@ -19,8 +20,34 @@ typedef struct {
     void *previous, *prev_instr;
     int stacktop;
     char is_entry; /* bool */
-    char owner;    /* FRAME_OWNED_BY_THREAD: 0 */
+    char owner;
 } RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyCodeObject *f_code;
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030E0000
+typedef struct {
+    PyObject *f_executable; /* the code object, or something else for frames that run no code of their own */
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *instr_ptr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) (PyCode_Check((frame)->f_executable) ? (PyCodeObject *)(frame)->f_executable : NULL)
+#else
+#error "the frame evaluation hook knows CPython 3.11 to 3.13's frames"
+#endif
 
 #define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
 
@@ -31,8 +58,9 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
 {
     Tracer *self = rt_running;
     RtFrame *frame = (RtFrame *)interpreter_frame;
-    PyObject *code = (PyObject *)frame->f_code;
-    if (self == NULL || ((frame->f_code->co_flags & GENERATOR_FLAGS) && frame->owner == 0)) {
+    PyCodeObject *code_object = FRAME_CODE(frame);
+    PyObject *code = (PyObject *)code_object;
+    if (self == NULL || code == NULL || ((code_object->co_flags & GENERATOR_FLAGS) && frame->owner == 0)) {
         return chained(tstate, interpreter_frame, throwflag);
     }
     uint32_t loc;
@@ -87,5 +115,3 @@ rt_eval_hook_stop(Tracer *self)
     }
     /* else another hook was put in place over this one: it calls this one, which passes frames on untraced */
 }
-
-#endif

@@ -1,4 +1,5 @@
-/* Python 3.12+: the sys.monitoring callbacks, and the tool that start() takes and stop() gives back.
+/* Python 3.12+ with C functions (builtins=True): the sys.monitoring callbacks, and the tool that start() takes and
+stop() gives back. Without C functions, the frame evaluation hook does (evalframe.c).
 
 A callback never raises into the program: what goes wrong is reported as unraisable, and the call is not recorded.
 DISABLE (returned from a local event: PY_START, PY_RESUME, PY_RETURN, PY_YIELD, CALL) makes code that is not
@@ -234,6 +235,9 @@ static void give_back_tool(Tracer *self, PyObject *monitoring);
 int
 rt_hooks_start(Tracer *self)
 {
+    if (!self->builtins) {
+        return rt_eval_hook_start(self);
+    }
     PyObject *monitoring = import_monitoring();
     if (monitoring == NULL) {
         return -1;
@@ -324,6 +328,10 @@ give_back_tool(Tracer *self, PyObject *monitoring)
 int
 rt_hooks_stop(Tracer *self)
 {
+    if (!self->builtins) {
+        rt_eval_hook_stop(self);
+        return 0;
+    }
     if (self->tool_id < 0) {
         return 0;
     }

@@ -26,7 +26,7 @@ What it does, and why it is safe to do it this way:
 
 The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
 (a code object's or C callable's location index, decide), clock.c (ticks and ns), monitoring.c (3.12+: the sys.monitoring callbacks, start
-and stop), profile.c (3.11: the profile function, start and stop), evalframe.c (3.11 without C functions: the frame
+and stop), profile.c (3.11: the profile function, start and stop), evalframe.c (without C functions: the frame
 evaluation hook), module.c (the Tracer type and the module). */
 
 #ifndef RINGTRACE_FUNCTIONS_TRACER_H
@@ -304,7 +304,7 @@ rt_is_c_function(PyObject *callable)
 /* monitoring.c / profile.c: the interpreter's side of start() and stop(). */
 int rt_hooks_start(Tracer *self);
 int rt_hooks_stop(Tracer *self);
-/* evalframe.c (3.11) */
+/* evalframe.c (without C functions) */
 int rt_eval_hook_start(Tracer *self);
 void rt_eval_hook_stop(Tracer *self);
 

@@ -265,6 +265,16 @@ def test_decide_is_asked_once_per_code_and_false_leaves_no_record() -> None:
     assert [location[0] for location in traced.locations] == ["recursion", "generators", "counting"]
 
 
+@pytest.mark.parametrize("builtins", [False, True])
+def test_the_calls_decide_makes_are_not_recorded(builtins: bool) -> None:
+    def decide(code: CodeType, module: str) -> bool:
+        quick()  # recorded code, called by decide: not recorded there
+        return this_module(code, module) and len(code.co_name) > 0
+
+    traced = Traced(decide, builtins=builtins).run(recursion)
+    assert traced.here == [("recursion", ("fib", ("fib", ("fib",), ("fib",)), ("fib",)))]
+
+
 def test_min_duration_leaves_short_calls_out() -> None:
     traced = Traced(min_duration_ns=20_000_000).run(durations)
     assert traced.here == [("durations", ("slow",))]

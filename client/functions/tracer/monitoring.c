@@ -1,10 +1,10 @@
-/* Python 3.12+ with C functions (builtins=True): the sys.monitoring callbacks, and the tool that start() takes and
-stop() gives back. Without C functions, the frame evaluation hook does (evalframe.c).
+/* Python 3.12+: Python functions' calls through the frame evaluation hook (evalframe.c: sys.monitoring's PY_START
+and PY_RETURN callbacks cost about twice as much), and with C functions (builtins=True), theirs through sys.monitoring:
+the CALL, C_RETURN and C_RAISE callbacks, and the tool that start() takes and stop() gives back.
 
 A callback never raises into the program: what goes wrong is reported as unraisable, and the call is not recorded.
-DISABLE (returned from a local event: PY_START, PY_RESUME, PY_RETURN, PY_YIELD, CALL) makes code that is not
-recorded cost nothing after its first call; the events that cannot be disabled (PY_THROW, PY_UNWIND, C_RETURN,
-C_RAISE) return None. */
+DISABLE, returned from CALL where the calling code is not recorded, makes its calls cost nothing after the first;
+C_RETURN and C_RAISE cannot be disabled (they follow CALL), and return None. */
 
 #include "tracer.h"
 
@@ -22,78 +22,6 @@ disable(void)
     return Py_NewRef(monitoring_disable);
 }
 
-/* PY_START, PY_RESUME, PY_THROW(code, offset[, exception]): a call begins, or goes on. */
-static PyObject *
-on_enter(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs, int local)
-{
-    Tracer *self = (Tracer *)tracer;
-    if (!CODE_ARGS_OK(args, nargs, 2)) {
-        Py_RETURN_NONE;
-    }
-    uint32_t loc;
-    int recorded = rt_code_location(self, args[0], &loc);
-    if (!recorded) {
-        return local ? disable() : Py_NewRef(Py_None);
-    }
-    if (!self->running) { /* stopped while decide ran */
-        Py_RETURN_NONE;
-    }
-    ThreadBuf *t = rt_thread(self);
-    if (t != NULL) {
-        rt_push(self, t, args[0], loc);
-    }
-    else {
-        self->dropped++;
-    }
-    Py_RETURN_NONE;
-}
-
-/* PY_RETURN, PY_YIELD, PY_UNWIND(code, offset, value): a call ends, or pauses. */
-static inline PyObject *
-on_leave(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs, uint32_t kind, int local)
-{
-    Tracer *self = (Tracer *)tracer;
-    if (!CODE_ARGS_OK(args, nargs, 2)) {
-        Py_RETURN_NONE;
-    }
-    uint32_t loc;
-    int recorded = rt_code_decided(self, args[0], &loc);
-    if (recorded == 0) {
-        return local ? disable() : Py_NewRef(Py_None);
-    }
-    if (recorded > 0) { /* else: code first met before start(), still running then */
-        ThreadBuf *t = rt_thread(self);
-        if (t != NULL) {
-            rt_pop(self, t, args[0], kind);
-        }
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-on_py_start(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
-{
-    return on_enter(tracer, args, nargs, 1);
-}
-
-static PyObject *
-on_py_throw(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
-{
-    return on_enter(tracer, args, nargs, 0);
-}
-
-static PyObject *
-on_py_return(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
-{
-    return on_leave(tracer, args, nargs, RT_CALL, 1);
-}
-
-static PyObject *
-on_py_unwind(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
-{
-    return on_leave(tracer, args, nargs, RT_CALL_RAISED, 0);
-}
-
 /* CALL(code, offset, callable, arg0): a C function's call begins (a Python function's is PY_START's). */
 static PyObject *
 on_call(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
@@ -103,22 +31,27 @@ on_call(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     uint32_t caller_loc, loc;
-    int recorded = rt_code_location(self, args[0], &caller_loc);
-    if (!recorded) {
+    int recorded = rt_code_decided(self, args[0], &caller_loc);
+    if (recorded == 0) {
         return disable(); /* a C function's call is recorded where its caller's code is */
     }
     PyObject *callable = args[2];
     if (!rt_is_c_function(callable) || !self->running) {
         Py_RETURN_NONE;
     }
-    if (rt_c_location(self, callable, &loc)) {
-        ThreadBuf *t = rt_thread(self);
-        if (t != NULL) {
-            rt_push(self, t, callable, loc);
-        }
-        else {
-            self->dropped++;
-        }
+    ThreadBuf *t = rt_thread(self);
+    if (t == NULL || t->busy) { /* busy: a call decide or wake makes */
+        self->dropped += t == NULL;
+        Py_RETURN_NONE;
+    }
+    t->busy++; /* what decide runs is not decided, nor recorded (evalframe.c) */
+    if (recorded < 0) { /* a caller begun before start() */
+        recorded = rt_code_location_first(self, args[0], NULL, &caller_loc);
+    }
+    int located = recorded > 0 && rt_c_location(self, callable, &loc);
+    t->busy--;
+    if (located && self->running) {
+        rt_push(self, t, callable, loc);
     }
     Py_RETURN_NONE;
 }
@@ -134,7 +67,7 @@ on_c_leave(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs, uint32_t k
     uint32_t caller_loc;
     if (rt_code_decided(self, args[0], &caller_loc) > 0 && rt_is_c_function(args[2])) {
         ThreadBuf *t = rt_thread(self);
-        if (t != NULL) {
+        if (t != NULL && !t->busy) {
             rt_pop(self, t, args[2], kind);
         }
     }
@@ -156,11 +89,6 @@ on_c_raise(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
 #define CALLBACK(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
 
 /* Each callback, under the name of the events it is registered for (sys.monitoring.events.<name>). */
-static PyMethodDef python_callbacks[] = {
-    CALLBACK("PY_START", on_py_start),   CALLBACK("PY_RESUME", on_py_start), CALLBACK("PY_THROW", on_py_throw),
-    CALLBACK("PY_RETURN", on_py_return), CALLBACK("PY_YIELD", on_py_return), CALLBACK("PY_UNWIND", on_py_unwind),
-    {NULL, NULL, 0, NULL},
-};
 static PyMethodDef c_callbacks[] = {
     CALLBACK("CALL", on_call),
     CALLBACK("C_RETURN", on_c_return),
@@ -232,12 +160,9 @@ import_monitoring(void)
 
 static void give_back_tool(Tracer *self, PyObject *monitoring);
 
-int
-rt_hooks_start(Tracer *self)
+static int
+start_monitoring(Tracer *self)
 {
-    if (!self->builtins) {
-        return rt_eval_hook_start(self);
-    }
     PyObject *monitoring = import_monitoring();
     if (monitoring == NULL) {
         return -1;
@@ -258,8 +183,7 @@ rt_hooks_start(Tracer *self)
     }
     Py_DECREF(used);
     events = PyObject_GetAttrString(monitoring, "events");
-    if (events == NULL || register_callbacks(self, monitoring, events, python_callbacks, &mask) < 0 ||
-        (self->builtins && register_callbacks(self, monitoring, events, c_callbacks, &mask) < 0)) {
+    if (events == NULL || register_callbacks(self, monitoring, events, c_callbacks, &mask) < 0) {
         goto fail;
     }
     if (disabled_any) { /* what an earlier tracer disabled must be seen again: this one decides anew */
@@ -300,18 +224,16 @@ give_back_tool(Tracer *self, PyObject *monitoring)
     }
     Py_XDECREF(result);
     PyObject *events = PyObject_GetAttrString(monitoring, "events");
-    for (int set = 0; set < 2 && events != NULL; set++) {
-        for (PyMethodDef *def = set ? c_callbacks : python_callbacks; def->ml_name != NULL; def++) {
-            PyObject *event = PyObject_GetAttrString(events, def->ml_name);
-            result = event == NULL ? NULL
-                                   : PyObject_CallMethod(monitoring, "register_callback", "iOO", self->tool_id,
-                                                         event, Py_None);
-            Py_XDECREF(event);
-            if (result == NULL) {
-                PyErr_WriteUnraisable((PyObject *)self);
-            }
-            Py_XDECREF(result);
+    for (PyMethodDef *def = c_callbacks; def->ml_name != NULL && events != NULL; def++) {
+        PyObject *event = PyObject_GetAttrString(events, def->ml_name);
+        result = event == NULL ? NULL
+                               : PyObject_CallMethod(monitoring, "register_callback", "iOO", self->tool_id, event,
+                                                     Py_None);
+        Py_XDECREF(event);
+        if (result == NULL) {
+            PyErr_WriteUnraisable((PyObject *)self);
         }
+        Py_XDECREF(result);
     }
     if (events == NULL) {
         PyErr_WriteUnraisable((PyObject *)self);
@@ -326,12 +248,22 @@ give_back_tool(Tracer *self, PyObject *monitoring)
 }
 
 int
+rt_hooks_start(Tracer *self)
+{
+    if (rt_eval_hook_start(self) < 0) {
+        return -1;
+    }
+    if (self->builtins && start_monitoring(self) < 0) {
+        rt_eval_hook_stop(self);
+        return -1;
+    }
+    return 0;
+}
+
+int
 rt_hooks_stop(Tracer *self)
 {
-    if (!self->builtins) {
-        rt_eval_hook_stop(self);
-        return 0;
-    }
+    rt_eval_hook_stop(self);
     if (self->tool_id < 0) {
         return 0;
     }

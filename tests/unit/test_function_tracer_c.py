@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import threading
 import time
@@ -273,6 +274,48 @@ def test_the_calls_decide_makes_are_not_recorded(builtins: bool) -> None:
 
     traced = Traced(decide, builtins=builtins).run(recursion)
     assert traced.here == [("recursion", ("fib", ("fib", ("fib",), ("fib",)), ("fib",)))]
+
+
+def down(depth: int) -> int:
+    return 0 if depth == 0 else 1 + down(depth - 1)
+
+
+def test_recursion_as_deep_as_the_recursion_limit_allows_untraced() -> None:
+    depth = sys.getrecursionlimit() - 50  # this test's own frames below
+    traced = Traced().run(lambda: down(depth))
+    assert traced.tracer.recorded == depth + 1 and traced.tracer.dropped == 0
+
+
+DEEP_PROGRAM = """
+import sys, threading
+from ringtrace.client._functions import Tracer
+
+def down(depth):
+    return 0 if depth == 0 else 1 + down(depth - 1)
+
+def deep():
+    try:
+        down(10**6)
+    except RecursionError:
+        print("RecursionError")
+
+sys.setrecursionlimit(10**6)
+tracer = Tracer(lambda code, module: module == "__main__", [])
+tracer.start()
+deep()
+thread = threading.Thread(target=deep)
+thread.start()
+thread.join()
+tracer.stop()
+print("recorded", tracer.recorded > 1000)
+"""
+
+
+def test_a_recursion_deeper_than_the_c_stack_allows_is_a_recursion_error_not_a_crash() -> None:
+    # Frames evaluated through the tracer's hook take C stack that the interpreter's inlined calls do not.
+    done = subprocess.run([sys.executable, "-c", DEEP_PROGRAM], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n") == ["RecursionError", "RecursionError", "recorded True", ""]
 
 
 def test_min_duration_leaves_short_calls_out() -> None:

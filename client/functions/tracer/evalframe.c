@@ -8,7 +8,7 @@
    A generator's or coroutine's frame is also evaluated once when it is made (up to RETURN_GENERATOR, still owned by
    the thread): not a call the profile function reports, nor this hook. */
 
-#include "tracer.h"
+#include "tracer.h" /* Python.h: _GNU_SOURCE, for pthread_getattr_np */
 
 /* The head of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner
    (FRAME_OWNED_BY_THREAD: 0, FRAME_OWNED_BY_GENERATOR: 1). */
@@ -51,7 +51,61 @@ typedef struct {
 
 #define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
 
-static _PyFrameEvalFunction chained; /* what evaluates frames under the hook: the interpreter's, or a debugger's */
+/* A frame evaluated through the hook enters the interpreter's eval function anew, on the C stack, where a call the
+   interpreter inlines does not: a deep recursion that runs untraced would overflow the C stack under the hook. So
+   the hook keeps a reserve of C stack (a quarter of the thread's, at most STACK_RESERVE): a frame met below it is
+   evaluated with a RecursionError thrown into it (the interpreter unwinds and frees it), as the interpreter does when
+   its own C recursion limit is reached. On 3.12+ the eval function's entry also counts against that limit
+   (PY_EVAL_C_STACK_UNITS, 2, of Py_C_RECURSION_LIMIT: 1,500 on 3.12, so RecursionError at 750 calls deep): the hook
+   gives that back, so that the Python recursion limit is the limit as it is untraced, the reserve guarding the C
+   stack. */
+#define STACK_RESERVE ((uintptr_t)512 << 10)
+
+/* The lowest address this thread's frames may reach: 0 not yet known, 1 unknown (no reserve kept). */
+static __thread uintptr_t stack_floor __attribute__((tls_model("initial-exec")));
+
+static void
+find_stack_floor(uintptr_t here)
+{
+    pthread_attr_t attr;
+    void *low = NULL;
+    size_t size = 0;
+    stack_floor = 1;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &low, &size) == 0 && low != NULL && (uintptr_t)low < here) {
+            uintptr_t reserve = size / 4 < STACK_RESERVE ? size / 4 : STACK_RESERVE;
+            stack_floor = (uintptr_t)low + reserve;
+        }
+        pthread_attr_destroy(&attr);
+    }
+}
+
+static _PyFrameEvalFunction chained;
+
+/* The frame evaluated, untraced. */
+static inline PyObject *
+evaluate(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int throwflag)
+{
+    char probe;
+    uintptr_t here = (uintptr_t)&probe;
+    if (stack_floor == 0) {
+        find_stack_floor(here);
+    }
+    if (here < stack_floor) {
+        PyErr_SetString(PyExc_RecursionError, "maximum recursion depth exceeded (C stack, under function tracing)");
+        return chained(tstate, frame, 1);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    tstate->c_recursion_remaining += 2;
+    PyObject *result = chained(tstate, frame, throwflag);
+    tstate->c_recursion_remaining -= 2;
+    return result;
+#else
+    return chained(tstate, frame, throwflag);
+#endif
+}
+
+/* What evaluates frames under the hook: the interpreter's, or a debugger's. */
 
 static PyObject *
 eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, int throwflag)
@@ -61,31 +115,31 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     PyCodeObject *code_object = FRAME_CODE(frame);
     PyObject *code = (PyObject *)code_object;
     if (self == NULL || code == NULL || ((code_object->co_flags & GENERATOR_FLAGS) && frame->owner == 0)) {
-        return chained(tstate, interpreter_frame, throwflag);
+        return evaluate(tstate, interpreter_frame, throwflag);
     }
     uint32_t loc;
     int recorded = rt_code_decided(self, code, &loc);
     if (recorded == 0) {
-        return chained(tstate, interpreter_frame, throwflag);
+        return evaluate(tstate, interpreter_frame, throwflag);
     }
     ThreadBuf *t = rt_thread(self);
     if (t == NULL || t->busy) {
         if (t == NULL && recorded > 0) {
             self->dropped++;
         }
-        return chained(tstate, interpreter_frame, throwflag);
+        return evaluate(tstate, interpreter_frame, throwflag);
     }
     if (recorded < 0) {
         t->busy++; /* decide's own calls are not decided, nor recorded */
         recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
         t->busy--;
         if (recorded == 0 || rt_running != self) {
-            return chained(tstate, interpreter_frame, throwflag);
+            return evaluate(tstate, interpreter_frame, throwflag);
         }
     }
     uint32_t generation = self->generation;
     rt_push(self, t, code, loc);
-    PyObject *result = chained(tstate, interpreter_frame, throwflag);
+    PyObject *result = evaluate(tstate, interpreter_frame, throwflag);
     /* the tracer may have stopped (its open calls closed then), even been started again, or gone meanwhile */
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {

@@ -1,5 +1,6 @@
-/* Without C functions (builtins=False): the frame evaluation hook (PEP 523) in place of the profile function (3.11)
-   or sys.monitoring (3.12+), for its cost. The profile function makes the interpreter build a frame object, fetch and
+/* Python functions' calls through the frame evaluation hook (PEP 523; on 3.11 with C functions, the profile function
+   sees them instead), in place of sys.monitoring's PY_START and PY_RETURN callbacks or the profile function, for its
+   cost. The profile function makes the interpreter build a frame object, fetch and
    restore the exception state and call it twice for every call; sys.monitoring calls a Python-level callable twice,
    with a Python int made for the offset each time. The hook is called once per frame evaluation (a call, or a
    generator's or coroutine's resume) around the interpreter's own evaluation, and sees the same calls: it returns the

@@ -5,6 +5,11 @@ set, ringtrace runs the Python twin (client/functions/python_tracer.py), which w
 
 What it does, and why it is safe to do it this way:
 
+- How calls are seen: Python functions' through the frame evaluation hook (PEP 523, evalframe.c), which costs a
+  fraction of what sys.monitoring's callbacks or the profile function do (a frame object, two calls into Python-level
+  callbacks, exception state saved and restored). C functions' (builtins=True) through sys.monitoring's CALL,
+  C_RETURN and C_RAISE on 3.12+ (monitoring.c), and on 3.11 through the profile function, which then sees Python
+  functions' calls too (profile.c; the hook is not set).
 - A traced call is written when it ends, as one 24-byte record (wire/call_records.py: start ns, end ns, location
   index, kind) straight into its thread's buffer: no Python object per call. A thread's open calls are a stack of
   (start, key, location) entries in C memory; the key (the code object, or the C callable) is only compared, never
@@ -21,13 +26,15 @@ What it does, and why it is safe to do it this way:
   its entry, or is ignored when its key is not open at all.
 - Everything runs with the GIL held. Python code the tracer calls (decide, wake, allocations that collect garbage)
   may let other threads run, so no pointer into shared state is held across such a call but a thread's own buffer.
+  While it runs decide or wake, a thread is busy: the calls they make are not recorded (the interpreter does not
+  report them to its own hooks' callbacks either).
 - Timestamps handed over are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this
   builds on; records hold ticks until drain() turns them into ns (clock.c).
 
 The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
-(a code object's or C callable's location index, decide), clock.c (ticks and ns), monitoring.c (3.12+: the sys.monitoring callbacks, start
-and stop), profile.c (3.11: the profile function, start and stop), evalframe.c (without C functions: the frame
-evaluation hook), module.c (the Tracer type and the module). */
+(a code object's or C callable's location index, decide), clock.c (ticks and ns), evalframe.c (the frame evaluation
+hook), monitoring.c (3.12+: the hooks' start and stop, C functions through sys.monitoring), profile.c (3.11: the same
+through the profile function), module.c (the Tracer type and the module). */
 
 #ifndef RINGTRACE_FUNCTIONS_TRACER_H
 #define RINGTRACE_FUNCTIONS_TRACER_H

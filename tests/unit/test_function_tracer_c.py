@@ -419,6 +419,27 @@ def test_records_are_on_the_monotonic_clock() -> None:
         assert end - start >= 50_000_000
 
 
+def test_records_drained_often_are_on_the_monotonic_clock_too() -> None:
+    # Drains closer together than the clock's anchors span (clock.c), and farther apart.
+    traced = Traced()
+    marks: list[tuple[int, int]] = []
+    drained: list[tuple[int, int]] = []
+    traced.tracer.start()
+    try:
+        for pause in [0.002] * 30 + [0.06] * 3:
+            before = time.monotonic_ns()
+            quick()
+            marks.append((before, time.monotonic_ns()))
+            for _, records in traced.tracer.drain():
+                drained.extend((start, end) for start, end, _, _ in CallRun(records, traced.locations).calls())
+            time.sleep(pause)
+    finally:
+        traced.tracer.stop()
+    assert len(drained) == len(marks)
+    for (before, after), (start, end) in zip(marks, drained, strict=True):
+        assert before <= start <= end <= after
+
+
 def test_one_tracer_runs_at_a_time() -> None:
     first, second = Traced(), Traced()
     first.tracer.start()

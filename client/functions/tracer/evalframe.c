@@ -1,0 +1,172 @@
+/* Python functions' calls through the frame evaluation hook (PEP 523; on 3.11 with C functions, the profile function
+   sees them instead), in place of sys.monitoring's PY_START and PY_RETURN callbacks or the profile function, for its
+   cost. The profile function makes the interpreter build a frame object, fetch and
+   restore the exception state and call it twice for every call; sys.monitoring calls a Python-level callable twice,
+   with a Python int made for the offset each time. The hook is called once per frame evaluation (a call, or a
+   generator's or coroutine's resume) around the interpreter's own evaluation, and sees the same calls: it returns the
+   frame's result (NULL: an exception left it). Another hook in place (a debugger's) is chained, not replaced.
+
+   A generator's or coroutine's frame is also evaluated once when it is made (up to RETURN_GENERATOR, still owned by
+   the thread): not a call the profile function reports, nor this hook. */
+
+#include "tracer.h" /* Python.h: _GNU_SOURCE, for pthread_getattr_np */
+
+/* The head of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner
+   (FRAME_OWNED_BY_THREAD: 0, FRAME_OWNED_BY_GENERATOR: 1). */
+#if PY_VERSION_HEX < 0x030C0000
+typedef struct {
+    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+    PyCodeObject *f_code;
+    PyObject *frame_obj;
+    void *previous, *prev_instr;
+    int stacktop;
+    char is_entry; /* bool */
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyCodeObject *f_code;
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030E0000
+typedef struct {
+    PyObject *f_executable; /* the code object, or something else for frames that run no code of their own */
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *instr_ptr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) (PyCode_Check((frame)->f_executable) ? (PyCodeObject *)(frame)->f_executable : NULL)
+#else
+#error "the frame evaluation hook knows CPython 3.11 to 3.13's frames"
+#endif
+
+#define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
+
+/* A frame evaluated through the hook enters the interpreter's eval function anew, on the C stack, where a call the
+   interpreter inlines does not: a deep recursion that runs untraced would overflow the C stack under the hook. So
+   the hook keeps a reserve of C stack (a quarter of the thread's, at most STACK_RESERVE): a frame met below it is
+   evaluated with a RecursionError thrown into it (the interpreter unwinds and frees it), as the interpreter does when
+   its own C recursion limit is reached. On 3.12+ the eval function's entry also counts against that limit
+   (PY_EVAL_C_STACK_UNITS, 2, of Py_C_RECURSION_LIMIT: 1,500 on 3.12, so RecursionError at 750 calls deep): the hook
+   gives that back, so that the Python recursion limit is the limit as it is untraced, the reserve guarding the C
+   stack. */
+#define STACK_RESERVE ((uintptr_t)512 << 10)
+
+/* The lowest address this thread's frames may reach: 0 not yet known, 1 unknown (no reserve kept). */
+static __thread uintptr_t stack_floor __attribute__((tls_model("initial-exec")));
+
+static void
+find_stack_floor(uintptr_t here)
+{
+    pthread_attr_t attr;
+    void *low = NULL;
+    size_t size = 0;
+    stack_floor = 1;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &low, &size) == 0 && low != NULL && (uintptr_t)low < here) {
+            uintptr_t reserve = size / 4 < STACK_RESERVE ? size / 4 : STACK_RESERVE;
+            stack_floor = (uintptr_t)low + reserve;
+        }
+        pthread_attr_destroy(&attr);
+    }
+}
+
+static _PyFrameEvalFunction chained;
+
+/* The frame evaluated, untraced. */
+static inline PyObject *
+evaluate(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int throwflag)
+{
+    char probe;
+    uintptr_t here = (uintptr_t)&probe;
+    if (stack_floor == 0) {
+        find_stack_floor(here);
+    }
+    if (here < stack_floor) {
+        PyErr_SetString(PyExc_RecursionError, "maximum recursion depth exceeded (C stack, under function tracing)");
+        return chained(tstate, frame, 1);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    tstate->c_recursion_remaining += 2;
+    PyObject *result = chained(tstate, frame, throwflag);
+    tstate->c_recursion_remaining -= 2;
+    return result;
+#else
+    return chained(tstate, frame, throwflag);
+#endif
+}
+
+/* What evaluates frames under the hook: the interpreter's, or a debugger's. */
+
+static PyObject *
+eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, int throwflag)
+{
+    Tracer *self = rt_running;
+    RtFrame *frame = (RtFrame *)interpreter_frame;
+    PyCodeObject *code_object = FRAME_CODE(frame);
+    PyObject *code = (PyObject *)code_object;
+    if (self == NULL || code == NULL || ((code_object->co_flags & GENERATOR_FLAGS) && frame->owner == 0)) {
+        return evaluate(tstate, interpreter_frame, throwflag);
+    }
+    uint32_t loc;
+    int recorded = rt_code_decided(self, code, &loc);
+    if (recorded == 0) {
+        return evaluate(tstate, interpreter_frame, throwflag);
+    }
+    ThreadBuf *t = rt_thread(self);
+    if (t == NULL || t->busy) {
+        if (t == NULL && recorded > 0) {
+            self->dropped++;
+        }
+        return evaluate(tstate, interpreter_frame, throwflag);
+    }
+    if (recorded < 0) {
+        t->busy++; /* decide's own calls are not decided, nor recorded */
+        recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
+        t->busy--;
+        if (recorded == 0 || rt_running != self) {
+            return evaluate(tstate, interpreter_frame, throwflag);
+        }
+    }
+    uint32_t generation = self->generation;
+    rt_push(self, t, code, loc);
+    PyObject *result = evaluate(tstate, interpreter_frame, throwflag);
+    /* the tracer may have stopped (its open calls closed then), even been started again, or gone meanwhile */
+    self = rt_running;
+    if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
+        rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+    }
+    return result;
+}
+
+int
+rt_eval_hook_start(Tracer *self)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current != eval_hook) {
+        chained = current;
+        _PyInterpreterState_SetEvalFrameFunc(interp, eval_hook);
+    }
+    return 0;
+}
+
+void
+rt_eval_hook_stop(Tracer *self)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == eval_hook) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, chained);
+    }
+    /* else another hook was put in place over this one: it calls this one, which passes frames on untraced */
+}

@@ -1,0 +1,256 @@
+/* Locations: whether a code object is recorded and its index in the locations list (decided once, kept in its
+   co_extra word), and a C callable's index (interned by its name). */
+
+#include "tracer.h"
+
+Py_ssize_t rt_code_extra_index = -1;
+
+static int
+set_code_word(PyObject *code, uint64_t word)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyUnstable_Code_SetExtra(code, rt_code_extra_index, (void *)(uintptr_t)word);
+#else
+    return _PyCode_SetExtra(code, rt_code_extra_index, (void *)(uintptr_t)word);
+#endif
+}
+
+/* globals' "__name__" (a new reference), "" if none; NULL globals: the current frame's. */
+static PyObject *
+module_name(PyObject *globals)
+{
+    PyObject *owned = NULL;
+    if (globals == NULL) {
+        PyFrameObject *frame = PyEval_GetFrame();
+        globals = owned = frame == NULL ? NULL : PyFrame_GetGlobals(frame);
+    }
+    PyObject *name = globals != NULL && PyDict_Check(globals) ? PyDict_GetItemString(globals, "__name__") : NULL;
+    Py_XINCREF(name);
+    Py_XDECREF(owned);
+    PyErr_Clear();
+    if (name != NULL && PyUnicode_Check(name)) {
+        return name;
+    }
+    Py_XDECREF(name);
+    return PyUnicode_FromString("");
+}
+
+/* Appends `location` to the locations list: its index, or -1 (error set) when it has no room for one more. */
+static int64_t
+append_location(Tracer *self, PyObject *location)
+{
+    Py_ssize_t index = PyList_GET_SIZE(self->locations);
+    if (index >= (Py_ssize_t)UINT32_MAX - 1) {
+        PyErr_Format(PyExc_OverflowError, "function tracer: %zd code locations is the most a record can index",
+                     index);
+        return -1;
+    }
+    if (PyList_Append(self->locations, location) < 0) {
+        return -1;
+    }
+    return index;
+}
+
+int
+rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc)
+{
+    PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_THROW, PY_UNWIND) */
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    int recorded = 0;
+    uint64_t word = (uint64_t)self->generation << 32;
+    PyObject *module = module_name(globals);
+    PyObject *verdict = module == NULL ? NULL : PyObject_CallFunctionObjArgs(self->decide, code, module, NULL);
+    Py_XDECREF(module);
+    if (verdict == NULL) {
+        PyErr_WriteUnraisable(self->decide); /* its code is not recorded, and the error not asked again */
+    }
+    else {
+        int truth = PyObject_IsTrue(verdict);
+        Py_DECREF(verdict);
+        if (truth < 0) {
+            PyErr_WriteUnraisable(self->decide);
+        }
+        else if (truth) {
+            PyCodeObject *c = (PyCodeObject *)code;
+            PyObject *location = Py_BuildValue("(OOi)", c->co_qualname, c->co_filename, c->co_firstlineno);
+            int64_t index = location == NULL ? -1 : append_location(self, location);
+            Py_XDECREF(location);
+            if (index < 0) {
+                PyErr_WriteUnraisable(code);
+            }
+            else {
+                recorded = 1;
+                *loc = (uint32_t)index;
+                word |= (uint64_t)index + 1;
+            }
+        }
+    }
+    if (set_code_word(code, word) < 0) {
+        PyErr_Clear(); /* asked again when next met */
+    }
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    return recorded;
+}
+
+/* A C callable's location key: its method definition, and the type it is bound to (NULL: a module's function). */
+static const void *
+c_function_key(PyObject *callable, PyObject **type)
+{
+    if (PyCFunction_Check(callable)) {
+        PyObject *bound = PyCFunction_GET_SELF(callable);
+        *type = bound == NULL || PyModule_Check(bound) ? NULL : PyType_Check(bound) ? bound : (PyObject *)Py_TYPE(bound);
+        return ((PyCFunctionObject *)callable)->m_ml;
+    }
+    *type = (PyObject *)PyDescr_TYPE(callable);
+    return ((PyMethodDescrObject *)callable)->d_method;
+}
+
+static size_t
+c_slot(const void *method, PyObject *type, size_t mask)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)method >> 4) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uintptr_t)type >> 4);
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+static int
+c_table_grow(Tracer *self)
+{
+    size_t capacity = self->c_capacity ? self->c_capacity * 2 : 64;
+    CFunctionLocation *table = calloc(capacity, sizeof(CFunctionLocation));
+    if (table == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < self->c_capacity; i++) {
+        CFunctionLocation *old = &self->c_locations[i];
+        if (old->method != NULL) {
+            size_t j = c_slot(old->method, old->type, capacity - 1);
+            while (table[j].method != NULL) {
+                j = (j + 1) & (capacity - 1);
+            }
+            table[j] = *old;
+        }
+    }
+    free(self->c_locations);
+    self->c_locations = table;
+    self->c_capacity = capacity;
+    return 0;
+}
+
+/* f"{__module__}.{__qualname__}" when the callable has a module other than "builtins", else its __qualname__. */
+static PyObject *
+c_function_name(PyObject *callable)
+{
+    PyObject *qualname = PyObject_GetAttrString(callable, "__qualname__");
+    if (qualname == NULL || !PyUnicode_Check(qualname)) {
+        Py_XDECREF(qualname);
+        PyErr_Clear();
+        qualname = PyObject_Repr(callable);
+        if (qualname == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *module = PyObject_GetAttrString(callable, "__module__");
+    if (module == NULL) {
+        PyErr_Clear();
+    }
+    PyObject *name;
+    if (module != NULL && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "builtins") != 0) {
+        name = PyUnicode_FromFormat("%U.%U", module, qualname);
+    }
+    else {
+        name = Py_NewRef(qualname);
+    }
+    Py_XDECREF(module);
+    Py_DECREF(qualname);
+    return name;
+}
+
+static int64_t
+c_location_first(Tracer *self, PyObject *callable)
+{
+    PyObject *name = c_function_name(callable);
+    if (name == NULL) {
+        return -1;
+    }
+    int64_t index;
+    PyObject *known = PyDict_GetItemWithError(self->c_names, name);
+    if (known != NULL) {
+        index = PyLong_AsLongLong(known);
+    }
+    else if (PyErr_Occurred()) {
+        index = -1;
+    }
+    else {
+        PyObject *location = Py_BuildValue("(Osi)", name, "", 0);
+        index = location == NULL ? -1 : append_location(self, location);
+        Py_XDECREF(location);
+        PyObject *number = index < 0 ? NULL : PyLong_FromLongLong(index);
+        if (number == NULL || PyDict_SetItem(self->c_names, name, number) < 0) {
+            index = -1;
+        }
+        Py_XDECREF(number);
+    }
+    Py_DECREF(name);
+    return index;
+}
+
+int
+rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc)
+{
+    PyObject *type;
+    const void *method = c_function_key(callable, &type);
+    if (self->c_capacity) {
+        size_t mask = self->c_capacity - 1;
+        for (size_t i = c_slot(method, type, mask);; i = (i + 1) & mask) {
+            CFunctionLocation *entry = &self->c_locations[i];
+            if (entry->method == method && entry->type == type) {
+                *loc = entry->loc;
+                return 1;
+            }
+            if (entry->method == NULL) {
+                break;
+            }
+        }
+    }
+    PyObject *saved_type, *saved_value, *saved_tb;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    Py_XINCREF(type); /* kept alive across the Python code below, and then by the table */
+    int64_t index = c_location_first(self, callable);
+    int found = 0;
+    if (index < 0) {
+        PyErr_WriteUnraisable(callable);
+    }
+    else if ((self->c_count + 1) * 2 <= self->c_capacity || c_table_grow(self) == 0) {
+        size_t mask = self->c_capacity - 1;
+        size_t i = c_slot(method, type, mask);
+        while (self->c_locations[i].method != NULL &&
+               !(self->c_locations[i].method == method && self->c_locations[i].type == type)) {
+            i = (i + 1) & mask;
+        }
+        CFunctionLocation *entry = &self->c_locations[i];
+        if (entry->method == NULL) {
+            entry->method = method;
+            entry->type = Py_XNewRef(type);
+            entry->loc = (uint32_t)index;
+            self->c_count++;
+        }
+        *loc = entry->loc;
+        found = 1;
+    }
+    Py_XDECREF(type);
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    return found;
+}
+
+void
+rt_clear_c_locations(Tracer *self)
+{
+    CFunctionLocation *table = self->c_locations;
+    size_t capacity = self->c_capacity;
+    self->c_locations = NULL;
+    self->c_capacity = self->c_count = 0;
+    for (size_t i = 0; i < capacity; i++) {
+        Py_XDECREF(table[i].type);
+    }
+    free(table);
+}

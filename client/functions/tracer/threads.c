@@ -1,0 +1,236 @@
+/* A thread's buffer and stack: found, pushed, popped, written, closed and drained. */
+
+#include "tracer.h"
+
+static void
+thread_release(ThreadBuf *t)
+{
+    if (--t->refs == 0) {
+        free(t->data);
+        free(t->stack);
+        free(t);
+    }
+}
+
+/* The capsule's destructor: the thread state is being cleared, the thread is ending. */
+static void
+thread_capsule_gone(PyObject *capsule)
+{
+    ThreadBuf *t = PyCapsule_GetPointer(capsule, NULL);
+    if (t == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    t->ended = 1;
+    if (t->tracer != NULL && t->tracer->cache_buf == t) {
+        t->tracer->cache_buf = NULL;
+    }
+    thread_release(t);
+}
+
+ThreadBuf *
+rt_thread_slow(Tracer *self, pthread_t thread)
+{
+    PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_UNWIND) */
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    ThreadBuf *found = NULL;
+    PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL when the thread state has none and none can be made */
+    if (dict != NULL) {
+        PyObject *capsule = PyDict_GetItemWithError(dict, self->thread_key);
+        if (capsule != NULL && PyCapsule_CheckExact(capsule)) {
+            ThreadBuf *t = PyCapsule_GetPointer(capsule, NULL);
+            if (t != NULL && t->tracer == self && !t->ended) {
+                found = t;
+            }
+        }
+        PyErr_Clear();
+    }
+    if (found == NULL) {
+        ThreadBuf *t = calloc(1, sizeof(ThreadBuf));
+        if (t == NULL) {
+            goto done;
+        }
+        t->tracer = self;
+        t->thread = thread;
+        t->ident = PyThread_get_thread_ident();
+        t->data = malloc((size_t)self->buffer_bytes); /* NULL: every call of this thread is dropped (counted) */
+        t->refs = 1;
+        if (dict != NULL) {
+            PyObject *capsule = PyCapsule_New(t, NULL, thread_capsule_gone);
+            if (capsule != NULL) {
+                t->refs++; /* the capsule's, released by its destructor, even when it never goes into the dict */
+                if (PyDict_SetItem(dict, self->thread_key, capsule) < 0) {
+                    PyErr_Clear();
+                }
+                Py_DECREF(capsule);
+            }
+            else {
+                PyErr_Clear();
+            }
+        }
+        if (t->refs == 1 || t->ended) {
+            /* no capsule says when the thread ends: not kept, or the buffer would outlive the thread */
+            t->ended = 1;
+        }
+        t->next = self->threads;
+        self->threads = t;
+        found = t;
+    }
+    if (!found->ended) {
+        self->cache_thread = thread;
+        self->cache_buf = found;
+    }
+done:
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    return found;
+}
+
+void
+rt_call_wake(Tracer *self)
+{
+    PyObject *wake = self->wake;
+    if (wake == Py_None) {
+        return;
+    }
+    PyObject *saved_type, *saved_value, *saved_tb;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    Py_INCREF(wake);
+    PyObject *result = PyObject_CallNoArgs(wake);
+    Py_DECREF(wake);
+    if (result == NULL) {
+        PyErr_WriteUnraisable(wake);
+    }
+    Py_XDECREF(result);
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+}
+
+int
+rt_grow_stack(ThreadBuf *t)
+{
+    Py_ssize_t capacity = t->capacity ? t->capacity * 2 : 64;
+    OpenCall *stack = realloc(t->stack, (size_t)capacity * sizeof(OpenCall));
+    if (stack == NULL) {
+        return -1;
+    }
+    t->stack = stack;
+    t->capacity = capacity;
+    return 0;
+}
+
+/* An end whose key is not on top: a missed end (of a C call, say). Closes what is above this key's entry and
+   returns 1, or returns 0 when the key is not open at all. */
+int
+rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
+{
+    Py_ssize_t i = t->depth - 1;
+    while (i > 0 && t->stack[i - 1].key != key) {
+        i--;
+    }
+    if (i == 0) {
+        return 0;
+    }
+    int64_t now = rt_ticks();
+    while (t->depth > i) {
+        rt_end_top(self, t, now, RT_CALL);
+    }
+    return 1;
+}
+
+void
+rt_close_open_calls(Tracer *self)
+{
+    int64_t now = rt_ticks();
+    for (ThreadBuf *t = self->threads; t != NULL; t = t->next) {
+        self->dropped += (uint64_t)t->lost;
+        t->lost = 0;
+        while (t->depth > 0) {
+            rt_end_top(self, t, now, RT_CALL);
+        }
+    }
+}
+
+void
+rt_reset_stacks(Tracer *self)
+{
+    for (ThreadBuf *t = self->threads; t != NULL; t = t->next) {
+        t->depth = 0;
+        t->lost = 0;
+    }
+}
+
+PyObject *
+rt_drain(Tracer *self)
+{
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL) {
+        return NULL;
+    }
+    int64_t ticks, ns;
+    double ns_per_tick;
+    rt_clock_line(self, &ticks, &ns, &ns_per_tick);
+    ThreadBuf **link = &self->threads;
+    while (*link != NULL) {
+        ThreadBuf *t = *link;
+        Py_ssize_t taken = t->used;
+        if (taken > 0) {
+            /* Allocating may run Python code (the garbage collector), which may record on this thread: what is
+               written meanwhile stays for the next drain. */
+            t->refs++; /* kept while Python code may run */
+            PyObject *records = PyBytes_FromStringAndSize(t->data, taken);
+            if (records != NULL) {
+                rt_ticks_to_ns(PyBytes_AS_STRING(records), taken, ticks, ns, ns_per_tick);
+            }
+            PyObject *run = records == NULL ? NULL : Py_BuildValue("(kN)", t->ident, records);
+            int gone = t->tracer != self;
+            if (!gone && run != NULL) {
+                memmove(t->data, t->data + taken, (size_t)(t->used - taken));
+                t->used -= taken;
+                t->woke = 0;
+            }
+            thread_release(t);
+            if (run == NULL || PyList_Append(runs, run) < 0) {
+                Py_XDECREF(run);
+                Py_DECREF(runs);
+                return NULL;
+            }
+            Py_DECREF(run);
+            if (gone) { /* forgotten meanwhile (by a drain on another thread): the list changed */
+                link = &self->threads;
+                continue;
+            }
+        }
+        if (t->ended && t->used == 0) {
+            *link = t->next;
+            if (self->cache_buf == t) {
+                self->cache_buf = NULL;
+
+            }
+            t->tracer = NULL;
+            thread_release(t);
+        }
+        else {
+            link = &t->next;
+        }
+    }
+    return runs;
+}
+
+void
+rt_forget_threads(Tracer *self)
+{
+    ThreadBuf *t = self->threads;
+    self->threads = NULL;
+    self->cache_buf = NULL;
+
+    while (t != NULL) {
+        ThreadBuf *next = t->next;
+        t->tracer = NULL;
+        free(t->data); /* a capsule may keep the small rest until its thread ends */
+        t->data = NULL;
+        free(t->stack);
+        t->stack = NULL;
+        t->depth = t->capacity = 0;
+        thread_release(t);
+        t = next;
+    }
+}

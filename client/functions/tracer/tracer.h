@@ -1,0 +1,322 @@
+/* The function tracer in C (ringtrace.client._functions.Tracer): what the files of this extension share.
+
+Optional: when it is not built (no compiler at install time, an unsupported platform) or RINGTRACE_PURE_PYTHON=1 is
+set, ringtrace runs the Python twin (client/functions/python_tracer.py), which writes the same records.
+
+What it does, and why it is safe to do it this way:
+
+- How calls are seen: Python functions' through the frame evaluation hook (PEP 523, evalframe.c), which costs a
+  fraction of what sys.monitoring's callbacks or the profile function do (a frame object, two calls into Python-level
+  callbacks, exception state saved and restored). C functions' (builtins=True) through sys.monitoring's CALL,
+  C_RETURN and C_RAISE on 3.12+ (monitoring.c), and on 3.11 through the profile function, which then sees Python
+  functions' calls too (profile.c; the hook is not set).
+- A traced call is written when it ends, as one 24-byte record (wire/call_records.py: start ns, end ns, location
+  index, kind) straight into its thread's buffer: no Python object per call. A thread's open calls are a stack of
+  (start, key, location) entries in C memory; the key (the code object, or the C callable) is only compared, never
+  dereferenced, so no frame or code object is kept alive by it.
+- Where a code object is recorded is decided once per tracer: the decide callable's answer and the location index
+  are kept in the code object's co_extra slot as one word, tagged with the tracer's generation (a tracer started
+  later asks again). No dict lookup on the hot path.
+- A thread finds its buffer through a one-entry cache keyed by its pthread_t; on a miss, through a capsule kept in
+  the thread state dict, whose destructor (run when the thread state is cleared, as the thread ends) marks the buffer
+  ended and empties the cache, so that a thread started later with the same pthread_t never finds it.
+- Only one tracer runs at a time (rt_running, which holds a reference to it until stop()).
+- Calls already running at start() left no entry: their ends find the thread's stack empty and are ignored, as are
+  the ends of code not recorded. An end whose key is not on top of the stack (a missed event) closes the calls above
+  its entry, or is ignored when its key is not open at all.
+- Everything runs with the GIL held. Python code the tracer calls (decide, wake, allocations that collect garbage)
+  may let other threads run, so no pointer into shared state is held across such a call but a thread's own buffer.
+  While it runs decide or wake, a thread is busy: the calls they make are not recorded (the interpreter does not
+  report them to its own hooks' callbacks either).
+- Timestamps handed over are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this
+  builds on; records hold ticks until drain() turns them into ns (clock.c).
+
+The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
+(a code object's or C callable's location index, decide), clock.c (ticks and ns), evalframe.c (the frame evaluation
+hook), monitoring.c (3.12+: the hooks' start and stop, C functions through sys.monitoring), profile.c (3.11: the same
+through the profile function), module.c (the Tracer type and the module). */
+
+#ifndef RINGTRACE_FUNCTIONS_TRACER_H
+#define RINGTRACE_FUNCTIONS_TRACER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <pthread.h>
+
+#if defined(_WIN32) || defined(__APPLE__) || defined(__hpux)
+#error "time.monotonic_ns() is not CLOCK_MONOTONIC here; ringtrace uses its Python function tracer"
+#endif
+#ifdef Py_GIL_DISABLED
+#error "the function tracer relies on the GIL; ringtrace uses its Python function tracer on free-threaded builds"
+#endif
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "call records are little endian and written as they are in memory; ringtrace uses its Python function tracer"
+#endif
+#if PY_VERSION_HEX < 0x030B0000
+#error "the function tracer needs Python 3.11 or later"
+#endif
+
+#define RT_MONITORING (PY_VERSION_HEX >= 0x030C0000) /* sys.monitoring (3.12+); else the profile function (3.11) */
+
+#if defined(__x86_64__) && defined(__linux__)
+#define RT_TSC 1 /* records hold the TSC where the kernel's clocksource is the TSC (clock.c) */
+#include <x86intrin.h>
+#else
+#define RT_TSC 0
+#endif
+
+/* wire/model.py: CALL and CALL_RAISED; wire/call_records.py: RECORD. */
+#define RT_CALL 11u
+#define RT_CALL_RAISED 12u
+#define RT_RECORD_SIZE 24
+#define RT_DEFAULT_BUFFER_BYTES (4 * 1024 * 1024)
+
+/* One open call on a thread's stack. */
+typedef struct {
+    int64_t start;    /* ticks (clock.c); unused when !record */
+    const void *key;  /* the code object (Python) or the callable (C): compared, never dereferenced */
+    uint32_t loc;     /* location index */
+    uint32_t record;  /* 0: deeper than max_depth, no record at its end */
+} OpenCall;
+
+typedef struct Tracer Tracer;
+
+/* A thread's records and open calls. Owned by the tracer's list and, while the thread lives, by the capsule in its
+   thread state dict: freed when both let go (refs). */
+typedef struct ThreadBuf {
+    struct ThreadBuf *next;
+    Tracer *tracer;           /* NULL once the tracer is gone */
+    pthread_t thread;         /* compared only */
+    unsigned long ident;      /* threading.get_ident() of the thread */
+    char *data;               /* records; NULL: every call is dropped */
+    Py_ssize_t used;          /* bytes of records in data */
+    OpenCall *stack;
+    Py_ssize_t depth, capacity;
+    Py_ssize_t lost;          /* open calls that found no room on the stack (memory): their ends are dropped */
+    int woke;                 /* wake was called since the last drain */
+    int busy;                 /* the tracer runs Python code on this thread (decide, wake): the frame evaluation
+                                 hook (3.11) lets its calls be, as the interpreter does for the other hooks */
+    int ended;                /* the thread state was cleared: drained once more, then forgotten */
+    int refs;
+} ThreadBuf;
+
+/* The location of a C callable, by its method definition and the type it is bound to (see locations.c). */
+typedef struct {
+    const void *method;
+    PyObject *type; /* a strong reference (NULL: a module's function), so that its address names it for good */
+    uint32_t loc;
+} CFunctionLocation;
+
+struct Tracer {
+    PyObject_HEAD
+    PyObject *decide, *locations, *wake;
+    PyObject *c_names;      /* dict: a C callable's name -> its location index (a Python int) */
+    PyObject *thread_key;   /* the key of this tracer's capsules in thread state dicts */
+    PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
+    PyObject *weakrefs;
+    int64_t min_duration_ns;
+    int64_t min_duration_ticks;
+    int64_t anchor_ticks, anchor_ns; /* clock.c: where the line from ticks to ns goes through */
+    double ns_per_tick;
+    Py_ssize_t max_depth;   /* 0: no limit */
+    Py_ssize_t buffer_bytes; /* a whole number of records */
+    int builtins;
+    int running;
+    int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
+    uint32_t generation;    /* tags the co_extra words this tracer wrote */
+    ThreadBuf *threads;
+    pthread_t cache_thread;
+    ThreadBuf *cache_buf;
+    uint64_t dropped, recorded;
+    CFunctionLocation *c_locations;
+    size_t c_capacity, c_count; /* open addressing, capacity a power of two */
+};
+
+/* The tracer that runs (at most one); set by start(), cleared by stop(). */
+extern Tracer *rt_running;
+extern Py_ssize_t rt_code_extra_index;
+
+static inline int64_t
+rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#if RT_TSC
+extern int rt_use_tsc;
+#endif
+
+/* A record's timestamp as written: see clock.c. */
+static inline int64_t
+rt_ticks(void)
+{
+#if RT_TSC
+    if (rt_use_tsc) {
+        return (int64_t)__rdtsc();
+    }
+#endif
+    return rt_now_ns();
+}
+
+/* clock.c */
+void rt_clock_init(void);
+void rt_clock_start(Tracer *self);
+void rt_clock_line(Tracer *self, int64_t *ticks, int64_t *ns, double *ns_per_tick);
+void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, double ns_per_tick);
+
+
+/* threads.c */
+ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
+void rt_call_wake(Tracer *self);
+int rt_grow_stack(ThreadBuf *t);
+int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
+void rt_close_open_calls(Tracer *self);
+void rt_reset_stacks(Tracer *self);
+PyObject *rt_drain(Tracer *self);
+void rt_forget_threads(Tracer *self);
+
+/* This thread's buffer (NULL: none could be made, the call is dropped and counted). The cache is keyed by the
+   thread, not its thread state (no thread-local read through the interpreter's library): a thread's buffer is
+   forgotten (cache emptied) when its thread state is cleared, before another thread can have its pthread_t. */
+static inline ThreadBuf *
+rt_thread(Tracer *self)
+{
+    pthread_t thread = pthread_self();
+    if (self->cache_buf != NULL && pthread_equal(thread, self->cache_thread)) {
+        return self->cache_buf;
+    }
+    return rt_thread_slow(self, thread);
+}
+
+/* The hot path: a call's record, and a thread's stack of open calls. */
+
+static inline void
+rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t loc, uint32_t kind)
+{
+    if (t->used > self->buffer_bytes - RT_RECORD_SIZE || t->data == NULL) {
+        self->dropped++;
+        return;
+    }
+    char *p = t->data + t->used;
+    memcpy(p, &start, 8);
+    memcpy(p + 8, &end, 8);
+    memcpy(p + 16, &loc, 4);
+    memcpy(p + 20, &kind, 4);
+    t->used += RT_RECORD_SIZE;
+    self->recorded++;
+    if (t->used > self->buffer_bytes / 2 && !t->woke) {
+        t->woke = 1;
+        t->busy++;
+        rt_call_wake(self);
+        t->busy--;
+    }
+}
+
+static inline void
+rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
+{
+    if (t->lost || (t->depth == t->capacity && rt_grow_stack(t) < 0)) {
+        t->lost++;
+        return;
+    }
+    OpenCall *call = &t->stack[t->depth++];
+    call->key = key;
+    call->loc = loc;
+    call->record = self->max_depth == 0 || t->depth <= self->max_depth;
+    call->start = call->record ? rt_ticks() : 0;
+}
+
+/* The open call on top ends at `end` as `kind`. */
+static inline void
+rt_end_top(Tracer *self, ThreadBuf *t, int64_t end, uint32_t kind)
+{
+    OpenCall *call = &t->stack[--t->depth];
+    if (call->record && end - call->start >= self->min_duration_ticks) {
+        rt_write_record(self, t, call->start, end, call->loc, kind);
+    }
+}
+
+static inline void
+rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
+{
+    if (t->lost) {
+        t->lost--;
+        self->dropped++;
+        return;
+    }
+    if (t->depth == 0) {
+        return; /* a call begun before start() */
+    }
+    if (t->stack[t->depth - 1].key != key && !rt_close_above(self, t, key)) {
+        return;
+    }
+    rt_end_top(self, t, t->stack[t->depth - 1].record ? rt_ticks() : 0, kind);
+}
+
+/* locations.c */
+int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc);
+int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
+void rt_clear_c_locations(Tracer *self);
+
+/* CPython's _PyCodeObjectExtra (Include/internal/pycore_code.h), what a code object's co_extra points to. */
+typedef struct {
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} RtCodeExtra;
+
+/* Whether the code object is recorded (1, *loc set), not (0), or not yet decided by this tracer (-1). */
+static inline int
+rt_code_decided(Tracer *self, PyObject *code, uint32_t *loc)
+{
+    /* PyUnstable_Code_GetExtra without the call: co_extra is CPython's _PyCodeObjectExtra (3.11 to 3.13) */
+    const RtCodeExtra *extras = (const RtCodeExtra *)((PyCodeObject *)code)->co_extra;
+    if (extras == NULL || extras->ce_size <= rt_code_extra_index) {
+        return -1;
+    }
+    uint64_t word = (uint64_t)(uintptr_t)extras->ce_extras[rt_code_extra_index];
+    if ((uint32_t)(word >> 32) != self->generation) {
+        return -1;
+    }
+    uint32_t low = (uint32_t)word;
+    if (low == 0) {
+        return 0;
+    }
+    *loc = low - 1;
+    return 1;
+}
+
+/* Whether the code object is recorded (1, *loc set) or not (0), deciding it when first met (its module: the current
+   frame's). */
+static inline int
+rt_code_location(Tracer *self, PyObject *code, uint32_t *loc)
+{
+    int decided = rt_code_decided(self, code, loc);
+    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc);
+}
+
+/* A C function, as builtins=True records: a builtin function or method, or a method descriptor (list.append); not
+   one of the tracer's own methods. */
+static inline int
+rt_is_c_function(Tracer *self, PyObject *callable)
+{
+    if (PyCFunction_Check(callable)) { /* the tracer's own methods (stop() ends inside itself) are never calls */
+        return PyCFunction_GET_SELF(callable) != (PyObject *)self;
+    }
+    return Py_IS_TYPE(callable, &PyMethodDescr_Type);
+}
+
+/* monitoring.c / profile.c: the interpreter's side of start() and stop(). */
+int rt_hooks_start(Tracer *self);
+int rt_hooks_stop(Tracer *self);
+/* evalframe.c (without C functions) */
+int rt_eval_hook_start(Tracer *self);
+void rt_eval_hook_stop(Tracer *self);
+
+#endif

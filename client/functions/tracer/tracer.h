@@ -309,7 +309,7 @@ rt_is_c_function(Tracer *self, PyObject *callable)
     if (PyCFunction_Check(callable)) { /* the tracer's own methods (stop() ends inside itself) are never calls */
         return PyCFunction_GET_SELF(callable) != (PyObject *)self;
     }
-    return Py_IS_TYPE(callable, &PyMethodDescr_Type);
+    return Py_IS_TYPE(callable, &PyMethodDescr_Type) && PyDescr_TYPE(callable) != Py_TYPE(self);
 }
 
 /* monitoring.c / profile.c: the interpreter's side of start() and stop(). */

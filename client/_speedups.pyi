@@ -51,5 +51,17 @@ def configure(
 ) -> bool: ...
 def running_loop() -> object: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
+def take_samples(
+    threads: dict[int, Any],
+    active: dict[int, Any],
+    own: int,
+    tasks: dict[int, str],
+    now: int,
+    kind: int,
+    sampled_of: Callable[[int, Any], Any],
+    intern: Callable[[Any], tuple[Any, ...]],
+    wake: Callable[[], object],
+    /,
+) -> tuple[int, int]: ...
 
 WIRE_CONSTANTS: dict[str, int]

@@ -63,5 +63,15 @@ def take_samples(
     wake: Callable[[], object],
     /,
 ) -> tuple[int, int]: ...
+def run_passes(
+    interval_ns: int,
+    stopping: bytearray,
+    counts: Any,
+    flusher: Any,
+    take_args: tuple[Any, ...],
+    task_names: Callable[[], dict[int, str]],
+    forget_ended: Callable[[], object],
+    /,
+) -> None: ...
 
 WIRE_CONSTANTS: dict[str, int]

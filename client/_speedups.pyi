@@ -51,5 +51,27 @@ def configure(
 ) -> bool: ...
 def running_loop() -> object: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
+def take_samples(
+    threads: dict[int, Any],
+    active: dict[int, Any],
+    own: int,
+    tasks: dict[int, str],
+    now: int,
+    kind: int,
+    sampled_of: Callable[[int, Any], Any],
+    intern: Callable[[Any], tuple[Any, ...]],
+    wake: Callable[[], object],
+    /,
+) -> tuple[int, int]: ...
+def run_passes(
+    interval_ns: int,
+    stopping: bytearray,
+    counts: Any,
+    flusher: Any,
+    take_args: tuple[Any, ...],
+    task_names: Callable[[], dict[int, str]],
+    forget_ended: Callable[[], object],
+    /,
+) -> None: ...
 
 WIRE_CONSTANTS: dict[str, int]

@@ -35,6 +35,7 @@ TWINNED = frozenset(
         "ringtrace.client.recording.timelines",
         "ringtrace.client.recording.traced",
         "ringtrace.client.recording.tracks",
+        "ringtrace.client.sampling.thread_pass",
         "ringtrace.collector.export.chrome",
         "ringtrace.collector.export.chrome_frames",
         "ringtrace.collector.export.perfetto",

@@ -6,10 +6,10 @@ Theory of operation
 track's events in runs, and each listener ``receive``s each run (a streamer encodes and queues it, a file listener
 writes it, a memory listener keeps it); then the tracks that ended are ``retire``d. Sweeps hold ``_sweep_lock``, so
 that a ``flush()`` on any thread can sweep its timeline itself, at once, without waiting for the thread to wake; the
-thread and such callers take turns. Between runs the sweeping thread sleeps for zero seconds, which hands the
-interpreter to recording threads so that none waits behind a long sweep, unless a thread outruns the flusher
-(``_behind``). Listeners that have a ``handed_over`` (the streamer) are told when a pass over a timeline's runs ends,
-so that they send what they queued then, in one go. A sweep given a deadline (``flush`` and
+thread and such callers take turns. Between runs, once it has run for a millisecond, the sweeping thread sleeps for
+zero seconds, which hands the interpreter to recording threads so that none waits behind a long sweep, unless a thread
+outruns the flusher (``_behind``). Listeners that have a ``handed_over`` (the streamer) are told when a pass over a
+timeline's runs ends, so that they send what they queued then, in one go. A sweep given a deadline (``flush`` and
 ``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
 first, so that order is kept and nothing is dropped on the way.
 
@@ -48,6 +48,8 @@ from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 __all__ = ["FLUSHER", "Drained", "Flusher", "Paced", "Run", "Sweepable"]
 
 log = logging.getLogger("ringtrace.client")
+#: How long a sweep runs before it lets recording threads run (between two runs; see ``_hand_over_runs``).
+_HOLD_S = 0.001
 #: What a run handed over is replaced with in its sweep's list.
 _HANDED_OVER: list[Any] = []
 
@@ -351,6 +353,7 @@ class Flusher:
         behind = _behind(runs, timeline.max_buffered_events)
         # (``is True``: a listener that merely answers any attribute, a mock, gets maps)
         maps = not all(getattr(listener, "packs_keywords", False) is True for listener in listeners)
+        yielded_at = time.monotonic()
         for i, (track, records) in enumerate(runs):
             if deadline is not None and time.monotonic() > deadline:
                 still_ending = [t for t in ended if last_run.get(t.track_id, -1) >= i]
@@ -362,8 +365,12 @@ class Flusher:
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:
                 _call(listeners, "retire", ending[track.track_id])
-            if not behind:
-                time.sleep(0)  # let recording threads run between runs
+            # Let recording threads run between runs, once this thread has held the interpreter for a while: each
+            # yield to a busy thread costs a hand-over of the interpreter there and back (the second after that
+            # thread's switch interval), for nothing where a pass is a few small runs (samples, a few log records).
+            if not behind and time.monotonic() - yielded_at >= _HOLD_S:
+                time.sleep(0)
+                yielded_at = time.monotonic()
         return True
 
     def _run(self) -> None:

@@ -9,7 +9,8 @@ source's ``open`` is: no lock, never blocking the program; a full buffer counts 
 
 ringtrace's own threads (``is_background_thread``: the flusher, the streamer, the sampler itself) are not the program's:
 none is sampled. Cost: a thread whose CPU clock did not move since its last sample ran no code, so it keeps its last
-stack, without a walk; a pass allocates little beyond ``sys._current_frames()``'s dict and the samples themselves.
+stack without a look at its frames; the pass and the loop between passes are ``thread_pass.py``'s, in C where the
+accelerator is built (at 100 Hz the caches are cold at every pass, and a few dozen bytecodes cost more than the pass).
 
 Fork: in a child the sampler's thread is gone; the fork hook forgets the parent's threads, and the thread starts again
 when the flusher does (``Flusher.when_started``: the child's first event or flush), never in the fork handler.
@@ -22,9 +23,9 @@ import contextlib
 import itertools
 import logging
 import os
-import sys
 import threading
 import time
+from array import array
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -32,6 +33,7 @@ from ringtrace.client.delivery.threads import background_thread, is_background_t
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
 from ringtrace.client.sampling.stack_capture import StackInterner, running_task_names, thread_clock_id
+from ringtrace.client.sampling.thread_pass import SampledThread, run_passes, take_samples
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLE, SAMPLER_TRACK_SUFFIX, THREAD_TRACK, TrackInfo
 
@@ -47,26 +49,11 @@ DEFAULT_HZ: Final = 100
 #: The highest rate taken: the walk of every thread's stack must fit well within an interval.
 MAX_HZ: Final = 1000
 
-#: Passes between reads of the sampler's own CPU time (``Sampler.cpu_ns``: a system call; read at the end too).
-_OWN_CPU_EVERY: Final = 16
-#: The longest sleep between checks of ``stop``.
-_STOP_LATENCY_S: Final = 0.05
-
 #: Track ids of sampled threads: above those ``new_track_id`` gives.
 _SAMPLE_TRACK_IDS: Final = itertools.count(FIRST_SAMPLER_TRACK_ID)
 
 _now = time.monotonic_ns
 _wake_flusher = FLUSHER.wake
-
-
-def _cpu_of(clock: int | None, _read: Any = time.clock_gettime_ns) -> int | None:
-    """A thread's CPU time in ns by its clock (``thread_clock_id``), or None (no clock; the thread has just ended)."""
-    if clock is None:
-        return None
-    try:
-        return int(_read(clock))
-    except OSError:
-        return None
 
 
 class ThreadSamples(Source):
@@ -94,23 +81,6 @@ class ThreadSamples(Source):
             count_full()
 
 
-class _Sampled:
-    """What the sampler keeps of a thread met: the ``threading.Thread`` it is (an ident is reused by a thread started
-    after one ended), its track (None: not sampled, one of ringtrace's), its CPU clock, and at its last sample its CPU
-    time (None: not read), its innermost frame's code and offset, and its stack."""
-
-    __slots__ = ("clock", "code", "cpu", "lasti", "stack", "thread", "track")
-
-    def __init__(self, thread: threading.Thread, track: ThreadSamples | None) -> None:
-        self.thread = thread
-        self.track = track
-        self.clock = thread_clock_id(track.track.thread_id) if track is not None else None
-        self.cpu: int | None = None
-        self.code: object = None
-        self.lasti = -1
-        self.stack: tuple[Any, ...] = ()
-
-
 class Sampler:
     """Samples every thread's stack into ``timeline``, ``hz`` times a second, until ``stop()``: every thread of the
     program, none of ringtrace's own (``is_background_thread``: the flusher, the streamer, the sampler, ...).
@@ -123,19 +93,34 @@ class Sampler:
         self.hz = hz
         self._interval_s = 1.0 / hz
         self._stop = threading.Event()
+        #: What the loop (``run_passes``) looks at between passes: set with ``_stop``.
+        self._stopping = bytearray(1)
         self._thread: threading.Thread | None = None
         self._ident = 0
         self._interner = StackInterner()
         #: Per thread ident met: what is kept of its thread.
-        self._threads: dict[int, _Sampled] = {}
+        self._threads: dict[int, SampledThread] = {}
         #: In a forked child: the thread starts again with the flusher (``_after_fork_in_child``).
         self.restart_pending = False
-        #: Samples taken, and passes over the threads (for tests and the benchmark).
-        self.samples = 0
-        self.passes = 0
-        #: CPU time of the sampler's thread so far, in ns (where the platform tells it: every ``_OWN_CPU_EVERY``
-        #: passes, and as it stops).
-        self.cpu_ns = 0
+        #: Passes over the threads, samples taken, and the CPU time of the sampler's thread so far in ns (read every
+        #: few passes, and as it stops), where the loop counts them (see the properties).
+        self._counts = array("q", [0, 0, 0])
+
+    @property
+    def passes(self) -> int:
+        """Passes over the threads (for tests and the benchmark)."""
+        return self._counts[0]
+
+    @property
+    def samples(self) -> int:
+        """Samples taken."""
+        return self._counts[1]
+
+    @property
+    def cpu_ns(self) -> int:
+        """CPU time of the sampler's thread so far, in ns (where the platform tells it: every few passes, and as it
+        stops)."""
+        return self._counts[2]
 
     @property
     def running(self) -> bool:
@@ -145,7 +130,7 @@ class Sampler:
     def start(self) -> bool:
         """Start the thread (False: it could not be started, at interpreter shutdown say)."""
         self.restart_pending = False
-        self._stop = threading.Event()
+        self._stop, self._stopping = threading.Event(), bytearray(1)
         thread = background_thread(self._run, "ringtrace-sampler")
         try:
             thread.start()
@@ -160,6 +145,7 @@ class Sampler:
     def stop(self, timeout_s: float = 1.0) -> None:
         """Stop sampling (the tracks end once their samples are delivered); waits up to ``timeout_s`` for the thread."""
         self._stop.set()
+        self._stopping[0] = 1
         self.restart_pending = False
         with contextlib.suppress(ValueError):
             FLUSHER.before_exit.remove(self.stop)
@@ -173,83 +159,56 @@ class Sampler:
 
     def _run(self) -> None:
         self._ident = threading.get_ident()
-        stop, interval = self._stop, self._interval_s
-        next_s = time.monotonic()
-        clock = _thread_clock()
-        while not stop.is_set():
-            next_s += interval
-            delay = next_s - time.monotonic()
-            if delay < 0:  # fell behind (a long pause): skip the missed passes rather than run them back to back
-                next_s -= delay
-                delay = 0.0
-            # A plain sleep: a timed Event.wait cost 40 us of CPU a pass, a third of a pass's cost.
-            while delay > 0 and not stop.is_set():
-                time.sleep(min(delay, _STOP_LATENCY_S))
-                delay = next_s - time.monotonic()
-            # Once the exit delivery has begun, a sample would land after its last sweep and count as dropped.
-            if stop.is_set() or FLUSHER.exiting:
-                break
-            try:
-                self.sample_once()
-            except Exception:  # the program goes on; a sampler that keeps failing is stopped, once said
-                log.exception("ringtrace: the sampler failed; sampling stops")
-                stop.set()
-                break
-            if clock is not None and not self.passes % _OWN_CPU_EVERY:
-                self.cpu_ns = clock()
-        if clock is not None:
-            self.cpu_ns = clock()
+        take_args = (
+            self._threads,
+            threading._active,  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
+            self._ident,
+            SAMPLE,
+            self._sampled_of,
+            self._interner.intern,
+            _wake_flusher,
+        )
+        try:
+            # A plain sleep between passes, not a timed Event.wait (40 us of CPU a pass, a third of a pass's cost).
+            run_passes(
+                round(self._interval_s * 1e9),
+                self._stopping,
+                self._counts,
+                FLUSHER,
+                take_args,
+                running_task_names,
+                self._forget_ended,
+            )
+        except Exception:  # the program goes on; a sampler that fails is stopped, once said
+            log.exception("ringtrace: the sampler failed; sampling stops")
+            self._stop.set()
+            self._stopping[0] = 1
 
     def sample_once(self) -> None:
         """One pass: a sample of every thread of the program but the one calling (the sampler's)."""
-        frames = sys._current_frames()
-        try:
-            tasks = running_task_names()
-            now = _now()
-            threads, intern, cpu_of = self._threads, self._interner.intern, _cpu_of
-            active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
-            own = self._ident or threading.get_ident()
-            taken = 0
-            for ident, frame in frames.items():
-                sampled = threads.get(ident)
-                if sampled is None or active.get(ident) is not sampled.thread:
-                    if ident == own:
-                        continue
-                    sampled = self._sampled_of(ident, active.get(ident))
-                    if sampled is None:
-                        continue
-                track = sampled.track
-                if track is None:
-                    continue
-                # A thread that used no CPU since its last sample ran no code: the same stack, without the walk. Its
-                # CPU clock (a system call) is read only where its innermost frame is where it was: one that moved
-                # is walked anyway, and is known to have moved.
-                code, lasti = frame.f_code, frame.f_lasti
-                if code is sampled.code and lasti == sampled.lasti:
-                    cpu = cpu_of(sampled.clock)
-                    if cpu is None or cpu != sampled.cpu:
-                        sampled.stack, sampled.cpu = intern(frame), cpu  # (the clock read before the walk)
-                else:
-                    sampled.stack, sampled.cpu, sampled.code, sampled.lasti = intern(frame), None, code, lasti
-                # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
-                sink, limit, wake_at, count_full = track._recording
-                held = len(sink)
-                if held < limit:
-                    sink.extend((SAMPLE, tasks.get(ident, "") if tasks else "", now, now, sampled.stack))
-                    if held == wake_at:
-                        _wake_flusher()
-                else:
-                    count_full()
-                taken += 1
-            self.samples += taken
-            if len(threads) > len(frames) - 1:  # threads ended: their tracks go (and end once delivered)
-                for ident in [ident for ident in threads if ident not in frames]:
-                    del threads[ident]
-        finally:
-            del frames  # the frames keep their threads' locals alive: not a moment longer than the pass
-        self.passes += 1
+        taken, met = take_samples(
+            self._threads,
+            threading._active,  # type: ignore[attr-defined]
+            self._ident or threading.get_ident(),
+            running_task_names(),
+            _now(),
+            SAMPLE,
+            self._sampled_of,
+            self._interner.intern,
+            _wake_flusher,
+        )
+        self._counts[0] += 1
+        self._counts[1] += taken
+        if len(self._threads) > met - 1:
+            self._forget_ended()
 
-    def _sampled_of(self, ident: int, thread: threading.Thread | None) -> _Sampled | None:
+    def _forget_ended(self) -> None:
+        """Forget the threads that ended (their tracks go, and end once delivered)."""
+        threads, active = self._threads, threading._active  # type: ignore[attr-defined]
+        for ident in [ident for ident, sampled in threads.items() if active.get(ident) is not sampled.thread]:
+            del threads[ident]
+
+    def _sampled_of(self, ident: int, thread: threading.Thread | None) -> SampledThread | None:
         """The thread ``thread`` met for the first time (under ``ident``): a track for it, or none for one of
         ringtrace's own threads (kept so: not sampled); None for a thread ``threading`` does not know (started outside
         it: no OS thread id to show it by; asked again next pass)."""
@@ -257,11 +216,12 @@ class Sampler:
         if thread is None or not native_id:
             self._threads.pop(ident, None)
             return None
-        track = None
-        if not is_background_thread(thread):
-            track = ThreadSamples(display_text(thread.name + SAMPLER_TRACK_SUFFIX), native_id)
-            self.timeline.add_source(track)
-        sampled = self._threads[ident] = _Sampled(thread, track)
+        if is_background_thread(thread):
+            sampled = self._threads[ident] = SampledThread(thread, None, None)
+            return sampled
+        track = ThreadSamples(display_text(thread.name + SAMPLER_TRACK_SUFFIX), native_id)
+        self.timeline.add_source(track)
+        sampled = self._threads[ident] = SampledThread(thread, track, thread_clock_id(native_id))
         return sampled
 
     def _after_fork_in_child(self) -> None:
@@ -272,24 +232,13 @@ class Sampler:
         self._threads = {}
         self._ident = 0
         if was_running:
-            self._stop = threading.Event()
+            self._stop, self._stopping = threading.Event(), bytearray(1)
             self.restart_pending = True
             FLUSHER.when_started(self._start_in_child)
 
     def _start_in_child(self) -> None:
         if self.restart_pending and not self.running:
             self.start()
-
-
-def _thread_clock() -> Any:
-    """A function giving this thread's CPU time in ns, or None where the platform has none."""
-    if not hasattr(time, "pthread_getcpuclockid"):
-        return None
-    try:
-        clock_id = time.pthread_getcpuclockid(threading.get_ident())
-    except OSError:
-        return None
-    return lambda: time.clock_gettime_ns(clock_id)
 
 
 #: The running sampler of each timeline, by ``id`` (a timeline lives as long as the process: the default one, say).

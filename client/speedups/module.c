@@ -10,6 +10,12 @@ static PyMethodDef module_methods[] = {
      "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
+    {"take_samples", (PyCFunction)(void (*)(void))take_samples, METH_FASTCALL,
+     "take_samples(threads, active, own, tasks, now, kind, sampled_of, intern, wake): the sampler's pass over the "
+     "threads (sampling/thread_pass.py); returns the samples taken and the threads met."},
+    {"run_passes", (PyCFunction)(void (*)(void))run_passes, METH_FASTCALL,
+     "run_passes(interval_ns, stopping, counts, flusher, take_args, task_names, forget_ended): the sampler's loop "
+     "(sampling/thread_pass.py), until stopping[0] is set."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -59,6 +65,14 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_not_an_event);
     Py_CLEAR(state->str_on);
     Py_CLEAR(state->str_marker);
+    Py_CLEAR(state->str_thread);
+    Py_CLEAR(state->str_track);
+    Py_CLEAR(state->str_clock);
+    Py_CLEAR(state->str_cpu);
+    Py_CLEAR(state->str_stack);
+    Py_CLEAR(state->str_recording);
+    Py_CLEAR(state->str_extend);
+    Py_CLEAR(state->empty_name);
     return 0;
 }
 
@@ -130,6 +144,18 @@ module_exec(PyObject *module)
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
         !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
         !state->str_marker) {
+        return -1;
+    }
+    state->str_thread = PyUnicode_InternFromString("thread");
+    state->str_track = PyUnicode_InternFromString("track");
+    state->str_clock = PyUnicode_InternFromString("clock");
+    state->str_cpu = PyUnicode_InternFromString("cpu");
+    state->str_stack = PyUnicode_InternFromString("stack");
+    state->str_recording = PyUnicode_InternFromString("_recording");
+    state->str_extend = PyUnicode_InternFromString("extend");
+    state->empty_name = PyUnicode_FromStringAndSize("", 0);
+    if (!state->str_thread || !state->str_track || !state->str_clock || !state->str_cpu || !state->str_stack ||
+        !state->str_recording || !state->str_extend || !state->empty_name) {
         return -1;
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */

@@ -32,8 +32,8 @@ What it does, and why it is safe to do it this way:
   takes Keywords from there at its import.
 
 The files, one job each: buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
-recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), module.c (the
-module). */
+recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), samples.c (the
+sampler's pass over the threads), module.c (the module). */
 
 #ifndef RINGTRACE_SPEEDUPS_H
 #define RINGTRACE_SPEEDUPS_H
@@ -73,6 +73,8 @@ typedef struct {
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
     PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
         *str_not_an_event, *str_on, *str_marker;
+    /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
+    PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name;
 } ModuleState;
 
 /* The module's definition: a type finds its module (and so the state) by it. */
@@ -144,6 +146,10 @@ PyObject *new_null_scope(PyTypeObject *type);
 
 /* runs.c */
 PyObject *take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* samples.c */
+PyObject *take_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #pragma GCC visibility pop
 

@@ -411,3 +411,31 @@ def test_a_client_pointed_at_the_http_port_says_so_once(
         assert "got b'HTTP'" in warning and "is that the collector's HTTP port?" in warning
     finally:
         timeline.close(timeout_s=0)
+
+
+def _voluntary_switches(thread: threading.Thread) -> int:
+    """How many times ``thread`` has slept (Linux: its voluntary context switches)."""
+    with open(f"/proc/self/task/{thread.native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts a thread's sleeps in /proc")
+def test_an_idle_streamer_sleeps_through_the_flushers_empty_sweeps(collector: CollectorProcess) -> None:
+    # Each wake-up of a background thread takes the interpreter from a busy program thread: a sweep that hands
+    # nothing over (the flusher's timer, here every 10 ms) must not wake the streamer thread.
+    timeline, _ = streamed(collector.tcp_address, batch_interval_s=0.01)
+    try:
+        timeline.instant("connects")
+        assert timeline.flush(timeout_s=30)
+        thread = next(t for t in threading.enumerate() if t.name == "ringtrace-streamer")
+        before, started = _voluntary_switches(thread), time.monotonic()
+        time.sleep(1.0)  # (an idle second on purpose, to count: about 100 sweeps)
+        woke = _voluntary_switches(thread) - before
+        assert woke < 20, f"the streamer woke {woke} times in {time.monotonic() - started:.1f} s with nothing to send"
+        timeline.instant("and still sends at once")
+        assert timeline.flush(timeout_s=30)
+    finally:
+        timeline.close(timeout_s=5)

@@ -27,6 +27,11 @@ class HandOverPass:
         self._may_send_now = threading.Event()
         self._may_send_now.set()
 
+    @property
+    def holding(self) -> bool:
+        """The flusher is handing over runs (it received one since the pass began)."""
+        return self._holding
+
     def begins(self) -> None:
         self._holding = True
         if self._may_send_now.is_set():

@@ -314,9 +314,12 @@ class Streamer(SerializedListener):
             self._wake()
 
     def handed_over(self) -> None:
-        """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``)."""
-        self._pass.ends()
-        self._wake()
+        """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``). A pass that received
+        nothing (the flusher's timer, nothing recorded) leaves this thread asleep: what else was queued woke it then
+        (``write``), and each wake-up takes the interpreter from a busy program thread, twice or more."""
+        if self._pass.holding:
+            self._pass.ends()
+            self._wake()
 
     def _may_send(self) -> bool:
         """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""

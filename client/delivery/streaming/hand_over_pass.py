@@ -37,9 +37,11 @@ class HandOverPass:
         if self._may_send_now.is_set():
             self._may_send_now.clear()
 
-    def ends(self) -> None:
-        self._holding = False
+    def ends(self) -> bool:
+        """The flusher handed everything over; whether a pass was under way (it received a run: something to send)."""
+        was, self._holding = self._holding, False
         self._may_send_now.set()
+        return was
 
     def may_send(self, queue_half_full: bool) -> bool:
         """Not while the flusher hands runs over, unless the queue is half full (many threads' runs in one pass)."""

@@ -314,11 +314,8 @@ class Streamer(SerializedListener):
             self._wake()
 
     def handed_over(self) -> None:
-        """The flusher ended a pass over a timeline's runs: send what it queued (see ``receive``). A pass that received
-        nothing (the flusher's timer, nothing recorded) leaves this thread asleep: what else was queued woke it then
-        (``write``), and each wake-up takes the interpreter from a busy program thread, twice or more."""
-        if self._pass.holding:
-            self._pass.ends()
+        """The flusher's pass ended: send what it queued, if any (each wake-up takes the GIL from a busy thread)."""
+        if self._pass.ends():  # (anything else queued woke it then: ``write``)
             self._wake()
 
     def _may_send(self) -> bool:

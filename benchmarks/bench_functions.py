@@ -18,8 +18,8 @@ Added ns per call = (median traced time - median untraced) / calls, calls being 
 call: nothing is filtered), times being the thread's CPU time (``time.thread_time_ns``: on a busy shared machine, wall
 time counts the waits for a core too). The ratio is ringtrace's added / viztracer's added (target <= 0.8).
 
-Run: ``python benchmarks/bench_functions.py`` (``--rounds``, ``--fib``, ``--scale``); ``RINGTRACE_PURE_PYTHON=1``
-or an unbuilt extension: nothing to measure.
+Run: ``python benchmarks/bench_functions.py`` (``--rounds``, ``--fib``, ``--scale``, ``--quick``);
+``RINGTRACE_PURE_PYTHON=1`` or an unbuilt extension: nothing to measure.
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7, help="measured rounds (default %(default)s)")
     parser.add_argument("--fib", type=int, default=25, help="fib(N) (default %(default)s)")
     parser.add_argument("--scale", type=int, default=6000, help="call_heavy's orders (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="2 rounds, fib(20), scale 500: a smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.fib, args.scale = 2, 20, 500
     if load_optional("ringtrace.client._functions") is None:
         print("the C function tracer is not built (or RINGTRACE_PURE_PYTHON is set): nothing to measure")
         return 0

@@ -47,6 +47,8 @@ BENCHMARKS = {
     "web_view": ("bench_web_view.py", 900),
     "flame_graph": ("bench_flame_graph.py", 300),
     "call_packing": ("bench_call_packing.py", 300),
+    "functions": ("bench_functions.py", 600),
+    "function_delivery": ("bench_function_delivery.py", 900),
     "always_on": ("bench_always_on.py", 1500),
 }
 

@@ -19,6 +19,7 @@ from types import CodeType
 from typing import Any
 
 import pytest
+from ringtrace.client.functions import python_tracer
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD, CallRun
 from ringtrace.wire.stack_frames import CodeLocation
 
@@ -338,12 +339,12 @@ def test_a_full_buffer_drops_calls_and_counts_them() -> None:
     assert traced.tracer.recorded == 11 and traced.records == 11
 
 
-def test_wake_is_called_once_per_drain_when_a_buffer_passes_half_full() -> None:
+def test_wake_is_called_once_per_drain_when_a_buffer_passes_a_quarter_full() -> None:
     woken: list[int] = []
     traced = Traced(buffer_bytes=100 * RECORD.size, wake=lambda: woken.append(1))
-    traced.run(lambda: fib(6))  # 25 calls: not half
+    traced.run(lambda: fib(6))  # 25 calls: a quarter, not past it
     assert woken == []
-    traced.run(lambda: fib(8))  # 67: past half once
+    traced.run(lambda: fib(8))  # 67: past a quarter once
     assert woken == [1]
     traced.run(lambda: fib(8))
     assert woken == [1, 1]
@@ -458,7 +459,8 @@ def test_the_constructor_checks_its_arguments() -> None:
         functions.Tracer(this_module, [], buffer_bytes=10)
     with pytest.raises(ValueError, match="must be >= 0"):
         functions.Tracer(this_module, [], max_depth=-1)
-    assert functions.DEFAULT_BUFFER_BYTES == 4 * 1024 * 1024 and RECORD.size == functions.RECORD_SIZE
+    assert functions.DEFAULT_BUFFER_BYTES == 16 * 1024 * 1024 == python_tracer.DEFAULT_BUFFER_BYTES
+    assert RECORD.size == functions.RECORD_SIZE
 
 
 def test_a_decide_that_raises_leaves_its_code_unrecorded_and_the_program_running() -> None:

@@ -197,7 +197,7 @@ static PyMemberDef tracer_members[] = {
 
 static PyType_Slot tracer_slots[] = {
     {Py_tp_doc, "Tracer(decide, locations, *, min_duration_ns=0, max_depth=0, builtins=False, "
-                "buffer_bytes=4 MiB, wake=None): records every call of the code decide(code, module) accepts as "
+                "buffer_bytes=16 MiB, wake=None): records every call of the code decide(code, module) accepts as "
                 "one call record when it ends, per thread (see ringtrace.wire.call_records)."},
     {Py_tp_new, tracer_new},
     {Py_tp_dealloc, tracer_dealloc},

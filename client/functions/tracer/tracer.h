@@ -74,7 +74,7 @@ through the profile function), module.c (the Tracer type and the module). */
 #define RT_CALL 11u
 #define RT_CALL_RAISED 12u
 #define RT_RECORD_SIZE 24
-#define RT_DEFAULT_BUFFER_BYTES (4 * 1024 * 1024)
+#define RT_DEFAULT_BUFFER_BYTES (16 * 1024 * 1024)
 
 /* One open call on a thread's stack. */
 typedef struct {
@@ -211,7 +211,7 @@ rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t
     memcpy(p + 20, &kind, 4);
     t->used += RT_RECORD_SIZE;
     self->recorded++;
-    if (t->used > self->buffer_bytes / 2 && !t->woke) {
+    if (t->used > self->buffer_bytes / 4 && !t->woke) { /* a quarter: room for a flusher scheduled late */
         t->woke = 1;
         t->busy++;
         rt_call_wake(self);

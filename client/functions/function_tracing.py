@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -30,7 +31,7 @@ from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
 from ringtrace.client.functions.python_tracer import DEFAULT_BUFFER_BYTES, PythonTracer
 from ringtrace.client.recording.tracks import EndedThread
-from ringtrace.wire.call_records import CallRun
+from ringtrace.wire.call_records import RECORD, CallRun
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.parsing import parse_duration_ns
@@ -176,7 +177,7 @@ class FunctionTracing:
         if tracer is None:
             return [], 0
         with self._lock:  # (a flush on another thread may drain at the same moment as the flusher)
-            ended_before = list(_ended)
+            ended_before = {ident: len(threads) for ident, threads in _ended.items()}
             drained = tracer.drain()
             dropped = tracer.dropped
             lost, self._dropped_seen = dropped - self._dropped_seen, dropped
@@ -186,37 +187,55 @@ class FunctionTracing:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
         active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
         runs: list[tuple[threading.Thread | EndedThread, Any]] = []
-        named: set[int] = set()
         for ident, records in drained:
-            # A thread ended since the last drain: its calls come first (a thread started since may have its ident,
-            # one of ringtrace's say, whose calls are left out).
-            thread: threading.Thread | EndedThread | None = _ended.get(ident) if ident not in named else None
-            named.add(ident)
+            thread: threading.Thread | EndedThread | None = _ended_thread_of(ident, records)
             if thread is None:
                 alive: threading.Thread | None = active.get(ident)
                 if alive is not None and is_background_thread(alive):
                     continue
                 thread = alive or EndedThread(ident)
             runs.append((thread, CallRun(records, LOCATIONS)))
-        for ident in ended_before:  # (their calls, if any, were drained just now)
-            _ended.pop(ident, None)
+        for ident, count in ended_before.items():  # (their calls, if any, were drained just now)
+            threads = _ended.get(ident)
+            if threads is not None:
+                del threads[:count]
+                if not threads:
+                    _ended.pop(ident, None)
         return runs, lost
 
 
-#: Threads that ended since the last drain, by ident (``_remember_ended``).
-_ended: dict[int, EndedThread] = {}
+#: Threads that ended since the last drain, by ident, each with the monotonic ns it ended at, in the order they ended
+#: (``_remember_ended_threads``). An ident is reused: threads that ran one after another may share one.
+_ended: dict[int, list[tuple[int, EndedThread]]] = {}
+
+
+def _ended_thread_of(ident: int, records: bytes) -> EndedThread | None:
+    """The ended thread whose calls ``records`` are: of the threads of ``ident`` ended since the last drain, the first
+    to end after its last call ended (one that ended before it began cannot have made it); None if none did (the
+    thread of ``ident`` alive now)."""
+    threads = _ended.get(ident)
+    if not threads or not records:
+        return None
+    last_end = RECORD.unpack_from(records, len(records) - RECORD.size)[1]
+    for ended_ns, thread in threads:
+        if ended_ns >= last_end:
+            return thread
+    return None
 
 
 def _remember_ended_threads() -> None:
-    """Wrap ``threading.Thread._delete`` (once) to keep each ending thread's name and OS id in ``_ended`` while
-    function tracing runs: the drain that takes its last calls names its track after it."""
+    """Wrap ``threading.Thread._delete`` (once) to keep each ending thread's name, OS id and end in ``_ended`` while
+    function tracing runs: the drain that takes its last calls names its track after it. (No public hook tells a
+    thread's end in the thread, with its name, before its ident can be reused; where ``_delete`` is missing, a thread
+    that ended before the drain that takes its calls gets a track named after its ident.)"""
     delete = getattr(threading.Thread, "_delete", None)
     if delete is None or getattr(delete, "_ringtrace_remembers", False):
         return
 
     def _delete(thread: threading.Thread) -> None:
         if _running is not None and thread.ident is not None and not is_background_thread(thread):
-            _ended[thread.ident] = EndedThread(thread.ident, thread.name, thread.native_id)
+            ended = EndedThread(thread.ident, thread.name, thread.native_id)
+            _ended.setdefault(thread.ident, []).append((time.monotonic_ns(), ended))
         delete(thread)
 
     _delete._ringtrace_remembers = True  # type: ignore[attr-defined]

@@ -200,3 +200,21 @@ def test_a_thread_keeps_its_track_when_it_ends_between_two_drains() -> None:
     leaves = [e for e in memory.events if e.name == "leaf"]
     assert len(leaves) == 2
     assert leaves[0].track == leaves[1].track and leaves[0].track.name == "two drains (twice)"
+
+
+def test_threads_that_reuse_an_ident_between_two_drains_keep_tracks_of_their_own() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("reused", [memory])
+    names = [f"one after another {i}" for i in range(6)]
+    try:
+        with trace_functions(timeline=timeline, include=[__name__]):
+            for name in names:  # each ends before the next starts: the interpreter may hand them the same ident
+                worker = threading.Thread(target=leaf, name=name)
+                worker.start()
+                worker.join()
+        assert timeline.flush(10)
+    finally:
+        timeline.close()
+    leaves = [e for e in memory.events if e.name == "leaf"]
+    assert sorted(e.track.name for e in leaves) == sorted(f"reused ({name})" for name in names)
+    assert len({e.track.track_id for e in leaves}) == len(names)

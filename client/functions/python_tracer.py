@@ -102,8 +102,8 @@ class PythonTracer:
     Args:
         decide: ``decide(code, module)`` -> whether that code's calls are recorded; called once per code object
             first met (``module``: its frame's globals' ``__name__``, "" if none). One that raises is taken as False.
-        locations: the process-wide list of code locations that records index; appended to for each code recorded
-            (``(co_qualname, co_filename, co_firstlineno)``) and each C function (``(name, "", 0)``, one per name).
+        locations: the process-wide list of code locations that records index; appended to for each location of code
+            recorded (``(co_qualname, co_filename, co_firstlineno)``) and each C function (``(name, "", 0)``), once.
         min_duration_ns: a call shorter than this leaves no record.
         max_depth: 0: no limit; else calls deeper than this many below where tracing began on a thread leave none.
         builtins: also record calls of C functions (from code ``decide`` accepts).
@@ -141,8 +141,12 @@ class PythonTracer:
         self._wake = wake
         #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
         self._codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
-        #: A C function's name -> its location index.
-        self._c_names: dict[str, int] = {}
+        #: A location -> its index in ``locations``: code objects made anew with the same name, file and line (``exec``
+        #: of the same source, a class made in a loop) share one, so the list grows with the program's code, not with
+        #: how often it is compiled. Those already there (a tracer before this one) are reused.
+        self._indexes: dict[CodeLocation, int] = {}
+        for index, location in enumerate(locations):
+            self._indexes.setdefault(location, index)
         #: Held while a code or a C function met for the first time gets its location.
         self._first_met = threading.RLock()
         self._local = threading.local()
@@ -260,23 +264,27 @@ class PythonTracer:
                 recorded = False
             index = -1
             if recorded:
-                index = len(self.locations)
                 qualname = getattr(code, "co_qualname", code.co_name)
-                self.locations.append((qualname, code.co_filename, code.co_firstlineno))
+                index = self._location_index((qualname, code.co_filename, code.co_firstlineno))
             key = id(code)
             codes = self._codes
             self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
             return index
 
     def _c_index_of(self, callable_: object) -> int:
-        name = c_function_name(callable_)
-        index = self._c_names.get(name)
+        location = (c_function_name(callable_), "", 0)
+        index = self._indexes.get(location)
         if index is None:
             with self._first_met:
-                index = self._c_names.get(name)
-                if index is None:
-                    index = self._c_names[name] = len(self.locations)
-                    self.locations.append((name, "", 0))
+                index = self._location_index(location)
+        return index
+
+    def _location_index(self, location: CodeLocation) -> int:
+        """The index of ``location`` in ``locations``, appended the first time (with ``_first_met`` held)."""
+        index = self._indexes.get(location)
+        if index is None:
+            index = self._indexes[location] = len(self.locations)
+            self.locations.append(location)
         return index
 
     def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:

@@ -375,3 +375,18 @@ def test_no_free_tool_id_is_a_clear_error(tracer_class: Any) -> None:
     finally:
         for tool in taken:
             monitoring.free_tool_id(tool)
+
+
+def test_code_compiled_again_shares_its_location() -> None:
+    # (The pure-Python twin: the C one appends a location per code object for now.)
+    source = "def compiled_again():\n    pass\ncompiled_again()\n"
+    locations: list[Any] = [("compiled_again", "<again>", 1)]  # as a tracer before this one left it
+    tracer = PythonTracer(lambda code, module: code.co_filename == "<again>", locations)
+    tracer.start()
+    try:
+        for _ in range(50):
+            exec(compile(source, "<again>", "exec"), {"__name__": __name__})
+    finally:
+        tracer.stop()
+    assert main_tree(trees(tracer.drain(), locations)) == [("<module>", False, [call("compiled_again")])] * 50
+    assert sorted(locations) == [("<module>", "<again>", 1), ("compiled_again", "<again>", 1)]

@@ -14,12 +14,19 @@ Each thread keeps a stack of the calls it opened since ``start()``: (key, locati
 pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
 turned down) is ignored. An entry with index -1 is a call counted for ``max_depth`` that writes no record.
 
+Exceptions: one of the tracer's own (or ``decide``'s) is logged, never raised into the program; one that a signal
+handler of the program's raises while a callback runs (Python runs handlers between any two bytecodes) goes on to the
+program, as it would untraced. On 3.11 the interpreter removes a profile function an exception leaves (that one, a
+KeyboardInterrupt, or a RecursionError calling it at the recursion limit): the thread's calls are traced no more, which
+a warning says (the C twin's profile function is C, and is not removed so).
+
 Races: the stacks are touched by their own thread only, but ``stop()`` closes every thread's open calls from the
 thread that stops; a thread preempted inside a callback at that moment may write one record more (never a torn one).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import opcode
 import sys
@@ -259,7 +266,9 @@ class PythonTracer:
                 module = name if isinstance(name, str) else ""
             try:
                 recorded = bool(self._decide(code, module))
-            except Exception:
+            except Exception as exc:
+                if _raised_by_a_signal_handler(exc):
+                    raise  # (a signal handler's; decide is asked again next time)
                 log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
                 recorded = False
             index = -1
@@ -317,7 +326,9 @@ class PythonTracer:
             if wake is not None:
                 try:
                     wake()
-                except Exception:
+                except Exception as exc:
+                    if _raised_by_a_signal_handler(exc):
+                        raise
                     log.exception("ringtrace: the function tracer's wake failed")
 
     # -- 3.12 and later: sys.monitoring -----------------------------------------------------------------------------
@@ -373,7 +384,9 @@ class PythonTracer:
             if index < 0:
                 return _monitoring.DISABLE
             self._open(self._thread_calls(), id(code), index)
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a call", exc_info=True)
         return None
 
@@ -391,14 +404,18 @@ class PythonTracer:
             index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
             if index < 0:
                 return _monitoring.DISABLE
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a return", exc_info=True)
         return None
 
     def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
         try:
             self._close(self._thread_calls(), id(code), CALL_RAISED)
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on an unwind", exc_info=True)
 
     def _on_call(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> Any:
@@ -409,7 +426,9 @@ class PythonTracer:
                 return _monitoring.DISABLE  # no C function recorded from code not recorded
             if isinstance(callable_, _C_TYPES):
                 self._open(self._thread_calls(), id(callable_), self._c_index_of(callable_))
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a C call", exc_info=True)
         return None
 
@@ -417,24 +436,27 @@ class PythonTracer:
         try:
             if isinstance(callable_, _C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL)
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a C return", exc_info=True)
 
     def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
             if isinstance(callable_, _C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL_RAISED)
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a C raise", exc_info=True)
 
     # -- 3.11: the profile function ---------------------------------------------------------------------------------
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        if not self._active:
-            sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
-            return
         try:
-            if event == "call":
+            if not self._active:
+                sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
+            elif event == "call":
                 code = frame.f_code
                 entry = self._codes.get(id(code))
                 index = entry[1] if entry is not None else self._index_of(code, frame)
@@ -452,8 +474,61 @@ class PythonTracer:
                     self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
             elif self.builtins:  # c_return, c_exception
                 self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
-        except Exception:
+        except Exception as exc:
+            if _raised_by_a_signal_handler(exc):
+                _profile_function_removed(exc)
+                raise  # (a signal handler's: the program's, as it would be untraced)
             log.debug("ringtrace: function tracer failed on a %s event", event, exc_info=True)
+        except BaseException as exc:  # KeyboardInterrupt, say: the program's too
+            _profile_function_removed(exc)
+            raise
+
+
+def _raised_by_a_signal_handler(exc: BaseException) -> bool:
+    """Whether ``exc``, caught in a callback of the tracer's, was raised by one of the program's signal handlers (Python
+    runs one between any two bytecodes, the tracer's too): it must reach the program as it would untraced (a timeout's
+    ``TimeoutError`` swallowed here, the program would wait on). Told by a handler's frame in its traceback; any other
+    exception is the tracer's (or ``decide``'s) own, logged and dropped."""
+    handlers = _signal_handler_codes()
+    traceback = exc.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_code in handlers:
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _signal_handler_codes() -> set[types.CodeType]:
+    """The code of every Python signal handler installed now (a function, a method, a partial, a callable object)."""
+    import signal  # (here: asked only when a callback caught an exception)
+
+    codes = set()
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+        except (OSError, ValueError):
+            continue
+        while isinstance(handler, functools.partial):
+            handler = handler.func
+        function = getattr(handler, "__func__", handler)
+        code = getattr(function, "__code__", None)
+        if code is None:  # (a callable object)
+            code = getattr(vars(type(handler)).get("__call__"), "__code__", None)
+        if isinstance(code, types.CodeType):
+            codes.add(code)
+    return codes
+
+
+def _profile_function_removed(exc: BaseException) -> None:
+    """3.11: an exception that leaves the profile function makes the interpreter remove it from its thread, whose
+    calls are then no longer traced (nor counted): said, as it cannot be undone from here."""
+    log.warning(
+        "ringtrace: function tracing stops on thread %r: %s, raised inside the tracer's profile function (by a "
+        "signal handler, or at the recursion limit), goes to the program, and Python 3.11 removes a profile function "
+        "that raises",
+        threading.current_thread().name,
+        type(exc).__name__,
+    )
 
 
 def _mark_ended(calls_ref: weakref.ref[_ThreadCalls]) -> None:

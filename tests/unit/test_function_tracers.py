@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import sys
 import threading
 import types
@@ -390,3 +391,32 @@ def test_code_compiled_again_shares_its_location() -> None:
         tracer.stop()
     assert main_tree(trees(tracer.drain(), locations)) == [("<module>", False, [call("compiled_again")])] * 50
     assert sorted(locations) == [("<module>", "<again>", 1), ("compiled_again", "<again>", 1)]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1")
+@pytest.mark.parametrize("where", ["decide", "wake"])
+def test_a_signal_handlers_exception_inside_the_tracer_reaches_the_program(where: str) -> None:
+    # A handler runs between any two bytecodes, the tracer's too: its exception (a timeout's, say) is the program's.
+    # (The pure-Python twin, whose callbacks are Python code a handler may run in.)
+    def on_signal(signum: int, frame: object) -> None:
+        raise TimeoutError("the program's timeout")
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        if where == "decide" and code is leaf.__code__:
+            signal.raise_signal(signal.SIGUSR1)
+        return ours(code, module)
+
+    def wake() -> None:
+        if where == "wake":
+            signal.raise_signal(signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    tracer = PythonTracer(decide, [], buffer_bytes=RECORD.size * 4, wake=wake)
+    tracer.start()
+    try:
+        with pytest.raises(TimeoutError, match="the program's timeout"):
+            for _ in range(10):
+                leaf()
+    finally:
+        tracer.stop()
+        signal.signal(signal.SIGUSR1, previous)

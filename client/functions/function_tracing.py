@@ -185,7 +185,7 @@ class FunctionTracing:
             with _lock:
                 if _running is not self:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
-        active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
+        active = {thread.ident: thread for thread in threading.enumerate()} if drained else {}
         runs: list[tuple[threading.Thread | EndedThread, Any]] = []
         for ident, records in drained:
             thread: threading.Thread | EndedThread | None = _ended_thread_of(ident, records)

@@ -58,12 +58,22 @@ def tracer_class() -> type[Any]:
     return module.Tracer if module is not None else PythonTracer
 
 
+#: The longest min_duration and the deepest max_depth a tracer takes (a C long long of ns; a C size_t of calls, on a
+#: 32-bit build too).
+_MAX_DURATION_NS: Final = 2**63 - 1
+_MAX_DEPTH: Final = 2**31 - 1
+
+
 def _duration_ns(value: float | str, what: str) -> int:
     if isinstance(value, str):
-        return parse_duration_ns(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        ns = parse_duration_ns(value)
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_DURATION_NS / 1e9:
         raise ConfigError(f"{what} takes seconds (a number >= 0) or a duration like '1ms', got {value!r}")
-    return round(value * 1e9)
+    else:
+        ns = round(value * 1e9)
+    if ns > _MAX_DURATION_NS:
+        raise ConfigError(f"{what} is at most {_MAX_DURATION_NS / 1e9:.0f} seconds, got {value!r}")
+    return ns
 
 
 class FunctionTracing:
@@ -82,8 +92,8 @@ class FunctionTracing:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> None:
         include, exclude = _globs(include, "include"), _globs(exclude, "exclude")
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
-            raise ConfigError(f"max_depth takes an int >= 0 (0: no limit), got {max_depth!r}")
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= _MAX_DEPTH:
+            raise ConfigError(f"max_depth takes an int from 0 (no limit) to {_MAX_DEPTH}, got {max_depth!r}")
         if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or buffer_bytes < 24:
             raise ConfigError(f"buffer_bytes takes an int >= 24 (one call), got {buffer_bytes!r}")
         self.filter = CallFilter(include, exclude, library=library)

@@ -128,6 +128,11 @@ def test_bad_options_are_refused() -> None:
         trace_functions(min_duration="soon")
     with pytest.raises(ConfigError, match="include"):
         trace_functions(include=[""])
+    for endless in (float("inf"), 1e300, "9999999999999999s"):  # (no tracer takes them: a clear error, not Overflow)
+        with pytest.raises(ConfigError, match="min_duration"):
+            trace_functions(min_duration=endless)
+    with pytest.raises(ConfigError, match="max_depth"):
+        trace_functions(max_depth=2**63)
     assert trace_functions(min_duration="250us").min_duration_ns == 250_000
     assert trace_functions(min_duration=0.001).min_duration_ns == 1_000_000
 

@@ -58,10 +58,12 @@ _pack = RECORD.pack
 _SIZE = RECORD.size
 #: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
 _C_TYPES: Final = (types.BuiltinFunctionType, types.MethodDescriptorType)
-#: 3.11: the instructions a 'return' event leaves from when no exception ended the call.
+#: 3.11: the instructions a 'return' event leaves from when no exception ended the call (but one thrown into a
+#: generator at its yield leaves from that yield: ``_ThreadCalls.thrown``).
 _RETURN_OPCODES: Final = frozenset(
     opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
 )
+_YIELD_VALUE: Final = opcode.opmap.get("YIELD_VALUE", -1)
 
 Decide = Callable[[types.CodeType, str], bool]
 
@@ -84,12 +86,15 @@ def c_function_name(callable_: object) -> str:
 class _ThreadCalls:
     """One thread's open calls and the records it wrote since the last drain."""
 
-    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "woken")
+    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "thrown", "woken")
 
     def __init__(self, ident: int) -> None:
         self.ident = ident
         #: Open calls, outermost first: (key: id of the code or of the C callable, location index or -1, start ns).
         self.stack: list[tuple[int, int, int]] = []
+        #: 3.11: the open generator resumes an exception was thrown into (``throw``, ``close``), by their entry's start:
+        #: the offset of the yield it was thrown in at.
+        self.thrown: dict[int, int] = {}
         self.buffer = bytearray()
         self.woken = False
         self.ended = False
@@ -211,6 +216,7 @@ class PythonTracer:
             threads = list(self._threads)
         for calls in threads:
             stack, calls.stack = calls.stack, []
+            calls.thrown = {}
             while stack:
                 _, index, start = stack.pop()
                 if index >= 0:
@@ -461,11 +467,22 @@ class PythonTracer:
                 entry = self._codes.get(id(code))
                 index = entry[1] if entry is not None else self._index_of(code, frame)
                 if index >= 0:
-                    self._open(self._thread_calls(), id(code), index)
+                    calls = self._thread_calls()
+                    self._open(calls, id(code), index)
+                    lasti = frame.f_lasti
+                    if lasti >= 0 and code.co_code[lasti] == _YIELD_VALUE:  # (a resume by send is at its RESUME)
+                        calls.thrown[calls.stack[-1][2]] = lasti
             elif event == "return":
                 code = frame.f_code
-                raised = code.co_code[frame.f_lasti] not in _RETURN_OPCODES if frame.f_lasti >= 0 else False
-                self._close(self._thread_calls(), id(code), CALL_RAISED if raised else CALL)
+                calls = self._thread_calls()
+                lasti = frame.f_lasti
+                raised = lasti >= 0 and code.co_code[lasti] not in _RETURN_OPCODES
+                if calls.thrown and calls.stack:
+                    # Thrown in at a yield and gone from there with no value: the exception left (a yield of None
+                    # from that same yield, after a handler looped back to it, reads the same, and is taken so too).
+                    thrown_at = calls.thrown.pop(calls.stack[-1][2], None)
+                    raised = raised or (thrown_at == lasti and arg is None)
+                self._close(calls, id(code), CALL_RAISED if raised else CALL)
             elif self.builtins and event == "c_call":
                 code = frame.f_code
                 entry = self._codes.get(id(code))

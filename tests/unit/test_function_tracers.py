@@ -7,6 +7,7 @@ start ignored. Each test runs with every tracer this interpreter has: ``PythonTr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 import sys
@@ -118,6 +119,25 @@ def leaf() -> None:
     pass
 
 
+def catches_one_thrown() -> Any:
+    try:
+        yield
+    except KeyError:
+        yield "after KeyError"
+    yield
+
+
+def throws_into_generators() -> None:
+    caught = catches_one_thrown()
+    next(caught)
+    caught.throw(KeyError())  # caught there: the resume ends at the next yield
+    caught.close()  # GeneratorExit at a bare yield: the resume ends raising
+    let_through = catches_one_thrown()
+    next(let_through)
+    with contextlib.suppress(ValueError):
+        let_through.throw(ValueError())  # not caught: the resume ends raising
+
+
 def nested(depth: int) -> None:
     if depth:
         nested(depth - 1)
@@ -167,6 +187,13 @@ def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> No
         call("catches", call("boom", raised=True)),
         call("lets_through", call("boom", raised=True), raised=True),
     ]
+
+
+def test_an_exception_thrown_into_a_generator_that_leaves_it_is_call_raised(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, throws_into_generators)
+    resumes = [call("catches_one_thrown"), call("catches_one_thrown"), call("catches_one_thrown", raised=True)]
+    resumes += [call("catches_one_thrown"), call("catches_one_thrown", raised=True)]
+    assert main_tree(by_thread) == [call("throws_into_generators", *resumes)]
 
 
 def test_threads_have_trees_of_their_own(tracer_class: Any) -> None:

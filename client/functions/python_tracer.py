@@ -18,7 +18,7 @@ Exceptions: one of the tracer's own (or ``decide``'s) is logged, never raised in
 handler of the program's raises while a callback runs (Python runs handlers between any two bytecodes) goes on to the
 program, as it would untraced. On 3.11 the interpreter removes a profile function an exception leaves (that one, a
 KeyboardInterrupt, or a RecursionError calling it at the recursion limit): the thread's calls are traced no more, which
-a warning says (the C twin's profile function is C, and is not removed so).
+a warning says where it can (not at the recursion limit). The C twin's profile function is C, and is not removed so.
 
 Races: the stacks are touched by their own thread only, but ``stop()`` closes every thread's open calls from the
 thread that stops; a thread preempted inside a callback at that moment may write one record more (never a torn one).

@@ -26,7 +26,6 @@ thread that stops; a thread preempted inside a callback at that moment may write
 
 from __future__ import annotations
 
-import functools
 import logging
 import opcode
 import sys
@@ -37,6 +36,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
+from ringtrace.client.functions.callback_errors import failed, profile_function_removed, raised_by_a_signal_handler
+from ringtrace.client.functions.code_locations import C_TYPES, CodeLocations, c_function_name, is_c_function
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
 from ringtrace.wire.stack_frames import CodeLocation
 
@@ -56,8 +57,6 @@ _MONITORING: Final = _monitoring is not None
 _now = time.monotonic_ns
 _pack = RECORD.pack
 _SIZE = RECORD.size
-#: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
-_C_TYPES: Final = (types.BuiltinFunctionType, types.MethodDescriptorType)
 #: 3.11: the instructions a 'return' event leaves from when no exception ended the call (but one thrown into a
 #: generator at its yield leaves from that yield: ``_ThreadCalls.thrown``).
 _RETURN_OPCODES: Final = frozenset(
@@ -66,21 +65,6 @@ _RETURN_OPCODES: Final = frozenset(
 _YIELD_VALUE: Final = opcode.opmap.get("YIELD_VALUE", -1)
 
 Decide = Callable[[types.CodeType, str], bool]
-
-
-def is_c_function(callable_: object) -> bool:
-    """Whether a call of ``callable_`` is traced as a C function (with ``builtins``)."""
-    return isinstance(callable_, _C_TYPES)
-
-
-def c_function_name(callable_: object) -> str:
-    """A C function's name: ``module.qualname`` when its module is not ``builtins``, else its qualified name
-    (``len``, ``list.append``, ``time.sleep``)."""
-    qualname = getattr(callable_, "__qualname__", None) or getattr(callable_, "__name__", None) or repr(callable_)
-    module = getattr(callable_, "__module__", None)
-    if isinstance(module, str) and module and module != "builtins":
-        return f"{module}.{qualname}"
-    return str(qualname)
 
 
 class _ThreadCalls:
@@ -143,7 +127,6 @@ class PythonTracer:
             raise ValueError(f"max_depth must be >= 0 (0: no limit), got {max_depth}")
         if buffer_bytes < _SIZE:
             raise ValueError(f"buffer_bytes must be at least one record ({_SIZE} bytes), got {buffer_bytes}")
-        self._decide = decide
         self.locations = locations
         self.min_duration_ns = min_duration_ns
         self.max_depth = max_depth
@@ -151,16 +134,11 @@ class PythonTracer:
         self.buffer_bytes = buffer_bytes
         self._half = buffer_bytes // 2
         self._wake = wake
-        #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
-        self._codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
-        #: A location -> its index in ``locations``: code objects made anew with the same name, file and line (``exec``
-        #: of the same source, a class made in a loop) share one, so the list grows with the program's code, not with
-        #: how often it is compiled. Those already there (a tracer before this one) are reused.
-        self._indexes: dict[CodeLocation, int] = {}
-        for index, location in enumerate(locations):
-            self._indexes.setdefault(location, index)
-        #: Held while a code or a C function met for the first time gets its location.
-        self._first_met = threading.RLock()
+        #: Which code is recorded, at which location index (its ``codes``, read directly on the hot path).
+        self._table = CodeLocations(decide, locations)
+        self._codes = self._table.codes
+        self._index_of = self._table.index_of
+        self._c_index_of = self._table.c_index_of
         self._local = threading.local()
         self._threads: list[_ThreadCalls] = []
         self._threads_lock = threading.Lock()
@@ -259,49 +237,6 @@ class PythonTracer:
             self._threads.append(calls)
         return calls
 
-    def _index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
-        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
-        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
-        with self._first_met:
-            entry = self._codes.get(id(code))
-            if entry is not None:
-                return entry[1]
-            module = ""
-            if frame is not None and frame.f_code is code:
-                name = frame.f_globals.get("__name__")
-                module = name if isinstance(name, str) else ""
-            try:
-                recorded = bool(self._decide(code, module))
-            except Exception as exc:
-                if _raised_by_a_signal_handler(exc):
-                    raise  # (a signal handler's; decide is asked again next time)
-                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
-                recorded = False
-            index = -1
-            if recorded:
-                qualname = getattr(code, "co_qualname", code.co_name)
-                index = self._location_index((qualname, code.co_filename, code.co_firstlineno))
-            key = id(code)
-            codes = self._codes
-            self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
-            return index
-
-    def _c_index_of(self, callable_: object) -> int:
-        location = (c_function_name(callable_), "", 0)
-        index = self._indexes.get(location)
-        if index is None:
-            with self._first_met:
-                index = self._location_index(location)
-        return index
-
-    def _location_index(self, location: CodeLocation) -> int:
-        """The index of ``location`` in ``locations``, appended the first time (with ``_first_met`` held)."""
-        index = self._indexes.get(location)
-        if index is None:
-            index = self._indexes[location] = len(self.locations)
-            self.locations.append(location)
-        return index
-
     def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:
         stack = calls.stack
         if self.max_depth and len(stack) >= self.max_depth:
@@ -333,7 +268,7 @@ class PythonTracer:
                 try:
                     wake()
                 except Exception as exc:
-                    if _raised_by_a_signal_handler(exc):
+                    if raised_by_a_signal_handler(exc):
                         raise
                     log.exception("ringtrace: the function tracer's wake failed")
 
@@ -391,9 +326,7 @@ class PythonTracer:
                 return _monitoring.DISABLE
             self._open(self._thread_calls(), id(code), index)
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a call", exc_info=True)
+            failed(exc, "a call")
         return None
 
     def _on_throw(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
@@ -411,18 +344,14 @@ class PythonTracer:
             if index < 0:
                 return _monitoring.DISABLE
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a return", exc_info=True)
+            failed(exc, "a return")
         return None
 
     def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
         try:
             self._close(self._thread_calls(), id(code), CALL_RAISED)
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on an unwind", exc_info=True)
+            failed(exc, "an unwind")
 
     def _on_call(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> Any:
         try:
@@ -430,31 +359,25 @@ class PythonTracer:
             index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
             if index < 0:
                 return _monitoring.DISABLE  # no C function recorded from code not recorded
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._open(self._thread_calls(), id(callable_), self._c_index_of(callable_))
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a C call", exc_info=True)
+            failed(exc, "a C call")
         return None
 
     def _on_c_return(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL)
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a C return", exc_info=True)
+            failed(exc, "a C return")
 
     def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL_RAISED)
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a C raise", exc_info=True)
+            failed(exc, "a C raise")
 
     # -- 3.11: the profile function ---------------------------------------------------------------------------------
 
@@ -487,65 +410,17 @@ class PythonTracer:
                 code = frame.f_code
                 entry = self._codes.get(id(code))
                 index = entry[1] if entry is not None else self._index_of(code, frame)
-                if index >= 0 and isinstance(arg, _C_TYPES):
+                if index >= 0 and isinstance(arg, C_TYPES):
                     self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
             elif self.builtins:  # c_return, c_exception
                 self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
         except Exception as exc:
-            if _raised_by_a_signal_handler(exc):
-                _profile_function_removed(exc)
-                raise  # (a signal handler's: the program's, as it would be untraced)
-            log.debug("ringtrace: function tracer failed on a %s event", event, exc_info=True)
+            if raised_by_a_signal_handler(exc):
+                profile_function_removed(exc)
+            failed(exc, f"a {event} event")
         except BaseException as exc:  # KeyboardInterrupt, say: the program's too
-            _profile_function_removed(exc)
+            profile_function_removed(exc)
             raise
-
-
-def _raised_by_a_signal_handler(exc: BaseException) -> bool:
-    """Whether ``exc``, caught in a callback of the tracer's, was raised by one of the program's signal handlers (Python
-    runs one between any two bytecodes, the tracer's too): it must reach the program as it would untraced (a timeout's
-    ``TimeoutError`` swallowed here, the program would wait on). Told by a handler's frame in its traceback; any other
-    exception is the tracer's (or ``decide``'s) own, logged and dropped."""
-    handlers = _signal_handler_codes()
-    traceback = exc.__traceback__
-    while traceback is not None:
-        if traceback.tb_frame.f_code in handlers:
-            return True
-        traceback = traceback.tb_next
-    return False
-
-
-def _signal_handler_codes() -> set[types.CodeType]:
-    """The code of every Python signal handler installed now (a function, a method, a partial, a callable object)."""
-    import signal  # (here: asked only when a callback caught an exception)
-
-    codes = set()
-    for signum in signal.valid_signals():
-        try:
-            handler = signal.getsignal(signum)
-        except (OSError, ValueError):
-            continue
-        while isinstance(handler, functools.partial):
-            handler = handler.func
-        function = getattr(handler, "__func__", handler)
-        code = getattr(function, "__code__", None)
-        if code is None:  # (a callable object)
-            code = getattr(vars(type(handler)).get("__call__"), "__code__", None)
-        if isinstance(code, types.CodeType):
-            codes.add(code)
-    return codes
-
-
-def _profile_function_removed(exc: BaseException) -> None:
-    """3.11: an exception that leaves the profile function makes the interpreter remove it from its thread, whose
-    calls are then no longer traced (nor counted): said, as it cannot be undone from here."""
-    log.warning(
-        "ringtrace: function tracing stops on thread %r: %s, raised inside the tracer's profile function (by a "
-        "signal handler, or at the recursion limit), goes to the program, and Python 3.11 removes a profile function "
-        "that raises",
-        threading.current_thread().name,
-        type(exc).__name__,
-    )
 
 
 def _mark_ended(calls_ref: weakref.ref[_ThreadCalls]) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -30,7 +31,7 @@ from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
 from ringtrace.client.functions.python_tracer import DEFAULT_BUFFER_BYTES, PythonTracer
 from ringtrace.client.recording.tracks import EndedThread
-from ringtrace.wire.call_records import CallRun
+from ringtrace.wire.call_records import RECORD, CallRun
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.parsing import parse_duration_ns
@@ -57,12 +58,22 @@ def tracer_class() -> type[Any]:
     return module.Tracer if module is not None else PythonTracer
 
 
+#: The longest min_duration and the deepest max_depth a tracer takes (a C long long of ns; a C size_t of calls, on a
+#: 32-bit build too).
+_MAX_DURATION_NS: Final = 2**63 - 1
+_MAX_DEPTH: Final = 2**31 - 1
+
+
 def _duration_ns(value: float | str, what: str) -> int:
     if isinstance(value, str):
-        return parse_duration_ns(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        ns = parse_duration_ns(value)
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_DURATION_NS / 1e9:
         raise ConfigError(f"{what} takes seconds (a number >= 0) or a duration like '1ms', got {value!r}")
-    return round(value * 1e9)
+    else:
+        ns = round(value * 1e9)
+    if ns > _MAX_DURATION_NS:
+        raise ConfigError(f"{what} is at most {_MAX_DURATION_NS / 1e9:.0f} seconds, got {value!r}")
+    return ns
 
 
 class FunctionTracing:
@@ -81,8 +92,8 @@ class FunctionTracing:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> None:
         include, exclude = _globs(include, "include"), _globs(exclude, "exclude")
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
-            raise ConfigError(f"max_depth takes an int >= 0 (0: no limit), got {max_depth!r}")
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= _MAX_DEPTH:
+            raise ConfigError(f"max_depth takes an int from 0 (no limit) to {_MAX_DEPTH}, got {max_depth!r}")
         if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or buffer_bytes < 24:
             raise ConfigError(f"buffer_bytes takes an int >= 24 (one call), got {buffer_bytes!r}")
         self.filter = CallFilter(include, exclude, library=library)
@@ -176,7 +187,7 @@ class FunctionTracing:
         if tracer is None:
             return [], 0
         with self._lock:  # (a flush on another thread may drain at the same moment as the flusher)
-            ended_before = list(_ended)
+            ended_before = {ident: len(threads) for ident, threads in _ended.items()}
             drained = tracer.drain()
             dropped = tracer.dropped
             lost, self._dropped_seen = dropped - self._dropped_seen, dropped
@@ -184,39 +195,57 @@ class FunctionTracing:
             with _lock:
                 if _running is not self:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
-        active = threading._active  # type: ignore[attr-defined]  # (threading.enumerate() copies all)
+        active = {thread.ident: thread for thread in threading.enumerate()} if drained else {}
         runs: list[tuple[threading.Thread | EndedThread, Any]] = []
-        named: set[int] = set()
         for ident, records in drained:
-            # A thread ended since the last drain: its calls come first (a thread started since may have its ident,
-            # one of ringtrace's say, whose calls are left out).
-            thread: threading.Thread | EndedThread | None = _ended.get(ident) if ident not in named else None
-            named.add(ident)
+            thread: threading.Thread | EndedThread | None = _ended_thread_of(ident, records)
             if thread is None:
                 alive: threading.Thread | None = active.get(ident)
                 if alive is not None and is_background_thread(alive):
                     continue
                 thread = alive or EndedThread(ident)
             runs.append((thread, CallRun(records, LOCATIONS)))
-        for ident in ended_before:  # (their calls, if any, were drained just now)
-            _ended.pop(ident, None)
+        for ident, count in ended_before.items():  # (their calls, if any, were drained just now)
+            threads = _ended.get(ident)
+            if threads is not None:
+                del threads[:count]
+                if not threads:
+                    _ended.pop(ident, None)
         return runs, lost
 
 
-#: Threads that ended since the last drain, by ident (``_remember_ended``).
-_ended: dict[int, EndedThread] = {}
+#: Threads that ended since the last drain, by ident, each with the monotonic ns it ended at, in the order they ended
+#: (``_remember_ended_threads``). An ident is reused: threads that ran one after another may share one.
+_ended: dict[int, list[tuple[int, EndedThread]]] = {}
+
+
+def _ended_thread_of(ident: int, records: bytes) -> EndedThread | None:
+    """The ended thread whose calls ``records`` are: of the threads of ``ident`` ended since the last drain, the first
+    to end after its last call ended (one that ended before it began cannot have made it); None if none did (the
+    thread of ``ident`` alive now)."""
+    threads = _ended.get(ident)
+    if not threads or not records:
+        return None
+    last_end = RECORD.unpack_from(records, len(records) - RECORD.size)[1]
+    for ended_ns, thread in threads:
+        if ended_ns >= last_end:
+            return thread
+    return None
 
 
 def _remember_ended_threads() -> None:
-    """Wrap ``threading.Thread._delete`` (once) to keep each ending thread's name and OS id in ``_ended`` while
-    function tracing runs: the drain that takes its last calls names its track after it."""
+    """Wrap ``threading.Thread._delete`` (once) to keep each ending thread's name, OS id and end in ``_ended`` while
+    function tracing runs: the drain that takes its last calls names its track after it. (No public hook tells a
+    thread's end in the thread, with its name, before its ident can be reused; where ``_delete`` is missing, a thread
+    that ended before the drain that takes its calls gets a track named after its ident.)"""
     delete = getattr(threading.Thread, "_delete", None)
     if delete is None or getattr(delete, "_ringtrace_remembers", False):
         return
 
     def _delete(thread: threading.Thread) -> None:
         if _running is not None and thread.ident is not None and not is_background_thread(thread):
-            _ended[thread.ident] = EndedThread(thread.ident, thread.name, thread.native_id)
+            ended = EndedThread(thread.ident, thread.name, thread.native_id)
+            _ended.setdefault(thread.ident, []).append((time.monotonic_ns(), ended))
         delete(thread)
 
     _delete._ringtrace_remembers = True  # type: ignore[attr-defined]

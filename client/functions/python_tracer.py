@@ -14,6 +14,12 @@ Each thread keeps a stack of the calls it opened since ``start()``: (key, locati
 pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
 turned down) is ignored. An entry with index -1 is a call counted for ``max_depth`` that writes no record.
 
+Exceptions: one of the tracer's own (or ``decide``'s) is logged, never raised into the program; one that a signal
+handler of the program's raises while a callback runs (Python runs handlers between any two bytecodes) goes on to the
+program, as it would untraced. On 3.11 the interpreter removes a profile function an exception leaves (that one, a
+KeyboardInterrupt, or a RecursionError calling it at the recursion limit): the thread's calls are traced no more, which
+a warning says where it can (not at the recursion limit). The C twin's profile function is C, and is not removed so.
+
 Races: the stacks are touched by their own thread only, but ``stop()`` closes every thread's open calls from the
 thread that stops; a thread preempted inside a callback at that moment may write one record more (never a torn one).
 """
@@ -30,6 +36,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
+from ringtrace.client.functions.callback_errors import failed, profile_function_removed, raised_by_a_signal_handler
+from ringtrace.client.functions.code_locations import C_TYPES, CodeLocations, c_function_name, is_c_function
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
 from ringtrace.wire.stack_frames import CodeLocation
 
@@ -50,40 +58,28 @@ _MONITORING: Final = _monitoring is not None
 _now = time.monotonic_ns
 _pack = RECORD.pack
 _SIZE = RECORD.size
-#: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
-_C_TYPES: Final = (types.BuiltinFunctionType, types.MethodDescriptorType)
-#: 3.11: the instructions a 'return' event leaves from when no exception ended the call.
+#: 3.11: the instructions a 'return' event leaves from when no exception ended the call (but one thrown into a
+#: generator at its yield leaves from that yield: ``_ThreadCalls.thrown``).
 _RETURN_OPCODES: Final = frozenset(
     opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
 )
+_YIELD_VALUE: Final = opcode.opmap.get("YIELD_VALUE", -1)
 
 Decide = Callable[[types.CodeType, str], bool]
-
-
-def is_c_function(callable_: object) -> bool:
-    """Whether a call of ``callable_`` is traced as a C function (with ``builtins``)."""
-    return isinstance(callable_, _C_TYPES)
-
-
-def c_function_name(callable_: object) -> str:
-    """A C function's name: ``module.qualname`` when its module is not ``builtins``, else its qualified name
-    (``len``, ``list.append``, ``time.sleep``)."""
-    qualname = getattr(callable_, "__qualname__", None) or getattr(callable_, "__name__", None) or repr(callable_)
-    module = getattr(callable_, "__module__", None)
-    if isinstance(module, str) and module and module != "builtins":
-        return f"{module}.{qualname}"
-    return str(qualname)
 
 
 class _ThreadCalls:
     """One thread's open calls and the records it wrote since the last drain."""
 
-    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "woken")
+    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "thrown", "woken")
 
     def __init__(self, ident: int) -> None:
         self.ident = ident
         #: Open calls, outermost first: (key: id of the code or of the C callable, location index or -1, start ns).
         self.stack: list[tuple[int, int, int]] = []
+        #: 3.11: the open generator resumes an exception was thrown into (``throw``, ``close``), by their entry's start:
+        #: the offset of the yield it was thrown in at.
+        self.thrown: dict[int, int] = {}
         self.buffer = bytearray()
         self.woken = False
         self.ended = False
@@ -103,8 +99,8 @@ class PythonTracer:
     Args:
         decide: ``decide(code, module)`` -> whether that code's calls are recorded; called once per code object
             first met (``module``: its frame's globals' ``__name__``, "" if none). One that raises is taken as False.
-        locations: the process-wide list of code locations that records index; appended to for each code recorded
-            (``(co_qualname, co_filename, co_firstlineno)``) and each C function (``(name, "", 0)``, one per name).
+        locations: the process-wide list of code locations that records index; appended to for each location of code
+            recorded (``(co_qualname, co_filename, co_firstlineno)``) and each C function (``(name, "", 0)``), once.
         min_duration_ns: a call shorter than this leaves no record.
         max_depth: 0: no limit; else calls deeper than this many below where tracing began on a thread leave none.
         builtins: also record calls of C functions (from code ``decide`` accepts).
@@ -132,7 +128,6 @@ class PythonTracer:
             raise ValueError(f"max_depth must be >= 0 (0: no limit), got {max_depth}")
         if buffer_bytes < _SIZE:
             raise ValueError(f"buffer_bytes must be at least one record ({_SIZE} bytes), got {buffer_bytes}")
-        self._decide = decide
         self.locations = locations
         self.min_duration_ns = min_duration_ns
         self.max_depth = max_depth
@@ -140,12 +135,11 @@ class PythonTracer:
         self.buffer_bytes = buffer_bytes
         self._wake_at = buffer_bytes // 4
         self._wake = wake
-        #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
-        self._codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
-        #: A C function's name -> its location index.
-        self._c_names: dict[str, int] = {}
-        #: Held while a code or a C function met for the first time gets its location.
-        self._first_met = threading.RLock()
+        #: Which code is recorded, at which location index (its ``codes``, read directly on the hot path).
+        self._table = CodeLocations(decide, locations)
+        self._codes = self._table.codes
+        self._index_of = self._table.index_of
+        self._c_index_of = self._table.c_index_of
         self._local = threading.local()
         self._threads: list[_ThreadCalls] = []
         self._threads_lock = threading.Lock()
@@ -201,6 +195,7 @@ class PythonTracer:
             threads = list(self._threads)
         for calls in threads:
             stack, calls.stack = calls.stack, []
+            calls.thrown = {}
             while stack:
                 _, index, start = stack.pop()
                 if index >= 0:
@@ -243,43 +238,6 @@ class PythonTracer:
             self._threads.append(calls)
         return calls
 
-    def _index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
-        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
-        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
-        with self._first_met:
-            entry = self._codes.get(id(code))
-            if entry is not None:
-                return entry[1]
-            module = ""
-            if frame is not None and frame.f_code is code:
-                name = frame.f_globals.get("__name__")
-                module = name if isinstance(name, str) else ""
-            try:
-                recorded = bool(self._decide(code, module))
-            except Exception:
-                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
-                recorded = False
-            index = -1
-            if recorded:
-                index = len(self.locations)
-                qualname = getattr(code, "co_qualname", code.co_name)
-                self.locations.append((qualname, code.co_filename, code.co_firstlineno))
-            key = id(code)
-            codes = self._codes
-            self._codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
-            return index
-
-    def _c_index_of(self, callable_: object) -> int:
-        name = c_function_name(callable_)
-        index = self._c_names.get(name)
-        if index is None:
-            with self._first_met:
-                index = self._c_names.get(name)
-                if index is None:
-                    index = self._c_names[name] = len(self.locations)
-                    self.locations.append((name, "", 0))
-        return index
-
     def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:
         stack = calls.stack
         if self.max_depth and len(stack) >= self.max_depth:
@@ -310,7 +268,9 @@ class PythonTracer:
             if wake is not None:
                 try:
                     wake()
-                except Exception:
+                except Exception as exc:
+                    if raised_by_a_signal_handler(exc):
+                        raise
                     log.exception("ringtrace: the function tracer's wake failed")
 
     # -- 3.12 and later: sys.monitoring -----------------------------------------------------------------------------
@@ -366,8 +326,8 @@ class PythonTracer:
             if index < 0:
                 return _monitoring.DISABLE
             self._open(self._thread_calls(), id(code), index)
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a call", exc_info=True)
+        except Exception as exc:
+            failed(exc, "a call")
         return None
 
     def _on_throw(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
@@ -384,15 +344,15 @@ class PythonTracer:
             index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
             if index < 0:
                 return _monitoring.DISABLE
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a return", exc_info=True)
+        except Exception as exc:
+            failed(exc, "a return")
         return None
 
     def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
         try:
             self._close(self._thread_calls(), id(code), CALL_RAISED)
-        except Exception:
-            log.debug("ringtrace: function tracer failed on an unwind", exc_info=True)
+        except Exception as exc:
+            failed(exc, "an unwind")
 
     def _on_call(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> Any:
         try:
@@ -400,53 +360,68 @@ class PythonTracer:
             index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
             if index < 0:
                 return _monitoring.DISABLE  # no C function recorded from code not recorded
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._open(self._thread_calls(), id(callable_), self._c_index_of(callable_))
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a C call", exc_info=True)
+        except Exception as exc:
+            failed(exc, "a C call")
         return None
 
     def _on_c_return(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL)
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a C return", exc_info=True)
+        except Exception as exc:
+            failed(exc, "a C return")
 
     def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, _C_TYPES):
+            if isinstance(callable_, C_TYPES):
                 self._close(self._thread_calls(), id(callable_), CALL_RAISED)
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a C raise", exc_info=True)
+        except Exception as exc:
+            failed(exc, "a C raise")
 
     # -- 3.11: the profile function ---------------------------------------------------------------------------------
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        if not self._active:
-            sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
-            return
         try:
-            if event == "call":
+            if not self._active:
+                sys.setprofile(None)  # stopped on another thread: this one's profile function goes too
+            elif event == "call":
                 code = frame.f_code
                 entry = self._codes.get(id(code))
                 index = entry[1] if entry is not None else self._index_of(code, frame)
                 if index >= 0:
-                    self._open(self._thread_calls(), id(code), index)
+                    calls = self._thread_calls()
+                    self._open(calls, id(code), index)
+                    lasti = frame.f_lasti
+                    if lasti >= 0 and code.co_code[lasti] == _YIELD_VALUE:  # (a resume by send is at its RESUME)
+                        calls.thrown[calls.stack[-1][2]] = lasti
             elif event == "return":
                 code = frame.f_code
-                raised = code.co_code[frame.f_lasti] not in _RETURN_OPCODES if frame.f_lasti >= 0 else False
-                self._close(self._thread_calls(), id(code), CALL_RAISED if raised else CALL)
+                calls = self._thread_calls()
+                lasti = frame.f_lasti
+                raised = lasti >= 0 and code.co_code[lasti] not in _RETURN_OPCODES
+                if calls.thrown and calls.stack:
+                    # Thrown in at a yield and gone from there with no value: the exception left (a yield of None
+                    # from that same yield, after a handler looped back to it, reads the same, and is taken so too).
+                    thrown_at = calls.thrown.pop(calls.stack[-1][2], None)
+                    raised = raised or (thrown_at == lasti and arg is None)
+                self._close(calls, id(code), CALL_RAISED if raised else CALL)
             elif self.builtins and event == "c_call":
                 code = frame.f_code
                 entry = self._codes.get(id(code))
                 index = entry[1] if entry is not None else self._index_of(code, frame)
-                if index >= 0 and isinstance(arg, _C_TYPES):
+                if index >= 0 and isinstance(arg, C_TYPES):
                     self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
             elif self.builtins:  # c_return, c_exception
                 self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
-        except Exception:
-            log.debug("ringtrace: function tracer failed on a %s event", event, exc_info=True)
+        except Exception as exc:
+            if raised_by_a_signal_handler(exc):
+                profile_function_removed(exc)
+            failed(exc, f"a {event} event")
+        except BaseException as exc:  # KeyboardInterrupt, say: the program's too
+            profile_function_removed(exc)
+            raise
 
 
 def _mark_ended(calls_ref: weakref.ref[_ThreadCalls]) -> None:

@@ -100,11 +100,22 @@ def _globs(text: str) -> tuple[str, ...]:
     return globs
 
 
+#: The longest --min-duration and the deepest --max-depth a function tracer takes (a C long long of ns, a C int).
+_MAX_DURATION_NS: Final = 2**63 - 1
+_MAX_DEPTH: Final = 2**31 - 1
+
+
 def _duration_ns(text: str) -> int:
     try:
-        return parse_duration_ns(text)
+        ns = parse_duration_ns(text)
     except ConfigError:
-        raise ValueError("takes a duration: a number and a unit (ns, us, ms, s), like 1ms or 250us") from None
+        ns = -1
+    if not 0 <= ns <= _MAX_DURATION_NS:
+        raise ValueError(
+            "takes a duration: a number and a unit (ns, us, ms, s), like 1ms or 250us, at most "
+            f"{_MAX_DURATION_NS // 10**9} s"
+        )
+    return ns
 
 
 def _depth(text: str) -> int:
@@ -112,8 +123,8 @@ def _depth(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise ValueError("takes a number of calls, 0 (no limit) or more")
+    if not 0 <= value <= _MAX_DEPTH:
+        raise ValueError(f"takes a number of calls, 0 (no limit) to {_MAX_DEPTH}")
     return value
 
 

@@ -126,11 +126,13 @@ class Tracks:
             owner = buffer.owner
             if owner is thread:
                 return buffer
-            # The same thread, ended since its buffer was made: the buffer is still its own (not forgotten yet).
+            # The same thread, ended since its buffer was made: the buffer is still its own (not forgotten yet). Its
+            # OS id tells it from a thread before it that had its ident (idents are reused).
             if (
                 type(thread) is EndedThread
                 and isinstance(owner, threading.Thread | EndedThread)
                 and owner.ident == thread.ident
+                and owner.native_id == thread.native_id
                 and not owner.is_alive()
             ):
                 return buffer

@@ -7,7 +7,9 @@ start ignored. Each test runs with every tracer this interpreter has: ``PythonTr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import signal
 import sys
 import threading
 import types
@@ -117,6 +119,25 @@ def leaf() -> None:
     pass
 
 
+def catches_one_thrown() -> Any:
+    try:
+        yield
+    except KeyError:
+        yield "after KeyError"
+    yield
+
+
+def throws_into_generators() -> None:
+    caught = catches_one_thrown()
+    next(caught)
+    caught.throw(KeyError())  # caught there: the resume ends at the next yield
+    caught.close()  # GeneratorExit at a bare yield: the resume ends raising
+    let_through = catches_one_thrown()
+    next(let_through)
+    with contextlib.suppress(ValueError):
+        let_through.throw(ValueError())  # not caught: the resume ends raising
+
+
 def nested(depth: int) -> None:
     if depth:
         nested(depth - 1)
@@ -166,6 +187,13 @@ def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> No
         call("catches", call("boom", raised=True)),
         call("lets_through", call("boom", raised=True), raised=True),
     ]
+
+
+def test_an_exception_thrown_into_a_generator_that_leaves_it_is_call_raised(tracer_class: Any) -> None:
+    _, by_thread, _ = traced(tracer_class, throws_into_generators)
+    resumes = [call("catches_one_thrown"), call("catches_one_thrown"), call("catches_one_thrown", raised=True)]
+    resumes += [call("catches_one_thrown"), call("catches_one_thrown", raised=True)]
+    assert main_tree(by_thread) == [call("throws_into_generators", *resumes)]
 
 
 def test_threads_have_trees_of_their_own(tracer_class: Any) -> None:
@@ -376,3 +404,47 @@ def test_no_free_tool_id_is_a_clear_error(tracer_class: Any) -> None:
         tracer.stop()
         for tool in taken:
             monitoring.free_tool_id(tool)
+
+
+def test_code_compiled_again_shares_its_location() -> None:
+    # (The pure-Python twin: the C one appends a location per code object for now.)
+    source = "def compiled_again():\n    pass\ncompiled_again()\n"
+    locations: list[Any] = [("compiled_again", "<again>", 1)]  # as a tracer before this one left it
+    tracer = PythonTracer(lambda code, module: code.co_filename == "<again>", locations)
+    tracer.start()
+    try:
+        for _ in range(50):
+            exec(compile(source, "<again>", "exec"), {"__name__": __name__})
+    finally:
+        tracer.stop()
+    assert main_tree(trees(tracer.drain(), locations)) == [("<module>", False, [call("compiled_again")])] * 50
+    assert sorted(locations) == [("<module>", "<again>", 1), ("compiled_again", "<again>", 1)]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1")
+@pytest.mark.parametrize("where", ["decide", "wake"])
+def test_a_signal_handlers_exception_inside_the_tracer_reaches_the_program(where: str) -> None:
+    # A handler runs between any two bytecodes, the tracer's too: its exception (a timeout's, say) is the program's.
+    # (The pure-Python twin, whose callbacks are Python code a handler may run in.)
+    def on_signal(signum: int, frame: object) -> None:
+        raise TimeoutError("the program's timeout")
+
+    def decide(code: types.CodeType, module: str) -> bool:
+        if where == "decide" and code is leaf.__code__:
+            signal.raise_signal(signal.SIGUSR1)
+        return ours(code, module)
+
+    def wake() -> None:
+        if where == "wake":
+            signal.raise_signal(signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    tracer = PythonTracer(decide, [], buffer_bytes=RECORD.size * 4, wake=wake)
+    tracer.start()
+    try:
+        with pytest.raises(TimeoutError, match="the program's timeout"):
+            for _ in range(10):
+                leaf()
+    finally:
+        tracer.stop()
+        signal.signal(signal.SIGUSR1, previous)

@@ -128,6 +128,11 @@ def test_bad_options_are_refused() -> None:
         trace_functions(min_duration="soon")
     with pytest.raises(ConfigError, match="include"):
         trace_functions(include=[""])
+    for endless in (float("inf"), 1e300, "9999999999999999s"):  # (no tracer takes them: a clear error, not Overflow)
+        with pytest.raises(ConfigError, match="min_duration"):
+            trace_functions(min_duration=endless)
+    with pytest.raises(ConfigError, match="max_depth"):
+        trace_functions(max_depth=2**63)
     assert trace_functions(min_duration="250us").min_duration_ns == 250_000
     assert trace_functions(min_duration=0.001).min_duration_ns == 1_000_000
 
@@ -200,3 +205,21 @@ def test_a_thread_keeps_its_track_when_it_ends_between_two_drains() -> None:
     leaves = [e for e in memory.events if e.name == "leaf"]
     assert len(leaves) == 2
     assert leaves[0].track == leaves[1].track and leaves[0].track.name == "two drains (twice)"
+
+
+def test_threads_that_reuse_an_ident_between_two_drains_keep_tracks_of_their_own() -> None:
+    memory = MemoryListener()
+    timeline = Timeline("reused", [memory])
+    names = [f"one after another {i}" for i in range(6)]
+    try:
+        with trace_functions(timeline=timeline, include=[__name__]):
+            for name in names:  # each ends before the next starts: the interpreter may hand them the same ident
+                worker = threading.Thread(target=leaf, name=name)
+                worker.start()
+                worker.join()
+        assert timeline.flush(10)
+    finally:
+        timeline.close()
+    leaves = [e for e in memory.events if e.name == "leaf"]
+    assert sorted(e.track.name for e in leaves) == sorted(f"reused ({name})" for name in names)
+    assert len({e.track.track_id for e in leaves}) == len(names)

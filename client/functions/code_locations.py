@@ -1,0 +1,101 @@
+"""Which code a function tracer records, and at which index of the locations list its records give
+(``PythonTracer``'s): ``decide`` asked once per code object, and one index per location.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import types
+import weakref
+from collections.abc import Callable
+
+from ringtrace.client.functions.callback_errors import raised_by_a_signal_handler
+from ringtrace.wire.stack_frames import CodeLocation
+
+__all__ = ["CodeLocations", "c_function_name", "is_c_function"]
+
+log = logging.getLogger("ringtrace.client")
+
+#: The callables traced as C functions: built-in functions and methods (bound or not), as the profile function tells.
+C_TYPES = (types.BuiltinFunctionType, types.MethodDescriptorType)
+
+
+def is_c_function(callable_: object) -> bool:
+    """Whether a call of ``callable_`` is traced as a C function (with ``builtins``)."""
+    return isinstance(callable_, C_TYPES)
+
+
+def c_function_name(callable_: object) -> str:
+    """A C function's name: ``module.qualname`` when its module is not ``builtins``, else its qualified name
+    (``len``, ``list.append``, ``time.sleep``)."""
+    qualname = getattr(callable_, "__qualname__", None) or getattr(callable_, "__name__", None) or repr(callable_)
+    module = getattr(callable_, "__module__", None)
+    if isinstance(module, str) and module and module != "builtins":
+        return f"{module}.{qualname}"
+    return str(qualname)
+
+
+class CodeLocations:
+    """``decide``'s answer and the location index of each code object met, and of each C function's name.
+
+    Args:
+        decide: ``decide(code, module)`` -> whether that code's calls are recorded (one that raises: False).
+        locations: the process-wide list the records index; appended to once per location: code objects made anew
+            with the same name, file and line (``exec`` of the same source, a class made in a loop) share one, so the
+            list grows with the program's code, not with how often it is compiled. Those already there are reused.
+    """
+
+    def __init__(self, decide: Callable[[types.CodeType, str], bool], locations: list[CodeLocation]) -> None:
+        self._decide = decide
+        self.locations = locations
+        #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
+        self.codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
+        self._indexes: dict[CodeLocation, int] = {}
+        for index, location in enumerate(locations):
+            self._indexes.setdefault(location, index)
+        #: Held while a code or a C function met for the first time gets its location.
+        self._first_met = threading.RLock()
+
+    def index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
+        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
+        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
+        with self._first_met:
+            entry = self.codes.get(id(code))
+            if entry is not None:
+                return entry[1]
+            module = ""
+            if frame is not None and frame.f_code is code:
+                name = frame.f_globals.get("__name__")
+                module = name if isinstance(name, str) else ""
+            try:
+                recorded = bool(self._decide(code, module))
+            except Exception as exc:
+                if raised_by_a_signal_handler(exc):
+                    raise  # (a signal handler's; decide is asked again next time)
+                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
+                recorded = False
+            index = -1
+            if recorded:
+                qualname = getattr(code, "co_qualname", code.co_name)
+                index = self.location_index((qualname, code.co_filename, code.co_firstlineno))
+            key = id(code)
+            codes = self.codes
+            self.codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
+            return index
+
+    def c_index_of(self, callable_: object) -> int:
+        location = (c_function_name(callable_), "", 0)
+        index = self._indexes.get(location)
+        if index is None:
+            with self._first_met:
+                index = self.location_index(location)
+        return index
+
+    def location_index(self, location: CodeLocation) -> int:
+        """The index of ``location`` in ``locations``, appended the first time (call with ``_first_met`` held)."""
+        index = self._indexes.get(location)
+        if index is None:
+            index = self._indexes[location] = len(self.locations)
+            self.locations.append(location)
+        return index

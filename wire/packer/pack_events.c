@@ -140,15 +140,7 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     result = PyBytes_FromStringAndSize(NULL, FRAME_HEADER_SIZE + body_size);
     if (result == NULL) goto done;
     p = (unsigned char *)PyBytes_AS_STRING(result);
-    p = put_le(p, (uint64_t)body_size, 4);
-    PUT1(p, FRAME_TYPE_EVENTS);
-    p = put_le(p, EVENTS_HEADER_SIZE, 2);
-    p = put_le(p, 0, 2); /* flags */
-    p = put_le(p, (uint64_t)track_id, 4);
-    p = put_le(p, (uint64_t)n, 4);
-    p = put_le(p, (uint64_t)first, 8);
-    p = put_le(p, (uint64_t)last, 8);
-    p = put_array_header(p, EVENT_COLUMN_COUNT);
+    p = put_events_head(p, body_size, track_id, n, first, last);
     p = put_array_header(p, n);
     for (i = 0; i < n; i++) p = put_int(p, kinds[i]);
     p = put_array_header(p, n);

@@ -35,6 +35,23 @@ Python (event_packing.py). That defines the behaviour; the tests hold both to th
 #include "keywords.h"
 #include "msgpack_put.h"
 
+/* An EVENTS frame's framing and header (PROTOCOL.md, "EVENTS"), then its payload's column-array header: what every
+   packer of a whole frame writes first. Returns where the kind column begins. */
+static inline unsigned char *
+put_events_head(unsigned char *p, Py_ssize_t body_size, long long track_id, Py_ssize_t n, long long first_ns,
+                long long last_ns)
+{
+    p = put_le(p, (uint64_t)body_size, 4);
+    PUT1(p, FRAME_TYPE_EVENTS);
+    p = put_le(p, EVENTS_HEADER_SIZE, 2);
+    p = put_le(p, 0, 2); /* flags */
+    p = put_le(p, (uint64_t)track_id, 4);
+    p = put_le(p, (uint64_t)n, 4);
+    p = put_le(p, (uint64_t)first_ns, 8);
+    p = put_le(p, (uint64_t)last_ns, 8);
+    return put_array_header(p, EVENT_COLUMN_COUNT);
+}
+
 /* Per module object, so per interpreter. */
 typedef struct {
     PyTypeObject *keywords_type;

@@ -2,6 +2,24 @@
 
 #include "tracer.h"
 
+#include <signal.h>
+
+/* The exception set, raised by Python code the tracer ran for itself (decide, wake), reported and cleared: it never
+   reaches the program. But a KeyboardInterrupt is Ctrl-C's, raised in whatever Python code ran when it came: not
+   reported, and the interrupt made pending again, so that the program gets it at its next instruction, as untraced.
+   1: it was a KeyboardInterrupt, else 0. */
+int
+rt_unraisable(PyObject *where)
+{
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+        PyErr_SetInterruptEx(SIGINT);
+        return 1;
+    }
+    PyErr_WriteUnraisable(where);
+    return 0;
+}
+
 static void
 thread_release(ThreadBuf *t)
 {
@@ -98,7 +116,7 @@ rt_call_wake(Tracer *self)
     PyObject *result = PyObject_CallNoArgs(wake);
     Py_DECREF(wake);
     if (result == NULL) {
-        PyErr_WriteUnraisable(wake);
+        rt_unraisable(wake);
     }
     Py_XDECREF(result);
     PyErr_Restore(saved_type, saved_value, saved_tb);

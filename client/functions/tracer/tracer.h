@@ -175,6 +175,7 @@ void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, d
 /* threads.c */
 ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
 void rt_call_wake(Tracer *self);
+int rt_unraisable(PyObject *where);
 int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);

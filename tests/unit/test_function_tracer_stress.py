@@ -319,3 +319,54 @@ def test_threads_that_start_and_end_while_drained_from_several_threads_lose_noth
     assert taken[0] == tracer.recorded
     assert tracer.recorded + tracer.dropped >= 100 * 4 * 201
     assert tracer.drain() == []
+
+
+class CallsAsItGoes:
+    """A thread-local value whose finalizer makes a traced call: it runs as its thread's state is cleared."""
+
+    def __del__(self) -> None:
+        quick()
+
+
+def test_calls_made_as_a_thread_state_is_cleared_leave_no_memory_behind() -> None:
+    # On 3.11 and 3.12 a threading.local's values go with the thread state's dict, after the tracer's capsule there
+    # (made first): a call their finalizer makes must not make a new dict, capsule and buffer that nothing clears.
+    import gc
+    import tracemalloc
+
+    local = threading.local()
+    go = threading.Event()
+
+    def worker() -> None:
+        quick()  # this thread's buffer first: its capsule in the thread state's dict
+        local.value = CallsAsItGoes()
+        go.wait(DEADLINE_S)
+
+    locations: list[CodeLocation] = []
+    tracer = functions.Tracer(this_module, locations)
+    tracer.start()
+    CallsAsItGoes()  # (its code decided here: a call of code not yet decided that finds no buffer is not counted)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        workers = [threading.Thread(target=worker) for _ in range(20)]
+        for thread in workers:
+            thread.start()
+        go.set()
+        for thread in workers:
+            thread.join(DEADLINE_S)
+        tracer.drain()
+        tracer.drain()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+        tracer.stop()
+    # what was allocated with no Python frame running (as a thread state is cleared) and is still there
+    kept = sum(
+        difference.count_diff
+        for difference in after.compare_to(before, "traceback")
+        if difference.traceback[0].filename == "<unknown>"
+    )
+    assert kept < 10
+    assert tracer.recorded + tracer.dropped == 2 + 20 * 3  # each call recorded or counted

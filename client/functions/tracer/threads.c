@@ -30,7 +30,18 @@ thread_release(ThreadBuf *t)
     }
 }
 
-/* The capsule's destructor: the thread state is being cleared, the thread is ending. */
+/* The id of this thread's thread state whose capsule is gone (0: none): it is being cleared, and what its dict's
+   other values run as they go (a threading.local's value's __del__) finds no dict, and would make one that is never
+   cleared, its new capsule and buffer never let go. So its calls are dropped (counted) instead. Thread states' ids
+   are never reused; a thread that gets another thread state (PyGILState_Ensure again) records again. */
+static __thread uint64_t cleared_tstate_id;
+
+#if PY_VERSION_HEX < 0x030D0000
+#define PyThreadState_GetUnchecked _PyThreadState_UncheckedGet
+#endif
+
+/* The capsule's destructor: the thread state is being cleared, the thread is ending (or, in a child after fork, the
+   thread state of a thread that did not fork is deleted). */
 static void
 thread_capsule_gone(PyObject *capsule)
 {
@@ -38,6 +49,10 @@ thread_capsule_gone(PyObject *capsule)
     if (t == NULL) {
         PyErr_Clear();
         return;
+    }
+    PyThreadState *current = PyThreadState_GetUnchecked();
+    if (current != NULL && current->id == t->tstate_id) {
+        cleared_tstate_id = t->tstate_id;
     }
     t->ended = 1;
     if (t->tracer != NULL && t->tracer->cache_buf == t) {
@@ -49,6 +64,10 @@ thread_capsule_gone(PyObject *capsule)
 ThreadBuf *
 rt_thread_slow(Tracer *self, pthread_t thread)
 {
+    PyThreadState *tstate = PyThreadState_Get();
+    if (tstate->id == cleared_tstate_id) {
+        return NULL; /* being cleared: see cleared_tstate_id */
+    }
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     ThreadBuf *found = NULL;
@@ -71,6 +90,7 @@ rt_thread_slow(Tracer *self, pthread_t thread)
         t->tracer = self;
         t->thread = thread;
         t->ident = PyThread_get_thread_ident();
+        t->tstate_id = tstate->id;
         t->data = malloc((size_t)self->buffer_bytes); /* NULL: every call of this thread is dropped (counted) */
         t->refs = 1;
         if (dict != NULL) {

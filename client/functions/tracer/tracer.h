@@ -103,6 +103,7 @@ typedef struct ThreadBuf {
                                  hook (3.11) lets its calls be, as the interpreter does for the other hooks */
     int ended;                /* the thread state was cleared: drained once more, then forgotten */
     int refs;
+    uint64_t tstate_id;       /* the id of the thread state whose dict holds its capsule */
 } ThreadBuf;
 
 /* The location of a C callable, by its method definition and the type it is bound to (see locations.c). */

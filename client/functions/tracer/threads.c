@@ -96,9 +96,12 @@ rt_thread_slow(Tracer *self, pthread_t thread)
         if (dict != NULL) {
             PyObject *capsule = PyCapsule_New(t, NULL, thread_capsule_gone);
             if (capsule != NULL) {
-                t->refs++; /* the capsule's, released by its destructor, even when it never goes into the dict */
+                t->refs++; /* the capsule's, released by its destructor (or below, when it never goes into the dict) */
                 if (PyDict_SetItem(dict, self->thread_key, capsule) < 0) {
                     PyErr_Clear();
+                    /* not in the dict: its end says nothing of the thread state's (cleared_tstate_id) */
+                    PyCapsule_SetDestructor(capsule, NULL);
+                    t->refs--;
                 }
                 Py_DECREF(capsule);
             }

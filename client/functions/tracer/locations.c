@@ -56,19 +56,20 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
 {
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_THROW, PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
-    int recorded = 0;
+    int recorded = 0, interrupted = 0;
     uint64_t word = (uint64_t)self->generation << 32;
     PyObject *module = module_name(globals);
     PyObject *verdict = module == NULL ? NULL : PyObject_CallFunctionObjArgs(self->decide, code, module, NULL);
     Py_XDECREF(module);
     if (verdict == NULL) {
-        PyErr_WriteUnraisable(self->decide); /* its code is not recorded, and the error not asked again */
+        /* its code is not recorded, and the error not asked again; unless it was Ctrl-C's, which says nothing of it */
+        interrupted = rt_unraisable(self->decide);
     }
     else {
         int truth = PyObject_IsTrue(verdict);
         Py_DECREF(verdict);
         if (truth < 0) {
-            PyErr_WriteUnraisable(self->decide);
+            interrupted = rt_unraisable(self->decide);
         }
         else if (truth) {
             PyCodeObject *c = (PyCodeObject *)code;
@@ -76,7 +77,7 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
             int64_t index = location == NULL ? -1 : append_location(self, location);
             Py_XDECREF(location);
             if (index < 0) {
-                PyErr_WriteUnraisable(code);
+                rt_unraisable(code);
             }
             else {
                 recorded = 1;
@@ -85,7 +86,7 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
             }
         }
     }
-    if (set_code_word(code, word) < 0) {
+    if (!interrupted && set_code_word(code, word) < 0) {
         PyErr_Clear(); /* asked again when next met */
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
@@ -218,7 +219,7 @@ rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc)
     int64_t index = c_location_first(self, callable);
     int found = 0;
     if (index < 0) {
-        PyErr_WriteUnraisable(callable);
+        rt_unraisable(callable);
     }
     else if ((self->c_count + 1) * 2 <= self->c_capacity || c_table_grow(self) == 0) {
         size_t mask = self->c_capacity - 1;

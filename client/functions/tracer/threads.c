@@ -2,6 +2,24 @@
 
 #include "tracer.h"
 
+#include <signal.h>
+
+/* The exception set, raised by Python code the tracer ran for itself (decide, wake), reported and cleared: it never
+   reaches the program. But a KeyboardInterrupt is Ctrl-C's, raised in whatever Python code ran when it came: not
+   reported, and the interrupt made pending again, so that the program gets it at its next instruction, as untraced.
+   1: it was a KeyboardInterrupt, else 0. */
+int
+rt_unraisable(PyObject *where)
+{
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+        PyErr_SetInterruptEx(SIGINT);
+        return 1;
+    }
+    PyErr_WriteUnraisable(where);
+    return 0;
+}
+
 static void
 thread_release(ThreadBuf *t)
 {
@@ -12,7 +30,18 @@ thread_release(ThreadBuf *t)
     }
 }
 
-/* The capsule's destructor: the thread state is being cleared, the thread is ending. */
+/* The id of this thread's thread state whose capsule is gone (0: none): it is being cleared, and what its dict's
+   other values run as they go (a threading.local's value's __del__) finds no dict, and would make one that is never
+   cleared, its new capsule and buffer never let go. So its calls are dropped (counted) instead. Thread states' ids
+   are never reused; a thread that gets another thread state (PyGILState_Ensure again) records again. */
+static __thread uint64_t cleared_tstate_id;
+
+#if PY_VERSION_HEX < 0x030D0000
+#define PyThreadState_GetUnchecked _PyThreadState_UncheckedGet
+#endif
+
+/* The capsule's destructor: the thread state is being cleared, the thread is ending (or, in a child after fork, the
+   thread state of a thread that did not fork is deleted). */
 static void
 thread_capsule_gone(PyObject *capsule)
 {
@@ -20,6 +49,10 @@ thread_capsule_gone(PyObject *capsule)
     if (t == NULL) {
         PyErr_Clear();
         return;
+    }
+    PyThreadState *current = PyThreadState_GetUnchecked();
+    if (current != NULL && current->id == t->tstate_id) {
+        cleared_tstate_id = t->tstate_id;
     }
     t->ended = 1;
     if (t->tracer != NULL && t->tracer->cache_buf == t) {
@@ -31,6 +64,10 @@ thread_capsule_gone(PyObject *capsule)
 ThreadBuf *
 rt_thread_slow(Tracer *self, pthread_t thread)
 {
+    PyThreadState *tstate = PyThreadState_Get();
+    if (tstate->id == cleared_tstate_id) {
+        return NULL; /* being cleared: see cleared_tstate_id */
+    }
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     ThreadBuf *found = NULL;
@@ -53,14 +90,18 @@ rt_thread_slow(Tracer *self, pthread_t thread)
         t->tracer = self;
         t->thread = thread;
         t->ident = PyThread_get_thread_ident();
+        t->tstate_id = tstate->id;
         t->data = malloc((size_t)self->buffer_bytes); /* NULL: every call of this thread is dropped (counted) */
         t->refs = 1;
         if (dict != NULL) {
             PyObject *capsule = PyCapsule_New(t, NULL, thread_capsule_gone);
             if (capsule != NULL) {
-                t->refs++; /* the capsule's, released by its destructor, even when it never goes into the dict */
+                t->refs++; /* the capsule's, released by its destructor (or below, when it never goes into the dict) */
                 if (PyDict_SetItem(dict, self->thread_key, capsule) < 0) {
                     PyErr_Clear();
+                    /* not in the dict: its end says nothing of the thread state's (cleared_tstate_id) */
+                    PyCapsule_SetDestructor(capsule, NULL);
+                    t->refs--;
                 }
                 Py_DECREF(capsule);
             }
@@ -98,7 +139,7 @@ rt_call_wake(Tracer *self)
     PyObject *result = PyObject_CallNoArgs(wake);
     Py_DECREF(wake);
     if (result == NULL) {
-        PyErr_WriteUnraisable(wake);
+        rt_unraisable(wake);
     }
     Py_XDECREF(result);
     PyErr_Restore(saved_type, saved_value, saved_tb);

@@ -103,6 +103,7 @@ typedef struct ThreadBuf {
                                  hook (3.11) lets its calls be, as the interpreter does for the other hooks */
     int ended;                /* the thread state was cleared: drained once more, then forgotten */
     int refs;
+    uint64_t tstate_id;       /* the id of the thread state whose dict holds its capsule */
 } ThreadBuf;
 
 /* The location of a C callable, by its method definition and the type it is bound to (see locations.c). */
@@ -175,6 +176,7 @@ void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, d
 /* threads.c */
 ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
 void rt_call_wake(Tracer *self);
+int rt_unraisable(PyObject *where);
 int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);

@@ -406,11 +406,11 @@ def test_no_free_tool_id_is_a_clear_error(tracer_class: Any) -> None:
             monitoring.free_tool_id(tool)
 
 
-def test_code_compiled_again_shares_its_location() -> None:
-    # (The pure-Python twin: the C one appends a location per code object for now.)
+def test_code_compiled_again_shares_its_location(tracer_class: Any) -> None:
+    # Locations are interned by value: the table grows with the program's code, not with how often it is compiled.
     source = "def compiled_again():\n    pass\ncompiled_again()\n"
     locations: list[Any] = [("compiled_again", "<again>", 1)]  # as a tracer before this one left it
-    tracer = PythonTracer(lambda code, module: code.co_filename == "<again>", locations)
+    tracer = tracer_class(lambda code, module: code.co_filename == "<again>", locations)
     tracer.start()
     try:
         for _ in range(50):

@@ -116,7 +116,7 @@ typedef struct {
 struct Tracer {
     PyObject_HEAD
     PyObject *decide, *locations, *wake;
-    PyObject *c_names;      /* dict: a C callable's name -> its location index (a Python int) */
+    PyObject *indexes;      /* dict: a location (name, file, line) -> its index in locations (a Python int) */
     PyObject *thread_key;   /* the key of this tracer's capsules in thread state dicts */
     PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
     PyObject *weakrefs;
@@ -266,6 +266,7 @@ rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
 int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc);
 int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
+int rt_index_locations(Tracer *self); /* `indexes` from the locations already listed */
 
 /* CPython's _PyCodeObjectExtra (Include/internal/pycore_code.h), what a code object's co_extra points to. */
 typedef struct {

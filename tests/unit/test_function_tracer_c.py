@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import subprocess
 import sys
 import threading
@@ -348,6 +349,59 @@ def test_wake_is_called_once_per_drain_when_a_buffer_passes_a_quarter_full() -> 
     assert woken == [1]
     traced.run(lambda: fib(8))
     assert woken == [1, 1]
+
+
+def fib_on_threads() -> None:
+    threads = [threading.Thread(target=fib, args=(5,)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    fib(5)
+
+
+def test_a_drain_begun_while_another_runs_gets_nothing() -> None:
+    # A finalizer the garbage collector runs during drain()'s allocations (3.11 collects there) drains too: one drain
+    # at a time (the nested one gets nothing), so that each record is taken once and no buffer is freed under the
+    # running drain.
+    traced = Traced()
+    tracer = traced.tracer
+    tracer.start()
+    try:
+        fib_on_threads()  # itself, and 15 calls of fib on each of 4 threads
+    finally:
+        tracer.stop()
+    finalized: list[int] = []
+    nested: list[tuple[int, bytes]] = []
+
+    class DrainsWhenCollected:
+        def __init__(self) -> None:
+            self.cycle = self
+
+        def __del__(self) -> None:
+            finalized.append(1)
+            if len(finalized) < 20:
+                DrainsWhenCollected()  # the next collection finds another
+            nested.extend(tracer.drain())
+
+    thresholds = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    DrainsWhenCollected()
+    pairs = [(i, i) for i in range(5000)]  # no pair left free to reuse: drain()'s (ident, records) are new objects
+    gc.set_threshold(1)
+    gc.enable()
+    try:
+        outer = tracer.drain()
+    finally:
+        gc.set_threshold(*thresholds)
+        if not was_enabled:
+            gc.disable()
+    del pairs
+    gc.collect()
+    taken = [len(records) // RECORD.size for _, records in outer + nested]
+    assert sum(taken) == tracer.recorded == 61
+    assert tracer.drain() == []
 
 
 def test_stop_closes_the_open_calls() -> None:

@@ -179,7 +179,8 @@ static PyMethodDef tracer_methods[] = {
     {"stop", (PyCFunction)tracer_stop, METH_NOARGS,
      "stop(): records no more; calls still open on every thread are written with end = now. Idempotent."},
     {"drain", (PyCFunction)tracer_drain, METH_NOARGS,
-     "drain() -> [(thread ident, records)]: each thread's records since the last drain, ended threads included."},
+     "drain() -> [(thread ident, records)]: each thread's records since the last drain, ended threads included. "
+     "One runs at a time: a drain begun while another runs (on another thread, or in a finalizer) gets []."},
     {NULL, NULL, 0, NULL},
 };
 

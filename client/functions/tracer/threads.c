@@ -177,6 +177,8 @@ rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
     return 1;
 }
 
+static PyObject *drain_all(Tracer *self);
+
 void
 rt_close_open_calls(Tracer *self)
 {
@@ -201,6 +203,21 @@ rt_reset_stacks(Tracer *self)
 
 PyObject *
 rt_drain(Tracer *self)
+{
+    /* One drain at a time: the garbage collector, run by an allocation below, may run Python code that drains (a
+       finalizer), or let another thread run one, which would take the same records and free buffers this one reads.
+       A drain begun while another runs gets [], what it would take being the running one's. */
+    if (self->draining) {
+        return PyList_New(0);
+    }
+    self->draining = 1;
+    PyObject *runs = drain_all(self);
+    self->draining = 0;
+    return runs;
+}
+
+static PyObject *
+drain_all(Tracer *self)
 {
     PyObject *runs = PyList_New(0);
     if (runs == NULL) {
@@ -235,7 +252,7 @@ rt_drain(Tracer *self)
                 return NULL;
             }
             Py_DECREF(run);
-            if (gone) { /* forgotten meanwhile (by a drain on another thread): the list changed */
+            if (gone) { /* forgotten meanwhile (the tracer cleared): the list changed */
                 link = &self->threads;
                 continue;
             }

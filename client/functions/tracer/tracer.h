@@ -128,6 +128,7 @@ struct Tracer {
     Py_ssize_t buffer_bytes; /* a whole number of records */
     int builtins;
     int running;
+    int draining;           /* drain() runs (threads.c) */
     int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
     uint32_t generation;    /* tags the co_extra words this tracer wrote */
     ThreadBuf *threads;

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
@@ -402,6 +403,38 @@ def test_a_drain_begun_while_another_runs_gets_nothing() -> None:
     taken = [len(records) // RECORD.size for _, records in outer + nested]
     assert sum(taken) == tracer.recorded == 61
     assert tracer.drain() == []
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+@pytest.mark.parametrize("callback", ["decide", "wake"])
+def test_a_tracer_stopped_and_let_go_inside_decide_or_wake_is_not_used_after(callback: str, builtins: bool) -> None:
+    # Nothing but the program holds the tracer while decide or wake runs: the tracer holds itself meanwhile.
+    held: list[Any] = []
+
+    def let_go() -> None:
+        if held:
+            held.pop().stop()  # the last reference goes as this returns
+
+    def decide(code: CodeType, module: str) -> bool:
+        if callback == "decide" and code is fib.__code__:
+            let_go()
+        return this_module(code, module)
+
+    def wake() -> None:
+        if callback == "wake":
+            let_go()
+
+    tracer = functions.Tracer(decide, [], buffer_bytes=RECORD.size * 8, wake=wake, builtins=builtins)
+    gone = weakref.ref(tracer)
+    held.append(tracer)
+    tracer.start()
+    del tracer
+    for _ in range(5):
+        fib(4)
+        len("calls a C function")
+    assert held == []
+    gc.collect()
+    assert gone() is None
 
 
 def test_stop_closes_the_open_calls() -> None:

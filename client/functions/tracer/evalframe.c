@@ -131,10 +131,13 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
         return evaluate(tstate, interpreter_frame, throwflag);
     }
     if (recorded < 0) {
-        t->busy++; /* decide's own calls are not decided, nor recorded */
+        Py_INCREF(self); /* decide may stop the tracer and let it go */
+        t->busy++;       /* decide's own calls are not decided, nor recorded */
         recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
         t->busy--;
-        if (recorded == 0 || rt_running != self) {
+        int stopped = rt_running != self;
+        Py_DECREF(self); /* the last reference only if it stopped */
+        if (recorded == 0 || stopped) {
             return evaluate(tstate, interpreter_frame, throwflag);
         }
     }
@@ -145,6 +148,7 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
         rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+        rt_wake_if_due(self, t);
     }
     return result;
 }

@@ -126,23 +126,36 @@ done:
     return found;
 }
 
+/* wake, on the thread of `t` (NULL: stop()'s), whose calls meanwhile are not recorded (busy). The tracer and `t`
+   are held while it runs, and may be gone when it returns. */
 void
-rt_call_wake(Tracer *self)
+rt_call_wake(Tracer *self, ThreadBuf *t)
 {
+    self->wake_due = 0;
     PyObject *wake = self->wake;
-    if (wake == Py_None) {
+    if (wake == NULL || wake == Py_None) {
         return;
     }
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    Py_INCREF(self);
     Py_INCREF(wake);
+    if (t != NULL) {
+        t->refs++;
+        t->busy++;
+    }
     PyObject *result = PyObject_CallNoArgs(wake);
-    Py_DECREF(wake);
+    if (t != NULL) {
+        t->busy--;
+        thread_release(t);
+    }
     if (result == NULL) {
         rt_unraisable(wake);
     }
     Py_XDECREF(result);
+    Py_DECREF(wake);
     PyErr_Restore(saved_type, saved_value, saved_tb);
+    Py_DECREF(self);
 }
 
 int

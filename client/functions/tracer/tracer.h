@@ -26,6 +26,8 @@ What it does, and why it is safe to do it this way:
   its entry, or is ignored when its key is not open at all.
 - Everything runs with the GIL held. Python code the tracer calls (decide, wake, allocations that collect garbage)
   may let other threads run, so no pointer into shared state is held across such a call but a thread's own buffer.
+  That code may also stop the tracer and drop its last reference (3.12+ sys.monitoring holds none to a callback while
+  it runs, nor the frame evaluation hook): a hook holds a reference to the tracer across decide, and calls wake last.
   While it runs decide or wake, a thread is busy: the calls they make are not recorded (the interpreter does not
   report them to its own hooks' callbacks either).
 - Timestamps handed over are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this
@@ -129,6 +131,7 @@ struct Tracer {
     int builtins;
     int running;
     int draining;           /* drain() runs (threads.c) */
+    int wake_due;           /* a buffer passed a quarter full: wake is called as the hook that wrote it returns */
     int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
     uint32_t generation;    /* tags the co_extra words this tracer wrote */
     ThreadBuf *threads;
@@ -176,7 +179,7 @@ void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, d
 
 /* threads.c */
 ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
-void rt_call_wake(Tracer *self);
+void rt_call_wake(Tracer *self, ThreadBuf *t);
 int rt_unraisable(PyObject *where);
 int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
@@ -216,9 +219,17 @@ rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t
     self->recorded++;
     if (t->used > self->buffer_bytes / 4 && !t->woke) { /* a quarter: room for a flusher scheduled late */
         t->woke = 1;
-        t->busy++;
-        rt_call_wake(self);
-        t->busy--;
+        self->wake_due = 1; /* called last (rt_wake_if_due): wake may stop the tracer and let it go */
+    }
+}
+
+/* Calls wake if a record was due to: the last thing a hook does, as wake may stop the tracer and drop its last
+   reference (after it, neither self nor t is used). */
+static inline void
+rt_wake_if_due(Tracer *self, ThreadBuf *t)
+{
+    if (self->wake_due) {
+        rt_call_wake(self, t);
     }
 }
 

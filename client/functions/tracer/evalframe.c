@@ -121,7 +121,7 @@ dropped(Tracer *self, PyObject *code, PyObject *globals, int recorded)
         uint32_t loc;
         Py_INCREF(self); /* decide may stop the tracer and let it go */
         deciding_unbuffered = 1;
-        recorded = rt_code_location_first(self, code, globals, &loc);
+        recorded = rt_code_location_first(self, code, globals, &loc, 0);
         deciding_unbuffered = 0;
         if (recorded > 0 && rt_running == self) {
             self->dropped++;
@@ -161,10 +161,14 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     if (recorded < 0) {
         Py_INCREF(self); /* decide may stop the tracer and let it go */
         t->busy++;       /* decide's own calls are not decided, nor recorded */
-        recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
+        recorded = rt_code_location_first(self, code, frame->f_globals, &loc, 1);
         t->busy--;
         int stopped = rt_running != self;
         Py_DECREF(self); /* the last reference only if it stopped */
+        if (recorded < 0) {
+            /* a signal handler's exception (the program's), raised in the frame as it starts, which unwinds it */
+            return evaluate(tstate, interpreter_frame, 1);
+        }
         if (recorded == 0 || stopped) {
             return evaluate(tstate, interpreter_frame, throwflag);
         }
@@ -176,7 +180,10 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
         rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
-        rt_wake_if_due(self, t);
+        if (rt_wake_if_due(self, t, 1)) { /* a signal handler's exception (the program's): the frame's result now */
+            Py_XDECREF(result);
+            return NULL;
+        }
     }
     return result;
 }

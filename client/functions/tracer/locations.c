@@ -89,7 +89,7 @@ rt_index_locations(Tracer *self)
 }
 
 int
-rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc)
+rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc, int pass_on)
 {
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_THROW, PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -100,13 +100,13 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
     Py_XDECREF(module);
     if (verdict == NULL) {
         /* its code is not recorded, and the error not asked again; unless it was Ctrl-C's, which says nothing of it */
-        interrupted = rt_unraisable(self->decide);
+        interrupted = rt_failed(self->decide, pass_on);
     }
     else {
         int truth = PyObject_IsTrue(verdict);
         Py_DECREF(verdict);
         if (truth < 0) {
-            interrupted = rt_unraisable(self->decide);
+            interrupted = rt_failed(self->decide, pass_on);
         }
         else if (truth) {
             PyCodeObject *c = (PyCodeObject *)code;
@@ -125,6 +125,10 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
     }
     if (!interrupted && set_code_word(code, word) < 0) {
         PyErr_Clear(); /* asked again when next met */
+    }
+    if (interrupted == 2) { /* a signal handler's: not decide's error, asked again when next met */
+        rt_pass_on(saved_type, saved_value, saved_tb);
+        return -1;
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
     return recorded;

@@ -138,7 +138,7 @@ tracer_stop(Tracer *self, PyObject *unused)
     if (failed) {
         return NULL;
     }
-    rt_wake_if_due(self, NULL); /* a buffer passed a quarter full as its open calls were closed */
+    rt_wake_if_due(self, NULL, 0); /* a buffer passed a quarter full as its open calls were closed */
     Py_RETURN_NONE;
 }
 

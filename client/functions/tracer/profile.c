@@ -46,7 +46,7 @@ profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg)
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_pop(self, t, code, arg == NULL ? RT_CALL_RAISED : RT_CALL); /* NULL: an exception left it */
-                rt_wake_if_due(self, t);
+                rt_wake_if_due(self, t, 0);
             }
         }
         break;
@@ -76,7 +76,7 @@ profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg)
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_pop(self, t, arg, what == PyTrace_C_RETURN ? RT_CALL : RT_CALL_RAISED);
-                rt_wake_if_due(self, t);
+                rt_wake_if_due(self, t, 0);
             }
         }
         break;

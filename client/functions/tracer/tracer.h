@@ -179,8 +179,10 @@ void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, d
 
 /* threads.c */
 ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
-void rt_call_wake(Tracer *self, ThreadBuf *t);
+int rt_call_wake(Tracer *self, ThreadBuf *t, int pass_on);
 int rt_unraisable(PyObject *where);
+int rt_failed(PyObject *where, int pass_on);
+void rt_pass_on(PyObject *saved_type, PyObject *saved_value, PyObject *saved_tb);
 int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);
@@ -224,13 +226,12 @@ rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t
 }
 
 /* Calls wake if a record was due to: the last thing a hook does, as wake may stop the tracer and drop its last
-   reference (after it, neither self nor t is used). */
-static inline void
-rt_wake_if_due(Tracer *self, ThreadBuf *t)
+   reference (after it, neither self nor t is used). 1 (pass_on only): a signal handler raised the exception now set
+   while wake ran, the program's. */
+static inline int
+rt_wake_if_due(Tracer *self, ThreadBuf *t, int pass_on)
 {
-    if (self->wake_due) {
-        rt_call_wake(self, t);
-    }
+    return self->wake_due ? rt_call_wake(self, t, pass_on) : 0;
 }
 
 static inline void
@@ -275,7 +276,9 @@ rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
 }
 
 /* locations.c */
-int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc);
+/* 1: recorded (*loc set), 0: not; -1 (pass_on only): a signal handler raised the exception now set while decide ran,
+   the program's. */
+int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc, int pass_on);
 int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
 int rt_index_locations(Tracer *self); /* `indexes` from the locations already listed */
@@ -313,7 +316,7 @@ static inline int
 rt_code_location(Tracer *self, PyObject *code, uint32_t *loc)
 {
     int decided = rt_code_decided(self, code, loc);
-    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc);
+    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc, 0);
 }
 
 /* A C function, as builtins=True records: a builtin function or method, or a method descriptor (list.append); not

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
@@ -348,6 +350,91 @@ def test_wake_is_called_once_per_drain_when_a_buffer_passes_a_quarter_full() -> 
     assert woken == [1]
     traced.run(lambda: fib(8))
     assert woken == [1, 1]
+
+
+def fib_on_threads() -> None:
+    threads = [threading.Thread(target=fib, args=(5,)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    fib(5)
+
+
+def test_a_drain_begun_while_another_runs_gets_nothing() -> None:
+    # A finalizer the garbage collector runs during drain()'s allocations (3.11 collects there) drains too: one drain
+    # at a time (the nested one gets nothing), so that each record is taken once and no buffer is freed under the
+    # running drain.
+    traced = Traced()
+    tracer = traced.tracer
+    tracer.start()
+    try:
+        fib_on_threads()  # itself, and 15 calls of fib on each of 4 threads
+    finally:
+        tracer.stop()
+    finalized: list[int] = []
+    nested: list[tuple[int, bytes]] = []
+
+    class DrainsWhenCollected:
+        def __init__(self) -> None:
+            self.cycle = self
+
+        def __del__(self) -> None:
+            finalized.append(1)
+            if len(finalized) < 20:
+                DrainsWhenCollected()  # the next collection finds another
+            nested.extend(tracer.drain())
+
+    thresholds = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    DrainsWhenCollected()
+    pairs = [(i, i) for i in range(5000)]  # no pair left free to reuse: drain()'s (ident, records) are new objects
+    gc.set_threshold(1)
+    gc.enable()
+    try:
+        outer = tracer.drain()
+    finally:
+        gc.set_threshold(*thresholds)
+        if not was_enabled:
+            gc.disable()
+    del pairs
+    gc.collect()
+    taken = [len(records) // RECORD.size for _, records in outer + nested]
+    assert sum(taken) == tracer.recorded == 61
+    assert tracer.drain() == []
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+@pytest.mark.parametrize("callback", ["decide", "wake"])
+def test_a_tracer_stopped_and_let_go_inside_decide_or_wake_is_not_used_after(callback: str, builtins: bool) -> None:
+    # Nothing but the program holds the tracer while decide or wake runs: the tracer holds itself meanwhile.
+    held: list[Any] = []
+
+    def let_go() -> None:
+        if held:
+            held.pop().stop()  # the last reference goes as this returns
+
+    def decide(code: CodeType, module: str) -> bool:
+        if callback == "decide" and code is fib.__code__:
+            let_go()
+        return this_module(code, module)
+
+    def wake() -> None:
+        if callback == "wake":
+            let_go()
+
+    tracer = functions.Tracer(decide, [], buffer_bytes=RECORD.size * 8, wake=wake, builtins=builtins)
+    gone = weakref.ref(tracer)
+    held.append(tracer)
+    tracer.start()
+    del tracer
+    for _ in range(5):
+        fib(4)
+        len("calls a C function")
+    assert held == []
+    gc.collect()
+    assert gone() is None
 
 
 def test_stop_closes_the_open_calls() -> None:

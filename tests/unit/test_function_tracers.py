@@ -406,11 +406,11 @@ def test_no_free_tool_id_is_a_clear_error(tracer_class: Any) -> None:
             monitoring.free_tool_id(tool)
 
 
-def test_code_compiled_again_shares_its_location() -> None:
-    # (The pure-Python twin: the C one appends a location per code object for now.)
+def test_code_compiled_again_shares_its_location(tracer_class: Any) -> None:
+    # Locations are interned by value: the table grows with the program's code, not with how often it is compiled.
     source = "def compiled_again():\n    pass\ncompiled_again()\n"
     locations: list[Any] = [("compiled_again", "<again>", 1)]  # as a tracer before this one left it
-    tracer = PythonTracer(lambda code, module: code.co_filename == "<again>", locations)
+    tracer = tracer_class(lambda code, module: code.co_filename == "<again>", locations)
     tracer.start()
     try:
         for _ in range(50):
@@ -423,9 +423,9 @@ def test_code_compiled_again_shares_its_location() -> None:
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1")
 @pytest.mark.parametrize("where", ["decide", "wake"])
-def test_a_signal_handlers_exception_inside_the_tracer_reaches_the_program(where: str) -> None:
-    # A handler runs between any two bytecodes, the tracer's too: its exception (a timeout's, say) is the program's.
-    # (The pure-Python twin, whose callbacks are Python code a handler may run in.)
+def test_a_signal_handlers_exception_inside_the_tracer_reaches_the_program(tracer_class: Any, where: str) -> None:
+    # A handler runs between any two bytecodes, the tracer's decide and wake too: its exception (a timeout's, say) is
+    # the program's.
     def on_signal(signum: int, frame: object) -> None:
         raise TimeoutError("the program's timeout")
 
@@ -439,7 +439,7 @@ def test_a_signal_handlers_exception_inside_the_tracer_reaches_the_program(where
             signal.raise_signal(signal.SIGUSR1)
 
     previous = signal.signal(signal.SIGUSR1, on_signal)
-    tracer = PythonTracer(decide, [], buffer_bytes=RECORD.size * 4, wake=wake)
+    tracer = tracer_class(decide, [], buffer_bytes=RECORD.size * 4, wake=wake)
     tracer.start()
     try:
         with pytest.raises(TimeoutError, match="the program's timeout"):

@@ -106,6 +106,33 @@ evaluate(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int throwflag
 #endif
 }
 
+/* decide runs for a thread with no buffer (dropped()): its own calls are let be. */
+static __thread int deciding_unbuffered __attribute__((tls_model("initial-exec")));
+
+/* A call that found no buffer (its thread state being cleared, or no memory): counted in dropped if its code is
+   recorded, deciding it first if not yet decided. */
+static void
+dropped(Tracer *self, PyObject *code, PyObject *globals, int recorded)
+{
+    if (recorded < 0) {
+        if (deciding_unbuffered) {
+            return;
+        }
+        uint32_t loc;
+        Py_INCREF(self); /* decide may stop the tracer and let it go */
+        deciding_unbuffered = 1;
+        recorded = rt_code_location_first(self, code, globals, &loc, 0);
+        deciding_unbuffered = 0;
+        if (recorded > 0 && rt_running == self) {
+            self->dropped++;
+        }
+        Py_DECREF(self);
+    }
+    else if (recorded > 0) {
+        self->dropped++;
+    }
+}
+
 /* What evaluates frames under the hook: the interpreter's, or a debugger's. */
 
 static PyObject *
@@ -124,17 +151,25 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
         return evaluate(tstate, interpreter_frame, throwflag);
     }
     ThreadBuf *t = rt_thread(self);
-    if (t == NULL || t->busy) {
-        if (t == NULL && recorded > 0) {
-            self->dropped++;
-        }
+    if (t == NULL) {
+        dropped(self, code, frame->f_globals, recorded);
+        return evaluate(tstate, interpreter_frame, throwflag);
+    }
+    if (t->busy) {
         return evaluate(tstate, interpreter_frame, throwflag);
     }
     if (recorded < 0) {
-        t->busy++; /* decide's own calls are not decided, nor recorded */
-        recorded = rt_code_location_first(self, code, frame->f_globals, &loc);
+        Py_INCREF(self); /* decide may stop the tracer and let it go */
+        t->busy++;       /* decide's own calls are not decided, nor recorded */
+        recorded = rt_code_location_first(self, code, frame->f_globals, &loc, 1);
         t->busy--;
-        if (recorded == 0 || rt_running != self) {
+        int stopped = rt_running != self;
+        Py_DECREF(self); /* the last reference only if it stopped */
+        if (recorded < 0) {
+            /* a signal handler's exception (the program's), raised in the frame as it starts, which unwinds it */
+            return evaluate(tstate, interpreter_frame, 1);
+        }
+        if (recorded == 0 || stopped) {
             return evaluate(tstate, interpreter_frame, throwflag);
         }
     }
@@ -145,6 +180,10 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
         rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+        if (rt_wake_if_due(self, t, 1)) { /* a signal handler's exception (the program's): the frame's result now */
+            Py_XDECREF(result);
+            return NULL;
+        }
     }
     return result;
 }

@@ -1,5 +1,5 @@
 /* Locations: whether a code object is recorded and its index in the locations list (decided once, kept in its
-   co_extra word), and a C callable's index (interned by its name). */
+   co_extra word), and a C callable's index; each location interned by value. */
 
 #include "tracer.h"
 
@@ -35,24 +35,61 @@ module_name(PyObject *globals)
     return PyUnicode_FromString("");
 }
 
-/* Appends `location` to the locations list: its index, or -1 (error set) when it has no room for one more. */
+/* The index of `location` (a (name, file, line) tuple) in the locations list, appended the first time: locations are
+   interned by value (the tracer's `indexes`), so code compiled again (exec of the same source, a class made in a
+   loop) shares one, and the list grows with the program's code, not with how often it is compiled. -1 (error set):
+   no room for one more. */
 static int64_t
-append_location(Tracer *self, PyObject *location)
+location_index(Tracer *self, PyObject *location)
 {
+    PyObject *known = PyDict_GetItemWithError(self->indexes, location);
+    if (known != NULL) {
+        return PyLong_AsLongLong(known);
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
     Py_ssize_t index = PyList_GET_SIZE(self->locations);
     if (index >= (Py_ssize_t)UINT32_MAX - 1) {
         PyErr_Format(PyExc_OverflowError, "function tracer: %zd code locations is the most a record can index",
                      index);
         return -1;
     }
+    PyObject *number = PyLong_FromSsize_t(index);
+    if (number == NULL || PyDict_SetItem(self->indexes, location, number) < 0) {
+        Py_XDECREF(number);
+        return -1;
+    }
+    Py_DECREF(number);
     if (PyList_Append(self->locations, location) < 0) {
+        PyDict_DelItem(self->indexes, location); /* not there after all */
         return -1;
     }
     return index;
 }
 
 int
-rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc)
+rt_index_locations(Tracer *self)
+{
+    Py_ssize_t count = PyList_GET_SIZE(self->locations);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *number = PyLong_FromSsize_t(i);
+        PyObject *known = number == NULL ? NULL
+                                         : PyDict_SetDefault(self->indexes, PyList_GET_ITEM(self->locations, i),
+                                                             number);
+        Py_XDECREF(number);
+        if (known == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                return -1;
+            }
+            PyErr_Clear(); /* not a location (unhashable): never shared */
+        }
+    }
+    return 0;
+}
+
+int
+rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc, int pass_on)
 {
     PyObject *saved_type, *saved_value, *saved_tb; /* an exception may be on its way (PY_THROW, PY_UNWIND) */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -63,18 +100,18 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
     Py_XDECREF(module);
     if (verdict == NULL) {
         /* its code is not recorded, and the error not asked again; unless it was Ctrl-C's, which says nothing of it */
-        interrupted = rt_unraisable(self->decide);
+        interrupted = rt_failed(self->decide, pass_on);
     }
     else {
         int truth = PyObject_IsTrue(verdict);
         Py_DECREF(verdict);
         if (truth < 0) {
-            interrupted = rt_unraisable(self->decide);
+            interrupted = rt_failed(self->decide, pass_on);
         }
         else if (truth) {
             PyCodeObject *c = (PyCodeObject *)code;
             PyObject *location = Py_BuildValue("(OOi)", c->co_qualname, c->co_filename, c->co_firstlineno);
-            int64_t index = location == NULL ? -1 : append_location(self, location);
+            int64_t index = location == NULL ? -1 : location_index(self, location);
             Py_XDECREF(location);
             if (index < 0) {
                 rt_unraisable(code);
@@ -88,6 +125,10 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
     }
     if (!interrupted && set_code_word(code, word) < 0) {
         PyErr_Clear(); /* asked again when next met */
+    }
+    if (interrupted == 2) { /* a signal handler's: not decide's error, asked again when next met */
+        rt_pass_on(saved_type, saved_value, saved_tb);
+        return -1;
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
     return recorded;
@@ -170,28 +211,10 @@ static int64_t
 c_location_first(Tracer *self, PyObject *callable)
 {
     PyObject *name = c_function_name(callable);
-    if (name == NULL) {
-        return -1;
-    }
-    int64_t index;
-    PyObject *known = PyDict_GetItemWithError(self->c_names, name);
-    if (known != NULL) {
-        index = PyLong_AsLongLong(known);
-    }
-    else if (PyErr_Occurred()) {
-        index = -1;
-    }
-    else {
-        PyObject *location = Py_BuildValue("(Osi)", name, "", 0);
-        index = location == NULL ? -1 : append_location(self, location);
-        Py_XDECREF(location);
-        PyObject *number = index < 0 ? NULL : PyLong_FromLongLong(index);
-        if (number == NULL || PyDict_SetItem(self->c_names, name, number) < 0) {
-            index = -1;
-        }
-        Py_XDECREF(number);
-    }
-    Py_DECREF(name);
+    PyObject *location = name == NULL ? NULL : Py_BuildValue("(Osi)", name, "", 0);
+    Py_XDECREF(name);
+    int64_t index = location == NULL ? -1 : location_index(self, location);
+    Py_XDECREF(location);
     return index;
 }
 

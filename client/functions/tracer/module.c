@@ -50,9 +50,9 @@ tracer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->decide = Py_NewRef(decide);
     self->locations = Py_NewRef(locations);
     self->wake = Py_NewRef(wake);
-    self->c_names = PyDict_New();
+    self->indexes = PyDict_New();
     self->thread_key = PyUnicode_FromFormat("ringtrace.functions.tracer.%u", self->generation);
-    if (self->c_names == NULL || self->thread_key == NULL) {
+    if (self->indexes == NULL || self->thread_key == NULL || rt_index_locations(self) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -66,7 +66,7 @@ tracer_traverse(Tracer *self, visitproc visit, void *arg)
     Py_VISIT(self->decide);
     Py_VISIT(self->locations);
     Py_VISIT(self->wake);
-    Py_VISIT(self->c_names);
+    Py_VISIT(self->indexes);
     return 0;
 }
 
@@ -76,7 +76,7 @@ tracer_clear(Tracer *self)
     Py_CLEAR(self->decide);
     Py_CLEAR(self->locations);
     Py_CLEAR(self->wake);
-    Py_CLEAR(self->c_names);
+    Py_CLEAR(self->indexes);
     return 0;
 }
 
@@ -138,6 +138,7 @@ tracer_stop(Tracer *self, PyObject *unused)
     if (failed) {
         return NULL;
     }
+    rt_wake_if_due(self, NULL, 0); /* a buffer passed a quarter full as its open calls were closed */
     Py_RETURN_NONE;
 }
 
@@ -179,7 +180,8 @@ static PyMethodDef tracer_methods[] = {
     {"stop", (PyCFunction)tracer_stop, METH_NOARGS,
      "stop(): records no more; calls still open on every thread are written with end = now. Idempotent."},
     {"drain", (PyCFunction)tracer_drain, METH_NOARGS,
-     "drain() -> [(thread ident, records)]: each thread's records since the last drain, ended threads included."},
+     "drain() -> [(thread ident, records)]: each thread's records since the last drain, ended threads included. "
+     "One runs at a time: a drain begun while another runs (on another thread, or in a finalizer) gets []."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,15 +44,17 @@ on_call(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
         self->dropped += t == NULL;
         Py_RETURN_NONE;
     }
-    t->busy++; /* what decide runs is not decided, nor recorded (evalframe.c) */
+    Py_INCREF(self); /* decide (or a name's lookup) may stop the tracer and let it go */
+    t->busy++;       /* what decide runs is not decided, nor recorded (evalframe.c) */
     if (recorded < 0) { /* a caller begun before start() */
-        recorded = rt_code_location_first(self, args[0], NULL, &caller_loc);
+        recorded = rt_code_location_first(self, args[0], NULL, &caller_loc, 0);
     }
     int located = recorded > 0 && rt_c_location(self, callable, &loc);
     t->busy--;
     if (located && self->running) {
         rt_push(self, t, callable, loc);
     }
+    Py_DECREF(self);
     Py_RETURN_NONE;
 }
 
@@ -69,6 +71,7 @@ on_c_leave(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs, uint32_t k
         ThreadBuf *t = rt_thread(self);
         if (t != NULL && !t->busy) {
             rt_pop(self, t, args[2], kind);
+            rt_wake_if_due(self, t, 0);
         }
     }
     Py_RETURN_NONE;

@@ -7,9 +7,22 @@
 #if !RT_MONITORING
 
 static int
+profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg);
+
+/* The profile function. The tracer is held while it runs: decide may stop it (which unsets the profile function,
+   dropping the interpreter's reference) and let it go. */
+static int
 profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
 {
-    Tracer *self = (Tracer *)tracer;
+    Py_INCREF(tracer);
+    int result = profile_event((Tracer *)tracer, frame, what, arg);
+    Py_DECREF(tracer);
+    return result;
+}
+
+static int
+profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg)
+{
     uint32_t loc;
     switch (what) {
     case PyTrace_CALL: {
@@ -33,6 +46,7 @@ profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_pop(self, t, code, arg == NULL ? RT_CALL_RAISED : RT_CALL); /* NULL: an exception left it */
+                rt_wake_if_due(self, t, 0);
             }
         }
         break;
@@ -62,6 +76,7 @@ profile(PyObject *tracer, PyFrameObject *frame, int what, PyObject *arg)
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_pop(self, t, arg, what == PyTrace_C_RETURN ? RT_CALL : RT_CALL_RAISED);
+                rt_wake_if_due(self, t, 0);
             }
         }
         break;

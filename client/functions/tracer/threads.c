@@ -11,13 +11,78 @@
 int
 rt_unraisable(PyObject *where)
 {
+    return rt_failed(where, 0);
+}
+
+/* Whether the exception set (kept set) was raised by one of the program's signal handlers, as the Python twin tells
+   (callback_errors.raised_by_a_signal_handler: a handler's frame in its traceback). */
+static int
+raised_by_a_signal_handler(void)
+{
+    static PyObject *check; /* kept for good once found */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    if (check == NULL) {
+        PyObject *module = PyImport_ImportModule("ringtrace.client.functions.callback_errors");
+        check = module == NULL ? NULL : PyObject_GetAttrString(module, "raised_by_a_signal_handler");
+        Py_XDECREF(module);
+    }
+    int raised = 0;
+    if (check != NULL && value != NULL) {
+        PyObject *answer = PyObject_CallOneArg(check, value);
+        raised = answer != NULL && PyObject_IsTrue(answer) == 1;
+        Py_XDECREF(answer);
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return raised;
+}
+
+/* As rt_unraisable, and with pass_on, an exception a signal handler raised is the program's: left set, 2. */
+int
+rt_failed(PyObject *where, int pass_on)
+{
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
         PyErr_Clear();
         PyErr_SetInterruptEx(SIGINT);
         return 1;
     }
+    if (pass_on && raised_by_a_signal_handler()) {
+        return 2;
+    }
     PyErr_WriteUnraisable(where);
     return 0;
+}
+
+/* The exception set goes on to the program; the one saved before the tracer's callback ran (an exception on its way
+   out of a frame) becomes its context, as if the handler had run in the program's code. Takes the saved three. */
+void
+rt_pass_on(PyObject *saved_type, PyObject *saved_value, PyObject *saved_tb)
+{
+    if (saved_type == NULL) {
+        Py_XDECREF(saved_value);
+        Py_XDECREF(saved_tb);
+        return;
+    }
+    PyErr_NormalizeException(&saved_type, &saved_value, &saved_tb);
+    if (saved_tb != NULL && saved_value != NULL) {
+        PyException_SetTraceback(saved_value, saved_tb);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && saved_value != NULL && value != saved_value) {
+        PyException_SetContext(value, saved_value); /* takes it */
+        saved_value = NULL;
+    }
+    Py_XDECREF(saved_type);
+    Py_XDECREF(saved_value);
+    Py_XDECREF(saved_tb);
+    PyErr_Restore(type, value, tb);
 }
 
 static void
@@ -126,23 +191,40 @@ done:
     return found;
 }
 
-void
-rt_call_wake(Tracer *self)
+/* wake, on the thread of `t` (NULL: stop()'s), whose calls meanwhile are not recorded (busy). The tracer and `t`
+   are held while it runs, and may be gone when it returns. */
+int
+rt_call_wake(Tracer *self, ThreadBuf *t, int pass_on)
 {
+    self->wake_due = 0;
     PyObject *wake = self->wake;
-    if (wake == Py_None) {
-        return;
+    if (wake == NULL || wake == Py_None) {
+        return 0;
     }
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    Py_INCREF(self);
     Py_INCREF(wake);
+    if (t != NULL) {
+        t->refs++;
+        t->busy++;
+    }
     PyObject *result = PyObject_CallNoArgs(wake);
-    Py_DECREF(wake);
-    if (result == NULL) {
-        rt_unraisable(wake);
+    int failure = result == NULL ? rt_failed(wake, pass_on) : 0; /* (busy still: it may run Python code) */
+    if (t != NULL) {
+        t->busy--;
+        thread_release(t);
     }
     Py_XDECREF(result);
-    PyErr_Restore(saved_type, saved_value, saved_tb);
+    Py_DECREF(wake);
+    if (failure == 2) {
+        rt_pass_on(saved_type, saved_value, saved_tb);
+    }
+    else {
+        PyErr_Restore(saved_type, saved_value, saved_tb);
+    }
+    Py_DECREF(self);
+    return failure == 2;
 }
 
 int
@@ -177,6 +259,8 @@ rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
     return 1;
 }
 
+static PyObject *drain_all(Tracer *self);
+
 void
 rt_close_open_calls(Tracer *self)
 {
@@ -201,6 +285,21 @@ rt_reset_stacks(Tracer *self)
 
 PyObject *
 rt_drain(Tracer *self)
+{
+    /* One drain at a time: the garbage collector, run by an allocation below, may run Python code that drains (a
+       finalizer), or let another thread run one, which would take the same records and free buffers this one reads.
+       A drain begun while another runs gets [], what it would take being the running one's. */
+    if (self->draining) {
+        return PyList_New(0);
+    }
+    self->draining = 1;
+    PyObject *runs = drain_all(self);
+    self->draining = 0;
+    return runs;
+}
+
+static PyObject *
+drain_all(Tracer *self)
 {
     PyObject *runs = PyList_New(0);
     if (runs == NULL) {
@@ -235,7 +334,7 @@ rt_drain(Tracer *self)
                 return NULL;
             }
             Py_DECREF(run);
-            if (gone) { /* forgotten meanwhile (by a drain on another thread): the list changed */
+            if (gone) { /* forgotten meanwhile (the tracer cleared): the list changed */
                 link = &self->threads;
                 continue;
             }

@@ -26,6 +26,8 @@ What it does, and why it is safe to do it this way:
   its entry, or is ignored when its key is not open at all.
 - Everything runs with the GIL held. Python code the tracer calls (decide, wake, allocations that collect garbage)
   may let other threads run, so no pointer into shared state is held across such a call but a thread's own buffer.
+  That code may also stop the tracer and drop its last reference (3.12+ sys.monitoring holds none to a callback while
+  it runs, nor the frame evaluation hook): a hook holds a reference to the tracer across decide, and calls wake last.
   While it runs decide or wake, a thread is busy: the calls they make are not recorded (the interpreter does not
   report them to its own hooks' callbacks either).
 - Timestamps handed over are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this
@@ -116,7 +118,7 @@ typedef struct {
 struct Tracer {
     PyObject_HEAD
     PyObject *decide, *locations, *wake;
-    PyObject *c_names;      /* dict: a C callable's name -> its location index (a Python int) */
+    PyObject *indexes;      /* dict: a location (name, file, line) -> its index in locations (a Python int) */
     PyObject *thread_key;   /* the key of this tracer's capsules in thread state dicts */
     PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
     PyObject *weakrefs;
@@ -128,6 +130,8 @@ struct Tracer {
     Py_ssize_t buffer_bytes; /* a whole number of records */
     int builtins;
     int running;
+    int draining;           /* drain() runs (threads.c) */
+    int wake_due;           /* a buffer passed a quarter full: wake is called as the hook that wrote it returns */
     int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
     uint32_t generation;    /* tags the co_extra words this tracer wrote */
     ThreadBuf *threads;
@@ -175,8 +179,10 @@ void rt_ticks_to_ns(char *records, Py_ssize_t size, int64_t ticks, int64_t ns, d
 
 /* threads.c */
 ThreadBuf *rt_thread_slow(Tracer *self, pthread_t thread);
-void rt_call_wake(Tracer *self);
+int rt_call_wake(Tracer *self, ThreadBuf *t, int pass_on);
 int rt_unraisable(PyObject *where);
+int rt_failed(PyObject *where, int pass_on);
+void rt_pass_on(PyObject *saved_type, PyObject *saved_value, PyObject *saved_tb);
 int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);
@@ -215,10 +221,17 @@ rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t
     self->recorded++;
     if (t->used > self->buffer_bytes / 4 && !t->woke) { /* a quarter: room for a flusher scheduled late */
         t->woke = 1;
-        t->busy++;
-        rt_call_wake(self);
-        t->busy--;
+        self->wake_due = 1; /* called last (rt_wake_if_due): wake may stop the tracer and let it go */
     }
+}
+
+/* Calls wake if a record was due to: the last thing a hook does, as wake may stop the tracer and drop its last
+   reference (after it, neither self nor t is used). 1 (pass_on only): a signal handler raised the exception now set
+   while wake ran, the program's. */
+static inline int
+rt_wake_if_due(Tracer *self, ThreadBuf *t, int pass_on)
+{
+    return self->wake_due ? rt_call_wake(self, t, pass_on) : 0;
 }
 
 static inline void
@@ -263,9 +276,12 @@ rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
 }
 
 /* locations.c */
-int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc);
+/* 1: recorded (*loc set), 0: not; -1 (pass_on only): a signal handler raised the exception now set while decide ran,
+   the program's. */
+int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc, int pass_on);
 int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
+int rt_index_locations(Tracer *self); /* `indexes` from the locations already listed */
 
 /* CPython's _PyCodeObjectExtra (Include/internal/pycore_code.h), what a code object's co_extra points to. */
 typedef struct {
@@ -300,7 +316,7 @@ static inline int
 rt_code_location(Tracer *self, PyObject *code, uint32_t *loc)
 {
     int decided = rt_code_decided(self, code, loc);
-    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc);
+    return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc, 0);
 }
 
 /* A C function, as builtins=True records: a builtin function or method, or a method descriptor (list.append); not

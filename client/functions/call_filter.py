@@ -63,7 +63,7 @@ class CallFilter:
 
         self.include = tuple(include)
         self.exclude = tuple(exclude)
-        self.library = library
+        self.with_library_code = library
         self._library_roots = library_roots()
         self._matches = fnmatchcase
 
@@ -82,7 +82,7 @@ class CallFilter:
             return False
         if self.include and not any(matches(module, pattern) for pattern in self.include):
             return False
-        return self.library or not self.is_library(filename, module)
+        return self.with_library_code or not self.is_library(filename, module)
 
     def is_library(self, filename: str, module: str = "") -> bool:
         """Whether code of ``filename`` in ``module`` is library code. Code made from a string (``<string>``: what

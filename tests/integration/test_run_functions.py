@@ -161,6 +161,7 @@ def test_every_call_of_the_scripts_code_is_a_span_and_none_of_the_standard_libra
     assert found == {"MainThread": MAIN_TREE, "worker": WORKER_TREE}  # no json, threading or time in it
 
 
+@pytest.mark.timeout(360)  # the pure-Python tracer, on a busy machine: a program several times slower than with C
 def test_the_pure_python_tracer_gives_the_same_tree(collector: CollectorProcess, program: Path) -> None:
     found = trees(traced_calls(collector, program, "pure", RINGTRACE_PURE_PYTHON="1"))
     assert found == {"MainThread": MAIN_TREE, "worker": WORKER_TREE}

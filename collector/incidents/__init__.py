@@ -1,0 +1,10 @@
+"""Incidents: rules the collector evaluates on what it stores; a rule that fires keeps the window around its event,
+of every process in its scope, as one self-contained incident that outlives the ring (``docs/incidents.md``).
+
+- ``rules.py``: what a rule is (conditions, scope, window, limits); ``rule_file.py`` reads them from TOML and flags;
+- ``frame_match.py`` (C twin ``_match.c``) and ``watch.py``: stored EVENTS frames checked against the rules, off the
+  event loop, each match a ``Firing`` (``firing.py``);
+- ``capture.py``: a firing's window pinned and collected, then written whole; ``incident_files.py``: saved incidents
+  on disk, their retention, listing and reading;
+- ``engine.py``: the loop that ties them together for the service; ``webhook.py``: a rule's URL told of each one.
+"""

@@ -369,3 +369,8 @@ def test_load_rules_refuses_a_file_it_cannot_use(tmp_path: Path) -> None:
 
 def test_window_bound_is_said_in_its_unit() -> None:
     assert format_duration_ns(MAX_WINDOW_NS) == "1h"
+
+
+def test_the_docs_name_every_key() -> None:
+    page = (ROOT / "docs" / "incidents.md").read_text(encoding="utf-8")
+    assert [key for key in KNOWN_KEYS if f"`{key}`" not in page] == []

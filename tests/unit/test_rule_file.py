@@ -3,6 +3,8 @@ condition form, every error with the line it names, and the docs' keys held to t
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from ringtrace.collector.incidents.rules import (
     SpanCondition,
 )
 from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.parsing import format_duration_ns, parse_duration_ns
 
 ROOT = Path(__file__).parents[2]
@@ -331,6 +334,52 @@ def test_a_bad_trigger_names_the_flag_and_the_reason(spec: str, expected: str) -
         parse_trigger(spec)
     assert expected in str(caught.value)
     assert str(caught.value).startswith("--trigger ")
+
+
+_GLOBS = st.text(alphabet="abcxyz*?.-/ ", min_size=1, max_size=12).map(str.strip).filter(bool)
+_DURATIONS = st.integers(0, MAX_WINDOW_NS).map(format_duration_ns)
+_NUMBERS = st.integers(-(10**9), 10**9) | st.floats(allow_nan=False, allow_infinity=False)
+_CONDITIONS = st.one_of(
+    st.fixed_dictionaries({"span": _GLOBS}, optional={"min_duration": _DURATIONS}),
+    st.fixed_dictionaries({"message": _GLOBS}, optional={"min_priority": st.sampled_from(PRIORITIES), "text": _GLOBS}),
+    st.fixed_dictionaries({"otlp_error": st.just(True)}, optional={"span": _GLOBS}),
+    st.fixed_dictionaries({"counter": _GLOBS, "above": _NUMBERS}, optional={"below": _NUMBERS}),
+    st.fixed_dictionaries({"crash": st.just(True)}),
+    st.fixed_dictionaries({"incident_call": st.just(True)}, optional={"reason": _GLOBS}),
+)
+_COMMON = st.fixed_dictionaries(
+    {"name": st.text(alphabet="abc xyz-_.", min_size=1, max_size=20).map(str.strip).filter(bool)},
+    optional={
+        "scope": st.sampled_from(["process", "host", "fleet"]),
+        "before": _DURATIONS,
+        "after": _DURATIONS.filter(lambda text: text != "0s"),
+        "max_per_minute": st.integers(1, 60000),
+        "url": st.sampled_from(["http://127.0.0.1:9000/hook", "https://hooks.example.com/a?b=c"]),
+    },
+)
+
+
+def _toml_value(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str | bool) else repr(value)
+
+
+def _trigger_value(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else repr(value)
+
+
+@given(_COMMON, _CONDITIONS)
+def test_a_file_and_a_trigger_declare_the_same_rule(common: dict[str, object], condition: dict[str, object]) -> None:
+    table = {**common, **condition}
+    text = "[[rule]]\n" + "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
+    spec = f"{common['name']}: " + ", ".join(
+        f"{key}={_trigger_value(value)}" for key, value in table.items() if key != "name"
+    )
+    (from_file,) = parse_rules(text, "rules.toml").rules
+    assert dataclasses.replace(parse_trigger(spec), origin="rules.toml:1") == from_file
+    assert from_file.name == common["name"]
+    assert from_file.max_per_minute == common.get("max_per_minute", 6)
+    if "before" in common:
+        assert format_duration_ns(from_file.before_ns) == common["before"]
 
 
 def test_load_rules_joins_the_file_and_the_triggers(tmp_path: Path) -> None:

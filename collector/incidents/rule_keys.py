@@ -238,9 +238,13 @@ def _number(values: Mapping[str, object], key: str) -> float | None:
     value = values.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer past a float's range
+        number = math.inf
+    if not math.isfinite(number):
         raise RuleKeyError(key, f"{key} takes a finite number, got {_shown(value)}")
-    return float(value)
+    return number
 
 
 def _per_minute(value: object) -> int:

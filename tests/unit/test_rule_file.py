@@ -229,6 +229,7 @@ def test_an_empty_file_has_no_rules() -> None:
         ('[[rule]]\nname = "a"\ncounter = "q"\nabove = 1' + "0" * 400 + "\n", "above takes a finite number, got 1000"),
         ('[[rule]]\nname = "a"\nspan = ""\n', 'rules.toml:3: rule "a": span takes a glob'),
         ('[[rule]]\nname = "a"\nspan = 5\n', 'rules.toml:3: rule "a": span takes a glob'),
+        ('[[rule]]\nname = "a"\nspan = "db[12"\n', 'rules.toml:3: rule "a": span "db[12" has a [ at character 3 that'),
         ('[[rule]]\nname = "a"\nmessage = "*"\nmin_priority = "bad"\n', 'rules.toml:4: rule "a": min_priority is one'),
         # Scope, limits, webhook.
         ('[[rule]]\nname = "a"\nspan = "x"\nscope = "cluster"\n', 'rules.toml:4: rule "a": scope is one of process, h'),
@@ -295,6 +296,8 @@ def test_trigger_flags() -> None:
         "slow checkout", SpanCondition("checkout*", 200_000_000), scope="trace", origin="--trigger"
     )
     assert parse_trigger("errors: message=*").condition == MessageCondition()
+    assert parse_trigger("sets: span=db[12]*, ").condition == SpanCondition("db[12]*")
+    assert parse_trigger("bracket: span=[[]x]").condition == SpanCondition("[[]x]")
     assert parse_trigger("db: message=db.*, min_priority=warning, text=*timeout*").condition == MessageCondition(
         "warning", "db.*", "*timeout*"
     )

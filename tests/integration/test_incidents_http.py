@@ -150,6 +150,15 @@ def test_an_incident_is_served_in_every_format(served: Served) -> None:
     assert status == 200
 
 
+def test_an_incident_is_filtered_as_a_snapshot_is(served: Served) -> None:
+    trace = served.collector.json(f"/incidents/{served.ids[0]}?name=tick&limit=5")
+    assert len(events(trace, "i")) == 5 and events(trace, "X") == []
+    status, error = error_of(served, f"/incidents/{served.ids[0]}?flush_timeout_s=1")
+    assert status == 400 and "unknown query parameter 'flush_timeout_s'" in error, error
+    status, error = error_of(served, f"/incidents/{served.ids[0]}?format=native&format=chrome")
+    assert status == 400 and "'format' is given more than once" in error, error
+
+
 def test_an_incident_is_gzipped_when_accepted(served: Served) -> None:
     request = urllib.request.Request(
         f"{served.collector.http_url}/incidents/{served.ids[0]}", headers={"Accept-Encoding": "gzip"}
@@ -208,6 +217,12 @@ def test_the_command_lists_fetches_and_opens(
                          "--url", url)  # fmt: skip
     assert status == 0 and f"written to {target}" in err
     assert sum(1 for s in PerfettoTrace(target.read_bytes()).slices if s.name == "request") == 30
+
+    target = tmp_path / "ticks.json"
+    status, _, err = run(capsys, "incidents", "fetch", served.ids[0], "--name", "tick", "-o", str(target), "--url", url)
+    assert status == 0 and len(events(json.loads(target.read_text()), "i")) == 30
+    status, _, err = run(capsys, "incidents", "fetch", served.ids[0], "--limit", "0", "--url", url)
+    assert status == 2 and "--limit must be a whole number" in err, err
 
     os.environ["BROWSER"] = "true"  # (webbrowser runs it with the URL: no browser opens)
     try:

@@ -267,3 +267,30 @@ def test_the_command_runs_as_a_program(served: Served) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert served.ids[3] in done.stdout
+
+
+def test_with_a_data_dir_incidents_are_kept_in_it_and_outlive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = CollectorProcess("--data-dir", str(data))
+    try:
+        first.wait_for_log(lambda line: f"incidents: kept in {data / 'incidents'} (at most 100" in line)
+        run_script(first, RECORD)
+        first.wait_for_stored(RECORDED)
+        status, native = first.get("/snapshot?format=native")
+        assert status == 200
+        files = IncidentFiles(data / "incidents", max_count=100, max_bytes=2**30)
+        saved = files.save({"id": files.new_id("slow checkout", T0), "rule": "slow checkout", "time_ns": T0}, [native])
+        assert listed_by(first) == [saved["id"]]
+    finally:
+        first.stop()
+    again = CollectorProcess("--data-dir", str(data))
+    try:
+        again.wait_for_log(lambda line: "incidents: kept in" in line and "1 there now" in line)
+        assert listed_by(again) == [saved["id"]]
+        assert len(events(again.json(f"/incidents/{saved['id']}"), "X")) == 30
+    finally:
+        again.stop()
+
+
+def listed_by(collector: CollectorProcess) -> list[str]:
+    return [record["id"] for record in collector.json("/incidents")["incidents"]]

@@ -24,6 +24,7 @@ GET /incidents[?rule&status&since&until&limit]
                                     saved and failed incidents' records, newest first (``incidents_api.py``)
 GET /incidents/{id}[?format&filters] a saved incident's snapshot, in a snapshot format or the web view's columns
                                     (``timeline``), of what the filters of /snapshot select; gzip if accepted
+HEAD /incidents/{id}[?format&filters] the same headers, no work
 DELETE /incidents/{id}              remove an incident
 """
 

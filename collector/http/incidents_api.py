@@ -75,6 +75,15 @@ async def incident(request: web.Request) -> web.StreamResponse:
         collector.end_snapshot()
 
 
+async def incident_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work: the query and the id are checked, the file is not read."""
+    format_, _ = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
+    incident_id = request.match_info["id"]
+    await _snapshot_path(request, incident_id)
+    gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    return web.Response(headers=_headers(format_, incident_id, gzip))
+
+
 async def delete_incident(request: web.Request) -> web.Response:
     """Remove a finished incident (its record and snapshot file): ``{"deleted": id}``."""
     _parsed(check_no_params, request.query)
@@ -129,5 +138,6 @@ def _headers(format_: Format, incident_id: str, gzip: bool) -> dict[str, str]:
 
 def add_incident_routes(app: web.Application) -> None:
     app.router.add_get("/incidents", incidents)
-    app.router.add_get("/incidents/{id}", incident)
+    app.router.add_get("/incidents/{id}", incident, allow_head=False)
+    app.router.add_route("HEAD", "/incidents/{id}", incident_head)
     app.router.add_delete("/incidents/{id}", delete_incident)

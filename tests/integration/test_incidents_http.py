@@ -150,6 +150,20 @@ def test_an_incident_is_served_in_every_format(served: Served) -> None:
     assert status == 200
 
 
+def test_head_checks_an_incident_and_its_query_and_reads_nothing(served: Served) -> None:
+    request = urllib.request.Request(f"{served.collector.http_url}/incidents/{served.ids[0]}?format=perfetto",
+                                     method="HEAD")  # fmt: skip
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200 and response.headers["Content-Type"] == "application/octet-stream"
+        assert response.read() == b""
+    for path, status in ((f"{served.ids[0]}?format=svg", 400), ("20200101T000000000Z-nothing-0000", 404)):
+        request = urllib.request.Request(f"{served.collector.http_url}/incidents/{path}", method="HEAD")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        refused.value.close()
+        assert refused.value.code == status
+
+
 def test_an_incident_is_filtered_as_a_snapshot_is(served: Served) -> None:
     trace = served.collector.json(f"/incidents/{served.ids[0]}?name=tick&limit=5")
     assert len(events(trace, "i")) == 5 and events(trace, "X") == []

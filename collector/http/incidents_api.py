@@ -1,6 +1,6 @@
 """The HTTP API's incidents: ``GET /incidents`` (the saved and failed ones, newest first, filtered),
-``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns) and
-``DELETE /incidents/{id}``.
+``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns, filtered as a
+snapshot is; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
 
 Incidents are files (``incidents/incident_files.py``): they are listed, read and deleted on worker threads, and a
 snapshot file is read back as ``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is

@@ -1,7 +1,9 @@
 // The timeline canvas: draws the rows of a model (lanes.js) for a window of time, with zoom and pan (wheel, drag,
 // keys) and a tooltip for what is under the pointer. Level of detail: in each level only the slices in view are
 // visited (binary search), and runs of slices narrower than a pixel are drawn as one block (the ones within a pixel
-// skipped by another search), so the cost follows the pixels drawn, not the events held.
+// skipped by another search), so the cost follows the pixels drawn, not the events held. An incident's tick is drawn
+// wider, in its own colour, over the others; an incident opened from the list has its trigger marked across every
+// row (setMarker).
 
 import { PRIORITY_RANK, lowerBound } from "./lanes.js";
 
@@ -17,6 +19,8 @@ const PALETTE = ["#4e79a7", "#59a14f", "#9c755f", "#e07b24", "#3f9c96", "#b07aa1
   "#6a9f3a", "#c26a86", "#7f6bb8", "#2f8fb0", "#a0632c", "#499894", "#d05c8e"];
 const PRIORITY_COLOURS = ["#d32f2f", "#d32f2f", "#f29d0c", "#2f6fde", "#9aa3b2"];
 const INSTANT = "#37474f";
+const INCIDENT = "#c2185b";  // (view.css --incident)
+const INCIDENT_RANK = -1;  // wins its pixel over any message
 
 export function colourOf(name) {
   let h = 0;
@@ -50,7 +54,13 @@ export class Timeline {
     this.layout = [];
     this.onUserMove = () => {};
     this.drawn = 0;  // draws done (a test waits for a new one)
+    this.marker = null;  // an opened incident's trigger: { start, end, label } in ns since origin
     this.listen();
+  }
+
+  setMarker(marker) {
+    this.marker = marker;
+    this.canvas.dataset.marker = marker ? marker.label : "";
   }
 
   setModel(model, full, keepView) {
@@ -110,6 +120,7 @@ export class Timeline {
     ctx.rect(GUTTER, AXIS, this.width - GUTTER, this.height - AXIS);
     ctx.clip();
     for (const item of this.layout) this.drawRow(ctx, item);
+    if (this.marker) this.drawMarker(ctx, this.marker);
     ctx.restore();
     this.drawLabels(ctx);
     this.drawn++;
@@ -227,15 +238,36 @@ export class Timeline {
     const [v0, v1] = this.view;
     const { start, items } = ticks;
     let lastX = -1, best = 99, bestColour = INSTANT;
-    const put = () => { if (lastX >= 0) { ctx.fillStyle = bestColour; ctx.fillRect(lastX, y, 1.5, TICKS - 2); } };
+    const put = () => {
+      if (lastX < 0) return;
+      ctx.fillStyle = bestColour;
+      if (best === INCIDENT_RANK) ctx.fillRect(lastX - 1, y, 3, TICKS);  // wider and taller: seen at a glance
+      else ctx.fillRect(lastX, y, 1.5, TICKS - 2);
+    };
     for (let i = lowerBound(start, v0); i < start.length && start[i] <= v1; i++) {
       const x = Math.floor(this.x(start[i]));
       const item = items[i];
-      const rank = item.priority == null ? 50 : PRIORITY_RANK[item.priority] ?? 40;
-      if (x !== lastX) { put(); lastX = x; best = rank; bestColour = priorityColour(item.priority); }
-      else if (rank < best) { best = rank; bestColour = priorityColour(item.priority); }
+      const rank = item.incident ? INCIDENT_RANK : item.priority == null ? 50 : PRIORITY_RANK[item.priority] ?? 40;
+      const colour = item.incident ? INCIDENT : priorityColour(item.priority);
+      if (x !== lastX) { put(); lastX = x; best = rank; bestColour = colour; }
+      else if (rank < best) { best = rank; bestColour = colour; }
     }
     put();
+  }
+
+  // An opened incident's trigger: a band over its length (at least a line) across every row, named on the axis.
+  drawMarker(ctx, { start, end, label }) {
+    const x0 = this.x(start);
+    const x1 = Math.max(this.x(end), x0 + 2);
+    ctx.fillStyle = "rgba(194, 24, 91, 0.14)";
+    ctx.fillRect(x0, AXIS, x1 - x0, this.height - AXIS);
+    ctx.fillStyle = INCIDENT;
+    ctx.fillRect(x0 - 1, AXIS, 2, this.height - AXIS);
+    ctx.font = "600 11px system-ui, sans-serif";
+    ctx.textAlign = x0 > this.width - 200 ? "right" : "left";
+    ctx.fillText(`▼ ${label}`, ctx.textAlign === "right" ? x0 - 4 : x0 + 4, AXIS + 8);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textAlign = "left";
   }
 
   drawCounter(ctx, counter, y, h) {
@@ -318,7 +350,7 @@ export class Timeline {
     const at = relative(item.start - this.full[1], 1e6);
     if (kind === "slice") meta.textContent = `${duration(item.end == null ? null : item.end - item.start)} · at ${at} · ${row.label}`;
     else if (kind === "counter") meta.textContent = `${fmtValue(item.value)} · at ${at} · ${row.label}`;
-    else meta.textContent = `${item.priority ? item.priority + " · " : "instant · "}at ${at} · ${row.label}`;
+    else meta.textContent = `${item.incident ? "incident · " : item.priority ? item.priority + " · " : "instant · "}at ${at} · ${row.label}`;
     parts.push(meta);
     if (item.args && Object.keys(item.args).length) {
       const pre = document.createElement("pre");

@@ -120,9 +120,9 @@ export class Timeline {
     ctx.rect(GUTTER, AXIS, this.width - GUTTER, this.height - AXIS);
     ctx.clip();
     for (const item of this.layout) this.drawRow(ctx, item);
-    if (this.marker) this.drawMarker(ctx, this.marker);
     ctx.restore();
     this.drawLabels(ctx);
+    if (this.marker) this.drawMarker(ctx, this.marker);
     this.drawn++;
     this.canvas.dataset.drawn = String(this.drawn);
   }
@@ -255,19 +255,28 @@ export class Timeline {
     put();
   }
 
-  // An opened incident's trigger: a band over its length (at least a line) across every row, named on the axis.
+  // An opened incident's trigger, over everything but the row labels: a band over its length (at least a line)
+  // across every row, and its name on the time axis.
   drawMarker(ctx, { start, end, label }) {
     const x0 = this.x(start);
     const x1 = Math.max(this.x(end), x0 + 2);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(GUTTER, 0, this.width - GUTTER, this.height);
+    ctx.clip();
     ctx.fillStyle = "rgba(194, 24, 91, 0.14)";
     ctx.fillRect(x0, AXIS, x1 - x0, this.height - AXIS);
     ctx.fillStyle = INCIDENT;
-    ctx.fillRect(x0 - 1, AXIS, 2, this.height - AXIS);
+    ctx.fillRect(x0 - 1, 0, 2, this.height);
     ctx.font = "600 11px system-ui, sans-serif";
-    ctx.textAlign = x0 > this.width - 200 ? "right" : "left";
-    ctx.fillText(`▼ ${label}`, ctx.textAlign === "right" ? x0 - 4 : x0 + 4, AXIS + 8);
-    ctx.font = "11px system-ui, sans-serif";
+    const text = `▼ ${label}`;
+    const width = ctx.measureText(text).width + 8;
+    const left = x0 + width + 4 > this.width ? x0 - width - 2 : x0 + 2;  // (on the left of the line near the end)
+    ctx.fillRect(left, 2, width, AXIS - 6);
+    ctx.fillStyle = "#ffffff";
     ctx.textAlign = "left";
+    ctx.fillText(text, left + 4, AXIS / 2 - 1);
+    ctx.restore();
   }
 
   drawCounter(ctx, counter, y, h) {

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, events
+from collector_process import CollectorProcess, events, run_script
 from perfetto_model import PerfettoTrace
 from waiting import wait_for
 
@@ -109,3 +109,31 @@ def test_the_live_tail_shows_the_incident_with_its_reason(stored: Any) -> None:
     (incident,) = tail.events
     assert (incident["kind"], incident["category"], incident["name"]) == ("incident", "incident", "payment declined")
     assert incident["args"] == PAYMENT and incident["process"] == "shop"
+
+
+#: Four threads each recording 25,000 incidents with a 200-character arg, as fast as they can, into a small queue.
+FLOOD = """
+import sys, threading, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="flood", max_queue_bytes=1 << 20)
+def flood(k):
+    for i in range(25_000):
+        tl.incident(f"flood {i % 100}", k=k, i=i, pad="x" * 200)
+threads = [threading.Thread(target=flood, args=(k,)) for k in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+tl.flush(30)
+"""
+LOSSES = ("overwritten_events", "capped_events", "discarded_events", "client_dropped_events", "rejected_events")
+
+
+def test_a_flood_of_incidents_is_just_events_each_stored_or_counted(collector: CollectorProcess) -> None:
+    run_script(collector, FLOOD)  # (exits 0: nothing raised into the program)
+
+    def accounted() -> int:
+        (process,) = collector.json("/sources?process=flood")["processes"]
+        return int(process["stored_events"]) + sum(int(process.get(key) or 0) for key in LOSSES)
+
+    wait_for(accounted, until=lambda n: n == 100_000, timeout_s=60, what="every incident stored or counted lost")
+    assert collector.json("/healthz")["stored_events"] > 0

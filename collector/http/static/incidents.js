@@ -8,6 +8,13 @@ import { clock } from "./sources.js";
 const number = new Intl.NumberFormat();
 const SHOWN_PROCESSES = 3;  // named in a row; the rest counted
 
+// When an incident fired: the time of day, after the date if it was not today (incidents outlive the ring).
+function when(wallNs) {
+  if (wallNs == null) return "–";
+  const date = new Date(Number(BigInt(wallNs) / 1000000n));
+  return date.toDateString() === new Date().toDateString() ? clock(wallNs) : `${date.toLocaleDateString()} ${clock(wallNs)}`;
+}
+
 // "web (pid 12) · db (pid 40) · +2 more"
 export function processesText(processes) {
   const list = processes || [];
@@ -70,7 +77,7 @@ export class IncidentsList {
       row.classList.toggle("open", record.id === this.openId);
       row.classList.toggle("failed", record.status === "failed");
       const cells = [
-        clock(record.time_ns),
+        when(record.time_ns),
         record.rule || "–",
         record.reason || "",
         processesText(record.processes),

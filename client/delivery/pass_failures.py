@@ -43,6 +43,8 @@ class PassFailures:
     Args:
         thread: the thread, as the log names it ("streamer").
         lost_as: what the events a pass lost are counted as, for the log ("dropped_events and ...").
+        what: what failed, as the log names it (default: a pass of the thread).
+        waits: the caller waits the delay ``failed`` returns (the log says when it goes on).
     """
 
     __slots__ = (
@@ -56,10 +58,13 @@ class PassFailures:
         "lost_as",
         "lost_events",
         "thread",
+        "waits",
+        "what",
     )
 
-    def __init__(self, thread: str, lost_as: str = "dropped_events") -> None:
+    def __init__(self, thread: str, lost_as: str = "dropped_events", *, what: str = "", waits: bool = True) -> None:
         self.thread, self.lost_as = thread, lost_as
+        self.what, self.waits = what or f"a pass of the {thread}'s thread", waits
         #: Failed passes, and the events they lost, since the thread started.
         self.failures = 0
         self.lost_events = 0
@@ -103,22 +108,22 @@ class PassFailures:
 
     def _say(self, exc: BaseException, delay_s: float) -> None:
         error = describe(exc)
-        many = self._unsaid > 1
-        of = f"of the {self.thread}'s thread"
-        failed = f"{self._unsaid} passes {of} failed since the last line, the last" if many else f"a pass {of} failed"
+        times = f", {self._unsaid} times since the last line" if self._unsaid > 1 else ""
         lost = (
-            f"; {events_phrase(self._lost_unsaid, grouped=True)} in flight lost (counted as {self.lost_as})"
+            f"; {events_phrase(self._lost_unsaid, grouped=True)} lost (counted as {self.lost_as})"
             if self._lost_unsaid
             else ""
         )
+        goes_on = f"; it goes on in {delay_s:.2f}s" if self.waits else ""
         # (A handler of the program's that raises, which may be what failed: the thread goes on all the same.)
         with contextlib.suppress(Exception):
             log.error(
-                "ringtrace: %s on an unexpected error (%s)%s; it goes on in %.2fs",
-                failed,
+                "ringtrace: %s failed on an unexpected error (%s)%s%s%s",
+                self.what,
                 error,
+                times,
                 lost,
-                delay_s,
+                goes_on,
                 exc_info=(type(exc), exc, exc.__traceback__) if error != self._last_said else None,
             )
         self._last_said = error

@@ -3,7 +3,8 @@ is lost and counted (``internal_error_events``, reported to the collector: the s
 said once, and what is recorded after it arrives.
 
 The failures are real ones, brought about through what a program may do, never by patching our network code: a
-logging handler of the program's that raises on a record the streamer logs (its thread called it).
+logging handler of the program's that raises on a record the streamer logs (its thread called it), and a listener of
+the program's whose ``packs_keywords`` raises (the flusher's sweep read it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess, events
-from ringtrace.client import Streamer, StreamerOptions, Timeline
+from ringtrace.client import MemoryListener, Streamer, StreamerOptions, Timeline
 from waiting import wait_for
 
 
@@ -86,7 +87,51 @@ def test_a_streamer_pass_that_fails_loses_what_was_in_flight_counted_and_streami
         assert handler.raised == 1 and streamer.connects == 2
         (said,) = handler.errors  # once, naming the error and what it lost
         assert "a pass of the streamer's thread failed on an unexpected error (RuntimeError: the program's log" in said
-        assert "6 events in flight lost (counted as dropped_events and internal_error_events)" in said
+        assert "6 events lost (counted as dropped_events and internal_error_events)" in said
     finally:
         handler.queued.set()
+        timeline.close(timeout_s=0)
+
+
+class ListenerWithABrokenProperty(MemoryListener):
+    """A program's listener whose ``packs_keywords`` (read by each sweep) raises while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = threading.Event()
+        self.read_while_broken = 0
+
+    @property
+    def packs_keywords(self) -> bool:
+        if self.broken.is_set():
+            self.read_while_broken += 1
+            raise RuntimeError("a listener's property is broken")
+        return False
+
+
+def test_a_sweep_that_fails_counts_its_runs_as_lost_by_every_listener_and_the_next_sweeps_deliver(
+    collector: CollectorProcess,
+) -> None:
+    streamer = Streamer(collector.tcp_address, StreamerOptions(process_name="failing-sweep"))
+    listener = ListenerWithABrokenProperty()
+    timeline = Timeline("test", [streamer, listener])
+    try:
+        timeline.instant("before")
+        assert timeline.flush(timeout_s=30)
+        listener.broken.set()
+        for i in range(4):
+            timeline.instant("lost", i=i)
+        assert not timeline.flush(timeout_s=30)  # the sweep failed, its runs counted as lost: the flush says so
+        assert listener.read_while_broken >= 1
+        listener.broken.clear()
+        for i in range(3):
+            timeline.instant("after", i=i)
+        assert timeline.flush(timeout_s=30)
+        assert (streamer.internal_error_events, streamer.dropped_events, listener.dropped_events) == (4, 4, 4)
+        trace = collector.snapshot()
+        assert sorted(e["name"] for e in events(trace, "i")) == ["after", "after", "after", "before"]
+        stats = client_stats(collector)
+        assert (stats["client_internal_error_events"], stats["client_dropped_events"]) == (4, 4)
+        assert [e.name for e in listener.events] == ["before", "after", "after", "after"]
+    finally:
         timeline.close(timeout_s=0)

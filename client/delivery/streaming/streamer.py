@@ -354,12 +354,12 @@ class Streamer(SerializedListener):
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
 
     def _recover(self, exc: Exception) -> int:
-        """A pass failed on an unexpected error (``PassFailures.run``): the connection goes, and what was in flight
-        is lost, counted (``lose_in_flight``); returns how many events."""
+        """A pass failed (``PassFailures.run``): the connection goes; what was in flight is lost, counted, returned."""
         self._close_socket()
         with self._state():
             lost, actions = lose_in_flight(self._link, f"the streamer's pass failed: {describe(exc)}", time.monotonic())
-        self._perform(actions)
+        with contextlib.suppress(Exception):  # (a logging handler that raises on the link's lines: what failed, maybe)
+            self._perform(actions)
         return lost
 
     def _perform(self, actions: list[Action]) -> None:

@@ -3,8 +3,9 @@ is lost and counted (``internal_error_events``, reported to the collector: the s
 said once, and what is recorded after it arrives.
 
 The failures are real ones, brought about through what a program may do, never by patching our network code: a
-logging handler of the program's that raises on a record the streamer logs (its thread called it), and a listener of
-the program's whose ``packs_keywords`` raises (the flusher's sweep read it).
+logging handler of the program's that raises on a record the streamer logs (its thread called it; or on every line,
+those of recovering too), and a listener of the program's whose ``packs_keywords`` raises (the flusher's sweep read
+it).
 """
 
 from __future__ import annotations
@@ -90,6 +91,32 @@ def test_a_streamer_pass_that_fails_loses_what_was_in_flight_counted_and_streami
         assert "6 events lost (counted as dropped_events and internal_error_events)" in said
     finally:
         handler.queued.set()
+        timeline.close(timeout_s=0)
+
+
+class RaisesOnEveryLine(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        raise RuntimeError("the program's log handler is broken")
+
+
+def test_a_log_handler_that_raises_on_every_line_fails_passes_but_never_ends_the_streamer(
+    collector: CollectorProcess, client_log: logging.Logger
+) -> None:
+    handler = RaisesOnEveryLine()  # (the lines of recovering from a failed pass raise too)
+    client_log.addHandler(handler)
+    streamer = Streamer(collector.tcp_address, StreamerOptions(process_name="raising-handler"))
+    timeline = Timeline("test", [streamer])
+    try:
+        timeline.instant("recorded")
+        wait_for(lambda: streamer.connects, until=lambda n: n >= 3, timeout_s=60, what="connections after failures")
+        client_log.removeHandler(handler)
+        timeline.instant("after")
+        wait_for(lambda: timeline.flush(timeout_s=5), timeout_s=60, what="a flush with nothing lost since the last")
+        assert "after" in [e["name"] for e in events(collector.snapshot(), "i")]
+        lost = streamer.internal_error_events
+        assert lost == streamer.dropped_events == client_stats(collector)["client_internal_error_events"]
+    finally:
+        client_log.removeHandler(handler)
         timeline.close(timeout_s=0)
 
 

@@ -2,8 +2,9 @@
 an unexpected error, a bug: the thread goes on, the log says so at most once a minute, and the passes that follow wait,
 longer after each failure in a row, so that a bug that fails every pass neither spins a core nor floods the log.
 
-Sans-I/O but for the log line: the thread gives the time, the error and what the pass lost (counted where it was
-lost, by the thread), and waits the delay this returns itself, on what its stop or close cuts short.
+``failed`` is sans-I/O but for the log line: the caller gives the time, the error and what the pass lost (counted
+where it was lost, by the caller), and gets the wait before the next pass. ``run`` is the loop around a thread's
+passes that uses it, waiting on what the thread's stop or close cuts short.
 """
 
 from __future__ import annotations

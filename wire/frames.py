@@ -109,6 +109,9 @@ class Stats:
     #: Events sent on a connection that broke before the collector acknowledged them: lost if that collector did not
     #: store them (it was killed, say), yet maybe stored; what was lost in transit is at most this.
     unacknowledged_events: int = 0
+    #: Of ``dropped_events``: lost to an unexpected error in one of the client's own threads (a bug there, which its
+    #: log names): the events in flight when a pass of its streamer or flusher failed.
+    internal_error_events: int = 0
 
     def encode_body(self) -> bytes:
         return pack_body(
@@ -119,6 +122,7 @@ class Stats:
                 "clipped_args": self.clipped_args,
                 "rejected_events": self.rejected_events,
                 "unacknowledged_events": self.unacknowledged_events,
+                "internal_error_events": self.internal_error_events,
             }
         )
 
@@ -134,6 +138,9 @@ class Stats:
             rejected_events=body_field(data, "STATS", "rejected_events", int) if "rejected_events" in data else 0,
             unacknowledged_events=(
                 body_field(data, "STATS", "unacknowledged_events", int) if "unacknowledged_events" in data else 0
+            ),
+            internal_error_events=(
+                body_field(data, "STATS", "internal_error_events", int) if "internal_error_events" in data else 0
             ),
         )
 

@@ -90,7 +90,9 @@ class StreamEncoder(EventPacking):
     def label_overflow_events(self) -> int:
         return self.strings.overflowed
 
-    def stats(self, dropped_events: int, dropped_frames: int, unacknowledged_events: int) -> Stats:
+    def stats(
+        self, dropped_events: int, dropped_frames: int, unacknowledged_events: int, internal_error_events: int = 0
+    ) -> Stats:
         """The stream's loss counters: the listener's (given) and the encoder's own (a sample whose stack did not fit
         the stack table counts as clipped: it is kept, its stack shown as unknown)."""
         return Stats(
@@ -100,6 +102,7 @@ class StreamEncoder(EventPacking):
             self.clipped_args + self.stacks.overflowed,
             self.rejected_events,
             unacknowledged_events,
+            internal_error_events,
         )
 
     def prefix(self) -> list[bytes]:

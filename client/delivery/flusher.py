@@ -13,6 +13,12 @@ timeline's runs ends, so that they send what they queued then, in one go. A swee
 ``close`` have a timeout) stops there and leaves the runs it took in ``_carried``, which the next sweep hands over
 first, so that order is kept and nothing is dropped on the way.
 
+A sweep that fails on an unexpected error (a bug, or a listener's) raises into no thread, the program's that flushes
+least of all: the runs it had taken and not handed over are counted as lost by each listener they were meant for
+(``lost_to_error``: a serialized listener's ``internal_error_events``, which its STATS report), the log says so at
+most once a minute, and the thread's next sweep waits, longer while sweeps keep failing (``pass_failures.py``). A
+listener's own call that fails loses that listener's run alone, counted and said the same way.
+
 Its pace is the listeners' own configuration, never set from outside: ``interval_s`` is the shortest
 ``batch_interval_s`` a listener of a swept timeline declares (``Paced``: the streamer, from its options), and
 ``exit_timeout_s``, how long the exit hook waits for delivery, the longest ``exit_timeout_s`` one declares; with none
@@ -40,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
+from ringtrace.client.delivery.pass_failures import PassFailures
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.wire.call_records import CallRun, event_count
 from ringtrace.wire.keyword_args import with_maps
@@ -145,6 +152,10 @@ class Flusher:
         #: Called first at exit, before the last sweep: what records on its own (the sampler) stops, so that nothing
         #: is recorded into timelines that are closing (it would be counted lost).
         self.before_exit: list[Callable[[], None]] = []
+        #: Sweeps that failed on an unexpected error (``_failed``), and when the thread may sweep again after one.
+        self.failures = PassFailures("flusher", "dropped_events and internal_error_events by their listeners")
+        self._resume_at = 0.0
+        self._lost_in_sweep = 0  # by the sweep failing now (``_hand_over``)
 
     def register(self, timeline: Sweepable) -> None:
         """Sweep ``timeline`` from now on (it has listeners)."""
@@ -281,6 +292,8 @@ class Flusher:
             return False
         try:
             return self._sweep_carried(deadline) and self._sweep_one(timeline, deadline)
+        except Exception as exc:  # never into the program's thread that flushes
+            return self._failed(exc)
         finally:
             self._sweep_lock.release()
 
@@ -294,6 +307,8 @@ class Flusher:
             for timeline in self.timelines():
                 complete = complete and self._sweep_one(timeline, deadline)
             return complete
+        except Exception as exc:  # never into the thread that sweeps (the program's, at exit; the streamer's)
+            return self._failed(exc)
         finally:
             self._sweep_lock.release()
 
@@ -332,6 +347,9 @@ class Flusher:
     ) -> bool:
         try:
             return self._hand_over_runs(timeline, listeners, runs, ended, deadline)
+        except Exception:  # the runs not handed over yet are lost: counted by each listener
+            self._lost_in_sweep += _lost_to_error(listeners, [records for _, records in runs])
+            raise
         finally:
             _handed_over(listeners)
 
@@ -375,15 +393,27 @@ class Flusher:
 
     def _run(self) -> None:
         while True:
-            self._wait_for_sweep()
             try:
-                self.sweep_all()
-            except Exception:  # a bug here must not end tracing for the process; listeners never raise
-                log.exception("ringtrace flusher: unexpected error; events of this sweep may be lost")
+                self._wait_for_sweep()
+                self.sweep_all()  # (a sweep that fails says so, and counts what it lost: ``_failed``)
+            except Exception as exc:  # a bug here must not end tracing for the process
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> bool:
+        """A sweep failed on an unexpected error (a bug): the runs it had taken and not handed over are counted as
+        lost by their listeners (``_hand_over``), the log says so (at most once a minute), and the thread's next
+        sweep waits, longer while sweeps keep failing. Returns False (not everything was handed over)."""
+        lost, self._lost_in_sweep = self._lost_in_sweep, 0
+        now = time.monotonic()
+        self._resume_at = now + self.failures.failed(exc, now, lost)
+        return False
 
     def _wait_for_sweep(self) -> None:
         """Until ``interval_s`` has passed since the last sweep, or a sweep is asked for (``wake``); a timeline that
-        came or went (``register``) makes it read the interval again."""
+        came or went (``register``) makes it read the interval again. After a sweep that failed, not before the
+        wait that follows it (``_failed``): a bug that fails every sweep does not spin."""
+        while (pause := self._resume_at - time.monotonic()) > 0:
+            time.sleep(pause)
         started = time.monotonic()
         while (timeout := started + self.interval_s - time.monotonic()) > 0:
             self._wake.wait(timeout)
@@ -433,12 +463,34 @@ def _handed_over(listeners: tuple[Any, ...]) -> None:
     _call(tuple(listener for listener in listeners if hasattr(listener, "handed_over")), "handed_over")
 
 
+#: Calls of listeners that failed, by what was called (a listener's class and method): each said at most once a minute.
+_LISTENER_FAILURES: dict[str, PassFailures] = {}
+
+
 def _call(listeners: tuple[Any, ...], method: str, *args: Any) -> None:
     for listener in listeners:
         try:
             getattr(listener, method)(*args)
-        except Exception:  # listeners count their own losses; this is the last line of defence
-            log.exception("ringtrace: listener %r failed in %s()", listener, method)
+        except Exception as exc:  # listeners count their own losses; this is the last line of defence
+            lost = _lost_to_error((listener,), [args[1]]) if method == "receive" else 0  # its run, lost to it
+            what = f"a call of {type(listener).__name__}.{method}()"
+            failures = _LISTENER_FAILURES.get(what)
+            if failures is None:
+                failures = _LISTENER_FAILURES[what] = PassFailures(
+                    "flusher", "dropped_events and internal_error_events by that listener", what=what, waits=False
+                )
+            failures.failed(exc, time.monotonic(), lost)
+
+
+def _lost_to_error(listeners: tuple[Any, ...], runs: list[Run]) -> int:
+    """Count ``runs`` (those not handed over: ``_HANDED_OVER``, skipped) as lost to an unexpected error by each of
+    ``listeners`` (``lost_to_error``, or else ``lost``); returns how many events that was."""
+    events = sum(event_count(records) for records in runs if records is not _HANDED_OVER)
+    if events:
+        for listener in listeners:
+            with contextlib.suppress(Exception):  # (it counts, or it cannot)
+                getattr(listener, "lost_to_error", listener.lost)(events)
+    return events
 
 
 #: The process's flusher.

@@ -214,6 +214,8 @@ class SerializedListener:
         self.dropped_frames = 0
         #: Sent, and the peer never acknowledged them (a streamer whose connection broke): see ``Stats``.
         self.unacknowledged_events = 0
+        #: Of ``dropped_events``: lost to an unexpected error in a pass of the client's own threads.
+        self.internal_error_events = 0
 
     def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         with self._state_lock:
@@ -234,6 +236,12 @@ class SerializedListener:
         with self._state_lock:
             self.dropped_events += events
 
+    def lost_to_error(self, events: int) -> None:
+        """``events`` meant for this listener were lost to an unexpected error on their way to it (a sweep failed)."""
+        with self._state_lock:
+            self.dropped_events += events
+            self.internal_error_events += events
+
     def retire(self, track: TrackInfo) -> None:
         with self._state_lock:
             frame = self.encoder.retire(track)
@@ -243,7 +251,9 @@ class SerializedListener:
                 self.write(batch)
 
     def stats(self) -> Stats:
-        return self.encoder.stats(self.dropped_events, self.dropped_frames, self.unacknowledged_events)
+        return self.encoder.stats(
+            self.dropped_events, self.dropped_frames, self.unacknowledged_events, self.internal_error_events
+        )
 
     def write(self, batch: EncodedBatch) -> None:
         """Called under the state lock with the frames of one run: control frames first, then EVENTS."""

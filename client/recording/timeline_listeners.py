@@ -29,7 +29,9 @@ class Listener(Protocol):
         of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values)."""
 
     def lost(self, events: int) -> None:
-        """``events`` recorded for this listener were dropped before it received them (counted as its drops)."""
+        """``events`` recorded for this listener were dropped before it received them (counted as its drops). A
+        listener that tells why may also have ``lost_to_error(events)``, which the flusher calls instead for those an
+        unexpected error lost on their way (``SerializedListener``: its ``internal_error_events``)."""
 
     def retire(self, track: TrackInfo) -> None:
         """``track`` ended (its thread or task is gone and all its events were received): forget it."""

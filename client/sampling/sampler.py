@@ -14,7 +14,9 @@ accelerator is built (at 100 Hz the caches are cold at every pass, and a few doz
 
 Fork: in a child the sampler's thread is gone; the fork hook forgets the parent's threads, and the thread starts again
 when the flusher does (``Flusher.when_started``: the child's first event or flush), never in the fork handler.
-``stop`` ends it for good.
+``stop`` ends it for good. A pass that fails on an unexpected error (a bug) does not: it loses its own samples, nothing
+recorded, and the loop starts again after a wait that grows while passes keep failing, said in the log at most once a
+minute (``pass_failures.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from array import array
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.delivery.flusher import FLUSHER
+from ringtrace.client.delivery.pass_failures import PassFailures
 from ringtrace.client.delivery.threads import background_thread, is_background_thread
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.tracks import NOT_RECORDING
@@ -105,6 +108,8 @@ class Sampler:
         #: Passes over the threads, samples taken, and the CPU time of the sampler's thread so far in ns (read every
         #: few passes, and as it stops), where the loop counts them (see the properties).
         self._counts = array("q", [0, 0, 0])
+        #: Passes that failed on an unexpected error (each loses its own samples only: the loop starts again).
+        self.failures = PassFailures("sampler")
 
     @property
     def passes(self) -> int:
@@ -168,7 +173,8 @@ class Sampler:
             self._interner.intern,
             _wake_flusher,
         )
-        try:
+
+        def passes() -> None:
             # A plain sleep between passes, not a timed Event.wait (40 us of CPU a pass, a third of a pass's cost).
             run_passes(
                 round(self._interval_s * 1e9),
@@ -179,10 +185,10 @@ class Sampler:
                 running_task_names,
                 self._forget_ended,
             )
-        except Exception:  # the program goes on; a sampler that fails is stopped, once said
-            log.exception("ringtrace: the sampler failed; sampling stops")
-            self._stop.set()
-            self._stopping[0] = 1
+
+        # A pass that fails (a bug) loses its own samples, nothing recorded: the loop starts again after a wait that
+        # grows while passes keep failing, said in the log at most once a minute.
+        self.failures.run(passes, lambda exc: 0, self._stop)
 
     def sample_once(self) -> None:
         """One pass: a sample of every thread of the program but the one calling (the sampler's)."""

@@ -70,6 +70,7 @@ TOTALS: Final = (
     "clipped_args",
     "rejected_events",
     "client_unacknowledged_events",
+    "client_internal_error_events",
     "undecodable_events",
     "unmatched_marker_ends",
     "source_anomalies",
@@ -319,4 +320,5 @@ def client_counts(stats: Stats) -> dict[str, int]:
         "clipped_args": stats.clipped_args,
         "rejected_events": stats.rejected_events,
         "client_unacknowledged_events": stats.unacknowledged_events,
+        "client_internal_error_events": stats.internal_error_events,  # (of client_dropped_events)
     }

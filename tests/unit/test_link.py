@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 import pytest
 from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
-from ringtrace.client.delivery.streaming.link import Link, LinkState
+from ringtrace.client.delivery.streaming.link import Link, LinkState, lose_in_flight
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
@@ -637,3 +637,35 @@ def test_nothing_listens_where_the_connection_is_refused_or_the_host_unreachable
     assert nothing_listens(OSError(errno.EHOSTUNREACH, "No route to host"))
     assert not nothing_listens(TimeoutError("timed out"))  # there, perhaps, and slow: the whole exit timeout
     assert not nothing_listens(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
+
+
+def test_a_failed_pass_loses_what_was_in_flight_counted_as_an_internal_error_and_the_next_connection_reports_it() -> (
+    None
+):
+    link, encoder, peer = welcomed_and_sent("sent")
+    link.enqueue(events(encoder, "queued", "queued too"), now=0.2)
+    assert link.buffers_to_send(64)  # (part of the first queued frame goes out: the frame going out is lost too)
+    link.sent(16, 0.2)
+    lost, actions = lose_in_flight(link, "the streamer's pass failed: ValueError: bug", 0.3)
+    assert lost == 2 and Close() in actions
+    assert logged(link.timer(0.3), logging.WARNING) == []  # (not "recorded faster than they could be sent")
+    assert link.counters.internal_error_events == 2 and link.counters.dropped_events == 2
+    assert link.state is LinkState.IDLE and link.queued_events == 0
+    assert link.next_deadline() > 0.3  # the next attempt waits for the backoff
+    now = link.next_deadline()
+    peer.connect(now)
+    reported = [frame for frame in peer.welcome(now) if isinstance(frame, Stats)]
+    assert [(stats.dropped_events, stats.internal_error_events) for stats in reported] == [(2, 2)]
+
+
+@pytest.mark.parametrize("connecting", [True, False])
+def test_a_pass_that_fails_with_no_connection_or_while_connecting_waits_for_the_backoff(connecting: bool) -> None:
+    link, encoder = make_link()
+    link.enqueue(events(encoder, "a"), now=0.0)
+    if connecting:
+        assert link.timer(0.0) == [Connect()]
+    lost, actions = lose_in_flight(link, "the streamer's pass failed: ValueError: bug", 0.0)
+    assert (lost, link.counters.internal_error_events, link.state) == (1, 1, LinkState.IDLE)
+    assert Connect() not in actions
+    if connecting:  # the attempt failed: the next waits for the backoff (without one, the thread's wait is it)
+        assert link.timer(0.05) == [] and link.timer(link.next_deadline()) == [Connect()]

@@ -94,7 +94,14 @@ CLIENT_FRAMES: list[Frame] = [
     Track(1, THREAD_TRACK, "MainThread", thread_id=777),
     Track(2, ASYNC_TRACK, "Task-1", parent=1),
     Events(1, 3, 10, 2**64 - 1, b"\x93\x00\x01\x02" * 20, flags=0xBEEF),
-    Stats(dropped_events=5, dropped_frames=2, label_overflow_events=3, clipped_args=4, unacknowledged_events=6),
+    Stats(
+        dropped_events=5,
+        dropped_frames=2,
+        label_overflow_events=3,
+        clipped_args=4,
+        unacknowledged_events=6,
+        internal_error_events=1,
+    ),
     Flush(2**64 - 1),
     FlushAck(0),
     Goodbye("shutting down"),
@@ -278,6 +285,7 @@ stats = st.builds(
     clipped_args=fields,
     rejected_events=fields,
     unacknowledged_events=fields,
+    internal_error_events=fields,
 )
 flushes = st.builds(Flush, u64)
 flush_acks = st.builds(FlushAck, u64)
@@ -369,6 +377,13 @@ def test_unknown_map_keys_are_ignored() -> None:
     data = preamble() + raw_frame(FrameType.HELLO, body_with(HELLO, trace_level=3, future={"x": [1]}))
     data += raw_frame(FrameType.TRACK, body_with(CLIENT_FRAMES[2], color="red"))
     assert read_stream("client", [data]) == [HELLO, CLIENT_FRAMES[2]]
+
+
+def test_stats_of_a_client_without_the_later_counters_reads_them_as_zero() -> None:
+    """STATS gained counters within version 2: an older client's frame, without them, counted none of those."""
+    body = msgpack.packb({"dropped_events": 5, "dropped_frames": 2, "label_overflow_events": 3, "clipped_args": 4})
+    assert Stats.decode_body(body) == Stats(5, 2, 3, 4, rejected_events=0, unacknowledged_events=0)
+    assert Stats.decode_body(body).internal_error_events == 0
 
 
 def test_a_schema_body_decoded_again_gives_the_same_immutable_schema() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from types import FrameType
 import pytest
 from ringtrace.client import FileListener, MemoryListener, Timeline, read_trace_file
 from ringtrace.client.delivery.threads import background_thread, is_background_thread
+from ringtrace.client.sampling import sampler as sampler_module
 from ringtrace.client.sampling import start_sampler
 from ringtrace.client.sampling.sampler import Sampler
 from ringtrace.client.sampling.stack_capture import StackInterner
@@ -148,6 +150,35 @@ def test_start_sampler_is_idempotent_off_at_0_hz_and_stops() -> None:
     again = start_sampler(timeline, 200)
     assert again is not None and again is not sampler
     again.stop()
+
+
+def test_a_pass_that_fails_is_said_once_and_sampling_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    met: list[int] = []
+    clock_of = sampler_module.thread_clock_id
+
+    def no_clock_the_first_time(native_id: int) -> int | None:  # a bug met once, as a thread is first sampled
+        met.append(native_id)
+        if len(met) == 1:
+            raise OSError("no clock for that thread")
+        return clock_of(native_id)
+
+    monkeypatch.setattr(sampler_module, "thread_clock_id", no_clock_the_first_time)
+    timeline, listener = Timeline(), MemoryListener()
+    timeline.add_listener(listener)
+    sampler = start_sampler(timeline, 200)
+    assert sampler is not None
+    try:
+        wait_for(lambda: sampler.passes, until=lambda passes: passes >= 5, timeout_s=30, what="5 passes")
+        assert sampler.running and sampler.failures.failures == 1
+        main = threading.get_native_id()
+        assert any(track.thread_id == main for track, _, _ in _sampled(timeline, listener))
+    finally:
+        sampler.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "ringtrace.client" and r.levelno >= logging.ERROR]
+    assert len(said) == 1
+    assert "a pass of the sampler's thread failed on an unexpected error (OSError: no clock for that thread)" in said[0]
 
 
 FORKING = """

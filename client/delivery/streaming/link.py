@@ -55,7 +55,7 @@ from ringtrace.client.delivery.streaming.link_actions import (
     Log,
     Prioritize,
 )
-from ringtrace.client.delivery.streaming.loss_report import LossReport
+from ringtrace.client.delivery.streaming.loss_report import LossReport, undelivered_at_close
 from ringtrace.client.delivery.streaming.outage import Outage
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.stream_delivery import Delivery
@@ -69,7 +69,7 @@ from ringtrace.wire.parsing import parse_addresses
 from ringtrace.wire.reply_decoder import ReplyDecoder
 from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 
-__all__ = ["Link", "LinkState"]
+__all__ = ["Link", "LinkState", "lose_in_flight", "undelivered_at_close_of"]
 
 #: While connected, the driver calls ``timer`` at least this often (acknowledgements, loss counters).
 _POLL_S: Final = 1.0
@@ -221,8 +221,9 @@ class Link:
             if warning:
                 self._log(logging.WARNING, warning)
         counters = self.counters
+        dropped = counters.dropped_events - counters.internal_error_events  # (a failed pass's line says those)
         lost = self._losses.report(
-            now, counters.dropped_events, counters.refused_events, address=self.address, outage=self.outage.active
+            now, dropped, counters.refused_events, address=self.address, outage=self.outage.active
         )
         if lost:
             self._log(logging.WARNING, lost)
@@ -440,6 +441,36 @@ class Link:
     def _take_actions(self) -> list[Action]:
         actions, self._actions = self._actions, []
         return actions
+
+
+def lose_in_flight(link: Link, reason: str, now: float) -> tuple[int, list[Action]]:
+    """The driver's pass broke on an unexpected error (a bug): what was in flight, the queue and the frame going out,
+    is lost (it may be what the bug trips on), counted as dropped and as ``internal_error_events``; the connection
+    goes (or the one being made), and the next attempt waits for the backoff, as after a broken one. Returns the events
+    lost and the link's actions."""
+    lost = link.drop_queue() + link.drop_unsent()
+    link.counters.internal_error_events += lost
+    if link.state is LinkState.CONNECTING:
+        return lost, link.connect_failed(reason, now)
+    return lost, link.connection_lost(reason, now)  # (nothing to do without a connection)
+
+
+def undelivered_at_close_of(link: Link, address: str, queued: int, timeout_s: float, stopped: str) -> str | None:
+    """What the log says when the link's driver closes (``undelivered_at_close``), ``queued`` events thrown away;
+    ``stopped``: the error that ended its thread, if one did."""
+    return undelivered_at_close(
+        address,
+        queued=queued,
+        unreported=link.counters.dropped_events - queued - link.dropped_at_flush,  # drops no collector heard of
+        # Sent on connections that broke before an acknowledgement (a collector killed, or one that refused the
+        # tables) and never reported since: lost, unless the collector stored them before the break.
+        unanswered=link.counters.unacknowledged_events - link.unacknowledged_at_flush,
+        timeout_s=timeout_s,
+        connected=link.welcomed,
+        failure=link.outage.unsaid,
+        at_once=bool(link.exit.gave_up),
+        stopped=stopped,
+    )
 
 
 _HANDLERS: Final[dict[type, Callable[[Link, Any, float], None]]] = {

@@ -51,6 +51,8 @@ class LinkCounters:
     #: The collector received and could not store them (its REFUSED frames); it counts them too.
     refused_events: int = 0
     connects: int = 0
+    #: Of ``dropped_events``: in flight when a pass of the streamer's thread failed on an unexpected error.
+    internal_error_events: int = 0
 
 
 def events_track_id(frame: bytes) -> int:

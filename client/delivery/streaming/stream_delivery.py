@@ -64,7 +64,12 @@ class Delivery:
 
     def stats(self) -> Stats:
         counters = self.counters
-        return self.encoder.stats(counters.dropped_events, counters.dropped_frames, counters.unacknowledged_events)
+        return self.encoder.stats(
+            counters.dropped_events,
+            counters.dropped_frames,
+            counters.unacknowledged_events,
+            counters.internal_error_events,
+        )
 
     @property
     def lost_events(self) -> int:

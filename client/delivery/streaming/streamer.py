@@ -22,6 +22,13 @@ and waits, within its timeout, for the collector's FLUSH_ACK, which the collecto
 before it. A FLUSH from the collector is answered the same way: the flusher sweeps every timeline, then FLUSH_ACK goes
 out behind what it queued. Nothing here raises into the host program, and nothing blocks it beyond the timeout it
 passed.
+
+A pass of the thread that fails on an unexpected error (a bug, or a logging handler of the program's that raises on
+its record) does not end it: what was in flight (the queue, the frame going out) is lost, counted as dropped and as
+``internal_error_events`` (STATS: the snapshot's ``client_internal_error_events``), the connection is dropped, the
+log says so at most once a minute, and the loop goes on after a wait that grows while passes keep failing
+(``pass_failures.py``), then connects again as after any break. Only an error while recovering ends the thread; what
+is recorded after that is counted as dropped (``write``), and the line at close names the error.
 """
 
 from __future__ import annotations
@@ -38,9 +45,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
+from ringtrace.client.delivery.pass_failures import PassFailures, describe
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
 from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
-from ringtrace.client.delivery.streaming.link import Link
+from ringtrace.client.delivery.streaming.link import Link, lose_in_flight, undelivered_at_close_of
 from ringtrace.client.delivery.streaming.link_actions import (
     Action,
     AnswerFlush,
@@ -50,7 +58,6 @@ from ringtrace.client.delivery.streaming.link_actions import (
     Log,
     Prioritize,
 )
-from ringtrace.client.delivery.streaming.loss_report import undelivered_at_close
 from ringtrace.client.delivery.streaming.priority_requests import PriorityRequests
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
@@ -107,9 +114,9 @@ class _Counted:
 class Streamer(SerializedListener):
     """Streams the timelines it listens to, to one collector, from a background thread.
 
-    Counters (read from any thread): ``sent_events``, ``dropped_events`` (queue full, a frame cut by a disconnect,
-    an event too large for a frame), ``dropped_frames``, ``unacknowledged_events`` (sent on a connection that broke
-    before the collector acknowledged them), ``refused_events`` (the collector could not store them), ``connects``.
+    Counters (read from any thread): ``sent_events``, ``dropped_events`` (queue full, a frame cut by a disconnect, an
+    event too large for a frame, in flight when a pass failed: ``internal_error_events``), ``dropped_frames``,
+    ``unacknowledged_events`` (sent, then the connection broke unacknowledged), ``refused_events``, ``connects``.
 
     Args:
         address: ``"HOST:PORT"`` of the collector's ingest listener.
@@ -123,6 +130,7 @@ class Streamer(SerializedListener):
     unacknowledged_events = _Counted()
     refused_events = _Counted()
     connects = _Counted()
+    internal_error_events = _Counted()
 
     def __init__(
         self, address: str, options: StreamerOptions | None = None, sweep_all: Callable[[], object] | None = None
@@ -145,6 +153,8 @@ class Streamer(SerializedListener):
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
         self._stopped_by = ""  # the unexpected error that ended the thread, if one did (the line at close says it)
+        self._closing = threading.Event()  # (cuts short the wait after a failed pass)
+        self._failures = PassFailures("streamer", "dropped_events and internal_error_events")
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
@@ -232,6 +242,7 @@ class Streamer(SerializedListener):
         with self._state_lock:
             self._stopping = True
             never_started = not self._started  # (and now never will: start() refuses once stopping)
+        self._closing.set()
         if never_started:  # the thread that would close them at its end never ran
             self._selector.close()
             self._wake_pair.close()
@@ -242,21 +253,7 @@ class Streamer(SerializedListener):
             queued = self._link.drop_queue()
             if not self._thread.is_alive():  # else the thread still owns the frame it is sending, and counts it
                 queued += self._link.drop_unsent()
-        unreported = self.dropped_events - queued - self._link.dropped_at_flush  # drops no collector has heard of
-        # Sent on connections that broke before an acknowledgement (a collector killed, or one that refused the
-        # tables) and never reported since: lost, unless the collector stored them before the break.
-        unanswered = self._link.counters.unacknowledged_events - self._link.unacknowledged_at_flush
-        warning = undelivered_at_close(
-            self.address_text,
-            queued=queued,
-            unreported=unreported,
-            unanswered=unanswered,
-            timeout_s=timeout_s,
-            connected=self._link.welcomed,
-            failure=self._link.outage.unsaid,
-            at_once=bool(self._link.exit.gave_up),
-            stopped=self._stopped_by,
-        )
+        warning = undelivered_at_close_of(self._link, self.address_text, queued, timeout_s, self._stopped_by)
         if warning:
             log.warning("%s", warning)
         return delivered
@@ -330,10 +327,10 @@ class Streamer(SerializedListener):
 
     def _run(self) -> None:
         try:
-            self._loop()
-        except Exception as exc:
-            self._stopped_by = f"{type(exc).__name__}: {exc}"
-            log.exception("ringtrace streamer stopped by an unexpected error; nothing more reaches the collector")
+            self._failures.run(self._loop, self._recover, self._closing)
+        except Exception as exc:  # recovering from a failed pass failed too
+            self._stopped_by = describe(exc)
+            log.exception("ringtrace streamer stopped by an unexpected error; what is recorded now is counted as lost")
         finally:
             with self._state():
                 self._stopping = True
@@ -355,6 +352,15 @@ class Streamer(SerializedListener):
             with self._state():
                 deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
             self._wait(max(deadline - time.monotonic(), 0.0), writable)
+
+    def _recover(self, exc: Exception) -> int:
+        """A pass failed (``PassFailures.run``): the connection goes; what was in flight is lost, counted, returned."""
+        self._close_socket()
+        with self._state():
+            lost, actions = lose_in_flight(self._link, f"the streamer's pass failed: {describe(exc)}", time.monotonic())
+        with contextlib.suppress(Exception):  # (a logging handler that raises on the link's lines: what failed, maybe)
+            self._perform(actions)
+        return lost
 
     def _perform(self, actions: list[Action]) -> None:
         """Carry out the link's actions, and those they lead to, in order."""
@@ -400,7 +406,8 @@ class Streamer(SerializedListener):
     def _close_socket(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
-            self._selector.unregister(sock)
+            with contextlib.suppress(KeyError, ValueError):  # (not registered: a pass failed between the two)
+                self._selector.unregister(sock)
             sock.close()
 
     def _lost(self, reason: str) -> None:

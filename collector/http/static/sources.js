@@ -12,10 +12,12 @@ export const LOSSES = {
   rejected_events: "rejected",
   clipped_args: "clipped args",
 };
-// Counted too, but no loss: removed on request, and not yet acknowledged (they may be stored). In the tooltip only.
+// Counted too, but no loss: removed on request, not yet acknowledged (they may be stored), and of those dropped by
+// the client, those an unexpected error in its own threads lost (counted in "dropped by client"). In the tooltip only.
 export const OTHER_COUNTS = {
   cleared_events: "cleared",
   client_unacknowledged_events: "unacknowledged",
+  client_internal_error_events: "of dropped: client error",
 };
 
 export function lost(process) {

@@ -30,7 +30,17 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
-from ringtrace.collector.incidents.frame_match import ANY, KIND_SLOTS, NAME_SLOTS, NEVER, STATUS_ERROR, Criteria
+from ringtrace.collector.incidents.frame_match import (
+    ANY,
+    COUNTER_SLOTS,
+    CROSSING,
+    KIND_SLOTS,
+    NAME_SLOTS,
+    NEVER,
+    STATE_SLOTS,
+    STATUS_ERROR,
+    Criteria,
+)
 from ringtrace.collector.incidents.rules import (
     Condition,
     CounterCondition,
@@ -81,7 +91,8 @@ class Watcher:
 
     @property
     def any_name(self) -> bool:
-        return self.pattern.text == "*"
+        """Whether it takes every name (its criterion is its kind's; a counter's thresholds are per name)."""
+        return self.pattern.text == "*" and not isinstance(self.condition, CounterCondition)
 
 
 class RulePlan:
@@ -106,7 +117,7 @@ class RulePlan:
                 for family in (SPANS, ASYNC):
                     self.families[family].append(Watcher(order, rule, condition, Pattern(name), NEVER, STATUS_ERROR))
             case CounterCondition(name):
-                self.families[COUNTERS].append(Watcher(order, rule, condition, Pattern(name), ANY, 0))
+                self.families[COUNTERS].append(Watcher(order, rule, condition, Pattern(name), NEVER, CROSSING))
             case IncidentCallCondition(reason):
                 self.families[INCIDENTS].append(Watcher(order, rule, condition, Pattern(reason), ANY, 0))
             case MessageCondition():
@@ -150,7 +161,7 @@ class SegmentCriteria:
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
         self.plan, self.tables = plan, tables
-        self.criteria = Criteria(array("q"), tuple(array("q") for _ in _FAMILIES))
+        self.criteria = Criteria(array("q"), tuple(array("q") for _ in _FAMILIES), array("q"), array("d"), array("q"))
         #: Per kind id watched: the watchers of every name (``*`` globs, message conditions), and its name group.
         self.by_kind: dict[int, tuple[Watcher, ...]] = {}
         self.group_of: dict[int, int] = {}
@@ -213,7 +224,22 @@ class SegmentCriteria:
                     if len(names) < (string_id + 1) * NAME_SLOTS:
                         names.extend(array("q", [NEVER, 0]) * (string_id + 1 - len(names) // NAME_SLOTS))
                     names[string_id * NAME_SLOTS : (string_id + 1) * NAME_SLOTS] = array("q", _merged(watchers))
+                    if family == COUNTERS:
+                        self._add_thresholds(string_id, watchers)
         self._strings_seen = len(strings)
+
+    def _add_thresholds(self, string_id: int, watchers: Sequence[Watcher]) -> None:
+        """A counter's thresholds (its rules', ``above`` ones then ``below`` ones), and room for its state."""
+        criteria = self.criteria
+        conditions = [w.condition for w in watchers if isinstance(w.condition, CounterCondition)]
+        above = sorted({c.above for c in conditions if c.above is not None})
+        below = sorted({c.below for c in conditions if c.below is not None})
+        for table, slots in ((criteria.counters, COUNTER_SLOTS), (criteria.state, STATE_SLOTS)):
+            if len(table) < (string_id + 1) * slots:
+                table.extend(array("q", [0]) * ((string_id + 1) * slots - len(table)))
+        at = string_id * COUNTER_SLOTS
+        criteria.counters[at : at + COUNTER_SLOTS] = array("q", (len(criteria.thresholds), len(above), len(below)))
+        criteria.thresholds.extend(above + below)
 
 
 def _in_order(watcher: Watcher) -> int:

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgpack
 from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
@@ -232,38 +233,38 @@ class RuleWatch:
             cursor.criteria = SegmentCriteria(self._plan, tables)
         criteria = cursor.criteria = cursor.criteria.sync(tables)
         columns = column_order(tables)
-        found = None if columns is None else match_frame(frame.payload, frame.count, columns, criteria.criteria)
+        found = None
+        if columns is not None:
+            found = match_frame(frame.payload, frame.count, columns, frame.track_id, criteria.criteria)
         if found is None:
             self._progress.undecodable_events += frame.count
             return
         if not found:
             return
-        args: list[Any] | None = None
         track = tables.tracks.get(frame.track_id)
         track_name = process.tracks.get(frame.track_id, track).name if track is not None else str(frame.track_id)
-        for index, kind_id, name_id, ts, dur in candidates(found):
+        payload = memoryview(frame.payload)
+        for _, kind_id, name_id, ts, dur, args_start, args_end in candidates(found):
             kind = tables.kinds.get(kind_id)
             watchers = criteria.watchers(kind_id, name_id)
             wall_ns = frame.first_ts_ns + ts + process.clock_offset_ns
             if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
                 continue
-            if args is None:
-                args = _args_column(tables, frame)
             name = tables.strings.get(name_id)
             event = StoredEvent(
                 process, tables, frame.track_id, track_name, kind,
-                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur, args[index],
+                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur,
+                _args(payload[args_start:args_end]),
             )  # fmt: skip
             firings += self._progress.judge.firings(watchers, event)
 
 
-def _args_column(tables: StreamTables, frame: Events) -> list[Any]:
-    """The frame's args, decoded once for all its candidates."""
+def _args(value: memoryview) -> Any:
+    """A candidate's args, decoded alone (the first pass checked them: an error is not expected)."""
     try:
-        columns = tables.unpack(frame)
-    except ProtocolError:  # (the first pass read it: not reached)
-        return [None] * frame.count
-    return columns[tables.columns.index("args")]
+        return msgpack.unpackb(value, raw=False, strict_map_key=False)
+    except Exception:
+        return None
 
 
 def _advance(cursor: _Cursor, segment: SegmentView) -> None:

@@ -241,3 +241,27 @@ def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
     assert step(watch, store) == []
     client.send((SPAN, "b", 1, None))
     assert step(watch, store) == [("r0", "span 'b' lasted 0.0 ms (>= 0 ms)")]
+
+
+def test_rules_with_thresholds_on_one_counter_each_fire_at_their_crossings_per_track() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(CounterCondition("q", above=990), CounterCondition("*", above=2000)), Limits())
+    step(watch, store)
+    for value in (5, 995, 1500):
+        client.send((COUNTER, "q", 0, {"value": value}))
+    assert step(watch, store) == [("r0", "counter 'q' rose to 995 (> 990)")]
+    client.send(*[(COUNTER, "q", 0, {"value": value}) for value in (2500, 2600, 1200, 900, 3000)])
+    assert step(watch, store) == [
+        ("r1", "counter 'q' rose to 2500 (> 2000)"),
+        ("r0", "counter 'q' rose to 3000 (> 990)"),
+        ("r1", "counter 'q' rose to 3000 (> 2000)"),
+    ]
+    # The same counter's name on another track is another counter.
+    other = client.tracks[1]
+    client.tracks[0], client.tracks[1] = other, client.tracks[0]
+    client.send((COUNTER, "q", 0, {"value": 3100}))
+    assert step(watch, store) == [
+        ("r0", "counter 'q' rose to 3100 (> 990)"),
+        ("r1", "counter 'q' rose to 3100 (> 2000)"),
+    ]

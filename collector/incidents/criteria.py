@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
+from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.incidents.frame_match import (
     ANY,
     COUNTER_SLOTS,
@@ -157,7 +158,9 @@ class RulePlan:
 class SegmentCriteria:
     """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
 
-    __slots__ = ("_kinds_seen", "_strings_seen", "by_kind", "by_name", "criteria", "group_of", "plan", "tables")
+    __slots__ = (
+        "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "criteria", "group_of", "plan", "tables",
+    )  # fmt: skip
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
         self.plan, self.tables = plan, tables
@@ -167,6 +170,8 @@ class SegmentCriteria:
         self.group_of: dict[int, int] = {}
         #: Per name group: the watchers of each string id that some glob matched.
         self.by_name: tuple[dict[int, tuple[Watcher, ...]], ...] = tuple({} for _ in _FAMILIES)
+        #: Where kind, name, ts, dur and args are among the segment's columns; None if it declares others.
+        self.columns: tuple[int, ...] | None = None
         self._kinds_seen = -1
         self._strings_seen = 0
 
@@ -190,6 +195,7 @@ class SegmentCriteria:
     def _sync_kinds(self) -> None:
         kinds = self.tables.kinds
         self._kinds_seen = len(kinds)
+        self.columns = column_order(self.tables)  # (SCHEMA sets both; a later one cannot change the columns)
         self.by_kind.clear()
         self.group_of.clear()
         for family, members in enumerate(_FAMILIES):

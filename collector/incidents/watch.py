@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Final
 
 import msgpack
-from ringtrace.collector.export.chrome_frames import column_order
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.frame_match import candidates, match_frame
@@ -40,6 +40,7 @@ from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import StreamTables
@@ -178,7 +179,6 @@ class RuleWatch:
             end = min(segment.used, cursor.offset + budget)
             budget -= end - cursor.offset
             self._read(process, segment, cursor, end, firings)
-            _advance(cursor, segment)
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
@@ -205,23 +205,37 @@ class RuleWatch:
     def _read(
         self, process: ProcessView, segment: SegmentView, cursor: _Cursor, end: int, firings: list[Firing]
     ) -> None:
-        """Judge the segment's complete frames from the cursor up to about ``end``; the cursor moves past them."""
+        """Judge the segment's EVENTS frames that begin between the cursor and ``end``; the cursor moves past them.
+
+        The decoder is given the session frames alone (the bytes between EVENTS frames, found by the segment's
+        index): each EVENTS frame is read where it is stored, never copied, with the tables as they are then.
+        """
         buffer = memoryview(segment.buffer)
         try:
             decoder = cursor.decoder
             if decoder is None:  # catch up on the session frames before the cursor (its events were there before)
                 decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
-                if cursor.offset:  # (no data at all would say the stream ended)
-                    decoder.receive_data(buffer[: cursor.offset])
-                    for _ in decoder:
-                        pass
-            decoder.receive_data(buffer[cursor.offset : end])
-            cursor.offset = end
-            for frame in decoder:
-                if isinstance(frame, Events):
-                    self._frame(process, cursor, decoder.tables, frame, firings)
+                position = 0
+                for offset, length, *_ in islice(segment.index(), cursor.read_entries):
+                    _feed(decoder, buffer[position:offset])
+                    position = offset + length
+                _feed(decoder, buffer[position : cursor.offset])
+            position = cursor.offset
+            index = islice(segment.index(), cursor.read_entries, None)
+            for offset, length, _, count, _, _ in index:
+                if offset >= end:  # (one that begins before the end is read whole: a step reads one at least)
+                    break
+                _feed(decoder, buffer[position:offset])
+                frame = Events.decode_body(buffer[offset + FRAME_HEADER.size : offset + length])
+                self._frame(process, cursor, decoder.tables, frame, firings)
+                position = offset + length
+                cursor.read_entries += 1
+                cursor.read_events += count
+            if end > position:  # session frames only: every EVENTS frame stored has its index entry
+                _feed(decoder, buffer[position:end])
+                position = end
+            cursor.offset = position
         except ProtocolError:  # the rest of the segment cannot be decoded: its events are counted, not judged
-            _advance(cursor, segment)
             self._progress.undecodable_events += segment.events - cursor.read_events
             cursor.read_events, cursor.read_entries = segment.events, segment.entries
             cursor.broken, cursor.decoder, cursor.criteria = True, None, None
@@ -232,10 +246,9 @@ class RuleWatch:
         if cursor.criteria is None:
             cursor.criteria = SegmentCriteria(self._plan, tables)
         criteria = cursor.criteria = cursor.criteria.sync(tables)
-        columns = column_order(tables)
         found = None
-        if columns is not None:
-            found = match_frame(frame.payload, frame.count, columns, frame.track_id, criteria.criteria)
+        if criteria.columns is not None:
+            found = match_frame(frame.payload, frame.count, criteria.columns, frame.track_id, criteria.criteria)
         if found is None:
             self._progress.undecodable_events += frame.count
             return
@@ -265,6 +278,14 @@ def _args(value: memoryview) -> Any:
         return msgpack.unpackb(value, raw=False, strict_map_key=False)
     except Exception:
         return None
+
+
+def _feed(decoder: SessionDecoder, data: memoryview) -> None:
+    """Session frames (or part of one) to the decoder, applied to its tables."""
+    if data:  # (no data at all would say the stream ended)
+        decoder.receive_data(data)
+        for _ in decoder:
+            pass
 
 
 def _advance(cursor: _Cursor, segment: SegmentView) -> None:

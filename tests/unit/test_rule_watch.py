@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgpack
 from ringtrace.collector.incidents.rules import (
     CounterCondition,
     IncidentCallCondition,
@@ -19,7 +20,7 @@ from ringtrace.collector.incidents.rules import (
 from ringtrace.collector.incidents.watch import RuleWatch
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.frames import Stats
+from ringtrace.wire.frames import Events, Stats, encode
 from ringtrace.wire.model import COUNTER, INCIDENT, INSTANT, SPAN
 from ringtrace.wire.stream_limits import Limits
 from store_client import Client
@@ -265,3 +266,17 @@ def test_rules_with_thresholds_on_one_counter_each_fire_at_their_crossings_per_t
         ("r0", "counter 'q' rose to 3100 (> 990)"),
         ("r1", "counter 'q' rose to 3100 (> 2000)"),
     ]
+
+
+def test_a_frame_that_cannot_be_decoded_is_counted_and_the_frames_after_it_are_judged() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("s")), Limits())
+    step(watch, store)
+    track = client.tracks[0].track_id
+    client.send((SPAN, "s", 1, None))
+    client.feed(encode(Events(track, 3, 10**15, 10**15, b"\xc1 not msgpack")))
+    client.feed(encode(Events(track, 1, 10**15, 10**15, msgpack.packb([[0], [0], [0], [True], [None]]))))
+    client.send((SPAN, "s", 2, None))
+    assert step(watch, store) == [("r0", "span 's' lasted 0.0 ms (>= 0 ms)")] * 2
+    assert watch.undecodable_events == 4 and watch.unread_events == 0

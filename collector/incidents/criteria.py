@@ -8,7 +8,9 @@ Theory of operation
 - spans (kind ``span``) by name: ``SpanCondition`` (a least duration) and ``OtlpErrorCondition`` (``STATUS_ERROR``);
 - calls (``call``, ``call_raised``) by name: ``SpanCondition``;
 - async slices (``async_begin``, ``async_end``) by name: ``OtlpErrorCondition``;
-- counters by name: ``CounterCondition`` (every value: a crossing needs the one before);
+- counters by name: ``CounterCondition`` (their thresholds: the first pass gives the values that pass other
+  thresholds than the value before, where a crossing can be; a ``*`` glob is matched name by name, each name's
+  thresholds its own);
 - incidents (kind ``incident``) by name, their reason: ``IncidentCallCondition``;
 - messages by kind (a message kind is its category at one priority): ``MessageCondition``.
 

@@ -4,19 +4,24 @@ loop after ingest stored them (clients pay nothing).
 Theory of operation
 -------------------
 A ``RuleWatch`` follows the stored segments as the live tail does (``read/tail.py``): a cursor per segment, how far
-it has read and the session decoder that read it (a segment decodes alone). At each ``step`` (the engine runs one
-every ~100 ms on a worker thread, the segments pinned) it decodes what each segment gained since, up to
-``max_step_bytes`` in all (the rest waits for the next step), and judges each EVENTS frame in two passes: the first
-(``frame_match.py``, in C where built) finds the frame's candidates from its kind, name and duration columns against
-the segment's compiled criteria (``criteria.py``) without an object per event; the second (``judge.py``) decodes the
-frame's args once, if a candidate needs them, and judges each candidate for the rules it may meet.
+it has read and the session decoder of its tables (a segment decodes alone). At each ``step`` (the engine runs one
+every ~100 ms on a worker thread, the segments pinned) it reads what each segment gained since, up to about
+``max_step_bytes`` in all (the rest waits for the next step): the segment's index says where its EVENTS frames are,
+the decoder is given the bytes between them (session frames: strings, kinds, tracks) and each EVENTS frame is judged
+where it is stored, in two passes. The first (``frame_match.py``, in C where built, without the GIL) finds the
+frame's candidates from its kind, name and duration columns (and counters' values) against the segment's compiled
+criteria (``criteria.py``), without an object per event; the second (``judge.py``) decodes each candidate's args
+and judges it for the rules it may meet.
 
-Segments stored before the watch began start at their end; their decoder reads the part before the cursor (session
-frames and all) only once the segment grows. Newer segments are read from their start. A segment that leaves (the
-ring overwrote it, or it was removed on request) before the watch read it whole has its events not read counted in
-``unread_events``, never silent; a frame that cannot be decoded counts its events in ``undecodable_events``; segments
-numbered between two the watch saw, that it never saw (stored and gone between two steps), count in
-``unseen_segments`` (their events unknown to it).
+Segments stored before the watch began start at their end; their decoder reads the session frames before the cursor
+only once the segment grows. Newer segments are read from their start. A segment that leaves (the ring overwrote it,
+or it was removed on request) before the watch read it whole has its events not read counted in ``unread_events``,
+never silent (exactly where ``step`` is given the store's ``kept`` counts); a frame that cannot be decoded counts its
+events in ``undecodable_events``; segments numbered between two the watch saw, that it never saw (stored and gone
+between two steps), count in ``unseen_segments``.
+
+What a step costs is bounded by ``max_step_bytes``: a watch slower than ingest falls behind, and what the ring
+overwrites before it reads it is counted unread, rather than holding up ingest.
 
 Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. Nor are firings rate-limited
 here: the engine holds each rule to its limit.
@@ -128,7 +133,8 @@ class RuleWatch:
 
     def with_rules(self, rules: RuleSet) -> RuleWatch:
         """A watch of ``rules`` that goes on from where this one is (its cursors, counters' last values and counts):
-        a reload. This one is not to be stepped again."""
+        a reload. Called between two steps (not while one runs); this one is not to be stepped again. Events stored
+        before the reload and not read yet are judged by the new rules."""
         watch = RuleWatch(rules, self._limits, max_step_bytes=self._max_step_bytes)
         watch._progress = self._progress
         for cursor in self._progress.cursors.values():

@@ -188,6 +188,7 @@ class RuleWatch:
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
+        _let_go(segments, progress.cursors)
         return firings
 
     def _depart(self, present: set[int]) -> None:
@@ -284,6 +285,20 @@ def _args(value: memoryview) -> Any:
         return msgpack.unpackb(value, raw=False, strict_map_key=False)
     except Exception:
         return None
+
+
+def _let_go(segments: list[tuple[ProcessView, SegmentView]], cursors: dict[int, _Cursor]) -> None:
+    """Drop the decoder and criteria of each segment read whole that a newer one of its process follows (it is
+    sealed: it will not grow), so that a long watch of a large store keeps one set of tables per process, not one
+    per segment."""
+    newest: dict[int, int] = {}
+    for _, segment in segments:
+        newest[segment.owner] = max(newest.get(segment.owner, -1), segment.seq)
+    for _, segment in segments:
+        cursor = cursors.get(segment.seq)
+        sealed = segment.seq != newest[segment.owner]  # (a segment that grows after all is caught up on again)
+        if cursor is not None and cursor.decoder is not None and sealed and cursor.offset >= segment.used:
+            cursor.decoder = cursor.criteria = None
 
 
 def _feed(decoder: SessionDecoder, data: memoryview) -> None:

@@ -38,8 +38,8 @@ def process(owner: int) -> ProcessView:
 class Stream(Client):
     """A client stream that sends any events, at times it chooses."""
 
-    def __init__(self, store: Store, owner: int) -> None:
-        super().__init__(store, owner)
+    def __init__(self, store: Store, owner: int, instance: str | None = None) -> None:
+        super().__init__(store, owner, instance=instance)
         self.clock = itertools.count(10**15, 10 * MS)
 
     def send(self, *events: tuple[int, str, int, Any]) -> list[int]:
@@ -297,3 +297,18 @@ def test_names_are_matched_again_after_the_string_table_starts_again() -> None:
         ("r0", "span 'slow one' lasted 10 ns (>= 5 ns)"),
         ("r0", "span 'slow two' lasted 10 ns (>= 5 ns)"),
     ]
+
+
+def test_two_streams_of_one_process_are_each_read_whole_while_both_grow() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    first, second = Stream(store, 1, "a"), Stream(store, 1, "b")  # (a reconnect while the old connection lingers)
+    watch = RuleWatch(rules(SpanCondition("s")), Limits())
+    step(watch, store)
+    sent = fired = 0
+    for _ in range(30):
+        for stream in (first, second):
+            stream.send(*[(SPAN, "s", 1, {"pad": "x" * 100})] * 50)
+            sent += 50
+        fired += len(step(watch, store))
+    assert store.segment_count > 4
+    assert fired == sent and watch.unread_events == 0

@@ -1,0 +1,462 @@
+/* The rules' first pass over a stored EVENTS frame, in C: the events that may meet a rule (its candidates), found
+straight from the frame's msgpack payload without a Python object per event, as frame_match.py's Python twin
+(_candidates_py, which defines the behaviour; the tests hold both to the same results) finds them.
+
+The payload comes from the network: it is checked whole as msgpack-python would read it (_msgpack_read.h) before any
+event is judged, and every length is checked against the bytes left. A payload it refuses, or one nested deeper than
+the C reader goes, gives None: the Python twin decides then.
+
+Optional: when this module is not built, or RINGTRACE_PURE_PYTHON=1 is set, the watch runs the Python twin. */
+
+#include "../export/_msgpack_read.h"
+
+/* A criterion is two int64s: the least duration that makes an event a candidate (INT64_MAX: none does), and flags.
+   Counters' thresholds and state are indexed by name id, for the names whose criterion has FLAG_CROSSING. */
+#define NEVER INT64_MAX
+#define FLAG_STATUS_ERROR 1 /* a candidate too if its args map has "status": "error" (an OTLP span's error status) */
+#define KIND_SLOTS 3        /* per kind id: min duration, flags, name group (-1: none) */
+#define FLAG_CROSSING 2     /* (a name's only) a candidate too if its "value" passes other thresholds than before */
+#define NAME_SLOTS 2        /* per name id in a group: min duration, flags */
+#define COUNTER_SLOTS 3     /* per name id: where its thresholds start, how many are "above", how many "below" */
+#define STATE_SLOTS 2       /* per name id: the track of its last value (+1; 0: none yet), that value's signature */
+#define MAX_GROUPS 16
+#define OUT_SLOTS 7         /* per candidate: index, kind, name, ts, dur, where its args start and end */
+
+static inline int64_t
+get_i64(const char *table, Py_ssize_t slot)
+{
+    int64_t v;
+    memcpy(&v, table + slot * (Py_ssize_t)sizeof(int64_t), sizeof(v)); /* (bytes need not be 8-byte aligned) */
+    return v;
+}
+
+/* Whether the args value under the cursor (checked by skip() already; the cursor is a copy) is a map whose "status"
+   is the string "error". A key given twice counts with its last value, as msgpack-python keeps it. */
+static int
+status_is_error(Cursor args)
+{
+    uint32_t items;
+    int error = 0;
+    if (read_container(&args, 1, &items) != OK) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < items; i++) {
+        Cursor key = args;
+        int64_t n = str_length(&key);
+        if (n < 0 || !key_is(key.p, n, "status")) {
+            if (skip(&args, 1) != OK || skip(&args, 1) != OK) {
+                return 0;
+            }
+            continue;
+        }
+        args.p = key.p + n;
+        Cursor value = args;
+        int64_t m = str_length(&value);
+        error = m >= 0 && key_is(value.p, m, "error");
+        if (skip(&args, 1) != OK) {
+            return 0;
+        }
+    }
+    return error;
+}
+
+static inline int
+read_i64(Cursor *c, int64_t *out)
+{
+    i128 v;
+    if (read_int(c, &v) != OK || v < (i128)INT64_MIN || v > (i128)INT64_MAX) {
+        return BAD;
+    }
+    *out = (int64_t)v;
+    return OK;
+}
+
+/* skip() with the scalars that fill most columns (integers, nil, booleans, floats) taken inline: the same checks. */
+static inline int
+check_value(Cursor *c)
+{
+    if (c->p < c->end) {
+        uint8_t b = *c->p;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            c->p += 1;
+            return OK;
+        }
+        size_t size = b == 0xcc || b == 0xd0 ? 2 : b == 0xcd || b == 0xd1 ? 3 : b == 0xca || b == 0xce || b == 0xd2 ? 5
+                      : b == 0xcb || b == 0xcf || b == 0xd3 ? 9 : 0;
+        if (size && need(c, size)) {
+            c->p += size;
+            return OK;
+        }
+    }
+    return skip(c, 0);
+}
+
+/* read_columns (_msgpack_read.h), every value checked by check_value: the same result; and BAD too if a kind, name,
+   ts or dur is not an integer of 64 bits (so that a frame refused changes no counter's state). */
+static int
+check_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const int column_of[COLUMNS],
+              Cursor column[COLUMNS])
+{
+    Cursor c = {payload, payload + payload_len};
+    uint32_t columns;
+    if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
+        return BAD;
+    }
+    for (int i = 0; i < COLUMNS; i++) {
+        uint32_t n;
+        if (read_container(&c, 0, &n) != OK || n != (uint64_t)count) {
+            return BAD;
+        }
+        int is_args = 0;
+        for (int which = 0; which < COLUMNS; which++) {
+            if (column_of[which] == i) {
+                column[which] = c;
+                is_args = which == ARGS;
+            }
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            int64_t value;
+            if ((is_args ? check_value(&c) : read_i64(&c, &value)) != OK) {
+                return BAD;
+            }
+        }
+    }
+    return c.p == c.end ? OK : BAD; /* trailing bytes: msgpack-python refuses them */
+}
+
+/* Past one value that skip() has checked already (read_columns did): lengths only, no check of what they hold. */
+static int
+pass(Cursor *c, int depth)
+{
+    if (!need(c, 1) || depth > MAX_DEPTH) {
+        return BAD;
+    }
+    uint8_t b = *c->p;
+    uint64_t n;
+    size_t head;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        c->p += 1;
+        return OK;
+    }
+    if ((b & 0xe0) == 0xa0) {
+        head = 1;
+        n = b & 0x1f;
+    }
+    else if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90 || (b >= 0xdc && b <= 0xdf)) {
+        int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+        uint32_t items;
+        if (read_container(c, map, &items) != OK) {
+            return BAD;
+        }
+        for (uint64_t i = 0; i < (uint64_t)items * (map ? 2 : 1); i++) {
+            if (pass(c, depth + 1) != OK) {
+                return BAD;
+            }
+        }
+        return OK;
+    }
+    else {
+        switch (b) {
+        case 0xcc: case 0xd0: case 0xd4: head = 2; n = b == 0xd4; break;
+        case 0xcd: case 0xd1: case 0xd5: head = b == 0xd5 ? 2 : 3; n = b == 0xd5 ? 2 : 0; break;
+        case 0xca: case 0xce: case 0xd2: head = 5; n = 0; break;
+        case 0xcb: case 0xcf: case 0xd3: head = 9; n = 0; break;
+        case 0xd6: head = 2; n = 4; break;
+        case 0xd7: head = 2; n = 8; break;
+        case 0xd8: head = 2; n = 16; break;
+        case 0xc4: case 0xd9: head = 2; if (!need(c, 2)) return BAD; n = c->p[1]; break;
+        case 0xc5: case 0xda: head = 3; if (!need(c, 3)) return BAD; n = be(c->p + 1, 2); break;
+        case 0xc6: case 0xdb: head = 5; if (!need(c, 5)) return BAD; n = be(c->p + 1, 4); break;
+        case 0xc7: head = 3; if (!need(c, 3)) return BAD; n = c->p[1]; break;
+        case 0xc8: head = 4; if (!need(c, 4)) return BAD; n = be(c->p + 1, 2); break;
+        case 0xc9: head = 6; if (!need(c, 6)) return BAD; n = be(c->p + 1, 4); break;
+        default: return BAD;
+        }
+    }
+    if (!need(c, head + n)) {
+        return BAD;
+    }
+    c->p += head + n;
+    return OK;
+}
+
+typedef struct {
+    const char *kinds;
+    Py_ssize_t kind_count;
+    const char *names[MAX_GROUPS];
+    Py_ssize_t name_count[MAX_GROUPS];
+    Py_ssize_t groups;
+    const char *counters; /* COUNTER_SLOTS int64s per name id */
+    Py_ssize_t counter_count;
+    const char *thresholds; /* doubles */
+    Py_ssize_t threshold_count;
+    char *state; /* STATE_SLOTS int64s per name id, written */
+    Py_ssize_t state_count;
+} Criteria;
+
+static inline void
+set_i64(char *table, Py_ssize_t slot, int64_t v)
+{
+    memcpy(table + slot * (Py_ssize_t)sizeof(int64_t), &v, sizeof(v));
+}
+
+static inline double
+get_double(const char *table, Py_ssize_t slot)
+{
+    double v;
+    memcpy(&v, table + slot * (Py_ssize_t)sizeof(double), sizeof(v));
+    return v;
+}
+
+/* A counter's "value" in its args map (an integer or a float; a key given twice counts with its last value): 1, or
+   0 if there is none. */
+static int
+counter_value(Cursor args, double *value)
+{
+    uint32_t items;
+    int found = 0;
+    if (read_container(&args, 1, &items) != OK) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < items; i++) {
+        Cursor key = args;
+        int64_t n = str_length(&key);
+        if (n < 0 || !key_is(key.p, n, "value")) {
+            if (skip(&args, 1) != OK || skip(&args, 1) != OK) {
+                return 0;
+            }
+            continue;
+        }
+        args.p = key.p + n;
+        Cursor at = args;
+        i128 integer;
+        found = 0;
+        if (need(&at, 1) && (*at.p == 0xca || *at.p == 0xcb)) {
+            if (*at.p == 0xca && need(&at, 5)) {
+                uint32_t bits = (uint32_t)be(at.p + 1, 4);
+                float f;
+                memcpy(&f, &bits, sizeof(f));
+                *value = (double)f;
+                found = 1;
+            }
+            else if (*at.p == 0xcb && need(&at, 9)) {
+                uint64_t bits = be(at.p + 1, 8);
+                memcpy(value, &bits, sizeof(*value));
+                found = 1;
+            }
+        }
+        else if (read_int(&at, &integer) == OK) {
+            *value = (double)integer;
+            found = 1;
+        }
+        if (skip(&args, 1) != OK) {
+            return 0;
+        }
+    }
+    return found;
+}
+
+/* Whether a counter's value passes other thresholds of its name than the last value of that name did (or that value
+   was on another track, or there was none): its signature, how many "above" thresholds it is above and how many
+   "below" thresholds it is below, is kept as the name's state. A value that passes the same ones is no candidate:
+   no rule's crossing can be in it. */
+static int
+counter_changed(Cursor args, const Criteria *criteria, int64_t name, uint32_t track)
+{
+    double value;
+    if (name >= criteria->counter_count || !counter_value(args, &value)) {
+        return 0;
+    }
+    Py_ssize_t at = (Py_ssize_t)name * COUNTER_SLOTS;
+    int64_t start = get_i64(criteria->counters, at), above = get_i64(criteria->counters, at + 1),
+            below = get_i64(criteria->counters, at + 2);
+    if (start < 0 || above < 0 || below < 0 || start > criteria->threshold_count ||
+        above > criteria->threshold_count - start || below > criteria->threshold_count - start - above) {
+        return 0;
+    }
+    int64_t passed_above = 0, passed_below = 0;
+    for (int64_t i = 0; i < above; i++) {
+        passed_above += value > get_double(criteria->thresholds, (Py_ssize_t)(start + i));
+    }
+    for (int64_t i = 0; i < below; i++) {
+        passed_below += value < get_double(criteria->thresholds, (Py_ssize_t)(start + above + i));
+    }
+    int64_t signature = passed_above * (below + 1) + passed_below;
+    if (name >= criteria->state_count) {
+        return 1;
+    }
+    Py_ssize_t slot = (Py_ssize_t)name * STATE_SLOTS;
+    if (get_i64(criteria->state, slot) == (int64_t)track + 1 && get_i64(criteria->state, slot + 1) == signature) {
+        return 0;
+    }
+    set_i64(criteria->state, slot, (int64_t)track + 1);
+    set_i64(criteria->state, slot + 1, signature);
+    return 1;
+}
+
+/* Whether an event meets a criterion; a counter's state is brought up to date first, whatever else holds. */
+static inline int
+meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args, const Criteria *criteria, int64_t name,
+      uint32_t track)
+{
+    int changed = (flags & FLAG_CROSSING) && criteria != NULL && counter_changed(args, criteria, name, track);
+    return changed || (min_dur != NEVER && dur >= min_dur) || ((flags & FLAG_STATUS_ERROR) && status_is_error(args));
+}
+
+/* The candidates of a payload check_columns took into `out`, OUT_SLOTS int64s each (BAD: not reached). */
+static int
+candidates(const uint8_t *payload, Cursor column[COLUMNS], Py_ssize_t count, uint32_t track,
+           const Criteria *criteria, Out *out)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t kind, name, ts, dur;
+        read_i64(&column[KIND], &kind);
+        read_i64(&column[NAME], &name);
+        read_i64(&column[TS], &ts);
+        read_i64(&column[DUR], &dur);
+        Cursor args = column[ARGS];
+        if (pass(&column[ARGS], 0) != OK) {
+            return BAD;
+        }
+        if (kind < 0 || kind >= criteria->kind_count) {
+            continue;
+        }
+        Py_ssize_t at = (Py_ssize_t)kind * KIND_SLOTS;
+        int64_t kind_flags = get_i64(criteria->kinds, at + 1) & ~(int64_t)FLAG_CROSSING; /* (a name's only) */
+        int hit = meets(get_i64(criteria->kinds, at), kind_flags, dur, args, NULL, name, track);
+        int64_t group = get_i64(criteria->kinds, at + 2);
+        if (group >= 0 && group < criteria->groups && name >= 0 && name < criteria->name_count[group]) {
+            const char *names = criteria->names[group];
+            Py_ssize_t slot = (Py_ssize_t)name * NAME_SLOTS;
+            int64_t flags = get_i64(names, slot + 1);
+            if (!hit || (flags & FLAG_CROSSING)) { /* (a counter's state is kept up to date) */
+                hit = meets(get_i64(names, slot), flags, dur, args, criteria, name, track) || hit;
+            }
+        }
+        if (hit) {
+            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur, (int64_t)(args.p - payload),
+                                      (int64_t)(column[ARGS].p - payload)};
+            put(out, (const char *)row, sizeof(row));
+        }
+    }
+    return OK;
+}
+
+/* The buffers match_frame holds while it runs without the GIL. */
+enum { PAYLOAD, KINDS, COUNTERS, THRESHOLDS, STATE, HELD };
+
+static PyObject *
+match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const int arg_of[HELD] = {0, 4, 6, 7, 8};
+    Py_buffer held[HELD], names[MAX_GROUPS];
+    Py_ssize_t count, groups = 0, taken = 0;
+    int column_of[COLUMNS];
+    Criteria criteria = {0};
+    Out out = {0};
+    PyObject *result = NULL;
+    int status;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "match_frame(payload, count, columns, track, kinds, names, counters, thresholds, state)");
+        return NULL;
+    }
+    if (frame_shape(args[1], args[2], &count, column_of) < 0) {
+        return NULL;
+    }
+    unsigned long track = PyLong_AsUnsignedLong(args[3]);
+    if (track == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (track > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "track %lu does not fit in 32 bits", track);
+        return NULL;
+    }
+    if (!PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) > MAX_GROUPS) {
+        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
+        return NULL;
+    }
+    for (; taken < HELD; taken++) {
+        int flags = taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], flags) < 0) {
+            goto done;
+        }
+    }
+    for (; groups < PyTuple_GET_SIZE(args[5]); groups++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[5], groups), &names[groups], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        criteria.names[groups] = names[groups].buf;
+        criteria.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
+    }
+    criteria.kinds = held[KINDS].buf;
+    criteria.kind_count = held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
+    criteria.groups = groups;
+    criteria.counters = held[COUNTERS].buf;
+    criteria.counter_count = held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
+    criteria.thresholds = held[THRESHOLDS].buf;
+    criteria.threshold_count = held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
+    criteria.state = held[STATE].buf;
+    criteria.state_count = held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
+    /* Nothing here touches a Python object: the buffers are held, so other threads (ingest) run meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    Cursor column[COLUMNS];
+    const uint8_t *payload = held[PAYLOAD].buf;
+    status = check_columns(payload, (size_t)held[PAYLOAD].len, count, column_of, column);
+    if (status == OK) {
+        status = candidates(payload, column, count, (uint32_t)track, &criteria, &out);
+    }
+    Py_END_ALLOW_THREADS
+    if (out.failed) {
+        PyErr_NoMemory();
+    }
+    else if (status != OK) {
+        result = Py_NewRef(Py_None);
+    }
+    else {
+        result = PyBytes_FromStringAndSize(out.data ? out.data : "", (Py_ssize_t)out.len);
+    }
+done:
+    free(out.data);
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        PyBuffer_Release(&names[i]);
+    }
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        PyBuffer_Release(&held[i]);
+    }
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"match_frame", (PyCFunction)(void (*)(void))match_frame, METH_FASTCALL,
+     "match_frame(payload, count, columns, track, kinds, names, counters, thresholds, state) -> bytes of int64 "
+     "(index, kind, name, ts, dur, args start, args end) per candidate, or None: the payload is left to the Python "
+     "twin (frame_match.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* No state: each interpreter can import it, with a GIL of its own. */
+static PyModuleDef_Slot module_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef match_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ringtrace.collector.incidents._match",
+    .m_doc = "The rules' first pass over a stored EVENTS frame's payload, in C (see frame_match.py).",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__match(void)
+{
+    return PyModuleDef_Init(&match_module);
+}

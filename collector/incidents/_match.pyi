@@ -1,0 +1,15 @@
+# The rules' first pass over a stored frame in C (_match.c); see frame_match.py.
+from array import array
+
+def match_frame(
+    payload: bytes | memoryview,
+    count: int,
+    columns: tuple[int, ...],
+    track: int,
+    kinds: array[int] | bytes,
+    names: tuple[array[int] | bytes, ...],
+    counters: array[int] | bytes,
+    thresholds: array[float] | bytes,
+    state: array[int] | bytearray,
+    /,
+) -> bytes | None: ...

@@ -108,6 +108,11 @@ class Snapshots:
 
     def freeze(self, acknowledged: int, asked: int) -> SnapshotView:
         """What is stored now, pinned, with the facts a snapshot reports."""
+        return self.view_of(self._store.snapshot(asyncio.get_running_loop().call_soon_threadsafe), acknowledged, asked)
+
+    def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView:
+        """A snapshot of the segments ``frames`` pinned (everything stored, or an incident's window), with the facts
+        a snapshot reports."""
         store, registry = self._store, self._registry
         processes = {p.uid: ProcessView.of(p) for p in registry.processes.values()}
         # Frozen before export starts on a worker thread: ingest goes on changing the live records.
@@ -122,7 +127,7 @@ class Snapshots:
             "forgotten_processes": registry.forgotten_processes,
         }
         return SnapshotView(
-            store.snapshot(asyncio.get_running_loop().call_soon_threadsafe),
+            frames,
             processes,
             store.track_counts(),
             other,

@@ -279,6 +279,11 @@ class Store:
             segment.pins += 1
         return StoreSnapshot(self, segments, on_store_thread)
 
+    def stored(self, owners: Iterable[int]) -> list[Segment]:
+        """The stored segments of the processes ``owners``, each process's oldest first (not pinned: ``pin``)."""
+        processes = self._holdings.processes
+        return [segment for owner in owners if owner in processes for segment in processes[owner].segments]
+
     def pin(self, segment: Segment) -> None:
         """Keep the segment's buffer from reuse until ``unpin`` (a snapshot reads it, or a connection reads into it)."""
         segment.pins += 1

@@ -22,6 +22,7 @@ __all__ = [
     "TOKEN_VARIABLE",
     "check_token",
     "environment_token",
+    "format_duration_ns",
     "parse_address",
     "parse_addresses",
     "parse_duration_ns",
@@ -50,7 +51,7 @@ _UNITS: Final = {
     "tib": 2**40,
 }
 #: Units of a duration, in ns (``parse_duration_ns``).
-_DURATION_UNITS: Final = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
+_DURATION_UNITS: Final = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 #: A frame's length field is 32 bits.
 _SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _HOST_NAME: Final = re.compile(
@@ -72,7 +73,8 @@ def parse_size(text: str) -> int:
 
 
 def parse_duration_ns(text: str) -> int:
-    """Nanoseconds from ``"1ms"``, ``"250us"``, ``"0.5 s"``, ``"800ns"`` (a number and a unit; ``"0"`` alone too).
+    """Nanoseconds from ``"1ms"``, ``"250us"``, ``"0.5 s"``, ``"800ns"``, ``"2m"``, ``"1h"`` (a number and a unit;
+    ``"0"`` alone too).
 
     Raises:
         ConfigError: not a duration.
@@ -80,8 +82,17 @@ def parse_duration_ns(text: str) -> int:
     match = _SIZE.fullmatch(text.replace("µ", "u"))
     unit = match.group(2).lower() if match else ""
     if match is None or (unit not in _DURATION_UNITS and not (unit == "" and float(match.group(1)) == 0)):
-        raise ConfigError(f"a duration is a number and a unit (ns, us, ms, s), like 1ms or 250us, got {text!r}")
+        raise ConfigError(f"a duration is a number and a unit (ns, us, ms, s, m, h), like 1ms or 250us, got {text!r}")
     return round(float(match.group(1)) * _DURATION_UNITS.get(unit, 0))
+
+
+def format_duration_ns(ns: int) -> str:
+    """``ns`` as ``parse_duration_ns`` reads it back exactly, in the largest unit that holds it whole (``"200ms"``,
+    ``"1500ms"``, ``"2m"``, ``"0s"``)."""
+    if ns == 0:
+        return "0s"
+    unit, size = max(((u, n) for u, n in _DURATION_UNITS.items() if ns % n == 0), key=lambda pair: pair[1])
+    return f"{ns // size}{unit}"
 
 
 def parse_address(address: object, *, listen: bool = False) -> tuple[str, int]:

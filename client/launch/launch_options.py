@@ -112,7 +112,7 @@ def _duration_ns(text: str) -> int:
         ns = -1
     if not 0 <= ns <= _MAX_DURATION_NS:
         raise ValueError(
-            "takes a duration: a number and a unit (ns, us, ms, s), like 1ms or 250us, at most "
+            "takes a duration: a number and a unit (ns, us, ms, s, m, h), like 1ms or 250us, at most "
             f"{_MAX_DURATION_NS // 10**9} s"
         )
     return ns

@@ -1,0 +1,68 @@
+"""A rule's webhook: its URL told of each incident (the record as a JSON POST), retried with backoff, each attempt
+bounded by a timeout. It never raises: what happened is said in a line (the record's ``webhook.status``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+__all__ = ["DELIVERED", "notify"]
+
+log = logging.getLogger("ringtrace.collector.incidents")
+
+#: What ``notify`` says of a POST its URL took (a 2xx answer).
+DELIVERED: Final = "delivered"
+#: Statuses worth another attempt: the server may be over the trouble soon.
+_RETRIED: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+async def notify(
+    session: aiohttp.ClientSession,
+    url: str,
+    record: dict[str, Any],
+    *,
+    timeout_s: float = 5.0,
+    attempts: int = 3,
+    backoff_s: float = 0.5,
+) -> str:
+    """POST ``record`` as JSON to ``url``, up to ``attempts`` times while it fails (no answer within ``timeout_s``,
+    no connection, a 5xx, 408 or 429), waiting ``backoff_s``, then twice as long, and so on between attempts.
+
+    Returns:
+        ``"delivered"``, or ``"failed: ..."`` naming the last status or error and the attempts made.
+    """
+    body = orjson.dumps(record)
+    headers = {"Content-Type": "application/json"}
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    outcome = "failed: no attempt made"
+    made = 0
+    for attempt in range(max(attempts, 1)):
+        if attempt:
+            await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
+        made += 1
+        try:
+            async with session.post(url, data=body, headers=headers, timeout=timeout) as response:
+                await response.read()
+                if 200 <= response.status < 300:
+                    return DELIVERED
+                outcome = f"HTTP {response.status} {response.reason or ''}".rstrip()
+                if response.status not in _RETRIED:
+                    break
+        except TimeoutError:
+            outcome = f"no answer within {timeout_s:g}s"
+        except aiohttp.InvalidURL:
+            outcome = "not a URL it can POST to"
+            break
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            outcome = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a webhook never breaks the collector
+            log.exception("webhook %s: unexpected error", url)
+            outcome = f"{type(exc).__name__}: {exc}"
+            break
+    said = f"failed: {outcome} ({made} attempt{'s' if made != 1 else ''})"
+    log.warning("incident %s: webhook %s %s", record.get("id"), url, said)
+    return said

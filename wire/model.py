@@ -27,6 +27,7 @@ __all__ = [
     "COUNTER_TRACK",
     "FIRST_SAMPLER_TRACK_ID",
     "FIRST_TYPED_KIND",
+    "INCIDENT",
     "INSTANT",
     "KINDS",
     "MARKER",
@@ -70,6 +71,7 @@ SAMPLE: Final = 10
 CALL: Final = 11
 CALL_RAISED: Final = 12
 CALL_KINDS: Final = frozenset({CALL, CALL_RAISED})
+INCIDENT: Final = 13
 BUILTIN_KINDS: Final = (
     KindSpec(SPAN, "span", "span"),
     KindSpec(INSTANT, "instant", "instant"),
@@ -84,6 +86,7 @@ BUILTIN_KINDS: Final = (
     KindSpec(SAMPLE, "sample", "sample"),
     KindSpec(CALL, "call", "span"),
     KindSpec(CALL_RAISED, "call_raised", "span"),
+    KindSpec(INCIDENT, "incident", "instant"),
 )
 
 #: Kind ids below this are built in; typed event classes get the ones above.

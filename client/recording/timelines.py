@@ -27,6 +27,7 @@ from ringtrace.client.delivery.flusher import FLUSHER, Drained
 from ringtrace.client.recording import gates
 from ringtrace.client.recording.drain import lane_parents, take_events
 from ringtrace.client.recording.gates import MessageGates
+from ringtrace.client.recording.incident_calls import record_incident
 from ringtrace.client.recording.messages import Message, message_kind
 from ringtrace.client.recording.recorder import Recorder, Scope
 from ringtrace.client.recording.sources import Source
@@ -269,6 +270,11 @@ class Timeline(Recorder):
         if events is not None:
             now = _now()
             events.extend((ASYNC_END, name, now, now, {**args, "id": async_id}))
+
+    def incident(self, reason: str, /, **args: Any) -> None:
+        """Record that something went wrong here: an ``incident`` event named ``reason``, with ``args``, sent at once
+        (a collector's rules may keep the recent past of the processes involved; see ``incident_calls.py``)."""
+        record_incident(self, reason, args)
 
     # -- flusher side -----------------------------------------------------------------------------------------------
 

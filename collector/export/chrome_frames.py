@@ -17,7 +17,7 @@ from itertools import islice
 from typing import Final, NamedTuple
 
 import orjson
-from ringtrace.collector.read.frame_walk import PHASES, SHOWN_SHAPES
+from ringtrace.collector.read.frame_walk import PHASES, SHOWN_SHAPES, is_incident
 from ringtrace.wire.call_records import is_call
 from ringtrace.wire.frame_types import EVENT_COLUMNS
 from ringtrace.wire.frames import Events
@@ -151,8 +151,8 @@ def kind_codes(tables: StreamTables) -> bytes | None:
     codes = bytearray(max(kinds, default=-1) + 1)
     for kind_id, kind in kinds.items():
         shape = kind.shape
-        if is_call(kind):  # a span whose args are a stack id, which the Python walk resolves to a file and line
-            codes[kind_id] = _PYTHON
+        if is_call(kind) or is_incident(kind):  # the Python walk resolves a call's stack id to a file and line, and
+            codes[kind_id] = _PYTHON  # shows an incident with its category and its reason among its args
             continue
         codes[kind_id] = _FAST_PHASES.get(shape, _PYTHON) if shape in SHOWN_SHAPES else _NOT_SHOWN
     return bytes(codes)

@@ -12,7 +12,8 @@ events as columns, which a browser takes in far faster than one object per event
 ``b``/``e`` async begin/end, ``P`` a sample of the thread's stack: its args null, its stack being the flame graph's,
 ``GET /flamegraph``); ``name`` indexes ``names``; ``ts`` is ns since ``origin_ns`` (the collector's fixed
 origin, as Chrome JSON's ``ts``, here in ns: exact in a double); ``dur`` a slice's ns (-1: not ended by the end of
-the snapshot); ``id`` (only in blocks with async events) pairs an async begin with its end. Then ``names``, ``tracks``
+the snapshot); ``id`` (only in blocks with async events) pairs an async begin with its end; ``cat`` (only in blocks
+with incidents) is each event's category, ``incident`` for those (``tl.incident``). Then ``names``, ``tracks``
 (each with its process, kind and order), the loss counters (``report``) and the window read (``capture``).
 """
 
@@ -112,6 +113,8 @@ def _frame_columns(
         return rest
     if "id" in rest:
         columns["id"] = [""] * len(columns["ts"]) + rest["id"]
+    if "cat" in rest:
+        columns["cat"] = [""] * len(columns["ts"]) + rest["cat"]
     columns["ph"] += rest["ph"]
     for name in ("name", "ts", "dur", "args"):
         columns[name] += rest[name]
@@ -133,6 +136,8 @@ def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_op
     }
     if "async" in categories:
         block["id"] = list(ids)
+    if "incident" in categories:
+        block["cat"] = list(categories)
     return block
 
 

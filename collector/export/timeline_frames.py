@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Final, NamedTuple
 
 from ringtrace.collector.export.chrome_frames import column_order
-from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PHASES
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PHASES, is_incident
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.wire.call_records import is_call
 from ringtrace.wire.frames import Events
@@ -165,9 +165,9 @@ class FrameColumns:
         if tables is not self._tables or len(tables.kinds) != self._kinds_seen:
             self._tables = tables
             self._kinds_seen = len(tables.kinds)
-            self._phases = {  # (not a traced call's: its args, a stack id, are the walk's to resolve)
+            self._phases = {  # (not a traced call's: its args, a stack id, are the walk's to resolve; nor an incident)
                 kind_id: _TAKEN[kind.shape]
                 for kind_id, kind in tables.kinds.items()
-                if kind.shape in _TAKEN and not is_call(kind)
+                if kind.shape in _TAKEN and not is_call(kind) and not is_incident(kind)
             }
         return self._phases

@@ -2,7 +2,8 @@
 
 Each frame the filter selects (``walked()``, from ``frame_walk.py``) is decoded into ``Shown`` events (``shown()``): a
 message rendered (its text is its name; its category, priority and values are its args), a typed event's values by
-field name, a traced call's code location (a stack id) as its file and line (a slice of category ``call``), markers
+field name, a traced call's code location (a stack id) as its file and line (a slice of category ``call``), an
+incident (``tl.incident``) as an instant of category ``incident`` with its reason among its args, markers
 and source activity paired into slices across frames (``pairing.py``), an async event's id taken out of its args.
 A frame that cannot be decoded costs its own events, counted per process as undecodable and logged once, never the
 snapshot.
@@ -28,6 +29,8 @@ from ringtrace.collector.read.frame_walk import (
     Shown,
     SnapshotView,
     WalkedFrame,
+    incident_args,
+    is_incident,
     log_once,
     prepare,
 )
@@ -40,7 +43,7 @@ from ringtrace.collector.store.ring import Counts
 from ringtrace.wire.call_records import call_args
 from ringtrace.wire.frames import Events, Stats
 from ringtrace.wire.message_format import render
-from ringtrace.wire.model import CALL_KINDS, CALL_RAISED, SOURCE_TRACK, TrackInfo
+from ringtrace.wire.model import CALL_KINDS, CALL_RAISED, INCIDENT, SOURCE_TRACK, TrackInfo
 from ringtrace.wire.stream_tables import StreamTables, typed_args
 
 __all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
@@ -231,6 +234,9 @@ class EventWalk:
                 if kind.id == CALL_RAISED:
                     call = {**call, "raised": True} if call is not None else {"raised": True}
                 append(("X", name, wall_ns, dur_ns, call, "call", ""))
+                continue
+            if kind.id == INCIDENT and is_incident(kind):  # (the id first: one compare for every other event)
+                append(("i", name, wall_ns, 0, incident_args(name, args), "incident", ""))
                 continue
             phase = phases.get(shape)
             if phase is None:  # paired

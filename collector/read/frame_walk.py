@@ -25,7 +25,7 @@ from ringtrace.collector.store.ring import Counts, SegmentView, StoreSnapshot
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events, Frame, Stats
-from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, INCIDENT, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import StreamTables
 from ringtrace.wire.table_frames import KindSpec
@@ -41,6 +41,8 @@ __all__ = [
     "SnapshotView",
     "WalkedFrame",
     "first_showing",
+    "incident_args",
+    "is_incident",
     "is_shown",
     "log_once",
     "prepare",
@@ -165,12 +167,31 @@ class SnapshotView:
     origin_ns: int = 0
 
 
+def is_incident(kind: KindSpec) -> bool:
+    """Whether a stream's declared ``kind`` is the program's incident (``tl.incident``): the built-in id, declared as
+    an instant (a stream is not trusted to declare it so; a reader that is not told shows it as an instant)."""
+    return kind.id == INCIDENT and kind.shape == "instant"
+
+
+def incident_args(reason: str, args: object) -> dict[str, Any]:
+    """An incident's args as readers show them: ``reason`` (its name, which rules match) first, then its own (one
+    that is not a map as ``value``); the name wins over an arg called ``reason``."""
+    shown: dict[str, Any] = {"reason": reason}
+    if type(args) is dict:
+        shown.update(args)
+        shown["reason"] = reason
+    elif args is not None:
+        shown["value"] = args
+    return shown
+
+
 #: One event as a snapshot shows it, whatever the format: ``(phase, name, wall_ns, dur_ns, args, category, async_id)``.
 #: ``phase``: "X" a slice, "B" a slice not ended by the end of the snapshot, "i" an instant (a message too), "C" a
 #: counter's values, "b" and "e" the begin and end of an async slice; ``name``: a message's rendered text; ``wall_ns``:
 #: wall-clock ns, when it happened or a slice's start; ``dur_ns``: a slice's duration ("X"), else 0; ``args``: a map or
-#: None; ``category``: a message's category, "async" for an async slice, else ""; ``async_id``: what pairs an async
-#: begin with its end, else "". A plain tuple: one is made per event shown, and a NamedTuple costs a call each.
+#: None; ``category``: a message's category, "async" for an async slice, "call" for a traced call, "incident" for an
+#: incident, else ""; ``async_id``: what pairs an async begin with its end, else "". A plain tuple: one is made per
+#: event shown, and a NamedTuple costs a call each.
 Shown = tuple[str, str, int, int, dict[str, Any] | None, str, str]
 
 

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView, SnapshotView, prepare
+from ringtrace.collector.read.frame_walk import (
+    MAX_WALL_NS,
+    ProcessView,
+    SnapshotView,
+    incident_args,
+    is_incident,
+    prepare,
+)
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Selection, category_of
 from ringtrace.wire.call_records import call_args, is_call
 from ringtrace.wire.errors import ProtocolError
@@ -72,6 +79,8 @@ def frame_rows(
             shown_args = stack_text(tables.stacks.resolve(args) or ())
         elif is_call(kind):  # a traced call's stack id: its file and line
             shown_args = call_args(tables.stacks.innermost(args))
+        elif is_incident(kind):
+            shown_args = incident_args(name, args)
         if selection is not None and not selection.event(kind, shown_name, ts_ns + offset_ns, args, dur_ns, track_key):
             continue
         priority = kind.priority if kind.shape == "message" else ""

@@ -60,7 +60,7 @@ class _Process(Protocol):
 
 def category_of(kind: KindSpec) -> str:
     """An event's category: a message's category, a typed event's class name, or its built-in family (``span``,
-    ``instant``, ``counter``, ``marker``, ``source``, ``async``, ``sample``, ``call``)."""
+    ``instant``, ``counter``, ``marker``, ``source``, ``async``, ``sample``, ``call``, ``incident``)."""
     return _BUILTIN_CATEGORIES.get(kind.name, kind.name)
 
 

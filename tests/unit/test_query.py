@@ -130,6 +130,7 @@ def test_categories_of_built_in_kinds_are_their_families() -> None:
         "async",
         "call",
         "counter",
+        "incident",
         "instant",
         "marker",
         "sample",

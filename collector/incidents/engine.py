@@ -101,6 +101,8 @@ class IncidentEngine:
         make_watch: a watch over a rule set (None: stored events fire nothing).
         load_rules: reads the rules again (``reload``; None: nothing to reload).
         notify: tells a rule's webhook of an incident's record; returns what happened.
+        counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
+        max_captures: captures under way at once, at most (past it, firings are suppressed: ``busy``).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class IncidentEngine:
         make_watch: Callable[[RuleSet], Watch] | None = None,
         load_rules: Callable[[], RuleSet] | None = None,
         notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
+        counts: IncidentCounts | None = None,
         max_captures: int = MAX_CAPTURES,
     ) -> None:
         self._store, self._registry, self._viewer = store, registry, viewer
@@ -123,7 +126,7 @@ class IncidentEngine:
         self.capacity_bytes = capacity_bytes
         self._make_watch, self._load_rules, self._notify = make_watch, load_rules, notify
         self.max_captures = max_captures
-        self.counts = IncidentCounts()
+        self.counts = counts if counts is not None else IncidentCounts()
         #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
         self.busy = 0
         self._limit = RateLimit()

@@ -311,6 +311,12 @@ class Collector:
         ``--jetstream``: purged from the stream, whichever collector they are connected to."""
         return await self.backend.clear(selected)
 
+    def process_crashed(self, process: ProcessRecord) -> None:
+        """A connection of ``process`` ended by the peer without a GOODBYE: the incidents' crash rules fire."""
+        incidents = getattr(self, "incidents", None)
+        if incidents is not None:
+            incidents.engine.crashed(process)
+
     def health(self) -> dict[str, Any]:
         """Liveness and a few gauges."""
         return self.status.health()

@@ -337,7 +337,9 @@ class Streamer(SerializedListener):
         finally:
             with self._state():
                 self._stopping = True
+                goodbye = self._link.goodbye() if not self._stopped_by else None
                 actions = self._link.stop(time.monotonic())
+            self._say_goodbye(goodbye)
             self._perform(actions)
             self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
             self._selector.close()
@@ -396,6 +398,14 @@ class Streamer(SerializedListener):
             actions = self._link.connected(time.monotonic(), hello)
         log.debug("ringtrace connected to %s", self._dialer.address_text)
         return actions
+
+    def _say_goodbye(self, goodbye: bytes | None) -> None:
+        """Tell the collector this is a clean close, not a crash (its crash rules fire on a connection ended without
+        one): best effort, never waiting (a full socket buffer leaves it unsaid)."""
+        sock = self._sock
+        if goodbye is not None and sock is not None:
+            with contextlib.suppress(OSError):
+                sock.send(goodbye)
 
     def _close_socket(self) -> None:
         sock, self._sock = self._sock, None

@@ -7,7 +7,8 @@
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 - ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
-  (Both read the stored msgpack with ``collector/export/_msgpack_read.h``.)
+- ``collector/incidents/_match.c``: the rules' first pass over stored frames, for incidents.
+  (All three read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
@@ -78,6 +79,12 @@ setup(
         Extension(
             "ringtrace.collector.export._perfetto",
             ["collector/export/_perfetto.c"],
+            depends=["collector/export/_msgpack_read.h"],
+            optional=True,
+        ),
+        Extension(
+            "ringtrace.collector.incidents._match",
+            ["collector/incidents/_match.c"],
             depends=["collector/export/_msgpack_read.h"],
             optional=True,
         ),

@@ -71,6 +71,7 @@ SAMPLE: Final = 10
 CALL: Final = 11
 CALL_RAISED: Final = 12
 CALL_KINDS: Final = frozenset({CALL, CALL_RAISED})
+#: A program's ``tl.incident(reason, **args)``: an instant named by its reason, its args free.
 INCIDENT: Final = 13
 BUILTIN_KINDS: Final = (
     KindSpec(SPAN, "span", "span"),

@@ -1,0 +1,230 @@
+"""A rule set compiled against one segment's tables: the ``Criteria`` both twins of ``frame_match.py`` read, and which
+rules' conditions to judge for each candidate.
+
+Theory of operation
+-------------------
+``RulePlan`` is the rule set split by the family of events each condition looks at, once per rule set:
+
+- spans (kind ``span``) by name: ``SpanCondition`` (a least duration) and ``OtlpErrorCondition`` (``STATUS_ERROR``);
+- calls (``call``, ``call_raised``) by name: ``SpanCondition``;
+- async slices (``async_begin``, ``async_end``) by name: ``OtlpErrorCondition``;
+- counters by name: ``CounterCondition`` (every value: a crossing needs the one before);
+- incidents (kind ``incident``) by name, their reason: ``IncidentCallCondition``;
+- messages by kind (a message kind is its category at one priority): ``MessageCondition``.
+
+A family is a name group of ``Criteria``. A ``SegmentCriteria`` follows one segment's tables as its decoder grows
+them: the kinds' table is made again when kinds are declared (they are few), and only the strings declared since
+are matched against the globs, each text once per rule set (``RulePlan`` remembers what each text matched, for the
+next segments, which declare the same names again). A glob of ``*`` puts its criterion on the kind instead of on every
+name. A string table reset gives the decoder new tables, and the segment new criteria.
+
+Built-in kinds are watched by their id only where the segment declares that id with the built-in name, and kinds
+with ids past ``MAX_KIND_ID`` (no client numbers them so) are not watched.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Final
+
+from ringtrace.collector.incidents.frame_match import ANY, KIND_SLOTS, NAME_SLOTS, NEVER, STATUS_ERROR, Criteria
+from ringtrace.collector.incidents.rules import (
+    Condition,
+    CounterCondition,
+    IncidentCallCondition,
+    MessageCondition,
+    OtlpErrorCondition,
+    Rule,
+    RuleSet,
+    SpanCondition,
+)
+from ringtrace.collector.read.selection import Pattern, category_of
+from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.model import ASYNC_BEGIN, ASYNC_END, CALL, CALL_RAISED, COUNTER, INCIDENT, SPAN
+from ringtrace.wire.stream_tables import StreamTables
+from ringtrace.wire.table_frames import KindSpec
+
+__all__ = ["MAX_KIND_ID", "RulePlan", "SegmentCriteria", "Watcher"]
+
+#: Kind ids past this are not watched (a table indexed by id would be too large); string ids past ``MAX_NAME_ID``
+#: neither.
+MAX_KIND_ID: Final = 1 << 16
+MAX_NAME_ID: Final = 1 << 22
+#: Texts ``RulePlan`` remembers the matches of; past it, it starts again.
+MAX_REMEMBERED_TEXTS: Final = 1 << 16
+
+#: The name groups: each family's kinds, by id and built-in name.
+SPANS, CALLS, ASYNC, COUNTERS, INCIDENTS = range(5)
+_FAMILIES: Final[tuple[tuple[tuple[int, str], ...], ...]] = (
+    ((SPAN, "span"),),
+    ((CALL, "call"), (CALL_RAISED, "call_raised")),
+    ((ASYNC_BEGIN, "async_begin"), (ASYNC_END, "async_end")),
+    ((COUNTER, "counter"),),
+    ((INCIDENT, "incident"),),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Watcher:
+    """One rule's condition on one family of events: what it adds to the criteria, and what the name must match."""
+
+    #: Its rule's place in the rule set: an event's firings come in the rules' order.
+    order: int
+    rule: Rule
+    condition: Condition
+    pattern: Pattern
+    min_dur: int
+    flags: int
+
+    @property
+    def any_name(self) -> bool:
+        return self.pattern.text == "*"
+
+
+class RulePlan:
+    """A rule set split by family (see the module docstring); shared by every segment's criteria."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.rules = rules
+        self.families: tuple[list[Watcher], ...] = tuple([] for _ in _FAMILIES)
+        #: Per message condition: its watcher (whose pattern is the text's), the last priority level it takes, and
+        #: the category's pattern.
+        self.messages: list[tuple[Watcher, int, Pattern]] = []
+        for order, rule in enumerate(rules.rules):
+            self._add(order, rule, rule.condition)
+        self._texts: dict[tuple[int, str], tuple[Watcher, ...]] = {}
+
+    def _add(self, order: int, rule: Rule, condition: Condition) -> None:
+        match condition:
+            case SpanCondition(name, min_duration_ns):
+                for family in (SPANS, CALLS):
+                    self.families[family].append(Watcher(order, rule, condition, Pattern(name), min_duration_ns, 0))
+            case OtlpErrorCondition(name):
+                for family in (SPANS, ASYNC):
+                    self.families[family].append(Watcher(order, rule, condition, Pattern(name), NEVER, STATUS_ERROR))
+            case CounterCondition(name):
+                self.families[COUNTERS].append(Watcher(order, rule, condition, Pattern(name), ANY, 0))
+            case IncidentCallCondition(reason):
+                self.families[INCIDENTS].append(Watcher(order, rule, condition, Pattern(reason), ANY, 0))
+            case MessageCondition():
+                watcher = Watcher(order, rule, condition, Pattern(condition.text), ANY, 0)
+                level = PRIORITIES.index(condition.min_priority)
+                self.messages.append((watcher, level, Pattern(condition.category)))
+            case _:  # a crash: the engine sees those, not the stored events
+                pass
+
+    @property
+    def empty(self) -> bool:
+        """Whether no stored event can meet a rule (nothing to read)."""
+        return not self.messages and not any(self.families)
+
+    def named(self, family: int, text: str) -> tuple[Watcher, ...]:
+        """The watchers of ``family`` whose glob (other than ``*``) matches ``text``."""
+        key = (family, text)
+        found = self._texts.get(key)
+        if found is None:
+            if len(self._texts) >= MAX_REMEMBERED_TEXTS:
+                self._texts.clear()
+            found = self._texts[key] = tuple(w for w in self.families[family] if not w.any_name and w.pattern(text))
+        return found
+
+    def message_rules(self, kind: KindSpec) -> tuple[Watcher, ...]:
+        """Watchers of the message conditions a message kind meets (by priority and category)."""
+        if kind.shape != "message" or kind.priority not in PRIORITIES:
+            return ()
+        level, category = PRIORITIES.index(kind.priority), category_of(kind)
+        return tuple(
+            watcher
+            for watcher, max_level, category_pattern in self.messages
+            if level <= max_level and category_pattern(category)
+        )
+
+
+class SegmentCriteria:
+    """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
+
+    __slots__ = ("_kinds_seen", "_strings_seen", "by_kind", "by_name", "criteria", "group_of", "plan", "tables")
+
+    def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
+        self.plan, self.tables = plan, tables
+        self.criteria = Criteria(array("q"), tuple(array("q") for _ in _FAMILIES))
+        #: Per kind id watched: the watchers of every name (``*`` globs, message conditions), and its name group.
+        self.by_kind: dict[int, tuple[Watcher, ...]] = {}
+        self.group_of: dict[int, int] = {}
+        #: Per name group: the watchers of each string id that some glob matched.
+        self.by_name: tuple[dict[int, tuple[Watcher, ...]], ...] = tuple({} for _ in _FAMILIES)
+        self._kinds_seen = -1
+        self._strings_seen = 0
+
+    def sync(self, tables: StreamTables) -> SegmentCriteria:
+        """These criteria, or new ones for new tables, brought up to what ``tables`` declares."""
+        if tables is not self.tables:
+            return SegmentCriteria(self.plan, tables).sync(tables)
+        if len(tables.kinds) != self._kinds_seen:
+            self._sync_kinds()
+        if len(tables.strings) != self._strings_seen:
+            self._sync_strings()
+        return self
+
+    def watchers(self, kind: int, name: int) -> Sequence[Watcher]:
+        """The watchers to judge a candidate of kind id ``kind`` and name id ``name`` by."""
+        group = self.group_of.get(kind)
+        named = self.by_name[group].get(name, ()) if group is not None else ()
+        every = self.by_kind.get(kind, ())
+        return sorted(every + named, key=_in_order) if every and named else every or named
+
+    def _sync_kinds(self) -> None:
+        kinds = self.tables.kinds
+        self._kinds_seen = len(kinds)
+        self.by_kind.clear()
+        self.group_of.clear()
+        for family, members in enumerate(_FAMILIES):
+            for kind_id, name in members:
+                declared = kinds.get(kind_id)
+                if declared is not None and declared.name == name and self.plan.families[family]:
+                    self.group_of[kind_id] = family
+                    self.by_kind[kind_id] = tuple(w for w in self.plan.families[family] if w.any_name)
+        if self.plan.messages:
+            for kind_id, kind in kinds.items():
+                watchers = self.plan.message_rules(kind) if 0 <= kind_id < MAX_KIND_ID else ()
+                if watchers:
+                    self.by_kind[kind_id] = watchers
+        table = array("q", [NEVER, 0, -1]) * (max(self.by_kind, default=-1) + 1)
+        for kind_id, watchers in self.by_kind.items():
+            at = kind_id * KIND_SLOTS
+            table[at : at + KIND_SLOTS] = array("q", (*_merged(watchers), self.group_of.get(kind_id, -1)))
+        self.criteria.kinds = table
+
+    def _sync_strings(self) -> None:
+        """Match the strings declared since the last sync against the globs (tables only grow)."""
+        strings = self.tables.strings
+        named = [family for family, watchers in enumerate(self.plan.families) if any(not w.any_name for w in watchers)]
+        for string_id, text in islice(strings.items(), self._strings_seen, None):
+            if not 0 <= string_id < MAX_NAME_ID:
+                continue
+            for family in named:
+                watchers = self.plan.named(family, text)
+                if watchers:
+                    self.by_name[family][string_id] = watchers
+                    names = self.criteria.names[family]
+                    if len(names) < (string_id + 1) * NAME_SLOTS:
+                        names.extend(array("q", [NEVER, 0]) * (string_id + 1 - len(names) // NAME_SLOTS))
+                    names[string_id * NAME_SLOTS : (string_id + 1) * NAME_SLOTS] = array("q", _merged(watchers))
+        self._strings_seen = len(strings)
+
+
+def _in_order(watcher: Watcher) -> int:
+    return watcher.order
+
+
+def _merged(watchers: Sequence[Watcher]) -> tuple[int, int]:
+    """One criterion that every event passing any of the watchers' passes."""
+    min_dur, flags = NEVER, 0
+    for watcher in watchers:
+        if watcher.min_dur != NEVER:
+            min_dur = min(min_dur, watcher.min_dur)
+        flags |= watcher.flags
+    return min_dur, flags

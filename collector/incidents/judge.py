@@ -1,0 +1,169 @@
+"""The second pass: whether a candidate (a stored event the first pass found, ``frame_match.py``) meets each rule it
+may meet, judged on its args, and the ``Firing`` of each rule it does meet, its reason said in a line.
+
+A counter's condition holds when its value crosses the threshold: the last value of each counter (per process, track
+and counter name) is kept, and a value past the threshold fires only if the one before was not past it (or there
+was none before: the first value the watch sees of a counter already past it fires once). At most
+``MAX_COUNTERS`` counters are remembered; past that the one updated longest ago is forgotten.
+
+Trace ids come from the event's own args (``trace_id``: ringtrace's spans of a trace, OTLP spans and their events, OTLP
+log records carry one). A message or an instant nested in a span of a trace but without a ``trace_id`` of its own
+has none here: finding its enclosing span would take every span of its track, which the watch does not keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.collector.incidents.criteria import Watcher
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.rules import (
+    CounterCondition,
+    IncidentCallCondition,
+    MessageCondition,
+    OtlpErrorCondition,
+    SpanCondition,
+)
+from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.read.selection import category_of
+from ringtrace.wire.call_records import call_args, is_call
+from ringtrace.wire.message_format import render
+from ringtrace.wire.stream_tables import StreamTables, typed_args
+from ringtrace.wire.table_frames import KindSpec
+
+__all__ = ["MAX_COUNTERS", "Judge", "StoredEvent"]
+
+MAX_COUNTERS: Final = 1 << 16
+#: Characters of a message's text a reason quotes.
+_REASON_TEXT: Final = 200
+_HEX: Final = frozenset("0123456789abcdef")
+_MAX_DEPTH: Final = 32
+
+
+@dataclass(slots=True)
+class StoredEvent:
+    """A candidate as the judge sees it (``args`` as stored: a map, a list of a message's values, a stack id ...)."""
+
+    process: ProcessView
+    tables: StreamTables
+    track_id: int
+    track: str
+    kind: KindSpec
+    name: str
+    wall_ns: int
+    dur_ns: int
+    args: Any
+
+
+class Judge:
+    """Judges candidates for the rules they may meet; keeps each counter's last value (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._counters: dict[tuple[int, int, str], float] = {}
+
+    def firings(self, watchers: Sequence[Watcher], event: StoredEvent) -> list[Firing]:
+        """A ``Firing`` per watcher whose rule ``event`` meets."""
+        fired: list[Firing] = []
+        value = _counter_value(event.args)
+        key = (event.process.uid, event.track_id, event.name)
+        before = self._counters.get(key)
+        shown: tuple[str, Any] | None = None
+        for watcher in watchers:
+            reason = self._reason(watcher, event, value, before)
+            if reason is None:
+                continue
+            if shown is None:
+                shown = _shown(event)
+            if isinstance(watcher.condition, MessageCondition):
+                if not watcher.pattern(shown[0]):
+                    continue
+                reason = f"{reason}: {shown[0][:_REASON_TEXT]}"
+            fired.append(_firing(watcher, event, reason, shown))
+        if value is not None and any(isinstance(w.condition, CounterCondition) for w in watchers):
+            self._counters.pop(key, None)  # (to the end: the one updated longest ago goes first)
+            if len(self._counters) >= MAX_COUNTERS:
+                del self._counters[next(iter(self._counters))]
+            self._counters[key] = value
+        return fired
+
+    def _reason(self, watcher: Watcher, event: StoredEvent, value: float | None, before: float | None) -> str | None:
+        """Why ``event`` meets the watcher's condition; None if it does not (a message's text is judged after)."""
+        condition, name, dur = watcher.condition, event.name, event.dur_ns
+        match condition:
+            case SpanCondition(_, min_ns):
+                if event.kind.shape == "span" and dur >= min_ns:
+                    return f"{event.kind.name} {name!r} lasted {_ms(dur)} (>= {_ms(min_ns, exact=True)})"
+            case OtlpErrorCondition():
+                args = event.args
+                if type(args) is dict and args.get("status") == "error":
+                    message = args.get("status_message")
+                    said = f": {str(message)[:_REASON_TEXT]}" if message else ""
+                    return f"span {name!r} ended with error status{said}"
+            case CounterCondition(_, above, below):
+                if value is None:
+                    return None
+                if above is not None and value > above and not (before is not None and before > above):
+                    return f"counter {name!r} rose to {value:g} (> {above:g})"
+                if below is not None and value < below and not (before is not None and before < below):
+                    return f"counter {name!r} fell to {value:g} (< {below:g})"
+            case IncidentCallCondition():
+                return f"the program reported incident {name!r}"
+            case MessageCondition():
+                return f"{event.kind.priority} message {category_of(event.kind)!r}"
+        return None
+
+
+def _counter_value(args: Any) -> float | None:
+    value = args.get("value") if type(args) is dict else None
+    return float(value) if isinstance(value, int | float) and type(value) is not bool else None
+
+
+def _ms(ns: int, *, exact: bool = False) -> str:
+    return f"{ns / 1e6:g} ms" if exact else f"{ns / 1e6:.1f} ms"
+
+
+def _shown(event: StoredEvent) -> tuple[str, Any]:
+    """The event's name and args as a snapshot shows them: a message rendered, a typed event's fields by name, a
+    traced call's file and line."""
+    kind, args = event.kind, event.args
+    if kind.shape == "message" and type(args) is list:
+        return render(kind, args)
+    if kind.fields and type(args) is list:
+        return event.name, typed_args(kind, args, event.tables.kinds)
+    if is_call(kind):
+        return event.name, call_args(event.tables.stacks.innermost(args))
+    return event.name, args
+
+
+def _firing(watcher: Watcher, event: StoredEvent, reason: str, shown: tuple[str, Any]) -> Firing:
+    name, args = shown
+    trace_id = args.get("trace_id") if type(args) is dict else None
+    if not (type(trace_id) is str and len(trace_id) == 32 and _HEX.issuperset(trace_id)):
+        trace_id = None
+    fields = {
+        "kind": event.kind.name,
+        "name": name,
+        "track": event.track,
+        "ts_ns": event.wall_ns,
+        "dur_ns": event.dur_ns,
+        "args": _plain(args, 0),
+    }
+    end_ns = event.wall_ns + event.dur_ns
+    return Firing(watcher.rule.name, event.process.uid, event.wall_ns, end_ns, reason, fields, trace_id)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """``value`` as JSON can hold it: bytes as hex, map keys as text, anything else unknown as its text."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if depth >= _MAX_DEPTH:
+        return "<nested too deep>"
+    if isinstance(value, dict):
+        return {str(key): _plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)

@@ -1,0 +1,277 @@
+"""The rules watched on what is stored: the events that meet a rule's condition, as ``Firing``s, found off the event
+loop after ingest stored them (clients pay nothing).
+
+Theory of operation
+-------------------
+A ``RuleWatch`` follows the stored segments as the live tail does (``read/tail.py``): a cursor per segment, how far
+it has read and the session decoder that read it (a segment decodes alone). At each ``step`` (the engine runs one
+every ~100 ms on a worker thread, the segments pinned) it decodes what each segment gained since, up to
+``max_step_bytes`` in all (the rest waits for the next step), and judges each EVENTS frame in two passes: the first
+(``frame_match.py``, in C where built) finds the frame's candidates from its kind, name and duration columns against
+the segment's compiled criteria (``criteria.py``) without an object per event; the second (``judge.py``) decodes the
+frame's args once, if a candidate needs them, and judges each candidate for the rules it may meet.
+
+Segments stored before the watch began start at their end; their decoder reads the part before the cursor (session
+frames and all) only once the segment grows. Newer segments are read from their start. A segment that leaves (the
+ring overwrote it, or it was removed on request) before the watch read it whole has its events not read counted in
+``unread_events``, never silent; a frame that cannot be decoded counts its events in ``undecodable_events``; segments
+numbered between two the watch saw, that it never saw (stored and gone between two steps), count in
+``unseen_segments`` (their events unknown to it).
+
+Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. Nor are firings rate-limited
+here: the engine holds each rule to its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ringtrace.collector.export.chrome_frames import column_order
+from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.frame_match import candidates, match_frame
+from ringtrace.collector.incidents.judge import Judge, StoredEvent
+from ringtrace.collector.incidents.rules import RuleSet
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
+from ringtrace.collector.store.ring import SegmentView
+from ringtrace.collector.store.segments import INDEX_ENTRY
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.stream_tables import StreamTables
+
+__all__ = ["MAX_STEP_BYTES", "RuleWatch"]
+
+MAX_STEP_BYTES: Final = 8 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Cursor:
+    owner: int
+    #: Bytes of the segment read so far (or there when the watch began).
+    offset: int
+    #: The decoder that read them; None until the segment grows (a segment that was there when the watch began).
+    decoder: SessionDecoder | None
+    #: The events the segment held when last seen.
+    seen_events: int
+    #: Events the segment held when the watch began (none, for a newer one): they are not the watch's.
+    counted_from: int
+    #: Index entries (EVENTS frames) wholly before ``offset``, and their events.
+    read_entries: int = 0
+    read_events: int = 0
+    criteria: SegmentCriteria | None = None
+    #: A frame could not be decoded: the rest of the segment is counted, not read.
+    broken: bool = False
+
+
+@dataclass(slots=True)
+class _Progress:
+    """Where a watch is, what a reload keeps."""
+
+    cursors: dict[int, _Cursor] = field(default_factory=dict)
+    judge: Judge = field(default_factory=Judge)
+    began: bool = False
+    #: Segments newer than this are read from their start.
+    newest_seq: int = -1
+    #: Per process: events the store had kept of it when the watch began (``kept``), events of segments gone since
+    #: that the watch had read, and of those it had not read (a lower bound: what it saw of them).
+    baseline: dict[int, int] = field(default_factory=dict)
+    departed_read: dict[int, int] = field(default_factory=dict)
+    departed_unread: dict[int, int] = field(default_factory=dict)
+    #: Per process: events the store kept since the watch began that it neither read nor can still read.
+    missed: dict[int, int] = field(default_factory=dict)
+    undecodable_events: int = 0
+    unseen_segments: int = 0
+
+
+class RuleWatch:
+    """See the module docstring. ``step`` runs on a worker thread, one at a time.
+
+    Args:
+        rules: the rules in force.
+        limits: what a segment's session decoder allows (the collector's stream limits).
+        max_step_bytes: stored bytes a step reads at most.
+    """
+
+    def __init__(self, rules: RuleSet, limits: Limits, *, max_step_bytes: int = MAX_STEP_BYTES) -> None:
+        self._plan = RulePlan(rules)
+        self._limits = limits
+        self._max_step_bytes = max_step_bytes
+        self._progress = _Progress()
+
+    @property
+    def rules(self) -> RuleSet:
+        return self._plan.rules
+
+    @property
+    def unread_events(self) -> int:
+        """Events stored since the watch began that left (overwritten, or removed on request) before it read them:
+        exact where ``step`` is given ``kept``, else those of the segments it saw, as it last saw them."""
+        progress = self._progress
+        owners = progress.missed.keys() | progress.departed_unread.keys()
+        return sum(max(progress.missed.get(o, 0), progress.departed_unread.get(o, 0)) for o in owners)
+
+    @property
+    def undecodable_events(self) -> int:
+        """Events of frames that could not be decoded (not judged)."""
+        return self._progress.undecodable_events
+
+    @property
+    def unseen_segments(self) -> int:
+        """Segments numbered between two the watch saw that it never saw (stored and gone between two steps)."""
+        return self._progress.unseen_segments
+
+    def with_rules(self, rules: RuleSet) -> RuleWatch:
+        """A watch of ``rules`` that goes on from where this one is (its cursors, counters' last values and counts):
+        a reload. This one is not to be stepped again."""
+        watch = RuleWatch(rules, self._limits, max_step_bytes=self._max_step_bytes)
+        watch._progress = self._progress
+        for cursor in self._progress.cursors.values():
+            cursor.criteria = None  # compiled for the old rules
+        return watch
+
+    def step(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> list[Firing]:
+        """The firings of the events stored since the last step, segment by segment (oldest first).
+
+        Args:
+            segments: every stored segment with its process, pinned, oldest first.
+            kept: per process, the events the store has kept of it so far (``Store.kept_events``), taken with the
+                segments: what the watch has read or can still read must add up to what was kept since it began,
+                the rest left before it read it (``unread_events``). Without it, only what it saw is counted.
+        """
+        segments = list(segments)
+        progress = self._progress
+        self._depart({segment.seq for _, segment in segments})
+        if not progress.began:
+            progress.began = True
+            progress.baseline = dict(kept or {})
+            for _, segment in segments:
+                progress.cursors[segment.seq] = _Cursor(
+                    segment.owner, segment.used, None, segment.events, segment.events, segment.entries, segment.events
+                )
+            return []
+        firings: list[Firing] = []
+        budget = self._max_step_bytes
+        accounted = dict(progress.departed_read)
+        for process, segment in segments:
+            cursor = progress.cursors.get(segment.seq)
+            if cursor is None:
+                cursor = progress.cursors[segment.seq] = _Cursor(segment.owner, 0, None, 0, 0)
+            cursor.seen_events = segment.events
+            accounted[segment.owner] = accounted.get(segment.owner, 0) + segment.events - cursor.counted_from
+            if cursor.broken:  # frames after one that could not be decoded cannot be either
+                progress.undecodable_events += segment.events - cursor.read_events
+                cursor.read_events, cursor.read_entries = segment.events, segment.entries
+                continue
+            if self._plan.empty:  # nothing to judge: skip ahead (the decoder catches up if rules come)
+                cursor.offset, cursor.decoder, cursor.criteria = segment.used, None, None
+                _advance(cursor, segment)
+                continue
+            if cursor.offset >= segment.used or budget <= 0:
+                continue
+            end = min(segment.used, cursor.offset + budget)
+            budget -= end - cursor.offset
+            self._read(process, segment, cursor, end, firings)
+            _advance(cursor, segment)
+        for owner, count in (kept or {}).items():
+            missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
+            progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
+        return firings
+
+    def _depart(self, present: set[int]) -> None:
+        """Count what the segments gone since the last step held that the watch had read, and had not."""
+        progress = self._progress
+        for seq, gone in list(progress.cursors.items()):
+            if seq not in present:
+                del progress.cursors[seq]
+                owner = gone.owner
+                read = gone.read_events - gone.counted_from
+                progress.departed_read[owner] = progress.departed_read.get(owner, 0) + read
+                unread = max(0, gone.seen_events - gone.read_events)
+                progress.departed_unread[owner] = progress.departed_unread.get(owner, 0) + unread
+        if progress.began:
+            edge = progress.newest_seq
+            for seq in sorted(seq for seq in present if seq > progress.newest_seq):
+                progress.unseen_segments += seq - edge - 1
+                edge = seq
+        progress.newest_seq = max([progress.newest_seq, *present])
+
+    def _read(
+        self, process: ProcessView, segment: SegmentView, cursor: _Cursor, end: int, firings: list[Firing]
+    ) -> None:
+        """Judge the segment's complete frames from the cursor up to about ``end``; the cursor moves past them."""
+        buffer = memoryview(segment.buffer)
+        try:
+            decoder = cursor.decoder
+            if decoder is None:  # catch up on the session frames before the cursor (its events were there before)
+                decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
+                if cursor.offset:  # (no data at all would say the stream ended)
+                    decoder.receive_data(buffer[: cursor.offset])
+                    for _ in decoder:
+                        pass
+            decoder.receive_data(buffer[cursor.offset : end])
+            cursor.offset = end
+            for frame in decoder:
+                if isinstance(frame, Events):
+                    self._frame(process, cursor, decoder.tables, frame, firings)
+        except ProtocolError:  # the rest of the segment cannot be decoded: its events are counted, not judged
+            _advance(cursor, segment)
+            self._progress.undecodable_events += segment.events - cursor.read_events
+            cursor.read_events, cursor.read_entries = segment.events, segment.entries
+            cursor.broken, cursor.decoder, cursor.criteria = True, None, None
+
+    def _frame(
+        self, process: ProcessView, cursor: _Cursor, tables: StreamTables, frame: Events, firings: list[Firing]
+    ) -> None:
+        if cursor.criteria is None:
+            cursor.criteria = SegmentCriteria(self._plan, tables)
+        criteria = cursor.criteria = cursor.criteria.sync(tables)
+        columns = column_order(tables)
+        found = None if columns is None else match_frame(frame.payload, frame.count, columns, criteria.criteria)
+        if found is None:
+            self._progress.undecodable_events += frame.count
+            return
+        if not found:
+            return
+        args: list[Any] | None = None
+        track = tables.tracks.get(frame.track_id)
+        track_name = process.tracks.get(frame.track_id, track).name if track is not None else str(frame.track_id)
+        for index, kind_id, name_id, ts, dur in candidates(found):
+            kind = tables.kinds.get(kind_id)
+            watchers = criteria.watchers(kind_id, name_id)
+            wall_ns = frame.first_ts_ns + ts + process.clock_offset_ns
+            if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
+                continue
+            if args is None:
+                args = _args_column(tables, frame)
+            name = tables.strings.get(name_id)
+            event = StoredEvent(
+                process, tables, frame.track_id, track_name, kind,
+                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur, args[index],
+            )  # fmt: skip
+            firings += self._progress.judge.firings(watchers, event)
+
+
+def _args_column(tables: StreamTables, frame: Events) -> list[Any]:
+    """The frame's args, decoded once for all its candidates."""
+    try:
+        columns = tables.unpack(frame)
+    except ProtocolError:  # (the first pass read it: not reached)
+        return [None] * frame.count
+    return columns[tables.columns.index("args")]
+
+
+def _advance(cursor: _Cursor, segment: SegmentView) -> None:
+    """Count the index entries (EVENTS frames) now wholly before the cursor."""
+    buffer, size, step = segment.buffer, segment.size, INDEX_ENTRY.size
+    while cursor.read_entries < segment.entries:
+        offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (cursor.read_entries + 1))
+        if offset + length > cursor.offset:
+            return
+        cursor.read_entries += 1
+        cursor.read_events += count

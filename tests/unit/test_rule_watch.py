@@ -1,0 +1,243 @@
+"""The rules watched on what is stored (``RuleWatch``): real client streams into a real store, each condition firing
+exactly when it should, once per event, counters once per crossing, nothing stored before the watch began, what it
+could not read counted, and a reload that goes on from where the watch was."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ringtrace.collector.incidents.rules import (
+    CounterCondition,
+    IncidentCallCondition,
+    MessageCondition,
+    OtlpErrorCondition,
+    Rule,
+    RuleSet,
+    SpanCondition,
+)
+from ringtrace.collector.incidents.watch import RuleWatch
+from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.frames import Stats
+from ringtrace.wire.model import COUNTER, INCIDENT, INSTANT, SPAN
+from ringtrace.wire.stream_limits import Limits
+from store_client import Client
+
+OFFSET_NS = 5_000
+MS = 1_000_000
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def process(owner: int) -> ProcessView:
+    return ProcessView(owner, 100 + owner, 100 + owner, "host", f"proc-{owner}", OFFSET_NS, Stats(0, 0), {})
+
+
+class Stream(Client):
+    """A client stream that sends any events, at times it chooses."""
+
+    def __init__(self, store: Store, owner: int) -> None:
+        super().__init__(store, owner)
+        self.clock = itertools.count(10**15, 10 * MS)
+
+    def send(self, *events: tuple[int, str, int, Any]) -> list[int]:
+        """``(kind, name, dur_ns, args)`` each, on track 0, one after another; their start times."""
+        records: list[Any] = []
+        starts = []
+        for kind, name, dur, args in events:
+            ts = next(self.clock)
+            starts.append(ts)
+            records += [kind, name, ts, ts + dur, args]
+        batch = self.encoder.encode(self.tracks[0], records)
+        for frame in [*batch.control, *(frame for frame, _ in batch.events)]:
+            self.feed(frame)
+        self.store.commit(self.stream)
+        return starts
+
+    def message_kind(self, category: str, priority: str, text: str) -> int:
+        kind = self.encoder.registry.register(
+            category, "message", (("what", "any"), ("trace_id", "any")), lambda v: (list(v), 0), text, priority
+        )
+        return kind.id
+
+
+def rules(*conditions: Any) -> RuleSet:
+    return RuleSet(tuple(Rule(f"r{i}", condition) for i, condition in enumerate(conditions)))
+
+
+def step(watch: RuleWatch, store: Store) -> list[tuple[str, str]]:
+    """One step: (rule, reason) of each firing."""
+    return [(firing.rule, firing.reason) for firing in step_firings(watch, store)]
+
+
+def step_firings(watch: RuleWatch, store: Store) -> list[Any]:
+    with store.snapshot() as pinned:
+        kept = store.kept_events(range(1, 4))
+        return watch.step([(process(s.owner), s) for s in pinned.segments], kept)
+
+
+def test_a_span_rule_fires_for_each_span_its_glob_names_that_lasts_long_enough() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("checkout*", 200 * MS)), Limits())
+    client.send((SPAN, "checkout", 500 * MS, None))  # stored before the watch began: not its own
+    assert step(watch, store) == []
+    starts = client.send(
+        (SPAN, "checkout", 250_100_000, {"trace_id": TRACE}),
+        (SPAN, "checkout cart", 200 * MS, None),
+        (SPAN, "checkout", 199 * MS, None),
+        (SPAN, "search", 900 * MS, None),
+        (INSTANT, "checkout", 0, None),
+    )
+    firings = step_firings(watch, store)
+    assert [(f.rule, f.reason) for f in firings] == [
+        ("r0", "span 'checkout' lasted 250.1 ms (>= 200 ms)"),
+        ("r0", "span 'checkout cart' lasted 200.0 ms (>= 200 ms)"),
+    ]
+    first = firings[0]
+    assert (first.process_uid, first.start_ns, first.end_ns) == (
+        1,
+        starts[0] + OFFSET_NS,
+        starts[0] + OFFSET_NS + 250_100_000,
+    )
+    assert first.trace_id == TRACE and firings[1].trace_id is None
+    assert first.event == {
+        "kind": "span",
+        "name": "checkout",
+        "track": "t0",
+        "ts_ns": starts[0] + OFFSET_NS,
+        "dur_ns": 250_100_000,
+        "args": {"trace_id": TRACE},
+    }
+    assert step(watch, store) == []  # once each
+
+
+def test_a_message_rule_fires_at_or_above_its_priority_for_its_category_and_text() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    db_error = client.message_kind("db", "error", "query failed: $what")
+    db_fatal = client.message_kind("db", "fatal", "gone: $what")
+    db_warning = client.message_kind("db", "warning", "slow: $what")
+    web_error = client.message_kind("web", "error", "bad request: $what")
+    watch = RuleWatch(rules(MessageCondition("error", "db", "*failed*"), MessageCondition("fatal")), Limits())
+    step(watch, store)
+    client.send(
+        (db_error, "", 0, ["orders", TRACE]),
+        (db_fatal, "", 0, ["disk", ""]),
+        (db_warning, "", 0, ["orders failed", ""]),
+        (web_error, "", 0, ["x failed", ""]),
+    )
+    firings = step_firings(watch, store)
+    assert [(f.rule, f.reason) for f in firings] == [
+        ("r0", "error message 'db': query failed: what(orders)"),
+        ("r1", "fatal message 'db': gone: what(disk)"),
+    ]
+    assert firings[0].trace_id == TRACE and firings[1].trace_id is None
+    assert firings[0].event["args"] == {"what": "orders", "trace_id": TRACE}
+
+
+def test_an_otlp_error_rule_fires_for_spans_with_error_status() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(OtlpErrorCondition("GET *")), Limits())
+    step(watch, store)
+    client.send(
+        (SPAN, "GET /cart", 1000, {"trace_id": TRACE, "status": "error", "status_message": "timeout"}),
+        (SPAN, "GET /cart", 1000, {"status": "ok"}),
+        (SPAN, "POST /cart", 1000, {"status": "error"}),
+        (SPAN, "GET /", 1000, None),
+    )
+    firings = step_firings(watch, store)
+    assert [(f.reason, f.trace_id) for f in firings] == [("span 'GET /cart' ended with error status: timeout", TRACE)]
+
+
+def test_a_counter_rule_fires_once_per_crossing_per_counter() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(CounterCondition("queue*", above=1000), CounterCondition("free", below=5)), Limits())
+    step(watch, store)
+
+    def counter(name: str, value: float) -> tuple[int, str, int, Any]:
+        return (COUNTER, name, 0, {"value": value})
+
+    client.send(counter("queue depth", 5), counter("queue depth", 1200), counter("queue depth", 1300))
+    assert step(watch, store) == [("r0", "counter 'queue depth' rose to 1200 (> 1000)")]
+    client.send(counter("queue depth", 1400), counter("other", 5000), counter("queue b", 2000))  # across steps
+    assert step(watch, store) == [("r0", "counter 'queue b' rose to 2000 (> 1000)")]
+    client.send(counter("queue depth", 900), counter("queue depth", 1000.5), counter("free", 3), counter("free", 2))
+    assert step(watch, store) == [
+        ("r0", "counter 'queue depth' rose to 1000.5 (> 1000)"),
+        ("r1", "counter 'free' fell to 3 (< 5)"),
+    ]
+
+
+def test_an_incident_call_rule_fires_for_the_programs_incidents_its_glob_names() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(IncidentCallCondition("payment*"), IncidentCallCondition()), Limits())
+    step(watch, store)
+    client.send(
+        (INCIDENT, "payment failed", 0, {"order": 7}), (INCIDENT, "other", 0, None), (INSTANT, "payment", 0, None)
+    )
+    firings = step_firings(watch, store)
+    assert [(f.rule, f.reason) for f in firings] == [
+        ("r0", "the program reported incident 'payment failed'"),
+        ("r1", "the program reported incident 'payment failed'"),
+        ("r1", "the program reported incident 'other'"),
+    ]
+    assert firings[0].event["args"] == {"order": 7} and firings[0].event["kind"] == "incident"
+
+
+def test_segments_written_after_the_watch_began_are_read_across_processes_and_segments() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    one, two = Stream(store, 1), Stream(store, 2)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    step(watch, store)
+    sent = 0
+    while store.segment_count < 6:
+        one.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20, (SPAN, "fast", 0, None))
+        two.send((SPAN, "slow", 5, None))
+        sent += 21
+    firings = step_firings(watch, store)
+    assert len(firings) == sent
+    assert {f.process_uid for f in firings} == {1, 2}
+    assert (watch.unread_events, watch.undecodable_events, watch.unseen_segments) == (0, 0, 0)
+
+
+def test_events_of_segments_overwritten_before_the_watch_read_them_are_counted() -> None:
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("*")), Limits(), max_step_bytes=2048)
+    step(watch, store)
+    sent = fired = 0
+    for _ in range(40):  # a reader too slow for what is written: the ring goes round under it
+        client.send(*[(SPAN, "s", 1, {"pad": "x" * 100})] * 100)
+        sent += 100
+        fired += len(step(watch, store))
+    for _ in range(400):  # the rest, a bounded number of bytes a step (some steps read session frames alone)
+        fired += len(step(watch, store))
+    assert watch.unread_events > 0 and watch.unseen_segments == 0
+    assert fired + watch.unread_events == sent
+
+
+def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(CounterCondition("q", above=10), SpanCondition("a", 0)), Limits())
+    step(watch, store)
+    client.send((SPAN, "a", 1, None), (COUNTER, "q", 0, {"value": 50}))
+    assert step(watch, store) == [("r1", "span 'a' lasted 0.0 ms (>= 0 ms)"), ("r0", "counter 'q' rose to 50 (> 10)")]
+    client.send((SPAN, "b", 1, None))  # stored before the reload, not yet read: judged by the new rules
+    watch = watch.with_rules(rules(CounterCondition("q", above=10), SpanCondition("b", 0)))
+    client.send((SPAN, "a", 1, None), (SPAN, "b", 1, None), (COUNTER, "q", 0, {"value": 60}))
+    assert step(watch, store) == [
+        ("r1", "span 'b' lasted 0.0 ms (>= 0 ms)"),
+        ("r1", "span 'b' lasted 0.0 ms (>= 0 ms)"),
+    ]
+    watch = watch.with_rules(RuleSet())
+    client.send((SPAN, "b", 1, None))
+    assert step(watch, store) == []
+    watch = watch.with_rules(rules(SpanCondition("b", 0)))  # rules again: what came meanwhile is not judged
+    assert step(watch, store) == []
+    client.send((SPAN, "b", 1, None))
+    assert step(watch, store) == [("r0", "span 'b' lasted 0.0 ms (>= 0 ms)")]

@@ -39,7 +39,7 @@ from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
-__all__ = ["BY_HAND", "MAX_CAPTURES", "WATCH_INTERVAL_S", "IncidentEngine", "Viewer", "Watch"]
+__all__ = ["BY_HAND", "MAX_CAPTURES", "WATCH_INTERVAL_S", "CapturesBusy", "IncidentEngine", "Viewer", "Watch"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -54,6 +54,10 @@ BY_HAND: Final = "by hand"
 FLUSH_TIMEOUT_S: Final = 0.5
 #: How long a stopping collector gives the captures under way to write what they hold.
 STOP_SAVE_TIMEOUT_S: Final = 5.0
+
+
+class CapturesBusy(ConfigError):
+    """``max_captures`` incidents are being captured: a new one must wait."""
 
 
 class Watch(Protocol):
@@ -254,7 +258,8 @@ class IncidentEngine:
         chose; the first is its trigger's), whatever the rules say. Returns its id.
 
         Raises:
-            ConfigError: no process to take (scope ``process``/``host``/``trace`` need one), or captures are busy.
+            ConfigError: no process to take, or no trace for a ``trace`` scope.
+            CapturesBusy: ``max_captures`` are under way.
         """
         chosen = processes if processes is not None else list(self._registry.by_uid.values())
         if not chosen:
@@ -269,7 +274,7 @@ class IncidentEngine:
         owners = {p.uid for p in chosen} if selected is not None and scope == "process" else None
         incident_id = self.fire(firing, rule, owners=owners)
         if incident_id is None:
-            raise ConfigError(f"{self.max_captures} incidents are being captured (max_captures): try again")
+            raise CapturesBusy(f"{self.max_captures} incidents are being captured (max_captures): try again soon")
         return incident_id
 
     def fire(self, firing: Firing, rule: Rule, *, owners: set[int] | None = None) -> str | None:

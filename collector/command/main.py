@@ -7,6 +7,7 @@
     ringtrace tail URL [filters]                   a collector's events as they are stored, one a line
     ringtrace sources URL [--pid --process --host] a collector's processes, threads and sources, as a table
     ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
+    ringtrace incidents [list|fetch|open|delete]   a collector's saved incidents (--url: where it answers HTTP)
 
 FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
 stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``foreign/offline.py``).
@@ -21,7 +22,7 @@ Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --proce
 or is corrupt.
 
 This module is the parser and the dispatch; each group of subcommands is a module of its own: ``snapshot.py``,
-``files.py`` (dump, convert, replay) and ``live.py`` (tail, sources).
+``files.py`` (dump, convert, replay), ``live.py`` (tail, sources) and ``incident_commands.py`` (incidents).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Callable, Sequence
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.files import add_convert_parser, add_dump_parser, add_replay_parser
 from ringtrace.collector.command.filters import VALUE_FLAGS
+from ringtrace.collector.command.incident_commands import add_incidents_parser
 from ringtrace.collector.command.live import add_sources_parser, add_tail_parser
 from ringtrace.collector.command.snapshot import add_snapshot_parser
 
@@ -101,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tail_parser(commands)
     add_sources_parser(commands)
     add_replay_parser(commands)
+    add_incidents_parser(commands)
     for command in commands.choices.values():
         command.allow_abbrev = False  # (a flag's start would be taken for it: "--token X" for --token-file X)
     return parser

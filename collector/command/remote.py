@@ -132,8 +132,8 @@ _NOT_TLS: Final = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
 
 
 @contextlib.contextmanager
-def fetch(url: str, access: Access) -> Iterator[Any]:
-    request = urllib.request.Request(url)
+def fetch(url: str, access: Access, method: str = "GET") -> Iterator[Any]:
+    request = urllib.request.Request(url, method=method)
     if access.token is not None:
         request.add_header("Authorization", f"Bearer {access.token}")
     opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=access.context), _NoRedirect)
@@ -141,7 +141,7 @@ def fetch(url: str, access: Access) -> Iterator[Any]:
         response = opener.open(request, timeout=_HTTP_TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         with exc:
-            detail = exc.read(2000).decode("utf-8", "replace").strip()
+            detail = _error_text(exc.read(2000).decode("utf-8", "replace").strip())
         hint = f" ({_TOKEN_HINT})" if exc.code == 401 and access.token is None else ""
         raise CommandError(f"the collector answered {exc.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
@@ -159,3 +159,13 @@ def fetch(url: str, access: Access) -> Iterator[Any]:
         raise CommandError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}{hint}") from None
     with response:
         yield response
+
+
+def _error_text(detail: str) -> str:
+    """What an error answer says: its text, or the ``error`` of a JSON one (``{"error": "..."}``)."""
+    if detail.startswith("{"):
+        with contextlib.suppress(ValueError, AttributeError):
+            said = json.loads(detail).get("error")
+            if isinstance(said, str):
+                return said
+    return detail

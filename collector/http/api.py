@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
@@ -21,9 +20,9 @@ from aiohttp.typedefs import Middleware
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.formats import FLAME_GRAPH, FORMATS, TIMELINE, Format
-from ringtrace.collector.http.collector_api import CollectorAPI
+from ringtrace.collector.http.collector_api import COLLECTOR, CollectorAPI
 from ringtrace.collector.http.endpoints import ENDPOINTS
-from ringtrace.collector.http.guard import reset
+from ringtrace.collector.http.incidents_api import add_incident_routes
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringtrace.collector.http.page import page_response, static_file, wants_html
 from ringtrace.collector.http.query import (
@@ -39,7 +38,7 @@ from ringtrace.collector.http.query import (
     parse_process_filter,
     parse_snapshot_query,
 )
-from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.http.snapshot_stream import stream_out
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.processes import ProcessRecord
@@ -50,12 +49,7 @@ __all__ = ["make_app"]
 log = logging.getLogger("ringtrace.collector.http")
 
 
-COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")
 _MAX_FLUSH_TIMEOUT_S = 60.0
-#: What one step on a reader thread makes before handing it to the event loop (fewer, larger writes), or for how
-#: long it runs at most.
-_PIECE_BYTES = 256 * 1024
-_PIECE_S = 0.05
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -148,7 +142,7 @@ async def _counted_snapshot(
             except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
                 raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
             chunks = format_.writer(view, query.filter)
-            response, _ = await _stream_out(request, view, chunks, _headers(format_, gzip), gzip)
+            response, _ = await stream_out(request, view, chunks, _headers(format_, gzip), gzip)
             return response
     finally:
         collector.end_snapshot()
@@ -167,85 +161,10 @@ async def pop(request: web.Request) -> web.StreamResponse:
             raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
         popping = Popping(collector.pop_left_open)
         chunks = chrome_trace_chunks(view, query.filter, popping)
-        response, delivered = await _stream_out(request, view, chunks, _headers(FORMATS[query.format], gzip), gzip)
+        response, delivered = await stream_out(request, view, chunks, _headers(FORMATS[query.format], gzip), gzip)
         if delivered and popping.leaves_open is not None:  # (a pop cut off: its reader has none of it)
             collector.keep_pop_left_open(popping.leaves_open)
         return response
-
-
-async def _stream_out(
-    request: web.Request, view: SnapshotView, chunks: Iterator[bytes], headers: dict[str, str], gzip: bool
-) -> tuple[web.StreamResponse, bool]:
-    """Write ``chunks`` out, made on a worker thread; ``view``'s segments stay pinned until no worker reads them.
-    Returns the response, and whether it was written whole (not cut off: its reader took nothing for too long, or
-    making it failed)."""
-    step: asyncio.Future[bytes | None] | None = None
-    response = web.StreamResponse(headers=headers)
-    written = 0
-    try:
-        await response.prepare(request)
-        # Decoding, encoding and compression run on a worker thread, a piece at a time, so ingest keeps flowing.
-        pieces = _Pieces(chunks, gzip)
-        loop = asyncio.get_running_loop()
-        timeout_s = request.app[COLLECTOR].http_guard.timeout_s
-        while True:
-            step = loop.run_in_executor(request.app[COLLECTOR].readers, pieces.next)
-            try:
-                piece = await asyncio.shield(step)  # cancelled, the step still runs: ``finally`` must see it pending
-            except Exception:  # the status (200) is sent: a response ended cleanly now would pass for a whole one
-                log.exception("snapshot to %s: failed after %d bytes; its connection is reset, so that the reader "
-                              "sees it cut off", request.remote, written)  # fmt: skip
-                reset(request.transport)
-                return response, False
-            if piece is None:
-                break
-            written += len(piece)
-            try:
-                await asyncio.wait_for(response.write(piece), timeout_s)
-            except TimeoutError:  # it would hold its snapshot slot (and the segments it pins) for as long
-                log.warning("snapshot to %s: cut off, it did not take %d bytes within %ss", request.remote,
-                            len(piece), timeout_s)  # fmt: skip
-                request.app[COLLECTOR].http_guard.cut_off(request.transport)
-                return response, False
-        await response.write_eof()
-        return response, True
-    except ConnectionError:  # its reader went away (a reset, a closed tab): not the collector's fault, no traceback
-        log.info("snapshot to %s: its reader went away after %d bytes", request.remote, written)
-        return response, False
-    finally:
-        # The segments stay pinned until no worker reads them (a cancelled request leaves its step running).
-        if step is None or step.done():
-            view.frames.close()
-        else:
-            step.add_done_callback(lambda _: view.frames.close())
-
-
-class _Pieces:
-    """Chunks joined into pieces of about ``_PIECE_BYTES``, or what ``_PIECE_S`` made, gzip-compressed if asked (on
-    a reader thread: the time bound lets the other snapshots and pops waiting for one take their turns)."""
-
-    def __init__(self, chunks: Iterator[bytes], gzip: bool) -> None:
-        self._chunks = chunks
-        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
-        self._done = False
-
-    def next(self) -> bytes | None:
-        if self._done:
-            return None
-        parts: list[bytes] = []
-        size = 0
-        until = time.monotonic() + _PIECE_S
-        while size < _PIECE_BYTES and time.monotonic() < until:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                self._done = True
-                break
-            parts.append(chunk)
-            size += len(chunk)
-        piece = b"".join(parts)
-        if self._compressor is not None:
-            piece = self._compressor.compress(piece) + (self._compressor.flush() if self._done else b"")
-        return piece if piece or not self._done else None
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -449,4 +368,5 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.router.add_post("/pop", pop)
     app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
+    add_incident_routes(app)
     return app

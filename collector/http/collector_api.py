@@ -6,8 +6,10 @@ import asyncio
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
+from aiohttp import web
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
+from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.rows import Row
@@ -16,7 +18,7 @@ from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.store.processes import ProcessRecord
 from ringtrace.wire.stream_limits import Limits
 
-__all__ = ["CollectorAPI"]
+__all__ = ["COLLECTOR", "CollectorAPI"]
 
 
 class CollectorAPI(Protocol):
@@ -40,6 +42,9 @@ class CollectorAPI(Protocol):
 
     @property
     def readers(self) -> Executor: ...
+
+    @property
+    def incident_files(self) -> IncidentFiles: ...
 
     @property
     def pop_left_open(self) -> Pairing: ...
@@ -73,3 +78,7 @@ class CollectorAPI(Protocol):
     def stored_limits(self) -> Limits: ...
 
     async def tail_step(self, tail: Tail) -> list[Row]: ...
+
+
+#: Where the handlers find the collector in their application.
+COLLECTOR: web.AppKey[CollectorAPI] = web.AppKey("collector")

@@ -20,6 +20,11 @@ POST /clear[?pid&process&host]      remove what is stored (of the processes sele
 POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
 GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
+GET /incidents[?rule&status&since&until&limit]
+                                    saved and failed incidents' records, newest first (``incidents_api.py``)
+GET /incidents/{id}[?format=F]      a saved incident's snapshot, in a snapshot format or the web view's columns
+                                    (``timeline``); gzip if accepted
+DELETE /incidents/{id}              remove an incident
 """
 
 from __future__ import annotations
@@ -49,4 +54,11 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
     {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
     {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
+    {
+        "method": "GET",
+        "path": "/incidents",
+        "does": "saved and failed incidents, newest first [rule, status, since, until, limit]",
+    },
+    {"method": "GET", "path": "/incidents/{id}", "does": "an incident's snapshot: format as /snapshot, or timeline"},
+    {"method": "DELETE", "path": "/incidents/{id}", "does": "remove an incident"},
 ]

@@ -14,6 +14,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as _MetricsSource
+from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.store.ring import Counts
 
@@ -43,6 +44,8 @@ class MetricsState(Protocol):
     def otlp_items(self) -> dict[tuple[str, str], int]: ...
 
     def published_counters(self) -> dict[str, int] | None: ...
+
+    def incident_totals(self) -> IncidentCounts: ...
 
 
 class CollectorMetrics:
@@ -133,9 +136,33 @@ class _Scrape(_MetricsSource):
         published = state.published_counters()  # (``--jetstream``: what this collector published)
         if published is not None:
             yield from _jetstream_metrics(published)
+        yield from _incident_metrics(state.incident_totals())
         for name, value in state.metric_gauges().items():
             yield GaugeMetricFamily(f"ringtrace_{name}", _GAUGES[name], value=value)
         yield GaugeMetricFamily("ringtrace_stored_events", "Events stored now", value=store.stored_events)
+
+
+#: What became of the rules' firings (``IncidentCounts`` fields).
+_INCIDENT_OUTCOMES = ("fired", "saved", "suppressed", "failed")
+
+
+def _incident_metrics(counts: IncidentCounts) -> Iterator[Metric]:
+    """Incidents since start, by rule and outcome; and those the retention removed."""
+    incidents = CounterMetricFamily(
+        "ringtrace_incidents",
+        "Incidents by rule and outcome: fired (within the rule's limit), saved, suppressed (past its max_per_minute), "
+        "failed (not saved; its record says why)",
+        labels=["rule", "outcome"],
+    )
+    for outcome in _INCIDENT_OUTCOMES:
+        for rule, count in sorted(getattr(counts, outcome).items()):
+            incidents.add_metric([rule, outcome], count)
+    yield incidents
+    yield CounterMetricFamily(
+        "ringtrace_incidents_removed",
+        "Saved incidents removed by the retention (--incidents-max-count, --incidents-max-bytes)",
+        value=counts.removed,
+    )
 
 
 #: ``--jetstream``'s metrics: name, help, the key in the publisher's counters, and whether it is a gauge.

@@ -20,7 +20,8 @@ class IncidentCounts:
     suppressed: dict[str, int] = field(default_factory=dict)
     #: Incidents that could not be written (their record says why).
     failed: dict[str, int] = field(default_factory=dict)
-    #: Saved incidents removed by the retention (``--incidents-max-count``, ``--incidents-max-bytes``).
+    #: Saved incidents removed by the retention (``--incidents-max-count``, ``--incidents-max-bytes``): what
+    #: ``IncidentFiles.removed`` says when the counts are read (the engine need not count it).
     removed: int = 0
 
     def add(self, counts: dict[str, int], rule: str, n: int = 1) -> None:

@@ -56,13 +56,15 @@ class IncidentFiles:
         max_count: the most finished incidents (saved and failed) kept; the oldest beyond are removed.
         max_bytes: the most bytes of snapshot files kept; the oldest beyond are removed (never the one just saved,
             which alone may be larger).
+        make_now: make the directory now (else when the first incident is written: a default directory is not
+            made for a collector that never has one).
 
     Raises:
         ValueError: a limit below 1.
         OSError: the directory cannot be made.
     """
 
-    def __init__(self, directory: Path, max_count: int, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_count: int, max_bytes: int, *, make_now: bool = True) -> None:
         if max_count < 1:
             raise ValueError(f"incidents max count must be at least 1, not {max_count}")
         if max_bytes < 1:
@@ -75,7 +77,8 @@ class IncidentFiles:
         # Saving (with its retention), failing and deleting may run on several worker threads at once.
         self._lock = threading.Lock()
         self._reported: set[tuple[str, int]] = set()  # (file name, mtime ns) of bad files already logged
-        directory.mkdir(parents=True, exist_ok=True)
+        if make_now:
+            directory.mkdir(parents=True, exist_ok=True)
         self._drop_leftovers()
 
     def new_id(self, rule: str, time_ns: int) -> str:
@@ -264,6 +267,7 @@ class IncidentFiles:
     def _write(self, path: Path, chunks: Iterable[bytes]) -> int:
         """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes."""
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMPORARY}")
+        self.directory.mkdir(parents=True, exist_ok=True)  # (made now, or removed meanwhile)
         nbytes = 0
         try:
             with open(temporary, "xb") as out:

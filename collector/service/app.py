@@ -6,6 +6,7 @@
 - ``process_control.py``: selecting, prioritising, clearing and forgetting the known processes;
 - ``housekeeping.py``: the timers (forgetting, idle connections, rates, the loop-lag watch, interval syncs);
 - ``status.py``: what ``/healthz``, ``/stats`` and ``/metrics`` report;
+- ``incident_dir.py``: where saved incidents are kept (``IncidentFiles``), which the HTTP API lists and serves;
 - where what is received is kept (``store/backend.py``): ``local_store.py``, in memory or a data dir (recovered at
   start, synced: ``data_dir.py``), or ``jetstream_tier.py``, a JetStream stream shared by a fleet of collectors.
 """
@@ -18,12 +19,15 @@ import logging
 import ssl
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringtrace.collector.auth import Authenticator
 from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
+from ringtrace.collector.incidents.counts import IncidentCounts
+from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.ingest.connection import IngestProtocol
 from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.ingest.turns import DecodeTurns, ReadTurns
@@ -36,6 +40,7 @@ from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.housekeeping import Housekeeping
+from ringtrace.collector.service.incident_dir import incident_files, log_incidents
 from ringtrace.collector.service.jetstream_tier import JetStreamTier
 from ringtrace.collector.service.local_store import LocalStore
 from ringtrace.collector.service.loop_lag import LoopLag
@@ -137,6 +142,9 @@ class Collector:
         self.otlp: OtlpReceiver | None = None
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()
+        #: Saved incidents (``--incidents-dir``), and what the incidents did since start (the engine counts).
+        self.incident_files: IncidentFiles = incident_files(config)
+        self.incident_counts = IncidentCounts()
         self._compose(config)
 
     def _compose(self, config: CollectorConfig) -> None:
@@ -211,6 +219,7 @@ class Collector:
             if config.otlp_grpc is not None:
                 await self.servers.open_otlp_grpc(self.otlp, self.auth)
         self.backend.log_setup(self.limits)
+        log_incidents(self.incident_files)
         self.housekeeping.start(self.loop_lag.run, *self.backend.timers())
 
     def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
@@ -327,6 +336,12 @@ class Collector:
         stats = self.status.stats()
         if self.tcp_address is not None:  # (what clients connect to: the web view's hint says it)
             stats["ingest_address"] = host_port(self.tcp_address)
+        incidents = self.incident_totals()
+        stats["incidents"] = {
+            "directory": str(self.incident_files.directory),
+            **{name: sum(getattr(incidents, name).values()) for name in ("fired", "saved", "suppressed", "failed")},
+            "removed": incidents.removed,
+        }
         if self.otlp is not None:
             stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
                                    for path in self.otlp.accepted}  # fmt: skip
@@ -360,6 +375,10 @@ class Collector:
     def published_counters(self) -> dict[str, int] | None:
         """With ``--jetstream``: what this collector published, for ``/metrics``; else None."""
         return self.backend.published_counters()
+
+    def incident_totals(self) -> IncidentCounts:
+        """What the incidents did since start; the retention's removals as the files count them."""
+        return replace(self.incident_counts, removed=self.incident_files.removed)
 
     def metric_gauges(self) -> dict[str, float]:
         return self.status.metric_gauges()

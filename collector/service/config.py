@@ -52,6 +52,9 @@ class CollectorConfig:
     fsync: FsyncPolicy = declared("fsync")  # noqa: RUF009 - as above
     segment_bytes: int | None = declared("segment_bytes")
     max_age_s: float | None = declared("max_age_s")
+    incidents_dir: str | None = declared("incidents_dir")
+    incidents_max_count: int = declared("incidents_max_count")
+    incidents_max_bytes: int = declared("incidents_max_bytes")
     jetstream: tuple[str, ...] | None = declared("jetstream")
     jetstream_stream: str = declared("jetstream_stream")
     jetstream_replicas: int = declared("jetstream_replicas")

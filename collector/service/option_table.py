@@ -184,6 +184,36 @@ OPTIONS: Final[tuple[Option, ...]] = (
         range=(1.0, 1e10),
         none_means="no limit",
     ),
+    Option(
+        "incidents_dir",
+        "keep saved incidents (a record and a snapshot file each) in DIR (created if missing), with --data-dir too "
+        "(instead of DATA_DIR/incidents)",
+        None,
+        flag="--incidents-dir",
+        metavar="DIR",
+        none_means="DATA_DIR/incidents with --data-dir, else ringtrace-incidents-PORT in the system's temporary "
+        "directory, said at start",
+    ),
+    Option(
+        "incidents_max_count",
+        "saved incidents kept; past it the oldest are removed (counted in /metrics)",
+        100,
+        flag="--incidents-max-count",
+        parse=int,
+        metavar="N",
+        range=(1, 10**6),
+    ),
+    Option(
+        "incidents_max_bytes",
+        "bytes of saved incidents' snapshot files kept; past it the oldest are removed (the newest is kept even if "
+        "larger alone)",
+        2**30,
+        flag="--incidents-max-bytes",
+        parse=parse_size,
+        metavar="SIZE",
+        range=(1, 2**62),
+        unit="bytes",
+    ),
     *JETSTREAM_OPTIONS,
     Option(
         "segment_bytes",

@@ -14,7 +14,7 @@ import pytest
 from ringtrace.collector.incidents.incident_files import IncidentFiles, valid_id
 
 SECOND = 10**9
-T0 = 1_796_000_000 * SECOND  # 2026-11-29
+T0 = 1_796_000_000 * SECOND  # 2026-11-30T00:53:20Z
 
 
 def record_of(files: IncidentFiles, rule: str = "slow checkout", time_ns: int = T0) -> dict[str, Any]:
@@ -181,3 +181,12 @@ def test_limits_and_ids_are_checked(tmp_path: Path) -> None:
         files.begin({"id": "../x"})
     with pytest.raises(ValueError, match="not None"):
         files.save({}, [b""])
+
+
+def test_a_directory_made_later_is_made_by_the_first_incident(tmp_path: Path) -> None:
+    directory = tmp_path / "later" / "incidents"
+    files = IncidentFiles(directory, max_count=10, max_bytes=10**6, make_now=False)
+    assert not directory.exists()
+    assert files.records() == [] and files.pending() == [] and files.delete("x") is False
+    saved = files.save(record_of(files), [b"x"])
+    assert files.records() == [saved]

@@ -1,0 +1,204 @@
+"""``ringtrace incidents``: a collector's saved incidents, as a table (``GET /incidents``), one fetched to a file in a
+snapshot format (``GET /incidents/{id}``), opened in the web view, or deleted (``DELETE /incidents/{id}``).
+
+    ringtrace incidents [list] [--rule R --status S --since T --until T --limit N] [--json]
+    ringtrace incidents fetch ID [--format F] [-o FILE]
+    ringtrace incidents open ID
+    ringtrace incidents delete ID
+
+Each takes ``--url`` (the collector's HTTP address; default ``DEFAULT_URL``) and the token and TLS flags of the other
+subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import sys
+import webbrowser
+from collections.abc import Iterator
+from typing import Any, Final
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from ringtrace.collector.command.failure import CommandError
+from ringtrace.collector.command.output import output, progress, size
+from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
+from ringtrace.collector.export.formats import DEFAULT_FORMAT
+from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENTS_PARAMETERS
+from ringtrace.collector.incidents.incident_files import valid_id
+
+__all__ = ["DEFAULT_URL", "add_incidents_parser"]
+
+#: Where a collector started with its defaults answers HTTP.
+DEFAULT_URL: Final = "http://127.0.0.1:7701"
+_COMMON: Final = ("url", "token_file", "cacert")
+_LIST_FLAGS: Final = ("rule", "status", "since", "until", "limit")
+
+
+def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    incidents = commands.add_parser(
+        "incidents", help="a collector's saved incidents: list (the default), fetch, open or delete one"
+    )
+    _add_common(incidents)
+    incidents.set_defaults(run=_list, parser=incidents, json=False, **dict.fromkeys(_LIST_FLAGS))
+    actions = incidents.add_subparsers(dest="action", metavar="ACTION")
+
+    listing = actions.add_parser("list", help="the incidents as a table, newest first")
+    for name in _LIST_FLAGS:
+        listing.add_argument(f"--{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
+    listing.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
+    _add_common(listing, below=True)
+    listing.set_defaults(run=_list, parser=listing)
+
+    fetching = actions.add_parser("fetch", help="an incident's snapshot, to a file")
+    fetching.add_argument("id", metavar="ID", help="the incident's id (as the list shows it)")
+    fetching.add_argument(
+        "--format",
+        type=str.lower,
+        choices=tuple(INCIDENT_FORMATS),
+        default=DEFAULT_FORMAT,
+        help=f"the snapshot's format (default {DEFAULT_FORMAT})",
+    )
+    fetching.add_argument("-o", "--output", metavar="FILE", help="where to write it ('-': stdout; default: ID.suffix)")
+    _add_common(fetching, below=True)
+    fetching.set_defaults(run=_fetch, parser=fetching)
+
+    opening = actions.add_parser("open", help="open the web view at an incident (and print its URL)")
+    opening.add_argument("id", metavar="ID", help="the incident's id")
+    _add_common(opening, below=True)
+    opening.set_defaults(run=_open, parser=opening)
+
+    deleting = actions.add_parser("delete", help="remove an incident from the collector")
+    deleting.add_argument("id", metavar="ID", help="the incident's id")
+    _add_common(deleting, below=True)
+    deleting.set_defaults(run=_delete, parser=deleting)
+
+
+def _add_common(parser: argparse.ArgumentParser, below: bool = False) -> None:
+    """``--url`` and the access flags, before the action or after it (``below``: given there, they win; not given,
+    they leave what was given before it)."""
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the collector's HTTP address (default {DEFAULT_URL})")
+    add_access(parser)
+    if below:  # (argparse copies a subparser's defaults over the parent's values: it has none)
+        for action in parser._actions:
+            if action.dest in _COMMON:
+                action.default = argparse.SUPPRESS
+
+
+def _list(args: argparse.Namespace) -> int:
+    params = [(name, str(getattr(args, name))) for name in _LIST_FLAGS if getattr(args, name) is not None]
+    body = _get(args, "/incidents", params)
+    if args.json:
+        sys.stdout.write(body.decode() + "\n")
+        return 0
+    records = json.loads(body)["incidents"]
+    if not records:
+        print("no incidents" + (" match" if params else ""), file=sys.stderr)
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in _COLUMNS:
+        table.add_column(column, justify="right" if column in ("events", "bytes") else "left", no_wrap=True)
+    for record in records:
+        table.add_row(*(escape(cell) for cell in _row(record)))
+    # On a terminal, as wide as it is; into a pipe or file, whole lines.
+    Console(highlight=False, width=None if sys.stdout.isatty() else 1000).print(table)
+    return 0
+
+
+_COLUMNS: Final = ("id", "rule", "time (UTC)", "processes", "events", "bytes", "status")
+
+
+def _row(record: dict[str, Any]) -> tuple[str, ...]:
+    processes = record.get("processes") or []
+    names = ", ".join(str(process.get("name") or process.get("pid")) for process in processes[:3])
+    if len(processes) > 3:
+        names += f" +{len(processes) - 3}"
+    status = str(record.get("status", "?"))
+    if status == "failed" and record.get("failure"):
+        status += f": {record['failure']}"
+    events = record.get("events")
+    return (
+        str(record.get("id")),
+        str(record.get("rule", "")),
+        _clock(record.get("time_ns")),
+        names or "-",
+        f"{events:,}" if isinstance(events, int) else "-",
+        size(record["bytes"]) if isinstance(record.get("bytes"), int) and status == "saved" else "-",
+        status,
+    )
+
+
+def _clock(time_ns: Any) -> str:
+    if not isinstance(time_ns, int):
+        return "-"
+    when = datetime.datetime.fromtimestamp(time_ns // 10**9, datetime.UTC)
+    return f"{when:%Y-%m-%d %H:%M:%S}.{time_ns // 10**6 % 1000:03d}"
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    incident_id = _checked_id(args.id)
+    format_ = INCIDENT_FORMATS[args.format]
+    path = args.output or f"{incident_id}{format_.suffix or '.json'}"
+    url = _url(args, f"/incidents/{incident_id}", [("format", args.format)])
+    with (
+        _reaching(args),
+        fetch(url, Access(args)) as response,
+        output(path) as out,
+        progress(f"incident {incident_id}") as advance,
+    ):
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+            advance(len(chunk), 0)
+    if path != "-":
+        print(f"incident {incident_id}: written to {path}", file=sys.stderr)
+    return 0
+
+
+def _open(args: argparse.Namespace) -> int:
+    incident_id = _checked_id(args.id)
+    records = json.loads(_get(args, "/incidents", []))["incidents"]
+    if not any(record.get("id") == incident_id for record in records):
+        raise CommandError(f"no incident {incident_id!r} at {args.url}")
+    url = _url(args, "/", [("incident", incident_id)])
+    print(url)
+    webbrowser.open(url)  # (without a browser, it does nothing: the URL is printed)
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    incident_id = _checked_id(args.id)
+    with _reaching(args), fetch(_url(args, f"/incidents/{incident_id}", []), Access(args), "DELETE") as response:
+        response.read()
+    print(f"incident {incident_id}: deleted", file=sys.stderr)
+    return 0
+
+
+def _checked_id(incident_id: str) -> str:
+    if not valid_id(incident_id):
+        raise CommandError(f"an incident id is letters, digits, '_' and '-', not {incident_id!r:.80}", 2)
+    return incident_id
+
+
+def _get(args: argparse.Namespace, endpoint: str, params: list[tuple[str, str]]) -> bytes:
+    with _reaching(args), fetch(_url(args, endpoint, params), Access(args)) as response:
+        body: bytes = response.read()
+    return body
+
+
+def _url(args: argparse.Namespace, endpoint: str, params: list[tuple[str, str]]) -> str:
+    return endpoint_url(args.url, endpoint, params)
+
+
+@contextlib.contextmanager
+def _reaching(args: argparse.Namespace) -> Iterator[None]:
+    """A collector that cannot be reached is said with a hint of where it was looked for."""
+    try:
+        yield
+    except CommandError as exc:
+        if not str(exc).startswith("cannot reach "):
+            raise
+        raise CommandError(f"{exc} (is a collector running there? --url says where)", exc.status) from None

@@ -1,0 +1,107 @@
+"""The parameters of ``GET /incidents`` (which incidents, newest first) and ``GET /incidents/{id}`` (the format),
+checked: an unknown, repeated or malformed one is refused, named (``QueryError``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, TIMELINE, Format
+from ringtrace.collector.http.query import MAX_LIMIT, QueryError, choice, parse_time
+
+__all__ = [
+    "INCIDENTS_PARAMETERS",
+    "INCIDENT_FORMATS",
+    "INCIDENT_PARAMETERS",
+    "IncidentsQuery",
+    "parse_incident_format",
+    "parse_incidents_query",
+]
+
+#: What an incident's snapshot is served in: every snapshot format, and the web view's columns.
+INCIDENT_FORMATS: Final[dict[str, Format]] = {**FORMATS, TIMELINE.name: TIMELINE}
+#: Statuses a listed incident has (a pending one is not listed yet).
+_STATUSES: Final = ("saved", "failed")
+
+INCIDENTS_PARAMETERS: Final = {
+    "rule": "a rule's name: only its incidents",
+    "status": f"one of {', '.join(_STATUSES)}",
+    "since": "incidents whose trigger began at or after it (wall-clock ns, RFC 3339 or relative: -1h)",
+    "until": "incidents whose trigger began before it (as since)",
+    "limit": f"at most this many, the newest (1 to {MAX_LIMIT})",
+}
+INCIDENT_PARAMETERS: Final = {"format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT})"}
+
+
+@dataclass(frozen=True)
+class IncidentsQuery:
+    """Which incidents ``GET /incidents`` lists; None: no condition."""
+
+    rule: str | None = None
+    status: str | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    limit: int | None = None
+
+    def select(self, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records (newest first) that the query selects, in the same order."""
+        selected = []
+        for record in records:
+            time_ns = record.get("time_ns")
+            if self.rule is not None and record.get("rule") != self.rule:
+                continue
+            if self.status is not None and record.get("status") != self.status:
+                continue
+            if self.since_ns is not None and not (isinstance(time_ns, int) and time_ns >= self.since_ns):
+                continue
+            if self.until_ns is not None and not (isinstance(time_ns, int) and time_ns < self.until_ns):
+                continue
+            selected.append(record)
+            if self.limit is not None and len(selected) >= self.limit:
+                break
+        return selected
+
+
+def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> IncidentsQuery:
+    """``GET /incidents``'s parameters.
+
+    Raises:
+        QueryError: one is unknown, repeated or malformed, named with what it takes.
+    """
+    values = _single(params, INCIDENTS_PARAMETERS)
+    limit = values.get("limit")
+    if limit is not None and not (limit.isdigit() and len(limit) <= 10 and 1 <= int(limit) <= MAX_LIMIT):
+        raise QueryError(f"query parameter 'limit' must be a whole number from 1 to {MAX_LIMIT}, got {limit!r:.80}")
+    status = values.get("status")
+    since = values.get("since")
+    until = values.get("until")
+    return IncidentsQuery(
+        rule=values.get("rule"),
+        status=choice("status", status, _STATUSES) if status is not None else None,
+        since_ns=parse_time("since", since, now_ns) if since is not None else None,
+        until_ns=parse_time("until", until, now_ns) if until is not None else None,
+        limit=int(limit) if limit is not None else None,
+    )
+
+
+def parse_incident_format(params: Iterable[tuple[str, str]]) -> Format:
+    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``).
+
+    Raises:
+        QueryError: an unknown parameter or format.
+    """
+    values = _single(params, INCIDENT_PARAMETERS)
+    return INCIDENT_FORMATS[choice("format", values.get("format", DEFAULT_FORMAT), tuple(INCIDENT_FORMATS))]
+
+
+def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:
+    """Each parameter's one value; unknown and repeated parameters are refused."""
+    values: dict[str, str] = {}
+    for key, value in params:
+        if key not in accepted:
+            raise QueryError(f"unknown query parameter {key!r:.80} (accepted: {', '.join(accepted)})")
+        if key in values:
+            raise QueryError(f"query parameter {key!r} is given more than once (it takes one value)")
+        values[key] = value
+    return values

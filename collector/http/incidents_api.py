@@ -1,0 +1,133 @@
+"""The HTTP API's incidents: ``GET /incidents`` (the saved and failed ones, newest first, filtered),
+``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns) and
+``DELETE /incidents/{id}``.
+
+Incidents are files (``incidents/incident_files.py``): they are listed, read and deleted on worker threads, and a
+snapshot file is read back as ``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is
+(a snapshot slot, a worker thread, gzip if accepted). Errors are JSON (``{"error": ...}``) naming the parameter or
+the id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import orjson
+from aiohttp import web
+from ringtrace.collector.export.formats import Format
+from ringtrace.collector.foreign.offline import LoadedFile, load_file
+from ringtrace.collector.http.collector_api import COLLECTOR
+from ringtrace.collector.http.incident_query import parse_incident_format, parse_incidents_query
+from ringtrace.collector.http.query import QueryError, accepts_gzip, check_no_params
+from ringtrace.collector.http.snapshot_stream import stream_out
+from ringtrace.collector.read.selection import EventFilter
+from ringtrace.wire.errors import ProtocolError
+
+__all__ = ["add_incident_routes"]
+
+log = logging.getLogger("ringtrace.collector.http")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _error(status: type[web.HTTPException], message: str) -> web.HTTPException:
+    return status(body=orjson.dumps({"error": message}), content_type="application/json")
+
+
+def _parsed(parse: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    try:
+        return parse(*args, **kwargs)
+    except QueryError as exc:
+        raise _error(web.HTTPBadRequest, str(exc)) from None
+
+
+async def incidents(request: web.Request) -> web.Response:
+    """The finished incidents' records that the query selects, newest first: ``{"incidents": [...]}``."""
+    query = _parsed(parse_incidents_query, request.query.items(), time.time_ns())
+    records = await asyncio.to_thread(request.app[COLLECTOR].incident_files.records)
+    document = {"incidents": query.select(records)}
+    return web.Response(body=orjson.dumps(document), content_type="application/json")
+
+
+async def incident(request: web.Request) -> web.StreamResponse:
+    """A saved incident's snapshot in the format asked for (``chrome`` unless ``format`` says another)."""
+    collector = request.app[COLLECTOR]
+    format_ = _parsed(parse_incident_format, request.query.items())
+    incident_id = request.match_info["id"]
+    path = await _snapshot_path(request, incident_id)
+    if not collector.begin_snapshot():
+        busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
+        raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
+    try:
+        with collector.metrics.snapshot_seconds.labels(format_.name).time():
+            loaded = await _load(request, incident_id, path)
+            gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+            chunks = format_.writer(loaded.view, EventFilter())
+            response, _ = await stream_out(request, loaded.view, chunks, _headers(format_, incident_id, gzip), gzip)
+            return response
+    finally:
+        collector.end_snapshot()
+
+
+async def delete_incident(request: web.Request) -> web.Response:
+    """Remove a finished incident (its record and snapshot file): ``{"deleted": id}``."""
+    _parsed(check_no_params, request.query)
+    incident_id = request.match_info["id"]
+    if not await asyncio.to_thread(request.app[COLLECTOR].incident_files.delete, incident_id):
+        raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
+    log.info("incident %s deleted (DELETE from %s)", incident_id, request.remote)
+    return web.Response(body=orjson.dumps({"deleted": incident_id}), content_type="application/json")
+
+
+async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
+    """The incident's snapshot file; a 404 that says why there is none (unknown id, or not saved)."""
+    files = request.app[COLLECTOR].incident_files
+    path = await asyncio.to_thread(files.snapshot_path, incident_id)
+    if path is not None:
+        return path
+    record = await asyncio.to_thread(files.record, incident_id)
+    if record is None:
+        raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
+    why = record.get("failure") or "no snapshot file"
+    raise _error(web.HTTPNotFound, f"incident {incident_id!r} has no snapshot: it was not saved ({why})")
+
+
+async def _load(request: web.Request, incident_id: str, path: Path) -> LoadedFile:
+    """The snapshot file read into a view of its own, on a reader thread."""
+    loop = asyncio.get_running_loop()
+    try:
+        loaded = await loop.run_in_executor(request.app[COLLECTOR].readers, load_file, path)
+    except FileNotFoundError:  # deleted meanwhile
+        raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}") from None
+    except (OSError, ProtocolError) as exc:
+        log.warning("incident %s: its snapshot file %s cannot be read: %s", incident_id, path, exc)
+        message = f"incident {incident_id!r}: its snapshot cannot be read: {exc}"
+        raise _error(web.HTTPInternalServerError, message) from None
+    if loaded.error is not None:  # served all the same: everything before the damage
+        log.warning("incident %s: its snapshot file %s: %s; serving what comes before it", incident_id, path,
+                    loaded.error)  # fmt: skip
+    return loaded
+
+
+def _headers(format_: Format, incident_id: str, gzip: bool) -> dict[str, str]:
+    suffix = format_.suffix or ".json"
+    headers = {
+        "Content-Type": format_.content_type,
+        "Vary": "Accept-Encoding",
+        "Content-Disposition": f'attachment; filename="{incident_id}{suffix}"',
+    }
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+    return headers
+
+
+def add_incident_routes(app: web.Application) -> None:
+    app.router.add_get("/incidents", incidents)
+    app.router.add_get("/incidents/{id}", incident)
+    app.router.add_delete("/incidents/{id}", delete_incident)

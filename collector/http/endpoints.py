@@ -25,6 +25,8 @@ GET /incidents[?rule&status&since&until&limit]
 GET /incidents/{id}[?format=F]      a saved incident's snapshot, in a snapshot format or the web view's columns
                                     (``timeline``); gzip if accepted
 DELETE /incidents/{id}              remove an incident
+POST /incidents?reason=R[&scope&before&after&pid&process&host&trace_id]
+                                    take an incident now (``incident_post.py``): 202 with its id
 """
 
 from __future__ import annotations
@@ -61,4 +63,9 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     },
     {"method": "GET", "path": "/incidents/{id}", "does": "an incident's snapshot: format as /snapshot, or timeline"},
     {"method": "DELETE", "path": "/incidents/{id}", "does": "remove an incident"},
+    {
+        "method": "POST",
+        "path": "/incidents",
+        "does": "take an incident now: reason [scope, before, after, pid, process, host, trace_id]",
+    },
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from aiohttp import web
-from ringtrace.collector.http.query import PROCESS_PARAMETERS, QueryError, choice, parse_process_filter
+from ringtrace.collector.http.query import QueryError, choice, parse_process_filter
 from ringtrace.collector.incidents.engine import CapturesBusy
 from ringtrace.collector.incidents.rules import DEFAULT_AFTER_NS, DEFAULT_BEFORE_NS, SCOPES, Scope
 from ringtrace.collector.read.selection import EventFilter
@@ -20,7 +20,7 @@ from ringtrace.wire.parsing import parse_duration_ns
 
 __all__ = ["INCIDENT_PARAMETERS", "IncidentPoster", "IncidentRequest", "parse_incident_request", "post_incident"]
 
-#: The parameters ``POST /incidents`` takes, beside ``PROCESS_PARAMETERS``.
+#: The parameters ``POST /incidents`` takes, beside those that select processes (``pid``, ``process``, ``host``).
 INCIDENT_PARAMETERS: Final = {
     "reason": "why (the record's reason and its trigger event's name)",
     "scope": f"what it keeps: {', '.join(SCOPES)} (default process)",
@@ -65,8 +65,8 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
         selected = replace(selected, trace_id=trace_id)
     elif scope == "trace":
         raise QueryError("query parameter 'trace_id' is required with scope=trace: the trace it follows")
-    named = any(name in values or getattr(selected, name) is not None for name in (*PROCESS_PARAMETERS, "trace_id"))
-    return IncidentRequest(reason, scope, before_ns, after_ns, selected if named else None)
+    named = selected.pids is not None or selected.process is not None or selected.host is not None
+    return IncidentRequest(reason, scope, before_ns, after_ns, selected if named or "trace_id" in values else None)
 
 
 def _window(name: str, text: str | None, default_ns: int) -> int:

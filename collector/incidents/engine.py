@@ -427,6 +427,7 @@ class IncidentEngine:
     # -- what /stats shows ---------------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        """Beside the totals the service reports (``counts``): the rules, the captures and their memory, per rule."""
         pins = self._pins
         return {
             "rules": len(self.rules.rules),
@@ -436,6 +437,5 @@ class IncidentEngine:
             "incident_held_bytes": pins.held_bytes if pins is not None else 0,
             "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
             "unread_events": self._watch.unread_events if self._watch is not None else 0,
-            **{name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
-            "removed": self.files.removed,
+            "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
         }

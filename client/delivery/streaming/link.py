@@ -265,13 +265,6 @@ class Link:
         """The bytes to send next (the same until ``sent`` says they went), or None."""
         return self._queue.next_bytes(welcomed=self.welcomed)
 
-    def goodbye(self) -> bytes | None:
-        """A GOODBYE to send as the client closes for good (the collector then knows it did not crash); None where
-        it cannot go now: not welcomed, or a frame is part sent (the GOODBYE would land inside it)."""
-        if not self.welcomed or self._queue.sending:
-            return None
-        return encode(Goodbye("closing"))
-
     def buffers_to_send(self, max_bytes: int) -> list[memoryview]:
         """``data_to_send`` and the frames queued behind it, up to ``max_bytes`` in all, for one gathered send (an
         empty list: nothing to send)."""

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
@@ -57,6 +57,7 @@ from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.call_records import CallRun, event_count
+from ringtrace.wire.frames import Goodbye, encode
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.parsing import parse_addresses
 
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
 from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer"]
+
+#: What a client says as it closes for good.
+_GOODBYE: Final = encode(Goodbye("closing"))
 
 log = logging.getLogger("ringtrace.client")
 
@@ -247,16 +251,10 @@ class Streamer(SerializedListener):
         # tables) and never reported since: lost, unless the collector stored them before the break.
         unanswered = self._link.counters.unacknowledged_events - self._link.unacknowledged_at_flush
         warning = undelivered_at_close(
-            self.address_text,
-            queued=queued,
-            unreported=unreported,
-            unanswered=unanswered,
-            timeout_s=timeout_s,
-            connected=self._link.welcomed,
-            failure=self._link.outage.unsaid,
-            at_once=bool(self._link.exit.gave_up),
+            self.address_text, queued=queued, unreported=unreported, unanswered=unanswered, timeout_s=timeout_s,
+            connected=self._link.welcomed, failure=self._link.outage.unsaid, at_once=bool(self._link.exit.gave_up),
             stopped=self._stopped_by,
-        )
+        )  # fmt: skip
         if warning:
             log.warning("%s", warning)
         return delivered
@@ -337,9 +335,9 @@ class Streamer(SerializedListener):
         finally:
             with self._state():
                 self._stopping = True
-                goodbye = self._link.goodbye() if not self._stopped_by else None
+                goodbye = not self._stopped_by and self._link.welcomed and not self._link.wants_to_write
                 actions = self._link.stop(time.monotonic())
-            self._say_goodbye(goodbye)
+            _say_goodbye(self._sock if goodbye else None)
             self._perform(actions)
             self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
             self._selector.close()
@@ -399,14 +397,6 @@ class Streamer(SerializedListener):
         log.debug("ringtrace connected to %s", self._dialer.address_text)
         return actions
 
-    def _say_goodbye(self, goodbye: bytes | None) -> None:
-        """Tell the collector this is a clean close, not a crash (its crash rules fire on a connection ended without
-        one): best effort, never waiting (a full socket buffer leaves it unsaid)."""
-        sock = self._sock
-        if goodbye is not None and sock is not None:
-            with contextlib.suppress(OSError):
-                sock.send(goodbye)
-
     def _close_socket(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
@@ -464,3 +454,11 @@ class Streamer(SerializedListener):
         with self._state():
             actions = self._link.received(data, time.monotonic())
         self._perform(actions)
+
+
+def _say_goodbye(sock: socket.socket | None) -> None:
+    """Tell the collector that this is a clean close, not a crash (its crash rules fire on a connection ended without
+    a GOODBYE): said only with everything sent, never waiting (a full socket buffer leaves it unsaid)."""
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.send(_GOODBYE)

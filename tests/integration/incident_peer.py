@@ -6,8 +6,8 @@ python incident_peer.py ADDRESS NAME
 - ``slow NAME MS``: a span NAME lasting MS milliseconds (its own wall time: the program is the traced one);
 - ``call``: opens a client span ``call`` of a new trace and prints its ``traceparent`` (``end`` closes it);
 - ``serve TRACEPARENT MS``: a server span ``checkout`` of that trace lasting MS milliseconds;
-- ``flood N``: N instants as fast as they go;
-- ``flush``: flush (answers ``flushed True``);
+- ``flood N``: N instants ``tick`` as fast as they go, each with 200 bytes of padding;
+- ``flush``: flush (answers ``flushed True`` and the wall-clock ns after it);
 - ``crash``: SIGKILL itself (no GOODBYE);
 - ``exit``: close (a GOODBYE) and exit.
 """
@@ -23,6 +23,8 @@ from typing import Any
 
 import ringtrace.client
 
+PAD = "x" * 200
+
 
 def main() -> None:
     address, name = sys.argv[1], sys.argv[2]
@@ -33,9 +35,14 @@ def main() -> None:
     for line in sys.stdin:
         words = line.split()
         answer = "ok"
-        if words[0] == "ticks" or words[0] == "flood":
+        if words[0] == "ticks":
             for _ in range(int(words[1])):
                 tl.instant("tick", i=ticks)
+                ticks += 1
+            answer = f"ok {ticks}"
+        elif words[0] == "flood":
+            for _ in range(int(words[1])):
+                tl.instant("tick", i=ticks, pad=PAD)
                 ticks += 1
             answer = f"ok {ticks}"
         elif words[0] == "slow":
@@ -53,7 +60,7 @@ def main() -> None:
             with tl.server_span("checkout", {"traceparent": words[1]}):
                 time.sleep(int(words[2]) / 1000)
         elif words[0] == "flush":
-            answer = f"flushed {tl.flush(timeout_s=30)}"
+            answer = f"flushed {tl.flush(timeout_s=30)} {time.time_ns()}"
         elif words[0] == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         elif words[0] == "exit":

@@ -89,6 +89,8 @@ class Capture:
     #: Still collecting (``after`` runs): a segment the ring lets go of may be kept.
     collecting: bool = True
     lost: dict[str, int] = field(default_factory=lambda: {"overwritten_before_fire": 0, "over_budget": 0})
+    #: ``lost["overwritten_before_fire"]`` by process (a ``trace`` scope keeps only some at save).
+    overwritten_by_owner: dict[int, int] = field(default_factory=dict)
 
     def wants(self, segment: Segment) -> int:
         """Events of ``segment`` in the window, if it is of one of its processes (0: it wants none of it)."""
@@ -137,12 +139,11 @@ class CapturePins:
         for segment in self._store.stored(capture.offsets):
             if capture.wants(segment):
                 self._pin(capture, segment)
-        window = capture.window
-        capture.lost["overwritten_before_fire"] = sum(
-            events
-            for owner, first, last, events in self._evictions
-            if owner in capture.offsets and first < window.until_ns and last >= window.since_ns
-        )
+        window, by_owner = capture.window, capture.overwritten_by_owner
+        for owner, first, last, events in self._evictions:
+            if owner in capture.offsets and first < window.until_ns and last >= window.since_ns:
+                by_owner[owner] = by_owner.get(owner, 0) + events
+        capture.lost["overwritten_before_fire"] = sum(by_owner.values())
 
     def end(self, capture: Capture) -> list[Segment]:
         """``after`` has run: pin what its processes store now of the window too; returns every segment it holds,

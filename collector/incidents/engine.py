@@ -358,6 +358,7 @@ class IncidentEngine:
                 frozenset(capture.offsets),
                 firing.trace_id if rule.scope == "trace" else None,
                 firing.process_uid,
+                capture.overwritten_by_owner,
             )
             try:
                 record = {**record, "lost": dict(capture.lost)}

@@ -6,8 +6,8 @@ Blocking (file IO, decoding): the engine runs ``save_window`` on a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.export.native import native_chunks
@@ -39,6 +39,8 @@ class WindowSave:
     trace_id: str | None = None
     #: The process whose event fired: kept even when a trace names none.
     trigger_owner: int | None = None
+    #: What the ring overwrote of the window before the fire, by process (``Capture.overwritten_by_owner``).
+    overwritten_by_owner: Mapping[int, int] = field(default_factory=dict)
 
 
 def process_facts(process: ProcessView) -> dict[str, Any]:
@@ -60,6 +62,9 @@ def save_window(files: IncidentWriter, view: SnapshotView, record: dict[str, Any
         since_ns=keep.since_ns, until_ns=keep.until_ns, pids=frozenset(p.trace_pid for p in processes)
     )
     record = {**record, "processes": [process_facts(p) for p in processes], "events": 0}
+    if keep.trace_id is not None:  # (what the processes left out lost is none of this incident's)
+        before = sum(keep.overwritten_by_owner.get(uid, 0) for uid in owners)
+        record["lost"] = {**record.get("lost", {}), "overwritten_before_fire": before}
     # (The snapshot file is written before the record: the events are counted by then.)
     return files.save(record, _counted(native_chunks(view, selected), record))
 

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
@@ -45,6 +45,8 @@ log = logging.getLogger("ringtrace.collector")
 
 #: How often the watch reads what was stored since.
 WATCH_INTERVAL_S: Final = 0.1
+#: The share of the time the watch's steps take at most (against the pauses between them).
+WATCH_SHARE: Final = 0.05
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
 #: The rule name of incidents made by ``POST /incidents``.
@@ -66,7 +68,9 @@ class Watch(Protocol):
     @property
     def unread_events(self) -> int: ...
 
-    def step(self, segments: Iterable[tuple[ProcessView, SegmentView]]) -> list[Firing]: ...
+    def step(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> list[Firing]: ...
 
     def with_rules(self, rules: RuleSet) -> Watch: ...
 
@@ -203,19 +207,26 @@ class IncidentEngine:
     # -- firings ------------------------------------------------------------------------------------------------------
 
     async def _watch_loop(self) -> None:
+        pause_s = WATCH_INTERVAL_S
         while True:
-            await asyncio.sleep(WATCH_INTERVAL_S)
+            await asyncio.sleep(pause_s)
+            began = time.monotonic()
             try:
                 firings = await self._watch_step()
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
+            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and while it runs every
+            # stored segment is pinned (the ring makes room with new buffers, not reused ones). Under a flood the
+            # watch reads what it can; what leaves unread is counted (``unread_events``), never silent.
+            pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
                 if rule is not None:
                     self.fire(firing, rule)
 
     async def _watch_step(self) -> list[Firing]:
+        """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
         watch = self._watch
         if watch is None:
             return []
@@ -225,7 +236,8 @@ class IncidentEngine:
             self._pins.offsets = {uid: p.clock_offset_ns for uid, p in processes.items()}
         frames = self._store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
-        future = asyncio.get_running_loop().run_in_executor(None, watch.step, segments)
+        kept = self._store.kept_events(processes)
+        future = asyncio.get_running_loop().run_in_executor(None, watch.step, segments, kept)
         try:
             return await asyncio.shield(future)
         finally:  # (a step cancelled goes on reading: its segments stay pinned until it ends)
@@ -348,7 +360,9 @@ class IncidentEngine:
             if delay_s > 0:
                 with contextlib.suppress(TimeoutError):  # (a stopping collector writes what it holds now)
                     await asyncio.wait_for(self._stopping.wait(), delay_s)
+            ran_out = time.monotonic()
             flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S)
+            flush_s = time.monotonic() - ran_out
             segments = pins.end(capture)
             frames = StoreSnapshot(_Held(pins, capture), segments, None)
             view = self._viewer.view_of(frames, *flushed)
@@ -374,7 +388,8 @@ class IncidentEngine:
         self.counts.add(self.counts.saved, rule.name)
         self.counts.removed = self.files.removed
         log.info(
-            "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s",
+            "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
+            "(clients' flush %.2f s)",
             written["id"],
             rule.name,
             firing.reason,
@@ -382,6 +397,8 @@ class IncidentEngine:
             written["events"],
             written["bytes"],
             written["lost"],
+            time.monotonic() - ran_out,
+            flush_s,
         )
         if rule.url and self._notify is not None:
             written["webhook"] = {"url": rule.url, "status": await self._notify(rule.url, written)}

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
@@ -39,7 +39,17 @@ from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
-__all__ = ["BY_HAND", "MAX_CAPTURES", "WATCH_INTERVAL_S", "CapturesBusy", "IncidentEngine", "Viewer", "Watch"]
+__all__ = [
+    "BY_HAND",
+    "MAX_CAPTURES",
+    "WATCH_INTERVAL_S",
+    "CapturesBusy",
+    "IncidentEngine",
+    "Viewer",
+    "Watch",
+    "new_record",
+    "scope_processes",
+]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -52,8 +62,8 @@ MAX_CAPTURES: Final = 8
 #: The rule name of incidents made by ``POST /incidents``.
 BY_HAND: Final = "by hand"
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
-#: listed within a second of it).
-FLUSH_TIMEOUT_S: Final = 0.5
+#: listed within a second of it; the record says how many answered).
+FLUSH_TIMEOUT_S: Final = 0.25
 #: How long a stopping collector gives the captures under way to write what they hold.
 STOP_SAVE_TIMEOUT_S: Final = 5.0
 
@@ -78,7 +88,7 @@ class Watch(Protocol):
 class Viewer(Protocol):
     """What a capture needs of the service's pinned views (``Snapshots``)."""
 
-    async def flush_clients(self, flush_timeout_s: float) -> tuple[int, int]: ...
+    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]: ...
 
     def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
 
@@ -307,47 +317,15 @@ class IncidentEngine:
         task.add_done_callback(self._captures.discard)
         return capture.incident_id
 
-    def _scope(self, firing: Firing, scope: Scope) -> dict[int, int]:
-        """The processes (uid -> clock offset) a firing's scope takes at fire: a ``trace`` takes all, narrowed at
-        save to those with a span of the trace in the window."""
-        by_uid = self._registry.by_uid
-        trigger = by_uid.get(firing.process_uid)
-        if scope == "process" or (scope == "trace" and firing.trace_id is None):
-            chosen = [trigger] if trigger is not None else []
-        elif scope == "host":
-            chosen = [p for p in by_uid.values() if trigger is not None and p.host == trigger.host]
-        else:
-            chosen = list(by_uid.values())
-        return {p.uid: p.clock_offset_ns for p in chosen}
-
     def _begin(self, firing: Firing, rule: Rule, owners: set[int] | None) -> tuple[Capture, dict[str, Any]]:
-        offsets = self._scope(firing, rule.scope)
+        registry = self._registry
+        offsets = scope_processes(registry, firing, rule.scope)
         if owners is not None:
-            offsets = {uid: p.clock_offset_ns for uid, p in self._registry.by_uid.items() if uid in owners}
+            offsets = {uid: p.clock_offset_ns for uid, p in registry.by_uid.items() if uid in owners}
         window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns)
-        incident_id = self.files.new_id(rule.name, firing.start_ns)
-        capture = Capture(incident_id, window, offsets)
+        capture = Capture(self.files.new_id(rule.name, firing.start_ns), window, offsets)
         self._ensure_pins().begin(capture)
-        trigger = self._registry.by_uid.get(firing.process_uid)
-        record: dict[str, Any] = {
-            "id": incident_id,
-            "rule": rule.name,
-            "status": "pending",
-            "reason": firing.reason,
-            "time_ns": firing.start_ns,
-            "fired_wall_ns": time.time_ns(),
-            "scope": rule.scope,
-            "trace_id": firing.trace_id,
-            "window": window.as_dict(),
-            "trigger": {
-                "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
-                "event": firing.event,
-            },
-            "processes": [process_facts(ProcessView.of(self._registry.by_uid[uid])) for uid in sorted(offsets)],
-            "lost": capture.lost,
-            "webhook": {"url": rule.url, "status": None} if rule.url else None,
-        }
-        return capture, record
+        return capture, new_record(registry, capture, firing, rule)
 
     # -- capture, save, tell ------------------------------------------------------------------------------------------
 
@@ -361,7 +339,9 @@ class IncidentEngine:
                 with contextlib.suppress(TimeoutError):  # (a stopping collector writes what it holds now)
                     await asyncio.wait_for(self._stopping.wait(), delay_s)
             ran_out = time.monotonic()
-            flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S)
+            # (A trace's processes are known once its spans are stored: every client flushes for it.)
+            owners = None if rule.scope == "trace" else set(capture.offsets)
+            flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S, owners)
             flush_s = time.monotonic() - ran_out
             segments = pins.end(capture)
             frames = StoreSnapshot(_Held(pins, capture), segments, None)
@@ -375,7 +355,8 @@ class IncidentEngine:
                 capture.overwritten_by_owner,
             )
             try:
-                record = {**record, "lost": dict(capture.lost)}
+                flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
+                record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
                 written = await asyncio.to_thread(save_window, self.files, view, record, keep)
             finally:
                 frames.close()
@@ -457,3 +438,40 @@ class IncidentEngine:
             "unread_events": self._watch.unread_events if self._watch is not None else 0,
             "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
         }
+
+
+def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
+    """The processes (uid -> clock offset) a firing's scope takes at fire: a ``trace`` takes all, narrowed at save
+    to those with a span of the trace in the window (one without a trace: its own process)."""
+    by_uid = registry.by_uid
+    trigger = by_uid.get(firing.process_uid)
+    if scope == "process" or (scope == "trace" and firing.trace_id is None):
+        chosen = [trigger] if trigger is not None else []
+    elif scope == "host":
+        chosen = [p for p in by_uid.values() if trigger is not None and p.host == trigger.host]
+    else:
+        chosen = list(by_uid.values())
+    return {p.uid: p.clock_offset_ns for p in chosen}
+
+
+def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule) -> dict[str, Any]:
+    """An incident's record as it fires (``incident_files.py`` names its fields); saving completes it."""
+    trigger = registry.by_uid.get(firing.process_uid)
+    return {
+        "id": capture.incident_id,
+        "rule": rule.name,
+        "status": "pending",
+        "reason": firing.reason,
+        "time_ns": firing.start_ns,
+        "fired_wall_ns": time.time_ns(),
+        "scope": rule.scope,
+        "trace_id": firing.trace_id,
+        "window": capture.window.as_dict(),
+        "trigger": {
+            "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
+            "event": firing.event,
+        },
+        "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
+        "lost": capture.lost,
+        "webhook": {"url": rule.url, "status": None} if rule.url else None,
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Container, Set
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -26,7 +26,10 @@ _R = TypeVar("_R")
 
 
 class FlushingClient(Protocol):
-    """What a flush round trip needs of a connection (``IngestProtocol.request_flush``)."""
+    """What a flush round trip needs of a connection (``IngestProtocol.request_flush``), and whose it is."""
+
+    @property
+    def process(self) -> ProcessRecord | None: ...
 
     def request_flush(self) -> asyncio.Future[bool]: ...
 
@@ -95,9 +98,11 @@ class Snapshots:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
         return self.freeze(*await self.flush_clients(flush_timeout_s))
 
-    async def flush_clients(self, flush_timeout_s: float) -> tuple[int, int]:
-        """Ask connected clients to flush and wait, at most ``flush_timeout_s``; (acknowledged, asked)."""
-        flushes = [c.request_flush() for c in list(self._connections)] if flush_timeout_s > 0 else []
+    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]:
+        """Ask connected clients (of the processes ``owners``, if given) to flush and wait, at most
+        ``flush_timeout_s``; (acknowledged, asked)."""
+        connections = [c for c in list(self._connections) if owners is None or _of(c, owners)]
+        flushes = [c.request_flush() for c in connections] if flush_timeout_s > 0 else []
         if flushes:
             await asyncio.wait(flushes, timeout=flush_timeout_s)
         acknowledged = sum(1 for f in flushes if f.done() and f.result())
@@ -166,6 +171,11 @@ class Snapshots:
         kept = self._store.kept_events(processes)
         cleared = self._store.cleared_segments(processes, tail.cleared_floor)
         return await _on_worker(frames, lambda: tail.step(segments, kept, cleared))
+
+
+def _of(connection: FlushingClient, owners: Container[int]) -> bool:
+    process = connection.process
+    return process is not None and process.uid in owners
 
 
 async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:

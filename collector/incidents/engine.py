@@ -120,6 +120,8 @@ class IncidentEngine:
         load_rules: reads the rules again (``reload``; None: nothing to reload).
         notify: tells a rule's webhook of an incident's record; returns what happened.
         counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
+        read_window: with ``--jetstream``, reads a window from the stream (after a flush round trip), instead of
+            the segments pinned in the local ring, which are published and leave.
         max_captures: captures under way at once, at most (past it, firings are suppressed: ``busy``).
     """
 
@@ -136,6 +138,7 @@ class IncidentEngine:
         load_rules: Callable[[], RuleSet] | None = None,
         notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
         counts: IncidentCounts | None = None,
+        read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
         max_captures: int = MAX_CAPTURES,
     ) -> None:
         self._store, self._registry, self._viewer = store, registry, viewer
@@ -143,6 +146,7 @@ class IncidentEngine:
         self.rules = rules
         self.capacity_bytes = capacity_bytes
         self._make_watch, self._load_rules, self._notify = make_watch, load_rules, notify
+        self._read_window = read_window
         self.max_captures = max_captures
         self.counts = counts if counts is not None else IncidentCounts()
         #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
@@ -343,17 +347,16 @@ class IncidentEngine:
             owners = None if rule.scope == "trace" else set(capture.offsets)
             flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S, owners)
             flush_s = time.monotonic() - ran_out
-            segments = pins.end(capture)
-            frames = StoreSnapshot(_Held(pins, capture), segments, None)
-            view = self._viewer.view_of(frames, *flushed)
+            view, owners_seen = await self._window_view(capture, flushed)
             keep = WindowSave(
                 capture.window.since_ns,
                 capture.window.until_ns,
-                frozenset(capture.offsets),
+                owners_seen,
                 firing.trace_id if rule.scope == "trace" else None,
-                firing.process_uid,
+                firing.process_uid if self._read_window is None else None,
                 capture.overwritten_by_owner,
             )
+            frames = view.frames
             try:
                 flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
                 record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
@@ -383,6 +386,22 @@ class IncidentEngine:
         )
         if rule.url and self._notify is not None:
             written["webhook"] = {"url": rule.url, "status": await self._notify(rule.url, written)}
+
+    async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
+        """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
+        ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be
+        published: the stream is the fleet's ring, and is read, not pinned)."""
+        pins = self._ensure_pins()
+        if self._read_window is None:
+            frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
+            return self._viewer.view_of(frames, *flushed), frozenset(capture.offsets)
+        by_uid = self._registry.by_uid
+        facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
+        pins.release(capture)
+        window = capture.window
+        view = await self._read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
+        seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
+        return view, seen
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         self.counts.add(self.counts.failed, record["rule"])

@@ -198,7 +198,8 @@ class Collector:
         )
         #: Rules watched on what is stored, their windows captured and saved (a rule file with an error: ConfigError).
         self.incidents = IncidentsSetup(config, self.store, self.registry, self.snapshots, self.incident_files,
-                                        self.incident_counts, self.stored_limits)  # fmt: skip
+                                        self.incident_counts, self.stored_limits,
+                                        self.backend.view if config.jetstream else None)  # fmt: skip
 
     async def start(self) -> None:
         """Make what is stored readable, bind both listeners and log one line each with the port actually bound."""

@@ -5,6 +5,7 @@ error refuses the start, naming its line), the watch over what is stored, and th
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from ringtrace.collector.incidents.engine import IncidentEngine, Viewer, Watch
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rule_file import load_rules
 from ringtrace.collector.incidents.rules import RuleSet
+from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
@@ -38,7 +41,7 @@ def rule_set(config: CollectorConfig) -> RuleSet:
 
 
 class IncidentsSetup:
-    """The engine over the collector's store, its rules checked now.
+    """The engine over the collector's store, its rules checked now (``read_window``: see ``IncidentEngine``).
 
     Raises:
         ConfigError: as ``rule_set``.
@@ -53,6 +56,7 @@ class IncidentsSetup:
         files: IncidentFiles,
         counts: IncidentCounts,
         stored_limits: Limits,
+        read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
     ) -> None:
         self._config = config
         self._limits = stored_limits
@@ -68,6 +72,7 @@ class IncidentsSetup:
             make_watch=self._watch,
             load_rules=lambda: rule_set(config),
             notify=self._notify,
+            read_window=read_window,
         )
 
     def _watch(self, rules: RuleSet) -> Watch:

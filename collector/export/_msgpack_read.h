@@ -201,7 +201,14 @@ is_utf8(const uint8_t *s, size_t n)
     while (i < n) {
         uint8_t b = s[i];
         if (b < 0x80) {
-            i++;
+            uint64_t word;
+            /* ASCII eight bytes at a time (most texts are: names, ids, hex digits) */
+            while (i + 8 <= n && (memcpy(&word, s + i, 8), (word & 0x8080808080808080ULL) == 0)) {
+                i += 8;
+            }
+            if (i < n && s[i] < 0x80) {
+                i++;
+            }
             continue;
         }
         size_t len;

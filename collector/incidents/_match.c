@@ -10,13 +10,17 @@ Optional: when this module is not built, or RINGTRACE_PURE_PYTHON=1 is set, the 
 
 #include "../export/_msgpack_read.h"
 
-/* A criterion is two int64s: the least duration that makes an event a candidate (INT64_MAX: none does), and flags. */
+/* A criterion is two int64s: the least duration that makes an event a candidate (INT64_MAX: none does), and flags.
+   Counters' thresholds and state are indexed by name id, for the names whose criterion has FLAG_CROSSING. */
 #define NEVER INT64_MAX
 #define FLAG_STATUS_ERROR 1 /* a candidate too if its args map has "status": "error" (an OTLP span's error status) */
 #define KIND_SLOTS 3        /* per kind id: min duration, flags, name group (-1: none) */
+#define FLAG_CROSSING 2     /* (a name's only) a candidate too if its "value" passes other thresholds than before */
 #define NAME_SLOTS 2        /* per name id in a group: min duration, flags */
+#define COUNTER_SLOTS 3     /* per name id: where its thresholds start, how many are "above", how many "below" */
+#define STATE_SLOTS 2       /* per name id: the track of its last value (+1; 0: none yet), that value's signature */
 #define MAX_GROUPS 16
-#define OUT_SLOTS 5         /* per candidate: index, kind, name, ts, dur */
+#define OUT_SLOTS 7         /* per candidate: index, kind, name, ts, dur, where its args start and end */
 
 static inline int64_t
 get_i64(const char *table, Py_ssize_t slot)
@@ -56,10 +60,60 @@ status_is_error(Cursor args)
     return error;
 }
 
-static inline int
-meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args)
+/* Past one value that skip() has checked already (read_columns did): lengths only, no check of what they hold. */
+static int
+pass(Cursor *c, int depth)
 {
-    return (min_dur != NEVER && dur >= min_dur) || ((flags & FLAG_STATUS_ERROR) && status_is_error(args));
+    if (!need(c, 1) || depth > MAX_DEPTH) {
+        return BAD;
+    }
+    uint8_t b = *c->p;
+    uint64_t n;
+    size_t head;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        c->p += 1;
+        return OK;
+    }
+    if ((b & 0xe0) == 0xa0) {
+        head = 1;
+        n = b & 0x1f;
+    }
+    else if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90 || (b >= 0xdc && b <= 0xdf)) {
+        int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+        uint32_t items;
+        if (read_container(c, map, &items) != OK) {
+            return BAD;
+        }
+        for (uint64_t i = 0; i < (uint64_t)items * (map ? 2 : 1); i++) {
+            if (pass(c, depth + 1) != OK) {
+                return BAD;
+            }
+        }
+        return OK;
+    }
+    else {
+        switch (b) {
+        case 0xcc: case 0xd0: case 0xd4: head = 2; n = b == 0xd4; break;
+        case 0xcd: case 0xd1: case 0xd5: head = b == 0xd5 ? 2 : 3; n = b == 0xd5 ? 2 : 0; break;
+        case 0xca: case 0xce: case 0xd2: head = 5; n = 0; break;
+        case 0xcb: case 0xcf: case 0xd3: head = 9; n = 0; break;
+        case 0xd6: head = 2; n = 4; break;
+        case 0xd7: head = 2; n = 8; break;
+        case 0xd8: head = 2; n = 16; break;
+        case 0xc4: case 0xd9: head = 2; if (!need(c, 2)) return BAD; n = c->p[1]; break;
+        case 0xc5: case 0xda: head = 3; if (!need(c, 3)) return BAD; n = be(c->p + 1, 2); break;
+        case 0xc6: case 0xdb: head = 5; if (!need(c, 5)) return BAD; n = be(c->p + 1, 4); break;
+        case 0xc7: head = 3; if (!need(c, 3)) return BAD; n = c->p[1]; break;
+        case 0xc8: head = 4; if (!need(c, 4)) return BAD; n = be(c->p + 1, 2); break;
+        case 0xc9: head = 6; if (!need(c, 6)) return BAD; n = be(c->p + 1, 4); break;
+        default: return BAD;
+        }
+    }
+    if (!need(c, head + n)) {
+        return BAD;
+    }
+    c->p += head + n;
+    return OK;
 }
 
 static inline int
@@ -79,85 +133,236 @@ typedef struct {
     const char *names[MAX_GROUPS];
     Py_ssize_t name_count[MAX_GROUPS];
     Py_ssize_t groups;
+    const char *counters; /* COUNTER_SLOTS int64s per name id */
+    Py_ssize_t counter_count;
+    const char *thresholds; /* doubles */
+    Py_ssize_t threshold_count;
+    char *state; /* STATE_SLOTS int64s per name id, written */
+    Py_ssize_t state_count;
 } Criteria;
+
+static inline void
+set_i64(char *table, Py_ssize_t slot, int64_t v)
+{
+    memcpy(table + slot * (Py_ssize_t)sizeof(int64_t), &v, sizeof(v));
+}
+
+static inline double
+get_double(const char *table, Py_ssize_t slot)
+{
+    double v;
+    memcpy(&v, table + slot * (Py_ssize_t)sizeof(double), sizeof(v));
+    return v;
+}
+
+/* A counter's "value" in its args map (an integer or a float; a key given twice counts with its last value): 1, or
+   0 if there is none. */
+static int
+counter_value(Cursor args, double *value)
+{
+    uint32_t items;
+    int found = 0;
+    if (read_container(&args, 1, &items) != OK) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < items; i++) {
+        Cursor key = args;
+        int64_t n = str_length(&key);
+        if (n < 0 || !key_is(key.p, n, "value")) {
+            if (skip(&args, 1) != OK || skip(&args, 1) != OK) {
+                return 0;
+            }
+            continue;
+        }
+        args.p = key.p + n;
+        Cursor at = args;
+        i128 integer;
+        found = 0;
+        if (need(&at, 1) && (*at.p == 0xca || *at.p == 0xcb)) {
+            if (*at.p == 0xca && need(&at, 5)) {
+                uint32_t bits = (uint32_t)be(at.p + 1, 4);
+                float f;
+                memcpy(&f, &bits, sizeof(f));
+                *value = (double)f;
+                found = 1;
+            }
+            else if (*at.p == 0xcb && need(&at, 9)) {
+                uint64_t bits = be(at.p + 1, 8);
+                memcpy(value, &bits, sizeof(*value));
+                found = 1;
+            }
+        }
+        else if (read_int(&at, &integer) == OK) {
+            *value = (double)integer;
+            found = 1;
+        }
+        if (skip(&args, 1) != OK) {
+            return 0;
+        }
+    }
+    return found;
+}
+
+/* Whether a counter's value passes other thresholds of its name than the last value of that name did (or that value
+   was on another track, or there was none): its signature, how many "above" thresholds it is above and how many
+   "below" thresholds it is below, is kept as the name's state. A value that passes the same ones is no candidate:
+   no rule's crossing can be in it. */
+static int
+counter_changed(Cursor args, const Criteria *criteria, int64_t name, uint32_t track)
+{
+    double value;
+    if (name >= criteria->counter_count || !counter_value(args, &value)) {
+        return 0;
+    }
+    Py_ssize_t at = (Py_ssize_t)name * COUNTER_SLOTS;
+    int64_t start = get_i64(criteria->counters, at), above = get_i64(criteria->counters, at + 1),
+            below = get_i64(criteria->counters, at + 2);
+    if (start < 0 || above < 0 || below < 0 || start > criteria->threshold_count ||
+        above > criteria->threshold_count - start || below > criteria->threshold_count - start - above) {
+        return 0;
+    }
+    int64_t passed_above = 0, passed_below = 0;
+    for (int64_t i = 0; i < above; i++) {
+        passed_above += value > get_double(criteria->thresholds, (Py_ssize_t)(start + i));
+    }
+    for (int64_t i = 0; i < below; i++) {
+        passed_below += value < get_double(criteria->thresholds, (Py_ssize_t)(start + above + i));
+    }
+    int64_t signature = passed_above * (below + 1) + passed_below;
+    if (name >= criteria->state_count) {
+        return 1;
+    }
+    Py_ssize_t slot = (Py_ssize_t)name * STATE_SLOTS;
+    if (get_i64(criteria->state, slot) == (int64_t)track + 1 && get_i64(criteria->state, slot + 1) == signature) {
+        return 0;
+    }
+    set_i64(criteria->state, slot, (int64_t)track + 1);
+    set_i64(criteria->state, slot + 1, signature);
+    return 1;
+}
+
+/* Whether an event meets a criterion; a counter's state is brought up to date first, whatever else holds. */
+static inline int
+meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args, const Criteria *criteria, int64_t name,
+      uint32_t track)
+{
+    int changed = (flags & FLAG_CROSSING) && criteria != NULL && counter_changed(args, criteria, name, track);
+    return changed || (min_dur != NEVER && dur >= min_dur) || ((flags & FLAG_STATUS_ERROR) && status_is_error(args));
+}
 
 /* The candidates of a checked payload into `out`, OUT_SLOTS int64s each: OK, or BAD when a kind, name, ts or dur is
    not an integer of 64 bits (the frame is refused whole, as the Python twin refuses it). */
 static int
-candidates(Cursor column[COLUMNS], Py_ssize_t count, const Criteria *criteria, Out *out)
+candidates(const uint8_t *payload, Cursor column[COLUMNS], Py_ssize_t count, uint32_t track,
+           const Criteria *criteria, Out *out)
 {
+    Cursor ints[DUR + 1];
+    memcpy(ints, column, sizeof(ints));
+    for (Py_ssize_t i = 0; i < count; i++) { /* all of them first: a frame refused changes no counter's state */
+        int64_t value;
+        for (int which = KIND; which <= DUR; which++) {
+            if (read_i64(&ints[which], &value) != OK) {
+                return BAD;
+            }
+        }
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t kind, name, ts, dur;
-        if (read_i64(&column[KIND], &kind) != OK || read_i64(&column[NAME], &name) != OK ||
-            read_i64(&column[TS], &ts) != OK || read_i64(&column[DUR], &dur) != OK) {
-            return BAD;
-        }
+        read_i64(&column[KIND], &kind);
+        read_i64(&column[NAME], &name);
+        read_i64(&column[TS], &ts);
+        read_i64(&column[DUR], &dur);
         Cursor args = column[ARGS];
-        if (skip(&column[ARGS], 0) != OK) {
+        if (pass(&column[ARGS], 0) != OK) {
             return BAD;
         }
         if (kind < 0 || kind >= criteria->kind_count) {
             continue;
         }
         Py_ssize_t at = (Py_ssize_t)kind * KIND_SLOTS;
-        int hit = meets(get_i64(criteria->kinds, at), get_i64(criteria->kinds, at + 1), dur, args);
+        int64_t kind_flags = get_i64(criteria->kinds, at + 1) & ~(int64_t)FLAG_CROSSING; /* (a name's only) */
+        int hit = meets(get_i64(criteria->kinds, at), kind_flags, dur, args, NULL, name, track);
         int64_t group = get_i64(criteria->kinds, at + 2);
-        if (!hit && group >= 0 && group < criteria->groups && name >= 0 && name < criteria->name_count[group]) {
+        if (group >= 0 && group < criteria->groups && name >= 0 && name < criteria->name_count[group]) {
             const char *names = criteria->names[group];
             Py_ssize_t slot = (Py_ssize_t)name * NAME_SLOTS;
-            hit = meets(get_i64(names, slot), get_i64(names, slot + 1), dur, args);
+            int64_t flags = get_i64(names, slot + 1);
+            if (!hit || (flags & FLAG_CROSSING)) { /* (a counter's state is kept up to date) */
+                hit = meets(get_i64(names, slot), flags, dur, args, criteria, name, track) || hit;
+            }
         }
         if (hit) {
-            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur};
+            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur, (int64_t)(args.p - payload),
+                                      (int64_t)(column[ARGS].p - payload)};
             put(out, (const char *)row, sizeof(row));
         }
     }
     return OK;
 }
 
+/* The buffers match_frame holds while it runs without the GIL. */
+enum { PAYLOAD, KINDS, COUNTERS, THRESHOLDS, STATE, HELD };
+
 static PyObject *
 match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer payload = {0}, kinds = {0}, names[MAX_GROUPS];
-    Py_ssize_t count, groups = 0;
+    static const int arg_of[HELD] = {0, 4, 6, 7, 8};
+    Py_buffer held[HELD], names[MAX_GROUPS];
+    Py_ssize_t count, groups = 0, taken = 0;
     int column_of[COLUMNS];
     Criteria criteria = {0};
     Out out = {0};
     PyObject *result = NULL;
     int status;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "match_frame(payload, count, columns, kinds, names)");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "match_frame(payload, count, columns, track, kinds, names, counters, thresholds, state)");
         return NULL;
     }
     if (frame_shape(args[1], args[2], &count, column_of) < 0) {
         return NULL;
     }
-    if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) > MAX_GROUPS) {
+    unsigned long track = PyLong_AsUnsignedLong(args[3]);
+    if (track == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (track > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "track %lu does not fit in 32 bits", track);
+        return NULL;
+    }
+    if (!PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) > MAX_GROUPS) {
         PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &payload, PyBUF_SIMPLE) < 0) {
-        return NULL;
+    for (; taken < HELD; taken++) {
+        int flags = taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], flags) < 0) {
+            goto done;
+        }
     }
-    if (PyObject_GetBuffer(args[3], &kinds, PyBUF_SIMPLE) < 0) {
-        goto done;
-    }
-    for (; groups < PyTuple_GET_SIZE(args[4]); groups++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[4], groups), &names[groups], PyBUF_SIMPLE) < 0) {
+    for (; groups < PyTuple_GET_SIZE(args[5]); groups++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[5], groups), &names[groups], PyBUF_SIMPLE) < 0) {
             goto done;
         }
         criteria.names[groups] = names[groups].buf;
         criteria.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
     }
-    criteria.kinds = kinds.buf;
-    criteria.kind_count = kinds.len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
+    criteria.kinds = held[KINDS].buf;
+    criteria.kind_count = held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
     criteria.groups = groups;
+    criteria.counters = held[COUNTERS].buf;
+    criteria.counter_count = held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
+    criteria.thresholds = held[THRESHOLDS].buf;
+    criteria.threshold_count = held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
+    criteria.state = held[STATE].buf;
+    criteria.state_count = held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
     /* Nothing here touches a Python object: the buffers are held, so other threads (ingest) run meanwhile. */
     Py_BEGIN_ALLOW_THREADS
     Cursor column[COLUMNS];
-    status = read_columns(payload.buf, (size_t)payload.len, count, column_of, column);
+    const uint8_t *payload = held[PAYLOAD].buf;
+    status = read_columns(payload, (size_t)held[PAYLOAD].len, count, column_of, column);
     if (status == OK) {
-        status = candidates(column, count, &criteria, &out);
+        status = candidates(payload, column, count, (uint32_t)track, &criteria, &out);
     }
     Py_END_ALLOW_THREADS
     if (out.failed) {
@@ -174,17 +379,17 @@ done:
     for (Py_ssize_t i = 0; i < groups; i++) {
         PyBuffer_Release(&names[i]);
     }
-    if (kinds.obj != NULL) {
-        PyBuffer_Release(&kinds);
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        PyBuffer_Release(&held[i]);
     }
-    PyBuffer_Release(&payload);
     return result;
 }
 
 static PyMethodDef module_methods[] = {
     {"match_frame", (PyCFunction)(void (*)(void))match_frame, METH_FASTCALL,
-     "match_frame(payload, count, columns, kinds, names) -> bytes of int64 (index, kind, name, ts, dur) per "
-     "candidate, or None: the payload is left to the Python twin (frame_match.py)."},
+     "match_frame(payload, count, columns, track, kinds, names, counters, thresholds, state) -> bytes of int64 "
+     "(index, kind, name, ts, dur, args start, args end) per candidate, or None: the payload is left to the Python "
+     "twin (frame_match.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,11 @@ def match_frame(
     payload: bytes | memoryview,
     count: int,
     columns: tuple[int, ...],
+    track: int,
     kinds: array[int] | bytes,
     names: tuple[array[int] | bytes, ...],
+    counters: array[int] | bytes,
+    thresholds: array[float] | bytes,
+    state: array[int] | bytearray,
     /,
 ) -> bytes | None: ...

@@ -8,7 +8,9 @@ Theory of operation
 - spans (kind ``span``) by name: ``SpanCondition`` (a least duration) and ``OtlpErrorCondition`` (``STATUS_ERROR``);
 - calls (``call``, ``call_raised``) by name: ``SpanCondition``;
 - async slices (``async_begin``, ``async_end``) by name: ``OtlpErrorCondition``;
-- counters by name: ``CounterCondition`` (every value: a crossing needs the one before);
+- counters by name: ``CounterCondition`` (their thresholds: the first pass gives the values that pass other
+  thresholds than the value before, where a crossing can be; a ``*`` glob is matched name by name, each name's
+  thresholds its own);
 - incidents (kind ``incident``) by name, their reason: ``IncidentCallCondition``;
 - messages by kind (a message kind is its category at one priority): ``MessageCondition``.
 
@@ -30,7 +32,18 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
-from ringtrace.collector.incidents.frame_match import ANY, KIND_SLOTS, NAME_SLOTS, NEVER, STATUS_ERROR, Criteria
+from ringtrace.collector.export.chrome_frames import column_order
+from ringtrace.collector.incidents.frame_match import (
+    ANY,
+    COUNTER_SLOTS,
+    CROSSING,
+    KIND_SLOTS,
+    NAME_SLOTS,
+    NEVER,
+    STATE_SLOTS,
+    STATUS_ERROR,
+    Criteria,
+)
 from ringtrace.collector.incidents.rules import (
     Condition,
     CounterCondition,
@@ -81,7 +94,8 @@ class Watcher:
 
     @property
     def any_name(self) -> bool:
-        return self.pattern.text == "*"
+        """Whether it takes every name (its criterion is its kind's; a counter's thresholds are per name)."""
+        return self.pattern.text == "*" and not isinstance(self.condition, CounterCondition)
 
 
 class RulePlan:
@@ -106,7 +120,7 @@ class RulePlan:
                 for family in (SPANS, ASYNC):
                     self.families[family].append(Watcher(order, rule, condition, Pattern(name), NEVER, STATUS_ERROR))
             case CounterCondition(name):
-                self.families[COUNTERS].append(Watcher(order, rule, condition, Pattern(name), ANY, 0))
+                self.families[COUNTERS].append(Watcher(order, rule, condition, Pattern(name), NEVER, CROSSING))
             case IncidentCallCondition(reason):
                 self.families[INCIDENTS].append(Watcher(order, rule, condition, Pattern(reason), ANY, 0))
             case MessageCondition():
@@ -146,16 +160,20 @@ class RulePlan:
 class SegmentCriteria:
     """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
 
-    __slots__ = ("_kinds_seen", "_strings_seen", "by_kind", "by_name", "criteria", "group_of", "plan", "tables")
+    __slots__ = (
+        "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "criteria", "group_of", "plan", "tables",
+    )  # fmt: skip
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
         self.plan, self.tables = plan, tables
-        self.criteria = Criteria(array("q"), tuple(array("q") for _ in _FAMILIES))
+        self.criteria = Criteria(array("q"), tuple(array("q") for _ in _FAMILIES), array("q"), array("d"), array("q"))
         #: Per kind id watched: the watchers of every name (``*`` globs, message conditions), and its name group.
         self.by_kind: dict[int, tuple[Watcher, ...]] = {}
         self.group_of: dict[int, int] = {}
         #: Per name group: the watchers of each string id that some glob matched.
         self.by_name: tuple[dict[int, tuple[Watcher, ...]], ...] = tuple({} for _ in _FAMILIES)
+        #: Where kind, name, ts, dur and args are among the segment's columns; None if it declares others.
+        self.columns: tuple[int, ...] | None = None
         self._kinds_seen = -1
         self._strings_seen = 0
 
@@ -179,6 +197,7 @@ class SegmentCriteria:
     def _sync_kinds(self) -> None:
         kinds = self.tables.kinds
         self._kinds_seen = len(kinds)
+        self.columns = column_order(self.tables)  # (SCHEMA sets both; a later one cannot change the columns)
         self.by_kind.clear()
         self.group_of.clear()
         for family, members in enumerate(_FAMILIES):
@@ -213,7 +232,22 @@ class SegmentCriteria:
                     if len(names) < (string_id + 1) * NAME_SLOTS:
                         names.extend(array("q", [NEVER, 0]) * (string_id + 1 - len(names) // NAME_SLOTS))
                     names[string_id * NAME_SLOTS : (string_id + 1) * NAME_SLOTS] = array("q", _merged(watchers))
+                    if family == COUNTERS:
+                        self._add_thresholds(string_id, watchers)
         self._strings_seen = len(strings)
+
+    def _add_thresholds(self, string_id: int, watchers: Sequence[Watcher]) -> None:
+        """A counter's thresholds (its rules', ``above`` ones then ``below`` ones), and room for its state."""
+        criteria = self.criteria
+        conditions = [w.condition for w in watchers if isinstance(w.condition, CounterCondition)]
+        above = sorted({c.above for c in conditions if c.above is not None})
+        below = sorted({c.below for c in conditions if c.below is not None})
+        for table, slots in ((criteria.counters, COUNTER_SLOTS), (criteria.state, STATE_SLOTS)):
+            if len(table) < (string_id + 1) * slots:
+                table.extend(array("q", [0]) * ((string_id + 1) * slots - len(table)))
+        at = string_id * COUNTER_SLOTS
+        criteria.counters[at : at + COUNTER_SLOTS] = array("q", (len(criteria.thresholds), len(above), len(below)))
+        criteria.thresholds.extend(above + below)
 
 
 def _in_order(watcher: Watcher) -> int:

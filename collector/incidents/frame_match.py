@@ -9,9 +9,14 @@ name group a criterion per string id (a name's glob is matched once per string, 
 candidate when its kind's criterion or its name's criterion in its kind's group passes:
 
 - its ``dur`` is at least the criterion's least duration (``NEVER``: no duration does; ``ANY``: every event does), or
-- the criterion has ``STATUS_ERROR`` and the event's args map says ``"status": "error"`` (an OTLP span's status).
+- the criterion has ``STATUS_ERROR`` and the event's args map says ``"status": "error"`` (an OTLP span's status), or
+- the criterion (a name's) has ``CROSSING`` and the event's ``value`` passes other thresholds of its name than the
+  name's last value did (its *signature*: how many of the name's ``above`` thresholds it is above, and how many
+  ``below`` ones it is below, kept in ``Criteria.state`` with the track it was on): a value that passes the same
+  thresholds as the one before cannot be a crossing, so a counter's rules cost only the values that change sides.
 
-What depends on other args (a counter's value, a message's text) is judged in Python on the candidates alone.
+What depends on other args (a counter's crossing for each rule, a message's text) is judged in Python on the
+candidates alone, each candidate's args decoded alone (``OUT_SLOTS`` give where they are in the payload).
 
 ``match_frame`` runs the C twin (``_match.c``) where it was built and the Python twin (``match_frame_py``, which
 defines the behaviour) otherwise, or where the C twin leaves a payload to it (nested deeper than it reads). Both
@@ -32,10 +37,13 @@ from ringtrace.wire.optional_c import load_optional
 __all__ = [
     "ACCELERATED",
     "ANY",
+    "COUNTER_SLOTS",
+    "CROSSING",
     "KIND_SLOTS",
     "MAX_GROUPS",
     "NAME_SLOTS",
     "NEVER",
+    "STATE_SLOTS",
     "STATUS_ERROR",
     "Criteria",
     "candidates",
@@ -50,15 +58,22 @@ ACCELERATED: Final = _match is not None
 #: A criterion's least duration that no event passes, and one that every event passes.
 NEVER: Final = 2**63 - 1
 ANY: Final = -(2**63)
-#: A criterion's flag: an event whose args map says ``"status": "error"`` is a candidate whatever its duration.
+#: A criterion's flags: an event whose args map says ``"status": "error"`` is a candidate whatever its duration; a
+#: counter's value that passes other thresholds than its name's last value did is one (a name's criterion only).
 STATUS_ERROR: Final = 1
+CROSSING: Final = 2
 #: int64s per kind id (least duration, flags, name group or -1), per string id of a group (least duration, flags),
-#: and per candidate found (index in the frame, kind id, name id, ts column value, dur).
+#: per string id of a counter (where its thresholds start, how many are ``above``, how many ``below``), of state
+#: per string id of a counter (its last value's track + 1, or 0; that value's signature), and per candidate found
+#: (index in the frame, kind id, name id, ts column value, dur, where its args start and end in the payload).
 KIND_SLOTS: Final = 3
 NAME_SLOTS: Final = 2
-OUT_SLOTS: Final = 5
+COUNTER_SLOTS: Final = 3
+STATE_SLOTS: Final = 2
+OUT_SLOTS: Final = 7
 MAX_GROUPS: Final = 16
 _INT64: Final = range(-(2**63), 2**63)
+_ARGS: Final = 4
 
 
 @dataclass(slots=True)
@@ -69,66 +84,128 @@ class Criteria:
     kinds: array[int] = field(default_factory=lambda: array("q"))
     #: Per name group, ``NAME_SLOTS`` int64s per string id, from 0; ids past the end have no criterion.
     names: tuple[array[int], ...] = ()
+    #: Counters' thresholds (``COUNTER_SLOTS`` int64s per string id, into ``thresholds``) and state (written).
+    counters: array[int] = field(default_factory=lambda: array("q"))
+    thresholds: array[float] = field(default_factory=lambda: array("d"))
+    state: array[int] = field(default_factory=lambda: array("q"))
 
 
-def match_frame(payload: bytes | memoryview, count: int, columns: tuple[int, ...], criteria: Criteria) -> bytes | None:
+def match_frame(
+    payload: bytes | memoryview, count: int, columns: tuple[int, ...], track: int, criteria: Criteria
+) -> bytes | None:
     """The candidates of an EVENTS frame, ``OUT_SLOTS`` native int64s each (``candidates`` reads them); None if the
-    payload cannot be read.
+    payload cannot be read (then no counter's state changed).
 
     Args:
         payload: the frame's msgpack payload.
         count: its header's event count.
         columns: where the kind, name, ts, dur and args columns are in it (a permutation of 0 to 4).
+        track: the frame's track id (counters' state tells tracks apart).
     """
     if _match is not None:
-        found: bytes | None = _match.match_frame(payload, count, columns, criteria.kinds, criteria.names)
+        found: bytes | None = _match.match_frame(
+            payload, count, columns, track, criteria.kinds, criteria.names,
+            criteria.counters, criteria.thresholds, criteria.state,
+        )  # fmt: skip
         if found is not None:
             return found
-    return match_frame_py(payload, count, columns, criteria)
+    return match_frame_py(payload, count, columns, track, criteria)
 
 
 def match_frame_py(
-    payload: bytes | memoryview, count: int, columns: tuple[int, ...], criteria: Criteria
+    payload: bytes | memoryview, count: int, columns: tuple[int, ...], track: int, criteria: Criteria
 ) -> bytes | None:
     """``match_frame`` in Python: what defines it."""
-    try:
-        unpacked = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception:
+    read = _read_columns(payload, count, columns)
+    if read is None:
         return None
-    if type(unpacked) is not list or len(unpacked) != len(columns):
-        return None
-    if any(type(column) is not list or len(column) != count for column in unpacked):
-        return None
-    kinds, names, offsets, durations, args = (unpacked[i] for i in columns)
+    (kinds, names, offsets, durations, args), spans = read
+    for column in (kinds, names, offsets, durations):  # all of them first: a frame refused changes no state
+        if any(type(value) is not int or value not in _INT64 for value in column):
+            return None
     table, groups = criteria.kinds, criteria.names
     kind_count = len(table) // KIND_SLOTS
     out = array("q")
-    for i, (kind, name, ts, dur) in enumerate(zip(kinds, names, offsets, durations, strict=True)):
-        if not (type(kind) is int and type(name) is int and type(ts) is int and type(dur) is int):
-            return None
-        if kind not in _INT64 or name not in _INT64 or ts not in _INT64 or dur not in _INT64:
-            return None
+    for i, (kind, name, ts, dur, arg) in enumerate(zip(kinds, names, offsets, durations, args, strict=True)):
         if not 0 <= kind < kind_count:
             continue
         at = kind * KIND_SLOTS
-        hit = _meets(table[at], table[at + 1], dur, args[i])
+        hit = _meets(table[at], table[at + 1] & ~CROSSING, dur, arg, None, name, track)
         group = table[at + 2]
-        if not hit and 0 <= group < len(groups) and 0 <= name < len(groups[group]) // NAME_SLOTS:
+        if 0 <= group < len(groups) and 0 <= name < len(groups[group]) // NAME_SLOTS:
             names_of = groups[group]
-            hit = _meets(names_of[name * NAME_SLOTS], names_of[name * NAME_SLOTS + 1], dur, args[i])
+            flags = names_of[name * NAME_SLOTS + 1]
+            if not hit or flags & CROSSING:
+                hit = _meets(names_of[name * NAME_SLOTS], flags, dur, arg, criteria, name, track) or hit
         if hit:
-            out.extend((i, kind, name, ts, dur))
+            out.extend((i, kind, name, ts, dur, *spans[i]))
     return out.tobytes()
 
 
-def candidates(found: bytes) -> Iterator[tuple[int, int, int, int, int]]:
-    """(index in the frame, kind id, name id, ts column value, dur) of each candidate ``match_frame`` found."""
+def candidates(found: bytes) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+    """(index in the frame, kind id, name id, ts column value, dur, where its args start and end in the payload) of
+    each candidate ``match_frame`` found."""
     values = memoryview(found).cast("q")
     for at in range(0, len(values), OUT_SLOTS):
-        yield values[at], values[at + 1], values[at + 2], values[at + 3], values[at + 4]
+        yield tuple(values[at : at + OUT_SLOTS])  # type: ignore[misc]
 
 
-def _meets(min_dur: int, flags: int, dur: int, args: Any) -> bool:
-    if min_dur != NEVER and dur >= min_dur:
+def _read_columns(
+    payload: bytes | memoryview, count: int, columns: tuple[int, ...]
+) -> tuple[list[list[Any]], list[tuple[int, int]]] | None:
+    """The five columns in the order kind, name, ts, dur, args, and where each args value is in the payload; None if
+    msgpack-python refuses the payload (as ``unpackb`` would) or it is not five arrays of ``count`` values."""
+    read: list[list[Any]] = [[] for _ in columns]
+    spans: list[tuple[int, int]] = []
+    try:
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(payload), 1))
+        unpacker.feed(payload)
+        if unpacker.read_array_header() != len(columns):
+            return None
+        for position in range(len(columns)):
+            if unpacker.read_array_header() != count:
+                return None
+            which = columns.index(position)
+            values = read[which]
+            for _ in range(count):
+                start = unpacker.tell()
+                values.append(unpacker.unpack())
+                if which == _ARGS:
+                    spans.append((start, unpacker.tell()))
+        if unpacker.tell() != len(payload):
+            return None
+    except Exception:
+        return None
+    return read, spans
+
+
+def _meets(min_dur: int, flags: int, dur: int, args: Any, criteria: Criteria | None, name: int, track: int) -> bool:
+    changed = bool(flags & CROSSING) and criteria is not None and _counter_changed(args, criteria, name, track)
+    if changed or (min_dur != NEVER and dur >= min_dur):
         return True
     return bool(flags & STATUS_ERROR) and type(args) is dict and args.get("status") == "error"
+
+
+def _counter_changed(args: Any, criteria: Criteria, name: int, track: int) -> bool:
+    """Whether a counter's value passes other thresholds than its name's last value (see the module docstring)."""
+    value = args.get("value") if type(args) is dict else None
+    if name >= len(criteria.counters) // COUNTER_SLOTS or not isinstance(value, int | float) or type(value) is bool:
+        return False
+    start, above, below = criteria.counters[name * COUNTER_SLOTS : (name + 1) * COUNTER_SLOTS]
+    thresholds = criteria.thresholds
+    if not (0 <= start <= len(thresholds) and 0 <= above <= len(thresholds) - start):
+        return False
+    if not 0 <= below <= len(thresholds) - start - above:
+        return False
+    value = float(value)
+    passed_above = sum(value > t for t in thresholds[start : start + above])
+    passed_below = sum(value < t for t in thresholds[start + above : start + above + below])
+    signature = passed_above * (below + 1) + passed_below
+    state = criteria.state
+    if name >= len(state) // STATE_SLOTS:
+        return True
+    at = name * STATE_SLOTS
+    if state[at] == track + 1 and state[at + 1] == signature:
+        return False
+    state[at], state[at + 1] = track + 1, signature
+    return True

@@ -94,7 +94,7 @@ class Judge:
         match condition:
             case SpanCondition(_, min_ns):
                 if event.kind.shape == "span" and dur >= min_ns:
-                    return f"{event.kind.name} {name!r} lasted {_ms(dur)} (>= {_ms(min_ns, exact=True)})"
+                    return f"{event.kind.name} {name!r} lasted {_duration(dur)} (>= {_duration(min_ns, exact=True)})"
             case OtlpErrorCondition():
                 args = event.args
                 if type(args) is dict and args.get("status") == "error":
@@ -120,8 +120,12 @@ def _counter_value(args: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and type(value) is not bool else None
 
 
-def _ms(ns: int, *, exact: bool = False) -> str:
-    return f"{ns / 1e6:g} ms" if exact else f"{ns / 1e6:.1f} ms"
+def _duration(ns: int, *, exact: bool = False) -> str:
+    """A duration as a reason says it: in ms from 1 ms up ("250.1 ms"), else in us or ns; a threshold as given."""
+    for unit, size in (("ms", 10**6), ("us", 10**3)):
+        if ns >= size:
+            return f"{ns / size:g} {unit}" if exact else f"{ns / size:.1f} {unit}"
+    return f"{ns} ns"
 
 
 def _shown(event: StoredEvent) -> tuple[str, Any]:

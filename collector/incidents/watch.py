@@ -4,19 +4,24 @@ loop after ingest stored them (clients pay nothing).
 Theory of operation
 -------------------
 A ``RuleWatch`` follows the stored segments as the live tail does (``read/tail.py``): a cursor per segment, how far
-it has read and the session decoder that read it (a segment decodes alone). At each ``step`` (the engine runs one
-every ~100 ms on a worker thread, the segments pinned) it decodes what each segment gained since, up to
-``max_step_bytes`` in all (the rest waits for the next step), and judges each EVENTS frame in two passes: the first
-(``frame_match.py``, in C where built) finds the frame's candidates from its kind, name and duration columns against
-the segment's compiled criteria (``criteria.py``) without an object per event; the second (``judge.py``) decodes the
-frame's args once, if a candidate needs them, and judges each candidate for the rules it may meet.
+it has read and the session decoder of its tables (a segment decodes alone). At each ``step`` (the engine runs one
+every ~100 ms on a worker thread, the segments pinned) it reads what each segment gained since, up to about
+``max_step_bytes`` in all (the rest waits for the next step): the segment's index says where its EVENTS frames are,
+the decoder is given the bytes between them (session frames: strings, kinds, tracks) and each EVENTS frame is judged
+where it is stored, in two passes. The first (``frame_match.py``, in C where built, without the GIL) finds the
+frame's candidates from its kind, name and duration columns (and counters' values) against the segment's compiled
+criteria (``criteria.py``), without an object per event; the second (``judge.py``) decodes each candidate's args
+and judges it for the rules it may meet.
 
-Segments stored before the watch began start at their end; their decoder reads the part before the cursor (session
-frames and all) only once the segment grows. Newer segments are read from their start. A segment that leaves (the
-ring overwrote it, or it was removed on request) before the watch read it whole has its events not read counted in
-``unread_events``, never silent; a frame that cannot be decoded counts its events in ``undecodable_events``; segments
-numbered between two the watch saw, that it never saw (stored and gone between two steps), count in
-``unseen_segments`` (their events unknown to it).
+Segments stored before the watch began start at their end; their decoder reads the session frames before the cursor
+only once the segment grows. Newer segments are read from their start. A segment that leaves (the ring overwrote it,
+or it was removed on request) before the watch read it whole has its events not read counted in ``unread_events``,
+never silent (exactly where ``step`` is given the store's ``kept`` counts); a frame that cannot be decoded counts its
+events in ``undecodable_events``; segments numbered between two the watch saw, that it never saw (stored and gone
+between two steps), count in ``unseen_segments``.
+
+What a step costs is bounded by ``max_step_bytes``: a watch slower than ingest falls behind, and what the ring
+overwrites before it reads it is counted unread, rather than holding up ingest.
 
 Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. Nor are firings rate-limited
 here: the engine holds each rule to its limit.
@@ -26,9 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Final
 
-from ringtrace.collector.export.chrome_frames import column_order
+import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.frame_match import candidates, match_frame
@@ -39,6 +45,7 @@ from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import StreamTables
@@ -126,7 +133,8 @@ class RuleWatch:
 
     def with_rules(self, rules: RuleSet) -> RuleWatch:
         """A watch of ``rules`` that goes on from where this one is (its cursors, counters' last values and counts):
-        a reload. This one is not to be stepped again."""
+        a reload. Called between two steps (not while one runs); this one is not to be stepped again. Events stored
+        before the reload and not read yet are judged by the new rules."""
         watch = RuleWatch(rules, self._limits, max_step_bytes=self._max_step_bytes)
         watch._progress = self._progress
         for cursor in self._progress.cursors.values():
@@ -177,10 +185,10 @@ class RuleWatch:
             end = min(segment.used, cursor.offset + budget)
             budget -= end - cursor.offset
             self._read(process, segment, cursor, end, firings)
-            _advance(cursor, segment)
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
+        _let_go(segments, progress.cursors)
         return firings
 
     def _depart(self, present: set[int]) -> None:
@@ -204,23 +212,37 @@ class RuleWatch:
     def _read(
         self, process: ProcessView, segment: SegmentView, cursor: _Cursor, end: int, firings: list[Firing]
     ) -> None:
-        """Judge the segment's complete frames from the cursor up to about ``end``; the cursor moves past them."""
+        """Judge the segment's EVENTS frames that begin between the cursor and ``end``; the cursor moves past them.
+
+        The decoder is given the session frames alone (the bytes between EVENTS frames, found by the segment's
+        index): each EVENTS frame is read where it is stored, never copied, with the tables as they are then.
+        """
         buffer = memoryview(segment.buffer)
         try:
             decoder = cursor.decoder
             if decoder is None:  # catch up on the session frames before the cursor (its events were there before)
                 decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
-                if cursor.offset:  # (no data at all would say the stream ended)
-                    decoder.receive_data(buffer[: cursor.offset])
-                    for _ in decoder:
-                        pass
-            decoder.receive_data(buffer[cursor.offset : end])
-            cursor.offset = end
-            for frame in decoder:
-                if isinstance(frame, Events):
-                    self._frame(process, cursor, decoder.tables, frame, firings)
+                position = 0
+                for offset, length, *_ in islice(segment.index(), cursor.read_entries):
+                    _feed(decoder, buffer[position:offset])
+                    position = offset + length
+                _feed(decoder, buffer[position : cursor.offset])
+            position = cursor.offset
+            index = islice(segment.index(), cursor.read_entries, None)
+            for offset, length, _, count, _, _ in index:
+                if offset >= end:  # (one that begins before the end is read whole: a step reads one at least)
+                    break
+                _feed(decoder, buffer[position:offset])
+                frame = Events.decode_body(buffer[offset + FRAME_HEADER.size : offset + length])
+                self._frame(process, cursor, decoder.tables, frame, firings)
+                position = offset + length
+                cursor.read_entries += 1
+                cursor.read_events += count
+            if end > position:  # session frames only: every EVENTS frame stored has its index entry
+                _feed(decoder, buffer[position:end])
+                position = end
+            cursor.offset = position
         except ProtocolError:  # the rest of the segment cannot be decoded: its events are counted, not judged
-            _advance(cursor, segment)
             self._progress.undecodable_events += segment.events - cursor.read_events
             cursor.read_events, cursor.read_entries = segment.events, segment.entries
             cursor.broken, cursor.decoder, cursor.criteria = True, None, None
@@ -231,39 +253,60 @@ class RuleWatch:
         if cursor.criteria is None:
             cursor.criteria = SegmentCriteria(self._plan, tables)
         criteria = cursor.criteria = cursor.criteria.sync(tables)
-        columns = column_order(tables)
-        found = None if columns is None else match_frame(frame.payload, frame.count, columns, criteria.criteria)
+        found = None
+        if criteria.columns is not None:
+            found = match_frame(frame.payload, frame.count, criteria.columns, frame.track_id, criteria.criteria)
         if found is None:
             self._progress.undecodable_events += frame.count
             return
         if not found:
             return
-        args: list[Any] | None = None
         track = tables.tracks.get(frame.track_id)
         track_name = process.tracks.get(frame.track_id, track).name if track is not None else str(frame.track_id)
-        for index, kind_id, name_id, ts, dur in candidates(found):
+        payload = memoryview(frame.payload)
+        for _, kind_id, name_id, ts, dur, args_start, args_end in candidates(found):
             kind = tables.kinds.get(kind_id)
             watchers = criteria.watchers(kind_id, name_id)
             wall_ns = frame.first_ts_ns + ts + process.clock_offset_ns
             if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
                 continue
-            if args is None:
-                args = _args_column(tables, frame)
             name = tables.strings.get(name_id)
             event = StoredEvent(
                 process, tables, frame.track_id, track_name, kind,
-                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur, args[index],
+                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur,
+                _args(payload[args_start:args_end]),
             )  # fmt: skip
             firings += self._progress.judge.firings(watchers, event)
 
 
-def _args_column(tables: StreamTables, frame: Events) -> list[Any]:
-    """The frame's args, decoded once for all its candidates."""
+def _args(value: memoryview) -> Any:
+    """A candidate's args, decoded alone (the first pass checked them: an error is not expected)."""
     try:
-        columns = tables.unpack(frame)
-    except ProtocolError:  # (the first pass read it: not reached)
-        return [None] * frame.count
-    return columns[tables.columns.index("args")]
+        return msgpack.unpackb(value, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+
+
+def _let_go(segments: list[tuple[ProcessView, SegmentView]], cursors: dict[int, _Cursor]) -> None:
+    """Drop the decoder and criteria of each segment read whole that a newer one of its process follows (it is
+    sealed: it will not grow), so that a long watch of a large store keeps one set of tables per process, not one
+    per segment."""
+    newest: dict[int, int] = {}
+    for _, segment in segments:
+        newest[segment.owner] = max(newest.get(segment.owner, -1), segment.seq)
+    for _, segment in segments:
+        cursor = cursors.get(segment.seq)
+        sealed = segment.seq != newest[segment.owner]  # (a segment that grows after all is caught up on again)
+        if cursor is not None and cursor.decoder is not None and sealed and cursor.offset >= segment.used:
+            cursor.decoder = cursor.criteria = None
+
+
+def _feed(decoder: SessionDecoder, data: memoryview) -> None:
+    """Session frames (or part of one) to the decoder, applied to its tables."""
+    if data:  # (no data at all would say the stream ended)
+        decoder.receive_data(data)
+        for _ in decoder:
+            pass
 
 
 def _advance(cursor: _Cursor, segment: SegmentView) -> None:

@@ -12,9 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.collector.incidents.frame_match import (
     ANY,
+    COUNTER_SLOTS,
+    CROSSING,
     KIND_SLOTS,
     NAME_SLOTS,
     NEVER,
+    STATE_SLOTS,
     STATUS_ERROR,
     Criteria,
     candidates,
@@ -39,12 +42,15 @@ values = st.recursive(
     max_leaves=8,
 )
 statuses = st.sampled_from(["error", "ok", "", b"error", 1, None])
+numbers = st.one_of(st.integers(-5, 20), st.floats(-5, 20, width=32), st.floats(), ints, st.booleans())
 args = st.one_of(
     st.none(),
     values,
-    st.dictionaries(st.sampled_from(["status", "trace_id", "x", "value"]), statuses | values, max_size=4),
+    st.dictionaries(st.sampled_from(["status", "trace_id", "x", "value"]), statuses | numbers | values, max_size=4),
+    st.builds(lambda value: {"value": value}, numbers),
 )
-criterion = st.tuples(st.sampled_from([NEVER, ANY, 0, 5, 100, 2**62]), st.sampled_from([0, STATUS_ERROR]))
+flags = st.sampled_from([0, STATUS_ERROR, CROSSING, CROSSING | STATUS_ERROR])
+criterion = st.tuples(st.sampled_from([NEVER, ANY, 0, 5, 100, 2**62]), flags)
 
 
 @st.composite
@@ -56,7 +62,25 @@ def criteria(draw: st.DrawFn) -> Criteria:
     names = tuple(
         array("q", [v for _ in range(draw(st.integers(0, 40))) for v in draw(criterion)]) for _ in range(groups)
     )
-    return Criteria(kinds, names)
+    thresholds = array("d", draw(st.lists(st.floats(-10, 30) | st.floats(), max_size=12)))
+    counters = array("q")
+    for _ in range(draw(st.integers(0, 40))):  # (some out of the thresholds' bounds: ignored alike)
+        counters.extend(draw(st.tuples(st.integers(-1, 13), st.integers(-1, 4), st.integers(-1, 4))))
+    state = array(
+        "q", [v for _ in range(draw(st.integers(0, 40))) for v in draw(st.tuples(st.integers(0, 3), st.integers(0, 9)))]
+    )
+    return Criteria(kinds, names, counters, thresholds, state)
+
+
+def c_twin(payload: bytes, count: int, order: tuple[int, ...], track: int, wanted: Criteria) -> bytes | None:
+    """The C twin's candidates, its state in ``wanted`` as ``match_frame`` keeps it."""
+    return _match.match_frame(  # type: ignore[union-attr,no-any-return]
+        payload, count, order, track, wanted.kinds, wanted.names, wanted.counters, wanted.thresholds, wanted.state
+    )
+
+
+def copy(wanted: Criteria) -> Criteria:
+    return Criteria(wanted.kinds, wanted.names, wanted.counters, wanted.thresholds, array("q", wanted.state))
 
 
 @st.composite
@@ -81,19 +105,29 @@ def frames(draw: st.DrawFn) -> tuple[bytes, int, tuple[int, ...]]:
 
 
 @needs_c
-@settings(max_examples=600)
-@given(frames(), criteria())
-def test_the_twins_find_the_same_candidates(frame: tuple[bytes, int, tuple[int, ...]], wanted: Criteria) -> None:
-    payload, count, order = frame
-    fast = _match.match_frame(payload, count, order, wanted.kinds, wanted.names)  # type: ignore[union-attr]
-    assert fast == match_frame_py(payload, count, order, wanted)
+@settings(max_examples=500)
+@given(st.lists(frames(), min_size=1, max_size=3), criteria(), st.integers(0, 3))
+def test_the_twins_find_the_same_candidates_and_keep_the_same_state(
+    run: list[tuple[bytes, int, tuple[int, ...]]], wanted: Criteria, track: int
+) -> None:
+    fast, slow = copy(wanted), copy(wanted)
+    for payload, count, order in run:  # one after another: the counters' state carries over
+        found = c_twin(payload, count, order, track, fast)
+        assert found == match_frame_py(payload, count, order, track, slow)
+        assert fast.state == slow.state
     # Criteria given as bytes (no alignment promised) are read alike.
+    payload, count, order = run[0]
+    unaligned, again = copy(wanted), copy(wanted)
     names = tuple(table.tobytes() for table in wanted.names)
-    assert _match.match_frame(payload, count, order, wanted.kinds.tobytes(), names) == fast  # type: ignore[union-attr]
+    found = _match.match_frame(  # type: ignore[union-attr]
+        payload, count, order, track, wanted.kinds.tobytes(), names, wanted.counters.tobytes(),
+        wanted.thresholds.tobytes(), unaligned.state,
+    )  # fmt: skip
+    assert found == c_twin(payload, count, order, track, again) and unaligned.state == again.state
 
 
 @needs_c
-@settings(max_examples=600)
+@settings(max_examples=400)
 @given(st.data(), frames(), criteria())
 def test_payloads_cut_or_changed_are_refused_alike_or_read_alike(
     data: st.DataObject, frame: tuple[bytes, int, tuple[int, ...]], wanted: Criteria
@@ -106,14 +140,17 @@ def test_payloads_cut_or_changed_are_refused_alike_or_read_alike(
         payload + data.draw(st.binary(min_size=1, max_size=3)),
         data.draw(st.binary(max_size=64)),
     ):
-        fast = _match.match_frame(broken, count, order, wanted.kinds, wanted.names)  # type: ignore[union-attr]
-        slow = match_frame_py(broken, count, order, wanted)
+        fast, slow, either = copy(wanted), copy(wanted), copy(wanted)
+        found = c_twin(broken, count, order, 1, fast)
+        expected = match_frame_py(broken, count, order, 1, slow)
         # None from C leaves the payload to the Python twin (what it reads deeper than the C reader goes).
-        assert fast is None or fast == slow
-        assert match_frame(broken, count, order, wanted) == slow
+        assert found is None or (found == expected and fast.state == slow.state)
+        assert match_frame(broken, count, order, 1, either) == expected and either.state == slow.state
 
 
-def criteria_of(kinds: dict[int, tuple[int, int, int]], *groups: dict[int, tuple[int, int]]) -> Criteria:
+def criteria_of(
+    kinds: dict[int, tuple[int, int, int]], *groups: dict[int, tuple[int, int]], counters: int = 0
+) -> Criteria:
     table = array("q", [NEVER, 0, -1] * (max(kinds, default=-1) + 1))
     for kind, entry in kinds.items():
         table[kind * KIND_SLOTS : (kind + 1) * KIND_SLOTS] = array("q", entry)
@@ -123,7 +160,8 @@ def criteria_of(kinds: dict[int, tuple[int, int, int]], *groups: dict[int, tuple
         for name, entry in group.items():
             names_of[name * NAME_SLOTS : (name + 1) * NAME_SLOTS] = array("q", entry)
         names.append(names_of)
-    return Criteria(table, tuple(names))
+    state = array("q", [0] * (STATE_SLOTS * counters))
+    return Criteria(table, tuple(names), array("q", [0] * (COUNTER_SLOTS * counters)), array("d"), state)
 
 
 def test_candidates_by_kind_by_name_by_duration_and_by_status() -> None:
@@ -139,10 +177,26 @@ def test_candidates_by_kind_by_name_by_duration_and_by_status() -> None:
     ]
     payload = msgpack.packb([list(column) for column in zip(*events, strict=True)])
     wanted = criteria_of({0: (NEVER, 0, 0), 2: (ANY, 0, -1)}, {1: (100, 0), 2: (NEVER, STATUS_ERROR)})
-    found = match_frame(payload, len(events), ORDER, wanted)
+    found = match_frame(payload, len(events), ORDER, 0, wanted)
     assert found is not None
-    assert list(candidates(found)) == [(1, 0, 1, 20, 150), (2, 0, 2, 30, 5), (5, 2, 9, 50, 0)]
-    assert match_frame_py(payload, len(events), ORDER, wanted) == found
+    assert [row[:5] for row in candidates(found)] == [(1, 0, 1, 20, 150), (2, 0, 2, 30, 5), (5, 2, 9, 50, 0)]
+    assert match_frame_py(payload, len(events), ORDER, 0, wanted) == found
+    for *_, start, end in candidates(found):  # where each one's args are
+        assert msgpack.unpackb(payload[start:end]) in ({"status": "error"}, {"value": 3}, None)
+
+
+def test_a_counter_is_a_candidate_when_its_value_passes_other_thresholds_than_before() -> None:
+    values = [5, 995, 1500, 2500, 2600, 1, 0.5, 1200]
+    payload = msgpack.packb([[2] * 8, [3] * 8, list(range(8)), [0] * 8, [{"value": v} for v in values]])
+    wanted = criteria_of({2: (NEVER, 0, 0)}, {3: (NEVER, CROSSING)}, counters=4)
+    wanted.counters[3 * COUNTER_SLOTS : 4 * COUNTER_SLOTS] = array("q", [0, 2, 1])
+    wanted.thresholds.extend([990, 2000, 1])  # above 990, above 2000; below 1
+    found = match_frame(payload, 8, ORDER, 7, wanted)
+    assert found is not None and [row[0] for row in candidates(found)] == [0, 1, 3, 5, 6, 7]
+    again = match_frame(payload, 8, ORDER, 7, wanted)  # 1200 then 5: the state carried over
+    assert again is not None and [row[0] for row in candidates(again)] == [0, 1, 3, 5, 6, 7]
+    other_track = match_frame(payload[:], 8, ORDER, 8, wanted)
+    assert other_track is not None and [row[0] for row in candidates(other_track)][:1] == [0]
 
 
 @pytest.mark.parametrize(
@@ -151,7 +205,7 @@ def test_candidates_by_kind_by_name_by_duration_and_by_status() -> None:
     ids=["empty", "never-used byte", "four columns", "a bool for a duration"],
 )
 def test_a_payload_that_is_not_a_frame_gives_none(payload: bytes) -> None:
-    assert match_frame(payload, 1, ORDER, criteria_of({0: (ANY, 0, -1)})) is None
+    assert match_frame(payload, 1, ORDER, 0, criteria_of({0: (ANY, 0, -1)})) is None
 
 
 def test_a_payload_nested_deeper_than_the_c_reader_goes_is_read_by_the_python_twin() -> None:
@@ -159,5 +213,5 @@ def test_a_payload_nested_deeper_than_the_c_reader_goes_is_read_by_the_python_tw
     for _ in range(40):
         deep = [deep]
     payload = msgpack.packb([[0], [0], [0], [7], [deep]])
-    found = match_frame(payload, 1, ORDER, criteria_of({0: (5, 0, -1)}))
-    assert found is not None and list(candidates(found)) == [(0, 0, 0, 0, 7)]
+    found = match_frame(payload, 1, ORDER, 0, criteria_of({0: (5, 0, -1)}))
+    assert found is not None and [row[:5] for row in candidates(found)] == [(0, 0, 0, 0, 7)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgpack
 from ringtrace.collector.incidents.rules import (
     CounterCondition,
     IncidentCallCondition,
@@ -19,9 +20,10 @@ from ringtrace.collector.incidents.rules import (
 from ringtrace.collector.incidents.watch import RuleWatch
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.wire.frames import Stats
+from ringtrace.wire.frames import Events, Stats, encode
 from ringtrace.wire.model import COUNTER, INCIDENT, INSTANT, SPAN
 from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.string_table import StringTable
 from store_client import Client
 
 OFFSET_NS = 5_000
@@ -36,8 +38,8 @@ def process(owner: int) -> ProcessView:
 class Stream(Client):
     """A client stream that sends any events, at times it chooses."""
 
-    def __init__(self, store: Store, owner: int) -> None:
-        super().__init__(store, owner)
+    def __init__(self, store: Store, owner: int, instance: str | None = None) -> None:
+        super().__init__(store, owner, instance=instance)
         self.clock = itertools.count(10**15, 10 * MS)
 
     def send(self, *events: tuple[int, str, int, Any]) -> list[int]:
@@ -226,13 +228,13 @@ def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
     watch = RuleWatch(rules(CounterCondition("q", above=10), SpanCondition("a", 0)), Limits())
     step(watch, store)
     client.send((SPAN, "a", 1, None), (COUNTER, "q", 0, {"value": 50}))
-    assert step(watch, store) == [("r1", "span 'a' lasted 0.0 ms (>= 0 ms)"), ("r0", "counter 'q' rose to 50 (> 10)")]
+    assert step(watch, store) == [("r1", "span 'a' lasted 1 ns (>= 0 ns)"), ("r0", "counter 'q' rose to 50 (> 10)")]
     client.send((SPAN, "b", 1, None))  # stored before the reload, not yet read: judged by the new rules
     watch = watch.with_rules(rules(CounterCondition("q", above=10), SpanCondition("b", 0)))
     client.send((SPAN, "a", 1, None), (SPAN, "b", 1, None), (COUNTER, "q", 0, {"value": 60}))
     assert step(watch, store) == [
-        ("r1", "span 'b' lasted 0.0 ms (>= 0 ms)"),
-        ("r1", "span 'b' lasted 0.0 ms (>= 0 ms)"),
+        ("r1", "span 'b' lasted 1 ns (>= 0 ns)"),
+        ("r1", "span 'b' lasted 1 ns (>= 0 ns)"),
     ]
     watch = watch.with_rules(RuleSet())
     client.send((SPAN, "b", 1, None))
@@ -240,4 +242,73 @@ def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
     watch = watch.with_rules(rules(SpanCondition("b", 0)))  # rules again: what came meanwhile is not judged
     assert step(watch, store) == []
     client.send((SPAN, "b", 1, None))
-    assert step(watch, store) == [("r0", "span 'b' lasted 0.0 ms (>= 0 ms)")]
+    assert step(watch, store) == [("r0", "span 'b' lasted 1 ns (>= 0 ns)")]
+
+
+def test_rules_with_thresholds_on_one_counter_each_fire_at_their_crossings_per_track() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(CounterCondition("q", above=990), CounterCondition("*", above=2000)), Limits())
+    step(watch, store)
+    for value in (5, 995, 1500):
+        client.send((COUNTER, "q", 0, {"value": value}))
+    assert step(watch, store) == [("r0", "counter 'q' rose to 995 (> 990)")]
+    client.send(*[(COUNTER, "q", 0, {"value": value}) for value in (2500, 2600, 1200, 900, 3000)])
+    assert step(watch, store) == [
+        ("r1", "counter 'q' rose to 2500 (> 2000)"),
+        ("r0", "counter 'q' rose to 3000 (> 990)"),
+        ("r1", "counter 'q' rose to 3000 (> 2000)"),
+    ]
+    # The same counter's name on another track is another counter.
+    other = client.tracks[1]
+    client.tracks[0], client.tracks[1] = other, client.tracks[0]
+    client.send((COUNTER, "q", 0, {"value": 3100}))
+    assert step(watch, store) == [
+        ("r0", "counter 'q' rose to 3100 (> 990)"),
+        ("r1", "counter 'q' rose to 3100 (> 2000)"),
+    ]
+
+
+def test_a_frame_that_cannot_be_decoded_is_counted_and_the_frames_after_it_are_judged() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("s")), Limits())
+    step(watch, store)
+    track = client.tracks[0].track_id
+    client.send((SPAN, "s", 1, None))
+    client.feed(encode(Events(track, 3, 10**15, 10**15, b"\xc1 not msgpack")))
+    client.feed(encode(Events(track, 1, 10**15, 10**15, msgpack.packb([[0], [0], [0], [True], [None]]))))
+    client.send((SPAN, "s", 2, None))
+    assert step(watch, store) == [("r0", "span 's' lasted 1 ns (>= 0 ns)"), ("r0", "span 's' lasted 2 ns (>= 0 ns)")]
+    assert watch.undecodable_events == 4 and watch.unread_events == 0
+
+
+def test_names_are_matched_again_after_the_string_table_starts_again() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    client.encoder.strings = StringTable(max_strings=6)
+    client.encoder.strings.recycles = True  # (a client resets its table when the collector takes it)
+    watch = RuleWatch(rules(SpanCondition("slow*", 5)), Limits())
+    step(watch, store)
+    names = [f"name {i}" for i in range(12)] + ["slow one", "other", "slow two"]
+    for name in names:  # the table fills and starts again, more than once: ids name other strings each time
+        client.send((SPAN, name, 10, None))
+    assert step(watch, store) == [
+        ("r0", "span 'slow one' lasted 10 ns (>= 5 ns)"),
+        ("r0", "span 'slow two' lasted 10 ns (>= 5 ns)"),
+    ]
+
+
+def test_two_streams_of_one_process_are_each_read_whole_while_both_grow() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    first, second = Stream(store, 1, "a"), Stream(store, 1, "b")  # (a reconnect while the old connection lingers)
+    watch = RuleWatch(rules(SpanCondition("s")), Limits())
+    step(watch, store)
+    sent = fired = 0
+    for _ in range(30):
+        for stream in (first, second):
+            stream.send(*[(SPAN, "s", 1, {"pad": "x" * 100})] * 50)
+            sent += 50
+        fired += len(step(watch, store))
+    assert store.segment_count > 4
+    assert fired == sent and watch.unread_events == 0

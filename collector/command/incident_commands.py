@@ -2,7 +2,7 @@
 snapshot format (``GET /incidents/{id}``), opened in the web view, or deleted (``DELETE /incidents/{id}``).
 
     ringtrace incidents [list] [--rule R --status S --since T --until T --limit N] [--json]
-    ringtrace incidents fetch ID [--format F] [-o FILE]
+    ringtrace incidents fetch ID [--format F] [-o FILE] [filters]
     ringtrace incidents open ID
     ringtrace incidents delete ID
 
@@ -25,10 +25,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
+from ringtrace.collector.command.filters import add_filters, check_params, filter_params
 from ringtrace.collector.command.output import output, progress, size
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export.formats import DEFAULT_FORMAT
-from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENTS_PARAMETERS
+from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENT_PARAMETERS, INCIDENTS_PARAMETERS
 from ringtrace.collector.incidents.incident_files import valid_id
 
 __all__ = ["DEFAULT_URL", "add_incidents_parser"]
@@ -64,6 +65,7 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         help=f"the snapshot's format (default {DEFAULT_FORMAT})",
     )
     fetching.add_argument("-o", "--output", metavar="FILE", help="where to write it ('-': stdout; default: ID.suffix)")
+    add_filters(fetching, INCIDENT_PARAMETERS)
     _add_common(fetching, below=True)
     fetching.set_defaults(run=_fetch, parser=fetching)
 
@@ -142,8 +144,10 @@ def _clock(time_ns: Any) -> str:
 def _fetch(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
     format_ = INCIDENT_FORMATS[args.format]
+    filters = filter_params(args)
+    check_params(filters, INCIDENT_PARAMETERS)
     path = args.output or f"{incident_id}{format_.suffix or '.json'}"
-    url = _url(args, f"/incidents/{incident_id}", [("format", args.format)])
+    url = _url(args, f"/incidents/{incident_id}", [("format", args.format), *filters])
     with (
         _reaching(args),
         fetch(url, Access(args)) as response,

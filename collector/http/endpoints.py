@@ -22,8 +22,9 @@ GET /stream[?filters]               a live tail: events stored from now on, as S
 GET /healthz                        liveness and a few gauges, as JSON
 GET /incidents[?rule&status&since&until&limit]
                                     saved and failed incidents' records, newest first (``incidents_api.py``)
-GET /incidents/{id}[?format=F]      a saved incident's snapshot, in a snapshot format or the web view's columns
-                                    (``timeline``); gzip if accepted
+GET /incidents/{id}[?format&filters] a saved incident's snapshot, in a snapshot format or the web view's columns
+                                    (``timeline``), of what the filters of /snapshot select; gzip if accepted
+HEAD /incidents/{id}[?format&filters] the same headers, no work
 DELETE /incidents/{id}              remove an incident
 POST /incidents?reason=R[&scope&before&after&pid&process&host&trace_id]
                                     take an incident now (``incident_post.py``): 202 with its id
@@ -61,7 +62,11 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
         "path": "/incidents",
         "does": "saved and failed incidents, newest first [rule, status, since, until, limit]",
     },
-    {"method": "GET", "path": "/incidents/{id}", "does": "an incident's snapshot: format as /snapshot, or timeline"},
+    {
+        "method": "GET",
+        "path": "/incidents/{id}",
+        "does": "an incident's snapshot: formats of /snapshot, timeline; filters",
+    },
     {"method": "DELETE", "path": "/incidents/{id}", "does": "remove an incident"},
     {
         "method": "POST",

@@ -1,5 +1,5 @@
-"""The parameters of ``GET /incidents`` (which incidents, newest first) and ``GET /incidents/{id}`` (the format),
-checked: an unknown, repeated or malformed one is refused, named (``QueryError``)."""
+"""The parameters of ``GET /incidents`` (which incidents, newest first) and ``GET /incidents/{id}`` (the format, and
+the filters of ``/snapshot``), checked: an unknown, repeated or malformed one is refused, named (``QueryError``)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,22 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, TIMELINE, Format
-from ringtrace.collector.http.query import MAX_LIMIT, QueryError, choice, parse_time
+from ringtrace.collector.http.query import (
+    MAX_LIMIT,
+    TIMELINE_PARAMETERS,
+    QueryError,
+    choice,
+    parse_snapshot_query,
+    parse_time,
+)
+from ringtrace.collector.read.selection import EventFilter
 
 __all__ = [
     "INCIDENTS_PARAMETERS",
     "INCIDENT_FORMATS",
     "INCIDENT_PARAMETERS",
     "IncidentsQuery",
-    "parse_incident_format",
+    "parse_incident_query",
     "parse_incidents_query",
 ]
 
@@ -31,7 +39,11 @@ INCIDENTS_PARAMETERS: Final = {
     "until": "incidents whose trigger began before it (as since)",
     "limit": f"at most this many, the newest (1 to {MAX_LIMIT})",
 }
-INCIDENT_PARAMETERS: Final = {"format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT})"}
+#: What ``GET /incidents/{id}`` takes: the format, and the filters of a snapshot (it was taken already: no flush).
+INCIDENT_PARAMETERS: Final = {
+    **{name: text for name, text in TIMELINE_PARAMETERS.items() if name != "flush_timeout_s"},
+    "format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT})",
+}
 
 
 @dataclass(frozen=True)
@@ -85,14 +97,19 @@ def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> Inc
     )
 
 
-def parse_incident_format(params: Iterable[tuple[str, str]]) -> Format:
-    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``).
+def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tuple[Format, EventFilter]:
+    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``) and the events it selects.
 
     Raises:
-        QueryError: an unknown parameter or format.
+        QueryError: an unknown, repeated or malformed parameter, or an unknown format.
     """
-    values = _single(params, INCIDENT_PARAMETERS)
-    return INCIDENT_FORMATS[choice("format", values.get("format", DEFAULT_FORMAT), tuple(INCIDENT_FORMATS))]
+    formats = [value for name, value in params if name == "format"]
+    if len(formats) > 1:
+        raise QueryError("query parameter 'format' is given more than once (it takes one value)")
+    format_ = choice("format", formats[0], tuple(INCIDENT_FORMATS)) if formats else DEFAULT_FORMAT
+    filters = [(name, value) for name, value in params if name != "format"]
+    query = parse_snapshot_query(filters, now_ns=now_ns, accepted=INCIDENT_PARAMETERS)
+    return INCIDENT_FORMATS[format_], query.filter
 
 
 def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:

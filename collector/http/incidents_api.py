@@ -1,6 +1,6 @@
 """The HTTP API's incidents: ``GET /incidents`` (the saved and failed ones, newest first, filtered),
-``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns) and
-``DELETE /incidents/{id}``.
+``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns, filtered as a
+snapshot is; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
 
 Incidents are files (``incidents/incident_files.py``): they are listed, read and deleted on worker threads, and a
 snapshot file is read back as ``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is
@@ -22,10 +22,9 @@ from aiohttp import web
 from ringtrace.collector.export.formats import Format
 from ringtrace.collector.foreign.offline import LoadedFile, load_file
 from ringtrace.collector.http.collector_api import COLLECTOR
-from ringtrace.collector.http.incident_query import parse_incident_format, parse_incidents_query
+from ringtrace.collector.http.incident_query import parse_incident_query, parse_incidents_query
 from ringtrace.collector.http.query import QueryError, accepts_gzip, check_no_params
 from ringtrace.collector.http.snapshot_stream import stream_out
-from ringtrace.collector.read.selection import EventFilter
 from ringtrace.wire.errors import ProtocolError
 
 __all__ = ["add_incident_routes"]
@@ -56,9 +55,10 @@ async def incidents(request: web.Request) -> web.Response:
 
 
 async def incident(request: web.Request) -> web.StreamResponse:
-    """A saved incident's snapshot in the format asked for (``chrome`` unless ``format`` says another)."""
+    """A saved incident's snapshot in the format asked for (``chrome`` unless ``format`` says another), of the events
+    the filters of ``/snapshot`` select (all without one)."""
     collector = request.app[COLLECTOR]
-    format_ = _parsed(parse_incident_format, request.query.items())
+    format_, selected = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
     incident_id = request.match_info["id"]
     path = await _snapshot_path(request, incident_id)
     if not collector.begin_snapshot():
@@ -68,11 +68,20 @@ async def incident(request: web.Request) -> web.StreamResponse:
         with collector.metrics.snapshot_seconds.labels(format_.name).time():
             loaded = await _load(request, incident_id, path)
             gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-            chunks = format_.writer(loaded.view, EventFilter())
+            chunks = format_.writer(loaded.view, selected)
             response, _ = await stream_out(request, loaded.view, chunks, _headers(format_, incident_id, gzip), gzip)
             return response
     finally:
         collector.end_snapshot()
+
+
+async def incident_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work: the query and the id are checked, the file is not read."""
+    format_, _ = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
+    incident_id = request.match_info["id"]
+    await _snapshot_path(request, incident_id)
+    gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    return web.Response(headers=_headers(format_, incident_id, gzip))
 
 
 async def delete_incident(request: web.Request) -> web.Response:
@@ -129,5 +138,6 @@ def _headers(format_: Format, incident_id: str, gzip: bool) -> dict[str, str]:
 
 def add_incident_routes(app: web.Application) -> None:
     app.router.add_get("/incidents", incidents)
-    app.router.add_get("/incidents/{id}", incident)
+    app.router.add_get("/incidents/{id}", incident, allow_head=False)
+    app.router.add_route("HEAD", "/incidents/{id}", incident_head)
     app.router.add_delete("/incidents/{id}", delete_incident)

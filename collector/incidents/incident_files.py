@@ -77,6 +77,7 @@ class IncidentFiles:
         # Saving (with its retention), failing and deleting may run on several worker threads at once.
         self._lock = threading.Lock()
         self._reported: set[tuple[str, int]] = set()  # (file name, mtime ns) of bad files already logged
+        self._issued: set[str] = set()  # ids given out, perhaps not written yet
         if make_now:
             directory.mkdir(parents=True, exist_ok=True)
         self._drop_leftovers()
@@ -87,10 +88,16 @@ class IncidentFiles:
         when = datetime.datetime.fromtimestamp(time_ns // 10**9, datetime.UTC).strftime("%Y%m%dT%H%M%S")
         millis = time_ns // 10**6 % 1000
         slug = re.sub(r"[^a-z0-9]+", "-", rule.lower()).strip("-")[:_SLUG_CHARS].strip("-") or "incident"
-        while True:
-            incident_id = f"{when}{millis:03d}Z-{slug}-{secrets.token_hex(2)}"
-            if not any(self._path(incident_id, suffix).exists() for suffix in (_RECORD, _PENDING, _SNAPSHOT)):
-                return incident_id
+        with self._lock:  # (two threads never take the same one before either writes it)
+            while True:
+                incident_id = f"{when}{millis:03d}Z-{slug}-{secrets.token_hex(2)}"
+                if incident_id in self._issued:
+                    continue
+                if not any(self._path(incident_id, suffix).exists() for suffix in (_RECORD, _PENDING, _SNAPSHOT)):
+                    if len(self._issued) >= 10_000:  # (ids a second or more old: files by now, seen above)
+                        self._issued.clear()
+                    self._issued.add(incident_id)
+                    return incident_id
 
     def begin(self, record: dict[str, Any]) -> None:
         """Keep ``record`` (its ``id`` one of ``new_id``'s) as pending: fired, its window still being collected."""
@@ -205,7 +212,8 @@ class IncidentFiles:
             if record is None:
                 continue
             if record.get("status") == "saved" and not self._path(incident_id, _SNAPSHOT).exists():
-                self._report(path, "its snapshot file is missing")
+                if path.exists():  # (else it was deleted meanwhile: nothing to say)
+                    self._report(path, "its snapshot file is missing")
                 continue
             found.append(record)
         return found

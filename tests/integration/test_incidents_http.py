@@ -150,6 +150,29 @@ def test_an_incident_is_served_in_every_format(served: Served) -> None:
     assert status == 200
 
 
+def test_head_checks_an_incident_and_its_query_and_reads_nothing(served: Served) -> None:
+    request = urllib.request.Request(f"{served.collector.http_url}/incidents/{served.ids[0]}?format=perfetto",
+                                     method="HEAD")  # fmt: skip
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200 and response.headers["Content-Type"] == "application/octet-stream"
+        assert response.read() == b""
+    for path, status in ((f"{served.ids[0]}?format=svg", 400), ("20200101T000000000Z-nothing-0000", 404)):
+        request = urllib.request.Request(f"{served.collector.http_url}/incidents/{path}", method="HEAD")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        refused.value.close()
+        assert refused.value.code == status
+
+
+def test_an_incident_is_filtered_as_a_snapshot_is(served: Served) -> None:
+    trace = served.collector.json(f"/incidents/{served.ids[0]}?name=tick&limit=5")
+    assert len(events(trace, "i")) == 5 and events(trace, "X") == []
+    status, error = error_of(served, f"/incidents/{served.ids[0]}?flush_timeout_s=1")
+    assert status == 400 and "unknown query parameter 'flush_timeout_s'" in error, error
+    status, error = error_of(served, f"/incidents/{served.ids[0]}?format=native&format=chrome")
+    assert status == 400 and "'format' is given more than once" in error, error
+
+
 def test_an_incident_is_gzipped_when_accepted(served: Served) -> None:
     request = urllib.request.Request(
         f"{served.collector.http_url}/incidents/{served.ids[0]}", headers={"Accept-Encoding": "gzip"}
@@ -209,6 +232,12 @@ def test_the_command_lists_fetches_and_opens(
     assert status == 0 and f"written to {target}" in err
     assert sum(1 for s in PerfettoTrace(target.read_bytes()).slices if s.name == "request") == 30
 
+    target = tmp_path / "ticks.json"
+    status, _, err = run(capsys, "incidents", "fetch", served.ids[0], "--name", "tick", "-o", str(target), "--url", url)
+    assert status == 0 and len(events(json.loads(target.read_text()), "i")) == 30
+    status, _, err = run(capsys, "incidents", "fetch", served.ids[0], "--limit", "0", "--url", url)
+    assert status == 2 and "--limit must be a whole number" in err, err
+
     os.environ["BROWSER"] = "true"  # (webbrowser runs it with the URL: no browser opens)
     try:
         status, out, _ = run(capsys, "incidents", "--url", url, "open", served.ids[0])
@@ -252,3 +281,30 @@ def test_the_command_runs_as_a_program(served: Served) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert served.ids[3] in done.stdout
+
+
+def test_with_a_data_dir_incidents_are_kept_in_it_and_outlive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = CollectorProcess("--data-dir", str(data))
+    try:
+        first.wait_for_log(lambda line: f"incidents: kept in {data / 'incidents'} (at most 100" in line)
+        run_script(first, RECORD)
+        first.wait_for_stored(RECORDED)
+        status, native = first.get("/snapshot?format=native")
+        assert status == 200
+        files = IncidentFiles(data / "incidents", max_count=100, max_bytes=2**30)
+        saved = files.save({"id": files.new_id("slow checkout", T0), "rule": "slow checkout", "time_ns": T0}, [native])
+        assert listed_by(first) == [saved["id"]]
+    finally:
+        first.stop()
+    again = CollectorProcess("--data-dir", str(data))
+    try:
+        again.wait_for_log(lambda line: "incidents: kept in" in line and "1 there now" in line)
+        assert listed_by(again) == [saved["id"]]
+        assert len(events(again.json(f"/incidents/{saved['id']}"), "X")) == 30
+    finally:
+        again.stop()
+
+
+def listed_by(collector: CollectorProcess) -> list[str]:
+    return [record["id"] for record in collector.json("/incidents")["incidents"]]

@@ -36,6 +36,11 @@ def test_ids_are_url_safe_sort_by_time_and_say_the_rule(tmp_path: Path) -> None:
     assert not valid_id("../etc") and not valid_id("") and not valid_id("a.json")
 
 
+def test_ids_given_at_one_instant_are_unique_before_any_is_written(tmp_path: Path) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    assert len({files.new_id("flood", T0) for _ in range(5000)}) == 5000
+
+
 def test_a_saved_incident_has_its_snapshot_file_and_record(tmp_path: Path) -> None:
     files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
     record = record_of(files)

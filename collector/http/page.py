@@ -38,6 +38,7 @@ _FILES: Final = {
     "lanes.js": "text/javascript",
     "perfetto.js": "text/javascript",
     "flamegraph.js": "text/javascript",
+    "incidents.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 _PREFIX: Final = "/ui/"

@@ -142,6 +142,14 @@ def test_counters(collector: CollectorProcess, tmp_path: Path) -> None:
     assert begin["args"] == {"path": "/users"} and begin["tid"] != end["tid"]
 
 
+def test_incident(collector: CollectorProcess, tmp_path: Path) -> None:
+    trace, output = run_example("incident", collector, tmp_path)
+    assert "delivered: True" in output
+    (incident,) = [e for e in events(trace, "i") if e.get("cat") == "incident"]
+    assert incident["name"] == "payment declined"
+    assert incident["args"] == {"reason": "payment declined", "order": 7, "code": 503}
+
+
 def test_snabb(collector: CollectorProcess, tmp_path: Path) -> None:
     trace, output = run_example("snabb", collector, tmp_path)
     messages = [e for e in events(trace, "i") if e.get("cat") == "engine"]

@@ -34,7 +34,7 @@ from ringtrace.collector.ingest.scan import _scan_events_py
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_values, safe_str
 from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events, encode
-from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import INCIDENT, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.optional_c import PURE_PYTHON_ENV, load_optional
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.string_table import StringTable
@@ -173,6 +173,8 @@ def encoder_frames(
         [(SPAN, "big", 1, 2, {"pad": "x" * 30_000}) for _ in range(5)],  # frames split to fit
         [(SPAN, "huge", 1, 2, {"pad": "x" * 60_000}), (SPAN, "op", 2, 3, {"pad": b"y" * 80_000})],  # clipped
         [(INSTANT, label, 1, 1, None) for label in [f"l{i}" for i in range(120)] + ["l7"] * 5 + ["new"] * 5],
+        [(INCIDENT, "payment declined", 5, 5, {"order": 7, "reason": "x"}), (INCIDENT, "bare", 6, 6, None)],
+        [(SPAN, "checkout", 1, 9, None), (INCIDENT, Unhashable(), 5, 5, {"odd": {(1, 2): "tuple key"}})],
     ],
 )
 def test_the_encoder_writes_the_same_frames_with_and_without_the_accelerator(run: list[tuple[Any, ...]]) -> None:

@@ -3,6 +3,7 @@
 // and one for its async slices. In a row, slices sit in levels (a flame chart: a slice nested in another one level
 // below it; sources' overlapping activity one level down too), each level sorted by start with no overlaps, so the
 // part in view is found by binary search; instants, messages and instant markers are ticks, counters a line.
+// Incidents (tl.incident: a block's `cat` column says "incident") are ticks marked as such.
 // A counter is a line per track it was recorded on, name and value key, as in the snapshots (Chrome JSON, Perfetto):
 // threads that set one counter each get their own, not one line that jumps between their values.
 
@@ -39,8 +40,9 @@ export function buildModel(doc, pids = null) {
         if (end !== null && end > windowEnd) windowEnd = end;
       } else if (p === "i") {
         const a = args[i];
-        const priority = a && typeof a.priority === "string" && a.category !== undefined ? a.priority : null;
-        b.ticks.push({ start, name: names[name[i]], args: a, priority });
+        const incident = block.cat !== undefined && block.cat[i] === "incident";
+        const priority = !incident && a && typeof a.priority === "string" && a.category !== undefined ? a.priority : null;
+        b.ticks.push({ start, name: names[name[i]], args: a, priority, incident });
       } else if (p === "C") {
         const a = args[i] || {};
         for (const [key, value] of Object.entries(a)) {

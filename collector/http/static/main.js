@@ -1,8 +1,10 @@
-// The page: the processes table, the timeline and the flame graph, wired to the collector's /sources, /stats,
-// /timeline and /flamegraph.
+// The page: the processes table, the incidents list, the timeline and the flame graph, wired to the collector's
+// /sources, /stats, /incidents, /timeline and /flamegraph. The timeline shows the live store, or an incident opened
+// from the list (or named in the page's address, ?incident=ID) until "Back to live".
 
 import { getJSON } from "./api.js";
 import { FlameGraph } from "./flamegraph.js";
+import { IncidentsList, processesText, triggerOf } from "./incidents.js";
 import { buildModel } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
 import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
@@ -12,11 +14,15 @@ const $ = (id) => document.getElementById(id);
 const number = new Intl.NumberFormat();
 const POLL_MS = 1000;  // the table and, following live, the timeline: at most once a second
 const MIN_SECONDS = 0.001, MAX_SECONDS = 3600, DEFAULT_SECONDS = 10;  // the window: what the input allows
+const INCIDENTS_POLL_MS = 5000;  // the incidents list: new ones are rare
+const INCIDENTS_LISTED = 100;
 
-const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false };
+const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false,
+  incident: null, incidentsListed: true };  // incident: the id the timeline shows (null: the live store)
 const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
 const timeline = new Timeline($("timeline"), $("tooltip"), $("timeline-wrap"));
 const flameGraph = new FlameGraph($("flamegraph"), $("flame-tooltip"), $("flame-wrap"));
+const incidents = new IncidentsList($("incidents"), $("no-incidents"), (id) => openIncident(id));
 let flameAfterMove = null;
 timeline.onUserMove = () => {
   $("follow").checked = false;
@@ -113,6 +119,8 @@ async function refreshTimeline(keepView = false) {
   // its data but leaves their view as it is.
   const live = $("follow").checked;
   try {
+    if (state.incident !== null) { await showIncident(state.incident, keepView); return; }
+    timeline.setMarker(null);
     const query = selection();
     const pids = sources.selectedPids();
     const started = performance.now();
@@ -133,6 +141,91 @@ async function refreshTimeline(keepView = false) {
   } finally {
     state.timelineBusy = false;
     if (state.timelineQueued) { state.timelineQueued = false; refreshTimeline(keepView); }
+  }
+}
+
+// The incident `id` on the timeline: its snapshot (every process it kept), the window it kept, its trigger marked.
+async function showIncident(id, keepView) {
+  const started = performance.now();
+  const doc = await getJSON(`/incidents/${encodeURIComponent(id)}?format=timeline`);
+  const fetched = performance.now();
+  if (state.incident !== id) return;  // (back to live, or another one opened, meanwhile)
+  const record = incidents.find(id) || await findIncident(id);
+  const model = buildModel(doc, null);
+  state.originNs = BigInt(doc.origin_ns);
+  const origin = BigInt(doc.origin_ns);
+  const kept = record && record.window && record.window.since_ns != null && record.window.until_ns != null
+    ? [Number(BigInt(record.window.since_ns) - origin), Number(BigInt(record.window.until_ns) - origin)]
+    : extent(model);
+  timeline.setMarker(triggerOf(record, doc.origin_ns));
+  timeline.setModel(model, kept, keepView);
+  $("incident-name").textContent = record ? `${record.id} · ${record.rule || ""}` : id;
+  showInfo(model, doc, null, fetched - started, performance.now() - fetched);
+  const from = record ? ` · kept from ${processesText(record.processes)}` : " · not among the incidents listed";
+  $("timeline-info").prepend(`incident ${id}${from} · `);
+  $("flame-info").textContent = "the flame graph reads the live store: back to live to see it";
+}
+
+// An incident's record when it is not among those listed (an older one, named in the address).
+async function findIncident(id) {
+  try {
+    const doc = await getJSON("/incidents");
+    return (doc.incidents || []).find((r) => r.id === id) || null;
+  } catch (error) {
+    return null;
+  }
+}
+
+// The times a model's events span, for a document with no window of its own.
+function extent(model) {
+  let first = Infinity;
+  for (const row of model.rows) {
+    for (const level of row.levels || []) if (level.start.length) first = Math.min(first, level.start[0]);
+    if (row.ticks && row.ticks.start.length) first = Math.min(first, row.ticks.start[0]);
+    if (row.counter && row.counter.start.length) first = Math.min(first, row.counter.start[0]);
+  }
+  return first === Infinity ? [0, 1] : [first, Math.max(model.windowEnd, first + 1)];
+}
+
+function openIncident(id) {
+  state.incident = id;
+  $("follow").checked = false;
+  $("incident-banner").hidden = false;
+  $("incident-name").textContent = id;
+  incidents.setOpen(id);
+  setAddress(id);
+  refreshTimeline();
+}
+
+function backToLive() {
+  state.incident = null;
+  $("incident-banner").hidden = true;
+  incidents.setOpen(null);
+  setAddress(null);
+  $("follow").checked = true;
+  refreshTimeline();
+}
+
+// The page's address names the incident shown, so that it can be linked to (and reloaded).
+function setAddress(id) {
+  const params = new URLSearchParams(location.search);
+  if (id === null) params.delete("incident"); else params.set("incident", id);
+  const search = params.toString();
+  history.replaceState(null, "", `${location.pathname}${search ? "?" + search : ""}${location.hash}`);
+}
+
+async function pollIncidents() {
+  if (!state.incidentsListed) return;
+  try {
+    const doc = await getJSON(`/incidents?limit=${INCIDENTS_LISTED}`);
+    incidents.update(doc.incidents || []);
+    incidents.setOpen(state.incident);
+  } catch (error) {
+    const message = String(error.message || error);
+    if (/: 404 /.test(message)) {  // a collector that keeps none: said once, not asked again
+      state.incidentsListed = false;
+      incidents.unavailable("GET /incidents: 404");
+    }
   }
 }
 
@@ -172,7 +265,7 @@ function flameSelection() {
 }
 
 async function refreshFlameGraph() {
-  if (state.originNs === null) return;  // (no timeline yet: no view to take)
+  if (state.originNs === null || state.incident !== null) return;  // (no timeline yet; or an incident's, not the store's)
   if (state.flameBusy) { state.flameQueued = true; return; }
   state.flameBusy = true;
   try {
@@ -197,14 +290,30 @@ $("flame-thread").addEventListener("change", () => refreshFlameGraph());
 $("refresh").addEventListener("click", () => refreshTimeline());
 $("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); });
 $("seconds").addEventListener("change", () => { settleSeconds(); refreshTimeline(); });
-$("follow").addEventListener("change", () => { if ($("follow").checked) refreshTimeline(); });
-$("download-chrome").addEventListener("click", () => download(selection(), "chrome").catch((e) => setStatus(e.message, true)));
-$("download-perfetto").addEventListener("click", () => download(selection(), "perfetto").catch((e) => setStatus(e.message, true)));
-$("open-perfetto").addEventListener("click", () => openInPerfetto(selection(), setStatus).catch((e) => setStatus(e.message, true)));
+$("follow").addEventListener("change", () => {
+  if (!$("follow").checked) return;
+  if (state.incident !== null) backToLive(); else refreshTimeline();
+});
+$("back-to-live").addEventListener("click", () => backToLive());
+$("download-chrome").addEventListener("click", () => download(shownSource, "chrome").catch((e) => setStatus(e.message, true)));
+$("download-perfetto").addEventListener("click", () => download(shownSource, "perfetto").catch((e) => setStatus(e.message, true)));
+$("open-perfetto").addEventListener("click", () => openInPerfetto(shownSource, setStatus).catch((e) => setStatus(e.message, true)));
 
-// What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0
+// Where the downloads come from: the incident shown, or the live store's selection.
+function shownSource(format) {
+  if (state.incident !== null) return `/incidents/${encodeURIComponent(state.incident)}?format=${format}`;
+  return `/snapshot?${selection()}&format=${format}`;
+}
+
+// What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0&incident=ID
 function readAddress() {
   const asked = new URLSearchParams(location.search);
+  if (asked.get("incident")) {
+    state.incident = asked.get("incident");
+    $("follow").checked = false;
+    $("incident-banner").hidden = false;
+    $("incident-name").textContent = state.incident;
+  }
   if (asked.has("seconds")) { $("seconds").value = asked.get("seconds"); settleSeconds(); }
   if (asked.has("filter")) $("filter").value = asked.get("filter");
   if (asked.get("follow") === "0") $("follow").checked = false;
@@ -213,9 +322,12 @@ function readAddress() {
 async function start() {
   readAddress();
   await pollSources();
+  await pollIncidents();
+  incidents.setOpen(state.incident);
   await refreshTimeline();
   setInterval(pollSources, POLL_MS);
-  setInterval(() => { if ($("follow").checked && !document.hidden) refreshTimeline(); }, POLL_MS);
+  setInterval(pollIncidents, INCIDENTS_POLL_MS);
+  setInterval(() => { if ($("follow").checked && state.incident === null && !document.hidden) refreshTimeline(); }, POLL_MS);
 }
 
 start();

@@ -1,4 +1,5 @@
-// Out of the view: the selection as a file (Chrome JSON or a Perfetto trace, from /snapshot), or handed to Perfetto
+// Out of the view: the selection as a file (Chrome JSON or a Perfetto trace, from /snapshot, or an opened incident's
+// from /incidents/{id}; `source(format)` says which path), or handed to Perfetto
 // UI in a window of its own through the postMessage handshake it documents (open it, PING until it answers PONG,
 // then post the trace). Perfetto UI is the one place the page sends anything else, and only when asked.
 
@@ -6,8 +7,8 @@ import { get } from "./api.js";
 
 const PERFETTO_ORIGIN = "https://ui.perfetto.dev";
 
-export async function download(query, format) {
-  const response = await get(`/snapshot?${query}&format=${format}`);
+export async function download(source, format) {
+  const response = await get(source(format));
   const blob = await response.blob();
   const url = URL.createObjectURL(blob);
   const link = document.createElement("a");
@@ -19,14 +20,14 @@ export async function download(query, format) {
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
-export async function openInPerfetto(query, setStatus) {
+export async function openInPerfetto(source, setStatus) {
   // The window is opened on the click itself (a popup opened later, after the fetch, would be blocked).
   const win = window.open(PERFETTO_ORIGIN);
   if (!win) {
     setStatus("the browser blocked the Perfetto UI window: allow pop-ups for this page");
     return;
   }
-  const buffer = await (await get(`/snapshot?${query}&format=perfetto`)).arrayBuffer();
+  const buffer = await (await get(source("perfetto"))).arrayBuffer();
   await new Promise((resolve, reject) => {
     let tries = 0;
     const onMessage = (event) => {

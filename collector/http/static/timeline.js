@@ -1,7 +1,9 @@
 // The timeline canvas: draws the rows of a model (lanes.js) for a window of time, with zoom and pan (wheel, drag,
 // keys) and a tooltip for what is under the pointer. Level of detail: in each level only the slices in view are
 // visited (binary search), and runs of slices narrower than a pixel are drawn as one block (the ones within a pixel
-// skipped by another search), so the cost follows the pixels drawn, not the events held.
+// skipped by another search), so the cost follows the pixels drawn, not the events held. An incident's tick is drawn
+// wider, in its own colour, over the others; an incident opened from the list has its trigger marked across every
+// row (setMarker).
 
 import { PRIORITY_RANK, lowerBound } from "./lanes.js";
 
@@ -17,6 +19,8 @@ const PALETTE = ["#4e79a7", "#59a14f", "#9c755f", "#e07b24", "#3f9c96", "#b07aa1
   "#6a9f3a", "#c26a86", "#7f6bb8", "#2f8fb0", "#a0632c", "#499894", "#d05c8e"];
 const PRIORITY_COLOURS = ["#d32f2f", "#d32f2f", "#f29d0c", "#2f6fde", "#9aa3b2"];
 const INSTANT = "#37474f";
+const INCIDENT = "#c2185b";  // (view.css --incident)
+const INCIDENT_RANK = -1;  // wins its pixel over any message
 
 export function colourOf(name) {
   let h = 0;
@@ -50,7 +54,13 @@ export class Timeline {
     this.layout = [];
     this.onUserMove = () => {};
     this.drawn = 0;  // draws done (a test waits for a new one)
+    this.marker = null;  // an opened incident's trigger: { start, end, label } in ns since origin
     this.listen();
+  }
+
+  setMarker(marker) {
+    this.marker = marker;
+    this.canvas.dataset.marker = marker ? marker.label : "";
   }
 
   setModel(model, full, keepView) {
@@ -112,6 +122,7 @@ export class Timeline {
     for (const item of this.layout) this.drawRow(ctx, item);
     ctx.restore();
     this.drawLabels(ctx);
+    if (this.marker) this.drawMarker(ctx, this.marker);
     this.drawn++;
     this.canvas.dataset.drawn = String(this.drawn);
   }
@@ -227,15 +238,45 @@ export class Timeline {
     const [v0, v1] = this.view;
     const { start, items } = ticks;
     let lastX = -1, best = 99, bestColour = INSTANT;
-    const put = () => { if (lastX >= 0) { ctx.fillStyle = bestColour; ctx.fillRect(lastX, y, 1.5, TICKS - 2); } };
+    const put = () => {
+      if (lastX < 0) return;
+      ctx.fillStyle = bestColour;
+      if (best === INCIDENT_RANK) ctx.fillRect(lastX - 1, y, 3, TICKS);  // wider and taller: seen at a glance
+      else ctx.fillRect(lastX, y, 1.5, TICKS - 2);
+    };
     for (let i = lowerBound(start, v0); i < start.length && start[i] <= v1; i++) {
       const x = Math.floor(this.x(start[i]));
       const item = items[i];
-      const rank = item.priority == null ? 50 : PRIORITY_RANK[item.priority] ?? 40;
-      if (x !== lastX) { put(); lastX = x; best = rank; bestColour = priorityColour(item.priority); }
-      else if (rank < best) { best = rank; bestColour = priorityColour(item.priority); }
+      const rank = item.incident ? INCIDENT_RANK : item.priority == null ? 50 : PRIORITY_RANK[item.priority] ?? 40;
+      const colour = item.incident ? INCIDENT : priorityColour(item.priority);
+      if (x !== lastX) { put(); lastX = x; best = rank; bestColour = colour; }
+      else if (rank < best) { best = rank; bestColour = colour; }
     }
     put();
+  }
+
+  // An opened incident's trigger, over everything but the row labels: a band over its length (at least a line)
+  // across every row, and its name on the time axis.
+  drawMarker(ctx, { start, end, label }) {
+    const x0 = this.x(start);
+    const x1 = Math.max(this.x(end), x0 + 2);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(GUTTER, 0, this.width - GUTTER, this.height);
+    ctx.clip();
+    ctx.fillStyle = "rgba(194, 24, 91, 0.14)";
+    ctx.fillRect(x0, AXIS, x1 - x0, this.height - AXIS);
+    ctx.fillStyle = INCIDENT;
+    ctx.fillRect(x0 - 1, 0, 2, this.height);
+    ctx.font = "600 11px system-ui, sans-serif";
+    const text = `▼ ${label}`;
+    const width = ctx.measureText(text).width + 8;
+    const left = x0 + width + 4 > this.width ? x0 - width - 2 : x0 + 2;  // (on the left of the line near the end)
+    ctx.fillRect(left, 2, width, AXIS - 6);
+    ctx.fillStyle = "#ffffff";
+    ctx.textAlign = "left";
+    ctx.fillText(text, left + 4, AXIS / 2 - 1);
+    ctx.restore();
   }
 
   drawCounter(ctx, counter, y, h) {
@@ -318,7 +359,7 @@ export class Timeline {
     const at = relative(item.start - this.full[1], 1e6);
     if (kind === "slice") meta.textContent = `${duration(item.end == null ? null : item.end - item.start)} · at ${at} · ${row.label}`;
     else if (kind === "counter") meta.textContent = `${fmtValue(item.value)} · at ${at} · ${row.label}`;
-    else meta.textContent = `${item.priority ? item.priority + " · " : "instant · "}at ${at} · ${row.label}`;
+    else meta.textContent = `${item.incident ? "incident · " : item.priority ? item.priority + " · " : "instant · "}at ${at} · ${row.label}`;
     parts.push(meta);
     if (item.args && Object.keys(item.args).length) {
       const pre = document.createElement("pre");

@@ -208,7 +208,7 @@ def _overload_round(
         ("other processes' events", f"{strangers}"),
         ("lost", json.dumps(record["lost"])),
         ("listed after the window", f"{listed_s:.3f} s (saved_wall_ns - until_ns; polled at {polled_s:.1f} s)"),
-        ("incident memory", f"peak {stats['incidents']['incident_held_peak_bytes']:,} bytes held beside the ring"),
+        ("incident memory", f"peak {stats['incident_engine']['incident_held_peak_bytes']:,} bytes held beside the ring"),
     ]
     print(table(("overload", "measured"), rows, title="A slow request under overload"))
     print("the collector said:", next((line for line in coll.log if "incident " in line and "rule" in line), "-"))

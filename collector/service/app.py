@@ -357,8 +357,8 @@ class Collector:
             "directory": str(self.incident_files.directory),
             **{name: sum(getattr(incidents, name).values()) for name in ("fired", "saved", "suppressed", "failed")},
             "removed": incidents.removed,
-            **self.incidents.engine.stats(),
         }
+        stats["incident_engine"] = self.incidents.engine.stats()
         if self.otlp is not None:
             stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
                                    for path in self.otlp.accepted}  # fmt: skip

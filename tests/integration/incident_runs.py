@@ -81,5 +81,6 @@ def incident_events(collector: CollectorProcess, incident_id: str) -> list[dict[
 
 
 def stats(collector: CollectorProcess) -> dict[str, Any]:
-    incidents_stats: dict[str, Any] = collector.json("/stats")["incidents"]
-    return incidents_stats
+    """``/stats``' incident totals and what the engine adds (rules, captures, their memory, counts per rule)."""
+    everything = collector.json("/stats")
+    return {**everything["incidents"], **everything["incident_engine"]}

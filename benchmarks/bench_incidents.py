@@ -197,6 +197,7 @@ def _overload_round(
     listed_s = max(0.0, (int(record["saved_wall_ns"]) - window["until_ns"]) / 1e9)
     turned = overwritten / max(stats["stored_events"], 1)
     polled_s = (listed_wall_ns - window["until_ns"]) / 1e9
+    held_peak = stats["incident_engine"]["incident_held_peak_bytes"]
     rows = [
         ("flood", f"{len(flooders)} processes, {bursts * 20_000:,} events in {flood_s:.1f} s"),
         ("ring", f"{overwritten:,} events overwritten (the ring turned over ~{turned:.1f}x)"),
@@ -208,7 +209,7 @@ def _overload_round(
         ("other processes' events", f"{strangers}"),
         ("lost", json.dumps(record["lost"])),
         ("listed after the window", f"{listed_s:.3f} s (saved_wall_ns - until_ns; polled at {polled_s:.1f} s)"),
-        ("incident memory", f"peak {stats['incident_engine']['incident_held_peak_bytes']:,} bytes held beside the ring"),
+        ("incident memory", f"peak {held_peak:,} bytes held beside the ring"),
     ]
     print(table(("overload", "measured"), rows, title="A slow request under overload"))
     print("the collector said:", next((line for line in coll.log if "incident " in line and "rule" in line), "-"))

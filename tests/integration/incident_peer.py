@@ -7,6 +7,7 @@ python incident_peer.py ADDRESS NAME
 - ``call``: opens a client span ``call`` of a new trace and prints its ``traceparent`` (``end`` closes it);
 - ``serve TRACEPARENT MS``: a server span ``checkout`` of that trace lasting MS milliseconds;
 - ``flood N``: N instants ``tick`` as fast as they go, each with 200 bytes of padding;
+- ``incidents N REASON``: N calls of ``tl.incident(REASON, n=...)``;
 - ``flush``: flush (answers ``flushed True`` and the wall-clock ns after it);
 - ``crash``: SIGKILL itself (no GOODBYE);
 - ``exit``: close (a GOODBYE) and exit.
@@ -59,6 +60,9 @@ def main() -> None:
         elif words[0] == "serve":
             with tl.server_span("checkout", {"traceparent": words[1]}):
                 time.sleep(int(words[2]) / 1000)
+        elif words[0] == "incidents":
+            for n in range(int(words[1])):
+                tl.incident(words[2], n=n)
         elif words[0] == "flush":
             answer = f"flushed {tl.flush(timeout_s=30)} {time.time_ns()}"
         elif words[0] == "crash":

@@ -158,3 +158,29 @@ def test_a_rule_is_held_to_its_max_per_minute_and_the_rest_are_counted(tmp_path:
         assert status == 200 and b"incidents" in body
     finally:
         collector.stop()
+
+
+def test_a_flood_of_tl_incident_calls_is_held_to_the_rules_limit_and_every_one_counted(
+    tmp_path: Path, peers: list[Peer]
+) -> None:
+    rule = "asked: incident_call=true, reason=payment*, before=1s, after=0s, max_per_minute=3"
+    collector = _collector(tmp_path, "--trigger", rule)
+    try:
+        peer = Peer(collector, "hostile")
+        peers.append(peer)
+        peer.send("incidents 5000 payment-failed")
+        peer.send("incidents 10 unrelated")
+        assert peer.send("flush").startswith("flushed True")
+        counted = wait_for(
+            lambda: stats(collector),
+            until=lambda s: s["fired"] + s["suppressed"] == 5000,
+            timeout_s=120,
+            what="5000 firings counted, fired or suppressed",
+        )
+        assert counted["fired"] == 3
+        records = wait_for_incidents(collector, 3)
+        assert {r["rule"] for r in records} == {"asked"}
+        assert all(r["trigger"]["event"]["name"] == "payment-failed" for r in records)
+        assert collector.json("/healthz")["status"] == "ok"
+    finally:
+        collector.stop()

@@ -384,8 +384,10 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:
-            written["webhook"] = {"url": rule.url, "status": await self._notify(rule.url, written)}
+        if rule.url and self._notify is not None:  # (what it answered is logged: the record on disk is written)
+            status = await self._notify(rule.url, written)
+            log.log(logging.INFO if status == "delivered" else logging.WARNING,
+                    "incident %s: webhook %s: %s", written["id"], rule.url, status)  # fmt: skip
 
     async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
         """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with

@@ -4,7 +4,9 @@ a rule held to its ``max_per_minute``."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +186,32 @@ def test_a_flood_of_tl_incident_calls_is_held_to_the_rules_limit_and_every_one_c
         assert collector.json("/healthz")["status"] == "ok"
     finally:
         collector.stop()
+
+
+def test_a_rules_webhook_is_told_of_its_incident_once_it_is_saved(tmp_path: Path, peers: list[Peer]) -> None:
+    told: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            told.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/incident"
+        collector = _collector(tmp_path, "--trigger", SLOW + f", url={url}")
+        try:
+            peer = Peer(collector, "hooked")
+            peers.append(peer)
+            peer.send("slow checkout 250")
+            [record] = wait_for_incidents(collector, 1)
+            wait_for(lambda: told, timeout_s=30, what="the webhook's POST")
+            assert told[0]["id"] == record["id"] and told[0]["status"] == "saved"
+            collector.wait_for_log(lambda line: "webhook" in line and "delivered" in line)
+        finally:
+            collector.stop()
+            server.shutdown()

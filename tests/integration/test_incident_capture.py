@@ -91,6 +91,31 @@ def test_an_incident_fired_before_a_sigkill_is_saved_after_the_restart(tmp_path:
         restarted.stop()
 
 
+def test_an_incident_fired_before_a_sigkill_in_memory_is_counted_failed_after_the_restart(
+    tmp_path: Path, peers: list[Peer]
+) -> None:
+    flags = ["--incidents-dir", str(tmp_path / "incidents")]
+    rule = "slow: span=checkout, min_duration=200ms, before=30s, after=30m"
+    collector = CollectorProcess(*flags, "--trigger", rule)
+    try:
+        peer = Peer(collector, "forgotten")
+        peers.append(peer)
+        peer.send("slow checkout 250")
+        _fired(collector)
+        wait_for(lambda: list((tmp_path / "incidents").glob("*.pending.json")), timeout_s=30, what="a pending record")
+        collector.proc.send_signal(signal.SIGKILL)
+        collector.proc.wait(30)
+    finally:
+        collector.stop()
+    restarted = CollectorProcess(*flags, "--trigger", rule)
+    try:
+        [record] = wait_for_incidents(restarted, 1, status="failed")
+        assert record["rule"] == "slow" and "stopped before it was saved" in record["failure"]
+        assert stats(restarted)["failed"] == 1
+    finally:
+        restarted.stop()
+
+
 def test_a_rule_file_is_read_again_on_sighup_and_one_with_an_error_keeps_the_rules(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\nname = "first"\nspan = "a*"\n')

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.engine import IncidentEngine, Viewer, Watch
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["IncidentsSetup", "rule_set"]
 
 log = logging.getLogger("ringtrace.collector")
+
+#: What one step of the watch reads at most (the engine paces the steps: ``WATCH_SHARE``).
+WATCH_STEP_BYTES: Final = 2 * 1024 * 1024
 
 
 def rule_set(config: CollectorConfig) -> RuleSet:
@@ -78,7 +81,8 @@ class IncidentsSetup:
     def _watch(self, rules: RuleSet) -> Watch:
         from ringtrace.collector.incidents.watch import RuleWatch
 
-        watch: Watch = RuleWatch(rules, self._limits)
+        # Small steps: a step holds the GIL for stretches, and pins every stored segment while it runs.
+        watch: Watch = RuleWatch(rules, self._limits, max_step_bytes=WATCH_STEP_BYTES)
         return watch
 
     async def start(self, fleet: bool) -> None:

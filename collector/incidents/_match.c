@@ -60,6 +60,70 @@ status_is_error(Cursor args)
     return error;
 }
 
+static inline int
+read_i64(Cursor *c, int64_t *out)
+{
+    i128 v;
+    if (read_int(c, &v) != OK || v < (i128)INT64_MIN || v > (i128)INT64_MAX) {
+        return BAD;
+    }
+    *out = (int64_t)v;
+    return OK;
+}
+
+/* skip() with the scalars that fill most columns (integers, nil, booleans, floats) taken inline: the same checks. */
+static inline int
+check_value(Cursor *c)
+{
+    if (c->p < c->end) {
+        uint8_t b = *c->p;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            c->p += 1;
+            return OK;
+        }
+        size_t size = b == 0xcc || b == 0xd0 ? 2 : b == 0xcd || b == 0xd1 ? 3 : b == 0xca || b == 0xce || b == 0xd2 ? 5
+                      : b == 0xcb || b == 0xcf || b == 0xd3 ? 9 : 0;
+        if (size && need(c, size)) {
+            c->p += size;
+            return OK;
+        }
+    }
+    return skip(c, 0);
+}
+
+/* read_columns (_msgpack_read.h), every value checked by check_value: the same result; and BAD too if a kind, name,
+   ts or dur is not an integer of 64 bits (so that a frame refused changes no counter's state). */
+static int
+check_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const int column_of[COLUMNS],
+              Cursor column[COLUMNS])
+{
+    Cursor c = {payload, payload + payload_len};
+    uint32_t columns;
+    if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
+        return BAD;
+    }
+    for (int i = 0; i < COLUMNS; i++) {
+        uint32_t n;
+        if (read_container(&c, 0, &n) != OK || n != (uint64_t)count) {
+            return BAD;
+        }
+        int is_args = 0;
+        for (int which = 0; which < COLUMNS; which++) {
+            if (column_of[which] == i) {
+                column[which] = c;
+                is_args = which == ARGS;
+            }
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            int64_t value;
+            if ((is_args ? check_value(&c) : read_i64(&c, &value)) != OK) {
+                return BAD;
+            }
+        }
+    }
+    return c.p == c.end ? OK : BAD; /* trailing bytes: msgpack-python refuses them */
+}
+
 /* Past one value that skip() has checked already (read_columns did): lengths only, no check of what they hold. */
 static int
 pass(Cursor *c, int depth)
@@ -113,17 +177,6 @@ pass(Cursor *c, int depth)
         return BAD;
     }
     c->p += head + n;
-    return OK;
-}
-
-static inline int
-read_i64(Cursor *c, int64_t *out)
-{
-    i128 v;
-    if (read_int(c, &v) != OK || v < (i128)INT64_MIN || v > (i128)INT64_MAX) {
-        return BAD;
-    }
-    *out = (int64_t)v;
     return OK;
 }
 
@@ -250,22 +303,11 @@ meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args, const Criteria *
     return changed || (min_dur != NEVER && dur >= min_dur) || ((flags & FLAG_STATUS_ERROR) && status_is_error(args));
 }
 
-/* The candidates of a checked payload into `out`, OUT_SLOTS int64s each: OK, or BAD when a kind, name, ts or dur is
-   not an integer of 64 bits (the frame is refused whole, as the Python twin refuses it). */
+/* The candidates of a payload check_columns took into `out`, OUT_SLOTS int64s each (BAD: not reached). */
 static int
 candidates(const uint8_t *payload, Cursor column[COLUMNS], Py_ssize_t count, uint32_t track,
            const Criteria *criteria, Out *out)
 {
-    Cursor ints[DUR + 1];
-    memcpy(ints, column, sizeof(ints));
-    for (Py_ssize_t i = 0; i < count; i++) { /* all of them first: a frame refused changes no counter's state */
-        int64_t value;
-        for (int which = KIND; which <= DUR; which++) {
-            if (read_i64(&ints[which], &value) != OK) {
-                return BAD;
-            }
-        }
-    }
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t kind, name, ts, dur;
         read_i64(&column[KIND], &kind);
@@ -360,7 +402,7 @@ match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS
     Cursor column[COLUMNS];
     const uint8_t *payload = held[PAYLOAD].buf;
-    status = read_columns(payload, (size_t)held[PAYLOAD].len, count, column_of, column);
+    status = check_columns(payload, (size_t)held[PAYLOAD].len, count, column_of, column);
     if (status == OK) {
         status = candidates(payload, column, count, (uint32_t)track, &criteria, &out);
     }

@@ -90,6 +90,22 @@ def test_a_trace_scope_keeps_every_process_of_the_trace_and_no_other(tmp_path: P
         collector.stop()
 
 
+def test_a_host_scope_keeps_every_process_of_the_host(tmp_path: Path, peers: list[Peer]) -> None:
+    collector = _collector(tmp_path, "--trigger", SLOW + ", scope=host")
+    try:
+        slow, neighbour = Peer(collector, "slow-one"), Peer(collector, "neighbour")
+        peers += [slow, neighbour]
+        neighbour.send("ticks 15")
+        neighbour.send("flush")
+        slow.send("slow checkout 250")
+        [record] = wait_for_incidents(collector, 1)
+        assert sorted(p["name"] for p in record["processes"]) == ["neighbour", "slow-one"]
+        events = incident_events(collector, record["id"])
+        assert sorted(e["args"]["i"] for e in events if e["pid"] == neighbour.pid) == list(range(15))
+    finally:
+        collector.stop()
+
+
 def test_a_crash_is_an_incident_and_a_clean_exit_is_not(tmp_path: Path, peers: list[Peer]) -> None:
     collector = _collector(tmp_path, "--trigger", "crashed: crash=true, before=5s, after=0s")
     try:

@@ -27,10 +27,11 @@ from typing import Any, Final, Protocol
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.firing_record import new_record, scope_processes
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
-from ringtrace.collector.incidents.saving import WindowSave, process_facts, save_window
+from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.processes import ProcessRecord, Registry
@@ -47,8 +48,6 @@ __all__ = [
     "IncidentEngine",
     "Viewer",
     "Watch",
-    "new_record",
-    "scope_processes",
 ]
 
 log = logging.getLogger("ringtrace.collector")
@@ -91,6 +90,19 @@ class Viewer(Protocol):
     async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]: ...
 
     def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
+
+
+async def _saved(files: IncidentFiles, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
+    """``save_window`` on a worker thread; the view's segments let go of once it ends (not before, even if the caller
+    is cancelled meanwhile: the worker goes on reading them)."""
+    future = asyncio.get_running_loop().run_in_executor(None, save_window, files, view, record, keep)
+    try:
+        return await asyncio.shield(future)
+    finally:
+        if future.done():
+            view.frames.close()
+        else:
+            future.add_done_callback(lambda _: view.frames.close())
 
 
 class _Held:
@@ -356,13 +368,9 @@ class IncidentEngine:
                 firing.process_uid if self._read_window is None else None,
                 capture.overwritten_by_owner,
             )
-            frames = view.frames
-            try:
-                flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
-                record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
-                written = await asyncio.to_thread(save_window, self.files, view, record, keep)
-            finally:
-                frames.close()
+            flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
+            record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
+            written = await _saved(self.files, view, record, keep)
         except Exception as exc:
             pins.release(capture)
             await self._failed(record, f"{type(exc).__name__}: {exc}")
@@ -428,18 +436,15 @@ class IncidentEngine:
             pins.release(capture)
             await self._failed(record, "the collector stopped before it was saved, and recovered nothing of its window")
             return
-        frames = StoreSnapshot(_Held(pins, capture), segments, None)
-        view = self._viewer.view_of(frames, 0, 0)
+        view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
         record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
         keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners))
         rule = str(record.get("rule", ""))
         try:
-            written = await asyncio.to_thread(save_window, self.files, view, record, keep)
+            written = await _saved(self.files, view, record, keep)
         except OSError as exc:
             await self._failed(record, f"{type(exc).__name__}: {exc}")
             return
-        finally:
-            frames.close()
         self.counts.add(self.counts.saved, rule)
         log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",
                  written["id"], rule, written["events"])  # fmt: skip
@@ -459,40 +464,3 @@ class IncidentEngine:
             "unread_events": self._watch.unread_events if self._watch is not None else 0,
             "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
         }
-
-
-def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
-    """The processes (uid -> clock offset) a firing's scope takes at fire: a ``trace`` takes all, narrowed at save
-    to those with a span of the trace in the window (one without a trace: its own process)."""
-    by_uid = registry.by_uid
-    trigger = by_uid.get(firing.process_uid)
-    if scope == "process" or (scope == "trace" and firing.trace_id is None):
-        chosen = [trigger] if trigger is not None else []
-    elif scope == "host":
-        chosen = [p for p in by_uid.values() if trigger is not None and p.host == trigger.host]
-    else:
-        chosen = list(by_uid.values())
-    return {p.uid: p.clock_offset_ns for p in chosen}
-
-
-def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule) -> dict[str, Any]:
-    """An incident's record as it fires (``incident_files.py`` names its fields); saving completes it."""
-    trigger = registry.by_uid.get(firing.process_uid)
-    return {
-        "id": capture.incident_id,
-        "rule": rule.name,
-        "status": "pending",
-        "reason": firing.reason,
-        "time_ns": firing.start_ns,
-        "fired_wall_ns": time.time_ns(),
-        "scope": rule.scope,
-        "trace_id": firing.trace_id,
-        "window": capture.window.as_dict(),
-        "trigger": {
-            "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
-            "event": firing.event,
-        },
-        "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
-        "lost": capture.lost,
-        "webhook": {"url": rule.url, "status": None} if rule.url else None,
-    }

@@ -22,6 +22,7 @@ from ringtrace.collector.export.chrome import Popping, chrome_trace_chunks
 from ringtrace.collector.export.formats import FLAME_GRAPH, FORMATS, TIMELINE, Format
 from ringtrace.collector.http.collector_api import COLLECTOR, CollectorAPI
 from ringtrace.collector.http.endpoints import ENDPOINTS
+from ringtrace.collector.http.incident_post import post_incident
 from ringtrace.collector.http.incidents_api import add_incident_routes
 from ringtrace.collector.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ringtrace.collector.http.page import page_response, static_file, wants_html
@@ -369,4 +370,5 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
     add_incident_routes(app)
+    app.router.add_post("/incidents", post_incident(collector))
     return app

@@ -10,6 +10,7 @@ from aiohttp import web
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.rules import Scope
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.rows import Row
@@ -78,6 +79,10 @@ class CollectorAPI(Protocol):
     def stored_limits(self) -> Limits: ...
 
     async def tail_step(self, tail: Tail) -> list[Row]: ...
+
+    async def fire_incident(
+        self, reason: str, *, scope: Scope, before_ns: int, after_ns: int, selected: EventFilter | None
+    ) -> str: ...
 
 
 #: Where the handlers find the collector in their application.

@@ -26,6 +26,8 @@ GET /incidents/{id}[?format&filters] a saved incident's snapshot, in a snapshot 
                                     (``timeline``), of what the filters of /snapshot select; gzip if accepted
 HEAD /incidents/{id}[?format&filters] the same headers, no work
 DELETE /incidents/{id}              remove an incident
+POST /incidents?reason=R[&scope&before&after&pid&process&host&trace_id]
+                                    take an incident now (``incident_post.py``): 202 with its id
 """
 
 from __future__ import annotations
@@ -66,4 +68,9 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
         "does": "an incident's snapshot: formats of /snapshot, timeline; filters",
     },
     {"method": "DELETE", "path": "/incidents/{id}", "does": "remove an incident"},
+    {
+        "method": "POST",
+        "path": "/incidents",
+        "does": "take an incident now: reason [scope, before, after, pid, process, host, trace_id]",
+    },
 ]

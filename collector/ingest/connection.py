@@ -79,7 +79,8 @@ class IngestSink(FrameSink, Protocol):
 class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
         "_address", "_arrival", "_filled", "_frames", "_goodbyes", "_granted", "_handled", "_handshake_timer",
-        "_last_read_s", "_members", "_offered", "_pending", "_reader", "_session", "_sink", "_slowed", "_throttle",
+        "_last_read_s", "_members", "_offered", "_peer_ended", "_pending", "_reader", "_session", "_sink", "_slowed",
+        "_throttle",
         "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
@@ -87,6 +88,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
         """``loopback``: the set it joins, not the sink's ``connections``, uncounted against ``max_connections``: the
         OTLP receiver's loopback connections, which the receiver bounds itself (``--otlp-max-processes``)."""
         self._sink = sink
+        #: The peer ended its stream (EOF): with a reset, how a connection ends that we did not end.
+        self._peer_ended = False
         #: The connections it is one of (the native ones, or the OTLP receiver's), once accepted.
         self._members = loopback
         self._traffic = sink.traffic
@@ -216,6 +219,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         if self._goodbyes.draining:  # the peer read our GOODBYE, or at least has sent all it had
             return False
+        self._peer_ended = True
         # (Not while waiting for a turn: nothing is read then. What is left is decoded now: it is all there is.)
         self._session.receive_data(b"")
         self._process_frames(last=True)
@@ -242,7 +246,8 @@ class IngestProtocol(asyncio.BufferedProtocol):
                 self._peer,
                 self._session.skipped_frames,
             )
-        self._frames.lost()
+        # Ended by the peer (its end of stream, or a reset), not by us: without a GOODBYE, that is a crash.
+        self._frames.lost(by_peer=(self._peer_ended or exc is not None) and not self._goodbyes.draining)
 
     def _check_handshake(self) -> None:
         transport = self._transport

@@ -26,7 +26,7 @@ from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.writer import SegmentWriter
 from ringtrace.wire.errors import LimitExceeded
 from ringtrace.wire.frame_types import FrameType
-from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Refused, SetPriority, Stats, encode, preamble
+from ringtrace.wire.frames import Events, Flush, FlushAck, Frame, Goodbye, Refused, SetPriority, Stats, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_limits import Limits
@@ -65,6 +65,9 @@ class FrameSink(Protocol):
     @property
     def traffic(self) -> Traffic: ...
 
+    def process_crashed(self, process: ProcessRecord) -> None:
+        """A connection of ``process`` was ended by the peer without a GOODBYE (the incidents' crash rules)."""
+
 
 class FrameHandlers:
     """The handlers of one connection's frames, and what they keep: the process, its stream's writer, the FLUSHes
@@ -81,7 +84,7 @@ class FrameHandlers:
 
     __slots__ = (
         "_accepted_ns", "_refused", "_replicated", "_session", "_sink", "_stats_refused", "_syncer", "_tokens",
-        "control", "flushes", "peer", "process", "transport", "writer",
+        "control", "flushes", "peer", "process", "said_goodbye", "transport", "writer",
     )  # fmt: skip
 
     def __init__(self, sink: FrameSink, session: IngestDecoder, accepted_ns: int) -> None:
@@ -101,6 +104,8 @@ class FrameHandlers:
         self.flushes: dict[int, asyncio.Future[bool]] = {}
         #: Control frames it may still send now (FLUSH, STATS); below zero, the connection reads more slowly.
         self.control = ControlBudget()
+        #: The client said GOODBYE: it closes on purpose (an end without one, by the peer, is a crash).
+        self.said_goodbye = False
 
     def _control_frame(self) -> None:
         """A FLUSH or STATS arrived: take it from the budget."""
@@ -269,11 +274,14 @@ class FrameHandlers:
         if transport is not None and not transport.is_closing():
             transport.write(encode(FlushAck(token)))
 
-    def lost(self) -> None:
-        """The connection ended: the flushes asked for are not answered; the stream closes."""
+    def lost(self, by_peer: bool = False) -> None:
+        """The connection ended (``by_peer``: the peer closed or reset it): the flushes asked for are not answered;
+        the stream closes. A peer that ended it without a GOODBYE crashed, or was killed."""
         self.close_stream()
         if self.process is not None:
             self._sink.registry.disconnected(self.process)
+            if by_peer and not self.said_goodbye:
+                self._sink.process_crashed(self.process)
         for future in self.flushes.values():
             if not future.done():
                 future.set_result(False)
@@ -285,6 +293,9 @@ class FrameHandlers:
             # Its tables go with it: many small objects, whose pages glibc keeps unless trimmed (``heap.py``).
             self._sink.heap.freed(self.writer.close())
             self.writer = None
+
+    def _goodbye(self, frame: Goodbye) -> None:
+        self.said_goodbye = True
 
     # -- requests to the client -----------------------------------------------------------------------------------
 
@@ -362,4 +373,5 @@ _HANDLERS: Final[dict[int, Callable[[FrameHandlers, Any], None]]] = {
     FrameType.FLUSH: FrameHandlers._flush,
     FrameType.FLUSH_ACK: FrameHandlers._flush_ack,
     FrameType.STATS: FrameHandlers._stats,
+    FrameType.GOODBYE: FrameHandlers._goodbye,
 }

@@ -91,3 +91,8 @@ class TraceSpans:
             return False
         at = bisect_right(starts, last_ns) - 1
         return at >= 0 and self._ends[key][at] >= first_ns
+
+    def processes_during(self, since_ns: int, until_ns: int) -> set[int]:
+        """The processes (uids) with a span of the trace that overlaps ``[since_ns, until_ns)`` (an incident's
+        window: which processes its ``trace`` scope takes)."""
+        return {key[0] for key in self._starts if self.may_hold(key, since_ns, until_ns - 1)}

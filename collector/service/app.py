@@ -28,6 +28,7 @@ from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.rules import Scope
 from ringtrace.collector.ingest.connection import IngestProtocol
 from ringtrace.collector.ingest.traffic import Traffic
 from ringtrace.collector.ingest.turns import DecodeTurns, ReadTurns
@@ -41,6 +42,7 @@ from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.housekeeping import Housekeeping
 from ringtrace.collector.service.incident_dir import incident_files, log_incidents
+from ringtrace.collector.service.incidents_setup import IncidentsSetup
 from ringtrace.collector.service.jetstream_tier import JetStreamTier
 from ringtrace.collector.service.local_store import LocalStore
 from ringtrace.collector.service.loop_lag import LoopLag
@@ -194,6 +196,10 @@ class Collector:
             self.auth,
             self.loop_lag,
         )
+        #: Rules watched on what is stored, their windows captured and saved (a rule file with an error: ConfigError).
+        self.incidents = IncidentsSetup(config, self.store, self.registry, self.snapshots, self.incident_files,
+                                        self.incident_counts, self.stored_limits,
+                                        self.backend.view if config.jetstream else None)  # fmt: skip
 
     async def start(self) -> None:
         """Make what is stored readable, bind both listeners and log one line each with the port actually bound."""
@@ -220,6 +226,7 @@ class Collector:
                 await self.servers.open_otlp_grpc(self.otlp, self.auth)
         self.backend.log_setup(self.limits)
         log_incidents(self.incident_files)
+        await self.incidents.start(fleet=config.jetstream is not None)
         self.housekeeping.start(self.loop_lag.run, *self.backend.timers())
 
     def _otlp_app(self, receiver: OtlpReceiver) -> web.Application:
@@ -231,6 +238,7 @@ class Collector:
         return app
 
     async def stop(self) -> None:
+        await self.incidents.stop()  # (first: captures under way write what they hold, and no crash fires)
         await self.housekeeping.stop()
         self.servers.stop_otlp()
         if self.otlp is not None:
@@ -320,6 +328,20 @@ class Collector:
         ``--jetstream``: purged from the stream, whichever collector they are connected to."""
         return await self.backend.clear(selected)
 
+    def process_crashed(self, process: ProcessRecord) -> None:
+        """A connection of ``process`` ended by the peer without a GOODBYE: the incidents' crash rules fire."""
+        self.incidents.engine.crashed(process)
+
+    async def fire_incident(
+        self, reason: str, *, scope: Scope, before_ns: int, after_ns: int, selected: EventFilter | None
+    ) -> str:
+        """``POST /incidents``: an incident now, of the processes ``selected`` (all, if None); returns its id."""
+        processes = self.process_control.matching(selected) if selected is not None else None
+        return await self.incidents.engine.fire_by_hand(
+            reason, scope=scope, before_ns=before_ns, after_ns=after_ns, selected=selected, args={},
+            processes=processes,
+        )  # fmt: skip
+
     def health(self) -> dict[str, Any]:
         """Liveness and a few gauges."""
         return self.status.health()
@@ -336,6 +358,7 @@ class Collector:
             **{name: sum(getattr(incidents, name).values()) for name in ("fired", "saved", "suppressed", "failed")},
             "removed": incidents.removed,
         }
+        stats["incident_engine"] = self.incidents.engine.stats()
         if self.otlp is not None:
             stats["otlp_items"] = {path: {"accepted": self.otlp.accepted[path], "refused": self.otlp.refused[path]}
                                    for path in self.otlp.accepted}  # fmt: skip

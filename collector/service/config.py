@@ -86,6 +86,9 @@ class CollectorConfig:
     tls_cert: str | None = declared("tls_cert")
     tls_key: str | None = declared("tls_key")
     insecure_open: bool = declared("insecure_open")
+    rules: str | None = declared("rules")
+    triggers: tuple[str, ...] | None = declared("triggers")
+    incident_capacity_bytes: int | None = declared("incident_capacity_bytes")
 
     def _check_no_jetstream_option(self) -> None:
         """An option of the JetStream store given without it would do nothing, in silence."""
@@ -135,6 +138,12 @@ class CollectorConfig:
             if address is not None:
                 listen_hosts[option_of(name).flag] = address[0]
         return [f"{flag} {host}" for flag, host in listen_hosts.items() if not is_loopback(host)]
+
+    @property
+    def effective_incident_capacity_bytes(self) -> int:
+        """``--incident-capacity``, or a quarter of the capacity: incidents then take at most a quarter more memory
+        than the ring, however the ring turns over while they collect."""
+        return self.incident_capacity_bytes if self.incident_capacity_bytes is not None else self.capacity_bytes // 4
 
     @property
     def effective_segment_bytes(self) -> int:

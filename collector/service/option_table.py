@@ -44,6 +44,11 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return address
 
 
+def _trigger_specs(text: str) -> tuple[str, ...]:
+    """``--trigger``: one-line rules separated by ``;`` (read by the rule file's reader)."""
+    return tuple(spec.strip() for spec in text.split(";") if spec.strip())
+
+
 def _token(token_file: str | None, environ: Mapping[str, str]) -> str | None:
     """The token in ``--token-file``, else in the environment (``RINGTRACE_TOKEN_FILE``, ``RINGTRACE_TOKEN``)."""
     return read_token_file(token_file) if token_file is not None else environment_token(environ)
@@ -392,6 +397,36 @@ OPTIONS: Final[tuple[Option, ...]] = (
         False,
         flag="--insecure-open",
         switch=True,
+    ),
+    Option(
+        "rules",
+        "incident rules: a TOML file of [[rule]] tables (docs/incidents.md), read at start (a file with an error "
+        "refuses the start, naming its line) and again on SIGHUP (an error keeps the rules in force)",
+        None,
+        flag="--rules",
+        metavar="FILE",
+        none_means="no rule file",
+    ),
+    Option(
+        "triggers",
+        "incident rules in one line each, separated by ';': 'NAME: key=value, ...' with the keys of a [[rule]] "
+        "table (e.g. 'slow checkout: span=checkout*, min_duration=200ms, scope=trace'), beside --rules",
+        None,
+        flag="--trigger",
+        parse=_trigger_specs,
+        metavar="SPECS",
+        none_means="none",
+    ),
+    Option(
+        "incident_capacity_bytes",
+        "memory for incidents' windows beside --capacity: a segment the ring lets go of while an incident holds it "
+        "is kept from this budget until the incident is written (what does not fit is counted in the incident)",
+        None,
+        flag="--incident-capacity",
+        parse=parse_size,
+        metavar="SIZE",
+        none_means="a quarter of the capacity",
+        unit="bytes",
     ),
     Option(
         "log_level",

@@ -1,4 +1,5 @@
-"""``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM.
+"""``ringtrace-collector`` / ``python -m ringtrace.collector``: parse flags, then serve until SIGINT or SIGTERM (SIGHUP
+reads the incident rules of ``--rules`` again).
 
 The flags, their variables and the configuration they make come from the option table (``option_table.py``). Every flag
 may also come from the environment: ``--max-frame-size`` from ``RINGTRACE_MAX_FRAME_SIZE``, and so on (``ENVIRONMENT``;
@@ -66,6 +67,14 @@ async def _serve(config: CollectorConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before start(): its log lines tell supervisors we are up
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[None]] = set()  # (a task not referenced may be collected before it ends)
+
+    def reload_rules() -> None:
+        task = loop.create_task(collector.incidents.engine.reload(), name="incident rules reload")
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload_rules)  # the incident rules read again (``--rules``)
     await collector.start()
     # Everything made so far (modules, classes, the server) lives as long as the collector: out of the cyclic GC's
     # sight, a full collection takes well under a millisecond instead of ~15, and it holds the GIL, and so the event

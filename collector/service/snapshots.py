@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Container, Set
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -26,7 +26,10 @@ _R = TypeVar("_R")
 
 
 class FlushingClient(Protocol):
-    """What a flush round trip needs of a connection (``IngestProtocol.request_flush``)."""
+    """What a flush round trip needs of a connection (``IngestProtocol.request_flush``), and whose it is."""
+
+    @property
+    def process(self) -> ProcessRecord | None: ...
 
     def request_flush(self) -> asyncio.Future[bool]: ...
 
@@ -95,9 +98,11 @@ class Snapshots:
         """Ask connected clients to flush (waiting at most ``flush_timeout_s``), then freeze what is stored."""
         return self.freeze(*await self.flush_clients(flush_timeout_s))
 
-    async def flush_clients(self, flush_timeout_s: float) -> tuple[int, int]:
-        """Ask connected clients to flush and wait, at most ``flush_timeout_s``; (acknowledged, asked)."""
-        flushes = [c.request_flush() for c in list(self._connections)] if flush_timeout_s > 0 else []
+    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]:
+        """Ask connected clients (of the processes ``owners``, if given) to flush and wait, at most
+        ``flush_timeout_s``; (acknowledged, asked)."""
+        connections = [c for c in list(self._connections) if owners is None or _of(c, owners)]
+        flushes = [c.request_flush() for c in connections] if flush_timeout_s > 0 else []
         if flushes:
             await asyncio.wait(flushes, timeout=flush_timeout_s)
         acknowledged = sum(1 for f in flushes if f.done() and f.result())
@@ -108,6 +113,11 @@ class Snapshots:
 
     def freeze(self, acknowledged: int, asked: int) -> SnapshotView:
         """What is stored now, pinned, with the facts a snapshot reports."""
+        return self.view_of(self._store.snapshot(asyncio.get_running_loop().call_soon_threadsafe), acknowledged, asked)
+
+    def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView:
+        """A snapshot of the segments ``frames`` pinned (everything stored, or an incident's window), with the facts
+        a snapshot reports."""
         store, registry = self._store, self._registry
         processes = {p.uid: ProcessView.of(p) for p in registry.processes.values()}
         # Frozen before export starts on a worker thread: ingest goes on changing the live records.
@@ -122,7 +132,7 @@ class Snapshots:
             "forgotten_processes": registry.forgotten_processes,
         }
         return SnapshotView(
-            store.snapshot(asyncio.get_running_loop().call_soon_threadsafe),
+            frames,
             processes,
             store.track_counts(),
             other,
@@ -161,6 +171,11 @@ class Snapshots:
         kept = self._store.kept_events(processes)
         cleared = self._store.cleared_segments(processes, tail.cleared_floor)
         return await _on_worker(frames, lambda: tail.step(segments, kept, cleared))
+
+
+def _of(connection: FlushingClient, owners: Container[int]) -> bool:
+    process = connection.process
+    return process is not None and process.uid in owners
 
 
 async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:

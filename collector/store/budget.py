@@ -18,6 +18,7 @@ them, room is made as for the process's segments: its own oldest while it is at 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
 from ringtrace.collector.store.accounts import ProcessHolding
@@ -65,7 +66,8 @@ class Budget:
     """
 
     __slots__ = (
-        "buffers", "capacity_bytes", "holdings", "policy", "process_cap", "process_capacity_bytes", "table_bytes",
+        "buffers", "capacity_bytes", "holdings", "on_evicted", "policy", "process_cap", "process_capacity_bytes",
+        "table_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -85,6 +87,9 @@ class Budget:
         self.policy: Policy = policy
         #: Memory of the open connections' tables, counted against the capacity as segments are (``charge_tables``).
         self.table_bytes = 0
+        #: Told of each segment that leaves with its events (``Store.on_evicted``), before its buffer is released: it
+        #: may pin the segment to keep reading it (an incident's window).
+        self.on_evicted: Callable[[Segment, Removal], None] | None = None
 
     @property
     def free_bytes(self) -> int:
@@ -124,6 +129,8 @@ class Budget:
     def evict(self, segment: Segment, why: Removal) -> None:
         """``segment`` leaves, its events counted ``why``; its buffer goes once no snapshot reads it."""
         self.holdings.remove(segment, why)
+        if self.on_evicted is not None:
+            self.on_evicted(segment, why)
         if segment.pins == 0:
             self.release(segment)
         else:

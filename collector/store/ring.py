@@ -40,7 +40,7 @@ from typing import Final
 from ringtrace.collector.store.accounts import Accounts, Counts, ProcessHolding
 from ringtrace.collector.store.budget import TABLE_LIMITS, Budget, Policy, TableRefusal, table_charge_bound
 from ringtrace.collector.store.durability import Durability, SyncJob
-from ringtrace.collector.store.holdings import Holdings
+from ringtrace.collector.store.holdings import Holdings, Removal
 from ringtrace.collector.store.recovery import adopt
 from ringtrace.collector.store.replication import Replication
 from ringtrace.collector.store.segment_buffers import MemoryBuffers, SegmentBuffers
@@ -56,6 +56,7 @@ __all__ = [
     "TABLE_LIMITS",
     "Counts",
     "Policy",
+    "Removal",
     "Replication",
     "SegmentView",
     "Store",
@@ -120,6 +121,12 @@ class Store:
     def on_sealed(self, hook: Callable[[Stream, Segment], None] | None) -> None:
         """Call ``hook`` with each segment sealed that holds events, and its stream (it may pin the segment)."""
         self._stream_segments.on_sealed = hook
+
+    def on_evicted(self, hook: Callable[[Segment, Removal], None] | None) -> None:
+        """Call ``hook`` with each segment that leaves holding events (overwritten, capped, cleared, expired,
+        published or refused) and why, before its buffer is released: it may pin the segment (``pin``) to read it
+        still. Called as segments leave, never per frame."""
+        self._budget.on_evicted = hook
 
     @property
     def held_bytes(self) -> int:
@@ -271,6 +278,11 @@ class Store:
         for segment in segments:
             segment.pins += 1
         return StoreSnapshot(self, segments, on_store_thread)
+
+    def stored(self, owners: Iterable[int]) -> list[Segment]:
+        """The stored segments of the processes ``owners``, each process's oldest first (not pinned: ``pin``)."""
+        processes = self._holdings.processes
+        return [segment for owner in owners if owner in processes for segment in processes[owner].segments]
 
     def pin(self, segment: Segment) -> None:
         """Keep the segment's buffer from reuse until ``unpin`` (a snapshot reads it, or a connection reads into it)."""

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.pass_failures import PassFailures, describe
@@ -64,6 +64,7 @@ from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.call_records import CallRun, event_count
+from ringtrace.wire.frames import Goodbye, encode
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.parsing import parse_addresses
 
@@ -72,6 +73,9 @@ if TYPE_CHECKING:
 from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer"]
+
+#: What a client says as it closes for good.
+_GOODBYE: Final = encode(Goodbye("closing"))
 
 log = logging.getLogger("ringtrace.client")
 
@@ -334,7 +338,9 @@ class Streamer(SerializedListener):
         finally:
             with self._state():
                 self._stopping = True
+                goodbye = not self._stopped_by and self._link.welcomed and not self._link.wants_to_write
                 actions = self._link.stop(time.monotonic())
+            _say_goodbye(self._sock if goodbye else None)
             self._perform(actions)
             self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
             self._selector.close()
@@ -461,3 +467,11 @@ class Streamer(SerializedListener):
         with self._state():
             actions = self._link.received(data, time.monotonic())
         self._perform(actions)
+
+
+def _say_goodbye(sock: socket.socket | None) -> None:
+    """Tell the collector that this is a clean close, not a crash (its crash rules fire on a connection ended without
+    a GOODBYE): said only with everything sent, never waiting (a full socket buffer leaves it unsaid)."""
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.send(_GOODBYE)

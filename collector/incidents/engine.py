@@ -1,0 +1,466 @@
+"""The incidents' loop for the service: rules watched on what is stored, each firing held to its rule's limit, its
+window captured and written whole, every outcome counted.
+
+Theory of operation
+-------------------
+With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
+thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection that ended without
+GOODBYE: ``crashed``) and ``POST /incidents`` (``fire_by_hand``) make firings of their own. A firing within its rule's
+``max_per_minute`` (a sliding minute) and the bound on captures under way (``max_captures``) becomes an incident: its
+window pinned at once (``capture.py``), its pending record written, and, once ``after`` has run and the connected
+clients have flushed, its snapshot file and record written on a worker thread (``saving.py``); then its pins go, a
+line is logged and its rule's webhook is told. A firing past either bound is counted suppressed (per rule; ``busy``
+counts the captures bound's share). Without rules there is no task and no store hook: the collector pays nothing.
+
+Everything here runs on the event loop but the watch's steps and the file writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
+from typing import Any, Final, Protocol
+
+from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
+from ringtrace.collector.incidents.counts import IncidentCounts
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.firing_record import new_record, scope_processes
+from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.rate_limit import RateLimit
+from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
+from ringtrace.collector.incidents.saving import WindowSave, save_window
+from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
+from ringtrace.collector.read.selection import EventFilter
+from ringtrace.collector.store.processes import ProcessRecord, Registry
+from ringtrace.collector.store.ring import Store
+from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+from ringtrace.wire.errors import ConfigError
+
+__all__ = [
+    "BY_HAND",
+    "MAX_CAPTURES",
+    "WATCH_INTERVAL_S",
+    "CapturesBusy",
+    "IncidentEngine",
+    "Viewer",
+    "Watch",
+]
+
+log = logging.getLogger("ringtrace.collector")
+
+#: How often the watch reads what was stored since.
+WATCH_INTERVAL_S: Final = 0.1
+#: The share of the time the watch's steps take at most (against the pauses between them).
+WATCH_SHARE: Final = 0.05
+#: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
+MAX_CAPTURES: Final = 8
+#: The rule name of incidents made by ``POST /incidents``.
+BY_HAND: Final = "by hand"
+#: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
+#: listed within a second of it; the record says how many answered).
+FLUSH_TIMEOUT_S: Final = 0.25
+#: How long a stopping collector gives the captures under way to write what they hold.
+STOP_SAVE_TIMEOUT_S: Final = 5.0
+
+
+class CapturesBusy(ConfigError):
+    """``max_captures`` incidents are being captured: a new one must wait."""
+
+
+class Watch(Protocol):
+    """The rules checked on what is stored (``watch.RuleWatch``)."""
+
+    @property
+    def unread_events(self) -> int: ...
+
+    def step(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> list[Firing]: ...
+
+    def with_rules(self, rules: RuleSet) -> Watch: ...
+
+
+class Viewer(Protocol):
+    """What a capture needs of the service's pinned views (``Snapshots``)."""
+
+    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]: ...
+
+    def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
+
+
+async def _saved(files: IncidentFiles, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
+    """``save_window`` on a worker thread; the view's segments let go of once it ends (not before, even if the caller
+    is cancelled meanwhile: the worker goes on reading them)."""
+    future = asyncio.get_running_loop().run_in_executor(None, save_window, files, view, record, keep)
+    try:
+        return await asyncio.shield(future)
+    finally:
+        if future.done():
+            view.frames.close()
+        else:
+            future.add_done_callback(lambda _: view.frames.close())
+
+
+class _Held:
+    """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
+
+    def __init__(self, pins: CapturePins, capture: Capture) -> None:
+        self._pins, self._capture = pins, capture
+
+    def unpin(self, segments: list[Segment]) -> None:
+        self._pins.release(self._capture)
+
+
+def watches(rules: RuleSet) -> bool:
+    """Whether any rule is met by stored events (not only by crashes): the watch runs only then."""
+    return any(not isinstance(rule.condition, CrashCondition) for rule in rules.rules)
+
+
+class IncidentEngine:
+    """Rules to incidents; see the module docstring.
+
+    Args:
+        store, registry, viewer: what is stored, the known processes, and pinned views over them.
+        files: the incidents on disk.
+        rules: the rules in force at start.
+        capacity_bytes: ``--incident-capacity``: what segments kept for incidents may take beside the ring.
+        make_watch: a watch over a rule set (None: stored events fire nothing).
+        load_rules: reads the rules again (``reload``; None: nothing to reload).
+        notify: tells a rule's webhook of an incident's record; returns what happened.
+        counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
+        read_window: with ``--jetstream``, reads a window from the stream (after a flush round trip), instead of
+            the segments pinned in the local ring, which are published and leave.
+        max_captures: captures under way at once, at most (past it, firings are suppressed: ``busy``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        viewer: Viewer,
+        files: IncidentFiles,
+        rules: RuleSet,
+        capacity_bytes: int,
+        *,
+        make_watch: Callable[[RuleSet], Watch] | None = None,
+        load_rules: Callable[[], RuleSet] | None = None,
+        notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
+        counts: IncidentCounts | None = None,
+        read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
+        max_captures: int = MAX_CAPTURES,
+    ) -> None:
+        self._store, self._registry, self._viewer = store, registry, viewer
+        self.files = files
+        self.rules = rules
+        self.capacity_bytes = capacity_bytes
+        self._make_watch, self._load_rules, self._notify = make_watch, load_rules, notify
+        self._read_window = read_window
+        self.max_captures = max_captures
+        self.counts = counts if counts is not None else IncidentCounts()
+        #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
+        self.busy = 0
+        self._limit = RateLimit()
+        self._pins: CapturePins | None = None
+        self._watch: Watch | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._captures: set[asyncio.Task[None]] = set()
+        #: Set when the collector stops: captures under way write what they hold now.
+        self._stopping = asyncio.Event()
+
+    # -- start, stop, reload -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Settle the incidents a previous run left pending, then watch the rules (if any watch stored events)."""
+        for record in await asyncio.to_thread(self.files.pending):
+            await self._settle_pending(record)
+        self._follow(self.rules)
+
+    async def stop(self) -> None:
+        """Stop watching; captures under way write what they hold (for ``STOP_SAVE_TIMEOUT_S`` at most)."""
+        self._stopping.set()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+            self._watch_task = None
+        if self._captures:
+            await asyncio.wait(set(self._captures), timeout=STOP_SAVE_TIMEOUT_S)
+        for task in list(self._captures):
+            task.cancel()
+        if self._pins is not None:
+            self._pins.close()
+            self._pins = None
+
+    async def reload(self) -> None:
+        """Read the rule file again (SIGHUP): a file with an error keeps the rules in force, and the log says its
+        line and why."""
+        if self._load_rules is None:
+            log.info("incidents: SIGHUP: no --rules file to read again")
+            return
+        try:
+            rules = await asyncio.to_thread(self._load_rules)
+        except (ConfigError, OSError) as exc:
+            log.error("incidents: rules not reloaded, the %d in force are kept: %s", len(self.rules.rules), exc)
+            return
+        self.rules = rules
+        self._limit.keep_only({rule.name for rule in rules.rules})
+        self._follow(rules)
+        log.info("incidents: %d rules in force (%s)", len(rules.rules), rules.source or "no file")
+
+    def _follow(self, rules: RuleSet) -> None:
+        """Watch ``rules`` (keeping the watch's place in what is stored), or stop watching if none needs it."""
+        if watches(rules) and self._make_watch is not None:
+            self._watch = self._make_watch(rules) if self._watch is None else self._watch.with_rules(rules)
+            self._ensure_pins()
+            if self._watch_task is None:
+                self._watch_task = asyncio.create_task(self._watch_loop(), name="incidents watch")
+        elif self._watch_task is not None:
+            self._watch_task.cancel()
+            self._watch_task, self._watch = None, None
+        if rules.rules:
+            self._ensure_pins()  # (crash rules: what the ring overwrote before a crash is counted)
+
+    def _ensure_pins(self) -> CapturePins:
+        if self._pins is None:
+            self._pins = CapturePins(self._store, self.capacity_bytes)
+            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in self._registry.by_uid.items()}
+        return self._pins
+
+    # -- firings ------------------------------------------------------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        pause_s = WATCH_INTERVAL_S
+        while True:
+            await asyncio.sleep(pause_s)
+            began = time.monotonic()
+            try:
+                firings = await self._watch_step()
+            except Exception:  # the watch must go on: one bad step is logged
+                log.exception("incidents: the rules' watch failed a step")
+                continue
+            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and while it runs every
+            # stored segment is pinned (the ring makes room with new buffers, not reused ones). Under a flood the
+            # watch reads what it can; what leaves unread is counted (``unread_events``), never silent.
+            pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
+            for firing in firings:
+                rule = self.rules.by_name(firing.rule)
+                if rule is not None:
+                    self.fire(firing, rule)
+
+    async def _watch_step(self) -> list[Firing]:
+        """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
+        watch = self._watch
+        if watch is None:
+            return []
+        registry = self._registry
+        processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
+        if self._pins is not None:
+            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in processes.items()}
+        frames = self._store.snapshot(owners=processes)
+        segments = [(processes[segment.owner], segment) for segment in frames.segments]
+        kept = self._store.kept_events(processes)
+        future = asyncio.get_running_loop().run_in_executor(None, watch.step, segments, kept)
+        try:
+            return await asyncio.shield(future)
+        finally:  # (a step cancelled goes on reading: its segments stay pinned until it ends)
+            if future.done():
+                frames.close()
+            else:
+                future.add_done_callback(lambda _: frames.close())
+
+    def crashed(self, process: ProcessRecord) -> None:
+        """A connection of ``process`` ended without GOODBYE: the crash rules fire."""
+        now = time.time_ns()
+        for rule in self.rules.rules:
+            if isinstance(rule.condition, CrashCondition):
+                reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
+                event = {"kind": "crash", "name": process.name, "ts_ns": now, "dur_ns": 0, "args": {}}
+                self.fire(Firing(rule.name, process.uid, now, now, reason, event), rule)
+
+    async def fire_by_hand(
+        self,
+        reason: str,
+        *,
+        scope: Scope,
+        before_ns: int,
+        after_ns: int,
+        selected: EventFilter | None,
+        args: dict[str, Any],
+        processes: list[ProcessRecord] | None = None,
+    ) -> str:
+        """``POST /incidents``: an incident now, of ``scope`` around the processes ``processes`` (those ``selected``
+        chose; the first is its trigger's), whatever the rules say. Returns its id.
+
+        Raises:
+            ConfigError: no process to take, or no trace for a ``trace`` scope.
+            CapturesBusy: ``max_captures`` are under way.
+        """
+        chosen = processes if processes is not None else list(self._registry.by_uid.values())
+        if not chosen:
+            raise ConfigError("no known process is selected: an incident needs one")
+        trace_id = selected.trace_id if selected is not None else None
+        if scope == "trace" and trace_id is None:
+            raise ConfigError("scope 'trace' needs a trace_id")
+        now = time.time_ns()
+        event = {"kind": "by_hand", "name": reason, "ts_ns": now, "dur_ns": 0, "args": args}
+        firing = Firing(BY_HAND, chosen[0].uid, now, now, reason, event, trace_id)
+        rule = Rule(BY_HAND, IncidentCallCondition(), scope, before_ns, after_ns, max_per_minute=2**31, origin="POST")
+        owners = {p.uid for p in chosen} if selected is not None and scope == "process" else None
+        incident_id = self.fire(firing, rule, owners=owners)
+        if incident_id is None:
+            raise CapturesBusy(f"{self.max_captures} incidents are being captured (max_captures): try again soon")
+        return incident_id
+
+    def fire(self, firing: Firing, rule: Rule, *, owners: set[int] | None = None) -> str | None:
+        """Begin the incident of ``firing`` under ``rule``, within its limits; its id, or None if suppressed."""
+        counts = self.counts
+        if not self._limit.take(rule.name, rule.max_per_minute, time.monotonic_ns()):
+            counts.add(counts.suppressed, rule.name)
+            return None
+        if len(self._captures) >= self.max_captures:
+            counts.add(counts.suppressed, rule.name)
+            self.busy += 1
+            log.warning("incidents: rule %r suppressed (busy: %d captures under way)", rule.name, self.max_captures)
+            return None
+        counts.add(counts.fired, rule.name)
+        capture, record = self._begin(firing, rule, owners)
+        task = asyncio.create_task(self._collect(capture, record, rule, firing), name=f"incident {capture.incident_id}")
+        self._captures.add(task)
+        task.add_done_callback(self._captures.discard)
+        return capture.incident_id
+
+    def _begin(self, firing: Firing, rule: Rule, owners: set[int] | None) -> tuple[Capture, dict[str, Any]]:
+        registry = self._registry
+        offsets = scope_processes(registry, firing, rule.scope)
+        if owners is not None:
+            offsets = {uid: p.clock_offset_ns for uid, p in registry.by_uid.items() if uid in owners}
+        window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns)
+        capture = Capture(self.files.new_id(rule.name, firing.start_ns), window, offsets)
+        self._ensure_pins().begin(capture)
+        return capture, new_record(registry, capture, firing, rule)
+
+    # -- capture, save, tell ------------------------------------------------------------------------------------------
+
+    async def _collect(self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing) -> None:
+        """Wait for ``after`` to run, then write the incident whole; count and log what became of it."""
+        pins = self._ensure_pins()
+        try:
+            await asyncio.to_thread(self.files.begin, dict(record))
+            delay_s = (capture.window.until_ns - time.time_ns()) / 1e9
+            if delay_s > 0:
+                with contextlib.suppress(TimeoutError):  # (a stopping collector writes what it holds now)
+                    await asyncio.wait_for(self._stopping.wait(), delay_s)
+            ran_out = time.monotonic()
+            # (A trace's processes are known once its spans are stored: every client flushes for it.)
+            owners = None if rule.scope == "trace" else set(capture.offsets)
+            flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S, owners)
+            flush_s = time.monotonic() - ran_out
+            view, owners_seen = await self._window_view(capture, flushed)
+            keep = WindowSave(
+                capture.window.since_ns,
+                capture.window.until_ns,
+                owners_seen,
+                firing.trace_id if rule.scope == "trace" else None,
+                firing.process_uid if self._read_window is None else None,
+                capture.overwritten_by_owner,
+            )
+            flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
+            record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
+            written = await _saved(self.files, view, record, keep)
+        except Exception as exc:
+            pins.release(capture)
+            await self._failed(record, f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, OSError):
+                log.exception("incidents: %s failed", record["id"])
+            return
+        self.counts.add(self.counts.saved, rule.name)
+        self.counts.removed = self.files.removed
+        log.info(
+            "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
+            "(clients' flush %.2f s)",
+            written["id"],
+            rule.name,
+            firing.reason,
+            ", ".join(f"{p['name']} (pid {p['pid']})" for p in written["processes"]) or "none",
+            written["events"],
+            written["bytes"],
+            written["lost"],
+            time.monotonic() - ran_out,
+            flush_s,
+        )
+        if rule.url and self._notify is not None:  # (what it answered is logged: the record on disk is written)
+            status = await self._notify(rule.url, written)
+            log.log(logging.INFO if status == "delivered" else logging.WARNING,
+                    "incident %s: webhook %s: %s", written["id"], rule.url, status)  # fmt: skip
+
+    async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
+        """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
+        ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be
+        published: the stream is the fleet's ring, and is read, not pinned)."""
+        pins = self._ensure_pins()
+        if self._read_window is None:
+            frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
+            return self._viewer.view_of(frames, *flushed), frozenset(capture.offsets)
+        by_uid = self._registry.by_uid
+        facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
+        pins.release(capture)
+        window = capture.window
+        view = await self._read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
+        seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
+        return view, seen
+
+    async def _failed(self, record: dict[str, Any], reason: str) -> None:
+        self.counts.add(self.counts.failed, record["rule"])
+        log.warning("incident %s (rule %r) failed: %s", record["id"], record["rule"], reason)
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(self.files.fail, record, reason)
+
+    async def _settle_pending(self, record: dict[str, Any]) -> None:
+        """An incident a previous run fired but did not write (killed meanwhile): written from what the store
+        recovered of its window (a data dir), else failed, saying why."""
+        window = record.get("window") or {}
+        facts = {(p.get("pid"), p.get("name"), p.get("host")) for p in record.get("processes") or []}
+        owners = {p.uid: p.clock_offset_ns for p in self._registry.by_uid.values() if (p.pid, p.name, p.host) in facts}
+        if not owners or "since_ns" not in window or "until_ns" not in window:
+            await self._failed(record, "the collector stopped before it was saved, and kept nothing of its window")
+            return
+        pins = self._ensure_pins()
+        capture = Capture(record["id"], Window(window["since_ns"], window["until_ns"]), owners)
+        pins.begin(capture)
+        segments = pins.end(capture)
+        if not segments:
+            pins.release(capture)
+            await self._failed(record, "the collector stopped before it was saved, and recovered nothing of its window")
+            return
+        view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
+        record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
+        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners))
+        rule = str(record.get("rule", ""))
+        try:
+            written = await _saved(self.files, view, record, keep)
+        except OSError as exc:
+            await self._failed(record, f"{type(exc).__name__}: {exc}")
+            return
+        self.counts.add(self.counts.saved, rule)
+        log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",
+                 written["id"], rule, written["events"])  # fmt: skip
+
+    # -- what /stats shows ---------------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Beside the totals the service reports (``counts``): the rules, the captures and their memory, per rule."""
+        pins = self._pins
+        return {
+            "rules": len(self.rules.rules),
+            "captures": len(self._captures),
+            "busy": self.busy,
+            "incident_capacity_bytes": self.capacity_bytes,
+            "incident_held_bytes": pins.held_bytes if pins is not None else 0,
+            "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
+            "unread_events": self._watch.unread_events if self._watch is not None else 0,
+            "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
+        }

@@ -1,0 +1,53 @@
+"""What a firing takes and what its incident's record says as it fires: the processes of its scope (each with its
+clock offset), and the record's fields (``incident_files.py`` names them; saving completes them)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ringtrace.collector.incidents.capture import Capture
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.rules import Rule, Scope
+from ringtrace.collector.incidents.saving import process_facts
+from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.store.processes import Registry
+
+__all__ = ["new_record", "scope_processes"]
+
+
+def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
+    """The processes (uid -> clock offset) a firing's scope takes at fire: a ``trace`` takes all, narrowed at save
+    to those with a span of the trace in the window (one without a trace: its own process)."""
+    by_uid = registry.by_uid
+    trigger = by_uid.get(firing.process_uid)
+    if scope == "process" or (scope == "trace" and firing.trace_id is None):
+        chosen = [trigger] if trigger is not None else []
+    elif scope == "host":
+        chosen = [p for p in by_uid.values() if trigger is not None and p.host == trigger.host]
+    else:
+        chosen = list(by_uid.values())
+    return {p.uid: p.clock_offset_ns for p in chosen}
+
+
+def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule) -> dict[str, Any]:
+    """An incident's record as it fires (``incident_files.py`` names its fields); saving completes it."""
+    trigger = registry.by_uid.get(firing.process_uid)
+    return {
+        "id": capture.incident_id,
+        "rule": rule.name,
+        "status": "pending",
+        "reason": firing.reason,
+        "time_ns": firing.start_ns,
+        "fired_wall_ns": time.time_ns(),
+        "scope": rule.scope,
+        "trace_id": firing.trace_id,
+        "window": capture.window.as_dict(),
+        "trigger": {
+            "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
+            "event": firing.event,
+        },
+        "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
+        "lost": capture.lost,
+        "webhook": {"url": rule.url, "status": None} if rule.url else None,
+    }

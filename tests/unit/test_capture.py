@@ -1,0 +1,77 @@
+"""Capture: a window's segments pinned at fire and as the ring lets go of them, within the incidents' budget; what the
+budget cannot keep, and what the ring took before the fire, counted (real client streams into a real store)."""
+
+from __future__ import annotations
+
+from ringtrace.collector.incidents.capture import Capture, CapturePins, Window, window_events
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from store_client import Client
+
+START_TS = 10**15  # the first event's ts (``store_client``: one event every 1000 ns)
+EVERYTHING = Window(0, 2**62)
+
+
+def _store() -> tuple[Store, Client]:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    return store, Client(store, 1)
+
+
+def _kept(capture: Capture, window: Window) -> int:
+    return sum(window_events(segment, 0, window) for segment in capture.segments())
+
+
+def test_a_capture_keeps_its_window_while_the_ring_overwrites_it_and_lets_go_of_it_after() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=64 * MIN_SEGMENT_BYTES)
+    pins.offsets = {1: 0}
+    client.record(0, 500)
+    capture = Capture("one", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    for _ in range(300):  # the ring turns over several times
+        client.record(0, 20)
+    assert store.process_counts()[1].overwritten_events > 500
+    segments = pins.end(capture)
+    assert segments == sorted(segments, key=lambda s: s.seq)
+    assert _kept(capture, EVERYTHING) == 500 + 300 * 20, "every event since the fire, and before it"
+    assert capture.lost == {"overwritten_before_fire": 0, "over_budget": 0}
+    assert 0 < pins.held_bytes <= pins.capacity_bytes
+    pins.release(capture)
+    assert pins.held_bytes == 0 and pins.captures == []
+    assert all(segment.pins == 0 for segment in segments)
+    pins.close()
+
+
+def test_what_the_budget_cannot_keep_is_counted_and_only_the_window_is_pinned() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=MIN_SEGMENT_BYTES)  # room for one segment let go of, at most
+    client.record(0, 200)
+    window = Window(START_TS + 100 * 1000, START_TS + 10**12)  # from the 101st event on
+    capture = Capture("tight", window, {1: 0})
+    pins.begin(capture)
+    for _ in range(300):
+        client.record(0, 20)
+    pins.end(capture)
+    in_window = 100 + 300 * 20
+    kept = _kept(capture, window)
+    assert capture.lost["over_budget"] > 0
+    # By whole frames: a frame that straddles the window's start counts in full, on both sides alike.
+    assert in_window <= kept + capture.lost["over_budget"] <= in_window + 64
+    assert pins.held_bytes <= pins.capacity_bytes
+    pins.release(capture)
+    pins.close()
+
+
+def test_what_the_ring_overwrote_of_a_window_before_the_fire_is_counted() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=64 * MIN_SEGMENT_BYTES)
+    pins.offsets = {1: 0}
+    for _ in range(300):
+        client.record(0, 20)
+    overwritten = store.process_counts()[1].overwritten_events
+    assert overwritten > 0
+    capture = Capture("late", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    assert capture.lost["overwritten_before_fire"] == overwritten
+    assert _kept(capture, EVERYTHING) + overwritten == 300 * 20
+    pins.release(capture)
+    pins.close()

@@ -1,0 +1,45 @@
+"""Store: a listener told of each segment that leaves, before its buffer goes, may pin it and read it still."""
+
+from __future__ import annotations
+
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Removal, Store
+from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.views import StoreSnapshot
+from store_client import Client
+
+
+def test_each_evicted_segment_is_told_once_before_its_buffer_goes_and_a_pin_keeps_it_readable() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    told: list[tuple[int, Removal, bool, int]] = []
+    kept: list[Segment] = []
+
+    def evicted(segment: Segment, why: Removal) -> None:
+        told.append((segment.seq, why, segment.evicted, segment.events))
+        if len(kept) < 2:
+            store.pin(segment)
+            kept.append(segment)
+
+    store.on_evicted(evicted)
+    client = Client(store, 1)
+    for _ in range(1000):
+        client.record(0, 20)
+    assert len(told) > 2, "the ring turned over"
+    assert len({seq for seq, _, _, _ in told}) == len(told), "each segment told once"
+    assert all(why == "overwritten" and gone for _, why, gone, _ in told)
+    assert sum(events for _, _, _, events in told) == store.process_counts()[1].overwritten_events
+    # The pinned ones still hold what they held, though the ring went on past them.
+    with StoreSnapshot(store, kept, None) as frames:  # (it lets go of the pins when closed)
+        for view, segment in zip(frames.segments, kept, strict=True):
+            assert sum(count for _, _, _, count, _, _ in view.index()) == segment.events > 0
+    store.on_evicted(None)
+
+
+def test_a_segment_removed_on_request_is_told_as_cleared() -> None:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    told: list[Removal] = []
+    store.on_evicted(lambda segment, why: told.append(why))
+    client = Client(store, 1)
+    client.record(0, 20)
+    store.close_stream(client.stream)
+    assert store.clear([1]) == 20
+    assert told == ["cleared"]

@@ -28,6 +28,7 @@ TWINNED = frozenset(
         "ringtrace.wire.event_packing",
         "ringtrace.wire.call_packing",
         "ringtrace.wire.keyword_args",
+        "ringtrace.collector.incidents.frame_match",
         "ringtrace.client.delivery.listeners",
         "ringtrace.client.recording.messages",
         "ringtrace.client.recording.recorder",

@@ -179,11 +179,8 @@ class Streamer(SerializedListener):
     # -- any thread -----------------------------------------------------------------------------------------------
 
     def start(self) -> bool:
-        """Start the streamer thread (once; later calls do nothing).
-
-        Returns:
-            False when the thread cannot be started (at interpreter shutdown, say) or the streamer was closed.
-        """
+        """Start the streamer thread (once; later calls do nothing). False when the thread cannot be started (at
+        interpreter shutdown, say) or the streamer was closed."""
         with self._state_lock:
             if self._started or self._stopping:
                 return self._thread.ident is not None and not self._stopping

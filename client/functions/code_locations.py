@@ -1,11 +1,17 @@
 """Which code a function tracer records, and at which index of the locations list its records give
-(``PythonTracer``'s): ``decide`` asked once per code object, and one index per location.
+(``PythonTracer``'s): ``decide`` asked when a code object is first met, and one index per location.
+
+No lock is taken: this runs inside the tracer's callbacks, on every thread, and a callback must never wait for another
+thread. What runs inside one (``decide``, and what the interpreter runs meanwhile: a garbage collection's callbacks,
+finalisers) may wait for a lock a thread of the program holds; were that thread, meeting code of its own for the first
+time, to wait for this one, neither would go on. Each step on the shared tables is one operation on a dict or a list,
+which the interpreter lock makes atomic; two threads first meeting one code object at the same moment may each ask
+``decide``, as with the C twin, and the index stored first is the one used.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -54,48 +60,42 @@ class CodeLocations:
         self._indexes: dict[CodeLocation, int] = {}
         for index, location in enumerate(locations):
             self._indexes.setdefault(location, index)
-        #: Held while a code or a C function met for the first time gets its location.
-        self._first_met = threading.RLock()
 
     def index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
-        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met (under a
-        lock: two threads meeting it at once ask once, and each location gets an index of its own)."""
-        with self._first_met:
-            entry = self.codes.get(id(code))
-            if entry is not None:
-                return entry[1]
-            module = ""
-            if frame is not None and frame.f_code is code:
-                name = frame.f_globals.get("__name__")
-                module = name if isinstance(name, str) else ""
-            try:
-                recorded = bool(self._decide(code, module))
-            except Exception as exc:
-                if raised_by_a_signal_handler(exc):
-                    raise  # (a signal handler's; decide is asked again next time)
-                log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
-                recorded = False
-            index = -1
-            if recorded:
-                qualname = getattr(code, "co_qualname", code.co_name)
-                index = self.location_index((qualname, code.co_filename, code.co_firstlineno))
-            key = id(code)
-            codes = self.codes
-            self.codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
-            return index
-
-    def c_index_of(self, callable_: object) -> int:
-        location = (c_function_name(callable_), "", 0)
-        index = self._indexes.get(location)
-        if index is None:
-            with self._first_met:
-                index = self.location_index(location)
+        """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met."""
+        entry = self.codes.get(id(code))
+        if entry is not None:
+            return entry[1]
+        module = ""
+        if frame is not None and frame.f_code is code:
+            name = frame.f_globals.get("__name__")
+            module = name if isinstance(name, str) else ""
+        try:
+            recorded = bool(self._decide(code, module))
+        except Exception as exc:
+            if raised_by_a_signal_handler(exc):
+                raise  # (a signal handler's; decide is asked again next time)
+            log.exception("ringtrace: the function filter failed for %s; its calls are not recorded", code.co_name)
+            recorded = False
+        index = -1
+        if recorded:
+            qualname = getattr(code, "co_qualname", code.co_name)
+            index = self.location_index((qualname, code.co_filename, code.co_firstlineno))
+        key = id(code)
+        codes = self.codes
+        codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
         return index
 
+    def c_index_of(self, callable_: object) -> int:
+        return self.location_index((c_function_name(callable_), "", 0))
+
     def location_index(self, location: CodeLocation) -> int:
-        """The index of ``location`` in ``locations``, appended the first time (call with ``_first_met`` held)."""
+        """The index of ``location`` in ``locations``, appended the first time. Two threads appending the same location
+        at the same moment both use the index stored first (the other entry, equal, stays unused)."""
         index = self._indexes.get(location)
         if index is None:
-            index = self._indexes[location] = len(self.locations)
-            self.locations.append(location)
+            locations = self.locations
+            appended_from = len(locations)
+            locations.append(location)
+            index = self._indexes.setdefault(location, locations.index(location, appended_from))
         return index

@@ -22,6 +22,11 @@ a warning says where it can (not at the recursion limit). The C twin's profile f
 
 Races: the stacks are touched by their own thread only, but ``stop()`` closes every thread's open calls from the
 thread that stops; a thread preempted inside a callback at that moment may write one record more (never a torn one).
+The callbacks take no lock: what they run (``decide``, and what the interpreter runs meanwhile: a garbage collection's
+callbacks, finalisers) may wait for a lock a thread of the program holds, and that thread, meeting code for the first
+time, would wait for the callback's lock in turn, for ever (the threads ringtrace starts itself meet the tracer too).
+What they share they change in single operations on a list or a dict, which the interpreter lock makes atomic
+(``code_locations.py``).
 """
 
 from __future__ import annotations
@@ -142,6 +147,7 @@ class PythonTracer:
         self._c_index_of = self._table.c_index_of
         self._local = threading.local()
         self._threads: list[_ThreadCalls] = []
+        #: Keeps the counts whole while a drain forgets ended threads (never taken in a callback).
         self._threads_lock = threading.Lock()
         #: Counts of the threads forgotten (ended and drained).
         self._forgotten_recorded = 0
@@ -234,8 +240,7 @@ class PythonTracer:
         end = _ThreadEnd()
         local.calls, local.end = calls, end
         weakref.finalize(end, _mark_ended, weakref.ref(calls))
-        with self._threads_lock:
-            self._threads.append(calls)
+        self._threads.append(calls)  # (no lock: a callback waits for no thread, see the module docstring)
         return calls
 
     def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:

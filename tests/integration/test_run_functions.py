@@ -161,11 +161,6 @@ def test_every_call_of_the_scripts_code_is_a_span_and_none_of_the_standard_libra
     assert found == {"MainThread": MAIN_TREE, "worker": WORKER_TREE}  # no json, threading or time in it
 
 
-@pytest.mark.xfail(
-    sys.version_info >= (3, 12),
-    reason="reported, not fixed: on 3.12, run beside other tests, the pure-Python tracer's program sometimes hangs",
-    strict=False,
-)
 def test_the_pure_python_tracer_gives_the_same_tree(collector: CollectorProcess, program: Path) -> None:
     found = trees(traced_calls(collector, program, "pure", RINGTRACE_PURE_PYTHON="1"))
     assert found == {"MainThread": MAIN_TREE, "worker": WORKER_TREE}

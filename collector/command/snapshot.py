@@ -26,6 +26,12 @@ def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
     add_format(snapshot)
     snapshot.add_argument(
+        "--table",
+        type=str.lower,
+        choices=FORMATS["parquet"].tables,
+        help="with --format parquet: which table (default spans; one a file)",
+    )
+    snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
     add_filters(snapshot)
@@ -36,6 +42,8 @@ def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
 def _snapshot(args: argparse.Namespace) -> int:
     filters = filter_params(args)
     params = [*filters, ("format", args.format)]
+    if args.table is not None:
+        params.append(("table", args.table))
     if args.flush_timeout is not None:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     check_params(params)

@@ -103,23 +103,23 @@ def _fetch_table(url: str, params: list[tuple[str, str]], access: Access, path: 
 
 
 def _run(duckdb: Any, connection: Any, args: argparse.Namespace, directory: Path) -> None:
-    """Run the SQL; print its result, or write it where ``--csv`` or ``--parquet`` says."""
+    """Run the SQL; print its result, or write it where ``--csv`` or ``--parquet`` says (DuckDB's ``COPY``, written
+    here first: the file is then written whole or not at all)."""
     try:
-        relation = connection.sql(args.sql)
-        if relation is None:  # a statement with no result
-            return
         if args.csv is not None or args.parquet is not None:
             written = directory / "result"
-            if args.csv is not None:
-                relation.write_csv(str(written), header=True)
-            else:
-                relation.write_parquet(str(written))
+            quoted = str(written).replace("'", "''")
+            how = "FORMAT csv, HEADER" if args.csv is not None else "FORMAT parquet"
+            connection.execute(f"COPY ({args.sql.strip().rstrip(';')}) TO '{quoted}' ({how})")
             with output(args.csv or args.parquet) as out, written.open("rb") as result:
                 while chunk := result.read(CHUNK):
                     out.write(chunk)
             return
-        columns = relation.columns
-        rows = relation.fetchmany(MAX_SHOWN_ROWS + 1)
+        cursor = connection.execute(args.sql)
+        if cursor.description is None:  # a statement with no result
+            return
+        columns = [str(column[0]) for column in cursor.description]
+        rows = cursor.fetchmany(MAX_SHOWN_ROWS + 1)
     except duckdb.Error as exc:
         raise CommandError(_first_line(exc), 2) from None
     _print(columns, rows)

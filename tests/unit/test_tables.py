@@ -27,6 +27,7 @@ from ringtrace.collector.http.query import QueryError, parse_snapshot_query
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
+from tables_model import chrome_table, parquet_rows
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 
@@ -51,69 +52,16 @@ def every_kind(tl: Timeline) -> None:
     tl.marker("never ended", "start")
 
 
-def table(view: SnapshotView, name: str, selected: EventFilter = EVERYTHING, accelerated: bool = True) -> list[Any]:
-    """The rows of a table as the Parquet file holds them, each a sorted JSON text (args parsed)."""
-    data = b"".join(parquet_chunks(view, selected, name, accelerated=accelerated))
-    rows = pq.read_table(io.BytesIO(data)).to_pylist()
-    for row in rows:
-        if row.get("args") is not None:
-            row["args"] = json.loads(row["args"])
-    return sorted(json.dumps(row, sort_keys=True) for row in rows)
+def table(view: SnapshotView, name: str, selected: EventFilter = EVERYTHING, accelerated: bool = True) -> list[str]:
+    """The rows of a table as the Parquet file holds them (``tables_model.parquet_rows``)."""
+    return parquet_rows(b"".join(parquet_chunks(view, selected, name, accelerated=accelerated)))
 
 
 def from_chrome(
     view: SnapshotView, name: str, selected: EventFilter = EVERYTHING, accelerated: bool = True
-) -> list[Any]:
+) -> list[str]:
     """The same table, made of the same store's Chrome JSON snapshot."""
-    doc = json.loads(b"".join(chrome_trace_chunks(view, selected, accelerated=accelerated)))
-    origin = doc["otherData"]["clock_origin_wall_ns"]
-    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
-    processes = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
-    hosts = {e["pid"]: e["args"]["labels"] for e in meta if e["name"] == "process_labels"}
-    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
-    rows = []
-    for e in doc["traceEvents"]:
-        where = {"process": processes[e["pid"]], "pid": e["pid"], "host": hosts[e["pid"]]}
-        if e["ph"] == "M":
-            continue
-        where["track"] = threads[(e["pid"], e["tid"])]
-        ts, args, category = round(e["ts"] * 1000) + origin, e.get("args"), e.get("cat")
-        if name == "spans" and e["ph"] in "XB":
-            dur = round(e["dur"] * 1000) if e["ph"] == "X" else None
-            ids = {key: args.get(key) if args else None for key in ("trace_id", "span_id", "parent_span_id")}
-            end = None if dur is None else ts + dur
-            row = {**where, "name": e["name"], "category": category, "start_ns": ts, "duration_ns": dur}
-            rows.append({**row, "end_ns": end, "args": args, **ids})
-        elif name == "instants" and (e["ph"] in "be" or (e["ph"] == "i" and category in (None, "incident"))):
-            kind = {"b": "async_begin", "e": "async_end"}.get(e["ph"], "incident" if category else "instant")
-            trace_id = args.get("trace_id") if args else None
-            async_id = e.get("id")
-            row = {**where, "name": e["name"], "kind": kind, "ts_ns": ts, "args": args, "trace_id": trace_id}
-            rows.append({**row, "async_id": async_id})
-        elif name == "messages" and e["ph"] == "i" and category not in (None, "incident"):
-            values = {k: v for k, v in args.items() if k not in ("category", "priority")}
-            row = {**where, "ts_ns": ts, "category": args["category"], "priority": args["priority"]}
-            row |= {"text": e["name"], "args": values or None, "trace_id": values.get("trace_id")}
-            rows.append(row)
-        elif name == "counters" and e["ph"] == "C":
-            for series, value in args.items():
-                rows.append({**where, "name": e["name"], "ts_ns": ts, "series": series, "value": float(value)})
-        elif name == "samples" and e["ph"] == "P":
-            stack = unwound(doc.get("stackFrames", {}), str(e["sf"]) if "sf" in e else None)
-            task = None if e["name"] == "sample" else e["name"]
-            frames = [{"function": f, "file": file, "line": line} for f, file, line in stack]
-            rows.append({**where, "ts_ns": ts, "task": task, "leaf": stack[-1][0] if stack else None, "stack": frames})
-    return sorted(json.dumps(row, sort_keys=True) for row in rows)
-
-
-def unwound(frames: dict[str, Any], leaf: str | None) -> list[tuple[str, str, int]]:
-    stack = []
-    while leaf is not None:
-        entry = frames[leaf]
-        file, line = entry["category"].rsplit(":", 1)
-        stack.append((entry["name"], file, int(line)))
-        leaf = entry.get("parent")
-    return stack[::-1]
+    return chrome_table(json.loads(b"".join(chrome_trace_chunks(view, selected, accelerated=accelerated))), name)
 
 
 @pytest.mark.parametrize("name", [name for name in TABLES if name != "samples"])

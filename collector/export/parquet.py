@@ -97,7 +97,8 @@ def parquet_chunks(
     rows = TableRows(view, selected, table, accelerated=accelerated)
     schema = table_schema(table)
     sink = _Sink()
-    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="zstd")
+    # Snappy: zstd made the file half the size (still a twentieth of Chrome JSON's) at 1.5 times the writing time.
+    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="snappy")
     try:
         for batch in rows.batches():
             if batch is not None:
@@ -110,4 +111,11 @@ def parquet_chunks(
 
 
 def _record_batch(pa: Any, batch: Columns, schema: Any) -> Any:
-    return pa.RecordBatch.from_arrays([pa.array(batch[field.name], field.type) for field in schema], schema=schema)
+    arrays = [
+        # (args come as UTF-8 bytes: taken as binary and checked as text by Arrow, not decoded one by one)
+        pa.array(batch[field.name], pa.binary()).cast(field.type)
+        if field.name == "args"
+        else pa.array(batch[field.name], field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

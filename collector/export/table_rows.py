@@ -5,7 +5,8 @@ Pure functions: no asyncio, safe to run on a worker thread while ingest goes on.
 snapshot shows (``read/event_walk.py``), one frame at a time: a frame's spans, instants and counters read a column at a
 time where they can be (``timeline_frames.py``, as the web view's), the rest through the walk. Every row names its
 process (``process``, ``pid`` as Chrome JSON's, ``host``) and its ``track``; times are wall-clock ns since the Unix
-epoch, durations ns; ``args`` is JSON text (null: none). Each table is one phase of the walk's events:
+epoch, durations ns; ``args`` is JSON text, here as UTF-8 bytes (None: none). Each table is one phase of the walk's
+events:
 
 - ``spans``: slices (``X``; traced calls with category ``call``), and those never ended by the end of the snapshot with
   a null ``duration_ns`` and ``end_ns``; ``trace_id``, ``span_id`` and ``parent_span_id`` from args where a span
@@ -216,9 +217,13 @@ class _Rows:
             ended = [None if phase == "B" else d for phase, d in zip(phases, durations, strict=True)]
         columns["duration_ns"] += ended
         columns["end_ns"] += [None if d is None else s + d for s, d in zip(starts, ended, strict=True)]
-        columns["args"] += map(_json, args)
+        texts = _json_texts(args)
+        columns["args"] += texts
+        # One search of the frame's args for each id, rather than a lookup per span: most spans carry none.
+        joined = b"\n".join(filter(None, texts))
         for key in ("trace_id", "span_id", "parent_span_id"):
-            columns[key] += [_text_arg(a, key) for a in args]
+            carried = b'"%s"' % key.encode() in joined
+            columns[key] += [_text_arg(a, key) for a in args] if carried else [None] * len(args)
 
     def _instants(
         self,
@@ -318,14 +323,18 @@ def _pick(picked: list[int], *lists: list[Any]) -> list[list[Any]]:
     return [[values[i] for i in picked] for values in lists]
 
 
-def _json(args: Any) -> str | None:
-    """Args as JSON text (bytes as hex, as Chrome JSON shows them); None for none."""
-    if args is None:
-        return None
+def _json(args: Any) -> bytes | None:
+    """Args as JSON text, UTF-8 (bytes as hex, as Chrome JSON shows them); None for none."""
+    return None if args is None else json_bytes(args)
+
+
+def _json_texts(args: list[Any]) -> list[bytes | None]:
+    """``_json`` of each, at one orjson call each where every map's keys are text (the usual args)."""
+    dumps, default = orjson.dumps, json_value
     try:
-        return orjson.dumps(args, default=json_value).decode()
+        return [None if arg is None else dumps(arg, default=default) for arg in args]
     except TypeError:  # a map key that is not a str
-        return json_bytes(args).decode()
+        return [_json(arg) for arg in args]
 
 
 def _text_arg(args: Any, key: str) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from aiohttp import web
 from recorded_files import recorded
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
@@ -23,6 +24,7 @@ from ringtrace.collector.export.formats import FORMATS
 from ringtrace.collector.export.parquet import METADATA_KEY, missing_pyarrow, parquet_chunks
 from ringtrace.collector.export.table_rows import TABLES, TableRows
 from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.http.api import available
 from ringtrace.collector.http.query import QueryError, parse_snapshot_query
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import SnapshotView
@@ -173,6 +175,10 @@ def test_a_collector_without_pyarrow_says_which_extra_to_install(monkeypatch: py
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # an import blocker: `import pyarrow` raises ImportError
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     assert missing_pyarrow() == "format=parquet needs pyarrow in the collector: pip install 'ringtrace[tables]'"
+    with pytest.raises(web.HTTPNotImplemented) as refused:  # what GET and HEAD /snapshot?format=parquet answer
+        available(FORMATS["parquet"])
+    assert refused.value.status == 501 and refused.value.text == f"{missing_pyarrow()}\n"
+    assert available(FORMATS["chrome"]) is FORMATS["chrome"]
 
 
 def test_the_query_command_without_duckdb_says_which_extra_to_install(

@@ -36,20 +36,20 @@ def chrome_table(doc: dict[str, Any], name: str) -> list[str]:
         ts, args, category = round(e["ts"] * 1000) + origin, e.get("args"), e.get("cat")
         if name == "spans" and e["ph"] in "XB":
             dur = round(e["dur"] * 1000) if e["ph"] == "X" else None
-            ids = {key: args.get(key) if args else None for key in ("trace_id", "span_id", "parent_span_id")}
+            ids = {key: _text(args, key) for key in ("trace_id", "span_id", "parent_span_id")}
             end = None if dur is None else ts + dur
             row = {**where, "name": e["name"], "category": category, "start_ns": ts, "duration_ns": dur}
             rows.append({**row, "end_ns": end, "args": args, **ids})
         elif name == "instants" and (e["ph"] in "be" or (e["ph"] == "i" and category in (None, "incident"))):
             kind = {"b": "async_begin", "e": "async_end"}.get(e["ph"], "incident" if category else "instant")
-            trace_id = args.get("trace_id") if args else None
+            trace_id = _text(args, "trace_id")
             async_id = e.get("id")
             row = {**where, "name": e["name"], "kind": kind, "ts_ns": ts, "args": args, "trace_id": trace_id}
             rows.append({**row, "async_id": async_id})
         elif name == "messages" and e["ph"] == "i" and category not in (None, "incident"):
             values = {k: v for k, v in args.items() if k not in ("category", "priority")}
             row = {**where, "ts_ns": ts, "category": args["category"], "priority": args["priority"]}
-            row |= {"text": e["name"], "args": values or None, "trace_id": values.get("trace_id")}
+            row |= {"text": e["name"], "args": values or None, "trace_id": _text(values, "trace_id")}
             rows.append(row)
         elif name == "counters" and e["ph"] == "C":
             for series, value in args.items():
@@ -70,3 +70,9 @@ def unwound(frames: dict[str, Any], leaf: str | None) -> list[tuple[str, str, in
         stack.append((entry["name"], file, int(line)))
         leaf = entry.get("parent")
     return stack[::-1]
+
+
+def _text(args: dict[str, Any] | None, key: str) -> str | None:
+    """An id an event carries in its args: text, else none."""
+    value = args.get(key) if args else None
+    return value if isinstance(value, str) else None

@@ -16,6 +16,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
+from arg_values import ARG_VALUES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
@@ -203,3 +206,20 @@ def test_sql_that_names_no_table_or_does_not_parse_is_one_line_and_status_2(
     assert main(["query", sql, "--url", "http://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ringtrace query: ") and said in err and err.count("\n") == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=st.dictionaries(st.text(max_size=12), ARG_VALUES, max_size=5), name=st.text(max_size=20))
+def test_any_args_are_the_chrome_snapshot_s_as_json_text(
+    tmp_path_factory: pytest.TempPathFactory, args: dict[str, Any], name: str
+) -> None:
+    def record(tl: Timeline) -> None:
+        tl.instant(name, **args)
+        tl.counter(name, 1.5)
+        with tl.scope(name, **args):
+            pass
+
+    view = recorded(tmp_path_factory.mktemp("args"), record)
+    for table_name in ("spans", "instants", "counters"):
+        rows = table(view, table_name)
+        assert len(rows) == 1 and rows == from_chrome(view, table_name) == table(view, table_name, accelerated=False)

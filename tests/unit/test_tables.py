@@ -223,3 +223,17 @@ def test_any_args_are_the_chrome_snapshot_s_as_json_text(
     for table_name in ("spans", "instants", "counters"):
         rows = table(view, table_name)
         assert len(rows) == 1 and rows == from_chrome(view, table_name) == table(view, table_name, accelerated=False)
+
+
+def test_convert_writes_a_table_of_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.rttrace"
+    tl = Timeline("unit", [FileListener(path, process_name="unit")])
+    every_kind(tl)
+    tl.close()
+    out = tmp_path / "messages.parquet"
+    assert main(["convert", str(path), "-o", str(out), "--format", "parquet", "--table", "messages"]) == 0
+    assert parquet_rows(out.read_bytes()) == from_chrome(load_file(path).view, "messages")
+    assert main(["convert", str(path), "-o", str(out), "--format", "parquet"]) == 0
+    assert len(parquet_rows(out.read_bytes())) == 901  # spans, the default
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    assert main(["convert", str(path), "-o", str(out), "--format", "parquet"]) == 1

@@ -30,6 +30,7 @@ BENCHMARKS = {
     "ingest_cpu": ("bench_ingest_cpu.py", 600),
     "export_json": ("bench_export_json.py", 300),
     "snapshot": ("bench_snapshot.py", 900),
+    "query": ("bench_query.py", 900),
     "stream": ("bench_stream.py", 300),
     "convert": ("bench_convert.py", 600),
     "registry": ("bench_registry.py", 300),

@@ -35,6 +35,7 @@ COLLECTOR_SUBCOMMANDS: Final = (
     ("sources", "a collector's processes, threads and sources, as a table"),
     ("replay", "send a file's events to a collector, which serves them as live data"),
     ("incidents", "a collector's saved incidents: list, fetch, open or delete one"),
+    ("query", "SQL over a collector's events, run here with DuckDB"),
 )
 _COLLECTOR_ENTRY = "ringtrace.collector.command.entry"
 #: ``RINGTRACE_PROCESS_NAME``: read by ``run``, never handed to the program's children.

@@ -28,7 +28,7 @@ from ringtrace.collector.command.remote import (
     tls_context,
 )
 from ringtrace.collector.command.replay import ReplayError, replay
-from ringtrace.collector.command.snapshot import add_format
+from ringtrace.collector.command.snapshot import add_format, add_table
 from ringtrace.collector.export.formats import FORMATS, formats_phrase
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.foreign.offline import FOREIGN_FORMATS, LoadedFile, load_file
@@ -68,6 +68,7 @@ def add_convert_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     convert.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write it ('-': stdout)")
     add_format(convert)
+    add_table(convert)
     add_filters(convert)
     convert.set_defaults(run=_convert, parser=convert)
 
@@ -110,13 +111,18 @@ def _undecodable(path: str, loaded: LoadedFile) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     params = filter_params(args)
+    if args.table is not None:
+        params += [("format", args.format), ("table", args.table)]
     check_params(params)
-    selected = parse_snapshot_query(params, now_ns=time.time_ns()).filter
+    query = parse_snapshot_query(params, now_ns=time.time_ns())
+    format_ = FORMATS[args.format]
+    missing = format_.missing() if format_.missing is not None else None
+    if missing is not None:  # (here, not the collector: the same extra)
+        raise CommandError(missing.replace("in the collector", "here"))
     _not_the_input(args.file, args.output)
     loaded = _load(args.file)
-    write = FORMATS[args.format].writer
     with output(args.output) as out, progress(f"convert {args.file}") as advance:
-        for chunk in write(loaded.view, selected):
+        for chunk in format_.chunks(loaded.view, query.filter, query.table):
             out.write(chunk)
             advance(len(chunk), 0)
     _undecodable(args.file, loaded)

@@ -43,6 +43,7 @@ _FLAG_OF: Final = {
     **{name: flag for flag, name, _ in FILTERS},
     "flush_timeout_s": "--flush-timeout",
     "messages_only": "--messages-only",
+    "table": "--table",
 }
 
 

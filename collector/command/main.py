@@ -8,6 +8,7 @@
     ringtrace sources URL [--pid --process --host] a collector's processes, threads and sources, as a table
     ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
     ringtrace incidents [list|fetch|open|delete]   a collector's saved incidents (--url: where it answers HTTP)
+    ringtrace query "SQL" [--url URL] [filters]    SQL over a collector's events, run here with DuckDB
 
 FILE is a trace file (``FileListener``) or a snapshot file, or a recording of another system: a HawkTracer HTDUMP
 stream or a GaBIEn TimeLogger stream, recognised by its first bytes (``foreign/offline.py``).
@@ -22,7 +23,8 @@ Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --proce
 or is corrupt.
 
 This module is the parser and the dispatch; each group of subcommands is a module of its own: ``snapshot.py``,
-``files.py`` (dump, convert, replay), ``live.py`` (tail, sources) and ``incident_commands.py`` (incidents).
+``files.py`` (dump, convert, replay), ``live.py`` (tail, sources), ``incident_commands.py`` (incidents) and
+``sql.py`` (query).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ringtrace.collector.command.filters import VALUE_FLAGS
 from ringtrace.collector.command.incident_commands import add_incidents_parser
 from ringtrace.collector.command.live import add_sources_parser, add_tail_parser
 from ringtrace.collector.command.snapshot import add_snapshot_parser
+from ringtrace.collector.command.sql import add_query_parser
 
 __all__ = ["CommandError", "main"]
 
@@ -104,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sources_parser(commands)
     add_replay_parser(commands)
     add_incidents_parser(commands)
+    add_query_parser(commands)
     for command in commands.choices.values():
         command.allow_abbrev = False  # (a flag's start would be taken for it: "--token X" for --token-file X)
     return parser

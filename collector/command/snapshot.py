@@ -12,7 +12,7 @@ from ringtrace.collector.command.output import output, progress
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url, stored_events
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, format_help
 
-__all__ = ["add_format", "add_snapshot_parser"]
+__all__ = ["add_format", "add_snapshot_parser", "add_table"]
 
 
 def add_format(parser: argparse.ArgumentParser) -> None:
@@ -20,11 +20,23 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", type=str.lower, choices=tuple(FORMATS), default=DEFAULT_FORMAT, help=format_help())
 
 
+def add_table(parser: argparse.ArgumentParser) -> None:
+    """``--table``: which table of a format of tables (``--format parquet``)."""
+    tables = FORMATS["parquet"].tables
+    parser.add_argument(
+        "--table",
+        type=str.lower,
+        choices=tables,
+        help=f"with --format parquet: which table, one a file (default {tables[0]}; docs/snapshots.md, Tables)",
+    )
+
+
 def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snapshot = commands.add_parser("snapshot", help="a collector's snapshot, to a file")
     snapshot.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     snapshot.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it ('-': stdout)")
     add_format(snapshot)
+    add_table(snapshot)
     snapshot.add_argument(
         "--flush-timeout", type=float, default=None, metavar="S", help="how long the collector waits for clients"
     )
@@ -36,6 +48,8 @@ def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
 def _snapshot(args: argparse.Namespace) -> int:
     filters = filter_params(args)
     params = [*filters, ("format", args.format)]
+    if args.table is not None:
+        params.append(("table", args.table))
     if args.flush_timeout is not None:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     check_params(params)

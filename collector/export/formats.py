@@ -2,6 +2,10 @@
 ``ringtrace convert --format`` take, the content type each is served as, the writer that makes it, its help, and the
 docs' table of them all come from ``FORMATS``. Adding a format is one entry (and its writer).
 
+A format of tables (``parquet``) writes one table of a snapshot at a time: its ``tables`` name them, the first the
+default, and its ``table_writer`` takes the one asked for (``chunks``). Its writer may need an optional extra:
+``missing`` says what to install when it is not (the HTTP API answers 501 with that, before any work).
+
 ``TIMELINE`` is the web view's own format (``GET /timeline``): served as a snapshot is, never a value of ``format``.
 """
 
@@ -14,8 +18,10 @@ from typing import Final
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.native import native_chunks
+from ringtrace.collector.export.parquet import missing_pyarrow, parquet_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.pprof import pprof_chunks
+from ringtrace.collector.export.table_rows import DEFAULT_TABLE, TABLES
 from ringtrace.collector.export.timeline_columns import timeline_chunks
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
@@ -38,6 +44,8 @@ __all__ = [
 
 #: What makes a format's bytes: the pieces of one document holding the events a filter selects, streamed.
 Writer = Callable[[SnapshotView, EventFilter], Iterator[bytes]]
+#: What makes one table of a format of tables: as ``Writer``, and the table's name.
+TableWriter = Callable[[SnapshotView, EventFilter, str], Iterator[bytes]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,18 @@ class Format:
     #: Whether its end tells how many events it shows (Chrome JSON's ``otherData.capture.shown_events``), and each
     #: event holds ``"ph":`` once: the command line then counts them as they come and says how many matched.
     counts_events: bool = False
+    #: For a format of tables: their names, the default first (``writer`` writes that one).
+    tables: tuple[str, ...] = ()
+    #: For a format of tables: what writes the one asked for.
+    table_writer: TableWriter | None = None
+    #: What says what to install for its writer where it is missing here (None: nothing it needs can be).
+    missing: Callable[[], str | None] | None = None
+
+    def chunks(self, view: SnapshotView, selected: EventFilter, table: str | None = None) -> Iterator[bytes]:
+        """The writer's pieces: of ``table`` (None: the default) for a format of tables."""
+        if self.table_writer is None or table is None:
+            return self.writer(view, selected)
+        return self.table_writer(view, selected, table)
 
 
 #: Every value of ``format``, the default first.
@@ -102,6 +122,21 @@ FORMATS: Final = {
                 "([below](#samples)), which `go tool pprof`, speedscope and Perfetto UI open"
             ),
             suffix=".pb.gz",
+        ),
+        Format(
+            "parquet",
+            "application/vnd.apache.parquet",
+            parquet_chunks,
+            help="one table of typed rows (table=spans by default)",
+            doc=(
+                f"one typed table of the events, as Apache Parquet: `table=` one of {', '.join(TABLES)} (default "
+                f"{DEFAULT_TABLE}; [below](#tables)), which DuckDB, pandas and Polars read and `ringtrace query` "
+                "runs SQL over; needs `pip install 'ringtrace[tables]'` in the collector"
+            ),
+            suffix=".parquet",
+            tables=tuple(TABLES),
+            table_writer=parquet_chunks,
+            missing=missing_pyarrow,
         ),
     )
 }

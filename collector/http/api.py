@@ -97,15 +97,23 @@ def _headers(format_: Format, gzip: bool) -> dict[str, str]:
     return headers
 
 
+def available(format_: Format) -> Format:
+    """``format_``, if its writer has what it needs here; else a 501 saying which extra to install."""
+    missing = format_.missing() if format_.missing is not None else None
+    if missing is not None:
+        raise web.HTTPNotImplemented(text=f"{missing}\n")
+    return format_
+
+
 async def snapshot_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work: the query is checked, nothing is flushed, read or sent."""
     query = _snapshot_query(request)
-    return web.Response(headers=_headers(FORMATS[query.format], _accepts_gzip(request)))
+    return web.Response(headers=_headers(available(FORMATS[query.format]), _accepts_gzip(request)))
 
 
 async def snapshot(request: web.Request) -> web.StreamResponse:
     query = _snapshot_query(request)
-    return await _counted_snapshot(request, query, FORMATS[query.format], _accepts_gzip(request))
+    return await _counted_snapshot(request, query, available(FORMATS[query.format]), _accepts_gzip(request))
 
 
 async def timeline_head(request: web.Request) -> web.Response:
@@ -142,7 +150,7 @@ async def _counted_snapshot(
                 view = await collector.snapshot(query.flush_timeout_s, query.filter)
             except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
                 raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
-            chunks = format_.writer(view, query.filter)
+            chunks = format_.chunks(view, query.filter, query.table)
             response, _ = await stream_out(request, view, chunks, _headers(format_, gzip), gzip)
             return response
     finally:

@@ -8,8 +8,8 @@ HEAD /timeline[?filters]            the same headers, no work
 GET /flamegraph[?filters]           the selected samples' stacks merged into one tree, for the web view's flame graph
                                     (``export/flame_graph.py``); gzip if accepted
 GET /snapshot[?filters]             what is stored, in a format of ``export/formats.py`` (Chrome trace event JSON
-                                    unless format= says another); ``query.py`` says what it may select; gzip if
-                                    accepted
+                                    unless format= says another; format=parquet: one typed table, table=); ``query.py``
+                                    says what it may select; gzip if accepted
 HEAD /snapshot[?filters]            the same headers, no work
 GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
 GET /stats                          collector totals
@@ -40,7 +40,7 @@ __all__ = ["ENDPOINTS"]
 
 #: What ``GET /`` lists.
 ENDPOINTS: Final[list[dict[str, str]]] = [
-    {"method": "GET", "path": "/snapshot", "does": f"the store in a format: {format_help()}; filters"},
+    {"method": "GET", "path": "/snapshot", "does": f"the store in a format: {format_help()}; filters; table (parquet)"},
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
     {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
     {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},

@@ -59,6 +59,9 @@ async def incident(request: web.Request) -> web.StreamResponse:
     the filters of ``/snapshot`` select (all without one)."""
     collector = request.app[COLLECTOR]
     format_, selected = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
+    missing = format_.missing() if format_.missing is not None else None
+    if missing is not None:  # (parquet without pyarrow here)
+        raise web.HTTPNotImplemented(text=f"{missing}\n")
     incident_id = request.match_info["id"]
     path = await _snapshot_path(request, incident_id)
     if not collector.begin_snapshot():

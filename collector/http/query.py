@@ -69,8 +69,12 @@ class SnapshotQuery:
     filter: EventFilter
     format: str
     flush_timeout_s: float
+    #: For a format of tables (parquet): the table asked for (None: the default, or another format).
+    table: str | None = None
 
 
+#: The format of tables, which ``table`` is for.
+_TABLES_FORMAT: Final = FORMATS["parquet"]
 #: The parameters ``/snapshot`` takes, and what each takes (for messages).
 SNAPSHOT_PARAMETERS: Final = {
     "since": "a time: wall-clock ns, RFC 3339, or relative such as -5s",
@@ -89,18 +93,28 @@ SNAPSHOT_PARAMETERS: Final = {
     ),
     "limit": f"a whole number of events, 1 to {MAX_LIMIT}",
     "format": f"one of {', '.join(FORMATS)}",
+    "table": (
+        f"with format={_TABLES_FORMAT.name}: one of {', '.join(_TABLES_FORMAT.tables)} "
+        f"(default {_TABLES_FORMAT.tables[0]})"
+    ),
     "flush_timeout_s": "seconds to wait for connected clients to flush",
 }
 
 
 #: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
 STREAM_PARAMETERS: Final = {
-    **{name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "flush_timeout_s")},
+    **{
+        name: text
+        for name, text in SNAPSHOT_PARAMETERS.items()
+        if name not in ("limit", "format", "table", "flush_timeout_s")
+    },
     # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
     "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
 }
 #: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
-TIMELINE_PARAMETERS: Final = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name != "format"}
+TIMELINE_PARAMETERS: Final = {
+    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("format", "table")
+}
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
 POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}
 #: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
@@ -312,8 +326,16 @@ def parse_snapshot_query(
         **patterns,
     )
     format_ = choice("format", values["format"], tuple(FORMATS)) if "format" in values else DEFAULT_FORMAT
+    table = _table(FORMATS[format_].tables, values["table"]) if "table" in values else None
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
-    return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout)
+    return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout, table)
+
+
+def _table(tables: tuple[str, ...], text: str) -> str:
+    if not tables:
+        formats = ", ".join(name for name, format_ in FORMATS.items() if format_.tables)
+        raise QueryError(f"query parameter 'table' is for format={formats} only (one table per request)")
+    return choice("table", text, tables)
 
 
 def _trace_id(text: str) -> str:

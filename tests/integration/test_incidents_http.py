@@ -192,7 +192,8 @@ def test_unknown_ids_and_formats(served: Served) -> None:
     status, error = error_of(served, f"/incidents/{served.ids[3]}")
     assert status == 404 and "was not saved (the collector stopped" in error, error
     status, error = error_of(served, f"/incidents/{served.ids[0]}?format=svg")
-    assert status == 400 and "'format' must be one of chrome, native, perfetto, pprof, timeline" in error, error
+    formats = "chrome, native, perfetto, pprof, parquet, timeline"
+    assert status == 400 and f"'format' must be one of {formats}" in error, error
     assert error_of(served, "/incidents/..%2Fetc", "DELETE")[0] == 404
 
 

@@ -61,8 +61,8 @@ def test_the_commands_format_flag_offers_the_registry_with_its_help(
 
 def test_the_help_names_each_format_and_what_it_is() -> None:
     assert format_help() == (
-        "chrome (Chrome trace JSON), native (a snapshot file), perfetto (a Perfetto trace) or pprof (the samples as a "
-        "pprof profile); default chrome"
+        "chrome (Chrome trace JSON), native (a snapshot file), perfetto (a Perfetto trace), pprof (the samples as a "
+        "pprof profile) or parquet (one table of typed rows (table=spans by default)); default chrome"
     )
 
 

@@ -1,0 +1,162 @@
+"""Typed tables over HTTP (``GET /snapshot?format=parquet&table=``) and ``ringtrace query`` against a real collector
+that real client processes recorded into: the tables against the same collector's Chrome JSON snapshot, filters,
+refusals, and SQL (p99 by name) against a Python reference over the Chrome snapshot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from collector_process import CollectorProcess
+from ringtrace.collector.command.main import main
+from ringtrace.collector.export.table_rows import TABLES
+from tables_model import chrome_table, parquet_rows
+
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("query_command")
+
+RECORD = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+slow = tl.message("engine", "warning", "slow $n")
+for i in range(200):
+    with tl.scope("request", i=i, trace_id="0af7651916cd43dd8448eb211c80319c" if i % 10 == 0 else None):
+        with tl.scope("query", table="users"):
+            sum(range(i * 50))
+        tl.instant("cache-miss", key=i)
+    tl.counter("queue", i % 7)
+    if i % 40 == 0:
+        slow(i)
+print(tl.flush(5))
+"""
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[CollectorProcess]:
+    collector = CollectorProcess()
+    try:
+        for name in ("web", "db"):
+            done = subprocess.run(
+                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+        yield collector
+    finally:
+        collector.stop()
+
+
+def get_table(collector: CollectorProcess, table: str, **params: str) -> list[str]:
+    status, body = collector.get("/snapshot?" + urllib.parse.urlencode({"format": "parquet", "table": table, **params}))
+    assert status == 200, body
+    return parquet_rows(body)
+
+
+@pytest.mark.parametrize("table", [table for table in TABLES if table != "samples"])
+def test_every_table_over_http_is_what_the_chrome_snapshot_shows(collector: CollectorProcess, table: str) -> None:
+    rows = get_table(collector, table)
+    assert rows == chrome_table(collector.snapshot(), table)
+    expected = {"spans": 800, "instants": 400, "messages": 10, "counters": 400}[table]
+    assert len(rows) == expected
+
+
+def test_samples_of_processes_that_recorded_none_is_an_empty_table(collector: CollectorProcess) -> None:
+    assert get_table(collector, "samples") == []
+
+
+def test_the_filters_select_the_rows_as_for_chrome_json(collector: CollectorProcess) -> None:
+    for params in ({"process": "web"}, {"name": "query"}, {"trace_id": "0af7651916cd43dd8448eb211c80319c"}):
+        rows = get_table(collector, "spans", **params)
+        assert rows == chrome_table(collector.snapshot("?" + urllib.parse.urlencode(params)), "spans"), params
+        assert 0 < len(rows) < 800
+    assert {json.loads(row)["process"] for row in get_table(collector, "spans", process="web")} == {"web"}
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("format=parquet&table=slices", "query parameter 'table' must be one of spans, instants, messages"),
+        ("table=spans", "query parameter 'table' is for format=parquet only"),
+        ("format=parquet&table=spans&table=messages", "'table'"),
+    ],
+)
+def test_a_bad_table_is_a_400_naming_the_parameter(collector: CollectorProcess, query: str, said: str) -> None:
+    status, body = collector.get("/snapshot?" + query)
+    assert status == 400 and said in body.decode()
+
+
+def test_the_default_table_is_spans(collector: CollectorProcess) -> None:
+    status, body = collector.get("/snapshot?format=parquet")
+    assert status == 200 and parquet_rows(body) == get_table(collector, "spans")
+
+
+def p99_by_name(collector: CollectorProcess) -> dict[str, tuple[int, float]]:
+    """count and p99 of durations (DuckDB's quantile_cont: linear between the closest ranks) of each span name, from
+    the Chrome JSON snapshot."""
+    by_name: dict[str, list[int]] = {}
+    for row in chrome_table(collector.snapshot(), "spans"):
+        span = json.loads(row)
+        by_name.setdefault(span["name"], []).append(span["duration_ns"])
+    out = {}
+    for name, durations in by_name.items():
+        durations.sort()
+        position = 0.99 * (len(durations) - 1)
+        low = int(position)
+        high = min(low + 1, len(durations) - 1)
+        out[name] = (len(durations), durations[low] + (durations[high] - durations[low]) * (position - low))
+    return out
+
+
+P99 = "SELECT name, count(*) AS n, quantile_cont(duration_ns, 0.99) AS p99_ns FROM spans GROUP BY name ORDER BY name"
+
+
+def test_query_p99_by_name_is_the_reference_s(
+    collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p99.csv"
+    assert main(["query", P99, "--url", collector.http_url, "--csv", str(out)]) == 0
+    with out.open() as f:
+        got = {row["name"]: (int(row["n"]), float(row["p99_ns"])) for row in csv.DictReader(f)}
+    expected = p99_by_name(collector)
+    assert got.keys() == expected.keys() == {"request", "query"}
+    for name, (count, p99) in expected.items():
+        assert got[name][0] == count == 400
+        assert got[name][1] == pytest.approx(p99, rel=1e-9)
+    assert main(["query", P99, "--url", collector.http_url]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split() == ["name", "n", "p99_ns"]
+    assert [line.split()[:2] for line in printed[1:]] == [["query", "400"], ["request", "400"]]
+
+
+def test_query_joins_tables_fetched_with_the_same_filters(
+    collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sql = (
+        "SELECT s.process, count(DISTINCT m.ts_ns) AS warnings FROM spans s JOIN messages m ON m.process = s.process "
+        "GROUP BY s.process ORDER BY s.process"
+    )
+    out = tmp_path / "joined.parquet"
+    assert main(["query", sql, "--url", collector.http_url, "--process", "web", "--parquet", str(out)]) == 0
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).to_pylist() == [{"process": "web", "warnings": 5}]
+
+
+def test_sql_that_fails_is_duckdbs_message_on_one_line_and_status_2(
+    collector: CollectorProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["query", "SELECT no_such_column FROM spans", "--url", collector.http_url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringtrace query: Binder Error") and "no_such_column" in err and err.count("\n") == 1
+
+
+def test_snapshot_writes_one_table_with_the_table_flag(collector: CollectorProcess, tmp_path: Path) -> None:
+    out = tmp_path / "counters.parquet"
+    assert main(["snapshot", collector.http_url, "-o", str(out), "--format", "parquet", "--table", "counters"]) == 0
+    assert parquet_rows(out.read_bytes()) == get_table(collector, "counters")
+    assert main(["snapshot", collector.http_url, "-o", str(out), "--table", "counters"]) == 2

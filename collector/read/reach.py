@@ -1,0 +1,195 @@
+"""How far a segment's events reach beyond their start times: what lets a window select frames by overlap while the
+index knows only each frame's first and last start.
+
+A segment's ``Reach`` is (back, ahead): ``ahead`` the longest any of its events lasts from its start (a span's
+``dur``, a pair's start to its end), ``back`` the longest before an end of it that its pair started. A frame whose
+events start from ``first`` to ``last`` then holds nothing that overlaps ``[since, until)`` unless
+``first - back < until`` and ``last + ahead >= since`` (``EventFilter.overlaps``). Pairs are matched within the segment
+as a snapshot pairs them (markers by track and name, source activity by track, async slices by id); a segment with a
+start not ended in it, or an end not started in it, reaches ``UNBOUNDED`` both ways: it is read by every window, so
+that the other end, in another segment, always finds it (an open-ended start is shown from its start on). Of a
+segment that is read, the frames that hold paired events (``SegmentReach.paired``) are read whatever their times,
+so that a pair is never seen by one end: a start whose end went unread would show open-ended.
+
+Ingest never decodes payloads: a reader measures a segment the first time a window needs it (only the ``kind``,
+``name``, ``ts`` and ``dur`` columns, and the args of frames that hold async events, for their ids) and keeps the
+result with the segment (``ReachCache``): a sealed segment is measured once, an open one again when it has more frames
+than when last measured. Measuring costs about a tenth of decoding the segment; it is needed only for segments and
+frames that the index alone would leave out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, NamedTuple
+
+import msgpack
+from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.collector.store.views import SegmentView
+from ringtrace.wire.decoder import SessionDecoder
+from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frames import Events
+from ringtrace.wire.stream_limits import Limits
+from ringtrace.wire.stream_tables import StreamTables
+
+__all__ = ["NO_REACH", "UNBOUNDED", "Reach", "SegmentReach", "measure", "segment_reach"]
+
+#: (back ns, ahead ns)
+Reach = tuple[int, int]
+#: A reach past any wall-clock time: what a start not ended (or an end not started) in its segment reaches.
+UNBOUNDED: Final = 2**63 - 1
+NO_REACH: Final[Reach] = (0, 0)
+
+
+class SegmentReach(NamedTuple):
+    """A segment's reach, and which of its EVENTS frames (one byte each, in the index's order) hold paired events."""
+
+    reach: Reach
+    paired: bytes
+
+    def holds_pairs(self, entry: int) -> bool:
+        """Whether the ``entry``-th EVENTS frame holds paired events (an unknown frame may)."""
+        return entry >= len(self.paired) or bool(self.paired[entry])
+
+
+#: What a segment that cannot be measured reaches: anything, every frame (it is read, its reader counts what breaks).
+_ANYWHERE: Final = SegmentReach((UNBOUNDED, UNBOUNDED), b"")
+#: Bytes given to the decoder at a time (a copy holds the GIL: ``frame_walk.segment_stream``).
+_READ_BYTES: Final = 256 * 1024
+_STARTS: Final = {"marker_start": "marker_end", "source_open": "source_close", "async_begin": "async_end"}
+_ENDS: Final = frozenset(_STARTS.values())
+
+
+def segment_reach(segment: SegmentView, limits: Limits) -> SegmentReach:
+    """The segment's reach, measured once for the frames the view holds (kept with the segment)."""
+    cache = segment.reach
+    cached = cache.value
+    if cached is not None and cached[0] == segment.entries and isinstance(cached[1], SegmentReach):
+        return cached[1]
+    measured = measure(segment, limits)
+    if cached is None or cached[0] < segment.entries:  # (an older view holds fewer frames: not kept)
+        cache.value = (segment.entries, measured)
+    return measured
+
+
+def measure(segment: SegmentView, limits: Limits) -> SegmentReach:
+    """The reach of the segment's events (``_ANYWHERE`` for a stream that breaks: it is read whole)."""
+    decoder = SessionDecoder(limits, live=False)
+    pairs = _Pairs()
+    try:
+        for start in range(0, segment.used, _READ_BYTES):
+            segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))
+            for frame in decoder:
+                if type(frame) is Events:
+                    let_the_loop_in()
+                    pairs.read(decoder.tables, frame)
+        decoder.receive_data(b"")
+        for frame in decoder:
+            if type(frame) is Events:
+                pairs.read(decoder.tables, frame)
+    except (ProtocolError, _Unmeasurable, TypeError):  # (TypeError: a name that cannot pair, unhashable)
+        return _ANYWHERE
+    return pairs.reach()
+
+
+class _Unmeasurable(Exception):
+    """A payload whose times cannot be read: the segment reaches anywhere."""
+
+
+class _Pairs:
+    """The longest duration and pair seen so far, and the starts not yet ended, by what pairs them."""
+
+    __slots__ = ("ahead", "back", "open", "paired")
+
+    def __init__(self) -> None:
+        self.ahead = 0
+        self.back = 0
+        self.open: dict[tuple[Any, ...], list[int]] = {}
+        self.paired = bytearray()
+
+    def read(self, tables: StreamTables, frame: Events) -> None:
+        kinds, names, stamps, durations, args = _columns(tables, frame)
+        shapes = {kind_id: kind.shape for kind_id, kind in tables.kinds.items()}
+        first = frame.first_ts_ns
+        track = frame.track_id
+        ahead = self.ahead
+        paired = False
+        for index, kind_id in enumerate(kinds):
+            shape = shapes.get(kind_id) if type(kind_id) is int else None
+            if shape is None:
+                continue
+            if shape == "span":
+                duration = durations[index]
+                if type(duration) is not int:
+                    raise _Unmeasurable
+                ahead = max(ahead, duration)
+            elif shape in _STARTS or shape in _ENDS:
+                ts = stamps[index]
+                if type(ts) is not int:
+                    raise _Unmeasurable
+                paired = True
+                self._pair(shape, _key(shape, track, names[index], args, index), first + ts)
+        self.ahead = max(ahead, self.ahead)
+        self.paired.append(paired)
+
+    def _pair(self, shape: str, key: tuple[Any, ...], ts: int) -> None:
+        if shape in _STARTS:
+            self.open.setdefault(key, []).append(ts)
+            return
+        starts = self.open.get(key)
+        if not starts:
+            self.back = UNBOUNDED  # its start is in an earlier segment (or none: an anomaly, shown where it is)
+            return
+        length = abs(ts - starts.pop())  # (a marker made after the fact may end before its start)
+        self.ahead = max(self.ahead, length)
+        self.back = max(self.back, length)
+
+    def reach(self) -> SegmentReach:
+        unpaired = self.back == UNBOUNDED or any(self.open.values())
+        reach = (UNBOUNDED, UNBOUNDED) if unpaired else (min(self.back, UNBOUNDED), min(self.ahead, UNBOUNDED))
+        return SegmentReach(reach, bytes(self.paired))
+
+
+def _key(shape: str, track: int, name: Any, args: list[Any] | None, index: int) -> tuple[Any, ...]:
+    """What pairs a start with its end, as a snapshot pairs them: a marker by track and name, source activity by
+    track, an async slice by its id (``event_walk.py``, ``async_pairs.py``)."""
+    family = shape.split("_")[0]
+    if family == "marker":
+        return (family, track, name)
+    if family == "source":
+        return (family, track)
+    value = args[index] if args is not None else None
+    return (family, str(value.get("id", "")) if type(value) is dict else "")
+
+
+_Columns = tuple[list[Any], list[Any], list[Any], list[Any], list[Any] | None]
+
+
+def _columns(tables: StreamTables, frame: Events) -> _Columns:
+    """The kind, name, ts and dur columns of the frame, and its args where async events need their ids (None where
+    none does): the args column is skipped unread otherwise."""
+    wanted = ("kind", "name", "ts", "dur")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(frame.payload) or 1)
+    try:
+        unpacker.feed(frame.payload)
+        if unpacker.read_array_header() != len(tables.columns):
+            raise _Unmeasurable
+        found: dict[str, list[Any]] = {}
+        for name in tables.columns:
+            if name in wanted:
+                found[name] = unpacker.unpack()
+            else:
+                unpacker.skip()
+    except Exception as exc:  # (msgpack's errors for a malformed payload are of several kinds)
+        raise _Unmeasurable from exc
+    columns = [found.get(name) for name in wanted]
+    if any(type(column) is not list or len(column) != frame.count for column in columns):
+        raise _Unmeasurable
+    kinds, names, stamps, durations = (column for column in columns if column is not None)
+    async_kinds = {kind_id for kind_id, kind in tables.kinds.items() if kind.shape.startswith("async_")}
+    args = None
+    if async_kinds and not async_kinds.isdisjoint(k for k in kinds if type(k) is int):
+        try:
+            args = tables.unpack(frame)[tables.columns.index("args")]
+        except Exception as exc:
+            raise _Unmeasurable from exc
+    return kinds, names, stamps, durations, args

@@ -265,9 +265,12 @@ class FrameWalk:
         if any(selection.in_time(first, last) for first, last in times):
             return True
         measured = self._reach_of(segment)
-        if measured is None or measured.reach == NO_REACH:
+        if measured is None:
             return False
-        return any(selection.in_time(first, last, *measured.reach) for first, last in times)
+        of_frame = measured.of_frame
+        return measured.unpaired or any(
+            selection.in_time(first, last, *of_frame(entry)) for entry, (first, last) in enumerate(times)
+        )
 
     def _reach_of(self, segment: SegmentView) -> SegmentReach | None:
         """How far the segment's events reach past their starts (measured once: ``reach.py``); None for a window
@@ -295,7 +298,7 @@ class FrameWalk:
             measured = self._reach_of(self._segment)
             if measured is not None:
                 # A frame of pairs is read whatever its times: the other end of a pair must find it.
-                reach = (MAX_WALL_NS, MAX_WALL_NS) if measured.holds_pairs(entry) else measured.reach
+                reach = (MAX_WALL_NS, MAX_WALL_NS) if measured.holds_pairs(entry) else measured.of_frame(entry)
         if not selection.frame(key, process.tracks.get(track.track_id, track).name, first, last, frame, reach):
             return False
         self.tracks[key] = track

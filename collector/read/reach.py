@@ -1,15 +1,15 @@
 """How far a segment's events reach beyond their start times: what lets a window select frames by overlap while the
 index knows only each frame's first and last start.
 
-A segment's ``Reach`` is (back, ahead): ``ahead`` the longest any of its events lasts from its start (a span's
+A frame's ``Reach`` is (back, ahead): ``ahead`` the longest any of its events lasts from its start (a span's
 ``dur``, a pair's start to its end), ``back`` the longest before an end of it that its pair started. A frame whose
 events start from ``first`` to ``last`` then holds nothing that overlaps ``[since, until)`` unless
 ``first - back < until`` and ``last + ahead >= since`` (``EventFilter.overlaps``). Pairs are matched within the segment
-as a snapshot pairs them (markers by track and name, source activity by track, async slices by id); a segment with a
-start not ended in it, or an end not started in it, reaches ``UNBOUNDED`` both ways: it is read by every window, so
-that the other end, in another segment, always finds it (an open-ended start is shown from its start on). Of a
-segment that is read, the frames that hold paired events (``SegmentReach.paired``) are read whatever their times,
-so that a pair is never seen by one end: a start whose end went unread would show open-ended.
+as a snapshot pairs them (markers by track and name, source activity by track, async slices by id), and a pair's
+length counts for the frames of both its ends. A segment with a start not ended in it, or an end not started in it
+(``SegmentReach.unpaired``), is read by every window, so that the other end, in another segment, always finds it (an
+open-ended start is shown from its start on). Of a segment that is read, the frames that hold paired events are read
+whatever their times, so that a pair is never seen by one end: a start whose end went unread would show open-ended.
 
 Ingest never decodes payloads: a reader measures a segment the first time a window needs it (only the ``kind``,
 ``name``, ``ts`` and ``dur`` columns, and the args of frames that hold async events, for their ids) and keeps the
@@ -20,6 +20,7 @@ frames that the index alone would leave out.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Final, NamedTuple
 
 import msgpack
@@ -41,18 +42,30 @@ NO_REACH: Final[Reach] = (0, 0)
 
 
 class SegmentReach(NamedTuple):
-    """A segment's reach, and which of its EVENTS frames (one byte each, in the index's order) hold paired events."""
+    """A segment's reach, frame by frame (in the index's order), and which of its frames hold paired events."""
 
-    reach: Reach
+    #: Per EVENTS frame: the longest before one of its ends that its pair started, the longest any of its events lasts.
+    back: array[int]
+    ahead: array[int]
+    #: Per EVENTS frame: 1 if it holds paired events.
     paired: bytes
+    #: Whether a pair has one end here and the other in another segment (or none): then the segment is always read.
+    unpaired: bool
+
+    def of_frame(self, entry: int) -> Reach:
+        """The ``entry``-th EVENTS frame's reach (an unknown one reaches anywhere)."""
+        if entry >= len(self.ahead):
+            return _FAR
+        return self.back[entry], self.ahead[entry]
 
     def holds_pairs(self, entry: int) -> bool:
         """Whether the ``entry``-th EVENTS frame holds paired events (an unknown frame may)."""
         return entry >= len(self.paired) or bool(self.paired[entry])
 
 
+_FAR: Final[Reach] = (UNBOUNDED, UNBOUNDED)
 #: What a segment that cannot be measured reaches: anything, every frame (it is read, its reader counts what breaks).
-_ANYWHERE: Final = SegmentReach((UNBOUNDED, UNBOUNDED), b"")
+_ANYWHERE: Final = SegmentReach(array("q"), array("q"), b"", True)
 #: Bytes given to the decoder at a time (a copy holds the GIL: ``frame_walk.segment_stream``).
 _READ_BYTES: Final = 256 * 1024
 _STARTS: Final = {"marker_start": "marker_end", "source_open": "source_close", "async_begin": "async_end"}
@@ -96,23 +109,28 @@ class _Unmeasurable(Exception):
 
 
 class _Pairs:
-    """The longest duration and pair seen so far, and the starts not yet ended, by what pairs them."""
+    """Each frame's longest duration and pair so far, and the starts not yet ended (with their frames), by what pairs
+    them."""
 
-    __slots__ = ("ahead", "back", "open", "paired")
+    __slots__ = ("ahead", "back", "open", "paired", "unpaired")
 
     def __init__(self) -> None:
-        self.ahead = 0
-        self.back = 0
-        self.open: dict[tuple[Any, ...], list[int]] = {}
+        self.ahead = array("q")
+        self.back = array("q")
+        self.open: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
         self.paired = bytearray()
+        self.unpaired = False
 
     def read(self, tables: StreamTables, frame: Events) -> None:
         kinds, names, stamps, durations, args = _columns(tables, frame)
         shapes = {kind_id: kind.shape for kind_id, kind in tables.kinds.items()}
         first = frame.first_ts_ns
         track = frame.track_id
-        ahead = self.ahead
-        paired = False
+        entry = len(self.ahead)
+        self.ahead.append(0)
+        self.back.append(0)
+        self.paired.append(0)
+        ahead = 0
         for index, kind_id in enumerate(kinds):
             shape = shapes.get(kind_id) if type(kind_id) is int else None
             if shape is None:
@@ -126,27 +144,27 @@ class _Pairs:
                 ts = stamps[index]
                 if type(ts) is not int:
                     raise _Unmeasurable
-                paired = True
-                self._pair(shape, _key(shape, track, names[index], args, index), first + ts)
-        self.ahead = max(ahead, self.ahead)
-        self.paired.append(paired)
+                self.paired[entry] = 1
+                self._pair(shape, _key(shape, track, names[index], args, index), first + ts, entry)
+        self.ahead[entry] = max(self.ahead[entry], min(ahead, UNBOUNDED))
 
-    def _pair(self, shape: str, key: tuple[Any, ...], ts: int) -> None:
+    def _pair(self, shape: str, key: tuple[Any, ...], ts: int, entry: int) -> None:
         if shape in _STARTS:
-            self.open.setdefault(key, []).append(ts)
+            self.open.setdefault(key, []).append((ts, entry))
             return
         starts = self.open.get(key)
         if not starts:
-            self.back = UNBOUNDED  # its start is in an earlier segment (or none: an anomaly, shown where it is)
+            self.unpaired = True  # its start is in an earlier segment (or none: an anomaly, shown where it is)
             return
-        length = abs(ts - starts.pop())  # (a marker made after the fact may end before its start)
-        self.ahead = max(self.ahead, length)
-        self.back = max(self.back, length)
+        started, start_entry = starts.pop()
+        length = min(abs(ts - started), UNBOUNDED)  # (a marker made after the fact may end before its start)
+        for at in (start_entry, entry):
+            self.ahead[at] = max(self.ahead[at], length)
+            self.back[at] = max(self.back[at], length)
 
     def reach(self) -> SegmentReach:
-        unpaired = self.back == UNBOUNDED or any(self.open.values())
-        reach = (UNBOUNDED, UNBOUNDED) if unpaired else (min(self.back, UNBOUNDED), min(self.ahead, UNBOUNDED))
-        return SegmentReach(reach, bytes(self.paired))
+        unpaired = self.unpaired or any(self.open.values())
+        return SegmentReach(self.back, self.ahead, bytes(self.paired), unpaired)
 
 
 def _key(shape: str, track: int, name: Any, args: list[Any] | None, index: int) -> tuple[Any, ...]:

@@ -161,9 +161,9 @@ def timeline_shown(view: SnapshotView, selected: EventFilter, accelerated: bool)
     return out
 
 
-def perfetto_starts(view: SnapshotView, selected: EventFilter) -> Counter[tuple[str, int]]:
+def perfetto_starts(view: SnapshotView, selected: EventFilter, accelerated: bool) -> Counter[tuple[str, int]]:
     """(name, start) of every slice and instant a viewer makes of the Perfetto trace."""
-    trace = PerfettoTrace(b"".join(perfetto_chunks(view, selected)))
+    trace = PerfettoTrace(b"".join(perfetto_chunks(view, selected, accelerated=accelerated)))
     offset = next((p.clock_offset_ns for p in view.processes.values()), 0)
     out: Counter[tuple[str, int]] = Counter()
     for piece in trace.slices:
@@ -191,7 +191,8 @@ def check_every_format(view: SnapshotView, items: list[Item], since: int | None,
         assert chrome_shown(view, selected, accelerated) == want, ("chrome", accelerated)
         assert timeline_shown(view, selected, accelerated) == want, ("timeline", accelerated)
     starts = Counter((name, start) for phase, name, start, _ in want.elements() if phase != "e")
-    assert perfetto_starts(view, selected) == starts
+    for accelerated in (True, False):
+        assert perfetto_starts(view, selected, accelerated) == starts, ("perfetto", accelerated)
     # A snapshot file keeps the spans and points of the window exactly, and every pair that overlaps it whole (with
     # the other paired events of the frames it read: a reader pairs them).
     native = native_shown(view, selected, tmp)

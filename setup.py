@@ -7,7 +7,8 @@
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 - ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
-  (Both read the stored msgpack with ``collector/export/_msgpack_read.h``.)
+- ``collector/read/_reach.c``: how far a stored frame's events reach past their starts, for windows.
+  (All three read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
@@ -72,6 +73,13 @@ setup(
         Extension(
             "ringtrace.collector.export._chrome",
             ["collector/export/_chrome.c"],
+            depends=["collector/export/_msgpack_read.h"],
+            optional=True,
+        ),
+        Extension(
+            "ringtrace.collector.read._reach",
+            ["collector/read/_reach.c"],
+            include_dirs=["collector/export"],
             depends=["collector/export/_msgpack_read.h"],
             optional=True,
         ),

@@ -28,11 +28,13 @@ from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.store.views import SegmentView
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
+from ringtrace.wire.frame_types import EVENT_COLUMNS
 from ringtrace.wire.frames import Events
+from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.stream_tables import StreamTables
 
-__all__ = ["NO_REACH", "UNBOUNDED", "Reach", "SegmentReach", "measure", "segment_reach"]
+__all__ = ["NO_REACH", "UNBOUNDED", "Reach", "SegmentReach", "frame_reach", "measure", "segment_reach"]
 
 #: (back ns, ahead ns)
 Reach = tuple[int, int]
@@ -70,6 +72,13 @@ _ANYWHERE: Final = SegmentReach(array("q"), array("q"), b"", True)
 _READ_BYTES: Final = 256 * 1024
 _STARTS: Final = {"marker_start": "marker_end", "source_open": "source_close", "async_begin": "async_end"}
 _ENDS: Final = frozenset(_STARTS.values())
+#: Kind codes (``_reach.c``'s too): lasts (a span, a traced call), pairs, neither.
+_OTHER: Final = 0
+_LASTS: Final = 1
+_PAIRS: Final = 2
+#: Past this kind id the C twin is not asked (a table indexed by id would be too large).
+_MAX_KIND_ID: Final = 1 << 16
+_c = load_optional("ringtrace.collector.read._reach")
 
 
 def segment_reach(segment: SegmentView, limits: Limits) -> SegmentReach:
@@ -84,10 +93,11 @@ def segment_reach(segment: SegmentView, limits: Limits) -> SegmentReach:
     return measured
 
 
-def measure(segment: SegmentView, limits: Limits) -> SegmentReach:
-    """The reach of the segment's events (``_ANYWHERE`` for a stream that breaks: it is read whole)."""
+def measure(segment: SegmentView, limits: Limits, *, accelerated: bool = True) -> SegmentReach:
+    """The reach of the segment's events (``_ANYWHERE`` for a stream that breaks: it is read whole); ``accelerated``
+    False measures every frame here, not in the C twin (the same result)."""
     decoder = SessionDecoder(limits, live=False)
-    pairs = _Pairs()
+    pairs = _Pairs(accelerated)
     try:
         for start in range(0, segment.used, _READ_BYTES):
             segment.read_into(decoder, start, min(start + _READ_BYTES, segment.used))
@@ -112,9 +122,11 @@ class _Pairs:
     """Each frame's longest duration and pair so far, and the starts not yet ended (with their frames), by what pairs
     them."""
 
-    __slots__ = ("ahead", "back", "open", "paired", "unpaired")
+    __slots__ = ("_accelerated", "_codes", "ahead", "back", "open", "paired", "unpaired")
 
-    def __init__(self) -> None:
+    def __init__(self, accelerated: bool) -> None:
+        self._accelerated = accelerated
+        self._codes = _CodeTables()
         self.ahead = array("q")
         self.back = array("q")
         self.open: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
@@ -122,31 +134,25 @@ class _Pairs:
         self.unpaired = False
 
     def read(self, tables: StreamTables, frame: Events) -> None:
-        kinds, names, stamps, durations, args = _columns(tables, frame)
-        shapes = {kind_id: kind.shape for kind_id, kind in tables.kinds.items()}
-        first = frame.first_ts_ns
-        track = frame.track_id
         entry = len(self.ahead)
-        self.ahead.append(0)
+        codes = self._codes.of(tables)
+        ahead, paired = frame_reach(tables, frame, codes, accelerated=self._accelerated)
+        self.ahead.append(ahead)
         self.back.append(0)
-        self.paired.append(0)
-        ahead = 0
+        self.paired.append(paired)
+        if not paired:
+            return
+        kinds, names, stamps, args = _columns(tables, frame, ("kind", "name", "ts"), async_ids=codes.has_async)
+        first, track = frame.first_ts_ns, frame.track_id
+        shapes = codes.pairing
         for index, kind_id in enumerate(kinds):
             shape = shapes.get(kind_id) if type(kind_id) is int else None
             if shape is None:
                 continue
-            if shape == "span":
-                duration = durations[index]
-                if type(duration) is not int:
-                    raise _Unmeasurable
-                ahead = max(ahead, duration)
-            elif shape in _STARTS or shape in _ENDS:
-                ts = stamps[index]
-                if type(ts) is not int:
-                    raise _Unmeasurable
-                self.paired[entry] = 1
-                self._pair(shape, _key(shape, track, names[index], args, index), first + ts, entry)
-        self.ahead[entry] = max(self.ahead[entry], min(ahead, UNBOUNDED))
+            ts = stamps[index]
+            if type(ts) is not int:
+                raise _Unmeasurable
+            self._pair(shape, _key(shape, track, names[index], args, index), first + ts, entry)
 
     def _pair(self, shape: str, key: tuple[Any, ...], ts: int, entry: int) -> None:
         if shape in _STARTS:
@@ -179,13 +185,69 @@ def _key(shape: str, track: int, name: Any, args: list[Any] | None, index: int) 
     return (family, str(value.get("id", "")) if type(value) is dict else "")
 
 
-_Columns = tuple[list[Any], list[Any], list[Any], list[Any], list[Any] | None]
+class _Codes(NamedTuple):
+    """What each kind id of a segment's tables is to a reach: ``table`` the C twin's byte per id (None where ids are
+    too large to index), ``by_id`` the same as a map, ``pairing`` the shapes that pair, by id."""
+
+    table: bytes | None
+    by_id: dict[int, int]
+    pairing: dict[int, str]
+    has_async: bool
 
 
-def _columns(tables: StreamTables, frame: Events) -> _Columns:
-    """The kind, name, ts and dur columns of the frame, and its args where async events need their ids (None where
-    none does): the args column is skipped unread otherwise."""
-    wanted = ("kind", "name", "ts", "dur")
+class _CodeTables:
+    """The codes of the tables last met (a segment's tables only grow; a reset makes new ones)."""
+
+    __slots__ = ("_codes", "_kinds", "_tables")
+
+    def __init__(self) -> None:
+        self._tables: StreamTables | None = None
+        self._kinds = -1
+        self._codes = _Codes(b"", {}, {}, False)
+
+    def of(self, tables: StreamTables) -> _Codes:
+        if tables is not self._tables or len(tables.kinds) != self._kinds:
+            self._tables, self._kinds = tables, len(tables.kinds)
+            by_id = {kind_id: _code(kind.shape) for kind_id, kind in tables.kinds.items()}
+            table = None
+            if not by_id or 0 <= min(by_id) <= max(by_id) < _MAX_KIND_ID:
+                table = bytes(by_id.get(kind_id, _OTHER) for kind_id in range(max(by_id, default=-1) + 1))
+            pairing = {kind_id: kind.shape for kind_id, kind in tables.kinds.items() if by_id[kind_id] == _PAIRS}
+            self._codes = _Codes(table, by_id, pairing, any(s.startswith("async_") for s in pairing.values()))
+        return self._codes
+
+
+def _code(shape: str) -> int:
+    return _LASTS if shape == "span" else _PAIRS if shape in _STARTS or shape in _ENDS else _OTHER
+
+
+def frame_reach(tables: StreamTables, frame: Events, codes: _Codes, *, accelerated: bool = True) -> tuple[int, bool]:
+    """(ahead, paired) of a frame: the longest duration of its events that last (spans, traced calls), capped at
+    ``UNBOUNDED``, and whether any pairs. In C where built (``_reach.c``, its twin), else here."""
+    columns = tables.columns
+    order = tuple(map(columns.index, EVENT_COLUMNS)) if len(columns) == len(EVENT_COLUMNS) else None
+    if accelerated and _c is not None and codes.table is not None and order is not None:
+        measured = _c.frame_reach(frame.payload, frame.count, order, codes.table)
+        if measured is not None:  # (None: a payload this side reads, and decides on)
+            ahead, paired = measured
+            return int(ahead), bool(paired)
+    kinds, durations, _ = _columns(tables, frame, ("kind", "dur"))
+    by_id = codes.by_id
+    ahead, paired = 0, False
+    for kind_id, duration in zip(kinds, durations, strict=True):
+        code = by_id.get(kind_id, _OTHER) if type(kind_id) is int else _OTHER
+        if code == _LASTS:
+            if type(duration) is not int:
+                raise _Unmeasurable
+            ahead = max(ahead, duration)
+        elif code == _PAIRS:
+            paired = True
+    return min(ahead, UNBOUNDED), paired
+
+
+def _columns(tables: StreamTables, frame: Events, wanted: tuple[str, ...], *, async_ids: bool = False) -> list[Any]:
+    """The ``wanted`` columns of the frame, then its args if ``async_ids`` (async events need their ids), else None:
+    the other columns are skipped unread."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(frame.payload) or 1)
     try:
         unpacker.feed(frame.payload)
@@ -202,12 +264,10 @@ def _columns(tables: StreamTables, frame: Events) -> _Columns:
     columns = [found.get(name) for name in wanted]
     if any(type(column) is not list or len(column) != frame.count for column in columns):
         raise _Unmeasurable
-    kinds, names, stamps, durations = (column for column in columns if column is not None)
-    async_kinds = {kind_id for kind_id, kind in tables.kinds.items() if kind.shape.startswith("async_")}
     args = None
-    if async_kinds and not async_kinds.isdisjoint(k for k in kinds if type(k) is int):
+    if async_ids:
         try:
             args = tables.unpack(frame)[tables.columns.index("args")]
         except Exception as exc:
             raise _Unmeasurable from exc
-    return kinds, names, stamps, durations, args
+    return [*columns, args]

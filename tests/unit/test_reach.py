@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringtrace.collector.read.reach import UNBOUNDED, SegmentReach, segment_reach
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ringtrace.collector.read.reach import UNBOUNDED, SegmentReach, measure, segment_reach
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.views import SegmentView
+from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.model import ASYNC_BEGIN, ASYNC_END, INSTANT, MARKER_END, MARKER_START, SPAN
 from ringtrace.wire.stream_limits import Limits
 from store_client import Client
@@ -74,3 +78,44 @@ def test_the_measure_is_kept_with_the_segment_and_taken_again_once_it_holds_more
     assert list(again.ahead) == [5, 89] and segment.reach.value == (2, again)
     assert segment_reach(segment, Limits()) == first  # an older view's is measured, not kept
     assert segment.reach.value == (2, again)
+
+
+#: Kind ids of the built-in kinds the stream of ``odd_payloads`` declares, and ones it never declares or that are not
+#: ids at all; durations and times of every sort msgpack carries.
+KIND_VALUES = st.sampled_from([SPAN, INSTANT, MARKER_START, MARKER_END, ASYNC_BEGIN, ASYNC_END, 77, -1, True, "x", 2.0])
+INT_VALUES = st.one_of(
+    st.integers(-(2**63), 2**64 - 1), st.sampled_from([None, True, 1.5, "t", [1], {"id": 1}]), st.integers(0, 2000)
+)
+ARG_VALUES = st.one_of(
+    st.none(), st.fixed_dictionaries({"id": st.integers(0, 3)}), st.integers(0, 9), st.text(max_size=3)
+)
+
+
+@st.composite
+def odd_payloads(draw: st.DrawFn) -> tuple[int, list[Any]]:
+    count = draw(st.integers(0, 12))
+    columns = [
+        draw(st.lists(KIND_VALUES, min_size=count, max_size=count)),
+        draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)),
+        draw(st.lists(INT_VALUES, min_size=count, max_size=count)),
+        draw(st.lists(INT_VALUES, min_size=count, max_size=count)),
+        draw(st.lists(ARG_VALUES, min_size=count, max_size=count)),
+    ]
+    if draw(st.booleans()) and count:  # a column of another length than the header's count
+        columns[draw(st.integers(0, 4))].pop()
+    return count, columns
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(odd_payloads(), min_size=1, max_size=4))
+def test_the_c_twin_measures_every_payload_as_the_python_side_does(payloads: list[tuple[int, list[Any]]]) -> None:
+    store = Store(2**26, MIN_SEGMENT_BYTES)
+    client = Client(store, 1, tracks=1)
+    declared = [MARKER_START, "m", T0, T0, None, MARKER_END, "m", T0, T0, None, SPAN, "s", T0, T0 + 1, None]
+    declared += [ASYNC_BEGIN, "a", T0, T0, {"id": 1}, ASYNC_END, "a", T0, T0, {"id": 1}]
+    segment_of(store, client, [declared])
+    for count, columns in payloads:
+        frame = encode(Events(client.tracks[0].track_id, count, T0, T0 + 5, msgpack.packb(columns)), 2**24)
+        client.feed(frame)
+    (segment,) = store.snapshot().segments
+    assert measure(segment, Limits()) == measure(segment, Limits(), accelerated=False)

@@ -1,5 +1,6 @@
 """How far a segment's events reach beyond their start times: what lets a window select frames by overlap while the
-index knows only each frame's first and last start.
+index knows only each frame's first and last time as its writer stated them (ringtrace's client states its last end,
+another writer may state its last start: neither is checked, ingest never decodes a payload).
 
 A frame's ``Reach`` is (back, ahead): ``ahead`` the longest any of its events lasts from its start (a span's
 ``dur``, a pair's start to its end), ``back`` the longest before an end of it that its pair started. A frame whose
@@ -11,11 +12,11 @@ length counts for the frames of both its ends. A segment with a start not ended 
 open-ended start is shown from its start on). Of a segment that is read, the frames that hold paired events are read
 whatever their times, so that a pair is never seen by one end: a start whose end went unread would show open-ended.
 
-Ingest never decodes payloads: a reader measures a segment the first time a window needs it (only the ``kind``,
-``name``, ``ts`` and ``dur`` columns, and the args of frames that hold async events, for their ids) and keeps the
-result with the segment (``ReachCache``): a sealed segment is measured once, an open one again when it has more frames
-than when last measured. Measuring costs about a tenth of decoding the segment; it is needed only for segments and
-frames that the index alone would leave out.
+A reader measures a segment the first time a window needs it (each frame's ``kind`` and ``dur`` columns, in C where
+it is built: ``_reach.c``, the twin of ``frame_reach``; the ``name`` and ``ts`` columns of a frame that holds paired
+events, and its args if they are async, for their ids) and keeps the result with the segment (``ReachCache``): a
+sealed segment is measured once, an open one again when it has more frames than when last measured. It is needed only
+for segments and frames that the index alone would leave out (about 60 ns an event in C, once).
 """
 
 from __future__ import annotations

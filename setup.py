@@ -8,7 +8,8 @@
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 - ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
 - ``collector/incidents/_match.c``: the rules' first pass over stored frames, for incidents.
-  (All three read the stored msgpack with ``collector/export/_msgpack_read.h``.)
+- ``collector/read/_reach.c``: how far a stored frame's events reach past their starts, for windows.
+  (All but the scan read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
 it, and ringtrace runs the pure-Python code that defines its behaviour.
@@ -73,6 +74,13 @@ setup(
         Extension(
             "ringtrace.collector.export._chrome",
             ["collector/export/_chrome.c"],
+            depends=["collector/export/_msgpack_read.h"],
+            optional=True,
+        ),
+        Extension(
+            "ringtrace.collector.read._reach",
+            ["collector/read/_reach.c"],
+            include_dirs=["collector/export"],
             depends=["collector/export/_msgpack_read.h"],
             optional=True,
         ),

@@ -42,6 +42,7 @@ TWINNED = frozenset(
         "ringtrace.collector.export.perfetto",
         "ringtrace.collector.export.perfetto_frames",
         "ringtrace.collector.ingest.scan",
+        "ringtrace.collector.read.reach",
     }
 )
 

@@ -19,7 +19,12 @@ __all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "described",
 
 #: (flag, query parameter, help)
 FILTERS: Final = (
-    ("--since", "since", "events that start at or after this: wall-clock ns, RFC 3339, or relative (-5s, -2m)"),
+    (
+        "--since",
+        "since",
+        "events that overlap the window from this: a span that ends after it, a point at or after it; "
+        "wall-clock ns, RFC 3339, or relative (-5s, -2m)",
+    ),
     ("--until", "until", "events that start before this (same forms as --since)"),
     ("--pid", "pid", "processes by pid, comma-separated"),
     ("--process", "process", "processes by name (a glob with * ? [ ])"),

@@ -295,7 +295,11 @@ transcode(Frame *f)
             f->skipped++; /* times no clock gives */
             continue;
         }
-        if ((f->has_since && wall < f->since_ns) || (f->has_until && wall >= f->until_ns)) {
+        /* The window takes what overlaps it (read/selection.py, EventFilter.in_window): a span that ends after
+           `since`, a point at or after it; anything that starts before `until`. */
+        i128 lasting = code == 'X' ? dur : 0;
+        if ((f->has_since && wall < f->since_ns && wall + lasting <= f->since_ns) ||
+            (f->has_until && wall >= f->until_ns)) {
             continue; /* outside the window asked for */
         }
         int64_t start = -1, end = -1;

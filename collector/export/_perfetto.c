@@ -461,7 +461,11 @@ choose(Frame *f)
             f->skipped++; /* a kind never declared or not shown, or times no clock gives */
             continue;
         }
-        if ((f->has_since && wall < f->since_ns) || (f->has_until && wall >= f->until_ns)) {
+        /* The window takes what overlaps it (read/selection.py, EventFilter.in_window): a span that ends after
+           `since`, a point at or after it; anything that starts before `until`. */
+        i128 lasting = code == 'X' ? dur : 0;
+        if ((f->has_since && wall < f->since_ns && wall + lasting <= f->since_ns) ||
+            (f->has_until && wall >= f->until_ns)) {
             continue; /* outside the window asked for */
         }
         if (name < 0 || name > INT64_MAX) {

@@ -214,9 +214,13 @@ def _bind_flow(event: dict[str, Any], args: dict[str, Any]) -> None:
 
 
 def _open_ended(process: ProcessView, track: TrackInfo, event: Shown, origin_ns: int) -> dict[str, Any]:
-    """A slice that never ended: a ``B`` with no ``E``."""
-    _, name, wall_ns, _, args, _, _ = event
+    """A slice that never ended: a ``B`` with no ``E``, or an async ``b`` with no ``e`` (one that began before the
+    window's ``since``)."""
+    phase, name, wall_ns, _, args, category, async_id = event
     ts = (wall_ns - origin_ns) / 1000
+    if phase == "b":
+        begun = {"name": name, "ph": "b", "ts": ts, "pid": process.trace_pid, "tid": process.tid(track)}
+        return {**begun, "id": async_id, **({"args": args} if args is not None else {}), "cat": category}
     return {"name": name, "ph": "B", "ts": ts, "pid": process.trace_pid, "tid": process.tid(track), "args": args}
 
 

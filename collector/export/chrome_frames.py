@@ -60,7 +60,7 @@ class FrameJson:
 
     Args:
         origin_ns: the wall-clock ns that ``ts`` 0 stands for.
-        since_ns, until_ns: the window events must start in (None: no bound), when a filter selects by start time.
+        since_ns, until_ns: the window events must overlap (None: no bound), when a filter selects by times alone.
     """
 
     def __init__(self, origin_ns: int, since_ns: int | None = None, until_ns: int | None = None) -> None:

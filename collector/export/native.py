@@ -4,7 +4,9 @@ segment that holds selected events, end to end, as a stream of chunks (one a seg
 Pure functions over what the frame walk reads (``read/frame_walk.py``): no asyncio, safe to run on a worker thread
 while ingest goes on. Each stream is the segment's session frames and its EVENTS frames that hold selected events,
 byte for byte, or re-encoded with only those where a filter chooses among a frame's events; the frames a file has
-no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out.
+no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out. A window keeps the spans that overlap it, the points
+in it, and every paired event (marker, source activity, async begin and end) of the frames read: a reader pairs them,
+and each pair that overlaps the window is there whole (``read/reach.py`` reads the frames of both ends).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ _Part = Callable[[ProcessView, SessionDecoder, Frame, Selection | None], bytes |
 def native_chunks(view: SnapshotView, selected: EventFilter = EVERYTHING) -> Iterator[bytes]:
     """Yield a snapshot file holding the events ``selected``: one chunk per segment walked (b"" for a segment with
     nothing selected: the reader may hand over its step all the same)."""
-    walk, selection = prepare(view, selected)
+    walk, selection = prepare(view, selected, pairs=True)
     written = False
     for process, frames in walk.segment_frames():
         stream = _stream(process, frames, selection)

@@ -61,7 +61,7 @@ class FramePackets:
     """The C writer over the frames of one trace, segment by segment.
 
     Args:
-        since_ns, until_ns: the window events must start in (None: no bound), when a filter selects by start time.
+        since_ns, until_ns: the window events must overlap (None: no bound), when a filter selects by times alone.
     """
 
     def __init__(self, since_ns: int | None = None, until_ns: int | None = None) -> None:

@@ -126,10 +126,10 @@ def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_op
     phases, event_names, starts, durations, args, categories, ids = zip(*shown, strict=True)
     intern = names.setdefault
     block: dict[str, Any] = {
-        "ph": "B" * len(shown) if still_open else "".join(phases),
+        "ph": "".join(phase if phase == "b" else "B" for phase in phases) if still_open else "".join(phases),
         "name": [intern(name, len(names)) for name in event_names],
         "ts": [wall_ns - origin_ns for wall_ns in starts],
-        "dur": [-1] * len(shown) if still_open else list(durations),
+        "dur": [0 if phase == "b" else -1 for phase in phases] if still_open else list(durations),
         "args": [None if phase == SAMPLE else arg for phase, arg in zip(phases, args, strict=True)]
         if SAMPLE in phases
         else list(args),

@@ -41,7 +41,7 @@ class FrameColumns:
 
     Args:
         origin_ns: what ``ts`` counts from.
-        since_ns, until_ns: the window events must start in (None: no bound), when a filter selects by start time.
+        since_ns, until_ns: the window events must overlap (None: no bound), when a filter selects by times alone.
     """
 
     def __init__(self, origin_ns: int, since_ns: int | None = None, until_ns: int | None = None) -> None:
@@ -101,8 +101,8 @@ class FrameColumns:
                 if not 0 <= wall_ns <= wall_ns + duration <= MAX_WALL_NS:
                     deferred[index] = any_deferred = True  # the walk counts it as undecodable
                     continue
-                if not since <= wall_ns < until:
-                    continue
+                if not wall_ns < until or (wall_ns < since and wall_ns + duration <= since):
+                    continue  # (a span overlaps the window, a point is in it: EventFilter.in_window)
                 ph.append(phase)
                 taken_names.append(intern(name, len(names)))
                 ts.append(wall_ns - origin)

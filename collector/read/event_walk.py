@@ -5,6 +5,8 @@ message rendered (its text is its name; its category, priority and values are it
 field name, a traced call's code location (a stack id) as its file and line (a slice of category ``call``), an
 incident (``tl.incident``) as an instant of category ``incident`` with its reason among its args, markers
 and source activity paired into slices across frames (``pairing.py``), an async event's id taken out of its args.
+A window takes events by overlap (``selection.py``): a slice made of a pair, and an async begin with its end
+(``async_pairs.py``), whole when the pair overlaps it; one never ended when it began before ``until``.
 A frame that cannot be decoded costs its own events, counted per process as undecodable and logged once, never the
 snapshot.
 Memory: one frame's events at a time, and what pairing keeps open. Times are wall-clock ns (monotonic ns plus the
@@ -21,6 +23,7 @@ from dataclasses import replace
 from itertools import compress
 from typing import Any, Final
 
+from ringtrace.collector.read.async_pairs import AsyncPairs
 from ringtrace.collector.read.frame_walk import (
     MAX_WALL_NS,
     PHASES,
@@ -84,13 +87,19 @@ class EventWalk:
         """``pairing``: the slices a previous walk left open (``Pairing.carried``), to be ended by this one."""
         self.view = view
         self.selected = selected
-        self._walk, self._selection = prepare(view, selected)
+        self._walk, self._selection = prepare(view, selected, pairs=True)
         self._pairing = Pairing() if pairing is None else pairing
+        windowed = self._selection is not None and (selected.since_ns is not None or selected.until_ns is not None)
+        #: The window paired events are taken by, after pairing (None: no window).
+        self._window = selected if windowed else None
+        self._async = AsyncPairs(selected) if windowed else None
+        if windowed:
+            self._pairing.window = selected
         #: For a ``trace_id`` alone: its spans, and what a frame one of them holds whole is taken by (start time).
         self._whole: Selection | None = None
         self._trace_spans: TraceSpans | None = None
         if self._selection is not None and self._selection.by_trace_and_start_only:
-            self._whole = Selection(replace(selected, trace_id=None))
+            self._whole = Selection(replace(selected, trace_id=None), pairs=True)
             self._trace_spans = self._selection.spans
 
     @property
@@ -133,7 +142,7 @@ class EventWalk:
 
     @property
     def window(self) -> tuple[int | None, int | None]:
-        """The (since, until) wall-clock ns events must start in; (None, None) for any time."""
+        """The (since, until) wall-clock ns events must overlap; (None, None) for any time."""
         if self._selection is None:
             return None, None
         return self.selected.since_ns, self.selected.until_ns
@@ -173,6 +182,11 @@ class EventWalk:
         """Slices that never ended by the end of the walk (after ``walked()``), open-ended; with ``keep``, only the
         oldest past that many, which are taken out of the pairing (a pop carries the others to the next)."""
         opened = self._pairing.still_open() if keep is None else self._pairing.overflow(keep)
+        window = self._window
+        if window is not None:  # (one that began at or after ``until`` is not in the window)
+            opened = [(track, event) for track, event in opened if window.in_window(event[2], MAX_WALL_NS)]
+        if self._async is not None and keep is None:
+            opened += self._async.still_open()
         out = []
         for (uid, track_id), event in opened:
             process = self.view.processes.get(uid)
@@ -197,7 +211,7 @@ class EventWalk:
     ) -> tuple[list[Shown], int]:
         """The events of one stored frame that ``selection`` takes, and how many of its events cannot be shown."""
         offset_ns = process.clock_offset_ns
-        pairing = self._pairing
+        pairing, window, async_pairs = self._pairing, self._window, self._async
         track_key = (process.uid, track.track_id)  # not the thread id: thread ids are reused
         phases, shown_shapes = PHASES, SHOWN_SHAPES
         events: list[Shown] = []
@@ -246,7 +260,7 @@ class EventWalk:
                 else:
                     marker_args = args if isinstance(args, dict) else None
                     paired = pairing.marker(shape, name, wall_ns, marker_args, track_key, process.uid)
-                if paired is not None:
+                if paired is not None and (window is None or window.in_window(paired[2], paired[3])):
                     append(paired)
                 continue
             if args is not None and type(args) is not dict:
@@ -258,7 +272,10 @@ class EventWalk:
                 append(("X", name, wall_ns, dur_ns, args, "", ""))
             elif phase == "b" or phase == "e":  # the id pairs a begin with its end, across threads
                 async_id = str(args.pop("id", "")) if args is not None else ""
-                append((phase, name, wall_ns, 0, args, "async", async_id))
+                if async_pairs is None:
+                    append((phase, name, wall_ns, 0, args, "async", async_id))
+                else:
+                    events += async_pairs.take((phase, name, wall_ns, 0, args, "async", async_id), track_key)
             else:
                 append((phase, name, wall_ns, 0, args, "", ""))
         return events, skipped

@@ -4,9 +4,11 @@ as snapshots show it (``Shown``).
 Pure functions: no asyncio, safe to run on a worker thread while ingest goes on. Segments are read oldest first, each
 with its own session decoder (a segment holds the session frames its events need); within a segment frames come in
 the order they arrived. What is read is the selection's to say (``selection.py``), from the coarsest level down:
-processes, then segments by their index (a segment with no frame in the time window is not decoded), then frames by
-their header (track, times), then events. ``prepare`` builds that one selection, after the first passes a ``limit``
-(where its newest events start) and a ``trace_id`` (its spans) take, and the walk that consults it.
+processes, then segments by their index (a segment with no frame in the time window is not decoded: the index's
+start times widened by how far the segment's spans and pairs reach, ``reach.py``, measured only where the index alone
+would leave it out), then frames by their header (track, times), then events. ``prepare`` builds that one selection,
+after the first passes a ``limit`` (where its newest events start) and a ``trace_id`` (its spans) take, and the walk
+that consults it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ringtrace.collector.read.pool import let_the_loop_in
+from ringtrace.collector.read.reach import NO_REACH, SegmentReach, segment_reach
 from ringtrace.collector.read.selection import EventFilter, Selection, shown_name
 from ringtrace.collector.read.trace_spans import TraceSpans
 from ringtrace.collector.store.processes import ProcessRecord
@@ -232,6 +235,13 @@ class FrameWalk:
         self.undecodable: dict[int, int] = {}
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        #: The segment being read, its reach once measured (None: not yet), and its EVENTS frames met so far.
+        self._segment: SegmentView | None = None
+        self._reach: SegmentReach | None = None
+        self._entry = 0
+        #: Whether the window has bounds that a reach widens (``since``: ahead; ``until``: back).
+        window = selection.filter
+        self._widens = window.since_ns is not None or window.until_ns is not None
 
     def segments(self) -> Iterator[tuple[ProcessView, SegmentView]]:
         """The segments of the processes selected whose index holds a frame in the time window."""
@@ -241,25 +251,55 @@ class FrameWalk:
             if process is None:
                 self.done_with(segment)
                 continue
-            offset = process.clock_offset_ns
-            if selection.by_time and not any(
-                selection.in_time(first + offset, last + offset) for *_, first, last in segment.index()
-            ):
+            self._segment, self._reach, self._entry = segment, None, 0
+            if selection.by_time and not self._in_time(process, segment):
                 self.done_with(segment)
                 continue  # nothing of it in the window: not even decoded
             yield process, segment
+
+    def _in_time(self, process: ProcessView, segment: SegmentView) -> bool:
+        """Whether the segment's index holds a frame that may hold events in the time window: by its start times,
+        else widened by the segment's reach."""
+        selection, offset = self.selection, process.clock_offset_ns
+        times = [(first + offset, last + offset) for *_, first, last in segment.index()]
+        if any(selection.in_time(first, last) for first, last in times):
+            return True
+        measured = self._reach_of(segment)
+        if measured is None:
+            return False
+        of_frame = measured.of_frame
+        return measured.unpaired or any(
+            selection.in_time(first, last, *of_frame(entry)) for entry, (first, last) in enumerate(times)
+        )
+
+    def _reach_of(self, segment: SegmentView) -> SegmentReach | None:
+        """How far the segment's events reach past their starts (measured once: ``reach.py``); None for a window
+        with no bound a reach widens."""
+        if not self._widens:
+            return None
+        if self._reach is None:
+            self._reach = segment_reach(segment, self.view.limits)
+        return self._reach
 
     def wanted(self, process: ProcessView, track: TrackInfo, frame: Events) -> bool:
         """Whether the frame may hold selected events (by its track and times); if so it counts as read. A frame
         whose times fall outside what wall-clock ns can be (``MAX_WALL_NS``) cannot be shown: undecodable."""
         offset = process.clock_offset_ns
         first, last = frame.first_ts_ns + offset, frame.last_ts_ns + offset
+        entry, self._entry = self._entry, self._entry + 1  # (its place in the segment's index)
         if not 0 <= first <= last <= MAX_WALL_NS:
             self.undecodable[process.uid] = self.undecodable.get(process.uid, 0) + frame.count
             log_once(process, frame.count, ValueError(f"frame times {first}..{last} ns are not wall-clock times"))
             return False
         key = (process.uid, track.track_id)
-        if not self.selection.frame(key, process.tracks.get(track.track_id, track).name, first, last, frame):
+        selection = self.selection
+        reach = NO_REACH
+        if selection.by_time and not selection.in_time(first, last) and self._segment is not None:
+            measured = self._reach_of(self._segment)
+            if measured is not None:
+                # A frame of pairs is read whatever its times: the other end of a pair must find it.
+                reach = (MAX_WALL_NS, MAX_WALL_NS) if measured.holds_pairs(entry) else measured.of_frame(entry)
+        if not selection.frame(key, process.tracks.get(track.track_id, track).name, first, last, frame, reach):
             return False
         self.tracks[key] = track
         self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
@@ -322,15 +362,16 @@ class FrameWalk:
         return {"first_frame_wall_ns": self.first_ns, "last_frame_wall_ns": self.last_ns}
 
 
-def prepare(view: SnapshotView, selected: EventFilter) -> tuple[FrameWalk, Selection | None]:
+def prepare(view: SnapshotView, selected: EventFilter, *, pairs: bool = False) -> tuple[FrameWalk, Selection | None]:
     """The walk over what ``selected`` may hold and the one selection it consults, built after first passes that
     find the spans of a ``trace_id`` and the cutoff of a ``limit``. The selection is None when it takes every event
-    of the frames walked (then no event need be matched)."""
+    of the frames walked (then no event need be matched). ``pairs``: the caller pairs paired events and takes them
+    by their pair's times (``Selection.pairs``)."""
     spans = trace_spans(view, selected) if selected.trace_id is not None else None
     cutoff = None
     if selected.limit is not None:
         cutoff = _limit_cutoff(FrameWalk(view, Selection(selected, spans=spans)), selected.limit)
-    selection = Selection(selected, cutoff, spans)
+    selection = Selection(selected, cutoff, spans, pairs=pairs)
     walk = FrameWalk(view, selection, releases=True)
     return walk, selection if selected.by_event or cutoff is not None else None
 

@@ -4,7 +4,8 @@ A marker START pairs with the next END of the same name on its track, nesting co
 OPEN pairs with the next CLOSE on the source's track (a stack: activity above 1 nests, each slice flagged with the
 activity it opened at). Pairs become slices (``X``) when their end arrives; what is still open at the end of a
 snapshot is shown open-ended (``B``, no end). An END or CLOSE with nothing open is an anomaly: shown as an instant,
-and counted per process (``unmatched_marker_ends``, ``source_anomalies``), never raised.
+and counted per process (``unmatched_marker_ends``, ``source_anomalies``), never raised; with a ``window``, only one
+in the window is (one outside it may have its start in a frame the walk did not read: no anomaly).
 
 Frames are walked in the order they arrived, so each track's events reach one ``Pairing`` in the order recorded,
 whatever their timestamps (a marker made after the fact carries an earlier one). State is kept per track, keyed by
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringtrace.collector.read.frame_walk import Shown
+from ringtrace.collector.read.selection import EventFilter
 
 __all__ = ["Pairing", "TrackKey"]
 
@@ -40,6 +42,8 @@ class Pairing:
     #: Anomalies per process uid.
     unmatched_marker_ends: dict[int, int] = field(default_factory=dict)
     source_anomalies: dict[int, int] = field(default_factory=dict)
+    #: A snapshot's window, if it has one: an end with nothing open outside it is left out, not counted.
+    window: EventFilter | None = None
 
     def marker(
         self, shape: str, name: str, ts: int, args: dict[str, Any] | None, track: TrackKey, process: int
@@ -51,6 +55,8 @@ class Pairing:
             return None
         opened = stacks.get(name)
         if not opened:
+            if self.window is not None and not self.window.in_window(ts):
+                return None
             self.unmatched_marker_ends[process] = self.unmatched_marker_ends.get(process, 0) + 1
             extra = {"ringtrace": "marker end without a start (counted in unmatched_marker_ends)"}
             return ("i", name, ts, 0, {**(args or {}), **extra}, "", "")
@@ -65,6 +71,8 @@ class Pairing:
             opened.append(_Open(ts, name, {"activity": activity, "overlap": True} if activity > 1 else None))
             return None
         if not opened:
+            if self.window is not None and not self.window.in_window(ts):
+                return None
             self.source_anomalies[process] = self.source_anomalies.get(process, 0) + 1
             return ("i", name, ts, 0, {"ringtrace": "close without an open (counted in source_anomalies)"}, "", "")
         start = opened.pop()

@@ -6,6 +6,13 @@ Pure and synchronous: what matches, never how a query says it (the HTTP API's pa
 ``http/query.py``, the command line's flags become those parameters). A snapshot's walk (``frame_walk.py``) builds
 one ``Selection`` (after the first passes that a ``limit`` and a ``trace_id`` take) and consults it alone.
 
+Windows select by overlap (``EventFilter.takes``, the one place that says it): an event whose kind has a duration (a
+span, a traced call) is in ``[since, until)`` when it starts before ``until`` and ends after ``since`` (or starts in
+it: a span of no duration is a point); any other event is a point, in when ``since <= start < until``. Paired events
+(markers, source activity, async begin and end) are taken or left by their pair, after pairing (``pairing.py``,
+``async_pairs.py``): ``PAIRED_KINDS`` are not held to the window here when the selection ``pairs`` them. Frames are
+selected by their start times widened by their segment's ``Reach`` (``reach.py``): how long its spans and pairs last.
+
 Name patterns (``process``, ``host``, ``track``, ``category``, ``name``) match the whole text, exactly, unless they hold
 ``*``, ``?`` or ``[``: then they are shell-style globs (``fnmatch``, case-sensitive).
 """
@@ -25,6 +32,7 @@ from ringtrace.wire.table_frames import KindSpec
 
 __all__ = [
     "EVERYTHING",
+    "PAIRED_KINDS",
     "EventFilter",
     "Pattern",
     "Selection",
@@ -42,6 +50,14 @@ _BUILTIN_CATEGORIES: Final = {
     "async_end": "async",
     "call_raised": "call",
 }
+
+
+#: Shapes whose events pair up (a start and an end): taken whole by their pair when a snapshot pairs them.
+PAIRED_KINDS: Final = frozenset(
+    {"marker_start", "marker_end", "source_open", "source_close", "async_begin", "async_end"}
+)
+#: Shapes whose events last ``dur`` ns from their start.
+_LASTING: Final = "span"
 
 
 class _Process(Protocol):
@@ -88,8 +104,9 @@ class Pattern:
 class EventFilter:
     """Which events a snapshot holds. Every condition given must hold; None means no condition.
 
-    An event is in the window when it starts there (``since_ns <= start < until_ns``), and ``limit`` keeps the newest
-    events by start time (of those ties at the oldest one kept, the first arrived).
+    An event is in the window when it overlaps it (``takes``: a span that starts before ``until_ns`` and ends after
+    ``since_ns``; a point in ``since_ns <= start < until_ns``), and ``limit`` keeps the newest events by start time
+    (of those ties at the oldest one kept, the first arrived).
     """
 
     since_ns: int | None = None
@@ -153,10 +170,12 @@ class EventFilter:
             and track(name[: -len(SAMPLER_TRACK_SUFFIX)])
         )
 
-    def overlaps(self, first_ns: int, last_ns: int) -> bool:
-        """Whether a frame whose events start from ``first_ns`` to ``last_ns`` (wall clock) may hold any selected."""
+    def overlaps(self, first_ns: int, last_ns: int, back_ns: int = 0, ahead_ns: int = 0) -> bool:
+        """Whether a frame whose events start from ``first_ns`` to ``last_ns`` (wall clock) may hold any selected:
+        with ``ahead_ns`` the longest any of them lasts (a span, a pair it starts) and ``back_ns`` the longest before
+        an end of it that its pair started (``reach.py``)."""
         since, until = self.since_ns, self.until_ns
-        return (since is None or last_ns >= since) and (until is None or first_ns < until)
+        return (since is None or last_ns + ahead_ns >= since) and (until is None or first_ns - back_ns < until)
 
     def kind_matches(self, kind: KindSpec) -> bool:
         if self.messages_only and kind.shape != "message":
@@ -167,8 +186,16 @@ class EventFilter:
             return PRIORITIES.index(kind.priority) <= self.max_priority_level if kind.priority in PRIORITIES else False
         return True
 
-    def in_window(self, ts_ns: int) -> bool:
-        return (self.since_ns is None or ts_ns >= self.since_ns) and (self.until_ns is None or ts_ns < self.until_ns)
+    def in_window(self, ts_ns: int, dur_ns: int = 0) -> bool:
+        """Whether what starts at ``ts_ns`` and lasts ``dur_ns`` overlaps the window: it starts before ``until_ns``
+        and ends after ``since_ns``, or (a point: no duration) starts at or after it."""
+        since, until = self.since_ns, self.until_ns
+        return (since is None or ts_ns >= since or ts_ns + dur_ns > since) and (until is None or ts_ns < until)
+
+    def takes(self, shape: str, ts_ns: int, dur_ns: int) -> bool:
+        """Whether an event of ``shape`` (a kind's) at ``ts_ns`` lasting ``dur_ns`` (as stored: only a span's counts)
+        is in the window: a span by overlap, any other event as a point."""
+        return self.in_window(ts_ns, dur_ns if shape == _LASTING else 0)
 
     def describe(self) -> dict[str, object]:
         """The conditions given, for a snapshot's ``otherData``."""
@@ -214,12 +241,19 @@ class Selection:
     frames that end before it are not read) and ``spans``, those of its ``trace_id`` (an event nested in one of them
     on its track is of the trace too; a frame that neither mentions the trace nor overlaps one is not read)."""
 
-    __slots__ = ("by_time", "cutoff_ns", "filter", "spans", "ties")
+    __slots__ = ("by_time", "cutoff_ns", "filter", "pairs", "spans", "ties")
 
     def __init__(
-        self, selected: EventFilter, cutoff: tuple[int, int] | None = None, spans: TraceSpans | None = None
+        self,
+        selected: EventFilter,
+        cutoff: tuple[int, int] | None = None,
+        spans: TraceSpans | None = None,
+        *,
+        pairs: bool = False,
     ) -> None:
         self.filter = selected
+        #: Whether paired events are taken by their pair's times (a snapshot's walk pairs them and decides), not here.
+        self.pairs = pairs
         self.cutoff_ns: int | None = cutoff[0] if cutoff is not None else None
         self.ties = cutoff[1] if cutoff is not None else 0
         self.spans = spans
@@ -229,16 +263,26 @@ class Selection:
     def selects_process(self, process: _Process) -> bool:
         return self.filter.selects_process(process)
 
-    def in_time(self, first_ns: int, last_ns: int) -> bool:
+    def in_time(self, first_ns: int, last_ns: int, back_ns: int = 0, ahead_ns: int = 0) -> bool:
         """Whether what starts from ``first_ns`` to ``last_ns`` (wall clock: a frame, a segment's index entry) may hold
-        selected events by their times."""
+        selected events by their times, what starts there lasting up to ``ahead_ns`` and what ends there having
+        started up to ``back_ns`` before (``EventFilter.overlaps``)."""
         cutoff = self.cutoff_ns
-        return self.filter.overlaps(first_ns, last_ns) and (cutoff is None or last_ns >= cutoff)
+        return self.filter.overlaps(first_ns, last_ns, back_ns, ahead_ns) and (cutoff is None or last_ns >= cutoff)
 
-    def frame(self, track: TrackKey, track_name: str, first_ns: int, last_ns: int, frame: Events) -> bool:
+    def frame(
+        self,
+        track: TrackKey,
+        track_name: str,
+        first_ns: int,
+        last_ns: int,
+        frame: Events,
+        reach: tuple[int, int] = (0, 0),
+    ) -> bool:
         """Whether an EVENTS frame (of ``track``, named ``track_name``, its events starting from ``first_ns`` to
-        ``last_ns``, wall clock) may hold selected events: by its times, its track and the trace's spans."""
-        if self.by_time and not self.in_time(first_ns, last_ns):
+        ``last_ns``, wall clock, with the (back, ahead) ``reach`` of its segment) may hold selected events: by its
+        times, its track and the trace's spans."""
+        if self.by_time and not self.in_time(first_ns, last_ns, *reach):
             return False
         selected = self.filter
         if selected.track is not None and not selected.track_matches(track_name, track[1]):
@@ -248,7 +292,7 @@ class Selection:
 
     @property
     def by_start_only(self) -> bool:
-        """Whether it takes events by no more than their start time (in the filter's window)."""
+        """Whether it takes events by no more than their times (overlapping the filter's window)."""
         selected = self.filter
         return (
             self.cutoff_ns is None
@@ -284,7 +328,10 @@ class Selection:
     ) -> bool:
         """Whether the event is selected: ``dur_ns`` a span's duration, ``track`` its (process uid, track id)."""
         selected = self.filter
-        if not selected.in_window(wall_ns):
+        if kind is None:
+            if not selected.in_window(wall_ns):
+                return False
+        elif not (self.pairs and kind.shape in PAIRED_KINDS) and not selected.takes(kind.shape, wall_ns, dur_ns):
             return False
         if kind is not None and not selected.kind_matches(kind):
             return False

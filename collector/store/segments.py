@@ -38,6 +38,7 @@ __all__ = [
     "INDEX_ENTRY",
     "Buffer",
     "EventsRun",
+    "ReachCache",
     "Segment",
     "crc_seed",
     "frame_spans",
@@ -88,6 +89,18 @@ def frame_spans(
         position = frame_end
 
 
+class ReachCache:
+    """What readers derived of a segment's events once (``read/reach.py``: how long its spans and pairs last), kept
+    with it: a sealed segment never changes, an open one's holds for the frames it had then (``entries``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        #: (index entries it covers, what the reader made of them), or None before a reader needed it; set whole, by
+        #: any thread (two readers at once measure the same).
+        self.value: tuple[int, object] | None = None
+
+
 class Segment:
     """One segment: its buffer, how much of it is used, and whom it belongs to (see the module docstring)."""
 
@@ -99,6 +112,7 @@ class Segment:
         "evicted",
         "owner",
         "pins",
+        "reach",
         "seq",
         "size",
         "synced",
@@ -127,6 +141,7 @@ class Segment:
         self.evicted = False
         #: When (the collector's monotonic ns) it was opened, and then sealed: ``--max-age`` counts from it.
         self.written_ns = time.monotonic_ns()
+        self.reach = ReachCache()
 
     @property
     def free(self) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ringtrace.collector.store.segments import INDEX_ENTRY, Buffer, Segment
+from ringtrace.collector.store.segments import INDEX_ENTRY, Buffer, ReachCache, Segment
 
 __all__ = ["SegmentView", "StoreSnapshot"]
 
@@ -40,6 +40,8 @@ class SegmentView:
     entries: int
     #: Events of its EVENTS frames.
     events: int = 0
+    #: The segment's own, shared by every view of it (``read/reach.py`` fills it).
+    reach: ReachCache = field(default_factory=ReachCache, compare=False, repr=False)
 
     def index(self) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(offset, size, track, count, first_ts, last_ts) of each EVENTS frame, oldest first."""
@@ -75,7 +77,9 @@ class StoreSnapshot:
         #: By seq (unique to a segment): what is still pinned, and where its view is.
         self._pinned = {s.seq: (i, s) for i, s in enumerate(segments)}
         self._on_store_thread = on_store_thread
-        self.segments = [SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events) for s in segments]
+        self.segments = [
+            SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events, s.reach) for s in segments
+        ]
 
     def release(self, segment: SegmentView) -> None:
         """A reader is done with ``segment`` (from any thread): it is unpinned now rather than at ``close()``, so

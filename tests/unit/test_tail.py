@@ -9,6 +9,7 @@ from ringtrace.collector.read.selection import EventFilter, Pattern
 from ringtrace.collector.read.tail import Tail, TailBehind
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.wire.frames import Stats
+from ringtrace.wire.model import INSTANT, MARKER_END, MARKER_START, SPAN
 from ringtrace.wire.stream_limits import Limits
 from store_client import Client
 
@@ -144,3 +145,21 @@ def test_segments_cleared_before_the_tail_began_are_not_told(kept_by_another: bo
     client.record(0, 5)
     assert step(tail, store) == list(range(600, 605))
     assert tail.take_cleared() == 0
+
+
+def test_a_tail_takes_a_span_across_since_and_every_other_event_as_a_point() -> None:
+    """``since``: a span that began before it and ends after it is taken; a marker's start before it is not (a tail
+    does not pair), its end after it is."""
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Client(store, 1, tracks=1)
+    tail = Tail(EventFilter(since_ns=10**15 + 100), Limits())
+    assert step(tail, store) == []
+    records = [SPAN, "across", 10**15, 10**15 + 200, {"i": 0}, SPAN, "before", 10**15, 10**15 + 100, {"i": 1}]
+    records += [INSTANT, "on since", 10**15 + 100, 10**15 + 100, {"i": 2}, INSTANT, "early", 10**15 + 99, 10**15 + 99,
+                {"i": 3}, MARKER_START, "m", 10**15, 10**15, {"i": 4}, MARKER_END, "m", 10**15 + 150, 10**15 + 150,
+                {"i": 5}]  # fmt: skip
+    batch = client.encoder.encode(client.tracks[0], records)
+    for frame in [*batch.control, *(frame for frame, _ in batch.events)]:
+        client.feed(frame)
+    store.commit(client.stream)
+    assert sorted(drain(tail, store, 3)) == [0, 2, 5]

@@ -33,7 +33,7 @@ def search_spans(
     walk = SpanWalk(view, selected, spans, count_others=False, with_args=True)
     by_duration = sort == "duration"
     heap: list[tuple[int, int, int, Span]] = []  # a min-heap: the least kept first
-    for seq, span in enumerate(walk):
+    for seq, span in enumerate(walk.spans_found()):
         start, duration = span[3], span[4]
         item = (duration, start, -seq, span) if by_duration else (start, duration, -seq, span)
         if len(heap) < limit:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,9 +20,10 @@ from recorded_files import recorded
 from ringtrace.client import Timeline
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read import span_aggregates
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
-from ringtrace.collector.read.span_aggregates import aggregate_spans, nearest_rank
+from ringtrace.collector.read.span_aggregates import aggregate_spans, nearest_rank, summed_up
 from ringtrace.collector.read.span_search import search_spans
 from ringtrace.collector.read.span_walk import SpanFilter, arg_text, has_error
 from ringtrace.wire.frames import encode, preamble
@@ -216,3 +219,12 @@ def test_errors_and_arg_values_are_as_documented() -> None:
     assert not has_error(None) and not has_error({"status": "ok"}) and not has_error({"error": False})
     assert [arg_text(v) for v in ("x", 1, 1.5, True, None, [1, 2])] == ["x", "1", "1.5", "true", "null", "[1,2]"]
     assert [nearest_rank([1, 2, 3, 4], p) for p in (1, 25, 50, 51, 99, 100)] == [1, 1, 2, 3, 4, 4]
+
+
+@given(st.lists(st.integers(0, 2**62), min_size=1, max_size=60), st.integers(1, 7))
+def test_percentiles_of_durations_sorted_in_runs_are_those_of_them_all(durations: list[int], run: int) -> None:
+    with mock.patch.object(span_aggregates, "_RUN", run):
+        row = summed_up("n", None, array("q", durations))
+    ordered = sorted(durations)
+    assert (row["min_ns"], row["max_ns"], row["total_ns"]) == (ordered[0], ordered[-1], sum(ordered))
+    assert [row[f"p{p}_ns"] for p in (50, 90, 99)] == [nearest_rank(ordered, p) for p in (50, 90, 99)]

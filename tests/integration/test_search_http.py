@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, RawClient
 from ringtrace.collector.command.main import main
+from waiting import wait_for
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("search_http")
@@ -127,3 +129,23 @@ def test_the_commands_print_tables_and_json(collector: CollectorProcess, capsys:
     assert "--min-duration" in capsys.readouterr().err
     assert main(["top", collector.http_url, "--by", "track"]) == 2
     assert "--by" in capsys.readouterr().err
+
+
+def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:
+    collector = CollectorProcess("--max-snapshots", "1")
+    try:
+        with RawClient(collector.tcp_address):  # (it never acknowledges a flush: a snapshot waits for it, in its slot)
+            waiting = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=5",))
+            waiting.start()
+            _, body = wait_for(
+                lambda: collector.get("/spans?flush_timeout_s=0"),
+                until=lambda answer: answer[0] == 503,
+                timeout_s=30,
+                what="/spans refused while a snapshot takes the one slot",
+            )
+            assert b"max_snapshots=1" in body
+            assert collector.get("/aggregates?flush_timeout_s=0")[0] == 503
+            waiting.join(60)
+        assert collector.get("/spans?flush_timeout_s=0")[0] == 200
+    finally:
+        collector.stop()

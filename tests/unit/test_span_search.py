@@ -32,12 +32,14 @@ from ringtrace.wire.model import INSTANT, MARKER_END, MARKER_START, SPAN, THREAD
 from ringtrace.wire.stream_encoder import StreamEncoder
 
 T0 = 1_800_000_000 * 10**9
+TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACKS = [TrackInfo(1, THREAD_TRACK, "main", 11), TrackInfo(2, THREAD_TRACK, "worker", 12)]
 ARGS = st.one_of(
     st.none(),
     st.fixed_dictionaries({"k": st.integers(0, 3)}),
     st.fixed_dictionaries({"error": st.sampled_from(["boom", "", None, False, True])}),
     st.fixed_dictionaries({"status": st.sampled_from(["error", "ok"]), "k": st.sampled_from(["1", "x"])}),
+    st.fixed_dictionaries({"trace_id": st.just(TRACE)}),
 )
 EVENT = st.tuples(
     st.sampled_from([SPAN, SPAN, SPAN, INSTANT, MARKER_START, MARKER_END]),
@@ -99,6 +101,7 @@ FILTERS = st.fixed_dictionaries(
         "since": st.sampled_from([None, None, T0 + 300_000]),
         "until": st.sampled_from([None, None, T0 + 700_000]),
         "track": st.sampled_from([None, None, None, "worker"]),
+        "trace_id": st.sampled_from([None, None, None, TRACE]),
     }
 )
 SPAN_FILTERS = st.builds(
@@ -116,6 +119,7 @@ def event_filter(drawn: dict[str, Any]) -> EventFilter:
         until_ns=drawn["until"],
         name=Pattern(drawn["name"]) if drawn["name"] else None,
         track=Pattern(drawn["track"]) if drawn["track"] else None,
+        trace_id=drawn["trace_id"],
     )
 
 
@@ -142,6 +146,7 @@ def test_search_is_the_top_of_the_chrome_snapshot_s_spans(
     found = search_spans(view, selected, spans, sort, limit)["spans"]
     got = [(s["name"], s["start_ns"], s["duration_ns"], json.dumps(s["args"], sort_keys=True)) for s in found]
     assert Counter(got) <= Counter(reference)  # every one is a span of the snapshot
+    assert all(s["trace_id"] == s["args"].get("trace_id") and s["process"] == "searched" for s in found)
     order = (lambda s: (s[2], s[1])) if sort == "duration" else (lambda s: (s[1], s[2]))
     assert [order(s) for s in got] == sorted(map(order, reference), reverse=True)[:limit]
 

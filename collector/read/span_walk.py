@@ -8,9 +8,10 @@ and end are paired by the viewer, not the walk) nor what is still open at the en
 Theory of operation: the walk is the event walk's (``event_walk.py``: the same frames, pairing, selection and loss
 counts), but most frames are read a column at a time, as ``export/timeline_frames.py`` reads them: a frame whose
 events the filter takes by start time alone (``EventWalk.takes_whole``) and that holds no paired kind has its
-columns unpacked, and only the spans whose duration passes ``floor_ns`` (raised by a top-k as it fills) and
-``ceiling_ns`` go through the walk's own ``shown`` (their args as Chrome JSON shows them). Every other frame is
-shown whole by the walk. A search for the slowest spans thus makes a tuple for a few events a frame, never for all.
+leading columns unpacked (``span_columns.py``), and only the spans whose duration passes ``floor_ns`` (raised by a
+top-k as it fills) and ``max_duration_ns`` are made anything of: their args decoded, or, for a traced call's or a
+typed kind's, shown by the walk itself. Every other frame is shown whole by the walk. A search for the slowest spans
+thus makes a tuple for a few events a frame, never for all; aggregates take a frame of spans alone a name at a time.
 Pure and synchronous: runs on a reader thread.
 """
 
@@ -49,10 +50,8 @@ LOSSES: Final = (
     "source_anomalies",
 )
 
-#: The columns read of a frame, beside its args.
-_COLUMNS: Final = ("kind", "name", "ts", "dur")
-#: A kind's part in a span walk (per kind id of a segment).
-_SPAN, _INSTANT, _MESSAGE, _PAIRED, _OTHER = range(5)
+#: A kind's part in a span walk (per kind id of a segment; other kinds have none).
+_SPAN, _INSTANT, _MESSAGE, _PAIRED = range(4)
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class _Kinds:
 
 class SpanWalk:
     """The spans ``selected`` (a snapshot's filter; its ``limit`` is not one of events here) and ``spans`` takes, in
-    the order the walk meets them (``spans()``, or ``groups()`` of one name in one process); ``instants`` and
+    the order the walk meets them (``spans_found()``, or ``groups()`` of one name in one process); ``instants`` and
     ``messages`` (by priority) count what else it met, with ``count_others``.
 
     ``with_args``: each span with its args (else None where the filter needs none); ``floor_ns``: spans shorter are

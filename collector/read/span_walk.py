@@ -200,7 +200,8 @@ class SpanWalk:
                 yield walked
 
     def _window(self, process: ProcessView, frame: Events) -> tuple[int, int, int]:
-        """(the frame's first start, the earliest and the latest start taken + 1), wall-clock ns."""
+        """(the frame's first start, the window's since and until), wall-clock ns: a span is taken when it overlaps
+        them, an instant or a message when it starts in them (``EventFilter.in_window``)."""
         since, until = self.walk.window
         low = 0 if since is None else since
         if self.newer_than_ns is not None:
@@ -275,7 +276,8 @@ class SpanWalk:
                 if part == _SPAN
                 and dur >= floor
                 and (ceiling is None or dur <= ceiling)
-                and low <= first_ns + offset < high
+                and first_ns + offset < high
+                and (low <= first_ns + offset or first_ns + offset + dur > low)  # overlaps: EventFilter.in_window
                 and 0 <= first_ns + offset <= first_ns + offset + dur <= MAX_WALL_NS
             ]
         except (TypeError, ValueError):  # columns not of integers, or of unequal lengths: the walk counts it

@@ -266,3 +266,15 @@ def test_a_traced_call_shows_its_location_and_one_that_raised_is_in_error(tmp_pa
     ]  # (both bounds are included)
     rows = aggregate_spans(load_file(path).view, EVERYTHING, SpanFilter(), "name")["rows"]
     assert [(row["name"], row["count"], row["max_ns"]) for row in rows] == [("main", 20, 900), ("parse", 20, 490)]
+
+
+def test_a_span_that_began_before_the_window_and_ends_in_it_is_found(tmp_path: Path) -> None:
+    """Windows select by overlap (``EventFilter.in_window``), the column-wise reading of spans as the walk."""
+    tracks = [[(SPAN, "long", 0, 500_000, None), (SPAN, "inside", 400_000, 10, None), (SPAN, "before", 0, 10, None)]]
+    selected = EventFilter(since_ns=T0 + 300_000, until_ns=T0 + 700_000)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    found = search_spans(stored(tmp_path / "a", tracks), selected, SpanFilter(), "duration", 10)["spans"]
+    assert [(s["name"], s["duration_ns"]) for s in found] == [("long", 500_000), ("inside", 10)]
+    rows = aggregate_spans(stored(tmp_path / "b", tracks), selected, SpanFilter(), "name")["rows"]
+    assert sorted((row["name"], row["count"]) for row in rows) == [("inside", 1), ("long", 1)]

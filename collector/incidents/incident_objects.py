@@ -16,7 +16,7 @@ Listing reads the bucket's object infos (the last message of each), never the sn
 fetched into a local cache file (an id is written once: a cached one never goes stale, but is served only while the
 bucket still lists it), which is served as a local one is. The retention (count, bytes) is applied to the bucket by
 the collector that saves; a removal another made meanwhile is not counted twice. A pending incident is handed back
-at start (``pending``) only once its window ended ``STALE_PENDING_S`` ago: until then its collector may be writing
+at start (``pending``) only once its window ended ``STALEPENDING_S`` ago: until then its collector may be writing
 it.
 
 The methods block, as ``IncidentFiles``' do: callers run them on worker threads (on the event loop's own thread they
@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import os
 import re
@@ -47,11 +46,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from ringtrace.collector.incidents import object_bucket as ops
 from ringtrace.collector.incidents.incident_files import new_incident_id, valid_id
+from ringtrace.collector.incidents.object_bucket import PENDING
 
 __all__ = [
     "OPERATION_TIMEOUT_S",
-    "RECORD_HEADER",
     "IncidentObjects",
     "IncidentStoreError",
     "bucket_name",
@@ -61,15 +61,12 @@ log = logging.getLogger("ringtrace.collector.incidents")
 
 #: How long one use of the bucket (a put, a listing, a fetch) may take before it is given up as unavailable.
 OPERATION_TIMEOUT_S: Final = 10.0
-#: The header of an incident's object that holds its record (JSON).
-RECORD_HEADER: Final = "Ringtrace-Record"
 #: How long after its window's end a pending incident is taken for one its collector will never finish.
-STALE_PENDING_S: Final = 60.0
+STALEPENDING_S: Final = 60.0
 #: Failed incidents' records the bucket did not take, kept here at most.
 MAX_UNWRITTEN: Final = 100
 #: Snapshots kept in the local cache at most (each fetched again when asked for after it left).
 CACHE_COUNT: Final = 8
-_PENDING: Final = ".pending"
 _SNAPSHOT: Final = ".rtrace"
 _BUCKET_CHARS: Final = re.compile(r"[^A-Za-z0-9_-]")
 #: NATS's error code for a stream name in use with other settings (the bucket exists).
@@ -144,7 +141,7 @@ class IncidentObjects:
         try:
             await asyncio.wait_for(self._bound(), OPERATION_TIMEOUT_S)
         except Exception as exc:
-            log.warning("incidents: %s cannot be used yet (tried again at each incident): %s", self.where, _why(exc))
+            log.warning("incidents: %s cannot be used yet (tried again at each incident): %s", self.where, ops.why(exc))
 
     def close(self) -> None:
         """Remove the local cache of snapshots."""
@@ -170,7 +167,7 @@ class IncidentObjects:
         """Keep ``record`` as pending (``ID.pending``)."""
         incident_id = _id_of(record)
         pending = {**record, "status": "pending"}
-        self._call("keep a pending incident", lambda store: _put(store, incident_id + _PENDING, b"", pending))
+        self._call("keep a pending incident", lambda store: ops.put(store, incident_id + PENDING, b"", pending))
 
     def save(self, record: dict[str, Any], chunks: Iterable[bytes]) -> dict[str, Any]:
         """Put the incident's snapshot from ``chunks`` with its record (``bytes``, ``status`` saved, ``saved_wall_ns``
@@ -187,7 +184,7 @@ class IncidentObjects:
             data += chunk
         finished = {**record, "status": "saved", "bytes": len(data)}
         finished.setdefault("saved_wall_ns", time.time_ns())
-        self._call("save an incident", lambda store: _finish(store, incident_id, bytes(data), finished))
+        self._call("save an incident", lambda store: ops.finish(store, incident_id, bytes(data), finished))
         with self._lock:
             self._retain(keep=incident_id)
             self._write_unwritten()
@@ -199,7 +196,7 @@ class IncidentObjects:
         incident_id = _id_of(record)
         finished = {**record, "status": "failed", "failure": reason, "bytes": 0}
         try:
-            self._call("record a failed incident", lambda store: _finish(store, incident_id, b"", finished))
+            self._call("record a failed incident", lambda store: ops.finish(store, incident_id, b"", finished))
         except IncidentStoreError as exc:
             with self._lock:
                 self._unwritten[incident_id] = finished
@@ -212,20 +209,20 @@ class IncidentObjects:
         return finished
 
     def pending(self) -> list[dict[str, Any]]:
-        """The pending records whose window ended ``STALE_PENDING_S`` ago or more (left by a collector that stopped),
+        """The pending records whose window ended ``STALEPENDING_S`` ago or more (left by a collector that stopped),
         oldest first; one that has a finished object too is dropped, not returned."""
-        infos = self._call("list incidents", _infos)
-        finished = {info.name for info in infos if not info.name.endswith(_PENDING)}
-        stale_ns = time.time_ns() - int(STALE_PENDING_S * 1e9)
+        infos = self._call("list incidents", ops.infos)
+        finished = {info.name for info in infos if not info.name.endswith(PENDING)}
+        stale_ns = time.time_ns() - int(STALEPENDING_S * 1e9)
         found = []
         for info in infos:
-            if not info.name.endswith(_PENDING):
+            if not info.name.endswith(PENDING):
                 continue
-            incident_id = info.name.removesuffix(_PENDING)
+            incident_id = info.name.removesuffix(PENDING)
             if incident_id in finished:
-                self._call("drop a pending incident", partial(_delete, name=info.name))
+                self._call("drop a pending incident", partial(ops.delete, name=info.name))
                 continue
-            record = _record(info, incident_id)
+            record = ops.record_of(info, incident_id)
             until_ns = (record or {}).get("window", {}).get("until_ns")
             if record is not None and (not isinstance(until_ns, int) or until_ns <= stale_ns):
                 found.append(record)
@@ -233,11 +230,11 @@ class IncidentObjects:
 
     def records(self) -> list[dict[str, Any]]:
         """The finished records (saved and failed), newest first: the bucket's, and the failed ones it did not take."""
-        infos = self._call("list incidents", _infos)
+        infos = self._call("list incidents", ops.infos)
         found = {}
         for info in infos:
-            if not info.name.endswith(_PENDING):
-                record = _record(info, info.name)
+            if not info.name.endswith(PENDING):
+                record = ops.record_of(info, info.name)
                 if record is not None:
                     found[info.name] = record
         with self._lock:
@@ -252,23 +249,23 @@ class IncidentObjects:
         with self._lock:
             if incident_id in self._unwritten:
                 return self._unwritten[incident_id]
-        info = self._call("read an incident", lambda store: _info(store, incident_id))
-        return _record(info, incident_id) if info is not None else None
+        info = self._call("read an incident", lambda store: ops.info_of(store, incident_id))
+        return ops.record_of(info, incident_id) if info is not None else None
 
     def snapshot_path(self, incident_id: str) -> Path | None:
         """A local file of the snapshot of the saved incident ``incident_id`` (fetched into the cache unless there);
         None if it has none (unknown, failed)."""
         if not valid_id(incident_id):
             return None
-        info = self._call("read an incident", lambda store: _info(store, incident_id))
-        record = _record(info, incident_id) if info is not None else None
+        info = self._call("read an incident", lambda store: ops.info_of(store, incident_id))
+        record = ops.record_of(info, incident_id) if info is not None else None
         if record is None or record.get("status") != "saved":
             return None
         path = self.directory / f"{incident_id}{_SNAPSHOT}"
         if path.exists():
             os.utime(path)  # (the most recently served is kept longest)
             return path
-        data = self._call("fetch an incident's snapshot", lambda store: _data(store, incident_id))
+        data = self._call("fetch an incident's snapshot", lambda store: ops.contents(store, incident_id))
         if data is None:  # (deleted meanwhile)
             return None
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -283,7 +280,7 @@ class IncidentObjects:
             return False
         with self._lock:
             kept_here = self._unwritten.pop(incident_id, None) is not None
-        existed = self._call("delete an incident", lambda store: _delete(store, incident_id))
+        existed = self._call("delete an incident", lambda store: ops.delete(store, incident_id))
         if self._cache is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self._cache / f"{incident_id}{_SNAPSHOT}").unlink()
@@ -294,10 +291,10 @@ class IncidentObjects:
     def _retain(self, keep: str) -> None:
         """Remove the oldest finished incidents of the bucket while more than ``max_count`` are kept or their
         snapshots hold more than ``max_bytes`` (never ``keep``). Under ``_lock``."""
-        infos = self._call("list incidents", _infos)
+        infos = self._call("list incidents", ops.infos)
         kept = []
         for info in infos:
-            record = None if info.name.endswith(_PENDING) else _record(info, info.name)
+            record = None if info.name.endswith(PENDING) else ops.record_of(info, info.name)
             if record is not None:
                 kept.append((_age(record), info.name, info.size or 0))
         kept.sort()
@@ -308,7 +305,7 @@ class IncidentObjects:
             if incident_id == keep:
                 continue
             count, total = count - 1, total - size
-            if self._call("remove an incident", partial(_delete, name=incident_id)):
+            if self._call("remove an incident", partial(ops.delete, name=incident_id)):
                 self.removed += 1
                 log.info(
                     "incident %s removed from %s: more than %d incidents or %d bytes are kept (--incidents-max-count, "
@@ -325,7 +322,7 @@ class IncidentObjects:
             incident_id, record = next(iter(self._unwritten.items()))
             try:
                 self._call(
-                    "record a failed incident", partial(_finish, incident_id=incident_id, data=b"", record=record)
+                    "record a failed incident", partial(ops.finish, incident_id=incident_id, data=b"", record=record)
                 )
             except IncidentStoreError:
                 return
@@ -371,7 +368,7 @@ class IncidentObjects:
                 f"{self.where} cannot {what}: no answer within {OPERATION_TIMEOUT_S:g} s"
             ) from None
         except Exception as exc:
-            raise IncidentStoreError(f"{self.where} cannot {what}: {_why(exc)}") from None
+            raise IncidentStoreError(f"{self.where} cannot {what}: {ops.why(exc)}") from None
 
     async def _bound(self) -> Any:
         """The bucket: made with the stream's replicas and storage, or bound if it is there already."""
@@ -398,79 +395,6 @@ class IncidentObjects:
         return self._store
 
 
-# -- one use of the bucket each (on the event loop) --------------------------------------------------------------------
-
-
-async def _put(store: Any, name: str, data: bytes, record: dict[str, Any]) -> None:
-    from nats.js.api import ObjectMeta
-
-    # (a header's values are a list, as NATS's other clients read them)
-    headers = {RECORD_HEADER: [json.dumps(record, separators=(",", ":"))]}
-    await store.put(name, data, meta=ObjectMeta(name=name, headers=headers))
-
-
-async def _finish(store: Any, incident_id: str, data: bytes, record: dict[str, Any]) -> None:
-    """The finished incident put whole, then its pending object dropped."""
-    await _put(store, incident_id, data, record)
-    await _delete(store, incident_id + _PENDING)
-
-
-async def _delete(store: Any, name: str) -> bool:
-    from nats.js.errors import NotFoundError
-
-    try:
-        await store.delete(name)
-    except NotFoundError:
-        return False
-    return True
-
-
-async def _info(store: Any, name: str) -> Any:
-    from nats.js.errors import NotFoundError
-
-    try:
-        return await store.get_info(name)
-    except NotFoundError:
-        return None
-
-
-async def _data(store: Any, name: str) -> bytes | None:
-    from nats.js.errors import NotFoundError
-
-    try:
-        result = await store.get(name)
-    except NotFoundError:
-        return None
-    return bytes(result.data)
-
-
-async def _infos(store: Any) -> list[Any]:
-    from nats.js.errors import NotFoundError
-
-    try:
-        infos = await store.list(ignore_deletes=True)
-    except NotFoundError:  # (an empty bucket)
-        return []
-    return [info for info in infos if not info.deleted and isinstance(info.name, str)]
-
-
-# -- records ---------------------------------------------------------------------------------------------------------
-
-
-def _record(info: Any, incident_id: str) -> dict[str, Any] | None:
-    """The record in an object's header; None (logged) if it has none that is one of ``incident_id``."""
-    value = (info.headers or {}).get(RECORD_HEADER)
-    text = value[0] if isinstance(value, list) and value else value
-    try:
-        record = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        record = None
-    if not isinstance(record, dict) or record.get("id") != incident_id:
-        log.debug("incident object %r skipped: no record of %r in its %s header", info.name, incident_id, RECORD_HEADER)
-        return None
-    return record
-
-
 def _id_of(record: dict[str, Any]) -> str:
     incident_id = record.get("id")
     if not isinstance(incident_id, str) or not valid_id(incident_id):
@@ -495,8 +419,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc) or getattr(exc, "description", "") or ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -143,3 +143,41 @@ def test_a_bucket_that_is_gone_counts_the_incident_failed_with_the_reason(nats_c
         if peer is not None:
             peer.close()
         a.stop()
+
+
+def test_the_buckets_leader_killed_while_an_incident_is_collected_leaves_it_saved_or_failed_never_silent(
+    nats_cluster: NatsCluster,
+) -> None:
+    a = _collector(nats_cluster)
+    b = _collector(nats_cluster)
+    peer = None
+    try:
+        peer = Peer(a, "through-an-election")
+        peer.send("ticks 20")
+        status, body = a.post("/incidents?reason=leader+killed&before=10s&after=2s")
+        assert status == 202, body
+        incident_id = json.loads(body)["id"]
+        victim = nats_cluster.stream_leader(f"OBJ_{BUCKET}")  # its replicas elect another
+        victim.kill()
+        done = wait_for(
+            lambda: stats(a), until=lambda counts: counts["saved"] + counts["failed"] == 1, timeout_s=60,
+            what="the incident saved or failed",
+        )  # fmt: skip
+        assert done["fired"] == 1
+        victim.start()
+        nats_cluster.wait_ready()
+        [record] = wait_for(
+            lambda: incidents(b) if done["saved"] else incidents(a), until=lambda found: len(found) == 1,
+            timeout_s=60, what="the incident listed",
+        )  # fmt: skip
+        assert record["id"] == incident_id
+        if done["saved"]:
+            events = incident_events(b, incident_id)
+            assert sorted(e["args"]["i"] for e in events if e["name"] == "tick") == list(range(20))
+        else:
+            assert record["status"] == "failed" and BUCKET in record["failure"], record
+    finally:
+        if peer is not None:
+            peer.close()
+        a.stop()
+        b.stop()

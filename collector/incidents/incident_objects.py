@@ -16,15 +16,16 @@ Listing reads the bucket's object infos (the last message of each), never the sn
 fetched into a local cache file (an id is written once: a cached one never goes stale, but is served only while the
 bucket still lists it), which is served as a local one is. The retention (count, bytes) is applied to the bucket by
 the collector that saves; a removal another made meanwhile is not counted twice. A pending incident is handed back
-at start (``pending``) only once its window ended ``STALEPENDING_S`` ago: until then its collector may be writing
+at start (``pending``) only once its window ended ``STALE_PENDING_S`` ago: until then its collector may be writing
 it.
 
 The methods block, as ``IncidentFiles``' do: callers run them on worker threads (on the event loop's own thread they
-are refused), and each runs its NATS calls on the event loop, ``OPERATION_TIMEOUT_S`` at most. A bucket that does not
-answer (the cluster gone, a stream leader killed and not yet replaced, the bucket deleted) raises
-``IncidentStoreError`` (an ``OSError``) naming the bucket and why: the engine counts the incident failed with that
-reason. A failed incident's record that the bucket did not take is kept by this collector (the newest
-``MAX_UNWRITTEN``), listed and served by it, and written to the bucket with the next incident saved.
+are refused), and each runs its NATS calls on the event loop, ``OPERATION_TIMEOUT_S`` at most (after one that had no
+answer, those of the next ``QUIET_S`` fail at once). A bucket that does not answer (the cluster gone, a stream leader
+killed and not yet replaced, the bucket deleted) raises ``IncidentStoreError`` (an ``OSError``) naming the bucket and
+why: the engine counts the incident failed with that reason. A failed incident's record that the bucket did not take
+is kept by this collector (the newest ``MAX_UNWRITTEN``), listed and served by it, and written to the bucket with the
+next incident saved.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ log = logging.getLogger("ringtrace.collector.incidents")
 #: How long one use of the bucket (a put, a listing, a fetch) may take before it is given up as unavailable.
 OPERATION_TIMEOUT_S: Final = 10.0
 #: How long after its window's end a pending incident is taken for one its collector will never finish.
-STALEPENDING_S: Final = 60.0
+STALE_PENDING_S: Final = 60.0
+#: After a use of the bucket had no answer, the uses of this long fail at once: worker threads (which the watch and
+#: the HTTP API share) do not each wait OPERATION_TIMEOUT_S for a cluster that is away.
+QUIET_S: Final = 5.0
 #: Failed incidents' records the bucket did not take, kept here at most.
 MAX_UNWRITTEN: Final = 100
 #: Snapshots kept in the local cache at most (each fetched again when asked for after it left).
@@ -125,14 +129,17 @@ class IncidentObjects:
         self._unwritten: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._cache: Path | None = None
         self._issued: set[str] = set()
+        #: Until when (monotonic s) uses fail at once, and why: after one that had no answer.
+        self._silent: tuple[float, str] | None = None
         self._ids = threading.Lock()  # (the event loop takes it: never held across a use of the bucket)
 
     @property
     def directory(self) -> Path:
         """The local cache of fetched snapshots (made when the first is fetched)."""
-        if self._cache is None:
-            self._cache = Path(tempfile.mkdtemp(prefix="ringtrace-incident-cache-"))
-        return self._cache
+        with self._ids:  # (two worker threads make one)
+            if self._cache is None:
+                self._cache = Path(tempfile.mkdtemp(prefix="ringtrace-incident-cache-"))
+            return self._cache
 
     async def open(self) -> None:
         """Make the bucket (or bind the one there) on the running loop, which every later use goes through. A bucket
@@ -145,9 +152,10 @@ class IncidentObjects:
 
     def close(self) -> None:
         """Remove the local cache of snapshots."""
-        if self._cache is not None:
-            shutil.rmtree(self._cache, ignore_errors=True)
-            self._cache = None
+        with self._ids:
+            if self._cache is not None:
+                shutil.rmtree(self._cache, ignore_errors=True)
+                self._cache = None
 
     # -- IncidentFiles' methods ----------------------------------------------------------------------------------------
 
@@ -209,11 +217,11 @@ class IncidentObjects:
         return finished
 
     def pending(self) -> list[dict[str, Any]]:
-        """The pending records whose window ended ``STALEPENDING_S`` ago or more (left by a collector that stopped),
+        """The pending records whose window ended ``STALE_PENDING_S`` ago or more (left by a collector that stopped),
         oldest first; one that has a finished object too is dropped, not returned."""
         infos = self._call("list incidents", ops.infos)
         finished = {info.name for info in infos if not info.name.endswith(PENDING)}
-        stale_ns = time.time_ns() - int(STALEPENDING_S * 1e9)
+        stale_ns = time.time_ns() - int(STALE_PENDING_S * 1e9)
         found = []
         for info in infos:
             if not info.name.endswith(PENDING):
@@ -348,27 +356,33 @@ class IncidentObjects:
             raise IncidentStoreError(f"{self.where} cannot {what}: the collector is not connected to JetStream yet")
         if _running_loop() is loop:
             raise RuntimeError("IncidentObjects' methods block: call them on a worker thread, not the event loop")
+        silent = self._silent
+        if silent is not None and time.monotonic() < silent[0]:  # (no worker thread waits again so soon)
+            raise IncidentStoreError(f"{self.where} cannot {what}: {silent[1]} (a use less than {QUIET_S:g} s ago)")
         future = asyncio.run_coroutine_threadsafe(self._use(what, use), loop)
         try:
             return future.result(OPERATION_TIMEOUT_S + 5)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise IncidentStoreError(
-                f"{self.where} cannot {what}: no answer within {OPERATION_TIMEOUT_S:g} s"
-            ) from None
+            raise IncidentStoreError(self._timed_out(what)) from None
 
     async def _use(self, what: str, use: Callable[[Any], Awaitable[_T]]) -> _T:
         try:
             async with asyncio.timeout(OPERATION_TIMEOUT_S):
-                return await use(await self._bound())
+                result = await use(await self._bound())
         except IncidentStoreError:
             raise
         except TimeoutError:
-            raise IncidentStoreError(
-                f"{self.where} cannot {what}: no answer within {OPERATION_TIMEOUT_S:g} s"
-            ) from None
+            raise IncidentStoreError(self._timed_out(what)) from None
         except Exception as exc:
             raise IncidentStoreError(f"{self.where} cannot {what}: {ops.why(exc)}") from None
+        self._silent = None
+        return result
+
+    def _timed_out(self, what: str) -> str:
+        """Why a use that had no answer failed; the uses of the next QUIET_S fail at once, saying so."""
+        self._silent = (time.monotonic() + QUIET_S, f"no answer within {OPERATION_TIMEOUT_S:g} s")
+        return f"{self.where} cannot {what}: no answer within {OPERATION_TIMEOUT_S:g} s"
 
     async def _bound(self) -> Any:
         """The bucket: made with the stream's replicas and storage, or bound if it is there already."""

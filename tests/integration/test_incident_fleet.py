@@ -45,6 +45,13 @@ def _delete(collector: CollectorProcess, path: str) -> tuple[int, bytes]:
             return exc.code, exc.read()
 
 
+def listed(collector: CollectorProcess) -> list[dict[str, object]]:
+    """The incidents ``collector`` lists; none while the bucket does not answer (a 503 saying why)."""
+    status, body = collector.get("/incidents")
+    assert status in (200, 503), body
+    return list(json.loads(body)["incidents"]) if status == 200 else []
+
+
 def _collector(cluster: NatsCluster, *args: str) -> CollectorProcess:
     collector = CollectorProcess("--jetstream", cluster.urls, *args)
     try:
@@ -58,19 +65,20 @@ def _collector(cluster: NatsCluster, *args: str) -> CollectorProcess:
 def test_an_incident_fired_on_one_collector_is_listed_fetched_and_deleted_on_another(
     nats_cluster: NatsCluster,
 ) -> None:
-    trigger = "slow: span=checkout, min_duration=200ms, before=10s, after=1s"
-    a = _collector(nats_cluster, "--trigger", trigger)
+    a = _collector(nats_cluster)
     b = _collector(nats_cluster)
     peer = None
     try:
         peer = Peer(a, "on-the-stream")
         peer.send("ticks 30")
-        peer.send("slow checkout 250")
-        peer.send("ticks 10")
+        peer.send("slow checkout 50")
+        status, body = a.post("/incidents?reason=checkout+went+wrong&before=10s&after=1s")
+        assert status == 202, body
         [record] = wait_for_incidents(b, 1)
-        assert record["rule"] == "slow" and record["processes"][0]["pid"] == peer.pid
+        assert record["id"] == json.loads(body)["id"] and record["reason"] == "checkout went wrong"
+        assert [p["pid"] for p in record["processes"]] == [peer.pid]
         events = incident_events(b, record["id"])
-        assert sorted(e["args"]["i"] for e in events if e["name"] == "tick") == list(range(40))
+        assert sorted(e["args"]["i"] for e in events if e["name"] == "tick") == list(range(30))
         assert [e["name"] for e in events if e["ph"] == "X"] == ["checkout"]
         status, native = b.get(f"/incidents/{record['id']}?format=native")
         assert status == 200 and len(native) == record["bytes"]
@@ -99,7 +107,7 @@ def test_the_retention_holds_the_bucket_to_its_count_for_every_collector(nats_cl
         for k in range(3):
             peer.send("ticks 5")
             status, body = a.post(f"/incidents?reason=by+hand+{k}&before=5s&after=0s")
-            assert status == 202, body
+            assert status == 202, (k, body, "\n".join(a.lines))
             ids.append(json.loads(body)["id"])
             wait_for_incidents(a, k + 1 if k < 2 else 2)
         wait_for(lambda: stats(a)["removed"], until=lambda removed: removed == 1, timeout_s=30, what="one removed")
@@ -167,15 +175,16 @@ def test_the_buckets_leader_killed_while_an_incident_is_collected_leaves_it_save
         victim.start()
         nats_cluster.wait_ready()
         [record] = wait_for(
-            lambda: incidents(b) if done["saved"] else incidents(a), until=lambda found: len(found) == 1,
-            timeout_s=60, what="the incident listed",
+            lambda: listed(b if done["saved"] else a), until=lambda found: len(found) == 1, timeout_s=60,
+            what="the incident listed",
         )  # fmt: skip
         assert record["id"] == incident_id
         if done["saved"]:
             events = incident_events(b, incident_id)
             assert sorted(e["args"]["i"] for e in events if e["name"] == "tick") == list(range(20))
         else:
-            assert record["status"] == "failed" and BUCKET in record["failure"], record
+            # (the bucket's, or the stream's when the window was read: the server may have led both)
+            assert record["status"] == "failed" and record["failure"], record
     finally:
         if peer is not None:
             peer.close()

@@ -41,6 +41,9 @@ def incident_files(config: CollectorConfig, jetstream: Callable[[], Any] | None 
         ConfigError: the directory cannot be made.
     """
     if config.jetstream and jetstream is not None:
+        if config.incidents_dir is not None:
+            log.warning("--incidents-dir %s is not used with --jetstream: incidents are kept in the fleet's bucket",
+                        config.incidents_dir)  # fmt: skip
         return IncidentObjects(
             bucket_name(config.jetstream_stream),
             jetstream,

@@ -216,6 +216,18 @@ class IncidentObjects:
             self._retain(keep=incident_id)
         return finished
 
+    def amend(self, incident_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """Rewrite the finished record of ``incident_id`` with ``fields`` (its object's header only); None if there
+        is none."""
+        if not valid_id(incident_id):
+            return None
+        with self._lock:
+            kept = self._unwritten.get(incident_id)
+            if kept is not None:
+                self._unwritten[incident_id] = {**kept, **fields}
+                return self._unwritten[incident_id]
+        return self._call("amend an incident", partial(ops.amend, incident_id=incident_id, fields=fields))
+
     def pending(self) -> list[dict[str, Any]]:
         """The pending records whose window ended ``STALE_PENDING_S`` ago or more (left by a collector that stopped),
         oldest first; one that has a finished object too is dropped, not returned."""

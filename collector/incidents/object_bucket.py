@@ -8,7 +8,19 @@ import json
 import logging
 from typing import Any, Final
 
-__all__ = ["PENDING", "RECORD_HEADER", "contents", "delete", "finish", "info_of", "infos", "put", "record_of", "why"]
+__all__ = [
+    "PENDING",
+    "RECORD_HEADER",
+    "amend",
+    "contents",
+    "delete",
+    "finish",
+    "info_of",
+    "infos",
+    "put",
+    "record_of",
+    "why",
+]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -30,6 +42,21 @@ async def finish(store: Any, incident_id: str, data: bytes, record: dict[str, An
     """The finished incident put whole, then its pending object dropped."""
     await put(store, incident_id, data, record)
     await delete(store, incident_id + PENDING)
+
+
+async def amend(store: Any, incident_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of ``incident_id`` rewritten with ``fields`` in its object's header (its snapshot stays as it is);
+    None if there is none."""
+    from nats.js.api import ObjectMeta
+
+    found = await info_of(store, incident_id)
+    record = record_of(found, incident_id) if found is not None else None
+    if record is None:
+        return None
+    amended = {**record, **fields}
+    headers = {RECORD_HEADER: [json.dumps(amended, separators=(",", ":"))]}
+    await store.update_meta(incident_id, ObjectMeta(name=incident_id, description=found.description, headers=headers))
+    return amended
 
 
 async def delete(store: Any, name: str) -> bool:

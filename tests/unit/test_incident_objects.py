@@ -46,11 +46,15 @@ class Bucket:
         if name not in self.objects:
             raise ObjectNotFoundError
         data, headers = self.objects[name]
-        return SimpleNamespace(name=name, size=len(data), headers=headers, deleted=False)
+        return SimpleNamespace(name=name, size=len(data), headers=headers, deleted=False, description=None)
 
     async def get(self, name: str) -> Any:
         await self.get_info(name)
         return SimpleNamespace(data=self.objects[name][0])
+
+    async def update_meta(self, name: str, meta: Any) -> None:
+        await self.get_info(name)
+        self.objects[name] = (self.objects[name][0], meta.headers)
 
     async def delete(self, name: str) -> None:
         await self.get_info(name)
@@ -117,7 +121,11 @@ def test_a_saved_incident_is_one_object_its_record_in_a_header_served_from_a_loc
     assert objects.records() == [written] and objects.record(record["id"]) == written
     path = objects.snapshot_path(record["id"])
     assert path is not None and path.read_bytes() == b"native snapshot"
+    amended = objects.amend(record["id"], {"webhook": {"url": "http://x", "status": "delivered", "attempts": 1}})
+    assert amended is not None and objects.record(record["id"]) == amended and amended["bytes"] == 15
+    assert objects.snapshot_path(record["id"]) == path and path.read_bytes() == b"native snapshot"
     assert objects.delete(record["id"]) and not path.exists()
+    assert objects.amend(record["id"], {"webhook": {}}) is None
     assert objects.records() == [] and objects.snapshot_path(record["id"]) is None
     assert not objects.delete(record["id"])
     objects.close()

@@ -48,6 +48,7 @@ BENCHMARKS = {
     "rule_match": ("bench_rule_match.py", 300),
     "incidents": ("bench_incidents.py", 900),
     "search": ("bench_search.py", 1500),
+    "incident_objects": ("bench_incident_objects.py", 300),
     "web_view": ("bench_web_view.py", 900),
     "flame_graph": ("bench_flame_graph.py", 300),
     "call_packing": ("bench_call_packing.py", 300),

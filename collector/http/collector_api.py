@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
-from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rules import Scope
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.pairing import Pairing
@@ -45,7 +45,7 @@ class CollectorAPI(Protocol):
     def readers(self) -> Executor: ...
 
     @property
-    def incident_files(self) -> IncidentFiles: ...
+    def incident_files(self) -> IncidentStore: ...
 
     @property
     def pop_left_open(self) -> Pairing: ...

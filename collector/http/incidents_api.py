@@ -2,9 +2,11 @@
 ``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns, filtered as a
 snapshot is; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
 
-Incidents are files (``incidents/incident_files.py``): they are listed, read and deleted on worker threads, and a
-snapshot file is read back as ``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is
-(a snapshot slot, a worker thread, gzip if accepted). Errors are JSON (``{"error": ...}``) naming the parameter or
+Incidents are files (``incidents/incident_files.py``), or with ``--jetstream`` objects of the fleet's bucket
+(``incidents/incident_objects.py``, fetched into a local file to be served): they are listed, read and deleted on
+worker threads (a bucket that does not answer is a 503 saying why), and a snapshot file is read back as
+``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is (a snapshot slot, a worker
+thread, gzip if accepted). Errors are JSON (``{"error": ...}``) naming the parameter or
 the id.
 """
 
@@ -15,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from aiohttp import web
@@ -46,10 +48,20 @@ def _parsed(parse: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         raise _error(web.HTTPBadRequest, str(exc)) from None
 
 
+async def _stored(use: Callable[..., _T], *args: Any) -> _T:
+    """``use(*args)``, a method of the incidents' store, on a worker thread; a store that does not answer (the
+    fleet's object store, unavailable) is a 503 saying why."""
+    try:
+        return await asyncio.to_thread(use, *args)
+    except OSError as exc:
+        log.warning("incidents: %s", exc)
+        raise _error(web.HTTPServiceUnavailable, f"the incidents cannot be read now: {exc}") from None
+
+
 async def incidents(request: web.Request) -> web.Response:
     """The finished incidents' records that the query selects, newest first: ``{"incidents": [...]}``."""
     query = _parsed(parse_incidents_query, request.query.items(), time.time_ns())
-    records = await asyncio.to_thread(request.app[COLLECTOR].incident_files.records)
+    records = await _stored(request.app[COLLECTOR].incident_files.records)
     document = {"incidents": query.select(records)}
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
@@ -88,10 +100,11 @@ async def incident_head(request: web.Request) -> web.Response:
 
 
 async def delete_incident(request: web.Request) -> web.Response:
-    """Remove a finished incident (its record and snapshot file): ``{"deleted": id}``."""
+    """Remove a finished incident (its record and snapshot file; with ``--jetstream``, for every collector):
+    ``{"deleted": id}``."""
     _parsed(check_no_params, request.query)
     incident_id = request.match_info["id"]
-    if not await asyncio.to_thread(request.app[COLLECTOR].incident_files.delete, incident_id):
+    if not await _stored(request.app[COLLECTOR].incident_files.delete, incident_id):
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     log.info("incident %s deleted (DELETE from %s)", incident_id, request.remote)
     return web.Response(body=orjson.dumps({"deleted": incident_id}), content_type="application/json")
@@ -100,10 +113,10 @@ async def delete_incident(request: web.Request) -> web.Response:
 async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
     """The incident's snapshot file; a 404 that says why there is none (unknown id, or not saved)."""
     files = request.app[COLLECTOR].incident_files
-    path = await asyncio.to_thread(files.snapshot_path, incident_id)
+    path = await _stored(files.snapshot_path, incident_id)
     if path is not None:
         return path
-    record = await asyncio.to_thread(files.record, incident_id)
+    record = await _stored(files.record, incident_id)
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     why = record.get("failure") or "no snapshot file"

@@ -28,7 +28,7 @@ from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import new_record, scope_processes
-from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
@@ -92,7 +92,7 @@ class Viewer(Protocol):
     def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
 
 
-async def _saved(files: IncidentFiles, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
+async def _saved(files: IncidentStore, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
     """``save_window`` on a worker thread; the view's segments let go of once it ends (not before, even if the caller
     is cancelled meanwhile: the worker goes on reading them)."""
     future = asyncio.get_running_loop().run_in_executor(None, save_window, files, view, record, keep)
@@ -125,7 +125,7 @@ class IncidentEngine:
 
     Args:
         store, registry, viewer: what is stored, the known processes, and pinned views over them.
-        files: the incidents on disk.
+        files: the saved incidents (a directory, or with ``--jetstream`` the fleet's object store).
         rules: the rules in force at start.
         capacity_bytes: ``--incident-capacity``: what segments kept for incidents may take beside the ring.
         make_watch: a watch over a rule set (None: stored events fire nothing).
@@ -142,7 +142,7 @@ class IncidentEngine:
         store: Store,
         registry: Registry,
         viewer: Viewer,
-        files: IncidentFiles,
+        files: IncidentStore,
         rules: RuleSet,
         capacity_bytes: int,
         *,
@@ -175,7 +175,12 @@ class IncidentEngine:
 
     async def start(self) -> None:
         """Settle the incidents a previous run left pending, then watch the rules (if any watch stored events)."""
-        for record in await asyncio.to_thread(self.files.pending):
+        try:
+            left = await asyncio.to_thread(self.files.pending)
+        except OSError as exc:  # (the object store does not answer: its pending incidents wait for another start)
+            log.warning("incidents: the pending incidents of %s cannot be read: %s", self.files.where, exc)
+            left = []
+        for record in left:
             await self._settle_pending(record)
         self._follow(self.rules)
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["ID_PATTERN", "IncidentFiles", "valid_id"]
+__all__ = ["ID_PATTERN", "IncidentFiles", "new_incident_id", "valid_id"]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -46,6 +46,15 @@ _SLUG_CHARS: Final = 40
 def valid_id(incident_id: str) -> bool:
     """Whether ``incident_id`` could name an incident (URL-safe characters only: never a path)."""
     return ID_PATTERN.fullmatch(incident_id) is not None
+
+
+def new_incident_id(rule: str, time_ns: int, random_hex: str) -> str:
+    """An incident id: the UTC time of ``time_ns`` (wall-clock) to the millisecond first, so ids sort by time, then
+    the rule's name made URL-safe, then ``random_hex``."""
+    when = datetime.datetime.fromtimestamp(time_ns // 10**9, datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    millis = time_ns // 10**6 % 1000
+    slug = re.sub(r"[^a-z0-9]+", "-", rule.lower()).strip("-")[:_SLUG_CHARS].strip("-") or "incident"
+    return f"{when}{millis:03d}Z-{slug}-{random_hex}"
 
 
 class IncidentFiles:
@@ -78,6 +87,8 @@ class IncidentFiles:
         self._lock = threading.Lock()
         self._reported: set[tuple[str, int]] = set()  # (file name, mtime ns) of bad files already logged
         self._issued: set[str] = set()  # ids given out, perhaps not written yet
+        #: What the log and ``/stats`` say incidents are kept in.
+        self.where = str(directory)
         if make_now:
             directory.mkdir(parents=True, exist_ok=True)
         self._drop_leftovers()
@@ -85,12 +96,9 @@ class IncidentFiles:
     def new_id(self, rule: str, time_ns: int) -> str:
         """A new id for an incident of ``rule`` at ``time_ns`` (wall-clock): its UTC time to the millisecond first,
         so ids sort by time, then the rule's name made URL-safe, then random digits; unused in the directory."""
-        when = datetime.datetime.fromtimestamp(time_ns // 10**9, datetime.UTC).strftime("%Y%m%dT%H%M%S")
-        millis = time_ns // 10**6 % 1000
-        slug = re.sub(r"[^a-z0-9]+", "-", rule.lower()).strip("-")[:_SLUG_CHARS].strip("-") or "incident"
         with self._lock:  # (two threads never take the same one before either writes it)
             while True:
-                incident_id = f"{when}{millis:03d}Z-{slug}-{secrets.token_hex(2)}"
+                incident_id = new_incident_id(rule, time_ns, secrets.token_hex(2))
                 if incident_id in self._issued:
                     continue
                 if not any(self._path(incident_id, suffix).exists() for suffix in (_RECORD, _PENDING, _SNAPSHOT)):
@@ -136,6 +144,20 @@ class IncidentFiles:
             _unlink(self._path(incident_id, _PENDING))
             self._retain(keep=incident_id)
         return finished
+
+    def amend(self, incident_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """Rewrite the finished record of ``incident_id`` with ``fields`` (learned after it was written, as its
+        webhook's outcome), whole or not at all. Returns it as written; None if there is none (removed meanwhile)."""
+        if not valid_id(incident_id):
+            return None
+        path = self._path(incident_id, _RECORD)
+        with self._lock:  # (not removed by a retention or a delete between the read and the write)
+            record = self._read(path, incident_id) if path.exists() else None
+            if record is None:
+                return None
+            amended = {**record, **fields}
+            self._write(path, _json(amended))
+        return amended
 
     def pending(self) -> list[dict[str, Any]]:
         """The pending records (fired, never finished: left by a collector that stopped before saving them), oldest

@@ -6,7 +6,8 @@
 - ``process_control.py``: selecting, prioritising, clearing and forgetting the known processes;
 - ``housekeeping.py``: the timers (forgetting, idle connections, rates, the loop-lag watch, interval syncs);
 - ``status.py``: what ``/healthz``, ``/stats`` and ``/metrics`` report;
-- ``incident_dir.py``: where saved incidents are kept (``IncidentFiles``), which the HTTP API lists and serves;
+- ``incident_dir.py``: where saved incidents are kept (``IncidentFiles``; ``IncidentObjects`` with ``--jetstream``),
+  which the HTTP API lists and serves;
 - where what is received is kept (``store/backend.py``): ``local_store.py``, in memory or a data dir (recovered at
   start, synced: ``data_dir.py``), or ``jetstream_tier.py``, a JetStream stream shared by a fleet of collectors.
 """
@@ -27,7 +28,7 @@ from ringtrace.collector.http.api import make_app
 from ringtrace.collector.http.guard import HttpGuard
 from ringtrace.collector.http.metrics import CollectorMetrics
 from ringtrace.collector.incidents.counts import IncidentCounts
-from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rules import Scope
 from ringtrace.collector.ingest.connection import IngestProtocol
 from ringtrace.collector.ingest.traffic import Traffic
@@ -41,7 +42,7 @@ from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail
 from ringtrace.collector.service.config import CollectorConfig
 from ringtrace.collector.service.housekeeping import Housekeeping
-from ringtrace.collector.service.incident_dir import incident_files, log_incidents
+from ringtrace.collector.service.incident_dir import close_incidents, incident_files, open_incidents
 from ringtrace.collector.service.incidents_setup import IncidentsSetup
 from ringtrace.collector.service.jetstream_tier import JetStreamTier
 from ringtrace.collector.service.local_store import LocalStore
@@ -145,7 +146,9 @@ class Collector:
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()
         #: Saved incidents (``--incidents-dir``), and what the incidents did since start (the engine counts).
-        self.incident_files: IncidentFiles = incident_files(config)
+        tier = self.backend if isinstance(self.backend, JetStreamTier) else None
+        jetstream = (lambda: tier.jetstream) if tier is not None else None  # (with --jetstream: the fleet's bucket)
+        self.incident_files: IncidentStore = incident_files(config, jetstream)
         self.incident_counts = IncidentCounts()
         self._compose(config)
 
@@ -225,7 +228,7 @@ class Collector:
             if config.otlp_grpc is not None:
                 await self.servers.open_otlp_grpc(self.otlp, self.auth)
         self.backend.log_setup(self.limits)
-        log_incidents(self.incident_files)
+        await open_incidents(self.incident_files)
         await self.incidents.start(fleet=config.jetstream is not None)
         self.housekeeping.start(self.loop_lag.run, *self.backend.timers())
 
@@ -253,6 +256,7 @@ class Collector:
         await self.servers.close_http()
         self.readers.shutdown(wait=True, cancel_futures=True)  # (a step runs 50 ms at most)
         await self.backend.close()
+        close_incidents(self.incident_files)
 
     # What the HTTP API (``CollectorAPI``), the metrics (``MetricsState``) and callers use.
 
@@ -354,7 +358,7 @@ class Collector:
             stats["ingest_address"] = host_port(self.tcp_address)
         incidents = self.incident_totals()
         stats["incidents"] = {
-            "directory": str(self.incident_files.directory),
+            "directory": self.incident_files.where,
             **{name: sum(getattr(incidents, name).values()) for name in ("fired", "saved", "suppressed", "failed")},
             "removed": incidents.removed,
         }

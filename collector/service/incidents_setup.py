@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.engine import IncidentEngine, Viewer, Watch
-from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rule_file import load_rules
 from ringtrace.collector.incidents.rules import RuleSet
 from ringtrace.collector.read.frame_walk import SnapshotView
@@ -56,7 +56,7 @@ class IncidentsSetup:
         store: Store,
         registry: Registry,
         viewer: Viewer,
-        files: IncidentFiles,
+        files: IncidentStore,
         counts: IncidentCounts,
         stored_limits: Limits,
         read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
@@ -97,10 +97,8 @@ class IncidentsSetup:
                 config.effective_incident_capacity_bytes,
             )
         if fleet:
-            log.info(
-                "incidents: with --jetstream, saved to this collector's %s (the fleet's object store is not used yet)",
-                engine.files.directory,
-            )
+            log.info("incidents: with --jetstream, saved to %s: every collector on the stream lists and serves them",
+                     engine.files.where)  # fmt: skip
         await engine.start()
 
     async def stop(self) -> None:

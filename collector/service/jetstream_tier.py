@@ -150,6 +150,11 @@ class JetStreamTier:
         self._tails: dict[int, FleetTail] = {}
         self._tail_closes: set[asyncio.Task[None]] = set()
 
+    @property
+    def jetstream(self) -> Any:
+        """The JetStream context of the connection (None until ``start``): the incidents' bucket uses it too."""
+        return self._js
+
     def ingest_limits(self, limits: Limits) -> Limits:
         """A segment, its frame and its session frames are one message: frames up to JETSTREAM_MAX_FRAME_BYTES."""
         return dataclasses.replace(limits, max_frame_bytes=min(limits.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES))

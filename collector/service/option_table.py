@@ -187,7 +187,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "incidents_dir",
         "keep saved incidents (a record and a snapshot file each) in DIR (created if missing), with --data-dir too "
-        "(instead of DATA_DIR/incidents)",
+        "(instead of DATA_DIR/incidents); not with --jetstream (the fleet's object store keeps them)",
         None,
         flag="--incidents-dir",
         metavar="DIR",

@@ -4,13 +4,14 @@ window captured and written whole, every outcome counted.
 Theory of operation
 -------------------
 With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
-thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection that ended without
-GOODBYE: ``crashed``) and ``POST /incidents`` (``fire_by_hand``) make firings of their own. A firing within its rule's
-``max_per_minute`` (a sliding minute) and the bound on captures under way (``max_captures``) becomes an incident: its
-window pinned at once (``capture.py``), its pending record written, and, once ``after`` has run and the connected
-clients have flushed, its snapshot file and record written on a worker thread (``saving.py``); then its pins go, a
-line is logged and its rule's webhook is told. A firing past either bound is counted suppressed (per rule; ``busy``
-counts the captures bound's share). Without rules there is no task and no store hook: the collector pays nothing.
+thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection ended without the
+GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
+(``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding minute) and the
+bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
+pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
+record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
+A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share). Without rules
+there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -27,7 +28,7 @@ from typing import Any, Final, Protocol
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.firing_record import new_record, scope_processes
+from ringtrace.collector.incidents.firing_record import crash_firing, new_record, scope_processes
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
@@ -42,6 +43,7 @@ from ringtrace.wire.errors import ConfigError
 
 __all__ = [
     "BY_HAND",
+    "CRASH_GRACE_S",
     "MAX_CAPTURES",
     "WATCH_INTERVAL_S",
     "CapturesBusy",
@@ -63,6 +65,9 @@ BY_HAND: Final = "by hand"
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
 #: listed within a second of it; the record says how many answered).
 FLUSH_TIMEOUT_S: Final = 0.25
+#: How long a process whose connection ended without GOODBYE has to reconnect before its crash rules fire: a client
+#: recovering from an error reconnects within its first backoff (0.1 s), and a network blip is as short.
+CRASH_GRACE_S: Final = 1.0
 #: How long a stopping collector gives the captures under way to write what they hold.
 STOP_SAVE_TIMEOUT_S: Final = 5.0
 
@@ -273,13 +278,19 @@ class IncidentEngine:
                 future.add_done_callback(lambda _: frames.close())
 
     def crashed(self, process: ProcessRecord) -> None:
-        """A connection of ``process`` ended without GOODBYE: the crash rules fire."""
-        now = time.time_ns()
+        """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
+        time of the disconnect, unless the process reconnects within ``CRASH_GRACE_S``."""
+        if any(isinstance(rule.condition, CrashCondition) for rule in self.rules.rules):
+            when = (time.time_ns(), process.disconnected_at)
+            asyncio.get_running_loop().call_later(CRASH_GRACE_S, self._crash_settled, process, *when)
+
+    def _crash_settled(self, process: ProcessRecord, disconnect_ns: int, disconnected_at: float) -> None:
+        """A crash's grace ran out: it fires unless ``process`` connected since (a later disconnect has its own)."""
+        if self._stopping.is_set() or process.live_connections or process.disconnected_at != disconnected_at:
+            return  # (it reconnected: not a crash)
         for rule in self.rules.rules:
             if isinstance(rule.condition, CrashCondition):
-                reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
-                event = {"kind": "crash", "name": process.name, "ts_ns": now, "dur_ns": 0, "args": {}}
-                self.fire(Firing(rule.name, process.uid, now, now, reason, event), rule)
+                self.fire(crash_firing(rule, process, disconnect_ns), rule)
 
     async def fire_by_hand(
         self,

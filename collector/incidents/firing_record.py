@@ -11,9 +11,9 @@ from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import Rule, Scope
 from ringtrace.collector.incidents.saving import process_facts
 from ringtrace.collector.read.frame_walk import ProcessView
-from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.processes import ProcessRecord, Registry
 
-__all__ = ["new_record", "scope_processes"]
+__all__ = ["crash_firing", "new_record", "scope_processes"]
 
 
 def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
@@ -28,6 +28,13 @@ def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[in
     else:
         chosen = list(by_uid.values())
     return {p.uid: p.clock_offset_ns for p in chosen}
+
+
+def crash_firing(rule: Rule, process: ProcessRecord, disconnect_ns: int) -> Firing:
+    """The firing of a crash rule for ``process``, whose connection ended without GOODBYE at ``disconnect_ns``."""
+    reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
+    event = {"kind": "crash", "name": process.name, "ts_ns": disconnect_ns, "dur_ns": 0, "args": {}}
+    return Firing(rule.name, process.uid, disconnect_ns, disconnect_ns, reason, event)
 
 
 def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
@@ -40,6 +40,9 @@ from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ringtrace.collector.incidents.webhook import WebhookOutcome  # (aiohttp: loaded with the first webhook)
 
 __all__ = [
     "BY_HAND",
@@ -110,6 +113,23 @@ async def _saved(files: IncidentFiles, view: SnapshotView, record: dict[str, Any
             future.add_done_callback(lambda _: view.frames.close())
 
 
+async def _tell(
+    files: IncidentFiles,
+    notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
+    url: str,
+    written: dict[str, Any],
+) -> None:
+    """Tell ``url`` of the saved incident ``written``; its outcome is logged and written into the record."""
+    outcome = await notify(url, written)
+    log.log(logging.INFO if outcome.delivered else logging.WARNING,
+            "incident %s: webhook %s: %s", written["id"], url, outcome.status)  # fmt: skip
+    told = {"webhook": {"url": url, "status": outcome.status, "attempts": outcome.attempts}}
+    try:
+        await asyncio.to_thread(files.amend, written["id"], told)
+    except OSError as exc:  # (the incident stays saved: only what its webhook answered is not in its record)
+        log.warning("incident %s: its webhook's outcome not written into its record: %s", written["id"], exc)
+
+
 class _Held:
     """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
 
@@ -135,7 +155,7 @@ class IncidentEngine:
         capacity_bytes: ``--incident-capacity``: what segments kept for incidents may take beside the ring.
         make_watch: a watch over a rule set (None: stored events fire nothing).
         load_rules: reads the rules again (``reload``; None: nothing to reload).
-        notify: tells a rule's webhook of an incident's record; returns what happened.
+        notify: tells a rule's webhook of an incident's record; returns what happened (written into the record).
         counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
         read_window: with ``--jetstream``, reads a window from the stream (after a flush round trip), instead of
             the segments pinned in the local ring, which are published and leave.
@@ -153,7 +173,7 @@ class IncidentEngine:
         *,
         make_watch: Callable[[RuleSet], Watch] | None = None,
         load_rules: Callable[[], RuleSet] | None = None,
-        notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
+        notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]] | None = None,
         counts: IncidentCounts | None = None,
         read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
         max_captures: int = MAX_CAPTURES,
@@ -403,10 +423,8 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:  # (what it answered is logged: the record on disk is written)
-            status = await self._notify(rule.url, written)
-            log.log(logging.INFO if status == "delivered" else logging.WARNING,
-                    "incident %s: webhook %s: %s", written["id"], rule.url, status)  # fmt: skip
+        if rule.url and self._notify is not None:
+            await _tell(self.files, self._notify, rule.url, written)
 
     async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
         """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with

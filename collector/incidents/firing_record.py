@@ -56,5 +56,5 @@ def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule)
         },
         "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
         "lost": capture.lost,
-        "webhook": {"url": rule.url, "status": None} if rule.url else None,
+        "webhook": {"url": rule.url, "status": None, "attempts": 0} if rule.url else None,
     }

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.firing_record import crash_firing, new_record, scope_processes
+from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
@@ -450,10 +450,11 @@ class IncidentEngine:
 
     async def _settle_pending(self, record: dict[str, Any]) -> None:
         """An incident a previous run fired but did not write (killed meanwhile): written from what the store
-        recovered of its window (a data dir), else failed, saying why."""
+        recovered of its window (a data dir), a ``trace`` scope narrowed as at any save, else failed, saying why."""
         window = record.get("window") or {}
         facts = {(p.get("pid"), p.get("name"), p.get("host")) for p in record.get("processes") or []}
-        owners = {p.uid: p.clock_offset_ns for p in self._registry.by_uid.values() if (p.pid, p.name, p.host) in facts}
+        by_facts = {(p.pid, p.name, p.host): p.uid for p in self._registry.by_uid.values()}
+        owners = {uid: self._registry.by_uid[uid].clock_offset_ns for key, uid in by_facts.items() if key in facts}
         if not owners or "since_ns" not in window or "until_ns" not in window:
             await self._failed(record, "the collector stopped before it was saved, and kept nothing of its window")
             return
@@ -467,7 +468,8 @@ class IncidentEngine:
             return
         view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
         record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
-        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners))
+        trace_id, trigger_owner = pending_trace(record, owners, by_facts)
+        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
         rule = str(record.get("rule", ""))
         try:
             written = await _saved(self.files, view, record, keep)

@@ -4,6 +4,7 @@ clock offset), and the record's fields (``incident_files.py`` names them; saving
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ringtrace.collector.incidents.capture import Capture
@@ -13,7 +14,7 @@ from ringtrace.collector.incidents.saving import process_facts
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 
-__all__ = ["crash_firing", "new_record", "scope_processes"]
+__all__ = ["crash_firing", "new_record", "pending_trace", "scope_processes"]
 
 
 def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
@@ -58,3 +59,16 @@ def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule)
         "lost": capture.lost,
         "webhook": {"url": rule.url, "status": None, "attempts": 0} if rule.url else None,
     }
+
+
+def pending_trace(
+    record: dict[str, Any], owners: Mapping[int, int], by_facts: Mapping[tuple[Any, Any, Any], int]
+) -> tuple[str | None, int | None]:
+    """A pending record's trace, if its scope is ``trace``, and its trigger's process among ``owners`` (known by
+    pid, name and host), which its save keeps even when the trace names none."""
+    trace_id = record.get("trace_id")
+    if record.get("scope") != "trace" or not isinstance(trace_id, str):
+        return None, None
+    trigger = (record.get("trigger") or {}).get("process") or {}
+    uid = by_facts.get((trigger.get("pid"), trigger.get("name"), trigger.get("host")))
+    return trace_id, uid if uid in owners else None

@@ -4,13 +4,14 @@ window captured and written whole, every outcome counted.
 Theory of operation
 -------------------
 With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
-thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection that ended without
-GOODBYE: ``crashed``) and ``POST /incidents`` (``fire_by_hand``) make firings of their own. A firing within its rule's
-``max_per_minute`` (a sliding minute) and the bound on captures under way (``max_captures``) becomes an incident: its
-window pinned at once (``capture.py``), its pending record written, and, once ``after`` has run and the connected
-clients have flushed, its snapshot file and record written on a worker thread (``saving.py``); then its pins go, a
-line is logged and its rule's webhook is told. A firing past either bound is counted suppressed (per rule; ``busy``
-counts the captures bound's share). Without rules there is no task and no store hook: the collector pays nothing.
+thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection ended without the
+GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
+(``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding minute) and the
+bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
+pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
+record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
+A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share). Without rules
+there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -22,12 +23,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.firing_record import new_record, scope_processes
+from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
 from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
@@ -40,8 +41,12 @@ from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
+if TYPE_CHECKING:
+    from ringtrace.collector.incidents.webhook import WebhookOutcome  # (aiohttp: loaded with the first webhook)
+
 __all__ = [
     "BY_HAND",
+    "CRASH_GRACE_S",
     "MAX_CAPTURES",
     "WATCH_INTERVAL_S",
     "CapturesBusy",
@@ -63,6 +68,9 @@ BY_HAND: Final = "by hand"
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
 #: listed within a second of it; the record says how many answered).
 FLUSH_TIMEOUT_S: Final = 0.25
+#: How long a process whose connection ended without GOODBYE has to reconnect before its crash rules fire: a client
+#: recovering from an error reconnects within its first backoff (0.1 s), and a network blip is as short.
+CRASH_GRACE_S: Final = 1.0
 #: How long a stopping collector gives the captures under way to write what they hold.
 STOP_SAVE_TIMEOUT_S: Final = 5.0
 
@@ -105,6 +113,23 @@ async def _saved(files: IncidentStore, view: SnapshotView, record: dict[str, Any
             future.add_done_callback(lambda _: view.frames.close())
 
 
+async def _tell(
+    files: IncidentFiles,
+    notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
+    url: str,
+    written: dict[str, Any],
+) -> None:
+    """Tell ``url`` of the saved incident ``written``; its outcome is logged and written into the record."""
+    outcome = await notify(url, written)
+    log.log(logging.INFO if outcome.delivered else logging.WARNING,
+            "incident %s: webhook %s: %s", written["id"], url, outcome.status)  # fmt: skip
+    told = {"webhook": {"url": url, "status": outcome.status, "attempts": outcome.attempts}}
+    try:
+        await asyncio.to_thread(files.amend, written["id"], told)
+    except OSError as exc:  # (the incident stays saved: only what its webhook answered is not in its record)
+        log.warning("incident %s: its webhook's outcome not written into its record: %s", written["id"], exc)
+
+
 class _Held:
     """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
 
@@ -130,7 +155,7 @@ class IncidentEngine:
         capacity_bytes: ``--incident-capacity``: what segments kept for incidents may take beside the ring.
         make_watch: a watch over a rule set (None: stored events fire nothing).
         load_rules: reads the rules again (``reload``; None: nothing to reload).
-        notify: tells a rule's webhook of an incident's record; returns what happened.
+        notify: tells a rule's webhook of an incident's record; returns what happened (written into the record).
         counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
         read_window: with ``--jetstream``, reads a window from the stream (after a flush round trip), instead of
             the segments pinned in the local ring, which are published and leave.
@@ -148,7 +173,7 @@ class IncidentEngine:
         *,
         make_watch: Callable[[RuleSet], Watch] | None = None,
         load_rules: Callable[[], RuleSet] | None = None,
-        notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
+        notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]] | None = None,
         counts: IncidentCounts | None = None,
         read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
         max_captures: int = MAX_CAPTURES,
@@ -278,13 +303,19 @@ class IncidentEngine:
                 future.add_done_callback(lambda _: frames.close())
 
     def crashed(self, process: ProcessRecord) -> None:
-        """A connection of ``process`` ended without GOODBYE: the crash rules fire."""
-        now = time.time_ns()
+        """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
+        time of the disconnect, unless the process reconnects within ``CRASH_GRACE_S``."""
+        if any(isinstance(rule.condition, CrashCondition) for rule in self.rules.rules):
+            when = (time.time_ns(), process.disconnected_at)
+            asyncio.get_running_loop().call_later(CRASH_GRACE_S, self._crash_settled, process, *when)
+
+    def _crash_settled(self, process: ProcessRecord, disconnect_ns: int, disconnected_at: float) -> None:
+        """A crash's grace ran out: it fires unless ``process`` connected since (a later disconnect has its own)."""
+        if self._stopping.is_set() or process.live_connections or process.disconnected_at != disconnected_at:
+            return  # (it reconnected: not a crash)
         for rule in self.rules.rules:
             if isinstance(rule.condition, CrashCondition):
-                reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
-                event = {"kind": "crash", "name": process.name, "ts_ns": now, "dur_ns": 0, "args": {}}
-                self.fire(Firing(rule.name, process.uid, now, now, reason, event), rule)
+                self.fire(crash_firing(rule, process, disconnect_ns), rule)
 
     async def fire_by_hand(
         self,
@@ -397,10 +428,8 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:  # (what it answered is logged: the record on disk is written)
-            status = await self._notify(rule.url, written)
-            log.log(logging.INFO if status == "delivered" else logging.WARNING,
-                    "incident %s: webhook %s: %s", written["id"], rule.url, status)  # fmt: skip
+        if rule.url and self._notify is not None:
+            await _tell(self.files, self._notify, rule.url, written)
 
     async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
         """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
@@ -426,10 +455,11 @@ class IncidentEngine:
 
     async def _settle_pending(self, record: dict[str, Any]) -> None:
         """An incident a previous run fired but did not write (killed meanwhile): written from what the store
-        recovered of its window (a data dir), else failed, saying why."""
+        recovered of its window (a data dir), a ``trace`` scope narrowed as at any save, else failed, saying why."""
         window = record.get("window") or {}
         facts = {(p.get("pid"), p.get("name"), p.get("host")) for p in record.get("processes") or []}
-        owners = {p.uid: p.clock_offset_ns for p in self._registry.by_uid.values() if (p.pid, p.name, p.host) in facts}
+        by_facts = {(p.pid, p.name, p.host): p.uid for p in self._registry.by_uid.values()}
+        owners = {uid: self._registry.by_uid[uid].clock_offset_ns for key, uid in by_facts.items() if key in facts}
         if not owners or "since_ns" not in window or "until_ns" not in window:
             await self._failed(record, "the collector stopped before it was saved, and kept nothing of its window")
             return
@@ -443,7 +473,8 @@ class IncidentEngine:
             return
         view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
         record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
-        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners))
+        trace_id, trigger_owner = pending_trace(record, owners, by_facts)
+        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
         rule = str(record.get("rule", ""))
         try:
             written = await _saved(self.files, view, record, keep)

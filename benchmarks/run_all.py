@@ -45,6 +45,7 @@ BENCHMARKS = {
     "http_integrations": ("bench_http_integrations.py", 600),
     "trace_filter": ("bench_trace_filter.py", 600),
     "rule_match": ("bench_rule_match.py", 300),
+    "search": ("bench_search.py", 1500),
     "web_view": ("bench_web_view.py", 900),
     "flame_graph": ("bench_flame_graph.py", 300),
     "call_packing": ("bench_call_packing.py", 300),

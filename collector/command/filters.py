@@ -14,7 +14,16 @@ from typing import Final
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.http.query import QueryError, parse_snapshot_query
 
-__all__ = ["FILTERS", "VALUE_FLAGS", "add_filters", "check_params", "described", "filter_params", "say_matched"]
+__all__ = [
+    "FILTERS",
+    "VALUE_FLAGS",
+    "add_filters",
+    "as_flags",
+    "check_params",
+    "described",
+    "filter_params",
+    "say_matched",
+]
 
 
 #: (flag, query parameter, help)
@@ -94,11 +103,13 @@ def check_params(params: list[tuple[str, str]], accepted: Mapping[str, str] | No
         else:
             parse_snapshot_query(params, now_ns=time.time_ns(), accepted=accepted)
     except QueryError as exc:
-        raise CommandError(_as_flags(str(exc)), status=2) from None
+        raise CommandError(as_flags(str(exc)), status=2) from None
 
 
-def _as_flags(message: str) -> str:
-    for name, flag in _FLAG_OF.items():
+def as_flags(message: str, extra: Mapping[str, str] | None = None) -> str:
+    """A ``QueryError``'s message with each query parameter named by its flag (``extra``: a command's own, by
+    parameter)."""
+    for name, flag in {**(extra or {}), **_FLAG_OF}.items():
         message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
     return message
 

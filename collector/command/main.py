@@ -6,6 +6,8 @@
     ringtrace convert FILE -o OUT [filters]        a file to Chrome JSON, a snapshot file or a Perfetto trace
     ringtrace tail URL [filters]                   a collector's events as they are stored, one a line
     ringtrace sources URL [--pid --process --host] a collector's processes, threads and sources, as a table
+    ringtrace spans URL [filters]                  a collector's slowest (or newest) spans, as a table
+    ringtrace top URL [--by name,process] [filters] span durations per name and/or process: count, p50 ... max
     ringtrace replay FILE --to HOST:PORT [filters] send a file's events to a collector, which serves them as live data
     ringtrace incidents [list|fetch|open|delete]   a collector's saved incidents (--url: where it answers HTTP)
 
@@ -22,7 +24,8 @@ Filters are ``GET /snapshot``'s query parameters as flags (``--since -5s --proce
 or is corrupt.
 
 This module is the parser and the dispatch; each group of subcommands is a module of its own: ``snapshot.py``,
-``files.py`` (dump, convert, replay), ``live.py`` (tail, sources) and ``incident_commands.py`` (incidents).
+``files.py`` (dump, convert, replay), ``live.py`` (tail, sources), ``search_commands.py`` (spans, top) and
+``incident_commands.py`` (incidents).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ringtrace.collector.command.files import add_convert_parser, add_dump_parse
 from ringtrace.collector.command.filters import VALUE_FLAGS
 from ringtrace.collector.command.incident_commands import add_incidents_parser
 from ringtrace.collector.command.live import add_sources_parser, add_tail_parser
+from ringtrace.collector.command.search_commands import add_spans_parser, add_top_parser
 from ringtrace.collector.command.snapshot import add_snapshot_parser
 
 __all__ = ["CommandError", "main"]
@@ -102,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_parser(commands)
     add_tail_parser(commands)
     add_sources_parser(commands)
+    add_spans_parser(commands)
+    add_top_parser(commands)
     add_replay_parser(commands)
     add_incidents_parser(commands)
     for command in commands.choices.values():

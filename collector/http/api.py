@@ -38,6 +38,7 @@ from ringtrace.collector.http.query import (
     parse_process_filter,
     parse_snapshot_query,
 )
+from ringtrace.collector.http.search_api import add_search_routes
 from ringtrace.collector.http.snapshot_stream import stream_out
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.tail import Tail, TailBehind
@@ -369,4 +370,5 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
     add_incident_routes(app)
+    add_search_routes(app)
     return app

@@ -11,6 +11,10 @@ GET /snapshot[?filters]             what is stored, in a format of ``export/form
                                     unless format= says another); ``query.py`` says what it may select; gzip if
                                     accepted
 HEAD /snapshot[?filters]            the same headers, no work
+GET /spans[?filters&min_duration&max_duration&has_error&arg.KEY=VALUE&sort&limit]
+                                    the slowest (or newest) spans selected, as JSON (``search_api.py``)
+GET /aggregates[?filters&by&...]    span durations per name and/or process (count, total, mean, p50, p90, p99,
+                                    max), instants and messages by priority, as JSON
 GET /sources[?pid&process&host]     every process, thread and source, connected or not: what is held, rates, losses
 GET /stats                          collector totals
 GET /metrics                        Prometheus text format
@@ -40,6 +44,16 @@ __all__ = ["ENDPOINTS"]
 ENDPOINTS: Final[list[dict[str, str]]] = [
     {"method": "GET", "path": "/snapshot", "does": f"the store in a format: {format_help()}; filters"},
     {"method": "HEAD", "path": "/snapshot", "does": "checks a snapshot query; no work"},
+    {
+        "method": "GET",
+        "path": "/spans",
+        "does": "the slowest (sort=start: newest) spans; filters, min/max_duration, has_error, arg.KEY, sort, limit",
+    },
+    {
+        "method": "GET",
+        "path": "/aggregates",
+        "does": "span durations by=name|process|name,process: count, total, p50, p90, p99, max; instants, messages",
+    },
     {"method": "GET", "path": "/timeline", "does": "the selected events as compact columns, for the web view; filters"},
     {"method": "HEAD", "path": "/timeline", "does": "checks a timeline query; no work"},
     {

@@ -1,0 +1,346 @@
+"""The spans of a snapshot, as ``GET /spans`` and ``GET /aggregates`` read them: every event a Chrome snapshot of the
+same filters shows as a complete slice (``"ph":"X"``), with the instants and messages beside them counted.
+
+Spans are what has a duration: ``span`` events (OTLP spans among them), traced calls (``call``, ``call_raised``) and
+markers and source activity that the event walk pairs into slices (``pairing.py``). Not async slices (their begin
+and end are paired by the viewer, not the walk) nor what is still open at the end of the walk (no duration yet).
+
+Theory of operation: the walk is the event walk's (``event_walk.py``: the same frames, pairing, selection and loss
+counts), but most frames are read a column at a time, as ``export/timeline_frames.py`` reads them: a frame whose
+events the filter takes by start time alone (``EventWalk.takes_whole``) and that holds no paired kind has its
+columns unpacked, and only the spans whose duration passes ``floor_ns`` (raised by a top-k as it fills) and
+``ceiling_ns`` go through the walk's own ``shown`` (their args as Chrome JSON shows them). Every other frame is
+shown whole by the walk. A search for the slowest spans thus makes a tuple for a few events a frame, never for all.
+Pure and synchronous: runs on a reader thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from itertools import compress
+from operator import add
+from typing import Any, Final
+
+from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PAIRED_SHAPES, ProcessView, SnapshotView
+from ringtrace.collector.read.selection import EventFilter
+from ringtrace.collector.read.span_columns import FrameColumns, read_columns
+from ringtrace.wire.call_records import is_call
+from ringtrace.wire.frames import Events
+from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.stream_tables import StreamTables
+
+__all__ = ["LOSSES", "Span", "SpanFilter", "SpanWalk", "has_error"]
+
+#: The counters of a snapshot's report that say what was lost (``event_walk.TOTALS``): beside search results.
+LOSSES: Final = (
+    "overwritten_events",
+    "capped_events",
+    "discarded_events",
+    "cleared_events",
+    "client_dropped_events",
+    "label_overflow_events",
+    "clipped_args",
+    "rejected_events",
+    "client_unacknowledged_events",
+    "undecodable_events",
+    "unmatched_marker_ends",
+    "source_anomalies",
+)
+
+#: The columns read of a frame, beside its args.
+_COLUMNS: Final = ("kind", "name", "ts", "dur")
+#: A kind's part in a span walk (per kind id of a segment).
+_SPAN, _INSTANT, _MESSAGE, _PAIRED, _OTHER = range(5)
+
+
+@dataclass(frozen=True)
+class SpanFilter:
+    """What a span must be besides what the snapshot's ``EventFilter`` selects. None: no condition."""
+
+    min_duration_ns: int | None = None
+    max_duration_ns: int | None = None
+    #: Only spans in error (``has_error``), or only those not.
+    has_error: bool | None = None
+    #: (key, value): the span's arg ``key`` as text (``arg_text``) is ``value``; every pair must hold.
+    args: tuple[tuple[str, str], ...] = ()
+
+    def takes(self, args: dict[str, Any] | None) -> bool:
+        """Whether a span with these args (as Chrome JSON shows them) passes the error and arg conditions."""
+        if self.has_error is not None and has_error(args) != self.has_error:
+            return False
+        return all(args is not None and key in args and arg_text(args[key]) == value for key, value in self.args)
+
+    @property
+    def by_args(self) -> bool:
+        return self.has_error is not None or bool(self.args)
+
+
+def has_error(args: dict[str, Any] | None) -> bool:
+    """Whether a span is in error: an OTLP span's status is ``error``, a traced call ended by an exception
+    (``call_raised``: ``raised`` is true), or it has an ``error`` arg that is not null, false, 0 or empty."""
+    if not args:
+        return False
+    error = args.get("error")
+    return args.get("status") == "error" or args.get("raised") is True or error not in (None, False, "")
+
+
+def arg_text(value: object) -> str:
+    """An arg's value as ``arg.KEY=VALUE`` compares it: a string as it is, anything else as JSON (``true``, ``12``,
+    ``1.5``, ``null``, ``[1,2]``)."""
+    if isinstance(value, str):
+        return value
+    import orjson  # (here: the walk itself needs no JSON)
+
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return str(value)
+
+
+#: One span: (process, track, name, start wall-clock ns, duration ns, args as Chrome JSON shows them).
+Span = tuple[ProcessView, TrackInfo, str, int, int, "dict[str, Any] | None"]
+#: Spans of one name in one process: (process, name, their durations).
+Group = tuple[ProcessView, str, Iterable[int]]
+#: Names a frame may hold for its spans to be grouped a column at a time (each name costs a pass over the frame).
+_MAX_NAMES_A_FRAME: Final = 8
+
+
+@dataclass
+class _Kinds:
+    """Each kind id's part (``_SPAN`` ...) and each message kind's priority, for one segment's tables."""
+
+    tables: StreamTables | None = None
+    seen: int = -1
+    parts: dict[int, int] = field(default_factory=dict)
+    priorities: dict[int, str] = field(default_factory=dict)
+    paired: frozenset[int] = frozenset()
+    spans: frozenset[int] = frozenset()
+    #: Span kinds whose args Chrome JSON shows as stored (a map or none): not a traced call's, nor a typed kind's.
+    plain: frozenset[int] = frozenset()
+
+    def of(self, tables: StreamTables) -> _Kinds:
+        if tables is self.tables and len(tables.kinds) == self.seen:
+            return self
+        self.tables, self.seen = tables, len(tables.kinds)
+        self.parts, self.priorities = {}, {}
+        for kind_id, kind in tables.kinds.items():
+            shape = kind.shape
+            if shape == "span":
+                self.parts[kind_id] = _SPAN
+            elif shape == "instant":
+                self.parts[kind_id] = _INSTANT
+            elif shape == "message":
+                self.parts[kind_id] = _MESSAGE
+                self.priorities[kind_id] = kind.priority
+            elif shape in PAIRED_SHAPES:
+                self.parts[kind_id] = _PAIRED
+        self.paired = frozenset(k for k, part in self.parts.items() if part == _PAIRED)
+        self.spans = frozenset(k for k, part in self.parts.items() if part == _SPAN)
+        self.plain = frozenset(k for k in self.spans if not is_call(tables.kinds[k]) and not tables.kinds[k].fields)
+        return self
+
+
+class SpanWalk:
+    """The spans ``selected`` (a snapshot's filter; its ``limit`` is not one of events here) and ``spans`` takes, in
+    the order the walk meets them (``spans()``, or ``groups()`` of one name in one process); ``instants`` and
+    ``messages`` (by priority) count what else it met, with ``count_others``.
+
+    ``with_args``: each span with its args (else None where the filter needs none); ``floor_ns``: spans shorter are
+    not wanted (a top-k raises it as it fills); ``newer_than_ns``: frames whose events all start before it are not
+    read (a top-k by start time raises it), unless a paired kind is declared (pairing must see every frame)."""
+
+    def __init__(
+        self, view: SnapshotView, selected: EventFilter, spans: SpanFilter, *, count_others: bool, with_args: bool
+    ) -> None:
+        self.walk = EventWalk(view, replace(selected, limit=None))
+        self.spans = spans
+        self.count_others = count_others
+        self.with_args = with_args or spans.by_args
+        self.floor_ns = spans.min_duration_ns or 0
+        self.newer_than_ns: int | None = None
+        self.instants = 0
+        self.messages: dict[str, int] = {}
+        self._kinds = _Kinds()
+
+    def spans_found(self) -> Iterator[Span]:
+        """Every span taken, one by one."""
+        for process, track, tables, frame in self._frames():
+            whole = self.walk.takes_whole(process, track, frame)
+            found = self._span_rows(process, track, tables, frame) if whole else None
+            yield from self._shown(process, track, tables, frame, None) if found is None else found
+
+    def groups(self) -> Iterator[Group]:
+        """Every span taken, a name's spans of a frame at a time where it can (a frame of spans alone, all in the
+        window, no condition on their durations or args), else one by one."""
+        for process, track, tables, frame in self._frames():
+            whole = self.walk.takes_whole(process, track, frame)
+            found = self._grouped(process, tables, frame) if whole else None
+            if found is not None:
+                yield from found
+                continue
+            rows = self._span_rows(process, track, tables, frame) if whole else None
+            for span in self._shown(process, track, tables, frame, None) if rows is None else rows:
+                yield process, span[2], (span[4],)
+
+    def losses(self) -> dict[str, int]:
+        """What the processes selected lost, as a snapshot of them counts it (after the walk; not only in the
+        window)."""
+        report = self.walk.report()
+        return {name: report[name] for name in LOSSES}
+
+    def _frames(self) -> Iterator[tuple[ProcessView, TrackInfo, StreamTables, Events]]:
+        for walked, _ in self.walk.walked():
+            process, _, tables, frame = walked
+            newer_than = self.newer_than_ns
+            older = newer_than is not None and frame.last_ts_ns + process.clock_offset_ns < newer_than
+            if not older or self._kinds.of(tables).paired:
+                yield walked
+
+    def _window(self, process: ProcessView, frame: Events) -> tuple[int, int, int]:
+        """(the frame's first start, the earliest and the latest start taken + 1), wall-clock ns."""
+        since, until = self.walk.window
+        low = 0 if since is None else since
+        if self.newer_than_ns is not None:
+            low = max(low, self.newer_than_ns)
+        return frame.first_ts_ns + process.clock_offset_ns, low, MAX_WALL_NS + 1 if until is None else until
+
+    def _grouped(self, process: ProcessView, tables: StreamTables, frame: Events) -> list[Group] | None:
+        """The frame's spans by name, a column at a time; None if the frame is not one of spans alone, all in the
+        window and with no condition on them (or its columns cannot be read so)."""
+        if self.floor_ns or self.spans.max_duration_ns is not None or self.spans.by_args:
+            return None
+        kinds = self._kinds.of(tables)
+        columns = read_columns(tables, frame)
+        if columns is None:
+            return None
+        kind_ids, name_ids, offsets, durations = columns.kinds, columns.names, columns.offsets, columns.durations
+        first_ns, low, high = self._window(process, frame)
+        try:
+            if not kind_ids or not kinds.spans.issuperset(kind_ids) or not _integers(name_ids, offsets, durations):
+                return None
+            names = set(name_ids)
+            if len(names) > _MAX_NAMES_A_FRAME or min(durations) < 0:
+                return None
+            if not (low <= first_ns + min(offsets) and first_ns + max(offsets) < high and first_ns + min(offsets) >= 0):
+                return None
+            if first_ns + max(map(add, offsets, durations)) > MAX_WALL_NS:
+                return None
+        except TypeError:
+            return None
+        strings = tables.strings
+        if len(names) == 1:
+            return [(process, _name(strings, name_ids[0]), durations)]
+        return [(process, _name(strings, name), compress(durations, map(name.__eq__, name_ids))) for name in names]
+
+    def _span_rows(
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events
+    ) -> list[Span] | None:
+        """The frame's spans read column-wise, with the instants and messages counted; None if the walk must show
+        the frame whole (a paired kind, a payload that is not what it should be: the walk counts what it cannot)."""
+        kinds = self._kinds.of(tables)
+        columns = read_columns(tables, frame)
+        if columns is None or (kinds.paired and not kinds.paired.isdisjoint(columns.kinds)):
+            return None
+        found = self._taken(process, track, tables, frame, kinds, columns)
+        if found is not None and self.count_others and not self._count(kinds, columns, *self._window(process, frame)):
+            return None
+        return found
+
+    def _taken(
+        self,
+        process: ProcessView,
+        track: TrackInfo,
+        tables: StreamTables,
+        frame: Events,
+        kinds: _Kinds,
+        columns: FrameColumns,
+    ) -> list[Span] | None:
+        kind_ids, offsets, durations = columns.kinds, columns.offsets, columns.durations
+        first_ns, low, high = self._window(process, frame)
+        floor, ceiling, parts = self.floor_ns, self.spans.max_duration_ns, kinds.parts
+        try:
+            if not durations or max(durations) < floor:  # (the usual frame, once a top-k is full)
+                return []
+            wanted = [
+                index
+                for index, (part, dur, offset) in enumerate(
+                    zip(map(parts.get, kind_ids), durations, offsets, strict=True)
+                )
+                if part == _SPAN
+                and dur >= floor
+                and (ceiling is None or dur <= ceiling)
+                and low <= first_ns + offset < high
+                and 0 <= first_ns + offset <= first_ns + offset + dur <= MAX_WALL_NS
+            ]
+        except (TypeError, ValueError):  # columns not of integers, or of unequal lengths: the walk counts it
+            return None
+        if not wanted:
+            return []
+        strings, names = tables.strings, columns.names
+        if not self.with_args:
+            return [
+                (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], None) for i in wanted
+            ]
+        args = columns.args(wanted)
+        plain = kinds.plain
+        if args is None or not all(
+            kind_ids[i] in plain and (arg is None or type(arg) is dict) for i, arg in zip(wanted, args, strict=True)
+        ):
+            only = bytearray(len(kind_ids))  # a call's location, a typed kind's fields: as the walk shows them
+            for index in wanted:
+                only[index] = 1
+            return list(self._shown(process, track, tables, frame, bytes(only)))
+        takes = self.spans.takes
+        return [
+            (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], arg)
+            for i, arg in zip(wanted, args, strict=True)
+            if takes(arg)
+        ]
+
+    def _count(self, kinds: _Kinds, columns: FrameColumns, first_ns: int, low: int, high: int) -> bool:
+        """Count the frame's instants and messages in the window; False if its columns are not integers."""
+        parts, priorities, messages = kinds.parts, kinds.priorities, self.messages
+        try:
+            for kind_id, offset in zip(columns.kinds, columns.offsets, strict=True):
+                part = parts.get(kind_id)
+                if part in (_INSTANT, _MESSAGE) and low <= first_ns + offset < high:
+                    if part == _INSTANT:
+                        self.instants += 1
+                    else:
+                        priority = priorities[kind_id]
+                        messages[priority] = messages.get(priority, 0) + 1
+        except TypeError:
+            return False
+        return True
+
+    def _shown(
+        self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events, only: bytes | None
+    ) -> Iterator[Span]:
+        """The spans of the frame as the walk shows them (of those ``only`` flags, if given)."""
+        shown = self.walk.shown(process, track, tables, frame, only)
+        if not shown:
+            return
+        spans, floor, ceiling = self.spans, self.floor_ns, self.spans.max_duration_ns
+        count = self.count_others and only is None
+        for phase, name, wall_ns, dur_ns, args, category, _ in shown:
+            if phase == "X":
+                if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
+                    yield process, track, name, wall_ns, dur_ns, args if self.with_args else None
+            elif count and phase == "i":
+                if category in ("", "incident"):
+                    self.instants += 1
+                elif args is not None and "priority" in args:
+                    priority = str(args["priority"])
+                    self.messages[priority] = self.messages.get(priority, 0) + 1
+
+
+def _integers(*columns: list[Any]) -> bool:
+    """Whether every value of the columns is an int (not a bool: True is no string id)."""
+    return all(set(map(type, column)) == {int} for column in columns)
+
+
+def _name(strings: dict[int, str], name_id: int) -> str:
+    text = strings.get(name_id)
+    return text if text is not None else f"<unknown string {name_id}>"

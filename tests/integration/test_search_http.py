@@ -1,0 +1,151 @@
+"""``GET /spans``, ``GET /aggregates`` and ``ringtrace spans`` / ``top`` through a real collector: what they answer is
+what a Chrome snapshot of the same filters shows, and what they refuse is named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess, RawClient
+from ringtrace.collector.command.main import main
+from waiting import wait_for
+
+# Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
+pytestmark = pytest.mark.xdist_group("search_http")
+
+RECORD = """
+import sys, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for i in range(200):
+    with tl.scope("fast", i=i, route="/a" if i % 2 else "/b"):
+        tl.instant("tick")
+    if i % 40 == 0:
+        with tl.scope("slow", i=i, error="timeout" if i == 40 else None):
+            time.sleep(0.02)
+tl.message("net", "warning", "retry $n")(1)
+print(tl.flush(5))
+"""
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[CollectorProcess]:
+    collector = CollectorProcess()
+    try:
+        for name in ("alpha", "beta"):
+            done = subprocess.run(
+                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+        yield collector
+    finally:
+        collector.stop()
+
+
+def chrome_spans(collector: CollectorProcess, query: str = "") -> list[dict[str, Any]]:
+    return [e for e in collector.snapshot(query)["traceEvents"] if e["ph"] == "X"]
+
+
+def test_the_slowest_spans_are_the_snapshot_s_longest_slowest_first(collector: CollectorProcess) -> None:
+    document = collector.json("/spans?min_duration=10ms&limit=20")
+    spans = document["spans"]
+    assert [s["name"] for s in spans] == ["slow"] * 10
+    durations = [s["duration_ns"] for s in spans]
+    assert durations == sorted(durations, reverse=True) and min(durations) >= 10**7
+    slow = sorted(round(e["dur"] * 1000) for e in chrome_spans(collector, "?name=slow"))
+    assert sorted(durations) == pytest.approx(slow, abs=1)  # (Chrome's dur is us, three decimals)
+    assert {s["process"] for s in spans} == {"alpha", "beta"}
+    assert all(s["track"] == "MainThread" and s["trace_id"] is None for s in spans)
+    assert document["lost"]["overwritten_events"] == 0
+
+
+def test_filters_select_as_the_snapshot_s_and_args_and_errors_narrow(collector: CollectorProcess) -> None:
+    spans = collector.json("/spans?process=alpha&name=f*&arg.route=/a&limit=1000")["spans"]
+    assert len(spans) == 100 and {(s["process"], s["args"]["route"]) for s in spans} == {("alpha", "/a")}
+    errors = collector.json("/spans?has_error=yes")["spans"]
+    assert [(s["name"], s["args"]["i"], s["args"]["error"]) for s in errors] == [("slow", 40, "timeout")] * 2
+    newest = collector.json("/spans?sort=start&limit=3&pid=" + str(errors[0]["pid"]))["spans"]
+    starts = [s["start_ns"] for s in newest]
+    assert starts == sorted(starts, reverse=True) and len(starts) == 3
+
+
+def test_aggregates_count_what_the_snapshot_shows(collector: CollectorProcess) -> None:
+    document = collector.json("/aggregates?by=name,process")
+    rows = {(row["name"], row["process"]): row for row in document["rows"]}
+    assert {key: row["count"] for key, row in rows.items()} == {
+        ("fast", "alpha"): 200, ("fast", "beta"): 200, ("slow", "alpha"): 5, ("slow", "beta"): 5,
+    }  # fmt: skip
+    slow = rows[("slow", "alpha")]
+    assert slow["p50_ns"] <= slow["p90_ns"] <= slow["p99_ns"] <= slow["max_ns"] and slow["p50_ns"] >= 2 * 10**7
+    assert document["instants"] == 400 and document["messages"] == {"warning": 2}
+    by_name = collector.json("/aggregates?process=beta")["rows"]
+    assert [(row["name"], row["process"], row["count"]) for row in by_name] == [("slow", None, 5), ("fast", None, 200)]
+    assert sum(r["count"] for r in document["rows"]) == len(chrome_spans(collector))
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("/spans?min_duration=soon", "'min_duration'"),
+        ("/spans?limit=0", "'limit'"),
+        ("/spans?limit=10001", "'limit'"),
+        ("/spans?sort=name", "'sort'"),
+        ("/spans?has_error=maybe", "'has_error'"),
+        ("/spans?by=name", "'by'"),
+        ("/spans?format=chrome", "'format'"),
+        ("/spans?limit=1&limit=2", "'limit'"),
+        ("/spans?arg.=x", "'arg.'"),
+        ("/spans?min_duration=2s&max_duration=1s", "'min_duration'"),
+        ("/aggregates?by=track", "'by'"),
+        ("/aggregates?sort=duration", "'sort'"),
+        ("/aggregates?since=yesterday", "'since'"),
+    ],
+)
+def test_a_bad_parameter_is_a_400_that_names_it(collector: CollectorProcess, query: str, named: str) -> None:
+    status, body = collector.get(query)
+    assert status == 400 and named in body.decode(), body
+
+
+def test_the_commands_print_tables_and_json(collector: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spans", collector.http_url, "--min-duration", "10ms", "--process", "beta"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["duration", "start"] and len(lines) == 6
+    assert all(" ms " in line and "slow" in line and "beta" in line for line in lines[1:])
+    assert err == "ringtrace spans: 5 spans; lost: nothing\n"
+    assert main(["spans", collector.http_url, "--has-error", "--arg", "i=40", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["spans"]) == 2
+    assert main(["top", collector.http_url, "--by", "name,process", "--name", "slow"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split()[:9] == ["name", "process", "count", "total", "mean", "p50", "p90", "p99", "max"]
+    assert err == "ringtrace top: 2 rows; 0 instants; messages: none; lost: nothing\n"
+    assert main(["top", collector.http_url, "--by", "process"]) == 0
+    assert "400 instants; messages: 2 warning;" in capsys.readouterr().err
+    assert main(["spans", collector.http_url, "--min-duration", "soon"]) == 2
+    assert "--min-duration" in capsys.readouterr().err
+    assert main(["top", collector.http_url, "--by", "track"]) == 2
+    assert "--by" in capsys.readouterr().err
+
+
+def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:
+    collector = CollectorProcess("--max-snapshots", "1")
+    try:
+        with RawClient(collector.tcp_address):  # (it never acknowledges a flush: a snapshot waits for it, in its slot)
+            waiting = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=5",))
+            waiting.start()
+            _, body = wait_for(
+                lambda: collector.get("/spans?flush_timeout_s=0"),
+                until=lambda answer: answer[0] == 503,
+                timeout_s=30,
+                what="/spans refused while a snapshot takes the one slot",
+            )
+            assert b"max_snapshots=1" in body
+            assert collector.get("/aggregates?flush_timeout_s=0")[0] == 503
+            waiting.join(60)
+        assert collector.get("/spans?flush_timeout_s=0")[0] == 200
+    finally:
+        collector.stop()

@@ -8,18 +8,19 @@ and end are paired by the viewer, not the walk) nor what is still open at the en
 Theory of operation: the walk is the event walk's (``event_walk.py``: the same frames, pairing, selection and loss
 counts), but most frames are read a column at a time, as ``export/timeline_frames.py`` reads them: a frame whose
 events the filter takes by start time alone (``EventWalk.takes_whole``) and that holds no paired kind has its
-columns unpacked, and only the spans whose duration passes ``floor_ns`` (raised by a top-k as it fills) and
-``ceiling_ns`` go through the walk's own ``shown`` (their args as Chrome JSON shows them). Every other frame is
-shown whole by the walk. A search for the slowest spans thus makes a tuple for a few events a frame, never for all.
+leading columns unpacked (``span_columns.py``), and only the spans whose duration passes ``floor_ns`` (raised by a
+top-k as it fills) and ``max_duration_ns`` are made anything of: their args decoded, or, for a traced call's or a
+typed kind's, shown by the walk itself. Every other frame is shown whole by the walk. A search for the slowest spans
+thus makes a tuple for a few events a frame, never for all; aggregates take a frame of spans alone a name at a time.
 Pure and synchronous: runs on a reader thread.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import compress
-from operator import add
 from typing import Any, Final
 
 from ringtrace.collector.read.event_walk import EventWalk
@@ -49,10 +50,8 @@ LOSSES: Final = (
     "source_anomalies",
 )
 
-#: The columns read of a frame, beside its args.
-_COLUMNS: Final = ("kind", "name", "ts", "dur")
-#: A kind's part in a span walk (per kind id of a segment).
-_SPAN, _INSTANT, _MESSAGE, _PAIRED, _OTHER = range(5)
+#: A kind's part in a span walk (per kind id of a segment; other kinds have none).
+_SPAN, _INSTANT, _MESSAGE, _PAIRED = range(4)
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class _Kinds:
 
 class SpanWalk:
     """The spans ``selected`` (a snapshot's filter; its ``limit`` is not one of events here) and ``spans`` takes, in
-    the order the walk meets them (``spans()``, or ``groups()`` of one name in one process); ``instants`` and
+    the order the walk meets them (``spans_found()``, or ``groups()`` of one name in one process); ``instants`` and
     ``messages`` (by priority) count what else it met, with ``count_others``.
 
     ``with_args``: each span with its args (else None where the filter needs none); ``floor_ns``: spans shorter are
@@ -215,19 +214,22 @@ class SpanWalk:
         columns = read_columns(tables, frame)
         if columns is None:
             return None
-        kind_ids, name_ids, offsets, durations = columns.kinds, columns.names, columns.offsets, columns.durations
+        kind_ids, name_ids = columns.kinds, columns.names
         first_ns, low, high = self._window(process, frame)
         try:
-            if not kind_ids or not kinds.spans.issuperset(kind_ids) or not _integers(name_ids, offsets, durations):
+            if not kind_ids or not kinds.spans.issuperset(kind_ids):
                 return None
             names = set(name_ids)
-            if len(names) > _MAX_NAMES_A_FRAME or min(durations) < 0:
+            if len(names) > _MAX_NAMES_A_FRAME or not _integers(names, kind_ids):
                 return None
-            if not (low <= first_ns + min(offsets) and first_ns + max(offsets) < high and first_ns + min(offsets) >= 0):
+            # As 64-bit arrays: a pass in C that refuses what is not an integer (and what no ns count can be).
+            offsets, durations = array("q", columns.offsets), array("q", columns.durations)
+            if not (len(offsets) == len(durations) == len(kind_ids) and min(durations) >= 0):
                 return None
-            if first_ns + max(map(add, offsets, durations)) > MAX_WALL_NS:
-                return None
-        except TypeError:
+            earliest, latest = first_ns + min(offsets), first_ns + max(offsets)
+            if not (earliest >= 0 and low <= earliest and latest < high and latest + max(durations) <= MAX_WALL_NS):
+                return None  # (a bound on the latest end: past it, the walk judges each event)
+        except (TypeError, OverflowError):
             return None
         strings = tables.strings
         if len(names) == 1:
@@ -336,9 +338,9 @@ class SpanWalk:
                     self.messages[priority] = self.messages.get(priority, 0) + 1
 
 
-def _integers(*columns: list[Any]) -> bool:
-    """Whether every value of the columns is an int (not a bool: True is no string id)."""
-    return all(set(map(type, column)) == {int} for column in columns)
+def _integers(distinct: set[Any], kind_ids: list[Any]) -> bool:
+    """Whether the distinct name ids and the kind ids are ints (not bools: True is no string or kind id)."""
+    return set(map(type, distinct)) == {int} and set(map(type, kind_ids)) == {int}
 
 
 def _name(strings: dict[int, str], name_id: int) -> str:

@@ -135,17 +135,17 @@ def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> 
     collector = CollectorProcess("--max-snapshots", "1")
     try:
         with RawClient(collector.tcp_address):  # (it never acknowledges a flush: a snapshot waits for it, in its slot)
-            waiting = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=5",))
+            waiting = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=60",))
             waiting.start()
             _, body = wait_for(
                 lambda: collector.get("/spans?flush_timeout_s=0"),
                 until=lambda answer: answer[0] == 503,
-                timeout_s=30,
+                timeout_s=60,
                 what="/spans refused while a snapshot takes the one slot",
             )
             assert b"max_snapshots=1" in body
             assert collector.get("/aggregates?flush_timeout_s=0")[0] == 503
-            waiting.join(60)
+        waiting.join(90)  # (the client gone, the snapshot waits for its flush no more)
         assert collector.get("/spans?flush_timeout_s=0")[0] == 200
     finally:
         collector.stop()

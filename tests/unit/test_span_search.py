@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
-from ringtrace.client import Timeline
+from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read import span_aggregates
@@ -26,9 +26,20 @@ from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 from ringtrace.collector.read.span_aggregates import aggregate_spans, nearest_rank, summed_up
 from ringtrace.collector.read.span_search import search_spans
 from ringtrace.collector.read.span_walk import SpanFilter, arg_text, has_error
+from ringtrace.wire.call_records import CallRun, pack_records
 from ringtrace.wire.frames import encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import INSTANT, MARKER_END, MARKER_START, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.model import (
+    CALL,
+    CALL_RAISED,
+    INSTANT,
+    MARKER_END,
+    MARKER_START,
+    SPAN,
+    THREAD_TRACK,
+    KindRegistry,
+    TrackInfo,
+)
 from ringtrace.wire.stream_encoder import StreamEncoder
 
 T0 = 1_800_000_000 * 10**9
@@ -191,7 +202,7 @@ def test_aggregates_are_the_chrome_snapshot_s_spans_summed_up(
     assert document["lost"]["unmatched_marker_ends"] == other["unmatched_marker_ends"]
 
 
-def test_messages_calls_and_instants_are_counted_and_shown_as_in_chrome_json(tmp_path: Path) -> None:
+def test_messages_instants_and_markers_are_counted_and_errors_found(tmp_path: Path) -> None:
     def record(tl: Timeline) -> None:
         warn = tl.message("net", "warning", "lost $count packets")
         fatal = tl.message("net", "fatal", "gone")
@@ -211,10 +222,11 @@ def test_messages_calls_and_instants_are_counted_and_shown_as_in_chrome_json(tmp
     assert document["instants"] == 200
     rows = {row["name"]: row for row in document["rows"]}
     assert (rows["request"]["count"], rows["phase"]["count"]) == (200, 1)
-    view = recorded(tmp_path / "again", record) if (tmp_path / "again").mkdir() is None else view
+    (tmp_path / "second").mkdir()
+    view = recorded(tmp_path / "second", record)  # (a walk lets go of what it read)
     found = search_spans(view, EVERYTHING, SpanFilter(has_error=True), limit=10)["spans"]
     assert sorted(span["args"]["i"] for span in found) == [0, 50, 100, 150]
-    assert {span["track"] for span in found} == {"MainThread"} or len({span["track"] for span in found}) == 1
+    assert {span["track"] for span in found} == {"unit (MainThread)"}
     assert all(span["process"] == "unit" and span["trace_id"] is None for span in found)
 
 
@@ -233,3 +245,24 @@ def test_percentiles_of_durations_sorted_in_runs_are_those_of_them_all(durations
     ordered = sorted(durations)
     assert (row["min_ns"], row["max_ns"], row["total_ns"]) == (ordered[0], ordered[-1], sum(ordered))
     assert [row[f"p{p}_ns"] for p in (50, 90, 99)] == [nearest_rank(ordered, p) for p in (50, 90, 99)]
+
+
+def test_a_traced_call_shows_its_location_and_one_that_raised_is_in_error(tmp_path: Path) -> None:
+    path = tmp_path / "calls.rttrace"
+    listener = FileListener(path, process_name="unit")
+    locations = [("main", "app.py", 10), ("parse", "parse.py", 3)]
+    for i in range(20):
+        at = T0 + 1_000 * i
+        calls = [(at + 10, at + 500, 1, CALL), (at, at + 900 - i, 0, CALL_RAISED if i == 7 else CALL)]
+        listener.receive(TRACKS[0], CallRun(pack_records(calls), locations))
+    assert listener.close(timeout_s=30)
+    (raised,) = search_spans(load_file(path).view, EVERYTHING, SpanFilter(has_error=True))["spans"]
+    assert (raised["name"], raised["duration_ns"]) == ("main", 893)
+    assert raised["args"] == {"file": "app.py", "line": 10, "raised": True}
+    slowest = search_spans(load_file(path).view, EVERYTHING, SpanFilter(min_duration_ns=899), limit=5)["spans"]
+    assert [(s["name"], s["duration_ns"], s["args"]["file"]) for s in slowest] == [
+        ("main", 900, "app.py"),
+        ("main", 899, "app.py"),
+    ]  # (both bounds are included)
+    rows = aggregate_spans(load_file(path).view, EVERYTHING, SpanFilter(), "name")["rows"]
+    assert [(row["name"], row["count"], row["max_ns"]) for row in rows] == [("main", 20, 900), ("parse", 20, 490)]

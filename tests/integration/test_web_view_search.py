@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, pixels, until
 from collector_process import CollectorProcess, run_script
 
 _MISSING = missing_browser()
@@ -54,6 +54,8 @@ assert tl.flush(5)
 """
 WIDTH, HEIGHT = 1300, 1000
 RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z")
+#: The outline of the span marked and the trace's arrows (trace_marks.js INK).
+INK_RGB = (29, 35, 48)
 SPAN_COLUMNS = ("name", "count", "p50_ns", "p90_ns", "p99_ns", "max_ns", "total_ns")
 
 
@@ -179,6 +181,13 @@ def test_a_click_zooms_to_the_span_with_its_traces_processes_ticked_and_arrows(
         assert page.ticked() == {"front", "backend"}  # the trace's processes alone
         assert not page.page.is_checked("#follow")
         assert int(page.dataset("arrows")) >= 1  # the call's arrow, front to backend
+        page.page.mouse.move(0, 0)  # (a tooltip would show over the canvas)
+        image = pixels(page.page.locator("#timeline").screenshot())
+        inked = image.count(
+            (200, 30, image.width, image.height),  # right of the row labels, below the axis
+            lambda rgb: all(abs(a - b) <= 12 for a, b in zip(rgb, INK_RGB, strict=True)),
+        )
+        assert inked > 100  # drawn: the outline and the arrow
         since, until_ = (wall_ns(text) for text in page.dataset("view").split("/"))
         start, end = span["start_ns"], span["start_ns"] + span["duration_ns"]
         assert since < start and end < until_  # (the page's times are JSON's doubles: 256 ns apart at most)

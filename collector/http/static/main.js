@@ -172,8 +172,10 @@ async function refreshTimeline(keepView = false, polled = false) {
       : since + BigInt(Math.round(Number(asked.get("since").slice(1, -1)) * 1e9));
     state.windowNs = [since, until];
     const origin = state.originNs;
+    const span = state.span;
+    marks.set(state.trace, span && { pid: span.pid, name: span.name, start: Number(span.startNs - origin) });
     timeline.setModel(model, [Number(since - origin), Number(until - origin)], keepView || (live && !$("follow").checked));
-    showMarks();
+    showPendingView();
     const drawn = performance.now();
     showInfo(model, doc, pids, fetched - started, drawn - fetched);
     refreshFlameGraph();
@@ -204,7 +206,6 @@ async function showIncident(id, keepView) {
     : extent(model);
   timeline.setMarker(triggerOf(record, doc.origin_ns));
   marks.set(null, null);  // (the search reads the live store)
-  marks.locate(timeline);
   timeline.setModel(model, kept, keepView);
   $("incident-name").textContent = record ? `${record.id} · ${record.rule || ""}` : id;
   showInfo(model, doc, null, fetched - started, performance.now() - fetched);
@@ -213,19 +214,14 @@ async function showIncident(id, keepView) {
   $("flame-info").textContent = "the flame graph reads the live store: back to live to see it";
 }
 
-// The span marked and the trace's arrows in the model just drawn; and the view asked for before it came (a span
-// picked, an address), once: then the address says what is shown.
-function showMarks() {
-  const span = state.span;
-  marks.set(state.trace, span && { pid: span.pid, name: span.name, start: Number(span.startNs - state.originNs) });
-  marks.locate(timeline);
-  if (state.pendingView !== null) {
-    const [from, to] = state.pendingView;
-    state.pendingView = null;
-    timeline.view = [Number(from - state.originNs), Number(to - state.originNs)];
-    saveView();
-  }
+// The view asked for before the window drawn came (a span picked), once; then the address says what is shown.
+function showPendingView() {
+  if (state.pendingView === null) return;
+  const [from, to] = state.pendingView;
+  state.pendingView = null;
+  timeline.view = [Number(from - state.originNs), Number(to - state.originNs)];
   timeline.draw();
+  saveView();
 }
 
 // Into the address: the view (not following live), the trace and the span marked.
@@ -281,7 +277,8 @@ function runSearch() {
     return;
   }
   const query = windowQuery();
-  if (query !== null) search.run(query);
+  if (query === null) $("search-info").textContent = "the search waits for the timeline's window";
+  else search.run(query);
 }
 
 // An incident's record when it is not among those listed (an older one, named in the address).

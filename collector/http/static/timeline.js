@@ -55,7 +55,7 @@ export class Timeline {
     this.onUserMove = () => {};
     this.drawn = 0;  // draws done (a test waits for a new one)
     this.marker = null;  // an opened incident's trigger: { start, end, label } in ns since origin
-    this.overlay = null;  // drawn over the rows: { draw(ctx, timeline) } (trace_marks.js)
+    this.overlay = null;  // over the rows: { locate(timeline) in each new model, draw(ctx, timeline) } (trace_marks.js)
     this.listen();
   }
 
@@ -69,6 +69,7 @@ export class Timeline {
     this.full = full;
     if (!keepView) this.view = [...full];
     this.layoutRows();
+    if (this.overlay) this.overlay.locate(this);
     this.draw();
   }
 

@@ -32,7 +32,7 @@ const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, origin
   windowNs: null,  // the window of the live store last drawn, [since, until] in wall-clock ns (BigInt)
   pendingView: null,  // what to show once the next window is drawn, [from, to] in wall-clock ns (BigInt)
   trace: null,  // the trace whose arrows are drawn (its processes ticked)
-  span: null,  // the span marked: { pid, startNs (BigInt), name }
+  span: null,  // the span marked: { pid, startNs (BigInt), name, durationNs } (from an address: no name nor duration)
   aggregatedAt: 0 };
 const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
 const timeline = new Timeline($("timeline"), $("tooltip"), $("timeline-wrap"));
@@ -172,8 +172,7 @@ async function refreshTimeline(keepView = false, polled = false) {
       : since + BigInt(Math.round(Number(asked.get("since").slice(1, -1)) * 1e9));
     state.windowNs = [since, until];
     const origin = state.originNs;
-    const span = state.span;
-    marks.set(state.trace, span && { pid: span.pid, name: span.name, start: Number(span.startNs - origin) });
+    setMarks();
     timeline.setModel(model, [Number(since - origin), Number(until - origin)], keepView || (live && !$("follow").checked));
     showPendingView();
     const drawn = performance.now();
@@ -214,6 +213,13 @@ async function showIncident(id, keepView) {
   $("flame-info").textContent = "the flame graph reads the live store: back to live to see it";
 }
 
+// The trace and the span to mark in the next model drawn.
+function setMarks() {
+  const span = state.span;
+  marks.set(state.trace, span && { pid: span.pid, name: span.name, start: Number(span.startNs - state.originNs),
+    duration: span.durationNs });
+}
+
 // The view asked for before the window drawn came (a span picked), once; then the address says what is shown.
 function showPendingView() {
   if (state.pendingView === null) return;
@@ -244,14 +250,24 @@ async function pickSpan(span) {
   const endNs = startNs + BigInt(span.duration_ns);
   const margin = BigInt(Math.max(Math.round(span.duration_ns / 5), 10000));  // a fifth each side, 10 µs at least
   const view = [startNs - margin, endNs + margin];
-  const [since, until] = state.fixed || state.windowNs;
+  const drawn = state.windowNs;
+  const pidsDrawn = String(sources.selectedPids());
+  const [since, until] = state.fixed || drawn;
   state.fixed = [since < view[0] ? since : view[0], until > view[1] ? until : view[1]];
   $("follow").checked = false;
   state.trace = span.trace_id || null;
-  state.span = { pid: span.pid, startNs, name: span.name };
+  state.span = { pid: span.pid, startNs, name: span.name, durationNs: span.duration_ns };
   state.pendingView = view;
   if (state.trace !== null) await tickTrace(state.trace, span.pid);
   $("timeline-panel").scrollIntoView({ block: "nearest" });
+  // The window and processes drawn already hold the span and its trace: marked and shown at once, not fetched again.
+  const same = state.fixed[0] === drawn[0] && state.fixed[1] === drawn[1] && String(sources.selectedPids()) === pidsDrawn;
+  if (same && !state.timelineBusy && timeline.model !== null) {
+    setMarks();
+    marks.locate(timeline);
+    showPendingView();
+    return;
+  }
   await refreshTimeline(true);
 }
 
@@ -438,7 +454,7 @@ function readPageAddress() {
   }
   state.trace = asked.get("trace") || null;
   const span = spanOf(asked.get("span"));
-  state.span = span && { ...span, name: "" };
+  state.span = span && { ...span, name: "", durationNs: null };
   search.fill(searchOf(asked));
 }
 

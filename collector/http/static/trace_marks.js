@@ -7,13 +7,15 @@ import { LEVEL } from "./timeline.js";
 
 const LEAVING = new Set(["client", "producer"]);
 const ARRIVING = new Set(["server", "consumer"]);
-const SAME_START_NS = 1000;  // a span's start in /spans (JSON's doubles) and in /timeline (ns since origin) may differ
+// A span's start in /spans (wall-clock ns as JSON's doubles: 256 ns apart) and in /timeline (ns since origin, exact)
+// differ by this much at most; of the spans that close, the closest in start and duration is the one.
+const SAME_START_NS = 1000;
 const INK = "#1d2330";
 
 export class TraceMarks {
   constructor() {
     this.traceId = null;
-    this.span = null;  // { pid, start (ns since origin), name }
+    this.span = null;  // { pid, start (ns since origin), name, duration (ns; null: any) }
     this.marked = null;  // where the span marked is drawn: { item, entry, depth }
     this.arrows = [];  // [{ from, to }] of such places
   }
@@ -27,6 +29,7 @@ export class TraceMarks {
   // asked to be marked was found.
   locate(timeline) {
     this.marked = null;
+    this.markedOff = Infinity;  // how far the span marked is from the one asked for
     this.arrows = [];
     if (this.traceId !== null || this.span !== null) {
       const leaving = new Map();  // "trace/span" -> place of a client or producer span
@@ -52,9 +55,11 @@ export class TraceMarks {
   visit(place, leaving, arriving) {
     const { item, entry } = place;
     const span = this.span;
-    if (span !== null && this.marked === null && entry.row.track.pid === span.pid
-      && Math.abs(item.start - span.start) <= SAME_START_NS && (!span.name || item.name === span.name)) {
-      this.marked = place;
+    if (span !== null && entry.row.track.pid === span.pid && Math.abs(item.start - span.start) <= SAME_START_NS
+      && (!span.name || item.name === span.name)) {
+      const off = Math.abs(item.start - span.start)
+        + (span.duration == null || item.end == null ? 0 : Math.abs(item.end - item.start - span.duration));
+      if (off < this.markedOff) { this.marked = place; this.markedOff = off; }
     }
     const args = item.args;
     if (!args || typeof args.trace_id !== "string" || this.traceId === null) return;

@@ -135,7 +135,12 @@ def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> 
     collector = CollectorProcess("--max-snapshots", "1")
     try:
         with RawClient(collector.tcp_address):  # (it never acknowledges a flush: a snapshot waits for it, in its slot)
-            waiting = threading.Thread(target=collector.get, args=("/snapshot?flush_timeout_s=60",))
+
+            def hold() -> None:  # (asked again if a search holds the slot when it comes)
+                snapshot = "/snapshot?flush_timeout_s=60"
+                wait_for(lambda: collector.get(snapshot), until=lambda got: got[0] != 503, timeout_s=60, what=snapshot)
+
+            waiting = threading.Thread(target=hold)
             waiting.start()
             _, body = wait_for(
                 lambda: collector.get("/spans?flush_timeout_s=0"),

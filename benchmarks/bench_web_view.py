@@ -9,6 +9,9 @@ hour (every span in its window, so all N are fetched and in view). Interleaved r
                         (``response.json()``), nothing drawn: what a viewer that takes Chrome JSON starts from
   redraw                one redraw of the N spans in view (the whole window: zoom reset)
   pan                   one pan step (the D key): a redraw after the view moved, half zoomed in
+  search listed         the span search (name "work") until its 50 slowest are listed: GET /spans over the N
+  span picked to drawn  a click on the slowest listed until the timeline is drawn zoomed to it and outlined: the
+                        span found among the N drawn (the window and processes drawn hold it: nothing fetched)
 
 and, from this process, the two documents fetched whole (urllib: the collector's share of the time): /timeline and
 /snapshot of the same selection. Targets: click to drawn within 1.5x the Chrome JSON fetch; a redraw of N events
@@ -28,6 +31,7 @@ from typing import Any
 
 from _common import bench_main, collector, interleave, median, table, verdict
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # (waiting.py, which browser.py takes)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser  # (the browser the tests drive)
 
@@ -59,6 +63,36 @@ CHROME_FETCHED = """async (query) => {
   const started = performance.now();
   const trace = await (await fetch("/snapshot?" + query, { cache: "no-store" })).json();
   if (!trace.traceEvents.length) throw new Error("no events");
+  return performance.now() - started;
+}"""
+#: In the page: the search for "work" until its spans are listed (ms).
+SEARCH_LISTED = """async () => {
+  const info = document.getElementById("search-info");
+  info.textContent = "";
+  document.getElementById("search-name").value = "work";
+  const started = performance.now();
+  document.getElementById("search-form").requestSubmit();
+  await new Promise((resolve) => {
+    const observer = new MutationObserver(() => {
+      if (info.textContent.includes("slowest first")) { observer.disconnect(); resolve(); }
+    });
+    observer.observe(info, { childList: true, characterData: true, subtree: true });
+  });
+  return performance.now() - started;
+}"""
+#: In the page: a click on the slowest span listed until the timeline drew it marked (ms).
+PICK_TO_DRAWN = """async () => {
+  const canvas = document.getElementById("timeline");
+  canvas.dataset.marked = "";
+  const marked = new Promise((resolve) => {  // (watched before the click: a span in the window drawn is marked at once)
+    const observer = new MutationObserver(() => {
+      if (canvas.dataset.marked === "work") { observer.disconnect(); resolve(); }
+    });
+    observer.observe(canvas, { attributes: true, attributeFilter: ["data-marked"] });
+  });
+  const started = performance.now();
+  document.querySelector("#spans tbody tr").click();
+  await marked;
   return performance.now() - started;
 }"""
 #: In the page: one key press's redraw (the handlers draw at once), in ms.
@@ -138,6 +172,8 @@ def measure(page: Any, http: str, rounds: int) -> dict[str, list[float]]:
             "Chrome JSON fetched": lambda: float(page.evaluate(CHROME_FETCHED, SELECTION)),
             "redraw": redraw,
             "pan": pan,
+            "search listed": lambda: float(page.evaluate(SEARCH_LISTED)),
+            "span picked to drawn": lambda: float(page.evaluate(PICK_TO_DRAWN)),
             "/timeline (urllib)": lambda: fetch_ms(f"http://{http}/timeline?{SELECTION}"),
             "/snapshot (urllib)": lambda: fetch_ms(f"http://{http}/snapshot?{SELECTION}"),
         },

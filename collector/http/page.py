@@ -39,6 +39,10 @@ _FILES: Final = {
     "perfetto.js": "text/javascript",
     "flamegraph.js": "text/javascript",
     "incidents.js": "text/javascript",
+    "address.js": "text/javascript",
+    "search.js": "text/javascript",
+    "aggregates.js": "text/javascript",
+    "trace_marks.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 _PREFIX: Final = "/ui/"

@@ -114,7 +114,7 @@ async def _saved(files: IncidentStore, view: SnapshotView, record: dict[str, Any
 
 
 async def _tell(
-    files: IncidentFiles,
+    files: IncidentStore,
     notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
     url: str,
     written: dict[str, Any],

@@ -158,6 +158,17 @@ function levels(slices) {
   }));
 }
 
+// The times a model's events span (ns since origin): from the first start to the last end.
+export function extent(model) {
+  let first = Infinity;
+  for (const row of model.rows) {
+    for (const level of row.levels || []) if (level.start.length) first = Math.min(first, level.start[0]);
+    if (row.ticks && row.ticks.start.length) first = Math.min(first, row.ticks.start[0]);
+    if (row.counter && row.counter.start.length) first = Math.min(first, row.counter.start[0]);
+  }
+  return first === Infinity ? [0, 1] : [first, Math.max(model.windowEnd, first + 1)];
+}
+
 // The first index whose value is >= x in a sorted array.
 export function lowerBound(array, x) {
   let lo = 0, hi = array.length;

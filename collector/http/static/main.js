@@ -1,14 +1,21 @@
-// The page: the processes table, the incidents list, the timeline and the flame graph, wired to the collector's
-// /sources, /stats, /incidents, /timeline and /flamegraph. The timeline shows the live store, or an incident opened
-// from the list (or named in the page's address, ?incident=ID) until "Back to live".
+// The page: the processes table, the incidents list, the span search, the aggregates, the timeline and the flame
+// graph, wired to the collector's /sources, /stats, /incidents, /spans, /aggregates, /timeline and /flamegraph. The
+// timeline shows the live store (the last seconds, following live; or a fixed window), or an incident opened from
+// the list (or named in the page's address, ?incident=ID) until "Back to live". A span picked in the search fixes
+// the window around it, ticks its trace's processes and marks it with the trace's arrows; the address says so
+// (address.js), so that a link reopens the same view.
 
+import { liveView, readAddress, rfc3339, searchOf, spanOf, wallNs, writeAddress } from "./address.js";
+import { AggregatesTable } from "./aggregates.js";
 import { getJSON } from "./api.js";
 import { FlameGraph } from "./flamegraph.js";
 import { IncidentsList, processesText, triggerOf } from "./incidents.js";
-import { buildModel } from "./lanes.js";
+import { buildModel, extent } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
+import { SearchPanel } from "./search.js";
 import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
 import { Timeline } from "./timeline.js";
+import { TraceMarks } from "./trace_marks.js";
 
 const $ = (id) => document.getElementById(id);
 const number = new Intl.NumberFormat();
@@ -16,18 +23,36 @@ const POLL_MS = 1000;  // the table and, following live, the timeline: at most o
 const MIN_SECONDS = 0.001, MAX_SECONDS = 3600, DEFAULT_SECONDS = 10;  // the window: what the input allows
 const INCIDENTS_POLL_MS = 5000;  // the incidents list: new ones are rare
 const INCIDENTS_LISTED = 100;
+const AGGREGATES_POLL_MS = 5000;  // the aggregates, following live (each is a read of the window)
+const TRACE_SPANS = 1000;  // the spans of a trace read to find its processes
 
 const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false,
-  incident: null, incidentsListed: true };  // incident: the id the timeline shows (null: the live store)
+  incident: null, incidentsListed: true,  // incident: the id the timeline shows (null: the live store)
+  fixed: null,  // a fixed window, [since, until] in wall-clock ns (BigInt); null: the last seconds
+  windowNs: null,  // the window of the live store last drawn, [since, until] in wall-clock ns (BigInt)
+  pendingView: null,  // what to show once the next window is drawn, [from, to] in wall-clock ns (BigInt)
+  trace: null,  // the trace whose arrows are drawn (its processes ticked)
+  span: null,  // the span marked: { pid, startNs (BigInt), name, durationNs } (from an address: no name nor duration)
+  aggregatedAt: 0 };
 const sources = new SourcesTable($("sources"), $("filter"), $("pick-all"), $("no-sources"), () => refreshTimeline());
 const timeline = new Timeline($("timeline"), $("tooltip"), $("timeline-wrap"));
 const flameGraph = new FlameGraph($("flamegraph"), $("flame-tooltip"), $("flame-wrap"));
 const incidents = new IncidentsList($("incidents"), $("no-incidents"), (id) => openIncident(id));
+const searchInputs = { name: $("search-name"), process: $("search-process"), min_duration: $("search-min"),
+  trace_id: $("search-trace") };
+const search = new SearchPanel($("search-form"), searchInputs, $("spans"), $("search-info"), (span) => pickSpan(span));
+search.onSearch = () => runSearch();
+const aggregates = new AggregatesTable($("aggregates"), $("aggregates-info"), (name) => {
+  search.fill({ name });
+  runSearch();
+});
+const marks = new TraceMarks();
+timeline.overlay = marks;
 let flameAfterMove = null;
 timeline.onUserMove = () => {
   $("follow").checked = false;
-  clearTimeout(flameAfterMove);  // the flame graph follows the view once zooming or panning pauses
-  flameAfterMove = setTimeout(() => refreshFlameGraph(), 300);
+  clearTimeout(flameAfterMove);  // the flame graph and the address follow the view once zooming or panning pauses
+  flameAfterMove = setTimeout(() => { refreshFlameGraph(); saveView(); }, 300);
 };
 
 function setStatus(text, bad = false) {
@@ -103,16 +128,27 @@ function settleSeconds() {
   if (Number(input.value) !== seconds) input.value = String(seconds);
 }
 
-// The query string that selects what the timeline shows (the same for the downloads).
+// The query string that selects what the timeline shows (the same for the downloads): the last seconds, or the
+// fixed window.
 function selection() {
-  const seconds = windowSeconds();
-  const params = new URLSearchParams({ since: `-${seconds}s` });
+  const params = state.fixed === null ? new URLSearchParams({ since: `-${windowSeconds()}s` })
+    : new URLSearchParams({ since: String(state.fixed[0]), until: String(state.fixed[1]) });
   const pids = sources.selectedPids();
   if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
   return params.toString();
 }
 
-async function refreshTimeline(keepView = false) {
+// The query string of the search and the aggregates: the window last drawn, as absolute times, and the processes
+// ticked; null before one is drawn.
+function windowQuery() {
+  if (state.windowNs === null) return null;
+  const params = new URLSearchParams({ since: String(state.windowNs[0]), until: String(state.windowNs[1]) });
+  const pids = sources.selectedPids();
+  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  return params.toString();
+}
+
+async function refreshTimeline(keepView = false, polled = false) {
   if (state.timelineBusy) { state.timelineQueued = true; return; }
   state.timelineBusy = true;
   // Asked for while following live: if the user zoomed or panned meanwhile (which stops following), the answer brings
@@ -128,19 +164,29 @@ async function refreshTimeline(keepView = false) {
     const fetched = performance.now();
     const model = buildModel(doc, pids);
     state.originNs = BigInt(doc.origin_ns);
-    const since = doc.capture.query.since_ns;
-    const seconds = Number(new URLSearchParams(query).get("since").slice(1, -1));
-    // The window asked for, in ns since the collector's origin (what the document's times count from).
-    const start = Number(BigInt(since) - BigInt(doc.origin_ns));
-    timeline.setModel(model, [start, start + seconds * 1e9], keepView || (live && !$("follow").checked));
+    // The window asked for, in wall-clock ns, and in ns since the collector's origin (what the document's times
+    // count from).
+    const asked = new URLSearchParams(query);
+    const since = asked.has("until") ? BigInt(asked.get("since")) : BigInt(doc.capture.query.since_ns);
+    const until = asked.has("until") ? BigInt(asked.get("until"))
+      : since + BigInt(Math.round(Number(asked.get("since").slice(1, -1)) * 1e9));
+    state.windowNs = [since, until];
+    const origin = state.originNs;
+    setMarks();
+    timeline.setModel(model, [Number(since - origin), Number(until - origin)], keepView || (live && !$("follow").checked));
+    showPendingView();
     const drawn = performance.now();
     showInfo(model, doc, pids, fetched - started, drawn - fetched);
     refreshFlameGraph();
+    if (!polled || Date.now() - state.aggregatedAt >= AGGREGATES_POLL_MS) {
+      state.aggregatedAt = Date.now();
+      aggregates.refresh(windowQuery());
+    }
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);
   } finally {
     state.timelineBusy = false;
-    if (state.timelineQueued) { state.timelineQueued = false; refreshTimeline(keepView); }
+    if (state.timelineQueued) { state.timelineQueued = false; refreshTimeline(keepView, polled); }
   }
 }
 
@@ -158,12 +204,97 @@ async function showIncident(id, keepView) {
     ? [Number(BigInt(record.window.since_ns) - origin), Number(BigInt(record.window.until_ns) - origin)]
     : extent(model);
   timeline.setMarker(triggerOf(record, doc.origin_ns));
+  marks.set(null, null);  // (the search reads the live store)
   timeline.setModel(model, kept, keepView);
   $("incident-name").textContent = record ? `${record.id} · ${record.rule || ""}` : id;
   showInfo(model, doc, null, fetched - started, performance.now() - fetched);
   const from = record ? ` · kept from ${processesText(record.processes)}` : " · not among the incidents listed";
   $("timeline-info").prepend(`incident ${id}${from} · `);
   $("flame-info").textContent = "the flame graph reads the live store: back to live to see it";
+}
+
+// The trace and the span to mark in the next model drawn.
+function setMarks() {
+  const span = state.span;
+  marks.set(state.trace, span && { pid: span.pid, name: span.name, start: Number(span.startNs - state.originNs),
+    duration: span.durationNs });
+}
+
+// The view asked for before the window drawn came (a span picked), once; then the address says what is shown.
+function showPendingView() {
+  if (state.pendingView === null) return;
+  const [from, to] = state.pendingView;
+  state.pendingView = null;
+  timeline.view = [Number(from - state.originNs), Number(to - state.originNs)];
+  timeline.draw();
+  saveView();
+}
+
+// Into the address: the view (not following live), the trace and the span marked.
+function saveView() {
+  if (state.incident !== null || state.originNs === null) return;
+  const fixed = !$("follow").checked;
+  const [from, to] = timeline.view;
+  const since = fixed ? rfc3339(state.originNs + BigInt(Math.floor(from))) : null;
+  const until = fixed ? rfc3339(state.originNs + BigInt(Math.ceil(to))) : null;
+  const span = state.span === null ? null : `${state.span.pid}@${rfc3339(state.span.startNs)}`;
+  writeAddress({ since, until, trace: state.trace, span });
+  timeline.canvas.dataset.view = fixed ? `${since}/${until}` : "";
+}
+
+// A span of the search picked: the window fixed around it (the one drawn, widened to hold it), the timeline zoomed to
+// it with a margin, its trace's processes ticked (those alone), the span marked and the trace's arrows drawn.
+async function pickSpan(span) {
+  if (state.incident !== null || state.windowNs === null) return;
+  const startNs = BigInt(span.start_ns);
+  const endNs = startNs + BigInt(span.duration_ns);
+  const margin = BigInt(Math.max(Math.round(span.duration_ns / 5), 10000));  // a fifth each side, 10 µs at least
+  const view = [startNs - margin, endNs + margin];
+  const drawn = state.windowNs;
+  const pidsDrawn = String(sources.selectedPids());
+  const [since, until] = state.fixed || drawn;
+  state.fixed = [since < view[0] ? since : view[0], until > view[1] ? until : view[1]];
+  $("follow").checked = false;
+  state.trace = span.trace_id || null;
+  state.span = { pid: span.pid, startNs, name: span.name, durationNs: span.duration_ns };
+  state.pendingView = view;
+  if (state.trace !== null) await tickTrace(state.trace, span.pid);
+  $("timeline-panel").scrollIntoView({ block: "nearest" });
+  // The window and processes drawn already hold the span and its trace: marked and shown at once, not fetched again.
+  const same = state.fixed[0] === drawn[0] && state.fixed[1] === drawn[1] && String(sources.selectedPids()) === pidsDrawn;
+  if (same && !state.timelineBusy && timeline.model !== null) {
+    setMarks();
+    marks.locate(timeline);
+    showPendingView();
+    return;
+  }
+  await refreshTimeline(true);
+}
+
+// Ticks the processes that hold spans of trace `traceId` in the window (and `pid`), those alone.
+async function tickTrace(traceId, pid) {
+  const params = new URLSearchParams(selection());
+  params.delete("pid");
+  params.set("trace_id", traceId);
+  params.set("limit", String(TRACE_SPANS));
+  const pids = new Set(pid === null ? [] : [pid]);
+  try {
+    for (const span of (await getJSON(`/spans?${params}`)).spans) pids.add(span.pid);
+  } catch (error) {
+    setStatus(String(error.message || error), true);
+  }
+  if (pids.size) sources.tickOnly([...pids]);
+}
+
+function runSearch() {
+  writeAddress(search.values());
+  if (state.incident !== null) {
+    $("search-info").textContent = "the search reads the live store: back to live to use it";
+    return;
+  }
+  const query = windowQuery();
+  if (query === null) $("search-info").textContent = "the search waits for the timeline's window";
+  else search.run(query);
 }
 
 // An incident's record when it is not among those listed (an older one, named in the address).
@@ -176,24 +307,13 @@ async function findIncident(id) {
   }
 }
 
-// The times a model's events span, for a document with no window of its own.
-function extent(model) {
-  let first = Infinity;
-  for (const row of model.rows) {
-    for (const level of row.levels || []) if (level.start.length) first = Math.min(first, level.start[0]);
-    if (row.ticks && row.ticks.start.length) first = Math.min(first, row.ticks.start[0]);
-    if (row.counter && row.counter.start.length) first = Math.min(first, row.counter.start[0]);
-  }
-  return first === Infinity ? [0, 1] : [first, Math.max(model.windowEnd, first + 1)];
-}
-
 function openIncident(id) {
   state.incident = id;
   $("follow").checked = false;
   $("incident-banner").hidden = false;
   $("incident-name").textContent = id;
   incidents.setOpen(id);
-  setAddress(id);
+  writeAddress({ incident: id, ...liveView() });  // (the incident's window is its own)
   refreshTimeline();
 }
 
@@ -201,17 +321,19 @@ function backToLive() {
   state.incident = null;
   $("incident-banner").hidden = true;
   incidents.setOpen(null);
-  setAddress(null);
+  writeAddress({ incident: null });
   $("follow").checked = true;
-  refreshTimeline();
+  followLive();
 }
 
-// The page's address names the incident shown, so that it can be linked to (and reloaded).
-function setAddress(id) {
-  const params = new URLSearchParams(location.search);
-  if (id === null) params.delete("incident"); else params.set("incident", id);
-  const search = params.toString();
-  history.replaceState(null, "", `${location.pathname}${search ? "?" + search : ""}${location.hash}`);
+// Back to the last seconds, following live: no fixed window, no span marked.
+function followLive() {
+  state.fixed = null;
+  state.trace = null;
+  state.span = null;
+  writeAddress(liveView());
+  timeline.canvas.dataset.view = "";
+  refreshTimeline();
 }
 
 async function pollIncidents() {
@@ -288,11 +410,18 @@ async function refreshFlameGraph() {
 $("flame-refresh").addEventListener("click", () => refreshFlameGraph());
 $("flame-thread").addEventListener("change", () => refreshFlameGraph());
 $("refresh").addEventListener("click", () => refreshTimeline());
-$("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); });
-$("seconds").addEventListener("change", () => { settleSeconds(); refreshTimeline(); });
+$("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); saveView(); });
+$("fit").addEventListener("click", () => {
+  if (timeline.model && timeline.model.count) timeline.show(...extent(timeline.model));
+});
+$("seconds").addEventListener("change", () => {
+  settleSeconds();
+  writeAddress({ seconds: $("seconds").value });
+  if (state.fixed !== null && state.incident === null) { $("follow").checked = true; followLive(); } else refreshTimeline();
+});
 $("follow").addEventListener("change", () => {
   if (!$("follow").checked) return;
-  if (state.incident !== null) backToLive(); else refreshTimeline();
+  if (state.incident !== null) backToLive(); else followLive();
 });
 $("back-to-live").addEventListener("click", () => backToLive());
 $("download-chrome").addEventListener("click", () => download(shownSource, "chrome").catch((e) => setStatus(e.message, true)));
@@ -305,9 +434,9 @@ function shownSource(format) {
   return `/snapshot?${selection()}&format=${format}`;
 }
 
-// What the page's own query string asks for (a link to a view): ?seconds=N&filter=TEXT&follow=0&incident=ID
-function readAddress() {
-  const asked = new URLSearchParams(location.search);
+// What the page's own query string asks for (a link to a view: address.js says what it may hold).
+function readPageAddress() {
+  const asked = readAddress();
   if (asked.get("incident")) {
     state.incident = asked.get("incident");
     $("follow").checked = false;
@@ -317,17 +446,32 @@ function readAddress() {
   if (asked.has("seconds")) { $("seconds").value = asked.get("seconds"); settleSeconds(); }
   if (asked.has("filter")) $("filter").value = asked.get("filter");
   if (asked.get("follow") === "0") $("follow").checked = false;
+  const since = wallNs(asked.get("since"));
+  const until = wallNs(asked.get("until"));
+  if (since !== null && until !== null && since < until) {
+    state.fixed = [since, until];
+    $("follow").checked = false;
+  }
+  state.trace = asked.get("trace") || null;
+  const span = spanOf(asked.get("span"));
+  state.span = span && { ...span, name: "", durationNs: null };
+  search.fill(searchOf(asked));
 }
 
 async function start() {
-  readAddress();
+  readPageAddress();
   await pollSources();
   await pollIncidents();
   incidents.setOpen(state.incident);
+  if (state.trace !== null && state.incident === null) await tickTrace(state.trace, state.span && state.span.pid);
   await refreshTimeline();
+  if (state.fixed !== null) saveView();
+  if (search.given()) runSearch();
   setInterval(pollSources, POLL_MS);
   setInterval(pollIncidents, INCIDENTS_POLL_MS);
-  setInterval(() => { if ($("follow").checked && state.incident === null && !document.hidden) refreshTimeline(); }, POLL_MS);
+  setInterval(() => {
+    if ($("follow").checked && state.incident === null && !document.hidden) refreshTimeline(false, true);
+  }, POLL_MS);
 }
 
 start();

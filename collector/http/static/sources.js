@@ -121,6 +121,14 @@ export class SourcesTable {
     return picked;
   }
 
+  // Ticks the processes `pids` alone, and empties the filter (which could hide one); the caller refreshes.
+  tickOnly(pids) {
+    const keep = new Set(pids);
+    this.filterInput.value = "";
+    this.unpicked = new Set(this.processes.map((p) => p.pid).filter((pid) => !keep.has(pid)));
+    this.render();
+  }
+
   render() {
     const key = this.sortKey;
     const direction = this.ascending ? 1 : -1;

@@ -9,7 +9,7 @@ import { PRIORITY_RANK, lowerBound } from "./lanes.js";
 
 const GUTTER = 190;  // the row labels' column, px
 const AXIS = 24;
-const LEVEL = 18;
+export const LEVEL = 18;
 const TICKS = 10;
 const COUNTER = 38;
 const PROCESS = 24;
@@ -55,6 +55,7 @@ export class Timeline {
     this.onUserMove = () => {};
     this.drawn = 0;  // draws done (a test waits for a new one)
     this.marker = null;  // an opened incident's trigger: { start, end, label } in ns since origin
+    this.overlay = null;  // over the rows: { locate(timeline) in each new model, draw(ctx, timeline) } (trace_marks.js)
     this.listen();
   }
 
@@ -68,6 +69,7 @@ export class Timeline {
     this.full = full;
     if (!keepView) this.view = [...full];
     this.layoutRows();
+    if (this.overlay) this.overlay.locate(this);
     this.draw();
   }
 
@@ -120,6 +122,7 @@ export class Timeline {
     ctx.rect(GUTTER, AXIS, this.width - GUTTER, this.height - AXIS);
     ctx.clip();
     for (const item of this.layout) this.drawRow(ctx, item);
+    if (this.overlay) this.overlay.draw(ctx, this);
     ctx.restore();
     this.drawLabels(ctx);
     if (this.marker) this.drawMarker(ctx, this.marker);
@@ -395,6 +398,18 @@ export class Timeline {
   reset() {
     this.view = [...this.full];
     this.draw();
+  }
+
+  // Shows [from, to] (ns since origin), as a user's zoom does.
+  show(from, to) {
+    this.view = [from, Math.max(to, from + 1000)];
+    this.onUserMove();
+    this.draw();
+  }
+
+  // The top of level `depth` of a laid out row (an entry of `layout`), in CSS px of the canvas.
+  levelTop({ row, y }, depth) {
+    return y + (row.ticks ? TICKS : 0) + depth * LEVEL;
   }
 
   listen() {

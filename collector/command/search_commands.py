@@ -102,19 +102,21 @@ def _params(args: argparse.Namespace, own: list[tuple[str, str]], aggregates: bo
     return params
 
 
-def _get(args: argparse.Namespace, endpoint: str, params: list[tuple[str, str]]) -> bytes:
+def _document(args: argparse.Namespace, endpoint: str, params: list[tuple[str, str]]) -> Any | None:
+    """The endpoint's answer to ``params``; None once it is written out as it came (``--json``)."""
     with fetch(endpoint_url(args.url, endpoint, params), Access(args)) as response:
         body: bytes = response.read()
-    return body
+    if args.json:
+        sys.stdout.write(body.decode() + "\n")
+        return None
+    return json.loads(body)
 
 
 def _spans(args: argparse.Namespace) -> int:
     params = _params(args, [("sort", args.sort), ("limit", str(args.limit))], aggregates=False)
-    body = _get(args, "/spans", params)
-    if args.json:
-        sys.stdout.write(body.decode() + "\n")
+    document = _document(args, "/spans", params)
+    if document is None:
         return 0
-    document = json.loads(body)
     table = Table(box=None, pad_edge=False)
     for column in ("duration", "start (UTC)", "process", "pid", "track", "name", "trace id", "args"):
         table.add_column(column, justify="right" if column in ("duration", "pid") else "left", no_wrap=True)
@@ -130,11 +132,9 @@ def _spans(args: argparse.Namespace) -> int:
 
 def _top(args: argparse.Namespace) -> int:
     params = _params(args, [("by", args.by)], aggregates=True)
-    body = _get(args, "/aggregates", params)
-    if args.json:
-        sys.stdout.write(body.decode() + "\n")
+    document = _document(args, "/aggregates", params)
+    if document is None:
         return 0
-    document = json.loads(body)
     table = Table(box=None, pad_edge=False)
     grouped = [column for column in ("name", "process") if column in args.by.split(",")]
     numbers = ("count", "total", "mean", "p50", "p90", "p99", "max")

@@ -361,6 +361,52 @@ read_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const
     return OK;
 }
 
+/* ---- a frame's events, as the snapshot writers read them ---- */
+
+/* The window a snapshot asks for: each bound holds only when given. */
+typedef struct {
+    i128 since_ns, until_ns;
+    int has_since, has_until;
+} Window;
+
+typedef struct {
+    i128 kind, name, ts, dur;
+    Cursor args; /* where its args' value starts (already checked by skip()) */
+    int code;    /* its kind's code in the caller's table: CODE_SKIP, CODE_PYTHON, 'X', 'i' or 'C' */
+} Event;
+
+/* The next event of a frame's columns (each moved past it), its kind's code from `kinds`. BAD: the Python walk refuses
+   a frame whose kind, name, ts or dur is not an integer, msgpack-python its args; or `kinds` gives a code not above (a
+   table the caller got wrong: the Python side takes the frame). */
+static inline int
+next_event(Cursor column[COLUMNS], const uint8_t *kinds, Py_ssize_t kinds_len, Event *e)
+{
+    if (read_int(&column[KIND], &e->kind) != OK || read_int(&column[NAME], &e->name) != OK ||
+        read_int(&column[TS], &e->ts) != OK || read_int(&column[DUR], &e->dur) != OK) {
+        return BAD;
+    }
+    e->args = column[ARGS];
+    if (skip(&column[ARGS], 0) != OK) {
+        return BAD;
+    }
+    int code = e->kind >= 0 && e->kind < kinds_len ? kinds[(Py_ssize_t)e->kind] : CODE_SKIP;
+    if (code != CODE_SKIP && code != CODE_PYTHON && code != 'X' && code != 'i' && code != 'C') {
+        return BAD;
+    }
+    e->code = code;
+    return OK;
+}
+
+/* Whether an event at `wall` is in the window: it takes what overlaps it (read/selection.py, EventFilter.in_window),
+   a span that ends after `since`, a point at or after it; anything that starts before `until`. */
+static inline int
+in_window(const Window *w, const Event *e, i128 wall)
+{
+    i128 lasting = e->code == 'X' ? e->dur : 0;
+    return !((w->has_since && wall < w->since_ns && wall + lasting <= w->since_ns) ||
+             (w->has_until && wall >= w->until_ns));
+}
+
 /* ---- arguments ---- */
 
 /* A frame's event count and the order of its columns, as the Python side passes them (``count``, a tuple of 5 column

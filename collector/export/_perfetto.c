@@ -414,8 +414,8 @@ typedef struct {
     size_t payload_len;
     Py_ssize_t count;
     int column_of[COLUMNS];
-    i128 first_ts_ns, offset_ns, since_ns, until_ns;
-    int has_since, has_until;
+    i128 first_ts_ns, offset_ns;
+    Window window;
     const uint8_t *kinds;
     Py_ssize_t kinds_len;
     /* between the passes */
@@ -440,19 +440,13 @@ choose(Frame *f)
     Cursor column[COLUMNS];
     memcpy(column, f->column, sizeof(column));
     for (Py_ssize_t i = 0; i < f->count; i++) {
-        i128 kind, name, ts, dur;
-        if (read_int(&column[KIND], &kind) != OK || read_int(&column[NAME], &name) != OK ||
-            read_int(&column[TS], &ts) != OK || read_int(&column[DUR], &dur) != OK) {
-            return BAD; /* the Python walk refuses a frame whose kind, name, ts or dur is not an integer */
-        }
-        Cursor args = column[ARGS];
-        if (skip(&column[ARGS], 0) != OK) {
+        Event e;
+        if (next_event(column, f->kinds, f->kinds_len, &e) != OK) {
             return BAD;
         }
-        int code = kind >= 0 && kind < f->kinds_len ? f->kinds[(Py_ssize_t)kind] : CODE_SKIP;
-        if (code != CODE_SKIP && code != CODE_PYTHON && code != 'X' && code != 'i' && code != 'C') {
-            return BAD; /* a table the caller got wrong: the Python writer takes the frame */
-        }
+        i128 name = e.name, ts = e.ts, dur = e.dur;
+        Cursor args = e.args;
+        int code = e.code;
         if (code == CODE_PYTHON) {
             return DEFER;
         }
@@ -461,12 +455,8 @@ choose(Frame *f)
             f->skipped++; /* a kind never declared or not shown, or times no clock gives */
             continue;
         }
-        /* The window takes what overlaps it (read/selection.py, EventFilter.in_window): a span that ends after
-           `since`, a point at or after it; anything that starts before `until`. */
-        i128 lasting = code == 'X' ? dur : 0;
-        if ((f->has_since && wall < f->since_ns && wall + lasting <= f->since_ns) ||
-            (f->has_until && wall >= f->until_ns)) {
-            continue; /* outside the window asked for */
+        if (!in_window(&f->window, &e, wall)) {
+            continue;
         }
         if (name < 0 || name > INT64_MAX) {
             return DEFER; /* a string id no table holds: the Python walk names it */
@@ -747,8 +737,8 @@ frame_packets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (as_i128(args[3], "first_ts_ns", &f.first_ts_ns, NULL) < 0 ||
         as_i128(args[4], "offset_ns", &f.offset_ns, NULL) < 0 ||
-        as_i128(args[5], "since_ns", &f.since_ns, &f.has_since) < 0 ||
-        as_i128(args[6], "until_ns", &f.until_ns, &f.has_until) < 0) {
+        as_i128(args[5], "since_ns", &f.window.since_ns, &f.window.has_since) < 0 ||
+        as_i128(args[6], "until_ns", &f.window.until_ns, &f.window.has_until) < 0) {
         return NULL;
     }
     Py_buffer views[2];

@@ -21,8 +21,8 @@ events:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 import orjson
 from ringtrace.collector.export.chrome import json_bytes, json_value
@@ -102,11 +102,11 @@ class TableRows:
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
         rows = _Rows(self.table)
         for walked, _ in walk.walked():
-            for phases, names, starts, durations, args, categories, ids in _frame_events(walk, walked, fast):
-                rows.add(walked[0], walked[1], phases, names, starts, durations, args, categories, ids)
+            for events in _frame_events(walk, walked, fast):
+                rows.add(walked[0], walked[1], events)
             yield rows.take() if rows.count >= BATCH_ROWS else None
         for process, track, (_, name, wall_ns, _, opened_args, category, async_id) in walk.still_open():
-            rows.add(process, track, "B", [name], [wall_ns], [-1], [opened_args], [category], [async_id])
+            rows.add(process, track, _Events("B", [name], [wall_ns], [-1], [opened_args], [category], [async_id]))
         if rows.count:
             yield rows.take()
 
@@ -120,9 +120,16 @@ class TableRows:
         }
 
 
-#: One frame's events as columns: phases (one character each), names, wall-clock ns, durations, args, categories
-#: (None: all ""), async ids (None: all "").
-_Events = tuple[str, list[str], list[int], list[int], list[Any], list[str] | None, list[str] | None]
+class _Events(NamedTuple):
+    """One frame's events as columns (or the slices left open, phase ``B``)."""
+
+    phases: str  # one character each
+    names: list[str]
+    starts: list[int]  # wall-clock ns
+    durations: list[int]
+    args: list[Any]
+    categories: list[str] | None  # None: all ""
+    ids: list[str] | None  # async ids; None: all ""
 
 
 def _frame_events(walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None) -> Iterator[_Events]:
@@ -138,7 +145,7 @@ def _frame_events(walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | Non
             by_index = list(names)
             columns = taken.columns
             named = [by_index[index] for index in columns["name"]]
-            yield columns["ph"], named, columns["ts"], columns["dur"], columns["args"], None, None
+            yield _Events(columns["ph"], named, columns["ts"], columns["dur"], columns["args"], None, None)
         if taken.deferred is None:
             return
         only = taken.deferred
@@ -149,7 +156,11 @@ def _frame_events(walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | Non
 
 def _from_shown(shown: list[Shown]) -> _Events:
     phases, names, starts, durations, args, categories, ids = zip(*shown, strict=True)
-    return "".join(phases), list(names), list(starts), list(durations), list(args), list(categories), list(ids)
+    return _Events("".join(phases), list(names), list(starts), list(durations), list(args), list(categories), list(ids))
+
+
+#: A table's own columns (those after ``_WHERE``), in ``TABLES`` order, of as many rows each.
+_Own = Sequence[Sequence[Any]]
 
 
 class _Rows:
@@ -159,164 +170,142 @@ class _Rows:
         self.table = table
         self.columns: Columns = {name: [] for name in TABLES[table]}
         self.count = 0
-        self._add: Callable[..., None] = getattr(self, f"_{table}")
+        self._own = TABLES[table][len(_WHERE) :]
+        self._build = _BUILDERS[table]
 
     def take(self) -> Columns:
         taken, self.columns, self.count = self.columns, {name: [] for name in TABLES[self.table]}, 0
         return taken
 
-    def add(
-        self,
-        process: ProcessView,
-        track: TrackInfo,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
+    def add(self, process: ProcessView, track: TrackInfo, events: _Events) -> None:
         """One frame's events (or the slices left open, phase ``B``): those of this table as rows."""
-        last = self.columns[TABLES[self.table][-1]]  # (a column of the table's own, not one of _WHERE)
-        before = len(last)
-        self._add(phases, names, starts, durations, args, categories, ids)
-        added = len(self.columns[TABLES[self.table][-1]]) - before
+        own = self._build(events)
+        added = len(own[0]) if own else 0
         if added:
-            track_name = process.tracks.get(track.track_id, track).name  # the latest name, or an ended track's
             columns = self.columns
+            for name, values in zip(self._own, own, strict=True):
+                columns[name] += values
+            track_name = process.tracks.get(track.track_id, track).name  # the latest name, or an ended track's
             columns["process"] += [process.name] * added
             columns["pid"] += [process.trace_pid] * added
             columns["host"] += [process.host] * added
             columns["track"] += [track_name] * added
             self.count += added
 
-    def _spans(
-        self,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
-        if phases.count("X") + phases.count("B") != len(phases):  # (the usual frame is all spans: no per-event test)
-            picked = [i for i, phase in enumerate(phases) if phase == "X" or phase == "B"]
-            if not picked:
-                return
-            phases = "".join(phases[i] for i in picked)
-            names, starts, durations, args = _pick(picked, names, starts, durations, args)
-            categories = _pick(picked, categories)[0] if categories is not None else None
-        columns = self.columns
-        columns["name"] += names
-        columns["category"] += [c or None for c in categories] if categories is not None else [None] * len(names)
-        columns["start_ns"] += starts
-        ended: list[int | None] = list(durations)
-        if "B" in phases:  # never ended by the end of the snapshot
-            ended = [None if phase == "B" else d for phase, d in zip(phases, durations, strict=True)]
-        columns["duration_ns"] += ended
-        columns["end_ns"] += [None if d is None else s + d for s, d in zip(starts, ended, strict=True)]
-        texts = _json_texts(args)
-        columns["args"] += texts
-        # One search of the frame's args for each id, rather than a lookup per span: most spans carry none.
-        joined = b"\n".join(filter(None, texts))
-        for key in ("trace_id", "span_id", "parent_span_id"):
-            carried = b'"%s"' % key.encode() in joined
-            columns[key] += [_text_arg(a, key) for a in args] if carried else [None] * len(args)
 
-    def _instants(
-        self,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
-        columns = self.columns
-        for index, phase in enumerate(phases):
-            kind = _INSTANT_KINDS.get(phase)
-            category = categories[index] if categories is not None else ""
-            if kind is None or (phase == "i" and category not in ("", "incident")):
-                continue  # (an "i" of another category is a message)
-            arg = args[index]
-            columns["name"].append(names[index])
-            columns["kind"].append("incident" if category == "incident" else kind)
-            columns["ts_ns"].append(starts[index])
-            columns["args"].append(_json(arg))
-            columns["trace_id"].append(_text_arg(arg, "trace_id"))
-            columns["async_id"].append(ids[index] if ids is not None and phase != "i" else None)
+def _as_columns(rows: Iterable[tuple[Any, ...]]) -> _Own:
+    """Rows (a table's own values each) as its own columns; none for no rows."""
+    return list(zip(*rows, strict=True))
 
-    def _messages(
-        self,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
-        if categories is None:
-            return  # (the column reader takes no message)
-        columns = self.columns
-        for index, phase in enumerate(phases):
-            category = categories[index]
-            if phase != "i" or category in _NOT_MESSAGES:
-                continue
-            values = dict(args[index] or {})
-            values.pop("category", None)
-            priority = values.pop("priority", None)
-            columns["ts_ns"].append(starts[index])
-            columns["category"].append(category)
-            columns["priority"].append(priority)
-            columns["text"].append(names[index])
-            columns["args"].append(_json(values) if values else None)
-            columns["trace_id"].append(_text_arg(values, "trace_id"))
 
-    def _counters(
-        self,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
-        columns = self.columns
-        for index, phase in enumerate(phases):
-            if phase != "C":
-                continue
-            values = args[index]
-            for series, value in values.items() if type(values) is dict else ():
-                columns["name"].append(names[index])
-                columns["ts_ns"].append(starts[index])
-                columns["series"].append(str(series))
-                is_number = isinstance(value, int | float) and not isinstance(value, bool)
-                columns["value"].append(float(value) if is_number else None)
+def _spans(events: _Events) -> _Own:
+    phases, names, starts, durations, args, categories, _ = events
+    if phases.count("X") + phases.count("B") != len(phases):  # (the usual frame is all spans: no per-event test)
+        picked = [i for i, phase in enumerate(phases) if phase == "X" or phase == "B"]
+        if not picked:
+            return ()
+        phases = "".join(phases[i] for i in picked)
+        names, starts, durations, args = _pick(picked, names, starts, durations, args)
+        categories = _pick(picked, categories)[0] if categories is not None else None
+    ended: list[int | None] = list(durations)
+    if "B" in phases:  # never ended by the end of the snapshot
+        ended = [None if phase == "B" else d for phase, d in zip(phases, durations, strict=True)]
+    texts = _json_texts(args)
+    # One search of the frame's args for each id, rather than a lookup per span: most spans carry none.
+    joined = b"\n".join(filter(None, texts))
+    carried = [
+        [_text_arg(a, key) for a in args] if b'"%s"' % key.encode() in joined else [None] * len(args)
+        for key in ("trace_id", "span_id", "parent_span_id")
+    ]
+    return (
+        names,
+        [c or None for c in categories] if categories is not None else [None] * len(names),
+        starts,
+        ended,
+        [None if d is None else s + d for s, d in zip(starts, ended, strict=True)],
+        texts,
+        *carried,
+    )
 
-    def _samples(
-        self,
-        phases: str,
-        names: list[str],
-        starts: list[int],
-        durations: list[int],
-        args: list[Any],
-        categories: list[str] | None,
-        ids: list[str] | None,
-    ) -> None:
-        columns = self.columns
-        for index, phase in enumerate(phases):
-            if phase != SAMPLE:
-                continue
-            stack = sample_stack(args[index])
-            columns["ts_ns"].append(starts[index])
-            columns["task"].append(names[index] or None)
-            columns["leaf"].append(stack[-1][0] if stack else None)
-            columns["stack"].append([{"function": f, "file": file, "line": line} for f, file, line in stack])
+
+def _instants(events: _Events) -> _Own:
+    phases, names, starts, _, args, categories, ids = events
+    rows = []
+    for index, phase in enumerate(phases):
+        kind = _INSTANT_KINDS.get(phase)
+        category = categories[index] if categories is not None else ""
+        if kind is None or (phase == "i" and category not in ("", "incident")):
+            continue  # (an "i" of another category is a message)
+        arg = args[index]
+        rows.append(
+            (
+                names[index],
+                "incident" if category == "incident" else kind,
+                starts[index],
+                _json(arg),
+                _text_arg(arg, "trace_id"),
+                ids[index] if ids is not None and phase != "i" else None,
+            )
+        )
+    return _as_columns(rows)
+
+
+def _messages(events: _Events) -> _Own:
+    phases, names, starts, _, args, categories, _ = events
+    if categories is None:
+        return ()  # (the column reader takes no message)
+    rows = []
+    for index, phase in enumerate(phases):
+        category = categories[index]
+        if phase != "i" or category in _NOT_MESSAGES:
+            continue
+        values = dict(args[index] or {})
+        values.pop("category", None)
+        priority = values.pop("priority", None)
+        text_args = _json(values) if values else None
+        rows.append((starts[index], category, priority, names[index], text_args, _text_arg(values, "trace_id")))
+    return _as_columns(rows)
+
+
+def _counters(events: _Events) -> _Own:
+    phases, names, starts, _, args, _, _ = events
+    rows = []
+    for index, phase in enumerate(phases):
+        if phase != "C":
+            continue
+        values = args[index]
+        for series, value in values.items() if type(values) is dict else ():
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            rows.append((names[index], starts[index], str(series), float(value) if is_number else None))
+    return _as_columns(rows)
+
+
+def _samples(events: _Events) -> _Own:
+    phases, names, starts, _, args, _, _ = events
+    rows = []
+    for index, phase in enumerate(phases):
+        if phase != SAMPLE:
+            continue
+        stack = sample_stack(args[index])
+        rows.append(
+            (
+                starts[index],
+                names[index] or None,
+                stack[-1][0] if stack else None,
+                [{"function": f, "file": file, "line": line} for f, file, line in stack],
+            )
+        )
+    return _as_columns(rows)
+
+
+#: Each table's own columns of one frame's events (the order of ``TABLES``).
+_BUILDERS: Final[dict[str, Callable[[_Events], _Own]]] = {
+    "spans": _spans,
+    "instants": _instants,
+    "messages": _messages,
+    "counters": _counters,
+    "samples": _samples,
+}
 
 
 def _pick(picked: list[int], *lists: list[Any]) -> list[list[Any]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
-from ringtrace.collector.read.selection import EventFilter, Pattern
+from ringtrace.collector.read.selection import EventFilter, Pattern, unclosed_set
 from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = [
@@ -218,27 +218,13 @@ def _in_range(name: str, text: str, ns: int) -> int:
 def _pattern(name: str, text: str) -> Pattern:
     if not text or len(text) > _MAX_PATTERN_CHARS:
         raise QueryError(f"query parameter {name!r} must be 1 to {_MAX_PATTERN_CHARS} characters, got {len(text)}")
-    unclosed = _unclosed_set(text)
+    unclosed = unclosed_set(text)
     if unclosed is not None:  # fnmatch would take it as the character itself: most likely a typo
         raise QueryError(
             f"query parameter {name!r} has a '[' at character {unclosed + 1} that no ']' closes, got {text!r:.80} "
             "(a glob's [ ] is a set of characters; '[[]' is the character '[' itself)"
         )
     return Pattern(text)
-
-
-def _unclosed_set(text: str) -> int | None:
-    """Where a glob's ``[`` that no ``]`` closes is, if any (``[!]...]`` and ``[]...]`` read as fnmatch reads them)."""
-    start = text.find("[")
-    while start >= 0:
-        end = start + 1
-        end += text.startswith("!", end)
-        end += text.startswith("]", end)
-        close = text.find("]", end)
-        if close < 0:
-            return start
-        start = text.find("[", close + 1)
-    return None
 
 
 def flag(name: str, text: str) -> bool:

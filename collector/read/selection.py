@@ -38,6 +38,7 @@ __all__ = [
     "Selection",
     "category_of",
     "shown_name",
+    "unclosed_set",
 ]
 
 #: Built-in kinds' categories: one per family (a marker's start, end and instant are all ``marker``).
@@ -98,6 +99,21 @@ class Pattern:
 
     def __repr__(self) -> str:
         return repr(self.text)
+
+
+def unclosed_set(text: str) -> int | None:
+    """Where a glob's ``[`` that no ``]`` closes is, if any (``[!]...]`` and ``[]...]`` read as fnmatch reads them):
+    ``Pattern`` would take it as the character itself, most likely a typo that those who read a pattern refuse."""
+    start = text.find("[")
+    while start >= 0:
+        end = start + 1
+        end += text.startswith("!", end)
+        end += text.startswith("]", end)
+        close = text.find("]", end)
+        if close < 0:
+            return start
+        start = text.find("[", close + 1)
+    return None
 
 
 @dataclass(frozen=True)

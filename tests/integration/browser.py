@@ -1,13 +1,15 @@
 """A real browser for the web view's tests: the system's Chromium (Debian's ``chromium``), driven by Playwright, which
 is pointed at it and downloads no browser of its own. Where either is missing, ``launch_args`` says why (the tests skip
 with that reason); ``until`` waits on a condition in a page; ``pixels`` reads a screenshot's PNG back (no imaging
-library needed)."""
+library needed); ``chromium`` launches it, and ``KEEP_DRAWN_TEXT`` keeps what a page draws on a canvas."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,31 @@ def missing_browser() -> str | None:
     except ImportError:
         return "Playwright is not installed (the test extra: pip install -e '.[test]')"
     return None
+
+
+#: Keeps each text the page draws on a canvas in ``window.drawnText`` (Perfetto UI draws its flame graph on one).
+KEEP_DRAWN_TEXT = """
+window.drawnText = [];
+const fillText = CanvasRenderingContext2D.prototype.fillText;
+CanvasRenderingContext2D.prototype.fillText = function (text, ...at) {
+  window.drawnText.push(String(text));
+  return fillText.call(this, text, ...at);
+};
+"""
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """The system's Chromium, launched headless by Playwright (``missing_browser`` says whether it can be), closed at
+    the end."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def until(page: Any, script: str, arg: Any = None, timeout_s: float = 30.0) -> Any:

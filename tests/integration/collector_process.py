@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -13,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ringtrace.wire.frames import Flush, FlushAck, Frame, encode, preamble
@@ -155,6 +156,22 @@ def run_script(collector: CollectorProcess, script: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+@contextlib.contextmanager
+def recorded_collector(script: str, *process_names: str) -> Iterator[CollectorProcess]:
+    """A collector that ``script`` recorded into, run once per name of ``process_names`` (given the collector's ingest
+    address and the name; it must print its flush's result, True), and stopped at the end."""
+    collector = CollectorProcess()
+    try:
+        for name in process_names:
+            done = subprocess.run(
+                [sys.executable, "-c", script, collector.tcp_address, name], capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+        yield collector
+    finally:
+        collector.stop()
 
 
 def run_collector(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, recorded_collector
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline, read_trace_streams
 from ringtrace.collector.command.main import main
@@ -36,16 +36,8 @@ print(tl.flush(5))
 
 @pytest.fixture(scope="module")
 def recorded() -> Iterator[CollectorProcess]:
-    collector = CollectorProcess()
-    try:
-        for name in ("web", "db"):
-            done = subprocess.run(
-                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-            )
-            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    with recorded_collector(RECORD, "web", "db") as collector:
         yield collector
-    finally:
-        collector.stop()
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

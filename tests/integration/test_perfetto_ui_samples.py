@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from browser import KEEP_DRAWN_TEXT, chromium, missing_browser
 from collector_process import CollectorProcess
 from sampled_program import HOT_PROGRAM
 from waiting import wait_for
@@ -36,15 +36,6 @@ pytestmark = [
     pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING)),
     pytest.mark.xdist_group("web_view_browser"),
 ]
-#: Keeps each text the page draws on a canvas in ``window.drawnText`` (Perfetto UI draws its flame graph on one).
-KEEP_DRAWN_TEXT = """
-window.drawnText = [];
-const fillText = CanvasRenderingContext2D.prototype.fillText;
-CanvasRenderingContext2D.prototype.fillText = function (text, ...at) {
-  window.drawnText.push(String(text));
-  return fillText.call(this, text, ...at);
-};
-"""
 
 
 class _UiHandler(http.server.SimpleHTTPRequestHandler):
@@ -91,22 +82,16 @@ def ui_with_trace(collector: CollectorProcess) -> Iterator[str]:
 
 
 def test_perfetto_ui_draws_the_samples_flame_graph_with_the_hot_function(ui_with_trace: str) -> None:
-    from playwright.sync_api import sync_playwright
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.add_init_script(KEEP_DRAWN_TEXT)
+        page = context.new_page()
+        page.goto(ui_with_trace)
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            context.add_init_script(KEEP_DRAWN_TEXT)
-            page = context.new_page()
-            page.goto(ui_with_trace)
+        def drawn() -> list[str]:
+            return list(page.evaluate("window.drawnText"))
 
-            def drawn() -> list[str]:
-                return list(page.evaluate("window.drawnText"))
-
-            wait_for(lambda: "spin_in_the_hot_loop" in drawn(), timeout_s=90, what="the hot function drawn")
-            texts = drawn()
-            assert "main" in texts and "Perf Sample Flamegraph" in page.inner_text("body")
-            assert any(text.startswith("root: ") for text in texts)
-        finally:
-            browser.close()
+        wait_for(lambda: "spin_in_the_hot_loop" in drawn(), timeout_s=90, what="the hot function drawn")
+        texts = drawn()
+        assert "main" in texts and "Perf Sample Flamegraph" in page.inner_text("body")
+        assert any(text.startswith("root: ") for text in texts)

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, recorded_collector
 from ringtrace.collector.command.main import main
 from ringtrace.collector.export.table_rows import TABLES
 from tables_model import chrome_table, parquet_rows
@@ -39,16 +37,8 @@ print(tl.flush(5))
 
 @pytest.fixture(scope="module")
 def collector() -> Iterator[CollectorProcess]:
-    collector = CollectorProcess()
-    try:
-        for name in ("web", "db"):
-            done = subprocess.run(
-                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-            )
-            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    with recorded_collector(RECORD, "web", "db") as collector:
         yield collector
-    finally:
-        collector.stop()
 
 
 def get_table(collector: CollectorProcess, table: str, **params: str) -> list[str]:

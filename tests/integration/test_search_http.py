@@ -4,14 +4,12 @@ what a Chrome snapshot of the same filters shows, and what they refuse is named.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, RawClient
+from collector_process import CollectorProcess, RawClient, recorded_collector
 from ringtrace.collector.command.main import main
 from waiting import wait_for
 
@@ -34,16 +32,8 @@ print(tl.flush(5))
 
 @pytest.fixture(scope="module")
 def collector() -> Iterator[CollectorProcess]:
-    collector = CollectorProcess()
-    try:
-        for name in ("alpha", "beta"):
-            done = subprocess.run(
-                [sys.executable, "-c", RECORD, collector.tcp_address, name], capture_output=True, text=True, timeout=60
-            )
-            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    with recorded_collector(RECORD, "alpha", "beta") as collector:
         yield collector
-    finally:
-        collector.stop()
 
 
 def chrome_spans(collector: CollectorProcess, query: str = "") -> list[dict[str, Any]]:

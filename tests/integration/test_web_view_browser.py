@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, until
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_workload
 from nats_cluster import NatsCluster, server_binary
@@ -58,15 +58,6 @@ print(__import__("os").getpid())
 """
 WIDTH, HEIGHT = 1100, 760
 BROWSER_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-#: Keeps each text the page draws on a canvas (row labels, the time axis) in ``window.drawnText``, as drawn.
-KEEP_DRAWN_TEXT = """
-window.drawnText = [];
-const fillText = CanvasRenderingContext2D.prototype.fillText;
-CanvasRenderingContext2D.prototype.fillText = function (text, ...at) {
-  window.drawnText.push(String(text));
-  return fillText.call(this, text, ...at);
-};
-"""
 
 
 def record(collector: CollectorProcess, name: str, env: dict[str, str] | None = None) -> int:
@@ -83,14 +74,8 @@ def record(collector: CollectorProcess, name: str, env: dict[str, str] | None = 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

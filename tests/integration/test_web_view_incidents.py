@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, Image, missing_browser, pixels, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, until
 from collector_process import CollectorProcess, run_script
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from waiting import wait_for
@@ -50,15 +50,6 @@ WIDTH, HEIGHT = 1100, 900
 INCIDENT_RGB = (194, 24, 91)
 #: Whether the timeline shows the incident whose id is given.
 SHOWS_INCIDENT = "id => document.getElementById('timeline-info').textContent.includes('incident ' + id)"
-#: Keeps each text the page draws on a canvas in ``window.drawnText``, as drawn.
-KEEP_DRAWN_TEXT = """
-window.drawnText = [];
-const fillText = CanvasRenderingContext2D.prototype.fillText;
-CanvasRenderingContext2D.prototype.fillText = function (text, ...at) {
-  window.drawnText.push(String(text));
-  return fillText.call(this, text, ...at);
-};
-"""
 
 
 class Saved:
@@ -113,14 +104,8 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Saved]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Page:

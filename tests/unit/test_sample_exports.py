@@ -9,7 +9,6 @@ tested where it is decoded."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import orjson
 import pytest
 from perfetto_model import PerfettoTrace
 from pprof_model import PprofProfile
-from ringtrace.client import FileListener, Timeline
+from recorded_files import recorded_samples
 from ringtrace.collector.export import flame_graph as flame_graph_module
 from ringtrace.collector.export import perfetto_samples
 from ringtrace.collector.export import pprof as pprof_module
@@ -69,24 +68,6 @@ def _as_sample(event: Any) -> Any:
     return ("P", args["task"], wall_ns, 0, {"stack": STACKS[args["n"] % len(STACKS)]}, "sample", "")
 
 
-def recorded(tmp_path: Path, samples_per_thread: int = 10, name: str = "sampled") -> SnapshotView:
-    """Spans and samples on the main thread and on a second one."""
-    path = tmp_path / f"{name}.rttrace"
-    tl = Timeline(name, [FileListener(path, process_name=name)])
-
-    def record() -> None:
-        for n in range(samples_per_thread):
-            with tl.scope("step", n=n):
-                tl.instant("as-sample", n=n, task="" if n % 2 else "worker-task")
-
-    record()
-    thread = threading.Thread(target=record, name="second")
-    thread.start()
-    thread.join()
-    tl.close()
-    return load_file(path).view
-
-
 def chrome(view: SnapshotView, **filters: Any) -> dict[str, Any]:
     # (the C writer takes instants, which the Python walk here shows as samples: the sampler's own kind goes to it)
     document: dict[str, Any] = json.loads(
@@ -109,7 +90,7 @@ def unwound(frames: dict[str, Any], leaf: int | None) -> tuple[tuple[str, str, i
 
 @pytest.mark.usefixtures("as_samples")
 def test_chrome_json_has_sample_events_naming_their_stacks_in_stack_frames(tmp_path: Path) -> None:
-    view = recorded(tmp_path)
+    view = recorded_samples(tmp_path)
     document = chrome(view)
     events = document["traceEvents"]
     samples = [e for e in events if e["ph"] == "P"]
@@ -131,13 +112,13 @@ def test_chrome_json_has_sample_events_naming_their_stacks_in_stack_frames(tmp_p
 
 
 def test_a_document_without_samples_has_no_stack_frames(tmp_path: Path) -> None:
-    document = chrome(recorded(tmp_path))
+    document = chrome(recorded_samples(tmp_path))
     assert "stackFrames" not in document and not [e for e in document["traceEvents"] if e["ph"] == "P"]
 
 
 @pytest.mark.usefixtures("as_samples")
 def test_chrome_json_samples_follow_the_filter(tmp_path: Path) -> None:
-    view = recorded(tmp_path)
+    view = recorded_samples(tmp_path)
     document = chrome(view, track=Pattern("*second*"))
     samples = [e for e in document["traceEvents"] if e["ph"] == "P"]
     assert len(samples) == 10 and len({s["tid"] for s in samples}) == 1
@@ -154,7 +135,7 @@ def test_stack_nodes_intern_each_prefix_once_and_cut_past_their_bound() -> None:
 
 @pytest.mark.usefixtures("as_samples")
 def test_perfetto_has_perf_samples_with_stacks_interned_on_their_sequence(tmp_path: Path) -> None:
-    view = recorded(tmp_path)
+    view = recorded_samples(tmp_path)
     trace = PerfettoTrace(b"".join(perfetto_chunks(view, accelerated=False)))  # checks every interned id
     threads = {t.descriptor.thread.tid: t for t in trace.tracks.values() if t.kind == "thread"}
     assert len(trace.samples) == 20
@@ -175,7 +156,7 @@ def test_perfetto_starts_a_new_sequence_when_a_stack_table_is_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(perfetto_samples, "MAX_INTERNED", 2)
-    view = recorded(tmp_path, samples_per_thread=200)
+    view = recorded_samples(tmp_path, samples_per_thread=200)
     trace = PerfettoTrace(b"".join(perfetto_chunks(view, accelerated=False)))
     assert len(trace.samples) == 400
     assert {sample.stack for sample in trace.samples} == set(STACKS)
@@ -200,7 +181,7 @@ def paths(document: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], int, int]
 
 @pytest.mark.usefixtures("as_samples")
 def test_the_flame_graph_document_counts_samples_per_stack_node(tmp_path: Path) -> None:
-    view = recorded(tmp_path)
+    view = recorded_samples(tmp_path)
     document = flame_graph(view)
     assert document["samples"] == 20 and document["cut_sample_stacks"] == 0
     # Per thread, n = 0..9: stacks hot, hot, cold, main, empty, twice over.
@@ -217,7 +198,7 @@ def test_the_flame_graph_document_counts_samples_per_stack_node(tmp_path: Path) 
 
 
 def test_the_flame_graph_document_of_no_samples_is_empty(tmp_path: Path) -> None:
-    document = flame_graph(recorded(tmp_path))
+    document = flame_graph(recorded_samples(tmp_path))
     assert document["samples"] == 0 and document["nodes"]["function"] == []
 
 
@@ -315,7 +296,7 @@ def test_samples_from_the_wire_in_a_pprof_profile(tmp_path: Path) -> None:
 
 
 def test_a_pprof_profile_of_no_samples_is_empty(tmp_path: Path) -> None:
-    profile = PprofProfile(b"".join(pprof_chunks(recorded(tmp_path))))
+    profile = PprofProfile(b"".join(pprof_chunks(recorded_samples(tmp_path))))
     assert profile.samples == [] and profile.sample_types == [("samples", "count")]
 
 
@@ -323,7 +304,7 @@ def test_sample_flags_name_the_samples_of_a_frame_from_its_kind_column(tmp_path:
     walk = EventWalk(wire_samples(tmp_path))
     flags = [sample_flags(tables, frame) for (_, _, tables, frame), _ in walk.walked()]
     assert flags == [b"\x00\x01" * 8, b"\x01"]  # spans and samples in turn; one sample alone
-    walk = EventWalk(recorded(tmp_path))  # spans and instants
+    walk = EventWalk(recorded_samples(tmp_path))  # spans and instants
     assert {sample_flags(tables, frame) for (_, _, tables, frame), _ in walk.walked()} == {None}
 
 

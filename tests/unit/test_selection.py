@@ -3,7 +3,7 @@ a frame by its track, then events, with a limit's cutoff and its ties."""
 
 from __future__ import annotations
 
-from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern, Selection, unclosed_set
 from ringtrace.wire.frames import Events
 from ringtrace.wire.model import FIRST_SAMPLER_TRACK_ID, SAMPLER_TRACK_SUFFIX
 
@@ -57,3 +57,11 @@ def test_a_thread_s_name_selects_its_sampler_track_too_and_only_a_sampler_s() ->
         "MainThread" + SAMPLER_TRACK_SUFFIX, FIRST_SAMPLER_TRACK_ID + 3
     )
     assert Selection(EventFilter(track=Pattern("*samples"))).frame((1, 6), "x samples", 100, 100, frame)
+
+
+def test_unclosed_set_finds_a_glob_s_first_bracket_that_nothing_closes_as_fnmatch_reads_sets() -> None:
+    assert unclosed_set("abc") is None and unclosed_set("a[bc]d") is None
+    assert unclosed_set("a[bc") == 1 and unclosed_set("a[b]c[") == 5
+    # A ] right after [ or [! is in the set, not its end; [[] is the character [ itself.
+    assert unclosed_set("[]]") is None and unclosed_set("[!]]") is None and unclosed_set("[[]") is None
+    assert unclosed_set("[]") == 0 and unclosed_set("x[!]") == 1

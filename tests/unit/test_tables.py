@@ -8,7 +8,6 @@ import io
 import json
 import math
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from aiohttp import web
 from arg_values import ARG_VALUES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recorded_files import recorded
+from recorded_files import recorded, recorded_samples
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
 from ringtrace.collector.export.chrome import chrome_trace_chunks
@@ -114,20 +113,7 @@ def test_samples_are_rows_with_their_stacks_root_first(tmp_path: Path, monkeypat
         ], skipped
 
     monkeypatch.setattr(EventWalk, "_shown", as_samples)
-    path = tmp_path / "sampled.rttrace"
-    tl = Timeline("sampled", [FileListener(path, process_name="sampled")])
-
-    def record() -> None:
-        for n in range(10):
-            with tl.scope("step", n=n):
-                tl.instant("as-sample", n=n, task="" if n % 2 else "worker-task")
-
-    record()
-    thread = threading.Thread(target=record, name="second")
-    thread.start()
-    thread.join()
-    tl.close()
-    view = load_file(path).view
+    view = recorded_samples(tmp_path)
     rows = table(view, "samples", accelerated=False)  # (the column reader would take the instants itself)
     assert len(rows) == 20 and rows == from_chrome(view, "samples", accelerated=False)
     hot = [json.loads(row) for row in rows if json.loads(row)["leaf"] == "hot"]

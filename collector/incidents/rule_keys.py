@@ -27,6 +27,7 @@ from ringtrace.collector.incidents.rules import (
     Rule,
     SpanCondition,
 )
+from ringtrace.collector.read.selection import unclosed_set
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.parsing import format_duration_ns, parse_duration_ns
@@ -202,7 +203,7 @@ def _glob(values: Mapping[str, object], key: str) -> str:
             f'{key} takes a glob (a non-empty string of at most {MAX_TEXT_CHARS} characters, like "checkout*"), '
             f"got {_shown(value)}",
         )
-    unclosed = _unclosed_set(value)
+    unclosed = unclosed_set(value)
     if unclosed is not None:  # fnmatch would take it as the character itself: most likely a typo
         raise RuleKeyError(
             key,
@@ -210,20 +211,6 @@ def _glob(values: Mapping[str, object], key: str) -> str:
             "characters; [[] is the character [ itself)",
         )
     return value
-
-
-def _unclosed_set(text: str) -> int | None:
-    """Where a glob's ``[`` that no ``]`` closes is, if any, as ``/snapshot``'s query reads its globs."""
-    start = text.find("[")
-    while start >= 0:
-        end = start + 1
-        end += text.startswith("!", end)
-        end += text.startswith("]", end)
-        close = text.find("]", end)
-        if close < 0:
-            return start
-        start = text.find("[", close + 1)
-    return None
 
 
 def _choice(values: Mapping[str, object], key: str, choices: tuple[_Choice, ...], default: _Choice) -> _Choice:

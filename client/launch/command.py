@@ -33,6 +33,8 @@ COLLECTOR_SUBCOMMANDS: Final = (
     ("convert", "a file to Chrome JSON, a snapshot file or a Perfetto trace"),
     ("tail", "a collector's events as they are stored, one a line"),
     ("sources", "a collector's processes, threads and sources, as a table"),
+    ("spans", "a collector's slowest (or newest) spans, as a table"),
+    ("top", "span durations per name and/or process: count, p50 ... max"),
     ("replay", "send a file's events to a collector, which serves them as live data"),
     ("incidents", "a collector's saved incidents: list, fetch, open or delete one"),
     ("query", "SQL over a collector's events, run here with DuckDB"),

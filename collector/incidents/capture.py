@@ -16,7 +16,8 @@ is memory of the incidents' own, charged to ``capacity_bytes`` (once, however ma
 capture lets go of it. A segment that would pass the budget is not kept: its events of the window are counted in each
 capture that wanted it (``lost["over_budget"]``), never silent. So are the window's events that the ring overwrote
 before the rule fired (``lost["overwritten_before_fire"]``: the store's recent evictions are remembered, by segment, so
-a segment partly in the window counts whole), and what a capture let go of when it failed.
+a segment partly in the window counts whole), and what a capture let go of when it failed. A capture being written
+(``after`` has run) keeps what it holds, past the budget if need be: its worker reads it.
 
 No asyncio, no threads: called on the store's thread (the event loop), as the store is.
 """
@@ -182,11 +183,15 @@ class CapturePins:
         takers = [c for c in self.captures if c.collecting and segment.seq not in c.pinned and c.wants(segment)]
         if not holders and not takers:
             return
-        if self.held_bytes + segment.size > self.capacity_bytes:
+        # A capture that has stopped collecting is being written (its worker reads the segment): it keeps it, past
+        # the budget if need be, and the others may as well, since its buffer stays anyway.
+        saving = any(not c.collecting for c in holders)
+        if not saving and self.held_bytes + segment.size > self.capacity_bytes:
             for capture in itertools.chain(holders, takers):
                 capture.lost["over_budget"] += capture.wants(segment)
-            for capture in holders:
-                self.release(capture, [segment])
+            for capture in holders:  # (the store releases the buffer after this hook, once no pin is left)
+                del capture.pinned[segment.seq]
+                segment.pins -= 1
             return
         self.held_bytes += segment.size
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)

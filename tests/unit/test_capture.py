@@ -3,8 +3,11 @@ budget cannot keep, and what the ring took before the fire, counted (real client
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window, window_events
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.collector.store.segment_files import DataDir
 from store_client import Client
 
 START_TS = 10**15  # the first event's ts (``store_client``: one event every 1000 ns)
@@ -74,4 +77,44 @@ def test_what_the_ring_overwrote_of_a_window_before_the_fire_is_counted() -> Non
     assert capture.lost["overwritten_before_fire"] == overwritten
     assert _kept(capture, EVERYTHING) + overwritten == 300 * 20
     pins.release(capture)
+    pins.close()
+
+
+def test_a_full_budget_lets_go_of_a_pinned_segment_once_and_its_buffer_is_reused_safely(tmp_path: Path) -> None:
+    # A data dir unmaps a buffer released twice, though it went back for reuse: the next segment's writes failed.
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=DataDir(tmp_path, "never"))
+    client = Client(store, 1)
+    pins = CapturePins(store, capacity_bytes=0)  # nothing let go of by the ring can be kept
+    client.record(0, 200)
+    capture = Capture("full", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    pinned = len(capture.pinned)
+    assert pinned > 0
+    for _ in range(300):  # the ring turns over, past the pinned segments, reusing their buffers
+        client.record(0, 20)
+    assert capture.lost["over_budget"] > 0
+    assert len(capture.pinned) < pinned + 300
+    pins.release(capture)
+    pins.close()
+    assert isinstance(store.buffers, DataDir)
+    store.buffers.close()
+
+
+def test_a_capture_being_written_keeps_its_segments_when_the_budget_is_full() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=0)
+    client.record(0, 200)
+    capture = Capture("saving", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    segments = pins.end(capture)  # its worker reads these now
+    fired = Window(0, START_TS + 200 * 1000)  # the events stored when it fired
+    lost = dict(capture.lost)
+    assert _kept(capture, fired) == 200
+    for _ in range(300):  # the ring turns over, with no budget beside it
+        client.record(0, 20)
+    assert capture.segments() == segments and all(segment.pins > 0 for segment in segments)
+    assert _kept(capture, fired) == 200, "its buffers are not reused while it is written"
+    assert capture.lost == lost
+    pins.release(capture)
+    assert pins.held_bytes == 0
     pins.close()

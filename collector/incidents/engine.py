@@ -10,7 +10,9 @@ GOODBYE: ``crashed``) and ``POST /incidents`` (``fire_by_hand``) make firings of
 window pinned at once (``capture.py``), its pending record written, and, once ``after`` has run and the connected
 clients have flushed, its snapshot file and record written on a worker thread (``saving.py``); then its pins go, a
 line is logged and its rule's webhook is told. A firing past either bound is counted suppressed (per rule; ``busy``
-counts the captures bound's share). Without rules there is no task and no store hook: the collector pays nothing.
+counts the captures bound's share), as is one whose event's times cannot be right (``admission.py``: ``refused``);
+a capture waits for ``after`` from its firing at most, whatever its event's times say. Without rules there is no
+task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -24,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from typing import Any, Final, Protocol
 
+from ringtrace.collector.incidents.admission import AFTER_SLACK_S, refusal
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.firing import Firing
@@ -163,6 +166,8 @@ class IncidentEngine:
         self.counts = counts if counts is not None else IncidentCounts()
         #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
         self.busy = 0
+        #: Firings refused for their event's times (``admission.refusal``; also in ``counts.suppressed``).
+        self.refused = 0
         self._limit = RateLimit()
         self._pins: CapturePins | None = None
         self._watch: Watch | None = None
@@ -176,7 +181,11 @@ class IncidentEngine:
     async def start(self) -> None:
         """Settle the incidents a previous run left pending, then watch the rules (if any watch stored events)."""
         for record in await asyncio.to_thread(self.files.pending):
-            await self._settle_pending(record)
+            try:
+                await self._settle_pending(record)
+            except Exception:  # (one bad record must not keep the collector from starting)
+                self.counts.add(self.counts.failed, str(record.get("rule", "")))
+                log.exception("incidents: the pending incident %s could not be settled", record.get("id"))
         self._follow(self.rules)
 
     async def stop(self) -> None:
@@ -198,8 +207,8 @@ class IncidentEngine:
     async def reload(self) -> None:
         """Read the rule file again (SIGHUP): a file with an error keeps the rules in force, and the log says its
         line and why."""
-        if self._load_rules is None:
-            log.info("incidents: SIGHUP: no --rules file to read again")
+        if self._load_rules is None or self._stopping.is_set():
+            log.info("incidents: SIGHUP: %s", "no --rules file to read again" if self._load_rules else "stopping")
             return
         try:
             rules = await asyncio.to_thread(self._load_rules)
@@ -299,6 +308,8 @@ class IncidentEngine:
             ConfigError: no process to take, or no trace for a ``trace`` scope.
             CapturesBusy: ``max_captures`` are under way.
         """
+        if self._stopping.is_set():
+            raise CapturesBusy("the collector is stopping: it begins no incident")
         chosen = processes if processes is not None else list(self._registry.by_uid.values())
         if not chosen:
             raise ConfigError("no known process is selected: an incident needs one")
@@ -318,17 +329,26 @@ class IncidentEngine:
     def fire(self, firing: Firing, rule: Rule, *, owners: set[int] | None = None) -> str | None:
         """Begin the incident of ``firing`` under ``rule``, within its limits; its id, or None if suppressed."""
         counts = self.counts
-        if not self._limit.take(rule.name, rule.max_per_minute, time.monotonic_ns()):
-            counts.add(counts.suppressed, rule.name)
+        if self._stopping.is_set():
             return None
-        if len(self._captures) >= self.max_captures:
+        why = refusal(firing, time.time_ns())
+        if why is not None:
+            counts.add(counts.suppressed, rule.name)
+            self.refused += 1
+            log.warning("incidents: rule %r refused a firing: %s", rule.name, why)
+            return None
+        if len(self._captures) >= self.max_captures:  # (before the rate limit: a busy firing takes no slot of it)
             counts.add(counts.suppressed, rule.name)
             self.busy += 1
             log.warning("incidents: rule %r suppressed (busy: %d captures under way)", rule.name, self.max_captures)
             return None
+        if not self._limit.take(rule.name, rule.max_per_minute, time.monotonic_ns()):
+            counts.add(counts.suppressed, rule.name)
+            return None
         counts.add(counts.fired, rule.name)
         capture, record = self._begin(firing, rule, owners)
-        task = asyncio.create_task(self._collect(capture, record, rule, firing), name=f"incident {capture.incident_id}")
+        collect = self._collect(capture, record, rule, firing, time.monotonic())
+        task = asyncio.create_task(collect, name=f"incident {capture.incident_id}")
         self._captures.add(task)
         task.add_done_callback(self._captures.discard)
         return capture.incident_id
@@ -345,12 +365,18 @@ class IncidentEngine:
 
     # -- capture, save, tell ------------------------------------------------------------------------------------------
 
-    async def _collect(self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing) -> None:
-        """Wait for ``after`` to run, then write the incident whole; count and log what became of it."""
+    async def _collect(
+        self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing, fired_s: float
+    ) -> None:
+        """Wait for ``after`` to run (from ``fired_s``, monotonic, at most: an event's time may lie), then write the
+        incident whole; count and log what became of it."""
         pins = self._ensure_pins()
         try:
             await asyncio.to_thread(self.files.begin, dict(record))
-            delay_s = (capture.window.until_ns - time.time_ns()) / 1e9
+            delay_s = min(
+                (capture.window.until_ns - time.time_ns()) / 1e9,
+                fired_s + rule.after_ns / 1e9 + AFTER_SLACK_S - time.monotonic(),
+            )
             if delay_s > 0:
                 with contextlib.suppress(TimeoutError):  # (a stopping collector writes what it holds now)
                     await asyncio.wait_for(self._stopping.wait(), delay_s)
@@ -458,6 +484,7 @@ class IncidentEngine:
             "rules": len(self.rules.rules),
             "captures": len(self._captures),
             "busy": self.busy,
+            "refused": self.refused,
             "incident_capacity_bytes": self.capacity_bytes,
             "incident_held_bytes": pins.held_bytes if pins is not None else 0,
             "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,

@@ -1,0 +1,75 @@
+"""Incidents against what could stall or break them: events stamped far in the future (OTLP, as a bad clock sends
+them), a stray file in the incidents directory at start; a real collector (a subprocess, port 0) each time."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from collector_process import CollectorProcess
+from incident_runs import Peer, stats, wait_for_incidents
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from test_otlp import OtlpCollector, request_of, span
+from waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+ERRORS = "errors: otlp_error=true, before=1s, after=1s, max_per_minute=100"
+
+
+def _error_span(name: str, start: int, span_id: int) -> Span:
+    failed = span(name, start, start + 10**6, span_id)
+    failed.status.code = Status.STATUS_CODE_ERROR
+    return failed
+
+
+def test_errors_stamped_in_the_future_neither_hold_captures_nor_keep_an_incident_waiting(tmp_path: Path) -> None:
+    collector = OtlpCollector("--incidents-dir", str(tmp_path / "incidents"), "--trigger", ERRORS)
+    try:
+        now = time.time_ns()
+        an_hour_ahead = request_of(*(_error_span(f"far {i}", now + 3600 * 10**9, i + 1) for i in range(10)))
+
+        def refused_after_export() -> int:  # (what is stored before the watch's first step is not read: sent again)
+            status, _, body = collector.export(an_hour_ahead.SerializeToString())
+            assert status == 200, body
+            return int(stats(collector)["refused"])
+
+        wait_for(refused_after_export, until=lambda refused: refused >= 10, timeout_s=30, what="the firings refused")
+        # Each refused, saying why, and counted: none took a capture.
+        collector.wait_for_log(lambda line: "refused a firing" in line and "in the future" in line)
+        status, _, body = collector.export(request_of(_error_span("soon", now + 30 * 10**9, 99)).SerializeToString())
+        assert status == 200, body
+        [record] = wait_for_incidents(collector, 1)
+        assert record["saved_wall_ns"] < record["window"]["until_ns"], "written once after ran, not at its event's time"
+        counted = stats(collector)
+        assert counted["by_rule"]["suppressed"] == {"errors": counted["refused"]}
+        assert counted["by_rule"]["fired"] == {"errors": 1}
+        status, body = collector.post("/incidents?reason=still+free&before=1s&after=0s")
+        assert status == 202, body
+        wait_for_incidents(collector, 2)
+    finally:
+        collector.stop()
+
+
+def test_a_stray_pending_file_does_not_stop_the_start_and_is_left_alone(tmp_path: Path) -> None:
+    kept = tmp_path / "incidents"
+    kept.mkdir()
+    (kept / "bad id.pending.json").write_text(json.dumps({"id": "bad id", "rule": "x"}))
+    (kept / "20261129T104501000Z-x-3f9a.pending.json").write_text(json.dumps({"id": 5, "window": "none"}))
+    collector = CollectorProcess("--incidents-dir", str(kept), "--trigger", "crashed: crash=true")
+    try:
+        peer = Peer(collector, "after-a-stray")
+        try:
+            peer.send("ticks 5")
+            peer.send("flush")
+            status, body = collector.post(f"/incidents?reason=after+a+stray&pid={peer.pid}&before=1s&after=0s")
+            assert status == 202, body
+            assert [r["reason"] for r in wait_for_incidents(collector, 1)] == ["after a stray"]
+        finally:
+            peer.close()
+        assert (kept / "bad id.pending.json").exists(), "not an incident's: left alone"
+        collector.wait_for_log(lambda line: "bad id.pending.json" in line)
+    finally:
+        collector.stop()

@@ -139,15 +139,22 @@ class IncidentFiles:
 
     def pending(self) -> list[dict[str, Any]]:
         """The pending records (fired, never finished: left by a collector that stopped before saving them), oldest
-        first. One that has a finished record too (stopped between the two) is dropped, not returned."""
+        first. One that has a finished record too (stopped between the two) is dropped, not returned; a file whose
+        name is no incident id's, or whose record is not one, is skipped (logged) and left as it is."""
         found = []
         for path in sorted(self.directory.glob(f"*{_PENDING}")):
             incident_id = path.name.removesuffix(_PENDING)
+            if not valid_id(incident_id):
+                self._report(path, "its name is not an incident id's (1 to 200 of A-Z a-z 0-9 _ -)")
+                continue
             if self._path(incident_id, _RECORD).exists():
                 _unlink(path)
                 continue
             record = self._read(path, incident_id)
-            if record is not None:
+            problem = None if record is None else _pending_problem(record)
+            if problem is not None:
+                self._report(path, problem)
+            elif record is not None:
                 found.append(record)
         return sorted(found, key=_age)
 
@@ -294,6 +301,18 @@ class IncidentFiles:
 
 def _json(record: dict[str, Any]) -> list[bytes]:
     return [json.dumps(record, separators=(",", ":")).encode()]
+
+
+def _pending_problem(record: dict[str, Any]) -> str | None:
+    """What makes a pending record unfit to be settled (its fields of the wrong types), or None."""
+    window, processes = record.get("window", {}), record.get("processes", [])
+    if not isinstance(record.get("rule", ""), str):
+        return f"its rule is {record.get('rule')!r}, not a name"
+    if not isinstance(window, dict) or not all(isinstance(window.get(k, 0), int) for k in ("since_ns", "until_ns")):
+        return f"its window is {window!r}, not {{since_ns, until_ns}} in ns"
+    if not isinstance(processes, list) or not all(isinstance(p, dict) for p in processes):
+        return f"its processes are {processes!r}, not a list of {{pid, name, host}}"
+    return None
 
 
 def _age(record: dict[str, Any]) -> tuple[int, str]:

@@ -195,3 +195,25 @@ def test_a_directory_made_later_is_made_by_the_first_incident(tmp_path: Path) ->
     assert files.records() == [] and files.pending() == [] and files.delete("x") is False
     saved = files.save(record_of(files), [b"x"])
     assert files.records() == [saved]
+
+
+def test_a_pending_file_of_no_incident_id_or_of_a_badly_typed_record_is_skipped_and_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    kept = record_of(files)
+    files.begin(kept)
+    (tmp_path / "bad id.pending.json").write_text(json.dumps({"id": "bad id", "rule": "x"}))
+    badly_typed = {
+        "20261129T000000000Z-window-0000": {"window": "none"},
+        "20261129T000000000Z-processes-0000": {"processes": [5]},
+        "20261129T000000000Z-rule-0000": {"rule": 7},
+    }
+    for incident_id, fields in badly_typed.items():
+        (tmp_path / f"{incident_id}.pending.json").write_text(json.dumps({"id": incident_id, **fields}))
+    with caplog.at_level(logging.WARNING, logger="ringtrace.collector.incidents"):
+        assert files.pending() == [{**kept, "status": "pending"}]
+    warnings = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "bad id.pending.json skipped: its name is not an incident id's" in warnings
+    assert "its window is 'none'" in warnings and "its processes are [5]" in warnings and "its rule is 7" in warnings
+    assert (tmp_path / "bad id.pending.json").exists()

@@ -42,6 +42,9 @@ class Hello:
     #: A recorded stream sent again (``ringtrace replay``): its clock pairing is as it was recorded, so the collector
     #: does not check it against its own clock (it still moves only this process's events).
     recorded: bool = False
+    #: The client says GOODBYE whenever it closes on purpose: only then is an end without one a crash (a peer that
+    #: never says it, as an older client or a hand-made one, is never taken for crashed).
+    says_goodbye: bool = False
 
     def encode_body(self) -> bytes:
         body = {
@@ -60,6 +63,8 @@ class Hello:
             body["token"] = self.token
         if self.recorded:
             body["recorded"] = True
+        if self.says_goodbye:
+            body["says_goodbye"] = True
         return pack_body(body)
 
     @classmethod
@@ -78,6 +83,7 @@ class Hello:
             protocol_max=body_field(data, "HELLO", "protocol_max", int, 0xFFFF),
             token=body_field(data, "HELLO", "token", str) if "token" in data else "",
             recorded=body_field(data, "HELLO", "recorded", bool) if "recorded" in data else False,
+            says_goodbye=body_field(data, "HELLO", "says_goodbye", bool) if "says_goodbye" in data else False,
         )
         if hello.protocol_min > hello.protocol_max:
             raise MalformedFrame(

@@ -43,8 +43,9 @@ class ProcessIdentity:
         self.instance_id = _instance_id()
         self.boot_id = _boot_id()
 
-    def hello(self, token: str = "") -> Hello:
-        """A HELLO for a new stream; ``token`` only for a live connection to a collector that requires it."""
+    def hello(self, token: str = "", *, live: bool = False) -> Hello:
+        """A HELLO for a new stream; ``token`` only for a live connection to a collector that requires it, ``live``
+        for one (its streamer says GOODBYE when it closes: an end without one is a crash)."""
         return Hello(
             pid=self.pid,
             host=self.host,
@@ -55,6 +56,7 @@ class ProcessIdentity:
             wall_ns=time.time_ns(),
             client_version=__version__,
             token=token,
+            says_goodbye=live,
         )
 
 

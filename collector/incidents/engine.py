@@ -4,15 +4,15 @@ window captured and written whole, every outcome counted.
 Theory of operation
 -------------------
 With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
-thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection that ended without
-GOODBYE: ``crashed``) and ``POST /incidents`` (``fire_by_hand``) make firings of their own. A firing within its rule's
-``max_per_minute`` (a sliding minute) and the bound on captures under way (``max_captures``) becomes an incident: its
-window pinned at once (``capture.py``), its pending record written, and, once ``after`` has run and the connected
-clients have flushed, its snapshot file and record written on a worker thread (``saving.py``); then its pins go, a
-line is logged and its rule's webhook is told. A firing past either bound is counted suppressed (per rule; ``busy``
-counts the captures bound's share), as is one whose event's times cannot be right (``admission.py``: ``refused``);
-a capture waits for ``after`` from its firing at most, whatever its event's times say. Without rules there is no
-task and no store hook: the collector pays nothing.
+thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection ended without the
+GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
+(``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding minute) and the
+bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
+pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
+record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
+A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share), as is one
+whose event's times cannot be right (``admission.py``: ``refused``); a capture waits for ``after`` from its firing at
+most, whatever its event's times say. Without rules there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -23,28 +23,33 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
-from ringtrace.collector.incidents.admission import AFTER_SLACK_S, refusal
+from ringtrace.collector.incidents.admission import AFTER_SLACK_S, Admission
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
+from ringtrace.collector.incidents.engine_needs import Viewer, Watch
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.firing_record import new_record, scope_processes
+from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
 from ringtrace.collector.incidents.incident_files import IncidentFiles
-from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
+from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
-from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+from ringtrace.collector.store.views import StoreSnapshot
 from ringtrace.wire.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ringtrace.collector.incidents.webhook import WebhookOutcome  # (aiohttp: loaded with the first webhook)
 
 __all__ = [
     "BY_HAND",
+    "CRASH_GRACE_S",
     "MAX_CAPTURES",
     "WATCH_INTERVAL_S",
     "CapturesBusy",
@@ -66,6 +71,9 @@ BY_HAND: Final = "by hand"
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
 #: listed within a second of it; the record says how many answered).
 FLUSH_TIMEOUT_S: Final = 0.25
+#: How long a process whose connection ended without GOODBYE has to reconnect before its crash rules fire: a client
+#: recovering from an error reconnects within its first backoff (0.1 s), and a network blip is as short.
+CRASH_GRACE_S: Final = 1.0
 #: How long a stopping collector gives the captures under way to write what they hold.
 STOP_SAVE_TIMEOUT_S: Final = 5.0
 
@@ -74,38 +82,21 @@ class CapturesBusy(ConfigError):
     """``max_captures`` incidents are being captured: a new one must wait."""
 
 
-class Watch(Protocol):
-    """The rules checked on what is stored (``watch.RuleWatch``)."""
-
-    @property
-    def unread_events(self) -> int: ...
-
-    def step(
-        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
-    ) -> list[Firing]: ...
-
-    def with_rules(self, rules: RuleSet) -> Watch: ...
-
-
-class Viewer(Protocol):
-    """What a capture needs of the service's pinned views (``Snapshots``)."""
-
-    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]: ...
-
-    def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
-
-
-async def _saved(files: IncidentFiles, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
-    """``save_window`` on a worker thread; the view's segments let go of once it ends (not before, even if the caller
-    is cancelled meanwhile: the worker goes on reading them)."""
-    future = asyncio.get_running_loop().run_in_executor(None, save_window, files, view, record, keep)
+async def _tell(
+    files: IncidentFiles,
+    notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
+    url: str,
+    written: dict[str, Any],
+) -> None:
+    """Tell ``url`` of the saved incident ``written``; its outcome is logged and written into the record."""
+    outcome = await notify(url, written)
+    log.log(logging.INFO if outcome.delivered else logging.WARNING,
+            "incident %s: webhook %s: %s", written["id"], url, outcome.status)  # fmt: skip
+    told = {"webhook": {"url": url, "status": outcome.status, "attempts": outcome.attempts}}
     try:
-        return await asyncio.shield(future)
-    finally:
-        if future.done():
-            view.frames.close()
-        else:
-            future.add_done_callback(lambda _: view.frames.close())
+        await asyncio.to_thread(files.amend, written["id"], told)
+    except OSError as exc:  # (the incident stays saved: only what its webhook answered is not in its record)
+        log.warning("incident %s: its webhook's outcome not written into its record: %s", written["id"], exc)
 
 
 class _Held:
@@ -133,7 +124,7 @@ class IncidentEngine:
         capacity_bytes: ``--incident-capacity``: what segments kept for incidents may take beside the ring.
         make_watch: a watch over a rule set (None: stored events fire nothing).
         load_rules: reads the rules again (``reload``; None: nothing to reload).
-        notify: tells a rule's webhook of an incident's record; returns what happened.
+        notify: tells a rule's webhook of an incident's record; returns what happened (written into the record).
         counts: where fired, saved, suppressed and failed are counted (the service's, which ``/metrics`` reads).
         read_window: with ``--jetstream``, reads a window from the stream (after a flush round trip), instead of
             the segments pinned in the local ring, which are published and leave.
@@ -151,7 +142,7 @@ class IncidentEngine:
         *,
         make_watch: Callable[[RuleSet], Watch] | None = None,
         load_rules: Callable[[], RuleSet] | None = None,
-        notify: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None,
+        notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]] | None = None,
         counts: IncidentCounts | None = None,
         read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None = None,
         max_captures: int = MAX_CAPTURES,
@@ -164,11 +155,7 @@ class IncidentEngine:
         self._read_window = read_window
         self.max_captures = max_captures
         self.counts = counts if counts is not None else IncidentCounts()
-        #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
-        self.busy = 0
-        #: Firings refused for their event's times (``admission.refusal``; also in ``counts.suppressed``).
-        self.refused = 0
-        self._limit = RateLimit()
+        self.admission = Admission(self.counts, max_captures)
         self._pins: CapturePins | None = None
         self._watch: Watch | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -216,7 +203,7 @@ class IncidentEngine:
             log.error("incidents: rules not reloaded, the %d in force are kept: %s", len(self.rules.rules), exc)
             return
         self.rules = rules
-        self._limit.keep_only({rule.name for rule in rules.rules})
+        self.admission.limit.keep_only({rule.name for rule in rules.rules})
         self._follow(rules)
         log.info("incidents: %d rules in force (%s)", len(rules.rules), rules.source or "no file")
 
@@ -272,23 +259,22 @@ class IncidentEngine:
         frames = self._store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self._store.kept_events(processes)
-        future = asyncio.get_running_loop().run_in_executor(None, watch.step, segments, kept)
-        try:
-            return await asyncio.shield(future)
-        finally:  # (a step cancelled goes on reading: its segments stay pinned until it ends)
-            if future.done():
-                frames.close()
-            else:
-                future.add_done_callback(lambda _: frames.close())
+        return await read_pinned(frames, lambda: watch.step(segments, kept))
 
     def crashed(self, process: ProcessRecord) -> None:
-        """A connection of ``process`` ended without GOODBYE: the crash rules fire."""
-        now = time.time_ns()
+        """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
+        time of the disconnect, unless the process reconnects within ``CRASH_GRACE_S``."""
+        if any(isinstance(rule.condition, CrashCondition) for rule in self.rules.rules):
+            when = (time.time_ns(), process.disconnected_at)
+            asyncio.get_running_loop().call_later(CRASH_GRACE_S, self._crash_settled, process, *when)
+
+    def _crash_settled(self, process: ProcessRecord, disconnect_ns: int, disconnected_at: float) -> None:
+        """A crash's grace ran out: it fires unless ``process`` connected since (a later disconnect has its own)."""
+        if self._stopping.is_set() or process.live_connections or process.disconnected_at != disconnected_at:
+            return  # (it reconnected: not a crash)
         for rule in self.rules.rules:
             if isinstance(rule.condition, CrashCondition):
-                reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
-                event = {"kind": "crash", "name": process.name, "ts_ns": now, "dur_ns": 0, "args": {}}
-                self.fire(Firing(rule.name, process.uid, now, now, reason, event), rule)
+                self.fire(crash_firing(rule, process, disconnect_ns), rule)
 
     async def fire_by_hand(
         self,
@@ -329,21 +315,7 @@ class IncidentEngine:
     def fire(self, firing: Firing, rule: Rule, *, owners: set[int] | None = None) -> str | None:
         """Begin the incident of ``firing`` under ``rule``, within its limits; its id, or None if suppressed."""
         counts = self.counts
-        if self._stopping.is_set():
-            return None
-        why = refusal(firing, time.time_ns())
-        if why is not None:
-            counts.add(counts.suppressed, rule.name)
-            self.refused += 1
-            log.warning("incidents: rule %r refused a firing: %s", rule.name, why)
-            return None
-        if len(self._captures) >= self.max_captures:  # (before the rate limit: a busy firing takes no slot of it)
-            counts.add(counts.suppressed, rule.name)
-            self.busy += 1
-            log.warning("incidents: rule %r suppressed (busy: %d captures under way)", rule.name, self.max_captures)
-            return None
-        if not self._limit.take(rule.name, rule.max_per_minute, time.monotonic_ns()):
-            counts.add(counts.suppressed, rule.name)
+        if self._stopping.is_set() or not self.admission.admit(firing, rule, len(self._captures)):
             return None
         counts.add(counts.fired, rule.name)
         capture, record = self._begin(firing, rule, owners)
@@ -396,7 +368,7 @@ class IncidentEngine:
             )
             flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
             record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
-            written = await _saved(self.files, view, record, keep)
+            written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
         except Exception as exc:
             pins.release(capture)
             await self._failed(record, f"{type(exc).__name__}: {exc}")
@@ -418,10 +390,8 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:  # (what it answered is logged: the record on disk is written)
-            status = await self._notify(rule.url, written)
-            log.log(logging.INFO if status == "delivered" else logging.WARNING,
-                    "incident %s: webhook %s: %s", written["id"], rule.url, status)  # fmt: skip
+        if rule.url and self._notify is not None:
+            await _tell(self.files, self._notify, rule.url, written)
 
     async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
         """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
@@ -447,10 +417,11 @@ class IncidentEngine:
 
     async def _settle_pending(self, record: dict[str, Any]) -> None:
         """An incident a previous run fired but did not write (killed meanwhile): written from what the store
-        recovered of its window (a data dir), else failed, saying why."""
+        recovered of its window (a data dir), a ``trace`` scope narrowed as at any save, else failed, saying why."""
         window = record.get("window") or {}
         facts = {(p.get("pid"), p.get("name"), p.get("host")) for p in record.get("processes") or []}
-        owners = {p.uid: p.clock_offset_ns for p in self._registry.by_uid.values() if (p.pid, p.name, p.host) in facts}
+        by_facts = {(p.pid, p.name, p.host): p.uid for p in self._registry.by_uid.values()}
+        owners = {uid: self._registry.by_uid[uid].clock_offset_ns for key, uid in by_facts.items() if key in facts}
         if not owners or "since_ns" not in window or "until_ns" not in window:
             await self._failed(record, "the collector stopped before it was saved, and kept nothing of its window")
             return
@@ -464,10 +435,11 @@ class IncidentEngine:
             return
         view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
         record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
-        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners))
+        trace_id, trigger_owner = pending_trace(record, owners, by_facts)
+        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
         rule = str(record.get("rule", ""))
         try:
-            written = await _saved(self.files, view, record, keep)
+            written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
         except OSError as exc:
             await self._failed(record, f"{type(exc).__name__}: {exc}")
             return
@@ -483,8 +455,8 @@ class IncidentEngine:
         return {
             "rules": len(self.rules.rules),
             "captures": len(self._captures),
-            "busy": self.busy,
-            "refused": self.refused,
+            "busy": self.admission.busy,
+            "refused": self.admission.refused,
             "incident_capacity_bytes": self.capacity_bytes,
             "incident_held_bytes": pins.held_bytes if pins is not None else 0,
             "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,

@@ -4,6 +4,7 @@ clock offset), and the record's fields (``incident_files.py`` names them; saving
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ringtrace.collector.incidents.capture import Capture
@@ -11,9 +12,9 @@ from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import Rule, Scope
 from ringtrace.collector.incidents.saving import process_facts
 from ringtrace.collector.read.frame_walk import ProcessView
-from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.processes import ProcessRecord, Registry
 
-__all__ = ["new_record", "scope_processes"]
+__all__ = ["crash_firing", "new_record", "pending_trace", "scope_processes"]
 
 
 def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
@@ -28,6 +29,13 @@ def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[in
     else:
         chosen = list(by_uid.values())
     return {p.uid: p.clock_offset_ns for p in chosen}
+
+
+def crash_firing(rule: Rule, process: ProcessRecord, disconnect_ns: int) -> Firing:
+    """The firing of a crash rule for ``process``, whose connection ended without GOODBYE at ``disconnect_ns``."""
+    reason = f"process {process.name} (pid {process.pid}, {process.host}) disconnected without GOODBYE"
+    event = {"kind": "crash", "name": process.name, "ts_ns": disconnect_ns, "dur_ns": 0, "args": {}}
+    return Firing(rule.name, process.uid, disconnect_ns, disconnect_ns, reason, event)
 
 
 def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule) -> dict[str, Any]:
@@ -49,5 +57,18 @@ def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule)
         },
         "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
         "lost": capture.lost,
-        "webhook": {"url": rule.url, "status": None} if rule.url else None,
+        "webhook": {"url": rule.url, "status": None, "attempts": 0} if rule.url else None,
     }
+
+
+def pending_trace(
+    record: dict[str, Any], owners: Mapping[int, int], by_facts: Mapping[tuple[Any, Any, Any], int]
+) -> tuple[str | None, int | None]:
+    """A pending record's trace, if its scope is ``trace``, and its trigger's process among ``owners`` (known by
+    pid, name and host), which its save keeps even when the trace names none."""
+    trace_id = record.get("trace_id")
+    if record.get("scope") != "trace" or not isinstance(trace_id, str):
+        return None, None
+    trigger = (record.get("trigger") or {}).get("process") or {}
+    uid = by_facts.get((trigger.get("pid"), trigger.get("name"), trigger.get("host")))
+    return trace_id, uid if uid in owners else None

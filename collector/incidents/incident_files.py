@@ -137,6 +137,20 @@ class IncidentFiles:
             self._retain(keep=incident_id)
         return finished
 
+    def amend(self, incident_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """Rewrite the finished record of ``incident_id`` with ``fields`` (learned after it was written, as its
+        webhook's outcome), whole or not at all. Returns it as written; None if there is none (removed meanwhile)."""
+        if not valid_id(incident_id):
+            return None
+        path = self._path(incident_id, _RECORD)
+        with self._lock:  # (not removed by a retention or a delete between the read and the write)
+            record = self._read(path, incident_id) if path.exists() else None
+            if record is None:
+                return None
+            amended = {**record, **fields}
+            self._write(path, _json(amended))
+        return amended
+
     def pending(self) -> list[dict[str, Any]]:
         """The pending records (fired, never finished: left by a collector that stopped before saving them), oldest
         first. One that has a finished record too (stopped between the two) is dropped, not returned; a file whose

@@ -62,7 +62,8 @@ def save_window(files: IncidentWriter, view: SnapshotView, record: dict[str, Any
         since_ns=keep.since_ns, until_ns=keep.until_ns, pids=frozenset(p.trace_pid for p in processes)
     )
     record = {**record, "processes": [process_facts(p) for p in processes], "events": 0}
-    if keep.trace_id is not None:  # (what the processes left out lost is none of this incident's)
+    if keep.trace_id is not None and keep.overwritten_by_owner:  # (what the processes left out lost is none of
+        # this incident's; a pending record settled after a restart has only the total, kept as it is)
         before = sum(keep.overwritten_by_owner.get(uid, 0) for uid in owners)
         record["lost"] = {**record.get("lost", {}), "overwritten_before_fire": before}
     # (The snapshot file is written before the record: the events are counted by then.)

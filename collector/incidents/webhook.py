@@ -1,16 +1,16 @@
 """A rule's webhook: its URL told of each incident (the record as a JSON POST), retried with backoff, each attempt
-bounded by a timeout. It never raises: what happened is said in a line (the record's ``webhook.status``)."""
+bounded by a timeout. It never raises: what happened is said in a line, and returned for the record's ``webhook``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import aiohttp
 import orjson
 
-__all__ = ["DELIVERED", "notify"]
+__all__ = ["DELIVERED", "WebhookOutcome", "notify"]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -18,6 +18,17 @@ log = logging.getLogger("ringtrace.collector.incidents")
 DELIVERED: Final = "delivered"
 #: Statuses worth another attempt: the server may be over the trouble soon.
 _RETRIED: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class WebhookOutcome(NamedTuple):
+    """What became of a webhook's POST: ``DELIVERED`` or ``failed: ...``, after how many attempts."""
+
+    status: str
+    attempts: int
+
+    @property
+    def delivered(self) -> bool:
+        return self.status == DELIVERED
 
 
 async def notify(
@@ -28,12 +39,13 @@ async def notify(
     timeout_s: float = 5.0,
     attempts: int = 3,
     backoff_s: float = 0.5,
-) -> str:
+) -> WebhookOutcome:
     """POST ``record`` as JSON to ``url``, up to ``attempts`` times while it fails (no answer within ``timeout_s``,
     no connection, a 5xx, 408 or 429), waiting ``backoff_s``, then twice as long, and so on between attempts.
 
     Returns:
-        ``"delivered"``, or ``"failed: ..."`` naming the last status or error and the attempts made.
+        ``"delivered"``, or ``"failed: ..."`` naming the last status or error and the attempts made; and how many
+        attempts were made.
     """
     body = orjson.dumps(record)
     headers = {"Content-Type": "application/json"}
@@ -48,7 +60,7 @@ async def notify(
             async with session.post(url, data=body, headers=headers, timeout=timeout) as response:
                 await response.read()
                 if 200 <= response.status < 300:
-                    return DELIVERED
+                    return WebhookOutcome(DELIVERED, made)
                 outcome = f"HTTP {response.status} {response.reason or ''}".rstrip()
                 if response.status not in _RETRIED:
                     break
@@ -65,4 +77,4 @@ async def notify(
             break
     said = f"failed: {outcome} ({made} attempt{'s' if made != 1 else ''})"
     log.warning("incident %s: webhook %s %s", record.get("id"), url, said)
-    return said
+    return WebhookOutcome(said, made)

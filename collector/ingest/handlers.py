@@ -84,7 +84,7 @@ class FrameHandlers:
 
     __slots__ = (
         "_accepted_ns", "_refused", "_replicated", "_session", "_sink", "_stats_refused", "_syncer", "_tokens",
-        "control", "flushes", "peer", "process", "said_goodbye", "transport", "writer",
+        "control", "flushes", "peer", "process", "said_goodbye", "says_goodbye", "transport", "writer",
     )  # fmt: skip
 
     def __init__(self, sink: FrameSink, session: IngestDecoder, accepted_ns: int) -> None:
@@ -106,6 +106,8 @@ class FrameHandlers:
         self.control = ControlBudget()
         #: The client said GOODBYE: it closes on purpose (an end without one, by the peer, is a crash).
         self.said_goodbye = False
+        #: Its HELLO promised a GOODBYE on every clean close: only then can an end without one be a crash.
+        self.says_goodbye = False
 
     def _control_frame(self) -> None:
         """A FLUSH or STATS arrived: take it from the budget."""
@@ -276,11 +278,12 @@ class FrameHandlers:
 
     def lost(self, by_peer: bool = False) -> None:
         """The connection ended (``by_peer``: the peer closed or reset it): the flushes asked for are not answered;
-        the stream closes. A peer that ended it without a GOODBYE crashed, or was killed."""
+        the stream closes. A peer that ended it without the GOODBYE its HELLO promised crashed, or was killed (or
+        reconnects: the incidents' engine waits a moment to tell)."""
         self.close_stream()
         if self.process is not None:
             self._sink.registry.disconnected(self.process)
-            if by_peer and not self.said_goodbye:
+            if by_peer and self.says_goodbye and not self.said_goodbye:
                 self._sink.process_crashed(self.process)
         for future in self.flushes.values():
             if not future.done():
@@ -332,6 +335,7 @@ class FrameHandlers:
         assert self.transport is not None
         arrival = Arrival.now(self._accepted_ns, self.transport.get_extra_info("socket"))
         self.process = process = sink.registry.hello(hello, arrival)
+        self.says_goodbye = hello.says_goodbye
         store = sink.store
         # Every segment replays the HELLO, and snapshots and recovery read it: stored without the token, and with
         # the clock pairing the collector applies (often another than the client's: clocks.py).

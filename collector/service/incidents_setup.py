@@ -23,6 +23,7 @@ from ringtrace.wire.stream_limits import Limits
 
 if TYPE_CHECKING:
     import aiohttp
+    from ringtrace.collector.incidents.webhook import WebhookOutcome
 
 __all__ = ["IncidentsSetup", "rule_set"]
 
@@ -109,7 +110,7 @@ class IncidentsSetup:
             await self._session.close()
             self._session = None
 
-    async def _notify(self, url: str, record: dict[str, Any]) -> str:
+    async def _notify(self, url: str, record: dict[str, Any]) -> WebhookOutcome:
         import aiohttp
         from ringtrace.collector.incidents.webhook import notify
 

@@ -91,6 +91,40 @@ def test_an_incident_fired_before_a_sigkill_is_saved_after_the_restart(tmp_path:
         restarted.stop()
 
 
+def test_a_trace_incident_saved_after_the_restart_keeps_only_the_traces_processes(
+    tmp_path: Path, peers: list[Peer]
+) -> None:
+    flags = ["--data-dir", str(tmp_path / "data"), "--fsync", "always"]
+    rule = "slow: span=checkout, min_duration=200ms, scope=trace, before=30s, after=30m"
+    collector = CollectorProcess(*flags, "--trigger", rule)
+    try:
+        caller, server, bystander = Peer(collector, "caller"), Peer(collector, "server"), Peer(collector, "bystander")
+        peers += [caller, server, bystander]
+        bystander.send("ticks 30")
+        traceparent = caller.send("call").split()[1]
+        server.send(f"serve {traceparent} 300")
+        caller.send("end")
+        for peer in (caller, server, bystander):
+            peer.send("flush")
+        _fired(collector)
+        pending = tmp_path / "data" / "incidents"
+        [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
+        assert len(json.loads(path.read_text())["processes"]) == 3  # (a trace's processes are known at save)
+        collector.proc.send_signal(signal.SIGKILL)
+        collector.proc.wait(30)
+    finally:
+        collector.stop()
+    restarted = CollectorProcess(*flags, "--trigger", rule)
+    try:
+        [record] = wait_for_incidents(restarted, 1)
+        assert record["lost"].get("collector_stopped") is True
+        assert sorted(p["name"] for p in record["processes"]) == ["caller", "server"]
+        events = incident_events(restarted, record["id"])
+        assert {e["pid"] for e in events} == {caller.pid, server.pid}
+    finally:
+        restarted.stop()
+
+
 def test_an_incident_fired_before_a_sigkill_in_memory_is_counted_failed_after_the_restart(
     tmp_path: Path, peers: list[Peer]
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from ringtrace.collector.incidents.webhook import DELIVERED, notify
+from ringtrace.collector.incidents.webhook import DELIVERED, WebhookOutcome, notify
 
 RECORD = {"id": "20261129T104501000Z-slow-checkout-3f9a", "rule": "slow checkout", "status": "saved"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -31,10 +31,10 @@ async def serving(handler: Handler, call: Callable[[str], Awaitable[Any]]) -> An
         await runner.cleanup()
 
 
-def run(handler: Handler, **options: Any) -> str:
-    async def main() -> str:
+def run(handler: Handler, **options: Any) -> WebhookOutcome:
+    async def main() -> WebhookOutcome:
         async with aiohttp.ClientSession() as session:
-            outcome: str = await serving(handler, lambda url: notify(session, url, RECORD, **options))
+            outcome: WebhookOutcome = await serving(handler, lambda url: notify(session, url, RECORD, **options))
             return outcome
 
     return asyncio.run(main())
@@ -47,7 +47,7 @@ def test_a_record_is_posted_as_json() -> None:
         received.append((request.content_type, await request.json()))
         return web.Response(status=204)
 
-    assert run(handler) == DELIVERED
+    assert run(handler) == (DELIVERED, 1)
     assert received == [("application/json", RECORD)]
 
 
@@ -57,7 +57,7 @@ def test_500_then_200_is_delivered_on_a_retry() -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.Response(status=answers.pop(0))
 
-    assert run(handler, backoff_s=0.01) == DELIVERED
+    assert run(handler, backoff_s=0.01) == (DELIVERED, 2)
     assert answers == []
 
 
@@ -69,7 +69,7 @@ def test_500_every_time_fails_after_the_attempts_naming_the_status() -> None:
         return web.Response(status=500)
 
     outcome = run(handler, attempts=3, backoff_s=0.01)
-    assert outcome == "failed: HTTP 500 Internal Server Error (3 attempts)"
+    assert outcome == ("failed: HTTP 500 Internal Server Error (3 attempts)", 3)
     assert len(calls) == 3
 
 
@@ -80,7 +80,7 @@ def test_a_client_error_is_not_retried() -> None:
         calls.append(1)
         return web.Response(status=404)
 
-    assert run(handler, attempts=3, backoff_s=0.01) == "failed: HTTP 404 Not Found (1 attempt)"
+    assert run(handler, attempts=3, backoff_s=0.01) == ("failed: HTTP 404 Not Found (1 attempt)", 1)
     assert len(calls) == 1
 
 
@@ -90,7 +90,7 @@ def test_a_slow_server_is_given_up_on_after_the_timeout() -> None:
         return web.Response()
 
     outcome = run(handler, timeout_s=0.2, attempts=2, backoff_s=0.01)
-    assert outcome == "failed: no answer within 0.2s (2 attempts)"
+    assert outcome == ("failed: no answer within 0.2s (2 attempts)", 2)
 
 
 def test_a_server_that_is_down_fails_naming_the_error() -> None:
@@ -98,18 +98,20 @@ def test_a_server_that_is_down_fails_naming_the_error() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
 
-    async def main() -> str:
+    async def main() -> WebhookOutcome:
         async with aiohttp.ClientSession() as session:
             return await notify(session, f"http://127.0.0.1:{port}/", RECORD, attempts=2, backoff_s=0.01)
 
-    outcome = asyncio.run(main())
+    outcome, attempts = asyncio.run(main())
+    assert attempts == 2
     assert outcome.startswith("failed: ClientConnectorError") and outcome.endswith("(2 attempts)"), outcome
 
 
 def test_a_bad_url_fails_without_raising() -> None:
-    async def main() -> str:
+    async def main() -> WebhookOutcome:
         async with aiohttp.ClientSession() as session:
             return await notify(session, "not a url", RECORD, backoff_s=0.01)
 
-    outcome = asyncio.run(main())
+    outcome, attempts = asyncio.run(main())
+    assert attempts == 1
     assert outcome.startswith("failed: ") and outcome.endswith("(1 attempt)"), outcome

@@ -228,6 +228,15 @@ def test_a_rules_webhook_is_told_of_its_incident_once_it_is_saved(tmp_path: Path
             wait_for(lambda: told, timeout_s=30, what="the webhook's POST")
             assert told[0]["id"] == record["id"] and told[0]["status"] == "saved"
             collector.wait_for_log(lambda line: "webhook" in line and "delivered" in line)
+            # What it answered is in the saved record too, rewritten once it is known.
+            told_record = wait_for(
+                lambda: collector.json("/incidents?rule=slow%20checkout")["incidents"][0],
+                until=lambda r: r["webhook"]["status"] is not None,
+                timeout_s=30,
+                what="the webhook's outcome in the record",
+            )
+            assert told_record["webhook"] == {"url": url, "status": "delivered", "attempts": 1}
+            assert told_record["status"] == "saved" and told_record["events"] == record["events"]
         finally:
             collector.stop()
             server.shutdown()

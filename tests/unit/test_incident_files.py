@@ -69,6 +69,21 @@ def test_a_failed_incident_keeps_the_firings_reason_and_says_why(tmp_path: Path)
     assert files.snapshot_path(record["id"]) is None
 
 
+def test_a_finished_record_is_rewritten_whole_with_fields_learned_later(tmp_path: Path) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    record = record_of(files)
+    saved = files.save({**record, "webhook": {"url": "http://hook/", "status": None}}, iter([b"abc"]))
+    told = {"url": "http://hook/", "status": "delivered", "attempts": 2}
+    amended = files.amend(record["id"], {"webhook": told})
+    assert amended == {**saved, "webhook": told}
+    assert files.record(record["id"]) == amended
+    assert names(tmp_path) == [f"{record['id']}.json", f"{record['id']}.rtrace"]  # (no temporary file left)
+    files.delete(record["id"])
+    assert files.amend(record["id"], {"webhook": told}) is None  # gone meanwhile: nothing written back
+    assert names(tmp_path) == []
+    assert files.amend("../x", {"webhook": told}) is None
+
+
 def test_records_are_newest_first_and_delete_removes_both_files(tmp_path: Path) -> None:
     files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
     ids = [files.save(record_of(files, time_ns=T0 + n * SECOND), [b"x"])["id"] for n in range(3)]

@@ -5,6 +5,7 @@ The rules of a stream (frame order, tables, limits) are tested in ``test_session
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 from collections.abc import Callable, Iterable
@@ -251,6 +252,8 @@ def hellos(draw: st.DrawFn) -> Hello:
         protocol_min=protocol_min,
         protocol_max=protocol_max,
         token=draw(texts),
+        recorded=draw(st.booleans()),
+        says_goodbye=draw(st.booleans()),
     )
 
 
@@ -421,6 +424,15 @@ def test_encoded_frame_is_length_type_body() -> None:
 
 def test_hello_defaults_to_the_versions_this_code_speaks() -> None:
     assert (HELLO.protocol_min, HELLO.protocol_max) == PROTOCOL_VERSIONS
+
+
+def test_says_goodbye_is_sent_only_when_true_and_absent_reads_false() -> None:
+    """An older collector never sees the field from a client that does not promise; an older client's HELLO (without
+    it) reads as one that does not."""
+    assert b"says_goodbye" not in encode(HELLO) and not HELLO.says_goodbye
+    promised = dataclasses.replace(HELLO, says_goodbye=True)
+    assert b"says_goodbye" in encode(promised)
+    assert Hello.decode_body(promised.encode_body()).says_goodbye
 
 
 # -- chunking: the frames out never depend on how the bytes came in ------------------------------------------------

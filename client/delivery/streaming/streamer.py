@@ -399,7 +399,7 @@ class Streamer(SerializedListener):
         sock.setblocking(False)
         self._sock = sock
         self._selector.register(sock, selectors.EVENT_READ)
-        hello = self.identity.hello(self.options.token or "")
+        hello = self.identity.hello(self.options.token or "", live=True)
         with self._state():
             self._link.address = self._dialer.address_text  # (what its messages name: the collector connected)
             actions = self._link.connected(time.monotonic(), hello)

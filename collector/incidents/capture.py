@@ -128,8 +128,9 @@ class CapturePins:
         store.on_evicted(self.evicted)
 
     def close(self) -> None:
-        """Let go of everything and of the store."""
-        for capture in list(self.captures):
+        """Let go of the store, and of the captures still collecting; one being written keeps its segments until its
+        reader lets go of them (``release``): its worker may read on after the collector stopped waiting for it."""
+        for capture in [c for c in self.captures if c.collecting]:
             self.release(capture)
         self._store.on_evicted(None)
 

@@ -187,6 +187,8 @@ class IncidentEngine:
             await asyncio.wait(set(self._captures), timeout=STOP_SAVE_TIMEOUT_S)
         for task in list(self._captures):
             task.cancel()
+        if self._captures:  # (a cancelled save lets go of its pins once its worker ends, not here)
+            await asyncio.wait(set(self._captures))
         if self._pins is not None:
             self._pins.close()
             self._pins = None

@@ -118,3 +118,18 @@ def test_a_capture_being_written_keeps_its_segments_when_the_budget_is_full() ->
     pins.release(capture)
     assert pins.held_bytes == 0
     pins.close()
+
+
+def test_closing_leaves_a_capture_being_written_its_segments_until_its_reader_lets_go() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=MIN_SEGMENT_BYTES)
+    client.record(0, 200)
+    writing, collecting = Capture("writing", EVERYTHING, {1: 0}), Capture("collecting", EVERYTHING, {1: 0})
+    pins.begin(writing)
+    pins.begin(collecting)
+    segments = pins.end(writing)  # its worker reads these now
+    pins.close()  # the collector stops while it does
+    assert all(segment.pins == 1 for segment in segments), "only the collecting capture's pins went"
+    assert collecting.pinned == {} and pins.captures == [writing]
+    pins.release(writing)  # its worker ended
+    assert all(segment.pins == 0 for segment in segments)

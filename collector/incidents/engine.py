@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.admission import AFTER_SLACK_S, Admission
@@ -109,6 +109,28 @@ class _Held:
         self._pins.release(self._capture)
 
 
+async def _window_view(
+    pins: CapturePins,
+    viewer: Viewer,
+    by_uid: Mapping[int, ProcessRecord],
+    read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None,
+    capture: Capture,
+    flushed: tuple[int, int],
+) -> tuple[SnapshotView, frozenset[int]]:
+    """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
+    ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be published:
+    the stream is the fleet's ring, and is read, not pinned)."""
+    if read_window is None:
+        frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
+        return viewer.view_of(frames, *flushed), frozenset(capture.offsets)
+    facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
+    pins.release(capture)
+    window = capture.window
+    view = await read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
+    seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
+    return view, seen
+
+
 def watches(rules: RuleSet) -> bool:
     """Whether any rule is met by stored events (not only by crashes): the watch runs only then."""
     return any(not isinstance(rule.condition, CrashCondition) for rule in rules.rules)
@@ -159,6 +181,7 @@ class IncidentEngine:
         self._pins: CapturePins | None = None
         self._watch: Watch | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
         self._captures: set[asyncio.Task[None]] = set()
         #: Set when the collector stops: captures under way write what they hold now.
         self._stopping = asyncio.Event()
@@ -206,7 +229,10 @@ class IncidentEngine:
             return
         self.rules = rules
         self.admission.limit.keep_only({rule.name for rule in rules.rules})
-        self._follow(rules)
+        if self._watch_task is not None and watches(rules):  # (a step may be running: taken between two)
+            self._reloaded = rules
+        else:
+            self._follow(rules)
         log.info("incidents: %d rules in force (%s)", len(rules.rules), rules.source or "no file")
 
     def _follow(self, rules: RuleSet) -> None:
@@ -234,6 +260,9 @@ class IncidentEngine:
         pause_s = WATCH_INTERVAL_S
         while True:
             await asyncio.sleep(pause_s)
+            if self._reloaded is not None:
+                self._follow(self._reloaded)
+                self._reloaded = None
             began = time.monotonic()
             try:
                 firings = await self._watch_step()
@@ -246,8 +275,13 @@ class IncidentEngine:
             pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
-                if rule is not None:
+                if rule is None:
+                    continue
+                try:
                     self.fire(firing, rule)
+                except Exception:  # (nor one firing: counted failed)
+                    self.counts.add(self.counts.failed, firing.rule)
+                    log.exception("incidents: rule %r fired, but its incident could not begin", firing.rule)
 
     async def _watch_step(self) -> list[Firing]:
         """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
@@ -359,7 +393,8 @@ class IncidentEngine:
             owners = None if rule.scope == "trace" else set(capture.offsets)
             flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S, owners)
             flush_s = time.monotonic() - ran_out
-            view, owners_seen = await self._window_view(capture, flushed)
+            by_uid, read_window = self._registry.by_uid, self._read_window
+            view, owners_seen = await _window_view(pins, self._viewer, by_uid, read_window, capture, flushed)
             keep = WindowSave(
                 capture.window.since_ns,
                 capture.window.until_ns,
@@ -394,22 +429,6 @@ class IncidentEngine:
         )
         if rule.url and self._notify is not None:
             await _tell(self.files, self._notify, rule.url, written)
-
-    async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
-        """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
-        ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be
-        published: the stream is the fleet's ring, and is read, not pinned)."""
-        pins = self._ensure_pins()
-        if self._read_window is None:
-            frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
-            return self._viewer.view_of(frames, *flushed), frozenset(capture.offsets)
-        by_uid = self._registry.by_uid
-        facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
-        pins.release(capture)
-        window = capture.window
-        view = await self._read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
-        seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
-        return view, seen
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         self.counts.add(self.counts.failed, record["rule"])

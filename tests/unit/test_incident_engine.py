@@ -1,0 +1,97 @@
+"""The incidents' engine around its watch: rules read again taken between two steps (never while one runs on its
+worker), and a firing that cannot begin its incident counted failed, the watch going on (a real store, registry and
+incidents directory; a watch that the test steps)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ringtrace.collector.incidents.engine import IncidentEngine
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.rules import Rule, RuleSet, SpanCondition
+from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+
+DEADLINE_S = 30.0
+SLOW = RuleSet((Rule("slow", SpanCondition("checkout", 1)),))
+SLOWER = RuleSet((Rule("slower", SpanCondition("checkout", 2)),))
+
+
+class SteppedWatch:
+    """A watch whose steps wait for the test (``go``), telling it when one runs; it yields ``firings`` once."""
+
+    def __init__(self, firings: list[Firing]) -> None:
+        self.stepping, self.go = threading.Event(), threading.Event()
+        self.reloaded_while_stepping: bool | None = None
+        self.firings, self.steps = firings, 0
+
+    @property
+    def unread_events(self) -> int:
+        return 0
+
+    def step(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> list[Firing]:
+        self.stepping.set()
+        self.go.wait(DEADLINE_S)
+        self.stepping.clear()
+        self.steps += 1
+        firings, self.firings = self.firings, []
+        return firings
+
+    def with_rules(self, rules: RuleSet) -> SteppedWatch:
+        self.reloaded_while_stepping = self.stepping.is_set()
+        return self
+
+
+def _engine(tmp_path: Path, watch: SteppedWatch, load: RuleSet) -> IncidentEngine:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    return IncidentEngine(
+        store, Registry(), None, files, SLOW, 10**6, make_watch=lambda rules: watch, load_rules=lambda: load
+    )  # type: ignore[arg-type]  # (no capture is made: no viewer needed)
+
+
+async def _until(condition: Any) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
+def test_rules_read_again_while_a_step_runs_are_taken_between_two_steps(tmp_path: Path) -> None:
+    async def run() -> None:
+        watch = SteppedWatch([])
+        engine = _engine(tmp_path, watch, SLOWER)
+        await engine.start()
+        try:
+            await _until(watch.stepping.is_set)
+            await engine.reload()  # while the step runs on its worker
+            assert engine.rules == SLOWER
+            watch.go.set()
+            await _until(lambda: watch.reloaded_while_stepping is not None)
+            assert watch.reloaded_while_stepping is False
+        finally:
+            watch.go.set()
+            await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch_goes_on(tmp_path: Path) -> None:
+    async def run() -> None:
+        never = -(10**30)  # (a time no clock shows: its incident's id cannot be made)
+        watch = SteppedWatch([Firing("slow", 1, never, never, "checkout lasted 2 ns")])
+        watch.go.set()
+        engine = _engine(tmp_path, watch, SLOW)
+        await engine.start()
+        try:
+            await _until(lambda: watch.steps >= 3)
+            assert engine.counts.failed == {"slow": 1}
+        finally:
+            await engine.stop()
+
+    asyncio.run(run())

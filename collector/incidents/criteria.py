@@ -15,10 +15,12 @@ Theory of operation
 - messages by kind (a message kind is its category at one priority): ``MessageCondition``.
 
 A family is a name group of ``Criteria``. A ``SegmentCriteria`` follows one segment's tables as its decoder grows
-them: the kinds' table is made again when kinds are declared (they are few), and only the strings declared since
-are matched against the globs, each text once per rule set (``RulePlan`` remembers what each text matched, for the
-next segments, which declare the same names again). A glob of ``*`` puts its criterion on the kind instead of on every
-name. A string table reset gives the decoder new tables, and the segment new criteria.
+them: the kinds' table is made again when kinds are declared (they are few), and only the strings declared since are
+matched against the globs, each text once per rule set (``RulePlan`` remembers what each text matched, for the next
+segments, which declare the same names again). A new segment whose tables are its process's previous segment's (each
+segment replays them) copies that segment's criteria (``following``) instead of compiling them again. A glob of ``*``
+puts its criterion on the kind instead of on every name. A string table reset gives the decoder new tables, and the
+segment new criteria.
 
 Built-in kinds are watched by their id only where the segment declares that id with the built-in name, and kinds
 with ids past ``MAX_KIND_ID`` (no client numbers them so) are not watched.
@@ -109,7 +111,14 @@ class RulePlan:
         self.messages: list[tuple[Watcher, int, Pattern]] = []
         for order, rule in enumerate(rules.rules):
             self._add(order, rule, rule.condition)
-        self._texts: dict[tuple[int, str], tuple[Watcher, ...]] = {}
+        #: The families whose watchers match names one by one (not all by ``*``).
+        self._named = tuple(
+            family for family, watchers in enumerate(self.families) if any(not w.any_name for w in watchers)
+        )
+        #: Per text, what ``named_all`` found; per message kind, ``message_rules``'s watchers. Every segment declares
+        #: the same names and kinds again: they are judged once per rule set, not once per segment.
+        self._texts: dict[str, tuple[tuple[int, tuple[Watcher, ...], tuple[int, int]], ...]] = {}
+        self._message_kinds: dict[KindSpec, tuple[Watcher, ...]] = {}
 
     def _add(self, order: int, rule: Rule, condition: Condition) -> None:
         match condition:
@@ -135,26 +144,36 @@ class RulePlan:
         """Whether no stored event can meet a rule (nothing to read)."""
         return not self.messages and not any(self.families)
 
-    def named(self, family: int, text: str) -> tuple[Watcher, ...]:
-        """The watchers of ``family`` whose glob (other than ``*``) matches ``text``."""
-        key = (family, text)
-        found = self._texts.get(key)
+    def named_all(self, text: str) -> tuple[tuple[int, tuple[Watcher, ...], tuple[int, int]], ...]:
+        """Per family whose globs (other than ``*``) match ``text``: its watchers that do, and their merged
+        criterion (``_merged``)."""
+        found = self._texts.get(text)
         if found is None:
             if len(self._texts) >= MAX_REMEMBERED_TEXTS:
                 self._texts.clear()
-            found = self._texts[key] = tuple(w for w in self.families[family] if not w.any_name and w.pattern(text))
+            matched = []
+            for family in self._named:
+                watchers = tuple(w for w in self.families[family] if not w.any_name and w.pattern(text))
+                if watchers:
+                    matched.append((family, watchers, _merged(watchers)))
+            found = self._texts[text] = tuple(matched)
         return found
 
     def message_rules(self, kind: KindSpec) -> tuple[Watcher, ...]:
         """Watchers of the message conditions a message kind meets (by priority and category)."""
         if kind.shape != "message" or kind.priority not in PRIORITIES:
             return ()
-        level, category = PRIORITIES.index(kind.priority), category_of(kind)
-        return tuple(
-            watcher
-            for watcher, max_level, category_pattern in self.messages
-            if level <= max_level and category_pattern(category)
-        )
+        found = self._message_kinds.get(kind)
+        if found is None:
+            if len(self._message_kinds) >= MAX_REMEMBERED_TEXTS:
+                self._message_kinds.clear()
+            level, category = PRIORITIES.index(kind.priority), category_of(kind)
+            found = self._message_kinds[kind] = tuple(
+                watcher
+                for watcher, max_level, category_pattern in self.messages
+                if level <= max_level and category_pattern(category)
+            )
+        return found
 
 
 class SegmentCriteria:
@@ -176,6 +195,33 @@ class SegmentCriteria:
         self.columns: tuple[int, ...] | None = None
         self._kinds_seen = -1
         self._strings_seen = 0
+
+    @classmethod
+    def following(cls, previous: SegmentCriteria | None, plan: RulePlan, tables: StreamTables) -> SegmentCriteria:
+        """The criteria of a new segment's ``tables``: a copy of ``previous`` (its process's latest segment's, up to
+        date) where they declare the same strings, kinds and columns (as a segment replays its process's tables,
+        unchanged since the one before), else compiled anew. Copied, not shared: either may grow on its own; the
+        counters' state starts afresh, as in new criteria."""
+        if (
+            previous is None
+            or previous.plan is not plan
+            or previous._strings_seen != len(previous.tables.strings)
+            or previous._kinds_seen != len(previous.tables.kinds)
+            or tables.columns != previous.tables.columns
+            or tables.strings != previous.tables.strings
+            or tables.kinds != previous.tables.kinds
+        ):
+            return cls(plan, tables)
+        copy = cls(plan, tables)
+        old = previous.criteria
+        copy.criteria = Criteria(
+            old.kinds[:], tuple(names[:] for names in old.names), old.counters[:], old.thresholds[:],
+            array("q", bytes(len(old.state) * old.state.itemsize)),
+        )  # fmt: skip
+        copy.by_kind, copy.group_of = dict(previous.by_kind), dict(previous.group_of)
+        copy.by_name = tuple(dict(by_name) for by_name in previous.by_name)
+        copy.columns, copy._kinds_seen, copy._strings_seen = previous.columns, previous._kinds_seen, len(tables.strings)
+        return copy
 
     def sync(self, tables: StreamTables) -> SegmentCriteria:
         """These criteria, or new ones for new tables, brought up to what ``tables`` declares."""
@@ -220,20 +266,20 @@ class SegmentCriteria:
     def _sync_strings(self) -> None:
         """Match the strings declared since the last sync against the globs (tables only grow)."""
         strings = self.tables.strings
-        named = [family for family, watchers in enumerate(self.plan.families) if any(not w.any_name for w in watchers)]
+        named_all, by_name, names_of = self.plan.named_all, self.by_name, self.criteria.names
         for string_id, text in islice(strings.items(), self._strings_seen, None):
-            if not 0 <= string_id < MAX_NAME_ID:
+            matched = named_all(text)
+            if not matched or not 0 <= string_id < MAX_NAME_ID:
                 continue
-            for family in named:
-                watchers = self.plan.named(family, text)
-                if watchers:
-                    self.by_name[family][string_id] = watchers
-                    names = self.criteria.names[family]
-                    if len(names) < (string_id + 1) * NAME_SLOTS:
-                        names.extend(array("q", [NEVER, 0]) * (string_id + 1 - len(names) // NAME_SLOTS))
-                    names[string_id * NAME_SLOTS : (string_id + 1) * NAME_SLOTS] = array("q", _merged(watchers))
-                    if family == COUNTERS:
-                        self._add_thresholds(string_id, watchers)
+            at = string_id * NAME_SLOTS
+            for family, watchers, (min_dur, flags) in matched:
+                by_name[family][string_id] = watchers
+                names = names_of[family]
+                if len(names) <= at:  # (room up to this id: the ids between pass nothing)
+                    names.extend(_NO_NAME * (string_id + 1 - len(names) // NAME_SLOTS))
+                names[at], names[at + 1] = min_dur, flags
+                if family == COUNTERS:
+                    self._add_thresholds(string_id, watchers)
         self._strings_seen = len(strings)
 
     def _add_thresholds(self, string_id: int, watchers: Sequence[Watcher]) -> None:
@@ -248,6 +294,10 @@ class SegmentCriteria:
         at = string_id * COUNTER_SLOTS
         criteria.counters[at : at + COUNTER_SLOTS] = array("q", (len(criteria.thresholds), len(above), len(below)))
         criteria.thresholds.extend(above + below)
+
+
+#: A name no glob matched: its criterion passes nothing.
+_NO_NAME: Final = array("q", [NEVER, 0])
 
 
 def _in_order(watcher: Watcher) -> int:

@@ -92,6 +92,9 @@ class _Progress:
     missed: dict[int, int] = field(default_factory=dict)
     undecodable_events: int = 0
     unseen_segments: int = 0
+    #: Per process: the criteria of the latest segment compiled, which its next segment copies if its tables are
+    #: the same (``SegmentCriteria.following``).
+    latest_criteria: dict[int, SegmentCriteria] = field(default_factory=dict)
 
 
 class RuleWatch:
@@ -188,7 +191,7 @@ class RuleWatch:
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
-        _let_go(segments, progress.cursors)
+        _let_go(segments, progress.cursors, progress.latest_criteria)
         return firings
 
     def _depart(self, present: set[int]) -> None:
@@ -251,8 +254,10 @@ class RuleWatch:
         self, process: ProcessView, cursor: _Cursor, tables: StreamTables, frame: Events, firings: list[Firing]
     ) -> None:
         if cursor.criteria is None:
-            cursor.criteria = SegmentCriteria(self._plan, tables)
+            latest = self._progress.latest_criteria.get(cursor.owner)
+            cursor.criteria = SegmentCriteria.following(latest, self._plan, tables)
         criteria = cursor.criteria = cursor.criteria.sync(tables)
+        self._progress.latest_criteria[cursor.owner] = criteria
         found = None
         if criteria.columns is not None:
             found = match_frame(frame.payload, frame.count, criteria.columns, frame.track_id, criteria.criteria)
@@ -287,13 +292,17 @@ def _args(value: memoryview) -> Any:
         return None
 
 
-def _let_go(segments: list[tuple[ProcessView, SegmentView]], cursors: dict[int, _Cursor]) -> None:
+def _let_go(
+    segments: list[tuple[ProcessView, SegmentView]], cursors: dict[int, _Cursor], latest: dict[int, SegmentCriteria]
+) -> None:
     """Drop the decoder and criteria of each segment read whole that a newer one of its process follows (it is
     sealed: it will not grow), so that a long watch of a large store keeps one set of tables per process, not one
-    per segment."""
+    per segment (and the latest criteria of processes that have none stored)."""
     newest: dict[int, int] = {}
     for _, segment in segments:
         newest[segment.owner] = max(newest.get(segment.owner, -1), segment.seq)
+    for owner in latest.keys() - newest.keys():  # (a process with nothing stored any more)
+        del latest[owner]
     for _, segment in segments:
         cursor = cursors.get(segment.seq)
         sealed = segment.seq != newest[segment.owner]  # (a segment that grows after all is caught up on again)

@@ -206,6 +206,21 @@ def test_segments_written_after_the_watch_began_are_read_across_processes_and_se
     assert (watch.unread_events, watch.undecodable_events, watch.unseen_segments) == (0, 0, 0)
 
 
+def test_later_segments_of_a_process_judge_as_the_first_and_a_new_name_in_one_is_matched() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow*", 5), CounterCondition("depth", above=10)), Limits())
+    step(watch, store)
+    sent = 0
+    while store.segment_count < 5:  # (each segment replays the same tables: its criteria are the previous ones')
+        client.send(*[(SPAN, "slow a", 10, {"pad": "x" * 100})] * 20, (COUNTER, "depth", 0, {"value": 5}))
+        sent += 20
+    client.send((SPAN, "slow b", 10, None), (COUNTER, "depth", 0, {"value": 11}))  # (a name only the last declares)
+    firings = step(watch, store)
+    assert [reason for _, reason in firings].count("span 'slow a' lasted 10 ns (>= 5 ns)") == sent
+    assert firings[-2:] == [("r0", "span 'slow b' lasted 10 ns (>= 5 ns)"), ("r1", "counter 'depth' rose to 11 (> 10)")]
+
+
 def test_events_of_segments_overwritten_before_the_watch_read_them_are_counted() -> None:
     store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
     client = Stream(store, 1)

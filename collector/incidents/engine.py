@@ -183,6 +183,7 @@ class IncidentEngine:
         self._watch_task: asyncio.Task[None] | None = None
         self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
         self._captures: set[asyncio.Task[None]] = set()
+        self._tellings: set[asyncio.Task[None]] = set()  # webhooks told of saved incidents
         #: Set when the collector stops: captures under way write what they hold now.
         self._stopping = asyncio.Event()
 
@@ -210,8 +211,10 @@ class IncidentEngine:
             await asyncio.wait(set(self._captures), timeout=STOP_SAVE_TIMEOUT_S)
         for task in list(self._captures):
             task.cancel()
-        if self._captures:  # (a cancelled save lets go of its pins once its worker ends, not here)
-            await asyncio.wait(set(self._captures))
+        for task in list(self._tellings):  # (a webhook still retrying is told no more: its record says saved)
+            task.cancel()
+        if self._captures or self._tellings:  # (a cancelled save lets go of its pins once its worker ends, not here)
+            await asyncio.wait(self._captures | self._tellings)
         if self._pins is not None:
             self._pins.close()
             self._pins = None
@@ -427,8 +430,10 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:
-            await _tell(self.files, self._notify, rule.url, written)
+        if rule.url and self._notify is not None:  # (its retries hold no capture slot: a task of its own)
+            telling = asyncio.create_task(_tell(self.files, self._notify, rule.url, written), name="webhook")
+            self._tellings.add(telling)
+            telling.add_done_callback(self._tellings.discard)
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         self.counts.add(self.counts.failed, record["rule"])
@@ -472,15 +477,18 @@ class IncidentEngine:
 
     def stats(self) -> dict[str, Any]:
         """Beside the totals the service reports (``counts``): the rules, the captures and their memory, per rule."""
-        pins = self._pins
-        return {
-            "rules": len(self.rules.rules),
-            "captures": len(self._captures),
-            "busy": self.admission.busy,
-            "refused": self.admission.refused,
-            "incident_capacity_bytes": self.capacity_bytes,
-            "incident_held_bytes": pins.held_bytes if pins is not None else 0,
-            "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
-            "unread_events": self._watch.unread_events if self._watch is not None else 0,
-            "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
-        }
+        return _stats(self, len(self._captures), self._pins, self._watch)
+
+
+def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watch: Watch | None) -> dict[str, Any]:
+    return {
+        "rules": len(engine.rules.rules),
+        "captures": captures,
+        "busy": engine.admission.busy,
+        "refused": engine.admission.refused,
+        "incident_capacity_bytes": engine.capacity_bytes,
+        "incident_held_bytes": pins.held_bytes if pins is not None else 0,
+        "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
+        "unread_events": watch.unread_events if watch is not None else 0,
+        "by_rule": {name: dict(getattr(engine.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
+    }

@@ -3,13 +3,16 @@ them), a stray file in the incidents directory at start; a real collector (a sub
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, stats, wait_for_incidents
+from incident_runs import Peer, incidents, stats, wait_for_incidents
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from test_otlp import OtlpCollector, request_of, span
 from waiting import wait_for
@@ -71,5 +74,60 @@ def test_a_stray_pending_file_does_not_stop_the_start_and_is_left_alone(tmp_path
             peer.close()
         assert (kept / "bad id.pending.json").exists(), "not an incident's: left alone"
         collector.wait_for_log(lambda line: "bad id.pending.json" in line)
+    finally:
+        collector.stop()
+
+
+def test_a_webhook_that_does_not_answer_holds_no_capture_and_a_failure_is_logged_once(tmp_path: Path) -> None:
+    holding, release = threading.Event(), threading.Event()
+
+    class Held(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            holding.set()
+            release.wait(60)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    slow = "slow checkout: span=checkout, min_duration=200ms, before=1s, after=0s"
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Held) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/incident"
+        collector = CollectorProcess("--incidents-dir", str(tmp_path / "incidents"), "--trigger", f"{slow}, url={url}")
+        try:
+            peer = Peer(collector, "hooked")
+            try:
+                peer.send("slow checkout 250")
+                wait_for_incidents(collector, 1)
+                wait_for(holding.is_set, timeout_s=30, what="the webhook's POST")
+                # Saved and its capture done while its webhook is still waited for.
+                wait_for(lambda: stats(collector)["captures"], until=lambda n: n == 0, timeout_s=30, what="no capture")
+                assert holding.is_set() and not release.is_set()
+                assert incidents(collector)[0]["webhook"]["status"] is None
+            finally:
+                release.set()
+                peer.close()
+        finally:
+            collector.stop()
+    with socket.socket() as closed:  # a port nobody listens on: each attempt fails at once
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/incident"
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "again"), "--trigger", f"{slow}, url={url}")
+    try:
+        peer = Peer(collector, "hooked")
+        try:
+            peer.send("slow checkout 250")
+            wait_for(
+                lambda: incidents(collector)[:1],
+                until=lambda records: bool(records) and records[0]["webhook"]["status"] is not None,
+                timeout_s=60,
+                what="the webhook's outcome",
+            )
+        finally:
+            peer.close()
+        said = [line for line in collector.lines if url in line]
+        assert len(said) == 1 and "failed" in said[0], said
     finally:
         collector.stop()

@@ -369,7 +369,8 @@ class IncidentEngine:
         offsets = scope_processes(registry, firing, rule.scope)
         if owners is not None:
             offsets = {uid: p.clock_offset_ns for uid, p in registry.by_uid.items() if uid in owners}
-        window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns)
+        # (+1: the window is half-open, and with after = 0 the event that fired ends it: it is in its own incident)
+        window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns + 1)
         capture = Capture(self.files.new_id(rule.name, firing.start_ns), window, offsets)
         self._ensure_pins().begin(capture)
         return capture, new_record(registry, capture, firing, rule)

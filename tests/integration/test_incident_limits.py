@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, incidents, stats, wait_for_incidents
+from incident_runs import Peer, incident_events, incidents, stats, wait_for_incidents
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from test_otlp import OtlpCollector, request_of, span
 from waiting import wait_for
@@ -129,5 +129,21 @@ def test_a_webhook_that_does_not_answer_holds_no_capture_and_a_failure_is_logged
             peer.close()
         said = [line for line in collector.lines if url in line]
         assert len(said) == 1 and "failed" in said[0], said
+    finally:
+        collector.stop()
+
+
+def test_with_after_0s_the_event_that_fired_is_in_its_own_incident(tmp_path: Path) -> None:
+    rule = "asked: incident_call=true, before=1s, after=0s"
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "incidents"), "--trigger", rule)
+    try:
+        peer = Peer(collector, "asking")
+        try:
+            peer.send("incidents 1 payment-failed")
+            [record] = wait_for_incidents(collector, 1)
+        finally:
+            peer.close()
+        assert record["window"]["until_ns"] > record["time_ns"]
+        assert [e["name"] for e in incident_events(collector, record["id"])] == ["payment-failed"]
     finally:
         collector.stop()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -111,7 +111,9 @@ class CapturePins:
         capacity_bytes: what segments let go of by the ring, kept for incidents, may take (``--incident-capacity``).
     """
 
-    def __init__(self, store: Store, capacity_bytes: int) -> None:
+    def __init__(
+        self, store: Store, capacity_bytes: int, offset_of: Callable[[int], int | None] | None = None
+    ) -> None:
         self._store = store
         self.capacity_bytes = capacity_bytes
         self.captures: list[Capture] = []
@@ -123,8 +125,10 @@ class CapturePins:
         self._charged: dict[int, list[Any]] = {}
         #: Recent evictions: (owner, first wall ns, last wall ns, events), oldest first.
         self._evictions: deque[tuple[int, int, int, int]] = deque(maxlen=EVICTIONS_REMEMBERED)
-        #: Each process's clock offset, for the evictions' times (kept current by the engine).
+        #: Each process's clock offset, for the evictions' times, unless ``offset_of`` looks it up (the engine's, in
+        #: the registry at each eviction: however long since the watch last stepped, if it steps at all).
         self.offsets: dict[int, int] = {}
+        self._offset_of = offset_of if offset_of is not None else lambda owner: self.offsets.get(owner)
         store.on_evicted(self.evicted)
 
     def close(self) -> None:
@@ -176,7 +180,7 @@ class CapturePins:
         """The store lets go of ``segment`` (``Store.on_evicted``): the captures that hold or want it keep it, within
         the budget; what the budget cannot keep is counted lost by each of them."""
         if why != "published":  # (a segment published to a stream is stored there still)
-            offset = self.offsets.get(segment.owner)
+            offset = self._offset_of(segment.owner)
             if offset is not None and segment.entries:
                 first, last = _span(segment, offset)
                 self._evictions.append((segment.owner, first, last, segment.events))

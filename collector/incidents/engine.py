@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.admission import AFTER_SLACK_S, Admission
@@ -129,6 +130,12 @@ async def _window_view(
     view = await read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
     seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
     return view, seen
+
+
+def _clock_offset(registry: Registry, uid: int) -> int | None:
+    """The clock offset of the process ``uid`` now (None if it is not known)."""
+    process = registry.by_uid.get(uid)
+    return None if process is None else process.clock_offset_ns
 
 
 def watches(rules: RuleSet) -> bool:
@@ -253,8 +260,7 @@ class IncidentEngine:
 
     def _ensure_pins(self) -> CapturePins:
         if self._pins is None:
-            self._pins = CapturePins(self._store, self.capacity_bytes)
-            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in self._registry.by_uid.items()}
+            self._pins = CapturePins(self._store, self.capacity_bytes, partial(_clock_offset, self._registry))
         return self._pins
 
     # -- firings ------------------------------------------------------------------------------------------------------
@@ -293,8 +299,6 @@ class IncidentEngine:
             return []
         registry = self._registry
         processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
-        if self._pins is not None:
-            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in processes.items()}
         frames = self._store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self._store.kept_events(processes)

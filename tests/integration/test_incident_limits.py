@@ -147,3 +147,25 @@ def test_with_after_0s_the_event_that_fired_is_in_its_own_incident(tmp_path: Pat
         assert [e["name"] for e in incident_events(collector, record["id"])] == ["payment-failed"]
     finally:
         collector.stop()
+
+
+def test_with_crash_rules_alone_what_the_ring_overwrote_of_the_window_is_counted(tmp_path: Path) -> None:
+    collector = CollectorProcess(
+        "--capacity", "3MB", "--incidents-dir", str(tmp_path / "incidents"),
+        "--trigger", "crashed: crash=true, before=10m, after=0s",
+    )  # fmt: skip
+    try:
+        peer = Peer(collector, "crashing")
+        try:
+            for _ in range(4):
+                peer.send("flood 10000")
+            peer.send("flush")
+            overwritten = collector.json("/stats")["overwritten_events"]
+            assert overwritten > 10_000, "the ring turned over"
+            peer.send("crash")
+            [record] = wait_for_incidents(collector, 1)
+        finally:
+            peer.close()
+        assert record["lost"]["overwritten_before_fire"] == overwritten
+    finally:
+        collector.stop()

@@ -111,9 +111,7 @@ class CapturePins:
         capacity_bytes: what segments let go of by the ring, kept for incidents, may take (``--incident-capacity``).
     """
 
-    def __init__(
-        self, store: Store, capacity_bytes: int, offset_of: Callable[[int], int | None] | None = None
-    ) -> None:
+    def __init__(self, store: Store, capacity_bytes: int, offset_of: Callable[[int], int | None] | None = None) -> None:
         self._store = store
         self.capacity_bytes = capacity_bytes
         self.captures: list[Capture] = []

@@ -78,23 +78,26 @@ class IncidentFiles:
         self._lock = threading.Lock()
         self._reported: set[tuple[str, int]] = set()  # (file name, mtime ns) of bad files already logged
         self._issued: set[str] = set()  # ids given out, perhaps not written yet
+        self._ids_lock = threading.Lock()
         if make_now:
             directory.mkdir(parents=True, exist_ok=True)
         self._drop_leftovers()
 
     def new_id(self, rule: str, time_ns: int) -> str:
         """A new id for an incident of ``rule`` at ``time_ns`` (wall-clock): its UTC time to the millisecond first,
-        so ids sort by time, then the rule's name made URL-safe, then random digits; unused in the directory."""
+        so ids sort by time, then the rule's name made URL-safe, then random digits; not given out before by this run
+        (``begin`` refuses one of files already there)."""
         when = datetime.datetime.fromtimestamp(time_ns // 10**9, datetime.UTC).strftime("%Y%m%dT%H%M%S")
         millis = time_ns // 10**6 % 1000
         slug = re.sub(r"[^a-z0-9]+", "-", rule.lower()).strip("-")[:_SLUG_CHARS].strip("-") or "incident"
-        with self._lock:  # (two threads never take the same one before either writes it)
+        # On the event loop: no file is looked at, and no lock a writer holds across an fsync is taken. An id of a
+        # file already there (a previous run's, the same millisecond and rule) is refused by ``begin``, which never
+        # overwrites one.
+        with self._ids_lock:  # (two threads never take the same one before either writes it)
             while True:
                 incident_id = f"{when}{millis:03d}Z-{slug}-{secrets.token_hex(2)}"
-                if incident_id in self._issued:
-                    continue
-                if not any(self._path(incident_id, suffix).exists() for suffix in (_RECORD, _PENDING, _SNAPSHOT)):
-                    if len(self._issued) >= 10_000:  # (ids a second or more old: files by now, seen above)
+                if incident_id not in self._issued:
+                    if len(self._issued) >= 10_000:  # (ids a second or more old: files by now)
                         self._issued.clear()
                     self._issued.add(incident_id)
                     return incident_id
@@ -102,7 +105,10 @@ class IncidentFiles:
     def begin(self, record: dict[str, Any]) -> None:
         """Keep ``record`` (its ``id`` one of ``new_id``'s) as pending: fired, its window still being collected."""
         incident_id = self._id_of(record)
-        self._write(self._path(incident_id, _PENDING), _json({**record, "status": "pending"}))
+        for suffix in (_RECORD, _SNAPSHOT):
+            if self._path(incident_id, suffix).exists():
+                raise FileExistsError(f"incident {incident_id} is there already ({incident_id}{suffix})")
+        self._write(self._path(incident_id, _PENDING), _json({**record, "status": "pending"}), exclusive=True)
 
     def save(self, record: dict[str, Any], chunks: Iterable[bytes]) -> dict[str, Any]:
         """Write the incident's snapshot file from ``chunks``, then its record (``bytes``, ``status`` saved, and
@@ -130,6 +136,8 @@ class IncidentFiles:
         """
         incident_id = self._id_of(record)
         finished = {**record, "status": "failed", "failure": reason, "bytes": 0}
+        if not self._path(incident_id, _PENDING).exists() and self._path(incident_id, _RECORD).exists():
+            raise FileExistsError(f"incident {incident_id} is there already, and not this one's to fail")
         with self._lock:
             self._write(self._path(incident_id, _RECORD), _json(finished))
             _unlink(self._path(incident_id, _SNAPSHOT))
@@ -293,8 +301,9 @@ class IncidentFiles:
             raise ValueError(f"an incident id is 1 to 200 of A-Z a-z 0-9 _ -, not {incident_id!r}")
         return incident_id
 
-    def _write(self, path: Path, chunks: Iterable[bytes]) -> int:
-        """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes."""
+    def _write(self, path: Path, chunks: Iterable[bytes], *, exclusive: bool = False) -> int:
+        """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes. ``exclusive``: never over a file
+        there (``FileExistsError``)."""
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMPORARY}")
         self.directory.mkdir(parents=True, exist_ok=True)  # (made now, or removed meanwhile)
         nbytes = 0
@@ -305,7 +314,11 @@ class IncidentFiles:
                     nbytes += len(chunk)
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(temporary, path)
+            if exclusive:
+                os.link(temporary, path)
+                os.unlink(temporary)
+            else:
+                os.replace(temporary, path)
         except BaseException:
             _unlink(temporary)
             raise

@@ -232,3 +232,22 @@ def test_a_pending_file_of_no_incident_id_or_of_a_badly_typed_record_is_skipped_
     assert "bad id.pending.json skipped: its name is not an incident id's" in warnings
     assert "its window is 'none'" in warnings and "its processes are [5]" in warnings and "its rule is 7" in warnings
     assert (tmp_path / "bad id.pending.json").exists()
+
+
+def test_an_id_is_given_without_looking_at_files_and_begin_never_overwrites_an_incident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    saved = files.save(record_of(files), [b"x"])
+    with monkeypatch.context() as patched:  # (new_id runs on the event loop: no file system call there)
+        for name in ("exists", "stat", "glob", "iterdir"):
+            patched.setattr(Path, name, lambda *args, **kwargs: pytest.fail("new_id looked at a file"))
+        fresh = record_of(files)
+    files.begin(fresh)
+    with pytest.raises(FileExistsError):
+        files.begin(fresh)
+    with pytest.raises(FileExistsError, match=saved["id"]):
+        files.begin({**fresh, "id": saved["id"]})
+    with pytest.raises(FileExistsError, match=saved["id"]):  # (what the engine does next: nor is it failed)
+        files.fail({**fresh, "id": saved["id"]}, "its id was taken")
+    assert files.record(saved["id"]) == saved and files.snapshot_path(saved["id"]) is not None

@@ -169,3 +169,25 @@ def test_with_crash_rules_alone_what_the_ring_overwrote_of_the_window_is_counted
         assert record["lost"]["overwritten_before_fire"] == overwritten
     finally:
         collector.stop()
+
+
+def test_post_incidents_naming_no_process_keeps_the_fleet_and_errors_are_a_line_of_text(tmp_path: Path) -> None:
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "incidents"))
+    try:
+        first, second = Peer(collector, "first"), Peer(collector, "second")
+        try:
+            for peer in (first, second):
+                peer.send("ticks 5")
+                peer.send("flush")
+            status, body = collector.post("/incidents?reason=all+of+it&before=1m&after=0s")
+            assert status == 202, body
+            [record] = wait_for_incidents(collector, 1)
+        finally:
+            first.close()
+            second.close()
+        assert record["scope"] == "fleet"
+        assert sorted(p["name"] for p in record["processes"]) == ["first", "second"]
+        status, body = collector.get("/incidents/no-such-incident")
+        assert status == 404 and body == b"no incident 'no-such-incident'\n", body
+    finally:
+        collector.stop()

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["ID_PATTERN", "IncidentFiles", "valid_id"]
+__all__ = ["ID_PATTERN", "IncidentFiles", "owned_by_me", "valid_id"]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -80,7 +80,7 @@ class IncidentFiles:
         self._issued: set[str] = set()  # ids given out, perhaps not written yet
         self._ids_lock = threading.Lock()
         if make_now:
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._drop_leftovers()
 
     def new_id(self, rule: str, time_ns: int) -> str:
@@ -305,7 +305,8 @@ class IncidentFiles:
         """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes. ``exclusive``: never over a file
         there (``FileExistsError``)."""
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMPORARY}")
-        self.directory.mkdir(parents=True, exist_ok=True)  # (made now, or removed meanwhile)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # (made now, or removed meanwhile)
+        owned_by_me(self.directory)
         nbytes = 0
         try:
             with open(temporary, "xb") as out:
@@ -324,6 +325,24 @@ class IncidentFiles:
             raise
         _sync_directory(self.directory)
         return nbytes
+
+
+def owned_by_me(directory: Path) -> None:
+    """Refuse a directory another user owns (where ids exist): incidents hold what programs traced.
+
+    Raises:
+        PermissionError: naming the directory, its owner and this user.
+    """
+    getuid = getattr(os, "getuid", None)
+    try:
+        owner = directory.stat().st_uid
+    except FileNotFoundError:
+        return
+    if getuid is not None and owner != getuid():
+        raise PermissionError(
+            f"the incidents directory {directory} is owned by uid {owner}, not by this user (uid {getuid()}): "
+            "another user could read or replace its incidents"
+        )
 
 
 def _json(record: dict[str, Any]) -> list[bytes]:

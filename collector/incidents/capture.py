@@ -33,10 +33,12 @@ from typing import Any, Final
 from ringtrace.collector.store.ring import Removal, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
 
-__all__ = ["EVICTIONS_REMEMBERED", "Capture", "CapturePins", "Window", "window_events"]
+__all__ = ["EVICTIONS_REMEMBERED", "OWNERS_REMEMBERED", "Capture", "CapturePins", "Window", "window_events"]
 
-#: How many recent evictions are remembered, to count what a window lost before its rule fired.
-EVICTIONS_REMEMBERED: Final = 65_536
+#: How many recent evictions are remembered per process, to count what a window lost before its rule fired.
+EVICTIONS_REMEMBERED: Final = 4096
+#: Of how many processes (those evicted from most recently).
+OWNERS_REMEMBERED: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +123,9 @@ class CapturePins:
         self.peak_bytes = 0
         #: By seq: segments out of the ring that captures keep, and how many captures keep each.
         self._charged: dict[int, list[Any]] = {}
-        #: Recent evictions: (owner, first wall ns, last wall ns, events), oldest first.
-        self._evictions: deque[tuple[int, int, int, int]] = deque(maxlen=EVICTIONS_REMEMBERED)
+        #: Recent evictions by owner: (first wall ns, last wall ns, events), oldest first (a firing reads only its
+        #: processes', on the event loop).
+        self._evictions: dict[int, deque[tuple[int, int, int]]] = {}
         #: Each process's clock offset, for the evictions' times, unless ``offset_of`` looks it up (the engine's, in
         #: the registry at each eviction: however long since the watch last stepped, if it steps at all).
         self.offsets: dict[int, int] = {}
@@ -144,9 +147,10 @@ class CapturePins:
             if capture.wants(segment):
                 self._pin(capture, segment)
         window, by_owner = capture.window, capture.overwritten_by_owner
-        for owner, first, last, events in self._evictions:
-            if owner in capture.offsets and first < window.until_ns and last >= window.since_ns:
-                by_owner[owner] = by_owner.get(owner, 0) + events
+        for owner in capture.offsets:
+            for first, last, events in self._evictions.get(owner, ()):
+                if first < window.until_ns and last >= window.since_ns:
+                    by_owner[owner] = by_owner.get(owner, 0) + events
         capture.lost["overwritten_before_fire"] = sum(by_owner.values())
 
     def end(self, capture: Capture) -> list[Segment]:
@@ -181,7 +185,14 @@ class CapturePins:
             offset = self._offset_of(segment.owner)
             if offset is not None and segment.entries:
                 first, last = _span(segment, offset)
-                self._evictions.append((segment.owner, first, last, segment.events))
+                remembered = self._evictions.get(segment.owner)
+                if remembered is None:
+                    if len(self._evictions) >= OWNERS_REMEMBERED:  # (the process evicted from longest ago goes)
+                        del self._evictions[next(iter(self._evictions))]
+                    remembered = self._evictions[segment.owner] = deque(maxlen=EVICTIONS_REMEMBERED)
+                else:
+                    self._evictions[segment.owner] = self._evictions.pop(segment.owner)  # (newest last)
+                remembered.append((first, last, segment.events))
         holders = [c for c in self.captures if segment.seq in c.pinned]
         takers = [c for c in self.captures if c.collecting and segment.seq not in c.pinned and c.wants(segment)]
         if not holders and not takers:

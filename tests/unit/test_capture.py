@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from ringtrace.collector.incidents import capture as capture_module
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window, window_events
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segment_files import DataDir
@@ -133,3 +135,22 @@ def test_closing_leaves_a_capture_being_written_its_segments_until_its_reader_le
     assert collecting.pinned == {} and pins.captures == [writing]
     pins.release(writing)  # its worker ended
     assert all(segment.pins == 0 for segment in segments)
+
+
+def test_what_other_processes_lost_does_not_crowd_out_a_processs_own_evictions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture_module, "EVICTIONS_REMEMBERED", 32)
+    store, client = _store()
+    other = Client(store, 2)
+    pins = CapturePins(store, capacity_bytes=64 * MIN_SEGMENT_BYTES)
+    pins.offsets = {1: 0, 2: 0}
+    for _ in range(40):
+        client.record(0, 20)
+    for _ in range(2000):  # many more segments of another process, evicted after
+        other.record(0, 20)
+    counts = store.process_counts()
+    assert counts[2].overwritten_events > 32 * 20 * 4
+    capture = Capture("one", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    assert capture.lost["overwritten_before_fire"] == counts[1].overwritten_events > 0
+    pins.release(capture)
+    pins.close()

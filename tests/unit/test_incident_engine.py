@@ -1,6 +1,6 @@
 """The incidents' engine around its watch: rules read again taken between two steps (never while one runs on its
 worker), and a firing that cannot begin its incident counted failed, the watch going on (a real store, registry and
-incidents directory; a watch that the test steps)."""
+incidents directory; a watch that the test steps); and a firing's record as it fires."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ringtrace.collector.incidents.capture import Capture, Window
 from ringtrace.collector.incidents.engine import IncidentEngine
 from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.firing_record import MAX_TRIGGER_ARGS_BYTES, new_record
 from ringtrace.collector.incidents.incident_files import IncidentFiles
-from ringtrace.collector.incidents.rules import Rule, RuleSet, SpanCondition
+from ringtrace.collector.incidents.rules import IncidentCallCondition, Rule, RuleSet, SpanCondition
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 
@@ -95,3 +97,16 @@ def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch
             await engine.stop()
 
     asyncio.run(run())
+
+
+def test_a_records_trigger_event_keeps_its_args_up_to_a_few_kib_and_says_when_they_are_cut() -> None:
+    capture = Capture("cut", Window(0, 1), {})
+    rule = Rule("asked", IncidentCallCondition())
+    small = {"kind": "incident", "name": "asked", "args": {"order": 7}}
+    record = new_record(Registry(), capture, Firing("asked", 1, 0, 0, "asked", small), rule)
+    assert record["trigger"]["event"] == small
+    huge = {**small, "args": {"blob": "x" * 10_000}}
+    event = new_record(Registry(), capture, Firing("asked", 1, 0, 0, "asked", huge), rule)["trigger"]["event"]
+    assert event["args"] == {} and event["args_cut"].startswith(
+        f"10012 bytes of args, more than {MAX_TRIGGER_ARGS_BYTES}"
+    )

@@ -94,6 +94,8 @@ class Capture:
     lost: dict[str, int] = field(default_factory=lambda: {"overwritten_before_fire": 0, "over_budget": 0})
     #: ``lost["overwritten_before_fire"]`` by process (a ``trace`` scope keeps only some at save).
     overwritten_by_owner: dict[int, int] = field(default_factory=dict)
+    #: ``lost["over_budget"]`` by process, likewise.
+    over_budget_by_owner: dict[int, int] = field(default_factory=dict)
 
     def wants(self, segment: Segment) -> int:
         """Events of ``segment`` in the window, if it is of one of its processes (0: it wants none of it)."""
@@ -202,7 +204,9 @@ class CapturePins:
         saving = any(not c.collecting for c in holders)
         if not saving and self.held_bytes + segment.size > self.capacity_bytes:
             for capture in itertools.chain(holders, takers):
-                capture.lost["over_budget"] += capture.wants(segment)
+                wanted, by_owner = capture.wants(segment), capture.over_budget_by_owner
+                capture.lost["over_budget"] += wanted
+                by_owner[segment.owner] = by_owner.get(segment.owner, 0) + wanted
             for capture in holders:  # (the store releases the buffer after this hook, once no pin is left)
                 del capture.pinned[segment.seq]
                 segment.pins -= 1

@@ -410,6 +410,7 @@ class IncidentEngine:
                 firing.trace_id if rule.scope == "trace" else None,
                 firing.process_uid if self._read_window is None else None,
                 capture.overwritten_by_owner,
+                capture.over_budget_by_owner,
             )
             flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
             record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}

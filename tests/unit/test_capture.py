@@ -59,6 +59,7 @@ def test_what_the_budget_cannot_keep_is_counted_and_only_the_window_is_pinned() 
     in_window = 100 + 300 * 20
     kept = _kept(capture, window)
     assert capture.lost["over_budget"] > 0
+    assert capture.over_budget_by_owner == {1: capture.lost["over_budget"]}, "by process: a trace's narrowed at save"
     # By whole frames: a frame that straddles the window's start counts in full, on both sides alike.
     assert in_window <= kept + capture.lost["over_budget"] <= in_window + 64
     assert pins.held_bytes <= pins.capacity_bytes

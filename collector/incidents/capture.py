@@ -115,8 +115,18 @@ class CapturePins:
         capacity_bytes: what segments let go of by the ring, kept for incidents, may take (``--incident-capacity``).
     """
 
-    def __init__(self, store: Store, capacity_bytes: int, offset_of: Callable[[int], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        capacity_bytes: int,
+        offset_of: Callable[[int], int | None] | None = None,
+        *,
+        published_read_back: bool = False,
+    ) -> None:
         self._store = store
+        #: ``--jetstream``: a window is read back from the stream, so a segment leaving as published is not kept,
+        #: charged or counted lost.
+        self.published_read_back = published_read_back
         self.capacity_bytes = capacity_bytes
         self.captures: list[Capture] = []
         #: Bytes of the segments kept for incidents that the ring let go of (charged to ``capacity_bytes``).
@@ -196,6 +206,11 @@ class CapturePins:
                     self._evictions[segment.owner] = self._evictions.pop(segment.owner)  # (newest last)
                 remembered.append((first, last, segment.events))
         holders = [c for c in self.captures if segment.seq in c.pinned]
+        if why == "published" and self.published_read_back:
+            for capture in holders:  # (the store releases the buffer after this hook, once no pin is left)
+                del capture.pinned[segment.seq]
+                segment.pins -= 1
+            return
         takers = [c for c in self.captures if c.collecting and segment.seq not in c.pinned and c.wants(segment)]
         if not holders and not takers:
             return

@@ -260,7 +260,8 @@ class IncidentEngine:
 
     def _ensure_pins(self) -> CapturePins:
         if self._pins is None:
-            self._pins = CapturePins(self._store, self.capacity_bytes, partial(_clock_offset, self._registry))
+            offset_of, read_back = partial(_clock_offset, self._registry), self._read_window is not None
+            self._pins = CapturePins(self._store, self.capacity_bytes, offset_of, published_read_back=read_back)
         return self._pins
 
     # -- firings ------------------------------------------------------------------------------------------------------

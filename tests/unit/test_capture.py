@@ -155,3 +155,21 @@ def test_what_other_processes_lost_does_not_crowd_out_a_processs_own_evictions(m
     assert capture.lost["overwritten_before_fire"] == counts[1].overwritten_events > 0
     pins.release(capture)
     pins.close()
+
+
+def test_with_the_stream_read_back_a_published_segment_is_neither_kept_nor_counted_lost() -> None:
+    store, client = _store()
+    pins = CapturePins(store, capacity_bytes=0, published_read_back=True)  # (--jetstream)
+    while len(store.stored([1])) < 3:  # (within the ring: nothing overwritten)
+        client.record(0, 20)
+    capture = Capture("streamed", EVERYTHING, {1: 0})
+    pins.begin(capture)
+    sealed = [segment for segment in store.stored([1]) if segment.seq in capture.pinned][:-1]
+    assert sealed, "the capture holds sealed segments"
+    for segment in sealed:
+        store.published(segment)  # stored in the stream now: the window is read from there
+    assert capture.lost == {"overwritten_before_fire": 0, "over_budget": 0}
+    assert pins.held_bytes == 0 and all(segment.pins == 0 for segment in sealed)
+    assert not set(capture.pinned) & {segment.seq for segment in sealed}
+    pins.release(capture)
+    pins.close()

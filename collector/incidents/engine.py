@@ -423,7 +423,6 @@ class IncidentEngine:
                 log.exception("incidents: %s failed", record["id"])
             return
         self.counts.add(self.counts.saved, rule.name)
-        self.counts.removed = self.files.removed
         log.info(
             "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
             "(clients' flush %.2f s)",

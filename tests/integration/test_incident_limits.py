@@ -14,6 +14,7 @@ import pytest
 from collector_process import CollectorProcess
 from incident_runs import Peer, incident_events, incidents, stats, wait_for_incidents
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from ringtrace.collector.incidents.engine import CRASH_GRACE_S
 from test_otlp import OtlpCollector, request_of, span
 from waiting import wait_for
 
@@ -189,5 +190,24 @@ def test_post_incidents_naming_no_process_keeps_the_fleet_and_errors_are_a_line_
         assert sorted(p["name"] for p in record["processes"]) == ["first", "second"]
         status, body = collector.get("/incidents/no-such-incident")
         assert status == 404 and body == b"no incident 'no-such-incident'\n", body
+    finally:
+        collector.stop()
+
+
+def test_an_otlp_stream_closed_when_idle_is_no_crash(tmp_path: Path) -> None:
+    collector = OtlpCollector(
+        "--idle-timeout", "1", "--incidents-dir", str(tmp_path / "incidents"), "--trigger", "crashed: crash=true"
+    )
+    try:
+        now = time.time_ns()
+        status, _, body = collector.export(request_of(span("request", now - 10**6, now)).SerializeToString())
+        assert status == 200, body
+        collector.wait_for_log(lambda line: "closing connection from otlp:checkout" in line, timeout_s=30)
+        # Saved once after has run: past the crash rules' reconnect grace, when a crash would have fired.
+        status, body = collector.post(f"/incidents?reason=after+the+idle+close&before=1s&after={CRASH_GRACE_S + 2}s")
+        assert status == 202, body
+        [record] = wait_for_incidents(collector, 1)
+        assert record["rule"] == "by hand"
+        assert stats(collector)["by_rule"]["fired"] == {"by hand": 1}
     finally:
         collector.stop()

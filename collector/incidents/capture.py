@@ -28,7 +28,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from ringtrace.collector.store.ring import Removal, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
@@ -134,7 +134,7 @@ class CapturePins:
         #: Most held at once, since start.
         self.peak_bytes = 0
         #: By seq: segments out of the ring that captures keep, and how many captures keep each.
-        self._charged: dict[int, list[Any]] = {}
+        self._charged: dict[int, int] = {}
         #: Recent evictions by owner: (first wall ns, last wall ns, events), oldest first (a firing reads only its
         #: processes', on the event loop).
         self._evictions: dict[int, deque[tuple[int, int, int]]] = {}
@@ -180,10 +180,9 @@ class CapturePins:
         for segment in list(pinned.values()) if segments is None else list(segments):
             if pinned.pop(segment.seq, None) is None:
                 continue
-            charged = self._charged.get(segment.seq)
-            if charged is not None:
-                charged[1] -= 1
-                if charged[1] == 0:
+            if segment.seq in self._charged:
+                self._charged[segment.seq] -= 1
+                if self._charged[segment.seq] == 0:
                     del self._charged[segment.seq]
                     self.held_bytes -= segment.size
             self._store.unpin([segment])
@@ -228,13 +227,12 @@ class CapturePins:
             return
         self.held_bytes += segment.size
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
-        self._charged[segment.seq] = [segment, len(holders)]
+        self._charged[segment.seq] = len(holders)
         for capture in takers:
             self._pin(capture, segment)
 
     def _pin(self, capture: Capture, segment: Segment) -> None:
         self._store.pin(segment)
         capture.pinned[segment.seq] = segment
-        charged = self._charged.get(segment.seq)
-        if charged is not None:
-            charged[1] += 1
+        if segment.seq in self._charged:
+            self._charged[segment.seq] += 1

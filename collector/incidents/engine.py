@@ -466,7 +466,7 @@ class IncidentEngine:
             await self._failed(record, "the collector stopped before it was saved, and recovered nothing of its window")
             return
         view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
-        record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
+        record = {**record, "collector_stopped": True}  # (saved after a restart: lost says what is known of it)
         trace_id, trigger_owner = pending_trace(record, owners, by_facts)
         keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
         rule = str(record.get("rule", ""))

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ringtrace.collector.incidents.admission import MAX_AHEAD_NS, MAX_DURATION_NS, refusal
 from ringtrace.collector.incidents.capture import Capture, Window
 from ringtrace.collector.incidents.engine import IncidentEngine
 from ringtrace.collector.incidents.firing import Firing
@@ -110,3 +111,17 @@ def test_a_records_trigger_event_keeps_its_args_up_to_a_few_kib_and_says_when_th
     assert event["args"] == {} and event["args_cut"].startswith(
         f"10012 bytes of args, more than {MAX_TRIGGER_ARGS_BYTES}"
     )
+
+
+def test_a_firing_far_ahead_of_the_clock_or_absurdly_long_is_refused_saying_why() -> None:
+    now = 1_796_000_000 * 10**9
+
+    def at(start_ns: int, end_ns: int) -> Firing:
+        return Firing("r", 1, start_ns, end_ns, "why")
+
+    assert refusal(at(now - 10**9, now), now) is None
+    assert refusal(at(now + 30 * 10**9, now + 30 * 10**9), now) is None  # (clocks of a fleet differ a little)
+    assert "3600.0 s in the future" in (refusal(at(now + 3600 * 10**9, now + 3600 * 10**9), now) or "")
+    assert "lasts -1.0 s" in (refusal(at(now, now - 10**9), now) or "")
+    assert "lasts 90000.0 s" in (refusal(at(now - 90_000 * 10**9, now), now) or "")
+    assert MAX_AHEAD_NS == 60 * 10**9 and MAX_DURATION_NS == 86_400 * 10**9

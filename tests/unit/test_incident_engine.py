@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ringtrace.collector.incidents.admission import MAX_AHEAD_NS, MAX_DURATION_NS, refusal
+from ringtrace.collector.incidents.admission import MAX_AHEAD_NS, MAX_DURATION_NS, Admission, refusal
 from ringtrace.collector.incidents.capture import Capture, Window
+from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.engine import IncidentEngine
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import MAX_TRIGGER_ARGS_BYTES, new_record
@@ -125,3 +127,15 @@ def test_a_firing_far_ahead_of_the_clock_or_absurdly_long_is_refused_saying_why(
     assert "lasts -1.0 s" in (refusal(at(now, now - 10**9), now) or "")
     assert "lasts 90000.0 s" in (refusal(at(now - 90_000 * 10**9, now), now) or "")
     assert MAX_AHEAD_NS == 60 * 10**9 and MAX_DURATION_NS == 86_400 * 10**9
+
+
+def test_a_firing_suppressed_as_busy_takes_no_slot_of_its_rules_minute() -> None:
+    counts = IncidentCounts()
+    admission = Admission(counts, max_captures=1)
+    rule = Rule("once", SpanCondition("checkout", 1), max_per_minute=1)
+    firing = Firing("once", 1, time.time_ns(), time.time_ns(), "why")
+    assert not admission.admit(firing, rule, under_way=1)
+    assert admission.busy == 1 and counts.suppressed == {"once": 1}
+    assert admission.admit(firing, rule, under_way=0), "its minute's one slot is still free"
+    assert not admission.admit(firing, rule, under_way=0)
+    assert counts.suppressed == {"once": 2} and admission.busy == 1

@@ -23,7 +23,7 @@ __all__ = ["INCIDENT_PARAMETERS", "IncidentPoster", "IncidentRequest", "parse_in
 #: The parameters ``POST /incidents`` takes, beside those that select processes (``pid``, ``process``, ``host``).
 INCIDENT_PARAMETERS: Final = {
     "reason": "why (the record's reason and its trigger event's name)",
-    "scope": f"what it keeps: {', '.join(SCOPES)} (default process)",
+    "scope": f"what it keeps: {', '.join(SCOPES)} (default: process if pid, process or host is given, else fleet)",
     "before": "how long before now it keeps (default 30s)",
     "after": "how long after now it keeps (default 5s)",
     "trace_id": "the trace a scope of trace follows (32 hex digits)",
@@ -55,7 +55,10 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
         raise QueryError("query parameter 'reason' is required: why the incident is taken")
     if len(reason) > MAX_REASON_CHARS:
         raise QueryError(f"query parameter 'reason' is {len(reason)} characters, more than {MAX_REASON_CHARS}")
-    scope: Scope = choice("scope", values["scope"], SCOPES) if "scope" in values else "process"  # type: ignore[assignment]
+    named = selected.pids is not None or selected.process is not None or selected.host is not None
+    # (by default, the processes named; none named: every one, not whichever came first)
+    default: Scope = "process" if named else "fleet"
+    scope: Scope = choice("scope", values["scope"], SCOPES) if "scope" in values else default  # type: ignore[assignment]
     before_ns = _window("before", values.get("before"), DEFAULT_BEFORE_NS)
     after_ns = _window("after", values.get("after"), DEFAULT_AFTER_NS)
     if "trace_id" in values:
@@ -65,7 +68,6 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
         selected = replace(selected, trace_id=trace_id)
     elif scope == "trace":
         raise QueryError("query parameter 'trace_id' is required with scope=trace: the trace it follows")
-    named = selected.pids is not None or selected.process is not None or selected.host is not None
     return IncidentRequest(reason, scope, before_ns, after_ns, selected if named or "trace_id" in values else None)
 
 

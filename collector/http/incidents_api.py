@@ -38,7 +38,8 @@ _T = TypeVar("_T")
 
 
 def _error(status: type[web.HTTPException], message: str) -> web.HTTPException:
-    return status(body=orjson.dumps({"error": message}), content_type="application/json")
+    """An error answer as every endpoint gives one: a line of text."""
+    return status(text=f"{message}\n")
 
 
 def _parsed(parse: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:

@@ -16,7 +16,8 @@ is memory of the incidents' own, charged to ``capacity_bytes`` (once, however ma
 capture lets go of it. A segment that would pass the budget is not kept: its events of the window are counted in each
 capture that wanted it (``lost["over_budget"]``), never silent. So are the window's events that the ring overwrote
 before the rule fired (``lost["overwritten_before_fire"]``: the store's recent evictions are remembered, by segment, so
-a segment partly in the window counts whole), and what a capture let go of when it failed.
+a segment partly in the window counts whole), and what a capture let go of when it failed. A capture being written
+(``after`` has run) keeps what it holds, past the budget if need be: its worker reads it.
 
 No asyncio, no threads: called on the store's thread (the event loop), as the store is.
 """
@@ -25,17 +26,19 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from ringtrace.collector.store.ring import Removal, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
 
-__all__ = ["EVICTIONS_REMEMBERED", "Capture", "CapturePins", "Window", "window_events"]
+__all__ = ["EVICTIONS_REMEMBERED", "OWNERS_REMEMBERED", "Capture", "CapturePins", "Window", "window_events"]
 
-#: How many recent evictions are remembered, to count what a window lost before its rule fired.
-EVICTIONS_REMEMBERED: Final = 65_536
+#: How many recent evictions are remembered per process, to count what a window lost before its rule fired.
+EVICTIONS_REMEMBERED: Final = 4096
+#: Of how many processes (those evicted from most recently).
+OWNERS_REMEMBERED: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,8 @@ class Capture:
     lost: dict[str, int] = field(default_factory=lambda: {"overwritten_before_fire": 0, "over_budget": 0})
     #: ``lost["overwritten_before_fire"]`` by process (a ``trace`` scope keeps only some at save).
     overwritten_by_owner: dict[int, int] = field(default_factory=dict)
+    #: ``lost["over_budget"]`` by process, likewise.
+    over_budget_by_owner: dict[int, int] = field(default_factory=dict)
 
     def wants(self, segment: Segment) -> int:
         """Events of ``segment`` in the window, if it is of one of its processes (0: it wants none of it)."""
@@ -110,8 +115,18 @@ class CapturePins:
         capacity_bytes: what segments let go of by the ring, kept for incidents, may take (``--incident-capacity``).
     """
 
-    def __init__(self, store: Store, capacity_bytes: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        capacity_bytes: int,
+        offset_of: Callable[[int], int | None] | None = None,
+        *,
+        published_read_back: bool = False,
+    ) -> None:
         self._store = store
+        #: ``--jetstream``: a window is read back from the stream, so a segment leaving as published is not kept,
+        #: charged or counted lost.
+        self.published_read_back = published_read_back
         self.capacity_bytes = capacity_bytes
         self.captures: list[Capture] = []
         #: Bytes of the segments kept for incidents that the ring let go of (charged to ``capacity_bytes``).
@@ -119,16 +134,20 @@ class CapturePins:
         #: Most held at once, since start.
         self.peak_bytes = 0
         #: By seq: segments out of the ring that captures keep, and how many captures keep each.
-        self._charged: dict[int, list[Any]] = {}
-        #: Recent evictions: (owner, first wall ns, last wall ns, events), oldest first.
-        self._evictions: deque[tuple[int, int, int, int]] = deque(maxlen=EVICTIONS_REMEMBERED)
-        #: Each process's clock offset, for the evictions' times (kept current by the engine).
+        self._charged: dict[int, int] = {}
+        #: Recent evictions by owner: (first wall ns, last wall ns, events), oldest first (a firing reads only its
+        #: processes', on the event loop).
+        self._evictions: dict[int, deque[tuple[int, int, int]]] = {}
+        #: Each process's clock offset, for the evictions' times, unless ``offset_of`` looks it up (the engine's, in
+        #: the registry at each eviction: however long since the watch last stepped, if it steps at all).
         self.offsets: dict[int, int] = {}
+        self._offset_of = offset_of if offset_of is not None else lambda owner: self.offsets.get(owner)
         store.on_evicted(self.evicted)
 
     def close(self) -> None:
-        """Let go of everything and of the store."""
-        for capture in list(self.captures):
+        """Let go of the store, and of the captures still collecting; one being written keeps its segments until its
+        reader lets go of them (``release``): its worker may read on after the collector stopped waiting for it."""
+        for capture in [c for c in self.captures if c.collecting]:
             self.release(capture)
         self._store.on_evicted(None)
 
@@ -140,9 +159,10 @@ class CapturePins:
             if capture.wants(segment):
                 self._pin(capture, segment)
         window, by_owner = capture.window, capture.overwritten_by_owner
-        for owner, first, last, events in self._evictions:
-            if owner in capture.offsets and first < window.until_ns and last >= window.since_ns:
-                by_owner[owner] = by_owner.get(owner, 0) + events
+        for owner in capture.offsets:
+            for first, last, events in self._evictions.get(owner, ()):
+                if first < window.until_ns and last >= window.since_ns:
+                    by_owner[owner] = by_owner.get(owner, 0) + events
         capture.lost["overwritten_before_fire"] = sum(by_owner.values())
 
     def end(self, capture: Capture) -> list[Segment]:
@@ -160,10 +180,9 @@ class CapturePins:
         for segment in list(pinned.values()) if segments is None else list(segments):
             if pinned.pop(segment.seq, None) is None:
                 continue
-            charged = self._charged.get(segment.seq)
-            if charged is not None:
-                charged[1] -= 1
-                if charged[1] == 0:
+            if segment.seq in self._charged:
+                self._charged[segment.seq] -= 1
+                if self._charged[segment.seq] == 0:
                     del self._charged[segment.seq]
                     self.held_bytes -= segment.size
             self._store.unpin([segment])
@@ -174,29 +193,46 @@ class CapturePins:
         """The store lets go of ``segment`` (``Store.on_evicted``): the captures that hold or want it keep it, within
         the budget; what the budget cannot keep is counted lost by each of them."""
         if why != "published":  # (a segment published to a stream is stored there still)
-            offset = self.offsets.get(segment.owner)
+            offset = self._offset_of(segment.owner)
             if offset is not None and segment.entries:
                 first, last = _span(segment, offset)
-                self._evictions.append((segment.owner, first, last, segment.events))
+                remembered = self._evictions.get(segment.owner)
+                if remembered is None:
+                    if len(self._evictions) >= OWNERS_REMEMBERED:  # (the process evicted from longest ago goes)
+                        del self._evictions[next(iter(self._evictions))]
+                    remembered = self._evictions[segment.owner] = deque(maxlen=EVICTIONS_REMEMBERED)
+                else:
+                    self._evictions[segment.owner] = self._evictions.pop(segment.owner)  # (newest last)
+                remembered.append((first, last, segment.events))
         holders = [c for c in self.captures if segment.seq in c.pinned]
+        if why == "published" and self.published_read_back:
+            for capture in holders:  # (the store releases the buffer after this hook, once no pin is left)
+                del capture.pinned[segment.seq]
+                segment.pins -= 1
+            return
         takers = [c for c in self.captures if c.collecting and segment.seq not in c.pinned and c.wants(segment)]
         if not holders and not takers:
             return
-        if self.held_bytes + segment.size > self.capacity_bytes:
+        # A capture that has stopped collecting is being written (its worker reads the segment): it keeps it, past
+        # the budget if need be, and the others may as well, since its buffer stays anyway.
+        saving = any(not c.collecting for c in holders)
+        if not saving and self.held_bytes + segment.size > self.capacity_bytes:
             for capture in itertools.chain(holders, takers):
-                capture.lost["over_budget"] += capture.wants(segment)
-            for capture in holders:
-                self.release(capture, [segment])
+                wanted, by_owner = capture.wants(segment), capture.over_budget_by_owner
+                capture.lost["over_budget"] += wanted
+                by_owner[segment.owner] = by_owner.get(segment.owner, 0) + wanted
+            for capture in holders:  # (the store releases the buffer after this hook, once no pin is left)
+                del capture.pinned[segment.seq]
+                segment.pins -= 1
             return
         self.held_bytes += segment.size
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
-        self._charged[segment.seq] = [segment, len(holders)]
+        self._charged[segment.seq] = len(holders)
         for capture in takers:
             self._pin(capture, segment)
 
     def _pin(self, capture: Capture, segment: Segment) -> None:
         self._store.pin(segment)
         capture.pinned[segment.seq] = segment
-        charged = self._charged.get(segment.seq)
-        if charged is not None:
-            charged[1] += 1
+        if segment.seq in self._charged:
+            self._charged[segment.seq] += 1

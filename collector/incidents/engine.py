@@ -10,8 +10,9 @@ GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed
 bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
 pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
 record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
-A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share). Without rules
-there is no task and no store hook: the collector pays nothing.
+A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share), as is one
+whose event's times cannot be right (``admission.py``: ``refused``); a capture waits for ``after`` from its firing at
+most, whatever its event's times say. Without rules there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -22,23 +23,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
 
+from ringtrace.collector.incidents.admission import AFTER_SLACK_S, Admission
 from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
+from ringtrace.collector.incidents.engine_needs import Viewer, Watch
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
 from ringtrace.collector.incidents.incident_store import IncidentStore
-from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
+from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
-from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+from ringtrace.collector.store.views import StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -79,40 +83,6 @@ class CapturesBusy(ConfigError):
     """``max_captures`` incidents are being captured: a new one must wait."""
 
 
-class Watch(Protocol):
-    """The rules checked on what is stored (``watch.RuleWatch``)."""
-
-    @property
-    def unread_events(self) -> int: ...
-
-    def step(
-        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
-    ) -> list[Firing]: ...
-
-    def with_rules(self, rules: RuleSet) -> Watch: ...
-
-
-class Viewer(Protocol):
-    """What a capture needs of the service's pinned views (``Snapshots``)."""
-
-    async def flush_clients(self, flush_timeout_s: float, owners: Container[int] | None = None) -> tuple[int, int]: ...
-
-    def view_of(self, frames: StoreSnapshot, acknowledged: int, asked: int) -> SnapshotView: ...
-
-
-async def _saved(files: IncidentStore, view: SnapshotView, record: dict[str, Any], keep: WindowSave) -> dict[str, Any]:
-    """``save_window`` on a worker thread; the view's segments let go of once it ends (not before, even if the caller
-    is cancelled meanwhile: the worker goes on reading them)."""
-    future = asyncio.get_running_loop().run_in_executor(None, save_window, files, view, record, keep)
-    try:
-        return await asyncio.shield(future)
-    finally:
-        if future.done():
-            view.frames.close()
-        else:
-            future.add_done_callback(lambda _: view.frames.close())
-
-
 async def _tell(
     files: IncidentStore,
     notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
@@ -138,6 +108,34 @@ class _Held:
 
     def unpin(self, segments: list[Segment]) -> None:
         self._pins.release(self._capture)
+
+
+async def _window_view(
+    pins: CapturePins,
+    viewer: Viewer,
+    by_uid: Mapping[int, ProcessRecord],
+    read_window: Callable[[tuple[int, int], EventFilter], Awaitable[SnapshotView]] | None,
+    capture: Capture,
+    flushed: tuple[int, int],
+) -> tuple[SnapshotView, frozenset[int]]:
+    """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
+    ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be published:
+    the stream is the fleet's ring, and is read, not pinned)."""
+    if read_window is None:
+        frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
+        return viewer.view_of(frames, *flushed), frozenset(capture.offsets)
+    facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
+    pins.release(capture)
+    window = capture.window
+    view = await read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
+    seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
+    return view, seen
+
+
+def _clock_offset(registry: Registry, uid: int) -> int | None:
+    """The clock offset of the process ``uid`` now (None if it is not known)."""
+    process = registry.by_uid.get(uid)
+    return None if process is None else process.clock_offset_ns
 
 
 def watches(rules: RuleSet) -> bool:
@@ -186,13 +184,13 @@ class IncidentEngine:
         self._read_window = read_window
         self.max_captures = max_captures
         self.counts = counts if counts is not None else IncidentCounts()
-        #: Firings suppressed because ``max_captures`` were under way (also in ``counts.suppressed``).
-        self.busy = 0
-        self._limit = RateLimit()
+        self.admission = Admission(self.counts, max_captures)
         self._pins: CapturePins | None = None
         self._watch: Watch | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
         self._captures: set[asyncio.Task[None]] = set()
+        self._tellings: set[asyncio.Task[None]] = set()  # webhooks told of saved incidents
         #: Set when the collector stops: captures under way write what they hold now.
         self._stopping = asyncio.Event()
 
@@ -206,7 +204,11 @@ class IncidentEngine:
             log.warning("incidents: the pending incidents of %s cannot be read: %s", self.files.where, exc)
             left = []
         for record in left:
-            await self._settle_pending(record)
+            try:
+                await self._settle_pending(record)
+            except Exception:  # (one bad record must not keep the collector from starting)
+                self.counts.add(self.counts.failed, str(record.get("rule", "")))
+                log.exception("incidents: the pending incident %s could not be settled", record.get("id"))
         self._follow(self.rules)
 
     async def stop(self) -> None:
@@ -221,6 +223,10 @@ class IncidentEngine:
             await asyncio.wait(set(self._captures), timeout=STOP_SAVE_TIMEOUT_S)
         for task in list(self._captures):
             task.cancel()
+        for task in list(self._tellings):  # (a webhook still retrying is told no more: its record says saved)
+            task.cancel()
+        if self._captures or self._tellings:  # (a cancelled save lets go of its pins once its worker ends, not here)
+            await asyncio.wait(self._captures | self._tellings)
         if self._pins is not None:
             self._pins.close()
             self._pins = None
@@ -228,8 +234,8 @@ class IncidentEngine:
     async def reload(self) -> None:
         """Read the rule file again (SIGHUP): a file with an error keeps the rules in force, and the log says its
         line and why."""
-        if self._load_rules is None:
-            log.info("incidents: SIGHUP: no --rules file to read again")
+        if self._load_rules is None or self._stopping.is_set():
+            log.info("incidents: SIGHUP: %s", "no --rules file to read again" if self._load_rules else "stopping")
             return
         try:
             rules = await asyncio.to_thread(self._load_rules)
@@ -237,8 +243,11 @@ class IncidentEngine:
             log.error("incidents: rules not reloaded, the %d in force are kept: %s", len(self.rules.rules), exc)
             return
         self.rules = rules
-        self._limit.keep_only({rule.name for rule in rules.rules})
-        self._follow(rules)
+        self.admission.limit.keep_only({rule.name for rule in rules.rules})
+        if self._watch_task is not None and watches(rules):  # (a step may be running: taken between two)
+            self._reloaded = rules
+        else:
+            self._follow(rules)
         log.info("incidents: %d rules in force (%s)", len(rules.rules), rules.source or "no file")
 
     def _follow(self, rules: RuleSet) -> None:
@@ -256,8 +265,8 @@ class IncidentEngine:
 
     def _ensure_pins(self) -> CapturePins:
         if self._pins is None:
-            self._pins = CapturePins(self._store, self.capacity_bytes)
-            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in self._registry.by_uid.items()}
+            offset_of, read_back = partial(_clock_offset, self._registry), self._read_window is not None
+            self._pins = CapturePins(self._store, self.capacity_bytes, offset_of, published_read_back=read_back)
         return self._pins
 
     # -- firings ------------------------------------------------------------------------------------------------------
@@ -266,6 +275,9 @@ class IncidentEngine:
         pause_s = WATCH_INTERVAL_S
         while True:
             await asyncio.sleep(pause_s)
+            if self._reloaded is not None:
+                self._follow(self._reloaded)
+                self._reloaded = None
             began = time.monotonic()
             try:
                 firings = await self._watch_step()
@@ -278,8 +290,13 @@ class IncidentEngine:
             pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
-                if rule is not None:
+                if rule is None:
+                    continue
+                try:
                     self.fire(firing, rule)
+                except Exception:  # (nor one firing: counted failed)
+                    self.counts.add(self.counts.failed, firing.rule)
+                    log.exception("incidents: rule %r fired, but its incident could not begin", firing.rule)
 
     async def _watch_step(self) -> list[Firing]:
         """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
@@ -288,19 +305,10 @@ class IncidentEngine:
             return []
         registry = self._registry
         processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
-        if self._pins is not None:
-            self._pins.offsets = {uid: p.clock_offset_ns for uid, p in processes.items()}
         frames = self._store.snapshot(owners=processes)
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self._store.kept_events(processes)
-        future = asyncio.get_running_loop().run_in_executor(None, watch.step, segments, kept)
-        try:
-            return await asyncio.shield(future)
-        finally:  # (a step cancelled goes on reading: its segments stay pinned until it ends)
-            if future.done():
-                frames.close()
-            else:
-                future.add_done_callback(lambda _: frames.close())
+        return await read_pinned(frames, lambda: watch.step(segments, kept))
 
     def crashed(self, process: ProcessRecord) -> None:
         """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
@@ -335,6 +343,8 @@ class IncidentEngine:
             ConfigError: no process to take, or no trace for a ``trace`` scope.
             CapturesBusy: ``max_captures`` are under way.
         """
+        if self._stopping.is_set():
+            raise CapturesBusy("the collector is stopping: it begins no incident")
         chosen = processes if processes is not None else list(self._registry.by_uid.values())
         if not chosen:
             raise ConfigError("no known process is selected: an incident needs one")
@@ -354,17 +364,12 @@ class IncidentEngine:
     def fire(self, firing: Firing, rule: Rule, *, owners: set[int] | None = None) -> str | None:
         """Begin the incident of ``firing`` under ``rule``, within its limits; its id, or None if suppressed."""
         counts = self.counts
-        if not self._limit.take(rule.name, rule.max_per_minute, time.monotonic_ns()):
-            counts.add(counts.suppressed, rule.name)
-            return None
-        if len(self._captures) >= self.max_captures:
-            counts.add(counts.suppressed, rule.name)
-            self.busy += 1
-            log.warning("incidents: rule %r suppressed (busy: %d captures under way)", rule.name, self.max_captures)
+        if self._stopping.is_set() or not self.admission.admit(firing, rule, len(self._captures)):
             return None
         counts.add(counts.fired, rule.name)
         capture, record = self._begin(firing, rule, owners)
-        task = asyncio.create_task(self._collect(capture, record, rule, firing), name=f"incident {capture.incident_id}")
+        collect = self._collect(capture, record, rule, firing, time.monotonic())
+        task = asyncio.create_task(collect, name=f"incident {capture.incident_id}")
         self._captures.add(task)
         task.add_done_callback(self._captures.discard)
         return capture.incident_id
@@ -374,19 +379,26 @@ class IncidentEngine:
         offsets = scope_processes(registry, firing, rule.scope)
         if owners is not None:
             offsets = {uid: p.clock_offset_ns for uid, p in registry.by_uid.items() if uid in owners}
-        window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns)
+        # (+1: the window is half-open, and with after = 0 the event that fired ends it: it is in its own incident)
+        window = Window(firing.start_ns - rule.before_ns, firing.end_ns + rule.after_ns + 1)
         capture = Capture(self.files.new_id(rule.name, firing.start_ns), window, offsets)
         self._ensure_pins().begin(capture)
         return capture, new_record(registry, capture, firing, rule)
 
     # -- capture, save, tell ------------------------------------------------------------------------------------------
 
-    async def _collect(self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing) -> None:
-        """Wait for ``after`` to run, then write the incident whole; count and log what became of it."""
+    async def _collect(
+        self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing, fired_s: float
+    ) -> None:
+        """Wait for ``after`` to run (from ``fired_s``, monotonic, at most: an event's time may lie), then write the
+        incident whole; count and log what became of it."""
         pins = self._ensure_pins()
         try:
             await asyncio.to_thread(self.files.begin, dict(record))
-            delay_s = (capture.window.until_ns - time.time_ns()) / 1e9
+            delay_s = min(
+                (capture.window.until_ns - time.time_ns()) / 1e9,
+                fired_s + rule.after_ns / 1e9 + AFTER_SLACK_S - time.monotonic(),
+            )
             if delay_s > 0:
                 with contextlib.suppress(TimeoutError):  # (a stopping collector writes what it holds now)
                     await asyncio.wait_for(self._stopping.wait(), delay_s)
@@ -395,7 +407,8 @@ class IncidentEngine:
             owners = None if rule.scope == "trace" else set(capture.offsets)
             flushed = await self._viewer.flush_clients(FLUSH_TIMEOUT_S, owners)
             flush_s = time.monotonic() - ran_out
-            view, owners_seen = await self._window_view(capture, flushed)
+            by_uid, read_window = self._registry.by_uid, self._read_window
+            view, owners_seen = await _window_view(pins, self._viewer, by_uid, read_window, capture, flushed)
             keep = WindowSave(
                 capture.window.since_ns,
                 capture.window.until_ns,
@@ -403,10 +416,11 @@ class IncidentEngine:
                 firing.trace_id if rule.scope == "trace" else None,
                 firing.process_uid if self._read_window is None else None,
                 capture.overwritten_by_owner,
+                capture.over_budget_by_owner,
             )
             flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
             record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
-            written = await _saved(self.files, view, record, keep)
+            written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
         except Exception as exc:
             pins.release(capture)
             await self._failed(record, f"{type(exc).__name__}: {exc}")
@@ -414,7 +428,6 @@ class IncidentEngine:
                 log.exception("incidents: %s failed", record["id"])
             return
         self.counts.add(self.counts.saved, rule.name)
-        self.counts.removed = self.files.removed
         log.info(
             "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
             "(clients' flush %.2f s)",
@@ -428,24 +441,10 @@ class IncidentEngine:
             time.monotonic() - ran_out,
             flush_s,
         )
-        if rule.url and self._notify is not None:
-            await _tell(self.files, self._notify, rule.url, written)
-
-    async def _window_view(self, capture: Capture, flushed: tuple[int, int]) -> tuple[SnapshotView, frozenset[int]]:
-        """The capture's window as a snapshot, and its processes' uids there: the segments it pinned; or, with
-        ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be
-        published: the stream is the fleet's ring, and is read, not pinned)."""
-        pins = self._ensure_pins()
-        if self._read_window is None:
-            frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
-            return self._viewer.view_of(frames, *flushed), frozenset(capture.offsets)
-        by_uid = self._registry.by_uid
-        facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
-        pins.release(capture)
-        window = capture.window
-        view = await self._read_window(flushed, EventFilter(since_ns=window.since_ns, until_ns=window.until_ns))
-        seen = frozenset(uid for uid, p in view.processes.items() if (p.pid, p.name, p.host) in facts)
-        return view, seen
+        if rule.url and self._notify is not None:  # (its retries hold no capture slot: a task of its own)
+            telling = asyncio.create_task(_tell(self.files, self._notify, rule.url, written), name="webhook")
+            self._tellings.add(telling)
+            telling.add_done_callback(self._tellings.discard)
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         self.counts.add(self.counts.failed, record["rule"])
@@ -472,12 +471,12 @@ class IncidentEngine:
             await self._failed(record, "the collector stopped before it was saved, and recovered nothing of its window")
             return
         view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
-        record = {**record, "lost": {**(record.get("lost") or {}), "collector_stopped": True}}
+        record = {**record, "collector_stopped": True}  # (saved after a restart: lost says what is known of it)
         trace_id, trigger_owner = pending_trace(record, owners, by_facts)
         keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
         rule = str(record.get("rule", ""))
         try:
-            written = await _saved(self.files, view, record, keep)
+            written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
         except OSError as exc:
             await self._failed(record, f"{type(exc).__name__}: {exc}")
             return
@@ -489,14 +488,18 @@ class IncidentEngine:
 
     def stats(self) -> dict[str, Any]:
         """Beside the totals the service reports (``counts``): the rules, the captures and their memory, per rule."""
-        pins = self._pins
-        return {
-            "rules": len(self.rules.rules),
-            "captures": len(self._captures),
-            "busy": self.busy,
-            "incident_capacity_bytes": self.capacity_bytes,
-            "incident_held_bytes": pins.held_bytes if pins is not None else 0,
-            "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
-            "unread_events": self._watch.unread_events if self._watch is not None else 0,
-            "by_rule": {name: dict(getattr(self.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
-        }
+        return _stats(self, len(self._captures), self._pins, self._watch)
+
+
+def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watch: Watch | None) -> dict[str, Any]:
+    return {
+        "rules": len(engine.rules.rules),
+        "captures": captures,
+        "busy": engine.admission.busy,
+        "refused": engine.admission.refused,
+        "incident_capacity_bytes": engine.capacity_bytes,
+        "incident_held_bytes": pins.held_bytes if pins is not None else 0,
+        "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
+        "unread_events": watch.unread_events if watch is not None else 0,
+        "by_rule": {name: dict(getattr(engine.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
+    }

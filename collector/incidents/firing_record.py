@@ -3,9 +3,10 @@ clock offset), and the record's fields (``incident_files.py`` names them; saving
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ringtrace.collector.incidents.capture import Capture
 from ringtrace.collector.incidents.firing import Firing
@@ -14,7 +15,10 @@ from ringtrace.collector.incidents.saving import process_facts
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 
-__all__ = ["crash_firing", "new_record", "pending_trace", "scope_processes"]
+__all__ = ["MAX_TRIGGER_ARGS_BYTES", "crash_firing", "new_record", "pending_trace", "scope_processes"]
+
+#: A record's trigger event keeps its args up to this much JSON (a record is listed, logged and posted to webhooks).
+MAX_TRIGGER_ARGS_BYTES: Final = 4096
 
 
 def scope_processes(registry: Registry, firing: Firing, scope: Scope) -> dict[int, int]:
@@ -53,12 +57,23 @@ def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule)
         "window": capture.window.as_dict(),
         "trigger": {
             "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
-            "event": firing.event,
+            "event": _cut(firing.event),
         },
         "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
         "lost": capture.lost,
         "webhook": {"url": rule.url, "status": None, "attempts": 0} if rule.url else None,
     }
+
+
+def _cut(event: dict[str, Any]) -> dict[str, Any]:
+    """The trigger event as the record keeps it: its args left out past ``MAX_TRIGGER_ARGS_BYTES`` (as JSON), saying
+    so (the snapshot holds them whole)."""
+    args = event.get("args")
+    size = len(json.dumps(args, default=str)) if args else 0
+    if size <= MAX_TRIGGER_ARGS_BYTES:
+        return event
+    cut = f"{size} bytes of args, more than {MAX_TRIGGER_ARGS_BYTES}: see the snapshot"
+    return {**event, "args": {}, "args_cut": cut}
 
 
 def pending_trace(

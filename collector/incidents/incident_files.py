@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["ID_PATTERN", "IncidentFiles", "new_incident_id", "valid_id"]
+__all__ = ["ID_PATTERN", "IncidentFiles", "new_incident_id", "owned_by_me", "valid_id"]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -89,20 +89,23 @@ class IncidentFiles:
         self._issued: set[str] = set()  # ids given out, perhaps not written yet
         #: What the log and ``/stats`` say incidents are kept in.
         self.where = str(directory)
+        self._ids_lock = threading.Lock()
         if make_now:
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._drop_leftovers()
 
     def new_id(self, rule: str, time_ns: int) -> str:
         """A new id for an incident of ``rule`` at ``time_ns`` (wall-clock): its UTC time to the millisecond first,
-        so ids sort by time, then the rule's name made URL-safe, then random digits; unused in the directory."""
-        with self._lock:  # (two threads never take the same one before either writes it)
+        so ids sort by time, then the rule's name made URL-safe, then random digits; not given out before by this run
+        (``begin`` refuses one of files already there)."""
+        # On the event loop: no file is looked at, and no lock a writer holds across an fsync is taken. An id of a
+        # file already there (a previous run's, the same millisecond and rule) is refused by ``begin``, which never
+        # overwrites one.
+        with self._ids_lock:  # (two threads never take the same one before either writes it)
             while True:
                 incident_id = new_incident_id(rule, time_ns, secrets.token_hex(2))
-                if incident_id in self._issued:
-                    continue
-                if not any(self._path(incident_id, suffix).exists() for suffix in (_RECORD, _PENDING, _SNAPSHOT)):
-                    if len(self._issued) >= 10_000:  # (ids a second or more old: files by now, seen above)
+                if incident_id not in self._issued:
+                    if len(self._issued) >= 10_000:  # (ids a second or more old: files by now)
                         self._issued.clear()
                     self._issued.add(incident_id)
                     return incident_id
@@ -110,7 +113,10 @@ class IncidentFiles:
     def begin(self, record: dict[str, Any]) -> None:
         """Keep ``record`` (its ``id`` one of ``new_id``'s) as pending: fired, its window still being collected."""
         incident_id = self._id_of(record)
-        self._write(self._path(incident_id, _PENDING), _json({**record, "status": "pending"}))
+        for suffix in (_RECORD, _SNAPSHOT):
+            if self._path(incident_id, suffix).exists():
+                raise FileExistsError(f"incident {incident_id} is there already ({incident_id}{suffix})")
+        self._write(self._path(incident_id, _PENDING), _json({**record, "status": "pending"}), exclusive=True)
 
     def save(self, record: dict[str, Any], chunks: Iterable[bytes]) -> dict[str, Any]:
         """Write the incident's snapshot file from ``chunks``, then its record (``bytes``, ``status`` saved, and
@@ -138,6 +144,8 @@ class IncidentFiles:
         """
         incident_id = self._id_of(record)
         finished = {**record, "status": "failed", "failure": reason, "bytes": 0}
+        if not self._path(incident_id, _PENDING).exists() and self._path(incident_id, _RECORD).exists():
+            raise FileExistsError(f"incident {incident_id} is there already, and not this one's to fail")
         with self._lock:
             self._write(self._path(incident_id, _RECORD), _json(finished))
             _unlink(self._path(incident_id, _SNAPSHOT))
@@ -161,15 +169,22 @@ class IncidentFiles:
 
     def pending(self) -> list[dict[str, Any]]:
         """The pending records (fired, never finished: left by a collector that stopped before saving them), oldest
-        first. One that has a finished record too (stopped between the two) is dropped, not returned."""
+        first. One that has a finished record too (stopped between the two) is dropped, not returned; a file whose
+        name is no incident id's, or whose record is not one, is skipped (logged) and left as it is."""
         found = []
         for path in sorted(self.directory.glob(f"*{_PENDING}")):
             incident_id = path.name.removesuffix(_PENDING)
+            if not valid_id(incident_id):
+                self._report(path, "its name is not an incident id's (1 to 200 of A-Z a-z 0-9 _ -)")
+                continue
             if self._path(incident_id, _RECORD).exists():
                 _unlink(path)
                 continue
             record = self._read(path, incident_id)
-            if record is not None:
+            problem = None if record is None else _pending_problem(record)
+            if problem is not None:
+                self._report(path, problem)
+            elif record is not None:
                 found.append(record)
         return sorted(found, key=_age)
 
@@ -294,10 +309,12 @@ class IncidentFiles:
             raise ValueError(f"an incident id is 1 to 200 of A-Z a-z 0-9 _ -, not {incident_id!r}")
         return incident_id
 
-    def _write(self, path: Path, chunks: Iterable[bytes]) -> int:
-        """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes."""
+    def _write(self, path: Path, chunks: Iterable[bytes], *, exclusive: bool = False) -> int:
+        """Write ``chunks`` to ``path`` whole or not at all; returns how many bytes. ``exclusive``: never over a file
+        there (``FileExistsError``)."""
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMPORARY}")
-        self.directory.mkdir(parents=True, exist_ok=True)  # (made now, or removed meanwhile)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # (made now, or removed meanwhile)
+        owned_by_me(self.directory)
         nbytes = 0
         try:
             with open(temporary, "xb") as out:
@@ -306,7 +323,11 @@ class IncidentFiles:
                     nbytes += len(chunk)
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(temporary, path)
+            if exclusive:
+                os.link(temporary, path)
+                os.unlink(temporary)
+            else:
+                os.replace(temporary, path)
         except BaseException:
             _unlink(temporary)
             raise
@@ -314,8 +335,38 @@ class IncidentFiles:
         return nbytes
 
 
+def owned_by_me(directory: Path) -> None:
+    """Refuse a directory another user owns (where ids exist): incidents hold what programs traced.
+
+    Raises:
+        PermissionError: naming the directory, its owner and this user.
+    """
+    getuid = getattr(os, "getuid", None)
+    try:
+        owner = directory.stat().st_uid
+    except FileNotFoundError:
+        return
+    if getuid is not None and owner != getuid():
+        raise PermissionError(
+            f"the incidents directory {directory} is owned by uid {owner}, not by this user (uid {getuid()}): "
+            "another user could read or replace its incidents"
+        )
+
+
 def _json(record: dict[str, Any]) -> list[bytes]:
     return [json.dumps(record, separators=(",", ":")).encode()]
+
+
+def _pending_problem(record: dict[str, Any]) -> str | None:
+    """What makes a pending record unfit to be settled (its fields of the wrong types), or None."""
+    window, processes = record.get("window", {}), record.get("processes", [])
+    if not isinstance(record.get("rule", ""), str):
+        return f"its rule is {record.get('rule')!r}, not a name"
+    if not isinstance(window, dict) or not all(isinstance(window.get(k, 0), int) for k in ("since_ns", "until_ns")):
+        return f"its window is {window!r}, not {{since_ns, until_ns}} in ns"
+    if not isinstance(processes, list) or not all(isinstance(p, dict) for p in processes):
+        return f"its processes are {processes!r}, not a list of {{pid, name, host}}"
+    return None
 
 
 def _age(record: dict[str, Any]) -> tuple[int, str]:

@@ -41,6 +41,8 @@ class WindowSave:
     trigger_owner: int | None = None
     #: What the ring overwrote of the window before the fire, by process (``Capture.overwritten_by_owner``).
     overwritten_by_owner: Mapping[int, int] = field(default_factory=dict)
+    #: What the incidents' budget could not keep of the window, by process (``Capture.over_budget_by_owner``).
+    over_budget_by_owner: Mapping[int, int] | None = None
 
 
 def process_facts(process: ProcessView) -> dict[str, Any]:
@@ -62,10 +64,14 @@ def save_window(files: IncidentWriter, view: SnapshotView, record: dict[str, Any
         since_ns=keep.since_ns, until_ns=keep.until_ns, pids=frozenset(p.trace_pid for p in processes)
     )
     record = {**record, "processes": [process_facts(p) for p in processes], "events": 0}
-    if keep.trace_id is not None and keep.overwritten_by_owner:  # (what the processes left out lost is none of
-        # this incident's; a pending record settled after a restart has only the total, kept as it is)
-        before = sum(keep.overwritten_by_owner.get(uid, 0) for uid in owners)
-        record["lost"] = {**record.get("lost", {}), "overwritten_before_fire": before}
+    if keep.trace_id is not None:  # (what the processes left out lost is none of this incident's; a pending record
+        # settled after a restart has only the totals, kept as they are)
+        lost = dict(record.get("lost", {}))
+        if keep.overwritten_by_owner:
+            lost["overwritten_before_fire"] = sum(keep.overwritten_by_owner.get(uid, 0) for uid in owners)
+        if keep.over_budget_by_owner is not None:
+            lost["over_budget"] = sum(keep.over_budget_by_owner.get(uid, 0) for uid in owners)
+        record["lost"] = lost
     # (The snapshot file is written before the record: the events are counted by then.)
     return files.save(record, _counted(native_chunks(view, selected), record))
 

@@ -75,6 +75,5 @@ async def notify(
             log.exception("webhook %s: unexpected error", url)
             outcome = f"{type(exc).__name__}: {exc}"
             break
-    said = f"failed: {outcome} ({made} attempt{'s' if made != 1 else ''})"
-    log.warning("incident %s: webhook %s %s", record.get("id"), url, said)
+    said = f"failed: {outcome} ({made} attempt{'s' if made != 1 else ''})"  # (logged by the caller, once)
     return WebhookOutcome(said, made)

@@ -281,14 +281,14 @@ class FrameHandlers:
         the stream closes. A peer that ended it without the GOODBYE its HELLO promised crashed, or was killed (or
         reconnects: the incidents' engine waits a moment to tell)."""
         self.close_stream()
+        for future in self.flushes.values():  # (first: a crash's capture waits for no flush of this connection)
+            if not future.done():
+                future.set_result(False)
+        self.flushes.clear()
         if self.process is not None:
             self._sink.registry.disconnected(self.process)
             if by_peer and self.says_goodbye and not self.said_goodbye:
                 self._sink.process_crashed(self.process)
-        for future in self.flushes.values():
-            if not future.done():
-                future.set_result(False)
-        self.flushes.clear()
 
     def close_stream(self) -> None:
         """The store's part of the connection ends (what it stored stays); its tables are no longer charged."""

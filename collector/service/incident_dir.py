@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.incident_files import IncidentFiles, owned_by_me
 from ringtrace.collector.incidents.incident_objects import IncidentObjects, bucket_name
 from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.service.config import CollectorConfig
@@ -54,6 +54,11 @@ def incident_files(config: CollectorConfig, jetstream: Callable[[], Any] | None 
         )
     directory = incidents_directory(config)
     chosen = config.incidents_dir is not None or config.data_dir is not None  # (a default one: made when needed)
+    if not chosen:  # (in the shared temporary directory: anyone could have made it first)
+        try:
+            owned_by_me(directory)
+        except PermissionError as exc:
+            raise ConfigError(f"{exc}: give --incidents-dir") from None
     try:
         return IncidentFiles(directory, config.incidents_max_count, config.incidents_max_bytes, make_now=chosen)
     except OSError as exc:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Container, Set
+from collections.abc import Container, Set
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from ringtrace.collector.export.sources_document import sources_document
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
@@ -15,14 +15,13 @@ from ringtrace.collector.read.inventory import ProcessFacts, RateSampler, scan_s
 from ringtrace.collector.read.pairing import Pairing
 from ringtrace.collector.read.rows import Row
 from ringtrace.collector.read.tail import Tail
+from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store, StoreSnapshot
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.version import __version__
 
 __all__ = ["FlushingClient", "Snapshots"]
-
-_R = TypeVar("_R")
 
 
 class FlushingClient(Protocol):
@@ -158,7 +157,7 @@ class Snapshots:
         received = store.process_received()
         rates = {uid: self._rates.rate(uid, received[uid]) if uid in received else None for uid in uids}
         with_frames = store.snapshot(owners=uids)
-        times = await _on_worker(with_frames, lambda: scan_segments(with_frames.segments))
+        times = await read_pinned(with_frames, lambda: scan_segments(with_frames.segments))
         return sources_document(facts, counts, times, rates)
 
     async def tail_step(self, tail: Tail) -> list[Row]:
@@ -170,23 +169,9 @@ class Snapshots:
         segments = [(processes[segment.owner], segment) for segment in frames.segments]
         kept = self._store.kept_events(processes)
         cleared = self._store.cleared_segments(processes, tail.cleared_floor)
-        return await _on_worker(frames, lambda: tail.step(segments, kept, cleared))
+        return await read_pinned(frames, lambda: tail.step(segments, kept, cleared))
 
 
 def _of(connection: FlushingClient, owners: Container[int]) -> bool:
     process = connection.process
     return process is not None and process.uid in owners
-
-
-async def _on_worker(frames: StoreSnapshot, read: Callable[[], _R]) -> _R:
-    """``read()`` on a worker thread, with ``frames`` pinned until it ends (even if the caller is cancelled meanwhile:
-    the read goes on, and the segments it reads must stay). Not on the readers, where snapshots take their turns: a
-    tail's step and ``/sources`` are light, and should not wait behind them."""
-    future = asyncio.get_running_loop().run_in_executor(None, read)
-    try:
-        return await asyncio.shield(future)
-    finally:
-        if future.done():
-            frames.close()
-        else:
-            future.add_done_callback(lambda _: frames.close())

@@ -143,7 +143,11 @@ class Budget:
             self.release(segment)
 
     def release(self, segment: Segment) -> None:
-        """The buffer of a segment gone, and read no more, goes back: kept to reuse while it fits the capacity."""
+        """The buffer of a segment gone, and read no more, goes back: kept to reuse while it fits the capacity. Once:
+        a second release would give back a buffer that is another segment's by then (a data dir unmaps it)."""
+        if segment.released:
+            return
+        segment.released = True
         reuse = (
             self.holdings.held_bytes + self.table_bytes + self.buffers.pooled_bytes + segment.size
             <= self.capacity_bytes

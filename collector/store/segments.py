@@ -113,6 +113,7 @@ class Segment:
         "owner",
         "pins",
         "reach",
+        "released",
         "seq",
         "size",
         "synced",
@@ -139,6 +140,8 @@ class Segment:
         #: Snapshots reading this segment: its buffer is neither reused nor unmapped while any are.
         self.pins = 0
         self.evicted = False
+        #: Its buffer went back (``Budget.release``): never twice, or a buffer reused meanwhile would go too.
+        self.released = False
         #: When (the collector's monotonic ns) it was opened, and then sealed: ``--max-age`` counts from it.
         self.written_ns = time.monotonic_ns()
         self.reach = ReachCache()

@@ -94,8 +94,10 @@ def error_of(served: Served, path: str, method: str = "GET") -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         with exc:
-            assert exc.headers["Content-Type"].startswith("application/json")
-            return exc.code, json.loads(exc.read())["error"]
+            assert exc.headers["Content-Type"].startswith("text/plain")  # (as every endpoint's errors)
+            text = exc.read().decode()
+            assert text.endswith("\n") and text.count("\n") == 1, text
+            return exc.code, text.removesuffix("\n")
 
 
 def test_incidents_are_listed_newest_first_with_their_records(served: Served) -> None:

@@ -75,3 +75,17 @@ def test_metrics_and_stats_count_per_rule_and_the_retentions_removals(tmp_path: 
     assert collector.stats()["incidents"] == {
         "directory": str(tmp_path), "fired": 3, "saved": 2, "suppressed": 40, "failed": 1, "removed": 2,
     }  # fmt: skip
+
+
+def test_the_default_directory_is_this_users_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    files = Collector(config(http_port=7702)).incident_files
+    files.begin({"id": files.new_id("r", 10**18), "rule": "r"})  # (made when needed: by the first incident)
+    assert files.directory.stat().st_mode & 0o777 == 0o700
+    if os.getuid() != 0:
+        pytest.skip("only root can give a directory to another user")
+    taken = tmp_path / "ringtrace-incidents-7703"
+    taken.mkdir()
+    os.chown(taken, 54321, -1)  # another user made it first
+    with pytest.raises(ConfigError, match=r"owned by uid 54321, not by this user .*: give --incidents-dir"):
+        Collector(config(http_port=7703))

@@ -210,3 +210,44 @@ def test_a_directory_made_later_is_made_by_the_first_incident(tmp_path: Path) ->
     assert files.records() == [] and files.pending() == [] and files.delete("x") is False
     saved = files.save(record_of(files), [b"x"])
     assert files.records() == [saved]
+
+
+def test_a_pending_file_of_no_incident_id_or_of_a_badly_typed_record_is_skipped_and_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    kept = record_of(files)
+    files.begin(kept)
+    (tmp_path / "bad id.pending.json").write_text(json.dumps({"id": "bad id", "rule": "x"}))
+    badly_typed = {
+        "20261129T000000000Z-window-0000": {"window": "none"},
+        "20261129T000000000Z-processes-0000": {"processes": [5]},
+        "20261129T000000000Z-rule-0000": {"rule": 7},
+    }
+    for incident_id, fields in badly_typed.items():
+        (tmp_path / f"{incident_id}.pending.json").write_text(json.dumps({"id": incident_id, **fields}))
+    with caplog.at_level(logging.WARNING, logger="ringtrace.collector.incidents"):
+        assert files.pending() == [{**kept, "status": "pending"}]
+    warnings = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "bad id.pending.json skipped: its name is not an incident id's" in warnings
+    assert "its window is 'none'" in warnings and "its processes are [5]" in warnings and "its rule is 7" in warnings
+    assert (tmp_path / "bad id.pending.json").exists()
+
+
+def test_an_id_is_given_without_looking_at_files_and_begin_never_overwrites_an_incident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    saved = files.save(record_of(files), [b"x"])
+    with monkeypatch.context() as patched:  # (new_id runs on the event loop: no file system call there)
+        for name in ("exists", "stat", "glob", "iterdir"):
+            patched.setattr(Path, name, lambda *args, **kwargs: pytest.fail("new_id looked at a file"))
+        fresh = record_of(files)
+    files.begin(fresh)
+    with pytest.raises(FileExistsError):
+        files.begin(fresh)
+    with pytest.raises(FileExistsError, match=saved["id"]):
+        files.begin({**fresh, "id": saved["id"]})
+    with pytest.raises(FileExistsError, match=saved["id"]):  # (what the engine does next: nor is it failed)
+        files.fail({**fresh, "id": saved["id"]}, "its id was taken")
+    assert files.record(saved["id"]) == saved and files.snapshot_path(saved["id"]) is not None

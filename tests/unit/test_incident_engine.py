@@ -1,0 +1,141 @@
+"""The incidents' engine around its watch: rules read again taken between two steps (never while one runs on its
+worker), and a firing that cannot begin its incident counted failed, the watch going on (a real store, registry and
+incidents directory; a watch that the test steps); and a firing's record as it fires."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ringtrace.collector.incidents.admission import MAX_AHEAD_NS, MAX_DURATION_NS, Admission, refusal
+from ringtrace.collector.incidents.capture import Capture, Window
+from ringtrace.collector.incidents.counts import IncidentCounts
+from ringtrace.collector.incidents.engine import IncidentEngine
+from ringtrace.collector.incidents.firing import Firing
+from ringtrace.collector.incidents.firing_record import MAX_TRIGGER_ARGS_BYTES, new_record
+from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.incidents.rules import IncidentCallCondition, Rule, RuleSet, SpanCondition
+from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+
+DEADLINE_S = 30.0
+SLOW = RuleSet((Rule("slow", SpanCondition("checkout", 1)),))
+SLOWER = RuleSet((Rule("slower", SpanCondition("checkout", 2)),))
+
+
+class SteppedWatch:
+    """A watch whose steps wait for the test (``go``), telling it when one runs; it yields ``firings`` once."""
+
+    def __init__(self, firings: list[Firing]) -> None:
+        self.stepping, self.go = threading.Event(), threading.Event()
+        self.reloaded_while_stepping: bool | None = None
+        self.firings, self.steps = firings, 0
+
+    @property
+    def unread_events(self) -> int:
+        return 0
+
+    def step(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> list[Firing]:
+        self.stepping.set()
+        self.go.wait(DEADLINE_S)
+        self.stepping.clear()
+        self.steps += 1
+        firings, self.firings = self.firings, []
+        return firings
+
+    def with_rules(self, rules: RuleSet) -> SteppedWatch:
+        self.reloaded_while_stepping = self.stepping.is_set()
+        return self
+
+
+def _engine(tmp_path: Path, watch: SteppedWatch, load: RuleSet) -> IncidentEngine:
+    store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    return IncidentEngine(
+        store, Registry(), None, files, SLOW, 10**6, make_watch=lambda rules: watch, load_rules=lambda: load
+    )  # type: ignore[arg-type]  # (no capture is made: no viewer needed)
+
+
+async def _until(condition: Any) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
+def test_rules_read_again_while_a_step_runs_are_taken_between_two_steps(tmp_path: Path) -> None:
+    async def run() -> None:
+        watch = SteppedWatch([])
+        engine = _engine(tmp_path, watch, SLOWER)
+        await engine.start()
+        try:
+            await _until(watch.stepping.is_set)
+            await engine.reload()  # while the step runs on its worker
+            assert engine.rules == SLOWER
+            watch.go.set()
+            await _until(lambda: watch.reloaded_while_stepping is not None)
+            assert watch.reloaded_while_stepping is False
+        finally:
+            watch.go.set()
+            await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch_goes_on(tmp_path: Path) -> None:
+    async def run() -> None:
+        never = -(10**30)  # (a time no clock shows: its incident's id cannot be made)
+        watch = SteppedWatch([Firing("slow", 1, never, never, "checkout lasted 2 ns")])
+        watch.go.set()
+        engine = _engine(tmp_path, watch, SLOW)
+        await engine.start()
+        try:
+            await _until(lambda: watch.steps >= 3)
+            assert engine.counts.failed == {"slow": 1}
+        finally:
+            await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_records_trigger_event_keeps_its_args_up_to_a_few_kib_and_says_when_they_are_cut() -> None:
+    capture = Capture("cut", Window(0, 1), {})
+    rule = Rule("asked", IncidentCallCondition())
+    small = {"kind": "incident", "name": "asked", "args": {"order": 7}}
+    record = new_record(Registry(), capture, Firing("asked", 1, 0, 0, "asked", small), rule)
+    assert record["trigger"]["event"] == small
+    huge = {**small, "args": {"blob": "x" * 10_000}}
+    event = new_record(Registry(), capture, Firing("asked", 1, 0, 0, "asked", huge), rule)["trigger"]["event"]
+    assert event["args"] == {} and event["args_cut"].startswith(
+        f"10012 bytes of args, more than {MAX_TRIGGER_ARGS_BYTES}"
+    )
+
+
+def test_a_firing_far_ahead_of_the_clock_or_absurdly_long_is_refused_saying_why() -> None:
+    now = 1_796_000_000 * 10**9
+
+    def at(start_ns: int, end_ns: int) -> Firing:
+        return Firing("r", 1, start_ns, end_ns, "why")
+
+    assert refusal(at(now - 10**9, now), now) is None
+    assert refusal(at(now + 30 * 10**9, now + 30 * 10**9), now) is None  # (clocks of a fleet differ a little)
+    assert "3600.0 s in the future" in (refusal(at(now + 3600 * 10**9, now + 3600 * 10**9), now) or "")
+    assert "lasts -1.0 s" in (refusal(at(now, now - 10**9), now) or "")
+    assert "lasts 90000.0 s" in (refusal(at(now - 90_000 * 10**9, now), now) or "")
+    assert MAX_AHEAD_NS == 60 * 10**9 and MAX_DURATION_NS == 86_400 * 10**9
+
+
+def test_a_firing_suppressed_as_busy_takes_no_slot_of_its_rules_minute() -> None:
+    counts = IncidentCounts()
+    admission = Admission(counts, max_captures=1)
+    rule = Rule("once", SpanCondition("checkout", 1), max_per_minute=1)
+    firing = Firing("once", 1, time.time_ns(), time.time_ns(), "why")
+    assert not admission.admit(firing, rule, under_way=1)
+    assert admission.busy == 1 and counts.suppressed == {"once": 1}
+    assert admission.admit(firing, rule, under_way=0), "its minute's one slot is still free"
+    assert not admission.admit(firing, rule, under_way=0)
+    assert counts.suppressed == {"once": 2} and admission.busy == 1

@@ -83,23 +83,6 @@ class CapturesBusy(ConfigError):
     """``max_captures`` incidents are being captured: a new one must wait."""
 
 
-async def _tell(
-    files: IncidentStore,
-    notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
-    url: str,
-    written: dict[str, Any],
-) -> None:
-    """Tell ``url`` of the saved incident ``written``; its outcome is logged and written into the record."""
-    outcome = await notify(url, written)
-    log.log(logging.INFO if outcome.delivered else logging.WARNING,
-            "incident %s: webhook %s: %s", written["id"], url, outcome.status)  # fmt: skip
-    told = {"webhook": {"url": url, "status": outcome.status, "attempts": outcome.attempts}}
-    try:
-        await asyncio.to_thread(files.amend, written["id"], told)
-    except OSError as exc:  # (the incident stays saved: only what its webhook answered is not in its record)
-        log.warning("incident %s: its webhook's outcome not written into its record: %s", written["id"], exc)
-
-
 class _Held:
     """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
 
@@ -442,7 +425,9 @@ class IncidentEngine:
             flush_s,
         )
         if rule.url and self._notify is not None:  # (its retries hold no capture slot: a task of its own)
-            telling = asyncio.create_task(_tell(self.files, self._notify, rule.url, written), name="webhook")
+            from ringtrace.collector.incidents.webhook import tell  # (aiohttp: loaded with the first webhook)
+
+            telling = asyncio.create_task(tell(self.files, self._notify, rule.url, written), name="webhook")
             self._tellings.add(telling)
             telling.add_done_callback(self._tellings.discard)
 

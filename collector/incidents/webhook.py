@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Final, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import aiohttp
 import orjson
 
-__all__ = ["DELIVERED", "WebhookOutcome", "notify"]
+if TYPE_CHECKING:
+    from ringtrace.collector.incidents.incident_store import IncidentStore
+
+__all__ = ["DELIVERED", "WebhookOutcome", "notify", "tell"]
 
 log = logging.getLogger("ringtrace.collector.incidents")
 
@@ -77,3 +81,20 @@ async def notify(
             break
     said = f"failed: {outcome} ({made} attempt{'s' if made != 1 else ''})"  # (logged by the caller, once)
     return WebhookOutcome(said, made)
+
+
+async def tell(
+    files: IncidentStore,
+    notify: Callable[[str, dict[str, Any]], Awaitable[WebhookOutcome]],
+    url: str,
+    written: dict[str, Any],
+) -> None:
+    """Tell ``url`` of the saved incident ``written``; its outcome is logged and written into the record."""
+    outcome = await notify(url, written)
+    log.log(logging.INFO if outcome.delivered else logging.WARNING,
+            "incident %s: webhook %s: %s", written["id"], url, outcome.status)  # fmt: skip
+    told = {"webhook": {"url": url, "status": outcome.status, "attempts": outcome.attempts}}
+    try:
+        await asyncio.to_thread(files.amend, written["id"], told)
+    except OSError as exc:  # (the incident stays saved: only what its webhook answered is not in its record)
+        log.warning("incident %s: its webhook's outcome not written into its record: %s", written["id"], exc)

@@ -78,11 +78,17 @@ class SpanFilter:
 
 def has_error(args: dict[str, Any] | None) -> bool:
     """Whether a span is in error: an OTLP span's status is ``error``, a traced call ended by an exception
-    (``call_raised``: ``raised`` is true), or it has an ``error`` arg that is not null, false, 0 or empty."""
+    (``call_raised``: ``raised`` is true), a scope an exception left (its ``exception`` arg names it), or it has an
+    ``error`` arg that is not null, false, 0 or empty."""
     if not args:
         return False
-    error = args.get("error")
-    return args.get("status") == "error" or args.get("raised") is True or error not in (None, False, "")
+    error, exception = args.get("error"), args.get("exception")
+    return (
+        args.get("status") == "error"
+        or args.get("raised") is True
+        or error not in (None, False, "")
+        or exception not in (None, False, "")
+    )
 
 
 def arg_text(value: object) -> str:

@@ -234,6 +234,7 @@ def test_errors_and_arg_values_are_as_documented() -> None:
     assert has_error({"status": "error"}) and has_error({"raised": True}) and has_error({"error": "x"})
     assert not has_error({"error": 0}) and not has_error({"error": ""}) and not has_error({"error": None})
     assert not has_error(None) and not has_error({"status": "ok"}) and not has_error({"error": False})
+    assert has_error({"exception": "ValueError"}) and not has_error({"exception": None})
     assert [arg_text(v) for v in ("x", 1, 1.5, True, None, [1, 2])] == ["x", "1", "1.5", "true", "null", "[1,2]"]
     assert [nearest_rank([1, 2, 3, 4], p) for p in (1, 25, 50, 51, 99, 100)] == [1, 1, 2, 3, 4, 4]
 

@@ -61,6 +61,8 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
     scope: Scope = choice("scope", values["scope"], SCOPES) if "scope" in values else default  # type: ignore[assignment]
     before_ns = _window("before", values.get("before"), DEFAULT_BEFORE_NS)
     after_ns = _window("after", values.get("after"), DEFAULT_AFTER_NS)
+    if before_ns + after_ns == 0:
+        raise QueryError("query parameters 'before' and 'after' are both 0: an incident keeps a window of some length")
     if "trace_id" in values:
         trace_id = values["trace_id"].strip().lower()
         if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):

@@ -34,7 +34,7 @@ from ringtrace.collector.incidents.engine_needs import Viewer, Watch
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
 from ringtrace.collector.incidents.incident_store import IncidentStore
-from ringtrace.collector.incidents.rules import CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
+from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
@@ -67,8 +67,6 @@ WATCH_INTERVAL_S: Final = 0.1
 WATCH_SHARE: Final = 0.05
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
-#: The rule name of incidents made by ``POST /incidents``.
-BY_HAND: Final = "by hand"
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
 #: listed within a second of it; the record says how many answered).
 FLUSH_TIMEOUT_S: Final = 0.25

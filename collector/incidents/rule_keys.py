@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from ringtrace.collector.incidents.rules import (
+    BY_HAND,
     DEFAULT_AFTER_NS,
     DEFAULT_BEFORE_NS,
     DEFAULT_MAX_PER_MINUTE,
@@ -188,6 +189,8 @@ def _from_text(key: str, text: object) -> object:
 def _name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RuleKeyError("name", f"name must be a non-empty string, got {_shown(value)}")
+    if value.strip() == BY_HAND:
+        raise RuleKeyError("name", f"name {BY_HAND!r} is taken: incidents made by POST /incidents are listed under it")
     if len(value) > MAX_NAME_CHARS or _CONTROL.search(value):
         raise RuleKeyError(
             "name", f"name must be at most {MAX_NAME_CHARS} characters without control characters, got {_shown(value)}"

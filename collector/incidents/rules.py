@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "BY_HAND",
     "DEFAULT_AFTER_NS",
     "DEFAULT_BEFORE_NS",
     "DEFAULT_MAX_PER_MINUTE",
@@ -31,6 +32,8 @@ SCOPES: Final[tuple[Scope, ...]] = ("process", "host", "trace", "fleet")
 DEFAULT_BEFORE_NS: Final = 30 * 10**9
 DEFAULT_AFTER_NS: Final = 5 * 10**9
 DEFAULT_MAX_PER_MINUTE: Final = 6
+#: The rule an incident taken by hand (``POST /incidents``) is listed under: no rule of a file may take it.
+BY_HAND: Final = "by hand"
 
 
 @dataclass(frozen=True, slots=True)

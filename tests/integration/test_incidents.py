@@ -144,9 +144,15 @@ def test_post_incidents_takes_one_now_and_names_a_bad_parameter(tmp_path: Path, 
         assert record["rule"] == "by hand"
         assert record["reason"] == "looks wrong"
         assert sorted(e["args"]["i"] for e in incident_events(collector, incident_id)) == list(range(25))
-        for query, named in (("scope=everything&reason=x", "scope"), ("reason=x&before=5", "before"),
-                             ("pid=1", "reason"), ("reason=x&colour=red", "colour"),
-                             ("reason=x&scope=trace", "trace_id")):  # fmt: skip
+        refused = (
+            ("scope=everything&reason=x", "scope"),
+            ("reason=x&before=5", "before"),
+            ("pid=1", "reason"),
+            ("reason=x&colour=red", "colour"),
+            ("reason=x&scope=trace", "trace_id"),
+            ("reason=x&before=0s&after=0s", "after"),
+        )
+        for query, named in refused:
             status, body = collector.post(f"/incidents?{query}")
             assert status == 400 and f"'{named}'" in body.decode(), (query, body)
         status, body = collector.post("/incidents?reason=x&process=nobody-has-this-name")

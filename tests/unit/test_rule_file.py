@@ -428,3 +428,8 @@ def test_window_bound_is_said_in_its_unit() -> None:
 def test_the_docs_name_every_key() -> None:
     page = (ROOT / "docs" / "incidents.md").read_text(encoding="utf-8")
     assert [key for key in KNOWN_KEYS if f"`{key}`" not in page] == []
+
+
+def test_the_name_incidents_taken_by_hand_are_listed_under_is_refused() -> None:
+    with pytest.raises(RuleFileError, match="'by hand' is taken"):
+        parse_trigger("by hand: span=x")

@@ -5,6 +5,7 @@ messages that name the flag."""
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 import time
@@ -116,7 +117,9 @@ def as_flags(message: str, extra: Mapping[str, str] | None = None) -> str:
     """A ``QueryError``'s message with each query parameter named by its flag (``extra``: a command's own, by
     parameter)."""
     for name, flag in {**(extra or {}), **_FLAG_OF}.items():
-        message = message.replace(f"query parameter {name!r}", flag).replace(f"{name!r}", flag)
+        message = message.replace(f"query parameter {name!r}", flag)
+        # (a parameter named bare, as in "'since' must be before 'until'"; not a value: "got 'host'")
+        message = re.sub(rf"(?<!got ){re.escape(repr(name))}", flag, message)
     return message
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ringtrace.client.recording.messages import message_kind
+from ringtrace.collector.command.filters import as_flags
 from ringtrace.collector.http.query import QueryError, parse_snapshot_query, parse_time
 from ringtrace.collector.read.selection import EVERYTHING, category_of
 from ringtrace.wire.model import BUILTIN_KINDS
@@ -174,3 +175,13 @@ def test_a_trace_id_is_32_hex_digits_in_any_case_and_selects_by_the_events_trace
     for bad in ("", "0123", "g" * 32, "0" * 33):
         with pytest.raises(QueryError, match="'trace_id' must be 32 hex digits"):
             parse_snapshot_query([("trace_id", bad)], now_ns=NOW)
+
+
+def test_a_command_names_a_parameter_by_its_flag_but_keeps_a_value_as_given() -> None:
+    assert (
+        as_flags("query parameter 'since' (5 ns) must be before 'until' (3 ns)")
+        == "--since (5 ns) must be before --until (3 ns)"
+    )
+    assert as_flags("query parameter 'by' must be one of name, process, got 'host'", {"by": "--by"}).endswith(
+        "got 'host'"
+    )

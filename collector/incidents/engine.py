@@ -42,7 +42,7 @@ from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
-from ringtrace.collector.store.views import StoreSnapshot
+from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -234,7 +234,13 @@ class IncidentEngine:
     def _follow(self, rules: RuleSet) -> None:
         """Watch ``rules`` (keeping the watch's place in what is stored), or stop watching if none needs it."""
         if watches(rules) and self._make_watch is not None:
-            self._watch = self._make_watch(rules) if self._watch is None else self._watch.with_rules(rules)
+            if self._watch is None:  # (what is stored already is not its to judge; all stored from now on is)
+                self._watch = self._make_watch(rules)
+                frames, now, kept = _stored_now(self._registry, self._store)
+                with frames:
+                    self._watch.begin(now, kept)
+            else:
+                self._watch = self._watch.with_rules(rules)
             self._ensure_pins()
             if self._watch_task is None:
                 self._watch_task = asyncio.create_task(self._watch_loop(), name="incidents watch")
@@ -284,11 +290,7 @@ class IncidentEngine:
         watch = self._watch
         if watch is None:
             return []
-        registry = self._registry
-        processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
-        frames = self._store.snapshot(owners=processes)
-        segments = [(processes[segment.owner], segment) for segment in frames.segments]
-        kept = self._store.kept_events(processes)
+        frames, segments, kept = _stored_now(self._registry, self._store)
         return await read_pinned(frames, lambda: watch.step(segments, kept))
 
     def crashed(self, process: ProcessRecord) -> None:
@@ -486,3 +488,13 @@ def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watc
         "unread_events": watch.unread_events if watch is not None else 0,
         "by_rule": {name: dict(getattr(engine.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
     }
+
+
+def _stored_now(
+    registry: Registry, store: Store
+) -> tuple[StoreSnapshot, list[tuple[ProcessView, SegmentView]], dict[int, int]]:
+    """Every stored segment, pinned (the snapshot lets go of them), with its process; and the events the store kept
+    of each process so far: what a watch step reads."""
+    processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
+    frames = store.snapshot(owners=processes)
+    return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)

@@ -20,6 +20,10 @@ class Watch(Protocol):
     @property
     def unread_events(self) -> int: ...
 
+    def begin(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> None: ...
+
     def step(
         self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
     ) -> list[Firing]: ...

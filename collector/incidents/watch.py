@@ -157,15 +157,10 @@ class RuleWatch:
         """
         segments = list(segments)
         progress = self._progress
-        self._depart({segment.seq for _, segment in segments})
         if not progress.began:
-            progress.began = True
-            progress.baseline = dict(kept or {})
-            for _, segment in segments:
-                progress.cursors[segment.seq] = _Cursor(
-                    segment.owner, segment.used, None, segment.events, segment.events, segment.entries, segment.events
-                )
+            self.begin(segments, kept)
             return []
+        self._depart({segment.seq for _, segment in segments})
         firings: list[Firing] = []
         budget = self._max_step_bytes
         accounted = dict(progress.departed_read)
@@ -193,6 +188,21 @@ class RuleWatch:
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
         _let_go(segments, progress.cursors, progress.latest_criteria)
         return firings
+
+    def begin(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None) -> None:
+        """What is stored now is not the watch's to judge: each segment starts at its end (a first ``step`` does
+        this, if ``begin`` was not called). Cheap enough for the event loop: no frame is read."""
+        progress = self._progress
+        if progress.began:
+            return
+        segments = list(segments)
+        self._depart({segment.seq for _, segment in segments})
+        progress.began = True
+        progress.baseline = dict(kept or {})
+        for _, segment in segments:
+            progress.cursors[segment.seq] = _Cursor(
+                segment.owner, segment.used, None, segment.events, segment.events, segment.entries, segment.events
+            )
 
     def _depart(self, present: set[int]) -> None:
         """Count what the segments gone since the last step held that the watch had read, and had not."""

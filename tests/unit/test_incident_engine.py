@@ -39,6 +39,9 @@ class SteppedWatch:
     def unread_events(self) -> int:
         return 0
 
+    def begin(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> None:
+        pass
+
     def step(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> list[Firing]:
         self.stepping.set()
         self.go.wait(DEADLINE_S)

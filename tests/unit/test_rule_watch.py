@@ -327,3 +327,14 @@ def test_two_streams_of_one_process_are_each_read_whole_while_both_grow() -> Non
         fired += len(step(watch, store))
     assert store.segment_count > 4
     assert fired == sent and watch.unread_events == 0
+
+
+def test_a_segment_stored_after_begin_but_before_the_first_step_is_judged() -> None:
+    """``begin`` marks where the watch starts (the engine calls it as it makes the watch, on the event loop): a
+    connection whose first segment is stored before the first step, late on a busy machine, is the watch's whole."""
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    watch = RuleWatch(rules(SpanCondition("checkout", 100 * MS)), Limits())
+    with store.snapshot() as pinned:
+        watch.begin([(process(s.owner), s) for s in pinned.segments], store.kept_events(range(1, 4)))
+    Stream(store, 1).send((SPAN, "checkout", 500 * MS, None))
+    assert step(watch, store) == [("r0", "span 'checkout' lasted 500.0 ms (>= 100 ms)")]

@@ -6,8 +6,7 @@ Incidents are files (``incidents/incident_files.py``), or with ``--jetstream`` o
 (``incidents/incident_objects.py``, fetched into a local file to be served): they are listed, read and deleted on
 worker threads (a bucket that does not answer is a 503 saying why), and a snapshot file is read back as
 ``ringtrace convert`` reads one (``foreign/offline.py``), then served as a snapshot is (a snapshot slot, a worker
-thread, gzip if accepted). Errors are JSON (``{"error": ...}``) naming the parameter or
-the id.
+thread, gzip if accepted). Errors are a line of text, as every endpoint's, naming the parameter or the id.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ the filters of ``/snapshot``), checked: an unknown, repeated or malformed one is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -15,6 +15,7 @@ from ringtrace.collector.http.query import (
     choice,
     parse_snapshot_query,
     parse_time,
+    single_values,
 )
 from ringtrace.collector.read.selection import EventFilter
 
@@ -81,7 +82,7 @@ def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> Inc
     Raises:
         QueryError: one is unknown, repeated or malformed, named with what it takes.
     """
-    values = _single(params, INCIDENTS_PARAMETERS)
+    values = single_values(params, INCIDENTS_PARAMETERS)
     limit = values.get("limit")
     if limit is not None and not (limit.isdigit() and len(limit) <= 10 and 1 <= int(limit) <= MAX_LIMIT):
         raise QueryError(f"query parameter 'limit' must be a whole number from 1 to {MAX_LIMIT}, got {limit!r:.80}")
@@ -110,15 +111,3 @@ def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tupl
     filters = [(name, value) for name, value in params if name != "format"]
     query = parse_snapshot_query(filters, now_ns=now_ns, accepted=INCIDENT_PARAMETERS)
     return INCIDENT_FORMATS[format_], query.filter
-
-
-def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:
-    """Each parameter's one value; unknown and repeated parameters are refused."""
-    values: dict[str, str] = {}
-    for key, value in params:
-        if key not in accepted:
-            raise QueryError(f"unknown query parameter {key!r:.80} (accepted: {', '.join(accepted)})")
-        if key in values:
-            raise QueryError(f"query parameter {key!r} is given more than once (it takes one value)")
-        values[key] = value
-    return values

@@ -42,6 +42,7 @@ __all__ = [
     "parse_process_filter",
     "parse_snapshot_query",
     "parse_time",
+    "single_values",
 ]
 
 #: The most events ``limit`` may ask for.
@@ -130,7 +131,7 @@ def parse_process_filter(
     Raises:
         QueryError: a parameter is unknown, repeated or malformed.
     """
-    values = _single(params, {**PROCESS_PARAMETERS, **(extra or {})})
+    values = single_values(params, {**PROCESS_PARAMETERS, **(extra or {})})
     event_filter = EventFilter(
         pids=_pids(values["pid"]) if "pid" in values else None,
         process=_pattern("process", values["process"]) if "process" in values else None,
@@ -164,7 +165,7 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def _single(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:
+def single_values(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]) -> dict[str, str]:
     """Each parameter's one value; unknown and repeated parameters are refused."""
     values: dict[str, str] = {}
     for key, value in params:
@@ -294,7 +295,7 @@ def parse_snapshot_query(
     Raises:
         QueryError: a parameter is unknown, repeated or malformed, or ``since`` is not before ``until``.
     """
-    values = _single(params, accepted)
+    values = single_values(params, accepted)
     since = parse_time("since", values["since"], now_ns) if "since" in values else None
     until = parse_time("until", values["until"], now_ns) if "until" in values else None
     if since is not None and until is not None and since >= until:

@@ -80,8 +80,7 @@ class IngestProtocol(asyncio.BufferedProtocol):
     __slots__ = (
         "_address", "_arrival", "_filled", "_frames", "_goodbyes", "_granted", "_handled", "_handshake_timer",
         "_last_read_s", "_members", "_offered", "_peer_ended", "_pending", "_reader", "_session", "_sink", "_slowed",
-        "_throttle",
-        "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
+        "_throttle", "_traffic", "_transport", "_turn_bytes", "_waiting_turn", "_write_paused", "_write_paused_s",
     )  # fmt: skip
 
     def __init__(self, sink: IngestSink, loopback: set[IngestProtocol] | None = None) -> None:

@@ -431,6 +431,7 @@ class JetStreamTier:
         counters = self.publisher.counters
         return {
             "messages": counters.messages,
+            "bytes": counters.bytes,
             "events": counters.events,
             "retries": counters.retries,
             "refused_events": counters.refused_events,

@@ -9,7 +9,8 @@ temporary directory. Three collectors, each in its own subprocess, take the same
   jetstream R3  ``--jetstream URLS --jetstream-replicas 3`` (its own stream): a FLUSH_ACK waits until a majority of
                 the three servers hold every message before it
 
-The JetStream collectors' ``--jetstream-buffer`` holds two rounds: the blaster does not slow down when told
+The servers allow messages of 8 MiB (``max_payload``, as the tests' cluster): a segment, one message, grows to
+4 MiB. The JetStream collectors' ``--jetstream-buffer`` holds two rounds: the blaster does not slow down when told
 REFUSED, so with less a collector discards what does not fit while the stream catches up (each round's discarded
 events are shown: 0 expected). Rounds are interleaved (rotating the order), for 1 and 8 connections; medians of
 wire MB/s sent, MB/s stored (what the stream acknowledged: its messages' payload), events/s, and the ratio of

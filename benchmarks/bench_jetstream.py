@@ -29,6 +29,7 @@ message and per MB stored: fewer, larger messages show whether a message or a by
 Examples:
   python benchmarks/bench_jetstream.py --quick
   python benchmarks/bench_jetstream.py --mb 256 --rounds 5
+  python benchmarks/bench_jetstream.py --storage memory --connections 1
 """
 
 from __future__ import annotations
@@ -194,6 +195,9 @@ def main() -> int:
     parser.add_argument("--mb", type=float, help="MB (10**6 B) sent per round, over all connections (default 128)")
     parser.add_argument("--rounds", type=int, help="measured rounds per target (default 3)")
     parser.add_argument("--connections", type=int, action="append", help="concurrent connections (default 1, 8)")
+    parser.add_argument("--storage", choices=("file", "memory"), default="file",
+                        help="the streams' --jetstream-storage (default file): memory shows what the servers' file "
+                        "stores cost")  # fmt: skip
     args = parser.parse_args()
     mb = args.mb or (16 if args.quick else 128)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -213,7 +217,7 @@ def main() -> int:
         print(f"3-node NATS cluster ready in {time.perf_counter() - started:.1f}s ({cluster.urls})", flush=True)
         # A buffer that holds a whole round: a blaster does not slow down when told REFUSED, so with less the
         # collector would discard what does not fit while the stream catches up, and MB/s sent would say nothing.
-        buffer = ("--jetstream-buffer", f"{max(2 * int(mb * MB) >> 20, 64)}MiB")
+        buffer = ("--jetstream-buffer", f"{max(2 * int(mb * MB) >> 20, 64)}MiB", "--jetstream-storage", args.storage)
         variants = {
             "in memory": (),
             "jetstream R1": (
@@ -295,7 +299,8 @@ def main() -> int:
              "NATS CPU s", "messages", "MB/message", "NATS CPU ms/message", "NATS CPU ms/MB", "stored vs memory"],
             rows,
             title=f"bench_jetstream: {mb:,.0f} MB of wire bytes per round, large frames "
-            f"({stream.avg_frame_bytes:,.0f} B), {rounds} interleaved rounds, medians",
+            f"({stream.avg_frame_bytes:,.0f} B; tables of {len(stream.prefix):,} B, which each message repeats with "
+            f"its HELLO), {args.storage} storage, {rounds} interleaved rounds, medians",
         ))  # fmt: skip
         snapshots = snapshot_rates([t for t in targets if t.name != "jetstream R1"], rounds)
         r3 = next(t for t in targets if t.name == "jetstream R3")

@@ -9,25 +9,33 @@ temporary directory. Three collectors, each in its own subprocess, take the same
   jetstream R3  ``--jetstream URLS --jetstream-replicas 3`` (its own stream): a FLUSH_ACK waits until a majority of
                 the three servers hold every message before it
 
-Rounds are interleaved (rotating the order), for 1 and 8 connections; medians of wire MB/s, events/s and the ratio
-to the in-memory store (target: R3 >= 0.25x). Then failover: a client flushes every few ms into the R3 collector
-while the stream's leader is killed (SIGKILL) three times, restarted between; and a client given two collectors on
-the stream (``connect("a,b")``) while the first is killed, three times: the seconds from each kill to the first
-flush acknowledged after it, and the longest time without an acknowledged flush around it. And a whole
+The servers allow messages of 8 MiB (``max_payload``, as the tests' cluster): a segment, one message, grows to
+4 MiB. The JetStream collectors' ``--jetstream-buffer`` holds two rounds: the blaster does not slow down when told
+REFUSED, so with less a collector discards what does not fit while the stream catches up (each round's discarded
+events are shown: 0 expected). Rounds are interleaved (rotating the order), for 1 and 8 connections; medians of
+wire MB/s sent, MB/s stored (what the stream acknowledged: its messages' payload), events/s, and the ratio of
+stored MB/s to the in-memory store's (target: R3 >= 0.25x). Then failover: a client flushes every few ms into the
+R3 collector while the stream's leader is killed (SIGKILL) three times, restarted between; and a client given two
+collectors on the stream (``connect("a,b")``) while the first is killed, three times: the seconds from each kill to
+the first flush acknowledged after it, and the longest time without an acknowledged flush around it. And a whole
 snapshot file (``format=native``) of what the in-memory collector holds against one of the whole R3 stream (read
 back from the servers, every message decoded into a store of its own): events/s.
 
 Everything shares the machine: the three servers, the collectors and the blaster. The servers' CPU seconds per
-round (each message is written, replicated and acknowledged) are reported next to the collector's.
+round (each message is written, replicated and acknowledged) are reported next to the collector's, with the messages
+the stream acknowledged per round (the collector's ``/metrics``), their average size, and the servers' CPU per
+message and per MB stored: fewer, larger messages show whether a message or a byte is what costs them.
 
 Examples:
   python benchmarks/bench_jetstream.py --quick
   python benchmarks/bench_jetstream.py --mb 256 --rounds 5
+  python benchmarks/bench_jetstream.py --storage memory --connections 1
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -39,6 +47,7 @@ from typing import Any
 from _common import collector, interleave, median, recorder, table, verdict
 from bench_ingest import MB, Target, record_stream
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # (its helpers wait as the tests do)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 from nats_cluster import NatsCluster, server_binary  # (the cluster the tests run)
 
@@ -158,12 +167,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def published(target: Target) -> tuple[int, int, int]:
+    """What ``target``'s collector did so far (its ``/metrics``): messages the stream acknowledged, their payload
+    bytes (both 0 in memory), and events it discarded (refused: its buffer full)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert target.coll is not None
+    with urllib.request.urlopen(f"http://{target.coll.http}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    values = {
+        (sample.name, sample.labels.get("reason")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return (
+        int(values.get(("ringtrace_jetstream_published_messages_total", None), 0)),
+        int(values.get(("ringtrace_jetstream_published_bytes_total", None), 0)),
+        int(values.get(("ringtrace_lost_events_total", "discarded"), 0)),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke test: small rounds, 1 connection")
     parser.add_argument("--mb", type=float, help="MB (10**6 B) sent per round, over all connections (default 128)")
     parser.add_argument("--rounds", type=int, help="measured rounds per target (default 3)")
     parser.add_argument("--connections", type=int, action="append", help="concurrent connections (default 1, 8)")
+    parser.add_argument("--storage", choices=("file", "memory"), default="file",
+                        help="the streams' --jetstream-storage (default file): memory shows what the servers' file "
+                        "stores cost")  # fmt: skip
     args = parser.parse_args()
     mb = args.mb or (16 if args.quick else 128)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -181,10 +215,29 @@ def main() -> int:
         started = time.perf_counter()
         cluster.start()
         print(f"3-node NATS cluster ready in {time.perf_counter() - started:.1f}s ({cluster.urls})", flush=True)
+        # A buffer that holds a whole round: a blaster does not slow down when told REFUSED, so with less the
+        # collector would discard what does not fit while the stream catches up, and MB/s sent would say nothing.
+        buffer = ("--jetstream-buffer", f"{max(2 * int(mb * MB) >> 20, 64)}MiB", "--jetstream-storage", args.storage)
         variants = {
             "in memory": (),
-            "jetstream R1": ("--jetstream", cluster.urls, "--jetstream-replicas", "1", "--jetstream-stream", "r1"),
-            "jetstream R3": ("--jetstream", cluster.urls, "--jetstream-replicas", "3", "--jetstream-stream", "r3"),
+            "jetstream R1": (
+                "--jetstream",
+                cluster.urls,
+                "--jetstream-replicas",
+                "1",
+                "--jetstream-stream",
+                "r1",
+                *buffer,
+            ),
+            "jetstream R3": (
+                "--jetstream",
+                cluster.urls,
+                "--jetstream-replicas",
+                "3",
+                "--jetstream-stream",
+                "r3",
+                *buffer,
+            ),
         }
         targets = []
         for name, extra in variants.items():
@@ -198,40 +251,56 @@ def main() -> int:
 
             def run(target: Target, c: int = connections, cpu: dict[str, Any] = cpu) -> Any:
                 assert target.coll is not None
+                before = published(target)
                 own, nats = cpu_seconds(target.coll.process.pid), sum(cpu_seconds(pid) for pid in servers)
                 result = target.run(c, int(mb * MB), stream)
                 cpu[target.name].append(
                     (cpu_seconds(target.coll.process.pid) - own, sum(cpu_seconds(pid) for pid in servers) - nats)
                 )
-                return result
+                messages, payload, discarded = (now - then for now, then in zip(published(target), before, strict=True))
+                # (in memory everything sent is stored; through the stream, what it acknowledged)
+                stored = payload if target.name != "in memory" else result["bytes"]
+                return {**result, "messages": messages, "stored": stored, "discarded": discarded}
 
             def variant(target: Target) -> Callable[[], Any]:
                 return lambda: run(target)
 
             results = interleave({t.name: variant(t) for t in targets}, rounds=rounds, warmup=1)
-            memory_rate = median([r["bytes"] / r["seconds"] for r in results["in memory"]])
+            memory_rate = median([r["stored"] / r["seconds"] for r in results["in memory"]])
             for target in targets:
                 runs = results[target.name]
                 rate = median([r["bytes"] / r["seconds"] for r in runs])
-                collector_cpu = median([own for own, _ in cpu[target.name][-rounds:]])
-                nats_cpu = median([nats for _, nats in cpu[target.name][-rounds:]])
+                stored_rate = median([r["stored"] / r["seconds"] for r in runs])
+                measured = cpu[target.name][-rounds:]
+                collector_cpu = median([own for own, _ in measured])
+                nats_cpu = median([nats for _, nats in measured])
+                messages = median([r["messages"] for r in runs])
+                stored_mb = median([r["stored"] for r in runs]) / MB
                 events_per_s = median([r["events"] / r["seconds"] for r in runs])
                 round_s = median([r["seconds"] for r in runs])
                 rows.append((
-                    f"x{connections} {target.name}", rate / MB, events_per_s / 1e6, round_s, collector_cpu, nats_cpu,
-                    f"{rate / memory_rate:.2f}x",
+                    f"x{connections} {target.name}", rate / MB, stored_rate / MB, events_per_s / 1e6, round_s,
+                    max(r["discarded"] for r in runs), collector_cpu, nats_cpu, messages,
+                    stored_mb / messages if messages else math.nan,
+                    nats_cpu / messages * 1e3 if messages else math.nan, nats_cpu / stored_mb * 1e3,
+                    f"{stored_rate / memory_rate:.2f}x",
                 ))  # fmt: skip
                 if target.name != "in memory":
-                    ratio = rate / memory_rate
+                    ratio = stored_rate / memory_rate
                     met = verdict(ratio >= TARGET_R3_RATIO)
                     wanted = f">= {TARGET_R3_RATIO}x  {met}" if "R3" in target.name else ""
-                    summary.append((f"{connections:>3} conn: {target.name} / in memory MB/s", f"{ratio:.3f}x", wanted))
+                    summary.append(
+                        (f"{connections:>3} conn: {target.name} / in memory, stored MB/s", f"{ratio:.3f}x", wanted)
+                    )
             print(f"  {connections} connections done", flush=True)
         print()
         print(table(
-            ["target", "MB/s", "Mevents/s", "round s", "collector CPU s", "NATS CPU s", "vs memory"], rows,
+            ["target", "sent MB/s", "stored MB/s", "Mevents/s", "round s", "discarded events", "collector CPU s",
+             "NATS CPU s", "messages", "MB/message", "NATS CPU ms/message", "NATS CPU ms/MB", "stored vs memory"],
+            rows,
             title=f"bench_jetstream: {mb:,.0f} MB of wire bytes per round, large frames "
-            f"({stream.avg_frame_bytes:,.0f} B), {rounds} interleaved rounds, medians",
+            f"({stream.avg_frame_bytes:,.0f} B; tables of {len(stream.prefix):,} B, which each message repeats with "
+            f"its HELLO), {args.storage} storage, {rounds} interleaved rounds, medians",
         ))  # fmt: skip
         snapshots = snapshot_rates([t for t in targets if t.name != "jetstream R1"], rounds)
         r3 = next(t for t in targets if t.name == "jetstream R3")

@@ -168,6 +168,7 @@ def _incident_metrics(counts: IncidentCounts) -> Iterator[Metric]:
 #: ``--jetstream``'s metrics: name, help, the key in the publisher's counters, and whether it is a gauge.
 _JETSTREAM_METRICS = (
     ("published_messages", "Segments the JetStream stream acknowledged", "messages", False),
+    ("published_bytes", "Payload bytes of the segments the stream acknowledged", "bytes", False),
     ("published_events", "Events in the segments the stream acknowledged", "events", False),
     ("publish_retries", "Publishes retried (no answer from the stream)", "retries", False),
     ("refused_events", "Events in segments the stream refused (counted discarded)", "refused_events", False),

@@ -48,16 +48,18 @@ from ringtrace.collector.jetstream.envelope import (
 from ringtrace.collector.jetstream.subjects import process_subject
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
-from ringtrace.collector.store.ring import Store, Stream
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store, Stream
 from ringtrace.collector.store.segments import Segment
 
 __all__ = [
     "DUPLICATE_WINDOW_S",
+    "HEADER_ROOM",
     "MAX_IN_FLIGHT",
     "SEAL_INTERVAL_S",
     "PublishCounters",
     "Publisher",
     "Sealing",
+    "message_segment_bytes",
     "seal_every",
 ]
 
@@ -72,6 +74,17 @@ MAX_BACKOFF_S: Final = 1.0
 SEAL_INTERVAL_S: Final = 0.2
 #: The stream's duplicate window: a retried message within it is stored once.
 DUPLICATE_WINDOW_S: Final = 120.0
+#: Room a message keeps for its headers (the counts of a process's tracks grow with their number).
+HEADER_ROOM: Final = 64 * 1024
+
+
+def message_segment_bytes(max_payload: int) -> int:
+    """The size a segment may grow to so that it and its headers are one message within the servers' max payload:
+    the largest power of two within ``max_payload`` less HEADER_ROOM (512 KiB for nats-server's default 1 MiB, 4 MiB
+    for 8 MiB), and MIN_SEGMENT_BYTES at least. Each message is a write, a replication and an acknowledgement on each
+    server, whatever its size (though what the servers spend goes mostly with bytes: docs/jetstream.md, Measured)."""
+    room = max(max_payload - HEADER_ROOM, MIN_SEGMENT_BYTES)
+    return max(1 << (room.bit_length() - 1), MIN_SEGMENT_BYTES)
 
 
 class JetStreamApi(Protocol):

@@ -37,7 +37,14 @@ from ringtrace.collector.jetstream.fleet import Fleet, StoredMessage, fetch, rea
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness, beat_every, heartbeat_stream
-from ringtrace.collector.jetstream.publisher import PublishCounters, Publisher, Sealing, seal_every
+from ringtrace.collector.jetstream.publisher import (
+    HEADER_ROOM,
+    PublishCounters,
+    Publisher,
+    Sealing,
+    message_segment_bytes,
+    seal_every,
+)
 from ringtrace.collector.jetstream.subjects import process_subject, subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
@@ -67,8 +74,6 @@ DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 FLEET_STATS_TIMEOUT_S: Final = 10.0
 #: How long a stopping collector waits for its heartbeat to be removed (else it is forgotten as a killed one is).
 STOP_HEARTBEAT_TIMEOUT_S: Final = 2.0
-#: Room a message keeps for its headers (the counts of a process's tracks grow with their number).
-HEADER_ROOM: Final = 64 * 1024
 #: The largest frame a client may send under ``--jetstream`` (at most ``--max-frame-size``; clients adopt it): a
 #: segment holding one, with its session frames and headers, stays within the servers' default max payload.
 JETSTREAM_MAX_FRAME_BYTES: Final = 256 * 1024
@@ -77,7 +82,7 @@ JETSTREAM_MAX_FRAME_BYTES: Final = 256 * 1024
 def staging_store(config: CollectorConfig) -> Store:
     """The collector's store under ``--jetstream``: segments on their way to the stream, in memory, refused when
     full (``discard``): nothing waiting to be published is overwritten."""
-    segment_bytes = min(config.effective_segment_bytes, DEFAULT_MAX_PAYLOAD // 2)
+    segment_bytes = min(config.effective_segment_bytes, message_segment_bytes(DEFAULT_MAX_PAYLOAD))
     buffer = config.jetstream_buffer_bytes
     return Store(
         buffer,
@@ -191,6 +196,8 @@ class JetStreamTier:
         await ensure_heartbeat_stream(self._js, stream)
         max_payload = self._client.max_payload
         self.publisher.max_payload = max_payload
+        # (one message a segment: the larger the servers allow, the fewer messages they write and replicate)
+        self.store.set_segment_bytes(min(config.effective_segment_bytes, message_segment_bytes(max_payload)))
         largest = min(config.max_frame_bytes, JETSTREAM_MAX_FRAME_BYTES) + HEADER_ROOM
         if largest > max_payload // 2:
             log.warning("the servers' max_payload %d leaves little room for segments (frames up to %d bytes, with "
@@ -431,6 +438,7 @@ class JetStreamTier:
         counters = self.publisher.counters
         return {
             "messages": counters.messages,
+            "bytes": counters.bytes,
             "events": counters.events,
             "retries": counters.retries,
             "refused_events": counters.refused_events,

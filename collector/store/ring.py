@@ -118,6 +118,12 @@ class Store:
         #: it has acknowledged everything before it (``replication.py``).
         self.replication: Replication | None = None
 
+    def set_segment_bytes(self, segment_bytes: int) -> None:
+        """Segments opened from now on grow to ``segment_bytes`` (at most half of either capacity, as at start): the
+        JetStream tier's, once the servers said how large a message may be."""
+        self.segment_bytes = min(segment_bytes, self.capacity_bytes // 2, self.process_capacity_bytes // 2)
+        self._stream_segments.segment_bytes = self.segment_bytes
+
     def on_sealed(self, hook: Callable[[Stream, Segment], None] | None) -> None:
         """Call ``hook`` with each segment sealed that holds events, and its stream (it may pin the segment)."""
         self._stream_segments.on_sealed = hook

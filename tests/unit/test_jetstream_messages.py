@@ -13,7 +13,7 @@ from ringtrace.collector.jetstream.envelope import CLEARED, COUNTS, EVENTS, MSG_
 from ringtrace.collector.jetstream.fleet import StoredMessage, fetch, read_fleet
 from ringtrace.collector.jetstream.fleet_counts import fleet_totals
 from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness
-from ringtrace.collector.jetstream.publisher import Publisher
+from ringtrace.collector.jetstream.publisher import Publisher, message_segment_bytes
 from ringtrace.collector.jetstream.subjects import (
     MAX_TOKEN_BYTES,
     process_of_subject,
@@ -23,7 +23,7 @@ from ringtrace.collector.jetstream.subjects import (
 )
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
-from ringtrace.collector.store.ring import Store
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.wire.handshake_frames import Hello
 from store_client import Client
 
@@ -98,6 +98,17 @@ def test_each_sealed_segment_is_one_message_that_says_whose_and_how_many_and_lea
     envelope = Envelope.read(messages[-1].headers)
     assert envelope is not None and sum(c.received_events for c in envelope.counts.values()) == 60
     assert COUNTS in messages[0].headers  # type: ignore[operator]
+
+
+def test_a_segment_grows_to_the_largest_power_of_two_a_message_within_the_servers_max_payload_holds() -> None:
+    assert message_segment_bytes(1024 * 1024) == 512 * 1024  # (nats-server's default max_payload)
+    assert message_segment_bytes(8 * 1024 * 1024) == 4 * 1024 * 1024
+    assert message_segment_bytes(1000) == MIN_SEGMENT_BYTES
+    store = Store(16 * 1024 * 1024, 512 * 1024, policy="discard")
+    store.set_segment_bytes(4 * 1024 * 1024)
+    assert store.segment_bytes == 4 * 1024 * 1024
+    store.set_segment_bytes(64 * 1024 * 1024)  # (never past half the buffer, as at start)
+    assert store.segment_bytes == 8 * 1024 * 1024
 
 
 def test_a_reader_counts_what_the_stream_no_longer_holds_as_overwritten() -> None:

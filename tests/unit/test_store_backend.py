@@ -84,6 +84,6 @@ def test_what_differs_between_the_backends_is_the_backend_s_to_say() -> None:
     # /stats and /metrics: only the tier publishes elsewhere (what it says needs the cluster: test_jetstream.py).
     assert local.published_counters() is None
     assert set(tier.published_counters() or {}) == {
-        "messages", "events", "retries", "refused_events", "waiting_events", "failing",
+        "messages", "bytes", "events", "retries", "refused_events", "waiting_events", "failing",
     }  # fmt: skip
     assert asyncio.run(local.fleet_stats()) == {}

@@ -205,8 +205,12 @@ def _wait_until_captured(args: argparse.Namespace, incident_id: str) -> None:
 def _open(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
     records = json.loads(_get(args, "/incidents", []))["incidents"]
-    if not any(record.get("id") == incident_id for record in records):
+    record = next((record for record in records if record.get("id") == incident_id), None)
+    if record is None:
         raise CommandError(f"no incident {incident_id!r} at {args.url}")
+    if record.get("status") == "pending":  # (the web view opens it once it is saved)
+        raise CommandError(f"incident {incident_id} is still being captured: ready at "
+                           f"{_clock(record.get('ready_wall_ns'))} UTC")  # fmt: skip
     url = _url(args, "/", [("incident", incident_id)])
     print(url)
     webbrowser.open(url)  # (without a browser, it does nothing: the URL is printed)

@@ -94,6 +94,8 @@ def test_a_pending_incident_is_listed_its_record_served_and_its_snapshot_said_no
             main(["incidents", "fetch", str(record["id"]), "--format", "record", "-o", str(target), "--url", url]) == 0
         )
         assert json.loads(target.read_text())["status"] == "pending"
+        assert main(["incidents", "open", str(record["id"]), "--url", url]) == 1
+        assert "is still being captured: ready at " in capsys.readouterr().err
     finally:
         collector.stop()
 

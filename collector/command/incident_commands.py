@@ -1,8 +1,9 @@
-"""``ringtrace incidents``: a collector's saved incidents, as a table (``GET /incidents``), one fetched to a file in a
-snapshot format (``GET /incidents/{id}``), opened in the web view, or deleted (``DELETE /incidents/{id}``).
+"""``ringtrace incidents``: a collector's incidents, as a table (``GET /incidents``; a pending one with when it will
+be ready), one fetched to a file in a snapshot format (``GET /incidents/{id}``; a pending one says when it will be
+ready, or is waited for with ``--wait``), opened in the web view, or deleted (``DELETE /incidents/{id}``).
 
     ringtrace incidents [list] [--rule R --status S --since T --until T --limit N] [--json]
-    ringtrace incidents fetch ID [--format F] [-o FILE] [filters]
+    ringtrace incidents fetch ID [--format F] [-o FILE] [--wait] [filters]
     ringtrace incidents open ID
     ringtrace incidents delete ID
 
@@ -17,6 +18,7 @@ import contextlib
 import datetime
 import json
 import sys
+import time
 import webbrowser
 from collections.abc import Iterator
 from typing import Any, Final
@@ -29,7 +31,7 @@ from ringtrace.collector.command.filters import add_filters, check_params, filte
 from ringtrace.collector.command.output import output, progress, size
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export.formats import DEFAULT_FORMAT
-from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENT_PARAMETERS, INCIDENTS_PARAMETERS
+from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENT_PARAMETERS, INCIDENTS_PARAMETERS, RECORD
 from ringtrace.collector.incidents.incident_files import valid_id
 
 __all__ = ["DEFAULT_URL", "add_incidents_parser"]
@@ -38,17 +40,20 @@ __all__ = ["DEFAULT_URL", "add_incidents_parser"]
 DEFAULT_URL: Final = "http://127.0.0.1:7701"
 _COMMON: Final = ("url", "token_file", "cacert")
 _LIST_FLAGS: Final = ("rule", "status", "since", "until", "limit")
+#: ``fetch --wait``: how often a pending incident's record is asked for, and how long past its ready time it waits.
+_WAIT_STEP_S: Final = 1.0
+_WAIT_PAST_READY_S: Final = 60.0
 
 
 def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     incidents = commands.add_parser(
-        "incidents", help="a collector's saved incidents: list (the default), fetch, open or delete one"
+        "incidents", help="a collector's incidents: list (the default), fetch, open or delete one"
     )
     _add_common(incidents)
     incidents.set_defaults(run=_list, parser=incidents, json=False, **dict.fromkeys(_LIST_FLAGS))
     actions = incidents.add_subparsers(dest="action", metavar="ACTION")
 
-    listing = actions.add_parser("list", help="the incidents as a table, newest first")
+    listing = actions.add_parser("list", help="the incidents (pending, saved, failed) as a table, newest first")
     for name in _LIST_FLAGS:
         listing.add_argument(f"--{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
     listing.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
@@ -60,11 +65,14 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     fetching.add_argument(
         "--format",
         type=str.lower,
-        choices=tuple(INCIDENT_FORMATS),
+        choices=(*INCIDENT_FORMATS, RECORD),
         default=DEFAULT_FORMAT,
-        help=f"the snapshot's format (default {DEFAULT_FORMAT})",
+        help=f"the snapshot's format (default {DEFAULT_FORMAT}); {RECORD}: its record (JSON)",
     )
     fetching.add_argument("-o", "--output", metavar="FILE", help="where to write it ('-': stdout; default: ID.suffix)")
+    fetching.add_argument(
+        "--wait", action="store_true", help="if it is still being captured (pending), wait until it is saved"
+    )
     add_filters(fetching, INCIDENT_PARAMETERS)
     _add_common(fetching, below=True)
     fetching.set_defaults(run=_fetch, parser=fetching)
@@ -122,6 +130,8 @@ def _row(record: dict[str, Any]) -> tuple[str, ...]:
     status = str(record.get("status", "?"))
     if status == "failed" and record.get("failure"):
         status += f": {record['failure']}"
+    elif status == "pending":
+        status += f": ready {_clock(record.get('ready_wall_ns'))}"
     events = record.get("events")
     return (
         str(record.get("id")),
@@ -143,10 +153,13 @@ def _clock(time_ns: Any) -> str:
 
 def _fetch(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
-    format_ = INCIDENT_FORMATS[args.format]
+    format_ = INCIDENT_FORMATS.get(args.format)
     filters = filter_params(args)
     check_params(filters, INCIDENT_PARAMETERS)
-    path = args.output or f"{incident_id}{format_.suffix or '.json'}"
+    suffix = (format_.suffix or ".json") if format_ is not None else ".record.json"
+    path = args.output or f"{incident_id}{suffix}"
+    if format_ is not None:
+        _wait_until_captured(args, incident_id)
     url = _url(args, f"/incidents/{incident_id}", [("format", args.format), *filters])
     with (
         _reaching(args),
@@ -162,11 +175,42 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_until_captured(args: argparse.Namespace, incident_id: str) -> None:
+    """Return once the incident is no longer pending; a pending one without ``--wait`` stops with when it will be
+    ready. An unknown one returns: the fetch says so."""
+    deadline_s: float | None = None
+    while True:
+        try:
+            record = json.loads(_get(args, f"/incidents/{incident_id}", [("format", RECORD)]))
+        except CommandError as exc:
+            if " 404:" in str(exc):
+                return
+            raise
+        if record.get("status") != "pending":
+            return
+        ready_ns = record.get("ready_wall_ns")
+        ready_ns = ready_ns if isinstance(ready_ns, int) else time.time_ns()
+        in_s = max(0.0, (ready_ns - time.time_ns()) / 1e9)
+        when = f"ready at {_clock(ready_ns)} UTC (in {in_s:.0f} s)"
+        if not args.wait:
+            raise CommandError(f"incident {incident_id} is still being captured: {when}; fetch it then, or with --wait")
+        if deadline_s is None:
+            print(f"incident {incident_id} is still being captured: {when}; waiting", file=sys.stderr)
+            deadline_s = time.monotonic() + in_s + _WAIT_PAST_READY_S
+        elif time.monotonic() > deadline_s:
+            raise CommandError(f"incident {incident_id} is still pending {_WAIT_PAST_READY_S:.0f} s after its window")
+        time.sleep(min(_WAIT_STEP_S, max(0.1, in_s)))
+
+
 def _open(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
     records = json.loads(_get(args, "/incidents", []))["incidents"]
-    if not any(record.get("id") == incident_id for record in records):
+    record = next((record for record in records if record.get("id") == incident_id), None)
+    if record is None:
         raise CommandError(f"no incident {incident_id!r} at {args.url}")
+    if record.get("status") == "pending":  # (the web view opens it once it is saved)
+        raise CommandError(f"incident {incident_id} is still being captured: ready at "
+                           f"{_clock(record.get('ready_wall_ns'))} UTC")  # fmt: skip
     url = _url(args, "/", [("incident", incident_id)])
     print(url)
     webbrowser.open(url)  # (without a browser, it does nothing: the URL is printed)

@@ -81,8 +81,17 @@ class CollectorAPI(Protocol):
     async def tail_step(self, tail: Tail) -> list[Row]: ...
 
     async def fire_incident(
-        self, reason: str, *, scope: Scope, before_ns: int, after_ns: int, selected: EventFilter | None
+        self,
+        reason: str,
+        *,
+        scope: Scope,
+        before_ns: int,
+        after_ns: int,
+        selected: EventFilter | None,
+        args: dict[str, Any] | None = None,
     ) -> str: ...
+
+    def incidents_under_way(self) -> dict[str, dict[str, Any]]: ...
 
 
 #: Where the handlers find the collector in their application.

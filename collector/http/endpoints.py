@@ -25,13 +25,15 @@ POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (
 GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
 GET /incidents[?rule&status&since&until&limit]
-                                    saved and failed incidents' records, newest first (``incidents_api.py``)
+                                    pending, saved and failed incidents' records, newest first (``incidents_api.py``)
 GET /incidents/{id}[?format&filters] a saved incident's snapshot, in a snapshot format or the web view's columns
-                                    (``timeline``), of what the filters of /snapshot select; gzip if accepted
+                                    (``timeline``), of what the filters of /snapshot select; gzip if accepted;
+                                    409 and Retry-After while it is pending; format=record: its record
 HEAD /incidents/{id}[?format&filters] the same headers, no work
 DELETE /incidents/{id}              remove an incident
 POST /incidents?reason=R[&scope&before&after&pid&process&host&trace_id]
-                                    take an incident now (``incident_post.py``): 202 with its id
+                                    take an incident now (``incident_post.py``), its args a JSON object in the body:
+                                    202 with its id
 """
 
 from __future__ import annotations
@@ -74,17 +76,17 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     {
         "method": "GET",
         "path": "/incidents",
-        "does": "saved and failed incidents, newest first [rule, status, since, until, limit]",
+        "does": "pending, saved and failed incidents, newest first [rule, status, since, until, limit]",
     },
     {
         "method": "GET",
         "path": "/incidents/{id}",
-        "does": "an incident's snapshot: formats of /snapshot, timeline; filters",
+        "does": "an incident's snapshot: formats of /snapshot, timeline; filters; format=record: its record",
     },
     {"method": "DELETE", "path": "/incidents/{id}", "does": "remove an incident"},
     {
         "method": "POST",
         "path": "/incidents",
-        "does": "take an incident now: reason [scope, before, after, pid, process, host, trace_id]",
+        "does": "take an incident now: reason [scope, before, after, pid, process, host, trace_id]; body: args (JSON)",
     },
 ]

@@ -1,14 +1,17 @@
 """``POST /incidents``: an incident by hand, now, whatever the rules say: ``reason`` (required), ``scope``
 (process, host, trace, fleet; default process), ``before`` and ``after`` (durations: 30s and 5s by default), the
-processes by ``pid``, ``process``, ``host``, and ``trace_id`` (what a ``trace`` scope follows). Answers 202 with the
-incident's id: it is listed once ``after`` has run. A parameter that is unknown, repeated or malformed is a 400 naming
-it."""
+processes by ``pid``, ``process``, ``host``, and ``trace_id`` (what a ``trace`` scope follows); its body, if any, a
+JSON object: the args of its trigger event, as ``tl.incident(reason, **args)`` gives them (``parse_incident_args``).
+Answers 202 with the incident's id: it is listed as pending at once, and saved once ``after`` has run. A parameter
+that is unknown, repeated or malformed, or an arg past its bounds, is a 400 naming it."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from aiohttp import web
 from ringtrace.collector.http.query import QueryError, choice, parse_process_filter
@@ -18,7 +21,16 @@ from ringtrace.collector.read.selection import EventFilter
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.parsing import parse_duration_ns
 
-__all__ = ["INCIDENT_PARAMETERS", "IncidentPoster", "IncidentRequest", "parse_incident_request", "post_incident"]
+__all__ = [
+    "INCIDENT_PARAMETERS",
+    "MAX_ARGS",
+    "MAX_ARGS_BYTES",
+    "IncidentPoster",
+    "IncidentRequest",
+    "parse_incident_args",
+    "parse_incident_request",
+    "post_incident",
+]
 
 #: The parameters ``POST /incidents`` takes, beside those that select processes (``pid``, ``process``, ``host``).
 INCIDENT_PARAMETERS: Final = {
@@ -31,6 +43,13 @@ INCIDENT_PARAMETERS: Final = {
 #: At most this much of a window on either side, as a rule's (``rule_file.py``).
 MAX_WINDOW_NS: Final = 3600 * 10**9
 MAX_REASON_CHARS: Final = 1000
+#: The args of a body: at most this much JSON (what a record's trigger event keeps whole: ``MAX_TRIGGER_ARGS_BYTES``),
+MAX_ARGS_BYTES: Final = 4096
+#: at most this many, each named by 1 to ``MAX_ARG_NAME_CHARS`` characters (no control characters),
+MAX_ARGS: Final = 32
+MAX_ARG_NAME_CHARS: Final = 100
+#: each a JSON string, number (an integer within 64 bits), true, false or null, as an event's arg is.
+_INT64: Final = 2**63
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +92,38 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
     return IncidentRequest(reason, scope, before_ns, after_ns, selected if named or "trace_id" in values else None)
 
 
+def parse_incident_args(body: bytes) -> dict[str, Any]:
+    """The args a ``POST /incidents`` body gives its trigger event: a JSON object of at most ``MAX_ARGS`` names, each
+    of a scalar value, ``MAX_ARGS_BYTES`` in all (an empty body: none).
+
+    Raises:
+        QueryError: the body is past its bounds, not a JSON object, or an arg is not one an event carries (named).
+    """
+    if len(body) > MAX_ARGS_BYTES:
+        raise QueryError(f"the body (the incident's args) is more than {MAX_ARGS_BYTES} bytes")
+    if not body.strip():
+        return {}
+    try:
+        args = json.loads(body)
+    except ValueError as exc:
+        raise QueryError(f"the body (the incident's args) is not JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise QueryError(f"the body (the incident's args) must be a JSON object, not a {type(args).__name__}")
+    if len(args) > MAX_ARGS:
+        raise QueryError(f"the body holds {len(args)} args, more than {MAX_ARGS}")
+    for name, value in args.items():
+        if not name or len(name) > MAX_ARG_NAME_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in name):
+            raise QueryError(f"arg {name!r:.120}: a name is 1 to {MAX_ARG_NAME_CHARS} characters, no control ones")
+        if isinstance(value, dict | list):
+            raise QueryError(f"arg {name!r} is a JSON {'object' if isinstance(value, dict) else 'array'}: an arg is a "
+                             "string, a number, true, false or null")  # fmt: skip
+        if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+            raise QueryError(f"arg {name!r} is {value}: an integer arg fits in 64 bits")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QueryError(f"arg {name!r} is {value}: a number arg is finite")
+    return args
+
+
 def _window(name: str, text: str | None, default_ns: int) -> int:
     if text is None:
         return default_ns
@@ -89,7 +140,14 @@ class IncidentPoster(Protocol):
     """What ``POST /incidents`` needs of the collector (``Collector.fire_incident``)."""
 
     async def fire_incident(
-        self, reason: str, *, scope: Scope, before_ns: int, after_ns: int, selected: EventFilter | None
+        self,
+        reason: str,
+        *,
+        scope: Scope,
+        before_ns: int,
+        after_ns: int,
+        selected: EventFilter | None,
+        args: dict[str, Any] | None = None,
     ) -> str: ...
 
 
@@ -97,11 +155,17 @@ def post_incident(collector: IncidentPoster) -> Callable[[web.Request], Awaitabl
     """The handler of ``POST /incidents`` over ``collector``."""
 
     async def handler(request: web.Request) -> web.Response:
-        params = list(request.query.items())
-        if request.can_read_body and request.content_type == "application/x-www-form-urlencoded":
-            form = await request.post()
-            params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+        params, args = list(request.query.items()), {}
         try:
+            if request.can_read_body and request.content_type == "application/x-www-form-urlencoded":
+                form = await request.post()
+                params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+            elif request.can_read_body:  # (read no more than the bound, whatever Content-Length says)
+                body = await request.content.read(MAX_ARGS_BYTES + 1)
+                if body and request.content_type != "application/json":
+                    raise QueryError(f"the body is the incident's args, a JSON object (Content-Type: application/json),"
+                                     f" not {request.content_type:.80}")  # fmt: skip
+                args = parse_incident_args(body)
             asked = parse_incident_request(params)
         except QueryError as exc:
             raise web.HTTPBadRequest(text=f"{exc}\n") from None
@@ -112,6 +176,7 @@ def post_incident(collector: IncidentPoster) -> Callable[[web.Request], Awaitabl
                 before_ns=asked.before_ns,
                 after_ns=asked.after_ns,
                 selected=asked.selected,
+                args=args,
             )
         except CapturesBusy as exc:
             raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None

@@ -1,5 +1,6 @@
 """The parameters of ``GET /incidents`` (which incidents, newest first) and ``GET /incidents/{id}`` (the format, and
-the filters of ``/snapshot``), checked: an unknown, repeated or malformed one is refused, named (``QueryError``)."""
+the filters of ``/snapshot``; or ``format=record``, its record), checked: an unknown, repeated or malformed one is
+refused, named (``QueryError``)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,19 @@ __all__ = [
     "INCIDENTS_PARAMETERS",
     "INCIDENT_FORMATS",
     "INCIDENT_PARAMETERS",
+    "RECORD",
     "IncidentsQuery",
+    "newest_first",
     "parse_incident_query",
     "parse_incidents_query",
 ]
 
 #: What an incident's snapshot is served in: every snapshot format, and the web view's columns.
 INCIDENT_FORMATS: Final[dict[str, Format]] = {**FORMATS, TIMELINE.name: TIMELINE}
-#: Statuses a listed incident has (a pending one is not listed yet).
-_STATUSES: Final = ("saved", "failed")
+#: ``GET /incidents/{id}?format=record``: the incident's record (JSON), whatever its status, not its snapshot.
+RECORD: Final = "record"
+#: Statuses a listed incident has (pending: its ``after`` still runs; listed by the collector capturing it).
+_STATUSES: Final = ("pending", "saved", "failed")
 
 INCIDENTS_PARAMETERS: Final = {
     "rule": "a rule's name: only its incidents",
@@ -43,7 +48,7 @@ INCIDENTS_PARAMETERS: Final = {
 #: What ``GET /incidents/{id}`` takes: the format, and the filters of a snapshot (it was taken already: no flush).
 INCIDENT_PARAMETERS: Final = {
     **{name: text for name, text in TIMELINE_PARAMETERS.items() if name != "flush_timeout_s"},
-    "format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT})",
+    "format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT}), or {RECORD} (the record)",
 }
 
 
@@ -76,6 +81,16 @@ class IncidentsQuery:
         return selected
 
 
+def newest_first(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` by their trigger's time (then id), newest first, as ``GET /incidents`` lists them."""
+
+    def age(record: dict[str, Any]) -> tuple[int, str]:
+        time_ns = record.get("time_ns")
+        return (time_ns if isinstance(time_ns, int) else 0, str(record.get("id")))
+
+    return sorted(records, key=age, reverse=True)
+
+
 def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> IncidentsQuery:
     """``GET /incidents``'s parameters.
 
@@ -98,16 +113,21 @@ def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> Inc
     )
 
 
-def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tuple[Format, EventFilter]:
-    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``) and the events it selects.
+def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tuple[Format | None, EventFilter]:
+    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``; None: ``record``) and the events it
+    selects.
 
     Raises:
-        QueryError: an unknown, repeated or malformed parameter, or an unknown format.
+        QueryError: an unknown, repeated or malformed parameter, an unknown format, or a filter with ``record``.
     """
     formats = [value for name, value in params if name == "format"]
     if len(formats) > 1:
         raise QueryError("query parameter 'format' is given more than once (it takes one value)")
-    format_ = choice("format", formats[0], tuple(INCIDENT_FORMATS)) if formats else DEFAULT_FORMAT
+    format_ = choice("format", formats[0], (*INCIDENT_FORMATS, RECORD)) if formats else DEFAULT_FORMAT
     filters = [(name, value) for name, value in params if name != "format"]
+    if format_ == RECORD:
+        if filters:
+            raise QueryError(f"query parameter {filters[0][0]!r:.80} does not go with format=record (it is whole)")
+        return None, EventFilter()
     query = parse_snapshot_query(filters, now_ns=now_ns, accepted=INCIDENT_PARAMETERS)
     return INCIDENT_FORMATS[format_], query.filter

@@ -1,6 +1,11 @@
-"""The HTTP API's incidents: ``GET /incidents`` (the saved and failed ones, newest first, filtered),
+"""The HTTP API's incidents: ``GET /incidents`` (the pending, saved and failed ones, newest first, filtered),
 ``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns, filtered as a
-snapshot is; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
+snapshot is; ``format=record``: any one's record; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
+
+A pending incident (its ``after`` still runs) is one this collector is capturing (``CollectorAPI.incidents_under_way``):
+listed with when it will be ready (``ready_wall_ns``), its record served, and its snapshot asked for answered 409
+with ``Retry-After`` and the time it will be ready: a snapshot of a window not yet over would be a different one each
+time it is asked for, and never the incident.
 
 Incidents are files (``incidents/incident_files.py``), or with ``--jetstream`` objects of the fleet's bucket
 (``incidents/incident_objects.py``, fetched into a local file to be served): they are listed, read and deleted on
@@ -12,7 +17,9 @@ thread, gzip if accepted). Errors are a line of text, as every endpoint's, namin
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +30,7 @@ from aiohttp import web
 from ringtrace.collector.export.formats import Format
 from ringtrace.collector.foreign.offline import LoadedFile, load_file
 from ringtrace.collector.http.collector_api import COLLECTOR
-from ringtrace.collector.http.incident_query import parse_incident_query, parse_incidents_query
+from ringtrace.collector.http.incident_query import newest_first, parse_incident_query, parse_incidents_query
 from ringtrace.collector.http.query import QueryError, accepts_gzip, check_no_params
 from ringtrace.collector.http.snapshot_stream import stream_out
 from ringtrace.wire.errors import ProtocolError
@@ -59,10 +66,14 @@ async def _stored(use: Callable[..., _T], *args: Any) -> _T:
 
 
 async def incidents(request: web.Request) -> web.Response:
-    """The finished incidents' records that the query selects, newest first: ``{"incidents": [...]}``."""
+    """The incidents' records that the query selects (those being captured here, and the finished ones), newest
+    first: ``{"incidents": [...]}``."""
     query = _parsed(parse_incidents_query, request.query.items(), time.time_ns())
-    records = await _stored(request.app[COLLECTOR].incident_files.records)
-    document = {"incidents": query.select(records)}
+    collector = request.app[COLLECTOR]
+    records = await _stored(collector.incident_files.records)
+    finished = {record.get("id") for record in records}  # (one saved a moment ago may be under way still)
+    pending = [record for id_, record in collector.incidents_under_way().items() if id_ not in finished]
+    document = {"incidents": query.select(newest_first([*pending, *records]))}
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
 
@@ -71,10 +82,12 @@ async def incident(request: web.Request) -> web.StreamResponse:
     the filters of ``/snapshot`` select (all without one)."""
     collector = request.app[COLLECTOR]
     format_, selected = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
+    incident_id = request.match_info["id"]
+    if format_ is None:
+        return web.Response(body=orjson.dumps(await _record(request, incident_id)), content_type="application/json")
     missing = format_.missing() if format_.missing is not None else None
     if missing is not None:  # (parquet without pyarrow here)
         raise web.HTTPNotImplemented(text=f"{missing}\n")
-    incident_id = request.match_info["id"]
     path = await _snapshot_path(request, incident_id)
     if not collector.begin_snapshot():
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
@@ -94,6 +107,9 @@ async def incident_head(request: web.Request) -> web.Response:
     """What GET would answer with, but no work: the query and the id are checked, the file is not read."""
     format_, _ = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
     incident_id = request.match_info["id"]
+    if format_ is None:
+        await _record(request, incident_id)
+        return web.Response(content_type="application/json")
     await _snapshot_path(request, incident_id)
     gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
     return web.Response(headers=_headers(format_, incident_id, gzip))
@@ -110,17 +126,44 @@ async def delete_incident(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps({"deleted": incident_id}), content_type="application/json")
 
 
+async def _record(request: web.Request, incident_id: str) -> dict[str, Any]:
+    """The incident's record: the finished one, or the pending one of a capture under way here; else a 404."""
+    collector = request.app[COLLECTOR]
+    record = await _stored(collector.incident_files.record, incident_id)
+    if record is None:
+        record = collector.incidents_under_way().get(incident_id)
+    if record is None:
+        raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
+    return record
+
+
 async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
-    """The incident's snapshot file; a 404 that says why there is none (unknown id, or not saved)."""
-    files = request.app[COLLECTOR].incident_files
+    """The incident's snapshot file; a 409 if it is still being captured (with when it will be ready), a 404 that
+    says why there is none (unknown id, or not saved)."""
+    collector = request.app[COLLECTOR]
+    files = collector.incident_files
     path = await _stored(files.snapshot_path, incident_id)
     if path is not None:
         return path
+    pending = collector.incidents_under_way().get(incident_id)
+    if pending is not None:
+        raise _still_capturing(incident_id, pending["ready_wall_ns"])
     record = await _stored(files.record, incident_id)
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     why = record.get("failure") or "no snapshot file"
     raise _error(web.HTTPNotFound, f"incident {incident_id!r} has no snapshot: it was not saved ({why})")
+
+
+def _still_capturing(incident_id: str, ready_ns: int) -> web.HTTPException:
+    """409: the incident's window still runs; ``Retry-After`` is when it should be saved (its end, and a second)."""
+    retry_s = max(1, math.ceil((ready_ns - time.time_ns()) / 1e9) + 1)
+    ready = datetime.datetime.fromtimestamp(ready_ns / 1e9, datetime.UTC).isoformat(timespec="milliseconds")
+    message = (
+        f"incident {incident_id!r} is still being captured (pending): its window ends at {ready.replace('+00:00', 'Z')}"
+        f"; its snapshot is ready about a second later (retry after {retry_s} s; format=record answers its record now)"
+    )
+    return web.HTTPConflict(text=f"{message}\n", headers={"Retry-After": str(retry_s)})
 
 
 async def _load(request: web.Request, incident_id: str, path: Path) -> LoadedFile:

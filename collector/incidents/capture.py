@@ -33,7 +33,15 @@ from typing import Final
 from ringtrace.collector.store.ring import Removal, Store
 from ringtrace.collector.store.segments import INDEX_ENTRY, Segment
 
-__all__ = ["EVICTIONS_REMEMBERED", "OWNERS_REMEMBERED", "Capture", "CapturePins", "Window", "window_events"]
+__all__ = [
+    "EVICTIONS_REMEMBERED",
+    "OWNERS_REMEMBERED",
+    "Capture",
+    "CaptureHold",
+    "CapturePins",
+    "Window",
+    "window_events",
+]
 
 #: How many recent evictions are remembered per process, to count what a window lost before its rule fired.
 EVICTIONS_REMEMBERED: Final = 4096
@@ -236,3 +244,13 @@ class CapturePins:
         capture.pinned[segment.seq] = segment
         if segment.seq in self._charged:
             self._charged[segment.seq] += 1
+
+
+class CaptureHold:
+    """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
+
+    def __init__(self, pins: CapturePins, capture: Capture) -> None:
+        self._pins, self._capture = pins, capture
+
+    def unpin(self, segments: list[Segment]) -> None:
+        self._pins.release(self._capture)

@@ -23,17 +23,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.admission import AFTER_SLACK_S, Admission
-from ringtrace.collector.incidents.capture import Capture, CapturePins, Window
+from ringtrace.collector.incidents.capture import Capture, CaptureHold, CapturePins, Window
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.engine_needs import Viewer, Watch
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.firing_record import crash_firing, new_record, pending_trace, scope_processes
+from ringtrace.collector.incidents.firing_record import crash_firing, new_record, scope_processes
 from ringtrace.collector.incidents.incident_store import IncidentStore
+from ringtrace.collector.incidents.left_pending import Unsettled, ready_wall_ns, settle_left_pending
 from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
@@ -41,7 +42,6 @@ from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
@@ -81,16 +81,6 @@ class CapturesBusy(ConfigError):
     """``max_captures`` incidents are being captured: a new one must wait."""
 
 
-class _Held:
-    """A capture's segments as a snapshot's pins: closing the snapshot lets the capture go (``StoreSnapshot``)."""
-
-    def __init__(self, pins: CapturePins, capture: Capture) -> None:
-        self._pins, self._capture = pins, capture
-
-    def unpin(self, segments: list[Segment]) -> None:
-        self._pins.release(self._capture)
-
-
 async def _window_view(
     pins: CapturePins,
     viewer: Viewer,
@@ -103,7 +93,7 @@ async def _window_view(
     ``--jetstream``, what the stream holds of its processes (the local ring holds only what waits to be published:
     the stream is the fleet's ring, and is read, not pinned)."""
     if read_window is None:
-        frames = StoreSnapshot(_Held(pins, capture), pins.end(capture), None)
+        frames = StoreSnapshot(CaptureHold(pins, capture), pins.end(capture), None)
         return viewer.view_of(frames, *flushed), frozenset(capture.offsets)
     facts = {(p.pid, p.name, p.host) for uid, p in by_uid.items() if uid in capture.offsets}
     pins.release(capture)
@@ -172,6 +162,8 @@ class IncidentEngine:
         self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
         self._captures: set[asyncio.Task[None]] = set()
         self._tellings: set[asyncio.Task[None]] = set()  # webhooks told of saved incidents
+        #: The records of the incidents being captured (``pending``), by id, each with ``ready_wall_ns``.
+        self.under_way: dict[str, dict[str, Any]] = {}
         #: Set when the collector stops: captures under way write what they hold now.
         self._stopping = asyncio.Event()
 
@@ -184,12 +176,12 @@ class IncidentEngine:
         except OSError as exc:  # (the object store does not answer: its pending incidents wait for another start)
             log.warning("incidents: the pending incidents of %s cannot be read: %s", self.files.where, exc)
             left = []
-        for record in left:
-            try:
+        for record in left:  # (a window still running is written when it ends, its `after` part kept)
+            ready_ns = ready_wall_ns(record, self._registry, time.time_ns()) if self._read_window is None else None
+            if ready_ns is None:
                 await self._settle_pending(record)
-            except Exception:  # (one bad record must not keep the collector from starting)
-                self.counts.add(self.counts.failed, str(record.get("rule", "")))
-                log.exception("incidents: the pending incident %s could not be settled", record.get("id"))
+            else:
+                self._track(record["id"], ready_ns, record, self._settle_pending(record))
         self._follow(self.rules)
 
     async def stop(self) -> None:
@@ -351,11 +343,20 @@ class IncidentEngine:
             return None
         counts.add(counts.fired, rule.name)
         capture, record = self._begin(firing, rule, owners)
+        ready_ns = min(capture.window.until_ns, record["fired_wall_ns"] + rule.after_ns + int(AFTER_SLACK_S * 1e9))
         collect = self._collect(capture, record, rule, firing, time.monotonic())
-        task = asyncio.create_task(collect, name=f"incident {capture.incident_id}")
+        self._track(capture.incident_id, ready_ns, record, collect)
+        return capture.incident_id
+
+    def _track(
+        self, incident_id: str, ready_ns: int, record: dict[str, Any], collect: Coroutine[Any, Any, None]
+    ) -> None:
+        """Run ``collect``, the capture of ``incident_id``, listed as pending (``under_way``) until it ends."""
+        task = asyncio.create_task(collect, name=f"incident {incident_id}")
+        self.under_way[incident_id] = {**record, "status": "pending", "ready_wall_ns": ready_ns}
         self._captures.add(task)
         task.add_done_callback(self._captures.discard)
-        return capture.incident_id
+        task.add_done_callback(lambda _: self.under_way.pop(incident_id, None))
 
     def _begin(self, firing: Firing, rule: Rule, owners: set[int] | None) -> tuple[Capture, dict[str, Any]]:
         registry = self._registry
@@ -438,32 +439,21 @@ class IncidentEngine:
             await asyncio.to_thread(self.files.fail, record, reason)
 
     async def _settle_pending(self, record: dict[str, Any]) -> None:
-        """An incident a previous run fired but did not write (killed meanwhile): written from what the store
-        recovered of its window (a data dir), a ``trace`` scope narrowed as at any save, else failed, saying why."""
-        window = record.get("window") or {}
-        facts = {(p.get("pid"), p.get("name"), p.get("host")) for p in record.get("processes") or []}
-        by_facts = {(p.pid, p.name, p.host): p.uid for p in self._registry.by_uid.values()}
-        owners = {uid: self._registry.by_uid[uid].clock_offset_ns for key, uid in by_facts.items() if key in facts}
-        if not owners or "since_ns" not in window or "until_ns" not in window:
-            await self._failed(record, "the collector stopped before it was saved, and kept nothing of its window")
-            return
-        pins = self._ensure_pins()
-        capture = Capture(record["id"], Window(window["since_ns"], window["until_ns"]), owners)
-        pins.begin(capture)
-        segments = pins.end(capture)
-        if not segments:
-            pins.release(capture)
-            await self._failed(record, "the collector stopped before it was saved, and recovered nothing of its window")
-            return
-        view = self._viewer.view_of(StoreSnapshot(_Held(pins, capture), segments, None), 0, 0)
-        record = {**record, "collector_stopped": True}  # (saved after a restart: lost says what is known of it)
-        trace_id, trigger_owner = pending_trace(record, owners, by_facts)
-        keep = WindowSave(capture.window.since_ns, capture.window.until_ns, frozenset(owners), trace_id, trigger_owner)
+        """An incident a previous run fired but did not write (killed meanwhile): written when its window ends from
+        what the store recovered of it (a data dir) and its processes stored since (``left_pending.py``), else
+        failed, saying why."""
         rule = str(record.get("rule", ""))
         try:
-            written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
-        except OSError as exc:
-            await self._failed(record, f"{type(exc).__name__}: {exc}")
+            written = await settle_left_pending(
+                record, pins=self._ensure_pins(), registry=self._registry, viewer=self._viewer, files=self.files,
+                stopping=self._stopping, flush_timeout_s=FLUSH_TIMEOUT_S,
+            )  # fmt: skip
+        except (Unsettled, OSError) as exc:
+            await self._failed(record, str(exc) if isinstance(exc, Unsettled) else f"{type(exc).__name__}: {exc}")
+            return
+        except Exception:  # (one bad record must not keep the collector from starting)
+            self.counts.add(self.counts.failed, rule)
+            log.exception("incidents: the pending incident %s could not be settled", record.get("id"))
             return
         self.counts.add(self.counts.saved, rule)
         log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",

@@ -337,14 +337,26 @@ class Collector:
         self.incidents.engine.crashed(process)
 
     async def fire_incident(
-        self, reason: str, *, scope: Scope, before_ns: int, after_ns: int, selected: EventFilter | None
+        self,
+        reason: str,
+        *,
+        scope: Scope,
+        before_ns: int,
+        after_ns: int,
+        selected: EventFilter | None,
+        args: dict[str, Any] | None = None,
     ) -> str:
-        """``POST /incidents``: an incident now, of the processes ``selected`` (all, if None); returns its id."""
+        """``POST /incidents``: an incident now, of the processes ``selected`` (all, if None), its trigger event
+        carrying ``args``; returns its id."""
         processes = self.process_control.matching(selected) if selected is not None else None
         return await self.incidents.engine.fire_by_hand(
-            reason, scope=scope, before_ns=before_ns, after_ns=after_ns, selected=selected, args={},
+            reason, scope=scope, before_ns=before_ns, after_ns=after_ns, selected=selected, args=dict(args or {}),
             processes=processes,
         )  # fmt: skip
+
+    def incidents_under_way(self) -> dict[str, dict[str, Any]]:
+        """The records of the incidents being captured here (``pending``), by id, each with ``ready_wall_ns``."""
+        return self.incidents.engine.under_way
 
     def health(self) -> dict[str, Any]:
         """Liveness and a few gauges."""

@@ -4,6 +4,7 @@ incidents read back (its records over HTTP, an incident's events from its Chrome
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,11 @@ def stats(collector: CollectorProcess) -> dict[str, Any]:
     """``/stats``' incident totals and what the engine adds (rules, captures, their memory, counts per rule)."""
     everything = collector.json("/stats")
     return {**everything["incidents"], **everything["incident_engine"]}
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a collector restarted where its clients reconnect)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port

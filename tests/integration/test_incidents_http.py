@@ -119,7 +119,7 @@ def test_the_list_filters(served: Served) -> None:
 @pytest.mark.parametrize(
     ("query", "named"),
     [
-        ("?status=pending", "'status' must be one of saved, failed"),
+        ("?status=done", "'status' must be one of pending, saved, failed"),
         ("?limit=0", "'limit' must be a whole number"),
         ("?since=yesterday", "'since' must be wall-clock ns"),
         ("?colour=red", "unknown query parameter 'colour'"),

@@ -1,6 +1,7 @@
 // The incidents panel: what the collector's rules (or a program's tl.incident, or POST /incidents) saved, from
 // GET /incidents, newest first, refreshed now and then; clicking one opens it on the timeline in place of the live
-// store (GET /incidents/{id}?format=timeline), its trigger marked. A collector that keeps none (an older one) says
+// store (GET /incidents/{id}?format=timeline), its trigger marked. A pending one (its window still running) shows
+// when it will be ready, and opens once it is saved. A collector that keeps none (an older one) says
 // so once, and the panel stays quiet.
 
 import { clock } from "./sources.js";
@@ -73,16 +74,18 @@ export class IncidentsList {
       const row = document.createElement("tr");
       row.dataset.id = record.id;
       row.tabIndex = 0;
-      row.title = `open ${record.id} on the timeline`;
+      const pending = record.status === "pending";
+      row.title = pending ? `${record.id} is still being captured` : `open ${record.id} on the timeline`;
       row.classList.toggle("open", record.id === this.openId);
       row.classList.toggle("failed", record.status === "failed");
+      row.classList.toggle("pending", pending);
       const cells = [
         when(record.time_ns),
         record.rule || "–",
         record.reason || "",
         processesText(record.processes),
         record.events == null ? "–" : number.format(record.events),
-        record.status || "–",
+        pending ? `pending · ready ${clock(record.ready_wall_ns)}` : record.status || "–",
       ];
       for (const [i, text] of cells.entries()) {
         const cell = document.createElement("td");
@@ -90,7 +93,7 @@ export class IncidentsList {
         if (i === 4) cell.className = "num";
         row.append(cell);
       }
-      const open = () => { if (record.status !== "failed") this.onOpen(record.id); };
+      const open = () => { if (record.status !== "failed" && !pending) this.onOpen(record.id); };
       row.addEventListener("click", open);
       row.addEventListener("keydown", (event) => { if (event.key === "Enter") open(); });
       return row;

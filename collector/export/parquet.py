@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
+from ringtrace.collector.export.table_columns import INT_COLUMNS, STRING_COLUMNS, ColumnBuffers
 from ringtrace.collector.export.table_rows import DEFAULT_TABLE, TABLES, Columns, TableRows
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
@@ -101,7 +102,9 @@ def parquet_chunks(
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="snappy")
     try:
         for batch in rows.batches():
-            if batch is not None:
+            if isinstance(batch, ColumnBuffers):
+                writer.write_batch(_wrapped_batch(pa, batch, schema))
+            elif batch is not None:
                 writer.write_batch(_record_batch(pa, batch, schema))
             yield sink.take()
         writer.add_key_value_metadata({METADATA_KEY: orjson.dumps(rows.metadata())})
@@ -118,4 +121,23 @@ def _record_batch(pa: Any, batch: Columns, schema: Any) -> Any:
         else pa.array(batch[field.name], field.type)
         for field in schema
     ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _wrapped_batch(pa: Any, batch: ColumnBuffers, schema: Any) -> Any:
+    """The C writer's rows (``table_columns.py``), its buffers wrapped as Arrow arrays without a copy."""
+    rows = batch.rows
+    ints = dict(zip(INT_COLUMNS, batch.ints, strict=True))
+    strings = dict(zip(STRING_COLUMNS, batch.strings, strict=True))
+    arrays = []
+    for field in schema:
+        name = field.name
+        if name in ints:
+            arrays.append(pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(ints[name])]))
+        elif name in strings:
+            valid, offsets, data = strings[name]
+            buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
+            arrays.append(pa.Array.from_buffers(pa.string(), rows, buffers))
+        else:  # (category: no span the C writer takes has one)
+            arrays.append(pa.nulls(rows, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -8,10 +8,10 @@ A builder (a capsule from spans_builder()) gathers rows frame by frame (add_span
 over and starts again. add_spans() takes each event whose kind is a span and whose args are a map of string keys (or
 nil); its row: process, pid, host and track (the frame's, as given), name, start_ns, duration_ns, end_ns, args as
 JSON text (written as _chrome.c writes it), and trace_id, span_id and parent_span_id where args hold them as text
-(a key given twice counts with its last value, as msgpack-python keeps it). Instants and counters are no span: left
-out. Every other event (a traced call, a marker, an unknown kind or name, args that are no map or hold bytes, an
-extension type or a non-string key, times no clock gives) is left to the Python walk: flagged in the returned
-`deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row:
+(a key given twice counts with its last value, as msgpack-python keeps it): those of the columns the caller reads
+(`wanted`), the others left empty. Instants and counters are no span: left out. Every other event (a traced call, a
+marker, an unknown kind or name, args that are no map or hold bytes, an extension type or a non-string key, times no
+clock gives) is left to the Python walk: flagged in the returned `deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row:
 the Python walk reads it and decides, as it would alone.
 
 Columns: fixed-width ones as little-endian int64 values; strings as Arrow's int32 offsets and UTF-8 data, with a
@@ -165,6 +165,8 @@ end_value(Builder *b, Strings *s, int is_valid)
     }
 }
 
+#define WANTS(f, bit) (((f)->wanted >> (bit)) & 1u)
+
 static void
 put_text(Builder *b, int column, const char *s, size_t n)
 {
@@ -232,6 +234,8 @@ typedef struct {
     const char *where[3]; /* process, host, track */
     size_t where_len[3];
     int64_t pid;
+    unsigned long wanted; /* the columns written: bit i for ints[i], bit INTS + k for strings[k] */
+    int texts;            /* whether args are read (for themselves or the ids) */
     /* outputs */
     uint8_t *deferred;
     Py_ssize_t deferred_count;
@@ -280,6 +284,7 @@ add_rows(Frame *f)
         }
         Cursor args = e.args;
         int has_args = args.p < args.end && *args.p != 0xc0;
+        int write_args = has_args && f->texts;
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
         if (start < 0 || end < start || end > f->names_len || (has_args && !is_map)) {
             defer(f, i); /* an unknown string id (named as such), or args that are not a map */
@@ -287,7 +292,7 @@ add_rows(Frame *f)
         }
         Strings *text = &b->strings[ARGS_TEXT];
         size_t mark = text->data.len;
-        if (has_args) {
+        if (write_args) {
             int status = put_value(&args, &text->data, 0);
             if (status == BAD) {
                 return BAD;
@@ -298,28 +303,42 @@ add_rows(Frame *f)
                 continue;
             }
         }
-        end_value(b, text, has_args);
+        if (WANTS(f, INTS + ARGS_TEXT)) {
+            end_value(b, text, write_args);
+        }
+        else {
+            text->data.len = mark; /* written only to find the events the walk must show */
+        }
         const uint8_t *id[3];
         int64_t id_len[3];
-        if (has_args) {
+        if (write_args) {
             text_ids(e.args, id, id_len);
         }
         for (int k = 0; k < 3; k++) {
-            if (has_args && id[k] != NULL) {
+            if (!WANTS(f, INTS + TRACE_ID + k)) {
+                continue;
+            }
+            if (write_args && id[k] != NULL) {
                 put_text(b, TRACE_ID + k, (const char *)id[k], (size_t)id_len[k]);
             }
             else {
                 put_null(b, TRACE_ID + k);
             }
         }
-        put_text(b, PROCESS, f->where[0], f->where_len[0]);
-        put_text(b, HOST, f->where[1], f->where_len[1]);
-        put_text(b, TRACK, f->where[2], f->where_len[2]);
-        put_text(b, NAME_TEXT, f->names + start, (size_t)(end - start));
-        put_i64(&b->ints[PID], f->pid);
-        put_i64(&b->ints[START], (int64_t)wall);
-        put_i64(&b->ints[DURATION], (int64_t)e.dur);
-        put_i64(&b->ints[END], (int64_t)(wall + e.dur));
+        for (int k = 0; k < 3; k++) {
+            if (WANTS(f, INTS + PROCESS + k)) {
+                put_text(b, PROCESS + k, f->where[k], f->where_len[k]);
+            }
+        }
+        if (WANTS(f, INTS + NAME_TEXT)) {
+            put_text(b, NAME_TEXT, f->names + start, (size_t)(end - start));
+        }
+        int64_t ints[INTS] = {f->pid, (int64_t)wall, (int64_t)e.dur, (int64_t)(wall + e.dur)};
+        for (int k = 0; k < INTS; k++) {
+            if (WANTS(f, k)) {
+                put_i64(&b->ints[k], ints[k]);
+            }
+        }
         if (b->too_large) {
             return BAD;
         }
@@ -380,20 +399,21 @@ spans_builder(PyObject *module, PyObject *unused)
 
 PyDoc_STRVAR(add_spans_doc,
 "add_spans(builder, payload, count, columns, first_ts_ns, offset_ns, since_ns, until_ns, kinds, names, spans,\n"
-"          process, pid, host, track)\n"
+"          process, pid, host, track, wanted)\n"
 "--\n\n"
 "Add a stored EVENTS frame's spans to builder's rows: (rows, size, deferred), or None (no row added) when the Python\n"
 "walk must read the frame. rows: the builder's rows now; size: the bytes it holds; deferred: one byte per event, 1\n"
 "for each left to the Python walk (None if none is). columns: where kind, name, ts, dur and args are among the\n"
 "payload's 5 columns; kinds: a code per kind id (as _chrome.events_json's); names: UTF-8 strings end to end; spans:\n"
-"int64 start and end in names per string id (-1 for none); process, host, track: the rows' UTF-8 text.");
+"int64 start and end in names per string id (-1 for none); process, host, track: the rows' UTF-8 text; wanted:\n"
+"the columns to write, bit i for take_spans' ints[i], bit 4 + k for its strings[k] (the others are left empty).");
 
 static PyObject *
 add_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 15) {
-        PyErr_Format(PyExc_TypeError, "add_spans() takes 15 arguments (%zd given)", nargs);
+    if (nargs != 16) {
+        PyErr_Format(PyExc_TypeError, "add_spans() takes 16 arguments (%zd given)", nargs);
         return NULL;
     }
     Frame f;
@@ -414,6 +434,11 @@ add_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     f.pid = (int64_t)pid;
+    f.wanted = PyLong_AsUnsignedLongMask(args[15]);
+    if (f.wanted == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    f.texts = (f.wanted >> (INTS + ARGS_TEXT) & 15u) != 0; /* args, or an id found in them */
     Py_buffer views[7];
     PyObject *sources[7] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
     int held = 0;

@@ -18,6 +18,7 @@ def add_spans(
     pid: int,
     host: bytes,
     track: bytes,
+    wanted: int,
     /,
 ) -> tuple[int, int, bytes | None] | None: ...
 def take_spans(builder: Any, /) -> tuple[int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...]]: ...

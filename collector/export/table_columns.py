@@ -45,9 +45,10 @@ class ColumnBuffers(NamedTuple):
     """Rows of the spans table as Arrow buffers."""
 
     rows: int
-    #: Little-endian int64 values of each of ``INT_COLUMNS``.
+    #: Little-endian int64 values of each of ``INT_COLUMNS`` (empty: a column not filled).
     ints: tuple[bytes, ...]
-    #: (validity bitmap or None if no null, int32 offsets, UTF-8 data) of each of ``STRING_COLUMNS``.
+    #: (validity bitmap or None if no null, int32 offsets, UTF-8 data) of each of ``STRING_COLUMNS`` (as for one row
+    #: of none: a column not filled).
     strings: tuple[tuple[bytes | None, bytes, bytes], ...]
 
 
@@ -56,15 +57,21 @@ class FrameSpans:
 
     Args:
         since_ns, until_ns: the window spans must overlap (None: no bound), when a filter selects by times alone.
+        columns: the columns to fill (None: all); the others are left empty (the C writer neither copies the rows'
+            texts nor writes args as JSON text where none of args and the ids found there is read).
     """
 
-    def __init__(self, since_ns: int | None = None, until_ns: int | None = None) -> None:
+    def __init__(
+        self, since_ns: int | None = None, until_ns: int | None = None, *, columns: tuple[str, ...] | None = None
+    ) -> None:
         assert _tables is not None, "FrameSpans needs the C writer (ACCELERATED)"
         self._add = _tables.add_spans
         self._take = _tables.take_spans
         self._builder = _tables.spans_builder()
         self._since_ns = since_ns
         self._until_ns = until_ns
+        filled = (*INT_COLUMNS, *STRING_COLUMNS)
+        self._wanted = sum(1 << bit for bit, name in enumerate(filled) if columns is None or name in columns)
         #: Rows gathered, and the bytes they take.
         self.rows = 0
         self.size = 0
@@ -101,7 +108,7 @@ class FrameSpans:
             made = self._add(
                 self._builder, frame.payload, frame.count, self._columns, frame.first_ts_ns, process.clock_offset_ns,
                 self._since_ns, self._until_ns, self._codes, self._names, self._spans,
-                process.name.encode(), process.trace_pid, process.host.encode(), track_name.encode(),
+                process.name.encode(), process.trace_pid, process.host.encode(), track_name.encode(), self._wanted,
             )  # fmt: skip
         except (OverflowError, UnicodeEncodeError):  # times past 64 bits, a name Arrow cannot hold: the Python rows'
             return None

@@ -76,7 +76,8 @@ class TableRows:
     """The rows of ``table`` among the events ``selected``: ``batches()``, then what the walk reports.
 
     ``accelerated``: a frame's spans, instants and counters read column by column (``timeline_frames.py``), the
-    rest through the event walk; False reads every event through the walk (the same rows, slower).
+    rest through the event walk; False reads every event through the walk (the same rows, slower). ``columns``: those
+    that will be read (None: all); the C writer of spans fills only those.
 
     Raises:
         ValueError: ``table`` is none of ``TABLES``.
@@ -89,10 +90,12 @@ class TableRows:
         table: str = DEFAULT_TABLE,
         *,
         accelerated: bool = True,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         if table not in TABLES:
             raise ValueError(f"table must be one of {', '.join(TABLES)}, got {table!r:.80}")
         self.table = table
+        self._columns = columns
         self._walk = EventWalk(view, selected)
         self._accelerated = accelerated
 
@@ -102,7 +105,8 @@ class TableRows:
         spans is built (``table_columns.py``), most of the spans table's rows come as its Arrow buffers."""
         walk = self._walk
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
-        spans = FrameSpans(*walk.window) if fast is not None and ACCELERATED and self.table == "spans" else None
+        in_c = fast is not None and ACCELERATED and self.table == "spans"
+        spans = FrameSpans(*walk.window, columns=self._columns) if in_c else None
         rows = _Rows(self.table)
         for walked, _ in walk.walked():
             for events in _frame_events(walk, walked, fast, spans):

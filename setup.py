@@ -7,6 +7,7 @@
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
 - ``collector/export/_perfetto.c``: Perfetto packets of stored frames' common events, for snapshots.
+- ``collector/export/_tables.c``: the spans table's Arrow buffers of stored frames, for Parquet snapshots.
 - ``collector/incidents/_match.c``: the rules' first pass over stored frames, for incidents.
 - ``collector/read/_reach.c``: how far a stored frame's events reach past their starts, for windows.
   (All but the scan read the stored msgpack with ``collector/export/_msgpack_read.h``.)
@@ -74,7 +75,13 @@ setup(
         Extension(
             "ringtrace.collector.export._chrome",
             ["collector/export/_chrome.c"],
-            depends=["collector/export/_msgpack_read.h"],
+            depends=["collector/export/_msgpack_read.h", "collector/export/_json_write.h"],
+            optional=True,
+        ),
+        Extension(
+            "ringtrace.collector.export._tables",
+            ["collector/export/_tables.c"],
+            depends=["collector/export/_msgpack_read.h", "collector/export/_json_write.h"],
             optional=True,
         ),
         Extension(

@@ -5,10 +5,11 @@ A client subprocess records ``--n`` spans (8 names, one arg each) in a process n
 time, each in the same run:
 
   query        ``ringtrace query "SELECT name, count(*), quantile_cont(duration_ns, 0.99) FROM spans GROUP BY name"``
-               as a user runs it: a fresh interpreter (its imports), the spans table fetched as Parquet (GET
-               /snapshot?format=parquet&table=spans), DuckDB over it, the result printed
-  parquet      the same table fetched alone (GET /snapshot?format=parquet&table=spans, read whole): how much of the
-               query is the collector's writing of the table
+               as a user runs it: a fresh interpreter (its imports), the spans table's columns the SQL reads fetched
+               as Parquet (GET /snapshot?format=parquet&table=spans&columns=name,duration_ns), DuckDB over it, the
+               result printed
+  parquet      the same columns fetched alone (read whole): how much of the query is the collector's writing of them
+  parquet_all  the whole table (every column) fetched alone: a query that reads every column (SELECT *)
   chrome       GET /snapshot of the same selection as Chrome JSON, read whole: the baseline (ratio query / chrome)
 
 Also reported: the table's size against Chrome JSON's, and the rows a second each makes.
@@ -73,7 +74,8 @@ def bench(n: int, rounds: int) -> int:
         results = interleave(
             {
                 "query": lambda: run_query(running.http),
-                "parquet": lambda: fetch(base + "?format=parquet&table=spans"),
+                "parquet": lambda: fetch(base + "?format=parquet&table=spans&columns=name,duration_ns"),
+                "parquet_all": lambda: fetch(base + "?format=parquet&table=spans"),
                 "chrome": lambda: fetch(base),
             },
             rounds,

@@ -41,6 +41,8 @@ TWINNED = frozenset(
         "ringtrace.collector.export.chrome_frames",
         "ringtrace.collector.export.perfetto",
         "ringtrace.collector.export.perfetto_frames",
+        "ringtrace.collector.export.table_columns",
+        "ringtrace.collector.export.table_rows",
         "ringtrace.collector.ingest.scan",
         "ringtrace.collector.read.reach",
     }

@@ -2,7 +2,8 @@
 
 The tables the SQL names (``spans``, ``instants``, ``messages``, ``counters``, ``samples``: DuckDB's parser says which
 it reads) are fetched as Parquet, one request each with the same filters (``GET /snapshot?format=parquet&table=``),
-into a temporary directory, and read there by an in-process DuckDB as views of those names; the result is printed as
+with only the columns the SQL reads (``columns=``, ``columns_read``: every column where it cannot tell), into a
+temporary directory, and read there by an in-process DuckDB as views of those names; the result is printed as
 a table, or written whole as CSV or Parquet. DuckDB and pyarrow are the ``query`` extra's; the collector needs the
 ``tables`` extra's pyarrow to write the tables (it answers 501 naming it otherwise).
 """
@@ -25,7 +26,7 @@ from ringtrace.collector.command.output import output
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url
 from ringtrace.collector.export.table_rows import TABLES
 
-__all__ = ["DEFAULT_URL", "MAX_SHOWN_ROWS", "add_query_parser", "tables_named"]
+__all__ = ["DEFAULT_URL", "MAX_SHOWN_ROWS", "add_query_parser", "columns_read", "tables_named"]
 
 DEFAULT_URL: Final = "http://127.0.0.1:7701"
 #: Rows printed at most: more is a file's job (``--csv``, ``--parquet``).
@@ -71,6 +72,52 @@ def tables_named(duckdb: Any, sql: str) -> list[str]:
     return tables
 
 
+#: What in the SQL's syntax tree (DuckDB's ``json_serialize_sql``) reads columns it does not name: a star (or
+#: ``COLUMNS(...)``), a column by position, a join by like names (``USING``, ``NATURAL``), a pivot.
+_READS_UNNAMED: Final = frozenset({"STAR", "POSITIONAL_REFERENCE", "NATURAL", "PIVOT", "UNPIVOT"})
+
+
+def columns_read(duckdb: Any, sql: str, tables: list[str]) -> dict[str, tuple[str, ...] | None]:
+    """For each of ``tables``, the columns ``sql`` may read, in the table's order (None: all of them, where the SQL
+    reads one it does not name, a whole row, or it cannot be told). Every name the SQL's column references hold
+    counts, whichever table it belongs to: more than it reads at worst, never fewer; a table of which it names no
+    column (``count(*)``) gets one, for its rows."""
+    every: dict[str, tuple[str, ...] | None] = dict.fromkeys(tables)
+    try:
+        tree = json.loads(duckdb.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    except Exception:  # (an older DuckDB) every column
+        return every
+    if tree.get("error"):  # (not a SELECT: COPY, PRAGMA ...) every column
+        return every
+    names: set[str] = set()
+    rows: set[str] = set(tables)  # what names a whole row: the tables, and their aliases
+    nodes: list[Any] = [tree]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if _READS_UNNAMED.intersection(str(value) for value in node.values() if isinstance(value, str)):
+            return every
+        if node.get("using_columns"):
+            return every
+        if node.get("type") == "BASE_TABLE" and node.get("alias"):
+            rows.add(str(node["alias"]).lower())
+        if node.get("class") == "COLUMN_REF":
+            parts = [str(part).lower() for part in node.get("column_names", [])]
+            if len(parts) == 1 and parts[0] in rows:
+                return every
+            names.update(parts)
+        nodes.extend(node.values())
+    read: dict[str, tuple[str, ...] | None] = {}
+    for table in tables:
+        columns = tuple(column for column in TABLES[table] if column in names)
+        read[table] = columns or (TABLES[table][1],)  # (pid: a number, the cheapest to read)
+    return read
+
+
 def _query(args: argparse.Namespace) -> int:
     try:
         import duckdb
@@ -81,13 +128,18 @@ def _query(args: argparse.Namespace) -> int:
         filters.append(("flush_timeout_s", str(args.flush_timeout)))
     check_params(filters)
     tables = tables_named(duckdb, args.sql)
+    reads = columns_read(duckdb, args.sql, tables)
     access = Access(args)
     with tempfile.TemporaryDirectory(prefix="ringtrace-query-") as directory:
         connection = duckdb.connect()
         try:
             for table in tables:
                 path = Path(directory, f"{table}.parquet")
-                _fetch_table(args.url, [*filters, ("format", "parquet"), ("table", table)], access, path)
+                params = [*filters, ("format", "parquet"), ("table", table)]
+                columns = reads[table]
+                if columns is not None:
+                    params.append(("columns", ",".join(columns)))
+                _fetch_table(args.url, params, access, path)
                 quoted = str(path).replace("'", "''")
                 connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{quoted}')")
             _run(duckdb, connection, args, Path(directory))

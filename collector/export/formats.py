@@ -18,7 +18,7 @@ from typing import Final
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.flame_graph import flame_graph_chunks
 from ringtrace.collector.export.native import native_chunks
-from ringtrace.collector.export.parquet import missing_pyarrow, parquet_chunks
+from ringtrace.collector.export.parquet import missing_pyarrow, parquet_chunks, table_parquet_chunks
 from ringtrace.collector.export.perfetto import perfetto_chunks
 from ringtrace.collector.export.pprof import pprof_chunks
 from ringtrace.collector.export.table_rows import DEFAULT_TABLE, TABLES
@@ -44,8 +44,8 @@ __all__ = [
 
 #: What makes a format's bytes: the pieces of one document holding the events a filter selects, streamed.
 Writer = Callable[[SnapshotView, EventFilter], Iterator[bytes]]
-#: What makes one table of a format of tables: as ``Writer``, and the table's name.
-TableWriter = Callable[[SnapshotView, EventFilter, str], Iterator[bytes]]
+#: What makes one table of a format of tables: as ``Writer``, the table's name, and its columns (None: all).
+TableWriter = Callable[[SnapshotView, EventFilter, str, tuple[str, ...] | None], Iterator[bytes]]
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,18 @@ class Format:
     #: What says what to install for its writer where it is missing here (None: nothing it needs can be).
     missing: Callable[[], str | None] | None = None
 
-    def chunks(self, view: SnapshotView, selected: EventFilter, table: str | None = None) -> Iterator[bytes]:
-        """The writer's pieces: of ``table`` (None: the default) for a format of tables."""
-        if self.table_writer is None or table is None:
+    def chunks(
+        self,
+        view: SnapshotView,
+        selected: EventFilter,
+        table: str | None = None,
+        columns: tuple[str, ...] | None = None,
+    ) -> Iterator[bytes]:
+        """The writer's pieces: of ``table`` (None: the default) for a format of tables, only ``columns`` of it
+        (None: all)."""
+        if self.table_writer is None or (table is None and columns is None):
             return self.writer(view, selected)
-        return self.table_writer(view, selected, table)
+        return self.table_writer(view, selected, table or self.tables[0], columns)
 
 
 #: Every value of ``format``, the default first.
@@ -135,7 +142,7 @@ FORMATS: Final = {
             ),
             suffix=".parquet",
             tables=tuple(TABLES),
-            table_writer=parquet_chunks,
+            table_writer=table_parquet_chunks,
             missing=missing_pyarrow,
         ),
     )

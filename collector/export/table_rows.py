@@ -27,6 +27,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from ringtrace.collector.export.chrome import json_bytes, json_value
 from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
+from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers, FrameSpans
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
@@ -75,7 +76,8 @@ class TableRows:
     """The rows of ``table`` among the events ``selected``: ``batches()``, then what the walk reports.
 
     ``accelerated``: a frame's spans, instants and counters read column by column (``timeline_frames.py``), the
-    rest through the event walk; False reads every event through the walk (the same rows, slower).
+    rest through the event walk; False reads every event through the walk (the same rows, slower). ``columns``: those
+    that will be read (None: all); the C writer of spans fills only those.
 
     Raises:
         ValueError: ``table`` is none of ``TABLES``.
@@ -88,25 +90,34 @@ class TableRows:
         table: str = DEFAULT_TABLE,
         *,
         accelerated: bool = True,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         if table not in TABLES:
             raise ValueError(f"table must be one of {', '.join(TABLES)}, got {table!r:.80}")
         self.table = table
+        self._columns = columns
         self._walk = EventWalk(view, selected)
         self._accelerated = accelerated
 
-    def batches(self) -> Iterator[Columns | None]:
+    def batches(self) -> Iterator[Columns | ColumnBuffers | None]:
         """The rows in batches of at most about ``BATCH_ROWS`` (a frame's more), None between them now and then (a
-        frame read with nothing for this table: a reader may hand over its step all the same)."""
+        frame read with nothing for this table: a reader may hand over its step all the same). Where the C writer of
+        spans is built (``table_columns.py``), most of the spans table's rows come as its Arrow buffers."""
         walk = self._walk
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
+        in_c = fast is not None and ACCELERATED and self.table == "spans"
+        spans = FrameSpans(*walk.window, columns=self._columns) if in_c else None
         rows = _Rows(self.table)
         for walked, _ in walk.walked():
-            for events in _frame_events(walk, walked, fast):
+            for events in _frame_events(walk, walked, fast, spans):
                 rows.add(walked[0], walked[1], events)
+            if spans is not None and spans.full():
+                yield spans.take()
             yield rows.take() if rows.count >= BATCH_ROWS else None
         for process, track, (_, name, wall_ns, _, opened_args, category, async_id) in walk.still_open():
             rows.add(process, track, _Events("B", [name], [wall_ns], [-1], [opened_args], [category], [async_id]))
+        if spans is not None and spans.rows:
+            yield spans.take()
         if rows.count:
             yield rows.take()
 
@@ -132,15 +143,24 @@ class _Events(NamedTuple):
     ids: list[str] | None  # async ids; None: all ""
 
 
-def _frame_events(walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None) -> Iterator[_Events]:
-    """The selected events of one frame: those ``fast`` takes a column at a time, then the walk's of the rest (or
-    of all of it)."""
+def _frame_events(
+    walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None, spans: FrameSpans | None
+) -> Iterator[_Events]:
+    """The selected events of one frame: those ``spans`` (the C writer) or else ``fast`` takes a column at a time,
+    then the walk's of the rest (or of all of it)."""
     process, track, tables, frame = walked
     whole = fast is not None and walk.takes_whole(process, track, frame)
+    in_c = spans.add(tables, frame, process, track) if spans is not None and whole else None
     names: dict[str, int] = {}
-    taken = fast.take(tables, frame, process.clock_offset_ns, names) if fast is not None and whole else None
+    taken = None
+    if fast is not None and whole and in_c is None:
+        taken = fast.take(tables, frame, process.clock_offset_ns, names)
     only = None
-    if taken is not None:
+    if in_c is not None:
+        if in_c[0] is None:
+            return
+        only = in_c[0]
+    elif taken is not None:
         if taken.columns is not None:
             by_index = list(names)
             columns = taken.columns

@@ -151,7 +151,7 @@ async def _counted_snapshot(
                 view = await collector.snapshot(query.flush_timeout_s, query.filter)
             except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
                 raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
-            chunks = format_.chunks(view, query.filter, query.table)
+            chunks = format_.chunks(view, query.filter, query.table, query.columns)
             response, _ = await stream_out(request, view, chunks, _headers(format_, gzip), gzip)
             return response
     finally:

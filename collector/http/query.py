@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
+from ringtrace.collector.export.table_rows import TABLES
 from ringtrace.collector.read.selection import EventFilter, Pattern, unclosed_set
 from ringtrace.wire.message_format import PRIORITIES
 
@@ -72,6 +73,8 @@ class SnapshotQuery:
     flush_timeout_s: float
     #: For a format of tables (parquet): the table asked for (None: the default, or another format).
     table: str | None = None
+    #: For a format of tables: the columns asked for, in the table's order (None: all).
+    columns: tuple[str, ...] | None = None
 
 
 #: The format of tables, which ``table`` is for.
@@ -98,6 +101,7 @@ SNAPSHOT_PARAMETERS: Final = {
         f"with format={_TABLES_FORMAT.name}: one of {', '.join(_TABLES_FORMAT.tables)} "
         f"(default {_TABLES_FORMAT.tables[0]})"
     ),
+    "columns": f"with format={_TABLES_FORMAT.name}: the table's columns to write, comma-separated (default all)",
     "flush_timeout_s": "seconds to wait for connected clients to flush",
 }
 
@@ -107,14 +111,14 @@ STREAM_PARAMETERS: Final = {
     **{
         name: text
         for name, text in SNAPSHOT_PARAMETERS.items()
-        if name not in ("limit", "format", "table", "flush_timeout_s")
+        if name not in ("limit", "format", "table", "columns", "flush_timeout_s")
     },
     # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
     "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
 }
 #: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
 TIMELINE_PARAMETERS: Final = {
-    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("format", "table")
+    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("format", "table", "columns")
 }
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
 POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}
@@ -314,8 +318,9 @@ def parse_snapshot_query(
     )
     format_ = choice("format", values["format"], tuple(FORMATS)) if "format" in values else DEFAULT_FORMAT
     table = _table(FORMATS[format_].tables, values["table"]) if "table" in values else None
+    columns = _columns(FORMATS[format_].tables, table, values["columns"]) if "columns" in values else None
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
-    return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout, table)
+    return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout, table, columns)
 
 
 def _table(tables: tuple[str, ...], text: str) -> str:
@@ -323,6 +328,23 @@ def _table(tables: tuple[str, ...], text: str) -> str:
         formats = ", ".join(name for name, format_ in FORMATS.items() if format_.tables)
         raise QueryError(f"query parameter 'table' is for format={formats} only (one table per request)")
     return choice("table", text, tables)
+
+
+def _columns(tables: tuple[str, ...], table: str | None, text: str) -> tuple[str, ...]:
+    if not tables:
+        formats = ", ".join(name for name, format_ in FORMATS.items() if format_.tables)
+        raise QueryError(f"query parameter 'columns' is for format={formats} only")
+    named = table or tables[0]
+    columns = TABLES[named]
+    asked = {column.strip().lower() for column in text.split(",")} - {""}
+    if not asked:
+        raise QueryError(f"query parameter 'columns' must name at least one of {named}'s columns")
+    unknown = sorted(asked - set(columns))
+    if unknown:
+        raise QueryError(
+            f"query parameter 'columns': {named} has no column {unknown[0]!r:.80} (its columns: {', '.join(columns)})"
+        )
+    return tuple(column for column in columns if column in asked)
 
 
 def _trace_id(text: str) -> str:

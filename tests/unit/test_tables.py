@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from recorded_files import recorded, recorded_samples
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
+from ringtrace.collector.command.sql import columns_read
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS
 from ringtrace.collector.export.parquet import METADATA_KEY, missing_pyarrow, parquet_chunks
@@ -157,6 +158,43 @@ def test_the_table_parameter_takes_a_table_of_a_format_of_tables_only() -> None:
     with pytest.raises(QueryError, match=r"'table' is for format=parquet only"):
         parse_snapshot_query([("table", "spans")], now_ns=0)
     assert FORMATS["parquet"].tables[0] == "spans"
+
+
+def test_the_columns_parameter_takes_a_table_s_columns_of_a_format_of_tables_only() -> None:
+    def parsed(*params: tuple[str, str]) -> tuple[str, ...] | None:
+        return parse_snapshot_query([("format", "parquet"), *params], now_ns=0).columns
+
+    assert parsed(("columns", "duration_ns, Name")) == ("name", "duration_ns")  # the table's order
+    assert parsed(("table", "counters"), ("columns", "value")) == ("value",)
+    assert parsed() is None
+    with pytest.raises(QueryError, match=r"'columns': spans has no column 'ts_ns' \(its columns: process, pid, "):
+        parsed(("columns", "name,ts_ns"))
+    with pytest.raises(QueryError, match=r"'columns' must name at least one of spans's columns"):
+        parsed(("columns", " , "))
+    with pytest.raises(QueryError, match=r"'columns' is for format=parquet only"):
+        parse_snapshot_query([("columns", "name")], now_ns=0)
+
+
+@pytest.mark.parametrize(
+    ("sql", "read"),
+    [
+        ("SELECT name, count(*), quantile_cont(duration_ns, 0.99) FROM spans GROUP BY name", ("name", "duration_ns")),
+        ("SELECT s.name FROM spans s WHERE s.args LIKE '%x%' ORDER BY 1", ("name", "args")),
+        ("SELECT count(*) FROM spans", ("pid",)),  # (one column, for the rows)
+        ("SELECT * FROM spans", None),
+        ("SELECT * EXCLUDE (args) FROM spans", None),
+        ("SELECT COLUMNS('.*_ns') FROM spans", None),
+        ("SELECT s FROM spans s", None),  # a whole row
+        ("SELECT #2 FROM spans", None),
+        ("SELECT count(*) FROM spans JOIN spans AS t USING (pid)", None),
+        ("PIVOT spans ON name USING count(*)", None),
+        ("FROM spans", None),
+    ],
+)
+def test_the_query_command_asks_for_the_columns_its_sql_reads(sql: str, read: tuple[str, ...] | None) -> None:
+    import duckdb
+
+    assert columns_read(duckdb, sql, ["spans"]) == {"spans": read}
 
 
 def test_a_collector_without_pyarrow_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,24 @@
+# The C writer of the spans table's Arrow buffers (_tables.c); see table_columns.py.
+from typing import Any
+
+def spans_builder() -> Any: ...
+def add_spans(
+    builder: Any,
+    payload: bytes | memoryview,
+    count: int,
+    columns: tuple[int, ...],
+    first_ts_ns: int,
+    offset_ns: int,
+    since_ns: int | None,
+    until_ns: int | None,
+    kinds: bytes,
+    names: bytes | bytearray,
+    spans: Any,
+    process: bytes,
+    pid: int,
+    host: bytes,
+    track: bytes,
+    wanted: int,
+    /,
+) -> tuple[int, int, bytes | None] | None: ...
+def take_spans(builder: Any, /) -> tuple[int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...]]: ...

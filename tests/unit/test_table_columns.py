@@ -1,0 +1,233 @@
+"""The spans table's C writer (``export/table_columns.py``, ``_tables.c``) against the Python rows it stands in for
+(``table_rows.py`` read through the walk alone): the same rows and the same report, for any args, under filters and
+windows, in row groups, and for payloads that are not what they should be."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pyarrow.parquet as pq
+import pytest
+from arg_values import ARG_VALUES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from recorded_files import recorded
+from ringtrace.client import Timeline
+from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
+from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers
+from ringtrace.collector.export.table_rows import TableRows
+from ringtrace.collector.foreign.offline import load_file
+from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
+from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
+from ringtrace.wire.frames import Events, encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
+from tables_model import parquet_rows
+
+pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)
+
+
+def spans_alike(
+    view: SnapshotView, selected: EventFilter = EVERYTHING, columns: tuple[str, ...] | None = None
+) -> list[str]:
+    """Assert that the spans table (of ``columns``) is the same with the C writer and without, report and all; its
+    rows."""
+    files = [
+        b"".join(parquet_chunks(view, selected, "spans", accelerated=fast, columns=columns)) for fast in (True, False)
+    ]
+    fast, slow = (parquet_rows(data) for data in files)
+    assert fast == slow
+    reports = [json.loads(pq.ParquetFile(io.BytesIO(data)).metadata.metadata[METADATA_KEY]) for data in files]
+    assert reports[0] == reports[1]
+    assert pq.read_schema(io.BytesIO(files[0])) == pq.read_schema(io.BytesIO(files[1]))
+    return fast
+
+
+def rows_in_c(view: SnapshotView, selected: EventFilter = EVERYTHING) -> int:
+    """How many of the spans table's rows the C writer made."""
+    batches = TableRows(view, selected, "spans").batches()
+    return sum(batch.rows for batch in batches if isinstance(batch, ColumnBuffers))
+
+
+def mixed(tl: Timeline) -> None:
+    for i in range(400):
+        ids = {"trace_id": TRACE_ID, "span_id": f"{i:016x}"} if i % 4 == 0 else {}
+        with tl.scope("work", i=i, text='a"b\\c\nd ü ✓', **ids):
+            tl.instant("tick", f=i / 7)
+        with tl.scope("bare"):
+            pass
+        with tl.scope(f"bytes-{i % 3}", blob=b"\x00\xff"):  # (bytes: the Python rows')
+            pass
+        tl.counter("queue", i % 5)
+        tl.marker("phase", "start", step=i)
+        tl.marker("phase", "end")
+        if i % 100 == 0:
+            tl.flush(timeout_s=30)
+    tl.marker("never ended", "start")
+
+
+def test_spans_of_every_sort_are_the_python_rows_and_most_are_made_in_c(tmp_path: Path) -> None:
+    view = recorded(tmp_path, mixed)
+    rows = [json.loads(row) for row in spans_alike(view)]
+    assert len(rows) == 400 * 4 + 1
+    assert rows_in_c(view) == 800  # work and bare; not the spans with bytes, the markers' or the one never ended
+    work = [row for row in rows if row["name"] == "work"]
+    assert sum(row["trace_id"] == TRACE_ID for row in work) == 100
+    assert all(row["end_ns"] == row["start_ns"] + row["duration_ns"] and row["category"] is None for row in work)
+    assert {row["process"] for row in rows} == {"unit"} and {row["track"] for row in rows} == {"unit (MainThread)"}
+
+
+def test_filters_and_windows_select_the_same_spans(tmp_path: Path) -> None:
+    view = recorded(tmp_path, mixed)
+    starts = sorted(json.loads(row)["start_ns"] for row in spans_alike(view))
+    for selected in (
+        EventFilter(since_ns=starts[300], until_ns=starts[900]),
+        EventFilter(since_ns=starts[-5]),
+        EventFilter(until_ns=starts[10]),
+        EventFilter(limit=50),
+        EventFilter(name=Pattern("work")),
+        EventFilter(trace_id=TRACE_ID),
+        EventFilter(process=Pattern("nobody")),
+    ):
+        spans_alike(view, selected)
+    window = EventFilter(since_ns=starts[300], until_ns=starts[900])
+    assert 0 < rows_in_c(view, window) < 600
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [("name", "duration_ns"), ("pid",), ("trace_id", "span_id"), ("args",), ("process", "host", "track", "end_ns")],
+)
+def test_some_columns_are_those_of_the_whole_table(tmp_path: Path, columns: tuple[str, ...]) -> None:
+    view = recorded(tmp_path, mixed)
+    rows = spans_alike(view, columns=columns)
+    whole = [json.loads(row) for row in spans_alike(view)]
+    assert rows == sorted(json.dumps({key: row[key] for key in columns}, sort_keys=True) for row in whole)
+
+
+def test_row_groups_hold_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringtrace.collector.export import table_rows
+
+    monkeypatch.setattr(table_rows, "BATCH_ROWS", 64)
+    view = recorded(tmp_path, mixed)
+    spans_alike(view)
+    parquet = pq.ParquetFile(io.BytesIO(b"".join(parquet_chunks(view, EVERYTHING, "spans"))))
+    assert parquet.metadata.num_rows == 1601 and parquet.metadata.num_row_groups > 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    args=st.dictionaries(st.text(max_size=12), ARG_VALUES, max_size=5),
+    name=st.text(max_size=20),
+    ids=st.lists(st.sampled_from(["trace_id", "span_id", "parent_span_id"]), max_size=3),
+)
+def test_any_args_and_ids_are_the_python_rows(
+    tmp_path_factory: pytest.TempPathFactory, args: dict[str, Any], name: str, ids: list[str]
+) -> None:
+    carried = {**args, **{key: f"{key}-{len(args)}" for key in ids}}
+
+    def record(tl: Timeline) -> None:
+        with tl.scope(name, **carried):
+            pass
+        with tl.scope(name):
+            pass
+
+    view = recorded(tmp_path_factory.mktemp("args"), record)
+    assert len(spans_alike(view)) == 2
+
+
+# -- payloads that are not what they should be ------------------------------------------------------------------------
+
+
+def stream_with(tmp_path: Path, payloads: list[tuple[int, bytes]]) -> SnapshotView:
+    """A file of one stream whose EVENTS frames carry ``payloads`` ((count, payload) each) as given, on a track that
+    declares the spans and instants of a real encoder."""
+    encoder = StreamEncoder()
+    batch = encoder.encode(TRACK, [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}, INSTANT, "b", 10**18, 10**18, None])
+    frames = [preamble(), encode(Hello(1, "host", "bad", "i1", "boot", 1, 2, "test")), *encoder.prefix()]
+    frames += [*batch.control, *(frame for frame, _ in batch.events)]
+    for count, payload in payloads:
+        frames.append(encode(Events(TRACK.track_id, count, 10**18, 10**18 + 10, payload)))
+    path = tmp_path / "bad.rttrace"
+    path.write_bytes(b"".join(frames))
+    return load_file(path).view
+
+
+def ids_of_a_span(tmp_path: Path) -> tuple[int, int]:
+    """The kind id of a span and the string id of "a" in ``stream_with``'s stream."""
+    view = stream_with(tmp_path, [])
+    (segment,) = view.frames.segments
+    for _, frame in segment_stream(segment, view.limits):
+        if isinstance(frame, Events):
+            kinds, names = msgpack.unpackb(frame.payload)[:2]
+            return kinds[0], names[0]
+    raise AssertionError("no EVENTS frame")
+
+
+def columns(kinds: list[Any], names: list[Any], ts: list[Any], dur: list[Any], args: list[Any]) -> bytes:
+    return msgpack.packb([kinds, names, ts, dur, args])  # type: ignore[no-any-return]
+
+
+def test_odd_payloads_make_the_python_rows_and_the_same_report(tmp_path: Path) -> None:
+    (tmp_path / "ids").mkdir()
+    span, a = ids_of_a_span(tmp_path / "ids")
+
+    def with_args(raw: bytes, count: int = 1) -> bytes:
+        return columns([span] * count, [a] * count, list(range(count)), [3] * count, [None] * count)[:-count] + raw
+
+    good = columns([span, span], [a, a], [0, 1], [5, 7], [{"k": 1, "trace_id": "x"}, None])
+    payloads = [
+        (2, good),
+        (2, good + b"\x00"),  # trailing bytes
+        (3, good),  # a count the columns do not hold
+        (1, with_args(b"\x81\xa1\xff\x01")),  # a map key that is not UTF-8
+        (1, columns([span], [a], [True], [5], [None])),  # a bool is not an integer
+        (1, columns([span], [a], [0], [-5], [None])),  # a negative duration
+        (1, columns([span], [a], [2**63], [0], [None])),  # past what a wall clock gives
+        (1, columns([999], [a], [0], [0], [None])),  # a kind never declared
+        (1, columns([span], [12345], [0], [0], [None])),  # a string never declared
+        (1, columns([span], [a], [0], [0], [[1, 2]])),  # args that are not a map
+        (1, with_args(b"\x81\xa1e\xc7\x03\x05xyz")),  # an extension type
+        (1, with_args(b"\x81\x05\x01")),  # an int key
+        (1, with_args(b"\x82\xa8trace_id\xa1x\xa8trace_id\xa1y")),  # a key twice: the last counts
+        (1, with_args(b"\x82\xa8trace_id\xa1x\xa8trace_id\x05")),  # ... even when it is no text
+        (2, with_args(b"\x81\xa1k\x01\x81\xa1d" + b"\x91" * 40 + b"\x01", count=2)),  # deeper than the C writer goes
+    ]
+    view = stream_with(tmp_path, payloads)
+    rows = [json.loads(row) for row in spans_alike(view)]
+    assert {row["trace_id"] for row in rows} >= {"x", "y"}
+    assert rows_in_c(view) >= 4
+
+
+def test_a_payload_cut_anywhere_adds_no_row() -> None:
+    from ringtrace.collector.export import _tables  # here: not built everywhere
+
+    builder = _tables.spans_builder()
+    payload = columns([0, 0], [0, 0], [0, 1], [5, 7], [{"k": [1.5, "x" * 40], "trace_id": "t"}, None])
+    where = (b"p", 1, b"h", b"t")
+
+    def add(data: bytes, count: int = 2) -> Any:
+        spans = bytes(8) + (1).to_bytes(8, "little")  # string 0, "a": bytes 0 to 1 of names
+        return _tables.add_spans(
+            builder, data, count, (0, 1, 2, 3, 4), 10**18, 0, None, None, b"X", b"a", spans, *where, 0xFFF
+        )
+
+    made = add(payload)
+    assert made is not None and made[0] == 2 and made[2] is None
+    for cut in range(len(payload)):
+        assert add(payload[:cut]) is None
+        assert add(payload[:cut] + b"\xc1" * 3) is None
+    taken_rows, ints, strings = _tables.take_spans(builder)
+    assert taken_rows == 2 and ints[1] == (10**18).to_bytes(8, "little") + (10**18 + 1).to_bytes(8, "little")
+    valid, offsets, data = strings[4]  # args: the first row's, then a null
+    assert valid == b"\x01" and data == b'{"k":[1.5,"' + b"x" * 40 + b'"],"trace_id":"t"}'
+    assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, len(data), len(data)))
+    assert _tables.take_spans(builder)[0] == 0

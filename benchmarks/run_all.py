@@ -28,6 +28,7 @@ BENCHMARKS = {
     "ingest": ("bench_ingest.py", 1200),
     "jetstream": ("bench_jetstream.py", 900),
     "ingest_cpu": ("bench_ingest_cpu.py", 600),
+    "idle": ("bench_idle.py", 300),
     "export_json": ("bench_export_json.py", 300),
     "snapshot": ("bench_snapshot.py", 900),
     "query": ("bench_query.py", 900),

@@ -50,6 +50,9 @@ class HttpGuard:
         #: max_connections.
         self.timed_out = 0
         self.refused = 0
+        #: Requests begun since the start, and under way now (whether the collector is at work: ``loop_lag.py``).
+        self.requests = 0
+        self.in_flight = 0
         self.request_log = RequestLog(listener)
         self._refusals_logged = Repeats()
         why = f"{max_connections} connections open, the most ({limit}); retry later\n".encode()
@@ -90,13 +93,16 @@ class HttpGuard:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
         connection = self.connections.get(request.transport) if request.transport is not None else None
-        if connection is None:
-            return await handler(request)
-        connection.begin()
+        self.requests += 1
+        self.in_flight += 1
+        if connection is not None:
+            connection.begin()
         try:
             return await handler(request)
         finally:
-            connection.end()
+            self.in_flight -= 1
+            if connection is not None:
+                connection.end()
 
 
 class GuardedConnection(asyncio.Protocol):

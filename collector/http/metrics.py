@@ -63,8 +63,8 @@ class CollectorMetrics:
         )
         self.loop_lag_seconds = Histogram(
             "ringtrace_event_loop_lag_seconds",
-            "How much later than due the event loop ran a timer, looked at every 5 ms (a stall of S seconds shows as "
-            "S - 0.005 to S)",
+            "How much later than due the event loop ran a timer, looked at every 5 ms while the collector is at work "
+            "(a stall of S seconds shows as S - 0.005 to S), every 250 ms while it idles",
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )

@@ -46,7 +46,7 @@ from ringtrace.collector.service.incident_dir import close_incidents, incident_f
 from ringtrace.collector.service.incidents_setup import IncidentsSetup
 from ringtrace.collector.service.jetstream_tier import JetStreamTier
 from ringtrace.collector.service.local_store import LocalStore
-from ringtrace.collector.service.loop_lag import LoopLag
+from ringtrace.collector.service.loop_lag import Activity, LoopLag
 from ringtrace.collector.service.process_control import FORGOTTEN_PROCESS_BYTES, ProcessControl
 from ringtrace.collector.service.servers import Servers, host_port
 from ringtrace.collector.service.snapshots import Snapshots
@@ -138,10 +138,13 @@ class Collector:
         self.store = self.backend.store
         self.limits = self.backend.ingest_limits(_ingest_limits(config))
         self.metrics = CollectorMetrics(self)
-        self.loop_lag = LoopLag(self.metrics.loop_lag_seconds.observe)
         self.http_guard = HttpGuard(config.http_timeout_s, config.max_http_connections)
         #: The OTLP listener's connections, apart from the API's: a flood of exporters leaves ``/healthz`` answering.
         self.otlp_guard = HttpGuard(config.http_timeout_s, config.otlp_max_connections, "OTLP", "otlp_max_connections")
+        #: Watched finely while the collector is at work, coarsely while it idles (``loop_lag.py``).
+        self.loop_lag = LoopLag(
+            self.metrics.loop_lag_seconds.observe, Activity(self.traffic, (self.http_guard, self.otlp_guard))
+        )
         self.otlp: OtlpReceiver | None = None
         #: Where stored segments are read for snapshots and pops (``read/pool.py``).
         self.readers = reader_pool()

@@ -4,7 +4,9 @@ frames it opens with) or refused and counted; the open one ended (sealed, or dro
 A stream's segments double in size from ``MIN_SEGMENT_BYTES`` up to ``segment_bytes``: a quiet process holds little,
 a busy one pays for its prefix rarely. Their sizes are powers of two, so that the buffers of evicted segments fit new
 ones. A segment is larger when one frame and the session frames need it, and at least four times the session frames
-(a process with many kinds or strings would otherwise store mostly prefixes).
+(a process with many kinds or strings would otherwise store mostly prefixes). In a full ring a new segment takes a
+spare buffer up to the size segments grow to, the buffer of the oldest segment overwritten where there is no spare,
+rather than a fresh one (``_recycled``).
 """
 
 from __future__ import annotations
@@ -119,11 +121,33 @@ class StreamSegments:
         rather than a fresh one; room is made for a fresh one among the spare ones."""
         budget = self._budget
         spare = budget.buffers.spare_size(size, at_most=max(size, largest))
+        if spare == size and not budget.buffers.has(size):
+            spare = self._recycled(size, largest)
         if spare != size and budget.fits(owner, spare):
             size = spare
         if not budget.buffers.has(size):
             budget.buffers.trim(budget.free_bytes - size)
         return size
+
+    def _recycled(self, size: int, largest: int) -> int:
+        """The size of a spare buffer for a segment of ``size`` when there is none: under ring, with less than
+        ``largest`` left free beside it (the ring overwrites within the next segment or so anyway), the oldest sealed
+        segment is overwritten now if its buffer is larger than ``size`` and at most ``largest``, and that buffer is
+        the new segment's; else ``size`` (a fresh buffer). A new stream's small segments, as their sizes grow, were
+        fresh buffers while the ring was full of large ones (at 100 connections, hundreds a second): each cost a
+        zeroing and a page fault a page, and the spare it stood for was freed. The ring keeps at most ``largest``
+        less this way."""
+        budget = self._budget
+        holdings = budget.holdings
+        if budget.policy != "ring" or budget.process_cap is not None or not holdings.segments:
+            return size
+        if budget.free_bytes - size >= largest:
+            return size
+        oldest = holdings.oldest()
+        if oldest.seq in holdings.writers or oldest.pins or not size < oldest.size <= largest:
+            return size
+        budget.evict(oldest, "overwritten")
+        return oldest.size if budget.buffers.has(oldest.size) else size
 
     def _allocate(self, size: int) -> Buffer | str:
         """A buffer of ``size`` bytes for the next segment; or why there is none."""

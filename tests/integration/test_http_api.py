@@ -131,7 +131,7 @@ def test_stats_and_metrics_add_up_to_what_was_received(recorded: Any) -> None:
     assert metrics[("ringtrace_lost_events_total", (("reason", "overwritten"),))] == stats["overwritten_events"]
     assert metrics[("ringtrace_processes", ())] == 2
     assert metrics[("ringtrace_ingest_bytes_total", ())] >= stats["ingest_bytes"]
-    assert metrics[("ringtrace_event_loop_lag_seconds_count", ())] > 0  # looked at every 5 ms since it started
+    assert metrics[("ringtrace_event_loop_lag_seconds_count", ())] > 0  # looked at since it started
     assert 0 <= collector.json("/healthz")["event_loop_lag_max_ms"] < 60_000
     collector.snapshot()
     status, text = collector.get("/metrics")

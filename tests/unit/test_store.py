@@ -612,6 +612,26 @@ def test_a_new_stream_takes_a_spare_buffer_as_large_as_its_segments_grow_to_rath
         assert sum(segment.size for segment in snapshot.segments) <= store.capacity_bytes
 
 
+def test_a_new_stream_in_a_full_ring_with_no_spare_takes_the_oldest_segment_s_buffer_not_a_fresh_one() -> None:
+    # 7 of the busy stream's segments fit, and room for the newcomer's first one is left beside them.
+    store = Store(60 * MIN_SEGMENT_BYTES, 8 * MIN_SEGMENT_BYTES)
+    busy = Client(store, 1)
+    for _ in range(80):  # its segments grow to 8 * MIN_SEGMENT_BYTES, and fill the store
+        busy.record(0, 500)
+    store.buffers.trim(0)  # no spare buffer: the newcomer's first segment would be a fresh one of its own size
+    with store.snapshot() as snapshot:
+        oldest = min(snapshot.segments, key=lambda segment: segment.seq)
+        assert oldest.size == 8 * MIN_SEGMENT_BYTES
+    Client(store, 2).record(0, 1)
+    assert store.buffers.pooled_bytes == 0
+    with store.snapshot() as snapshot:
+        (newcomer,) = [segment for segment in snapshot.segments if segment.owner == 2]
+        assert newcomer.size == 8 * MIN_SEGMENT_BYTES  # the oldest one's buffer, overwritten a little early
+        assert oldest.seq not in {segment.seq for segment in snapshot.segments}
+        assert sum(segment.size for segment in snapshot.segments) <= store.capacity_bytes
+    assert_adds_up(store)
+
+
 def test_a_segment_a_walk_has_read_is_let_go_at_once_not_when_the_snapshot_closes() -> None:
     def held_while_a_snapshot_is_open(walked: bool) -> tuple[int, int]:
         """Bytes allocated while a snapshot is open: ingest evicts every segment it pinned, then goes on; and how

@@ -24,7 +24,7 @@ from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, check_params, filter_params
 from ringtrace.collector.command.output import output
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url
-from ringtrace.collector.export.table_rows import TABLES
+from ringtrace.collector.export.table_names import TABLES
 
 __all__ = ["DEFAULT_URL", "MAX_SHOWN_ROWS", "add_query_parser", "columns_read", "tables_named"]
 

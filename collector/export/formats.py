@@ -11,21 +11,17 @@ default, and its ``table_writer`` takes the one asked for (``chunks``). Its writ
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ringtrace.collector.export.chrome import chrome_trace_chunks
-from ringtrace.collector.export.flame_graph import flame_graph_chunks
-from ringtrace.collector.export.native import native_chunks
-from ringtrace.collector.export.parquet import missing_pyarrow, parquet_chunks, table_parquet_chunks
-from ringtrace.collector.export.perfetto import perfetto_chunks
-from ringtrace.collector.export.pprof import pprof_chunks
-from ringtrace.collector.export.table_rows import DEFAULT_TABLE, TABLES
-from ringtrace.collector.export.timeline_columns import timeline_chunks
-from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.export.table_names import DEFAULT_TABLE, TABLES, missing_pyarrow
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.wire.doc_blocks import marked_block, with_marked_block
+
+if TYPE_CHECKING:
+    from ringtrace.collector.read.frame_walk import SnapshotView
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -43,9 +39,22 @@ __all__ = [
 ]
 
 #: What makes a format's bytes: the pieces of one document holding the events a filter selects, streamed.
-Writer = Callable[[SnapshotView, EventFilter], Iterator[bytes]]
+Writer = Callable[["SnapshotView", EventFilter], Iterator[bytes]]
 #: What makes one table of a format of tables: as ``Writer``, the table's name, and its columns (None: all).
-TableWriter = Callable[[SnapshotView, EventFilter, str, tuple[str, ...] | None], Iterator[bytes]]
+TableWriter = Callable[["SnapshotView", EventFilter, str, tuple[str, ...] | None], Iterator[bytes]]
+
+
+def _imported_on_use(module: str, name: str) -> Any:
+    """The writer ``name`` of ``ringtrace.collector.export.<module>``, imported at its first call: the command line
+    checks a format's name on every run, and importing every writer took it about 0.4 s before it did anything."""
+    found: list[Callable[..., Iterator[bytes]]] = []
+
+    def write(*args: Any) -> Iterator[bytes]:
+        if not found:
+            found.append(getattr(importlib.import_module(f"ringtrace.collector.export.{module}"), name))
+        return found[0](*args)
+
+    return write
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ FORMATS: Final = {
         Format(
             "chrome",
             "application/json",
-            chrome_trace_chunks,
+            _imported_on_use("chrome", "chrome_trace_chunks"),
             help="Chrome trace JSON",
             doc="Chrome trace event JSON (the default), which Perfetto UI and chrome://tracing open",
             suffix=".json",
@@ -102,7 +111,7 @@ FORMATS: Final = {
         Format(
             "native",
             "application/octet-stream",
-            native_chunks,
+            _imported_on_use("native", "native_chunks"),
             help="a snapshot file",
             doc=(
                 "the store's own format, a stream per segment (`ringtrace.client.read_trace_streams` reads it; "
@@ -114,7 +123,7 @@ FORMATS: Final = {
         Format(
             "perfetto",
             "application/octet-stream",
-            perfetto_chunks,
+            _imported_on_use("perfetto", "perfetto_chunks"),
             help="a Perfetto trace",
             doc="Perfetto's protobuf trace format ([below](#perfetto)), which Perfetto UI opens natively",
             suffix=".pftrace",
@@ -122,7 +131,7 @@ FORMATS: Final = {
         Format(
             "pprof",
             "application/octet-stream",
-            pprof_chunks,
+            _imported_on_use("pprof", "pprof_chunks"),
             help="the samples as a pprof profile",
             doc=(
                 "the samples' stacks as a pprof profile, gzip-compressed, counted per stack, thread and asyncio task "
@@ -133,7 +142,7 @@ FORMATS: Final = {
         Format(
             "parquet",
             "application/vnd.apache.parquet",
-            parquet_chunks,
+            _imported_on_use("parquet", "parquet_chunks"),
             help="one table of typed rows (table=spans by default)",
             doc=(
                 f"one typed table of the events, as Apache Parquet: `table=` one of {', '.join(TABLES)} (default "
@@ -142,7 +151,7 @@ FORMATS: Final = {
             ),
             suffix=".parquet",
             tables=tuple(TABLES),
-            table_writer=table_parquet_chunks,
+            table_writer=_imported_on_use("parquet", "table_parquet_chunks"),
             missing=missing_pyarrow,
         ),
     )
@@ -153,7 +162,7 @@ DEFAULT_FORMAT: Final = "chrome"
 TIMELINE: Final = Format(
     "timeline",
     "application/json",
-    timeline_chunks,
+    _imported_on_use("timeline_columns", "timeline_chunks"),
     help="the web view's columns",
     doc="the selected events as compact columnar JSON, for the web view",
 )
@@ -162,7 +171,7 @@ TIMELINE: Final = Format(
 FLAME_GRAPH: Final = Format(
     "flamegraph",
     "application/json",
-    flame_graph_chunks,
+    _imported_on_use("flame_graph", "flame_graph_chunks"),
     help="the web view's flame graph",
     doc="the selected samples' stacks merged into one tree, for the web view's flame graph",
 )

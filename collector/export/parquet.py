@@ -14,14 +14,14 @@ from typing import Any, Final
 
 import orjson
 from ringtrace.collector.export.table_columns import INT_COLUMNS, STRING_COLUMNS, ColumnBuffers
-from ringtrace.collector.export.table_rows import DEFAULT_TABLE, TABLES, Columns, TableRows
+from ringtrace.collector.export.table_names import DEFAULT_TABLE, EXTRA, TABLES, missing_pyarrow
+from ringtrace.collector.export.table_rows import Columns, TableRows
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 
 __all__ = ["EXTRA", "METADATA_KEY", "missing_pyarrow", "parquet_chunks", "table_parquet_chunks", "table_schema"]
 
 #: The optional extra that brings pyarrow to the collector.
-EXTRA: Final = "tables"
 #: The Parquet file's key-value metadata key holding the snapshot's report.
 METADATA_KEY: Final = b"ringtrace"
 
@@ -34,15 +34,6 @@ _DICTIONARY: Final = (
     *("process", "pid", "host", "track", "name", "category", "kind", "priority", "series", "task", "leaf"),
     *(f"stack.list.element.{field}" for field in ("function", "file", "line")),
 )
-
-
-def missing_pyarrow() -> str | None:
-    """What to install for Parquet, if pyarrow is not importable here; None if it is."""
-    try:
-        import pyarrow.parquet  # noqa: F401 - (imported once: then a lookup in sys.modules)
-    except ImportError:
-        return f"format=parquet needs pyarrow in the collector: pip install 'ringtrace[{EXTRA}]'"
-    return None
 
 
 def table_schema(table: str, columns: tuple[str, ...] | None = None) -> Any:

@@ -28,6 +28,7 @@ import orjson
 from ringtrace.collector.export.chrome import json_bytes, json_value
 from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
 from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers, FrameSpans
+from ringtrace.collector.export.table_names import DEFAULT_TABLE, TABLES, WHERE_COLUMNS
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
@@ -42,30 +43,6 @@ BATCH_ROWS: Final = 1 << 17
 #: A batch of rows: column name -> its values.
 Columns = dict[str, list[Any]]
 
-#: Every row's first columns: who recorded it, and where.
-_WHERE: Final = ("process", "pid", "host", "track")
-
-#: Every table and its columns, in order (``parquet.py`` gives their types).
-TABLES: Final = {
-    "spans": (
-        *_WHERE,
-        "name",
-        "category",
-        "start_ns",
-        "duration_ns",
-        "end_ns",
-        "args",
-        "trace_id",
-        "span_id",
-        "parent_span_id",
-    ),
-    "instants": (*_WHERE, "name", "kind", "ts_ns", "args", "trace_id", "async_id"),
-    "messages": (*_WHERE, "ts_ns", "category", "priority", "text", "args", "trace_id"),
-    "counters": (*_WHERE, "name", "ts_ns", "series", "value"),
-    "samples": (*_WHERE, "ts_ns", "task", "leaf", "stack"),
-}
-#: What ``table`` is when not given.
-DEFAULT_TABLE: Final = "spans"
 
 #: The walk's categories that are no message's (a message's category is its kind's name).
 _NOT_MESSAGES: Final = frozenset({"", "incident", "async", "call", "sample"})
@@ -179,7 +156,7 @@ def _from_shown(shown: list[Shown]) -> _Events:
     return _Events("".join(phases), list(names), list(starts), list(durations), list(args), list(categories), list(ids))
 
 
-#: A table's own columns (those after ``_WHERE``), in ``TABLES`` order, of as many rows each.
+#: A table's own columns (those after ``WHERE_COLUMNS``), in ``TABLES`` order, of as many rows each.
 _Own = Sequence[Sequence[Any]]
 
 
@@ -190,7 +167,7 @@ class _Rows:
         self.table = table
         self.columns: Columns = {name: [] for name in TABLES[table]}
         self.count = 0
-        self._own = TABLES[table][len(_WHERE) :]
+        self._own = TABLES[table][len(WHERE_COLUMNS) :]
         self._build = _BUILDERS[table]
 
     def take(self) -> Columns:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
-from ringtrace.collector.export.table_rows import TABLES
+from ringtrace.collector.export.table_names import TABLES
 from ringtrace.collector.read.selection import EventFilter, Pattern, unclosed_set
 from ringtrace.wire.message_format import PRIORITIES
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, recorded_collector
 from ringtrace.collector.command.main import main
-from ringtrace.collector.export.table_rows import TABLES
+from ringtrace.collector.export.table_names import TABLES
 from tables_model import chrome_table, parquet_rows
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.

@@ -24,8 +24,9 @@ from ringtrace.collector.command.main import main
 from ringtrace.collector.command.sql import columns_read
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS
-from ringtrace.collector.export.parquet import METADATA_KEY, missing_pyarrow, parquet_chunks
-from ringtrace.collector.export.table_rows import TABLES, TableRows
+from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
+from ringtrace.collector.export.table_names import TABLES, missing_pyarrow
+from ringtrace.collector.export.table_rows import TableRows
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.http.api import available
 from ringtrace.collector.http.query import QueryError, parse_snapshot_query

@@ -3,6 +3,7 @@
 - ``client/speedups/``: the recording hot path, one file a job (see speedups.h); it takes its Keywords type from the
   packer at import, and is built with the packer's headers.
 - ``client/functions/tracer/``: the function tracer (``ringtrace.client._functions``), one file a job (see tracer.h).
+- ``client/clock/``: the TSC read as the monotonic clock (tsc_clock.h), compiled into both of the above.
 - ``wire/packer/``: the stream encoder's inner loop, one file a job (see packer.h).
 - ``collector/ingest/_scan.c``: the collector's check and index of a run of EVENTS frames where they were read.
 - ``collector/export/_chrome.c``: Chrome JSON of stored frames' common events, for snapshots.
@@ -30,6 +31,7 @@ from setuptools.command.build_py import build_py
 SPEEDUPS = Path("client/speedups")
 PACKER = Path("wire/packer")
 FUNCTION_TRACER = Path("client/functions/tracer")
+TSC_CLOCK = Path("client/clock")  # the TSC read as the monotonic clock: compiled into both of the above
 
 
 FLEET_SWITCH = Path("client/launch/ringtrace-fleet-switch.pth")
@@ -59,15 +61,16 @@ setup(
     ext_modules=[
         Extension(
             "ringtrace.client._speedups",
-            files(SPEEDUPS, ".c"),
-            include_dirs=[str(PACKER)],
-            depends=files(SPEEDUPS, ".h") + files(PACKER, ".h"),
+            files(SPEEDUPS, ".c") + files(TSC_CLOCK, ".c"),
+            include_dirs=[str(PACKER), str(TSC_CLOCK)],
+            depends=files(SPEEDUPS, ".h") + files(PACKER, ".h") + files(TSC_CLOCK, ".h"),
             optional=True,
         ),
         Extension(
             "ringtrace.client._functions",
-            files(FUNCTION_TRACER, ".c"),
-            depends=files(FUNCTION_TRACER, ".h"),
+            files(FUNCTION_TRACER, ".c") + files(TSC_CLOCK, ".c"),
+            include_dirs=[str(TSC_CLOCK)],
+            depends=files(FUNCTION_TRACER, ".h") + files(TSC_CLOCK, ".h"),
             optional=True,
         ),
         Extension("ringtrace.wire._packer", files(PACKER, ".c"), depends=files(PACKER, ".h"), optional=True),

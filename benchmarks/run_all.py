@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = {
     "span": ("bench_span.py", 600),
     "model": ("bench_model.py", 600),
+    "scope_floor": ("bench_scope_floor.py", 600),
     "client_memory": ("bench_client_memory.py", 600),
     "e2e": ("bench_e2e.py", 900),
     "args": ("bench_args.py", 900),

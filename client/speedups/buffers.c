@@ -5,10 +5,10 @@
 
 /* now_ns() as a new int, or NULL with an exception set. */
 PyObject *
-now_ns_object(void)
+now_ns_object(ModuleState *state)
 {
     int64_t now;
-    return now_ns(&now) < 0 ? NULL : PyLong_FromLongLong(now);
+    return now_ns(state, &now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
 /* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already. Steals the

@@ -48,7 +48,7 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
            visits it. */
         if (atoms) PyObject_GC_UnTrack(tuple);
     }
-    stamp = tuple == NULL ? NULL : now_ns_object();
+    stamp = tuple == NULL ? NULL : now_ns_object(self->core->state);
     if (stamp == NULL) {
         Py_XDECREF(tuple);
         return unrecorded(self->core);

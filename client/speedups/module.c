@@ -8,6 +8,11 @@ static PyMethodDef module_methods[] = {
      "the Python side; returns whether the running loop is read from the thread state, without a call."},
     {"running_loop", module_running_loop, METH_NOARGS,
      "running_loop(): this thread's running asyncio loop (or None), as the recorder finds it."},
+    {"clock_ns", module_clock_ns, METH_NOARGS, "clock_ns(): the recorder's clock now, in monotonic ns."},
+    {"clock_source", module_clock_source, METH_NOARGS,
+     "clock_source(): 'tsc' where the recorder reads the TSC (turned into monotonic ns), else 'monotonic'."},
+    {"clock_offset", module_clock_offset, METH_NOARGS,
+     "clock_offset(): (low, high), the ns between which the recorder's clock less the monotonic clock lies now."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
     {"take_samples", (PyCFunction)(void (*)(void))take_samples, METH_FASTCALL,
@@ -119,6 +124,7 @@ static int
 module_exec(PyObject *module)
 {
     ModuleState *state = PyModule_GetState(module);
+    recorder_clock_start(&state->clock);
     if ((state->recorder_core_type = add_type(module, &core_spec, NULL)) == NULL ||
         (state->scope_type = add_type(module, &scope_spec, NULL)) == NULL ||
         (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||

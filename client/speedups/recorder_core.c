@@ -92,7 +92,7 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         PyErr_Format(PyExc_TypeError, "instant() takes one positional argument, the name (%zd given)", nargs);
         return NULL;
     }
-    stamp = now_ns_object();
+    stamp = now_ns_object(self->state);
     if (stamp == NULL) return unrecorded(self);
     kwargs = keywords_new(self->state, args + nargs, kwnames);
     if (kwargs == NULL) {
@@ -130,7 +130,7 @@ core_push(RecorderCore *self, PyObject *event)
         PyErr_Clear();
         return PyObject_CallMethodOneArg((PyObject *)self, self->state->str_not_an_event, event); /* counted, warned */
     }
-    stamp = now_ns_object();
+    stamp = now_ns_object(self->state);
     if (stamp == NULL) {
         Py_DECREF(kind);
         Py_DECREF(label);

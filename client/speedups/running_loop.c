@@ -3,6 +3,21 @@
 
 #include "speedups.h"
 
+#if PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
+/* CPython 3.13 allocates every thread state as a _PyThreadStateImpl (Include/internal/pycore_tstate.h), whose first
+   field after the public PyThreadState is asyncio's running loop (a strong reference, or NULL), set by its C module's
+   _set_running_loop and read by its get_running_loop. The internal header is not for extensions: the word is read at
+   that offset, and only once configure()'s probe saw asyncio's setter write it there (probe_loop_slot). */
+#define LOOP_SLOT 1
+static inline PyObject *
+loop_slot(PyThreadState *tstate)
+{
+    return *(PyObject **)((char *)tstate + sizeof(PyThreadState));
+}
+#else
+#define LOOP_SLOT 0
+#endif
+
 /* This thread's running asyncio loop, as asyncio.events._get_running_loop() answers (a new reference; None: none),
    or NULL with an exception set. Where configure() saw asyncio keep it in the thread state dict (CPython 3.11 and
    3.12, with asyncio's C module), a thread whose dict has nothing or None under the key runs no loop, and that is
@@ -12,6 +27,12 @@
 PyObject *
 running_loop(ModuleState *state)
 {
+#if LOOP_SLOT
+    if (state->running_loop_in_slot) {
+        PyObject *loop = loop_slot(PyThreadState_Get());
+        return Py_NewRef(loop == NULL ? Py_None : loop);
+    }
+#endif
     if (state->running_loop_in_dict) {
         PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL: there is none, and none could be made */
         if (dict != NULL) {
@@ -128,9 +149,63 @@ failed:
     return 0;
 }
 
+#if LOOP_SLOT
+/* 3.13: whether asyncio's `set_loop` writes the running loop into the thread state's slot (see loop_slot): a loop of
+   the probe's own set, then none, each read back from the slot and from asyncio; the thread's running loop set back
+   as found. 1 or 0, or -1 with an exception set that is not an Exception (any other makes the answer no). */
+static int
+probe_loop_slot(ModuleState *state, PyObject *set_loop)
+{
+    PyThreadState *tstate = PyThreadState_Get();
+    PyObject *before, *mine = NULL, *result, *answer, *type = NULL, *value = NULL, *tb = NULL;
+    int found = -1;
+    if (set_loop == Py_None) return 0;
+    if ((before = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto failed;
+    if (loop_slot(tstate) != (before == Py_None ? NULL : before)) {
+        found = 0; /* the slot does not hold what asyncio answers: not asyncio's, not touched */
+        Py_DECREF(before);
+        return found;
+    }
+    if ((mine = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL) goto restore;
+    if ((result = PyObject_CallOneArg(set_loop, mine)) == NULL) goto restore;
+    Py_DECREF(result);
+    if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto restore;
+    found = answer == mine && loop_slot(tstate) == mine;
+    Py_DECREF(answer);
+    if (found == 1) {
+        if ((result = PyObject_CallOneArg(set_loop, Py_None)) == NULL) goto restore;
+        Py_DECREF(result);
+        if ((answer = PyObject_CallNoArgs(state->get_running_loop)) == NULL) goto restore;
+        found = answer == Py_None && loop_slot(tstate) == NULL;
+        Py_DECREF(answer);
+    }
+restore:
+    if (found < 0) PyErr_Fetch(&type, &value, &tb);
+    result = PyObject_CallOneArg(set_loop, before); /* back as it was, whatever the probe found */
+    Py_DECREF(before);
+    Py_XDECREF(mine);
+    if (result == NULL) {
+        if (type != NULL) { /* the first error is the one to report */
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        }
+        found = -1;
+    }
+    else {
+        Py_DECREF(result);
+        if (type != NULL) PyErr_Restore(type, value, tb);
+    }
+    if (found >= 0) return found;
+failed:
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+#endif
+
 /* configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): returns whether current_events()
-   reads the running loop from the thread state (see running_loop); without set_running_loop (or with None) it asks
-   get_running_loop on every event. */
+   reads the running loop from the thread state or its dict (see running_loop); without set_running_loop (or with
+   None) it asks get_running_loop on every event. */
 PyObject *
 configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -142,11 +217,18 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     state->running_loop_in_dict = 0; /* until the probe says so */
+    state->running_loop_in_slot = 0;
     state->loop_free_dict = NULL;
     Py_XSETREF(state->get_running_loop, Py_NewRef(args[0]));
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
     Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
     Py_XSETREF(state->wake, Py_NewRef(args[3]));
+#if LOOP_SLOT
+    found = nargs == 5 ? probe_loop_slot(state, args[4]) : 0;
+    if (found < 0) return NULL;
+    state->running_loop_in_slot = found;
+    if (found) return Py_NewRef(Py_True);
+#endif
     found = nargs == 5 ? probe_loop_key(state, args[4]) : 0;
     if (found < 0) return NULL;
     state->running_loop_in_dict = found;

@@ -7,7 +7,7 @@ static PyObject *
 scope_enter(Scope *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->events == NULL) return Py_NewRef(self); /* cleared by the garbage collector: keeps nothing */
-    self->entered = now_ns(&self->start_ns) == 0;
+    self->entered = now_ns(self->core->state, &self->start_ns) == 0;
     if (!self->entered && count_unrecorded(&self->core->unrecorded) < 0) return NULL;
     return Py_NewRef(self);
 }
@@ -41,8 +41,8 @@ scope_exit(Scope *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t end_ns;
     int clock;
     if (self->events == NULL || !self->entered) Py_RETURN_FALSE; /* keeps nothing: loses nothing */
-    clock = now_ns(&end_ns);
     state = self->core->state;
+    clock = now_ns(state, &end_ns);
     end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
     start = end == NULL ? NULL : PyLong_FromLongLong(self->start_ns);
     if (start == NULL) {

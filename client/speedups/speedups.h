@@ -12,16 +12,17 @@ What it does, and why it is safe to do it this way:
   asks the Python side, Timeline._thread_events(). _forget_recorders() drops the cache whenever the Python side
   changes its state (listeners, close, fork), and a generation counter keeps an answer computed across such a change
   from being cached.
-- Whether an asyncio loop runs (a task's events go to its lane) is read from the thread state dict where asyncio keeps
-  it (CPython 3.11 and 3.12, as configure() checks): a thread with nothing there runs none. Where something is there,
-  and on other versions, asyncio is asked.
+- Whether an asyncio loop runs (a task's events go to its lane) is read where asyncio keeps it, as configure()
+  checks: the thread state dict (CPython 3.11 and 3.12: a thread with nothing there runs none; where something is
+  there, asyncio is asked), or the thread state itself (3.13). On other versions asyncio is asked.
 - An event lands whole or not at all: every object it needs is allocated first (allocation may run the garbage
   collector, hence Python code, hence another thread), then the five values go into the list with no allocation and
   no Python code in between, so the flusher's drain never sees part of an event.
 - A buffer holds at most the timeline's max_buffered_events: the list's own size is the count, checked as the event
   is appended, so a thread that outruns the flusher has what does not fit refused and counted (unrecorded), as the
   Python twin does, instead of growing its buffer until the flusher's next pass.
-- Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on.
+- Timestamps are CLOCK_MONOTONIC in ns, which is what time.monotonic_ns() reads on the platforms this builds on;
+  where the kernel's clocksource is the TSC, they are the TSC turned into those ns as it is read (recorder_clock.c).
 - instant() keeps its keyword arguments as a Keywords (the call's names tuple and values, one object), not as the
   dict the Python twin records: the packers write it as that dict's map, and Python code reads the dict through
   as_dict() (keyword_args.py). A run list take_runs() makes (while the flusher holds it: tracked() again
@@ -31,7 +32,7 @@ What it does, and why it is safe to do it this way:
 - The packers, and the Keywords type, are the wire package's (ringtrace.wire._packer, wire/packer/): this module
   takes Keywords from there at its import.
 
-The files, one job each: buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
+The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
 recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), samples.c (the
 sampler's pass over the threads), module.c (the module). */
 
@@ -54,6 +55,19 @@ sampler's pass over the threads), module.c (the module). */
 
 #include "wire_constants.h"
 #include "keywords.h"
+#include "tsc_clock.h"
+
+/* The recorder's clock (recorder_clock.c): CLOCK_MONOTONIC ns, read from the TSC where use_tsc is set, by the line
+   through the last anchor at the rate measured between two earlier ones. */
+typedef struct {
+    int64_t anchor_ticks, anchor_ns; /* the last anchor: read again once `refresh_ticks` ticks past it */
+    uint64_t refresh_ticks;
+    uint64_t ns_per_tick_q32;        /* ns per tick, times 2^32; since < refresh_ticks keeps the product in 64 bits */
+    int64_t last_ns;                 /* the latest time handed out: none after it is earlier */
+    TscAnchor rate_from;             /* where the next measure of the rate starts */
+    int64_t calibrate_at_ns;         /* the monotonic clock's reading at which the first rate is measured; 0: done */
+    int use_tsc;
+} RecorderClock;
 
 /* Everything the module keeps is per module object, so per interpreter: a sub-interpreter that imports ringtrace
    configures its own module, and the main interpreter's recorder goes on with what it configured. */
@@ -64,6 +78,7 @@ typedef struct {
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
     int running_loop_in_dict;   /* configure() saw asyncio keep the running loop under that key */
+    int running_loop_in_slot;   /* 3.13: configure() saw asyncio keep it in the thread state (see running_loop) */
     PyObject *probe_kept;       /* what configure()'s probes took out of their thread's dict (see probe_loop_key) */
     PyObject *loop_free_dict;   /* the thread state dict last seen without a running loop (compared, never used)... */
     uint64_t loop_free_version; /* ...as it was then (see running_loop) */
@@ -75,21 +90,50 @@ typedef struct {
         *str_not_an_event, *str_on, *str_marker;
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name;
+    RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
 /* The module's definition: a type finds its module (and so the state) by it. */
 extern struct PyModuleDef speedups_module;
 
-/* The time in ns, or -1 with OSError set (a clock that cannot be read: the event is counted as unrecorded). */
+/* recorder_clock.c, the clock's slow paths: the anchor read again, the first rate measured (each returns the
+   monotonic clock's ns as read); and its start, at the module's. */
+#pragma GCC visibility push(hidden)
+int64_t recorder_clock_reanchor(RecorderClock *clock);
+int64_t recorder_clock_calibrate(RecorderClock *clock, int64_t now);
+void recorder_clock_start(RecorderClock *clock);
+#pragma GCC visibility pop
+
+/* The time in ns, or -1 with OSError set (a clock that cannot be read: the event is counted as unrecorded). Never
+   earlier than a time it returned before (in this interpreter: the GIL orders the reads), so that an end is never
+   before its start, whichever anchor each was read by. */
 static inline int
-now_ns(int64_t *out)
+now_ns(ModuleState *state, int64_t *out)
 {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+    RecorderClock *clock = &state->clock;
+    int64_t ns;
+#if RT_TSC
+    if (clock->use_tsc) {
+        uint64_t since = (uint64_t)__rdtsc() - (uint64_t)clock->anchor_ticks; /* before the anchor: huge */
+        ns = since < clock->refresh_ticks
+                 ? clock->anchor_ns + (int64_t)((since * clock->ns_per_tick_q32) >> 32)
+                 : recorder_clock_reanchor(clock);
     }
-    *out = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    else
+#endif
+    {
+        ns = tsc_clock_monotonic_ns();
+        if (ns < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+#if RT_TSC
+        if (clock->calibrate_at_ns != 0 && ns >= clock->calibrate_at_ns) ns = recorder_clock_calibrate(clock, ns);
+#endif
+    }
+    if (ns < clock->last_ns) ns = clock->last_ns;
+    clock->last_ns = ns;
+    *out = ns;
     return 0;
 }
 
@@ -127,13 +171,18 @@ typedef struct {
 extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec;
 
 /* buffers.c */
-PyObject *now_ns_object(void);
+PyObject *now_ns_object(ModuleState *state);
 int append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit);
 PyObject *current_events(RecorderCore *self);
 int count_unrecorded(Py_ssize_t *counter);
 PyObject *unrecorded(RecorderCore *self);
 int wake_flusher(RecorderCore *self);
 PyObject *record_instant(RecorderCore *self, PyObject *kind, PyObject *label, PyObject *stamp, PyObject *args);
+
+/* recorder_clock.c */
+PyObject *module_clock_ns(PyObject *module, PyObject *Py_UNUSED(ignored));
+PyObject *module_clock_source(PyObject *module, PyObject *Py_UNUSED(ignored));
+PyObject *module_clock_offset(PyObject *module, PyObject *Py_UNUSED(ignored));
 
 /* running_loop.c */
 PyObject *running_loop(ModuleState *state);

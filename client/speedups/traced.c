@@ -24,7 +24,7 @@ record_call(RecorderCore *core, PyObject *events, PyObject *label, int64_t start
     int64_t end_ns;
     int clock, failed = 0;
     if (result == NULL) PyErr_Fetch(&exc_type, &exc, &tb); /* restored below, whatever happens here */
-    clock = now_ns(&end_ns);
+    clock = now_ns(state, &end_ns);
     end = clock < 0 ? NULL : PyLong_FromLongLong(end_ns);
     start = end == NULL ? NULL : PyLong_FromLongLong(start_ns);
     arguments = start == NULL ? NULL : exc_type == NULL ? Py_NewRef(Py_None) : with_exception(state, Py_None, exc_type);
@@ -68,7 +68,7 @@ traced_call(Traced *self, PyObject *const *args, size_t nargsf, PyObject *kwname
         if (count_unrecorded(&core->unrecorded) < 0) return NULL;
         return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
     }
-    if (events == Py_None || now_ns(&start_ns) < 0) {
+    if (events == Py_None || now_ns(core->state, &start_ns) < 0) {
         if (events != Py_None && count_unrecorded(&core->unrecorded) < 0) {
             Py_DECREF(events);
             return NULL;

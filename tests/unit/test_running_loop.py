@@ -1,11 +1,11 @@
 """The C recorder's view of the running asyncio loop, held to asyncio's own answer.
 
-Where asyncio keeps the running loop in the thread state dict (CPython 3.11 and 3.12, with asyncio's C module), the C
-recorder reads it there instead of calling ``asyncio.events._get_running_loop`` on every event; ``configure`` checks
-that asyncio does so on the Python that runs, and otherwise the recorder calls asyncio. Either way it must find the
-loop asyncio finds: a wrong answer would put a task's events on its thread's track, or send a thread's down the task
-path. ``speedups.running_loop()`` is what the recorder finds.
-"""
+Where asyncio keeps the running loop in the thread state dict (CPython 3.11 and 3.12, with asyncio's C module) or in
+the thread state itself (3.13), the C recorder reads it there instead of calling
+``asyncio.events._get_running_loop`` on every event; ``configure`` checks that asyncio does so on the Python that
+runs, and otherwise the recorder calls asyncio. Either way it must find the loop asyncio finds: a wrong answer would
+put a task's events on its thread's track, or send a thread's down the task path. ``speedups.running_loop()`` is
+what the recorder finds."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def in_a_thread(body: Callable[[], None]) -> None:
 def test_the_running_loop_is_read_from_the_thread_state_where_asyncio_keeps_it_there() -> None:
     try:
         in_c = _get_running_loop.__module__ == "_asyncio"
-        expected = platform.python_implementation() == "CPython" and sys.version_info[:2] in {(3, 11), (3, 12)} and in_c
+        read_there = {(3, 11), (3, 12), (3, 13)}
+        expected = platform.python_implementation() == "CPython" and sys.version_info[:2] in read_there and in_c
         assert configure(True) is expected
         assert configure(False) is False  # without asyncio's setter there is no check, and no reading
     finally:

@@ -1,4 +1,5 @@
-/* The clock of call records: ticks on the hot path, ns on the monotonic clock in what drain() hands over.
+/* The clock of call records: ticks on the hot path, ns on the monotonic clock in what drain() hands over. The
+kernel's clocksource, the anchors and the rates are the recorder's too (client/clock/tsc_clock.c).
 
 clock_gettime(CLOCK_MONOTONIC) costs about as much as the rest of a traced call together where the kernel reads the
 TSC through the vDSO, and a call reads the clock twice. Where the kernel's own clocksource is the TSC (so it has found
@@ -12,8 +13,6 @@ is used. Elsewhere (another clocksource, another architecture) ticks are ns from
 
 #include "tracer.h"
 
-#include <stdio.h>
-
 #if RT_TSC
 int rt_use_tsc = -1;
 #endif
@@ -23,50 +22,17 @@ int rt_use_tsc = -1;
 /* The first start()'s measure of the rate: this long. */
 #define CALIBRATION_NS 2000000
 
-typedef struct {
-    int64_t ticks, ns;
-} Anchor;
+typedef TscAnchor Anchor;
 
 static Anchor
 read_anchor(void)
 {
-    Anchor anchor;
 #if RT_TSC
-    if (rt_use_tsc) {
-        /* the pair read closest together of a few: the least chance of an interruption between its two reads */
-        int64_t best = INT64_MAX;
-        for (int i = 0; i < 5; i++) {
-            int64_t before = rt_ticks();
-            int64_t ns = rt_now_ns();
-            int64_t after = rt_ticks();
-            if (after - before < best) {
-                best = after - before;
-                anchor.ticks = before + (after - before) / 2;
-                anchor.ns = ns;
-            }
-        }
-        return anchor;
-    }
+    return tsc_clock_anchor(rt_use_tsc);
+#else
+    return tsc_clock_anchor(0);
 #endif
-    anchor.ns = anchor.ticks = rt_now_ns();
-    return anchor;
 }
-
-#if RT_TSC
-static int
-kernel_clocksource_is_tsc(void)
-{
-    FILE *file = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
-    if (file == NULL) {
-        return 0;
-    }
-    char name[32] = {0};
-    int found = fgets(name, sizeof(name), file) != NULL && strncmp(name, "tsc", 3) == 0 &&
-                (name[3] == '\n' || name[3] == '\0');
-    fclose(file);
-    return found;
-}
-#endif
 
 static double tsc_ns_per_tick = 1.0; /* the last rate measured, kept for short spans and the next tracer */
 
@@ -75,16 +41,15 @@ rt_clock_init(void)
 {
 #if RT_TSC
     if (rt_use_tsc < 0) {
-        rt_use_tsc = kernel_clocksource_is_tsc();
+        rt_use_tsc = tsc_clock_usable();
         if (rt_use_tsc) {
             Anchor first = read_anchor(), last;
             do {
                 last = read_anchor();
             } while (last.ns - first.ns < CALIBRATION_NS);
-            if (last.ticks > first.ticks) {
-                tsc_ns_per_tick = (double)(last.ns - first.ns) / (double)(last.ticks - first.ticks);
-            }
-            else {
+            tsc_ns_per_tick = tsc_clock_rate(first, last);
+            if (tsc_ns_per_tick == 0.0) {
+                tsc_ns_per_tick = 1.0;
                 rt_use_tsc = 0;
             }
         }
@@ -114,8 +79,10 @@ rt_clock_line(Tracer *self, int64_t *ticks, int64_t *ns, double *ns_per_tick)
 #if RT_TSC
     if (rt_use_tsc) {
         Anchor now = read_anchor();
-        if (now.ns - self->anchor_ns >= ANCHOR_SPAN_NS && now.ticks > self->anchor_ticks) {
-            self->ns_per_tick = (double)(now.ns - self->anchor_ns) / (double)(now.ticks - self->anchor_ticks);
+        Anchor last = {self->anchor_ticks, self->anchor_ns};
+        double rate = tsc_clock_rate(last, now);
+        if (now.ns - self->anchor_ns >= ANCHOR_SPAN_NS && rate != 0.0) {
+            self->ns_per_tick = rate;
             tsc_ns_per_tick = self->ns_per_tick;
             *ticks = self->anchor_ticks;
             *ns = self->anchor_ns;

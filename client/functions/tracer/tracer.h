@@ -65,12 +65,8 @@ through the profile function), module.c (the Tracer type and the module). */
 
 #define RT_MONITORING (PY_VERSION_HEX >= 0x030C0000) /* sys.monitoring (3.12+); else the profile function (3.11) */
 
-#if defined(__x86_64__) && defined(__linux__)
-#define RT_TSC 1 /* records hold the TSC where the kernel's clocksource is the TSC (clock.c) */
-#include <x86intrin.h>
-#else
-#define RT_TSC 0
-#endif
+/* RT_TSC: records hold the TSC where the kernel's clocksource is the TSC (clock.c) */
+#include "tsc_clock.h"
 
 /* wire/model.py: CALL and CALL_RAISED; wire/call_records.py: RECORD. */
 #define RT_CALL 11u

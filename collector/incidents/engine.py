@@ -11,8 +11,9 @@ bound on captures under way (``max_captures``) becomes an incident: its window p
 pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
 record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
 A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share), as is one
-whose event's times cannot be right (``admission.py``: ``refused``); a capture waits for ``after`` from its firing at
-most, whatever its event's times say. Without rules there is no task and no store hook: the collector pays nothing.
+whose event's times cannot be right (``admission.py``: ``refused``), and one the watch did not make, past its rule's
+limit within a step (``take_surplus``); a capture waits for ``after`` from its firing at most, whatever its event's
+times say. Without rules there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -271,9 +272,8 @@ class IncidentEngine:
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and while it runs every
-            # stored segment is pinned (the ring makes room with new buffers, not reused ones). Under a flood the
-            # watch reads what it can; what leaves unread is counted (``unread_events``), never silent.
+            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and every stored segment
+            # is pinned meanwhile. Under a flood it reads what it can; what leaves unread is counted, never silent.
             pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
@@ -291,7 +291,9 @@ class IncidentEngine:
         if watch is None:
             return []
         frames, segments, kept = _stored_now(self._registry, self._store)
-        return await read_pinned(frames, lambda: watch.step(segments, kept))
+        firings = await read_pinned(frames, lambda: watch.step(segments, kept))
+        self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
+        return firings
 
     def crashed(self, process: ProcessRecord) -> None:
         """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
@@ -393,14 +395,11 @@ class IncidentEngine:
             by_uid, read_window = self._registry.by_uid, self._read_window
             view, owners_seen = await _window_view(pins, self._viewer, by_uid, read_window, capture, flushed)
             keep = WindowSave(
-                capture.window.since_ns,
-                capture.window.until_ns,
-                owners_seen,
+                capture.window.since_ns, capture.window.until_ns, owners_seen,
                 firing.trace_id if rule.scope == "trace" else None,
                 firing.process_uid if self._read_window is None else None,
-                capture.overwritten_by_owner,
-                capture.over_budget_by_owner,
-            )
+                capture.overwritten_by_owner, capture.over_budget_by_owner,
+            )  # fmt: skip
             flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
             record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
             written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))

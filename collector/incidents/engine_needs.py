@@ -30,6 +30,8 @@ class Watch(Protocol):
 
     def with_rules(self, rules: RuleSet) -> Watch: ...
 
+    def take_surplus(self) -> dict[str, int]: ...
+
 
 class Viewer(Protocol):
     """What a capture needs of the service's pinned views (``Snapshots``)."""

@@ -29,12 +29,13 @@ between two steps), count in ``unseen_segments``.
 What a step costs is bounded by ``max_step_bytes``: a watch slower than ingest falls behind, and what the ring
 overwrites before it reads it is counted unread, rather than holding up ingest.
 
-Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. Nor are firings rate-limited
-here: the engine holds each rule to its limit.
+Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. The engine holds each rule to
+its limit; a step makes no more than ``max_per_minute`` firings of a rule, and counts the rest (``take_surplus``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -139,6 +140,13 @@ class RuleWatch:
         """Events of frames that could not be decoded (not judged)."""
         return self._progress.undecodable_events
 
+    def take_surplus(self) -> dict[str, int]:
+        """Per rule, the firings not made since last taken: past its ``max_per_minute`` in a step (``judge.py``),
+        to be counted suppressed."""
+        judge = self._progress.judge
+        surplus, judge.surplus = judge.surplus, {}
+        return surplus
+
     @property
     def unseen_segments(self) -> int:
         """Segments numbered between two the watch saw that it never saw (stored and gone between two steps)."""
@@ -171,6 +179,7 @@ class RuleWatch:
             self.begin(segments, kept)
             return []
         self._depart({segment.seq for _, segment in segments})
+        progress.judge.new_step(time.time_ns())
         firings: list[Firing] = []
         budget = self._max_step_bytes
         accounted = dict(progress.departed_read)

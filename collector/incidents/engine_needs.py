@@ -32,6 +32,8 @@ class Watch(Protocol):
 
     def take_surplus(self) -> dict[str, int]: ...
 
+    def unread_of(self, seq: int, events: int) -> int: ...
+
 
 class Viewer(Protocol):
     """What a capture needs of the service's pinned views (``Snapshots``)."""

@@ -140,6 +140,13 @@ class RuleWatch:
         """Events of frames that could not be decoded (not judged)."""
         return self._progress.undecodable_events
 
+    def unread_of(self, seq: int, events: int) -> int:
+        """Of the segment ``seq``, holding ``events``, the events the watch has yet to read (none before it began)."""
+        cursor = self._progress.cursors.get(seq)
+        if cursor is None:  # (stored since the last step: the watch has not seen it)
+            return events if self._progress.began else 0
+        return 0 if cursor.broken else max(0, events - cursor.read_events)
+
     def take_surplus(self) -> dict[str, int]:
         """Per rule, the firings not made since last taken: past its ``max_per_minute`` in a step (``judge.py``),
         to be counted suppressed."""

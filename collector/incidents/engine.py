@@ -299,7 +299,7 @@ class IncidentEngine:
         frames, segments, kept = stored_now(self._registry, self._store, self._hold)
         firings = await read_pinned(frames, lambda: watch.step(segments, kept))
         if self._hold is not None:
-            self._hold.let_go()
+            self._hold.let_go(self._registry.by_uid)
         self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
         return firings
 

@@ -16,7 +16,7 @@ is what a step reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from ringtrace.collector.incidents.engine_needs import Watch
 from ringtrace.collector.read.frame_walk import ProcessView
@@ -77,9 +77,18 @@ class WatchHold:
         """The segments kept, oldest first (a step's snapshot pins them again while it reads)."""
         return list(self._held.values())
 
-    def let_go(self) -> None:
-        """Unpin the segments the watch has read whole."""
-        done = [s for s in self._held.values() if self._unread_of(s.seq, s.events) <= 0]
+    def let_go(self, owners: Container[int] | None = None) -> None:
+        """Unpin the segments the watch has read whole, and those of processes no longer among ``owners`` (the
+        watch reads them no more: their unread events are counted dropped)."""
+        done = []
+        for segment in self._held.values():
+            unread = self._unread_of(segment.seq, segment.events)
+            if unread > 0 and owners is not None and segment.owner not in owners:
+                self.dropped_segments += 1
+                self.dropped_events += unread
+                unread = 0
+            if unread <= 0:
+                done.append(segment)
         for segment in done:
             del self._held[segment.seq]
             self.held_bytes -= segment.size

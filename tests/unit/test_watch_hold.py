@@ -78,3 +78,17 @@ def test_past_its_bound_a_published_segment_is_not_kept_and_its_unread_events_ar
     assert hold.dropped_events == sum(s.events for s in sealed)
     step(watch, store, hold)
     assert watch.unread_events == hold.dropped_events
+
+
+def test_a_kept_segment_of_a_process_gone_from_the_registry_is_let_go_its_unread_events_counted() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    step(watch, store, hold)
+    sealed = fill(store, client)
+    for segment in sealed:
+        store.published(segment)
+    hold.let_go(owners={2})  # (process 1 forgotten: no step reads its segments any more)
+    assert hold.segments() == [] and all(s.pins == 0 for s in sealed)
+    assert hold.dropped_events == sum(s.events for s in sealed)

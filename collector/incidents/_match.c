@@ -427,7 +427,183 @@ done:
     return result;
 }
 
+/* ---- a run of a segment's EVENTS frames ---- */
+
+#define INDEX_ENTRY_SIZE 32 /* the segment's index entry (segments.py, "<IIIIQQ"), from the end of the buffer back */
+#define FRAME_HEADER_SIZE 5 /* length (u32, the header included) and type */
+#define EVENTS_HEADER_SIZE 24 /* header_size, flags (u16), track, count (u32), first_ts, last_ts (u64) */
+#define RUN_SLOTS 8         /* per candidate: kind, name, ts, dur, args start and end in the buffer, track, first ts */
+
+static inline uint64_t
+le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+typedef struct {
+    Py_ssize_t entries, events, position;
+} RunRead;
+
+/* The candidates of the EVENTS frames from index entry `entry` on, into `out` (RUN_SLOTS int64s each), while each
+   begins where the one before ended (from `run->position`) and before `end`, and is one Events.decode_body takes and
+   check_columns too. A frame that is not stops the run before it (the Python side reads it alone), as does a gap
+   (session frames, for the decoder). */
+static void
+match_run_frames(const uint8_t *buffer, Py_ssize_t length, Py_ssize_t size, Py_ssize_t entries, Py_ssize_t entry,
+                 Py_ssize_t end, const int column_of[COLUMNS], const Criteria *criteria, Out *out, RunRead *run)
+{
+    for (; entry < entries; entry++) {
+        Py_ssize_t at = size - INDEX_ENTRY_SIZE * (entry + 1);
+        if (size > length || at < 0) {
+            return;
+        }
+        const uint8_t *e = buffer + at;
+        Py_ssize_t offset = (Py_ssize_t)le(e, 4), frame_length = (Py_ssize_t)le(e + 4, 4);
+        Py_ssize_t indexed = (Py_ssize_t)le(e + 12, 4);
+        if (offset >= end || offset != run->position || frame_length < FRAME_HEADER_SIZE + EVENTS_HEADER_SIZE ||
+            offset + frame_length > length) {
+            return;
+        }
+        const uint8_t *body = buffer + offset + FRAME_HEADER_SIZE;
+        Py_ssize_t body_length = frame_length - FRAME_HEADER_SIZE;
+        Py_ssize_t header_size = (Py_ssize_t)le(body, 2);
+        uint32_t track = (uint32_t)le(body + 4, 4);
+        Py_ssize_t count = (Py_ssize_t)le(body + 8, 4);
+        uint64_t first_ts = le(body + 12, 8), last_ts = le(body + 20, 8);
+        if (header_size < EVENTS_HEADER_SIZE || header_size > body_length || count == 0 ||
+            count > body_length - header_size || first_ts > last_ts || first_ts > (uint64_t)INT64_MAX) {
+            return;
+        }
+        const uint8_t *payload = body + header_size;
+        Cursor column[COLUMNS];
+        if (check_columns(payload, (size_t)(body_length - header_size), count, column_of, column) != OK) {
+            return;
+        }
+        size_t before = out->len;
+        Out found = {0};
+        int status = candidates(payload, column, count, track, criteria, &found);
+        if (status != OK || found.failed) {
+            free(found.data);
+            out->len = before;
+            out->failed |= found.failed;
+            return;
+        }
+        for (size_t k = 0; k < found.len; k += OUT_SLOTS * sizeof(int64_t)) {
+            int64_t row[OUT_SLOTS];
+            memcpy(row, found.data + k, sizeof(row));
+            int64_t shift = (int64_t)(payload - buffer);
+            int64_t moved[RUN_SLOTS] = {row[1], row[2], row[3], row[4], row[5] + shift, row[6] + shift,
+                                        (int64_t)track, (int64_t)first_ts};
+            put(out, (const char *)moved, sizeof(moved));
+        }
+        free(found.data);
+        if (out->failed) {
+            return;
+        }
+        run->entries += 1;
+        run->events += indexed;
+        run->position = offset + frame_length;
+    }
+}
+
+/* match_run(buffer, size, entries, entry, position, end, columns, kinds, names, counters, thresholds, state) */
+static PyObject *
+match_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    enum { A_BUFFER, A_SIZE, A_ENTRIES, A_ENTRY, A_POSITION, A_END, A_COLUMNS, A_KINDS, A_NAMES, A_COUNTERS,
+           A_THRESHOLDS, A_STATE, A_COUNT };
+    static const int arg_of[HELD] = {A_BUFFER, A_KINDS, A_COUNTERS, A_THRESHOLDS, A_STATE};
+    Py_buffer held[HELD], names[MAX_GROUPS];
+    Py_ssize_t groups = 0, taken = 0, numbers[4];
+    int column_of[COLUMNS];
+    Criteria criteria = {0};
+    Out out = {0};
+    RunRead run = {0};
+    PyObject *result = NULL, *one = NULL;
+    if (nargs != A_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "match_run(buffer, size, entries, entry, position, end, columns, kinds, "
+                                         "names, counters, thresholds, state)");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        numbers[i] = PyLong_AsSsize_t(args[A_SIZE + i]);
+        if (numbers[i] < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "size, entries, entry and position must be at least 0");
+            }
+            return NULL;
+        }
+    }
+    Py_ssize_t end = PyLong_AsSsize_t(args[A_END]);
+    if (end == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t unused;
+    one = PyLong_FromLong(1);
+    if (one == NULL || frame_shape(one, args[A_COLUMNS], &unused, column_of) < 0) {
+        Py_XDECREF(one);
+        return NULL;
+    }
+    Py_DECREF(one);
+    if (!PyTuple_Check(args[A_NAMES]) || PyTuple_GET_SIZE(args[A_NAMES]) > MAX_GROUPS) {
+        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
+        return NULL;
+    }
+    for (; taken < HELD; taken++) {
+        int flags = taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], flags) < 0) {
+            goto done;
+        }
+    }
+    for (; groups < PyTuple_GET_SIZE(args[A_NAMES]); groups++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[A_NAMES], groups), &names[groups], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        criteria.names[groups] = names[groups].buf;
+        criteria.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
+    }
+    criteria.kinds = held[KINDS].buf;
+    criteria.kind_count = held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
+    criteria.groups = groups;
+    criteria.counters = held[COUNTERS].buf;
+    criteria.counter_count = held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
+    criteria.thresholds = held[THRESHOLDS].buf;
+    criteria.threshold_count = held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
+    criteria.state = held[STATE].buf;
+    criteria.state_count = held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
+    run.position = numbers[3];
+    /* As match_frame: the buffers are held, no Python object is touched, ingest runs meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    match_run_frames(held[PAYLOAD].buf, held[PAYLOAD].len, numbers[0], numbers[1], numbers[2], end, column_of,
+                     &criteria, &out, &run);
+    Py_END_ALLOW_THREADS
+    if (out.failed) {
+        PyErr_NoMemory();
+    }
+    else {
+        result = Py_BuildValue("(y#nnn)", out.data ? out.data : "", (Py_ssize_t)out.len, run.entries, run.events,
+                               run.position);
+    }
+done:
+    free(out.data);
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        PyBuffer_Release(&names[i]);
+    }
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        PyBuffer_Release(&held[i]);
+    }
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"match_run", (PyCFunction)(void (*)(void))match_run, METH_FASTCALL,
+     "match_run(buffer, size, entries, entry, position, end, columns, kinds, names, counters, thresholds, state) -> "
+     "(bytes of int64 (kind, name, ts, dur, args start, args end, track, first ts) per candidate, entries read, "
+     "their events, position after them): the run of EVENTS frames from index entry `entry` (see frame_match.py)."},
     {"match_frame", (PyCFunction)(void (*)(void))match_frame, METH_FASTCALL,
      "match_frame(payload, count, columns, track, kinds, names, counters, thresholds, state) -> bytes of int64 "
      "(index, kind, name, ts, dur, args start, args end) per candidate, or None: the payload is left to the Python "

@@ -13,3 +13,18 @@ def match_frame(
     state: array[int] | bytearray,
     /,
 ) -> bytes | None: ...
+def match_run(
+    buffer: bytes | bytearray | memoryview,
+    size: int,
+    entries: int,
+    entry: int,
+    position: int,
+    end: int,
+    columns: tuple[int, ...],
+    kinds: array[int] | bytes,
+    names: tuple[array[int] | bytes, ...],
+    counters: array[int] | bytes,
+    thresholds: array[float] | bytes,
+    state: array[int] | bytearray,
+    /,
+) -> tuple[bytes, int, int, int]: ...

@@ -15,7 +15,7 @@ from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rate_limit import RateLimit
 from ringtrace.collector.incidents.rules import Rule
 
-__all__ = ["AFTER_SLACK_S", "MAX_AHEAD_NS", "MAX_DURATION_NS", "Admission", "refusal"]
+__all__ = ["AFTER_SLACK_S", "MAX_AHEAD_NS", "MAX_DURATION_NS", "Admission", "refusal", "refusal_of"]
 
 log = logging.getLogger("ringtrace.collector")
 
@@ -29,13 +29,18 @@ AFTER_SLACK_S: Final = 1.0
 
 def refusal(firing: Firing, now_ns: int) -> str | None:
     """Why ``firing`` cannot become an incident at ``now_ns`` (wall-clock), or None if it may."""
-    ahead_ns = max(firing.start_ns, firing.end_ns) - now_ns
+    return refusal_of(firing.start_ns, firing.end_ns, now_ns)
+
+
+def refusal_of(start_ns: int, end_ns: int, now_ns: int) -> str | None:
+    """``refusal`` of a firing whose event starts and ends then."""
+    ahead_ns = max(start_ns, end_ns) - now_ns
     if ahead_ns > MAX_AHEAD_NS:
         return (
             f"its event is {ahead_ns / 1e9:.1f} s in the future (at most {MAX_AHEAD_NS // 10**9} s ahead of the "
             f"collector's clock): a bad timestamp or clock offset"
         )
-    duration_ns = firing.end_ns - firing.start_ns
+    duration_ns = end_ns - start_ns
     if not 0 <= duration_ns <= MAX_DURATION_NS:
         return f"its event lasts {duration_ns / 1e9:.1f} s (0 to {MAX_DURATION_NS // 10**9} s allowed)"
     return None

@@ -27,3 +27,8 @@ class IncidentCounts:
     def add(self, counts: dict[str, int], rule: str, n: int = 1) -> None:
         """Count ``n`` more of ``rule`` in ``counts`` (one of the fields above)."""
         counts[rule] = counts.get(rule, 0) + n
+
+    def add_all(self, counts: dict[str, int], more: dict[str, int]) -> None:
+        """Count ``more`` (per rule) in ``counts``."""
+        for rule, n in more.items():
+            self.add(counts, rule, n)

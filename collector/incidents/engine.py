@@ -11,8 +11,9 @@ bound on captures under way (``max_captures``) becomes an incident: its window p
 pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
 record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
 A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share), as is one
-whose event's times cannot be right (``admission.py``: ``refused``); a capture waits for ``after`` from its firing at
-most, whatever its event's times say. Without rules there is no task and no store hook: the collector pays nothing.
+whose event's times cannot be right (``admission.py``: ``refused``), and one the watch did not make, past its rule's
+limit within a step (``take_surplus``); a capture waits for ``after`` from its firing at most, whatever its event's
+times say. Without rules there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -37,12 +38,13 @@ from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.left_pending import Unsettled, ready_wall_ns, settle_left_pending
 from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
-from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
+from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
+from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+from ringtrace.collector.store.views import StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -157,6 +159,7 @@ class IncidentEngine:
         self.counts = counts if counts is not None else IncidentCounts()
         self.admission = Admission(self.counts, max_captures)
         self._pins: CapturePins | None = None
+        self._hold: WatchHold | None = None
         self._watch: Watch | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
@@ -203,6 +206,8 @@ class IncidentEngine:
         if self._pins is not None:
             self._pins.close()
             self._pins = None
+        if self._hold is not None:
+            self._hold.close()
 
     async def reload(self) -> None:
         """Read the rule file again (SIGHUP): a file with an error keeps the rules in force, and the log says its
@@ -228,7 +233,7 @@ class IncidentEngine:
         if watches(rules) and self._make_watch is not None:
             if self._watch is None:  # (what is stored already is not its to judge; all stored from now on is)
                 self._watch = self._make_watch(rules)
-                frames, now, kept = _stored_now(self._registry, self._store)
+                frames, now, kept = stored_now(self._registry, self._store)
                 with frames:
                     self._watch.begin(now, kept)
             else:
@@ -246,6 +251,8 @@ class IncidentEngine:
         if self._pins is None:
             offset_of, read_back = partial(_clock_offset, self._registry), self._read_window is not None
             self._pins = CapturePins(self._store, self.capacity_bytes, offset_of, published_read_back=read_back)
+            if self._store.replication is not None:  # (acknowledged segments stay until the watch read them)
+                self._hold = WatchHold(self._store, self.capacity_bytes, self._pins.evicted, lambda: self._watch)
         return self._pins
 
     # -- firings ------------------------------------------------------------------------------------------------------
@@ -263,9 +270,8 @@ class IncidentEngine:
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and while it runs every
-            # stored segment is pinned (the ring makes room with new buffers, not reused ones). Under a flood the
-            # watch reads what it can; what leaves unread is counted (``unread_events``), never silent.
+            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and every stored segment
+            # is pinned meanwhile. Under a flood it reads what it can; what leaves unread is counted, never silent.
             pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
@@ -282,8 +288,12 @@ class IncidentEngine:
         watch = self._watch
         if watch is None:
             return []
-        frames, segments, kept = _stored_now(self._registry, self._store)
-        return await read_pinned(frames, lambda: watch.step(segments, kept))
+        frames, segments, kept = stored_now(self._registry, self._store, self._hold)
+        firings = await read_pinned(frames, lambda: watch.step(segments, kept))
+        if self._hold is not None:
+            self._hold.let_go(self._registry.by_uid)
+        self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
+        return firings
 
     def crashed(self, process: ProcessRecord) -> None:
         """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
@@ -394,14 +404,11 @@ class IncidentEngine:
             by_uid, read_window = self._registry.by_uid, self._read_window
             view, owners_seen = await _window_view(pins, self._viewer, by_uid, read_window, capture, flushed)
             keep = WindowSave(
-                capture.window.since_ns,
-                capture.window.until_ns,
-                owners_seen,
+                capture.window.since_ns, capture.window.until_ns, owners_seen,
                 firing.trace_id if rule.scope == "trace" else None,
                 firing.process_uid if self._read_window is None else None,
-                capture.overwritten_by_owner,
-                capture.over_budget_by_owner,
-            )
+                capture.overwritten_by_owner, capture.over_budget_by_owner,
+            )  # fmt: skip
             flush_facts = {"acknowledged": flushed[0], "asked": flushed[1]}
             record = {**record, "lost": dict(capture.lost), "clients_flushed": flush_facts}
             written = await read_pinned(view.frames, lambda: save_window(self.files, view, record, keep))
@@ -414,17 +421,10 @@ class IncidentEngine:
         self.counts.add(self.counts.saved, rule.name)
         log.info(
             "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
-            "(clients' flush %.2f s)",
-            written["id"],
-            rule.name,
-            firing.reason,
+            "(clients' flush %.2f s)", written["id"], rule.name, firing.reason,
             ", ".join(f"{p['name']} (pid {p['pid']})" for p in written["processes"]) or "none",
-            written["events"],
-            written["bytes"],
-            written["lost"],
-            time.monotonic() - ran_out,
-            flush_s,
-        )
+            written["events"], written["bytes"], written["lost"], time.monotonic() - ran_out, flush_s,
+        )  # fmt: skip
         if rule.url and self._notify is not None:  # (its retries hold no capture slot: a task of its own)
             from ringtrace.collector.incidents.webhook import tell  # (aiohttp: loaded with the first webhook)
 
@@ -467,6 +467,7 @@ class IncidentEngine:
 
 
 def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watch: Watch | None) -> dict[str, Any]:
+    hold = engine._hold
     return {
         "rules": len(engine.rules.rules),
         "captures": captures,
@@ -476,15 +477,7 @@ def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watc
         "incident_held_bytes": pins.held_bytes if pins is not None else 0,
         "incident_held_peak_bytes": pins.peak_bytes if pins is not None else 0,
         "unread_events": watch.unread_events if watch is not None else 0,
+        "watch_held_bytes": hold.held_bytes if hold is not None else 0,
+        "watch_hold_dropped_events": hold.dropped_events if hold is not None else 0,
         "by_rule": {name: dict(getattr(engine.counts, name)) for name in ("fired", "saved", "suppressed", "failed")},
     }
-
-
-def _stored_now(
-    registry: Registry, store: Store
-) -> tuple[StoreSnapshot, list[tuple[ProcessView, SegmentView]], dict[int, int]]:
-    """Every stored segment, pinned (the snapshot lets go of them), with its process; and the events the store kept
-    of each process so far: what a watch step reads."""
-    processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
-    frames = store.snapshot(owners=processes)
-    return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)

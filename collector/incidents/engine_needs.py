@@ -30,6 +30,10 @@ class Watch(Protocol):
 
     def with_rules(self, rules: RuleSet) -> Watch: ...
 
+    def take_surplus(self) -> dict[str, int]: ...
+
+    def unread_of(self, seq: int, events: int) -> int: ...
+
 
 class Viewer(Protocol):
     """What a capture needs of the service's pinned views (``Snapshots``)."""

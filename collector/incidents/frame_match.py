@@ -18,6 +18,11 @@ candidate when its kind's criterion or its name's criterion in its kind's group 
 What depends on other args (a counter's crossing for each rule, a message's text) is judged in Python on the
 candidates alone, each candidate's args decoded alone (``OUT_SLOTS`` give where they are in the payload).
 
+``match_run`` takes a run of a segment's EVENTS frames at once (one call, without the GIL in C, however many frames):
+those that follow one another from an index entry on, each one ``Events.decode_body`` and ``match_frame`` take. It
+stops before a gap (session frames: the decoder reads them, and the criteria may change) and before a frame it does
+not take, which the caller reads alone, so that the Python work of a run is one call and its candidates.
+
 ``match_frame`` runs the C twin (``_match.c``) where it was built and the Python twin (``match_frame_py``, which
 defines the behaviour) otherwise, or where the C twin leaves a payload to it (nested deeper than it reads). Both
 take the payload as untrusted: one msgpack-python refuses, or whose ``kind``, ``name``, ``ts`` or ``dur`` is not an
@@ -32,6 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgpack
+from ringtrace.collector.store.segments import INDEX_ENTRY
+from ringtrace.wire.errors import MalformedFrame
+from ringtrace.wire.frame_types import FRAME_HEADER
+from ringtrace.wire.frames import Events
 from ringtrace.wire.optional_c import load_optional
 
 __all__ = [
@@ -49,6 +58,9 @@ __all__ = [
     "candidates",
     "match_frame",
     "match_frame_py",
+    "match_run",
+    "match_run_py",
+    "run_candidates",
 ]
 
 _match = load_optional("ringtrace.collector.incidents._match")
@@ -71,9 +83,14 @@ NAME_SLOTS: Final = 2
 COUNTER_SLOTS: Final = 3
 STATE_SLOTS: Final = 2
 OUT_SLOTS: Final = 7
+#: int64s per candidate of a run (kind id, name id, ts column value, dur, where its args start and end in the
+#: segment's buffer, the frame's track and first ts).
+RUN_SLOTS: Final = 8
 MAX_GROUPS: Final = 16
 _INT64: Final = range(-(2**63), 2**63)
 _ARGS: Final = 4
+#: How deep the C twin reads an args value (MAX_DEPTH in C: the top value is at 0).
+_C_DEPTH: Final = 32
 
 
 @dataclass(slots=True)
@@ -140,6 +157,100 @@ def match_frame_py(
         if hit:
             out.extend((i, kind, name, ts, dur, *spans[i]))
     return out.tobytes()
+
+
+def match_run(
+    buffer: bytes | bytearray | memoryview,
+    size: int,
+    entries: int,
+    entry: int,
+    position: int,
+    end: int,
+    columns: tuple[int, ...],
+    criteria: Criteria,
+) -> tuple[bytes, int, int, int]:
+    """The candidates of the run of EVENTS frames from index entry ``entry`` of a segment (see the module docstring),
+    ``RUN_SLOTS`` native int64s each (``run_candidates`` reads them), the index entries it read, their events (as
+    the index counts them) and where the run ended.
+
+    Args:
+        buffer, size: the segment's buffer, and its size (its index ends there).
+        entries: its index entries; ``entry``: the first of the run.
+        position: where the run begins (the first frame must begin there); ``end``: no frame beginning at or past
+            it is read.
+        columns: where the kind, name, ts, dur and args columns are in a payload.
+    """
+    if _match is not None:
+        found: tuple[bytes, int, int, int] = _match.match_run(
+            buffer, size, entries, entry, position, end, columns, criteria.kinds, criteria.names,
+            criteria.counters, criteria.thresholds, criteria.state,
+        )  # fmt: skip
+        return found
+    return match_run_py(buffer, size, entries, entry, position, end, columns, criteria)
+
+
+def match_run_py(
+    buffer: bytes | bytearray | memoryview,
+    size: int,
+    entries: int,
+    entry: int,
+    position: int,
+    end: int,
+    columns: tuple[int, ...],
+    criteria: Criteria,
+) -> tuple[bytes, int, int, int]:
+    """``match_run`` in Python: what defines it."""
+    view = memoryview(buffer)
+    out, read, events = array("q"), 0, 0
+    while entry + read < entries and size <= len(view):
+        at = size - INDEX_ENTRY.size * (entry + read + 1)
+        if at < 0:
+            break
+        offset, length, _, indexed, _, _ = INDEX_ENTRY.unpack_from(view, at)
+        if offset >= end or offset != position or offset + length > len(view):
+            break
+        try:
+            frame = Events.decode_body(view[offset + FRAME_HEADER.size : offset + length])
+        except MalformedFrame:
+            break
+        if frame.first_ts_ns > _INT64.stop - 1:  # (the C twin leaves such a frame to the caller)
+            break
+        found = _match_frame_only(frame, columns, criteria)
+        if found is None:
+            break
+        shift = offset + length - len(frame.payload)
+        for _, kind, name, ts, dur, args_start, args_end in candidates(found):
+            out.extend((kind, name, ts, dur, args_start + shift, args_end + shift, frame.track_id, frame.first_ts_ns))
+        read, events, position = read + 1, events + indexed, offset + length
+    return out.tobytes(), read, events, position
+
+
+def _match_frame_only(frame: Events, columns: tuple[int, ...], criteria: Criteria) -> bytes | None:
+    """The frame's candidates as the Python twin finds them, or None where the C twin leaves the frame (one nested
+    deeper than ``_C_DEPTH``) or neither takes it: a run stops before it, and the caller reads it alone."""
+    read = _read_columns(frame.payload, frame.count, columns)
+    if read is None or any(_deeper(value, 0) for value in read[0][_ARGS]):
+        return None
+    return match_frame_py(frame.payload, frame.count, columns, frame.track_id, criteria)
+
+
+def _deeper(value: Any, depth: int) -> bool:
+    """Whether a value nests deeper than the C twin reads (a map's keys are at its values' depth)."""
+    if depth > _C_DEPTH:
+        return True
+    if type(value) is dict:
+        return any(_deeper(key, depth + 1) or _deeper(item, depth + 1) for key, item in value.items())
+    if type(value) in (list, tuple):
+        return any(_deeper(item, depth + 1) for item in value)
+    return False
+
+
+def run_candidates(found: bytes) -> Iterator[tuple[int, int, int, int, int, int, int, int]]:
+    """(kind id, name id, ts column value, dur, where its args start and end in the buffer, the frame's track and
+    first ts) of each candidate ``match_run`` found."""
+    values = memoryview(found).cast("q")
+    for at in range(0, len(values), RUN_SLOTS):
+        yield tuple(values[at : at + RUN_SLOTS])  # type: ignore[misc]
 
 
 def candidates(found: bytes) -> Iterator[tuple[int, int, int, int, int, int, int]]:

@@ -6,6 +6,11 @@ and counter name) is kept, and a value past the threshold fires only if the one 
 was none before: the first value the watch sees of a counter already past it fires once). At most
 ``MAX_COUNTERS`` counters are remembered; past that the one updated longest ago is forgotten.
 
+A rule begins at most ``max_per_minute`` incidents in any minute, and the firings of one step reach the engine at
+one instant: past that many in a step (``new_step``), a rule's firings are not made, only counted (``surplus``, which
+the engine counts suppressed, as it would have them). One whose event's times the engine would refuse is made
+(the engine says why) and takes no place among them, as it takes no slot of the rule's minute.
+
 Trace ids come from the event's own args (``trace_id``: ringtrace's spans of a trace, OTLP spans and their events, OTLP
 log records carry one). A message or an instant nested in a span of a trace but without a ``trace_id`` of its own
 has none here: finding its enclosing span would take every span of its track, which the watch does not keep.
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ringtrace.collector.incidents.admission import refusal_of
 from ringtrace.collector.incidents.criteria import Watcher
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import (
@@ -62,6 +68,27 @@ class Judge:
 
     def __init__(self) -> None:
         self._counters: dict[tuple[int, int, str], float] = {}
+        #: Per rule: firings made this step, and those past its ``max_per_minute`` counted, not made, since taken.
+        self._made: dict[str, int] = {}
+        self.surplus: dict[str, int] = {}
+        self._now_ns = 0
+
+    def new_step(self, now_ns: int) -> None:
+        """A step begins at ``now_ns`` (wall-clock): each rule may make ``max_per_minute`` firings again."""
+        self._made.clear()
+        self._now_ns = now_ns
+
+    def _room(self, watcher: Watcher, event: StoredEvent) -> bool:
+        """Whether the watcher's rule makes this firing (else it is counted in ``surplus``)."""
+        rule = watcher.rule
+        if refusal_of(event.wall_ns, event.wall_ns + event.dur_ns, self._now_ns) is not None:
+            return True
+        made = self._made.get(rule.name, 0)
+        if made >= rule.max_per_minute:
+            self.surplus[rule.name] = self.surplus.get(rule.name, 0) + 1
+            return False
+        self._made[rule.name] = made + 1
+        return True
 
     def firings(self, watchers: Sequence[Watcher], event: StoredEvent) -> list[Firing]:
         """A ``Firing`` per watcher whose rule ``event`` meets."""
@@ -74,11 +101,16 @@ class Judge:
             reason = self._reason(watcher, event, value, before)
             if reason is None:
                 continue
+            message = isinstance(watcher.condition, MessageCondition)
+            if shown is None and message:
+                shown = _shown(event)
+            if message and not watcher.pattern(shown[0]):  # type: ignore[index]
+                continue
+            if not self._room(watcher, event):
+                continue
             if shown is None:
                 shown = _shown(event)
-            if isinstance(watcher.condition, MessageCondition):
-                if not watcher.pattern(shown[0]):
-                    continue
+            if message:
                 reason = f"{reason}: {shown[0][:_REASON_TEXT]}"
             fired.append(_firing(watcher, event, reason, shown))
         if value is not None and any(isinstance(w.condition, CounterCondition) for w in watchers):

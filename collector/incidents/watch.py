@@ -10,8 +10,14 @@ every ~100 ms on a worker thread, the segments pinned) it reads what each segmen
 the decoder is given the bytes between them (session frames: strings, kinds, tracks) and each EVENTS frame is judged
 where it is stored, in two passes. The first (``frame_match.py``, in C where built, without the GIL) finds the
 frame's candidates from its kind, name and duration columns (and counters' values) against the segment's compiled
-criteria (``criteria.py``), without an object per event; the second (``judge.py``) decodes each candidate's args
-and judges it for the rules it may meet.
+criteria (``criteria.py``), without an object per event, a run of frames at once (``match_run``: the frames between
+two gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not
+with the events or frames; the second (``judge.py``) decodes each candidate's args and judges it for the rules it
+may meet.
+
+A new segment begins with its process's tables replayed: where those bytes are the ones its previous segment began
+with and that segment's decoder read nothing more, the new segment takes that decoder over (``_decoder``) instead of
+decoding the same tables again.
 
 Segments stored before the watch began start at their end; their decoder reads the session frames before the cursor
 only once the segment grows. Newer segments are read from their start. A segment that leaves (the ring overwrote it,
@@ -23,12 +29,13 @@ between two steps), count in ``unseen_segments``.
 What a step costs is bounded by ``max_step_bytes``: a watch slower than ingest falls behind, and what the ring
 overwrites before it reads it is counted unread, rather than holding up ingest.
 
-Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. Nor are firings rate-limited
-here: the engine holds each rule to its limit.
+Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. The engine holds each rule to
+its limit; a step makes no more than ``max_per_minute`` firings of a rule, and counts the rest (``take_surplus``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -37,7 +44,7 @@ from typing import Any, Final
 import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.frame_match import candidates, match_frame
+from ringtrace.collector.incidents.frame_match import candidates, match_frame, match_run, run_candidates
 from ringtrace.collector.incidents.judge import Judge, StoredEvent
 from ringtrace.collector.incidents.rules import RuleSet
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
@@ -72,6 +79,8 @@ class _Cursor:
     criteria: SegmentCriteria | None = None
     #: A frame could not be decoded: the rest of the segment is counted, not read.
     broken: bool = False
+    #: The bytes before the segment's first EVENTS frame (its tables replayed), while they are all the decoder read.
+    prefix: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +104,8 @@ class _Progress:
     #: Per process: the criteria of the latest segment compiled, which its next segment copies if its tables are
     #: the same (``SegmentCriteria.following``).
     latest_criteria: dict[int, SegmentCriteria] = field(default_factory=dict)
+    #: Per process: the cursor of its latest segment read from its start, whose decoder the next may take over.
+    prefixed: dict[int, _Cursor] = field(default_factory=dict)
 
 
 class RuleWatch:
@@ -129,6 +140,20 @@ class RuleWatch:
         """Events of frames that could not be decoded (not judged)."""
         return self._progress.undecodable_events
 
+    def unread_of(self, seq: int, events: int) -> int:
+        """Of the segment ``seq``, holding ``events``, the events the watch has yet to read (none before it began)."""
+        cursor = self._progress.cursors.get(seq)
+        if cursor is None:  # (stored since the last step: the watch has not seen it)
+            return events if self._progress.began else 0
+        return 0 if cursor.broken else max(0, events - cursor.read_events)
+
+    def take_surplus(self) -> dict[str, int]:
+        """Per rule, the firings not made since last taken: past its ``max_per_minute`` in a step (``judge.py``),
+        to be counted suppressed."""
+        judge = self._progress.judge
+        surplus, judge.surplus = judge.surplus, {}
+        return surplus
+
     @property
     def unseen_segments(self) -> int:
         """Segments numbered between two the watch saw that it never saw (stored and gone between two steps)."""
@@ -161,6 +186,7 @@ class RuleWatch:
             self.begin(segments, kept)
             return []
         self._depart({segment.seq for _, segment in segments})
+        progress.judge.new_step(time.time_ns())
         firings: list[Firing] = []
         budget = self._max_step_bytes
         accounted = dict(progress.departed_read)
@@ -187,6 +213,8 @@ class RuleWatch:
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
         _let_go(segments, progress.cursors, progress.latest_criteria)
+        for owner in progress.prefixed.keys() - progress.latest_criteria.keys():
+            del progress.prefixed[owner]
         return firings
 
     def begin(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None) -> None:
@@ -228,70 +256,147 @@ class RuleWatch:
         """Judge the segment's EVENTS frames that begin between the cursor and ``end``; the cursor moves past them.
 
         The decoder is given the session frames alone (the bytes between EVENTS frames, found by the segment's
-        index): each EVENTS frame is read where it is stored, never copied, with the tables as they are then.
+        index): the EVENTS frames are read where they are stored, never copied, with the tables as they are then, a
+        run of them at once (``match_run``: one call however many frames, until a gap of session frames).
         """
         buffer = memoryview(segment.buffer)
+        size, step = segment.size, INDEX_ENTRY.size
         try:
             decoder = cursor.decoder
-            if decoder is None:  # catch up on the session frames before the cursor (its events were there before)
-                decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
-                position = 0
-                for offset, length, *_ in islice(segment.index(), cursor.read_entries):
-                    _feed(decoder, buffer[position:offset])
-                    position = offset + length
-                _feed(decoder, buffer[position : cursor.offset])
+            if decoder is None:
+                decoder = cursor.decoder = self._decoder(segment, cursor, buffer)
             position = cursor.offset
-            index = islice(segment.index(), cursor.read_entries, None)
-            for offset, length, _, count, _, _ in index:
+            while cursor.read_entries < segment.entries:
+                entry = cursor.read_entries
+                offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (entry + 1))
                 if offset >= end:  # (one that begins before the end is read whole: a step reads one at least)
                     break
-                _feed(decoder, buffer[position:offset])
+                _feed(cursor, buffer[position:offset])
+                position = max(position, offset)
+                criteria = self._criteria(cursor, decoder.tables)
+                if criteria.columns is not None:
+                    found, entries, events, position = match_run(
+                        buffer, size, segment.entries, entry, position, end, criteria.columns, criteria.criteria
+                    )
+                    if entries:
+                        cursor.read_entries += entries
+                        cursor.read_events += events
+                        self._judge(process, decoder.tables, criteria, buffer, found, firings)
+                        continue
                 frame = Events.decode_body(buffer[offset + FRAME_HEADER.size : offset + length])
-                self._frame(process, cursor, decoder.tables, frame, firings)
+                self._frame(process, criteria, decoder.tables, frame, firings)
                 position = offset + length
                 cursor.read_entries += 1
                 cursor.read_events += count
             if end > position:  # session frames only: every EVENTS frame stored has its index entry
-                _feed(decoder, buffer[position:end])
+                _feed(cursor, buffer[position:end])
                 position = end
             cursor.offset = position
         except ProtocolError:  # the rest of the segment cannot be decoded: its events are counted, not judged
             self._progress.undecodable_events += segment.events - cursor.read_events
             cursor.read_events, cursor.read_entries = segment.events, segment.entries
-            cursor.broken, cursor.decoder, cursor.criteria = True, None, None
+            cursor.broken, cursor.decoder, cursor.criteria, cursor.prefix = True, None, None, None
 
-    def _frame(
-        self, process: ProcessView, cursor: _Cursor, tables: StreamTables, frame: Events, firings: list[Firing]
-    ) -> None:
+    def _decoder(self, segment: SegmentView, cursor: _Cursor, buffer: memoryview) -> SessionDecoder:
+        """A decoder of the segment's session frames before the cursor (its events were there before, or it is
+        new). A new segment begins with its process's tables replayed: where those bytes are the ones the
+        process's previous segment began with, and its decoder read nothing more, that decoder is taken over
+        instead of reading them again (the previous segment's cursor makes a new one if it ever needs one)."""
+        progress = self._progress
+        if cursor.offset == 0 and segment.entries:
+            first = INDEX_ENTRY.unpack_from(buffer, segment.size - INDEX_ENTRY.size)[0]
+            prefix = bytes(buffer[:first])
+            holder = progress.prefixed.get(cursor.owner)
+            progress.prefixed[cursor.owner] = cursor
+            if holder is not None and holder is not cursor and holder.prefix == prefix and holder.decoder is not None:
+                cursor.decoder, cursor.prefix, cursor.offset = holder.decoder, prefix, first
+                holder.decoder = holder.criteria = holder.prefix = None
+                return cursor.decoder
+            cursor.decoder, cursor.prefix = SessionDecoder(self._limits, live=False), None
+            _feed(cursor, buffer[:first])
+            cursor.prefix, cursor.offset = prefix, first
+            return cursor.decoder
+        decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
+        position = 0
+        for offset, length, *_ in islice(segment.index(), cursor.read_entries):
+            _feed(cursor, buffer[position:offset])
+            position = offset + length
+        _feed(cursor, buffer[position : cursor.offset])
+        return decoder
+
+    def _criteria(self, cursor: _Cursor, tables: StreamTables) -> SegmentCriteria:
+        """The cursor's criteria, up to date with ``tables``."""
         if cursor.criteria is None:
             latest = self._progress.latest_criteria.get(cursor.owner)
             cursor.criteria = SegmentCriteria.following(latest, self._plan, tables)
         criteria = cursor.criteria = cursor.criteria.sync(tables)
         self._progress.latest_criteria[cursor.owner] = criteria
+        return criteria
+
+    def _judge(
+        self,
+        process: ProcessView,
+        tables: StreamTables,
+        criteria: SegmentCriteria,
+        buffer: memoryview,
+        found: bytes,
+        firings: list[Firing],
+    ) -> None:
+        """Judge a run's candidates (``match_run``)."""
+        for kind_id, name_id, ts, dur, args_start, args_end, track_id, first_ts in run_candidates(found):
+            self._candidate(
+                process, tables, criteria, track_id, kind_id, name_id, first_ts + ts, dur,
+                buffer[args_start:args_end], firings,
+            )  # fmt: skip
+
+    def _frame(
+        self,
+        process: ProcessView,
+        criteria: SegmentCriteria,
+        tables: StreamTables,
+        frame: Events,
+        firings: list[Firing],
+    ) -> None:
+        """Judge one frame a run did not take (``match_frame`` decides it, the Python twin where the C one cannot)."""
         found = None
         if criteria.columns is not None:
             found = match_frame(frame.payload, frame.count, criteria.columns, frame.track_id, criteria.criteria)
         if found is None:
             self._progress.undecodable_events += frame.count
             return
-        if not found:
-            return
-        track = tables.tracks.get(frame.track_id)
-        track_name = process.tracks.get(frame.track_id, track).name if track is not None else str(frame.track_id)
         payload = memoryview(frame.payload)
         for _, kind_id, name_id, ts, dur, args_start, args_end in candidates(found):
-            kind = tables.kinds.get(kind_id)
-            watchers = criteria.watchers(kind_id, name_id)
-            wall_ns = frame.first_ts_ns + ts + process.clock_offset_ns
-            if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
-                continue
-            name = tables.strings.get(name_id)
-            event = StoredEvent(
-                process, tables, frame.track_id, track_name, kind,
-                name if name is not None else f"<unknown string {name_id}>", wall_ns, dur,
-                _args(payload[args_start:args_end]),
+            self._candidate(
+                process, tables, criteria, frame.track_id, kind_id, name_id, frame.first_ts_ns + ts, dur,
+                payload[args_start:args_end], firings,
             )  # fmt: skip
-            firings += self._progress.judge.firings(watchers, event)
+
+    def _candidate(
+        self,
+        process: ProcessView,
+        tables: StreamTables,
+        criteria: SegmentCriteria,
+        track_id: int,
+        kind_id: int,
+        name_id: int,
+        ts: int,
+        dur: int,
+        args: memoryview,
+        firings: list[Firing],
+    ) -> None:
+        kind = tables.kinds.get(kind_id)
+        watchers = criteria.watchers(kind_id, name_id)
+        wall_ns = ts + process.clock_offset_ns
+        if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
+            return
+        track = tables.tracks.get(track_id)
+        track_name = process.tracks.get(track_id, track).name if track is not None else str(track_id)
+        name = tables.strings.get(name_id)
+        event = StoredEvent(
+            process, tables, track_id, track_name, kind,
+            name if name is not None else f"<unknown string {name_id}>", wall_ns, dur, _args(args),
+        )  # fmt: skip
+        firings += self._progress.judge.firings(watchers, event)
 
 
 def _args(value: memoryview) -> Any:
@@ -320,9 +425,12 @@ def _let_go(
             cursor.decoder = cursor.criteria = None
 
 
-def _feed(decoder: SessionDecoder, data: memoryview) -> None:
-    """Session frames (or part of one) to the decoder, applied to its tables."""
-    if data:  # (no data at all would say the stream ended)
+def _feed(cursor: _Cursor, data: memoryview) -> None:
+    """Session frames (or part of one) to the cursor's decoder, applied to its tables: it read more than the
+    segment's first bytes (``prefix``)."""
+    decoder = cursor.decoder
+    if data and decoder is not None:  # (no data at all would say the stream ended)
+        cursor.prefix = None
         decoder.receive_data(data)
         for _ in decoder:
             pass

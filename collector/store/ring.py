@@ -277,10 +277,13 @@ class Store:
         self,
         on_store_thread: Callable[[Callable[[], None]], object] | None = None,
         owners: Container[int] | None = None,
+        also: Iterable[Segment] = (),
     ) -> StoreSnapshot:
         """References to every stored segment (of the processes ``owners``, if given), pinned; no payload is copied.
-        ``on_store_thread``: see ``StoreSnapshot``."""
+        ``on_store_thread``: see ``StoreSnapshot``. ``also``: segments gone from the store but pinned still (older
+        than the stored ones of their process), taken first."""
         segments = [s for s in self._holdings.segments.values() if owners is None or s.owner in owners]
+        segments = [*(s for s in also if owners is None or s.owner in owners), *segments]
         for segment in segments:
             segment.pins += 1
         return StoreSnapshot(self, segments, on_store_thread)

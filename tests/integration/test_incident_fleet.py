@@ -190,3 +190,32 @@ def test_the_buckets_leader_killed_while_an_incident_is_collected_leaves_it_save
             peer.close()
         a.stop()
         b.stop()
+
+
+def test_under_a_flood_a_slow_span_fires_though_the_stream_acknowledged_its_segment_before_the_watch_read_it(
+    nats_cluster: NatsCluster,
+) -> None:
+    rule = "slow: span=checkout, min_duration=30ms, before=1s, after=0s, max_per_minute=100"
+    a = _collector(nats_cluster, "--capacity", "16MB", "--incident-capacity", "256MB", "--trigger", rule)
+    flood = slow = None
+    try:
+        flood, slow = Peer(a, "flood"), Peer(a, "slow")
+        for _ in range(3):
+            flood.send("flood 20000")  # (segments sealed, published and let go of, fast)
+            slow.send("slow checkout 40")
+            flood.send("flood 20000")
+        slow.send("flush")
+        flood.send("flush")
+        counted = wait_for(
+            lambda: stats(a),
+            until=lambda s: s["by_rule"]["fired"].get("slow", 0) >= 3,
+            timeout_s=60,
+            what="the three slow spans fired",
+        )
+        assert counted["by_rule"]["fired"] == {"slow": 3}
+        assert counted["unread_events"] == counted["watch_hold_dropped_events"] == 0, counted
+    finally:
+        for peer in (flood, slow):
+            if peer is not None:
+                peer.close()
+        a.stop()

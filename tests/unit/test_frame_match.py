@@ -1,5 +1,7 @@
 """The rules' first pass over a stored frame (``frame_match.py``): the C twin against the Python twin that defines
-it, on valid payloads with any criteria and on payloads that are not what they should be (never a crash)."""
+it, on valid payloads with any criteria and on payloads that are not what they should be (never a crash); and over a
+run of a segment's frames (``match_run``), with gaps of session bytes between them and an index as the store writes
+it."""
 
 from __future__ import annotations
 
@@ -23,7 +25,12 @@ from ringtrace.collector.incidents.frame_match import (
     candidates,
     match_frame,
     match_frame_py,
+    match_run,
+    match_run_py,
+    run_candidates,
 )
+from ringtrace.collector.store.segments import INDEX_ENTRY
+from ringtrace.wire.frame_types import EVENTS_HEADER, FRAME_HEADER, FrameType
 from ringtrace.wire.optional_c import load_optional
 
 _match = load_optional("ringtrace.collector.incidents._match")
@@ -215,3 +222,77 @@ def test_a_payload_nested_deeper_than_the_c_reader_goes_is_read_by_the_python_tw
     payload = msgpack.packb([[0], [0], [0], [7], [deep]])
     found = match_frame(payload, 1, ORDER, 0, criteria_of({0: (5, 0, -1)}))
     assert found is not None and [row[:5] for row in candidates(found)] == [(0, 0, 0, 0, 7)]
+
+
+# -- a run of a segment's frames ---------------------------------------------------------------------------------
+
+
+def segment(parts: list[tuple[bytes, int, int, int, int, bytes]]) -> tuple[bytearray, int]:
+    """A segment's buffer of EVENTS frames (payload, count, track, first ts, last ts), each after its gap of other
+    bytes, and its index at the end; and the buffer's size."""
+    data, index = bytearray(), []
+    for payload, count, track, first, last, gap in parts:
+        data += gap
+        body = EVENTS_HEADER.pack(EVENTS_HEADER.size, 0, track, count, first, last) + payload
+        index.append((len(data), FRAME_HEADER.size + len(body), track, count, first, last))
+        data += FRAME_HEADER.pack(FRAME_HEADER.size + len(body), FrameType.EVENTS) + body
+    data += bytes(INDEX_ENTRY.size * len(index))
+    for i, entry in enumerate(index):  # (entry i is the (i + 1)-th from the end)
+        INDEX_ENTRY.pack_into(data, len(data) - INDEX_ENTRY.size * (i + 1), *entry)
+    return data, len(data)
+
+
+def c_run(buffer: bytearray, size: int, entries: int, entry: int, position: int, end: int, wanted: Criteria) -> Any:
+    return _match.match_run(  # type: ignore[union-attr]
+        buffer, size, entries, entry, position, end, ORDER, wanted.kinds, wanted.names, wanted.counters,
+        wanted.thresholds, wanted.state,
+    )  # fmt: skip
+
+
+parts = st.tuples(
+    frames(),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([0, 5, 2**63 - 1, 2**63, 2**64 - 1]),
+    st.sampled_from([0, 5, 2**63, 2**64 - 1]),
+    st.sampled_from([b"", b"", b"", b"x"]),
+)
+
+
+@needs_c
+@settings(max_examples=400)
+@given(st.lists(parts, min_size=1, max_size=4), criteria(), st.data())
+def test_the_twins_read_the_same_run_and_keep_the_same_state(
+    drawn: list[tuple[tuple[bytes, int, tuple[int, ...]], int, int, int, bytes]], wanted: Criteria, data: st.DataObject
+) -> None:
+    built = [
+        (payload, count % 2**32, track, first, last, gap) for (payload, count, _), track, first, last, gap in drawn
+    ]
+    buffer, size = segment(built)
+    entry = data.draw(st.integers(0, len(built)))
+    position = data.draw(st.sampled_from([0, 1, len(buffer)]))
+    end = data.draw(st.sampled_from([size, size // 2, 0]))
+    fast, slow = copy(wanted), copy(wanted)
+    found = c_run(buffer, size, len(built), entry, position, end, fast)
+    assert found == match_run_py(buffer, size, len(built), entry, position, end, ORDER, slow)
+    assert fast.state == slow.state
+
+
+def test_a_run_stops_at_a_gap_and_before_a_frame_it_does_not_take() -> None:
+    take = criteria_of({0: (ANY, 0, -1)})
+    ok = msgpack.packb([[0, 0], [0, 0], [10, 20], [0, 0], [None, {"a": 1}]])
+    deep: Any = 1
+    for _ in range(40):
+        deep = [deep]
+    too_deep = msgpack.packb([[0], [0], [0], [0], [deep]])
+    buffer, size = segment([(ok, 2, 7, 100, 200, b""), (ok, 2, 8, 300, 400, b""), (too_deep, 1, 7, 500, 500, b"")])
+    found, entries, events, position = match_run(buffer, size, 3, 0, 0, size, ORDER, take)
+    assert (entries, events) == (2, 4)
+    rows = list(run_candidates(found))
+    assert [(row[2], row[6], row[7]) for row in rows] == [(10, 7, 100), (20, 7, 100), (10, 8, 300), (20, 8, 300)]
+    assert msgpack.unpackb(buffer[rows[1][4] : rows[1][5]]) == {"a": 1}
+    # The frame nested too deep is the caller's, which match_frame reads (the Python twin where C cannot).
+    assert match_run(buffer, size, 3, 2, position, size, ORDER, take)[1:] == (0, 0, position)
+    assert match_frame(too_deep, 1, ORDER, 7, take)
+    gap, size = segment([(ok, 2, 7, 100, 200, b""), (ok, 2, 7, 300, 400, b"strings")])
+    assert match_run(gap, size, 2, 0, 0, size, ORDER, take)[1] == 1
+    assert match_run_py(gap, size, 2, 0, 0, size, ORDER, copy(take))[1] == 1

@@ -34,6 +34,7 @@ class SteppedWatch:
         self.stepping, self.go = threading.Event(), threading.Event()
         self.reloaded_while_stepping: bool | None = None
         self.firings, self.steps = firings, 0
+        self.surplus: dict[str, int] = {}
 
     @property
     def unread_events(self) -> int:
@@ -53,6 +54,13 @@ class SteppedWatch:
     def with_rules(self, rules: RuleSet) -> SteppedWatch:
         self.reloaded_while_stepping = self.stepping.is_set()
         return self
+
+    def take_surplus(self) -> dict[str, int]:
+        surplus, self.surplus = self.surplus, {}
+        return surplus
+
+    def unread_of(self, seq: int, events: int) -> int:
+        return 0
 
 
 def _engine(tmp_path: Path, watch: SteppedWatch, load: RuleSet) -> IncidentEngine:
@@ -89,7 +97,9 @@ def test_rules_read_again_while_a_step_runs_are_taken_between_two_steps(tmp_path
     asyncio.run(run())
 
 
-def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch_goes_on(tmp_path: Path) -> None:
+def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch_goes_on_counting_what_it_did_not_make(
+    tmp_path: Path,
+) -> None:
     async def run() -> None:
         never = -(10**30)  # (a time no clock shows: its incident's id cannot be made)
         watch = SteppedWatch([Firing("slow", 1, never, never, "checkout lasted 2 ns")])
@@ -99,6 +109,10 @@ def test_a_firing_that_cannot_begin_its_incident_is_counted_failed_and_the_watch
         try:
             await _until(lambda: watch.steps >= 3)
             assert engine.counts.failed == {"slow": 1}
+            watch.surplus = {"slow": 4}  # (firings past the rule's max_per_minute in a step, not made)
+            await _until(lambda: engine.counts.suppressed == {"slow": 4})
+            await _until(lambda: watch.steps >= 6)
+            assert engine.counts.suppressed == {"slow": 4}
         finally:
             await engine.stop()
 

@@ -63,8 +63,9 @@ class Stream(Client):
         return kind.id
 
 
-def rules(*conditions: Any) -> RuleSet:
-    return RuleSet(tuple(Rule(f"r{i}", condition) for i, condition in enumerate(conditions)))
+def rules(*conditions: Any, max_per_minute: int = 60000) -> RuleSet:
+    """Rules of the conditions (past their ``max_per_minute`` in a step, a watch makes no firings: high here)."""
+    return RuleSet(tuple(Rule(f"r{i}", c, max_per_minute=max_per_minute) for i, c in enumerate(conditions)))
 
 
 def step(watch: RuleWatch, store: Store) -> list[tuple[str, str]]:
@@ -338,3 +339,23 @@ def test_a_segment_stored_after_begin_but_before_the_first_step_is_judged() -> N
         watch.begin([(process(s.owner), s) for s in pinned.segments], store.kept_events(range(1, 4)))
     Stream(store, 1).send((SPAN, "checkout", 500 * MS, None))
     assert step(watch, store) == [("r0", "span 'checkout' lasted 500.0 ms (>= 100 ms)")]
+
+
+def test_a_step_makes_no_more_firings_of_a_rule_than_its_max_per_minute_and_counts_the_rest() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1), SpanCondition("slow*", 1), max_per_minute=3), Limits())
+    step(watch, store)
+    client.send(*[(SPAN, "slow", 5, None)] * 10)
+    assert [rule for rule, _ in step(watch, store)] == ["r0", "r1"] * 3
+    assert watch.take_surplus() == {"r0": 7, "r1": 7}
+    assert watch.take_surplus() == {}
+    # A new step, a new minute's worth (the engine's own limit holds each rule to its sliding minute).
+    client.send(*[(SPAN, "slow", 5, None)] * 4)
+    assert len(step(watch, store)) == 6 and watch.take_surplus() == {"r0": 1, "r1": 1}
+    # An event whose times the engine refuses (far in the future) is made, and takes no place of the step's.
+    future = Stream(store, 2)
+    future.clock = itertools.count(2 * 10**18, 10 * MS)
+    future.send(*[(SPAN, "slow", 5, None)] * 2)
+    client.send(*[(SPAN, "slow", 5, None)] * 3)
+    assert len(step(watch, store)) == 2 * (2 + 3) and watch.take_surplus() == {}

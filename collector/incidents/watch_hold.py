@@ -1,0 +1,110 @@
+"""Segments the store let go of because a JetStream stream acknowledged them (``--jetstream``: ``published``), kept
+pinned until the rules' watch has read them, so that a busy collector's watch does not miss what it had no step to
+read yet.
+
+Theory of operation
+-------------------
+The store tells of each segment that leaves (``Store.on_evicted``): one published that the watch has not read whole
+(``Watch.unread_of``) is pinned here, within ``max_bytes`` (its buffer is neither reused nor unmapped), and each
+watch step reads it among the stored ones (``segments``, oldest first). After each step, those the watch has read
+whole are let go (``let_go``). One that does not fit is not kept: its unread events are counted here
+(``dropped_events``), and the watch counts them unread as it sees the segment gone (``RuleWatch.unread_events``).
+Segments that leave for another reason (overwritten, capped, cleared, refused) are losses the store counts: they are
+not kept. The hook before this one (the captures' pins) is told first, of every segment, as before. ``stored_now``
+is what a step reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+
+from ringtrace.collector.incidents.engine_needs import Watch
+from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.store.holdings import Removal
+from ringtrace.collector.store.processes import Registry
+from ringtrace.collector.store.ring import Store
+from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.views import SegmentView, StoreSnapshot
+
+__all__ = ["WatchHold", "stored_now"]
+
+
+class WatchHold:
+    """See the module docstring.
+
+    Args:
+        store: the store whose published segments are kept (its ``on_evicted`` is set to ``evicted``).
+        max_bytes: what the kept segments may take at most, beside the ring.
+        then: the hook ``evicted`` calls first (the captures' pins).
+        watch_of: the rules' watch, if any (what it has not read of a segment is kept).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        max_bytes: int,
+        then: Callable[[Segment, Removal], None],
+        watch_of: Callable[[], Watch | None],
+    ) -> None:
+        self._store, self.max_bytes, self._then, self._watch_of = store, max_bytes, then, watch_of
+        self._held: dict[int, Segment] = {}
+        self.held_bytes = 0
+        #: Segments not kept (past ``max_bytes``) while the watch had not read them, and their events unread then.
+        self.dropped_segments = 0
+        self.dropped_events = 0
+        store.on_evicted(self.evicted)
+
+    def evicted(self, segment: Segment, why: Removal) -> None:
+        self._then(segment, why)
+        if why != "published" or segment.seq in self._held:
+            return
+        unread = self._unread_of(segment.seq, segment.events)
+        if unread <= 0:
+            return
+        if self.held_bytes + segment.size > self.max_bytes:
+            self.dropped_segments += 1
+            self.dropped_events += unread
+            return
+        self._store.pin(segment)
+        self._held[segment.seq] = segment
+        self.held_bytes += segment.size
+
+    def _unread_of(self, seq: int, events: int) -> int:
+        watch = self._watch_of()
+        return watch.unread_of(seq, events) if watch is not None else 0
+
+    def segments(self) -> list[Segment]:
+        """The segments kept, oldest first (a step's snapshot pins them again while it reads)."""
+        return list(self._held.values())
+
+    def let_go(self, owners: Container[int] | None = None) -> None:
+        """Unpin the segments the watch has read whole, and those of processes no longer among ``owners`` (the
+        watch reads them no more: their unread events are counted dropped)."""
+        done = []
+        for segment in self._held.values():
+            unread = self._unread_of(segment.seq, segment.events)
+            if unread > 0 and owners is not None and segment.owner not in owners:
+                self.dropped_segments += 1
+                self.dropped_events += unread
+                unread = 0
+            if unread <= 0:
+                done.append(segment)
+        for segment in done:
+            del self._held[segment.seq]
+            self.held_bytes -= segment.size
+        self._store.unpin(done)
+
+    def close(self) -> None:
+        """Let go of every segment kept (the collector stops)."""
+        held, self._held, self.held_bytes = list(self._held.values()), {}, 0
+        self._store.unpin(held)
+
+
+def stored_now(
+    registry: Registry, store: Store, hold: WatchHold | None = None
+) -> tuple[StoreSnapshot, list[tuple[ProcessView, SegmentView]], dict[int, int]]:
+    """Every stored segment (and those ``hold`` keeps), pinned (the snapshot lets go of them), with its process; and
+    the events the store kept of each process so far: what a watch step reads."""
+    processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
+    frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else ())
+    return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)

@@ -1,0 +1,94 @@
+"""Segments a JetStream stream acknowledged (``published``) kept pinned until the rules' watch read them
+(``WatchHold``): a real store and a real watch; what the bound cannot keep is counted, never silent."""
+
+from __future__ import annotations
+
+from ringtrace.collector.incidents.rules import SpanCondition
+from ringtrace.collector.incidents.watch import RuleWatch
+from ringtrace.collector.incidents.watch_hold import WatchHold
+from ringtrace.collector.store.holdings import Removal
+from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.collector.store.segments import Segment
+from ringtrace.wire.model import SPAN
+from ringtrace.wire.stream_limits import Limits
+from test_rule_watch import Stream, process, rules
+
+
+def step(watch: RuleWatch, store: Store, hold: WatchHold) -> list[str]:
+    with store.snapshot(also=hold.segments()) as pinned:
+        kept = store.kept_events([1])  # (published segments' events count kept: stored in the stream)
+        firings = watch.step([(process(s.owner), s) for s in pinned.segments], kept)
+    hold.let_go()
+    return [firing.rule for firing in firings]
+
+
+def fill(store: Store, client: Stream) -> list[Segment]:
+    """Send slow spans until a segment is sealed; the sealed ones."""
+    while store.segment_count < 2:
+        client.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20)
+    return [s for s in store.stored([client.owner])][:-1]
+
+
+def test_a_published_segment_the_watch_has_not_read_is_kept_until_it_has() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    told: list[tuple[int, Removal]] = []
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: told.append((s.seq, why)), lambda: watch)
+    step(watch, store, hold)
+    sealed = fill(store, client)
+    events = sum(s.events for s in sealed)
+    for segment in sealed:
+        store.published(segment)  # (the stream acknowledged it before the watch stepped)
+    assert told == [(s.seq, "published") for s in sealed], "the hook before it is told first"
+    assert hold.segments() == sealed and all(s.pins == 1 for s in sealed)
+    fired = step(watch, store, hold)
+    assert fired.count("r0") >= events and watch.unread_events == 0
+    assert hold.segments() == [] and hold.held_bytes == 0 and all(s.pins == 0 for s in sealed)
+    step(watch, store, hold)
+    assert watch.unread_events == 0 and hold.dropped_events == 0
+
+
+def test_a_published_segment_read_already_or_before_the_watch_began_is_not_kept() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    before = fill(store, client)  # stored before the watch began: not its own
+    step(watch, store, hold)
+    store.published(before[0])
+    assert hold.segments() == []
+    sealed = [s for s in fill(store, client) if s not in before]
+    step(watch, store, hold)  # read whole
+    for segment in sealed:
+        store.published(segment)
+    assert hold.segments() == [] and watch.unread_events == 0
+
+
+def test_past_its_bound_a_published_segment_is_not_kept_and_its_unread_events_are_counted() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, MIN_SEGMENT_BYTES // 2, lambda s, why: None, lambda: watch)
+    step(watch, store, hold)
+    sealed = fill(store, client)
+    for segment in sealed:
+        store.published(segment)
+    assert hold.segments() == [] and hold.dropped_segments == len(sealed)
+    assert hold.dropped_events == sum(s.events for s in sealed)
+    step(watch, store, hold)
+    assert watch.unread_events == hold.dropped_events
+
+
+def test_a_kept_segment_of_a_process_gone_from_the_registry_is_let_go_its_unread_events_counted() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    step(watch, store, hold)
+    sealed = fill(store, client)
+    for segment in sealed:
+        store.published(segment)
+    hold.let_go(owners={2})  # (process 1 forgotten: no step reads its segments any more)
+    assert hold.segments() == [] and all(s.pins == 0 for s in sealed)
+    assert hold.dropped_events == sum(s.events for s in sealed)

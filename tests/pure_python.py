@@ -43,6 +43,7 @@ TWINNED = frozenset(
         "ringtrace.collector.export.perfetto_frames",
         "ringtrace.collector.ingest.scan",
         "ringtrace.collector.read.reach",
+        "ringtrace.collector.ingest.otlp.fast_spans",
     }
 )
 

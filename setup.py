@@ -11,6 +11,7 @@
 - ``collector/export/_tables.c``: the spans table's Arrow buffers of stored frames, for Parquet snapshots.
 - ``collector/incidents/_match.c``: the rules' first pass over stored frames, for incidents.
 - ``collector/read/_reach.c``: how far a stored frame's events reach past their starts, for windows.
+- ``collector/ingest/otlp/_spans.c``: OTLP spans as native records, read straight from a request's protobuf bytes.
   (All but the scan read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
@@ -106,5 +107,6 @@ setup(
             depends=["collector/export/_msgpack_read.h"],
             optional=True,
         ),
+        Extension("ringtrace.collector.ingest.otlp._spans", ["collector/ingest/otlp/_spans.c"], optional=True),
     ],
 )

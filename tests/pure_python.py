@@ -45,6 +45,7 @@ TWINNED = frozenset(
         "ringtrace.collector.export.table_rows",
         "ringtrace.collector.ingest.scan",
         "ringtrace.collector.read.reach",
+        "ringtrace.collector.ingest.otlp.fast_spans",
     }
 )
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -52,7 +53,7 @@ from ringtrace.collector.ingest.otlp.process_streams import (
 )
 from ringtrace.collector.ingest.otlp.request_body import content_type, read_body
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents
-from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal, decoded_by_process
+from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal, decoded_by_process, read_quickly
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES
 
 __all__ = ["MAX_BODIES_IN_FLIGHT", "OtlpReceiver"]
@@ -67,6 +68,9 @@ MAX_LOG_CATEGORIES: Final = 100
 #: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
 #: the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
+#: A body of at most this many bytes that the C reader takes (``fast_spans.py``) is read and packed on the event loop,
+#: where it takes well under a millisecond: handing it to a thread and back would cost more than the work.
+INLINE_BODY_BYTES: Final = 128 * 1024
 
 
 class OtlpReceiver:
@@ -178,7 +182,13 @@ class OtlpReceiver:
         deliveries: list[Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
-                processes = await asyncio.to_thread(decoded_by_process, signal, body, as_json)
+                processes = None
+                if len(body) <= INLINE_BODY_BYTES:
+                    with _uncollected():
+                        processes = read_quickly(signal, body, as_json)
+                inline = processes is not None
+                if processes is None:
+                    processes = await asyncio.to_thread(decoded_by_process, signal, body, as_json)
                 del body
                 room = self._room_for(processes)
                 if room is None:
@@ -189,7 +199,7 @@ class OtlpReceiver:
                     raise Unavailable(why, busy=True)
                 taken, past_bound = room
                 for process in taken:
-                    deliveries.append(await self._packed(process))
+                    deliveries.append(await self._packed(process, inline))
                 del processes, taken
             total, rejected, refused, why, closed = 0, 0, 0, "", ""
             if past_bound:
@@ -261,9 +271,10 @@ class OtlpReceiver:
         left_out = {id(process) for process in past}
         return [process for process in processes if id(process) not in left_out], past
 
-    async def _packed(self, process: ProcessEvents) -> Delivery:
+    async def _packed(self, process: ProcessEvents, inline: bool) -> Delivery:
         """One process's events as frames, its stream held (its lock) until they are sent: frames go out in the order
-        they were packed, each after the STRINGS frames it needs."""
+        they were packed, each after the STRINGS frames it needs. ``inline``: packed on the event loop (a small
+        request's), else on a worker thread."""
         delivery = Delivery(process)
         try:
             stream = await self._stream(process)
@@ -272,7 +283,12 @@ class OtlpReceiver:
             return delivery
         await stream.lock.acquire()
         try:
-            delivery.frames = await asyncio.to_thread(stream.pack, process)  # (its lock held: one packer a stream)
+            # (its lock held: one packer a stream)
+            if inline:
+                with _uncollected():
+                    delivery.frames = stream.pack(process)
+            else:
+                delivery.frames = await asyncio.to_thread(stream.pack, process)
         except BaseException:
             stream.lock.release()
             raise
@@ -322,3 +338,18 @@ class OtlpReceiver:
             self._next_track_ids[key] = stream.next_track_id
             if len(self._next_track_ids) > _TRACK_IDS_REMEMBERED:
                 self._next_track_ids.popitem(last=False)
+
+
+@contextlib.contextmanager
+def _uncollected() -> Iterator[None]:
+    """No garbage collection in the block (a small request's read, or its packing, on the event loop: no await in it).
+    Its objects, a few per span, die by reference counting once packed; a collection meanwhile would only walk them
+    (a fifth of the CPU of reading and packing spans on lanes)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

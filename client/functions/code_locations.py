@@ -15,11 +15,15 @@ import logging
 import types
 import weakref
 from collections.abc import Callable
+from typing import Final
 
 from ringtrace.client.functions.callback_errors import raised_by_a_signal_handler
 from ringtrace.wire.stack_frames import CodeLocation
 
-__all__ = ["CodeLocations", "c_function_name", "is_c_function"]
+__all__ = ["CO_COROUTINE", "CodeLocations", "c_function_name", "is_c_function"]
+
+#: ``inspect.CO_COROUTINE`` (not imported: inspect is slow to load): the code of an ``async def``.
+CO_COROUTINE: Final = 0x80
 
 log = logging.getLogger("ringtrace.client")
 
@@ -57,13 +61,17 @@ class CodeLocations:
         self.locations = locations
         #: id(code) -> (a weak reference that drops the entry with the code, its location index or -1: not recorded).
         self.codes: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
+        #: The same for coroutine code recorded, kept out of ``codes``: a tracer's lookup there misses for it, so that
+        #: only a coroutine's call takes the path that notes its asyncio task (``python_tracer.py``), for no cost to
+        #: any other call.
+        self.coroutines: dict[int, tuple[weakref.ref[types.CodeType], int]] = {}
         self._indexes: dict[CodeLocation, int] = {}
         for index, location in enumerate(locations):
             self._indexes.setdefault(location, index)
 
     def index_of(self, code: types.CodeType, frame: types.FrameType | None) -> int:
         """The location index of ``code`` (-1: not recorded), asking ``decide`` the first time it is met."""
-        entry = self.codes.get(id(code))
+        entry = self.codes.get(id(code)) or self.coroutines.get(id(code))
         if entry is not None:
             return entry[1]
         module = ""
@@ -82,7 +90,7 @@ class CodeLocations:
             qualname = getattr(code, "co_qualname", code.co_name)
             index = self.location_index((qualname, code.co_filename, code.co_firstlineno))
         key = id(code)
-        codes = self.codes
+        codes = self.coroutines if index >= 0 and code.co_flags & CO_COROUTINE else self.codes
         codes[key] = (weakref.ref(code, lambda _, key=key: codes.pop(key, None)), index)  # type: ignore[misc]
         return index
 

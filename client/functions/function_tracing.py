@@ -1,9 +1,12 @@
-"""Function tracing: every call of the program's Python functions a span on its thread (``trace_functions``).
+"""Function tracing: every call of the program's Python functions a span on its thread, or on its asyncio task's lane
+(``trace_functions``).
 
 A tracer (the C ``ringtrace.client._functions.Tracer`` where it was built and ``RINGTRACE_PURE_PYTHON`` is unset,
 else its twin ``PythonTracer``) writes each call, when it ends, as a fixed-size record into a buffer of its thread's.
 The flusher drains those buffers with the timeline's own events (``Timeline.add_call_source``): each thread's calls go
-as a ``CallRun`` onto the thread's track, the one its scopes use, to every listener of the timeline. A buffer half
+as a ``CallRun`` onto the thread's track, the one its scopes use, to every listener of the timeline; the calls made in
+a step of an asyncio task go onto the task's lane, as its scopes do (the tracer notes the task once a step,
+at the first call of a recorded coroutine in it, and tells where the records switch: ``drain_cuts``). A buffer half
 full wakes the flusher; a call that does not fit in a full one is counted as dropped, and reaches the listeners' loss
 counts. At exit the flusher stops the tracer first (``FLUSHER.before_exit``): the calls still open then end there,
 and are delivered with the rest.
@@ -30,6 +33,7 @@ from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
 from ringtrace.client.functions.python_tracer import DEFAULT_BUFFER_BYTES, PythonTracer
+from ringtrace.client.functions.thread_calls import split
 from ringtrace.client.recording.tracks import EndedThread
 from ringtrace.wire.call_records import RECORD, CallRun
 from ringtrace.wire.errors import ConfigError
@@ -38,6 +42,8 @@ from ringtrace.wire.parsing import parse_duration_ns
 from ringtrace.wire.stack_frames import CodeLocation
 
 if TYPE_CHECKING:
+    from asyncio import Task
+
     from ringtrace.client.recording.timelines import Timeline
 
 __all__ = ["LOCATIONS", "FunctionTracing", "trace_functions", "tracer_class"]
@@ -180,15 +186,20 @@ class FunctionTracing:
     ) -> None:
         self.stop()
 
-    def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Any]], int]:
+    def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], int]:
         """``Timeline``'s drain of this source (``CallSource``): the calls recorded since the last one as (thread,
-        ``CallRun``) runs, but ringtrace's own threads', and the calls dropped since."""
+        asyncio task whose step made them or None, ``CallRun``) runs, but ringtrace's own threads', and the calls
+        dropped since."""
         tracer = self._tracer
         if tracer is None:
             return [], 0
         with self._lock:  # (a flush on another thread may drain at the same moment as the flusher)
             ended_before = {ident: len(threads) for ident, threads in _ended.items()}
-            drained = tracer.drain()
+            drained = [
+                (ident, task, part)
+                for ident, records, cuts in tracer.drain_cuts()
+                for task, part in split(records, cuts)
+            ]
             dropped = tracer.dropped
             lost, self._dropped_seen = dropped - self._dropped_seen, dropped
         if not drained:
@@ -196,15 +207,15 @@ class FunctionTracing:
                 if _running is not self:
                     self.timeline.remove_call_source(self)  # stopped and drained: nothing more will come
         active = {thread.ident: thread for thread in threading.enumerate()} if drained else {}
-        runs: list[tuple[threading.Thread | EndedThread, Any]] = []
-        for ident, records in drained:
+        runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]] = []
+        for ident, task, records in drained:
             thread: threading.Thread | EndedThread | None = _ended_thread_of(ident, records)
             if thread is None:
                 alive: threading.Thread | None = active.get(ident)
                 if alive is not None and is_background_thread(alive):
                     continue
                 thread = alive or EndedThread(ident)
-            runs.append((thread, CallRun(records, LOCATIONS)))
+            runs.append((thread, task, CallRun(records, LOCATIONS)))
         for ident, count in ended_before.items():  # (their calls, if any, were drained just now)
             threads = _ended.get(ident)
             if threads is not None:
@@ -288,8 +299,9 @@ def trace_functions(
     library: bool = False,
     timeline: Timeline | None = None,
 ) -> FunctionTracing:
-    """Record every call of the program's Python functions as a span on its thread, into ``timeline`` (the
-    process-wide one if None), from ``start()`` (or entering a ``with`` block) to ``stop()``.
+    """Record every call of the program's Python functions as a span on its thread (in a step of an asyncio task, on
+    the task's lane), into ``timeline`` (the process-wide one if None), from ``start()`` (or entering a ``with``
+    block) to ``stop()``.
 
         with ringtrace.client.trace_functions(include=["app.*"], min_duration="100us"):
             handle(request)

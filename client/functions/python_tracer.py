@@ -14,6 +14,14 @@ Each thread keeps a stack of the calls it opened since ``start()``: (key, locati
 pops its entry only when it is on top, so that the end of a call opened before ``start()`` (or of code ``decide``
 turned down) is ignored. An entry with index -1 is a call counted for ``max_depth`` that writes no record.
 
+asyncio tasks: the first call of recorded coroutine code in a step of a task (an ``async def`` the task's step began or
+resumed; no task step open on the thread yet) looks the task up, once a step, and notes where in the thread's records
+the task's begin; the end of that call ends the step, and notes it. No other call looks anything up (coroutine code is
+kept out of the table the hot path reads, ``CodeLocations.coroutines``). ``drain_cuts`` tells where in each thread's
+records they switch: a call ends within the step it began in, so it is the step's task's iff written while it is open.
+Calls a task makes outside any recorded coroutine (library code's, around no program's ``async def``) stay on the
+thread.
+
 Exceptions: one of the tracer's own (or ``decide``'s) is logged, never raised into the program; one that a signal
 handler of the program's raises while a callback runs (Python runs handlers between any two bytecodes) goes on to the
 program, as it would untraced. On 3.11 the interpreter removes a profile function an exception leaves (that one, a
@@ -42,7 +50,15 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ringtrace.client.functions.callback_errors import failed, profile_function_removed, raised_by_a_signal_handler
-from ringtrace.client.functions.code_locations import C_TYPES, CodeLocations, c_function_name, is_c_function
+from ringtrace.client.functions.code_locations import (
+    C_TYPES,
+    CO_COROUTINE,
+    CodeLocations,
+    c_function_name,
+    is_c_function,
+)
+from ringtrace.client.functions.thread_calls import ThreadCalls, ThreadEnd, mark_ended
+from ringtrace.client.recording.asyncio_watch import current_task
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
 from ringtrace.wire.stack_frames import CodeLocation
 
@@ -64,38 +80,13 @@ _now = time.monotonic_ns
 _pack = RECORD.pack
 _SIZE = RECORD.size
 #: 3.11: the instructions a 'return' event leaves from when no exception ended the call (but one thrown into a
-#: generator at its yield leaves from that yield: ``_ThreadCalls.thrown``).
+#: generator at its yield leaves from that yield: ``ThreadCalls.thrown``).
 _RETURN_OPCODES: Final = frozenset(
     opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
 )
 _YIELD_VALUE: Final = opcode.opmap.get("YIELD_VALUE", -1)
 
 Decide = Callable[[types.CodeType, str], bool]
-
-
-class _ThreadCalls:
-    """One thread's open calls and the records it wrote since the last drain."""
-
-    __slots__ = ("__weakref__", "buffer", "dropped", "ended", "ident", "recorded", "stack", "thrown", "woken")
-
-    def __init__(self, ident: int) -> None:
-        self.ident = ident
-        #: Open calls, outermost first: (key: id of the code or of the C callable, location index or -1, start ns).
-        self.stack: list[tuple[int, int, int]] = []
-        #: 3.11: the open generator resumes an exception was thrown into (``throw``, ``close``), by their entry's start:
-        #: the offset of the yield it was thrown in at.
-        self.thrown: dict[int, int] = {}
-        self.buffer = bytearray()
-        self.woken = False
-        self.ended = False
-        self.recorded = 0
-        self.dropped = 0
-
-
-class _ThreadEnd:
-    """Kept in a thread's local storage: it goes when the thread ends, and its finaliser marks the thread's calls."""
-
-    __slots__ = ("__weakref__",)
 
 
 class PythonTracer:
@@ -146,7 +137,7 @@ class PythonTracer:
         self._index_of = self._table.index_of
         self._c_index_of = self._table.c_index_of
         self._local = threading.local()
-        self._threads: list[_ThreadCalls] = []
+        self._threads: list[ThreadCalls] = []
         #: Keeps the counts whole while a drain forgets ended threads (never taken in a callback).
         self._threads_lock = threading.Lock()
         #: Counts of the threads forgotten (ended and drained).
@@ -180,7 +171,7 @@ class PythonTracer:
         if self._active:
             return
         if _MONITORING:
-            self._start_monitoring()
+            self._tool = _start_monitoring(self)
         else:
             threading.setprofile(self._profile)
             sys.setprofile(self._profile)
@@ -192,7 +183,9 @@ class PythonTracer:
             return
         self._active = False
         if _MONITORING:
-            self._stop_monitoring()
+            tool, self._tool = self._tool, None
+            if tool is not None:
+                _stop_monitoring(tool)
         else:
             threading.setprofile(None)
             sys.setprofile(None)  # other threads remove theirs at their next event (``_profile``)
@@ -206,21 +199,26 @@ class PythonTracer:
                 _, index, start = stack.pop()
                 if index >= 0:
                     self._write(calls, start, now, index, CALL)
+            if calls.in_task:
+                calls.in_task = False
+                calls.tasks.append((calls.recorded, None))
 
     def drain(self) -> list[tuple[int, bytes]]:
         """(thread ident, records) for each thread that wrote records since the last drain, ended ones included
         (then forgotten)."""
+        return [(ident, records) for ident, records, _ in self.drain_cuts()]
+
+    def drain_cuts(self) -> list[tuple[int, bytes, list[tuple[int, Any]]]]:
+        """``drain()``, and where in each thread's records the calls of each asyncio task's steps (or of none) begin:
+        (thread ident, records, [(byte offset, task or None)], the first at 0)."""
         taken = []
         with self._threads_lock:
             threads = list(self._threads)
         for calls in threads:
             ended = calls.ended  # read first: a thread seen ended writes nothing after
-            buffer = calls.buffer
-            records = bytes(buffer)
+            records = calls.take_records()
             if records:
-                del buffer[: len(records)]  # (only what was taken: the thread may have appended since)
-                taken.append((calls.ident, records))
-            calls.woken = False
+                taken.append((calls.ident, records, calls.take_cuts(len(records))))
             if ended:
                 with self._threads_lock:
                     self._threads.remove(calls)
@@ -230,28 +228,30 @@ class PythonTracer:
 
     # -- the parts shared by both ways of seeing calls ---------------------------------------------------------------
 
-    def _thread_calls(self) -> _ThreadCalls:
+    def _thread_calls(self) -> ThreadCalls:
         local = self._local
         try:
             return local.calls  # type: ignore[no-any-return]
         except AttributeError:
             pass
-        calls = _ThreadCalls(threading.get_ident())
-        end = _ThreadEnd()
+        calls = ThreadCalls(threading.get_ident())
+        end = ThreadEnd()
         local.calls, local.end = calls, end
-        weakref.finalize(end, _mark_ended, weakref.ref(calls))
+        weakref.finalize(end, mark_ended, weakref.ref(calls))
         self._threads.append(calls)  # (no lock: a callback waits for no thread, see the module docstring)
         return calls
 
-    def _open(self, calls: _ThreadCalls, key: int, index: int) -> None:
+    def _open(self, calls: ThreadCalls, key: int, index: int) -> None:
         stack = calls.stack
         if self.max_depth and len(stack) >= self.max_depth:
             index = -1
         stack.append((key, index, _now()))
 
-    def _close(self, calls: _ThreadCalls, key: int, kind: int) -> None:
+    def _close(self, calls: ThreadCalls, key: int, kind: int) -> None:
         stack = calls.stack
         if not stack or stack[-1][0] != key:
+            if stack and stack[-1][0] == -key:
+                self._close_task_step(calls, kind)
             return  # opened before start(), or not recorded
         _, index, start = stack.pop()
         if index >= 0:
@@ -259,7 +259,33 @@ class PythonTracer:
             if end - start >= self.min_duration_ns:
                 self._write(calls, start, end, index, kind)
 
-    def _write(self, calls: _ThreadCalls, start: int, end: int, index: int, kind: int) -> None:
+    def _open_coroutine(self, calls: ThreadCalls, code: types.CodeType, index: int) -> None:
+        """Open a call of recorded coroutine code; the first in a step of an asyncio task notes the task (one look-up
+        a step, none for any other call), and its entry's key is the negated id of its code, which ``_close`` tells."""
+        if calls.in_task:
+            self._open(calls, id(code), index)
+            return
+        task = current_task()
+        if task is None:
+            self._open(calls, id(code), index)
+            return
+        stack = calls.stack
+        if self.max_depth and len(stack) >= self.max_depth:
+            index = -1
+        calls.tasks.append((calls.recorded, task))
+        calls.in_task = True
+        stack.append((-id(code), index, _now()))
+
+    def _close_task_step(self, calls: ThreadCalls, kind: int) -> None:
+        """End the call on top of the stack, the coroutine that began a step of a task, and the step with it."""
+        _, index, start = calls.stack.pop()
+        end = _now()
+        if index >= 0 and end - start >= self.min_duration_ns:
+            self._write(calls, start, end, index, kind)
+        calls.in_task = False
+        calls.tasks.append((calls.recorded, None))
+
+    def _write(self, calls: ThreadCalls, start: int, end: int, index: int, kind: int) -> None:
         buffer = calls.buffer
         held = len(buffer)
         if held + _SIZE > self.buffer_bytes:
@@ -278,58 +304,22 @@ class PythonTracer:
                         raise
                     log.exception("ringtrace: the function tracer's wake failed")
 
-    # -- 3.12 and later: sys.monitoring -----------------------------------------------------------------------------
-
-    def _start_monitoring(self) -> None:
-        monitoring = _monitoring
-        for tool in TOOL_IDS:
-            if monitoring.get_tool(tool) is None:
-                monitoring.use_tool_id(tool, TOOL_NAME)
-                break
-        else:
-            taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)!r}" for tool in TOOL_IDS)
-            raise RuntimeError(f"function tracing needs a free sys.monitoring tool id of {TOOL_IDS}; taken ({taken})")
-        self._tool = tool
-        events = monitoring.events
-        callbacks: dict[int, Callable[..., Any]] = {
-            events.PY_START: self._on_start,
-            events.PY_RESUME: self._on_start,
-            events.PY_THROW: self._on_throw,
-            events.PY_RETURN: self._on_return,
-            events.PY_YIELD: self._on_return,
-            events.PY_UNWIND: self._on_unwind,
-        }
-        if self.builtins:
-            callbacks |= {
-                events.CALL: self._on_call,
-                events.C_RETURN: self._on_c_return,
-                events.C_RAISE: self._on_c_raise,
-            }
-        for event, callback in callbacks.items():
-            monitoring.register_callback(tool, event, callback)
-        # Locations another tracer of this tool id turned off (DISABLE) are on again: this one's decide may differ.
-        monitoring.restart_events()
-        mask = 0
-        for event in callbacks:
-            mask |= event
-        monitoring.set_events(tool, mask)
-
-    def _stop_monitoring(self) -> None:
-        monitoring = _monitoring
-        tool, self._tool = self._tool, None
-        if tool is None:
-            return
-        monitoring.set_events(tool, 0)
-        for event in (1 << bit for bit in range(monitoring.events.C_RAISE.bit_length())):
-            monitoring.register_callback(tool, event, None)
-        monitoring.free_tool_id(tool)
+    # -- 3.12 and later: sys.monitoring's callbacks ---------------------------------------------------------------
 
     def _on_start(self, code: types.CodeType, offset: int) -> Any:
         try:
             entry = self._codes.get(id(code))
-            index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
-            if index < 0:
-                return _monitoring.DISABLE
+            if entry is None:  # met first, or coroutine code
+                index = self._index_of(code, sys._getframe(1))
+                if index < 0:
+                    return _monitoring.DISABLE
+                if code.co_flags & CO_COROUTINE:
+                    self._open_coroutine(self._thread_calls(), code, index)
+                    return None
+            else:
+                index = entry[1]
+                if index < 0:
+                    return _monitoring.DISABLE
             self._open(self._thread_calls(), id(code), index)
         except Exception as exc:
             failed(exc, "a call")
@@ -344,6 +334,9 @@ class PythonTracer:
             stack = calls.stack
             if stack and stack[-1][0] == id(code):
                 self._close(calls, id(code), CALL)
+                return None
+            if stack and stack[-1][0] == -id(code):
+                self._close_task_step(calls, CALL)
                 return None
             entry = self._codes.get(id(code))
             index = entry[1] if entry is not None else self._index_of(code, sys._getframe(1))
@@ -397,7 +390,10 @@ class PythonTracer:
                 index = entry[1] if entry is not None else self._index_of(code, frame)
                 if index >= 0:
                     calls = self._thread_calls()
-                    self._open(calls, id(code), index)
+                    if entry is None and code.co_flags & CO_COROUTINE:
+                        self._open_coroutine(calls, code, index)
+                    else:
+                        self._open(calls, id(code), index)
                     lasti = frame.f_lasti
                     if lasti >= 0 and code.co_code[lasti] == _YIELD_VALUE:  # (a resume by send is at its RESUME)
                         calls.thrown[calls.stack[-1][2]] = lasti
@@ -429,7 +425,49 @@ class PythonTracer:
             raise
 
 
-def _mark_ended(calls_ref: weakref.ref[_ThreadCalls]) -> None:
-    calls = calls_ref()
-    if calls is not None:
-        calls.ended = True
+def _start_monitoring(tracer: PythonTracer) -> int:
+    """Take a free tool id of ``TOOL_IDS`` for ``tracer``'s callbacks; returns it.
+
+    Raises:
+        RuntimeError: none is free.
+    """
+    monitoring = _monitoring
+    for tool in TOOL_IDS:
+        if monitoring.get_tool(tool) is None:
+            monitoring.use_tool_id(tool, TOOL_NAME)
+            break
+    else:
+        taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)!r}" for tool in TOOL_IDS)
+        raise RuntimeError(f"function tracing needs a free sys.monitoring tool id of {TOOL_IDS}; taken ({taken})")
+    events = monitoring.events
+    callbacks: dict[int, Callable[..., Any]] = {
+        events.PY_START: tracer._on_start,
+        events.PY_RESUME: tracer._on_start,
+        events.PY_THROW: tracer._on_throw,
+        events.PY_RETURN: tracer._on_return,
+        events.PY_YIELD: tracer._on_return,
+        events.PY_UNWIND: tracer._on_unwind,
+    }
+    if tracer.builtins:
+        callbacks |= {
+            events.CALL: tracer._on_call,
+            events.C_RETURN: tracer._on_c_return,
+            events.C_RAISE: tracer._on_c_raise,
+        }
+    for event, callback in callbacks.items():
+        monitoring.register_callback(tool, event, callback)
+    # Locations another tracer of this tool id turned off (DISABLE) are on again: this one's decide may differ.
+    monitoring.restart_events()
+    mask = 0
+    for event in callbacks:
+        mask |= event
+    monitoring.set_events(tool, mask)
+    return tool
+
+
+def _stop_monitoring(tool: int) -> None:
+    monitoring = _monitoring
+    monitoring.set_events(tool, 0)
+    for event in (1 << bit for bit in range(monitoring.events.C_RAISE.bit_length())):
+        monitoring.register_callback(tool, event, None)
+    monitoring.free_tool_id(tool)

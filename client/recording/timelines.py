@@ -71,9 +71,9 @@ class CallSource(Protocol):
     """What traces function calls for a timeline (``ringtrace.client.functions``): its drain gives runs of calls per
     thread."""
 
-    def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Any]], int]:
-        """The calls recorded since the last drain as (thread, ``CallRun``) runs, and the calls dropped since (buffers
-        full)."""
+    def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Any, Any]], int]:
+        """The calls recorded since the last drain as (thread, asyncio task or None, ``CallRun``) runs, and the calls
+        dropped since (buffers full)."""
         ...
 
 
@@ -285,15 +285,15 @@ class Timeline(Recorder):
         the C recorder an instant's arguments are a ``Keywords``, not a dict (``keyword_args.as_map`` reads one).
         """
         dropped = self._take_refused()
-        calls: list[tuple[Any, Any]] = []
+        runs: list[tuple[threading.Thread | EndedThread, Any, Any]] = []
         for source in self._call_sources:  # (first: a thread's buffer made here for them is drained below)
-            runs, lost = source.drain_calls()
-            calls += runs
+            drained, lost = source.drain_calls()
+            runs += drained
             dropped += lost
+        calls: list[tuple[TrackInfo, Any]] = []
         with self._lock:
-            if calls:
-                label = self._track_label
-                calls = [(self._tracks.buffer_of_thread(thread, label).track, run) for thread, run in calls]
+            if runs:
+                calls = self._tracks.call_tracks(runs, self._track_label)
             buffers = list(self._tracks.buffers)
         taken, ended = take_events(buffers)
         ended_tracks = []
@@ -302,10 +302,11 @@ class Timeline(Recorder):
             self._forget_recorders()
             with self._lock:
                 ended_tracks = self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, taken) + calls + taken, ended_tracks, dropped)
+        return Drained(lane_parents(buffers, calls + taken) + calls + taken, ended_tracks, dropped)
 
     def add_call_source(self, source: CallSource) -> None:
-        """Drain ``source``'s traced calls with this timeline's events, each thread's onto that thread's track."""
+        """Drain ``source``'s traced calls with this timeline's events, each thread's onto that thread's track (a
+        task's onto its lane)."""
         with self._lock:
             if source not in self._call_sources:
                 self._call_sources = (*self._call_sources, source)

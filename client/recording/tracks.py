@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -143,9 +143,31 @@ class Tracks:
 
     def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
         """A buffer of ``task``'s own on a lane of this thread's: the first free one, or a new one."""
-        parent = self.thread_buffer(label).track
+        return self._new_lane(task, self.thread_buffer(label).track)
+
+    def call_tracks(
+        self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
+    ) -> list[tuple[TrackInfo, Any]]:
+        """The track of each run of calls traced on a thread, in a step of a task if not None: the task's lane (the one
+        its scopes use, taken now if it has none), else the thread's. The tasks of ``runs`` keep their lanes from each
+        other, though done by now: their calls may overlap in time."""
+        busy = {task for _, task, _ in runs if task is not None}
+        tracks = []
+        for thread, task, run in runs:
+            if task is None:
+                tracks.append((self.buffer_of_thread(thread, label).track, run))
+                continue
+            buffer = self.task_buffers.get(task)
+            if buffer is None:
+                buffer = self._new_lane(task, self.buffer_of_thread(thread, label).track, busy)
+            tracks.append((buffer.track, run))
+        return tracks
+
+    def _new_lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> TrackBuffer:
+        """A buffer of ``task``'s own on a lane of the thread of track ``parent``: the first free one (not one of a
+        task of ``busy``), or a new one."""
         lanes = self._lanes.setdefault(parent.track_id, [])
-        lane = _first_free(lanes, task)
+        lane = _first_free(lanes, task, busy)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
             lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), task)
@@ -242,14 +264,18 @@ class Tracks:
         self._source_buffers = {}
 
 
-def _first_free(lanes: list[_Lane], task: Task[Any]) -> _Lane | None:
+def _first_free(lanes: list[_Lane], task: Task[Any], busy: Collection[Task[Any]]) -> _Lane | None:
     """The first lane ``task`` may record on: it has it already, or no task that may still record does. (A task of
     ``task``'s loop, which runs, is on no closed loop: a server's every request looks through its busy lanes with no
-    call to Python code.)"""
+    call to Python code.) Not a lane of a task of ``busy``."""
     loop = task.get_loop()
     for lane in lanes:
         held = lane.task
-        if held is None or held is task or held.done():
+        if held is None or held is task:
+            return lane
+        if busy and held in busy:
+            continue
+        if held.done():
             return lane
         held_loop = held.get_loop()
         if held_loop is not loop and held_loop.is_closed():

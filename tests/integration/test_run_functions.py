@@ -1,7 +1,8 @@
 """``ringtrace run --functions``: a script with a known call tree, run against a real collector, is in its snapshot as
 spans of kind call (call_raised where an exception left), nested as called, on their threads' tracks; the standard
 library's calls are not there unless asked for; ``--include``, ``--exclude`` and ``--min-duration`` choose which;
-the pure-Python tracer gives the same tree; the fleet switch traces too; a bad value is one line and status 2.
+the pure-Python tracer gives the same tree; the fleet switch traces too; a bad value is one line and status 2; each
+asyncio task's calls nest on its own lane, the one its scopes are on.
 """
 
 from __future__ import annotations
@@ -227,3 +228,59 @@ def test_chrome_spans_of_calls_carry_their_file_and_line(collector: CollectorPro
     leaf = next(e for e in spans if e["name"] == "leaf")
     line = next(i for i, text in enumerate(textwrap.dedent(SCRIPT).splitlines(), 1) if text.startswith("def leaf"))
     assert leaf["args"] == {"file": str(program / "app.py"), "line": line}
+
+
+ASYNC_SCRIPT = """
+import asyncio
+
+import ringtrace.client
+
+
+def leaf():
+    return 1
+
+
+async def pause():
+    await asyncio.sleep(0.02)
+    return leaf()
+
+
+async def worker(name):
+    with ringtrace.client.default_timeline().scope(name):
+        leaf()
+        await pause()
+        await pause()
+
+
+async def main():
+    await asyncio.gather(worker("a"), worker("b"))
+
+
+asyncio.run(main())
+"""
+#: A worker task's calls, one tree a step: it began, and ran until each await of its pauses' sleeps suspended it.
+WORKER_STEPS = [
+    ("worker", False, [("leaf", False, []), ("pause", False, [])]),
+    ("worker", False, [("pause", False, [("leaf", False, [])]), ("pause", False, [])]),
+    ("worker", False, [("pause", False, [("leaf", False, [])])]),
+]
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_the_calls_of_each_asyncio_task_nest_on_its_own_lane(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(ASYNC_SCRIPT), encoding="utf-8")
+    name = f"tasks-{'pure' if pure_python else 'c'}"
+    calls = traced_calls(collector, tmp_path, name, RINGTRACE_PURE_PYTHON=pure_python)
+    found = trees(calls)
+    assert found.pop("MainThread") == [("<module>", False, [])]  # asyncio.run's tasks ran every other call
+    lanes = sorted(found.values(), key=len)
+    assert lanes == [[("main", False, []), ("main", False, [])], WORKER_STEPS, WORKER_STEPS], found
+    status, body = collector.get("/snapshot?format=native")
+    assert status == 200
+    (tmp_path / "scopes.rtsnap").write_bytes(body)
+    streams = [s for s in read_trace_streams(tmp_path / "scopes.rtsnap") if s.hello and s.hello.process_name == name]
+    scopes = {e.name: e.track.name for s in streams for e in s.events if e.name in ("a", "b")}
+    assert set(scopes) == {"a", "b"} and scopes["a"] != scopes["b"]
+    assert found[scopes["a"]] == found[scopes["b"]] == WORKER_STEPS  # the lane each task's scope is on

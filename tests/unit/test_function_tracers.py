@@ -1,7 +1,8 @@
 """The function tracers, C and pure Python, held to the same call trees: recursion, generators and coroutines (a span
 per resume), exceptions (call_raised), threads, a C function calling back into Python (builtins off and on), decide
 asked once per code, min_duration, max_depth, a full buffer counted, stop closing open calls, and calls begun before
-start ignored. Each test runs with every tracer this interpreter has: ``PythonTracer`` always, the C one where built.
+start ignored, each asyncio task's steps cut apart from the others'. Each test runs with every tracer this
+interpreter has: ``PythonTracer`` always, the C one where built.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from ringtrace.client.functions.python_tracer import PythonTracer
+from ringtrace.client.functions.thread_calls import split
 from ringtrace.wire.call_records import RECORD, CallRun
 from ringtrace.wire.model import CALL, CALL_RAISED
 
@@ -90,6 +92,20 @@ async def child() -> int:
 
 async def parent() -> int:
     return await child()
+
+
+async def sleeper() -> None:
+    await asyncio.sleep(0)
+    leaf()
+
+
+async def task_work() -> None:
+    leaf()
+    await sleeper()
+
+
+async def two_tasks() -> None:
+    await asyncio.gather(task_work(), task_work())
 
 
 def boom() -> None:
@@ -172,6 +188,25 @@ def test_a_span_per_resume_of_a_coroutine(tracer_class: Any) -> None:
     _, by_thread, _ = traced(tracer_class, lambda: asyncio.run(parent()))
     # The await of sleep(0) suspends both: a span of each before it, and after.
     assert main_tree(by_thread) == [call("parent", call("child")), call("parent", call("child"))]
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+def test_the_calls_of_each_asyncio_tasks_steps_are_cut_apart(tracer_class: Any, builtins: bool) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(ours, locations, builtins=builtins)
+    tracer.start()
+    try:
+        asyncio.run(two_tasks())
+    finally:
+        tracer.stop()
+    by_task: dict[Any, list[tuple[int, bytes]]] = {}
+    for ident, records, cuts in tracer.drain_cuts():
+        for task, part in split(records, cuts):
+            by_task.setdefault(task, []).append((ident, part))
+    assert None not in by_task  # every call of ours ran in a task's step
+    found = sorted(main_tree(trees(runs, locations)) for runs in by_task.values())
+    work = [call("task_work", call("leaf"), call("sleeper")), call("task_work", call("sleeper", call("leaf")))]
+    assert found == [work, work, [call("two_tasks"), call("two_tasks")]]  # each task's steps, apart
 
 
 def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> None:

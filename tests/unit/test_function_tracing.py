@@ -171,7 +171,7 @@ def test_a_forked_child_traces_its_own_calls_not_the_parents() -> None:
             try:
                 leaf()
                 runs, _ = tracing.drain_calls()
-                names = [location[0] for _, run in runs for _, _, location, _ in run.calls()]
+                names = [location[0] for _, _, run in runs for _, _, location, _ in run.calls()]
                 status = 0 if names == ["leaf"] else 3
             finally:
                 os._exit(status)

@@ -173,6 +173,16 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
             return evaluate(tstate, interpreter_frame, throwflag);
         }
     }
+    int task_step = 0;
+    if ((code_object->co_flags & CO_COROUTINE) && !t->in_task) {
+        Py_INCREF(self); /* the look-up may stop the tracer and let it go */
+        task_step = rt_task_step_begin(self, t);
+        int stopped = rt_running != self;
+        Py_DECREF(self);
+        if (stopped) {
+            return evaluate(tstate, interpreter_frame, throwflag);
+        }
+    }
     uint32_t generation = self->generation;
     rt_push(self, t, code, loc);
     PyObject *result = evaluate(tstate, interpreter_frame, throwflag);
@@ -180,6 +190,9 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
         rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+        if (task_step) {
+            rt_task_step_end(t);
+        }
         if (rt_wake_if_due(self, t, 1)) { /* a signal handler's exception (the program's): the frame's result now */
             Py_XDECREF(result);
             return NULL;

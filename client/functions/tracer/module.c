@@ -67,6 +67,7 @@ tracer_traverse(Tracer *self, visitproc visit, void *arg)
     Py_VISIT(self->locations);
     Py_VISIT(self->wake);
     Py_VISIT(self->indexes);
+    Py_VISIT(self->current_task);
     return 0;
 }
 
@@ -77,6 +78,7 @@ tracer_clear(Tracer *self)
     Py_CLEAR(self->locations);
     Py_CLEAR(self->wake);
     Py_CLEAR(self->indexes);
+    Py_CLEAR(self->current_task);
     return 0;
 }
 
@@ -111,6 +113,14 @@ tracer_start(Tracer *self, PyObject *unused)
         return PyErr_Format(PyExc_RuntimeError, "Tracer.start: the tracer was cleared");
     }
     rt_reset_stacks(self); /* what was open when it last stopped was closed then */
+    if (self->current_task == NULL) { /* (not at import: the module imports nothing of ringtrace's) */
+        PyObject *watch = PyImport_ImportModule("ringtrace.client.recording.asyncio_watch");
+        self->current_task = watch == NULL ? NULL : PyObject_GetAttrString(watch, "current_task");
+        Py_XDECREF(watch);
+        if (self->current_task == NULL) {
+            return NULL;
+        }
+    }
     rt_clock_init(); /* once: the first start() measures the TSC's rate (2 ms) */
     rt_clock_start(self);
     self->running = 1;
@@ -145,7 +155,13 @@ tracer_stop(Tracer *self, PyObject *unused)
 static PyObject *
 tracer_drain(Tracer *self, PyObject *unused)
 {
-    return rt_drain(self);
+    return rt_drain(self, 0);
+}
+
+static PyObject *
+tracer_drain_cuts(Tracer *self, PyObject *unused)
+{
+    return rt_drain(self, 1);
 }
 
 static PyObject *
@@ -182,6 +198,9 @@ static PyMethodDef tracer_methods[] = {
     {"drain", (PyCFunction)tracer_drain, METH_NOARGS,
      "drain() -> [(thread ident, records)]: each thread's records since the last drain, ended threads included. "
      "One runs at a time: a drain begun while another runs (on another thread, or in a finalizer) gets []."},
+    {"drain_cuts", (PyCFunction)tracer_drain_cuts, METH_NOARGS,
+     "drain_cuts() -> [(thread ident, records, cuts)]: drain(), and where in each thread's records the calls of "
+     "each asyncio task's steps (or of none) begin: [(byte offset, task or None)], the first at 0."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,12 @@ profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg)
         if (rt_code_location(self, (PyObject *)code, &loc) > 0 && self->running) {
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
+                /* (no call the look-up makes reaches this function: the interpreter is tracing meanwhile) */
+                int task_step = (code->co_flags & CO_COROUTINE) && !t->in_task && rt_task_step_begin(self, t);
                 rt_push(self, t, code, loc);
+                if (task_step) {
+                    t->step_depth = t->depth;
+                }
             }
             else {
                 self->dropped++;
@@ -46,6 +51,9 @@ profile_event(Tracer *self, PyFrameObject *frame, int what, PyObject *arg)
             ThreadBuf *t = rt_thread(self);
             if (t != NULL) {
                 rt_pop(self, t, code, arg == NULL ? RT_CALL_RAISED : RT_CALL); /* NULL: an exception left it */
+                if (t->in_task && t->depth < t->step_depth) {
+                    rt_task_step_end(t);
+                }
                 rt_wake_if_due(self, t, 0);
             }
         }

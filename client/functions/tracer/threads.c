@@ -85,10 +85,25 @@ rt_pass_on(PyObject *saved_type, PyObject *saved_value, PyObject *saved_tb)
     PyErr_Restore(type, value, tb);
 }
 
+/* Forget the thread's task switches (with the GIL: a task may go with its last reference). */
+static void
+clear_notes(ThreadBuf *t)
+{
+    Py_ssize_t n = t->n_notes;
+    t->n_notes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(t->notes[i].task);
+    }
+    t->in_task = 0;
+    Py_CLEAR(t->lane_task);
+}
+
 static void
 thread_release(ThreadBuf *t)
 {
     if (--t->refs == 0) {
+        clear_notes(t);
+        free(t->notes);
         free(t->data);
         free(t->stack);
         free(t);
@@ -259,7 +274,67 @@ rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
     return 1;
 }
 
-static PyObject *drain_all(Tracer *self);
+/* Note a task switch (task: a new reference, or NULL: the step ended) before the next record of the thread's. 0, or
+   -1 with no memory for it (the task let go). */
+static int
+add_note(ThreadBuf *t, PyObject *task)
+{
+    if (t->n_notes == t->notes_capacity) {
+        Py_ssize_t capacity = t->notes_capacity ? t->notes_capacity * 2 : 16;
+        TaskNote *notes = realloc(t->notes, (size_t)capacity * sizeof(TaskNote));
+        if (notes == NULL) {
+            Py_XDECREF(task);
+            return -1;
+        }
+        t->notes = notes;
+        t->notes_capacity = capacity;
+    }
+    t->notes[t->n_notes].seq = t->drained_records + (uint64_t)(t->used / RT_RECORD_SIZE);
+    t->notes[t->n_notes].task = task;
+    t->n_notes++;
+    return 0;
+}
+
+/* A recorded coroutine begins (or resumes) while no task's step is open on the thread: the task that runs it, if
+   one does, opens a step, whose records are the task's (1). Once a step: no other call looks the task up. Runs
+   Python code (the look-up): the caller holds the tracer, and records none of its calls (busy). */
+int
+rt_task_step_begin(Tracer *self, ThreadBuf *t)
+{
+    if (self->current_task == NULL) {
+        return 0;
+    }
+    PyObject *saved_type, *saved_value, *saved_tb; /* a coroutine resumed by throw() has an exception on its way */
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    t->busy++;
+    PyObject *task = PyObject_CallNoArgs(self->current_task);
+    t->busy--;
+    if (task == NULL) {
+        rt_failed(self->current_task, 0);
+    }
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    if (task == NULL || task == Py_None || rt_running != self) {
+        Py_XDECREF(task);
+        return 0;
+    }
+    if (add_note(t, task) < 0) {
+        return 0;
+    }
+    t->in_task = 1;
+    return 1;
+}
+
+/* The coroutine that began a step of a task ended or suspended: the step ends. */
+void
+rt_task_step_end(ThreadBuf *t)
+{
+    if (t->in_task) {
+        t->in_task = 0;
+        add_note(t, NULL); /* (no memory: the records after stay the task's) */
+    }
+}
+
+static PyObject *drain_all(Tracer *self, int with_cuts);
 
 void
 rt_close_open_calls(Tracer *self)
@@ -271,6 +346,7 @@ rt_close_open_calls(Tracer *self)
         while (t->depth > 0) {
             rt_end_top(self, t, now, RT_CALL);
         }
+        rt_task_step_end(t);
     }
 }
 
@@ -280,11 +356,12 @@ rt_reset_stacks(Tracer *self)
     for (ThreadBuf *t = self->threads; t != NULL; t = t->next) {
         t->depth = 0;
         t->lost = 0;
+        t->in_task = 0;
     }
 }
 
 PyObject *
-rt_drain(Tracer *self)
+rt_drain(Tracer *self, int with_cuts)
 {
     /* One drain at a time: the garbage collector, run by an allocation below, may run Python code that drains (a
        finalizer), or let another thread run one, which would take the same records and free buffers this one reads.
@@ -293,13 +370,57 @@ rt_drain(Tracer *self)
         return PyList_New(0);
     }
     self->draining = 1;
-    PyObject *runs = drain_all(self);
+    PyObject *runs = drain_all(self, with_cuts);
     self->draining = 0;
     return runs;
 }
 
+/* Where in the `taken` records just drained each task's begin: [(byte offset, task or None)], the first at 0; the
+   notes used are forgotten (NULL: no memory, the notes kept). Allocating may run Python code that records on this
+   thread and notes after them (never before: its seq counts the records taken). */
 static PyObject *
-drain_all(Tracer *self)
+take_cuts(ThreadBuf *t, Py_ssize_t taken)
+{
+    uint64_t first = t->drained_records - (uint64_t)(taken / RT_RECORD_SIZE);
+    Py_ssize_t used = 0;
+    while (used < t->n_notes && t->notes[used].seq < t->drained_records) {
+        used++;
+    }
+    PyObject *cuts = PyList_New(used + 1);
+    if (cuts == NULL) {
+        return NULL;
+    }
+    PyObject *lane = t->lane_task != NULL ? t->lane_task : Py_None;
+    PyObject *cut = Py_BuildValue("(nO)", (Py_ssize_t)0, lane);
+    if (cut == NULL) {
+        Py_DECREF(cuts);
+        return NULL;
+    }
+    PyList_SET_ITEM(cuts, 0, cut);
+    for (Py_ssize_t i = 0; i < used; i++) {
+        TaskNote note = t->notes[i]; /* (the array may move as Python code notes more: read it anew each time) */
+        cut = Py_BuildValue("(nO)", (Py_ssize_t)((note.seq - first) * RT_RECORD_SIZE),
+                            note.task != NULL ? note.task : Py_None);
+        if (cut == NULL) {
+            Py_DECREF(cuts);
+            return NULL;
+        }
+        PyList_SET_ITEM(cuts, i + 1, cut);
+    }
+    PyObject *last = t->lane_task;
+    t->lane_task = NULL;
+    for (Py_ssize_t i = 0; i < used; i++) {
+        Py_XDECREF(last);
+        last = t->notes[i].task; /* the note's reference, now the lane's */
+    }
+    t->lane_task = last;
+    memmove(t->notes, t->notes + used, (size_t)(t->n_notes - used) * sizeof(TaskNote));
+    t->n_notes -= used;
+    return cuts;
+}
+
+static PyObject *
+drain_all(Tracer *self, int with_cuts)
 {
     PyObject *runs = PyList_New(0);
     if (runs == NULL) {
@@ -326,6 +447,23 @@ drain_all(Tracer *self)
                 memmove(t->data, t->data + taken, (size_t)(t->used - taken));
                 t->used -= taken;
                 t->woke = 0;
+                t->drained_records += (uint64_t)(taken / RT_RECORD_SIZE);
+                PyObject *cuts = take_cuts(t, taken); /* (taken by drain() too: the notes go with their records) */
+                PyObject *pair = run;
+                if (!with_cuts) {
+                    run = cuts == NULL ? NULL : pair;
+                    Py_XDECREF(cuts);
+                }
+                else {
+                    run = cuts == NULL ? NULL : Py_BuildValue("(OON)", PyTuple_GET_ITEM(pair, 0),
+                                                              PyTuple_GET_ITEM(pair, 1), cuts);
+                    Py_DECREF(pair);
+                }
+            }
+            else if (with_cuts && run != NULL) { /* forgotten meanwhile: its calls of no task */
+                PyObject *pair = run;
+                run = Py_BuildValue("(OO[(iO)])", PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), 0, Py_None);
+                Py_DECREF(pair);
             }
             thread_release(t);
             if (run == NULL || PyList_Append(runs, run) < 0) {
@@ -365,6 +503,7 @@ rt_forget_threads(Tracer *self)
     while (t != NULL) {
         ThreadBuf *next = t->next;
         t->tracer = NULL;
+        clear_notes(t);
         free(t->data); /* a capsule may keep the small rest until its thread ends */
         t->data = NULL;
         free(t->stack);

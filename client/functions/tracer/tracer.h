@@ -20,6 +20,11 @@ What it does, and why it is safe to do it this way:
 - A thread finds its buffer through a one-entry cache keyed by its pthread_t; on a miss, through a capsule kept in
   the thread state dict, whose destructor (run when the thread state is cleared, as the thread ends) marks the buffer
   ended and empties the cache, so that a thread started later with the same pthread_t never finds it.
+- asyncio: the first call of recorded coroutine code while no task's step is open on the thread (evalframe.c; on 3.11
+  with C functions, profile.c) asks asyncio_watch.current_task() for the running task, once a step: a task notes a
+  switch (threads.c: the number of the thread's next record, and the task), and the end of that call another (no
+  task). drain_cuts() tells where each thread's records switch, as the Python twin's does. No other call looks up
+  anything: a call ends within the step it began in, so a record is the step's task's iff written while it is open.
 - Only one tracer runs at a time (rt_running, which holds a reference to it until stop()).
 - Calls already running at start() left no entry: their ends find the thread's stack empty and are ignored, as are
   the ends of code not recorded. An end whose key is not on top of the stack (a missed event) closes the calls above
@@ -84,6 +89,13 @@ typedef struct {
 
 typedef struct Tracer Tracer;
 
+/* An asyncio task switch on a thread: from the record numbered seq (of all the thread wrote), the records are the
+   task's (a strong reference) or, NULL, of no task (threads.c: rt_task_step_begin). */
+typedef struct {
+    uint64_t seq;
+    PyObject *task;
+} TaskNote;
+
 /* A thread's records and open calls. Owned by the tracer's list and, while the thread lives, by the capsule in its
    thread state dict: freed when both let go (refs). */
 typedef struct ThreadBuf {
@@ -102,6 +114,12 @@ typedef struct ThreadBuf {
     int ended;                /* the thread state was cleared: drained once more, then forgotten */
     int refs;
     uint64_t tstate_id;       /* the id of the thread state whose dict holds its capsule */
+    int in_task;              /* a step of an asyncio task is open (a recorded coroutine began it) */
+    Py_ssize_t step_depth;    /* profile.c: the depth of the call that began it */
+    uint64_t drained_records; /* records drained so far: the seq of the first in data */
+    TaskNote *notes;          /* task switches not drained yet, in order */
+    Py_ssize_t n_notes, notes_capacity;
+    PyObject *lane_task;      /* the task (a strong reference, NULL: none) of the records drained last */
 } ThreadBuf;
 
 /* The location of a C callable, by its method definition and the type it is bound to (see locations.c). */
@@ -114,6 +132,7 @@ typedef struct {
 struct Tracer {
     PyObject_HEAD
     PyObject *decide, *locations, *wake;
+    PyObject *current_task; /* asyncio's running task, or None (asyncio_watch.current_task; NULL: not looked up) */
     PyObject *indexes;      /* dict: a location (name, file, line) -> its index in locations (a Python int) */
     PyObject *thread_key;   /* the key of this tracer's capsules in thread state dicts */
     PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
@@ -183,7 +202,9 @@ int rt_grow_stack(ThreadBuf *t);
 int rt_close_above(Tracer *self, ThreadBuf *t, const void *key);
 void rt_close_open_calls(Tracer *self);
 void rt_reset_stacks(Tracer *self);
-PyObject *rt_drain(Tracer *self);
+PyObject *rt_drain(Tracer *self, int with_cuts);
+int rt_task_step_begin(Tracer *self, ThreadBuf *t);
+void rt_task_step_end(ThreadBuf *t);
 void rt_forget_threads(Tracer *self);
 
 /* This thread's buffer (NULL: none could be made, the call is dropped and counted). The cache is keyed by the

@@ -1,0 +1,104 @@
+"""A thread's part of the pure-Python function tracer (``python_tracer.py``): its open calls, the records it wrote
+and the asyncio task switches it noted since the last drain, and what tells when the thread has ended."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ringtrace.wire.call_records import RECORD
+
+__all__ = ["ThreadCalls", "ThreadEnd", "mark_ended", "split"]
+
+
+class ThreadCalls:
+    """One thread's open calls and the records it wrote since the last drain."""
+
+    __slots__ = (
+        "__weakref__",
+        "buffer",
+        "drained",
+        "dropped",
+        "ended",
+        "ident",
+        "in_task",
+        "lane_task",
+        "recorded",
+        "stack",
+        "tasks",
+        "thrown",
+        "woken",
+    )
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        #: Open calls, outermost first: (key: id of the code or of the C callable, location index or -1, start ns).
+        self.stack: list[tuple[int, int, int]] = []
+        #: 3.11: the open generator resumes an exception was thrown into (``throw``, ``close``), by their entry's start:
+        #: the offset of the yield it was thrown in at.
+        self.thrown: dict[int, int] = {}
+        #: The asyncio task switches not drained yet: (``recorded`` then, the task whose step began then, or None:
+        #: the step ended). A call ends inside the step it began in, so a record is the step's iff written in it.
+        self.tasks: list[tuple[int, Any]] = []
+        #: Whether a task's step is open on ``stack`` (its entry's key is the negated id of its coroutine's code).
+        self.in_task = False
+        #: The task (or None) of the records drained last, the first of the next drain's if no switch comes between.
+        self.lane_task: Any = None
+        self.buffer = bytearray()
+        self.woken = False
+        self.ended = False
+        self.recorded = 0
+        self.dropped = 0
+        #: Records drained so far (``recorded`` counts those written).
+        self.drained = 0
+
+    def take_records(self) -> bytes:
+        """The records written since the last drain, taken from ``buffer`` (only what was taken: the thread may
+        append meanwhile)."""
+        buffer = self.buffer
+        records = bytes(buffer)
+        if records:
+            del buffer[: len(records)]
+        self.woken = False
+        return records
+
+    def take_cuts(self, size: int) -> list[tuple[int, Any]]:
+        """Where in the ``size`` bytes of records just taken each task's begin: (byte offset, task or None), the first
+        at 0; the switches they used are taken (those after them are left: the thread may have noted some since)."""
+        first = self.drained
+        self.drained = last = first + size // RECORD.size
+        cuts = [(0, self.lane_task)]
+        tasks = self.tasks
+        used = 0
+        for seq, task in tasks[: len(tasks)]:
+            if seq >= last:
+                break
+            cuts.append(((seq - first) * RECORD.size, task))
+            used += 1
+        if used:
+            del tasks[:used]
+            self.lane_task = cuts[-1][1]
+        return cuts
+
+
+class ThreadEnd:
+    """Kept in a thread's local storage: it goes when the thread ends, and its finaliser marks the thread's calls."""
+
+    __slots__ = ("__weakref__",)
+
+
+def mark_ended(calls_ref: weakref.ref[ThreadCalls]) -> None:
+    calls = calls_ref()
+    if calls is not None:
+        calls.ended = True
+
+
+def split(records: bytes, cuts: list[tuple[int, Any]]) -> list[tuple[Any, bytes]]:
+    """``records`` as (task or None, its records in the order written) by ``cuts`` (``ThreadCalls.take_cuts``): the
+    records of no task first, then each task's in the order it first made one."""
+    parts: dict[Any, list[bytes]] = {None: []}
+    ends = [offset for offset, _ in cuts[1:]] + [len(records)]
+    for (offset, task), end in zip(cuts, ends, strict=True):
+        if end > offset:
+            parts.setdefault(task, []).append(records[offset:end])
+    return [(task, b"".join(chunks)) for task, chunks in parts.items() if chunks]

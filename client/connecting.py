@@ -14,7 +14,7 @@ from typing import Any
 from ringtrace.client.delivery.exit_delivery import SigtermDelivery
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.listeners import name_process
-from ringtrace.client.delivery.streaming.streamer import Streamer
+from ringtrace.client.delivery.streaming.streamer import Streamer, rename_unstarted
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
 from ringtrace.wire.parsing import parse_addresses
@@ -53,8 +53,8 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
         process_name: shown for this process in traces; defaults to the name it is connected with already (a
             forked child: its parent's), else in a multiprocessing child started with spawn or forkserver to its
             parent's and its own (``web (SpawnPoolWorker-1)``), else to the script's name. A multiprocessing child
-            started with fork is named as those are (``web (ForkPoolWorker-1)``) once multiprocessing has made it a
-            ``Process``.
+            started with fork is named as those are (``web (ForkPoolWorker-1)``) as it is forked, before its first
+            event.
         **options: fields of ``StreamerOptions`` (``batch_interval_s``, ``max_queue_bytes``, ...).
 
     Raises:
@@ -135,30 +135,75 @@ def _after_fork_in_child() -> None:
     hooks: registering one of those is how the exit hook survives into the child. The child's streamer starts its
     thread with the flusher's, at the child's first event: not here (no thread starts inside a fork handler), and
     not at the first sweep, which a child that exits at once makes from its exit handlers, where Python 3.12 and
-    later refuse to start a thread (it would deliver nothing).
+    later refuse to start a thread (it would deliver nothing). A child multiprocessing forks is named here, as it
+    is born (``_name_forked_child``): its first event may come before multiprocessing's after-fork hooks (a garbage
+    collection, a hook of the program's), and its HELLO must already carry the child's name.
     """
-    global _connect_lock, _connected
+    global _connect_lock, _connected, _named_at_fork
     _connect_lock = threading.Lock()
+    _named_at_fork = False
     if _connected is not None:
         replaced = [listener for listener in _default.listeners if isinstance(listener, Streamer)]
         _connected = (_connected[0], _connected[1], replaced[0]) if replaced else None
     if _connected is not None:
+        _named_at_fork = _name_forked_child(_connected)
         FLUSHER.when_started(_connected[2].start)
     mp_util = sys.modules.get("multiprocessing.util")
     if _connected is not None and mp_util is not None:  # (run only in a child multiprocessing forked)
         mp_util.register_after_fork(_default, lambda _: _in_forked_multiprocessing_child())
 
 
+#: This forked child was named after the ``Process`` multiprocessing forked it as, at the fork.
+_named_at_fork = False
+
+
+def _name_forked_child(connected: tuple[str, StreamerOptions, Streamer]) -> bool:
+    """In a child multiprocessing forks (start method fork): its streamer, not started yet, renamed after its parent
+    and its ``Process`` (``web (ForkPoolWorker-1)``), which ``Popen._launch`` holds in the frame that forked; False
+    where that frame cannot be read (the name then comes with multiprocessing's after-fork hooks)."""
+    global _connected
+    try:
+        child = _forking_process()
+        name = getattr(child, "name", None)
+        if not isinstance(name, str):
+            return False
+        address, opts, streamer = connected
+        child_name = f"{streamer.process_name} ({name})"
+        if not rename_unstarted(streamer, child_name):
+            return False
+        name_process(streamer.process_name)
+        _connected = (address, dataclasses.replace(opts, process_name=child_name), streamer)
+        return True
+    except Exception:  # never into the program's fork: named by the after-fork hook instead
+        return False
+
+
+_MULTIPROCESSING_FORK = "multiprocessing.popen_fork"
+
+
+def _forking_process() -> object | None:
+    """In a fork handler: the ``multiprocessing`` process being started by this fork (start method fork), read from
+    ``Popen._launch``'s frame; None for another fork, or where frames cannot be inspected."""
+    frame = sys._getframe() if hasattr(sys, "_getframe") else None
+    try:
+        while frame is not None:
+            if frame.f_globals.get("__name__") == _MULTIPROCESSING_FORK and frame.f_code.co_name == "_launch":
+                return frame.f_locals.get("process_obj")
+            frame = frame.f_back
+        return None
+    finally:
+        del frame  # (a frame kept in a local holds its callers alive)
+
+
 def _in_forked_multiprocessing_child() -> None:
     """multiprocessing's after-fork hooks, in a child it forked, now its ``Process``: named as a spawned one is
     (``web (ForkPoolWorker-1)``), and delivering before it exits.
 
-    The name is the HELLO's: the streamer the fork left, under the parent's name, is replaced by one under the
-    child's. Nothing has started it yet (it starts at the child's first event, and the program's code runs after
-    these hooks; ``ringtrace run``'s fork handling waits for them too, ``launch/forked_children.py``), so the
-    collector sees one process, under the child's name."""
+    The name is the HELLO's, given at the fork where the frame that forked could be read (``_name_forked_child``).
+    Else the streamer the fork left, under the parent's name, is replaced here by one under the child's: unless an
+    event came before these hooks and started it, the collector sees one process, under the child's name."""
     mp_process = sys.modules.get("multiprocessing.process")
-    if _connected is not None and mp_process is not None:
+    if _connected is not None and mp_process is not None and not _named_at_fork:
         address, opts, streamer = _connected
         child = mp_process.current_process().name
         try:

@@ -9,17 +9,13 @@ alone, and the program, which has none, would print a warning it does not print 
 but the forking one is ringtrace's, that warning is ignored for that fork (each fork decides again).
 
 A child multiprocessing forks (start method ``fork``) is named after its parent and itself (``app.py
-(ForkPoolWorker-1)``, ``connect``'s fork handling), which it knows only once multiprocessing has made it a ``Process``:
-its instant and its streamer wait for multiprocessing's after-fork hooks, which run before the program's code in it, so
-that its first HELLO carries that name. Such a fork is told by the frame that calls it (``inspect.currentframe``):
-``multiprocessing.popen_fork``'s. Where frames cannot be inspected, the child starts at once, named as its parent.
+(ForkPoolWorker-1)``) by ``connect``'s fork handler, which runs before this one: its first HELLO carries that name
+however early it starts.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
-import sys
 import threading
 import warnings
 from typing import Any
@@ -49,31 +45,7 @@ def watch_forks(timeline: Timeline, mark: str) -> None:
 
 def _in_child(timeline: Timeline, mark: str) -> None:
     _unquiet()
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None and _forked_by_multiprocessing():
-        # (after connect's own hook, registered at this fork before this one: that names the child first)
-        _started_later.append(lambda _: _start_child(timeline, mark))
-        mp_util.register_after_fork(_started_later[-1], _started_later[-1])
-        return
     _start_child(timeline, mark)
-
-
-#: The hooks of multiprocessing's after-fork registry, which holds them weakly.
-_started_later: list[Any] = []
-_MULTIPROCESSING_FORK = "multiprocessing.popen_fork"
-
-
-def _forked_by_multiprocessing() -> bool:
-    """Whether this fork (in its handler) was made by multiprocessing, start method fork."""
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            if frame.f_globals.get("__name__") == _MULTIPROCESSING_FORK:
-                return True
-            frame = frame.f_back
-        return False
-    finally:
-        del frame  # (a frame kept in a local holds its callers alive)
 
 
 def _start_child(timeline: Timeline, mark: str) -> None:

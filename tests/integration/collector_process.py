@@ -79,8 +79,9 @@ class CollectorProcess:
         except ValueError:  # closed by stop() while a child that inherited the pipe keeps it open
             pass
 
-    def wait_for_log(self, match: Callable[[str], bool], timeout_s: float = 15.0) -> str:
-        """The first log line ``match`` accepts, waiting for it up to ``timeout_s``."""
+    def wait_for_log(self, match: Callable[[str], bool], timeout_s: float = 60.0) -> str:
+        """The first log line ``match`` accepts, waiting for it up to ``timeout_s``: long, as a machine busy with other
+        work may take many seconds to start a collector, and a collector that exits ends the wait at once."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while True:

@@ -285,12 +285,16 @@ def test_past_the_bound_on_requests_in_flight_grpc_gets_resource_exhausted_with_
                 b"Content-Length: %d\r\n\r\n" % (64 * 1024)
             )
             waiting.append(sock)
-        code, _, trailing, details = wait_for(  # the eight reach the receiver in their own time
-            lambda: collector.call(body),
-            until=lambda answer: answer[0] != grpc.StatusCode.OK,
+        # The eight reach the receiver in their own time; a gRPC request sent meanwhile would hold bytes of the bound
+        # while the last of them came, and that one would be refused (a 503, rightly) instead of the gRPC one.
+        stats = wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda stats: stats["otlp_bytes_in_flight"] == stats["otlp_max_bytes_in_flight"],
             timeout_s=60,
-            what="a request refused past the eight bodies in flight",
+            what="the eight bodies counted in flight",
         )
+        assert stats["otlp_max_bytes_in_flight"] == 8 * 64 * 1024
+        code, _, trailing, details = collector.call(body)
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "in flight" in details
         assert retry_delay_s(trailing) == 1
         for sock in waiting:

@@ -248,6 +248,42 @@ def test_a_process_name_from_the_environment_names_the_program_and_not_its_child
     assert names_seen(collector) == expected  # (and no other: no child under the parent's name)
 
 
+def test_a_child_multiprocessing_forks_is_named_as_it_is_born_however_early_it_records(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # Its first event (a garbage collection, in an after-fork hook of the program's, which multiprocessing runs before
+    # those registered in the child) starts its stream before multiprocessing's hooks have all run: the stream's
+    # HELLO names the child already. (Named only then, it went out under the parent's name, and a HELLO under the
+    # child's raced it: the collector took the name that came last.)
+    _write(
+        tmp_path,
+        {
+            "early.py": """
+                import gc, multiprocessing, multiprocessing.util, ringtrace.client
+                class Cache:
+                    pass
+                CACHE = Cache()
+                def collected_after_fork(cache):
+                    gc.collect()
+                    listeners = ringtrace.client.default_timeline().listeners
+                    print("streamed as", *(x.process_name for x in listeners if type(x).__name__ == "Streamer"))
+                def report():
+                    print("in", multiprocessing.current_process().name, flush=True)
+                if __name__ == "__main__":
+                    multiprocessing.util.register_after_fork(CACHE, collected_after_fork)
+                    child = multiprocessing.get_context("fork").Process(target=report)
+                    child.start()
+                    child.join()
+            """
+        },
+    )
+    done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "early.py"], tmp_path, program_environment())
+    assert (done.returncode, done.stdout) == (0, "streamed as early.py (ForkProcess-1)\nin ForkProcess-1\n"), done
+    expected = Counter({"early.py": 1, "early.py (ForkProcess-1)": 1})
+    wait_for_names(collector, expected)
+    assert names_seen(collector) == expected
+
+
 @pytest.mark.parametrize(
     ("argv", "environment", "said"),
     [

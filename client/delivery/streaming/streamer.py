@@ -34,6 +34,7 @@ is recorded after that is counted as dropped (``write``), and the line at close 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import encodings.idna  # noqa: F401  # connecting by host name needs it; importing it from the thread can fail after fork
 import logging
 import selectors
@@ -63,6 +64,7 @@ from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
+from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.call_records import CallRun, event_count
 from ringtrace.wire.frames import Goodbye, encode
 from ringtrace.wire.model import TrackInfo
@@ -72,7 +74,7 @@ if TYPE_CHECKING:
     import ssl
 from ringtrace.wire.stream_encoder import EncodedBatch
 
-__all__ = ["Streamer"]
+__all__ = ["Streamer", "rename_unstarted"]
 
 #: What a client says as it closes for good.
 _GOODBYE: Final = encode(Goodbye("closing"))
@@ -472,3 +474,14 @@ def _say_goodbye(sock: socket.socket | None) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.send(_GOODBYE)
+
+
+def rename_unstarted(streamer: Streamer, process_name: str) -> bool:
+    """Name the process ``process_name`` in ``streamer``'s HELLO if it has not started, so has sent no HELLO yet (a
+    forked child's, named at the fork); False if it has, and the name stays."""
+    with streamer._state_lock:
+        if streamer._started or streamer._stopping:
+            return False
+        streamer.options = dataclasses.replace(streamer.options, process_name=process_name)
+        streamer.process_name = streamer.identity.process_name = display_text(process_name)
+        return True

@@ -162,7 +162,8 @@ def _run(duckdb: Any, connection: Any, args: argparse.Namespace, directory: Path
             written = directory / "result"
             quoted = str(written).replace("'", "''")
             how = "FORMAT csv, HEADER" if args.csv is not None else "FORMAT parquet"
-            connection.execute(f"COPY ({args.sql.strip().rstrip(';')}) TO '{quoted}' ({how})")
+            # (the closing parenthesis on a line of its own: SQL that ends in a -- comment does not comment it out)
+            connection.execute(f"COPY ({args.sql.strip().rstrip(';')}\n) TO '{quoted}' ({how})")
             with output(args.csv or args.parquet) as out, written.open("rb") as result:
                 while chunk := result.read(CHUNK):
                     out.write(chunk)

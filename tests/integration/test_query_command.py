@@ -123,6 +123,18 @@ def test_query_p99_by_name_is_the_reference_s(
     assert [line.split()[:2] for line in printed[1:]] == [["query", "400"], ["request", "400"]]
 
 
+def test_query_ending_in_a_comment_writes_csv_and_parquet_as_it_prints(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    sql = "SELECT name, count(*) AS n FROM spans GROUP BY name ORDER BY name -- per name"
+    out = tmp_path / "names.csv"
+    assert main(["query", sql, "--url", collector.http_url, "--csv", str(out)]) == 0
+    with out.open() as f:
+        assert [(row["name"], row["n"]) for row in csv.DictReader(f)] == [("query", "400"), ("request", "400")]
+    assert main(["query", sql, "--url", collector.http_url, "--parquet", str(tmp_path / "names.parquet")]) == 0
+    assert (tmp_path / "names.parquet").read_bytes()[:4] == b"PAR1"
+
+
 def test_query_joins_tables_fetched_with_the_same_filters(
     collector: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -59,17 +59,37 @@ def add_query_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
 def tables_named(duckdb: Any, sql: str) -> list[str]:
     """The tables of ``TABLES`` that ``sql`` reads, in ``TABLES``' order.
 
+    DuckDB names them by binding the SQL against tables of placeholder columns, which fails where the binding needs
+    the columns themselves (``USING``, ``NATURAL``, ``COLUMNS('regex')``, a pivot): the tables are then each of
+    ``TABLES`` the SQL names as a word (more than it reads at worst, never fewer), and DuckDB says what else is
+    wrong once they are there.
+
     Raises:
-        CommandError: the SQL does not parse (status 2), or reads none of them.
+        CommandError: the SQL is empty or does not parse (status 2), or reads none of the tables.
     """
+    if not sql.strip():
+        raise CommandError("the SQL is empty: give one statement, e.g. 'SELECT name, count(*) FROM spans'", 2)
     try:
         named = {name.lower() for name in duckdb.get_table_names(sql)}
-    except duckdb.Error as exc:
+    except duckdb.ParserException as exc:
         raise CommandError(_first_line(exc), 2) from None
+    except duckdb.Error:
+        named = {sql[start:end].strip().strip('"').lower() for start, end in _identifiers(duckdb, sql)}
     tables = [table for table in TABLES if table in named]
     if not tables:
-        raise CommandError(f"the SQL reads none of the tables {', '.join(TABLES)}", 2)
+        others = sorted(named - set(TABLES))
+        reads = f" (it reads {', '.join(others)})" if others else ""
+        raise CommandError(f"the SQL reads none of the tables {', '.join(TABLES)}{reads}", 2)
     return tables
+
+
+def _identifiers(duckdb: Any, sql: str) -> list[tuple[int, int]]:
+    """Where ``sql``'s identifiers are: (start, end) of each, by DuckDB's tokenizer."""
+    tokens = duckdb.tokenize(sql)
+    ends = [start for start, _ in tokens[1:]] + [len(sql)]
+    return [
+        (start, end) for (start, kind), end in zip(tokens, ends, strict=True) if kind == duckdb.token_type.identifier
+    ]
 
 
 #: What in the SQL's syntax tree (DuckDB's ``json_serialize_sql``) reads columns it does not name: a star (or
@@ -101,7 +121,7 @@ def columns_read(duckdb: Any, sql: str, tables: list[str]) -> dict[str, tuple[st
             continue
         if _READS_UNNAMED.intersection(str(value) for value in node.values() if isinstance(value, str)):
             return every
-        if node.get("using_columns"):
+        if node.get("using_columns") or node.get("column_name_alias"):  # (an alias list renames by position)
             return every
         if node.get("type") == "BASE_TABLE" and node.get("alias"):
             rows.add(str(node["alias"]).lower())

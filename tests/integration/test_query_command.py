@@ -149,6 +149,26 @@ def test_query_joins_tables_fetched_with_the_same_filters(
     assert pq.read_table(out).to_pylist() == [{"process": "web", "warnings": 5}]
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a.name, count(*) AS n FROM spans a JOIN spans b USING (pid, track, start_ns, name) GROUP BY a.name "
+        "ORDER BY a.name",
+        "SELECT name, n FROM (SELECT name, count(*) AS n FROM spans GROUP BY ALL) NATURAL JOIN (SELECT DISTINCT name "
+        "FROM spans) ORDER BY name",
+        "SELECT * FROM (PIVOT (SELECT name FROM spans) ON name USING count(*))",
+    ],
+)
+def test_sql_duckdb_binds_by_its_columns_runs_over_every_column(
+    collector: CollectorProcess, tmp_path: Path, sql: str
+) -> None:
+    out = tmp_path / "result.csv"
+    assert main(["query", sql, "--url", collector.http_url, "--csv", str(out)]) == 0
+    with out.open() as f:
+        rows = list(csv.reader(f))
+    assert rows[1:] in ([["query", "400"], ["request", "400"]], [["400", "400"]])
+
+
 def test_sql_that_fails_is_duckdbs_message_on_one_line_and_status_2(
     collector: CollectorProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:

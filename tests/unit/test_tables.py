@@ -20,8 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded, recorded_samples
 from ringtrace.client import FileListener, Timeline
+from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.main import main
-from ringtrace.collector.command.sql import columns_read
+from ringtrace.collector.command.sql import columns_read, tables_named
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS
 from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
@@ -190,12 +191,51 @@ def test_the_columns_parameter_takes_a_table_s_columns_of_a_format_of_tables_onl
         ("SELECT count(*) FROM spans JOIN spans AS t USING (pid)", None),
         ("PIVOT spans ON name USING count(*)", None),
         ("FROM spans", None),
+        ("SELECT t.name FROM spans AS t(a1, a2, a3, a4, name)", None),  # (an alias list renames by position)
     ],
 )
 def test_the_query_command_asks_for_the_columns_its_sql_reads(sql: str, read: tuple[str, ...] | None) -> None:
     import duckdb
 
     assert columns_read(duckdb, sql, ["spans"]) == {"spans": read}
+
+
+@pytest.mark.parametrize(
+    ("sql", "tables"),
+    [
+        ("SELECT name FROM spans", ["spans"]),
+        ('SELECT "name" FROM "Spans"', ["spans"]),
+        # DuckDB cannot name these tables without their columns: each table the SQL names as a word is taken
+        ("SELECT a.name FROM spans a JOIN spans b USING (span_id)", ["spans"]),
+        ("SELECT name FROM spans NATURAL JOIN instants", ["spans", "instants"]),
+        ("SELECT COLUMNS('.*_ns') FROM spans", ["spans"]),
+        ("PIVOT spans ON name USING count(*)", ["spans"]),
+        ("SELECT * FROM (PIVOT messages ON priority USING count(*)) -- not samples", ["messages"]),
+    ],
+)
+def test_the_query_command_fetches_the_tables_its_sql_reads(sql: str, tables: list[str]) -> None:
+    import duckdb
+
+    assert tables_named(duckdb, sql) == tables
+
+
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
+        ("  ", "the SQL is empty: give one statement, e.g. 'SELECT name, count(*) FROM spans'"),
+        (
+            "SELECT * FROM nosuch",
+            "the SQL reads none of the tables spans, instants, messages, counters, samples (it reads nosuch)",
+        ),
+        ("SELEC name FROM spans", 'Parser Error: syntax error at or near "SELEC"'),
+    ],
+)
+def test_sql_the_query_command_cannot_run_is_refused_before_any_fetch(sql: str, said: str) -> None:
+    import duckdb
+
+    with pytest.raises(CommandError) as refused:
+        tables_named(duckdb, sql)
+    assert str(refused.value) == said and refused.value.status == 2
 
 
 def test_a_collector_without_pyarrow_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ body, bad ones refused and named."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -158,5 +159,38 @@ def test_post_incidents_records_its_json_body_as_the_trigger_events_args(tmp_pat
             status, _, body = _request(collector, "POST", "/incidents?reason=x", data, content_type)
             assert status == 400 and said in body.decode(), (data[:40], body)
         assert len(incidents(collector)) == 1
+    finally:
+        collector.stop()
+
+
+def test_post_incidents_reads_a_json_body_that_arrives_in_parts(tmp_path: Path, peers: list[Peer]) -> None:
+    """A body sent in two writes is read whole: the first part alone is not JSON, and must not be answered as such."""
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "inc"))
+    try:
+        peer = Peer(collector, "asked")
+        peers.append(peer)
+        peer.send("ticks 3")
+        body = json.dumps({"version": "1.4.2", "note": "x" * 1000}).encode()
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        head = (
+            f"POST /incidents?reason=deploy&pid={peer.pid}&after=1s HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(head + body[:500])
+            # the collector must wait for the rest: an answer before it is sent is one to half a body
+            sock.settimeout(1.0)
+            with pytest.raises(TimeoutError):
+                early = sock.recv(1000)
+                pytest.fail(f"answered before the whole body was sent: {early!r}")
+            sock.settimeout(60)
+            sock.sendall(body[500:])
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 202"), answer
+        incident_id = json.loads(answer.split(b"\r\n\r\n", 1)[1])["id"]
+        status, _, record = _request(collector, "GET", f"/incidents/{incident_id}?format=record")
+        assert status == 200 and json.loads(record)["trigger"]["event"]["args"]["note"] == "x" * 1000, record
     finally:
         collector.stop()

@@ -70,9 +70,12 @@ async def incidents(request: web.Request) -> web.Response:
     first: ``{"incidents": [...]}``."""
     query = _parsed(parse_incidents_query, request.query.items(), time.time_ns())
     collector = request.app[COLLECTOR]
+    # Those under way first: one that ends while the files are read is then in one list or both (a capture is under
+    # way until its record is written), never in neither; its saved record wins.
+    under_way = dict(collector.incidents_under_way())
     records = await _stored(collector.incident_files.records)
-    finished = {record.get("id") for record in records}  # (one saved a moment ago may be under way still)
-    pending = [record for id_, record in collector.incidents_under_way().items() if id_ not in finished]
+    finished = {record.get("id") for record in records}
+    pending = [record for id_, record in under_way.items() if id_ not in finished]
     document = {"incidents": query.select(newest_first([*pending, *records]))}
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
@@ -129,9 +132,10 @@ async def delete_incident(request: web.Request) -> web.Response:
 async def _record(request: web.Request, incident_id: str) -> dict[str, Any]:
     """The incident's record: the finished one, or the pending one of a capture under way here; else a 404."""
     collector = request.app[COLLECTOR]
+    pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
     record = await _stored(collector.incident_files.record, incident_id)
     if record is None:
-        record = collector.incidents_under_way().get(incident_id)
+        record = pending
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     return record
@@ -142,10 +146,10 @@ async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
     says why there is none (unknown id, or not saved)."""
     collector = request.app[COLLECTOR]
     files = collector.incident_files
+    pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
     path = await _stored(files.snapshot_path, incident_id)
     if path is not None:
         return path
-    pending = collector.incidents_under_way().get(incident_id)
     if pending is not None:
         raise _still_capturing(incident_id, pending["ready_wall_ns"])
     record = await _stored(files.record, incident_id)

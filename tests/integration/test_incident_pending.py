@@ -5,6 +5,7 @@ body, bad ones refused and named."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -12,11 +13,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
+import aiohttp
 import pytest
 from collector_process import CollectorProcess
 from incident_runs import Peer, incidents, wait_for_incidents
 from ringtrace.collector.command.main import main
+from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.service.app import Collector
+from ringtrace.collector.service.config import CollectorConfig
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -194,3 +201,41 @@ def test_post_incidents_reads_a_json_body_that_arrives_in_parts(tmp_path: Path, 
         assert status == 200 and json.loads(record)["trigger"]["event"]["args"]["note"] == "x" * 1000, record
     finally:
         collector.stop()
+
+
+def test_an_incident_that_ends_while_the_list_is_read_is_still_listed(
+    tmp_path: Path, peers: list[Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /incidents reads the files on a worker thread: a capture that ends meanwhile (its record written, then no
+    longer under way) is listed, pending or saved, never left out."""
+    read_records = IncidentFiles.records
+
+    def records_then_capture_ends(files: IncidentFiles) -> list[dict[str, Any]]:
+        found = read_records(files)  # the files as they were: the capture's record not yet among them
+        wait_for(lambda: not collector.incidents_under_way(), until=bool, timeout_s=60, what="the capture's end")
+        return found
+
+    async def scenario() -> tuple[str, list[dict[str, Any]]]:
+        await collector.start()
+        try:
+            assert collector.http_address is not None
+            assert collector.tcp_address is not None
+            url = "http://{}:{}".format(*collector.http_address)
+            ingest = cast(CollectorProcess, SimpleNamespace(tcp_address="{}:{}".format(*collector.tcp_address)))
+            peer = await asyncio.to_thread(Peer, ingest, "asked")
+            peers.append(peer)
+            await asyncio.to_thread(peer.send, "ticks 3")
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"{url}/incidents?reason=deploy&pid={peer.pid}&after=1s") as response:
+                    assert response.status == 202, await response.text()
+                    incident_id = (await response.json())["id"]
+                monkeypatch.setattr(IncidentFiles, "records", records_then_capture_ends)
+                async with session.get(f"{url}/incidents") as response:
+                    assert response.status == 200, await response.text()
+                    return incident_id, (await response.json())["incidents"]
+        finally:
+            await collector.stop()
+
+    collector = Collector(CollectorConfig(tcp_port=0, http_port=0, incidents_dir=str(tmp_path / "inc")))
+    incident_id, listed = asyncio.run(scenario())
+    assert [record["id"] for record in listed] == [incident_id], listed

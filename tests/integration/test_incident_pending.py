@@ -226,6 +226,10 @@ def test_an_incident_that_ends_while_the_list_is_read_is_still_listed(
             peers.append(peer)
             await asyncio.to_thread(peer.send, "ticks 3")
             async with aiohttp.ClientSession() as session:
+                deadline = time.monotonic() + 60
+                while not await _known(session, url, peer.pid):  # (its HELLO read by the collector)
+                    assert time.monotonic() < deadline, "the peer's process never known"
+                    await asyncio.sleep(0.05)
                 async with session.post(f"{url}/incidents?reason=deploy&pid={peer.pid}&after=1s") as response:
                     assert response.status == 202, await response.text()
                     incident_id = (await response.json())["id"]
@@ -239,3 +243,8 @@ def test_an_incident_that_ends_while_the_list_is_read_is_still_listed(
     collector = Collector(CollectorConfig(tcp_port=0, http_port=0, incidents_dir=str(tmp_path / "inc")))
     incident_id, listed = asyncio.run(scenario())
     assert [record["id"] for record in listed] == [incident_id], listed
+
+
+async def _known(session: aiohttp.ClientSession, url: str, pid: int) -> bool:
+    async with session.get(f"{url}/sources?pid={pid}") as response:
+        return response.status == 200 and bool(await response.json())  # (a list of the processes selected)

@@ -88,6 +88,10 @@ def test_a_pending_incident_is_listed_its_record_served_and_its_snapshot_said_no
         assert status == 400 and "'pid'" in body.decode(), body
         status, _, body = _request(collector, "GET", "/incidents/no-such-one?format=record")
         assert status == 404, body
+        status, headers, body = _request(collector, "DELETE", f"/incidents/{record['id']}")  # listed: not unknown
+        assert status == 409 and "still being captured (pending)" in body.decode(), body
+        assert 540 <= int(headers["Retry-After"]) <= 602
+        assert [r["id"] for r in incidents(collector)] == [record["id"]]
 
         url = collector.http_url
         assert main(["incidents", "list", "--url", url]) == 0

@@ -124,6 +124,18 @@ def parse_incident_args(body: bytes) -> dict[str, Any]:
     return args
 
 
+async def _body(request: web.Request) -> bytes:
+    """The body, up to one byte past ``MAX_ARGS_BYTES`` whatever Content-Length says: read until its end, as a read
+    answers with what has arrived so far (a body sent in parts would be cut short)."""
+    body = b""
+    while len(body) <= MAX_ARGS_BYTES:
+        part = await request.content.read(MAX_ARGS_BYTES + 1 - len(body))
+        if not part:
+            break
+        body += part
+    return body
+
+
 def _window(name: str, text: str | None, default_ns: int) -> int:
     if text is None:
         return default_ns
@@ -160,8 +172,8 @@ def post_incident(collector: IncidentPoster) -> Callable[[web.Request], Awaitabl
             if request.can_read_body and request.content_type == "application/x-www-form-urlencoded":
                 form = await request.post()
                 params += [(name, value) for name, value in form.items() if isinstance(value, str)]
-            elif request.can_read_body:  # (read no more than the bound, whatever Content-Length says)
-                body = await request.content.read(MAX_ARGS_BYTES + 1)
+            elif request.can_read_body:
+                body = await _body(request)
                 if body and request.content_type != "application/json":
                     raise QueryError(f"the body is the incident's args, a JSON object (Content-Type: application/json),"
                                      f" not {request.content_type:.80}")  # fmt: skip

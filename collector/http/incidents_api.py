@@ -1,6 +1,7 @@
 """The HTTP API's incidents: ``GET /incidents`` (the pending, saved and failed ones, newest first, filtered),
 ``GET /incidents/{id}`` (a saved one's snapshot, in any snapshot format or the web view's columns, filtered as a
-snapshot is; ``format=record``: any one's record; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``.
+snapshot is; ``format=record``: any one's record; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``
+(a pending one: 409, as its snapshot is).
 
 A pending incident (its ``after`` still runs) is one this collector is capturing (``CollectorAPI.incidents_under_way``):
 listed with when it will be ready (``ready_wall_ns``), its record served, and its snapshot asked for answered 409
@@ -70,9 +71,12 @@ async def incidents(request: web.Request) -> web.Response:
     first: ``{"incidents": [...]}``."""
     query = _parsed(parse_incidents_query, request.query.items(), time.time_ns())
     collector = request.app[COLLECTOR]
+    # Those under way first: one that ends while the files are read is then in one list or both (a capture is under
+    # way until its record is written), never in neither; its saved record wins.
+    under_way = dict(collector.incidents_under_way())
     records = await _stored(collector.incident_files.records)
-    finished = {record.get("id") for record in records}  # (one saved a moment ago may be under way still)
-    pending = [record for id_, record in collector.incidents_under_way().items() if id_ not in finished]
+    finished = {record.get("id") for record in records}
+    pending = [record for id_, record in under_way.items() if id_ not in finished]
     document = {"incidents": query.select(newest_first([*pending, *records]))}
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
@@ -120,7 +124,11 @@ async def delete_incident(request: web.Request) -> web.Response:
     ``{"deleted": id}``."""
     _parsed(check_no_params, request.query)
     incident_id = request.match_info["id"]
-    if not await _stored(request.app[COLLECTOR].incident_files.delete, incident_id):
+    collector = request.app[COLLECTOR]
+    pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
+    if not await _stored(collector.incident_files.delete, incident_id):
+        if pending is not None:  # (listed, so not unknown: it can be deleted once saved)
+            raise _still_capturing(incident_id, pending["ready_wall_ns"], "deleted")
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     log.info("incident %s deleted (DELETE from %s)", incident_id, request.remote)
     return web.Response(body=orjson.dumps({"deleted": incident_id}), content_type="application/json")
@@ -129,9 +137,10 @@ async def delete_incident(request: web.Request) -> web.Response:
 async def _record(request: web.Request, incident_id: str) -> dict[str, Any]:
     """The incident's record: the finished one, or the pending one of a capture under way here; else a 404."""
     collector = request.app[COLLECTOR]
+    pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
     record = await _stored(collector.incident_files.record, incident_id)
     if record is None:
-        record = collector.incidents_under_way().get(incident_id)
+        record = pending
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     return record
@@ -142,10 +151,10 @@ async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
     says why there is none (unknown id, or not saved)."""
     collector = request.app[COLLECTOR]
     files = collector.incident_files
+    pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
     path = await _stored(files.snapshot_path, incident_id)
     if path is not None:
         return path
-    pending = collector.incidents_under_way().get(incident_id)
     if pending is not None:
         raise _still_capturing(incident_id, pending["ready_wall_ns"])
     record = await _stored(files.record, incident_id)
@@ -155,13 +164,18 @@ async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
     raise _error(web.HTTPNotFound, f"incident {incident_id!r} has no snapshot: it was not saved ({why})")
 
 
-def _still_capturing(incident_id: str, ready_ns: int) -> web.HTTPException:
+def _still_capturing(incident_id: str, ready_ns: int, asked: str = "served") -> web.HTTPException:
     """409: the incident's window still runs; ``Retry-After`` is when it should be saved (its end, and a second)."""
     retry_s = max(1, math.ceil((ready_ns - time.time_ns()) / 1e9) + 1)
     ready = datetime.datetime.fromtimestamp(ready_ns / 1e9, datetime.UTC).isoformat(timespec="milliseconds")
+    if asked == "served":
+        then = "its snapshot is ready about a second later"
+        now = "; format=record answers its record now"
+    else:
+        then, now = f"it can be {asked} once saved, about a second later", ""
     message = (
         f"incident {incident_id!r} is still being captured (pending): its window ends at {ready.replace('+00:00', 'Z')}"
-        f"; its snapshot is ready about a second later (retry after {retry_s} s; format=record answers its record now)"
+        f"; {then} (retry after {retry_s} s{now})"
     )
     return web.HTTPConflict(text=f"{message}\n", headers={"Retry-After": str(retry_s)})
 

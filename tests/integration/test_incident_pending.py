@@ -5,17 +5,25 @@ body, bad ones refused and named."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
+import aiohttp
 import pytest
 from collector_process import CollectorProcess
 from incident_runs import Peer, incidents, wait_for_incidents
 from ringtrace.collector.command.main import main
+from ringtrace.collector.incidents.incident_files import IncidentFiles
+from ringtrace.collector.service.app import Collector
+from ringtrace.collector.service.config import CollectorConfig
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -80,6 +88,10 @@ def test_a_pending_incident_is_listed_its_record_served_and_its_snapshot_said_no
         assert status == 400 and "'pid'" in body.decode(), body
         status, _, body = _request(collector, "GET", "/incidents/no-such-one?format=record")
         assert status == 404, body
+        status, headers, body = _request(collector, "DELETE", f"/incidents/{record['id']}")  # listed: not unknown
+        assert status == 409 and "still being captured (pending)" in body.decode(), body
+        assert 540 <= int(headers["Retry-After"]) <= 602
+        assert [r["id"] for r in incidents(collector)] == [record["id"]]
 
         url = collector.http_url
         assert main(["incidents", "list", "--url", url]) == 0
@@ -160,3 +172,83 @@ def test_post_incidents_records_its_json_body_as_the_trigger_events_args(tmp_pat
         assert len(incidents(collector)) == 1
     finally:
         collector.stop()
+
+
+def test_post_incidents_reads_a_json_body_that_arrives_in_parts(tmp_path: Path, peers: list[Peer]) -> None:
+    """A body sent in two writes is read whole: the first part alone is not JSON, and must not be answered as such."""
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "inc"))
+    try:
+        peer = Peer(collector, "asked")
+        peers.append(peer)
+        peer.send("ticks 3")
+        body = json.dumps({"version": "1.4.2", "note": "x" * 1000}).encode()
+        host, port = collector.http_url.removeprefix("http://").rsplit(":", 1)
+        head = (
+            f"POST /incidents?reason=deploy&pid={peer.pid}&after=1s HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(head + body[:500])
+            # the collector must wait for the rest: an answer before it is sent is one to half a body
+            sock.settimeout(1.0)
+            with pytest.raises(TimeoutError):
+                early = sock.recv(1000)
+                pytest.fail(f"answered before the whole body was sent: {early!r}")
+            sock.settimeout(60)
+            sock.sendall(body[500:])
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 202"), answer
+        incident_id = json.loads(answer.split(b"\r\n\r\n", 1)[1])["id"]
+        status, _, record = _request(collector, "GET", f"/incidents/{incident_id}?format=record")
+        assert status == 200 and json.loads(record)["trigger"]["event"]["args"]["note"] == "x" * 1000, record
+    finally:
+        collector.stop()
+
+
+def test_an_incident_that_ends_while_the_list_is_read_is_still_listed(
+    tmp_path: Path, peers: list[Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /incidents reads the files on a worker thread: a capture that ends meanwhile (its record written, then no
+    longer under way) is listed, pending or saved, never left out."""
+    read_records = IncidentFiles.records
+
+    def records_then_capture_ends(files: IncidentFiles) -> list[dict[str, Any]]:
+        found = read_records(files)  # the files as they were: the capture's record not yet among them
+        wait_for(lambda: not collector.incidents_under_way(), until=bool, timeout_s=60, what="the capture's end")
+        return found
+
+    async def scenario() -> tuple[str, list[dict[str, Any]]]:
+        await collector.start()
+        try:
+            assert collector.http_address is not None
+            assert collector.tcp_address is not None
+            url = "http://{}:{}".format(*collector.http_address)
+            ingest = cast(CollectorProcess, SimpleNamespace(tcp_address="{}:{}".format(*collector.tcp_address)))
+            peer = await asyncio.to_thread(Peer, ingest, "asked")
+            peers.append(peer)
+            await asyncio.to_thread(peer.send, "ticks 3")
+            async with aiohttp.ClientSession() as session:
+                deadline = time.monotonic() + 60
+                while not await _known(session, url, peer.pid):  # (its HELLO read by the collector)
+                    assert time.monotonic() < deadline, "the peer's process never known"
+                    await asyncio.sleep(0.05)
+                async with session.post(f"{url}/incidents?reason=deploy&pid={peer.pid}&after=1s") as response:
+                    assert response.status == 202, await response.text()
+                    incident_id = (await response.json())["id"]
+                monkeypatch.setattr(IncidentFiles, "records", records_then_capture_ends)
+                async with session.get(f"{url}/incidents") as response:
+                    assert response.status == 200, await response.text()
+                    return incident_id, (await response.json())["incidents"]
+        finally:
+            await collector.stop()
+
+    collector = Collector(CollectorConfig(tcp_port=0, http_port=0, incidents_dir=str(tmp_path / "inc")))
+    incident_id, listed = asyncio.run(scenario())
+    assert [record["id"] for record in listed] == [incident_id], listed
+
+
+async def _known(session: aiohttp.ClientSession, url: str, pid: int) -> bool:
+    async with session.get(f"{url}/sources?pid={pid}") as response:
+        return response.status == 200 and bool(await response.json())  # (a list of the processes selected)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
@@ -108,7 +109,7 @@ def parse_incident_args(body: bytes) -> dict[str, Any]:
     except ValueError as exc:
         raise QueryError(f"the body (the incident's args) is not JSON: {exc}") from None
     if not isinstance(args, dict):
-        raise QueryError(f"the body (the incident's args) must be a JSON object, not a {type(args).__name__}")
+        raise QueryError(f"the body (the incident's args) must be a JSON object, not {_JSON_TYPES[type(args)]}")
     if len(args) > MAX_ARGS:
         raise QueryError(f"the body holds {len(args)} args, more than {MAX_ARGS}")
     for name, value in args.items():
@@ -134,6 +135,21 @@ async def _body(request: web.Request) -> bytes:
             break
         body += part
     return body
+
+
+def _form(body: bytes) -> list[tuple[str, str]]:
+    """The parameters of a form body, as the query string's."""
+    if len(body) > MAX_ARGS_BYTES:
+        raise QueryError(f"the form body is past {MAX_ARGS_BYTES} bytes")
+    try:
+        return urllib.parse.parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise QueryError("the form body is not UTF-8") from None
+
+
+#: What JSON calls a value of each type ``json.loads`` makes.
+_JSON_TYPES: Final = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+                      type(None): "null"}  # fmt: skip
 
 
 def _window(name: str, text: str | None, default_ns: int) -> int:
@@ -170,8 +186,11 @@ def post_incident(collector: IncidentPoster) -> Callable[[web.Request], Awaitabl
         params, args = list(request.query.items()), {}
         try:
             if request.can_read_body and request.content_type == "application/x-www-form-urlencoded":
-                form = await request.post()
-                params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+                body = await _body(request)
+                if body.lstrip().startswith(b"{"):  # (curl -d sends JSON as a form unless told otherwise)
+                    args = parse_incident_args(body)
+                else:
+                    params += _form(body)
             elif request.can_read_body:
                 body = await _body(request)
                 if body and request.content_type != "application/json":

@@ -154,10 +154,19 @@ def test_post_incidents_records_its_json_body_as_the_trigger_events_args(tmp_pat
         assert status == 200, body
         event = json.loads(body)["trigger"]["event"]
         assert event["name"] == "deploy" and event["args"] == args
+        # curl -d sends a JSON body as a form unless told otherwise: taken as the args all the same
+        status, _, body = _request(
+            collector, "POST", f"/incidents?reason=form&pid={peer.pid}&after=10m", b'{"shard": 8}',
+            "application/x-www-form-urlencoded",
+        )  # fmt: skip
+        assert status == 202, body
+        status, _, body = _request(collector, "GET", f"/incidents/{json.loads(body)['id']}?format=record")
+        assert json.loads(body)["trigger"]["event"]["args"] == {"shard": 8}
 
         refused = (
             (b"not json", "application/json", "not JSON"),
-            (b"[1, 2]", "application/json", "must be a JSON object, not a list"),
+            (b"[1, 2]", "application/json", "must be a JSON object, not an array"),
+            (b"null", "application/json", "must be a JSON object, not null"),
             (b'{"nested": {"a": 1}}', "application/json", "arg 'nested' is a JSON object"),
             (b'{"list": [1]}', "application/json", "arg 'list' is a JSON array"),
             (b'{"big": 18446744073709551616}', "application/json", "arg 'big'"),
@@ -169,7 +178,7 @@ def test_post_incidents_records_its_json_body_as_the_trigger_events_args(tmp_pat
         for data, content_type, said in refused:
             status, _, body = _request(collector, "POST", "/incidents?reason=x", data, content_type)
             assert status == 400 and said in body.decode(), (data[:40], body)
-        assert len(incidents(collector)) == 1
+        assert len(incidents(collector)) == 2
     finally:
         collector.stop()
 

@@ -24,7 +24,7 @@ from ringtrace.wire.frames import Events
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.stream_tables import StreamTables
 
-__all__ = ["ACCELERATED", "FastFrame", "FrameJson", "column_order", "kind_codes"]
+__all__ = ["ACCELERATED", "FastFrame", "FrameJson", "SegmentTables", "column_order", "kind_codes"]
 
 
 _chrome = load_optional("ringtrace.collector.export._chrome")
@@ -55,20 +55,12 @@ class FastFrame(NamedTuple):
     before_origin: int
 
 
-class FrameJson:
-    """The C writer over the frames of one snapshot, oldest segment first.
+class SegmentTables:
+    """What a C writer reads of a stream's tables, kept in step with them as they grow: each kind's code and column
+    order (``kind_codes``, ``column_order``), and each string's bytes as the writer copies them (``_encoded``) at
+    the offsets ``_spans`` gives by id."""
 
-    Args:
-        origin_ns: the wall-clock ns that ``ts`` 0 stands for.
-        since_ns, until_ns: the window events must overlap (None: no bound), when a filter selects by times alone.
-    """
-
-    def __init__(self, origin_ns: int, since_ns: int | None = None, until_ns: int | None = None) -> None:
-        assert _chrome is not None, "FrameJson needs the C writer (ACCELERATED)"
-        self._events_json = _chrome.events_json
-        self._origin_ns = origin_ns
-        self._since_ns = since_ns
-        self._until_ns = until_ns
+    def __init__(self) -> None:
         self._tables: StreamTables | None = None
         self._kinds_seen = -1
         self._codes = b""
@@ -78,27 +70,20 @@ class FrameJson:
         self._columns: tuple[int, ...] | None = None
         self._unindexed = False
 
-    def events(self, tables: StreamTables, frame: Events, offset_ns: int, pid: int, tid: int) -> FastFrame | None:
-        """The frame's common events as JSON; None if the Python walk must read the whole frame (a payload the
-        C writer does not take, or tables too large to index)."""
+    def _synced(self, tables: StreamTables) -> bool:
+        """Bring what the writer reads up to ``tables``; False if the Python walk must read the frame (tables it
+        cannot index)."""
         if tables is not self._tables:
             self._start(tables)
         if len(tables.kinds) != self._kinds_seen:
             self._sync_kinds(tables)
         if len(tables.strings) != self._strings_seen:
             self._sync_strings(tables)
-        if self._columns is None or self._unindexed:
-            return None
-        ids = b',"pid":%d,"tid":%d' % (pid, tid)
-        counter_ids = ids + b',"id":"%d"' % tid  # (as export/chrome.py names a counter's track)
-        try:
-            made = self._events_json(
-                frame.payload, frame.count, self._columns, frame.first_ts_ns, offset_ns, self._origin_ns,
-                self._since_ns, self._until_ns, self._codes, self._names, self._spans, ids, counter_ids,
-            )  # fmt: skip
-        except OverflowError:  # times past 64 bits: the Python walk counts them
-            return None
-        return None if made is None else FastFrame(*made)
+        return self._columns is not None and not self._unindexed
+
+    def _encoded(self, text: str) -> bytes | None:
+        """A string as the writer copies it (None: it cannot, and leaves the events that name it to Python)."""
+        raise NotImplementedError
 
     def _start(self, tables: StreamTables) -> None:
         """A new segment, with tables of its own."""
@@ -119,7 +104,7 @@ class FrameJson:
         self._codes = codes
 
     def _sync_strings(self, tables: StreamTables) -> None:
-        """Escape the strings declared since the last frame (tables only grow: a reset gives the stream new ones)."""
+        """The strings declared since the last frame (tables only grow: a reset gives the stream new ones)."""
         strings = tables.strings
         names, spans = self._names, self._spans
         for string_id, text in islice(strings.items(), self._strings_seen, None):
@@ -128,11 +113,50 @@ class FrameJson:
                 return
             if string_id * 2 >= len(spans):
                 spans.extend([-1] * (string_id * 2 + 2 - len(spans)))
+            encoded = self._encoded(text)
+            if encoded is None:
+                continue
             start = len(names)
-            names += orjson.dumps(text)
+            names += encoded
             spans[string_id * 2] = start
             spans[string_id * 2 + 1] = len(names)
         self._strings_seen = len(strings)
+
+
+class FrameJson(SegmentTables):
+    """The C writer over the frames of one snapshot, oldest segment first.
+
+    Args:
+        origin_ns: the wall-clock ns that ``ts`` 0 stands for.
+        since_ns, until_ns: the window events must overlap (None: no bound), when a filter selects by times alone.
+    """
+
+    def __init__(self, origin_ns: int, since_ns: int | None = None, until_ns: int | None = None) -> None:
+        assert _chrome is not None, "FrameJson needs the C writer (ACCELERATED)"
+        super().__init__()
+        self._events_json = _chrome.events_json
+        self._origin_ns = origin_ns
+        self._since_ns = since_ns
+        self._until_ns = until_ns
+
+    def events(self, tables: StreamTables, frame: Events, offset_ns: int, pid: int, tid: int) -> FastFrame | None:
+        """The frame's common events as JSON; None if the Python walk must read the whole frame (a payload the
+        C writer does not take, or tables too large to index)."""
+        if not self._synced(tables):
+            return None
+        ids = b',"pid":%d,"tid":%d' % (pid, tid)
+        counter_ids = ids + b',"id":"%d"' % tid  # (as export/chrome.py names a counter's track)
+        try:
+            made = self._events_json(
+                frame.payload, frame.count, self._columns, frame.first_ts_ns, offset_ns, self._origin_ns,
+                self._since_ns, self._until_ns, self._codes, self._names, self._spans, ids, counter_ids,
+            )  # fmt: skip
+        except OverflowError:  # times past 64 bits: the Python walk counts them
+            return None
+        return None if made is None else FastFrame(*made)
+
+    def _encoded(self, text: str) -> bytes:
+        return orjson.dumps(text)  # (escaped, quoted: as the JSON writer copies it)
 
 
 def column_order(tables: StreamTables) -> tuple[int, ...] | None:

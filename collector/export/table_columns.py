@@ -12,11 +12,9 @@ Not built, or with ``RINGTRACE_PURE_PYTHON=1``: ``ACCELERATED`` is False and eve
 
 from __future__ import annotations
 
-from array import array
-from itertools import islice
 from typing import Final, NamedTuple
 
-from ringtrace.collector.export.chrome_frames import column_order, kind_codes
+from ringtrace.collector.export.chrome_frames import SegmentTables
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.wire.frames import Events
 from ringtrace.wire.model import TrackInfo
@@ -37,8 +35,6 @@ STRING_COLUMNS: Final = ("process", "host", "track", "name", "args", "trace_id",
 #: Bytes a builder holds before its rows are handed over, whatever their number (a row group's string data must stay
 #: under 2 GiB: the C writer leaves a frame past that to the Python rows).
 MAX_BATCH_BYTES: Final = 256 << 20
-#: Past this string id a frame goes through the Python rows (a table indexed by id would be too large).
-_MAX_STRING_ID: Final = 1 << 22
 
 
 class ColumnBuffers(NamedTuple):
@@ -52,7 +48,7 @@ class ColumnBuffers(NamedTuple):
     strings: tuple[tuple[bytes | None, bytes, bytes], ...]
 
 
-class FrameSpans:
+class FrameSpans(SegmentTables):
     """The C writer's rows of the frames of one snapshot, oldest segment first: ``add`` a frame's, ``take`` them.
 
     Args:
@@ -65,6 +61,7 @@ class FrameSpans:
         self, since_ns: int | None = None, until_ns: int | None = None, *, columns: tuple[str, ...] | None = None
     ) -> None:
         assert _tables is not None, "FrameSpans needs the C writer (ACCELERATED)"
+        super().__init__()
         self._add = _tables.add_spans
         self._take = _tables.take_spans
         self._builder = _tables.spans_builder()
@@ -75,14 +72,6 @@ class FrameSpans:
         #: Rows gathered, and the bytes they take.
         self.rows = 0
         self.size = 0
-        self._tables: StreamTables | None = None
-        self._kinds_seen = -1
-        self._codes = b""
-        self._columns: tuple[int, ...] | None = None
-        self._strings_seen = 0
-        self._names = bytearray()
-        self._spans = array("q")
-        self._unindexed = False
 
     def full(self) -> bool:
         """Whether the rows gathered make a row group."""
@@ -95,13 +84,7 @@ class FrameSpans:
     ) -> tuple[bytes | None] | None:
         """Add the frame's spans the C writer takes: (deferred,), one byte per event, nonzero for each left to the
         Python rows (None: none is); None if the Python rows must make the whole frame's."""
-        if tables is not self._tables:
-            self._start(tables)
-        if len(tables.kinds) != self._kinds_seen:
-            self._sync_kinds(tables)
-        if len(tables.strings) != self._strings_seen:
-            self._sync_strings(tables)
-        if self._columns is None or self._unindexed:
+        if not self._synced(tables):
             return None
         track_name = process.tracks.get(track.track_id, track).name  # the latest name, or an ended track's
         try:
@@ -123,41 +106,8 @@ class FrameSpans:
         self.rows = self.size = 0
         return ColumnBuffers(rows, ints, strings)
 
-    def _start(self, tables: StreamTables) -> None:
-        """A new segment, with tables of its own."""
-        self._tables = tables
-        self._kinds_seen = -1
-        self._strings_seen = 0
-        self._names = bytearray()
-        self._spans = array("q")
-        self._unindexed = False
-
-    def _sync_kinds(self, tables: StreamTables) -> None:
-        self._kinds_seen = len(tables.kinds)
-        self._columns = column_order(tables)
-        codes = kind_codes(tables)
-        if codes is None:
-            self._unindexed = True
-            return
-        self._codes = codes
-
-    def _sync_strings(self, tables: StreamTables) -> None:
-        """The UTF-8 of the strings declared since the last frame (tables only grow: a reset gives the stream new
-        ones)."""
-        strings = tables.strings
-        names, spans = self._names, self._spans
-        for string_id, text in islice(strings.items(), self._strings_seen, None):
-            if not 0 <= string_id < _MAX_STRING_ID:
-                self._unindexed = True
-                return
-            if string_id * 2 >= len(spans):
-                spans.extend([-1] * (string_id * 2 + 2 - len(spans)))
-            try:
-                encoded = text.encode()
-            except UnicodeEncodeError:  # (a lone surrogate: no UTF-8, no Arrow string) the Python rows decide
-                continue
-            start = len(names)
-            names += encoded
-            spans[string_id * 2] = start
-            spans[string_id * 2 + 1] = len(names)
-        self._strings_seen = len(strings)
+    def _encoded(self, text: str) -> bytes | None:
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # (a lone surrogate: no UTF-8, no Arrow string) the Python rows decide
+            return None

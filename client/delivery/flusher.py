@@ -330,11 +330,14 @@ class Flusher:
         listeners = timeline.listeners
         if not listeners:
             return True
-        for track in timeline.renamed_threads():
+        renamed = timeline.renamed_threads()
+        for track in renamed:
             _call(listeners, "receive", track, [])
         drained = timeline.drain()
         if drained.dropped:
             _call(listeners, "lost", drained.dropped)
+        if not (renamed or drained.runs or drained.ended):  # a pass over nothing: no listener is told of it
+            return True
         return self._hand_over(timeline, listeners, drained.runs, drained.ended, deadline)
 
     def _hand_over(

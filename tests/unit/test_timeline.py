@@ -954,6 +954,25 @@ def test_a_listener_that_asks_is_told_when_a_pass_over_the_runs_ends_even_out_of
     timeline.close()
 
 
+def test_a_pass_over_nothing_tells_no_listener_it_ended() -> None:
+    told: list[str] = []
+
+    class Told(MemoryListener):
+        def handed_over(self) -> None:
+            told.append("handed_over")
+
+    timeline = Timeline("quiet", [Told()])
+    try:
+        for _ in range(5):  # (the flusher's own sweeps may come between: each over nothing too)
+            assert timeline.flush(timeout_s=30)
+        assert told == []  # (a streamer told would wake its thread, taking the GIL from a busy program thread)
+        timeline.instant("e")
+        assert timeline.flush(timeout_s=30)
+        assert told == ["handed_over"]
+    finally:
+        timeline.close()
+
+
 def test_closing_one_timeline_keeps_a_listener_another_one_uses() -> None:
     shared = MemoryListener()
     first, second = Timeline("first", [shared]), Timeline("second", [shared])

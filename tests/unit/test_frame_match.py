@@ -112,7 +112,8 @@ def frames(draw: st.DrawFn) -> tuple[bytes, int, tuple[int, ...]]:
 
 
 @needs_c
-@settings(max_examples=500)
+@pytest.mark.timeout(900)  # bounded by its examples, not the clock: past 50 s beside a busy suite, not a hang
+@settings(max_examples=500, deadline=None)
 @given(st.lists(frames(), min_size=1, max_size=3), criteria(), st.integers(0, 3))
 def test_the_twins_find_the_same_candidates_and_keep_the_same_state(
     run: list[tuple[bytes, int, tuple[int, ...]]], wanted: Criteria, track: int
@@ -134,7 +135,8 @@ def test_the_twins_find_the_same_candidates_and_keep_the_same_state(
 
 
 @needs_c
-@settings(max_examples=400)
+@pytest.mark.timeout(900)  # bounded by its examples, not the clock, like the one above
+@settings(max_examples=400, deadline=None)
 @given(st.data(), frames(), criteria())
 def test_payloads_cut_or_changed_are_refused_alike_or_read_alike(
     data: st.DataObject, frame: tuple[bytes, int, tuple[int, ...]], wanted: Criteria
@@ -259,7 +261,8 @@ parts = st.tuples(
 
 
 @needs_c
-@settings(max_examples=400)
+@pytest.mark.timeout(900)  # bounded by its examples, not the clock, like the one above
+@settings(max_examples=400, deadline=None)
 @given(st.lists(parts, min_size=1, max_size=4), criteria(), st.data())
 def test_the_twins_read_the_same_run_and_keep_the_same_state(
     drawn: list[tuple[tuple[bytes, int, tuple[int, ...]], int, int, int, bytes]], wanted: Criteria, data: st.DataObject

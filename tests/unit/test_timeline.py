@@ -921,14 +921,16 @@ def test_a_flusher_left_waiting_long_reads_its_interval_again_when_a_timeline_co
 def test_a_flush_out_of_time_hands_the_rest_over_later_in_order() -> None:
     memory = MemoryListener()
     timeline = Timeline("late", [memory])
-    with FLUSHER.sweeping():
-        for i in range(100_000):
-            timeline.instant("e", i=i)
-        assert timeline.flush(timeout_s=0) is False  # the runs it took are carried over
-    assert timeline.flush(timeout_s=30)
-    assert [e.args["i"] for e in memory.events] == list(range(100_000))
-    assert memory.dropped_events == 0
-    timeline.close()
+    try:  # (closed whatever happens: a timeline left registered would hold the next tests' flushes up)
+        with FLUSHER.sweeping():
+            for i in range(100_000):
+                timeline.instant("e", i=i)
+            assert timeline.flush(timeout_s=0) is False  # the runs it took are carried over
+        assert timeline.flush(timeout_s=60)
+        assert [e.args["i"] for e in memory.events] == list(range(100_000))
+        assert memory.dropped_events == 0
+    finally:
+        timeline.close()
 
 
 def test_a_listener_that_asks_is_told_when_a_pass_over_the_runs_ends_even_out_of_time() -> None:
@@ -943,15 +945,17 @@ def test_a_listener_that_asks_is_told_when_a_pass_over_the_runs_ends_even_out_of
             calls.append("handed_over")
 
     timeline = Timeline("told", [Told(), MemoryListener()])  # one that does not ask is left as it is
-    with FLUSHER.sweeping():
-        for i in range(50_000):  # several runs
-            timeline.instant("e", i=i)
-        assert timeline.flush(timeout_s=0) is False  # out of time at once: carried over, and said
-        assert calls == ["handed_over"]
-    assert timeline.flush(timeout_s=30)
-    assert calls[-1] == "handed_over"
-    assert 1 < calls.count("handed_over") < calls.count("receive")  # once a pass, not run by run
-    timeline.close()
+    try:
+        with FLUSHER.sweeping():
+            for i in range(50_000):  # several runs
+                timeline.instant("e", i=i)
+            assert timeline.flush(timeout_s=0) is False  # out of time at once: carried over, and said
+            assert calls == ["handed_over"]
+        assert timeline.flush(timeout_s=60)
+        assert calls[-1] == "handed_over"
+        assert 1 < calls.count("handed_over") < calls.count("receive")  # once a pass, not run by run
+    finally:
+        timeline.close()
 
 
 def test_a_pass_over_nothing_tells_no_listener_it_ended() -> None:

@@ -414,7 +414,9 @@ take_cuts(ThreadBuf *t, Py_ssize_t taken)
         last = t->notes[i].task; /* the note's reference, now the lane's */
     }
     t->lane_task = last;
-    memmove(t->notes, t->notes + used, (size_t)(t->n_notes - used) * sizeof(TaskNote));
+    if (t->n_notes > used) { /* (no notes: the array may not be there, and no offset may be applied to NULL) */
+        memmove(t->notes, t->notes + used, (size_t)(t->n_notes - used) * sizeof(TaskNote));
+    }
     t->n_notes -= used;
     return cuts;
 }

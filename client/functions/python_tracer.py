@@ -5,7 +5,8 @@ and hand the buffers over in ``drain()``. This twin defines what they record; th
 tests hold the two to the same call trees (``tests/unit/test_function_tracers.py``).
 
 How calls are seen: on Python 3.12 and later through ``sys.monitoring`` (PY_START, PY_RESUME and PY_THROW open a call;
-PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED``; with ``builtins``, CALL, C_RETURN and C_RAISE
+PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED`` (but as ``CALL`` for a clean exit,
+``clean_exit``); with ``builtins``, CALL, C_RETURN and C_RAISE
 for C functions), for every thread at once; on 3.11 through the profile function (``sys.setprofile`` on the thread that
 starts, ``threading.setprofile`` for threads started after: threads already running then are not traced, unlike with
 the C twin, which sets every thread's).
@@ -348,7 +349,7 @@ class PythonTracer:
 
     def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
         try:
-            self._close(self._thread_calls(), id(code), CALL_RAISED)
+            self._close(self._thread_calls(), id(code), CALL if clean_exit(exception) else CALL_RAISED)
         except Exception as exc:
             failed(exc, "an unwind")
 
@@ -423,6 +424,15 @@ class PythonTracer:
         except BaseException as exc:  # KeyboardInterrupt, say: the program's too
             profile_function_removed(exc)
             raise
+
+
+def clean_exit(exception: BaseException) -> bool:
+    """Whether ``exception`` ends the program cleanly: a SystemExit of code None or 0 (``sys.exit()``,
+    ``sys.exit(0)``, ``raise SystemExit``), whose unwinding ends calls as returns, not as raised."""
+    if not isinstance(exception, SystemExit):
+        return False
+    code = exception.code
+    return code is None or (isinstance(code, int) and code == 0)
 
 
 def _start_monitoring(tracer: PythonTracer) -> int:

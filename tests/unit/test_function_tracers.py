@@ -224,6 +224,40 @@ def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> No
     ]
 
 
+def exits(code: object) -> None:
+    if code == "raise":
+        raise SystemExit
+    sys.exit(code)
+
+
+def calls_exit(code: object) -> None:
+    exits(code)
+
+
+def exits_each_way() -> None:
+    for code in (0, None, False, "raise", 3, "bye"):
+        with contextlib.suppress(SystemExit):
+            calls_exit(code)
+
+
+def exit_is_seen(tracer_class: Any, builtins: bool) -> bool:
+    """Whether the tracer tells a SystemExit's code as it unwinds: the C tracer's frame evaluation hook does, and
+    sys.monitoring (3.12+) does; the profile function of 3.11 (the pure-Python twin's, and the C one's with
+    builtins) is not shown the exception."""
+    return sys.version_info >= (3, 12) or (tracer_class is not PythonTracer and not builtins)
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+def test_a_clean_exit_returns_and_any_other_exit_raises(tracer_class: Any, builtins: bool) -> None:
+    _, by_thread, _ = traced(tracer_class, exits_each_way, builtins=builtins)
+    clean_raised = not exit_is_seen(tracer_class, builtins)
+    exit_call = [call("sys.exit", raised=True)] if builtins else []  # (a C function: shown no exception on any version)
+    ends = [call("calls_exit", call("exits", *exit_call, raised=clean_raised), raised=clean_raised)] * 3
+    ends += [call("calls_exit", call("exits", raised=clean_raised), raised=clean_raised)]  # raise SystemExit
+    ends += [call("calls_exit", call("exits", *exit_call, raised=True), raised=True)] * 2
+    assert main_tree(by_thread) == [call("exits_each_way", *ends)]
+
+
 def test_an_exception_thrown_into_a_generator_that_leaves_it_is_call_raised(tracer_class: Any) -> None:
     _, by_thread, _ = traced(tracer_class, throws_into_generators)
     resumes = [call("catches_one_thrown"), call("catches_one_thrown"), call("catches_one_thrown", raised=True)]

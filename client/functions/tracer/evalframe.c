@@ -136,8 +136,8 @@ dropped(Tracer *self, PyObject *code, PyObject *globals, int recorded)
 /* How an exception leaving a frame ends its call: a SystemExit whose code is None or 0 (sys.exit(), sys.exit(0),
    raise SystemExit: the program ending cleanly) as a return, any other as raised. The exception is read and put back
    as it was (on 3.11 normalised first, as the interpreter would on handling it). */
-static int
-clean_exit_code(PyObject *code)
+int
+rt_clean_exit_code(PyObject *code)
 {
     int overflow = 0;
     return code == NULL || code == Py_None || (PyLong_Check(code) && PyLong_AsLongAndOverflow(code, &overflow) == 0 &&
@@ -155,7 +155,7 @@ unwound_kind(void)
     PyObject *exc = PyErr_GetRaisedException();
     if (exc != NULL && PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_SystemExit)) {
         PyObject *code = ((PySystemExitObject *)exc)->code;
-        if (clean_exit_code(code)) {
+        if (rt_clean_exit_code(code)) {
             kind = RT_CALL;
         }
     }
@@ -166,7 +166,7 @@ unwound_kind(void)
     PyErr_NormalizeException(&type, &value, &tb);
     if (value != NULL && PyObject_TypeCheck(value, (PyTypeObject *)PyExc_SystemExit)) {
         PyObject *code = ((PySystemExitObject *)value)->code;
-        if (clean_exit_code(code)) {
+        if (rt_clean_exit_code(code)) {
             kind = RT_CALL;
         }
     }

@@ -353,5 +353,7 @@ int rt_hooks_stop(Tracer *self);
 /* evalframe.c (without C functions) */
 int rt_eval_hook_start(Tracer *self);
 void rt_eval_hook_stop(Tracer *self);
+/* evalframe.c: whether a SystemExit of this code (NULL: none given) ends the program cleanly (None or 0). */
+int rt_clean_exit_code(PyObject *code);
 
 #endif

@@ -209,6 +209,21 @@ def test_the_calls_of_each_asyncio_tasks_steps_are_cut_apart(tracer_class: Any, 
     assert found == [work, work, [call("two_tasks"), call("two_tasks")]]  # each task's steps, apart
 
 
+def test_a_replaced_asyncio_current_task_is_obeyed(tracer_class: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the C tracer reads asyncio's running task in C while asyncio.tasks.current_task is asyncio's own)
+    traced(tracer_class, lambda: asyncio.run(two_tasks()))  # asyncio's own found first, then replaced
+    monkeypatch.setattr(asyncio.tasks, "current_task", lambda loop=None: None)
+    locations: list[Any] = []
+    tracer = tracer_class(ours, locations)
+    tracer.start()
+    try:
+        asyncio.run(two_tasks())
+    finally:
+        tracer.stop()
+    lanes = {task for _, records, cuts in tracer.drain_cuts() for task, _ in split(records, cuts)}
+    assert lanes == {None}  # no task, as the replacement says: every call on the thread
+
+
 def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> None:
     def workload() -> None:
         catches()

@@ -5,7 +5,8 @@ and hand the buffers over in ``drain()``. This twin defines what they record; th
 tests hold the two to the same call trees (``tests/unit/test_function_tracers.py``).
 
 How calls are seen: on Python 3.12 and later through ``sys.monitoring`` (PY_START, PY_RESUME and PY_THROW open a call;
-PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED``; with ``builtins``, CALL, C_RETURN and C_RAISE
+PY_RETURN and PY_YIELD end it as ``CALL``, PY_UNWIND as ``CALL_RAISED`` (but as ``CALL`` for a clean exit,
+``clean_exit``); with ``builtins``, CALL, C_RETURN and C_RAISE (``CALL`` for ``sys.exit``'s clean exit)
 for C functions), for every thread at once; on 3.11 through the profile function (``sys.setprofile`` on the thread that
 starts, ``threading.setprofile`` for threads started after: threads already running then are not traced, unlike with
 the C twin, which sets every thread's).
@@ -85,6 +86,8 @@ _RETURN_OPCODES: Final = frozenset(
     opcode.opmap[name] for name in ("RETURN_VALUE", "YIELD_VALUE") if name in opcode.opmap
 )
 _YIELD_VALUE: Final = opcode.opmap.get("YIELD_VALUE", -1)
+#: The builtin ``sys.exit``: its call raising with code 0 or None (its argument, C_RAISE's arg0) is a clean exit.
+_SYS_EXIT: Final = sys.exit
 
 Decide = Callable[[types.CodeType, str], bool]
 
@@ -348,7 +351,7 @@ class PythonTracer:
 
     def _on_unwind(self, code: types.CodeType, offset: int, exception: BaseException) -> None:
         try:
-            self._close(self._thread_calls(), id(code), CALL_RAISED)
+            self._close(self._thread_calls(), id(code), CALL if clean_exit(exception) else CALL_RAISED)
         except Exception as exc:
             failed(exc, "an unwind")
 
@@ -374,7 +377,8 @@ class PythonTracer:
     def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
             if isinstance(callable_, C_TYPES):
-                self._close(self._thread_calls(), id(callable_), CALL_RAISED)
+                clean = callable_ is _SYS_EXIT and (arg0 is _monitoring.MISSING or clean_exit_code(arg0))
+                self._close(self._thread_calls(), id(callable_), CALL if clean else CALL_RAISED)
         except Exception as exc:
             failed(exc, "a C raise")
 
@@ -423,6 +427,17 @@ class PythonTracer:
         except BaseException as exc:  # KeyboardInterrupt, say: the program's too
             profile_function_removed(exc)
             raise
+
+
+def clean_exit(exception: BaseException) -> bool:
+    """Whether ``exception`` ends the program cleanly: a SystemExit of code None or 0 (``sys.exit()``,
+    ``sys.exit(0)``, ``raise SystemExit``), whose unwinding ends calls as returns, not as raised."""
+    return isinstance(exception, SystemExit) and clean_exit_code(exception.code)
+
+
+def clean_exit_code(code: object) -> bool:
+    """Whether a SystemExit of ``code`` (``sys.exit``'s argument) ends the program cleanly: None or 0."""
+    return code is None or (isinstance(code, int) and code == 0)
 
 
 def _start_monitoring(tracer: PythonTracer) -> int:

@@ -209,6 +209,21 @@ def test_the_calls_of_each_asyncio_tasks_steps_are_cut_apart(tracer_class: Any, 
     assert found == [work, work, [call("two_tasks"), call("two_tasks")]]  # each task's steps, apart
 
 
+def test_a_replaced_asyncio_current_task_is_obeyed(tracer_class: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the C tracer reads asyncio's running task in C while asyncio.tasks.current_task is asyncio's own)
+    traced(tracer_class, lambda: asyncio.run(two_tasks()))  # asyncio's own found first, then replaced
+    monkeypatch.setattr(asyncio.tasks, "current_task", lambda loop=None: None)
+    locations: list[Any] = []
+    tracer = tracer_class(ours, locations)
+    tracer.start()
+    try:
+        asyncio.run(two_tasks())
+    finally:
+        tracer.stop()
+    lanes = {task for _, records, cuts in tracer.drain_cuts() for task, _ in split(records, cuts)}
+    assert lanes == {None}  # no task, as the replacement says: every call on the thread
+
+
 def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> None:
     def workload() -> None:
         catches()
@@ -222,6 +237,43 @@ def test_an_exception_that_leaves_a_call_is_call_raised(tracer_class: Any) -> No
         call("catches", call("boom", raised=True)),
         call("lets_through", call("boom", raised=True), raised=True),
     ]
+
+
+def exits(code: object) -> None:
+    if code == "raise":
+        raise SystemExit
+    sys.exit(code)
+
+
+def calls_exit(code: object) -> None:
+    exits(code)
+
+
+def exits_each_way() -> None:
+    for code in (0, None, False, "raise", 3, "bye"):
+        with contextlib.suppress(SystemExit):
+            calls_exit(code)
+
+
+def exit_is_seen(tracer_class: Any, builtins: bool) -> bool:
+    """Whether the tracer tells a SystemExit's code as it unwinds: the C tracer's frame evaluation hook does, and
+    sys.monitoring (3.12+) does; the profile function of 3.11 (the pure-Python twin's, and the C one's with
+    builtins) is not shown the exception."""
+    return sys.version_info >= (3, 12) or (tracer_class is not PythonTracer and not builtins)
+
+
+@pytest.mark.parametrize("builtins", [False, True])
+def test_a_clean_exit_returns_and_any_other_exit_raises(tracer_class: Any, builtins: bool) -> None:
+    _, by_thread, _ = traced(tracer_class, exits_each_way, builtins=builtins)
+    clean_raised = not exit_is_seen(tracer_class, builtins)
+    # (sys.exit's own call, with builtins: its argument tells on 3.12+, C_RAISE's arg0; 3.11's profile function
+    # is shown neither)
+    clean_exit_call = [call("sys.exit", raised=sys.version_info < (3, 12))] if builtins else []
+    exit_call = [call("sys.exit", raised=True)] if builtins else []
+    ends = [call("calls_exit", call("exits", *clean_exit_call, raised=clean_raised), raised=clean_raised)] * 3
+    ends += [call("calls_exit", call("exits", raised=clean_raised), raised=clean_raised)]  # raise SystemExit
+    ends += [call("calls_exit", call("exits", *exit_call, raised=True), raised=True)] * 2
+    assert main_tree(by_thread) == [call("exits_each_way", *ends)]
 
 
 def test_an_exception_thrown_into_a_generator_that_leaves_it_is_call_raised(tracer_class: Any) -> None:

@@ -133,6 +133,48 @@ dropped(Tracer *self, PyObject *code, PyObject *globals, int recorded)
     }
 }
 
+/* How an exception leaving a frame ends its call: a SystemExit whose code is None or 0 (sys.exit(), sys.exit(0),
+   raise SystemExit: the program ending cleanly) as a return, any other as raised. The exception is read and put back
+   as it was (on 3.11 normalised first, as the interpreter would on handling it). */
+int
+rt_clean_exit_code(PyObject *code)
+{
+    int overflow = 0;
+    return code == NULL || code == Py_None || (PyLong_Check(code) && PyLong_AsLongAndOverflow(code, &overflow) == 0 &&
+                                               !overflow);
+}
+
+static uint32_t
+unwound_kind(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_SystemExit)) {
+        return RT_CALL_RAISED;
+    }
+    uint32_t kind = RT_CALL_RAISED;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+    if (exc != NULL && PyObject_TypeCheck(exc, (PyTypeObject *)PyExc_SystemExit)) {
+        PyObject *code = ((PySystemExitObject *)exc)->code;
+        if (rt_clean_exit_code(code)) {
+            kind = RT_CALL;
+        }
+    }
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && PyObject_TypeCheck(value, (PyTypeObject *)PyExc_SystemExit)) {
+        PyObject *code = ((PySystemExitObject *)value)->code;
+        if (rt_clean_exit_code(code)) {
+            kind = RT_CALL;
+        }
+    }
+    PyErr_Restore(type, value, tb);
+#endif
+    return kind;
+}
+
 /* What evaluates frames under the hook: the interpreter's, or a debugger's. */
 
 static PyObject *
@@ -189,7 +231,7 @@ eval_hook(PyThreadState *tstate, struct _PyInterpreterFrame *interpreter_frame, 
     /* the tracer may have stopped (its open calls closed then), even been started again, or gone meanwhile */
     self = rt_running;
     if (self != NULL && self->generation == generation && (t = rt_thread(self)) != NULL) {
-        rt_pop(self, t, code, result == NULL ? RT_CALL_RAISED : RT_CALL);
+        rt_pop(self, t, code, result == NULL ? unwound_kind() : RT_CALL);
         if (task_step) {
             rt_task_step_end(t);
         }

@@ -11,6 +11,8 @@ C_RETURN and C_RAISE cannot be disabled (they follow CALL), and return None. */
 #if RT_MONITORING
 
 static PyObject *monitoring_disable; /* sys.monitoring.DISABLE */
+static PyObject *monitoring_missing; /* sys.monitoring.MISSING: a call's arg0 when it has no argument */
+static PyObject *sys_exit;           /* the builtin sys.exit, whose raise with code 0 or None is a clean exit */
 static int disabled_any;             /* DISABLE was returned: a tracer started later restarts the events */
 
 #define CODE_ARGS_OK(args, nargs, least) ((nargs) >= (least) && PyCode_Check((args)[0]))
@@ -83,10 +85,13 @@ on_c_return(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
     return on_c_leave(tracer, args, nargs, RT_CALL);
 }
 
+/* sys.exit raising with code 0 or None (arg0: its argument) ends the program cleanly: its call returns. */
 static PyObject *
 on_c_raise(PyObject *tracer, PyObject *const *args, Py_ssize_t nargs)
 {
-    return on_c_leave(tracer, args, nargs, RT_CALL_RAISED);
+    int clean_exit = nargs >= 4 && args[2] == sys_exit &&
+                     (args[3] == monitoring_missing || rt_clean_exit_code(args[3]));
+    return on_c_leave(tracer, args, nargs, clean_exit ? RT_CALL : RT_CALL_RAISED);
 }
 
 #define CALLBACK(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
@@ -174,6 +179,12 @@ start_monitoring(Tracer *self)
     long mask = 0;
     if (monitoring_disable == NULL && (monitoring_disable = PyObject_GetAttrString(monitoring, "DISABLE")) == NULL) {
         goto fail;
+    }
+    if (monitoring_missing == NULL && (monitoring_missing = PyObject_GetAttrString(monitoring, "MISSING")) == NULL) {
+        goto fail;
+    }
+    if (sys_exit == NULL && (sys_exit = PySys_GetObject("exit")) != NULL) { /* (borrowed; none if deleted) */
+        Py_INCREF(sys_exit);
     }
     self->tool_id = free_tool_id(monitoring);
     if (self->tool_id < 0) {

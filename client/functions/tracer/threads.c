@@ -295,6 +295,100 @@ add_note(ThreadBuf *t, PyObject *task)
     return 0;
 }
 
+/* asyncio's own running loop and running task, read in C where asyncio_watch.current_task costs about 1 us a step in
+   Python: _asyncio._get_running_loop(), then the loop's task: _asyncio.current_task(loop) on 3.12+, on 3.11 the
+   _asyncio._current_tasks dict that asyncio.tasks.current_task reads. Found once asyncio.tasks has run with them
+   (else, while asyncio is not loaded, looked for again; where it runs without them, not); used while
+   asyncio.tasks.current_task is the one found (checked each step: one replaced is obeyed, through Python). */
+static int c_asyncio_state;         /* 0: not looked for yet or not loaded; 1: found; -1: asyncio runs without */
+static PyObject *tasks_namespace;   /* asyncio.tasks' __dict__ */
+static PyObject *found_current;     /* asyncio.tasks.current_task, as found */
+static PyObject *c_running_loop;    /* _asyncio._get_running_loop */
+static PyObject *c_task_of;         /* 3.12+: _asyncio.current_task; 3.11: _asyncio._current_tasks */
+static PyObject *current_task_name; /* "current_task" */
+
+static PyObject *
+loaded_module(const char *name)
+{
+    PyObject *key = PyUnicode_FromString(name);
+    PyObject *module = key == NULL ? NULL : PyImport_GetModule(key);
+    Py_XDECREF(key);
+    return module;
+}
+
+/* Whether tasks.current_task is the one that reads what c_task_of is. */
+static int
+fits(PyObject *namespace, PyObject *current, PyObject *task_of)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    (void)namespace;
+    return current == task_of;
+#else
+    return PyFunction_Check(current) && PyFunction_GetGlobals(current) == namespace && PyDict_CheckExact(task_of) &&
+           PyDict_GetItemString(namespace, "_current_tasks") == task_of;
+#endif
+}
+
+static void
+find_c_asyncio(void)
+{
+    if (current_task_name == NULL && (current_task_name = PyUnicode_InternFromString("current_task")) == NULL) {
+        return;
+    }
+    PyObject *c_module = loaded_module("_asyncio");
+    PyObject *tasks = c_module == NULL ? NULL : loaded_module("asyncio.tasks");
+    if (tasks == NULL) { /* not loaded yet */
+        Py_XDECREF(c_module);
+        return;
+    }
+    PyObject *namespace = PyModule_Check(tasks) ? PyModule_GetDict(tasks) : NULL; /* borrowed */
+    PyObject *running = PyObject_GetAttrString(c_module, "_get_running_loop");
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *task_of = running == NULL ? NULL : PyObject_GetAttr(c_module, current_task_name);
+#else
+    PyObject *task_of = running == NULL ? NULL : PyObject_GetAttrString(c_module, "_current_tasks");
+#endif
+    PyObject *current = namespace == NULL ? NULL : PyDict_GetItemWithError(namespace, current_task_name);
+    c_asyncio_state = -1;
+    if (task_of != NULL && current != NULL && fits(namespace, current, task_of)) {
+        tasks_namespace = Py_NewRef(namespace);
+        found_current = Py_NewRef(current);
+        c_running_loop = Py_NewRef(running);
+        c_task_of = Py_NewRef(task_of);
+        c_asyncio_state = 1;
+    }
+    Py_DECREF(c_module);
+    Py_DECREF(tasks);
+    Py_XDECREF(running);
+    Py_XDECREF(task_of);
+}
+
+/* The running task, or None; NULL with an exception where the look-up failed. The caller saved its exception. */
+static PyObject *
+running_task(Tracer *self)
+{
+    if (c_asyncio_state == 0) {
+        find_c_asyncio();
+        PyErr_Clear();
+    }
+    if (c_asyncio_state < 1 || PyDict_GetItemWithError(tasks_namespace, current_task_name) != found_current) {
+        PyErr_Clear();
+        return PyObject_CallNoArgs(self->current_task);
+    }
+    PyObject *loop = PyObject_CallNoArgs(c_running_loop);
+    if (loop == NULL || loop == Py_None) {
+        return loop;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *task = PyObject_CallOneArg(c_task_of, loop);
+#else
+    PyObject *task = PyDict_GetItemWithError(c_task_of, loop); /* borrowed */
+    task = task != NULL ? Py_NewRef(task) : PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+#endif
+    Py_DECREF(loop);
+    return task;
+}
+
 /* A recorded coroutine begins (or resumes) while no task's step is open on the thread: the task that runs it, if
    one does, opens a step, whose records are the task's (1). Once a step: no other call looks the task up. Runs
    Python code (the look-up): the caller holds the tracer, and records none of its calls (busy). */
@@ -307,7 +401,7 @@ rt_task_step_begin(Tracer *self, ThreadBuf *t)
     PyObject *saved_type, *saved_value, *saved_tb; /* a coroutine resumed by throw() has an exception on its way */
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     t->busy++;
-    PyObject *task = PyObject_CallNoArgs(self->current_task);
+    PyObject *task = running_task(self);
     t->busy--;
     if (task == NULL) {
         rt_failed(self->current_task, 0);

@@ -21,7 +21,8 @@ What it does, and why it is safe to do it this way:
   the thread state dict, whose destructor (run when the thread state is cleared, as the thread ends) marks the buffer
   ended and empties the cache, so that a thread started later with the same pthread_t never finds it.
 - asyncio: the first call of recorded coroutine code while no task's step is open on the thread (evalframe.c; on 3.11
-  with C functions, profile.c) asks asyncio_watch.current_task() for the running task, once a step: a task notes a
+  with C functions, profile.c) looks the running task up, once a step (threads.c: in C, asyncio's running loop and
+  its task, while asyncio.tasks.current_task is asyncio's own; else asyncio_watch.current_task()): a task notes a
   switch (threads.c: the number of the thread's next record, and the task), and the end of that call another (no
   task). drain_cuts() tells where each thread's records switch, as the Python twin's does. No other call looks up
   anything: a call ends within the step it began in, so a record is the step's task's iff written while it is open.
@@ -353,5 +354,7 @@ int rt_hooks_stop(Tracer *self);
 /* evalframe.c (without C functions) */
 int rt_eval_hook_start(Tracer *self);
 void rt_eval_hook_stop(Tracer *self);
+/* evalframe.c: whether a SystemExit of this code (NULL: none given) ends the program cleanly (None or 0). */
+int rt_clean_exit_code(PyObject *code);
 
 #endif

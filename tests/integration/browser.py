@@ -72,6 +72,22 @@ def until(page: Any, script: str, arg: Any = None, timeout_s: float = 30.0) -> A
     return wait_for(lambda: page.evaluate(script, arg), timeout_s=timeout_s, what=f"true in the page: {script}")
 
 
+def uncheck_follow(page: Any, timeout_s: float = 60.0) -> None:
+    """Untick the page's "follow live" as a user does (a click), again while the click did not take (Playwright's
+    "did not change its state": on a busy machine the renderer can drop a click that lands mid-draw)."""
+
+    def clicked() -> bool:
+        if page.is_checked("#follow"):
+            try:
+                page.uncheck("#follow", timeout=timeout_s * 1000)
+            except Exception as exc:  # (playwright's Error: the click did not change the box)
+                if "did not change its state" not in str(exc):
+                    raise
+        return not page.is_checked("#follow")
+
+    wait_for(clicked, timeout_s=timeout_s, what='"follow live" unticked by a click')
+
+
 @dataclass(frozen=True)
 class Image:
     """An RGB(A) image: ``rows[y][x * channels + c]``."""

@@ -32,6 +32,7 @@ def main() -> None:
     tl = ringtrace.client.connect(address, process_name=name)
     ticks = 0
     open_call: contextlib.ExitStack | None = None
+    tl.flush(timeout_s=30)  # (ready: the collector knows this process, so an incident asked for now may select it)
     print("ready", os.getpid(), flush=True)
     for line in sys.stdin:
         words = line.split()

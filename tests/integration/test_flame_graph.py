@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, uncheck_follow, until
 from collector_process import CollectorProcess, RawClient
 from perfetto_model import PerfettoTrace
 from pprof_model import PprofProfile
@@ -200,7 +200,7 @@ def test_the_web_view_draws_the_flame_graph_and_zooms_into_a_frame(sampled: Coll
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(sampled.http_url + "/?seconds=600")
             until(page, "() => /13 samples/.test(document.getElementById('flame-info').textContent)")
-            page.uncheck("#follow")
+            uncheck_follow(page)
             width = page.evaluate("document.getElementById('flamegraph').getBoundingClientRect().width")
 
             def frame_width(name: str) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, uncheck_follow, until
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_workload
 from nats_cluster import NatsCluster, server_binary
@@ -111,7 +111,7 @@ class Page:
             " && Number(RegExp.$1.replaceAll(',', '')) >= n",
             count,
         )
-        self.page.uncheck("#follow")
+        uncheck_follow(self.page)
 
     def drawn_text(self) -> list[str]:
         """The texts drawn on the canvas so far, in the order drawn."""

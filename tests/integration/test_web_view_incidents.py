@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, uncheck_follow, until
 from collector_process import CollectorProcess, run_script
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from waiting import wait_for
@@ -206,7 +206,7 @@ def test_a_programs_incident_is_a_tick_of_its_own_colour_and_says_so_when_hovere
     page = page_on(browser, saved, "&filter=live")
     try:
         until(page.page, "() => /[1-9][\\d,]* events/.test(document.getElementById('timeline-info').textContent)")
-        page.page.uncheck("#follow")
+        uncheck_follow(page.page)
         image = page.canvas()
         coloured = [
             (x, y)

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, pixels, until
+from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, pixels, uncheck_follow, until
 from collector_process import CollectorProcess, run_script
 
 _MISSING = missing_browser()
@@ -256,7 +256,7 @@ def test_the_shared_address_reopens_the_same_window_search_and_span(browser: Any
 def test_fit_to_data_zooms_to_what_is_loaded(browser: Any, collector: CollectorProcess) -> None:
     page = page_on(browser, collector)
     try:
-        page.page.uncheck("#follow")
+        uncheck_follow(page.page)
         page.page.click("#fit")
         until(page.page, "() => document.getElementById('timeline').dataset.view")
         since, until_ = (wall_ns(text) for text in page.dataset("view").split("/"))

@@ -342,15 +342,67 @@ candidates(const uint8_t *payload, Cursor column[COLUMNS], Py_ssize_t count, uin
     return OK;
 }
 
-/* The buffers match_frame holds while it runs without the GIL. */
+/* The buffers match_frame and match_run hold while they run without the GIL. */
 enum { PAYLOAD, KINDS, COUNTERS, THRESHOLDS, STATE, HELD };
+
+typedef struct {
+    Py_buffer held[HELD], names[MAX_GROUPS];
+    Py_ssize_t taken, groups; /* how many of each are held (released by release_criteria) */
+} Held;
+
+/* Hold the payload and the criteria's buffers (args[arg_of[i]] for each of HELD, the tuple `names`), and point
+   `criteria` at them. -1 with an exception set on failure: what was held is released by release_criteria all the
+   same. */
+static int
+hold_criteria(Held *h, PyObject *const *args, const int arg_of[HELD], PyObject *names, Criteria *criteria)
+{
+    if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) > MAX_GROUPS) {
+        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
+        return -1;
+    }
+    for (; h->taken < HELD; h->taken++) {
+        int flags = h->taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+        if (PyObject_GetBuffer(args[arg_of[h->taken]], &h->held[h->taken], flags) < 0) {
+            return -1;
+        }
+    }
+    for (; h->groups < PyTuple_GET_SIZE(names); h->groups++) {
+        Py_buffer *group = &h->names[h->groups];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(names, h->groups), group, PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        criteria->names[h->groups] = group->buf;
+        criteria->name_count[h->groups] = group->len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
+    }
+    criteria->kinds = h->held[KINDS].buf;
+    criteria->kind_count = h->held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
+    criteria->groups = h->groups;
+    criteria->counters = h->held[COUNTERS].buf;
+    criteria->counter_count = h->held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
+    criteria->thresholds = h->held[THRESHOLDS].buf;
+    criteria->threshold_count = h->held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
+    criteria->state = h->held[STATE].buf;
+    criteria->state_count = h->held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
+    return 0;
+}
+
+static void
+release_criteria(Held *h)
+{
+    for (Py_ssize_t i = 0; i < h->groups; i++) {
+        PyBuffer_Release(&h->names[i]);
+    }
+    for (Py_ssize_t i = 0; i < h->taken; i++) {
+        PyBuffer_Release(&h->held[i]);
+    }
+}
 
 static PyObject *
 match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const int arg_of[HELD] = {0, 4, 6, 7, 8};
-    Py_buffer held[HELD], names[MAX_GROUPS];
-    Py_ssize_t count, groups = 0, taken = 0;
+    Held h = {0};
+    Py_ssize_t count;
     int column_of[COLUMNS];
     Criteria criteria = {0};
     Out out = {0};
@@ -372,37 +424,14 @@ match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_OverflowError, "track %lu does not fit in 32 bits", track);
         return NULL;
     }
-    if (!PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) > MAX_GROUPS) {
-        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
-        return NULL;
+    if (hold_criteria(&h, args, arg_of, args[5], &criteria) < 0) {
+        goto done;
     }
-    for (; taken < HELD; taken++) {
-        int flags = taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
-        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], flags) < 0) {
-            goto done;
-        }
-    }
-    for (; groups < PyTuple_GET_SIZE(args[5]); groups++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[5], groups), &names[groups], PyBUF_SIMPLE) < 0) {
-            goto done;
-        }
-        criteria.names[groups] = names[groups].buf;
-        criteria.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
-    }
-    criteria.kinds = held[KINDS].buf;
-    criteria.kind_count = held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
-    criteria.groups = groups;
-    criteria.counters = held[COUNTERS].buf;
-    criteria.counter_count = held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
-    criteria.thresholds = held[THRESHOLDS].buf;
-    criteria.threshold_count = held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
-    criteria.state = held[STATE].buf;
-    criteria.state_count = held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
     /* Nothing here touches a Python object: the buffers are held, so other threads (ingest) run meanwhile. */
     Py_BEGIN_ALLOW_THREADS
     Cursor column[COLUMNS];
-    const uint8_t *payload = held[PAYLOAD].buf;
-    status = check_columns(payload, (size_t)held[PAYLOAD].len, count, column_of, column);
+    const uint8_t *payload = h.held[PAYLOAD].buf;
+    status = check_columns(payload, (size_t)h.held[PAYLOAD].len, count, column_of, column);
     if (status == OK) {
         status = candidates(payload, column, count, (uint32_t)track, &criteria, &out);
     }
@@ -418,12 +447,7 @@ match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 done:
     free(out.data);
-    for (Py_ssize_t i = 0; i < groups; i++) {
-        PyBuffer_Release(&names[i]);
-    }
-    for (Py_ssize_t i = 0; i < taken; i++) {
-        PyBuffer_Release(&held[i]);
-    }
+    release_criteria(&h);
     return result;
 }
 
@@ -517,8 +541,8 @@ match_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     enum { A_BUFFER, A_SIZE, A_ENTRIES, A_ENTRY, A_POSITION, A_END, A_COLUMNS, A_KINDS, A_NAMES, A_COUNTERS,
            A_THRESHOLDS, A_STATE, A_COUNT };
     static const int arg_of[HELD] = {A_BUFFER, A_KINDS, A_COUNTERS, A_THRESHOLDS, A_STATE};
-    Py_buffer held[HELD], names[MAX_GROUPS];
-    Py_ssize_t groups = 0, taken = 0, numbers[4];
+    Held h = {0};
+    Py_ssize_t numbers[4];
     int column_of[COLUMNS];
     Criteria criteria = {0};
     Out out = {0};
@@ -549,36 +573,13 @@ match_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_DECREF(one);
-    if (!PyTuple_Check(args[A_NAMES]) || PyTuple_GET_SIZE(args[A_NAMES]) > MAX_GROUPS) {
-        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
-        return NULL;
+    if (hold_criteria(&h, args, arg_of, args[A_NAMES], &criteria) < 0) {
+        goto done;
     }
-    for (; taken < HELD; taken++) {
-        int flags = taken == STATE ? PyBUF_WRITABLE : PyBUF_SIMPLE;
-        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], flags) < 0) {
-            goto done;
-        }
-    }
-    for (; groups < PyTuple_GET_SIZE(args[A_NAMES]); groups++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[A_NAMES], groups), &names[groups], PyBUF_SIMPLE) < 0) {
-            goto done;
-        }
-        criteria.names[groups] = names[groups].buf;
-        criteria.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_SLOTS * sizeof(int64_t));
-    }
-    criteria.kinds = held[KINDS].buf;
-    criteria.kind_count = held[KINDS].len / (Py_ssize_t)(KIND_SLOTS * sizeof(int64_t));
-    criteria.groups = groups;
-    criteria.counters = held[COUNTERS].buf;
-    criteria.counter_count = held[COUNTERS].len / (Py_ssize_t)(COUNTER_SLOTS * sizeof(int64_t));
-    criteria.thresholds = held[THRESHOLDS].buf;
-    criteria.threshold_count = held[THRESHOLDS].len / (Py_ssize_t)sizeof(double);
-    criteria.state = held[STATE].buf;
-    criteria.state_count = held[STATE].len / (Py_ssize_t)(STATE_SLOTS * sizeof(int64_t));
     run.position = numbers[3];
     /* As match_frame: the buffers are held, no Python object is touched, ingest runs meanwhile. */
     Py_BEGIN_ALLOW_THREADS
-    match_run_frames(held[PAYLOAD].buf, held[PAYLOAD].len, numbers[0], numbers[1], numbers[2], end, column_of,
+    match_run_frames(h.held[PAYLOAD].buf, h.held[PAYLOAD].len, numbers[0], numbers[1], numbers[2], end, column_of,
                      &criteria, &out, &run);
     Py_END_ALLOW_THREADS
     if (out.failed) {
@@ -590,12 +591,7 @@ match_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 done:
     free(out.data);
-    for (Py_ssize_t i = 0; i < groups; i++) {
-        PyBuffer_Release(&names[i]);
-    }
-    for (Py_ssize_t i = 0; i < taken; i++) {
-        PyBuffer_Release(&held[i]);
-    }
+    release_criteria(&h);
     return result;
 }
 

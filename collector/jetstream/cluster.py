@@ -183,19 +183,31 @@ async def _ensure(js: Any, config: Any, what: str) -> None:
         except (ServiceUnavailableError, TimeoutError) as exc:
             last: BaseException = exc
         except APIError as exc:
-            if exc.err_code not in (10008, _INSUFFICIENT_RESOURCES):  # (not ready; too few servers while electing)
-                raise ConfigError(
-                    f"{what}: the cluster refuses it: {exc.description}{_replicas_hint(exc, config)}"
-                ) from None
+            if not _may_pass(exc):
+                raise ConfigError(_refusal(what, exc, config)) from None
             last = exc
         except Exception as exc:  # no responders while the cluster elects its meta leader
             last = exc
         if time.monotonic() > deadline:
+            if isinstance(last, APIError) and last.err_code is not None:
+                raise ConfigError(f"{_refusal(what, last, config)}, still after {READY_TIMEOUT_S:.0f}s") from None
             raise ConfigError(
                 f"--jetstream: JetStream did not answer within {READY_TIMEOUT_S:.0f}s: {last}"
                 f"{_replicas_hint(last, config)}"
             ) from None
         await asyncio.sleep(0.25)
+
+
+def _may_pass(exc: Any) -> bool:
+    """Whether the servers' refusal ``exc`` may pass as the cluster forms or heals: JetStream not ready yet, too few
+    servers while electing, or a peer that is offline now (a server still starting, or restarting)."""
+    if exc.err_code in (10008, _INSUFFICIENT_RESOURCES):
+        return True
+    return exc.err_code == _NO_PEERS and "offline" in str(exc.description)
+
+
+def _refusal(what: str, exc: Any, config: Any) -> str:
+    return f"{what}: the cluster refuses it: {exc.description}{_replicas_hint(exc, config)}"
 
 
 def _replicas_hint(exc: BaseException, config: Any) -> str:

@@ -126,20 +126,33 @@ class NatsCluster:
         self.wait_ready()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Until every running server answers and the cluster has a JetStream meta leader."""
+        """Until every running server answers, they agree on a JetStream meta leader, and that leader has every other
+        running server current (until then it calls a peer offline and refuses to place replicas on it)."""
 
-        def ready(documents: list[dict[str, Any] | None]) -> bool:
-            leaders = {
-                (document.get("meta_cluster") or {}).get("leader") for document in documents if document is not None
+        def ready(documents: dict[str, dict[str, Any] | None]) -> bool:
+            if not documents or None in documents.values():
+                return False
+            metas = [document.get("meta_cluster") or {} for document in documents.values() if document is not None]
+            leaders = {meta.get("leader") for meta in metas}
+            if len(leaders) != 1 or None in leaders:
+                return False
+            (leader,) = leaders
+            if leader not in documents:
+                return False
+            replicas = (documents[leader] or {}).get("meta_cluster", {}).get("replicas") or []
+            current = {
+                replica.get("name") for replica in replicas if replica.get("current") and not replica.get("offline")
             }
-            return bool(documents) and None not in documents and len(leaders) == 1 and None not in leaders
+            return set(documents) - {leader} <= current
 
         try:
             wait_for(
-                lambda: [server.jsz() for server in self.servers if server.proc and server.proc.poll() is None],
+                lambda: {
+                    server.name: server.jsz() for server in self.servers if server.proc and server.proc.poll() is None
+                },
                 until=ready,
                 timeout_s=timeout_s,
-                what="every NATS server running answering, with one JetStream meta leader",
+                what="every NATS server running answering, the JetStream meta leader seeing each of them current",
                 interval_s=0.1,
             )
         except NotWithin as exc:

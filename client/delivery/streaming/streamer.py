@@ -23,6 +23,10 @@ before it. A FLUSH from the collector is answered the same way: the flusher swee
 out behind what it queued. Nothing here raises into the host program, and nothing blocks it beyond the timeout it
 passed.
 
+A program may close our descriptors under us (a daemon's ``os.closerange`` as it starts) and get their numbers for
+its own sockets: each is checked before this thread uses it (``owned_fds``), and one no longer ours is let go of, never
+written, read or closed; the wake-up pair is made anew and the collector dialled again, as after any break.
+
 A pass of the thread that fails on an unexpected error (a bug, or a logging handler of the program's that raises on
 its record) does not end it: what was in flight (the queue, the frame going out) is lost, counted as dropped and as
 ``internal_error_events`` (STATS: the snapshot's ``client_internal_error_events``), the connection is dropped, the
@@ -59,6 +63,7 @@ from ringtrace.client.delivery.streaming.link_actions import (
     Log,
     Prioritize,
 )
+from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.priority_requests import PriorityRequests
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
@@ -84,6 +89,9 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
+
+#: poll(), where there is one: it holds no descriptor of its own (an epoll's would be closed under us with the rest).
+_Selector = getattr(selectors, "PollSelector", selectors.SelectSelector)
 
 
 class _Waiter:
@@ -164,6 +172,7 @@ class Streamer(SerializedListener):
 
         # Owned by the streamer thread.
         self._sock: socket.socket | ssl.SSLSocket | None = None
+        self._owned_sock: OwnedSocket | None = None  # (``_sock``'s)
         self._dialer = Dialer(address, options)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_requests = PriorityRequests()
@@ -171,7 +180,7 @@ class Streamer(SerializedListener):
         #: The flusher's pass over a timeline's runs (see ``receive``).
         self._pass = HandOverPass()
         self._wake_pair = WakePair()
-        self._selector = selectors.DefaultSelector()
+        self._selector: selectors.BaseSelector = _Selector()
         self._selector.register(self._wake_pair.reader, selectors.EVENT_READ)
         self._thread = background_thread(self._run, "ringtrace-streamer")
 
@@ -276,10 +285,9 @@ class Streamer(SerializedListener):
         The child's copies of this streamer's descriptors are closed: a socket kept open in a child would hide the
         parent's disconnect from the collector.
         """
-        for resource in (self._sock, self._selector):
-            if resource is not None:
-                with contextlib.suppress(OSError):
-                    resource.close()
+        if self._owned_sock is not None:
+            self._owned_sock.close()
+        self._selector.close()
         self._wake_pair.close()
         return Streamer(self.address_text, self.options, self._sweep_all)
 
@@ -339,6 +347,7 @@ class Streamer(SerializedListener):
                 self._stopping = True
                 goodbye = not self._stopped_by and self._link.welcomed and not self._link.wants_to_write
                 actions = self._link.stop(time.monotonic())
+            goodbye = goodbye and self._owned_sock is not None and self._owned_sock.holds()
             _say_goodbye(self._sock if goodbye else None)
             self._perform(actions)
             self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
@@ -352,6 +361,7 @@ class Streamer(SerializedListener):
                     return
                 actions = self._link.timer(time.monotonic())
             self._perform(actions)
+            self._check_descriptors()
             if self._sock is not None:
                 self._write()
             with self._state():
@@ -399,7 +409,7 @@ class Streamer(SerializedListener):
                 now = time.monotonic()
                 return self._link.connect_failed(failure.reason, now, at_once=failure.at_once, nobody=failure.nobody)
         sock.setblocking(False)
-        self._sock = sock
+        self._sock, self._owned_sock = sock, OwnedSocket(sock)
         self._selector.register(sock, selectors.EVENT_READ)
         hello = self.identity.hello(self.options.token or "", live=True)
         with self._state():
@@ -410,10 +420,30 @@ class Streamer(SerializedListener):
 
     def _close_socket(self) -> None:
         sock, self._sock = self._sock, None
+        owned, self._owned_sock = self._owned_sock, None
         if sock is not None:
             with contextlib.suppress(KeyError, ValueError):  # (not registered: a pass failed between the two)
                 self._selector.unregister(sock)
-            sock.close()
+            if owned is not None:
+                owned.close()  # (only if still ours)
+            else:  # (an error between dialling and keeping it)
+                sock.close()
+
+    def _check_descriptors(self) -> bool:
+        """Let go of what the program closed under us (see the module docstring), making the wake-up pair anew and
+        losing the connection; True when everything was still ours."""
+        intact = True
+        if not self._wake_pair.holds():
+            intact = False
+            self._selector.unregister(self._wake_pair.reader)
+            self._wake_pair.close()
+            self._wake_pair = WakePair()
+            self._selector.register(self._wake_pair.reader, selectors.EVENT_READ)
+        if self._owned_sock is not None and not self._owned_sock.holds():
+            intact = False
+            self._close_socket()
+            self._lost("the program closed the connection's descriptor (a daemon's os.closerange, say)")
+        return intact
 
     def _lost(self, reason: str) -> None:
         with self._state():
@@ -444,7 +474,10 @@ class Streamer(SerializedListener):
         sock = self._sock
         if sock is not None:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if writable else 0))
-        for key, mask in self._selector.select(timeout_s):
+        ready = self._selector.select(timeout_s)
+        if not self._check_descriptors():
+            return  # (what was ready may be the program's now)
+        for key, mask in ready:
             if key.fileobj is self._wake_pair.reader:
                 self._wake_pair.drain()
             elif mask & selectors.EVENT_READ:

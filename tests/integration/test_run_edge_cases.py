@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 from collector_process import CollectorProcess, events
 from launching import RINGTRACE, program_environment, run
 from waiting import wait_for
@@ -90,7 +89,6 @@ print("foreign bytes", foreign)
 """
 
 
-@pytest.mark.xfail(reason="reported, not fixed: the streamer keeps using fd numbers the program closed", strict=False)
 def test_a_program_that_closes_every_fd_gets_no_bytes_of_ours_and_recording_goes_on(
     collector: CollectorProcess, tmp_path: Path
 ) -> None:
@@ -100,3 +98,14 @@ def test_a_program_that_closes_every_fd_gets_no_bytes_of_ours_and_recording_goes
     done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "daemon.py"], tmp_path, program_environment())
     assert done.stdout == "foreign bytes 0\n"
     assert "stopped by an unexpected error" not in done.stderr
+    after = wait_for(
+        lambda: [
+            e["args"]["message"]
+            for e in events(collector.snapshot(), "i")
+            if e.get("args", {}).get("message", "").startswith("after ")
+        ],
+        until=lambda found: len(found) >= 30,
+        timeout_s=60,
+        what="the 30 messages logged after the program closed our descriptors",
+    )
+    assert sorted(after, key=lambda text: int(text.split()[1])) == [f"after {i}" for i in range(30)]

@@ -5,6 +5,7 @@ extension is not built. Each program that could crash the interpreter runs in a 
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -85,6 +86,10 @@ def test_ctrl_c_while_decide_or_wake_runs_reaches_the_program(callback: str) -> 
     hook = sys.unraisablehook
     sys.unraisablehook = unraisable.append
     tracer = functions.Tracer(decide, locations, buffer_bytes=24 * 64, wake=wake if callback == "wake" else None)
+    # A finalizer of an earlier test's leftovers calling quick() in a collection here would take the interrupt (as
+    # unraisable, rightly) before this thread meets quick: run them now, and none while the tracer runs.
+    gc.collect()
+    gc.disable()
     tracer.start()
     try:
         interrupted = interrupted_soon()
@@ -92,6 +97,7 @@ def test_ctrl_c_while_decide_or_wake_runs_reaches_the_program(callback: str) -> 
             quick()
     finally:
         tracer.stop()
+        gc.enable()
         sys.unraisablehook = hook
     assert interrupted
     assert names(tracer, locations)[threading.get_ident()].count("quick") >= 10
@@ -331,7 +337,6 @@ class CallsAsItGoes:
 def test_calls_made_as_a_thread_state_is_cleared_leave_no_memory_behind() -> None:
     # On 3.11 and 3.12 a threading.local's values go with the thread state's dict, after the tracer's capsule there
     # (made first): a call their finalizer makes must not make a new dict, capsule and buffer that nothing clears.
-    import gc
     import tracemalloc
 
     local = threading.local()

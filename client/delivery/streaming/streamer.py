@@ -23,6 +23,9 @@ before it. A FLUSH from the collector is answered the same way: the flusher swee
 out behind what it queued. Nothing here raises into the host program, and nothing blocks it beyond the timeout it
 passed.
 
+A program may close our descriptors under us (a daemon's ``os.closerange`` as it starts): each is checked before this
+thread uses it (``descriptors.py``); a lost connection is lost as after any break, and dialled again.
+
 A pass of the thread that fails on an unexpected error (a bug, or a logging handler of the program's that raises on
 its record) does not end it: what was in flight (the queue, the frame going out) is lost, counted as dropped and as
 ``internal_error_events`` (STATS: the snapshot's ``client_internal_error_events``), the connection is dropped, the
@@ -37,8 +40,6 @@ import contextlib
 import dataclasses
 import encodings.idna  # noqa: F401  # connecting by host name needs it; importing it from the thread can fail after fork
 import logging
-import selectors
-import socket
 import threading
 import time
 from collections import deque
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.pass_failures import PassFailures, describe
+from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
 from ringtrace.client.delivery.streaming.hand_over_pass import HandOverPass
 from ringtrace.client.delivery.streaming.link import Link, lose_in_flight, undelivered_at_close_of
@@ -61,7 +63,6 @@ from ringtrace.client.delivery.streaming.link_actions import (
 )
 from ringtrace.client.delivery.streaming.priority_requests import PriorityRequests
 from ringtrace.client.delivery.streaming.send_queue import LinkCounters
-from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.arg_values import display_text
@@ -71,8 +72,10 @@ from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.parsing import parse_addresses
 
 if TYPE_CHECKING:
+    import socket
     import ssl
-from ringtrace.wire.stream_encoder import EncodedBatch
+
+    from ringtrace.wire.stream_encoder import EncodedBatch
 
 __all__ = ["Streamer", "rename_unstarted"]
 
@@ -84,6 +87,9 @@ log = logging.getLogger("ringtrace.client")
 #: Bytes one send hands the socket at most: many frames in one system call, since each call lets a recording thread
 #: take the interpreter lock, which this thread may then wait a switch interval (5 ms) to get back.
 _GATHERED_BYTES = 4 << 20
+
+#: Why the connection was lost when the program closed its descriptor.
+_CLOSED_UNDER_US = "the program closed the connection's descriptor (a daemon's os.closerange, say)"
 
 
 class _Waiter:
@@ -162,17 +168,14 @@ class Streamer(SerializedListener):
         self._closing = threading.Event()  # (cuts short the wait after a failed pass)
         self._failures = PassFailures("streamer", "dropped_events and internal_error_events")
 
-        # Owned by the streamer thread.
-        self._sock: socket.socket | ssl.SSLSocket | None = None
+        # Owned by the streamer thread (but the wake-up).
+        self._fds = StreamerDescriptors()
         self._dialer = Dialer(address, options)
         #: Timelines this streamer serves that take a collector's SET_PRIORITY (``subscribe_priority``).
         self._priority_requests = PriorityRequests()
 
         #: The flusher's pass over a timeline's runs (see ``receive``).
         self._pass = HandOverPass()
-        self._wake_pair = WakePair()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._wake_pair.reader, selectors.EVENT_READ)
         self._thread = background_thread(self._run, "ringtrace-streamer")
 
     def __repr__(self) -> str:
@@ -247,8 +250,7 @@ class Streamer(SerializedListener):
             never_started = not self._started  # (and now never will: start() refuses once stopping)
         self._closing.set()
         if never_started:  # the thread that would close them at its end never ran
-            self._selector.close()
-            self._wake_pair.close()
+            self._fds.close()
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.05))
@@ -276,15 +278,11 @@ class Streamer(SerializedListener):
         The child's copies of this streamer's descriptors are closed: a socket kept open in a child would hide the
         parent's disconnect from the collector.
         """
-        for resource in (self._sock, self._selector):
-            if resource is not None:
-                with contextlib.suppress(OSError):
-                    resource.close()
-        self._wake_pair.close()
+        self._fds.close()
         return Streamer(self.address_text, self.options, self._sweep_all)
 
     def _wake(self) -> None:
-        self._wake_pair.wake()
+        self._fds.wake()
 
     # -- flusher thread (under _state_lock) -----------------------------------------------------------------------
 
@@ -339,11 +337,9 @@ class Streamer(SerializedListener):
                 self._stopping = True
                 goodbye = not self._stopped_by and self._link.welcomed and not self._link.wants_to_write
                 actions = self._link.stop(time.monotonic())
-            _say_goodbye(self._sock if goodbye else None)
+            _say_goodbye(self._fds.sock if goodbye and self._fds.socket_is_ours() else None)
             self._perform(actions)
-            self._close_socket()  # a socket the link never heard of (an error between dialling and HELLO)
-            self._selector.close()
-            self._wake_pair.close()
+            self._fds.close()  # (with a socket the link never heard of: an error between dialling and HELLO)
 
     def _loop(self) -> None:
         while True:
@@ -352,7 +348,9 @@ class Streamer(SerializedListener):
                     return
                 actions = self._link.timer(time.monotonic())
             self._perform(actions)
-            if self._sock is not None:
+            if not self._fds.keep():
+                self._lost(_CLOSED_UNDER_US)
+            if self._fds.sock is not None:
                 self._write()
             with self._state():
                 deadline, writable = self._link.next_deadline(), self._link.wants_to_write and self._may_send()
@@ -360,7 +358,7 @@ class Streamer(SerializedListener):
 
     def _recover(self, exc: Exception) -> int:
         """A pass failed (``PassFailures.run``): the connection goes; what was in flight is lost, counted, returned."""
-        self._close_socket()
+        self._fds.close_socket()
         with self._state():
             lost, actions = lose_in_flight(self._link, f"the streamer's pass failed: {describe(exc)}", time.monotonic())
         with contextlib.suppress(Exception):  # (a logging handler that raises on the link's lines: what failed, maybe)
@@ -375,7 +373,7 @@ class Streamer(SerializedListener):
                 case Log(level, text):
                     log.log(level, text)
                 case Close():
-                    self._close_socket()
+                    self._fds.close_socket()
                 case FlushDone(request, ok):
                     with self._state():
                         waiter = self._waiters.pop(request, None)
@@ -398,9 +396,7 @@ class Streamer(SerializedListener):
             with self._state():
                 now = time.monotonic()
                 return self._link.connect_failed(failure.reason, now, at_once=failure.at_once, nobody=failure.nobody)
-        sock.setblocking(False)
-        self._sock = sock
-        self._selector.register(sock, selectors.EVENT_READ)
+        self._fds.attach(sock)
         hello = self.identity.hello(self.options.token or "", live=True)
         with self._state():
             self._link.address = self._dialer.address_text  # (what its messages name: the collector connected)
@@ -408,20 +404,13 @@ class Streamer(SerializedListener):
         log.debug("ringtrace connected to %s", self._dialer.address_text)
         return actions
 
-    def _close_socket(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(KeyError, ValueError):  # (not registered: a pass failed between the two)
-                self._selector.unregister(sock)
-            sock.close()
-
     def _lost(self, reason: str) -> None:
         with self._state():
             actions = self._link.connection_lost(reason, time.monotonic())
         self._perform(actions)
 
     def _write(self) -> None:
-        sock = self._sock
+        sock = self._fds.sock
         assert sock is not None
         # Many frames a system call where the socket takes a list (not TLS, nor where there is no sendmsg: Windows).
         gathered = _GATHERED_BYTES if hasattr(sock, "sendmsg") and not self._dialer.tls else 0
@@ -441,19 +430,15 @@ class Streamer(SerializedListener):
                 self._link.sent(sent, time.monotonic())
 
     def _wait(self, timeout_s: float, writable: bool) -> None:
-        sock = self._sock
-        if sock is not None:
-            self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if writable else 0))
-        for key, mask in self._selector.select(timeout_s):
-            if key.fileobj is self._wake_pair.reader:
-                self._wake_pair.drain()
-            elif mask & selectors.EVENT_READ:
-                self._read()
+        readable = self._fds.wait(timeout_s, writable)
+        if readable is None:
+            self._lost(_CLOSED_UNDER_US)
+        elif readable:
+            self._read()
 
     def _read(self) -> None:
-        sock = self._sock
-        if sock is None:  # closed by what an earlier key of this select led to
-            return
+        sock = self._fds.sock
+        assert sock is not None
         try:
             data = sock.recv(65536)
             while data and self._dialer.tls and cast("ssl.SSLSocket", sock).pending():  # (decrypted: unseen by select)

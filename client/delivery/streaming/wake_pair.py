@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import socket
 
+from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
+
 __all__ = ["WakePair"]
 
 
@@ -12,26 +14,36 @@ class WakePair:
     """``wake()`` from any thread ends the streamer thread's select; the thread ``drain``s what woke it.
 
     At most one byte is on its way at a time: another would not wake the thread sooner, and a full pair would block.
+    A pair the program closed under us (``holds()`` false: see ``owned_fds``) is never written to, read or closed
+    again; the streamer thread makes a new one.
     """
 
-    __slots__ = ("_pending", "_writer", "reader")
+    __slots__ = ("_pending", "_reader", "_writer", "reader")
 
     def __init__(self) -> None:
         #: A wake-up byte is on its way to the streamer thread.
         self._pending = False
-        self.reader, self._writer = socket.socketpair()
+        self.reader, writer = socket.socketpair()
         self.reader.setblocking(False)
-        self._writer.setblocking(False)
+        writer.setblocking(False)
+        self._reader, self._writer = OwnedSocket(self.reader), OwnedSocket(writer)
+
+    def holds(self) -> bool:
+        """Both ends are still ours."""
+        return self._reader.holds() and self._writer.holds()
 
     def wake(self) -> None:
         if self._pending:
             return
         self._pending = True
+        if not self._writer.holds():  # (the streamer thread makes a new pair, within its wait's timeout)
+            return
         with contextlib.suppress(OSError):  # the pair is full (a wake-up is pending anyway) or closed
-            self._writer.send(b"\0")
+            self._writer.sock.send(b"\0")
 
     def drain(self) -> None:
-        """Read what woke the thread (on the streamer thread, once its select saw ``reader`` readable)."""
+        """Read what woke the thread (on the streamer thread, once its select saw ``reader`` readable, and the pair
+        ``holds()``)."""
         with contextlib.suppress(BlockingIOError):
             while self.reader.recv(4096):
                 pass
@@ -40,6 +52,6 @@ class WakePair:
         self._pending = False
 
     def close(self) -> None:
-        for sock in (self.reader, self._writer):
-            with contextlib.suppress(OSError):
-                sock.close()
+        self._pending = True  # (no wake-up is sent into a closed pair, or one the program has now)
+        self._reader.close()
+        self._writer.close()

@@ -1,0 +1,110 @@
+"""A program that closes our descriptors under us (a daemon's ``os.closerange``) and reuses their numbers gets none of
+our bytes, loses none of its own, and keeps its sockets open: ``OwnedSocket`` and ``WakePair``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
+from ringtrace.client.delivery.streaming.wake_pair import WakePair
+
+
+def reuse_numbers(*numbers: int) -> list[socket.socket]:
+    """Close ``numbers`` under their owners, as a daemon does, then make socket pairs until each number is one of
+    them again (the program's sockets now); returns every socket made."""
+    for number in numbers:
+        os.close(number)
+    made: list[socket.socket] = []
+    while not set(numbers) <= {sock.fileno() for sock in made}:
+        assert len(made) < 64, "the numbers closed were not given out again"
+        made.extend(socket.socketpair())
+    return made
+
+
+@pytest.fixture
+def programs_sockets() -> Iterator[list[socket.socket]]:
+    made: list[socket.socket] = []
+    yield made
+    for sock in made:
+        sock.close()
+
+
+def test_a_socket_is_ours_until_its_number_is_closed_and_given_to_another(
+    programs_sockets: list[socket.socket],
+) -> None:
+    a, b = socket.socketpair()
+    owned = OwnedSocket(a)
+    assert owned.holds()
+    number = a.fileno()
+    programs_sockets.extend(reuse_numbers(number))
+    assert not owned.holds()
+    owned.close()  # lets go of the number without closing the program's socket
+    program = next(sock for sock in programs_sockets if sock.fileno() == number)
+    assert program.fileno() >= 0 and a.fileno() == -1
+    os.fstat(program.fileno())  # still open
+    b.close()
+
+
+def test_a_socket_still_ours_is_closed() -> None:
+    a, b = socket.socketpair()
+    owned = OwnedSocket(a)
+    number = a.fileno()
+    owned.close()
+    with pytest.raises(OSError):
+        os.fstat(number)
+    b.close()
+
+
+def test_a_number_closed_and_not_given_out_again_is_not_ours() -> None:
+    a, b = socket.socketpair()
+    owned = OwnedSocket(a)
+    os.close(a.fileno())
+    assert not owned.holds()
+    owned.close()
+    b.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the pair's descriptors in /proc/self/fd")
+def test_a_wake_pair_closed_under_it_sends_nothing_into_the_programs_sockets(
+    programs_sockets: list[socket.socket],
+) -> None:
+    before = open_numbers()
+    pair = WakePair()
+    numbers = open_numbers() - before
+    assert len(numbers) == 2, numbers
+    pair.wake()
+    pair.drain()
+    programs_sockets.extend(reuse_numbers(*numbers))
+    assert not pair.holds()
+    pair.wake()
+    pair.close()
+    for sock in programs_sockets:
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing came to any of them
+            sock.recv(16)
+        os.fstat(sock.fileno())  # and none was closed
+
+
+def test_a_wake_pair_wakes_while_it_holds() -> None:
+    pair = WakePair()
+    assert pair.holds()
+    pair.wake()
+    pair.reader.settimeout(60)
+    assert pair.reader.recv(16) == b"\0"
+    pair.close()
+
+
+def open_numbers() -> set[int]:
+    """The descriptors open now (not the one the listing itself used, closed by then)."""
+    return {int(name) for name in os.listdir("/proc/self/fd") if is_open(int(name))}
+
+
+def is_open(number: int) -> bool:
+    try:
+        os.fstat(number)
+    except OSError:
+        return False
+    return True

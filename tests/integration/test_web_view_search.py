@@ -194,6 +194,8 @@ def test_open_spans_and_async_slices_are_listed_the_open_ones_marked(browser: An
             assert not rows[1][2].endswith(" open") and float(rows[1][2].split()[0]) >= 10  # ms, begin to end
             page.page.click("#spans tbody tr")
             until(page.page, "() => document.getElementById('timeline').dataset.marked === 'warm-up'")
+            # The aggregates of the window count it, and say it is open.
+            until(page.page, "() => document.getElementById('aggregates-info').textContent.includes('1 of them open')")
             assert page.errors == []
         finally:
             page.close()

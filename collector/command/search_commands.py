@@ -122,7 +122,7 @@ def _spans(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column in ("duration", "pid") else "left", no_wrap=True)
     for span in document["spans"]:
         table.add_row(
-            duration_text(span["duration_ns"]), _clock(span["start_ns"]), span["process"], str(span["pid"]),
+            _span_duration(span), _clock(span["start_ns"]), span["process"], str(span["pid"]),
             span["track"], span["name"], span["trace_id"] or "-", _args_text(span["args"]),
         )  # fmt: skip
     _print(table)
@@ -142,7 +142,7 @@ def _top(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column in numbers else "left", no_wrap=True)
     for row in document["rows"]:
         table.add_row(
-            *(str(row[column]) for column in grouped), f"{row['count']:,}",
+            *(str(row[column]) for column in grouped), _count_text(row),
             *(duration_text(row[f"{name}_ns"]) for name in ("total", "mean", "p50", "p90", "p99", "max")),
         )  # fmt: skip
     _print(table)
@@ -150,6 +150,18 @@ def _top(args: argparse.Namespace) -> int:
     found = f"ringtrace top: {len(document['rows'])} rows; {document['instants']:,} instants; messages: {messages}"
     _say_lost(document["lost"], found)
     return 0
+
+
+def _span_duration(span: dict[str, Any]) -> str:
+    """A span's duration, marked ``(open)`` for one begun and not ended (its duration so far)."""
+    text = duration_text(span["duration_ns"])
+    return f"{text} (open)" if span.get("open") else text
+
+
+def _count_text(row: dict[str, Any]) -> str:
+    """A row's count, with how many of them are open (begun, not ended) if any."""
+    opened = row.get("open", 0)
+    return f"{row['count']:,} ({opened:,} open)" if opened else f"{row['count']:,}"
 
 
 def duration_text(ns: int) -> str:

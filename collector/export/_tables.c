@@ -1,17 +1,24 @@
-/* The spans table's columns (export/table_rows.py) straight from stored EVENTS frames' msgpack payloads, in C, with
-the GIL released: Arrow buffers, a row group's worth, that export/table_columns.py hands to pyarrow without a copy.
+/* The spans, instants and counters tables' columns (export/table_rows.py) straight from stored EVENTS frames' msgpack
+payloads, in C, with the GIL released: Arrow buffers, a row group's worth, that export/table_columns.py hands to
+pyarrow without a copy.
 
 Optional: when this module is not built or RINGTRACE_PURE_PYTHON=1 is set, table_rows.py makes every row in Python
 (the column reader and the event walk). Those define the rows; the tests hold both to the same tables.
 
-A builder (a capsule from spans_builder()) gathers rows frame by frame (add_spans()) until take_spans() hands them
-over and starts again. add_spans() takes each event whose kind is a span and whose args are a map of string keys (or
-nil); its row: process, pid, host and track (the frame's, as given), name, start_ns, duration_ns, end_ns, args as
-JSON text (written as _chrome.c writes it), and trace_id, span_id and parent_span_id where args hold them as text
-(a key given twice counts with its last value, as msgpack-python keeps it): those of the columns the caller reads
-(`wanted`), the others left empty. Instants and counters are no span: left out. Every other event (a traced call, a
-marker, an unknown kind or name, args that are no map or hold bytes, an extension type or a non-string key, times no
-clock gives) is left to the Python walk: flagged in the returned `deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row:
+A builder (a capsule from builder(table)) gathers one table's rows frame by frame (add_rows()) until take_rows()
+hands them over and starts again. For the spans table, add_rows() takes each event whose kind is a span and whose
+args are a map of string keys (or nil); its row: process, pid, host and track (the frame's, as given), name,
+start_ns, duration_ns, end_ns, args as JSON text (written as _chrome.c writes it), and trace_id, span_id and
+parent_span_id where args hold them as text (a key given twice counts with its last value, as msgpack-python keeps
+it): those of the columns the caller reads (`wanted`), the others left empty. For the instants table, each plain
+instant (not an incident: the Python side codes those as its own) with such args: process, pid, host, track, name,
+ts_ns, args, trace_id, kind ("instant") and async_id (null). For the counters table, each counter whose args are a
+map of distinct text keys (at most MAX_SERIES; or nil: no row): a row per entry, process, pid, host, track, name,
+ts_ns, series (the key) and value (a double: an integer or a float as Python's float() makes it; null for anything
+else, a bool among them). Events of the other fast kinds (span, instant, counter)
+are no row of the table: left out. Every other event (a traced call, a marker, an async event, a message, an
+unknown kind or name, args that are no map or hold bytes, an extension type or a non-string key, times no clock
+gives) is left to the Python walk: flagged in the returned `deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row:
 the Python walk reads it and decides, as it would alone.
 
 Columns: fixed-width ones as little-endian int64 values; strings as Arrow's int32 offsets and UTF-8 data, with a
@@ -24,7 +31,7 @@ touched. */
 
 #include "_json_write.h"
 
-#define BUILDER_NAME "ringtrace.collector.export._tables.SpansBuilder"
+#define BUILDER_NAME "ringtrace.collector.export._tables.RowsBuilder"
 
 /* A column of strings: offsets (int32, one more than rows), data, and validity bits (where nulls are). */
 typedef struct {
@@ -34,18 +41,40 @@ typedef struct {
 
 enum { PROCESS, HOST, TRACK, NAME_TEXT, ARGS_TEXT, TRACE_ID, SPAN_ID, PARENT_SPAN_ID, STRINGS };
 enum { PID, START, DURATION, END, INTS };
+/* The instants table's strings take the spans' last two places: its kind, then its async_id. */
+enum { KIND_TEXT = SPAN_ID, ASYNC_ID = PARENT_SPAN_ID };
+
+/* The counters table's strings: the where columns and the name, then its series in the args' place. */
+enum { SERIES = ARGS_TEXT };
+/* The bit of `wanted` for the counters' value column (after the ints' and the strings'). */
+enum { VALUE_BIT = INTS + STRINGS };
+/* A counter with more entries than this is the Python rows' (its keys are checked for repeats pairwise). */
+#define MAX_SERIES 64
+
+/* The tables a builder makes, the kind code of their rows, how many int64 columns each has (its first ones) and how
+   many string columns (its first ones). */
+enum { TABLE_SPANS, TABLE_INSTANTS, TABLE_COUNTERS, TABLES };
+static const int table_code[TABLES] = {'X', 'i', 'C'};
+static const int table_ints[TABLES] = {INTS, 2, 2};
+static const int table_strings[TABLES] = {STRINGS, STRINGS, SERIES + 1};
+/* The string columns read from args as JSON (args, then the ids found there): each table's bits of `wanted`,
+   shifted. */
+static const unsigned long table_texts[TABLES] = {15u, 3u, 0u};
 
 typedef struct {
+    int table;
     Py_ssize_t rows;
     Out ints[INTS];
     Strings strings[STRINGS];
+    Out values, values_valid; /* the counters' values: doubles, and where they are null */
+    Py_ssize_t value_nulls;
     int too_large; /* string data past int32 offsets */
 } Builder;
 
 /* Where a builder was before a frame: what a frame the Python walk must read is rolled back to. */
 typedef struct {
     Py_ssize_t rows;
-    size_t ints[INTS], offsets[STRINGS], data[STRINGS], nulls[STRINGS];
+    size_t ints[INTS], offsets[STRINGS], data[STRINGS], nulls[STRINGS], values, value_nulls;
 } Mark;
 
 static void
@@ -59,7 +88,11 @@ builder_free(Builder *b)
         free(b->strings[i].data.data);
         free(b->strings[i].valid.data);
     }
+    free(b->values.data);
+    free(b->values_valid.data);
+    int table = b->table;
     memset(b, 0, sizeof(*b));
+    b->table = table;
 }
 
 static void
@@ -93,7 +126,7 @@ builder_failed(const Builder *b)
     for (int i = 0; i < STRINGS; i++) {
         failed |= b->strings[i].offsets.failed | b->strings[i].data.failed | b->strings[i].valid.failed;
     }
-    return failed;
+    return failed | b->values.failed | b->values_valid.failed;
 }
 
 static void
@@ -108,6 +141,8 @@ mark_of(const Builder *b, Mark *m)
         m->data[i] = b->strings[i].data.len;
         m->nulls[i] = (size_t)b->strings[i].nulls;
     }
+    m->values = b->values.len;
+    m->value_nulls = (size_t)b->value_nulls;
 }
 
 static void
@@ -126,6 +161,12 @@ back_to(Builder *b, const Mark *m)
         if (s->valid.len > bytes) {
             s->valid.len = bytes;
         }
+    }
+    b->values.len = m->values;
+    b->value_nulls = (Py_ssize_t)m->value_nulls;
+    size_t bytes = ((size_t)m->rows + 7) / 8;
+    if (b->values_valid.len > bytes) {
+        b->values_valid.len = bytes;
     }
 }
 
@@ -248,9 +289,105 @@ defer(Frame *f, Py_ssize_t i)
     f->deferred_count++;
 }
 
+/* A counter's value as Python's float() makes it of an integer or a float: 1, or 0 for anything else (null). */
+static int
+counter_value(Cursor value, double *out)
+{
+    i128 n;
+    Cursor at = value;
+    if (read_int(&at, &n) == OK) {
+        *out = (double)n; /* (rounded to nearest, ties to even, as float() of an int) */
+        return 1;
+    }
+    if (!need(&value, 1)) {
+        return 0;
+    }
+    if (*value.p == 0xca && need(&value, 5)) {
+        uint32_t bits = (uint32_t)be(value.p + 1, 4);
+        float v;
+        memcpy(&v, &bits, sizeof(v));
+        *out = (double)v;
+        return 1;
+    }
+    if (*value.p == 0xcb && need(&value, 9)) {
+        uint64_t bits = be(value.p + 1, 8);
+        memcpy(out, &bits, sizeof(*out));
+        return 1;
+    }
+    return 0;
+}
+
+/* The rows of counter `e` (its args a map, or nil for none): one per entry. DEFER: the Python rows' (a key that is no
+   text, a key given twice: a dict keeps one; more than MAX_SERIES entries). */
+static int
+counter_rows(Frame *f, const Event *e, i128 wall, int64_t name_start, int64_t name_end)
+{
+    Builder *b = f->b;
+    Cursor args = e->args;
+    if (!(args.p < args.end) || *args.p == 0xc0) {
+        return OK;
+    }
+    uint32_t items;
+    if (read_container(&args, 1, &items) != OK || items > MAX_SERIES) {
+        return DEFER;
+    }
+    const uint8_t *keys[MAX_SERIES];
+    int64_t key_len[MAX_SERIES];
+    Cursor values[MAX_SERIES];
+    for (uint32_t k = 0; k < items; k++) {
+        int64_t n = str_length(&args);
+        if (n < 0 || !is_utf8(args.p, (size_t)n)) {
+            return DEFER;
+        }
+        keys[k] = args.p;
+        key_len[k] = n;
+        args.p += n;
+        for (uint32_t j = 0; j < k; j++) {
+            if (key_len[j] == n && memcmp(keys[j], keys[k], (size_t)n) == 0) {
+                return DEFER;
+            }
+        }
+        values[k] = args;
+        if (skip(&args, 1) != OK) {
+            return DEFER;
+        }
+    }
+    for (uint32_t k = 0; k < items; k++) {
+        for (int w = 0; w < 3; w++) {
+            if (WANTS(f, INTS + PROCESS + w)) {
+                put_text(b, PROCESS + w, f->where[w], f->where_len[w]);
+            }
+        }
+        if (WANTS(f, INTS + NAME_TEXT)) {
+            put_text(b, NAME_TEXT, f->names + name_start, (size_t)(name_end - name_start));
+        }
+        if (WANTS(f, INTS + SERIES)) {
+            put_text(b, SERIES, (const char *)keys[k], (size_t)key_len[k]);
+        }
+        int64_t ints[2] = {f->pid, (int64_t)wall};
+        for (int i = 0; i < 2; i++) {
+            if (WANTS(f, i)) {
+                put_i64(&b->ints[i], ints[i]);
+            }
+        }
+        if (WANTS(f, VALUE_BIT)) {
+            double v = 0.0;
+            int is_number = counter_value(values[k], &v);
+            put(&b->values, (const char *)&v, sizeof(v));
+            set_valid(&b->values_valid, b->rows, is_number);
+            b->value_nulls += !is_number;
+        }
+        if (b->too_large) {
+            return BAD;
+        }
+        b->rows++;
+    }
+    return OK;
+}
+
 /* BAD: the payload is not what the Python walk would read as this frame's five columns (or the row group is full). */
 static int
-add_rows(Frame *f)
+frame_rows(Frame *f)
 {
     Builder *b = f->b;
     Cursor column[COLUMNS];
@@ -262,10 +399,10 @@ add_rows(Frame *f)
         if (next_event(column, f->kinds, f->kinds_len, &e) != OK) {
             return BAD;
         }
-        if (e.code == 'i' || e.code == 'C') {
-            continue; /* no span */
-        }
-        if (e.code != 'X') {
+        if (e.code != table_code[b->table]) {
+            if (e.code == 'X' || e.code == 'i' || e.code == 'C') {
+                continue; /* a row of another table */
+            }
             defer(f, i); /* the walk's to show, or to count as undecodable */
             continue;
         }
@@ -288,6 +425,16 @@ add_rows(Frame *f)
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
         if (start < 0 || end < start || end > f->names_len || (has_args && !is_map)) {
             defer(f, i); /* an unknown string id (named as such), or args that are not a map */
+            continue;
+        }
+        if (b->table == TABLE_COUNTERS) {
+            int status = counter_rows(f, &e, wall, start, end);
+            if (status == BAD) {
+                return BAD;
+            }
+            if (status == DEFER) {
+                defer(f, i);
+            }
             continue;
         }
         Strings *text = &b->strings[ARGS_TEXT];
@@ -314,7 +461,8 @@ add_rows(Frame *f)
         if (write_args) {
             text_ids(e.args, id, id_len);
         }
-        for (int k = 0; k < 3; k++) {
+        int is_span = b->table == TABLE_SPANS;
+        for (int k = 0; k < (is_span ? 3 : 1); k++) {
             if (!WANTS(f, INTS + TRACE_ID + k)) {
                 continue;
             }
@@ -333,8 +481,15 @@ add_rows(Frame *f)
         if (WANTS(f, INTS + NAME_TEXT)) {
             put_text(b, NAME_TEXT, f->names + start, (size_t)(end - start));
         }
+        if (!is_span && WANTS(f, INTS + KIND_TEXT)) {
+            PUT_LITERAL(&b->strings[KIND_TEXT].data, "instant");
+            end_value(b, &b->strings[KIND_TEXT], 1);
+        }
+        if (!is_span && WANTS(f, INTS + ASYNC_ID)) {
+            put_null(b, ASYNC_ID);
+        }
         int64_t ints[INTS] = {f->pid, (int64_t)wall, (int64_t)e.dur, (int64_t)(wall + e.dur)};
-        for (int k = 0; k < INTS; k++) {
+        for (int k = 0; k < table_ints[b->table]; k++) {
             if (WANTS(f, k)) {
                 put_i64(&b->ints[k], ints[k]);
             }
@@ -350,7 +505,7 @@ add_rows(Frame *f)
 static int
 add_rows_of(void *f)
 {
-    return add_rows((Frame *)f);
+    return frame_rows((Frame *)f);
 }
 
 static Builder *
@@ -369,20 +524,29 @@ builder_destroy(PyObject *capsule)
     }
 }
 
-PyDoc_STRVAR(spans_builder_doc,
-"spans_builder()\n"
+PyDoc_STRVAR(builder_doc,
+"builder(table)\n"
 "--\n\n"
-"A new, empty builder of the spans table's columns (for add_spans and take_spans; one thread at a time).");
+"A new, empty builder of a table's columns (for add_rows and take_rows; one thread at a time): table 0 the spans',\n"
+"1 the instants', 2 the counters'.");
 
 static PyObject *
-spans_builder(PyObject *module, PyObject *unused)
+builder(PyObject *module, PyObject *table_arg)
 {
     (void)module;
-    (void)unused;
+    long table = PyLong_AsLong(table_arg);
+    if (table == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (table < 0 || table >= TABLES) {
+        PyErr_Format(PyExc_ValueError, "table must be 0 to %d, got %ld", TABLES - 1, table);
+        return NULL;
+    }
     Builder *b = calloc(1, sizeof(Builder));
     if (b == NULL) {
         return PyErr_NoMemory();
     }
+    b->table = (int)table;
     builder_start(b);
     if (builder_failed(b)) {
         builder_free(b);
@@ -397,23 +561,24 @@ spans_builder(PyObject *module, PyObject *unused)
     return capsule;
 }
 
-PyDoc_STRVAR(add_spans_doc,
-"add_spans(builder, payload, count, columns, first_ts_ns, offset_ns, since_ns, until_ns, kinds, names, spans,\n"
-"          process, pid, host, track, wanted)\n"
+PyDoc_STRVAR(add_rows_doc,
+"add_rows(builder, payload, count, columns, first_ts_ns, offset_ns, since_ns, until_ns, kinds, names, spans,\n"
+"         process, pid, host, track, wanted)\n"
 "--\n\n"
-"Add a stored EVENTS frame's spans to builder's rows: (rows, size, deferred), or None (no row added) when the Python\n"
+"Add a stored EVENTS frame's rows of the builder's table to its rows: (rows, size, deferred), or None (no row added) when the Python\n"
 "walk must read the frame. rows: the builder's rows now; size: the bytes it holds; deferred: one byte per event, 1\n"
 "for each left to the Python walk (None if none is). columns: where kind, name, ts, dur and args are among the\n"
 "payload's 5 columns; kinds: a code per kind id (as _chrome.events_json's); names: UTF-8 strings end to end; spans:\n"
 "int64 start and end in names per string id (-1 for none); process, host, track: the rows' UTF-8 text; wanted:\n"
-"the columns to write, bit i for take_spans' ints[i], bit 4 + k for its strings[k] (the others are left empty).");
+"the columns to write, bit i for take_rows' ints[i], bit 4 + k for its strings[k], bit 12 for its values (the others\n"
+"are left empty).");
 
 static PyObject *
-add_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     if (nargs != 16) {
-        PyErr_Format(PyExc_TypeError, "add_spans() takes 16 arguments (%zd given)", nargs);
+        PyErr_Format(PyExc_TypeError, "add_rows() takes 16 arguments (%zd given)", nargs);
         return NULL;
     }
     Frame f;
@@ -438,7 +603,7 @@ add_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (f.wanted == (unsigned long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    f.texts = (f.wanted >> (INTS + ARGS_TEXT) & 15u) != 0; /* args, or an id found in them */
+    f.texts = (f.wanted >> (INTS + ARGS_TEXT) & table_texts[f.b->table]) != 0; /* args, or an id found in them */
     Py_buffer views[7];
     PyObject *sources[7] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
     int held = 0;
@@ -490,6 +655,7 @@ add_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < STRINGS; i++) {
         size += f.b->strings[i].offsets.len + f.b->strings[i].data.len;
     }
+    size += f.b->values.len;
     PyObject *deferred = f.deferred_count ? PyBytes_FromStringAndSize((const char *)f.deferred, f.count)
                                           : Py_NewRef(Py_None);
     if (deferred != NULL) {
@@ -509,35 +675,48 @@ bytes_of(const Out *out, size_t len)
     return PyBytes_FromStringAndSize(out->data ? out->data : "", (Py_ssize_t)len);
 }
 
-PyDoc_STRVAR(take_spans_doc,
-"take_spans(builder)\n"
+PyDoc_STRVAR(take_rows_doc,
+"take_rows(builder)\n"
 "--\n\n"
-"The builder's rows as Arrow buffers, and the builder empty again: (rows, ints, strings). ints: pid, start_ns,\n"
-"duration_ns and end_ns as little-endian int64 values; strings: (validity, offsets, data) of process, host, track,\n"
-"name, args, trace_id, span_id and parent_span_id (validity None: no null).");
+"The builder's rows as Arrow buffers, and the builder empty again: (rows, ints, strings, values). ints:\n"
+"little-endian int64 values of pid, start_ns, duration_ns and end_ns (spans) or pid and ts_ns (instants, counters);\n"
+"strings: (validity, offsets, data) of process, host, track, name, then args, trace_id, span_id and parent_span_id\n"
+"(spans), args, trace_id, kind and async_id (instants) or series (counters) (validity None: no null); values: the\n"
+"counters' (validity, little-endian doubles), None for the other tables.");
 
 static PyObject *
-take_spans(PyObject *module, PyObject *capsule)
+take_rows(PyObject *module, PyObject *capsule)
 {
     (void)module;
     Builder *b = builder_of(capsule);
     if (b == NULL) {
         return NULL;
     }
-    PyObject *ints = PyTuple_New(INTS);
-    PyObject *strings = PyTuple_New(STRINGS);
+    PyObject *ints = PyTuple_New(table_ints[b->table]);
+    PyObject *strings = PyTuple_New(table_strings[b->table]);
+    PyObject *values = NULL;
     PyObject *result = NULL;
     if (ints == NULL || strings == NULL) {
         goto done;
     }
-    for (int i = 0; i < INTS; i++) {
+    if (b->table == TABLE_COUNTERS) {
+        PyObject *valid = b->value_nulls ? bytes_of(&b->values_valid, ((size_t)b->rows + 7) / 8) : Py_NewRef(Py_None);
+        values = Py_BuildValue("(NN)", valid, bytes_of(&b->values, b->values.len));
+    }
+    else {
+        values = Py_NewRef(Py_None);
+    }
+    if (values == NULL) {
+        goto done;
+    }
+    for (int i = 0; i < table_ints[b->table]; i++) {
         PyObject *column = bytes_of(&b->ints[i], b->ints[i].len);
         if (column == NULL) {
             goto done;
         }
         PyTuple_SET_ITEM(ints, i, column);
     }
-    for (int i = 0; i < STRINGS; i++) {
+    for (int i = 0; i < table_strings[b->table]; i++) {
         Strings *s = &b->strings[i];
         PyObject *valid = s->nulls ? bytes_of(&s->valid, ((size_t)b->rows + 7) / 8) : Py_NewRef(Py_None);
         PyObject *column = Py_BuildValue("(NNN)", valid, bytes_of(&s->offsets, s->offsets.len),
@@ -547,7 +726,7 @@ take_spans(PyObject *module, PyObject *capsule)
         }
         PyTuple_SET_ITEM(strings, i, column);
     }
-    result = Py_BuildValue("(nOO)", b->rows, ints, strings);
+    result = Py_BuildValue("(nOOO)", b->rows, ints, strings, values);
     if (result != NULL) {
         builder_free(b);
         builder_start(b);
@@ -559,13 +738,14 @@ take_spans(PyObject *module, PyObject *capsule)
 done:
     Py_XDECREF(ints);
     Py_XDECREF(strings);
+    Py_XDECREF(values);
     return result;
 }
 
 static PyMethodDef module_methods[] = {
-    {"spans_builder", spans_builder, METH_NOARGS, spans_builder_doc},
-    {"add_spans", (PyCFunction)(void (*)(void))add_spans, METH_FASTCALL, add_spans_doc},
-    {"take_spans", take_spans, METH_O, take_spans_doc},
+    {"builder", builder, METH_O, builder_doc},
+    {"add_rows", (PyCFunction)(void (*)(void))add_rows, METH_FASTCALL, add_rows_doc},
+    {"take_rows", take_rows, METH_O, take_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -585,7 +765,7 @@ module_exec(PyObject *module)
 }
 
 /* No state at all, so each interpreter can import it, with a GIL of its own or none: each function touches only its
-   arguments (a builder, one thread at a time), and add_spans runs with the GIL released. */
+   arguments (a builder, one thread at a time), and add_rows runs with the GIL released. */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
 #if PY_VERSION_HEX >= 0x030C0000
@@ -600,7 +780,8 @@ static PyModuleDef_Slot module_slots[] = {
 static struct PyModuleDef tables_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ringtrace.collector.export._tables",
-    .m_doc = "The spans table's columns of stored EVENTS frames as Arrow buffers, in C (see table_columns.py).",
+    .m_doc = "The spans, instants and counters tables' columns of stored EVENTS frames as Arrow buffers, in C (see "
+             "table_columns.py).",
     .m_size = 0,
     .m_methods = module_methods,
     .m_slots = module_slots,

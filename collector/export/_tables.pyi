@@ -1,8 +1,8 @@
-# The C writer of the spans table's Arrow buffers (_tables.c); see table_columns.py.
+# The C writer of the spans, instants and counters tables' Arrow buffers (_tables.c); see table_columns.py.
 from typing import Any
 
-def spans_builder() -> Any: ...
-def add_spans(
+def builder(table: int, /) -> Any: ...
+def add_rows(
     builder: Any,
     payload: bytes | memoryview,
     count: int,
@@ -21,4 +21,8 @@ def add_spans(
     wanted: int,
     /,
 ) -> tuple[int, int, bytes | None] | None: ...
-def take_spans(builder: Any, /) -> tuple[int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...]]: ...
+def take_rows(
+    builder: Any, /
+) -> tuple[
+    int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...], tuple[bytes | None, bytes] | None
+]: ...

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
-from ringtrace.collector.export.table_columns import INT_COLUMNS, STRING_COLUMNS, ColumnBuffers
+from ringtrace.collector.export.table_columns import ColumnBuffers
 from ringtrace.collector.export.table_names import DEFAULT_TABLE, EXTRA, TABLES, missing_pyarrow
 from ringtrace.collector.export.table_rows import Columns, TableRows
 from ringtrace.collector.read.frame_walk import SnapshotView
@@ -146,8 +146,9 @@ def _record_batch(pa: Any, batch: Columns, schema: Any) -> Any:
 def _wrapped_batch(pa: Any, batch: ColumnBuffers, schema: Any) -> Any:
     """The C writer's rows (``table_columns.py``), its buffers wrapped as Arrow arrays without a copy."""
     rows = batch.rows
-    ints = dict(zip(INT_COLUMNS, batch.ints, strict=True))
-    strings = dict(zip(STRING_COLUMNS, batch.strings, strict=True))
+    ints = dict(zip(batch.table.ints, batch.ints, strict=True))
+    strings = dict(zip(batch.table.strings, batch.strings, strict=True))
+    floats = dict.fromkeys(batch.table.floats, batch.floats)
     arrays = []
     for field in schema:
         name = field.name
@@ -157,6 +158,10 @@ def _wrapped_batch(pa: Any, batch: ColumnBuffers, schema: Any) -> Any:
             valid, offsets, data = strings[name]
             buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
             arrays.append(pa.Array.from_buffers(pa.string(), rows, buffers))
+        elif floats.get(name) is not None:
+            valid, data = floats[name]  # type: ignore[misc]
+            buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(data)]
+            arrays.append(pa.Array.from_buffers(pa.float64(), rows, buffers))
         else:  # (category: no span the C writer takes has one)
             arrays.append(pa.nulls(rows, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,11 +1,14 @@
-"""The spans table's columns straight from a stored frame's msgpack payload, in C (``_tables.c``), when built: Arrow
-buffers (int64 values; UTF-8 strings as offsets and data, a validity bitmap where a value may be null) that
-``parquet.py`` wraps without a copy. No Python object per span: what makes a table of millions of spans take seconds.
+"""The spans, instants and counters tables' columns straight from a stored frame's msgpack payload, in C
+(``_tables.c``), when built: Arrow buffers (int64 and double values; UTF-8 strings as offsets and data; a validity
+bitmap where a value may be null) that ``parquet.py`` wraps without a copy. No Python object per row: what makes a
+table of millions of spans take seconds.
 
-The C writer takes the spans whose args are a map (or none), most of what a store holds, with the GIL released; the
-rest of a frame (traced calls, markers, what cannot be shown) it leaves to the Python rows (``table_rows.py``), which
-define the table; tests hold the two to the same rows. ``FrameSpans`` keeps, per segment (each read by a decoder of
-its own), the tables the C writer reads: a code per kind id (``chrome_frames.kind_codes``) and each string's UTF-8.
+The C writer takes the spans (or plain instants) whose args are a map (or none), and the counters whose args are a map
+of distinct text keys, most of what a store holds, with the GIL released; the rest of a frame (traced calls, markers,
+incidents, async events, what cannot be shown) it leaves to the Python rows (``table_rows.py``), which define the
+tables; tests hold the two to the same rows. ``FrameRows`` keeps, per segment (each read by a decoder of its own), the
+tables the C writer reads: a code per kind id (``chrome_frames.kind_codes``) and each string's UTF-8. The messages and
+samples tables are made in Python alone.
 
 Not built, or with ``RINGTRACE_PURE_PYTHON=1``: ``ACCELERATED`` is False and every row is made in Python.
 """
@@ -21,16 +24,39 @@ from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.stream_tables import StreamTables
 
-__all__ = ["ACCELERATED", "INT_COLUMNS", "STRING_COLUMNS", "ColumnBuffers", "FrameSpans"]
+__all__ = ["ACCELERATED", "C_TABLES", "ColumnBuffers", "FrameRows"]
 
 _tables = load_optional("ringtrace.collector.export._tables")
 #: Whether the C writer is there.
 ACCELERATED: Final = _tables is not None
 
-#: The spans table's columns the C writer fills, in the order of its buffers (``category`` is null in all its rows:
-#: no span it takes has one).
-INT_COLUMNS: Final = ("pid", "start_ns", "duration_ns", "end_ns")
-STRING_COLUMNS: Final = ("process", "host", "track", "name", "args", "trace_id", "span_id", "parent_span_id")
+
+class CTable(NamedTuple):
+    """A table the C writer makes rows of: its number there, and the columns it fills, in the order of its buffers."""
+
+    number: int
+    ints: tuple[str, ...]
+    strings: tuple[str, ...]
+    #: A column of doubles (the counters' ``value``), if the table has one.
+    floats: tuple[str, ...] = ()
+
+
+#: The tables the C writer makes rows of (the spans' ``category`` is null in all its rows: no span it takes has one).
+C_TABLES: Final = {
+    "spans": CTable(
+        0,
+        ("pid", "start_ns", "duration_ns", "end_ns"),
+        ("process", "host", "track", "name", "args", "trace_id", "span_id", "parent_span_id"),
+    ),
+    "instants": CTable(
+        1, ("pid", "ts_ns"), ("process", "host", "track", "name", "args", "trace_id", "kind", "async_id")
+    ),
+    "counters": CTable(2, ("pid", "ts_ns"), ("process", "host", "track", "name", "series"), ("value",)),
+}
+#: Where a table's string columns start among the bits of ``wanted`` (after the most int columns a table has), and
+#: where its column of doubles is (after the most string columns).
+_STRING_BITS: Final = 4
+_FLOAT_BIT: Final = 12
 
 #: Bytes a builder holds before its rows are handed over, whatever their number (a row group's string data must stay
 #: under 2 GiB: the C writer leaves a frame past that to the Python rows).
@@ -38,37 +64,53 @@ MAX_BATCH_BYTES: Final = 256 << 20
 
 
 class ColumnBuffers(NamedTuple):
-    """Rows of the spans table as Arrow buffers."""
+    """Rows of one of ``C_TABLES`` as Arrow buffers."""
 
+    table: CTable
     rows: int
-    #: Little-endian int64 values of each of ``INT_COLUMNS`` (empty: a column not filled).
+    #: Little-endian int64 values of each of the table's ``ints`` (empty: a column not filled).
     ints: tuple[bytes, ...]
-    #: (validity bitmap or None if no null, int32 offsets, UTF-8 data) of each of ``STRING_COLUMNS`` (as for one row
-    #: of none: a column not filled).
+    #: (validity bitmap or None if no null, int32 offsets, UTF-8 data) of each of the table's ``strings`` (as for one
+    #: row of none: a column not filled).
     strings: tuple[tuple[bytes | None, bytes, bytes], ...]
+    #: (validity bitmap or None if no null, little-endian doubles) of the table's ``floats`` column (None: it has
+    #: none; no values: not filled).
+    floats: tuple[bytes | None, bytes] | None
 
 
-class FrameSpans(SegmentTables):
-    """The C writer's rows of the frames of one snapshot, oldest segment first: ``add`` a frame's, ``take`` them.
+class FrameRows(SegmentTables):
+    """The C writer's rows of one of ``C_TABLES`` of the frames of one snapshot, oldest segment first: ``add`` a
+    frame's, ``take`` them.
 
     Args:
-        since_ns, until_ns: the window spans must overlap (None: no bound), when a filter selects by times alone.
+        table: one of ``C_TABLES``.
+        since_ns, until_ns: the window rows must overlap (None: no bound), when a filter selects by times alone.
         columns: the columns to fill (None: all); the others are left empty (the C writer neither copies the rows'
             texts nor writes args as JSON text where none of args and the ids found there is read).
     """
 
     def __init__(
-        self, since_ns: int | None = None, until_ns: int | None = None, *, columns: tuple[str, ...] | None = None
+        self,
+        table: str,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        *,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
-        assert _tables is not None, "FrameSpans needs the C writer (ACCELERATED)"
+        assert _tables is not None, "FrameRows needs the C writer (ACCELERATED)"
         super().__init__()
-        self._add = _tables.add_spans
-        self._take = _tables.take_spans
-        self._builder = _tables.spans_builder()
+        self.table = C_TABLES[table]
+        self._add = _tables.add_rows
+        self._take = _tables.take_rows
+        self._builder = _tables.builder(self.table.number)
         self._since_ns = since_ns
         self._until_ns = until_ns
-        filled = (*INT_COLUMNS, *STRING_COLUMNS)
-        self._wanted = sum(1 << bit for bit, name in enumerate(filled) if columns is None or name in columns)
+        bits = [
+            *enumerate(self.table.ints),
+            *((_STRING_BITS + k, name) for k, name in enumerate(self.table.strings)),
+            *((_FLOAT_BIT, name) for name in self.table.floats),
+        ]
+        self._wanted = sum(1 << bit for bit, name in bits if columns is None or name in columns)
         #: Rows gathered, and the bytes they take.
         self.rows = 0
         self.size = 0
@@ -82,7 +124,7 @@ class FrameSpans(SegmentTables):
     def add(
         self, tables: StreamTables, frame: Events, process: ProcessView, track: TrackInfo
     ) -> tuple[bytes | None] | None:
-        """Add the frame's spans the C writer takes: (deferred,), one byte per event, nonzero for each left to the
+        """Add the frame's rows the C writer takes: (deferred,), one byte per event, nonzero for each left to the
         Python rows (None: none is); None if the Python rows must make the whole frame's."""
         if not self._synced(tables):
             return None
@@ -102,9 +144,9 @@ class FrameSpans(SegmentTables):
 
     def take(self) -> ColumnBuffers:
         """The rows gathered, and none left."""
-        rows, ints, strings = self._take(self._builder)
+        rows, ints, strings, floats = self._take(self._builder)
         self.rows = self.size = 0
-        return ColumnBuffers(rows, ints, strings)
+        return ColumnBuffers(self.table, rows, ints, strings, floats)
 
     def _encoded(self, text: str) -> bytes | None:
         try:

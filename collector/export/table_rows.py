@@ -27,7 +27,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from ringtrace.collector.export.chrome import json_bytes, json_value
 from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
-from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers, FrameSpans
+from ringtrace.collector.export.table_columns import ACCELERATED, C_TABLES, ColumnBuffers, FrameRows
 from ringtrace.collector.export.table_names import DEFAULT_TABLE, TABLES, WHERE_COLUMNS
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
@@ -52,9 +52,9 @@ _INSTANT_KINDS: Final = {"i": "instant", "b": "async_begin", "e": "async_end"}
 class TableRows:
     """The rows of ``table`` among the events ``selected``: ``batches()``, then what the walk reports.
 
-    ``accelerated``: a frame's spans, instants and counters read column by column (``timeline_frames.py``), the
-    rest through the event walk; False reads every event through the walk (the same rows, slower). ``columns``: those
-    that will be read (None: all); the C writer of spans fills only those.
+    ``accelerated``: a frame's spans, instants and counters made in C (``table_columns.py``, where built), or else
+    read column by column (``timeline_frames.py``), the rest through the event walk; False reads every event through
+    the walk (the same rows, slower). ``columns``: those that will be read (None: all); the C writer fills only those.
 
     Raises:
         ValueError: ``table`` is none of ``TABLES``.
@@ -78,12 +78,12 @@ class TableRows:
 
     def batches(self) -> Iterator[Columns | ColumnBuffers | None]:
         """The rows in batches of at most about ``BATCH_ROWS`` (a frame's more), None between them now and then (a
-        frame read with nothing for this table: a reader may hand over its step all the same). Where the C writer of
-        spans is built (``table_columns.py``), most of the spans table's rows come as its Arrow buffers."""
+        frame read with nothing for this table: a reader may hand over its step all the same). Where the C writer is
+        built (``table_columns.py``), most of the spans, instants and counters tables' rows come as its buffers."""
         walk = self._walk
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
-        in_c = fast is not None and ACCELERATED and self.table == "spans"
-        spans = FrameSpans(*walk.window, columns=self._columns) if in_c else None
+        in_c = fast is not None and ACCELERATED and self.table in C_TABLES
+        spans = FrameRows(self.table, *walk.window, columns=self._columns) if in_c else None
         rows = _Rows(self.table)
         for walked, _ in walk.walked():
             for events in _frame_events(walk, walked, fast, spans):
@@ -121,10 +121,10 @@ class _Events(NamedTuple):
 
 
 def _frame_events(
-    walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None, spans: FrameSpans | None
+    walk: EventWalk, walked: WalkedFrame, fast: FrameColumns | None, spans: FrameRows | None
 ) -> Iterator[_Events]:
-    """The selected events of one frame: those ``spans`` (the C writer) or else ``fast`` takes a column at a time,
-    then the walk's of the rest (or of all of it)."""
+    """The selected events of one frame: those ``spans`` (the C writer, of the table's rows) or else ``fast`` takes a
+    column at a time, then the walk's of the rest (or of all of it)."""
     process, track, tables, frame = walked
     whole = fast is not None and walk.takes_whole(process, track, frame)
     in_c = spans.add(tables, frame, process, track) if spans is not None and whole else None

@@ -29,13 +29,18 @@ GROUPINGS: Final = ("name", "process", "name,process")
 _RUN: Final = 1 << 15
 
 
-def aggregate_spans(view: SnapshotView, selected: EventFilter, spans: SpanFilter, by: str = "name") -> dict[str, Any]:
-    """``{"rows": [...], "instants": N, "messages": {priority: N}, "lost": {...}}`` over the spans selected."""
-    walk = SpanWalk(view, selected, spans, count_others=True, with_args=False)
+def aggregate_spans(
+    view: SnapshotView, selected: EventFilter, spans: SpanFilter, by: str = "name", now_ns: int | None = None
+) -> dict[str, Any]:
+    """``{"rows": [...], "instants": N, "messages": {priority: N}, "lost": {...}}`` over the spans selected; a span
+    still open counts with its duration so far (to the window's end or ``now_ns``, the earlier; None: now), and in
+    its row's ``open``."""
+    walk = SpanWalk(view, selected, spans, count_others=True, with_args=False, now_ns=now_ns)
     by_name, by_process = "name" in by.split(","), "process" in by.split(",")
     groups: dict[tuple[str | None, str | None], array[int]] = {}
+    still_open: dict[tuple[str | None, str | None], int] = {}
     labels: dict[int, str] = {}
-    for process, name, taken in walk.groups():
+    for process, name, taken, opened in walk.groups():
         label = labels.get(process.uid)
         if label is None:
             label = labels[process.uid] = process_label(process)
@@ -44,7 +49,12 @@ def aggregate_spans(view: SnapshotView, selected: EventFilter, spans: SpanFilter
         if durations is None:
             durations = groups[key] = array("q")
         durations.extend(taken)
-    rows = [summed_up(name, process, durations) for (name, process), durations in groups.items()]
+        if opened:
+            still_open[key] = still_open.get(key, 0) + opened
+    rows = [
+        {**summed_up(name, process, durations), "open": still_open.get((name, process), 0)}
+        for (name, process), durations in groups.items()
+    ]
     rows.sort(key=lambda row: (-row["total_ns"], row["name"] or "", row["process"] or ""))
     return {"rows": rows, "instants": walk.instants, "messages": walk.messages, "lost": walk.losses()}
 

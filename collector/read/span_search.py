@@ -26,11 +26,17 @@ SORTS: Final = ("duration", "start")
 
 
 def search_spans(
-    view: SnapshotView, selected: EventFilter, spans: SpanFilter, sort: str = "duration", limit: int = 100
+    view: SnapshotView,
+    selected: EventFilter,
+    spans: SpanFilter,
+    sort: str = "duration",
+    limit: int = 100,
+    now_ns: int | None = None,
 ) -> dict[str, Any]:
     """``{"spans": [...], "lost": {...}}``: the first ``limit`` spans in ``sort`` order (``span_document`` each), and
-    what the processes selected lost (``SpanWalk.losses``)."""
-    walk = SpanWalk(view, selected, spans, count_others=False, with_args=True)
+    what the processes selected lost (``SpanWalk.losses``). A span still open runs to the window's end or ``now_ns``
+    (None: now), the earlier."""
+    walk = SpanWalk(view, selected, spans, count_others=False, with_args=True, now_ns=now_ns)
     by_duration = sort == "duration"
     heap: list[tuple[int, int, int, Span]] = []  # a min-heap: the least kept first
     for seq, span in enumerate(walk.spans_found()):
@@ -54,8 +60,9 @@ def search_spans(
 
 def span_document(span: Span) -> dict[str, Any]:
     """A span as ``/spans`` answers it: its process's name as snapshots show it and its pid there (``pid``), its
-    track's name, name, start (wall-clock ns), duration (ns), args, and its ``trace_id`` arg (null without one)."""
-    process, track, name, start_ns, duration_ns, args = span
+    track's name, name, start (wall-clock ns), duration (ns), args, its ``trace_id`` arg (null without one), and
+    whether it is open (begun, not ended: its duration so far)."""
+    process, track, name, start_ns, duration_ns, args, is_open = span
     trace_id = args.get("trace_id") if args else None
     return {
         "process": process_label(process),
@@ -66,4 +73,5 @@ def span_document(span: Span) -> dict[str, Any]:
         "duration_ns": duration_ns,
         "args": args or {},
         "trace_id": trace_id if isinstance(trace_id, str) else None,
+        "open": is_open,
     }

@@ -2,8 +2,10 @@
 same filters shows as a complete slice (``"ph":"X"``), with the instants and messages beside them counted.
 
 Spans are what has a duration: ``span`` events (OTLP spans among them), traced calls (``call``, ``call_raised``) and
-markers and source activity that the event walk pairs into slices (``pairing.py``). Not async slices (their begin
-and end are paired by the viewer, not the walk) nor what is still open at the end of the walk (no duration yet).
+markers and source activity that the event walk pairs into slices (``pairing.py``), async slices (a begin and the
+next end of its id in its process, as viewers pair them, on the begin's track, args of both) and what is still open at
+the end of the walk: a marker, source activity or async slice begun and not ended, whose duration runs to the
+window's end or ``now_ns``, whichever is earlier (``Span``'s last field says it is open).
 
 Theory of operation: the walk is the event walk's (``event_walk.py``: the same frames, pairing, selection and loss
 counts), but most frames are read a column at a time, as ``export/timeline_frames.py`` reads them: a frame whose
@@ -17,6 +19,7 @@ Pure and synchronous: runs on a reader thread.
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -104,10 +107,15 @@ def arg_text(value: object) -> str:
         return str(value)
 
 
-#: One span: (process, track, name, start wall-clock ns, duration ns, args as Chrome JSON shows them).
-Span = tuple[ProcessView, TrackInfo, str, int, int, "dict[str, Any] | None"]
-#: Spans of one name in one process: (process, name, their durations).
-Group = tuple[ProcessView, str, Iterable[int]]
+#: One span: (process, track, name, start wall-clock ns, duration ns, args as Chrome JSON shows them, whether it is
+#: open: begun and not ended by the end of the walk, its duration so far).
+Span = tuple[ProcessView, TrackInfo, str, int, int, "dict[str, Any] | None", bool]
+#: Spans of one name in one process: (process, name, their durations, how many of them are open).
+Group = tuple[ProcessView, str, Iterable[int], int]
+#: Shapes whose begin and end the span walk pairs by id (``_AsyncSlices``).
+_ASYNC_SHAPES: Final = frozenset({"async_begin", "async_end"})
+#: The note the event walk adds to an open-ended marker or source slice's args: ``Span``'s open flag says it here.
+_OPEN_NOTE: Final = "ringtrace"
 #: Names a frame may hold for its spans to be grouped a column at a time (each name costs a pass over the frame).
 _MAX_NAMES_A_FRAME: Final = 8
 #: Spans of other names among a frame's most common one that are cut out of its durations one by one, at most.
@@ -141,7 +149,7 @@ class _Kinds:
             elif shape == "message":
                 self.parts[kind_id] = _MESSAGE
                 self.priorities[kind_id] = kind.priority
-            elif shape in PAIRED_SHAPES:
+            elif shape in PAIRED_SHAPES or shape in _ASYNC_SHAPES:  # (paired across frames: the walk shows them)
                 self.parts[kind_id] = _PAIRED
         self.paired = frozenset(k for k, part in self.parts.items() if part == _PAIRED)
         self.spans = frozenset(k for k, part in self.parts.items() if part == _SPAN)
@@ -156,12 +164,24 @@ class SpanWalk:
 
     ``with_args``: each span with its args (else None where the filter needs none); ``floor_ns``: spans shorter are
     not wanted (a top-k raises it as it fills); ``newer_than_ns``: frames whose events all start before it are not
-    read (a top-k by start time raises it), unless a paired kind is declared (pairing must see every frame)."""
+    read (a top-k by start time raises it), unless a paired kind is declared (pairing must see every frame);
+    ``now_ns``: where a span still open at the end of the walk ends, if the window ends later (wall-clock ns; None:
+    the time the walk is made)."""
 
     def __init__(
-        self, view: SnapshotView, selected: EventFilter, spans: SpanFilter, *, count_others: bool, with_args: bool
+        self,
+        view: SnapshotView,
+        selected: EventFilter,
+        spans: SpanFilter,
+        *,
+        count_others: bool,
+        with_args: bool,
+        now_ns: int | None = None,
     ) -> None:
         self.walk = EventWalk(view, replace(selected, limit=None))
+        self.now_ns = time.time_ns() if now_ns is None else now_ns
+        #: Async begins shown and not yet ended, by (process uid, id): a stack each, the latest begin ended first.
+        self._begun: dict[tuple[int, str], list[tuple[TrackInfo, str, int, dict[str, Any] | None]]] = {}
         self.spans = spans
         self.count_others = count_others
         self.with_args = with_args or spans.by_args
@@ -177,6 +197,7 @@ class SpanWalk:
             whole = self.walk.takes_whole(process, track, frame)
             found = self._span_rows(process, track, tables, frame) if whole else None
             yield from self._shown(process, track, tables, frame, None) if found is None else found
+        yield from self._still_open()
 
     def groups(self) -> Iterator[Group]:
         """Every span taken, a name's spans of a frame at a time where it can (a frame of spans alone, all in the
@@ -189,7 +210,9 @@ class SpanWalk:
                 continue
             rows = self._span_rows(process, track, tables, frame) if whole else None
             for span in self._shown(process, track, tables, frame, None) if rows is None else rows:
-                yield process, span[2], (span[4],)
+                yield process, span[2], (span[4],), 0
+        for span in self._still_open():
+            yield span[0], span[2], (span[4],), 1
 
     def losses(self) -> dict[str, int]:
         """What the processes selected lost, as a snapshot of them counts it (after the walk; not only in the
@@ -242,8 +265,8 @@ class SpanWalk:
             return None
         strings = tables.strings
         if len(names) == 1:
-            return [(process, _name(strings, name_ids[0]), durations)]
-        return [(process, _name(strings, name), taken) for name, taken in _by_name(names, name_ids, durations)]
+            return [(process, _name(strings, name_ids[0]), durations, 0)]
+        return [(process, _name(strings, name), taken, 0) for name, taken in _by_name(names, name_ids, durations)]
 
     def _span_rows(
         self, process: ProcessView, track: TrackInfo, tables: StreamTables, frame: Events
@@ -293,7 +316,8 @@ class SpanWalk:
         strings, names = tables.strings, columns.names
         if not self.with_args:
             return [
-                (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], None) for i in wanted
+                (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], None, False)
+                for i in wanted
             ]
         args = columns.args(wanted)
         plain = kinds.plain
@@ -306,7 +330,7 @@ class SpanWalk:
             return list(self._shown(process, track, tables, frame, bytes(only)))
         takes = self.spans.takes
         return [
-            (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], arg)
+            (process, track, _name(strings, names[i]), first_ns + offsets[i], durations[i], arg, False)
             for i, arg in zip(wanted, args, strict=True)
             if takes(arg)
         ]
@@ -336,16 +360,57 @@ class SpanWalk:
             return
         spans, floor, ceiling = self.spans, self.floor_ns, self.spans.max_duration_ns
         count = self.count_others and only is None
-        for phase, name, wall_ns, dur_ns, args, category, _ in shown:
+        for phase, name, wall_ns, dur_ns, args, category, async_id in shown:
             if phase == "X":
                 if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
-                    yield process, track, name, wall_ns, dur_ns, args if self.with_args else None
+                    yield process, track, name, wall_ns, dur_ns, args if self.with_args else None, False
+            elif phase == "b":
+                self._begun.setdefault((process.uid, async_id), []).append((track, name, wall_ns, args))
+            elif phase == "e":
+                begins = self._begun.get((process.uid, async_id))
+                if not begins:
+                    continue  # an end whose begin is not in the walk: a point, no span
+                began_track, began_name, began_ns, began_args = begins.pop()
+                if not begins:
+                    del self._begun[process.uid, async_id]
+                dur_ns = max(wall_ns - began_ns, 0)
+                args = {**began_args, **args} if began_args and args else began_args or args
+                if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
+                    yield process, began_track, began_name, began_ns, dur_ns, args if self.with_args else None, False
             elif count and phase == "i":
                 if category in ("", "incident"):
                     self.instants += 1
                 elif args is not None and "priority" in args:
                     priority = str(args["priority"])
                     self.messages[priority] = self.messages.get(priority, 0) + 1
+
+    def _still_open(self) -> Iterator[Span]:
+        """What is still open at the end of the walk (after it): markers and source activity begun and not ended,
+        async slices whose end the walk did not meet, each running to the window's end or ``now_ns`` (the earlier)."""
+        _, until = self.walk.window
+        end_ns = self.now_ns if until is None else min(until, self.now_ns)
+        opened = [
+            (process, track, event[1], event[2], _without_note(event[4]) if event[0] == "B" else event[4])
+            for process, track, event in self.walk.still_open()
+        ]
+        processes = self.walk.processes
+        for (uid, _), begins in self._begun.items():
+            process = processes.get(uid)
+            if process is not None:
+                opened += [(process, track, name, began_ns, args) for track, name, began_ns, args in begins]
+        self._begun = {}
+        spans, floor, ceiling = self.spans, self.floor_ns, self.spans.max_duration_ns
+        for process, track, name, began_ns, args in opened:
+            dur_ns = max(end_ns - began_ns, 0)
+            if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
+                yield process, track, name, began_ns, dur_ns, args if self.with_args else None, True
+
+
+def _without_note(args: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An open-ended marker or source slice's args without the note the event walk adds (``open`` says it)."""
+    if args is None or _OPEN_NOTE not in args:
+        return args
+    return {key: value for key, value in args.items() if key != _OPEN_NOTE} or None
 
 
 def _integers(distinct: set[Any], kind_ids: list[Any]) -> bool:

@@ -121,6 +121,54 @@ def test_the_commands_print_tables_and_json(collector: CollectorProcess, capsys:
     assert "--by" in capsys.readouterr().err
 
 
+RECORD_OPEN = """
+import sys, threading, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+tl.marker("phase", "start")
+tl.async_begin("load", 7, url="/x")
+def finish():
+    time.sleep(0.02)
+    tl.async_end("load", 7, status=200)
+worker = threading.Thread(target=finish)
+worker.start()
+worker.join()
+tl.async_begin("pending", 8)
+print(tl.flush(5))
+"""
+
+
+def test_async_slices_and_spans_still_open_are_found_open_ones_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    with recorded_collector(RECORD_OPEN, "gamma") as collector:
+        spans = {s["name"]: s for s in collector.json("/spans?limit=100")["spans"]}
+        assert spans.keys() == {"phase", "load", "pending"}
+        load, phase, pending = spans["load"], spans["phase"], spans["pending"]
+        assert (load["open"], load["args"], load["track"]) == (False, {"url": "/x", "status": 200}, "MainThread")
+        assert load["duration_ns"] >= 2 * 10**7  # (begun on the main thread, ended on the worker 20 ms on)
+        assert phase["open"] and pending["open"] and phase["args"] == {} and pending["args"] == {}
+        # Open spans run to the window's end (when it is before now).
+        until = pending["start_ns"] + 1_000
+        windowed = {s["name"]: s for s in collector.json(f"/spans?until={until}")["spans"]}
+        assert (
+            windowed["pending"]["duration_ns"] == 1_000
+            and windowed["phase"]["duration_ns"] == until - phase["start_ns"]
+        )
+        assert windowed["load"]["duration_ns"] == load["duration_ns"] and not windowed["load"]["open"]
+        snapshot = collector.snapshot(f"?until={until}")["traceEvents"]
+        assert {(e["name"], e["ph"]) for e in snapshot if e["ph"] in "Bbe"} == {
+            ("phase", "B"), ("load", "b"), ("load", "e"), ("pending", "b"),
+        }  # fmt: skip
+        rows = {row["name"]: row for row in collector.json(f"/aggregates?until={until}")["rows"]}
+        assert {name: (row["count"], row["open"]) for name, row in rows.items()} == {
+            "phase": (1, 1), "load": (1, 0), "pending": (1, 1),
+        }  # fmt: skip
+        assert rows["pending"]["max_ns"] == 1_000
+        assert main(["spans", collector.http_url, "--until", str(until)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert sum("(open)" in line for line in lines) == 2 and any("load" in line for line in lines)
+        assert main(["top", collector.http_url, "--name", "pending"]) == 0
+        assert "1 (1 open)" in capsys.readouterr().out
+
+
 def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:
     collector = CollectorProcess("--max-snapshots", "1")
     try:

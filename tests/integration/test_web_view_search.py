@@ -166,6 +166,43 @@ def test_the_search_lists_the_spans_slowest_first_as_get_spans_does(browser: Any
         page.close()
 
 
+#: A marker begun and never ended (an open span), and an async slice ended on another thread.
+OPEN = """
+import sys, threading, time, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="warming")
+tl.marker("warm-up", "start")
+tl.async_begin("load", 1)
+worker = threading.Thread(target=lambda: (time.sleep(0.01), tl.async_end("load", 1)))
+worker.start()
+worker.join()
+with tl.scope("step"):
+    pass
+assert tl.flush(5)
+"""
+
+
+def test_open_spans_and_async_slices_are_listed_the_open_ones_marked(browser: Any) -> None:
+    collector = CollectorProcess()
+    try:
+        run_script(collector, OPEN)
+        collector.wait_for_stored(4)
+        page = page_on(browser, collector)
+        try:
+            rows = page.search(process="warming")
+            assert [row[0] for row in rows][:2] == ["warm-up", "load"]  # (open: its duration so far, the longest)
+            assert rows[0][2].startswith("≥ ") and rows[0][2].endswith(" open")
+            assert not rows[1][2].endswith(" open") and float(rows[1][2].split()[0]) >= 10  # ms, begin to end
+            page.page.click("#spans tbody tr")
+            until(page.page, "() => document.getElementById('timeline').dataset.marked === 'warm-up'")
+            # The aggregates of the window count it, and say it is open.
+            until(page.page, "() => document.getElementById('aggregates-info').textContent.includes('1 of them open')")
+            assert page.errors == []
+        finally:
+            page.close()
+    finally:
+        collector.stop()
+
+
 def test_a_click_zooms_to_the_span_with_its_traces_processes_ticked_and_arrows(
     browser: Any, collector: CollectorProcess
 ) -> None:

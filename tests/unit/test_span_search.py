@@ -1,6 +1,7 @@
 """Span search and aggregates (``read/span_search.py``, ``read/span_aggregates.py``) against a brute-force reference
 computed from a Chrome snapshot of the same store and filter: Hypothesis draws the stores (spans, instants, markers
-paired into slices, args with and without errors) and the queries."""
+paired into slices, async slices paired by id, args with and without errors) and the queries. What the snapshot shows
+open-ended (``B``, or a ``b`` with no ``e``) is an open span running to the window's end or the time given."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from ringtrace.wire.call_records import CallRun, pack_records
 from ringtrace.wire.frames import encode, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import (
+    ASYNC_BEGIN,
+    ASYNC_END,
     CALL,
     CALL_RAISED,
     INSTANT,
@@ -52,13 +55,24 @@ ARGS = st.one_of(
     st.fixed_dictionaries({"status": st.sampled_from(["error", "ok"]), "k": st.sampled_from(["1", "x"])}),
     st.fixed_dictionaries({"trace_id": st.just(TRACE)}),
 )
-EVENT = st.tuples(
-    st.sampled_from([SPAN, SPAN, SPAN, INSTANT, MARKER_START, MARKER_END]),
-    st.sampled_from(["a", "b", "c"]),
-    st.integers(0, 10**6),
-    st.sampled_from([0, 1, 5, 10**3, 10**4, 77_777, 10**6]),
-    ARGS,
+EVENT = st.one_of(
+    st.tuples(
+        st.sampled_from([SPAN, SPAN, SPAN, INSTANT, MARKER_START, MARKER_END]),
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(0, 10**6),
+        st.sampled_from([0, 1, 5, 10**3, 10**4, 77_777, 10**6]),
+        ARGS,
+    ),
+    st.tuples(
+        st.sampled_from([ASYNC_BEGIN, ASYNC_END]),
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 10**6),
+        st.just(0),
+        st.fixed_dictionaries({"id": st.integers(0, 2)}, optional={"k": st.sampled_from(["1", "x"])}),
+    ),
 )
+#: The time a search is made at, for spans still open (beyond every drawn event).
+NOW = T0 + 2 * 10**6
 
 
 def stored(tmp_path: Path, tracks: list[list[tuple[int, str, int, int, Any]]]) -> SnapshotView:
@@ -84,26 +98,44 @@ def chrome(view: SnapshotView, selected: EventFilter) -> tuple[list[dict[str, An
     origin = document["otherData"]["clock_origin_wall_ns"]
     events = []
     for event in document["traceEvents"]:
-        if event["ph"] in ("X", "i"):
+        if event["ph"] in ("X", "i", "B", "b", "e"):
             start = origin + round(Decimal(event["ts"]) * 1000)
             dur = round(Decimal(event.get("dur", 0)) * 1000)
             events.append({**event, "start_ns": start, "duration_ns": dur})
     return events, document["otherData"]
 
 
-def reference_spans(view: SnapshotView, selected: EventFilter, spans: SpanFilter) -> list[tuple[str, int, int, str]]:
-    """(name, start, duration, args as JSON) of every span the Chrome snapshot shows that ``spans`` takes."""
+def reference_spans(
+    view: SnapshotView, selected: EventFilter, spans: SpanFilter
+) -> list[tuple[str, int, int, str, bool]]:
+    """(name, start, duration, args as JSON, open) of every span the Chrome snapshot shows that ``spans`` takes: its
+    complete slices, its async begins paired with the next end of their id (args of both), and what it shows
+    open-ended, running to the window's end or ``NOW``."""
     events, _ = chrome(view, selected)
-    out = []
+    end = NOW if selected.until_ns is None else min(selected.until_ns, NOW)
+    found: list[tuple[str, int, int, dict[str, Any] | None, bool]] = []
+    begun: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for event in events:
         args = json.loads(json.dumps(event.get("args", {}), default=float)) or None
-        if event["ph"] != "X" or not spans.takes(args):
-            continue
-        low, high = spans.min_duration_ns or 0, spans.max_duration_ns
-        if event["duration_ns"] < low or (high is not None and event["duration_ns"] > high):
-            continue
-        out.append((event["name"], event["start_ns"], event["duration_ns"], json.dumps(args or {}, sort_keys=True)))
-    return out
+        if event["ph"] == "X":
+            found.append((event["name"], event["start_ns"], event["duration_ns"], args, False))
+        elif event["ph"] == "B":
+            args = {key: value for key, value in (args or {}).items() if key != "ringtrace"} or None
+            found.append((event["name"], event["start_ns"], max(end - event["start_ns"], 0), args, True))
+        elif event["ph"] == "b":
+            begun.setdefault((event["pid"], event["id"]), []).append({**event, "args": args})
+        elif event["ph"] == "e" and begun.get((event["pid"], event["id"])):
+            begin = begun[event["pid"], event["id"]].pop()
+            both = {**(begin["args"] or {}), **(args or {})} or None
+            found.append((begin["name"], begin["start_ns"], max(event["start_ns"] - begin["start_ns"], 0), both, False))
+    for begins in begun.values():
+        found += [(b["name"], b["start_ns"], max(end - b["start_ns"], 0), b["args"], True) for b in begins]
+    low, high = spans.min_duration_ns or 0, spans.max_duration_ns
+    return [
+        (name, start, duration, json.dumps(args or {}, sort_keys=True), is_open)
+        for name, start, duration, args, is_open in found
+        if spans.takes(args) and low <= duration and (high is None or duration <= high)
+    ]
 
 
 FILTERS = st.fixed_dictionaries(
@@ -154,8 +186,10 @@ def test_search_is_the_top_of_the_chrome_snapshot_s_spans(
     selected = event_filter(drawn)
     reference = reference_spans(view, selected, spans)
     view = stored(tmp_path_factory.mktemp("s"), tracks)  # (a walk lets go of what it read)
-    found = search_spans(view, selected, spans, sort, limit)["spans"]
-    got = [(s["name"], s["start_ns"], s["duration_ns"], json.dumps(s["args"], sort_keys=True)) for s in found]
+    found = search_spans(view, selected, spans, sort, limit, now_ns=NOW)["spans"]
+    got = [
+        (s["name"], s["start_ns"], s["duration_ns"], json.dumps(s["args"], sort_keys=True), s["open"]) for s in found
+    ]
     assert Counter(got) <= Counter(reference)  # every one is a span of the snapshot
     assert all(s["trace_id"] == s["args"].get("trace_id") and s["process"] == "searched" for s in found)
     order = (lambda s: (s[2], s[1])) if sort == "duration" else (lambda s: (s[1], s[2]))
@@ -182,18 +216,20 @@ def test_aggregates_are_the_chrome_snapshot_s_spans_summed_up(
     view = stored(tmp_path_factory.mktemp("a"), tracks)
     events, other = chrome(view, selected)
     view = stored(tmp_path_factory.mktemp("a"), tracks)
-    document = aggregate_spans(view, selected, spans, by)
+    document = aggregate_spans(view, selected, spans, by, now_ns=NOW)
     groups: dict[tuple[str | None, str | None], list[int]] = {}
-    for name, _, duration, _ in reference:
+    still_open: Counter[tuple[str | None, str | None]] = Counter()
+    for name, _, duration, _, is_open in reference:
         key = (name if "name" in by else None, "searched" if "process" in by else None)
         groups.setdefault(key, []).append(duration)
+        still_open[key] += is_open
     rows = {(row["name"], row["process"]): row for row in document["rows"]}
     assert rows.keys() == groups.keys()
     for key, durations in groups.items():
         durations.sort()
         row = rows[key]
         assert (row["count"], row["total_ns"], row["max_ns"]) == (len(durations), sum(durations), durations[-1])
-        assert row["mean_ns"] == sum(durations) // len(durations)
+        assert (row["mean_ns"], row["open"]) == (sum(durations) // len(durations), still_open[key])
         for percent in (50, 90, 99):
             assert row[f"p{percent}_ns"] == durations[math.ceil(percent * len(durations) / 100) - 1]
     totals = [row["total_ns"] for row in document["rows"]]

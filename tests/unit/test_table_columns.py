@@ -1,11 +1,12 @@
-"""The spans table's C writer (``export/table_columns.py``, ``_tables.c``) against the Python rows it stands in for
-(``table_rows.py`` read through the walk alone): the same rows and the same report, for any args, under filters and
-windows, in row groups, and for payloads that are not what they should be."""
+"""The spans and instants tables' C writer (``export/table_columns.py``, ``_tables.c``) against the Python rows it
+stands in for (``table_rows.py`` read through the walk alone): the same rows and the same report, for any args, under
+filters and windows, in row groups, and for payloads that are not what they should be."""
 
 from __future__ import annotations
 
 import io
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Timeline
+from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
 from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers
 from ringtrace.collector.export.table_rows import TableRows
@@ -25,7 +27,7 @@ from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.stream_encoder import StreamEncoder
 from tables_model import parquet_rows
 
@@ -35,13 +37,19 @@ TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 TRACK = TrackInfo(7, THREAD_TRACK, "main", 1)
 
 
+#: The tables the C writer makes rows of, in the order of their numbers there.
+C_MADE = ("spans", "instants", "counters")
+
+
 def spans_alike(
-    view: SnapshotView, selected: EventFilter = EVERYTHING, columns: tuple[str, ...] | None = None
+    view: SnapshotView,
+    selected: EventFilter = EVERYTHING,
+    columns: tuple[str, ...] | None = None,
+    table: str = "spans",
 ) -> list[str]:
-    """Assert that the spans table (of ``columns``) is the same with the C writer and without, report and all; its
-    rows."""
+    """Assert that ``table`` (of ``columns``) is the same with the C writer and without, report and all; its rows."""
     files = [
-        b"".join(parquet_chunks(view, selected, "spans", accelerated=fast, columns=columns)) for fast in (True, False)
+        b"".join(parquet_chunks(view, selected, table, accelerated=fast, columns=columns)) for fast in (True, False)
     ]
     fast, slow = (parquet_rows(data) for data in files)
     assert fast == slow
@@ -51,9 +59,9 @@ def spans_alike(
     return fast
 
 
-def rows_in_c(view: SnapshotView, selected: EventFilter = EVERYTHING) -> int:
-    """How many of the spans table's rows the C writer made."""
-    batches = TableRows(view, selected, "spans").batches()
+def rows_in_c(view: SnapshotView, selected: EventFilter = EVERYTHING, table: str = "spans") -> int:
+    """How many of ``table``'s rows the C writer made."""
+    batches = TableRows(view, selected, table).batches()
     return sum(batch.rows for batch in batches if isinstance(batch, ColumnBuffers))
 
 
@@ -61,7 +69,7 @@ def mixed(tl: Timeline) -> None:
     for i in range(400):
         ids = {"trace_id": TRACE_ID, "span_id": f"{i:016x}"} if i % 4 == 0 else {}
         with tl.scope("work", i=i, text='a"b\\c\nd ü ✓', **ids):
-            tl.instant("tick", f=i / 7)
+            tl.instant("tick", f=i / 7, **ids)
         with tl.scope("bare"):
             pass
         with tl.scope(f"bytes-{i % 3}", blob=b"\x00\xff"):  # (bytes: the Python rows')
@@ -69,8 +77,13 @@ def mixed(tl: Timeline) -> None:
         tl.counter("queue", i % 5)
         tl.marker("phase", "start", step=i)
         tl.marker("phase", "end")
+        if i % 50 == 0:  # (async events and incidents: the Python rows' instants)
+            tl.async_begin("load", i, step=i)
+            tl.async_end("load", i)
+            tl.instant(f"bytes-{i % 3}", blob=b"\x00\xff")
         if i % 100 == 0:
             tl.flush(timeout_s=30)
+    tl.incident("slow", where="here")
     tl.marker("never ended", "start")
 
 
@@ -85,7 +98,28 @@ def test_spans_of_every_sort_are_the_python_rows_and_most_are_made_in_c(tmp_path
     assert {row["process"] for row in rows} == {"unit"} and {row["track"] for row in rows} == {"unit (MainThread)"}
 
 
-def test_filters_and_windows_select_the_same_spans(tmp_path: Path) -> None:
+def test_counters_are_the_python_rows_and_made_in_c(tmp_path: Path) -> None:
+    view = recorded(tmp_path, mixed)
+    rows = [json.loads(row) for row in spans_alike(view, table="counters")]
+    assert len(rows) == 400 and rows_in_c(view, table="counters") == 400
+    assert {(row["name"], row["series"]) for row in rows} == {("queue", "value")}
+    assert sorted({row["value"] for row in rows}) == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_instants_of_every_sort_are_the_python_rows_and_most_are_made_in_c(tmp_path: Path) -> None:
+    view = recorded(tmp_path, mixed)
+    rows = [json.loads(row) for row in spans_alike(view, table="instants")]
+    kinds = [row["kind"] for row in rows]
+    assert (kinds.count("instant"), kinds.count("async_begin"), kinds.count("async_end")) == (408, 8, 8)
+    assert kinds.count("incident") == 1
+    assert rows_in_c(view, table="instants") == 400  # the ticks; not those with bytes, async events or the incident
+    ticks = [row for row in rows if row["name"] == "tick"]
+    assert sum(row["trace_id"] == TRACE_ID for row in ticks) == 100 and all(row["async_id"] is None for row in ticks)
+    assert {row["async_id"] for row in rows if row["kind"] == "async_end"} == {str(i) for i in range(0, 400, 50)}
+
+
+@pytest.mark.parametrize("table", C_MADE)
+def test_filters_and_windows_select_the_same_rows(tmp_path: Path, table: str) -> None:
     view = recorded(tmp_path, mixed)
     starts = sorted(json.loads(row)["start_ns"] for row in spans_alike(view))
     for selected in (
@@ -97,19 +131,45 @@ def test_filters_and_windows_select_the_same_spans(tmp_path: Path) -> None:
         EventFilter(trace_id=TRACE_ID),
         EventFilter(process=Pattern("nobody")),
     ):
-        spans_alike(view, selected)
+        spans_alike(view, selected, table=table)
     window = EventFilter(since_ns=starts[300], until_ns=starts[900])
-    assert 0 < rows_in_c(view, window) < 600
+    assert 0 < rows_in_c(view, window, table) < (600 if table == "spans" else 350)  # (ticks, counters: 1 each)
+
+
+def test_a_limit_counts_the_events_a_snapshot_shows_and_every_table_holds_theirs(tmp_path: Path) -> None:
+    """``limit`` is one of events, the same whatever the format: the tables of one query hold the rows of the same
+    newest events (a counter's row per series), so a join of them lines up."""
+    view = recorded(tmp_path, mixed)
+    selected = EventFilter(limit=50)
+    shown = json.loads(b"".join(chrome_trace_chunks(view, selected)))["traceEvents"]
+    events = [event for event in shown if event["ph"] != "M"]
+    rows = {table: spans_alike(view, selected, table=table) for table in ("spans", "instants", "counters")}
+    assert 40 <= len(events) <= 50  # (events as stored: a marker's start and end are two, shown as one slice)
+    assert sum(map(len, rows.values())) == len(events)
+    assert len(rows["spans"]) == sum(event["ph"] in "XB" for event in events)
 
 
 @pytest.mark.parametrize(
-    "columns",
-    [("name", "duration_ns"), ("pid",), ("trace_id", "span_id"), ("args",), ("process", "host", "track", "end_ns")],
+    ("table", "columns"),
+    [
+        ("spans", ("name", "duration_ns")),
+        ("spans", ("pid",)),
+        ("spans", ("trace_id", "span_id")),
+        ("spans", ("args",)),
+        ("spans", ("process", "host", "track", "end_ns")),
+        ("instants", ("name", "ts_ns")),
+        ("instants", ("kind", "async_id")),
+        ("instants", ("trace_id",)),
+        ("instants", ("args", "pid")),
+        ("counters", ("value",)),
+        ("counters", ("series", "ts_ns")),
+        ("counters", ("process", "host", "track", "name", "pid")),
+    ],
 )
-def test_some_columns_are_those_of_the_whole_table(tmp_path: Path, columns: tuple[str, ...]) -> None:
+def test_some_columns_are_those_of_the_whole_table(tmp_path: Path, table: str, columns: tuple[str, ...]) -> None:
     view = recorded(tmp_path, mixed)
-    rows = spans_alike(view, columns=columns)
-    whole = [json.loads(row) for row in spans_alike(view)]
+    rows = spans_alike(view, columns=columns, table=table)
+    whole = [json.loads(row) for row in spans_alike(view, table=table)]
     assert rows == sorted(json.dumps({key: row[key] for key in columns}, sort_keys=True) for row in whole)
 
 
@@ -119,6 +179,8 @@ def test_row_groups_hold_the_same_rows(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(table_rows, "BATCH_ROWS", 64)
     view = recorded(tmp_path, mixed)
     spans_alike(view)
+    spans_alike(view, table="instants")
+    spans_alike(view, table="counters")
     parquet = pq.ParquetFile(io.BytesIO(b"".join(parquet_chunks(view, EVERYTHING, "spans"))))
     assert parquet.metadata.num_rows == 1601 and parquet.metadata.num_row_groups > 3
 
@@ -136,12 +198,13 @@ def test_any_args_and_ids_are_the_python_rows(
 
     def record(tl: Timeline) -> None:
         with tl.scope(name, **carried):
-            pass
+            tl.instant(name, **carried)
         with tl.scope(name):
-            pass
+            tl.instant(name)
 
     view = recorded(tmp_path_factory.mktemp("args"), record)
     assert len(spans_alike(view)) == 2
+    assert len(spans_alike(view, table="instants")) == 2
 
 
 # -- payloads that are not what they should be ------------------------------------------------------------------------
@@ -151,7 +214,8 @@ def stream_with(tmp_path: Path, payloads: list[tuple[int, bytes]]) -> SnapshotVi
     """A file of one stream whose EVENTS frames carry ``payloads`` ((count, payload) each) as given, on a track that
     declares the spans and instants of a real encoder."""
     encoder = StreamEncoder()
-    batch = encoder.encode(TRACK, [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}, INSTANT, "b", 10**18, 10**18, None])
+    records = [SPAN, "a", 10**18, 10**18 + 5, {"k": 1}, INSTANT, "b", 10**18, 10**18, None]
+    batch = encoder.encode(TRACK, [*records, COUNTER, "c", 10**18, 10**18, {"value": 1}])
     frames = [preamble(), encode(Hello(1, "host", "bad", "i1", "boot", 1, 2, "test")), *encoder.prefix()]
     frames += [*batch.control, *(frame for frame, _ in batch.events)]
     for count, payload in payloads:
@@ -161,14 +225,15 @@ def stream_with(tmp_path: Path, payloads: list[tuple[int, bytes]]) -> SnapshotVi
     return load_file(path).view
 
 
-def ids_of_a_span(tmp_path: Path) -> tuple[int, int]:
-    """The kind id of a span and the string id of "a" in ``stream_with``'s stream."""
+def ids_of_a_span(tmp_path: Path, table: str = "spans") -> tuple[int, int]:
+    """The kind id of a span (or an instant, a counter) and the string id of its name in ``stream_with``'s stream."""
     view = stream_with(tmp_path, [])
     (segment,) = view.frames.segments
     for _, frame in segment_stream(segment, view.limits):
         if isinstance(frame, Events):
             kinds, names = msgpack.unpackb(frame.payload)[:2]
-            return kinds[0], names[0]
+            which = C_MADE.index(table)
+            return kinds[which], names[which]
     raise AssertionError("no EVENTS frame")
 
 
@@ -176,9 +241,51 @@ def columns(kinds: list[Any], names: list[Any], ts: list[Any], dur: list[Any], a
     return msgpack.packb([kinds, names, ts, dur, args])  # type: ignore[no-any-return]
 
 
-def test_odd_payloads_make_the_python_rows_and_the_same_report(tmp_path: Path) -> None:
+def counters_of(tmp_path: Path, args: list[bytes]) -> SnapshotView:
+    """A stream of counters, each with ``args`` as given (msgpack bytes)."""
     (tmp_path / "ids").mkdir()
-    span, a = ids_of_a_span(tmp_path / "ids")
+    counter, c = ids_of_a_span(tmp_path / "ids", "counters")
+    count = len(args)
+    leading = b"".join(
+        msgpack.packb(column) for column in ([counter] * count, [c] * count, [*range(count)], [0] * count)
+    )
+    return stream_with(tmp_path, [(count, b"\x95" + leading + msgpack.packb([0] * count)[:-count] + b"".join(args))])
+
+
+def test_counters_of_odd_values_and_keys_are_the_python_rows(tmp_path: Path) -> None:
+    args = [
+        b"\x82\xa1a\x01\xa1b\xcb" + struct.pack(">d", 2.5),  # two series
+        b"\x81\xa1f\xca" + struct.pack(">f", 1.1),  # a float32
+        b"\x81\xa1u\xcf" + (2**64 - 1).to_bytes(8, "big"),  # past int64
+        b"\x81\xa1i\xd3" + (-(2**63)).to_bytes(8, "big", signed=True),  # the least int64
+        b"\x81\xa1t\xc3",  # a bool: null
+        b"\x81\xa1s\xa1x",  # text: null
+        b"\x81\xa1n\x91\x01",  # a list: null
+        b"\xc0",  # none: no row
+        b"\x80",  # an empty map: no row
+        b"\x82\xa1a\x01\xa1a\x02",  # a key twice: the Python rows' (a dict keeps one)
+        b"\x81\x05\x01",  # an int key: the Python rows'
+        b"\x92\x01\x02",  # no map: the Python rows'
+    ]
+    view = counters_of(tmp_path, args)
+    rows = [json.loads(row) for row in spans_alike(view, table="counters")]
+    assert {(row["series"], row["value"]) for row in rows} >= {("a", 1.0), ("b", 2.5), ("t", None), ("u", 2.0**64)}
+    assert rows_in_c(view, table="counters") == 8 + 1  # (and the stream's own counter)
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=st.lists(st.one_of(st.none(), st.dictionaries(st.text(max_size=8), ARG_VALUES, max_size=5)), max_size=6))
+def test_counters_of_any_args_are_the_python_rows(
+    tmp_path_factory: pytest.TempPathFactory, args: list[dict[str, Any] | None]
+) -> None:
+    view = counters_of(tmp_path_factory.mktemp("counters"), [msgpack.packb(arg) for arg in args])
+    assert len(spans_alike(view, table="counters")) == 1 + sum(len(arg or {}) for arg in args)  # (1: the stream's)
+
+
+@pytest.mark.parametrize("table", C_MADE)
+def test_odd_payloads_make_the_python_rows_and_the_same_report(tmp_path: Path, table: str) -> None:
+    (tmp_path / "ids").mkdir()
+    span, a = ids_of_a_span(tmp_path / "ids", table)
 
     def with_args(raw: bytes, count: int = 1) -> bytes:
         return columns([span] * count, [a] * count, list(range(count)), [3] * count, [None] * count)[:-count] + raw
@@ -202,22 +309,25 @@ def test_odd_payloads_make_the_python_rows_and_the_same_report(tmp_path: Path) -
         (2, with_args(b"\x81\xa1k\x01\x81\xa1d" + b"\x91" * 40 + b"\x01", count=2)),  # deeper than the C writer goes
     ]
     view = stream_with(tmp_path, payloads)
-    rows = [json.loads(row) for row in spans_alike(view)]
-    assert {row["trace_id"] for row in rows} >= {"x", "y"}
-    assert rows_in_c(view) >= 4
+    rows = [json.loads(row) for row in spans_alike(view, table=table)]
+    if table != "counters":  # (a counter's args are its series)
+        assert {row["trace_id"] for row in rows} >= {"x", "y"}
+    assert rows_in_c(view, table=table) >= 4
 
 
-def test_a_payload_cut_anywhere_adds_no_row() -> None:
+@pytest.mark.parametrize("table", C_MADE)
+def test_a_payload_cut_anywhere_adds_no_row(table: str) -> None:
     from ringtrace.collector.export import _tables  # here: not built everywhere
 
-    builder = _tables.spans_builder()
+    builder = _tables.builder(C_MADE.index(table))
+    code = {"spans": b"X", "instants": b"i", "counters": b"C"}[table]
     payload = columns([0, 0], [0, 0], [0, 1], [5, 7], [{"k": [1.5, "x" * 40], "trace_id": "t"}, None])
     where = (b"p", 1, b"h", b"t")
 
     def add(data: bytes, count: int = 2) -> Any:
         spans = bytes(8) + (1).to_bytes(8, "little")  # string 0, "a": bytes 0 to 1 of names
-        return _tables.add_spans(
-            builder, data, count, (0, 1, 2, 3, 4), 10**18, 0, None, None, b"X", b"a", spans, *where, 0xFFF
+        return _tables.add_rows(
+            builder, data, count, (0, 1, 2, 3, 4), 10**18, 0, None, None, code, b"a", spans, *where, 0x1FFF
         )
 
     made = add(payload)
@@ -225,9 +335,16 @@ def test_a_payload_cut_anywhere_adds_no_row() -> None:
     for cut in range(len(payload)):
         assert add(payload[:cut]) is None
         assert add(payload[:cut] + b"\xc1" * 3) is None
-    taken_rows, ints, strings = _tables.take_spans(builder)
-    assert taken_rows == 2 and ints[1] == (10**18).to_bytes(8, "little") + (10**18 + 1).to_bytes(8, "little")
-    valid, offsets, data = strings[4]  # args: the first row's, then a null
-    assert valid == b"\x01" and data == b'{"k":[1.5,"' + b"x" * 40 + b'"],"trace_id":"t"}'
-    assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, len(data), len(data)))
-    assert _tables.take_spans(builder)[0] == 0
+    taken_rows, ints, strings, floats = _tables.take_rows(builder)
+    assert len(ints) == (4 if table == "spans" else 2) and len(strings) == (5 if table == "counters" else 8)
+    second = 10**18 if table == "counters" else 10**18 + 1  # (a counter's rows: one per series of the first)
+    assert taken_rows == 2 and ints[1] == (10**18).to_bytes(8, "little") + second.to_bytes(8, "little")
+    valid, offsets, data = strings[4]  # args: the first row's, then a null; a counter's series: k, trace_id
+    if table == "counters":
+        assert floats == (b"\x00", bytes(16)) and data == b"ktrace_id"  # (a list and a text: no number)
+    else:
+        assert valid == b"\x01" and data == b'{"k":[1.5,"' + b"x" * 40 + b'"],"trace_id":"t"}'
+        assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, len(data), len(data))) and floats is None
+    assert _tables.take_rows(builder)[0] == 0
+    with pytest.raises(ValueError, match="table must be 0 to 2, got 3"):
+        _tables.builder(3)

@@ -41,6 +41,8 @@ export class AggregatesTable {
       this.render();
       const spans = doc.rows.reduce((sum, row) => sum + row.count, 0);
       const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
+      const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
+      if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
       const lost = Object.values(doc.lost || {}).reduce((sum, n) => sum + (typeof n === "number" ? n : 0), 0);
       if (lost) parts.push(`the processes lost ${number.format(lost)} events: counts may be short`);
       this.info.textContent = parts.join(" · ");
@@ -71,6 +73,7 @@ export class AggregatesTable {
         td.dataset.value = String(value);
         if (column === "name") { td.className = "name"; td.textContent = value; td.title = `search for ${value}`; }
         else { td.className = "num"; td.textContent = column === "count" ? number.format(value) : duration(value); }
+        if (column === "count" && row.open) td.title = `${number.format(row.open)} of them open: their duration so far`;
         tr.append(td);
       }
       return tr;

@@ -1,6 +1,6 @@
 // The search panel: the spans of the timeline's window (and processes ticked) that a name, a process, a least
-// duration and a trace id select, slowest first (GET /spans?sort=duration&limit=50); a click on one hands it on (the
-// page zooms the timeline to it).
+// duration and a trace id select (async slices and spans still open among them, the open ones marked), slowest
+// first (GET /spans?sort=duration&limit=50); a click on one hands it on (the page zooms the timeline to it).
 
 import { getJSON } from "./api.js";
 import { clock } from "./sources.js";
@@ -85,9 +85,12 @@ export class SearchPanel {
       };
       cell(span.name, "name");
       cell(`${span.process} · ${span.track}`);
-      cell(duration(span.duration_ns), "num");
+      // An open span (begun, not ended) shows its duration so far: to the window's end or now.
+      cell(span.open ? `≥ ${duration(span.duration_ns)} open` : duration(span.duration_ns), "num");
       cell(clock(span.start_ns), "muted");
-      tr.title = span.trace_id ? `trace ${span.trace_id}` : "no trace id";
+      if (span.open) tr.classList.add("still-open");
+      const traced = span.trace_id ? `trace ${span.trace_id}` : "no trace id";
+      tr.title = span.open ? `${traced} · not ended by the window's end (or now): its duration so far` : traced;
       return tr;
     }));
   }

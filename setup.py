@@ -12,6 +12,7 @@
 - ``collector/incidents/_match.c``: the rules' first pass over stored frames, for incidents.
 - ``collector/read/_reach.c``: how far a stored frame's events reach past their starts, for windows.
 - ``collector/ingest/otlp/_spans.c``: OTLP spans as native records, read straight from a request's protobuf bytes.
+- ``collector/ingest/otlp/_lanes.c``: the lanes of a process's OTLP traces, each span placed on one.
   (All but the scan read the stored msgpack with ``collector/export/_msgpack_read.h``.)
 
 ``optional=True``: where one cannot be compiled (no C compiler, an unsupported platform) the install goes on without
@@ -108,5 +109,6 @@ setup(
             optional=True,
         ),
         Extension("ringtrace.collector.ingest.otlp._spans", ["collector/ingest/otlp/_spans.c"], optional=True),
+        Extension("ringtrace.collector.ingest.otlp._lanes", ["collector/ingest/otlp/_lanes.c"], optional=True),
     ],
 )

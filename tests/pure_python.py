@@ -46,6 +46,7 @@ TWINNED = frozenset(
         "ringtrace.collector.ingest.scan",
         "ringtrace.collector.read.reach",
         "ringtrace.collector.ingest.otlp.fast_spans",
+        "ringtrace.collector.ingest.otlp.trace_lanes",
     }
 )
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 from ringtrace.collector.ingest.otlp.logs import LOG_FIELDS, LOG_TEXT
 from ringtrace.collector.ingest.otlp.loopback import LoopbackClosed, LoopbackConnection
 from ringtrace.collector.ingest.otlp.resources import Lane, ProcessEvents
-from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, TraceLanes
+from ringtrace.collector.ingest.otlp.trace_lanes import TraceLane, trace_lanes
 from ringtrace.wire.arg_values import normalise_values
 from ringtrace.wire.frames import encode
 from ringtrace.wire.message_format import PRIORITIES
@@ -44,7 +44,7 @@ class ProcessStream:
         # here), and far above a ringtrace client's: shown as one process with a client's (the same OS process), its
         # tracks keep their own tids.
         self.next_track_id = first_track_id
-        self.trace_lanes = TraceLanes()
+        self.trace_lanes = trace_lanes()
         #: Threads drawn on tracks of their own, at most: fewer than ``MAX_THREAD_TRACKS`` where the tracks its
         #: connection may hold, less its traces' lanes and named tracks, are fewer (``OtlpReceiver._open``).
         self.max_threads = MAX_THREAD_TRACKS

@@ -20,15 +20,34 @@ process stream): what was placed of the traces placed most recently, ``MAX_KEPT_
 (``take_retired``: their tracks end, and no longer count against the stream's tracks); a span of it that comes later
 starts it again, on new lanes of the same names. Checking a lane reads only its spans that end after the new one
 starts (they are kept sorted by end): about the new span's descendants when spans come in the order they ended.
+
+``trace_lanes()`` makes a process's lanes: in C (``_lanes.c``) where it is built, which keeps what it remembers of
+each span in C arrays rather than Python tuples (cheaper to place, and nothing for the garbage collector to walk);
+``TraceLanes`` here, its twin, defines the behaviour. Span ids and times are unsigned 64-bit integers, as OTLP's are.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
-__all__ = ["MAX_KEPT_SPANS", "MAX_TRACE_LANES", "TraceLane", "TraceLanes", "TraceSpan"]
+from ringtrace.wire.optional_c import load_optional
+
+__all__ = [
+    "ACCELERATED",
+    "MAX_KEPT_SPANS",
+    "MAX_TRACE_LANES",
+    "LanePlacing",
+    "TraceLane",
+    "TraceLanes",
+    "TraceSpan",
+    "trace_lanes",
+]
+
+_lanes = load_optional("ringtrace.collector.ingest.otlp._lanes")
+#: Whether the C lanes are in use in this process.
+ACCELERATED: Final = _lanes is not None
 
 #: Spans whose place a process's lanes remember (about 400 bytes each), across its traces.
 MAX_KEPT_SPANS: Final = 10_000
@@ -64,6 +83,32 @@ class TraceLane:
         return f"TraceLane({self.name!r})"
 
 
+class LanePlacing(Protocol):
+    """What a process's stream asks of its lanes: ``TraceLanes``, or its C twin."""
+
+    max_lanes: int
+
+    @property
+    def live(self) -> int: ...
+
+    def place(self, span: TraceSpan) -> TraceLane: ...
+
+    def take_retired(self) -> list[TraceLane]: ...
+
+
+def trace_lanes(
+    max_lanes: int = MAX_TRACE_LANES, max_kept_spans: int = MAX_KEPT_SPANS, accelerated: bool = ACCELERATED
+) -> LanePlacing:
+    """A process's lanes, ``max_lanes`` live and ``max_kept_spans`` remembered at most: in C where it is built
+    (``accelerated``), else ``TraceLanes``."""
+    if not accelerated:
+        return TraceLanes(max_lanes, max_kept_spans)
+    if _lanes is None:
+        raise ValueError("accelerated=True: the C lanes are not in use in this process")
+    placing: LanePlacing = _lanes.Lanes(TraceLane, max_lanes, max_kept_spans)
+    return placing
+
+
 class _Trace:
     """A trace's lanes, each with the spans placed on it; each span's lane and parent, and where a child of each
     went."""
@@ -94,8 +139,9 @@ class _Trace:
 class TraceLanes:
     """The lanes of one process's traces (see the module's docstring)."""
 
-    def __init__(self, max_lanes: int = MAX_TRACE_LANES) -> None:
+    def __init__(self, max_lanes: int = MAX_TRACE_LANES, max_kept_spans: int = MAX_KEPT_SPANS) -> None:
         self.max_lanes = max_lanes
+        self.max_kept_spans = max_kept_spans
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         #: Lanes live (placed on, and not retired yet).
         self.live = 0
@@ -121,7 +167,7 @@ class TraceLanes:
         trace.child_lane.setdefault(span.parent_id, index)
         self._spans += 1
         key = trace.keys[index]
-        while self._traces and (self._spans > MAX_KEPT_SPANS or self.live > self.max_lanes):
+        while self._traces and (self._spans > self.max_kept_spans or self.live > self.max_lanes):
             _, forgotten = self._traces.popitem(last=False)
             self._spans -= forgotten.size
             self.live -= len(forgotten.lanes)

@@ -353,10 +353,10 @@ def bench(n: int, rounds: int) -> int:
     )
     connected_rows = []
     for name in ("ringtrace scope", "ringtrace instant", "ringtrace instant 2 args", "traced call"):
-        ratio = wall[name] / wall[name + " (hot)"]
-        limit = "" if name == "traced call" else target(TARGET_CONNECTED_RATIO, ratio)
+        connected = wall[name] / wall[name + " (hot)"]
+        limit = "" if name == "traced call" else target(TARGET_CONNECTED_RATIO, connected)
         thread_ratio = f"{own[name] / own[name + ' (hot)']:.2f}x"
-        connected_rows.append((f"{name} connected / (hot)", f"{ratio:.2f}x", thread_ratio, limit))
+        connected_rows.append((f"{name} connected / (hot)", f"{connected:.2f}x", thread_ratio, limit))
     print()
     print(
         table(

@@ -1,4 +1,5 @@
-"""Events with arguments at full speed into a collector (issue 22, target 1): does the background path keep up?
+"""Events with arguments at full speed into a collector (issue 22, target 1; issue 38, target 2): does the background
+path keep up?
 
 ONE thread records N events as fast as it can, for each kind:
 
@@ -24,7 +25,8 @@ And for reference, what the drain alone costs:
                 one is (nothing encoded or sent), then ``flush()``: process CPU per event as for connected. What
                 connected adds to it is the encoding and sending.
 
-Targets: nothing dropped or missing; connected process CPU per event <= 2x the caller's. In the connected rows, the
+Targets: nothing dropped or missing, every ``flush()`` True; connected process CPU per event <= 1.5x the caller's
+(issue 38; issue 22 asked 2x). In the connected rows, the
 caller column is the recording thread's own CPU in that run (``time.thread_time()``), for reference: it pays there
 for sharing the interpreter with the background threads. GC stays enabled.
 """
@@ -48,7 +50,7 @@ _thread_cpu = time.thread_time_ns
 _perf = time.perf_counter_ns
 
 #: Targets: process CPU per event (everything the process does for it) over the caller's own, and nothing dropped.
-TARGET_CPU_RATIO = 2.0
+TARGET_CPU_RATIO = 1.5
 #: Events recorded between two drains of the caller variant's timeline.
 CHUNK = 100_000
 MESSAGE = ("engine", "info", "processed $tcp, $udp, and $other")
@@ -101,6 +103,7 @@ def connected_run(loop: Callable[[int], None], tl: Timeline, streamer: Streamer,
         "process_ns": (c1 - c0) / n,
         "dropped": dropped,
         "missing": n - dropped - got,
+        "flushed": clean,
     }
 
 
@@ -174,6 +177,8 @@ def bench(n: int, rounds: int) -> int:
         summary.append((f"{kind}: drained only, process cpu / caller cpu", f"{drained_ns / caller_ns:.2f}x", ""))
         lost = dropped + missing
         summary.append((f"{kind}: dropped + missing of {n * rounds:,}", f"{lost:,}", verdict(lost == 0)))
+        flushed = sum(bool(r["flushed"]) for r in runs)
+        summary.append((f"{kind}: flush() True", f"{flushed} of {len(runs)}", verdict(flushed == len(runs))))
     print(
         table(
             ["variant", "loop wall ns/ev", "caller cpu ns/ev", "process cpu ns/ev", "dropped", "missing"],

@@ -823,7 +823,11 @@ judge_run(const char *found, Py_ssize_t rows, const Py_buffer *buffer, const Rul
           int64_t offset, const char *known, const char *known_values, Py_ssize_t known_count, Out *out, Out *log,
           Out *log_values)
 {
-    size_t need_slots = 2 * (size_t)(known_count + (t->counters ? keyed_rows(found, rows, t) : 0)) + 2, size = 2;
+    size_t values_at_most = (size_t)known_count + (size_t)(t->counters ? keyed_rows(found, rows, t) : 0);
+    if (values_at_most > SIZE_MAX / 4 / sizeof(LastValue)) {
+        return -1;
+    }
+    size_t need_slots = 2 * values_at_most + 2, size = 2;
     while (size < need_slots) {
         size <<= 1;
     }

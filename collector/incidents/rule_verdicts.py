@@ -151,7 +151,7 @@ def rule_verdicts_py(
     counters: bool,
 ) -> Judged:
     """``rule_verdicts`` in Python: what defines it."""
-    rows = memoryview(found).cast("q")
+    rows = memoryview(found)[: len(found) // 8 * 8].cast("q")
     view = memoryview(buffer)
     entries, kinds, groups = tables.entries, tables.kinds, tables.names
     places = min(len(room), len(surplus))

@@ -112,6 +112,7 @@ def test_the_twins_give_the_same_verdicts_and_take_the_same_places(data: st.Data
     pairs = data.draw(st.lists(st.tuples(st.sampled_from([7, 8, 9]), st.integers(-1, 2), limits), max_size=5))
     known = (array("q", [v for track, key, _ in pairs for v in (track, key)]), array("d", [v for *_, v in pairs]))
     counters = data.draw(st.booleans())
+    found += data.draw(st.sampled_from([b"", b"\x01", bytes(15)]))  # (a part of a row: not read)
     c_room, c_surplus = room[:], surplus[:]
     expected = rule_verdicts_py(found, buffer, tables, room, surplus, NOW, offset, *known, counters)
     got = c_verdicts(found, buffer, tables, c_room, c_surplus, offset, known, counters)

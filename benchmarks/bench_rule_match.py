@@ -13,9 +13,10 @@ Then interleaved rounds time, in CPU time of the thread that runs them:
   50 rules    the same with 50 rules: 30 span rules (20 by route, >= 200 ms; 10 globs), 5 message rules, 5 counter
               rules, 5 OTLP error rules, 5 ``tl.incident`` rules; how many fired is printed, and how many
               were made (past a rule's ``max_per_minute`` in a step, they are counted, not made). Its first pass in C
-              (``match_run``: a run of frames a call) runs without the GIL: the part of its time outside it (the GIL
-              held: what it can take from ingest's event loop when a core is free for the worker thread) is printed
-              apart.
+              (``match_run``: a run of frames a call) and the rules' verdicts on its candidates (``rule_verdicts``)
+              run without the GIL: the part of its time outside them (the GIL held: what it can take from ingest's
+              event loop when a core is free for the worker thread) is printed apart, and how many candidates Python
+              judged.
 
 Reported: events/s and CPU ns per event of each, as a ratio of the scan's. What ingest costs a whole event (socket
 reads, the scan, the store's bookkeeping) is ``bench_ingest_cpu.py``'s figure (CPU per event, large frames); give it
@@ -36,6 +37,7 @@ from typing import Any
 from _common import bench_main, interleave, median, table, verdict
 from ringtrace.collector.incidents import watch as watch_module
 from ringtrace.collector.incidents.frame_match import ACCELERATED, match_frame, match_run
+from ringtrace.collector.incidents.rule_verdicts import rule_verdicts
 from ringtrace.collector.incidents.rules import (
     CounterCondition,
     IncidentCallCondition,
@@ -176,6 +178,7 @@ def bench(n: int, rounds: int) -> int:
     rules = fifty_rules()
     fired: list[int] = []
     made: list[int] = []
+    asked: list[int] = []
 
     def scan() -> float:
         started = time.thread_time()
@@ -204,7 +207,7 @@ def bench(n: int, rounds: int) -> int:
     def watch(rule_set: RuleSet) -> tuple[float, float]:
         watcher = RuleWatch(rule_set, Limits(), max_step_bytes=1 << 40)
         watcher.step([])  # it began before any of them were stored: it reads them all
-        first_pass_s[0] = 0.0
+        first_pass_s[0], judged[0] = 0.0, 0
         started = time.thread_time()
         firings = watcher.step(segments)
         elapsed = time.thread_time() - started
@@ -212,11 +215,21 @@ def bench(n: int, rounds: int) -> int:
         if rule_set.rules:
             fired.append(len(firings) + sum(watcher.take_surplus().values()))
             made.append(len(firings))
+            asked.append(judged[0])
         # (the Python twin holds the GIL throughout)
         return elapsed, elapsed - first_pass_s[0] if ACCELERATED else elapsed
 
+    judged = [0]
+    candidate = RuleWatch._candidate
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        judged[0] += 1
+        return candidate(*args, **kwargs)
+
     watch_module.match_frame = timed(match_frame)
     watch_module.match_run = timed(match_run)
+    watch_module.rule_verdicts = timed(rule_verdicts)
+    RuleWatch._candidate = counted  # type: ignore[method-assign]
     variants = {
         "scan": lambda: (scan(), 0.0),
         "0 rules": lambda: watch(RuleSet()),
@@ -235,7 +248,8 @@ def bench(n: int, rounds: int) -> int:
     print(table(headers, rows, title=f"{title}; first pass in {c_twin}"))
     print(
         f"50 rules fired {fired[0]:,} times a pass (the workload's errors, deep queues and slow spans), "
-        f"{made[0]:,} made (the rest past their rule's max_per_minute in the step: counted)"
+        f"{made[0]:,} made (the rest past their rule's max_per_minute in the step: counted); "
+        f"{asked[0]:,} candidates judged in Python"
     )
     total_ns = median([total for total, _ in results["50 rules"]]) / events * 1e9
     held_ns = median([held for _, held in results["50 rules"]]) / events * 1e9

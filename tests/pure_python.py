@@ -29,6 +29,7 @@ TWINNED = frozenset(
         "ringtrace.wire.call_packing",
         "ringtrace.wire.keyword_args",
         "ringtrace.collector.incidents.frame_match",
+        "ringtrace.collector.incidents.rule_verdicts",
         "ringtrace.client.delivery.listeners",
         "ringtrace.client.recording.messages",
         "ringtrace.client.recording.recorder",

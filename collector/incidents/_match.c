@@ -6,6 +6,10 @@ The payload comes from the network: it is checked whole as msgpack-python would 
 event is judged, and every length is checked against the bytes left. A payload it refuses, or one nested deeper than
 the C reader goes, gives None: the Python twin decides then.
 
+Then the rules' verdicts on a run's candidates (rule_verdicts.py's twin, rule_verdicts_py, defines them): each rule
+a candidate may meet judged where no Python is needed, a rule's places among its firings of a step taken, the rest
+counted; the candidates' args and the tables are read bounds-checked as the payload is.
+
 Optional: when this module is not built, or RINGTRACE_PURE_PYTHON=1 is set, the watch runs the Python twin. */
 
 #include "../export/_msgpack_read.h"
@@ -595,7 +599,341 @@ done:
     return result;
 }
 
+/* ---- the rules' verdicts on a run's candidates (rule_verdicts.py defines them: rule_verdicts_py) ---- */
+
+#define ENTRY_SLOTS 3      /* per entry: the rule's place, least duration, test */
+#define KIND_ENTRY_SLOTS 4 /* per kind id: entries' start and count, name group (-1: none), 1 if shaped "span" */
+#define NAME_ENTRY_SLOTS 3 /* per name id of a group: entries' start and count, its counter's key (-1: none) */
+#define LIMIT_SLOTS 4      /* doubles per counter entry: 1 if it has "above", above, 1 if it has "below", below */
+#define LOG_SLOTS 3        /* per counter's value: the candidate's index in the run, its track, its counter's key */
+#define VERDICT_SLOTS 3    /* per verdict: the candidate's index in the run, the rule's place, MADE or JUDGE */
+#define TEST_LONG 1
+#define TEST_ERROR 2
+#define TEST_ALWAYS 3
+#define TEST_ASK 4
+#define TEST_CROSSES 5
+#define VERDICT_MADE 1
+#define VERDICT_JUDGE 2
+#define MAX_AHEAD_NS ((i128)60 * 1000000000)          /* admission.py */
+#define MAX_DURATION_NS ((i128)24 * 3600 * 1000000000) /* admission.py */
+
+typedef struct {
+    const char *entries, *kinds, *names[MAX_GROUPS], *limits;
+    Py_ssize_t entry_count, kind_count, name_count[MAX_GROUPS], groups, limit_count;
+    char *room, *surplus; /* int64 per rule's place, written */
+    Py_ssize_t places;
+    int counters; /* whether counters' crossings are judged here (else as TEST_ASK) */
+} RuleTables;
+
+/* Counters' last values during one call: (track, key) to a value, open addressing, never full (sized for every
+   value the call can add). */
+typedef struct {
+    int64_t track, key;
+    double value;
+    int used;
+} LastValue;
+
+typedef struct {
+    LastValue *slots;
+    size_t mask;
+} LastValues;
+
+static LastValue *
+last_value(const LastValues *v, int64_t track, int64_t key)
+{
+    uint64_t h = ((uint64_t)track * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)key * 0xC2B2AE3D27D4EB4FULL);
+    size_t i = (size_t)(h ^ (h >> 29)) & v->mask;
+    while (v->slots[i].used && (v->slots[i].track != track || v->slots[i].key != key)) {
+        i = (i + 1) & v->mask;
+    }
+    return &v->slots[i];
+}
+
+static inline void
+remember_value(const LastValues *v, int64_t track, int64_t key, double value)
+{
+    LastValue *slot = last_value(v, track, key);
+    *slot = (LastValue){track, key, value, 1};
+}
+
+/* Whether a counter entry's limits (limits[index]) hold of `value`, the counter's last value being `before` (if
+   `had`): it crossed "above" or "below" (judge.py). */
+static int
+crossed(const RuleTables *t, int64_t index, double value, int had, double before)
+{
+    if (index < 0 || index >= t->limit_count) {
+        return 0;
+    }
+    Py_ssize_t at = (Py_ssize_t)index * LIMIT_SLOTS;
+    double has_above = get_double(t->limits, at), above = get_double(t->limits, at + 1);
+    double has_below = get_double(t->limits, at + 2), below = get_double(t->limits, at + 3);
+    if (has_above == 1.0 && value > above && !(had && before > above)) {
+        return 1;
+    }
+    return has_below == 1.0 && value < below && !(had && before < below);
+}
+
+/* A counter's "value" in the args in buffer[start:end], read as the judge reads them (one value filling the span
+   exactly): 1, or 0 if there is none. */
+static int
+args_value(const uint8_t *buffer, Py_ssize_t length, int64_t start, int64_t end, double *value)
+{
+    if (start < 0 || start > end || end > length) {
+        return 0;
+    }
+    Cursor args = {buffer + start, buffer + end}, whole = args;
+    if (skip(&whole, 0) != OK || whole.p != whole.end) {
+        return 0;
+    }
+    return counter_value(args, value);
+}
+
+/* A range of entries, or an empty one if it is not within them. */
+static inline void
+entry_range(const RuleTables *t, int64_t start, int64_t count, Py_ssize_t *from, Py_ssize_t *to)
+{
+    int ok = start >= 0 && count >= 0 && count <= t->entry_count - start;
+    *from = ok ? (Py_ssize_t)start : 0;
+    *to = ok ? (Py_ssize_t)(start + count) : 0;
+}
+
+/* Whether the args in buffer[start:end] are one map saying "status": "error", read as the judge reads them (one
+   value filling the span exactly, as msgpack-python unpacks it). */
+static int
+args_say_error(const uint8_t *buffer, Py_ssize_t length, int64_t start, int64_t end)
+{
+    if (start < 0 || start > end || end > length) {
+        return 0;
+    }
+    Cursor args = {buffer + start, buffer + end}, whole = args;
+    if (skip(&whole, 0) != OK || whole.p != whole.end) {
+        return 0;
+    }
+    return status_is_error(args);
+}
+
+/* Each candidate's verdicts (see rule_verdicts.py) into `out`. */
+static void
+verdicts_of(const char *found, Py_ssize_t rows, const uint8_t *buffer, Py_ssize_t length, const RuleTables *t,
+            int64_t now_ns, int64_t clock_offset_ns, const LastValues *values, Out *out, Out *log, Out *log_values)
+{
+    for (Py_ssize_t index = 0; index < rows && !out->failed && !log->failed && !log_values->failed; index++) {
+        const char *row = found + index * RUN_SLOTS * (Py_ssize_t)sizeof(int64_t);
+        int64_t kind = get_i64(row, 0), name = get_i64(row, 1), ts = get_i64(row, 2), dur = get_i64(row, 3);
+        int64_t args_start = get_i64(row, 4), args_end = get_i64(row, 5), first_ts = get_i64(row, 7);
+        i128 wall = (i128)first_ts + ts + clock_offset_ns, wall_end = wall + dur;
+        if (wall < 0 || wall_end < wall || wall_end > MAX_WALL_NS || kind < 0 || kind >= t->kind_count) {
+            continue;
+        }
+        Py_ssize_t at = (Py_ssize_t)kind * KIND_ENTRY_SLOTS;
+        int64_t group = get_i64(t->kinds, at + 2), span = get_i64(t->kinds, at + 3);
+        Py_ssize_t a, a_end, b = 0, b_end = 0;
+        int64_t key = -1, track = get_i64(row, 6);
+        entry_range(t, get_i64(t->kinds, at), get_i64(t->kinds, at + 1), &a, &a_end);
+        if (group >= 0 && group < t->groups && name >= 0 && name < t->name_count[group]) {
+            Py_ssize_t slot = (Py_ssize_t)name * NAME_ENTRY_SLOTS;
+            entry_range(t, get_i64(t->names[group], slot), get_i64(t->names[group], slot + 1), &b, &b_end);
+            key = t->counters ? get_i64(t->names[group], slot + 2) : -1;
+        }
+        /* A counter's value and the one before, if an entry needs them. */
+        int counter = 0, had = 0;
+        double value = 0, before = 0;
+        for (Py_ssize_t e = a; key >= 0 && !counter && e < a_end; e++) {
+            counter = get_i64(t->entries, e * ENTRY_SLOTS + 2) == TEST_CROSSES;
+        }
+        for (Py_ssize_t e = b; key >= 0 && !counter && e < b_end; e++) {
+            counter = get_i64(t->entries, e * ENTRY_SLOTS + 2) == TEST_CROSSES;
+        }
+        if (counter) {
+            counter = args_value(buffer, length, args_start, args_end, &value);
+        }
+        if (counter) {
+            LastValue *last = last_value(values, track, key);
+            had = last->used;
+            before = last->value;
+        }
+        i128 ahead = (wall_end > wall ? wall_end : wall) - now_ns;
+        int refused = ahead > MAX_AHEAD_NS || (i128)dur > MAX_DURATION_NS; /* (dur >= 0: wall_end >= wall) */
+        int error = -1;
+        while (a < a_end || b < b_end) {
+            int take_a = b >= b_end ||
+                         (a < a_end && get_i64(t->entries, a * ENTRY_SLOTS) <= get_i64(t->entries, b * ENTRY_SLOTS));
+            Py_ssize_t e = (take_a ? a++ : b++) * ENTRY_SLOTS;
+            int64_t place = get_i64(t->entries, e), min_dur = get_i64(t->entries, e + 1),
+                    test = get_i64(t->entries, e + 2);
+            if (place < 0 || place >= t->places) {
+                continue;
+            }
+            if (test == TEST_ASK || (test == TEST_CROSSES && key < 0)) {
+                int64_t verdict[VERDICT_SLOTS] = {(int64_t)index, place, VERDICT_JUDGE};
+                put(out, (const char *)verdict, sizeof(verdict));
+                continue;
+            }
+            if (test == TEST_ERROR && error < 0) {
+                error = args_say_error(buffer, length, args_start, args_end);
+            }
+            if (!(test == TEST_ALWAYS || (test == TEST_LONG && span == 1 && dur >= min_dur) ||
+                  (test == TEST_ERROR && error == 1) ||
+                  (test == TEST_CROSSES && counter && crossed(t, min_dur, value, had, before)))) {
+                continue;
+            }
+            int64_t left = get_i64(t->room, place);
+            if (!refused && left <= 0) {
+                set_i64(t->surplus, place, get_i64(t->surplus, place) + 1);
+                continue;
+            }
+            if (!refused) {
+                set_i64(t->room, place, left - 1);
+            }
+            int64_t verdict[VERDICT_SLOTS] = {(int64_t)index, place, VERDICT_MADE};
+            put(out, (const char *)verdict, sizeof(verdict));
+        }
+        if (counter) {
+            remember_value(values, track, key, value);
+            int64_t entry[LOG_SLOTS] = {(int64_t)index, track, key};
+            put(log, (const char *)entry, sizeof(entry));
+            put(log_values, (const char *)&value, sizeof(value));
+        }
+    }
+}
+
+/* Rows whose name has a counter's key: the most values one call can add. */
+static Py_ssize_t
+keyed_rows(const char *found, Py_ssize_t rows, const RuleTables *t)
+{
+    Py_ssize_t keyed = 0;
+    for (Py_ssize_t index = 0; index < rows; index++) {
+        const char *row = found + index * RUN_SLOTS * (Py_ssize_t)sizeof(int64_t);
+        int64_t kind = get_i64(row, 0), name = get_i64(row, 1);
+        if (kind < 0 || kind >= t->kind_count) {
+            continue;
+        }
+        int64_t group = get_i64(t->kinds, (Py_ssize_t)kind * KIND_ENTRY_SLOTS + 2);
+        if (group >= 0 && group < t->groups && name >= 0 && name < t->name_count[group]) {
+            keyed += get_i64(t->names[group], (Py_ssize_t)name * NAME_ENTRY_SLOTS + 2) >= 0;
+        }
+    }
+    return keyed;
+}
+
+/* The verdicts with the counters' last values known (known: (track, key) int64 pairs, known_values: doubles; a
+   pair given twice counts with its last value), into the three outputs; -1 if out of memory. */
+static int
+judge_run(const char *found, Py_ssize_t rows, const Py_buffer *buffer, const RuleTables *t, int64_t now_ns,
+          int64_t offset, const char *known, const char *known_values, Py_ssize_t known_count, Out *out, Out *log,
+          Out *log_values)
+{
+    size_t values_at_most = (size_t)known_count + (size_t)(t->counters ? keyed_rows(found, rows, t) : 0);
+    if (values_at_most > SIZE_MAX / 4 / sizeof(LastValue)) {
+        return -1;
+    }
+    size_t need_slots = 2 * values_at_most + 2, size = 2;
+    while (size < need_slots) {
+        size <<= 1;
+    }
+    LastValues values = {calloc(size, sizeof(LastValue)), size - 1};
+    if (values.slots == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < known_count; i++) {
+        remember_value(&values, get_i64(known, 2 * i), get_i64(known, 2 * i + 1), get_double(known_values, i));
+    }
+    verdicts_of(found, rows, buffer->buf, buffer->len, t, now_ns, offset, &values, out, log, log_values);
+    free(values.slots);
+    return 0;
+}
+
+/* rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, now_ns, clock_offset_ns, known,
+   known_values, counters) */
+static PyObject *
+rule_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    enum { A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_NAMES, A_LIMITS, A_ROOM, A_SURPLUS, A_NOW, A_OFFSET, A_KNOWN,
+           A_KNOWN_VALUES, A_COUNTERS, A_COUNT };
+    enum { H_FOUND, H_BUFFER, H_ENTRIES, H_KINDS, H_LIMITS, H_ROOM, H_SURPLUS, H_KNOWN, H_KNOWN_VALUES, H_COUNT };
+    static const int arg_of[H_COUNT] = {A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_LIMITS, A_ROOM, A_SURPLUS,
+                                        A_KNOWN, A_KNOWN_VALUES};
+    Py_buffer held[H_COUNT], names[MAX_GROUPS];
+    Py_ssize_t taken = 0, groups = 0;
+    RuleTables t = {0};
+    Out out = {0}, log = {0}, log_values = {0};
+    PyObject *result = NULL;
+    int status = 0;
+    if (nargs != A_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, "
+                                         "now_ns, clock_offset_ns, known, known_values, counters)");
+        return NULL;
+    }
+    int64_t now_ns = PyLong_AsLongLong(args[A_NOW]), offset = PyLong_AsLongLong(args[A_OFFSET]);
+    int counters = PyObject_IsTrue(args[A_COUNTERS]);
+    if (PyErr_Occurred() || counters < 0) {
+        return NULL;
+    }
+    PyObject *names_tuple = args[A_NAMES];
+    if (!PyTuple_Check(names_tuple) || PyTuple_GET_SIZE(names_tuple) > MAX_GROUPS) {
+        PyErr_Format(PyExc_ValueError, "names must be a tuple of at most %d buffers", MAX_GROUPS);
+        return NULL;
+    }
+    for (; taken < H_COUNT; taken++) {
+        int writable = taken == H_ROOM || taken == H_SURPLUS;
+        if (PyObject_GetBuffer(args[arg_of[taken]], &held[taken], writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+    }
+    for (; groups < PyTuple_GET_SIZE(names_tuple); groups++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(names_tuple, groups), &names[groups], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        t.names[groups] = names[groups].buf;
+        t.name_count[groups] = names[groups].len / (Py_ssize_t)(NAME_ENTRY_SLOTS * sizeof(int64_t));
+    }
+    t.groups = groups;
+    t.counters = counters;
+    t.entries = held[H_ENTRIES].buf;
+    t.entry_count = held[H_ENTRIES].len / (Py_ssize_t)(ENTRY_SLOTS * sizeof(int64_t));
+    t.kinds = held[H_KINDS].buf;
+    t.kind_count = held[H_KINDS].len / (Py_ssize_t)(KIND_ENTRY_SLOTS * sizeof(int64_t));
+    t.limits = held[H_LIMITS].buf;
+    t.limit_count = held[H_LIMITS].len / (Py_ssize_t)(LIMIT_SLOTS * sizeof(double));
+    t.room = held[H_ROOM].buf;
+    t.surplus = held[H_SURPLUS].buf;
+    Py_ssize_t room = held[H_ROOM].len, surplus = held[H_SURPLUS].len;
+    t.places = (room < surplus ? room : surplus) / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t rows = held[H_FOUND].len / (Py_ssize_t)(RUN_SLOTS * sizeof(int64_t));
+    Py_ssize_t known = held[H_KNOWN].len / (Py_ssize_t)(2 * sizeof(int64_t));
+    Py_ssize_t known_values = held[H_KNOWN_VALUES].len / (Py_ssize_t)sizeof(double);
+    /* As match_run: the buffers are held, no Python object is touched, ingest runs meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    status = judge_run(held[H_FOUND].buf, rows, &held[H_BUFFER], &t, now_ns, offset, held[H_KNOWN].buf,
+                       held[H_KNOWN_VALUES].buf, known < known_values ? known : known_values, &out, &log,
+                       &log_values);
+    Py_END_ALLOW_THREADS
+    if (status < 0 || out.failed || log.failed || log_values.failed) {
+        PyErr_NoMemory();
+    }
+    else {
+        result = Py_BuildValue("(y#y#y#)", out.data ? out.data : "", (Py_ssize_t)out.len, log.data ? log.data : "",
+                               (Py_ssize_t)log.len, log_values.data ? log_values.data : "", (Py_ssize_t)log_values.len);
+    }
+done:
+    free(out.data);
+    free(log.data);
+    free(log_values.data);
+    for (Py_ssize_t i = 0; i < groups; i++) {
+        PyBuffer_Release(&names[i]);
+    }
+    for (Py_ssize_t i = 0; i < taken; i++) {
+        PyBuffer_Release(&held[i]);
+    }
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"rule_verdicts", (PyCFunction)(void (*)(void))rule_verdicts, METH_FASTCALL,
+     "rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, now_ns, clock_offset_ns, known, "
+     "known_values, counters) -> (bytes of int64 (candidate's index, rule's place, verdict) per verdict, bytes of "
+     "int64 (candidate's index, track, counter's key) and bytes of double (its value) per counter's value); room "
+     "and surplus written (see rule_verdicts.py)."},
     {"match_run", (PyCFunction)(void (*)(void))match_run, METH_FASTCALL,
      "match_run(buffer, size, entries, entry, position, end, columns, kinds, names, counters, thresholds, state) -> "
      "(bytes of int64 (kind, name, ts, dur, args start, args end, track, first ts) per candidate, entries read, "

@@ -46,6 +46,18 @@ from ringtrace.collector.incidents.frame_match import (
     STATUS_ERROR,
     Criteria,
 )
+from ringtrace.collector.incidents.rule_verdicts import (
+    ALWAYS,
+    ASK,
+    CROSSES,
+    ENTRY_SLOTS,
+    ERROR,
+    KIND_ENTRY_SLOTS,
+    LIMIT_SLOTS,
+    LONG,
+    NAME_ENTRY_SLOTS,
+    RuleTables,
+)
 from ringtrace.collector.incidents.rules import (
     Condition,
     CounterCondition,
@@ -180,7 +192,8 @@ class SegmentCriteria:
     """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
 
     __slots__ = (
-        "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "criteria", "group_of", "plan", "tables",
+        "_entry_ranges", "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "counter_keys", "criteria",
+        "group_of", "plan", "rule_tables", "tables",
     )  # fmt: skip
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
@@ -193,6 +206,12 @@ class SegmentCriteria:
         self.by_name: tuple[dict[int, tuple[Watcher, ...]], ...] = tuple({} for _ in _FAMILIES)
         #: Where kind, name, ts, dur and args are among the segment's columns; None if it declares others.
         self.columns: tuple[int, ...] | None = None
+        #: The same watchers by kind and name id for the rules' verdicts (``rule_verdicts.py``); each tuple of
+        #: watchers has one range of entries.
+        self.rule_tables = RuleTables(array("q"), array("q"), tuple(array("q") for _ in _FAMILIES), array("d"))
+        self._entry_ranges: dict[tuple[Watcher, ...], tuple[int, int]] = {}
+        #: Per counter name matched: its key (``rule_verdicts.py``).
+        self.counter_keys: dict[str, int] = {}
         self._kinds_seen = -1
         self._strings_seen = 0
 
@@ -220,6 +239,12 @@ class SegmentCriteria:
         )  # fmt: skip
         copy.by_kind, copy.group_of = dict(previous.by_kind), dict(previous.group_of)
         copy.by_name = tuple(dict(by_name) for by_name in previous.by_name)
+        old_tables = previous.rule_tables
+        copy.rule_tables = RuleTables(
+            old_tables.entries[:], old_tables.kinds[:], tuple(names[:] for names in old_tables.names),
+            old_tables.limits[:],
+        )  # fmt: skip
+        copy._entry_ranges, copy.counter_keys = dict(previous._entry_ranges), dict(previous.counter_keys)
         copy.columns, copy._kinds_seen, copy._strings_seen = previous.columns, previous._kinds_seen, len(tables.strings)
         return copy
 
@@ -262,6 +287,13 @@ class SegmentCriteria:
             at = kind_id * KIND_SLOTS
             table[at : at + KIND_SLOTS] = array("q", (*_merged(watchers), self.group_of.get(kind_id, -1)))
         self.criteria.kinds = table
+        kind_entries = array("q", [0, 0, -1, 0]) * (len(table) // KIND_SLOTS)
+        for kind_id, watchers in self.by_kind.items():
+            start, count = self._entries_of(watchers)
+            shape = kinds[kind_id].shape == "span"
+            at = kind_id * KIND_ENTRY_SLOTS
+            kind_entries[at : at + KIND_ENTRY_SLOTS] = array("q", (start, count, self.group_of.get(kind_id, -1), shape))
+        self.rule_tables.kinds = kind_entries
 
     def _sync_strings(self) -> None:
         """Match the strings declared since the last sync against the globs (tables only grow)."""
@@ -274,6 +306,7 @@ class SegmentCriteria:
             at = string_id * NAME_SLOTS
             for family, watchers, (min_dur, flags) in matched:
                 by_name[family][string_id] = watchers
+                self._name_entries(family, string_id, watchers, text)
                 names = names_of[family]
                 if len(names) <= at:  # (room up to this id: the ids between pass nothing)
                     names.extend(_NO_NAME * (string_id + 1 - len(names) // NAME_SLOTS))
@@ -281,6 +314,31 @@ class SegmentCriteria:
                 if family == COUNTERS:
                     self._add_thresholds(string_id, watchers)
         self._strings_seen = len(strings)
+
+    def _name_entries(self, family: int, string_id: int, watchers: tuple[Watcher, ...], text: str) -> None:
+        names = self.rule_tables.names[family]
+        at = string_id * NAME_ENTRY_SLOTS
+        if len(names) <= at:
+            names.extend(array("q", [0, 0, -1]) * (string_id + 1 - len(names) // NAME_ENTRY_SLOTS))
+        key = self.counter_keys.setdefault(text, len(self.counter_keys)) if family == COUNTERS else -1
+        names[at : at + NAME_ENTRY_SLOTS] = array("q", (*self._entries_of(watchers), key))
+
+    def _entries_of(self, watchers: tuple[Watcher, ...]) -> tuple[int, int]:
+        """The range of entries of these watchers (in their order), added once."""
+        found = self._entry_ranges.get(watchers)
+        if found is None:
+            entries = self.rule_tables.entries
+            found = self._entry_ranges[watchers] = (len(entries) // ENTRY_SLOTS, len(watchers))
+            limits = self.rule_tables.limits
+            for watcher in watchers:
+                condition = watcher.condition
+                if isinstance(condition, CounterCondition):  # (its limits' index in place of a least duration)
+                    entries.extend((watcher.order, len(limits) // LIMIT_SLOTS, CROSSES))
+                    above, below = condition.above, condition.below
+                    limits.extend((float(above is not None), above or 0.0, float(below is not None), below or 0.0))
+                else:
+                    entries.extend((watcher.order, watcher.min_dur, _test_of(condition)))
+        return found
 
     def _add_thresholds(self, string_id: int, watchers: Sequence[Watcher]) -> None:
         """A counter's thresholds (its rules', ``above`` ones then ``below`` ones), and room for its state."""
@@ -298,6 +356,20 @@ class SegmentCriteria:
 
 #: A name no glob matched: its criterion passes nothing.
 _NO_NAME: Final = array("q", [NEVER, 0])
+
+
+def _test_of(condition: Condition) -> int:
+    """How the rules' verdicts test a watcher's condition (``rule_verdicts.py``)."""
+    match condition:
+        case SpanCondition():
+            return LONG
+        case OtlpErrorCondition():
+            return ERROR
+        case IncidentCallCondition():
+            return ALWAYS
+        case MessageCondition(text="*"):
+            return ALWAYS
+    return ASK
 
 
 def _in_order(watcher: Watcher) -> int:

@@ -15,8 +15,10 @@ candidate when its kind's criterion or its name's criterion in its kind's group 
   ``below`` ones it is below, kept in ``Criteria.state`` with the track it was on): a value that passes the same
   thresholds as the one before cannot be a crossing, so a counter's rules cost only the values that change sides.
 
-What depends on other args (a counter's crossing for each rule, a message's text) is judged in Python on the
-candidates alone, each candidate's args decoded alone (``OUT_SLOTS`` give where they are in the payload).
+What depends on each rule (its own duration, a counter's crossing from that counter's last value, a message's text)
+is judged on the candidates alone: a run's by the rules' verdicts (``rule_verdicts.py``, which leave messages' text
+globs to Python), a frame read alone in Python (``judge.py``), each candidate's args decoded alone (``OUT_SLOTS``
+give where they are in the payload).
 
 ``match_run`` takes a run of a segment's EVENTS frames at once (one call, without the GIL in C, however many frames):
 those that follow one another from an index entry on, each one ``Events.decode_body`` and ``match_frame`` take. It
@@ -52,6 +54,7 @@ __all__ = [
     "MAX_GROUPS",
     "NAME_SLOTS",
     "NEVER",
+    "RUN_SLOTS",
     "STATE_SLOTS",
     "STATUS_ERROR",
     "Criteria",

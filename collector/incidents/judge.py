@@ -9,7 +9,9 @@ was none before: the first value the watch sees of a counter already past it fir
 A rule begins at most ``max_per_minute`` incidents in any minute, and the firings of one step reach the engine at
 one instant: past that many in a step (``new_step``), a rule's firings are not made, only counted (``surplus``, which
 the engine counts suppressed, as it would have them). One whose event's times the engine would refuse is made
-(the engine says why) and takes no place among them, as it takes no slot of the rule's minute.
+(the engine says why) and takes no place among them, as it takes no slot of the rule's minute. The places left
+(``room``) and the firings counted (``surplus_counts``) are arrays by rule's place, which the rules' verdicts
+(``rule_verdicts.py``) write too for the rules they decide: a firing they made reaches ``firings`` as made.
 
 Trace ids come from the event's own args (``trace_id``: ringtrace's spans of a trace, OTLP spans and their events, OTLP
 log records carry one). A message or an instant nested in a span of a trace but without a ``trace_id`` of its own
@@ -18,7 +20,8 @@ has none here: finding its enclosing span would take every span of its track, wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,6 +33,7 @@ from ringtrace.collector.incidents.rules import (
     IncidentCallCondition,
     MessageCondition,
     OtlpErrorCondition,
+    Rule,
     SpanCondition,
 )
 from ringtrace.collector.read.frame_walk import ProcessView
@@ -68,30 +72,51 @@ class Judge:
 
     def __init__(self) -> None:
         self._counters: dict[tuple[int, int, str], float] = {}
-        #: Per rule: firings made this step, and those past its ``max_per_minute`` counted, not made, since taken.
-        self._made: dict[str, int] = {}
+        #: The same counters' keys by process (uid) and (track id, name).
+        self._of_process: dict[int, dict[tuple[int, str], None]] = {}
+        #: Per rule's place in the step's rules: firings it may still make this step, and those past its
+        #: ``max_per_minute`` counted, not made, this step; per rule's name, those counted since taken.
+        self._rules: tuple[Rule, ...] = ()
+        self.room = array("q")
+        self.surplus_counts = array("q")
         self.surplus: dict[str, int] = {}
-        self._now_ns = 0
+        self.now_ns = 0
 
-    def new_step(self, now_ns: int) -> None:
-        """A step begins at ``now_ns`` (wall-clock): each rule may make ``max_per_minute`` firings again."""
-        self._made.clear()
-        self._now_ns = now_ns
+    def new_step(self, now_ns: int, rules: Sequence[Rule]) -> None:
+        """A step of ``rules`` (a watcher's ``order`` is its rule's place among them) begins at ``now_ns``
+        (wall-clock): each rule may make ``max_per_minute`` firings again."""
+        self.fold_surplus()
+        self._rules = tuple(rules)
+        self.room = array("q", [rule.max_per_minute for rule in rules])
+        self.surplus_counts = array("q", bytes(8 * len(rules)))
+        self.now_ns = now_ns
+
+    def fold_surplus(self) -> None:
+        """Add the firings counted this step to ``surplus`` (by rule's name)."""
+        counts = self.surplus_counts
+        for place, count in enumerate(counts):
+            if count:
+                name = self._rules[place].name
+                self.surplus[name] = self.surplus.get(name, 0) + count
+                counts[place] = 0
 
     def _room(self, watcher: Watcher, event: StoredEvent) -> bool:
-        """Whether the watcher's rule makes this firing (else it is counted in ``surplus``)."""
-        rule = watcher.rule
-        if refusal_of(event.wall_ns, event.wall_ns + event.dur_ns, self._now_ns) is not None:
+        """Whether the watcher's rule makes this firing (else it is counted in ``surplus_counts``)."""
+        if refusal_of(event.wall_ns, event.wall_ns + event.dur_ns, self.now_ns) is not None:
             return True
-        made = self._made.get(rule.name, 0)
-        if made >= rule.max_per_minute:
-            self.surplus[rule.name] = self.surplus.get(rule.name, 0) + 1
+        place = watcher.order
+        if self.room[place] <= 0:
+            self.surplus_counts[place] += 1
             return False
-        self._made[rule.name] = made + 1
+        self.room[place] -= 1
         return True
 
-    def firings(self, watchers: Sequence[Watcher], event: StoredEvent) -> list[Firing]:
-        """A ``Firing`` per watcher whose rule ``event`` meets."""
+    def firings(
+        self, watchers: Sequence[Watcher], event: StoredEvent, made: Collection[int] = (), *, remember: bool = True
+    ) -> list[Firing]:
+        """A ``Firing`` per watcher whose rule ``event`` meets; those whose ``order`` is in ``made`` were judged
+        already, and made (by the rules' verdicts). A counter's value is remembered unless ``remember`` is false
+        (the rules' verdicts logged it, for the caller to remember)."""
         fired: list[Firing] = []
         value = _counter_value(event.args)
         key = (event.process.uid, event.track_id, event.name)
@@ -104,21 +129,49 @@ class Judge:
             message = isinstance(watcher.condition, MessageCondition)
             if shown is None and message:
                 shown = _shown(event)
-            if message and not watcher.pattern(shown[0]):  # type: ignore[index]
+            decided = watcher.order in made
+            if not decided and message and not watcher.pattern(shown[0]):  # type: ignore[index]
                 continue
-            if not self._room(watcher, event):
+            if not decided and not self._room(watcher, event):
                 continue
             if shown is None:
                 shown = _shown(event)
             if message:
                 reason = f"{reason}: {shown[0][:_REASON_TEXT]}"
             fired.append(_firing(watcher, event, reason, shown))
-        if value is not None and any(isinstance(w.condition, CounterCondition) for w in watchers):
-            self._counters.pop(key, None)  # (to the end: the one updated longest ago goes first)
-            if len(self._counters) >= MAX_COUNTERS:
-                del self._counters[next(iter(self._counters))]
-            self._counters[key] = value
+        if remember and value is not None and any(isinstance(w.condition, CounterCondition) for w in watchers):
+            self.remember(key, value)
         return fired
+
+    def remember(self, key: tuple[int, int, str], value: float) -> None:
+        """A counter's last value (its process's uid, track id and name): to the end of the order, the one updated
+        longest ago forgotten past ``MAX_COUNTERS``."""
+        counters = self._counters
+        counters.pop(key, None)
+        if len(counters) >= MAX_COUNTERS:
+            oldest = next(iter(counters))
+            del counters[oldest]
+            of_process = self._of_process[oldest[0]]
+            del of_process[oldest[1:]]
+            if not of_process:
+                del self._of_process[oldest[0]]
+        counters[key] = value
+        self._of_process.setdefault(key[0], {})[key[1:]] = None
+
+    def room_for_counters(self) -> int:
+        """Counters that can be remembered before one is forgotten."""
+        return MAX_COUNTERS - len(self._counters)
+
+    def known(self, uid: int, keys: dict[str, int]) -> tuple[array[int], array[float]]:
+        """The last values of a process's counters named in ``keys`` (a name's key): (track, key) pairs, and the
+        values (``rule_verdicts.py``)."""
+        pairs, values, counters = array("q"), array("d"), self._counters
+        for track, name in self._of_process.get(uid, {}):
+            key = keys.get(name)
+            if key is not None:
+                pairs.extend((track, key))
+                values.append(counters[uid, track, name])
+        return pairs, values
 
     def _reason(self, watcher: Watcher, event: StoredEvent, value: float | None, before: float | None) -> str | None:
         """Why ``event`` meets the watcher's condition; None if it does not (a message's text is judged after)."""

@@ -12,8 +12,11 @@ where it is stored, in two passes. The first (``frame_match.py``, in C where bui
 frame's candidates from its kind, name and duration columns (and counters' values) against the segment's compiled
 criteria (``criteria.py``), without an object per event, a run of frames at once (``match_run``: the frames between
 two gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not
-with the events or frames; the second (``judge.py``) decodes each candidate's args and judges it for the rules it
-may meet.
+with the events or frames. A run's candidates are then judged rule by rule where no Python is needed
+(``rule_verdicts.py``, in C where built, without the GIL: durations, error statuses, ``tl.incident`` calls,
+messages of any text, each rule's place among its firings of the step, and what is past it counted), so that Python
+sees the firings made and what it alone can judge; the second pass (``judge.py``) decodes those candidates' args
+and judges them (counters' crossings, messages' texts), and makes each firing.
 
 A new segment begins with its process's tables replayed: where those bytes are the ones its previous segment began
 with and that segment's decoder read nothing more, the new segment takes that decoder over (``_decoder``) instead of
@@ -36,6 +39,7 @@ its limit; a step makes no more than ``max_per_minute`` firings of a rule, and c
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -44,8 +48,9 @@ from typing import Any, Final
 import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.frame_match import candidates, match_frame, match_run, run_candidates
+from ringtrace.collector.incidents.frame_match import RUN_SLOTS, candidates, match_frame, match_run
 from ringtrace.collector.incidents.judge import Judge, StoredEvent
+from ringtrace.collector.incidents.rule_verdicts import MADE, logged, rule_verdicts, verdicts
 from ringtrace.collector.incidents.rules import RuleSet
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.ring import SegmentView
@@ -151,6 +156,7 @@ class RuleWatch:
         """Per rule, the firings not made since last taken: past its ``max_per_minute`` in a step (``judge.py``),
         to be counted suppressed."""
         judge = self._progress.judge
+        judge.fold_surplus()
         surplus, judge.surplus = judge.surplus, {}
         return surplus
 
@@ -186,7 +192,7 @@ class RuleWatch:
             self.begin(segments, kept)
             return []
         self._depart({segment.seq for _, segment in segments})
-        progress.judge.new_step(time.time_ns())
+        progress.judge.new_step(time.time_ns(), self._plan.rules.rules)
         firings: list[Firing] = []
         budget = self._max_step_bytes
         accounted = dict(progress.departed_read)
@@ -212,6 +218,7 @@ class RuleWatch:
         for owner, count in (kept or {}).items():
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
+        progress.judge.fold_surplus()
         _let_go(segments, progress.cursors, progress.latest_criteria)
         for owner in progress.prefixed.keys() - progress.latest_criteria.keys():
             del progress.prefixed[owner]
@@ -342,12 +349,35 @@ class RuleWatch:
         found: bytes,
         firings: list[Firing],
     ) -> None:
-        """Judge a run's candidates (``match_run``)."""
-        for kind_id, name_id, ts, dur, args_start, args_end, track_id, first_ts in run_candidates(found):
-            self._candidate(
-                process, tables, criteria, track_id, kind_id, name_id, first_ts + ts, dur,
-                buffer[args_start:args_end], firings,
-            )  # fmt: skip
+        """Judge a run's candidates (``match_run``): the rules' verdicts first, then the candidates they left to
+        Python or made a firing of."""
+        judge = self._progress.judge
+        rows = memoryview(found).cast("q")
+        count = len(rows) // RUN_SLOTS
+        counters = judge.room_for_counters() >= count  # (so that none is forgotten during the run)
+        known, known_values = judge.known(process.uid, criteria.counter_keys) if counters else (array("q"), array("d"))
+        judged = rule_verdicts(
+            found, buffer, criteria.rule_tables, judge.room, judge.surplus_counts, judge.now_ns,
+            process.clock_offset_ns, known, known_values, counters,
+        )  # fmt: skip
+        by_candidate: dict[int, list[tuple[int, int]]] = {}
+        for index, place, verdict in verdicts(judged.verdicts):
+            by_candidate.setdefault(index, []).append((place, verdict))
+        values = {index: (track, key, value) for index, track, key, value in logged(judged)}
+        names = {key: name for name, key in criteria.counter_keys.items()} if values else {}
+        for index in sorted(by_candidate.keys() | values.keys()):
+            rules = by_candidate.get(index)
+            if rules is not None:
+                kind_id, name_id, ts, dur, args_start, args_end, track_id, first_ts = rows[
+                    index * RUN_SLOTS : (index + 1) * RUN_SLOTS
+                ]
+                self._candidate(
+                    process, tables, criteria, track_id, kind_id, name_id, first_ts + ts, dur,
+                    buffer[args_start:args_end], firings, rules, remember=not counters,
+                )  # fmt: skip
+            if index in values:  # (after its firings: they judged it against the value before)
+                track_id, key, value = values[index]
+                judge.remember((process.uid, track_id, names[key]), value)
 
     def _frame(
         self,
@@ -383,9 +413,19 @@ class RuleWatch:
         dur: int,
         args: memoryview,
         firings: list[Firing],
+        verdicts: list[tuple[int, int]] | None = None,
+        *,
+        remember: bool = True,
     ) -> None:
+        """Judge a candidate for the rules it may meet, or for those of its ``verdicts`` (rule's place, verdict)
+        only, those whose verdict is ``MADE`` made already."""
         kind = tables.kinds.get(kind_id)
         watchers = criteria.watchers(kind_id, name_id)
+        made: set[int] = set()
+        if verdicts is not None:
+            places = {place for place, _ in verdicts}
+            made = {place for place, verdict in verdicts if verdict == MADE}
+            watchers = [watcher for watcher in watchers if watcher.order in places]
         wall_ns = ts + process.clock_offset_ns
         if kind is None or not watchers or not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS:
             return
@@ -396,7 +436,7 @@ class RuleWatch:
             process, tables, track_id, track_name, kind,
             name if name is not None else f"<unknown string {name_id}>", wall_ns, dur, _args(args),
         )  # fmt: skip
-        firings += self._progress.judge.firings(watchers, event)
+        firings += self._progress.judge.firings(watchers, event, made, remember=remember)
 
 
 def _args(value: memoryview) -> Any:

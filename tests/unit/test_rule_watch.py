@@ -8,6 +8,8 @@ import itertools
 from typing import Any
 
 import msgpack
+import pytest
+from ringtrace.collector.incidents import judge as judge_module
 from ringtrace.collector.incidents.rules import (
     CounterCondition,
     IncidentCallCondition,
@@ -261,7 +263,13 @@ def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
     assert step(watch, store) == [("r0", "span 'b' lasted 1 ns (>= 0 ns)")]
 
 
-def test_rules_with_thresholds_on_one_counter_each_fire_at_their_crossings_per_track() -> None:
+@pytest.mark.parametrize("max_counters", [judge_module.MAX_COUNTERS, 3])
+def test_rules_with_thresholds_on_one_counter_each_fire_at_their_crossings_per_track(
+    max_counters: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (with 3 counters remembered at most, a run of more values than can be remembered without forgetting one is
+    # judged in Python, the others by the rules' verdicts: the same firings)
+    monkeypatch.setattr(judge_module, "MAX_COUNTERS", max_counters)
     store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
     client = Stream(store, 1)
     watch = RuleWatch(rules(CounterCondition("q", above=990), CounterCondition("*", above=2000)), Limits())

@@ -418,8 +418,10 @@ class PythonTracer:
                 index = entry[1] if entry is not None else self._index_of(code, frame)
                 if index >= 0 and isinstance(arg, C_TYPES):
                     self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
-            elif self.builtins:  # c_return, c_exception
-                self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
+            elif self.builtins:  # c_return, c_exception: the end of a C call if its caller's code is recorded
+                entry = self._codes.get(id(frame.f_code))  # (the same callable called from code left out: not it)
+                if entry is not None and entry[1] >= 0:
+                    self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
         except Exception as exc:
             if raised_by_a_signal_handler(exc):
                 profile_function_removed(exc)

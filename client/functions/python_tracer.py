@@ -367,16 +367,22 @@ class PythonTracer:
             failed(exc, "a C call")
         return None
 
+    def _recorded(self, code: types.CodeType) -> bool:
+        """Whether ``code`` was decided recorded: a C call's end counts only from such code (the same C function
+        called again, inside that call, from code left out is not its end)."""
+        entry = self._codes.get(id(code))
+        return entry is not None and entry[1] >= 0
+
     def _on_c_return(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, C_TYPES):
+            if isinstance(callable_, C_TYPES) and self._recorded(code):
                 self._close(self._thread_calls(), id(callable_), CALL)
         except Exception as exc:
             failed(exc, "a C return")
 
     def _on_c_raise(self, code: types.CodeType, offset: int, callable_: object, arg0: object) -> None:
         try:
-            if isinstance(callable_, C_TYPES):
+            if isinstance(callable_, C_TYPES) and self._recorded(code):
                 clean = callable_ is _SYS_EXIT and (arg0 is _monitoring.MISSING or clean_exit_code(arg0))
                 self._close(self._thread_calls(), id(callable_), CALL if clean else CALL_RAISED)
         except Exception as exc:
@@ -418,7 +424,7 @@ class PythonTracer:
                 index = entry[1] if entry is not None else self._index_of(code, frame)
                 if index >= 0 and isinstance(arg, C_TYPES):
                     self._open(self._thread_calls(), id(arg), self._c_index_of(arg))
-            elif self.builtins:  # c_return, c_exception
+            elif self.builtins and self._recorded(frame.f_code):  # c_return, c_exception
                 self._close(self._thread_calls(), id(arg), CALL_RAISED if event == "c_exception" else CALL)
         except Exception as exc:
             if raised_by_a_signal_handler(exc):

@@ -131,6 +131,16 @@ def sorts() -> list[int]:
     return sorted([1, 2, 3], key=negative)
 
 
+def sorts_too(x: int) -> int:
+    """A key whose code is left out (decide): calls sorted, the C function running it, then recorded code."""
+    sorted([x])
+    return negative(x)
+
+
+def sorts_through_code_left_out() -> list[int]:
+    return sorted([1, 2, 3], key=sorts_too)
+
+
 def leaf() -> None:
     pass
 
@@ -306,6 +316,15 @@ def test_a_c_function_calling_back_into_python(tracer_class: Any, builtins: bool
     assert main_tree(by_thread) == expected
     if builtins:
         assert ("sorted", "", 0) in locations
+
+
+def test_a_c_function_called_again_inside_its_call_from_code_left_out_ends_once(tracer_class: Any) -> None:
+    def decide(code: types.CodeType, module: str) -> bool:
+        return ours(code, module) and code.co_name != "sorts_too"
+
+    _, by_thread, _ = traced(tracer_class, sorts_through_code_left_out, builtins=True, decide=decide)
+    keys = [call("negative")] * 3
+    assert main_tree(by_thread) == [call("sorts_through_code_left_out", call("sorted", *keys))]
 
 
 def test_c_functions_are_named_by_module_and_qualified_name(tracer_class: Any) -> None:

@@ -11,45 +11,6 @@
 
 #include "tracer.h" /* Python.h: _GNU_SOURCE, for pthread_getattr_np */
 
-/* The head of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner
-   (FRAME_OWNED_BY_THREAD: 0, FRAME_OWNED_BY_GENERATOR: 1). */
-#if PY_VERSION_HEX < 0x030C0000
-typedef struct {
-    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
-    PyCodeObject *f_code;
-    PyObject *frame_obj;
-    void *previous, *prev_instr;
-    int stacktop;
-    char is_entry; /* bool */
-    char owner;
-} RtFrame;
-#define FRAME_CODE(frame) ((frame)->f_code)
-#elif PY_VERSION_HEX < 0x030D0000
-typedef struct {
-    PyCodeObject *f_code;
-    void *previous;
-    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
-    void *prev_instr;
-    int stacktop;
-    uint16_t return_offset;
-    char owner;
-} RtFrame;
-#define FRAME_CODE(frame) ((frame)->f_code)
-#elif PY_VERSION_HEX < 0x030E0000
-typedef struct {
-    PyObject *f_executable; /* the code object, or something else for frames that run no code of their own */
-    void *previous;
-    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
-    void *instr_ptr;
-    int stacktop;
-    uint16_t return_offset;
-    char owner;
-} RtFrame;
-#define FRAME_CODE(frame) (PyCode_Check((frame)->f_executable) ? (PyCodeObject *)(frame)->f_executable : NULL)
-#else
-#error "the frame evaluation hook knows CPython 3.11 to 3.13's frames"
-#endif
-
 #define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
 
 /* A frame evaluated through the hook enters the interpreter's eval function anew, on the C stack, where a call the

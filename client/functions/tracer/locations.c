@@ -134,26 +134,6 @@ rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t
     return recorded;
 }
 
-/* A C callable's location key: its method definition, and the type it is bound to (NULL: a module's function). */
-static const void *
-c_function_key(PyObject *callable, PyObject **type)
-{
-    if (PyCFunction_Check(callable)) {
-        PyObject *bound = PyCFunction_GET_SELF(callable);
-        *type = bound == NULL || PyModule_Check(bound) ? NULL : PyType_Check(bound) ? bound : (PyObject *)Py_TYPE(bound);
-        return ((PyCFunctionObject *)callable)->m_ml;
-    }
-    *type = (PyObject *)PyDescr_TYPE(callable);
-    return ((PyMethodDescrObject *)callable)->d_method;
-}
-
-static size_t
-c_slot(const void *method, PyObject *type, size_t mask)
-{
-    uint64_t h = ((uint64_t)(uintptr_t)method >> 4) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uintptr_t)type >> 4);
-    return (size_t)(h ^ (h >> 29)) & mask;
-}
-
 static int
 c_table_grow(Tracer *self)
 {
@@ -165,7 +145,7 @@ c_table_grow(Tracer *self)
     for (size_t i = 0; i < self->c_capacity; i++) {
         CFunctionLocation *old = &self->c_locations[i];
         if (old->method != NULL) {
-            size_t j = c_slot(old->method, old->type, capacity - 1);
+            size_t j = rt_c_slot(old->method, old->type, capacity - 1);
             while (table[j].method != NULL) {
                 j = (j + 1) & (capacity - 1);
             }
@@ -219,23 +199,8 @@ c_location_first(Tracer *self, PyObject *callable)
 }
 
 int
-rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc)
+rt_c_location_first(Tracer *self, PyObject *callable, const void *method, PyObject *type, uint32_t *loc)
 {
-    PyObject *type;
-    const void *method = c_function_key(callable, &type);
-    if (self->c_capacity) {
-        size_t mask = self->c_capacity - 1;
-        for (size_t i = c_slot(method, type, mask);; i = (i + 1) & mask) {
-            CFunctionLocation *entry = &self->c_locations[i];
-            if (entry->method == method && entry->type == type) {
-                *loc = entry->loc;
-                return 1;
-            }
-            if (entry->method == NULL) {
-                break;
-            }
-        }
-    }
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     Py_XINCREF(type); /* kept alive across the Python code below, and then by the table */
@@ -246,7 +211,7 @@ rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc)
     }
     else if ((self->c_count + 1) * 2 <= self->c_capacity || c_table_grow(self) == 0) {
         size_t mask = self->c_capacity - 1;
-        size_t i = c_slot(method, type, mask);
+        size_t i = rt_c_slot(method, type, mask);
         while (self->c_locations[i].method != NULL &&
                !(self->c_locations[i].method == method && self->c_locations[i].type == type)) {
             i = (i + 1) & mask;

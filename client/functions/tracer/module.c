@@ -45,6 +45,7 @@ tracer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->tool_id = -1;
     self->min_duration_ns = min_duration_ns;
     self->max_depth = max_depth;
+    self->depth_limit = max_depth ? max_depth : PY_SSIZE_T_MAX;
     self->builtins = builtins;
     self->buffer_bytes = (Py_ssize_t)(buffer_bytes - buffer_bytes % RT_RECORD_SIZE);
     self->decide = Py_NewRef(decide);

@@ -172,6 +172,8 @@ rt_thread_slow(Tracer *self, pthread_t thread)
         t->ident = PyThread_get_thread_ident();
         t->tstate_id = tstate->id;
         t->data = malloc((size_t)self->buffer_bytes); /* NULL: every call of this thread is dropped (counted) */
+        t->room = t->data != NULL ? self->buffer_bytes - RT_RECORD_SIZE : -1;
+        t->wake_at = self->buffer_bytes / 4;
         t->refs = 1;
         if (dict != NULL) {
             PyObject *capsule = PyCapsule_New(t, NULL, thread_capsule_gone);
@@ -542,7 +544,7 @@ drain_all(Tracer *self, int with_cuts)
             if (!gone && run != NULL) {
                 memmove(t->data, t->data + taken, (size_t)(t->used - taken));
                 t->used -= taken;
-                t->woke = 0;
+                t->wake_at = self->buffer_bytes / 4;
                 t->drained_records += (uint64_t)(taken / RT_RECORD_SIZE);
                 PyObject *cuts = take_cuts(t, taken); /* (taken by drain() too: the notes go with their records) */
                 PyObject *pair = run;
@@ -575,7 +577,7 @@ drain_all(Tracer *self, int with_cuts)
         }
         if (t->ended && t->used == 0) {
             *link = t->next;
-            if (self->cache_buf == t) {
+                    if (self->cache_buf == t) {
                 self->cache_buf = NULL;
 
             }
@@ -602,6 +604,7 @@ rt_forget_threads(Tracer *self)
         clear_notes(t);
         free(t->data); /* a capsule may keep the small rest until its thread ends */
         t->data = NULL;
+        t->room = -1;
         free(t->stack);
         t->stack = NULL;
         t->depth = t->capacity = 0;

@@ -74,6 +74,60 @@ through the profile function), module.c (the Tracer type and the module). */
 /* RT_TSC: records hold the TSC where the kernel's clocksource is the TSC (clock.c) */
 #include "tsc_clock.h"
 
+/* What the files share stays inside the extension (PyInit__functions is exported by PyMODINIT_FUNC): the hot path
+   reads its globals and calls its functions directly, not through the symbol tables a shared library exports. */
+#pragma GCC visibility push(hidden)
+
+/* The head of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to its owner
+   (FRAME_OWNED_BY_THREAD: 0, FRAME_OWNED_BY_GENERATOR: 1). */
+#if PY_VERSION_HEX < 0x030C0000
+typedef struct {
+    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+    PyCodeObject *f_code;
+    PyObject *frame_obj;
+    void *previous, *prev_instr;
+    int stacktop;
+    char is_entry; /* bool */
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyCodeObject *f_code;
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) ((frame)->f_code)
+#elif PY_VERSION_HEX < 0x030E0000
+typedef struct {
+    PyObject *f_executable; /* the code object, or something else for frames that run no code of their own */
+    void *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals, *frame_obj;
+    void *instr_ptr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+} RtFrame;
+#define FRAME_CODE(frame) (PyCode_Check((frame)->f_executable) ? (PyCodeObject *)(frame)->f_executable : NULL)
+#else
+#error "the function tracer knows CPython 3.11 to 3.13's frames"
+#endif
+
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.11's frame object (Include/internal/pycore_frame.h), up to its interpreter frame: what the profile function is
+   given, its code read without PyFrame_GetCode's call and reference. */
+typedef struct {
+    PyObject_HEAD
+    PyFrameObject *f_back;
+    RtFrame *f_frame;
+} RtFrameObject;
+#define FRAME_OBJECT_CODE(frame) ((PyObject *)((RtFrameObject *)(frame))->f_frame->f_code)
+#endif
+
 /* wire/model.py: CALL and CALL_RAISED; wire/call_records.py: RECORD. */
 #define RT_CALL 11u
 #define RT_CALL_RAISED 12u
@@ -84,6 +138,8 @@ through the profile function), module.c (the Tracer type and the module). */
 typedef struct {
     int64_t start;    /* ticks (clock.c); unused when !record */
     const void *key;  /* the code object (Python) or the callable (C): compared, never dereferenced */
+    const void *from; /* profile.c: the frame object of a Python call, or the one a C call was made from, else NULL:
+                         compared only */
     uint32_t loc;     /* location index */
     uint32_t record;  /* 0: deeper than max_depth, no record at its end */
 } OpenCall;
@@ -106,10 +162,12 @@ typedef struct ThreadBuf {
     unsigned long ident;      /* threading.get_ident() of the thread */
     char *data;               /* records; NULL: every call is dropped */
     Py_ssize_t used;          /* bytes of records in data */
+    Py_ssize_t room;          /* the most `used` may be for one more record: buffer_bytes less one, -1 without data */
+    Py_ssize_t wake_at;       /* a record that takes `used` past it calls wake: a quarter of the buffer, or
+                                 PY_SSIZE_T_MAX once wake was called, until the next drain */
     OpenCall *stack;
     Py_ssize_t depth, capacity;
     Py_ssize_t lost;          /* open calls that found no room on the stack (memory): their ends are dropped */
-    int woke;                 /* wake was called since the last drain */
     int busy;                 /* the tracer runs Python code on this thread (decide, wake): the frame evaluation
                                  hook (3.11) lets its calls be, as the interpreter does for the other hooks */
     int ended;                /* the thread state was cleared: drained once more, then forgotten */
@@ -132,6 +190,19 @@ typedef struct {
 
 struct Tracer {
     PyObject_HEAD
+    /* What every traced call reads (and writes: recorded), together: two cache lines, not spread over four. */
+    pthread_t cache_thread;
+    ThreadBuf *cache_buf;
+    uint32_t generation;    /* tags the co_extra words this tracer wrote */
+    int running;
+    int builtins;
+    int wake_due;           /* a buffer passed a quarter full: wake is called as the hook that wrote it returns */
+    Py_ssize_t depth_limit; /* max_depth, or PY_SSIZE_T_MAX for none */
+    int64_t min_duration_ticks;
+    CFunctionLocation *c_locations;
+    size_t c_capacity, c_count; /* open addressing, capacity a power of two */
+    uint64_t dropped, recorded;
+    /* The rest. */
     PyObject *decide, *locations, *wake;
     PyObject *current_task; /* asyncio's running task, or None (asyncio_watch.current_task; NULL: not looked up) */
     PyObject *indexes;      /* dict: a location (name, file, line) -> its index in locations (a Python int) */
@@ -139,23 +210,13 @@ struct Tracer {
     PyObject *callbacks;    /* 3.12+: the sys.monitoring callbacks while running (a tuple), else NULL */
     PyObject *weakrefs;
     int64_t min_duration_ns;
-    int64_t min_duration_ticks;
     int64_t anchor_ticks, anchor_ns; /* clock.c: where the line from ticks to ns goes through */
     double ns_per_tick;
     Py_ssize_t max_depth;   /* 0: no limit */
     Py_ssize_t buffer_bytes; /* a whole number of records */
-    int builtins;
-    int running;
     int draining;           /* drain() runs (threads.c) */
-    int wake_due;           /* a buffer passed a quarter full: wake is called as the hook that wrote it returns */
     int tool_id;            /* 3.12+: the sys.monitoring tool id while running, else -1 */
-    uint32_t generation;    /* tags the co_extra words this tracer wrote */
     ThreadBuf *threads;
-    pthread_t cache_thread;
-    ThreadBuf *cache_buf;
-    uint64_t dropped, recorded;
-    CFunctionLocation *c_locations;
-    size_t c_capacity, c_count; /* open addressing, capacity a power of two */
 };
 
 /* The tracer that runs (at most one); set by start(), cleared by stop(). */
@@ -226,19 +287,19 @@ rt_thread(Tracer *self)
 static inline void
 rt_write_record(Tracer *self, ThreadBuf *t, int64_t start, int64_t end, uint32_t loc, uint32_t kind)
 {
-    if (t->used > self->buffer_bytes - RT_RECORD_SIZE || t->data == NULL) {
+    if (t->used > t->room) {
         self->dropped++;
         return;
     }
     char *p = t->data + t->used;
+    uint64_t loc_kind = (uint64_t)loc | (uint64_t)kind << 32; /* little endian: loc, then kind */
     memcpy(p, &start, 8);
     memcpy(p + 8, &end, 8);
-    memcpy(p + 16, &loc, 4);
-    memcpy(p + 20, &kind, 4);
+    memcpy(p + 16, &loc_kind, 8);
     t->used += RT_RECORD_SIZE;
     self->recorded++;
-    if (t->used > self->buffer_bytes / 4 && !t->woke) { /* a quarter: room for a flusher scheduled late */
-        t->woke = 1;
+    if (t->used > t->wake_at) { /* a quarter: room for a flusher scheduled late */
+        t->wake_at = PY_SSIZE_T_MAX;
         self->wake_due = 1; /* called last (rt_wake_if_due): wake may stop the tracer and let it go */
     }
 }
@@ -253,7 +314,7 @@ rt_wake_if_due(Tracer *self, ThreadBuf *t, int pass_on)
 }
 
 static inline void
-rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
+rt_push_from(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc, const void *from)
 {
     if (t->lost || (t->depth == t->capacity && rt_grow_stack(t) < 0)) {
         t->lost++;
@@ -261,9 +322,16 @@ rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
     }
     OpenCall *call = &t->stack[t->depth++];
     call->key = key;
+    call->from = from;
     call->loc = loc;
-    call->record = self->max_depth == 0 || t->depth <= self->max_depth;
+    call->record = t->depth <= self->depth_limit;
     call->start = call->record ? rt_ticks() : 0;
+}
+
+static inline void
+rt_push(Tracer *self, ThreadBuf *t, const void *key, uint32_t loc)
+{
+    rt_push_from(self, t, key, loc, NULL);
 }
 
 /* The open call on top ends at `end` as `kind`. */
@@ -297,7 +365,7 @@ rt_pop(Tracer *self, ThreadBuf *t, const void *key, uint32_t kind)
 /* 1: recorded (*loc set), 0: not; -1 (pass_on only): a signal handler raised the exception now set while decide ran,
    the program's. */
 int rt_code_location_first(Tracer *self, PyObject *code, PyObject *globals, uint32_t *loc, int pass_on);
-int rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc);
+int rt_c_location_first(Tracer *self, PyObject *callable, const void *method, PyObject *type, uint32_t *loc);
 void rt_clear_c_locations(Tracer *self);
 int rt_index_locations(Tracer *self); /* `indexes` from the locations already listed */
 
@@ -337,15 +405,76 @@ rt_code_location(Tracer *self, PyObject *code, uint32_t *loc)
     return decided >= 0 ? decided : rt_code_location_first(self, code, NULL, loc, 0);
 }
 
+/* Whether the callable is a builtin function or method (PyCFunction_Check, without its call for the two exact types). */
+static inline int
+rt_is_c_function_object(PyObject *callable)
+{
+    PyTypeObject *type = Py_TYPE(callable);
+    return type == &PyCFunction_Type || type == &PyCMethod_Type || PyType_IsSubtype(type, &PyCFunction_Type);
+}
+
 /* A C function, as builtins=True records: a builtin function or method, or a method descriptor (list.append); not
    one of the tracer's own methods. */
 static inline int
 rt_is_c_function(Tracer *self, PyObject *callable)
 {
-    if (PyCFunction_Check(callable)) { /* the tracer's own methods (stop() ends inside itself) are never calls */
+    if (rt_is_c_function_object(callable)) { /* the tracer's own methods (stop() ends inside itself) are never calls */
         return PyCFunction_GET_SELF(callable) != (PyObject *)self;
     }
     return Py_IS_TYPE(callable, &PyMethodDescr_Type) && PyDescr_TYPE(callable) != Py_TYPE(self);
+}
+
+/* A C callable's location key (rt_is_c_function's callables): its method definition, and the type it is bound to as
+   its __qualname__ names it (the bound type, or an instance's type; a module's type for a module's function, whose
+   name names no type). Keys that name the same function share its location (interned by value). */
+static inline const void *
+rt_c_function_key(PyObject *callable, PyObject **type)
+{
+    if (Py_IS_TYPE(callable, &PyMethodDescr_Type)) {
+        *type = (PyObject *)PyDescr_TYPE(callable);
+        return ((PyMethodDescrObject *)callable)->d_method;
+    }
+    PyObject *bound = PyCFunction_GET_SELF(callable);
+    *type = bound == NULL || PyType_Check(bound) ? bound : (PyObject *)Py_TYPE(bound);
+    return ((PyCFunctionObject *)callable)->m_ml;
+}
+
+static inline size_t
+rt_c_slot(const void *method, PyObject *type, size_t mask)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)method >> 4) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uintptr_t)type >> 4);
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+/* Whether the C callable's location index is in the tracer's table (1, *loc set) or not yet (0). */
+static inline int
+rt_c_location_known(Tracer *self, const void *method, PyObject *type, uint32_t *loc)
+{
+    if (self->c_capacity == 0) {
+        return 0;
+    }
+    size_t mask = self->c_capacity - 1;
+    for (size_t i = rt_c_slot(method, type, mask);; i = (i + 1) & mask) {
+        const CFunctionLocation *entry = &self->c_locations[i];
+        if (entry->method == method && entry->type == type) {
+            *loc = entry->loc;
+            return 1;
+        }
+        if (entry->method == NULL) {
+            return 0;
+        }
+    }
+}
+
+/* A C callable's location index (*loc), found in the tracer's table, or made the first time (1); 0: none could be
+   made (reported), the call not recorded. */
+static inline int
+rt_c_location(Tracer *self, PyObject *callable, uint32_t *loc)
+{
+    PyObject *type;
+    const void *method = rt_c_function_key(callable, &type);
+    return rt_c_location_known(self, method, type, loc) ||
+           rt_c_location_first(self, callable, method, type, loc);
 }
 
 /* monitoring.c / profile.c: the interpreter's side of start() and stop(). */
@@ -356,5 +485,7 @@ int rt_eval_hook_start(Tracer *self);
 void rt_eval_hook_stop(Tracer *self);
 /* evalframe.c: whether a SystemExit of this code (NULL: none given) ends the program cleanly (None or 0). */
 int rt_clean_exit_code(PyObject *code);
+
+#pragma GCC visibility pop
 
 #endif

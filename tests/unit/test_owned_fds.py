@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
 from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 
@@ -108,3 +109,25 @@ def is_open(number: int) -> bool:
     except OSError:
         return False
     return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the pair's descriptors in /proc/self/fd")
+def test_descriptors_closed_under_them_are_made_anew_whatever_numbers_they_had() -> None:
+    low = socket.socket()  # a number below the pair's, for the connection to take
+    before = open_numbers()
+    descriptors = StreamerDescriptors()
+    pair_numbers = open_numbers() - before
+    number = low.fileno()
+    low.close()
+    connection, collector = socket.socketpair()
+    assert connection.fileno() == number
+    descriptors.attach(connection)
+    for closed in (number, *pair_numbers):  # as os.closerange does
+        os.close(closed)
+    # The new pair takes the lowest numbers free: the connection's among them, registered until it is let go of.
+    assert descriptors.keep() is False
+    assert descriptors.sock is None and descriptors.wake_pair.holds()
+    descriptors.wake()
+    assert descriptors.wait(60, writable=False) is False  # woken by the new pair
+    descriptors.close()
+    collector.close()

@@ -63,11 +63,11 @@ class StreamerDescriptors:
     def keep(self) -> bool:
         """Make a new wake-up pair if the program closed ours; let go of the socket if it closed that, and say so
         (False)."""
-        self._keep_wake_pair()
-        if self.sock is not None and not self.socket_is_ours():
+        lost = self.sock is not None and not self.socket_is_ours()
+        if lost:  # (first: its number, registered until then, may be the new pair's)
             self.close_socket()
-            return False
-        return True
+        self._keep_wake_pair()
+        return not lost
 
     def _keep_wake_pair(self) -> None:
         if not self.wake_pair.holds():

@@ -193,6 +193,14 @@ def test_an_async_slice_whose_end_arrives_before_its_begin_is_found_ended() -> N
         )
         rows = collector.json("/aggregates")["rows"]
         assert [(row["name"], row["count"], row["open"]) for row in rows] == [("load", 1, 0)]
+        # A window after it ended holds none of it (its begin, held as begun before the window, was shown open).
+        ended = spans[0]["start_ns"] + spans[0]["duration_ns"]
+        assert collector.json(f"/spans?since={ended + 1}")["spans"] == []
+        later = collector.snapshot(f"?since={ended + 1}")["traceEvents"]
+        assert [e for e in later if e["ph"] in "be"] == []
+        # A window that its end alone is in holds the whole slice, ended.
+        (found,) = collector.json(f"/spans?since={ended - 1}")["spans"]
+        assert (found["open"], found["duration_ns"]) == (False, spans[0]["duration_ns"])
 
 
 def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:

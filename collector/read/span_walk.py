@@ -3,9 +3,9 @@ same filters shows as a complete slice (``"ph":"X"``), with the instants and mes
 
 Spans are what has a duration: ``span`` events (OTLP spans among them), traced calls (``call``, ``call_raised``) and
 markers and source activity that the event walk pairs into slices (``pairing.py``), async slices (a begin and the
-next end of its id in its process, as viewers pair them, on the begin's track, args of both) and what is still open at
-the end of the walk: a marker, source activity or async slice begun and not ended, whose duration runs to the
-window's end or ``now_ns``, whichever is earlier (``Span``'s last field says it is open).
+next end of its id in its process in time, as viewers pair them, on the begin's track, args of both) and what is
+still open at the end of the walk: a marker, source activity or async slice begun and not ended, whose duration runs
+to the window's end or ``now_ns``, whichever is earlier (``Span``'s last field says it is open).
 
 Theory of operation: the walk is the event walk's (``event_walk.py``: the same frames, pairing, selection and loss
 counts), but most frames are read a column at a time, as ``export/timeline_frames.py`` reads them: a frame whose
@@ -24,6 +24,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import compress
+from operator import itemgetter
 from typing import Any, Final
 
 from ringtrace.collector.read.event_walk import EventWalk
@@ -180,8 +181,10 @@ class SpanWalk:
     ) -> None:
         self.walk = EventWalk(view, replace(selected, limit=None))
         self.now_ns = time.time_ns() if now_ns is None else now_ns
-        #: Async begins shown and not yet ended, by (process uid, id): a stack each, the latest begin ended first.
-        self._begun: dict[tuple[int, str], list[tuple[TrackInfo, str, int, dict[str, Any] | None]]] = {}
+        #: Async begins and ends shown, by (process uid, id): paired after the walk in time order (their frames
+        #: arrive in no such order: a begin on one thread may come after its end on another), a stack each, the
+        #: latest begin ended first.
+        self._async: dict[tuple[int, str], list[tuple[int, str, TrackInfo, str, dict[str, Any] | None]]] = {}
         self.spans = spans
         self.count_others = count_others
         self.with_args = with_args or spans.by_args
@@ -212,7 +215,7 @@ class SpanWalk:
             for span in self._shown(process, track, tables, frame, None) if rows is None else rows:
                 yield process, span[2], (span[4],), 0
         for span in self._still_open():
-            yield span[0], span[2], (span[4],), 1
+            yield span[0], span[2], (span[4],), int(span[6])
 
     def losses(self) -> dict[str, int]:
         """What the processes selected lost, as a snapshot of them counts it (after the walk; not only in the
@@ -364,19 +367,8 @@ class SpanWalk:
             if phase == "X":
                 if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
                     yield process, track, name, wall_ns, dur_ns, args if self.with_args else None, False
-            elif phase == "b":
-                self._begun.setdefault((process.uid, async_id), []).append((track, name, wall_ns, args))
-            elif phase == "e":
-                begins = self._begun.get((process.uid, async_id))
-                if not begins:
-                    continue  # an end whose begin is not in the walk: a point, no span
-                began_track, began_name, began_ns, began_args = begins.pop()
-                if not begins:
-                    del self._begun[process.uid, async_id]
-                dur_ns = max(wall_ns - began_ns, 0)
-                args = {**began_args, **args} if began_args and args else began_args or args
-                if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
-                    yield process, began_track, began_name, began_ns, dur_ns, args if self.with_args else None, False
+            elif phase == "b" or phase == "e":  # paired after the walk, in time order (``_async_ends``)
+                self._async.setdefault((process.uid, async_id), []).append((wall_ns, phase, track, name, args))
             elif count and phase == "i":
                 if category in ("", "incident"):
                     self.instants += 1
@@ -385,21 +377,38 @@ class SpanWalk:
                     self.messages[priority] = self.messages.get(priority, 0) + 1
 
     def _still_open(self) -> Iterator[Span]:
-        """What is still open at the end of the walk (after it): markers and source activity begun and not ended,
-        async slices whose end the walk did not meet, each running to the window's end or ``now_ns`` (the earlier)."""
+        """After the walk: the async slices, each begin paired with the next end of its id in time, and what is still
+        open: markers and source activity begun and not ended, async slices with no end after their begin, each
+        running to the window's end or ``now_ns`` (the earlier)."""
         _, until = self.walk.window
         end_ns = self.now_ns if until is None else min(until, self.now_ns)
-        opened = [
-            (process, track, event[1], event[2], _without_note(event[4]) if event[0] == "B" else event[4])
-            for process, track, event in self.walk.still_open()
-        ]
-        processes = self.walk.processes
-        for (uid, _), begins in self._begun.items():
-            process = processes.get(uid)
-            if process is not None:
-                opened += [(process, track, name, began_ns, args) for track, name, began_ns, args in begins]
-        self._begun = {}
+        opened = []
+        for process, track, event in self.walk.still_open():
+            if event[0] == "b":  # (held by the window's pairing: begun before it, its end not met in arrival order)
+                self._async.setdefault((process.uid, event[6]), []).append((event[2], "b", track, event[1], event[4]))
+            else:
+                opened.append(
+                    (process, track, event[1], event[2], _without_note(event[4]) if event[0] == "B" else event[4])
+                )
         spans, floor, ceiling = self.spans, self.floor_ns, self.spans.max_duration_ns
+        processes, held, self._async = self.walk.processes, self._async, {}
+        for (uid, _), events in held.items():
+            of = processes.get(uid)
+            if of is None:
+                continue
+            begins = []
+            for wall_ns, phase, track, name, args in sorted(events, key=itemgetter(0)):  # (stable: arrival order)
+                if phase == "b":
+                    begins.append((track, name, wall_ns, args))
+                    continue
+                if not begins:
+                    continue  # an end whose begin is not in the walk: a point, no span
+                began_track, began_name, began_ns, began_args = begins.pop()
+                dur_ns = wall_ns - began_ns
+                args = {**began_args, **args} if began_args and args else began_args or args
+                if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):
+                    yield of, began_track, began_name, began_ns, dur_ns, args if self.with_args else None, False
+            opened += [(of, track, name, began_ns, args) for track, name, began_ns, args in begins]
         for process, track, name, began_ns, args in opened:
             dur_ns = max(end_ns - began_ns, 0)
             if dur_ns >= floor and (ceiling is None or dur_ns <= ceiling) and spans.takes(args):

@@ -109,3 +109,41 @@ def test_a_program_that_closes_every_fd_gets_no_bytes_of_ours_and_recording_goes
         what="the 30 messages logged after the program closed our descriptors",
     )
     assert sorted(after, key=lambda text: int(text.split()[1])) == [f"after {i}" for i in range(30)]
+
+
+FORKS_THEN_CLOSES_EVERY_FD = """
+import logging, os, sys, time
+logging.warning("before")
+time.sleep(0.3)
+pid = os.fork()
+if pid:
+    os.waitpid(pid, 0)
+    sys.exit(0)
+os.closerange(3, 4096)  # a daemon's child: the fork's new wake-up pair goes, and its numbers are free again
+for i in range(30):
+    logging.warning("child %d", i)
+    time.sleep(0.01)
+"""
+
+
+def test_a_daemons_forked_child_that_closes_every_fd_connects_and_records_all_it_logs(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # The forked child's streamer makes its wake-up pair at the fork, on the lowest free numbers (its parent's, just
+    # closed); after os.closerange its first connection got the old pair reader's number, still registered in its
+    # select: "already registered", a failed pass, and what it held was lost.
+    (tmp_path / "daemon.py").write_text(FORKS_THEN_CLOSES_EVERY_FD)
+    done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "daemon.py"], tmp_path, program_environment())
+    assert done.returncode == 0
+    assert "unexpected error" not in done.stderr
+    logged = wait_for(
+        lambda: [
+            e["args"]["message"]
+            for e in events(collector.snapshot(), "i")
+            if e.get("args", {}).get("message", "").startswith("child ")
+        ],
+        until=lambda found: len(found) >= 30,
+        timeout_s=60,
+        what="the 30 messages the child logged after it closed every descriptor",
+    )
+    assert sorted(logged, key=lambda text: int(text.split()[1])) == [f"child {i}" for i in range(30)]

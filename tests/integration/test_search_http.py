@@ -169,6 +169,40 @@ def test_async_slices_and_spans_still_open_are_found_open_ones_marked(capsys: py
         assert "1 (1 open)" in capsys.readouterr().out
 
 
+RECORD_END_FIRST = """
+import sys, threading, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+tl.instant("main's track first")
+tl.flush(5)
+worker = threading.Thread(target=lambda: tl.async_begin("load", 7, url="/x"))
+worker.start()
+worker.join()
+tl.async_end("load", 7, status=200)
+print(tl.flush(5))
+"""
+
+
+def test_an_async_slice_whose_end_arrives_before_its_begin_is_found_ended() -> None:
+    # Begun on a worker thread and ended on the main thread, whose frames went first: the end met no begin and was
+    # dropped, and the begin was found open, its duration running to now.
+    with recorded_collector(RECORD_END_FIRST, "delta") as collector:
+        arrived = [e["ph"] for e in collector.snapshot()["traceEvents"] if e["ph"] in "be"]
+        spans = collector.json("/spans?limit=100")["spans"]
+        assert [(s["name"], s["open"], s["args"]) for s in spans] == [("load", False, {"url": "/x", "status": 200})], (
+            arrived
+        )
+        rows = collector.json("/aggregates")["rows"]
+        assert [(row["name"], row["count"], row["open"]) for row in rows] == [("load", 1, 0)]
+        # A window after it ended holds none of it (its begin, held as begun before the window, was shown open).
+        ended = spans[0]["start_ns"] + spans[0]["duration_ns"]
+        assert collector.json(f"/spans?since={ended + 1}")["spans"] == []
+        later = collector.snapshot(f"?since={ended + 1}")["traceEvents"]
+        assert [e for e in later if e["ph"] in "be"] == []
+        # A window that its end alone is in holds the whole slice, ended.
+        (found,) = collector.json(f"/spans?since={ended - 1}")["spans"]
+        assert (found["open"], found["duration_ns"]) == (False, spans[0]["duration_ns"])
+
+
 def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:
     collector = CollectorProcess("--max-snapshots", "1")
     try:

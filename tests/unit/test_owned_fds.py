@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
+from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
 from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
+from ringtrace.client.options import StreamerOptions
 
 
 def reuse_numbers(*numbers: int) -> list[socket.socket]:
@@ -108,3 +114,56 @@ def is_open(number: int) -> bool:
     except OSError:
         return False
     return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the pair's descriptors in /proc/self/fd")
+def test_descriptors_closed_under_them_are_made_anew_whatever_numbers_they_had() -> None:
+    low = socket.socket()  # a number below the pair's, for the connection to take
+    before = open_numbers()
+    descriptors = StreamerDescriptors()
+    pair_numbers = open_numbers() - before
+    number = low.fileno()
+    low.close()
+    connection, collector = socket.socketpair()
+    assert connection.fileno() == number
+    descriptors.attach(connection)
+    for closed in (number, *pair_numbers):  # as os.closerange does
+        os.close(closed)
+    # The new pair takes the lowest numbers free: the connection's among them, registered until it is let go of.
+    assert descriptors.keep() is False
+    assert descriptors.sock is None and descriptors.wake_pair.holds()
+    descriptors.wake()
+    assert descriptors.wait(60, writable=False) is False  # woken by the new pair
+    descriptors.close()
+    collector.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the dial's descriptor in /proc/self/fd")
+def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket_open(
+    programs_sockets: list[socket.socket],
+) -> None:
+    server = socket.create_server(("127.0.0.1", 0))  # takes the connection, never answers the handshake
+    dialer = Dialer(
+        f"127.0.0.1:{server.getsockname()[1]}", StreamerOptions(tls=ssl.create_default_context(), connect_timeout_s=5)
+    )
+    before = open_numbers()
+    failed: list[BaseException] = []
+
+    def dial() -> None:
+        try:
+            dialer.dial()
+        except ConnectFailed as exc:
+            failed.append(exc)
+
+    dialling = threading.Thread(target=dial)
+    dialling.start()
+    deadline = time.monotonic() + 60
+    while not (dialled := open_numbers() - before):
+        assert time.monotonic() < deadline, "the dial made no socket within 60 s"
+        time.sleep(0.01)
+    programs_sockets.extend(reuse_numbers(*dialled))  # while the handshake waits, as a daemon's closerange does
+    dialling.join(60)
+    assert failed and not dialling.is_alive()
+    for sock in programs_sockets:
+        os.fstat(sock.fileno())  # none of the program's sockets was closed
+    server.close()

@@ -109,12 +109,13 @@ def reference_spans(
     view: SnapshotView, selected: EventFilter, spans: SpanFilter
 ) -> list[tuple[str, int, int, str, bool]]:
     """(name, start, duration, args as JSON, open) of every span the Chrome snapshot shows that ``spans`` takes: its
-    complete slices, its async begins paired with the next end of their id (args of both), and what it shows
+    complete slices, its async begins paired with the next end of their id in time (args of both), and what it shows
     open-ended, running to the window's end or ``NOW``."""
     events, _ = chrome(view, selected)
     end = NOW if selected.until_ns is None else min(selected.until_ns, NOW)
     found: list[tuple[str, int, int, dict[str, Any] | None, bool]] = []
     begun: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    slices: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for event in events:
         args = json.loads(json.dumps(event.get("args", {}), default=float)) or None
         if event["ph"] == "X":
@@ -122,12 +123,17 @@ def reference_spans(
         elif event["ph"] == "B":
             args = {key: value for key, value in (args or {}).items() if key != "ringtrace"} or None
             found.append((event["name"], event["start_ns"], max(end - event["start_ns"], 0), args, True))
-        elif event["ph"] == "b":
-            begun.setdefault((event["pid"], event["id"]), []).append({**event, "args": args})
-        elif event["ph"] == "e" and begun.get((event["pid"], event["id"])):
-            begin = begun[event["pid"], event["id"]].pop()
-            both = {**(begin["args"] or {}), **(args or {})} or None
-            found.append((begin["name"], begin["start_ns"], max(event["start_ns"] - begin["start_ns"], 0), both, False))
+        elif event["ph"] in "be":
+            slices.setdefault((event["pid"], event["id"]), []).append({**event, "args": args})
+    for ends in slices.values():  # paired in time order, as viewers pair them (not the order their frames came in)
+        for event in sorted(ends, key=lambda event: event["start_ns"]):
+            begins = begun.setdefault((event["pid"], event["id"]), [])
+            if event["ph"] == "b":
+                begins.append(event)
+            elif begins:
+                begin = begins.pop()
+                both = {**(begin["args"] or {}), **(event["args"] or {})} or None
+                found.append((begin["name"], begin["start_ns"], event["start_ns"] - begin["start_ns"], both, False))
     for begins in begun.values():
         found += [(b["name"], b["start_ns"], max(end - b["start_ns"], 0), b["args"], True) for b in begins]
     low, high = spans.min_duration_ns or 0, spans.max_duration_ns

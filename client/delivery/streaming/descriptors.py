@@ -41,6 +41,8 @@ class StreamerDescriptors:
 
     def attach(self, sock: socket.socket | ssl.SSLSocket) -> None:
         """A new connection's socket (non-blocking from now on)."""
+        # A pair the program closed leaves its reader's number registered: a socket given that number would not be.
+        self._keep_wake_pair()
         sock.setblocking(False)
         self.sock, self._owned = sock, OwnedSocket(sock)
         self._selector.register(sock, selectors.EVENT_READ)
@@ -61,16 +63,19 @@ class StreamerDescriptors:
     def keep(self) -> bool:
         """Make a new wake-up pair if the program closed ours; let go of the socket if it closed that, and say so
         (False)."""
+        lost = self.sock is not None and not self.socket_is_ours()
+        if lost:  # (first: its number, registered until then, may be the new pair's)
+            self.close_socket()
+        self._keep_wake_pair()
+        return not lost
+
+    def _keep_wake_pair(self) -> None:
         if not self.wake_pair.holds():
             with _not_registered():
                 self._selector.unregister(self.wake_pair.reader)
             self.wake_pair.close()
             self.wake_pair = WakePair()
             self._selector.register(self.wake_pair.reader, selectors.EVENT_READ)
-        if self.sock is not None and not self.socket_is_ours():
-            self.close_socket()
-            return False
-        return True
 
     def wait(self, timeout_s: float, writable: bool) -> bool | None:
         """Wait up to ``timeout_s`` for a wake-up (read here) or the socket (readable; writable too if ``writable``).

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.outage import connect_failure
+from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.parsing import parse_addresses
 
@@ -91,20 +92,31 @@ class Dialer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not self.options.tls:
             return sock
+        # The handshake waits on the network: a program may close the descriptor meanwhile and get its number for a
+        # socket of its own (a daemon's os.closerange), which a failed handshake must not close (owned_fds.py).
+        owned = OwnedSocket(sock)
         try:
-            return self._handshake(sock, deadline)
+            tls = self._handshake(owned, deadline)
         except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
-            sock.close()
+            owned.close()
             hint = "do both sides use TLS, and is the collector's certificate trusted?"
             raise ConnectFailed(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True) from None
+        if not owned.holds():
+            owned.close()
+            raise ConnectFailed(f"TLS with {self.address_text}: the program closed the connection's descriptor")
+        return tls
 
-    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
-        """``sock`` wrapped in TLS, the handshake done (blocking, until ``deadline``)."""
+    def _handshake(self, owned: OwnedSocket, deadline: float) -> ssl.SSLSocket:
+        """``owned``'s socket wrapped in TLS (``owned`` holds the wrapped one), the handshake done (blocking, until
+        ``deadline``; not by ``wrap_socket``, which closes the descriptor when the handshake fails)."""
         context = self._tls_context
         if context is None:  # loading the system's CAs takes a while: here, not in connect()
             tls = self.options.tls
             import ssl  # (imported already, by __init__)
 
             context = self._tls_context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        return context.wrap_socket(sock, server_hostname=self.host)
+        owned.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        wrapped = context.wrap_socket(owned.sock, server_hostname=self.host, do_handshake_on_connect=False)
+        owned.sock = wrapped
+        wrapped.do_handshake()
+        return wrapped

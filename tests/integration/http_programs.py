@@ -286,6 +286,9 @@ def httpx_client(port: int, calls: int) -> list[Any]:
 if __name__ == "__main__":
     role = sys.argv[1]
     if role.endswith("-server"):
+        import faulthandler
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # (the test asks for the stacks of one that hangs)
         servers = {
             "aiohttp-server": aiohttp_server,
             "wsgi-server": wsgi_server,

@@ -7,8 +7,10 @@ snapshot holds a client span per request in one process, its server span in the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -73,6 +75,9 @@ def run_pair(server_role: str, client_role: str, env: dict[str, dict[str, str]])
             assert server.wait(60) == 0
         finally:
             if server.poll() is None:
+                server.send_signal(signal.SIGUSR1)  # its threads' stacks, on its stderr: where it hangs
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait(5)
                 server.kill()
                 server.wait()
     got: list[Any] = json.loads(client.stdout)

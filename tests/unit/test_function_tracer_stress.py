@@ -6,12 +6,11 @@ extension is not built. Each program that could crash the interpreter runs in a 
 from __future__ import annotations
 
 import gc
-import signal
+import json
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from types import CodeType
 from typing import Any
@@ -51,60 +50,6 @@ def quick() -> None:
     pass
 
 
-def interrupted_soon() -> bool:
-    """Calls quick() until a KeyboardInterrupt comes (True) or the deadline passes (False)."""
-    deadline = time.monotonic() + 5.0
-    try:
-        while time.monotonic() < deadline:
-            quick()
-    except KeyboardInterrupt:
-        return True
-    return False
-
-
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
-@pytest.mark.parametrize("callback", ["decide", "wake"])
-def test_ctrl_c_while_decide_or_wake_runs_reaches_the_program(callback: str) -> None:
-    # Ctrl-C arrives as a KeyboardInterrupt raised in whatever Python code runs: here, the tracer's decide or wake.
-    # The tracer must not swallow it as an error of that callback (the Python twin lets it through too).
-    asked: list[str] = []
-
-    def decide(code: CodeType, module: str) -> bool:
-        asked.append(code.co_name)
-        if callback == "decide" and asked.count("quick") == 1:
-            raise KeyboardInterrupt  # (which says nothing of quick: asked again when next met)
-        return this_module(code, module)
-
-    def wake() -> None:
-        if wakes.append(None) or len(wakes) == 1:
-            raise KeyboardInterrupt
-
-    wakes: list[None] = []
-    locations: list[CodeLocation] = []
-
-    unraisable: list[Any] = []
-    hook = sys.unraisablehook
-    sys.unraisablehook = unraisable.append
-    tracer = functions.Tracer(decide, locations, buffer_bytes=24 * 64, wake=wake if callback == "wake" else None)
-    # A finalizer of an earlier test's leftovers calling quick() in a collection here would take the interrupt (as
-    # unraisable, rightly) before this thread meets quick: run them now, and none while the tracer runs.
-    gc.collect()
-    gc.disable()
-    tracer.start()
-    try:
-        interrupted = interrupted_soon()
-        for _ in range(10):
-            quick()
-    finally:
-        tracer.stop()
-        gc.enable()
-        sys.unraisablehook = hook
-    assert interrupted
-    assert names(tracer, locations)[threading.get_ident()].count("quick") >= 10
-    assert not [u for u in unraisable if isinstance(u.exc_value, KeyboardInterrupt)]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
 CHILD_PRELUDE = """
 import os, sys, threading, time
 from ringtrace.client._functions import Tracer
@@ -118,6 +63,60 @@ def names(tracer):
         out.setdefault(ident, []).extend(loc[0] for _, _, loc, _ in CallRun(records, LOCATIONS).calls())
     return out
 """
+
+
+@pytest.mark.parametrize("callback", ["decide", "wake"])
+def test_ctrl_c_while_decide_or_wake_runs_reaches_the_program(callback: str) -> None:
+    # Ctrl-C arrives as a KeyboardInterrupt raised in whatever Python code runs: here, the tracer's decide or wake.
+    # The tracer must not swallow it as an error of that callback (the Python twin lets it through too). In a child
+    # of its own: in a test process, another test's leftover (a finalizer that calls quick() in a collection, a
+    # thread) could meet quick first and take the interrupt, rightly, where this thread should.
+    done = run_child(
+        CHILD_PRELUDE
+        + f"""
+import json, signal
+callback = {callback!r}
+asked, wakes, unraisable = [], [], []
+sys.unraisablehook = unraisable.append
+def quick():
+    pass
+def decide(code, module):
+    asked.append(code.co_name)
+    if callback == "decide" and asked.count("quick") == 1:
+        raise KeyboardInterrupt  # (which says nothing of quick: asked again when next met)
+    return main_module(code, module)
+def wake():
+    wakes.append(None)
+    if len(wakes) == 1:
+        raise KeyboardInterrupt
+def interrupted_soon():
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            quick()
+    except KeyboardInterrupt:
+        return True
+    return False
+tracer = Tracer(decide, LOCATIONS, buffer_bytes=24 * 64, wake=wake if callback == "wake" else None)
+tracer.start()
+interrupted = interrupted_soon()
+for _ in range(10):
+    quick()
+tracer.stop()
+print(json.dumps({{
+    "interrupted": interrupted,
+    "quick": names(tracer).get(threading.get_ident(), []).count("quick"),
+    "unraisable": [type(u.exc_value).__name__ for u in unraisable],
+    "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "asked": asked[:10],
+}}))
+"""
+    )
+    seen = json.loads(done.stdout)
+    assert seen["interrupted"], seen
+    assert seen["quick"] >= 10, seen
+    assert "KeyboardInterrupt" not in seen["unraisable"], seen
+    assert seen["sigint"], seen
 
 
 @pytest.mark.parametrize("recorded", [False, True])

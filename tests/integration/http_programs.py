@@ -197,6 +197,7 @@ def waitress_server() -> None:
     sock = bound_socket()
     server = waitress.server.create_server(wsgi_app, sockets=[sock])
     stop_serving = lambda: os.kill(os.getpid(), signal.SIGINT)  # noqa: E731  (waitress's run() ends on it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (started in the background, SIGINT is ignored)
     print("listening", sock.getsockname()[1], flush=True)
     server.run()
 

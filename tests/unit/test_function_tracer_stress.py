@@ -69,12 +69,14 @@ def names(tracer):
 def test_ctrl_c_while_decide_or_wake_runs_reaches_the_program(callback: str) -> None:
     # Ctrl-C arrives as a KeyboardInterrupt raised in whatever Python code runs: here, the tracer's decide or wake.
     # The tracer must not swallow it as an error of that callback (the Python twin lets it through too). In a child
-    # of its own: in a test process, another test's leftover (a finalizer that calls quick() in a collection, a
-    # thread) could meet quick first and take the interrupt, rightly, where this thread should.
+    # of its own, whose SIGINT is Python's default whatever the test process's is.
     done = run_child(
         CHILD_PRELUDE
         + f"""
 import json, signal
+# Python's own Ctrl-C handling, as a program started from a terminal has (one started in the background by a shell
+# ignores SIGINT: an interrupt made pending again is then dropped, as such a program asked)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 callback = {callback!r}
 asked, wakes, unraisable = [], [], []
 sys.unraisablehook = unraisable.append

@@ -98,17 +98,7 @@ def test_a_program_that_closes_every_fd_gets_no_bytes_of_ours_and_recording_goes
     done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "daemon.py"], tmp_path, program_environment())
     assert done.stdout == "foreign bytes 0\n"
     assert "stopped by an unexpected error" not in done.stderr
-    after = wait_for(
-        lambda: [
-            e["args"]["message"]
-            for e in events(collector.snapshot(), "i")
-            if e.get("args", {}).get("message", "").startswith("after ")
-        ],
-        until=lambda found: len(found) >= 30,
-        timeout_s=60,
-        what="the 30 messages logged after the program closed our descriptors",
-    )
-    assert sorted(after, key=lambda text: int(text.split()[1])) == [f"after {i}" for i in range(30)]
+    assert numbered_messages(collector, "after", 30) == [f"after {i}" for i in range(30)]
 
 
 FORKS_THEN_CLOSES_EVERY_FD = """
@@ -136,14 +126,19 @@ def test_a_daemons_forked_child_that_closes_every_fd_connects_and_records_all_it
     done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "daemon.py"], tmp_path, program_environment())
     assert done.returncode == 0
     assert "unexpected error" not in done.stderr
-    logged = wait_for(
+    assert numbered_messages(collector, "child", 30) == [f"child {i}" for i in range(30)]
+
+
+def numbered_messages(collector: CollectorProcess, word: str, count: int) -> list[str]:
+    """The messages ``"WORD N"`` the collector holds, in N's order, once it holds ``count`` of them (60 s at most)."""
+    found = wait_for(
         lambda: [
             e["args"]["message"]
             for e in events(collector.snapshot(), "i")
-            if e.get("args", {}).get("message", "").startswith("child ")
+            if e.get("args", {}).get("message", "").startswith(word + " ")
         ],
-        until=lambda found: len(found) >= 30,
+        until=lambda found: len(found) >= count,
         timeout_s=60,
-        what="the 30 messages the child logged after it closed every descriptor",
+        what=f"{count} messages '{word} N' logged after the program closed every descriptor",
     )
-    assert sorted(logged, key=lambda text: int(text.split()[1])) == [f"child {i}" for i in range(30)]
+    return sorted(found, key=lambda text: int(text.split()[1]))

@@ -418,6 +418,7 @@ class IncidentEngine:
             if not isinstance(exc, OSError):
                 log.exception("incidents: %s failed", record["id"])
             return
+        self.under_way.pop(written["id"], None)  # (listed saved from now: as counted)
         self.counts.add(self.counts.saved, rule.name)
         log.info(
             "incident %s: rule %r, %s; processes %s; %d events, %d bytes; lost %s; written %.2f s after its window "
@@ -433,10 +434,12 @@ class IncidentEngine:
             telling.add_done_callback(self._tellings.discard)
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
-        self.counts.add(self.counts.failed, record["rule"])
+        """Write the failed record, then count it: an incident counted failed is listed so, never still pending."""
         log.warning("incident %s (rule %r) failed: %s", record["id"], record["rule"], reason)
         with contextlib.suppress(OSError):
             await asyncio.to_thread(self.files.fail, record, reason)
+        self.under_way.pop(record["id"], None)
+        self.counts.add(self.counts.failed, record["rule"])
 
     async def _settle_pending(self, record: dict[str, Any]) -> None:
         """An incident a previous run fired but did not write (killed meanwhile): written when its window ends from

@@ -1,6 +1,7 @@
 """The incidents' engine around its watch: rules read again taken between two steps (never while one runs on its
 worker), and a firing that cannot begin its incident counted failed, the watch going on (a real store, registry and
-incidents directory; a watch that the test steps); and a firing's record as it fires."""
+incidents directory; a watch that the test steps); a firing's record as it fires; an incident counted failed only once
+its record says so."""
 
 from __future__ import annotations
 
@@ -156,3 +157,41 @@ def test_a_firing_suppressed_as_busy_takes_no_slot_of_its_rules_minute() -> None
     assert admission.admit(firing, rule, under_way=0), "its minute's one slot is still free"
     assert not admission.admit(firing, rule, under_way=0)
     assert counts.suppressed == {"once": 2} and admission.busy == 1
+
+
+class FailingFiles(IncidentFiles):
+    """Incidents files that cannot begin an incident, whose failed record is written once the test says so."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, max_count=10, max_bytes=10**6)
+        self.writing, self.go = threading.Event(), threading.Event()
+
+    def begin(self, record: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")
+
+    def fail(self, record: dict[str, Any], reason: str) -> dict[str, Any]:
+        self.writing.set()
+        assert self.go.wait(DEADLINE_S)
+        return super().fail(record, reason)
+
+
+def test_an_incident_is_counted_failed_only_once_its_failed_record_is_written_and_it_is_no_longer_pending(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        files = FailingFiles(tmp_path)
+        store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+        engine = IncidentEngine(store, Registry(), None, files, RuleSet(()), 10**6)  # type: ignore[arg-type]
+        now = time.time_ns()
+        incident_id = engine.fire(Firing("slow", 1, now, now, "why"), Rule("slow", SpanCondition("checkout", 1)))
+        assert incident_id is not None
+        await _until(files.writing.is_set)
+        assert engine.counts.failed == {} and incident_id in engine.under_way, "its record is not written yet"
+        files.go.set()
+        await _until(lambda: engine.counts.failed == {"slow": 1})
+        assert incident_id not in engine.under_way
+        [record] = files.records()
+        assert record["id"] == incident_id and record["status"] == "failed" and "No space" in record["failure"]
+        await engine.stop()
+
+    asyncio.run(run())

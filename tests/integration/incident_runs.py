@@ -87,6 +87,16 @@ def stats(collector: CollectorProcess) -> dict[str, Any]:
     return {**everything["incidents"], **everything["incident_engine"]}
 
 
+def wait_for_counts(collector: CollectorProcess, timeout_s: float = 60.0, **expected: int) -> dict[str, Any]:
+    """``stats`` once its totals are ``expected`` (an incident is listed once written, counted a moment later)."""
+    return wait_for(
+        lambda: stats(collector),
+        until=lambda counts: all(counts[key] == value for key, value in expected.items()),
+        timeout_s=timeout_s,
+        what=f"the incidents counted {expected}",
+    )
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (for a collector restarted where its clients reconnect)."""
     with socket.socket() as probe:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, free_port, incident_events, incidents, stats, wait_for_incidents
+from incident_runs import Peer, free_port, incident_events, incidents, stats, wait_for_counts, wait_for_incidents
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -157,7 +157,7 @@ def test_an_incident_fired_before_a_sigkill_in_memory_is_counted_failed_after_th
     try:
         [record] = wait_for_incidents(restarted, 1, status="failed")
         assert record["rule"] == "slow" and "stopped before it was saved" in record["failure"]
-        assert stats(restarted)["failed"] == 1
+        wait_for_counts(restarted, failed=1)
     finally:
         restarted.stop()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, incident_events, incidents, stats, wait_for_incidents
+from incident_runs import Peer, incident_events, incidents, stats, wait_for_counts, wait_for_incidents
 from nats_cluster import NatsCluster, server_binary
 from waiting import wait_for
 
@@ -141,7 +141,7 @@ def test_a_bucket_that_is_gone_counts_the_incident_failed_with_the_reason(nats_c
         assert status == 202, body
         [record] = wait_for_incidents(a, 1, status="failed")
         assert BUCKET in record["failure"], record
-        assert stats(a)["failed"] == 1 and stats(a)["saved"] == 0
+        wait_for_counts(a, failed=1, saved=0)
         assert a.get(f"/incidents/{record['id']}")[0] == 404
         metrics = a.get("/metrics")[1].decode()
         failed = [line for line in metrics.splitlines() if line.startswith("ringtrace_incidents_total{")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, incident_events, incidents, stats, wait_for_incidents
+from incident_runs import Peer, incident_events, incidents, stats, wait_for_counts, wait_for_incidents
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def test_a_slow_span_keeps_its_process_window_and_nothing_of_the_others(
         assert record["events"] == len(events)
         kept = tmp_path / ("data" if store == "data dir" else "") / "incidents"
         assert (kept / f"{record['id']}.json").exists() and (kept / f"{record['id']}.rtrace").exists()
-        assert stats(collector)["saved"] == 1
+        wait_for_counts(collector, saved=1)
     finally:
         collector.stop()
 

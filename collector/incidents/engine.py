@@ -426,12 +426,20 @@ class IncidentEngine:
             ", ".join(f"{p['name']} (pid {p['pid']})" for p in written["processes"]) or "none",
             written["events"], written["bytes"], written["lost"], time.monotonic() - ran_out, flush_s,
         )  # fmt: skip
-        if rule.url and self._notify is not None:  # (its retries hold no capture slot: a task of its own)
-            from ringtrace.collector.incidents.webhook import tell  # (aiohttp: loaded with the first webhook)
+        self._tell(written)
 
-            telling = asyncio.create_task(tell(self.files, self._notify, rule.url, written), name="webhook")
-            self._tellings.add(telling)
-            telling.add_done_callback(self._tellings.discard)
+    def _tell(self, written: dict[str, Any]) -> None:
+        """Tell the webhook the saved incident's record names (its rule's ``url`` when it fired, so one settled
+        after a restart is told too), if any; its retries hold no capture slot: a task of its own."""
+        webhook = written.get("webhook")
+        url = webhook.get("url") if isinstance(webhook, dict) else None
+        if not isinstance(url, str) or not url or self._notify is None:
+            return
+        from ringtrace.collector.incidents.webhook import tell  # (aiohttp: loaded with the first webhook)
+
+        telling = asyncio.create_task(tell(self.files, self._notify, url, written), name="webhook")
+        self._tellings.add(telling)
+        telling.add_done_callback(self._tellings.discard)
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         """Write the failed record, then count it: an incident counted failed is listed so, never still pending."""
@@ -458,9 +466,11 @@ class IncidentEngine:
             self.counts.add(self.counts.failed, rule)
             log.exception("incidents: the pending incident %s could not be settled", record.get("id"))
             return
+        self.under_way.pop(written["id"], None)
         self.counts.add(self.counts.saved, rule)
         log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",
                  written["id"], rule, written["events"])  # fmt: skip
+        self._tell(written)
 
     # -- what /stats shows ---------------------------------------------------------------------------------------------
 

@@ -3,10 +3,13 @@ with SIGKILL between fire and save, and the rule file read again on SIGHUP (a go
 
 from __future__ import annotations
 
+import http.server
 import json
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,6 +104,60 @@ def test_an_incident_fired_before_a_sigkill_is_saved_when_its_window_ends_after_
         assert not list(pending.glob("*.pending.json"))
     finally:
         restarted.stop()
+
+
+def test_an_incident_settled_after_a_sigkill_and_restart_is_told_to_its_rules_webhook(
+    tmp_path: Path, peers: list[Peer]
+) -> None:
+    told: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            told.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/incident"
+        flags = ["--data-dir", str(tmp_path / "data"), "--fsync", "always"]
+        rule = f"slow: span=checkout, min_duration=200ms, before=30s, after=8s, url={url}"
+        collector = CollectorProcess(*flags, "--trigger", rule)
+        try:
+            peer = Peer(collector, "told-later")
+            peers.append(peer)
+            peer.send("slow checkout 250")
+            peer.send("flush")
+            _fired(collector)
+            pending = tmp_path / "data" / "incidents"
+            [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
+            collector.proc.send_signal(signal.SIGKILL)
+            collector.proc.wait(30)
+        finally:
+            collector.stop()
+        left = json.loads(path.read_text())
+        assert told == [] and left["webhook"] == {"url": url, "status": None, "attempts": 0}
+        # (restarted once the window is over: the incident is settled at start from the recovered store)
+        wait_for(time.time_ns, until=lambda now: now > left["window"]["until_ns"], timeout_s=60, what="the window over")
+        restarted = CollectorProcess(*flags, "--trigger", rule)
+        try:
+            [record] = wait_for_incidents(restarted, 1)
+            assert record["id"] == left["id"] and record["collector_stopped"] is True
+            wait_for(lambda: told, timeout_s=30, what="the webhook's POST")
+            assert [(r["id"], r["status"]) for r in told] == [(left["id"], "saved")]
+            told_record = wait_for(
+                lambda: incidents(restarted)[0],
+                until=lambda r: r["webhook"]["status"] is not None,
+                timeout_s=30,
+                what="the webhook's outcome in the record",
+            )
+            assert told_record["webhook"] == {"url": url, "status": "delivered", "attempts": 1}
+        finally:
+            restarted.stop()
+            server.shutdown()
 
 
 def test_a_trace_incident_saved_after_the_restart_keeps_only_the_traces_processes(

@@ -3,10 +3,11 @@
 snapshot is; ``format=record``: any one's record; ``HEAD`` checks it and does no work) and ``DELETE /incidents/{id}``
 (a pending one: 409, as its snapshot is).
 
-A pending incident (its ``after`` still runs) is one this collector is capturing (``CollectorAPI.incidents_under_way``):
-listed with when it will be ready (``ready_wall_ns``), its record served, and its snapshot asked for answered 409
-with ``Retry-After`` and the time it will be ready: a snapshot of a window not yet over would be a different one each
-time it is asked for, and never the incident.
+A pending incident (its ``after`` still runs) is one this collector is capturing (``CollectorAPI.incidents_under_way``)
+or, in a fleet, one whose pending record another left in the shared store: listed with when it will be ready
+(``ready_wall_ns``), its record served, and its snapshot asked for answered 409 with ``Retry-After`` and the time it
+will be ready: a snapshot of a window not yet over would be a different one each time it is asked for, and never the
+incident.
 
 Incidents are files (``incidents/incident_files.py``), or with ``--jetstream`` objects of the fleet's bucket
 (``incidents/incident_objects.py``, fetched into a local file to be served): they are listed, read and deleted on
@@ -23,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -73,10 +75,12 @@ async def incidents(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
     # Those under way first: one that ends while the files are read is then in one list or both (a capture is under
     # way until its record is written), never in neither; its saved record wins.
+    # (A pending record in the store is this collector's own, said better by its capture, or another's.)
     under_way = dict(collector.incidents_under_way())
-    records = await _stored(collector.incident_files.records)
-    finished = {record.get("id") for record in records}
-    pending = [record for id_, record in under_way.items() if id_ not in finished]
+    stored = await _stored(partial(collector.incident_files.records, pending=True))
+    records = [under_way.get(r["id"], r) if r.get("status") == "pending" else r for r in stored]
+    listed = {record.get("id") for record in records}
+    pending = [record for id_, record in under_way.items() if id_ not in listed]
     document = {"incidents": query.select(newest_first([*pending, *records]))}
     return web.Response(body=orjson.dumps(document), content_type="application/json")
 
@@ -127,8 +131,9 @@ async def delete_incident(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
     pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
     if not await _stored(collector.incident_files.delete, incident_id):
+        pending = pending or await _pending_elsewhere(collector, incident_id)
         if pending is not None:  # (listed, so not unknown: it can be deleted once saved)
-            raise _still_capturing(incident_id, pending["ready_wall_ns"], "deleted")
+            raise _still_capturing(incident_id, _ready_ns(pending), "deleted")
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     log.info("incident %s deleted (DELETE from %s)", incident_id, request.remote)
     return web.Response(body=orjson.dumps({"deleted": incident_id}), content_type="application/json")
@@ -138,9 +143,9 @@ async def _record(request: web.Request, incident_id: str) -> dict[str, Any]:
     """The incident's record: the finished one, or the pending one of a capture under way here; else a 404."""
     collector = request.app[COLLECTOR]
     pending = collector.incidents_under_way().get(incident_id)  # (first: see incidents)
-    record = await _stored(collector.incident_files.record, incident_id)
-    if record is None:
-        record = pending
+    record = await _stored(partial(collector.incident_files.record, incident_id, pending=True))
+    if record is None or (pending is not None and record.get("status") == "pending"):
+        record = pending or record
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
     return record
@@ -156,12 +161,30 @@ async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
     if path is not None:
         return path
     if pending is not None:
-        raise _still_capturing(incident_id, pending["ready_wall_ns"])
-    record = await _stored(files.record, incident_id)
+        raise _still_capturing(incident_id, _ready_ns(pending))
+    record = await _stored(partial(files.record, incident_id, pending=True))
     if record is None:
         raise _error(web.HTTPNotFound, f"no incident {incident_id!r:.120}")
+    if record.get("status") == "pending":  # (another collector's capture, in a fleet)
+        raise _still_capturing(incident_id, _ready_ns(record))
     why = record.get("failure") or "no snapshot file"
     raise _error(web.HTTPNotFound, f"incident {incident_id!r} has no snapshot: it was not saved ({why})")
+
+
+async def _pending_elsewhere(collector: Any, incident_id: str) -> dict[str, Any] | None:
+    """The pending record of ``incident_id`` that another collector left in the shared store; None if none."""
+    record: dict[str, Any] | None = await _stored(partial(collector.incident_files.record, incident_id, pending=True))
+    return record if record is not None and record.get("status") == "pending" else None
+
+
+def _ready_ns(pending: dict[str, Any]) -> int:
+    """When a pending incident should be saved: what its capture said, else (a record of an older collector) the end
+    of its window."""
+    ready_ns = pending.get("ready_wall_ns")
+    if isinstance(ready_ns, int):
+        return ready_ns
+    until_ns = pending.get("window", {}).get("until_ns") if isinstance(pending.get("window"), dict) else None
+    return until_ns if isinstance(until_ns, int) else time.time_ns()
 
 
 def _still_capturing(incident_id: str, ready_ns: int, asked: str = "served") -> web.HTTPException:

@@ -354,7 +354,7 @@ class IncidentEngine:
         counts.add(counts.fired, rule.name)
         capture, record = self._begin(firing, rule, owners)
         ready_ns = min(capture.window.until_ns, record["fired_wall_ns"] + rule.after_ns + int(AFTER_SLACK_S * 1e9))
-        collect = self._collect(capture, record, rule, firing, time.monotonic())
+        collect = self._collect(capture, record, rule, firing, time.monotonic(), ready_ns)
         self._track(capture.incident_id, ready_ns, record, collect)
         return capture.incident_id
 
@@ -382,13 +382,14 @@ class IncidentEngine:
     # -- capture, save, tell ------------------------------------------------------------------------------------------
 
     async def _collect(
-        self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing, fired_s: float
+        self, capture: Capture, record: dict[str, Any], rule: Rule, firing: Firing, fired_s: float, ready_ns: int
     ) -> None:
         """Wait for ``after`` to run (from ``fired_s``, monotonic, at most: an event's time may lie), then write the
-        incident whole; count and log what became of it."""
+        incident whole; count and log what became of it. Its pending record says when it should be ready
+        (``ready_ns``), for the fleet's other collectors to say it."""
         pins = self._ensure_pins()
         try:
-            await asyncio.to_thread(self.files.begin, dict(record))
+            await asyncio.to_thread(self.files.begin, {**record, "ready_wall_ns": ready_ns})
             delay_s = min(
                 (capture.window.until_ns - time.time_ns()) / 1e9,
                 fired_s + rule.after_ns / 1e9 + AFTER_SLACK_S - time.monotonic(),
@@ -454,6 +455,7 @@ class IncidentEngine:
         what the store recovered of it (a data dir) and its processes stored since (``left_pending.py``), else
         failed, saying why."""
         rule = str(record.get("rule", ""))
+        record = {key: value for key, value in record.items() if key != "ready_wall_ns"}  # (a pending one's only)
         try:
             written = await settle_left_pending(
                 record, pins=self._ensure_pins(), registry=self._registry, viewer=self._viewer, files=self.files,

@@ -188,16 +188,31 @@ class IncidentFiles:
                 found.append(record)
         return sorted(found, key=_age)
 
-    def records(self) -> list[dict[str, Any]]:
-        """The finished records (saved and failed), newest first."""
-        return sorted(self._finished(), key=_age, reverse=True)
+    def records(self, *, pending: bool = False) -> list[dict[str, Any]]:
+        """The finished records (saved and failed), newest first; with ``pending``, the pending ones too (status
+        ``pending``: those with no finished record yet)."""
+        found = self._finished()
+        if pending:
+            finished = {record["id"] for record in found}
+            for path in self.directory.glob(f"*{_PENDING}"):
+                incident_id = path.name.removesuffix(_PENDING)
+                if valid_id(incident_id) and incident_id not in finished:
+                    record = self._read(path, incident_id)
+                    if record is not None and _pending_problem(record) is None:
+                        found.append({**record, "status": "pending"})
+        return sorted(found, key=_age, reverse=True)
 
-    def record(self, incident_id: str) -> dict[str, Any] | None:
-        """The finished record of ``incident_id``; None if there is none (or the id cannot be one)."""
+    def record(self, incident_id: str, *, pending: bool = False) -> dict[str, Any] | None:
+        """The finished record of ``incident_id`` (with ``pending``, else its pending one); None if there is none
+        (or the id cannot be one)."""
         if not valid_id(incident_id):
             return None
-        path = self._path(incident_id, _RECORD)
-        return self._read(path, incident_id) if path.exists() else None
+        for suffix in (_RECORD, _PENDING) if pending else (_RECORD,):
+            path = self._path(incident_id, suffix)
+            record = self._read(path, incident_id) if path.exists() else None
+            if record is not None:
+                return record if suffix == _RECORD else {**record, "status": "pending"}
+        return None
 
     def snapshot_path(self, incident_id: str) -> Path | None:
         """The snapshot file of a saved incident ``incident_id``; None if it has none (unknown, failed)."""

@@ -248,29 +248,42 @@ class IncidentObjects:
                 found.append(record)
         return sorted(found, key=_age)
 
-    def records(self) -> list[dict[str, Any]]:
-        """The finished records (saved and failed), newest first: the bucket's, and the failed ones it did not take."""
+    def records(self, *, pending: bool = False) -> list[dict[str, Any]]:
+        """The finished records (saved and failed), newest first: the bucket's, and the failed ones it did not take;
+        with ``pending``, the pending ones too (status ``pending``, those with no finished record yet: any
+        collector's, so that each lists what another is capturing)."""
         infos = self._call("list incidents", ops.infos)
-        found = {}
+        found, left = {}, {}
         for info in infos:
             if not info.name.endswith(PENDING):
                 record = ops.record_of(info, info.name)
                 if record is not None:
                     found[info.name] = record
+            elif pending:
+                record = ops.record_of(info, info.name.removesuffix(PENDING))
+                if record is not None:
+                    left[record["id"]] = {**record, "status": "pending"}
         with self._lock:
             for incident_id, record in self._unwritten.items():
                 found.setdefault(incident_id, record)
+        for incident_id, record in left.items():
+            found.setdefault(incident_id, record)
         return sorted(found.values(), key=_age, reverse=True)
 
-    def record(self, incident_id: str) -> dict[str, Any] | None:
-        """The finished record of ``incident_id``; None if there is none (or the id cannot be one)."""
+    def record(self, incident_id: str, *, pending: bool = False) -> dict[str, Any] | None:
+        """The finished record of ``incident_id`` (with ``pending``, else its pending one, any collector's); None if
+        there is none (or the id cannot be one)."""
         if not valid_id(incident_id):
             return None
         with self._lock:
             if incident_id in self._unwritten:
                 return self._unwritten[incident_id]
         info = self._call("read an incident", lambda store: ops.info_of(store, incident_id))
-        return ops.record_of(info, incident_id) if info is not None else None
+        if info is not None or not pending:
+            return ops.record_of(info, incident_id) if info is not None else None
+        info = self._call("read an incident", lambda store: ops.info_of(store, incident_id + PENDING))
+        record = ops.record_of(info, incident_id) if info is not None else None
+        return {**record, "status": "pending"} if record is not None else None
 
     def snapshot_path(self, incident_id: str) -> Path | None:
         """A local file of the snapshot of the saved incident ``incident_id`` (fetched into the cache unless there);

@@ -97,6 +97,35 @@ def test_an_incident_fired_on_one_collector_is_listed_fetched_and_deleted_on_ano
         b.stop()
 
 
+def test_an_incident_still_captured_by_one_collector_is_listed_pending_by_another_and_its_snapshot_is_a_409(
+    nats_cluster: NatsCluster,
+) -> None:
+    a = _collector(nats_cluster)
+    b = _collector(nats_cluster)
+    peer = None
+    try:
+        peer = Peer(a, "captured-elsewhere")
+        peer.send("ticks 10")
+        status, body = a.post("/incidents?reason=still+running&before=10s&after=30s")
+        assert status == 202, body
+        incident_id = json.loads(body)["id"]
+        [seen] = wait_for(lambda: incidents(b), until=bool, timeout_s=30, what="the pending incident listed by b")
+        [own] = incidents(a, "?status=pending")
+        assert seen["id"] == incident_id and seen["status"] == "pending" and seen["reason"] == "still running"
+        assert seen["ready_wall_ns"] == own["ready_wall_ns"] > seen["fired_wall_ns"]
+        assert incidents(b, "?status=pending") == [seen] and incidents(b, "?status=saved") == []
+        status, record = b.get(f"/incidents/{incident_id}?format=record")
+        assert status == 200 and json.loads(record)["status"] == "pending"
+        for asked in (b.get(f"/incidents/{incident_id}?format=chrome"), _delete(b, f"/incidents/{incident_id}")):
+            assert asked[0] == 409 and incident_id in asked[1].decode(), asked
+        assert b.get("/incidents/20261129T000000000Z-by-hand-0000")[0] == 404, "an id no collector knows"
+    finally:
+        if peer is not None:
+            peer.close()
+        a.stop()
+        b.stop()
+
+
 def test_the_retention_holds_the_bucket_to_its_count_for_every_collector(nats_cluster: NatsCluster) -> None:
     a = _collector(nats_cluster, "--incidents-max-count", "2")
     b = _collector(nats_cluster)

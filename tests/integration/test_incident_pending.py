@@ -223,8 +223,8 @@ def test_an_incident_that_ends_while_the_list_is_read_is_still_listed(
     longer under way) is listed, pending or saved, never left out."""
     read_records = IncidentFiles.records
 
-    def records_then_capture_ends(files: IncidentFiles) -> list[dict[str, Any]]:
-        found = read_records(files)  # the files as they were: the capture's record not yet among them
+    def records_then_capture_ends(files: IncidentFiles, *, pending: bool = False) -> list[dict[str, Any]]:
+        found = read_records(files, pending=pending)  # the files as they were: the capture's record not yet among them
         wait_for(lambda: not collector.incidents_under_way(), until=bool, timeout_s=60, what="the capture's end")
         return found
 

@@ -251,3 +251,22 @@ def test_an_id_is_given_without_looking_at_files_and_begin_never_overwrites_an_i
     with pytest.raises(FileExistsError, match=saved["id"]):  # (what the engine does next: nor is it failed)
         files.fail({**fresh, "id": saved["id"]}, "its id was taken")
     assert files.record(saved["id"]) == saved and files.snapshot_path(saved["id"]) is not None
+
+
+def test_pending_records_are_listed_and_read_only_when_asked_for_until_finished(tmp_path: Path) -> None:
+    files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+    saved, running = record_of(files, time_ns=T0), record_of(files, time_ns=T0 + SECOND)
+    files.begin(saved)
+    files.begin(running)
+    files.save(saved, [b"snapshot"])
+    assert [r["id"] for r in files.records()] == [saved["id"]]
+    assert [(r["id"], r["status"]) for r in files.records(pending=True)] == [
+        (running["id"], "pending"),
+        (saved["id"], "saved"),
+    ]
+    assert files.record(running["id"]) is None
+    assert files.record(running["id"], pending=True) == {**running, "status": "pending"}
+    assert files.record(saved["id"], pending=True)["status"] == "saved"  # type: ignore[index]
+    files.fail(running, "disk full")
+    assert [r["status"] for r in files.records(pending=True)] == ["failed", "saved"]
+    assert files.record(running["id"], pending=True)["status"] == "failed"  # type: ignore[index]

@@ -14,7 +14,6 @@ and ``close`` may run on any thread. None of them raises into the host program: 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -22,8 +21,9 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
+from ringtrace.client.delivery.owned_fds import OwnedFile
 from ringtrace.client.delivery.process_identity import ProcessIdentity
 from ringtrace.wire.arg_values import display_text, normalise_args
 from ringtrace.wire.call_records import CallRun, call_args, event_count
@@ -282,10 +282,12 @@ class FileListener(SerializedListener):
         self._stats_written: Stats | None = None
         self._lost_at_flush = 0
         try:
-            # Unbuffered: a forked child's copy of a buffer would write the parent's bytes a second time.
-            self._file: IO[bytes] | None = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+            # Unbuffered: a forked child's copy of a buffer would write the parent's bytes a second time. A
+            # descriptor, checked before each use: a daemon may close it and reuse its number (owned_fds).
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
         except OSError as exc:
             raise ConfigError(f"FileListener: cannot open {str(self.path)!r} for writing: {exc}") from None
+        self._file: OwnedFile | None = OwnedFile(fd)
         self._write_bytes(preamble() + encode(self.identity.hello()) + b"".join(self.encoder.prefix()), 0)
 
     def write(self, batch: EncodedBatch) -> None:
@@ -297,16 +299,12 @@ class FileListener(SerializedListener):
             self.dropped_events += events
             return
         try:
-            written = 0
-            with memoryview(data) as view:
-                while written < len(data):  # a raw file may take less than it is given
-                    written += file.write(view[written:]) or 0
-        except (OSError, ValueError) as exc:
+            file.write(data)
+        except OSError as exc:
             log.warning("ringtrace: cannot write %s (%s); this file listener stops", self.path, exc)
             self.dropped_events += events
             self._file = None
-            with contextlib.suppress(OSError):
-                file.close()
+            file.close()
 
     def flush(self, timeout_s: float) -> bool:
         with self._state_lock:
@@ -320,8 +318,8 @@ class FileListener(SerializedListener):
             if file is None:
                 return False
             try:
-                if self.fsync:
-                    os.fsync(file.fileno())
+                if self.fsync and file.holds():
+                    os.fsync(file.fd)
             except OSError as exc:
                 log.warning("ringtrace: cannot flush %s (%s)", self.path, exc)
                 return False
@@ -332,10 +330,7 @@ class FileListener(SerializedListener):
         with self._state_lock:
             file, self._file = self._file, None
             if file is not None:
-                try:
-                    file.close()
-                except OSError:
-                    delivered = False
+                file.close()
         return delivered
 
     def after_fork(self) -> None:

@@ -259,6 +259,28 @@ def test_file_that_refuses_writes_counts_its_losses_and_never_raises() -> None:
     assert not tl.close()
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds the listener's descriptor in /proc/self/fd")
+def test_a_file_whose_descriptor_the_program_closed_and_reused_gets_none_of_our_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "trace.rt"
+    listener = FileListener(path)
+    listener.receive(new_track(), records(["before"]))
+    assert listener.flush(1.0)
+    [number] = [int(fd.name) for fd in Path("/proc/self/fd").iterdir() if os.path.realpath(fd) == str(path)]
+    os.close(number)  # as a daemon's os.closerange does; then the program's next file takes the number
+    programs = os.open(tmp_path / "programs.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        assert programs == number
+        listener.receive(new_track(), records(["after"]))
+        assert not listener.flush(1.0)
+        assert listener.dropped_events == 1
+        assert listener.close(1.0) is False
+        os.fstat(programs)  # still open: the listener let go of the number without closing it
+        assert (tmp_path / "programs.log").read_bytes() == b""
+        assert names(read_trace_file(path)) == ["before"]
+    finally:
+        os.close(programs)
+
+
 # -- MemoryListener ------------------------------------------------------------------------------------------------
 
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ringtrace.client.delivery.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
 from ringtrace.client.delivery.streaming.dialer import ConnectFailed, Dialer
-from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 from ringtrace.client.options import StreamerOptions
 

@@ -12,7 +12,7 @@ import selectors
 import socket
 from typing import TYPE_CHECKING
 
-from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
+from ringtrace.client.delivery.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.wake_pair import WakePair
 
 if TYPE_CHECKING:

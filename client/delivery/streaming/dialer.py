@@ -7,9 +7,9 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from ringtrace.client.delivery.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.outage import connect_failure
-from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
 from ringtrace.client.options import StreamerOptions
 from ringtrace.wire.parsing import parse_addresses
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from ringtrace.client.delivery.streaming.owned_fds import OwnedSocket
+from ringtrace.client.delivery.owned_fds import OwnedSocket
 
 __all__ = ["WakePair"]
 

@@ -9,10 +9,11 @@ program's. So each one's identity (its device and inode) is kept, and checked be
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 
-__all__ = ["OwnedSocket"]
+__all__ = ["OwnedFile", "OwnedSocket"]
 
 
 class OwnedSocket:
@@ -36,6 +37,40 @@ class OwnedSocket:
         else:
             with contextlib.suppress(OSError):
                 self.sock.detach()
+
+
+class OwnedFile:
+    """A file of ours opened for writing by descriptor (``os.open``), written and closed only while it still is."""
+
+    __slots__ = ("_key", "fd")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._key = _identity(fd)
+
+    def holds(self) -> bool:
+        """Whether the descriptor's number still names the file we opened (one ``fstat``)."""
+        return self._key is not None and _identity(self.fd) == self._key
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data``.
+
+        Raises:
+            OSError: the write failed, or the number is no longer ours (EBADF: nothing is written to it).
+        """
+        if not self.holds():
+            raise OSError(errno.EBADF, "its descriptor was closed by the program (its number is not our file now)")
+        with memoryview(data) as view:
+            written = 0
+            while written < len(data):  # (a file may take less than it is given)
+                written += os.write(self.fd, view[written:])
+
+    def close(self) -> None:
+        """Close it if it is still ours, else only forget the number (it is the program's now)."""
+        if self.holds():
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self._key = None
 
 
 def _identity(fd: int) -> tuple[int, int] | None:

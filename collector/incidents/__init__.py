@@ -8,5 +8,5 @@ of every process in its scope, as one self-contained incident that outlives the 
   on disk, their retention, listing and reading; ``incident_objects.py`` the same in JetStream's object store
   (``--jetstream``: shared by the fleet's collectors); ``incident_store.py`` what the two have in common;
 - ``engine.py``: the loop that ties them together for the service (``left_pending.py``: an incident a killed collector
-  left pending, written when its window ends); ``webhook.py``: a rule's URL told of each one.
+  left pending, written when its window ends); ``webhook.py``, ``tellings.py``: a rule's URL told of each one.
 """

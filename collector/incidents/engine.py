@@ -38,6 +38,7 @@ from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.left_pending import Unsettled, ready_wall_ns, settle_left_pending
 from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
+from ringtrace.collector.incidents.tellings import Tellings
 from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
@@ -153,7 +154,7 @@ class IncidentEngine:
         self.files = files
         self.rules = rules
         self.capacity_bytes = capacity_bytes
-        self._make_watch, self._load_rules, self._notify = make_watch, load_rules, notify
+        self._make_watch, self._load_rules = make_watch, load_rules
         self._read_window = read_window
         self.max_captures = max_captures
         self.counts = counts if counts is not None else IncidentCounts()
@@ -164,7 +165,7 @@ class IncidentEngine:
         self._watch_task: asyncio.Task[None] | None = None
         self._reloaded: RuleSet | None = None  # rules read again, for the watch to take between two steps
         self._captures: set[asyncio.Task[None]] = set()
-        self._tellings: set[asyncio.Task[None]] = set()  # webhooks told of saved incidents
+        self._tellings = Tellings(files, notify)
         #: The records of the incidents being captured (``pending``), by id, each with ``ready_wall_ns``.
         self.under_way: dict[str, dict[str, Any]] = {}
         #: Set when the collector stops: captures under way write what they hold now.
@@ -199,10 +200,9 @@ class IncidentEngine:
             await asyncio.wait(set(self._captures), timeout=STOP_SAVE_TIMEOUT_S)
         for task in list(self._captures):
             task.cancel()
-        for task in list(self._tellings):  # (a webhook still retrying is told no more: its record says saved)
-            task.cancel()
-        if self._captures or self._tellings:  # (a cancelled save lets go of its pins once its worker ends, not here)
-            await asyncio.wait(self._captures | self._tellings)
+        tellings = self._tellings.cancel()
+        if self._captures or tellings:  # (a cancelled save lets go of its pins once its worker ends, not here)
+            await asyncio.wait(self._captures | tellings)
         if self._pins is not None:
             self._pins.close()
             self._pins = None
@@ -427,20 +427,7 @@ class IncidentEngine:
             ", ".join(f"{p['name']} (pid {p['pid']})" for p in written["processes"]) or "none",
             written["events"], written["bytes"], written["lost"], time.monotonic() - ran_out, flush_s,
         )  # fmt: skip
-        self._tell(written)
-
-    def _tell(self, written: dict[str, Any]) -> None:
-        """Tell the webhook the saved incident's record names (its rule's ``url`` when it fired, so one settled
-        after a restart is told too), if any; its retries hold no capture slot: a task of its own."""
-        webhook = written.get("webhook")
-        url = webhook.get("url") if isinstance(webhook, dict) else None
-        if not isinstance(url, str) or not url or self._notify is None:
-            return
-        from ringtrace.collector.incidents.webhook import tell  # (aiohttp: loaded with the first webhook)
-
-        telling = asyncio.create_task(tell(self.files, self._notify, url, written), name="webhook")
-        self._tellings.add(telling)
-        telling.add_done_callback(self._tellings.discard)
+        self._tellings.tell(written)
 
     async def _failed(self, record: dict[str, Any], reason: str) -> None:
         """Write the failed record, then count it: an incident counted failed is listed so, never still pending."""
@@ -472,7 +459,7 @@ class IncidentEngine:
         self.counts.add(self.counts.saved, rule)
         log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",
                  written["id"], rule, written["events"])  # fmt: skip
-        self._tell(written)
+        self._tellings.tell(written)
 
     # -- what /stats shows ---------------------------------------------------------------------------------------------
 

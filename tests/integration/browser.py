@@ -65,7 +65,18 @@ def chromium() -> Iterator[Any]:
             launched.close()
 
 
-def until(page: Any, script: str, arg: Any = None, timeout_s: float = 30.0) -> Any:
+#: Playwright's own deadline for each action (a click, a read of the page), in ms: its default, 30 s, is what a page
+#: busy drawing 150,000 frames took on a loaded CI machine.
+ACTION_TIMEOUT_MS = 120_000
+
+
+def generous(target: Any) -> Any:
+    """``target`` (a page or a browser context) with ``ACTION_TIMEOUT_MS`` as its actions' deadline."""
+    target.set_default_timeout(ACTION_TIMEOUT_MS)
+    return target
+
+
+def until(page: Any, script: str, arg: Any = None, timeout_s: float = 60.0) -> Any:
     """Evaluate ``script`` (a JavaScript function of ``arg``) in the page until it returns something true, and return
     that. Polled from here: the page's Content-Security-Policy forbids the eval that Playwright's own
     ``wait_for_function`` runs in the page."""

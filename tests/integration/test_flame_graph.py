@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, uncheck_follow, until
+from browser import CHROMIUM, CHROMIUM_ARGS, generous, missing_browser, uncheck_follow, until
 from collector_process import CollectorProcess, RawClient
 from perfetto_model import PerfettoTrace
 from pprof_model import PprofProfile
@@ -195,7 +195,7 @@ def test_the_web_view_draws_the_flame_graph_and_zooms_into_a_frame(sampled: Coll
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page = generous(browser.new_page(viewport={"width": 1100, "height": 900}))
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(sampled.http_url + "/?seconds=600")

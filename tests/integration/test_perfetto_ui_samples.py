@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import KEEP_DRAWN_TEXT, chromium, missing_browser
+from browser import KEEP_DRAWN_TEXT, chromium, generous, missing_browser
 from collector_process import CollectorProcess
 from sampled_program import HOT_PROGRAM
 from waiting import wait_for
@@ -83,7 +83,7 @@ def ui_with_trace(collector: CollectorProcess) -> Iterator[str]:
 
 def test_perfetto_ui_draws_the_samples_flame_graph_with_the_hot_function(ui_with_trace: str) -> None:
     with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context = generous(browser.new_context(viewport={"width": 1400, "height": 1000}))
         context.add_init_script(KEEP_DRAWN_TEXT)
         page = context.new_page()
         page.goto(ui_with_trace)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
+from browser import CHROMIUM, CHROMIUM_ARGS, generous, missing_browser, until
 from collector_process import CollectorProcess, RawClient
 from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.handshake_frames import Hello
@@ -168,7 +168,7 @@ def test_the_web_view_draws_a_flame_graph_of_more_frames_than_a_call_s_arguments
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1600, "height": 900})
+                page = generous(browser.new_page(viewport={"width": 1600, "height": 900}))
                 errors: list[str] = []
                 page.on("pageerror", lambda error: errors.append(str(error)))
                 page.goto(collector.http_url + "/?seconds=600")

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, uncheck_follow, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, generous, missing_browser, pixels, uncheck_follow, until
 from certificates import make_certificates
 from collector_process import CollectorProcess, run_workload
 from nats_cluster import NatsCluster, server_binary
@@ -93,7 +93,7 @@ class Page:
     """A browser page on the collector, with every request it made."""
 
     def __init__(self, browser: Any, url: str, **context: Any) -> None:
-        self.context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, **context)
+        self.context = generous(browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}, **context))
         self.context.add_init_script(KEEP_DRAWN_TEXT)
         self.page = self.context.new_page()
         self.requests: list[Any] = []

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import KEEP_DRAWN_TEXT, Image, chromium, missing_browser, pixels, uncheck_follow, until
+from browser import KEEP_DRAWN_TEXT, Image, chromium, generous, missing_browser, pixels, uncheck_follow, until
 from collector_process import CollectorProcess, run_script
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from waiting import wait_for
@@ -112,7 +112,7 @@ class Page:
     """A browser page on the collector."""
 
     def __init__(self, browser: Any, url: str) -> None:
-        self.context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
+        self.context = generous(browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}))
         self.context.add_init_script(KEEP_DRAWN_TEXT)
         self.page = self.context.new_page()
         self.errors: list[str] = []

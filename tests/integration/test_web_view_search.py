@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, pixels, uncheck_follow, until
+from browser import CHROMIUM, CHROMIUM_ARGS, generous, missing_browser, pixels, uncheck_follow, until
 from collector_process import CollectorProcess, run_script
 
 _MISSING = missing_browser()
@@ -95,7 +95,7 @@ class Page:
     """A browser page on the collector."""
 
     def __init__(self, browser: Any, url: str) -> None:
-        self.context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
+        self.context = generous(browser.new_context(viewport={"width": WIDTH, "height": HEIGHT}))
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))

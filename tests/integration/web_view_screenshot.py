@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser, until
+from browser import CHROMIUM, CHROMIUM_ARGS, generous, missing_browser, until
 from collector_process import CollectorProcess
 
 #: A web service's workers: requests with nested steps, a database pool (a source), log messages of each level, a
@@ -73,7 +73,7 @@ def main(out: Path) -> None:
         assert all(client.wait(60) == 0 for client in clients)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = generous(browser.new_page(viewport={"width": 1280, "height": 800}))
             page.goto(collector.http_url + "/?follow=0")
             until(page, "() => Number(document.getElementById('timeline').dataset.drawn) > 0")
             until(page, "() => document.querySelectorAll('#sources tbody tr').length === 2")

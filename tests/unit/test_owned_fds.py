@@ -144,7 +144,7 @@ def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket
 ) -> None:
     server = socket.create_server(("127.0.0.1", 0))  # takes the connection, never answers the handshake
     dialer = Dialer(
-        f"127.0.0.1:{server.getsockname()[1]}", StreamerOptions(tls=ssl.create_default_context(), connect_timeout_s=5)
+        f"127.0.0.1:{server.getsockname()[1]}", StreamerOptions(tls=ssl.create_default_context(), connect_timeout_s=60)
     )
     before = open_numbers()
     failed: list[BaseException] = []
@@ -161,9 +161,15 @@ def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket
     while not (dialled := open_numbers() - before):
         assert time.monotonic() < deadline, "the dial made no socket within 60 s"
         time.sleep(0.01)
-    programs_sockets.extend(reuse_numbers(*dialled))  # while the handshake waits, as a daemon's closerange does
+    made = reuse_numbers(*dialled)  # while the handshake waits, as a daemon's closerange does
+    # The handshake fails now, whatever the machine's load: its connection, never accepted, is reset, and what it reads
+    # next under its number (the program's socket now) is an end of file.
+    server.close()
+    others = [made[i ^ 1] for i, sock in enumerate(made) if sock.fileno() in dialled]  # (made in pairs)
+    for sock in others:
+        sock.close()
+    programs_sockets.extend(sock for sock in made if sock not in others)
     dialling.join(60)
     assert failed and not dialling.is_alive()
     for sock in programs_sockets:
         os.fstat(sock.fileno())  # none of the program's sockets was closed
-    server.close()

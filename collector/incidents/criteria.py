@@ -56,6 +56,7 @@ from ringtrace.collector.incidents.rule_verdicts import (
     LIMIT_SLOTS,
     LONG,
     NAME_ENTRY_SLOTS,
+    TEXT,
     RuleTables,
 )
 from ringtrace.collector.incidents.rules import (
@@ -68,6 +69,7 @@ from ringtrace.collector.incidents.rules import (
     RuleSet,
     SpanCondition,
 )
+from ringtrace.collector.incidents.text_match import add_glob, add_render
 from ringtrace.collector.read.selection import Pattern, category_of
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import ASYNC_BEGIN, ASYNC_END, CALL, CALL_RAISED, COUNTER, INCIDENT, SPAN
@@ -192,8 +194,8 @@ class SegmentCriteria:
     """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
 
     __slots__ = (
-        "_entry_ranges", "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "counter_keys", "criteria",
-        "group_of", "plan", "rule_tables", "tables",
+        "_entry_ranges", "_globs", "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "counter_keys",
+        "criteria", "group_of", "plan", "rule_tables", "tables",
     )  # fmt: skip
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
@@ -210,6 +212,8 @@ class SegmentCriteria:
         #: watchers has one range of entries.
         self.rule_tables = RuleTables(array("q"), array("q"), tuple(array("q") for _ in _FAMILIES), array("d"))
         self._entry_ranges: dict[tuple[Watcher, ...], tuple[int, int]] = {}
+        #: Per message rule's text glob: where its glob program starts in ``rule_tables.globs`` (-1: Python's).
+        self._globs: dict[str, int] = {}
         #: Per counter name matched: its key (``rule_verdicts.py``).
         self.counter_keys: dict[str, int] = {}
         self._kinds_seen = -1
@@ -242,9 +246,10 @@ class SegmentCriteria:
         old_tables = previous.rule_tables
         copy.rule_tables = RuleTables(
             old_tables.entries[:], old_tables.kinds[:], tuple(names[:] for names in old_tables.names),
-            old_tables.limits[:],
+            old_tables.limits[:], old_tables.globs[:], old_tables.renders[:],
         )  # fmt: skip
         copy._entry_ranges, copy.counter_keys = dict(previous._entry_ranges), dict(previous.counter_keys)
+        copy._globs = dict(previous._globs)
         copy.columns, copy._kinds_seen, copy._strings_seen = previous.columns, previous._kinds_seen, len(tables.strings)
         return copy
 
@@ -287,12 +292,16 @@ class SegmentCriteria:
             at = kind_id * KIND_SLOTS
             table[at : at + KIND_SLOTS] = array("q", (*_merged(watchers), self.group_of.get(kind_id, -1)))
         self.criteria.kinds = table
-        kind_entries = array("q", [0, 0, -1, 0]) * (len(table) // KIND_SLOTS)
+        kind_entries = array("q", [0, 0, -1, 0, -1]) * (len(table) // KIND_SLOTS)
+        renders = self.rule_tables.renders = array("q")
         for kind_id, watchers in self.by_kind.items():
             start, count = self._entries_of(watchers)
-            shape = kinds[kind_id].shape == "span"
+            kind = kinds[kind_id]
+            texts = kind.shape == "message" and any(_test_of(w.condition) == TEXT for w in watchers)
+            render = add_render(renders, kind) if texts else -1
             at = kind_id * KIND_ENTRY_SLOTS
-            kind_entries[at : at + KIND_ENTRY_SLOTS] = array("q", (start, count, self.group_of.get(kind_id, -1), shape))
+            group = self.group_of.get(kind_id, -1)
+            kind_entries[at : at + KIND_ENTRY_SLOTS] = array("q", (start, count, group, kind.shape == "span", render))
         self.rule_tables.kinds = kind_entries
 
     def _sync_strings(self) -> None:
@@ -336,6 +345,11 @@ class SegmentCriteria:
                     entries.extend((watcher.order, len(limits) // LIMIT_SLOTS, CROSSES))
                     above, below = condition.above, condition.below
                     limits.extend((float(above is not None), above or 0.0, float(below is not None), below or 0.0))
+                elif isinstance(condition, MessageCondition) and _test_of(condition) == TEXT:
+                    glob = self._globs.get(condition.text)
+                    if glob is None:
+                        glob = self._globs[condition.text] = add_glob(self.rule_tables.globs, condition.text)
+                    entries.extend((watcher.order, glob, TEXT if glob >= 0 else ASK))
                 else:
                     entries.extend((watcher.order, watcher.min_dur, _test_of(condition)))
         return found
@@ -369,6 +383,8 @@ def _test_of(condition: Condition) -> int:
             return ALWAYS
         case MessageCondition(text="*"):
             return ALWAYS
+        case MessageCondition():
+            return TEXT
     return ASK
 
 

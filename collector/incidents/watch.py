@@ -14,9 +14,10 @@ criteria (``criteria.py``), without an object per event, a run of frames at once
 two gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not
 with the events or frames. A run's candidates are then judged rule by rule where no Python is needed
 (``rule_verdicts.py``, in C where built, without the GIL: durations, error statuses, ``tl.incident`` calls,
-messages of any text, each rule's place among its firings of the step, and what is past it counted), so that Python
-sees the firings made and what it alone can judge; the second pass (``judge.py``) decodes those candidates' args
-and judges them (counters' crossings, messages' texts), and makes each firing.
+messages' text globs on their rendered text (``text_match.py``), each rule's place among its firings of the step, and
+what is past it counted), so that Python sees the firings made and what it alone can judge; the second pass
+(``judge.py``) decodes those candidates' args and judges them (a message whose values only Python renders, counters'
+crossings where the verdicts did not judge them), and makes each firing.
 
 A new segment begins with its process's tables replayed: where those bytes are the ones its previous segment began
 with and that segment's decoder read nothing more, the new segment takes that decoder over (``_decoder``) instead of

@@ -224,7 +224,12 @@ class SegmentCriteria:
         """The criteria of a new segment's ``tables``: a copy of ``previous`` (its process's latest segment's, up to
         date) where they declare the same strings, kinds and columns (as a segment replays its process's tables,
         unchanged since the one before), else compiled anew. Copied, not shared: either may grow on its own; the
-        counters' state starts afresh, as in new criteria."""
+        counters' state starts afresh, as in new criteria. Where the new segment took its previous one's decoder
+        over (``tables`` are ``previous``'s own: that segment's cursor let go of both), ``previous`` itself is taken
+        over, its counters' state started afresh: nothing else holds it, and a copy would only cost time."""
+        if previous is not None and previous.plan is plan and previous.tables is tables:
+            previous.criteria.state = array("q", bytes(len(previous.criteria.state) * previous.criteria.state.itemsize))
+            return previous
         if (
             previous is None
             or previous.plan is not plan

@@ -96,9 +96,11 @@ _FAMILIES: Final[tuple[tuple[tuple[int, str], ...], ...]] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Watcher:
-    """One rule's condition on one family of events: what it adds to the criteria, and what the name must match."""
+    """One rule's condition on one family of events: what it adds to the criteria, and what the name must match.
+    Each is made once per rule set, and compared (and hashed, as the keys of tuples of them) by identity: a tuple's
+    hash would otherwise hash each rule whole, once per name matched in every process's tables."""
 
     #: Its rule's place in the rule set: an event's firings come in the rules' order.
     order: int

@@ -61,6 +61,8 @@ _VALUE_NAME: Final = re.compile(r"value([1-9][0-9]*)", re.ASCII)
 _parser: Any = importlib.import_module("re._parser")
 _constants: Any = importlib.import_module("re._constants")
 _FLAGS_OTHER_THAN_DOTALL: Final = ~(_constants.SRE_FLAG_DOTALL | _constants.SRE_FLAG_UNICODE)
+#: What ``(?!)`` parses to from Python 3.13 on (an empty negative lookahead before).
+_FAILURE: Final = getattr(_constants, "FAILURE", object())
 
 
 def add_glob(globs: array[int], text: str) -> int:
@@ -265,7 +267,7 @@ def _walk(items: Sequence[tuple[Any, Any]], dotall: bool, words: list[int]) -> b
                 else:
                     return False
             words += (SET, negated, len(ranges) // 2, *ranges)
-        elif op is c.ASSERT_NOT and not list(av[1].data):
+        elif (op is c.ASSERT_NOT and not list(av[1].data)) or op is _FAILURE:
             words.append(NEVER)
         else:
             return False

@@ -602,7 +602,8 @@ done:
 /* ---- the rules' verdicts on a run's candidates (rule_verdicts.py defines them: rule_verdicts_py) ---- */
 
 #define ENTRY_SLOTS 3      /* per entry: the rule's place, least duration, test */
-#define KIND_ENTRY_SLOTS 4 /* per kind id: entries' start and count, name group (-1: none), 1 if shaped "span" */
+#define KIND_ENTRY_SLOTS 5 /* per kind id: entries' start and count, name group (-1: none), 1 if shaped "span", its
+                              render program (-1: none) */
 #define NAME_ENTRY_SLOTS 3 /* per name id of a group: entries' start and count, its counter's key (-1: none) */
 #define LIMIT_SLOTS 4      /* doubles per counter entry: 1 if it has "above", above, 1 if it has "below", below */
 #define LOG_SLOTS 3        /* per counter's value: the candidate's index in the run, its track, its counter's key */
@@ -612,14 +613,15 @@ done:
 #define TEST_ALWAYS 3
 #define TEST_ASK 4
 #define TEST_CROSSES 5
+#define TEST_TEXT 6
 #define VERDICT_MADE 1
 #define VERDICT_JUDGE 2
 #define MAX_AHEAD_NS ((i128)60 * 1000000000)          /* admission.py */
 #define MAX_DURATION_NS ((i128)24 * 3600 * 1000000000) /* admission.py */
 
 typedef struct {
-    const char *entries, *kinds, *names[MAX_GROUPS], *limits;
-    Py_ssize_t entry_count, kind_count, name_count[MAX_GROUPS], groups, limit_count;
+    const char *entries, *kinds, *names[MAX_GROUPS], *limits, *globs, *renders;
+    Py_ssize_t entry_count, kind_count, name_count[MAX_GROUPS], groups, limit_count, glob_count, render_count;
     char *room, *surplus; /* int64 per rule's place, written */
     Py_ssize_t places;
     int counters; /* whether counters' crossings are judged here (else as TEST_ASK) */
@@ -712,12 +714,310 @@ args_say_error(const uint8_t *buffer, Py_ssize_t length, int64_t start, int64_t 
     return status_is_error(args);
 }
 
+/* ---- a message's text rendered and globbed (text_match.py defines both: render_text, glob_holds) ---- */
+
+#define PART_LIT 1
+#define PART_ANY 2
+#define PART_STAR 3
+#define PART_SET 4
+#define PART_NEVER 5
+#define PIECE_TEXT 1
+#define PIECE_VALUE 2
+#define MAX_CODE_POINT 0x10FFFF
+
+/* The words of the program at `start` of a table of `count` int64s: [*from, *to); 0 if it is not within the table. */
+static int
+program(const char *table, Py_ssize_t count, int64_t start, Py_ssize_t *from, Py_ssize_t *to)
+{
+    if (start < 0 || start >= count) {
+        return 0;
+    }
+    int64_t length = get_i64(table, (Py_ssize_t)start);
+    if (length < 0 || length > count - start - 1) {
+        return 0;
+    }
+    *from = (Py_ssize_t)start + 1;
+    *to = *from + (Py_ssize_t)length;
+    return 1;
+}
+
+static inline void
+put_point(Out *text, uint32_t point)
+{
+    put(text, (const char *)&point, sizeof(point));
+}
+
+static inline uint32_t
+point_at(const Out *text, size_t index)
+{
+    uint32_t point;
+    memcpy(&point, text->data + index * sizeof(point), sizeof(point));
+    return point;
+}
+
+/* Whether the table's words [from, from + n) (within it: the caller checked) are all code points. */
+static int
+points_valid(const char *table, Py_ssize_t from, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t point = get_i64(table, from + (Py_ssize_t)i);
+        if (point < 0 || point > MAX_CODE_POINT) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The table's words [from, from + n) as code points (points_valid() holds). */
+static void
+put_words(Out *text, const char *table, Py_ssize_t from, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        put_point(text, (uint32_t)get_i64(table, from + (Py_ssize_t)i));
+    }
+}
+
+static void
+put_ascii(Out *text, const char *s)
+{
+    for (; *s; s++) {
+        put_point(text, (uint8_t)*s);
+    }
+}
+
+/* A value checked by the caller (nil, a bool, an integer or a UTF-8 text: renderable()) as Python shows it. */
+static void
+put_value(Out *text, Cursor value)
+{
+    uint8_t b = *value.p;
+    i128 integer;
+    if (b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        put_ascii(text, b == 0xc0 ? "None" : b == 0xc2 ? "False" : "True");
+    }
+    else if (read_int(&value, &integer) == OK) {
+        char digits[48];
+        int n = 0;
+        int negative = integer < 0;
+        unsigned __int128 magnitude = negative ? (unsigned __int128)0 - (unsigned __int128)integer
+                                               : (unsigned __int128)integer;
+        do {
+            digits[n++] = (char)('0' + (int)(magnitude % 10));
+            magnitude /= 10;
+        } while (magnitude);
+        if (negative) {
+            put_point(text, '-');
+        }
+        while (n > 0) {
+            put_point(text, (uint8_t)digits[--n]);
+        }
+    }
+    else {
+        int64_t n = str_length(&value);
+        const uint8_t *s = value.p, *end = value.p + (n > 0 ? n : 0);
+        while (s < end) { /* (UTF-8 checked by skip(): every sequence whole) */
+            uint8_t first = *s;
+            int len = first < 0x80 ? 1 : (first & 0xe0) == 0xc0 ? 2 : (first & 0xf0) == 0xe0 ? 3 : 4;
+            uint32_t point = len == 1 ? first : len == 2 ? first & 0x1fu : len == 3 ? first & 0x0fu : first & 0x07u;
+            for (int k = 1; k < len && s + k < end; k++) {
+                point = (point << 6) | (s[k] & 0x3fu);
+            }
+            put_point(text, point);
+            s += len;
+        }
+    }
+}
+
+/* Whether a value is one put_value renders (nil, a bool, an integer, a text); the cursor moves past it if so. */
+static int
+renderable(Cursor *value)
+{
+    if (!need(value, 1)) {
+        return 0;
+    }
+    uint8_t b = *value->p;
+    i128 integer;
+    if (b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        value->p += 1;
+        return 1;
+    }
+    if (read_int(value, &integer) == OK) {
+        return 1;
+    }
+    Cursor text = *value;
+    int64_t n = str_length(&text);
+    if (n < 0 || !is_utf8(text.p, (size_t)n)) {
+        return 0;
+    }
+    value->p = text.p + n;
+    return 1;
+}
+
+/* The text of the message whose args are buffer[start:end] by the render program at `at` (render_text): 1, or 0
+   where Python renders it (see text_match.py). `values` holds a cursor per value, `text` the code points. */
+static int
+render_message(const RuleTables *t, int64_t at, const uint8_t *buffer, Py_ssize_t length, int64_t start, int64_t end,
+               Out *values, Out *text)
+{
+    values->len = text->len = 0;
+    if (start < 0 || start > end || end > length) {
+        return 0;
+    }
+    Cursor args = {buffer + start, buffer + end}, whole = args;
+    uint32_t items;
+    if (skip(&whole, 0) != OK || whole.p != whole.end || read_container(&args, 0, &items) != OK) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < items; i++) {
+        Cursor value = args;
+        if (!renderable(&args)) {
+            return 0;
+        }
+        put(values, (const char *)&value, sizeof(value));
+    }
+    Py_ssize_t w, w_end;
+    if (values->failed || !program(t->renders, t->render_count, at, &w, &w_end)) {
+        return 0;
+    }
+    const char *words = t->renders;
+    while (w < w_end) {
+        int64_t piece = get_i64(words, w);
+        if (piece == PIECE_TEXT && w + 1 < w_end) {
+            int64_t n = get_i64(words, w + 1);
+            if (n < 0 || n > w_end - w - 2 || !points_valid(words, w + 2, n)) {
+                return 0;
+            }
+            put_words(text, words, w + 2, n);
+            w += 2 + (Py_ssize_t)n;
+            continue;
+        }
+        if (piece != PIECE_VALUE || w + 2 >= w_end) {
+            return 0;
+        }
+        int64_t with_name = get_i64(words, w + 1), name_length = get_i64(words, w + 2);
+        if (name_length < 0 || name_length > w_end - w - 4) {
+            return 0;
+        }
+        Py_ssize_t name_at = w + 3, count_at = name_at + (Py_ssize_t)name_length;
+        int64_t count = get_i64(words, count_at);
+        if (count < 0 || count > w_end - count_at - 1) {
+            return 0;
+        }
+        int64_t chosen = -1;
+        for (int64_t k = 0; k < count; k++) {
+            int64_t index = get_i64(words, count_at + 1 + (Py_ssize_t)k);
+            if (index >= 0 && index < (int64_t)items && index > chosen) {
+                chosen = index;
+            }
+        }
+        w = count_at + 1 + (Py_ssize_t)count;
+        if (!points_valid(words, name_at, name_length)) { /* (a name that cannot be: Python's, shown or not) */
+            return 0;
+        }
+        if (chosen < 0) { /* as written: "$name" or "${name}" */
+            put_ascii(text, with_name ? "$" : "${");
+            put_words(text, words, name_at, name_length);
+            put_ascii(text, with_name ? "" : "}");
+            continue;
+        }
+        if (with_name) { /* "name(value)" */
+            put_words(text, words, name_at, name_length);
+            put_point(text, '(');
+        }
+        Cursor value;
+        memcpy(&value, values->data + (size_t)chosen * sizeof(Cursor), sizeof(value));
+        put_value(text, value);
+        if (with_name) {
+            put_point(text, ')');
+        }
+    }
+    return !text->failed;
+}
+
+/* Whether the part at `at` (of one code point, checked whole by glob_text) takes `point`. */
+static int
+takes(const char *words, Py_ssize_t at, uint32_t point)
+{
+    int64_t part = get_i64(words, at);
+    if (part == PART_LIT) {
+        return get_i64(words, at + 1) == (int64_t)point;
+    }
+    if (part == PART_ANY) {
+        return 1;
+    }
+    int64_t negated = get_i64(words, at + 1), n = get_i64(words, at + 2);
+    int inside = 0;
+    for (int64_t k = 0; k < n && !inside; k++) {
+        Py_ssize_t range = at + 3 + 2 * (Py_ssize_t)k;
+        inside = get_i64(words, range) <= (int64_t)point && (int64_t)point <= get_i64(words, range + 1);
+    }
+    return inside != (negated != 0);
+}
+
+/* Whether the text matches the glob program at `at` (glob_holds): 1 or 0; -1 where Python matches it. */
+static int
+glob_text(const RuleTables *t, int64_t at, const Out *text)
+{
+    Py_ssize_t from, end;
+    if (!program(t->globs, t->glob_count, at, &from, &end)) {
+        return -1;
+    }
+    const char *words = t->globs;
+    int never = 0;
+    for (Py_ssize_t w = from; w < end;) {
+        int64_t part = get_i64(words, w);
+        if (part == PART_LIT && w + 1 < end) {
+            w += 2;
+        }
+        else if (part == PART_ANY || part == PART_STAR || part == PART_NEVER) {
+            never |= part == PART_NEVER;
+            w += 1;
+        }
+        else if (part == PART_SET && w + 2 < end && get_i64(words, w + 2) >= 0 &&
+                 get_i64(words, w + 2) <= (end - w - 3) / 2) {
+            w += 3 + 2 * (Py_ssize_t)get_i64(words, w + 2);
+        }
+        else {
+            return -1;
+        }
+    }
+    if (never) {
+        return 0;
+    }
+    size_t n = text->len / sizeof(uint32_t), i = 0, star_i = 0;
+    Py_ssize_t p = from, star_p = -1;
+    while (i < n) {
+        int64_t part = p < end ? get_i64(words, p) : 0;
+        if (part == PART_STAR) {
+            star_p = p++;
+            star_i = i;
+        }
+        else if (p < end && takes(words, p, point_at(text, i))) {
+            p += part == PART_LIT ? 2 : part == PART_ANY ? 1 : 3 + 2 * (Py_ssize_t)get_i64(words, p + 2);
+            i++;
+        }
+        else if (star_p >= 0) {
+            p = star_p + 1;
+            i = ++star_i;
+        }
+        else {
+            return 0;
+        }
+    }
+    while (p < end && get_i64(words, p) == PART_STAR) {
+        p++;
+    }
+    return p == end;
+}
+
 /* Each candidate's verdicts (see rule_verdicts.py) into `out`. */
 static void
 verdicts_of(const char *found, Py_ssize_t rows, const uint8_t *buffer, Py_ssize_t length, const RuleTables *t,
-            int64_t now_ns, int64_t clock_offset_ns, const LastValues *values, Out *out, Out *log, Out *log_values)
+            int64_t now_ns, int64_t clock_offset_ns, const LastValues *values, Out *out, Out *log, Out *log_values,
+            Out *message_values, Out *text)
 {
-    for (Py_ssize_t index = 0; index < rows && !out->failed && !log->failed && !log_values->failed; index++) {
+    for (Py_ssize_t index = 0; index < rows && !out->failed && !log->failed && !log_values->failed &&
+                               !message_values->failed && !text->failed;
+         index++) {
         const char *row = found + index * RUN_SLOTS * (Py_ssize_t)sizeof(int64_t);
         int64_t kind = get_i64(row, 0), name = get_i64(row, 1), ts = get_i64(row, 2), dur = get_i64(row, 3);
         int64_t args_start = get_i64(row, 4), args_end = get_i64(row, 5), first_ts = get_i64(row, 7);
@@ -754,7 +1054,7 @@ verdicts_of(const char *found, Py_ssize_t rows, const uint8_t *buffer, Py_ssize_
         }
         i128 ahead = (wall_end > wall ? wall_end : wall) - now_ns;
         int refused = ahead > MAX_AHEAD_NS || (i128)dur > MAX_DURATION_NS; /* (dur >= 0: wall_end >= wall) */
-        int error = -1;
+        int error = -1, rendered = -1; /* (-1: not yet) */
         while (a < a_end || b < b_end) {
             int take_a = b >= b_end ||
                          (a < a_end && get_i64(t->entries, a * ENTRY_SLOTS) <= get_i64(t->entries, b * ENTRY_SLOTS));
@@ -772,8 +1072,21 @@ verdicts_of(const char *found, Py_ssize_t rows, const uint8_t *buffer, Py_ssize_
             if (test == TEST_ERROR && error < 0) {
                 error = args_say_error(buffer, length, args_start, args_end);
             }
+            int text_holds = 0;
+            if (test == TEST_TEXT) { /* (rendered once, for the first of its entries) */
+                if (rendered < 0) {
+                    rendered = render_message(t, get_i64(t->kinds, at + 4), buffer, length, args_start, args_end,
+                                              message_values, text);
+                }
+                text_holds = rendered ? glob_text(t, min_dur, text) : -1;
+                if (text_holds < 0) {
+                    int64_t verdict[VERDICT_SLOTS] = {(int64_t)index, place, VERDICT_JUDGE};
+                    put(out, (const char *)verdict, sizeof(verdict));
+                    continue;
+                }
+            }
             if (!(test == TEST_ALWAYS || (test == TEST_LONG && span == 1 && dur >= min_dur) ||
-                  (test == TEST_ERROR && error == 1) ||
+                  (test == TEST_ERROR && error == 1) || (test == TEST_TEXT && text_holds) ||
                   (test == TEST_CROSSES && counter && crossed(t, min_dur, value, had, before)))) {
                 continue;
             }
@@ -838,21 +1151,27 @@ judge_run(const char *found, Py_ssize_t rows, const Py_buffer *buffer, const Rul
     for (Py_ssize_t i = 0; i < known_count; i++) {
         remember_value(&values, get_i64(known, 2 * i), get_i64(known, 2 * i + 1), get_double(known_values, i));
     }
-    verdicts_of(found, rows, buffer->buf, buffer->len, t, now_ns, offset, &values, out, log, log_values);
+    Out message_values = {0}, text = {0};
+    verdicts_of(found, rows, buffer->buf, buffer->len, t, now_ns, offset, &values, out, log, log_values,
+                &message_values, &text);
+    int failed = message_values.failed || text.failed;
     free(values.slots);
-    return 0;
+    free(message_values.data);
+    free(text.data);
+    return failed ? -1 : 0;
 }
 
-/* rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, now_ns, clock_offset_ns, known,
-   known_values, counters) */
+/* rule_verdicts(found, buffer, entries, kinds, names, limits, globs, renders, room, surplus, now_ns, clock_offset_ns,
+   known, known_values, counters) */
 static PyObject *
 rule_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    enum { A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_NAMES, A_LIMITS, A_ROOM, A_SURPLUS, A_NOW, A_OFFSET, A_KNOWN,
-           A_KNOWN_VALUES, A_COUNTERS, A_COUNT };
-    enum { H_FOUND, H_BUFFER, H_ENTRIES, H_KINDS, H_LIMITS, H_ROOM, H_SURPLUS, H_KNOWN, H_KNOWN_VALUES, H_COUNT };
-    static const int arg_of[H_COUNT] = {A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_LIMITS, A_ROOM, A_SURPLUS,
-                                        A_KNOWN, A_KNOWN_VALUES};
+    enum { A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_NAMES, A_LIMITS, A_GLOBS, A_RENDERS, A_ROOM, A_SURPLUS, A_NOW,
+           A_OFFSET, A_KNOWN, A_KNOWN_VALUES, A_COUNTERS, A_COUNT };
+    enum { H_FOUND, H_BUFFER, H_ENTRIES, H_KINDS, H_LIMITS, H_GLOBS, H_RENDERS, H_ROOM, H_SURPLUS, H_KNOWN,
+           H_KNOWN_VALUES, H_COUNT };
+    static const int arg_of[H_COUNT] = {A_FOUND, A_BUFFER, A_ENTRIES, A_KINDS, A_LIMITS, A_GLOBS, A_RENDERS,
+                                        A_ROOM, A_SURPLUS, A_KNOWN, A_KNOWN_VALUES};
     Py_buffer held[H_COUNT], names[MAX_GROUPS];
     Py_ssize_t taken = 0, groups = 0;
     RuleTables t = {0};
@@ -860,8 +1179,8 @@ rule_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     int status = 0;
     if (nargs != A_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, "
-                                         "now_ns, clock_offset_ns, known, known_values, counters)");
+        PyErr_SetString(PyExc_TypeError, "rule_verdicts(found, buffer, entries, kinds, names, limits, globs, renders, "
+                                         "room, surplus, now_ns, clock_offset_ns, known, known_values, counters)");
         return NULL;
     }
     int64_t now_ns = PyLong_AsLongLong(args[A_NOW]), offset = PyLong_AsLongLong(args[A_OFFSET]);
@@ -895,6 +1214,10 @@ rule_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     t.kind_count = held[H_KINDS].len / (Py_ssize_t)(KIND_ENTRY_SLOTS * sizeof(int64_t));
     t.limits = held[H_LIMITS].buf;
     t.limit_count = held[H_LIMITS].len / (Py_ssize_t)(LIMIT_SLOTS * sizeof(double));
+    t.globs = held[H_GLOBS].buf;
+    t.glob_count = held[H_GLOBS].len / (Py_ssize_t)sizeof(int64_t);
+    t.renders = held[H_RENDERS].buf;
+    t.render_count = held[H_RENDERS].len / (Py_ssize_t)sizeof(int64_t);
     t.room = held[H_ROOM].buf;
     t.surplus = held[H_SURPLUS].buf;
     Py_ssize_t room = held[H_ROOM].len, surplus = held[H_SURPLUS].len;
@@ -930,8 +1253,8 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"rule_verdicts", (PyCFunction)(void (*)(void))rule_verdicts, METH_FASTCALL,
-     "rule_verdicts(found, buffer, entries, kinds, names, limits, room, surplus, now_ns, clock_offset_ns, known, "
-     "known_values, counters) -> (bytes of int64 (candidate's index, rule's place, verdict) per verdict, bytes of "
+     "rule_verdicts(found, buffer, entries, kinds, names, limits, globs, renders, room, surplus, now_ns, "
+     "clock_offset_ns, known, known_values, counters) -> (bytes of int64 (candidate's index, rule's place, verdict) per verdict, bytes of "
      "int64 (candidate's index, track, counter's key) and bytes of double (its value) per counter's value); room "
      "and surplus written (see rule_verdicts.py)."},
     {"match_run", (PyCFunction)(void (*)(void))match_run, METH_FASTCALL,

@@ -56,6 +56,7 @@ from ringtrace.collector.incidents.rule_verdicts import (
     LIMIT_SLOTS,
     LONG,
     NAME_ENTRY_SLOTS,
+    TEXT,
     RuleTables,
 )
 from ringtrace.collector.incidents.rules import (
@@ -68,6 +69,7 @@ from ringtrace.collector.incidents.rules import (
     RuleSet,
     SpanCondition,
 )
+from ringtrace.collector.incidents.text_match import add_glob, add_render
 from ringtrace.collector.read.selection import Pattern, category_of
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.model import ASYNC_BEGIN, ASYNC_END, CALL, CALL_RAISED, COUNTER, INCIDENT, SPAN
@@ -94,9 +96,11 @@ _FAMILIES: Final[tuple[tuple[tuple[int, str], ...], ...]] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Watcher:
-    """One rule's condition on one family of events: what it adds to the criteria, and what the name must match."""
+    """One rule's condition on one family of events: what it adds to the criteria, and what the name must match.
+    Each is made once per rule set, and compared (and hashed, as the keys of tuples of them) by identity: a tuple's
+    hash would otherwise hash each rule whole, once per name matched in every process's tables."""
 
     #: Its rule's place in the rule set: an event's firings come in the rules' order.
     order: int
@@ -192,8 +196,8 @@ class SegmentCriteria:
     """The criteria of one segment's tables (see the module docstring), kept up to date by ``sync``."""
 
     __slots__ = (
-        "_entry_ranges", "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "counter_keys", "criteria",
-        "group_of", "plan", "rule_tables", "tables",
+        "_entry_ranges", "_globs", "_kinds_seen", "_strings_seen", "by_kind", "by_name", "columns", "counter_keys",
+        "criteria", "group_of", "plan", "rule_tables", "tables",
     )  # fmt: skip
 
     def __init__(self, plan: RulePlan, tables: StreamTables) -> None:
@@ -210,6 +214,8 @@ class SegmentCriteria:
         #: watchers has one range of entries.
         self.rule_tables = RuleTables(array("q"), array("q"), tuple(array("q") for _ in _FAMILIES), array("d"))
         self._entry_ranges: dict[tuple[Watcher, ...], tuple[int, int]] = {}
+        #: Per message rule's text glob: where its glob program starts in ``rule_tables.globs`` (-1: Python's).
+        self._globs: dict[str, int] = {}
         #: Per counter name matched: its key (``rule_verdicts.py``).
         self.counter_keys: dict[str, int] = {}
         self._kinds_seen = -1
@@ -220,7 +226,12 @@ class SegmentCriteria:
         """The criteria of a new segment's ``tables``: a copy of ``previous`` (its process's latest segment's, up to
         date) where they declare the same strings, kinds and columns (as a segment replays its process's tables,
         unchanged since the one before), else compiled anew. Copied, not shared: either may grow on its own; the
-        counters' state starts afresh, as in new criteria."""
+        counters' state starts afresh, as in new criteria. Where the new segment took its previous one's decoder
+        over (``tables`` are ``previous``'s own: that segment's cursor let go of both), ``previous`` itself is taken
+        over, its counters' state started afresh: nothing else holds it, and a copy would only cost time."""
+        if previous is not None and previous.plan is plan and previous.tables is tables:
+            previous.criteria.state = array("q", bytes(len(previous.criteria.state) * previous.criteria.state.itemsize))
+            return previous
         if (
             previous is None
             or previous.plan is not plan
@@ -242,9 +253,10 @@ class SegmentCriteria:
         old_tables = previous.rule_tables
         copy.rule_tables = RuleTables(
             old_tables.entries[:], old_tables.kinds[:], tuple(names[:] for names in old_tables.names),
-            old_tables.limits[:],
+            old_tables.limits[:], old_tables.globs[:], old_tables.renders[:],
         )  # fmt: skip
         copy._entry_ranges, copy.counter_keys = dict(previous._entry_ranges), dict(previous.counter_keys)
+        copy._globs = dict(previous._globs)
         copy.columns, copy._kinds_seen, copy._strings_seen = previous.columns, previous._kinds_seen, len(tables.strings)
         return copy
 
@@ -287,12 +299,16 @@ class SegmentCriteria:
             at = kind_id * KIND_SLOTS
             table[at : at + KIND_SLOTS] = array("q", (*_merged(watchers), self.group_of.get(kind_id, -1)))
         self.criteria.kinds = table
-        kind_entries = array("q", [0, 0, -1, 0]) * (len(table) // KIND_SLOTS)
+        kind_entries = array("q", [0, 0, -1, 0, -1]) * (len(table) // KIND_SLOTS)
+        renders = self.rule_tables.renders = array("q")
         for kind_id, watchers in self.by_kind.items():
             start, count = self._entries_of(watchers)
-            shape = kinds[kind_id].shape == "span"
+            kind = kinds[kind_id]
+            texts = kind.shape == "message" and any(_test_of(w.condition) == TEXT for w in watchers)
+            render = add_render(renders, kind) if texts else -1
             at = kind_id * KIND_ENTRY_SLOTS
-            kind_entries[at : at + KIND_ENTRY_SLOTS] = array("q", (start, count, self.group_of.get(kind_id, -1), shape))
+            group = self.group_of.get(kind_id, -1)
+            kind_entries[at : at + KIND_ENTRY_SLOTS] = array("q", (start, count, group, kind.shape == "span", render))
         self.rule_tables.kinds = kind_entries
 
     def _sync_strings(self) -> None:
@@ -336,6 +352,11 @@ class SegmentCriteria:
                     entries.extend((watcher.order, len(limits) // LIMIT_SLOTS, CROSSES))
                     above, below = condition.above, condition.below
                     limits.extend((float(above is not None), above or 0.0, float(below is not None), below or 0.0))
+                elif isinstance(condition, MessageCondition) and _test_of(condition) == TEXT:
+                    glob = self._globs.get(condition.text)
+                    if glob is None:
+                        glob = self._globs[condition.text] = add_glob(self.rule_tables.globs, condition.text)
+                    entries.extend((watcher.order, glob, TEXT if glob >= 0 else ASK))
                 else:
                     entries.extend((watcher.order, watcher.min_dur, _test_of(condition)))
         return found
@@ -369,6 +390,8 @@ def _test_of(condition: Condition) -> int:
             return ALWAYS
         case MessageCondition(text="*"):
             return ALWAYS
+        case MessageCondition():
+            return TEXT
     return ASK
 
 

@@ -16,9 +16,9 @@ candidate when its kind's criterion or its name's criterion in its kind's group 
   thresholds as the one before cannot be a crossing, so a counter's rules cost only the values that change sides.
 
 What depends on each rule (its own duration, a counter's crossing from that counter's last value, a message's text)
-is judged on the candidates alone: a run's by the rules' verdicts (``rule_verdicts.py``, which leave messages' text
-globs to Python), a frame read alone in Python (``judge.py``), each candidate's args decoded alone (``OUT_SLOTS``
-give where they are in the payload).
+is judged on the candidates alone: a run's by the rules' verdicts (``rule_verdicts.py``, which leave to Python the
+messages whose values only it renders), a frame read alone in Python (``judge.py``), each candidate's args decoded
+alone (``OUT_SLOTS`` give where they are in the payload).
 
 ``match_run`` takes a run of a segment's EVENTS frames at once (one call, without the GIL in C, however many frames):
 those that follow one another from an index entry on, each one ``Events.decode_body`` and ``match_frame`` take. It

@@ -16,7 +16,11 @@ duration and a *test*):
   and the track tell counters apart; their last values are given (``known``: the judge's, for the run's process)
   and kept through the run, and each value read is logged (``log``: the candidate's index, track, key and value)
   for the judge to keep, in order. Where ``counters`` is false, or the name has no key, it is ``ASK``'s;
-- ``ASK``: Python judges it (a message's text glob, which needs the text rendered).
+- ``TEXT``: a message's text glob (other than ``*``): the message rendered by its kind's render program and matched
+  by the entry's glob program (``text_match.py``; the least duration's slot is where the glob program starts, the
+  kind's fifth slot where its render program starts, -1: none). Where either cannot be read, or a value is one
+  ``text_match`` does not render (its args not a list of nils, bools, integers and texts), it is ``ASK``'s;
+- ``ASK``: Python judges it.
 
 An event whose wall-clock times (``ts`` + the process's clock offset) cannot be is no candidate of any rule (as the
 judge skips it). A rule whose test holds takes a place among its rule's firings of the step (``room``, per rule),
@@ -41,6 +45,7 @@ from typing import Any, Final
 import msgpack
 from ringtrace.collector.incidents.admission import refusal_of
 from ringtrace.collector.incidents.frame_match import RUN_SLOTS
+from ringtrace.collector.incidents.text_match import glob_holds, render_text
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 from ringtrace.wire.optional_c import load_optional
 
@@ -57,6 +62,7 @@ __all__ = [
     "LONG",
     "MADE",
     "NAME_ENTRY_SLOTS",
+    "TEXT",
     "VERDICT_SLOTS",
     "Judged",
     "RuleTables",
@@ -69,15 +75,16 @@ __all__ = [
 _match = load_optional("ringtrace.collector.incidents._match")
 
 #: An entry's tests (see the module docstring).
-LONG, ERROR, ALWAYS, ASK, CROSSES = 1, 2, 3, 4, 5
+LONG, ERROR, ALWAYS, ASK, CROSSES, TEXT = 1, 2, 3, 4, 5, 6
 #: A verdict: the firing is made (a place taken, or its times refused), or Python judges it.
 MADE, JUDGE = 1, 2
-#: int64s per entry (rule's place, least duration or a ``CROSSES``'s limits' index, test), per kind id (entries'
-#: start and count, name group or -1, 1 if its shape is ``span``), per name id of a group (entries' start and count,
+#: int64s per entry (rule's place, least duration, a ``CROSSES``'s limits' index or a ``TEXT``'s glob program, test),
+#: per kind id (entries' start and count, name group or -1, 1 if its shape is ``span``, its render program or -1),
+#: per name id of a group (entries' start and count,
 #: counter's key or -1), per verdict (candidate's index in the run, rule's place, verdict), per logged value
 #: (candidate's index, track, key); doubles per limits (1 if ``above``, above, 1 if ``below``, below).
 ENTRY_SLOTS: Final = 3
-KIND_ENTRY_SLOTS: Final = 4
+KIND_ENTRY_SLOTS: Final = 5
 NAME_ENTRY_SLOTS: Final = 3
 VERDICT_SLOTS: Final = 3
 LOG_SLOTS: Final = 3
@@ -93,6 +100,9 @@ class RuleTables:
     kinds: array[int] = field(default_factory=lambda: array("q"))
     names: tuple[array[int], ...] = ()
     limits: array[float] = field(default_factory=lambda: array("d"))
+    #: Glob programs and render programs (``text_match.py``).
+    globs: array[int] = field(default_factory=lambda: array("q"))
+    renders: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass(slots=True)
@@ -129,8 +139,8 @@ def rule_verdicts(
     """
     if _match is not None and clock_offset_ns in _INT64:
         made: tuple[bytes, bytes, bytes] = _match.rule_verdicts(
-            found, buffer, tables.entries, tables.kinds, tables.names, tables.limits, room, surplus, now_ns,
-            clock_offset_ns, known, known_values, counters,
+            found, buffer, tables.entries, tables.kinds, tables.names, tables.limits, tables.globs, tables.renders,
+            room, surplus, now_ns, clock_offset_ns, known, known_values, counters,
         )  # fmt: skip
         return Judged(*made)
     return rule_verdicts_py(
@@ -162,13 +172,14 @@ def rule_verdicts_py(
         wall_ns = first_ts + ts + clock_offset_ns
         if not 0 <= wall_ns <= wall_ns + dur <= MAX_WALL_NS or not 0 <= kind < len(kinds) // KIND_ENTRY_SLOTS:
             continue
-        start, count, group, span = kinds[kind * KIND_ENTRY_SLOTS : (kind + 1) * KIND_ENTRY_SLOTS]
+        start, count, group, span, render = kinds[kind * KIND_ENTRY_SLOTS : (kind + 1) * KIND_ENTRY_SLOTS]
         named, key = (0, 0), -1
         if 0 <= group < len(groups) and 0 <= name < len(groups[group]) // NAME_ENTRY_SLOTS:
             at = name * NAME_ENTRY_SLOTS
             named, key = (groups[group][at], groups[group][at + 1]), groups[group][at + 2] if counters else -1
         refused = refusal_of(wall_ns, wall_ns + dur, now_ns) is not None
         error: bool | None = None
+        rendered, text = False, None
         merged = list(_merged(entries, (start, count), named))
         value = None
         if key >= 0 and any(test == CROSSES for _, _, test in merged):
@@ -183,6 +194,15 @@ def rule_verdicts_py(
             if test == ERROR and error is None:
                 error = _status_error(view, args_start, args_end)
             holds = test == ALWAYS or (test == LONG and span == 1 and dur >= min_dur) or (test == ERROR and error)
+            if test == TEXT:  # (rendered once, for the first of its entries)
+                if not rendered:
+                    values = _values(view, args_start, args_end)
+                    rendered, text = True, render_text(tables.renders, render, values) if values is not None else None
+                glob = glob_holds(tables.globs, min_dur, text) if text is not None else None
+                if glob is None:
+                    out.extend((index, place, JUDGE))
+                    continue
+                holds = glob
             if test == CROSSES and value is not None:
                 holds = _crossed(tables.limits, min_dur, value, before)
             if not holds:
@@ -255,6 +275,17 @@ def _value(view: memoryview, start: int, end: int) -> float | None:
         return None
     value = args.get("value") if type(args) is dict else None
     return float(value) if isinstance(value, int | float) and type(value) is not bool else None
+
+
+def _values(view: memoryview, start: int, end: int) -> list[Any] | None:
+    """The args there if they are a list (a message's values, as the judge reads them), else None."""
+    if not 0 <= start <= end <= len(view):
+        return None
+    try:
+        args: Any = msgpack.unpackb(view[start:end], raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    return args if type(args) is list else None
 
 
 def _status_error(view: memoryview, start: int, end: int) -> bool:

@@ -14,9 +14,10 @@ criteria (``criteria.py``), without an object per event, a run of frames at once
 two gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not
 with the events or frames. A run's candidates are then judged rule by rule where no Python is needed
 (``rule_verdicts.py``, in C where built, without the GIL: durations, error statuses, ``tl.incident`` calls,
-messages of any text, each rule's place among its firings of the step, and what is past it counted), so that Python
-sees the firings made and what it alone can judge; the second pass (``judge.py``) decodes those candidates' args
-and judges them (counters' crossings, messages' texts), and makes each firing.
+messages' text globs on their rendered text (``text_match.py``), each rule's place among its firings of the step, and
+what is past it counted), so that Python sees the firings made and what it alone can judge; the second pass
+(``judge.py``) decodes those candidates' args and judges them (a message whose values only Python renders, counters'
+crossings where the verdicts did not judge them), and makes each firing.
 
 A new segment begins with its process's tables replayed: where those bytes are the ones its previous segment began
 with and that segment's decoder read nothing more, the new segment takes that decoder over (``_decoder``) instead of
@@ -50,7 +51,7 @@ from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.frame_match import RUN_SLOTS, candidates, match_frame, match_run
 from ringtrace.collector.incidents.judge import Judge, StoredEvent
-from ringtrace.collector.incidents.rule_verdicts import MADE, logged, rule_verdicts, verdicts
+from ringtrace.collector.incidents.rule_verdicts import LOG_SLOTS, MADE, rule_verdicts, verdicts
 from ringtrace.collector.incidents.rules import RuleSet
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.ring import SegmentView
@@ -363,9 +364,21 @@ class RuleWatch:
         by_candidate: dict[int, list[tuple[int, int]]] = {}
         for index, place, verdict in verdicts(judged.verdicts):
             by_candidate.setdefault(index, []).append((place, verdict))
-        values = {index: (track, key, value) for index, track, key, value in logged(judged)}
+        log, values = memoryview(judged.log).cast("q"), memoryview(judged.log_values).cast("d")
         names = {key: name for name, key in criteria.counter_keys.items()} if values else {}
-        for index in sorted(by_candidate.keys() | values.keys()):
+        # The counters' values are remembered in order, each candidate's after its firings (they judged it against
+        # the value before): between two candidates with verdicts, only the last value of each counter, in the order
+        # of their last values, as remembering each would leave them (none is forgotten during a run: see above).
+        logged_at, last = 0, dict[tuple[int, int], float]()
+        for index in [*sorted(by_candidate), count]:
+            while logged_at < len(values) and log[logged_at * LOG_SLOTS] < index:
+                counter = (log[logged_at * LOG_SLOTS + 1], log[logged_at * LOG_SLOTS + 2])
+                last.pop(counter, None)
+                last[counter] = values[logged_at]
+                logged_at += 1
+            for (track_id, key), value in last.items():
+                judge.remember((process.uid, track_id, names[key]), value)
+            last.clear()
             rules = by_candidate.get(index)
             if rules is not None:
                 kind_id, name_id, ts, dur, args_start, args_end, track_id, first_ts = rows[
@@ -375,9 +388,6 @@ class RuleWatch:
                     process, tables, criteria, track_id, kind_id, name_id, first_ts + ts, dur,
                     buffer[args_start:args_end], firings, rules, remember=not counters,
                 )  # fmt: skip
-            if index in values:  # (after its firings: they judged it against the value before)
-                track_id, key, value = values[index]
-                judge.remember((process.uid, track_id, names[key]), value)
 
     def _frame(
         self,

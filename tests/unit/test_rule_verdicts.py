@@ -1,6 +1,7 @@
 """The rules' verdicts on a run's candidates (``rule_verdicts.py``): the C twin against the Python twin that defines
-them, on any tables, candidates, counters' last values and places left (never a crash, the same verdicts and
-counters' values, the same places taken and firings counted); and what they decide, on a few candidates."""
+them, on any tables, candidates, counters' last values, messages' values, glob and render programs and places left
+(never a crash, the same verdicts and counters' values, the same places taken and firings counted); and what they
+decide, on a few candidates."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ringtrace.collector.incidents.rule_verdicts import (
     JUDGE,
     LONG,
     MADE,
+    TEXT,
     Judged,
     RuleTables,
     logged,
@@ -27,7 +29,9 @@ from ringtrace.collector.incidents.rule_verdicts import (
     rule_verdicts_py,
     verdicts,
 )
+from ringtrace.collector.incidents.text_match import add_glob, add_render
 from ringtrace.wire.optional_c import load_optional
+from ringtrace.wire.table_frames import KindSpec
 
 _match = load_optional("ringtrace.collector.incidents._match")
 needs_c = pytest.mark.skipif(_match is None, reason="the C twin is not built here (or RINGTRACE_PURE_PYTHON)")
@@ -35,7 +39,18 @@ NOW = 10**18
 
 statuses = st.sampled_from(["error", "ok", b"error", 1, None])
 numbers = st.one_of(st.integers(-3, 12), st.floats(-3, 12, width=32), st.floats(), st.booleans(), st.just(2**64 - 1))
+#: A message's values: mostly ones both twins render, some not (floats, bytes, lists), some odd texts.
+message_values = st.lists(
+    st.none()
+    | st.booleans()
+    | st.sampled_from([0, -1, 2**64 - 1, -(2**63), 10**18])
+    | st.text(alphabet="ab-*[]!\\$éß€𝄞\x00\n", max_size=6)
+    | st.sampled_from([1.5, b"x", [1], {"a": 1}]),
+    max_size=5,
+)
 args_values = st.one_of(
+    message_values,
+    message_values.filter(lambda values: all(type(v) is not float for v in values)),
     st.none(),
     st.integers(-5, 5),
     st.lists(st.integers(0, 3), max_size=2),
@@ -50,24 +65,49 @@ def c_verdicts(
     known: tuple[array[int], array[float]], counters: bool,
 ) -> Any:  # fmt: skip
     made = _match.rule_verdicts(  # type: ignore[union-attr]
-        found, buffer, tables.entries, tables.kinds, tables.names, tables.limits, room, surplus, NOW, offset, *known,
-        counters,
+        found, buffer, tables.entries, tables.kinds, tables.names, tables.limits, tables.globs, tables.renders, room,
+        surplus, NOW, offset, *known, counters,
     )  # fmt: skip
     return Judged(*made)
 
 
+GLOBS = ["*a*", "a?b", "[!a-c]*", "*[]-]", "x", "*é*", "*[z-a]", "[!b-a]", "**ab*b", "*\\*", "[^-]?*"]
+PLACEHOLDER_TEXTS = ["$what", "${what}", "$value2", "${value7}", "$nope", "é ", "$", "${", "a*b", "$what_"]
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> tuple[array[int], list[int], array[int], list[int]]:
+    """Glob and render programs (those of real globs and kinds, and any words), and where some start."""
+    globs, renders = array("q"), array("q")
+    glob_starts = [add_glob(globs, glob) for glob in draw(st.lists(st.sampled_from(GLOBS), max_size=3))]
+    fields = draw(st.lists(st.sampled_from([("what", "any"), ("value2", "any"), ("x", "any")]), max_size=3))
+    texts = st.lists(st.sampled_from(PLACEHOLDER_TEXTS), max_size=4).map("".join)
+    render_starts = [add_render(renders, KindSpec(9, "m", "message", tuple(fields), draw(texts), "error"))]
+    words = st.lists(st.sampled_from([-1, 0, 1, 2, 3, 4, 5, 6, 97, 0x10FFFF, 0x110000, 2**62]), max_size=12)
+    for table, starts in ((globs, glob_starts), (renders, render_starts)):
+        if draw(st.booleans()):  # (any words: a program cut short, of no known part, no code point)
+            starts.append(len(table))
+            table.extend(draw(words))
+        starts += [-1, len(table), 2**62]
+    return globs, glob_starts, renders, render_starts
+
+
 @st.composite
 def rule_tables(draw: st.DrawFn, places: int) -> RuleTables:
+    globs, glob_starts, renders, render_starts = draw(programs())
     entries = array("q")
     for _ in range(draw(st.integers(0, 10))):
         place = draw(st.integers(-1, places))
-        entries.extend((place, draw(st.sampled_from([0, 1, 5, 100, 2**62, -(2**63)])), draw(st.integers(0, 6))))
+        test = draw(st.sampled_from([*range(8), TEXT, TEXT, TEXT]))  # (texts have the most ways to be)
+        least = st.sampled_from(glob_starts) if test == TEXT else st.sampled_from([0, 1, 5, 100, 2**62, -(2**63)])
+        entries.extend((place, draw(least), test))
     count = len(entries) // 3
     ranges = st.tuples(st.integers(-1, count + 1), st.integers(-1, count + 1))
     kinds = array("q")
     groups = draw(st.integers(0, 3))
     for _ in range(draw(st.integers(0, 6))):
-        kinds.extend((*draw(ranges), draw(st.integers(-1, groups)), draw(st.integers(0, 2))))
+        render = draw(st.sampled_from(render_starts))
+        kinds.extend((*draw(ranges), draw(st.integers(-1, groups)), draw(st.integers(0, 2)), render))
     names = tuple(
         array("q", [v for _ in range(draw(st.integers(0, 6))) for v in (*draw(ranges), draw(st.integers(-1, 2)))])
         for _ in range(groups)
@@ -77,7 +117,7 @@ def rule_tables(draw: st.DrawFn, places: int) -> RuleTables:
         bounds.extend(
             (draw(st.sampled_from([0.0, 1.0, 2.0])), draw(limits), draw(st.sampled_from([0.0, 1.0])), draw(limits))
         )
-    return RuleTables(entries, kinds, names, bounds)
+    return RuleTables(entries, kinds, names, bounds, globs, renders)
 
 
 @st.composite
@@ -121,6 +161,34 @@ def test_the_twins_give_the_same_verdicts_and_take_the_same_places(data: st.Data
     assert (c_room, c_surplus) == (room, surplus)
 
 
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_twins_render_and_glob_messages_alike(data: st.DataObject) -> None:
+    # Every candidate a message of kind 0, whose entries are text globs (some programs any words, some not there).
+    globs, glob_starts, renders, render_starts = data.draw(programs())
+    tests = st.sampled_from([TEXT, TEXT, TEXT, ALWAYS, ASK])
+    rules = data.draw(st.lists(st.tuples(st.sampled_from(glob_starts), tests), min_size=1, max_size=4))
+    entries = array("q", [v for place, (glob, test) in enumerate(rules) for v in (place, glob, test)])
+    kinds = array("q", [0, len(rules), -1, 0, data.draw(st.sampled_from(render_starts))])
+    tables = RuleTables(entries, kinds, (), array("d"), globs, renders)
+    buffer, rows = bytearray(), array("q")
+    for values in data.draw(st.lists(message_values | args_values, max_size=6)):
+        packed = msgpack.packb(values)
+        if data.draw(st.integers(0, 9)) == 0:  # (a value cut short, or bytes that are none)
+            packed = data.draw(st.sampled_from([packed[:-1], b"\x91\xa2\xc3\x28", b"\xc1", packed + b"\x00"]))
+        rows.extend((0, 0, 0, 0, len(buffer), len(buffer) + len(packed), 7, NOW))
+        buffer += packed
+    room = array("q", data.draw(st.lists(st.integers(0, 3), min_size=len(rules), max_size=len(rules))))
+    surplus = array("q", [0] * len(rules))
+    c_room, c_surplus = room[:], surplus[:]
+    known = (array("q"), array("d"))
+    expected = rule_verdicts_py(rows.tobytes(), bytes(buffer), tables, room, surplus, NOW, 0, *known, True)
+    got = c_verdicts(rows.tobytes(), bytes(buffer), tables, c_room, c_surplus, 0, known, True)
+    assert got.verdicts == expected.verdicts
+    assert (c_room, c_surplus) == (room, surplus)
+
+
 def judge(
     found: bytes, buffer: bytes, tables: RuleTables, room: array[int], surplus: array[int],
     known: tuple[array[int], array[float]] = (array("q"), array("d")), counters: bool = True,
@@ -137,7 +205,7 @@ def test_each_rule_is_judged_by_its_test_and_takes_its_place_or_is_counted() -> 
     # Kind 0 (a span, name group 0): rule 0 long spans >= 100, rule 1 error spans; name 3: rule 2 (Python's).
     tables = RuleTables(
         array("q", [0, 100, LONG, 1, 0, ERROR, 2, 0, ASK, 3, 0, ALWAYS]),
-        array("q", [0, 2, 0, 1, 3, 1, -1, 0]),
+        array("q", [0, 2, 0, 1, -1, 3, 1, -1, 0, -1]),
         (array("q", [0, 0, -1] * 3 + [2, 1, -1]),),
     )
     room, surplus = array("q", [1, 1, 1, 0]), array("q", [0, 0, 0, 0])
@@ -157,7 +225,7 @@ def test_each_rule_is_judged_by_its_test_and_takes_its_place_or_is_counted() -> 
 
 
 def test_a_candidate_whose_times_cannot_be_is_no_ones_and_one_the_engine_refuses_takes_no_place() -> None:
-    tables = RuleTables(array("q", [0, 0, ALWAYS]), array("q", [0, 1, -1, 1]), ())
+    tables = RuleTables(array("q", [0, 0, ALWAYS]), array("q", [0, 1, -1, 1, -1]), ())
     room, surplus = array("q", [1]), array("q", [0])
     never, buffer = one(0, 0, -NOW - 1, 0, None)
     assert judge(never, buffer, tables, room, surplus).verdicts == b""
@@ -171,7 +239,7 @@ def test_a_counter_rule_fires_where_its_value_crosses_from_the_last_one_of_its_t
     # Kind 0 (counters, group 0), name 0 keyed 5: rule 0 above 10, rule 1 below 0.
     tables = RuleTables(
         array("q", [0, 0, CROSSES, 1, 1, CROSSES]),
-        array("q", [0, 0, 0, 0]),
+        array("q", [0, 0, 0, 0, -1]),
         (array("q", [0, 2, 5]),),
         array("d", [1, 10, 0, 0, 0, 0, 1, 0]),
     )
@@ -191,3 +259,32 @@ def test_a_counter_rule_fires_where_its_value_crosses_from_the_last_one_of_its_t
     room = array("q", [2, 5])
     judged = judge(b"".join(rows), buffer, tables, room, surplus, known, counters=False)
     assert [v for v in verdicts(judged.verdicts)][:2] == [(0, 0, JUDGE), (0, 1, JUDGE)] and judged.log == b""
+
+
+def test_a_message_rule_with_a_text_glob_is_judged_on_the_rendered_text_or_left_to_python() -> None:
+    # Kind 0 (a message kind "took $what for ${who}"): rule 0 "*timeout*", rule 1 "took what(5) for é*".
+    globs, renders = array("q"), array("q")
+    timeout, took = add_glob(globs, "*timeout*"), add_glob(globs, "took what(5) for é*")
+    kind = KindSpec(0, "db", "message", (("what", "any"), ("who", "any")), "took $what for ${who}", "error")
+    tables = RuleTables(
+        array("q", [0, timeout, TEXT, 1, took, TEXT]),
+        array("q", [0, 2, -1, 0, add_render(renders, kind)]),
+        (),
+        array("d"),
+        globs,
+        renders,
+    )
+    rows, buffer = [], b""
+    for values in [[5, "éa"], ["a timeout", "x"], [5, "b"], [5.0, "é"], {"what": 5}, [5, "é", "extra"]]:
+        row, packed = one(0, 0, 0, 0, values)
+        shifted = array("q", row)
+        shifted[4] += len(buffer)
+        shifted[5] += len(buffer)
+        rows.append(shifted.tobytes())
+        buffer += packed
+    room, surplus = array("q", [5, 5]), array("q", [0, 0])
+    decided = list(verdicts(judge(b"".join(rows), buffer, tables, room, surplus).verdicts))
+    assert decided == [(0, 1, MADE), (1, 0, MADE), (3, 0, JUDGE), (3, 1, JUDGE), (4, 0, JUDGE), (4, 1, JUDGE),
+                       (5, 1, MADE)]  # fmt: skip
+    # (a float is Python's to render, and args that are no list its to show: it judges them)
+    assert list(room) == [4, 3] and list(surplus) == [0, 0]

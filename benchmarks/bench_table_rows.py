@@ -1,15 +1,17 @@
 """The typed tables of ``format=parquet`` made in process, each table's writer as built against the Python rows it
 stands in for: what moving a table's rows into the C writer (``collector/export/_tables.c``) gains.
 
-A timeline records ``--n`` spans (8 names, one arg each), each holding one instant (one arg) and one counter value,
-to a file, read back as the store a snapshot reads. Interleaved rounds then time, in this process (CPU time of this
+A timeline records ``--n`` spans (8 names, one arg each), each holding one instant (one arg), one counter value and
+one message (two values: an integer and a text, both in its text), to a file, read back as the store a snapshot
+reads. Interleaved rounds then time, in this process (CPU time of this
 thread), the whole Parquet file of a table (every column):
 
-  spans, instants, counters  as built: the C writer's rows where it is built (and not RINGTRACE_PURE_PYTHON=1)
-  *_py                       the same table with the C writer left out: rows read a column at a time in Python and
-                             the rest through the walk (what the instants and counters tables were made by before
-                             they had a C writer)
-  chrome                   Chrome JSON of the same store, for scale
+  spans, instants, counters, messages  as built: the C writer's rows where it is built (and not
+                                      RINGTRACE_PURE_PYTHON=1)
+  *_py                                the same table with the C writer left out: rows read a column at a time in
+                                      Python and the rest through the walk (what the instants, counters and messages
+                                      tables were made by before they had a C writer)
+  chrome                              Chrome JSON of the same store, for scale
 
 python benchmarks/bench_table_rows.py [--n 1000000] [--rounds 3]
 """
@@ -35,10 +37,12 @@ from ringtrace.collector.read.selection import EVERYTHING
 def record(path: Path, n: int) -> None:
     tl = Timeline("bulk", [FileListener(path, process_name="bulk")])
     names = [f"handler-{k}" for k in range(8)]
+    handled = tl.message("app", "info", "handled $i by ${who}")
     for i in range(n):
         with tl.scope(names[i % 8], i=i):
             tl.instant("tick", i=i)
             tl.counter("depth", i % 7)
+            handled(i, names[i % 8])
         if i % 100_000 == 0:
             tl.flush(timeout_s=600)
     tl.close()
@@ -76,6 +80,8 @@ def bench(n: int, rounds: int) -> int:
             "instants_py": timed(path, without_c("instants")),
             "counters": timed(path, lambda view: parquet_chunks(view, EVERYTHING, "counters")),  # type: ignore[arg-type]
             "counters_py": timed(path, without_c("counters")),
+            "messages": timed(path, lambda view: parquet_chunks(view, EVERYTHING, "messages")),  # type: ignore[arg-type]
+            "messages_py": timed(path, without_c("messages")),
             "chrome": timed(path, lambda view: chrome_trace_chunks(view, EVERYTHING)),  # type: ignore[arg-type]
         }
         results = interleave(variants, rounds)
@@ -88,10 +94,10 @@ def bench(n: int, rounds: int) -> int:
         table(
             ["variant", "CPU s (median)", "M rows/s", "MB"],
             rows,
-            title=f"{n:,} spans, instants, counters, {rounds} rounds",
+            title=f"{n:,} spans, instants, counters, messages, {rounds} rounds",
         )
     )
-    for name in ("spans", "instants", "counters"):
+    for name in ("spans", "instants", "counters", "messages"):
         print(f"{name}: as built / Python rows {seconds[name] / seconds[name + '_py']:.2f}x")
     return 0
 

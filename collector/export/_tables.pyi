@@ -1,4 +1,4 @@
-# The C writer of the spans, instants and counters tables' Arrow buffers (_tables.c); see table_columns.py.
+# The C writer of the spans, instants, counters and messages tables' Arrow buffers (_tables.c); see table_columns.py.
 from typing import Any
 
 def builder(table: int, /) -> Any: ...
@@ -19,6 +19,8 @@ def add_rows(
     host: bytes,
     track: bytes,
     wanted: int,
+    templates: bytes = ...,
+    template_spans: Any = ...,
     /,
 ) -> tuple[int, int, bytes | None] | None: ...
 def take_rows(

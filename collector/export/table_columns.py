@@ -1,30 +1,37 @@
-"""The spans, instants and counters tables' columns straight from a stored frame's msgpack payload, in C
+"""The spans, instants, counters and messages tables' columns straight from a stored frame's msgpack payload, in C
 (``_tables.c``), when built: Arrow buffers (int64 and double values; UTF-8 strings as offsets and data; a validity
 bitmap where a value may be null) that ``parquet.py`` wraps without a copy. No Python object per row: what makes a
 table of millions of spans take seconds.
 
-The C writer takes the spans (or plain instants) whose args are a map (or none), and the counters whose args are a map
-of distinct text keys, most of what a store holds, with the GIL released; the rest of a frame (traced calls, markers,
-incidents, async events, what cannot be shown) it leaves to the Python rows (``table_rows.py``), which define the
-tables; tests hold the two to the same rows. ``FrameRows`` keeps, per segment (each read by a decoder of its own), the
-tables the C writer reads: a code per kind id (``chrome_frames.kind_codes``) and each string's UTF-8. The messages and
-samples tables are made in Python alone.
+The C writer takes the spans (or plain instants) whose args are a map (or none), the counters whose args are a map of
+distinct text keys, and the messages of a kind it has a template of (``message_template``: the kind's text cut at its
+placeholders, its fields' names), most of what a store holds, with the GIL released; the rest of a frame (traced calls,
+markers, incidents, async events, what cannot be shown) it leaves to the Python rows (``table_rows.py``), which define
+the tables; tests hold the two to the same rows. ``FrameRows`` keeps, per segment (each read by a decoder of its
+own), the tables the C writer reads: a code per kind id (``chrome_frames.kind_codes``), each string's UTF-8, and each
+message kind's template (by which the other tables also leave such messages out in C: a frame of spans and messages
+is read without the Python walk). The samples table is made in Python alone.
 
 Not built, or with ``RINGTRACE_PURE_PYTHON=1``: ``ACCELERATED`` is False and every row is made in Python.
 """
 
 from __future__ import annotations
 
+import re
+import struct
+from array import array
 from typing import Final, NamedTuple
 
 from ringtrace.collector.export.chrome_frames import SegmentTables
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.wire.frames import Events
+from ringtrace.wire.message_format import PLACEHOLDER
 from ringtrace.wire.model import TrackInfo
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.stream_tables import StreamTables
+from ringtrace.wire.table_frames import KindSpec
 
-__all__ = ["ACCELERATED", "C_TABLES", "ColumnBuffers", "FrameRows"]
+__all__ = ["ACCELERATED", "C_TABLES", "NOT_MESSAGES", "ColumnBuffers", "FrameRows", "message_template"]
 
 _tables = load_optional("ringtrace.collector.export._tables")
 #: Whether the C writer is there.
@@ -52,6 +59,9 @@ C_TABLES: Final = {
         1, ("pid", "ts_ns"), ("process", "host", "track", "name", "args", "trace_id", "kind", "async_id")
     ),
     "counters": CTable(2, ("pid", "ts_ns"), ("process", "host", "track", "name", "series"), ("value",)),
+    "messages": CTable(
+        3, ("pid", "ts_ns"), ("process", "host", "track", "text", "args", "trace_id", "category", "priority")
+    ),
 }
 #: Where a table's string columns start among the bits of ``wanted`` (after the most int columns a table has), and
 #: where its column of doubles is (after the most string columns).
@@ -61,6 +71,16 @@ _FLOAT_BIT: Final = 12
 #: Bytes a builder holds before its rows are handed over, whatever their number (a row group's string data must stay
 #: under 2 GiB: the C writer leaves a frame past that to the Python rows).
 MAX_BATCH_BYTES: Final = 256 << 20
+
+#: The walk's categories that are no message's (a message's category is its kind's name): a message kind of one of
+#: these names makes no row of the messages table.
+NOT_MESSAGES: Final = frozenset({"", "incident", "async", "call", "sample"})
+#: Values the C writer takes of one message at most (_tables.c's MAX_VALUES): a kind of more fields has no template.
+_MAX_VALUES: Final = 64
+#: The names a message's values past its fields take (``render``): a kind with a field of such a name has no template
+#: (one of its values could take the same name as another).
+_VALUE_NAME: Final = re.compile(r"value([1-9][0-9]*)")
+_NO_INDEX: Final = 0xFFFFFFFF
 
 
 class ColumnBuffers(NamedTuple):
@@ -103,6 +123,8 @@ class FrameRows(SegmentTables):
         self._add = _tables.add_rows
         self._take = _tables.take_rows
         self._builder = _tables.builder(self.table.number)
+        self._templates = b""
+        self._template_spans = array("q")
         self._since_ns = since_ns
         self._until_ns = until_ns
         bits = [
@@ -134,6 +156,7 @@ class FrameRows(SegmentTables):
                 self._builder, frame.payload, frame.count, self._columns, frame.first_ts_ns, process.clock_offset_ns,
                 self._since_ns, self._until_ns, self._codes, self._names, self._spans,
                 process.name.encode(), process.trace_pid, process.host.encode(), track_name.encode(), self._wanted,
+                self._templates, self._template_spans,
             )  # fmt: skip
         except (OverflowError, UnicodeEncodeError):  # times past 64 bits, a name Arrow cannot hold: the Python rows'
             return None
@@ -153,3 +176,85 @@ class FrameRows(SegmentTables):
             return text.encode()
         except UnicodeEncodeError:  # (a lone surrogate: no UTF-8, no Arrow string) the Python rows decide
             return None
+
+    def _sync_kinds(self, tables: StreamTables) -> None:
+        super()._sync_kinds(tables)
+        # (every table's: a message of a kind with a template is no row of the others, which leave it out in C)
+        self._templates, self._template_spans = _templates(tables)
+
+
+def _templates(tables: StreamTables) -> tuple[bytes, array[int]]:
+    """A segment's message kinds' templates end to end, and (start, end) in them per kind id ((-1, -1): none)."""
+    blob = bytearray()
+    spans = array("q")
+    kinds = tables.kinds
+    if kinds and not 0 <= min(kinds) <= max(kinds) < 1 << 16:  # (``kind_codes`` leaves such a segment to Python)
+        return b"", spans
+    spans.extend([-1] * (2 * (max(kinds, default=-1) + 1)))
+    for kind_id, kind in kinds.items():
+        made = message_template(kind)
+        if made is not None:
+            spans[2 * kind_id] = len(blob)
+            blob += made
+            spans[2 * kind_id + 1] = len(blob)
+    return bytes(blob), spans
+
+
+def message_template(kind: KindSpec) -> bytes | None:
+    """What the C writer renders a message of ``kind`` by (``_tables.c``'s ``Template``): its category, priority,
+    which value is its ``trace_id``, its fields' names and its text cut at its placeholders (``render``'s, each with
+    the value it shows, by index, or, for a value the message lacks, the placeholder as written); None for a kind
+    whose messages are the Python rows' (not a message, a category that makes no row, names a value could share,
+    text that is no UTF-8)."""
+    names = [name for name, _ in kind.fields]
+    if (
+        kind.shape != "message"
+        or kind.name in NOT_MESSAGES
+        or len(names) > _MAX_VALUES
+        or len(set(names)) != len(names)
+        or {"category", "priority"} & set(names)
+        or any(_VALUE_NAME.fullmatch(name) for name in names)
+    ):
+        return None
+    try:
+        parts = []
+        written = 0
+        for match in PLACEHOLDER.finditer(kind.text):
+            parts.append(struct.pack("<I", 0) + _text(kind.text[written : match.start()]))
+            written = match.end()
+            plain, name = match[1], match[2]
+            index = _value_index(plain if plain is not None else name, names)
+            if index is None:  # never a value: stays as written
+                parts.append(struct.pack("<I", 0) + _text(match[0]))
+            else:
+                parts.append(struct.pack("<II", 1 if plain is not None else 2, index) + _text(match[0]))
+        parts.append(struct.pack("<I", 0) + _text(kind.text[written:]))
+        trace_index = names.index("trace_id") if "trace_id" in names else _NO_INDEX
+        return b"".join(
+            [
+                _text(kind.name),
+                _text(kind.priority),
+                struct.pack("<II", trace_index, len(names)),
+                *map(_text, names),
+                struct.pack("<I", len(parts)),
+                *parts,
+            ]
+        )
+    except UnicodeEncodeError:  # (a lone surrogate: no UTF-8, no Arrow string) the Python rows decide
+        return None
+
+
+def _text(text: str) -> bytes:
+    encoded = text.encode()
+    return struct.pack("<I", len(encoded)) + encoded
+
+
+def _value_index(name: str, fields: list[str]) -> int | None:
+    """Which of a message's values ``name`` names: one of its fields, or one past them (``value5``...); None: none
+    ever is."""
+    if name in fields:
+        return fields.index(name)
+    past = _VALUE_NAME.fullmatch(name)
+    if past is not None and len(fields) < int(past[1]) <= _MAX_VALUES:
+        return int(past[1]) - 1
+    return None

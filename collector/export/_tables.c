@@ -1,4 +1,4 @@
-/* The spans, instants, counters and messages tables' columns (export/table_rows.py) straight from stored EVENTS
+/* The spans, instants, counters, messages and samples tables' columns (export/table_rows.py) straight from stored EVENTS
 frames' msgpack payloads, in C, with the GIL released: Arrow buffers, a row group's worth, that
 export/table_columns.py hands to pyarrow without a copy.
 
@@ -21,11 +21,16 @@ message whose kind has a template (the Python side makes one for the kinds it ca
 whose values are an array: process, pid, host, track, ts_ns, text (the kind's text with each placeholder's value shown
 as Python's f"{value}" shows it, for None, a bool, an integer or text: a float or anything else leaves the message to
 the Python walk), args (its values by name as JSON text; null for none), trace_id (its value named so, when text),
-category and priority (its kind's). Events of the other fast kinds (span, instant, counter) are no row of the table:
-left out. Every other event (a traced call, a marker, an async event, a message the table does not take as above, an
-unknown kind or name, args that are no map or hold bytes, an extension type or a non-string key, times no clock gives)
-is left to the Python walk: flagged in the returned `deferred` map, one byte per event. A payload msgpack-python would
-refuse returns None, and the frame adds no row: the Python walk reads it and decides, as it would alone.
+category and priority (its kind's). For the samples table, each sample (its kind coded 'P' by the Python side):
+process, pid, host, track, ts_ns, task (its name; null for none), leaf (its innermost frame's function; null for an
+empty stack) and stack (its frames root first, each function, file and line: as wire/stack_tree.py resolves its stack
+id through the stack table given, the innermost MAX_RESOLVED_DEPTH of a deeper one; an id that is no integer or none
+declared, an empty stack; a node or frame the table does not hold, the Python walk's). Events of the other fast kinds
+(span, instant, counter) are no row of the table: left out. Every other event (a traced call, a marker, an async
+event, a message the table does not take as above, an unknown kind or name, args that are no map or hold bytes, an
+extension type or a non-string key, times no clock gives) is left to the Python walk: flagged in the returned
+`deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row: the
+Python walk reads it and decides, as it would alone.
 
 Columns: fixed-width ones as little-endian int64 values; strings as Arrow's int32 offsets and UTF-8 data, with a
 validity bitmap where a value may be null. A row group whose string data would pass 2 GiB takes no more rows from
@@ -63,16 +68,23 @@ enum { TEXT = NAME_TEXT, CATEGORY = SPAN_ID, PRIORITY = PARENT_SPAN_ID };
 /* A message with more values than this is the Python rows' (its values are read into an array). */
 #define MAX_VALUES 64
 
+/* The samples table's strings: the where columns, its task in the name's place and its leaf in the args'; its stack
+   (a list of frames) has buffers of its own, and the bit of `wanted` the counters' value has. */
+enum { TASK = NAME_TEXT, LEAF = ARGS_TEXT };
+enum { STACK_BIT = VALUE_BIT };
+/* Frames of a stack resolved at most, the innermost (wire/stack_tree.py's MAX_RESOLVED_DEPTH). */
+#define MAX_RESOLVED_DEPTH 1024
+
 /* The tables a builder makes, the kind code of their rows, how many int64 columns each has (its first ones) and how
    many string columns (its first ones). A message's kind has the Python walk's code (CODE_PYTHON): those of its kinds
    that the C writer renders have a template (`templates`, below); the others stay the Python rows'. */
-enum { TABLE_SPANS, TABLE_INSTANTS, TABLE_COUNTERS, TABLE_MESSAGES, TABLES };
-static const int table_code[TABLES] = {'X', 'i', 'C', CODE_PYTHON};
-static const int table_ints[TABLES] = {INTS, 2, 2, 2};
-static const int table_strings[TABLES] = {STRINGS, STRINGS, SERIES + 1, STRINGS};
+enum { TABLE_SPANS, TABLE_INSTANTS, TABLE_COUNTERS, TABLE_MESSAGES, TABLE_SAMPLES, TABLES };
+static const int table_code[TABLES] = {'X', 'i', 'C', CODE_PYTHON, 'P'};
+static const int table_ints[TABLES] = {INTS, 2, 2, 2, 2};
+static const int table_strings[TABLES] = {STRINGS, STRINGS, SERIES + 1, STRINGS, LEAF + 1};
 /* The string columns read from args as JSON (args, then the ids found there): each table's bits of `wanted`,
    shifted. */
-static const unsigned long table_texts[TABLES] = {15u, 3u, 0u, 0u};
+static const unsigned long table_texts[TABLES] = {15u, 3u, 0u, 0u, 0u};
 
 typedef struct {
     int table;
@@ -81,6 +93,11 @@ typedef struct {
     Strings strings[STRINGS];
     Out values, values_valid; /* the counters' values: doubles, and where they are null */
     Py_ssize_t value_nulls;
+    /* the samples' stacks: int32 offsets per row into their frames, and the frames' function, file (offsets and
+       data; never null) and line (int64) */
+    Out stack_offsets, lines;
+    Strings functions, files;
+    Py_ssize_t frames;
     int too_large; /* string data past int32 offsets */
 } Builder;
 
@@ -88,6 +105,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t rows;
     size_t ints[INTS], offsets[STRINGS], data[STRINGS], nulls[STRINGS], values, value_nulls;
+    size_t stack_offsets, lines, function_offsets, function_data, file_offsets, file_data, frames;
 } Mark;
 
 static void
@@ -103,6 +121,14 @@ builder_free(Builder *b)
     }
     free(b->values.data);
     free(b->values_valid.data);
+    free(b->stack_offsets.data);
+    free(b->lines.data);
+    Strings *texts[2] = {&b->functions, &b->files};
+    for (int i = 0; i < 2; i++) {
+        free(texts[i]->offsets.data);
+        free(texts[i]->data.data);
+        free(texts[i]->valid.data);
+    }
     int table = b->table;
     memset(b, 0, sizeof(*b));
     b->table = table;
@@ -127,6 +153,9 @@ builder_start(Builder *b)
     for (int i = 0; i < STRINGS; i++) {
         put_i32(&b->strings[i].offsets, 0);
     }
+    put_i32(&b->stack_offsets, 0);
+    put_i32(&b->functions.offsets, 0);
+    put_i32(&b->files.offsets, 0);
 }
 
 static int
@@ -139,6 +168,8 @@ builder_failed(const Builder *b)
     for (int i = 0; i < STRINGS; i++) {
         failed |= b->strings[i].offsets.failed | b->strings[i].data.failed | b->strings[i].valid.failed;
     }
+    failed |= b->stack_offsets.failed | b->lines.failed | b->functions.offsets.failed | b->functions.data.failed;
+    failed |= b->files.offsets.failed | b->files.data.failed;
     return failed | b->values.failed | b->values_valid.failed;
 }
 
@@ -156,6 +187,13 @@ mark_of(const Builder *b, Mark *m)
     }
     m->values = b->values.len;
     m->value_nulls = (size_t)b->value_nulls;
+    m->stack_offsets = b->stack_offsets.len;
+    m->lines = b->lines.len;
+    m->function_offsets = b->functions.offsets.len;
+    m->function_data = b->functions.data.len;
+    m->file_offsets = b->files.offsets.len;
+    m->file_data = b->files.data.len;
+    m->frames = (size_t)b->frames;
 }
 
 static void
@@ -177,6 +215,13 @@ back_to(Builder *b, const Mark *m)
     }
     b->values.len = m->values;
     b->value_nulls = (Py_ssize_t)m->value_nulls;
+    b->stack_offsets.len = m->stack_offsets;
+    b->lines.len = m->lines;
+    b->functions.offsets.len = m->function_offsets;
+    b->functions.data.len = m->function_data;
+    b->files.offsets.len = m->file_offsets;
+    b->files.data.len = m->file_data;
+    b->frames = (Py_ssize_t)m->frames;
     size_t bytes = ((size_t)m->rows + 7) / 8;
     if (b->values_valid.len > bytes) {
         b->values_valid.len = bytes;
@@ -294,6 +339,14 @@ typedef struct {
     Py_ssize_t templates_len;
     const uint8_t *template_spans; /* per kind id: int64 start, end in templates (-1: none), any alignment */
     Py_ssize_t template_spans_len;
+    /* the samples table's stack table: per stack id its parent's id (-1: a root) and its frame's id (int64 each);
+       per frame id int64 function start, end, file start, end in frame_texts, and line (start -1: none here) */
+    const uint8_t *parents, *leaves;
+    Py_ssize_t stacks_len;
+    const char *frame_texts;
+    Py_ssize_t frame_texts_len;
+    const uint8_t *frame_spans;
+    Py_ssize_t frames_len;
     /* outputs */
     uint8_t *deferred;
     Py_ssize_t deferred_count;
@@ -643,6 +696,112 @@ message_row(Frame *f, const Event *e, const Template *t, i128 wall)
     return OK;
 }
 
+/* ---- samples ---- */
+
+static int64_t
+int64_at(const uint8_t *p, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, p + (size_t)i * sizeof(int64_t), sizeof(v));
+    return v;
+}
+
+/* A frame's text (function or file) written: its offset (never null). */
+static void
+put_frame_text(Builder *b, Strings *s, const char *text, size_t n)
+{
+    put(&s->data, text, n);
+    if (s->data.len > INT32_MAX) {
+        b->too_large = 1;
+        return;
+    }
+    put_i32(&s->offsets, (int32_t)s->data.len);
+}
+
+/* The row of sample `e` (its task the name `task`): its stack id (args) resolved through the stack table, root first,
+   as wire/stack_tree.py resolves it (an id that is no integer, or none declared: an empty stack). DEFER: the Python
+   rows' (a node or frame the table does not hold here: a text no UTF-8, a line past int64). */
+static int
+sample_row(Frame *f, const Event *e, i128 wall, const char *task, size_t task_len)
+{
+    Builder *b = f->b;
+    Py_ssize_t path[MAX_RESOLVED_DEPTH]; /* frame ids, innermost first */
+    int depth = 0;
+    Cursor args = e->args;
+    i128 id;
+    if (read_int(&args, &id) == OK && id >= 0 && id < f->stacks_len) {
+        for (i128 node = id; node >= 0 && depth < MAX_RESOLVED_DEPTH;) {
+            if (node >= f->stacks_len) {
+                return DEFER;
+            }
+            int64_t leaf = int64_at(f->leaves, (Py_ssize_t)node);
+            if (leaf < 0 || leaf >= f->frames_len) {
+                return DEFER;
+            }
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)leaf;
+            int64_t fn_start = int64_at(at, 0), fn_end = int64_at(at, 1), file_start = int64_at(at, 2),
+                    file_end = int64_at(at, 3);
+            if (fn_start < 0 || fn_end < fn_start || fn_end > f->frame_texts_len || file_start < 0 ||
+                file_end < file_start || file_end > f->frame_texts_len) {
+                return DEFER;
+            }
+            path[depth++] = (Py_ssize_t)leaf;
+            node = int64_at(f->parents, (Py_ssize_t)node);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (WANTS(f, INTS + PROCESS + k)) {
+            put_text(b, PROCESS + k, f->where[k], f->where_len[k]);
+        }
+    }
+    if (WANTS(f, INTS + TASK)) {
+        if (task_len) {
+            put_text(b, TASK, task, task_len);
+        }
+        else {
+            put_null(b, TASK);
+        }
+    }
+    if (WANTS(f, INTS + LEAF)) {
+        if (depth) {
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)path[0];
+            int64_t start = int64_at(at, 0), end = int64_at(at, 1);
+            put_text(b, LEAF, f->frame_texts + start, (size_t)(end - start));
+        }
+        else {
+            put_null(b, LEAF);
+        }
+    }
+    if (WANTS(f, STACK_BIT)) {
+        for (int k = depth - 1; k >= 0; k--) {
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)path[k];
+            int64_t fn_start = int64_at(at, 0), fn_end = int64_at(at, 1), file_start = int64_at(at, 2),
+                    file_end = int64_at(at, 3);
+            put_frame_text(b, &b->functions, f->frame_texts + fn_start, (size_t)(fn_end - fn_start));
+            put_frame_text(b, &b->files, f->frame_texts + file_start, (size_t)(file_end - file_start));
+            put_i64(&b->lines, int64_at(at, 4));
+            b->frames++;
+        }
+        if (b->frames > INT32_MAX) {
+            b->too_large = 1;
+        }
+        else {
+            put_i32(&b->stack_offsets, (int32_t)b->frames);
+        }
+    }
+    int64_t ints[2] = {f->pid, (int64_t)wall};
+    for (int k = 0; k < 2; k++) {
+        if (WANTS(f, k)) {
+            put_i64(&b->ints[k], ints[k]);
+        }
+    }
+    if (b->too_large) {
+        return BAD;
+    }
+    b->rows++;
+    return OK;
+}
+
 /* Whether `e` is a message that the messages table's C writer takes whole or leaves to the Python rows for its values
 alone (so no row of any other table, and nothing the walk would count): a kind with a template, times a clock gives, a
 name declared, values in an array. */
@@ -700,6 +859,18 @@ frame_rows(Frame *f)
         int has_args = args.p < args.end && *args.p != 0xc0;
         int write_args = has_args && f->texts;
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
+        if (b->table == TABLE_SAMPLES) {
+            int status = start < 0 || end < start || end > f->names_len
+                             ? DEFER
+                             : sample_row(f, &e, wall, f->names + start, (size_t)(end - start));
+            if (status == BAD) {
+                return BAD;
+            }
+            if (status == DEFER) {
+                defer(f, i); /* an unknown string id (named as such), or the Python rows' */
+            }
+            continue;
+        }
         if (b->table == TABLE_MESSAGES) {
             Template t;
             int status = start < 0 || end < start || end > f->names_len || !template_of(f, e.kind, &t)
@@ -819,7 +990,7 @@ PyDoc_STRVAR(builder_doc,
 "builder(table)\n"
 "--\n\n"
 "A new, empty builder of a table's columns (for add_rows and take_rows; one thread at a time): table 0 the spans',\n"
-"1 the instants', 2 the counters', 3 the messages'.");
+"1 the instants', 2 the counters', 3 the messages', 4 the samples'.");
 
 static PyObject *
 builder(PyObject *module, PyObject *table_arg)
@@ -861,17 +1032,20 @@ PyDoc_STRVAR(add_rows_doc,
 "for each left to the Python walk (None if none is). columns: where kind, name, ts, dur and args are among the\n"
 "payload's 5 columns; kinds: a code per kind id (as _chrome.events_json's); names: UTF-8 strings end to end; spans:\n"
 "int64 start and end in names per string id (-1 for none); process, host, track: the rows' UTF-8 text; wanted:\n"
-"the columns to write, bit i for take_rows' ints[i], bit 4 + k for its strings[k], bit 12 for its values (the others\n"
+"the columns to write, bit i for take_rows' ints[i], bit 4 + k for its strings[k], bit 12 for its values or\n"
+"stacks (the others\n"
 "are left empty). templates, template_spans: the messages table's (its kinds' templates end to end, as\n"
 "table_columns.message_template writes them, and int64 start and end in them per kind id, -1 for none); without\n"
-"them, no message is the C writer's.");
+"them, no message is the C writer's. parents, leaves, frame_texts, frame_spans: the samples table's stack table (per\n"
+"stack id int64 parent and frame ids; per frame id int64 function start, end, file start, end in frame_texts, and\n"
+"line; start -1: the Python rows').");
 
 static PyObject *
 add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 16 && nargs != 18) {
-        PyErr_Format(PyExc_TypeError, "add_rows() takes 16 or 18 arguments (%zd given)", nargs);
+    if (nargs != 16 && nargs != 18 && nargs != 22) {
+        PyErr_Format(PyExc_TypeError, "add_rows() takes 16, 18 or 22 arguments (%zd given)", nargs);
         return NULL;
     }
     Frame f;
@@ -897,12 +1071,11 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     f.texts = (f.wanted >> (INTS + ARGS_TEXT) & table_texts[f.b->table]) != 0; /* args, or an id found in them */
-    Py_buffer views[9];
-    PyObject *sources[9] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
-    int viewed = nargs == 18 ? 9 : 7;
-    if (nargs == 18) {
-        sources[7] = args[16];
-        sources[8] = args[17];
+    Py_buffer views[13];
+    PyObject *sources[13] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
+    int viewed = (int)nargs - 9; /* (the buffers among the arguments) */
+    for (int k = 7; k < viewed; k++) {
+        sources[k] = args[k + 9];
     }
     int held = 0;
     PyObject *result = NULL;
@@ -923,7 +1096,16 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         f.where[k] = views[4 + k].buf;
         f.where_len[k] = (size_t)views[4 + k].len;
     }
-    if (viewed == 9) {
+    if (viewed == 13) {
+        f.parents = views[9].buf;
+        f.leaves = views[10].buf;
+        f.stacks_len = Py_MIN(views[9].len, views[10].len) / (Py_ssize_t)sizeof(int64_t);
+        f.frame_texts = views[11].buf;
+        f.frame_texts_len = views[11].len;
+        f.frame_spans = views[12].buf;
+        f.frames_len = views[12].len / (Py_ssize_t)(5 * sizeof(int64_t));
+    }
+    if (viewed >= 9) {
         f.templates = views[7].buf;
         f.templates_len = views[7].len;
         f.template_spans = views[8].buf;
@@ -959,7 +1141,8 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < STRINGS; i++) {
         size += f.b->strings[i].offsets.len + f.b->strings[i].data.len;
     }
-    size += f.b->values.len;
+    size += f.b->values.len + f.b->stack_offsets.len + f.b->lines.len + f.b->functions.offsets.len;
+    size += f.b->functions.data.len + f.b->files.offsets.len + f.b->files.data.len;
     PyObject *deferred = f.deferred_count ? PyBytes_FromStringAndSize((const char *)f.deferred, f.count)
                                           : Py_NewRef(Py_None);
     if (deferred != NULL) {
@@ -986,8 +1169,9 @@ PyDoc_STRVAR(take_rows_doc,
 "little-endian int64 values of pid, start_ns, duration_ns and end_ns (spans) or pid and ts_ns (the others);\n"
 "strings: (validity, offsets, data) of process, host, track, then name, args, trace_id, span_id and parent_span_id\n"
 "(spans), name, args, trace_id, kind and async_id (instants), name and series (counters) or text, args, trace_id,\n"
-"category and priority (messages) (validity None: no null); values: the counters' (validity, little-endian\n"
-"doubles), None for the other tables.");
+"category and priority (messages) or task and leaf (samples) (validity None: no null); values: the counters'\n"
+"(validity, little-endian doubles), the samples' stacks (int32 offsets into their frames per row, then the frames'\n"
+"function and file (offsets, data) and line (int64)), None for the other tables.");
 
 static PyObject *
 take_rows(PyObject *module, PyObject *capsule)
@@ -1007,6 +1191,13 @@ take_rows(PyObject *module, PyObject *capsule)
     if (b->table == TABLE_COUNTERS) {
         PyObject *valid = b->value_nulls ? bytes_of(&b->values_valid, ((size_t)b->rows + 7) / 8) : Py_NewRef(Py_None);
         values = Py_BuildValue("(NN)", valid, bytes_of(&b->values, b->values.len));
+    }
+    else if (b->table == TABLE_SAMPLES) {
+        values = Py_BuildValue("(N(NN)(NN)N)", bytes_of(&b->stack_offsets, b->stack_offsets.len),
+                               bytes_of(&b->functions.offsets, b->functions.offsets.len),
+                               bytes_of(&b->functions.data, b->functions.data.len),
+                               bytes_of(&b->files.offsets, b->files.offsets.len),
+                               bytes_of(&b->files.data, b->files.data.len), bytes_of(&b->lines, b->lines.len));
     }
     else {
         values = Py_NewRef(Py_None);

@@ -50,10 +50,9 @@ _INSTANT_KINDS: Final = {"i": "instant", "b": "async_begin", "e": "async_end"}
 class TableRows:
     """The rows of ``table`` among the events ``selected``: ``batches()``, then what the walk reports.
 
-    ``accelerated``: a frame's spans, instants, counters and messages made in C (``table_columns.py``, where
-    built), or else read column by column (``timeline_frames.py``), the rest through the event walk; False reads
-    every event through the walk (the same rows, slower). ``columns``: those that will be read (None: all); the C
-    writer fills only those.
+    ``accelerated``: a frame's rows made in C where it can (``table_columns.py``, where built), or else read column
+    by column (``timeline_frames.py``), the rest through the event walk; False reads every event through the walk
+    (the same rows, slower). ``columns``: those that will be read (None: all); the C writer fills only those.
 
     Raises:
         ValueError: ``table`` is none of ``TABLES``.
@@ -78,8 +77,7 @@ class TableRows:
     def batches(self) -> Iterator[Columns | ColumnBuffers | None]:
         """The rows in batches of at most about ``BATCH_ROWS`` (a frame's more), None between them now and then (a
         frame read with nothing for this table: a reader may hand over its step all the same). Where the C writer is
-        built (``table_columns.py``), most of the spans, instants, counters and messages tables' rows come as its
-        buffers."""
+        built (``table_columns.py``), most rows come as its buffers."""
         walk = self._walk
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
         in_c = fast is not None and ACCELERATED and self.table in C_TABLES

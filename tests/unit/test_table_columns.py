@@ -1,7 +1,7 @@
-"""The spans, instants, counters and messages tables' C writer (``export/table_columns.py``, ``_tables.c``) against
-the Python rows it stands in for (``table_rows.py`` read through the walk alone): the same rows and the same report, for
-any args (a message's values and text), under filters and windows, in row groups, and for payloads that are not what
-they should be."""
+"""The spans, instants, counters, messages and samples tables' C writer (``export/table_columns.py``,
+``_tables.c``) against the Python rows it stands in for (``table_rows.py`` read through the walk alone): the same rows
+and the same report, for any args (a message's values and text, a sample's stack table), under filters and windows, in
+row groups, and for payloads and tables that are not what they should be."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
 from ringtrace.wire.arg_values import normalise_values
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.model import COUNTER, INSTANT, SAMPLE, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec
 from tables_model import parquet_rows
@@ -349,8 +350,8 @@ def test_a_payload_cut_anywhere_adds_no_row(table: str) -> None:
         assert valid == b"\x01" and data == b'{"k":[1.5,"' + b"x" * 40 + b'"],"trace_id":"t"}'
         assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, len(data), len(data))) and floats is None
     assert _tables.take_rows(builder)[0] == 0
-    with pytest.raises(ValueError, match="table must be 0 to 3, got 4"):
-        _tables.builder(4)
+    with pytest.raises(ValueError, match="table must be 0 to 4, got 5"):
+        _tables.builder(5)
 
 
 # -- messages ---------------------------------------------------------------------------------------------------------
@@ -586,3 +587,128 @@ def test_the_other_tables_leave_messages_out_in_c(tmp_path: Path, monkeypatch: p
     walked.clear()
     assert rows_in_c(view, table=table) == (0 if table == "counters" else 1)
     assert walked == []
+
+
+# -- samples ----------------------------------------------------------------------------------------------------------
+
+
+def sampled(
+    tmp_path: Path, frames: list[tuple[str, str, int]], nodes: list[tuple[int | None, int]], args: list[Any]
+) -> SnapshotView:
+    """A stream as a sampler sends it: a stack table of ``frames`` and stack ``nodes`` (STACKS, as given), then an
+    EVENTS frame of a span and a sample of each of ``args`` (a stack id, or anything), named "task-a" or "" in turn."""
+    encoder = StreamEncoder()
+    ts = 10**18
+    declared = encoder.encode(TRACK, [INSTANT, "task-a", ts, ts, None, INSTANT, "", ts, ts, None])
+    names = encoder.strings
+    rows = [(SPAN, names["task-a"], 0, 5000, None)]
+    rows += [(SAMPLE, names["" if n % 2 else "task-a"], 100 * n, 0, arg) for n, arg in enumerate(args)]
+    payload = msgpack.packb([list(column) for column in zip(*rows, strict=True)])
+    hello = encode(Hello(42, "host", "sampled", "i42", "boot", 1, 2, "test"))
+    stacks = [encode(Stacks(0, tuple(frames), 0, tuple(nodes)))] if frames or nodes else []
+    events = encode(Events(TRACK.track_id, len(rows), ts, ts + 100 * len(rows) + 5000, payload))
+    path = tmp_path / "sampled.rttrace"
+    path.write_bytes(b"".join([preamble(), hello, *encoder.prefix(), *stacks, *declared.control, events]))
+    return load_file(path).view
+
+
+MAIN_FRAME, WORK_FRAME, HOT_FRAME = ("main", "/app/main.py", 10), ("work", "/app/jobs.py", 20), ("hot", "/jobs ü", 31)
+
+
+def test_samples_are_the_python_rows_and_made_in_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringtrace.collector.export import table_rows
+
+    nodes = [(None, 0), (0, 1), (1, 2), (0, 2)]
+    args = [0, 1, 2, 3, 2, 4, -1, None, "x", 1.5, True, [1]]  # (4 and on: no stack declared, an empty one)
+    view = sampled(tmp_path, [MAIN_FRAME, WORK_FRAME, HOT_FRAME], nodes, args)
+    rows = [json.loads(row) for row in spans_alike(view, table="samples")]
+    assert len(rows) == len(args) and rows_in_c(view, table="samples") == len(args)
+    deepest = [row for row in rows if len(row["stack"]) == 3]
+    assert len(deepest) == 2 and all(row["leaf"] == "hot" for row in deepest)
+    assert deepest[0]["stack"] == [
+        dict(zip(("function", "file", "line"), f, strict=True)) for f in (MAIN_FRAME, WORK_FRAME, HOT_FRAME)
+    ]
+    assert sum(row["stack"] == [] and row["leaf"] is None for row in rows) == 7
+    assert {row["task"] for row in rows} == {"task-a", None}
+    for columns in (("stack",), ("leaf", "task"), ("ts_ns", "pid", "track")):
+        part = spans_alike(view, columns=columns, table="samples")
+        assert part == sorted(json.dumps({key: row[key] for key in columns}, sort_keys=True) for row in rows)
+    starts = sorted(row["ts_ns"] for row in rows)
+    spans_alike(view, EventFilter(since_ns=starts[3], until_ns=starts[8]), table="samples")
+    monkeypatch.setattr(table_rows, "BATCH_ROWS", 4)
+    spans_alike(view, table="samples")
+
+
+def test_samples_deeper_than_a_reader_resolves_keep_their_innermost_frames(tmp_path: Path) -> None:
+    frames = [(f"f{i}", "deep.py", i) for i in range(1100)]
+    nodes = [(None if i == 0 else i - 1, i) for i in range(1100)]
+    view = sampled(tmp_path, frames, nodes, [1099, 1023, 1024])
+    rows = [json.loads(row) for row in spans_alike(view, table="samples")]
+    assert sorted(len(row["stack"]) for row in rows) == [1024, 1024, 1024]
+    assert rows_in_c(view, table="samples") == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.text(max_size=6), st.text(max_size=6), st.integers(0, 2**31 - 1)), min_size=1, max_size=6
+    ),
+    parents=st.lists(st.integers(-1, 8), max_size=8),
+    leaves=st.lists(st.integers(0, 5), max_size=8),
+    args=st.lists(st.integers(-2, 10) | ARG_VALUES, max_size=8),
+)
+def test_samples_of_any_stack_table_are_the_python_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+    frames: list[tuple[str, str, int]],
+    parents: list[int],
+    leaves: list[int],
+    args: list[Any],
+) -> None:
+    # (a node's parent comes before it, and its frame is declared: what the decoder holds a STACKS frame to)
+    nodes = [
+        (None if p < 0 or p >= i else p, leaf % len(frames))
+        for i, (p, leaf) in enumerate(zip(parents, leaves, strict=False))
+    ]
+    try:
+        view = sampled(tmp_path_factory.mktemp("samples"), frames, nodes, args)
+    except UnicodeEncodeError:  # (a lone surrogate: no stream carries it)
+        return
+    assert len(spans_alike(view, table="samples")) == len(args)
+
+
+def test_a_stack_table_that_does_not_hold_adds_no_row_and_reads_nothing_past_it() -> None:
+    from ringtrace.collector.export import _tables  # here: not built everywhere
+
+    builder = _tables.builder(4)
+    payload = columns([0, 0, 0], [0, 0, 0], [0, 1, 2], [0, 0, 0], [0, 1, 5])
+    spans = bytes(8) + (1).to_bytes(8, "little")  # string 0, "a": bytes 0 to 1 of names
+    texts = b"mainmain.pyhotjobs.py"
+
+    def q(*values: int) -> bytes:
+        return struct.pack(f"<{len(values)}q", *values)
+
+    def add(parents: bytes, leaves: bytes, frames: bytes) -> Any:
+        return _tables.add_rows(
+            builder, payload, 3, (0, 1, 2, 3, 4), 10**18, 0, None, None, b"P", b"a", spans, b"p", 1, b"h", b"t",
+            0x1FFF, b"", b"", parents, leaves, texts, frames,
+        )  # fmt: skip
+
+    good = q(0, 4, 4, 11, 10, 11, 14, 14, 21, 31)
+    made = add(q(-1, 0), q(0, 1), good)
+    assert made is not None and made[0] == 3 and made[2] is None  # (stack 5: none declared, an empty stack)
+    taken, _, strings, stacks = _tables.take_rows(builder)
+    assert taken == 3 and [data for _, _, data in strings] == [b"ppp", b"hhh", b"ttt", b"aaa", b"mainhot"]
+    offsets, (_, functions), (_, files), lines = stacks
+    assert offsets == q(0)[:4] + struct.pack("<3i", 1, 3, 3) and functions == b"mainmainhot"
+    assert files == b"main.pymain.pyjobs.py" and lines == q(10, 10, 31)
+    for parents, leaves, frames in [
+        (q(-1, 7), q(0, 1), good),  # a parent past the table
+        (q(-1, 0), q(0, 9), good),  # a frame past it
+        (q(-1, 0), q(0, 1), good[:-8]),  # frames cut short
+        (q(-1, 0), q(0, 1), q(0, 4, 4, 11, 10, 11, 14, 14, 99, 31)),  # a text past the texts
+        (q(-1, 0), q(0, 1), q(0, 4, 4, 11, 10, -1, -1, -1, -1, 0)),  # a frame the Python rows make
+        (q(-1, 0), q(0, -3), good),  # a negative frame id
+    ]:
+        made = add(parents, leaves, frames)
+        assert made is not None and made[2] == b"\x00\x01\x00"  # (stack 1 is the Python rows'; 0 and 5 are not)
+    assert add(q(1, 0), q(0, 1), good) is not None  # (a cycle: bounded by the depth a reader resolves)

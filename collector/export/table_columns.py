@@ -25,6 +25,7 @@ from typing import Final, NamedTuple
 
 from ringtrace.collector.export.chrome_frames import SegmentTables
 from ringtrace.collector.read.frame_walk import ProcessView
+from ringtrace.collector.read.pool import let_go
 from ringtrace.wire.frames import Events
 from ringtrace.wire.message_format import PLACEHOLDER
 from ringtrace.wire.model import TrackInfo
@@ -183,6 +184,7 @@ class FrameRows(SegmentTables):
             )  # fmt: skip
         except (OverflowError, UnicodeEncodeError):  # times past 64 bits, a name Arrow cannot hold: the Python rows'
             return None
+        let_go()  # (the C writer ran without the GIL: the event loop could take it meanwhile)
         if made is None:
             return None
         self.rows, self.size, deferred = made

@@ -712,3 +712,19 @@ def test_a_stack_table_that_does_not_hold_adds_no_row_and_reads_nothing_past_it(
         made = add(parents, leaves, frames)
         assert made is not None and made[2] == b"\x00\x01\x00"  # (stack 1 is the Python rows'; 0 and 5 are not)
     assert add(q(1, 0), q(0, 1), good) is not None  # (a cycle: bounded by the depth a reader resolves)
+
+
+def test_each_frame_the_c_writer_reads_counts_as_letting_the_event_loop_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringtrace.collector.export import table_columns
+
+    let_go: list[None] = []
+    monkeypatch.setattr(table_columns, "let_go", lambda: let_go.append(None))
+    view = recorded(tmp_path, mixed)
+    frames = sum(
+        isinstance(frame, Events)
+        for segment in view.frames.segments
+        for _, frame in segment_stream(segment, view.limits)
+    )
+    assert rows_in_c(view) == 800 and len(let_go) == frames

@@ -25,7 +25,7 @@ typedef __int128 i128;
 /* Kind codes, one byte per kind id (export's table): what the Python side decided for each kind. */
 #define CODE_SKIP 0   /* never declared, or a shape no snapshot shows: counted, not shown */
 #define CODE_PYTHON 1 /* a shape the Python walk shows (message, marker, source, async) */
-/* 'X', 'i', 'C': a span, an instant, a counter */
+/* 'X', 'i', 'C': a span, an instant, a counter; 'P': a sample (the samples table's alone: _tables.c) */
 
 enum { OK = 0, DEFER = 1, BAD = -1 };
 
@@ -372,7 +372,7 @@ typedef struct {
 typedef struct {
     i128 kind, name, ts, dur;
     Cursor args; /* where its args' value starts (already checked by skip()) */
-    int code;    /* its kind's code in the caller's table: CODE_SKIP, CODE_PYTHON, 'X', 'i' or 'C' */
+    int code;    /* its kind's code in the caller's table: CODE_SKIP, CODE_PYTHON, 'X', 'i', 'C' or 'P' */
 } Event;
 
 /* The next event of a frame's columns (each moved past it), its kind's code from `kinds`. BAD: the Python walk refuses
@@ -390,7 +390,7 @@ next_event(Cursor column[COLUMNS], const uint8_t *kinds, Py_ssize_t kinds_len, E
         return BAD;
     }
     int code = e->kind >= 0 && e->kind < kinds_len ? kinds[(Py_ssize_t)e->kind] : CODE_SKIP;
-    if (code != CODE_SKIP && code != CODE_PYTHON && code != 'X' && code != 'i' && code != 'C') {
+    if (code != CODE_SKIP && code != CODE_PYTHON && code != 'X' && code != 'i' && code != 'C' && code != 'P') {
         return BAD;
     }
     e->code = code;

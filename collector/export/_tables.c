@@ -1,33 +1,44 @@
-/* The spans, instants and counters tables' columns (export/table_rows.py) straight from stored EVENTS frames' msgpack
-payloads, in C, with the GIL released: Arrow buffers, a row group's worth, that export/table_columns.py hands to
-pyarrow without a copy.
+/* The spans, instants, counters, messages and samples tables' columns (export/table_rows.py) straight from stored EVENTS
+frames' msgpack payloads, in C, with the GIL released: Arrow buffers, a row group's worth, that
+export/table_columns.py hands to pyarrow without a copy.
 
 Optional: when this module is not built or RINGTRACE_PURE_PYTHON=1 is set, table_rows.py makes every row in Python
 (the column reader and the event walk). Those define the rows; the tests hold both to the same tables.
 
-A builder (a capsule from builder(table)) gathers one table's rows frame by frame (add_rows()) until take_rows()
-hands them over and starts again. For the spans table, add_rows() takes each event whose kind is a span and whose
-args are a map of string keys (or nil); its row: process, pid, host and track (the frame's, as given), name,
-start_ns, duration_ns, end_ns, args as JSON text (written as _chrome.c writes it), and trace_id, span_id and
-parent_span_id where args hold them as text (a key given twice counts with its last value, as msgpack-python keeps
-it): those of the columns the caller reads (`wanted`), the others left empty. For the instants table, each plain
-instant (not an incident: the Python side codes those as its own) with such args: process, pid, host, track, name,
-ts_ns, args, trace_id, kind ("instant") and async_id (null). For the counters table, each counter whose args are a
-map of distinct text keys (at most MAX_SERIES; or nil: no row): a row per entry, process, pid, host, track, name,
-ts_ns, series (the key) and value (a double: an integer or a float as Python's float() makes it; null for anything
-else, a bool among them). Events of the other fast kinds (span, instant, counter)
-are no row of the table: left out. Every other event (a traced call, a marker, an async event, a message, an
-unknown kind or name, args that are no map or hold bytes, an extension type or a non-string key, times no clock
-gives) is left to the Python walk: flagged in the returned `deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row:
-the Python walk reads it and decides, as it would alone.
+A builder (a capsule from builder(table)) gathers one table's rows frame by frame (add_rows()) until take_rows() hands
+them over and starts again. For the spans table, add_rows() takes each event whose kind is a span and whose args are a
+map of string keys (or nil); its row: process, pid, host and track (the frame's, as given), name, start_ns,
+duration_ns, end_ns, args as JSON text (written as _chrome.c writes it), and trace_id, span_id and parent_span_id
+where args hold them as text (a key given twice counts with its last value, as msgpack-python keeps it): those of the
+columns the caller reads (`wanted`), the others left empty. For the instants table, each plain instant (not an
+incident: the Python side codes those as its own) with such args: process, pid, host, track, name, ts_ns, args,
+trace_id, kind ("instant") and async_id (null). For the counters table, each counter whose args are a map of distinct
+text keys (at most MAX_SERIES; or nil: no row): a row per entry, process, pid, host, track, name, ts_ns, series (the
+key) and value (a double: an integer or a float as Python's float() makes it; null for anything else, a bool among
+them). A message of a kind with a template is no row of these three tables, whether or not the messages table takes it
+(is_message): given the templates, a frame of spans and messages needs no Python walk. For the messages table, each
+message whose kind has a template (the Python side makes one for the kinds it can describe: message_row below) and
+whose values are an array: process, pid, host, track, ts_ns, text (the kind's text with each placeholder's value shown
+as Python's f"{value}" shows it, for None, a bool, an integer or text: a float or anything else leaves the message to
+the Python walk), args (its values by name as JSON text; null for none), trace_id (its value named so, when text),
+category and priority (its kind's). For the samples table, each sample (its kind coded 'P' by the Python side):
+process, pid, host, track, ts_ns, task (its name; null for none), leaf (its innermost frame's function; null for an
+empty stack) and stack (its frames root first, each function, file and line: as wire/stack_tree.py resolves its stack
+id through the stack table given, the innermost MAX_RESOLVED_DEPTH of a deeper one; an id that is no integer or none
+declared, an empty stack; a node or frame the table does not hold, the Python walk's). Events of the other fast kinds
+(span, instant, counter) are no row of the table: left out. Every other event (a traced call, a marker, an async
+event, a message the table does not take as above, an unknown kind or name, args that are no map or hold bytes, an
+extension type or a non-string key, times no clock gives) is left to the Python walk: flagged in the returned
+`deferred` map, one byte per event. A payload msgpack-python would refuse returns None, and the frame adds no row: the
+Python walk reads it and decides, as it would alone.
 
 Columns: fixed-width ones as little-endian int64 values; strings as Arrow's int32 offsets and UTF-8 data, with a
 validity bitmap where a value may be null. A row group whose string data would pass 2 GiB takes no more rows from
 that frame (None: the Python walk's). The payload comes from the network: every read is checked (_msgpack_read.h).
 
-Why the GIL can be released: the payload, the kind codes, the names and their spans are buffers held (and locked
-against resizing) for the call, and a builder is used by one thread at a time (a snapshot's); nothing else is
-touched. */
+Why the GIL can be released: the payload, the kind codes, the names, the templates and their spans are buffers
+held (and locked against resizing) for the call, and a builder is used by one thread at a time (a snapshot's);
+nothing else is touched. */
 
 #include "_json_write.h"
 
@@ -51,15 +62,29 @@ enum { VALUE_BIT = INTS + STRINGS };
 /* A counter with more entries than this is the Python rows' (its keys are checked for repeats pairwise). */
 #define MAX_SERIES 64
 
+/* The messages table's strings: the where columns, its rendered text in the name's place, args and trace_id, then its
+   category and priority in the span ids' places. */
+enum { TEXT = NAME_TEXT, CATEGORY = SPAN_ID, PRIORITY = PARENT_SPAN_ID };
+/* A message with more values than this is the Python rows' (its values are read into an array). */
+#define MAX_VALUES 64
+
+/* The samples table's strings: the where columns, its task in the name's place and its leaf in the args'; its stack
+   (a list of frames) has buffers of its own, and the bit of `wanted` the counters' value has. */
+enum { TASK = NAME_TEXT, LEAF = ARGS_TEXT };
+enum { STACK_BIT = VALUE_BIT };
+/* Frames of a stack resolved at most, the innermost (wire/stack_tree.py's MAX_RESOLVED_DEPTH). */
+#define MAX_RESOLVED_DEPTH 1024
+
 /* The tables a builder makes, the kind code of their rows, how many int64 columns each has (its first ones) and how
-   many string columns (its first ones). */
-enum { TABLE_SPANS, TABLE_INSTANTS, TABLE_COUNTERS, TABLES };
-static const int table_code[TABLES] = {'X', 'i', 'C'};
-static const int table_ints[TABLES] = {INTS, 2, 2};
-static const int table_strings[TABLES] = {STRINGS, STRINGS, SERIES + 1};
+   many string columns (its first ones). A message's kind has the Python walk's code (CODE_PYTHON): those of its kinds
+   that the C writer renders have a template (`templates`, below); the others stay the Python rows'. */
+enum { TABLE_SPANS, TABLE_INSTANTS, TABLE_COUNTERS, TABLE_MESSAGES, TABLE_SAMPLES, TABLES };
+static const int table_code[TABLES] = {'X', 'i', 'C', CODE_PYTHON, 'P'};
+static const int table_ints[TABLES] = {INTS, 2, 2, 2, 2};
+static const int table_strings[TABLES] = {STRINGS, STRINGS, SERIES + 1, STRINGS, LEAF + 1};
 /* The string columns read from args as JSON (args, then the ids found there): each table's bits of `wanted`,
    shifted. */
-static const unsigned long table_texts[TABLES] = {15u, 3u, 0u};
+static const unsigned long table_texts[TABLES] = {15u, 3u, 0u, 0u, 0u};
 
 typedef struct {
     int table;
@@ -68,6 +93,11 @@ typedef struct {
     Strings strings[STRINGS];
     Out values, values_valid; /* the counters' values: doubles, and where they are null */
     Py_ssize_t value_nulls;
+    /* the samples' stacks: int32 offsets per row into their frames, and the frames' function, file (offsets and
+       data; never null) and line (int64) */
+    Out stack_offsets, lines;
+    Strings functions, files;
+    Py_ssize_t frames;
     int too_large; /* string data past int32 offsets */
 } Builder;
 
@@ -75,6 +105,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t rows;
     size_t ints[INTS], offsets[STRINGS], data[STRINGS], nulls[STRINGS], values, value_nulls;
+    size_t stack_offsets, lines, function_offsets, function_data, file_offsets, file_data, frames;
 } Mark;
 
 static void
@@ -90,6 +121,14 @@ builder_free(Builder *b)
     }
     free(b->values.data);
     free(b->values_valid.data);
+    free(b->stack_offsets.data);
+    free(b->lines.data);
+    Strings *texts[2] = {&b->functions, &b->files};
+    for (int i = 0; i < 2; i++) {
+        free(texts[i]->offsets.data);
+        free(texts[i]->data.data);
+        free(texts[i]->valid.data);
+    }
     int table = b->table;
     memset(b, 0, sizeof(*b));
     b->table = table;
@@ -114,6 +153,9 @@ builder_start(Builder *b)
     for (int i = 0; i < STRINGS; i++) {
         put_i32(&b->strings[i].offsets, 0);
     }
+    put_i32(&b->stack_offsets, 0);
+    put_i32(&b->functions.offsets, 0);
+    put_i32(&b->files.offsets, 0);
 }
 
 static int
@@ -126,6 +168,8 @@ builder_failed(const Builder *b)
     for (int i = 0; i < STRINGS; i++) {
         failed |= b->strings[i].offsets.failed | b->strings[i].data.failed | b->strings[i].valid.failed;
     }
+    failed |= b->stack_offsets.failed | b->lines.failed | b->functions.offsets.failed | b->functions.data.failed;
+    failed |= b->files.offsets.failed | b->files.data.failed;
     return failed | b->values.failed | b->values_valid.failed;
 }
 
@@ -143,6 +187,13 @@ mark_of(const Builder *b, Mark *m)
     }
     m->values = b->values.len;
     m->value_nulls = (size_t)b->value_nulls;
+    m->stack_offsets = b->stack_offsets.len;
+    m->lines = b->lines.len;
+    m->function_offsets = b->functions.offsets.len;
+    m->function_data = b->functions.data.len;
+    m->file_offsets = b->files.offsets.len;
+    m->file_data = b->files.data.len;
+    m->frames = (size_t)b->frames;
 }
 
 static void
@@ -164,6 +215,13 @@ back_to(Builder *b, const Mark *m)
     }
     b->values.len = m->values;
     b->value_nulls = (Py_ssize_t)m->value_nulls;
+    b->stack_offsets.len = m->stack_offsets;
+    b->lines.len = m->lines;
+    b->functions.offsets.len = m->function_offsets;
+    b->functions.data.len = m->function_data;
+    b->files.offsets.len = m->file_offsets;
+    b->files.data.len = m->file_data;
+    b->frames = (Py_ssize_t)m->frames;
     size_t bytes = ((size_t)m->rows + 7) / 8;
     if (b->values_valid.len > bytes) {
         b->values_valid.len = bytes;
@@ -277,6 +335,18 @@ typedef struct {
     int64_t pid;
     unsigned long wanted; /* the columns written: bit i for ints[i], bit INTS + k for strings[k] */
     int texts;            /* whether args are read (for themselves or the ids) */
+    const uint8_t *templates; /* the message kinds' templates (table_columns.message_template), end to end */
+    Py_ssize_t templates_len;
+    const uint8_t *template_spans; /* per kind id: int64 start, end in templates (-1: none), any alignment */
+    Py_ssize_t template_spans_len;
+    /* the samples table's stack table: per stack id its parent's id (-1: a root) and its frame's id (int64 each);
+       per frame id int64 function start, end, file start, end in frame_texts, and line (start -1: none here) */
+    const uint8_t *parents, *leaves;
+    Py_ssize_t stacks_len;
+    const char *frame_texts;
+    Py_ssize_t frame_texts_len;
+    const uint8_t *frame_spans;
+    Py_ssize_t frames_len;
     /* outputs */
     uint8_t *deferred;
     Py_ssize_t deferred_count;
@@ -385,6 +455,372 @@ counter_rows(Frame *f, const Event *e, i128 wall, int64_t name_start, int64_t na
     return OK;
 }
 
+/* ---- messages ---- */
+
+/* A message kind's template, as table_columns.message_template writes it (lengths and numbers little-endian u32):
+   category, priority (each a length and UTF-8), trace_id's index among the values (u32; 0xffffffff: none), the
+   fields' names (a count, then a length and UTF-8 each), then the parts of its text (a count, then each: a type, 0
+   text as written (a length and UTF-8), 1 a ${name}, shown as the value alone, or 2 a $name, shown name(value): each
+   with the value's index and the placeholder as written (a length and UTF-8), which stands when there is no such
+   value). Built by the Python side from a stored SCHEMA frame, and read here as if from the network: every read is
+   checked, a template that does not read leaves the message to the Python rows. */
+typedef struct {
+    const uint8_t *p, *end;
+} Reader;
+
+static int
+read_u32(Reader *r, uint32_t *v)
+{
+    if (r->end - r->p < 4) {
+        return 0;
+    }
+    *v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
+    r->p += 4;
+    return 1;
+}
+
+/* A length, then as many bytes: where they start. */
+static int
+read_text(Reader *r, const uint8_t **text, uint32_t *len)
+{
+    if (!read_u32(r, len) || (size_t)(r->end - r->p) < *len) {
+        return 0;
+    }
+    *text = r->p;
+    r->p += *len;
+    return 1;
+}
+
+typedef struct {
+    const uint8_t *category, *priority;
+    uint32_t category_len, priority_len, trace_index, fields;
+    const uint8_t *field[MAX_VALUES];
+    uint32_t field_len[MAX_VALUES];
+    Reader parts; /* the count of parts, then the parts */
+} Template;
+
+/* Kind `kind`'s template: 1, or 0 if it has none (not a message the C writer renders) or it does not read. */
+static int
+template_of(const Frame *f, i128 kind, Template *t)
+{
+    if (kind < 0 || kind >= f->template_spans_len / 2) {
+        return 0;
+    }
+    int64_t start, end;
+    memcpy(&start, f->template_spans + 2 * sizeof(int64_t) * (size_t)kind, sizeof(int64_t));
+    memcpy(&end, f->template_spans + (2 * (size_t)kind + 1) * sizeof(int64_t), sizeof(int64_t));
+    if (start < 0 || end < start || end > f->templates_len) {
+        return 0;
+    }
+    Reader r = {f->templates + start, f->templates + end};
+    if (!read_text(&r, &t->category, &t->category_len) || !read_text(&r, &t->priority, &t->priority_len) ||
+        !read_u32(&r, &t->trace_index) || !read_u32(&r, &t->fields) || t->fields > MAX_VALUES) {
+        return 0;
+    }
+    for (uint32_t k = 0; k < t->fields; k++) {
+        if (!read_text(&r, &t->field[k], &t->field_len[k])) {
+            return 0;
+        }
+    }
+    t->parts = r;
+    return 1;
+}
+
+/* A value as Python's f"{value}" shows it, of those the C writer renders: None, a bool, an integer, text. DEFER:
+   any other (a float, whose repr is Python's; bytes, a list, a map, an extension type). */
+static int
+put_shown(Cursor value, Out *out)
+{
+    if (!need(&value, 1)) {
+        return BAD;
+    }
+    uint8_t b = *value.p;
+    switch (b) {
+    case 0xc0: PUT_LITERAL(out, "None"); return OK;
+    case 0xc2: PUT_LITERAL(out, "False"); return OK;
+    case 0xc3: PUT_LITERAL(out, "True"); return OK;
+    }
+    if (b <= 0x7f || b >= 0xe0 || (b >= 0xcc && b <= 0xd3)) {
+        i128 v;
+        if (read_int(&value, &v) != OK) {
+            return BAD;
+        }
+        put_int(out, v);
+        return OK;
+    }
+    int64_t n = str_length(&value);
+    if (n < 0) {
+        return DEFER;
+    }
+    put(out, (const char *)value.p, (size_t)n); /* (UTF-8: checked by skip()) */
+    return OK;
+}
+
+/* The text of a message: its template's parts, each placeholder's value shown (or the placeholder as written, when
+   the message has no such value). */
+static int
+put_message_text(const Template *t, const Cursor *values, uint32_t count, Out *out)
+{
+    Reader r = t->parts;
+    uint32_t parts;
+    if (!read_u32(&r, &parts)) {
+        return DEFER;
+    }
+    for (uint32_t k = 0; k < parts; k++) {
+        uint32_t type, index = 0, len;
+        const uint8_t *text;
+        if (!read_u32(&r, &type) || type > 2 || (type && !read_u32(&r, &index)) || !read_text(&r, &text, &len)) {
+            return DEFER;
+        }
+        if (type == 0 || index >= count) {
+            put(out, (const char *)text, len);
+            continue;
+        }
+        if (type == 2) { /* $name: name(value) */
+            if (len < 1) {
+                return DEFER;
+            }
+            put(out, (const char *)text + 1, len - 1);
+            PUT_LITERAL(out, "(");
+        }
+        int status = put_shown(values[index], out);
+        if (status != OK) {
+            return status;
+        }
+        if (type == 2) {
+            PUT_LITERAL(out, ")");
+        }
+    }
+    return OK;
+}
+
+/* A message's values as a JSON map, by its fields' names (values past them named value5, value6, ...), as the Python
+   rows write them. */
+static int
+put_message_args(const Template *t, const Cursor *values, uint32_t count, Out *out)
+{
+    PUT_LITERAL(out, "{");
+    for (uint32_t i = 0; i < count; i++) {
+        if (i) {
+            PUT_LITERAL(out, ",");
+        }
+        if (i < t->fields) {
+            put_string(out, t->field[i], t->field_len[i]);
+        }
+        else {
+            PUT_LITERAL(out, "\"value");
+            put_int(out, (i128)i + 1);
+            PUT_LITERAL(out, "\"");
+        }
+        PUT_LITERAL(out, ":");
+        Cursor value = values[i];
+        int status = put_value(&value, out, 1);
+        if (status != OK) {
+            return status;
+        }
+    }
+    PUT_LITERAL(out, "}");
+    return OK;
+}
+
+/* The row of message `e` (its kind's template found). DEFER: the Python rows' (values that are no array, or more
+   than MAX_VALUES; a value shown in the text that is not rendered here; args JSON does not hold as written here). */
+static int
+message_row(Frame *f, const Event *e, const Template *t, i128 wall)
+{
+    Builder *b = f->b;
+    Cursor args = e->args;
+    uint32_t count;
+    if (!need(&args, 1) || !((*args.p & 0xf0) == 0x90 || *args.p == 0xdc || *args.p == 0xdd) ||
+        read_container(&args, 0, &count) != OK || count > MAX_VALUES) {
+        return DEFER;
+    }
+    Cursor values[MAX_VALUES];
+    for (uint32_t i = 0; i < count; i++) {
+        values[i] = args;
+        if (skip(&args, 1) != OK) {
+            return DEFER;
+        }
+    }
+    Out *text = &b->strings[TEXT].data, *json = &b->strings[ARGS_TEXT].data;
+    size_t text_mark = text->len, json_mark = json->len;
+    int status = OK;
+    if (WANTS(f, INTS + TEXT)) {
+        status = put_message_text(t, values, count, text);
+    }
+    if (status == OK && WANTS(f, INTS + ARGS_TEXT) && count) {
+        status = put_message_args(t, values, count, json);
+    }
+    if (status != OK) {
+        text->len = text_mark;
+        json->len = json_mark;
+        return status;
+    }
+    if (WANTS(f, INTS + TEXT)) {
+        end_value(b, &b->strings[TEXT], 1);
+    }
+    if (WANTS(f, INTS + ARGS_TEXT)) {
+        end_value(b, &b->strings[ARGS_TEXT], count != 0);
+    }
+    if (WANTS(f, INTS + TRACE_ID)) {
+        Cursor at = t->trace_index < count ? values[t->trace_index] : (Cursor){NULL, NULL};
+        int64_t n = at.p != NULL ? str_length(&at) : -1;
+        if (n >= 0) {
+            put_text(b, TRACE_ID, (const char *)at.p, (size_t)n);
+        }
+        else {
+            put_null(b, TRACE_ID);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (WANTS(f, INTS + PROCESS + k)) {
+            put_text(b, PROCESS + k, f->where[k], f->where_len[k]);
+        }
+    }
+    if (WANTS(f, INTS + CATEGORY)) {
+        put_text(b, CATEGORY, (const char *)t->category, t->category_len);
+    }
+    if (WANTS(f, INTS + PRIORITY)) {
+        put_text(b, PRIORITY, (const char *)t->priority, t->priority_len);
+    }
+    int64_t ints[2] = {f->pid, (int64_t)wall};
+    for (int k = 0; k < 2; k++) {
+        if (WANTS(f, k)) {
+            put_i64(&b->ints[k], ints[k]);
+        }
+    }
+    if (b->too_large) {
+        return BAD;
+    }
+    b->rows++;
+    return OK;
+}
+
+/* ---- samples ---- */
+
+static int64_t
+int64_at(const uint8_t *p, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, p + (size_t)i * sizeof(int64_t), sizeof(v));
+    return v;
+}
+
+/* A frame's text (function or file) written: its offset (never null). */
+static void
+put_frame_text(Builder *b, Strings *s, const char *text, size_t n)
+{
+    put(&s->data, text, n);
+    if (s->data.len > INT32_MAX) {
+        b->too_large = 1;
+        return;
+    }
+    put_i32(&s->offsets, (int32_t)s->data.len);
+}
+
+/* The row of sample `e` (its task the name `task`): its stack id (args) resolved through the stack table, root first,
+   as wire/stack_tree.py resolves it (an id that is no integer, or none declared: an empty stack). DEFER: the Python
+   rows' (a node or frame the table does not hold here: a text no UTF-8, a line past int64). */
+static int
+sample_row(Frame *f, const Event *e, i128 wall, const char *task, size_t task_len)
+{
+    Builder *b = f->b;
+    Py_ssize_t path[MAX_RESOLVED_DEPTH]; /* frame ids, innermost first */
+    int depth = 0;
+    Cursor args = e->args;
+    i128 id;
+    if (read_int(&args, &id) == OK && id >= 0 && id < f->stacks_len) {
+        for (i128 node = id; node >= 0 && depth < MAX_RESOLVED_DEPTH;) {
+            if (node >= f->stacks_len) {
+                return DEFER;
+            }
+            int64_t leaf = int64_at(f->leaves, (Py_ssize_t)node);
+            if (leaf < 0 || leaf >= f->frames_len) {
+                return DEFER;
+            }
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)leaf;
+            int64_t fn_start = int64_at(at, 0), fn_end = int64_at(at, 1), file_start = int64_at(at, 2),
+                    file_end = int64_at(at, 3);
+            if (fn_start < 0 || fn_end < fn_start || fn_end > f->frame_texts_len || file_start < 0 ||
+                file_end < file_start || file_end > f->frame_texts_len) {
+                return DEFER;
+            }
+            path[depth++] = (Py_ssize_t)leaf;
+            node = int64_at(f->parents, (Py_ssize_t)node);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (WANTS(f, INTS + PROCESS + k)) {
+            put_text(b, PROCESS + k, f->where[k], f->where_len[k]);
+        }
+    }
+    if (WANTS(f, INTS + TASK)) {
+        if (task_len) {
+            put_text(b, TASK, task, task_len);
+        }
+        else {
+            put_null(b, TASK);
+        }
+    }
+    if (WANTS(f, INTS + LEAF)) {
+        if (depth) {
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)path[0];
+            int64_t start = int64_at(at, 0), end = int64_at(at, 1);
+            put_text(b, LEAF, f->frame_texts + start, (size_t)(end - start));
+        }
+        else {
+            put_null(b, LEAF);
+        }
+    }
+    if (WANTS(f, STACK_BIT)) {
+        for (int k = depth - 1; k >= 0; k--) {
+            const uint8_t *at = f->frame_spans + 5 * sizeof(int64_t) * (size_t)path[k];
+            int64_t fn_start = int64_at(at, 0), fn_end = int64_at(at, 1), file_start = int64_at(at, 2),
+                    file_end = int64_at(at, 3);
+            put_frame_text(b, &b->functions, f->frame_texts + fn_start, (size_t)(fn_end - fn_start));
+            put_frame_text(b, &b->files, f->frame_texts + file_start, (size_t)(file_end - file_start));
+            put_i64(&b->lines, int64_at(at, 4));
+            b->frames++;
+        }
+        if (b->frames > INT32_MAX) {
+            b->too_large = 1;
+        }
+        else {
+            put_i32(&b->stack_offsets, (int32_t)b->frames);
+        }
+    }
+    int64_t ints[2] = {f->pid, (int64_t)wall};
+    for (int k = 0; k < 2; k++) {
+        if (WANTS(f, k)) {
+            put_i64(&b->ints[k], ints[k]);
+        }
+    }
+    if (b->too_large) {
+        return BAD;
+    }
+    b->rows++;
+    return OK;
+}
+
+/* Whether `e` is a message that the messages table's C writer takes whole or leaves to the Python rows for its values
+alone (so no row of any other table, and nothing the walk would count): a kind with a template, times a clock gives, a
+name declared, values in an array. */
+static int
+is_message(const Frame *f, const Event *e)
+{
+    Template t;
+    i128 wall = f->first_ts_ns + e->ts + f->offset_ns;
+    int64_t start = -1, end = -1;
+    if (e->name >= 0 && e->name < f->spans_len / 2) {
+        memcpy(&start, f->spans + 2 * sizeof(int64_t) * (size_t)e->name, sizeof(int64_t));
+        memcpy(&end, f->spans + (2 * (size_t)e->name + 1) * sizeof(int64_t), sizeof(int64_t));
+    }
+    Cursor args = e->args;
+    return template_of(f, e->kind, &t) && 0 <= wall && e->dur >= 0 && wall + e->dur <= MAX_WALL_NS && start >= 0 &&
+           end >= start && end <= f->names_len && need(&args, 1) &&
+           ((*args.p & 0xf0) == 0x90 || *args.p == 0xdc || *args.p == 0xdd);
+}
+
 /* BAD: the payload is not what the Python walk would read as this frame's five columns (or the row group is full). */
 static int
 frame_rows(Frame *f)
@@ -400,7 +836,7 @@ frame_rows(Frame *f)
             return BAD;
         }
         if (e.code != table_code[b->table]) {
-            if (e.code == 'X' || e.code == 'i' || e.code == 'C') {
+            if (e.code == 'X' || e.code == 'i' || e.code == 'C' || (e.code == CODE_PYTHON && is_message(f, &e))) {
                 continue; /* a row of another table */
             }
             defer(f, i); /* the walk's to show, or to count as undecodable */
@@ -423,6 +859,32 @@ frame_rows(Frame *f)
         int has_args = args.p < args.end && *args.p != 0xc0;
         int write_args = has_args && f->texts;
         int is_map = has_args && ((*args.p & 0xf0) == 0x80 || *args.p == 0xde || *args.p == 0xdf);
+        if (b->table == TABLE_SAMPLES) {
+            int status = start < 0 || end < start || end > f->names_len
+                             ? DEFER
+                             : sample_row(f, &e, wall, f->names + start, (size_t)(end - start));
+            if (status == BAD) {
+                return BAD;
+            }
+            if (status == DEFER) {
+                defer(f, i); /* an unknown string id (named as such), or the Python rows' */
+            }
+            continue;
+        }
+        if (b->table == TABLE_MESSAGES) {
+            Template t;
+            int status = start < 0 || end < start || end > f->names_len || !template_of(f, e.kind, &t)
+                             ? DEFER
+                             : message_row(f, &e, &t, wall);
+            if (status == BAD) {
+                return BAD;
+            }
+            if (status == DEFER) {
+                defer(f, i); /* no message the C writer renders (a marker, a source, an async event...), or the Python
+                                rows' */
+            }
+            continue;
+        }
         if (start < 0 || end < start || end > f->names_len || (has_args && !is_map)) {
             defer(f, i); /* an unknown string id (named as such), or args that are not a map */
             continue;
@@ -528,7 +990,7 @@ PyDoc_STRVAR(builder_doc,
 "builder(table)\n"
 "--\n\n"
 "A new, empty builder of a table's columns (for add_rows and take_rows; one thread at a time): table 0 the spans',\n"
-"1 the instants', 2 the counters'.");
+"1 the instants', 2 the counters', 3 the messages', 4 the samples'.");
 
 static PyObject *
 builder(PyObject *module, PyObject *table_arg)
@@ -563,22 +1025,27 @@ builder(PyObject *module, PyObject *table_arg)
 
 PyDoc_STRVAR(add_rows_doc,
 "add_rows(builder, payload, count, columns, first_ts_ns, offset_ns, since_ns, until_ns, kinds, names, spans,\n"
-"         process, pid, host, track, wanted)\n"
+"         process, pid, host, track, wanted[, templates, template_spans])\n"
 "--\n\n"
 "Add a stored EVENTS frame's rows of the builder's table to its rows: (rows, size, deferred), or None (no row added) when the Python\n"
 "walk must read the frame. rows: the builder's rows now; size: the bytes it holds; deferred: one byte per event, 1\n"
 "for each left to the Python walk (None if none is). columns: where kind, name, ts, dur and args are among the\n"
 "payload's 5 columns; kinds: a code per kind id (as _chrome.events_json's); names: UTF-8 strings end to end; spans:\n"
 "int64 start and end in names per string id (-1 for none); process, host, track: the rows' UTF-8 text; wanted:\n"
-"the columns to write, bit i for take_rows' ints[i], bit 4 + k for its strings[k], bit 12 for its values (the others\n"
-"are left empty).");
+"the columns to write, bit i for take_rows' ints[i], bit 4 + k for its strings[k], bit 12 for its values or\n"
+"stacks (the others\n"
+"are left empty). templates, template_spans: the messages table's (its kinds' templates end to end, as\n"
+"table_columns.message_template writes them, and int64 start and end in them per kind id, -1 for none); without\n"
+"them, no message is the C writer's. parents, leaves, frame_texts, frame_spans: the samples table's stack table (per\n"
+"stack id int64 parent and frame ids; per frame id int64 function start, end, file start, end in frame_texts, and\n"
+"line; start -1: the Python rows').");
 
 static PyObject *
 add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 16) {
-        PyErr_Format(PyExc_TypeError, "add_rows() takes 16 arguments (%zd given)", nargs);
+    if (nargs != 16 && nargs != 18 && nargs != 22) {
+        PyErr_Format(PyExc_TypeError, "add_rows() takes 16, 18 or 22 arguments (%zd given)", nargs);
         return NULL;
     }
     Frame f;
@@ -604,11 +1071,15 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     f.texts = (f.wanted >> (INTS + ARGS_TEXT) & table_texts[f.b->table]) != 0; /* args, or an id found in them */
-    Py_buffer views[7];
-    PyObject *sources[7] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
+    Py_buffer views[13];
+    PyObject *sources[13] = {args[1], args[8], args[9], args[10], args[11], args[13], args[14]};
+    int viewed = (int)nargs - 9; /* (the buffers among the arguments) */
+    for (int k = 7; k < viewed; k++) {
+        sources[k] = args[k + 9];
+    }
     int held = 0;
     PyObject *result = NULL;
-    for (; held < 7; held++) {
+    for (; held < viewed; held++) {
         if (PyObject_GetBuffer(sources[held], &views[held], PyBUF_SIMPLE) < 0) {
             goto done;
         }
@@ -624,6 +1095,21 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (int k = 0; k < 3; k++) {
         f.where[k] = views[4 + k].buf;
         f.where_len[k] = (size_t)views[4 + k].len;
+    }
+    if (viewed == 13) {
+        f.parents = views[9].buf;
+        f.leaves = views[10].buf;
+        f.stacks_len = Py_MIN(views[9].len, views[10].len) / (Py_ssize_t)sizeof(int64_t);
+        f.frame_texts = views[11].buf;
+        f.frame_texts_len = views[11].len;
+        f.frame_spans = views[12].buf;
+        f.frames_len = views[12].len / (Py_ssize_t)(5 * sizeof(int64_t));
+    }
+    if (viewed >= 9) {
+        f.templates = views[7].buf;
+        f.templates_len = views[7].len;
+        f.template_spans = views[8].buf;
+        f.template_spans_len = views[8].len / (Py_ssize_t)sizeof(int64_t);
     }
     f.deferred = calloc((size_t)f.count + 1, 1);
     if (f.deferred == NULL) {
@@ -655,7 +1141,8 @@ add_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < STRINGS; i++) {
         size += f.b->strings[i].offsets.len + f.b->strings[i].data.len;
     }
-    size += f.b->values.len;
+    size += f.b->values.len + f.b->stack_offsets.len + f.b->lines.len + f.b->functions.offsets.len;
+    size += f.b->functions.data.len + f.b->files.offsets.len + f.b->files.data.len;
     PyObject *deferred = f.deferred_count ? PyBytes_FromStringAndSize((const char *)f.deferred, f.count)
                                           : Py_NewRef(Py_None);
     if (deferred != NULL) {
@@ -679,10 +1166,12 @@ PyDoc_STRVAR(take_rows_doc,
 "take_rows(builder)\n"
 "--\n\n"
 "The builder's rows as Arrow buffers, and the builder empty again: (rows, ints, strings, values). ints:\n"
-"little-endian int64 values of pid, start_ns, duration_ns and end_ns (spans) or pid and ts_ns (instants, counters);\n"
-"strings: (validity, offsets, data) of process, host, track, name, then args, trace_id, span_id and parent_span_id\n"
-"(spans), args, trace_id, kind and async_id (instants) or series (counters) (validity None: no null); values: the\n"
-"counters' (validity, little-endian doubles), None for the other tables.");
+"little-endian int64 values of pid, start_ns, duration_ns and end_ns (spans) or pid and ts_ns (the others);\n"
+"strings: (validity, offsets, data) of process, host, track, then name, args, trace_id, span_id and parent_span_id\n"
+"(spans), name, args, trace_id, kind and async_id (instants), name and series (counters) or text, args, trace_id,\n"
+"category and priority (messages) or task and leaf (samples) (validity None: no null); values: the counters'\n"
+"(validity, little-endian doubles), the samples' stacks (int32 offsets into their frames per row, then the frames'\n"
+"function and file (offsets, data) and line (int64)), None for the other tables.");
 
 static PyObject *
 take_rows(PyObject *module, PyObject *capsule)
@@ -702,6 +1191,13 @@ take_rows(PyObject *module, PyObject *capsule)
     if (b->table == TABLE_COUNTERS) {
         PyObject *valid = b->value_nulls ? bytes_of(&b->values_valid, ((size_t)b->rows + 7) / 8) : Py_NewRef(Py_None);
         values = Py_BuildValue("(NN)", valid, bytes_of(&b->values, b->values.len));
+    }
+    else if (b->table == TABLE_SAMPLES) {
+        values = Py_BuildValue("(N(NN)(NN)N)", bytes_of(&b->stack_offsets, b->stack_offsets.len),
+                               bytes_of(&b->functions.offsets, b->functions.offsets.len),
+                               bytes_of(&b->functions.data, b->functions.data.len),
+                               bytes_of(&b->files.offsets, b->files.offsets.len),
+                               bytes_of(&b->files.data, b->files.data.len), bytes_of(&b->lines, b->lines.len));
     }
     else {
         values = Py_NewRef(Py_None);

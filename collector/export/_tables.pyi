@@ -1,4 +1,4 @@
-# The C writer of the spans, instants and counters tables' Arrow buffers (_tables.c); see table_columns.py.
+# The C writer of the typed tables' Arrow buffers (_tables.c); see table_columns.py.
 from typing import Any
 
 def builder(table: int, /) -> Any: ...
@@ -19,10 +19,14 @@ def add_rows(
     host: bytes,
     track: bytes,
     wanted: int,
+    templates: bytes = ...,
+    template_spans: Any = ...,
+    parents: Any = ...,
+    leaves: Any = ...,
+    frame_texts: bytes | bytearray = ...,
+    frame_spans: Any = ...,
     /,
 ) -> tuple[int, int, bytes | None] | None: ...
 def take_rows(
     builder: Any, /
-) -> tuple[
-    int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...], tuple[bytes | None, bytes] | None
-]: ...
+) -> tuple[int, tuple[bytes, ...], tuple[tuple[bytes | None, bytes, bytes], ...], tuple[Any, ...] | None]: ...

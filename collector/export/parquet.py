@@ -162,6 +162,22 @@ def _wrapped_batch(pa: Any, batch: ColumnBuffers, schema: Any) -> Any:
             valid, data = floats[name]  # type: ignore[misc]
             buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(data)]
             arrays.append(pa.Array.from_buffers(pa.float64(), rows, buffers))
+        elif name in batch.table.stacks and batch.stacks is not None:
+            arrays.append(_stack_array(pa, rows, batch.stacks, field.type))
         else:  # (category: no span the C writer takes has one)
             arrays.append(pa.nulls(rows, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _stack_array(pa: Any, rows: int, stacks: Any, list_type: Any) -> Any:
+    """The C writer's stacks (``ColumnBuffers.stacks``) as a list of (function, file, line) structs, without a copy."""
+    offsets, (function_offsets, functions), (file_offsets, files), lines = stacks
+    count = len(lines) // 8
+    frame = list_type.value_type
+    fields = [
+        pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(function_offsets), pa.py_buffer(functions)]),
+        pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(file_offsets), pa.py_buffer(files)]),
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(lines)]),
+    ]
+    frames = pa.StructArray.from_arrays(fields, fields=list(frame))
+    return pa.Array.from_buffers(list_type, rows, [None, pa.py_buffer(offsets)], children=[frames])

@@ -27,7 +27,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from ringtrace.collector.export.chrome import json_bytes, json_value
 from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
-from ringtrace.collector.export.table_columns import ACCELERATED, C_TABLES, ColumnBuffers, FrameRows
+from ringtrace.collector.export.table_columns import ACCELERATED, C_TABLES, NOT_MESSAGES, ColumnBuffers, FrameRows
 from ringtrace.collector.export.table_names import DEFAULT_TABLE, TABLES, WHERE_COLUMNS
 from ringtrace.collector.export.timeline_frames import FrameColumns
 from ringtrace.collector.read.event_walk import EventWalk
@@ -44,17 +44,15 @@ BATCH_ROWS: Final = 1 << 17
 Columns = dict[str, list[Any]]
 
 
-#: The walk's categories that are no message's (a message's category is its kind's name).
-_NOT_MESSAGES: Final = frozenset({"", "incident", "async", "call", "sample"})
 _INSTANT_KINDS: Final = {"i": "instant", "b": "async_begin", "e": "async_end"}
 
 
 class TableRows:
     """The rows of ``table`` among the events ``selected``: ``batches()``, then what the walk reports.
 
-    ``accelerated``: a frame's spans, instants and counters made in C (``table_columns.py``, where built), or else
-    read column by column (``timeline_frames.py``), the rest through the event walk; False reads every event through
-    the walk (the same rows, slower). ``columns``: those that will be read (None: all); the C writer fills only those.
+    ``accelerated``: a frame's rows made in C where it can (``table_columns.py``, where built), or else read column
+    by column (``timeline_frames.py``), the rest through the event walk; False reads every event through the walk
+    (the same rows, slower). ``columns``: those that will be read (None: all); the C writer fills only those.
 
     Raises:
         ValueError: ``table`` is none of ``TABLES``.
@@ -79,7 +77,7 @@ class TableRows:
     def batches(self) -> Iterator[Columns | ColumnBuffers | None]:
         """The rows in batches of at most about ``BATCH_ROWS`` (a frame's more), None between them now and then (a
         frame read with nothing for this table: a reader may hand over its step all the same). Where the C writer is
-        built (``table_columns.py``), most of the spans, instants and counters tables' rows come as its buffers."""
+        built (``table_columns.py``), most rows come as its buffers."""
         walk = self._walk
         fast = FrameColumns(0, *walk.window) if self._accelerated and walk.by_frame else None
         in_c = fast is not None and ACCELERATED and self.table in C_TABLES
@@ -254,7 +252,7 @@ def _messages(events: _Events) -> _Own:
     rows = []
     for index, phase in enumerate(phases):
         category = categories[index]
-        if phase != "i" or category in _NOT_MESSAGES:
+        if phase != "i" or category in NOT_MESSAGES:
             continue
         values = dict(args[index] or {})
         values.pop("category", None)

@@ -10,6 +10,10 @@ the event loop, which takes it back several times a loop turn, waits each time u
 (the switch interval). ``let_the_loop_in`` has a reader let go of its own every millisecond instead, which bounds the
 loop's lag to about that (40 ms became under 2 ms on a 20,000-frame store, for a few % more time reading). A lower
 CPU priority for the readers made it worse: a reader holding the GIL waited for a core, and the loop for it.
+
+Letting go costs a trip through the scheduler (``time.sleep(0)``), which on a busy machine gives the core away for a
+few milliseconds each time: a reader whose C writer has just let go of the GIL for a frame says so (``let_go``), and
+does not let go again before another ``YIELD_EVERY_S`` of holding it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-__all__ = ["YIELD_EVERY_S", "let_the_loop_in", "reader_pool"]
+__all__ = ["YIELD_EVERY_S", "let_go", "let_the_loop_in", "reader_pool"]
 
 #: How long a reader runs Python at most before it lets the event loop take the GIL.
 YIELD_EVERY_S: Final = 0.001
@@ -41,3 +45,9 @@ def let_the_loop_in() -> None:
     if now - getattr(_last, "at", 0.0) >= YIELD_EVERY_S:
         _last.at = now
         time.sleep(0)  # releases the GIL, even for no time
+
+
+def let_go() -> None:
+    """This thread has just let go of the GIL (a C writer that ran without it, the loop free to take it meanwhile):
+    ``let_the_loop_in`` counts from now."""
+    _last.at = time.perf_counter()

@@ -1,6 +1,7 @@
-"""The spans and instants tables' C writer (``export/table_columns.py``, ``_tables.c``) against the Python rows it
-stands in for (``table_rows.py`` read through the walk alone): the same rows and the same report, for any args, under
-filters and windows, in row groups, and for payloads that are not what they should be."""
+"""The spans, instants, counters, messages and samples tables' C writer (``export/table_columns.py``,
+``_tables.c``) against the Python rows it stands in for (``table_rows.py`` read through the walk alone): the same rows
+and the same report, for any args (a message's values and text, a sample's stack table), under filters and windows, in
+row groups, and for payloads and tables that are not what they should be."""
 
 from __future__ import annotations
 
@@ -20,15 +21,18 @@ from recorded_files import recorded
 from ringtrace.client import Timeline
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
-from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers
+from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers, message_template
 from ringtrace.collector.export.table_rows import TableRows
 from ringtrace.collector.foreign.offline import load_file
 from ringtrace.collector.read.frame_walk import SnapshotView, segment_stream
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter, Pattern
+from ringtrace.wire.arg_values import normalise_values
 from ringtrace.wire.frames import Events, encode, preamble
 from ringtrace.wire.handshake_frames import Hello
-from ringtrace.wire.model import COUNTER, INSTANT, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.model import COUNTER, INSTANT, SAMPLE, SPAN, THREAD_TRACK, KindRegistry, TrackInfo
+from ringtrace.wire.stack_frames import Stacks
 from ringtrace.wire.stream_encoder import StreamEncoder
+from ringtrace.wire.table_frames import KindSpec
 from tables_model import parquet_rows
 
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="the C writer is not built here (or RINGTRACE_PURE_PYTHON)")
@@ -346,5 +350,381 @@ def test_a_payload_cut_anywhere_adds_no_row(table: str) -> None:
         assert valid == b"\x01" and data == b'{"k":[1.5,"' + b"x" * 40 + b'"],"trace_id":"t"}'
         assert offsets == b"".join(n.to_bytes(4, "little") for n in (0, len(data), len(data))) and floats is None
     assert _tables.take_rows(builder)[0] == 0
-    with pytest.raises(ValueError, match="table must be 0 to 2, got 3"):
-        _tables.builder(3)
+    with pytest.raises(ValueError, match="table must be 0 to 4, got 5"):
+        _tables.builder(5)
+
+
+# -- messages ---------------------------------------------------------------------------------------------------------
+
+
+def chatty(tl: Timeline) -> None:
+    request = tl.message("http", "info", "GET $path took ${ms} ms for ${user}, $trace_id")
+    plain = tl.message("db", "warning", 'pool "exhausted"\n(detail on a second line)')
+    for i in range(200):
+        request(f"/p/{i}", i, None if i % 3 else True, TRACE_ID if i % 4 == 0 else i)
+        plain()
+        if i % 10 == 0:  # (a float shown in the text, bytes, values past the fields: the Python rows' or not)
+            request(f"/q/{i}", i / 7, "ü", TRACE_ID)
+            request(f"/r/{i}", i, b"\x00\xff", TRACE_ID)
+            request(f"/s/{i}", i, "x", TRACE_ID, "extra", 5)
+            request()
+        if i % 50 == 0:
+            tl.flush(timeout_s=30)
+    with tl.scope("work"):
+        tl.instant("tick")
+
+
+def test_messages_are_the_python_rows_and_most_are_made_in_c(tmp_path: Path) -> None:
+    view = recorded(tmp_path, chatty)
+    rows = [json.loads(row) for row in spans_alike(view, table="messages")]
+    assert len(rows) == 200 * 2 + 20 * 4
+    in_c = rows_in_c(view, table="messages")
+    assert in_c == 200 * 2 + 20 * 2  # (not the float in the text, nor the bytes)
+    first = next(row for row in rows if row["text"].startswith("GET path(/p/1) "))
+    assert first["text"] == "GET path(/p/1) took 1 ms for None, trace_id(1)" and first["trace_id"] is None
+    assert (first["category"], first["priority"]) == ("http", "info")
+    assert first["args"] == {"path": "/p/1", "ms": 1, "user": None, "trace_id": 1}
+    assert sum(row["trace_id"] == TRACE_ID for row in rows) == 50 + 20 * 3
+    extra = next(row for row in rows if row["text"].startswith("GET path(/s/10)"))
+    assert extra["args"] == {
+        "path": "/s/10",
+        "ms": 10,
+        "user": "x",
+        "trace_id": TRACE_ID,
+        "value5": "extra",
+        "value6": 5,
+    }
+    empty = next(row for row in rows if row["args"] is None and row["category"] == "http")
+    assert empty["text"] == "GET $path took ${ms} ms for ${user}, $trace_id"
+    assert {row["text"] for row in rows if row["category"] == "db"} == {'pool "exhausted"'}
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [("text",), ("ts_ns", "pid"), ("args", "trace_id"), ("category", "priority", "process", "host", "track")],
+)
+def test_some_message_columns_are_those_of_the_whole_table(tmp_path: Path, columns: tuple[str, ...]) -> None:
+    view = recorded(tmp_path, chatty)
+    rows = spans_alike(view, columns=columns, table="messages")
+    whole = [json.loads(row) for row in spans_alike(view, table="messages")]
+    assert rows == sorted(json.dumps({key: row[key] for key in columns}, sort_keys=True) for row in whole)
+
+
+def test_messages_under_filters_windows_and_row_groups_are_the_python_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringtrace.collector.export import table_rows
+
+    view = recorded(tmp_path, chatty)
+    starts = sorted(json.loads(row)["ts_ns"] for row in spans_alike(view, table="messages"))
+    for selected in (
+        EventFilter(since_ns=starts[100], until_ns=starts[300]),
+        EventFilter(since_ns=starts[-5]),
+        EventFilter(limit=50),
+        EventFilter(name=Pattern("GET*")),
+        EventFilter(category=Pattern("db")),
+    ):
+        spans_alike(view, selected, table="messages")
+    assert 0 < rows_in_c(view, EventFilter(since_ns=starts[100], until_ns=starts[300]), "messages") < 200
+    monkeypatch.setattr(table_rows, "BATCH_ROWS", 64)
+    spans_alike(view, table="messages")
+
+
+MESSAGE_PIECES = ["$a", "${b}", "${trace_id}", "$value3", "${value7}", "$zz", " lit ", "$", "{", "}", "ü", "$a_b"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(MESSAGE_PIECES), max_size=6),
+    category=st.sampled_from(["app", "", "call", "sample", "db ü"]),
+    values=st.lists(st.lists(st.text(max_size=4) | st.integers(-5, 5) | ARG_VALUES, max_size=8), max_size=4),
+)
+def test_messages_of_any_text_and_values_are_the_python_rows(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str], category: str, values: list[list[Any]]
+) -> None:
+    def record(tl: Timeline) -> None:
+        message = tl.message(category, "info", "".join(pieces))
+        for each in values:
+            message(*each)
+
+    view = recorded(tmp_path_factory.mktemp("messages"), record)
+    assert len(spans_alike(view, table="messages")) == (0 if category in ("", "call", "sample") else len(values))
+
+
+def declared_messages(tmp_path: Path, kinds: list[KindSpec], values: list[list[Any]]) -> SnapshotView:
+    """A file of one stream that declares message ``kinds`` as given (names any stream may declare) and holds a
+    message of each of ``values`` of each kind."""
+    registry = KindRegistry()
+    declared = [registry.register(k.name, "message", k.fields, normalise_values, k.text, k.priority) for k in kinds]
+    encoder = StreamEncoder(registry=registry)
+    records = [value for kind in declared for given in values for value in (kind.id, kind.name, 10**18, 10**18, given)]
+    batch = encoder.encode(TRACK, records)
+    frames = [preamble(), encode(Hello(1, "host", "odd", "i1", "boot", 1, 2, "test")), *encoder.prefix()]
+    path = tmp_path / "odd.rttrace"
+    path.write_bytes(b"".join([*frames, *batch.control, *(frame for frame, _ in batch.events)]))
+    return load_file(path).view
+
+
+def test_message_kinds_a_template_cannot_describe_are_the_python_rows(tmp_path: Path) -> None:
+    kinds = [
+        KindSpec(0, "twice", "message", (("a", "any"), ("a", "any")), "$a", "info"),
+        KindSpec(0, "category", "message", (("category", "any"),), "$category", "info"),
+        KindSpec(0, "named", "message", (("value2", "any"),), "${value2} $value3", "info"),
+        KindSpec(0, "incident", "message", (("a", "any"),), "$a", "info"),
+        KindSpec(0, "fine", "message", (("a", "any"),), "${a} $value2 $value99 ${value1}", ""),
+    ]
+    view = declared_messages(tmp_path, kinds, [[1, 2, 3], ["x"], []])
+    rows = [json.loads(row) for row in spans_alike(view, table="messages")]
+    assert len(rows) == 4 * 3  # (a message of category "incident" is no row)
+    assert rows_in_c(view, table="messages") == 3  # the fine kind's alone
+    assert message_template(KindSpec(0, "app", "message", (("priority", "any"),), "$priority", "info")) is None
+    fine = sorted(row["text"] for row in rows if row["category"] == "fine")
+    assert fine == ["${a} $value2 $value99 ${value1}", "1 value2(2) $value99 ${value1}", "x $value2 $value99 ${value1}"]
+
+
+def test_odd_message_payloads_make_the_python_rows_and_the_same_report(tmp_path: Path) -> None:
+    kinds = [KindSpec(0, "app", "message", (("a", "any"), ("b", "any")), "$a ${b}", "info")]
+    (tmp_path / "ids").mkdir()
+    ids = stream_of_messages(tmp_path / "ids", kinds, [])
+    (segment,) = ids.frames.segments
+    kind, name = next(
+        [column[0] for column in msgpack.unpackb(frame.payload)[:2]]
+        for _, frame in segment_stream(segment, ids.limits)
+        if isinstance(frame, Events)
+    )
+
+    def one(args: bytes) -> tuple[int, bytes]:
+        return 1, columns([kind], [name], [0], [0], [None])[:-1] + args
+
+    payloads = [
+        one(b"\x92\x01\x02"),  # fine
+        one(b"\x92\xa1x\xcb" + struct.pack(">d", 2.5)),  # a float in the text
+        one(b"\x81\xa1a\x01"),  # a map, not a list of values
+        one(b"\xc0"),  # none
+        one(b"\xdc\x00\x41" + b"\x01" * 65),  # more values than the C writer takes
+        one(b"\x92\xc4\x01x\x01"),  # bytes in the text
+        one(b"\x92\x01" + b"\x91" * 40 + b"\x01"),  # deeper than the C writer goes
+        one(b"\x93\x01\x02\xc7\x03\x05xyz"),  # an extension type past the text
+        one(b"\x92\x01\xa2\xff\xfe"),  # text that is no UTF-8
+        (2, columns([kind], [name], [0], [0], [[1, 2]])),  # a count the columns do not hold
+        (1, columns([kind], [12345], [0], [0], [[1, 2]])),  # a string never declared
+    ]
+    view = stream_of_messages(tmp_path, kinds, payloads)
+    rows = [json.loads(row) for row in spans_alike(view, table="messages")]
+    assert {row["text"] for row in rows} >= {"a(1) 2", "a(x) 2.5", "a(0) 0"}
+    assert rows_in_c(view, table="messages") >= 2
+
+
+def test_a_message_payload_or_template_cut_anywhere_adds_no_row() -> None:
+    from ringtrace.collector.export import _tables  # here: not built everywhere
+
+    kind = KindSpec(0, "app", "message", (("a", "any"), ("trace_id", "any")), "x $a ${trace_id} $value3 y", "info")
+    template = message_template(kind)
+    assert template is not None
+    builder = _tables.builder(3)
+    payload = columns([0, 0], [0, 0], [0, 1], [0, 0], [[1.5, "t", 7], ["\u00fc", None]])
+    spans = bytes(8) + (1).to_bytes(8, "little")  # string 0, "a": bytes 0 to 1 of names
+    where = (b"p", 1, b"h", b"t")
+
+    def add(data: bytes, blob: bytes, count: int = 2) -> Any:
+        ends = bytes(8) + len(blob).to_bytes(8, "little")
+        return _tables.add_rows(
+            builder, data, count, (0, 1, 2, 3, 4), 10**18, 0, None, None, b"\x01", b"a", spans, *where, 0x1FFF,
+            blob, ends,
+        )  # fmt: skip
+
+    made = add(payload, template)
+    assert made is not None and made[0] == 1 and made[2] == b"\x01\x00"  # (the float in the text: Python's)
+    for cut in range(len(payload)):
+        assert add(payload[:cut], template) is None
+        assert add(payload[:cut] + b"\xc1" * 3, template) is None
+    taken_rows, ints, strings, floats = _tables.take_rows(builder)
+    assert taken_rows == 1 and len(ints) == 2 and len(strings) == 8 and floats is None
+    assert [data for _, _, data in strings] == [
+        b"p", b"h", b"t", "x a(ü) None $value3 y".encode(), b'{"a":"\xc3\xbc","trace_id":null}', b"", b"app",
+        b"info",
+    ]  # fmt: skip
+    assert strings[5][0] == b"\x00"  # (trace_id: null, no text)
+    assert add(payload, b"")[::2] == (0, b"\x01\x01")  # (no template: no message is the C writer's)
+    for cut in range(len(template)):  # (the Python side makes templates: what matters here is that any is read safely)
+        made = add(payload, template[:cut])
+        assert made is not None and made[2] == b"\x01\x01"  # (a template that does not read: both Python's)
+        add(payload, template[:cut] + b"\xff" * 8 + template[cut:])
+        add(payload, template[:cut] + b"\x00" * 8 + template[cut:])
+
+
+def stream_of_messages(tmp_path: Path, kinds: list[KindSpec], payloads: list[tuple[int, bytes]]) -> SnapshotView:
+    """``declared_messages``' stream (one message of each kind) with EVENTS frames of ``payloads`` as given after it."""
+    registry = KindRegistry()
+    declared = [registry.register(k.name, "message", k.fields, normalise_values, k.text, k.priority) for k in kinds]
+    encoder = StreamEncoder(registry=registry)
+    batch = encoder.encode(TRACK, [v for kind in declared for v in (kind.id, kind.name, 10**18, 10**18, [0, 0])])
+    frames = [preamble(), encode(Hello(1, "host", "odd", "i1", "boot", 1, 2, "test")), *encoder.prefix()]
+    frames += [*batch.control, *(frame for frame, _ in batch.events)]
+    for count, payload in payloads:
+        frames.append(encode(Events(TRACK.track_id, count, 10**18, 10**18 + 10, payload)))
+    path = tmp_path / "messages.rttrace"
+    path.write_bytes(b"".join(frames))
+    return load_file(path).view
+
+
+@pytest.mark.parametrize("table", C_MADE)
+def test_the_other_tables_leave_messages_out_in_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str) -> None:
+    """A message of a kind the C writer has a template of is no row of the spans, instants or counters tables: left
+    out in C, so a frame of spans and messages is not read again through the walk (those it cannot render too)."""
+    from ringtrace.collector.read.event_walk import EventWalk
+
+    walked = []
+    shown = EventWalk.shown
+
+    def counted(self: EventWalk, *args: Any) -> Any:
+        walked.append(args)
+        return shown(self, *args)
+
+    monkeypatch.setattr(EventWalk, "shown", counted)
+    view = recorded(tmp_path, chatty)
+    assert len(spans_alike(view, table=table)) == (0 if table == "counters" else 1)
+    walked.clear()
+    assert rows_in_c(view, table=table) == (0 if table == "counters" else 1)
+    assert walked == []
+
+
+# -- samples ----------------------------------------------------------------------------------------------------------
+
+
+def sampled(
+    tmp_path: Path, frames: list[tuple[str, str, int]], nodes: list[tuple[int | None, int]], args: list[Any]
+) -> SnapshotView:
+    """A stream as a sampler sends it: a stack table of ``frames`` and stack ``nodes`` (STACKS, as given), then an
+    EVENTS frame of a span and a sample of each of ``args`` (a stack id, or anything), named "task-a" or "" in turn."""
+    encoder = StreamEncoder()
+    ts = 10**18
+    declared = encoder.encode(TRACK, [INSTANT, "task-a", ts, ts, None, INSTANT, "", ts, ts, None])
+    names = encoder.strings
+    rows = [(SPAN, names["task-a"], 0, 5000, None)]
+    rows += [(SAMPLE, names["" if n % 2 else "task-a"], 100 * n, 0, arg) for n, arg in enumerate(args)]
+    payload = msgpack.packb([list(column) for column in zip(*rows, strict=True)])
+    hello = encode(Hello(42, "host", "sampled", "i42", "boot", 1, 2, "test"))
+    stacks = [encode(Stacks(0, tuple(frames), 0, tuple(nodes)))] if frames or nodes else []
+    events = encode(Events(TRACK.track_id, len(rows), ts, ts + 100 * len(rows) + 5000, payload))
+    path = tmp_path / "sampled.rttrace"
+    path.write_bytes(b"".join([preamble(), hello, *encoder.prefix(), *stacks, *declared.control, events]))
+    return load_file(path).view
+
+
+MAIN_FRAME, WORK_FRAME, HOT_FRAME = ("main", "/app/main.py", 10), ("work", "/app/jobs.py", 20), ("hot", "/jobs ü", 31)
+
+
+def test_samples_are_the_python_rows_and_made_in_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringtrace.collector.export import table_rows
+
+    nodes = [(None, 0), (0, 1), (1, 2), (0, 2)]
+    args = [0, 1, 2, 3, 2, 4, -1, None, "x", 1.5, True, [1]]  # (4 and on: no stack declared, an empty one)
+    view = sampled(tmp_path, [MAIN_FRAME, WORK_FRAME, HOT_FRAME], nodes, args)
+    rows = [json.loads(row) for row in spans_alike(view, table="samples")]
+    assert len(rows) == len(args) and rows_in_c(view, table="samples") == len(args)
+    deepest = [row for row in rows if len(row["stack"]) == 3]
+    assert len(deepest) == 2 and all(row["leaf"] == "hot" for row in deepest)
+    assert deepest[0]["stack"] == [
+        dict(zip(("function", "file", "line"), f, strict=True)) for f in (MAIN_FRAME, WORK_FRAME, HOT_FRAME)
+    ]
+    assert sum(row["stack"] == [] and row["leaf"] is None for row in rows) == 7
+    assert {row["task"] for row in rows} == {"task-a", None}
+    for columns in (("stack",), ("leaf", "task"), ("ts_ns", "pid", "track")):
+        part = spans_alike(view, columns=columns, table="samples")
+        assert part == sorted(json.dumps({key: row[key] for key in columns}, sort_keys=True) for row in rows)
+    starts = sorted(row["ts_ns"] for row in rows)
+    spans_alike(view, EventFilter(since_ns=starts[3], until_ns=starts[8]), table="samples")
+    monkeypatch.setattr(table_rows, "BATCH_ROWS", 4)
+    spans_alike(view, table="samples")
+
+
+def test_samples_deeper_than_a_reader_resolves_keep_their_innermost_frames(tmp_path: Path) -> None:
+    frames = [(f"f{i}", "deep.py", i) for i in range(1100)]
+    nodes = [(None if i == 0 else i - 1, i) for i in range(1100)]
+    view = sampled(tmp_path, frames, nodes, [1099, 1023, 1024])
+    rows = [json.loads(row) for row in spans_alike(view, table="samples")]
+    assert sorted(len(row["stack"]) for row in rows) == [1024, 1024, 1024]
+    assert rows_in_c(view, table="samples") == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.text(max_size=6), st.text(max_size=6), st.integers(0, 2**31 - 1)), min_size=1, max_size=6
+    ),
+    parents=st.lists(st.integers(-1, 8), max_size=8),
+    leaves=st.lists(st.integers(0, 5), max_size=8),
+    args=st.lists(st.integers(-2, 10) | ARG_VALUES, max_size=8),
+)
+def test_samples_of_any_stack_table_are_the_python_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+    frames: list[tuple[str, str, int]],
+    parents: list[int],
+    leaves: list[int],
+    args: list[Any],
+) -> None:
+    # (a node's parent comes before it, and its frame is declared: what the decoder holds a STACKS frame to)
+    nodes = [
+        (None if p < 0 or p >= i else p, leaf % len(frames))
+        for i, (p, leaf) in enumerate(zip(parents, leaves, strict=False))
+    ]
+    try:
+        view = sampled(tmp_path_factory.mktemp("samples"), frames, nodes, args)
+    except UnicodeEncodeError:  # (a lone surrogate: no stream carries it)
+        return
+    assert len(spans_alike(view, table="samples")) == len(args)
+
+
+def test_a_stack_table_that_does_not_hold_adds_no_row_and_reads_nothing_past_it() -> None:
+    from ringtrace.collector.export import _tables  # here: not built everywhere
+
+    builder = _tables.builder(4)
+    payload = columns([0, 0, 0], [0, 0, 0], [0, 1, 2], [0, 0, 0], [0, 1, 5])
+    spans = bytes(8) + (1).to_bytes(8, "little")  # string 0, "a": bytes 0 to 1 of names
+    texts = b"mainmain.pyhotjobs.py"
+
+    def q(*values: int) -> bytes:
+        return struct.pack(f"<{len(values)}q", *values)
+
+    def add(parents: bytes, leaves: bytes, frames: bytes) -> Any:
+        return _tables.add_rows(
+            builder, payload, 3, (0, 1, 2, 3, 4), 10**18, 0, None, None, b"P", b"a", spans, b"p", 1, b"h", b"t",
+            0x1FFF, b"", b"", parents, leaves, texts, frames,
+        )  # fmt: skip
+
+    good = q(0, 4, 4, 11, 10, 11, 14, 14, 21, 31)
+    made = add(q(-1, 0), q(0, 1), good)
+    assert made is not None and made[0] == 3 and made[2] is None  # (stack 5: none declared, an empty stack)
+    taken, _, strings, stacks = _tables.take_rows(builder)
+    assert taken == 3 and [data for _, _, data in strings] == [b"ppp", b"hhh", b"ttt", b"aaa", b"mainhot"]
+    offsets, (_, functions), (_, files), lines = stacks
+    assert offsets == q(0)[:4] + struct.pack("<3i", 1, 3, 3) and functions == b"mainmainhot"
+    assert files == b"main.pymain.pyjobs.py" and lines == q(10, 10, 31)
+    for parents, leaves, frames in [
+        (q(-1, 7), q(0, 1), good),  # a parent past the table
+        (q(-1, 0), q(0, 9), good),  # a frame past it
+        (q(-1, 0), q(0, 1), good[:-8]),  # frames cut short
+        (q(-1, 0), q(0, 1), q(0, 4, 4, 11, 10, 11, 14, 14, 99, 31)),  # a text past the texts
+        (q(-1, 0), q(0, 1), q(0, 4, 4, 11, 10, -1, -1, -1, -1, 0)),  # a frame the Python rows make
+        (q(-1, 0), q(0, -3), good),  # a negative frame id
+    ]:
+        made = add(parents, leaves, frames)
+        assert made is not None and made[2] == b"\x00\x01\x00"  # (stack 1 is the Python rows'; 0 and 5 are not)
+    assert add(q(1, 0), q(0, 1), good) is not None  # (a cycle: bounded by the depth a reader resolves)
+
+
+def test_each_frame_the_c_writer_reads_counts_as_letting_the_event_loop_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringtrace.collector.export import table_columns
+
+    let_go: list[None] = []
+    monkeypatch.setattr(table_columns, "let_go", lambda: let_go.append(None))
+    view = recorded(tmp_path, mixed)
+    frames = sum(
+        isinstance(frame, Events)
+        for segment in view.frames.segments
+        for _, frame in segment_stream(segment, view.limits)
+    )
+    assert rows_in_c(view) == 800 and len(let_go) == frames

@@ -3,10 +3,14 @@ incidents read back (its records over HTTP, an incident's events from its Chrome
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +99,28 @@ def wait_for_counts(collector: CollectorProcess, timeout_s: float = 60.0, **expe
         timeout_s=timeout_s,
         what=f"the incidents counted {expected}",
     )
+
+
+@contextlib.contextmanager
+def webhook_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local HTTP server a rule's webhook tells (204 to each POST): its URL, and the records told, in order."""
+    told: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            told.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/incident", told
+        finally:
+            server.shutdown()
 
 
 def free_port() -> int:

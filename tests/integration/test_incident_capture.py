@@ -3,12 +3,10 @@ with SIGKILL between fire and save, and the rule file read again on SIGHUP (a go
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +14,16 @@ from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, free_port, incident_events, incidents, stats, wait_for_counts, wait_for_incidents
+from incident_runs import (
+    Peer,
+    free_port,
+    incident_events,
+    incidents,
+    stats,
+    wait_for_counts,
+    wait_for_incidents,
+    webhook_server,
+)
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -109,20 +116,7 @@ def test_an_incident_fired_before_a_sigkill_is_saved_when_its_window_ends_after_
 def test_an_incident_settled_after_a_sigkill_and_restart_is_told_to_its_rules_webhook(
     tmp_path: Path, peers: list[Peer]
 ) -> None:
-    told: list[dict[str, object]] = []
-
-    class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            told.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/incident"
+    with webhook_server() as (url, told):
         flags = ["--data-dir", str(tmp_path / "data"), "--fsync", "always"]
         rule = f"slow: span=checkout, min_duration=200ms, before=30s, after=8s, url={url}"
         collector = CollectorProcess(*flags, "--trigger", rule)
@@ -157,7 +151,6 @@ def test_an_incident_settled_after_a_sigkill_and_restart_is_told_to_its_rules_we
             assert told_record["webhook"] == {"url": url, "status": "delivered", "attempts": 1}
         finally:
             restarted.stop()
-            server.shutdown()
 
 
 def test_a_trace_incident_saved_after_the_restart_keeps_only_the_traces_processes(

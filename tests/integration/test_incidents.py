@@ -4,15 +4,13 @@ a rule held to its ``max_per_minute``."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from collector_process import CollectorProcess
-from incident_runs import Peer, incident_events, incidents, stats, wait_for_counts, wait_for_incidents
+from incident_runs import Peer, incident_events, incidents, stats, wait_for_counts, wait_for_incidents, webhook_server
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -211,20 +209,7 @@ def test_a_flood_of_tl_incident_calls_is_held_to_the_rules_limit_and_every_one_c
 
 
 def test_a_rules_webhook_is_told_of_its_incident_once_it_is_saved(tmp_path: Path, peers: list[Peer]) -> None:
-    told: list[dict[str, object]] = []
-
-    class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            told.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/incident"
+    with webhook_server() as (url, told):
         collector = _collector(tmp_path, "--trigger", SLOW + f", url={url}")
         try:
             peer = Peer(collector, "hooked")
@@ -245,4 +230,3 @@ def test_a_rules_webhook_is_told_of_its_incident_once_it_is_saved(tmp_path: Path
             assert told_record["status"] == "saved" and told_record["events"] == record["events"]
         finally:
             collector.stop()
-            server.shutdown()

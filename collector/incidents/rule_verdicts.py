@@ -265,26 +265,26 @@ def _crossed(limits: array[float], index: int, value: float, before: float | Non
     return has_below == 1.0 and value < below and not (before is not None and before < below)
 
 
-def _value(view: memoryview, start: int, end: int) -> float | None:
-    """A counter's ``value`` in the args there (as the judge reads it), or None."""
+def _args(view: memoryview, start: int, end: int) -> Any:
+    """The args packed there, or None where the range or the bytes are not msgpack's."""
     if not 0 <= start <= end <= len(view):
         return None
     try:
-        args: Any = msgpack.unpackb(view[start:end], raw=False, strict_map_key=False)
+        return msgpack.unpackb(view[start:end], raw=False, strict_map_key=False)
     except Exception:
         return None
+
+
+def _value(view: memoryview, start: int, end: int) -> float | None:
+    """A counter's ``value`` in the args there (as the judge reads it), or None."""
+    args = _args(view, start, end)
     value = args.get("value") if type(args) is dict else None
     return float(value) if isinstance(value, int | float) and type(value) is not bool else None
 
 
 def _values(view: memoryview, start: int, end: int) -> list[Any] | None:
     """The args there if they are a list (a message's values, as the judge reads them), else None."""
-    if not 0 <= start <= end <= len(view):
-        return None
-    try:
-        args: Any = msgpack.unpackb(view[start:end], raw=False, strict_map_key=False)
-    except Exception:
-        return None
+    args = _args(view, start, end)
     return args if type(args) is list else None
 
 

@@ -46,6 +46,10 @@ class Collector:
         with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=timeout_s) as response:
             return json.loads(response.read())  # type: ignore[no-any-return]
 
+    def stats(self, timeout_s: float = 30.0) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://{self.http}/stats", timeout=timeout_s) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
     def stored_events(self) -> int:
         return int(self.healthz()["stored_events"])  # type: ignore[call-overload]
 

@@ -4,7 +4,7 @@ The ``ringtrace`` script itself is the client's (``ringtrace.client.launch.comma
 client-only install); it hands every other subcommand to ``command`` here, by importlib. A client-only install
 (``pip install .``, msgpack alone) installs both scripts too: without the ``collector`` extra each subcommand says in
 one line which install brings the library it lacks, and exits with status 1, instead of an import's traceback. The
-modules are imported only here, when the script runs.
+modules are imported only here (and by the command, its subcommand's), when the script runs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def collector() -> int:
 def _run(script: str, module_name: str, argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
+        # (the command imports its subcommand's modules when it runs: a library they lack is said the same way)
+        status: int = module.main() if argv is None else module.main(argv)
     except ImportError as exc:
         missing = _missing_library(exc)
         if missing is None:
@@ -40,7 +42,6 @@ def _run(script: str, module_name: str, argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    status: int = module.main() if argv is None else module.main(argv)
     return status
 
 

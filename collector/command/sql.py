@@ -17,12 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, check_params, filter_params
-from ringtrace.collector.command.output import output
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url
 from ringtrace.collector.export.table_names import TABLES
 
@@ -184,6 +180,8 @@ def _run(duckdb: Any, connection: Any, args: argparse.Namespace, directory: Path
             how = "FORMAT csv, HEADER" if args.csv is not None else "FORMAT parquet"
             # (the closing parenthesis on a line of its own: SQL that ends in a -- comment does not comment it out)
             connection.execute(f"COPY ({args.sql.strip().rstrip(';')}\n) TO '{quoted}' ({how})")
+            from ringtrace.collector.command.output import output  # (here: the Chrome writer it imports is no query's)
+
             with output(args.csv or args.parquet) as out, written.open("rb") as result:
                 while chunk := result.read(CHUNK):
                     out.write(chunk)
@@ -199,6 +197,10 @@ def _run(duckdb: Any, connection: Any, args: argparse.Namespace, directory: Path
 
 
 def _print(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    from rich.console import Console  # (here: --csv and --parquet do without rich's imports)
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False)
     for column in columns:
         table.add_column(escape(column), no_wrap=True)

@@ -29,7 +29,7 @@ import orjson
 from ringtrace.collector.export.chrome_frames import ACCELERATED, FrameJson
 from ringtrace.collector.export.flows import span_flows
 from ringtrace.collector.export.sample_stacks import SAMPLE, StackNodes, sample_stack
-from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.event_walk import EventWalk, message_args
 from ringtrace.collector.read.frame_walk import (
     ProcessView,
     Shown,
@@ -173,6 +173,8 @@ def _chrome_events(shown: list[Shown], pid: int, tid: int, origin_ns: int, stack
             event["dur"] = dur_ns / 1000
         elif phase == "i":
             event["s"] = "t"
+            if category and category != "incident":  # a message: its kind's category and priority among its args
+                args = message_args(category, async_id, args)
         elif phase == "C":  # a counter's track is its name and id: one per track it was recorded on (its tid)
             event["id"] = str(tid)
         elif phase == SAMPLE:  # named by its asyncio task, if one ran; its stack by its leaf in stackFrames

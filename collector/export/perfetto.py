@@ -108,7 +108,7 @@ from ringtrace.collector.export.perfetto_protos import (
 from ringtrace.collector.export.perfetto_samples import SequenceStacks
 from ringtrace.collector.export.perfetto_tracks import PerfettoTracks
 from ringtrace.collector.export.sample_stacks import SAMPLE, sample_stack
-from ringtrace.collector.read.event_walk import TOTALS, EventWalk
+from ringtrace.collector.read.event_walk import NOT_MESSAGES, TOTALS, EventWalk, message_args
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.pool import let_the_loop_in
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
@@ -403,9 +403,11 @@ class _Writer:
     def _instant(self, process: ProcessView, track: TrackInfo, on_track: bytes, event: Shown) -> None:
         """An instant; a message (an instant with a category) is named by its rendered text: its own, not
         interned."""
-        _, name, wall_ns, _, args, category, _ = event
+        _, name, wall_ns, _, args, category, priority = event
         if category:
             named = pb.string(NAME, name)
+            if category not in NOT_MESSAGES:  # a message: its kind's category and priority among its args
+                args = message_args(category, priority, args)
         else:
             named = self._names.known.get(name) or self._names.field(name, self._new_entries)
         packet = TYPE_INSTANT + on_track + named + self._category(category) + self._annotations(args)

@@ -270,7 +270,6 @@ def message_template(kind: KindSpec) -> bytes | None:
         or kind.name in NOT_MESSAGES
         or len(names) > _MAX_VALUES
         or len(set(names)) != len(names)
-        or {"category", "priority"} & set(names)
         or any(_VALUE_NAME.fullmatch(name) for name in names)
     ):
         return None

@@ -246,7 +246,7 @@ def _instants(events: _Events) -> _Own:
 
 
 def _messages(events: _Events) -> _Own:
-    phases, names, starts, _, args, categories, _ = events
+    phases, names, starts, _, args, categories, ids = events
     if categories is None:
         return ()  # (the column reader takes no message)
     rows = []
@@ -254,10 +254,9 @@ def _messages(events: _Events) -> _Own:
         category = categories[index]
         if phase != "i" or category in NOT_MESSAGES:
             continue
-        values = dict(args[index] or {})
-        values.pop("category", None)
-        priority = values.pop("priority", None)
+        values = args[index]  # (its own: its kind's category and priority are apart, ``Shown``)
         text_args = _json(values) if values else None
+        priority = ids[index] if ids is not None else None
         rows.append((starts[index], category, priority, names[index], text_args, _text_arg(values, "trace_id")))
     return _as_columns(rows)
 

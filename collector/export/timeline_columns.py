@@ -26,7 +26,7 @@ import orjson
 from ringtrace.collector.export.chrome import json_bytes
 from ringtrace.collector.export.sample_stacks import SAMPLE
 from ringtrace.collector.export.timeline_frames import FrameColumns
-from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.event_walk import NOT_MESSAGES, EventWalk, message_args
 from ringtrace.collector.read.frame_walk import ProcessView, Shown, SnapshotView, WalkedFrame
 from ringtrace.collector.read.selection import EVERYTHING, EventFilter
 from ringtrace.wire.model import ASYNC_TRACK, COUNTER_TRACK, SOURCE_TRACK, THREAD_TRACK, TrackInfo
@@ -124,6 +124,11 @@ def _frame_columns(
 def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_open: bool = False) -> dict[str, Any]:
     """Events as the walk shows them, as columns (see the module docstring)."""
     phases, event_names, starts, durations, args, categories, ids = zip(*shown, strict=True)
+    if not NOT_MESSAGES.issuperset(categories):  # messages: their kinds' category and priority among their args
+        args = tuple(
+            message_args(c, id_, a) if p == "i" and c not in NOT_MESSAGES else a
+            for p, a, c, id_ in zip(phases, args, categories, ids, strict=True)
+        )
     intern = names.setdefault
     block: dict[str, Any] = {
         "ph": "".join(phase if phase == "b" else "B" for phase in phases) if still_open else "".join(phases),
@@ -135,7 +140,7 @@ def _columns(shown: list[Shown], origin_ns: int, names: dict[str, int], still_op
         else list(args),
     }
     if "async" in categories:
-        block["id"] = list(ids)
+        block["id"] = [id_ if c == "async" else "" for c, id_ in zip(categories, ids, strict=True)]
     if "incident" in categories:
         block["cat"] = list(categories)
     return block

@@ -49,10 +49,13 @@ from ringtrace.wire.message_format import render
 from ringtrace.wire.model import CALL_KINDS, CALL_RAISED, INCIDENT, SOURCE_TRACK, TrackInfo
 from ringtrace.wire.stream_tables import StreamTables, typed_args
 
-__all__ = ["MAX_COUNT", "TOTALS", "EventWalk", "client_counts", "store_counts"]
+__all__ = ["MAX_COUNT", "NOT_MESSAGES", "TOTALS", "EventWalk", "client_counts", "message_args", "store_counts"]
 
 #: Counts are capped here: JSON readers and protobuf's int64 take nothing wider.
 MAX_COUNT: Final = 2**63 - 1
+#: The categories of the instants that are no message (plain ones, incidents): a message kind of such a name is shown
+#: as one of them, its kind's category and priority among its args (``message_args``, made by the walk).
+NOT_MESSAGES: Final = frozenset({"", "incident"})
 _SKIPPED: Final = "events of a kind never declared, or at times no clock gives"
 #: Totals over every process, forgotten ones included.
 TOTALS: Final = (
@@ -236,8 +239,10 @@ class EventWalk:
                 if values is None:
                     skipped += 1  # a message's values are a list
                     continue
-                message_args = {"category": kind.name, "priority": kind.priority, **values}
-                append(("i", text, wall_ns, 0, message_args, kind.name, ""))
+                if kind.name in NOT_MESSAGES:  # (shown as an instant of that category: its args say what it was)
+                    append(("i", text, wall_ns, 0, message_args(kind.name, kind.priority, values), kind.name, ""))
+                else:
+                    append(("i", text, wall_ns, 0, values, kind.name, kind.priority))
                 continue
             if selection is not None and not selection.event(kind, name, wall_ns, args, dur_ns, track_key):
                 continue
@@ -322,6 +327,12 @@ class EventWalk:
             return min(sum(int(p[name]) for p in processes) + forgotten.get(name, 0), MAX_COUNT)
 
         return {**{name: total(name) for name in TOTALS}, "processes": processes}
+
+
+def message_args(category: str, priority: str, values: dict[str, Any] | None) -> dict[str, Any]:
+    """A message's args as the snapshot formats show them: its kind's category and priority, then its values (a value
+    of either name shown in their place). The walk keeps the three apart (``Shown``): the tables keep them all."""
+    return {"category": category, "priority": priority, **(values or {})}
 
 
 def store_counts(counts: Counts) -> dict[str, int]:

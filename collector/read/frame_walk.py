@@ -193,8 +193,9 @@ def incident_args(reason: str, args: object) -> dict[str, Any]:
 #: counter's values, "b" and "e" the begin and end of an async slice; ``name``: a message's rendered text; ``wall_ns``:
 #: wall-clock ns, when it happened or a slice's start; ``dur_ns``: a slice's duration ("X"), else 0; ``args``: a map or
 #: None; ``category``: a message's category, "async" for an async slice, "call" for a traced call, "incident" for an
-#: incident, else ""; ``async_id``: what pairs an async begin with its end, else "". A plain tuple: one is made per
-#: event shown, and a NamedTuple costs a call each.
+#: incident, else ""; ``async_id``: what pairs an async begin with its end, a message's priority (its kind's: apart
+#: from its values, which are its args, so that a value of any name is one of them), else "". A plain tuple: one is
+#: made per event shown, and a NamedTuple costs a call each.
 Shown = tuple[str, str, int, int, dict[str, Any] | None, str, str]
 
 

@@ -372,9 +372,8 @@ class SpanWalk:
             elif count and phase == "i":
                 if category in ("", "incident"):
                     self.instants += 1
-                elif args is not None and "priority" in args:
-                    priority = str(args["priority"])
-                    self.messages[priority] = self.messages.get(priority, 0) + 1
+                else:  # a message: its kind's priority, whatever its values are named
+                    self.messages[async_id] = self.messages.get(async_id, 0) + 1
 
     def _still_open(self) -> Iterator[Span]:
         """After the walk: the async slices, each begin paired with the next end of its id in time, and what is still

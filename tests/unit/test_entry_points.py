@@ -76,3 +76,23 @@ def test_a_script_without_the_collector_extra_says_which_install_brings_it(argv:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"{said_by}: needs ")
     assert "pip install 'ringtrace[collector]'" in lines[0]
+
+
+def test_a_subcommand_imports_its_own_modules_and_no_other_s() -> None:
+    seen = (
+        "import sys; from ringtrace.collector.command.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('ringtrace.collector.', 'rich', 'duckdb')))))"
+    )
+
+    def imported(*argv: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-c", seen, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return set(done.stdout.split())
+
+    query = imported("query", "--help")
+    assert {"ringtrace.collector.command.sql", "ringtrace.collector.command.filters"} <= query
+    others = ("files", "snapshot", "live", "search_commands", "incident_commands", "output")
+    assert not query & {f"ringtrace.collector.command.{name}" for name in others}
+    assert not [module for module in query if module.startswith(("rich", "duckdb", "ringtrace.collector.export.chr"))]
+    assert {f"ringtrace.collector.command.{name}" for name in others} <= imported("--help")  # (every one listed)

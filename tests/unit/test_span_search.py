@@ -247,13 +247,13 @@ def test_aggregates_are_the_chrome_snapshot_s_spans_summed_up(
 def test_messages_instants_and_markers_are_counted_and_errors_found(tmp_path: Path) -> None:
     def record(tl: Timeline) -> None:
         warn = tl.message("net", "warning", "lost $count packets")
-        fatal = tl.message("net", "fatal", "gone")
+        fatal = tl.message("net", "fatal", "gone $priority")  # (a value of that name: the kind's priority counts)
         for i in range(200):
             with tl.scope("request", i=i, error="bad" if i % 50 == 0 else None):
                 tl.instant("tick")
                 warn(count=i)
             if i % 100 == 0:
-                fatal()
+                fatal(7)
                 tl.flush(timeout_s=30)
         tl.marker("phase", "start")
         tl.marker("phase", "end")

@@ -468,7 +468,7 @@ def declared_messages(tmp_path: Path, kinds: list[KindSpec], values: list[list[A
 def test_message_kinds_a_template_cannot_describe_are_the_python_rows(tmp_path: Path) -> None:
     kinds = [
         KindSpec(0, "twice", "message", (("a", "any"), ("a", "any")), "$a", "info"),
-        KindSpec(0, "category", "message", (("category", "any"),), "$category", "info"),
+        KindSpec(0, "category", "message", (("category", "any"), ("priority", "any")), "$category", "info"),
         KindSpec(0, "named", "message", (("value2", "any"),), "${value2} $value3", "info"),
         KindSpec(0, "incident", "message", (("a", "any"),), "$a", "info"),
         KindSpec(0, "fine", "message", (("a", "any"),), "${a} $value2 $value99 ${value1}", ""),
@@ -476,8 +476,13 @@ def test_message_kinds_a_template_cannot_describe_are_the_python_rows(tmp_path: 
     view = declared_messages(tmp_path, kinds, [[1, 2, 3], ["x"], []])
     rows = [json.loads(row) for row in spans_alike(view, table="messages")]
     assert len(rows) == 4 * 3  # (a message of category "incident" is no row)
-    assert rows_in_c(view, table="messages") == 3  # the fine kind's alone
-    assert message_template(KindSpec(0, "app", "message", (("priority", "any"),), "$priority", "info")) is None
+    assert rows_in_c(view, table="messages") == 2 * 3  # the fine kind's, and the one of values named as columns
+    named = sorted((row["priority"], json.dumps(row["args"])) for row in rows if row["category"] == "category")
+    assert named == [
+        ("info", "null"),
+        ("info", '{"category": "x"}'),
+        ("info", '{"category": 1, "priority": 2, "value3": 3}'),
+    ]
     fine = sorted(row["text"] for row in rows if row["category"] == "fine")
     assert fine == ["${a} $value2 $value99 ${value1}", "1 value2(2) $value99 ${value1}", "x $value2 $value99 ${value1}"]
 

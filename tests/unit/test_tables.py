@@ -26,6 +26,7 @@ from ringtrace.collector.command.sql import columns_read, tables_named
 from ringtrace.collector.export.chrome import chrome_trace_chunks
 from ringtrace.collector.export.formats import FORMATS
 from ringtrace.collector.export.parquet import METADATA_KEY, parquet_chunks
+from ringtrace.collector.export.table_columns import ACCELERATED, ColumnBuffers
 from ringtrace.collector.export.table_names import TABLES, missing_pyarrow
 from ringtrace.collector.export.table_rows import TableRows
 from ringtrace.collector.foreign.offline import load_file
@@ -288,6 +289,56 @@ def test_any_args_are_the_chrome_snapshot_s_as_json_text(
     for table_name in ("spans", "instants", "counters"):
         rows = table(view, table_name)
         assert len(rows) == 1 and rows == from_chrome(view, table_name) == table(view, table_name, accelerated=False)
+
+
+#: Every column name of every table: what an event's own args may be named too.
+RESERVED = sorted({column for columns in TABLES.values() for column in columns} | {"id", "value1"})
+#: Values no column of such a name holds (not text, not a number).
+NOT_A_COLUMN_VALUE = [7, {"a": [1, "b"]}]
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_a_message_value_named_priority_or_category_is_one_of_its_values(tmp_path: Path, accelerated: bool) -> None:
+    def record(tl: Timeline) -> None:
+        tl.message("net", "warning", "got $priority in $category")(5, {"a": 1})
+        tl.message("net", "error", "${priority} ${category}")("urgent", "disk")
+
+    view = recorded(tmp_path, record)
+    rows = [json.loads(row) for row in table(view, "messages", accelerated=accelerated)]
+    if accelerated and ACCELERATED:  # the C writer takes such kinds (but a map in a text, which Python renders)
+        made = TableRows(view, EVERYTHING, "messages").batches()
+        assert sum(batch.rows for batch in made if isinstance(batch, ColumnBuffers)) == 1
+    assert sorted((row["category"], row["priority"], row["text"], row["args"]) for row in rows) == [
+        ("net", "error", "urgent disk", {"priority": "urgent", "category": "disk"}),
+        ("net", "warning", "got priority(5) in category({'a': 1})", {"priority": 5, "category": {"a": 1}}),
+    ]
+
+
+@pytest.mark.parametrize("value", NOT_A_COLUMN_VALUE, ids=["int", "map"])
+def test_args_named_as_any_column_stay_args_in_every_table_in_c_and_python_alike(tmp_path: Path, value: Any) -> None:
+    def record(tl: Timeline) -> None:
+        for at in range(0, len(RESERVED), 6):  # (a message takes six values at most)
+            names = RESERVED[at : at + 6]
+            tl.message("net", "info", " ".join(f"${name}" for name in names))(*[value] * len(names))
+        own = dict.fromkeys(RESERVED, value)
+        tl.instant("tick", **own)
+        with tl.scope("work", **own):
+            pass
+        tl.counter("queue", 1.5)
+
+    view = recorded(tmp_path, record)
+    for name in ("spans", "instants", "messages", "counters"):
+        rows = table(view, name)
+        assert rows == table(view, name, accelerated=False), name
+        for row in map(json.loads, rows):
+            args = row.get("args") or {}
+            assert all(args[key] == value for key in args), (name, row)  # each arg as recorded
+            if name == "messages":
+                assert (row["category"], row["priority"], row["trace_id"]) == ("net", "info", None)
+            elif name != "counters":
+                assert set(args) == set(RESERVED), (name, row)
+                assert (row["name"], row["trace_id"]) == ({"spans": "work", "instants": "tick"}[name], None)
+        assert len(rows) == {"spans": 1, "instants": 1, "messages": -(-len(RESERVED) // 6), "counters": 1}[name]
 
 
 def test_convert_writes_a_table_of_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,6 +110,16 @@ def _get(coll: Collector, path: str) -> Any:
     return json.loads(body)
 
 
+def _unread(stats: dict[str, Any]) -> str:
+    """What the rule watch left unread of what the collector received (it reads at most its share of the time)."""
+    watch = stats["incident_engine"]
+    unread = watch["unread_events"] + watch["watch_hold_dropped_events"]
+    return (
+        f"left {unread:,} of {stats['received_events']:,} received events unread (gone before it read them "
+        f"{watch['unread_events']:,}, past what it may hold {watch['watch_hold_dropped_events']:,})"
+    )
+
+
 def overload(floods: int, after_s: float) -> bool:
     rule = f"slow: span=checkout, min_duration=100ms, scope=trace, before=5s, after={after_s:g}s"
     with tempfile.TemporaryDirectory(prefix="bench_incidents-") as directory, collector(
@@ -210,6 +220,7 @@ def _overload_round(
         ("lost", json.dumps(record["lost"])),
         ("listed after the window", f"{listed_s:.3f} s (saved_wall_ns - until_ns; polled at {polled_s:.1f} s)"),
         ("incident memory", f"peak {held_peak:,} bytes held beside the ring"),
+        ("the rule watch", _unread(stats)),
     ]
     print(table(("overload", "measured"), rows, title="A slow request under overload"))
     print("the collector said:", next((line for line in coll.log if "incident " in line and "rule" in line), "-"))

@@ -66,8 +66,11 @@ log = logging.getLogger("ringtrace.collector")
 
 #: How often the watch reads what was stored since.
 WATCH_INTERVAL_S: Final = 0.1
-#: The share of the time the watch's steps take at most (against the pauses between them).
+#: The share of the time the watch's steps hold the GIL at most (against the pauses between them): ingest's loop
+#: needs it. What they spend without it (the first pass and verdicts in C) is bounded by ``WATCH_CORE_SHARE``.
 WATCH_SHARE: Final = 0.05
+#: The share of the time the watch's steps take at most, with the GIL or without: at most half of one core.
+WATCH_CORE_SHARE: Final = 0.5
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
@@ -251,8 +254,8 @@ class IncidentEngine:
         if self._pins is None:
             offset_of, read_back = partial(_clock_offset, self._registry), self._read_window is not None
             self._pins = CapturePins(self._store, self.capacity_bytes, offset_of, published_read_back=read_back)
-            if self._store.replication is not None:  # (acknowledged segments stay until the watch read them)
-                self._hold = WatchHold(self._store, self.capacity_bytes, self._pins.evicted, lambda: self._watch)
+            # (segments overwritten or acknowledged stay until the watch read them, within the incidents' capacity)
+            self._hold = WatchHold(self._store, self.capacity_bytes, self._pins.evicted, lambda: self._watch)
         return self._pins
 
     # -- firings ------------------------------------------------------------------------------------------------------
@@ -264,15 +267,11 @@ class IncidentEngine:
             if self._reloaded is not None:
                 self._follow(self._reloaded)
                 self._reloaded = None
-            began = time.monotonic()
             try:
-                firings = await self._watch_step()
+                firings, pause_s = await self._watch_step()
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # A step takes at most WATCH_SHARE of the time: it holds the GIL ingest needs, and every stored segment
-            # is pinned meanwhile. Under a flood it reads what it can; what leaves unread is counted, never silent.
-            pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
                 if rule is None:
@@ -283,17 +282,20 @@ class IncidentEngine:
                     self.counts.add(self.counts.failed, firing.rule)
                     log.exception("incidents: rule %r fired, but its incident could not begin", firing.rule)
 
-    async def _watch_step(self) -> list[Firing]:
-        """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
+    async def _watch_step(self) -> tuple[list[Firing], float]:
+        """One step of the watch on a worker thread, the stored segments pinned meanwhile: its firings, and the
+        pause before the next (``_pause_s``)."""
         watch = self._watch
         if watch is None:
-            return []
+            return [], WATCH_INTERVAL_S
         frames, segments, kept = stored_now(self._registry, self._store, self._hold)
-        firings = await read_pinned(frames, lambda: watch.step(segments, kept))
+        cpu_s, released_s = watch.clock.cpu_s, watch.clock.released_s
+        firings = await read_pinned(frames, lambda: watch.clock.run(lambda: watch.step(segments, kept)))
+        pause_s = _pause_s(watch.clock.cpu_s - cpu_s, watch.clock.released_s - released_s)
         if self._hold is not None:
             self._hold.let_go(self._registry.by_uid)
         self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
-        return firings
+        return firings, pause_s
 
     def crashed(self, process: ProcessRecord) -> None:
         """A connection of ``process`` ended without the GOODBYE its HELLO promised: the crash rules fire, at the
@@ -466,6 +468,15 @@ class IncidentEngine:
     def stats(self) -> dict[str, Any]:
         """Beside the totals the service reports (``counts``): the rules, the captures and their memory, per rule."""
         return _stats(self, len(self._captures), self._pins, self._watch)
+
+
+def _pause_s(cpu_s: float, released_s: float) -> float:
+    """After a step that took ``cpu_s``, ``released_s`` of it without the GIL: its GIL-held part at most WATCH_SHARE
+    of the time (ingest's loop needs it), all of it at most WATCH_CORE_SHARE of a core. Under a flood the watch reads
+    what it can; what leaves unread is counted, never silent."""
+    held_s = max(0.0, cpu_s - released_s)
+    core_s = cpu_s * (1 - WATCH_CORE_SHARE) / WATCH_CORE_SHARE
+    return max(WATCH_INTERVAL_S, held_s * (1 - WATCH_SHARE) / WATCH_SHARE, core_s)
 
 
 def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watch: Watch | None) -> dict[str, Any]:

@@ -30,8 +30,8 @@ never silent (exactly where ``step`` is given the store's ``kept`` counts); a fr
 events in ``undecodable_events``; segments numbered between two the watch saw, that it never saw (stored and gone
 between two steps), count in ``unseen_segments``.
 
-What a step costs is bounded by ``max_step_bytes``: a watch slower than ingest falls behind, and what the ring
-overwrites before it reads it is counted unread, rather than holding up ingest.
+A step reads at most ``max_step_bytes``: a watch slower than ingest falls behind (what the ring overwrote is kept
+for it within a bound: ``watch_hold.py``) and what leaves before it reads it is counted, rather than holding up ingest.
 
 Crashes and ``POST /incidents`` are not stored events: the engine makes their firings. The engine holds each rule to
 its limit; a step makes no more than ``max_per_minute`` firings of a rule, and counts the rest (``take_surplus``).
@@ -49,10 +49,11 @@ from typing import Any, Final
 import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.frame_match import RUN_SLOTS, candidates, match_frame, match_run
+from ringtrace.collector.incidents.frame_match import ACCELERATED, RUN_SLOTS, candidates, match_frame, match_run
 from ringtrace.collector.incidents.judge import Judge, StoredEvent
 from ringtrace.collector.incidents.rule_verdicts import LOG_SLOTS, MADE, rule_verdicts, verdicts
 from ringtrace.collector.incidents.rules import RuleSet
+from ringtrace.collector.incidents.step_clock import StepClock
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
@@ -124,10 +125,9 @@ class RuleWatch:
     """
 
     def __init__(self, rules: RuleSet, limits: Limits, *, max_step_bytes: int = MAX_STEP_BYTES) -> None:
-        self._plan = RulePlan(rules)
-        self._limits = limits
-        self._max_step_bytes = max_step_bytes
+        self._plan, self._limits, self._max_step_bytes = RulePlan(rules), limits, max_step_bytes
         self._progress = _Progress()
+        self.clock = StepClock()  # (what its steps cost: the engine runs each in ``clock.run``, paced by it)
 
     @property
     def rules(self) -> RuleSet:
@@ -283,9 +283,10 @@ class RuleWatch:
                 position = max(position, offset)
                 criteria = self._criteria(cursor, decoder.tables)
                 if criteria.columns is not None:
-                    found, entries, events, position = match_run(
-                        buffer, size, segment.entries, entry, position, end, criteria.columns, criteria.criteria
-                    )
+                    with self.clock.released(ACCELERATED):
+                        found, entries, events, position = match_run(
+                            buffer, size, segment.entries, entry, position, end, criteria.columns, criteria.criteria
+                        )
                     if entries:
                         cursor.read_entries += entries
                         cursor.read_events += events
@@ -357,10 +358,11 @@ class RuleWatch:
         count = len(rows) // RUN_SLOTS
         counters = judge.room_for_counters() >= count  # (so that none is forgotten during the run)
         known, known_values = judge.known(process.uid, criteria.counter_keys) if counters else (array("q"), array("d"))
-        judged = rule_verdicts(
-            found, buffer, criteria.rule_tables, judge.room, judge.surplus_counts, judge.now_ns,
-            process.clock_offset_ns, known, known_values, counters,
-        )  # fmt: skip
+        with self.clock.released(ACCELERATED):
+            judged = rule_verdicts(
+                found, buffer, criteria.rule_tables, judge.room, judge.surplus_counts, judge.now_ns,
+                process.clock_offset_ns, known, known_values, counters,
+            )  # fmt: skip
         by_candidate: dict[int, list[tuple[int, int]]] = {}
         for index, place, verdict in verdicts(judged.verdicts):
             by_candidate.setdefault(index, []).append((place, verdict))

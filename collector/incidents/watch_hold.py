@@ -1,22 +1,23 @@
-"""Segments the store let go of because a JetStream stream acknowledged them (``--jetstream``: ``published``), kept
-pinned until the rules' watch has read them, so that a busy collector's watch does not miss what it had no step to
-read yet.
+"""Segments the store let go of, overwritten by the ring or acknowledged by a JetStream stream (``--jetstream``:
+``published``), kept pinned until the rules' watch has read them, so that a busy collector's watch does not miss
+what it had no step to read yet: under a flood the ring may turn over faster than the watch's steps come.
 
 Theory of operation
 -------------------
-The store tells of each segment that leaves (``Store.on_evicted``): one published that the watch has not read whole
-(``Watch.unread_of``) is pinned here, within ``max_bytes`` (its buffer is neither reused nor unmapped), and each
-watch step reads it among the stored ones (``segments``, oldest first). After each step, those the watch has read
-whole are let go (``let_go``). One that does not fit is not kept: its unread events are counted here
-(``dropped_events``), and the watch counts them unread as it sees the segment gone (``RuleWatch.unread_events``).
-Segments that leave for another reason (overwritten, capped, cleared, refused) are losses the store counts: they are
-not kept. The hook before this one (the captures' pins) is told first, of every segment, as before. ``stored_now``
-is what a step reads.
+The store tells of each segment that leaves (``Store.on_evicted``): one overwritten or published that the watch has
+not read whole (``Watch.unread_of``) is pinned here, within ``max_bytes`` (its buffer is neither reused nor
+unmapped), and each watch step reads it among the stored ones (``segments``, oldest first). After each step, those
+the watch has read whole are let go (``let_go``). One that does not fit is not kept: its unread events are counted
+here (``dropped_events``), and the watch counts them unread as it sees the segment gone
+(``RuleWatch.unread_events``). Segments that leave for another reason (capped, cleared, discarded: refused or
+removed on request) are not kept. The hook before this one (the captures' pins) is told first, of every segment, as
+before. ``stored_now`` is what a step reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from typing import Final
 
 from ringtrace.collector.incidents.engine_needs import Watch
 from ringtrace.collector.read.frame_walk import ProcessView
@@ -26,7 +27,10 @@ from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 
-__all__ = ["WatchHold", "stored_now"]
+__all__ = ["KEPT", "WatchHold", "stored_now"]
+
+#: Why a segment leaves that the hold keeps it for the watch.
+KEPT: Final = ("overwritten", "published")
 
 
 class WatchHold:
@@ -56,7 +60,7 @@ class WatchHold:
 
     def evicted(self, segment: Segment, why: Removal) -> None:
         self._then(segment, why)
-        if why != "published" or segment.seq in self._held:
+        if why not in KEPT or segment.seq in self._held:
             return
         unread = self._unread_of(segment.seq, segment.events)
         if unread <= 0:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.collector.incidents.counts import IncidentCounts
 from ringtrace.collector.incidents.engine import IncidentEngine, Viewer, Watch
+from ringtrace.collector.incidents.frame_match import ACCELERATED
 from ringtrace.collector.incidents.incident_store import IncidentStore
 from ringtrace.collector.incidents.rule_file import load_rules
 from ringtrace.collector.incidents.rules import RuleSet
@@ -29,8 +30,9 @@ __all__ = ["IncidentsSetup", "rule_set"]
 
 log = logging.getLogger("ringtrace.collector")
 
-#: What one step of the watch reads at most (the engine paces the steps: ``WATCH_SHARE``).
-WATCH_STEP_BYTES: Final = 2 * 1024 * 1024
+#: What one step of the watch reads at most (the engine paces the steps: ``WATCH_SHARE``, ``WATCH_CORE_SHARE``):
+#: in C most of a step runs without the GIL; in Python all of it holds it, so a step is kept short for the loop.
+WATCH_STEP_BYTES: Final = 16 * 1024 * 1024 if ACCELERATED else 2 * 1024 * 1024
 
 
 def rule_set(config: CollectorConfig) -> RuleSet:

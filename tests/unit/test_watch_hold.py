@@ -1,5 +1,5 @@
-"""Segments a JetStream stream acknowledged (``published``) kept pinned until the rules' watch read them
-(``WatchHold``): a real store and a real watch; what the bound cannot keep is counted, never silent."""
+"""Segments the ring overwrote or a JetStream stream acknowledged (``published``) kept pinned until the rules' watch
+read them (``WatchHold``): a real store and a real watch; what the bound cannot keep is counted, never silent."""
 
 from __future__ import annotations
 
@@ -92,3 +92,34 @@ def test_a_kept_segment_of_a_process_gone_from_the_registry_is_let_go_its_unread
     hold.let_go(owners={2})  # (process 1 forgotten: no step reads its segments any more)
     assert hold.segments() == [] and all(s.pins == 0 for s in sealed)
     assert hold.dropped_events == sum(s.events for s in sealed)
+
+
+def test_a_segment_the_ring_overwrites_before_the_watch_read_it_is_kept_until_it_has() -> None:
+    # Under a flood the ring may turn over between two steps: what it overwrote unread is kept for the watch.
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    told: list[tuple[int, Removal]] = []
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: told.append((s.seq, why)), lambda: watch)
+    step(watch, store, hold)
+    first = fill(store, client)[0]
+    while any(s.seq == first.seq for s in store.stored([1])):  # the ring turns over before the next step
+        client.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20)
+    overwritten = [seq for seq, why in told if why == "overwritten"]
+    assert first.seq in overwritten
+    assert [s.seq for s in hold.segments()] == overwritten, "every segment overwritten unread is kept"
+    sent = store.kept_events([1])[1]
+    fired = step(watch, store, hold)
+    assert watch.unread_events == 0 and fired.count("r0") == sent, "every event judged, the overwritten ones too"
+    assert hold.segments() == [] and hold.held_bytes == 0
+
+
+def test_a_segment_cleared_on_request_is_not_kept() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    step(watch, store, hold)
+    fill(store, client)
+    store.clear([1])
+    assert hold.segments() == []

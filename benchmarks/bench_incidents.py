@@ -113,10 +113,9 @@ def _get(coll: Collector, path: str) -> Any:
 def _unread(stats: dict[str, Any]) -> str:
     """What the rule watch left unread of what the collector received (it reads at most its share of the time)."""
     watch = stats["incident_engine"]
-    unread = watch["unread_events"] + watch["watch_hold_dropped_events"]
     return (
-        f"left {unread:,} of {stats['received_events']:,} received events unread (gone before it read them "
-        f"{watch['unread_events']:,}, past what it may hold {watch['watch_hold_dropped_events']:,})"
+        f"left {watch['unread_events']:,} of {stats['received_events']:,} received events unread (of them past what "
+        f"it may hold: {watch['watch_hold_dropped_events']:,})"
     )
 
 

@@ -688,12 +688,12 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
             )
             watch = target.coll.stats().get("incident_engine")
             if isinstance(watch, dict) and watch.get("rules"):  # what the rule watch read of what was received
-                unread = int(watch["unread_events"]) + int(watch["watch_hold_dropped_events"])
+                unread = int(watch["unread_events"])  # (watch_hold_dropped_events among them)
                 received = int(health["received_events"])  # type: ignore[call-overload]
                 print(
                     f"{target.name}: the rule watch ({watch['rules']} rules) left {unread:,} of {received:,} received "
-                    f"events unread ({unread / max(received, 1):.1%}): unread_events {watch['unread_events']:,}, "
-                    f"watch_hold_dropped_events {watch['watch_hold_dropped_events']:,}"
+                    f"events unread ({unread / max(received, 1):.1%}; of them past what it may hold, "
+                    f"watch_hold_dropped_events: {watch['watch_hold_dropped_events']:,})"
                 )
             if target.coll.process.poll() is not None:
                 print(f"{target.name} exited with {target.coll.process.returncode}", file=sys.stderr)

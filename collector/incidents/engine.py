@@ -69,8 +69,8 @@ WATCH_INTERVAL_S: Final = 0.1
 #: The share of the time the watch's steps hold the GIL at most (against the pauses between them): ingest's loop
 #: needs it. What they spend without it (the first pass and verdicts in C) is bounded by ``WATCH_CORE_SHARE``.
 WATCH_SHARE: Final = 0.05
-#: The share of the time the watch's steps take at most, with the GIL or without: at most half of one core.
-WATCH_CORE_SHARE: Final = 0.5
+#: The share of the time the watch's steps take at most, with the GIL or without: a tenth of one core.
+WATCH_CORE_SHARE: Final = 0.1
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is

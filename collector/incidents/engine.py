@@ -40,12 +40,12 @@ from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, Inciden
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.incidents.tellings import Tellings
 from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
-from ringtrace.collector.read.frame_walk import SnapshotView
+from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import ProcessRecord, Registry
 from ringtrace.collector.store.ring import Store
-from ringtrace.collector.store.views import StoreSnapshot
+from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 from ringtrace.wire.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -66,11 +66,8 @@ log = logging.getLogger("ringtrace.collector")
 
 #: How often the watch reads what was stored since.
 WATCH_INTERVAL_S: Final = 0.1
-#: The share of the time the watch's steps hold the GIL at most (against the pauses between them): ingest's loop
-#: needs it. What they spend without it (the first pass and verdicts in C) is bounded by ``WATCH_CORE_SHARE``.
+#: The share of one core's time the watch's steps take at most (their CPU time against the pauses between them).
 WATCH_SHARE: Final = 0.05
-#: The share of the time the watch's steps take at most, with the GIL or without: a tenth of one core.
-WATCH_CORE_SHARE: Final = 0.1
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
@@ -284,14 +281,13 @@ class IncidentEngine:
 
     async def _watch_step(self) -> tuple[list[Firing], float]:
         """One step of the watch on a worker thread, the stored segments pinned meanwhile: its firings, and the
-        pause before the next (``_pause_s``)."""
+        pause before the next (its CPU time at most WATCH_SHARE of the time)."""
         watch = self._watch
         if watch is None:
             return [], WATCH_INTERVAL_S
         frames, segments, kept = stored_now(self._registry, self._store, self._hold)
-        cpu_s, released_s = watch.clock.cpu_s, watch.clock.released_s
-        firings = await read_pinned(frames, lambda: watch.clock.run(lambda: watch.step(segments, kept)))
-        pause_s = _pause_s(watch.clock.cpu_s - cpu_s, watch.clock.released_s - released_s)
+        firings, cpu_s = await read_pinned(frames, partial(_timed_step, watch, segments, kept))
+        pause_s = max(WATCH_INTERVAL_S, cpu_s * (1 - WATCH_SHARE) / WATCH_SHARE)
         if self._hold is not None:
             self._hold.let_go(self._registry.by_uid)
         self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
@@ -470,13 +466,15 @@ class IncidentEngine:
         return _stats(self, len(self._captures), self._pins, self._watch)
 
 
-def _pause_s(cpu_s: float, released_s: float) -> float:
-    """After a step that took ``cpu_s``, ``released_s`` of it without the GIL: its GIL-held part at most WATCH_SHARE
-    of the time (ingest's loop needs it), all of it at most WATCH_CORE_SHARE of a core. Under a flood the watch reads
-    what it can; what leaves unread is counted, never silent."""
-    held_s = max(0.0, cpu_s - released_s)
-    core_s = cpu_s * (1 - WATCH_CORE_SHARE) / WATCH_CORE_SHARE
-    return max(WATCH_INTERVAL_S, held_s * (1 - WATCH_SHARE) / WATCH_SHARE, core_s)
+def _timed_step(
+    watch: Watch, segments: list[tuple[ProcessView, SegmentView]], kept: dict[int, int]
+) -> tuple[list[Firing], float]:
+    """A step of ``watch`` (on a worker thread), and the CPU time it took: the steps are paced by it, not by their
+    wall time, which on a busy machine is mostly waiting for a core or the GIL. Under a flood the watch reads what
+    it can; what leaves unread is counted, never silent."""
+    began = time.thread_time()
+    firings = watch.step(segments, kept)
+    return firings, time.thread_time() - began
 
 
 def _stats(engine: IncidentEngine, captures: int, pins: CapturePins | None, watch: Watch | None) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from typing import Protocol
 
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import RuleSet
-from ringtrace.collector.incidents.step_clock import StepClock
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 
@@ -20,9 +19,6 @@ class Watch(Protocol):
 
     @property
     def unread_events(self) -> int: ...
-
-    @property
-    def clock(self) -> StepClock: ...
 
     def begin(
         self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None

@@ -49,11 +49,10 @@ from typing import Any, Final
 import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
-from ringtrace.collector.incidents.frame_match import ACCELERATED, RUN_SLOTS, candidates, match_frame, match_run
+from ringtrace.collector.incidents.frame_match import RUN_SLOTS, candidates, match_frame, match_run
 from ringtrace.collector.incidents.judge import Judge, StoredEvent
 from ringtrace.collector.incidents.rule_verdicts import LOG_SLOTS, MADE, rule_verdicts, verdicts
 from ringtrace.collector.incidents.rules import RuleSet
-from ringtrace.collector.incidents.step_clock import StepClock
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
@@ -127,7 +126,6 @@ class RuleWatch:
     def __init__(self, rules: RuleSet, limits: Limits, *, max_step_bytes: int = MAX_STEP_BYTES) -> None:
         self._plan, self._limits, self._max_step_bytes = RulePlan(rules), limits, max_step_bytes
         self._progress = _Progress()
-        self.clock = StepClock()  # (what its steps cost: the engine runs each in ``clock.run``, paced by it)
 
     @property
     def rules(self) -> RuleSet:
@@ -283,10 +281,9 @@ class RuleWatch:
                 position = max(position, offset)
                 criteria = self._criteria(cursor, decoder.tables)
                 if criteria.columns is not None:
-                    with self.clock.released(ACCELERATED):
-                        found, entries, events, position = match_run(
-                            buffer, size, segment.entries, entry, position, end, criteria.columns, criteria.criteria
-                        )
+                    found, entries, events, position = match_run(
+                        buffer, size, segment.entries, entry, position, end, criteria.columns, criteria.criteria
+                    )
                     if entries:
                         cursor.read_entries += entries
                         cursor.read_events += events
@@ -358,11 +355,10 @@ class RuleWatch:
         count = len(rows) // RUN_SLOTS
         counters = judge.room_for_counters() >= count  # (so that none is forgotten during the run)
         known, known_values = judge.known(process.uid, criteria.counter_keys) if counters else (array("q"), array("d"))
-        with self.clock.released(ACCELERATED):
-            judged = rule_verdicts(
-                found, buffer, criteria.rule_tables, judge.room, judge.surplus_counts, judge.now_ns,
-                process.clock_offset_ns, known, known_values, counters,
-            )  # fmt: skip
+        judged = rule_verdicts(
+            found, buffer, criteria.rule_tables, judge.room, judge.surplus_counts, judge.now_ns,
+            process.clock_offset_ns, known, known_values, counters,
+        )  # fmt: skip
         by_candidate: dict[int, list[tuple[int, int]]] = {}
         for index, place, verdict in verdicts(judged.verdicts):
             by_candidate.setdefault(index, []).append((place, verdict))

@@ -20,7 +20,6 @@ from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import MAX_TRIGGER_ARGS_BYTES, new_record
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rules import IncidentCallCondition, Rule, RuleSet, SpanCondition
-from ringtrace.collector.incidents.step_clock import StepClock
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 
@@ -41,10 +40,6 @@ class SteppedWatch:
     @property
     def unread_events(self) -> int:
         return 0
-
-    @property
-    def clock(self) -> StepClock:
-        return StepClock()
 
     def begin(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> None:
         pass

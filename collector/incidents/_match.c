@@ -270,11 +270,32 @@ fast_i64(Cursor *c, int64_t *out)
     return read_i64(c, out);
 }
 
-/* A frame's columns read once: per event its kind, name, ts and dur (column `which` at ints + which * cap), and
-   where its args value starts (args[count]: where the last ends). Kept across a run's frames (grown as needed). */
+/* Per first byte, the size of an integer of 64 bits (0: none, or 0xcf, a uint64 read_i64 checks the range of). */
+static const uint8_t INT_SIZE[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 0,
+    2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* A frame's columns read once: per event its kind, name and dur (column `which` at ints + which * cap), where its
+   ts is in the payload (read for a candidate alone) and where its args value starts (args[count]: where the last
+   ends). Kept across a run's frames (grown as needed). */
 typedef struct {
     int64_t *ints;
-    const uint8_t **args;
+    const uint8_t **args, *end; /* (end: the payload's) */
     size_t cap;
 } Columns;
 
@@ -304,6 +325,7 @@ read_frame(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const i
 {
     Cursor c = {payload, payload + payload_len};
     uint32_t columns;
+    cols->end = c.end;
     if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
         return BAD;
     }
@@ -333,6 +355,21 @@ read_frame(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const i
             continue;
         }
         int64_t *values = cols->ints + (size_t)which * cols->cap;
+        if (which == TS) { /* where each is (read for a candidate alone): past each by its size, checked as read_i64 */
+            for (uint32_t k = 0; k < n; k++) {
+                size_t size = c.p < c.end ? INT_SIZE[*c.p] : 0;
+                values[k] = c.p - payload;
+                if (size && (size_t)(c.end - c.p) >= size) {
+                    c.p += size;
+                    continue;
+                }
+                int64_t value;
+                if (read_i64(&c, &value) != OK) {
+                    return BAD;
+                }
+            }
+            continue;
+        }
         uint32_t k = 0;
         uint64_t word;
         /* Eight positive fixints at a time (kind and name ids are, most often), while they come so. */
@@ -418,8 +455,8 @@ counter_value(Cursor args, double *value)
                 found = 1;
             }
         }
-        else if (read_int(&at, &integer) == OK) {
-            *value = (double)integer;
+        else if (read_int(&at, &integer) == OK) { /* (int64 or uint64: converted as one, not as 128 bits) */
+            *value = integer < 0 ? (double)(int64_t)integer : (double)(uint64_t)integer;
             found = 1;
         }
         if (step_over(&args) != OK) {
@@ -553,7 +590,10 @@ candidates(const uint8_t *payload, const Columns *cols, Py_ssize_t count, uint32
             hit = meets(name_min, flags, dur, args, &strict, criteria, name, track) || hit;
         }
         if (hit) {
-            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, offsets[i], dur, (int64_t)(cols->args[i] - payload),
+            Cursor at = {payload + offsets[i], cols->end};
+            int64_t ts = 0;
+            read_i64(&at, &ts); /* (read_frame checked it) */
+            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur, (int64_t)(cols->args[i] - payload),
                                       (int64_t)(cols->args[i + 1] - payload)};
             put(out, (const char *)row, sizeof(row));
         }

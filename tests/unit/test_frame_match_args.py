@@ -94,6 +94,7 @@ def frame_of(args: list[bytes], kinds: list[int], names: list[int], durations: l
     return b"\x95" + b"".join(msgpack.packb(column) for column in head) + bytes([0x90 | len(args)]) + b"".join(args)
 
 
+@needs_c
 def test_a_frame_whose_args_are_not_all_utf8_is_read_and_its_other_events_judged() -> None:
     not_utf8 = raw_map([(msgpack.packb("trace_id"), raw_str(b"\xff\xfe"))])
     unhashable = raw_map([(msgpack.packb([1]), msgpack.packb(2))])
@@ -106,6 +107,7 @@ def test_a_frame_whose_args_are_not_all_utf8_is_read_and_its_other_events_judged
         msgpack.unpackb(payload)
 
 
+@needs_c
 def test_a_status_is_found_in_args_that_do_not_read_strictly_and_the_verdicts_find_none() -> None:
     status = [(msgpack.packb("status"), msgpack.packb("error"))]
     args = [
@@ -127,6 +129,7 @@ def test_a_status_is_found_in_args_that_do_not_read_strictly_and_the_verdicts_fi
         assert array("q", judged.verdicts).tolist() == [1, 0, MADE]
 
 
+@needs_c
 def test_a_counters_value_in_args_that_do_not_read_strictly_leaves_its_state_alone() -> None:
     value = (msgpack.packb("value"), msgpack.packb(995))
     args = [raw_map([value]), raw_map([value, (raw_str(b"\xff"), msgpack.packb(1))]), raw_map([value])]
@@ -139,6 +142,7 @@ def test_a_counters_value_in_args_that_do_not_read_strictly_leaves_its_state_alo
     assert [row[0] for row in candidates(found)] == [0]  # the third passes what the first did
 
 
+@needs_c
 @pytest.mark.parametrize("depth", [C_DEPTH - 1, C_DEPTH, C_DEPTH + 1])
 def test_args_nested_about_as_deep_as_the_c_reader_goes_are_read_by_one_twin_or_the_other(depth: int) -> None:
     args = b"\x91" * depth + raw_map([(msgpack.packb("k"), raw_str(b"\xff"))])  # (its items one deeper)

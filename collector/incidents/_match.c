@@ -2,9 +2,10 @@
 straight from the frame's msgpack payload without a Python object per event, as frame_match.py's Python twin
 (_candidates_py, which defines the behaviour; the tests hold both to the same results) finds them.
 
-The payload comes from the network: it is checked whole as msgpack-python would read it (_msgpack_read.h) before any
-event is judged, and every length is checked against the bytes left. A payload it refuses, or one nested deeper than
-the C reader goes, gives None: the Python twin decides then.
+The payload comes from the network: its structure is checked whole (walk(): every length against the bytes left,
+depth-limited; str's bytes and map keys' types are not checked there) before any event is judged, and its columns
+read once. A payload it refuses, or one nested deeper than the C reader goes, gives None: the Python twin decides
+then. An event's args are read strictly (skip(), as msgpack-python reads them) only where a criterion needs them.
 
 Then the rules' verdicts on a run's candidates (rule_verdicts.py's twin, rule_verdicts_py, defines them): each rule
 a candidate may meet judged where no Python is needed, a rule's places among its firings of a step taken, the rest
@@ -34,8 +35,78 @@ get_i64(const char *table, Py_ssize_t slot)
     return v;
 }
 
-/* Whether the args value under the cursor (checked by skip() already; the cursor is a copy) is a map whose "status"
-   is the string "error". A key given twice counts with its last value, as msgpack-python keeps it. */
+static int walk(Cursor *c);
+
+/* Per first byte, the size of a value that needs no walk() (nil, booleans, integers, floats, fixstrs); 0: others. */
+static const uint8_t FLAT_SIZE[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+    1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
+    2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* One value that needs no walk() (FLAT_SIZE's, and strs of up to 255 bytes): past it, or 0. */
+static inline int
+flat(const uint8_t **at, const uint8_t *end)
+{
+    const uint8_t *p = *at;
+    if (p >= end) {
+        return 0;
+    }
+    size_t size = FLAT_SIZE[*p];
+    if (size == 0) {
+        if (*p != 0xd9 || end - p < 2) {
+            return 0;
+        }
+        size = 2 + (size_t)p[1];
+    }
+    if ((size_t)(end - p) < size) {
+        return 0;
+    }
+    *at = p + size;
+    return 1;
+}
+
+/* walk() with the values that fill most args taken inline: those flat() takes, and a fixmap or fixarray of them (a
+   span's ids, a counter's value, a message's values). The same result. */
+static inline int
+step_over(Cursor *c)
+{
+    const uint8_t *p = c->p;
+    if (flat(&p, c->end)) {
+        c->p = p;
+        return OK;
+    }
+    if (p < c->end && (*p & 0xe0) == 0x80) { /* (a fixmap's items at depth 1: within MAX_DEPTH) */
+        unsigned items = (*p & 0x0f) << ((*p & 0x10) ? 0 : 1);
+        p++;
+        while (items > 0 && flat(&p, c->end)) {
+            items--;
+        }
+        if (items == 0) {
+            c->p = p;
+            return OK;
+        }
+    }
+    return walk(c);
+}
+
+/* Whether the args value under the cursor (checked by walk() already; the cursor is a copy) is a map whose "status"
+   is the str "error" (its bytes: a str that is not UTF-8 is not "error"). A key given twice counts with its last
+   value, as msgpack-python keeps it. The rest of the map is not read: it may not read strictly (a candidate's args
+   are read so by the verdicts, which then find no status). */
 static int
 status_is_error(Cursor args)
 {
@@ -48,7 +119,7 @@ status_is_error(Cursor args)
         Cursor key = args;
         int64_t n = str_length(&key);
         if (n < 0 || !key_is(key.p, n, "status")) {
-            if (skip(&args, 1) != OK || skip(&args, 1) != OK) {
+            if (step_over(&args) != OK || step_over(&args) != OK) {
                 return 0;
             }
             continue;
@@ -57,7 +128,7 @@ status_is_error(Cursor args)
         Cursor value = args;
         int64_t m = str_length(&value);
         error = m >= 0 && key_is(value.p, m, "error");
-        if (skip(&args, 1) != OK) {
+        if (step_over(&args) != OK) {
             return 0;
         }
     }
@@ -75,113 +146,248 @@ read_i64(Cursor *c, int64_t *out)
     return OK;
 }
 
-/* skip() with the scalars that fill most columns (integers, nil, booleans, floats) taken inline: the same checks. */
+/* Past one value, its structure checked as msgpack-python reads it with str's bytes taken as they are (decoded with
+   "surrogateescape") and maps' keys never hashed (read as pairs): every length against the bytes left, no byte that
+   msgpack never uses, an extension's code and a timestamp's size and nanoseconds as skip() checks them, and no value
+   deeper than MAX_DEPTH (the top value at 0, a container's items one deeper). What it does not check, a str's UTF-8
+   and a map key's type, skip() does where a value is read: a candidate's args are read alone, strictly. Iterative:
+   a stack of the items left at each depth. */
+static int
+walk(Cursor *c)
+{
+    uint64_t left[MAX_DEPTH + 2];
+    int depth = 0;
+    const uint8_t *p = c->p, *end = c->end;
+    left[0] = 1;
+    for (;;) {
+        while (left[depth] == 0) {
+            if (depth == 0) {
+                c->p = p;
+                return OK;
+            }
+            depth--;
+        }
+        left[depth]--;
+        if (p >= end || depth > MAX_DEPTH) {
+            return BAD;
+        }
+        uint8_t b = *p;
+        size_t room = (size_t)(end - p);
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            p += 1;
+            continue;
+        }
+        if ((b & 0xe0) == 0xa0) {
+            size_t n = (size_t)(b & 0x1f);
+            if (room < 1 + n) {
+                return BAD;
+            }
+            p += 1 + n;
+            continue;
+        }
+        if ((b & 0xe0) == 0x80 || (b >= 0xdc && b <= 0xdf)) { /* fixmap, fixarray, array 16/32, map 16/32 */
+            int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+            uint64_t items;
+            if (b <= 0x9f) {
+                items = b & 0x0f;
+                p += 1;
+            }
+            else {
+                size_t size = b == 0xdc || b == 0xde ? 2 : 4;
+                if (room < 1 + size) {
+                    return BAD;
+                }
+                items = be(p + 1, (int)size);
+                p += 1 + size;
+            }
+            if (items) {
+                left[++depth] = map ? 2 * items : items;
+            }
+            continue;
+        }
+        size_t head;
+        uint64_t n = 0;
+        int ext = 0;
+        switch (b) {
+        case 0xcc: case 0xd0: head = 2; break;
+        case 0xcd: case 0xd1: head = 3; break;
+        case 0xca: case 0xce: case 0xd2: head = 5; break;
+        case 0xcb: case 0xcf: case 0xd3: head = 9; break;
+        case 0xd4: head = 2; n = 1; ext = 1; break;
+        case 0xd5: head = 2; n = 2; ext = 1; break;
+        case 0xd6: head = 2; n = 4; ext = 1; break;
+        case 0xd7: head = 2; n = 8; ext = 1; break;
+        case 0xd8: head = 2; n = 16; ext = 1; break;
+        case 0xc4: case 0xd9: head = 2; if (room < 2) return BAD; n = p[1]; break;
+        case 0xc5: case 0xda: head = 3; if (room < 3) return BAD; n = be(p + 1, 2); break;
+        case 0xc6: case 0xdb: head = 5; if (room < 5) return BAD; n = be(p + 1, 4); break;
+        case 0xc7: head = 3; if (room < 3) return BAD; n = p[1]; ext = 1; break;
+        case 0xc8: head = 4; if (room < 4) return BAD; n = be(p + 1, 2); ext = 1; break;
+        case 0xc9: head = 6; if (room < 6) return BAD; n = be(p + 1, 4); ext = 1; break;
+        default: return BAD; /* 0xc1, never used */
+        }
+        if (room < head || room - head < n) {
+            return BAD;
+        }
+        if (ext) {
+            Cursor at = {p, end};
+            if (skip(&at, 0) != OK) { /* (its code and a timestamp's size and nanoseconds, as skip() checks them) */
+                return BAD;
+            }
+        }
+        p += head + n;
+    }
+}
+
+/* read_i64 with the integers that fill most columns (fixints, uint8 to uint32) taken inline: the same result. */
 static inline int
-check_value(Cursor *c)
+fast_i64(Cursor *c, int64_t *out)
 {
     if (c->p < c->end) {
         uint8_t b = *c->p;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        if (b <= 0x7f || b >= 0xe0) {
+            *out = (int8_t)b; /* (0x00-0x7f: 0 to 127; 0xe0-0xff: -32 to -1) */
             c->p += 1;
             return OK;
         }
-        size_t size = b == 0xcc || b == 0xd0 ? 2 : b == 0xcd || b == 0xd1 ? 3 : b == 0xca || b == 0xce || b == 0xd2 ? 5
-                      : b == 0xcb || b == 0xcf || b == 0xd3 ? 9 : 0;
-        if (size && need(c, size)) {
-            c->p += size;
+        size_t left = (size_t)(c->end - c->p);
+        if (b == 0xcc && left >= 2) {
+            *out = c->p[1];
+            c->p += 2;
+            return OK;
+        }
+        if (b == 0xcd && left >= 3) {
+            *out = (int64_t)be(c->p + 1, 2);
+            c->p += 3;
+            return OK;
+        }
+        if (b == 0xce && left >= 5) {
+            *out = (int64_t)be(c->p + 1, 4);
+            c->p += 5;
             return OK;
         }
     }
-    return skip(c, 0);
+    return read_i64(c, out);
 }
 
-/* read_columns (_msgpack_read.h), every value checked by check_value: the same result; and BAD too if a kind, name,
-   ts or dur is not an integer of 64 bits (so that a frame refused changes no counter's state). */
+/* Per first byte, the size of an integer of 64 bits (0: none, or 0xcf, a uint64 read_i64 checks the range of). */
+static const uint8_t INT_SIZE[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 0,
+    2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* A frame's columns read once: per event its kind, name and dur (column `which` at ints + which * cap), where its
+   ts is in the payload (read for a candidate alone) and where its args value starts (args[count]: where the last
+   ends). Kept across a run's frames (grown as needed). */
+typedef struct {
+    int64_t *ints;
+    const uint8_t **args, *end; /* (end: the payload's) */
+    size_t cap;
+} Columns;
+
+/* Room for `count` events; -1 if out of memory. */
 static int
-check_columns(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const int column_of[COLUMNS],
-              Cursor column[COLUMNS])
+columns_room(Columns *cols, size_t count)
+{
+    if (cols->cap > count) {
+        return 0;
+    }
+    free(cols->ints);
+    free(cols->args);
+    size_t cap = count + 1; /* (args has count + 1 places; and none is allocated empty) */
+    cols->ints = malloc(cap * 4 * sizeof(int64_t));
+    cols->args = malloc(cap * sizeof(const uint8_t *));
+    cols->cap = cols->ints && cols->args ? cap : 0;
+    return cols->cap ? 0 : -1;
+}
+
+/* The payload as five columns of `count` values (read_columns, _msgpack_read.h), each args value checked by walk():
+   BAD if msgpack-python would refuse the payload read so (with str's bytes as they are, maps as pairs), or if a kind,
+   name, ts or dur is not an integer of 64 bits (so that a frame refused changes no counter's state). The values are
+   kept in `cols`, read once. NO_ROOM: out of memory. */
+#define NO_ROOM (-2)
+static int
+read_frame(const uint8_t *payload, size_t payload_len, Py_ssize_t count, const int column_of[COLUMNS], Columns *cols)
 {
     Cursor c = {payload, payload + payload_len};
     uint32_t columns;
+    cols->end = c.end;
     if (read_container(&c, 0, &columns) != OK || columns != COLUMNS) {
         return BAD;
+    }
+    if ((size_t)count > payload_len / COLUMNS) { /* (each value takes a byte at least: not there) */
+        return BAD;
+    }
+    if (columns_room(cols, (size_t)count) < 0) {
+        return NO_ROOM;
     }
     for (int i = 0; i < COLUMNS; i++) {
         uint32_t n;
         if (read_container(&c, 0, &n) != OK || n != (uint64_t)count) {
             return BAD;
         }
-        int is_args = 0;
-        for (int which = 0; which < COLUMNS; which++) {
-            if (column_of[which] == i) {
-                column[which] = c;
-                is_args = which == ARGS;
-            }
+        int which = 0;
+        while (column_of[which] != i) {
+            which++;
         }
-        for (uint32_t k = 0; k < n; k++) {
-            int64_t value;
-            if ((is_args ? check_value(&c) : read_i64(&c, &value)) != OK) {
+        if (which == ARGS) {
+            for (uint32_t k = 0; k < n; k++) {
+                cols->args[k] = c.p;
+                if (step_over(&c) != OK) {
+                    return BAD;
+                }
+            }
+            cols->args[n] = c.p;
+            continue;
+        }
+        int64_t *values = cols->ints + (size_t)which * cols->cap;
+        if (which == TS) { /* where each is (read for a candidate alone): past each by its size, checked as read_i64 */
+            for (uint32_t k = 0; k < n; k++) {
+                size_t size = c.p < c.end ? INT_SIZE[*c.p] : 0;
+                values[k] = c.p - payload;
+                if (size && (size_t)(c.end - c.p) >= size) {
+                    c.p += size;
+                    continue;
+                }
+                int64_t value;
+                if (read_i64(&c, &value) != OK) {
+                    return BAD;
+                }
+            }
+            continue;
+        }
+        uint32_t k = 0;
+        uint64_t word;
+        /* Eight positive fixints at a time (kind and name ids are, most often), while they come so. */
+        while (n - k >= 8 && (size_t)(c.end - c.p) >= 8 &&
+               (memcpy(&word, c.p, 8), (word & 0x8080808080808080ULL) == 0)) {
+            for (int j = 0; j < 8; j++) {
+                values[k + j] = c.p[j];
+            }
+            c.p += 8;
+            k += 8;
+        }
+        for (; k < n; k++) {
+            if (fast_i64(&c, &values[k]) != OK) {
                 return BAD;
             }
         }
     }
     return c.p == c.end ? OK : BAD; /* trailing bytes: msgpack-python refuses them */
-}
-
-/* Past one value that skip() has checked already (read_columns did): lengths only, no check of what they hold. */
-static int
-pass(Cursor *c, int depth)
-{
-    if (!need(c, 1) || depth > MAX_DEPTH) {
-        return BAD;
-    }
-    uint8_t b = *c->p;
-    uint64_t n;
-    size_t head;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-        c->p += 1;
-        return OK;
-    }
-    if ((b & 0xe0) == 0xa0) {
-        head = 1;
-        n = b & 0x1f;
-    }
-    else if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90 || (b >= 0xdc && b <= 0xdf)) {
-        int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
-        uint32_t items;
-        if (read_container(c, map, &items) != OK) {
-            return BAD;
-        }
-        for (uint64_t i = 0; i < (uint64_t)items * (map ? 2 : 1); i++) {
-            if (pass(c, depth + 1) != OK) {
-                return BAD;
-            }
-        }
-        return OK;
-    }
-    else {
-        switch (b) {
-        case 0xcc: case 0xd0: case 0xd4: head = 2; n = b == 0xd4; break;
-        case 0xcd: case 0xd1: case 0xd5: head = b == 0xd5 ? 2 : 3; n = b == 0xd5 ? 2 : 0; break;
-        case 0xca: case 0xce: case 0xd2: head = 5; n = 0; break;
-        case 0xcb: case 0xcf: case 0xd3: head = 9; n = 0; break;
-        case 0xd6: head = 2; n = 4; break;
-        case 0xd7: head = 2; n = 8; break;
-        case 0xd8: head = 2; n = 16; break;
-        case 0xc4: case 0xd9: head = 2; if (!need(c, 2)) return BAD; n = c->p[1]; break;
-        case 0xc5: case 0xda: head = 3; if (!need(c, 3)) return BAD; n = be(c->p + 1, 2); break;
-        case 0xc6: case 0xdb: head = 5; if (!need(c, 5)) return BAD; n = be(c->p + 1, 4); break;
-        case 0xc7: head = 3; if (!need(c, 3)) return BAD; n = c->p[1]; break;
-        case 0xc8: head = 4; if (!need(c, 4)) return BAD; n = be(c->p + 1, 2); break;
-        case 0xc9: head = 6; if (!need(c, 6)) return BAD; n = be(c->p + 1, 4); break;
-        default: return BAD;
-        }
-    }
-    if (!need(c, head + n)) {
-        return BAD;
-    }
-    c->p += head + n;
-    return OK;
 }
 
 typedef struct {
@@ -213,7 +419,7 @@ get_double(const char *table, Py_ssize_t slot)
 }
 
 /* A counter's "value" in its args map (an integer or a float; a key given twice counts with its last value): 1, or
-   0 if there is none. */
+   0 if there is none. The args read strictly (skip() took them). */
 static int
 counter_value(Cursor args, double *value)
 {
@@ -226,7 +432,7 @@ counter_value(Cursor args, double *value)
         Cursor key = args;
         int64_t n = str_length(&key);
         if (n < 0 || !key_is(key.p, n, "value")) {
-            if (skip(&args, 1) != OK || skip(&args, 1) != OK) {
+            if (step_over(&args) != OK || step_over(&args) != OK) {
                 return 0;
             }
             continue;
@@ -249,11 +455,11 @@ counter_value(Cursor args, double *value)
                 found = 1;
             }
         }
-        else if (read_int(&at, &integer) == OK) {
-            *value = (double)integer;
+        else if (read_int(&at, &integer) == OK) { /* (int64 or uint64: converted as one, not as 128 bits) */
+            *value = integer < 0 ? (double)(int64_t)integer : (double)(uint64_t)integer;
             found = 1;
         }
-        if (skip(&args, 1) != OK) {
+        if (step_over(&args) != OK) {
             return 0;
         }
     }
@@ -298,52 +504,100 @@ counter_changed(Cursor args, const Criteria *criteria, int64_t name, uint32_t tr
     return 1;
 }
 
-/* Whether an event meets a criterion; a counter's state is brought up to date first, whatever else holds. */
+/* Whether an args value (walk() checked it and where it ends) reads strictly too, as skip() (msgpack-python) reads
+   it: UTF-8 strs, hashable keys. Asked once an event, where a counter's criterion reads it (*known: -1 till then). */
+/* strictly() for one flat() value or a fixmap or fixarray of them (a counter's args, most often): 1 or 0, or -1 if
+   the args are not so (skip() reads them). What skip() checks of them: their strs' UTF-8. */
 static inline int
-meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args, const Criteria *criteria, int64_t name,
+flat_strictly(Cursor args)
+{
+    const uint8_t *p = args.p;
+    unsigned items = 1;
+    if (p < args.end && (*p & 0xe0) == 0x80) {
+        items = (*p & 0x0f) << ((*p & 0x10) ? 0 : 1);
+        p++;
+    }
+    for (; items > 0; items--) {
+        const uint8_t *at = p;
+        if (!flat(&p, args.end)) {
+            return -1;
+        }
+        if (((*at & 0xe0) == 0xa0 && !is_utf8(at + 1, *at & 0x1f)) || (*at == 0xd9 && !is_utf8(at + 2, at[1]))) {
+            return 0;
+        }
+    }
+    return p == args.end;
+}
+
+static inline int
+strictly(Cursor args, int *known)
+{
+    if (*known < 0) {
+        *known = flat_strictly(args);
+    }
+    if (*known < 0) {
+        Cursor whole = args;
+        *known = skip(&whole, 0) == OK && whole.p == whole.end;
+    }
+    return *known;
+}
+
+/* Whether an event meets a criterion; a counter's state is brought up to date first, whatever else holds. A counter's
+   value is read only from args that read strictly (as the verdicts and the judge read a candidate's: else they have
+   none), so that its state follows the values they see; a status is looked for in any args walk() took (an event
+   that says "error" in args that do not read strictly is a candidate all the same: the verdicts find no status). */
+static inline int
+meets(int64_t min_dur, int64_t flags, int64_t dur, Cursor args, int *strict, const Criteria *criteria, int64_t name,
       uint32_t track)
 {
-    int changed = (flags & FLAG_CROSSING) && criteria != NULL && counter_changed(args, criteria, name, track);
+    int changed = (flags & FLAG_CROSSING) && criteria != NULL && strictly(args, strict) &&
+                  counter_changed(args, criteria, name, track);
     return changed || (min_dur != NEVER && dur >= min_dur) || ((flags & FLAG_STATUS_ERROR) && status_is_error(args));
 }
 
-/* The candidates of a payload check_columns took into `out`, OUT_SLOTS int64s each (BAD: not reached). */
-static int
-candidates(const uint8_t *payload, Cursor column[COLUMNS], Py_ssize_t count, uint32_t track,
-           const Criteria *criteria, Out *out)
+/* The candidates of a payload read_frame took into `cols`, into `out` (OUT_SLOTS int64s each). */
+static void
+candidates(const uint8_t *payload, const Columns *cols, Py_ssize_t count, uint32_t track, const Criteria *criteria,
+           Out *out)
 {
+    const int64_t *kinds = cols->ints + KIND * cols->cap, *names = cols->ints + NAME * cols->cap,
+                  *offsets = cols->ints + TS * cols->cap, *durations = cols->ints + DUR * cols->cap;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t kind, name, ts, dur;
-        read_i64(&column[KIND], &kind);
-        read_i64(&column[NAME], &name);
-        read_i64(&column[TS], &ts);
-        read_i64(&column[DUR], &dur);
-        Cursor args = column[ARGS];
-        if (pass(&column[ARGS], 0) != OK) {
-            return BAD;
-        }
+        int64_t kind = kinds[i], name = names[i], dur = durations[i];
         if (kind < 0 || kind >= criteria->kind_count) {
             continue;
         }
         Py_ssize_t at = (Py_ssize_t)kind * KIND_SLOTS;
+        int64_t kind_min = get_i64(criteria->kinds, at);
         int64_t kind_flags = get_i64(criteria->kinds, at + 1) & ~(int64_t)FLAG_CROSSING; /* (a name's only) */
-        int hit = meets(get_i64(criteria->kinds, at), kind_flags, dur, args, NULL, name, track);
-        int64_t group = get_i64(criteria->kinds, at + 2);
+        int64_t group = get_i64(criteria->kinds, at + 2), name_min = NEVER, flags = 0;
+        const char *group_names = NULL;
+        Py_ssize_t slot = 0;
         if (group >= 0 && group < criteria->groups && name >= 0 && name < criteria->name_count[group]) {
-            const char *names = criteria->names[group];
-            Py_ssize_t slot = (Py_ssize_t)name * NAME_SLOTS;
-            int64_t flags = get_i64(names, slot + 1);
-            if (!hit || (flags & FLAG_CROSSING)) { /* (a counter's state is kept up to date) */
-                hit = meets(get_i64(names, slot), flags, dur, args, criteria, name, track) || hit;
-            }
+            group_names = criteria->names[group];
+            slot = (Py_ssize_t)name * NAME_SLOTS;
+            name_min = get_i64(group_names, slot);
+            flags = get_i64(group_names, slot + 1);
+        }
+        if (!((kind_flags | flags) & (FLAG_STATUS_ERROR | FLAG_CROSSING)) && !(kind_min != NEVER && dur >= kind_min) &&
+            !(name_min != NEVER && dur >= name_min)) {
+            continue; /* (most events: what meets() would say, without its args) */
+        }
+        Cursor args = {cols->args[i], cols->args[i + 1]};
+        int strict = -1;
+        int hit = meets(kind_min, kind_flags, dur, args, &strict, NULL, name, track);
+        if (group_names != NULL && (!hit || (flags & FLAG_CROSSING))) { /* (a counter's state is kept up to date) */
+            hit = meets(name_min, flags, dur, args, &strict, criteria, name, track) || hit;
         }
         if (hit) {
-            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur, (int64_t)(args.p - payload),
-                                      (int64_t)(column[ARGS].p - payload)};
+            Cursor at = {payload + offsets[i], cols->end};
+            int64_t ts = 0;
+            read_i64(&at, &ts); /* (read_frame checked it) */
+            int64_t row[OUT_SLOTS] = {(int64_t)i, kind, name, ts, dur, (int64_t)(cols->args[i] - payload),
+                                      (int64_t)(cols->args[i + 1] - payload)};
             put(out, (const char *)row, sizeof(row));
         }
     }
-    return OK;
 }
 
 /* The buffers match_frame and match_run hold while they run without the GIL. */
@@ -433,12 +687,16 @@ match_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* Nothing here touches a Python object: the buffers are held, so other threads (ingest) run meanwhile. */
     Py_BEGIN_ALLOW_THREADS
-    Cursor column[COLUMNS];
+    Columns cols = {0};
     const uint8_t *payload = h.held[PAYLOAD].buf;
-    status = check_columns(payload, (size_t)h.held[PAYLOAD].len, count, column_of, column);
+    size_t payload_len = (size_t)h.held[PAYLOAD].len;
+    status = read_frame(payload, payload_len, count, column_of, &cols);
     if (status == OK) {
-        status = candidates(payload, column, count, (uint32_t)track, &criteria, &out);
+        candidates(payload, &cols, count, (uint32_t)track, &criteria, &out);
     }
+    out.failed |= status == NO_ROOM;
+    free(cols.ints);
+    free(cols.args);
     Py_END_ALLOW_THREADS
     if (out.failed) {
         PyErr_NoMemory();
@@ -478,11 +736,12 @@ typedef struct {
 
 /* The candidates of the EVENTS frames from index entry `entry` on, into `out` (RUN_SLOTS int64s each), while each
    begins where the one before ended (from `run->position`) and before `end`, and is one Events.decode_body takes and
-   check_columns too. A frame that is not stops the run before it (the Python side reads it alone), as does a gap
+   read_frame too. A frame that is not stops the run before it (the Python side reads it alone), as does a gap
    (session frames, for the decoder). */
 static void
 match_run_frames(const uint8_t *buffer, Py_ssize_t length, Py_ssize_t size, Py_ssize_t entries, Py_ssize_t entry,
-                 Py_ssize_t end, const int column_of[COLUMNS], const Criteria *criteria, Out *out, RunRead *run)
+                 Py_ssize_t end, const int column_of[COLUMNS], const Criteria *criteria, Columns *cols, Out *out,
+                 RunRead *run)
 {
     for (; entry < entries; entry++) {
         Py_ssize_t at = size - INDEX_ENTRY_SIZE * (entry + 1);
@@ -507,17 +766,17 @@ match_run_frames(const uint8_t *buffer, Py_ssize_t length, Py_ssize_t size, Py_s
             return;
         }
         const uint8_t *payload = body + header_size;
-        Cursor column[COLUMNS];
-        if (check_columns(payload, (size_t)(body_length - header_size), count, column_of, column) != OK) {
+        size_t payload_len = (size_t)(body_length - header_size);
+        int status = read_frame(payload, payload_len, count, column_of, cols);
+        if (status != OK) {
+            out->failed |= status == NO_ROOM;
             return;
         }
-        size_t before = out->len;
         Out found = {0};
-        int status = candidates(payload, column, count, track, criteria, &found);
-        if (status != OK || found.failed) {
+        candidates(payload, cols, count, track, criteria, &found);
+        if (found.failed) {
             free(found.data);
-            out->len = before;
-            out->failed |= found.failed;
+            out->failed = 1;
             return;
         }
         for (size_t k = 0; k < found.len; k += OUT_SLOTS * sizeof(int64_t)) {
@@ -583,8 +842,11 @@ match_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     run.position = numbers[3];
     /* As match_frame: the buffers are held, no Python object is touched, ingest runs meanwhile. */
     Py_BEGIN_ALLOW_THREADS
+    Columns cols = {0};
     match_run_frames(h.held[PAYLOAD].buf, h.held[PAYLOAD].len, numbers[0], numbers[1], numbers[2], end, column_of,
-                     &criteria, &out, &run);
+                     &criteria, &cols, &out, &run);
+    free(cols.ints);
+    free(cols.args);
     Py_END_ALLOW_THREADS
     if (out.failed) {
         PyErr_NoMemory();

@@ -28,13 +28,17 @@ not take, which the caller reads alone, so that the Python work of a run is one 
 ``match_frame`` runs the C twin (``_match.c``) where it was built and the Python twin (``match_frame_py``, which
 defines the behaviour) otherwise, or where the C twin leaves a payload to it (nested deeper than it reads). Both
 take the payload as untrusted: one msgpack-python refuses, or whose ``kind``, ``name``, ``ts`` or ``dur`` is not an
-integer of 64 bits, gives None (no candidates can be told: the caller counts the frame's events undecodable).
+integer of 64 bits, gives None (no candidates can be told: the caller counts the frame's events undecodable). The
+payload is read for its structure only (``_read_columns``: a str's bytes taken as they are, a map's keys never
+hashed), which is what costs little in C; an event's args are read strictly, as the rules' verdicts and the judge
+read a candidate's, only where a criterion needs them (a status, a counter's value): args that do not read so say
+nothing (no status, no value), as they say nothing to the verdicts.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -146,20 +150,46 @@ def match_frame_py(
     table, groups = criteria.kinds, criteria.names
     kind_count = len(table) // KIND_SLOTS
     out = array("q")
-    for i, (kind, name, ts, dur, arg) in enumerate(zip(kinds, names, offsets, durations, args, strict=True)):
+    for i, (kind, name, ts, dur) in enumerate(zip(kinds, names, offsets, durations, strict=True)):
         if not 0 <= kind < kind_count:
             continue
+        strict = _Strict(payload, *spans[i])
         at = kind * KIND_SLOTS
-        hit = _meets(table[at], table[at + 1] & ~CROSSING, dur, arg, None, name, track)
+        hit = _meets(table[at], table[at + 1] & ~CROSSING, dur, args[i], strict, None, name, track)
         group = table[at + 2]
         if 0 <= group < len(groups) and 0 <= name < len(groups[group]) // NAME_SLOTS:
             names_of = groups[group]
             flags = names_of[name * NAME_SLOTS + 1]
             if not hit or flags & CROSSING:
-                hit = _meets(names_of[name * NAME_SLOTS], flags, dur, arg, criteria, name, track) or hit
+                hit = _meets(names_of[name * NAME_SLOTS], flags, dur, args[i], strict, criteria, name, track) or hit
         if hit:
             out.extend((i, kind, name, ts, dur, *spans[i]))
     return out.tobytes()
+
+
+class _Strict:
+    """An event's args read strictly (as msgpack-python unpacks them alone), once, where a criterion needs them; None
+    where they do not read so."""
+
+    __slots__ = ("_end", "_payload", "_read", "_start", "_value")
+
+    def __init__(self, payload: bytes | memoryview, start: int, end: int) -> None:
+        self._payload, self._start, self._end, self._read, self._value = payload, start, end, False, None
+
+    def __call__(self) -> Any:
+        if not self._read:
+            self._read = True
+            try:
+                self._value = msgpack.unpackb(self._payload[self._start : self._end], raw=False, strict_map_key=False)
+            except Exception:
+                self._value = None
+        return self._value
+
+
+class _Pairs(tuple):  # type: ignore[type-arg]
+    """A map as ``_read_columns`` reads it: its (key, value) pairs, its keys never hashed."""
+
+    __slots__ = ()
 
 
 def match_run(
@@ -241,8 +271,8 @@ def _deeper(value: Any, depth: int) -> bool:
     """Whether a value nests deeper than the C twin reads (a map's keys are at its values' depth)."""
     if depth > _C_DEPTH:
         return True
-    if type(value) is dict:
-        return any(_deeper(key, depth + 1) or _deeper(item, depth + 1) for key, item in value.items())
+    if type(value) is _Pairs:
+        return any(_deeper(key, depth + 1) or _deeper(item, depth + 1) for key, item in value)
     if type(value) in (list, tuple):
         return any(_deeper(item, depth + 1) for item in value)
     return False
@@ -268,11 +298,15 @@ def _read_columns(
     payload: bytes | memoryview, count: int, columns: tuple[int, ...]
 ) -> tuple[list[list[Any]], list[tuple[int, int]]] | None:
     """The five columns in the order kind, name, ts, dur, args, and where each args value is in the payload; None if
-    msgpack-python refuses the payload (as ``unpackb`` would) or it is not five arrays of ``count`` values."""
+    msgpack-python refuses the payload (as ``unpackb`` would, reading a str's bytes as they are and a map as its
+    pairs, ``_Pairs``) or it is not five arrays of ``count`` values."""
     read: list[list[Any]] = [[] for _ in columns]
     spans: list[tuple[int, int]] = []
     try:
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(payload), 1))
+        unpacker = msgpack.Unpacker(
+            raw=False, strict_map_key=False, unicode_errors="surrogateescape", object_pairs_hook=_Pairs,
+            max_buffer_size=max(len(payload), 1),
+        )  # fmt: skip
         unpacker.feed(payload)
         if unpacker.read_array_header() != len(columns):
             return None
@@ -293,11 +327,26 @@ def _read_columns(
     return read, spans
 
 
-def _meets(min_dur: int, flags: int, dur: int, args: Any, criteria: Criteria | None, name: int, track: int) -> bool:
-    changed = bool(flags & CROSSING) and criteria is not None and _counter_changed(args, criteria, name, track)
+def _meets(
+    min_dur: int,
+    flags: int,
+    dur: int,
+    args: Any,
+    strict: Callable[[], Any],
+    criteria: Criteria | None,
+    name: int,
+    track: int,
+) -> bool:
+    """Whether an event meets a criterion (its args as ``_read_columns`` reads them, and ``strict``ly; a counter's
+    state brought up to date first): a counter's value is read from its args read strictly (the values the verdicts
+    see), a status from its args' pairs however they read (the verdicts then decide)."""
+    changed = bool(flags & CROSSING) and criteria is not None and _counter_changed(strict(), criteria, name, track)
     if changed or (min_dur != NEVER and dur >= min_dur):
         return True
-    return bool(flags & STATUS_ERROR) and type(args) is dict and args.get("status") == "error"
+    if not flags & STATUS_ERROR or type(args) is not _Pairs:
+        return False
+    statuses = [value for key, value in args if type(key) is str and key == "status"]
+    return bool(statuses) and type(statuses[-1]) is str and statuses[-1] == "error"
 
 
 def _counter_changed(args: Any, criteria: Criteria, name: int, track: int) -> bool:

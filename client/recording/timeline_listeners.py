@@ -10,13 +10,17 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ringtrace.client.accelerator import speedups
 from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
+
+#: The C recorder's compact segment type (None without it).
+_SEGMENT: Any = None if speedups is None else speedups.Segment
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.tracks import TrackBuffer
 
-__all__ = ["Listener", "close_unused", "count_lost", "replaced_after_fork", "subscribe_priority"]
+__all__ = ["Listener", "close_unused", "count_lost", "held_events", "replaced_after_fork", "subscribe_priority"]
 
 
 class Listener(Protocol):
@@ -26,7 +30,9 @@ class Listener(Protocol):
     def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or
         as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py); or a run
-        of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values)."""
+        of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values); or,
+        for a listener whose ``packs_keywords`` is true, a ``RecordRun`` of compact instants (``wire/record_runs.py``:
+        ``as_flat()`` too)."""
 
     def lost(self, events: int) -> None:
         """``events`` recorded for this listener were dropped before it received them (counted as its drops). A
@@ -55,10 +61,19 @@ def subscribe_priority(listener: Listener, timeline: Any) -> None:
 
 def count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
     """Events that were recorded for ``listeners`` and will never reach them: counted as their drops."""
-    lost = carried + sum(len(buffer.events) for buffer in buffers) // RECORD_FIELDS
+    lost = carried + sum(held_events(buffer.events) for buffer in buffers)
     if lost:
         for listener in listeners:
             listener.lost(lost)
+
+
+def held_events(events: list[Any]) -> int:
+    """The events a buffer's list holds: a compact segment (the C recorder's, ``records.c``) holds ``count`` in one
+    event's place."""
+    held = len(events) // RECORD_FIELDS
+    if _SEGMENT is not None:
+        held += sum(first.count - 1 for first in events[::RECORD_FIELDS] if type(first) is _SEGMENT)
+    return held
 
 
 def close_unused(listeners: Sequence[Listener], still_used: Iterable[Listener], deadline: float) -> bool:

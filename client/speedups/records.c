@@ -11,11 +11,13 @@ thread that mixes shapes gets no run of a few records between two of objects (ea
 wire), and one that records only such instants records them all compactly. A segment out of the list (take_runs took
 it) is never written again.
 
-Bounds. A thread's RecordBuffer (one per track buffer, tracks.py) counts the bytes of its segments that the flusher
-has not taken yet: an instant that would make it exceed the timeline's _max_buffered_record_bytes is refused and
-counted as unrecorded, as a full list refuses an event; a new segment takes one event's room in the list, whose bound
-is unchanged. A segment holds at most RUN_RECORDS records (a run's worth, as a list run's 8192 events). So a track's
-memory is bounded by its list's bound plus _max_buffered_record_bytes.
+Bounds. A thread's RecordBuffer (one per track buffer, tracks.py) counts the bytes its segments have allocated
+(their capacity) that the flusher has not taken yet: an instant that would make it exceed the timeline's
+_max_buffered_record_bytes is recorded as objects instead, within the list's bound (so are those after it, until the
+drain); a new segment takes one event's room in the list, whose bound is unchanged. A segment holds at most
+RUN_RECORDS records (a run's worth, as a list run's 8192 events). So a track's memory is bounded by its list's bound
+plus _max_buffered_record_bytes. The labels' table keeps names of up to MAX_LABEL_CHARS only (others go as objects):
+it is kept for the process's life.
 
 Allocation. Nothing between the buffer's lookup and the append runs Python code: the arguments are packed into a
 buffer on the C stack, the label's index and a spare segment are had before the lookup (either may allocate, hence
@@ -31,12 +33,15 @@ run the garbage collector, hence Python code), and the segment grows with PyMem_
 /* Labels the table takes at most (an instant named otherwise is recorded as objects): the table is process-wide and
    append only, so that a program that names instants after ever new text does not grow it without bound. */
 #define MAX_LABELS 65536
+/* Characters a name in the table has at most: the table is bounded in bytes too (65,536 short names, about 12 MB at
+   most), and a name made of ever new text (an id, a query) is likelier long. */
+#define MAX_LABEL_CHARS 64
 /* Bytes an instant's packed arguments may take on the C stack; larger ones are recorded as objects. */
 #define ARGS_ROOM 512
 
 struct RecordBuffer {
     PyObject_HEAD
-    Py_ssize_t held_bytes; /* bytes of this thread's segments not taken yet */
+    Py_ssize_t held_bytes; /* bytes allocated by this thread's segments not taken yet */
 };
 
 typedef struct {
@@ -95,7 +100,7 @@ segment_taken(PyObject *segment)
     Segment *self = (Segment *)segment;
     if (self->taken) return;
     self->taken = 1;
-    if (self->owner != NULL) self->owner->held_bytes -= self->size;
+    if (self->owner != NULL) self->owner->held_bytes -= self->capacity;
 }
 
 static void
@@ -117,7 +122,7 @@ segment_take(Segment *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "a segment still in its buffer is not taken");
         return NULL;
     }
-    return Py_BuildValue("(y#n)", (const char *)self->data, self->size, self->count);
+    return Py_BuildValue("(y#n)", self->data != NULL ? (const char *)self->data : "", self->size, self->count);
 }
 
 static PyMethodDef segment_methods[] = {
@@ -126,10 +131,16 @@ static PyMethodDef segment_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef segment_members[] = {
+    {"count", T_PYSSIZET, offsetof(Segment, count), READONLY, "The records it holds (events: it is one in its list)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot segment_slots[] = {
     {Py_tp_doc, "Compact records in one piece of a thread's buffer (see records.c)."},
     {Py_tp_dealloc, segment_dealloc},
     {Py_tp_methods, segment_methods},
+    {Py_tp_members, segment_members},
     {0, NULL},
 };
 
@@ -260,11 +271,16 @@ label_index(RecorderCore *self, PyObject *label)
     if (found == NULL) {
         if (PyErr_Occurred()) return -2;
         n = PyList_GET_SIZE(state->labels);
-        if (n >= MAX_LABELS) return -1;
+        if (n >= MAX_LABELS || PyUnicode_GET_LENGTH(label) > MAX_LABEL_CHARS) return -1;
         index = PyLong_FromSsize_t(n);
         if (index == NULL) return -2;
-        if (PyDict_SetItem(state->label_ids, label, index) < 0 || PyList_Append(state->labels, label) < 0) {
+        if (PyList_Append(state->labels, label) < 0) { /* (the list first: an index never names two labels) */
             Py_DECREF(index);
+            return -2;
+        }
+        if (PyDict_SetItem(state->label_ids, label, index) < 0) {
+            Py_DECREF(index);
+            (void)PyList_SetSlice(state->labels, n, n + 1, NULL); /* (the name at n is this one: taken back) */
             return -2;
         }
         Py_DECREF(index);
@@ -312,10 +328,10 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
 {
     ModuleState *state = self->state;
     unsigned char header_and_args[REC_HEADER + ARGS_ROOM], *p;
-    Py_ssize_t index, size, held, n;
+    Py_ssize_t index, size, held, n, capacity, grown;
     PyObject *events;
     RecordBuffer *records;
-    Segment *segment = NULL;
+    Segment *segment = NULL, *target;
     long kind;
     int64_t now;
     int found;
@@ -343,10 +359,6 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
     p = put_le(p, (uint64_t)now, 8);
     p = put_le(p, (uint64_t)now, 8);
     held = records->held_bytes;
-    if (held + size > self->max_record_bytes) {
-        self->unrecorded++;
-        return 1;
-    }
     n = Py_SIZE(events);
     if (n >= RECORD_FIELDS) {
         PyObject *last = PyList_GET_ITEM(events, n - RECORD_FIELDS);
@@ -354,6 +366,25 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
             return 0; /* events of other shapes came since the last drain: this one goes among them as objects */
         }
         if (((Segment *)last)->count < RUN_RECORDS) segment = (Segment *)last;
+    }
+    target = segment != NULL ? segment : (Segment *)self->spare;
+    capacity = target->capacity;
+    if (capacity - target->size < size) {
+        capacity = capacity < 64 ? 64 : 2 * capacity;
+        while (capacity - target->size < size) capacity *= 2;
+    }
+    grown = capacity - target->capacity;
+    if (held + grown > self->max_record_bytes) {
+        return 0; /* past the thread's bytes: as objects, within its list's bound (and the next ones, until the drain) */
+    }
+    if (grown > 0) { /* (before the segment is placed: a placed one is never empty) */
+        unsigned char *data = PyMem_Realloc(target->data, (size_t)capacity);
+        if (data == NULL) {
+            self->unrecorded++;
+            return 1;
+        }
+        target->data = data;
+        target->capacity = capacity;
     }
     if (segment == NULL) { /* a new one, in the list as one event */
         PyObject *placed[RECORD_FIELDS] = {self->spare, Py_None, Py_None, Py_None, Py_None};
@@ -368,23 +399,11 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
         }
         segment->owner = (RecordBuffer *)Py_NewRef(records);
     }
-    if (segment->capacity - segment->size < size) {
-        Py_ssize_t capacity = segment->capacity < 64 ? 64 : 2 * segment->capacity;
-        unsigned char *data;
-        while (capacity - segment->size < size) capacity *= 2;
-        data = PyMem_Realloc(segment->data, (size_t)capacity);
-        if (data == NULL) {
-            self->unrecorded++;
-            return 1;
-        }
-        segment->data = data;
-        segment->capacity = capacity;
-    }
     memcpy(segment->data + segment->size, header_and_args, (size_t)size);
     segment->size += size;
     segment->count++;
-    records->held_bytes = held + size;
-    if (held < self->max_record_bytes / 2 && held + size >= self->max_record_bytes / 2) {
+    records->held_bytes = held + grown;
+    if (held < self->max_record_bytes / 2 && held + grown >= self->max_record_bytes / 2) {
         return wake_flusher(self) < 0 ? -1 : 1;
     }
     return 1;

@@ -1,7 +1,7 @@
 """The C recorder's compact records: an instant with a text name and flat arguments is kept as bytes
 (``wire/record_runs.py``), not objects, in a segment of its thread's buffer, and reaches listeners as the same events
 in the same order as when it is recorded as objects (its pure-Python twin's way, held by the wire tests); memory is
-bounded in bytes, and what does not fit is refused and counted.
+bounded in bytes (what does not fit is kept as objects, within the buffer's bound), lost ones counted one by one.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ringtrace.client import Timeline
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.events import Event
+from ringtrace.client.recording.timeline_listeners import count_lost
 from ringtrace.client.recording.timelines import RECORD_BYTES_PER_EVENT
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.model import INSTANT, RECORD_FIELDS
@@ -240,5 +241,56 @@ def test_take_runs_makes_a_segment_a_run_of_its_own_in_its_place() -> None:
         records, count = runs[0].take()
         run = RecordRun(records, speedups.record_labels(), count)
         assert run.as_flat()[1::RECORD_FIELDS] == ["a", "b"] and len(run) == 2
+    finally:
+        tl.close()
+
+
+def test_a_burst_of_large_instants_within_the_buffers_bound_is_kept_whole() -> None:
+    # Past the thread's bytes of compact records, instants are kept as objects, within the buffer's bound in events.
+    text = "x" * 400
+    kept = []
+    for compact in (True, False):
+        tl = parked_timeline(compact, max_buffered_events=2_000)
+        try:
+            for i in range(2_000):
+                tl.instant("request", i=i, body=text)
+            events, _, dropped = flat_events(tl)
+            assert dropped == 0 and [args["i"] for *_, args in events] == list(range(2_000))
+            kept.append([(kind, label, args) for _, kind, label, _, _, args in events])
+        finally:
+            tl.close()
+    assert kept[0] == kept[1]
+
+
+def test_events_left_in_compact_records_are_counted_lost_one_by_one() -> None:
+    class Counting(Parked):
+        counted = 0
+
+        def lost(self, events: int) -> None:
+            self.counted += events
+
+    tl = parked_timeline(True)
+    try:
+        for i in range(1_000):
+            tl.instant("tick", i=i)
+        tl.push(Tick(value=1))  # (and one of objects after them)
+        listener = Counting()
+        count_lost([listener], tl._tracks.take_all())
+        assert listener.counted == 1_001
+    finally:
+        tl.close()
+
+
+def test_a_long_name_is_kept_as_objects_not_in_the_table_of_labels() -> None:
+    tl = parked_timeline(True)
+    labels = speedups.record_labels()
+    try:
+        long_name = "n" * 65
+        tl.instant(long_name, n=1)
+        tl.instant("short", n=2)
+        assert long_name not in labels
+        events, runs, _ = flat_events(tl)
+        assert [(label, args) for _, _, label, _, _, args in events] == [(long_name, {"n": 1}), ("short", {"n": 2})]
+        assert RecordRun not in runs  # (an object first: the instant after it goes as objects too, until the drain)
     finally:
         tl.close()

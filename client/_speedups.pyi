@@ -82,6 +82,7 @@ WIRE_CONSTANTS: dict[str, int]
 
 class RecordBuffer:
     held_bytes: int
+    extra_events: int
 
 class Segment:
     def take(self) -> tuple[bytes, int]: ...

@@ -10,12 +10,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ringtrace.client.accelerator import speedups
 from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
-
-#: The C recorder's compact segment type (None without it).
-_SEGMENT: Any = None if speedups is None else speedups.Segment
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.tracks import TrackBuffer
@@ -61,19 +57,17 @@ def subscribe_priority(listener: Listener, timeline: Any) -> None:
 
 def count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
     """Events that were recorded for ``listeners`` and will never reach them: counted as their drops."""
-    lost = carried + sum(held_events(buffer.events) for buffer in buffers)
+    lost = carried + sum(held_events(buffer) for buffer in buffers)
     if lost:
         for listener in listeners:
             listener.lost(lost)
 
 
-def held_events(events: list[Any]) -> int:
-    """The events a buffer's list holds: a compact segment (the C recorder's, ``records.c``) holds ``count`` in one
-    event's place."""
-    held = len(events) // RECORD_FIELDS
-    if _SEGMENT is not None:
-        held += sum(first.count - 1 for first in events[::RECORD_FIELDS] if type(first) is _SEGMENT)
-    return held
+def held_events(buffer: TrackBuffer) -> int:
+    """The events a buffer holds: its list's, and those its compact segments (the C recorder's, ``records.c``) hold
+    past the one event's place each takes in the list, which the buffer's account of them counts as they come."""
+    records = buffer.records
+    return len(buffer.events) // RECORD_FIELDS + (0 if records is None else records.extra_events)
 
 
 def close_unused(listeners: Sequence[Listener], still_used: Iterable[Listener], deadline: float) -> bool:

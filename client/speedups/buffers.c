@@ -11,16 +11,17 @@ now_ns_object(ModuleState *state)
     return now_ns(state, &now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
-/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already. Steals the
-   references in `values` on success and on failure alike. Returns 0, or -1: an exception set, or none when the list
-   was full. No allocation that could run Python code happens here: the caller allocated everything before. */
+/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already (its segments'
+   records counted: buffered_values). Steals the references in `values` on success and on failure alike. Returns 0, or
+   -1: an exception set, or none when the list was full. No allocation that could run Python code happens here: the
+   caller allocated everything before. */
 int
 append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit)
 {
     PyListObject *l = (PyListObject *)list;
     Py_ssize_t n = Py_SIZE(l);
     int i;
-    if (n >= limit) goto fail;
+    if (buffered_values(state, list) >= limit) goto fail;
     /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
        growth (a memory request only: no Python code), then in place. */
     if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {

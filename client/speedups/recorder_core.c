@@ -154,7 +154,7 @@ core_events_with_room(RecorderCore *self, PyObject *Py_UNUSED(ignored))
     PyObject *events = current_events(self);
     if (events == NULL) return unrecorded(self);
     if (events == Py_None) return events;
-    held = Py_SIZE(events);
+    held = buffered_values(self->state, events);
     if (held >= self->max_values) {
         Py_DECREF(events);
         self->unrecorded++;

@@ -14,7 +14,10 @@ it) is never written again.
 Bounds. A thread's RecordBuffer (one per track buffer, tracks.py) counts the bytes its segments have allocated
 (their capacity) that the flusher has not taken yet: an instant that would make it exceed the timeline's
 _max_buffered_record_bytes is recorded as objects instead, within the list's bound (so are those after it, until the
-drain); a new segment takes one event's room in the list, whose bound is unchanged. A segment holds at most
+drain). The list's bound (max_buffered_events) counts every record as an event: a segment takes one event's place in
+the list, and the account's extra_events counts the events its segments hold past that place, kept as they change (an
+instant appended into a segment adds one; a segment taken or dropped takes its records less one away), never summed
+over the list (buffered_values, speedups.h, reads it for every list). A segment holds at most
 RUN_RECORDS records (a run's worth, as a list run's 8192 events). So a track's memory is bounded by its list's bound
 plus _max_buffered_record_bytes. The labels' table keeps names of up to MAX_LABEL_CHARS only (others go as objects):
 it is kept for the process's life.
@@ -39,26 +42,13 @@ run the garbage collector, hence Python code), and the segment grows with PyMem_
 /* Bytes an instant's packed arguments may take on the C stack; larger ones are recorded as objects. */
 #define ARGS_ROOM 512
 
-struct RecordBuffer {
-    PyObject_HEAD
-    Py_ssize_t held_bytes; /* bytes allocated by this thread's segments not taken yet */
-};
-
-typedef struct {
-    PyObject_HEAD
-    RecordBuffer *owner; /* the thread's, once placed in its list; NULL while spare */
-    unsigned char *data;
-    Py_ssize_t size, capacity, count;
-    int taken; /* out of the list: never written again, and no longer held by the owner */
-} Segment;
-
 /* -- RecordBuffer ------------------------------------------------------------------------------------------------- */
 
 static PyObject *
 record_buffer_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
 {
     RecordBuffer *self = (RecordBuffer *)type->tp_alloc(type, 0);
-    if (self != NULL) self->held_bytes = 0;
+    if (self != NULL) self->held_bytes = self->extra_events = 0;
     return (PyObject *)self;
 }
 
@@ -73,6 +63,9 @@ record_buffer_dealloc(RecordBuffer *self)
 static PyMemberDef record_buffer_members[] = {
     {"held_bytes", T_PYSSIZET, offsetof(RecordBuffer, held_bytes), READONLY,
      "Bytes of this thread's compact records that the flusher has not taken yet."},
+    {"extra_events", T_PYSSIZET, offsetof(RecordBuffer, extra_events), READONLY,
+     "Events this thread's segments in its list hold past the one event's place each takes there (records less "
+     "segments): its list holds len(list) // RECORD_FIELDS + extra_events events."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -100,7 +93,10 @@ segment_taken(PyObject *segment)
     Segment *self = (Segment *)segment;
     if (self->taken) return;
     self->taken = 1;
-    if (self->owner != NULL) self->owner->held_bytes -= self->capacity;
+    if (self->owner != NULL) {
+        self->owner->held_bytes -= self->capacity;
+        self->owner->extra_events -= self->count - 1; /* (a placed segment holds a record at least) */
+    }
 }
 
 static void
@@ -360,6 +356,10 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
     p = put_le(p, (uint64_t)now, 8);
     held = records->held_bytes;
     n = Py_SIZE(events);
+    if (buffered_values(state, events) >= self->max_values) { /* full, counting its records: refused, counted */
+        self->unrecorded++;
+        return 1;
+    }
     if (n >= RECORD_FIELDS) {
         PyObject *last = PyList_GET_ITEM(events, n - RECORD_FIELDS);
         if (!Py_IS_TYPE(last, state->segment_type) || ((Segment *)last)->owner != records) {
@@ -399,11 +399,15 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
         }
         segment->owner = (RecordBuffer *)Py_NewRef(records);
     }
+    else {
+        records->extra_events++; /* (a new segment's first record is the event placed in the list) */
+    }
     memcpy(segment->data + segment->size, header_and_args, (size_t)size);
     segment->size += size;
     segment->count++;
     records->held_bytes = held + grown;
-    if (held < self->max_record_bytes / 2 && held + grown >= self->max_record_bytes / 2) {
+    if ((held < self->max_record_bytes / 2 && held + grown >= self->max_record_bytes / 2) ||
+        buffered_values(state, events) == self->wake_values + RECORD_FIELDS) { /* (half its bytes, or its events) */
         return wake_flusher(self) < 0 ? -1 : 1;
     }
     return 1;

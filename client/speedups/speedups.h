@@ -140,8 +140,22 @@ now_ns(ModuleState *state, int64_t *out)
     return 0;
 }
 
-/* A thread's account of its compact records (records.c). */
-typedef struct RecordBuffer RecordBuffer;
+/* A thread's account of its compact records (records.c), one per track buffer (tracks.py). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t held_bytes;   /* bytes allocated by this thread's segments not taken yet */
+    Py_ssize_t extra_events; /* events its segments in the list hold past the one event's place each takes there (their
+                                records less one each): what the list's bound counts beside the list's own events */
+} RecordBuffer;
+
+/* Compact records in one piece of a thread's buffer list, where it takes one event's place (records.c). */
+typedef struct {
+    PyObject_HEAD
+    RecordBuffer *owner; /* the thread's, once placed in its list; NULL while spare */
+    unsigned char *data;
+    Py_ssize_t size, capacity, count;
+    int taken; /* out of the list: never written again, and no longer held by the owner */
+} Segment;
 
 /* The recording state of one Timeline (its C base class). */
 typedef struct {
@@ -217,11 +231,28 @@ PyObject *run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #pragma GCC visibility pop
 
+/* The values a buffer list holds as its bound counts them: its own, and RECORD_FIELDS more for each event its segments
+   hold past their place (RecordBuffer.extra_events). A thread's segments are the first events of its list (records.c:
+   one is placed only in an empty list or after another), so the first value says whether it holds any, and whose
+   account counts them: no sum over the list. */
+static inline Py_ssize_t
+buffered_values(ModuleState *state, PyObject *events)
+{
+    Py_ssize_t n = Py_SIZE(events);
+    if (n > 0) {
+        PyObject *first = ((PyListObject *)events)->ob_item[0];
+        if (Py_IS_TYPE(first, state->segment_type) && ((Segment *)first)->owner != NULL) {
+            n += ((Segment *)first)->owner->extra_events * RECORD_FIELDS;
+        }
+    }
+    return n;
+}
+
 /* An event just appended made `events` half full: wake the flusher (see wake_flusher). */
 static inline int
 wake_at_half(RecorderCore *self, PyObject *events)
 {
-    return Py_SIZE(events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
+    return buffered_values(self->state, events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
 }
 
 #endif

@@ -16,7 +16,7 @@ from ringtrace.client import Timeline
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.events import Event
-from ringtrace.client.recording.timeline_listeners import count_lost
+from ringtrace.client.recording.timeline_listeners import count_lost, held_events
 from ringtrace.client.recording.timelines import RECORD_BYTES_PER_EVENT
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.model import INSTANT, RECORD_FIELDS
@@ -164,6 +164,44 @@ def test_a_thread_holds_compact_records_within_its_bytes_and_counts_what_it_refu
         assert (len(events), dropped) == (1, 0)
     finally:
         tl.close()
+
+
+def test_a_buffers_bound_counts_every_compact_record_as_an_event() -> None:
+    tl = parked_timeline(True, max_buffered_events=50)
+    try:
+        for i in range(1_000):  # (small: 50 of them are far within the thread's bytes)
+            tl.instant("x", i=i)
+        buffer = tl._tracks.buffers[0]
+        assert buffer.records is not None
+        assert (len(buffer.events), buffer.records.extra_events, held_events(buffer)) == (RECORD_FIELDS, 49, 50)
+        events, _, dropped = flat_events(tl)
+        assert [args["i"] for *_, args in events] == list(range(50)) and dropped == 950
+        assert (buffer.records.extra_events, held_events(buffer)) == (0, 0)  # taken: room again
+    finally:
+        tl.close()
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "objects"])
+def test_events_of_every_shape_after_compact_records_find_the_bound_where_objects_do(compact: bool) -> None:
+    tl = parked_timeline(compact, max_buffered_events=50)
+    try:
+        for i in range(30):
+            tl.instant("x", i=i)
+        for i in range(10):
+            with tl.scope("s", i=i):  # (appended in C, after the records)
+                pass
+        for i in range(5):
+            tl.counter("c", i)  # (appended in Python, given the buffer by _events_with_room)
+        for i in range(10):
+            tl.push(Tick(value=i))  # 5 fit
+        for i in range(5):
+            tl.instant("x", i=i)  # none fits
+        assert held_events(tl._tracks.buffers[0]) == 50
+        events, types, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert (len(events), dropped) == (50, 10)
+    assert types[0] is (RecordRun if compact else list)
 
 
 def test_a_long_burst_is_drained_in_runs_of_at_most_8192_records() -> None:

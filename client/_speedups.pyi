@@ -8,6 +8,7 @@ from ringtrace.wire.table_frames import KindSpec
 class RecorderCore:
     _max_buffered_values: int
     _wake_buffered_values: int
+    _max_buffered_record_bytes: int
     _listening: bool
     def scope(self, label: object, /, **args: Any) -> Scope: ...
     def instant(self, name: object, /, **args: Any) -> None: ...
@@ -78,3 +79,12 @@ def run_passes(
 ) -> None: ...
 
 WIRE_CONSTANTS: dict[str, int]
+
+class RecordBuffer:
+    held_bytes: int
+    extra_events: int
+
+class Segment:
+    def take(self) -> tuple[bytes, int]: ...
+
+def record_labels() -> list[str]: ...

@@ -27,6 +27,7 @@ TWINNED = frozenset(
         "ringtrace.wire.stream_encoder",
         "ringtrace.wire.event_packing",
         "ringtrace.wire.call_packing",
+        "ringtrace.wire.record_packing",
         "ringtrace.wire.keyword_args",
         "ringtrace.collector.incidents.frame_match",
         "ringtrace.collector.incidents.rule_verdicts",

@@ -37,6 +37,16 @@ def pack_calls(
     max_frame_bytes: int,
     /,
 ) -> list[int] | tuple[bytes | None, int, int]: ...
+def pack_records(
+    records: bytes,
+    offset: int,
+    max_count: int,
+    names: array[int],
+    overflow_id: int,
+    track_id: int,
+    max_frame_bytes: int,
+    /,
+) -> list[int] | tuple[bytes | None, int, int, int]: ...
 
 MAX_ARG_ITEMS: int
 MAX_ARG_TEXT: int

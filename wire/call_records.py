@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ringtrace.wire.model import CALL, CALL_KINDS, CALL_RAISED, RECORD_FIELDS
+from ringtrace.wire.record_runs import RecordRun
 from ringtrace.wire.stack_frames import CodeLocation
 from ringtrace.wire.table_frames import KindSpec
 
@@ -68,9 +69,10 @@ def pack_records(calls: Sequence[tuple[int, int, int, int]]) -> bytes:
     return b"".join(RECORD.pack(*call) for call in calls)
 
 
-def event_count(run: Sequence[Any] | CallRun) -> int:
-    """The events in a drained run: a track's flat records (``RECORD_FIELDS`` values each), or a ``CallRun``."""
-    return len(run) if type(run) is CallRun else len(run) // RECORD_FIELDS
+def event_count(run: Sequence[Any] | CallRun | RecordRun) -> int:
+    """The events in a drained run: a track's flat records (``RECORD_FIELDS`` values each), a ``CallRun`` or a
+    ``RecordRun``."""
+    return len(run) // RECORD_FIELDS if type(run) is list else len(run)
 
 
 def is_call(kind: KindSpec) -> bool:

@@ -5,7 +5,8 @@ names and their values, in one object), not as a dict: that spares the recording
 insert per key, and the flusher their walk and release. The type is the C packer's (``ringtrace.wire._packer``), which
 the recorder takes at its import, and the stream encoder packs a ``Keywords`` as the map it stands for, to the same
 bytes. Every other reader gets maps: the flusher hands listeners that do not set ``packs_keywords`` their records
-with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them.
+with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them, and instants the C
+recorder kept as compact records (``record_runs.py``) as their flat records (``as_given``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from ringtrace.wire.model import RECORD_FIELDS
 from ringtrace.wire.optional_c import load_optional
+from ringtrace.wire.record_runs import RecordRun
 
 if TYPE_CHECKING:
     from ringtrace.wire._packer import Keywords
 
-__all__ = ["KEYWORDS", "as_map", "with_maps"]
+__all__ = ["KEYWORDS", "as_given", "as_map", "with_maps"]
 
 _packer = load_optional("ringtrace.wire._packer")
 
@@ -45,3 +47,12 @@ def with_maps(records: list[Any]) -> list[Any]:
                 copied = list(records)
             copied[i] = records[i].as_dict()
     return _packer.tracked(records) if copied is None else copied
+
+
+def as_given(records: Any) -> Any:
+    """A drained run as a listener that does not pack runs itself gets it (the flusher's hand-over): flat records with
+    maps (``with_maps``), a run of compact records as its flat records (``RecordRun.as_flat``); a run of calls as it
+    is."""
+    if type(records) is list:
+        return with_maps(records)
+    return records.as_flat() if type(records) is RecordRun else records

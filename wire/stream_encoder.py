@@ -22,6 +22,8 @@ from ringtrace.wire.event_packing import ACCELERATED, EncodedBatch, EventColumns
 from ringtrace.wire.frame_types import DEFAULT_MAX_FRAME_BYTES, EVENTS_HEADER, FRAME_HEADER, MIN_MAX_FRAME_BYTES
 from ringtrace.wire.frames import Stats, encode
 from ringtrace.wire.model import KINDS, RECORD_FIELDS, KindRegistry, TrackInfo
+from ringtrace.wire.record_packing import RECORDS_ACCELERATED, RecordIds
+from ringtrace.wire.record_runs import RecordRun
 from ringtrace.wire.stack_table import STACK_KINDS, StackTable
 from ringtrace.wire.string_table import StringTable
 from ringtrace.wire.table_frames import KindSpec, Schema, Strings, Track
@@ -85,6 +87,8 @@ class StreamEncoder(EventPacking):
         self._choose_packing(accelerated)
         #: Runs of traced calls are packed in C from their records (else as their flat records, the Python way).
         self._call_ids = CallIds() if accelerated and CALLS_ACCELERATED else None
+        #: Runs of compact records are packed in C from their records (else as their flat records).
+        self._record_ids = RecordIds() if accelerated and RECORDS_ACCELERATED else None
 
     @property
     def label_overflow_events(self) -> int:
@@ -133,7 +137,7 @@ class StreamEncoder(EventPacking):
         ended = Track(track.track_id, track.kind, track.name, track.thread_id, track.parent, ended=True)
         return encode(ended, self.max_frame_bytes)
 
-    def encode(self, track: TrackInfo, records: list[Any] | CallRun) -> EncodedBatch:
+    def encode(self, track: TrackInfo, records: list[Any] | CallRun | RecordRun) -> EncodedBatch:
         """Frames for one track's drained events, ``RECORD_FIELDS`` values each, or a run of traced calls (the same
         frames as its ``as_flat()`` records): if the string table filled while packing them and ``recycles``, it
         starts again and they are packed in the new epoch."""
@@ -161,7 +165,7 @@ class StreamEncoder(EventPacking):
             batch.control.insert(0, declared)
         return batch
 
-    def _encode_given(self, track_id: int, given: list[Any] | CallRun) -> EncodedBatch:
+    def _encode_given(self, track_id: int, given: list[Any] | CallRun | RecordRun) -> EncodedBatch:
         """The EVENTS frames of a run as given (the tables' control frames are the caller's to take)."""
         if isinstance(given, CallRun):
             if self._call_ids is not None:
@@ -175,10 +179,19 @@ class StreamEncoder(EventPacking):
                 except NotPackable:  # a location named by no text: the Python way, counting all again
                     table.overflowed, stacks.overflowed = counters
             given = given.as_flat()
+        elif isinstance(given, RecordRun):
+            if self._record_ids is not None:
+                batch = EncodedBatch(self.strings.epoch)
+                limits = (self.max_events_per_frame, self.max_frame_bytes)
+                self._record_ids.pack(batch, track_id, given, self.strings, limits, self._encode_columns)
+                return batch
+            given = given.as_flat()
         records = self.stacks.with_ids(given)  # (samples, calls: before packing, so that their STACKS frames are known)
         return self._encode_events(track_id, records)
 
-    def encode_pieces(self, track: TrackInfo, records: list[Any] | CallRun) -> Iterator[tuple[EncodedBatch, int]]:
+    def encode_pieces(
+        self, track: TrackInfo, records: list[Any] | CallRun | RecordRun
+    ) -> Iterator[tuple[EncodedBatch, int]]:
         """``encode``, in as many batches as the string table needs, each with the number of events it was given:
         where the table ``recycles`` and the run has more events than the table has room for labels, in pieces of
         half a table's labels, so that the table starting again between two pieces is enough for each (a run of only
@@ -193,6 +206,8 @@ class StreamEncoder(EventPacking):
                 run = CallRun(records.records[start : start + step], records.locations)
                 yield self.encode(track, run), len(run)
             return
+        if isinstance(records, RecordRun):
+            records = records.as_flat()  # (rare: a run with more new labels than the table has room for)
         step = max(table.overflow_id // 2, 1) * RECORD_FIELDS
         for start in range(0, len(records), step):
             piece = records[start : start + step]

@@ -49,8 +49,9 @@ from typing import Any, NamedTuple, Protocol
 from ringtrace.client.delivery.pass_failures import PassFailures
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.wire.call_records import CallRun, event_count
-from ringtrace.wire.keyword_args import with_maps
-from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
+from ringtrace.wire.keyword_args import as_given
+from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.record_runs import RecordRun
 
 __all__ = ["FLUSHER", "Drained", "Flusher", "Paced", "Run", "Sweepable"]
 
@@ -61,8 +62,8 @@ _HOLD_S = 0.001
 _HANDED_OVER: list[Any] = []
 
 
-#: A run of one track's events: flat records (``RECORD_FIELDS`` values each), or a run of traced function calls.
-Run = list[Any] | CallRun
+#: A run of one track's events: flat records (``RECORD_FIELDS`` values each), traced calls' or compact records.
+Run = list[Any] | CallRun | RecordRun
 
 
 class Drained(NamedTuple):
@@ -103,14 +104,13 @@ class Paced(Protocol):
 
 
 def _behind(runs: list[tuple[TrackInfo, Run]], max_buffered_events: int) -> bool:
-    """Whether a track's buffer was a quarter full or more when it was drained: a thread outruns the flusher. Then the
-    flusher hands over all it drained without yielding between runs: a recording thread that gets the turn keeps it
-    for a switch interval (5 ms), fills its buffer again meanwhile, and loses what does not fit (counted)."""
+    """Whether a track's buffer was a quarter full or more when drained (a thread outruns the flusher): then all is
+    handed over without yielding between runs (a thread given the turn keeps it 5 ms, filling its buffer meanwhile)."""
     held: dict[int, int] = {}
     for track, records in runs:
-        if type(records) is list:  # (calls have buffers of their own, in bytes)
-            held[track.track_id] = held.get(track.track_id, 0) + len(records)
-    return max(held.values(), default=0) >= max_buffered_events * RECORD_FIELDS // 4
+        if type(records) is not CallRun:  # (calls have buffers of their own, in bytes)
+            held[track.track_id] = held.get(track.track_id, 0) + event_count(records)
+    return max(held.values(), default=0) >= max_buffered_events // 4
 
 
 class _Carried(NamedTuple):
@@ -381,7 +381,7 @@ class Flusher:
                 self._carried.insert(0, _Carried(timeline, listeners, runs[i:], still_ending))
                 self.wake()  # the flusher thread finishes it
                 return False
-            _call(listeners, "receive", track, with_maps(records) if maps and type(records) is list else records)
+            _call(listeners, "receive", track, as_given(records) if maps else records)
             runs[i] = (track, _HANDED_OVER)  # its events go now, not at the end of the sweep: a recording thread
             del records  # may be filling its buffer again meanwhile, and the two together are what the process holds
             if last_run[track.track_id] == i and track.track_id in ending:

@@ -90,7 +90,7 @@ class ObjectListener:
     _lost_at_flush = 0
 
     def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
-        if isinstance(records, CallRun):  # traced calls: their flat records define their events
+        if not isinstance(records, list):  # traced calls, compact records: their flat records define their events
             records = records.as_flat()
         if not records:
             return

@@ -22,14 +22,17 @@ from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.tracks import TrackBuffer
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
+from ringtrace.wire.record_runs import RecordRun
 
 __all__ = ["Run", "lane_parents", "take_events"]
 
 #: One track's events taken in one piece: ``RECORD_FIELDS`` flat values each, oldest first.
-Run = tuple[TrackInfo, list[Any]]
+Run = tuple[TrackInfo, Any]
 #: Values taken from a buffer in one list operation (8192 events).
 _RUN_VALUES = 8192 * RECORD_FIELDS
 _take_runs = None if speedups is None else speedups.take_runs
+#: The C recorder's table of labels, which its compact records index (append only).
+_LABELS: list[str] = [] if speedups is None else speedups.record_labels()
 
 
 def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer]]:
@@ -50,6 +53,12 @@ def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer
     return taken, ended
 
 
+def _record_run(segment: Any) -> RecordRun:
+    """A segment of compact records the C drain took, as the run listeners get (``wire/record_runs.py``)."""
+    records, count = segment.take()
+    return RecordRun(records, _LABELS, count)
+
+
 def _join_lane_run(taken: list[Run], open_runs: dict[int, list[Any]]) -> None:
     """Join the run just taken (one task's on a lane) to the lane's run taken before it, if one is, and it stays
     within ``_RUN_VALUES``."""
@@ -67,8 +76,11 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
     events = buffer.events
     count = len(events)
     first = len(taken)
-    if _take_runs is not None:  # C: the values move, untouched, in one pass
-        taken += [(buffer.track, run) for run in _take_runs(events, count, _RUN_VALUES)]
+    if _take_runs is not None:  # C: the values move, untouched, in one pass; a segment of compact records is a run
+        taken += [
+            (buffer.track, run if type(run) is list else _record_run(run))
+            for run in _take_runs(events, count, _RUN_VALUES)
+        ]
     else:
         # Copy the runs first, then delete them from the last one back: each delete then moves only the values
         # appended since the drain began, where deleting from the front would move the rest of the buffer every time

@@ -111,6 +111,8 @@ class _PyRecorder:
     _max_buffered_values: int
     #: Values a buffer holds when the next event wakes the flusher: about half of ``_max_buffered_values``.
     _wake_buffered_values: int
+    #: Bytes of compact records one thread may hold (the C recorder's instants; see ``RECORD_BYTES_PER_EVENT``).
+    _max_buffered_record_bytes: int
     #: Counts one event refused for want of room in its buffer: ``next`` of an ``itertools.count``, which no other
     #: thread can interleave with (``+= 1`` on an attribute could lose a count).
     _count_full: Callable[[], object]
@@ -291,12 +293,19 @@ class Recorder(_RecorderBase):
             pass
         with self._lock:
             listening = self._listening
-            events = self._tracks.thread_buffer(self._track_label).events if listening else None
+            buffer = self._tracks.thread_buffer(self._track_label) if listening else None
+            events = None if buffer is None else buffer.events
+            tls.records = None if buffer is None else buffer.records
             tls.events = events
         # A forked child's flusher starts here, on first use, not inside the fork handler.
         if listening and not self._flusher_running():
             return None  # keep nothing rather than grow buffers nobody drains
         return events
+
+    def _thread_records(self) -> Any:
+        """The C recorder's slow path, right after ``_thread_events``: the account of compact records of this thread's
+        buffer (``TrackBuffer.records``; None: it records none compactly)."""
+        return getattr(self._tls, "records", None)
 
     def _thread_recording(self) -> Recording:
         """``_thread_events`` as the pure-Python recorder's ``Recording``, cached in the thread-local state."""

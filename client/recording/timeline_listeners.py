@@ -16,7 +16,7 @@ from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 if TYPE_CHECKING:
     from ringtrace.client.recording.tracks import TrackBuffer
 
-__all__ = ["Listener", "close_unused", "count_lost", "replaced_after_fork", "subscribe_priority"]
+__all__ = ["Listener", "close_unused", "count_lost", "held_events", "replaced_after_fork", "subscribe_priority"]
 
 
 class Listener(Protocol):
@@ -26,7 +26,9 @@ class Listener(Protocol):
     def receive(self, track: TrackInfo, records: list[Any] | CallRun) -> None:
         """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or
         as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py); or a run
-        of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values)."""
+        of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values); or,
+        for a listener whose ``packs_keywords`` is true, a ``RecordRun`` of compact instants (``wire/record_runs.py``:
+        ``as_flat()`` too)."""
 
     def lost(self, events: int) -> None:
         """``events`` recorded for this listener were dropped before it received them (counted as its drops). A
@@ -55,10 +57,17 @@ def subscribe_priority(listener: Listener, timeline: Any) -> None:
 
 def count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carried: int = 0) -> None:
     """Events that were recorded for ``listeners`` and will never reach them: counted as their drops."""
-    lost = carried + sum(len(buffer.events) for buffer in buffers) // RECORD_FIELDS
+    lost = carried + sum(held_events(buffer) for buffer in buffers)
     if lost:
         for listener in listeners:
             listener.lost(lost)
+
+
+def held_events(buffer: TrackBuffer) -> int:
+    """The events a buffer holds: its list's, and those its compact segments (the C recorder's, ``records.c``) hold
+    past the one event's place each takes in the list, which the buffer's account of them counts as they come."""
+    records = buffer.records
+    return len(buffer.events) // RECORD_FIELDS + (0 if records is None else records.extra_events)
 
 
 def close_unused(listeners: Sequence[Listener], still_used: Iterable[Listener], deadline: float) -> bool:

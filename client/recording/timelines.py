@@ -67,6 +67,12 @@ _MAX_NS = 2**63
 _STACK_FRAMES = 32
 
 
+#: Bytes of compact records (the C recorder's instants with flat arguments: 28 bytes and their packed arguments each)
+#: one thread may hold per event of ``max_buffered_events``: 12.8 MB at the default 200,000, on top of the bound of its
+#: buffer list (``max_buffered_events`` events, 100 to 300 bytes each).
+RECORD_BYTES_PER_EVENT: Final = 64
+
+
 class CallSource(Protocol):
     """What traces function calls for a timeline (``ringtrace.client.functions``): its drain gives runs of calls per
     thread."""
@@ -340,6 +346,7 @@ class Timeline(Recorder):
         with self._lock:
             self._max_buffered_values = events * RECORD_FIELDS
             self._wake_buffered_values = max(events // 2, 1) * RECORD_FIELDS
+            self._max_buffered_record_bytes = events * RECORD_BYTES_PER_EVENT
             self._reset_recorders(self._listening)  # the Python recorder caches the bound per thread
 
     @property

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.sources import Source
@@ -61,12 +62,14 @@ class TrackBuffer:
     ``owner`` is the thread, or the asyncio task, that records into it.
     """
 
-    __slots__ = ("events", "owner", "track")
+    __slots__ = ("events", "owner", "records", "track")
 
     def __init__(
         self, track: TrackInfo, owner: threading.Thread | EndedThread | Task[Any] | weakref.ref[Source]
     ) -> None:
         self.events: list[Any] = []
+        #: The C recorder's account of the compact records in ``events`` (its instants' segments), or None.
+        self.records = None if speedups is None else speedups.RecordBuffer()
         self.track = track
         self.owner = owner
 

@@ -11,16 +11,17 @@ now_ns_object(ModuleState *state)
     return now_ns(state, &now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
-/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already. Steals the
-   references in `values` on success and on failure alike. Returns 0, or -1: an exception set, or none when the list
-   was full. No allocation that could run Python code happens here: the caller allocated everything before. */
+/* Append the five values of one event to `list`, all or nothing, unless it holds `limit` values already (its segments'
+   records counted: buffered_values). Steals the references in `values` on success and on failure alike. Returns 0, or
+   -1: an exception set, or none when the list was full. No allocation that could run Python code happens here: the
+   caller allocated everything before. */
 int
 append_event(ModuleState *state, PyObject *list, PyObject *values[RECORD_FIELDS], Py_ssize_t limit)
 {
     PyListObject *l = (PyListObject *)list;
     Py_ssize_t n = Py_SIZE(l);
     int i;
-    if (n >= limit) goto fail;
+    if (buffered_values(state, list) >= limit) goto fail;
     /* In place when the list has room and would not shrink (list_resize's own rule), else through the list's own
        growth (a memory request only: no Python code), then in place. */
     if (!(n + RECORD_FIELDS <= l->allocated && n + RECORD_FIELDS >= (l->allocated >> 1))) {
@@ -64,14 +65,28 @@ thread_events(RecorderCore *self)
         uint64_t generation = self->generation;
         PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_thread_events);
         if (events == NULL || !checked_events(events)) return NULL;
-        if (generation == self->generation) {
-            if (self->cache_threads) {
-                /* The cache is whole before the old entry is released: releasing it may run Python code. */
-                PyObject *old = self->cached_events;
-                self->cached_events = Py_NewRef(events);
-                self->cached_thread = me;
-                Py_XDECREF(old);
+        if (generation == self->generation && self->cache_threads && self->state->str_thread_records != NULL) {
+            /* The thread's account of compact records, asked for in the same state (see records.c). */
+            PyObject *records = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_thread_records);
+            if (records == NULL) {
+                Py_DECREF(events);
+                return NULL;
             }
+            if (generation == self->generation) {
+                /* The cache is whole before the old entries are released: releasing them may run Python code. */
+                PyObject *old = self->cached_events, *old_records = (PyObject *)self->cached_records;
+                self->cached_events = Py_NewRef(events);
+                self->cached_records =
+                    Py_IS_TYPE(records, self->state->record_buffer_type) ? (RecordBuffer *)Py_NewRef(records) : NULL;
+                self->cached_thread = me;
+                Py_DECREF(records);
+                Py_XDECREF(old);
+                Py_XDECREF(old_records);
+                return events;
+            }
+            Py_DECREF(records);
+        }
+        else if (generation == self->generation) {
             return events;
         }
         Py_DECREF(events); /* the state changed while Python ran: ask again */

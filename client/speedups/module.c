@@ -2,6 +2,13 @@
 
 #include "speedups.h"
 
+static PyObject *
+module_record_labels(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    ModuleState *state = PyModule_GetState(module);
+    return Py_NewRef(state->labels);
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop]): what the recorder needs from "
@@ -15,6 +22,8 @@ static PyMethodDef module_methods[] = {
      "clock_offset(): (low, high), the ns between which the recorder's clock less the monotonic clock lies now."},
     {"take_runs", (PyCFunction)(void (*)(void))take_runs, METH_FASTCALL,
      "take_runs(list, count, run_values): the first count values of list in runs, removed from it."},
+    {"record_labels", module_record_labels, METH_NOARGS,
+     "record_labels(): the table of labels compact records index (a list, append only; record_runs.RecordRun's)."},
     {"take_samples", (PyCFunction)(void (*)(void))take_samples, METH_FASTCALL,
      "take_samples(threads, active, own, tasks, now, kind, sampled_of, intern, wake): the sampler's pass over the "
      "threads (sampling/thread_pass.py); returns the samples taken and the threads met."},
@@ -34,6 +43,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->message_type);
     Py_VISIT(state->traced_type);
     Py_VISIT(state->keywords_type);
+    Py_VISIT(state->record_buffer_type);
+    Py_VISIT(state->segment_type);
+    Py_VISIT(state->labels);
+    Py_VISIT(state->label_ids);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
     Py_VISIT(state->probe_kept);
@@ -54,6 +67,11 @@ module_clear(PyObject *module)
     Py_CLEAR(state->message_type);
     Py_CLEAR(state->traced_type);
     Py_CLEAR(state->keywords_type);
+    Py_CLEAR(state->record_buffer_type);
+    Py_CLEAR(state->segment_type);
+    Py_CLEAR(state->labels);
+    Py_CLEAR(state->label_ids);
+    Py_CLEAR(state->str_thread_records);
     Py_CLEAR(state->get_running_loop);
     Py_CLEAR(state->str_running_loop);
     Py_CLEAR(state->probe_kept);
@@ -130,6 +148,8 @@ module_exec(PyObject *module)
         (state->null_scope_type = add_type(module, &null_scope_spec, NULL)) == NULL ||
         (state->message_type = add_type(module, &message_spec, NULL)) == NULL ||
         (state->traced_type = add_type(module, &traced_spec, NULL)) == NULL ||
+        (state->record_buffer_type = add_type(module, &record_buffer_spec, NULL)) == NULL ||
+        (state->segment_type = add_type(module, &segment_spec, NULL)) == NULL ||
         (state->keywords_type = packer_keywords_type()) == NULL) {
         return -1;
     }
@@ -146,6 +166,10 @@ module_exec(PyObject *module)
     state->str_marker = PyUnicode_InternFromString("_marker");
     state->str_running_loop = PyUnicode_InternFromString("__asyncio_running_event_loop__");
     state->probe_kept = PyList_New(0);
+    state->labels = PyList_New(0);
+    state->label_ids = PyDict_New();
+    state->str_thread_records = PyUnicode_InternFromString("_thread_records");
+    if (!state->labels || !state->label_ids || !state->str_thread_records) return -1;
     if (!state->str_running_loop || !state->probe_kept) return -1;
     if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
         !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||

@@ -92,6 +92,11 @@ core_instant(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObj
         PyErr_Format(PyExc_TypeError, "instant() takes one positional argument, the name (%zd given)", nargs);
         return NULL;
     }
+    if (self->listening && self->max_record_bytes > 0) { /* compact where it has the shape (records.c) */
+        int recorded = record_compact_instant(self, args[0], args + nargs, kwnames);
+        if (recorded < 0) return NULL;
+        if (recorded) Py_RETURN_NONE;
+    }
     stamp = now_ns_object(self->state);
     if (stamp == NULL) return unrecorded(self);
     kwargs = keywords_new(self->state, args + nargs, kwnames);
@@ -149,7 +154,7 @@ core_events_with_room(RecorderCore *self, PyObject *Py_UNUSED(ignored))
     PyObject *events = current_events(self);
     if (events == NULL) return unrecorded(self);
     if (events == Py_None) return events;
-    held = Py_SIZE(events);
+    held = buffered_values(self->state, events);
     if (held >= self->max_values) {
         Py_DECREF(events);
         self->unrecorded++;
@@ -168,6 +173,7 @@ core_forget_recorders(RecorderCore *self, PyObject *Py_UNUSED(ignored))
     self->generation++;
     self->cached_thread = 0;
     Py_CLEAR(self->cached_events);
+    Py_CLEAR(self->cached_records);
     Py_RETURN_NONE;
 }
 
@@ -178,10 +184,12 @@ core_cache_threads(RecorderCore *self, PyObject *flag)
     if (enabled < 0) return NULL;
     self->cache_threads = enabled;
     if (!enabled) {
-        PyObject *old = self->cached_events;
+        PyObject *old = self->cached_events, *old_records = (PyObject *)self->cached_records;
         self->cached_thread = 0;
         self->cached_events = NULL;
+        self->cached_records = NULL;
         Py_XDECREF(old);
+        Py_XDECREF(old_records);
     }
     Py_RETURN_NONE;
 }
@@ -206,6 +214,7 @@ core_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwar
     self->state = PyModule_GetState(module);
     self->max_values = PY_SSIZE_T_MAX; /* until the timeline sets its bound */
     self->wake_values = PY_SSIZE_T_MAX - RECORD_FIELDS;
+    self->max_record_bytes = 0; /* none until the timeline sets its bound */
     return (PyObject *)self;
 }
 
@@ -215,6 +224,7 @@ core_traverse(RecorderCore *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->module);
     Py_VISIT(self->cached_events);
+    Py_VISIT(self->last_label);
     return 0;
 }
 
@@ -224,6 +234,9 @@ core_clear(RecorderCore *self)
 {
     self->cached_thread = 0;
     Py_CLEAR(self->cached_events);
+    Py_CLEAR(self->cached_records);
+    Py_CLEAR(self->spare);
+    Py_CLEAR(self->last_label);
     return 0;
 }
 
@@ -263,6 +276,9 @@ static PyMemberDef core_members[] = {
     {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
      "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
     {"_listening", T_BOOL, offsetof(RecorderCore, listening), 0, "Whether the timeline has listeners."},
+    {"_max_buffered_record_bytes", T_PYSSIZET, offsetof(RecorderCore, max_record_bytes), 0,
+     "Bytes of compact records one thread may hold (0: none recorded compactly); what does not fit is refused and "
+     "counted."},
     {"_wake_buffered_values", T_PYSSIZET, offsetof(RecorderCore, wake_values), 0,
      "Values a buffer holds when the next event wakes the flusher (about half of _max_buffered_values)."},
     {NULL, 0, 0, 0, NULL},

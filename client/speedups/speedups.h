@@ -33,7 +33,7 @@ What it does, and why it is safe to do it this way:
   takes Keywords from there at its import.
 
 The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
-recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), samples.c (the
+recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), records.c (compact records), samples.c (the
 sampler's pass over the threads), module.c (the module). */
 
 #ifndef RINGTRACE_SPEEDUPS_H
@@ -74,6 +74,9 @@ typedef struct {
 typedef struct {
     PyTypeObject *recorder_core_type, *scope_type, *null_scope_type, *message_type, *traced_type;
     PyTypeObject *keywords_type; /* ringtrace.wire._packer.Keywords, taken from there at import */
+    PyTypeObject *record_buffer_type, *segment_type; /* records.c */
+    PyObject *labels;    /* records.c: the table of labels compact records index (a list, append only)... */
+    PyObject *label_ids; /* ...and each label's index there (a dict) */
     PyObject *null_scope;       /* the NullScope of every scope() that keeps nothing: it holds no state */
     PyObject *get_running_loop; /* asyncio.events._get_running_loop; NULL until configure() */
     PyObject *str_running_loop; /* the key of the running loop in asyncio's thread state dict (see running_loop) */
@@ -87,7 +90,7 @@ typedef struct {
     PyObject *instant_kind;     /* model.INSTANT */
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
     PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
-        *str_not_an_event, *str_on, *str_marker;
+        *str_not_an_event, *str_on, *str_marker, *str_thread_records;
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
     PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name;
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
@@ -137,6 +140,23 @@ now_ns(ModuleState *state, int64_t *out)
     return 0;
 }
 
+/* A thread's account of its compact records (records.c), one per track buffer (tracks.py). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t held_bytes;   /* bytes allocated by this thread's segments not taken yet */
+    Py_ssize_t extra_events; /* events its segments in the list hold past the one event's place each takes there (their
+                                records less one each): what the list's bound counts beside the list's own events */
+} RecordBuffer;
+
+/* Compact records in one piece of a thread's buffer list, where it takes one event's place (records.c). */
+typedef struct {
+    PyObject_HEAD
+    RecordBuffer *owner; /* the thread's, once placed in its list; NULL while spare */
+    unsigned char *data;
+    Py_ssize_t size, capacity, count;
+    int taken; /* out of the list: never written again, and no longer held by the owner */
+} Segment;
+
 /* The recording state of one Timeline (its C base class). */
 typedef struct {
     PyObject_HEAD
@@ -145,6 +165,11 @@ typedef struct {
     int cache_threads;       /* 0 while threading.local is not per thread state (gevent patched it) */
     uint64_t cached_thread;  /* PyThreadState_GetID of the thread whose buffer is cached; 0: none */
     PyObject *cached_events; /* that thread's buffer list, or Py_None: it keeps nothing */
+    RecordBuffer *cached_records; /* that thread's account of compact records, or NULL: it records none */
+    PyObject *spare;         /* a segment made before a lookup, for the next compact instant that needs one (records.c) */
+    PyObject *last_label;    /* the label of the last compact instant... */
+    Py_ssize_t last_label_index; /* ...and its index in the table of labels */
+    Py_ssize_t max_record_bytes; /* bytes of compact records a thread may hold, set by the timeline */
     uint64_t generation;     /* bumped by _forget_recorders() */
     Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
     Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
@@ -168,7 +193,11 @@ typedef struct {
 #pragma GCC visibility push(hidden)
 
 /* The types' specs, made into types by module_exec (module.c). */
-extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec;
+extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_spec, record_buffer_spec, segment_spec;
+
+/* records.c */
+int record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *values, PyObject *names);
+void segment_taken(PyObject *segment);
 
 /* buffers.c */
 PyObject *now_ns_object(ModuleState *state);
@@ -202,11 +231,28 @@ PyObject *run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #pragma GCC visibility pop
 
+/* The values a buffer list holds as its bound counts them: its own, and RECORD_FIELDS more for each event its segments
+   hold past their place (RecordBuffer.extra_events). A thread's segments are the first events of its list (records.c:
+   one is placed only in an empty list or after another), so the first value says whether it holds any, and whose
+   account counts them: no sum over the list. */
+static inline Py_ssize_t
+buffered_values(ModuleState *state, PyObject *events)
+{
+    Py_ssize_t n = Py_SIZE(events);
+    if (n > 0) {
+        PyObject *first = ((PyListObject *)events)->ob_item[0];
+        if (Py_IS_TYPE(first, state->segment_type) && ((Segment *)first)->owner != NULL) {
+            n += ((Segment *)first)->owner->extra_events * RECORD_FIELDS;
+        }
+    }
+    return n;
+}
+
 /* An event just appended made `events` half full: wake the flusher (see wake_flusher). */
 static inline int
 wake_at_half(RecorderCore *self, PyObject *events)
 {
-    return Py_SIZE(events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
+    return buffered_values(self->state, events) == self->wake_values + RECORD_FIELDS ? wake_flusher(self) : 0;
 }
 
 #endif

@@ -315,8 +315,10 @@ def test_arguments_of_any_shape_are_packed_to_the_same_bytes_with_and_without_th
 
 
 def recorded_arguments(args: dict[str, Any]) -> Any:
-    """What the C recorder keeps as the arguments of ``tl.instant(name, **args)``."""
+    """What the C recorder keeps as the arguments of ``tl.instant(name, **args)`` recorded as objects (with compact
+    records off: flat ones are otherwise kept as bytes, ``test_compact_records.py``; others as objects always)."""
     tl = Timeline("keywords", [MemoryListener()])
+    tl._max_buffered_record_bytes = 0
     with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
         tl.instant("k", **args)
         ((_, run),) = tl.drain().runs
@@ -353,8 +355,10 @@ def test_instant_arguments_as_the_c_recorder_keeps_them_pack_as_the_python_path_
 @settings(deadline=None, max_examples=100)
 @given(st.lists(st.tuples(_values, _flat), min_size=1, max_size=8))
 def test_instants_of_one_call_site_pack_as_the_python_path_packs_their_maps(values: list[tuple[Any, Any]]) -> None:
-    """One call site passes one names tuple each time: the C packer packs its keys once a run."""
+    """One call site passes one names tuple each time: the C packer packs its keys once a run (compact records off:
+    ``test_compact_records.py``)."""
     tl = Timeline("call site", [MemoryListener()])
+    tl._max_buffered_record_bytes = 0
     with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
         for a, b in values:
             tl.instant("x", a=a, b=b)

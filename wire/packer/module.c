@@ -24,6 +24,9 @@ static PyMethodDef packer_methods[] = {
     {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
      "pack_events(records, table, converters, values_converter, track_id, max_frame_bytes) -> an EVENTS frame, or "
      "None for a run with arguments or labels of other shapes."},
+    {"pack_records", (PyCFunction)(void (*)(void))pack_records, METH_FASTCALL,
+     "pack_records(records, offset, max_count, names, overflow_id, track_id, max_frame_bytes) -> the label indexes "
+     "not interned yet, or (frame or None, records packed, offset past them, records named with the overflow id)."},
     {"pack_calls", (PyCFunction)(void (*)(void))pack_calls, METH_FASTCALL,
      "pack_calls(records, first, count, names, stacks, overflow_id, track_id, max_frame_bytes) -> the location "
      "indexes not interned yet (a list), or (an EVENTS frame or None past max_frame_bytes, overflowed names, calls "

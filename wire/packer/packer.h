@@ -162,6 +162,7 @@ PyObject *pack_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 PyObject *pack_args(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pack_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *pack_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* pack_values.c */
 int pack_text(Packed *out, PyObject *text);

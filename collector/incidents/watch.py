@@ -124,7 +124,9 @@ class RuleWatch:
     """
 
     def __init__(self, rules: RuleSet, limits: Limits, *, max_step_bytes: int = MAX_STEP_BYTES) -> None:
-        self._plan, self._limits, self._max_step_bytes = RulePlan(rules), limits, max_step_bytes
+        self._plan = RulePlan(rules)
+        self._limits = limits
+        self._max_step_bytes = max_step_bytes
         self._progress = _Progress()
 
     @property

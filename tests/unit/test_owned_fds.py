@@ -138,38 +138,87 @@ def test_descriptors_closed_under_them_are_made_anew_whatever_numbers_they_had()
     collector.close()
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the dial's descriptor in /proc/self/fd")
-def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket_open(
-    programs_sockets: list[socket.socket],
-) -> None:
-    server = socket.create_server(("127.0.0.1", 0))  # takes the connection, never answers the handshake
-    dialer = Dialer(
-        f"127.0.0.1:{server.getsockname()[1]}", StreamerOptions(tls=ssl.create_default_context(), connect_timeout_s=60)
-    )
-    before = open_numbers()
-    failed: list[BaseException] = []
+def dial_in_thread(dialer: Dialer) -> tuple[threading.Thread, list[ConnectFailed]]:
+    """``dialer.dial()`` on a thread of its own, and the list its ConnectFailed goes to (a connection to the close)."""
+    failed: list[ConnectFailed] = []
 
     def dial() -> None:
         try:
-            dialer.dial()
+            dialer.dial().close()
         except ConnectFailed as exc:
             failed.append(exc)
 
     dialling = threading.Thread(target=dial)
     dialling.start()
+    return dialling, failed
+
+
+def waits_in_poll(thread: threading.Thread) -> bool:
+    """Whether ``thread`` sleeps in the kernel's ``poll`` (where a connect with a timeout waits)."""
+    with open(f"/proc/self/task/{thread.native_id}/wchan") as wchan:
+        return "poll" in wchan.read()
+
+
+def assert_untouched(programs_sockets: list[socket.socket]) -> None:
+    """None of the program's sockets was closed, and none has our bytes (each pair's other end read nothing)."""
+    for sock in programs_sockets:
+        os.fstat(sock.fileno())
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            sock.recv(16)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the dial's descriptor in /proc/self")
+def test_a_dial_whose_descriptor_the_program_took_while_connecting_fails_and_leaves_it(
+    programs_sockets: list[socket.socket],
+) -> None:
+    # A queue of one, filled: the dial's connection waits (its SYN is dropped, sent again after 1 s, 3 s, ...).
+    server = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = server.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=60)
+    before = open_numbers()
+    dialling, failed = dial_in_thread(Dialer(f"127.0.0.1:{port}", StreamerOptions(connect_timeout_s=60)))
     deadline = time.monotonic() + 60
-    while not (dialled := open_numbers() - before):
-        assert time.monotonic() < deadline, "the dial made no socket within 60 s"
+    while not ((dialled := open_numbers() - before) and waits_in_poll(dialling)):
+        assert time.monotonic() < deadline, f"the dial did not wait on its connect within 60 s ({dialled})"
         time.sleep(0.01)
-    made = reuse_numbers(*dialled)  # while the handshake waits, as a daemon's closerange does
-    # The handshake fails now, whatever the machine's load: its connection, never accepted, is reset, and what it reads
-    # next under its number (the program's socket now) is an end of file.
+    programs_sockets.extend(reuse_numbers(*dialled))  # as a daemon's closerange does, while it connects
+    # Its next SYN is refused: the connect ends, and its number now names a connected socket (the program's).
     server.close()
+    filler.close()
+    dialling.join(60)
+    assert not dialling.is_alive()
+    assert [exc.reason for exc in failed] == [
+        f"cannot connect to 127.0.0.1:{port}: the program closed the connection's descriptor"
+    ]
+    assert_untouched(programs_sockets)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the dial's descriptor in /proc/self/fd")
+def test_a_tls_dial_whose_descriptor_the_program_took_leaves_the_programs_socket_open(
+    programs_sockets: list[socket.socket],
+) -> None:
+    server = socket.create_server(("127.0.0.1", 0))  # reads the handshake's first message, never answers it
+    server.settimeout(60)
+    port = server.getsockname()[1]
+    before = open_numbers()
+    tls = StreamerOptions(tls=ssl.create_default_context(), connect_timeout_s=60)
+    dialling, failed = dial_in_thread(Dialer(f"127.0.0.1:{port}", tls))
+    accepted, _ = server.accept()
+    accepted.settimeout(60)
+    assert accepted.recv(1), "the dial sent no handshake"  # so it waits in the handshake now
+    dialled = open_numbers() - before - {accepted.fileno()}
+    made = reuse_numbers(*dialled)  # as a daemon's closerange does
+    # The handshake fails now, whatever the machine's load: its connection is reset, and what it reads next under its
+    # number (the program's socket now) is an end of file.
     others = [made[i ^ 1] for i, sock in enumerate(made) if sock.fileno() in dialled]  # (made in pairs)
     for sock in others:
         sock.close()
     programs_sockets.extend(sock for sock in made if sock not in others)
+    accepted.close()  # (unread bytes: a reset)
+    server.close()
     dialling.join(60)
-    assert failed and not dialling.is_alive()
+    assert not dialling.is_alive()
+    assert len(failed) == 1 and failed[0].reason.startswith(f"TLS with 127.0.0.1:{port}"), failed
     for sock in programs_sockets:
         os.fstat(sock.fileno())  # none of the program's sockets was closed

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["ConnectFailed", "Dialer"]
 
 #: What a non-blocking socket raises when it cannot go on now: wait for the selector. TLS has exceptions of its own.
+#: Why a connection is given up when the program closed its descriptor and took the number for its own socket.
+_TAKEN = "the program closed the connection's descriptor"
 _WOULD_BLOCK: tuple[type[Exception], ...] = (BlockingIOError, InterruptedError)
 
 
@@ -84,17 +86,9 @@ class Dialer:
     def _dial(self) -> socket.socket | ssl.SSLSocket:
         timeout_s = self.options.connect_timeout_s
         deadline = time.monotonic() + timeout_s
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
-        except Exception as exc:  # refused, unreachable, unresolvable: all mean "try again later"
-            reason = connect_failure(self.address_text, exc, timeout_s)
-            raise ConnectFailed(reason, nobody=nothing_listens(exc)) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        owned = self._connect(timeout_s)
         if not self.options.tls:
-            return sock
-        # The handshake waits on the network: a program may close the descriptor meanwhile and get its number for a
-        # socket of its own (a daemon's os.closerange), which a failed handshake must not close (owned_fds.py).
-        owned = OwnedSocket(sock)
+            return owned.sock
         try:
             tls = self._handshake(owned, deadline)
         except Exception as exc:  # an untrusted certificate, a peer that does not speak TLS, a timeout
@@ -103,8 +97,39 @@ class Dialer:
             raise ConnectFailed(f"TLS with {self.address_text} failed: {exc} ({hint})", at_once=True) from None
         if not owned.holds():
             owned.close()
-            raise ConnectFailed(f"TLS with {self.address_text}: the program closed the connection's descriptor")
+            raise ConnectFailed(f"TLS with {self.address_text}: {_TAKEN}")
         return tls
+
+    def _connect(self, timeout_s: float) -> OwnedSocket:
+        """A TCP connection to the collector dialled now, to each of its addresses in turn (as
+        ``socket.create_connection``), owned from before its connect: connecting and in the TLS handshake it waits on
+        the network, and a program may close the descriptor meanwhile and take its number for a socket of its own (a
+        daemon's ``os.closerange``), which we must neither use nor close (``owned_fds.py``).
+
+        Raises:
+            ConnectFailed: refused, unreachable, unresolvable, timed out, or the descriptor taken by the program.
+        """
+        failure: Exception = OSError(f"getaddrinfo gave no address for {self.address_text}")
+        try:
+            found = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        except Exception as exc:  # unresolvable
+            found, failure = [], exc
+        for family, kind, proto, _, address in found:
+            owned: OwnedSocket | None = None
+            try:  # refused, unreachable, timed out: the next address
+                owned = OwnedSocket(socket.socket(family, kind, proto))
+                owned.sock.settimeout(timeout_s)
+                owned.sock.connect(address)
+                if owned.holds():  # else the program's socket now: whatever its connect said was not of ours
+                    owned.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    return owned
+                failure = ConnectionError(_TAKEN)
+            except Exception as exc:
+                failure = exc
+            if owned is not None:
+                owned.close()
+        reason = connect_failure(self.address_text, failure, timeout_s)
+        raise ConnectFailed(reason, nobody=nothing_listens(failure))
 
     def _handshake(self, owned: OwnedSocket, deadline: float) -> ssl.SSLSocket:
         """``owned``'s socket wrapped in TLS (``owned`` holds the wrapped one), the handshake done (blocking, until

@@ -4,8 +4,8 @@ window captured and written whole, every outcome counted.
 Theory of operation
 -------------------
 With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
-thread, the stored segments pinned meanwhile (as a live tail's step is). A crash (a connection ended without the
-GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
+thread, the stored segments it reads pinned meanwhile (as a live tail's step is). A crash (a connection ended without
+the GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
 (``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding minute) and the
 bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
 pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
@@ -231,14 +231,14 @@ class IncidentEngine:
     def _follow(self, rules: RuleSet) -> None:
         """Watch ``rules`` (keeping the watch's place in what is stored), or stop watching if none needs it."""
         if watches(rules) and self._make_watch is not None:
+            self._ensure_pins()  # (with the watch's hold, its begin pins nothing: it reads nothing)
             if self._watch is None:  # (what is stored already is not its to judge; all stored from now on is)
                 self._watch = self._make_watch(rules)
-                frames, now, kept = stored_now(self._registry, self._store)
+                frames, now, kept = stored_now(self._registry, self._store, self._hold)
                 with frames:
                     self._watch.begin(now, kept)
             else:
                 self._watch = self._watch.with_rules(rules)
-            self._ensure_pins()
             if self._watch_task is None:
                 self._watch_task = asyncio.create_task(self._watch_loop(), name="incidents watch")
         elif self._watch_task is not None:
@@ -285,7 +285,7 @@ class IncidentEngine:
                     log.exception("incidents: rule %r fired, but its incident could not begin", firing.rule)
 
     async def _watch_step(self) -> list[Firing]:
-        """One step of the watch on a worker thread, the stored segments pinned meanwhile."""
+        """One step of the watch on a worker thread, the stored segments it reads pinned meanwhile."""
         watch = self._watch
         if watch is None:
             return []

@@ -34,6 +34,8 @@ class Watch(Protocol):
 
     def unread_of(self, seq: int, events: int) -> int: ...
 
+    def to_read(self, segments: Iterable[tuple[int, int]]) -> set[int]: ...
+
 
 class Viewer(Protocol):
     """What a capture needs of the service's pinned views (``Snapshots``)."""

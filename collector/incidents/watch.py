@@ -42,7 +42,6 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Final
 
@@ -50,9 +49,10 @@ import msgpack
 from ringtrace.collector.incidents.criteria import RulePlan, SegmentCriteria
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.frame_match import RUN_SLOTS, candidates, match_frame, match_run
-from ringtrace.collector.incidents.judge import Judge, StoredEvent
+from ringtrace.collector.incidents.judge import StoredEvent
 from ringtrace.collector.incidents.rule_verdicts import LOG_SLOTS, MADE, rule_verdicts, verdicts
 from ringtrace.collector.incidents.rules import RuleSet
+from ringtrace.collector.incidents.watch_progress import Cursor, Progress, advance, feed, let_go, to_read
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, ProcessView
 from ringtrace.collector.store.ring import SegmentView
 from ringtrace.collector.store.segments import INDEX_ENTRY
@@ -68,52 +68,6 @@ __all__ = ["MAX_STEP_BYTES", "RuleWatch"]
 MAX_STEP_BYTES: Final = 8 * 1024 * 1024
 
 
-@dataclass(slots=True)
-class _Cursor:
-    owner: int
-    #: Bytes of the segment read so far (or there when the watch began).
-    offset: int
-    #: The decoder that read them; None until the segment grows (a segment that was there when the watch began).
-    decoder: SessionDecoder | None
-    #: The events the segment held when last seen.
-    seen_events: int
-    #: Events the segment held when the watch began (none, for a newer one): they are not the watch's.
-    counted_from: int
-    #: Index entries (EVENTS frames) wholly before ``offset``, and their events.
-    read_entries: int = 0
-    read_events: int = 0
-    criteria: SegmentCriteria | None = None
-    #: A frame could not be decoded: the rest of the segment is counted, not read.
-    broken: bool = False
-    #: The bytes before the segment's first EVENTS frame (its tables replayed), while they are all the decoder read.
-    prefix: bytes | None = None
-
-
-@dataclass(slots=True)
-class _Progress:
-    """Where a watch is, what a reload keeps."""
-
-    cursors: dict[int, _Cursor] = field(default_factory=dict)
-    judge: Judge = field(default_factory=Judge)
-    began: bool = False
-    #: Segments newer than this are read from their start.
-    newest_seq: int = -1
-    #: Per process: events the store had kept of it when the watch began (``kept``), events of segments gone since
-    #: that the watch had read, and of those it had not read (a lower bound: what it saw of them).
-    baseline: dict[int, int] = field(default_factory=dict)
-    departed_read: dict[int, int] = field(default_factory=dict)
-    departed_unread: dict[int, int] = field(default_factory=dict)
-    #: Per process: events the store kept since the watch began that it neither read nor can still read.
-    missed: dict[int, int] = field(default_factory=dict)
-    undecodable_events: int = 0
-    unseen_segments: int = 0
-    #: Per process: the criteria of the latest segment compiled, which its next segment copies if its tables are
-    #: the same (``SegmentCriteria.following``).
-    latest_criteria: dict[int, SegmentCriteria] = field(default_factory=dict)
-    #: Per process: the cursor of its latest segment read from its start, whose decoder the next may take over.
-    prefixed: dict[int, _Cursor] = field(default_factory=dict)
-
-
 class RuleWatch:
     """See the module docstring. ``step`` runs on a worker thread, one at a time.
 
@@ -127,7 +81,7 @@ class RuleWatch:
         self._plan = RulePlan(rules)
         self._limits = limits
         self._max_step_bytes = max_step_bytes
-        self._progress = _Progress()
+        self._progress = Progress()
 
     @property
     def rules(self) -> RuleSet:
@@ -182,7 +136,8 @@ class RuleWatch:
         """The firings of the events stored since the last step, segment by segment (oldest first).
 
         Args:
-            segments: every stored segment with its process, pinned, oldest first.
+            segments: every stored segment with its process, oldest first, pinned (those ``to_read`` chose at
+                least: the others without their bytes).
             kept: per process, the events the store has kept of it so far (``Store.kept_events``), taken with the
                 segments: what the watch has read or can still read must add up to what was kept since it began,
                 the rest left before it read it (``unread_events``). Without it, only what it saw is counted.
@@ -200,18 +155,20 @@ class RuleWatch:
         for process, segment in segments:
             cursor = progress.cursors.get(segment.seq)
             if cursor is None:
-                cursor = progress.cursors[segment.seq] = _Cursor(segment.owner, 0, None, 0, 0)
+                cursor = progress.cursors[segment.seq] = Cursor(segment.owner, 0, None, 0, 0)
             cursor.seen_events = segment.events
             accounted[segment.owner] = accounted.get(segment.owner, 0) + segment.events - cursor.counted_from
             if cursor.broken:  # frames after one that could not be decoded cannot be either
                 progress.undecodable_events += segment.events - cursor.read_events
                 cursor.read_events, cursor.read_entries = segment.events, segment.entries
                 continue
+            if cursor.offset >= segment.used or not segment.size:  # (nothing new, or not pinned: ``to_read``)
+                continue
             if self._plan.empty:  # nothing to judge: skip ahead (the decoder catches up if rules come)
                 cursor.offset, cursor.decoder, cursor.criteria = segment.used, None, None
-                _advance(cursor, segment)
+                advance(cursor, segment)
                 continue
-            if cursor.offset >= segment.used or budget <= 0:
+            if budget <= 0:
                 continue
             end = min(segment.used, cursor.offset + budget)
             budget -= end - cursor.offset
@@ -220,10 +177,15 @@ class RuleWatch:
             missed = count - progress.baseline.get(owner, 0) - accounted.get(owner, 0)
             progress.missed[owner] = max(progress.missed.get(owner, 0), missed)
         progress.judge.fold_surplus()
-        _let_go(segments, progress.cursors, progress.latest_criteria)
+        let_go(segments, progress.cursors, progress.latest_criteria)
         for owner in progress.prefixed.keys() - progress.latest_criteria.keys():
             del progress.prefixed[owner]
         return firings
+
+    def to_read(self, segments: Iterable[tuple[int, int]]) -> set[int]:
+        """Of the segments a ``step`` is to be given, ``(seq, used)`` each, oldest first, those whose bytes it reads:
+        only they need be pinned (a view without bytes, ``size`` 0, is not read). Called between two steps."""
+        return to_read(self._progress, self._plan.empty, self._max_step_bytes, segments)
 
     def begin(self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None) -> None:
         """What is stored now is not the watch's to judge: each segment starts at its end (a first ``step`` does
@@ -236,7 +198,7 @@ class RuleWatch:
         progress.began = True
         progress.baseline = dict(kept or {})
         for _, segment in segments:
-            progress.cursors[segment.seq] = _Cursor(
+            progress.cursors[segment.seq] = Cursor(
                 segment.owner, segment.used, None, segment.events, segment.events, segment.entries, segment.events
             )
 
@@ -259,7 +221,7 @@ class RuleWatch:
         progress.newest_seq = max([progress.newest_seq, *present])
 
     def _read(
-        self, process: ProcessView, segment: SegmentView, cursor: _Cursor, end: int, firings: list[Firing]
+        self, process: ProcessView, segment: SegmentView, cursor: Cursor, end: int, firings: list[Firing]
     ) -> None:
         """Judge the segment's EVENTS frames that begin between the cursor and ``end``; the cursor moves past them.
 
@@ -279,7 +241,7 @@ class RuleWatch:
                 offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (entry + 1))
                 if offset >= end:  # (one that begins before the end is read whole: a step reads one at least)
                     break
-                _feed(cursor, buffer[position:offset])
+                feed(cursor, buffer[position:offset])
                 position = max(position, offset)
                 criteria = self._criteria(cursor, decoder.tables)
                 if criteria.columns is not None:
@@ -297,7 +259,7 @@ class RuleWatch:
                 cursor.read_entries += 1
                 cursor.read_events += count
             if end > position:  # session frames only: every EVENTS frame stored has its index entry
-                _feed(cursor, buffer[position:end])
+                feed(cursor, buffer[position:end])
                 position = end
             cursor.offset = position
         except ProtocolError:  # the rest of the segment cannot be decoded: its events are counted, not judged
@@ -305,7 +267,7 @@ class RuleWatch:
             cursor.read_events, cursor.read_entries = segment.events, segment.entries
             cursor.broken, cursor.decoder, cursor.criteria, cursor.prefix = True, None, None, None
 
-    def _decoder(self, segment: SegmentView, cursor: _Cursor, buffer: memoryview) -> SessionDecoder:
+    def _decoder(self, segment: SegmentView, cursor: Cursor, buffer: memoryview) -> SessionDecoder:
         """A decoder of the segment's session frames before the cursor (its events were there before, or it is
         new). A new segment begins with its process's tables replayed: where those bytes are the ones the
         process's previous segment began with, and its decoder read nothing more, that decoder is taken over
@@ -321,18 +283,18 @@ class RuleWatch:
                 holder.decoder = holder.criteria = holder.prefix = None
                 return cursor.decoder
             cursor.decoder, cursor.prefix = SessionDecoder(self._limits, live=False), None
-            _feed(cursor, buffer[:first])
+            feed(cursor, buffer[:first])
             cursor.prefix, cursor.offset = prefix, first
             return cursor.decoder
         decoder = cursor.decoder = SessionDecoder(self._limits, live=False)
         position = 0
         for offset, length, *_ in islice(segment.index(), cursor.read_entries):
-            _feed(cursor, buffer[position:offset])
+            feed(cursor, buffer[position:offset])
             position = offset + length
-        _feed(cursor, buffer[position : cursor.offset])
+        feed(cursor, buffer[position : cursor.offset])
         return decoder
 
-    def _criteria(self, cursor: _Cursor, tables: StreamTables) -> SegmentCriteria:
+    def _criteria(self, cursor: Cursor, tables: StreamTables) -> SegmentCriteria:
         """The cursor's criteria, up to date with ``tables``."""
         if cursor.criteria is None:
             latest = self._progress.latest_criteria.get(cursor.owner)
@@ -455,43 +417,3 @@ def _args(value: memoryview) -> Any:
         return msgpack.unpackb(value, raw=False, strict_map_key=False)
     except Exception:
         return None
-
-
-def _let_go(
-    segments: list[tuple[ProcessView, SegmentView]], cursors: dict[int, _Cursor], latest: dict[int, SegmentCriteria]
-) -> None:
-    """Drop the decoder and criteria of each segment read whole that a newer one of its process follows (it is
-    sealed: it will not grow), so that a long watch of a large store keeps one set of tables per process, not one
-    per segment (and the latest criteria of processes that have none stored)."""
-    newest: dict[int, int] = {}
-    for _, segment in segments:
-        newest[segment.owner] = max(newest.get(segment.owner, -1), segment.seq)
-    for owner in latest.keys() - newest.keys():  # (a process with nothing stored any more)
-        del latest[owner]
-    for _, segment in segments:
-        cursor = cursors.get(segment.seq)
-        sealed = segment.seq != newest[segment.owner]  # (a segment that grows after all is caught up on again)
-        if cursor is not None and cursor.decoder is not None and sealed and cursor.offset >= segment.used:
-            cursor.decoder = cursor.criteria = None
-
-
-def _feed(cursor: _Cursor, data: memoryview) -> None:
-    """Session frames (or part of one) to the cursor's decoder, applied to its tables: it read more than the
-    segment's first bytes (``prefix``)."""
-    decoder = cursor.decoder
-    if data and decoder is not None:  # (no data at all would say the stream ended)
-        cursor.prefix = None
-        decoder.receive_data(data)
-        for _ in decoder:
-            pass
-
-
-def _advance(cursor: _Cursor, segment: SegmentView) -> None:
-    """Count the index entries (EVENTS frames) now wholly before the cursor."""
-    buffer, size, step = segment.buffer, segment.size, INDEX_ENTRY.size
-    while cursor.read_entries < segment.entries:
-        offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (cursor.read_entries + 1))
-        if offset + length > cursor.offset:
-            return
-        cursor.read_entries += 1
-        cursor.read_events += count

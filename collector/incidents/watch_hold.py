@@ -73,6 +73,11 @@ class WatchHold:
         self._held[segment.seq] = segment
         self.held_bytes += segment.size
 
+    @property
+    def watch(self) -> Watch | None:
+        """The rules' watch it keeps segments for (None: no watch now)."""
+        return self._watch_of()
+
     def _unread_of(self, seq: int, events: int) -> int:
         watch = self._watch_of()
         return watch.unread_of(seq, events) if watch is not None else 0
@@ -107,8 +112,12 @@ class WatchHold:
 def stored_now(
     registry: Registry, store: Store, hold: WatchHold | None = None
 ) -> tuple[StoreSnapshot, list[tuple[ProcessView, SegmentView]], dict[int, int]]:
-    """Every stored segment (and those ``hold`` keeps), pinned (the snapshot lets go of them), with its process; and
-    the events the store kept of each process so far: what a watch step reads."""
+    """Every stored segment (and those ``hold`` keeps), with its process; and the events the store kept of each
+    process so far: what a watch step reads. With ``hold``, only the segments its watch's step reads are pinned
+    (``RuleWatch.to_read``; the snapshot lets go of them): a step pinning every stored one would keep the ring from
+    reusing the buffers of what it overwrites meanwhile. Without, every one is."""
     processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
-    frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else ())
+    watch = hold.watch if hold is not None else None
+    reads = None if watch is None else lambda segments: watch.to_read((s.seq, s.used) for s in segments)
+    frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else (), reads=reads)
     return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)

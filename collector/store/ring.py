@@ -278,15 +278,17 @@ class Store:
         on_store_thread: Callable[[Callable[[], None]], object] | None = None,
         owners: Container[int] | None = None,
         also: Iterable[Segment] = (),
+        reads: Callable[[list[Segment]], Container[int]] | None = None,
     ) -> StoreSnapshot:
         """References to every stored segment (of the processes ``owners``, if given), pinned; no payload is copied.
-        ``on_store_thread``: see ``StoreSnapshot``. ``also``: segments gone from the store but pinned still (older
-        than the stored ones of their process), taken first."""
+        ``on_store_thread``: see ``StoreSnapshot``. ``also``: segments gone but pinned still (older than the stored
+        ones of their process), taken first. ``reads``: the seqs of those read; the others are seen, unpinned."""
         segments = [s for s in self._holdings.segments.values() if owners is None or s.owner in owners]
         segments = [*(s for s in also if owners is None or s.owner in owners), *segments]
-        for segment in segments:
+        read = None if reads is None else reads(segments)
+        for segment in (s for s in segments if read is None or s.seq in read):
             segment.pins += 1
-        return StoreSnapshot(self, segments, on_store_thread)
+        return StoreSnapshot(self, segments, on_store_thread, read)
 
     def stored(self, owners: Iterable[int]) -> list[Segment]:
         """The stored segments of the processes ``owners``, each process's oldest first (not pinned: ``pin``)."""

@@ -9,7 +9,7 @@ has read it (``release``), so that a long snapshot does not keep what the ring o
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -68,17 +68,26 @@ class StoreSnapshot:
         store: what the segments were pinned in (``Store.snapshot``).
         on_store_thread: runs a callable on the store's thread, from any thread (``loop.call_soon_threadsafe``);
             without it ``release`` unpins nothing before ``close()``.
+        read: the seqs of the segments pinned (None: all of them); the views of the others have their counts
+            (``used``, ``entries``, ``events``) but no bytes (``size`` 0).
     """
 
     def __init__(
-        self, store: _Pins, segments: list[Segment], on_store_thread: Callable[[Callable[[], None]], object] | None
+        self,
+        store: _Pins,
+        segments: list[Segment],
+        on_store_thread: Callable[[Callable[[], None]], object] | None,
+        read: Container[int] | None = None,
     ) -> None:
         self._store: _Pins | None = store
         #: By seq (unique to a segment): what is still pinned, and where its view is.
-        self._pinned = {s.seq: (i, s) for i, s in enumerate(segments)}
+        self._pinned = {s.seq: (i, s) for i, s in enumerate(segments) if read is None or s.seq in read}
         self._on_store_thread = on_store_thread
         self.segments = [
-            SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events, s.reach) for s in segments
+            SegmentView(s.seq, s.owner, s.buffer, s.size, s.used, s.entries, s.events, s.reach)
+            if s.seq in self._pinned
+            else SegmentView(s.seq, s.owner, bytearray(), 0, s.used, s.entries, s.events, s.reach)
+            for s in segments
         ]
 
     def release(self, segment: SegmentView) -> None:

@@ -63,6 +63,9 @@ class SteppedWatch:
     def unread_of(self, seq: int, events: int) -> int:
         return 0
 
+    def to_read(self, segments: Iterable[tuple[int, int]]) -> set[int]:
+        return set()
+
 
 def _engine(tmp_path: Path, watch: SteppedWatch, load: RuleSet) -> IncidentEngine:
     store = Store(8 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from ringtrace.collector.incidents.rules import SpanCondition
 from ringtrace.collector.incidents.watch import RuleWatch
-from ringtrace.collector.incidents.watch_hold import WatchHold
+from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
 from ringtrace.collector.store.holdings import Removal
+from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import Segment
+from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import SPAN
 from ringtrace.wire.stream_limits import Limits
 from test_rule_watch import Stream, process, rules
@@ -123,3 +125,31 @@ def test_a_segment_cleared_on_request_is_not_kept() -> None:
     fill(store, client)
     store.clear([1])
     assert hold.segments() == []
+
+
+def test_a_step_pins_only_the_segments_it_reads_the_rest_stays_evictable() -> None:
+    # A step that reads a little of a large store must not keep the rest from the ring: what it evicts meanwhile
+    # would take fresh buffers.
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    client = Stream(store, registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test")).uid)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 4)
+    hold = WatchHold(store, 64 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    frames, now, kept = stored_now(registry, store, hold)
+    with frames:
+        watch.begin(now, kept)
+    while store.segment_count < 4:
+        client.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20)
+    stored = store.stored([client.owner])
+    fired = 0
+    for _ in range(100):  # (steps of a quarter segment each: the store is read within them)
+        frames, now, kept = stored_now(registry, store, hold)
+        with frames:
+            pinned = [s for s in stored if s.pins]
+            # (a step ends within the segment it reads, or just past one it finished and into the next)
+            assert len(pinned) <= 2, f"a step that reads {MIN_SEGMENT_BYTES // 4} bytes pinned {len(pinned)} segments"
+            fired += len(watch.step(now, kept))
+        assert all(s.pins == 0 for s in stored), "a step lets go of what it pinned"
+        if all(watch.unread_of(s.seq, s.events) == 0 for s in stored):
+            break
+    assert fired == sum(s.events for s in stored) and watch.unread_events == 0

@@ -270,9 +270,9 @@ class IncidentEngine:
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # A step takes at most WATCH_SHARE of the (wall) time: it holds the GIL ingest needs, and pins every stored
-            # segment. Under a flood it reads what it can (what the ring overwrote is kept for it within a bound); what
-            # leaves unread is counted, never silent. (Paced by CPU time, it cost a saturated ingest 21-30% on 2 cores.)
+            # A step takes at most WATCH_SHARE of the (wall) time: it holds the GIL ingest needs. Under a flood it reads
+            # what it can (what the ring overwrote is kept for it within a bound); what leaves unread is counted, never
+            # silent. (Paced by CPU time it cost a saturated ingest far more than its share, pinning only what it read.)
             pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)

@@ -3,21 +3,21 @@ loop after ingest stored them (clients pay nothing).
 
 Theory of operation
 -------------------
-A ``RuleWatch`` follows the stored segments as the live tail does (``read/tail.py``): a cursor per segment, how far
-it has read and the session decoder of its tables (a segment decodes alone). At each ``step`` (the engine runs one
-every ~100 ms on a worker thread, the segments pinned) it reads what each segment gained since, up to about
-``max_step_bytes`` in all (the rest waits for the next step): the segment's index says where its EVENTS frames are,
-the decoder is given the bytes between them (session frames: strings, kinds, tracks) and each EVENTS frame is judged
-where it is stored, in two passes. The first (``frame_match.py``, in C where built, without the GIL) finds the
+A ``RuleWatch`` follows the stored segments as the live tail does (``read/tail.py``): a cursor per segment, how far it
+has read and the session decoder of its tables (a segment decodes alone). At each ``step`` (the engine runs one every
+~100 ms on a worker thread, the segments it reads pinned: ``to_read``) it reads what each segment gained since, up to
+about ``max_step_bytes`` in all (the rest waits for the next step): the segment's index says where its EVENTS frames
+are, the decoder is given the bytes between them (session frames: strings, kinds, tracks) and each EVENTS frame is
+judged where it is stored, in two passes. The first (``frame_match.py``, in C where built, without the GIL) finds the
 frame's candidates from its kind, name and duration columns (and counters' values) against the segment's compiled
-criteria (``criteria.py``), without an object per event, a run of frames at once (``match_run``: the frames between
-two gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not
-with the events or frames. A run's candidates are then judged rule by rule where no Python is needed
-(``rule_verdicts.py``, in C where built, without the GIL: durations, error statuses, ``tl.incident`` calls,
-messages' text globs on their rendered text (``text_match.py``), each rule's place among its firings of the step, and
-what is past it counted), so that Python sees the firings made and what it alone can judge; the second pass
-(``judge.py``) decodes those candidates' args and judges them (a message whose values only Python renders, counters'
-crossings where the verdicts did not judge them), and makes each firing.
+criteria (``criteria.py``), without an object per event, a run of frames at once (``match_run``: the frames between two
+gaps of session frames, one call), so that the Python work of a step grows with the candidates and the gaps, not with
+the events or frames. A run's candidates are then judged rule by rule where no Python is needed (``rule_verdicts.py``,
+in C where built, without the GIL: durations, error statuses, ``tl.incident`` calls, messages' text globs on their
+rendered text (``text_match.py``), each rule's place among its firings of the step, and what is past it counted), so
+that Python sees the firings made and what it alone can judge; the second pass (``judge.py``) decodes those candidates'
+args and judges them (a message whose values only Python renders, counters' crossings where the verdicts did not judge
+them), and makes each firing.
 
 A new segment begins with its process's tables replayed: where those bytes are the ones its previous segment began
 with and that segment's decoder read nothing more, the new segment takes that decoder over (``_decoder``) instead of

@@ -7,6 +7,7 @@ bounded in bytes (what does not fit is kept as objects, within the buffer's boun
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -164,6 +165,39 @@ def test_a_thread_holds_compact_records_within_its_bytes_and_counts_what_it_refu
         assert (len(events), dropped) == (1, 0)
     finally:
         tl.close()
+
+
+def test_the_memory_a_threads_segments_allocate_is_within_its_bytes() -> None:
+    # What a segment allocates (its room, grown by doubling) is charged, not the bytes written into it, which may be
+    # half as much: a bound just past a doubling (520 events: 33,280 bytes, 32,768 a room) is where the two differ most.
+    # As many instants of 502 bytes as the bound holds written: charged as written they would all be kept, in a room
+    # of 65,536 bytes; charged as allocated, those past the room of 32,768 are kept as objects.
+    events_bound, record_bytes = 520, 502
+    bound = events_bound * RECORD_BYTES_PER_EVENT
+    instants = bound // record_bytes
+    body = "b" * 460
+    tl = parked_timeline(True, max_buffered_events=events_bound)
+    tracing = tracemalloc.is_tracing()
+    tracemalloc.start()
+    try:
+        tl.instant("sized", i=0, body=body)  # (the label, the thread's buffer and account made, then taken)
+        warmed, _, _ = flat_events(tl)
+        assert len(warmed) == 1
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(instants):
+            tl.instant("sized", i=1_000 + i, body=body)
+        held = tracemalloc.get_traced_memory()[0] - before
+        drained = tl.drain()
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+        tl.close()
+    compact = [run for _, run in drained.runs if isinstance(run, RecordRun)]
+    as_objects = sum(len(run) // RECORD_FIELDS for _, run in drained.runs if not isinstance(run, RecordRun))
+    assert drained.dropped == 0 and sum(len(run) for run in compact) + as_objects == instants
+    assert len(compact[0].records) == record_bytes * len(compact[0])
+    # Within the bytes, with an allowance for each instant kept as objects and for the segment's and list's own.
+    assert held <= bound + 2048 * as_objects + 8192, (held, bound, as_objects)
 
 
 def test_a_buffers_bound_counts_every_compact_record_as_an_event() -> None:

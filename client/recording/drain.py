@@ -11,20 +11,26 @@ accelerator moves the values without touching them (``take_runs``).
 A lane serves many short tasks in turn (a server's requests: one task each), each with a buffer of its own: their
 events are joined into one run per lane, in the order the tasks had it (one task gives the lane up only when done),
 so that listeners and the flusher pay per lane and sweep, not per task.
+
+A drain that fails once events have left their buffers (a MemoryError: the copy of a segment of compact records is
+as large as the segment) hands nothing over: ``take_events`` fills the caller's list as it goes, segments first as
+they are, copied in place after, so that the caller counts what it held as dropped (``events_in``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.tracks import TrackBuffer
+from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 from ringtrace.wire.record_runs import RecordRun
 
-__all__ = ["Run", "lane_parents", "take_events"]
+__all__ = ["Run", "events_in", "events_taken", "lane_parents", "take_events"]
 
 #: One track's events taken in one piece: ``RECORD_FIELDS`` flat values each, oldest first.
 Run = tuple[TrackInfo, Any]
@@ -33,12 +39,15 @@ _RUN_VALUES = 8192 * RECORD_FIELDS
 _take_runs = None if speedups is None else speedups.take_runs
 #: The C recorder's table of labels, which its compact records index (append only).
 _LABELS: list[str] = [] if speedups is None else speedups.record_labels()
+#: The C recorder's segment of compact records (None without it).
+_SEGMENT: Any = None if speedups is None else speedups.Segment
 
 
-def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer]]:
-    """Take every event of ``buffers``: the runs taken, and the buffers whose owner ended with nothing left. (A buffer
-    holds no more than its timeline's bound: the recorders refuse what does not fit.)"""
-    taken: list[Run] = []
+def take_events(buffers: list[TrackBuffer], taken: list[Run] | None = None) -> tuple[list[Run], list[TrackBuffer]]:
+    """Take every event of ``buffers``: the runs taken (added to ``taken`` as they leave the buffers, when given),
+    and the buffers whose owner ended with nothing left. (A buffer holds no more than its timeline's bound: the
+    recorders refuse what does not fit.)"""
+    taken = [] if taken is None else taken
     ended = []
     #: A lane's run that the next task's events on it may join, by track id.
     open_runs: dict[int, list[Any]] = {}
@@ -51,6 +60,17 @@ def take_events(buffers: list[TrackBuffer]) -> tuple[list[Run], list[TrackBuffer
         if buffer.track.kind == ASYNC_TRACK and len(taken) - first == 1:
             _join_lane_run(taken, open_runs)
     return taken, ended
+
+
+def events_in(runs: Iterable[Any]) -> int:
+    """The events of runs taken: flat values, a ``CallRun``, a ``RecordRun``, or a segment not copied yet."""
+    return sum(run.count if type(run) is _SEGMENT else event_count(run) for run in runs)
+
+
+def events_taken(taken: list[Any]) -> int:
+    """The events of the runs in ``taken`` as ``take_events`` left it, whole or halfway: ``(track, run)`` pairs, and
+    where it stopped, take_runs' list of runs or an empty place (see ``_take``)."""
+    return sum(events_in((item[1],) if type(item) is tuple else item or ()) for item in taken)
 
 
 def _record_run(segment: Any) -> RecordRun:
@@ -77,10 +97,15 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
     count = len(events)
     first = len(taken)
     if _take_runs is not None:  # C: the values move, untouched, in one pass; a segment of compact records is a run
-        taken += [
-            (buffer.track, run if type(run) is list else _record_run(run))
-            for run in _take_runs(events, count, _RUN_VALUES)
-        ]
+        # In the caller's hands at every step (see the top): a place first, then take_runs' list of runs there (a
+        # store, which allocates nothing), then its runs as pairs (one slice assignment), each segment then copied.
+        held: list[Any] = taken  # (halfway, a place holds these others: see events_taken)
+        held.append(None)
+        held[first] = runs = _take_runs(events, count, _RUN_VALUES)
+        held[first : first + 1] = [(buffer.track, run) for run in runs]
+        for i in range(first, len(taken)):
+            if type(taken[i][1]) is not list:
+                taken[i] = (buffer.track, _record_run(taken[i][1]))
     else:
         # Copy the runs first, then delete them from the last one back: each delete then moves only the values
         # appended since the drain began, where deleting from the front would move the rest of the buffer every time

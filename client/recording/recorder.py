@@ -262,8 +262,8 @@ class Recorder(_RecorderBase):
         #: ``_tracks.task_buffers`` itself: read without the lock, and without going through ``_tracks``, on every
         #: event of a task.
         self._task_buffers: dict[Task[Any], TrackBuffer] = self._tracks.task_buffers
-        #: Events refused since the last ``_take_refused`` (not an ``Event``, not a number...), and whether the
-        #: first was warned about.
+        #: Events refused since the last ``_take_refused`` (not an ``Event``, not a number...; or taken by a drain
+        #: that raised), and whether the first refusal was warned about.
         self._not_events = 0
         self._warned_not_event = False
         #: Events refused by a full buffer on the Python paths: ``next`` counts one, ``_take_refused`` reads them.

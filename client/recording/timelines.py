@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringtrace.client.delivery.flusher import FLUSHER, Drained
 from ringtrace.client.recording import gates
-from ringtrace.client.recording.drain import lane_parents, take_events
+from ringtrace.client.recording.drain import Run, events_in, events_taken, lane_parents, take_events
 from ringtrace.client.recording.gates import MessageGates
 from ringtrace.client.recording.incident_calls import record_incident
 from ringtrace.client.recording.messages import Message, message_kind
@@ -287,28 +287,29 @@ class Timeline(Recorder):
     def drain(self) -> Drained:
         """Take every buffered event (as flat values) per track; forget ended threads and tasks with nothing left.
 
-        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...). With
-        the C recorder an instant's arguments are a ``Keywords``, not a dict (``keyword_args.as_map`` reads one).
-        """
+        ``Drained.dropped`` counts the events refused since the last drain (a full buffer, a bad ``push``...) and
+        those a drain that raised had taken. An instant's arguments may be a ``Keywords`` (``keyword_args.as_map``)."""
         dropped = self._take_refused()
         runs: list[tuple[threading.Thread | EndedThread, Any, Any]] = []
-        for source in self._call_sources:  # (first: a thread's buffer made here for them is drained below)
-            drained, lost = source.drain_calls()
-            runs += drained
-            dropped += lost
-        calls: list[tuple[TrackInfo, Any]] = []
-        with self._lock:
-            if runs:
-                calls = self._tracks.call_tracks(runs, self._track_label)
-            buffers = list(self._tracks.buffers)
-        taken, ended = take_events(buffers)
-        ended_tracks = []
-        if ended:
-            # The C recorder's cache may hold a forgotten buffer: under gevent, greenlets share one thread state.
-            self._forget_recorders()
+        taken: list[Run] = []  # (filled as events leave their buffers: see drain.py)
+        try:
+            for source in self._call_sources:  # (first: a thread's buffer made here for them is drained below)
+                drained, lost = source.drain_calls()
+                runs += drained
+                dropped += lost
             with self._lock:
-                ended_tracks = self._tracks.forget(ended)
-        return Drained(lane_parents(buffers, calls + taken) + calls + taken, ended_tracks, dropped)
+                calls = self._tracks.call_tracks(runs, self._track_label) if runs else []
+                buffers = list(self._tracks.buffers)
+            ended = take_events(buffers, taken)[1]
+            ended_tracks = []
+            if ended:  # (the C recorder's cache may hold a forgotten buffer: under gevent greenlets share a thread)
+                self._forget_recorders()
+                with self._lock:
+                    ended_tracks = self._tracks.forget(ended)
+            return Drained(lane_parents(buffers, calls + taken) + calls + taken, ended_tracks, dropped)
+        except BaseException:  # what it took reaches no listener: counted as dropped by the next drain
+            self._not_events += dropped + events_in(run for *_, run in runs) + events_taken(taken)
+            raise
 
     def add_call_source(self, source: CallSource) -> None:
         """Drain ``source``'s traced calls with this timeline's events, each thread's onto that thread's track (a

@@ -234,6 +234,38 @@ is_utf8(const uint8_t *s, size_t n)
     return 1;
 }
 
+/* The head of the value under p, with room (>= 1) bytes left, for one whose size its head gives without a container's
+   items: a number past the fixints, a bin, an ext, a str 8/16/32. OK with the head's size in *head, the size of the
+   bytes after it in *n and whether it is an extension in *ext (its code: the head's last byte), the whole value checked
+   to be within room; BAD for a value cut short or another first byte (0xc1, never used; the one-byte values, fixstrs
+   and containers, which the callers take first). What skip() and _match.c's walk() share: one reads recursively, the
+   other iteratively. */
+static inline int
+value_head(const uint8_t *p, size_t room, size_t *head, uint64_t *n, int *ext)
+{
+    *n = 0;
+    *ext = 0;
+    switch (*p) {
+    case 0xcc: case 0xd0: *head = 2; break;
+    case 0xcd: case 0xd1: *head = 3; break;
+    case 0xca: case 0xce: case 0xd2: *head = 5; break;
+    case 0xcb: case 0xcf: case 0xd3: *head = 9; break;
+    case 0xd4: *head = 2; *n = 1; *ext = 1; break; /* fixext: type, then 1 to 16 bytes */
+    case 0xd5: *head = 2; *n = 2; *ext = 1; break;
+    case 0xd6: *head = 2; *n = 4; *ext = 1; break;
+    case 0xd7: *head = 2; *n = 8; *ext = 1; break;
+    case 0xd8: *head = 2; *n = 16; *ext = 1; break;
+    case 0xc4: case 0xd9: *head = 2; if (room < 2) return BAD; *n = p[1]; break;
+    case 0xc5: case 0xda: *head = 3; if (room < 3) return BAD; *n = be(p + 1, 2); break;
+    case 0xc6: case 0xdb: *head = 5; if (room < 5) return BAD; *n = be(p + 1, 4); break;
+    case 0xc7: *head = 3; if (room < 3) return BAD; *n = p[1]; *ext = 1; break;
+    case 0xc8: *head = 4; if (room < 4) return BAD; *n = be(p + 1, 2); *ext = 1; break;
+    case 0xc9: *head = 6; if (room < 6) return BAD; *n = be(p + 1, 4); *ext = 1; break;
+    default: return BAD;
+    }
+    return room < *head || room - *head < *n ? BAD : OK;
+}
+
 static inline int skip(Cursor *c, int depth);
 
 static inline int
@@ -286,27 +318,9 @@ skip(Cursor *c, int depth)
         return skip_items(c, 0, depth);
     }
     size_t head;
-    uint64_t n = 0;
-    int ext = 0;
-    switch (b) {
-    case 0xcc: case 0xd0: head = 2; break;
-    case 0xcd: case 0xd1: head = 3; break;
-    case 0xca: case 0xce: case 0xd2: head = 5; break;
-    case 0xcb: case 0xcf: case 0xd3: head = 9; break;
-    case 0xd4: head = 2; n = 1; ext = 1; break; /* fixext: type, then 1 to 16 bytes */
-    case 0xd5: head = 2; n = 2; ext = 1; break;
-    case 0xd6: head = 2; n = 4; ext = 1; break;
-    case 0xd7: head = 2; n = 8; ext = 1; break;
-    case 0xd8: head = 2; n = 16; ext = 1; break;
-    case 0xc4: head = 2; if (!need(c, 2)) return BAD; n = c->p[1]; break;
-    case 0xc5: head = 3; if (!need(c, 3)) return BAD; n = be(c->p + 1, 2); break;
-    case 0xc6: head = 5; if (!need(c, 5)) return BAD; n = be(c->p + 1, 4); break;
-    case 0xc7: head = 3; if (!need(c, 3)) return BAD; n = c->p[1]; ext = 1; break;
-    case 0xc8: head = 4; if (!need(c, 4)) return BAD; n = be(c->p + 1, 2); ext = 1; break;
-    case 0xc9: head = 6; if (!need(c, 6)) return BAD; n = be(c->p + 1, 4); ext = 1; break;
-    default: return BAD; /* 0xc1, never used */
-    }
-    if (!need(c, head + n)) {
+    uint64_t n;
+    int ext;
+    if (value_head(c->p, (size_t)(c->end - c->p), &head, &n, &ext) != OK) {
         return BAD;
     }
     if (ext && (int8_t)c->p[head - 1] < -1) {

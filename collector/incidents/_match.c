@@ -206,27 +206,9 @@ walk(Cursor *c)
             continue;
         }
         size_t head;
-        uint64_t n = 0;
-        int ext = 0;
-        switch (b) {
-        case 0xcc: case 0xd0: head = 2; break;
-        case 0xcd: case 0xd1: head = 3; break;
-        case 0xca: case 0xce: case 0xd2: head = 5; break;
-        case 0xcb: case 0xcf: case 0xd3: head = 9; break;
-        case 0xd4: head = 2; n = 1; ext = 1; break;
-        case 0xd5: head = 2; n = 2; ext = 1; break;
-        case 0xd6: head = 2; n = 4; ext = 1; break;
-        case 0xd7: head = 2; n = 8; ext = 1; break;
-        case 0xd8: head = 2; n = 16; ext = 1; break;
-        case 0xc4: case 0xd9: head = 2; if (room < 2) return BAD; n = p[1]; break;
-        case 0xc5: case 0xda: head = 3; if (room < 3) return BAD; n = be(p + 1, 2); break;
-        case 0xc6: case 0xdb: head = 5; if (room < 5) return BAD; n = be(p + 1, 4); break;
-        case 0xc7: head = 3; if (room < 3) return BAD; n = p[1]; ext = 1; break;
-        case 0xc8: head = 4; if (room < 4) return BAD; n = be(p + 1, 2); ext = 1; break;
-        case 0xc9: head = 6; if (room < 6) return BAD; n = be(p + 1, 4); ext = 1; break;
-        default: return BAD; /* 0xc1, never used */
-        }
-        if (room < head || room - head < n) {
+        uint64_t n;
+        int ext;
+        if (value_head(p, room, &head, &n, &ext) != OK) { /* (a str 8/16/32's bytes taken as they are) */
             return BAD;
         }
         if (ext) {

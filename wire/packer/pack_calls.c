@@ -40,39 +40,27 @@ location_of(const unsigned char *record, Py_ssize_t locations, uint32_t *out)
     return 0;
 }
 
-/* The indexes of the run whose name id is still unknown (< 0), each once, in the order first met; each is marked
-   (MISSING) in `names` so that it is listed once. */
-#define MISSING (-3)
-static PyObject *
-missing_locations(const unsigned char *records, Py_ssize_t count, int64_t *names, Py_ssize_t locations)
+/* The run's calls one by one, for missing_indexes(), each checked (location_of). */
+typedef struct {
+    const unsigned char *records;
+    Py_ssize_t i, count, locations;
+} CallCursor;
+
+static int
+next_location(void *cursor, uint32_t *index)
 {
-    PyObject *missing = PyList_New(0);
-    Py_ssize_t i;
-    if (missing == NULL) return NULL;
-    for (i = 0; i < count; i++) {
-        uint32_t index;
-        if (location_of(records + i * CALL_RECORD_SIZE, locations, &index) < 0) goto fail;
-        if (names[index] >= 0 || names[index] == MISSING) continue;
-        PyObject *item = PyLong_FromUnsignedLong(index);
-        if (item == NULL || PyList_Append(missing, item) < 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-        names[index] = MISSING;
-    }
-    return missing;
-fail: /* (the marks undone: the indexes are still not interned) */
-    for (i = 0; i < PyList_GET_SIZE(missing); i++) names[PyLong_AsSsize_t(PyList_GET_ITEM(missing, i))] = -1;
-    Py_DECREF(missing);
-    return NULL;
+    CallCursor *at = cursor;
+    if (at->i >= at->count) return 0;
+    if (location_of(at->records + at->i * CALL_RECORD_SIZE, at->locations, index) < 0) return -1;
+    at->i++;
+    return 1;
 }
 
 /* pack_calls(records, first, count, names, stacks, overflow_id, track_id, max_frame_bytes):
    records: the run's records (a buffer); first, count: the calls to pack (record numbers).
    names, stacks: writable buffers of int64 per location index: the name's string id (< 0: not interned yet), the
    one-frame stack's id (-1: none, the table full: counted; -2: none, not counted).
-   Returns a list of the location indexes not interned yet (first met first, each marked MISSING in names) when there
+   Returns a list of the location indexes not interned yet (first met first, each marked MISSING_ID in names) when there
    are any, else (frame or None where it is past max_frame_bytes, calls named with the overflow id, calls with no
    stack id). */
 PyObject *
@@ -120,7 +108,7 @@ pack_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     locations = names_view.len / 8;
     n = (Py_ssize_t)count;
     run = (const unsigned char *)records.buf + first * CALL_RECORD_SIZE;
-    result = missing_locations(run, n, names, locations);
+    result = missing_indexes(names, next_location, &(CallCursor){run, 0, n, locations});
     if (result == NULL || PyList_GET_SIZE(result) > 0) goto done;
     Py_CLEAR(result);
     /* Sizes first, then one buffer: every value is read from the records (which nothing changes meanwhile: no Python
@@ -141,7 +129,7 @@ pack_calls(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const unsigned char *record = run + i * CALL_RECORD_SIZE;
         int64_t start = (int64_t)get_le(record + CALL_START, 8), end = (int64_t)get_le(record + CALL_END, 8);
         int64_t offset, duration, name, stack;
-        uint32_t index = (uint32_t)get_le(record + CALL_LOCATION, 4); /* checked by missing_locations */
+        uint32_t index = (uint32_t)get_le(record + CALL_LOCATION, 4); /* checked by next_location */
         if (__builtin_sub_overflow(end, start, &duration) || __builtin_sub_overflow(start, first_ns, &offset)) {
             PyErr_SetString(PyExc_OverflowError, "pack_calls: an offset or duration does not fit 64 bits");
             goto done;

@@ -60,31 +60,20 @@ scan_records(const unsigned char *run, Py_ssize_t size, Py_ssize_t offset, Py_ss
     return count;
 }
 
-/* The label indexes of records [offset, end) whose string id is still unknown (< 0), each once, in the order first
-   met; each is marked (MISSING) in `names` so that it is listed once. */
-#define MISSING (-3)
-static PyObject *
-missing_labels(const unsigned char *run, Py_ssize_t offset, Py_ssize_t end, int64_t *names)
+/* The records [offset, end) one by one, for missing_indexes(): scan_records() has checked every size and label. */
+typedef struct {
+    const unsigned char *run;
+    Py_ssize_t offset, end;
+} RecordCursor;
+
+static int
+next_label(void *cursor, uint32_t *index)
 {
-    PyObject *missing = PyList_New(0);
-    Py_ssize_t i;
-    if (missing == NULL) return NULL;
-    for (; offset < end; offset += (Py_ssize_t)get_le(run + offset + REC_SIZE, 4)) {
-        uint32_t index = (uint32_t)get_le(run + offset + REC_LABEL, 4);
-        if (names[index] >= 0 || names[index] == MISSING) continue;
-        PyObject *item = PyLong_FromUnsignedLong(index);
-        if (item == NULL || PyList_Append(missing, item) < 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-        names[index] = MISSING;
-    }
-    return missing;
-fail: /* (the marks undone: the indexes are still not interned) */
-    for (i = 0; i < PyList_GET_SIZE(missing); i++) names[PyLong_AsSsize_t(PyList_GET_ITEM(missing, i))] = -1;
-    Py_DECREF(missing);
-    return NULL;
+    RecordCursor *at = cursor;
+    if (at->offset >= at->end) return 0;
+    *index = (uint32_t)get_le(at->run + at->offset + REC_LABEL, 4);
+    at->offset += (Py_ssize_t)get_le(at->run + at->offset + REC_SIZE, 4);
+    return 1;
 }
 
 /* The frame of records [offset, end): 0 packed (or past max_frame_bytes: *frame_size 0), -1 an offset or
@@ -155,9 +144,9 @@ pack_frame(const unsigned char *run, Py_ssize_t offset, Py_ssize_t end, Py_ssize
    records: the run's records (bytes); offset: where the
    records to pack begin; max_count: at most this many of them.
    names: a writable buffer of int64 per label index: its string id (< 0: not interned yet).
-   Returns a list of the label indexes not interned yet (first met first, each marked MISSING in names) when there are
-   any, else (frame or None where it is past max_frame_bytes, records packed, the offset past them, records named with
-   the overflow id). */
+   Returns a list of the label indexes not interned yet (first met first, each marked MISSING_ID in names) when there
+   are any, else (frame or None where it is past max_frame_bytes, records packed, the offset past them, records named
+   with the overflow id). */
 PyObject *
 pack_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -200,7 +189,7 @@ pack_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     run = (const unsigned char *)PyBytes_AS_STRING(records);
     n = scan_records(run, size, (Py_ssize_t)offset, (Py_ssize_t)max_count, labels, &end);
     if (n < 0) goto done;
-    result = missing_labels(run, (Py_ssize_t)offset, end, names);
+    result = missing_indexes(names, next_label, &(RecordCursor){run, (Py_ssize_t)offset, end});
     if (result == NULL || PyList_GET_SIZE(result) > 0) goto done;
     Py_CLEAR(result);
     status = pack_frame(run, (Py_ssize_t)offset, end, n, names, overflow_id, track_id, max_frame_bytes, &frame,

@@ -152,6 +152,39 @@ as_int64(PyObject *value, const char *column, int64_t *out)
     return (result == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* The indexes of a run (labels of records, locations of calls) whose string id is still unknown (< 0) in `names`,
+   each once, in the order first met: what pack_records() and pack_calls() hand back for the Python side to intern.
+   Each listed is marked MISSING_ID in `names` so that it is listed once; on failure the marks are undone (the indexes
+   are still not interned) and NULL returned with the exception set. `next` gives the run's indexes one by one (1 with
+   *index set, 0 at the end, -1 with an exception set), each already checked to be within `names`. Inline: each
+   packer passes its own static `next`, which the compiler inlines into its copy of the loop. */
+#define MISSING_ID (-3)
+typedef int (*next_index_fn)(void *cursor, uint32_t *index);
+static inline PyObject *
+missing_indexes(int64_t *names, next_index_fn next, void *cursor)
+{
+    PyObject *missing = PyList_New(0);
+    Py_ssize_t i;
+    uint32_t index;
+    int status;
+    if (missing == NULL) return NULL;
+    while ((status = next(cursor, &index)) > 0) {
+        if (names[index] >= 0 || names[index] == MISSING_ID) continue;
+        PyObject *item = PyLong_FromUnsignedLong(index);
+        if (item == NULL || PyList_Append(missing, item) < 0) {
+            Py_XDECREF(item);
+            status = -1;
+            break;
+        }
+        Py_DECREF(item);
+        names[index] = MISSING_ID;
+    }
+    if (status == 0) return missing;
+    for (i = 0; i < PyList_GET_SIZE(missing); i++) names[PyLong_AsSsize_t(PyList_GET_ITEM(missing, i))] = -1;
+    Py_DECREF(missing);
+    return NULL;
+}
+
 #pragma GCC visibility push(hidden)
 
 /* keywords.c */

@@ -456,3 +456,21 @@ def test_a_compact_message_is_the_bytes_its_twin_packs_for_its_values(calls: lis
     assert run.records == twin
     recorded = [(label, values) for _, label, _, _, values in zip(*[iter(flat)] * RECORD_FIELDS, strict=True)]
     assert repr(recorded) == repr([(category, tuple(values)) for category, values in calls])  # (repr: NaN)
+
+
+def test_a_message_sampling_turns_on_is_kept_compactly_and_one_of_a_long_category_as_objects() -> None:
+    tl = parked_timeline(True)
+    debug = tl.message("engine", "debug", "detail $n")
+    long = tl.message("c" * 65, "info", "value $n")  # past the table of labels' longest name
+    try:
+        tl.sample("debug", fraction=1.0, window_s=60.0)  # (every window on)
+        debug(1)
+        sampled, sampled_types, _ = flat_events(tl)
+        long(2)
+        debug(3)  # (after objects: as objects)
+        events, types, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert sampled_types == [RecordRun] and [args for *_, args in sampled] == [(1,)]
+    assert types == [list] and dropped == 0
+    assert [(label, args) for _, _, label, _, _, args in events] == [("c" * 65, (2,)), ("engine", (3,))]

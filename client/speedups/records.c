@@ -17,12 +17,13 @@ Bounds. A thread's RecordBuffer (one per track buffer, tracks.py) counts the byt
 (their capacity) that the flusher has not taken yet: a record that would make it exceed the timeline's
 _max_buffered_record_bytes is recorded as objects instead, within the list's bound (so are those after it, until the
 drain). The list's bound (max_buffered_events) counts every record as an event: a segment takes one event's place in
-the list, and the account's extra_events counts the events its segments hold past that place, kept as they change (an
+the list, and the account's extra_events counts the events its segments hold past that place, kept as they change (a
 record appended into a segment adds one; a segment taken or dropped takes its records less one away), never summed
 over the list (buffered_values, speedups.h, reads it for every list). A segment holds at most
 RUN_RECORDS records (a run's worth, as a list run's 8192 events). So a track's memory is bounded by its list's bound
 plus _max_buffered_record_bytes. The labels' table keeps names (an instant's; a message's category) of up to
-MAX_LABEL_CHARS only (others go as objects): it is kept for the process's life.
+MAX_LABEL_CHARS only (others go as objects), and only of records kept compactly (not of those that go as objects
+after other events): it is kept for the process's life.
 
 Allocation. Nothing between the buffer's lookup and the append runs Python code: the arguments are packed into a
 buffer on the C stack, the label's index and a spare segment are had before the lookup (either may allocate, hence
@@ -320,6 +321,25 @@ cached_buffers(RecorderCore *self, PyObject **events, RecordBuffer **records)
     return 1;
 }
 
+/* Whether this thread's buffer, as its cache holds it (read only: no Python code runs), ends with an event that is not
+   one of its segments: the record is then for the usual path (see the top), known before its values are packed and
+   the clock is read, so that a thread that mixes shapes (a scope around its messages) pays little for the attempt.
+   place_record checks it again after the lookup. */
+static int
+after_other_events(RecorderCore *self)
+{
+    PyObject *events = self->cached_events, *last;
+    Py_ssize_t n;
+    if (events == NULL || self->cached_records == NULL || !PyList_CheckExact(events) ||
+        PyThreadState_GetID(PyThreadState_Get()) != self->cached_thread) {
+        return 0;
+    }
+    n = Py_SIZE(events);
+    if (n < RECORD_FIELDS) return 0;
+    last = PyList_GET_ITEM(events, n - RECORD_FIELDS);
+    return !Py_IS_TYPE(last, self->state->segment_type) || ((Segment *)last)->owner != self->cached_records;
+}
+
 /* An instant's or a message's record (header_and_args: REC_HEADER bytes of room, then its packed arguments, `size`
    bytes in all) placed in this thread's buffer (see the top): 1 when recorded or counted as unrecorded, 0 when it is
    for the usual path, -1 for an exception the program must see. */
@@ -416,7 +436,7 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
 {
     unsigned char header_and_args[REC_HEADER + ARGS_ROOM], *p;
     long kind;
-    if (!PyUnicode_CheckExact(label) || self->state->segment_type == NULL) return 0;
+    if (!PyUnicode_CheckExact(label) || self->state->segment_type == NULL || after_other_events(self)) return 0;
     p = put_keywords(header_and_args + REC_HEADER, header_and_args + sizeof(header_and_args), values, names);
     if (p == NULL) return 0;
     kind = PyLong_AsLong(self->state->instant_kind);
@@ -434,7 +454,7 @@ record_compact_message(RecorderCore *self, long kind, PyObject *label, PyObject 
     unsigned char *end = header_and_args + sizeof(header_and_args);
     Py_ssize_t i;
     if (kind < 0 || kind > 0xFFFFFFFFL || n > MAX_ARG_ITEMS || !PyUnicode_CheckExact(label) ||
-        self->state->segment_type == NULL) {
+        self->state->segment_type == NULL || after_other_events(self)) {
         return 0;
     }
     p = put_array_header(p, n);

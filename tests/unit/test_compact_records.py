@@ -347,6 +347,25 @@ def test_a_long_name_is_kept_as_objects_not_in_the_table_of_labels() -> None:
         tl.close()
 
 
+def test_instants_and_messages_kept_as_objects_after_other_events_take_no_place_in_the_table_of_labels() -> None:
+    # The table is the process's, for its life, and bounded: a thread that mixes shapes (a scope around each of its
+    # messages) and names them after ever new text must not fill it with names no record uses.
+    tl = parked_timeline(True)
+    labels = speedups.record_labels()
+    name, category = f"after a scope {id(tl)}", f"category after a scope {id(tl)}"
+    try:
+        with tl.scope("work"):  # (recorded as it ends: an event of objects)
+            pass
+        tl.instant(name, n=1)
+        tl.message(category, "info", "got $n")(2)
+        events, runs, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert runs == [list] and dropped == 0
+    assert [(label, args) for _, _, label, _, _, args in events][1:] == [(name, {"n": 1}), (category, (2,))]
+    assert name not in labels and category not in labels
+
+
 # -- messages --------------------------------------------------------------------------------------------------------
 
 

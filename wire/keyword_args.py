@@ -5,8 +5,8 @@ names and their values, in one object), not as a dict: that spares the recording
 insert per key, and the flusher their walk and release. The type is the C packer's (``ringtrace.wire._packer``), which
 the recorder takes at its import, and the stream encoder packs a ``Keywords`` as the map it stands for, to the same
 bytes. Every other reader gets maps: the flusher hands listeners that do not set ``packs_keywords`` their records
-with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them, and instants the C
-recorder kept as compact records (``record_runs.py``) as their flat records (``as_given``).
+with each ``Keywords`` made a dict (``with_maps``), as the pure-Python recorder records them, and instants and
+messages the C recorder kept as compact records (``record_runs.py``) as their flat records (``as_given``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """Events recorded compactly: fixed-size headers with their arguments already packed, in bytes, not Python objects.
 
 The C recorder writes an instant whose name is text and whose arguments are text keys with flat values (None, a bool,
-an int of 64 bits, a float, text or bytes up to ``MAX_ARG_TEXT``: what the stream encoder packs as they are) as one
-record: ``HEADER`` (its size in bytes, its kind, the index of its name in the recorder's table of labels, start and
-end in ns on the monotonic clock) followed by its arguments as msgpack, exactly as the stream encoder packs that
-event's args (nil where there are none). A ``RecordRun`` is a drained run of them with that table: what a listener
-that packs its own runs (the streamer) gets in place of a track's flat records; the others get ``as_flat()``.
+an int of 64 bits, a float, text or bytes up to ``MAX_ARG_TEXT``: what the stream encoder packs as they are), and a
+message whose category is text and whose values are flat, as one record: ``HEADER`` (its size in bytes, its kind, the
+index of its name in the recorder's table of labels, start and end in ns on the monotonic clock) followed by its
+arguments as msgpack, exactly as the stream encoder packs that event's args: an instant's map (nil where there are
+none), a message's array of values (its kind's converter leaves flat values as they are). A ``RecordRun`` is a
+drained run of them with that table: what a listener that packs its own runs (the streamer) gets in place of a
+track's flat records; the others get ``as_flat()``.
 
 ``as_flat`` is what defines a run's events: the ``RECORD_FIELDS`` values the Python recorder records for the same
-calls (kind, name, start, end, args map or None), which the stream encoder packs to the same bytes
-(``record_packing.py`` packs them in C, from the records).
+calls (kind, name, start, end, and an instant's args map or None or a message's tuple of values), which the stream
+encoder packs to the same bytes (``record_packing.py`` packs them in C, from the records).
 """
 
 from __future__ import annotations
@@ -65,17 +67,20 @@ class RecordRun:
             yield kind, labels[label], start, end, bytes(records[args_at:end_at])
 
     def as_flat(self) -> list[Any]:
-        """The run as a track's flat records: ``kind, label, start, end, args`` per event (args a dict, or None); an
-        instant's end is its start (the same object, as the recorders record it)."""
+        """The run as a track's flat records: ``kind, label, start, end, args`` per event (args a dict or None, or a
+        message's tuple of values: an array unpacked as a tuple); an instant's end is its start (the same object, as
+        the recorders record it)."""
         flat: list[Any] = []
         extend = flat.extend
         for kind, label, start, end, args in self.events():
-            extend((kind, label, start, start if end == start else end, msgpack.unpackb(args, raw=False)))
+            extend(
+                (kind, label, start, start if end == start else end, msgpack.unpackb(args, raw=False, use_list=False))
+            )
         return flat
 
 
-def pack_record(kind: int, label: int, start: int, end: int, args: dict[str, Any] | None) -> bytes:
+def pack_record(kind: int, label: int, start: int, end: int, args: dict[str, Any] | tuple[Any, ...] | None) -> bytes:
     """One record, as the C recorder writes it (for tests and tools): ``args`` as the stream encoder packs a map of
-    text keys and flat values."""
+    text keys and flat values, or a message's flat values."""
     packed: bytes = msgpack.packb(args, use_bin_type=True)
     return HEADER.pack(HEADER.size + len(packed), kind, label, start, end) + packed

@@ -17,7 +17,9 @@ Theory of operation
 Each distinct ``(category, priority, text)`` is one event kind of the process (shape ``message``, the text and the
 priority in its SCHEMA entry, one field per ``$name``), so an event carries only its values. A ``Message`` holds
 ``enabled``, which its timeline sets whenever its priority changes; when it is off and sampling may turn it on, the
-call looks at the sampling window. The values are normalised on the flusher, as arguments are.
+call looks at the sampling window. The values are normalised on the flusher, as arguments are. The C recorder keeps a
+message whose category is text and whose values are flat (what the stream encoder packs as they are) as a compact
+record, its values already packed (``wire/record_runs.py``), as it keeps such instants.
 """
 
 from __future__ import annotations

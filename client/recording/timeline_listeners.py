@@ -27,8 +27,8 @@ class Listener(Protocol):
         """One track's events, ``RECORD_FIELDS`` flat values each, oldest first (an instant's arguments a dict, or
         as the C recorder keeps them for a listener whose ``packs_keywords`` is true: see keyword_args.py); or a run
         of traced function calls, a ``CallRun`` (``wire/call_records.py``: ``as_flat()`` gives its flat values); or,
-        for a listener whose ``packs_keywords`` is true, a ``RecordRun`` of compact instants (``wire/record_runs.py``:
-        ``as_flat()`` too)."""
+        for a listener whose ``packs_keywords`` is true, a ``RecordRun`` of compact instants and messages
+        (``wire/record_runs.py``: ``as_flat()`` too)."""
 
     def lost(self, events: int) -> None:
         """``events`` recorded for this listener were dropped before it received them (counted as its drops). A

@@ -11,6 +11,7 @@ typedef struct {
     PyObject *label;   /* kind.name: the category */
     PyObject *sampling; /* a messages.Sampling while sampling may turn it on, else None */
     PyObject *weakrefs;
+    long kind_number;   /* kind_id's value, or -1 where it does not fit a compact record's 32 bits (records.c) */
     int level;
     char enabled;
 } Message;
@@ -35,6 +36,11 @@ message_call(Message *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     }
     /* Values are positional; named ones are kept after them rather than refused (as the Python recorder does). */
     nargs += kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (self->core->listening && self->core->max_record_bytes > 0) { /* compact where it has the shape (records.c) */
+        int recorded = record_compact_message(self->core, self->kind_number, self->label, args, nargs);
+        if (recorded < 0) return NULL;
+        if (recorded) Py_RETURN_NONE;
+    }
     tuple = PyTuple_New(nargs);
     if (tuple != NULL) {
         Py_ssize_t i;
@@ -95,6 +101,9 @@ message_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->kind_id = kind_id;
     self->label = label;
     self->sampling = Py_NewRef(Py_None);
+    self->kind_number = PyLong_AsLong(kind_id);
+    if (self->kind_number == -1 && PyErr_Occurred()) PyErr_Clear(); /* (not an int, or past a long: as objects) */
+    if (self->kind_number > 0xFFFFFFFFL) self->kind_number = -1;
     self->level = (int)level;
     self->enabled = (char)enabled;
     return (PyObject *)self;

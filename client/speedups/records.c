@@ -1,26 +1,29 @@
 /* Compact records (wire/record_runs.py): an instant whose name is text and whose arguments are text keys with flat
-   values is written as a fixed header and its arguments already packed, as the stream encoder packs them, into a
-   Segment, a byte buffer, rather than as five Python objects in the thread's buffer list.
+   values, and a message whose category is text and whose values are flat (message.c, past its priority gate), are
+   written as a fixed header and their arguments already packed, as the stream encoder packs them (a map; a message's
+   array of values), into a Segment, a byte buffer, rather than as five Python objects in the thread's buffer list.
 
 Order. A segment sits in the thread's buffer list as one event's five values (the segment, then four None), so that
-the list stays the one order of the thread's events: an instant is appended to the segment that is the list's last
+the list stays the one order of the thread's events: a record is appended to the segment that is the list's last
 event, if that is one of this thread's and has room, or to a new one appended to the list if the list is empty or
-ends with a full segment. Any other event (a scope, a message, anything the Python side records) is appended to the
-list as before, and the instants after it are recorded as objects too until the flusher has taken the list: so a
-thread that mixes shapes gets no run of a few records between two of objects (each run is a frame of its own on the
-wire), and one that records only such instants records them all compactly. A segment out of the list (take_runs took
+ends with a full segment. Any other event (a scope, an instant or message of another shape, anything the Python side
+records) is appended to the list as before, and the instants and messages after it are recorded as objects too until
+the flusher has taken the list: so a thread that mixes shapes gets no run of a few records between two of objects
+(each run is a frame of its own on the wire), and one that records only such instants and messages records them all
+compactly. A segment out of the list (take_runs took
 it) is never written again.
 
 Bounds. A thread's RecordBuffer (one per track buffer, tracks.py) counts the bytes its segments have allocated
-(their capacity) that the flusher has not taken yet: an instant that would make it exceed the timeline's
+(their capacity) that the flusher has not taken yet: a record that would make it exceed the timeline's
 _max_buffered_record_bytes is recorded as objects instead, within the list's bound (so are those after it, until the
 drain). The list's bound (max_buffered_events) counts every record as an event: a segment takes one event's place in
-the list, and the account's extra_events counts the events its segments hold past that place, kept as they change (an
-instant appended into a segment adds one; a segment taken or dropped takes its records less one away), never summed
+the list, and the account's extra_events counts the events its segments hold past that place, kept as they change (a
+record appended into a segment adds one; a segment taken or dropped takes its records less one away), never summed
 over the list (buffered_values, speedups.h, reads it for every list). A segment holds at most
 RUN_RECORDS records (a run's worth, as a list run's 8192 events). So a track's memory is bounded by its list's bound
-plus _max_buffered_record_bytes. The labels' table keeps names of up to MAX_LABEL_CHARS only (others go as objects):
-it is kept for the process's life.
+plus _max_buffered_record_bytes. The labels' table keeps names (an instant's; a message's category) of up to
+MAX_LABEL_CHARS only (others go as objects), and only of records kept compactly (not of those that go as objects
+after other events): it is kept for the process's life.
 
 Allocation. Nothing between the buffer's lookup and the append runs Python code: the arguments are packed into a
 buffer on the C stack, the label's index and a spare segment are had before the lookup (either may allocate, hence
@@ -40,7 +43,7 @@ run the garbage collector, hence Python code), and the segment grows with PyMem_
    a process 14 MB when ASCII, 29 MB of 4-byte characters), and a name made of ever new text (an id, a query) is
    likelier long. */
 #define MAX_LABEL_CHARS 64
-/* Bytes an instant's packed arguments may take on the C stack; larger ones are recorded as objects. */
+/* Bytes a record's packed arguments may take on the C stack; larger ones are recorded as objects. */
 #define ARGS_ROOM 512
 
 /* -- RecordBuffer ------------------------------------------------------------------------------------------------- */
@@ -318,29 +321,42 @@ cached_buffers(RecorderCore *self, PyObject **events, RecordBuffer **records)
     return 1;
 }
 
-/* Record an instant compactly if it has the shape (see the top): 1 when recorded or counted as unrecorded, 0 when it
-   is for the usual path, -1 for an exception the program must see. */
-int
-record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *values, PyObject *names)
+/* Whether this thread's buffer, as its cache holds it (read only: no Python code runs), ends with an event that is not
+   one of its segments: the record is then for the usual path (see the top), known before its values are packed and
+   the clock is read, so that a thread that mixes shapes (a scope around its messages) pays little for the attempt.
+   place_record checks it again after the lookup. */
+static int
+after_other_events(RecorderCore *self)
+{
+    PyObject *events = self->cached_events, *last;
+    Py_ssize_t n;
+    if (events == NULL || self->cached_records == NULL || !PyList_CheckExact(events) ||
+        PyThreadState_GetID(PyThreadState_Get()) != self->cached_thread) {
+        return 0;
+    }
+    n = Py_SIZE(events);
+    if (n < RECORD_FIELDS) return 0;
+    last = PyList_GET_ITEM(events, n - RECORD_FIELDS);
+    return !Py_IS_TYPE(last, self->state->segment_type) || ((Segment *)last)->owner != self->cached_records;
+}
+
+/* An instant's or a message's record (header_and_args: REC_HEADER bytes of room, then its packed arguments, `size`
+   bytes in all) placed in this thread's buffer (see the top): 1 when recorded or counted as unrecorded, 0 when it is
+   for the usual path, -1 for an exception the program must see. */
+static int
+place_record(RecorderCore *self, long kind, PyObject *label, unsigned char *header_and_args, Py_ssize_t size)
 {
     ModuleState *state = self->state;
-    unsigned char header_and_args[REC_HEADER + ARGS_ROOM], *p;
-    Py_ssize_t index, size, held, n, capacity, grown;
+    unsigned char *p;
+    Py_ssize_t index, held, n, capacity, grown;
     PyObject *events;
     RecordBuffer *records;
     Segment *segment = NULL, *target;
-    long kind;
     int64_t now;
     int found;
-    if (!PyUnicode_CheckExact(label) || state->segment_type == NULL) return 0;
-    p = put_keywords(header_and_args + REC_HEADER, header_and_args + sizeof(header_and_args), values, names);
-    if (p == NULL) return 0;
-    size = p - header_and_args;
     index = label_index(self, label);
     if (index == -1) return 0;
     if (index < 0) return count_unrecorded(&self->unrecorded) < 0 ? -1 : 1;
-    kind = PyLong_AsLong(state->instant_kind);
-    if (kind == -1 && PyErr_Occurred()) return -1;
     if (self->spare == NULL && (self->spare = (PyObject *)segment_new(state)) == NULL) {
         return count_unrecorded(&self->unrecorded) < 0 ? -1 : 1;
     }
@@ -412,4 +428,37 @@ record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *val
         return wake_flusher(self) < 0 ? -1 : 1;
     }
     return 1;
+}
+
+/* Record an instant compactly if it has the shape (see the top): as place_record. */
+int
+record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *values, PyObject *names)
+{
+    unsigned char header_and_args[REC_HEADER + ARGS_ROOM], *p;
+    long kind;
+    if (!PyUnicode_CheckExact(label) || self->state->segment_type == NULL || after_other_events(self)) return 0;
+    p = put_keywords(header_and_args + REC_HEADER, header_and_args + sizeof(header_and_args), values, names);
+    if (p == NULL) return 0;
+    kind = PyLong_AsLong(self->state->instant_kind);
+    if (kind == -1 && PyErr_Occurred()) return -1;
+    return place_record(self, kind, label, header_and_args, p - header_and_args);
+}
+
+/* Record a message compactly if it has the shape (its category text, its `n` values flat, its kind's id `kind` within
+   32 bits): its values packed as the stream encoder packs a message's flat values, an array (so a value named
+   "priority" or "category" is a value like any other). As place_record. */
+int
+record_compact_message(RecorderCore *self, long kind, PyObject *label, PyObject *const *values, Py_ssize_t n)
+{
+    unsigned char header_and_args[REC_HEADER + ARGS_ROOM], *p = header_and_args + REC_HEADER;
+    unsigned char *end = header_and_args + sizeof(header_and_args);
+    Py_ssize_t i;
+    if (kind < 0 || kind > 0xFFFFFFFFL || n > MAX_ARG_ITEMS || !PyUnicode_CheckExact(label) ||
+        self->state->segment_type == NULL || after_other_events(self)) {
+        return 0;
+    }
+    p = put_array_header(p, n);
+    for (i = 0; i < n && p != NULL; i++) p = put_flat(p, end, values[i]);
+    if (p == NULL) return 0;
+    return place_record(self, kind, label, header_and_args, p - header_and_args);
 }

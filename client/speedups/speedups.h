@@ -197,6 +197,7 @@ extern PyType_Spec core_spec, scope_spec, null_scope_spec, message_spec, traced_
 
 /* records.c */
 int record_compact_instant(RecorderCore *self, PyObject *label, PyObject *const *values, PyObject *names);
+int record_compact_message(RecorderCore *self, long kind, PyObject *label, PyObject *const *values, Py_ssize_t n);
 void segment_taken(PyObject *segment);
 
 /* buffers.c */

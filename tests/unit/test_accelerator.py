@@ -1019,11 +1019,11 @@ def test_a_timeline_held_only_by_a_cycle_through_its_own_events_is_collected() -
 def test_a_message_of_flat_values_records_a_tuple_the_cyclic_collector_does_not_visit() -> None:
     tl = Timeline("untracked", [MemoryListener()])
     log = tl.message("gc", "info", "$a $b $c $d")
-    log(1, 2.5, "three", None)
     log(1, [2], "three", None)  # a value that may lead back to the event: visited, so that a cycle is collected
+    log(1, 2.5, "three", None)  # (as objects too after objects: not a compact record)
     with FLUSHER.sweeping():  # the flusher thread takes nothing meanwhile
         (run,) = tl.drain().runs
-    flat, held = run[1][4], run[1][9]
+    held, flat = run[1][4], run[1][9]
     assert flat == (1, 2.5, "three", None) and not gc.is_tracked(flat)
     assert held == (1, [2], "three", None) and gc.is_tracked(held)
     tl.close()

@@ -1,4 +1,5 @@
-"""The C recorder's compact records: an instant with a text name and flat arguments is kept as bytes
+"""The C recorder's compact records: an instant with a text name and flat arguments, and a message with flat values,
+is kept as bytes
 (``wire/record_runs.py``), not objects, in a segment of its thread's buffer, and reaches listeners as the same events
 in the same order as when it is recorded as objects (its pure-Python twin's way, held by the wire tests); memory is
 bounded in bytes (what does not fit is kept as objects, within the buffer's bound), lost ones counted one by one.
@@ -21,7 +22,7 @@ from ringtrace.client.recording.timeline_listeners import count_lost, held_event
 from ringtrace.client.recording.timelines import RECORD_BYTES_PER_EVENT
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.model import INSTANT, RECORD_FIELDS
-from ringtrace.wire.record_runs import RecordRun
+from ringtrace.wire.record_runs import RecordRun, pack_record
 
 pytestmark = pytest.mark.skipif(speedups is None, reason="the C recorder is not in use in this process")
 
@@ -75,6 +76,9 @@ def record(tl: Timeline, calls: list[tuple[str, Any]]) -> None:
         elif what == "scope":
             with tl.scope(value, depth=1):
                 tl.instant("inside", n=value)
+        elif what == "message":
+            values, named = value
+            tl.message("engine", "info", "got $a $b")(*values, **named)
         elif what == "counter":
             tl.counter("load", value)
         else:
@@ -93,6 +97,13 @@ call_st = st.one_of(
             st.dictionaries(st.sampled_from(["a", "b", "ü", "task"]), st.one_of(flat_value, odd_value), max_size=3),
         ),
     ),
+    st.tuples(
+        st.just("message"),
+        st.tuples(
+            st.lists(st.one_of(flat_value, odd_value), max_size=4),
+            st.dictionaries(st.sampled_from(["priority", "category", "x"]), flat_value, max_size=2),
+        ),
+    ),
     st.tuples(st.just("scope"), st.sampled_from(["s", "t"])),
     st.tuples(st.just("counter"), st.integers(0, 9)),
     st.tuples(st.just("push"), st.integers(0, 9)),
@@ -105,7 +116,7 @@ def without_times(events: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 @settings(deadline=None, max_examples=80)
 @given(calls=st.lists(call_st, max_size=40))
-def test_compact_instants_reach_listeners_as_the_same_events_in_the_same_order_as_objects(
+def test_compact_instants_and_messages_reach_listeners_as_the_same_events_in_the_same_order_as_objects(
     calls: list[tuple[str, Any]],
 ) -> None:
     made = []
@@ -117,7 +128,9 @@ def test_compact_instants_reach_listeners_as_the_same_events_in_the_same_order_a
         finally:
             tl.close()
         assert dropped == 0
-        starts = [start for _, kind, _, start, end, _ in events if kind == INSTANT]
+        starts = [
+            start for _, kind, _, start, end, _ in events if kind == INSTANT or (type(end) is int and start == end)
+        ]
         assert starts == sorted(starts)  # the order recorded
         made.append(without_times(events))
     assert repr(made[0]) == repr(made[1])  # (repr: a NaN is not equal to itself)
@@ -396,3 +409,151 @@ def test_a_long_name_is_kept_as_objects_not_in_the_table_of_labels() -> None:
         assert RecordRun not in runs  # (an object first: the instant after it goes as objects too, until the drain)
     finally:
         tl.close()
+
+
+def test_instants_and_messages_kept_as_objects_after_other_events_take_no_place_in_the_table_of_labels() -> None:
+    # The table is the process's, for its life, and bounded: a thread that mixes shapes (a scope around each of its
+    # messages) and names them after ever new text must not fill it with names no record uses.
+    tl = parked_timeline(True)
+    labels = speedups.record_labels()
+    name, category = f"after a scope {id(tl)}", f"category after a scope {id(tl)}"
+    try:
+        with tl.scope("work"):  # (recorded as it ends: an event of objects)
+            pass
+        tl.instant(name, n=1)
+        tl.message(category, "info", "got $n")(2)
+        events, runs, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert runs == [list] and dropped == 0
+    assert [(label, args) for _, _, label, _, _, args in events][1:] == [(name, {"n": 1}), (category, (2,))]
+    assert name not in labels and category not in labels
+
+
+# -- messages --------------------------------------------------------------------------------------------------------
+
+
+def test_messages_with_flat_values_are_kept_as_records_among_instants_with_their_values_as_recorded() -> None:
+    tl = parked_timeline(True)
+    log = tl.message("engine", "info", "processed $tcp, $udp, and $other")
+    try:
+        log(10, 20, 3)
+        tl.instant("x", a=1)
+        log("text", b"\x00", 1.5, priority=None, category=True)  # named values kept after the positional ones
+        log()
+        events, types, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert dropped == 0 and types == [RecordRun]
+    assert [(kind, label, args) for _, kind, label, _, _, args in events] == [
+        (log.kind.id, "engine", (10, 20, 3)),
+        (INSTANT, "x", {"a": 1}),
+        (log.kind.id, "engine", ("text", b"\x00", 1.5, None, True)),
+        (log.kind.id, "engine", ()),
+    ]
+
+
+def test_a_burst_of_messages_keeps_exactly_the_buffers_bound_and_counts_the_rest() -> None:
+    tl = parked_timeline(True, max_buffered_events=50)
+    log = tl.message("engine", "info", "processed $n")
+    try:
+        for i in range(1_000):
+            log(i)
+        buffer = tl._tracks.buffers[0]
+        assert buffer.records is not None
+        assert (len(buffer.events), buffer.records.extra_events, held_events(buffer)) == (RECORD_FIELDS, 49, 50)
+        events, types, dropped = flat_events(tl)
+        assert types == [RecordRun]
+        assert [args for *_, args in events] == [(i,) for i in range(50)] and dropped == 950
+        assert (buffer.records.extra_events, buffer.records.held_bytes, held_events(buffer)) == (0, 0, 0)
+        log(-1)
+        events, _, dropped = flat_events(tl)
+        assert ([args for *_, args in events], dropped) == ([(-1,)], 0)
+    finally:
+        tl.close()
+
+
+def test_messages_of_other_shapes_go_as_objects_and_so_do_the_records_after_them() -> None:
+    tl = parked_timeline(True)
+    log = tl.message("engine", "info", "got $a")
+    try:
+        log(1)
+        log([1, 2])  # not flat: as objects
+        log(2)  # after them: as objects too, until the drain
+        events, types, dropped = flat_events(tl)
+        log(3)
+        again, types_again, _ = flat_events(tl)
+    finally:
+        tl.close()
+    assert dropped == 0 and types == [RecordRun, list] and types_again == [RecordRun]
+    assert [args for *_, args in events + again] == [(1,), ([1, 2],), (2,), (3,)]
+
+
+def test_the_priority_gate_holds_for_compact_messages() -> None:
+    tl = parked_timeline(True)
+    debug = tl.message("engine", "debug", "detail $n")
+    try:
+        debug(1)
+        tl.set_priority("debug")
+        debug(2)
+        tl.set_priority("warning")
+        debug(3)
+        events, types, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert dropped == 0 and types == [RecordRun]
+    assert [args for *_, args in events] == [(2,)]
+
+
+message_values = st.lists(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(),
+        st.text(max_size=30),
+        st.binary(max_size=30),
+    ),
+    max_size=8,
+)
+
+
+@settings(deadline=None, max_examples=80)
+@given(calls=st.lists(st.tuples(st.sampled_from(["a", "b", "ü" * 3]), message_values), min_size=1, max_size=30))
+def test_a_compact_message_is_the_bytes_its_twin_packs_for_its_values(calls: list[tuple[str, list[Any]]]) -> None:
+    tl = parked_timeline(True)
+    labels = speedups.record_labels()
+    try:
+        for category, values in calls:
+            tl.message(category, "info", "v $a")(*values)
+        drained = tl.drain()
+    finally:
+        tl.close()
+    assert drained.dropped == 0 and [type(run) for _, run in drained.runs] == [RecordRun]
+    run = drained.runs[0][1]
+    flat = run.as_flat()
+    twin = b"".join(
+        pack_record(kind, labels.index(label), start, end, values)
+        for kind, label, start, end, values in zip(*[iter(flat)] * RECORD_FIELDS, strict=True)
+    )
+    assert run.records == twin
+    recorded = [(label, values) for _, label, _, _, values in zip(*[iter(flat)] * RECORD_FIELDS, strict=True)]
+    assert repr(recorded) == repr([(category, tuple(values)) for category, values in calls])  # (repr: NaN)
+
+
+def test_a_message_sampling_turns_on_is_kept_compactly_and_one_of_a_long_category_as_objects() -> None:
+    tl = parked_timeline(True)
+    debug = tl.message("engine", "debug", "detail $n")
+    long = tl.message("c" * 65, "info", "value $n")  # past the table of labels' longest name
+    try:
+        tl.sample("debug", fraction=1.0, window_s=60.0)  # (every window on)
+        debug(1)
+        sampled, sampled_types, _ = flat_events(tl)
+        long(2)
+        debug(3)  # (after objects: as objects)
+        events, types, dropped = flat_events(tl)
+    finally:
+        tl.close()
+    assert sampled_types == [RecordRun] and [args for *_, args in sampled] == [(1,)]
+    assert types == [list] and dropped == 0
+    assert [(label, args) for _, _, label, _, _, args in events] == [("c" * 65, (2,)), ("engine", (3,))]

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ringtrace.client.delivery.listeners import MemoryListener
+from ringtrace.client.recording.messages import message_kind
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.event_packing import ACCELERATED
@@ -27,6 +28,8 @@ from ringtrace.wire.stream_encoder import EncodedBatch, StreamEncoder
 HELLO = Hello(1, "host", "proc", "instance", "boot", 0, 0, "0.1.0")
 TRACK = TrackInfo(3, THREAD_TRACK, "MainThread", 101)
 LABELS = ["x", "tick", "é", "y" * 40]
+#: A message's kind, in the process's registry (which the stream encoder declares and converts by).
+MESSAGE = message_kind("wire", "warning", "gone $priority $category").id
 
 needs_c = pytest.mark.skipif(not ACCELERATED, reason="the C packer is not in use in this process")
 
@@ -40,7 +43,9 @@ def counters(encoder: StreamEncoder) -> tuple[int, ...]:
     return encoder.strings.overflowed, encoder.strings.epoch, stats.label_overflow_events, stats.clipped_args
 
 
-def run_of(events: list[tuple[int, int, int, int, dict[str, Any] | None]], labels: list[str]) -> RecordRun:
+def run_of(
+    events: list[tuple[int, int, int, int, dict[str, Any] | tuple[Any, ...] | None]], labels: list[str]
+) -> RecordRun:
     return RecordRun(b"".join(pack_record(*event) for event in events), labels)
 
 
@@ -67,6 +72,20 @@ def test_a_run_of_records_reads_back_as_the_instants_recorded() -> None:
     ]
 
 
+def test_message_records_read_back_as_the_messages_recorded_with_values_named_priority_and_category_kept() -> None:
+    records = [(MESSAGE, 1, 100, 100, (7, "c")), (INSTANT, 0, 101, 101, None), (MESSAGE, 1, 102, 102, ())]
+    run = run_of(records, LABELS)
+    assert run.as_flat()[:5] == [MESSAGE, "tick", 100, 100, (7, "c")] and run.as_flat()[14] == ()
+    for accelerated in (True, False) if ACCELERATED else (False,):
+        encoder = StreamEncoder(accelerated=accelerated)
+        events = decoded(StreamEncoder(), [encoder.encode(TRACK, run)])
+        assert [(e.name, e.ts_ns, e.args) for e in events[:2]] == [
+            ("gone priority(7) category(c)", 100, {"priority": 7, "category": "c"}),
+            ("x", 101, None),
+        ]
+        assert events[0].kind == events[2].kind != events[1].kind
+
+
 def test_an_object_listener_gets_a_run_of_records_as_the_events_a_reader_decodes() -> None:
     run = run_of([(INSTANT, 1, 7, 7, {"f": 1.5, "n": None, "t": True}), (SPAN, 0, 8, 20, {"q": b"\x00"})], LABELS)
     listener = MemoryListener()
@@ -86,12 +105,22 @@ flat_st = st.one_of(
     st.binary(max_size=40),
 )
 args_st = st.one_of(st.none(), st.dictionaries(st.text(min_size=1, max_size=12), flat_st, min_size=1, max_size=6))
-event_st = st.tuples(
-    st.sampled_from([INSTANT, SPAN]),
-    st.integers(0, 63),  # label index (taken modulo the labels)
-    st.integers(0, 2**62),  # start
-    st.one_of(st.just(0), st.integers(0, 2**40)),  # duration
-    args_st,
+event_st = st.one_of(
+    st.tuples(
+        st.sampled_from([INSTANT, SPAN]),
+        st.integers(0, 63),  # label index (taken modulo the labels)
+        st.integers(0, 2**62),  # start
+        st.one_of(st.just(0), st.integers(0, 2**40)),  # duration
+        args_st,
+    ),
+    st.tuples(st.just(MESSAGE), st.integers(0, 63), st.integers(0, 2**62), st.just(0), st.tuples(*[flat_st] * 2)),
+    st.tuples(
+        st.just(MESSAGE),
+        st.integers(0, 63),
+        st.integers(0, 2**62),
+        st.just(0),
+        st.lists(flat_st, max_size=8).map(tuple),
+    ),
 )
 
 
@@ -117,7 +146,7 @@ def _encodable(text: str) -> bool:
 )
 def test_a_run_of_records_packs_in_c_to_the_bytes_its_flat_records_pack_to_in_python_and_as_objects_in_c(
     labels: list[str],
-    runs: list[list[tuple[int, int, int, int, dict[str, Any] | None]]],
+    runs: list[list[tuple[int, int, int, int, dict[str, Any] | tuple[Any, ...] | None]]],
     max_strings: int,
     recycles: bool,
     per_frame: int,

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from ringtrace.collector.incidents.criteria import SegmentCriteria
 from ringtrace.collector.incidents.judge import Judge
 from ringtrace.collector.read.frame_walk import ProcessView
-from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.collector.store.views import SegmentView
 from ringtrace.wire.decoder import SessionDecoder
 
@@ -117,10 +116,5 @@ def feed(cursor: Cursor, data: memoryview) -> None:
 
 def advance(cursor: Cursor, segment: SegmentView) -> None:
     """Count the index entries (EVENTS frames) now wholly before the cursor."""
-    buffer, size, step = segment.buffer, segment.size, INDEX_ENTRY.size
-    while cursor.read_entries < segment.entries:
-        offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (cursor.read_entries + 1))
-        if offset + length > cursor.offset:
-            return
-        cursor.read_entries += 1
-        cursor.read_events += count
+    counted = segment.frames_before(cursor.offset, cursor.read_entries, cursor.read_events)
+    cursor.read_entries, cursor.read_events = counted

@@ -30,7 +30,6 @@ from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.read.rows import Row, frame_rows
 from ringtrace.collector.read.selection import EventFilter, Selection
 from ringtrace.collector.store.ring import SegmentView
-from ringtrace.collector.store.segments import INDEX_ENTRY
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ProtocolError
 from ringtrace.wire.frames import Events
@@ -213,10 +212,5 @@ class Tail:
 
 def _advance(cursor: _Cursor, segment: SegmentView) -> None:
     """Count the index entries (EVENTS frames) now wholly before the cursor."""
-    buffer, size, step = segment.buffer, segment.size, INDEX_ENTRY.size
-    while cursor.read_entries < segment.entries:
-        offset, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (cursor.read_entries + 1))
-        if offset + length > cursor.offset:
-            return
-        cursor.read_entries += 1
-        cursor.read_events += count
+    counted = segment.frames_before(cursor.offset, cursor.read_entries, cursor.read_events)
+    cursor.read_entries, cursor.read_events = counted

@@ -49,6 +49,18 @@ class SegmentView:
         for i in range(1, self.entries + 1):
             yield INDEX_ENTRY.unpack_from(buffer, size - step * i)
 
+    def frames_before(self, offset: int, entries: int, events: int) -> tuple[int, int]:
+        """A reader's count of EVENTS frames wholly before ``offset``, and of their events, brought up to date from
+        ``entries`` and ``events`` (what it had counted)."""
+        buffer, size, step = self.buffer, self.size, INDEX_ENTRY.size
+        while entries < self.entries:
+            start, length, _, count, _, _ = INDEX_ENTRY.unpack_from(buffer, size - step * (entries + 1))
+            if start + length > offset:
+                break
+            entries += 1
+            events += count
+        return entries, events
+
     def data(self) -> bytes:
         """The segment's wire stream (a copy: the buffer may be reused once the snapshot is closed)."""
         return bytes(memoryview(self.buffer)[: self.used])

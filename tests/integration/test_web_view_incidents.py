@@ -207,19 +207,21 @@ def test_a_programs_incident_is_a_tick_of_its_own_colour_and_says_so_when_hovere
     try:
         until(page.page, "() => /[1-9][\\d,]* events/.test(document.getElementById('timeline-info').textContent)")
         uncheck_follow(page.page)
-        image = page.canvas()
-        coloured = [
-            (x, y)
-            for y in range(30, image.height)
-            for x in range(200, image.width)
-            if image.pixel(x, y) == INCIDENT_RGB
-        ]
-        assert coloured, "no tick in the incidents' colour"
-        box = page.page.locator("#timeline").bounding_box()
         tooltip = page.page.locator("#tooltip")
-        x, y = coloured[len(coloured) // 2]
 
         def hovered() -> str:
+            # Found again at each try: the panels above the timeline fill in as their answers come (slower on a busy
+            # machine), which moves the canvas down the page after a screenshot and its box were taken.
+            image = page.canvas()
+            coloured = [
+                (x, y)
+                for y in range(30, image.height)
+                for x in range(200, image.width)
+                if image.pixel(x, y) == INCIDENT_RGB
+            ]
+            assert coloured, "no tick in the incidents' colour"
+            box = page.page.locator("#timeline").bounding_box()
+            x, y = coloured[len(coloured) // 2]
             page.page.mouse.move(box["x"] + x, box["y"] + y)
             return str(tooltip.inner_text()) if tooltip.is_visible() else ""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar, cast
 
 from ringtrace.client.recording.otel_bridge import otel_context, otel_current_span
 from ringtrace.client.recording.traceparent import (
@@ -61,6 +61,9 @@ _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtr
 #: one is gone, or has had a span of its own since.
 _ENDED_ELSEWHERE_KEPT: Final = 10_000
 _ENDED_ELSEWHERE: Final[Recent[str, _Active | None]] = Recent(_ENDED_ELSEWHERE_KEPT)
+#: Whether each type of headers seen is a mapping (``_is_mapping``); a program has a few kinds of headers.
+_MAPPING_TYPES_KEPT: Final = 64
+_MAPPING_TYPES: Final[dict[type, bool]] = {}
 
 
 def current_span() -> SpanContext | None:
@@ -121,13 +124,14 @@ def extract(headers: Headers | None) -> SpanContext | None:
 
 
 def _header(headers: Headers, name: str) -> object:
-    if not isinstance(headers, Mapping):  # (name, value) pairs
-        for key, value in headers:
+    if not _is_mapping(headers):
+        for key, value in cast("Sequence[tuple[Any, Any]]", headers):  # (name, value) pairs
             if isinstance(key, bytes):
                 key = key.decode("latin-1")
             if isinstance(key, str) and key.lower() == name:
                 return value.decode("latin-1") if isinstance(value, bytes) else value
         return None
+    headers = cast("Mapping[str, Any]", headers)
     value = headers.get(name)
     if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them, or WSGI's
         wsgi = "http_" + name
@@ -200,3 +204,15 @@ def _ended_elsewhere(span: SpanContext | None, token: contextvars.Token[_Active 
         return
     outer = token.old_value
     _ENDED_ELSEWHERE.put(span.span_id, None if outer is contextvars.Token.MISSING else outer)
+
+
+def _is_mapping(headers: object) -> bool:
+    """``isinstance(headers, Mapping)``, known by type after the first (the ABC's check costs more than a request's
+    header lookup: a server span asks it for every request)."""
+    kind = type(headers)
+    known = _MAPPING_TYPES.get(kind)
+    if known is None:
+        known = isinstance(headers, Mapping)
+        if len(_MAPPING_TYPES) < _MAPPING_TYPES_KEPT:
+            _MAPPING_TYPES[kind] = known
+    return known

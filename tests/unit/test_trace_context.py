@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ringtrace.client import MemoryListener, SpanContext, Timeline, current_span, extract, inject
-from ringtrace.client.recording.traceparent import format_traceparent, parse_traceparent
+from ringtrace.client.recording.traceparent import child_of, format_traceparent, new_root, parse_traceparent
 
 HEX = "0123456789abcdef"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -102,6 +102,18 @@ def test_a_header_damaged_anywhere_never_raises(trace_id: str, span_id: str, fla
             damaged[36:52],
             int(damaged[53:55], 16),
         )
+
+
+def test_new_ids_are_lowercase_hex_of_the_specified_lengths_and_read_back() -> None:
+    roots = [new_root() for _ in range(2_000)]
+    children = [child_of(root) for root in roots]
+    for span in (*roots, *children):
+        assert len(span.trace_id) == 32 and len(span.span_id) == 16
+        assert set(span.trace_id) <= set(HEX) and set(span.span_id) <= set(HEX)
+        assert parse_traceparent(format_traceparent(span)) == span
+    assert all(child.trace_id == root.trace_id for root, child in zip(roots, children, strict=True))
+    assert len({root.trace_id for root in roots}) == len(roots)  # (192 random bits: a repeat is a broken draw)
+    assert len({span.span_id for span in (*roots, *children)}) == 2 * len(roots)
 
 
 def test_extract_takes_any_mapping_in_any_case() -> None:

@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from typing import Final
 
 from ringtrace.client.launch.launch_options import OPTIONS, settings_from
-from ringtrace.client.launch.program import CannotOpen, check_program, run_program
+from ringtrace.client.launch.program import RUNNING_CODE, CannotOpen, check_program, run_program
 from ringtrace.client.launch.recording_start import start_recording
 from ringtrace.client.launch.run_arguments import USAGE, parse_run_arguments, run_help
+from ringtrace.client.sampling.stack_capture import leave_out_callers_of
 from ringtrace.wire.errors import ConfigError
 
 __all__ = ["COLLECTOR_SUBCOMMANDS", "main"]
@@ -79,6 +80,7 @@ def _run(argv: list[str]) -> int:
     # program (or, in multiprocessing, its parent and itself), as without it.
     os.environ.update(settings.children_environment())
     os.environ.pop(_PROCESS_NAME_VARIABLE, None)
+    leave_out_callers_of(*RUNNING_CODE)  # (samples show the program's stacks as under python)
     start_recording(settings, settings.process_name or program.name)
     try:
         return run_program(program)

@@ -20,9 +20,11 @@ import runpy
 import signal
 import sys
 import types
+import zipimport
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["CannotOpen", "Program", "check_program", "run_program"]
+__all__ = ["RUNNING_CODE", "CannotOpen", "Program", "check_program", "run_program"]
 
 
 class CannotOpen(Exception):
@@ -69,7 +71,7 @@ def run_program(program: Program) -> int:
         if program.module is not None:
             sys.argv[:] = ["-m", *program.args]  # runpy writes the module's file in argv[0]
             sys.path[0] = os.getcwd()
-            runpy._run_module_as_main(program.module, alter_argv=True)  # type: ignore[attr-defined]  # python -m's own
+            _run_module(program.module, alter_argv=True)
         elif program.script is not None:
             sys.argv[:] = [program.script, *program.args]
             _run_path(program.script, main)
@@ -99,7 +101,7 @@ def _run_path(path: str, main: types.ModuleType) -> None:
     absolute = os.path.abspath(path)
     if os.path.isdir(path) or _is_zip(path):
         sys.path[0] = absolute  # as python does: the directory or zip file itself, then its __main__ as a module
-        runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
+        _run_module("__main__", alter_argv=False)
         return
     try:
         with open(path, "rb") as source_file:
@@ -109,16 +111,28 @@ def _run_path(path: str, main: types.ModuleType) -> None:
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     code = compile(source, absolute, "exec", dont_inherit=True)
     main.__dict__.update(__file__=absolute, __loader__=importlib.machinery.SourceFileLoader("__main__", absolute))
-    exec(code, main.__dict__)
+    _run_code(code, main.__dict__)
+
+
+# The two frames that call the program, and nothing else (see RUNNING_CODE).
+
+
+def _run_module(name: str, alter_argv: bool) -> None:
+    runpy._run_module_as_main(name, alter_argv=alter_argv)  # type: ignore[attr-defined]  # python -m's own
+
+
+def _run_code(code: types.CodeType, namespace: dict[str, object]) -> None:
+    exec(code, namespace)
 
 
 def _is_zip(path: str) -> bool:
-    import zipfile
-
+    """Whether ``python`` would run ``path`` as a zip file: asked as it does, of ``zipimport`` (loaded at every
+    interpreter's start, where importing ``zipfile`` would be this command's work among the program's first samples)."""
     try:
-        return zipfile.is_zipfile(path)
-    except OSError:
+        zipimport.zipimporter(path)
+    except (zipimport.ZipImportError, OSError):
         return False
+    return True
 
 
 def _report(exc: BaseException) -> None:
@@ -146,3 +160,8 @@ def _die_by_sigint() -> None:
             stream.flush()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
+
+
+#: The code of the frames that call the program: below them (and their callers) a stack is this command's, not the
+#: program's. This command's own work before the program runs is in none of them.
+RUNNING_CODE: Final = (_run_module.__code__, _run_code.__code__)

@@ -15,7 +15,14 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Final
 
-__all__ = ["CodeLocation", "StackInterner", "running_task_names", "thread_clock_id", "thread_cpu_ns"]
+__all__ = [
+    "CodeLocation",
+    "StackInterner",
+    "leave_out_callers_of",
+    "running_task_names",
+    "thread_clock_id",
+    "thread_cpu_ns",
+]
 
 CodeLocation = tuple[str, str, int]
 #: Stacks (and locations) remembered: past this the interner starts again (what a sample holds stays valid).
@@ -23,6 +30,16 @@ _MAX_STACKS: Final = 16_384
 _MAX_LOCATIONS: Final = 65_536
 #: Frames walked per stack at most (deeper recursion keeps its innermost frames).
 MAX_DEPTH: Final = 512
+#: The ids of code whose frames, and their callers', a stack leaves out (``leave_out_callers_of``); the code objects
+#: themselves are kept alive by their functions.
+_LEFT_OUT: Final[set[int]] = set()
+
+
+def leave_out_callers_of(*codes: CodeType) -> None:
+    """From now on, a stack stops below a frame of ``codes``: it, and the frames that called it, are left out. For
+    ``ringtrace run``, whose own frames call the program's: the program's stacks then begin where they would under
+    ``python``. Costs nothing per sample: only a stack met anew is read this far."""
+    _LEFT_OUT.update(id(code) for code in codes)
 
 
 class StackInterner:
@@ -70,6 +87,8 @@ class StackInterner:
         depth = 0
         while frame is not None and depth < MAX_DEPTH:
             code = frame.f_code
+            if id(code) in _LEFT_OUT:
+                break
             known = locations.get((id(code), frame.f_lasti))
             if known is None:
                 line = frame.f_lineno

@@ -142,3 +142,37 @@ def numbered_messages(collector: CollectorProcess, word: str, count: int) -> lis
         what=f"{count} messages '{word} N' logged after the program closed every descriptor",
     )
     return sorted(found, key=lambda text: int(text.split()[1]))
+
+
+def test_a_programs_samples_begin_where_they_would_under_python_not_in_ringtrace_run(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # The command's own frames (its script, its main, the function that runs the program) sat at the root of every
+    # sample of the program. Now a script's stacks begin at its <module>, and a module's at runpy's, as a sampling
+    # profiler shows them under `python` and `python -m` (the command's own work before, if sampled, keeps its frames).
+    spin = "import time\ndef hot():\n    until = time.monotonic() + 0.4\n    while time.monotonic() < until:\n        pass\n"
+    (tmp_path / "stackroot.py").write_text(spin + "def main():\n    hot()\nmain()\n")
+    (tmp_path / "stackroot_mod.py").write_text(spin + "hot()\n")
+    for program, name, root in (
+        (["stackroot.py"], "stackroot.py", "<module>"),
+        (["-m", "stackroot_mod"], "stackroot_mod", "_run_module_as_main"),
+    ):
+        done = run(
+            [RINGTRACE, "run", "--collector", collector.tcp_address, "--sample-hz", "500", *program],
+            tmp_path,
+            program_environment(),
+        )
+        assert (done.stderr, done.returncode) == ("", 0)
+        graph = wait_for(
+            lambda name=name: collector.json(f"/flamegraph?process={name}"),
+            until=lambda graph: graph["samples"] >= 20,
+            timeout_s=60,
+            what=f"samples of {name}",
+        )
+        nodes = graph["nodes"]
+        path, at = [], nodes["function"].index("hot") + 1  # (a node's parent is its index + 1; 0 for a root)
+        while at:
+            path.append((nodes["function"][at - 1], nodes["file"][at - 1]))
+            at = nodes["parent"][at - 1]
+        assert path[-1][0] == root, path
+        assert not any("ringtrace" in file or "launch" in file for _, file in path), path

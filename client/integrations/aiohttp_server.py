@@ -5,7 +5,8 @@ The span continues the caller's trace (its ``traceparent``), is labelled with th
 resource's canonical path, ``/users/{id}``; the path when none matched), and holds ``method``, ``path``, ``route``
 and the ``response`` map (``status``: the response's, or the raised ``HTTPException``'s) as args. It lasts as long as
 the handler: a streamed response is written before the handler returns it. An exception from the handler is
-recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came. A sub-application's
+recorded (its type as ``exception``, its text as ``response.error``) and goes on as it came; but an ``HTTPException``
+below 500 (``HTTPNotFound``, a redirect) is aiohttp's way to answer, recorded as its status alone. A sub-application's
 middleware, inside the main application's, records no second span.
 """
 
@@ -44,17 +45,22 @@ def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
             return await handler(request)
         token = SERVING.set(True)
         try:
-            with span:
-                try:
-                    result = await handler(request)
-                except BaseException as exc:
-                    status = getattr(exc, "status", None)  # an HTTPException: a response
-                    if type(status) is int:
-                        response["status"] = status
+            span.__enter__()
+            try:
+                result = await handler(request)
+            except BaseException as exc:
+                status = getattr(exc, "status", None)  # an HTTPException: a response
+                if type(status) is int:
+                    response["status"] = status
+                if type(status) is int and status < 500:  # (a 404 or a redirect, raised: an answer, not an error)
+                    span.__exit__(None, None, None)
+                else:
                     response["error"] = error_text(exc)
-                    raise
-                response["status"] = getattr(result, "status", None)
-                return result
+                    span.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            response["status"] = getattr(result, "status", None)
+            span.__exit__(None, None, None)
+            return result
         finally:
             SERVING.reset(token)
 

@@ -82,17 +82,32 @@ class SpanFilter:
 
 def has_error(args: dict[str, Any] | None) -> bool:
     """Whether a span is in error: an OTLP span's status is ``error``, a traced call ended by an exception
-    (``call_raised``: ``raised`` is true), a scope an exception left (its ``exception`` arg names it), or it has an
-    ``error`` arg that is not null, false, 0 or empty."""
+    (``call_raised``: ``raised`` is true), a scope an exception left (its ``exception`` arg names it), it has an
+    ``error`` arg that is not null, false, 0 or empty, or it is an HTTP request that failed (``_http_error``)."""
     if not args:
         return False
-    error, exception = args.get("error"), args.get("exception")
+    error, exception, response = args.get("error"), args.get("exception"), args.get("response")
     return (
         args.get("status") == "error"
         or args.get("raised") is True
         or error not in (None, False, "")
         or exception not in (None, False, "")
+        or (type(response) is dict and _http_error(response, args.get("kind")))
     )
+
+
+def _http_error(response: dict[str, Any], kind: object) -> bool:
+    """An HTTP integration's span (its ``response`` map): the request failed (``response.error``), or its status is
+    an error on its side, as OpenTelemetry's HTTP conventions have it: 5xx for a server span, 4xx and 5xx for a client
+    span (a 404 is the client's error, not the server's)."""
+    if response.get("error") not in (None, False, ""):
+        return True
+    status = response.get("status")
+    if type(status) is not int:
+        return False
+    if kind == "server":
+        return status >= 500
+    return kind == "client" and status >= 400
 
 
 def arg_text(value: object) -> str:

@@ -15,9 +15,11 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from collector_process import CollectorProcess
@@ -170,6 +172,16 @@ def test_a_request_between_two_programs_is_one_trace_with_no_code_change(
         kinds = sorted(e["args"]["kind"] for e in selected["traceEvents"] if e["ph"] == "X")
         assert kinds == ["client", "server"]
     assert unanswered == per_call
+    # In error (`has_error`), as OpenTelemetry's HTTP conventions have it: a client span of a 4xx or 5xx answer or of
+    # none, a server span whose handler raised (its 500), and not a server span that answered 404.
+    in_error = [s["args"] for s in collector.json("/spans?has_error=yes&limit=1000")["spans"]]
+    said = Counter((args["kind"], args["path"] if "path" in args else urlsplit(args["url"]).path) for args in in_error)
+    unreached = [urlsplit(a["url"]).path for a in in_error if a["kind"] == "client" and "status" not in a["response"]]
+    errors = Counter({("client", "/missing"): 1, ("client", "/fail"): 1, ("server", "/fail"): 1})
+    assert said == Counter({key: count * per_call for key, count in errors.items()}) + Counter(
+        ("client", path) for path in unreached
+    )
+    assert len(unreached) == per_call
 
     # The same programs without the integrations get the same answers.
     plain = {role: environment(None, None, role) for role in ("server", "client")}

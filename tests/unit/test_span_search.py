@@ -277,6 +277,22 @@ def test_errors_and_arg_values_are_as_documented() -> None:
     assert not has_error({"error": 0}) and not has_error({"error": ""}) and not has_error({"error": None})
     assert not has_error(None) and not has_error({"status": "ok"}) and not has_error({"error": False})
     assert has_error({"exception": "ValueError"}) and not has_error({"exception": None})
+    # An HTTP integration's span: its side's error statuses (OpenTelemetry's HTTP conventions), or a failed request.
+    for kind, status, error in [
+        ("server", 503, True),
+        ("server", 500, True),
+        ("server", 404, False),
+        ("server", 200, False),
+        ("client", 404, True),
+        ("client", 500, True),
+        ("client", 302, False),
+        ("internal", 500, False),
+        (None, 500, False),
+    ]:
+        assert has_error({"kind": kind, "response": {"status": status}}) is error, (kind, status)
+    assert has_error({"kind": "client", "response": {"error": "connection refused"}})
+    assert not has_error({"kind": "server", "response": {"status": "503"}})  # (a status the integrations never write)
+    assert not has_error({"kind": "server", "response": {}}) and not has_error({"kind": "client", "response": None})
     assert [arg_text(v) for v in ("x", 1, 1.5, True, None, [1, 2])] == ["x", "1", "1.5", "true", "null", "[1,2]"]
     assert [nearest_rank([1, 2, 3, 4], p) for p in (1, 25, 50, 51, 99, 100)] == [1, 1, 2, 3, 4, 4]
 

@@ -43,6 +43,10 @@ find_stack_floor(uintptr_t here)
 }
 
 static _PyFrameEvalFunction chained;
+/* Whether eval_hook is in the interpreter's chain of hooks: put in place by a start and not taken out by a stop (a
+   stop leaves it where another hook was put over it, and that hook calls it). A start while it is linked must not
+   chain it again: it would chain the hook over it, which calls it, which would call that hook, without end. */
+static int linked;
 
 /* The frame evaluated, untraced. */
 static inline PyObject *
@@ -209,10 +213,11 @@ rt_eval_hook_start(Tracer *self)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
     _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
-    if (current != eval_hook) {
+    if (current != eval_hook && !linked) {
         chained = current;
         _PyInterpreterState_SetEvalFrameFunc(interp, eval_hook);
     }
+    linked = 1; /* (in place, or under the hook that calls it) */
     return 0;
 }
 
@@ -222,6 +227,8 @@ rt_eval_hook_stop(Tracer *self)
     PyInterpreterState *interp = PyInterpreterState_Get();
     if (_PyInterpreterState_GetEvalFrameFunc(interp) == eval_hook) {
         _PyInterpreterState_SetEvalFrameFunc(interp, chained);
+        linked = 0;
     }
-    /* else another hook was put in place over this one: it calls this one, which passes frames on untraced */
+    /* else another hook was put in place over this one: it calls this one, which passes frames on untraced (still
+       linked: a start traces through it again) */
 }

@@ -10,7 +10,7 @@ import time
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.version import __version__
 
-__all__ = ["ProcessIdentity"]
+__all__ = ["ProcessIdentity", "start_new_instance"]
 
 _instance: tuple[int, str] = (0, "")
 
@@ -22,6 +22,13 @@ def _instance_id() -> str:
     if _instance[0] != pid:
         _instance = (pid, _uuid4_hex())
     return _instance[1]
+
+
+def start_new_instance() -> None:
+    """Listeners made from now on are a new process to the collector (a source of its own, beside what this OS process
+    sent before): ``connect()`` again under another name. Listeners made before keep the identity they have."""
+    global _instance
+    _instance = (os.getpid(), _uuid4_hex())
 
 
 def _uuid4_hex() -> str:

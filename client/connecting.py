@@ -14,7 +14,7 @@ from typing import Any
 from ringtrace.client.delivery.exit_delivery import SigtermDelivery
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.listeners import default_process_name, name_process
-from ringtrace.client.delivery.process_identity import start_new_instance
+from ringtrace.client.delivery.process_identity import rename_instance
 from ringtrace.client.delivery.streaming.streamer import Streamer, rename_unstarted
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
@@ -45,11 +45,11 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     Connecting happens in the background: this returns at once, and events recorded before the collector answers
     are queued (within ``max_queue_bytes``). Calling it again with the same arguments returns the same timeline;
     with others, the timeline is flushed and moves to the new collector. Under another ``process_name``, the
-    process is from then on a new process to the collector, a source of its own under the new name (a pool worker
-    that connects once per task, as ``task-1`` then ``task-2``, shows as both); what it recorded before stays under
-    the name it had. The timeline returned is the same, the process-wide one. In a ``multiprocessing`` child started
-    with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect, initargs=(address,))``) is all
-    it takes; the child delivers what it recorded before it exits.
+    process is from then on another process to the collector, a source of its own under the new name (a pool worker
+    that connects once per task, as ``task-1`` then ``task-2``, shows as both; under ``task-1`` again, as the first);
+    what it recorded before stays under the name it had. The timeline returned is the same, the process-wide one. In
+    a ``multiprocessing`` child started with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect,
+    initargs=(address,))``) is all it takes; the child delivers what it recorded before it exits.
 
     Args:
         address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6); or several, separated
@@ -84,7 +84,7 @@ def _attach(address: str, opts: StreamerOptions, *, renamed_is_new: bool = False
         if renamed_is_new and _connected is not None:
             name = display_text(opts.process_name or default_process_name())
             if name != _connected[2].process_name:  # (what it sent before stays under the name it had)
-                start_new_instance()
+                rename_instance(_connected[2].process_name, name)
         streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
         # The streamer connect() attached before (in a forked child: its replacement), if it is still attached.
         previous = next((x for x in _default.listeners if isinstance(x, Streamer)), None) if _connected else None

@@ -343,6 +343,24 @@ def test_a_pool_worker_that_connects_under_each_task_name_shows_each_as_a_source
         assert name in (f"child{i}", f"child{i} (pid {pids[i]})") and tasks == {i}
 
 
+_NAMES_IN_TURN = """
+import os, sys, ringtrace.client
+for name in ("a", "b", "a"):
+    tl = ringtrace.client.connect(sys.argv[1], process_name=name)
+    tl.instant("under", name=name)
+    assert tl.flush(timeout_s=30)
+print(os.getpid())
+"""
+
+
+def test_a_process_connected_again_under_a_name_it_had_is_that_source_again(collector: CollectorProcess) -> None:
+    done = run_client(_NAMES_IN_TURN, collector.tcp_address)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout)  # (each flush acknowledged: stored)
+    sources = [(p["process_name"], p["os_pid"], p["stored_events"]) for p in collector.json("/sources")["processes"]]
+    assert sorted(sources) == [("a", pid, 2), ("b", pid, 1)]
+
+
 _PROCESS = """
 import multiprocessing, sys, ringtrace.client
 

@@ -13,10 +13,12 @@ from typing import Any
 
 from ringtrace.client.delivery.exit_delivery import SigtermDelivery
 from ringtrace.client.delivery.flusher import FLUSHER
-from ringtrace.client.delivery.listeners import name_process
+from ringtrace.client.delivery.listeners import default_process_name, name_process
+from ringtrace.client.delivery.process_identity import rename_instance
 from ringtrace.client.delivery.streaming.streamer import Streamer, rename_unstarted
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
+from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.parsing import parse_addresses
 
 __all__ = ["connect", "default_timeline", "timeline"]
@@ -42,9 +44,12 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
 
     Connecting happens in the background: this returns at once, and events recorded before the collector answers
     are queued (within ``max_queue_bytes``). Calling it again with the same arguments returns the same timeline;
-    with others, the timeline is flushed and moves to the new collector. In a ``multiprocessing`` child started
-    with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect, initargs=(address,))``) is all
-    it takes; the child delivers what it recorded before it exits.
+    with others, the timeline is flushed and moves to the new collector. Under another ``process_name``, the
+    process is from then on another process to the collector, a source of its own under the new name (a pool worker
+    that connects once per task, as ``task-1`` then ``task-2``, shows as both; under ``task-1`` again, as the first);
+    what it recorded before stays under the name it had. The timeline returned is the same, the process-wide one. In
+    a ``multiprocessing`` child started with spawn or forkserver, one call (``Pool(initializer=ringtrace.client.connect,
+    initargs=(address,))``) is all it takes; the child delivers what it recorded before it exits.
 
     Args:
         address: ``"HOST:PORT"`` of the collector's ingest listener (``"[::1]:PORT"`` for IPv6); or several, separated
@@ -64,16 +69,22 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
         process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
     parse_addresses(address)
-    return _attach(address, opts)
+    return _attach(address, opts, renamed_is_new=True)
 
 
-def _attach(address: str, opts: StreamerOptions) -> Timeline:
+def _attach(address: str, opts: StreamerOptions, *, renamed_is_new: bool = False) -> Timeline:
     """``connect``'s work, its arguments checked: a streamer to ``address`` with ``opts`` on the process-wide timeline
-    (in place of the one there, if another)."""
+    (in place of the one there, if another). ``renamed_is_new``: under a name other than the connected one, the
+    streamer is a new process to the collector (a name the program gave); else the same process, renamed (the name
+    a forked multiprocessing child is given)."""
     global _connected
     with _connect_lock:
         if _connected is not None and _connected[:2] == (address, opts) and _connected[2] in _default.listeners:
             return _default
+        if renamed_is_new and _connected is not None:
+            name = display_text(opts.process_name or default_process_name())
+            if name != _connected[2].process_name:  # (what it sent before stays under the name it had)
+                rename_instance(_connected[2].process_name, name)
         streamer = Streamer(address, opts, sweep_all=FLUSHER.sweep_all)
         # The streamer connect() attached before (in a forked child: its replacement), if it is still attached.
         previous = next((x for x in _default.listeners if isinstance(x, Streamer)), None) if _connected else None

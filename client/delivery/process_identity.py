@@ -6,13 +6,19 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import Final
 
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.version import __version__
 
-__all__ = ["ProcessIdentity"]
+__all__ = ["MAX_NAMES_REMEMBERED", "ProcessIdentity", "rename_instance"]
 
 _instance: tuple[int, str] = (0, "")
+#: The instance of each name this process was connected under, the last ``MAX_NAMES_REMEMBERED`` (by pid: a forked
+#: child's are its own).
+_named: tuple[int, dict[str, str]] = (0, {})
+#: Names remembered: one connected under another after that is a new process to the collector.
+MAX_NAMES_REMEMBERED: Final = 1000
 
 
 def _instance_id() -> str:
@@ -22,6 +28,21 @@ def _instance_id() -> str:
     if _instance[0] != pid:
         _instance = (pid, _uuid4_hex())
     return _instance[1]
+
+
+def rename_instance(before: str, after: str) -> None:
+    """Listeners made from now on are the process named ``after`` to the collector, its own source beside the one
+    named ``before`` (``connect()`` again under another name): a new one the first time, the same again after. Those
+    made before keep the identity they have."""
+    global _instance, _named
+    pid = os.getpid()
+    if _named[0] != pid:  # (a forked child's names are its own)
+        _named = (pid, {})
+    named = _named[1]
+    named[before] = _instance_id()  # (the names left, the least recently first: the one it has is not among them)
+    while len(named) > MAX_NAMES_REMEMBERED:  # (a pool worker that names each task anew)
+        del named[next(iter(named))]
+    _instance = (pid, named.pop(after, "") or _uuid4_hex())
 
 
 def _uuid4_hex() -> str:

@@ -14,7 +14,9 @@ so that listeners and the flusher pay per lane and sweep, not per task.
 
 A drain that fails once events have left their buffers (a MemoryError: the copy of a segment of compact records is
 as large as the segment) hands nothing over: ``take_events`` fills the caller's list as it goes, segments first as
-they are, copied in place after, so that the caller counts what it held as dropped (``events_in``).
+they are, copied in place after, so that the caller counts what it held as dropped (``events_in``). What it holds
+has left its buffer, and only that: each event is handed over or counted dropped, once (the pure-Python path puts a
+run in the list as its delete from the buffer succeeds, ``_take``).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def events_in(runs: Iterable[Any]) -> int:
 
 def events_taken(taken: list[Any]) -> int:
     """The events of the runs in ``taken`` as ``take_events`` left it, whole or halfway: ``(track, run)`` pairs, and
-    where it stopped, take_runs' list of runs or an empty place (see ``_take``)."""
+    where it stopped, take_runs' list of runs or an empty place (None: a run still in its buffer; see ``_take``)."""
     return sum(events_in((item[1],) if type(item) is tuple else item or ()) for item in taken)
 
 
@@ -96,10 +98,10 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
     events = buffer.events
     count = len(events)
     first = len(taken)
+    held: list[Any] = taken  # (halfway, a place holds others than runs: see events_taken)
     if _take_runs is not None:  # C: the values move, untouched, in one pass; a segment of compact records is a run
         # In the caller's hands at every step (see the top): a place first, then take_runs' list of runs there (a
         # store, which allocates nothing), then its runs as pairs (one slice assignment), each segment then copied.
-        held: list[Any] = taken  # (halfway, a place holds these others: see events_taken)
         held.append(None)
         held[first] = runs = _take_runs(events, count, _RUN_VALUES)
         held[first : first + 1] = [(buffer.track, run) for run in runs]
@@ -109,11 +111,18 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
     else:
         # Copy the runs first, then delete them from the last one back: each delete then moves only the values
         # appended since the drain began, where deleting from the front would move the rest of the buffer every time
-        # (quadratic in a buffer that grew while the flusher was busy).
-        runs = [(start, min(start + _RUN_VALUES, count)) for start in range(0, count, _RUN_VALUES)]
-        taken += [(buffer.track, events[start:end]) for start, end in runs]  # never past count
-        for start, end in reversed(runs):
+        # (quadratic in a buffer that grew while the flusher was busy). A run is in the caller's hands once deleted,
+        # not before: its place holds None until then (see events_taken), and everything a place needs is made
+        # before the first delete, so a delete that fails (it allocates) leaves its run and those before it in the
+        # buffer alone, for the next drain, where they had been counted dropped and handed over by it too.
+        places = []
+        for i, start in enumerate(range(0, count, _RUN_VALUES)):
+            end = min(start + _RUN_VALUES, count)  # never past count
+            places.append((first + i, (buffer.track, events[start:end]), start, end))
+        held += [None] * len(places)
+        for place, run, start, end in reversed(places):
             del events[start:end]
+            taken[place] = run
     if is_task(buffer.owner):  # a lane serves many tasks in turn: each slice says whose it is
         name = buffer.owner.get_name()
         for _, run in taken[first:]:

@@ -27,7 +27,7 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, Final
 
-from ringtrace.collector.read.event_walk import EventWalk
+from ringtrace.collector.read.event_walk import NOT_MESSAGES, EventWalk
 from ringtrace.collector.read.frame_walk import MAX_WALL_NS, PAIRED_SHAPES, ProcessView, SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.span_columns import FrameColumns, read_columns
@@ -160,8 +160,8 @@ class _Kinds:
             shape = kind.shape
             if shape == "span":
                 self.parts[kind_id] = _SPAN
-            elif shape == "instant":
-                self.parts[kind_id] = _INSTANT
+            elif shape == "instant" or (shape == "message" and kind.name in NOT_MESSAGES):
+                self.parts[kind_id] = _INSTANT  # (a message of such a category is shown as an instant of it)
             elif shape == "message":
                 self.parts[kind_id] = _MESSAGE
                 self.priorities[kind_id] = kind.priority

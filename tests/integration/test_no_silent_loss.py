@@ -20,6 +20,7 @@ from collector_process import CollectorProcess, events, metadata
 from ringtrace.client import read_trace_streams
 from ringtrace.wire.arg_values import MAX_STRING_CHARS
 from ringtrace.wire.string_table import OVERFLOW_LABEL
+from waiting import wait_for
 
 
 def run_client(code: str, *args: str, script: bool = False, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -289,6 +290,75 @@ def test_pool_children_deliver_what_they_recorded(
     parent = "parent" if method == "fork" else "web"
     kind = {"fork": "Fork", "spawn": "Spawn", "forkserver": "ForkServer"}[method]
     assert workers and all(re.fullmatch(rf"{parent} \({kind}PoolWorker-\d+\)", name) for name in workers), workers
+
+
+_TASK_NAMES = """
+import json, multiprocessing, os, sys, ringtrace.client
+
+def task(i):  # as a new user wrote it: each task connects under a name of its own
+    tl = ringtrace.client.connect(sys.argv[1], process_name=f"child{i}")
+    log = tl.message("app", "info", "task $task item $n")
+    for n in range(1000):
+        log(i, n)
+    return os.getpid(), tl.flush(timeout_s=30)
+
+if __name__ == "__main__":
+    ringtrace.client.connect(sys.argv[1], process_name="parent").instant("started")
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        print(json.dumps(pool.map(task, range(6), chunksize=1)))
+"""
+
+
+def test_a_pool_worker_that_connects_under_each_task_name_shows_each_as_a_source(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    """Six tasks on three workers: a worker runs two at least, and connects under a second name. That process was
+    renamed, so ``/sources`` listed the last name of each worker alone; each name is a source of its own now, holding
+    what was recorded under it."""
+    script = tmp_path / "task_names.py"  # spawn children import the main module by its path
+    script.write_text(_TASK_NAMES)
+    done = run_client(str(script), collector.tcp_address, script=True, timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    pids, flushed = zip(*json.loads(done.stdout), strict=True)
+    assert all(flushed) and len(set(pids)) < 6  # (a worker connected twice: what is shown here)
+    names = [f"child{i}" for i in range(6)]
+    sources = wait_for(
+        lambda: {p["process_name"]: p for p in collector.json("/sources")["processes"]},
+        until=lambda held: all(held.get(name, {}).get("stored_events") == 1000 for name in names),
+        timeout_s=60,
+        what="each task's 1000 messages stored under its name",
+    )
+    assert set(sources) == {"parent", *names}
+    assert [sources[name]["os_pid"] for name in names] == list(pids)
+    trace = collector.snapshot()
+    shown_as = {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+    tasks_under: defaultdict[str, set[int]] = defaultdict(set)
+    for event in events(trace, "i"):
+        if event.get("cat") == "app":
+            tasks_under[shown_as[event["pid"]]].add(event["args"]["task"])
+    assert len(tasks_under) == 6
+    # (A second process of one OS pid is shown with the pid: "child1 (pid 4242)".)
+    for name, tasks in tasks_under.items():
+        i = int(name.removeprefix("child").split(" ")[0])
+        assert name in (f"child{i}", f"child{i} (pid {pids[i]})") and tasks == {i}
+
+
+_NAMES_IN_TURN = """
+import os, sys, ringtrace.client
+for name in ("a", "b", "a"):
+    tl = ringtrace.client.connect(sys.argv[1], process_name=name)
+    tl.instant("under", name=name)
+    assert tl.flush(timeout_s=30)
+print(os.getpid())
+"""
+
+
+def test_a_process_connected_again_under_a_name_it_had_is_that_source_again(collector: CollectorProcess) -> None:
+    done = run_client(_NAMES_IN_TURN, collector.tcp_address)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout)  # (each flush acknowledged: stored)
+    sources = [(p["process_name"], p["os_pid"], p["stored_events"]) for p in collector.json("/sources")["processes"]]
+    assert sorted(sources) == [("a", pid, 2), ("b", pid, 1)]
 
 
 _PROCESS = """

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, recorded_collector
+from collector_process import CollectorProcess, recorded_collector, run_script
 from ringtrace.collector.command.main import main
 from ringtrace.collector.export.table_names import TABLES
 from tables_model import chrome_table, parquet_rows
@@ -182,3 +184,55 @@ def test_snapshot_writes_one_table_with_the_table_flag(collector: CollectorProce
     assert main(["snapshot", collector.http_url, "-o", str(out), "--format", "parquet", "--table", "counters"]) == 0
     assert parquet_rows(out.read_bytes()) == get_table(collector, "counters")
     assert main(["snapshot", collector.http_url, "-o", str(out), "--table", "counters"]) == 2
+
+
+#: Messages whose values are named as the messages table's columns, of values no such column holds.
+NAMED_AS_COLUMNS = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+tl.message("jobs", "warning", "job $priority took $text")(3, {"ms": [1, 2]})
+tl.message("jobs", "error", "${category} ${trace_id} ${args} ${ts_ns}")(7, 8, [9], "x")
+tl.message("jobs", "info", "flat $priority")(2.5)
+tl.message("", "info", "plain $priority")(1)  # (of the category of plain instants: shown as one)
+print(tl.flush(5))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-writer", "python-rows"])
+def test_message_values_named_as_columns_stay_args_in_parquet_sql_and_aggregates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pure_python: bool
+) -> None:
+    """A message's value named ``priority`` (or ``category``, ``text``, ...) is one of its values: its row's
+    priority and category are its kind's. A non-text one in the priority column once failed the Parquet write."""
+    env = {name: value for name, value in os.environ.items() if name != "RINGTRACE_PURE_PYTHON"}
+    if pure_python:  # (the collector's tables made in Python alone)
+        env["RINGTRACE_PURE_PYTHON"] = "1"
+    collector = CollectorProcess(env=env)
+    try:
+        run_script(collector, NAMED_AS_COLUMNS, "jobs")
+        expected = [
+            ("warning", "job priority(3) took text({'ms': [1, 2]})", {"priority": 3, "text": {"ms": [1, 2]}}),
+            ("error", "7 8 [9] x", {"category": 7, "trace_id": 8, "args": [9], "ts_ns": "x"}),
+            ("info", "flat priority(2.5)", {"priority": 2.5}),
+        ]
+        for params in ({}, {"category": "jobs"}, {"min_priority": "info"}, {"messages_only": "1"}):
+            rows = sorted((json.loads(row) for row in get_table(collector, "messages", **params)), key=by_time)
+            assert [(row["priority"], row["text"], row["args"]) for row in rows] == expected, params
+            assert {(row["category"], row["trace_id"]) for row in rows} == {("jobs", None)}
+        sql = "SELECT priority, category, args, trace_id FROM messages ORDER BY ts_ns"
+        out = tmp_path / "messages.csv"
+        assert main(["query", sql, "--url", collector.http_url, "--csv", str(out)]) == 0, capsys.readouterr().err
+        with out.open() as f:
+            got = [(r["priority"], r["category"], json.loads(r["args"]), r["trace_id"]) for r in csv.DictReader(f)]
+        assert got == [(priority, "jobs", args, "") for priority, _, args in expected]
+        # Counted by their kinds' priorities, the plain one as an instant, whether frames are read a column at a time
+        # or event by event (a name filter): the first counted it as a message.
+        for query in ("", "?name=*"):
+            aggregates = collector.json("/aggregates" + query)
+            assert (aggregates["instants"], aggregates["messages"]) == (1, {"warning": 1, "error": 1, "info": 1})
+    finally:
+        collector.stop()
+
+
+def by_time(row: dict[str, Any]) -> int:
+    return int(row["ts_ns"])

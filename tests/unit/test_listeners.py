@@ -24,6 +24,8 @@ from ringtrace.client import (
     read_trace_streams,
     u8,
 )
+from ringtrace.client.delivery import process_identity
+from ringtrace.client.delivery.process_identity import ProcessIdentity, rename_instance
 from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
 from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
 from ringtrace.wire.frames import Stats
@@ -358,3 +360,24 @@ def test_flush_is_false_after_a_rejected_typed_event_and_true_again_after(tmp_pa
     timeline.push(Small(v=2))
     assert timeline.flush(timeout_s=30) is True  # nothing rejected since the previous flush
     timeline.close()
+
+
+def test_a_process_renamed_is_another_to_the_collector_and_the_same_again_under_a_name_it_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_identity, "_instance", (0, ""))
+    monkeypatch.setattr(process_identity, "_named", (0, {}))
+    monkeypatch.setattr(process_identity, "MAX_NAMES_REMEMBERED", 2)
+    a = ProcessIdentity("a").instance_id
+    rename_instance("a", "b")
+    b = ProcessIdentity("b").instance_id
+    rename_instance("b", "a")
+    assert ProcessIdentity("a").instance_id == a != b
+    rename_instance("a", "b")
+    assert ProcessIdentity("b").instance_id == b
+    rename_instance("b", "c")  # the names left: a, b
+    c = ProcessIdentity("c").instance_id
+    rename_instance("c", "a")  # a, b, c: a, the least recently left, forgotten
+    assert ProcessIdentity("a").instance_id not in (a, b, c)  # another process
+    rename_instance("a", "c")
+    assert ProcessIdentity("c").instance_id == c

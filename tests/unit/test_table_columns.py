@@ -15,7 +15,7 @@ import msgpack
 import pyarrow.parquet as pq
 import pytest
 from arg_values import ARG_VALUES
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from recorded_files import recorded
 from ringtrace.client import Timeline
@@ -430,7 +430,12 @@ def test_messages_under_filters_windows_and_row_groups_are_the_python_rows(
     spans_alike(view, table="messages")
 
 
-MESSAGE_PIECES = ["$a", "${b}", "${trace_id}", "$value3", "${value7}", "$zz", " lit ", "$", "{", "}", "ü", "$a_b"]
+#: Pieces of a message's text; among its values' names, those of the messages table's columns (a value of such a name is
+#: one of its values, in ``args``: its row's priority and category are its kind's).
+MESSAGE_PIECES = [
+    *("$a", "${b}", "${trace_id}", "$value3", "${value7}", "$zz", " lit ", "$", "{", "}", "ü", "$a_b"),
+    *("$priority", "${category}", "$text", "${args}", "$ts_ns", "$process"),
+]
 
 
 @settings(max_examples=80, deadline=None)
@@ -439,6 +444,7 @@ MESSAGE_PIECES = ["$a", "${b}", "${trace_id}", "$value3", "${value7}", "$zz", " 
     category=st.sampled_from(["app", "", "call", "sample", "db ü"]),
     values=st.lists(st.lists(st.text(max_size=4) | st.integers(-5, 5) | ARG_VALUES, max_size=8), max_size=4),
 )
+@example(pieces=["$priority", " lit ", "${category}"], category="app", values=[[3, {"a": [1]}], ["x", "y"]])
 def test_messages_of_any_text_and_values_are_the_python_rows(
     tmp_path_factory: pytest.TempPathFactory, pieces: list[str], category: str, values: list[list[Any]]
 ) -> None:
@@ -448,7 +454,9 @@ def test_messages_of_any_text_and_values_are_the_python_rows(
             message(*each)
 
     view = recorded(tmp_path_factory.mktemp("messages"), record)
-    assert len(spans_alike(view, table="messages")) == (0 if category in ("", "call", "sample") else len(values))
+    rows = [json.loads(row) for row in spans_alike(view, table="messages")]
+    assert len(rows) == (0 if category in ("", "call", "sample") else len(values))
+    assert all((row["category"], row["priority"]) == (category, "info") for row in rows)  # the kind's, as its values
 
 
 def declared_messages(tmp_path: Path, kinds: list[KindSpec], values: list[list[Any]]) -> SnapshotView:

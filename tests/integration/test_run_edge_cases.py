@@ -150,7 +150,13 @@ def test_a_programs_samples_begin_where_they_would_under_python_not_in_ringtrace
     # The command's own frames (its script, its main, the function that runs the program) sat at the root of every
     # sample of the program. Now a script's stacks begin at its <module>, and a module's at runpy's, as a sampling
     # profiler shows them under `python` and `python -m` (the command's own work before, if sampled, keeps its frames).
-    spin = "import time\ndef hot():\n    until = time.monotonic() + 0.4\n    while time.monotonic() < until:\n        pass\n"
+    spin = (
+        "import time\n"
+        "def hot():\n"
+        "    until = time.monotonic() + 0.4\n"
+        "    while time.monotonic() < until:\n"
+        "        pass\n"
+    )
     (tmp_path / "stackroot.py").write_text(spin + "def main():\n    hot()\nmain()\n")
     (tmp_path / "stackroot_mod.py").write_text(spin + "hot()\n")
     for program, name, root in (

@@ -13,8 +13,11 @@ here (``dropped_events``), and the watch counts them unread as it sees the segme
 (``reading``, from its snapshot to its ``let_go``) that leaves meanwhile and does not fit is counted once the step
 ends, what the step left of it unread (its snapshot pinned it: the step reads it whole or in part, and what it judged
 is not lost). Segments that leave for another reason (capped, cleared, discarded: refused or removed on request) are
-not kept. The hook before this one (the captures' pins) is told first, of every segment, as before. ``stored_now`` is
-what a step reads; ``step_pinned`` runs one as the engine does.
+not kept. What it keeps of a process forgotten since (it ended and holds nothing stored) is let go of before the
+next step's snapshot, its unread events counted dropped, and that step is told what the store had kept of the process
+(``kept_of_gone``: the store remembers it), so that the watch counts them unread too. The hook before
+this one (the captures' pins) is told first, of every segment, as before. ``stored_now`` is what a step reads;
+``step_pinned`` runs one as the engine does.
 """
 
 from __future__ import annotations
@@ -66,10 +69,14 @@ class WatchHold:
         #: ``let_go``, once the step ended.
         self._reading: Container[int] = ()
         self._leaving: list[tuple[int, int]] = []
+        #: The processes a segment of which left while the watch was there (``kept_of_gone``).
+        self._left: set[int] = set()
         store.on_evicted(self.evicted)
 
     def evicted(self, segment: Segment, why: Removal) -> None:
         self._then(segment, why)
+        if self._watch_of() is not None:
+            self._left.add(segment.owner)
         if why not in KEPT or segment.seq in self._held:
             return
         unread = self._unread_of(segment.seq, segment.events)
@@ -94,6 +101,14 @@ class WatchHold:
         """A step begins that reads the segments ``seqs`` (its snapshot pins them); it ends at ``let_go``."""
         self._reading = seqs
         return seqs
+
+    def kept_of_gone(self, present: Container[int]) -> dict[int, int]:
+        """Per process no longer among ``present`` (forgotten: it ended and holds nothing stored) a segment of which
+        left while the watch was there, the events the store had kept of it (``Store.kept_events`` remembers them): for
+        the watch's next step to count what it did not read of them (``RuleWatch.unread_events``). Each is told once."""
+        gone = [owner for owner in self._left if owner not in present]
+        self._left.difference_update(gone)
+        return self._store.kept_events(gone)
 
     def _drop(self, unread: int) -> None:
         self.dropped_segments += 1
@@ -143,25 +158,31 @@ def stored_now(
     (``RuleWatch.to_read``; the snapshot lets go of them): a step pinning every stored one would keep the ring from
     reusing the buffers of what it overwrites meanwhile. Without, every one is."""
     processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
+    if hold is not None:  # (what it keeps of processes forgotten since: counted dropped while the watch can say)
+        hold.let_go(processes)
     watch = hold.watch if hold is not None else None
     if hold is None or watch is None:
         frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else ())
     else:
         reads = partial(_step_reads, hold, watch)
         frames = store.snapshot(owners=processes, also=hold.segments(), reads=reads)
-    return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)
+    kept = store.kept_events(processes)
+    if hold is not None:  # (a forgotten process's: the store's accounts of it are gone)
+        kept = {**hold.kept_of_gone(processes), **kept}
+    return frames, [(processes[segment.owner], segment) for segment in frames.segments], kept
 
 
 async def step_pinned(watch: Watch, registry: Registry, store: Store, hold: WatchHold | None) -> list[Firing]:
     """One step of ``watch`` on a worker thread, the stored segments it reads pinned meanwhile (``stored_now``);
     then ``hold`` counts what left while the step read it, and lets go of what the watch has read (``let_go``),
-    even if the step failed."""
+    even if the step failed. (What it keeps of processes forgotten is let go of before the next step's snapshot:
+    after a step that did not see them, the watch no longer knows what it read of them.)"""
     frames, segments, kept = stored_now(registry, store, hold)
     try:
         return await read_pinned(frames, lambda: watch.step(segments, kept))
     finally:
         if hold is not None:
-            hold.let_go(registry.by_uid)
+            hold.let_go()
 
 
 def _step_reads(hold: WatchHold, watch: Watch, segments: list[Segment]) -> Container[int]:

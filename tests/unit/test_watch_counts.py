@@ -24,19 +24,28 @@ STEP_BYTES = (MIN_SEGMENT_BYTES // 8, MIN_SEGMENT_BYTES // 2, MIN_SEGMENT_BYTES,
 
 
 class WatchCounts(RuleBasedStateMachine):
-    """A store of 4 segments, a watch whose one rule every event meets, and a hold of 0 to 3 segments."""
+    """A store of 4 segments, a watch whose one rule every event meets, and a hold of 0 to 3 segments; one process
+    connected at a time (each forgotten once it ended and all it stored left)."""
 
     @initialize(step_bytes=st.sampled_from(STEP_BYTES), held_segments=st.integers(0, 3))
     def start(self, step_bytes: int, held_segments: int) -> None:
         self.store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
         self.registry = Registry()
-        self.client = Stream(self.store, self.registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "t")).uid)
+        self.instances = 0
+        self.client = self.connect()
+        #: Events the store kept of the processes forgotten (its accounts of them are gone).
+        self.kept_of_forgotten = 0
         self.watch = TurningWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=step_bytes)
         self.hold = WatchHold(self.store, held_segments * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: self.watch)
         frames, now, kept = stored_now(self.registry, self.store, self.hold)
         with frames:
             self.watch.begin(now, kept)
         self.judged = 0
+
+    def connect(self) -> Stream:
+        self.instances += 1
+        hello = Hello(100 + self.instances, "h", "proc", f"i{self.instances}", "boot", 1, 2, "t")
+        return Stream(self.store, self.registry.known(hello).uid)
 
     def send(self, events: int) -> None:
         """``events`` spans the rule meets (the ring overwrites the oldest segments when it is full)."""
@@ -60,11 +69,28 @@ class WatchCounts(RuleBasedStateMachine):
     def published(self, count: int) -> None:
         self.publish(count)
 
+    @rule()
+    def forgotten(self) -> None:
+        """The process ends, all it stored leaves, and it is forgotten (as ``ProcessControl.forget_idle`` does: idle,
+        nothing stored); another connects."""
+        owner = self.client.owner
+        self.store.close_stream(self.client.stream)
+        for segment in self.store.stored([owner]):
+            self.store.published(segment)
+        self.kept_of_forgotten += self.store.kept_events([owner]).get(owner, 0)
+        [record] = [p for p in self.registry.by_uid.values() if p.uid == owner]
+        self.registry.forget(record)
+        self.store.forget(owner)
+        self.client = self.connect()
+
     @rule(sent=st.integers(0, 80), published=st.integers(0, 3))
     def step(self, sent: int, published: int) -> None:
         """A step, the ring turning over while it reads: ``sent`` events stored (overwriting what the store cannot
         hold) and ``published`` segments leaving, after its snapshot was taken."""
-        dropped_before = self.hold.dropped_events
+        # (what the hold keeps of a forgotten process the step does not read: it counts it unread, the hold dropped)
+        dropped_before = self.hold.dropped_events + sum(
+            self.watch.unread_of(s.seq, s.events) for s in self.hold.segments() if s.owner not in self.registry.by_uid
+        )
 
         def meanwhile() -> None:
             if sent:
@@ -81,7 +107,7 @@ class WatchCounts(RuleBasedStateMachine):
 
     @invariant()
     def every_event_is_judged_readable_or_counted_once(self) -> None:
-        stored = self.store.kept_events([self.client.owner]).get(self.client.owner, 0)
+        stored = self.kept_of_forgotten + self.store.kept_events([self.client.owner]).get(self.client.owner, 0)
         readable = sum(self.watch.unread_of(s.seq, s.events) for s in [*self.hold.segments(), *self.sealed()])
         open_segment = self.client.stream.segment
         if open_segment is not None:

@@ -183,7 +183,7 @@ def engine_step(registry: Registry, store: Store, watch: RuleWatch, hold: WatchH
     frames, segments, kept = stored_now(registry, store, hold)
     with frames:
         fired = len(watch.step(segments, kept))
-    hold.let_go(registry.by_uid)
+    hold.let_go()
     return fired + sum(watch.take_surplus().values())
 
 
@@ -211,3 +211,28 @@ def test_a_segment_that_leaves_while_a_step_reads_it_counts_only_what_the_step_l
     assert hold.dropped_events == events - judged, "what the step judged is not counted dropped"
     judged += engine_step(registry, store, watch, hold)  # (sees them gone, reads the open one)
     assert watch.unread_events == hold.dropped_events == stored - judged
+
+
+def test_what_a_forgotten_process_left_unread_is_counted_unread_and_dropped_once() -> None:
+    # A process that ended, whose segments all left the ring before the watch read them whole, is forgotten (idle,
+    # nothing stored): the hold drops what it kept of it, and the store can no longer say what it kept. The watch
+    # counted none of it unread, and the hold counted dropped what the watch had read of it.
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    record = registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test"))
+    client = Stream(store, record.uid)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 2)
+    hold = WatchHold(store, MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)  # (keeps one)
+    engine_step(registry, store, watch, hold)
+    fill(store, client)
+    judged = engine_step(registry, store, watch, hold)  # (half the first segment)
+    store.close_stream(client.stream)
+    stored = store.kept_events([record.uid])[record.uid]
+    for segment in store.stored([record.uid]):
+        store.published(segment)
+    assert len(hold.segments()) == 1 and 0 < judged < stored
+    registry.forget(record)  # (as ``ProcessControl.forget_idle`` does)
+    store.forget(record.uid)
+    judged += engine_step(registry, store, watch, hold)
+    assert hold.segments() == [] and hold.dropped_events == stored - judged
+    assert watch.unread_events == stored - judged

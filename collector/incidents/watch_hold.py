@@ -15,9 +15,9 @@ ends, what the step left of it unread (its snapshot pinned it: the step reads it
 is not lost). Segments that leave for another reason (capped, cleared, discarded: refused or removed on request) are
 not kept. What it keeps of a process forgotten since (it ended and holds nothing stored) is let go of before the
 next step's snapshot, its unread events counted dropped, and that step is told what the store had kept of the process
-(``kept_of_gone``: the store remembers it), so that the watch counts them unread too. The hook before
-this one (the captures' pins) is told first, of every segment, as before. ``stored_now`` is what a step reads;
-``step_pinned`` runs one as the engine does.
+(``kept_of_gone``: the store remembers it), so that the watch counts them unread too. The hook before this one (the
+captures' pins) is told first, of every segment, as before. ``stored_now`` is what a step reads; ``step_pinned`` runs
+one as the engine does.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def stored_now(
         reads = partial(_step_reads, hold, watch)
         frames = store.snapshot(owners=processes, also=hold.segments(), reads=reads)
     kept = store.kept_events(processes)
-    if hold is not None:  # (a forgotten process's: the store's accounts of it are gone)
+    if hold is not None:  # (and of processes forgotten since the last step, as the store remembers them)
         kept = {**hold.kept_of_gone(processes), **kept}
     return frames, [(processes[segment.owner], segment) for segment in frames.segments], kept
 

@@ -39,7 +39,7 @@ from ringtrace.collector.incidents.left_pending import Unsettled, ready_wall_ns,
 from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.incidents.tellings import Tellings
-from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
+from ringtrace.collector.incidents.watch_hold import WatchHold, step_pinned, stored_now
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.pinned_read import read_pinned
@@ -289,10 +289,7 @@ class IncidentEngine:
         watch = self._watch
         if watch is None:
             return []
-        frames, segments, kept = stored_now(self._registry, self._store, self._hold)
-        firings = await read_pinned(frames, lambda: watch.step(segments, kept))
-        if self._hold is not None:
-            self._hold.let_go(self._registry.by_uid)
+        firings = await step_pinned(watch, self._registry, self._store, self._hold)
         self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
         return firings
 

@@ -9,25 +9,34 @@ not read whole (``Watch.unread_of``) is pinned here, within ``max_bytes`` (its b
 unmapped), and each watch step reads it among the stored ones (``segments``, oldest first). After each step, those
 the watch has read whole are let go (``let_go``). One that does not fit is not kept: its unread events are counted
 here (``dropped_events``), and the watch counts them unread as it sees the segment gone
-(``RuleWatch.unread_events``). Segments that leave for another reason (capped, cleared, discarded: refused or
-removed on request) are not kept. The hook before this one (the captures' pins) is told first, of every segment, as
-before. ``stored_now`` is what a step reads.
+(``RuleWatch.unread_events``). A step reads on a worker thread while ingest goes on: one of the segments it reads
+(``reading``, from its snapshot to its ``let_go``) that leaves meanwhile and does not fit is counted once the step
+ends, what the step left of it unread (its snapshot pinned it: the step reads it whole or in part, and what it judged
+is not lost). Segments that leave for another reason (capped, cleared, discarded: refused or removed on request) are
+not kept. What it keeps of a process forgotten since (it ended and holds nothing stored) is let go of before the
+next step's snapshot, its unread events counted dropped, and that step is told what the store had kept of the process
+(``kept_of_gone``: the store remembers it), so that the watch counts them unread too. The hook before this one (the
+captures' pins) is told first, of every segment, as before. ``stored_now`` is what a step reads; ``step_pinned`` runs
+one as the engine does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from functools import partial
 from typing import Final
 
 from ringtrace.collector.incidents.engine_needs import Watch
+from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.holdings import Removal
+from ringtrace.collector.store.pinned_read import read_pinned
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import Store
 from ringtrace.collector.store.segments import Segment
 from ringtrace.collector.store.views import SegmentView, StoreSnapshot
 
-__all__ = ["KEPT", "WatchHold", "stored_now"]
+__all__ = ["KEPT", "WatchHold", "step_pinned", "stored_now"]
 
 #: Why a segment leaves that the hold keeps it for the watch.
 KEPT: Final = ("overwritten", "published")
@@ -56,18 +65,28 @@ class WatchHold:
         #: Segments not kept (past ``max_bytes``) while the watch had not read them, and their events unread then.
         self.dropped_segments = 0
         self.dropped_events = 0
+        #: The segments the step under way reads (``reading``), and those of them that left not kept: counted at
+        #: ``let_go``, once the step ended.
+        self._reading: Container[int] = ()
+        self._leaving: list[tuple[int, int]] = []
+        #: The processes a segment of which left while the watch was there (``kept_of_gone``).
+        self._left: set[int] = set()
         store.on_evicted(self.evicted)
 
     def evicted(self, segment: Segment, why: Removal) -> None:
         self._then(segment, why)
+        if self._watch_of() is not None:
+            self._left.add(segment.owner)
         if why not in KEPT or segment.seq in self._held:
             return
         unread = self._unread_of(segment.seq, segment.events)
         if unread <= 0:
             return
         if self.held_bytes + segment.size > self.max_bytes:
-            self.dropped_segments += 1
-            self.dropped_events += unread
+            if segment.seq in self._reading:  # (the step may judge some or all of it yet: counted once it ended)
+                self._leaving.append((segment.seq, segment.events))
+            else:
+                self._drop(unread)
             return
         self._store.pin(segment)
         self._held[segment.seq] = segment
@@ -78,6 +97,23 @@ class WatchHold:
         """The rules' watch it keeps segments for (None: no watch now)."""
         return self._watch_of()
 
+    def reading(self, seqs: Container[int]) -> Container[int]:
+        """A step begins that reads the segments ``seqs`` (its snapshot pins them); it ends at ``let_go``."""
+        self._reading = seqs
+        return seqs
+
+    def kept_of_gone(self, present: Container[int]) -> dict[int, int]:
+        """Per process no longer among ``present`` (forgotten: it ended and holds nothing stored) a segment of which
+        left while the watch was there, the events the store had kept of it (``Store.kept_events`` remembers them): for
+        the watch's next step to count what it did not read of them (``RuleWatch.unread_events``). Each is told once."""
+        gone = [owner for owner in self._left if owner not in present]
+        self._left.difference_update(gone)
+        return self._store.kept_events(gone)
+
+    def _drop(self, unread: int) -> None:
+        self.dropped_segments += 1
+        self.dropped_events += unread
+
     def _unread_of(self, seq: int, events: int) -> int:
         watch = self._watch_of()
         return watch.unread_of(seq, events) if watch is not None else 0
@@ -87,14 +123,19 @@ class WatchHold:
         return list(self._held.values())
 
     def let_go(self, owners: Container[int] | None = None) -> None:
-        """Unpin the segments the watch has read whole, and those of processes no longer among ``owners`` (the
-        watch reads them no more: their unread events are counted dropped)."""
+        """A step ended (or none runs): count what it left unread of the segments that left while it read them
+        and were not kept; unpin the segments the watch has read whole, and those of processes no longer among
+        ``owners`` (the watch reads them no more: their unread events are counted dropped)."""
+        leaving, self._leaving, self._reading = self._leaving, [], ()
+        for seq, events in leaving:
+            unread = self._unread_of(seq, events)
+            if unread > 0:
+                self._drop(unread)
         done = []
         for segment in self._held.values():
             unread = self._unread_of(segment.seq, segment.events)
             if unread > 0 and owners is not None and segment.owner not in owners:
-                self.dropped_segments += 1
-                self.dropped_events += unread
+                self._drop(unread)
                 unread = 0
             if unread <= 0:
                 done.append(segment)
@@ -117,7 +158,33 @@ def stored_now(
     (``RuleWatch.to_read``; the snapshot lets go of them): a step pinning every stored one would keep the ring from
     reusing the buffers of what it overwrites meanwhile. Without, every one is."""
     processes = {uid: ProcessView.of(p) for uid, p in registry.by_uid.items()}
+    if hold is not None:  # (what it keeps of processes forgotten since: counted dropped while the watch can say)
+        hold.let_go(processes)
     watch = hold.watch if hold is not None else None
-    reads = None if watch is None else lambda segments: watch.to_read((s.seq, s.used) for s in segments)
-    frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else (), reads=reads)
-    return frames, [(processes[segment.owner], segment) for segment in frames.segments], store.kept_events(processes)
+    if hold is None or watch is None:
+        frames = store.snapshot(owners=processes, also=hold.segments() if hold is not None else ())
+    else:
+        reads = partial(_step_reads, hold, watch)
+        frames = store.snapshot(owners=processes, also=hold.segments(), reads=reads)
+    kept = store.kept_events(processes)
+    if hold is not None:  # (and of processes forgotten since the last step, as the store remembers them)
+        kept = {**hold.kept_of_gone(processes), **kept}
+    return frames, [(processes[segment.owner], segment) for segment in frames.segments], kept
+
+
+async def step_pinned(watch: Watch, registry: Registry, store: Store, hold: WatchHold | None) -> list[Firing]:
+    """One step of ``watch`` on a worker thread, the stored segments it reads pinned meanwhile (``stored_now``);
+    then ``hold`` counts what left while the step read it, and lets go of what the watch has read (``let_go``),
+    even if the step failed. (What it keeps of processes forgotten is let go of before the next step's snapshot:
+    after a step that did not see them, the watch no longer knows what it read of them.)"""
+    frames, segments, kept = stored_now(registry, store, hold)
+    try:
+        return await read_pinned(frames, lambda: watch.step(segments, kept))
+    finally:
+        if hold is not None:
+            hold.let_go()
+
+
+def _step_reads(hold: WatchHold, watch: Watch, segments: list[Segment]) -> Container[int]:
+    """What the step is to read of ``segments`` (``RuleWatch.to_read``): the hold's ``reading`` until its ``let_go``."""
+    return hold.reading(watch.to_read((s.seq, s.used) for s in segments))

@@ -15,10 +15,21 @@ from typing import Final
 
 from ringtrace.collector.store.segments import Segment
 
-__all__ = ["CLEARED_REMEMBERED", "EMPTIED_TRACKS_LISTED", "FOLDED_TRACK", "Accounts", "Counts", "ProcessHolding"]
+__all__ = [
+    "CLEARED_REMEMBERED",
+    "EMPTIED_TRACKS_LISTED",
+    "FOLDED_TRACK",
+    "FORGOTTEN_KEPT_REMEMBERED",
+    "Accounts",
+    "Counts",
+    "ProcessHolding",
+]
 
 #: Segments removed on request remembered (for live tails: ``cleared_segments``).
 CLEARED_REMEMBERED: Final = 16384
+#: Processes forgotten whose kept events are remembered (``kept_events``: the rules' watch counts what it did not read
+#: of a process the store forgot since its last step).
+FORGOTTEN_KEPT_REMEMBERED: Final = 16384
 #: Tracks of a process that ended with nothing of them left stored counted one by one, the latest; past them, the
 #: counts of the oldest go into ``FOLDED_TRACK``'s (an OTLP trace has tracks of its own: every trace ever received
 #: would otherwise be kept, listed and summed).
@@ -121,6 +132,8 @@ class Accounts:
         self.forgotten = Counts()
         #: Segments removed on request, oldest first: seq -> (owner, events) (``cleared_segments``).
         self._cleared: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        #: Processes forgotten, oldest first: uid -> events kept of it (``kept_events``).
+        self._forgotten_kept: OrderedDict[int, int] = OrderedDict()
 
     def totals(self) -> Counts:
         total = Counts()
@@ -162,20 +175,24 @@ class Accounts:
 
     def kept_events(self, owners: Iterable[int]) -> dict[int, int]:
         """Per process: events it sent that the store kept, whether still stored or overwritten or cleared since (all
-        but those refused: discarded, capped)."""
+        but those refused: discarded, capped); of a process forgotten, as it was then (the latest
+        ``FORGOTTEN_KEPT_REMEMBERED`` forgotten)."""
         kept = {}
         for owner in owners:
             process = self._processes.get(owner)
             if process is not None:
-                kept[owner] = sum(
-                    c.received_events - c.discarded_events - c.capped_events for c in process.counts.values()
-                )
+                kept[owner] = _kept(process)
+            elif owner in self._forgotten_kept:
+                kept[owner] = self._forgotten_kept[owner]
         return kept
 
     def forget(self, owner: int) -> None:
         """Fold the counts of process ``owner`` into ``forgotten``, and drop its bookkeeping."""
         process = self._processes.pop(owner, None)
         if process is not None:
+            self._forgotten_kept[owner] = _kept(process)
+            while len(self._forgotten_kept) > FORGOTTEN_KEPT_REMEMBERED:
+                self._forgotten_kept.popitem(last=False)
             for counts in process.counts.values():
                 self.forgotten.add(counts)
 
@@ -189,3 +206,7 @@ class Accounts:
         """Segments of the processes ``owners`` removed on request (``Store.clear``), from the oldest one after
         ``after_seq`` on: (owner, events it held) per seq (the last CLEARED_REMEMBERED only)."""
         return {seq: cleared for seq, cleared in self._cleared.items() if seq > after_seq and cleared[0] in owners}
+
+
+def _kept(process: ProcessHolding) -> int:
+    return sum(c.received_events - c.discarded_events - c.capped_events for c in process.counts.values())

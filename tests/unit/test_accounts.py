@@ -1,9 +1,15 @@
 """Accounts (the store's counts): totals over live and forgotten processes, and the bounded memory of cleared
-segments."""
+segments and of what was kept of forgotten processes."""
 
 from __future__ import annotations
 
-from ringtrace.collector.store.accounts import CLEARED_REMEMBERED, Accounts, Counts, ProcessHolding
+from ringtrace.collector.store.accounts import (
+    CLEARED_REMEMBERED,
+    FORGOTTEN_KEPT_REMEMBERED,
+    Accounts,
+    Counts,
+    ProcessHolding,
+)
 
 
 def holding(**tracks: Counts) -> ProcessHolding:
@@ -38,3 +44,16 @@ def test_the_cleared_segments_remembered_are_the_newest_and_bounded() -> None:
         CLEARED_REMEMBERED + 7: (1, 1),
         CLEARED_REMEMBERED + 9: (1, 1),
     }
+
+
+def test_the_events_kept_of_a_forgotten_process_are_remembered_the_newest_and_bounded() -> None:
+    # (the rules' watch counts what it did not read of a process the store forgot since its last step)
+    processes = {uid: holding(t1=Counts(received_events=uid + 3, capped_events=1)) for uid in range(3)}
+    accounts = Accounts(processes)
+    accounts.forget(1)
+    assert accounts.kept_events([0, 1, 2, 3]) == {0: 2, 1: 3, 2: 4}
+    for uid in range(10, 10 + FORGOTTEN_KEPT_REMEMBERED):
+        processes[uid] = holding(t1=Counts(received_events=1))
+        accounts.forget(uid)
+    newest = 10 + FORGOTTEN_KEPT_REMEMBERED - 1
+    assert accounts.kept_events([1, newest]) == {newest: 1}, "the oldest forgotten is no longer remembered"

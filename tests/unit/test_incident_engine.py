@@ -1,7 +1,7 @@
 """The incidents' engine around its watch: rules read again taken between two steps (never while one runs on its
 worker), and a firing that cannot begin its incident counted failed, the watch going on (a real store, registry and
 incidents directory; a watch that the test steps); a firing's record as it fires; an incident counted failed only once
-its record says so."""
+its record says so; segments that leave while a step reads them counted dropped and unread alike, in its stats."""
 
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import MAX_TRIGGER_ARGS_BYTES, new_record
 from ringtrace.collector.incidents.incident_files import IncidentFiles
 from ringtrace.collector.incidents.rules import IncidentCallCondition, Rule, RuleSet, SpanCondition
+from ringtrace.collector.incidents.watch import RuleWatch
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import SPAN
+from ringtrace.wire.stream_limits import Limits
+from test_rule_watch import Stream
 
 DEADLINE_S = 30.0
 SLOW = RuleSet((Rule("slow", SpanCondition("checkout", 1)),))
@@ -196,5 +201,56 @@ def test_an_incident_is_counted_failed_only_once_its_failed_record_is_written_an
         [record] = files.records()
         assert record["id"] == incident_id and record["status"] == "failed" and "No space" in record["failure"]
         await engine.stop()
+
+    asyncio.run(run())
+
+
+class HeldWatch(RuleWatch):
+    """A real watch whose first step that sees stored events waits for the test (``go``) before it reads them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stepping, self.go = threading.Event(), threading.Event()
+        self.steps = 0
+
+    def step(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> list[Firing]:
+        segments = list(segments)
+        if not self.go.is_set() and any(segment.events for _, segment in segments):
+            self.stepping.set()
+            self.go.wait(DEADLINE_S)
+        try:
+            return super().step(segments, kept)
+        finally:
+            self.steps += 1
+
+
+def test_segments_that_leave_while_a_step_reads_them_count_only_what_it_left_unread_in_the_stats(
+    tmp_path: Path,
+) -> None:
+    # The step runs on a worker thread while the event loop stores and publishes: the segments its snapshot pinned
+    # leave, past the hold's bound, before it reads half of the first.
+    async def run() -> None:
+        store, registry = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES), Registry()
+        client = Stream(store, registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test")).uid)
+        watch = HeldWatch(SLOW, Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 2)  # (met by no span sent)
+        files = IncidentFiles(tmp_path, max_count=10, max_bytes=10**6)
+        engine = IncidentEngine(
+            store, registry, None, files, SLOW, MIN_SEGMENT_BYTES // 2, make_watch=lambda rules: watch
+        )  # type: ignore[arg-type]  # (nothing fires: no viewer needed)
+        await engine.start()
+        try:
+            while store.segment_count < 3:
+                client.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20)
+            await _until(watch.stepping.is_set)
+            for segment in store.stored([client.owner])[:-1]:
+                store.published(segment)
+            steps = watch.steps
+            watch.go.set()
+            await _until(lambda: watch.steps >= steps + 2)  # (the step that read, and one that saw them gone)
+            stats = engine.stats()
+            assert 0 < stats["watch_hold_dropped_events"] == stats["unread_events"], stats
+        finally:
+            watch.go.set()
+            await engine.stop()
 
     asyncio.run(run())

@@ -3,13 +3,19 @@ read them (``WatchHold``): a real store and a real watch; what the bound cannot 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import SpanCondition
 from ringtrace.collector.incidents.watch import RuleWatch
 from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
+from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.holdings import Removal
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
 from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.views import SegmentView
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import SPAN
 from ringtrace.wire.stream_limits import Limits
@@ -153,3 +159,80 @@ def test_a_step_pins_only_the_segments_it_reads_the_rest_stays_evictable() -> No
         if all(watch.unread_of(s.seq, s.events) == 0 for s in stored):
             break
     assert fired == sum(s.events for s in stored) and watch.unread_events == 0
+
+
+class TurningWatch(RuleWatch):
+    """A watch whose step lets the store publish (or overwrite) segments as it begins, its snapshot taken: in the
+    collector the step runs on a worker thread while ingest goes on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.meanwhile: Callable[[], None] = lambda: None
+
+    def step(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> list[Firing]:
+        segments = list(segments)
+        self.meanwhile()
+        self.meanwhile = lambda: None
+        return super().step(segments, kept)
+
+
+def engine_step(registry: Registry, store: Store, watch: RuleWatch, hold: WatchHold) -> int:
+    """One step as the engine runs it (``IncidentEngine._watch_step``): the events it judged (a rule met by all)."""
+    frames, segments, kept = stored_now(registry, store, hold)
+    with frames:
+        fired = len(watch.step(segments, kept))
+    hold.let_go()
+    return fired + sum(watch.take_surplus().values())
+
+
+def test_a_segment_that_leaves_while_a_step_reads_it_counts_only_what_the_step_left_unread() -> None:
+    # Past the hold's bound, a segment published while a step reads it was counted dropped whole, though the step
+    # (its snapshot pinned it) judged part of it: more dropped than unread, events counted twice.
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    client = Stream(store, registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test")).uid)
+    watch = TurningWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 2)
+    hold = WatchHold(store, MIN_SEGMENT_BYTES // 2, lambda s, why: None, lambda: watch)  # (keeps none)
+    engine_step(registry, store, watch, hold)
+    sealed = fill(store, client)
+    events = sum(s.events for s in sealed)
+    stored = store.kept_events([client.owner])[client.owner]  # (the open segment's too)
+
+    def publish() -> None:
+        for segment in sealed:
+            store.published(segment)
+
+    watch.meanwhile = publish
+    judged = engine_step(registry, store, watch, hold)
+    assert 0 < judged < events, "the step reads half a segment"
+    assert hold.dropped_segments == len(sealed)
+    assert hold.dropped_events == events - judged, "what the step judged is not counted dropped"
+    judged += engine_step(registry, store, watch, hold)  # (sees them gone, reads the open one)
+    assert watch.unread_events == hold.dropped_events == stored - judged
+
+
+def test_what_a_forgotten_process_left_unread_is_counted_unread_and_dropped_once() -> None:
+    # A process that ended, whose segments all left the ring before the watch read them whole, is forgotten (idle,
+    # nothing stored): the hold drops what it kept of it, and the store can no longer say what it kept. The watch
+    # counted none of it unread, and the hold counted dropped what the watch had read of it.
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    record = registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test"))
+    client = Stream(store, record.uid)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 2)
+    hold = WatchHold(store, MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)  # (keeps one)
+    engine_step(registry, store, watch, hold)
+    fill(store, client)
+    judged = engine_step(registry, store, watch, hold)  # (half the first segment)
+    store.close_stream(client.stream)
+    stored = store.kept_events([record.uid])[record.uid]
+    for segment in store.stored([record.uid]):
+        store.published(segment)
+    assert len(hold.segments()) == 1 and 0 < judged < stored
+    registry.forget(record)  # (as ``ProcessControl.forget_idle`` does)
+    store.forget(record.uid)
+    judged += engine_step(registry, store, watch, hold)
+    assert hold.segments() == [] and hold.dropped_events == stored - judged
+    assert watch.unread_events == stored - judged

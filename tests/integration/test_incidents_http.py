@@ -263,6 +263,22 @@ def test_the_command_says_an_unknown_id_or_no_collector_in_a_line(
     assert status == 1 and "cannot reach 127.0.0.1:9" in err and "is a collector running there?" in err
 
 
+def test_list_is_the_default_action_and_its_bad_arguments_exit_2(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = served.collector.http_url
+    status, out, err = run(capsys, "incidents", "--url", url, "--status", "failed")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()[1:]] == [served.ids[3]], err
+    status, out, err = run(capsys, "incidents", "--url", url, "--limit", "1", "--json")
+    assert status == 0 and [r["id"] for r in json.loads(out)["incidents"]] == [served.ids[3]], err
+    for argv in (["list", "--status", "bogus"], ["--status", "bogus"]):
+        status, out, err = run(capsys, "incidents", "--url", url, *argv)
+        assert (status, out) == (2, "") and err.count("\n") == 1, err
+        assert "--status must be one of pending, saved, failed" in err and "got 'bogus'" in err
+    status, _, err = run(capsys, "incidents", "--url", url, "--status", "saved", "fetch", served.ids[0])
+    assert status == 2 and err == "ringtrace incidents: --status goes with list (or no action), not fetch\n"
+
+
 def test_deleting_removes_an_incident_over_http_and_through_the_command(
     served: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -59,6 +59,7 @@ _FLAG_OF: Final = {
     "flush_timeout_s": "--flush-timeout",
     "messages_only": "--messages-only",
     "table": "--table",
+    "columns": "--columns",
 }
 
 

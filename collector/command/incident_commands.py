@@ -27,15 +27,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
-from ringtrace.collector.command.filters import add_filters, as_flags, check_params, filter_params
+from ringtrace.collector.command.filters import add_filters, as_flags, filter_params
 from ringtrace.collector.command.output import output, progress, size
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
+from ringtrace.collector.command.snapshot import add_table, table_params
 from ringtrace.collector.export.formats import DEFAULT_FORMAT
 from ringtrace.collector.http.incident_query import (
     INCIDENT_FORMATS,
     INCIDENT_PARAMETERS,
     INCIDENTS_PARAMETERS,
     RECORD,
+    parse_incident_query,
     parse_incidents_query,
 )
 from ringtrace.collector.http.query import QueryError
@@ -77,6 +79,7 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         default=DEFAULT_FORMAT,
         help=f"the snapshot's format (default {DEFAULT_FORMAT}); {RECORD}: its record (JSON)",
     )
+    add_table(fetching)
     fetching.add_argument("-o", "--output", metavar="FILE", help="where to write it ('-': stdout; default: ID.suffix)")
     fetching.add_argument(
         "--wait", action="store_true", help="if it is still being captured (pending), wait until it is saved"
@@ -178,13 +181,16 @@ def _fetch(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
     _without_list_flags(args)
     format_ = INCIDENT_FORMATS.get(args.format)
-    filters = filter_params(args)
-    check_params(filters, INCIDENT_PARAMETERS)
+    params = [("format", args.format), *filter_params(args), *table_params(args)]
+    try:  # (the collector's own rules: a bad value is refused here, exit status 2)
+        parse_incident_query(params, time.time_ns())
+    except QueryError as exc:
+        raise CommandError(as_flags(str(exc)), status=2) from None
     suffix = (format_.suffix or ".json") if format_ is not None else ".record.json"
     path = args.output or f"{incident_id}{suffix}"
     if format_ is not None:
         _wait_until_captured(args, incident_id)
-    url = _url(args, f"/incidents/{incident_id}", [("format", args.format), *filters])
+    url = _url(args, f"/incidents/{incident_id}", params)
     with (
         _reaching(args),
         fetch(url, Access(args)) as response,

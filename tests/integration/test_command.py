@@ -519,3 +519,22 @@ def test_replay_ends_each_stream_with_goodbye(
     assert len(streams) == 2
     for frames in streams:
         assert [type(frame) for frame in frames[-2:]] == [Flush, Goodbye], frames[-3:]
+
+
+def test_snapshot_and_convert_write_a_tables_columns(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parquet = pytest.importorskip("pyarrow.parquet")
+    target, native = tmp_path / "misses.parquet", tmp_path / "all.rtsnap"
+    status, _, err = run(capsys, "snapshot", recorded.http_url, "-o", str(target), "--format", "parquet",
+                         "--table", "instants", "--columns", "ts_ns,name", "--process", "web")  # fmt: skip
+    assert status == 0, err
+    table = parquet.read_table(target)
+    assert table.column_names == ["name", "ts_ns"] and table.column("name").to_pylist() == ["cache-miss"] * 20
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(native), "--format", "native")[0] == 0
+    status, _, err = run(capsys, "convert", str(native), "-o", str(target), "--format", "parquet",
+                         "--columns", "duration_ns")  # fmt: skip
+    assert status == 0, err
+    assert parquet.read_table(target).column_names == ["duration_ns"]
+    status, _, err = run(capsys, "convert", str(native), "-o", str(target), "--columns", "name")
+    assert status == 2 and err == "ringtrace convert: --columns is for format=parquet only\n", err

@@ -538,3 +538,16 @@ def test_snapshot_and_convert_write_a_tables_columns(
     assert parquet.read_table(target).column_names == ["duration_ns"]
     status, _, err = run(capsys, "convert", str(native), "-o", str(target), "--columns", "name")
     assert status == 2 and err == "ringtrace convert: --columns is for format=parquet only\n", err
+
+
+def test_a_time_finer_than_a_ns_is_truncated_to_it(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RFC 3339 takes any number of fractional digits: the collector and the command take them to the ns."""
+    since, until = "2020-11-30T04:30:00.123456789123Z", "2200-01-01T00:00:00.9999999999+01:00"
+    status, body = recorded.get(f"/snapshot?since={since}&until={until.replace('+', '%2B')}")
+    assert status == 200, body
+    assert len([e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"]) == 2 * 41
+    status, _, err = run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "t.json"), "--since", since)
+    assert status == 0, err
+    assert len(shown(tmp_path / "t.json")) == 2 * 41

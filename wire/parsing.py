@@ -14,7 +14,7 @@ import stat
 from collections.abc import Mapping
 from typing import Final
 
-from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.errors import ConfigError, OutOfRange
 
 __all__ = [
     "MAX_DURATION_NS",
@@ -68,7 +68,7 @@ def parse_size(text: str) -> int:
     """Bytes from ``"1048576"``, ``"64MB"`` (10**6), ``"1GiB"`` (2**30), ``"512 KiB"``; units are case-insensitive.
 
     Raises:
-        ConfigError: not a size, or more than ``MAX_SIZE_BYTES``.
+        ConfigError: not a size; ``OutOfRange``: more than ``MAX_SIZE_BYTES``.
     """
     match = _SIZE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
@@ -78,7 +78,7 @@ def parse_size(text: str) -> int:
         )
     size = _times(match.group(1), _UNITS[unit])
     if not size <= MAX_SIZE_BYTES:
-        raise ConfigError(f"size must be at most {MAX_SIZE_BYTES} bytes (8 EiB, 2**63 - 1), got {text!r:.80}")
+        raise OutOfRange(f"size must be at most {MAX_SIZE_BYTES} bytes (8 EiB, 2**63 - 1), got {text!r:.80}")
     return int(size)
 
 
@@ -87,19 +87,19 @@ def parse_duration_ns(text: str) -> int:
     ``"0"`` alone too).
 
     Raises:
-        ConfigError: not a duration, negative, or longer than ``MAX_DURATION_NS``.
+        ConfigError: not a duration; ``OutOfRange``: negative, or longer than ``MAX_DURATION_NS``.
     """
     match = _SIZE.fullmatch(text.replace("µ", "u"))
     unit = match.group(2).lower() if match else ""
     if match is None and _SIZE.fullmatch(text.strip().removeprefix("-").replace("µ", "u")):
-        raise ConfigError(f"a duration must not be negative, got {text!r:.80}")
+        raise OutOfRange(f"a duration must not be negative, got {text!r:.80}")
     if match is None or (unit not in _DURATION_UNITS and not (unit == "" and float(match.group(1)) == 0)):
         raise ConfigError(
             f"a duration is a number and a unit (ns, us, ms, s, m, h), like 1ms or 250us, got {text!r:.80}"
         )
     ns = _times(match.group(1), _DURATION_UNITS.get(unit, 0))
     if not ns <= MAX_DURATION_NS:
-        raise ConfigError(
+        raise OutOfRange(
             f"a duration is at most {MAX_DURATION_NS // 10**9} s (2**63 - 1 ns, about 292 years), got {text!r:.80}"
         )
     return round(ns)

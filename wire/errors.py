@@ -2,6 +2,7 @@
 
     RingtraceError                  base of everything ringtrace raises
     ├── ConfigError                 an option or address that cannot work (names it, the expected type, the value)
+    │   └── OutOfRange              a size or duration written right but past what it can be (negative, past 64 bits)
     └── ProtocolError               a stream broke the wire format; the connection (or file) cannot go on
         ├── BadPreamble             the stream does not start with the ringtrace magic
         ├── UnsupportedVersion      no stream format or protocol version both sides speak (names both)
@@ -26,6 +27,7 @@ __all__ = [
     "InvalidField",
     "LimitExceeded",
     "MalformedFrame",
+    "OutOfRange",
     "ProtocolError",
     "RingtraceError",
     "TornStream",
@@ -40,6 +42,11 @@ class RingtraceError(Exception):
 
 class ConfigError(RingtraceError, ValueError):
     """An option has a value that cannot work."""
+
+
+class OutOfRange(ConfigError):
+    """A size or duration written right, but past what it can be: negative, or more than 64 bits hold (a caller with
+    a lower limit of its own may say that one instead)."""
 
 
 class ProtocolError(RingtraceError):

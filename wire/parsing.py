@@ -14,9 +14,11 @@ import stat
 from collections.abc import Mapping
 from typing import Final
 
-from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.errors import ConfigError, OutOfRange
 
 __all__ = [
+    "MAX_DURATION_NS",
+    "MAX_SIZE_BYTES",
     "MAX_TOKEN_CHARS",
     "TOKEN_FILE_VARIABLE",
     "TOKEN_VARIABLE",
@@ -52,7 +54,10 @@ _UNITS: Final = {
 }
 #: Units of a duration, in ns (``parse_duration_ns``).
 _DURATION_UNITS: Final = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-#: A frame's length field is 32 bits.
+#: The largest size and duration parsed: what a signed 64-bit integer holds (every size and time past the parsing is
+#: one: the store's counters, msgpack's ints, C's long long), 8 EiB or about 292 years of ns.
+MAX_SIZE_BYTES: Final = 2**63 - 1
+MAX_DURATION_NS: Final = 2**63 - 1
 _SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _HOST_NAME: Final = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?"
@@ -63,13 +68,18 @@ def parse_size(text: str) -> int:
     """Bytes from ``"1048576"``, ``"64MB"`` (10**6), ``"1GiB"`` (2**30), ``"512 KiB"``; units are case-insensitive.
 
     Raises:
-        ConfigError: not a size.
+        ConfigError: not a size; ``OutOfRange``: more than ``MAX_SIZE_BYTES``.
     """
     match = _SIZE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
-        raise ConfigError(f"size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got {text!r}")
-    return int(float(match.group(1)) * _UNITS[unit])
+        raise ConfigError(
+            f"size must be a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {text!r:.80}"
+        )
+    size = _times(match.group(1), _UNITS[unit])
+    if not size <= MAX_SIZE_BYTES:
+        raise OutOfRange(f"size must be at most {MAX_SIZE_BYTES} bytes (8 EiB, 2**63 - 1), got {text!r:.80}")
+    return int(size)
 
 
 def parse_duration_ns(text: str) -> int:
@@ -77,13 +87,28 @@ def parse_duration_ns(text: str) -> int:
     ``"0"`` alone too).
 
     Raises:
-        ConfigError: not a duration.
+        ConfigError: not a duration; ``OutOfRange``: negative, or longer than ``MAX_DURATION_NS``.
     """
     match = _SIZE.fullmatch(text.replace("µ", "u"))
     unit = match.group(2).lower() if match else ""
+    if match is None and _SIZE.fullmatch(text.strip().removeprefix("-").replace("µ", "u")):
+        raise OutOfRange(f"a duration must not be negative, got {text!r:.80}")
     if match is None or (unit not in _DURATION_UNITS and not (unit == "" and float(match.group(1)) == 0)):
-        raise ConfigError(f"a duration is a number and a unit (ns, us, ms, s, m, h), like 1ms or 250us, got {text!r}")
-    return round(float(match.group(1)) * _DURATION_UNITS.get(unit, 0))
+        raise ConfigError(
+            f"a duration is a number and a unit (ns, us, ms, s, m, h), like 1ms or 250us, got {text!r:.80}"
+        )
+    ns = _times(match.group(1), _DURATION_UNITS.get(unit, 0))
+    if not ns <= MAX_DURATION_NS:
+        raise OutOfRange(
+            f"a duration is at most {MAX_DURATION_NS // 10**9} s (2**63 - 1 ns, about 292 years), got {text!r:.80}"
+        )
+    return round(ns)
+
+
+def _times(number: str, unit: int) -> int | float:
+    """``number`` (digits, perhaps a fraction) times ``unit``: exact for a whole number, so that the largest one taken
+    is exactly the limit; a fraction as a float (inf for hundreds of digits, which the limit refuses)."""
+    return int(number) * unit if number.isdigit() and len(number) <= 40 else float(number) * unit
 
 
 def format_duration_ns(ns: int) -> str:

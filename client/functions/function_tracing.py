@@ -72,7 +72,10 @@ _MAX_DEPTH: Final = 2**31 - 1
 
 def _duration_ns(value: float | str, what: str) -> int:
     if isinstance(value, str):
-        ns = parse_duration_ns(value)
+        try:
+            ns = parse_duration_ns(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
     elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_DURATION_NS / 1e9:
         raise ConfigError(f"{what} takes seconds (a number >= 0) or a duration like '1ms', got {value!r}")
     else:

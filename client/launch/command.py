@@ -12,6 +12,7 @@ line which install brings it, with status 1. ``ringtrace --help`` works in both 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from ringtrace.client.launch.recording_start import start_recording
 from ringtrace.client.launch.run_arguments import USAGE, parse_run_arguments, run_help
 from ringtrace.client.sampling.stack_capture import leave_out_callers_of
 from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.version import __version__
 
 __all__ = ["COLLECTOR_SUBCOMMANDS", "main"]
 
@@ -51,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not given or given[0] in ("-h", "--help"):
         print(_top_help(), file=sys.stdout if given else sys.stderr)
         return 0 if given else 2
+    if given[0] in ("-V", "--version"):
+        print(f"ringtrace {_version()}")
+        return 0
     if given[0] == "run":
         return _run(given[1:])
     entry = importlib.import_module(_COLLECTOR_ENTRY)  # needs nothing of the extra: it says what is missing
@@ -89,6 +94,14 @@ def _run(argv: list[str]) -> int:
         return 2
 
 
+def _version() -> str:
+    """The installed distribution's version (its metadata); the source's own where it runs uninstalled."""
+    try:
+        return importlib.metadata.version("ringtrace")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
 def _top_help() -> str:
     lines = [
         "usage: ringtrace COMMAND [args]",
@@ -103,6 +116,6 @@ def _top_help() -> str:
     lines += [
         "",
         "Every command but run needs the collector extra: pip install 'ringtrace[collector]'.",
-        "ringtrace COMMAND --help says more.",
+        "ringtrace COMMAND --help says more; ringtrace --version, which version this is.",
     ]
     return "\n".join(lines)

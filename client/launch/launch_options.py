@@ -327,6 +327,13 @@ def settings_from(given: Mapping[str, str], environ: Mapping[str, str]) -> Launc
             values[option.field] = option.parsed(environ[option.variable], option.variable)
         else:
             values[option.field] = option.default
+    tracing_flags = [o.flag for o in OPTIONS if o.field.startswith("function_") and o.field in given]
+    if tracing_flags and not values["functions"]:  # (a variable alone is left: a deployment may set them for later)
+        functions = _BY_FIELD["functions"]
+        raise ConfigError(
+            f"{tracing_flags[0]} chooses what function tracing records, which is off: give {functions.flag} too "
+            f"(or set {functions.variable}=1), or leave {tracing_flags[0]} out"
+        )
     if values["collector"] is None:
         collector = _BY_FIELD["collector"]
         raise ConfigError(f"no collector: give {collector.flag} HOST:PORT or set {collector.variable}")

@@ -28,7 +28,7 @@ from ringtrace.collector.command.remote import (
     tls_context,
 )
 from ringtrace.collector.command.replay import ReplayError, replay
-from ringtrace.collector.command.snapshot import add_format, add_table
+from ringtrace.collector.command.snapshot import add_format, add_table, table_params
 from ringtrace.collector.export.formats import FORMATS, formats_phrase
 from ringtrace.collector.export.native import native_chunks
 from ringtrace.collector.foreign.offline import FOREIGN_FORMATS, LoadedFile, load_file
@@ -111,8 +111,8 @@ def _undecodable(path: str, loaded: LoadedFile) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     params = filter_params(args)
-    if args.table is not None:
-        params += [("format", args.format), ("table", args.table)]
+    if table_params(args):
+        params += [("format", args.format), *table_params(args)]
     check_params(params)
     query = parse_snapshot_query(params, now_ns=time.time_ns())
     format_ = FORMATS[args.format]
@@ -122,7 +122,7 @@ def _convert(args: argparse.Namespace) -> int:
     _not_the_input(args.file, args.output)
     loaded = _load(args.file)
     with output(args.output) as out, progress(f"convert {args.file}") as advance:
-        for chunk in format_.chunks(loaded.view, query.filter, query.table):
+        for chunk in format_.chunks(loaded.view, query.filter, query.table, query.columns):
             out.write(chunk)
             advance(len(chunk), 0)
     _undecodable(args.file, loaded)

@@ -59,11 +59,13 @@ _FLAG_OF: Final = {
     "flush_timeout_s": "--flush-timeout",
     "messages_only": "--messages-only",
     "table": "--table",
+    "columns": "--columns",
 }
 
 
-#: Filters whose values may start with "-" (a relative time).
-VALUE_FLAGS: Final = frozenset({"--since", "--until"})
+#: Flags whose values may start with "-": a relative time, and a duration given negative (``spans --min-duration
+#: -5ms``), which is refused in one line saying so rather than taken by argparse for a flag ("expected one argument").
+VALUE_FLAGS: Final = frozenset({"--since", "--until", "--min-duration", "--max-duration"})
 
 
 def add_filters(

@@ -27,11 +27,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
-from ringtrace.collector.command.filters import add_filters, check_params, filter_params
+from ringtrace.collector.command.filters import add_filters, as_flags, filter_params
 from ringtrace.collector.command.output import output, progress, size
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
+from ringtrace.collector.command.snapshot import add_table, table_params
 from ringtrace.collector.export.formats import DEFAULT_FORMAT
-from ringtrace.collector.http.incident_query import INCIDENT_FORMATS, INCIDENT_PARAMETERS, INCIDENTS_PARAMETERS, RECORD
+from ringtrace.collector.http.incident_query import (
+    INCIDENT_FORMATS,
+    INCIDENT_PARAMETERS,
+    INCIDENTS_PARAMETERS,
+    RECORD,
+    parse_incident_query,
+    parse_incidents_query,
+)
+from ringtrace.collector.http.query import QueryError
 from ringtrace.collector.incidents.incident_files import valid_id
 
 __all__ = ["DEFAULT_URL", "add_incidents_parser"]
@@ -49,14 +58,15 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     incidents = commands.add_parser(
         "incidents", help="a collector's incidents: list (the default), fetch, open or delete one"
     )
+    # ``list`` is the default action: its flags are the command's too (``incidents --status saved``), or argparse
+    # would take their values for an action.
     _add_common(incidents)
-    incidents.set_defaults(run=_list, parser=incidents, json=False, **dict.fromkeys(_LIST_FLAGS))
+    _add_list_flags(incidents)
+    incidents.set_defaults(run=_list, parser=incidents)
     actions = incidents.add_subparsers(dest="action", metavar="ACTION")
 
     listing = actions.add_parser("list", help="the incidents (pending, saved, failed) as a table, newest first")
-    for name in _LIST_FLAGS:
-        listing.add_argument(f"--{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
-    listing.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
+    _add_list_flags(listing, below=True)
     _add_common(listing, below=True)
     listing.set_defaults(run=_list, parser=listing)
 
@@ -69,6 +79,7 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         default=DEFAULT_FORMAT,
         help=f"the snapshot's format (default {DEFAULT_FORMAT}); {RECORD}: its record (JSON)",
     )
+    add_table(fetching)
     fetching.add_argument("-o", "--output", metavar="FILE", help="where to write it ('-': stdout; default: ID.suffix)")
     fetching.add_argument(
         "--wait", action="store_true", help="if it is still being captured (pending), wait until it is saved"
@@ -88,6 +99,17 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     deleting.set_defaults(run=_delete, parser=deleting)
 
 
+def _add_list_flags(parser: argparse.ArgumentParser, below: bool = False) -> None:
+    """``list``'s flags, before the action (or without one) or after ``list`` (``below``: as ``_add_common``)."""
+    for name in _LIST_FLAGS:
+        parser.add_argument(f"--{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
+    parser.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
+    if below:
+        for action in parser._actions:
+            if action.dest in (*_LIST_FLAGS, "json"):
+                action.default = argparse.SUPPRESS
+
+
 def _add_common(parser: argparse.ArgumentParser, below: bool = False) -> None:
     """``--url`` and the access flags, before the action or after it (``below``: given there, they win; not given,
     they leave what was given before it)."""
@@ -101,6 +123,10 @@ def _add_common(parser: argparse.ArgumentParser, below: bool = False) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     params = [(name, str(getattr(args, name))) for name in _LIST_FLAGS if getattr(args, name) is not None]
+    try:  # (refused here, as the collector would, with exit status 2: a bad argument)
+        parse_incidents_query(params, now_ns=time.time_ns())
+    except QueryError as exc:
+        raise CommandError(as_flags(str(exc), {name: f"--{name}" for name in _LIST_FLAGS}), status=2) from None
     body = _get(args, "/incidents", params)
     if args.json:
         sys.stdout.write(body.decode() + "\n")
@@ -153,14 +179,18 @@ def _clock(time_ns: Any) -> str:
 
 def _fetch(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
+    _without_list_flags(args)
     format_ = INCIDENT_FORMATS.get(args.format)
-    filters = filter_params(args)
-    check_params(filters, INCIDENT_PARAMETERS)
+    params = [("format", args.format), *filter_params(args), *table_params(args)]
+    try:  # (the collector's own rules: a bad value is refused here, exit status 2)
+        parse_incident_query(params, time.time_ns())
+    except QueryError as exc:
+        raise CommandError(as_flags(str(exc)), status=2) from None
     suffix = (format_.suffix or ".json") if format_ is not None else ".record.json"
     path = args.output or f"{incident_id}{suffix}"
     if format_ is not None:
         _wait_until_captured(args, incident_id)
-    url = _url(args, f"/incidents/{incident_id}", [("format", args.format), *filters])
+    url = _url(args, f"/incidents/{incident_id}", params)
     with (
         _reaching(args),
         fetch(url, Access(args)) as response,
@@ -204,6 +234,7 @@ def _wait_until_captured(args: argparse.Namespace, incident_id: str) -> None:
 
 def _open(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
+    _without_list_flags(args)
     records = json.loads(_get(args, "/incidents", []))["incidents"]
     record = next((record for record in records if record.get("id") == incident_id), None)
     if record is None:
@@ -219,10 +250,24 @@ def _open(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     incident_id = _checked_id(args.id)
+    _without_list_flags(args)
     with _reaching(args), fetch(_url(args, f"/incidents/{incident_id}", []), Access(args), "DELETE") as response:
         response.read()
     print(f"incident {incident_id}: deleted", file=sys.stderr)
     return 0
+
+
+def _without_list_flags(args: argparse.Namespace) -> None:
+    """``list``'s flags given before another action would be left unused: refused, named (but the action's own
+    flags of the same names: ``fetch --since``)."""
+    own = {action.dest for action in args.parser._actions}
+    given = [
+        f"--{name}"
+        for name in (*_LIST_FLAGS, "json")
+        if name not in own and getattr(args, name, None) not in (None, False)
+    ]
+    if given:
+        raise CommandError(f"{given[0]} goes with list (or no action), not {args.action}", 2)
 
 
 def _checked_id(incident_id: str) -> str:

@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _with_values_joined(argv: list[str]) -> list[str]:
     """``--since -5s`` as ``--since=-5s``: argparse takes a value that starts with ``-`` for a flag, and relative
-    times do (a subcommand's own flags, after ``collect``, are left alone)."""
+    times do, as a negative duration does (``VALUE_FLAGS``; a subcommand's own flags, after ``collect``, are left
+    alone)."""
     joined: list[str] = []
     position = 0
     while position < len(argv):

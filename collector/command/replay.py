@@ -2,7 +2,9 @@
 
 Each stream (a preamble, HELLO, then session and EVENTS frames: what a trace file or one stream of a snapshot file
 holds) goes over a connection of its own, as a client would send it: HELLO, then the rest once the collector's
-WELCOME has come, then a FLUSH, and the connection is done when its FLUSH_ACK says everything before it is stored.
+WELCOME has come, then a FLUSH, and the connection is done when its FLUSH_ACK says everything before it is stored:
+it ends with a GOODBYE, as a client that closes on purpose does (a replay is no crash, whatever the recorded process
+did after).
 The stream's HELLO names the process it came from, so a replayed process is that process to the collector; it
 carries the collector's token if one is given. Plain blocking sockets (in TLS, if asked): this runs in a command, not
 in the collector.
@@ -36,6 +38,7 @@ __all__ = ["ReplayError", "Replayed", "replay"]
 #: Frames are sent in writes of about this much.
 _BATCH_BYTES: Final = 1 << 20
 _FLUSH_TOKEN: Final = 1
+_GOODBYE: Final = encode(Goodbye("replayed"))
 
 
 class ReplayError(Exception):
@@ -136,6 +139,7 @@ def _send(sock: socket.socket, preamble: bytes, frames: list[tuple[int, bytes]],
         if isinstance(answer, Refused):
             done.refused += answer.events
         elif isinstance(answer, FlushAck) and answer.token == _FLUSH_TOKEN:
+            sock.sendall(_GOODBYE)
             return
 
 

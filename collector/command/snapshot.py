@@ -12,7 +12,7 @@ from ringtrace.collector.command.output import output, progress
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, fetch, snapshot_url, stored_events
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, format_help
 
-__all__ = ["add_format", "add_snapshot_parser", "add_table"]
+__all__ = ["add_format", "add_snapshot_parser", "add_table", "table_params"]
 
 
 def add_format(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,8 @@ def add_format(parser: argparse.ArgumentParser) -> None:
 
 
 def add_table(parser: argparse.ArgumentParser) -> None:
-    """``--table``: which table of a format of tables (``--format parquet``)."""
+    """``--table`` and ``--columns``: which table of a format of tables (``--format parquet``), and which of its
+    columns (``/snapshot``'s ``table`` and ``columns``, checked by the same rules)."""
     tables = FORMATS["parquet"].tables
     parser.add_argument(
         "--table",
@@ -29,6 +30,16 @@ def add_table(parser: argparse.ArgumentParser) -> None:
         choices=tables,
         help=f"with --format parquet: which table, one a file (default {tables[0]}; docs/snapshots.md, Tables)",
     )
+    parser.add_argument(
+        "--columns",
+        metavar="C,C",
+        help="with --format parquet: the table's columns to write, comma-separated, in the table's order (default all)",
+    )
+
+
+def table_params(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``--table`` and ``--columns`` as the query parameters ``table`` and ``columns`` (those given)."""
+    return [(name, value) for name in ("table", "columns") if (value := getattr(args, name)) is not None]
 
 
 def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,9 +58,7 @@ def add_snapshot_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
 def _snapshot(args: argparse.Namespace) -> int:
     filters = filter_params(args)
-    params = [*filters, ("format", args.format)]
-    if args.table is not None:
-        params.append(("table", args.table))
+    params = [*filters, ("format", args.format), *table_params(args)]
     if args.flush_timeout is not None:
         params.append(("flush_timeout_s", str(args.flush_timeout)))
     check_params(params)

@@ -61,10 +61,19 @@ def tables_named(duckdb: Any, sql: str) -> list[str]:
     wrong once they are there.
 
     Raises:
-        CommandError: the SQL is empty or does not parse (status 2), or reads none of the tables.
+        CommandError: the SQL is empty, more than one statement (DuckDB's parser splits it) or does not parse
+            (status 2), or reads none of the tables.
     """
-    if not sql.strip():
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.ParserException as exc:
+        raise CommandError(_first_line(exc), 2) from None
+    if not statements:
         raise CommandError("the SQL is empty: give one statement, e.g. 'SELECT name, count(*) FROM spans'", 2)
+    if len(statements) > 1:  # (DuckDB would run each, and show the last one's result)
+        second = " ".join(statements[1].query.split())
+        shown = second if len(second) <= 60 else second[:57] + "..."
+        raise CommandError(f"the SQL is {len(statements)} statements (the second: {shown!r}); give one", 2)
     try:
         named = {name.lower() for name in duckdb.get_table_names(sql)}
     except duckdb.ParserException as exc:

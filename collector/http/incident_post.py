@@ -19,7 +19,7 @@ from ringtrace.collector.http.query import QueryError, choice, parse_process_fil
 from ringtrace.collector.incidents.engine import CapturesBusy
 from ringtrace.collector.incidents.rules import DEFAULT_AFTER_NS, DEFAULT_BEFORE_NS, SCOPES, Scope
 from ringtrace.collector.read.selection import EventFilter
-from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.errors import ConfigError, OutOfRange
 from ringtrace.wire.parsing import parse_duration_ns
 
 __all__ = [
@@ -157,6 +157,8 @@ def _window(name: str, text: str | None, default_ns: int) -> int:
         return default_ns
     try:
         ns = parse_duration_ns(text.strip())
+    except OutOfRange:
+        ns = -1  # (negative, or past 64 bits of ns: said with this parameter's own range below)
     except ConfigError as exc:
         raise QueryError(f"query parameter {name!r}: {exc}") from None
     if not 0 <= ns <= MAX_WINDOW_NS:

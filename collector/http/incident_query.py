@@ -11,8 +11,9 @@ from typing import Any, Final
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS, TIMELINE, Format
 from ringtrace.collector.http.query import (
     MAX_LIMIT,
-    TIMELINE_PARAMETERS,
+    SNAPSHOT_PARAMETERS,
     QueryError,
+    SnapshotQuery,
     choice,
     parse_snapshot_query,
     parse_time,
@@ -45,9 +46,10 @@ INCIDENTS_PARAMETERS: Final = {
     "until": "incidents whose trigger began before it (as since)",
     "limit": f"at most this many, the newest (1 to {MAX_LIMIT})",
 }
-#: What ``GET /incidents/{id}`` takes: the format, and the filters of a snapshot (it was taken already: no flush).
+#: What ``GET /incidents/{id}`` takes: the format, and what ``/snapshot`` takes besides (a table of a format of tables,
+#: its columns, the filters), but a flush (it was taken already).
 INCIDENT_PARAMETERS: Final = {
-    **{name: text for name, text in TIMELINE_PARAMETERS.items() if name != "flush_timeout_s"},
+    **{name: text for name, text in SNAPSHOT_PARAMETERS.items() if name != "flush_timeout_s"},
     "format": f"one of {', '.join(INCIDENT_FORMATS)} (default {DEFAULT_FORMAT}), or {RECORD} (the record)",
 }
 
@@ -113,9 +115,9 @@ def parse_incidents_query(params: Iterable[tuple[str, str]], now_ns: int) -> Inc
     )
 
 
-def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tuple[Format | None, EventFilter]:
-    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``; None: ``record``) and the events it
-    selects.
+def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tuple[Format | None, SnapshotQuery]:
+    """``GET /incidents/{id}``'s format (any case; default ``DEFAULT_FORMAT``; None: ``record``) and the rest, as
+    ``/snapshot`` parses it: the events it selects, and for a format of tables the table and its columns.
 
     Raises:
         QueryError: an unknown, repeated or malformed parameter, an unknown format, or a filter with ``record``.
@@ -128,6 +130,9 @@ def parse_incident_query(params: Iterable[tuple[str, str]], now_ns: int) -> tupl
     if format_ == RECORD:
         if filters:
             raise QueryError(f"query parameter {filters[0][0]!r:.80} does not go with format=record (it is whole)")
-        return None, EventFilter()
-    query = parse_snapshot_query(filters, now_ns=now_ns, accepted=INCIDENT_PARAMETERS)
-    return INCIDENT_FORMATS[format_], query.filter
+        return None, SnapshotQuery(EventFilter(), DEFAULT_FORMAT, 0.0)
+    # A snapshot format is /snapshot's, which checks table and columns against it; the web view's columns
+    # (timeline) are not, and take neither (refused as with chrome).
+    shown = [*filters, ("format", format_)] if format_ in FORMATS else filters
+    query = parse_snapshot_query(shown, now_ns=now_ns, accepted=INCIDENT_PARAMETERS)
+    return INCIDENT_FORMATS[format_], query

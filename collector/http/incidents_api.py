@@ -89,7 +89,7 @@ async def incident(request: web.Request) -> web.StreamResponse:
     """A saved incident's snapshot in the format asked for (``chrome`` unless ``format`` says another), of the events
     the filters of ``/snapshot`` select (all without one)."""
     collector = request.app[COLLECTOR]
-    format_, selected = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
+    format_, query = _parsed(parse_incident_query, list(request.query.items()), time.time_ns())
     incident_id = request.match_info["id"]
     if format_ is None:
         return web.Response(body=orjson.dumps(await _record(request, incident_id)), content_type="application/json")
@@ -104,7 +104,7 @@ async def incident(request: web.Request) -> web.StreamResponse:
         with collector.metrics.snapshot_seconds.labels(format_.name).time():
             loaded = await _load(request, incident_id, path)
             gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-            chunks = format_.writer(loaded.view, selected)
+            chunks = format_.chunks(loaded.view, query.filter, query.table, query.columns)
             response, _ = await stream_out(request, loaded.view, chunks, _headers(format_, incident_id, gzip), gzip)
             return response
     finally:

@@ -29,7 +29,7 @@ from ringtrace.collector.incidents.rules import (
     SpanCondition,
 )
 from ringtrace.collector.read.selection import unclosed_set
-from ringtrace.wire.errors import ConfigError
+from ringtrace.wire.errors import ConfigError, OutOfRange
 from ringtrace.wire.message_format import PRIORITIES
 from ringtrace.wire.parsing import format_duration_ns, parse_duration_ns
 
@@ -236,6 +236,10 @@ def _duration(values: Mapping[str, object], key: str, default_ns: int) -> int:
         raise RuleKeyError(key, f'{key} takes a duration, a string like "200ms" or "1.5s", got {_shown(value)}')
     try:
         ns = parse_duration_ns(value)
+    except OutOfRange:
+        if value.strip().startswith("-"):
+            raise RuleKeyError(key, f"{key} must not be negative, got {_shown(value)}") from None
+        ns = MAX_WINDOW_NS + 1  # (past 64 bits of ns: past the hour too, said as such below)
     except ConfigError:
         raise RuleKeyError(
             key, f'{key} {_shown(value)} is not a duration: a number and a unit ({_UNITS}), like "200ms" or "1.5s"'

@@ -106,7 +106,8 @@ class FrameHandlers:
         self.control = ControlBudget()
         #: The client said GOODBYE: it closes on purpose (an end without one, by the peer, is a crash).
         self.said_goodbye = False
-        #: Its HELLO promised a GOODBYE on every clean close: only then can an end without one be a crash.
+        #: Its HELLO promised a GOODBYE on every clean close, and is not a recording sent again (``ringtrace replay``,
+        #: whose end says nothing of the process's life): only then can an end without one be a crash.
         self.says_goodbye = False
 
     def _control_frame(self) -> None:
@@ -335,7 +336,7 @@ class FrameHandlers:
         assert self.transport is not None
         arrival = Arrival.now(self._accepted_ns, self.transport.get_extra_info("socket"))
         self.process = process = sink.registry.hello(hello, arrival)
-        self.says_goodbye = hello.says_goodbye
+        self.says_goodbye = hello.says_goodbye and not hello.recorded
         store = sink.store
         # Every segment replays the HELLO, and snapshots and recovery read it: stored without the token, and with
         # the clock pairing the collector applies (often another than the client's: clocks.py).

@@ -37,6 +37,14 @@ def test_malformed_size_is_refused_by_the_parser() -> None:
     assert "--capacity" in done.stderr and "'lots'" in done.stderr
 
 
+def test_a_size_past_64_bits_is_refused_naming_the_limit() -> None:
+    done = _run("--capacity", "99999999TiB")
+    assert done.returncode == 2
+    assert "--capacity: size must be at most 9223372036854775807 bytes (8 EiB, 2**63 - 1), got '99999999TiB'" in (
+        done.stderr
+    )
+
+
 def test_sigterm_stops_the_collector_cleanly() -> None:
     collector = CollectorProcess()
     try:

@@ -18,6 +18,9 @@ from collector_process import CollectorProcess, recorded_collector
 from perfetto_model import PerfettoTrace
 from ringtrace.client import FileListener, Timeline, read_trace_streams
 from ringtrace.collector.command.main import main
+from ringtrace.wire.frames import Flush, FlushAck, Goodbye, encode, preamble
+from ringtrace.wire.handshake_frames import Hello, Welcome
+from ringtrace.wire.reader import CLOSED, NEED_DATA, FrameReader
 
 # Its tests share a collector (a module-scoped fixture): one worker runs them all, and starts it once.
 pytestmark = pytest.mark.xdist_group("command")
@@ -479,3 +482,72 @@ def test_a_snapshot_file_to_stdout_from_a_terminal_is_the_file_alone(
     _on_a_terminal(["snapshot", recorded.http_url, "-o", "-", "--format", "native"], tmp_path / "s.rtsnap")
     assert run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "file.rtsnap"), "--format", "native")[0] == 0
     assert run(capsys, "dump", str(tmp_path / "s.rtsnap")) == run(capsys, "dump", str(tmp_path / "file.rtsnap"))
+
+
+def test_replay_ends_each_stream_with_goodbye(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collector that answers as the real one does and keeps each stream's frames: every replayed stream ends
+    FLUSH, then GOODBYE once the FLUSH_ACK came (a replay is no crash)."""
+    snapshot = tmp_path / "all.rtsnap"
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(snapshot), "--format", "native")[0] == 0
+    streams: list[list[Any]] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def collect() -> None:
+            for _ in range(2):  # (web and db)
+                connection, _ = server.accept()
+                frames: list[Any] = []
+                streams.append(frames)
+                reader = FrameReader("client")
+                with connection:
+                    while (frame := reader.next_frame()) is not CLOSED:
+                        if frame is NEED_DATA:
+                            reader.receive_data(connection.recv(65536))  # (b"" at its end: CLOSED)
+                            continue
+                        frames.append(frame)
+                        if isinstance(frame, Hello):
+                            connection.sendall(preamble() + encode(Welcome(1, 1 << 20, 1000, 1000, 1000, "t")))
+                        elif isinstance(frame, Flush):
+                            connection.sendall(encode(FlushAck(frame.token)))
+
+        collecting = threading.Thread(target=collect, daemon=True)
+        collecting.start()
+        status, _, err = run(capsys, "replay", str(snapshot), "--to", f"127.0.0.1:{server.getsockname()[1]}")
+        collecting.join(30)
+    assert status == 0, err
+    assert len(streams) == 2
+    for frames in streams:
+        assert [type(frame) for frame in frames[-2:]] == [Flush, Goodbye], frames[-3:]
+
+
+def test_snapshot_and_convert_write_a_tables_columns(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parquet = pytest.importorskip("pyarrow.parquet")
+    target, native = tmp_path / "misses.parquet", tmp_path / "all.rtsnap"
+    status, _, err = run(capsys, "snapshot", recorded.http_url, "-o", str(target), "--format", "parquet",
+                         "--table", "instants", "--columns", "ts_ns,name", "--process", "web")  # fmt: skip
+    assert status == 0, err
+    table = parquet.read_table(target)
+    assert table.column_names == ["name", "ts_ns"] and table.column("name").to_pylist() == ["cache-miss"] * 20
+    assert run(capsys, "snapshot", recorded.http_url, "-o", str(native), "--format", "native")[0] == 0
+    status, _, err = run(capsys, "convert", str(native), "-o", str(target), "--format", "parquet",
+                         "--columns", "duration_ns")  # fmt: skip
+    assert status == 0, err
+    assert parquet.read_table(target).column_names == ["duration_ns"]
+    status, _, err = run(capsys, "convert", str(native), "-o", str(target), "--columns", "name")
+    assert status == 2 and err == "ringtrace convert: --columns is for format=parquet only\n", err
+
+
+def test_a_time_finer_than_a_ns_is_truncated_to_it(
+    recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RFC 3339 takes any number of fractional digits: the collector and the command take them to the ns."""
+    since, until = "2020-11-30T04:30:00.123456789123Z", "2200-01-01T00:00:00.9999999999+01:00"
+    status, body = recorded.get(f"/snapshot?since={since}&until={until.replace('+', '%2B')}")
+    assert status == 200, body
+    assert len([e for e in json.loads(body)["traceEvents"] if e["ph"] != "M"]) == 2 * 41
+    status, _, err = run(capsys, "snapshot", recorded.http_url, "-o", str(tmp_path / "t.json"), "--since", since)
+    assert status == 0, err
+    assert len(shown(tmp_path / "t.json")) == 2 * 41

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from collector_process import CollectorProcess, RawClient, hello
 from incident_runs import Peer, incidents, stats, wait_for_incidents
+from ringtrace.collector.command.main import main as command_main
 from ringtrace.wire.frames import Goodbye
 
 pytestmark = pytest.mark.integration
@@ -62,6 +63,37 @@ def test_a_process_that_reconnects_at_once_is_no_crash(tmp_path: Path, peers: li
         again.flush()
         again.send(Goodbye("closing"))
         again.close()
+        _killed_last(collector, peers)
+    finally:
+        collector.stop()
+
+
+def test_a_replayed_recording_is_no_crash(tmp_path: Path, peers: list[Peer]) -> None:
+    """``ringtrace replay`` of a snapshot, into the collector it came from: one process that exited cleanly, one still
+    connected. Neither is taken for crashed when its replayed stream ends."""
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "incidents"), "--trigger", CRASH)
+    try:
+        for name in ("exited", "alive"):
+            peer = Peer(collector, name)
+            peers.append(peer)
+            peer.send("ticks 3")
+            peer.send("flush")
+        peers[0].close()  # (a GOODBYE)
+        snapshot = tmp_path / "both.rtsnap"
+        assert command_main(["snapshot", collector.http_url, "-o", str(snapshot), "--format", "native"]) == 0
+        assert command_main(["replay", str(snapshot), "--to", collector.tcp_address]) == 0
+        _killed_last(collector, peers)
+    finally:
+        collector.stop()
+
+
+def test_the_end_of_a_recorded_stream_without_goodbye_is_no_crash(tmp_path: Path, peers: list[Peer]) -> None:
+    """A recording sent again by an older replay (no GOODBYE at its end) of a process whose HELLO promised one."""
+    collector = CollectorProcess("--incidents-dir", str(tmp_path / "incidents"), "--trigger", CRASH)
+    try:
+        replayed = RawClient(collector.tcp_address, hello(pid=7000, instance="rec", says_goodbye=True, recorded=True))
+        replayed.flush()
+        replayed.close()
         _killed_last(collector, peers)
     finally:
         collector.stop()

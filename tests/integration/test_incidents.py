@@ -149,10 +149,12 @@ def test_post_incidents_takes_one_now_and_names_a_bad_parameter(tmp_path: Path, 
             ("reason=x&colour=red", "colour"),
             ("reason=x&scope=trace", "trace_id"),
             ("reason=x&before=0s&after=0s", "after"),
+            ("reason=x&before=99999999999999h", "before' must be from 0 to 1h"),
+            ("reason=x&after=-5ms", "after' must be from 0 to 1h"),
         )
         for query, named in refused:
             status, body = collector.post(f"/incidents?{query}")
-            assert status == 400 and f"'{named}'" in body.decode(), (query, body)
+            assert status == 400 and f"'{named}" in body.decode(), (query, body)
         status, body = collector.post("/incidents?reason=x&process=nobody-has-this-name")
         assert status == 404, body
     finally:

@@ -175,6 +175,36 @@ def test_an_incident_is_filtered_as_a_snapshot_is(served: Served) -> None:
     assert status == 400 and "'format' is given more than once" in error, error
 
 
+def test_an_incidents_parquet_is_any_table_and_columns_as_a_snapshots(
+    served: Served, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pyarrow = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    incident = served.ids[0]
+    status, body = served.collector.get(f"/incidents/{incident}?format=parquet&table=instants&columns=name,ts_ns")
+    assert status == 200, body
+    table = parquet.read_table(pyarrow.BufferReader(body))
+    assert table.column_names == ["name", "ts_ns"] and table.column("name").to_pylist() == ["tick"] * 30
+    for query, named in (
+        ("format=parquet&table=frames", "'table' must be one of spans, instants"),
+        ("format=parquet&columns=colour", "spans has no column 'colour'"),
+        ("format=chrome&table=instants", "'table' is for format=parquet only"),
+        ("format=timeline&columns=name", "'columns' is for format=parquet only"),
+        ("format=record&table=spans", "'table' does not go with format=record"),
+    ):
+        status, error = error_of(served, f"/incidents/{incident}?{query}")
+        assert status == 400 and named in error, (query, error)
+
+    target = tmp_path / "instants.parquet"
+    status, _, err = run(capsys, "incidents", "fetch", incident, "--format", "parquet", "--table", "instants",
+                         "--columns", "name", "-o", str(target), "--url", served.collector.http_url)  # fmt: skip
+    assert status == 0, err
+    assert parquet.read_table(target).column_names == ["name"]
+    status, out, err = run(capsys, "incidents", "fetch", incident, "--format", "parquet", "--columns", "colour",
+                           "--url", served.collector.http_url)  # fmt: skip
+    assert (status, out) == (2, "") and err.count("\n") == 1 and "--columns: spans has no column 'colour'" in err, err
+
+
 def test_an_incident_is_gzipped_when_accepted(served: Served) -> None:
     request = urllib.request.Request(
         f"{served.collector.http_url}/incidents/{served.ids[0]}", headers={"Accept-Encoding": "gzip"}
@@ -261,6 +291,22 @@ def test_the_command_says_an_unknown_id_or_no_collector_in_a_line(
         assert err.count("\n") == 1 and f"no incident '{missing}'" in err, err
     status, _, err = run(capsys, "incidents", "--url", "http://127.0.0.1:9")
     assert status == 1 and "cannot reach 127.0.0.1:9" in err and "is a collector running there?" in err
+
+
+def test_list_is_the_default_action_and_its_bad_arguments_exit_2(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = served.collector.http_url
+    status, out, err = run(capsys, "incidents", "--url", url, "--status", "failed")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()[1:]] == [served.ids[3]], err
+    status, out, err = run(capsys, "incidents", "--url", url, "--limit", "1", "--json")
+    assert status == 0 and [r["id"] for r in json.loads(out)["incidents"]] == [served.ids[3]], err
+    for argv in (["list", "--status", "bogus"], ["--status", "bogus"]):
+        status, out, err = run(capsys, "incidents", "--url", url, *argv)
+        assert (status, out) == (2, "") and err.count("\n") == 1, err
+        assert "--status must be one of pending, saved, failed" in err and "got 'bogus'" in err
+    status, _, err = run(capsys, "incidents", "--url", url, "--status", "saved", "fetch", served.ids[0])
+    assert status == 2 and err == "ringtrace incidents: --status goes with list (or no action), not fetch\n"
 
 
 def test_deleting_removes_an_incident_over_http_and_through_the_command(

@@ -143,6 +143,43 @@ def test_a_flush_is_not_true_when_the_collector_refused_events() -> None:
     assert other["received_events"] == other["stored_events"] + other["discarded_events"] == 100_000
 
 
+_REFUSED_WARNING = """
+import json, logging, sys, time, ringtrace.client
+
+said = []
+
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+
+logging.getLogger("ringtrace").addHandler(Said())
+tl = ringtrace.client.connect(sys.argv[1])
+for i in range(100_000):
+    tl.instant("tick", i=i)
+tl.flush(timeout_s=20)
+deadline = time.monotonic() + 30  # (the warning comes at the streamer's next turn after the refusal)
+while not any("could not store" in line for line in said) and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"said": said, "dropped": tl.dropped_events, "refused": tl.listeners[0].refused_events}))
+"""
+
+
+def test_the_warning_of_refused_events_names_the_counter_that_holds_them() -> None:
+    collector = CollectorProcess("--capacity", "512KiB", "--max-frame-size", "64KiB", "--policy", "discard")
+    try:
+        done = run_client(_REFUSED_WARNING, collector.tcp_address)
+    finally:
+        collector.stop()
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    [warning] = [line for line in result["said"] if "could not store" in line]
+    assert result["refused"] > 0 and result["dropped"] == 0, result
+    assert f"could not store {result['refused']:,} events" in warning, warning
+    assert "counted in the streamer's refused_events (among the timeline's listeners), not in dropped_events" in (
+        warning
+    )
+
+
 # -- 2. one odd argument must not cost its batch ---------------------------------------------------------------------
 
 _ODD_ARGS = """

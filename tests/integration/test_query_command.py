@@ -179,6 +179,19 @@ def test_sql_that_fails_is_duckdbs_message_on_one_line_and_status_2(
     assert err.startswith("ringtrace query: Binder Error") and "no_such_column" in err and err.count("\n") == 1
 
 
+def test_more_than_one_statement_is_refused_before_any_runs(
+    collector: CollectorProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "result.csv"
+    sql = "SELECT name FROM spans; COPY (SELECT 1) TO '" + str(out).replace("'", "''") + "'"
+    assert main(["query", sql, "--url", collector.http_url]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith('ringtrace query: the SQL is 2 statements (the second: "COPY (SELECT 1) TO')
+    assert not out.exists()  # (the second did not run)
+    assert main(["query", "SELECT count(*) AS n FROM spans;", "--url", collector.http_url]) == 0  # (one, ended by ;)
+
+
 def test_snapshot_writes_one_table_with_the_table_flag(collector: CollectorProcess, tmp_path: Path) -> None:
     out = tmp_path / "counters.parquet"
     assert main(["snapshot", collector.http_url, "-o", str(out), "--format", "parquet", "--table", "counters"]) == 0

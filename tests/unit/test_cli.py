@@ -14,7 +14,7 @@ from ringtrace.collector.service.serve import (
     parse_size,
 )
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.parsing import parse_addresses
+from ringtrace.wire.parsing import parse_addresses, parse_duration_ns
 
 
 @pytest.mark.parametrize(
@@ -37,6 +37,26 @@ def test_sizes_take_plain_bytes_and_si_or_iec_units(text: str, expected: int) ->
 def test_a_size_that_is_not_one_is_refused_with_the_forms_it_takes(text: str) -> None:
     with pytest.raises(ConfigError, match="KiB"):
         parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["99999999TiB", "9223372036854775808", "9" * 400, "9" * 5000, "8388608TiB"])
+def test_a_size_past_64_bits_is_refused_naming_the_limit(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"size must be at most 9223372036854775807 bytes \(8 EiB"):
+        parse_size(text)
+    assert parse_size("9223372036854775807") == 2**63 - 1
+
+
+@pytest.mark.parametrize("text", ["99999999999999h", "9223372037s", "9" * 400 + ".5s", "9" * 5000 + "ns"])
+def test_a_duration_past_64_bits_of_ns_is_refused_naming_the_limit(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"a duration is at most 9223372036 s \(2\*\*63 - 1 ns"):
+        parse_duration_ns(text)
+    assert parse_duration_ns("9223372036854775807ns") == 2**63 - 1
+
+
+@pytest.mark.parametrize("text", ["-5ms", "-0.5s", "-1h"])
+def test_a_negative_duration_is_refused_as_negative(text: str) -> None:
+    with pytest.raises(ConfigError, match=f"a duration must not be negative, got '{text}'"):
+        parse_duration_ns(text)
 
 
 @pytest.mark.parametrize(

@@ -81,8 +81,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"max_queue_bytes": 1.5}, "option max_queue_bytes must be an int, got float 1.5"),
     (
         {"max_queue_bytes": "lots"},
-        "option max_queue_bytes: size must be a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), got "
-        "'lots'",
+        "option max_queue_bytes: size must be a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), "
+        "got 'lots'",
     ),
     ({"max_frame_bytes": "1KiB"}, f"option max_frame_bytes must be >= {MIN_MAX_FRAME_BYTES}, got 1024"),
     (

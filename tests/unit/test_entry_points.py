@@ -8,6 +8,7 @@ extra's libraries cannot be imported.
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 
@@ -96,3 +97,46 @@ def test_a_subcommand_imports_its_own_modules_and_no_other_s() -> None:
     assert not query & {f"ringtrace.collector.command.{name}" for name in others}
     assert not [module for module in query if module.startswith(("rich", "duckdb", "ringtrace.collector.export.chr"))]
     assert {f"ringtrace.collector.command.{name}" for name in others} <= imported("--help")  # (every one listed)
+
+
+#: Runs one console script, every extra there.
+INSTALLED = """
+import sys
+from importlib.metadata import entry_points
+
+(script,) = entry_points(group="console_scripts", name=sys.argv[1])
+sys.argv = sys.argv[1:]
+sys.exit(script.load()())
+"""
+
+
+def _installed(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``ringtrace`` script run with ``argv``."""
+    command = [sys.executable, "-c", INSTALLED, "ringtrace", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_ringtrace_command_says_its_version() -> None:
+    done = _installed("--version")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"ringtrace {importlib.metadata.version('ringtrace')}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "--include", "x", "app.py"], "ringtrace run: --include chooses what function tracing records, which "
+         "is off: give --functions too (or set RINGTRACE_FUNCTIONS=1), or leave --include out"),
+        (["run", "--collector", "127.0.0.1:9", "--builtins", "app.py"], "ringtrace run: --builtins chooses what "
+         "function tracing records"),
+        (["spans", "http://127.0.0.1:9", "--min-duration", "-5ms"],
+         "ringtrace spans: --min-duration: a duration must not be negative, got '-5ms'"),
+        (["top", "http://127.0.0.1:9", "--max-duration", "-5ms"],
+         "ringtrace top: --max-duration: a duration must not be negative, got '-5ms'"),
+    ],
+    ids=["--include without --functions", "--builtins without --functions", "spans -5ms", "top -5ms"],
+)  # fmt: skip
+def test_a_bad_argument_is_one_line_and_status_2(argv: list[str], said: str) -> None:
+    done = _installed(*argv)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(said), done.stderr

@@ -229,6 +229,8 @@ def test_the_query_command_fetches_the_tables_its_sql_reads(sql: str, tables: li
             "the SQL reads none of the tables spans, instants, messages, counters, samples (it reads nosuch)",
         ),
         ("SELEC name FROM spans", 'Parser Error: syntax error at or near "SELEC"'),
+        ("SELECT * FROM spans; SELECT 2", "the SQL is 2 statements (the second: 'SELECT 2'); give one"),
+        (" ; ", "the SQL is empty: give one statement, e.g. 'SELECT name, count(*) FROM spans'"),
     ],
 )
 def test_sql_the_query_command_cannot_run_is_refused_before_any_fetch(sql: str, said: str) -> None:

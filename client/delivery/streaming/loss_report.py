@@ -47,20 +47,24 @@ class LossReport:
             return None
         self._dropped, self._refused = dropped, refused
         self._next_report = now + self.repeat_s
+        # Each loss says the counter that holds it: a refused event reached the collector, so it is the streamer's
+        # refused_events, never the timeline's dropped_events (which sums what its listeners dropped).
         said = []
         if new_dropped > 0:
             said.append(
                 f"{events_phrase(new_dropped, grouped=True)} dropped: recorded faster than they could be sent (a "
-                "thread's buffer at max_buffered_events, or the send queue at max_queue_bytes)"
+                "thread's buffer at max_buffered_events, or the send queue at max_queue_bytes); counted in the "
+                "timeline's dropped_events"
             )
         if new_refused > 0:
             said.append(
                 f"the collector at {address} could not store {events_phrase(new_refused, grouped=True)} (its store "
-                "full under --policy discard, its capacity taken by connections' tables, or this process at its cap)"
+                "full under --policy discard, its capacity taken by connections' tables, or this process at its cap); "
+                "counted in the streamer's refused_events (among the timeline's listeners), not in dropped_events"
             )
-        since = " since the last warning" if self._warned else ""
+        since = "since the last warning, " if self._warned else ""
         self._warned = True
-        return f"ringtrace: {'; '.join(said)}{since}; counted (dropped_events, refused_events) and in every snapshot"
+        return f"ringtrace: {since}{'; '.join(said)}; every snapshot counts them too"
 
 
 def undelivered_at_close(

@@ -15,8 +15,6 @@ a collector ``Streamer`` to the process-wide timeline; ``FileListener`` and ``Me
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ringtrace.client.connecting import connect, default_timeline, timeline
 from ringtrace.client.delivery.listeners import (
     FileListener,
@@ -28,6 +26,7 @@ from ringtrace.client.delivery.listeners import (
     read_trace_streams,
 )
 from ringtrace.client.delivery.streaming.streamer import Streamer
+from ringtrace.client.functions import FunctionTracing, trace_functions
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.events import (
     Event,
@@ -129,16 +128,3 @@ __all__ = [
     "u32",
     "u64",
 ]
-
-if TYPE_CHECKING:
-    from ringtrace.client.functions import FunctionTracing, trace_functions
-
-
-def __getattr__(name: str) -> object:
-    """Function tracing's names, loaded as they are first asked for: a process that traces no calls (every one the
-    fleet switch starts) does not pay for loading the tracer."""
-    if name in ("FunctionTracing", "trace_functions"):
-        from ringtrace.client import functions
-
-        return getattr(functions, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,16 +7,14 @@ bounded in bytes (what does not fit is kept as objects, within the buffer's boun
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from out_of_memory import drains_with_a_failure, run_alone
 from ringtrace.client import Timeline
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -372,21 +370,13 @@ def test_events_left_in_compact_records_are_counted_lost_one_by_one() -> None:
 def test_a_drain_that_runs_out_of_memory_counts_what_it_took_as_dropped() -> None:
     # Each allocation of a drain made to fail in turn (CPython's own fault injection), the copy of a segment's records
     # among them: every event is handed over, left for the next drain, or counted as dropped by it, never lost unseen.
-    # In a process of its own: the injection fails the nth allocation of whichever thread makes it, and one of another
-    # thread's (the flusher's, in its lock's wait) once left this process's flusher deadlocked for every test after.
+    # In a process of its own (out_of_memory.py says why).
     pytest.importorskip("_testcapi", reason="this Python has no _testcapi to make an allocation fail")
-    here = Path(__file__)
-    program = f"import sys; sys.path.insert(0, {str(here.parent)!r}); from {here.stem} import drain_out_of_memory as go"
-    done = subprocess.run([sys.executable, "-c", program + "; go()"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_alone(__file__, "drain_out_of_memory")
 
 
 def drain_out_of_memory() -> None:
-    """The test above, in its own process: a switch interval of a minute keeps the other threads off the interpreter
-    while an allocation is made to fail (none of theirs fails instead)."""
-    import _testcapi  # type: ignore[import-not-found]  # (CPython's test module)
-
-    sys.setswitchinterval(60)
+    """The test above, in its own process (``run_alone``)."""
     failed_holding = 0
     for n in range(200):
         tl = parked_timeline(True)
@@ -394,23 +384,14 @@ def drain_out_of_memory() -> None:
             for i in range(300):
                 tl.instant("x", i=i)
             tl.push(Tick(value=1))  # (a run of objects after the segment)
-            _testcapi.set_nomemory(n, n + 1)
-            try:
-                first = tl.drain()
-            except MemoryError:
-                first = None
-            finally:
-                _testcapi.remove_mem_hooks()
-            second = tl.drain()
+            handed, dropped, failed = drains_with_a_failure(tl, n)
         finally:
             tl.close()
-        handed = sum(event_count(run) for drained in (first, second) if drained for _, run in drained.runs)
-        dropped = sum(drained.dropped for drained in (first, second) if drained)
         assert handed + dropped == 301, (n, handed, dropped)
-        failed_holding += first is None and dropped == 301
-        if first is not None and dropped == 0:
+        failed_holding += failed and dropped == 301
+        if not failed and dropped == 0:
             break  # (past the drain's allocations)
-    assert failed_holding > 0 and first is not None
+    assert failed_holding > 0 and not failed
 
 
 def test_a_long_name_is_kept_as_objects_not_in_the_table_of_labels() -> None:

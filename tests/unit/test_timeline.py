@@ -13,21 +13,19 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import subprocess
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from out_of_memory import drains_with_a_failure, run_alone
 from ringtrace.client import DecodedEvent, Event, MemoryListener, Timeline, TrackInfo, u32
 from ringtrace.client.delivery.flusher import FLUSHER, Flusher
 from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
-from ringtrace.wire.call_records import event_count
 from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK
 from waiting import wait_for
 
@@ -395,31 +393,16 @@ def test_a_pure_python_drain_that_runs_out_of_memory_hands_over_or_counts_each_e
     # The pure-Python twin of test_compact_records' out-of-memory drain: a buffer of three runs, each allocation of a
     # drain made to fail in turn. The delete of a run copied out (its list's allocation) once failed with the run
     # still in the buffer: counted dropped, and handed over by the next drain too. In a process of its own, as that
-    # one (the injection fails the nth allocation of whichever thread makes it).
+    # one (out_of_memory.py says why).
     pytest.importorskip("_testcapi", reason="this Python has no _testcapi to make an allocation fail")
-    here = Path(__file__)
-    paths = [str(here.parent), str(here.parent.parent)]  # (and the tests' helpers)
-    program = f"import sys; sys.path[:0] = {paths!r}; from {here.stem} import "
-    env = {**os.environ, "RINGTRACE_PURE_PYTHON": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", program + "pure_python_drain_out_of_memory as go; go()"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_alone(__file__, "pure_python_drain_out_of_memory", RINGTRACE_PURE_PYTHON="1")
 
 
 def pure_python_drain_out_of_memory() -> None:
-    """The test above, in its own process, the recorder pure Python: a switch interval of a minute keeps the other
-    threads off the interpreter while an allocation is made to fail."""
-    import _testcapi  # type: ignore[import-not-found]  # (CPython's test module)
-
+    """The test above, in its own process (``run_alone``), the recorder pure Python."""
     from ringtrace.client.accelerator import speedups
 
     assert speedups is None, "not the pure-Python recorder: RINGTRACE_PURE_PYTHON is not set"
-    sys.setswitchinterval(60)
     recorded = 20_000  # three runs of a drain (8192 events each at most)
     failed_halfway = 0
     for n in range(2000):
@@ -428,23 +411,14 @@ def pure_python_drain_out_of_memory() -> None:
         try:
             for i in range(recorded):
                 tl.instant("x", i=i)
-            _testcapi.set_nomemory(n, n + 1)
-            try:
-                first = tl.drain()
-            except MemoryError:
-                first = None
-            finally:
-                _testcapi.remove_mem_hooks()
-            second = tl.drain()
+            handed, dropped, failed = drains_with_a_failure(tl, n)
         finally:
             tl.close()
-        handed = sum(event_count(run) for drained in (first, second) if drained for _, run in drained.runs)
-        dropped = sum(drained.dropped for drained in (first, second) if drained)
         assert handed + dropped == recorded, (n, handed, dropped)
-        failed_halfway += first is None and 0 < dropped < recorded
-        if first is not None and dropped == 0:
+        failed_halfway += failed and 0 < dropped < recorded
+        if not failed and dropped == 0:
             break  # (past the drain's allocations)
-    assert failed_halfway > 0 and first is not None, (n, failed_halfway)
+    assert failed_halfway > 0 and not failed, (n, failed_halfway)
 
 
 _REENTRANT = """

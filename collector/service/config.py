@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringtrace.collector.auth import is_loopback
+from ringtrace.collector.service.machine_memory import memory_bytes
 from ringtrace.collector.service.option_fields import check_setting, field_default, option_of
 from ringtrace.collector.service.option_flags import settings_from_args
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Policy
@@ -99,6 +100,16 @@ class CollectorConfig:
                     f"{flag} needs --jetstream (the NATS servers): without it the store is in memory or --data-dir"
                 )
 
+    def _check_capacity_fits_memory(self) -> None:
+        """An in-memory ring larger than the memory the collector can have is ended by the kernel as it fills."""
+        memory = memory_bytes()
+        if memory is not None and self.capacity_bytes > memory:
+            raise ConfigError(
+                f"--capacity: {self.capacity_bytes} bytes is more than the memory this collector can have "
+                f"({memory} bytes: the machine's, or its control group's limit): the in-memory store would be ended "
+                "by the kernel as it filled. Give a smaller --capacity, or --data-dir to keep the ring on disk"
+            )
+
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             check_setting(field.name, getattr(self, field.name))
@@ -118,6 +129,8 @@ class CollectorConfig:
                 "RINGTRACE_TOKEN; clients pass it too) and TLS (--tls-cert FILE --tls-key FILE) unless the network "
                 "is trusted; or, if a firewall or a private network already guards these ports, --insecure-open"
             )
+        if self.data_dir is None and not self.jetstream:
+            self._check_capacity_fits_memory()
         frames = 2 * (self.max_frame_bytes + MIN_SEGMENT_BYTES)
         for name in ("capacity_bytes", "process_capacity_bytes"):
             value = getattr(self, name)

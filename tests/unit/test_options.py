@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from ringtrace.collector.command.main import build_parser as build_command_parser
 from ringtrace.collector.service.config import CollectorConfig
+from ringtrace.collector.service.machine_memory import memory_bytes
 from ringtrace.collector.service.option_docs import (
     FLAGS_END,
     FLAGS_START,
@@ -188,3 +189,22 @@ def test_a_flag_is_taken_only_as_written_never_as_the_start_of_another(capsys: p
         with pytest.raises(SystemExit):
             build_command_parser().parse_args(command)
         assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_the_memory_a_collector_can_have_is_the_least_of_the_machines_and_its_control_groups(tmp_path: Path) -> None:
+    physical = memory_bytes(tmp_path)  # (no control group files there: the machine's alone)
+    assert physical is not None and physical > 2**20
+    limit = tmp_path / "sys" / "fs" / "cgroup" / "memory.max"
+    limit.parent.mkdir(parents=True)
+    limit.write_text("max\n")  # (cgroup v2, no limit)
+    assert memory_bytes(tmp_path) == physical
+    limit.write_text(f"{2**20}\n")
+    assert memory_bytes(tmp_path) == 2**20
+    v1 = tmp_path / "sys" / "fs" / "cgroup" / "memory" / "memory.limit_in_bytes"
+    v1.parent.mkdir()
+    v1.write_text(f"{2**19}\n")
+    assert memory_bytes(tmp_path) == 2**19
+    # A capacity past what the machine has is refused for the in-memory store, not for a data dir.
+    with pytest.raises(ConfigError, match="more than the memory this collector can have"):
+        CollectorConfig(capacity_bytes=physical + 1)
+    assert CollectorConfig(capacity_bytes=physical + 1, data_dir=str(tmp_path)).capacity_bytes == physical + 1

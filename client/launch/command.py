@@ -12,7 +12,6 @@ line which install brings it, with status 1. ``ringtrace --help`` works in both 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -54,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_top_help(), file=sys.stdout if given else sys.stderr)
         return 0 if given else 2
     if given[0] in ("-V", "--version"):
-        print(f"ringtrace {_version()}")
+        print(f"ringtrace {__version__}")
         return 0
     if given[0] == "run":
         return _run(given[1:])
@@ -92,14 +91,6 @@ def _run(argv: list[str]) -> int:
     except CannotOpen as exc:  # (gone since it was checked)
         print(f"ringtrace run: {exc}", file=sys.stderr)
         return 2
-
-
-def _version() -> str:
-    """The installed distribution's version (its metadata); the source's own where it runs uninstalled."""
-    try:
-        return importlib.metadata.version("ringtrace")
-    except importlib.metadata.PackageNotFoundError:
-        return __version__
 
 
 def _top_help() -> str:

@@ -31,6 +31,7 @@ from ringtrace.collector.service.option_flags import add_arguments
 from ringtrace.collector.service.option_table import parse_listen_address
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.parsing import parse_size
+from ringtrace.wire.version import __version__
 
 __all__ = ["ENVIRONMENT", "config_from_args", "main", "parse_listen_address", "parse_size"]
 
@@ -58,6 +59,7 @@ def build_parser(
         "on (RINGTRACE_ and the flag's name in capitals, - as _). A flag on the command line wins.",
     )
     add_arguments(parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 

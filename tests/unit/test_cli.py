@@ -86,7 +86,7 @@ def test_a_client_takes_several_collectors_separated_by_commas_and_names_a_bad_o
 
 def test_every_flag_has_an_environment_variable() -> None:
     usage = build_parser().format_usage()
-    flags = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}
+    flags = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help", "--version"}
     assert flags == set(ENVIRONMENT)
     assert ENVIRONMENT["--max-frame-size"] == "RINGTRACE_MAX_FRAME_SIZE"
 

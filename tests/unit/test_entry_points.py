@@ -110,16 +110,17 @@ sys.exit(script.load()())
 """
 
 
-def _installed(*argv: str) -> subprocess.CompletedProcess[str]:
-    """The installed ``ringtrace`` script run with ``argv``."""
-    command = [sys.executable, "-c", INSTALLED, "ringtrace", *argv]
+def _installed(*argv: str, script: str = "ringtrace") -> subprocess.CompletedProcess[str]:
+    """The installed console ``script`` run with ``argv``."""
+    command = [sys.executable, "-c", INSTALLED, script, *argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_the_ringtrace_command_says_its_version() -> None:
-    done = _installed("--version")
+@pytest.mark.parametrize("script", ["ringtrace", "ringtrace-collector"])
+def test_each_command_says_its_version(script: str) -> None:
+    done = _installed("--version", script=script)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == f"ringtrace {importlib.metadata.version('ringtrace')}\n"
+    assert done.stdout == f"{script} {importlib.metadata.version('ringtrace')}\n"
 
 
 @pytest.mark.parametrize(

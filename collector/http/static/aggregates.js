@@ -3,6 +3,7 @@
 // hands it on (the page searches for it).
 
 import { getJSON } from "./api.js";
+import { lost } from "./sources.js";
 import { duration } from "./timeline.js";
 
 const number = new Intl.NumberFormat();
@@ -43,8 +44,9 @@ export class AggregatesTable {
       const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
       const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
       if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
-      const lost = Object.values(doc.lost || {}).reduce((sum, n) => sum + (typeof n === "number" ? n : 0), 0);
-      if (lost) parts.push(`the processes lost ${number.format(lost)} events: counts may be short`);
+      // (as the timeline counts them: the processes selected's alone, not those forgotten, no clipped arg)
+      const lostShown = lost(doc.lost || {});
+      if (lostShown) parts.push(`${number.format(lostShown)} events lost by the processes shown: counts may be short`);
       this.info.textContent = parts.join(" · ");
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);

@@ -13,7 +13,7 @@ import { IncidentsList, processesText, triggerOf } from "./incidents.js";
 import { buildModel, extent } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
 import { SearchPanel } from "./search.js";
-import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
+import { CLIPPED, LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
 import { Timeline } from "./timeline.js";
 import { TraceMarks } from "./trace_marks.js";
 
@@ -64,7 +64,7 @@ function setStatus(text, bad = false) {
 // The collector's totals (its /stats); with --jetstream, the fleet's (the "fleet" of /sources: every live
 // collector's connections, the stream's processes and what they hold), the same names.
 function showTotals(stats) {
-  const lostTotal = Object.keys(LOSSES).reduce((sum, key) => sum + (stats[key] || 0), 0);
+  const lostTotal = lost(stats);
   const fleet = stats.collectors != null;
   const items = [
     ...(fleet ? [["collectors", number.format(stats.collectors)]] : []),
@@ -80,9 +80,10 @@ function showTotals(stats) {
   });
   const loss = document.createElement("span");
   loss.className = lostTotal ? "loss" : "";
-  loss.append("lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
-  loss.title = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
-    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`).join("\n");
+  loss.append("events lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
+  loss.title = [`events lost by every process ${fleet ? "of the stream" : "the collector has had"}, forgotten ones `
+    + "included:", ...Object.entries({ ...LOSSES, ...CLIPPED, ...OTHER_COUNTS })
+    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`)].join("\n");
   $("totals").replaceChildren(...spans, loss);
 }
 
@@ -351,8 +352,8 @@ async function pollIncidents() {
   }
 }
 
-// `pids`: the processes shown (null: all); the report also counts those forgotten, and those the query's pid brought
-// along (another process with the same OS pid), which are not shown.
+// `pids`: the processes shown (null: all); the report also counts those the query's pid brought along (another
+// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them.
 function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
@@ -362,7 +363,7 @@ function showInfo(model, doc, pids, fetchMs, drawMs) {
   const shown = pids === null ? null : new Set(pids);
   const lostShown = doc.report.processes
     .filter((p) => shown === null || shown.has(p.pid))
-    .reduce((sum, p) => sum + lost(p) + (p.undecodable_events || 0), 0);
+    .reduce((sum, p) => sum + lost(p), 0);
   if (lostShown) {
     const span = document.createElement("span");
     span.className = "loss";

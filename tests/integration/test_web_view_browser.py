@@ -529,6 +529,15 @@ ONE_PROCESS = """([name, before]) => {
 }"""
 
 
+AGGREGATES_INFO = "document.getElementById('aggregates-info').textContent"
+
+#: The aggregates' note once they answered a query of the pids given (a string, as the query has them), else false.
+AGGREGATES_OF = f"""(pids) => {{
+  const query = document.getElementById('aggregates').dataset.query;
+  return query && new URLSearchParams(query).get('pid') === pids && {AGGREGATES_INFO};
+}}"""
+
+
 def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: Any) -> None:
     """A process that lost nothing is shown alone, though the query by its pid also selects one that lost events (its
     OS pid is the same, as in containers): the banner names no loss; shown alone, the other's are named."""
@@ -553,12 +562,15 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
         opened.page.uncheck(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         shown = until(opened.page, ONE_PROCESS, ["fine", ""])
         assert shown.startswith("5 events · 1 process") and "lost" not in shown, shown
+        # The aggregates of the same window and processes say no loss either (their query selects the lossy one too).
+        aggregates = until(opened.page, AGGREGATES_OF, "4242")
+        assert "spans" in aggregates and "lost" not in aggregates, aggregates
         opened.page.check(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         opened.page.uncheck("#sources input[data-pid='4242']")
         shown = until(opened.page, ONE_PROCESS, ["lossy", shown])
         assert f"{lost:,} events lost by the processes shown" in shown, shown
         # The aggregates of the same window and processes say the same figure, in the same words.
-        aggregates = until(opened.page, f"() => (t => t.includes('lost') && t)({AGGREGATES_INFO})")
+        aggregates = until(opened.page, AGGREGATES_OF, str(processes["lossy"]["pid"]))
         assert f"{lost:,} events lost by the processes shown" in aggregates, aggregates
         assert opened.errors == []
     finally:
@@ -566,8 +578,6 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
             opened.close()
         collector.stop()
 
-
-AGGREGATES_INFO = "document.getElementById('aggregates-info').textContent"
 
 #: Three spans, one with an arg past the client's text limit (clipped: the span is kept whole but for it).
 CLIPPING = """

@@ -28,8 +28,10 @@ export class AggregatesTable {
     });
   }
 
-  // `windowQuery`: the window and processes (a query string).
-  async refresh(windowQuery) {
+  // `windowQuery`: the window and processes (a query string); `lostShown`: the events those processes lost as the
+  // timeline counts them (its query by pid may select other processes of the same OS pid, which /aggregates' lost
+  // counts too); else /aggregates' figure.
+  async refresh(windowQuery, lostShown = null) {
     const asked = ++this.asked;
     const params = new URLSearchParams(windowQuery);
     params.set("by", "name");
@@ -44,9 +46,8 @@ export class AggregatesTable {
       const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
       const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
       if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
-      // (as the timeline counts them: the processes selected's alone, not those forgotten, no clipped arg)
-      const lostShown = lost(doc.lost || {});
-      if (lostShown) parts.push(`${number.format(lostShown)} events lost by the processes shown: counts may be short`);
+      const lostCount = lostShown ?? lost(doc.lost || {});  // (not those forgotten, no clipped arg)
+      if (lostCount) parts.push(`${number.format(lostCount)} events lost by the processes shown: counts may be short`);
       this.info.textContent = parts.join(" · ");
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);

@@ -177,11 +177,11 @@ async function refreshTimeline(keepView = false, polled = false) {
     timeline.setModel(model, [Number(since - origin), Number(until - origin)], keepView || (live && !$("follow").checked));
     showPendingView();
     const drawn = performance.now();
-    showInfo(model, doc, pids, fetched - started, drawn - fetched);
+    const lostShown = showInfo(model, doc, pids, fetched - started, drawn - fetched);
     refreshFlameGraph();
     if (!polled || Date.now() - state.aggregatedAt >= AGGREGATES_POLL_MS) {
       state.aggregatedAt = Date.now();
-      aggregates.refresh(windowQuery());
+      aggregates.refresh(windowQuery(), lostShown);  // (the same window and processes: the same figure)
     }
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);
@@ -353,7 +353,8 @@ async function pollIncidents() {
 }
 
 // `pids`: the processes shown (null: all); the report also counts those the query's pid brought along (another
-// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them.
+// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them,
+// by the processes shown: returned, for the aggregates' note.
 function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
@@ -371,6 +372,7 @@ function showInfo(model, doc, pids, fetchMs, drawMs) {
     info.append(span);
   }
   if (!model.count) info.append(" · nothing recorded in this window");
+  return lostShown;
 }
 
 // The query string of the flame graph: the processes ticked, the timeline's view (wall-clock ns), the thread asked for.

@@ -135,8 +135,9 @@ async def settle_left_pending(
         record["not_back"] = not_back
         if not_back:
             names = ", ".join(f"{p['name']} (pid {p['pid']})" for p in not_back)
-            log.warning("incident %s: not connected again within %.0f s of its window's end after the restart, so "
-                        "what they held unsent is missing: %s", record["id"], reconnect_wait_s, names)  # fmt: skip
+            log.warning("incident %s: %s did not connect again within %.0f s once its window had ended (after the "
+                        "restart): what they held unsent is missing from it", record["id"], names,
+                        reconnect_wait_s)  # fmt: skip
     by_facts = {(p.pid, p.name, p.host): uid for uid, p in registry.by_uid.items() if uid in capture.offsets}
     trace_id, trigger_owner = pending_trace(record, capture.offsets, by_facts)
     keep = WindowSave(

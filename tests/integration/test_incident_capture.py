@@ -149,6 +149,7 @@ def test_a_window_that_ended_while_the_collector_was_down_waits_for_its_clients_
     try:
         [record] = wait_for_incidents(restarted, 1, timeout_s=120)
         ticks = Counter(e["pid"] for e in incident_events(restarted, record["id"]) if e["name"] == "tick")
+        restarted.wait_for_log(lambda text: f"never-back (pid {gone.pid}) did not connect again" in text)
     finally:
         restarted.stop()
     assert record["id"] == left["id"] and record["collector_stopped"] is True

@@ -140,11 +140,10 @@ function selection() {
 }
 
 // The query string of the search and the aggregates: the window last drawn, as absolute times, and the processes
-// ticked; null before one is drawn.
-function windowQuery() {
+// ticked (or `pids`: those drawn); null before one is drawn.
+function windowQuery(pids = sources.selectedPids()) {
   if (state.windowNs === null) return null;
   const params = new URLSearchParams({ since: String(state.windowNs[0]), until: String(state.windowNs[1]) });
-  const pids = sources.selectedPids();
   if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
   return params.toString();
 }
@@ -181,7 +180,7 @@ async function refreshTimeline(keepView = false, polled = false) {
     refreshFlameGraph();
     if (!polled || Date.now() - state.aggregatedAt >= AGGREGATES_POLL_MS) {
       state.aggregatedAt = Date.now();
-      aggregates.refresh(windowQuery(), lostShown);  // (the same window and processes: the same figure)
+      aggregates.refresh(windowQuery(pids), lostShown);  // (the processes drawn, ticked or not since: the same figure)
     }
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);

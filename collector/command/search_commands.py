@@ -126,7 +126,7 @@ def _spans(args: argparse.Namespace) -> int:
             span["track"], span["name"], span["trace_id"] or "-", _args_text(span["args"]),
         )  # fmt: skip
     _print(table)
-    _say_lost(document["lost"], f"ringtrace spans: {len(document['spans'])} spans")
+    _say_lost(document, f"ringtrace spans: {len(document['spans'])} spans")
     return 0
 
 
@@ -148,7 +148,7 @@ def _top(args: argparse.Namespace) -> int:
     _print(table)
     messages = ", ".join(f"{count:,} {priority}" for priority, count in document["messages"].items()) or "none"
     found = f"ringtrace top: {len(document['rows'])} rows; {document['instants']:,} instants; messages: {messages}"
-    _say_lost(document["lost"], found)
+    _say_lost(document, found)
     return 0
 
 
@@ -189,7 +189,14 @@ def _print(table: Table) -> None:
     Console(highlight=False, width=None if sys.stdout.isatty() else 1000).print(table)
 
 
-def _say_lost(lost: dict[str, int], what: str) -> None:
-    """On stderr: what was found, and what the processes selected lost (the results may lack it)."""
-    losses = ", ".join(f"{count:,} {name}" for name, count in lost.items() if count)
-    sys.stderr.write(f"{what}; lost: {losses or 'nothing'}\n")
+def _say_lost(document: dict[str, Any], what: str) -> None:
+    """On stderr: what was found, what the processes selected lost (the results may lack it), and apart, if any,
+    what processes forgotten lost (the collector keeps their sums, not whether the filters select them)."""
+    losses = _losses_text(document["lost"]) or "nothing"
+    forgotten = _losses_text(document.get("lost_by_forgotten_processes") or {})
+    apart = f"; apart, processes forgotten lost: {forgotten}" if forgotten else ""
+    sys.stderr.write(f"{what}; lost: {losses}{apart}\n")
+
+
+def _losses_text(lost: dict[str, int]) -> str:
+    return ", ".join(f"{count:,} {name}" for name, count in lost.items() if count)

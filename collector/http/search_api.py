@@ -43,7 +43,8 @@ def _query(request: web.Request, aggregates: bool) -> SearchQuery:
 
 
 async def spans(request: web.Request) -> web.Response:
-    """``{"spans": [...], "lost": {...}}``: the ``limit`` spans first in ``sort`` order."""
+    """``{"spans": [...], "lost": {...}, "lost_by_forgotten_processes": {...}}``: the ``limit`` spans first in
+    ``sort`` order."""
     query = _query(request, aggregates=False)
 
     def search(view: SnapshotView) -> dict[str, Any]:
@@ -53,7 +54,7 @@ async def spans(request: web.Request) -> web.Response:
 
 
 async def aggregates(request: web.Request) -> web.Response:
-    """``{"rows": [...], "instants": N, "messages": {...}, "lost": {...}}`` grouped ``by`` name and/or process."""
+    """``{"rows": [...], "instants": N, "messages": {...}, "lost": {...}, ...}`` grouped ``by`` name and/or process."""
     query = _query(request, aggregates=True)
 
     def search(view: SnapshotView) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from ringtrace.collector.incidents.engine_needs import Viewer, Watch
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.firing_record import crash_firing, new_record, scope_processes
 from ringtrace.collector.incidents.incident_store import IncidentStore
-from ringtrace.collector.incidents.left_pending import Unsettled, ready_wall_ns, settle_left_pending
+from ringtrace.collector.incidents.left_pending import Unsettled, resume_wall_ns, settle_left_pending
 from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, IncidentCallCondition, Rule, RuleSet, Scope
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.incidents.tellings import Tellings
@@ -181,7 +181,7 @@ class IncidentEngine:
             log.warning("incidents: the pending incidents of %s cannot be read: %s", self.files.where, exc)
             left = []
         for record in left:  # (a window still running is written when it ends, its `after` part kept)
-            ready_ns = ready_wall_ns(record, self._registry, time.time_ns()) if self._read_window is None else None
+            ready_ns = resume_wall_ns(record, self._registry, time.time_ns()) if self._read_window is None else None
             if ready_ns is None:
                 await self._settle_pending(record)
             else:
@@ -444,7 +444,7 @@ class IncidentEngine:
         try:
             written = await settle_left_pending(
                 record, pins=self._ensure_pins(), registry=self._registry, viewer=self._viewer, files=self.files,
-                stopping=self._stopping, flush_timeout_s=FLUSH_TIMEOUT_S,
+                stopping=self._stopping, flush_timeout_s=FLUSH_TIMEOUT_S, alone=self._read_window is None,
             )  # fmt: skip
         except (Unsettled, OSError) as exc:
             await self._failed(record, str(exc) if isinstance(exc, Unsettled) else f"{type(exc).__name__}: {exc}")
@@ -455,8 +455,8 @@ class IncidentEngine:
             return
         self.under_way.pop(written["id"], None)
         self.counts.add(self.counts.saved, rule)
-        log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events",
-                 written["id"], rule, written["events"])  # fmt: skip
+        log.info("incident %s (rule %r) saved after a restart from the recovered store: %d events; lost %s",
+                 written["id"], rule, written["events"], written["lost"])  # fmt: skip
         self._tellings.tell(written)
 
     # -- what /stats shows ---------------------------------------------------------------------------------------------

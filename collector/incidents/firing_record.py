@@ -59,7 +59,11 @@ def new_record(registry: Registry, capture: Capture, firing: Firing, rule: Rule)
             "process": process_facts(ProcessView.of(trigger)) if trigger is not None else None,
             "event": _cut(firing.event),
         },
-        "processes": [process_facts(ProcessView.of(registry.by_uid[uid])) for uid in sorted(capture.offsets)],
+        # (connected: a restart that finds it pending waits for these to connect again: ``left_pending.py``)
+        "processes": [
+            {**process_facts(ProcessView.of(process)), "connected": process.live_connections > 0}
+            for process in (registry.by_uid[uid] for uid in sorted(capture.offsets))
+        ],
         "lost": capture.lost,
         "webhook": {"url": rule.url, "status": None, "attempts": 0} if rule.url else None,
     }

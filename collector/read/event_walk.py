@@ -57,7 +57,7 @@ MAX_COUNT: Final = 2**63 - 1
 #: as one of them, its kind's category and priority among its args (``message_args``, made by the walk).
 NOT_MESSAGES: Final = frozenset({"", "incident"})
 _SKIPPED: Final = "events of a kind never declared, or at times no clock gives"
-#: Totals over every process, forgotten ones included.
+#: The counters a report totals: over the processes selected (``report()``), and over those forgotten apart.
 TOTALS: Final = (
     "received_events",
     "received_bytes",
@@ -286,8 +286,10 @@ class EventWalk:
         return events, skipped
 
     def report(self) -> dict[str, Any]:
-        """The totals of every loss counter, and each selected process's counters with its tracks' (after the walk:
-        ``walked()`` and ``shown()`` of each frame)."""
+        """The totals of every loss counter over the processes selected, each selected process's counters with its
+        tracks', and ``forgotten_processes_totals``: the same counters of the processes forgotten since the collector
+        started, whatever the filter (the collector keeps their sums, not who they were), never in the totals (after
+        the walk: ``walked()`` and ``shown()`` of each frame)."""
         view, walk, pairing = self.view, self._walk, self._pairing
         per_process: dict[int, Counts] = {}
         per_track: dict[int, list[dict[str, Any]]] = {}
@@ -324,9 +326,13 @@ class EventWalk:
         forgotten = {**store_counts(view.forgotten), **client_counts(view.forgotten_client)}
 
         def total(name: str) -> int:
-            return min(sum(int(p[name]) for p in processes) + forgotten.get(name, 0), MAX_COUNT)
+            return min(sum(int(p[name]) for p in processes), MAX_COUNT)
 
-        return {**{name: total(name) for name in TOTALS}, "processes": processes}
+        return {
+            **{name: total(name) for name in TOTALS},
+            "forgotten_processes_totals": {name: min(forgotten.get(name, 0), MAX_COUNT) for name in TOTALS},
+            "processes": processes,
+        }
 
 
 def message_args(category: str, priority: str, values: dict[str, Any] | None) -> dict[str, Any]:

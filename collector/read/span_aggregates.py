@@ -32,7 +32,8 @@ _RUN: Final = 1 << 15
 def aggregate_spans(
     view: SnapshotView, selected: EventFilter, spans: SpanFilter, by: str = "name", now_ns: int | None = None
 ) -> dict[str, Any]:
-    """``{"rows": [...], "instants": N, "messages": {priority: N}, "lost": {...}}`` over the spans selected; a span
+    """``{"rows": [...], "instants": N, "messages": {priority: N}, "lost": {...}, "lost_by_forgotten_processes":
+    {...}}`` over the spans selected (``SpanWalk.losses``); a span
     still open counts with its duration so far (to the window's end or ``now_ns``, the earlier; None: now), and in
     its row's ``open``."""
     walk = SpanWalk(view, selected, spans, count_others=True, with_args=False, now_ns=now_ns)
@@ -56,7 +57,7 @@ def aggregate_spans(
         for (name, process), durations in groups.items()
     ]
     rows.sort(key=lambda row: (-row["total_ns"], row["name"] or "", row["process"] or ""))
-    return {"rows": rows, "instants": walk.instants, "messages": walk.messages, "lost": walk.losses()}
+    return {"rows": rows, "instants": walk.instants, "messages": walk.messages, **walk.losses()}
 
 
 def summed_up(name: str | None, process: str | None, durations: array[int]) -> dict[str, Any]:

@@ -33,8 +33,9 @@ def search_spans(
     limit: int = 100,
     now_ns: int | None = None,
 ) -> dict[str, Any]:
-    """``{"spans": [...], "lost": {...}}``: the first ``limit`` spans in ``sort`` order (``span_document`` each), and
-    what the processes selected lost (``SpanWalk.losses``). A span still open runs to the window's end or ``now_ns``
+    """``{"spans": [...], "lost": {...}, "lost_by_forgotten_processes": {...}}``: the first ``limit`` spans in
+    ``sort`` order (``span_document`` each), what the processes selected lost, and apart what those forgotten lost
+    (``SpanWalk.losses``). A span still open runs to the window's end or ``now_ns``
     (None: now), the earlier."""
     walk = SpanWalk(view, selected, spans, count_others=False, with_args=True, now_ns=now_ns)
     by_duration = sort == "duration"
@@ -55,7 +56,7 @@ def search_spans(
         else:
             walk.newer_than_ns = heap[0][0]
     heap.sort(key=lambda item: item[:3], reverse=True)
-    return {"spans": [span_document(item[3]) for item in heap], "lost": walk.losses()}
+    return {"spans": [span_document(item[3]) for item in heap], **walk.losses()}
 
 
 def span_document(span: Span) -> dict[str, Any]:

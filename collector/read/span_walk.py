@@ -232,11 +232,16 @@ class SpanWalk:
         for span in self._still_open():
             yield span[0], span[2], (span[4],), int(span[6])
 
-    def losses(self) -> dict[str, int]:
-        """What the processes selected lost, as a snapshot of them counts it (after the walk; not only in the
-        window)."""
+    def losses(self) -> dict[str, dict[str, int]]:
+        """``lost``: what the processes selected lost, as a snapshot of them counts it (after the walk; not only in
+        the window); ``lost_by_forgotten_processes``: what the processes forgotten lost, whatever the filter (never
+        in ``lost``)."""
         report = self.walk.report()
-        return {name: report[name] for name in LOSSES}
+        forgotten = report["forgotten_processes_totals"]
+        return {
+            "lost": {name: report[name] for name in LOSSES},
+            "lost_by_forgotten_processes": {name: forgotten[name] for name in LOSSES},
+        }
 
     def _frames(self) -> Iterator[tuple[ProcessView, TrackInfo, StreamTables, Events]]:
         for walked, _ in self.walk.walked():

@@ -113,6 +113,51 @@ def test_an_incident_fired_before_a_sigkill_is_saved_when_its_window_ends_after_
         restarted.stop()
 
 
+def test_a_window_that_ended_while_the_collector_was_down_waits_for_its_clients_and_counts_one_not_back(
+    tmp_path: Path, peers: list[Peer]
+) -> None:
+    flags = ["--data-dir", str(tmp_path / "data"), "--fsync", "always"]
+    tcp = f"127.0.0.1:{free_port()}"  # (the same after the restart: the client reconnects there)
+    rule = "slow: span=checkout, min_duration=200ms, scope=host, before=30s, after=4s"
+    collector = CollectorProcess(*flags, "--trigger", rule, tcp=tcp)
+    try:
+        back, gone = Peer(collector, "comes-back"), Peer(collector, "never-back")
+        peers += [back, gone]
+        gone.send("ticks 5")
+        back.send("ticks 10")
+        back.send("slow checkout 300")
+        for peer in (back, gone):
+            peer.send("flush")
+        _fired(collector)
+        pending = tmp_path / "data" / "incidents"
+        [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
+        collector.proc.send_signal(signal.SIGKILL)
+        collector.proc.wait(30)
+    finally:
+        collector.stop()
+    left = json.loads(path.read_text())
+    connected = sorted((p["name"], p.get("connected")) for p in left["processes"])
+    assert connected == [("comes-back", True), ("never-back", True)], "connected when it fired"
+    gone.send("crash")
+    sent = int(back.send("ticks 50").split()[1])  # (held by the client while the collector is down)
+    until_ns = left["window"]["until_ns"]
+    if time.time_ns() >= until_ns:
+        pytest.skip("the window ended before the ticks were recorded (a machine this busy: nothing to check)")
+    # Restarted once the window has ended: what the client holds comes when it reconnects, after the start.
+    wait_for(time.time_ns, until=lambda now: now > until_ns, timeout_s=60, what="the window over")
+    restarted = CollectorProcess(*flags, "--trigger", rule, tcp=tcp)
+    try:
+        [record] = wait_for_incidents(restarted, 1, timeout_s=120)
+        ticks = Counter(e["pid"] for e in incident_events(restarted, record["id"]) if e["name"] == "tick")
+        restarted.wait_for_log(lambda text: f"never-back (pid {gone.pid}) did not connect again" in text)
+    finally:
+        restarted.stop()
+    assert record["id"] == left["id"] and record["collector_stopped"] is True
+    assert ticks == {back.pid: sent, gone.pid: 5}, "the ticks recorded while the collector was down are in"
+    assert record["lost"]["processes_not_back"] == 1
+    assert [(p["name"], p["pid"]) for p in record["not_back"]] == [("never-back", gone.pid)]
+
+
 def test_an_incident_settled_after_a_sigkill_and_restart_is_told_to_its_rules_webhook(
     tmp_path: Path, peers: list[Peer]
 ) -> None:

@@ -529,6 +529,15 @@ ONE_PROCESS = """([name, before]) => {
 }"""
 
 
+AGGREGATES_INFO = "document.getElementById('aggregates-info').textContent"
+
+#: The aggregates' note once they answered a query of the pids given (a string, as the query has them), else false.
+AGGREGATES_OF = f"""(pids) => {{
+  const query = document.getElementById('aggregates').dataset.query;
+  return query && new URLSearchParams(query).get('pid') === pids && {AGGREGATES_INFO};
+}}"""
+
+
 def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: Any) -> None:
     """A process that lost nothing is shown alone, though the query by its pid also selects one that lost events (its
     OS pid is the same, as in containers): the banner names no loss; shown alone, the other's are named."""
@@ -546,17 +555,70 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
         processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
         assert processes["fine"]["pid"] == 4242  # and the query pid=4242 selects the lossy one too, by its OS pid
         loss_keys = ("overwritten", "capped", "discarded", "client_dropped", "label_overflow", "rejected")
-        lost = sum(processes["lossy"][f"{key}_events"] for key in loss_keys) + processes["lossy"]["clipped_args"]
+        lost = sum(processes["lossy"][f"{key}_events"] for key in loss_keys)
         assert lost > 0 and sum(processes["fine"][f"{key}_events"] for key in loss_keys) == 0
         opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
         opened.page.locator("#sources tbody tr", has_text="lossy").wait_for()
         opened.page.uncheck(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         shown = until(opened.page, ONE_PROCESS, ["fine", ""])
         assert shown.startswith("5 events · 1 process") and "lost" not in shown, shown
+        # The aggregates of the same window and processes say no loss either (their query selects the lossy one too).
+        aggregates = until(opened.page, AGGREGATES_OF, "4242")
+        assert "spans" in aggregates and "lost" not in aggregates, aggregates
         opened.page.check(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         opened.page.uncheck("#sources input[data-pid='4242']")
         shown = until(opened.page, ONE_PROCESS, ["lossy", shown])
         assert f"{lost:,} events lost by the processes shown" in shown, shown
+        # The aggregates of the same window and processes say the same figure, in the same words.
+        aggregates = until(opened.page, AGGREGATES_OF, str(processes["lossy"]["pid"]))
+        assert f"{lost:,} events lost by the processes shown" in aggregates, aggregates
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+#: Three spans, one with an arg past the client's text limit (clipped: the span is kept whole but for it).
+CLIPPING = """
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+for i in range(3):
+    with tl.scope("work", blob="x" * (70_000 if i == 1 else 10)):
+        pass
+print(tl.flush(5))
+"""
+
+
+def test_a_clipped_arg_and_cleared_events_are_no_events_lost_anywhere_on_the_page(browser: Any) -> None:
+    """The bar (the collector), the timeline and the aggregates (the processes shown) count events lost alike: an arg
+    clipped keeps its event, and events cleared on request were not lost; both are shown apart, in the table."""
+    collector = CollectorProcess()
+    opened = None
+    try:
+        for name in ("clipper", "cleared"):
+            done = subprocess.run(
+                [sys.executable, "-c", CLIPPING, collector.tcp_address, name],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+        assert collector.post("/clear?process=cleared")[0] == 200
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        assert processes["clipper"]["clipped_args"] == 1 and processes["cleared"]["cleared_events"] > 0
+        opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
+        clipper = opened.page.locator("#sources tbody tr", has_text="clipper")
+        clipper.wait_for()
+        until(opened.page, f"() => {AGGREGATES_INFO}.includes('3 spans of 1 names')")
+        info = opened.page.locator("#timeline-info").inner_text()
+        assert info.startswith("3 events") and "lost" not in info, info
+        aggregates = opened.page.locator("#aggregates-info").inner_text()
+        assert "lost" not in aggregates, aggregates
+        totals = opened.page.locator("#totals .loss, #totals span").last
+        assert totals.inner_text() == "events lost 0" and "loss" not in (totals.get_attribute("class") or "")
+        assert "lossy" not in (clipper.get_attribute("class") or "")
+        assert clipper.locator(".chip.clipped").inner_text() == "clipped args 1"
         assert opened.errors == []
     finally:
         if opened is not None:

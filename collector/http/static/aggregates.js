@@ -3,6 +3,7 @@
 // hands it on (the page searches for it).
 
 import { getJSON } from "./api.js";
+import { lost } from "./sources.js";
 import { duration } from "./timeline.js";
 
 const number = new Intl.NumberFormat();
@@ -27,8 +28,10 @@ export class AggregatesTable {
     });
   }
 
-  // `windowQuery`: the window and processes (a query string).
-  async refresh(windowQuery) {
+  // `windowQuery`: the window and processes (a query string); `lostShown`: the events those processes lost as the
+  // timeline counts them (its query by pid may select other processes of the same OS pid, which /aggregates' lost
+  // counts too); else /aggregates' figure.
+  async refresh(windowQuery, lostShown = null) {
     const asked = ++this.asked;
     const params = new URLSearchParams(windowQuery);
     params.set("by", "name");
@@ -43,8 +46,8 @@ export class AggregatesTable {
       const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
       const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
       if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
-      const lost = Object.values(doc.lost || {}).reduce((sum, n) => sum + (typeof n === "number" ? n : 0), 0);
-      if (lost) parts.push(`the processes lost ${number.format(lost)} events: counts may be short`);
+      const lostCount = lostShown ?? lost(doc.lost || {});  // (not those forgotten, no clipped arg)
+      if (lostCount) parts.push(`${number.format(lostCount)} events lost by the processes shown: counts may be short`);
       this.info.textContent = parts.join(" · ");
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);

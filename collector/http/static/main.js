@@ -13,7 +13,7 @@ import { IncidentsList, processesText, triggerOf } from "./incidents.js";
 import { buildModel, extent } from "./lanes.js";
 import { download, openInPerfetto } from "./perfetto.js";
 import { SearchPanel } from "./search.js";
-import { LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
+import { CLIPPED, LOSSES, OTHER_COUNTS, SourcesTable, bytes, lost } from "./sources.js";
 import { Timeline } from "./timeline.js";
 import { TraceMarks } from "./trace_marks.js";
 
@@ -64,7 +64,7 @@ function setStatus(text, bad = false) {
 // The collector's totals (its /stats); with --jetstream, the fleet's (the "fleet" of /sources: every live
 // collector's connections, the stream's processes and what they hold), the same names.
 function showTotals(stats) {
-  const lostTotal = Object.keys(LOSSES).reduce((sum, key) => sum + (stats[key] || 0), 0);
+  const lostTotal = lost(stats);
   const fleet = stats.collectors != null;
   const items = [
     ...(fleet ? [["collectors", number.format(stats.collectors)]] : []),
@@ -80,9 +80,10 @@ function showTotals(stats) {
   });
   const loss = document.createElement("span");
   loss.className = lostTotal ? "loss" : "";
-  loss.append("lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
-  loss.title = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
-    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`).join("\n");
+  loss.append("events lost ", Object.assign(document.createElement("b"), { textContent: number.format(lostTotal) }));
+  loss.title = [`events lost by every process ${fleet ? "of the stream" : "the collector has had"}, forgotten ones `
+    + "included:", ...Object.entries({ ...LOSSES, ...CLIPPED, ...OTHER_COUNTS })
+    .map(([k, w]) => `${w}: ${number.format(stats[k] || 0)}`)].join("\n");
   $("totals").replaceChildren(...spans, loss);
 }
 
@@ -139,11 +140,10 @@ function selection() {
 }
 
 // The query string of the search and the aggregates: the window last drawn, as absolute times, and the processes
-// ticked; null before one is drawn.
-function windowQuery() {
+// ticked (or `pids`: those drawn); null before one is drawn.
+function windowQuery(pids = sources.selectedPids()) {
   if (state.windowNs === null) return null;
   const params = new URLSearchParams({ since: String(state.windowNs[0]), until: String(state.windowNs[1]) });
-  const pids = sources.selectedPids();
   if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
   return params.toString();
 }
@@ -176,11 +176,11 @@ async function refreshTimeline(keepView = false, polled = false) {
     timeline.setModel(model, [Number(since - origin), Number(until - origin)], keepView || (live && !$("follow").checked));
     showPendingView();
     const drawn = performance.now();
-    showInfo(model, doc, pids, fetched - started, drawn - fetched);
+    const lostShown = showInfo(model, doc, pids, fetched - started, drawn - fetched);
     refreshFlameGraph();
     if (!polled || Date.now() - state.aggregatedAt >= AGGREGATES_POLL_MS) {
       state.aggregatedAt = Date.now();
-      aggregates.refresh(windowQuery());
+      aggregates.refresh(windowQuery(pids), lostShown);  // (the processes drawn, ticked or not since: the same figure)
     }
   } catch (error) {
     $("timeline-info").textContent = String(error.message || error);
@@ -351,8 +351,9 @@ async function pollIncidents() {
   }
 }
 
-// `pids`: the processes shown (null: all); the report also counts those forgotten, and those the query's pid brought
-// along (another process with the same OS pid), which are not shown.
+// `pids`: the processes shown (null: all); the report also counts those the query's pid brought along (another
+// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them,
+// by the processes shown: returned, for the aggregates' note.
 function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
@@ -362,7 +363,7 @@ function showInfo(model, doc, pids, fetchMs, drawMs) {
   const shown = pids === null ? null : new Set(pids);
   const lostShown = doc.report.processes
     .filter((p) => shown === null || shown.has(p.pid))
-    .reduce((sum, p) => sum + lost(p) + (p.undecodable_events || 0), 0);
+    .reduce((sum, p) => sum + lost(p), 0);
   if (lostShown) {
     const span = document.createElement("span");
     span.className = "loss";
@@ -370,6 +371,7 @@ function showInfo(model, doc, pids, fetchMs, drawMs) {
     info.append(span);
   }
   if (!model.count) info.append(" · nothing recorded in this window");
+  return lostShown;
 }
 
 // The query string of the flame graph: the processes ticked, the timeline's view (wall-clock ns), the thread asked for.

@@ -1,8 +1,9 @@
 // The processes table: every process the collector knows (connected or not) from /sources, refreshed each second;
 // sortable by any column, filtered by process or host name, and a process's losses marked in red.
 
-// Every loss counter /sources gives per process, and the words the table shows for each: events lost (marked red,
-// as /metrics counts them in ringtrace_lost_events_total), and args clipped.
+// Every counter of events lost /sources gives per process, and the words the table shows for each (marked red, as
+// /metrics counts them in ringtrace_lost_events_total). The page says one figure of events lost per scope, each
+// this sum (`lost`): the bar the collector's, the timeline's and the aggregates' note the processes shown's.
 export const LOSSES = {
   overwritten_events: "overwritten",
   capped_events: "capped",
@@ -10,8 +11,9 @@ export const LOSSES = {
   client_dropped_events: "dropped by client",
   label_overflow_events: "label overflow",
   rejected_events: "rejected",
-  clipped_args: "clipped args",
 };
+// Args cut to fit: their events are kept, so none is lost. Shown apart (not red), never in `lost`.
+export const CLIPPED = { clipped_args: "clipped args" };
 // Counted too, but no loss: removed on request, not yet acknowledged (they may be stored), and of those dropped by
 // the client, those an unexpected error in its own threads lost (counted in "dropped by client"). In the tooltip only.
 export const OTHER_COUNTS = {
@@ -20,8 +22,10 @@ export const OTHER_COUNTS = {
   client_internal_error_events: "of dropped: client error",
 };
 
-export function lost(process) {
-  return Object.keys(LOSSES).reduce((sum, key) => sum + (process[key] || 0), 0);
+// Events lost, as every part of the page counts them: those of LOSSES, and those stored that cannot be decoded
+// (snapshots and searches count them; /sources and /stats do not).
+export function lost(counts) {
+  return Object.keys(LOSSES).reduce((sum, key) => sum + (counts[key] || 0), counts.undecodable_events || 0);
 }
 
 const number = new Intl.NumberFormat();
@@ -176,21 +180,18 @@ export class SourcesTable {
     cell(p.events_per_s == null ? "–" : number.format(Math.round(p.events_per_s)), "num");
     cell(number.format(p.stored_events), "num");
     cell(bytes(p.held_bytes), "num");
-    const lossTitle = Object.entries({ ...LOSSES, ...OTHER_COUNTS })
+    const lossTitle = Object.entries({ ...LOSSES, ...CLIPPED, ...OTHER_COUNTS })
       .map(([k, word]) => `${word}: ${number.format(p[k] || 0)}`).join("\n");
     const lossCell = cell("", total ? "num lost" : "num muted", lossTitle);
-    if (total) {
-      for (const [k, word] of Object.entries(LOSSES)) {
-        if (p[k]) {
-          const chip = document.createElement("span");
-          chip.className = "chip";
-          chip.textContent = `${word} ${number.format(p[k])}`;
-          lossCell.append(chip);
-        }
+    for (const [k, word] of Object.entries({ ...LOSSES, ...CLIPPED })) {
+      if (p[k]) {
+        const chip = document.createElement("span");
+        chip.className = k in CLIPPED ? "chip clipped" : "chip";
+        chip.textContent = `${word} ${number.format(p[k])}`;
+        lossCell.append(chip);
       }
-    } else {
-      lossCell.textContent = "0";
     }
+    if (!lossCell.childElementCount) lossCell.textContent = "0";
     cell(clock(p.first_wall_ns), "muted");
     cell(clock(p.last_wall_ns), "muted");
     return tr;

@@ -21,13 +21,16 @@ from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.parsing import parse_addresses
 
-__all__ = ["connect", "default_timeline", "timeline"]
+__all__ = ["connect", "default_timeline", "launch_connect", "timeline"]
 
 _default = DEFAULT_TIMELINE
 _connect_lock = threading.Lock()
 #: "PID NAME" of the connected process a multiprocessing child was started by.
 _PARENT_NAME_VARIABLE = "RINGTRACE_PARENT_PROCESS"
 _connected: tuple[str, StreamerOptions, Streamer] | None = None
+#: The connection is the launcher's (``ringtrace run``, the fleet switch: ``launch_connect``), its name the launcher's
+#: guess, which the program has not replaced yet: the program's first ``connect()`` under a name renames the process.
+_named_by_launcher = False
 
 
 def default_timeline() -> Timeline:
@@ -65,11 +68,25 @@ def connect(address: str, *, process_name: str | None = None, **options: Any) ->
     Raises:
         ConfigError: a malformed address, an unknown option (the message lists the valid ones) or a bad value.
     """
+    global _named_by_launcher
+    named = process_name is not None
     if process_name is None:  # the name it has (a forked child: its parent's), or a spawned child's parent's
         process_name = _connected[1].process_name if _connected is not None else _inherited_process_name()
     opts = StreamerOptions.from_kwargs(process_name=process_name, **options)
     parse_addresses(address)
-    return _attach(address, opts, renamed_is_new=True)
+    timeline = _attach(address, opts, renamed_is_new=not _named_by_launcher)
+    _named_by_launcher = _named_by_launcher and not named
+    return timeline
+
+
+def launch_connect(address: str, *, process_name: str | None = None) -> Timeline:
+    """``connect``, as ``ringtrace run`` and the fleet switch call it before the program runs: the name given is the
+    launcher's guess (the script's), so the program's own first ``connect()`` under a name renames the process, where
+    a later one makes it another process to the collector (``connect``)."""
+    global _named_by_launcher
+    timeline = connect(address, process_name=process_name)
+    _named_by_launcher = True
+    return timeline
 
 
 def _attach(address: str, opts: StreamerOptions, *, renamed_is_new: bool = False) -> Timeline:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from ringtrace.client.connecting import connect
+from ringtrace.client.connecting import launch_connect
 from ringtrace.client.integrations import apply as apply_integrations
 from ringtrace.client.launch.forked_children import watch_forks
 from ringtrace.client.launch.launch_options import LaunchSettings
@@ -28,7 +28,7 @@ def start_recording(settings: LaunchSettings, process_name: str | None = None) -
     integrations not turned off, and sample at ``settings.sample_hz``. Returns the timeline, or None if connecting
     failed (said on stderr)."""
     try:
-        timeline = connect(settings.collector, process_name=process_name)
+        timeline = launch_connect(settings.collector, process_name=process_name)
     except Exception as exc:  # a value the settings' checks let by: the program runs unrecorded
         say(f"not recording: {type(exc).__name__}: {exc}")
         return None

@@ -182,3 +182,35 @@ def test_a_programs_samples_begin_where_they_would_under_python_not_in_ringtrace
             at = nodes["parent"][at - 1]
         assert path[-1][0] == root, path
         assert not any("ringtrace" in file or "launch" in file for _, file in path), path
+
+
+def test_a_program_that_names_itself_under_ringtrace_run_is_one_process_renamed(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    # The name recording started with is the launcher's guess: the program's own first connect() under a name renamed
+    # nothing but made another process, so /sources listed "named.py" (holding the start instant) beside "svc". Its
+    # second connect() under another name is another process, as documented.
+    (tmp_path / "named.py").write_text(
+        "import sys, ringtrace.client\n"
+        "tl = ringtrace.client.connect(sys.argv[1], process_name='svc')\n"
+        "tl.instant('as svc')\n"
+        "assert tl.flush(timeout_s=30)\n"
+        "tl = ringtrace.client.connect(sys.argv[1], process_name='batch')\n"
+        "tl.instant('as batch')\n"
+        "assert tl.flush(timeout_s=30)\n"
+    )
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "named.py", collector.tcp_address],
+        tmp_path,
+        program_environment(),
+    )
+    assert (done.stderr, done.returncode) == ("", 0)
+    names = wait_for(
+        lambda: sorted(p["process_name"] for p in collector.json("/sources")["processes"]),
+        until=lambda names: "svc" in names and "batch" in names,
+        timeout_s=60,
+        what="the program's two names in /sources",
+    )
+    assert "named.py" not in names, names
+    recorded = {e["name"] for e in events(collector.snapshot("?process=svc"), "i")}
+    assert {"ringtrace.recording", "as svc"} <= recorded, recorded

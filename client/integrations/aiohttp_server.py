@@ -30,6 +30,8 @@ def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
     """An aiohttp middleware recording a server span per request into ``timeline`` (see the module's docstring):
     ``web.Application(middlewares=[middleware(tl)])``."""
 
+    answers = getattr(sys.modules.get("aiohttp.web"), "HTTPException", ())  # (aiohttp's: raised, it is a response)
+
     async def ringtrace_server_span(request: Any, handler: _Handler) -> Any:
         if SERVING.get():
             return await handler(request)
@@ -49,8 +51,8 @@ def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
             try:
                 result = await handler(request)
             except BaseException as exc:
-                status = getattr(exc, "status", None)  # an HTTPException: a response
-                if type(status) is int:
+                status = getattr(exc, "status", None) if isinstance(exc, answers) else None
+                if type(status) is int:  # (not another exception's status: an upstream's, say, answered with a 500)
                     response["status"] = status
                 if type(status) is int and status < 500:  # (a 404 or a redirect, raised: an answer, not an error)
                     span.__exit__(None, None, None)

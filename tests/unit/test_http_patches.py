@@ -258,6 +258,49 @@ def test_an_aiohttp_sub_application_under_an_explicit_middleware_records_one_spa
     assert server["path"] == "/sub/items/7" and server["parent_span_id"] == client["span_id"]
 
 
+def test_aiohttps_http_exceptions_are_answers_and_another_exceptions_status_is_not_the_response() -> None:
+    # HTTPNotFound raised is aiohttp's way to answer 404: the status, no error. A ClientResponseError (an upstream's
+    # 404, raise_for_status()) has a status of its own too, but the client gets a 500: the span is in error, with the
+    # exception, and no status it was never answered with.
+    got = run(
+        """
+        import urllib.error, urllib.request
+        import aiohttp
+        from aiohttp import web
+
+        async def main():
+            async def missing(request):
+                raise web.HTTPNotFound()
+            async def upstream(request):
+                raise aiohttp.ClientResponseError(None, (), status=404, message="upstream said no")
+            app = web.Application()
+            app.router.add_get("/missing", missing)
+            app.router.add_get("/upstream", upstream)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            def status(path):
+                try:
+                    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).status
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+            got = [await asyncio.to_thread(status, path) for path in ("/missing", "/upstream")]
+            await runner.cleanup()
+            return got
+
+        statuses = asyncio.run(main())
+        print(json.dumps({"statuses": statuses, "spans": spans()}))
+        """
+    )
+    assert got["statuses"] == [404, 500]
+    servers = {s["path"]: s for s in got["spans"] if s["kind"] == "server"}
+    assert servers["/missing"]["response"] == {"status": 404} and "exception" not in servers["/missing"]
+    assert servers["/upstream"]["exception"] == "ClientResponseError"
+    assert set(servers["/upstream"]["response"]) == {"error"}  # (its text: what str() of it gives, if anything)
+
+
 def test_a_starlette_route_is_recorded_and_an_httpx_client_through_an_asgi_transport_is_traced() -> None:
     got = run(
         """

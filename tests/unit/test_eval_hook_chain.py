@@ -1,6 +1,7 @@
 """The C function tracer's frame evaluation hook (PEP 523) beside another's, a debugger's: put over the tracer's, the
 other hook calls it; the tracer stopped and started again meanwhile must trace through it, not chain it a second time
-(the two hooks then called each other for every frame, without end: the process crashed). The other hook is a small C
+(the two hooks then called each other for every frame, without end: the process crashed), and, that hook gone with
+the interpreter's own evaluation put back, chain itself anew (it traced nothing more, silently). The other hook is a small C
 extension built here with the interpreter's own compiler settings; the program runs in a process of its own."""
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ uninstall(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 static PyObject *
+leave(PyObject *module, PyObject *unused)
+{
+    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), _PyEval_EvalFrameDefault);
+    Py_RETURN_NONE;
+}
+static PyObject *
 count(PyObject *module, PyObject *unused)
 {
     return PyLong_FromLong(frames);
@@ -48,6 +55,7 @@ count(PyObject *module, PyObject *unused)
 static PyMethodDef methods[] = {
     {"install", install, METH_NOARGS, NULL},
     {"uninstall", uninstall, METH_NOARGS, NULL},
+    {"leave", leave, METH_NOARGS, NULL},
     {"frames", count, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -59,7 +67,8 @@ PyInit_debughook(void)
 }
 """
 
-#: Four calls of f, traced: alone, under the other hook, under it after a stop and a start, and alone again.
+#: Five calls of f, traced: alone, under the other hook, under it after a stop and a start, alone again, and after
+#: the other hook left by putting the interpreter's own evaluation back.
 PROGRAM = """
 import debughook
 from ringtrace.client import _functions as functions
@@ -82,6 +91,15 @@ debughook.uninstall()
 tracer.start()
 f()
 tracer.stop()
+# Under the other hook again, stopped, and the other hook leaves putting the interpreter's own back (not the one it
+# was put over): started again, the tracer chains anew, and traces.
+tracer.start()
+debughook.install()
+tracer.stop()
+debughook.leave()
+tracer.start()
+f()
+tracer.stop()
 calls = sum(len(records) for _, records in tracer.drain()) // RECORD.size
 print(calls, debughook.frames() > 0)
 """
@@ -101,4 +119,4 @@ def test_a_tracer_stopped_and_started_under_another_hook_traces_through_it(tmp_p
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )
-    assert (done.returncode, done.stdout, done.stderr) == (0, "4 True\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "5 True\n", "")

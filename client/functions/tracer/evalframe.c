@@ -43,10 +43,10 @@ find_stack_floor(uintptr_t here)
 }
 
 static _PyFrameEvalFunction chained;
-/* Whether eval_hook is in the interpreter's chain of hooks: put in place by a start and not taken out by a stop (a
-   stop leaves it where another hook was put over it, and that hook calls it). A start while it is linked must not
-   chain it again: it would chain the hook over it, which calls it, which would call that hook, without end. */
-static int linked;
+/* The hook a stop found put over eval_hook (which calls it: the stop leaves eval_hook where it is). A start that finds
+   that hook still in place traces through it: chaining it again would have the two call each other, without end. One
+   that finds another (that hook took itself out, putting the interpreter's own back) chains that one anew. */
+static _PyFrameEvalFunction over;
 
 /* The frame evaluated, untraced. */
 static inline PyObject *
@@ -213,11 +213,11 @@ rt_eval_hook_start(Tracer *self)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
     _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
-    if (current != eval_hook && !linked) {
+    if (current != eval_hook && current != over) {
         chained = current;
         _PyInterpreterState_SetEvalFrameFunc(interp, eval_hook);
     }
-    linked = 1; /* (in place, or under the hook that calls it) */
+    over = NULL;
     return 0;
 }
 
@@ -225,10 +225,11 @@ void
 rt_eval_hook_stop(Tracer *self)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
-    if (_PyInterpreterState_GetEvalFrameFunc(interp) == eval_hook) {
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current == eval_hook) {
         _PyInterpreterState_SetEvalFrameFunc(interp, chained);
-        linked = 0;
     }
-    /* else another hook was put in place over this one: it calls this one, which passes frames on untraced (still
-       linked: a start traces through it again) */
+    else { /* another hook was put in place over this one: it calls this one, which passes frames on untraced */
+        over = current;
+    }
 }

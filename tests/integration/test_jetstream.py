@@ -411,6 +411,29 @@ def test_during_quorum_loss_readiness_and_failing_say_the_stream_cannot_store_an
         collector.stop()
 
 
+def test_an_idle_collector_is_not_ready_during_quorum_loss_by_its_heartbeat(nats_cluster: NatsCluster) -> None:
+    """No client sends, so no segment fails: the heartbeat, published every second, says the stream stores nothing."""
+    collector = jetstream_collector(nats_cluster)
+    try:
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=30, what="ready")
+        lost = nats_cluster.servers[1:]
+        for server in lost:
+            server.kill()
+        _, answer = wait_for(
+            lambda: readiness(collector),
+            until=lambda answer: "heartbeat" in answer[1].get("reason", ""),
+            timeout_s=60,
+            what="not ready, by the heartbeat",
+        )
+        assert "quorum" in answer["reason"] or "no leader" in answer["reason"], answer
+        for server in lost:
+            server.start()
+        nats_cluster.wait_ready()
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=120, what="ready again")
+    finally:
+        collector.stop()
+
+
 def test_a_collector_stopped_while_the_cluster_is_away_stops_cleanly(nats_cluster: NatsCluster) -> None:
     collector = jetstream_collector(nats_cluster)
     try:

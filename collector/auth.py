@@ -10,10 +10,11 @@ misconfigured fleet or a scanner could fill the log with those lines, so each (a
 at once the first time, then at most once a minute with the count of refusals not logged meanwhile (``log_repeats.py``);
 every refusal is counted (``/stats``, ``/metrics``).
 
-With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, so
-that liveness probes need no secret; with the right token it gives its gauges as before. The web view's page and its
-static files (``http/page.py``) hold no data and are served without the token; the requests the page makes for data
-send it as a Bearer header like any other client.
+With a token, ``GET /healthz`` without an ``Authorization`` header answers ``{"status": "ok"}`` and nothing else, and
+``GET /readyz`` its status (200 ``ready`` or 503 ``not ready``) without the reason, so that probes need no secret;
+with the right token they give their gauges and reason. The web view's page and its static files (``http/page.py``)
+hold no data and are served without the token; the requests the page makes for data send it as a Bearer header like
+any other client.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ log = logging.getLogger("ringtrace.collector.auth")
 #: Shorter tokens are taken, with a warning.
 _SHORT_TOKEN_CHARS: Final = 16
 _OPEN_PATHS: Final = frozenset({"/healthz"})
+#: Answered without the token too: its status, and no reason.
+_READINESS: Final = "/readyz"
 #: Characters of a refused request's path that its log line shows.
 _MAX_LOGGED_PATH: Final = 200
 
@@ -102,14 +105,19 @@ class Authenticator:
             log.warning("refusing %s from %s: authentication failed (%s token)%s", what, peer, reason, since)
 
     def middleware(self) -> Middleware:
-        """An aiohttp middleware: requests without ``Authorization: Bearer TOKEN`` get a 401 (``/healthz`` without
-        the header: its status only; the web view's page and files: served)."""
+        """An aiohttp middleware: requests without ``Authorization: Bearer TOKEN`` get a 401 (``/healthz`` and
+        ``/readyz`` without the header: their status only; the web view's page and files: served)."""
 
         @web.middleware
         async def bearer_token(request: web.Request, handler: Handler) -> web.StreamResponse:
             header = request.headers.get("Authorization")
             if header is None and request.path in _OPEN_PATHS:
                 return web.json_response({"status": "ok"})
+            if header is None and request.path == _READINESS:  # (the reason may name servers: for the token's holders)
+                response = await handler(request)
+                if response.status == 200:
+                    return response
+                return web.json_response({"status": "not ready"}, status=response.status, headers={"Retry-After": "1"})
             if is_open_page(request):  # no data in it: the browser gets the page, which asks for the token
                 return await handler(request)
             reason = self.bearer_refusal(header)

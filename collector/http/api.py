@@ -182,6 +182,16 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(request.app[COLLECTOR].health())
 
 
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while the store takes events; 503 with the reason while it cannot (``--jetstream``: no NATS
+    server, or the stream cannot store), so that a load balancer sends clients to another collector meanwhile."""
+    _parsed(check_no_params, request.query)
+    reason = request.app[COLLECTOR].not_ready()
+    if reason is None:
+        return web.json_response({"status": "ready"})
+    return web.json_response({"status": "not ready", "reason": reason}, status=503, headers={"Retry-After": "1"})
+
+
 async def stats(request: web.Request) -> web.Response:
     _parsed(check_no_params, request.query)
     collector = request.app[COLLECTOR]
@@ -378,6 +388,7 @@ def make_app(collector: CollectorAPI, auth: Middleware | None = None) -> web.App
     app.router.add_post("/pop", pop)
     app.router.add_get("/stream", stream)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     add_incident_routes(app)
     app.router.add_post("/incidents", post_incident(collector))
     add_search_routes(app)

@@ -24,6 +24,7 @@ POST /clear[?pid&process&host]      remove what is stored (of the processes sele
 POST /pop[?pid&process&host]        what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
 GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
+GET /readyz                         readiness: 200 while the store takes events, else 503 with the reason
 GET /incidents[?rule&status&since&until&limit]
                                     pending, saved and failed incidents' records, newest first (``incidents_api.py``)
 GET /incidents/{id}[?format&filters] a saved incident's snapshot, in a snapshot format or the web view's columns
@@ -73,6 +74,7 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
     {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
     {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
+    {"method": "GET", "path": "/readyz", "does": "readiness: 503 with the reason while the store takes no events"},
     {
         "method": "GET",
         "path": "/incidents",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ringtrace.collector.jetstream.fleet import StoredMessage
+from ringtrace.collector.jetstream.stream_readiness import publish_failure
 
 __all__ = [
     "HEARTBEAT_INTERVAL_S",
@@ -143,22 +144,25 @@ class Liveness:
         return ProcessLiveness(connections, rate)
 
 
-async def beat_every(publish: Callable[[], Awaitable[object]]) -> None:
+async def beat_every(publish: Callable[[], Awaitable[object]], failing: Callable[[str], object]) -> None:
     """Call ``publish`` (a coroutine function: one heartbeat) every HEARTBEAT_INTERVAL_S; a failure is logged once,
-    and so is the next success (the other collectors show this one's processes gone meanwhile)."""
-    failing = False
+    and so is the next success (the other collectors show this one's processes gone meanwhile). Each beat tells
+    ``failing`` why it failed, or "" once one goes through: the stream's readiness while no client sends."""
+    failed = False
     while True:
         try:
             await asyncio.wait_for(publish(), PUBLISH_TIMEOUT_S)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not failing:
+            if not failed:
                 log.warning("cannot publish this collector's heartbeat (the other collectors show its processes "
                             "gone until one goes through): %s: %s", type(exc).__name__, exc)  # fmt: skip
-            failing = True
+            failed = True
+            failing(publish_failure(exc, PUBLISH_TIMEOUT_S))
         else:
-            if failing:
+            if failed:
                 log.info("this collector's heartbeat is published again")
-            failing = False
+            failed = False
+            failing("")
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)

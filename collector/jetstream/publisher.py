@@ -45,6 +45,7 @@ from ringtrace.collector.jetstream.envelope import (
     counts_header,
     segment_span,
 )
+from ringtrace.collector.jetstream.stream_readiness import publish_failure
 from ringtrace.collector.jetstream.subjects import process_subject
 from ringtrace.collector.store.accounts import Counts
 from ringtrace.collector.store.processes import Registry
@@ -125,9 +126,25 @@ class PublishCounters:
     #: Messages sealed and not yet answered (waiting in line or being sent), and their events.
     waiting: int = 0
     waiting_events: int = 0
-    #: The last error of a publish that is being retried ("" once one succeeds again).
+    #: What the last error of a publish being retried means (``stream_readiness.py``; "" once one succeeds again).
     failing: str = ""
     since: float = field(default=0.0)
+
+    def stats(self, stream_name: str, collector_id: str) -> dict[str, Any]:
+        """``/stats``: what this collector published to the stream."""
+        return {
+            "stream": stream_name,
+            "collector_id": collector_id,
+            "published_messages": self.messages,
+            "published_bytes": self.bytes,
+            "published_events": self.events,
+            "publish_retries": self.retries,
+            "refused_messages": self.refused_messages,
+            "refused_events": self.refused_events,
+            "waiting_messages": self.waiting,
+            "waiting_events": self.waiting_events,
+            "failing": self.failing or None,
+        }
 
 
 class Publisher:
@@ -271,12 +288,12 @@ class Publisher:
 
     def _failed(self, exc: BaseException) -> None:
         counters = self.counters
+        failing = publish_failure(exc, PUBLISH_TIMEOUT_S)
         if not counters.failing:
             counters.since = time.monotonic()
-            log.warning("cannot publish to JetStream stream %r (%s: %s): retrying; clients' flushes wait, and new "
-                        "events are refused once --jetstream-buffer is full", self.stream_name, type(exc).__name__,
-                        exc)  # fmt: skip
-        counters.failing = f"{type(exc).__name__}: {exc}"
+            log.warning("cannot publish to JetStream stream %r: %s; retrying: clients' flushes wait, and new events "
+                        "are refused once --jetstream-buffer is full", self.stream_name, failing)  # fmt: skip
+        counters.failing = failing
 
     def _answered(self, item: _Outgoing, *, refused: bool, nbytes: int = 0) -> None:
         store, segment, counters = self._store, item.segment, self.counters

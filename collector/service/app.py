@@ -365,6 +365,10 @@ class Collector:
         """Liveness and a few gauges."""
         return self.status.health()
 
+    def not_ready(self) -> str | None:
+        """Why the store cannot take events now (``/readyz``: 503); None: it can."""
+        return self.backend.not_ready()
+
     def stats(self) -> dict[str, Any]:
         """Collector totals: traffic, store, every loss counter (forgotten processes included), the ingest address
         as bound, and what the OTLP receiver took and refused, by signal (``otlp_items``)."""

@@ -39,12 +39,12 @@ from ringtrace.collector.jetstream.fleet_tail import FleetTail
 from ringtrace.collector.jetstream.heartbeats import Heartbeat, Liveness, ProcessLiveness, beat_every, heartbeat_stream
 from ringtrace.collector.jetstream.publisher import (
     HEADER_ROOM,
-    PublishCounters,
     Publisher,
     Sealing,
     message_segment_bytes,
     seal_every,
 )
+from ringtrace.collector.jetstream.stream_readiness import Readiness
 from ringtrace.collector.jetstream.subjects import process_subject, subject_filter
 from ringtrace.collector.read.event_walk import store_counts
 from ringtrace.collector.read.frame_walk import ProcessView, SnapshotView
@@ -154,6 +154,7 @@ class JetStreamTier:
         #: The live tails begun, by the id of their ``Tail`` (each ends with it: ``_tail_gone``).
         self._tails: dict[int, FleetTail] = {}
         self._tail_closes: set[asyncio.Task[None]] = set()
+        self.readiness = Readiness(self.stream_name)
 
     @property
     def jetstream(self) -> Any:
@@ -207,7 +208,7 @@ class JetStreamTier:
         self._tasks = [
             loop.create_task(self.publisher.run(self._js)),
             loop.create_task(seal_every(self._sealed)),
-            loop.create_task(beat_every(self._beat)),
+            loop.create_task(beat_every(self._beat, self.readiness.heartbeat_failed)),
         ]
         log.info("store: JetStream stream %r on %s (%d replicas, %s storage, max_bytes %d, discard %s%s); collector "
                  "id %s", self.stream_name, ",".join(self.nats_urls), config.jetstream_replicas,
@@ -260,6 +261,10 @@ class JetStreamTier:
             if p.live_connections and not p.otlp  # (an OTLP process holds no connection: /sources says so)
         }
         return Heartbeat(self.collector_id, len(self._connections), connected)
+
+    def not_ready(self) -> str | None:
+        """Why the stream cannot take events now (``stream_readiness.py``); None: it takes them."""
+        return self.readiness.not_ready(self._client, self.publisher.counters.failing)
 
     async def _beat(self) -> None:
         data, unlisted = self.heartbeat().encode(self.publisher.max_payload - HEADER_ROOM)
@@ -423,7 +428,7 @@ class JetStreamTier:
 
     async def stats(self) -> dict[str, Any]:
         """``/stats``: what this collector published, and the fleet's totals as the stream holds them."""
-        published = {"jetstream": _published(self.stream_name, self.collector_id, self.publisher.counters)}
+        published = {"jetstream": self.publisher.counters.stats(self.stream_name, self.collector_id)}
         try:
             messages = await asyncio.wait_for(
                 fetch(self._js, self.stream_name, subject_filter(self.stream_name), headers_only=True),
@@ -463,23 +468,6 @@ def _facts(fleet: Fleet, process: ProcessRecord, connections: int, tracks: dict[
     return dataclasses.replace(
         facts, view=view, connections=connections, live=True, last_seen_wall_ns=time.time_ns()
     )  # (connected: seen now)
-
-
-def _published(stream_name: str, collector_id: str, counters: PublishCounters) -> dict[str, Any]:
-    """``/stats``: what this collector published to the stream."""
-    return {
-        "stream": stream_name,
-        "collector_id": collector_id,
-        "published_messages": counters.messages,
-        "published_bytes": counters.bytes,
-        "published_events": counters.events,
-        "publish_retries": counters.retries,
-        "refused_messages": counters.refused_messages,
-        "refused_events": counters.refused_events,
-        "waiting_messages": counters.waiting,
-        "waiting_events": counters.waiting_events,
-        "failing": counters.failing or None,
-    }
 
 
 def _fleet_totals(messages: list[StoredMessage]) -> dict[str, Any]:

@@ -165,6 +165,10 @@ class LocalStore:
         """Nothing beyond the collector's own totals."""
         return {}
 
+    def not_ready(self) -> str | None:
+        """None: memory and a data dir take events as long as the collector runs (what they cannot keep, counted)."""
+        return None
+
     def published_counters(self) -> dict[str, int] | None:
         """None: nothing is published elsewhere."""
         return None

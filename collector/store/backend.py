@@ -93,6 +93,10 @@ class StoreBackend(Protocol[_Selection, _View, _Tail, _Row]):
         """What ``/stats`` adds to the collector's own totals (nothing, or a fleet's)."""
         ...
 
+    def not_ready(self) -> str | None:
+        """Why the store cannot take events now (``/readyz`` answers 503 with it); None: it can."""
+        ...
+
     def published_counters(self) -> dict[str, int] | None:
         """What this collector published to where the store replicates to, for ``/metrics``; None: nowhere."""
         ...

@@ -343,6 +343,97 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
         collector.stop()
 
 
+def readiness(collector: CollectorProcess, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    status, body = collector.get("/readyz", headers)
+    return status, json.loads(body)
+
+
+def test_readiness_says_not_ready_with_the_reason_while_no_nats_server_answers_and_liveness_stays_ok(
+    nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    """An idle collector (no client sends): its heartbeat and its connection say whether the stream takes events.
+    A probe without the token learns the status alone."""
+    token = "readiness-probe-token-0123456789"
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    collector = CollectorProcess("--jetstream", nats_cluster.urls, "--token-file", str(token_file), token=token)
+    try:
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=30, what="ready")
+        assert readiness(collector)[1] == {"status": "ready"}
+        nats_cluster.stop()
+        _, answer = wait_for(
+            lambda: readiness(collector), until=lambda answer: answer[0] == 503, timeout_s=60, what="not ready"
+        )
+        assert answer["status"] == "not ready" and "NATS server" in answer["reason"], answer
+        assert readiness(collector, headers={}) == (503, {"status": "not ready"})
+        assert collector.json("/healthz")["status"] == "ok"  # (alive: not to be restarted for the cluster's outage)
+        nats_cluster.start()
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=120, what="ready again")
+        assert readiness(collector, headers={}) == (200, {"status": "ready"})
+    finally:
+        collector.stop()
+
+
+def test_during_quorum_loss_readiness_and_failing_say_the_stream_cannot_store_and_why(
+    nats_cluster: NatsCluster,
+    streamers: list[Streamer],
+) -> None:
+    collector = jetstream_collector(nats_cluster)
+    try:
+        streamer = Streamer(collector.tcp_address, "s")
+        streamers.append(streamer)
+        streamer.wait_for(streamer.acknowledged_after(2))
+        leader = nats_cluster.stream_leader("ringtrace")
+        lost = [server for server in nats_cluster.servers if server is not leader]
+        for server in lost:  # the leader left alone: no quorum, so it stores nothing
+            server.kill()
+        stats = wait_for(
+            lambda: collector.json("/stats"),
+            until=lambda stats: stats["jetstream"]["failing"],
+            timeout_s=60,
+            what="publishes failing",
+            interval_s=0.1,
+        )
+        # What it means, then what nats-py said (a timeout, a 409 "duplicate message id is in process" as the retry
+        # finds the first attempt still waiting for its quorum, no response once the leader steps down).
+        failing = stats["jetstream"]["failing"]
+        assert "quorum" in failing or "no leader" in failing, failing
+        assert not failing.startswith(("APIError", "409", "TimeoutError", "NoStreamResponseError", "nats:")), failing
+        status, answer = readiness(collector)
+        assert status == 503 and "cannot take events" in answer["reason"], answer
+        for server in lost:
+            server.start()
+        nats_cluster.wait_ready()
+        streamer.wait_for(streamer.acknowledged_after(2), timeout_s=120)
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=120, what="ready again")
+    finally:
+        collector.stop()
+
+
+def test_an_idle_collector_is_not_ready_during_quorum_loss_by_its_heartbeat(nats_cluster: NatsCluster) -> None:
+    """No client sends, so no segment fails: the heartbeat, published every second, says the stream stores nothing."""
+    collector = jetstream_collector(nats_cluster)
+    try:
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=30, what="ready")
+        lost = nats_cluster.servers[1:]
+        for server in lost:
+            server.kill()
+        _, answer = wait_for(
+            lambda: readiness(collector),
+            until=lambda answer: "heartbeat" in answer[1].get("reason", ""),
+            timeout_s=60,
+            what="not ready, by the heartbeat",
+        )
+        assert "quorum" in answer["reason"] or "no leader" in answer["reason"], answer
+        for server in lost:
+            server.start()
+        nats_cluster.wait_ready()
+        wait_for(lambda: readiness(collector), until=lambda answer: answer[0] == 200, timeout_s=120, what="ready again")
+    finally:
+        collector.stop()
+
+
 def test_a_collector_stopped_while_the_cluster_is_away_stops_cleanly(nats_cluster: NatsCluster) -> None:
     collector = jetstream_collector(nats_cluster)
     try:

@@ -377,6 +377,48 @@ def test_the_span_processor_puts_plain_scopes_in_an_opentelemetry_spans_trace_an
     assert inside.track == ours.track and inside.depth == ours.depth + 1
 
 
+#: A program whose OpenTelemetry span fails: an attribute set after its start, an event, then the exception it ends
+#: by; sent both ways, through ringtrace's span processor and as OTLP.
+FAILING = (
+    BOTH.split("tracer = provider.get_tracer")[0]
+    + """tracer = provider.get_tracer("shop")
+try:
+    with tracer.start_as_current_span("failing", attributes={"early": 1}) as span:
+        span.set_attribute("late", 2)
+        span.add_event("retrying", {"attempt": 1})
+        raise RuntimeError("out of stock")
+except RuntimeError:
+    pass
+provider.shutdown()
+assert tl.flush(timeout_s=30)
+"""
+)
+
+
+def test_the_span_processor_records_a_failing_span_as_opentelemetry_ended_it_as_otlp_does(
+    collector: OtlpCollector,
+) -> None:
+    run_script(collector, FAILING, collector.otlp_url)
+    (ours,) = collector.json("/spans?process=shop&has_error=yes")["spans"]
+    (otlp,) = collector.json("/spans?process=checkout&has_error=yes")["spans"]
+    assert ours["name"] == otlp["name"] == "failing"
+    shared = ("trace_id", "span_id", "kind", "status", "status_message", "early", "late")
+    assert {key: ours["args"][key] for key in shared} == {key: otlp["args"][key] for key in shared}
+    assert ours["args"]["status"] == "error" and ours["args"]["late"] == 2
+    assert ours["args"]["status_message"] == "RuntimeError: out of stock"
+    assert ours["duration_ns"] == otlp["duration_ns"]  # (both from the span's own start and end times)
+    trace = collector.snapshot(f"?trace_id={ours['args']['trace_id']}")
+    span = next(e for e in events(trace, "X") if e["name"] == "failing" and "scope" not in e["args"])
+    instants = {e["name"]: e for e in events(trace, "i") if e["tid"] == span["tid"]}
+    assert sorted(instants) == ["exception", "retrying"]
+    exception = instants["exception"]["args"]
+    assert exception["exception.type"] == "RuntimeError" and exception["exception.message"] == "out of stock"
+    assert instants["retrying"]["args"]["attempt"] == 1
+    assert instants["retrying"]["args"]["span_id"] == ours["args"]["span_id"]
+    for instant in instants.values():
+        assert span["ts"] <= instant["ts"] <= span["ts"] + span["dur"]
+
+
 def test_a_snapshot_of_the_otlp_data_alone_names_its_process_after_it_not_the_client_left_out(
     collector: OtlpCollector,
 ) -> None:

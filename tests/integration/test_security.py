@@ -157,7 +157,9 @@ def test_a_refused_client_counts_its_events_as_dropped_and_nothing_raises(
 # -- the token on HTTP -----------------------------------------------------------------------------------------------
 
 
-def test_http_needs_the_bearer_token_and_healthz_says_only_ok_without_one(guarded: CollectorProcess) -> None:
+def test_http_needs_the_bearer_token_and_the_probes_say_only_their_status_without_one(
+    guarded: CollectorProcess,
+) -> None:
     url = guarded.http_url
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     # The first refusal of each reason is logged (repeats are counted; see below). A path cannot forge a log line:
@@ -170,6 +172,7 @@ def test_http_needs_the_bearer_token_and_healthz_says_only_ok_without_one(guarde
         ("POST", "/clear", {}),
         ("GET", "/sources", {"Authorization": f"Basic {TOKEN}"}),  # the token, but not as a bearer token
         ("GET", "/healthz", {"Authorization": f"Bearer {WRONG}"}),
+        ("GET", "/readyz", {"Authorization": f"Bearer {WRONG}"}),
     ]
     for method, path, headers in refused:
         status, answer_headers, body = request(url + path, headers, method)
@@ -188,6 +191,9 @@ def test_http_needs_the_bearer_token_and_healthz_says_only_ok_without_one(guarde
     assert status == 200 and json.loads(body) == {"status": "ok"}
     status, _, body = request(url + "/healthz", bearer)
     assert status == 200 and "stored_events" in json.loads(body)
+    for headers in ({}, bearer):  # (a readiness probe: its store, in memory, always takes events)
+        status, _, body = request(url + "/readyz", headers)
+        assert status == 200 and json.loads(body) == {"status": "ready"}
 
     assert guarded.json("/stats")["http_unauthorized"] == len(refused)
     status, metrics = guarded.get("/metrics")

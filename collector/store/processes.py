@@ -206,8 +206,10 @@ class Registry:
             process.client_stats = process.stats_baseline
             self.processes[key] = process
             self.by_uid[process.uid] = process
-        elif arrival is not None and hello.process_name != process.name:  # connect() again, with another name: the
-            process.name = hello.process_name  # latest, as the segments its events are now stored in say
+        elif hello.process_name != process.name and (arrival is not None or not process.live_connections):
+            # connect() again, with another name: the latest, as the segments its events are now stored in say (read
+            # back oldest first: a file, a recovery, a stream's tail); while connected here, its connection's.
+            process.name = hello.process_name
         return process
 
     def _trace_pid(self, hello: Hello, otlp: bool) -> int:

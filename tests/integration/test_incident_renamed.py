@@ -1,5 +1,6 @@
-"""An incident of a program run under ``ringtrace run`` that connects again under a name of its own: the source that
-recorded the trigger names it everywhere, in the record, the list, and the incident's timeline."""
+"""An incident of a program run under ``ringtrace run`` that connects again under a name of its own (which renames
+the process: the name it ran under was the launcher's guess): the new name names it everywhere, in the record, the
+list, and the incident's timeline, read from the segments it saved (the first of which still say the name before)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ assert tl.flush(timeout_s=30)
 """
 
 
-#: What the incident holds, by the rule's scope: the source that recorded the trigger (``live-web``: another process to
-#: the collector, though of the same OS process as ``live.py``), or every one of the host, each under its own name.
-HELD = {"process": ["live-web"], "host": ["live-web", "live.py"]}
+#: What the incident holds, by the rule's scope: the process that recorded the trigger, renamed ``live-web``, whose
+#: boot was recorded under ``live.py``: one process either way.
+HELD = {"process": ["live-web"], "host": ["live-web"]}
 
 
 @pytest.mark.parametrize(("store", "scope"), [("memory", "process"), ("data dir", "process"), ("memory", "host")])
@@ -51,8 +52,8 @@ def test_the_incident_of_a_process_that_connected_again_under_another_name_says_
             "processes": sorted(p["name"] for p in record["processes"]),
         }
         assert shown == {"listed": "live-web", "record": "live-web", "processes": HELD[scope]}
-        # The timelines (Chrome JSON, the web view's columns) name the same: live-web, and live.py beside it as the
-        # first source of their OS pid, where the host is held.
+        # The timelines (Chrome JSON, the web view's columns) name the same, the boot recorded before the rename in
+        # the process's window too.
         status, body = collector.get(f"/incidents/{listed['id']}?format=chrome")
         assert status == 200, body
         chrome = json.loads(body)["traceEvents"]
@@ -61,7 +62,8 @@ def test_the_incident_of_a_process_that_connected_again_under_another_name_says_
         columns_names = sorted({track["process_name"] for track in web_view["tracks"]})
         assert [name.split(" (pid ")[0] for name in shown_names] == columns_names == HELD[scope]
         checkouts = [e for e in chrome if e.get("ph") == "X" and e["name"] == "checkout"]
-        assert len(checkouts) == 1
+        boots = [e for e in chrome if e.get("ph") == "X" and e["name"] == "boot"]
+        assert len(checkouts) == 1 and len(boots) == 1 and boots[0]["pid"] == checkouts[0]["pid"]
         by_pid = {e["pid"]: e["args"]["name"] for e in chrome if e.get("name") == "process_name"}
         assert by_pid[checkouts[0]["pid"]].startswith("live-web")
     finally:

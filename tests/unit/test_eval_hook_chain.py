@@ -1,8 +1,9 @@
 """The C function tracer's frame evaluation hook (PEP 523) beside another's, a debugger's: put over the tracer's, the
 other hook calls it; the tracer stopped and started again meanwhile must trace through it, not chain it a second time
 (the two hooks then called each other for every frame, without end: the process crashed), and, that hook gone with
-the interpreter's own evaluation put back, chain itself anew (it traced nothing more, silently). The other hook is a small C
-extension built here with the interpreter's own compiler settings; the program runs in a process of its own."""
+the interpreter's own evaluation put back, chain itself anew (it traced nothing more, silently). The other hook is a
+small C extension built here with the interpreter's own compiler settings; the program runs in a process of its
+own."""
 
 from __future__ import annotations
 

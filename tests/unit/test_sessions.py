@@ -189,3 +189,9 @@ def test_a_process_that_connects_again_under_another_name_is_shown_by_the_latest
     assert again is first and first.name == "web-2"
     registry.known(dataclasses.replace(hello("renamed"), process_name="from a segment"))  # read back: no rename
     assert first.name == "web-2"
+    # Not connected (a file, a recovery, another collector's segments), its segments read back oldest first: the
+    # latest names it, as its connection did.
+    registry.disconnected(first)
+    registry.disconnected(first)
+    registry.known(dataclasses.replace(hello("renamed"), process_name="web-3"))
+    assert first.name == "web-3"

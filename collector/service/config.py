@@ -101,13 +101,17 @@ class CollectorConfig:
                 )
 
     def _check_capacity_fits_memory(self) -> None:
-        """An in-memory ring larger than the memory the collector can have is ended by the kernel as it fills."""
+        """An in-memory ring (and the incidents' budget beside it) larger than the memory the collector can have is
+        ended by the kernel as it fills."""
         memory = memory_bytes()
-        if memory is not None and self.capacity_bytes > memory:
+        needed = self.capacity_bytes + self.effective_incident_capacity_bytes
+        if memory is not None and needed > memory:
             raise ConfigError(
-                f"--capacity: {self.capacity_bytes} bytes is more than the memory this collector can have "
-                f"({memory} bytes: the machine's, or its control group's limit): the in-memory store would be ended "
-                "by the kernel as it filled. Give a smaller --capacity, or --data-dir to keep the ring on disk"
+                f"--capacity: {self.capacity_bytes} bytes, with --incident-capacity's "
+                f"{self.effective_incident_capacity_bytes} beside it (a quarter of it unless given), is more than the "
+                f"memory this collector can have ({memory} bytes: the machine's, or a control group's limit): the "
+                "in-memory store would be ended by the kernel as it filled. Give a smaller --capacity, or --data-dir "
+                "to keep the ring on disk"
             )
 
     def __post_init__(self) -> None:

@@ -105,5 +105,6 @@ def test_an_address_in_use_set_in_the_environment_is_refused_naming_its_variable
 def test_an_in_memory_capacity_past_the_machines_memory_is_refused_naming_it() -> None:
     done = _run("--capacity", "99999TiB")  # (within 64 bits; more than any machine this runs on)
     assert done.returncode == 2
-    assert "--capacity: 109950063265972224 bytes is more than the memory this collector can have (" in done.stderr
+    assert "--capacity: 109950063265972224 bytes, with --incident-capacity" in done.stderr
+    assert "is more than the memory this collector can have (" in done.stderr
     assert "--data-dir" in done.stderr

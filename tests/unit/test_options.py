@@ -192,19 +192,25 @@ def test_a_flag_is_taken_only_as_written_never_as_the_start_of_another(capsys: p
 
 
 def test_the_memory_a_collector_can_have_is_the_least_of_the_machines_and_its_control_groups(tmp_path: Path) -> None:
-    physical = memory_bytes(tmp_path)  # (no control group files there: the machine's alone)
+    physical = memory_bytes(tmp_path)  # (no /proc/self/cgroup there: the machine's alone)
     assert physical is not None and physical > 2**20
-    limit = tmp_path / "sys" / "fs" / "cgroup" / "memory.max"
-    limit.parent.mkdir(parents=True)
-    limit.write_text("max\n")  # (cgroup v2, no limit)
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("4:cpu,memory:/outer/inner\n1:cpu:/\n0::/unified/group\n")
+
+    def limit(path: str, value: int | str) -> None:
+        place = tmp_path / "sys" / "fs" / "cgroup" / path
+        place.parent.mkdir(parents=True, exist_ok=True)
+        place.write_text(f"{value}\n")
+
+    limit("unified/group/memory.max", "max")  # (cgroup v2, no limit)
+    limit("memory/outer/inner/memory.limit_in_bytes", 2**63 - 4096)  # (v1's "no limit")
     assert memory_bytes(tmp_path) == physical
-    limit.write_text(f"{2**20}\n")
+    limit("unified/memory.max", 2**21)  # a parent's limit holds its children
+    assert memory_bytes(tmp_path) == 2**21
+    limit("memory/outer/memory.limit_in_bytes", 2**20)
     assert memory_bytes(tmp_path) == 2**20
-    v1 = tmp_path / "sys" / "fs" / "cgroup" / "memory" / "memory.limit_in_bytes"
-    v1.parent.mkdir()
-    v1.write_text(f"{2**19}\n")
-    assert memory_bytes(tmp_path) == 2**19
-    # A capacity past what the machine has is refused for the in-memory store, not for a data dir.
+    # A capacity (and the incidents' quarter beside it) past what the machine has is refused for the in-memory store,
+    # not for a data dir.
     with pytest.raises(ConfigError, match="more than the memory this collector can have"):
-        CollectorConfig(capacity_bytes=physical + 1)
+        CollectorConfig(capacity_bytes=physical // 5 * 4 + 2**20)
     assert CollectorConfig(capacity_bytes=physical + 1, data_dir=str(tmp_path)).capacity_bytes == physical + 1

@@ -49,6 +49,7 @@ __all__ = ["DEFAULT_URL", "add_incidents_parser"]
 DEFAULT_URL: Final = "http://127.0.0.1:7701"
 _COMMON: Final = ("url", "token_file", "cacert")
 _LIST_FLAGS: Final = ("rule", "status", "since", "until", "limit")
+_LIST_DESTS: Final = tuple(f"list_{name}" for name in _LIST_FLAGS)
 #: ``fetch --wait``: how often a pending incident's record is asked for, and how long past its ready time it waits.
 _WAIT_STEP_S: Final = 1.0
 _WAIT_PAST_READY_S: Final = 60.0
@@ -101,12 +102,12 @@ def add_incidents_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def _add_list_flags(parser: argparse.ArgumentParser, below: bool = False) -> None:
     """``list``'s flags, before the action (or without one) or after ``list`` (``below``: as ``_add_common``)."""
-    for name in _LIST_FLAGS:
-        parser.add_argument(f"--{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
+    for name in _LIST_FLAGS:  # (a dest of their own: fetch's --since and --until are other flags of the same names)
+        parser.add_argument(f"--{name}", dest=f"list_{name}", metavar=name.upper(), help=INCIDENTS_PARAMETERS[name])
     parser.add_argument("--json", action="store_true", help="the collector's JSON document as it is")
     if below:
         for action in parser._actions:
-            if action.dest in (*_LIST_FLAGS, "json"):
+            if action.dest in (*_LIST_DESTS, "json"):
                 action.default = argparse.SUPPRESS
 
 
@@ -122,7 +123,9 @@ def _add_common(parser: argparse.ArgumentParser, below: bool = False) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    params = [(name, str(getattr(args, name))) for name in _LIST_FLAGS if getattr(args, name) is not None]
+    params = [
+        (name, str(getattr(args, f"list_{name}"))) for name in _LIST_FLAGS if getattr(args, f"list_{name}") is not None
+    ]
     try:  # (refused here, as the collector would, with exit status 2: a bad argument)
         parse_incidents_query(params, now_ns=time.time_ns())
     except QueryError as exc:
@@ -258,13 +261,12 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _without_list_flags(args: argparse.Namespace) -> None:
-    """``list``'s flags given before another action would be left unused: refused, named (but the action's own
-    flags of the same names: ``fetch --since``)."""
-    own = {action.dest for action in args.parser._actions}
+    """``list``'s flags given before another action would be left unused: refused, named (``incidents --since 5m
+    fetch ID``: fetch's own ``--since`` goes after it)."""
     given = [
         f"--{name}"
-        for name in (*_LIST_FLAGS, "json")
-        if name not in own and getattr(args, name, None) not in (None, False)
+        for name, dest in (*zip(_LIST_FLAGS, _LIST_DESTS, strict=True), ("json", "json"))
+        if getattr(args, dest, None) not in (None, False)
     ]
     if given:
         raise CommandError(f"{given[0]} goes with list (or no action), not {args.action}", 2)

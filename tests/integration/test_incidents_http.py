@@ -307,6 +307,10 @@ def test_list_is_the_default_action_and_its_bad_arguments_exit_2(
         assert "--status must be one of pending, saved, failed" in err and "got 'bogus'" in err
     status, _, err = run(capsys, "incidents", "--url", url, "--status", "saved", "fetch", served.ids[0])
     assert status == 2 and err == "ringtrace incidents: --status goes with list (or no action), not fetch\n"
+    # (fetch has a --since and --until of its own: list's, before it, were dropped in silence)
+    for flag, value in (("--since", "-5m"), ("--until", "now"), ("--limit", "3")):
+        status, _, err = run(capsys, "incidents", "--url", url, flag, value, "fetch", served.ids[0])
+        assert status == 2 and err == f"ringtrace incidents: {flag} goes with list (or no action), not fetch\n"
 
 
 def test_deleting_removes_an_incident_over_http_and_through_the_command(

@@ -31,6 +31,8 @@ _connected: tuple[str, StreamerOptions, Streamer] | None = None
 #: The connection is the launcher's (``ringtrace run``, the fleet switch: ``launch_connect``), its name the launcher's
 #: guess, which the program has not replaced yet: the program's first ``connect()`` under a name renames the process.
 _named_by_launcher = False
+#: The process whose multiprocessing exit hooks deliver what it recorded (``_deliver_before_multiprocessing_exit``).
+_exit_hook_pid = 0
 
 
 def default_timeline() -> Timeline:
@@ -145,9 +147,12 @@ def _deliver_before_multiprocessing_exit() -> None:
     mp_process = sys.modules.get("multiprocessing.process")
     if _connected is None or mp_process is None or mp_process.parent_process() is None:
         return
+    global _exit_hook_pid
     from multiprocessing import util
 
-    util.Finalize(None, FLUSHER.close_at_exit, exitpriority=100)
+    if _exit_hook_pid != os.getpid():  # once a process (a pool worker that connects for each task: one)
+        _exit_hook_pid = os.getpid()
+        util.Finalize(None, FLUSHER.close_at_exit, exitpriority=100)
     if (
         _connected[1].deliver_on_sigterm
         and threading.current_thread() is threading.main_thread()

@@ -1,0 +1,95 @@
+"""What recording costs an asyncio program that records in many short tasks (a server's request handlers): CPU per
+task of a loop that awaits one new task after another, each recording nothing, one scope, or one instant, on a
+timeline connected to a real collector subprocess (the flusher's and streamer's CPU included: the process's CPU, with
+the loop's thread apart), against the same scope recorded again and again in one task.
+
+A task that records gets a lane of its thread and a buffer of its own, which the flusher drains apart: what this
+measures is that cost per task, beside the event's own. Issue 34's always-on target for an aiohttp server is bounded
+by it (``bench_server_span.py``: a plain scope per request against a middleware that records nothing).
+
+    python benchmarks/bench_task_lanes.py [--tasks N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import ringtrace.client
+from _common import collector, table
+
+
+def per_task(
+    make: Callable[[], Awaitable[None]], tasks: int, timeline: ringtrace.client.Timeline
+) -> tuple[float, float]:
+    """CPU us per task: the process's (flushed: what was recorded delivered), and the loop's thread's."""
+
+    async def loop() -> None:
+        for _ in range(tasks):
+            await asyncio.create_task(make())  # type: ignore[arg-type]
+
+    process, thread = time.process_time(), time.thread_time()
+    asyncio.run(loop())
+    timeline.flush(timeout_s=60)
+    return (time.process_time() - process) / tasks * 1e6, (time.thread_time() - thread) / tasks * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks a round (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, the variants in turn (default %(default)s)")
+    args = parser.parse_args()
+    with collector() as running:
+        tl = ringtrace.client.connect(running.tcp, process_name="bench-task-lanes")
+
+        async def nothing() -> None:
+            pass
+
+        async def scope() -> None:
+            with tl.scope("request"):
+                pass
+
+        async def instant() -> None:
+            tl.instant("request")
+
+        async def scopes_in_one_task() -> None:  # (as many scopes, in the loop's one task: no lane per task)
+            for _ in range(args.tasks):
+                with tl.scope("request"):
+                    pass
+
+        variants = {"a task, nothing recorded": nothing, "a task, one scope": scope, "a task, one instant": instant}
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in [*variants, "one task, scopes"]}
+        for _ in range(args.rounds):
+            for name, make in variants.items():
+                results[name].append(per_task(make, args.tasks, tl))
+            process, thread = time.process_time(), time.thread_time()
+            asyncio.run(scopes_in_one_task())
+            tl.flush(timeout_s=60)
+            results["one task, scopes"].append(
+                ((time.process_time() - process) / args.tasks * 1e6, (time.thread_time() - thread) / args.tasks * 1e6)
+            )
+    base = min(p for p, _ in results["a task, nothing recorded"])
+    rows = [
+        [
+            name,
+            min(p for p, _ in runs),
+            min(t for _, t in runs),
+            f"{min(p for p, _ in runs) - base:.2f}" if name in variants else "(a scope each, no task)",
+        ]
+        for name, runs in results.items()
+    ]
+    print(
+        table(
+            ["variant", "process CPU us/task", "loop thread us", "over a bare task us"],
+            rows,
+            f"Recording in short asyncio tasks, {args.tasks:,} tasks a round, min of {args.rounds} rounds",
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -299,6 +299,9 @@ link_text(const uint8_t *bytes, Py_ssize_t size, int *status)
     return text;
 }
 
+/* The latest time taken (resources.py's MAX_TIME_NS): what the store's reads show as wall-clock ns. */
+#define MAX_TIME_NS ((uint64_t)INT64_MAX)
+
 /* An Event's instant (INSTANT, name, time, time, its attributes with the span's ids) appended to `records`. */
 static int
 add_event(PyObject *records, const uint8_t *bytes, Py_ssize_t size, PyObject *span_id, PyObject *trace_id)
@@ -322,7 +325,7 @@ add_event(PyObject *records, const uint8_t *bytes, Py_ssize_t size, PyObject *sp
             goto done;
         }
     }
-    if (got < 0) {
+    if (got < 0 || time > MAX_TIME_NS) {  /* (the Python way refuses the span of a time past what is stored) */
         status = FALLBACK;
         goto done;
     }
@@ -419,7 +422,7 @@ add_span(PyObject *spans, const uint8_t *bytes, Py_ssize_t size, PyObject *scope
         }
     }
     /* What the Python way refuses, it refuses saying why: it takes the request. */
-    if (got < 0 || !start || end < start || span.size != 8 || trace.size != 16 || all_zeros(&span) ||
+    if (got < 0 || !start || end < start || end > MAX_TIME_NS || span.size != 8 || trace.size != 16 || all_zeros(&span) ||
         all_zeros(&trace)) {
         status = FALLBACK;
         goto done;

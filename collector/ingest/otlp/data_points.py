@@ -22,7 +22,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
     NumberDataPoint,
 )
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, late_time, process_of
 from ringtrace.wire.model import COUNTER
 
 __all__ = ["metrics_by_process"]
@@ -48,6 +48,8 @@ def _add_metric(process: ProcessEvents, metric: Metric) -> None:
             process.reject(f"metric {metric.name!r:.60}: a summary has no counter to become")
         elif not point.time_unix_nano:
             process.reject(f"metric {metric.name!r:.60}: a data point without time_unix_nano")
+        elif late := late_time(f"metric {metric.name!r:.60}: a data point", time_unix_nano=point.time_unix_nano):
+            process.reject(late)
         elif which in ("gauge", "sum"):
             _add_number(process, metric.name, point)
         else:

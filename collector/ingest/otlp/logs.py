@@ -8,7 +8,14 @@ from typing import Final
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of, value_of
+from ringtrace.collector.ingest.otlp.resources import (
+    ProcessEvents,
+    attributes_of,
+    late_time,
+    process_of,
+    thread_of,
+    value_of,
+)
 from ringtrace.wire.message_format import PRIORITIES
 
 __all__ = ["LOG_FIELDS", "LOG_TEXT", "logs_by_process", "priority_of"]
@@ -49,6 +56,12 @@ def logs_by_process(request: ExportLogsServiceRequest) -> list[ProcessEvents]:
                 ts = record.time_unix_nano or record.observed_time_unix_nano
                 if not ts:
                     process.reject("log record: neither time_unix_nano nor observed_time_unix_nano is set")
+                    continue
+                late = late_time(
+                    "log record", **{"time_unix_nano" if record.time_unix_nano else "observed_time_unix_nano": ts}
+                )
+                if late is not None:
+                    process.reject(late)
                     continue
                 attributes = attributes_of(record.attributes)
                 lane = thread_of(attributes) or "logs"

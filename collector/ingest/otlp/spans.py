@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, late_time, process_of, thread_of
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceSpan
 from ringtrace.wire.model import INSTANT, SPAN
 
@@ -43,6 +43,10 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
         return
     if end < start:
         process.reject(f"span {span.name!r:.60}: end_time_unix_nano {end} before start_time_unix_nano {start}")
+        return
+    late = _late(span)
+    if late is not None:
+        process.reject(late)
         return
     if len(span.span_id) != 8 or len(span.trace_id) != 16:
         process.reject(f"span {span.name!r:.60}: trace_id must be 16 bytes and span_id 8")
@@ -79,3 +83,12 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     parent_id = int.from_bytes(span.parent_span_id[:8], "big")
     ids = (span.trace_id, int.from_bytes(span.span_id, "big"), parent_id)
     process.trace_spans.append(TraceSpan(*ids, start, end, records))
+
+
+def _late(span: Span) -> str | None:
+    """Why the span is refused if its times or an event's are past what is stored (``MAX_TIME_NS``)."""
+    what = f"span {span.name!r:.60}"
+    late = late_time(what, start_time_unix_nano=span.start_time_unix_nano, end_time_unix_nano=span.end_time_unix_nano)
+    for event in span.events:
+        late = late or late_time(f"{what}: event {event.name!r:.60}", time_unix_nano=event.time_unix_nano)
+    return late

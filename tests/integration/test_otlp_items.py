@@ -1,0 +1,93 @@
+"""OTLP items that are hostile or odd on their own (a time past what is stored, a value that is no number, a body
+that is no string): each is refused in ``partial_success`` and counted, or stored as documented, and the valid items
+sent beside it are stored and readable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from collector_process import events
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics
+from test_otlp import T0, OtlpCollector, attribute, request_of, response_of, span
+
+pytestmark = pytest.mark.integration
+
+#: A time past 2^63 - 1 ns, the latest the store shows (OTLP's are uint64).
+PAST = 18_000_000_000_000_000_000
+
+
+@pytest.fixture
+def collector() -> Iterator[OtlpCollector]:
+    running = OtlpCollector()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def logs_request(*records: LogRecord) -> bytes:
+    export = ExportLogsServiceRequest()
+    export.resource_logs.append(
+        ResourceLogs(
+            resource={"attributes": [attribute("service.name", "checkout")]},
+            scope_logs=[ScopeLogs(log_records=list(records))],
+        )
+    )
+    return export.SerializeToString()
+
+
+def metrics_request(*metrics: Metric) -> bytes:
+    export = ExportMetricsServiceRequest()
+    export.resource_metrics.append(
+        ResourceMetrics(
+            resource={"attributes": [attribute("service.name", "worker")]},
+            scope_metrics=[ScopeMetrics(metrics=list(metrics))],
+        )
+    )
+    return export.SerializeToString()
+
+
+def test_a_span_past_the_latest_time_stored_is_refused_and_the_one_beside_it_is_read(
+    collector: OtlpCollector,
+) -> None:
+    late_event = span("late event", T0, T0 + 5, span_id=3)
+    late_event.events.add(name="boom", time_unix_nano=2**63)
+    export = request_of(span("ok", T0, T0 + 10, span_id=1), span("late", PAST, PAST, span_id=2), late_event)
+    status, _, body = collector.export(export.SerializeToString())
+    assert status == 200
+    partial = response_of(body).partial_success
+    assert partial.rejected_spans == 2
+    assert f"'late': start_time_unix_nano {PAST} is past {2**63 - 1} ns" in partial.error_message
+    assert [e["name"] for e in events(collector.snapshot(), "X")] == ["ok"]
+    (process,) = collector.snapshot()["otherData"]["processes"]
+    assert process["rejected_events"] == 2 and process.get("undecodable_events", 0) == 0
+
+
+def test_a_log_record_or_data_point_past_the_latest_time_stored_is_refused_and_the_one_beside_it_is_read(
+    collector: OtlpCollector,
+) -> None:
+    status, _, body = collector.export(
+        logs_request(LogRecord(time_unix_nano=T0, body={"string_value": "fine"}), LogRecord(time_unix_nano=PAST)),
+        path="/v1/logs",
+    )
+    assert status == 200
+    logs = ExportLogsServiceResponse.FromString(body).partial_success
+    assert logs.rejected_log_records == 1 and f"time_unix_nano {PAST} is past" in logs.error_message
+    points = [NumberDataPoint(time_unix_nano=T0, as_int=1), NumberDataPoint(time_unix_nano=PAST, as_int=2)]
+    status, _, body = collector.export(
+        metrics_request(Metric(name="depth", gauge=Gauge(data_points=points))), path="/v1/metrics"
+    )
+    assert status == 200
+    metrics = ExportMetricsServiceResponse.FromString(body).partial_success
+    assert metrics.rejected_data_points == 1
+    assert f"'depth': a data point: time_unix_nano {PAST}" in metrics.error_message
+    trace = collector.snapshot()
+    assert [e["args"]["value"] for e in events(trace, "C")] == [1]
+    assert [e["args"]["body"] for e in events(trace, "i") if "priority" in e["args"]] == ["fine"]

@@ -157,7 +157,7 @@ def test_the_sdk_sends_spans_logs_and_metrics_over_grpc_and_snapshots_show_them(
     assert [e["args"]["i"] for e in events(trace, "X") if e["name"] == "request"] == [0, 1, 2]
     (message,) = [e for e in events(trace, "i") if "priority" in e["args"]]
     assert (message["cat"], message["args"]["priority"], message["name"]) == (
-        "shop.payments", "warning", "body(card declined)"
+        "shop.payments", "warning", "card declined"
     )  # fmt: skip
     assert [(e["name"], e["args"]["value"]) for e in events(trace, "C")] == [("orders {route=/buy}", 5)]
     assert {p["process_name"] for p in trace["otherData"]["processes"]} == {"checkout", "worker"}

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from collector_process import events
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -15,6 +16,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from ringtrace.collector.ingest.otlp.logs import NO_BODY
 from test_otlp import T0, OtlpCollector, attribute, request_of, response_of, span
 
 pytestmark = pytest.mark.integration
@@ -91,3 +96,25 @@ def test_a_log_record_or_data_point_past_the_latest_time_stored_is_refused_and_t
     trace = collector.snapshot()
     assert [e["args"]["value"] for e in events(trace, "C")] == [1]
     assert [e["args"]["body"] for e in events(trace, "i") if "priority" in e["args"]] == ["fine"]
+
+
+def test_a_log_record_is_named_by_its_body_as_text_json_or_its_severity_text(collector: OtlpCollector) -> None:
+    provider = LoggerProvider(resource=Resource.create({"service.name": "checkout"}))
+    provider.add_log_record_processor(
+        SimpleLogRecordProcessor(OTLPLogExporter(endpoint=collector.otlp_base + "/v1/logs"))
+    )
+    logger = provider.get_logger("shop")
+    sent: list[tuple[object, str]] = [
+        ("done 0", ""),
+        ({"a": 1}, ""),
+        ([1, "x"], ""),
+        (None, "WARN"),
+        (None, ""),
+        (b"\x01", ""),
+    ]
+    for i, (body, severity_text) in enumerate(sent):
+        logger.emit(timestamp=T0 + i, body=body, severity_text=severity_text)
+    provider.shutdown()
+    messages = [e for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
+    assert [e["name"] for e in messages] == ["done 0", '{"a": 1}', '[1, "x"]', "WARN", NO_BODY, '"AQ=="']
+    assert messages[1]["args"]["body"] == {"a": 1}

@@ -15,7 +15,15 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
@@ -118,3 +126,26 @@ def test_a_log_record_is_named_by_its_body_as_text_json_or_its_severity_text(col
     messages = [e for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
     assert [e["name"] for e in messages] == ["done 0", '{"a": 1}', '[1, "x"]', "WARN", NO_BODY, '"AQ=="']
     assert messages[1]["args"]["body"] == {"a": 1}
+
+
+def test_a_data_point_whose_value_is_nan_or_infinite_is_refused_and_counted(collector: OtlpCollector) -> None:
+    values = [1.5, float("nan"), float("inf"), float("-inf")]
+    gauge = Metric(
+        name="depth",
+        gauge=Gauge(data_points=[NumberDataPoint(time_unix_nano=T0 + i, as_double=v) for i, v in enumerate(values)]),
+    )
+    points = [
+        HistogramDataPoint(time_unix_nano=T0, count=1, sum=2.0, bucket_counts=[1]),
+        HistogramDataPoint(time_unix_nano=T0 + 1, count=1, sum=float("nan"), bucket_counts=[1]),
+    ]
+    histogram = Metric(name="latency", histogram=Histogram(data_points=points))
+    status, _, body = collector.export(metrics_request(gauge, histogram), path="/v1/metrics")
+    assert status == 200
+    partial = ExportMetricsServiceResponse.FromString(body).partial_success
+    assert partial.rejected_data_points == 4
+    assert "'depth': a data point's as_double nan is not a finite number" in partial.error_message
+    trace = collector.snapshot()
+    counters = sorted((e["name"], e["args"]["value"]) for e in events(trace, "C"))
+    assert counters == [("depth", 1.5), ("latency.count", 1), ("latency.sum", 2.0)]
+    (process,) = trace["otherData"]["processes"]
+    assert process["rejected_events"] == 4

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from collector_process import events
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest, ExportLogsServiceResponse
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -27,6 +28,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Link
 from ringtrace.collector.ingest.otlp.logs import NO_BODY
 from test_otlp import T0, OtlpCollector, attribute, request_of, response_of, span
 
@@ -149,3 +153,19 @@ def test_a_data_point_whose_value_is_nan_or_infinite_is_refused_and_counted(coll
     assert counters == [("depth", 1.5), ("latency.count", 1), ("latency.sum", 2.0)]
     (process,) = trace["otherData"]["processes"]
     assert process["rejected_events"] == 4
+
+
+def test_a_span_links_attributes_are_kept_beside_its_links(collector: OtlpCollector) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "checkout"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.otlp_url)))
+    tracer = provider.get_tracer("shop")
+    with tracer.start_as_current_span("first") as first, tracer.start_as_current_span("second") as second:
+        pass
+    links = [Link(first.get_span_context(), {"why": "retry", "n": 2}), Link(second.get_span_context())]
+    with tracer.start_as_current_span("batch", links=links):
+        pass
+    provider.shutdown()
+    (batch,) = [e for e in events(collector.snapshot(), "X") if e["name"] == "batch"]
+    ids = [f"{c.trace_id:032x}/{c.span_id:016x}" for c in (first.get_span_context(), second.get_span_context())]
+    assert batch["args"]["links"] == ids
+    assert batch["args"]["link_attributes"] == [{"why": "retry", "n": 2}, {}]

@@ -3,8 +3,9 @@
 A span whose attributes name its thread (``thread.id``) is a slice on that thread's track, where spans nest as the
 code that made them does. Any other span is a slice on a lane of its trace (``trace_lanes.py``): tracks of the trace
 in its process, where a child nests under its parent and concurrent siblings go on lanes of their own, so a trace
-takes as many rows as its spans nest deep and run at once. Span ids, trace id, kind, status, scope, links and
-attributes are the slice's args; a span's events are instants on its track.
+takes as many rows as its spans nest deep and run at once. Span ids, trace id, kind, status, scope, links (and each
+link's attributes, in ``link_attributes``, where one has any) and attributes are the slice's args; a span's events
+are instants on its track.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
         args["scope"] = scope
     if span.links:
         args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
+        if any(link.attributes for link in span.links):  # (each link's, in the order of ``links``)
+            args["link_attributes"] = [attributes_of(link.attributes) for link in span.links]
     args.update(attributes)
     trace_id = args["trace_id"]
     records: list[Any] = [SPAN, span.name, start, end, args]

@@ -44,6 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from perfetto_model import PerfettoTrace
+from ringtrace.collector.ingest.otlp.request_shape import MAX_RESOURCES
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -455,3 +456,13 @@ def test_a_request_of_more_resources_than_the_otlp_bound_is_ok_with_the_rest_ref
         assert collector.json("/healthz")["otlp_streams"] == 2
     finally:
         collector.stop()
+
+
+def test_a_request_of_more_resources_than_it_may_hold_is_resource_exhausted_naming_the_bound(
+    collector: GrpcCollector,
+) -> None:
+    code, _, trailing, details = collector.call(b"\x0a\x00" * (MAX_RESOURCES + 1))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"more than {MAX_RESOURCES} resources" in details
+    assert "grpc-status-details-bin" not in trailing  # (no RetryInfo: sent again, it would be refused again)
+    code, _, _, _ = collector.call(request_of(span("after", T0, T0 + 5)))
+    assert code == grpc.StatusCode.OK

@@ -44,6 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from perfetto_model import PerfettoTrace
+from ringtrace.collector.ingest.otlp.request_shape import MAX_RESOURCES
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -157,7 +158,7 @@ def test_the_sdk_sends_spans_logs_and_metrics_over_grpc_and_snapshots_show_them(
     assert [e["args"]["i"] for e in events(trace, "X") if e["name"] == "request"] == [0, 1, 2]
     (message,) = [e for e in events(trace, "i") if "priority" in e["args"]]
     assert (message["cat"], message["args"]["priority"], message["name"]) == (
-        "shop.payments", "warning", "body(card declined)"
+        "shop.payments", "warning", "card declined"
     )  # fmt: skip
     assert [(e["name"], e["args"]["value"]) for e in events(trace, "C")] == [("orders {route=/buy}", 5)]
     assert {p["process_name"] for p in trace["otherData"]["processes"]} == {"checkout", "worker"}
@@ -455,3 +456,13 @@ def test_a_request_of_more_resources_than_the_otlp_bound_is_ok_with_the_rest_ref
         assert collector.json("/healthz")["otlp_streams"] == 2
     finally:
         collector.stop()
+
+
+def test_a_request_of_more_resources_than_it_may_hold_is_resource_exhausted_naming_the_bound(
+    collector: GrpcCollector,
+) -> None:
+    code, _, trailing, details = collector.call(b"\x0a\x00" * (MAX_RESOURCES + 1))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"more than {MAX_RESOURCES} resources" in details
+    assert "grpc-status-details-bin" not in trailing  # (no RetryInfo: sent again, it would be refused again)
+    code, _, _, _ = collector.call(request_of(span("after", T0, T0 + 5)))
+    assert code == grpc.StatusCode.OK

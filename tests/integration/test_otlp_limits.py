@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import gzip
+import json
 import re
 import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from collector_process import CollectorProcess
+from collector_process import CollectorProcess, events
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
+from ringtrace.collector.ingest.otlp.request_shape import MAX_ITEMS, MAX_SCOPES
 from test_otlp import T0, OtlpCollector, request_of, span
 from waiting import wait_for
 
@@ -258,4 +262,30 @@ def test_bodies_that_stop_coming_are_ended_after_http_timeout_and_give_their_byt
     finally:
         for sock in waiting:
             sock.close()
+        collector.stop()
+
+
+def test_a_request_of_more_resources_or_items_than_it_may_hold_is_refused_413_naming_the_bound_before_it_is_read() -> (
+    None
+):
+    """8 KB of gzip that inflate to 4 million empty ResourceSpans (under --otlp-max-body) held the event loop for
+    seconds as they were read: the request is refused before, saying which bound it passed, and the API answers."""
+    collector = OtlpCollector()
+    try:
+        flood = gzip.compress(b"\x0a\x00" * 4_194_204, 9)
+        status, _, body = collector.export(flood, **{"Content-Encoding": "gzip"})
+        assert status == 413 and b"more than 4096 resources, the most one may hold" in body
+        metrics = ExportMetricsServiceRequest()
+        metrics.resource_metrics.add().scope_metrics.add().metrics.extend(Metric() for _ in range(MAX_ITEMS + 1))
+        status, _, body = collector.export(metrics.SerializeToString(), path="/v1/metrics")
+        assert status == 413 and f"more than {MAX_ITEMS} metrics and data points".encode() in body
+        scopes = json.dumps({"resourceLogs": [{"scopeLogs": [{}] * (MAX_SCOPES + 1)}]}).encode()
+        status, _, body = collector.export(scopes, "application/json", path="/v1/logs")
+        assert status == 413 and f"more than {MAX_SCOPES} scopes".encode() in body
+        assert collector.json("/healthz")["status"] == "ok"
+        status, _, _ = collector.export(request_of(span("after", T0, T0 + 5)).SerializeToString())
+        assert status == 200
+        assert [e["name"] for e in events(collector.snapshot(), "X")] == ["after"]
+        assert collector.json("/stats")["otlp_requests_refused"].get("413") == 3
+    finally:
         collector.stop()

@@ -15,9 +15,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 from ringtrace.collector.ingest.otlp import fast_spans
 from ringtrace.collector.ingest.otlp.answers import BadRequest
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents
+from ringtrace.collector.ingest.otlp.resources import MAX_TIME_NS, ProcessEvents
 from ringtrace.collector.ingest.otlp.signals import SIGNALS, decode_request, decoded_by_process
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
+from ringtrace.collector.read.frame_walk import MAX_WALL_NS
 
 TRACES = SIGNALS[0]
 property_test = settings(deadline=None, max_examples=150)
@@ -45,7 +46,7 @@ thread_attributes = st.just([]) | st.builds(
     st.sampled_from([1, 2, -1, 2**63 - 1]),
     st.sampled_from([[], [KeyValue(key="thread.name", value=AnyValue(string_value="main"))]]),
 )
-times = st.sampled_from([0, 1, 10**18]) | st.integers(0, 2**64 - 1)
+times = st.sampled_from([0, 1, 10**18, 2**63 - 1, 2**63, 18 * 10**18]) | st.integers(0, 2**64 - 1)
 events = st.builds(Span.Event, time_unix_nano=times, name=texts, attributes=attributes)
 links = st.builds(Span.Link, trace_id=ids, span_id=ids, trace_state=texts, attributes=attributes)
 statuses = st.builds(Status, code=st.sampled_from([0, 1, 2, 7, -3]), message=texts)
@@ -54,7 +55,7 @@ statuses = st.builds(Status, code=st.sampled_from([0, 1, 2, 7, -3]), message=tex
 @st.composite
 def spans(draw: Any) -> Span:
     valid = draw(st.integers(0, 9)) > 0  # (one in 10 has what the Python way refuses, perhaps: it reads the request)
-    start = draw(st.sampled_from([1_000, 10**18]) | st.integers(1, 2**63) if valid else times)
+    start = draw(st.sampled_from([1_000, 10**18, 2**63 - 1]) | st.integers(1, 2**63 - 1) if valid else times)
     end = draw(st.sampled_from([start, start + 500]) if valid else times)
     return Span(
         trace_id=draw(trace_ids if valid else ids),
@@ -163,7 +164,11 @@ def test_a_request_of_other_shapes_is_the_python_ways() -> None:
     span = Span(trace_id=bytes(range(1, 17)), span_id=bytes(range(1, 9)), name="a", start_time_unix_nano=1,
                 end_time_unix_nano=2, attributes=[KeyValue(key="list", value=listed)])  # fmt: skip
     refused = Span(trace_id=bytes(16), span_id=bytes(range(1, 9)), name="b", start_time_unix_nano=1)
-    for odd in (span, refused):
+    late = Span(trace_id=bytes(range(1, 17)), span_id=bytes(range(1, 9)), name="c", start_time_unix_nano=1,
+                end_time_unix_nano=2**63)  # fmt: skip
+    late_event = Span(trace_id=bytes(range(1, 17)), span_id=bytes(range(1, 9)), name="d", start_time_unix_nano=1,
+                      end_time_unix_nano=2, events=[Span.Event(name="e", time_unix_nano=2**63)])  # fmt: skip
+    for odd in (span, refused, late, late_event):
         body = ExportTraceServiceRequest(
             resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[odd])])]
         ).SerializeToString()
@@ -197,3 +202,7 @@ def test_a_body_protobuf_refuses_is_refused(where: str) -> None:
         decode_request(TRACES, body, as_json=False)
     fixed = body.replace(b"\xff", b"x")  # (the same body, its text UTF-8: read in C)
     assert fast_spans.fast_spans_by_process(fixed) is not None
+
+
+def test_the_latest_otlp_time_taken_is_the_latest_the_store_reads_as_wall_clock() -> None:
+    assert MAX_TIME_NS == MAX_WALL_NS

@@ -39,7 +39,7 @@ typedef struct {
 static PyObject *kind_names[6]; /* Span.SpanKind's names, lower case, without SPAN_KIND_ */
 static PyObject *status_names[3];
 static PyObject *key_trace_id, *key_span_id, *key_kind, *key_parent, *key_status, *key_status_message, *key_scope,
-    *key_links, *empty_text, *span_kind, *instant_kind;
+    *key_links, *key_link_attributes, *empty_text, *span_kind, *instant_kind;
 
 static int
 read_varint(Reader *r, uint64_t *out)
@@ -262,9 +262,9 @@ check_attribute(const Field *f)
 /* Field `f` of a message repeated where protobuf would merge two (a singular message): FALLBACK. */
 #define ONCE(seen) do { if ((seen)++) { status = FALLBACK; goto done; } } while (0)
 
-/* "trace id hex/span id hex" of a Link. */
+/* "trace id hex/span id hex" of a Link; its attributes into `attributes` (with `*attributed` set if it has any). */
 static PyObject *
-link_text(const uint8_t *bytes, Py_ssize_t size, int *status)
+link_text(const uint8_t *bytes, Py_ssize_t size, int *status, PyObject *attributes, int *attributed)
 {
     Reader r = {bytes, bytes + size};
     Field f, ids[2] = {{0}, {0}};
@@ -272,7 +272,11 @@ link_text(const uint8_t *bytes, Py_ssize_t size, int *status)
     while ((got = next_field(&r, &f)) == 1) {
         if ((f.field == 1 || f.field == 2) && f.wire != 2) break;
         if (f.field == 1 || f.field == 2) ids[f.field - 1] = f;
-        int checked = f.field == 3 ? check_text(&f) : f.field == 4 ? check_attribute(&f) : OK;
+        int checked = f.field == 3 ? check_text(&f) : OK;
+        if (f.field == 4) {
+            *attributed = 1;
+            checked = f.wire == 2 ? add_attribute(attributes, f.bytes, f.size) : FALLBACK;
+        }
         if (checked != OK) {
             *status = checked;
             return NULL;
@@ -299,6 +303,9 @@ link_text(const uint8_t *bytes, Py_ssize_t size, int *status)
     return text;
 }
 
+/* The latest time taken (resources.py's MAX_TIME_NS): what the store's reads show as wall-clock ns. */
+#define MAX_TIME_NS ((uint64_t)INT64_MAX)
+
 /* An Event's instant (INSTANT, name, time, time, its attributes with the span's ids) appended to `records`. */
 static int
 add_event(PyObject *records, const uint8_t *bytes, Py_ssize_t size, PyObject *span_id, PyObject *trace_id)
@@ -322,7 +329,7 @@ add_event(PyObject *records, const uint8_t *bytes, Py_ssize_t size, PyObject *sp
             goto done;
         }
     }
-    if (got < 0) {
+    if (got < 0 || time > MAX_TIME_NS) {  /* (the Python way refuses the span of a time past what is stored) */
         status = FALLBACK;
         goto done;
     }
@@ -368,7 +375,8 @@ add_span(PyObject *spans, const uint8_t *bytes, Py_ssize_t size, PyObject *scope
     int32_t kind = 0, code = 0;
     uint64_t start = 0, end = 0;
     Py_ssize_t links = 0, events = 0, attributes = 0;
-    PyObject *name = NULL, *message = NULL, *args = NULL, *records = NULL, *value = NULL, *span_hex = NULL, *entry = NULL;
+    PyObject *name = NULL, *message = NULL, *args = NULL, *records = NULL, *value = NULL, *span_hex = NULL, *entry = NULL,
+             *link_attributes = NULL;
     while ((got = next_field(&r, &f)) == 1) {
         uint32_t wire = f.field == 6 ? 0 : (f.field == 7 || f.field == 8) ? 1 : 2;
         if (f.field == 3) {  /* trace_state: not kept, but checked as protobuf checks it */
@@ -419,7 +427,7 @@ add_span(PyObject *spans, const uint8_t *bytes, Py_ssize_t size, PyObject *scope
         }
     }
     /* What the Python way refuses, it refuses saying why: it takes the request. */
-    if (got < 0 || !start || end < start || span.size != 8 || trace.size != 16 || all_zeros(&span) ||
+    if (got < 0 || !start || end < start || end > MAX_TIME_NS || span.size != 8 || trace.size != 16 || all_zeros(&span) ||
         all_zeros(&trace)) {
         status = FALLBACK;
         goto done;
@@ -444,17 +452,26 @@ add_span(PyObject *spans, const uint8_t *bytes, Py_ssize_t size, PyObject *scope
     }
     if (scope != NULL && PyUnicode_GET_LENGTH(scope) && PyDict_SetItem(args, key_scope, scope) < 0) goto done;
     if (links) {
-        if ((value = PyList_New(0)) == NULL) goto done;
+        int attributed = 0;
+        if ((value = PyList_New(0)) == NULL || (link_attributes = PyList_New(0)) == NULL) goto done;
         r.p = bytes;
         while (next_field(&r, &f) == 1) {
             if (f.field != 13) continue;
-            PyObject *text = link_text(f.bytes, f.size, &status);
-            if (text == NULL) goto done;
-            int appended = PyList_Append(value, text);
-            Py_DECREF(text);
-            if (appended < 0) goto done;
+            PyObject *attributes_of_link = PyDict_New();
+            if (attributes_of_link == NULL) goto done;
+            PyObject *text = link_text(f.bytes, f.size, &status, attributes_of_link, &attributed);
+            int appended = text != NULL && PyList_Append(value, text) == 0 &&
+                           PyList_Append(link_attributes, attributes_of_link) == 0;
+            Py_XDECREF(text);
+            Py_DECREF(attributes_of_link);
+            if (!appended) {
+                if (text != NULL) status = ERROR;
+                goto done;
+            }
         }
+        status = ERROR;
         if (PyDict_SetItem(args, key_links, value) < 0) goto done;
+        if (attributed && PyDict_SetItem(args, key_link_attributes, link_attributes) < 0) goto done;
         Py_CLEAR(value);
     }
     if (attributes) {
@@ -492,6 +509,7 @@ done:
     Py_XDECREF(value);
     Py_XDECREF(span_hex);
     Py_XDECREF(entry);
+    Py_XDECREF(link_attributes);
     return status;
 }
 
@@ -632,6 +650,7 @@ module_exec(PyObject *module)
         (key_status_message = PyUnicode_InternFromString("status_message")) == NULL ||
         (key_scope = PyUnicode_InternFromString("scope")) == NULL ||
         (key_links = PyUnicode_InternFromString("links")) == NULL ||
+        (key_link_attributes = PyUnicode_InternFromString("link_attributes")) == NULL ||
         (empty_text = PyUnicode_InternFromString("")) == NULL || (span_kind = PyLong_FromLong(SPAN_KIND)) == NULL ||
         (instant_kind = PyLong_FromLong(INSTANT_KIND)) == NULL)
         return -1;

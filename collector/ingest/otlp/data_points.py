@@ -8,11 +8,13 @@ A histogram's or an exponential histogram's data point is two counter values: ``
 a histogram; ``scale``, ``zero_count`` and the ``positive``/``negative`` buckets' ``offset`` and ``bucket_counts`` for
 an exponential one (bucket ``i`` counts values in (base^(offset+i), base^(offset+i+1)], base = 2^(2^-scale)); ``min``
 and ``max`` where sent. (One arg that is not a number: viewers draw every number of a counter's args as a line.) A
-summary's data points have no counter to become: they are refused in ``partial_success``, with the reason.
+summary's data points have no counter to become: they are refused in ``partial_success``, with the reason, as is a
+data point whose value, sum, min or max is NaN or infinite (no export has a number for it: JSON's would be null).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -22,7 +24,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Metric,
     NumberDataPoint,
 )
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, late_time, process_of
 from ringtrace.wire.model import COUNTER
 
 __all__ = ["metrics_by_process"]
@@ -48,10 +50,25 @@ def _add_metric(process: ProcessEvents, metric: Metric) -> None:
             process.reject(f"metric {metric.name!r:.60}: a summary has no counter to become")
         elif not point.time_unix_nano:
             process.reject(f"metric {metric.name!r:.60}: a data point without time_unix_nano")
+        elif late := late_time(f"metric {metric.name!r:.60}: a data point", time_unix_nano=point.time_unix_nano):
+            process.reject(late)
+        elif not_finite := _not_finite(point):
+            process.reject(f"metric {metric.name!r:.60}: a data point's {not_finite} is not a finite number")
         elif which in ("gauge", "sum"):
             _add_number(process, metric.name, point)
         else:
             _add_histogram(process, metric.name, point)
+
+
+def _not_finite(point: NumberDataPoint | HistogramDataPoint | ExponentialHistogramDataPoint) -> str:
+    """Which of the point's values is NaN or infinite (``as_double``, ``sum``, ``min``, ``max``), else ''."""
+    if isinstance(point, NumberDataPoint):
+        value = point.as_double
+        return f"as_double {value}" if point.WhichOneof("value") == "as_double" and not math.isfinite(value) else ""
+    for name in ("sum", "min", "max"):
+        if point.HasField(name) and not math.isfinite(getattr(point, name)):
+            return f"{name} {getattr(point, name)}"
+    return ""
 
 
 def _add_number(process: ProcessEvents, name: str, point: NumberDataPoint) -> None:

@@ -5,8 +5,9 @@ The C reader makes each span's records (its slice and its events' instants), ids
 resource and the lane of each span. It reads the common shapes only: for a request with anything else (an attribute
 whose value is an array or a map, a span the Python way refuses, bytes that are not protobuf), it gives None and
 ``spans.py`` reads the whole request, as it does wherever the C module is not built. What it skips (a span's
-``trace_state``, a scope's version and attributes, a link's, the ``schema_url``s) it checks as protobuf does, and each
-resource is protobuf's to read: a body protobuf would refuse goes the Python way, and is refused as before.
+``trace_state``, a scope's version and attributes, a link's ``trace_state``, the ``schema_url``s) it checks as
+protobuf does, and each resource is protobuf's to read: a body protobuf would refuse goes the Python way, and is
+refused as before.
 """
 
 from __future__ import annotations

@@ -119,7 +119,10 @@ class OtlpGrpcServer:
                     response = await receiver.store_request(signal, body, as_json=False)
         except BadRequest as exc:
             receiver.count_refused(exc.status)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            # (past a bound on what a request holds: RESOURCE_EXHAUSTED with no RetryInfo, as sent again it would be
+            # refused again)
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.status == 413 else grpc.StatusCode.INVALID_ARGUMENT
+            await context.abort(code, str(exc))
         except Unavailable as exc:
             receiver.count_refused(503)
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.busy else grpc.StatusCode.UNAVAILABLE

@@ -25,7 +25,22 @@ from ringtrace.wire.arg_values import MAX_STRING_CHARS, display_text
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.version import __version__
 
-__all__ = ["Lane", "LogRecordValues", "ProcessEvents", "attributes_of", "process_of", "text_of", "thread_of"]
+__all__ = [
+    "MAX_TIME_NS",
+    "Lane",
+    "LogRecordValues",
+    "ProcessEvents",
+    "attributes_of",
+    "late_time",
+    "process_of",
+    "text_of",
+    "thread_of",
+]
+
+#: The latest OTLP time taken (2262-04-11T23:47:16Z): OTLP's times are uint64 ns, but what the store's reads and
+#: exports show as wall-clock ns ends at 2^63 - 1 (``frame_walk.MAX_WALL_NS``: a frame with a later time is
+#: undecodable, with every event in it, the valid ones sent beside it too): an item with a later time is refused.
+MAX_TIME_NS: Final = 2**63 - 1
 
 #: Nesting of array and map attribute values kept (deeper ones become their text).
 _MAX_VALUE_DEPTH: Final = 8
@@ -59,6 +74,14 @@ class ProcessEvents:
     def reject(self, why: str) -> None:
         self.rejected += 1
         self.why = self.why or why
+
+
+def late_time(what: str, **times: int) -> str | None:
+    """Why ``what`` is refused if one of its ``times`` (by field name) is past ``MAX_TIME_NS``, else None."""
+    for name, ns in times.items():
+        if ns > MAX_TIME_NS:
+            return f"{what}: {name} {ns} is past {MAX_TIME_NS} ns (2262-04-11T23:47:16Z, the latest time stored)"
+    return None
 
 
 def process_of(resource: Resource, processes: dict[str, ProcessEvents]) -> ProcessEvents:

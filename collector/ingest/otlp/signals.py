@@ -18,6 +18,7 @@ from ringtrace.collector.ingest.otlp.answers import BadRequest
 from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
 from ringtrace.collector.ingest.otlp.fast_spans import fast_spans_by_process
 from ringtrace.collector.ingest.otlp.logs import logs_by_process
+from ringtrace.collector.ingest.otlp.request_shape import check_json_shape, check_shape
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 
@@ -61,10 +62,15 @@ def decoded_by_process(signal: Signal, body: bytes, as_json: bool) -> list[Proce
 
 def read_quickly(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents] | None:
     """The request's data per process as ``decoded_by_process`` makes it, where the C reader of spans takes it; else
-    None (the Python way's to read, or to refuse)."""
-    if signal.by_process is spans_by_process and not as_json:
-        return fast_spans_by_process(body)
-    return None
+    None (the Python way's to read, or to refuse).
+
+    Raises:
+        BadRequest: the request holds more resources, scopes or items than it may (``request_shape.py``).
+    """
+    if as_json:
+        return None
+    check_shape(body, signal.items)  # (before the C reader, which holds the GIL as it goes)
+    return fast_spans_by_process(body) if signal.by_process is spans_by_process else None
 
 
 def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
@@ -79,6 +85,7 @@ def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:
             value = _json(body)
             if not isinstance(value, dict):
                 raise BadRequest(400, f"not an {signal.request.__name__}: a JSON object, got {_json_type(value)}")
+            check_json_shape(value, signal.items)
             json_format.ParseDict(_ids_as_base64(value), export, ignore_unknown_fields=True)
         else:
             export.ParseFromString(body)

@@ -3,8 +3,9 @@
 A span whose attributes name its thread (``thread.id``) is a slice on that thread's track, where spans nest as the
 code that made them does. Any other span is a slice on a lane of its trace (``trace_lanes.py``): tracks of the trace
 in its process, where a child nests under its parent and concurrent siblings go on lanes of their own, so a trace
-takes as many rows as its spans nest deep and run at once. Span ids, trace id, kind, status, scope, links and
-attributes are the slice's args; a span's events are instants on its track.
+takes as many rows as its spans nest deep and run at once. Span ids, trace id, kind, status, scope, links (and each
+link's attributes, in ``link_attributes``, where one has any) and attributes are the slice's args; a span's events
+are instants on its track.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, process_of, thread_of
+from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, late_time, process_of, thread_of
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceSpan
 from ringtrace.wire.model import INSTANT, SPAN
 
@@ -44,6 +45,10 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     if end < start:
         process.reject(f"span {span.name!r:.60}: end_time_unix_nano {end} before start_time_unix_nano {start}")
         return
+    late = _late(span)
+    if late is not None:
+        process.reject(late)
+        return
     if len(span.span_id) != 8 or len(span.trace_id) != 16:
         process.reject(f"span {span.name!r:.60}: trace_id must be 16 bytes and span_id 8")
         return
@@ -64,6 +69,8 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
         args["scope"] = scope
     if span.links:
         args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
+        if any(link.attributes for link in span.links):  # (each link's, in the order of ``links``)
+            args["link_attributes"] = [attributes_of(link.attributes) for link in span.links]
     args.update(attributes)
     trace_id = args["trace_id"]
     records: list[Any] = [SPAN, span.name, start, end, args]
@@ -79,3 +86,12 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     parent_id = int.from_bytes(span.parent_span_id[:8], "big")
     ids = (span.trace_id, int.from_bytes(span.span_id, "big"), parent_id)
     process.trace_spans.append(TraceSpan(*ids, start, end, records))
+
+
+def _late(span: Span) -> str | None:
+    """Why the span is refused if its times or an event's are past what is stored (``MAX_TIME_NS``)."""
+    what = f"span {span.name!r:.60}"
+    late = late_time(what, start_time_unix_nano=span.start_time_unix_nano, end_time_unix_nano=span.end_time_unix_nano)
+    for event in span.events:
+        late = late or late_time(f"{what}: event {event.name!r:.60}", time_unix_nano=event.time_unix_nano)
+    return late

@@ -33,8 +33,8 @@ def members() -> list[str]:
 
 def test_the_protocol_names_what_ingest_reads_http_and_housekeeping_need() -> None:
     assert members() == [
-        "clear", "close", "ingest_limits", "kind", "log_setup", "pop", "published_counters", "sources", "start",
-        "stats", "stop", "store", "tail_step", "timers", "view",
+        "clear", "close", "ingest_limits", "kind", "log_setup", "not_ready", "pop", "published_counters", "sources",
+        "start", "stats", "stop", "store", "tail_step", "timers", "view",
     ]  # fmt: skip
 
 

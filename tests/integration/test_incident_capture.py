@@ -44,6 +44,14 @@ def _fired(collector: CollectorProcess, count: int = 1) -> None:
     wait_for(lambda: stats(collector)["fired"], until=lambda n: n >= count, timeout_s=60, what=f"{count} fired")
 
 
+def _killed_once_pending(collector: CollectorProcess, incidents_dir: Path) -> Path:
+    """Wait for the pending record of the incident ``collector`` fired, then kill it (SIGKILL): the record's path."""
+    [path] = wait_for(lambda: list(incidents_dir.glob("*.pending.json")), timeout_s=30, what="the pending record")
+    collector.proc.send_signal(signal.SIGKILL)
+    collector.proc.wait(30)
+    return path
+
+
 def test_the_ring_turning_over_during_after_takes_nothing_of_the_window(tmp_path: Path, peers: list[Peer]) -> None:
     collector = CollectorProcess(
         "--capacity", "3MB", "--incident-capacity", "64MB", "--incidents-dir", str(tmp_path / "incidents"),
@@ -87,9 +95,7 @@ def test_an_incident_fired_before_a_sigkill_is_saved_when_its_window_ends_after_
         peer.send("flush")
         _fired(collector)
         pending = tmp_path / "data" / "incidents"
-        wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
-        collector.proc.send_signal(signal.SIGKILL)
-        collector.proc.wait(30)
+        _killed_once_pending(collector, pending)
     finally:
         collector.stop()
     restarted = CollectorProcess(*flags, "--trigger", rule, tcp=tcp)
@@ -129,10 +135,7 @@ def test_a_window_that_ended_while_the_collector_was_down_waits_for_its_clients_
         for peer in (back, gone):
             peer.send("flush")
         _fired(collector)
-        pending = tmp_path / "data" / "incidents"
-        [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
-        collector.proc.send_signal(signal.SIGKILL)
-        collector.proc.wait(30)
+        path = _killed_once_pending(collector, tmp_path / "data" / "incidents")
     finally:
         collector.stop()
     left = json.loads(path.read_text())
@@ -171,10 +174,7 @@ def test_an_incident_settled_after_a_sigkill_and_restart_is_told_to_its_rules_we
             peer.send("slow checkout 250")
             peer.send("flush")
             _fired(collector)
-            pending = tmp_path / "data" / "incidents"
-            [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
-            collector.proc.send_signal(signal.SIGKILL)
-            collector.proc.wait(30)
+            path = _killed_once_pending(collector, tmp_path / "data" / "incidents")
         finally:
             collector.stop()
         left = json.loads(path.read_text())
@@ -214,11 +214,8 @@ def test_a_trace_incident_saved_after_the_restart_keeps_only_the_traces_processe
         for peer in (caller, server, bystander):
             peer.send("flush")
         _fired(collector)
-        pending = tmp_path / "data" / "incidents"
-        [path] = wait_for(lambda: list(pending.glob("*.pending.json")), timeout_s=30, what="the pending record")
+        path = _killed_once_pending(collector, tmp_path / "data" / "incidents")
         assert len(json.loads(path.read_text())["processes"]) == 3  # (a trace's processes are known at save)
-        collector.proc.send_signal(signal.SIGKILL)
-        collector.proc.wait(30)
     finally:
         collector.stop()
     restarted = CollectorProcess(*flags, "--trigger", rule)
@@ -243,9 +240,7 @@ def test_an_incident_fired_before_a_sigkill_in_memory_is_counted_failed_after_th
         peers.append(peer)
         peer.send("slow checkout 250")
         _fired(collector)
-        wait_for(lambda: list((tmp_path / "incidents").glob("*.pending.json")), timeout_s=30, what="a pending record")
-        collector.proc.send_signal(signal.SIGKILL)
-        collector.proc.wait(30)
+        _killed_once_pending(collector, tmp_path / "incidents")
     finally:
         collector.stop()
     restarted = CollectorProcess(*flags, "--trigger", rule)

@@ -7,6 +7,7 @@ from ringtrace.wire.table_frames import KindSpec
 
 class RecorderCore:
     _max_buffered_values: int
+    _task_buffers: dict[Any, Any]
     _wake_buffered_values: int
     _max_buffered_record_bytes: int
     _listening: bool
@@ -48,6 +49,7 @@ def configure(
     instant_kind: int,
     wake: Callable[[], object],
     set_running_loop: Callable[[object], object] | None = None,
+    current_tasks: dict[object, Any] | None = None,
     /,
 ) -> bool: ...
 def running_loop() -> object: ...

@@ -8,9 +8,9 @@ whole either in the prefix or after it, never nowhere and never cut. Runs are ta
 a time, so that no single list operation holds the interpreter for long while a recording thread waits. The C
 accelerator moves the values without touching them (``take_runs``).
 
-A lane serves many short tasks in turn (a server's requests: one task each), each with a buffer of its own: their
-events are joined into one run per lane, in the order the tasks had it (one task gives the lane up only when done),
-so that listeners and the flusher pay per lane and sweep, not per task.
+A lane serves many short tasks in turn (a server's requests: one task each) with one buffer, in which each task after
+the first begins with a ``TASK_SWITCH`` record (``tracks.py``): the drain takes these out and names each task's spans
+and instants after it (a ``task`` argument), so that listeners and the flusher pay per lane and sweep, not per task.
 
 A drain that fails once events have left their buffers (a MemoryError: the copy of a segment of compact records is
 as large as the segment) hands nothing over: ``take_events`` fills the caller's list as it goes, segments first as
@@ -25,8 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.recording.asyncio_watch import is_task
-from ringtrace.client.recording.tracks import TrackBuffer
+from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
@@ -51,16 +50,11 @@ def take_events(buffers: list[TrackBuffer], taken: list[Run] | None = None) -> t
     recorders refuse what does not fit.)"""
     taken = [] if taken is None else taken
     ended = []
-    #: A lane's run that the next task's events on it may join, by track id.
-    open_runs: dict[int, list[Any]] = {}
     for buffer in buffers:
-        alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it
-        first = len(taken)
-        _take(buffer, taken)
+        alive = buffer.owner_alive()  # before len(): an owner dead by now appends nothing after it (a task that takes
+        _take(buffer, taken)  # its lane meanwhile does: forget() looks again, under the lock)
         if not alive and not buffer.events:
             ended.append(buffer)
-        if buffer.track.kind == ASYNC_TRACK and len(taken) - first == 1:
-            _join_lane_run(taken, open_runs)
     return taken, ended
 
 
@@ -79,18 +73,6 @@ def _record_run(segment: Any) -> RecordRun:
     """A segment of compact records the C drain took, as the run listeners get (``wire/record_runs.py``)."""
     records, count = segment.take()
     return RecordRun(records, _LABELS, count)
-
-
-def _join_lane_run(taken: list[Run], open_runs: dict[int, list[Any]]) -> None:
-    """Join the run just taken (one task's on a lane) to the lane's run taken before it, if one is, and it stays
-    within ``_RUN_VALUES``."""
-    track, run = taken[-1]
-    joined = open_runs.get(track.track_id)
-    if joined is not None and len(joined) + len(run) <= _RUN_VALUES:
-        joined += run
-        taken.pop()
-    else:
-        open_runs[track.track_id] = run
 
 
 def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
@@ -123,21 +105,36 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
         for place, run, start, end in reversed(places):
             del events[start:end]
             taken[place] = run
-    if is_task(buffer.owner):  # a lane serves many tasks in turn: each slice says whose it is
-        name = buffer.owner.get_name()
+    task = buffer.first_task
+    if task is not None:  # a lane serves many tasks in turn: each event says whose it is
         for _, run in taken[first:]:
-            _name_task(run, name)
+            task = _name_tasks(run, task)
+        buffer.first_task = task
 
 
-def _name_task(run: list[Any], name: str) -> None:
-    """Adds the task's name to the args of the spans and instants of ``run`` (flat records of one lane)."""
+def _name_tasks(run: list[Any], task: Any) -> Any:
+    """Adds the name of the task that recorded it to the args of each span and instant of ``run`` (flat records of
+    one lane, ``task``'s first), and takes the ``TASK_SWITCH`` records out. Returns the task of the last events."""
+    switches = TASK_SWITCH in run
+    kept: list[Any] = []
+    name = task.get_name()
     for i in range(0, len(run), RECORD_FIELDS):
-        if run[i] == SPAN or run[i] == INSTANT:
+        kind = run[i]
+        if kind is TASK_SWITCH:
+            task = run[i + 1]
+            name = task.get_name()
+            continue
+        if kind in (SPAN, INSTANT):
             args = as_map(run[i + 4])
             if args is None:
                 run[i + 4] = {"task": name}
             elif type(args) is dict and "task" not in args:
                 run[i + 4] = {**args, "task": name}  # a copy: the caller may hold on to its map
+        if switches:
+            kept += run[i : i + RECORD_FIELDS]
+    if switches:
+        run[:] = kept
+    return task
 
 
 def lane_parents(buffers: list[TrackBuffer], taken: list[Run]) -> list[Run]:

@@ -333,10 +333,15 @@ class Recorder(_RecorderBase):
         buffer = self._task_buffers.get(task)
         if buffer is not None:
             return buffer.events
+        return self._lane_events(task)
+
+    def _lane_events(self, task: Task[Any]) -> list[Any] | None:
+        """Slow path, once per task (the C recorder's too, given the running task it found with no buffer): the
+        buffer of a lane of this thread's, taken now (None: keep nothing)."""
         if self._thread_events() is None:
             return None
         with self._lock:
-            buffer = self._tracks.lane_for(task, self._track_label)
+            buffer = self._tracks.lane_for(task, self._track_label, self._max_buffered_values)
         return buffer.events
 
     def _events(self) -> list[Any] | None:
@@ -396,12 +401,21 @@ def _watch_asyncio() -> None:
 
 def _use_asyncio(asyncio: ModuleType) -> None:
     """The program imported asyncio: ask it which loop runs (the C recorder probes where it keeps the loop, to read
-    it there without a call)."""
+    it there without a call), and which task each loop runs (the C recorder reads asyncio's table of them, where
+    ``current_task`` does)."""
     global _get_running_loop
     events = asyncio.events
     _get_running_loop = events._get_running_loop
+    current_tasks = getattr(asyncio.tasks, "_current_tasks", None)
     if not TYPE_CHECKING and speedups is not None:
-        speedups.configure(events._get_running_loop, SPAN, INSTANT, FLUSHER.wake, events._set_running_loop)
+        speedups.configure(
+            events._get_running_loop,
+            SPAN,
+            INSTANT,
+            FLUSHER.wake,
+            events._set_running_loop,
+            current_tasks if type(current_tasks) is dict else None,
+        )
 
 
 def _green_threads() -> bool:

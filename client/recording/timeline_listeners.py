@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ringtrace.client.recording.tracks import TASK_SWITCH
 from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
@@ -66,8 +67,9 @@ def count_lost(listeners: Sequence[Listener], buffers: list[TrackBuffer], carrie
 def held_events(buffer: TrackBuffer) -> int:
     """The events a buffer holds: its list's, and those its compact segments (the C recorder's, ``records.c``) hold
     past the one event's place each takes in the list, which the buffer's account of them counts as they come."""
-    records = buffer.records
-    return len(buffer.events) // RECORD_FIELDS + (0 if records is None else records.extra_events)
+    records, events = buffer.records, buffer.events
+    switches = 0 if buffer.first_task is None else events.count(TASK_SWITCH)  # (a lane's: records, not events)
+    return (len(events) // RECORD_FIELDS - switches) + (0 if records is None else records.extra_events)
 
 
 def close_unused(listeners: Sequence[Listener], still_used: Iterable[Listener], deadline: float) -> bool:

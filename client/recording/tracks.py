@@ -4,9 +4,10 @@ them.
 asyncio: a task that records while its event loop runs gets a track of its own, a *lane* of its thread, so that the
 spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time, and is free again as soon
 as that task is done: the next task of its thread to record takes it (``lane_for``), so the number of lanes follows
-the number of tasks alive at once, not the total, however many come and go between two passes of the flusher. Each
-task records into a buffer of its own, so what a lane shows of each stays whole and in order: the done task's buffer
-comes before the next one's in ``buffers``, and the flusher drains them in that order.
+the number of tasks alive at once, not the total, however many come and go between two passes of the flusher. A lane
+has one buffer for the tasks it serves in turn (a server's requests, one task each): a task that takes it notes the
+switch there (a ``TASK_SWITCH`` record) and records after it, so what the lane shows of each task stays whole and in
+order, and a task costs its events and one record, not a buffer that the flusher drains and forgets apart.
 
 ``Tracks`` does no locking of its own: its timeline calls it under the timeline's lock, except where a method says
 otherwise. ``task_buffers`` is one dict for the life of the tracks (emptied, never replaced): the recorder reads it
@@ -19,7 +20,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -31,13 +32,26 @@ from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track
 if TYPE_CHECKING:
     from asyncio import Task
 
-__all__ = ["NOT_RECORDING", "NOWHERE", "EndedThread", "Record", "Recording", "Sink", "TrackBuffer", "Tracks"]
+__all__ = [
+    "NOT_RECORDING",
+    "NOWHERE",
+    "TASK_SWITCH",
+    "EndedThread",
+    "Record",
+    "Recording",
+    "Sink",
+    "TrackBuffer",
+    "Tracks",
+]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
 Record = tuple[int, object, int, int, dict[str, Any] | None]
 #: What records into nothing (while nothing listens): its length is 0, so it always has room, and its extend keeps
 #: nothing.
 NOWHERE: deque[Any] = deque(maxlen=0)
+#: The kind of the record a task adds to its lane's buffer as it takes the lane, its label the task: what follows is
+#: that task's, up to the next such record. The drain takes these records out (``drain.py``); none reaches a listener.
+TASK_SWITCH: Any = type("TaskSwitch", (), {"__slots__": (), "__repr__": lambda self: "TASK_SWITCH"})()
 
 
 class Sink(Protocol):
@@ -59,10 +73,12 @@ NOT_RECORDING: Recording = (NOWHERE, 1, -1, int)
 class TrackBuffer:
     """The events one track recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each.
 
-    ``owner`` is the thread, or the asyncio task, that records into it.
+    ``owner`` is the thread, or the asyncio task, that records into it. A lane's buffer serves its tasks in turn:
+    ``first_task`` is the task whose events come first in ``events`` (the drain moves it on as it takes them), and
+    each task after it begins with a ``TASK_SWITCH`` record.
     """
 
-    __slots__ = ("events", "owner", "records", "track")
+    __slots__ = ("events", "first_task", "owner", "records", "track")
 
     def __init__(
         self, track: TrackInfo, owner: threading.Thread | EndedThread | Task[Any] | weakref.ref[Source]
@@ -72,6 +88,7 @@ class TrackBuffer:
         self.records = None if speedups is None else speedups.RecordBuffer()
         self.track = track
         self.owner = owner
+        self.first_task = owner if is_task(owner) else None
 
     def owner_alive(self) -> bool:
         owner = self.owner
@@ -83,12 +100,13 @@ class TrackBuffer:
 
 
 class _Lane:
-    """A lane of a thread, and the task that has it (None: free)."""
+    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now)."""
 
-    __slots__ = ("task", "track")
+    __slots__ = ("buffer", "task", "track")
 
     def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
         self.track, self.task = track, task
+        self.buffer: TrackBuffer | None = None
 
 
 class Tracks:
@@ -144,9 +162,24 @@ class Tracks:
         self.buffers.append(created)
         return created
 
-    def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
-        """A buffer of ``task``'s own on a lane of this thread's: the first free one, or a new one."""
-        return self._new_lane(task, self.thread_buffer(label).track)
+    def lane_for(self, task: Task[Any], label: str | None, room: int) -> TrackBuffer:
+        """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
+        A lane's buffer holding ``room`` values or more is left as it is, though a done task has it: ``task``'s event
+        will not fit (the recorder counts it refused), and it asks again while the buffer is full."""
+        lane = self._lane(task, self.thread_buffer(label).track)
+        buffer = lane.buffer
+        if buffer is None:
+            buffer = lane.buffer = TrackBuffer(lane.track, task)
+            self.buffers.append(buffer)
+        elif buffer.owner is not task:
+            if len(buffer.events) >= room:
+                return buffer
+            self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
+            buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
+            buffer.owner = task
+        lane.task = task
+        self.task_buffers[task] = buffer
+        return buffer
 
     def call_tracks(
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
@@ -161,27 +194,24 @@ class Tracks:
                 tracks.append((self.buffer_of_thread(thread, label).track, run))
                 continue
             buffer = self.task_buffers.get(task)
-            if buffer is None:
-                buffer = self._new_lane(task, self.buffer_of_thread(thread, label).track, busy)
-            tracks.append((buffer.track, run))
+            if buffer is not None:
+                tracks.append((buffer.track, run))
+                continue
+            lane = self._lane(task, self.buffer_of_thread(thread, label).track, busy)
+            lane.task = task  # (its buffer, if it has one, is the last recording task's until this one records)
+            tracks.append((lane.track, run))
         return tracks
 
-    def _new_lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> TrackBuffer:
-        """A buffer of ``task``'s own on a lane of the thread of track ``parent``: the first free one (not one of a
-        task of ``busy``), or a new one."""
+    def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> _Lane:
+        """The lane of the thread of track ``parent`` that ``task`` may record on: the one it has, else the first
+        free one (not one of a task of ``busy``), else a new one."""
         lanes = self._lanes.setdefault(parent.track_id, [])
         lane = _first_free(lanes, task, busy)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
-            lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), task)
+            lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), None)
             lanes.append(lane)
-        elif lane.task is not task and lane.task is not None:
-            self.task_buffers.pop(lane.task, None)  # done: it records no more (its buffer stays until drained)
-        lane.task = task
-        buffer = TrackBuffer(lane.track, task)
-        self.buffers.append(buffer)
-        self.task_buffers[task] = buffer
-        return buffer
+        return lane
 
     def add_source(self, source: Source, recording: Callable[[list[Any]], Recording] | None) -> None:
         """Keep ``source``, and make it record into a buffer here as ``recording`` says, into nothing if None."""
@@ -219,25 +249,31 @@ class Tracks:
 
     def forget(self, ended: list[TrackBuffer]) -> list[TrackInfo]:
         """Drop the buffers of ended owners. Returns the tracks that ended with them: not a lane that another task
-        has taken since (its track goes on)."""
-        gone = {id(b) for b in ended}
-        self.buffers = [b for b in self.buffers if id(b) not in gone]
+        has taken since (its track goes on). A lane's buffer that a task took since the drain found it ended is kept."""
         tracks = []
+        gone = set()
         for buffer in ended:
             owner = buffer.owner
             if is_task(owner):
+                if buffer.events or buffer.owner_alive():  # taken by the next task meanwhile (its lane is its too)
+                    continue
                 self.task_buffers.pop(owner, None)
                 lanes = self._lanes.get(buffer.track.parent, ())  # (none: its thread ended, all of them with it)
                 lane = next((lane for lane in lanes if lane.track is buffer.track), None)
-                if lane is not None and lane.task is not owner:
-                    continue  # taken by the next task
                 if lane is not None:
+                    if lane.buffer is buffer:
+                        lane.buffer = None
+                    if lane.task is not owner and lane.task is not None:
+                        gone.add(id(buffer))
+                        continue  # taken by a task that traced calls and records nothing yet: its track goes on
                     lane.task = None  # free, and the done task not kept alive by it
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
             else:
                 self._lanes.pop(buffer.track.track_id, None)
+            gone.add(id(buffer))
             tracks.append(buffer.track)
+        self.buffers = [b for b in self.buffers if id(b) not in gone]
         return tracks
 
     def take_all(self) -> list[TrackBuffer]:

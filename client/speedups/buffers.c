@@ -95,19 +95,48 @@ thread_events(RecorderCore *self)
     return NULL; /* counted as unrecorded by the caller */
 }
 
+/* The buffer of the task `loop` runs (a new reference), as Recorder._task_events finds it: asyncio's table of running
+   tasks, then the timeline's of buffers; for a task with none yet, Recorder._lane_events; with no task running, the
+   thread's. NULL with an exception set. No Python code runs between the lookups (a task hashes by identity), so
+   borrowed references do, up to the call. */
+static PyObject *
+task_events(RecorderCore *self, PyObject *loop)
+{
+    PyObject *tasks = self->state->current_tasks, *buffers = self->task_buffers, *task, *buffer, *events;
+    if (tasks == NULL || buffers == NULL || !PyDict_CheckExact(buffers)) {
+        events = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_task_events);
+        return events == NULL ? NULL : checked_events(events);
+    }
+    if ((task = PyDict_GetItemWithError(tasks, loop)) == NULL) { /* (borrowed) */
+        return PyErr_Occurred() ? NULL : thread_events(self);
+    }
+    if ((buffer = PyDict_GetItemWithError(buffers, task)) != NULL) { /* (borrowed) */
+        events = PyObject_GetAttr(buffer, self->state->str_events);
+    }
+    else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    else {
+        Py_INCREF(task); /* (asyncio's table may let it go while Python code runs) */
+        events = PyObject_CallMethodOneArg((PyObject *)self, self->state->str_lane_events, task);
+        Py_DECREF(task);
+    }
+    return events == NULL ? NULL : checked_events(events);
+}
+
 /* The buffer of the running task or thread (see thread_events). */
 PyObject *
 current_events(RecorderCore *self)
 {
-    PyObject *loop = running_loop(self->state);
+    PyObject *events, *loop = running_loop(self->state);
     if (loop == NULL) return NULL;
     if (loop == Py_None) {
         Py_DECREF(loop);
         return thread_events(self);
     }
+    events = task_events(self, loop);
     Py_DECREF(loop);
-    PyObject *events = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_task_events);
-    return events == NULL ? NULL : checked_events(events);
+    return events;
 }
 
 /* Tracing never raises into the host: a failure to record is counted, and the error dropped (none is set when the

@@ -46,6 +46,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->record_buffer_type);
     Py_VISIT(state->segment_type);
     Py_VISIT(state->labels);
+    Py_VISIT(state->current_tasks);
     Py_VISIT(state->label_ids);
     Py_VISIT(state->null_scope);
     Py_VISIT(state->get_running_loop);
@@ -76,6 +77,9 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_running_loop);
     Py_CLEAR(state->probe_kept);
     Py_CLEAR(state->wake);
+    Py_CLEAR(state->current_tasks);
+    Py_CLEAR(state->str_events);
+    Py_CLEAR(state->str_lane_events);
     Py_CLEAR(state->span_kind);
     Py_CLEAR(state->instant_kind);
     Py_CLEAR(state->room);
@@ -157,6 +161,8 @@ module_exec(PyObject *module)
     if ((state->null_scope = new_null_scope(state->null_scope_type)) == NULL) return -1;
     state->str_thread_events = PyUnicode_InternFromString("_thread_events");
     state->str_task_events = PyUnicode_InternFromString("_task_events");
+    state->str_events = PyUnicode_InternFromString("events");
+    state->str_lane_events = PyUnicode_InternFromString("_lane_events");
     state->str_exception = PyUnicode_InternFromString("exception");
     state->str_name = PyUnicode_InternFromString("__name__");
     state->str_kind_id = PyUnicode_InternFromString("_kind_id");
@@ -171,7 +177,8 @@ module_exec(PyObject *module)
     state->str_thread_records = PyUnicode_InternFromString("_thread_records");
     if (!state->labels || !state->label_ids || !state->str_thread_records) return -1;
     if (!state->str_running_loop || !state->probe_kept) return -1;
-    if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_exception ||
+    if (!state->room || !state->str_thread_events || !state->str_task_events || !state->str_events || !state->str_lane_events ||
+        !state->str_exception ||
         !state->str_name || !state->str_kind_id || !state->str_label || !state->str_not_an_event || !state->str_on ||
         !state->str_marker) {
         return -1;

@@ -224,6 +224,7 @@ core_traverse(RecorderCore *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->module);
     Py_VISIT(self->cached_events);
+    Py_VISIT(self->task_buffers);
     Py_VISIT(self->last_label);
     return 0;
 }
@@ -237,6 +238,7 @@ core_clear(RecorderCore *self)
     Py_CLEAR(self->cached_records);
     Py_CLEAR(self->spare);
     Py_CLEAR(self->last_label);
+    Py_CLEAR(self->task_buffers);
     return 0;
 }
 
@@ -276,6 +278,8 @@ static PyMemberDef core_members[] = {
     {"_max_buffered_values", T_PYSSIZET, offsetof(RecorderCore, max_values), 0,
      "Values one buffer may hold (max_buffered_events * RECORD_FIELDS); what does not fit is refused and counted."},
     {"_listening", T_BOOL, offsetof(RecorderCore, listening), 0, "Whether the timeline has listeners."},
+    {"_task_buffers", T_OBJECT, offsetof(RecorderCore, task_buffers), 0,
+     "Each recording asyncio task's track buffer (a dict, read without the lock): where a task that has one records."},
     {"_max_buffered_record_bytes", T_PYSSIZET, offsetof(RecorderCore, max_record_bytes), 0,
      "Bytes of compact records one thread may hold (0: none recorded compactly); what does not fit is refused and "
      "counted."},

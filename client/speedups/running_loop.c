@@ -211,9 +211,9 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ModuleState *state = PyModule_GetState(module);
     int found;
-    if (nargs != 4 && nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure(get_running_loop, span_kind, instant_kind, wake[, set_running_loop])");
+    if (nargs < 4 || nargs > 6 || (nargs == 6 && args[5] != Py_None && !PyDict_CheckExact(args[5]))) {
+        PyErr_SetString(PyExc_TypeError, "configure(get_running_loop, span_kind, instant_kind, wake"
+                                         "[, set_running_loop[, current_tasks: dict | None]])");
         return NULL;
     }
     state->running_loop_in_dict = 0; /* until the probe says so */
@@ -223,13 +223,15 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(state->span_kind, Py_NewRef(args[1]));
     Py_XSETREF(state->instant_kind, Py_NewRef(args[2]));
     Py_XSETREF(state->wake, Py_NewRef(args[3]));
+    Py_CLEAR(state->current_tasks);
+    if (nargs == 6 && args[5] != Py_None) state->current_tasks = Py_NewRef(args[5]);
 #if LOOP_SLOT
-    found = nargs == 5 ? probe_loop_slot(state, args[4]) : 0;
+    found = nargs >= 5 ? probe_loop_slot(state, args[4]) : 0;
     if (found < 0) return NULL;
     state->running_loop_in_slot = found;
     if (found) return Py_NewRef(Py_True);
 #endif
-    found = nargs == 5 ? probe_loop_key(state, args[4]) : 0;
+    found = nargs >= 5 ? probe_loop_key(state, args[4]) : 0;
     if (found < 0) return NULL;
     state->running_loop_in_dict = found;
     return PyBool_FromLong(found);

@@ -86,6 +86,9 @@ typedef struct {
     PyObject *loop_free_dict;   /* the thread state dict last seen without a running loop (compared, never used)... */
     uint64_t loop_free_version; /* ...as it was then (see running_loop) */
     PyObject *wake;             /* FLUSHER.wake: a buffer is half full */
+    PyObject *current_tasks;    /* asyncio's running task of each loop (asyncio.tasks._current_tasks), or NULL */
+    PyObject *str_events;       /* "events": a track buffer's list */
+    PyObject *str_lane_events;  /* "_lane_events": the slow path of a task with no buffer yet */
     PyObject *span_kind;        /* model.SPAN */
     PyObject *instant_kind;     /* model.INSTANT */
     PyObject *room;             /* (None,) * RECORD_FIELDS: what a buffer grows by */
@@ -174,6 +177,7 @@ typedef struct {
     Py_ssize_t max_values;   /* values a buffer may hold: max_buffered_events * RECORD_FIELDS, set by the timeline */
     Py_ssize_t wake_values;  /* a buffer that held this many before an event wakes the flusher (about half full) */
     Py_ssize_t unrecorded;   /* events lost for want of memory or of room, since the last _take_unrecorded() */
+    PyObject *task_buffers;  /* each recording task's track buffer (Tracks.task_buffers, set by the Python side) */
     char listening;          /* the timeline has listeners (set by the Python side): else scope() and marker()
                                 return at once */
 } RecorderCore;

@@ -19,6 +19,9 @@ from ringtrace.client.recording.tracks import NOT_RECORDING, Tracks
 from ringtrace.wire.message_format import priority_level
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
+#: Values a lane's buffer may hold in these tests: more than any of them records.
+ROOM = 2**62
+
 
 def instants(count: int) -> list[Any]:
     values: list[Any] = []
@@ -44,11 +47,15 @@ def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_
     tracks = Tracks()
 
     async def lanes() -> tuple[TrackInfo, TrackInfo, TrackInfo]:
-        one = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
-        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
-        tracks.forget([one])
-        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
-        await asyncio.sleep(0.01)
+        first = asyncio.create_task(asyncio.sleep(0))
+        one = tracks.lane_for(first, None, ROOM)
+        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, ROOM)
+        assert tracks.forget([one]) == []  # its task still runs: the lane and its buffer are its
+        await first
+        assert tracks.forget([one]) == [one.track]
+        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, ROOM)
+        assert three is not one  # a buffer of its own, on the lane given back
+        await asyncio.sleep(0.02)
         return one.track, two.track, three.track
 
     one, two, three = asyncio.run(lanes())
@@ -67,23 +74,78 @@ def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_an
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, ROOM).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
         await asyncio.create_task(record("second"))  # the first is done: its lane is free at once
 
     asyncio.run(one_after_another())
-    _, first, second = tracks.buffers
-    assert first.track is second.track and first.owner is not second.owner  # one lane, a buffer per task
+    _, lane = tracks.buffers  # one buffer for the lane, the tasks' events one after the other
     taken, ended = take_events(tracks.buffers)
-    # One run for the lane: the tasks' events in the order they held it, each named by its task.
+    # One run for the lane: the tasks' events in the order they held it, each named by its task, the switch gone.
     assert [
         (track, [(run[i + 1], run[i + 4]["task"]) for i in range(0, len(run), RECORD_FIELDS)]) for track, run in taken
-    ] == [(first.track, [("first", names[0]), ("second", names[1])])]
-    assert ended == [first, second]
-    assert tracks.forget([first]) == []  # its lane went on with the second task
-    assert tracks.forget([second]) == [second.track]  # and ends with it, free for the next
+    ] == [(lane.track, [("first", names[0]), ("second", names[1])])]
+    assert ended == [lane]
+    assert tracks.forget([lane]) == [lane.track]  # it ends with the second task, free for the next
+
+
+def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten() -> None:
+    tracks = Tracks()
+    names: list[str] = []
+
+    async def record(name: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        names.append(task.get_name())
+        tracks.lane_for(task, None, ROOM).events.extend((INSTANT, name, 1, 1, None))
+
+    async def one_after_another() -> None:
+        await asyncio.create_task(record("first"))
+        taken, ended = take_events(tracks.buffers)  # the first task is done, its lane empty
+        assert [len(run) for _, run in taken] == [RECORD_FIELDS] and len(ended) == 1
+        await asyncio.create_task(record("second"))  # takes the lane before the drain forgets it
+        assert tracks.forget(ended) == []
+        taken, ended = take_events(tracks.buffers)
+        assert [(run[1], run[4]["task"]) for _, run in taken] == [("second", names[1])]
+        assert tracks.forget(ended) == [taken[0][0]]
+
+    asyncio.run(one_after_another())
+
+
+def test_a_full_lane_is_not_taken_by_the_next_task_until_drained_and_its_switch_is_no_event() -> None:
+    tracks = Tracks()
+    room = 2 * RECORD_FIELDS
+    lost: list[int] = []
+
+    async def record(name: str) -> None:
+        tracks.lane_for(asyncio.current_task(), None, room).events.extend(instants(2))
+
+    async def one_after_another() -> None:
+        await asyncio.create_task(record("first"))
+        task = asyncio.create_task(asyncio.sleep(0))
+        full = tracks.lane_for(task, None, room)
+        assert (len(full.events), full.owner is task) == (room, False)  # left as it is: the recorder refuses
+        tracks.take_all()
+        fresh = tracks.lane_for(task, None, room)
+        fresh.events.extend(instants(1))
+        third = asyncio.create_task(asyncio.sleep(0))
+        await task
+        assert tracks.lane_for(third, None, room) is fresh  # with a switch in it, which is no event
+        count_lost((LostCounter(lost),), [fresh])
+        await third
+
+    asyncio.run(one_after_another())
+    assert lost == [1]
+
+
+class LostCounter:
+    def __init__(self, lost: list[int]) -> None:
+        self._lost = lost
+
+    def lost(self, count: int) -> None:
+        self._lost.append(count)
 
 
 def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replacing_them() -> None:
@@ -91,7 +153,7 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     task_buffers = tracks.task_buffers
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None).events.extend((INSTANT, "x", 1, 1, None))
+        tracks.lane_for(asyncio.current_task(), None, ROOM).events.extend((INSTANT, "x", 1, 1, None))
 
     asyncio.run(record())
     taken = tracks.take_all()
@@ -151,7 +213,7 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
     tracks = Tracks()
 
     async def record() -> None:
-        lane = tracks.lane_for(asyncio.current_task(), None)
+        lane = tracks.lane_for(asyncio.current_task(), None, ROOM)
         lane.events.extend((SPAN, "s", 1, 2, {"k": 1}, INSTANT, "i", 3, 3, None))
 
     asyncio.run(record())

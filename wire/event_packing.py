@@ -24,7 +24,7 @@ import msgpack
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_args, normalise_values, safe_str
 from ringtrace.wire.errors import FrameTooLarge, InvalidField
 from ringtrace.wire.frames import Events, encode
-from ringtrace.wire.keyword_args import as_map, with_maps
+from ringtrace.wire.keyword_args import KEYWORDS, as_map, with_maps
 from ringtrace.wire.model import RECORD_FIELDS, KindRegistry
 from ringtrace.wire.optional_c import load_optional
 from ringtrace.wire.string_table import StringTable
@@ -35,6 +35,8 @@ __all__ = ["ACCELERATED", "EncodedBatch", "EventColumns", "EventPacking"]
 _FLAT: Final = frozenset({str, int, float, bool, type(None), bytes})
 
 _c_packer = load_optional("ringtrace.wire._packer")
+#: The arguments of an event that is neither typed nor a message: none, a map, keywords, a sample's stack id.
+_MAP_ARGS: Final = frozenset({type(None), dict, int} | ({KEYWORDS} if KEYWORDS is not None else set()))
 #: Whether the C packer is here (built, and not turned off by ``RINGTRACE_PURE_PYTHON``): a stream encoder's default.
 ACCELERATED: Final = _c_packer is not None
 
@@ -110,7 +112,15 @@ class EventPacking:
             if packed is not None:
                 batch.events.append(packed)
             return
-        except Exception:  # an unhashable label, a frame too large: the general way, counting all again
+        except FrameTooLarge:  # halves, as the Python path splits them, where it splits the same events
+            table.overflowed, self.clipped_args, self.rejected_events = counters
+            count = len(records) // RECORD_FIELDS
+            if count > 1 and _untyped(records):
+                half = math.ceil(count / 2) * RECORD_FIELDS
+                self._encode_run_accelerated(batch, track_id, records[:half])
+                self._encode_run_accelerated(batch, track_id, records[half:])
+                return
+        except Exception:  # an unhashable label...: the general way, counting all again
             table.overflowed, self.clipped_args, self.rejected_events = counters
         self._encode_run_python(batch, track_id, records)
 
@@ -283,3 +293,9 @@ def _label_id(table: StringTable, label: object) -> int:
         return table[label]
     except Exception:  # unhashable, or its __hash__ or __eq__ raises: its text stands for it
         return table[safe_str(label)]
+
+
+def _untyped(records: list[Any]) -> bool:
+    """Whether no event of ``records`` has a typed event's or a message's values (which the Python path may reject,
+    and then splits what is left): the halves of a run too large for a frame are then the Python path's halves."""
+    return all(type(args) in _MAP_ARGS for args in records[4::RECORD_FIELDS])

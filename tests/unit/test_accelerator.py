@@ -32,6 +32,7 @@ from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.messages import message_kind
 from ringtrace.collector.ingest.scan import _scan_events_py
 from ringtrace.wire.arg_values import MAX_ARG_ITEMS, MAX_ARG_TEXT, normalise_values, safe_str
+from ringtrace.wire.errors import FrameTooLarge
 from ringtrace.wire.frame_types import FRAME_HEADER
 from ringtrace.wire.frames import Events, encode
 from ringtrace.wire.model import INCIDENT, INSTANT, SPAN, THREAD_TRACK, TrackInfo
@@ -735,7 +736,7 @@ def test_pack_events_leaves_a_run_with_another_shape_to_the_two_pass_path(odd: t
         ([SPAN, "op", 1, 2**64, None], BIG_FRAMES, OverflowError),  # past 64 bits
         ([SPAN, "op", -5, 2, None], BIG_FRAMES, OverflowError),  # the header's timestamps are unsigned
         ([SPAN, "op", 2**63 - 1, 2**63 - 1, None, SPAN, "op", -(2**63), 0, None], BIG_FRAMES, OverflowError),
-        ([SPAN, "op", 1, 2, {"pad": "x" * 100}], 100, ValueError),  # past max_frame_bytes
+        ([SPAN, "op", 1, 2, {"pad": "x" * 100}], 100, FrameTooLarge),  # past max_frame_bytes: the run is split
     ],
 )
 def test_pack_events_refuses_what_the_python_path_refuses_or_splits(

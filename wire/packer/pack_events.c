@@ -5,6 +5,26 @@
 
 #include "packer.h"
 
+/* Raise the wire's FrameTooLarge(size, limit), as the Python path's encode() does (a ValueError if that cannot be
+   had), so that the encoder tells a run to split from one to pack the general way. */
+static void
+frame_too_large(Py_ssize_t size, long long limit)
+{
+    PyObject *errors = PyImport_ImportModule("ringtrace.wire.errors"), *error = NULL, *raised = NULL;
+    if (errors != NULL) error = PyObject_GetAttrString(errors, "FrameTooLarge");
+    if (error != NULL) raised = PyObject_CallFunction(error, "nL", size, limit);
+    if (raised != NULL) {
+        PyErr_SetObject(error, raised);
+    }
+    else {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "pack_events: a frame of %zd bytes is past %lld", size, limit);
+    }
+    Py_XDECREF(raised);
+    Py_XDECREF(error);
+    Py_XDECREF(errors);
+}
+
 /* One event's arguments when they have a common shape (see pack_event_args): 1 when written, 0 when they have another
    shape (nothing written), -1 on error. Runs no Python code. `last_kind` (a reference) and `last_values` cache whether
    the last kind seen takes a message's values. */
@@ -133,8 +153,7 @@ pack_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     body_size = EVENTS_HEADER_SIZE + head_size + packed.size;
     if (FRAME_HEADER_SIZE + body_size > max_frame_bytes || body_size > 0xFFFFFFFFLL) {
-        PyErr_Format(PyExc_ValueError, "pack_events: a frame of %zd bytes is past %lld", FRAME_HEADER_SIZE + body_size,
-                     max_frame_bytes);
+        frame_too_large(FRAME_HEADER_SIZE + body_size, max_frame_bytes);
         goto done;
     }
     result = PyBytes_FromStringAndSize(NULL, FRAME_HEADER_SIZE + body_size);

@@ -432,6 +432,63 @@ def test_the_timeline_shows_only_the_ticked_one_of_processes_sharing_an_os_pid(b
         collector.stop()
 
 
+#: One OS process that connects under a name, records, then connects again under another: a second source of the
+#: same OS pid (shown under a pid of its own).
+RENAMED = """
+import sys, ringtrace.client
+for name, spans in (("first-name", 5), ("second-name", 7)):
+    tl = ringtrace.client.connect(sys.argv[1], process_name=name)
+    for i in range(spans):
+        with tl.scope("renamed work", i=i):
+            pass
+    assert tl.flush(5)
+"""
+
+#: The aggregates' rows once they answered a query of the processes given (a string, as the query has them: by
+#: ``shown_pid``, or by ``pid`` as the page once asked), else false.
+AGGREGATE_ROWS_OF = """(pids) => {
+  const query = new URLSearchParams(document.getElementById('aggregates').dataset.query || '');
+  if ((query.get('shown_pid') ?? query.get('pid')) !== pids) return false;
+  return [...document.querySelectorAll('#aggregates tbody tr')]
+    .map((tr) => Object.fromEntries([...tr.cells].map((td) => [td.dataset.key, td.dataset.value])));
+}"""
+
+
+def test_the_aggregates_of_one_source_count_its_spans_not_those_of_another_source_of_its_os_pid(
+    browser: Any,
+) -> None:
+    """A process that connected again under another name is a second source with the same OS pid: ticking the first
+    alone selects it alone (by the pid it shows), and its aggregates count its spans, not the other's too."""
+    collector = CollectorProcess()
+    opened = None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RENAMED, collector.tcp_address], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        first, second = processes["first-name"], processes["second-name"]
+        assert first["os_pid"] == second["os_pid"] == first["pid"] != second["pid"]
+        opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
+        opened.drawn_with(5 + 7)
+        opened.page.uncheck(f"#sources input[data-pid='{second['pid']}']")
+        rows = until(opened.page, AGGREGATE_ROWS_OF, str(first["pid"]))
+        assert [(row["name"], row["count"]) for row in rows] == [("renamed work", "5")]
+        # The search of the same processes lists its spans alone too.
+        opened.page.fill("#search-name", "renamed work")
+        opened.page.click("#search-form button")
+        until(opened.page, "() => document.getElementById('search-info').textContent.includes('slowest first')")
+        listed = opened.page.evaluate(
+            "() => [...document.querySelectorAll('#spans tbody tr')].map((tr) => tr.cells[1].textContent)"
+        )
+        assert len(listed) == 5 and all(text.startswith("first-name · ") for text in listed), listed
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
 #: Stands in for Perfetto UI (no internet in the tests): answers PING with PONG as Perfetto UI does, then keeps what
 #: it is posted, as the page's title says.
 FAKE_PERFETTO = """<!doctype html><title>waiting</title><script>
@@ -534,13 +591,13 @@ AGGREGATES_INFO = "document.getElementById('aggregates-info').textContent"
 #: The aggregates' note once they answered a query of the pids given (a string, as the query has them), else false.
 AGGREGATES_OF = f"""(pids) => {{
   const query = document.getElementById('aggregates').dataset.query;
-  return query && new URLSearchParams(query).get('pid') === pids && {AGGREGATES_INFO};
+  return query && new URLSearchParams(query).get('shown_pid') === pids && {AGGREGATES_INFO};
 }}"""
 
 
 def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: Any) -> None:
-    """A process that lost nothing is shown alone, though the query by its pid also selects one that lost events (its
-    OS pid is the same, as in containers): the banner names no loss; shown alone, the other's are named."""
+    """A process that lost nothing is shown alone, beside one that lost events with the same OS pid (as in containers:
+    a query by ``pid`` would select both): the banner names no loss; shown alone, the other's are named."""
     collector = CollectorProcess("--process-capacity", "512KiB", "--max-frame-size", "64KiB")  # lossy: its own past
     opened = None
     try:
@@ -553,7 +610,7 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
             )
             assert done.returncode == 0, done.stderr
         processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
-        assert processes["fine"]["pid"] == 4242  # and the query pid=4242 selects the lossy one too, by its OS pid
+        assert processes["fine"]["pid"] == 4242  # (and pid=4242 would select the lossy one too, by its OS pid)
         loss_keys = ("overwritten", "capped", "discarded", "client_dropped", "label_overflow", "rejected")
         lost = sum(processes["lossy"][f"{key}_events"] for key in loss_keys)
         assert lost > 0 and sum(processes["fine"][f"{key}_events"] for key in loss_keys) == 0
@@ -562,7 +619,7 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
         opened.page.uncheck(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         shown = until(opened.page, ONE_PROCESS, ["fine", ""])
         assert shown.startswith("5 events · 1 process") and "lost" not in shown, shown
-        # The aggregates of the same window and processes say no loss either (their query selects the lossy one too).
+        # The aggregates of the same window and processes say no loss either.
         aggregates = until(opened.page, AGGREGATES_OF, "4242")
         assert "spans" in aggregates and "lost" not in aggregates, aggregates
         opened.page.check(f"#sources input[data-pid='{processes['lossy']['pid']}']")

@@ -29,8 +29,7 @@ export class AggregatesTable {
   }
 
   // `windowQuery`: the window and processes (a query string); `lostShown`: the events those processes lost as the
-  // timeline counts them (its query by pid may select other processes of the same OS pid, which /aggregates' lost
-  // counts too); else /aggregates' figure.
+  // timeline counts them (one figure for the processes shown, the same on the page); else /aggregates' figure.
   async refresh(windowQuery, lostShown = null) {
     const asked = ++this.asked;
     const params = new URLSearchParams(windowQuery);

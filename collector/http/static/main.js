@@ -134,9 +134,15 @@ function settleSeconds() {
 function selection() {
   const params = state.fixed === null ? new URLSearchParams({ since: `-${windowSeconds()}s` })
     : new URLSearchParams({ since: String(state.fixed[0]), until: String(state.fixed[1]) });
-  const pids = sources.selectedPids();
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, sources.selectedPids());
   return params.toString();
+}
+
+// Selects the processes `pids` (null: every one) in the query `params`, by the pid each shows (/sources' pid,
+// shown_pid): those alone, not another process that has the same OS pid (one that connected again under another
+// name), as `pid` would.
+function selectProcesses(params, pids) {
+  if (pids !== null) params.set("shown_pid", pids.length ? pids.join(",") : "0");
 }
 
 // The query string of the search and the aggregates: the window last drawn, as absolute times, and the processes
@@ -144,7 +150,7 @@ function selection() {
 function windowQuery(pids = sources.selectedPids()) {
   if (state.windowNs === null) return null;
   const params = new URLSearchParams({ since: String(state.windowNs[0]), until: String(state.windowNs[1]) });
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, pids);
   return params.toString();
 }
 
@@ -274,7 +280,7 @@ async function pickSpan(span) {
 // Ticks the processes that hold spans of trace `traceId` in the window (and `pid`), those alone.
 async function tickTrace(traceId, pid) {
   const params = new URLSearchParams(selection());
-  params.delete("pid");
+  params.delete("shown_pid");
   params.set("trace_id", traceId);
   params.set("limit", String(TRACE_SPANS));
   const pids = new Set(pid === null ? [] : [pid]);
@@ -351,9 +357,8 @@ async function pollIncidents() {
   }
 }
 
-// `pids`: the processes shown (null: all); the report also counts those the query's pid brought along (another
-// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them,
-// by the processes shown: returned, for the aggregates' note.
+// `pids`: the processes shown (null: all); the report counts apart those forgotten. Events lost as the table counts
+// them, by the processes shown: returned, for the aggregates' note.
 function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
@@ -381,8 +386,7 @@ function flameSelection() {
     since: String(state.originNs + BigInt(Math.floor(from))),
     until: String(state.originNs + BigInt(Math.ceil(to))),
   });
-  const pids = sources.selectedPids();
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, sources.selectedPids());
   const thread = $("flame-thread").value.trim();
   if (thread) params.set("track", thread);
   return params.toString();

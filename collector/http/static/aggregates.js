@@ -73,8 +73,9 @@ export class AggregatesTable {
         const value = row[column];
         td.dataset.key = column;
         td.dataset.value = String(value);
-        if (column === "name") { td.className = "name"; td.textContent = value; td.title = `search for ${value}`; }
-        else { td.className = "num"; td.textContent = column === "count" ? number.format(value) : duration(value); }
+        if (column === "name") {
+          td.className = "name"; td.textContent = value; td.title = `search for ${value} alone`;
+        } else { td.className = "num"; td.textContent = column === "count" ? number.format(value) : duration(value); }
         if (column === "count" && row.open) td.title = `${number.format(row.open)} of them open: their duration so far`;
         tr.append(td);
       }

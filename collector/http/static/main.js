@@ -42,8 +42,10 @@ const searchInputs = { name: $("search-name"), process: $("search-process"), min
   trace_id: $("search-trace") };
 const search = new SearchPanel($("search-form"), searchInputs, $("spans"), $("search-info"), (span) => pickSpan(span));
 search.onSearch = () => runSearch();
+// A name clicked in the aggregates: a search for that name alone (the other fields of an earlier search emptied: the
+// aggregates count every span of the name, whatever its duration, process or trace).
 const aggregates = new AggregatesTable($("aggregates"), $("aggregates-info"), (name) => {
-  search.fill({ name });
+  search.fill({ name, process: "", min_duration: "", trace_id: "" });
   runSearch();
 });
 const marks = new TraceMarks();

@@ -232,6 +232,42 @@ def test_zoom_changes_what_is_drawn_and_reset_brings_it_back(page: Page) -> None
     assert page.canvas().rows != before.rows
 
 
+#: The page's address's query parameters (their names), once ``[present, absent]`` hold of them: each of ``present``
+#: among them and none of ``absent``; else false.
+ADDRESS_HOLDS = """([present, absent]) => {
+  const params = new URLSearchParams(location.search);
+  return present.every((key) => params.has(key)) && !absent.some((key) => params.has(key)) && [...params.keys()];
+}"""
+
+
+def test_the_0_key_resets_the_zoom_and_takes_the_zoomed_window_out_of_the_address(page: Page) -> None:
+    page.drawn_with(9600)
+    box = page.page.locator("#timeline").bounding_box()
+    columns = sorted({x for x, _ in slices(page.canvas())})
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)
+    for _ in range(5):
+        page.page.mouse.wheel(0, -400)
+    until(page.page, ADDRESS_HOLDS, [["seconds", "since", "until"], []])  # the zoom, written once it paused
+    page.page.focus("#timeline-wrap")
+    page.page.keyboard.press("0")
+    kept = until(page.page, ADDRESS_HOLDS, [["seconds"], ["since", "until"]])
+    assert "seconds" in kept
+    assert page.page.evaluate("document.getElementById('timeline').dataset.view") == ""
+    # Zoomed and reset at once (before the zoom's address was written): the zoom's is not written after.
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)
+    page.page.mouse.wheel(0, -400)
+    page.page.keyboard.press("0")
+    reset_at = page.page.evaluate("performance.now()")
+    # A second after (the zoom's address is written once it pauses 0.3 s), by the page's clock, still none.
+    after = until(
+        page.page,
+        f"(at) => performance.now() > at + 1000 && ({ADDRESS_HOLDS})([['seconds'], ['since', 'until']])",
+        reset_at,
+    )
+    assert "since" not in after
+    assert page.errors == []
+
+
 def test_hovering_a_slice_shows_its_name_duration_and_args(browser: Any, fleet: CollectorProcess) -> None:
     record(fleet, "hovered")  # its 6 s slice ended just now: it spans the middle of the last 10 s, or near it
     page = Page(browser, fleet.http_url + "/?seconds=10&filter=hovered")

@@ -250,6 +250,18 @@ function saveView() {
   timeline.canvas.dataset.view = fixed ? `${since}/${until}` : "";
 }
 
+// The whole window in view again (the Reset button, the 0 key). The address drops the view that zooming wrote: a
+// window of the last seconds holds no since/until (a fixed one, a span's or an address's, is written as it is), and
+// a save of the zoom still due is dropped.
+function resetZoom() {
+  clearTimeout(flameAfterMove);
+  timeline.reset();
+  refreshFlameGraph();
+  if (state.fixed !== null) { saveView(); return; }
+  writeAddress({ since: null, until: null });
+  timeline.canvas.dataset.view = "";
+}
+
 // A span of the search picked: the window fixed around it (the one drawn, widened to hold it), the timeline zoomed to
 // it with a margin, its trace's processes ticked (those alone), the span marked and the trace's arrows drawn.
 async function pickSpan(span) {
@@ -418,7 +430,8 @@ async function refreshFlameGraph() {
 $("flame-refresh").addEventListener("click", () => refreshFlameGraph());
 $("flame-thread").addEventListener("change", () => refreshFlameGraph());
 $("refresh").addEventListener("click", () => refreshTimeline());
-$("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); saveView(); });
+$("reset").addEventListener("click", () => resetZoom());
+timeline.onReset = () => resetZoom();
 $("fit").addEventListener("click", () => {
   if (timeline.model && timeline.model.count) timeline.show(...extent(timeline.model));
 });

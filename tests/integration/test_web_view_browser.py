@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from browser import KEEP_DRAWN_TEXT, Image, chromium, generous, missing_browser, pixels, uncheck_follow, until
 from certificates import make_certificates
-from collector_process import CollectorProcess, run_workload
+from collector_process import CollectorProcess, run_script, run_workload
 from nats_cluster import NatsCluster, server_binary
 
 _MISSING = missing_browser()
@@ -522,6 +522,70 @@ def test_the_aggregates_of_one_source_count_its_spans_not_those_of_another_sourc
     finally:
         if opened is not None:
             opened.close()
+        collector.stop()
+
+
+#: A process with long names (its host's too, as a CI runner's can be), spans on two threads and a source.
+LONG_NAMES = """
+import socket, sys, threading
+socket.gethostname = lambda: "build-runner-7f3c9a2e-eu-west-1-compute-internal"
+import ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+queue = tl.source("db pool")
+def work():
+    for i in range(20):
+        with tl.scope("request", i=i):
+            queue.open()
+            queue.close()
+worker = threading.Thread(target=work, name="worker")
+worker.start()
+work()
+worker.join()
+assert tl.flush(5)
+"""
+
+#: Where the processes table's columns end against the box that shows them: ``[the headings' right edges, the
+#: box's left and right edges, how far it scrolls sideways, the page's own width and the window's]`` (CSS px).
+TABLE_FIT = """() => {
+  const wrap = document.querySelector('#sources-panel .table-wrap');
+  const box = wrap.getBoundingClientRect();
+  const rights = [...document.querySelectorAll('#sources th')].map((th) => th.getBoundingClientRect().right);
+  return [rights, box.left, box.right, wrap.scrollWidth - wrap.clientWidth, document.documentElement.scrollWidth,
+    innerWidth];
+}"""
+
+
+def test_at_700_px_the_processes_table_shows_every_column_and_narrower_it_scrolls_within_its_panel(
+    browser: Any,
+) -> None:
+    collector = CollectorProcess()
+    context = None
+    try:
+        for name in ("checkout-service-eu-west-1-canary", "billing-reconciliation-worker"):
+            run_script(collector, LONG_NAMES, name)
+        context = generous(browser.new_context(viewport={"width": 700, "height": 800}))
+        page = context.new_page()
+        page.goto(collector.http_url + "/?seconds=600&follow=0")
+        until(page, "() => document.querySelectorAll('#sources tbody tr').length === 2")
+        rights, left, right, scrolls, page_width, window_width = page.evaluate(TABLE_FIT)
+        assert len(rights) == 12 and max(rights) <= right + 0.5, (rights, right)  # the last column too, in view
+        assert scrolls <= 0 and page_width <= window_width
+        # Narrower than the table can wrap to: it scrolls sideways in its panel (the page itself does not), and
+        # scrolled to its end, its last column shows.
+        page.set_viewport_size({"width": 420, "height": 800})
+        until(page, "() => innerWidth === 420")
+        rights, left, right, scrolls, page_width, window_width = page.evaluate(TABLE_FIT)
+        assert scrolls > 0 and page_width <= window_width, (scrolls, page_width, window_width)
+        assert page.evaluate("getComputedStyle(document.querySelector('#sources-panel .table-wrap')).overflowX") in (
+            "auto",
+            "scroll",
+        )
+        page.evaluate("document.querySelector('#sources-panel .table-wrap').scrollLeft = 1e6")
+        rights, left, right, *_ = page.evaluate(TABLE_FIT)
+        assert left - 0.5 <= rights[-1] <= right + 0.5, (rights, left, right)
+    finally:
+        if context is not None:
+            context.close()
         collector.stop()
 
 

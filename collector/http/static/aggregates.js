@@ -30,7 +30,8 @@ export class AggregatesTable {
 
   // `windowQuery`: the window and processes (a query string); `lostShown`: the events those processes lost as the
   // timeline counts them (one figure for the processes shown, the same on the page); else /aggregates' figure.
-  async refresh(windowQuery, lostShown = null) {
+  // `where`: what `windowQuery` reads, in words (the timeline's window; or an incident's snapshot).
+  async refresh(windowQuery, lostShown = null, where = "the timeline's window") {
     const asked = ++this.asked;
     const params = new URLSearchParams(windowQuery);
     params.set("by", "name");
@@ -42,7 +43,7 @@ export class AggregatesTable {
       this.table.dataset.query = query;  // (what was asked: a test asks the same)
       this.render();
       const spans = doc.rows.reduce((sum, row) => sum + row.count, 0);
-      const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
+      const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in ${where}`];
       const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
       if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
       const lostCount = lostShown ?? lost(doc.lost || {});  // (not those forgotten, no clipped arg)
@@ -51,6 +52,15 @@ export class AggregatesTable {
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);
     }
+  }
+
+  // Empties the table (the live store's aggregates while an incident is shown, or the other way), saying `text`.
+  clear(text) {
+    this.asked++;  // (an answer on its way is of what was cleared)
+    this.rows = [];
+    delete this.table.dataset.query;
+    this.render();
+    this.info.textContent = text;
   }
 
   sortBy(key) {

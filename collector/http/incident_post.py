@@ -75,7 +75,7 @@ def parse_incident_request(params: Iterable[tuple[str, str]]) -> IncidentRequest
         raise QueryError("query parameter 'reason' is required: why the incident is taken")
     if len(reason) > MAX_REASON_CHARS:
         raise QueryError(f"query parameter 'reason' is {len(reason)} characters, more than {MAX_REASON_CHARS}")
-    named = selected.pids is not None or selected.process is not None or selected.host is not None
+    named = any(value is not None for value in (selected.pids, selected.shown_pids, selected.process, selected.host))
     # (by default, the processes named; none named: every one, not whichever came first)
     default: Scope = "process" if named else "fleet"
     scope: Scope = choice("scope", values["scope"], SCOPES) if "scope" in values else default  # type: ignore[assignment]

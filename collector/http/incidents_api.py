@@ -38,7 +38,7 @@ from ringtrace.collector.http.query import QueryError, accepts_gzip, check_no_pa
 from ringtrace.collector.http.snapshot_stream import stream_out
 from ringtrace.wire.errors import ProtocolError
 
-__all__ = ["add_incident_routes"]
+__all__ = ["add_incident_routes", "incident_snapshot_path", "load_incident"]
 
 log = logging.getLogger("ringtrace.collector.http")
 
@@ -96,13 +96,13 @@ async def incident(request: web.Request) -> web.StreamResponse:
     missing = format_.missing() if format_.missing is not None else None
     if missing is not None:  # (parquet without pyarrow here)
         raise web.HTTPNotImplemented(text=f"{missing}\n")
-    path = await _snapshot_path(request, incident_id)
+    path = await incident_snapshot_path(request, incident_id)
     if not collector.begin_snapshot():
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
         raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
     try:
         with collector.metrics.snapshot_seconds.labels(format_.name).time():
-            loaded = await _load(request, incident_id, path)
+            loaded = await load_incident(request, incident_id, path)
             gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
             chunks = format_.chunks(loaded.view, query.filter, query.table, query.columns)
             response, _ = await stream_out(request, loaded.view, chunks, _headers(format_, incident_id, gzip), gzip)
@@ -118,7 +118,7 @@ async def incident_head(request: web.Request) -> web.Response:
     if format_ is None:
         await _record(request, incident_id)
         return web.Response(content_type="application/json")
-    await _snapshot_path(request, incident_id)
+    await incident_snapshot_path(request, incident_id)
     gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
     return web.Response(headers=_headers(format_, incident_id, gzip))
 
@@ -151,7 +151,7 @@ async def _record(request: web.Request, incident_id: str) -> dict[str, Any]:
     return record
 
 
-async def _snapshot_path(request: web.Request, incident_id: str) -> Path:
+async def incident_snapshot_path(request: web.Request, incident_id: str) -> Path:
     """The incident's snapshot file; a 409 if it is still being captured (with when it will be ready), a 404 that
     says why there is none (unknown id, or not saved)."""
     collector = request.app[COLLECTOR]
@@ -203,7 +203,7 @@ def _still_capturing(incident_id: str, ready_ns: int, asked: str = "served") -> 
     return web.HTTPConflict(text=f"{message}\n", headers={"Retry-After": str(retry_s)})
 
 
-async def _load(request: web.Request, incident_id: str, path: Path) -> LoadedFile:
+async def load_incident(request: web.Request, incident_id: str, path: Path) -> LoadedFile:
     """The snapshot file read into a view of its own, on a reader thread."""
     loop = asyncio.get_running_loop()
     try:

@@ -85,6 +85,9 @@ SNAPSHOT_PARAMETERS: Final = {
     "since": "a time: wall-clock ns, RFC 3339, or relative such as -5s",
     "until": "a time: wall-clock ns, RFC 3339, or relative such as -5s",
     "pid": "process ids, comma-separated",
+    "shown_pid": (
+        "the pids snapshots and /sources show, comma-separated: those processes alone, not others of the same OS pid"
+    ),
     "process": "a process name (or glob)",
     "host": "a host name (or glob)",
     "track": "a thread, task lane, source or counter name (or glob)",
@@ -122,9 +125,11 @@ TIMELINE_PARAMETERS: Final = {
     name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("format", "table", "columns")
 }
 #: What ``/pop`` takes: it removes whole processes' segments, so only what selects whole processes.
-POP_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host", "flush_timeout_s")}
+POP_PARAMETERS: Final = {
+    name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "shown_pid", "process", "host", "flush_timeout_s")
+}
 #: What selects whole processes (``/sources``, ``/clear``, ``/priority``).
-PROCESS_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "process", "host")}
+PROCESS_PARAMETERS: Final = {name: SNAPSHOT_PARAMETERS[name] for name in ("pid", "shown_pid", "process", "host")}
 
 
 def parse_process_filter(
@@ -138,7 +143,8 @@ def parse_process_filter(
     """
     values = single_values(params, {**PROCESS_PARAMETERS, **(extra or {})})
     event_filter = EventFilter(
-        pids=_pids(values["pid"]) if "pid" in values else None,
+        pids=_pids("pid", values["pid"]) if "pid" in values else None,
+        shown_pids=_pids("shown_pid", values["shown_pid"]) if "shown_pid" in values else None,
         process=_pattern("process", values["process"]) if "process" in values else None,
         host=_pattern("host", values["host"]) if "host" in values else None,
     )
@@ -260,10 +266,10 @@ def choice(name: str, text: str, choices: tuple[str, ...]) -> str:
     return folded
 
 
-def _pids(text: str) -> frozenset[int]:
+def _pids(name: str, text: str) -> frozenset[int]:
     items = text.split(",")
     if len(items) > _MAX_PIDS or not all(item.strip().isdigit() and len(item.strip()) <= 10 for item in items):
-        raise QueryError(f"query parameter 'pid' must be up to {_MAX_PIDS} comma-separated pids, got {text!r:.80}")
+        raise QueryError(f"query parameter {name!r} must be up to {_MAX_PIDS} comma-separated pids, got {text!r:.80}")
     return frozenset(int(item) for item in items)
 
 
@@ -310,7 +316,8 @@ def parse_snapshot_query(
     event_filter = EventFilter(
         since_ns=since,
         until_ns=until,
-        pids=_pids(values["pid"]) if "pid" in values else None,
+        pids=_pids("pid", values["pid"]) if "pid" in values else None,
+        shown_pids=_pids("shown_pid", values["shown_pid"]) if "shown_pid" in values else None,
         max_priority_level=_priority(values["min_priority"]) if "min_priority" in values else None,
         messages_only=flag("messages_only", values["messages_only"]) if "messages_only" in values else False,
         limit=_limit(values["limit"]) if "limit" in values else None,

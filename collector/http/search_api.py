@@ -3,8 +3,9 @@
 ``read/span_aggregates.py``; parameters ``search_query.py``).
 
 Each is served as a snapshot is: a snapshot slot (all taken: 503 with Retry-After, as ``/snapshot``), a flush round
-trip with the connected clients, then the walk on a reader thread, the event loop free meanwhile. A refused
-parameter gets a 400 that names it.
+trip with the connected clients, then the walk on a reader thread, the event loop free meanwhile. With ``incident``,
+the walk is of that saved incident's snapshot file, read back as ``GET /incidents/{id}`` reads it (no flush; an
+unknown id a 404, one still being captured a 409). A refused parameter gets a 400 that names it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from ringtrace.collector.http.collector_api import COLLECTOR
+from ringtrace.collector.http.incidents_api import incident_snapshot_path, load_incident
 from ringtrace.collector.http.query import QueryError
 from ringtrace.collector.http.search_query import SearchQuery, parse_search_query
 from ringtrace.collector.read.frame_walk import SnapshotView
@@ -68,15 +70,20 @@ async def _searched(
 ) -> web.Response:
     """``search`` of a snapshot, on a reader thread, in a snapshot slot (timed as a snapshot of format ``what``)."""
     collector = request.app[COLLECTOR]
+    # An incident's: its snapshot file, checked before a slot is taken (unknown: 404; still being captured: 409).
+    path = None if query.incident is None else await incident_snapshot_path(request, query.incident)
     if not collector.begin_snapshot():
         busy = f"max_snapshots={collector.max_snapshots} snapshots are being served; try again shortly\n"
         raise web.HTTPServiceUnavailable(text=busy, headers={"Retry-After": "1"})
     try:
         with collector.metrics.snapshot_seconds.labels(what).time():
-            try:
-                view = await collector.snapshot(query.flush_timeout_s, query.filter)
-            except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
-                raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
+            if query.incident is not None and path is not None:
+                view = (await load_incident(request, query.incident, path)).view
+            else:
+                try:
+                    view = await collector.snapshot(query.flush_timeout_s, query.filter)
+                except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
+                    raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
             future = asyncio.get_running_loop().run_in_executor(collector.readers, lambda: _done(view, search))
             document = await asyncio.shield(future)  # (cancelled, the walk goes on, and lets go of its segments)
     finally:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringtrace.collector.http.query import SNAPSHOT_PARAMETERS, QueryError, choice, flag, parse_snapshot_query
+from ringtrace.collector.incidents.incident_files import valid_id
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.read.span_aggregates import GROUPINGS
 from ringtrace.collector.read.span_search import MAX_SPANS, SORTS
@@ -43,15 +44,20 @@ _SPAN_FILTERS: Final = {
     "max_duration": "a duration: a number and a unit (ns, us, ms, s, m, h), like 2s",
     "has_error": "1, true, yes, on (only spans in error) or 0, false, no, off (only those not)",
 }
+#: Where the two search, when not the live store (the store, or with ``--jetstream`` the stream).
+_SOURCES: Final = {
+    "incident": "a saved incident's id: its snapshot is searched, not the live store (no flush_timeout_s with it)",
+}
 #: What ``/spans`` takes (and ``arg.KEY=VALUE``, repeatable).
 SPANS_PARAMETERS: Final = {
     **_FILTERS,
     **_SPAN_FILTERS,
+    **_SOURCES,
     "sort": f"one of {', '.join(SORTS)}",
     "limit": f"a whole number of spans, 1 to {MAX_SPANS} (default {DEFAULT_SPANS})",
 }
 #: What ``/aggregates`` takes (and ``arg.KEY=VALUE``, repeatable).
-AGGREGATES_PARAMETERS: Final = {**_FILTERS, **_SPAN_FILTERS, "by": f"one of {', '.join(GROUPINGS)}"}
+AGGREGATES_PARAMETERS: Final = {**_FILTERS, **_SPAN_FILTERS, **_SOURCES, "by": f"one of {', '.join(GROUPINGS)}"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class SearchQuery:
     sort: str = SORTS[0]
     limit: int = DEFAULT_SPANS
     by: str = GROUPINGS[0]
+    #: The saved incident whose snapshot is searched (None: the live store).
+    incident: str | None = None
 
 
 def parse_search_query(
@@ -84,7 +92,7 @@ def parse_search_query(
     for key, value in params:
         if key.startswith(ARG_PREFIX):
             args.append((_arg_key(key), value))
-        elif key in _SPAN_FILTERS or key in ("sort", "limit", "by"):
+        elif key in _SPAN_FILTERS or key in _SOURCES or key in ("sort", "limit", "by"):
             if key not in accepted:
                 raise QueryError(f"unknown query parameter {key!r} (accepted: {', '.join(accepted)}, arg.KEY)")
             if key in own:
@@ -94,6 +102,15 @@ def parse_search_query(
             raise QueryError(f"unknown query parameter {key!r:.80} (accepted: {', '.join(accepted)}, arg.KEY)")
         else:
             rest.append((key, value))
+    incident = own.get("incident")
+    if incident is not None:
+        if not valid_id(incident):
+            raise QueryError(
+                "query parameter 'incident' must be an incident's id (1 to 200 of A-Z a-z 0-9 _ -), "
+                f"got {incident!r:.80}"
+            )
+        if any(key == "flush_timeout_s" for key, _ in rest):
+            raise QueryError("query parameter 'flush_timeout_s' does not go with 'incident' (its snapshot was taken)")
     if len(args) > _MAX_ARGS:
         raise QueryError(f"at most {_MAX_ARGS} arg.KEY parameters are taken, got {len(args)}")
     snapshot = parse_snapshot_query(
@@ -120,6 +137,7 @@ def parse_search_query(
         sort=choice("sort", own["sort"], SORTS) if "sort" in own else SORTS[0],
         limit=_limit(own["limit"]) if "limit" in own else DEFAULT_SPANS,
         by=_grouping(own["by"]) if "by" in own else GROUPINGS[0],
+        incident=incident,
     )
 
 

@@ -129,6 +129,8 @@ class EventFilter:
     until_ns: int | None = None
     #: OS pids, or the pids a snapshot shows (they differ when two processes had the same pid).
     pids: frozenset[int] | None = None
+    #: The pids a snapshot shows (``/sources``' ``pid``), those alone: not another process whose OS pid is one of them.
+    shown_pids: frozenset[int] | None = None
     process: Pattern | None = None
     host: Pattern | None = None
     #: A thread's, task lane's, source's or counter track's name.
@@ -170,6 +172,7 @@ class EventFilter:
     def process_matches(self, pid: int, trace_pid: int, name: str, host: str) -> bool:
         return (
             (self.pids is None or pid in self.pids or trace_pid in self.pids)
+            and (self.shown_pids is None or trace_pid in self.shown_pids)
             and (self.process is None or self.process(name))
             and (self.host is None or self.host(host))
         )
@@ -222,6 +225,8 @@ class EventFilter:
                 out[name] = value
         if self.pids is not None:
             out["pid"] = sorted(self.pids)
+        if self.shown_pids is not None:
+            out["shown_pid"] = sorted(self.shown_pids)
         for name in ("process", "host", "track", "category", "name"):
             pattern = getattr(self, name)
             if pattern is not None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from collector_process import CollectorProcess, RawClient, recorded_collector
+from collector_process import CollectorProcess, RawClient, recorded_collector, run_script
 from ringtrace.collector.command.main import main
 from waiting import wait_for
 
@@ -96,11 +96,46 @@ def test_aggregates_count_what_the_snapshot_shows(collector: CollectorProcess) -
         ("/aggregates?by=track", "'by'"),
         ("/aggregates?sort=duration", "'sort'"),
         ("/aggregates?since=yesterday", "'since'"),
+        ("/aggregates?shown_pid=1,x", "'shown_pid' must be up to"),
     ],
 )
 def test_a_bad_parameter_is_a_400_that_names_it(collector: CollectorProcess, query: str, named: str) -> None:
     status, body = collector.get(query)
     assert status == 400 and named in body.decode(), body
+
+
+#: One OS process connected under a name, then again under another: two processes to the collector, one OS pid.
+RENAMED = """
+import sys, ringtrace.client
+for name, spans in (("first-name", 5), ("second-name", 7)):
+    tl = ringtrace.client.connect(sys.argv[1], process_name=name)
+    for i in range(spans):
+        with tl.scope("renamed work", i=i):
+            pass
+    assert tl.flush(5)
+"""
+
+
+def test_shown_pid_selects_the_process_that_shows_it_alone_where_pid_takes_its_os_pid_s_others_too() -> None:
+    collector = CollectorProcess()
+    try:
+        run_script(collector, RENAMED)
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        first, second = processes["first-name"], processes["second-name"]
+        assert first["os_pid"] == second["os_pid"] == first["pid"] != second["pid"]
+
+        def counts(query: str) -> list[tuple[str, int]]:
+            return [(row["name"], row["count"]) for row in collector.json(f"/aggregates?{query}")["rows"]]
+
+        assert counts(f"pid={first['pid']}") == [("renamed work", 12)]  # by OS pid too: both
+        assert counts(f"shown_pid={first['pid']}") == [("renamed work", 5)]
+        assert counts(f"shown_pid={second['pid']}") == [("renamed work", 7)]
+        spans = collector.json(f"/spans?shown_pid={first['pid']}")["spans"]
+        assert len(spans) == 5 and {span["process"] for span in spans} == {"first-name"}
+        shown = collector.json(f"/sources?shown_pid={first['pid']}")["processes"]
+        assert [process["process_name"] for process in shown] == ["first-name"]
+    finally:
+        collector.stop()
 
 
 def test_the_commands_print_tables_and_json(collector: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from browser import KEEP_DRAWN_TEXT, Image, chromium, generous, missing_browser, pixels, uncheck_follow, until
 from certificates import make_certificates
-from collector_process import CollectorProcess, run_workload
+from collector_process import CollectorProcess, run_script, run_workload
 from nats_cluster import NatsCluster, server_binary
 
 _MISSING = missing_browser()
@@ -232,6 +232,42 @@ def test_zoom_changes_what_is_drawn_and_reset_brings_it_back(page: Page) -> None
     assert page.canvas().rows != before.rows
 
 
+#: The page's address's query parameters (their names), once ``[present, absent]`` hold of them: each of ``present``
+#: among them and none of ``absent``; else false.
+ADDRESS_HOLDS = """([present, absent]) => {
+  const params = new URLSearchParams(location.search);
+  return present.every((key) => params.has(key)) && !absent.some((key) => params.has(key)) && [...params.keys()];
+}"""
+
+
+def test_the_0_key_resets_the_zoom_and_takes_the_zoomed_window_out_of_the_address(page: Page) -> None:
+    page.drawn_with(9600)
+    box = page.page.locator("#timeline").bounding_box()
+    columns = sorted({x for x, _ in slices(page.canvas())})
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)
+    for _ in range(5):
+        page.page.mouse.wheel(0, -400)
+    until(page.page, ADDRESS_HOLDS, [["seconds", "since", "until"], []])  # the zoom, written once it paused
+    page.page.focus("#timeline-wrap")
+    page.page.keyboard.press("0")
+    kept = until(page.page, ADDRESS_HOLDS, [["seconds"], ["since", "until"]])
+    assert "seconds" in kept
+    assert page.page.evaluate("document.getElementById('timeline').dataset.view") == ""
+    # Zoomed and reset at once (before the zoom's address was written): the zoom's is not written after.
+    page.page.mouse.move(box["x"] + columns[len(columns) // 2], box["y"] + 120)
+    page.page.mouse.wheel(0, -400)
+    page.page.keyboard.press("0")
+    reset_at = page.page.evaluate("performance.now()")
+    # A second after (the zoom's address is written once it pauses 0.3 s), by the page's clock, still none.
+    after = until(
+        page.page,
+        f"(at) => performance.now() > at + 1000 && ({ADDRESS_HOLDS})([['seconds'], ['since', 'until']])",
+        reset_at,
+    )
+    assert "since" not in after
+    assert page.errors == []
+
+
 def test_hovering_a_slice_shows_its_name_duration_and_args(browser: Any, fleet: CollectorProcess) -> None:
     record(fleet, "hovered")  # its 6 s slice ended just now: it spans the middle of the last 10 s, or near it
     page = Page(browser, fleet.http_url + "/?seconds=10&filter=hovered")
@@ -432,6 +468,127 @@ def test_the_timeline_shows_only_the_ticked_one_of_processes_sharing_an_os_pid(b
         collector.stop()
 
 
+#: One OS process that connects under a name, records, then connects again under another: a second source of the
+#: same OS pid (shown under a pid of its own).
+RENAMED = """
+import sys, ringtrace.client
+for name, spans in (("first-name", 5), ("second-name", 7)):
+    tl = ringtrace.client.connect(sys.argv[1], process_name=name)
+    for i in range(spans):
+        with tl.scope("renamed work", i=i):
+            pass
+    assert tl.flush(5)
+"""
+
+#: The aggregates' rows once they answered a query of the processes given (a string, as the query has them: by
+#: ``shown_pid``, or by ``pid`` as the page once asked), else false.
+AGGREGATE_ROWS_OF = """(pids) => {
+  const query = new URLSearchParams(document.getElementById('aggregates').dataset.query || '');
+  if ((query.get('shown_pid') ?? query.get('pid')) !== pids) return false;
+  return [...document.querySelectorAll('#aggregates tbody tr')]
+    .map((tr) => Object.fromEntries([...tr.cells].map((td) => [td.dataset.key, td.dataset.value])));
+}"""
+
+
+def test_the_aggregates_of_one_source_count_its_spans_not_those_of_another_source_of_its_os_pid(
+    browser: Any,
+) -> None:
+    """A process that connected again under another name is a second source with the same OS pid: ticking the first
+    alone selects it alone (by the pid it shows), and its aggregates count its spans, not the other's too."""
+    collector = CollectorProcess()
+    opened = None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RENAMED, collector.tcp_address], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
+        first, second = processes["first-name"], processes["second-name"]
+        assert first["os_pid"] == second["os_pid"] == first["pid"] != second["pid"]
+        opened = Page(browser, collector.http_url + "/?seconds=600&follow=0")
+        opened.drawn_with(5 + 7)
+        opened.page.uncheck(f"#sources input[data-pid='{second['pid']}']")
+        rows = until(opened.page, AGGREGATE_ROWS_OF, str(first["pid"]))
+        assert [(row["name"], row["count"]) for row in rows] == [("renamed work", "5")]
+        # The search of the same processes lists its spans alone too.
+        opened.page.fill("#search-name", "renamed work")
+        opened.page.click("#search-form button")
+        until(opened.page, "() => document.getElementById('search-info').textContent.includes('slowest first')")
+        listed = opened.page.evaluate(
+            "() => [...document.querySelectorAll('#spans tbody tr')].map((tr) => tr.cells[1].textContent)"
+        )
+        assert len(listed) == 5 and all(text.startswith("first-name · ") for text in listed), listed
+        assert opened.errors == []
+    finally:
+        if opened is not None:
+            opened.close()
+        collector.stop()
+
+
+#: A process with long names (its host's too, as a CI runner's can be), spans on two threads and a source.
+LONG_NAMES = """
+import socket, sys, threading
+socket.gethostname = lambda: "build-runner-7f3c9a2e-eu-west-1-compute-internal"
+import ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name=sys.argv[2])
+queue = tl.source("db pool")
+def work():
+    for i in range(20):
+        with tl.scope("request", i=i):
+            queue.open()
+            queue.close()
+worker = threading.Thread(target=work, name="worker")
+worker.start()
+work()
+worker.join()
+assert tl.flush(5)
+"""
+
+#: Where the processes table's columns end against the box that shows them: ``[the headings' right edges, the
+#: box's left and right edges, how far it scrolls sideways, the page's own width and the window's]`` (CSS px).
+TABLE_FIT = """() => {
+  const wrap = document.querySelector('#sources-panel .table-wrap');
+  const box = wrap.getBoundingClientRect();
+  const rights = [...document.querySelectorAll('#sources th')].map((th) => th.getBoundingClientRect().right);
+  return [rights, box.left, box.right, wrap.scrollWidth - wrap.clientWidth, document.documentElement.scrollWidth,
+    innerWidth];
+}"""
+
+
+def test_at_700_px_the_processes_table_shows_every_column_and_narrower_it_scrolls_within_its_panel(
+    browser: Any,
+) -> None:
+    collector = CollectorProcess()
+    context = None
+    try:
+        for name in ("checkout-service-eu-west-1-canary", "billing-reconciliation-worker"):
+            run_script(collector, LONG_NAMES, name)
+        context = generous(browser.new_context(viewport={"width": 700, "height": 800}))
+        page = context.new_page()
+        page.goto(collector.http_url + "/?seconds=600&follow=0")
+        until(page, "() => document.querySelectorAll('#sources tbody tr').length === 2")
+        rights, left, right, scrolls, page_width, window_width = page.evaluate(TABLE_FIT)
+        assert len(rights) == 12 and max(rights) <= right + 0.5, (rights, right)  # the last column too, in view
+        assert scrolls <= 0 and page_width <= window_width
+        # Narrower than the table can wrap to: it scrolls sideways in its panel (the page itself does not), and
+        # scrolled to its end, its last column shows.
+        page.set_viewport_size({"width": 420, "height": 800})
+        until(page, "() => innerWidth === 420")
+        rights, left, right, scrolls, page_width, window_width = page.evaluate(TABLE_FIT)
+        assert scrolls > 0 and page_width <= window_width, (scrolls, page_width, window_width)
+        assert page.evaluate("getComputedStyle(document.querySelector('#sources-panel .table-wrap')).overflowX") in (
+            "auto",
+            "scroll",
+        )
+        page.evaluate("document.querySelector('#sources-panel .table-wrap').scrollLeft = 1e6")
+        rights, left, right, *_ = page.evaluate(TABLE_FIT)
+        assert left - 0.5 <= rights[-1] <= right + 0.5, (rights, left, right)
+    finally:
+        if context is not None:
+            context.close()
+        collector.stop()
+
+
 #: Stands in for Perfetto UI (no internet in the tests): answers PING with PONG as Perfetto UI does, then keeps what
 #: it is posted, as the page's title says.
 FAKE_PERFETTO = """<!doctype html><title>waiting</title><script>
@@ -534,13 +691,13 @@ AGGREGATES_INFO = "document.getElementById('aggregates-info').textContent"
 #: The aggregates' note once they answered a query of the pids given (a string, as the query has them), else false.
 AGGREGATES_OF = f"""(pids) => {{
   const query = document.getElementById('aggregates').dataset.query;
-  return query && new URLSearchParams(query).get('pid') === pids && {AGGREGATES_INFO};
+  return query && new URLSearchParams(query).get('shown_pid') === pids && {AGGREGATES_INFO};
 }}"""
 
 
 def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: Any) -> None:
-    """A process that lost nothing is shown alone, though the query by its pid also selects one that lost events (its
-    OS pid is the same, as in containers): the banner names no loss; shown alone, the other's are named."""
+    """A process that lost nothing is shown alone, beside one that lost events with the same OS pid (as in containers:
+    a query by ``pid`` would select both): the banner names no loss; shown alone, the other's are named."""
     collector = CollectorProcess("--process-capacity", "512KiB", "--max-frame-size", "64KiB")  # lossy: its own past
     opened = None
     try:
@@ -553,7 +710,7 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
             )
             assert done.returncode == 0, done.stderr
         processes = {p["process_name"]: p for p in collector.json("/sources")["processes"]}
-        assert processes["fine"]["pid"] == 4242  # and the query pid=4242 selects the lossy one too, by its OS pid
+        assert processes["fine"]["pid"] == 4242  # (and pid=4242 would select the lossy one too, by its OS pid)
         loss_keys = ("overwritten", "capped", "discarded", "client_dropped", "label_overflow", "rejected")
         lost = sum(processes["lossy"][f"{key}_events"] for key in loss_keys)
         assert lost > 0 and sum(processes["fine"][f"{key}_events"] for key in loss_keys) == 0
@@ -562,7 +719,7 @@ def test_the_loss_banner_counts_the_losses_of_the_processes_shown_only(browser: 
         opened.page.uncheck(f"#sources input[data-pid='{processes['lossy']['pid']}']")
         shown = until(opened.page, ONE_PROCESS, ["fine", ""])
         assert shown.startswith("5 events · 1 process") and "lost" not in shown, shown
-        # The aggregates of the same window and processes say no loss either (their query selects the lossy one too).
+        # The aggregates of the same window and processes say no loss either.
         aggregates = until(opened.page, AGGREGATES_OF, "4242")
         assert "spans" in aggregates and "lost" not in aggregates, aggregates
         opened.page.check(f"#sources input[data-pid='{processes['lossy']['pid']}']")

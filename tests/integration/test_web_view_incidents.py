@@ -230,3 +230,65 @@ def test_a_programs_incident_is_a_tick_of_its_own_colour_and_says_so_when_hovere
         assert page.errors == []
     finally:
         page.close()
+
+
+#: The query the aggregates or the search last answered (``[table id, incident id or "" for the live store]``), once
+#: it is of that source: their rows' first cells, else false.
+ANSWERED_OF = """([table, incident]) => {
+  const query = new URLSearchParams(document.getElementById(table).dataset.query || 'none=');
+  const of = query.get('incident') || '';
+  return !query.has('none') && of === incident
+    && [...document.querySelectorAll(`#${table} tbody tr`)]
+      .map((tr) => tr.cells[table === 'spans' ? 1 : 0].textContent);
+}"""
+
+
+def test_with_an_incident_open_the_search_and_aggregates_are_the_incident_s_and_back_to_live_the_store_s(
+    browser: Any, saved: Saved
+) -> None:
+    page = page_on(browser, saved)
+    try:
+        page.page.locator("#incidents tbody tr", has_text=RULE).click()
+        until(page.page, SHOWS_INCIDENT, saved.id)
+        names = until(page.page, ANSWERED_OF, ["aggregates", saved.id])
+        assert set(names) == {"request", "checkout"}
+        info = page.page.inner_text("#aggregates-info")
+        assert f"201 spans of 2 names in incident {saved.id}" in info, info
+        # What the page showed is what /aggregates answers of the incident: of its process, "shop", which the live
+        # store no longer holds ("live" holds the same names).
+        query = page.page.evaluate("document.getElementById('aggregates').dataset.query")
+        assert parse_qs(query) == {"incident": [saved.id], "by": ["name"]}
+        by_process = saved.collector.json(f"/aggregates?incident={saved.id}&by=process")["rows"]
+        assert {row["process"] for row in by_process} == {"shop"}
+        # The search reads the incident too; a span picked is zoomed to on the incident's timeline.
+        page.page.fill("#search-name", "checkout")
+        page.page.click("#search-form button")
+        (listed,) = until(page.page, ANSWERED_OF, ["spans", saved.id])
+        assert listed.startswith("shop · "), listed
+        assert f"of incident {saved.id}" in page.page.inner_text("#search-info")
+        page.page.click("#spans tbody tr")
+        until(page.page, "() => document.getElementById('timeline').dataset.marked === 'checkout'")
+        until(page.page, SHOWS_INCIDENT, saved.id)  # (still the incident's timeline)
+        # Back to live: the live store's, the search run again there.
+        page.page.click("#back-to-live")
+        names = until(page.page, ANSWERED_OF, ["aggregates", ""])
+        assert set(names) == {"request", "checkout"}
+        assert "incident" not in page.page.inner_text("#aggregates-info")
+        (listed,) = until(page.page, ANSWERED_OF, ["spans", ""])
+        assert listed.startswith("live · "), listed
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_spans_and_aggregates_of_an_incident_over_http(saved: Saved) -> None:
+    collector = saved.collector
+    spans = collector.json(f"/spans?incident={saved.id}&name=checkout")["spans"]
+    assert [(span["process"], span["name"]) for span in spans] == [("shop", "checkout")]
+    assert [row["process"] for row in collector.json("/aggregates?by=process&process=shop")["rows"]] == []  # cleared
+    status, body = collector.get("/spans?incident=no-such-incident")
+    assert status == 404 and b"no-such-incident" in body, body
+    status, body = collector.get("/aggregates?incident=../etc")
+    assert status == 400 and b"'incident'" in body, body
+    status, body = collector.get(f"/spans?incident={saved.id}&flush_timeout_s=1")
+    assert status == 400 and b"'flush_timeout_s' does not go with 'incident'" in body, body

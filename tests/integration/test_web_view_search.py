@@ -266,6 +266,32 @@ def test_the_aggregates_table_holds_what_get_aggregates_answers(browser: Any, co
         page.close()
 
 
+def test_a_name_clicked_in_the_aggregates_searches_for_that_name_alone(
+    browser: Any, collector: CollectorProcess
+) -> None:
+    """An earlier search's least duration, process and trace are not kept: the aggregates count every span of the name,
+    and the search lists them all."""
+    page = page_on(browser, collector)
+    try:
+        assert [row[0] for row in page.search(name="handle", process="backend", min="1")] == ["handle"]
+        until(page.page, "() => document.querySelectorAll('#aggregates tbody tr').length >= 3")
+        page.page.click("#aggregates td.name >> text=request")
+        query = until(
+            page.page,
+            "() => { const q = document.getElementById('spans').dataset.query;"
+            " return new URLSearchParams(q).get('name') === 'request' && q; }",
+        )
+        asked = parse_qs(query)
+        assert "min_duration" not in asked and "process" not in asked and "trace_id" not in asked, asked
+        until(page.page, "() => document.querySelectorAll('#spans tbody tr').length === 17")
+        assert {row[1].split(" · ")[0] for row in page.rows()} == {"front", "other"}  # 12 and 5
+        assert [page.page.input_value(f"#search-{key}") for key in ("name", "process", "min")] == ["request", "", ""]
+        assert set(parse_qs(urlsplit(page.page.url).query)) & {"process", "min_duration"} == set()
+        assert page.errors == []
+    finally:
+        page.close()
+
+
 def test_the_shared_address_reopens_the_same_window_search_and_span(browser: Any, collector: CollectorProcess) -> None:
     page = page_on(browser, collector)
     try:

@@ -79,6 +79,7 @@ def test_unknown_and_repeated_parameters_are_named() -> None:
         ({"limit": "99999999999999999999999"}, "'limit'"),
         ({"pid": "1,,2"}, "'pid'"),
         ({"pid": ",".join(["1"] * 1001)}, "up to 1000"),
+        ({"shown_pid": "4242,"}, "'shown_pid' must be up to 1000 comma-separated pids"),
         ({"min_priority": "loud"}, r"'min_priority' must be one of fatal, error, warning, .* \(any case\), got 'loud'"),
         ({"format": "json"}, "'format' must be one of chrome"),
         ({"flush_timeout_s": "nan"}, "between 0 and 60"),
@@ -121,6 +122,10 @@ def test_filters_match_processes_tracks_and_kinds() -> None:
     assert not selected.process_matches(30, 30, "web-1", "db1")
     assert not selected.process_matches(10, 10, "api", "db1")
     assert not selected.process_matches(10, 10, "web-1", "db3")
+    shown = parse(shown_pid="10").filter  # the pid a snapshot shows, alone: not another process of OS pid 10
+    assert shown.process_matches(10, 10, "web", "h") and shown.process_matches(5, 10, "web", "h")
+    assert not shown.process_matches(10, 10 + (1 << 22), "web", "h")
+    assert shown.describe() == {"shown_pid": [10]}
     assert selected.track_matches("worker") and not selected.track_matches("worker-2")
     assert selected.kind_matches(message_kind("net", "error", "down"))
     assert not selected.kind_matches(message_kind("net", "info", "up"))

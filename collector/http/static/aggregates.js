@@ -29,9 +29,9 @@ export class AggregatesTable {
   }
 
   // `windowQuery`: the window and processes (a query string); `lostShown`: the events those processes lost as the
-  // timeline counts them (its query by pid may select other processes of the same OS pid, which /aggregates' lost
-  // counts too); else /aggregates' figure.
-  async refresh(windowQuery, lostShown = null) {
+  // timeline counts them (one figure for the processes shown, the same on the page); else /aggregates' figure.
+  // `where`: what `windowQuery` reads, in words (the timeline's window; or an incident's snapshot).
+  async refresh(windowQuery, lostShown = null, where = "the timeline's window") {
     const asked = ++this.asked;
     const params = new URLSearchParams(windowQuery);
     params.set("by", "name");
@@ -43,7 +43,7 @@ export class AggregatesTable {
       this.table.dataset.query = query;  // (what was asked: a test asks the same)
       this.render();
       const spans = doc.rows.reduce((sum, row) => sum + row.count, 0);
-      const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in the timeline's window`];
+      const parts = [`${number.format(spans)} spans of ${number.format(doc.rows.length)} names in ${where}`];
       const still = doc.rows.reduce((sum, row) => sum + (row.open || 0), 0);
       if (still) parts.push(`${number.format(still)} of them open (not ended: counted with their duration so far)`);
       const lostCount = lostShown ?? lost(doc.lost || {});  // (not those forgotten, no clipped arg)
@@ -52,6 +52,15 @@ export class AggregatesTable {
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);
     }
+  }
+
+  // Empties the table (the live store's aggregates while an incident is shown, or the other way), saying `text`.
+  clear(text) {
+    this.asked++;  // (an answer on its way is of what was cleared)
+    this.rows = [];
+    delete this.table.dataset.query;
+    this.render();
+    this.info.textContent = text;
   }
 
   sortBy(key) {
@@ -74,8 +83,9 @@ export class AggregatesTable {
         const value = row[column];
         td.dataset.key = column;
         td.dataset.value = String(value);
-        if (column === "name") { td.className = "name"; td.textContent = value; td.title = `search for ${value}`; }
-        else { td.className = "num"; td.textContent = column === "count" ? number.format(value) : duration(value); }
+        if (column === "name") {
+          td.className = "name"; td.textContent = value; td.title = `search for ${value} alone`;
+        } else { td.className = "num"; td.textContent = column === "count" ? number.format(value) : duration(value); }
         if (column === "count" && row.open) td.title = `${number.format(row.open)} of them open: their duration so far`;
         tr.append(td);
       }

@@ -25,6 +25,7 @@ const INCIDENTS_POLL_MS = 5000;  // the incidents list: new ones are rare
 const INCIDENTS_LISTED = 100;
 const AGGREGATES_POLL_MS = 5000;  // the aggregates, following live (each is a read of the window)
 const TRACE_SPANS = 1000;  // the spans of a trace read to find its processes
+const LIVE_SEARCH = "the slowest spans of the timeline's window, of the processes ticked";  // (index.html's too)
 
 const state = { timelineBusy: false, timelineQueued: false, lastFetch: 0, originNs: null, flameBusy: false, flameQueued: false,
   incident: null, incidentsListed: true,  // incident: the id the timeline shows (null: the live store)
@@ -42,8 +43,10 @@ const searchInputs = { name: $("search-name"), process: $("search-process"), min
   trace_id: $("search-trace") };
 const search = new SearchPanel($("search-form"), searchInputs, $("spans"), $("search-info"), (span) => pickSpan(span));
 search.onSearch = () => runSearch();
+// A name clicked in the aggregates: a search for that name alone (the other fields of an earlier search emptied: the
+// aggregates count every span of the name, whatever its duration, process or trace).
 const aggregates = new AggregatesTable($("aggregates"), $("aggregates-info"), (name) => {
-  search.fill({ name });
+  search.fill({ name, process: "", min_duration: "", trace_id: "" });
   runSearch();
 });
 const marks = new TraceMarks();
@@ -134,9 +137,15 @@ function settleSeconds() {
 function selection() {
   const params = state.fixed === null ? new URLSearchParams({ since: `-${windowSeconds()}s` })
     : new URLSearchParams({ since: String(state.fixed[0]), until: String(state.fixed[1]) });
-  const pids = sources.selectedPids();
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, sources.selectedPids());
   return params.toString();
+}
+
+// Selects the processes `pids` (null: every one) in the query `params`, by the pid each shows (/sources' pid,
+// shown_pid): those alone, not another process that has the same OS pid (one that connected again under another
+// name), as `pid` would.
+function selectProcesses(params, pids) {
+  if (pids !== null) params.set("shown_pid", pids.length ? pids.join(",") : "0");
 }
 
 // The query string of the search and the aggregates: the window last drawn, as absolute times, and the processes
@@ -144,7 +153,7 @@ function selection() {
 function windowQuery(pids = sources.selectedPids()) {
   if (state.windowNs === null) return null;
   const params = new URLSearchParams({ since: String(state.windowNs[0]), until: String(state.windowNs[1]) });
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, pids);
   return params.toString();
 }
 
@@ -204,13 +213,25 @@ async function showIncident(id, keepView) {
     ? [Number(BigInt(record.window.since_ns) - origin), Number(BigInt(record.window.until_ns) - origin)]
     : extent(model);
   timeline.setMarker(triggerOf(record, doc.origin_ns));
-  marks.set(null, null);  // (the search reads the live store)
+  setMarks();  // (a span of the incident's, picked in its search)
   timeline.setModel(model, kept, keepView);
   $("incident-name").textContent = record ? `${record.id} · ${record.rule || ""}` : id;
   showInfo(model, doc, null, fetched - started, performance.now() - fetched);
   const from = record ? ` · kept from ${processesText(record.processes)}` : " · not among the incidents listed";
   $("timeline-info").prepend(`incident ${id}${from} · `);
   $("flame-info").textContent = "the flame graph reads the live store: back to live to see it";
+  // The search and the aggregates read the incident's snapshot too (all of it: every process it kept).
+  aggregates.refresh(incidentQuery(id), null, incidentWhere(id));
+  if (search.given()) runSearch(); else search.clear(`the slowest spans of ${incidentWhere(id)}`);
+}
+
+// The query that points /spans and /aggregates at the incident `id`'s snapshot, and the words for it.
+function incidentQuery(id) {
+  return new URLSearchParams({ incident: id }).toString();
+}
+
+function incidentWhere(id) {
+  return `incident ${id} (its snapshot, every process it kept)`;
 }
 
 // The trace and the span to mark in the next model drawn.
@@ -242,10 +263,23 @@ function saveView() {
   timeline.canvas.dataset.view = fixed ? `${since}/${until}` : "";
 }
 
+// The whole window in view again (the Reset button, the 0 key). The address drops the view that zooming wrote: a
+// window of the last seconds holds no since/until (a fixed one, a span's or an address's, is written as it is), and
+// a save of the zoom still due is dropped.
+function resetZoom() {
+  clearTimeout(flameAfterMove);
+  timeline.reset();
+  refreshFlameGraph();
+  if (state.fixed !== null) { saveView(); return; }
+  writeAddress({ since: null, until: null });
+  timeline.canvas.dataset.view = "";
+}
+
 // A span of the search picked: the window fixed around it (the one drawn, widened to hold it), the timeline zoomed to
 // it with a margin, its trace's processes ticked (those alone), the span marked and the trace's arrows drawn.
 async function pickSpan(span) {
-  if (state.incident !== null || state.windowNs === null) return;
+  if (state.incident !== null) { pickIncidentSpan(span); return; }
+  if (state.windowNs === null) return;
   const startNs = BigInt(span.start_ns);
   const endNs = startNs + BigInt(span.duration_ns);
   const margin = BigInt(Math.max(Math.round(span.duration_ns / 5), 10000));  // a fifth each side, 10 µs at least
@@ -271,10 +305,26 @@ async function pickSpan(span) {
   await refreshTimeline(true);
 }
 
+// A span of the incident shown picked: the timeline zoomed to it (a fifth of its length each side), the span marked
+// and its trace's arrows drawn; the incident's processes stay as they are.
+function pickIncidentSpan(span) {
+  if (state.originNs === null || timeline.model === null) return;
+  const startNs = BigInt(span.start_ns);
+  const margin = BigInt(Math.max(Math.round(span.duration_ns / 5), 10000));
+  state.trace = span.trace_id || null;
+  state.span = { pid: span.pid, startNs, name: span.name, durationNs: span.duration_ns };
+  setMarks();
+  marks.locate(timeline);
+  timeline.view = [Number(startNs - margin - state.originNs), Number(startNs + BigInt(span.duration_ns) + margin
+    - state.originNs)];
+  timeline.draw();
+  $("timeline-panel").scrollIntoView({ block: "nearest" });
+}
+
 // Ticks the processes that hold spans of trace `traceId` in the window (and `pid`), those alone.
 async function tickTrace(traceId, pid) {
   const params = new URLSearchParams(selection());
-  params.delete("pid");
+  params.delete("shown_pid");
   params.set("trace_id", traceId);
   params.set("limit", String(TRACE_SPANS));
   const pids = new Set(pid === null ? [] : [pid]);
@@ -288,10 +338,7 @@ async function tickTrace(traceId, pid) {
 
 function runSearch() {
   writeAddress(search.values());
-  if (state.incident !== null) {
-    $("search-info").textContent = "the search reads the live store: back to live to use it";
-    return;
-  }
+  if (state.incident !== null) { search.run(incidentQuery(state.incident), incidentWhere(state.incident)); return; }
   const query = windowQuery();
   if (query === null) $("search-info").textContent = "the search waits for the timeline's window";
   else search.run(query);
@@ -314,6 +361,11 @@ function openIncident(id) {
   $("incident-name").textContent = id;
   incidents.setOpen(id);
   writeAddress({ incident: id, ...liveView() });  // (the incident's window is its own)
+  state.trace = null;
+  state.span = null;
+  // The live store's spans and aggregates are not the incident's: gone until its own are read (showIncident).
+  search.clear(`reading ${incidentWhere(id)}…`);
+  aggregates.clear(`reading ${incidentWhere(id)}…`);
   refreshTimeline();
 }
 
@@ -323,7 +375,11 @@ function backToLive() {
   incidents.setOpen(null);
   writeAddress({ incident: null });
   $("follow").checked = true;
-  followLive();
+  // The incident's spans and aggregates are not the live store's: those are read again (the aggregates with the
+  // window, the search once it is drawn).
+  search.clear(LIVE_SEARCH);
+  aggregates.clear("");
+  followLive().then(() => { if (search.given() && state.incident === null) runSearch(); });
 }
 
 // Back to the last seconds, following live: no fixed window, no span marked.
@@ -333,7 +389,7 @@ function followLive() {
   state.span = null;
   writeAddress(liveView());
   timeline.canvas.dataset.view = "";
-  refreshTimeline();
+  return refreshTimeline();
 }
 
 async function pollIncidents() {
@@ -351,9 +407,8 @@ async function pollIncidents() {
   }
 }
 
-// `pids`: the processes shown (null: all); the report also counts those the query's pid brought along (another
-// process with the same OS pid), which are not shown, and apart those forgotten. Events lost as the table counts them,
-// by the processes shown: returned, for the aggregates' note.
+// `pids`: the processes shown (null: all); the report counts apart those forgotten. Events lost as the table counts
+// them, by the processes shown: returned, for the aggregates' note.
 function showInfo(model, doc, pids, fetchMs, drawMs) {
   const info = $("timeline-info");
   const processes = model.processes;
@@ -381,8 +436,7 @@ function flameSelection() {
     since: String(state.originNs + BigInt(Math.floor(from))),
     until: String(state.originNs + BigInt(Math.ceil(to))),
   });
-  const pids = sources.selectedPids();
-  if (pids !== null) params.set("pid", pids.length ? pids.join(",") : "0");
+  selectProcesses(params, sources.selectedPids());
   const thread = $("flame-thread").value.trim();
   if (thread) params.set("track", thread);
   return params.toString();
@@ -412,7 +466,8 @@ async function refreshFlameGraph() {
 $("flame-refresh").addEventListener("click", () => refreshFlameGraph());
 $("flame-thread").addEventListener("change", () => refreshFlameGraph());
 $("refresh").addEventListener("click", () => refreshTimeline());
-$("reset").addEventListener("click", () => { timeline.reset(); refreshFlameGraph(); saveView(); });
+$("reset").addEventListener("click", () => resetZoom());
+timeline.onReset = () => resetZoom();
 $("fit").addEventListener("click", () => {
   if (timeline.model && timeline.model.count) timeline.show(...extent(timeline.model));
 });
@@ -468,7 +523,7 @@ async function start() {
   if (state.trace !== null && state.incident === null) await tickTrace(state.trace, state.span && state.span.pid);
   await refreshTimeline();
   if (state.fixed !== null) saveView();
-  if (search.given()) runSearch();
+  if (search.given() && state.incident === null) runSearch();  // (an incident's: once it is shown)
   setInterval(pollSources, POLL_MS);
   setInterval(pollIncidents, INCIDENTS_POLL_MS);
   setInterval(() => {

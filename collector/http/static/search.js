@@ -53,7 +53,17 @@ export class SearchPanel {
     return params.toString();
   }
 
-  async run(windowQuery) {
+  // Empties the list (a search of the live store while an incident is shown, or the other way), saying `text`.
+  clear(text) {
+    this.asked++;  // (an answer on its way is of what was cleared)
+    this.spans = [];
+    delete this.body.parentElement.dataset.query;
+    this.render();
+    this.info.textContent = text;
+  }
+
+  // `where`: what `windowQuery` reads, in words (the timeline's window; or an incident's snapshot).
+  async run(windowQuery, where = "the timeline's window") {
     const asked = ++this.asked;
     const query = this.query(windowQuery);
     this.info.textContent = "searching…";
@@ -65,8 +75,9 @@ export class SearchPanel {
       this.render();
       const n = doc.spans.length;
       const more = n === LISTED ? ` (the slowest ${LISTED})` : "";
-      this.info.textContent = n ? `${n} span${n === 1 ? "" : "s"}${more}, slowest first · click one to zoom to it`
-        : "no span in the timeline's window matches";
+      const of = where === "the timeline's window" ? "" : ` of ${where}`;
+      this.info.textContent = n ? `${n} span${n === 1 ? "" : "s"}${of}${more}, slowest first · click one to zoom to it`
+        : `no span in ${where} matches`;
     } catch (error) {
       if (asked === this.asked) this.info.textContent = String(error.message || error);
     }

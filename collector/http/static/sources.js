@@ -169,7 +169,7 @@ export class SourcesTable {
     pick.title = `show ${p.process_name} in the timeline`;
     cell("", "pick").append(pick);
     cell(p.process_name, "name");
-    cell(p.host);
+    cell(p.host, "host");
     cell(p.os_pid === p.pid ? String(p.pid) : `${p.pid} (os ${p.os_pid})`, "num");
     const state = Object.assign(document.createElement("span"), { className: "state" });
     const dot = Object.assign(document.createElement("span"), { className: p.connections ? "dot on" : "dot" });

@@ -53,6 +53,7 @@ export class Timeline {
     this.full = [0, 1];  // the window fetched
     this.layout = [];
     this.onUserMove = () => {};
+    this.onReset = () => this.reset();  // the 0 key (the page resets as its Reset button does)
     this.drawn = 0;  // draws done (a test waits for a new one)
     this.marker = null;  // an opened incident's trigger: { start, end, label } in ns since origin
     this.overlay = null;  // over the rows: { locate(timeline) in each new model, draw(ctx, timeline) } (trace_marks.js)
@@ -452,7 +453,7 @@ export class Timeline {
         s: () => this.zoom(1.25), "-": () => this.zoom(1.25),
         a: () => this.pan(-span * 0.15), ArrowLeft: () => this.pan(-span * 0.15),
         d: () => this.pan(span * 0.15), ArrowRight: () => this.pan(span * 0.15),
-        0: () => this.reset(),
+        0: () => this.onReset(),
       };
       const action = actions[event.key];
       if (action) { event.preventDefault(); action(); }

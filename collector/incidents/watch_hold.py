@@ -22,6 +22,7 @@ one as the engine does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Container
 from functools import partial
 from typing import Final
@@ -182,15 +183,30 @@ def stored_now(
     return frames, [(processes[segment.owner], segment) for segment in frames.segments], kept
 
 
-async def step_pinned(watch: Watch, registry: Registry, store: Store, hold: WatchHold | None) -> list[Firing]:
+async def step_pinned(
+    watch: Watch, registry: Registry, store: Store, hold: WatchHold | None, spent: list[float] | None = None
+) -> list[Firing]:
     """One step of ``watch`` on a worker thread, the stored segments it reads pinned meanwhile (``stored_now``);
     then ``hold`` counts what left while the step read it, and lets go of what the watch has read (``let_go``),
     even if the step failed; a step that raised hands what it was told of processes gone to the next (``untold``).
     (What it keeps of processes forgotten is let go of before the next step's snapshot: after a step that did not
-    see them, the watch no longer knows what it read of them.)"""
+    see them, the watch no longer knows what it read of them.) ``spent`` is given the wall time the step took: its
+    snapshot, on the event loop, and its reading, on the worker; not the time it waited for the worker or for the loop
+    to take it back, which on a busy collector is most of the await."""
+    began = time.monotonic()
     frames, segments, kept = stored_now(registry, store, hold)
+    taken = time.monotonic() - began
+
+    def step() -> list[Firing]:
+        began = time.monotonic()
+        try:
+            return watch.step(segments, kept)
+        finally:
+            if spent is not None:
+                spent.append(taken + time.monotonic() - began)
+
     try:
-        return await read_pinned(frames, lambda: watch.step(segments, kept))
+        return await read_pinned(frames, step)
     except BaseException:
         if hold is not None:  # (what it was told of processes gone is the next step's to count)
             hold.untold()

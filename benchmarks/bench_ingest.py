@@ -164,7 +164,6 @@ def record_stream(
     from ringtrace.client.delivery.flusher import FLUSHER
     from ringtrace.client.delivery.listeners import SerializedListener
     from ringtrace.wire.stream_encoder import EncodedBatch
-    from ringtrace.wire.table_frames import Track
 
     max_frame_bytes, events_per_frame = frame_shape or FRAME_SHAPES[shape]
 
@@ -227,6 +226,13 @@ def record_stream(
         for worker in workers:
             worker.join()
         tl.remove_listener(capture)
+    return stream_of(shape, frames, directory)
+
+
+def stream_of(shape: str, frames: list[bytes], directory: Path) -> Stream:
+    """The stream of a client's ``frames`` split for replay (kept in ``directory / shape``): its tables up front,
+    then its EVENTS frames."""
+    from ringtrace.wire.table_frames import Track
 
     prefix, events, count = [], [], 0
     for frame in frames:
@@ -686,7 +692,7 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
                 f"{target.name} ({target.command}): sent {target.sent_events:,} events, "
                 f"{target.sent_bytes:,} B after handshakes; /healthz {json.dumps(health)}"
             )
-            watch = target.coll.stats().get("incident_engine")
+            watch = rule_watch_stats(target.coll)
             if isinstance(watch, dict) and watch.get("rules"):  # what the rule watch read of what was received
                 unread = int(watch["unread_events"])  # (watch_hold_dropped_events among them)
                 received = int(health["received_events"])  # type: ignore[call-overload]
@@ -695,10 +701,29 @@ def throughput(args: argparse.Namespace, streams: list[Stream], stack: ExitStack
                     f"events unread ({unread / max(received, 1):.1%}; of them past what it may hold, "
                     f"watch_hold_dropped_events: {watch['watch_hold_dropped_events']:,})"
                 )
+                incidents = target.coll.stats()["incidents"]
+                print(
+                    f"{target.name}: incidents fired {incidents['fired']:,}, saved {incidents['saved']:,}, "
+                    f"suppressed {incidents['suppressed']:,} (past max_per_minute, busy or refused), failed "
+                    f"{incidents['failed']:,}"
+                )
             if target.coll.process.poll() is not None:
                 print(f"{target.name} exited with {target.coll.process.returncode}", file=sys.stderr)
                 return 1
     return 0
+
+
+def rule_watch_stats(coll: Collector, timeout_s: float = 60.0) -> Any:
+    """The collector's ``incident_engine`` stats, once its rule watch has counted unread what its hold dropped (it
+    counts at its next step, and paced to its share of the time, that may be seconds away): within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        watch = coll.stats().get("incident_engine")
+        if not isinstance(watch, dict) or not watch.get("rules") or time.monotonic() > deadline:
+            return watch
+        if int(watch["unread_events"]) >= int(watch["watch_hold_dropped_events"]):
+            return watch
+        time.sleep(0.5)
 
 
 # -- memory ---------------------------------------------------------------------------------------------------------

@@ -264,16 +264,18 @@ class IncidentEngine:
             if self._reloaded is not None:
                 self._follow(self._reloaded)
                 self._reloaded = None
-            began = time.monotonic()
+            spent: list[float] = []
             try:
-                firings = await self._watch_step()
+                firings = await self._watch_step(spent)
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
             # A step takes at most WATCH_SHARE of the (wall) time: it holds the GIL ingest needs. Under a flood it reads
             # what it can (what the ring overwrote is kept for it within a bound); what leaves unread is counted, never
             # silent. (Paced by CPU time it cost a saturated ingest far more than its share, pinning only what it read.)
-            pause_s = max(WATCH_INTERVAL_S, (time.monotonic() - began) * (1 - WATCH_SHARE) / WATCH_SHARE)
+            # The step's own time: not its waits for a worker and for the busy loop to take it back (they stretched the
+            # pauses of a loaded collector's watch 20-fold, to seconds, and its rules fired that late).
+            pause_s = max(WATCH_INTERVAL_S, sum(spent) * (1 - WATCH_SHARE) / WATCH_SHARE)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
                 if rule is None:
@@ -284,12 +286,13 @@ class IncidentEngine:
                     self.counts.add(self.counts.failed, firing.rule)
                     log.exception("incidents: rule %r fired, but its incident could not begin", firing.rule)
 
-    async def _watch_step(self) -> list[Firing]:
-        """One step of the watch on a worker thread, the stored segments it reads pinned meanwhile."""
+    async def _watch_step(self, spent: list[float]) -> list[Firing]:
+        """One step of the watch on a worker thread, the stored segments it reads pinned meanwhile (the wall time it
+        took appended to ``spent``)."""
         watch = self._watch
         if watch is None:
             return []
-        firings = await step_pinned(watch, self._registry, self._store, self._hold)
+        firings = await step_pinned(watch, self._registry, self._store, self._hold, spent)
         self.counts.add_all(self.counts.suppressed, watch.take_surplus())  # (past max_per_minute in the step)
         return firings
 

@@ -22,6 +22,7 @@ one as the engine does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Container
 from functools import partial
 from typing import Final
@@ -69,8 +70,10 @@ class WatchHold:
         #: ``let_go``, once the step ended.
         self._reading: Container[int] = ()
         self._leaving: list[tuple[int, int]] = []
-        #: The processes a segment of which left while the watch was there (``kept_of_gone``).
+        #: The processes a segment of which left while the watch was there (``kept_of_gone``), and those of them
+        #: told to the step under way (told again to the next one if it raised: ``untold``).
         self._left: set[int] = set()
+        self._telling: set[int] = set()
         store.on_evicted(self.evicted)
 
     def evicted(self, segment: Segment, why: Removal) -> None:
@@ -105,10 +108,18 @@ class WatchHold:
     def kept_of_gone(self, present: Container[int]) -> dict[int, int]:
         """Per process no longer among ``present`` (forgotten: it ended and holds nothing stored) a segment of which
         left while the watch was there, the events the store had kept of it (``Store.kept_events`` remembers them): for
-        the watch's next step to count what it did not read of them (``RuleWatch.unread_events``). Each is told once."""
+        the watch's next step to count what it did not read of them (``RuleWatch.unread_events``). Each is told once,
+        to a step that ends (one that raises hands them to the next: ``untold``)."""
         gone = [owner for owner in self._left if owner not in present]
         self._left.difference_update(gone)
+        self._telling = set(gone)
         return self._store.kept_events(gone)
+
+    def untold(self) -> None:
+        """The step told of the processes gone (``kept_of_gone``) raised: the next one is told of them instead (the
+        store remembers what it kept of each; a step told twice counts the same)."""
+        self._left |= self._telling
+        self._telling = set()
 
     def _drop(self, unread: int) -> None:
         self.dropped_segments += 1
@@ -172,14 +183,34 @@ def stored_now(
     return frames, [(processes[segment.owner], segment) for segment in frames.segments], kept
 
 
-async def step_pinned(watch: Watch, registry: Registry, store: Store, hold: WatchHold | None) -> list[Firing]:
+async def step_pinned(
+    watch: Watch, registry: Registry, store: Store, hold: WatchHold | None, spent: list[float] | None = None
+) -> list[Firing]:
     """One step of ``watch`` on a worker thread, the stored segments it reads pinned meanwhile (``stored_now``);
     then ``hold`` counts what left while the step read it, and lets go of what the watch has read (``let_go``),
-    even if the step failed. (What it keeps of processes forgotten is let go of before the next step's snapshot:
-    after a step that did not see them, the watch no longer knows what it read of them.)"""
+    even if the step failed; a step that raised hands what it was told of processes gone to the next (``untold``).
+    (What it keeps of processes forgotten is let go of before the next step's snapshot: after a step that did not
+    see them, the watch no longer knows what it read of them.) ``spent`` is given the wall time the step took: its
+    snapshot, on the event loop, and its reading, on the worker; not the time it waited for the worker or for the loop
+    to take it back, which on a busy collector is most of the await."""
+    began = time.monotonic()
     frames, segments, kept = stored_now(registry, store, hold)
+    taken = time.monotonic() - began
+
+    def step() -> list[Firing]:
+        began = time.monotonic()
+        try:
+            return watch.step(segments, kept)
+        finally:
+            if spent is not None:
+                spent.append(taken + time.monotonic() - began)
+
     try:
-        return await read_pinned(frames, lambda: watch.step(segments, kept))
+        return await read_pinned(frames, step)
+    except BaseException:
+        if hold is not None:  # (what it was told of processes gone is the next step's to count)
+            hold.untold()
+        raise
     finally:
         if hold is not None:
             hold.let_go()

@@ -254,3 +254,47 @@ def test_segments_that_leave_while_a_step_reads_them_count_only_what_it_left_unr
             await engine.stop()
 
     asyncio.run(run())
+
+
+class LoopBusyWatch(SteppedWatch):
+    """A watch whose steps are quick but keep the event loop busy meanwhile for ``busy_s`` (as ingest keeps a flooded
+    collector's loop), so that each step's await ends that late; it notes when each step began."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, busy_s: float) -> None:
+        super().__init__([])
+        self.loop, self.busy_s = loop, busy_s
+        self.began: list[float] = []
+
+    def step(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> list[Firing]:
+        self.began.append(time.monotonic())
+        busy = threading.Event()
+
+        def keep_busy() -> None:
+            busy.set()
+            time.sleep(self.busy_s)  # (the loop's thread at work: the step's result waits for it)
+
+        self.loop.call_soon_threadsafe(keep_busy)
+        busy.wait(DEADLINE_S)
+        self.steps += 1
+        return []
+
+
+def test_the_watch_is_paced_by_what_its_steps_take_not_by_how_late_the_busy_loop_takes_them_back(
+    tmp_path: Path,
+) -> None:
+    # The pause after a step was 19 times the whole await of it, the time the busy loop took to take its result back
+    # included: a loaded collector's watch stepped every few seconds (its steps taking milliseconds), and its rules
+    # fired seconds late.
+    async def run() -> None:
+        busy_s = 0.5
+        watch = LoopBusyWatch(asyncio.get_running_loop(), busy_s)
+        engine = _engine(tmp_path, watch, SLOW)
+        await engine.start()
+        try:
+            await _until(lambda: watch.steps >= 3)
+        finally:
+            await engine.stop()
+        gaps = [later - earlier for earlier, later in zip(watch.began, watch.began[1:], strict=False)]
+        assert max(gaps) < busy_s + 2.0, f"steps {gaps} s apart, each taking milliseconds"
+
+    asyncio.run(run())

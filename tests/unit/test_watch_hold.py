@@ -3,13 +3,15 @@ read them (``WatchHold``): a real store and a real watch; what the bound cannot 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import pytest
 from ringtrace.collector.incidents.firing import Firing
 from ringtrace.collector.incidents.rules import SpanCondition
 from ringtrace.collector.incidents.watch import RuleWatch
-from ringtrace.collector.incidents.watch_hold import WatchHold, stored_now
+from ringtrace.collector.incidents.watch_hold import WatchHold, step_pinned, stored_now
 from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.holdings import Removal
 from ringtrace.collector.store.processes import Registry
@@ -236,3 +238,51 @@ def test_what_a_forgotten_process_left_unread_is_counted_unread_and_dropped_once
     judged += engine_step(registry, store, watch, hold)
     assert hold.segments() == [] and hold.dropped_events == stored - judged
     assert watch.unread_events == stored - judged
+
+
+class FailingWatch(RuleWatch):
+    """A watch whose next step raises once ``fail`` is set, as a bug in it would: the engine logs it and steps on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail = False
+
+    def step(
+        self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
+    ) -> list[Firing]:
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("the step failed")
+        return super().step(segments, kept)
+
+
+def pinned_step(registry: Registry, store: Store, watch: RuleWatch, hold: WatchHold) -> int:
+    """One step as the engine takes it (``step_pinned``, on a worker thread): the events it judged."""
+    fired = len(asyncio.run(step_pinned(watch, registry, store, hold)))
+    return fired + sum(watch.take_surplus().values())
+
+
+def test_what_a_forgotten_process_left_unread_is_counted_after_a_step_that_raised() -> None:
+    # The processes forgotten since the last step are told to the next step once (what the store had kept of each):
+    # a step that raised took them along, and the watch never counted what it had not read of them (segments stored
+    # and gone between two steps, which it never saw).
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    registry = Registry()
+    record = registry.known(Hello(100, "h", "proc", "i1", "boot", 1, 2, "test"))
+    client = Stream(store, record.uid)
+    watch = FailingWatch(rules(SpanCondition("slow", 1)), Limits(), max_step_bytes=MIN_SEGMENT_BYTES // 2)
+    hold = WatchHold(store, MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)  # (keeps one)
+    pinned_step(registry, store, watch, hold)
+    fill(store, client)
+    store.close_stream(client.stream)
+    stored = store.kept_events([record.uid])[record.uid]
+    for segment in store.stored([record.uid]):
+        store.published(segment)
+    registry.forget(record)  # (as ``ProcessControl.forget_idle`` does)
+    store.forget(record.uid)
+    watch.fail = True
+    with pytest.raises(RuntimeError, match="the step failed"):
+        pinned_step(registry, store, watch, hold)
+    assert pinned_step(registry, store, watch, hold) == 0
+    assert hold.segments() == [] and hold.dropped_events == stored
+    assert watch.unread_events == stored, "what the step that raised was told is told to the next one"

@@ -15,6 +15,7 @@ from ringtrace.client.delivery.exit_delivery import SigtermDelivery
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.listeners import default_process_name, name_process
 from ringtrace.client.delivery.process_identity import rename_instance
+from ringtrace.client.delivery.retiring import RETIRING
 from ringtrace.client.delivery.streaming.streamer import Streamer, rename_unstarted
 from ringtrace.client.options import StreamerOptions
 from ringtrace.client.recording.timelines import DEFAULT_TIMELINE, Timeline
@@ -118,8 +119,8 @@ def _attach(address: str, opts: StreamerOptions, *, renamed_is_new: bool = False
         name_process(streamer.process_name)  # a FileListener made after is the same process by name too
         _connected = (address, opts, streamer)
         _install_fork_hook()  # after the flusher's (add_listener installs it): at fork, that one runs first
-    if previous is not None:
-        previous.close(opts.exit_timeout_s)  # delivers what it was handed, within exit_timeout_s
+    if previous is not None:  # delivers what it was handed, within exit_timeout_s, on a thread of its own
+        RETIRING.retire(previous, opts.exit_timeout_s)
     _deliver_before_multiprocessing_exit()
     return _default
 

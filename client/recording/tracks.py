@@ -162,18 +162,17 @@ class Tracks:
         self.buffers.append(created)
         return created
 
-    def lane_for(self, task: Task[Any], label: str | None, room: int) -> TrackBuffer:
+    def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
         """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
-        A lane's buffer holding ``room`` values or more is left as it is, though a done task has it: ``task``'s event
-        will not fit (the recorder counts it refused), and it asks again while the buffer is full."""
+        A task takes the buffer from the done task before it with a switch even when the buffer is full (a switch is
+        no event, and keeps no more than the task it names): its events are refused until the buffer is drained, but
+        a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s."""
         lane = self._lane(task, self.thread_buffer(label).track)
         buffer = lane.buffer
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
             self.buffers.append(buffer)
         elif buffer.owner is not task:
-            if len(buffer.events) >= room:
-                return buffer
             self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
             buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
             buffer.owner = task

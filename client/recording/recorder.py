@@ -341,7 +341,7 @@ class Recorder(_RecorderBase):
         if self._thread_events() is None:
             return None
         with self._lock:
-            buffer = self._tracks.lane_for(task, self._track_label)
+            buffer = self._tracks.lane_for(task, self._track_label, self._wake_buffered_values)
         return buffer.events
 
     def _events(self) -> list[Any] | None:

@@ -162,11 +162,12 @@ class Tracks:
         self.buffers.append(created)
         return created
 
-    def lane_for(self, task: Task[Any], label: str | None) -> TrackBuffer:
+    def lane_for(self, task: Task[Any], label: str | None, wake_at: int) -> TrackBuffer:
         """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
         A task takes the buffer from the done task before it with a switch even when the buffer is full (a switch is
         no event, and keeps no more than the task it names): its events are refused until the buffer is drained, but
-        a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s."""
+        a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s. A
+        switch added where the buffer holds ``wake_at`` values wakes the flusher, as an event added there would."""
         lane = self._lane(task, self.thread_buffer(label).track)
         buffer = lane.buffer
         if buffer is None:
@@ -174,8 +175,11 @@ class Tracks:
             self.buffers.append(buffer)
         elif buffer.owner is not task:
             self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
+            held = len(buffer.events)
             buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
             buffer.owner = task
+            if held == wake_at:  # the recorders wake it as they add an event at that place: none will be added there
+                FLUSHER.wake()
         lane.task = task
         self.task_buffers[task] = buffer
         return buffer

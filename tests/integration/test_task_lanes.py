@@ -120,6 +120,37 @@ def test_a_scope_opened_on_a_full_lane_and_ended_after_the_drain_reaches_the_col
     assert [e["args"]["task"] for e in events(trace, "X") if e["name"] == "late"] == ["late"]
 
 
+#: Tasks that record one instant each, one after the other, on a lane whose buffer would fill within a few of them: a
+#: sweep is only what a half-full buffer asks for (the interval is far longer than the run).
+_HALF_FULL = """
+import asyncio, sys, ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="half full", batch_interval_s=600.0)
+tl.max_buffered_events = 22  # half: 11 events' values, where the records alternate a task's switch and its instant
+
+async def one(i):
+    tl.instant("request", i=i)
+
+async def main():
+    for i in range(60):
+        await asyncio.create_task(one(i))
+        await asyncio.sleep(0.03)  # time enough for the flusher a half-full buffer wakes
+
+asyncio.run(main())
+print("delivered:", tl.flush(timeout_s=30))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_a_task_switch_that_makes_a_lane_half_full_wakes_the_flusher(
+    collector: CollectorProcess, pure_python: bool
+) -> None:
+    done = _run(_HALF_FULL, [collector.tcp_address], pure_python)
+    assert done.returncode == 0 and "delivered: True" in done.stdout, (done.stdout, done.stderr)
+    trace = collector.snapshot()
+    assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(60))
+
+
 def _run(program: str, args: list[str], pure_python: bool) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if name != "RINGTRACE_PURE_PYTHON"}
     if pure_python:

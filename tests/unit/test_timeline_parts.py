@@ -19,6 +19,9 @@ from ringtrace.client.recording.tracks import NOT_RECORDING, Tracks
 from ringtrace.wire.message_format import priority_level
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
+#: Where lane_for's switches wake the flusher in these tests: nowhere.
+NO_WAKE = -1
+
 
 def instants(count: int) -> list[Any]:
     values: list[Any] = []
@@ -45,12 +48,12 @@ def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_
 
     async def lanes() -> tuple[TrackInfo, TrackInfo, TrackInfo]:
         first = asyncio.create_task(asyncio.sleep(0))
-        one = tracks.lane_for(first, None)
-        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None)
+        one = tracks.lane_for(first, None, NO_WAKE)
+        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, NO_WAKE)
         assert tracks.forget([one]) == []  # its task still runs: the lane and its buffer are its
         await first
         assert tracks.forget([one]) == [one.track]
-        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None)
+        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, NO_WAKE)
         assert three is not one  # a buffer of its own, on the lane given back
         await asyncio.sleep(0.02)
         return one.track, two.track, three.track
@@ -71,7 +74,7 @@ def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_an
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -96,7 +99,7 @@ def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten(
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -116,12 +119,12 @@ def test_a_full_lane_is_taken_by_the_next_task_with_a_switch_that_is_no_event() 
     lost: list[int] = []
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None).events.extend(instants(2))
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(2))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record())  # as many as the timeline's bound held, say
         task = asyncio.create_task(asyncio.sleep(0))
-        full = tracks.lane_for(task, None)
+        full = tracks.lane_for(task, None, NO_WAKE)
         # Its own though full: the recorder refuses its events until a drain, and a scope it opened meanwhile ends
         # there after the drain, named by this task.
         assert (len(full.events), full.owner is task) == (3 * RECORD_FIELDS, True)
@@ -145,7 +148,7 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     task_buffers = tracks.task_buffers
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None).events.extend((INSTANT, "x", 1, 1, None))
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend((INSTANT, "x", 1, 1, None))
 
     asyncio.run(record())
     taken = tracks.take_all()
@@ -205,7 +208,7 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
     tracks = Tracks()
 
     async def record() -> None:
-        lane = tracks.lane_for(asyncio.current_task(), None)
+        lane = tracks.lane_for(asyncio.current_task(), None, NO_WAKE)
         lane.events.extend((SPAN, "s", 1, 2, {"k": 1}, INSTANT, "i", 3, 3, None))
 
     asyncio.run(record())

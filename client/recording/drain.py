@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer
+from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer, switches_in
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
@@ -59,8 +59,12 @@ def take_events(buffers: list[TrackBuffer], taken: list[Run] | None = None) -> t
 
 
 def events_in(runs: Iterable[Any]) -> int:
-    """The events of runs taken: flat values, a ``CallRun``, a ``RecordRun``, or a segment not copied yet."""
-    return sum(run.count if type(run) is _SEGMENT else event_count(run) for run in runs)
+    """The events of runs taken: flat values (a lane's with its ``TASK_SWITCH`` records, which are none, where the
+    drain stopped before it took them out), a ``CallRun``, a ``RecordRun``, or a segment not copied yet."""
+    return sum(
+        run.count if type(run) is _SEGMENT else event_count(run) - (switches_in(run) if type(run) is list else 0)
+        for run in runs
+    )
 
 
 def events_taken(taken: list[Any]) -> int:

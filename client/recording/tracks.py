@@ -20,6 +20,8 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
+from itertools import islice
+from operator import countOf
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ringtrace.client.accelerator import speedups
@@ -27,7 +29,7 @@ from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track_id
+from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from asyncio import Task
@@ -42,6 +44,7 @@ __all__ = [
     "Sink",
     "TrackBuffer",
     "Tracks",
+    "switches_in",
 ]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
@@ -52,6 +55,13 @@ NOWHERE: deque[Any] = deque(maxlen=0)
 #: The kind of the record a task adds to its lane's buffer as it takes the lane, its label the task: what follows is
 #: that task's, up to the next such record. The drain takes these records out (``drain.py``); none reaches a listener.
 TASK_SWITCH: Any = type("TaskSwitch", (), {"__slots__": (), "__repr__": lambda self: "TASK_SWITCH"})()
+
+
+def switches_in(values: list[Any]) -> int:
+    """The ``TASK_SWITCH`` records of ``values`` (a lane's flat records, or a run taken from them: never a segment of
+    compact records), found in the kinds alone: a task there (a switch's label) is never compared, which would call a
+    Task subclass's ``__eq__`` (one comparing by a key may raise for what is not a task)."""
+    return countOf(islice(values, 0, None, RECORD_FIELDS), TASK_SWITCH)
 
 
 class Sink(Protocol):

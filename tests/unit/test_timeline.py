@@ -421,6 +421,41 @@ def pure_python_drain_out_of_memory() -> None:
     assert failed_halfway > 0 and not failed, (n, failed_halfway)
 
 
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_a_lane_s_drain_that_runs_out_of_memory_counts_each_event_once_and_no_task_switch(pure_python: bool) -> None:
+    # A lane's buffer holds a record of each task that took it after the first (TASK_SWITCH), which the drain takes
+    # out: a drain that failed before it did counted them as dropped events too. (Its own process: out_of_memory.py.)
+    pytest.importorskip("_testcapi", reason="this Python has no _testcapi to make an allocation fail")
+    run_alone(__file__, "lane_drain_out_of_memory", RINGTRACE_PURE_PYTHON="1" if pure_python else "0")  # (C if built)
+
+
+def lane_drain_out_of_memory() -> None:
+    """The test above, in its own process (``run_alone``)."""
+
+    async def handle(i: int) -> None:
+        with tl.scope("request", i=i):
+            tl.instant("midway")
+
+    async def requests() -> None:
+        for i in range(3):
+            await asyncio.create_task(handle(i))  # one lane, two switches
+
+    failed_before_done = 0
+    for n in range(2000):
+        tl = Timeline("out of memory", [MemoryListener()])
+        FLUSHER.unregister(tl)  # (drained here alone)
+        try:
+            asyncio.run(requests())
+            handed, dropped, failed = drains_with_a_failure(tl, n)
+        finally:
+            tl.close()
+        assert handed + dropped == 6, (n, handed, dropped)
+        failed_before_done += failed and dropped > 0
+        if not failed and dropped == 0:
+            break  # (past the drain's allocations)
+    assert failed_before_done > 0 and not failed, (n, failed_before_done)
+
+
 _REENTRANT = """
 import signal, threading
 from ringtrace.client import MemoryListener, Timeline

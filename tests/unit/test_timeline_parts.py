@@ -135,6 +135,33 @@ def test_a_full_lane_is_taken_by_the_next_task_with_a_switch_that_is_no_event() 
     assert lost == [2]
 
 
+class KeyedTask(asyncio.Task[None]):
+    """A task equal to any task of the same name: its ``__eq__`` takes the other for a task."""
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.get_name() == other.get_name())  # type: ignore[attr-defined]
+
+    __hash__ = asyncio.Task.__hash__
+
+
+def test_the_events_a_lane_holds_are_counted_lost_without_comparing_its_tasks() -> None:
+    tracks = Tracks()
+    lost: list[int] = []
+
+    async def record() -> None:
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(1))
+
+    async def one_after_another() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(lambda loop, coro, **kwargs: KeyedTask(coro, loop=loop, **kwargs))
+        for _ in range(3):
+            await asyncio.create_task(record())  # each after the first a switch, its label the task
+        count_lost((LostCounter(lost),), tracks.take_all())
+
+    asyncio.run(one_after_another())
+    assert lost == [3]
+
+
 class LostCounter:
     def __init__(self, lost: list[int]) -> None:
         self._lost = lost

@@ -178,7 +178,10 @@ class Tracks:
         no event, and keeps no more than the task it names): its events are refused until the buffer is drained, but
         a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s. A
         switch added where the buffer holds ``wake_at`` values wakes the flusher, as an event added there would."""
-        lane = self._lane(task, self.thread_buffer(label).track)
+        return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, wake_at)
+
+    def _take_lane(self, lane: _Lane, task: Task[Any], wake_at: int) -> TrackBuffer:
+        """``lane``'s buffer, ``task``'s now (see ``lane_for``)."""
         buffer = lane.buffer
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
@@ -198,8 +201,8 @@ class Tracks:
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
     ) -> list[tuple[TrackInfo, Any]]:
         """The track of each run of calls traced on a thread, in a step of a task if not None: the task's lane (the one
-        its scopes use, taken now if it has none), else the thread's. The tasks of ``runs`` keep their lanes from each
-        other, though done by now: their calls may overlap in time."""
+        its scopes use, its buffer taken now if it has none), else the thread's. The tasks of ``runs`` keep their
+        lanes from each other, though done by now: their calls may overlap in time."""
         busy = {task for _, task, _ in runs if task is not None}
         tracks = []
         for thread, task, run in runs:
@@ -210,9 +213,10 @@ class Tracks:
             if buffer is not None:
                 tracks.append((buffer.track, run))
                 continue
+            # Its lane's buffer made or taken now, as a scope of its would: the drain that finds the task done with
+            # it empty ends the lane's track and frees the lane (and lets the task go).
             lane = self._lane(task, self.buffer_of_thread(thread, label).track, busy)
-            lane.task = task  # (its buffer, if it has one, is the last recording task's until this one records)
-            tracks.append((lane.track, run))
+            tracks.append((self._take_lane(lane, task, -1).track, run))  # (no wake: the flusher is what runs this)
         return tracks
 
     def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> _Lane:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -133,6 +135,24 @@ def test_a_full_lane_is_taken_by_the_next_task_with_a_switch_that_is_no_event() 
 
     asyncio.run(one_after_another())
     assert lost == [2]
+
+
+def test_a_lane_taken_for_a_task_s_traced_calls_alone_ends_with_it_and_lets_it_go() -> None:
+    tracks = Tracks()
+    done: list[weakref.ref[asyncio.Task[None]]] = []
+
+    async def traced_calls_only() -> TrackInfo:
+        task = asyncio.create_task(asyncio.sleep(0))
+        await task  # done before the drain that finds its calls (function tracing: no scope of its own)
+        done.append(weakref.ref(task))
+        ((track, _),) = tracks.call_tracks([(threading.current_thread(), task, [])], None)
+        return track
+
+    lane = asyncio.run(traced_calls_only())
+    assert lane.kind == ASYNC_TRACK
+    assert tracks.forget(take_events(tracks.buffers)[1]) == [lane]  # its listeners retire the track
+    gc.collect()
+    assert done[0]() is None  # the lane, free again, holds it no more
 
 
 class KeyedTask(asyncio.Task[None]):

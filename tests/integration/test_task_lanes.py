@@ -126,13 +126,13 @@ _HALF_FULL = """
 import asyncio, sys, ringtrace.client
 
 tl = ringtrace.client.connect(sys.argv[1], process_name="half full", batch_interval_s=600.0)
-tl.max_buffered_events = 22  # half: 11 events' values, where the records alternate a task's switch and its instant
+tl.max_buffered_events = 42  # half: 21 events' values, where the records alternate a task's switch and its instant
 
 async def one(i):
     tl.instant("request", i=i)
 
 async def main():
-    for i in range(60):
+    for i in range(100):
         await asyncio.create_task(one(i))
         await asyncio.sleep(0.03)  # time enough for the flusher a half-full buffer wakes
 
@@ -148,7 +148,7 @@ def test_a_task_switch_that_makes_a_lane_half_full_wakes_the_flusher(
     done = _run(_HALF_FULL, [collector.tcp_address], pure_python)
     assert done.returncode == 0 and "delivered: True" in done.stdout, (done.stdout, done.stderr)
     trace = collector.snapshot()
-    assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(60))
+    assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(100))
 
 
 def _run(program: str, args: list[str], pure_python: bool) -> subprocess.CompletedProcess[str]:

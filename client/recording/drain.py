@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ringtrace.client.accelerator import speedups
-from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer
+from ringtrace.client.recording.tracks import TASK_SWITCH, TrackBuffer, switches_in
 from ringtrace.wire.call_records import event_count
 from ringtrace.wire.keyword_args import as_map
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
@@ -59,8 +59,12 @@ def take_events(buffers: list[TrackBuffer], taken: list[Run] | None = None) -> t
 
 
 def events_in(runs: Iterable[Any]) -> int:
-    """The events of runs taken: flat values, a ``CallRun``, a ``RecordRun``, or a segment not copied yet."""
-    return sum(run.count if type(run) is _SEGMENT else event_count(run) for run in runs)
+    """The events of runs taken: flat values (a lane's with its ``TASK_SWITCH`` records, which are none, where the
+    drain stopped before it took them out), a ``CallRun``, a ``RecordRun``, or a segment not copied yet."""
+    return sum(
+        run.count if type(run) is _SEGMENT else event_count(run) - (switches_in(run) if type(run) is list else 0)
+        for run in runs
+    )
 
 
 def events_taken(taken: list[Any]) -> int:
@@ -80,12 +84,18 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
     events = buffer.events
     count = len(events)
     first = len(taken)
+    task = buffer.first_task
+    # A lane's task after what is taken now, found before anything leaves the buffer, and the buffer's as soon as all
+    # of it has left: a drain that fails after (a MemoryError) hands nothing over, but the buffer's next events are
+    # still named by the task that recorded them, not by the one before the switches it took.
+    after = task if task is None else _last_task(events, count, task)
     held: list[Any] = taken  # (halfway, a place holds others than runs: see events_taken)
     if _take_runs is not None:  # C: the values move, untouched, in one pass; a segment of compact records is a run
         # In the caller's hands at every step (see the top): a place first, then take_runs' list of runs there (a
         # store, which allocates nothing), then its runs as pairs (one slice assignment), each segment then copied.
         held.append(None)
         held[first] = runs = _take_runs(events, count, _RUN_VALUES)
+        buffer.first_task = after
         held[first : first + 1] = [(buffer.track, run) for run in runs]
         for i in range(first, len(taken)):
             if type(taken[i][1]) is not list:
@@ -105,11 +115,21 @@ def _take(buffer: TrackBuffer, taken: list[Run]) -> None:
         for place, run, start, end in reversed(places):
             del events[start:end]
             taken[place] = run
-    task = buffer.first_task
+        buffer.first_task = after
     if task is not None:  # a lane serves many tasks in turn: each event says whose it is
         for _, run in taken[first:]:
             task = _name_tasks(run, task)
-        buffer.first_task = task
+
+
+def _last_task(events: list[Any], count: int, task: Any) -> Any:
+    """The task of the last of the first ``count`` values of a lane's ``events``, ``task``'s first: the label of the
+    last ``TASK_SWITCH`` record there (found in the kinds alone, in C), else ``task``."""
+    kinds = events[count - RECORD_FIELDS :: -RECORD_FIELDS] if count else []
+    try:
+        last = kinds.index(TASK_SWITCH)
+    except ValueError:
+        return task
+    return events[count - RECORD_FIELDS * (last + 1) + 1]
 
 
 def _name_tasks(run: list[Any], task: Any) -> Any:

@@ -341,7 +341,7 @@ class Recorder(_RecorderBase):
         if self._thread_events() is None:
             return None
         with self._lock:
-            buffer = self._tracks.lane_for(task, self._track_label, self._max_buffered_values)
+            buffer = self._tracks.lane_for(task, self._track_label, self._wake_buffered_values)
         return buffer.events
 
     def _events(self) -> list[Any] | None:
@@ -406,16 +406,24 @@ def _use_asyncio(asyncio: ModuleType) -> None:
     global _get_running_loop
     events = asyncio.events
     _get_running_loop = events._get_running_loop
-    current_tasks = getattr(asyncio.tasks, "_current_tasks", None)
     if not TYPE_CHECKING and speedups is not None:
         speedups.configure(
-            events._get_running_loop,
-            SPAN,
-            INSTANT,
-            FLUSHER.wake,
-            events._set_running_loop,
-            current_tasks if type(current_tasks) is dict else None,
+            events._get_running_loop, SPAN, INSTANT, FLUSHER.wake, events._set_running_loop, _running_tasks(asyncio)
         )
+
+
+def _running_tasks(asyncio: ModuleType) -> dict[Any, Any] | None:
+    """asyncio's table of the task each loop runs, where its tasks keep them there (None: the C recorder asks
+    ``current_task``): the pure-Python tasks always, asyncio's C module where it exports the table it fills (3.11 to
+    3.13). From 3.14 the C module keeps the running task in the thread's state, and the table is the pure-Python
+    tasks' alone: never filled, where it read as "no task runs" and put every task's events on its thread's track."""
+    tasks = asyncio.tasks
+    table = getattr(tasks, "_current_tasks", None)
+    if type(table) is not dict:
+        return None
+    if getattr(tasks, "_enter_task", None) is getattr(tasks, "_py_enter_task", None):
+        return table  # the pure-Python tasks enter there
+    return table if getattr(sys.modules.get("_asyncio"), "_current_tasks", None) is table else None
 
 
 def _green_threads() -> bool:

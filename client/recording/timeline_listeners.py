@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ringtrace.client.recording.tracks import TASK_SWITCH
+from ringtrace.client.recording.tracks import switches_in
 from ringtrace.wire.call_records import CallRun
 from ringtrace.wire.model import RECORD_FIELDS, TrackInfo
 
@@ -68,7 +68,7 @@ def held_events(buffer: TrackBuffer) -> int:
     """The events a buffer holds: its list's, and those its compact segments (the C recorder's, ``records.c``) hold
     past the one event's place each takes in the list, which the buffer's account of them counts as they come."""
     records, events = buffer.records, buffer.events
-    switches = 0 if buffer.first_task is None else events.count(TASK_SWITCH)  # (a lane's: records, not events)
+    switches = 0 if buffer.first_task is None else switches_in(events)  # (a lane's: records, not events)
     return (len(events) // RECORD_FIELDS - switches) + (0 if records is None else records.extra_events)
 
 

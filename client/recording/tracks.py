@@ -20,6 +20,8 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
+from itertools import islice
+from operator import countOf
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ringtrace.client.accelerator import speedups
@@ -27,7 +29,7 @@ from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
-from ringtrace.wire.model import ASYNC_TRACK, THREAD_TRACK, TrackInfo, new_track_id
+from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from asyncio import Task
@@ -42,6 +44,7 @@ __all__ = [
     "Sink",
     "TrackBuffer",
     "Tracks",
+    "switches_in",
 ]
 
 #: One event as recorded: ``RECORD_FIELDS`` values, extended onto a flat buffer.
@@ -52,6 +55,13 @@ NOWHERE: deque[Any] = deque(maxlen=0)
 #: The kind of the record a task adds to its lane's buffer as it takes the lane, its label the task: what follows is
 #: that task's, up to the next such record. The drain takes these records out (``drain.py``); none reaches a listener.
 TASK_SWITCH: Any = type("TaskSwitch", (), {"__slots__": (), "__repr__": lambda self: "TASK_SWITCH"})()
+
+
+def switches_in(values: list[Any]) -> int:
+    """The ``TASK_SWITCH`` records of ``values`` (a lane's flat records, or a run taken from them: never a segment of
+    compact records), found in the kinds alone: a task there (a switch's label) is never compared, which would call a
+    Task subclass's ``__eq__`` (one comparing by a key may raise for what is not a task)."""
+    return countOf(islice(values, 0, None, RECORD_FIELDS), TASK_SWITCH)
 
 
 class Sink(Protocol):
@@ -162,21 +172,27 @@ class Tracks:
         self.buffers.append(created)
         return created
 
-    def lane_for(self, task: Task[Any], label: str | None, room: int) -> TrackBuffer:
+    def lane_for(self, task: Task[Any], label: str | None, wake_at: int) -> TrackBuffer:
         """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
-        A lane's buffer holding ``room`` values or more is left as it is, though a done task has it: ``task``'s event
-        will not fit (the recorder counts it refused), and it asks again while the buffer is full."""
-        lane = self._lane(task, self.thread_buffer(label).track)
+        A task takes the buffer from the done task before it with a switch even when the buffer is full (a switch is
+        no event, and keeps no more than the task it names): its events are refused until the buffer is drained, but
+        a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s. A
+        switch added where the buffer holds ``wake_at`` values wakes the flusher, as an event added there would."""
+        return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, wake_at)
+
+    def _take_lane(self, lane: _Lane, task: Task[Any], wake_at: int) -> TrackBuffer:
+        """``lane``'s buffer, ``task``'s now (see ``lane_for``)."""
         buffer = lane.buffer
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
             self.buffers.append(buffer)
         elif buffer.owner is not task:
-            if len(buffer.events) >= room:
-                return buffer
             self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
+            held = len(buffer.events)
             buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
             buffer.owner = task
+            if held == wake_at:  # the recorders wake it as they add an event at that place: none will be added there
+                FLUSHER.wake()
         lane.task = task
         self.task_buffers[task] = buffer
         return buffer
@@ -185,8 +201,8 @@ class Tracks:
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
     ) -> list[tuple[TrackInfo, Any]]:
         """The track of each run of calls traced on a thread, in a step of a task if not None: the task's lane (the one
-        its scopes use, taken now if it has none), else the thread's. The tasks of ``runs`` keep their lanes from each
-        other, though done by now: their calls may overlap in time."""
+        its scopes use, its buffer taken now if it has none), else the thread's. The tasks of ``runs`` keep their
+        lanes from each other, though done by now: their calls may overlap in time."""
         busy = {task for _, task, _ in runs if task is not None}
         tracks = []
         for thread, task, run in runs:
@@ -197,9 +213,10 @@ class Tracks:
             if buffer is not None:
                 tracks.append((buffer.track, run))
                 continue
+            # Its lane's buffer made or taken now, as a scope of its would: the drain that finds the task done with
+            # it empty ends the lane's track and frees the lane (and lets the task go).
             lane = self._lane(task, self.buffer_of_thread(thread, label).track, busy)
-            lane.task = task  # (its buffer, if it has one, is the last recording task's until this one records)
-            tracks.append((lane.track, run))
+            tracks.append((self._take_lane(lane, task, -1).track, run))  # (no wake: the flusher is what runs this)
         return tracks
 
     def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> _Lane:

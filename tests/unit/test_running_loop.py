@@ -222,3 +222,34 @@ def test_a_setter_that_does_not_write_the_thread_state_is_not_taken_for_one_that
             configure(True)
 
     in_a_thread(body)
+
+
+def test_a_task_s_events_go_to_its_lane_where_asyncio_s_table_of_running_tasks_is_not_the_one_it_fills() -> None:
+    """From 3.14 asyncio's C module keeps the running task in the thread's state: ``asyncio.tasks._current_tasks`` is
+    then the pure-Python tasks' table, never filled. An asyncio laid out so (on this Python) must not leave the C
+    recorder reading that table, where no task would ever run."""
+    import types
+
+    from ringtrace.client import MemoryListener, Timeline
+    from ringtrace.client.recording import recorder
+    from ringtrace.wire.model import ASYNC_TRACK
+
+    tasks = asyncio.tasks
+    unfilled = types.SimpleNamespace(  # the C module's functions, the pure-Python table beside them
+        _current_tasks={}, _enter_task=tasks._enter_task, _py_enter_task=tasks._py_enter_task
+    )
+    listener = MemoryListener()
+    tl = Timeline("unfilled table", [listener])
+
+    async def request() -> None:
+        tl.instant("in a task")
+
+    try:
+        recorder._use_asyncio(types.SimpleNamespace(events=asyncio.events, tasks=unfilled))  # type: ignore[arg-type]
+        asyncio.run(request())
+        assert tl.flush()
+    finally:
+        recorder._use_asyncio(asyncio)
+        tl.close()
+    ((event,),) = [[e for e in listener.events if e.name == "in a task"]]
+    assert event.track.kind == ASYNC_TRACK and event.args["task"].startswith("Task-"), event

@@ -421,6 +421,97 @@ def pure_python_drain_out_of_memory() -> None:
     assert failed_halfway > 0 and not failed, (n, failed_halfway)
 
 
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_a_lane_s_drain_that_runs_out_of_memory_counts_each_event_once_and_no_task_switch(pure_python: bool) -> None:
+    # A lane's buffer holds a record of each task that took it after the first (TASK_SWITCH), which the drain takes
+    # out: a drain that failed before it did counted them as dropped events too. (Its own process: out_of_memory.py.)
+    pytest.importorskip("_testcapi", reason="this Python has no _testcapi to make an allocation fail")
+    run_alone(__file__, "lane_drain_out_of_memory", RINGTRACE_PURE_PYTHON="1" if pure_python else "0")  # (C if built)
+
+
+def lane_drain_out_of_memory() -> None:
+    """The test above, in its own process (``run_alone``)."""
+
+    async def handle(i: int) -> None:
+        with tl.scope("request", i=i):
+            tl.instant("midway")
+
+    async def requests() -> None:
+        for i in range(3):
+            await asyncio.create_task(handle(i))  # one lane, two switches
+
+    failed_before_done = 0
+    for n in range(2000):
+        tl = Timeline("out of memory", [MemoryListener()])
+        FLUSHER.unregister(tl)  # (drained here alone)
+        try:
+            asyncio.run(requests())
+            handed, dropped, failed = drains_with_a_failure(tl, n)
+        finally:
+            tl.close()
+        assert handed + dropped == 6, (n, handed, dropped)
+        failed_before_done += failed and dropped > 0
+        if not failed and dropped == 0:
+            break  # (past the drain's allocations)
+    assert failed_before_done > 0 and not failed, (n, failed_before_done)
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_after_a_lane_s_drain_that_runs_out_of_memory_its_running_task_s_events_are_still_named_by_it(
+    pure_python: bool,
+) -> None:
+    # The drain moves the lane's first task on past the switches it takes: one that failed after taking them left it
+    # on the task before, which then named the running task's next events. (Its own process: out_of_memory.py.)
+    pytest.importorskip("_testcapi", reason="this Python has no _testcapi to make an allocation fail")
+    run_alone(__file__, "lane_names_after_out_of_memory", RINGTRACE_PURE_PYTHON="1" if pure_python else "0")
+
+
+def lane_names_after_out_of_memory() -> None:
+    """The test above, in its own process (``run_alone``)."""
+    import _testcapi
+
+    async def before() -> None:
+        tl.instant("before")
+
+    async def running(go: asyncio.Event) -> None:
+        tl.instant("running")
+        await go.wait()
+        tl.instant("running")
+
+    async def drains(n: int) -> list[Any]:
+        await asyncio.create_task(before(), name="before")
+        go = asyncio.Event()
+        task = asyncio.create_task(running(go), name="running")
+        await asyncio.sleep(0)  # it took the lane, and records
+        _testcapi.set_nomemory(n, n + 1)
+        try:
+            first = tl.drain()
+        except MemoryError:
+            first = None
+        finally:
+            _testcapi.remove_mem_hooks()
+        go.set()
+        await task
+        return [drained for drained in (first, tl.drain()) if drained is not None]
+
+    failed = True
+    for n in range(2000):
+        tl = Timeline("out of memory", [MemoryListener()])
+        FLUSHER.unregister(tl)  # (drained here alone)
+        try:
+            drained = asyncio.run(drains(n))
+        finally:
+            tl.close()
+        named = [(run[i + 1], run[i + 4]["task"]) for d in drained for _, run in d.runs for i in range(0, len(run), 5)]
+        assert ("running", "running") in named and {task for label, task in named if label == "running"} == {
+            "running"
+        }, (n, named)
+        failed = len(drained) == 1
+        if not failed and len(named) == 3:
+            break  # (past the drain's allocations)
+    assert not failed, n
+
+
 _REENTRANT = """
 import signal, threading
 from ringtrace.client import MemoryListener, Timeline

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -19,8 +21,8 @@ from ringtrace.client.recording.tracks import NOT_RECORDING, Tracks
 from ringtrace.wire.message_format import priority_level
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
 
-#: Values a lane's buffer may hold in these tests: more than any of them records.
-ROOM = 2**62
+#: Where lane_for's switches wake the flusher in these tests: nowhere.
+NO_WAKE = -1
 
 
 def instants(count: int) -> list[Any]:
@@ -48,12 +50,12 @@ def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_
 
     async def lanes() -> tuple[TrackInfo, TrackInfo, TrackInfo]:
         first = asyncio.create_task(asyncio.sleep(0))
-        one = tracks.lane_for(first, None, ROOM)
-        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, ROOM)
+        one = tracks.lane_for(first, None, NO_WAKE)
+        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, NO_WAKE)
         assert tracks.forget([one]) == []  # its task still runs: the lane and its buffer are its
         await first
         assert tracks.forget([one]) == [one.track]
-        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, ROOM)
+        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, NO_WAKE)
         assert three is not one  # a buffer of its own, on the lane given back
         await asyncio.sleep(0.02)
         return one.track, two.track, three.track
@@ -74,7 +76,7 @@ def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_an
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None, ROOM).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -99,7 +101,7 @@ def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten(
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None, ROOM).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -114,30 +116,70 @@ def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten(
     asyncio.run(one_after_another())
 
 
-def test_a_full_lane_is_not_taken_by_the_next_task_until_drained_and_its_switch_is_no_event() -> None:
+def test_a_full_lane_is_taken_by_the_next_task_with_a_switch_that_is_no_event() -> None:
     tracks = Tracks()
-    room = 2 * RECORD_FIELDS
     lost: list[int] = []
 
-    async def record(name: str) -> None:
-        tracks.lane_for(asyncio.current_task(), None, room).events.extend(instants(2))
+    async def record() -> None:
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(2))
 
     async def one_after_another() -> None:
-        await asyncio.create_task(record("first"))
+        await asyncio.create_task(record())  # as many as the timeline's bound held, say
         task = asyncio.create_task(asyncio.sleep(0))
-        full = tracks.lane_for(task, None, room)
-        assert (len(full.events), full.owner is task) == (room, False)  # left as it is: the recorder refuses
-        tracks.take_all()
-        fresh = tracks.lane_for(task, None, room)
-        fresh.events.extend(instants(1))
-        third = asyncio.create_task(asyncio.sleep(0))
+        full = tracks.lane_for(task, None, NO_WAKE)
+        # Its own though full: the recorder refuses its events until a drain, and a scope it opened meanwhile ends
+        # there after the drain, named by this task.
+        assert (len(full.events), full.owner is task) == (3 * RECORD_FIELDS, True)
+        count_lost((LostCounter(lost),), [full])
         await task
-        assert tracks.lane_for(third, None, room) is fresh  # with a switch in it, which is no event
-        count_lost((LostCounter(lost),), [fresh])
-        await third
 
     asyncio.run(one_after_another())
-    assert lost == [1]
+    assert lost == [2]
+
+
+def test_a_lane_taken_for_a_task_s_traced_calls_alone_ends_with_it_and_lets_it_go() -> None:
+    tracks = Tracks()
+    done: list[weakref.ref[asyncio.Task[None]]] = []
+
+    async def traced_calls_only() -> TrackInfo:
+        task = asyncio.create_task(asyncio.sleep(0))
+        await task  # done before the drain that finds its calls (function tracing: no scope of its own)
+        done.append(weakref.ref(task))
+        ((track, _),) = tracks.call_tracks([(threading.current_thread(), task, [])], None)
+        return track
+
+    lane = asyncio.run(traced_calls_only())
+    assert lane.kind == ASYNC_TRACK
+    assert tracks.forget(take_events(tracks.buffers)[1]) == [lane]  # its listeners retire the track
+    gc.collect()
+    assert done[0]() is None  # the lane, free again, holds it no more
+
+
+class KeyedTask(asyncio.Task[None]):
+    """A task equal to any task of the same name: its ``__eq__`` takes the other for a task."""
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.get_name() == other.get_name())  # type: ignore[attr-defined]
+
+    __hash__ = asyncio.Task.__hash__
+
+
+def test_the_events_a_lane_holds_are_counted_lost_without_comparing_its_tasks() -> None:
+    tracks = Tracks()
+    lost: list[int] = []
+
+    async def record() -> None:
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(1))
+
+    async def one_after_another() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(lambda loop, coro, **kwargs: KeyedTask(coro, loop=loop, **kwargs))
+        for _ in range(3):
+            await asyncio.create_task(record())  # each after the first a switch, its label the task
+        count_lost((LostCounter(lost),), tracks.take_all())
+
+    asyncio.run(one_after_another())
+    assert lost == [3]
 
 
 class LostCounter:
@@ -153,7 +195,7 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     task_buffers = tracks.task_buffers
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None, ROOM).events.extend((INSTANT, "x", 1, 1, None))
+        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend((INSTANT, "x", 1, 1, None))
 
     asyncio.run(record())
     taken = tracks.take_all()
@@ -213,7 +255,7 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
     tracks = Tracks()
 
     async def record() -> None:
-        lane = tracks.lane_for(asyncio.current_task(), None, ROOM)
+        lane = tracks.lane_for(asyncio.current_task(), None, NO_WAKE)
         lane.events.extend((SPAN, "s", 1, 2, {"k": 1}, INSTANT, "i", 3, 3, None))
 
     asyncio.run(record())

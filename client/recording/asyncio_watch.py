@@ -34,9 +34,13 @@ _waiting: list[Callable[[ModuleType], None]] = []
 
 
 def is_task(owner: object) -> TypeGuard[Task[Any]]:
-    """Whether ``owner`` is an asyncio task (``asyncio.Task``, the C one where there is one)."""
-    task_class = getattr(_tasks(), "Task", None)
-    return task_class is not None and isinstance(owner, task_class)
+    """Whether ``owner`` is an asyncio task: ``asyncio.Task`` (the C one where there is one), or the pure-Python one
+    a task factory may make (``asyncio.tasks._PyTask``), or a subclass of either."""
+    tasks = _tasks()
+    task_class = getattr(tasks, "Task", None)
+    if task_class is None:
+        return False
+    return isinstance(owner, (task_class, getattr(tasks, "_PyTask", task_class)))
 
 
 def current_task() -> Task[Any] | None:

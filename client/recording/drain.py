@@ -135,12 +135,13 @@ def _last_task(events: list[Any], count: int, task: Any) -> Any:
 def _name_tasks(run: list[Any], task: Any) -> Any:
     """Adds the name of the task that recorded it to the args of each span and instant of ``run`` (flat records of
     one lane, ``task``'s first), and takes the ``TASK_SWITCH`` records out. Returns the task of the last events."""
-    switches = TASK_SWITCH in run
-    kept: list[Any] = []
+    kept: list[Any] | None = None  # (the records kept, once a switch is met: told by identity, never a label's ==)
     name = task.get_name()
     for i in range(0, len(run), RECORD_FIELDS):
         kind = run[i]
         if kind is TASK_SWITCH:
+            if kept is None:
+                kept = run[:i]
             task = run[i + 1]
             name = task.get_name()
             continue
@@ -150,9 +151,9 @@ def _name_tasks(run: list[Any], task: Any) -> Any:
                 run[i + 4] = {"task": name}
             elif type(args) is dict and "task" not in args:
                 run[i + 4] = {**args, "task": name}  # a copy: the caller may hold on to its map
-        if switches:
+        if kept is not None:
             kept += run[i : i + RECORD_FIELDS]
-    if switches:
+    if kept is not None:
         run[:] = kept
     return task
 

@@ -341,7 +341,10 @@ class Recorder(_RecorderBase):
         if self._thread_events() is None:
             return None
         with self._lock:
-            buffer = self._tracks.lane_for(task, self._track_label, self._wake_buffered_values)
+            tracks = self._tracks
+            if tracks.taking_lane:  # (a collection recording while this thread takes a lane: see Tracks.taking_lane)
+                return tracks.thread_buffer(self._track_label).events
+            buffer = tracks.lane_for(task, self._track_label, self._max_buffered_values, self._wake_buffered_values)
         return buffer.events
 
     def _events(self) -> list[Any] | None:

@@ -16,13 +16,14 @@ without the lock on every event of a task.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from itertools import islice
 from operator import countOf
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -55,6 +56,10 @@ NOWHERE: deque[Any] = deque(maxlen=0)
 #: The kind of the record a task adds to its lane's buffer as it takes the lane, its label the task: what follows is
 #: that task's, up to the next such record. The drain takes these records out (``drain.py``); none reaches a listener.
 TASK_SWITCH: Any = type("TaskSwitch", (), {"__slots__": (), "__repr__": lambda self: "TASK_SWITCH"})()
+
+
+#: A buffer's room where a switch needs no event's beside it (a task's traced calls are no events of its buffer).
+_NO_BOUND: Final = sys.maxsize
 
 
 def switches_in(values: list[Any]) -> int:
@@ -129,6 +134,9 @@ class Tracks:
         self._lanes: dict[int, list[_Lane]] = {}
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
+        #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
+        #: that records meanwhile (the gc integration) records on the thread's track, not on a second lane.
+        self.taking_lane = False
 
     def infos(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may: a lane once, though the buffer of the task done on it may
@@ -172,27 +180,35 @@ class Tracks:
         self.buffers.append(created)
         return created
 
-    def lane_for(self, task: Task[Any], label: str | None, wake_at: int) -> TrackBuffer:
+    def lane_for(self, task: Task[Any], label: str | None, room: int, wake_at: int) -> TrackBuffer:
         """The buffer of ``task``'s lane of this thread's: the lane it has, else the first free one, else a new one.
-        A task takes the buffer from the done task before it with a switch even when the buffer is full (a switch is
-        no event, and keeps no more than the task it names): its events are refused until the buffer is drained, but
-        a scope it opened meanwhile holds this buffer, and what it ends there after the drain must be ``task``'s. A
-        switch added where the buffer holds ``wake_at`` values wakes the flusher, as an event added there would."""
-        return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, wake_at)
+        The buffer the done task before it left takes a switch to ``task`` where it has ``room`` (values) for the
+        switch and an event; else it is left to the drain and the lane gets a new one (each holds what its bound
+        allows, and the drain takes them in turn, in order): a scope ``task`` opens holds its buffer, and what it ends
+        there must be ``task``'s, in a buffer the drain keeps. A switch added where the buffer holds ``wake_at``
+        values wakes the flusher, as an event added there would."""
+        self.taking_lane = True
+        try:
+            return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, room, wake_at)
+        finally:
+            self.taking_lane = False
 
-    def _take_lane(self, lane: _Lane, task: Task[Any], wake_at: int) -> TrackBuffer:
+    def _take_lane(self, lane: _Lane, task: Task[Any], room: int, wake_at: int) -> TrackBuffer:
         """``lane``'s buffer, ``task``'s now (see ``lane_for``)."""
         buffer = lane.buffer
+        if buffer is not None and buffer.owner is not task:
+            held = len(buffer.events)
+            if held + 2 * RECORD_FIELDS > room:
+                buffer = None  # (full: it stays in ``buffers`` until drained, and then ends; its lane goes on)
+            else:
+                self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
+                buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
+                buffer.owner = task
+                if held == wake_at:  # the recorders wake it as they add an event there: none will be added there
+                    FLUSHER.wake()
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
             self.buffers.append(buffer)
-        elif buffer.owner is not task:
-            self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
-            held = len(buffer.events)
-            buffer.events.extend((TASK_SWITCH, task, 0, 0, None))
-            buffer.owner = task
-            if held == wake_at:  # the recorders wake it as they add an event at that place: none will be added there
-                FLUSHER.wake()
         lane.task = task
         self.task_buffers[task] = buffer
         return buffer
@@ -216,7 +232,7 @@ class Tracks:
             # Its lane's buffer made or taken now, as a scope of its would: the drain that finds the task done with
             # it empty ends the lane's track and frees the lane (and lets the task go).
             lane = self._lane(task, self.buffer_of_thread(thread, label).track, busy)
-            tracks.append((self._take_lane(lane, task, -1).track, run))  # (no wake: the flusher is what runs this)
+            tracks.append((self._take_lane(lane, task, _NO_BOUND, -1).track, run))  # (no wake: the flusher runs this)
         return tracks
 
     def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> _Lane:

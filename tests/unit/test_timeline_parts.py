@@ -23,6 +23,8 @@ from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THRE
 
 #: Where lane_for's switches wake the flusher in these tests: nowhere.
 NO_WAKE = -1
+#: Values a lane's buffer may hold in these tests: more than any of them records.
+ROOM = 2**62
 
 
 def instants(count: int) -> list[Any]:
@@ -50,12 +52,12 @@ def test_a_lane_is_given_back_when_its_task_is_forgotten_and_reused_by_the_next_
 
     async def lanes() -> tuple[TrackInfo, TrackInfo, TrackInfo]:
         first = asyncio.create_task(asyncio.sleep(0))
-        one = tracks.lane_for(first, None, NO_WAKE)
-        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, NO_WAKE)
+        one = tracks.lane_for(first, None, ROOM, NO_WAKE)
+        two = tracks.lane_for(asyncio.create_task(asyncio.sleep(0.01)), None, ROOM, NO_WAKE)
         assert tracks.forget([one]) == []  # its task still runs: the lane and its buffer are its
         await first
         assert tracks.forget([one]) == [one.track]
-        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, NO_WAKE)
+        three = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, ROOM, NO_WAKE)
         assert three is not one  # a buffer of its own, on the lane given back
         await asyncio.sleep(0.02)
         return one.track, two.track, three.track
@@ -76,7 +78,7 @@ def test_a_done_task_s_lane_is_taken_by_the_next_task_before_the_flusher_runs_an
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, ROOM, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -101,7 +103,7 @@ def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten(
         task = asyncio.current_task()
         assert task is not None
         names.append(task.get_name())
-        tracks.lane_for(task, None, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
+        tracks.lane_for(task, None, ROOM, NO_WAKE).events.extend((INSTANT, name, 1, 1, None))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record("first"))
@@ -116,22 +118,27 @@ def test_a_lane_taken_by_a_task_after_the_drain_found_it_ended_is_not_forgotten(
     asyncio.run(one_after_another())
 
 
-def test_a_full_lane_is_taken_by_the_next_task_with_a_switch_that_is_no_event() -> None:
+def test_a_full_lane_s_buffer_is_left_to_the_drain_and_the_next_task_records_in_a_new_one_of_the_lane() -> None:
     tracks = Tracks()
+    room = 2 * RECORD_FIELDS
     lost: list[int] = []
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(2))
+        tracks.lane_for(asyncio.current_task(), None, room, NO_WAKE).events.extend(instants(2))
 
     async def one_after_another() -> None:
         await asyncio.create_task(record())  # as many as the timeline's bound held, say
+        (full,) = tracks.task_buffers.values()
         task = asyncio.create_task(asyncio.sleep(0))
-        full = tracks.lane_for(task, None, NO_WAKE)
-        # Its own though full: the recorder refuses its events until a drain, and a scope it opened meanwhile ends
-        # there after the drain, named by this task.
-        assert (len(full.events), full.owner is task) == (3 * RECORD_FIELDS, True)
-        count_lost((LostCounter(lost),), [full])
+        fresh = tracks.lane_for(task, None, room, NO_WAKE)
+        # Its own, on the same lane: a scope it opens holds it, and what it ends there is its own, kept.
+        assert fresh is not full and (fresh.track, fresh.owner, fresh.events) == (full.track, task, [])
+        assert (len(full.events), full.owner is task) == (2 * RECORD_FIELDS, False)
+        count_lost((LostCounter(lost),), [full, fresh])
         await task
+        taken, ended = take_events(tracks.buffers)
+        assert [len(run) for _, run in taken] == [2 * RECORD_FIELDS]
+        assert tracks.forget(ended) == [full.track]  # both ended: the lane's track with the last
 
     asyncio.run(one_after_another())
     assert lost == [2]
@@ -169,7 +176,7 @@ def test_the_events_a_lane_holds_are_counted_lost_without_comparing_its_tasks() 
     lost: list[int] = []
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend(instants(1))
+        tracks.lane_for(asyncio.current_task(), None, ROOM, NO_WAKE).events.extend(instants(1))
 
     async def one_after_another() -> None:
         loop = asyncio.get_running_loop()
@@ -195,7 +202,7 @@ def test_taking_all_buffers_empties_the_tables_the_recorder_reads_without_replac
     task_buffers = tracks.task_buffers
 
     async def record() -> None:
-        tracks.lane_for(asyncio.current_task(), None, NO_WAKE).events.extend((INSTANT, "x", 1, 1, None))
+        tracks.lane_for(asyncio.current_task(), None, ROOM, NO_WAKE).events.extend((INSTANT, "x", 1, 1, None))
 
     asyncio.run(record())
     taken = tracks.take_all()
@@ -255,7 +262,7 @@ def test_take_events_names_the_task_of_a_lane_and_reports_ended_owners() -> None
     tracks = Tracks()
 
     async def record() -> None:
-        lane = tracks.lane_for(asyncio.current_task(), None, NO_WAKE)
+        lane = tracks.lane_for(asyncio.current_task(), None, ROOM, NO_WAKE)
         lane.events.extend((SPAN, "s", 1, 2, {"k": 1}, INSTANT, "i", 3, 3, None))
 
     asyncio.run(record())

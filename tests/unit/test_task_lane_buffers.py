@@ -1,0 +1,158 @@
+"""A lane's one buffer for the tasks it serves in turn, through a Timeline and its listener: every event recorded is
+delivered or counted dropped, named after its task, whatever the labels or the buffer's bound; and a lane is taken
+once per task, whatever records meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+from ringtrace.client import MemoryListener, Timeline
+from ringtrace.wire.model import ASYNC_TRACK
+
+
+class TouchyLabel:
+    """A label whose ``==`` raises (a label is any object the program gives): nothing may compare it."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ZeroDivisionError("a label compared")
+
+    __hash__ = object.__hash__
+
+    def __str__(self) -> str:
+        return "touchy"
+
+
+def test_a_label_whose_equality_raises_loses_nothing_of_a_lane_nor_of_other_tracks() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("touchy", [listener])
+    label = TouchyLabel()
+    names: list[str] = []
+
+    async def request() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        names.append(task.get_name())
+        with timeline.scope(label):
+            timeline.instant("inside")
+
+    async def one_after_another() -> None:
+        for _ in range(5):
+            await asyncio.create_task(request())  # each takes the lane the one before left: a switch each
+
+    timeline.instant("on the thread")
+    asyncio.run(one_after_another())
+    assert timeline.flush(timeout_s=30)
+    events = listener.events
+    assert listener.dropped_events == 0
+    assert sorted(e.name for e in events) == ["inside"] * 5 + ["on the thread"] + ["touchy"] * 5
+    on_lane = [e for e in events if e.track.kind == ASYNC_TRACK]
+    assert [e.args["task"] for e in on_lane if e.name == "touchy"] == names
+    timeline.close()
+
+
+@pytest.mark.parametrize("bound", [10, 1000])
+def test_every_event_of_tasks_past_a_lanes_bound_is_delivered_or_counted_dropped(bound: int) -> None:
+    listener = MemoryListener()
+    timeline = Timeline("bounded", [listener], max_buffered_events=bound)
+    tasks = 5_000
+
+    async def request(i: int) -> None:
+        with timeline.scope("request", i=i):
+            timeline.instant("midway", i=i)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(*(request(i) for i in range(tasks)))
+
+    asyncio.run(main())
+    timeline.flush(timeout_s=30)  # (False when events were dropped: they are counted below)
+    events = listener.events
+    assert len(events) + listener.dropped_events == 2 * tasks
+    # What was delivered is named after the task that recorded it: a span and its instant, the same task.
+    tasks_of = {(e.name, e.args["i"]): e.args["task"] for e in events}
+    for (name, i), task in tasks_of.items():
+        if name == "midway" and ("request", i) in tasks_of:
+            assert tasks_of[("request", i)] == task
+    timeline.close()
+
+
+def test_a_lane_holds_its_bound_of_one_event_tasks_though_each_switch_takes_a_place() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("one each", [listener], max_buffered_events=100)
+
+    async def request() -> None:
+        timeline.instant("tick")
+
+    async def one_after_another() -> None:
+        for _ in range(100):
+            await asyncio.create_task(request())
+
+    asyncio.run(one_after_another())
+    assert timeline.flush(timeout_s=30)
+    assert (len(listener.events), listener.dropped_events) == (100, 0)
+    timeline.close()
+
+
+def test_a_collection_recorded_while_a_task_takes_its_lane_makes_no_second_lane() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("collected", [listener])
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            timeline.instant("gc")
+
+    async def request() -> None:
+        with timeline.scope("request"):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(*(request() for _ in range(20)))
+
+    def in_a_thread(threshold: int) -> None:  # (each thread's lanes numbered from 1: a collection among the first)
+        gc.set_threshold(threshold)
+        asyncio.run(main())
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(collected)
+    try:
+        for threshold in range(1, 40):
+            thread = threading.Thread(target=in_a_thread, args=(threshold,))
+            thread.start()
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+    finally:
+        gc.callbacks.remove(collected)
+        gc.set_threshold(*thresholds)
+    assert timeline.flush(timeout_s=30)
+    lanes = {e.track.track_id: e.track.name for e in listener.events if e.track.kind == ASYNC_TRACK}
+    same_name = [name for name, count in Counter(lanes.values()).items() if count > 1]
+    assert same_name == []
+    timeline.close()
+
+
+def test_tasks_a_factory_makes_of_the_pure_python_task_class_record_on_lanes() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("py tasks", [listener])
+    py_task = getattr(asyncio.tasks, "_PyTask", None)
+    if py_task is None:
+        pytest.skip("this asyncio has no pure-Python Task")
+
+    async def request() -> None:
+        with timeline.scope("request"):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: py_task(coro, loop=loop, **kw))
+        for _ in range(3):
+            await asyncio.create_task(request())
+
+    asyncio.run(main())
+    assert timeline.flush(timeout_s=30)
+    assert [e.name for e in listener.events] == ["request"] * 3
+    assert all(e.track.kind == ASYNC_TRACK for e in listener.events)
+    timeline.close()

@@ -292,7 +292,11 @@ class Tracks:
                     continue
                 self.task_buffers.pop(owner, None)
                 lanes = self._lanes.get(buffer.track.parent, ())  # (none: its thread ended, all of them with it)
-                lane = next((lane for lane in lanes if lane.track is buffer.track), None)
+                lane = None
+                for each in lanes:
+                    if each.track is buffer.track:
+                        lane = each
+                        break
                 if lane is not None:
                     if lane.buffer is buffer:
                         lane.buffer = None

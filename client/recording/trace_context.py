@@ -18,10 +18,11 @@ there is no ringtrace span): ringtrace's spans then join OpenTelemetry's trace (
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
 
-from ringtrace.client.recording.otel_bridge import otel_context, otel_current_span
+from ringtrace.client.recording.otel_bridge import OTEL_TRACE, otel_context, otel_current_span
 from ringtrace.client.recording.traceparent import (
     SpanContext,
     child_of,
@@ -55,6 +56,7 @@ class _Active(NamedTuple):
 #: Makes a tuple subclass without the call to its Python-level ``__new__``, and an object without its ``__init__``.
 _new = tuple.__new__
 _new_object = object.__new__
+_modules = sys.modules
 _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtrace_span", default=None)
 #: Spans exited in a context other than the one they were entered in (another task, a generator finalised
 #: elsewhere), by span id: the span each was entered in, current again where the ended one still is (the context
@@ -120,36 +122,49 @@ def extract(headers: Headers | None) -> SpanContext | None:
     if headers is None:
         return None
     try:
-        traceparent = _header(headers, "traceparent")
-        return None if traceparent is None else parse_traceparent(traceparent, _header(headers, "tracestate"))
+        if not _is_mapping(headers):
+            pairs: Sequence[tuple[Any, Any]] = headers  # type: ignore[assignment]
+            traceparent = _pair_value(pairs, "traceparent")
+            return None if traceparent is None else parse_traceparent(traceparent, _pair_value(pairs, "tracestate"))
+        mapping: Mapping[str, Any] = headers  # type: ignore[assignment]  # (both looked up here: calls cost)
+        traceparent = mapping.get("traceparent")
+        if traceparent is None and isinstance(mapping, dict):
+            traceparent = _scanned(mapping, "traceparent")
+        if traceparent is None:
+            return None
+        tracestate = mapping.get("tracestate")
+        if tracestate is None and isinstance(mapping, dict):
+            tracestate = _scanned(mapping, "tracestate")
+        return parse_traceparent(traceparent, tracestate)
     except Exception:
         return None
 
 
-def _header(headers: Headers, name: str) -> object:
-    if not _is_mapping(headers):
-        for key, value in cast("Sequence[tuple[Any, Any]]", headers):  # (name, value) pairs
-            if isinstance(key, bytes):
-                key = key.decode("latin-1")
-            if isinstance(key, str) and key.lower() == name:
-                return value.decode("latin-1") if isinstance(value, bytes) else value
-        return None
-    headers = cast("Mapping[str, Any]", headers)
-    value = headers.get(name)
-    if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them, or WSGI's
-        if type(headers) is dict:  # (a subclass may iterate its own way)
-            # No key holds the name in any case: none, without the scan (a Python-level call per key). The keys'
-            # lowercase in one call holds each key's (the name's characters are all ASCII; a str subclass is read
-            # as its characters, as any lower() of its own that is a lowercase reads it).
-            try:
-                keys = " ".join(headers).lower()
-            except TypeError:  # a key that is not a str: the scan below skips it
-                keys = name
-            if name not in keys:
-                return None
-        wsgi = "http_" + name
-        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() in (name, wsgi)), None)
-    return value
+def _pair_value(headers: Sequence[tuple[Any, Any]], name: str) -> object:
+    """The value of the first (name, value) pair named ``name`` in any case."""
+    for key, value in headers:
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if isinstance(key, str) and key.lower() == name:
+            return value.decode("latin-1") if isinstance(value, bytes) else value
+    return None
+
+
+def _scanned(headers: dict[Any, Any], name: str) -> object:
+    """A plain dict's ``name`` header where it is not under ``name`` itself: its keys as the sender spelled them, or
+    WSGI's (``HTTP_TRACEPARENT``)."""
+    if type(headers) is dict:  # (a subclass may iterate its own way)
+        # No key holds the name in any case: none, without the scan (a Python-level call per key). The keys'
+        # lowercase in one call holds each key's (the name's characters are all ASCII; a str subclass is read
+        # as its characters, as any lower() of its own that is a lowercase reads it).
+        try:
+            keys = " ".join(headers).lower()
+        except TypeError:  # a key that is not a str: the scan below skips it
+            keys = name
+        if name not in keys:
+            return None
+    wsgi = "http_" + name
+    return next((v for k, v in headers.items() if isinstance(k, str) and k.lower() in (name, wsgi)), None)
 
 
 class TraceScope:
@@ -181,10 +196,16 @@ class TraceScope:
         make_scope, label, kind, headers, args = self._what
         if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
             self._outer = [*(self._outer or ()), (self._token, self._scope, self.context)]
-        otel_span = otel_current_span()  # read once: it is both the parent's candidate and what the span began in
+        # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
+        # looked for here: most programs have none, and a call is a good part of a span's cost).
+        otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
         parent = extract(headers) if kind in _INCOMING else None
         if parent is None:
-            parent = _current_span(otel_span)
+            if otel_span is None and not _ENDED_ELSEWHERE_ENTRIES:  # _current_span(None), inlined for the usual case
+                active = _ACTIVE.get()
+                parent = None if active is None else active.context
+            else:
+                parent = _current_span(otel_span)
         if parent is None:
             context = new_root()
             args = {**args, "trace_id": context.trace_id, "span_id": context.span_id, "kind": kind}

@@ -30,6 +30,8 @@ _LENGTH_00: Final = 55
 _VERSION_00: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}").fullmatch
 #: Each two-digit flags field, as its number.
 _FLAGS: Final = {f"{bits:02x}": bits for bits in range(256)}
+#: The flags field version 00 sends, by its one flag (an int's format costs twice as much).
+_SENT_FLAGS: Final = ("00", "01")
 #: Random ids are drawn as bits and written as hex digits through bytes (an int's hex format costs twice as much),
 #: in the functions that need them (a call of its own is a good part of a span's cost). ``random`` is reseeded in a
 #: forked child, so parent and child draw apart.
@@ -75,7 +77,7 @@ def parse_traceparent(value: object, tracestate: object = None) -> SpanContext |
 def format_traceparent(context: SpanContext) -> str:
     """The ``traceparent`` header (version 00) naming ``context`` as the parent; flags this version does not define
     are sent as zero, as the specification asks."""
-    return f"00-{context.trace_id}-{context.span_id}-{context.flags & SAMPLED:02x}"
+    return f"00-{context.trace_id}-{context.span_id}-{_SENT_FLAGS[context.flags & SAMPLED]}"
 
 
 def new_root() -> SpanContext:

@@ -8,15 +8,19 @@ version), nothing it raises reaches the program: its span is then ignored.
 from __future__ import annotations
 
 import sys
+from typing import Final
 
 from ringtrace.client.recording.traceparent import SpanContext
 
-__all__ = ["otel_context", "otel_current_span"]
+__all__ = ["OTEL_TRACE", "otel_context", "otel_current_span"]
+
+#: The module of OpenTelemetry's API that holds its current span: none imported, none current.
+OTEL_TRACE: Final = "opentelemetry.trace"
 
 
 def otel_current_span() -> object | None:
     """OpenTelemetry's current span object (None: OpenTelemetry is not imported, or no span is current)."""
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = sys.modules.get(OTEL_TRACE)
     if trace is None:
         return None
     try:

@@ -129,6 +129,21 @@ class _PyRecorder:
         scope._what = (recording, label, args or None)
         return scope
 
+    def _scope_of(self, label: object, args: dict[str, Any] | None, /) -> Scope:
+        """``scope(label, **args)``, ``args`` given as a dict the scope keeps (the caller made it for the scope: not
+        copied again, as a call with ``**args`` would); a trace-aware scope's plain one (``trace_context.py``)."""
+        if type(args) is not dict and args is not None:
+            raise TypeError(f"_scope_of() takes its args as a dict or None, got {type(args).__name__}")
+        if _get_running_loop() is not None:
+            return _new_scope(self._task_recording(), label, args or None)
+        try:
+            recording = self._tls.recording
+        except AttributeError:
+            recording = self._thread_recording()
+        scope: Scope = _new(Scope)  # _new_scope, inlined
+        scope._what = (recording, label, args or None)
+        return scope
+
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""
         if _get_running_loop() is not None:

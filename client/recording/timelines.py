@@ -38,7 +38,7 @@ from ringtrace.client.recording.timeline_listeners import (
     replaced_after_fork,
     subscribe_priority,
 )
-from ringtrace.client.recording.trace_context import TraceScope
+from ringtrace.client.recording.trace_context import TraceScope, new_trace_scope
 from ringtrace.client.recording.tracks import NOT_RECORDING, EndedThread, TrackBuffer
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.errors import ConfigError
@@ -189,17 +189,17 @@ class Timeline(Recorder):
         span (ringtrace's or OpenTelemetry's), else none: a new trace. For a ``client`` or ``producer`` span,
         ``traceparent`` naming it is written into ``headers``, for the callee. Never raises.
         """
-        return TraceScope(self.scope, label, kind, headers, args)
+        return new_trace_scope(self._scope_of, label, kind, headers, args)
 
     def server_span(self, label: object, /, headers: Any, **args: Any) -> TraceScope:
         """``trace_scope(label, "server", headers)``: handling a request, in the trace its ``headers`` name (a new
         trace if they name none, or one the W3C rules call invalid)."""
-        return TraceScope(self.scope, label, "server", headers, args)
+        return new_trace_scope(self._scope_of, label, "server", headers, args)
 
     def client_span(self, label: object, /, headers: Any = None, **args: Any) -> TraceScope:
         """``trace_scope(label, "client", headers)``: a call to another process, in the current trace (a new one
         outside any), its ``traceparent`` written into the outgoing ``headers``."""
-        return TraceScope(self.scope, label, "client", headers, args)
+        return new_trace_scope(self._scope_of, label, "client", headers, args)
 
     def marker_scope(self, name: object, /, **details: Any) -> MarkerScope:
         """A context manager: a start marker when entered, the matching end marker when exited."""

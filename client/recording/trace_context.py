@@ -18,10 +18,11 @@ there is no ringtrace span): ringtrace's spans then join OpenTelemetry's trace (
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias, TypeVar
 
-from ringtrace.client.recording.otel_bridge import otel_context, otel_current_span
+from ringtrace.client.recording.otel_bridge import OTEL_TRACE, otel_context, otel_current_span
 from ringtrace.client.recording.traceparent import (
     SpanContext,
     child_of,
@@ -34,7 +35,7 @@ from ringtrace.wire.recent import Recent
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["KINDS", "TraceScope", "current_span", "extract", "inject"]
+__all__ = ["KINDS", "TraceScope", "current_span", "extract", "inject", "new_trace_scope"]
 
 #: Span kinds, as OpenTelemetry names them.
 KINDS: Final = ("internal", "server", "client", "producer", "consumer")
@@ -52,8 +53,10 @@ class _Active(NamedTuple):
     otel_span: object | None
 
 
-#: Makes a tuple subclass without the call to its Python-level ``__new__``.
+#: Makes a tuple subclass without the call to its Python-level ``__new__``, and an object without its ``__init__``.
 _new = tuple.__new__
+_new_object = object.__new__
+_modules = sys.modules
 _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtrace_span", default=None)
 #: Spans exited in a context other than the one they were entered in (another task, a generator finalised
 #: elsewhere), by span id: the span each was entered in, current again where the ended one still is (the context
@@ -61,6 +64,8 @@ _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("ringtr
 #: one is gone, or has had a span of its own since.
 _ENDED_ELSEWHERE_KEPT: Final = 10_000
 _ENDED_ELSEWHERE: Final[Recent[str, _Active | None]] = Recent(_ENDED_ELSEWHERE_KEPT)
+#: Its dict, asked whether it holds any on every span: ``Recent.__len__`` would be a Python-level call each time.
+_ENDED_ELSEWHERE_ENTRIES: Final = _ENDED_ELSEWHERE._entries
 #: Whether each type of headers seen is a mapping (``_is_mapping``); a program has a few kinds of headers.
 _MAPPING_TYPES_KEPT: Final = 64
 _MAPPING_TYPES: Final[dict[type, bool]] = {}
@@ -75,7 +80,7 @@ def current_span() -> SpanContext | None:
 def _current_span(otel_span: object | None) -> SpanContext | None:
     """``current_span()``, OpenTelemetry's current span being ``otel_span``."""
     active = _ACTIVE.get()
-    if _ENDED_ELSEWHERE:
+    if _ENDED_ELSEWHERE_ENTRIES:
         while active is not None:
             outer = _ENDED_ELSEWHERE.get(active.context.span_id, active)
             if outer is active:  # not ended elsewhere (or forgotten meanwhile, by another thread)
@@ -117,43 +122,70 @@ def extract(headers: Headers | None) -> SpanContext | None:
     if headers is None:
         return None
     try:
-        traceparent = _header(headers, "traceparent")
-        return None if traceparent is None else parse_traceparent(traceparent, _header(headers, "tracestate"))
+        if not _is_mapping(headers):
+            pairs: Sequence[tuple[Any, Any]] = headers  # type: ignore[assignment]
+            traceparent = _pair_value(pairs, "traceparent")
+            return None if traceparent is None else parse_traceparent(traceparent, _pair_value(pairs, "tracestate"))
+        mapping: Mapping[str, Any] = headers  # type: ignore[assignment]  # (both looked up here: calls cost)
+        traceparent = mapping.get("traceparent")
+        if traceparent is None and isinstance(mapping, dict):
+            traceparent = _scanned(mapping, "traceparent")
+        if traceparent is None:
+            return None
+        tracestate = mapping.get("tracestate")
+        if tracestate is None and isinstance(mapping, dict):
+            tracestate = _scanned(mapping, "tracestate")
+        return parse_traceparent(traceparent, tracestate)
     except Exception:
         return None
 
 
-def _header(headers: Headers, name: str) -> object:
-    if not _is_mapping(headers):
-        for key, value in cast("Sequence[tuple[Any, Any]]", headers):  # (name, value) pairs
-            if isinstance(key, bytes):
-                key = key.decode("latin-1")
-            if isinstance(key, str) and key.lower() == name:
-                return value.decode("latin-1") if isinstance(value, bytes) else value
-        return None
-    headers = cast("Mapping[str, Any]", headers)
-    value = headers.get(name)
-    if value is None and isinstance(headers, dict):  # a plain dict: its keys as the sender spelled them, or WSGI's
-        wsgi = "http_" + name
-        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() in (name, wsgi)), None)
-    return value
+def _pair_value(headers: Sequence[tuple[Any, Any]], name: str) -> object:
+    """The value of the first (name, value) pair named ``name`` in any case."""
+    for key, value in headers:
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if isinstance(key, str) and key.lower() == name:
+            return value.decode("latin-1") if isinstance(value, bytes) else value
+    return None
+
+
+def _scanned(headers: dict[Any, Any], name: str) -> object:
+    """A plain dict's ``name`` header where it is not under ``name`` itself: its keys as the sender spelled them, or
+    WSGI's (``HTTP_TRACEPARENT``)."""
+    if type(headers) is dict:  # (a subclass may iterate its own way)
+        # No key holds the name in any case: none, without the scan (a Python-level call per key). The keys'
+        # lowercase in one call holds each key's (the name's characters are all ASCII; a str subclass is read
+        # as its characters, as any lower() of its own that is a lowercase reads it).
+        try:
+            keys = " ".join(headers).lower()
+        except TypeError:  # a key that is not a str: the scan below skips it
+            keys = name
+        if name not in keys:
+            return None
+    wsgi = "http_" + name
+    return next((v for k, v in headers.items() if isinstance(k, str) and k.lower() in (name, wsgi)), None)
 
 
 class TraceScope:
     """A span of a trace (see the module's docstring): a plain scope with the span's ids as args, and the current
-    span while it is open. ``context`` is the span's ``SpanContext`` once entered."""
+    span while it is open. ``context`` is the span's ``SpanContext`` once entered.
 
-    __slots__ = ("_args", "_headers", "_kind", "_label", "_make_scope", "_outer", "_scope", "_token", "context")
+    ``new_trace_scope`` makes one without calling ``__init__`` (a call into a Python-level ``__init__`` is a good part
+    of the cost of a span); the two set the same state."""
+
+    __slots__ = ("_outer", "_scope", "_token", "_what", "context")
 
     def __init__(
         self,
-        make_scope: Callable[..., Any],
+        make_scope: Callable[[object, dict[str, Any]], Any],
         label: object,
         kind: str,
         headers: Any,
         args: dict[str, Any],
     ) -> None:
-        self._make_scope, self._label, self._kind, self._headers, self._args = make_scope, label, kind, headers, args
+        #: ``make_scope(label, args)`` makes the plain scope (keeping ``args``, a dict made for it), and the rest.
+        self._what = (make_scope, label, kind, headers, args)
         self._scope: Any = None
         self._token: Any = None
         #: What an entry still open holds while the same scope is entered again inside it (a stack).
@@ -161,24 +193,37 @@ class TraceScope:
         self.context: SpanContext | None = None
 
     def __enter__(self) -> TraceScope:
+        make_scope, label, kind, headers, args = self._what
         if self._scope is not None:  # entered again while open: a span of its own, the open one kept to come back to
             self._outer = [*(self._outer or ()), (self._token, self._scope, self.context)]
-        kind = self._kind
-        otel_span = otel_current_span()  # read once: it is both the parent's candidate and what the span began in
-        parent = extract(self._headers) if kind in _INCOMING else None
+        # OpenTelemetry's span, read once: it is both the parent's candidate and what the span began in (the module
+        # looked for here: most programs have none, and a call is a good part of a span's cost).
+        otel_span = None if _modules.get(OTEL_TRACE) is None else otel_current_span()
+        parent = extract(headers) if kind in _INCOMING else None
         if parent is None:
-            parent = _current_span(otel_span)
-        context = new_root() if parent is None else child_of(parent)
-        args = {**self._args, "trace_id": context.trace_id, "span_id": context.span_id}
-        if parent is not None:
-            args["parent_span_id"] = parent.span_id
-        args["kind"] = kind
+            if otel_span is None and not _ENDED_ELSEWHERE_ENTRIES:  # _current_span(None), inlined for the usual case
+                active = _ACTIVE.get()
+                parent = None if active is None else active.context
+            else:
+                parent = _current_span(otel_span)
+        if parent is None:
+            context = new_root()
+            args = {**args, "trace_id": context.trace_id, "span_id": context.span_id, "kind": kind}
+        else:
+            context = child_of(parent)
+            args = {
+                **args,
+                "trace_id": context.trace_id,
+                "span_id": context.span_id,
+                "parent_span_id": parent.span_id,
+                "kind": kind,
+            }
         self.context = context
         self._token = _ACTIVE.set(_new(_Active, (context, otel_span)))
-        if kind in _OUTGOING and self._headers is not None:
-            inject(self._headers, context)
-        self._scope = self._make_scope(self._label, **args)
-        self._scope.__enter__()
+        if kind in _OUTGOING and headers is not None:
+            inject(headers, context)
+        scope = self._scope = make_scope(label, args)
+        scope.__enter__()
         return self
 
     def __exit__(
@@ -195,6 +240,16 @@ class TraceScope:
         if self._outer:  # the entry this one was nested in is open again
             self._token, self._scope, self.context = self._outer.pop()
         scope.__exit__(exc_type, exc, tb)
+
+
+def new_trace_scope(
+    make_scope: Callable[[object, dict[str, Any]], Any], label: object, kind: str, headers: Any, args: dict[str, Any]
+) -> TraceScope:
+    """``TraceScope(make_scope, label, kind, headers, args)`` without the call to ``__init__``."""
+    scope: TraceScope = _new_object(TraceScope)
+    scope._what = (make_scope, label, kind, headers, args)
+    scope._scope = scope._token = scope._outer = scope.context = None
+    return scope
 
 
 def _ended_elsewhere(span: SpanContext | None, token: contextvars.Token[_Active | None]) -> None:

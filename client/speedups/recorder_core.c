@@ -41,17 +41,15 @@ keywords_new(ModuleState *state, PyObject *const *values, PyObject *names)
     return (PyObject *)self;
 }
 
+/* A Scope recording `label` with the args `given` (a dict or None, kept as it is) or else those of a vectorcall (`args`
+   past `nargs`, named by `kwnames`), or the NullScope when it keeps nothing; NULL with an exception set (MemoryError)
+   only when no object can be returned. */
 static PyObject *
-core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+new_scope(RecorderCore *self, PyObject *label, PyObject *given, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *events, *kwargs;
     Scope *scope;
-    if (nargs != 1) {
-        PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
-        return NULL;
-    }
-    if (!self->listening) return Py_NewRef(self->state->null_scope); /* not even a look for the buffer */
     events = current_events(self);
     if (events == NULL) {
         if (count_unrecorded(&self->unrecorded) < 0) return NULL;
@@ -61,7 +59,7 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         Py_DECREF(events);
         return Py_NewRef(self->state->null_scope);
     }
-    kwargs = keyword_dict(args, nargs, kwnames);
+    kwargs = given != NULL ? Py_NewRef(given) : keyword_dict(args, nargs, kwnames);
     if (kwargs == NULL) {
         Py_DECREF(events);
         if (count_unrecorded(&self->unrecorded) < 0) return NULL;
@@ -74,13 +72,46 @@ core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         return NULL;
     }
     scope->events = events;
-    scope->label = Py_NewRef(args[0]);
+    scope->label = Py_NewRef(label);
     scope->args = kwargs;
     scope->core = (RecorderCore *)Py_NewRef(self);
     scope->start_ns = 0;
     scope->entered = 0;
     PyObject_GC_Track(scope);
     return (PyObject *)scope;
+}
+
+static PyObject *
+core_scope(RecorderCore *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "scope() takes one positional argument, the label (%zd given)", nargs);
+        return NULL;
+    }
+    if (!self->listening) return Py_NewRef(self->state->null_scope); /* not even a look for the buffer */
+    return new_scope(self, args[0], NULL, args, nargs, kwnames);
+}
+
+/* tl._scope_of(label, args): scope(label, **args) with args given as a dict the scope keeps, not copied (its caller
+   made it for the scope: a trace-aware scope's plain one, trace_context.py); None or an empty dict for no args. */
+static PyObject *
+core_scope_of(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *kwargs;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "_scope_of() takes two positional arguments, the label and the args (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    kwargs = args[1];
+    if (!PyDict_CheckExact(kwargs) && kwargs != Py_None) {
+        PyErr_Format(PyExc_TypeError, "_scope_of() takes its args as a dict or None, got %s", Py_TYPE(kwargs)->tp_name);
+        return NULL;
+    }
+    if (!self->listening) return Py_NewRef(self->state->null_scope); /* not even a look for the buffer */
+    if (kwargs != Py_None && PyDict_GET_SIZE(kwargs) == 0) kwargs = Py_None; /* as scope() keeps no args */
+    return new_scope(self, args[0], kwargs, NULL, 0, NULL);
 }
 
 static PyObject *
@@ -256,6 +287,8 @@ core_dealloc(RecorderCore *self)
 static PyMethodDef core_methods[] = {
     {"scope", (PyCFunction)(void (*)(void))core_scope, METH_FASTCALL | METH_KEYWORDS,
      "scope(label, /, **args)\n--\n\nA context manager recording one span named label with args, from enter to exit."},
+    {"_scope_of", (PyCFunction)(void (*)(void))core_scope_of, METH_FASTCALL,
+     "_scope_of(label, args, /)\n--\n\nscope(label, **args), args given as a dict the scope keeps (not copied)."},
     {"instant", (PyCFunction)(void (*)(void))core_instant, METH_FASTCALL | METH_KEYWORDS,
      "instant(name, /, **args)\n--\n\nRecord a point-in-time event named name with args."},
     {"marker", (PyCFunction)(void (*)(void))core_marker, METH_FASTCALL | METH_KEYWORDS,

@@ -134,15 +134,7 @@ class _PyRecorder:
         copied again, as a call with ``**args`` would); a trace-aware scope's plain one (``trace_context.py``)."""
         if type(args) is not dict and args is not None:
             raise TypeError(f"_scope_of() takes its args as a dict or None, got {type(args).__name__}")
-        if _get_running_loop() is not None:
-            return _new_scope(self._task_recording(), label, args or None)
-        try:
-            recording = self._tls.recording
-        except AttributeError:
-            recording = self._thread_recording()
-        scope: Scope = _new(Scope)  # _new_scope, inlined
-        scope._what = (recording, label, args or None)
-        return scope
+        return self.scope(label, **(args or {}))  # (a copy here: the C recorder's is what saves it)
 
     def instant(self, name: object, /, **args: Any) -> None:
         """Record a point-in-time event named ``name`` with ``args``."""

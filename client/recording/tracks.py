@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from itertools import islice
 from operator import countOf
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
@@ -85,6 +85,10 @@ Recording = tuple[Sink, int, int, Callable[[], object]]
 NOT_RECORDING: Recording = (NOWHERE, 1, -1, int)
 
 
+#: What records into a buffer: a thread, a task, a source (weakly), or a task a lane no longer keeps alive.
+Owner: TypeAlias = "threading.Thread | EndedThread | Task[Any] | weakref.ref[Any] | _LetGo"
+
+
 class TrackBuffer:
     """The events one track recorded and the flusher has not taken yet, ``RECORD_FIELDS`` values each.
 
@@ -95,15 +99,13 @@ class TrackBuffer:
 
     __slots__ = ("events", "first_task", "owner", "records", "track")
 
-    def __init__(
-        self, track: TrackInfo, owner: threading.Thread | EndedThread | Task[Any] | weakref.ref[Source]
-    ) -> None:
+    def __init__(self, track: TrackInfo, owner: Owner) -> None:
         self.events: list[Any] = []
         #: The C recorder's account of the compact records in ``events`` (its instants' segments), or None.
         self.records = None if speedups is None else speedups.RecordBuffer()
         self.track = track
-        self.owner = owner
-        self.first_task = owner if is_task(owner) else None
+        self.owner: Owner = owner
+        self.first_task: Task[Any] | _TaskName | None = owner if is_task(owner) else None
 
     def owner_alive(self) -> bool:
         owner = self.owner
@@ -111,7 +113,7 @@ class TrackBuffer:
             return not owner.done() and not owner.get_loop().is_closed()
         if isinstance(owner, weakref.ref):  # a source: alive while someone can still open it
             return owner() is not None
-        return owner.is_alive()  # type: ignore[union-attr]  # a thread (is_task said it is no task)
+        return owner.is_alive()  # type: ignore[union-attr]  # a thread, or a task let go of (_LetGo)
 
 
 class _Lane:
@@ -307,11 +309,29 @@ class Tracks:
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
             else:
-                self._lanes.pop(buffer.track.track_id, None)
+                self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, []), ended)
             gone.add(id(buffer))
             tracks.append(buffer.track)
         self.buffers = [b for b in self.buffers if id(b) not in gone]
         return tracks
+
+    def _let_go_of_idle_lanes(self, lanes: list[_Lane], ended: list[TrackBuffer]) -> None:
+        """The buffers of ``lanes`` (of a thread that ended) whose tasks' loops run nowhere now hold their tasks
+        weakly (``_LetGo``): a task left pending on a loop its thread never closed was kept alive by them for good,
+        where nothing else keeps it. Such a buffer stays until its task is gone and it is drained: a scope the task had
+        open ends there as the task is destroyed, and is delivered, named by it. (Its loop run again, the task takes a
+        lane of the thread that runs it.)"""
+        ending = {id(b) for b in ended}
+        for lane in lanes:
+            buffer = lane.buffer
+            if buffer is None or id(buffer) in ending or not is_task(buffer.owner):
+                continue
+            task = buffer.owner
+            if task.get_loop().is_running() or buffer.events:
+                continue
+            self.task_buffers.pop(task, None)
+            buffer.first_task = _TaskName(task.get_name())
+            buffer.owner = _LetGo(task)
 
     def take_all(self) -> list[TrackBuffer]:
         """Every buffer, which the tracks then no longer hold (what they held was never drained: lost); and the lanes,
@@ -357,6 +377,37 @@ def _first_free(lanes: list[_Lane], task: Task[Any], busy: Collection[Task[Any]]
         if held_loop is not loop and held_loop.is_closed():
             return lane
     return None
+
+
+class _LetGo:
+    """Owns a lane's buffer in place of a task it no longer keeps alive (``Tracks._let_go_of_idle_lanes``): alive
+    while the task is, and for one look more. A task destroyed pending ends its open scopes after its weak references
+    are gone (the garbage collector clears those first, then runs finalizers, which may let the flusher in), so the
+    pass that finds it gone may come before its last spans: the next one takes them."""
+
+    __slots__ = ("_seen_gone", "_task")
+
+    def __init__(self, task: Task[Any]) -> None:
+        self._task = weakref.ref(task)
+        self._seen_gone = False
+
+    def is_alive(self) -> bool:
+        if self._task() is not None:
+            return True
+        seen, self._seen_gone = self._seen_gone, True
+        return not seen
+
+
+class _TaskName:
+    """Names a task that a lane's buffer no longer holds (``Tracks._let_go_of_idle_lanes``), for the drain."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def get_name(self) -> str:
+        return self._name
 
 
 class EndedThread:

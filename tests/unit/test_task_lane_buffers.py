@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -156,3 +157,38 @@ def test_tasks_a_factory_makes_of_the_pure_python_task_class_record_on_lanes() -
     assert [e.name for e in listener.events] == ["request"] * 3
     assert all(e.track.kind == ASYNC_TRACK for e in listener.events)
     timeline.close()
+
+
+def test_tasks_left_pending_on_a_loop_its_thread_never_closed_are_not_kept_alive_once_the_thread_ended() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("left pending", [listener])
+    left: list[weakref.ref[asyncio.Task[None]]] = []
+
+    async def pending() -> None:
+        with timeline.scope("pending"):
+            await asyncio.Event().wait()  # never set
+
+    async def main() -> None:
+        for _ in range(20):
+            task = asyncio.create_task(pending())
+            left.append(weakref.ref(task))
+        await asyncio.sleep(0)  # each has begun, and recorded, and waits
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),))  # (the loop not closed by its thread)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    try:
+        assert timeline.flush(timeout_s=30)  # the pass that finds the thread ended
+        gc.collect()
+        assert sum(ref() is not None for ref in left) == 0
+        assert timeline.flush(timeout_s=30)
+        # Each task's span ended as the task was destroyed pending (GeneratorExit), delivered, named by its task.
+        spans = [e for e in listener.events if e.name == "pending"]
+        assert len(spans) == 20 and listener.dropped_events == 0
+        assert {e.args["exception"] for e in spans} == {"GeneratorExit"}
+        assert len({e.args["task"] for e in spans}) == 20
+    finally:
+        loop.close()
+        timeline.close()

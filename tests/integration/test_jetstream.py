@@ -335,7 +335,11 @@ def test_the_whole_cluster_stopped_flushes_fail_counts_add_up_and_ingest_resumes
         assert_accounts_add_up(counts)
         assert counts["discarded_events"] > 0
         found = numbers(trace)["s"]
-        assert set(range(before + 1)) <= streamer.acknowledged <= set(found) and max(found.values()) == 1
+        # Stored, once each: every event up to the last flush acknowledged before the outage (a flush that ran out of
+        # time on a busy machine vouches for none of its events, but the True one after it says none was lost), and
+        # every event a flush vouched for.
+        assert set(range(before + 1)) <= set(found) and streamer.acknowledged <= set(found)
+        assert max(found.values()) == 1
         assert counts["stored_events"] == sum(found.values())
         local = collector.json("/stats")
         assert local["jetstream"]["publish_retries"] > 0 and local["jetstream"]["failing"] is None

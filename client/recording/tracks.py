@@ -117,13 +117,16 @@ class TrackBuffer:
 
 
 class _Lane:
-    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now)."""
+    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). ``last`` holds the
+    task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
+    back to it (where the task's scopes are)."""
 
-    __slots__ = ("buffer", "task", "track")
+    __slots__ = ("buffer", "last", "task", "track")
 
     def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
         self.track, self.task = track, task
         self.buffer: TrackBuffer | None = None
+        self.last: weakref.ref[Task[Any]] | None = None
 
 
 class Tracks:
@@ -233,7 +236,8 @@ class Tracks:
                 continue
             # Its lane's buffer made or taken now, as a scope of its would: the drain that finds the task done with
             # it empty ends the lane's track and frees the lane (and lets the task go).
-            lane = self._lane(task, self.buffer_of_thread(thread, label).track, busy)
+            parent = self.buffer_of_thread(thread, label).track
+            lane = _lane_it_had(self._lanes.get(parent.track_id, ()), task, busy) or self._lane(task, parent, busy)
             tracks.append((self._take_lane(lane, task, _NO_BOUND, -1).track, run))  # (no wake: the flusher runs this)
         return tracks
 
@@ -306,6 +310,7 @@ class Tracks:
                         gone.add(id(buffer))
                         continue  # taken by a task that traced calls and records nothing yet: its track goes on
                     lane.task = None  # free, and the done task not kept alive by it
+                    lane.last = weakref.ref(owner)
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
             else:
@@ -376,6 +381,16 @@ def _first_free(lanes: list[_Lane], task: Task[Any], busy: Collection[Task[Any]]
         held_loop = held.get_loop()
         if held_loop is not loop and held_loop.is_closed():
             return lane
+    return None
+
+
+def _lane_it_had(lanes: Iterable[_Lane], task: Task[Any], busy: Collection[Task[Any]]) -> _Lane | None:
+    """The lane ``task`` had until a drain found it done and freed the lane, if no other task may record on it now."""
+    for lane in lanes:
+        last = lane.last
+        if last is not None and last() is task:
+            held = lane.task
+            return lane if held is None or held is task or (held not in busy and held.done()) else None
     return None
 
 

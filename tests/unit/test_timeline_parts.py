@@ -162,6 +162,23 @@ def test_a_lane_taken_for_a_task_s_traced_calls_alone_ends_with_it_and_lets_it_g
     assert done[0]() is None  # the lane, free again, holds it no more
 
 
+def test_a_task_s_calls_drained_after_its_lane_was_freed_go_back_to_its_lane_not_another_free_one() -> None:
+    tracks = Tracks()
+
+    async def lanes_and_calls() -> tuple[list[TrackInfo], list[TrackInfo]]:
+        first, second = asyncio.create_task(asyncio.sleep(0)), asyncio.create_task(asyncio.sleep(0))
+        scopes = [tracks.lane_for(task, None, ROOM, NO_WAKE).track for task in (first, second)]
+        await asyncio.gather(first, second)
+        assert tracks.forget([b for b in tracks.buffers if b.track in scopes]) == scopes  # both lanes free
+        # Their calls, drained now, the second task's first: each on the lane its scope was on
+        runs = [(threading.current_thread(), second, []), (threading.current_thread(), first, [])]
+        return scopes, [track for track, _ in tracks.call_tracks(runs, None)]
+
+    (first_lane, second_lane), calls = asyncio.run(lanes_and_calls())
+    assert first_lane != second_lane
+    assert calls == [second_lane, first_lane]
+
+
 class KeyedTask(asyncio.Task[None]):
     """A task equal to any task of the same name: its ``__eq__`` takes the other for a task."""
 

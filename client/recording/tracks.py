@@ -297,12 +297,7 @@ class Tracks:
                 if buffer.events or buffer.owner_alive():  # taken by the next task meanwhile (its lane is its too)
                     continue
                 self.task_buffers.pop(owner, None)
-                lanes = self._lanes.get(buffer.track.parent, ())  # (none: its thread ended, all of them with it)
-                lane = None
-                for each in lanes:
-                    if each.track is buffer.track:
-                        lane = each
-                        break
+                lane = self._lane_of(buffer.track)  # (none: its thread ended, all of them with it)
                 if lane is not None:
                     if lane.buffer is buffer:
                         lane.buffer = None
@@ -311,8 +306,16 @@ class Tracks:
                         continue  # taken by a task that traced calls and records nothing yet: its track goes on
                     lane.task = None  # free, and the done task not kept alive by it
                     lane.last = weakref.ref(owner)
+                if not owner.done():
+                    # Pending on a closed loop: the scopes it has open end as it is destroyed, into this buffer,
+                    # which holds it weakly till then (the lane, free, takes a buffer of its own for its next task).
+                    _let_go(buffer, owner)
+                    continue
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
+            elif type(owner) is _LetGo and _taken_since(self._lane_of(buffer.track)):
+                gone.add(id(buffer))
+                continue  # a task let go of, gone now, whose lane another task has taken since: its track goes on
             else:
                 self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, []), ended)
             gone.add(id(buffer))
@@ -335,8 +338,14 @@ class Tracks:
             if task.get_loop().is_running() or buffer.events:
                 continue
             self.task_buffers.pop(task, None)
-            buffer.first_task = _TaskName(task.get_name())
-            buffer.owner = _LetGo(task)
+            _let_go(buffer, task)
+
+    def _lane_of(self, track: TrackInfo) -> _Lane | None:
+        """The lane whose track ``track`` is, if its thread's lanes are still kept."""
+        for lane in self._lanes.get(track.parent, ()):
+            if lane.track is track:
+                return lane
+        return None
 
     def take_all(self) -> list[TrackBuffer]:
         """Every buffer, which the tracks then no longer hold (what they held was never drained: lost); and the lanes,
@@ -392,6 +401,17 @@ def _lane_it_had(lanes: Iterable[_Lane], task: Task[Any], busy: Collection[Task[
             held = lane.task
             return lane if held is None or held is task or (held not in busy and held.done()) else None
     return None
+
+
+def _taken_since(lane: _Lane | None) -> bool:
+    """Whether ``lane`` (None: none kept) serves a task now."""
+    return lane is not None and (lane.buffer is not None or lane.task is not None)
+
+
+def _let_go(buffer: TrackBuffer, task: Task[Any]) -> None:
+    """``buffer`` holds ``task`` weakly from now on (``_LetGo``), its events named after it as it is named now."""
+    buffer.first_task = _TaskName(task.get_name())
+    buffer.owner = _LetGo(task)
 
 
 class _LetGo:

@@ -192,3 +192,36 @@ def test_tasks_left_pending_on_a_loop_its_thread_never_closed_are_not_kept_alive
     finally:
         loop.close()
         timeline.close()
+
+
+def test_tasks_left_pending_on_a_closed_loop_deliver_the_scopes_they_end_as_they_are_destroyed() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("closed loop", [listener])
+    left: list[weakref.ref[asyncio.Task[None]]] = []
+
+    async def pending(i: int) -> None:
+        with timeline.scope(f"pending {i}"):
+            await asyncio.Event().wait()  # never set
+
+    async def main() -> None:
+        for i in range(5):
+            left.append(weakref.ref(asyncio.create_task(pending(i))))
+        await asyncio.sleep(0)  # each has begun its scope, and waits
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()  # (its tasks left pending: the thread lives on)
+    try:
+        assert timeline.flush(timeout_s=30)  # the pass that finds their loop closed
+        gc.collect()
+        assert sum(ref() is not None for ref in left) == 0  # not kept alive by their lanes
+        asyncio.run(asyncio.sleep(0))  # the lanes go on: a task of the next loop takes one
+        assert timeline.flush(timeout_s=30)
+        spans = [e for e in listener.events if e.name.startswith("pending")]
+        assert sorted(e.name for e in spans) == [f"pending {i}" for i in range(5)]
+        assert listener.dropped_events == 0
+        assert {e.args["exception"] for e in spans} == {"GeneratorExit"}
+        assert len({e.args["task"] for e in spans}) == 5
+        assert len({e.track.track_id for e in spans}) == 5  # each on its lane, none of them after another task's
+    finally:
+        timeline.close()

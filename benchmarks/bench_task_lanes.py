@@ -7,7 +7,10 @@ A task that records gets a lane of its thread and a buffer of its own, which the
 measures is that cost per task, beside the event's own. Issue 34's always-on target for an aiohttp server is bounded
 by it (``bench_server_span.py``: a plain scope per request against a middleware that records nothing).
 
-    python benchmarks/bench_task_lanes.py [--tasks N] [--rounds N]
+    python benchmarks/bench_task_lanes.py [--tasks N] [--rounds N] [--busy N]
+
+``--busy N``: N tasks hold a lane each (a scope open) while the rounds run, as a server's requests in flight: a new
+task looks through the busy lanes for a free one.
 """
 
 from __future__ import annotations
@@ -23,13 +26,23 @@ from _common import collector, table
 
 
 def per_task(
-    make: Callable[[], Awaitable[None]], tasks: int, timeline: ringtrace.client.Timeline
+    make: Callable[[], Awaitable[None]], tasks: int, timeline: ringtrace.client.Timeline, busy: int
 ) -> tuple[float, float]:
-    """CPU us per task: the process's (flushed: what was recorded delivered), and the loop's thread's."""
+    """CPU us per task: the process's (flushed: what was recorded delivered), and the loop's thread's; ``busy``
+    tasks each hold a lane meanwhile (a scope open: requests in flight)."""
+
+    async def holding(go: asyncio.Event) -> None:
+        with timeline.scope("in flight"):
+            await go.wait()
 
     async def loop() -> None:
+        go = asyncio.Event()
+        held = [asyncio.create_task(holding(go)) for _ in range(busy)]
+        await asyncio.sleep(0)
         for _ in range(tasks):
             await asyncio.create_task(make())  # type: ignore[arg-type]
+        go.set()
+        await asyncio.gather(*held)
 
     process, thread = time.process_time(), time.thread_time()
     asyncio.run(loop())
@@ -41,6 +54,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks a round (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, the variants in turn (default %(default)s)")
+    parser.add_argument(
+        "--busy", type=int, default=0, help="tasks holding a lane each meanwhile: requests in flight (default 0)"
+    )
     args = parser.parse_args()
     with collector() as running:
         tl = ringtrace.client.connect(running.tcp, process_name="bench-task-lanes")
@@ -64,7 +80,7 @@ def main() -> int:
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in [*variants, "one task, scopes"]}
         for _ in range(args.rounds):
             for name, make in variants.items():
-                results[name].append(per_task(make, args.tasks, tl))
+                results[name].append(per_task(make, args.tasks, tl, args.busy))
             process, thread = time.process_time(), time.thread_time()
             asyncio.run(scopes_in_one_task())
             tl.flush(timeout_s=60)
@@ -85,7 +101,8 @@ def main() -> int:
         table(
             ["variant", "process CPU us/task", "loop thread us", "over a bare task us"],
             rows,
-            f"Recording in short asyncio tasks, {args.tasks:,} tasks a round, min of {args.rounds} rounds",
+            f"Recording in short asyncio tasks, {args.tasks:,} tasks a round, {args.busy} more holding lanes, min of "
+            f"{args.rounds} rounds",
         )
     )
     return 0

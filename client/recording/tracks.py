@@ -33,7 +33,7 @@ from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
-    from asyncio import Task
+    from asyncio import AbstractEventLoop, Task
 
 __all__ = [
     "NOT_RECORDING",
@@ -121,12 +121,14 @@ class _Lane:
     task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
     back to it (where the task's scopes are)."""
 
-    __slots__ = ("buffer", "last", "task", "track")
+    __slots__ = ("buffer", "last", "loop", "task", "track")
 
     def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
         self.track, self.task = track, task
         self.buffer: TrackBuffer | None = None
         self.last: weakref.ref[Task[Any]] | None = None
+        #: The loop of ``task`` (read once: a lane's busy look-ups call no method of its task's but ``done()``).
+        self.loop: AbstractEventLoop | None = None
 
 
 class Tracks:
@@ -214,7 +216,7 @@ class Tracks:
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
             self.buffers.append(buffer)
-        lane.task = task
+        lane.task, lane.loop = task, task.get_loop()
         self.task_buffers[task] = buffer
         return buffer
 
@@ -304,7 +306,7 @@ class Tracks:
                     if lane.task is not owner and lane.task is not None:
                         gone.add(id(buffer))
                         continue  # taken by a task that traced calls and records nothing yet: its track goes on
-                    lane.task = None  # free, and the done task not kept alive by it
+                    lane.task = lane.loop = None  # free, and the done task not kept alive by it
                     lane.last = weakref.ref(owner)
                 if not owner.done():
                     # Pending on a closed loop: the scopes it has open end as it is destroyed, into this buffer,
@@ -387,8 +389,8 @@ def _first_free(lanes: list[_Lane], task: Task[Any], busy: Collection[Task[Any]]
             continue
         if held.done():
             return lane
-        held_loop = held.get_loop()
-        if held_loop is not loop and held_loop.is_closed():
+        held_loop = lane.loop
+        if held_loop is not loop and held_loop is not None and held_loop.is_closed():
             return lane
     return None
 

@@ -3,8 +3,9 @@ them.
 
 asyncio: a task that records while its event loop runs gets a track of its own, a *lane* of its thread, so that the
 spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time, and is free again as soon
-as that task is done: the next task of its thread to record takes it (``lane_for``), so the number of lanes follows
-the number of tasks alive at once, not the total, however many come and go between two passes of the flusher. A lane
+as that task is done: the next task of its thread to record takes it (``lane_for``; ``lanes.py``), so the number of
+lanes follows the number of tasks alive at once, not the total, however many come and go between two passes of the
+flusher. A lane
 has one buffer for the tasks it serves in turn (a server's requests, one task each): a task that takes it notes the
 switch there (a ``TASK_SWITCH`` record) and records after it, so what the lane shows of each task stays whole and in
 order, and a task costs its events and one record, not a buffer that the flusher drains and forgets apart.
@@ -28,12 +29,13 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
+from ringtrace.client.recording.lanes import Lane, ThreadLanes
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
 
 if TYPE_CHECKING:
-    from asyncio import AbstractEventLoop, Task
+    from asyncio import Task
 
 __all__ = [
     "NOT_RECORDING",
@@ -116,29 +118,14 @@ class TrackBuffer:
         return owner.is_alive()  # type: ignore[union-attr]  # a thread, or a task let go of (_LetGo)
 
 
-class _Lane:
-    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). ``last`` holds the
-    task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
-    back to it (where the task's scopes are)."""
-
-    __slots__ = ("buffer", "last", "loop", "task", "track")
-
-    def __init__(self, track: TrackInfo, task: Task[Any] | None) -> None:
-        self.track, self.task = track, task
-        self.buffer: TrackBuffer | None = None
-        self.last: weakref.ref[Task[Any]] | None = None
-        #: The loop of ``task`` (read once: a lane's busy look-ups call no method of its task's but ``done()``).
-        self.loop: AbstractEventLoop | None = None
-
-
 class Tracks:
     """The buffers of one timeline's threads, lanes and sources, the tables that find them, and the lanes."""
 
     def __init__(self) -> None:
         self.buffers: list[TrackBuffer] = []
         self.task_buffers: dict[Task[Any], TrackBuffer] = {}
-        #: Each thread's lanes (by its track's id), in the order they were made.
-        self._lanes: dict[int, list[_Lane]] = {}
+        #: Each thread's lanes (by its track's id).
+        self._lanes: dict[int, ThreadLanes[TrackBuffer]] = {}
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
         #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
@@ -196,12 +183,14 @@ class Tracks:
         values wakes the flusher, as an event added there would."""
         self.taking_lane = True
         try:
-            return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, room, wake_at)
+            return self._take_lane(self._lane(task, self.thread_buffer(label).track), task, room, wake_at, True)
         finally:
             self.taking_lane = False
 
-    def _take_lane(self, lane: _Lane, task: Task[Any], room: int, wake_at: int) -> TrackBuffer:
-        """``lane``'s buffer, ``task``'s now (see ``lane_for``)."""
+    def _take_lane(
+        self, lane: Lane[TrackBuffer], task: Task[Any], room: int, wake_at: int, on_its_loop: bool
+    ) -> TrackBuffer:
+        """``lane``'s buffer, ``task``'s now (see ``lane_for``; ``on_its_loop``: see ``Lane.take``)."""
         buffer = lane.buffer
         if buffer is not None and buffer.owner is not task:
             held = len(buffer.events)
@@ -216,7 +205,7 @@ class Tracks:
         if buffer is None:
             buffer = lane.buffer = TrackBuffer(lane.track, task)
             self.buffers.append(buffer)
-        lane.task, lane.loop = task, task.get_loop()
+        lane.take(task, on_its_loop)
         self.task_buffers[task] = buffer
         return buffer
 
@@ -239,19 +228,22 @@ class Tracks:
             # Its lane's buffer made or taken now, as a scope of its would: the drain that finds the task done with
             # it empty ends the lane's track and frees the lane (and lets the task go).
             parent = self.buffer_of_thread(thread, label).track
-            lane = _lane_it_had(self._lanes.get(parent.track_id, ()), task, busy) or self._lane(task, parent, busy)
-            tracks.append((self._take_lane(lane, task, _NO_BOUND, -1).track, run))  # (no wake: the flusher runs this)
+            lanes = self._lanes.get(parent.track_id)
+            lane = (lanes and lanes.lane_it_had(task, busy)) or self._lane(task, parent, busy)
+            # (no wake, no done callback: the flusher runs this)
+            tracks.append((self._take_lane(lane, task, _NO_BOUND, -1, False).track, run))
         return tracks
 
-    def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> _Lane:
-        """The lane of the thread of track ``parent`` that ``task`` may record on: the one it has, else the first
-        free one (not one of a task of ``busy``), else a new one."""
-        lanes = self._lanes.setdefault(parent.track_id, [])
-        lane = _first_free(lanes, task, busy)
+    def _lane(self, task: Task[Any], parent: TrackInfo, busy: Collection[Task[Any]] = ()) -> Lane[TrackBuffer]:
+        """The lane of the thread of track ``parent`` that ``task`` may record on: the one it has, else a free one
+        (not one of a task of ``busy``; see ``lanes.py``), else a new one."""
+        lanes = self._lanes.get(parent.track_id)
+        if lanes is None:
+            lanes = self._lanes[parent.track_id] = ThreadLanes[TrackBuffer]()
+        lane = lanes.free_lane(task, busy)
         if lane is None:
-            name = display_text(f"{parent.name} tasks [{len(lanes) + 1}]")
-            lane = _Lane(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), None)
-            lanes.append(lane)
+            name = display_text(f"{parent.name} tasks [{len(lanes.lanes) + 1}]")
+            lane = lanes.add(TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id))
         return lane
 
     def add_source(self, source: Source, recording: Callable[[list[Any]], Recording] | None) -> None:
@@ -306,8 +298,7 @@ class Tracks:
                     if lane.task is not owner and lane.task is not None:
                         gone.add(id(buffer))
                         continue  # taken by a task that traced calls and records nothing yet: its track goes on
-                    lane.task = lane.loop = None  # free, and the done task not kept alive by it
-                    lane.last = weakref.ref(owner)
+                    lane.release()
                 if not owner.done():
                     # Pending on a closed loop: the scopes it has open end as it is destroyed, into this buffer,
                     # which holds it weakly till then (the lane, free, takes a buffer of its own for its next task).
@@ -315,24 +306,26 @@ class Tracks:
                     continue
             elif isinstance(owner, weakref.ref):
                 self._source_buffers.pop(buffer.track.track_id, None)
-            elif type(owner) is _LetGo and _taken_since(self._lane_of(buffer.track)):
+            elif type(owner) is _LetGo and (lane := self._lane_of(buffer.track)) is not None and lane.taken_since():
                 gone.add(id(buffer))
                 continue  # a task let go of, gone now, whose lane another task has taken since: its track goes on
             else:
-                self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, []), ended)
+                self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, None), ended)
             gone.add(id(buffer))
             tracks.append(buffer.track)
         self.buffers = [b for b in self.buffers if id(b) not in gone]
         return tracks
 
-    def _let_go_of_idle_lanes(self, lanes: list[_Lane], ended: list[TrackBuffer]) -> None:
+    def _let_go_of_idle_lanes(self, lanes: ThreadLanes[TrackBuffer] | None, ended: list[TrackBuffer]) -> None:
         """The buffers of ``lanes`` (of a thread that ended) whose tasks' loops run nowhere now hold their tasks
         weakly (``_LetGo``): a task left pending on a loop its thread never closed was kept alive by them for good,
         where nothing else keeps it. Such a buffer stays until its task is gone and it is drained: a scope the task had
         open ends there as the task is destroyed, and is delivered, named by it. (Its loop run again, the task takes a
         lane of the thread that runs it.)"""
+        if lanes is None:
+            return
         ending = {id(b) for b in ended}
-        for lane in lanes:
+        for lane in lanes.lanes:
             buffer = lane.buffer
             if buffer is None or id(buffer) in ending or not is_task(buffer.owner):
                 continue
@@ -342,12 +335,10 @@ class Tracks:
             self.task_buffers.pop(task, None)
             _let_go(buffer, task)
 
-    def _lane_of(self, track: TrackInfo) -> _Lane | None:
+    def _lane_of(self, track: TrackInfo) -> Lane[TrackBuffer] | None:
         """The lane whose track ``track`` is, if its thread's lanes are still kept."""
-        for lane in self._lanes.get(track.parent, ()):
-            if lane.track is track:
-                return lane
-        return None
+        lanes = self._lanes.get(track.parent)
+        return None if lanes is None else lanes.lane_of(track)
 
     def take_all(self) -> list[TrackBuffer]:
         """Every buffer, which the tracks then no longer hold (what they held was never drained: lost); and the lanes,
@@ -374,40 +365,6 @@ class Tracks:
         self.task_buffers.clear()
         self._lanes = {}
         self._source_buffers = {}
-
-
-def _first_free(lanes: list[_Lane], task: Task[Any], busy: Collection[Task[Any]]) -> _Lane | None:
-    """The first lane ``task`` may record on: it has it already, or no task that may still record does. (A task of
-    ``task``'s loop, which runs, is on no closed loop: a server's every request looks through its busy lanes with no
-    call to Python code.) Not a lane of a task of ``busy``."""
-    loop = task.get_loop()
-    for lane in lanes:
-        held = lane.task
-        if held is None or held is task:
-            return lane
-        if busy and held in busy:
-            continue
-        if held.done():
-            return lane
-        held_loop = lane.loop
-        if held_loop is not loop and held_loop is not None and held_loop.is_closed():
-            return lane
-    return None
-
-
-def _lane_it_had(lanes: Iterable[_Lane], task: Task[Any], busy: Collection[Task[Any]]) -> _Lane | None:
-    """The lane ``task`` had until a drain found it done and freed the lane, if no other task may record on it now."""
-    for lane in lanes:
-        last = lane.last
-        if last is not None and last() is task:
-            held = lane.task
-            return lane if held is None or held is task or (held not in busy and held.done()) else None
-    return None
-
-
-def _taken_since(lane: _Lane | None) -> bool:
-    """Whether ``lane`` (None: none kept) serves a task now."""
-    return lane is not None and (lane.buffer is not None or lane.task is not None)
 
 
 def _let_go(buffer: TrackBuffer, task: Task[Any]) -> None:

@@ -17,6 +17,7 @@ from ringtrace.client.recording.messages import Message, message_kind
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.timeline_listeners import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.recording.timelines import Timeline
+from ringtrace.client.recording.lanes import FIRST_FIT
 from ringtrace.client.recording.tracks import NOT_RECORDING, Tracks
 from ringtrace.wire.message_format import priority_level
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo
@@ -369,3 +370,39 @@ def test_replaced_after_fork_asks_each_listener_once_and_leaves_out_those_with_n
     second = replaced_after_fork([shared], replacements)
     assert first == (child,) and second == (child,)
     assert (shared.forks, gone.forks) == (1, 1)
+
+
+class CountedTask(asyncio.Task[None]):
+    """A task that counts how often anything asks whether it is done."""
+
+    asked = 0
+
+    def done(self) -> bool:
+        CountedTask.asked += 1
+        return super().done()
+
+
+def test_a_new_task_looks_at_a_few_busy_lanes_however_many_there_are_and_takes_the_lowest_freed() -> None:
+    tracks = Tracks()
+
+    async def lanes() -> tuple[list[TrackInfo], TrackInfo, int]:
+        asyncio.get_running_loop().set_task_factory(lambda loop, coro, **kw: CountedTask(coro, loop=loop, **kw))
+        go = [asyncio.Event() for _ in range(200)]
+        busy = [asyncio.create_task(e.wait()) for e in go]
+        held = [tracks.lane_for(task, None, ROOM, NO_WAKE).track for task in busy]  # 200 lanes, each busy
+        for index in (150, 120):  # two requests end: their lanes are free
+            go[index].set()
+            await busy[index]
+        await asyncio.sleep(0)  # (their done callbacks run)
+        CountedTask.asked = 0
+        track = tracks.lane_for(asyncio.create_task(asyncio.sleep(0)), None, ROOM, NO_WAKE).track
+        asked = CountedTask.asked
+        for event in go:
+            event.set()
+        await asyncio.sleep(0.01)
+        return held, track, asked
+
+    held, track, asked = asyncio.run(lanes())
+    assert len({t.track_id for t in held}) == 200
+    assert track == held[120]  # the lowest lane freed
+    assert asked <= FIRST_FIT + 2  # the first few, then the free list: not a look at each of the 200 busy lanes

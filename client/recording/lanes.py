@@ -33,13 +33,14 @@ class Lane(Generic[B]):
     task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
     back to it (where the task's scopes are)."""
 
-    __slots__ = ("buffer", "free", "index", "last", "loop", "task", "track")
+    __slots__ = ("buffer", "free", "had", "index", "last", "last_id", "loop", "task", "track")
 
-    def __init__(self, track: TrackInfo, index: int, free: list[int]) -> None:
-        self.track, self.index, self.free = track, index, free
+    def __init__(self, track: TrackInfo, index: int, free: list[int], had: dict[int, Lane[Any]]) -> None:
+        self.track, self.index, self.free, self.had = track, index, free, had
         self.task: Task[Any] | None = None
         self.buffer: B | None = None
         self.last: weakref.ref[Task[Any]] | None = None
+        self.last_id = 0  # (its id, its key in ``had``)
         #: The loop of ``task`` (read once: a busy lane looked at calls no method of its task's but ``done()``).
         self.loop: AbstractEventLoop | None = None
 
@@ -55,7 +56,10 @@ class Lane(Generic[B]):
         """Free, and the task that had it no longer kept alive by it."""
         task, self.task, self.loop = self.task, None, None
         if task is not None:
-            self.last = weakref.ref(task)
+            if self.had.get(self.last_id) is self:
+                del self.had[self.last_id]  # (one entry a lane: looked up by the task's id, checked by ``last``)
+            self.last, self.last_id = weakref.ref(task), id(task)
+            self.had[self.last_id] = self
         self._freed()
 
     def _done(self, task: Task[Any]) -> None:
@@ -75,19 +79,21 @@ class ThreadLanes(Generic[B]):
     """A thread's lanes, in the order they were made, found by their tracks' ids; and the free list of those past
     ``FIRST_FIT`` (their indexes, a heap: the lowest first)."""
 
-    __slots__ = ("by_track", "free", "lanes")
+    __slots__ = ("by_track", "free", "had", "lanes")
 
     def __init__(self) -> None:
         self.lanes: list[Lane[B]] = []
         self.by_track: dict[int, Lane[B]] = {}
         self.free: list[int] = []
+        #: The lane each task had when it was freed, by the task's id (``Lane.last`` tells a reused id apart).
+        self.had: dict[int, Lane[B]] = {}
 
     def lane_of(self, track: TrackInfo) -> Lane[B] | None:
         lane = self.by_track.get(track.track_id)
         return lane if lane is not None and lane.track is track else None
 
     def add(self, track: TrackInfo) -> Lane[B]:
-        lane: Lane[B] = Lane(track, len(self.lanes), self.free)
+        lane: Lane[B] = Lane(track, len(self.lanes), self.free, self.had)
         self.lanes.append(lane)
         self.by_track[track.track_id] = lane
         return lane
@@ -131,9 +137,9 @@ class ThreadLanes(Generic[B]):
     def lane_it_had(self, task: Task[Any], busy: Collection[Task[Any]]) -> Lane[B] | None:
         """The lane ``task`` had until a drain found it done and freed the lane, if no other task may record on it
         now."""
-        for lane in self.lanes:
-            last = lane.last
-            if last is not None and last() is task:
-                held = lane.task
-                return lane if held is None or held is task or (held not in busy and held.done()) else None
-        return None
+        lane = self.had.get(id(task))
+        last = None if lane is None else lane.last
+        if lane is None or last is None or last() is not task:
+            return None
+        held = lane.task
+        return lane if held is None or held is task or (held not in busy and held.done()) else None

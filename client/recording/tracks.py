@@ -5,10 +5,10 @@ asyncio: a task that records while its event loop runs gets a track of its own, 
 spans of concurrent tasks never overlap on one track. A lane is taken by one task at a time, and is free again as soon
 as that task is done: the next task of its thread to record takes it (``lane_for``; ``lanes.py``), so the number of
 lanes follows the number of tasks alive at once, not the total, however many come and go between two passes of the
-flusher. A lane
-has one buffer for the tasks it serves in turn (a server's requests, one task each): a task that takes it notes the
-switch there (a ``TASK_SWITCH`` record) and records after it, so what the lane shows of each task stays whole and in
-order, and a task costs its events and one record, not a buffer that the flusher drains and forgets apart.
+flusher. A lane has one buffer for the tasks it serves in turn (a server's requests, one task each): a task that takes
+it notes the switch there (a ``TASK_SWITCH`` record) and records after it, so what the lane shows of each task stays
+whole and in order, and a task costs its events and one record, not a buffer that the flusher drains and forgets
+apart.
 
 ``Tracks`` does no locking of its own: its timeline calls it under the timeline's lock, except where a method says
 otherwise. ``task_buffers`` is one dict for the life of the tracks (emptied, never replaced): the recorder reads it

@@ -1,13 +1,15 @@
 /* The sampler's pass over the threads, take_samples(): the twin of sampling/thread_pass.py's take_samples_in_python,
    which defines what it does (see there), but for the walk: a thread's frames are read by stack_walk.c, not as frame
-   objects (on 3.11 those are unsafe to make of another thread's frames: see there). The point of C here is the idle thread, at 100 Hz the common case: right
-   after the sampler's sleep every cache is cold (a pass that costs 10 us back to back costs 70 us then), so an idle
-   thread must cost little more than the read of its CPU clock: its frames are not looked at (sys._current_frames()
-   would make a dict of them all), only the thread state list is walked for the threads' idents.
+   objects (on 3.11 those are unsafe to make of another thread's frames: see there). The point of C here is the idle
+   thread, at 100 Hz the common case: right after the sampler's sleep every cache is cold (a pass that costs 10 us back
+   to back costs 70 us then), so an idle thread must cost little more than the read of its CPU clock: its frames are
+   not looked at (sys._current_frames() would make a dict of them all), only the thread state list is walked for the
+   threads' idents.
 
    It reads and sets a SampledThread's attributes by name, calls the same Python code as the twin (sampled_of for a
    thread met anew, the interner's intern_walk for what stack_walk.c read where the twin calls its intern, a sink's
-   extend or count_full where the sink is not a plain list, wake at the wake mark) in the same order, and records a sample whole or not at all (append_event) into a list sink.
+   extend or count_full where the sink is not a plain list, wake at the wake mark) in the same order, and records a
+   sample whole or not at all (append_event) into a list sink.
 
    The thread states are read under the GIL, as sys._current_frames() does (threads are created and deleted holding
    it); the idents are taken first, before any Python code can run and end a thread, and a thread whose stack must be

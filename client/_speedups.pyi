@@ -1,6 +1,6 @@
 # The C recorder (built from speedups/); see accelerator.py.
 from collections.abc import Callable
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import Any
 
 from ringtrace.wire.table_frames import KindSpec
@@ -57,6 +57,7 @@ def running_loop() -> object: ...
 def clock_ns() -> int: ...
 def clock_source() -> str: ...
 def clock_offset() -> tuple[int, int]: ...
+def walk_stack(ident: int, /) -> tuple[tuple[int, ...], tuple[CodeType, ...]] | None: ...
 def take_runs(values: list[Any], count: int, run_values: int, /) -> list[list[Any]]: ...
 def take_samples(
     threads: dict[int, Any],
@@ -66,7 +67,7 @@ def take_samples(
     now: int,
     kind: int,
     sampled_of: Callable[[int, Any], Any],
-    intern: Callable[[Any], tuple[Any, ...]],
+    interner: Any,
     wake: Callable[[], object],
     /,
 ) -> tuple[int, int]: ...

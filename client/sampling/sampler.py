@@ -170,7 +170,7 @@ class Sampler:
             self._ident,
             SAMPLE,
             self._sampled_of,
-            self._interner.intern,
+            self._interner,
             _wake_flusher,
         )
 
@@ -200,7 +200,7 @@ class Sampler:
             _now(),
             SAMPLE,
             self._sampled_of,
-            self._interner.intern,
+            self._interner,
             _wake_flusher,
         )
         self._counts[0] += 1

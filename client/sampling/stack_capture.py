@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from types import CodeType, FrameType
 from typing import Any, Final
 
@@ -19,6 +20,7 @@ __all__ = [
     "CodeLocation",
     "StackInterner",
     "leave_out_callers_of",
+    "line_of",
     "running_task_names",
     "thread_clock_id",
     "thread_cpu_ns",
@@ -60,8 +62,9 @@ class StackInterner:
     def intern(
         self, frame: FrameType | None, _id: Any = id, _depths: range = range(MAX_DEPTH)
     ) -> tuple[CodeLocation, ...]:
-        """The stack whose innermost frame is ``frame``, root first (what the sampler calls). The walk is the cost of
-        a stack met before: kept to three attribute reads a frame (the defaults bind names once)."""
+        """The stack whose innermost frame is ``frame``, root first: the pure-Python pass's walk, the twin of the C
+        pass's (``intern_walk``, given what ``speedups/stack_walk.c`` read). The walk is the cost of a stack met
+        before: kept to three attribute reads a frame (the defaults bind names once)."""
         key: list[int] = []
         append = key.append
         start = frame
@@ -75,30 +78,40 @@ class StackInterner:
         stack = self._stacks.get(whole)
         if stack is not None:
             return stack
-        return self._miss(whole, start)
+        # Met anew: walked again for the code objects, the key made of this walk (the thread may have run on).
+        codes: list[CodeType] = []
+        key.clear()
+        while start is not None and len(codes) < MAX_DEPTH:
+            codes.append(start.f_code)
+            key += (id(start.f_code), start.f_lasti)
+            start = start.f_back
+        return self._miss(tuple(key), codes)
 
-    def _miss(self, whole: tuple[int, ...], frame: FrameType | None) -> tuple[CodeLocation, ...]:
+    def intern_walk(self, whole: tuple[int, ...], codes: tuple[CodeType, ...]) -> tuple[CodeLocation, ...]:
+        """The stack the C walk read (``speedups.walk_stack``): ``whole`` is the key ``intern`` makes of the same
+        frames (each frame's code id and offset, innermost first), ``codes`` their code objects."""
+        stack = self._stacks.get(whole)
+        if stack is not None:
+            return stack
+        return self._miss(whole, codes)
+
+    def _miss(self, whole: tuple[int, ...], codes: Sequence[CodeType]) -> tuple[CodeLocation, ...]:
         self.misses += 1
         locations = self._locations
         if len(locations) >= _MAX_LOCATIONS or len(self._stacks) >= 4 * _MAX_STACKS:
             locations.clear()
             self._stacks.clear()
         path: list[CodeLocation] = []
-        depth = 0
-        while frame is not None and depth < MAX_DEPTH:
-            code = frame.f_code
+        for code, offset in zip(codes, whole[1::2], strict=True):
             if id(code) in _LEFT_OUT:
                 break
-            known = locations.get((id(code), frame.f_lasti))
+            known = locations.get((id(code), offset))
             if known is None:
-                line = frame.f_lineno
-                location = (_function_name(code), code.co_filename, line if line is not None else 0)
-                locations[(id(code), frame.f_lasti)] = (code, location)
+                location = (_function_name(code), code.co_filename, line_of(code, offset))
+                locations[(id(code), offset)] = (code, location)
             else:
                 location = known[1]
             path.append(location)
-            frame = frame.f_back
-            depth += 1
         path.reverse()
         stack = tuple(path)
         tuples = self._tuples
@@ -108,6 +121,17 @@ class StackInterner:
         stack = tuples.setdefault(stack, stack)
         self._stacks[whole] = stack
         return stack
+
+
+def line_of(code: CodeType, offset: int) -> int:
+    """The line of the instruction at byte ``offset`` of ``code``, as a frame there gives it (``f_lineno``, CPython's
+    ``PyCode_Addr2Line``): the first line before the first instruction; 0 where the instruction has none."""
+    if offset < 0:
+        return code.co_firstlineno
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line if line is not None else 0
+    return 0
 
 
 def _function_name(code: CodeType) -> str:

@@ -6,7 +6,13 @@ Cost: a thread whose CPU clock did not move since its last sample ran no code, s
 look at its frames. At 100 Hz most threads of a program are idle that way, and right after the sampler's sleep every
 cache is cold: a pass that costs 10 us back to back costs several times that. The C pass does not even make
 ``sys._current_frames()``'s dict of every thread's frame: it walks the interpreter's thread states for their idents
-and asks for the frame of a thread that ran only.
+and reads the frames of a thread that ran only.
+
+The walk: the twin walks frame objects (``StackInterner.intern``); the C pass reads the frames without making frame
+objects on 3.11 (``speedups/stack_walk.c``, then ``StackInterner.intern_walk``), where making one of another thread's
+frame can run a garbage collection whose finalisers let that thread run on and free the frame being read (a segfault
+in ``PyFrame_GetBack``). The twin keeps that hazard on 3.11: it runs where the accelerator is not built, or with
+``RINGTRACE_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from ringtrace.client.accelerator import speedups
 from ringtrace.client.recording.sources import Source
 
 if TYPE_CHECKING:
-    from types import FrameType
+    from ringtrace.client.sampling.stack_capture import StackInterner
 
 __all__ = ["SampledThread", "run_passes", "run_passes_in_python", "take_samples", "take_samples_in_python"]
 
@@ -60,14 +66,15 @@ def take_samples_in_python(
     now: int,
     kind: int,
     sampled_of: Callable[[int, threading.Thread | None], SampledThread | None],
-    intern: Callable[[FrameType], tuple[Any, ...]],
+    interner: StackInterner,
     wake: Callable[[], object],
 ) -> tuple[int, int]:
     """A sample of every thread that runs Python code but ``own`` (the sampler's), of ``kind`` at ``now``, named by
     ``tasks`` (its running task's name, "" for none). Returns how many were taken (refused for want of room too:
     counted by their track), and how many threads were met (``own`` too). ``threads`` is what is kept of each thread
     met (``SampledThread``, by ident; ``active`` is ``threading``'s own table, to tell a thread that took an ended
-    one's ident), ``sampled_of`` meets a thread for the first time, ``intern`` walks a stack, and ``wake`` wakes the
+    one's ident), ``sampled_of`` meets a thread for the first time, ``interner`` walks a stack (``intern``, of the
+    thread's frame object; the C twin reads the frames itself and calls ``intern_walk``), and ``wake`` wakes the
     flusher (a buffer half full)."""
     frames = sys._current_frames()
     taken = 0
@@ -85,7 +92,7 @@ def take_samples_in_python(
         # A thread that used no CPU since its last sample ran no code: the same stack, without the walk.
         cpu = _cpu_of(sampled.clock)
         if cpu is None or cpu != sampled.cpu:
-            sampled.stack, sampled.cpu = intern(frame), cpu  # (the clock read before the walk)
+            sampled.stack, sampled.cpu = interner.intern(frame), cpu  # (the clock read before the walk)
         # What ``ThreadSamples.record`` does, inline: a call less per thread and pass.
         sink, limit, wake_at, count_full = track._recording
         held = len(sink)
@@ -112,11 +119,11 @@ def run_passes_in_python(
     every ``_STOP_LATENCY_S`` at least) or ``flusher.exiting`` (once the exit delivery has begun, a sample would land
     after its last sweep and count as dropped); passes missed (a long pause) are skipped, not run back to back.
     ``take_args`` are ``take_samples``' but the running tasks (``task_names()``, called only where asyncio's table of
-    current tasks has any) and the time: threads, active, own, kind, sampled_of, intern, wake; ``forget_ended`` drops
+    current tasks has any) and the time: threads, active, own, kind, sampled_of, interner, wake; ``forget_ended`` drops
     the threads that ended. ``counts``: passes, samples taken, and the CPU time of this thread in ns (every
     ``_OWN_CPU_EVERY`` passes, and as the loop ends). The C twin runs no bytecode between passes: at 100 Hz even the
     few lines of this loop cost 10-20 us a pass with the caches cold."""
-    threads, active, own, kind, sampled_of, intern, wake = take_args
+    threads, active, own, kind, sampled_of, interner, wake = take_args
     interval_s = interval_ns / 1e9
     counts[2] = _own_cpu_ns()
     try:
@@ -133,7 +140,9 @@ def run_passes_in_python(
             if stopping[0] or flusher.exiting:
                 break
             tasks = task_names() if _tasks_running() else _NO_TASKS
-            taken, met = take_samples(threads, active, own, tasks, time.monotonic_ns(), kind, sampled_of, intern, wake)
+            taken, met = take_samples(
+                threads, active, own, tasks, time.monotonic_ns(), kind, sampled_of, interner, wake
+            )
             counts[0] += 1
             counts[1] += taken
             if len(threads) > met - 1:  # threads ended: their tracks go

@@ -25,11 +25,14 @@ static PyMethodDef module_methods[] = {
     {"record_labels", module_record_labels, METH_NOARGS,
      "record_labels(): the table of labels compact records index (a list, append only; record_runs.RecordRun's)."},
     {"take_samples", (PyCFunction)(void (*)(void))take_samples, METH_FASTCALL,
-     "take_samples(threads, active, own, tasks, now, kind, sampled_of, intern, wake): the sampler's pass over the "
+     "take_samples(threads, active, own, tasks, now, kind, sampled_of, interner, wake): the sampler's pass over the "
      "threads (sampling/thread_pass.py); returns the samples taken and the threads met."},
     {"run_passes", (PyCFunction)(void (*)(void))run_passes, METH_FASTCALL,
      "run_passes(interval_ns, stopping, counts, flusher, take_args, task_names, forget_ended): the sampler's loop "
      "(sampling/thread_pass.py), until stopping[0] is set."},
+    {"walk_stack", walk_stack, METH_O,
+     "walk_stack(ident): the stack of the thread ident as the sampler reads it, (key, codes) (StackInterner."
+     "intern_walk's arguments), or None (no Python frame, or no such thread)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -97,6 +100,7 @@ module_clear(PyObject *module)
     Py_CLEAR(state->str_clock);
     Py_CLEAR(state->str_cpu);
     Py_CLEAR(state->str_stack);
+    Py_CLEAR(state->str_intern_walk);
     Py_CLEAR(state->str_recording);
     Py_CLEAR(state->str_extend);
     Py_CLEAR(state->empty_name);
@@ -191,8 +195,9 @@ module_exec(PyObject *module)
     state->str_recording = PyUnicode_InternFromString("_recording");
     state->str_extend = PyUnicode_InternFromString("extend");
     state->empty_name = PyUnicode_FromStringAndSize("", 0);
+    state->str_intern_walk = PyUnicode_InternFromString("intern_walk");
     if (!state->str_thread || !state->str_track || !state->str_clock || !state->str_cpu || !state->str_stack ||
-        !state->str_recording || !state->str_extend || !state->empty_name) {
+        !state->str_recording || !state->str_extend || !state->empty_name || !state->str_intern_walk) {
         return -1;
     }
     /* The numbers this module was compiled with, for a test to hold to the Python ones. */

@@ -1,12 +1,15 @@
 /* The sampler's pass over the threads, take_samples(): the twin of sampling/thread_pass.py's take_samples_in_python,
-   which defines what it does (see there). The point of C here is the idle thread, at 100 Hz the common case: right
-   after the sampler's sleep every cache is cold (a pass that costs 10 us back to back costs 70 us then), so an idle
-   thread must cost little more than the read of its CPU clock: its frames are not looked at (sys._current_frames()
-   would make a dict of them all), only the thread state list is walked for the threads' idents.
+   which defines what it does (see there), but for the walk: a thread's frames are read by stack_walk.c, not as frame
+   objects (on 3.11 those are unsafe to make of another thread's frames: see there). The point of C here is the idle
+   thread, at 100 Hz the common case: right after the sampler's sleep every cache is cold (a pass that costs 10 us back
+   to back costs 70 us then), so an idle thread must cost little more than the read of its CPU clock: its frames are
+   not looked at (sys._current_frames() would make a dict of them all), only the thread state list is walked for the
+   threads' idents.
 
    It reads and sets a SampledThread's attributes by name, calls the same Python code as the twin (sampled_of for a
-   thread met anew, intern for a walk, a sink's extend or count_full where the sink is not a plain list, wake at the
-   wake mark) in the same order, and records a sample whole or not at all (append_event) into a list sink.
+   thread met anew, the interner's intern_walk for what stack_walk.c read where the twin calls its intern, a sink's
+   extend or count_full where the sink is not a plain list, wake at the wake mark) in the same order, and records a
+   sample whole or not at all (append_event) into a list sink.
 
    The thread states are read under the GIL, as sys._current_frames() does (threads are created and deleted holding
    it); the idents are taken first, before any Python code can run and end a thread, and a thread whose stack must be
@@ -45,23 +48,14 @@ int64_of(PyObject *value, int64_t *out)
     return 1;
 }
 
-/* The innermost frame of the thread `ident` of `interp` (a new reference), or NULL: it has none, or is gone. */
-static PyObject *
-frame_of(PyInterpreterState *interp, unsigned long ident)
-{
-    PyThreadState *t;
-    for (t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
-        if (t->thread_id == ident) return (PyObject *)PyThreadState_GetFrame(t);
-    }
-    return NULL;
-}
-
 /* Bring `sampled`'s stack up to date (see the twin): the same while its thread's CPU clock did not move, else walked
    from its innermost frame. 1: up to date, 0: the thread has no frame (gone), -1: an exception set. */
 static int
-update_stack(ModuleState *state, PyInterpreterState *interp, unsigned long ident, PyObject *sampled, PyObject *intern)
+update_stack(ModuleState *state, PyInterpreterState *interp, unsigned long ident, PyObject *sampled,
+             PyObject *interner)
 {
-    PyObject *clock, *then = NULL, *cpu = NULL, *frame = NULL, *stack = NULL;
+    PyObject *clock, *then = NULL, *cpu = NULL, *key = NULL, *codes = NULL, *stack = NULL;
+    PyThreadState *tstate;
     int64_t now_cpu = 0, then_cpu = 0;
     int read, known = 0, result = -1;
     if ((clock = PyObject_GetAttr(sampled, state->str_clock)) == NULL) return -1;
@@ -73,12 +67,15 @@ update_stack(ModuleState *state, PyInterpreterState *interp, unsigned long ident
         result = 1; /* ran no code: the stack it had */
         goto done;
     }
-    if ((frame = frame_of(interp, ident)) == NULL) {
-        result = 0;
+    /* The walk (stack_walk.c) in place of the twin's frame objects; its thread looked up again by its ident. */
+    if ((tstate = thread_state_of(interp, ident)) == NULL || (result = walk_thread(tstate, &key, &codes)) <= 0) {
+        result = tstate == NULL ? 0 : result;
         goto done;
     }
+    result = -1;
     if ((cpu = read ? PyLong_FromLongLong(now_cpu) : Py_NewRef(Py_None)) == NULL ||
-        (stack = PyObject_CallOneArg(intern, frame)) == NULL || PyObject_SetAttr(sampled, state->str_stack, stack) < 0 ||
+        (stack = PyObject_CallMethodObjArgs(interner, state->str_intern_walk, key, codes, NULL)) == NULL ||
+        PyObject_SetAttr(sampled, state->str_stack, stack) < 0 ||
         PyObject_SetAttr(sampled, state->str_cpu, cpu) < 0) {
         goto done;
     }
@@ -86,7 +83,8 @@ update_stack(ModuleState *state, PyInterpreterState *interp, unsigned long ident
 done:
     Py_XDECREF(then);
     Py_XDECREF(cpu);
-    Py_XDECREF(frame);
+    Py_XDECREF(key);
+    Py_XDECREF(codes);
     Py_XDECREF(stack);
     return result;
 }
@@ -143,7 +141,7 @@ static int
 sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *interp, unsigned long id, PyObject *ident)
 {
     PyObject *threads = args[0], *active = args[1], *own = args[2], *tasks = args[3], *now = args[4], *kind = args[5],
-             *sampled_of = args[6], *intern = args[7], *wake = args[8];
+             *sampled_of = args[6], *interner = args[7], *wake = args[8];
     PyObject *sampled, *thread, *track = NULL, *stack = NULL, *name;
     int result = -1, current;
     if ((sampled = PyDict_GetItemWithError(threads, ident)) == NULL && PyErr_Occurred()) return -1;
@@ -174,7 +172,7 @@ sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *int
         result = 0;
         goto done;
     }
-    if ((current = update_stack(state, interp, id, sampled, intern)) <= 0) {
+    if ((current = update_stack(state, interp, id, sampled, interner)) <= 0) {
         result = current;
         goto done;
     }
@@ -245,14 +243,14 @@ check_pass_args(PyObject *const *args)
 {
     if (!PyDict_Check(args[0]) || !PyDict_Check(args[1]) || (args[3] != NULL && !PyDict_Check(args[3]))) {
         PyErr_SetString(PyExc_TypeError,
-                        "take_samples(threads: dict, active: dict, own, tasks: dict, now, kind, sampled_of, intern, "
+                        "take_samples(threads: dict, active: dict, own, tasks: dict, now, kind, sampled_of, interner, "
                         "wake)");
         return -1;
     }
     return 0;
 }
 
-/* take_samples(threads, active, own, tasks, now, kind, sampled_of, intern, wake) -> (samples taken, threads met). */
+/* take_samples(threads, active, own, tasks, now, kind, sampled_of, interner, wake) -> (samples taken, threads met). */
 PyObject *
 take_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -326,7 +324,7 @@ run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         !PyTuple_CheckExact(args[4]) || PyTuple_GET_SIZE(args[4]) != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "run_passes(interval_ns, stopping: bytearray, counts: array('q', 3), flusher, take_args: "
-                        "(threads, active, own, kind, sampled_of, intern, wake), task_names, forget_ended)");
+                        "(threads, active, own, kind, sampled_of, interner, wake), task_names, forget_ended)");
         return NULL;
     }
     if ((interval = PyLong_AsLongLong(args[0])) == -1 && PyErr_Occurred()) return NULL;
@@ -352,7 +350,7 @@ run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (exiting_name = PyUnicode_InternFromString("exiting")) == NULL) {
         goto done;
     }
-    /* In take_samples' order: threads, active, own, tasks, now, kind, sampled_of, intern, wake. */
+    /* In take_samples' order: threads, active, own, tasks, now, kind, sampled_of, interner, wake. */
     pass_args[0] = PyTuple_GET_ITEM(take_args, 0);
     pass_args[1] = PyTuple_GET_ITEM(take_args, 1);
     pass_args[2] = PyTuple_GET_ITEM(take_args, 2);

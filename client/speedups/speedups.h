@@ -95,7 +95,8 @@ typedef struct {
     PyObject *str_thread_events, *str_task_events, *str_exception, *str_name, *str_kind_id, *str_label,
         *str_not_an_event, *str_on, *str_marker, *str_thread_records;
     /* samples.c: a SampledThread's attributes, a source's recording and a sink's extend; "" (no running task) */
-    PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name;
+    PyObject *str_thread, *str_track, *str_clock, *str_cpu, *str_stack, *str_recording, *str_extend, *empty_name,
+        *str_intern_walk;
     RecorderClock clock; /* per interpreter, as the GIL that guards it is */
 } ModuleState;
 
@@ -232,6 +233,11 @@ PyObject *take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* samples.c */
 PyObject *take_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* stack_walk.c: a thread's stack as (key, codes) tuples (1; 0: no Python frame; -1: an exception set), its thread
+   state by ident (NULL: none), and walk_stack(ident) for the tests. */
+int walk_thread(PyThreadState *tstate, PyObject **key, PyObject **codes);
+PyThreadState *thread_state_of(PyInterpreterState *interp, unsigned long ident);
+PyObject *walk_stack(PyObject *module, PyObject *arg);
 PyObject *run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 #pragma GCC visibility pop

@@ -160,7 +160,7 @@ def _take_args(sampled_of: Callable[[int, Any], Any] = lambda ident, thread: Non
     """A loop's take_args with ``sampled_of`` (by default one that samples no thread)."""
     threads: dict[int, Any] = {}
     active = threading._active  # type: ignore[attr-defined]
-    return (threads, active, threading.get_ident(), SAMPLE, sampled_of, StackInterner().intern, lambda: None)
+    return (threads, active, threading.get_ident(), SAMPLE, sampled_of, StackInterner(), lambda: None)
 
 
 @pytest.mark.parametrize("twin", sorted(LOOPS))

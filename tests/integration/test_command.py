@@ -190,6 +190,9 @@ def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest
         (["dump", "http://127.0.0.1:1"], 1, "cannot reach 127.0.0.1:1"),
         (["dump", "ftp://example"], 2, "URL must be a collector's HTTP address"),
         (["snapshot", "localhost:7701", "-o", "x"], 2, "URL must be"),
+        (["snapshot", "http://[::1", "-o", "x"], 2, "URL must be"),  # an IPv6 address left open
+        (["sources", "http://127.0.0.1:abc"], 2, "URL must be"),  # a port that is no number
+        (["spans", "http://127.0.0.1:99999"], 2, "URL must be"),  # a port past 65535
         (["dump", "/no/such/file"], 1, "cannot read /no/such/file"),
         (["dump", "FOREIGN"], 1, "not a ringtrace file"),
         (["dump", "CORRUPT"], 1, "is corrupt"),

@@ -184,6 +184,16 @@ def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest
     assert err.count("\n") == 1 and "ends inside the frame" in err
 
 
+@pytest.mark.parametrize("kept", [4, 5, 7])
+def test_a_file_torn_inside_its_preamble_says_so(kept: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "run.rttrace"
+    write_trace_file(trace)
+    trace.write_bytes(trace.read_bytes()[:kept])
+    status, out, err = run(capsys, "dump", str(trace))
+    assert status == 0 and out == ""
+    assert err.count("\n") == 1 and "ends inside" in err, err
+
+
 @pytest.mark.parametrize(
     ("argv", "status", "says"),
     [

@@ -124,6 +124,13 @@ def endpoint_url(base: str, endpoint: str, params: list[tuple[str, str]]) -> str
         raise CommandError(f"{wrong} ({exc})", 2) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise CommandError(wrong, 2)
+    if parts.username is not None or parts.password is not None:  # (said without them: one may be a password)
+        shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise CommandError(
+            f"URL must not hold a user or password (in {shown!r}): a collector takes a token, give it with "
+            "--token-file FILE (or RINGTRACE_TOKEN_FILE, RINGTRACE_TOKEN)",
+            2,
+        )
     path = parts.path.rstrip("/")
     for known in _ENDPOINTS:  # the address of another endpoint of the same collector will do
         path = path.removesuffix(known)

@@ -228,6 +228,17 @@ def test_failures_are_one_line_and_a_non_zero_exit(
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("command", [["sources"], ["snapshot", "-o", "x"], ["dump"]])
+def test_a_url_with_a_password_is_refused_without_showing_it(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [str(tmp_path / a) if a == "x" else a for a in command]
+    status, out, err = run(capsys, *argv, "http://admin:s3cret@127.0.0.1:1")
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1 and "--token-file" in err and "s3cret" not in err, err
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_collector_answering_400_is_reported(recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run(capsys, "dump", recorded.http_url + "/snapshot?x=1")
     assert status == 1 and "answered 400" in err and "unknown query parameter 'x'" in err

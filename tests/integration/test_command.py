@@ -420,6 +420,19 @@ def test_chrome_json_of_no_events_reads_as_an_empty_trace(tmp_path: Path, capsys
         assert shown(tmp_path / "out.json") == []
 
 
+def test_chrome_json_that_begins_with_a_byte_order_mark_reads_as_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    span = '{"name": "work", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 1}'
+    # Some editors and Windows tools write UTF-8 with a byte order mark; the array's closing bracket may be missing.
+    for n, document in enumerate((f'{{"traceEvents": [{span}]}}', f"[{span}]", f"[{span},")):
+        path = tmp_path / f"bom-{n}.json"
+        path.write_bytes(b"\xef\xbb\xbf" + document.encode())
+        status, _, err = run(capsys, "convert", str(path), "-o", str(tmp_path / "out.json"))
+        assert status == 0, (document, err)
+        assert [(e["name"], e["dur"]) for e in shown(tmp_path / "out.json")] == [("work", 5)]
+
+
 def test_replay_of_what_no_filter_selects_sends_nothing_and_says_so(
     recorded: CollectorProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

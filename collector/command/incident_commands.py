@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, as_flags, filter_params
-from ringtrace.collector.command.output import output, progress, size
+from ringtrace.collector.command.output import cell, output, progress, size
 from ringtrace.collector.command.remote import CHUNK, Access, add_access, endpoint_url, fetch
 from ringtrace.collector.command.snapshot import add_table, table_params
 from ringtrace.collector.export.formats import DEFAULT_FORMAT
@@ -142,7 +141,7 @@ def _list(args: argparse.Namespace) -> int:
     for column in _COLUMNS:
         table.add_column(column, justify="right" if column in ("events", "bytes") else "left", no_wrap=True)
     for record in records:
-        table.add_row(*(escape(cell) for cell in _row(record)))
+        table.add_row(*(cell(text) for text in _row(record)))
     # On a terminal, as wide as it is; into a pipe or file, whole lines.
     Console(highlight=False, width=None if sys.stdout.isatty() else 1000).print(table)
     return 0

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, check_params, described, filter_params
-from ringtrace.collector.command.output import event_line, size
+from ringtrace.collector.command.output import cell, event_line, size
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export import live_tail
 from ringtrace.collector.http.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
@@ -125,14 +125,14 @@ def _sources(args: argparse.Namespace) -> int:
     for process in json.loads(body)["processes"]:
         rate = process["events_per_s"]
         table.add_row(
-            str(process["pid"]), f"[bold]{process['process_name']}[/bold]", "process", process["host"],
+            str(process["pid"]), f"[bold]{cell(process['process_name'])}[/bold]", "process", cell(process["host"]),
             _connections(process), f"{process['stored_events']:,}", size(process["stored_bytes"]),
             f"{_lost(process):,}", "-" if rate is None else f"{rate:,.0f}", _clock(process["first_wall_ns"]),
             _clock(process["last_wall_ns"]),
         )  # fmt: skip
         for track in process["tracks"]:
             table.add_row(
-                "", f"  {track['name'] or track['track']}", track["kind"] or "?", "", "",
+                "", f"  {cell(track['name'] or str(track['track']))}", track["kind"] or "?", "", "",
                 f"{track['stored_events']:,}", size(track["stored_bytes"]), f"{_lost(track):,}", "",
                 _clock(track["first_wall_ns"]), _clock(track["last_wall_ns"]),
             )  # fmt: skip

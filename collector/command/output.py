@@ -1,5 +1,5 @@
 """What the ``ringtrace`` subcommands write: files written in full or not at all, a progress line on a terminal,
-events as lines of text, sizes."""
+events as lines of text, names made inert for a terminal and for rich's tables, sizes."""
 
 from __future__ import annotations
 
@@ -10,14 +10,33 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.export.chrome import json_bytes
 
-__all__ = ["event_line", "output", "progress", "size"]
+__all__ = ["cell", "event_line", "output", "printable", "progress", "size"]
+
+#: What a terminal would act on rather than show (C0 and C1 controls, DEL: colours, a cursor moved, the screen
+#: cleared, the window's title set) or break a line at, as escapes that show it.
+_UNPRINTABLE: Final = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    **{ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"},
+}
+
+
+def printable(text: str) -> str:
+    """``text`` (a name a traced program chose) as a terminal shows it, whatever it holds: on one line, its control
+    characters as escapes (``\\x1b``, ``\\n``)."""
+    return text.translate(_UNPRINTABLE)
+
+
+def cell(text: str) -> str:
+    """``text`` as a cell of a rich table: printable, and its brackets shown, not taken for markup."""
+    return escape(printable(text))
 
 
 @contextlib.contextmanager
@@ -88,7 +107,7 @@ def event_line(
         fields.append(f"dur={dur_ns / 1000:.3f}us")
     if args not in (None, {}, []):
         fields.append(json_bytes(args).decode())
-    return "  ".join(field.replace("\n", "\\n") for field in fields) + "\n"
+    return printable("  ".join(fields)) + "\n"
 
 
 def size(nbytes: int) -> str:

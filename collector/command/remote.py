@@ -116,9 +116,21 @@ def snapshot_url(base: str, params: list[tuple[str, str]]) -> str:
 
 def endpoint_url(base: str, endpoint: str, params: list[tuple[str, str]]) -> str:
     """``endpoint`` of the collector at ``base`` (an HTTP address, perhaps with a path before it), with ``params``."""
-    parts = urllib.parse.urlsplit(base)
+    wrong = f"URL must be a collector's HTTP address such as http://127.0.0.1:7701, got {base!r}"
+    try:
+        parts = urllib.parse.urlsplit(base)
+        parts.port  # noqa: B018 (a port that is no number, or past 65535, raises)
+    except ValueError as exc:  # an IPv6 address with no closing ], a port that is no number
+        raise CommandError(f"{wrong} ({exc})", 2) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise CommandError(f"URL must be a collector's HTTP address such as http://127.0.0.1:7701, got {base!r}", 2)
+        raise CommandError(wrong, 2)
+    if parts.username is not None or parts.password is not None:  # (said without them: one may be a password)
+        shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise CommandError(
+            f"URL must not hold a user or password (in {shown!r}): a collector takes a token, give it with "
+            "--token-file FILE (or RINGTRACE_TOKEN_FILE, RINGTRACE_TOKEN)",
+            2,
+        )
     path = parts.path.rstrip("/")
     for known in _ENDPOINTS:  # the address of another endpoint of the same collector will do
         path = path.removesuffix(known)

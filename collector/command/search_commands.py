@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import add_filters, as_flags, filter_params
+from ringtrace.collector.command.output import cell
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
 from ringtrace.collector.http.query import QueryError
 from ringtrace.collector.http.search_query import (
@@ -122,8 +123,8 @@ def _spans(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column in ("duration", "pid") else "left", no_wrap=True)
     for span in document["spans"]:
         table.add_row(
-            _span_duration(span), _clock(span["start_ns"]), span["process"], str(span["pid"]),
-            span["track"], span["name"], span["trace_id"] or "-", _args_text(span["args"]),
+            _span_duration(span), _clock(span["start_ns"]), cell(span["process"]), str(span["pid"]),
+            cell(span["track"]), cell(span["name"]), cell(span["trace_id"] or "-"), cell(_args_text(span["args"])),
         )  # fmt: skip
     _print(table)
     _say_lost(document, f"ringtrace spans: {len(document['spans'])} spans")
@@ -142,7 +143,7 @@ def _top(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column in numbers else "left", no_wrap=True)
     for row in document["rows"]:
         table.add_row(
-            *(str(row[column]) for column in grouped), _count_text(row),
+            *(cell(str(row[column])) for column in grouped), _count_text(row),
             *(duration_text(row[f"{name}_ns"]) for name in ("total", "mean", "p50", "p90", "p99", "max")),
         )  # fmt: skip
     _print(table)

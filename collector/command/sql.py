@@ -207,14 +207,14 @@ def _run(duckdb: Any, connection: Any, args: argparse.Namespace, directory: Path
 
 def _print(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
     from rich.console import Console  # (here: --csv and --parquet do without rich's imports)
-    from rich.markup import escape
     from rich.table import Table
+    from ringtrace.collector.command.output import cell
 
     table = Table(box=None, pad_edge=False)
     for column in columns:
-        table.add_column(escape(column), no_wrap=True)
+        table.add_column(cell(column), no_wrap=True)
     for row in rows[:MAX_SHOWN_ROWS]:
-        table.add_row(*(escape(_cell(value)) for value in row))
+        table.add_row(*(cell(_cell(value)) for value in row))
     # On a terminal, as wide as it is; into a pipe or file, whole lines.
     Console(highlight=False, width=None if sys.stdout.isatty() else 1000).print(table)
     if len(rows) > MAX_SHOWN_ROWS:

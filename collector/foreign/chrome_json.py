@@ -43,6 +43,8 @@ _ASYNC: Final = {"b": ASYNC_BEGIN, "S": ASYNC_BEGIN, "e": ASYNC_END, "F": ASYNC_
 #: Frames of a sample's stack read at most (``stackFrames`` may name a cycle).
 _MAX_STACK_DEPTH: Final = 1024
 _MAX_LINE: Final = 2**31 - 1
+#: UTF-8's byte order mark, which some editors and Windows tools write first.
+_BOM: Final = b"\xef\xbb\xbf"
 #: Where an object's ``traceEvents`` key must start to be taken for one (writers put it first, or nearly).
 _KEY_WITHIN: Final = 4096
 
@@ -78,11 +80,12 @@ def read(data: bytes) -> list[Recording]:
 
 
 def _parse(data: bytes) -> Any:
+    text = memoryview(data)[len(_BOM) :] if data.startswith(_BOM) else data  # (orjson refuses one; not copied)
     try:
-        return orjson.loads(data)
+        return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        stripped = data.rstrip(b" \t\r\n,")
-        if stripped.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[") and not stripped.endswith(b"]"):
+        stripped = bytes(text).rstrip(b" \t\r\n,")
+        if stripped.lstrip(b" \t\r\n").startswith(b"[") and not stripped.endswith(b"]"):
             try:  # the array format's closing bracket is optional (a tracer killed mid-write)
                 return orjson.loads(stripped + b"]")
             except orjson.JSONDecodeError:

@@ -221,6 +221,8 @@ def _stream(data: memoryview, start: int, *, checked: bool = False) -> tuple[_St
     except ProtocolError as exc:
         error = f"the frame at offset {position} is broken: {exc}"
     stream.data = bytes(data[start:position])
+    if error is None and len(data) < start + PREAMBLE.size:
+        error = f"the file ends inside the preamble at offset {start} ({len(data) - start} of {PREAMBLE.size} bytes)"
     if error is None and stream.hello is None and position > start + PREAMBLE.size:
         error = f"the stream at offset {start} holds no HELLO frame"
     return stream, position, error

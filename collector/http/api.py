@@ -361,8 +361,14 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
     if request.can_read_body:
         if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data", ""):
             raise web.HTTPUnsupportedMediaType(text=f"parameters come as a form body, not {request.content_type}\n")
-        form = await request.post()
-        params += [(name, value) for name, value in form.items() if isinstance(value, str)]
+        try:
+            form = await request.post()
+        except (UnicodeDecodeError, ValueError) as exc:  # not UTF-8, a multipart body without its boundary ...
+            raise BadQuery(f"the form body cannot be read: {exc}") from None
+        for name, value in form.items():
+            if not isinstance(value, str):  # a file: its parameter would be taken as not given (all processes)
+                raise BadQuery(f"form field {name!r} is a file; parameters are text")
+            params.append((name, value))
     return params
 
 

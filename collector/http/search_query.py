@@ -37,7 +37,9 @@ DEFAULT_SPANS: Final = 100
 _MAX_ARGS: Final = 32
 _MAX_ARG_CHARS: Final = 1024
 
-_FILTERS: Final = {name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format")}
+_FILTERS: Final = {
+    name: text for name, text in SNAPSHOT_PARAMETERS.items() if name not in ("limit", "format", "table", "columns")
+}
 #: What the two take besides the snapshot's filters (and ``arg.KEY``).
 _SPAN_FILTERS: Final = {
     "min_duration": "a duration: a number and a unit (ns, us, ms, s, m, h), like 250ms",

@@ -96,9 +96,10 @@ class StreamSegments:
         if refusal is not None:
             return refusal
         size = self._spare_size(stream.owner, size, largest)
-        buffer = self._allocate(size)
+        buffer = self._allocate(size, max(_aligned(needed), MIN_SEGMENT_BYTES))
         if isinstance(buffer, str):
             return buffer
+        size = len(buffer)
         segment = Segment(self.seq, buffer, stream.owner)
         self.seq += 1
         for data in stream.session_frames():
@@ -149,17 +150,35 @@ class StreamSegments:
         budget.evict(oldest, "overwritten")
         return oldest.size if budget.buffers.has(oldest.size) else size
 
-    def _allocate(self, size: int) -> Buffer | str:
-        """A buffer of ``size`` bytes for the next segment; or why there is none."""
+    def _allocate(self, size: int, least: int) -> Buffer | str:
+        """A buffer of ``size`` bytes for the next segment, or a smaller one (a power of two, of ``least`` bytes or
+        more) if that is all there is room for; or why there is none. Under ring, where none fits (a full disk, say),
+        the oldest segment no reader holds makes room as when full, one at a time: a disk with less room than a
+        segment of ``size`` in all would otherwise lose every segment and still have none."""
         budget = self._budget
         while True:
-            try:
-                return budget.buffers.new(self.seq, size)
-            except OSError as exc:  # a full disk, say: under ring, the oldest segment makes room as when full
-                if budget.policy == "discard" or not budget.holdings.segments:
-                    return f"allocation: cannot allocate a segment of {size} bytes: {exc}"
-                budget.evict(budget.holdings.oldest(), "overwritten")
-                budget.buffers.trim(0)  # a spare of another size gives its room back
+            attempt = size
+            while True:
+                try:
+                    return budget.buffers.new(self.seq, attempt)
+                except OSError as exc:
+                    error = exc
+                attempt = _power_of_two_within(attempt - 1)
+                if attempt < least:
+                    break
+            # A segment a reader holds (a snapshot, the connection reading into it) keeps its room until it is let
+            # go: overwriting it would lose its events and make no room now.
+            victim = self._unheld_oldest()
+            if budget.policy == "discard" or victim is None:
+                return f"allocation: cannot allocate a segment of {size} bytes: {error}"
+            budget.evict(victim, "overwritten")
+            budget.buffers.trim(0)  # a spare of another size gives its room back
+
+    def _unheld_oldest(self) -> Segment | None:
+        """The segment the ring overwrites next of those no reader holds: as ``Holdings.oldest``, sealed first."""
+        holdings = self._budget.holdings
+        unheld = [segment for segment in holdings.segments.values() if segment.pins == 0]
+        return next((s for s in unheld if s.seq not in holdings.writers), unheld[0] if unheld else None)
 
     def _log_refusal(self, why: str) -> None:
         kind = why.split(":", 1)[0]  # "process capacity", "capacity" or "allocation"

@@ -184,12 +184,25 @@ def test_a_torn_tail_is_read_up_to_where_it_tears(tmp_path: Path, capsys: pytest
     assert err.count("\n") == 1 and "ends inside the frame" in err
 
 
+@pytest.mark.parametrize("kept", [4, 5, 7])
+def test_a_file_torn_inside_its_preamble_says_so(kept: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "run.rttrace"
+    write_trace_file(trace)
+    trace.write_bytes(trace.read_bytes()[:kept])
+    status, out, err = run(capsys, "dump", str(trace))
+    assert status == 0 and out == ""
+    assert err.count("\n") == 1 and "ends inside" in err, err
+
+
 @pytest.mark.parametrize(
     ("argv", "status", "says"),
     [
         (["dump", "http://127.0.0.1:1"], 1, "cannot reach 127.0.0.1:1"),
         (["dump", "ftp://example"], 2, "URL must be a collector's HTTP address"),
         (["snapshot", "localhost:7701", "-o", "x"], 2, "URL must be"),
+        (["snapshot", "http://[::1", "-o", "x"], 2, "URL must be"),  # an IPv6 address left open
+        (["sources", "http://127.0.0.1:abc"], 2, "URL must be"),  # a port that is no number
+        (["spans", "http://127.0.0.1:99999"], 2, "URL must be"),  # a port past 65535
         (["dump", "/no/such/file"], 1, "cannot read /no/such/file"),
         (["dump", "FOREIGN"], 1, "not a ringtrace file"),
         (["dump", "CORRUPT"], 1, "is corrupt"),
@@ -213,6 +226,17 @@ def test_failures_are_one_line_and_a_non_zero_exit(
     assert (got, out) == (status, "")
     assert err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("command", [["sources"], ["snapshot", "-o", "x"], ["dump"]])
+def test_a_url_with_a_password_is_refused_without_showing_it(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [str(tmp_path / a) if a == "x" else a for a in command]
+    status, out, err = run(capsys, *argv, "http://admin:s3cret@127.0.0.1:1")
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1 and "--token-file" in err and "s3cret" not in err, err
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_collector_answering_400_is_reported(recorded: CollectorProcess, capsys: pytest.CaptureFixture[str]) -> None:
@@ -394,6 +418,19 @@ def test_chrome_json_of_no_events_reads_as_an_empty_trace(tmp_path: Path, capsys
         assert run(capsys, "dump", str(path)) == (0, "", ""), document
         assert run(capsys, "convert", str(path), "-o", str(tmp_path / "out.json"))[0] == 0
         assert shown(tmp_path / "out.json") == []
+
+
+def test_chrome_json_that_begins_with_a_byte_order_mark_reads_as_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    span = '{"name": "work", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 1}'
+    # Some editors and Windows tools write UTF-8 with a byte order mark; the array's closing bracket may be missing.
+    for n, document in enumerate((f'{{"traceEvents": [{span}]}}', f"[{span}]", f"[{span},")):
+        path = tmp_path / f"bom-{n}.json"
+        path.write_bytes(b"\xef\xbb\xbf" + document.encode())
+        status, _, err = run(capsys, "convert", str(path), "-o", str(tmp_path / "out.json"))
+        assert status == 0, (document, err)
+        assert [(e["name"], e["dur"]) for e in shown(tmp_path / "out.json")] == [("work", 5)]
 
 
 def test_replay_of_what_no_filter_selects_sends_nothing_and_says_so(

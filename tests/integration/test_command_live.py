@@ -304,3 +304,29 @@ def test_tail_says_the_collector_was_killed_when_it_was() -> None:
     finally:
         tail.kill()
         collector.stop()
+
+
+#: A process whose names hold what a terminal or rich would take for commands: an escape sequence (colour, the
+#: window's title, clearing the screen), a carriage return, and rich markup that closes a tag never opened.
+HOSTILE_NAMES = r"""
+import sys, ringtrace.client
+tl = ringtrace.client.connect(sys.argv[1], process_name="web[/x]\x1b[31m")
+with tl.scope("GET [/]\x1b]0;pwned\x07\x1b[2J", path="/a\x1b[31m\u2028"):
+    tl.instant("cache\r\x9b31m[bold]miss")
+assert tl.flush(5)
+"""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["dump", "URL"], ["sources", "URL"], ["spans", "URL"], ["top", "URL"], ["top", "URL", "--by", "name,process"]],
+)
+def test_names_are_printed_inert_whatever_they_hold(
+    collector: CollectorProcess, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_script(collector, HOSTILE_NAMES)
+    status, out, err = run(capsys, *[collector.http_url if a == "URL" else a for a in command])
+    assert status == 0, err
+    assert not [c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 or c == "\u2028"], out
+    shown = "web[/x]\\x1b[31m" if command[0] in ("dump", "sources") else "GET [/]\\x1b]0;pwned\\x07\\x1b[2J"
+    assert shown in out, out

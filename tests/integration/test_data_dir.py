@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import signal
 import subprocess
 import sys
@@ -195,3 +196,25 @@ def test_a_restart_with_a_smaller_capacity_counts_what_it_cannot_keep(tmp_path: 
     assert other["stored_events"] == len(events(trace, "X"))
     assert any("were overwritten at once" in line for line in restarted.lines)
     assert sum(path.stat().st_size for path in data_dir.glob("*.rt*")) <= 512 * 1024
+
+
+def test_a_segment_the_disk_has_no_room_for_is_opened_smaller_not_made_room_for_by_evicting_all(
+    tmp_path: Path,
+) -> None:
+    # No file past 3 MiB may be written (as on a disk with 3 MiB free, say a small volume): the 4 MiB segments a busy
+    # stream grows to cannot be allocated, and overwriting what is stored makes no room for one.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 1024 * 1024, hard))
+    try:
+        collector = CollectorProcess("--data-dir", str(tmp_path / "data"), "--capacity", "64MiB")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    try:
+        done = run_workload(collector.tcp_address, "--threads", "2", "--spans", "150000")
+        assert done.returncode == 0, done.stderr
+        stats = collector.json("/stats")
+    finally:
+        collector.stop()
+    assert (stats["overwritten_events"], stats["discarded_events"]) == (0, 0)
+    assert stats["received_events"] == stats["stored_events"] == 300_000
+    assert max(path.stat().st_size for path in (tmp_path / "data").glob("*.rt*")) <= 2 * 1024 * 1024

@@ -203,6 +203,40 @@ def test_clear_removes_what_is_stored_and_counts_it(collector: CollectorProcess)
     assert status == 400 and b"'limit'" in body
 
 
+def _post_body(collector: CollectorProcess, path: str, content_type: str, body: bytes) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        collector.http_url + path, data=body, method="POST", headers={"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+@pytest.mark.parametrize("path", ["/clear", "/pop", "/priority"])
+def test_a_form_body_that_cannot_be_read_gets_a_400_and_clears_nothing(collector: CollectorProcess, path: str) -> None:
+    record(collector, "kept")
+    bodies = [
+        ("application/x-www-form-urlencoded", b"process=\xff"),  # not UTF-8
+        ("multipart/form-data; boundary=xx", b"process=kept"),  # no boundary in it
+        ("multipart/form-data", b"--xx\r\n"),  # no boundary given
+        (  # a file, not a parameter: as if no filter were given, it would select every process
+            "multipart/form-data; boundary=xx",
+            b'--xx\r\nContent-Disposition: form-data; name="process"; filename="p.txt"\r\n'
+            b"Content-Type: text/plain\r\n\r\nnobody\r\n--xx--\r\n",
+        ),
+    ]
+    for content_type, body in bodies:
+        status, answer = _post_body(collector, path, content_type, body)
+        assert status == 400 and answer.count(b"\n") == 1, (content_type, body, status, answer)
+        assert b"form" in answer, answer
+    assert collector.json("/stats")["stored_events"] == PER_PROCESS
+    status, answer = _post_body(collector, "/clear", "application/x-www-form-urlencoded", b"process=kept")
+    assert status == 200 and json.loads(answer)["cleared_events"] == PER_PROCESS
+
+
 class LiveTail:
     """``GET /stream`` read on a thread: its events, as they come."""
 

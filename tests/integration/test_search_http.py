@@ -97,6 +97,9 @@ def test_aggregates_count_what_the_snapshot_shows(collector: CollectorProcess) -
         ("/aggregates?sort=duration", "'sort'"),
         ("/aggregates?since=yesterday", "'since'"),
         ("/aggregates?shown_pid=1,x", "'shown_pid' must be up to"),
+        # The tables' parameters are not the search's: unknown, rather than taken and refused for a format it has not.
+        ("/spans?table=spans", "unknown query parameter 'table'"),
+        ("/aggregates?columns=name", "unknown query parameter 'columns'"),
     ],
 )
 def test_a_bad_parameter_is_a_400_that_names_it(collector: CollectorProcess, query: str, named: str) -> None:

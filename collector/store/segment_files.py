@@ -137,14 +137,16 @@ class DataDir(SegmentBuffers):
                 raise
             return buffer
         try:
-            return self._create(path, size)
+            return self.create_file(path, size)
         except OSError as exc:
             if exc.errno != errno.ENOSPC or not self._remover.pending:
                 raise
         self._remover.wait()  # the files being removed give their room back
-        return self._create(path, size)
+        return self.create_file(path, size)
 
-    def _create(self, path: Path, size: int) -> mmap.mmap:
+    def create_file(self, path: Path, size: int) -> mmap.mmap:
+        """A new file of ``size`` bytes at ``path``, its room taken on the disk (``OSError`` ENOSPC where there is
+        none), mapped: the one place a segment file is made (a subclass may stand for a smaller disk)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         self._names_changed = True
         try:

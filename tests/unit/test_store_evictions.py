@@ -59,11 +59,11 @@ class SmallDisk(DataDir):
         super().__init__(path, "never")
         self.room = room
 
-    def _create(self, path: Path, size: int) -> mmap.mmap:
+    def create_file(self, path: Path, size: int) -> mmap.mmap:
         used = sum(entry.stat().st_size for entry in os.scandir(self.path) if entry.name != "LOCK")
         if used + size > self.room:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return super()._create(path, size)
+        return super().create_file(path, size)
 
 
 def test_on_a_full_disk_the_ring_overwrites_no_segment_a_reader_holds_which_would_give_no_room_back(

@@ -13,11 +13,11 @@ import pytest
 from ringtrace.client import MemoryListener
 from ringtrace.client.recording.drain import lane_parents, take_events
 from ringtrace.client.recording.gates import MessageGates, sampling
+from ringtrace.client.recording.lanes import FIRST_FIT
 from ringtrace.client.recording.messages import Message, message_kind
 from ringtrace.client.recording.sources import Source
 from ringtrace.client.recording.timeline_listeners import close_unused, count_lost, replaced_after_fork
 from ringtrace.client.recording.timelines import Timeline
-from ringtrace.client.recording.lanes import FIRST_FIT
 from ringtrace.client.recording.tracks import NOT_RECORDING, Tracks
 from ringtrace.wire.message_format import priority_level
 from ringtrace.wire.model import ASYNC_TRACK, INSTANT, RECORD_FIELDS, SPAN, THREAD_TRACK, TrackInfo

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
+from ringtrace.client.functions.greenlet_switches import GreenletSwitches
 from ringtrace.client.functions.python_tracer import DEFAULT_BUFFER_BYTES, PythonTracer
 from ringtrace.client.functions.thread_calls import split
 from ringtrace.client.recording.tracks import EndedThread
@@ -112,6 +113,7 @@ class FunctionTracing:
         self.buffer_bytes = buffer_bytes
         self._timeline = timeline
         self._tracer: Any = None
+        self._greenlets: GreenletSwitches | None = None
         #: The tracer's ``dropped`` at the last drain.
         self._dropped_seen = 0
         self._lock = threading.Lock()
@@ -164,6 +166,8 @@ class FunctionTracing:
                 timeline.remove_call_source(self)
                 raise ConfigError(str(exc)) from None
             _running = self
+            self._greenlets = GreenletSwitches(self._tracer)
+            self._greenlets.start()
             _remember_ended_threads()
             if self.stop not in FLUSHER.before_exit:
                 FLUSHER.before_exit.append(self.stop)  # open calls end and are delivered before the last sweep
@@ -179,6 +183,8 @@ class FunctionTracing:
             _running = None
             with contextlib.suppress(ValueError):
                 FLUSHER.before_exit.remove(self.stop)
+            if self._greenlets is not None:
+                self._greenlets.stop()  # (first: a suspended greenlet's open calls end as the threads' do)
             self._tracer.stop()
 
     def __enter__(self) -> FunctionTracing:

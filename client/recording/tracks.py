@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
+from ringtrace.client.recording.greenlet_lanes import GreenletLanes, is_greenlet
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
 from ringtrace.wire.model import ASYNC_TRACK, RECORD_FIELDS, THREAD_TRACK, TrackInfo, new_track_id
@@ -137,6 +138,7 @@ class Tracks:
         self.task_buffers: dict[Task[Any], TrackBuffer] = {}
         #: Each thread's lanes (by its track's id), in the order they were made.
         self._lanes: dict[int, list[_Lane]] = {}
+        self._greenlet_lanes = GreenletLanes()
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
         #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
@@ -230,6 +232,10 @@ class Tracks:
             if task is None:
                 tracks.append((self.buffer_of_thread(thread, label).track, run))
                 continue
+            if is_greenlet(task):
+                parent = self.buffer_of_thread(thread, label).track
+                tracks.append((self._greenlet_lanes.track_for(task, parent, busy), run))
+                continue
             buffer = self.task_buffers.get(task)
             if buffer is not None:
                 tracks.append((buffer.track, run))
@@ -315,6 +321,7 @@ class Tracks:
                 self._source_buffers.pop(buffer.track.track_id, None)
             else:
                 self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, []), ended)
+                self._greenlet_lanes.forget_thread(buffer.track.track_id)
             gone.add(id(buffer))
             tracks.append(buffer.track)
         self.buffers = [b for b in self.buffers if id(b) not in gone]
@@ -344,6 +351,7 @@ class Tracks:
         buffers, self.buffers = self.buffers, []
         self.task_buffers.clear()
         self._lanes = {}
+        self._greenlet_lanes.clear()
         return buffers
 
     def renamed_threads(self, label: str | None) -> list[TrackInfo]:
@@ -362,6 +370,7 @@ class Tracks:
         self.buffers = []
         self.task_buffers.clear()
         self._lanes = {}
+        self._greenlet_lanes.clear()
         self._source_buffers = {}
 
 

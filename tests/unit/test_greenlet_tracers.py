@@ -1,11 +1,13 @@
 """Greenlets under the function tracers, C and pure Python held to the same trees: each greenlet's calls nest as made,
 apart from the others' (its records noted as its own), across switches made inside nested calls; a greenlet that dies
-of an exception ends its calls raised, one killed never resumed too, one left suspended has them ended by stop; the
+of an exception ends its calls raised, one killed never resumed too, one left suspended has them ended by stop; a
+greenlet run from an asyncio task's step (as SQLAlchemy's asyncio bridge runs one) leaves the task its steps; the
 trace function set before is chained and put back; greenlet is never imported by ringtrace itself; each greenlet's
 calls go on a lane of its thread, free again once it is dead."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import subprocess
 import sys
@@ -148,6 +150,48 @@ def test_each_greenlets_calls_nest_apart(tracer_class: Any) -> None:
     assert all(type(owner) is weakref.ref for owner in found)
     assert sorted(found.values(), key=repr) == GREENLETS
     assert [owner for owner in found if owner() is kept] != []
+
+
+def sync_part(parent: Any) -> None:
+    leaf()
+    parent.switch("awaitable")  # to the task's coroutine, which awaits it and switches back
+    leaf()
+
+
+async def bridge() -> None:
+    part = greenlet.greenlet(sync_part)
+    part.switch(greenlet.getcurrent())
+    await asyncio.sleep(0)
+    leaf()
+    part.switch()
+
+
+async def two_bridges() -> None:
+    await asyncio.gather(asyncio.create_task(bridge()), asyncio.create_task(bridge()))
+
+
+def test_a_greenlet_run_from_an_asyncio_task_leaves_the_task_its_steps(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(ours, locations)
+    switches = GreenletSwitches(tracer)
+    tracer.start()
+    switches.start()
+    try:
+        asyncio.run(two_bridges())
+    finally:
+        switches.stop()
+        tracer.stop()
+    found: dict[str, list[Any]] = {}
+    for _, records, cuts in tracer.drain_cuts():
+        for owner, part in split(records, cuts):
+            kind = "greenlet" if type(owner) is weakref.ref else "task" if isinstance(owner, asyncio.Task) else None
+            found.setdefault(str(kind), []).append(tree(part, locations))
+    assert "None" not in found
+    steps = [call("bridge"), call("bridge", call("leaf"))]
+    assert sorted(found["task"], key=repr) == sorted(
+        [steps, steps, [call("two_bridges"), call("two_bridges")]], key=repr
+    )
+    assert found["greenlet"] == [[call("sync_part", call("leaf"), call("leaf"))]] * 2
 
 
 def test_the_trace_function_set_before_is_chained_and_put_back(tracer_class: Any) -> None:

@@ -45,8 +45,9 @@ class GreenletSwitches:
 
     def __init__(self, tracer: Any) -> None:
         self._tracer = tracer
-        #: The open calls of each greenlet switched away from, by its id: (a weak reference to it, its calls).
-        self._saved: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        #: Each greenlet switched away from, by its id: [a weak reference to it, its open calls while it is suspended
+        #: (None: it runs), what its records are noted as (``_lane``; None: the main greenlet's)].
+        self._saved: dict[int, list[Any]] = {}
         self._previous: Any = None
         self._module: ModuleType | None = None
         self._on = False
@@ -71,10 +72,9 @@ class GreenletSwitches:
             except Exception:
                 log.warning("ringtrace: could not take back greenlet's trace function", exc_info=True)
         saved, self._saved = self._saved, {}
-        for ref, calls in saved.values():
-            greenlet = ref()
-            if greenlet is not None:
-                self._tracer.close_calls(calls, _lane(greenlet))
+        for ref, calls, lane in saved.values():
+            if calls is not None and ref() is not None:
+                self._tracer.close_calls(calls, lane)
 
     def _install(self, module: ModuleType) -> None:
         """Greenlet has run (on this thread): follow its switches here."""
@@ -87,26 +87,37 @@ class GreenletSwitches:
             log.warning("ringtrace: could not follow greenlet switches", exc_info=True)
 
     def _on_switch(self, event: str, args: Any) -> None:
-        """greenlet's trace function: ``(origin, target)`` of a ``switch`` or ``throw``."""
+        """greenlet's trace function: ``(origin, target)`` of a ``switch`` or ``throw`` (one Python call a switch:
+        what it does is inlined here)."""
         if self._on and (event == "switch" or event == "throw"):
             try:
-                self._switch(*args)
+                origin, target = args
+                saved = self._saved
+                entry = saved.get(id(target))
+                if entry is not None and entry[0]() is target:
+                    calls, lane = entry[1], entry[2]
+                    entry[1] = None
+                else:
+                    calls, lane = None, None if target.parent is None else _lane(target)
+                left = self._tracer.switch_calls(calls, lane)
+                if left is not None:
+                    key = id(origin)
+                    if origin.dead:
+                        saved.pop(key, None)
+                    else:
+                        entry = saved.get(key)
+                        if entry is None or entry[0]() is not origin:
+                            ref = weakref.ref(origin, functools.partial(self._forget, key))
+                            entry = saved[key] = [ref, None, None if origin.parent is None else _lane(origin)]
+                        entry[1] = left
             except Exception as exc:
                 failed(exc, f"a greenlet {event}")
         previous = self._previous
         if previous is not None:
             previous(event, args)
 
-    def _switch(self, origin: Any, target: Any) -> None:
-        entry = self._saved.pop(id(target), None)
-        calls = entry[1] if entry is not None and entry[0]() is target else None
-        left = self._tracer.switch_calls(calls, None if target.parent is None else _lane(target))
-        if left is not None and not origin.dead:
-            key = id(origin)
-            self._saved[key] = (weakref.ref(origin, functools.partial(self._forget, key)), left)
-
     def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
-        """A greenlet left suspended is gone (killed first, as it went: its calls ended then)."""
+        """A greenlet switched away from is gone (killed first if it was suspended: its calls ended then)."""
         entry = self._saved.get(key)
         if entry is not None and entry[0] is ref:
             del self._saved[key]

@@ -124,10 +124,10 @@ def tracer_class(request: pytest.FixtureRequest) -> Any:
     return request.param
 
 
-def traced_program(tracer_class: Any) -> tuple[dict[Any, list[Any]], Any]:
+def traced_program(tracer_class: Any, builtins: bool = False) -> tuple[dict[Any, list[Any]], Any]:
     """The trees of ``program``'s greenlets (None: the main one's), traced; and the greenlet it kept."""
     locations: list[Any] = []
-    tracer = tracer_class(ours, locations)
+    tracer = tracer_class(ours, locations, builtins=builtins)
     switches = GreenletSwitches(tracer)
     tracer.start()
     switches.start()
@@ -150,6 +150,15 @@ def test_each_greenlets_calls_nest_apart(tracer_class: Any) -> None:
     assert all(type(owner) is weakref.ref for owner in found)
     assert sorted(found.values(), key=repr) == GREENLETS
     assert [owner for owner in found if owner() is kept] != []
+
+
+@pytest.mark.skipif(len(TRACERS) < 2, reason="the C tracer is not built")
+def test_with_c_functions_both_tracers_give_the_same_trees() -> None:
+    found = [traced_program(tracer_class, builtins=True)[0] for tracer_class in TRACERS]
+    main, greenlets = zip(*((each.pop(None), sorted(each.values(), key=repr)) for each in found), strict=True)
+    assert main[0] == main[1] and greenlets[0] == greenlets[1]
+    switch = call("greenlet.switch")
+    assert greenlets[0][-1] == [call("worker", *[call("step", call("leaf"), call("pause", switch), call("leaf"))] * 2)]
 
 
 def sync_part(parent: Any) -> None:

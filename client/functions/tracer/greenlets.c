@@ -56,7 +56,8 @@ owner(ThreadBuf *t)
     return Py_XNewRef(t->in_task ? t->step_task : t->base);
 }
 
-/* switch_calls(saved, lane) -> the open calls of the greenlet left (None while not running): see PythonTracer. */
+/* switch_calls(saved, lane) -> the open calls of the greenlet left (None while not running): see GreenletCalls
+   (thread_calls.py). */
 PyObject *
 rt_switch_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -75,45 +76,41 @@ rt_switch_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs)
     if (t == NULL) {
         Py_RETURN_NONE;
     }
-    GreenletCalls *out = calloc(1, sizeof(GreenletCalls));
-    if (out == NULL) {
-        return PyErr_NoMemory();
-    }
-    PyObject *capsule = PyCapsule_New(out, CAPSULE_NAME, greenlet_calls_gone);
-    if (capsule == NULL) {
-        free(out);
-        return NULL;
-    }
-    /* (nothing below runs Python code until the notes: t stays this thread's) */
-    t->refs++;
-    out->thread = t;
-    out->stack = t->stack;
-    out->depth = t->depth;
-    out->capacity = t->capacity;
-    out->lost = t->lost;
-    out->in_task = t->in_task;
-    out->step_depth = t->step_depth;
-    out->step_task = t->step_task; /* (the reference moves) */
+    /* The greenlet left's calls go into the capsule given (the greenlet switched to takes what it held), or a new
+       one. (Nothing below runs Python code until the notes: t stays this thread's.) */
+    GreenletCalls swapped = {0};
+    PyObject *capsule;
     if (in != NULL && in->thread == t) {
-        t->stack = in->stack;
-        t->depth = in->depth;
-        t->capacity = in->capacity;
-        t->lost = in->lost;
-        t->in_task = in->in_task;
-        t->step_depth = in->step_depth;
-        t->step_task = in->step_task;
-        in->stack = NULL;
-        in->depth = in->capacity = in->lost = 0;
-        in->in_task = 0;
-        in->step_task = NULL;
+        swapped = *in;
+        capsule = Py_NewRef(args[0]);
     }
     else {
-        t->stack = NULL;
-        t->depth = t->capacity = t->lost = 0;
-        t->in_task = 0;
-        t->step_depth = 0;
-        t->step_task = NULL;
+        in = calloc(1, sizeof(GreenletCalls));
+        if (in == NULL) {
+            return PyErr_NoMemory();
+        }
+        capsule = PyCapsule_New(in, CAPSULE_NAME, greenlet_calls_gone);
+        if (capsule == NULL) {
+            free(in);
+            return NULL;
+        }
+        t->refs++;
+        in->thread = t;
     }
+    in->stack = t->stack;
+    in->depth = t->depth;
+    in->capacity = t->capacity;
+    in->lost = t->lost;
+    in->in_task = t->in_task;
+    in->step_depth = t->step_depth;
+    in->step_task = t->step_task; /* (the reference moves) */
+    t->stack = swapped.stack;
+    t->depth = swapped.depth;
+    t->capacity = swapped.capacity;
+    t->lost = swapped.lost;
+    t->in_task = swapped.in_task;
+    t->step_depth = swapped.step_depth;
+    t->step_task = swapped.step_task;
     PyObject *old_base = t->base;
     t->base = args[1] == Py_None ? NULL : Py_NewRef(args[1]);
     rt_add_note(t, owner(t)); /* (no memory: the records after stay the greenlet left's) */
@@ -121,7 +118,7 @@ rt_switch_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs)
     return capsule;
 }
 
-/* close_calls(saved, lane): the open calls of a greenlet left suspended end now, as lane's: see PythonTracer. */
+/* close_calls(saved, lane): the open calls of a greenlet left suspended end now, as lane's: see GreenletCalls. */
 PyObject *
 rt_close_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs)
 {

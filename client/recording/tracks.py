@@ -224,8 +224,9 @@ class Tracks:
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
     ) -> list[tuple[TrackInfo, Any]]:
         """The track of each run of calls traced on a thread, in a step of a task if not None: the task's lane (the one
-        its scopes use, its buffer taken now if it has none), else the thread's. The tasks of ``runs`` keep their
-        lanes from each other, though done by now: their calls may overlap in time."""
+        its scopes use, its buffer taken now if it has none), else the thread's; a greenlet's (a weak reference to
+        it) on its lane (``greenlet_lanes.py``). The tasks and greenlets of ``runs`` keep their lanes from each
+        other, though done by now: their calls may overlap in time."""
         busy = {task for _, task, _ in runs if task is not None}
         tracks = []
         for thread, task, run in runs:

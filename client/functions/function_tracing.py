@@ -310,8 +310,8 @@ def trace_functions(
     timeline: Timeline | None = None,
 ) -> FunctionTracing:
     """Record every call of the program's Python functions as a span on its thread (in a step of an asyncio task, on
-    the task's lane; in a greenlet but the main one, on the greenlet's), into ``timeline`` (the process-wide one if None), from ``start()`` (or entering a ``with``
-    block) to ``stop()``.
+    the task's lane; in a greenlet but the main one, on the greenlet's), into ``timeline`` (the process-wide one if
+    None), from ``start()`` (or entering a ``with`` block) to ``stop()``.
 
         with ringtrace.client.trace_functions(include=["app.*"], min_duration="100us"):
             handle(request)

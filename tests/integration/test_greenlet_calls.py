@@ -1,12 +1,13 @@
 """Function tracing of a greenlet program, against a real collector: each greenlet's calls nest on a lane of their
 own under the thread (the main greenlet's on the thread's track), whole across the switches made inside them, with
 no span overlapping another on any track; a greenlet that dies of an exception ends its calls raised, one killed
-never resumed (GreenletExit, as it goes) too, one still suspended at exit ends them there; the C tracer and the
-pure-Python one give the same trees.
+never resumed (GreenletExit, as it goes) too, one still suspended at exit ends them there; gevent's greenlets each
+on a lane; the C tracer and the pure-Python one give the same trees.
 """
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,60 @@ def test_each_greenlets_calls_nest_on_a_lane_of_their_own(
     assert found.pop("MainThread") == MAIN_TREE, found
     assert all(track.startswith("MainThread greenlets [") for track in found), found
     assert sorted((tree for lane in found.values() for tree in lane), key=repr) == GREENLET_TREES, found
+
+
+GEVENT_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import gevent
+
+
+def leaf():
+    return 1
+
+
+def wait():
+    gevent.sleep(0.001)
+
+
+def step():
+    leaf()
+    wait()
+    leaf()
+
+
+def work():
+    step()
+    step()
+
+
+def main():
+    gevent.joinall([gevent.spawn(work), gevent.spawn(work), gevent.spawn(work)])
+    leaf()
+
+
+main()
+"""
+GEVENT_STEP = ("step", False, [("leaf", False, []), ("wait", False, []), ("leaf", False, [])])
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_gevents_greenlets_each_have_their_calls_on_a_lane(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    pytest.importorskip("gevent")
+    if pure_python and sys.version_info[:2] == (3, 12):
+        # Not function tracing's: the pure-Python recording of a program that patches threading once ringtrace's
+        # threads run, streaming to a collector, crashes on 3.12 (SIGSEGV) with or without --functions.
+        pytest.skip("gevent's monkey.patch_all under the pure-Python client crashes on 3.12, traced or not")
+    (tmp_path / "app.py").write_text(textwrap.dedent(GEVENT_SCRIPT), encoding="utf-8")
+    name = f"gevent-{'pure' if pure_python else 'c'}"
+    calls = traced_calls(collector, tmp_path, name, RINGTRACE_PURE_PYTHON=pure_python)
+    assert overlapping(calls) == []
+    found: dict[str, list[Any]] = trees(calls)
+    thread = [track for track in found if "greenlets [" not in track]
+    assert [found[track] for track in thread] == [[("<module>", False, [("main", False, [("leaf", False, [])])])]]
+    lanes = [tree for track, lane in found.items() if track not in thread for tree in lane]
+    assert lanes == [("work", False, [GEVENT_STEP, GEVENT_STEP])] * 3, found

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess
+from perfetto_model import PerfettoTrace
 from ringtrace.client import DecodedEvent
 from test_run_functions import traced_calls, trees
 
@@ -131,6 +132,17 @@ def test_each_greenlets_calls_nest_on_a_lane_of_their_own(
     assert found.pop("MainThread") == MAIN_TREE, found
     assert all(track.startswith("MainThread greenlets [") for track in found), found
     assert sorted((tree for lane in found.values() for tree in lane), key=repr) == GREENLET_TREES, found
+    # In Perfetto: each lane a track of the thread's, every slice ended where it began, nested as the calls were.
+    status, body = collector.get(f"/snapshot?format=perfetto&process={name}")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    (thread,) = [t for t in perfetto.tracks.values() if t.kind == "thread" and t.name == "MainThread"]
+    lanes = {t.uuid for t in perfetto.tracks.values() if t.name.startswith("MainThread greenlets [")}
+    assert len(lanes) >= 2 and all(perfetto.tracks[uuid].parent == thread.uuid for uuid in lanes)
+    assert perfetto.unmatched_ends == []
+    slices = [s for s in perfetto.slices if {"call", "call_raised"} & set(s.categories)]
+    assert len(slices) == len(calls) and all(s.track in lanes | {thread.uuid} and s.end_ns for s in slices)
+    assert [s.depth for s in slices if s.name == "pause"] == [2] * 7  # under a greenlet's function and its step
 
 
 GEVENT_SCRIPT = """

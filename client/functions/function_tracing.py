@@ -6,7 +6,8 @@ else its twin ``PythonTracer``) writes each call, when it ends, as a fixed-size 
 The flusher drains those buffers with the timeline's own events (``Timeline.add_call_source``): each thread's calls go
 as a ``CallRun`` onto the thread's track, the one its scopes use, to every listener of the timeline; the calls made in
 a step of an asyncio task go onto the task's lane, as its scopes do (the tracer notes the task once a step,
-at the first call of a recorded coroutine in it, and tells where the records switch: ``drain_cuts``). A buffer half
+at the first call of a recorded coroutine in it, and tells where the records switch: ``drain_cuts``); a greenlet's
+calls go onto a lane of the greenlet's (``greenlet_switches.py``). A buffer half
 full wakes the flusher; a call that does not fit in a full one is counted as dropped, and reaches the listeners' loss
 counts. At exit the flusher stops the tracer first (``FLUSHER.before_exit``): the calls still open then end there,
 and are delivered with the rest.
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.threads import is_background_thread
 from ringtrace.client.functions.call_filter import CallFilter
+from ringtrace.client.functions.greenlet_switches import GreenletSwitches
 from ringtrace.client.functions.python_tracer import DEFAULT_BUFFER_BYTES, PythonTracer
 from ringtrace.client.functions.thread_calls import split
 from ringtrace.client.recording.tracks import EndedThread
@@ -112,6 +114,7 @@ class FunctionTracing:
         self.buffer_bytes = buffer_bytes
         self._timeline = timeline
         self._tracer: Any = None
+        self._greenlets: GreenletSwitches | None = None
         #: The tracer's ``dropped`` at the last drain.
         self._dropped_seen = 0
         self._lock = threading.Lock()
@@ -164,6 +167,8 @@ class FunctionTracing:
                 timeline.remove_call_source(self)
                 raise ConfigError(str(exc)) from None
             _running = self
+            self._greenlets = GreenletSwitches(self._tracer)
+            self._greenlets.start()
             _remember_ended_threads()
             if self.stop not in FLUSHER.before_exit:
                 FLUSHER.before_exit.append(self.stop)  # open calls end and are delivered before the last sweep
@@ -179,6 +184,8 @@ class FunctionTracing:
             _running = None
             with contextlib.suppress(ValueError):
                 FLUSHER.before_exit.remove(self.stop)
+            if self._greenlets is not None:
+                self._greenlets.stop()  # (first: a suspended greenlet's open calls end as the threads' do)
             self._tracer.stop()
 
     def __enter__(self) -> FunctionTracing:
@@ -191,8 +198,8 @@ class FunctionTracing:
 
     def drain_calls(self) -> tuple[list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], int]:
         """``Timeline``'s drain of this source (``CallSource``): the calls recorded since the last one as (thread,
-        asyncio task whose step made them or None, ``CallRun``) runs, but ringtrace's own threads', and the calls
-        dropped since."""
+        asyncio task whose step made them, or a weak reference to the greenlet that made them, or None, ``CallRun``)
+        runs, but ringtrace's own threads', and the calls dropped since."""
         tracer = self._tracer
         if tracer is None:
             return [], 0
@@ -303,8 +310,8 @@ def trace_functions(
     timeline: Timeline | None = None,
 ) -> FunctionTracing:
     """Record every call of the program's Python functions as a span on its thread (in a step of an asyncio task, on
-    the task's lane), into ``timeline`` (the process-wide one if None), from ``start()`` (or entering a ``with``
-    block) to ``stop()``.
+    the task's lane; in a greenlet but the main one, on the greenlet's), into ``timeline`` (the process-wide one if
+    None), from ``start()`` (or entering a ``with`` block) to ``stop()``.
 
         with ringtrace.client.trace_functions(include=["app.*"], min_duration="100us"):
             handle(request)

@@ -21,7 +21,7 @@ the task's begin; the end of that call ends the step, and notes it. No other cal
 kept out of the table the hot path reads, ``CodeLocations.coroutines``). ``drain_cuts`` tells where in each thread's
 records they switch: a call ends within the step it began in, so it is the step's task's iff written while it is open.
 Calls a task makes outside any recorded coroutine (library code's, around no program's ``async def``) stay on the
-thread.
+thread. Greenlets: each keeps a stack of its own (``GreenletCalls``, ``greenlet_switches.py``).
 
 Exceptions: one of the tracer's own (or ``decide``'s) is logged, never raised into the program; one that a signal
 handler of the program's raises while a callback runs (Python runs handlers between any two bytecodes) goes on to the
@@ -58,7 +58,7 @@ from ringtrace.client.functions.code_locations import (
     c_function_name,
     is_c_function,
 )
-from ringtrace.client.functions.thread_calls import ThreadCalls, ThreadEnd, mark_ended
+from ringtrace.client.functions.thread_calls import GreenletCalls, ThreadCalls, ThreadEnd, mark_ended
 from ringtrace.client.recording.asyncio_watch import current_task
 from ringtrace.wire.call_records import CALL, CALL_RAISED, RECORD
 from ringtrace.wire.stack_frames import CodeLocation
@@ -92,7 +92,7 @@ _SYS_EXIT: Final = sys.exit
 Decide = Callable[[types.CodeType, str], bool]
 
 
-class PythonTracer:
+class PythonTracer(GreenletCalls):
     """Records every call of the code ``decide`` accepts, on every thread, as ``RECORD``s; see the module docstring.
 
     Args:
@@ -198,13 +198,15 @@ class PythonTracer:
         for calls in threads:
             stack, calls.stack = calls.stack, []
             calls.thrown = {}
-            while stack:
-                _, index, start = stack.pop()
-                if index >= 0:
-                    self._write(calls, start, now, index, CALL)
+            self._end_all(calls, stack, now)
             if calls.in_task:
-                calls.in_task = False
-                calls.tasks.append((calls.recorded, None))
+                calls.end_step()
+
+    def _end_all(self, calls: ThreadCalls, stack: list[tuple[int, int, int]], now: int) -> None:
+        while stack:
+            _, index, start = stack.pop()
+            if index >= 0:
+                self._write(calls, start, now, index, CALL)
 
     def drain(self) -> list[tuple[int, bytes]]:
         """(thread ident, records) for each thread that wrote records since the last drain, ended ones included
@@ -275,8 +277,7 @@ class PythonTracer:
         stack = calls.stack
         if self.max_depth and len(stack) >= self.max_depth:
             index = -1
-        calls.tasks.append((calls.recorded, task))
-        calls.in_task = True
+        calls.begin_step(task)
         stack.append((-id(code), index, _now()))
 
     def _close_task_step(self, calls: ThreadCalls, kind: int) -> None:
@@ -285,8 +286,7 @@ class PythonTracer:
         end = _now()
         if index >= 0 and end - start >= self.min_duration_ns:
             self._write(calls, start, end, index, kind)
-        calls.in_task = False
-        calls.tasks.append((calls.recorded, None))
+        calls.end_step()
 
     def _write(self, calls: ThreadCalls, start: int, end: int, index: int, kind: int) -> None:
         buffer = calls.buffer

@@ -1,14 +1,19 @@
 """A thread's part of the pure-Python function tracer (``python_tracer.py``): its open calls, the records it wrote
-and the asyncio task switches it noted since the last drain, and what tells when the thread has ended."""
+and the asyncio task (and greenlet) switches it noted since the last drain, and what tells when the thread has ended.
+
+Greenlets share their thread: each has open calls of its own, which ``swap`` puts in place of the thread's as the
+program switches to it (``greenlet_switches.py`` tells when), and whose records are the greenlet's (a switch noted, as
+a task's)."""
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
 from ringtrace.wire.call_records import RECORD
 
-__all__ = ["ThreadCalls", "ThreadEnd", "mark_ended", "split"]
+__all__ = ["GreenletCalls", "ThreadCalls", "ThreadEnd", "mark_ended", "split"]
 
 
 class ThreadCalls:
@@ -16,6 +21,7 @@ class ThreadCalls:
 
     __slots__ = (
         "__weakref__",
+        "base",
         "buffer",
         "drained",
         "dropped",
@@ -25,6 +31,7 @@ class ThreadCalls:
         "lane_task",
         "recorded",
         "stack",
+        "step_task",
         "tasks",
         "thrown",
         "woken",
@@ -40,8 +47,12 @@ class ThreadCalls:
         #: The asyncio task switches not drained yet: (``recorded`` then, the task whose step began then, or None:
         #: the step ended). A call ends inside the step it began in, so a record is the step's iff written in it.
         self.tasks: list[tuple[int, Any]] = []
-        #: Whether a task's step is open on ``stack`` (its entry's key is the negated id of its coroutine's code).
+        #: Whether a task's step is open on ``stack`` (its entry's key is the negated id of its coroutine's code), and
+        #: its task.
         self.in_task = False
+        self.step_task: Any = None
+        #: Whose the records are outside a task's step: the greenlet running (None: the thread's main one, or none).
+        self.base: Any = None
         #: The task (or None) of the records drained last, the first of the next drain's if no switch comes between.
         self.lane_task: Any = None
         self.buffer = bytearray()
@@ -79,6 +90,56 @@ class ThreadCalls:
             del tasks[:used]
             self.lane_task = cuts[-1][1]
         return cuts
+
+    def begin_step(self, task: Any) -> None:
+        """A step of ``task`` begins: the records from now on are its."""
+        self.tasks.append((self.recorded, task))
+        self.in_task, self.step_task = True, task
+
+    def end_step(self) -> None:
+        """The task's step ends: the records from now on are the greenlet's (or the thread's)."""
+        self.in_task, self.step_task = False, None
+        self.tasks.append((self.recorded, self.base))
+
+    def swap(self, saved: Any, lane: Any) -> Any:
+        """The program switched to another greenlet: its open calls (``saved``, from an earlier ``swap``; None: none
+        yet) take the place of the thread's, which are returned, and the records from now on are ``lane``'s (the
+        greenlet; None: the thread's main one), or those of the task whose step it had open."""
+        out = (self, self.stack, self.thrown, self.in_task, self.step_task)
+        if saved is not None and saved[0] is self:
+            _, self.stack, self.thrown, self.in_task, self.step_task = saved
+        else:
+            self.stack, self.thrown, self.in_task, self.step_task = [], {}, False, None
+        self.base = lane
+        self.tasks.append((self.recorded, self.step_task if self.in_task else lane))
+        return out
+
+
+class GreenletCalls:
+    """The pure-Python tracer's part for greenlets (the C twin's is ``tracer/greenlets.c``): each greenlet's open calls
+    swapped in as the program switches to it (``greenlet_switches.py`` tells when)."""
+
+    _active: bool
+
+    def _thread_calls(self) -> ThreadCalls:
+        raise NotImplementedError
+
+    def _end_all(self, calls: ThreadCalls, stack: list[tuple[int, int, int]], now: int) -> None:
+        raise NotImplementedError
+
+    def switch_calls(self, saved: Any, lane: Any) -> Any:
+        """The program switched greenlets on this thread: ``saved`` (what this returned as it left the greenlet now
+        switched to; None: nothing yet) becomes the thread's open calls, whose records are ``lane``'s (the greenlet;
+        None: the thread's main one); returns the open calls of the greenlet left (None while stopped)."""
+        return self._thread_calls().swap(saved, lane) if self._active else None
+
+    def close_calls(self, saved: Any, lane: Any) -> None:
+        """The open calls of a greenlet left suspended (``saved``, ``lane``'s) end now, as stop() ends the threads'."""
+        calls, stack, _, in_task, step_task = saved
+        if stack:
+            calls.tasks.append((calls.recorded, step_task if in_task else lane))
+            self._end_all(calls, stack, time.monotonic_ns())
+            calls.tasks.append((calls.recorded, calls.step_task if calls.in_task else calls.base))
 
 
 class ThreadEnd:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast
 from ringtrace.client.accelerator import speedups
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.recording.asyncio_watch import is_task
+from ringtrace.client.recording.greenlet_lanes import GreenletLanes, is_greenlet
 from ringtrace.client.recording.lanes import Lane, ThreadLanes
 from ringtrace.client.recording.sources import Source
 from ringtrace.wire.arg_values import display_text
@@ -126,6 +127,7 @@ class Tracks:
         self.task_buffers: dict[Task[Any], TrackBuffer] = {}
         #: Each thread's lanes (by its track's id).
         self._lanes: dict[int, ThreadLanes[TrackBuffer]] = {}
+        self._greenlet_lanes = GreenletLanes()
         self._sources: weakref.WeakValueDictionary[int, Source] = weakref.WeakValueDictionary()
         self._source_buffers: dict[int, TrackBuffer] = {}
         #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
@@ -213,13 +215,18 @@ class Tracks:
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
     ) -> list[tuple[TrackInfo, Any]]:
         """The track of each run of calls traced on a thread, in a step of a task if not None: the task's lane (the one
-        its scopes use, its buffer taken now if it has none), else the thread's. The tasks of ``runs`` keep their
-        lanes from each other, though done by now: their calls may overlap in time."""
+        its scopes use, its buffer taken now if it has none), else the thread's; a greenlet's (a weak reference to
+        it) on its lane (``greenlet_lanes.py``). The tasks and greenlets of ``runs`` keep their lanes from each
+        other, though done by now: their calls may overlap in time."""
         busy = {task for _, task, _ in runs if task is not None}
         tracks = []
         for thread, task, run in runs:
             if task is None:
                 tracks.append((self.buffer_of_thread(thread, label).track, run))
+                continue
+            if is_greenlet(task):
+                parent = self.buffer_of_thread(thread, label).track
+                tracks.append((self._greenlet_lanes.track_for(task, parent, busy), run))
                 continue
             buffer = self.task_buffers.get(task)
             if buffer is not None:
@@ -311,6 +318,7 @@ class Tracks:
                 continue  # a task let go of, gone now, whose lane another task has taken since: its track goes on
             else:
                 self._let_go_of_idle_lanes(self._lanes.pop(buffer.track.track_id, None), ended)
+                self._greenlet_lanes.forget_thread(buffer.track.track_id)
             gone.add(id(buffer))
             tracks.append(buffer.track)
         self.buffers = [b for b in self.buffers if id(b) not in gone]
@@ -346,6 +354,7 @@ class Tracks:
         buffers, self.buffers = self.buffers, []
         self.task_buffers.clear()
         self._lanes = {}
+        self._greenlet_lanes.clear()
         return buffers
 
     def renamed_threads(self, label: str | None) -> list[TrackInfo]:
@@ -364,6 +373,7 @@ class Tracks:
         self.buffers = []
         self.task_buffers.clear()
         self._lanes = {}
+        self._greenlet_lanes.clear()
         self._source_buffers = {}
 
 

@@ -202,6 +202,12 @@ static PyMethodDef tracer_methods[] = {
     {"drain_cuts", (PyCFunction)tracer_drain_cuts, METH_NOARGS,
      "drain_cuts() -> [(thread ident, records, cuts)]: drain(), and where in each thread's records the calls of "
      "each asyncio task's steps (or of none) begin: [(byte offset, task or None)], the first at 0."},
+    {"switch_calls", (PyCFunction)(void (*)(void))rt_switch_calls, METH_FASTCALL,
+     "switch_calls(saved, lane) -> calls: the program switched greenlets on this thread: saved (what this returned "
+     "as it left the greenlet now switched to; None: nothing yet) becomes the thread's open calls, whose records are "
+     "lane's (None: the thread's); returns the open calls of the greenlet left (None while stopped)."},
+    {"close_calls", (PyCFunction)(void (*)(void))rt_close_calls, METH_FASTCALL,
+     "close_calls(saved, lane): the open calls of a greenlet left suspended end now, as lane's."},
     {NULL, NULL, 0, NULL},
 };
 

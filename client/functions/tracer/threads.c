@@ -95,11 +95,13 @@ clear_notes(ThreadBuf *t)
         Py_XDECREF(t->notes[i].task);
     }
     t->in_task = 0;
+    Py_CLEAR(t->step_task);
+    Py_CLEAR(t->base);
     Py_CLEAR(t->lane_task);
 }
 
-static void
-thread_release(ThreadBuf *t)
+void
+rt_thread_release(ThreadBuf *t)
 {
     if (--t->refs == 0) {
         clear_notes(t);
@@ -138,7 +140,7 @@ thread_capsule_gone(PyObject *capsule)
     if (t->tracer != NULL && t->tracer->cache_buf == t) {
         t->tracer->cache_buf = NULL;
     }
-    thread_release(t);
+    rt_thread_release(t);
 }
 
 ThreadBuf *
@@ -230,7 +232,7 @@ rt_call_wake(Tracer *self, ThreadBuf *t, int pass_on)
     int failure = result == NULL ? rt_failed(wake, pass_on) : 0; /* (busy still: it may run Python code) */
     if (t != NULL) {
         t->busy--;
-        thread_release(t);
+        rt_thread_release(t);
     }
     Py_XDECREF(result);
     Py_DECREF(wake);
@@ -278,8 +280,8 @@ rt_close_above(Tracer *self, ThreadBuf *t, const void *key)
 
 /* Note a task switch (task: a new reference, or NULL: the step ended) before the next record of the thread's. 0, or
    -1 with no memory for it (the task let go). */
-static int
-add_note(ThreadBuf *t, PyObject *task)
+int
+rt_add_note(ThreadBuf *t, PyObject *task)
 {
     if (t->n_notes == t->notes_capacity) {
         Py_ssize_t capacity = t->notes_capacity ? t->notes_capacity * 2 : 16;
@@ -413,20 +415,24 @@ rt_task_step_begin(Tracer *self, ThreadBuf *t)
         Py_XDECREF(task);
         return 0;
     }
-    if (add_note(t, task) < 0) {
+    Py_XSETREF(t->step_task, Py_NewRef(task));
+    if (rt_add_note(t, task) < 0) {
+        Py_CLEAR(t->step_task);
         return 0;
     }
     t->in_task = 1;
     return 1;
 }
 
-/* The coroutine that began a step of a task ended or suspended: the step ends. */
+/* The coroutine that began a step of a task ended or suspended: the step ends, the records after it are the running
+   greenlet's (base; NULL: the thread's). */
 void
 rt_task_step_end(ThreadBuf *t)
 {
     if (t->in_task) {
         t->in_task = 0;
-        add_note(t, NULL); /* (no memory: the records after stay the task's) */
+        Py_CLEAR(t->step_task);
+        rt_add_note(t, Py_XNewRef(t->base)); /* (no memory: the records after stay the task's) */
     }
 }
 
@@ -453,6 +459,8 @@ rt_reset_stacks(Tracer *self)
         t->depth = 0;
         t->lost = 0;
         t->in_task = 0;
+        Py_CLEAR(t->step_task);
+        Py_CLEAR(t->base);
     }
 }
 
@@ -563,7 +571,7 @@ drain_all(Tracer *self, int with_cuts)
                 run = Py_BuildValue("(OO[(iO)])", PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), 0, Py_None);
                 Py_DECREF(pair);
             }
-            thread_release(t);
+            rt_thread_release(t);
             if (run == NULL || PyList_Append(runs, run) < 0) {
                 Py_XDECREF(run);
                 Py_DECREF(runs);
@@ -582,7 +590,7 @@ drain_all(Tracer *self, int with_cuts)
 
             }
             t->tracer = NULL;
-            thread_release(t);
+            rt_thread_release(t);
         }
         else {
             link = &t->next;
@@ -608,7 +616,7 @@ rt_forget_threads(Tracer *self)
         free(t->stack);
         t->stack = NULL;
         t->depth = t->capacity = 0;
-        thread_release(t);
+        rt_thread_release(t);
         t = next;
     }
 }

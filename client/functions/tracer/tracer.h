@@ -26,6 +26,9 @@ What it does, and why it is safe to do it this way:
   switch (threads.c: the number of the thread's next record, and the task), and the end of that call another (no
   task). drain_cuts() tells where each thread's records switch, as the Python twin's does. No other call looks up
   anything: a call ends within the step it began in, so a record is the step's task's iff written while it is open.
+- Greenlets: each has open calls of its own, put in place of the thread's as the program switches to it
+  (greenlets.c, told by client/functions/greenlet_switches.py), and its records go on a lane of its own, noted as a
+  task's step is. The hooks see nothing of it: the eval hook's locals live on the greenlet's own C stack.
 - Only one tracer runs at a time (rt_running, which holds a reference to it until stop()).
 - Calls already running at start() left no entry: their ends find the thread's stack empty and are ignored, as are
   the ends of code not recorded. An end whose key is not on top of the stack (a missed event) closes the calls above
@@ -42,7 +45,8 @@ What it does, and why it is safe to do it this way:
 The files, one job each: threads.c (a thread's buffer and stack: find, push, pop, write, close, drain), locations.c
 (a code object's or C callable's location index, decide), clock.c (ticks and ns), evalframe.c (the frame evaluation
 hook), monitoring.c (3.12+: the hooks' start and stop, C functions through sys.monitoring), profile.c (3.11: the same
-through the profile function), module.c (the Tracer type and the module). */
+through the profile function), greenlets.c (greenlets' open calls, swapped), module.c (the Tracer type and the
+module). */
 
 #ifndef RINGTRACE_FUNCTIONS_TRACER_H
 #define RINGTRACE_FUNCTIONS_TRACER_H
@@ -179,6 +183,9 @@ typedef struct ThreadBuf {
     TaskNote *notes;          /* task switches not drained yet, in order */
     Py_ssize_t n_notes, notes_capacity;
     PyObject *lane_task;      /* the task (a strong reference, NULL: none) of the records drained last */
+    PyObject *step_task;      /* the task of the step open (in_task), a strong reference */
+    PyObject *base;           /* whose the records are outside a task's step: the running greenlet's lane (greenlets.c),
+                                 a strong reference; NULL: the thread's (its main greenlet, or none) */
 } ThreadBuf;
 
 /* The location of a C callable, by its method definition and the type it is bound to (see locations.c). */
@@ -268,6 +275,12 @@ PyObject *rt_drain(Tracer *self, int with_cuts);
 int rt_task_step_begin(Tracer *self, ThreadBuf *t);
 void rt_task_step_end(ThreadBuf *t);
 void rt_forget_threads(Tracer *self);
+void rt_thread_release(ThreadBuf *t);
+int rt_add_note(ThreadBuf *t, PyObject *task);
+
+/* greenlets.c: the open calls of greenlets, swapped as the program switches (greenlet_switches.py) */
+PyObject *rt_switch_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *rt_close_calls(Tracer *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* This thread's buffer (NULL: none could be made, the call is dropped and counted). The cache is keyed by the
    thread, not its thread state (no thread-local read through the interpreter's library): a thread's buffer is

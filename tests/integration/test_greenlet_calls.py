@@ -1,0 +1,202 @@
+"""Function tracing of a greenlet program, against a real collector: each greenlet's calls nest on a lane of their
+own under the thread (the main greenlet's on the thread's track), whole across the switches made inside them, with
+no span overlapping another on any track; a greenlet that dies of an exception ends its calls raised, one killed
+never resumed (GreenletExit, as it goes) too, one still suspended at exit ends them there; gevent's greenlets each
+on a lane; the C tracer and the pure-Python one give the same trees.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collector_process import CollectorProcess
+from perfetto_model import PerfettoTrace
+from ringtrace.client import DecodedEvent
+from test_run_functions import traced_calls, trees
+
+pytest.importorskip("greenlet")
+
+SCRIPT = """
+import greenlet
+
+MAIN = greenlet.getcurrent()
+
+
+def leaf():
+    return 1
+
+
+def pause():
+    return MAIN.switch()
+
+
+def step():
+    leaf()
+    pause()
+    leaf()
+
+
+def worker():
+    step()
+    step()
+
+
+def failing():
+    step()
+    raise ValueError("no")
+
+
+def forgotten():
+    step()
+
+
+def main():
+    a, b = greenlet.greenlet(worker), greenlet.greenlet(worker)
+    a.switch()
+    b.switch()
+    leaf()
+    a.switch()
+    b.switch()
+    a.switch()
+    b.switch()
+    f = greenlet.greenlet(failing)
+    f.switch()
+    try:
+        f.switch()
+    except ValueError:
+        leaf()
+    killed = greenlet.greenlet(forgotten)
+    killed.switch()
+    del killed  # never resumed: killed as it goes (GreenletExit thrown in)
+    kept = greenlet.greenlet(forgotten)
+    kept.switch()
+    return kept  # never resumed: suspended still at exit
+
+
+KEPT = main()
+"""
+
+STEP = ("step", False, [("leaf", False, []), ("pause", False, []), ("leaf", False, [])])
+STEP_KILLED = ("step", True, [("leaf", False, []), ("pause", True, [])])
+STEP_AT_EXIT = ("step", False, [("leaf", False, []), ("pause", False, [])])
+MAIN_TREE = [
+    (
+        "<module>",
+        False,
+        [("main", False, [("leaf", False, []), ("leaf", False, [])])],
+    )
+]
+#: Each greenlet's tree, on the lanes (in no order: which lane each takes depends on the flusher's passes).
+GREENLET_TREES = sorted(
+    [
+        ("worker", False, [STEP, STEP]),
+        ("worker", False, [STEP, STEP]),
+        ("failing", True, [STEP]),
+        ("forgotten", True, [STEP_KILLED]),
+        ("forgotten", False, [STEP_AT_EXIT]),
+    ],
+    key=repr,
+)
+
+
+def overlapping(calls: list[DecodedEvent]) -> list[tuple[str, str, str]]:
+    """Pairs of calls on one track that overlap without one holding the other: (track, name, name)."""
+    found = []
+    by_track: dict[str, list[DecodedEvent]] = {}
+    for event in calls:
+        by_track.setdefault(event.track.name, []).append(event)
+    for track, events in by_track.items():
+        open_calls: list[DecodedEvent] = []
+        for event in sorted(events, key=lambda e: (e.ts_ns, -e.dur_ns)):
+            while open_calls and event.ts_ns >= open_calls[-1].ts_ns + open_calls[-1].dur_ns:
+                open_calls.pop()
+            if open_calls and event.ts_ns + event.dur_ns > open_calls[-1].ts_ns + open_calls[-1].dur_ns:
+                found.append((track, open_calls[-1].name, event.name))
+            open_calls.append(event)
+    return found
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_each_greenlets_calls_nest_on_a_lane_of_their_own(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(SCRIPT), encoding="utf-8")
+    name = f"greenlets-{'pure' if pure_python else 'c'}"
+    calls = traced_calls(collector, tmp_path, name, RINGTRACE_PURE_PYTHON=pure_python)
+    assert overlapping(calls) == []
+    found: dict[str, list[Any]] = trees(calls)
+    assert found.pop("MainThread") == MAIN_TREE, found
+    assert all(track.startswith("MainThread greenlets [") for track in found), found
+    assert sorted((tree for lane in found.values() for tree in lane), key=repr) == GREENLET_TREES, found
+    # In Perfetto: each lane a track of the thread's, every slice ended where it began, nested as the calls were.
+    status, body = collector.get(f"/snapshot?format=perfetto&process={name}")
+    assert status == 200
+    perfetto = PerfettoTrace(body)
+    (thread,) = [t for t in perfetto.tracks.values() if t.kind == "thread" and t.name == "MainThread"]
+    lanes = {t.uuid for t in perfetto.tracks.values() if t.name.startswith("MainThread greenlets [")}
+    assert len(lanes) >= 2 and all(perfetto.tracks[uuid].parent == thread.uuid for uuid in lanes)
+    assert perfetto.unmatched_ends == []
+    slices = [s for s in perfetto.slices if {"call", "call_raised"} & set(s.categories)]
+    assert len(slices) == len(calls) and all(s.track in lanes | {thread.uuid} and s.end_ns for s in slices)
+    assert [s.depth for s in slices if s.name == "pause"] == [2] * 7  # under a greenlet's function and its step
+
+
+GEVENT_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import gevent
+
+
+def leaf():
+    return 1
+
+
+def wait():
+    gevent.sleep(0.001)
+
+
+def step():
+    leaf()
+    wait()
+    leaf()
+
+
+def work():
+    step()
+    step()
+
+
+def main():
+    gevent.joinall([gevent.spawn(work), gevent.spawn(work), gevent.spawn(work)])
+    leaf()
+
+
+main()
+"""
+GEVENT_STEP = ("step", False, [("leaf", False, []), ("wait", False, []), ("leaf", False, [])])
+
+
+@pytest.mark.parametrize("pure_python", ["1", ""])
+def test_gevents_greenlets_each_have_their_calls_on_a_lane(
+    collector: CollectorProcess, tmp_path: Path, pure_python: str
+) -> None:
+    pytest.importorskip("gevent")
+    if pure_python and sys.version_info[:2] == (3, 12):
+        # Not function tracing's: the pure-Python recording of a program that patches threading once ringtrace's
+        # threads run, streaming to a collector, crashes on 3.12 (SIGSEGV) with or without --functions.
+        pytest.skip("gevent's monkey.patch_all under the pure-Python client crashes on 3.12, traced or not")
+    (tmp_path / "app.py").write_text(textwrap.dedent(GEVENT_SCRIPT), encoding="utf-8")
+    name = f"gevent-{'pure' if pure_python else 'c'}"
+    calls = traced_calls(collector, tmp_path, name, RINGTRACE_PURE_PYTHON=pure_python)
+    assert overlapping(calls) == []
+    found: dict[str, list[Any]] = trees(calls)
+    thread = [track for track in found if "greenlets [" not in track]
+    assert [found[track] for track in thread] == [[("<module>", False, [("main", False, [("leaf", False, [])])])]]
+    lanes = [tree for track, lane in found.items() if track not in thread for tree in lane]
+    assert lanes == [("work", False, [GEVENT_STEP, GEVENT_STEP])] * 3, found

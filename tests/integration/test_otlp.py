@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 from perfetto_model import PerfettoTrace
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -800,17 +801,23 @@ def test_an_idle_otlp_stream_is_closed_for_a_new_resource_past_the_otlp_bound() 
         collector.stop()
 
 
-def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_says_why_in_partial_success() -> None:
+@pytest.mark.parametrize("spans", [3, 1000], ids=["whole", "in-pieces"])
+def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_says_why_in_partial_success(
+    spans: int,
+) -> None:
     collector = OtlpCollector("--otlp-max-processes", "4")
     try:
-        status, _, body = collector.export(services(*(f"service-{i}" for i in range(6)), spans=3))
+        body = services(*(f"service-{i}" for i in range(6)), spans=spans)
+        assert (len(body) > PIECE_BYTES) == (spans == 1000)
+        status, _, body = collector.export(body)
         assert status == 200
         partial = response_of(body).partial_success
-        assert partial.rejected_spans == 6
+        assert partial.rejected_spans == 2 * spans
         assert "2 resources of the request past --otlp-max-processes=4" in partial.error_message
         stored = {p["process_name"] for p in collector.json("/sources")["processes"]}
         assert stored == {f"service-{i}" for i in range(4)}
-        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 12, "refused": 6}
+        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 4 * spans, "refused": 2 * spans}
+        assert len(events(collector.snapshot(), "X")) == 4 * spans
     finally:
         collector.stop()
 

@@ -69,8 +69,8 @@ _TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
-#: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
-#: the store is its frames.)
+#: 503 with Retry-After. (What a request is decoded into takes up to about 50 times its body, but one is decoded at a
+#: time, a large one a piece at a time: ``request_pieces.py``; what waits for the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
 #: A body of at most this many bytes that the C reader takes (``fast_spans.py``) is read and packed on the event loop,
 #: where it takes well under a millisecond: handing it to a thread and back would cost more than the work.
@@ -209,10 +209,12 @@ class OtlpReceiver:
                 delivery.release()
         return self._answer(signal, tally)
 
-    async def _read(self, signal: Signal, body: bytes, as_json: bool) -> tuple[list[ProcessEvents], bool]:
+    async def _read(
+        self, signal: Signal, body: bytes, as_json: bool, inline: bool = True
+    ) -> tuple[list[ProcessEvents], bool]:
         """The request's data per process, and whether it was read on the event loop (a small body the C reader
-        takes) rather than on a worker thread."""
-        if len(body) <= INLINE_BODY_BYTES:
+        takes, where ``inline``) rather than on a worker thread."""
+        if inline and len(body) <= INLINE_BODY_BYTES:
             with _uncollected():
                 processes = read_quickly(signal, body, as_json, self.max_span_events)
             if processes is not None:
@@ -259,7 +261,8 @@ class OtlpReceiver:
         sent = False
         for piece in pieces:
             try:
-                read, inline = await self._read(signal, piece.body, False)
+                # (on a worker thread, each: pieces one after the other would hold the loop as long as the request)
+                read, inline = await self._read(signal, piece.body, False, inline=False)
             except BadRequest as exc:
                 if not sent:
                     raise

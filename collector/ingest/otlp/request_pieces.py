@@ -64,31 +64,31 @@ class RequestPlan:
         """The pieces of the request, in order, each of about ``piece_bytes`` of items, but those of the resource
         entries ``skipped`` (by their index)."""
         view = self._view
-        done: list[bytes] = []  # (the resource entries of the piece so far, encoded)
+        done: list[bytes | memoryview] = []  # (the parts of the piece's resource entries so far, joined once)
         size = items = 0
         for index, (start, end) in enumerate(self._resources):
             if index in skipped:
                 continue
             header = self.resource_headers[index]
-            scopes: list[bytes] = []
+            scopes: list[bytes | memoryview] = []
             for scope in _fields(view, start, end):
                 if scope[0] != 2:
                     continue
                 scope_header = b"".join(view[f[2] : f[4]] for f in _fields(view, scope[3], scope[4]) if f[0] != 2)
-                held: list[memoryview] = []
+                held: list[bytes | memoryview] = [scope_header]
                 for field, _, at, _, stop in _fields(view, scope[3], scope[4]):
                     if field != 2:
                         continue
                     if size and size + stop - at > piece_bytes:  # the piece is full: sent, and another begun
-                        scopes.append(_entry(2, scope_header, *held))
-                        done.append(_entry(1, header, *scopes))
+                        _add_entry(scopes, 2, held)
+                        _add_entry(done, 1, [header, *scopes])
                         yield Piece(b"".join(done), items)
-                        done, scopes, held, size, items = [], [], [], 0, 0
+                        done, scopes, held, size, items = [], [], [scope_header], 0, 0
                     held.append(view[at:stop])
                     size += stop - at
                     items += 1
-                scopes.append(_entry(2, scope_header, *held))
-            done.append(_entry(1, header, *scopes))
+                _add_entry(scopes, 2, held)
+            _add_entry(done, 1, [header, *scopes])
         if done:
             yield Piece(b"".join(done), items)
 
@@ -168,10 +168,11 @@ def _varint(view: memoryview, at: int, end: int) -> tuple[int, int]:
     raise _NotCut
 
 
-def _entry(field: int, *parts: bytes | memoryview) -> bytes:
-    """A length-delimited field ``field`` of ``parts`` joined."""
-    value = b"".join(parts)
-    return _key_and_size(field, len(value)) + value
+def _add_entry(into: list[bytes | memoryview], field: int, parts: list[bytes | memoryview]) -> None:
+    """The parts of a length-delimited field ``field`` of ``parts`` (not joined: the piece is, once) added to
+    ``into``."""
+    into.append(_key_and_size(field, sum(len(part) for part in parts)))
+    into += parts
 
 
 def _key_and_size(field: int, size: int) -> bytes:

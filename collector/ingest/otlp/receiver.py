@@ -69,8 +69,8 @@ _TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
-#: 503 with Retry-After. (What a request is decoded into takes up to about 50 times its body, but one is decoded at a
-#: time, a large one a piece at a time: ``request_pieces.py``; what waits for the store is its frames.)
+#: 503 with Retry-After. (What a request is decoded into takes up to about 50 times its body, or more, but one is
+#: decoded at a time, a large one a piece at a time: ``request_pieces.py``; what waits for the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
 #: A body of at most this many bytes that the C reader takes (``fast_spans.py``) is read and packed on the event loop,
 #: where it takes well under a millisecond: handing it to a thread and back would cost more than the work.

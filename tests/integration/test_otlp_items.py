@@ -217,3 +217,27 @@ def test_a_large_request_is_stored_a_piece_at_a_time_each_span_once_and_in_order
         assert stored == [f"s{i}" for i in range(20_000) if i != 12_345]
     finally:
         collector.stop()
+
+
+def test_a_piece_that_is_not_protobuf_after_others_were_stored_refuses_the_rest_in_partial_success(
+    collector: OtlpCollector,
+) -> None:
+    def body_of(spans: int) -> bytes:
+        sent = [span(f"s{i}", T0 + 10 * i, T0 + 10 * i + 5, span_id=i + 1) for i in range(spans)]
+        sent[-1].name = "\0"  # (replaced below by bytes that are not UTF-8: protobuf refuses them)
+        body = request_of(*sent).SerializeToString()
+        assert body.count(b"\x2a\x01\x00") == 1  # (the name field, 1 byte long, and nothing else)
+        return body.replace(b"\x2a\x01\x00", b"\x2a\x01\xff")
+
+    small = body_of(10)  # (read whole: refused whole, as before)
+    status, _, _ = collector.export(small)
+    assert status == 400
+    large = body_of(6_000)
+    assert len(large) > 2 * PIECE_BYTES
+    status, _, answer = collector.export(large)
+    assert status == 200
+    partial = response_of(answer).partial_success
+    assert 0 < partial.rejected_spans < 6_000 and "of the request were not read" in partial.error_message
+    counted = collector.json("/stats")["otlp_items"]["/v1/traces"]
+    assert counted == {"accepted": 6_000 - partial.rejected_spans, "refused": partial.rejected_spans}
+    assert len(events(collector.snapshot(), "X")) == counted["accepted"]

@@ -241,3 +241,16 @@ def test_a_piece_that_is_not_protobuf_after_others_were_stored_refuses_the_rest_
     counted = collector.json("/stats")["otlp_items"]["/v1/traces"]
     assert counted == {"accepted": 6_000 - partial.rejected_spans, "refused": partial.rejected_spans}
     assert len(events(collector.snapshot(), "X")) == counted["accepted"]
+
+
+def test_a_large_logs_request_is_stored_a_piece_at_a_time_each_record_once_and_in_order(
+    collector: OtlpCollector,
+) -> None:
+    records = [LogRecord(time_unix_nano=T0 + i, body={"string_value": f"r{i}"}) for i in range(20_000)]
+    body = logs_request(*records)
+    assert len(body) > 3 * PIECE_BYTES
+    status, _, answer = collector.export(body, path="/v1/logs")
+    assert status == 200 and not ExportLogsServiceResponse.FromString(answer).HasField("partial_success")
+    assert collector.json("/stats")["otlp_items"]["/v1/logs"] == {"accepted": 20_000, "refused": 0}
+    messages = [e["name"] for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
+    assert messages == [f"r{i}" for i in range(20_000)]

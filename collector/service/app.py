@@ -225,6 +225,7 @@ class Collector:
                 config.otlp_max_processes,
                 self.otlp_connections,
                 config.http_timeout_s,
+                config.otlp_max_span_events,
             )
             if config.otlp_http is not None:
                 await self.servers.open_otlp(self._otlp_app(self.otlp), self.otlp_guard)

@@ -46,6 +46,7 @@ class CollectorConfig:
     otlp_max_body_bytes: int = declared("otlp_max_body_bytes")
     otlp_max_connections: int = declared("otlp_max_connections")
     otlp_max_processes: int = declared("otlp_max_processes")
+    otlp_max_span_events: int = declared("otlp_max_span_events")
     capacity_bytes: int = declared("capacity_bytes")
     process_capacity_bytes: int | None = declared("process_capacity_bytes")
     policy: Policy = declared("policy")  # noqa: RUF009 - a dataclasses.field (a Literal type is not known immutable)

@@ -128,6 +128,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         range=(1, 2**20),
     ),
     Option(
+        "otlp_max_span_events",
+        "events, and links, of an OTLP span kept at most; those past it are dropped, counted in its process's "
+        "rejected_events and said in partial_success (the span is stored)",
+        1000,
+        flag="--otlp-max-span-events",
+        parse=int,
+        metavar="N",
+        range=(0, 2**20),
+    ),
+    Option(
         "capacity_bytes",
         "memory for stored events, e.g. 64MB, 1GiB, 1048576",
         256 * 1024 * 1024,

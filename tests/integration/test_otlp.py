@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 from perfetto_model import PerfettoTrace
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -712,13 +713,19 @@ def test_past_eight_bodies_in_flight_a_request_gets_503_and_those_in_flight_go_t
         collector.stop()
 
 
-def test_data_that_breaks_a_limit_of_its_stream_is_a_400_that_says_which() -> None:
+def test_data_that_breaks_a_limit_of_its_stream_midway_is_refused_from_there_and_says_which() -> None:
+    # A request of 3.6 MB is read and stored in pieces: those before the one that broke the limit went in, the rest
+    # are refused (sent again, they would break it again), every span counted once.
     collector = OtlpCollector("--capacity", "3MB", "--max-string-bytes", "8MiB")
     try:
         names = [span(f"{i:06d}" + "n" * 240, T0 + i, T0 + i + 1, span_id=i + 1) for i in range(14_000)]
         status, _, answer = collector.export(request_of(*names).SerializeToString())
-        assert status == 400 and b"--capacity is too small for these tables" in answer
-        assert collector.json("/stats")["otlp_items"]["/v1/traces"]["refused"] == 14_000
+        assert status == 200
+        partial = ExportTraceServiceResponse.FromString(answer).partial_success
+        assert "--capacity is too small for these tables" in partial.error_message
+        counted = collector.json("/stats")["otlp_items"]["/v1/traces"]
+        assert 0 < partial.rejected_spans == counted["refused"] < 14_000
+        assert counted["accepted"] + counted["refused"] == 14_000
     finally:
         collector.stop()
 
@@ -794,17 +801,23 @@ def test_an_idle_otlp_stream_is_closed_for_a_new_resource_past_the_otlp_bound() 
         collector.stop()
 
 
-def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_says_why_in_partial_success() -> None:
+@pytest.mark.parametrize("spans", [3, 1000], ids=["whole", "in-pieces"])
+def test_a_request_of_more_resources_than_the_otlp_bound_stores_what_fits_and_says_why_in_partial_success(
+    spans: int,
+) -> None:
     collector = OtlpCollector("--otlp-max-processes", "4")
     try:
-        status, _, body = collector.export(services(*(f"service-{i}" for i in range(6)), spans=3))
+        body = services(*(f"service-{i}" for i in range(6)), spans=spans)
+        assert (len(body) > PIECE_BYTES) == (spans == 1000)
+        status, _, body = collector.export(body)
         assert status == 200
         partial = response_of(body).partial_success
-        assert partial.rejected_spans == 6
+        assert partial.rejected_spans == 2 * spans
         assert "2 resources of the request past --otlp-max-processes=4" in partial.error_message
         stored = {p["process_name"] for p in collector.json("/sources")["processes"]}
         assert stored == {f"service-{i}" for i in range(4)}
-        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 12, "refused": 6}
+        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 4 * spans, "refused": 2 * spans}
+        assert len(events(collector.snapshot(), "X")) == 4 * spans
     finally:
         collector.stop()
 

@@ -4,6 +4,7 @@ sent beside it are stored and readable."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link
 from ringtrace.collector.ingest.otlp.logs import NO_BODY
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES
 from test_otlp import T0, OtlpCollector, attribute, request_of, response_of, span
 
 pytestmark = pytest.mark.integration
@@ -169,3 +171,86 @@ def test_a_span_links_attributes_are_kept_beside_its_links(collector: OtlpCollec
     ids = [f"{c.trace_id:032x}/{c.span_id:016x}" for c in (first.get_span_context(), second.get_span_context())]
     assert batch["args"]["links"] == ids
     assert batch["args"]["link_attributes"] == [{"why": "retry", "n": 2}, {}]
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c", "python"])
+def test_a_span_of_more_events_and_links_than_the_limit_keeps_the_first_and_counts_the_rest(pure_python: bool) -> None:
+    env = {**os.environ, "RINGTRACE_PURE_PYTHON": "1"} if pure_python else None
+    collector = OtlpCollector("--otlp-max-span-events", "3", env=env)
+    try:
+        many = span("many", T0, T0 + 100, span_id=1)
+        for i in range(5):
+            many.events.add(name=f"e{i}", time_unix_nano=T0 + i)
+        for i in range(4):
+            many.links.add(trace_id=bytes([i + 1] * 16), span_id=bytes([i + 1] * 8))
+        export = request_of(many, span("few", T0 + 200, T0 + 300, span_id=2))
+        status, _, body = collector.export(export.SerializeToString())
+        assert status == 200
+        partial = response_of(body).partial_success
+        assert partial.rejected_spans == 0  # (both spans are stored)
+        assert "3 events and links of spans past --otlp-max-span-events=3 were not stored" in partial.error_message
+        trace = collector.snapshot()
+        assert sorted(e["name"] for e in events(trace, "X")) == ["few", "many"]
+        assert sorted(e["name"] for e in events(trace, "i")) == ["e0", "e1", "e2"]
+        (kept,) = [e for e in events(trace, "X") if e["name"] == "many"]
+        assert len(kept["args"]["links"]) == 3
+        (process,) = trace["otherData"]["processes"]
+        assert process["rejected_events"] == 3
+    finally:
+        collector.stop()
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c", "python"])
+def test_a_large_request_is_stored_a_piece_at_a_time_each_span_once_and_in_order(pure_python: bool) -> None:
+    env = {**os.environ, "RINGTRACE_PURE_PYTHON": "1"} if pure_python else None
+    collector = OtlpCollector(env=env)
+    try:
+        sent = [span(f"s{i}", T0 + 10 * i, T0 + 10 * i + 5, span_id=i + 1, **{"thread.id": 7}) for i in range(20_000)]
+        sent[12_345].start_time_unix_nano = 0  # (one refused, counted once)
+        body = request_of(*sent).SerializeToString()
+        assert len(body) > 8 * PIECE_BYTES
+        status, _, answer = collector.export(body)
+        assert status == 200
+        assert response_of(answer).partial_success.rejected_spans == 1
+        assert collector.json("/stats")["otlp_items"]["/v1/traces"] == {"accepted": 19_999, "refused": 1}
+        stored = [e["name"] for e in events(collector.snapshot(), "X")]
+        assert stored == [f"s{i}" for i in range(20_000) if i != 12_345]
+    finally:
+        collector.stop()
+
+
+def test_a_piece_that_is_not_protobuf_after_others_were_stored_refuses_the_rest_in_partial_success(
+    collector: OtlpCollector,
+) -> None:
+    def body_of(spans: int) -> bytes:
+        sent = [span(f"s{i}", T0 + 10 * i, T0 + 10 * i + 5, span_id=i + 1) for i in range(spans)]
+        sent[-1].name = "\0"  # (replaced below by bytes that are not UTF-8: protobuf refuses them)
+        body = request_of(*sent).SerializeToString()
+        assert body.count(b"\x2a\x01\x00") == 1  # (the name field, 1 byte long, and nothing else)
+        return body.replace(b"\x2a\x01\x00", b"\x2a\x01\xff")
+
+    small = body_of(10)  # (read whole: refused whole, as before)
+    status, _, _ = collector.export(small)
+    assert status == 400
+    large = body_of(6_000)
+    assert len(large) > 2 * PIECE_BYTES
+    status, _, answer = collector.export(large)
+    assert status == 200
+    partial = response_of(answer).partial_success
+    assert 0 < partial.rejected_spans < 6_000 and "of the request were not read" in partial.error_message
+    counted = collector.json("/stats")["otlp_items"]["/v1/traces"]
+    assert counted == {"accepted": 6_000 - partial.rejected_spans, "refused": partial.rejected_spans}
+    assert len(events(collector.snapshot(), "X")) == counted["accepted"]
+
+
+def test_a_large_logs_request_is_stored_a_piece_at_a_time_each_record_once_and_in_order(
+    collector: OtlpCollector,
+) -> None:
+    records = [LogRecord(time_unix_nano=T0 + i, body={"string_value": f"r{i}"}) for i in range(20_000)]
+    body = logs_request(*records)
+    assert len(body) > 3 * PIECE_BYTES
+    status, _, answer = collector.export(body, path="/v1/logs")
+    assert status == 200 and not ExportLogsServiceResponse.FromString(answer).HasField("partial_success")
+    assert collector.json("/stats")["otlp_items"]["/v1/logs"] == {"accepted": 20_000, "refused": 0}
+    messages = [e["name"] for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
+    assert messages == [f"r{i}" for i in range(20_000)]

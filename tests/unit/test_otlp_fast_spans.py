@@ -206,3 +206,45 @@ def test_a_body_protobuf_refuses_is_refused(where: str) -> None:
 
 def test_the_latest_otlp_time_taken_is_the_latest_the_store_reads_as_wall_clock() -> None:
     assert MAX_TIME_NS == MAX_WALL_NS
+
+
+@needs_c
+@property_test
+@given(requests, st.integers(0, 2))
+def test_the_c_reader_keeps_the_events_and_links_the_python_way_keeps(
+    request: ExportTraceServiceRequest, limit: int
+) -> None:
+    body = request.SerializeToString()
+    read = fast_spans.fast_spans_by_process(body, limit)
+    if read is not None:
+        made = spans_by_process(decode_request(TRACES, body, as_json=False), limit)
+        assert [comparable(process) for process in read] == [comparable(process) for process in made]
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_span_keeps_its_first_events_and_links_and_counts_the_others(way: str) -> None:
+    if way == "c" and not fast_spans.ACCELERATED:
+        pytest.skip("the C reader is not built (or pure Python is set)")
+    span = Span(
+        trace_id=bytes(range(1, 17)),
+        span_id=bytes(range(1, 9)),
+        name="a",
+        start_time_unix_nano=1_000,
+        end_time_unix_nano=2_000,
+        events=[Span.Event(time_unix_nano=1_000 + i, name=f"e{i}") for i in range(5)],
+        links=[Span.Link(trace_id=bytes([i + 1] * 16), span_id=bytes([i + 1] * 8)) for i in range(3)],
+    )
+    body = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
+    ).SerializeToString()
+    read = (
+        fast_spans.fast_spans_by_process(body, 2)
+        if way == "c"
+        else spans_by_process(decode_request(TRACES, body, as_json=False), 2)
+    )
+    assert read is not None
+    (process,) = read
+    (placed,) = process.trace_spans
+    assert placed.records[1::5] == ["a", "e0", "e1"]
+    assert placed.records[4]["links"] == [f"{'01' * 16}/{'01' * 8}", f"{'02' * 16}/{'02' * 8}"]
+    assert (process.items, process.rejected, process.dropped) == (1, 0, 3 + 1)

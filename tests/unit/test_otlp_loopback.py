@@ -9,6 +9,7 @@ import io
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES
 from ringtrace.collector.ingest.otlp.signals import SIGNALS
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig
@@ -156,7 +157,14 @@ def test_a_new_resource_while_the_otlp_bound_is_busy_with_another_request_gets_5
                 async def a_small_one_while_a_large_one_goes_in() -> list[tuple[int, str | None, bytes]]:
                     large = f"large-{len(answers)}"  # its stream is busy while its frames go in, a turn at a time
                     known = len(running.registry.processes)
-                    storing = asyncio.ensure_future(post(request(large, 20_000).SerializeToString()))
+                    made = request(large, 1500, name_bytes=0)
+                    for i, span in enumerate(made.resource_spans[0].scope_spans[0].spans):
+                        span.trace_id = (i + 1).to_bytes(16, "big")  # (a trace each: many lanes to place)
+                        del span.attributes[:]  # (a map: read the Python way, on a worker thread)
+                        span.attributes.add(key="map").value.kvlist_value.values.add(key="k").value.int_value = 1
+                    body = made.SerializeToString()
+                    assert len(body) <= PIECE_BYTES  # (read whole: a request read in pieces holds the decoding)
+                    storing = asyncio.ensure_future(post(body))
                     while not storing.done() and len(running.registry.processes) == known:
                         await asyncio.sleep(0)  # (its stream opens as it is packed: its process is known)
                     answers.append(await post(request(f"small-{len(answers)}", 1).SerializeToString()))

@@ -18,7 +18,15 @@ from ringtrace.wire.model import SOURCE_TRACK, THREAD_TRACK, KindRegistry, Track
 from ringtrace.wire.stream_encoder import StreamEncoder
 from ringtrace.wire.table_frames import KindSpec
 
-__all__ = ["FIRST_TRACK_ID", "MAX_LOG_CATEGORIES", "MAX_THREAD_TRACKS", "NAMED_TRACKS", "Delivery", "ProcessStream"]
+__all__ = [
+    "FIRST_TRACK_ID",
+    "MAX_LOG_CATEGORIES",
+    "MAX_THREAD_TRACKS",
+    "NAMED_TRACKS",
+    "Delivery",
+    "ProcessStream",
+    "Tally",
+]
 
 #: Threads a process's data is drawn on at most; data of more threads goes to its ``threads`` track.
 MAX_THREAD_TRACKS: Final = 1_000
@@ -96,7 +104,8 @@ class ProcessStream:
                     frames.append(ended)
         for lane, records in spans.items():
             frames += self._frames(lane, records)
-        self.encoder.rejected_events += process.rejected  # counted in the process's counters, in every snapshot
+        # (counted in the process's counters, in every snapshot: its items refused, its spans' events and links dropped)
+        self.encoder.rejected_events += process.rejected + process.dropped
         frames.append(encode(self.encoder.stats(0, 0, 0)))
         return frames
 
@@ -120,10 +129,11 @@ class ProcessStream:
 class Delivery:
     """One process's part of a request: its counts, and its frames to send on its stream (whose lock it holds)."""
 
-    __slots__ = ("closed", "frames", "items", "process_name", "rejected", "stream", "why")
+    __slots__ = ("closed", "dropped", "frames", "items", "key", "process_name", "rejected", "stream", "why")
 
     def __init__(self, process: ProcessEvents) -> None:
         self.items, self.rejected, self.why = process.items, process.rejected, process.why
+        self.dropped, self.key = process.dropped, process.key
         self.process_name = process.hello.process_name
         self.frames: list[bytes] = []
         self.stream: ProcessStream | None = None
@@ -153,3 +163,45 @@ class Delivery:
         stream, self.stream, self.frames = self.stream, None, []
         if stream is not None:
             stream.lock.release()
+
+
+class Tally:
+    """What the deliveries of one request (of all its pieces) came to: its items, those refused before they were
+    stored (``rejected``: by the decoding; ``refused``: by a stream or the store), the first reason given, the reason a
+    stream closed (and the processes whose stream did), and its spans' events and links dropped (past
+    ``--otlp-max-span-events``)."""
+
+    __slots__ = ("closed", "closed_keys", "dropped", "items", "refused", "rejected", "why")
+
+    def __init__(self) -> None:
+        self.items = self.rejected = self.refused = self.dropped = 0
+        self.why = self.closed = ""
+        self.closed_keys: set[str] = set()
+
+    @property
+    def stored(self) -> int:
+        return self.items - self.rejected - self.refused
+
+    def not_stored(self, items: int, why: str) -> None:
+        """``items`` refused before they were read (resources past ``--otlp-max-processes``), with the reason."""
+        self.items += items
+        self.refused += items
+        self.why = self.why or why
+
+    async def send(self, delivery: Delivery) -> None:
+        """Send ``delivery``'s frames (and let its stream go), counted.
+
+        Raises:
+            LoopbackClosed: its stream closed (counted: what it had not stored is refused).
+        """
+        self.items += delivery.items
+        self.rejected += delivery.rejected
+        self.dropped += delivery.dropped
+        self.why = self.why or delivery.why
+        try:
+            self.refused += await delivery.send()
+        except LoopbackClosed as exc:
+            self.refused += delivery.items - delivery.rejected
+            self.closed = self.closed or exc.reason
+            self.closed_keys.add(delivery.key)
+            raise

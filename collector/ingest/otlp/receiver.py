@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from typing import Final
 
 from aiohttp import web
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from ringtrace.collector.ingest.connection import IngestProtocol, IngestSink
 from ringtrace.collector.ingest.otlp.answers import (
     JSON_CONTENT,
@@ -50,9 +51,12 @@ from ringtrace.collector.ingest.otlp.process_streams import (
     NAMED_TRACKS,
     Delivery,
     ProcessStream,
+    Tally,
 )
 from ringtrace.collector.ingest.otlp.request_body import content_type, read_body
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES, RequestPlan, plan
+from ringtrace.collector.ingest.otlp.request_shape import check_shape
+from ringtrace.collector.ingest.otlp.resources import MAX_SPAN_EVENTS, ProcessEvents, process_of
 from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal, decoded_by_process, read_quickly
 from ringtrace.collector.ingest.otlp.trace_lanes import MAX_TRACE_LANES
 
@@ -65,8 +69,8 @@ _TRACK_IDS_REMEMBERED: Final = 10_000
 #: Log categories (scope names) a process's messages keep at most; those of more are the ``log`` category's.
 MAX_LOG_CATEGORIES: Final = 100
 #: Bytes of request bodies in flight at once, as received and as inflated, in bodies of ``--otlp-max-body``; past it,
-#: 503 with Retry-After. (A decoded request takes about 15 times its body, but one is decoded at a time: what waits for
-#: the store is its frames.)
+#: 503 with Retry-After. (What a request is decoded into takes up to about 50 times its body, or more, but one is
+#: decoded at a time, a large one a piece at a time: ``request_pieces.py``; what waits for the store is its frames.)
 MAX_BODIES_IN_FLIGHT: Final = 8
 #: A body of at most this many bytes that the C reader takes (``fast_spans.py``) is read and packed on the event loop,
 #: where it takes well under a millisecond: handing it to a thread and back would cost more than the work.
@@ -85,12 +89,14 @@ class OtlpReceiver:
         max_processes: int,
         connections: set[IngestProtocol],
         timeout_s: float,
+        max_span_events: int = MAX_SPAN_EVENTS,
     ) -> None:
         """``max_processes``: resources with a loopback stream open at once (``--otlp-max-processes``);
         ``connections``: their loopback connections, kept apart from the clients' (no ``--max-connections`` slot);
         ``timeout_s``: how long a body may send nothing (``--http-timeout``): one that stops would hold its bytes in
-        flight."""
+        flight; ``max_span_events``: a span's events, and links, kept at most (``--otlp-max-span-events``)."""
         self._sink = sink
+        self.max_span_events = max_span_events
         self._token = token
         self.max_body_bytes = max_body_bytes
         self.max_processes = max_processes
@@ -172,73 +178,144 @@ class OtlpReceiver:
 
     async def store_request(self, signal: Signal, body: bytes, as_json: bool) -> Message:
         """Decode and pack the request (one at a time: its objects are freed before its frames wait for the store),
-        then send each process's frames; the signal's response, with what was refused in its ``partial_success``.
+        then send each process's frames; the signal's response, with what was refused in its ``partial_success``. A
+        protobuf body of more than ``PIECE_BYTES`` is read, packed and sent a piece at a time (``request_pieces.py``):
+        what its reading holds is a piece's.
 
         Raises:
             BadRequest: the body is not a request (400), or its data broke a limit of its stream.
             Unavailable: the store refused everything (full, under ``--policy discard``), or the request's new
                 resources do not fit in ``max_processes`` until other requests are done (``busy``).
         """
+        tally = Tally()
         deliveries: list[Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
-                processes = None
-                if len(body) <= INLINE_BODY_BYTES:
-                    with _uncollected():
-                        processes = read_quickly(signal, body, as_json)
-                inline = processes is not None
-                if processes is None:
-                    processes = await asyncio.to_thread(decoded_by_process, signal, body, as_json)
-                del body
-                room = self._room_for(processes)
-                if room is None:
-                    why = (
-                        f"the OTLP processes are at --otlp-max-processes={self.max_processes}, storing other "
-                        f"requests: this one's new resources fit once they are done"
-                    )
-                    raise Unavailable(why, busy=True)
-                taken, past_bound = room
-                for process in taken:
-                    deliveries.append(await self._packed(process, inline))
-                del processes, taken
-            total, rejected, refused, why, closed = 0, 0, 0, "", ""
-            if past_bound:
-                why = (
-                    f"{len(past_bound)} resources of the request past --otlp-max-processes={self.max_processes} "
-                    f"(resources with a stream at once) were not stored: send fewer resources a request"
-                )
-                log.warning("OTLP %s not stored: %s", signal.items, why)
-                for process in past_bound:
-                    total += process.items
-                    rejected += process.rejected
-                    refused += process.items - process.rejected
+                planned = None if as_json or len(body) <= PIECE_BYTES else _planned(signal, body)
+                if planned is None:
+                    processes, inline = await self._read(signal, body, as_json)
+                    del body
+                    taken = self._taken(signal, processes, tally)
+                    del processes
+                    for process in taken:
+                        deliveries.append(await self._packed(process, inline))
+                    del taken
+                else:  # (each piece sent before the next is read: the lock held meanwhile)
+                    await self._store_pieces(signal, *planned, tally, deliveries)
             for delivery in deliveries:
-                total += delivery.items
-                rejected += delivery.rejected
-                why = why or delivery.why
-                try:
-                    refused += await delivery.send()
-                except LoopbackClosed as exc:  # the stream broke a limit, or closed: what it had not stored is refused
-                    log.warning("OTLP %s of %r not stored: %s", signal.items, delivery.process_name, exc.reason)
-                    refused += delivery.items - delivery.rejected
-                    closed = closed or exc.reason
+                await self._send(signal, delivery, tally)
         finally:  # (a request cancelled or failing midway holds no stream)
             for delivery in deliveries:
                 delivery.release()
-        stored = total - rejected - refused
+        return self._answer(signal, tally)
+
+    async def _read(
+        self, signal: Signal, body: bytes, as_json: bool, inline: bool = True
+    ) -> tuple[list[ProcessEvents], bool]:
+        """The request's data per process, and whether it was read on the event loop (a small body the C reader
+        takes, where ``inline``) rather than on a worker thread."""
+        if inline and len(body) <= INLINE_BODY_BYTES:
+            with _uncollected():
+                processes = read_quickly(signal, body, as_json, self.max_span_events)
+            if processes is not None:
+                return processes, True
+        return await asyncio.to_thread(decoded_by_process, signal, body, as_json, self.max_span_events), False
+
+    def _taken(self, signal: Signal, processes: list[ProcessEvents], tally: Tally) -> list[ProcessEvents]:
+        """Those of ``processes`` that get a stream (``_room_for``), the items of the others counted as refused.
+
+        Raises:
+            Unavailable: they would fit once the other requests in flight are done (``busy``).
+        """
+        room = self._room_for(processes)
+        if room is None:
+            why = (
+                f"the OTLP processes are at --otlp-max-processes={self.max_processes}, storing other requests: this "
+                f"one's new resources fit once they are done"
+            )
+            raise Unavailable(why, busy=True)
+        taken, past_bound = room
+        if past_bound:
+            why = (
+                f"{len(past_bound)} resources of the request past --otlp-max-processes={self.max_processes} "
+                f"(resources with a stream at once) were not stored: send fewer resources a request"
+            )
+            log.warning("OTLP %s not stored: %s", signal.items, why)
+            tally.not_stored(sum(process.items for process in past_bound), why)
+        return taken
+
+    async def _store_pieces(
+        self, signal: Signal, plan: RequestPlan, keys: list[str], processes: list[ProcessEvents], tally: Tally,
+        deliveries: list[Delivery],
+    ) -> None:  # fmt: skip
+        """Store the request of ``plan`` a piece at a time, each piece's frames sent before the next is read; its
+        resources' streams decided first (``processes``: one per resource entry's ``keys``, with no items yet). A
+        piece that is not a request after others were sent refuses the rest in ``partial_success``, and so does a
+        stream that closed (a limit it broke) its process's items in the pieces after: sent again, they would be
+        again."""
+        taken = {process.key for process in self._taken(signal, processes, tally)}
+        past_bound = frozenset(index for index, key in enumerate(keys) if key not in taken)
+        if past_bound:  # (the items of their resource entries, none of them read: the reason is given above)
+            tally.not_stored(sum(plan.items_of(index) for index in past_bound), "")
+        pieces = plan.pieces(past_bound)
+        sent = False
+        for piece in pieces:
+            try:
+                # (on a worker thread, each: pieces one after the other would hold the loop as long as the request)
+                read, inline = await self._read(signal, piece.body, False, inline=False)
+            except BadRequest as exc:
+                if not sent:
+                    raise
+                left = piece.items + sum(rest.items for rest in pieces)
+                tally.not_stored(left, f"{left} {signal.items} of the request were not read: {exc}")
+                return
+            for process in read:
+                if process.key in tally.closed_keys:
+                    tally.not_stored(process.items, "")
+                else:
+                    deliveries.append(await self._packed(process, inline))
+            del read
+            while deliveries:
+                await self._send(signal, deliveries.pop(0), tally)
+            sent = True
+
+    async def _send(self, signal: Signal, delivery: Delivery, tally: Tally) -> None:
+        try:
+            await tally.send(delivery)
+        except LoopbackClosed as exc:  # the stream broke a limit, or closed: what it had not stored is refused
+            log.warning("OTLP %s of %r not stored: %s", signal.items, delivery.process_name, exc.reason)
+
+    def _answer(self, signal: Signal, tally: Tally) -> Message:
+        """The signal's response to a request of ``tally``, its counts added to the receiver's.
+
+        Raises:
+            BadRequest: its stream closed on a limit, and none of its items was stored.
+            Unavailable: the store refused all of them, or the collector is stopping.
+        """
+        stored, refused = tally.stored, tally.refused
         self.accepted[signal.path] += stored
-        self.refused[signal.path] += rejected + refused
+        self.refused[signal.path] += tally.rejected + refused
         if refused and not stored:
             if self.stopping:  # (its streams closed with the collector: not a limit, the exporter may send it again)
                 raise Unavailable("the collector is stopping")
-            if closed:  # (a limit of the stream: sent again, it would break it again)
-                raise BadRequest(400, f"the collector could not take the {signal.items}: {closed}")
+            if tally.closed:  # (a limit of the stream: sent again, it would break it again)
+                raise BadRequest(400, f"the collector could not take the {signal.items}: {tally.closed}")
             raise Unavailable(f"the collector's store refused the {signal.items} (full, or the process at its cap)")
         response = signal.response()
-        if rejected or refused:
+        messages = []
+        if tally.rejected or refused:
             full = f"the collector's store refused some {signal.items} (full, or the process at its cap)"
-            message = why or closed or full
-            partial = signal.partial(**{signal.rejected_field: rejected + refused, "error_message": message})
+            messages.append(tally.why or tally.closed or full)
+        if tally.dropped:  # (the spans are stored: a warning, with no item refused)
+            limit = self.max_span_events
+            messages.append(
+                f"{tally.dropped} events and links of spans past --otlp-max-span-events={limit} were not stored "
+                f"(each span's first {limit} of each were)"
+            )
+        if messages:
+            partial = signal.partial(
+                **{signal.rejected_field: tally.rejected + refused, "error_message": "; ".join(messages)}
+            )
             response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
         return response
 
@@ -338,6 +415,29 @@ class OtlpReceiver:
             self._next_track_ids[key] = stream.next_track_id
             if len(self._next_track_ids) > _TRACK_IDS_REMEMBERED:
                 self._next_track_ids.popitem(last=False)
+
+
+def _planned(signal: Signal, body: bytes) -> tuple[RequestPlan, list[str], list[ProcessEvents]] | None:
+    """The plan of the protobuf request in ``body`` to read in pieces, the process key of each of its resource entries
+    and their processes (with no items yet); None to read it whole (not of the shape cut, or a resource protobuf
+    refuses: the whole request is, saying why).
+
+    Raises:
+        BadRequest: the request holds more resources, scopes or items than it may (``request_shape.py``).
+    """
+    check_shape(body, signal.items)
+    planned = plan(body)
+    if planned is None:
+        return None
+    processes: dict[str, ProcessEvents] = {}
+    try:
+        keys = [
+            process_of(ResourceSpans.FromString(header).resource, processes).key
+            for header in planned.resource_headers  # (the three signals' resource entries: the same fields)
+        ]
+    except DecodeError:
+        return None
+    return planned, keys, list(processes.values())
 
 
 @contextlib.contextmanager

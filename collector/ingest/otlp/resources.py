@@ -26,6 +26,7 @@ from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.version import __version__
 
 __all__ = [
+    "MAX_SPAN_EVENTS",
     "MAX_TIME_NS",
     "Lane",
     "LogRecordValues",
@@ -41,6 +42,11 @@ __all__ = [
 #: exports show as wall-clock ns ends at 2^63 - 1 (``frame_walk.MAX_WALL_NS``: a frame with a later time is
 #: undecodable, with every event in it, the valid ones sent beside it too): an item with a later time is refused.
 MAX_TIME_NS: Final = 2**63 - 1
+
+#: Events, and links, of a span kept at most (``--otlp-max-span-events``); those past it are dropped and counted (in the
+#: process's ``rejected_events``, and said in ``partial_success``), the span stored. OpenTelemetry's SDKs keep 128 of
+#: each by default; without a bound, a span of 8 MiB of events would be read into millions of objects.
+MAX_SPAN_EVENTS: Final = 1000
 
 #: Nesting of array and map attribute values kept (deeper ones become their text).
 _MAX_VALUE_DEPTH: Final = 8
@@ -65,6 +71,9 @@ class ProcessEvents:
     messages: list[LogRecordValues] = field(default_factory=list)
     items: int = 0
     rejected: int = 0
+    #: Events and links of its spans past ``MAX_SPAN_EVENTS`` (or ``--otlp-max-span-events``), not kept: counted in
+    #: its ``rejected_events``, its spans stored.
+    dropped: int = 0
     #: Why the first refused item was (for ``partial_success``).
     why: str = ""
 

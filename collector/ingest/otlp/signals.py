@@ -19,7 +19,7 @@ from ringtrace.collector.ingest.otlp.data_points import metrics_by_process
 from ringtrace.collector.ingest.otlp.fast_spans import fast_spans_by_process
 from ringtrace.collector.ingest.otlp.logs import logs_by_process
 from ringtrace.collector.ingest.otlp.request_shape import check_json_shape, check_shape
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents
+from ringtrace.collector.ingest.otlp.resources import MAX_SPAN_EVENTS, ProcessEvents
 from ringtrace.collector.ingest.otlp.spans import spans_by_process
 
 __all__ = ["SIGNALS", "Signal", "decode_request", "decoded_by_process", "read_quickly"]
@@ -55,12 +55,22 @@ SIGNALS: Final = (
 )  # fmt: skip
 
 
-def decoded_by_process(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents]:
-    processes = read_quickly(signal, body, as_json)
-    return signal.by_process(decode_request(signal, body, as_json)) if processes is None else processes
+def decoded_by_process(
+    signal: Signal, body: bytes, as_json: bool, max_span_events: int = MAX_SPAN_EVENTS
+) -> list[ProcessEvents]:
+    """The request's data per process, each span's first ``max_span_events`` events and links kept."""
+    processes = read_quickly(signal, body, as_json, max_span_events)
+    if processes is not None:
+        return processes
+    request = decode_request(signal, body, as_json)
+    if signal.by_process is spans_by_process:
+        return spans_by_process(request, max_span_events)
+    return signal.by_process(request)
 
 
-def read_quickly(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEvents] | None:
+def read_quickly(
+    signal: Signal, body: bytes, as_json: bool, max_span_events: int = MAX_SPAN_EVENTS
+) -> list[ProcessEvents] | None:
     """The request's data per process as ``decoded_by_process`` makes it, where the C reader of spans takes it; else
     None (the Python way's to read, or to refuse).
 
@@ -70,7 +80,7 @@ def read_quickly(signal: Signal, body: bytes, as_json: bool) -> list[ProcessEven
     if as_json:
         return None
     check_shape(body, signal.items)  # (before the C reader, which holds the GIL as it goes)
-    return fast_spans_by_process(body) if signal.by_process is spans_by_process else None
+    return fast_spans_by_process(body, max_span_events) if signal.by_process is spans_by_process else None
 
 
 def decode_request(signal: Signal, body: bytes, as_json: bool) -> Any:

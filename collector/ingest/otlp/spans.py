@@ -10,11 +10,19 @@ are instants on its track.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-from ringtrace.collector.ingest.otlp.resources import ProcessEvents, attributes_of, late_time, process_of, thread_of
+from ringtrace.collector.ingest.otlp.resources import (
+    MAX_SPAN_EVENTS,
+    ProcessEvents,
+    attributes_of,
+    late_time,
+    process_of,
+    thread_of,
+)
 from ringtrace.collector.ingest.otlp.trace_lanes import TraceSpan
 from ringtrace.wire.model import INSTANT, SPAN
 
@@ -24,8 +32,9 @@ _KINDS: Final = {value: name.removeprefix("SPAN_KIND_").lower() for name, value 
 _STATUS: Final = {value: name.removeprefix("STATUS_CODE_").lower() for name, value in Status.StatusCode.items()}
 
 
-def spans_by_process(request: ExportTraceServiceRequest) -> list[ProcessEvents]:
-    """The request's spans, per process (resources of one process merged)."""
+def spans_by_process(request: ExportTraceServiceRequest, max_span_events: int = MAX_SPAN_EVENTS) -> list[ProcessEvents]:
+    """The request's spans, per process (resources of one process merged), each span's first ``max_span_events``
+    events and links kept, those past it counted in its process's ``dropped``."""
     processes: dict[str, ProcessEvents] = {}
     for resource_spans in request.resource_spans:
         process = process_of(resource_spans.resource, processes)
@@ -33,11 +42,11 @@ def spans_by_process(request: ExportTraceServiceRequest) -> list[ProcessEvents]:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 process.items += 1
-                _add_span(process, span, scope)
+                _add_span(process, span, scope, max_span_events)
     return list(processes.values())
 
 
-def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
+def _add_span(process: ProcessEvents, span: Span, scope: str, limit: int) -> None:
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if not start:
         process.reject(f"span {span.name!r:.60}: start_time_unix_nano is not set")
@@ -45,7 +54,8 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     if end < start:
         process.reject(f"span {span.name!r:.60}: end_time_unix_nano {end} before start_time_unix_nano {start}")
         return
-    late = _late(span)
+    events, links = span.events[:limit], span.links[:limit]
+    late = _late(span, events)
     if late is not None:
         process.reject(late)
         return
@@ -68,13 +78,14 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     if scope:
         args["scope"] = scope
     if span.links:
-        args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in span.links]
-        if any(link.attributes for link in span.links):  # (each link's, in the order of ``links``)
-            args["link_attributes"] = [attributes_of(link.attributes) for link in span.links]
+        args["links"] = [f"{link.trace_id.hex()}/{link.span_id.hex()}" for link in links]
+        if any(link.attributes for link in links):  # (each link's, in the order of ``links``)
+            args["link_attributes"] = [attributes_of(link.attributes) for link in links]
     args.update(attributes)
     trace_id = args["trace_id"]
     records: list[Any] = [SPAN, span.name, start, end, args]
-    for event in span.events:
+    process.dropped += len(span.events) - len(events) + len(span.links) - len(links)
+    for event in events:
         event_args = attributes_of(event.attributes)
         event_args["span_id"] = span_id
         event_args["trace_id"] = trace_id
@@ -88,10 +99,11 @@ def _add_span(process: ProcessEvents, span: Span, scope: str) -> None:
     process.trace_spans.append(TraceSpan(*ids, start, end, records))
 
 
-def _late(span: Span) -> str | None:
-    """Why the span is refused if its times or an event's are past what is stored (``MAX_TIME_NS``)."""
+def _late(span: Span, events: Sequence[Span.Event]) -> str | None:
+    """Why the span is refused if its times or one of its ``events``' (those kept) are past what is stored
+    (``MAX_TIME_NS``)."""
     what = f"span {span.name!r:.60}"
     late = late_time(what, start_time_unix_nano=span.start_time_unix_nano, end_time_unix_nano=span.end_time_unix_nano)
-    for event in span.events:
+    for event in events:
         late = late or late_time(f"{what}: event {event.name!r:.60}", time_unix_nano=event.time_unix_nano)
     return late

@@ -16,7 +16,7 @@ from contextlib import suppress
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.model import TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop, Task
@@ -91,6 +91,15 @@ class ThreadLanes(Generic[B]):
     def lane_of(self, track: TrackInfo) -> Lane[B] | None:
         lane = self.by_track.get(track.track_id)
         return lane if lane is not None and lane.track is track else None
+
+    def retrack(self, lane: Lane[B]) -> None:
+        """``lane`` goes on under a track of its own, named as its track was: that track is left to a buffer whose
+        task, pending on a closed loop, may still end scopes there as it is destroyed, which would overlap the spans
+        of the lane's next tasks."""
+        old = lane.track
+        del self.by_track[old.track_id]
+        lane.track = TrackInfo(new_track_id(), old.kind, old.name, old.thread_id, old.parent)
+        self.by_track[lane.track.track_id] = lane
 
     def add(self, track: TrackInfo) -> Lane[B]:
         lane: Lane[B] = Lane(track, len(self.lanes), self.free, self.had)

@@ -194,7 +194,11 @@ class Tracks:
         buffer = lane.buffer
         if buffer is not None and buffer.owner is not task:
             held = len(buffer.events)
-            if held + 2 * RECORD_FIELDS > room:
+            owner = buffer.owner
+            if is_task(owner) and not owner.done():  # pending on a closed loop: see ``forget``
+                self._lanes[lane.track.parent].retrack(lane)
+                buffer = None
+            elif held + 2 * RECORD_FIELDS > room:
                 buffer = None  # (full: it stays in ``buffers`` until drained, and then ends; its lane goes on)
             else:
                 self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
@@ -301,7 +305,10 @@ class Tracks:
                     lane.release()
                 if not owner.done():
                     # Pending on a closed loop: the scopes it has open end as it is destroyed, into this buffer,
-                    # which holds it weakly till then (the lane, free, takes a buffer of its own for its next task).
+                    # which holds it weakly till then, on its track; the lane, free, goes on under a track of its
+                    # own (spans ended on this one then would overlap those of the lane's next tasks).
+                    if lane is not None:
+                        self._lanes[lane.track.parent].retrack(lane)
                     _let_go(buffer, owner)
                     continue
             elif isinstance(owner, weakref.ref):

@@ -406,3 +406,28 @@ def test_a_new_task_looks_at_a_few_busy_lanes_however_many_there_are_and_takes_t
     assert len({t.track_id for t in held}) == 200
     assert track == held[120]  # the lowest lane freed
     assert asked <= FIRST_FIT + 2  # the first few, then the free list: not a look at each of the 200 busy lanes
+
+
+def test_a_task_taking_the_lane_of_a_task_left_pending_on_a_closed_loop_records_on_a_track_of_its_own() -> None:
+    tracks = Tracks()
+
+    async def pending() -> None:
+        await asyncio.Event().wait()  # never set
+
+    async def take() -> tuple[TrackInfo, asyncio.Task[None]]:
+        task = asyncio.create_task(pending())
+        await asyncio.sleep(0)
+        return tracks.lane_for(task, None, ROOM, NO_WAKE).track, task
+
+    loop = asyncio.new_event_loop()
+    left, task = loop.run_until_complete(take())
+    loop.close()  # (the task left pending: its scopes end on its lane's track as it is destroyed)
+
+    async def next_one() -> TrackInfo:
+        return tracks.lane_for(asyncio.current_task(), None, ROOM, NO_WAKE).track  # type: ignore[arg-type]
+
+    taken = asyncio.run(next_one())
+    assert taken.name == left.name  # its lane, free: the first
+    assert taken.track_id != left.track_id  # but not the track the pending task may still end scopes on
+    assert tracks.task_buffers[task].track == left
+    del task

@@ -13,8 +13,9 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection
 from contextlib import suppress
+from functools import partial
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar, cast
 
 from ringtrace.wire.model import TrackInfo, new_track_id
 
@@ -24,29 +25,33 @@ if TYPE_CHECKING:
 #: What a lane's buffer is (``tracks.TrackBuffer``).
 B = TypeVar("B")
 
+#: The lane each task that had one had, by the task's id: the task held weakly (its entry goes as it does).
+Had: TypeAlias = "dict[int, tuple[weakref.ref[Task[Any]], Lane[Any]]]"
+
 #: The lanes a new task looks through in order before the free list.
 FIRST_FIT: Final = 32
 
 
 class Lane(Generic[B]):
-    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). ``last`` holds the
-    task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
-    back to it (where the task's scopes are)."""
+    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). The tasks that
+    had it are remembered in ``had`` while they live: their traced calls, drained after another task took the lane or
+    the drain freed it, go back to it (where the task's scopes are)."""
 
-    __slots__ = ("buffer", "free", "had", "index", "last", "last_id", "loop", "task", "track")
+    __slots__ = ("buffer", "free", "had", "index", "loop", "task", "track")
 
-    def __init__(self, track: TrackInfo, index: int, free: list[int], had: dict[int, Lane[Any]]) -> None:
+    def __init__(self, track: TrackInfo, index: int, free: list[int], had: Had) -> None:
         self.track, self.index, self.free, self.had = track, index, free, had
         self.task: Task[Any] | None = None
         self.buffer: B | None = None
-        self.last: weakref.ref[Task[Any]] | None = None
-        self.last_id = 0  # (its id, its key in ``had``)
         #: The loop of ``task`` (read once: a busy lane looked at calls no method of its task's but ``done()``).
         self.loop: AbstractEventLoop | None = None
 
     def take(self, task: Task[Any], on_its_loop: bool) -> None:
         """``task`` has the lane now; ``on_its_loop``: called on its loop's thread as it runs, which may watch it
         (a done callback from another thread would not be thread-safe)."""
+        held = self.task
+        if held is not None and held is not task:
+            self._remember(held)
         self.task, self.loop = task, task.get_loop()
         if on_its_loop and self.index >= FIRST_FIT:
             with suppress(Exception):  # (a task factory's odd task: the drain frees the lane, Tracks.forget)
@@ -56,11 +61,13 @@ class Lane(Generic[B]):
         """Free, and the task that had it no longer kept alive by it."""
         task, self.task, self.loop = self.task, None, None
         if task is not None:
-            if self.had.get(self.last_id) is self:
-                del self.had[self.last_id]  # (one entry a lane: looked up by the task's id, checked by ``last``)
-            self.last, self.last_id = weakref.ref(task), id(task)
-            self.had[self.last_id] = self
+            self._remember(task)
         self._freed()
+
+    def _remember(self, task: Task[Any]) -> None:
+        """``task`` had this lane: found by its id while it lives (the entry goes with it)."""
+        key, had = id(task), self.had
+        had[key] = (weakref.ref(task, partial(_forget_had, had, key)), self)
 
     def _done(self, task: Task[Any]) -> None:
         if self.task is task:  # (not taken since by another: it is free now)
@@ -85,8 +92,8 @@ class ThreadLanes(Generic[B]):
         self.lanes: list[Lane[B]] = []
         self.by_track: dict[int, Lane[B]] = {}
         self.free: list[int] = []
-        #: The lane each task had when it was freed, by the task's id (``Lane.last`` tells a reused id apart).
-        self.had: dict[int, Lane[B]] = {}
+        #: The lane each task had, by the task's id, while the task lives.
+        self.had: Had = {}
 
     def lane_of(self, track: TrackInfo) -> Lane[B] | None:
         lane = self.by_track.get(track.track_id)
@@ -143,12 +150,14 @@ class ThreadLanes(Generic[B]):
             heappush(free, each)
         return found
 
-    def lane_it_had(self, task: Task[Any], busy: Collection[Task[Any]]) -> Lane[B] | None:
-        """The lane ``task`` had until a drain found it done and freed the lane, if no other task may record on it
-        now."""
-        lane = self.had.get(id(task))
-        last = None if lane is None else lane.last
-        if lane is None or last is None or last() is not task:
-            return None
-        held = lane.task
-        return lane if held is None or held is task or (held not in busy and held.done()) else None
+    def lane_it_had(self, task: Task[Any]) -> Lane[B] | None:
+        """The lane ``task`` had until another task took it or a drain found it done and freed it (None: none)."""
+        entry = self.had.get(id(task))
+        return None if entry is None or entry[0]() is not task else cast("Lane[B]", entry[1])
+
+
+def _forget_had(had: Had, key: int, ref: weakref.ref[Task[Any]]) -> None:
+    """A task remembered in ``had`` under ``key`` is gone: its entry goes (not a later task's of the same id)."""
+    entry = had.get(key)
+    if entry is not None and entry[0] is ref:
+        had.pop(key, None)

@@ -233,7 +233,14 @@ class Tracks:
             # it empty ends the lane's track and frees the lane (and lets the task go).
             parent = self.buffer_of_thread(thread, label).track
             lanes = self._lanes.get(parent.track_id)
-            lane = (lanes and lanes.lane_it_had(task, busy)) or self._lane(task, parent, busy)
+            had = None if lanes is None else lanes.lane_it_had(task)
+            held = None if had is None else had.task
+            if had is not None and held is not None and held is not task and (held in busy or not held.done()):
+                # Its lane, taken since by a task that may record there now: taken once this one was done, so its
+                # calls came before that task's spans there, overlapping none; the lane stays that task's.
+                tracks.append((had.track, run))
+                continue
+            lane = had or self._lane(task, parent, busy)
             # (no wake, no done callback: the flusher runs this)
             tracks.append((self._take_lane(lane, task, _NO_BOUND, -1, False).track, run))
         return tracks

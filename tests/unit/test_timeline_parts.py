@@ -431,3 +431,26 @@ def test_a_task_taking_the_lane_of_a_task_left_pending_on_a_closed_loop_records_
     assert taken.track_id != left.track_id  # but not the track the pending task may still end scopes on
     assert tracks.task_buffers[task].track == left
     del task
+
+
+def test_a_task_s_calls_drained_after_the_next_task_took_its_lane_go_to_that_lane_which_stays_the_next_task_s() -> None:
+    tracks = Tracks()
+
+    async def lanes_and_calls() -> tuple[TrackInfo, TrackInfo, TrackInfo, TrackInfo]:
+        first = asyncio.create_task(asyncio.sleep(0))
+        scope = tracks.lane_for(first, None, ROOM, NO_WAKE).track
+        await first
+        go = asyncio.Event()
+        second = asyncio.create_task(go.wait())  # a request that runs on: its lane is the one the first left
+        taken = tracks.lane_for(second, None, ROOM, NO_WAKE).track
+        # The first task's calls, drained now (a drain after the next task took its lane): on its lane
+        calls = tracks.call_tracks([(threading.current_thread(), first, [])], None)[0][0]
+        after = tracks.lane_for(second, None, ROOM, NO_WAKE).track  # the lane is still the second task's
+        go.set()
+        await second
+        return scope, taken, calls, after
+
+    scope, taken, calls, after = asyncio.run(lanes_and_calls())
+    assert taken == scope
+    assert calls == scope
+    assert after == scope

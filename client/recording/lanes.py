@@ -13,9 +13,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection
 from contextlib import suppress
-from functools import partial
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from ringtrace.wire.model import TrackInfo, new_track_id
 
@@ -25,11 +24,39 @@ if TYPE_CHECKING:
 #: What a lane's buffer is (``tracks.TrackBuffer``).
 B = TypeVar("B")
 
-#: The lane each task that had one had, by the task's id: the task held weakly (its entry goes as it does).
-Had: TypeAlias = "dict[int, tuple[weakref.ref[Task[Any]], Lane[Any]]]"
-
 #: The lanes a new task looks through in order before the free list.
 FIRST_FIT: Final = 32
+#: The entries of tasks gone that ``Had`` holds at least before it looks for them.
+_HAD_SLACK: Final = 256
+
+
+class Had(dict[int, "tuple[weakref.ref[Task[Any]], Lane[Any]]"]):
+    """The lane each task that had one had, by the task's id, the task held weakly: the entries of tasks gone are
+    let go of as they grow past twice those of tasks alive the last time they were looked at (a look costs no more
+    than the entries added since). Used under the timeline's lock."""
+
+    __slots__ = ("bound", "on")
+
+    def __init__(self, on: bool) -> None:
+        super().__init__()
+        self.bound = _HAD_SLACK
+        #: Whether tasks are remembered: only once calls are traced (``Tracks.remember_tasks``), as only their
+        #: placing asks (remembering costs a task about 1 us: ``benchmarks/bench_task_lanes.py --busy 100``).
+        self.on = on
+
+    def remember(self, task: Task[Any], lane: Lane[Any]) -> None:
+        if not self.on:
+            return
+        self[id(task)] = (weakref.ref(task), lane)
+        if len(self) > self.bound:
+            for key in [key for key, (ref, _) in self.items() if ref() is None]:
+                del self[key]
+            self.bound = 2 * len(self) + _HAD_SLACK
+
+    def lane_of(self, task: Task[Any]) -> Lane[Any] | None:
+        """The lane ``task`` had last (None: none)."""
+        entry = self.get(id(task))
+        return None if entry is None or entry[0]() is not task else entry[1]
 
 
 class Lane(Generic[B]):
@@ -65,9 +92,7 @@ class Lane(Generic[B]):
         self._freed()
 
     def _remember(self, task: Task[Any]) -> None:
-        """``task`` had this lane: found by its id while it lives (the entry goes with it)."""
-        key, had = id(task), self.had
-        had[key] = (weakref.ref(task, partial(_forget_had, had, key)), self)
+        self.had.remember(task, self)
 
     def _done(self, task: Task[Any]) -> None:
         if self.task is task:  # (not taken since by another: it is free now)
@@ -88,12 +113,12 @@ class ThreadLanes(Generic[B]):
 
     __slots__ = ("by_track", "free", "had", "lanes")
 
-    def __init__(self) -> None:
+    def __init__(self, remember: bool) -> None:
         self.lanes: list[Lane[B]] = []
         self.by_track: dict[int, Lane[B]] = {}
         self.free: list[int] = []
-        #: The lane each task had, by the task's id, while the task lives.
-        self.had: Had = {}
+        #: The lane each task had, by the task's id, while the task lives (``remember``: from now on; see ``Had``).
+        self.had = Had(remember)
 
     def lane_of(self, track: TrackInfo) -> Lane[B] | None:
         lane = self.by_track.get(track.track_id)
@@ -152,12 +177,4 @@ class ThreadLanes(Generic[B]):
 
     def lane_it_had(self, task: Task[Any]) -> Lane[B] | None:
         """The lane ``task`` had until another task took it or a drain found it done and freed it (None: none)."""
-        entry = self.had.get(id(task))
-        return None if entry is None or entry[0]() is not task else cast("Lane[B]", entry[1])
-
-
-def _forget_had(had: Had, key: int, ref: weakref.ref[Task[Any]]) -> None:
-    """A task remembered in ``had`` under ``key`` is gone: its entry goes (not a later task's of the same id)."""
-    entry = had.get(key)
-    if entry is not None and entry[0] is ref:
-        had.pop(key, None)
+        return cast("Lane[B] | None", self.had.lane_of(task))

@@ -131,6 +131,8 @@ class Tracks:
         #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
         #: that records meanwhile (the gc integration) records on the thread's track, not on a second lane.
         self.taking_lane = False
+        #: Whether the lanes remember the tasks that had them (``remember_tasks``).
+        self._remembering = False
 
     def infos(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may: a lane once, though the buffer of the task done on it may
@@ -194,8 +196,8 @@ class Tracks:
         buffer = lane.buffer
         if buffer is not None and buffer.owner is not task:
             held = len(buffer.events)
-            owner = buffer.owner
-            if is_task(owner) and not owner.done():  # pending on a closed loop: see ``forget``
+            holder = lane.task
+            if holder is not None and holder is not task and not holder.done():  # on a closed loop: see ``forget``
                 self._lanes[lane.track.parent].retrack(lane)
                 buffer = None
             elif held + 2 * RECORD_FIELDS > room:
@@ -212,6 +214,13 @@ class Tracks:
         lane.take(task, on_its_loop)
         self.task_buffers[task] = buffer
         return buffer
+
+    def remember_tasks(self) -> None:
+        """From now on the lanes remember the tasks that had them (``lanes.Had``), for ``call_tracks``: traced calls
+        are drained (a call source was added)."""
+        self._remembering = True
+        for lanes in self._lanes.values():
+            lanes.had.on = True
 
     def call_tracks(
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
@@ -250,7 +259,7 @@ class Tracks:
         (not one of a task of ``busy``; see ``lanes.py``), else a new one."""
         lanes = self._lanes.get(parent.track_id)
         if lanes is None:
-            lanes = self._lanes[parent.track_id] = ThreadLanes[TrackBuffer]()
+            lanes = self._lanes[parent.track_id] = ThreadLanes[TrackBuffer](self._remembering)
         lane = lanes.free_lane(task, busy)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes.lanes) + 1}]")

@@ -165,6 +165,7 @@ def test_a_lane_taken_for_a_task_s_traced_calls_alone_ends_with_it_and_lets_it_g
 
 def test_a_task_s_calls_drained_after_its_lane_was_freed_go_back_to_its_lane_not_another_free_one() -> None:
     tracks = Tracks()
+    tracks.remember_tasks()  # (calls are traced: a call source added)
 
     async def lanes_and_calls() -> tuple[list[TrackInfo], list[TrackInfo]]:
         first, second = asyncio.create_task(asyncio.sleep(0)), asyncio.create_task(asyncio.sleep(0))
@@ -435,6 +436,7 @@ def test_a_task_taking_the_lane_of_a_task_left_pending_on_a_closed_loop_records_
 
 def test_a_task_s_calls_drained_after_the_next_task_took_its_lane_go_to_that_lane_which_stays_the_next_task_s() -> None:
     tracks = Tracks()
+    tracks.remember_tasks()  # (calls are traced: a call source added)
 
     async def lanes_and_calls() -> tuple[TrackInfo, TrackInfo, TrackInfo, TrackInfo]:
         first = asyncio.create_task(asyncio.sleep(0))

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from ringtrace.client import MemoryListener, Timeline
-from ringtrace.wire.model import ASYNC_TRACK
+from ringtrace.client.recording.lanes import ThreadLanes
+from ringtrace.wire.model import ASYNC_TRACK, TrackInfo
 
 
 class TouchyLabel:
@@ -263,3 +264,22 @@ def test_a_scope_a_task_left_pending_on_a_closed_loop_ends_as_it_is_destroyed_ov
         assert left[0]() is None
     finally:
         timeline.close()
+
+
+def test_the_tasks_lanes_remember_are_let_go_of_as_they_end_and_their_entries_do_not_pile_up() -> None:
+    lanes = ThreadLanes[None](remember=True)
+    lane = lanes.add(TrackInfo(1, ASYNC_TRACK, "tasks [1]", 0, 0))
+    sizes = []
+
+    async def one_after_another() -> None:
+        for _ in range(5_000):
+            task = asyncio.create_task(asyncio.sleep(0))
+            lane.take(task, on_its_loop=True)  # (the task before it, done, is remembered)
+            await task
+            sizes.append(len(lanes.had))
+        assert lanes.lane_it_had(task) is None  # (it has the lane: not remembered yet)
+        lane.release()
+        assert lanes.lane_it_had(task) is lane
+
+    asyncio.run(one_after_another())
+    assert max(sizes) <= 1_000

@@ -266,20 +266,26 @@ def test_a_scope_a_task_left_pending_on_a_closed_loop_ends_as_it_is_destroyed_ov
         timeline.close()
 
 
+class Remembered:
+    """Stands for a task (``Had`` holds any object weakly, found by its id)."""
+
+    __slots__ = ("__weakref__",)
+
+
 def test_the_tasks_lanes_remember_are_let_go_of_as_they_end_and_their_entries_do_not_pile_up() -> None:
     lanes = ThreadLanes[None](remember=True)
     lane = lanes.add(TrackInfo(1, ASYNC_TRACK, "tasks [1]", 0, 0))
+    ballast = []  # (takes the room of those gone: the next ones' ids are new)
     sizes = []
-
-    async def one_after_another() -> None:
-        for _ in range(5_000):
-            task = asyncio.create_task(asyncio.sleep(0))
-            lane.take(task, on_its_loop=True)  # (the task before it, done, is remembered)
-            await task
-            sizes.append(len(lanes.had))
-        assert lanes.lane_it_had(task) is None  # (it has the lane: not remembered yet)
-        lane.release()
-        assert lanes.lane_it_had(task) is lane
-
-    asyncio.run(one_after_another())
+    for _ in range(100):
+        batch = [Remembered() for _ in range(100)]
+        for task in batch:
+            lanes.had.remember(task, lane)  # type: ignore[arg-type]
+        del batch, task
+        ballast += [Remembered() for _ in range(100)]
+        sizes.append(len(lanes.had))
+    kept = Remembered()
+    lanes.had.remember(kept, lane)  # type: ignore[arg-type]
+    assert lanes.lane_it_had(kept) is lane  # type: ignore[arg-type]
+    assert lanes.lane_it_had(Remembered()) is None  # type: ignore[arg-type]
     assert max(sizes) <= 1_000

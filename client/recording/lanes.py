@@ -14,9 +14,9 @@ import weakref
 from collections.abc import Collection
 from contextlib import suppress
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
-from ringtrace.wire.model import TrackInfo
+from ringtrace.wire.model import TrackInfo, new_track_id
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop, Task
@@ -26,27 +26,59 @@ B = TypeVar("B")
 
 #: The lanes a new task looks through in order before the free list.
 FIRST_FIT: Final = 32
+#: The entries of tasks gone that ``Had`` holds at least before it looks for them.
+_HAD_SLACK: Final = 256
+
+
+class Had(dict[int, "tuple[weakref.ref[Task[Any]], Lane[Any]]"]):
+    """The lane each task that had one had, by the task's id, the task held weakly: the entries of tasks gone are
+    let go of as they grow past twice those of tasks alive the last time they were looked at (a look costs no more
+    than the entries added since). Used under the timeline's lock."""
+
+    __slots__ = ("bound", "on")
+
+    def __init__(self, on: bool) -> None:
+        super().__init__()
+        self.bound = _HAD_SLACK
+        #: Whether tasks are remembered: only once calls are traced (``Tracks.remember_tasks``), as only their
+        #: placing asks (remembering costs a task about 1 us: ``benchmarks/bench_task_lanes.py --busy 100``).
+        self.on = on
+
+    def remember(self, task: Task[Any], lane: Lane[Any]) -> None:
+        if not self.on:
+            return
+        self[id(task)] = (weakref.ref(task), lane)
+        if len(self) > self.bound:
+            for key in [key for key, (ref, _) in self.items() if ref() is None]:
+                del self[key]
+            self.bound = 2 * len(self) + _HAD_SLACK
+
+    def lane_of(self, task: Task[Any]) -> Lane[Any] | None:
+        """The lane ``task`` had last (None: none)."""
+        entry = self.get(id(task))
+        return None if entry is None or entry[0]() is not task else entry[1]
 
 
 class Lane(Generic[B]):
-    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). ``last`` holds the
-    task that had it before it was freed, weakly: that task's traced calls, drained after the lane was freed, go
-    back to it (where the task's scopes are)."""
+    """A lane of a thread, the task that has it (None: free), and its buffer (None: none held now). The tasks that
+    had it are remembered in ``had`` while they live: their traced calls, drained after another task took the lane or
+    the drain freed it, go back to it (where the task's scopes are)."""
 
-    __slots__ = ("buffer", "free", "had", "index", "last", "last_id", "loop", "task", "track")
+    __slots__ = ("buffer", "free", "had", "index", "loop", "task", "track")
 
-    def __init__(self, track: TrackInfo, index: int, free: list[int], had: dict[int, Lane[Any]]) -> None:
+    def __init__(self, track: TrackInfo, index: int, free: list[int], had: Had) -> None:
         self.track, self.index, self.free, self.had = track, index, free, had
         self.task: Task[Any] | None = None
         self.buffer: B | None = None
-        self.last: weakref.ref[Task[Any]] | None = None
-        self.last_id = 0  # (its id, its key in ``had``)
         #: The loop of ``task`` (read once: a busy lane looked at calls no method of its task's but ``done()``).
         self.loop: AbstractEventLoop | None = None
 
     def take(self, task: Task[Any], on_its_loop: bool) -> None:
         """``task`` has the lane now; ``on_its_loop``: called on its loop's thread as it runs, which may watch it
         (a done callback from another thread would not be thread-safe)."""
+        held = self.task
+        if held is not None and held is not task:
+            self._remember(held)
         self.task, self.loop = task, task.get_loop()
         if on_its_loop and self.index >= FIRST_FIT:
             with suppress(Exception):  # (a task factory's odd task: the drain frees the lane, Tracks.forget)
@@ -56,11 +88,11 @@ class Lane(Generic[B]):
         """Free, and the task that had it no longer kept alive by it."""
         task, self.task, self.loop = self.task, None, None
         if task is not None:
-            if self.had.get(self.last_id) is self:
-                del self.had[self.last_id]  # (one entry a lane: looked up by the task's id, checked by ``last``)
-            self.last, self.last_id = weakref.ref(task), id(task)
-            self.had[self.last_id] = self
+            self._remember(task)
         self._freed()
+
+    def _remember(self, task: Task[Any]) -> None:
+        self.had.remember(task, self)
 
     def _done(self, task: Task[Any]) -> None:
         if self.task is task:  # (not taken since by another: it is free now)
@@ -81,16 +113,25 @@ class ThreadLanes(Generic[B]):
 
     __slots__ = ("by_track", "free", "had", "lanes")
 
-    def __init__(self) -> None:
+    def __init__(self, remember: bool) -> None:
         self.lanes: list[Lane[B]] = []
         self.by_track: dict[int, Lane[B]] = {}
         self.free: list[int] = []
-        #: The lane each task had when it was freed, by the task's id (``Lane.last`` tells a reused id apart).
-        self.had: dict[int, Lane[B]] = {}
+        #: The lane each task had, by the task's id, while the task lives (``remember``: from now on; see ``Had``).
+        self.had = Had(remember)
 
     def lane_of(self, track: TrackInfo) -> Lane[B] | None:
         lane = self.by_track.get(track.track_id)
         return lane if lane is not None and lane.track is track else None
+
+    def retrack(self, lane: Lane[B]) -> None:
+        """``lane`` goes on under a track of its own, named as its track was: that track is left to a buffer whose
+        task, pending on a closed loop, may still end scopes there as it is destroyed, which would overlap the spans
+        of the lane's next tasks."""
+        old = lane.track
+        del self.by_track[old.track_id]
+        lane.track = TrackInfo(new_track_id(), old.kind, old.name, old.thread_id, old.parent)
+        self.by_track[lane.track.track_id] = lane
 
     def add(self, track: TrackInfo) -> Lane[B]:
         lane: Lane[B] = Lane(track, len(self.lanes), self.free, self.had)
@@ -134,12 +175,6 @@ class ThreadLanes(Generic[B]):
             heappush(free, each)
         return found
 
-    def lane_it_had(self, task: Task[Any], busy: Collection[Task[Any]]) -> Lane[B] | None:
-        """The lane ``task`` had until a drain found it done and freed the lane, if no other task may record on it
-        now."""
-        lane = self.had.get(id(task))
-        last = None if lane is None else lane.last
-        if lane is None or last is None or last() is not task:
-            return None
-        held = lane.task
-        return lane if held is None or held is task or (held not in busy and held.done()) else None
+    def lane_it_had(self, task: Task[Any]) -> Lane[B] | None:
+        """The lane ``task`` had until another task took it or a drain found it done and freed it (None: none)."""
+        return cast("Lane[B] | None", self.had.lane_of(task))

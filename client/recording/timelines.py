@@ -312,11 +312,11 @@ class Timeline(Recorder):
             raise
 
     def add_call_source(self, source: CallSource) -> None:
-        """Drain ``source``'s traced calls with this timeline's events, each thread's onto that thread's track (a
-        task's onto its lane)."""
+        """Drain ``source``'s traced calls with this timeline's events, each thread's onto its track (a task's lane)."""
         with self._lock:
             if source not in self._call_sources:
                 self._call_sources = (*self._call_sources, source)
+                self._tracks.remember_tasks()
 
     def remove_call_source(self, source: CallSource) -> None:
         """Drain ``source`` no more (the caller drains it one last time first: ``FLUSHER.sweep``)."""

@@ -133,6 +133,8 @@ class Tracks:
         #: Set while ``lane_for`` runs (under the timeline's lock: only its thread sees it set). A garbage collection
         #: that records meanwhile (the gc integration) records on the thread's track, not on a second lane.
         self.taking_lane = False
+        #: Whether the lanes remember the tasks that had them (``remember_tasks``).
+        self._remembering = False
 
     def infos(self) -> list[TrackInfo]:
         """The tracks whose owners recorded and still may: a lane once, though the buffer of the task done on it may
@@ -196,7 +198,11 @@ class Tracks:
         buffer = lane.buffer
         if buffer is not None and buffer.owner is not task:
             held = len(buffer.events)
-            if held + 2 * RECORD_FIELDS > room:
+            holder = lane.task
+            if holder is not None and holder is not task and not holder.done():  # on a closed loop: see ``forget``
+                self._lanes[lane.track.parent].retrack(lane)
+                buffer = None
+            elif held + 2 * RECORD_FIELDS > room:
                 buffer = None  # (full: it stays in ``buffers`` until drained, and then ends; its lane goes on)
             else:
                 self.task_buffers.pop(cast("Task[Any]", buffer.owner), None)  # done: it records no more
@@ -210,6 +216,13 @@ class Tracks:
         lane.take(task, on_its_loop)
         self.task_buffers[task] = buffer
         return buffer
+
+    def remember_tasks(self) -> None:
+        """From now on the lanes remember the tasks that had them (``lanes.Had``), for ``call_tracks``: traced calls
+        are drained (a call source was added)."""
+        self._remembering = True
+        for lanes in self._lanes.values():
+            lanes.had.on = True
 
     def call_tracks(
         self, runs: list[tuple[threading.Thread | EndedThread, Task[Any] | None, Any]], label: str | None
@@ -236,7 +249,14 @@ class Tracks:
             # it empty ends the lane's track and frees the lane (and lets the task go).
             parent = self.buffer_of_thread(thread, label).track
             lanes = self._lanes.get(parent.track_id)
-            lane = (lanes and lanes.lane_it_had(task, busy)) or self._lane(task, parent, busy)
+            had = None if lanes is None else lanes.lane_it_had(task)
+            held = None if had is None else had.task
+            if had is not None and held is not None and held is not task and (held in busy or not held.done()):
+                # Its lane, taken since by a task that may record there now: taken once this one was done, so its
+                # calls came before that task's spans there, overlapping none; the lane stays that task's.
+                tracks.append((had.track, run))
+                continue
+            lane = had or self._lane(task, parent, busy)
             # (no wake, no done callback: the flusher runs this)
             tracks.append((self._take_lane(lane, task, _NO_BOUND, -1, False).track, run))
         return tracks
@@ -246,7 +266,7 @@ class Tracks:
         (not one of a task of ``busy``; see ``lanes.py``), else a new one."""
         lanes = self._lanes.get(parent.track_id)
         if lanes is None:
-            lanes = self._lanes[parent.track_id] = ThreadLanes[TrackBuffer]()
+            lanes = self._lanes[parent.track_id] = ThreadLanes[TrackBuffer](self._remembering)
         lane = lanes.free_lane(task, busy)
         if lane is None:
             name = display_text(f"{parent.name} tasks [{len(lanes.lanes) + 1}]")
@@ -308,7 +328,10 @@ class Tracks:
                     lane.release()
                 if not owner.done():
                     # Pending on a closed loop: the scopes it has open end as it is destroyed, into this buffer,
-                    # which holds it weakly till then (the lane, free, takes a buffer of its own for its next task).
+                    # which holds it weakly till then, on its track; the lane, free, goes on under a track of its
+                    # own (spans ended on this one then would overlap those of the lane's next tasks).
+                    if lane is not None:
+                        self._lanes[lane.track.parent].retrack(lane)
                     _let_go(buffer, owner)
                     continue
             elif isinstance(owner, weakref.ref):

@@ -363,7 +363,9 @@ async def _post_params(request: web.Request) -> list[tuple[str, str]]:
             raise web.HTTPUnsupportedMediaType(text=f"parameters come as a form body, not {request.content_type}\n")
         try:
             form = await request.post()
-        except (UnicodeDecodeError, ValueError) as exc:  # not UTF-8, a multipart body without its boundary ...
+        # Not UTF-8 or a multipart body without its boundary (ValueError), a charset unknown (LookupError), a transfer
+        # encoding unknown (RuntimeError) ...
+        except (ValueError, LookupError, RuntimeError) as exc:
             raise BadQuery(f"the form body cannot be read: {exc}") from None
         for name, value in form.items():
             if not isinstance(value, str):  # a file: its parameter would be taken as not given (all processes)

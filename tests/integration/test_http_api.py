@@ -222,6 +222,17 @@ def test_a_form_body_that_cannot_be_read_gets_a_400_and_clears_nothing(collector
         ("application/x-www-form-urlencoded", b"process=\xff"),  # not UTF-8
         ("multipart/form-data; boundary=xx", b"process=kept"),  # no boundary in it
         ("multipart/form-data", b"--xx\r\n"),  # no boundary given
+        ("application/x-www-form-urlencoded; charset=no-such-charset", b"process=kept"),  # a charset unknown
+        (  # a field in a charset unknown
+            "multipart/form-data; boundary=xx",
+            b'--xx\r\nContent-Disposition: form-data; name="process"\r\n'
+            b"Content-Type: text/plain; charset=no-such-charset\r\n\r\nkept\r\n--xx--\r\n",
+        ),
+        (  # a field in a transfer encoding unknown
+            "multipart/form-data; boundary=xx",
+            b'--xx\r\nContent-Disposition: form-data; name="process"\r\n'
+            b"Content-Transfer-Encoding: no-such-encoding\r\n\r\nkept\r\n--xx--\r\n",
+        ),
         (  # a file, not a parameter: as if no filter were given, it would select every process
             "multipart/form-data; boundary=xx",
             b'--xx\r\nContent-Disposition: form-data; name="process"; filename="p.txt"\r\n'

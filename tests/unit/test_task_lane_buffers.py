@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from ringtrace.client import MemoryListener, Timeline
-from ringtrace.wire.model import ASYNC_TRACK
+from ringtrace.client.recording.lanes import ThreadLanes
+from ringtrace.wire.model import ASYNC_TRACK, TrackInfo
 
 
 class TouchyLabel:
@@ -225,3 +226,66 @@ def test_tasks_left_pending_on_a_closed_loop_deliver_the_scopes_they_end_as_they
         assert len({e.track.track_id for e in spans}) == 5  # each on its lane, none of them after another task's
     finally:
         timeline.close()
+
+
+def test_a_scope_a_task_left_pending_on_a_closed_loop_ends_as_it_is_destroyed_overlaps_no_span_of_its_lane() -> None:
+    listener = MemoryListener()
+    timeline = Timeline("closed loop, next loop", [listener])
+    left: list[weakref.ref[asyncio.Task[None]]] = []
+
+    async def pending() -> None:
+        with timeline.scope("pending"):
+            await asyncio.Event().wait()  # never set
+
+    async def main() -> None:
+        left.append(weakref.ref(asyncio.create_task(pending())))
+        await asyncio.sleep(0)  # it has begun its scope, and waits
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()  # (its task left pending: the thread lives on)
+
+    async def later() -> None:
+        with timeline.scope("later"):  # on the lane the pending task had
+            await asyncio.sleep(0)
+            gc.collect()  # the pending task is destroyed: its scope ends now, inside this one
+            await asyncio.sleep(0)
+
+    try:
+        assert timeline.flush(timeout_s=30)  # the pass that finds its loop closed and lets it go
+        asyncio.run(later())
+        assert timeline.flush(timeout_s=30)
+        spans = {e.name: e for e in listener.events if e.name in ("pending", "later")}
+        assert sorted(spans) == ["later", "pending"]
+        first, second = spans["pending"], spans["later"]
+        assert first.ts_ns < second.ts_ns < first.ts_ns + first.dur_ns < second.ts_ns + second.dur_ns
+        assert first.track.track_id != second.track.track_id  # overlapping, so never on one track
+        assert first.track.name == second.track.name  # the same lane
+        assert left[0]() is None
+    finally:
+        timeline.close()
+
+
+class Remembered:
+    """Stands for a task (``Had`` holds any object weakly, found by its id)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def test_the_tasks_lanes_remember_are_let_go_of_as_they_end_and_their_entries_do_not_pile_up() -> None:
+    lanes = ThreadLanes[None](remember=True)
+    lane = lanes.add(TrackInfo(1, ASYNC_TRACK, "tasks [1]", 0, 0))
+    ballast = []  # (takes the room of those gone: the next ones' ids are new)
+    sizes = []
+    for _ in range(100):
+        batch = [Remembered() for _ in range(100)]
+        for task in batch:
+            lanes.had.remember(task, lane)  # type: ignore[arg-type]
+        del batch, task
+        ballast += [Remembered() for _ in range(100)]
+        sizes.append(len(lanes.had))
+    kept = Remembered()
+    lanes.had.remember(kept, lane)  # type: ignore[arg-type]
+    assert lanes.lane_it_had(kept) is lane  # type: ignore[arg-type]
+    assert lanes.lane_it_had(Remembered()) is None  # type: ignore[arg-type]
+    assert max(sizes) <= 1_000

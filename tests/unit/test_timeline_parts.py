@@ -165,6 +165,7 @@ def test_a_lane_taken_for_a_task_s_traced_calls_alone_ends_with_it_and_lets_it_g
 
 def test_a_task_s_calls_drained_after_its_lane_was_freed_go_back_to_its_lane_not_another_free_one() -> None:
     tracks = Tracks()
+    tracks.remember_tasks()  # (calls are traced: a call source added)
 
     async def lanes_and_calls() -> tuple[list[TrackInfo], list[TrackInfo]]:
         first, second = asyncio.create_task(asyncio.sleep(0)), asyncio.create_task(asyncio.sleep(0))
@@ -406,3 +407,52 @@ def test_a_new_task_looks_at_a_few_busy_lanes_however_many_there_are_and_takes_t
     assert len({t.track_id for t in held}) == 200
     assert track == held[120]  # the lowest lane freed
     assert asked <= FIRST_FIT + 2  # the first few, then the free list: not a look at each of the 200 busy lanes
+
+
+def test_a_task_taking_the_lane_of_a_task_left_pending_on_a_closed_loop_records_on_a_track_of_its_own() -> None:
+    tracks = Tracks()
+
+    async def pending() -> None:
+        await asyncio.Event().wait()  # never set
+
+    async def take() -> tuple[TrackInfo, asyncio.Task[None]]:
+        task = asyncio.create_task(pending())
+        await asyncio.sleep(0)
+        return tracks.lane_for(task, None, ROOM, NO_WAKE).track, task
+
+    loop = asyncio.new_event_loop()
+    left, task = loop.run_until_complete(take())
+    loop.close()  # (the task left pending: its scopes end on its lane's track as it is destroyed)
+
+    async def next_one() -> TrackInfo:
+        return tracks.lane_for(asyncio.current_task(), None, ROOM, NO_WAKE).track  # type: ignore[arg-type]
+
+    taken = asyncio.run(next_one())
+    assert taken.name == left.name  # its lane, free: the first
+    assert taken.track_id != left.track_id  # but not the track the pending task may still end scopes on
+    assert tracks.task_buffers[task].track == left
+    del task
+
+
+def test_a_task_s_calls_drained_after_the_next_task_took_its_lane_go_to_that_lane_which_stays_the_next_task_s() -> None:
+    tracks = Tracks()
+    tracks.remember_tasks()  # (calls are traced: a call source added)
+
+    async def lanes_and_calls() -> tuple[TrackInfo, TrackInfo, TrackInfo, TrackInfo]:
+        first = asyncio.create_task(asyncio.sleep(0))
+        scope = tracks.lane_for(first, None, ROOM, NO_WAKE).track
+        await first
+        go = asyncio.Event()
+        second = asyncio.create_task(go.wait())  # a request that runs on: its lane is the one the first left
+        taken = tracks.lane_for(second, None, ROOM, NO_WAKE).track
+        # The first task's calls, drained now (a drain after the next task took its lane): on its lane
+        calls = tracks.call_tracks([(threading.current_thread(), first, [])], None)[0][0]
+        after = tracks.lane_for(second, None, ROOM, NO_WAKE).track  # the lane is still the second task's
+        go.set()
+        await second
+        return scope, taken, calls, after
+
+    scope, taken, calls, after = asyncio.run(lanes_and_calls())
+    assert taken == scope
+    assert calls == scope
+    assert after == scope

@@ -4,8 +4,10 @@ way to see C calls), which the interpreter adds to every call, Python or C, what
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import shlex
+import shutil
 import subprocess
 import sysconfig
 import tempfile
@@ -21,7 +23,9 @@ def build() -> ModuleType | None:
     if not compiler:
         print("no C compiler configured for this Python: the no-op profile floor is not measured")
         return None
-    out = Path(tempfile.mkdtemp(prefix="noop_profile_")) / f"noop_profile{sysconfig.get_config_var('EXT_SUFFIX')}"
+    build_dir = Path(tempfile.mkdtemp(prefix="noop_profile_"))
+    atexit.register(shutil.rmtree, build_dir, ignore_errors=True)  # (the module stays loaded: removed at exit)
+    out = build_dir / f"noop_profile{sysconfig.get_config_var('EXT_SUFFIX')}"
     command = [
         *shlex.split(compiler),
         *shlex.split(sysconfig.get_config_var("CFLAGS") or ""),
@@ -33,7 +37,11 @@ def build() -> ModuleType | None:
         "-o",
         str(out),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as exc:  # (the configured compiler is not on this machine)
+        print(f"the no-op profile floor could not be built: {exc}")
+        return None
     if done.returncode != 0:
         print(f"the no-op profile floor could not be built: {done.stderr.strip()[:300]}")
         return None

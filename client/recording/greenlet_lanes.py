@@ -8,10 +8,10 @@ weak reference (``greenlet_switches._lane``): nothing here keeps one alive. The 
 thread's track.
 
 A gevent server holds thousands of greenlets, each of whose calls come in every drain: finding a greenlet's lane is
-one dict look-up, and finding a free one for a new greenlet takes the free lanes found by the last look over all of
-them, which is made again only once half as many lanes as there are have been made since (a look over every lane at
-each new greenlet, or at each run, made a drain of ten thousand greenlets take seconds). So the number of lanes
-follows the number of greenlets alive at once within half again as many.
+one dict look-up, and a new greenlet takes a lane among those found free by the last look over all of them, which is
+made again only once a third as many greenlets as there were lanes then have taken one since (a look over every lane
+at each new greenlet, or at each run, made a drain of ten thousand greenlets take seconds): three lanes looked at a
+new greenlet, and at most half again as many lanes as are held at once by greenlets alive.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ def is_greenlet(owner: object) -> TypeGuard[weakref.ref[Any]]:
 class _ThreadLanes:
     """One thread's greenlet lanes: each [track, the weak reference of the greenlet that has it], the lane of each
     greenlet by that reference (equal while the greenlet lives; once it is gone, only to itself), the lanes found free
-    at the last look over all of them, and how many lanes were made since."""
+    at the last look over all of them, how many lanes there were then, and how many greenlets took one since."""
 
-    __slots__ = ("by_greenlet", "free", "lanes", "made")
+    __slots__ = ("asked", "by_greenlet", "free", "lanes", "looked_at")
 
     def __init__(self) -> None:
         self.lanes: list[list[Any]] = []
         self.by_greenlet: dict[weakref.ref[Any], list[Any]] = {}
         self.free: list[list[Any]] = []
-        self.made = 0
+        self.looked_at = self.asked = 0
 
 
 class GreenletLanes:
@@ -66,7 +66,6 @@ class GreenletLanes:
             name = display_text(f"{parent.name} greenlets [{len(thread.lanes) + 1}]")
             lane = [TrackInfo(new_track_id(), ASYNC_TRACK, name, parent.thread_id, parent.track_id), None]
             thread.lanes.append(lane)
-            thread.made += 1
         else:
             thread.by_greenlet.pop(lane[1], None)
         lane[1] = greenlet
@@ -83,18 +82,19 @@ class GreenletLanes:
 
 def _free_lane(thread: _ThreadLanes, busy: Collection[Any]) -> list[Any] | None:
     """A lane of ``thread`` whose greenlet is dead or gone and not one of ``busy``; None: make a new one. Every lane is
-    looked at again once the free ones found before are taken and half as many lanes as there are have been made."""
+    looked at again once the free ones found before are taken and a third as many greenlets as it found have asked."""
+    thread.asked += 1
     for looked in (False, True):
         free = thread.free
         while free:
             lane = free.pop()
             if lane[1] not in busy:  # (dead or gone when found: it stays so)
                 return lane
-        if looked or thread.made * 2 < len(thread.lanes):
+        if looked or thread.asked * 3 < thread.looked_at:
             return None
         thread.free = [lane for lane in thread.lanes if lane[1] not in busy and _done(lane[1])]
         thread.free.reverse()  # (the first lanes first)
-        thread.made = 0
+        thread.looked_at, thread.asked = len(thread.lanes), 0
     return None
 
 

@@ -301,3 +301,19 @@ def test_placing_the_runs_of_many_greenlets_looks_at_each_lane_a_bounded_number_
     assert Counted.looks < 20 * (len(refs) + len(new_refs))
     again = tracks.call_tracks([(thread, ref, []) for ref in refs[500:] + new_refs], None)
     assert len({track for track, _ in again}) == len(refs) + 500  # (the dead ones' lanes taken, apart from each other)
+
+
+def test_greenlets_that_come_and_go_take_up_to_half_again_as_many_lanes_as_are_alive_at_once() -> None:
+    tracks = Tracks()
+    thread = threading.current_thread()
+    lanes: set[Any] = set()
+    alive: list[Counted] = []
+    for _ in range(50):  # (a server's greenlets: a hundred at once, each gone by the next drain)
+        for each in alive:
+            each.alive = False
+        alive = [Counted() for _ in range(100)]
+        refs = [weakref.ref(each) for each in alive]
+        for ref in refs:
+            hash(ref)
+        lanes.update(track for track, _ in tracks.call_tracks([(thread, ref, []) for ref in refs], None))
+    assert 100 <= len(lanes) <= 150

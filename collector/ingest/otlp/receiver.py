@@ -269,7 +269,9 @@ class OtlpReceiver:
                 if not sent:
                     raise
                 left = piece.items + await asyncio.to_thread(_items_left, pieces)
-                tally.not_stored(left, f"{left} {signal.items} of the request were not read: {exc}")
+                why = f"{left} {signal.items} of the request were not read: {exc}"
+                tally.not_stored(left, why)
+                tally.closed = tally.closed or why  # (sent again, refused again: a 400 if none of it was stored)
                 return
             for process in read:
                 if process.key in tally.closed_keys:

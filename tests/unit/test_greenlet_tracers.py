@@ -317,3 +317,28 @@ def test_greenlets_that_come_and_go_take_up_to_half_again_as_many_lanes_as_are_a
             hash(ref)
         lanes.update(track for track, _ in tracks.call_tracks([(thread, ref, []) for ref in refs], None))
     assert 100 <= len(lanes) <= 150
+
+
+def spin() -> None:
+    while True:
+        MAIN.switch()
+
+
+def test_switches_with_no_call_recorded_between_keep_no_note_each(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(lambda code, module: code is leaf.__code__, locations)
+    switches = GreenletSwitches(tracer)
+    spinning = greenlet.greenlet(spin)
+    tracer.start()
+    switches.start()
+    try:
+        for _ in range(1000):  # (a server's greenlets switching while no recorded code runs: kept until a call is)
+            spinning.switch()
+        leaf()
+    finally:
+        switches.stop()
+        tracer.stop()
+    ((_, records, cuts),) = tracer.drain_cuts()
+    assert len(cuts) <= 2  # (one a switch, before: 2,001)
+    ((owner, part),) = [(owner, part) for owner, part in split(records, cuts) if part]
+    assert owner is None and tree(part, locations) == [call("leaf")]

@@ -93,13 +93,13 @@ class ThreadCalls:
 
     def begin_step(self, task: Any) -> None:
         """A step of ``task`` begins: the records from now on are its."""
-        self.tasks.append((self.recorded, task))
+        self.note(task)
         self.in_task, self.step_task = True, task
 
     def end_step(self) -> None:
         """The task's step ends: the records from now on are the greenlet's (or the thread's)."""
         self.in_task, self.step_task = False, None
-        self.tasks.append((self.recorded, self.base))
+        self.note(self.base)
 
     def swap(self, saved: Any, lane: Any) -> Any:
         """The program switched to another greenlet: its open calls (``saved``, from an earlier ``swap``; None: none
@@ -111,8 +111,18 @@ class ThreadCalls:
         else:
             self.stack, self.thrown, self.in_task, self.step_task = [], {}, False, None
         self.base = lane
-        self.tasks.append((self.recorded, self.step_task if self.in_task else lane))
+        self.note(self.step_task if self.in_task else lane)
         return out
+
+    def note(self, owner: Any) -> None:
+        """The records from now on are ``owner``'s (a task, a greenlet's lane, or None). A note of no record since the
+        one before takes its place: notes are taken with the records after them, and a thread that switches greenlets
+        (or steps tasks) but records nothing for a while would otherwise keep one a switch."""
+        tasks, recorded = self.tasks, self.recorded
+        if tasks and tasks[-1][0] == recorded:  # (never taken meanwhile: a drain takes those before its last record)
+            tasks[-1] = (recorded, owner)
+        else:
+            tasks.append((recorded, owner))
 
 
 class GreenletCalls:
@@ -137,9 +147,9 @@ class GreenletCalls:
         """The open calls of a greenlet left suspended (``saved``, ``lane``'s) end now, as stop() ends the threads'."""
         calls, stack, _, in_task, step_task = saved
         if stack:
-            calls.tasks.append((calls.recorded, step_task if in_task else lane))
+            calls.note(step_task if in_task else lane)
             self._end_all(calls, stack, time.monotonic_ns())
-            calls.tasks.append((calls.recorded, calls.step_task if calls.in_task else calls.base))
+            calls.note(calls.step_task if calls.in_task else calls.base)
 
 
 class ThreadEnd:

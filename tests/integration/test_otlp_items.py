@@ -254,3 +254,19 @@ def test_a_large_logs_request_is_stored_a_piece_at_a_time_each_record_once_and_i
     assert collector.json("/stats")["otlp_items"]["/v1/logs"] == {"accepted": 20_000, "refused": 0}
     messages = [e["name"] for e in events(collector.snapshot(), "i") if "priority" in e["args"]]
     assert messages == [f"r{i}" for i in range(20_000)]
+
+
+def test_a_request_read_in_pieces_of_which_none_is_stored_as_a_later_one_is_not_protobuf_is_a_400(
+    collector: OtlpCollector,
+) -> None:
+    sent = [span(f"s{i}", T0 + 10 * i, T0 + 10 * i + 5, span_id=i + 1) for i in range(6_000)]
+    for each in sent:
+        each.start_time_unix_nano = 0  # (refused as read: no start)
+    sent[-1].name = "\0"
+    body = request_of(*sent).SerializeToString()
+    assert body.count(b"\x2a\x01\x00") == 1 and len(body) > 2 * PIECE_BYTES
+    # a 503 would have the exporter send it again until its timeout, each time refused the same way
+    status, _, answer = collector.export(body.replace(b"\x2a\x01\x00", b"\x2a\x01\xff"))
+    assert status == 400, answer
+    counted = collector.json("/stats")["otlp_items"]["/v1/traces"]
+    assert counted == {"accepted": 0, "refused": 6_000}

@@ -257,3 +257,88 @@ def test_a_dead_greenlets_lane_is_free_again() -> None:
     hash(ref)
     ((again, _),) = tracks.call_tracks([(threading.current_thread(), ref, [])], None)
     assert again == one  # the dead one's lane, taken by the next greenlet
+
+
+class Counted:
+    """A greenlet as the lanes see it (``dead``), counting how often they look at it (a look, or a comparison)."""
+
+    looks = 0
+
+    def __init__(self) -> None:
+        self.alive = True
+
+    @property
+    def dead(self) -> bool:
+        Counted.looks += 1
+        return not self.alive
+
+    def __eq__(self, other: object) -> bool:
+        Counted.looks += 1
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+def test_placing_the_runs_of_many_greenlets_looks_at_each_lane_a_bounded_number_of_times() -> None:
+    tracks = Tracks()
+    thread = threading.current_thread()
+    greenlets = [Counted() for _ in range(2000)]
+    refs = [weakref.ref(each) for each in greenlets]
+    for ref in refs:
+        hash(ref)
+    first = tracks.call_tracks([(thread, ref, []) for ref in refs], None)
+    assert len({track for track, _ in first}) == len(refs)
+    Counted.looks = 0
+    for ended in greenlets[:500]:
+        ended.alive = False
+    newer = [Counted() for _ in range(1000)]
+    new_refs = [weakref.ref(each) for each in newer]
+    for ref in new_refs:
+        hash(ref)
+    for ref in refs[500:] + new_refs:  # each in a drain of its own, with the greenlets alive before it
+        tracks.call_tracks([(thread, ref, []), *((thread, other, []) for other in refs[500:600])], None)
+    # (a look over every lane at each run, or at each new greenlet, is millions of looks)
+    assert Counted.looks < 20 * (len(refs) + len(new_refs))
+    again = tracks.call_tracks([(thread, ref, []) for ref in refs[500:] + new_refs], None)
+    assert len({track for track, _ in again}) == len(refs) + 500  # (the dead ones' lanes taken, apart from each other)
+
+
+def test_greenlets_that_come_and_go_take_up_to_half_again_as_many_lanes_as_are_alive_at_once() -> None:
+    tracks = Tracks()
+    thread = threading.current_thread()
+    lanes: set[Any] = set()
+    alive: list[Counted] = []
+    for _ in range(50):  # (a server's greenlets: a hundred at once, each gone by the next drain)
+        for each in alive:
+            each.alive = False
+        alive = [Counted() for _ in range(100)]
+        refs = [weakref.ref(each) for each in alive]
+        for ref in refs:
+            hash(ref)
+        lanes.update(track for track, _ in tracks.call_tracks([(thread, ref, []) for ref in refs], None))
+    assert 100 <= len(lanes) <= 150
+
+
+def spin() -> None:
+    while True:
+        MAIN.switch()
+
+
+def test_switches_with_no_call_recorded_between_keep_no_note_each(tracer_class: Any) -> None:
+    locations: list[Any] = []
+    tracer = tracer_class(lambda code, module: code is leaf.__code__, locations)
+    switches = GreenletSwitches(tracer)
+    spinning = greenlet.greenlet(spin)
+    tracer.start()
+    switches.start()
+    try:
+        for _ in range(1000):  # (a server's greenlets switching while no recorded code runs: kept until a call is)
+            spinning.switch()
+        leaf()
+    finally:
+        switches.stop()
+        tracer.stop()
+    ((_, records, cuts),) = tracer.drain_cuts()
+    assert len(cuts) <= 2  # (one a switch, before: 2,001)
+    ((owner, part),) = [(owner, part) for owner, part in split(records, cuts) if part]
+    assert owner is None and tree(part, locations) == [call("leaf")]

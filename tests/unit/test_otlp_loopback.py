@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
-from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES
+from ringtrace.collector.ingest.otlp import receiver as receiver_module
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES, Piece, RequestPlan
 from ringtrace.collector.ingest.otlp.signals import SIGNALS
 from ringtrace.collector.service.app import Collector
 from ringtrace.collector.service.config import CollectorConfig
@@ -201,3 +206,37 @@ def test_a_request_already_taken_when_the_collector_begins_to_stop_is_503_not_40
             await running.stop()
 
     assert asyncio.run(scenario()) == (503, "1")
+
+
+def test_a_large_request_is_cut_into_pieces_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    cut_on: set[int] = set()  # (the threads that walked the body's items: cutting 1M items took seconds)
+    real_plan, real_pieces = receiver_module.plan, RequestPlan.pieces
+
+    def plan(body: bytes) -> RequestPlan | None:
+        cut_on.add(threading.get_ident())
+        return real_plan(body)
+
+    def pieces(self: RequestPlan, *args: Any, **kwargs: Any) -> Iterator[Piece]:
+        for piece in real_pieces(self, *args, **kwargs):
+            cut_on.add(threading.get_ident())
+            yield piece
+
+    monkeypatch.setattr(receiver_module, "plan", plan)
+    monkeypatch.setattr(RequestPlan, "pieces", pieces)
+
+    async def scenario() -> tuple[int, int]:
+        running = collector()
+        await running.start()
+        try:
+            receiver = running.otlp
+            assert receiver is not None
+            body = request("large", 2000).SerializeToString()
+            assert len(body) > 2 * PIECE_BYTES
+            response = await receiver.store(TRACES, body, False)
+            return response.status, threading.get_ident()
+        finally:
+            await running.stop()
+
+    status, loop_thread = asyncio.run(scenario())
+    assert status == 200
+    assert cut_on and loop_thread not in cut_on

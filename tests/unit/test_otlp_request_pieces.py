@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from ringtrace.collector.ingest.otlp.request_pieces import plan
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES, plan
 from ringtrace.collector.ingest.otlp.resources import ProcessEvents
 from ringtrace.collector.ingest.otlp.signals import SIGNALS, decoded_by_process
 from test_otlp_fast_spans import comparable, requests
@@ -83,3 +83,21 @@ def test_a_body_not_of_the_shape_cut_is_read_whole() -> None:
     assert plan(b"\x08\x01") is None  # (its resource entries as a number)
     assert plan(b"\x0a\x05\x12\x01") is None  # (a length past the end)
     assert plan(b"") is not None
+
+
+def test_a_large_resource_is_read_no_more_often_than_its_items_are_large() -> None:
+    attributes = [KeyValue(key=f"host.label.{i}", value=AnyValue(string_value="x" * 40)) for i in range(6000)]
+    resource = Resource(attributes=[KeyValue(key="service.name", value=AnyValue(string_value="api")), *attributes])
+    scope = ScopeLogs(
+        scope=InstrumentationScope(name="app"),
+        log_records=[LogRecord(time_unix_nano=1_000 + i, body=AnyValue(string_value=f"{i}")) for i in range(200_000)],
+    )
+    request = ExportLogsServiceRequest(resource_logs=[ResourceLogs(resource=resource, scope_logs=[scope])])
+    body = request.SerializeToString()
+    assert len(resource.SerializeToString()) > PIECE_BYTES
+    cut = plan(body)
+    assert cut is not None
+    pieces = list(cut.pieces())
+    assert len(pieces) > 1 and sum(piece.items for piece in pieces) == 200_000
+    # (each piece a copy of the resource's 300 KB: 2.6 MB of records in pieces of 128 KiB read it 20 times)
+    assert sum(len(piece.body) for piece in pieces) < 2 * len(body)

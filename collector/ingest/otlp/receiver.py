@@ -54,7 +54,7 @@ from ringtrace.collector.ingest.otlp.process_streams import (
     Tally,
 )
 from ringtrace.collector.ingest.otlp.request_body import content_type, read_body
-from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES, RequestPlan, plan
+from ringtrace.collector.ingest.otlp.request_pieces import PIECE_BYTES, Piece, RequestPlan, plan
 from ringtrace.collector.ingest.otlp.request_shape import check_shape
 from ringtrace.collector.ingest.otlp.resources import MAX_SPAN_EVENTS, ProcessEvents, process_of
 from ringtrace.collector.ingest.otlp.signals import SIGNALS, Signal, decoded_by_process, read_quickly
@@ -191,7 +191,9 @@ class OtlpReceiver:
         deliveries: list[Delivery] = []
         try:
             async with self._decoding:  # (on a worker thread: a large request takes the loop's time otherwise)
-                planned = None if as_json or len(body) <= PIECE_BYTES else _planned(signal, body)
+                planned = None
+                if not as_json and len(body) > PIECE_BYTES:  # (cutting walks each item: off the loop, as reading does)
+                    planned = await asyncio.to_thread(_planned, signal, body)
                 if planned is None:
                     processes, inline = await self._read(signal, body, as_json)
                     del body
@@ -256,18 +258,20 @@ class OtlpReceiver:
         taken = {process.key for process in self._taken(signal, processes, tally)}
         past_bound = frozenset(index for index, key in enumerate(keys) if key not in taken)
         if past_bound:  # (the items of their resource entries, none of them read: the reason is given above)
-            tally.not_stored(sum(plan.items_of(index) for index in past_bound), "")
-        pieces = plan.pieces(past_bound)
+            tally.not_stored(await asyncio.to_thread(_items_of, plan, past_bound), "")
+        pieces = plan.pieces(past_bound)  # (each cut on a worker thread: the loop's otherwise, as long as the reading)
         sent = False
-        for piece in pieces:
+        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
             try:
                 # (on a worker thread, each: pieces one after the other would hold the loop as long as the request)
                 read, inline = await self._read(signal, piece.body, False, inline=False)
             except BadRequest as exc:
                 if not sent:
                     raise
-                left = piece.items + sum(rest.items for rest in pieces)
-                tally.not_stored(left, f"{left} {signal.items} of the request were not read: {exc}")
+                left = piece.items + await asyncio.to_thread(_items_left, pieces)
+                why = f"{left} {signal.items} of the request were not read: {exc}"
+                tally.not_stored(left, why)
+                tally.closed = tally.closed or why  # (sent again, refused again: a 400 if none of it was stored)
                 return
             for process in read:
                 if process.key in tally.closed_keys:
@@ -438,6 +442,14 @@ def _planned(signal: Signal, body: bytes) -> tuple[RequestPlan, list[str], list[
     except DecodeError:
         return None
     return planned, keys, list(processes.values())
+
+
+def _items_of(plan: RequestPlan, resources: frozenset[int]) -> int:
+    return sum(plan.items_of(index) for index in resources)
+
+
+def _items_left(pieces: Iterator[Piece]) -> int:
+    return sum(piece.items for piece in pieces)
 
 
 @contextlib.contextmanager

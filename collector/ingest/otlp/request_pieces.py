@@ -6,7 +6,9 @@ held hundreds of MB at once. The three signals' requests have the same shape (fi
 is resource entries (field 1: ``ResourceSpans``, ``ResourceLogs``, ``ResourceMetrics``), each its ``resource`` (1),
 scope entries (2) and ``schema_url`` (3); a scope entry is its ``scope`` (1), items (2: spans, log records, metrics)
 and ``schema_url`` (3). A piece holds consecutive items, about ``PIECE_BYTES`` of them (one item larger is a piece of
-its own), each under a copy of its resource entry's and scope entry's other fields: decoded, a piece is the items it
+its own; a piece that begins with a copy of its resource and scope entries' other fields holds at least as many bytes
+of items, so that those copied are read, over all the pieces, no more than the request's own bytes), each under a copy
+of its resource entry's and scope entry's other fields: decoded, a piece is the items it
 holds, of the same resources and scopes, as the whole request would be. Every resource and scope entry is in a piece,
 those without items too, in the order of the body.
 
@@ -66,6 +68,7 @@ class RequestPlan:
         view = self._view
         done: list[bytes | memoryview] = []  # (the parts of the piece's resource entries so far, joined once)
         size = items = 0
+        budget = piece_bytes  # (a piece's items: at least the bytes of the entries' fields it begins with a copy of)
         for index, (start, end) in enumerate(self._resources):
             if index in skipped:
                 continue
@@ -79,11 +82,12 @@ class RequestPlan:
                 for field, _, at, _, stop in _fields(view, scope[3], scope[4]):
                     if field != 2:
                         continue
-                    if size and size + stop - at > piece_bytes:  # the piece is full: sent, and another begun
+                    if size and size + stop - at > budget:  # the piece is full: sent, and another begun
                         _add_entry(scopes, 2, held)
                         _add_entry(done, 1, [header, *scopes])
                         yield Piece(b"".join(done), items)
                         done, scopes, held, size, items = [], [], [scope_header], 0, 0
+                        budget = max(piece_bytes, len(header) + len(scope_header))
                     held.append(view[at:stop])
                     size += stop - at
                     items += 1

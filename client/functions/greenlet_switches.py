@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.functions.callback_errors import failed
+from ringtrace.client.recording.import_watch import spec_with_loader
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
@@ -151,15 +152,7 @@ class _GreenletWatch:
     ) -> ModuleSpec | None:
         if fullname != GREENLET:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenFollow(spec.loader, self)  # type: ignore[assignment]
-                return spec
-        return None
+        return spec_with_loader(self, fullname, path, target, lambda loader: _ThenFollow(loader, self))
 
 
 class _ThenFollow:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
+from ringtrace.client.recording.import_watch import spec_with_loader
+
 if TYPE_CHECKING:
     import importlib.abc
 
@@ -168,15 +170,7 @@ class _ImportWatcher:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _waiting:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenInstall(spec.loader, fullname)  # type: ignore[assignment]
-                return spec
-        return None
+        return spec_with_loader(self, fullname, path, target, lambda loader: _ThenInstall(loader, fullname))
 
 
 class _ThenInstall:

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
+from ringtrace.client.recording.import_watch import spec_with_loader
+
 if TYPE_CHECKING:
     from asyncio import Task
     from importlib.machinery import ModuleSpec
@@ -103,15 +105,7 @@ class _AsyncioWatch:
     ) -> ModuleSpec | None:
         if fullname != ASYNCIO:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ThenCallBack(spec.loader)  # type: ignore[assignment]
-                return spec
-        return None
+        return spec_with_loader(self, fullname, path, target, _ThenCallBack)
 
 
 class _ThenCallBack:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from ringtrace.collector.ingest.otlp.request_shape import read_varint
+
 __all__ = ["PIECE_BYTES", "Piece", "RequestPlan", "plan"]
 
 #: Bytes of items a piece holds, about (a larger item is a piece of its own): a request of more is cut into pieces.
@@ -142,34 +144,28 @@ def _fields(view: memoryview, start: int, end: int) -> Iterator[_Field]:
     at = start
     while at < end:
         key_at = at
-        key, at = _varint(view, at, end)
+        key, at = read_varint(view, at, end)
+        if key is None:
+            raise _NotCut
         wire = key & 7
         if wire == 0:
-            _, at = _varint(view, at, end)
+            value, at = read_varint(view, at, end)
+            if value is None:
+                raise _NotCut
             value_at = at
         elif wire == 1 or wire == 5:
             value_at = at
             at += 8 if wire == 1 else 4
         elif wire == 2:
-            size, value_at = _varint(view, at, end)
+            size, value_at = read_varint(view, at, end)
+            if size is None:
+                raise _NotCut
             at = value_at + size
         else:
             raise _NotCut
         if at > end or key >> 3 == 0:
             raise _NotCut
         yield key >> 3, wire, key_at, value_at, at
-
-
-def _varint(view: memoryview, at: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while at < end and shift < 64:
-        byte = view[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise _NotCut
 
 
 def _add_entry(into: list[bytes | memoryview], field: int, parts: list[bytes | memoryview]) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from ringtrace.collector.ingest.otlp.answers import BadRequest
 
-__all__ = ["MAX_ITEMS", "MAX_RESOURCES", "MAX_SCOPES", "check_json_shape", "check_shape"]
+__all__ = ["MAX_ITEMS", "MAX_RESOURCES", "MAX_SCOPES", "check_json_shape", "check_shape", "read_varint"]
 
 #: Resource entries (``ResourceSpans``, ``ResourceLogs``, ``ResourceMetrics``) a request may hold.
 MAX_RESOURCES: Final = 4096
@@ -103,10 +103,10 @@ def _entries(view: memoryview, start: int, end: int, fields: int | frozenset[int
     wanted = frozenset((fields,)) if isinstance(fields, int) else fields
     at = start
     while at < end:
-        key, at = _varint(view, at, end)
+        key, at = read_varint(view, at, end)
         wire = -1 if key is None else key & 7
         if wire == 0:
-            value, at = _varint(view, at, end)
+            value, at = read_varint(view, at, end)
             if value is None:
                 return
         elif wire == 1:
@@ -114,7 +114,7 @@ def _entries(view: memoryview, start: int, end: int, fields: int | frozenset[int
         elif wire == 5:
             at += 4
         elif wire == 2:
-            size, at = _varint(view, at, end)
+            size, at = read_varint(view, at, end)
             if size is None or at + size > end:
                 return
             if key is not None and key >> 3 in wanted:
@@ -126,7 +126,9 @@ def _entries(view: memoryview, start: int, end: int, fields: int | frozenset[int
             return
 
 
-def _varint(view: memoryview, at: int, end: int) -> tuple[int | None, int]:
+def read_varint(view: memoryview, at: int, end: int) -> tuple[int | None, int]:
+    """The protobuf varint at ``at`` in ``view`` (before ``end``), and where it ends; None where it runs past ``end``
+    or past 64 bits."""
     value = shift = 0
     while at < end and shift < 64:
         byte = view[at]

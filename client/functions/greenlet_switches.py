@@ -147,30 +147,14 @@ class _GreenletWatch:
     def __init__(self, switches: GreenletSwitches) -> None:
         self.switches = switches
 
+    def _ran(self, module: ModuleType) -> None:
+        """greenlet has run: follow its switches (on the importing thread)."""
+        sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not self]
+        self.switches._install(module)
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
         if fullname != GREENLET:
             return None
-        return spec_with_loader(self, fullname, path, target, lambda loader: _ThenFollow(loader, self))
-
-
-class _ThenFollow:
-    """greenlet's loader, then its switches followed (on the importing thread)."""
-
-    def __init__(self, loader: Any, watch: _GreenletWatch) -> None:
-        self._loader, self._watch = loader, watch
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        module: ModuleType | None = self._loader.create_module(spec)
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__.loader = self._loader  # type: ignore[union-attr]  # the module keeps its own loader
-        module.__loader__ = self._loader
-        self._loader.exec_module(module)
-        sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not self._watch]
-        self._watch.switches._install(module)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._loader, name)
+        return spec_with_loader(self, fullname, path, target, self._ran)

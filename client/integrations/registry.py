@@ -170,23 +170,4 @@ class _ImportWatcher:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _waiting:
             return None
-        return spec_with_loader(self, fullname, path, target, lambda loader: _ThenInstall(loader, fullname))
-
-
-class _ThenInstall:
-    """A module's own loader, then the integrations waiting for the module."""
-
-    def __init__(self, loader: importlib.abc.Loader, name: str) -> None:
-        self._loader, self._name = loader, name
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__.loader = self._loader  # type: ignore[union-attr]  # the module keeps its own loader
-        module.__loader__ = self._loader
-        self._loader.exec_module(module)
-        _imported(self._name)
-
-    def __getattr__(self, name: str) -> object:  # get_resource_reader, is_package, ... of the module's own loader
-        return getattr(self._loader, name)
+        return spec_with_loader(self, fullname, path, target, lambda _module: _imported(fullname))

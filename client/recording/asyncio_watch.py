@@ -105,24 +105,4 @@ class _AsyncioWatch:
     ) -> ModuleSpec | None:
         if fullname != ASYNCIO:
             return None
-        return spec_with_loader(self, fullname, path, target, _ThenCallBack)
-
-
-class _ThenCallBack:
-    """The asyncio package's loader, then the callbacks waiting for it."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        module: ModuleType | None = self._loader.create_module(spec)
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__.loader = self._loader  # type: ignore[union-attr]  # the module keeps its own loader
-        module.__loader__ = self._loader
-        self._loader.exec_module(module)
-        _ran(module)
-
-    def __getattr__(self, name: str) -> object:  # is_package, get_code, ... of the module's own loader
-        return getattr(self._loader, name)
+        return spec_with_loader(self, fullname, path, target, _ran)

@@ -47,6 +47,9 @@ def _tail(args: argparse.Namespace) -> int:
         for event, document in _server_sent_events(_lines_until_reset(response)):
             if event == _BEGUN:
                 _say_begun(endpoint_url(args.url, "/stream", []), params)
+            elif event == "done":  # all that was asked for is shown
+                sys.stderr.write(f"ringtrace tail: done: {document.get('reason', document)}\n")
+                return 0
             else:
                 _show(event, document)
     raise _broke_off()

@@ -1,6 +1,7 @@
 """The live tail's document (``GET /stream``): Server-Sent Events, one ``data: {json}`` per event stored, a
 ``cleared`` event with the count of those removed on request before the tail read them, an ``error`` event for a
-reader that fell behind, an ``end`` event when the collector stops, and comment lines (a banner, keepalives).
+reader that fell behind, a ``done`` event when the clock has passed the tail's ``until``, an ``end`` event when the
+collector stops, and comment lines (a banner, keepalives).
 
 Pure functions over the rows the tail reads (``read/tail.py``, ``read/rows.py``).
 """
@@ -13,7 +14,7 @@ import orjson
 from ringtrace.collector.export.chrome import json_bytes
 from ringtrace.collector.read.rows import Row
 
-__all__ = ["BANNER", "END", "KEEPALIVE", "error_event", "row_document", "step_events"]
+__all__ = ["BANNER", "END", "KEEPALIVE", "done_event", "error_event", "row_document", "step_events"]
 
 #: The first line of a tail, a comment.
 BANNER: Final = b": ringtrace live tail\n\n"
@@ -37,6 +38,11 @@ def step_events(rows: list[Row], cleared: int) -> bytes:
 def error_event(reason: str) -> bytes:
     """The last event of a tail that ends for ``reason`` (it fell behind)."""
     return b"event: error\ndata: " + orjson.dumps({"reason": reason}) + b"\n\n"
+
+
+def done_event(reason: str) -> bytes:
+    """The last event of a tail that has shown all it was asked for (``reason``: its ``until`` has passed)."""
+    return b"event: done\ndata: " + orjson.dumps({"reason": reason}) + b"\n\n"
 
 
 def row_document(row: Row) -> dict[str, Any]:

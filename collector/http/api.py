@@ -240,6 +240,9 @@ async def clear(request: web.Request) -> web.Response:
 TAIL_POLL_S = 0.2
 #: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
 TAIL_KEEPALIVE_S = 15.0
+#: A tail with ``until`` ends once the clock is this far past it: what was recorded before it has been stored by then
+#: (clients send every 50 ms; a client that reconnects later has its events in ``/snapshot``, not the tail).
+TAIL_UNTIL_GRACE_S = 2.0
 #: Live tails at once; more get a 503.
 MAX_TAILS = 16
 _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
@@ -298,10 +301,13 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
     timeout_s = collector.http_guard.timeout_s
     loop = asyncio.get_running_loop()
     written_at = loop.time()
+    until_ns = tail.selected.until_ns
     while True:
         await asyncio.sleep(TAIL_POLL_S)
         if request.transport is None or request.transport.is_closing():
             return  # the reader left: its slot is free now, not at the next keepalive
+        # (taken before the step, so that the last step reads what was stored by then)
+        past_until = until_ns is not None and time.time_ns() > until_ns + int(TAIL_UNTIL_GRACE_S * 1e9)
         try:
             rows = await collector.tail_step(tail)
         except TailBehind as exc:
@@ -312,6 +318,8 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
                 collector.http_guard.cut_off(request.transport)
             return
         payload = live_tail.step_events(rows, tail.take_cleared())
+        if past_until:
+            payload += live_tail.done_event(f"its until ({until_ns} ns) has passed")
         if not payload:
             if loop.time() - written_at < TAIL_KEEPALIVE_S:
                 continue
@@ -323,6 +331,8 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
                 "live tail to %s: cut off, it did not take %d bytes within %ss", request.remote, len(payload), timeout_s
             )
             collector.http_guard.cut_off(request.transport)
+            return
+        if past_until:
             return
         written_at = loop.time()
 

@@ -330,3 +330,39 @@ def test_names_are_printed_inert_whatever_they_hold(
     assert not [c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 or c == "\u2028"], out
     shown = "web[/x]\\x1b[31m" if command[0] in ("dump", "sources") else "GET [/]\\x1b]0;pwned\\x07\\x1b[2J"
     assert shown in out, out
+
+
+def test_tail_with_an_until_shows_what_came_before_it_and_ends_once_it_has_passed(
+    collector: CollectorProcess,
+) -> None:
+    until_ns = time.time_ns() + 3_000_000_000  # (well after the events recorded below, on a busy machine too)
+    tail = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", str(until_ns)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        tail_begun(collector, tail)
+        record(collector, "web")
+        out, err = tail.communicate(timeout=60)  # it ends by itself
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.communicate()
+    assert tail.returncode == 0, err
+    assert f"ringtrace tail: done: its until ({until_ns} ns) has passed" in err
+    shown = [line.split("  ")[1].split("[")[0] for line in out.splitlines()]
+    assert shown.count("web") == 21, out  # its 20 scopes and its message
+
+
+def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(collector: CollectorProcess) -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", "-10s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ringtrace tail: done: its until (" in done.stderr
+    assert done.stdout == ""

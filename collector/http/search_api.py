@@ -100,6 +100,24 @@ def _done(view: SnapshotView, search: Callable[[SnapshotView], dict[str, Any]]) 
         view.frames.close()
 
 
+async def spans_head(request: web.Request) -> web.Response:
+    """What GET would answer with, but no work (as ``HEAD /snapshot``): the query is checked, nothing searched."""
+    _query(request, aggregates=False)
+    return _head()
+
+
+async def aggregates_head(request: web.Request) -> web.Response:
+    """As ``spans_head``, for ``/aggregates``."""
+    _query(request, aggregates=True)
+    return _head()
+
+
+def _head() -> web.Response:
+    return web.Response(content_type="application/json", headers={"Cache-Control": "no-store"})
+
+
 def add_search_routes(app: web.Application) -> None:
-    app.router.add_get("/spans", spans)
-    app.router.add_get("/aggregates", aggregates)
+    app.router.add_get("/spans", spans, allow_head=False)
+    app.router.add_route("HEAD", "/spans", spans_head)
+    app.router.add_get("/aggregates", aggregates, allow_head=False)
+    app.router.add_route("HEAD", "/aggregates", aggregates_head)

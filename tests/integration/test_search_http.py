@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -244,6 +246,16 @@ def test_an_async_slice_whose_end_arrives_before_its_begin_is_found_ended() -> N
         assert (found["open"], found["duration_ns"]) == (False, spans[0]["duration_ns"])
 
 
+def head(collector: CollectorProcess, path: str) -> tuple[int, str]:
+    """The status and content type ``HEAD path`` answers."""
+    request = urllib.request.Request(collector.http_url + path, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.headers.get_content_type()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get_content_type()
+
+
 def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> None:
     collector = CollectorProcess("--max-snapshots", "1")
     try:
@@ -263,6 +275,9 @@ def test_with_every_snapshot_slot_taken_a_search_is_a_503_as_a_snapshot_is() -> 
             )
             assert b"max_snapshots=1" in body
             assert collector.get("/aggregates?flush_timeout_s=0")[0] == 503
+            for path in ("/spans?flush_timeout_s=0", "/aggregates?by=name"):  # HEAD: the query checked, no search
+                assert head(collector, path) == (200, "application/json")
+            assert head(collector, "/spans?sort=size") == (400, "text/plain")
         waiting.join(90)  # (the client gone, the snapshot waits for its flush no more)
         assert collector.get("/spans?flush_timeout_s=0")[0] == 200
     finally:

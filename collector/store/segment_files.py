@@ -29,6 +29,8 @@ __all__ = ["LOCK_FILE", "SPARE_SUFFIX", "SUFFIX", "DataDir", "Recovered"]
 log = logging.getLogger("ringtrace.collector.segments")
 
 SUFFIX: Final = ".rtseg"
+#: Added to the name of a segment file recovery cannot read anything of, but holds more than zeros: kept for a look.
+UNREADABLE_SUFFIX: Final = ".unreadable"
 SPARE_SUFFIX: Final = ".rtspare"
 LOCK_FILE: Final = "LOCK"
 
@@ -258,7 +260,15 @@ class DataDir(SegmentBuffers):
             return None
         scan = scan_segment(buffer, limits, seq)
         if scan.hello is None or not scan.entries:
-            log.warning("removing %s: no events to keep (%s)", path, scan.why_cut or "nothing after the session frames")
+            why = scan.why_cut or "nothing after the session frames"
+            if scan.why_cut is not None and not _all_zeros(buffer):  # something is there that cannot be read: kept
+                aside = path.with_name(path.name + UNREADABLE_SUFFIX)
+                buffer.close()
+                path.rename(aside)
+                log.warning("%s: no events to keep (%s); set aside as %s (%d bytes, outside the capacity)",
+                            path, why, aside.name, size)  # fmt: skip
+                return None
+            log.warning("removing %s: no events to keep (%s)", path, why)
             buffer.close()
             path.unlink(missing_ok=True)
             return None
@@ -267,3 +277,9 @@ class DataDir(SegmentBuffers):
         # Zero what was cut, so that the next recovery does not see it either.
         buffer[scan.used : size] = bytes(size - scan.used)
         return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.why_cut)
+
+
+def _all_zeros(buffer: mmap.mmap, chunk: int = 1 << 20) -> bool:
+    """Whether ``buffer`` holds nothing but zeros (a file allocated, never written)."""
+    zeros = bytes(min(chunk, len(buffer)))
+    return all(buffer[at : at + chunk] == zeros[: min(chunk, len(buffer) - at)] for at in range(0, len(buffer), chunk))

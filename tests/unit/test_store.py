@@ -497,11 +497,39 @@ def test_recovery_cuts_from_a_flipped_byte_on(tmp_path: Path) -> None:
     again.buffer.close()
 
 
-def test_a_file_that_is_not_a_segment_is_removed_with_a_reason(tmp_path: Path, caplog: Any) -> None:
+def test_a_file_that_is_not_a_segment_is_set_aside_with_a_reason(tmp_path: Path, caplog: Any) -> None:
     (tmp_path / f"{7:016d}.rtseg").write_bytes(b"not a segment at all")
-    assert list(DataDir(tmp_path, "never").recover(Limits())) == []
+    assert recovered(tmp_path) == 0
     assert "does not start with the ringtrace preamble" in caplog.text
-    assert not list(tmp_path.glob("*.rtseg"))
+    assert f"set aside as {7:016d}.rtseg.unreadable (20 bytes, outside the capacity)" in caplog.text
+    assert [p.name for p in tmp_path.glob("0*")] == [f"{7:016d}.rtseg.unreadable"]
+    assert (tmp_path / f"{7:016d}.rtseg.unreadable").read_bytes() == b"not a segment at all"  # as it was
+    assert recovered(tmp_path) == 0  # and left alone after
+    assert [p.name for p in tmp_path.glob("0*")] == [f"{7:016d}.rtseg.unreadable"]
+
+
+def recovered(path: Path) -> int:
+    """How many segments a data dir at ``path`` recovers."""
+    data_dir = DataDir(path, "never")
+    try:
+        return len(list(data_dir.recover(Limits())))
+    finally:
+        data_dir.close()
+
+
+def test_a_segment_whose_first_frame_is_corrupt_is_set_aside(tmp_path: Path, caplog: Any) -> None:
+    path, ends = one_segment_file(tmp_path, frames=2)
+    data = bytearray(path.read_bytes())
+    data[ends[0] - 3] ^= 0x01  # inside the first EVENTS frame: nothing of the segment can be kept
+    path.write_bytes(data)
+    assert recovered(tmp_path) == 0
+    assert path.with_name(path.name + ".unreadable").read_bytes() == data
+
+
+def test_a_segment_file_of_zeros_alone_is_removed(tmp_path: Path, caplog: Any) -> None:
+    (tmp_path / f"{7:016d}.rtseg").write_bytes(bytes(4096))  # allocated, the collector killed before it wrote
+    assert recovered(tmp_path) == 0
+    assert "removing" in caplog.text and not list(tmp_path.glob("0*"))
 
 
 def test_a_scan_stops_at_the_zeros_after_the_last_frame(tmp_path: Path) -> None:

@@ -10,16 +10,20 @@ Two programs (``workloads/``), each run fresh per round, the variants interleave
                  traced): requests/s answered, and the server process's CPU per request (/proc, every thread's)
 
 Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``) and
-``run, sampling only`` (every integration off), to see where a cost comes from. Each streams to a real collector
-subprocess. The cost is the ratio of medians against the baseline (time: variant / python; requests/s: python /
-variant), so 1.02 is 2% slower. Target: <= 1.02 for the defaults. The CPU columns are the same ratio of CPU spent: on a
-machine whose other work takes the cores, wall time and requests/s move with the scheduler from round to round, while
-the CPU a program spends on its work moves far less, and what recording adds is CPU first.
+``run, sampling only`` (every integration off), to see where a cost comes from; ``--split`` adds the aiohttp-server
+integration alone and every integration but it (sampling off in both), ``--compare PYTHON`` the defaults under that
+interpreter's ``ringtrace`` (another install: the code before a change); ``--server-only`` leaves the cpu mix out.
+Each streams to a real collector subprocess. The cost is the ratio of medians against the baseline (time: variant /
+python; requests/s: python / variant), so 1.02 is 2% slower. Target: <= 1.02 for the defaults. The CPU columns are the
+same ratio of CPU spent: on a machine whose other work takes the cores, wall time and requests/s move with the
+scheduler from round to round, while the CPU a program spends on its work moves far less, and what recording adds is
+CPU first.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import socket
 import subprocess
@@ -35,17 +39,32 @@ RINGTRACE = str(Path(sys.executable).with_name("ringtrace"))
 TARGET = 1.02
 
 
-def variants(address: str) -> dict[str, list[str]]:
+def variants(address: str, split: bool = False, compare: str | None = None) -> dict[str, list[str]]:
+    """The variants run (see the module's docstring); ``split``: the aiohttp-server integration alone and all but it,
+    sampling off; ``compare``: the defaults under that interpreter's ``ringtrace`` too (another install: the code
+    before a change)."""
     from ringtrace.client.integrations import INTEGRATIONS
 
     run = [RINGTRACE, "run", "--collector", address]
     every_integration_off = [f"--no-{integration.name}" for integration in INTEGRATIONS]
-    return {
+    chosen = {
         "python": [sys.executable],
         "ringtrace run": run,
         "run, no sampling": [*run, "--sample-hz", "0"],
         "run, sampling only": [*run, *every_integration_off],
     }
+    if split:
+        server = "--no-aiohttp-server"
+        chosen["run, no sampling, no aiohttp-server"] = [*run, "--sample-hz", "0", server]
+        chosen["run, aiohttp-server only"] = [
+            *run,
+            "--sample-hz",
+            "0",
+            *[o for o in every_integration_off if o != server],
+        ]
+    if compare is not None:
+        chosen["ringtrace run (compare)"] = [str(Path(compare).with_name("ringtrace")), *run[1:]]
+    return chosen
 
 
 def cpu_mix(command: list[str], batches: int) -> tuple[float, float]:
@@ -105,12 +124,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="server: s of load a round (default %(default)s)")
     parser.add_argument("--connections", type=int, default=8, help="aiohttp server: connections (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="2 rounds, 100 batches, 2 s of load: a smoke test")
+    parser.add_argument("--server-only", action="store_true", help="the aiohttp server alone (no cpu mix)")
+    parser.add_argument(
+        "--split", action="store_true", help="add the aiohttp-server integration alone, and all but it (no sampling)"
+    )
+    parser.add_argument("--compare", metavar="PYTHON", help="add the defaults under this interpreter's ringtrace")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.batches, args.seconds = 2, 100, 2.0
     with collector() as running:
-        commands = variants(running.tcp)
-        times = interleave({name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}, args.rounds)
+        commands = variants(running.tcp, args.split, args.compare)
+        mixes = {name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}
+        times = {name: [(math.nan, math.nan)] for name in commands}  # (not run: nan)
+        if not args.server_only:
+            times = interleave(mixes, args.rounds)
         rps = interleave(
             {name: lambda c=c: server_rps(c, args.seconds, args.connections) for name, c in commands.items()},
             args.rounds,
@@ -150,7 +177,8 @@ def main() -> int:
         )
     )
     wall, cpu, rate, per_request = costs("ringtrace run")
-    for what, worst in (("wall", max(wall, rate)), ("CPU", max(cpu, per_request))):
+    for what, pair in (("wall", (wall, rate)), ("CPU", (cpu, per_request))):
+        worst = max(cost for cost in pair if not math.isnan(cost))  # (the cpu mix's: nan, with --server-only)
         verdict = "within" if worst <= TARGET else "OVER"
         print(f"defaults, {what}: worst cost {worst:.3f} ({verdict} the {TARGET} target)")
     return 0

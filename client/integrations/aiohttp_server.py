@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ringtrace.client.integrations.http_spans import SERVING, error_text, patch, server_label
+from ringtrace.client.recording.trace_context import new_trace_scope
 
 if TYPE_CHECKING:
     from ringtrace.client.recording.timelines import Timeline
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["install", "middleware"]
 
 _Handler = Callable[[Any], Awaitable[Any]]
+#: The (method, route) pairs whose label a middleware keeps: a server's routes and methods, with room to spare.
+_NAMED: Final = 4096
+_serving = SERVING.get
 
 
 def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
@@ -31,17 +35,30 @@ def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
     ``web.Application(middlewares=[middleware(tl)])``."""
 
     answers = getattr(sys.modules.get("aiohttp.web"), "HTTPException", ())  # (aiohttp's: raised, it is a response)
+    # The label and the route of each (method, matched route) seen: a server's routes are few and fixed once it
+    # serves, and reading a route's pattern and formatting the label cost a request about a microsecond.
+    named: dict[tuple[str, object], tuple[str, str]] = {}
+    scope_of = timeline._scope_of  # (what ``Timeline.server_span`` makes its span with: one call less a request)
 
     async def ringtrace_server_span(request: Any, handler: _Handler) -> Any:
-        if SERVING.get():
+        if _serving():
             return await handler(request)
         try:
-            method, path = request.method, request.path
-            resource = getattr(request.match_info.route, "resource", None)
-            route = resource.canonical if resource is not None else path
+            method = request.method
+            route_object = request.match_info.route
+            found = named.get((method, route_object))
+            if found is not None:
+                label, route = found
+                path = request.path
+            else:
+                label, route, path = _name(method, route_object, request.path, named)
             response: dict[str, Any] = {}
-            span = timeline.server_span(
-                server_label(method, route), request.headers, method=method, path=path, route=route, response=response
+            span = new_trace_scope(
+                scope_of,
+                label,
+                "server",
+                request.headers,
+                {"method": method, "path": path, "route": route, "response": response},
             )
         except Exception:  # a request we cannot read: the handler serves it unrecorded
             return await handler(request)
@@ -68,6 +85,22 @@ def middleware(timeline: Timeline) -> Callable[[Any, _Handler], Awaitable[Any]]:
 
     ringtrace_server_span.__middleware_version__ = 1  # type: ignore[attr-defined]  # what @web.middleware sets
     return ringtrace_server_span
+
+
+def _name(
+    method: str, route_object: object, path: str, named: dict[tuple[str, object], tuple[str, str]]
+) -> tuple[str, str, str]:
+    """The label and the route of a request of ``method`` matched to ``route_object`` (its resource's canonical
+    path; ``path`` when none matched), kept in ``named`` for a route of a resource (a request matching none has a
+    route of its own), which holds at most ``_NAMED`` of them."""
+    resource = getattr(route_object, "resource", None)
+    if resource is None:
+        return server_label(method, path), path, path
+    route = resource.canonical
+    label = server_label(method, route)
+    if len(named) < _NAMED:
+        named[method, route_object] = (label, route)
+    return label, route, path
 
 
 def install(timeline: Timeline) -> None:

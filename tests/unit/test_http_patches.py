@@ -367,3 +367,62 @@ def test_a_client_library_sent_through_another_records_one_span_the_first_ones()
     (span,) = got["spans"]
     assert got["body"] == "ok" and span["name"].startswith("GET 127.0.0.1:") and span["response"] == {"status": 200}
     assert got["seen"] == [f"00-{span['trace_id']}-{span['span_id']}-01"]
+
+
+def test_an_aiohttp_route_is_named_once_per_method_and_each_request_keeps_its_own_path() -> None:
+    # A route's pattern is read once for each method it answers (a server's routes are fixed once it serves), not
+    # once a request; each span still has its request's own path, and a request no route matched its path as route.
+    got = run(
+        """
+        import urllib.error, urllib.request
+        from aiohttp import web
+
+        reads = []
+        class Counted(web.DynamicResource):
+            @property
+            def canonical(self):
+                reads.append(1)
+                return super().canonical
+
+        async def main():
+            async def item(request):
+                return web.json_response({"id": request.match_info["id"]})
+            app = web.Application()
+            resource = Counted("/items/{id}")
+            app.router.register_resource(resource)
+            resource.add_route("GET", item)
+            resource.add_route("POST", item)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]
+            def status(path, method):
+                request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=None)
+                try:
+                    return urllib.request.urlopen(request, timeout=30).status
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+            reads.clear()
+            calls = [("/items/1", "GET"), ("/items/2", "GET"), ("/items/3", "POST"), ("/items/4", "GET"),
+                     ("/items/5", "POST"), ("/nothing", "GET"), ("/nothing", "GET")]
+            got = [await asyncio.to_thread(status, path, method) for path, method in calls]
+            await runner.cleanup()
+            return got
+
+        statuses = asyncio.run(main())
+        print(json.dumps({"statuses": statuses, "reads": len(reads), "spans": spans()}))
+        """
+    )
+    assert got["statuses"] == [200, 200, 200, 200, 200, 404, 404]
+    servers = sorted((s for s in got["spans"] if s["kind"] == "server"), key=lambda s: s["ts"])
+    assert [(s["name"], s["path"], s["route"], s["response"]["status"]) for s in servers] == [
+        ("GET /items/{id}", "/items/1", "/items/{id}", 200),
+        ("GET /items/{id}", "/items/2", "/items/{id}", 200),
+        ("POST /items/{id}", "/items/3", "/items/{id}", 200),
+        ("GET /items/{id}", "/items/4", "/items/{id}", 200),
+        ("POST /items/{id}", "/items/5", "/items/{id}", 200),
+        ("GET /nothing", "/nothing", "/nothing", 404),
+        ("GET /nothing", "/nothing", "/nothing", 404),
+    ]
+    assert got["reads"] == 2  # once for GET, once for POST

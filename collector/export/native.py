@@ -1,12 +1,13 @@
 """Snapshots as snapshot files (``format=native``, ``wire/PROTOCOL.md``, "Snapshot file"): a stream per stored
 segment that holds selected events, end to end, as a stream of chunks (one a segment).
 
-Pure functions over what the frame walk reads (``read/frame_walk.py``): no asyncio, safe to run on a worker thread
-while ingest goes on. Each stream is the segment's session frames and its EVENTS frames that hold selected events,
-byte for byte, or re-encoded with only those where a filter chooses among a frame's events; the frames a file has
-no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out. A window keeps the spans that overlap it, the points
-in it, and every paired event (marker, source activity, async begin and end) of the frames read: a reader pairs them,
-and each pair that overlaps the window is there whole (``read/reach.py`` reads the frames of both ends).
+Pure functions over what the frame walk reads (``read/frame_walk.py``): no asyncio, safe to run on a worker thread while
+ingest goes on. Each stream is the segment's session frames and its EVENTS frames that hold selected events, byte for
+byte (a frame whose times lie in the window is not decoded), or re-encoded with only those where a filter chooses among
+a frame's events; the frames a file has no use for (FLUSH, FLUSH_ACK, GOODBYE, CHECKSUM) are left out. A window keeps
+the spans that overlap it, the points in it, and every paired event (marker, source activity, async begin and end) of
+the frames read: a reader pairs them, and each pair that overlaps the window is there whole (``read/reach.py`` reads the
+frames of both ends).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _selected_part(
 ) -> bytes | None:
     """An EVENTS frame, or one with only its selected events (None if it has none)."""
     assert isinstance(frame, Events)
-    if selection is None:
+    if selection is None or _whole(process, frame, selection):
         return bytes(decoder.last_frame())
     tables = decoder.tables
     taken = taken_events(process, tables, frame, selection)
@@ -83,6 +84,19 @@ def _selected_part(
     last_ns = max(start + dur for _, start, dur in taken)
     payload = msgpack.packb(kept)
     return encode(Events(frame.track_id, len(taken), first_ns, last_ns, payload, frame.flags), MAX_MAX_FRAME_BYTES)
+
+
+def _whole(process: ProcessView, frame: Events, selection: Selection) -> bool:
+    """Whether every event of the frame is selected, by its header alone (not decoded): the selection takes events
+    by no more than their times, and the frame's (its first start to its last end) lie in its window. An incident's
+    window of a busy process is mostly such frames: its save decoded every event of each to take them all."""
+    if not selection.by_start_only:
+        return False
+    offset, selected = process.clock_offset_ns, selection.filter
+    since, until = selected.since_ns, selected.until_ns
+    return (since is None or frame.first_ts_ns + offset >= since) and (
+        until is None or frame.last_ts_ns + offset < until
+    )
 
 
 #: What a snapshot file keeps of a segment: its session frames as stored, and its EVENTS frames' selected events.

@@ -4,17 +4,18 @@ what it had no step to read yet: under a flood the ring may turn over faster tha
 
 Theory of operation
 -------------------
-The store tells of each segment that leaves (``Store.on_evicted``): one overwritten or published that the watch has
-not read whole (``Watch.unread_of``) is pinned here, within ``max_bytes`` (its buffer is neither reused nor
-unmapped), and each watch step reads it among the stored ones (``segments``, oldest first). After each step, those
-the watch has read whole are let go (``let_go``). One that does not fit is not kept: its unread events are counted
-here (``dropped_events``), and the watch counts them unread as it sees the segment gone
+The store tells of each segment that leaves (``Store.on_evicted``): one overwritten or published that the watch has not
+read whole (``Watch.unread_of``) is pinned here, within ``max_bytes`` (its buffer is neither reused nor unmapped), and
+each watch step reads it among the stored ones (``segments``, oldest first). After each step, those the watch has read
+whole are let go (``let_go``): their buffers are the store's spares, within what of ``max_bytes`` the hold does not use
+(``_spare_room``), so that the ring reuses them rather than zeroing fresh ones. One that does not fit is not kept: its
+unread events are counted here (``dropped_events``), and the watch counts them unread as it sees the segment gone
 (``RuleWatch.unread_events``). A step reads on a worker thread while ingest goes on: one of the segments it reads
-(``reading``, from its snapshot to its ``let_go``) that leaves meanwhile and does not fit is counted once the step
-ends, what the step left of it unread (its snapshot pinned it: the step reads it whole or in part, and what it judged
-is not lost). Segments that leave for another reason (capped, cleared, discarded: refused or removed on request) are
-not kept. What it keeps of a process forgotten since (it ended and holds nothing stored) is let go of before the
-next step's snapshot, its unread events counted dropped, and that step is told what the store had kept of the process
+(``reading``, from its snapshot to its ``let_go``) that leaves meanwhile and does not fit is counted once the step ends,
+what the step left of it unread (its snapshot pinned it: the step reads it whole or in part, and what it judged is not
+lost). Segments that leave for another reason (capped, cleared, discarded: refused or removed on request) are not kept.
+What it keeps of a process forgotten since (it ended and holds nothing stored) is let go of before the next step's
+snapshot, its unread events counted dropped, and that step is told what the store had kept of the process
 (``kept_of_gone``: the store remembers it), so that the watch counts them unread too. The hook before this one (the
 captures' pins) is told first, of every segment, as before. ``stored_now`` is what a step reads; ``step_pinned`` runs
 one as the engine does.
@@ -74,7 +75,7 @@ class WatchHold:
         #: told to the step under way (told again to the next one if it raised: ``untold``).
         self._left: set[int] = set()
         self._telling: set[int] = set()
-        store.on_evicted(self.evicted)
+        store.on_evicted(self.evicted, self._spare_room)
 
     def evicted(self, segment: Segment, why: Removal) -> None:
         self._then(segment, why)
@@ -94,6 +95,14 @@ class WatchHold:
         self._store.pin(segment)
         self._held[segment.seq] = segment
         self.held_bytes += segment.size
+
+    def _spare_room(self) -> int:
+        """What of ``max_bytes`` the store's spare buffers may take past its capacity, while a watch is there: what
+        the hold does not use now. A segment evicted pinned takes its buffer out of the ring, which takes another for
+        its next segment; once the watch read the kept one, its buffer is the ring's next spare, rather than freed
+        while the ring zeroes a fresh one (page faults and zeroing a page each) for every segment kept. The stored,
+        the spare and the kept bytes stay within the capacity and ``max_bytes`` together."""
+        return self.max_bytes - self.held_bytes if self._watch_of() is not None else 0
 
     @property
     def watch(self) -> Watch | None:

@@ -227,7 +227,9 @@ class FrameWalk:
     their header (with a limit's cutoff and a trace's spans, once the first passes found them). A walk that
     ``releases`` (the last one over a view: not a first pass) lets go of each segment once it has read it."""
 
-    def __init__(self, view: SnapshotView, selection: Selection, *, releases: bool = False) -> None:
+    def __init__(
+        self, view: SnapshotView, selection: Selection, *, releases: bool = False, holding: bytes = b""
+    ) -> None:
         self.view = view
         self.releases = releases
         self.selection = selection
@@ -243,6 +245,8 @@ class FrameWalk:
         #: Whether the window has bounds that a reach widens (``since``: ahead; ``until``: back).
         window = selection.filter
         self._widens = window.since_ns is not None or window.until_ns is not None
+        #: Text every segment read holds (a trace id's: ``trace_spans``): one that does not is not decoded.
+        self._holding = holding
 
     def segments(self) -> Iterator[tuple[ProcessView, SegmentView]]:
         """The segments of the processes selected whose index holds a frame in the time window."""
@@ -256,6 +260,9 @@ class FrameWalk:
             if selection.by_time and not self._in_time(process, segment):
                 self.done_with(segment)
                 continue  # nothing of it in the window: not even decoded
+            if self._holding and segment.buffer.find(self._holding, 0, segment.used) < 0:
+                self.done_with(segment)
+                continue  # no frame of it holds the text
             yield process, segment
 
     def _in_time(self, process: ProcessView, segment: SegmentView) -> bool:
@@ -383,7 +390,10 @@ def trace_spans(view: SnapshotView, selected: EventFilter) -> TraceSpans:
     after it."""
     assert selected.trace_id is not None
     spans = TraceSpans(selected.trace_id)
-    for process, track, tables, frame in FrameWalk(view, Selection(replace(selected, since_ns=None))).frames():
+    needle = selected.trace_id.encode()  # (``TraceSpans.mentions``: a segment without it holds none of the spans)
+    for process, track, tables, frame in FrameWalk(
+        view, Selection(replace(selected, since_ns=None)), holding=needle
+    ).frames():
         spans.read((process.uid, track.track_id), tables, frame, process.clock_offset_ns)
     return spans.done()
 

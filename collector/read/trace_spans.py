@@ -8,11 +8,12 @@ the trace's spans on its track (``[start, end]``), and, for a span, its end too:
 is not. Only slices (``span`` events) enclose: an async slice (an OTLP span without a thread) shares its track with
 the other requests' spans, so time there says nothing of which request an event belongs to.
 
-Finding the spans is a first pass over the frames a snapshot walks (``frame_walk.prepare``); a frame whose payload
-does not hold the trace id's text (msgpack keeps a str's bytes as they are) is not decoded. The second pass then
-decodes only the frames that hold the text or overlap one of the trace's spans on their track; a frame one of them
-holds whole (by its header: the first start, the last end) is selected by start time alone, which the C writers do
-(``EventWalk.takes_whole``). Headers are the client's word: an encoder's are exact, so the two rules agree.
+Finding the spans is a first pass over the frames a snapshot walks (``frame_walk.prepare``); a frame whose payload does
+not hold the trace id's text (msgpack keeps a str's bytes as they are) is not decoded, nor a segment's frames read where
+the segment's bytes do not hold it (``FrameWalk``'s ``holding``). The second pass then decodes only the frames that hold
+the text or overlap one of the trace's spans on their track; a frame one of them holds whole (by its header: the first
+start, the last end) is selected by start time alone, which the C writers do (``EventWalk.takes_whole``). Headers are
+the client's word: an encoder's are exact, so the two rules agree.
 """
 
 from __future__ import annotations

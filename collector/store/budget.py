@@ -6,7 +6,8 @@ tables within ``process_capacity_bytes``. Room for a new segment is made, under 
 process's own oldest segment while it is at its cap, then the oldest segment of all (sealed ones first: a connection's
 open segment holds its newest events, and may be being read into); under ``discard``, the frame is refused instead, so
 the store keeps the beginning. Buffers of evicted segments are reused while the stored bytes and the spare buffers
-together stay within the capacity; a pinned one only once no snapshot reads it.
+together stay within the capacity (and what ``spare_beyond`` allows past it: the room the rules' watch's hold does not
+use); a pinned one only once no snapshot reads it.
 
 Tables are held to a share, as a process's events are to its cap, so that no process's tables starve the others'
 events: all connections' tables together take at most half the capacity (``table_room``: events always have the other
@@ -67,7 +68,7 @@ class Budget:
 
     __slots__ = (
         "buffers", "capacity_bytes", "holdings", "on_evicted", "policy", "process_cap", "process_capacity_bytes",
-        "table_bytes",
+        "spare_beyond", "table_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -90,11 +91,19 @@ class Budget:
         #: Told of each segment that leaves with its events (``Store.on_evicted``), before its buffer is released: it
         #: may pin the segment to keep reading it (an incident's window).
         self.on_evicted: Callable[[Segment, Removal], None] | None = None
+        #: What spare buffers may take beyond the capacity (``Store.on_evicted``): the room the rules' watch's
+        #: hold has and does not use now, so that the buffers of the segments it let go of are reused, not freed.
+        self.spare_beyond: Callable[[], int] = lambda: 0
 
     @property
     def free_bytes(self) -> int:
         """What the capacity leaves beside the stored segments and the tables (spare buffers take from it)."""
         return self.capacity_bytes - self.holdings.held_bytes - self.table_bytes
+
+    @property
+    def spare_room(self) -> int:
+        """What spare buffers may take: ``free_bytes``, and what ``spare_beyond`` allows past the capacity."""
+        return self.free_bytes + max(self.spare_beyond(), 0)
 
     def make_room(self, owner: int, size: int) -> str | None:
         """Evict (ring) until a segment of ``size`` fits both bounds; or why it cannot be stored."""
@@ -148,11 +157,7 @@ class Budget:
         if segment.released:
             return
         segment.released = True
-        reuse = (
-            self.holdings.held_bytes + self.table_bytes + self.buffers.pooled_bytes + segment.size
-            <= self.capacity_bytes
-        )
-        self.buffers.release(segment, reuse=reuse)
+        self.buffers.release(segment, reuse=self.buffers.pooled_bytes + segment.size <= self.spare_room)
 
     # -- table charges --------------------------------------------------------------------------------------------
 
@@ -180,7 +185,7 @@ class Budget:
         process.table_bytes += grow
         stream.charged = charge
         if grow > 0:
-            self.buffers.trim(self.free_bytes)  # spare buffers take memory too
+            self.buffers.trim(self.spare_room)  # spare buffers take memory too
         return None
 
     def _table_refusal(self, stream: Stream, process: ProcessHolding, grow: int) -> TableRefusal | None:

@@ -128,11 +128,11 @@ class Store:
         """Call ``hook`` with each segment sealed that holds events, and its stream (it may pin the segment)."""
         self._stream_segments.on_sealed = hook
 
-    def on_evicted(self, hook: Callable[[Segment, Removal], None] | None) -> None:
-        """Call ``hook`` with each segment that leaves holding events (overwritten, capped, cleared, expired,
-        published or refused) and why, before its buffer is released: it may pin the segment (``pin``) to read it
-        still. Called as segments leave, never per frame."""
-        self._budget.on_evicted = hook
+    def on_evicted(self, hook: Callable[[Segment, Removal], None] | None, spare: Callable[[], int] = int) -> None:
+        """Call ``hook`` with each segment that leaves holding events (overwritten, capped, cleared, expired, published
+        or refused) and why, as they leave (never per frame), before its buffer is released: it may pin the segment
+        (``pin``) to read it still. ``spare()``: what spare buffers may take past the capacity (``WatchHold``)."""
+        self._budget.on_evicted, self._budget.spare_beyond = hook, spare
 
     @property
     def held_bytes(self) -> int:

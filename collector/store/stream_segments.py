@@ -127,7 +127,7 @@ class StreamSegments:
         if spare != size and budget.fits(owner, spare):
             size = spare
         if not budget.buffers.has(size):
-            budget.buffers.trim(budget.free_bytes - size)
+            budget.buffers.trim(budget.spare_room - size)
         return size
 
     def _recycled(self, size: int, largest: int) -> int:

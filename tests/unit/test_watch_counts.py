@@ -106,6 +106,11 @@ class WatchCounts(RuleBasedStateMachine):
         assert unread <= self.hold.dropped_events
 
     @invariant()
+    def the_kept_and_the_spare_buffers_stay_within_the_capacity_and_the_hold_s_bound(self) -> None:
+        store, spare = self.store, self.store.buffers.pooled_bytes
+        assert store.held_bytes + spare + self.hold.held_bytes <= store.capacity_bytes + self.hold.max_bytes
+
+    @invariant()
     def every_event_is_judged_readable_or_counted_once(self) -> None:
         stored = self.kept_of_forgotten + self.store.kept_events([self.client.owner]).get(self.client.owner, 0)
         readable = sum(self.watch.unread_of(s.seq, s.events) for s in [*self.hold.segments(), *self.sealed()])

@@ -16,7 +16,8 @@ from ringtrace.collector.read.frame_walk import ProcessView
 from ringtrace.collector.store.holdings import Removal
 from ringtrace.collector.store.processes import Registry
 from ringtrace.collector.store.ring import MIN_SEGMENT_BYTES, Store
-from ringtrace.collector.store.segments import Segment
+from ringtrace.collector.store.segment_buffers import MemoryBuffers
+from ringtrace.collector.store.segments import Buffer, Segment
 from ringtrace.collector.store.views import SegmentView
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.model import SPAN
@@ -122,6 +123,42 @@ def test_a_segment_the_ring_overwrites_before_the_watch_read_it_is_kept_until_it
     fired = step(watch, store, hold)
     assert watch.unread_events == 0 and fired.count("r0") == sent, "every event judged, the overwritten ones too"
     assert hold.segments() == [] and hold.held_bytes == 0
+
+
+class CountedBuffers(MemoryBuffers):
+    """Memory buffers that count the fresh ones (none spare of the size asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fresh = 0
+
+    def new(self, seq: int, size: int) -> Buffer:
+        self.fresh += not self.has(size)
+        return super().new(seq, size)
+
+
+def test_the_buffers_of_kept_segments_the_watch_read_are_reused_by_the_ring_not_freed() -> None:
+    # A segment kept for the watch takes its buffer out of the ring, which takes another for its next segment: once
+    # the watch read the kept one, its buffer is the ring's next spare (within the hold's bound), not freed while
+    # the ring zeroes a fresh one for each segment it overwrites unread.
+    buffers = CountedBuffers()
+    store = Store(4 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES, buffers=buffers)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("slow", 1)), Limits())
+    hold = WatchHold(store, 4 * MIN_SEGMENT_BYTES, lambda s, why: None, lambda: watch)
+    step(watch, store, hold)
+    kept = 0
+    for _ in range(30):  # the ring turns over between two steps, 30 times, past the segment written at the step
+        last = fill(store, client)[-1].seq + 1
+        while any(s.seq == last for s in store.stored([1])):
+            client.send(*[(SPAN, "slow", 5, {"pad": "x" * 100})] * 20)
+        kept += len(hold.segments())
+        step(watch, store, hold)
+        assert store.held_bytes + buffers.pooled_bytes + hold.held_bytes <= store.capacity_bytes + hold.max_bytes
+    assert watch.unread_events == 0 and hold.dropped_events == 0 and kept >= 30
+    assert buffers.fresh <= (store.capacity_bytes + hold.max_bytes) // MIN_SEGMENT_BYTES, (
+        f"{buffers.fresh} fresh buffers for {kept} segments kept"
+    )
 
 
 def test_a_segment_cleared_on_request_is_not_kept() -> None:

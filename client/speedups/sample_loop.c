@@ -41,6 +41,7 @@ typedef struct {
     int outstanding; /* a pending call is queued and has not run (set by the loop, cleared by the call: atomics) */
     int orphaned;    /* the loop ended with a call queued: the call frees this (under the GIL) */
     int stale;       /* a full pass ran since the call was queued: it does nothing (under the GIL) */
+    int in_pass;     /* the main thread is in its pass (which may let the GIL go: no full pass then; under the GIL) */
     int deferred;    /* the main thread's pass left work for a full pass (atomics) */
     int ended;       /* the main thread's pass saw the flusher exiting, or failed (atomics) */
     clockid_t main_clock; /* the main thread's CPU clock (Linux: by its thread id) */
@@ -171,7 +172,9 @@ main_thread_pass(void *arg)
         loop->stale = 0;
         return 0;
     }
+    loop->in_pass = 1;
     result = one_pass(loop, &deferred);
+    loop->in_pass = 0;
     if (result < 0) {
         PyErr_Fetch(&loop->error_type, &loop->error_value, &loop->error_tb);
     } else if (result == 0) {
@@ -310,7 +313,7 @@ run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         /* A full pass here: the main thread has not run the last call (it waits), or deferred work to it. */
             PyEval_RestoreThread(saved);
         loop->stale = __atomic_load_n(&loop->outstanding, __ATOMIC_ACQUIRE);
-        failed = one_pass(loop, NULL);
+        failed = loop->in_pass ? 0 : one_pass(loop, NULL);
         saved = PyEval_SaveThread();
         if (failed) break;
     }

@@ -9,15 +9,22 @@ Two programs (``workloads/``), each run fresh per round, the variants interleave
   aiohttp server ``aiohttp_app.py`` loaded by ``http_load.py`` (a closed loop of keep-alive connections, never
                  traced): requests/s answered, and the server process's CPU per request (/proc, every thread's)
 
-Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``) and
-``run, sampling only`` (every integration off), to see where a cost comes from; ``--split`` adds the aiohttp-server
-integration alone and every integration but it (sampling off in both), ``--compare PYTHON`` the defaults under that
-interpreter's ``ringtrace`` (another install: the code before a change); ``--server-only`` leaves the cpu mix out.
-Each streams to a real collector subprocess. The cost is the ratio of medians against the baseline (time: variant /
-python; requests/s: python / variant), so 1.02 is 2% slower. Target: <= 1.02 for the defaults. The CPU columns are the
-same ratio of CPU spent: on a machine whose other work takes the cores, wall time and requests/s move with the
-scheduler from round to round, while the CPU a program spends on its work moves far less, and what recording adds is
-CPU first.
+Variants: ``python`` (the baseline); ``ringtrace run`` (the defaults); ``run, no sampling`` (``--sample-hz 0``),
+``run, sampling only`` (every integration off) and ``run, nothing on`` (both off: the baseline of sampling alone), to
+see where a cost comes from; ``--split`` adds the aiohttp-server integration alone and every integration but it
+(sampling off in both), ``--compare PYTHON`` the defaults under that interpreter's ``ringtrace`` (another install: the
+code before a change). Each streams to a real collector subprocess. The cost is the ratio of medians against the
+baseline (time: variant / python; requests/s: python / variant), so 1.02 is 2% slower. Target: <= 1.02 for the
+defaults. The CPU columns are the same ratio of CPU spent: on a machine whose other work takes the cores, wall time and
+requests/s move with the scheduler from round to round, while the CPU a program spends on its work moves far less, and
+what recording adds is CPU first.
+
+For the cpu mix, two more columns: the CPU of its main thread alone (the program's own thread: what ringtrace's threads
+spend is not in it, what they make it spend is), against the baseline, and how often that thread waited (voluntary
+context switches: it drops the GIL to another thread and waits to take it back), a count, free of the machine's noise.
+And the cost of sampling alone: ``run, sampling only`` against ``run, nothing on``, the process's CPU and the main
+thread's. ``--no-server`` leaves the aiohttp server out (more rounds of the cpu mix in the same time), ``--server-only``
+the cpu mix.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ def variants(address: str, split: bool = False, compare: str | None = None) -> d
         "ringtrace run": run,
         "run, no sampling": [*run, "--sample-hz", "0"],
         "run, sampling only": [*run, *every_integration_off],
+        "run, nothing on": [*run, *every_integration_off, "--sample-hz", "0"],
     }
     if split:
         server = "--no-aiohttp-server"
@@ -67,8 +75,9 @@ def variants(address: str, split: bool = False, compare: str | None = None) -> d
     return chosen
 
 
-def cpu_mix(command: list[str], batches: int) -> tuple[float, float]:
-    """Seconds of the work loop, and CPU seconds of the process meanwhile."""
+def cpu_mix(command: list[str], batches: int) -> tuple[float, float, float, float]:
+    """Seconds of the work loop, CPU seconds of the process meanwhile, and of its main thread, and how often that
+    thread waited."""
     result = subprocess.run(
         [*command, str(WORKLOADS / "cpu_mix.py"), str(batches)],
         capture_output=True,
@@ -76,10 +85,10 @@ def cpu_mix(command: list[str], batches: int) -> tuple[float, float]:
         timeout=600,
         check=True,
     )
-    match = re.search(r"elapsed_s (\S+) cpu_s (\S+)", result.stdout)
+    match = re.search(r"elapsed_s (\S+) cpu_s (\S+) main_cpu_s (\S+) main_waits (\d+)", result.stdout)
     if match is None:
         raise RuntimeError(f"cpu_mix printed no time: {result.stdout!r} {result.stderr[-2000:]!r}")
-    return float(match.group(1)), float(match.group(2))
+    return float(match.group(1)), float(match.group(2)), float(match.group(3)), float(match.group(4))
 
 
 def free_port() -> int:
@@ -124,7 +133,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="server: s of load a round (default %(default)s)")
     parser.add_argument("--connections", type=int, default=8, help="aiohttp server: connections (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="2 rounds, 100 batches, 2 s of load: a smoke test")
-    parser.add_argument("--server-only", action="store_true", help="the aiohttp server alone (no cpu mix)")
+    parser.add_argument("--no-server", action="store_true", help="the cpu mix only")
+    parser.add_argument("--server-only", action="store_true", help="the aiohttp server only (no cpu mix)")
     parser.add_argument(
         "--split", action="store_true", help="add the aiohttp-server integration alone, and all but it (no sampling)"
     )
@@ -132,53 +142,78 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.batches, args.seconds = 2, 100, 2.0
+    nan = float("nan")
     with collector() as running:
         commands = variants(running.tcp, args.split, args.compare)
-        mixes = {name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}
-        times = {name: [(math.nan, math.nan)] for name in commands}  # (not run: nan)
-        if not args.server_only:
-            times = interleave(mixes, args.rounds)
-        rps = interleave(
-            {name: lambda c=c: server_rps(c, args.seconds, args.connections) for name, c in commands.items()},
-            args.rounds,
+        times = (
+            {name: [(nan, nan, nan, nan)] for name in commands}
+            if args.server_only
+            else interleave({name: lambda c=c: cpu_mix(c, args.batches) for name, c in commands.items()}, args.rounds)
         )
-    mix = {name: [[run[0] for run in runs], [run[1] for run in runs]] for name, runs in times.items()}
-    server = {name: [[run[0] for run in runs], [run[1] for run in runs]] for name, runs in rps.items()}
-    base_time, base_cpu = (median(values) for values in mix["python"])
-    base_rps, base_us = (median(values) for values in server["python"])
+        rps = (
+            {name: [(nan, nan)] for name in commands}
+            if args.no_server
+            else interleave(
+                {name: lambda c=c: server_rps(c, args.seconds, args.connections) for name, c in commands.items()},
+                args.rounds,
+            )
+        )
+    # Per variant, the median of each figure: cpu mix s, its CPU s, its main thread's CPU s and waits; req/s, us/req.
+    mix = {name: [median([run[i] for run in runs]) for i in range(4)] for name, runs in times.items()}
+    server = {name: [median([run[i] for run in runs]) for i in range(2)] for name, runs in rps.items()}
+    base, base_server = mix["python"], server["python"]
 
-    def costs(name: str) -> tuple[float, float, float, float]:
-        (time_s, cpu_s), (rate, us) = mix[name], server[name]
+    def costs(name: str) -> tuple[float, float, float, float, float]:
+        (time_s, cpu_s, main_s, _), (rate, us) = mix[name], server[name]
         return (
-            median(time_s) / base_time,
-            median(cpu_s) / base_cpu,
-            base_rps / median(rate),
-            median(us) / base_us,
+            time_s / base[0],
+            cpu_s / base[1],
+            main_s / base[2],
+            base_server[0] / rate,
+            us / base_server[1],
         )
 
     rows = [
         [
             name,
-            f"{median(mix[name][0]):.3f}",
+            f"{mix[name][0]:.3f}",
             f"{costs(name)[0]:.3f}",
             f"{costs(name)[1]:.3f}",
-            f"{median(server[name][0]):,.0f}",
             f"{costs(name)[2]:.3f}",
-            f"{median(server[name][1]):.1f}",
+            f"{mix[name][3]:.0f}",
+            f"{server[name][0]:,.0f}",
             f"{costs(name)[3]:.3f}",
+            f"{server[name][1]:.1f}",
+            f"{costs(name)[4]:.3f}",
         ]
         for name in commands
     ]
     print(
         table(
-            ["variant", "cpu mix s", "cost", "CPU cost", "server req/s", "cost", "CPU us/req", "CPU cost"],
+            [
+                "variant",
+                "cpu mix s",
+                "cost",
+                "CPU cost",
+                "main CPU cost",
+                "main waits",
+                "server req/s",
+                "cost",
+                "CPU us/req",
+                "CPU cost",
+            ],
             rows,
             f"Always-on defaults, {args.rounds} rounds (cost: x python; target <= {TARGET})",
         )
     )
-    wall, cpu, rate, per_request = costs("ringtrace run")
+    sampling, nothing = mix["run, sampling only"], mix["run, nothing on"]
+    print(
+        f"sampling alone (sampling only / nothing on): process CPU x{sampling[1] / nothing[1]:.3f}, main thread CPU "
+        f"x{sampling[2] / nothing[2]:.3f}, main thread waits {sampling[3]:.0f} / {nothing[3]:.0f}"
+    )
+    wall, cpu, _, rate, per_request = costs("ringtrace run")
     for what, pair in (("wall", (wall, rate)), ("CPU", (cpu, per_request))):
-        worst = max(cost for cost in pair if not math.isnan(cost))  # (the cpu mix's: nan, with --server-only)
+        worst = max((cost for cost in pair if not math.isnan(cost)), default=math.nan)  # (nan: not run)
         verdict = "within" if worst <= TARGET else "OVER"
         print(f"defaults, {what}: worst cost {worst:.3f} ({verdict} the {TARGET} target)")
     return 0

@@ -1,6 +1,8 @@
 """A CPU-bound program of the everyday kind: JSON in and out, regular expressions, dataclasses, sorting, a log line
 now and then. It prints how long its work took and the CPU its process spent meanwhile, every thread's (interpreter
-start and exit not counted): ``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn."""
+start and exit not counted), and its main thread's own: the CPU it spent and how often it waited (voluntary context
+switches: where another thread takes the GIL, the main thread drops it and waits to take it back).
+``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import logging
 import random
 import re
+import resource
 import sys
 import time
 
@@ -43,14 +46,17 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     batches = int(sys.argv[1]) if len(sys.argv) > 1 else 400
     rng = random.Random(7)
-    started, started_cpu = time.perf_counter(), time.process_time()
+    started, started_cpu, started_main = time.perf_counter(), time.process_time(), time.thread_time()
+    started_waits = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
     total = 0
     for number in range(batches):
         total += batch(rng, 200)
         if number % 20 == 0:
             log.info("batch %d done, total %d", number, total)  # a log line every ~20 ms: a chatty service's rate
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
-    print(f"elapsed_s {elapsed:.6f} cpu_s {cpu:.6f} total {total}")
+    main_cpu, waits = time.thread_time() - started_main, resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    main_waits = waits - started_waits
+    print(f"elapsed_s {elapsed:.6f} cpu_s {cpu:.6f} main_cpu_s {main_cpu:.6f} main_waits {main_waits} total {total}")
     return 0
 
 

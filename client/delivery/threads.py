@@ -47,9 +47,12 @@ def background_thread(target: Callable[[], object], name: str) -> threading.Thre
 
     def run() -> None:
         unpatched.thread_begins()
-        if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
-            signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
-        target()
+        try:
+            if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
+                signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
+            target()
+        finally:
+            unpatched.thread_ends()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
 

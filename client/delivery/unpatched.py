@@ -8,11 +8,13 @@ socket made by a background thread would start a hub and switch greenlets in tha
 greenlet state, cleaned up as the thread ends at exit, crashed the interpreter (a segfault in greenlet's switch).
 So the background threads wait, sleep and connect with what this module captured when it was imported.
 
-Only OS threads may: a program that patched before ringtrace's threads started has them run as greenlets
-(``threading.Thread`` is a greenlet then), in the thread of its hub, where a wait on an OS lock would stall every
-greenlet. Each background thread calls ``thread_begins`` first: one that began after gevent patched ``_thread`` marks
-its OS thread cooperative, and there these primitives are the module's current ones (gevent's). A program patched
-before ringtrace was imported gives gevent's here anyway, its threads being greenlets throughout.
+Only ours, and only those that are OS threads: a program that patched before ringtrace's threads started has them
+run as greenlets (``threading.Thread`` is a greenlet then), in the thread of its hub, where a wait on an OS lock would
+stall every greenlet; so would the program's own threads waiting (a flush) once patched. Each background thread calls
+``thread_begins`` first: one that began before gevent patched ``_thread`` is an OS thread of ours, which these
+primitives serve with the interpreter's; every other caller gets the module's current ones (gevent's, once patched;
+an ``Event`` then polled between gevent's sleeps). A program patched before ringtrace was imported gives gevent's
+here anyway, its threads being greenlets throughout.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "sleep",
     "socketpair",
     "thread_begins",
+    "thread_ends",
 ]
 
 
@@ -45,19 +48,25 @@ _getaddrinfo: Final = socket.getaddrinfo
 _socketpair: Final = socket.socketpair
 _socket_class: Final = socket.socket
 
-#: The OS threads where ringtrace's threads run as greenlets (see above): the program's hub's.
-_cooperative: set[int] = set()
+#: The idents of ringtrace's threads that run as OS threads of their own (see above).
+_os_threads: set[int] = set()
 
 
 def thread_begins() -> None:
     """Called first by each background thread: whether it is an OS thread of its own, or a greenlet (``_thread``
     patched since this module was imported)."""
-    if _thread.start_new_thread is not _start_new_thread:
-        _cooperative.add(get_ident())
+    if _thread.start_new_thread is _start_new_thread:
+        _os_threads.add(get_ident())
+
+
+def thread_ends() -> None:
+    """Called last by each background thread (its ident may be another thread's next)."""
+    _os_threads.discard(get_ident())
 
 
 def _greenlet_here() -> bool:
-    return bool(_cooperative) and get_ident() in _cooperative
+    """gevent patched since this module was imported, and the caller is not an OS thread of ours."""
+    return time.sleep is not _sleep and get_ident() not in _os_threads
 
 
 def sleep(seconds: float) -> None:

@@ -7,6 +7,7 @@ import signal
 import socket
 import threading
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.threads import background_thread
 
@@ -27,7 +28,7 @@ class SigtermDelivery:
     _HANDLER_GRACE_S = 0.5
 
     def __init__(self) -> None:
-        self._begun = threading.Event()
+        self._begun = unpatched.Event()
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.pass_failures import PassFailures
 from ringtrace.client.delivery.threads import background_thread
 from ringtrace.wire.call_records import CallRun, event_count
@@ -138,7 +139,7 @@ class Flusher:
         self._lock = threading.RLock()
         self._sweep_lock = threading.RLock()
         self._carried: list[_Carried] = []
-        self._wake = threading.Event()
+        self._wake = unpatched.Event()
         #: A sweep is asked for (``wake``), not merely a new look at the interval (``register``).
         self._sweep_asked = False
         self._thread: threading.Thread | None = None
@@ -284,8 +285,7 @@ class Flusher:
         """Hand ``timeline``'s events to its listeners now, on the calling thread.
 
         Returns:
-            True when everything was handed over; False when ``deadline`` (a ``time.monotonic()`` value) came
-            first: the rest is handed over by the flusher thread.
+            True: all handed over; False: ``deadline`` (``time.monotonic()``) came first, the flusher hands the rest.
         """
         timeout = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
         if not self._sweep_lock.acquire(timeout=timeout):
@@ -390,7 +390,7 @@ class Flusher:
             # yield to a busy thread costs a hand-over of the interpreter there and back (the second after that
             # thread's switch interval), for nothing where a pass is a few small runs (samples, a few log records).
             if not behind and time.monotonic() - yielded_at >= _HOLD_S:
-                time.sleep(0)
+                unpatched.sleep(0)
                 yielded_at = time.monotonic()
         return True
 
@@ -416,7 +416,7 @@ class Flusher:
         came or went (``register``) makes it read the interval again. After a sweep that failed, not before the
         wait that follows it (``_failed``): a bug that fails every sweep does not spin."""
         while (pause := self._resume_at - time.monotonic()) > 0:
-            time.sleep(pause)
+            unpatched.sleep(pause)
         started = time.monotonic()
         while (timeout := started + self.interval_s - time.monotonic()) > 0:
             self._wake.wait(timeout)
@@ -444,7 +444,7 @@ class Flusher:
         """The parent's thread and lock states do not exist in a forked child; see the module docstring."""
         self._lock = threading.RLock()
         self._sweep_lock = threading.RLock()
-        self._wake = threading.Event()
+        self._wake = unpatched.Event()
         self._sweep_asked = False
         self._thread = None
         self._on_start = []

@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Final
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.streaming.loss_report import events_phrase
 
 __all__ = ["PassFailures", "describe"]
@@ -76,7 +76,7 @@ class PassFailures:
         self._lost_unsaid = 0
         self._last_said = ""  # the error the last line named (its traceback is not given again)
 
-    def run(self, passes: Callable[[], object], recover: Callable[[Exception], int], stop: threading.Event) -> None:
+    def run(self, passes: Callable[[], object], recover: Callable[[Exception], int], stop: unpatched.Event) -> None:
         """Run ``passes`` (the thread's loop) until it returns; each time it raises, ``recover`` (which returns the
         events the failure lost, counted where they were lost) and wait the delay before the next attempt. Returns
         once ``stop`` is set during a wait, or the interpreter is shutting down (what is recorded from then on is

@@ -6,6 +6,11 @@ them to a thread of the program: one that waits in a blocking call is interrupte
 (That alone does not make a handler certain to run: see ``SigtermDelivery`` in ``exit_delivery.py``.)
 
 ``is_background_thread`` tells them apart from the program's (the sampler samples the program's alone).
+
+A thread ends by removing itself from ``threading``'s threads under its ident, which ``threading`` asks of its
+``get_ident`` then: gevent's once the program called ``monkey.patch_all()``, whose greenlet id is no thread's (a
+KeyError), and whose call gave the ending OS thread greenlet state. Ours remove themselves under the ident they
+started with (see ``unpatched.py`` for the rest of what they use).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Final
+
+from ringtrace.client.delivery import unpatched
 
 __all__ = ["background_thread", "is_background_thread"]
 
@@ -39,10 +46,20 @@ def background_thread(target: Callable[[], object], name: str) -> threading.Thre
     """A daemon thread (not started) that runs ``target`` with the program's signals blocked."""
 
     def run() -> None:
-        if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
-            signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
-        target()
+        unpatched.thread_begins()
+        try:
+            if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
+                signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
+            target()
+        finally:
+            unpatched.thread_ends()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
+
+    def delete() -> None:  # (in place of ``threading``'s, which asks ``get_ident``)
+        with threading._active_limbo_lock:  # type: ignore[attr-defined]
+            threading._active.pop(thread.ident, None)  # type: ignore[attr-defined]
+
+    thread._delete = delete  # type: ignore[attr-defined]
     _OURS.add(thread)
     return thread

@@ -30,6 +30,7 @@ import time
 from array import array
 from typing import TYPE_CHECKING, Any, Final
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.delivery.pass_failures import PassFailures
 from ringtrace.client.delivery.threads import background_thread, is_background_thread
@@ -95,7 +96,7 @@ class Sampler:
         self.timeline = timeline
         self.hz = hz
         self._interval_s = 1.0 / hz
-        self._stop = threading.Event()
+        self._stop = unpatched.Event()
         #: What the loop (``run_passes``) looks at between passes: set with ``_stop``.
         self._stopping = bytearray(1)
         self._thread: threading.Thread | None = None
@@ -142,7 +143,7 @@ class Sampler:
     def start(self) -> bool:
         """Start the thread (False: it could not be started, at interpreter shutdown say)."""
         self.restart_pending = False
-        self._stop, self._stopping = threading.Event(), bytearray(1)
+        self._stop, self._stopping = unpatched.Event(), bytearray(1)
         thread = background_thread(self._run, "ringtrace-sampler")
         try:
             thread.start()
@@ -245,7 +246,7 @@ class Sampler:
         self._threads = {}
         self._ident = 0
         if was_running:
-            self._stop, self._stopping = threading.Event(), bytearray(1)
+            self._stop, self._stopping = unpatched.Event(), bytearray(1)
             self.restart_pending = True
             FLUSHER.when_started(self._start_in_child)
 

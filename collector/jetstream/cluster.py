@@ -27,6 +27,8 @@ READY_TIMEOUT_S: Final = 30.0
 #: How long start tries the servers before it gives up (nats-py set to reconnect for ever would try the first
 #: connection for ever too, and the collector would hang, silent, at start).
 CONNECT_TIMEOUT_S: Final = 10.0
+#: How long one attempt at a server may take (its TCP connect, then its INFO and CONNECT).
+_ATTEMPT_TIMEOUT_S: Final = 2
 #: The heartbeat stream's max_bytes: the newest heartbeat of each collector (each one message, at most max_payload).
 HEARTBEAT_STREAM_BYTES: Final = 64 * 1024 * 1024
 #: NATS's error codes for replicas the servers cannot hold: a server that is not clustered; too few servers (no
@@ -55,6 +57,22 @@ class StreamOptions:
     replicas: int
     storage: str
     max_age_s: float | None
+
+
+class _GaveUp(Exception):
+    """Raised by the error callback once start gave up connecting: none of the errors nats-py's connect loop catches
+    to try again (``OSError``, ``nats.errors.Error``, ``TimeoutError``), it ends that loop."""
+
+
+#: Connections that came too late, being closed (held until they are).
+_late_closes: set[asyncio.Future[Any]] = set()
+
+
+def _close_if_connected(connecting: asyncio.Future[Any]) -> None:
+    if not connecting.cancelled() and connecting.exception() is None:
+        closing = asyncio.ensure_future(connecting.result().close())
+        _late_closes.add(closing)
+        closing.add_done_callback(_late_closes.discard)
 
 
 def _tls(options: ClusterOptions) -> ssl.SSLContext | None:
@@ -90,13 +108,17 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
             log.warning("disconnected from the NATS cluster; reconnecting")
 
     async def reconnected() -> None:
-        log.info("reconnected to the NATS cluster at %s", client.connected_url.netloc if client.connected_url else "?")
+        url = connecting.result().connected_url
+        log.info("reconnected to the NATS cluster at %s", url.netloc if url else "?")
 
     last_error: list[Exception] = []
+    giving_up = False
 
     async def error(exc: Exception) -> None:
         last_error[:] = [exc]
         log.debug("NATS: %s: %s", type(exc).__name__, exc)
+        if giving_up:  # (nats-py calls this after each failed attempt of its connect loop: it ends the loop)
+            raise _GaveUp
 
     extra: dict[str, Any] = {}
     if options.creds is not None:
@@ -108,21 +130,33 @@ async def connect(options: ClusterOptions, name: str, closing: Callable[[], bool
     tls = _tls(options)
     if tls is not None:
         extra["tls"] = tls
-    connecting = nats.connect(
+    connecting = asyncio.ensure_future(nats.connect(
         servers, name=name, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-        connect_timeout=2, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
+        connect_timeout=_ATTEMPT_TIMEOUT_S, ping_interval=5, max_outstanding_pings=2, disconnected_cb=disconnected,
         reconnected_cb=reconnected, error_cb=error, **extra,
-    )  # fmt: skip
+    ))  # fmt: skip
+    # Not asyncio.wait_for, which waits for the connect it cancels to end: on 3.11 a cancellation that meets a
+    # refused attempt is lost in nats-py's own wait_for (it returns the attempt's error, which nats-py's loop takes
+    # for one more failed attempt), and the loop went on for ever, the collector hung at start. Cancelled here, the
+    # connect ends at once or at its next failed attempt (``error``): waited for that long at most.
     try:
-        client = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
-    except TimeoutError:
+        await asyncio.wait({connecting}, timeout=CONNECT_TIMEOUT_S)
+    finally:
+        if not connecting.done():
+            giving_up = True
+            connecting.cancel()
+            await asyncio.wait({connecting}, timeout=_ATTEMPT_TIMEOUT_S + 1)
+            if not connecting.done():  # (ends at its next attempt's failure; closed should that attempt connect)
+                connecting.add_done_callback(_close_if_connected)
+    if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
+        return connecting.result()
+    failure = None if not connecting.done() or connecting.cancelled() else connecting.exception()
+    if failure is None or isinstance(failure, _GaveUp):
         why = f"{type(last_error[0]).__name__}: {last_error[0]}" if last_error else "no answer"
         raise ConfigError(
             f"--jetstream: cannot connect to {', '.join(servers)} (tried for {CONNECT_TIMEOUT_S:g} s; last: {why})"
-        ) from None
-    except Exception as exc:
-        raise ConfigError(f"--jetstream: cannot connect to {', '.join(servers)}: {type(exc).__name__}: {exc}") from None
-    return client
+        )
+    raise ConfigError(f"--jetstream: cannot connect to {', '.join(servers)}: {type(failure).__name__}: {failure}")
 
 
 def _stream_config(options: StreamOptions) -> Any:

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from collector_process import CollectorProcess
+from launching import RINGTRACE, program_environment, run
 from perfetto_model import PerfettoTrace
 from ringtrace.client import DecodedEvent
-from test_run_functions import traced_calls, trees
+from test_run_functions import calls_of, traced_calls, trees
 
 pytest.importorskip("greenlet")
 
@@ -186,14 +187,19 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     collector: CollectorProcess, tmp_path: Path, pure_python: str
 ) -> None:
     pytest.importorskip("gevent")
-    # Not function tracing's: a program that patches threading once ringtrace's threads run may crash as it exits
-    # (SIGSEGV in greenlet's cleanup of those threads, which the patched get_ident gave greenlet state), with or
-    # without --functions: every run on 3.12.1, now and then on 3.11 on a loaded machine. Documented in the function
-    # tracing limits; the fix is ringtrace's threads using the unpatched primitives throughout.
-    pytest.skip("gevent's monkey.patch_all after ringtrace's threads started may crash the program at exit")
+    # The program patches threading once ringtrace's threads run (ringtrace run connects at interpreter start): it
+    # ends as it should, with none of ringtrace's threads failing as they end (each asked gevent's patched get_ident
+    # which thread it was, and the greenlet state that gave them crashed the program at exit), its calls delivered.
     (tmp_path / "app.py").write_text(textwrap.dedent(GEVENT_SCRIPT), encoding="utf-8")
     name = f"gevent-{'pure' if pure_python else 'c'}"
-    calls = traced_calls(collector, tmp_path, name, RINGTRACE_PURE_PYTHON=pure_python)
+    done = run(
+        [RINGTRACE, "run", "--collector", collector.tcp_address, "--process-name", name, "--functions", "app.py"],
+        tmp_path,
+        program_environment(RINGTRACE_PURE_PYTHON=pure_python),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    calls = calls_of(collector, tmp_path, name)
     assert overlapping(calls) == []
     found: dict[str, list[Any]] = trees(calls)
     thread = [track for track in found if "greenlets [" not in track]

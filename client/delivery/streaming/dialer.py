@@ -7,6 +7,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.owned_fds import OwnedSocket
 from ringtrace.client.delivery.streaming.exit_attempts import nothing_listens
 from ringtrace.client.delivery.streaming.outage import connect_failure
@@ -111,13 +112,13 @@ class Dialer:
         """
         failure: Exception = OSError(f"getaddrinfo gave no address for {self.address_text}")
         try:
-            found = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+            found = unpatched.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
         except Exception as exc:  # unresolvable
             found, failure = [], exc
         for family, kind, proto, _, address in found:
             owned: OwnedSocket | None = None
             try:  # refused, unreachable, timed out: the next address
-                owned = OwnedSocket(socket.socket(family, kind, proto))
+                owned = OwnedSocket(unpatched.create_socket(family, kind, proto))
                 owned.sock.settimeout(timeout_s)
                 owned.sock.connect(address)
                 if owned.holds():  # else the program's socket now: whatever its connect said was not of ours

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
+from ringtrace.client.delivery import unpatched
+
 __all__ = ["HandOverPass"]
 
 #: At most this long between two tries while the flusher hands runs over (it says when it is done).
@@ -24,7 +26,7 @@ class HandOverPass:
         #: The flusher is handing over runs.
         self._holding = False
         #: Set unless the flusher is handing over runs with the queue less than half full (see ``locked``).
-        self._may_send_now = threading.Event()
+        self._may_send_now = unpatched.Event()
         self._may_send_now.set()
 
     @property

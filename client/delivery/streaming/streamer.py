@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast, overload
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.listeners import SerializedListener
 from ringtrace.client.delivery.pass_failures import PassFailures, describe
 from ringtrace.client.delivery.streaming.descriptors import StreamerDescriptors
@@ -98,7 +99,7 @@ class _Waiter:
     __slots__ = ("done", "ok")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.done = unpatched.Event()
         self.ok = False
 
     def finish(self, ok: bool) -> None:
@@ -165,7 +166,7 @@ class Streamer(SerializedListener):
         #: Events were handed to this streamer (so closing it waits for delivery).
         self._received = False
         self._stopped_by = ""  # the unexpected error that ended the thread, if one did (the line at close says it)
-        self._closing = threading.Event()  # (cuts short the wait after a failed pass)
+        self._closing = unpatched.Event()  # (cuts short the wait after a failed pass)
         self._failures = PassFailures("streamer", "dropped_events and internal_error_events")
 
         # Owned by the streamer thread (but the wake-up).

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.owned_fds import OwnedSocket
 
 __all__ = ["WakePair"]
@@ -23,7 +23,7 @@ class WakePair:
     def __init__(self) -> None:
         #: A wake-up byte is on its way to the streamer thread.
         self._pending = False
-        self.reader, writer = socket.socketpair()
+        self.reader, writer = unpatched.socketpair()
         self.reader.setblocking(False)
         writer.setblocking(False)
         self._reader, self._writer = OwnedSocket(self.reader), OwnedSocket(writer)

@@ -1,0 +1,145 @@
+"""The threading, time and socket primitives as the interpreter made them, for ringtrace's own threads.
+
+gevent's ``monkey.patch_all()`` replaces ``_thread``'s, ``threading``'s, ``time.sleep``, ``socket``'s and ``select``'s
+functions with ones bound to a gevent hub of the calling thread. A program may call it after ringtrace's threads
+started (under ``ringtrace run`` or ``RINGTRACE_AUTO=1`` ringtrace connects at interpreter start): from then on an
+``Event.wait`` (which makes its waiter lock with ``threading``'s patched ``_allocate_lock``), a ``time.sleep``, or a
+socket made by a background thread would start a hub and switch greenlets in that OS thread, and the thread's
+greenlet state, cleaned up as the thread ends at exit, crashed the interpreter (a segfault in greenlet's switch).
+So the background threads wait, sleep and connect with what this module captured when it was imported.
+
+Only ours, and only those that are OS threads: a program that patched before ringtrace's threads started has them
+run as greenlets (``threading.Thread`` is a greenlet then), in the thread of its hub, where a wait on an OS lock would
+stall every greenlet; so would the program's own threads waiting (a flush) once patched. Each background thread calls
+``thread_begins`` first: one that began before gevent patched ``_thread`` is an OS thread of ours, which these
+primitives serve with the interpreter's; every other caller gets the module's current ones (gevent's, once patched;
+an ``Event`` then polled between gevent's sleeps). A program patched before ringtrace was imported gives gevent's
+here anyway, its threads being greenlets throughout.
+"""
+
+from __future__ import annotations
+
+import _thread
+import socket
+import time
+from typing import Any, Final
+
+#: How often a greenlet waiting on an ``Event`` looks at it.
+_POLL_S: Final = 0.005
+
+__all__ = [
+    "Event",
+    "allocate_lock",
+    "create_socket",
+    "get_ident",
+    "getaddrinfo",
+    "sleep",
+    "socketpair",
+    "thread_begins",
+    "thread_ends",
+]
+
+
+allocate_lock: Final = _thread.allocate_lock
+get_ident: Final = _thread.get_ident
+_start_new_thread: Final = _thread.start_new_thread
+_sleep: Final = time.sleep
+_getaddrinfo: Final = socket.getaddrinfo
+_socketpair: Final = socket.socketpair
+_socket_class: Final = socket.socket
+
+#: The idents of ringtrace's threads that run as OS threads of their own (see above).
+_os_threads: set[int] = set()
+
+
+def thread_begins() -> None:
+    """Called first by each background thread: whether it is an OS thread of its own, or a greenlet (``_thread``
+    patched since this module was imported)."""
+    if _thread.start_new_thread is _start_new_thread:
+        _os_threads.add(get_ident())
+
+
+def thread_ends() -> None:
+    """Called last by each background thread (its ident may be another thread's next)."""
+    _os_threads.discard(get_ident())
+
+
+def _greenlet_here() -> bool:
+    """gevent patched since this module was imported, and the caller is not an OS thread of ours."""
+    return time.sleep is not _sleep and get_ident() not in _os_threads
+
+
+def sleep(seconds: float) -> None:
+    if _greenlet_here():
+        time.sleep(seconds)
+    else:
+        _sleep(seconds)
+
+
+def getaddrinfo(host: str | None, port: int, family: int = 0, kind: int = 0) -> list[Any]:
+    return (socket.getaddrinfo if _greenlet_here() else _getaddrinfo)(host, port, family, kind)
+
+
+def socketpair() -> tuple[socket.socket, socket.socket]:
+    return (socket.socketpair if _greenlet_here() else _socketpair)()
+
+
+def create_socket(family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket of the standard library's class (a blocking one, whatever the program patched since)."""
+    return (socket.socket if _greenlet_here() else _socket_class)(family, kind, proto)
+
+
+class Event:
+    """``threading.Event``'s flag on the unpatched lock: set, clear, is_set and wait (with a timeout or not), from
+    any thread, a background one or the program's (whose wait blocks its OS thread: a short wait at flush or exit)."""
+
+    __slots__ = ("_flag", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = allocate_lock()
+        self._waiters: list[Any] = []
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        with self._lock:
+            self._flag = True
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the flag is set, once it is or ``timeout`` s went by (None: no end)."""
+        with self._lock:
+            if self._flag:
+                return True
+            waiter = allocate_lock()
+            waiter.acquire()
+            self._waiters.append(waiter)
+        if _greenlet_here():  # (polled: the hub runs the other greenlets meanwhile)
+            got = _poll(waiter, timeout)
+        elif timeout is None:
+            got = waiter.acquire()
+        else:
+            got = waiter.acquire(True, max(timeout, 0.0))
+        if got:
+            return True
+        with self._lock:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            return self._flag
+
+
+def _poll(waiter: Any, timeout: float | None) -> bool:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not waiter.acquire(False):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True

@@ -1,6 +1,8 @@
 """A CPU-bound program of the everyday kind: JSON in and out, regular expressions, dataclasses, sorting, a log line
 now and then. It prints how long its work took and the CPU its process spent meanwhile, every thread's (interpreter
-start and exit not counted): ``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn."""
+start and exit not counted): ``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn. A
+second line gives each thread's CPU over the same time (Linux: /proc schedstat; threads by name), to see which thread
+a cost lands on."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import logging
 import random
 import re
 import sys
+import threading
 import time
 
 log = logging.getLogger("cpu_mix")
@@ -39,10 +42,23 @@ def batch(rng: random.Random, size: int) -> int:
     return hosts + len(sorted(by_sku.items(), key=lambda pair: (-pair[1], pair[0])))
 
 
+def thread_cpu_s() -> dict[str, float]:
+    """Each live thread's CPU seconds so far, by name; empty where /proc has no schedstat."""
+    cpu = {}
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/schedstat") as schedstat:
+                cpu[thread.name] = int(schedstat.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+    return cpu
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     batches = int(sys.argv[1]) if len(sys.argv) > 1 else 400
     rng = random.Random(7)
+    threads_before = thread_cpu_s()
     started, started_cpu = time.perf_counter(), time.process_time()
     total = 0
     for number in range(batches):
@@ -50,7 +66,9 @@ def main() -> int:
         if number % 20 == 0:
             log.info("batch %d done, total %d", number, total)  # a log line every ~20 ms: a chatty service's rate
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+    threads = {name: spent - threads_before.get(name, 0.0) for name, spent in thread_cpu_s().items()}
     print(f"elapsed_s {elapsed:.6f} cpu_s {cpu:.6f} total {total}")
+    print("thread_cpu_s " + " ".join(f"{name.replace(' ', '_')}={spent:.6f}" for name, spent in threads.items()))
     return 0
 
 

@@ -57,6 +57,7 @@ BENCHMARKS = {
     "functions": ("bench_functions.py", 600),
     "function_delivery": ("bench_function_delivery.py", 900),
     "always_on": ("bench_always_on.py", 1500),
+    "gc_integration": ("bench_gc_integration.py", 900),
 }
 
 

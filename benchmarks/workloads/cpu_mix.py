@@ -2,7 +2,8 @@
 now and then. It prints how long its work took and the CPU its process spent meanwhile, every thread's (interpreter
 start and exit not counted), and its main thread's own: the CPU it spent and how often it waited (voluntary context
 switches: where another thread takes the GIL, the main thread drops it and waits to take it back).
-``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn."""
+``bench_always_on.py`` runs it under ``python`` and under ``ringtrace run`` in turn. A second line gives each thread's
+CPU over the same time (Linux: /proc schedstat; threads by name), to see which thread a cost lands on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import random
 import re
 import resource
 import sys
+import threading
 import time
 
 log = logging.getLogger("cpu_mix")
@@ -42,10 +44,23 @@ def batch(rng: random.Random, size: int) -> int:
     return hosts + len(sorted(by_sku.items(), key=lambda pair: (-pair[1], pair[0])))
 
 
+def thread_cpu_s() -> dict[str, float]:
+    """Each live thread's CPU seconds so far, by name; empty where /proc has no schedstat."""
+    cpu = {}
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/schedstat") as schedstat:
+                cpu[thread.name] = int(schedstat.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+    return cpu
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     batches = int(sys.argv[1]) if len(sys.argv) > 1 else 400
     rng = random.Random(7)
+    threads_before = thread_cpu_s()
     started, started_cpu, started_main = time.perf_counter(), time.process_time(), time.thread_time()
     started_waits = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
     total = 0
@@ -56,7 +71,9 @@ def main() -> int:
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     main_cpu, waits = time.thread_time() - started_main, resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
     main_waits = waits - started_waits
+    threads = {name: spent - threads_before.get(name, 0.0) for name, spent in thread_cpu_s().items()}
     print(f"elapsed_s {elapsed:.6f} cpu_s {cpu:.6f} main_cpu_s {main_cpu:.6f} main_waits {main_waits} total {total}")
+    print("thread_cpu_s " + " ".join(f"{name.replace(' ', '_')}={spent:.6f}" for name, spent in threads.items()))
     return 0
 
 

@@ -321,8 +321,7 @@ class Flusher:
 
     def _sweep_carried(self, deadline: float | None) -> bool:
         while self._carried:
-            carried = self._carried.pop(0)
-            if not self._hand_over(carried.timeline, carried.listeners, carried.runs, carried.ended, deadline):
+            if not self._hand_over(*self._carried.pop(0), deadline):  # (timeline, listeners, runs, ended)
                 return False
         return True
 
@@ -417,12 +416,13 @@ class Flusher:
         wait that follows it (``_failed``): a bug that fails every sweep does not spin."""
         while (pause := self._resume_at - time.monotonic()) > 0:
             unpatched.sleep(pause)
-        started = time.monotonic()
-        while (timeout := started + self.interval_s - time.monotonic()) > 0:
+        started, interval_s = time.monotonic(), self.interval_s  # (asks the listeners: once, and after a wake-up)
+        while (timeout := started + interval_s - time.monotonic()) > 0:
             self._wake.wait(timeout)
+            if not self._wake.is_set() or self._sweep_asked:  # the interval passed, or a sweep is asked for
+                break  # (a wake-up left set is taken by the next wait, which then reads the interval again)
             self._wake.clear()
-            if self._sweep_asked:
-                break
+            interval_s = self.interval_s  # (a timeline came or went: ``register``)
         self._sweep_asked = False
 
     def close_at_exit(self) -> None:

@@ -9,6 +9,9 @@ from ringtrace.client.delivery.owned_fds import OwnedSocket
 
 __all__ = ["WakePair"]
 
+#: What one read of the pair takes at most.
+_READ_BYTES = 4096
+
 
 class WakePair:
     """``wake()`` from any thread ends the streamer thread's select; the thread ``drain``s what woke it.
@@ -44,8 +47,10 @@ class WakePair:
     def drain(self) -> None:
         """Read what woke the thread (on the streamer thread, once its select saw ``reader`` readable, and the pair
         ``holds()``)."""
+        # One byte at a time is on its way (``wake``): one read takes it, and the loop reads on only after a full
+        # read (a read of fewer bytes took all there was), not until the pair says it is empty, a call more a wake-up.
         with contextlib.suppress(BlockingIOError):
-            while self.reader.recv(4096):
+            while len(self.reader.recv(_READ_BYTES)) == _READ_BYTES:
                 pass
         # After the bytes are read, never before: a wake-up asked for meanwhile would be read with them and leave the
         # flag set with no byte on its way, and no wake-up asked for would be sent again.

@@ -241,7 +241,8 @@ TAIL_POLL_S = 0.2
 #: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
 TAIL_KEEPALIVE_S = 15.0
 #: A tail with ``until`` ends once the clock is this far past it: what was recorded before it has been stored by then
-#: (clients send every 50 ms; a client that reconnects later has its events in ``/snapshot``, not the tail).
+#: (clients send every 50 ms; a client that reconnects later has its events in ``/snapshot``, not the tail); and once
+#: it has read what was stored by then (a step reads a part of a backlog: ``Tail.unread_bytes``).
 TAIL_UNTIL_GRACE_S = 2.0
 #: Live tails at once; more get a 503.
 MAX_TAILS = 16
@@ -318,6 +319,7 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
                 collector.http_guard.cut_off(request.transport)
             return
         payload = live_tail.step_events(rows, tail.take_cleared())
+        past_until = past_until and tail.unread_bytes == 0  # (what was stored by then is read: a step reads a part)
         if past_until:
             payload += live_tail.done_event(f"its until ({until_ns} ns) has passed")
         if not payload:

@@ -101,18 +101,19 @@ def _done(view: SnapshotView, search: Callable[[SnapshotView], dict[str, Any]]) 
 
 
 async def spans_head(request: web.Request) -> web.Response:
-    """What GET would answer with, but no work (as ``HEAD /snapshot``): the query is checked, nothing searched."""
-    _query(request, aggregates=False)
-    return _head()
+    """What GET would answer with, but no work (as ``HEAD /snapshot``): the query is checked, nothing searched; the
+    incident it names looked up (as ``HEAD /incidents/ID``: unknown, a 404; still being captured, a 409)."""
+    return await _head(request, _query(request, aggregates=False))
 
 
 async def aggregates_head(request: web.Request) -> web.Response:
     """As ``spans_head``, for ``/aggregates``."""
-    _query(request, aggregates=True)
-    return _head()
+    return await _head(request, _query(request, aggregates=True))
 
 
-def _head() -> web.Response:
+async def _head(request: web.Request, query: SearchQuery) -> web.Response:
+    if query.incident is not None:
+        await incident_snapshot_path(request, query.incident)
     return web.Response(content_type="application/json", headers={"Cache-Control": "no-store"})
 
 

@@ -85,6 +85,8 @@ class Tail:
         self._departed: dict[int, int] = {}
         #: Events removed on request before the tail read them, not told yet (``take_cleared``).
         self._cleared_unread = 0
+        #: Bytes stored that the last step left unread (past ``max_step_bytes``): the next steps read them.
+        self.unread_bytes = 0
 
     @property
     def cleared_floor(self) -> int:
@@ -123,6 +125,7 @@ class Tail:
             self._begin(segments, kept)
             return []
         rows, lag, accounted = self._read_new(segments)
+        self.unread_bytes = lag
         for owner, count in kept.items():
             missed = count - self._baseline.get(owner, 0) - accounted.get(owner, 0)
             if missed > 0:

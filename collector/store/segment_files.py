@@ -29,7 +29,7 @@ __all__ = ["LOCK_FILE", "SPARE_SUFFIX", "SUFFIX", "DataDir", "Recovered"]
 log = logging.getLogger("ringtrace.collector.segments")
 
 SUFFIX: Final = ".rtseg"
-#: Added to the name of a segment file recovery cannot read anything of, but holds more than zeros: kept for a look.
+#: Added to the name of a segment file recovery can read nothing of, not starting with zeros: kept for a look.
 UNREADABLE_SUFFIX: Final = ".unreadable"
 SPARE_SUFFIX: Final = ".rtspare"
 LOCK_FILE: Final = "LOCK"
@@ -261,7 +261,10 @@ class DataDir(SegmentBuffers):
         scan = scan_segment(buffer, limits, seq)
         if scan.hello is None or not scan.entries:
             why = scan.why_cut or "nothing after the session frames"
-            if scan.why_cut is not None and not _all_zeros(buffer):  # something is there that cannot be read: kept
+            # Something is there that cannot be read: kept. Not a file whose first frame header's bytes are zeros: one
+            # allocated and never written, or made unrecoverable on purpose as it was released or removed (a crash
+            # came before its new name or its removal was durable: its events are counted gone).
+            if scan.why_cut is not None and any(buffer[: FRAME_HEADER.size]):
                 aside = path.with_name(path.name + UNREADABLE_SUFFIX)
                 buffer.close()
                 path.rename(aside)
@@ -277,9 +280,3 @@ class DataDir(SegmentBuffers):
         # Zero what was cut, so that the next recovery does not see it either.
         buffer[scan.used : size] = bytes(size - scan.used)
         return Recovered(seq, buffer, scan.used, scan.hello, scan.entries, scan.stats, scan.why_cut)
-
-
-def _all_zeros(buffer: mmap.mmap, chunk: int = 1 << 20) -> bool:
-    """Whether ``buffer`` holds nothing but zeros (a file allocated, never written)."""
-    zeros = bytes(min(chunk, len(buffer)))
-    return all(buffer[at : at + chunk] == zeros[: min(chunk, len(buffer) - at)] for at in range(0, len(buffer), chunk))

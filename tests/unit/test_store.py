@@ -26,7 +26,7 @@ from ringtrace.collector.store.segment_scan import scan_segment
 from ringtrace.collector.store.segments import Segment
 from ringtrace.wire.decoder import SessionDecoder
 from ringtrace.wire.errors import ConfigError
-from ringtrace.wire.frame_types import CHECKSUM_TYPE, FrameType
+from ringtrace.wire.frame_types import CHECKSUM_TYPE, FRAME_HEADER, FrameType
 from ringtrace.wire.frames import Events, Stats, encode
 from ringtrace.wire.stream_limits import Limits
 from ringtrace.wire.table_frames import Strings
@@ -524,6 +524,17 @@ def test_a_segment_whose_first_frame_is_corrupt_is_set_aside(tmp_path: Path, cap
     path.write_bytes(data)
     assert recovered(tmp_path) == 0
     assert path.with_name(path.name + ".unreadable").read_bytes() == data
+
+
+def test_a_segment_file_made_unrecoverable_on_purpose_is_removed_not_set_aside(tmp_path: Path, caplog: Any) -> None:
+    # A segment released or removed has its first frame header's bytes zeroed before its file is renamed or unlinked
+    # (file_removal.py: "recovery removes it as it finds it"); a crash in between leaves its name and old events.
+    path, _ = one_segment_file(tmp_path, frames=2)
+    data = bytearray(path.read_bytes())
+    data[: FRAME_HEADER.size] = bytes(FRAME_HEADER.size)
+    path.write_bytes(data)
+    assert recovered(tmp_path) == 0
+    assert "removing" in caplog.text and not list(tmp_path.glob("0*"))
 
 
 def test_a_segment_file_of_zeros_alone_is_removed(tmp_path: Path, caplog: Any) -> None:

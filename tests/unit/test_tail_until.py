@@ -1,0 +1,68 @@
+"""A live tail with ``until`` (``GET /stream``) ends once the clock is past it, with what was stored before then shown
+whole, however much of it a step could not read. Driven in process: the collector's HTTP app, a stand-in connection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+from aiohttp import ClientResponse, ClientSession
+from aiohttp.test_utils import TestServer
+from ringtrace.collector.http.api import make_app
+from ringtrace.collector.ingest.connection import IngestProtocol
+from ringtrace.collector.read.tail import MAX_STEP_BYTES
+from ringtrace.wire.frames import encode, preamble
+from ringtrace.wire.handshake_frames import Hello
+from ringtrace.wire.model import INSTANT, THREAD_TRACK, TrackInfo
+from ringtrace.wire.stream_encoder import StreamEncoder
+from test_collector_limits import StandInTransport, feed, small_collector
+
+
+async def tailed(response: ClientResponse) -> tuple[int, list[str]]:
+    """The data events of a tail until it ends, and the names of its other events."""
+    shown, others, event = 0, [], "message"
+    async for line in response.content:
+        if line.startswith(b"event: "):
+            event = line[7:].strip().decode()
+        elif line.startswith(b"data: "):
+            if event == "message":
+                shown += orjson.loads(line[6:])["process"] == "flood"
+            else:
+                others.append(event)
+            event = "message"
+    return shown, others
+
+
+def test_a_tail_whose_until_passed_ends_only_once_it_showed_what_was_stored_before() -> None:
+    # More than a step reads (MAX_STEP_BYTES), stored at once, all of it before the until: the tail shows it all,
+    # then says it is done (it said done after one step's worth, the rest never shown).
+    until = time.time_ns() - 3_000_000_000  # past, and past the grace at the tail's first step
+    track = TrackInfo(1, THREAD_TRACK, "main", 1)
+    encoder = StreamEncoder()
+    encoder.declare(track)
+    padded = {"pad": "x" * 1000}
+    starts = [until - 10**9 + i for i in range(3 * MAX_STEP_BYTES // 1000)]
+    batch = encoder.encode(track, [field for ts in starts for field in (INSTANT, "tick", ts, ts, padded)])
+
+    async def scenario() -> tuple[int, list[str]]:
+        collector = small_collector(capacity_bytes=256 << 20, max_frame_bytes=1 << 20)
+        async with (
+            TestServer(make_app(collector)) as server,
+            ClientSession() as session,
+            session.get(server.make_url(f"/stream?until={until}")) as response,
+        ):
+            assert (await response.content.readline()).startswith(b":")  # begun
+            wall_ns = time.time_ns()
+            hello = Hello(4321, "host", "flood", "instance-flood", "", wall_ns, wall_ns, "test")
+            protocol, transport = IngestProtocol(collector), StandInTransport()
+            protocol.connection_made(transport)  # type: ignore[arg-type]
+            frames = [preamble(), encode(hello), *encoder.prefix(), *batch.control, *(f for f, _ in batch.events)]
+            feed(protocol, b"".join(frames))  # (no await: all of it is stored before the tail's next step)
+            assert not transport.closing and protocol.process is not None
+            assert collector.store.kept_events([protocol.process.uid]) == {protocol.process.uid: batch.event_count}
+            return await tailed(response)
+
+    shown, others = asyncio.run(scenario())
+    assert others == ["done"]
+    assert shown == batch.event_count, f"{shown} of {batch.event_count} events stored before its until shown"

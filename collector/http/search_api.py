@@ -84,20 +84,18 @@ async def _searched(
                     view = await collector.snapshot(query.flush_timeout_s, query.filter)
                 except ConnectionError as exc:  # (--jetstream: the stream cannot be read now)
                     raise web.HTTPServiceUnavailable(text=f"{exc}\n", headers={"Retry-After": "1"}) from None
-            future = asyncio.get_running_loop().run_in_executor(collector.readers, lambda: _done(view, search))
-            document = await asyncio.shield(future)  # (cancelled, the walk goes on, and lets go of its segments)
+            future = asyncio.get_running_loop().run_in_executor(collector.readers, lambda: search(view))
+            try:
+                document = await asyncio.shield(future)  # (cancelled, the walk goes on)
+            finally:  # its segments let go of once the walk ends, however it ends, on the store's thread (this one)
+                if future.done():
+                    view.frames.close()
+                else:
+                    future.add_done_callback(lambda _: view.frames.close())
     finally:
         collector.end_snapshot()
     return web.Response(body=orjson.dumps(document), content_type="application/json",
                         headers={"Cache-Control": "no-store"})  # fmt: skip
-
-
-def _done(view: SnapshotView, search: Callable[[SnapshotView], dict[str, Any]]) -> dict[str, Any]:
-    """``search`` of ``view``, whose segments are let go of once it ends, however it ends."""
-    try:
-        return search(view)
-    finally:
-        view.frames.close()
 
 
 async def spans_head(request: web.Request) -> web.Response:

@@ -11,10 +11,16 @@ A thread ends by removing itself from ``threading``'s threads under its ident, w
 ``get_ident`` then: gevent's once the program called ``monkey.patch_all()``, whose greenlet id is no thread's (a
 KeyError), and whose call gave the ending OS thread greenlet state. Ours remove themselves under the ident they
 started with (see ``unpatched.py`` for the rest of what they use).
+
+Only a thread that runs in an OS thread of its own blocks them: one started once gevent patched ``threading`` is a
+greenlet in the OS thread that started it (the program's main thread, most often), where blocking them blocked them
+for the program: SIGCHLD never reached gevent's child watcher (every ``subprocess`` wait hung), SIGTERM and SIGINT no
+longer ended it.
 """
 
 from __future__ import annotations
 
+import _thread
 import signal
 import threading
 import weakref
@@ -33,6 +39,9 @@ _PROGRAM_SIGNALS: Final = frozenset(
 )
 
 
+#: The OS thread's id, which gevent does not patch (a greenlet's is its OS thread's).
+_get_native_id: Final = _thread.get_native_id
+
 #: The threads ``background_thread`` made (held weakly: an ended one goes).
 _OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
@@ -43,18 +52,27 @@ def is_background_thread(thread: threading.Thread) -> bool:
 
 
 def background_thread(target: Callable[[], object], name: str) -> threading.Thread:
-    """A daemon thread (not started) that runs ``target`` with the program's signals blocked."""
+    """A daemon thread (not started) that runs ``target`` with the program's signals blocked (if an OS thread)."""
+    started_in: list[int] = []  # (the OS thread that started it)
 
     def run() -> None:
         unpatched.thread_begins()
         try:
-            if hasattr(signal, "pthread_sigmask"):  # (not on Windows, where signals go to the main thread anyway)
+            # (not on Windows, where signals go to the main thread anyway; nor in a greenlet: see above)
+            if hasattr(signal, "pthread_sigmask") and _get_native_id() not in started_in:
                 signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
             target()
         finally:
             unpatched.thread_ends()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
+    start = thread.start
+
+    def start_here() -> None:
+        started_in.append(_get_native_id())
+        start()
+
+    thread.start = start_here  # type: ignore[method-assign]
 
     def delete() -> None:  # (in place of ``threading``'s, which asks ``get_ident``)
         with threading._active_limbo_lock:  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import _thread
 import socket
+import sys
 import time
 from typing import Any, Final
 
@@ -37,6 +38,7 @@ __all__ = [
     "socketpair",
     "thread_begins",
     "thread_ends",
+    "threads_are_greenlets",
 ]
 
 
@@ -57,6 +59,13 @@ def thread_begins() -> None:
     patched since this module was imported)."""
     if _thread.start_new_thread is _start_new_thread:
         _os_threads.add(get_ident())
+
+
+def threads_are_greenlets() -> bool:
+    """Whether a ``threading.Thread`` started now would be a greenlet in the starting OS thread (gevent patched
+    ``threading``, before ringtrace was imported or since)."""
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("threading"))
 
 
 def thread_ends() -> None:

@@ -143,6 +143,11 @@ class Sampler:
     def start(self) -> bool:
         """Start the thread (False: it could not be started, at interpreter shutdown say)."""
         self.restart_pending = False
+        if unpatched.threads_are_greenlets():
+            # Its thread would be a greenlet in the program's thread, whose passes (in C, sleeping between them)
+            # never let the hub run again: the program hung (a forked child of a gevent program, before its exec).
+            log.info("ringtrace: no samples in this process: gevent patched threading before the sampler started")
+            return False
         self._stop, self._stopping = unpatched.Event(), bytearray(1)
         thread = background_thread(self._run, "ringtrace-sampler")
         try:

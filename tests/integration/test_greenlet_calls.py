@@ -206,3 +206,63 @@ def test_gevents_greenlets_each_have_their_calls_on_a_lane(
     assert [found[track] for track in thread] == [[("<module>", False, [("main", False, [("leaf", False, [])])])]]
     lanes = [tree for track, lane in found.items() if track not in thread for tree in lane]
     assert lanes == [("work", False, [GEVENT_STEP, GEVENT_STEP])] * 3, found
+
+
+SUBPROCESS_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import subprocess
+import sys
+
+done = subprocess.run([sys.executable, "-c", "print('child')"], capture_output=True, text=True, timeout=60)
+print(done.stdout.strip())
+"""
+
+
+def test_a_gevent_program_runs_a_subprocess(collector: CollectorProcess, tmp_path: Path) -> None:
+    pytest.importorskip("gevent")
+    # The forked child, before its exec, started the sampler again as a greenlet (threading patched), whose passes
+    # never let gevent's hub run: the child never reached its exec, and the program's subprocess.run hung.
+    (tmp_path / "app.py").write_text(textwrap.dedent(SUBPROCESS_SCRIPT), encoding="utf-8")
+    done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "app.py"], tmp_path, program_environment())
+    assert (done.returncode, done.stdout) == (0, "child\n"), done.stderr
+
+
+FORK_SCRIPT = """
+from gevent import monkey
+
+monkey.patch_all()
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import gevent
+
+pid = os.fork()
+if pid == 0:
+    logging.getLogger("app").warning("in the child")  # its first event: the flusher starts, a greenlet now
+    deadline = time.monotonic() + 60
+    while not any(t.name == "ringtrace-flusher" for t in threading.enumerate()) and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    wanted = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+    print("flusher", any(t.name == "ringtrace-flusher" for t in threading.enumerate()), flush=True)
+    print("blocked", sorted(s.name for s in blocked & wanted), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_our_greenlets_leave_the_programs_signals_alone(collector: CollectorProcess, tmp_path: Path) -> None:
+    pytest.importorskip("gevent")
+    # A background thread started once gevent patched threading is a greenlet in the program's thread: blocking the
+    # program's signals there blocked them for the program (SIGTERM and SIGINT no longer ended it).
+    (tmp_path / "app.py").write_text(textwrap.dedent(FORK_SCRIPT), encoding="utf-8")
+    argv = [RINGTRACE, "run", "--collector", collector.tcp_address, "--sample-hz", "0", "app.py"]
+    done = run(argv, tmp_path, program_environment())
+    assert (done.returncode, done.stdout) == (0, "flusher True\nblocked []\n"), done.stderr

@@ -6,7 +6,9 @@ exits at once would first use it from its exit handlers, where Python 3.12 and l
 starts in the child right after the fork. And Python 3.12 and later warn at ``fork()`` in a process with more than one
 thread (a DeprecationWarning, shown for a fork in ``__main__``): under ``ringtrace run`` the threads may be ringtrace's
 alone, and the program, which has none, would print a warning it does not print under ``python``. Where every thread
-but the forking one is ringtrace's, that warning is ignored for that fork (each fork decides again).
+but the forking one is ringtrace's, that warning is ignored for that fork (each fork decides again). In a program whose
+threads gevent made greenlets, none is started in the child's fork handler (gevent's, after it, expects the forking
+thread alone), nor the mark recorded (its first event would start one): they start at its first event.
 
 A child multiprocessing forks (start method ``fork``) is named after its parent and itself (``app.py
 (ForkPoolWorker-1)``) by ``connect``'s fork handler, which runs before this one: its first HELLO carries that name
@@ -20,6 +22,7 @@ import threading
 import warnings
 from typing import Any
 
+from ringtrace.client.delivery import unpatched
 from ringtrace.client.delivery.streaming.streamer import Streamer
 from ringtrace.client.recording.timelines import Timeline
 
@@ -50,6 +53,11 @@ def _in_child(timeline: Timeline, mark: str) -> None:
 
 def _start_child(timeline: Timeline, mark: str) -> None:
     try:
+        if unpatched.threads_are_greenlets():
+            # A thread is a greenlet: one started here, by the mark's first event or the streamer, is in threading's
+            # records before gevent's own fork hook runs, which expects the forking thread alone there (an assertion
+            # failed in the child, its other greenlets left running). They start at the child's first event.
+            return
         timeline.instant(mark, how="fork")
         for listener in timeline.listeners:
             if isinstance(listener, Streamer):

@@ -226,8 +226,10 @@ def test_a_gevent_program_runs_a_subprocess(collector: CollectorProcess, tmp_pat
     # The forked child, before its exec, started the sampler again as a greenlet (threading patched), whose passes
     # never let gevent's hub run: the child never reached its exec, and the program's subprocess.run hung.
     (tmp_path / "app.py").write_text(textwrap.dedent(SUBPROCESS_SCRIPT), encoding="utf-8")
+    # And the child's fork hook started no thread of ours before gevent's own ran (whose assertion then failed).
     done = run([RINGTRACE, "run", "--collector", collector.tcp_address, "app.py"], tmp_path, program_environment())
     assert (done.returncode, done.stdout) == (0, "child\n"), done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 FORK_SCRIPT = """

@@ -33,7 +33,7 @@ FILTERS: Final = (
         "--since",
         "since",
         "events that overlap the window from this: a span that ends after it, a point at or after it; "
-        "wall-clock ns, RFC 3339, or relative (-5s, -2m)",
+        "wall-clock ns, RFC 3339, or relative (-5s, -2m; +30s: from now on)",
     ),
     ("--until", "until", "events that start before this (same forms as --since)"),
     ("--pid", "pid", "processes by pid, comma-separated"),

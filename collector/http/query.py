@@ -51,7 +51,7 @@ MAX_LIMIT: Final = 10**9
 _MAX_PATTERN_CHARS: Final = 1024
 _MAX_PIDS: Final = 1000
 _UNITS_NS: Final = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9, "d": 86_400e9}
-_RELATIVE: Final = re.compile(r"-(\d+(?:\.\d+)?)(ns|us|ms|s|m|h|d)")
+_RELATIVE: Final = re.compile(r"([-+])(\d+(?:\.\d+)?)(ns|us|ms|s|m|h|d)")
 #: RFC 3339 allows any number of fractional digits: past the 9th (below a ns) they are dropped (``parse_time``).
 _RFC3339: Final = re.compile(
     r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?([Zz]|[+-]\d\d:\d\d)"
@@ -82,8 +82,8 @@ class SnapshotQuery:
 _TABLES_FORMAT: Final = FORMATS["parquet"]
 #: The parameters ``/snapshot`` takes, and what each takes (for messages).
 SNAPSHOT_PARAMETERS: Final = {
-    "since": "a time: wall-clock ns, RFC 3339, or relative such as -5s",
-    "until": "a time: wall-clock ns, RFC 3339, or relative such as -5s",
+    "since": "a time: wall-clock ns, RFC 3339, or relative such as -5s (+30s: from now on)",
+    "until": "a time: wall-clock ns, RFC 3339, or relative such as -5s (+30s: from now on)",
     "pid": "process ids, comma-separated",
     "shown_pid": (
         "the pids snapshots and /sources show, comma-separated: those processes alone, not others of the same OS pid"
@@ -190,7 +190,8 @@ def single_values(params: Iterable[tuple[str, str]], accepted: Mapping[str, str]
 
 def parse_time(name: str, text: str, now_ns: int) -> int:
     """A time as wall-clock ns: digits are ns since the epoch, RFC 3339 text an instant (truncated to the ns: a
-    fraction's digits past the 9th are dropped), ``-5s`` that long before ``now_ns`` (units ns, us, ms, s, m, h, d).
+    fraction's digits past the 9th are dropped), ``-5s`` that long before ``now_ns`` and ``+5s`` that long after it
+    (units ns, us, ms, s, m, h, d).
 
     Raises:
         QueryError: none of these.
@@ -199,9 +200,11 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
         return _in_range(name, text, int(text))
     relative = _RELATIVE.fullmatch(text)
     if relative:
-        amount, unit = relative.groups()
-        ago_ns = float(amount) * _UNITS_NS[unit]
-        return _in_range(name, text, now_ns - round(ago_ns) if ago_ns < 2**64 else -1)
+        sign, amount, unit = relative.groups()
+        span_ns = float(amount) * _UNITS_NS[unit]
+        if span_ns >= 2**64:
+            return _in_range(name, text, -1)
+        return _in_range(name, text, now_ns - round(span_ns) if sign == "-" else now_ns + round(span_ns))
     rfc = _RFC3339.fullmatch(text)
     if rfc:
         date, clock, fraction, zone = rfc.groups()
@@ -213,7 +216,7 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
         return _in_range(name, text, ns)
     raise QueryError(
         f"query parameter {name!r} must be wall-clock ns, RFC 3339 (2026-11-22T10:00:00Z) or relative "
-        f"(-5s, -1.5m, -250ms), got {text!r:.80}"
+        f"(-5s, -1.5m, +30s), got {text!r:.80}"
     )
 
 

@@ -33,6 +33,8 @@ def test_no_parameters_select_everything_as_chrome() -> None:
         ("-1d", NOW - 86_400 * 10**9),
         ("-10us", NOW - 10_000),
         ("-7ns", NOW - 7),
+        ("+30s", NOW + 30 * 10**9),
+        ("+1.5m", NOW + 90 * 10**9),
         ("1970-01-01T00:00:01Z", 10**9),
         ("1970-01-01T00:00:01.5Z", 1_500_000_000),
         ("1970-01-01T00:00:01.000000001Z", 1_000_000_001),
@@ -47,7 +49,11 @@ def test_times_take_ns_rfc3339_and_relative_forms(text: str, expected: int) -> N
 
 
 @pytest.mark.parametrize(
-    "text", ["", "soon", "5s", "-5", "-5 s", "-5y", "2026-11-22", "2026-11-22T10:00:00", "2026-02-30T00:00:00Z", "1e9"]
+    "text",
+    [
+        *("", "soon", "5s", "-5", "-5 s", "+-5s", "+5", "-5y"),
+        *("2026-11-22", "2026-11-22T10:00:00", "2026-02-30T00:00:00Z", "1e9"),
+    ],
 )
 def test_a_bad_time_names_the_parameter_and_the_forms(text: str) -> None:
     with pytest.raises(QueryError, match="'until'") as error:

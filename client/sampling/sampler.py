@@ -106,10 +106,9 @@ class Sampler:
         self._threads: dict[int, SampledThread] = {}
         #: In a forked child: the thread starts again with the flusher (``_after_fork_in_child``).
         self.restart_pending = False
-        #: Passes over the threads, samples taken, the CPU time of the sampler's thread so far in ns (read every few
-        #: passes, and as it stops), and passes the program's main thread ran, where the loop counts them (see the
-        #: properties).
-        self._counts = array("q", [0, 0, 0, 0])
+        #: Passes over the threads, samples taken, and the CPU time of the sampler's thread so far in ns (read every
+        #: few passes, and as it stops), where the loop counts them (see the properties).
+        self._counts = array("q", [0, 0, 0])
         #: Passes that failed on an unexpected error (each loses its own samples only: the loop starts again).
         self.failures = PassFailures("sampler")
 
@@ -122,12 +121,6 @@ class Sampler:
     def samples(self) -> int:
         """Samples taken."""
         return self._counts[1]
-
-    @property
-    def main_thread_passes(self) -> int:
-        """Of ``passes``, those the program's main thread ran itself, between two of its bytecodes (the C loop: no
-        handoff of the GIL to the sampler's thread; see ``speedups/sample_loop.c``)."""
-        return self._counts[3]
 
     @property
     def cpu_ns(self) -> int:

@@ -13,11 +13,6 @@ objects on 3.11 (``speedups/stack_walk.c``, then ``StackInterner.intern_walk``),
 frame can run a garbage collection whose finalisers let that thread run on and free the frame being read (a segfault
 in ``PyFrame_GetBack``). The twin keeps that hazard on 3.11: it runs where the accelerator is not built, or with
 ``RINGTRACE_PURE_PYTHON=1``.
-
-Where the pass runs: the twin's loop takes the GIL for each pass on the sampler's thread. The C loop
-(``speedups/sample_loop.c``) hands a busy main thread the pass instead, run between two of its bytecodes (no GIL
-handoff to the sampler's thread, which cost the busy thread a wait and the sampler three wake-ups a pass), and takes
-the pass on its own thread while the main thread waits, or where the pass would meet a thread anew.
 """
 
 from __future__ import annotations

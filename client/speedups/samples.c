@@ -90,13 +90,11 @@ done:
 }
 
 /* The sample's values (kind, name, now, now, stack) into `track`'s recording, as Source.open records: into a list
-   sink directly (whole or not at all), any other sink through its extend; a full one counts it (count_full). 1, or
-   -1 with an exception set; with `deferred` (a pass in the program's main thread, see sample_loop.c), 0 and
-   *deferred set where that would call count_full or the extend of a sink written in Python (code that may take a lock
-   the interrupted program holds: the first event's starts the flusher): left for a full pass. */
+   sink directly (whole or not at all), any other sink through its extend; a full one counts it (count_full). 0, or
+   -1 with an exception set. */
 static int
 record_sample(ModuleState *state, PyObject *track, PyObject *kind, PyObject *name, PyObject *now, PyObject *stack,
-              PyObject *wake, int *deferred)
+              PyObject *wake)
 {
     PyObject *recording, *sink, *count_full, *called;
     Py_ssize_t held, limit, wake_at;
@@ -112,13 +110,6 @@ record_sample(ModuleState *state, PyObject *track, PyObject *kind, PyObject *nam
     if ((wake_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(recording, 2))) == -1 && PyErr_Occurred()) goto done;
     held = PyList_CheckExact(sink) ? PyList_GET_SIZE(sink) : PyObject_Size(sink);
     if (held < 0) goto done;
-    /* (a deque's extend runs no Python code: NOWHERE, the sink of a source not recording, is one) */
-    if (deferred != NULL && (held >= limit || !(PyList_CheckExact(sink) ||
-                                                strcmp(Py_TYPE(sink)->tp_name, "collections.deque") == 0))) {
-        *deferred = 1;
-        result = 0;
-        goto done;
-    }
     if (held >= limit) {
         called = PyObject_CallNoArgs(count_full);
     } else if (PyList_CheckExact(sink)) {
@@ -138,18 +129,16 @@ record_sample(ModuleState *state, PyObject *track, PyObject *kind, PyObject *nam
     }
     if (called == NULL) goto done;
     Py_DECREF(called);
-    result = 1;
+    result = 0;
 done:
     Py_DECREF(recording);
     return result;
 }
 
 /* One thread's sample, its ident `id` (`ident` as an int) (see the twin's loop body). 1: taken, 0: not this
-   thread's (or, with `deferred`, a thread met anew, or a sample record_sample deferred: *deferred set), -1: an
-   exception set. */
+   thread's, -1: an exception set. */
 static int
-sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *interp, unsigned long id, PyObject *ident,
-              int *deferred)
+sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *interp, unsigned long id, PyObject *ident)
 {
     PyObject *threads = args[0], *active = args[1], *own = args[2], *tasks = args[3], *now = args[4], *kind = args[5],
              *sampled_of = args[6], *interner = args[7], *wake = args[8];
@@ -169,11 +158,6 @@ sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *int
         int is_own = PyObject_RichCompareBool(ident, own, Py_EQ);
         if (is_own != 0) {
             result = is_own < 0 ? -1 : 0;
-            goto done;
-        }
-        if (deferred != NULL) { /* (sampled_of adds a track to the timeline: under its lock) */
-            *deferred = 1;
-            result = 0;
             goto done;
         }
         sampled = PyObject_CallFunctionObjArgs(sampled_of, ident, thread != NULL ? thread : Py_None, NULL);
@@ -202,7 +186,7 @@ sample_thread(ModuleState *state, PyObject *const *args, PyInterpreterState *int
     } else {
         name = Py_NewRef(state->empty_name);
     }
-    result = record_sample(state, track, kind, name, now, stack, wake, deferred);
+    result = record_sample(state, track, kind, name, now, stack, wake) < 0 ? -1 : 1;
     Py_DECREF(name);
 done:
     Py_XDECREF(thread);
@@ -212,11 +196,9 @@ done:
     return result;
 }
 
-/* One pass (args as take_samples'): the samples taken in *taken, the thread states met in *met. 0, or -1. With
-   `deferred` (not NULL), the pass calls no Python code that may take a lock (see sample_thread): what would is left,
-   and *deferred set. */
-int
-take_pass(ModuleState *state, PyObject *const *args, Py_ssize_t *taken, Py_ssize_t *met, int *deferred)
+/* One pass (args as take_samples'): the samples taken in *taken, the thread states met in *met. 0, or -1. */
+static int
+take_pass(ModuleState *state, PyObject *const *args, Py_ssize_t *taken, Py_ssize_t *met)
 {
     PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
     PyThreadState *t;
@@ -243,7 +225,7 @@ take_pass(ModuleState *state, PyObject *const *args, Py_ssize_t *taken, Py_ssize
         PyObject *ident = PyLong_FromUnsignedLong(idents[i]);
         int r;
         if (ident == NULL) goto done;
-        r = sample_thread(state, args, interp, idents[i], ident, deferred);
+        r = sample_thread(state, args, interp, idents[i], ident);
         Py_DECREF(ident);
         if (r < 0) goto done;
         *taken += r;
@@ -256,7 +238,7 @@ done:
 }
 
 /* The dicts a pass takes are dicts (the tasks too, unless NULL: run_passes makes them). 0, or -1 with TypeError. */
-int
+static int
 check_pass_args(PyObject *const *args)
 {
     if (!PyDict_Check(args[0]) || !PyDict_Check(args[1]) || (args[3] != NULL && !PyDict_Check(args[3]))) {
@@ -277,6 +259,157 @@ take_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "take_samples() takes 9 arguments");
         return NULL;
     }
-    if (check_pass_args(args) < 0 || take_pass(PyModule_GetState(module), args, &taken, &met, NULL) < 0) return NULL;
+    if (check_pass_args(args) < 0 || take_pass(PyModule_GetState(module), args, &taken, &met) < 0) return NULL;
     return Py_BuildValue("(nn)", taken, met);
+}
+
+/* The longest sleep between looks at the stop flag (as thread_pass._STOP_LATENCY_S). */
+#define STOP_LATENCY_NS 50000000LL
+
+static int64_t
+monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* This thread's CPU time in ns (0 where it cannot be read). */
+static int64_t
+own_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The running tasks' names (a new reference): task_names() where asyncio's table of current tasks has any, else the
+   empty dict `none` (looked up without a call: in most passes of most programs no loop runs a task). */
+static PyObject *
+tasks_now(PyObject *task_names, PyObject *none, PyObject *tasks_module_name, PyObject *current_tasks_name)
+{
+    PyObject *modules = PyImport_GetModuleDict(), *module, *current, *tasks;
+    int empty;
+    if ((module = PyDict_GetItemWithError(modules, tasks_module_name)) == NULL) {
+        return PyErr_Occurred() ? NULL : Py_NewRef(none);
+    }
+    if ((current = PyObject_GetAttr(module, current_tasks_name)) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();
+        return Py_NewRef(none);
+    }
+    empty = PyDict_Check(current) && PyDict_GET_SIZE(current) == 0;
+    Py_DECREF(current);
+    if (empty) return Py_NewRef(none);
+    if ((tasks = PyObject_CallNoArgs(task_names)) != NULL && !PyDict_Check(tasks)) {
+        PyErr_Format(PyExc_TypeError, "task_names() must return a dict, not %.100s", Py_TYPE(tasks)->tp_name);
+        Py_CLEAR(tasks);
+    }
+    return tasks;
+}
+
+/* run_passes(interval_ns, stopping, counts, flusher, take_args, task_names, forget_ended): the sampler's loop, the
+   twin of thread_pass.run_passes_in_python (see there). */
+PyObject *
+run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ModuleState *state = PyModule_GetState(module);
+    PyObject *stopping, *flusher, *take_args, *task_names, *forget_ended, *none = NULL, *tasks_module = NULL,
+        *current_tasks = NULL, *exiting_name = NULL, *result = NULL;
+    PyObject *pass_args[9];
+    Py_buffer counts = {0};
+    long long interval;
+    int64_t *count = NULL, next;
+    if (nargs != 7 || !PyByteArray_CheckExact(args[1]) || PyByteArray_GET_SIZE(args[1]) < 1 ||
+        !PyTuple_CheckExact(args[4]) || PyTuple_GET_SIZE(args[4]) != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_passes(interval_ns, stopping: bytearray, counts: array('q', 3), flusher, take_args: "
+                        "(threads, active, own, kind, sampled_of, interner, wake), task_names, forget_ended)");
+        return NULL;
+    }
+    if ((interval = PyLong_AsLongLong(args[0])) == -1 && PyErr_Occurred()) return NULL;
+    if (interval <= 0) {
+        PyErr_Format(PyExc_ValueError, "run_passes: an interval of %lld ns", interval);
+        return NULL;
+    }
+    stopping = args[1];
+    flusher = args[3];
+    take_args = args[4];
+    task_names = args[5];
+    forget_ended = args[6];
+    if (PyObject_GetBuffer(args[2], &counts, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
+    if (counts.len != 3 * (Py_ssize_t)sizeof(int64_t) || counts.itemsize != sizeof(int64_t) || counts.format == NULL ||
+        strcmp(counts.format, "q") != 0) {
+        PyErr_SetString(PyExc_TypeError, "run_passes: counts must be an array('q') of 3: passes, samples, CPU ns");
+        goto done;
+    }
+    count = (int64_t *)counts.buf; /* (held: the array cannot be resized while its buffer is out) */
+    count[2] = own_cpu_ns();
+    if ((none = PyDict_New()) == NULL || (tasks_module = PyUnicode_InternFromString("asyncio.tasks")) == NULL ||
+        (current_tasks = PyUnicode_InternFromString("_current_tasks")) == NULL ||
+        (exiting_name = PyUnicode_InternFromString("exiting")) == NULL) {
+        goto done;
+    }
+    /* In take_samples' order: threads, active, own, tasks, now, kind, sampled_of, interner, wake. */
+    pass_args[0] = PyTuple_GET_ITEM(take_args, 0);
+    pass_args[1] = PyTuple_GET_ITEM(take_args, 1);
+    pass_args[2] = PyTuple_GET_ITEM(take_args, 2);
+    pass_args[5] = PyTuple_GET_ITEM(take_args, 3);
+    pass_args[6] = PyTuple_GET_ITEM(take_args, 4);
+    pass_args[7] = PyTuple_GET_ITEM(take_args, 5);
+    pass_args[8] = PyTuple_GET_ITEM(take_args, 6);
+    pass_args[3] = pass_args[4] = NULL;
+    if (check_pass_args(pass_args) < 0) goto done;
+    next = monotonic_ns();
+    while (!PyByteArray_AS_STRING(stopping)[0]) {
+        int64_t now = monotonic_ns();
+        Py_ssize_t taken, met;
+        int exiting, failed;
+        PyObject *flag;
+        next += interval;
+        if (next < now) next = now; /* fell behind (a long pause): skip the missed passes */
+        while (now < next && !PyByteArray_AS_STRING(stopping)[0]) {
+            int64_t until = next - now > STOP_LATENCY_NS ? now + STOP_LATENCY_NS : next;
+            struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+            Py_BEGIN_ALLOW_THREADS
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL); /* (EINTR: looked at again) */
+            Py_END_ALLOW_THREADS
+            now = monotonic_ns();
+        }
+        if (PyByteArray_AS_STRING(stopping)[0]) break;
+        /* Once the exit delivery has begun, a sample would land after its last sweep and count as dropped. */
+        if ((flag = PyObject_GetAttr(flusher, exiting_name)) == NULL) goto done;
+        exiting = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (exiting != 0) {
+            if (exiting < 0) goto done;
+            break;
+        }
+        if ((pass_args[3] = tasks_now(task_names, none, tasks_module, current_tasks)) == NULL) goto done;
+        if ((pass_args[4] = PyLong_FromLongLong(monotonic_ns())) == NULL) {
+            Py_CLEAR(pass_args[3]);
+            goto done;
+        }
+        failed = take_pass(state, pass_args, &taken, &met);
+        Py_CLEAR(pass_args[3]);
+        Py_CLEAR(pass_args[4]);
+        if (failed) goto done;
+        count[0] += 1;
+        count[1] += taken;
+        if (PyDict_GET_SIZE(pass_args[0]) > met - 1) { /* threads ended: their tracks go */
+            PyObject *called = PyObject_CallNoArgs(forget_ended);
+            if (called == NULL) goto done;
+            Py_DECREF(called);
+        }
+        if (count[0] % 16 == 0) count[2] = own_cpu_ns();
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (count != NULL) count[2] = own_cpu_ns();
+    if (counts.buf != NULL) PyBuffer_Release(&counts);
+    Py_XDECREF(none);
+    Py_XDECREF(tasks_module);
+    Py_XDECREF(current_tasks);
+    Py_XDECREF(exiting_name);
+    return result;
 }

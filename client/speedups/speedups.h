@@ -34,7 +34,7 @@ What it does, and why it is safe to do it this way:
 
 The files, one job each: recorder_clock.c (the clock), buffers.c (a buffer's recording side), running_loop.c (the running asyncio loop, configure()),
 recorder_core.c, scope.c, message.c and traced.c (the types), runs.c (the flusher's side of a buffer), records.c (compact records), samples.c (the
-sampler's pass over the threads), stack_walk.c (a thread's frames), sample_loop.c and main_thread_call.c (the sampler's loop), module.c (the module). */
+sampler's pass over the threads), module.c (the module). */
 
 #ifndef RINGTRACE_SPEEDUPS_H
 #define RINGTRACE_SPEEDUPS_H
@@ -231,18 +231,14 @@ PyObject *new_null_scope(PyTypeObject *type);
 /* runs.c */
 PyObject *take_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
-/* samples.c: take_samples(), and its pass for sample_loop.c (`deferred`: see there) */
+/* samples.c */
 PyObject *take_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-int take_pass(ModuleState *state, PyObject *const *args, Py_ssize_t *taken, Py_ssize_t *met, int *deferred);
-int check_pass_args(PyObject *const *args);
 /* stack_walk.c: a thread's stack as (key, codes) tuples (1; 0: no Python frame; -1: an exception set), its thread
    state by ident (NULL: none), and walk_stack(ident) for the tests. */
 int walk_thread(PyThreadState *tstate, PyObject **key, PyObject **codes);
 PyThreadState *thread_state_of(PyInterpreterState *interp, unsigned long ident);
 PyObject *walk_stack(PyObject *module, PyObject *arg);
-/* sample_loop.c: the sampler's loop; main_thread_call.c: the main thread made to run a pending call at once */
 PyObject *run_passes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-void poke_main_thread(void);
 
 #pragma GCC visibility pop
 

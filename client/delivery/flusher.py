@@ -417,11 +417,10 @@ class Flusher:
         while (pause := self._resume_at - time.monotonic()) > 0:
             unpatched.sleep(pause)
         started, interval_s = time.monotonic(), self.interval_s  # (asks the listeners: once, and after a wake-up)
-        while (timeout := started + interval_s - time.monotonic()) > 0:
-            self._wake.wait(timeout)
-            if not self._wake.is_set() or self._sweep_asked:  # the interval passed, or a sweep is asked for
-                break  # (a wake-up left set is taken by the next wait, which then reads the interval again)
-            self._wake.clear()
+        while (timeout := started + interval_s - time.monotonic()) > 0 and self._wake.wait(timeout):
+            self._wake.clear()  # (before the look at ``_sweep_asked``: a wake() that finds the event set sets nothing)
+            if self._sweep_asked:
+                break
             interval_s = self.interval_s  # (a timeline came or went: ``register``)
         self._sweep_asked = False
 

@@ -121,3 +121,40 @@ def test_the_streamer_s_lock_is_taken_through_one_object_that_waits_for_the_pass
     assert took.wait(60)
     thread.join(60)
     assert not lock.locked()
+
+
+class _WakeLandingBeforeClear:
+    """The flusher's wake-up event, where a recording thread's ``wake()`` lands right before the flusher thread
+    clears it (the flusher thread lets the GIL go between any two of its bytecodes)."""
+
+    def __init__(self, flusher: Any) -> None:
+        self.flusher, self.flag, self.landed = flusher, True, False
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + min(timeout, 60.0)
+        while not self.flag and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.flag
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+
+    def clear(self) -> None:
+        if not self.landed:
+            self.landed = True
+            self.flusher.wake()  # (finds the event set: sets nothing)
+        self.flag = False
+
+
+def test_a_wake_up_landing_before_the_flusher_clears_its_event_is_not_lost() -> None:
+    from ringtrace.client.delivery.flusher import Flusher
+
+    flusher = Flusher(interval_s=60.0)
+    flusher._wake = _WakeLandingBeforeClear(flusher)  # type: ignore[assignment]  # set, as a register() leaves it
+    waited = threading.Thread(target=flusher._wait_for_sweep, daemon=True)
+    waited.start()
+    waited.join(20)  # (far less than the interval: the sweep asked for comes first)
+    assert not waited.is_alive(), "the sweep asked for waited for the end of the interval"

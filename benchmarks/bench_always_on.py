@@ -75,9 +75,8 @@ def variants(address: str, split: bool = False, compare: str | None = None) -> d
     return chosen
 
 
-def cpu_mix(command: list[str], batches: int) -> tuple[float, float, float, float]:
-    """Seconds of the work loop, CPU seconds of the process meanwhile, and of its main thread, and how often that
-    thread waited."""
+def run_cpu_mix(command: list[str], batches: int, pattern: str) -> tuple[re.Match[str], str]:
+    """``workloads/cpu_mix.py`` run by ``command``: where ``pattern`` matches its output, and the output."""
     result = subprocess.run(
         [*command, str(WORKLOADS / "cpu_mix.py"), str(batches)],
         capture_output=True,
@@ -85,9 +84,16 @@ def cpu_mix(command: list[str], batches: int) -> tuple[float, float, float, floa
         timeout=600,
         check=True,
     )
-    match = re.search(r"elapsed_s (\S+) cpu_s (\S+) main_cpu_s (\S+) main_waits (\d+)", result.stdout)
+    match = re.search(pattern, result.stdout)
     if match is None:
         raise RuntimeError(f"cpu_mix printed no time: {result.stdout!r} {result.stderr[-2000:]!r}")
+    return match, result.stdout
+
+
+def cpu_mix(command: list[str], batches: int) -> tuple[float, float, float, float]:
+    """Seconds of the work loop, CPU seconds of the process meanwhile, and of its main thread, and how often that
+    thread waited."""
+    match, _ = run_cpu_mix(command, batches, r"elapsed_s (\S+) cpu_s (\S+) main_cpu_s (\S+) main_waits (\d+)")
     return float(match.group(1)), float(match.group(2)), float(match.group(3)), float(match.group(4))
 
 

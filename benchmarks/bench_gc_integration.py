@@ -27,7 +27,6 @@ import argparse
 import gc
 import importlib.util
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import Any
 
 import ringtrace.client
 from _common import ParkedListener, collector, interleave, median, recorder, table
+from bench_always_on import run_cpu_mix
 from ringtrace.client.delivery.flusher import FLUSHER
 from ringtrace.client.integrations import gc_pauses
 
@@ -113,17 +113,8 @@ def callback_costs(n: int, rounds: int) -> dict[str, float]:
 
 def cpu_mix(command: list[str], batches: int) -> tuple[float, float, dict[str, float]]:
     """Seconds of the work loop, CPU seconds of the process meanwhile, and each thread's CPU seconds by name."""
-    result = subprocess.run(
-        [*command, str(WORKLOADS / "cpu_mix.py"), str(batches)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    match = re.search(r"elapsed_s (\S+) cpu_s (\S+)", result.stdout)
-    if match is None:
-        raise RuntimeError(f"cpu_mix printed no time: {result.stdout!r} {result.stderr[-2000:]!r}")
-    threads = re.search(r"thread_cpu_s (.*)", result.stdout)
+    match, output = run_cpu_mix(command, batches, r"elapsed_s (\S+) cpu_s (\S+)")
+    threads = re.search(r"thread_cpu_s (.*)", output)
     pairs = (field.rsplit("=", 1) for field in (threads.group(1).split() if threads else ()))
     return float(match.group(1)), float(match.group(2)), {name: float(spent) for name, spent in pairs}
 

@@ -56,10 +56,11 @@ def background_thread(target: Callable[[], object], name: str) -> threading.Thre
     started_in: list[int] = []  # (the OS thread that started it)
 
     def run() -> None:
-        unpatched.thread_begins()
+        own_os_thread = _get_native_id() not in started_in  # (else a greenlet, in the OS thread that started it)
+        unpatched.thread_begins(own_os_thread)
         try:
             # (not on Windows, where signals go to the main thread anyway; nor in a greenlet: see above)
-            if hasattr(signal, "pthread_sigmask") and _get_native_id() not in started_in:
+            if own_os_thread and hasattr(signal, "pthread_sigmask"):
                 signal.pthread_sigmask(signal.SIG_BLOCK, _PROGRAM_SIGNALS)
             target()
         finally:

@@ -11,10 +11,10 @@ So the background threads wait, sleep and connect with what this module captured
 Only ours, and only those that are OS threads: a program that patched before ringtrace's threads started has them
 run as greenlets (``threading.Thread`` is a greenlet then), in the thread of its hub, where a wait on an OS lock would
 stall every greenlet; so would the program's own threads waiting (a flush) once patched. Each background thread calls
-``thread_begins`` first: one that began before gevent patched ``_thread`` is an OS thread of ours, which these
-primitives serve with the interpreter's; every other caller gets the module's current ones (gevent's, once patched;
-an ``Event`` then polled between gevent's sleeps). A program patched before ringtrace was imported gives gevent's
-here anyway, its threads being greenlets throughout.
+``thread_begins`` first, told whether it runs in an OS thread of its own (one started before gevent patched
+``_thread``), which these primitives serve with the interpreter's; every other caller gets the module's current ones
+(gevent's, once patched; an ``Event`` then polled between gevent's sleeps). A program patched before ringtrace was
+imported gives gevent's here anyway, its threads being greenlets throughout.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ __all__ = [
 
 allocate_lock: Final = _thread.allocate_lock
 get_ident: Final = _thread.get_ident
-_start_new_thread: Final = _thread.start_new_thread
 _sleep: Final = time.sleep
 _getaddrinfo: Final = socket.getaddrinfo
 _socketpair: Final = socket.socketpair
@@ -54,10 +53,10 @@ _socket_class: Final = socket.socket
 _os_threads: set[int] = set()
 
 
-def thread_begins() -> None:
-    """Called first by each background thread: whether it is an OS thread of its own, or a greenlet (``_thread``
-    patched since this module was imported)."""
-    if _thread.start_new_thread is _start_new_thread:
+def thread_begins(own_os_thread: bool) -> None:
+    """Called first by each background thread: whether it runs in an OS thread of its own, or is a greenlet in the
+    OS thread that started it (``threads.py`` tells them apart)."""
+    if own_os_thread:
         _os_threads.add(get_ident())
 
 

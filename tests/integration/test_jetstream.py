@@ -736,7 +736,13 @@ def test_a_process_connected_to_one_collector_is_connected_with_its_rate_on_anot
     finally:
         first.stop()
         second.stop()
-    assert not [line for line in first.lines + second.lines if "WARNING" in line or "Traceback" in line]
+    assert not [line for line in first.lines + second.lines if ("WARNING" in line or "Traceback" in line)
+                and not _PEER_OFFLINE.search(line)]  # fmt: skip
+
+
+#: A NATS server that missed its cluster's heartbeats on a loaded machine is offline to the others for a while, and
+#: JetStream places no replica on it: the incidents' bucket is tried again at each incident, as the line says.
+_PEER_OFFLINE = re.compile(r"incidents: JetStream object store bucket .* cannot be used yet .* peer offline")
 
 
 def test_one_nats_server_alone_and_the_default_replicas_stop_the_collector_naming_jetstream_replicas_1(

@@ -22,8 +22,15 @@ Rules (default; not with ``--quick``; alone with ``--rules-only``)
   ``max_per_minute`` of 1 (few incidents): the ratio of their MB/s (target >= 0.9x), of their CPU per wire byte, how
   much of what it received the rule watch left unread, and what the rules fired, saved and suppressed.
 
+The watch's reach (alone with ``--watch-rates``)
+  How much of a steady stream the 50 rules' watch reads, by rate: the rules part's stream sent paced over 8
+  connections at each rate given (MB/s of wire bytes) for ``--watch-seconds`` (default 8) into a fresh collector
+  watching the 50 rules; for each, the events a second, the collector's CPU (share of a core) and what the watch left
+  unread (``unread_events``).
+
 Examples:
   python benchmarks/bench_incidents.py --quick
+  python benchmarks/bench_incidents.py --watch-rates 100,200,400
   python benchmarks/bench_incidents.py --floods 4
   python benchmarks/bench_incidents.py --rules-only
 """
@@ -42,7 +49,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _common import Collector, collector, stop_process, table, verdict
+from _common import Collector, collector, process_cpu_s, stop_process, table, verdict
 
 #: What a peer process runs (``--peer ROLE ADDRESS``): the flood, the caller or the server.
 PEER_ROLES = ("flood", "caller", "server")
@@ -382,6 +389,33 @@ def rules_cost(requests: int = 600_000, rounds: int = 5) -> bool:
     return ratio >= RULES_TARGET
 
 
+def watch_reach(rates_mb_s: list[float], seconds: float, requests: int = 200_000) -> bool:
+    """The 50 rules' watch on the rules part's stream sent paced at each rate: how much it read (see the docstring)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import bench_ingest
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_incidents-reach-") as directory:
+        rules = rules_file(Path(directory) / "rules.toml")
+        stream = rules_stream(Path(directory), requests)
+        for rate in rates_mb_s:
+            with collector("--capacity", "256MiB", "--rules", str(rules)) as coll:
+                cpu_before, began = process_cpu_s(coll.process.pid), time.monotonic()
+                sent = bench_ingest.run_blaster(coll.tcp, "collector", 8, int(rate * 1e6 * seconds), stream, rate * 1e6)
+                elapsed, cpu = time.monotonic() - began, process_cpu_s(coll.process.pid) - cpu_before
+                watch = bench_ingest.rule_watch_stats(coll)
+                received = int(coll.healthz()["received_events"])  # type: ignore[call-overload]
+                unread = int(watch["unread_events"])
+                rows.append([
+                    f"{rate:g}", f"{sent['bytes'] / sent['seconds'] / 1e6:,.0f}", f"{received / elapsed / 1e6:.1f}",
+                    f"{cpu / elapsed:.0%}", f"{unread:,} of {received:,}", f"{unread / received:.1%}",
+                ])  # fmt: skip
+    print(table(["MB/s asked", "MB/s sent", "M events/s", "collector CPU", "unread", "unread %"], rows,
+                f"The 50 rules' watch on a steady stream, {seconds:g} s a rate, 8 connections; load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"))  # fmt: skip
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the overload part only, with one flooding process")
@@ -391,10 +425,20 @@ def main() -> int:
     parser.add_argument("--rules-only", action="store_true", help="the 50-rules ingest part alone")
     parser.add_argument("--requests", type=int, default=600_000, help="requests in the rules part's stream (600000)")
     parser.add_argument("--rounds", type=int, default=5, help="the rules part's interleaved rounds (default 5)")
+    parser.add_argument("--watch-rates", help="the watch's reach alone, at these MB/s (comma-separated: 100,200,400)")
+    parser.add_argument("--watch-seconds", type=float, default=8.0, help="seconds a rate (default 8)")
     parser.add_argument("--peer", nargs=2, metavar=("ROLE", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
         return peer(*args.peer)
+    if args.watch_rates:
+        try:
+            rates = [float(rate) for rate in args.watch_rates.split(",")]
+        except ValueError:
+            parser.error(f"--watch-rates: {args.watch_rates!r} is not MB/s separated by commas (100,200,400)")
+        if not rates or min(rates) <= 0:
+            parser.error(f"--watch-rates: {args.watch_rates!r}: each rate must be above 0 MB/s")
+        return 0 if watch_reach(rates, args.watch_seconds) else 1
     if args.rules_only:
         return 0 if rules_cost(args.requests, args.rounds) else 1
     ok = overload(1 if args.quick else args.floods, args.after)

@@ -3,17 +3,17 @@ window captured and written whole, every outcome counted.
 
 Theory of operation
 -------------------
-With rules that watch stored events, a task steps the watch (``watch.py``) every ``WATCH_INTERVAL_S`` on a worker
-thread, the stored segments it reads pinned meanwhile (as a live tail's step is). A crash (a connection ended without
-the GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST /incidents``
-(``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding minute) and the
-bound on captures under way (``max_captures``) becomes an incident: its window pinned at once (``capture.py``), its
-pending record written, and, once ``after`` has run and the connected clients have flushed, its snapshot file and
-record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's webhook is told.
-A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's share), as is one
-whose event's times cannot be right (``admission.py``: ``refused``), and one the watch did not make, past its rule's
-limit within a step (``take_surplus``); a capture waits for ``after`` from its firing at most, whatever its event's
-times say. Without rules there is no task and no store hook: the collector pays nothing.
+With rules that watch stored events, a task steps the watch (``watch.py``) on a worker thread, paced by
+``watch_pacing.py``, the stored segments it reads pinned meanwhile (as a live tail's step is). A crash (a connection
+ended without the GOODBYE its HELLO promised, and no reconnect within ``CRASH_GRACE_S``: ``crashed``) and ``POST
+/incidents`` (``fire_by_hand``) make firings of their own. A firing within its rule's ``max_per_minute`` (a sliding
+minute) and the bound on captures under way (``max_captures``) becomes an incident: its window pinned at once
+(``capture.py``), its pending record written, and, once ``after`` has run and the connected clients have flushed, its
+snapshot file and record written on a worker thread (``saving.py``); then its pins go, a line is logged and its rule's
+webhook is told. A firing past either bound is counted suppressed (per rule; ``busy`` counts the captures bound's
+share), as is one whose event's times cannot be right (``admission.py``: ``refused``), and one the watch did not make,
+past its rule's limit within a step (``take_surplus``); a capture waits for ``after`` from its firing at most,
+whatever its event's times say. Without rules there is no task and no store hook: the collector pays nothing.
 
 Everything here runs on the event loop but the watch's steps and the file writing.
 """
@@ -40,6 +40,7 @@ from ringtrace.collector.incidents.rules import BY_HAND, CrashCondition, Inciden
 from ringtrace.collector.incidents.saving import WindowSave, save_window
 from ringtrace.collector.incidents.tellings import Tellings
 from ringtrace.collector.incidents.watch_hold import WatchHold, step_pinned, stored_now
+from ringtrace.collector.incidents.watch_pacing import WATCH_INTERVAL_S, WatchPacing
 from ringtrace.collector.read.frame_walk import SnapshotView
 from ringtrace.collector.read.selection import EventFilter
 from ringtrace.collector.store.pinned_read import read_pinned
@@ -55,7 +56,6 @@ __all__ = [
     "BY_HAND",
     "CRASH_GRACE_S",
     "MAX_CAPTURES",
-    "WATCH_INTERVAL_S",
     "CapturesBusy",
     "IncidentEngine",
     "Viewer",
@@ -64,10 +64,6 @@ __all__ = [
 
 log = logging.getLogger("ringtrace.collector")
 
-#: How often the watch reads what was stored since.
-WATCH_INTERVAL_S: Final = 0.1
-#: The share of the time the watch's steps take at most (against the pauses between them).
-WATCH_SHARE: Final = 0.05
 #: Captures under way at once, at most: each pins its window's segments (within ``--incident-capacity``).
 MAX_CAPTURES: Final = 8
 #: How long a capture waits for the connected clients to flush, at most, once ``after`` has run (an incident is
@@ -258,9 +254,12 @@ class IncidentEngine:
     # -- firings ------------------------------------------------------------------------------------------------------
 
     async def _watch_loop(self) -> None:
+        pacing = WatchPacing()
         pause_s = WATCH_INTERVAL_S
         while True:
+            due = time.monotonic() + pause_s
             await asyncio.sleep(pause_s)
+            late_s = time.monotonic() - due
             if self._reloaded is not None:
                 self._follow(self._reloaded)
                 self._reloaded = None
@@ -270,12 +269,13 @@ class IncidentEngine:
             except Exception:  # the watch must go on: one bad step is logged
                 log.exception("incidents: the rules' watch failed a step")
                 continue
-            # A step takes at most WATCH_SHARE of the (wall) time: it holds the GIL ingest needs. Under a flood it reads
-            # what it can (what the ring overwrote is kept for it within a bound); what leaves unread is counted, never
-            # silent. (Paced by CPU time it cost a saturated ingest far more than its share, pinning only what it read.)
-            # The step's own time: not its waits for a worker and for the busy loop to take it back (they stretched the
-            # pauses of a loaded collector's watch 20-fold, to seconds, and its rules fired that late).
-            pause_s = max(WATCH_INTERVAL_S, sum(spent) * (1 - WATCH_SHARE) / WATCH_SHARE)
+            # Under a flood a step reads what it can (what the ring overwrote is kept for it within a bound); what
+            # leaves unread is counted, never silent. (Paced by CPU time it cost a saturated ingest far more than its
+            # share, pinning only what it read.) The step's own time: not its waits for a worker and for the busy loop
+            # to take it back (they stretched the pauses of a loaded collector's watch 20-fold, to seconds, and its
+            # rules fired that late).
+            watch = self._watch
+            pause_s = pacing.pause_after(sum(spent), watch is not None and watch.behind, late_s)
             for firing in firings:
                 rule = self.rules.by_name(firing.rule)
                 if rule is None:

@@ -20,6 +20,9 @@ class Watch(Protocol):
     @property
     def unread_events(self) -> int: ...
 
+    @property
+    def behind(self) -> bool: ...
+
     def begin(
         self, segments: Iterable[tuple[ProcessView, SegmentView]], kept: Mapping[int, int] | None = None
     ) -> None: ...

@@ -46,6 +46,10 @@ class SteppedWatch:
     def unread_events(self) -> int:
         return 0
 
+    @property
+    def behind(self) -> bool:
+        return False
+
     def begin(self, segments: Iterable[Any], kept: Mapping[int, int] | None = None) -> None:
         pass
 

@@ -240,6 +240,23 @@ def test_events_of_segments_overwritten_before_the_watch_read_them_are_counted()
     assert fired + watch.unread_events == sent
 
 
+def test_a_step_stopped_by_its_byte_budget_says_it_is_behind_until_it_has_read_everything() -> None:
+    store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
+    client = Stream(store, 1)
+    watch = RuleWatch(rules(SpanCondition("*")), Limits(), max_step_bytes=2048)
+    step(watch, store)
+    assert not watch.behind
+    client.send(*[(SPAN, "s", 1, {"pad": "x" * 100})] * 100)  # ~15 KB: several steps of 2 KB
+    fired = len(step(watch, store))
+    assert watch.behind
+    steps = 1
+    while watch.behind:
+        fired += len(step(watch, store))
+        steps += 1
+        assert steps < 100
+    assert fired == 100 and watch.unread_events == 0 and steps > 2
+
+
 def test_a_reload_keeps_the_cursors_and_the_counters_last_values() -> None:
     store = Store(64 * MIN_SEGMENT_BYTES, MIN_SEGMENT_BYTES)
     client = Stream(store, 1)

@@ -169,7 +169,10 @@ class RuleWatch:
                 progress.undecodable_events += segment.events - cursor.read_events
                 cursor.read_events, cursor.read_entries = segment.events, segment.entries
                 continue
-            if cursor.offset >= segment.used or not segment.size:  # (nothing new, or not pinned: ``to_read``)
+            if cursor.offset >= segment.used:  # (nothing new)
+                continue
+            if not segment.size:  # not pinned (``to_read``: past what a step reads): the next step's
+                self._behind = True
                 continue
             if self._plan.empty:  # nothing to judge: skip ahead (the decoder catches up if rules come)
                 cursor.offset, cursor.decoder, cursor.criteria = segment.used, None, None

@@ -18,7 +18,7 @@ from ringtrace.collector.command.filters import add_filters, check_params, descr
 from ringtrace.collector.command.output import cell, event_line, size
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export import live_tail
-from ringtrace.collector.http.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
+from ringtrace.collector.http.query import PROCESS_PARAMETERS, STREAM_PARAMETERS, time_text
 
 __all__ = ["add_sources_parser", "add_tail_parser"]
 
@@ -48,11 +48,21 @@ def _tail(args: argparse.Namespace) -> int:
             if event == _BEGUN:
                 _say_begun(endpoint_url(args.url, "/stream", []), params)
             elif event == "done":  # all that was asked for is shown
-                sys.stderr.write(f"ringtrace tail: done: {document.get('reason', document)}\n")
+                sys.stderr.write(f"ringtrace tail: done: {_done_reason(document, args.until)}\n")
                 return 0
             else:
                 _show(event, document)
     raise _broke_off()
+
+
+def _done_reason(document: dict[str, Any], given: str | None) -> str:
+    """Why the tail is done, with its until as it was given (``+30s``) and as the time it stood for, in UTC; the
+    collector's reason as it is if it does not say the until in ns (an older one)."""
+    until_ns = document.get("until_ns")
+    if not isinstance(until_ns, int) or given is None:
+        return str(document.get("reason", document))
+    when = time_text(until_ns)
+    return f"its until ({when if given == when else f'{given}: {when}'}) has passed"
 
 
 #: What ``_server_sent_events`` yields for the tail's banner: the collector has begun the tail.

@@ -38,6 +38,7 @@ from ringtrace.collector.http.query import (
     choice,
     parse_process_filter,
     parse_snapshot_query,
+    time_text,
 )
 from ringtrace.collector.http.search_api import add_search_routes
 from ringtrace.collector.http.snapshot_stream import stream_out
@@ -321,7 +322,8 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
         payload = live_tail.step_events(rows, tail.take_cleared())
         past_until = past_until and tail.unread_bytes == 0  # (what was stored by then is read: a step reads a part)
         if past_until:
-            payload += live_tail.done_event(f"its until ({until_ns} ns) has passed")
+            assert until_ns is not None  # (past_until says so)
+            payload += live_tail.done_event(f"its until ({time_text(until_ns)}) has passed", until_ns)
         if not payload:
             if loop.time() - written_at < TAIL_KEEPALIVE_S:
                 continue

@@ -44,6 +44,7 @@ __all__ = [
     "parse_snapshot_query",
     "parse_time",
     "single_values",
+    "time_text",
 ]
 
 #: The most events ``limit`` may ask for.
@@ -218,6 +219,13 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
         f"query parameter {name!r} must be wall-clock ns, RFC 3339 (2026-11-22T10:00:00Z) or relative "
         f"(-5s, -1.5m, +30s), got {text!r:.80}"
     )
+
+
+def time_text(wall_ns: int) -> str:
+    """Wall-clock ns as RFC 3339 text in UTC, to the ns (``2026-11-22T10:00:00.123456789Z``): what ``parse_time``
+    takes back as the same ns, and how the command's event lines show times."""
+    when = datetime.datetime.fromtimestamp(wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{when}.{wall_ns % 10**9:09d}Z"
 
 
 def _in_range(name: str, text: str, ns: int) -> int:

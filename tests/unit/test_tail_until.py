@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import orjson
 from aiohttp import ClientResponse, ClientSession
 from aiohttp.test_utils import TestServer
 from ringtrace.collector.http.api import make_app
+from ringtrace.collector.http.query import time_text
 from ringtrace.collector.ingest.connection import IngestProtocol
 from ringtrace.collector.read.tail import MAX_STEP_BYTES
 from ringtrace.wire.frames import encode, preamble
@@ -19,9 +21,9 @@ from ringtrace.wire.stream_encoder import StreamEncoder
 from test_collector_limits import StandInTransport, feed, small_collector
 
 
-async def tailed(response: ClientResponse) -> tuple[int, list[str]]:
-    """The data events of a tail until it ends, and the names of its other events."""
-    shown, others, event = 0, [], "message"
+async def tailed(response: ClientResponse) -> tuple[int, list[str], list[dict[str, Any]]]:
+    """The data events of a tail until it ends, the names of its other events and their documents."""
+    shown, others, documents, event = 0, [], [], "message"
     async for line in response.content:
         if line.startswith(b"event: "):
             event = line[7:].strip().decode()
@@ -30,8 +32,9 @@ async def tailed(response: ClientResponse) -> tuple[int, list[str]]:
                 shown += orjson.loads(line[6:])["process"] == "flood"
             else:
                 others.append(event)
+                documents.append(orjson.loads(line[6:]))
             event = "message"
-    return shown, others
+    return shown, others, documents
 
 
 def test_a_tail_whose_until_passed_ends_only_once_it_showed_what_was_stored_before() -> None:
@@ -45,7 +48,7 @@ def test_a_tail_whose_until_passed_ends_only_once_it_showed_what_was_stored_befo
     starts = [until - 10**9 + i for i in range(3 * MAX_STEP_BYTES // 1000)]
     batch = encoder.encode(track, [field for ts in starts for field in (INSTANT, "tick", ts, ts, padded)])
 
-    async def scenario() -> tuple[int, list[str]]:
+    async def scenario() -> tuple[int, list[str], list[dict[str, Any]]]:
         collector = small_collector(capacity_bytes=256 << 20, max_frame_bytes=1 << 20)
         async with (
             TestServer(make_app(collector)) as server,
@@ -63,6 +66,8 @@ def test_a_tail_whose_until_passed_ends_only_once_it_showed_what_was_stored_befo
             assert collector.store.kept_events([protocol.process.uid]) == {protocol.process.uid: batch.event_count}
             return await tailed(response)
 
-    shown, others = asyncio.run(scenario())
+    shown, others, documents = asyncio.run(scenario())
     assert others == ["done"]
+    # its until said as a time (it was said in ns alone), and in ns for a program
+    assert documents == [{"reason": f"its until ({time_text(until)}) has passed", "until_ns": until}]
     assert shown == batch.event_count, f"{shown} of {batch.event_count} events stored before its until shown"

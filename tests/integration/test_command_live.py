@@ -359,10 +359,13 @@ def test_tail_with_an_until_shows_what_came_before_it_and_ends_once_it_has_passe
     assert shown.count("web") == 21, out  # its 20 scopes and its message
 
 
-def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(collector: CollectorProcess) -> None:
+@pytest.mark.parametrize("grace", [[], ["--grace", "1s"]])  # (past the until and its grace either way)
+def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(
+    collector: CollectorProcess, grace: list[str]
+) -> None:
     before = time.time_ns()
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", "-10s"],
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", "-10s", *grace],
         capture_output=True,
         text=True,
         timeout=60,

@@ -71,3 +71,62 @@ def test_a_tail_whose_until_passed_ends_only_once_it_showed_what_was_stored_befo
     # its until said as a time (it was said in ns alone), and in ns for a program
     assert documents == [{"reason": f"its until ({time_text(until)}) has passed", "until_ns": until}]
     assert shown == batch.event_count, f"{shown} of {batch.event_count} events stored before its until shown"
+
+
+def test_a_tail_with_grace_shows_what_a_slow_client_sends_past_the_default_grace() -> None:
+    # A client whose batch_interval_s is over the default grace (2 s) sends events stamped before the until after the
+    # tail would have ended: the tail's grace covers it (here: events stamped before an until 5 s gone, stored now).
+    until = time.time_ns() - 5_000_000_000
+    track = TrackInfo(1, THREAD_TRACK, "main", 1)
+    encoder = StreamEncoder()
+    encoder.declare(track)
+    batch = encoder.encode(track, [f for ts in range(until - 100, until) for f in (INSTANT, "late", ts, ts, {})])
+
+    async def scenario() -> tuple[int, list[str]]:
+        collector = small_collector(capacity_bytes=64 << 20)
+        async with (
+            TestServer(make_app(collector)) as server,
+            ClientSession() as session,
+            session.get(server.make_url(f"/stream?until={until}&grace=60s")) as response,
+        ):
+            assert response.status == 200, await response.text()
+            assert (await response.content.readline()).startswith(b":")  # begun
+            wall_ns = time.time_ns()
+            hello = Hello(4321, "host", "flood", "instance-flood", "", wall_ns, wall_ns, "test")
+            protocol, transport = IngestProtocol(collector), StandInTransport()
+            protocol.connection_made(transport)  # type: ignore[arg-type]
+            feed(protocol, b"".join([preamble(), encode(hello), *encoder.prefix(), *batch.control,
+                                     *(f for f, _ in batch.events)]))  # fmt: skip
+            shown, others, event = 0, [], "message"
+            async with asyncio.timeout(30):  # (the tail goes on for a minute: read what was fed, then leave)
+                while shown < batch.event_count and not others:
+                    line = await response.content.readline()
+                    if line.startswith(b"event: "):
+                        event = line[7:].strip().decode()
+                    elif line.startswith(b"data: "):
+                        if event == "message":
+                            shown += 1
+                        else:
+                            others.append(event)
+            return shown, others
+
+    shown, others = asyncio.run(scenario())
+    assert (shown, others) == (batch.event_count, [])
+
+
+def test_a_bad_grace_is_refused_with_a_400_naming_it() -> None:
+    async def answers() -> list[tuple[int, str]]:
+        collector = small_collector()
+        got = []
+        async with TestServer(make_app(collector)) as server, ClientSession() as session:
+            for query in ("until=%2B5s&grace=abc", "until=%2B5s&grace=2m", "until=%2B5s&grace=-1s", "grace=5s"):
+                async with session.get(server.make_url(f"/stream?{query}")) as response:
+                    got.append((response.status, await response.text()))
+        return got
+
+    (abc, long, negative, alone) = asyncio.run(answers())
+    assert abc == (400, "query parameter 'grace': a duration is a number and a unit (ns, us, ms, s, m, h), like 1ms "
+                        "or 250us, got 'abc'\n")  # fmt: skip
+    assert long == (400, "query parameter 'grace' must be at most 60s, got '2m'\n")
+    assert negative[0] == 400 and negative[1].startswith("query parameter 'grace': a duration must not be negative")
+    assert alone[0] == 400 and alone[1].startswith("query parameter 'grace' goes with 'until' only")

@@ -19,7 +19,9 @@ priority in its SCHEMA entry, one field per ``$name``), so an event carries only
 ``enabled``, which its timeline sets whenever its priority changes; when it is off and sampling may turn it on, the
 call looks at the sampling window. The values are normalised on the flusher, as arguments are. The C recorder keeps a
 message whose category is text and whose values are flat (what the stream encoder packs as they are) as a compact
-record, its values already packed (``wire/record_runs.py``), as it keeps such instants.
+record, its values already packed (``wire/record_runs.py``), as it keeps such instants. A message recorded in an
+asyncio task is on the task's lane, where the drain names its task as it does spans' and instants': its kind's twin
+(``lane_kind``) has a ``task`` field after its values, and the drain adds the task's name there.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ringtrace.wire.message_format import MAX_MESSAGE_VALUES, placeholder_names,
 from ringtrace.wire.model import KINDS
 from ringtrace.wire.table_frames import KindSpec
 
-__all__ = ["Message", "Sampling", "message_kind", "set_gate"]
+__all__ = ["LANE_KINDS", "Message", "Sampling", "lane_kind", "message_kind", "set_gate"]
 
 _now = time.monotonic_ns
 
@@ -62,6 +64,32 @@ def message_kind(category: str, priority: str, text: str) -> KindSpec:
         # The converter is normalise_values itself: the C encoder packs flat values of such kinds without it.
         kind = _kinds.setdefault(key, KINDS.register(key[0], "message", fields, normalise_values, first_line, priority))
     return kind
+
+
+#: Each message kind's twin on asyncio lanes, by (kind id, count of values); None: none (``lane_kind``).
+LANE_KINDS: dict[tuple[int, int], int | None] = {}
+
+
+def lane_kind(kind_id: int, count: int) -> int | None:
+    """The kind a message of kind ``kind_id`` logged with ``count`` values takes on an asyncio lane, where the drain
+    adds its task's name after its values (spans and instants there carry it as their ``task`` arg): the same
+    category, text and priority, its values named as ``render`` names them, then a ``task`` field. None where
+    ``kind_id`` is no message's, a value is named ``task`` already (a twin's own), or there are more than
+    ``MAX_MESSAGE_VALUES`` values (so that the twins a kind makes stay few). Registered once per (kind, count), on
+    the flusher's thread."""
+    key = (kind_id, count)
+    twin = LANE_KINDS.get(key, -1)
+    if twin != -1:
+        return twin
+    kind = KINDS.by_id.get(kind_id)
+    twin = None
+    if kind is not None and kind.shape == "message" and count <= MAX_MESSAGE_VALUES:
+        names = [name for name, _ in kind.fields[:count]]
+        names += [f"value{i + 1}" for i in range(len(names), count)]  # (as ``render`` names values past the fields)
+        if "task" not in names:
+            fields = (*((name, "any") for name in names), ("task", "any"))
+            twin = KINDS.register(kind.name, "message", fields, KINDS.converters[kind_id], kind.text, kind.priority).id
+    return LANE_KINDS.setdefault(key, twin)
 
 
 class Sampling:

@@ -60,12 +60,13 @@ _FLAG_OF: Final = {
     "messages_only": "--messages-only",
     "table": "--table",
     "columns": "--columns",
+    "grace": "--grace",
 }
 
 
 #: Flags whose values may start with "-": a relative time, and a duration given negative (``spans --min-duration
 #: -5ms``), which is refused in one line saying so rather than taken by argparse for a flag ("expected one argument").
-VALUE_FLAGS: Final = frozenset({"--since", "--until", "--min-duration", "--max-duration"})
+VALUE_FLAGS: Final = frozenset({"--since", "--until", "--min-duration", "--max-duration", "--grace"})
 
 
 def add_filters(

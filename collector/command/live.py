@@ -18,7 +18,13 @@ from ringtrace.collector.command.filters import add_filters, check_params, descr
 from ringtrace.collector.command.output import cell, event_line, size
 from ringtrace.collector.command.remote import Access, add_access, endpoint_url, fetch
 from ringtrace.collector.export import live_tail
-from ringtrace.collector.http.query import PROCESS_PARAMETERS, STREAM_PARAMETERS
+from ringtrace.collector.http.query import (
+    DEFAULT_TAIL_GRACE_S,
+    MAX_TAIL_GRACE_S,
+    PROCESS_PARAMETERS,
+    STREAM_PARAMETERS,
+    time_text,
+)
 
 __all__ = ["add_sources_parser", "add_tail_parser"]
 
@@ -27,6 +33,12 @@ def add_tail_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     tail = commands.add_parser("tail", help="a collector's events as they are stored, one a line (Ctrl-C ends it)")
     tail.add_argument("url", metavar="URL", help="the collector's HTTP address, e.g. http://127.0.0.1:7701")
     add_filters(tail, STREAM_PARAMETERS, log_view=True)
+    tail.add_argument(
+        "--grace",
+        metavar="DURATION",
+        help=f"with --until: how long past it to wait for events recorded before it, more than the slowest client's "
+        f"batch_interval_s (default {DEFAULT_TAIL_GRACE_S:g}s, at most {MAX_TAIL_GRACE_S:g}s)",
+    )
     add_access(tail)
     tail.set_defaults(run=_tail, parser=tail)
 
@@ -41,18 +53,28 @@ def add_sources_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _tail(args: argparse.Namespace) -> int:
-    params = filter_params(args)
+    params = filter_params(args) + ([("grace", args.grace)] if args.grace is not None else [])
     check_params(params, STREAM_PARAMETERS)
     with fetch(endpoint_url(args.url, "/stream", params), Access(args)) as response:
         for event, document in _server_sent_events(_lines_until_reset(response)):
             if event == _BEGUN:
                 _say_begun(endpoint_url(args.url, "/stream", []), params)
             elif event == "done":  # all that was asked for is shown
-                sys.stderr.write(f"ringtrace tail: done: {document.get('reason', document)}\n")
+                sys.stderr.write(f"ringtrace tail: done: {_done_reason(document, args.until)}\n")
                 return 0
             else:
                 _show(event, document)
     raise _broke_off()
+
+
+def _done_reason(document: dict[str, Any], given: str | None) -> str:
+    """Why the tail is done, with its until as it was given (``+30s``) and as the time it stood for, in UTC; the
+    collector's reason as it is if it does not say the until in ns (an older one)."""
+    until_ns = document.get("until_ns")
+    if not isinstance(until_ns, int) or given is None:
+        return str(document.get("reason", document))
+    when = time_text(until_ns)
+    return f"its until ({when if given == when else f'{given}: {when}'}) has passed"
 
 
 #: What ``_server_sent_events`` yields for the tail's banner: the collector has begun the tail.

@@ -43,6 +43,7 @@ from typing import Final
 
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.command.filters import VALUE_FLAGS
+from ringtrace.collector.short_usage import ShortUsageParser
 
 __all__ = ["CommandError", "main"]
 
@@ -108,7 +109,7 @@ def _with_values_joined(argv: list[str]) -> list[str]:
 
 def build_parser(subcommand: str | None = None) -> argparse.ArgumentParser:
     """The command's parser: of ``subcommand`` alone, if it is one (the first word given), else of them all."""
-    parser = argparse.ArgumentParser(
+    parser = ShortUsageParser(  # (its subcommands' parsers are of its class)
         prog="ringtrace",
         allow_abbrev=False,
         description="ringtrace: run a collector, take snapshots, read and convert trace files.",

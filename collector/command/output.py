@@ -4,7 +4,6 @@ events as lines of text, names made inert for a terminal and for rich's tables, 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from ringtrace.collector.command.failure import CommandError
 from ringtrace.collector.export.chrome import json_bytes
+from ringtrace.collector.http.query import time_text
 
 __all__ = ["cell", "event_line", "output", "printable", "progress", "size"]
 
@@ -101,8 +101,7 @@ def event_line(
     wall_ns: int, process: str, track: str, kind: str, priority: str, name: str, dur_ns: int, args: Any
 ) -> str:
     """An event as a line: time (UTC), process, track, kind, priority, name, then its duration and args if any."""
-    when = datetime.datetime.fromtimestamp(wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    fields = [f"{when}.{wall_ns % 10**9:09d}Z", process, track, kind, priority or "-", name]
+    fields = [time_text(wall_ns), process, track, kind, priority or "-", name]
     if dur_ns:
         fields.append(f"dur={dur_ns / 1000:.3f}us")
     if args not in (None, {}, []):

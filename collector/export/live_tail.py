@@ -40,9 +40,10 @@ def error_event(reason: str) -> bytes:
     return b"event: error\ndata: " + orjson.dumps({"reason": reason}) + b"\n\n"
 
 
-def done_event(reason: str) -> bytes:
-    """The last event of a tail that has shown all it was asked for (``reason``: its ``until`` has passed)."""
-    return b"event: done\ndata: " + orjson.dumps({"reason": reason}) + b"\n\n"
+def done_event(reason: str, until_ns: int) -> bytes:
+    """The last event of a tail that has shown all it was asked for (``reason``: its ``until`` has passed, said as a
+    time; ``until_ns``, the same in ns, for a program)."""
+    return b"event: done\ndata: " + orjson.dumps({"reason": reason, "until_ns": until_ns}) + b"\n\n"
 
 
 def row_document(row: Row) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ringtrace.collector.http.query import (
     choice,
     parse_process_filter,
     parse_snapshot_query,
+    time_text,
 )
 from ringtrace.collector.http.search_api import add_search_routes
 from ringtrace.collector.http.snapshot_stream import stream_out
@@ -240,10 +241,6 @@ async def clear(request: web.Request) -> web.Response:
 TAIL_POLL_S = 0.2
 #: Something is written at least this often, so that idle tails stay open through proxies, and a gone reader is seen.
 TAIL_KEEPALIVE_S = 15.0
-#: A tail with ``until`` ends once the clock is this far past it: what was recorded before it has been stored by then
-#: (clients send every 50 ms; a client that reconnects later has its events in ``/snapshot``, not the tail); and once
-#: it has read what was stored by then (a step reads a part of a backlog: ``Tail.unread_bytes``).
-TAIL_UNTIL_GRACE_S = 2.0
 #: Live tails at once; more get a 503.
 MAX_TAILS = 16
 _TAILS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("tails", set)
@@ -255,7 +252,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     removed on request before it read them; an ``error`` event, then the end, for a reader that fell behind; an
     ``end`` event when the collector stops (``export/live_tail.py``)."""
     collector = request.app[COLLECTOR]
-    tail = _new_tail(request)
+    tail, grace_s = _new_tail(request)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
@@ -270,7 +267,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         collector.tail_begun()
         begun = True
         await response.write(live_tail.BANNER)
-        await _follow(request, response, tail)
+        await _follow(request, response, tail, grace_s)
     except (ConnectionResetError, ConnectionError):
         pass  # the reader left
     except asyncio.CancelledError:  # the collector stops (_end_tails): the reader is told so, not left guessing
@@ -285,19 +282,22 @@ async def stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _new_tail(request: web.Request) -> Tail:
-    """A tail of what the query selects, if there is room for one more."""
+def _new_tail(request: web.Request) -> tuple[Tail, float]:
+    """A tail of what the query selects, if there is room for one more; and its grace past ``until``."""
     collector = request.app[COLLECTOR]
     query = _snapshot_query(request, STREAM_PARAMETERS)
     if len(request.app[_TAILS]) >= MAX_TAILS:
         raise web.HTTPServiceUnavailable(
             text=f"max_tails={MAX_TAILS} live tails are open\n", headers={"Retry-After": "5"}
         )
-    return Tail(query.filter, collector.stored_limits)
+    return Tail(query.filter, collector.stored_limits), query.grace_s
 
 
-async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail) -> None:
-    """Write what each step of the tail reads, until the reader leaves, falls behind, or does not take it."""
+async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail, grace_s: float) -> None:
+    """Write what each step of the tail reads, until the reader leaves, falls behind, or does not take it; or, with
+    ``until``, once the clock is ``grace_s`` past it (what was recorded before it has been stored by then, as the
+    query's ``grace`` says; a client that reconnects later has its events in ``/snapshot``, not the tail) and it has
+    read what was stored by then (a step reads a part of a backlog: ``Tail.unread_bytes``)."""
     collector = request.app[COLLECTOR]
     timeout_s = collector.http_guard.timeout_s
     loop = asyncio.get_running_loop()
@@ -308,7 +308,7 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
         if request.transport is None or request.transport.is_closing():
             return  # the reader left: its slot is free now, not at the next keepalive
         # (taken before the step, so that the last step reads what was stored by then)
-        past_until = until_ns is not None and time.time_ns() > until_ns + int(TAIL_UNTIL_GRACE_S * 1e9)
+        past_until = until_ns is not None and time.time_ns() > until_ns + int(grace_s * 1e9)
         try:
             rows = await collector.tail_step(tail)
         except TailBehind as exc:
@@ -321,7 +321,8 @@ async def _follow(request: web.Request, response: web.StreamResponse, tail: Tail
         payload = live_tail.step_events(rows, tail.take_cleared())
         past_until = past_until and tail.unread_bytes == 0  # (what was stored by then is read: a step reads a part)
         if past_until:
-            payload += live_tail.done_event(f"its until ({until_ns} ns) has passed")
+            assert until_ns is not None  # (past_until says so)
+            payload += live_tail.done_event(f"its until ({time_text(until_ns)}) has passed", until_ns)
         if not payload:
             if loop.time() - written_at < TAIL_KEEPALIVE_S:
                 continue

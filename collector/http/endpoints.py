@@ -26,7 +26,7 @@ POST /clear[?pid&shown_pid&process&host]
                                     remove what is stored (of the processes selected), counted as cleared
 POST /pop[?pid&shown_pid&process&host]
                                     what is stored as Chrome JSON, and removed (Gecko's PopMarkers)
-GET /stream[?filters]               a live tail: events stored from now on, as Server-Sent Events
+GET /stream[?filters&grace]         a live tail: events stored from now on, as Server-Sent Events
 GET /healthz                        liveness and a few gauges, as JSON
 GET /readyz                         readiness: 200 while the store takes events, else 503 with the reason
 GET /incidents[?rule&status&since&until&limit]
@@ -86,7 +86,7 @@ ENDPOINTS: Final[list[dict[str, str]]] = [
     },
     {"method": "POST", "path": "/clear", "does": "remove what is stored [pid, shown_pid, process, host]"},
     {"method": "POST", "path": "/pop", "does": "what is held as Chrome JSON, removed; open markers wait [pid, ...]"},
-    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters"},
+    {"method": "GET", "path": "/stream", "does": "a live tail as Server-Sent Events; filters, grace (past until)"},
     {"method": "GET", "path": "/healthz", "does": "liveness and gauges"},
     {"method": "GET", "path": "/readyz", "does": "readiness: 503 with the reason while the store takes no events"},
     {

@@ -26,9 +26,13 @@ from typing import Final
 from ringtrace.collector.export.formats import DEFAULT_FORMAT, FORMATS
 from ringtrace.collector.export.table_names import TABLES
 from ringtrace.collector.read.selection import EventFilter, Pattern, unclosed_set
+from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.message_format import PRIORITIES
+from ringtrace.wire.parsing import parse_duration_ns
 
 __all__ = [
+    "DEFAULT_TAIL_GRACE_S",
+    "MAX_TAIL_GRACE_S",
     "POP_PARAMETERS",
     "PROCESS_PARAMETERS",
     "SNAPSHOT_PARAMETERS",
@@ -44,6 +48,7 @@ __all__ = [
     "parse_snapshot_query",
     "parse_time",
     "single_values",
+    "time_text",
 ]
 
 #: The most events ``limit`` may ask for.
@@ -76,6 +81,8 @@ class SnapshotQuery:
     table: str | None = None
     #: For a format of tables: the columns asked for, in the table's order (None: all).
     columns: tuple[str, ...] | None = None
+    #: A live tail with ``until`` (``/stream``): how long past it the tail goes on (``grace``).
+    grace_s: float = 0.0
 
 
 #: The format of tables, which ``table`` is for.
@@ -110,7 +117,13 @@ SNAPSHOT_PARAMETERS: Final = {
 }
 
 
-#: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once.
+#: How long past its ``until`` a live tail goes on, unless its ``grace`` says otherwise: what was recorded before
+#: ``until`` has been stored by then (clients send every 50 ms by default). The collector is not told a client's
+#: ``batch_interval_s``: a tail of one that sends less often asks for more grace.
+DEFAULT_TAIL_GRACE_S: Final = 2.0
+#: The most ``grace`` a tail may ask for.
+MAX_TAIL_GRACE_S: Final = 60.0
+#: What ``/stream`` takes: the snapshot's filters but those that need the whole store at once, and ``grace``.
 STREAM_PARAMETERS: Final = {
     **{
         name: text
@@ -119,6 +132,10 @@ STREAM_PARAMETERS: Final = {
     },
     # A tail reads what arrives, with no first pass to find the trace's spans: only what carries the trace id.
     "trace_id": "a trace id: 32 hex digits; the events that carry it (spans of a trace, OTLP span events, log records)",
+    "grace": (
+        f"with until: how long past it the tail waits for events recorded before it (more than the slowest client's "
+        f"batch_interval_s), a duration such as 5s, 0 to {MAX_TAIL_GRACE_S:g}s (default {DEFAULT_TAIL_GRACE_S:g}s)"
+    ),
 }
 #: What ``/timeline`` takes: a snapshot's parameters but its format (it has its own).
 TIMELINE_PARAMETERS: Final = {
@@ -218,6 +235,13 @@ def parse_time(name: str, text: str, now_ns: int) -> int:
         f"query parameter {name!r} must be wall-clock ns, RFC 3339 (2026-11-22T10:00:00Z) or relative "
         f"(-5s, -1.5m, +30s), got {text!r:.80}"
     )
+
+
+def time_text(wall_ns: int) -> str:
+    """Wall-clock ns as RFC 3339 text in UTC, to the ns (``2026-11-22T10:00:00.123456789Z``): what ``parse_time``
+    takes back as the same ns, and how the command's event lines show times."""
+    when = datetime.datetime.fromtimestamp(wall_ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{when}.{wall_ns % 10**9:09d}Z"
 
 
 def _in_range(name: str, text: str, ns: int) -> int:
@@ -331,7 +355,22 @@ def parse_snapshot_query(
     table = _table(FORMATS[format_].tables, values["table"]) if "table" in values else None
     columns = _columns(FORMATS[format_].tables, table, values["columns"]) if "columns" in values else None
     timeout = _flush_timeout(values["flush_timeout_s"], max_flush_timeout_s) if "flush_timeout_s" in values else None
-    return SnapshotQuery(event_filter, format_, flush_timeout_s if timeout is None else timeout, table, columns)
+    grace_s = _grace(values["grace"], until) if "grace" in values else DEFAULT_TAIL_GRACE_S
+    return SnapshotQuery(
+        event_filter, format_, flush_timeout_s if timeout is None else timeout, table, columns, grace_s
+    )
+
+
+def _grace(text: str, until_ns: int | None) -> float:
+    if until_ns is None:
+        raise QueryError("query parameter 'grace' goes with 'until' only (a tail without one never ends by itself)")
+    try:
+        grace_ns = parse_duration_ns(text.strip())
+    except (ConfigError, ValueError) as exc:
+        raise QueryError(f"query parameter 'grace': {exc}") from None
+    if grace_ns > MAX_TAIL_GRACE_S * 10**9:
+        raise QueryError(f"query parameter 'grace' must be at most {MAX_TAIL_GRACE_S:g}s, got {text!r:.80}")
+    return grace_ns / 1e9
 
 
 def _table(tables: tuple[str, ...], text: str) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ringtrace.collector.service.option_flags import FLAGGED, add_arguments
+from ringtrace.collector.short_usage import ShortUsageParser
 
 __all__ = ["ENVIRONMENT", "NOT_SET_VALUES", "SET_VALUES", "environment_args"]
 
@@ -31,9 +32,7 @@ class _Checker(argparse.ArgumentParser):
         raise _EnvironmentError(message.split(": ", 1)[-1])
 
 
-def _parser(
-    prog: str, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
-) -> argparse.ArgumentParser:
+def _parser(prog: str, parser_class: type[argparse.ArgumentParser] = ShortUsageParser) -> argparse.ArgumentParser:
     """The flags alone (no description): for checking a variable's value, and for refusing one with the usage."""
     parser = parser_class(prog=prog, allow_abbrev=False)
     add_arguments(parser)

@@ -29,6 +29,7 @@ from ringtrace.collector.service.config import CollectorConfig, config_from_args
 from ringtrace.collector.service.option_environment import ENVIRONMENT, environment_args
 from ringtrace.collector.service.option_flags import add_arguments
 from ringtrace.collector.service.option_table import parse_listen_address
+from ringtrace.collector.short_usage import ShortUsageParser
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.parsing import parse_size
 from ringtrace.wire.version import __version__
@@ -49,7 +50,7 @@ def _set_by(message: str, from_environment: list[str]) -> str:
 
 
 def build_parser(
-    prog: str = "ringtrace-collector", parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+    prog: str = "ringtrace-collector", parser_class: type[argparse.ArgumentParser] = ShortUsageParser
 ) -> argparse.ArgumentParser:
     parser = parser_class(
         prog=prog,

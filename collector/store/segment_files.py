@@ -16,7 +16,7 @@ from typing import Final
 
 from ringtrace.collector.store.file_removal import FileRemover
 from ringtrace.collector.store.segment_buffers import FsyncPolicy, SegmentBuffers
-from ringtrace.collector.store.segment_scan import scan_segment
+from ringtrace.collector.store.segment_scan import scan_segment, written_as
 from ringtrace.collector.store.segments import Buffer, Segment
 from ringtrace.wire.errors import ConfigError
 from ringtrace.wire.frame_types import FRAME_HEADER
@@ -265,6 +265,12 @@ class DataDir(SegmentBuffers):
             # allocated and never written, or made unrecoverable on purpose as it was released or removed (a crash
             # came before its new name or its removal was durable: its events are counted gone).
             if scan.why_cut is not None and any(buffer[: FRAME_HEADER.size]):
+                written = written_as(buffer, limits, scan)
+                if written is not None:  # (its name seeds its checksums: a copy under another name cannot be read)
+                    why += (
+                        f" (the segment's name is part of its checksum: was it renamed or copied from "
+                        f"{self.file(written).name}?)"
+                    )
                 aside = path.with_name(path.name + UNREADABLE_SUFFIX)
                 buffer.close()
                 path.rename(aside)

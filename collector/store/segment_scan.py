@@ -1,5 +1,7 @@
 """A segment's frames walked from the start (``scan_segment``): what a valid CHECKSUM frame covers and the decoder
-accepts is kept, the rest cut with the reason (recovery of a data dir, and the reading of a segment file)."""
+accepts is kept, the rest cut with the reason (recovery of a data dir, and the reading of a segment file). A segment
+whose first checksum does not match its number may be one renamed or copied from another name: ``written_as`` finds
+the number its checksums were made with, if there is one."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ringtrace.wire.frames import Events, Stats, preamble
 from ringtrace.wire.handshake_frames import Hello
 from ringtrace.wire.stream_limits import Limits
 
-__all__ = ["Scan", "scan_segment"]
+__all__ = ["Scan", "scan_segment", "written_as"]
 
 _PREAMBLE_BYTES: Final = preamble()
 
@@ -34,6 +36,9 @@ class Scan:
     #: The last STATS frame kept: the client's loss counters as of then.
     stats: Stats | None = None
     why_cut: str | None = None
+    #: (where the bytes it covers end, the CRC it holds) of the first CHECKSUM frame, when it did not match: what
+    #: ``written_as`` solves for the number the segment was written as.
+    first_mismatch: tuple[int, int] | None = None
 
 
 def scan_segment(buffer: Buffer | bytes, limits: Limits, seq: int = 0) -> Scan:
@@ -88,8 +93,11 @@ class _SegmentScan:
         """The CHECKSUM frame ending at ``end``: what it covers is kept if it matches; False: it does not."""
         position, scan = self.position, self.scan
         body_length = end - position - FRAME_HEADER.size
-        if body_length != 4 or struct.unpack_from("<I", self.view, position + FRAME_HEADER.size)[0] != self.crc:
+        stored = struct.unpack_from("<I", self.view, position + FRAME_HEADER.size)[0] if body_length == 4 else None
+        if stored != self.crc:
             scan.why_cut = f"checksum mismatch over the bytes from offset {self.checked} to {position}"
+            if stored is not None and self.checked == PREAMBLE.size:  # (no checksum matched before it)
+                scan.first_mismatch = (position, stored)
             return False
         scan.entries.extend(self.pending)
         self.pending.clear()
@@ -124,6 +132,46 @@ class _SegmentScan:
         if scan.why_cut is None and position > self.checked:
             scan.why_cut = f"the frames from offset {self.checked} to {position} are not covered by a checksum"
         scan.used = self.checked
+
+
+def written_as(buffer: Buffer | bytes, limits: Limits, scan: Scan) -> int | None:
+    """The segment number (its low 32 bits, what seeds its CRCs: ``crc_seed``) under which every checksum of a
+    segment whose first checksum did not match (``scan``) matches, and it is kept whole: a file renamed or copied from
+    that number's name. None for a segment corrupted in another way (a second checksum tells them apart)."""
+    if scan.first_mismatch is None:
+        return None
+    covered_end, stored = scan.first_mismatch
+    with memoryview(buffer) as view, view[:covered_end] as covered:
+        # A CRC is affine in its seed: crc(seed) = crc(0) ^ M(seed), M linear; M's columns are those of the seed's bits.
+        base = crc32c.crc32c(covered, 0)
+        seed = _solve([crc32c.crc32c(covered, 1 << bit) ^ base for bit in range(32)], stored ^ base)
+    if seed is None:
+        return None
+    again = scan_segment(buffer, limits, seed)
+    return seed if again.why_cut is None and again.entries else None
+
+
+def _solve(columns: list[int], target: int) -> int | None:
+    """The bits ``s`` such that the columns of the set bits of ``s`` XOR to ``target`` (Gaussian elimination over
+    GF(2)); None if there is none."""
+    basis: dict[int, tuple[int, int]] = {}  # leading bit -> (a vector, the columns that XOR to it)
+    for bit, column in enumerate(columns):
+        vector, made_of = column, 1 << bit
+        while vector:
+            lead = vector.bit_length() - 1
+            if lead not in basis:
+                basis[lead] = (vector, made_of)
+                break
+            vector ^= basis[lead][0]
+            made_of ^= basis[lead][1]
+    solution = 0
+    while target:
+        lead = target.bit_length() - 1
+        if lead not in basis:
+            return None
+        target ^= basis[lead][0]
+        solution ^= basis[lead][1]
+    return solution
 
 
 # (``frame`` is of the type ``_TAKE`` maps to each.)

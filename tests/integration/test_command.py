@@ -469,6 +469,28 @@ def test_an_output_that_cannot_be_written_and_an_unknown_flag_are_one_line_each(
     assert err.startswith("usage: ringtrace dump") and "unrecognized arguments: --bogus" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "usage", "named"),
+    [
+        (["tail", "http://127.0.0.1:9", "--sincee", "5"], "ringtrace tail [options] URL", "--sincee 5 (did you"),
+        (["dump"], "ringtrace dump [options] FILE|URL", "required: FILE|URL"),
+        (["spans", "http://127.0.0.1:9", "--limit"], "ringtrace spans [options] URL", "--limit: expected one"),
+        (["collect", "--capacty", "1GB"], "ringtrace collect [options]", "--capacty 1GB (did you mean --capacity?"),
+    ],
+)
+def test_a_bad_argument_is_refused_in_two_lines_with_the_usage_in_one(
+    argv: list[str], usage: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    prog = usage.removesuffix(" [options]").partition(" [options] ")[0]
+    assert lines[0] == f"usage: {usage}" and len(lines) == 2, lines
+    assert lines[1].startswith(f"{prog}: error: ") and named in lines[1]
+    assert lines[1].endswith(f"see {prog} --help)")
+
+
 COMMAND = "import sys; from ringtrace.collector.command.main import main; sys.exit(main())"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from collector_process import CollectorProcess, events, run_script
 from ringtrace.client import FileListener, Timeline
 from ringtrace.collector.command.main import main
+from ringtrace.collector.http.query import parse_time, time_text
 from ringtrace.collector.ingest.hello import rewritten_hello
 from ringtrace.wire.frame_types import FRAME_HEADER, PREAMBLE, FrameType
 from ringtrace.wire.handshake_frames import Hello
@@ -351,18 +353,25 @@ def test_tail_with_an_until_shows_what_came_before_it_and_ends_once_it_has_passe
             tail.kill()
             tail.communicate()
     assert tail.returncode == 0, err
-    assert f"ringtrace tail: done: its until ({until_ns} ns) has passed" in err
+    # (as given, then as the time it is: it was said in ns alone)
+    assert f"ringtrace tail: done: its until ({until_ns}: {time_text(until_ns)}) has passed" in err
     shown = [line.split("  ")[1].split("[")[0] for line in out.splitlines()]
     assert shown.count("web") == 21, out  # its 20 scopes and its message
 
 
-def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(collector: CollectorProcess) -> None:
+@pytest.mark.parametrize("grace", [[], ["--grace", "1s"]])  # (past the until and its grace either way)
+def test_tail_with_an_until_already_past_ends_at_once_with_nothing_shown(
+    collector: CollectorProcess, grace: list[str]
+) -> None:
+    before = time.time_ns()
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", "-10s"],
+        [str(Path(sys.executable).with_name("ringtrace")), "tail", collector.http_url, "--until", "-10s", *grace],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "ringtrace tail: done: its until (" in done.stderr
+    said = re.search(r"ringtrace tail: done: its until \(-10s: (\S+)\) has passed", done.stderr)
+    assert said is not None, done.stderr
+    assert before - 10**10 <= parse_time("until", said[1], 0) <= time.time_ns() - 10**10  # (the time -10s stood for)
     assert done.stdout == ""

@@ -151,6 +151,58 @@ def test_a_task_switch_that_makes_a_lane_half_full_wakes_the_flusher(
     assert sorted(e["args"]["i"] for e in events(trace, "i") if e["name"] == "request") == list(range(100))
 
 
+#: Messages logged inside tasks (with values, without, and with one past its text's), and one outside any task.
+_MESSAGES = """
+import asyncio, sys, ringtrace.client
+
+tl = ringtrace.client.connect(sys.argv[1], process_name="task messages")
+handled = tl.message("app", "info", "handled $n")
+plain = tl.message("app", "info", "plain")
+
+async def one(i):
+    with tl.scope("request", i=i):
+        handled(i)
+        plain()
+        handled(i, "extra")
+
+async def main():
+    for i in range(3):
+        await asyncio.create_task(one(i), name=f"request-{i}")
+
+asyncio.run(main())
+handled(-1)
+print("delivered:", tl.flush(timeout_s=30))
+"""
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-recorder", "pure-python"])
+def test_messages_on_a_lane_name_their_task_as_its_spans_do(collector: CollectorProcess, pure_python: bool) -> None:
+    # Spans and instants on a lane carried their task's name; messages there did not.
+    done = _run(_MESSAGES, [collector.tcp_address], pure_python)
+    assert done.returncode == 0 and "delivered: True" in done.stdout, done.stderr
+    trace = collector.snapshot()
+    spans = {e["args"]["i"]: e for e in events(trace, "X") if e["name"] == "request"}
+    assert [spans[i]["args"]["task"] for i in range(3)] == [f"request-{i}" for i in range(3)]
+    lanes = {span["tid"] for span in spans.values()}
+    messages = sorted((e for e in events(trace, "i") if e["cat"] == "app"), key=lambda e: e["ts"])
+    shown = [
+        (e["name"], {k: v for k, v in e["args"].items() if k not in ("category", "priority")}, e["tid"] in lanes)
+        for e in messages
+    ]
+    assert shown == [
+        *(
+            message
+            for i in range(3)
+            for message in (
+                (f"handled n({i})", {"n": i, "task": f"request-{i}"}, True),
+                ("plain", {"task": f"request-{i}"}, True),
+                (f"handled n({i})", {"n": i, "value2": "extra", "task": f"request-{i}"}, True),
+            )
+        ),
+        ("handled n(-1)", {"n": -1}, False),  # (in no task: no task)
+    ]
+
+
 def _run(program: str, args: list[str], pure_python: bool) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if name != "RINGTRACE_PURE_PYTHON"}
     if pure_python:

@@ -142,3 +142,25 @@ def test_the_log_level_is_taken_in_any_case_from_the_flag_and_the_environment() 
     assert build_parser().parse_args(environment_args({"RINGTRACE_LOG_LEVEL": "warning"})).log_level == "WARNING"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--log-level", "loud"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--capacty", "1GB"], "unrecognized arguments: --capacty 1GB (did you mean --capacity? see"),
+        (["--port", "abc"], "unrecognized arguments: --port abc (see"),
+        (["--capacity", "1XB"], "argument --capacity: size must be"),
+        (["--max-connections", "abc"], "argument --max-connections: invalid int value: 'abc'"),
+    ],
+)
+def test_a_bad_flag_is_refused_in_two_lines_naming_it_and_its_value(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse's own printed the usage of every flag first (three dozen lines), the error last.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage == "usage: ringtrace-collector [options]"
+    assert error.startswith("ringtrace-collector: error: ") and named in error
+    assert error.endswith("see ringtrace-collector --help)") and argv[1] in error

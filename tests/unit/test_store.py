@@ -524,6 +524,22 @@ def test_a_segment_whose_first_frame_is_corrupt_is_set_aside(tmp_path: Path, cap
     path.write_bytes(data)
     assert recovered(tmp_path) == 0
     assert path.with_name(path.name + ".unreadable").read_bytes() == data
+    assert "checksum mismatch" in caplog.text and "renamed" not in caplog.text  # (its second checksum tells)
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_a_segment_file_renamed_or_copied_is_set_aside_naming_the_name_it_was_written_as(
+    tmp_path: Path, caplog: Any, frames: int
+) -> None:
+    # A segment's number (its file's name) seeds its checksums: under another name it cannot be read, and the log
+    # said only "checksum mismatch".
+    path, _ = one_segment_file(tmp_path, frames=frames)
+    copy = path.with_name(f"{4242:016d}.rtseg")
+    copy.write_bytes(path.read_bytes())
+    assert recovered(tmp_path) == 1  # the original, and not its copy
+    assert f"{copy}: no events to keep (checksum mismatch over the bytes from offset 8 to " in caplog.text
+    assert f"(the segment's name is part of its checksum: was it renamed or copied from {path.name}?)" in caplog.text
+    assert copy.with_name(copy.name + ".unreadable").exists()
 
 
 def test_a_segment_file_made_unrecoverable_on_purpose_is_removed_not_set_aside(tmp_path: Path, caplog: Any) -> None:

@@ -230,19 +230,23 @@ class DataDir(SegmentBuffers):
 
     def recover(self, limits: Limits) -> Iterator[Recovered]:
         """Every segment file, oldest first, validated; a file with nothing to keep is removed."""
+        named: list[tuple[Path, int]] = []
         for path in sorted(self.path.glob(f"*{SUFFIX}")):
             try:
-                seq = int(path.name.removesuffix(SUFFIX))
+                named.append((path, int(path.name.removesuffix(SUFFIX))))
             except ValueError:
                 log.warning("ignoring %s: not a segment file name", path)
-                continue
+        on_disk = max((seq for _, seq in named), default=0)
+        for path, seq in named:
             self.highest_seq = max(self.highest_seq, seq)
-            recovered = self._recover_one(path, seq, limits)
+            recovered = self._recover_one(path, seq, limits, on_disk)
             if recovered is not None:
                 yield recovered
 
-    def _recover_one(self, path: Path, seq: int, limits: Limits) -> Recovered | None:
-        """Raises:
+    def _recover_one(self, path: Path, seq: int, limits: Limits, highest_on_disk: int) -> Recovered | None:
+        """``highest_on_disk``: the highest number among the directory's segment files.
+
+        Raises:
         ConfigError: the file cannot be opened for reading and writing (its events would be lost in silence).
         """
         try:
@@ -266,7 +270,9 @@ class DataDir(SegmentBuffers):
             # came before its new name or its removal was durable: its events are counted gone).
             if scan.why_cut is not None and any(buffer[: FRAME_HEADER.size]):
                 written = written_as(buffer, limits, scan)
-                if written is not None:  # (its name seeds its checksums: a copy under another name cannot be read)
+                # (Its name seeds its checksums: a copy under another name cannot be read. A segment of one checksum
+                # gives some number for any corruption of it: only one no higher than the directory's is said.)
+                if written is not None and written <= highest_on_disk:
                     why += (
                         f" (the segment's name is part of its checksum: was it renamed or copied from "
                         f"{self.file(written).name}?)"

@@ -527,6 +527,16 @@ def test_a_segment_whose_first_frame_is_corrupt_is_set_aside(tmp_path: Path, cap
     assert "checksum mismatch" in caplog.text and "renamed" not in caplog.text  # (its second checksum tells)
 
 
+def test_a_segment_of_one_checksum_corrupted_names_no_made_up_name(tmp_path: Path, caplog: Any) -> None:
+    # Its one checksum can be matched by some number for any corruption: a number past the directory's is not said.
+    path, ends = one_segment_file(tmp_path, frames=1)
+    data = bytearray(path.read_bytes())
+    data[ends[0] - 3] ^= 0x01  # inside its EVENTS frame, which its checksum covers
+    path.write_bytes(data)
+    assert recovered(tmp_path) == 0
+    assert "checksum mismatch" in caplog.text and "renamed" not in caplog.text
+
+
 @pytest.mark.parametrize("frames", [1, 3])
 def test_a_segment_file_renamed_or_copied_is_set_aside_naming_the_name_it_was_written_as(
     tmp_path: Path, caplog: Any, frames: int
